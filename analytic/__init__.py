@@ -1,0 +1,32 @@
+"""analytic: closed-form models of distributed LLM training.
+
+Memory, FLOPs, collective bytes and seconds, pipeline bubbles, step time, MFU and days to train are
+sympy expressions whose symbols carry pint units.
+"""
+
+from __future__ import annotations
+
+from .errors import (AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError,
+                     UnknownNameError)
+from .formula import Formula
+from .formulas import formula, formulas
+from .hardware import Hardware
+from .model import Model
+from .plan import Layout, Memory, Plan
+from .presets import hardware, hardwares, model, models
+from .symbols import sym
+from .units import Q_, ureg
+
+__version__ = "0.1.0"
+
+
+def search(*args, **kwargs):
+    """Enumerate every valid layout and rank the ones that fit by predicted step time
+    (see :func:`analytic.search.search`)."""
+    from .search import search as _search
+    return _search(*args, **kwargs)
+
+
+__all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
+           "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
+           "hardware", "hardwares", "model", "models", "search", "sym", "ureg"]

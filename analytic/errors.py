@@ -1,0 +1,44 @@
+"""The exceptions users can catch. Every one derives from :class:`AnalyticError`."""
+
+from __future__ import annotations
+
+import difflib
+
+
+class AnalyticError(Exception):
+    """Base class of every error the library raises on purpose."""
+
+
+class UnitError(AnalyticError, TypeError):
+    """A value has the wrong unit (or a bare number was given where a unit is required)."""
+
+
+class LayoutError(AnalyticError, ValueError):
+    """A parallel layout cannot exist (degrees, divisibility, stages, schedule constraints)."""
+
+
+class InputError(AnalyticError, ValueError):
+    """A value is out of range or of the wrong kind (negative, NaN, non-integer degree, ...)."""
+
+
+class UnknownNameError(AnalyticError, KeyError):
+    """An unknown formula, model, hardware, keyword or quantity name; lists close matches."""
+
+    def __init__(self, kind: str, name: str, known):
+        known = sorted(known)
+        close = difflib.get_close_matches(str(name), known, n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        listing = "" if close or len(known) > 40 else f"; known: {', '.join(known)}"
+        self.message = f"unknown {kind} {name!r}{hint}{listing}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+class PresetError(AnalyticError, ValueError):
+    """A preset file entry is malformed or lacks a source."""
+
+
+class FreeSymbolError(AnalyticError, ValueError):
+    """A numeric answer was asked of an expression that still has free symbols."""

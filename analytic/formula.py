@@ -1,0 +1,330 @@
+"""Formula: a named sympy expression whose symbols carry units, with its source and assumptions.
+
+A symbol stands for the magnitude of its quantity in the unit declared in :mod:`analytic.symbols`;
+``Formula.unit`` is the unit of the result. Numbers stay exact (sympy rationals) until
+``evaluate`` returns a :class:`pint.Quantity`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from functools import cached_property
+from numbers import Number
+
+import numpy as np
+import pint
+import sympy
+
+from . import symbols as _symbols
+from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from .units import Q_, as_unit, is_count, strip_counts, ureg
+
+DIMENSIONLESS = ureg.Unit("")
+
+
+def exact(x) -> sympy.Expr:
+    """A Python or numpy number as an exact sympy number (floats by their shortest decimal)."""
+    if isinstance(x, sympy.Basic):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        raise InputError(f"expected a number, got the boolean {x!r}")
+    if isinstance(x, (int, np.integer)):
+        return sympy.Integer(int(x))
+    if isinstance(x, Fraction):
+        return sympy.Rational(x.numerator, x.denominator)
+    if isinstance(x, (float, np.floating)):
+        if not math.isfinite(x):
+            raise InputError(f"expected a finite number, got {x!r}")
+        return sympy.Rational(repr(float(x)))
+    if isinstance(x, Number):
+        return sympy.nsimplify(x)
+    raise InputError(f"expected a number, got {type(x).__name__} {x!r}")
+
+
+def _quantity(keyword: str, value):
+    """Parse a string into a Quantity (or a plain number) for ``keyword``."""
+    try:
+        q = Q_(value.strip())
+    except Exception as exc:  # pint raises several kinds of parse errors
+        raise UnitError(f"{keyword}: cannot read {value!r} as a quantity ({exc})") from None
+    return q
+
+
+def magnitude(keyword: str, value, unit: pint.Unit | None = None):
+    """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
+
+    Accepts a pint Quantity (any compatible unit), a string such as ``"50 GB/s"``, a sympy
+    expression (taken as already in the symbol's unit), a Formula (converted from its unit), or a
+    bare number for dimensionless symbols and pure counts (parameters, tokens)."""
+    if unit is None:
+        unit = _symbols.info(keyword).unit
+    if isinstance(value, Formula):
+        try:
+            factor = Q_(1, value.unit).to(unit).magnitude
+        except pint.DimensionalityError:
+            raise UnitError(f"{keyword}: expected a quantity in {unit:~P} ({unit.dimensionality}), "
+                            f"got formula {value.name!r} in {value.unit:~P}") from None
+        return value.expr * exact(factor)
+    if isinstance(value, sympy.Basic):
+        return _symbols.canonical(value)
+    if isinstance(value, str):
+        value = _quantity(keyword, value)
+    if isinstance(value, pint.Quantity):
+        if value.dimensionality != unit.dimensionality:
+            raise UnitError(f"{keyword}: expected a quantity in {unit:~P} ({unit.dimensionality}), "
+                            f"got {value:~P} ({value.dimensionality})")
+        converted = value.to(unit)
+        mag = converted.magnitude
+        if isinstance(mag, np.ndarray):
+            raise InputError(f"{keyword}: expected a scalar, got an array (use lambdify() for arrays)")
+        if isinstance(mag, float) and converted.units != value.units and math.isfinite(mag) and mag != 0:
+            mag = float(f"{mag:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
+        out = exact(mag)
+    else:
+        if not is_count(unit):
+            raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
+                            f"pass a Quantity or a string such as '{value} {unit:~P}'")
+        out = exact(value)
+    if out.is_negative:
+        raise InputError(f"{keyword}: expected a non-negative value, got {value!r}")
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Formula:
+    """A named expression with units, a source and its assumptions.
+
+    ``coefficient_unit`` is the unit carried by the numeric coefficients (16Ψ is 16 bytes per
+    parameter: ``byte``); the catalogue's dimension check multiplies it in."""
+
+    name: str
+    expr: sympy.Expr
+    unit: pint.Unit
+    source: str
+    assumptions: tuple[str, ...] = ()
+    description: str = ""
+    coefficient_unit: pint.Unit | None = DIMENSIONLESS
+
+    def __post_init__(self):
+        object.__setattr__(self, "expr", _symbols.canonical(sympy.sympify(self.expr)))
+        object.__setattr__(self, "unit", as_unit(self.unit))
+        if self.coefficient_unit is not None:
+            object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
+        object.__setattr__(self, "assumptions", tuple(self.assumptions))
+
+    # --- what it is -------------------------------------------------------------------------
+    @cached_property
+    def symbols(self) -> dict[str, pint.Unit]:
+        """keyword → unit of every free symbol, in the notation table's order."""
+        free = {_symbols.info(s).keyword for s in self.expr.free_symbols}
+        return {kw: i.unit for kw, i in _symbols.REGISTRY.items() if kw in free}
+
+    def latex(self) -> str:
+        return sympy.latex(self.expr)
+
+    def _repr_latex_(self) -> str:
+        unit = f"{self.unit:~L}" if not self.unit.dimensionless else ""
+        return f"${self.latex()}\\;\\left[{unit}\\right]$"
+
+    def __repr__(self) -> str:
+        return f"Formula({self.name!r}: {self.expr} [{self.unit:~P}])"
+
+    def pretty(self) -> str:
+        return sympy.pretty(self.expr, use_unicode=True)
+
+    # --- evaluation -------------------------------------------------------------------------
+    def _check_keywords(self, values: dict, *, complete: bool) -> None:
+        for kw in values:
+            if kw not in self.symbols:
+                if kw in _symbols.REGISTRY:
+                    raise UnknownNameError(f"keyword for {self.name} (it takes {', '.join(self.symbols) or 'none'})",
+                                           kw, self.symbols)
+                raise UnknownNameError(f"keyword for {self.name}", kw, self.symbols)
+        if complete:
+            missing = [kw for kw in self.symbols if kw not in values]
+            if missing:
+                raise InputError(f"{self.name}: missing {', '.join(missing)} "
+                                 f"(it takes {', '.join(self.symbols)})")
+
+    def _replacements(self, values: dict) -> dict:
+        return {_symbols.sym(kw): magnitude(kw, v) for kw, v in values.items()}
+
+    def evaluate(self, **values) -> pint.Quantity:
+        """The value as a Quantity in ``self.unit``; every free symbol must be given."""
+        self._check_keywords(values, complete=True)
+        result = self.expr.xreplace(self._replacements(values))
+        if result.free_symbols:
+            raise FreeSymbolError(f"{self.name}: free symbols remain: {sorted(map(str, result.free_symbols))}")
+        return Q_(to_float(result, self.name), self.unit)
+
+    __call__ = evaluate
+
+    def value(self) -> pint.Quantity:
+        """The value of a formula without free symbols."""
+        if self.expr.free_symbols:
+            raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
+                                  "give them numbers or use .expr")
+        return Q_(to_float(self.expr, self.name), self.unit)
+
+    def subs(self, **values) -> "Formula":
+        """Partial application: the given symbols replaced (by numbers, Quantities, expressions or
+        Formulas), the rest still free."""
+        self._check_keywords(values, complete=False)
+        return replace(self, expr=self.expr.xreplace(self._replacements(values)))
+
+    def bind(self, values: dict) -> "Formula":
+        """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""
+        return self.subs(**{k: v for k, v in values.items() if k in self.symbols})
+
+    def diff(self, keyword: str) -> "Formula":
+        """∂/∂keyword, in ``unit / unit(keyword)``."""
+        s = _symbols.sym(keyword)
+        return Formula(f"d({self.name})/d{keyword}", sympy.diff(self.expr, s),
+                       self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
+                       coefficient_unit=None)
+
+    def lambdify(self):
+        """A numpy function of keyword arguments (magnitudes in the symbols' units)."""
+        return self._compiled
+
+    @cached_property
+    def _compiled(self):
+        keywords = list(self.symbols)
+        fn = sympy.lambdify([_symbols.sym(k) for k in keywords], self.expr, modules="numpy")
+        name = self.name
+
+        def compiled(**values):
+            missing = [k for k in keywords if k not in values]
+            extra = [k for k in values if k not in keywords]
+            if missing or extra:
+                raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
+                                 + (f"; missing {', '.join(missing)}" if missing else "")
+                                 + (f"; unknown {', '.join(extra)}" if extra else ""))
+            return fn(*(values[k] for k in keywords))
+
+        compiled.keywords = tuple(keywords)
+        compiled.__doc__ = f"{name} [{self.unit:~P}] of {', '.join(keywords)}"
+        return compiled
+
+    # --- dimensions -------------------------------------------------------------------------
+    def check_dimensions(self) -> pint.Unit:
+        """Substitute every symbol's unit (counts as pure numbers); raise UnitError unless every sum
+        is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
+        try:
+            got = _units_of(self.expr)
+        except pint.DimensionalityError as exc:
+            raise UnitError(f"{self.name}: terms of different dimensions are added: {exc}") from None
+        got_unit = Q_(1, strip_counts(got.units * self.coefficient_unit))
+        want = strip_counts(self.unit)
+        if got_unit.dimensionality != Q_(1, want).dimensionality:
+            raise UnitError(f"{self.name}: expression has {got_unit.dimensionality}, "
+                            f"declared unit {self.unit:~P} has {want.dimensionality}")
+        return self.unit
+
+    # --- arithmetic (composition) -----------------------------------------------------------
+    def _combine(self, other, op, name):
+        if isinstance(other, Formula):
+            if op in ("+", "-"):
+                other_expr = magnitude(other.name, other, self.unit)
+                unit = self.unit
+            else:
+                other_expr, unit = other.expr, (self.unit * other.unit if op == "*" else self.unit / other.unit)
+        elif isinstance(other, pint.Quantity):
+            if op in ("+", "-"):
+                other_expr, unit = magnitude(self.name, other, self.unit), self.unit
+            else:
+                other_expr = exact(other.magnitude)
+                unit = self.unit * other.units if op == "*" else self.unit / other.units
+        else:
+            other_expr = exact(other) if not isinstance(other, sympy.Basic) else other
+            if op in ("+", "-") and not self.unit.dimensionless:
+                raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
+            unit = self.unit
+        expr = {"+": self.expr + other_expr, "-": self.expr - other_expr,
+                "*": self.expr * other_expr, "/": self.expr / other_expr}[op]
+        if isinstance(unit, pint.Quantity):
+            unit = unit.units
+        return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None)
+
+    def __add__(self, other):
+        return self._combine(other, "+", None)
+
+    def __sub__(self, other):
+        return self._combine(other, "-", None)
+
+    def __mul__(self, other):
+        return self._combine(other, "*", None)
+
+    def __truediv__(self, other):
+        return self._combine(other, "/", None)
+
+    def __rmul__(self, other):
+        return self._combine(other, "*", None)
+
+    def renamed(self, name: str, source: str | None = None, assumptions=None, description=None) -> "Formula":
+        return replace(self, name=name, source=source or self.source,
+                       assumptions=tuple(assumptions) if assumptions is not None else self.assumptions,
+                       description=self.description if description is None else description)
+
+    def to(self, unit) -> "Formula":
+        """The same quantity expressed in another unit."""
+        unit = as_unit(unit)
+        try:
+            factor = Q_(1, self.unit).to(unit).magnitude
+        except pint.DimensionalityError:
+            raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
+        return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
+
+
+def to_float(expr: sympy.Expr, name: str = "expression") -> float:
+    """An exact sympy number as a float (the edge where exactness ends)."""
+    try:
+        val = complex(sympy.N(expr, 30))
+    except TypeError:
+        raise FreeSymbolError(f"{name}: cannot evaluate {expr}") from None
+    if val.imag != 0 or not math.isfinite(val.real):
+        raise InputError(f"{name}: the result is not a finite real number ({expr})")
+    return val.real
+
+
+def _units_of(expr) -> pint.Quantity:
+    """The unit of an expression with every symbol replaced by 1 of its unit (counts stripped)."""
+    if isinstance(expr, sympy.Symbol):
+        return Q_(1, strip_counts(_symbols.info(expr).unit))
+    if expr.is_Number or expr in (sympy.pi, sympy.E):
+        return Q_(1, DIMENSIONLESS)
+    if isinstance(expr, sympy.Add):
+        terms = [_units_of(a) for a in expr.args]
+        for t in terms[1:]:
+            t.to(terms[0].units)  # raises DimensionalityError on a mismatch
+        return terms[0]
+    if isinstance(expr, sympy.Mul):
+        out = Q_(1, DIMENSIONLESS)
+        for a in expr.args:
+            out = out * _units_of(a)
+        return Q_(1, out.units)
+    if isinstance(expr, sympy.Pow):
+        base, exp = expr.args
+        b = _units_of(base)
+        if exp.free_symbols:
+            if not b.dimensionless or not _units_of(exp).dimensionless:
+                raise pint.DimensionalityError(b.units, DIMENSIONLESS, extra_msg=" (symbolic exponent)")
+            return Q_(1, DIMENSIONLESS)
+        return Q_(1, (b ** float(exp)).units)
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        return _units_of(sympy.Add(*expr.args, evaluate=False)) if len(expr.args) > 1 else _units_of(expr.args[0])
+    if isinstance(expr, sympy.Piecewise):
+        units = [_units_of(e) for e, _ in expr.args]
+        for u in units[1:]:
+            u.to(units[0].units)
+        return units[0]
+    if isinstance(expr, (sympy.ceiling, sympy.floor, sympy.Abs)):
+        return _units_of(expr.args[0])
+    if isinstance(expr, (sympy.log, sympy.exp)):
+        inner = _units_of(expr.args[0])
+        if not inner.dimensionless:
+            raise pint.DimensionalityError(inner.units, DIMENSIONLESS, extra_msg=f" (argument of {expr.func})")
+        return Q_(1, DIMENSIONLESS)
+    raise UnitError(f"cannot check the dimensions of {expr.func.__name__}")

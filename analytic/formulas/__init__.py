@@ -1,0 +1,16 @@
+"""The formula catalogue, one module per topic, each formula as published (with its source)."""
+
+from __future__ import annotations
+
+from . import collectives, compute, memory, model, parallelism, pipeline, reliability, scaling  # noqa: F401
+from ._catalogue import CATALOGUE, lookup
+
+
+def formula(name: str):
+    """The catalogue formula called ``name`` (e.g. ``"memory.model_states.zero1"``)."""
+    return lookup(name)
+
+
+def formulas() -> dict:
+    """Every catalogue formula by name."""
+    return dict(CATALOGUE)

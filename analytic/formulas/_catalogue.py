@@ -1,0 +1,30 @@
+"""The catalogue's registry: every formula is declared once, by name, in its topic module."""
+
+from __future__ import annotations
+
+from ..errors import UnknownNameError
+from ..formula import Formula
+from ..symbols import sym
+
+CATALOGUE: dict[str, Formula] = {}
+
+
+def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="") -> Formula:
+    if name in CATALOGUE:
+        raise ValueError(f"formula {name!r} declared twice")
+    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit)
+    CATALOGUE[name] = f
+    return f
+
+
+def S(*keywords):
+    """The symbols of the given keywords (a shorthand for the topic modules)."""
+    out = tuple(sym(k) for k in keywords)
+    return out if len(out) > 1 else out[0]
+
+
+def lookup(name: str) -> Formula:
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise UnknownNameError("formula", name, CATALOGUE) from None

@@ -1,0 +1,54 @@
+"""FLOPs per step and the time and utilisation they imply. FLOPs, not MACs (a multiply-add is 2)."""
+
+from ._catalogue import S, define
+
+N, D = S("params", "tokens")
+C, T, n, F, eta = S("flops", "step_time", "gpus", "peak_flops", "mfu")
+B, s, l, h, V = S("global_batch", "seq_len", "layers", "hidden", "vocab")
+a, d_h, a_kv, h_ff = S("heads", "head_dim", "kv_heads", "ffn_hidden")
+
+NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
+KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation, arXiv 2205.05198"
+PALM = "Chowdhery et al. 2022, PaLM, arXiv 2204.02311 App. B"
+
+define("compute.training_flops", 6 * N * D, "FLOP",
+       "Kaplan et al. 2020 §2.1; Hoffmann et al. 2022 (C = 6ND); derived: derivations/time_wall.py",
+       ("forward 2 FLOPs per parameter per token, backward 4", "attention scores and logits beyond N not counted",
+        "MoE: N is the active parameter count"),
+       "training FLOPs of D tokens on N parameters", coefficient_unit="FLOP")
+define("compute.flops_per_token_palm", 6 * N + 12 * l * a * d_h * s, "FLOP/token", f"{PALM} (6N + 12LHQT)",
+       ("H heads of dimension Q, sequence T; attention counted in full (no causal halving)",
+        "N: (active) parameters including embeddings"),
+       "model FLOPs per token, PaLM's MFU convention", coefficient_unit="FLOP")
+define("compute.megatron_flops", 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h)), "FLOP",
+       f"{NARAYANAN} §5.1 eq. (3)",
+       ("GPT layer: MHA, GELU MLP of 4h", "with full activation recomputation (one extra forward)",
+        "attention counted in full", "logit layer counted"),
+       "FLOPs per iteration of a GPT model, including the recompute forward", coefficient_unit="FLOP")
+define("compute.model_flops_korthikanti", 72 * B * l * s * h**2 * (1 + s / (6 * h) + V / (12 * h * l)), "FLOP",
+       f"{KORTHIKANTI} App. A eq. (7)", ("GPT layer: MHA, GELU MLP of 4h", "no recomputation counted"),
+       "model FLOPs per iteration of a GPT model", coefficient_unit="FLOP")
+define("compute.hardware_flops_korthikanti", 72 * B * l * s * h**2 * (1 + s / (3 * h) + V / (12 * h * l)), "FLOP",
+       f"{KORTHIKANTI} App. A eq. (8)", ("GPT layer", "selective recomputation of the attention core included"),
+       "hardware FLOPs per iteration with selective recomputation", coefficient_unit="FLOP")
+define("compute.attention_forward_flops_per_token",
+       4 * h * a * d_h + 4 * h * a_kv * d_h + 4 * a * d_h * s, "FLOP/token", "derived: derivations/time_wall.py",
+       ("Q and O projections h×(a·d_h), K and V projections h×(a_kv·d_h), 2 FLOPs per multiply-add",
+        "QK^T and attention over V: 2·2·a·d_h·s per token, attention counted in full (no causal halving)"),
+       "forward FLOPs per token of one attention block", coefficient_unit="FLOP")
+define("compute.mlp_forward_flops_per_token.swiglu", 6 * h * h_ff, "FLOP/token", "derived: derivations/time_wall.py",
+       ("three matrices h×h_ff (gate, up, down)", "elementwise SiLU and product not counted"),
+       "forward FLOPs per token of a SwiGLU MLP", coefficient_unit="FLOP")
+define("compute.mlp_forward_flops_per_token.gelu", 4 * h * h_ff, "FLOP/token", "derived: derivations/time_wall.py",
+       ("two matrices h×h_ff", "elementwise GELU not counted"),
+       "forward FLOPs per token of a GELU MLP", coefficient_unit="FLOP")
+define("compute.logits_forward_flops_per_token", 2 * h * V, "FLOP/token", "derived: derivations/time_wall.py",
+       ("output projection h×V",), "forward FLOPs per token of the logit layer", coefficient_unit="FLOP")
+define("compute.mfu", C / (T * n * F), "", f"{PALM} App. B (MFU); Llama 3 arXiv 2407.21783 §3.3.2",
+       ("C: model FLOPs of one step (no recomputation)",), "model FLOPs utilisation")
+define("compute.train_time", C / (n * F * eta), "s", "definition of MFU solved for time (PaLM App. B)",
+       ("η: the MFU sustained for the whole run",), "wall-clock time to do C FLOPs")
+define("compute.achieved_flops", C / (T * n), "FLOP/s", "definition (FLOPs per second per accelerator)",
+       (), "achieved FLOP/s per accelerator")
+define("compute.steps", D / S("batch_tokens"), "", "definition (tokens over tokens per step)", (),
+       "optimizer steps to train on D tokens")

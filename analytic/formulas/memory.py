@@ -1,0 +1,93 @@
+"""Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
+
+from sympy import Rational
+
+from ._catalogue import S, define
+
+Psi, Nd = S("params", "dp")
+s, b, h, a, t, V, e = S("seq_len", "microbatch_size", "hidden", "heads", "tp", "vocab", "element_bytes")
+a_kv, d_h, h_ff = S("kv_heads", "head_dim", "ffn_hidden")
+
+ZERO = "Rajbhandari et al. 2020, ZeRO, arXiv 1910.02054"
+KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation, arXiv 2205.05198"
+ADAM = ("mixed-precision Adam: 2 bytes fp16/bf16 parameters + 2 bytes gradients + K=12 bytes "
+        "optimizer state (fp32 master parameters, momentum, variance)",)
+KORTHIKANTI_ASSUMPTIONS = ("GPT layer: multi-head attention, GELU MLP of 4h, two LayerNorms, dropout",
+                           "16-bit activations, 1-byte dropout masks",
+                           "attention scores and softmax stored (no flash attention)")
+FLASH_ASSUMPTIONS = ("16-bit activations; flash attention: Q, K, V, the attention output and the fp32 "
+                     "softmax statistics (4 bytes per row) are saved, no s^2 tensor",
+                     "saved: both norm inputs, the QKV and MLP matmul inputs (8sbh), Q (2sb·a·d_h), "
+                     "K and V (2sb·a_kv·d_h each), the attention output (2sb·a·d_h)",
+                     "no dropout; norm statistics (fp32, one value per row) not counted")
+
+define("memory.model_states.zero0", 16 * Psi, "byte", f"{ZERO} §3.1 (2Ψ + 2Ψ + KΨ, K = 12)",
+       ADAM + ("replicated on every data-parallel rank",), "model states per GPU, plain data parallelism",
+       coefficient_unit="byte")
+define("memory.model_states.zero1", 4 * Psi + 12 * Psi / Nd, "byte", f"{ZERO} §5.1, Fig. 1 (P_os)",
+       ADAM + ("optimizer state sharded over N_d",), "model states per GPU, ZeRO stage 1",
+       coefficient_unit="byte")
+define("memory.model_states.zero2", 2 * Psi + 14 * Psi / Nd, "byte", f"{ZERO} §5.2, Fig. 1 (P_os+g: 2Ψ + (2+K)Ψ/N_d)",
+       ADAM + ("optimizer state and gradients sharded over N_d",), "model states per GPU, ZeRO stage 2",
+       coefficient_unit="byte")
+define("memory.model_states.zero3", 16 * Psi / Nd, "byte", f"{ZERO} §5.3 (P_os+g+p)",
+       ADAM + ("parameters, gradients and optimizer state sharded over N_d",),
+       "model states per GPU, ZeRO stage 3", coefficient_unit="byte")
+define("memory.model_states.weights", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 parameters, 2Ψ)",
+       ADAM, "16-bit parameters (unsharded)", coefficient_unit="byte")
+define("memory.model_states.gradients", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 gradients, 2Ψ)",
+       ADAM, "16-bit gradients (unsharded)", coefficient_unit="byte")
+define("memory.model_states.optimizer", 12 * Psi, "byte", f"{ZERO} §3.1 (KΨ, K = 12)",
+       ADAM, "Adam state and fp32 master parameters (unsharded)", coefficient_unit="byte")
+
+define("memory.activations.layer", s * b * h * (34 + 5 * a * s / h), "byte", f"{KORTHIKANTI} §4.1 eq. (1)",
+       KORTHIKANTI_ASSUMPTIONS, "activations saved by one layer, no parallelism", coefficient_unit="byte")
+define("memory.activations.layer_tp", s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), "byte",
+       f"{KORTHIKANTI} §4.2.1 eq. (2)",
+       KORTHIKANTI_ASSUMPTIONS + ("10sbh (LayerNorm inputs, dropout masks, block inputs) not split by TP",),
+       "activations of one layer with tensor parallelism", coefficient_unit="byte")
+define("memory.activations.layer_tp_sp", s * b * h / t * (34 + 5 * a * s / h), "byte",
+       f"{KORTHIKANTI} §4.2.2 eq. (4)",
+       KORTHIKANTI_ASSUMPTIONS + ("sequence parallelism splits the LayerNorm/dropout regions along s",),
+       "activations of one layer with tensor and sequence parallelism", coefficient_unit="byte")
+define("memory.activations.layer_tp_selective", s * b * h * (10 + 24 / t), "byte",
+       f"{KORTHIKANTI} §5 Table 2",
+       KORTHIKANTI_ASSUMPTIONS + ("selective recomputation of QK^T, softmax, softmax dropout, attention over V",),
+       "activations of one layer, TP with selective recomputation", coefficient_unit="byte")
+define("memory.activations.layer_tp_sp_selective", 34 * s * b * h / t, "byte", f"{KORTHIKANTI} §5 Table 2, eq. (6)",
+       KORTHIKANTI_ASSUMPTIONS + ("selective recomputation of QK^T, softmax, softmax dropout, attention over V",),
+       "activations of one layer, TP + SP with selective recomputation", coefficient_unit="byte")
+define("memory.activations.layer_full_recompute", 2 * s * b * h, "byte", f"{KORTHIKANTI} §5 Table 2",
+       ("only the 16-bit layer input is kept; the layer is recomputed in the backward pass",),
+       "activations of one layer with full recomputation", coefficient_unit="byte")
+define("memory.activations.first_stage_interleaved_factor", 1 + (S("pp") - 1) / (S("pp") * S("vpp")), "",
+       f"{KORTHIKANTI} §4.2.3 (after eq. 5); Narayanan et al. 2021 §2.2.2",
+       ("interleaved 1F1B: the first stage holds this many times the activations of non-interleaved 1F1B",),
+       "activation-memory factor of interleaved 1F1B")
+
+_swiglu_seq = 8 * h
+_swiglu_head = 4 * a * d_h + 4 * a_kv * d_h + 4 * a
+define("memory.activations.layer_flash_swiglu", s * b * (_swiglu_seq + (_swiglu_head + 6 * h_ff) / t), "byte",
+       "derived: derivations/activations.py (tensor-by-tensor count in the style of Korthikanti et al. §4.1)",
+       FLASH_ASSUMPTIONS + ("fused SwiGLU: saves the gate and up projections and their product (3 × 2sb·h_ff); "
+                            "SiLU recomputed", "RMSNorm; GQA with a_kv key/value heads",
+                            "tensor parallelism t splits heads and h_ff; the 8sbh sequence part is replicated"),
+       "activations of one Llama-style layer (flash attention, GQA, SwiGLU), TP without SP",
+       coefficient_unit="byte")
+define("memory.activations.layer_flash_swiglu_sp", s * b * (_swiglu_seq + _swiglu_head + 6 * h_ff) / t, "byte",
+       "derived: derivations/activations.py (Korthikanti et al. §4.2.2 sequence parallelism applied)",
+       FLASH_ASSUMPTIONS + ("fused SwiGLU (3 × 2sb·h_ff saved)", "sequence parallelism splits the 8sbh part by t"),
+       "activations of one Llama-style layer (flash attention, GQA, SwiGLU), TP + SP", coefficient_unit="byte")
+define("memory.activations.layer_flash_gelu", s * b * (_swiglu_seq + (_swiglu_head + 4 * h_ff) / t), "byte",
+       "derived: derivations/activations.py (Korthikanti et al. §4.1 without dropout and without the s^2 terms)",
+       FLASH_ASSUMPTIONS + ("GELU MLP: saves the fc1 output and the GELU output (2 × 2sb·h_ff)",
+                            "the 8sbh sequence part is replicated over TP"),
+       "activations of one GPT-style layer with flash attention, TP without SP", coefficient_unit="byte")
+define("memory.activations.layer_flash_gelu_sp", s * b * (_swiglu_seq + _swiglu_head + 4 * h_ff) / t, "byte",
+       "derived: derivations/activations.py",
+       FLASH_ASSUMPTIONS + ("GELU MLP (2 × 2sb·h_ff saved)", "sequence parallelism splits the 8sbh part by t"),
+       "activations of one GPT-style layer with flash attention, TP + SP", coefficient_unit="byte")
+
+define("memory.logits", s * b * V * e, "byte", "Megatron-LM output layer: logits [b, s, V] in the activation dtype",
+       ("one microbatch's logits, before the loss; vocabulary-parallel TP divides it by t",),
+       "logits of one microbatch (2.1 GB for 8192 × 128256 in bf16)")

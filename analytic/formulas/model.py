@@ -1,0 +1,53 @@
+"""Parameter counts computed from the architecture (weights only; 1 parameter = 1 weight element)."""
+
+from ._catalogue import S, define
+
+h, a, a_kv, d_h, h_ff, V, s_max = S("hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "max_seq_len")
+E, E_s, k, h_e = S("experts", "shared_experts", "topk", "expert_ffn_hidden")
+r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+l, s = S("layers", "seq_len")
+
+ARCH = "derived: counting the weight matrices of the layer (derivations/time_wall.py)"
+P = "parameter"
+
+define("model.params.embedding", V * h, P, "token embedding table V×h (untied output layer: the same again)",
+       (), "parameters of an embedding or output layer", coefficient_unit=P)
+define("model.params.positions", s_max * h, P, "learned absolute positions (GPT-2/GPT-3, Megatron)",
+       (), "parameters of a learned position table", coefficient_unit=P)
+define("model.params.attention", h * d_h * (2 * a + 2 * a_kv), P, ARCH,
+       ("Q and O: h×(a·d_h); K and V: h×(a_kv·d_h) (GQA)", "no biases"),
+       "weights of one attention block", coefficient_unit=P)
+define("model.params.attention_bias", d_h * (a + 2 * a_kv) + h, P, ARCH,
+       ("QKV bias and output bias (GPT-style)",), "biases of one attention block", coefficient_unit=P)
+define("model.params.attention_mla",
+       h * r_q + r_q + r_q * a * (d_h + d_r) + h * (r_kv + d_r) + r_kv + r_kv * a * 2 * d_h + a * d_h * h, P,
+       "DeepSeek-V2 arXiv 2405.04434 §2.1 (multi-head latent attention); DeepSeek-V3 arXiv 2412.19437 §4.2",
+       ("query down-projection h×r_q with RMSNorm, up-projection r_q×a(d_h+d_r)",
+        "KV down-projection h×(r_kv+d_r) with RMSNorm, up-projection r_kv×a·2d_h (keys and values)",
+        "output a·d_h×h; value head dimension = d_h"),
+       "weights of one multi-head latent attention block", coefficient_unit=P)
+define("model.params.mlp.swiglu", 3 * h * h_ff, P, "Shazeer 2020, GLU Variants, arXiv 2002.05202 (gate, up, down)",
+       ("no biases",), "weights of a SwiGLU MLP", coefficient_unit=P)
+define("model.params.mlp.gelu", 2 * h * h_ff, P, "Vaswani et al. 2017; GPT-2/GPT-3 (two matrices)",
+       ("biases counted separately",), "weights of a GELU MLP", coefficient_unit=P)
+define("model.params.mlp_bias.gelu", h_ff + h, P, "GPT-2/GPT-3 MLP biases", (), "biases of a GELU MLP",
+       coefficient_unit=P)
+define("model.params.norm.rmsnorm", h, P, "Zhang & Sennrich 2019, RMSNorm (a gain per channel)", (),
+       "parameters of an RMSNorm", coefficient_unit=P)
+define("model.params.norm.layernorm", 2 * h, P, "Ba et al. 2016, LayerNorm (gain and bias)", (),
+       "parameters of a LayerNorm", coefficient_unit=P)
+define("model.params.moe", (E + E_s) * 3 * h * h_e + E * h, P,
+       "DeepSeekMoE (arXiv 2401.06066); DeepSeek-V3 arXiv 2412.19437 §2.1.2",
+       ("SwiGLU experts of inner size h_e", "router h×E, no bias counted"),
+       "parameters of one MoE FFN (all experts)", coefficient_unit=P)
+define("model.params.routed_experts", E * 3 * h * h_e, P, "DeepSeek-V3 arXiv 2412.19437 §2.1.2",
+       ("SwiGLU experts of inner size h_e",), "parameters of the routed experts of one MoE layer (sharded by EP)",
+       coefficient_unit=P)
+define("model.params.moe_active", (k + E_s) * 3 * h * h_e + E * h, P,
+       "DeepSeek-V3 arXiv 2412.19437 §2.1.2 (top-k routed + shared experts)",
+       ("a token uses k routed and all shared experts, and the whole router",),
+       "parameters of one MoE FFN used by one token", coefficient_unit=P)
+define("model.params.megatron", 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)), P,
+       "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473 §5.1 eq. (2)",
+       ("GPT layer with biases, MLP 4h, learned positions of length s, tied embeddings",
+        "final LayerNorm not counted"), "parameters of a GPT model (Megatron's count)", coefficient_unit=P)

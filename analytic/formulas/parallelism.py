@@ -1,0 +1,50 @@
+"""What each parallel axis sends: DP gradients, TP all-reduces, PP boundaries, CP blocks, EP tokens."""
+
+from sympy import Integer
+
+from ._catalogue import S, define
+
+Psi, e, s, b, h = S("params", "element_bytes", "seq_len", "microbatch_size", "hidden")
+F, Bw, D, k, M = S("peak_flops", "bandwidth", "tokens", "topk", "nodes_per_token")
+Bup, Bout = S("scale_up_bandwidth", "scale_out_bandwidth")
+
+SHOEYBI = "Shoeybi et al. 2019, Megatron-LM, arXiv 1909.08053 §3"
+NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
+V3 = "DeepSeek-V3 Technical Report, arXiv 2412.19437"
+
+define("parallelism.dp.gradient_bytes", Psi * e, "byte", "Rajbhandari et al. 2020, ZeRO, arXiv 1910.02054 §7.1",
+       ("one gradient per parameter in the element type (2Ψ bytes for bf16)",),
+       "the gradient buffer a data-parallel rank reduces")
+define("parallelism.tp.allreduce_bytes", s * b * h * e, "byte", f"{SHOEYBI}, Fig. 3 (f and g operators)",
+       ("one activation-sized all-reduce: 2 per layer forward (after attention and MLP), 2 backward",
+        "with sequence parallelism each becomes a reduce-scatter + all-gather of the same size "
+        "(Korthikanti et al. 2022 §4.2.2)"),
+       "message of one tensor-parallel all-reduce")
+define("parallelism.tp.allreduces_per_layer", Integer(4), "",
+       f"{SHOEYBI} §3 ('two all-reduces in the forward pass and two in the backward pass' per layer)",
+       ("no recomputation; full recomputation adds the 2 forward all-reduces again",),
+       "tensor-parallel all-reduces per layer per microbatch")
+define("parallelism.pp.p2p_bytes", s * b * h * e, "byte", f"{NARAYANAN} §2.2 and §4.1",
+       ("the activation [s, b, h] sent forward at a stage boundary; its gradient goes back, same size",
+        "scatter/gather optimisation (§4.1) divides it by t on each TP rank"),
+       "bytes of one stage-boundary transfer of one microbatch")
+define("parallelism.cp.min_block", F / Bw, "token",
+       "Liu et al. 2023, Ring Attention, arXiv 2310.01889 §3 (block size c ≥ F/B); derived: derivations/context_parallel.py",
+       ("a block of c tokens costs 4·d·c² FLOPs of attention and sends 4·c·d bytes of K and V (16-bit)",
+        "communication hides behind compute when c ≥ F/B"),
+       "smallest block (tokens per device) that hides the ring exchange", coefficient_unit="token*byte/FLOP")
+define("parallelism.cp.kv_bytes", 2 * s * b * S("kv_heads") * S("head_dim") * e, "byte",
+       "Llama 3 Herd of Models, arXiv 2407.21783 §3.3.2 (CP all-gathers K and V, then reduce-scatters their gradients)",
+       ("keys and values of the whole sequence, a_kv heads of d_h each",),
+       "bytes of the gathered K and V of one layer (the all-gather's full buffer)")
+define("parallelism.ep.dispatch_bytes", D * k * h * e, "byte", f"{V3} §3.2.2",
+       ("each token goes to k experts; combine sends the same volume back",),
+       "bytes of an MoE dispatch (combine likewise)")
+define("parallelism.ep.node_limited_dispatch_bytes", D * M * h * e, "byte", f"{V3} §3.2.2 (node-limited routing)",
+       ("a token is sent once to each of its M nodes over IB and forwarded inside the node over NVLink",),
+       "bytes of an MoE dispatch that cross nodes with node-limited routing")
+define("parallelism.ep.experts_per_node_at_same_cost", Bup / Bout, "", f"{V3} §3.2.2",
+       ("while IB delivers one copy to a node, NVLink forwards Bup/Bout copies inside it",),
+       "experts per node a token can reach at the cost of one IB transfer (3.2 for 160/50 GB/s)")
+define("parallelism.ep.experts_at_same_cost", M * Bup / Bout, "", f"{V3} §3.2.2 ('up to 13 experts (4 nodes × 3.2)')",
+       ("node-limited routing to M nodes",), "experts a token can reach at no more IB traffic")

@@ -1,0 +1,41 @@
+"""Pipeline bubbles: as a fraction of ideal time, and in time for each schedule.
+
+t_b is the input-gradient backward and t_w the weight-gradient backward (Qi et al.'s B and W), so a
+full backward is t_b + t_w. DeepSeek-V3 writes B for the full backward; its expressions are
+rewritten here in Qi et al.'s letters."""
+
+from ._catalogue import S, define
+
+p, m, v = S("pp", "microbatches", "vpp")
+tf, tb, tw, tfb = S("t_f", "t_b", "t_w", "t_fb")
+
+NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
+QI = "Qi et al. 2023, Zero Bubble Pipeline Parallelism, arXiv 2401.10241 Table 2"
+V3 = "DeepSeek-V3 Technical Report, arXiv 2412.19437 §3.2.1 Table 2"
+FRACTION = ("bubble time divided by ideal time (m microbatches with no bubble)",
+            "equal forward/backward time on every stage; derived: derivations/pipeline.py")
+
+define("pipeline.bubble.gpipe", (p - 1) / m, "", f"Huang et al. 2019, GPipe, arXiv 1811.06965 §2.3; {NARAYANAN} §2.2.1",
+       FRACTION, "bubble fraction of GPipe")
+define("pipeline.bubble.1f1b", (p - 1) / m, "", f"{NARAYANAN} §2.2.1", FRACTION, "bubble fraction of 1F1B")
+define("pipeline.bubble.interleaved", (p - 1) / (v * m), "", f"{NARAYANAN} §2.2.2; Llama 3 arXiv 2407.21783 §3.3.2",
+       FRACTION + ("v model chunks per device",), "bubble fraction of interleaved 1F1B")
+define("pipeline.bubble_share.1f1b", (p - 1) / (m + p - 1), "", f"{NARAYANAN} §2.2.1 (bubble over total time)",
+       ("bubble time divided by total step time",), "share of a 1F1B step spent in the bubble")
+define("pipeline.bubble_time.1f1b", (p - 1) * (tf + tb + tw), "s", f"{QI}; {V3} ((PP−1)(F+B), B = T_B + T_W)",
+       (), "bubble time of 1F1B")
+define("pipeline.bubble_time.zb_h1", (p - 1) * (tf + tb - tw), "s", f"{QI}; {V3} (ZB1P: (PP−1)(F+B−2W))",
+       ("peak activations as 1F1B (p microbatches)",), "bubble time of ZB-H1")
+define("pipeline.bubble_time.zb_h2", (p - 1) * (tf + tb - 2 * tw), "s", QI,
+       ("peak activations 2p − 1 microbatches", "zero when T_F + T_B = 2·T_W"), "bubble time of ZB-H2")
+define("pipeline.bubble_time.dualpipe", (p / 2 - 1) * (tfb + tb - 2 * tw), "s",
+       f"{V3} ((PP/2−1)(F&B + B − 3W) with B = T_B + T_W)",
+       ("p and the microbatch count even", "parameters held twice, activations p + 1 microbatches"),
+       "bubble time of DualPipe")
+define("pipeline.in_flight.1f1b", p, "", f"{NARAYANAN} §2.2.1; {QI}",
+       ("the first stage holds p microbatches' activations (at most m)",),
+       "microbatches in flight on the first stage, 1F1B")
+define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (2p − 1)·M_B",),
+       "microbatches in flight on the first stage, ZB-H2")
+define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),
+       "microbatches in flight on a stage, DualPipe")

@@ -1,0 +1,30 @@
+"""Failures: interruption rates, Young's checkpoint interval, goodput, stragglers."""
+
+import sympy
+
+from ._catalogue import S, define
+
+delta, M, lam, n, R, sigma = S("checkpoint_time", "mtbf", "interruption_rate", "gpus", "restart_time", "sigma")
+
+YOUNG = "Young 1974, A first order approximation to the optimum checkpoint interval, CACM 17(9)"
+
+define("reliability.checkpoint_interval", sympy.sqrt(2 * delta * M), "s", f"{YOUNG}; derived: derivations/failures.py",
+       ("checkpoint cost δ small against the mean time between interruptions M",),
+       "optimal time between checkpoints")
+define("reliability.mtbf", 1 / (lam * n), "s", "independent failures: job interruption rate = λ·n; derived: derivations/failures.py",
+       ("interruptions independent and proportional to the accelerator count",),
+       "mean time between interruptions of a job on n accelerators")
+define("reliability.waste_fraction", sympy.sqrt(2 * delta / M) + R / M, "",
+       f"{YOUNG} (first-order waste at the optimal interval); derived: derivations/failures.py",
+       ("checkpoint overhead δ/τ plus expected rework τ/(2M) at τ = √(2δM), plus restart R per interruption",),
+       "fraction of wall-clock time lost to checkpoints, rework and restarts")
+define("reliability.goodput", 1 - sympy.sqrt(2 * delta / M) - R / M, "", "derived: derivations/failures.py",
+       ("first-order: valid while the waste fraction is small",), "fraction of wall-clock time doing useful steps")
+define("reliability.optimal_gpus", 2 / (9 * delta * lam), "",
+       "derived: derivations/failures.py (maximise n(1 − √(2δλn)))",
+       ("restart cost neglected; throughput proportional to n otherwise",),
+       "accelerator count beyond which failures make a run slower")
+define("reliability.straggler_slowdown", 1 + sigma * sympy.sqrt(2 * sympy.log(n)), "",
+       "expected maximum of n normal variables ≈ μ + σ√(2 ln n); derived: derivations/failures.py",
+       ("per-accelerator step times independent and normal with relative spread σ", "asymptotic in n"),
+       "synchronous step time over the mean step time")

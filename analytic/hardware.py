@@ -1,0 +1,108 @@
+"""Hardware: one accelerator type, its peaks and links, and the predictive model's constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pint
+
+from .errors import InputError, PresetError, UnitError, UnknownNameError
+from .units import Q_
+
+
+def _quantity(name: str, value, unit: str) -> pint.Quantity:
+    if isinstance(value, str):
+        try:
+            value = Q_(value)
+        except Exception:
+            raise UnitError(f"{name}: cannot read {value!r} as a quantity in {unit}") from None
+    if not isinstance(value, pint.Quantity):
+        raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {value!r}")
+    if value.dimensionality != Q_(1, unit).dimensionality:
+        raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
+    if not value.magnitude > 0:
+        raise InputError(f"{name}: expected a positive quantity, got {value:~P}")
+    return value
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants of the predictive step-time model (fitted by ``analytic calibrate --published``)."""
+
+    matmul_efficiency: float
+    link_efficiency: float
+    latency: pint.Quantity
+    overlap: float
+    provenance: str = ""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """An accelerator. Peaks are dense; bandwidths are per device, one direction."""
+
+    name: str
+    peaks: dict = field(default_factory=dict)
+    hbm: pint.Quantity | None = None
+    hbm_bandwidth: pint.Quantity | None = None
+    scale_up: pint.Quantity | None = None
+    scale_out: pint.Quantity | None = None
+    gpus_per_node: int = 8
+    generation: str = ""
+    sources: dict = field(default_factory=dict, compare=False)
+    calibrations: dict = field(default_factory=dict, compare=False)
+    key: str = ""
+
+    def __post_init__(self):
+        peaks = {k: _quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(self.peaks).items()}
+        object.__setattr__(self, "peaks", peaks)
+        for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s")):
+            v = getattr(self, attr)
+            if v is not None:
+                object.__setattr__(self, attr, _quantity(attr, v, unit))
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise InputError(f"gpus_per_node: expected an integer ≥ 1, got {self.gpus_per_node!r}")
+
+    def _need(self, attr: str, what: str) -> pint.Quantity:
+        v = getattr(self, attr)
+        if v is None:
+            raise PresetError(f"{self.key or self.name} has no {what} with a source; give one with "
+                              f"hw.replace({'scale_up_bandwidth' if attr == 'scale_up' else 'scale_out_bandwidth' if attr == 'scale_out' else attr}=...)")
+        return v
+
+    def peak_flops(self, dtype: str = "bf16") -> pint.Quantity:
+        """Dense peak FLOP/s for ``dtype``."""
+        if dtype not in self.peaks:
+            raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, self.peaks)
+        return self.peaks[dtype]
+
+    @property
+    def scale_up_bandwidth(self) -> pint.Quantity:
+        return self._need("scale_up", "scale-up bandwidth")
+
+    @property
+    def scale_out_bandwidth(self) -> pint.Quantity:
+        return self._need("scale_out", "scale-out bandwidth")
+
+    def calibration(self, dtype: str = "bf16") -> Calibration:
+        key = f"{self.generation}.{dtype}"
+        if key in self.calibrations:
+            return self.calibrations[key]
+        if "default" in self.calibrations:
+            return self.calibrations["default"]
+        raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
+                          "'analytic calibrate --published' or pass Plan(..., efficiency=...)")
+
+    def replace(self, **changes) -> "Hardware":
+        """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``, ...)."""
+        aliases = {"scale_up_bandwidth": "scale_up", "scale_out_bandwidth": "scale_out"}
+        changes = {aliases.get(k, k): v for k, v in changes.items()}
+        if "peak_flops" in changes:
+            pf = changes.pop("peak_flops")
+            changes["peaks"] = pf if isinstance(pf, dict) else {**self.peaks, "bf16": pf}
+        unknown = set(changes) - {f for f in self.__dataclass_fields__}
+        if unknown:
+            raise UnknownNameError("hardware field", sorted(unknown)[0], list(self.__dataclass_fields__) + list(aliases))
+        return replace(self, **changes)
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,190 @@
+"""Model: a transformer architecture; its parameter counts come from the catalogue's formulas."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import sympy
+
+from .errors import InputError
+from .formula import Formula, exact, to_float
+from .formulas import formula
+
+_MLPS = ("gelu", "swiglu")
+_POSITIONS = ("learned", "rope")
+_NORMS = ("layernorm", "rmsnorm")
+_ATTENTIONS = ("mha", "mla")
+
+
+def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
+    """A positive integer count (or a sympy expression, left unchecked)."""
+    if isinstance(value, sympy.Basic) and not value.is_number:
+        if not allow_symbol:
+            raise InputError(f"{name}: expected an integer, got the expression {value}")
+        from .symbols import canonical
+        return canonical(value)
+    if isinstance(value, bool) or value is None:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
+    try:
+        as_exact = exact(value)
+    except InputError:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}") from None
+    if not as_exact.is_integer:
+        raise InputError(f"{name}: expected an integer, got {value!r}")
+    if as_exact < minimum:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
+    return int(as_exact)
+
+
+def choice(name: str, value, options):
+    if value not in options:
+        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer. Counts may be sympy symbols (e.g. ``an.sym("layers")``).
+
+    Defaults follow DESIGN.md: ``ffn_hidden = 4·hidden``, ``kv_heads = heads``,
+    ``head_dim = hidden // heads``. GELU models default to LayerNorm with biases, SwiGLU models to
+    RMSNorm without. ``attention="mla"`` counts DeepSeek's multi-head latent attention."""
+
+    layers: object
+    hidden: object
+    heads: object
+    vocab: object
+    ffn_hidden: object = None
+    kv_heads: object = None
+    head_dim: object = None
+    mlp: str = "gelu"
+    tied_embeddings: bool = False
+    position: str = "learned"
+    max_seq_len: object = None
+    experts: object = 0
+    topk: object = 0
+    shared_experts: object = 0
+    expert_ffn_hidden: object = None
+    dense_layers: object = 0
+    name: str | None = None
+    norm: str | None = None
+    bias: bool | None = None
+    attention: str = "mha"
+    q_lora_rank: object = 0
+    kv_lora_rank: object = 0
+    rope_dim: object = 0
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        for k in ("layers", "hidden", "heads", "vocab"):
+            set_(k, count(k, getattr(self, k)))
+        set_("mlp", choice("mlp", self.mlp, _MLPS))
+        set_("position", choice("position", self.position, _POSITIONS))
+        set_("attention", choice("attention", self.attention, _ATTENTIONS))
+        set_("ffn_hidden", count("ffn_hidden", 4 * self.hidden if self.ffn_hidden is None else self.ffn_hidden))
+        set_("kv_heads", count("kv_heads", self.heads if self.kv_heads is None else self.kv_heads))
+        if self.head_dim is None:
+            if isinstance(self.hidden, int) and isinstance(self.heads, int) and self.hidden % self.heads:
+                raise InputError(f"head_dim: hidden {self.hidden} is not divisible by heads {self.heads}; give head_dim")
+            set_("head_dim", self.hidden // self.heads if isinstance(self.hidden, int) and isinstance(self.heads, int)
+                 else self.hidden / self.heads)
+        set_("head_dim", count("head_dim", self.head_dim))
+        if isinstance(self.heads, int) and isinstance(self.kv_heads, int) and self.heads % self.kv_heads:
+            raise InputError(f"kv_heads: heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        set_("norm", choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS))
+        set_("bias", (self.mlp == "gelu") if self.bias is None else bool(self.bias))
+        if self.position == "learned":
+            if self.max_seq_len is None:
+                raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
+            set_("max_seq_len", count("max_seq_len", self.max_seq_len))
+        for k in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank", "rope_dim"):
+            set_(k, count(k, getattr(self, k), minimum=0))
+        if self.experts:
+            if not self.topk:
+                raise InputError("topk: an MoE model (experts > 0) needs topk ≥ 1")
+            if isinstance(self.topk, int) and isinstance(self.experts, int) and self.topk > self.experts:
+                raise InputError(f"topk: {self.topk} exceeds experts {self.experts}")
+            set_("expert_ffn_hidden", count("expert_ffn_hidden", self.expert_ffn_hidden or self.ffn_hidden))
+            if isinstance(self.dense_layers, int) and isinstance(self.layers, int) and self.dense_layers > self.layers:
+                raise InputError(f"dense_layers: {self.dense_layers} exceeds layers {self.layers}")
+        elif self.topk or self.shared_experts:
+            raise InputError("experts: topk or shared_experts given for a dense model (experts = 0)")
+        if self.attention == "mla" and not (self.q_lora_rank and self.kv_lora_rank and self.rope_dim):
+            raise InputError("attention='mla' needs q_lora_rank, kv_lora_rank and rope_dim")
+
+    @classmethod
+    def gpt(cls, layers, hidden, heads, vocab=51200, seq_len=2048, name=None, **overrides) -> "Model":
+        """A GPT/Megatron-style model in one line: learned positions, GELU MLP of 4h, LayerNorm,
+        biases, tied embeddings, vocabulary 51,200 (Narayanan et al. 2021 §5.1)."""
+        return cls(layers=layers, hidden=hidden, heads=heads, vocab=vocab, mlp="gelu", position="learned",
+                   max_seq_len=seq_len, tied_embeddings=True, name=name, **overrides)
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.experts)
+
+    @property
+    def moe_layers(self):
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def inputs(self) -> dict:
+        """keyword → value of every architecture symbol (for binding catalogue formulas)."""
+        out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
+               "head_dim": self.head_dim, "ffn_hidden": self.ffn_hidden, "vocab": self.vocab}
+        if self.position == "learned":
+            out["max_seq_len"] = self.max_seq_len
+        if self.is_moe:
+            out.update(experts=self.experts, shared_experts=self.shared_experts, topk=self.topk,
+                       expert_ffn_hidden=self.expert_ffn_hidden, moe_layers=self.moe_layers)
+        if self.attention == "mla":
+            out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
+        return {k: (v if isinstance(v, sympy.Basic) else exact(v)) for k, v in out.items()}
+
+    def _part(self, name: str) -> Formula:
+        return formula(name).bind(self.inputs())
+
+    def _params(self, active: bool) -> Formula:
+        attn = self._part("model.params.attention_mla" if self.attention == "mla" else "model.params.attention")
+        norm = self._part(f"model.params.norm.{self.norm}")
+        mlp = self._part(f"model.params.mlp.{self.mlp}")
+        if self.bias:
+            attn = attn + self._part("model.params.attention_bias")
+            if self.mlp == "gelu":
+                mlp = mlp + self._part("model.params.mlp_bias.gelu")
+        layer = attn + norm * 2
+        emb = self._part("model.params.embedding")
+        total = emb * (1 if self.tied_embeddings else 2) + norm + layer * self.layers
+        if self.position == "learned":
+            total = total + self._part("model.params.positions")
+        dense_count = self.layers - self.moe_layers
+        total = total + mlp * dense_count
+        if self.is_moe:
+            moe = self._part("model.params.moe_active" if active else "model.params.moe")
+            total = total + moe * self.moe_layers
+        kind = "active" if active else "total"
+        return total.renamed(f"model.params.{kind}" + (f"[{self.name}]" if self.name else ""),
+                             source="derived: sum of the model.params.* formulas over the architecture",
+                             assumptions=(f"{self.mlp} MLP, {self.norm}, {self.attention} attention, "
+                                          f"{'tied' if self.tied_embeddings else 'untied'} embeddings, "
+                                          f"{self.position} positions" + (", biases" if self.bias else ""),))
+
+    def params_formula(self) -> Formula:
+        """Total parameter count as a Formula (in the model's free symbols, if any)."""
+        return self._params(active=False)
+
+    def active_params_formula(self) -> Formula:
+        """Parameters used per token (= total for dense models)."""
+        return self._params(active=True) if self.is_moe else self._params(active=False)
+
+    @property
+    def total_params(self) -> int:
+        return round(to_float(self.params_formula().expr, "total_params"))
+
+    @property
+    def active_params(self) -> int:
+        return round(to_float(self.active_params_formula().expr, "active_params"))
+
+    def replace(self, **changes) -> "Model":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Model(**values)

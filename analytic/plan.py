@@ -1,0 +1,723 @@
+"""Plan: one (model, hardware, layout, batch), every quantity composed from catalogue formulas.
+
+Each quantity is a :class:`~analytic.formula.Formula` built by binding catalogue formulas to the
+plan's inputs. An input given as a sympy symbol (``an.sym("dp")``) stays free, so the same code
+gives numbers, closed forms and the vectorised expressions that search compiles.
+
+Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp (ep inside dp), pp.
+An axis whose group fits in a node uses the scale-up link, one whose ranks are all on other nodes
+the scale-out link, one that spans both a two-level algorithm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+
+import pint
+import sympy
+
+from . import symbols as _symbols
+from .errors import FreeSymbolError, InputError, LayoutError, UnknownNameError
+from .formula import Formula, exact, magnitude, to_float
+from .formulas import formula
+from .hardware import Hardware
+from .model import Model, choice, count
+from .units import Q_
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
+RECOMPUTE = ("none", "selective", "full")
+CONVENTIONS = ("6nd", "palm", "megatron")
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
+AXES = ("tp", "cp", "dp", "pp", "ep")
+
+
+def _is_number(x) -> bool:
+    return not isinstance(x, sympy.Basic) or x.is_number
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp)."""
+
+    tp: object = 1
+    pp: object = 1
+    dp: object = 1
+    cp: object = 1
+    ep: object = 1
+    vpp: object = 1
+    zero: int = 0
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+
+    def __post_init__(self):
+        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+            object.__setattr__(self, k, count(k, getattr(self, k)))
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise InputError(f"zero: expected 0, 1, 2 or 3, got {self.zero!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence_parallel: expected True or False, got {self.sequence_parallel!r}")
+        choice("recompute", self.recompute, RECOMPUTE)
+        choice("schedule", self.schedule, SCHEDULES)
+        if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
+            raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
+        if self.schedule != "interleaved" and _is_number(self.vpp) and self.vpp != 1:
+            raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
+        if _is_number(self.ep) and _is_number(self.dp) and self.dp % self.ep:
+            raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
+        if self.schedule == "dualpipe" and _is_number(self.pp) and self.pp % 2:
+            raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
+
+    @property
+    def gpus(self):
+        return self.tp * self.cp * self.pp * self.dp
+
+    def replace(self, **changes) -> "Layout":
+        return replace(self, **changes)
+
+
+class _Degrees:
+    """A layout's degrees as sympy numbers or symbols, with its discrete choices."""
+
+    def __init__(self, layout: Layout):
+        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+            setattr(self, k, sympy.sympify(getattr(layout, k)))
+        for k in ("zero", "sequence_parallel", "recompute", "schedule"):
+            setattr(self, k, getattr(layout, k))
+        self.gpus = self.tp * self.cp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Memory per GPU on the worst pipeline stage; the parts sum to ``total``."""
+
+    weights: pint.Quantity
+    gradients: pint.Quantity
+    optimizer: pint.Quantity
+    activations: pint.Quantity
+    total: pint.Quantity
+    hbm: pint.Quantity
+    logits: pint.Quantity  # included in activations where the last stage is the worst
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.hbm
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Plan:
+    """A training step of ``model`` on ``hardware`` with ``layout``.
+
+    ``global_batch`` counts sequences (or give ``batch_tokens``); microbatches per replica =
+    global_batch / (dp · microbatch_size). Keyword overrides replace any hardware or calibration
+    input by number or symbol: ``peak_flops``, ``hbm``, ``scale_up_bandwidth``,
+    ``scale_out_bandwidth``, ``gpus_per_node``, ``matmul_efficiency``, ``link_efficiency``,
+    ``latency``, ``overlap``, ``interruption_rate``, ``checkpoint_time``, ``restart_time``.
+    """
+
+    _OVERRIDES = ("peak_flops", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+                  "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
+                  "checkpoint_time", "restart_time", "element_bytes")
+
+    def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
+                 global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
+                 flash_attention: bool = True, training_tokens=None, allow_cross_node_tp: bool = False,
+                 **overrides):
+        if not isinstance(model, Model):
+            raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
+        if not isinstance(hardware, Hardware):
+            raise InputError(f"hardware: expected an analytic Hardware (an.hardware(name)), got {type(hardware).__name__}")
+        layout = Layout() if layout is None else layout
+        if not isinstance(layout, Layout):
+            raise InputError(f"layout: expected an analytic Layout, got {type(layout).__name__}")
+        unknown = [k for k in overrides if k not in self._OVERRIDES]
+        if unknown:
+            raise UnknownNameError("Plan argument", unknown[0], list(self._OVERRIDES) + [
+                "seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
+                "training_tokens", "allow_cross_node_tp"])
+        self.model, self.hardware, self.layout = model, hardware, layout
+        self.dtype = choice("dtype", dtype, tuple(hardware.peaks))
+        self.flash_attention = bool(flash_attention)
+        if seq_len is None:
+            raise InputError("seq_len: required (tokens per sequence)")
+        self.seq_len = count("seq_len", seq_len)
+        self.microbatch_size = count("microbatch_size", microbatch_size)
+        if (global_batch is None) == (batch_tokens is None):
+            raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+        if batch_tokens is not None:
+            bt = magnitude("batch_tokens", batch_tokens)
+            global_batch = bt / self.seq_len
+            if _is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
+                raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences")
+        self.global_batch = count("global_batch", global_batch)
+        self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
+        self.overrides = overrides
+        self._check(allow_cross_node_tp)
+        # exact sympy values for the algebra (Python's / would make floats)
+        self.deg = _Degrees(layout)
+        self.seq_len, self.global_batch, self.microbatch_size = (
+            sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
+
+    # --- inputs ---------------------------------------------------------------------------
+    @cached_property
+    def calibration(self):
+        return self.hardware.calibration(self.dtype) if not all(
+            k in self.overrides for k in ("matmul_efficiency", "link_efficiency", "latency", "overlap")) else None
+
+    @cached_property
+    def inputs(self) -> dict:
+        """keyword → exact number or sympy expression for every input of the plan."""
+        hw, lay = self.hardware, self.deg
+        out = dict(self.model.inputs())
+        out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
+        out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch)
+        ov = self.overrides
+
+        def pick(key, default):
+            if key in ov:
+                return magnitude(key, ov[key])
+            value = default()
+            return None if value is None else magnitude(key, value)
+
+        out["element_bytes"] = pick("element_bytes", lambda: Q_(2 if self.dtype != "fp32" else 4, "byte"))
+        out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
+        out["hbm"] = pick("hbm", lambda: hw.hbm)
+        out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
+        out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
+        out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
+        cal = self.calibration
+        out["matmul_efficiency"] = pick("matmul_efficiency", lambda: cal.matmul_efficiency)
+        out["link_efficiency"] = pick("link_efficiency", lambda: cal.link_efficiency)
+        out["latency"] = pick("latency", lambda: cal.latency)
+        out["overlap"] = pick("overlap", lambda: cal.overlap)
+        from .presets import llama3_interruption_rate, llama3_storage_bandwidth
+        out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
+        out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
+        out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
+                                  else None)
+        self._storage_bandwidth = magnitude("bandwidth", llama3_storage_bandwidth())
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _need(self, key):
+        if key not in self.inputs:
+            raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
+                             f"pass Plan(..., {key}=...)")
+        return self.inputs[key]
+
+    def _f(self, name: str, **values) -> Formula:
+        """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""
+        return formula(name).bind({**self.inputs, **values})
+
+    def _check(self, allow_cross_node_tp: bool) -> None:
+        lay, m = self.layout, self.model
+        num = lambda *xs: all(_is_number(x) for x in xs)  # noqa: E731
+        if num(lay.tp, m.heads) and m.heads % lay.tp:
+            raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
+        if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
+            raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
+                              "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
+        if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > m.layers:
+            raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers")
+        if num(lay.dp, self.global_batch, self.microbatch_size) and self.global_batch % (lay.dp * self.microbatch_size):
+            raise LayoutError(f"global_batch: {self.global_batch} sequences do not split into dp {lay.dp} × "
+                              f"microbatch_size {self.microbatch_size}")
+        mb = self.global_batch / (lay.dp * self.microbatch_size)
+        if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
+            raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
+        if lay.schedule == "dualpipe" and num(mb) and mb % 2:
+            raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
+        if num(lay.cp, self.seq_len) and self.seq_len % lay.cp:
+            raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {self.seq_len}")
+        if lay.ep != 1 or (num(lay.ep) and lay.ep > 1):
+            if not m.is_moe:
+                raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
+            if num(lay.ep, m.experts) and m.experts % lay.ep:
+                raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
+        g = self.hardware.gpus_per_node
+        if not allow_cross_node_tp and num(lay.tp) and lay.tp > g and "gpus_per_node" not in self.overrides:
+            raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a node (pass allow_cross_node_tp=True)")
+        if lay.sequence_parallel and num(lay.tp) and lay.tp == 1:
+            raise LayoutError("sequence_parallel: needs tp > 1")
+
+    # --- placement ------------------------------------------------------------------------
+    @property
+    def gpus(self):
+        return self._value(self.expr("gpus"), integer=True)
+
+    @property
+    def microbatches(self):
+        return self._value(self.expr("microbatches"), integer=True)
+
+    @property
+    def tokens_per_step(self) -> pint.Quantity:
+        return self.expr("tokens_per_step").value()
+
+    def _stride(self, axis: str):
+        lay = self.deg
+        return {"tp": 1, "cp": lay.tp, "dp": lay.tp * lay.cp, "ep": lay.tp * lay.cp, "pp": lay.tp * lay.cp * lay.dp}[axis]
+
+    def placement(self) -> dict:
+        """For each axis: its size, its stride in the rank order and the link it uses."""
+        g = self.inputs["gpus_per_node"]
+        out = {}
+        for axis in AXES:
+            size, stride = getattr(self.layout, axis), self._stride(axis)
+            link = "-" if size == 1 else self._link_kind(size, stride, g)
+            out[axis] = {"size": size, "stride": stride, "link": link}
+        return out
+
+    @staticmethod
+    def _link_kind(size, stride, g):
+        if not all(_is_number(x) for x in (size, stride, g)):
+            low = lambda x: sympy.sympify(x).subs({s: 1 for s in sympy.sympify(x).free_symbols})  # degrees ≥ 1  # noqa: E731
+            if _is_number(g) and _is_number(low(stride)) and low(stride) >= g:
+                return "scale-out"
+            return "symbolic"
+        if size * stride <= g:
+            return "scale-up"
+        if stride >= g:
+            return "scale-out"
+        return "two-level"
+
+    @property
+    def nodes(self):
+        return sympy.ceiling(sympy.sympify(self.deg.gpus) / self.inputs["gpus_per_node"])
+
+    # --- parameters per GPU ---------------------------------------------------------------
+    @cached_property
+    def _params(self) -> dict:
+        """Total, routed-expert and per-GPU (dense and expert) parameter expressions."""
+        lay, m = self.deg, self.model
+        total = m.params_formula()
+        routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_layers if m.is_moe
+                  else Formula("zero", sympy.Integer(0), "parameter", ""))
+        dense_local = (total - routed) / (lay.tp * lay.pp)
+        expert_local = routed / (lay.tp * lay.pp * lay.ep)
+        return {"total": total, "routed": routed, "dense_local": dense_local, "expert_local": expert_local}
+
+    # --- expressions ----------------------------------------------------------------------
+    def expr(self, name: str) -> Formula:
+        """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`)."""
+        builders = self._builders()
+        if name not in builders:
+            raise UnknownNameError("plan quantity", name, builders)
+        if name not in self._cache:
+            f = builders[name]()
+            self._cache[name] = f.renamed(f"plan.{name}", source=self._provenance())
+        return self._cache[name]
+
+    @cached_property
+    def _cache(self) -> dict:
+        return {}
+
+    def quantities(self) -> list[str]:
+        """Names accepted by :meth:`expr`."""
+        return list(self._builders())
+
+    def _provenance(self) -> str:
+        lay = self.layout
+        return (f"analytic Plan: {self.model.name or 'model'} on {self.hardware.key or self.hardware.name}, "
+                f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} zero={lay.zero} "
+                f"sp={lay.sequence_parallel} recompute={lay.recompute} schedule={lay.schedule}, "
+                f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
+                f"dtype={self.dtype}")
+
+    def _builders(self) -> dict:
+        b = {
+            "gpus": lambda: Formula("gpus", sympy.sympify(self.deg.gpus), "", ""),
+            "nodes": lambda: Formula("nodes", self.nodes, "", ""),
+            "microbatches": lambda: Formula("m", self.global_batch / (self.deg.dp * self.microbatch_size), "", ""),
+            "tokens_per_step": lambda: Formula("D_B", self.global_batch * self.seq_len * 1, "token", ""),
+            "params": lambda: self._params["total"],
+            "active_params": lambda: self.model.active_params_formula(),
+            "params_per_gpu": lambda: self._params["dense_local"] + self._params["expert_local"],
+            "layers_per_stage": lambda: Formula("L/p", self.model.layers / self.deg.pp, "", ""),
+            "memory.weights": lambda: self._memory_parts()["weights"],
+            "memory.gradients": lambda: self._memory_parts()["gradients"],
+            "memory.optimizer": lambda: self._memory_parts()["optimizer"],
+            "memory.activations": lambda: self._activations()["worst"],
+            "memory.activations.first_stage": lambda: self._activations()["first"],
+            "memory.activations.last_stage": lambda: self._activations()["last"],
+            "memory.activations.layer": lambda: self._activations()["layer"],
+            "memory.logits": lambda: self._activations()["logits"],
+            "memory.total": lambda: self._memory_total(),
+            "memory.headroom": lambda: Formula("hbm", self._need("hbm"), "byte", "") - self.expr("memory.total"),
+            "flops": lambda: self._flops("6nd"),
+            "flops.6nd": lambda: self._flops("6nd"),
+            "flops.palm": lambda: self._flops("palm"),
+            "flops.megatron": lambda: self._flops("megatron"),
+            "flops.hardware": lambda: self._hardware_flops(),
+            "bubble": lambda: self._bubble_fraction(),
+            "time.compute": lambda: self._time()["compute"],
+            "time.bubble": lambda: self._time()["bubble"],
+            "step_time": lambda: self._step_time(),
+            "mfu": lambda: self._f("compute.mfu", flops=self.expr("flops"), step_time=self.expr("step_time"),
+                                   gpus=self.deg.gpus),
+            "steps": lambda: self._f("compute.steps", tokens=self._training_tokens(),
+                                     batch_tokens=self.expr("tokens_per_step")),
+            "mtbf": lambda: self._f("reliability.mtbf", gpus=self.deg.gpus),
+            "checkpoint_time": lambda: self._checkpoint_time(),
+            "checkpoint_interval": lambda: self._f("reliability.checkpoint_interval", mtbf=self.expr("mtbf"),
+                                                   checkpoint_time=self.expr("checkpoint_time")),
+            "goodput": lambda: self._f("reliability.goodput", mtbf=self.expr("mtbf"),
+                                       checkpoint_time=self.expr("checkpoint_time")),
+            "train_time": lambda: (self.expr("step_time") * self.expr("steps")) / self.expr("goodput"),
+            "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
+        }
+        for axis in AXES:
+            b[f"communication.{axis}"] = (lambda a=axis: self._comm()[a]["bytes"])
+            b[f"communication_time.{axis}"] = (lambda a=axis: self._comm()[a]["time"])
+            b[f"time.{axis}"] = (lambda a=axis: self._time()[a])
+        return b
+
+    # --- memory -----------------------------------------------------------------------------
+    @cached_property
+    def _memory_parts_cache(self):
+        lay = self.deg
+        z = lay.zero
+        groups = [(self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)]
+        parts = {}
+        for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
+            total = None
+            for local, dp in groups:
+                f = formula(f"memory.model_states.{part}").subs(params=local)
+                if z >= sharded_from:
+                    f = f / dp
+                total = f if total is None else total + f
+            if lay.schedule == "dualpipe" and part in ("weights", "gradients"):
+                total = total * 2  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
+            parts[part] = total
+        return parts
+
+    def _memory_parts(self):
+        return self._memory_parts_cache
+
+    def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
+        lay, m = self.deg, self.model
+        s_local = self.seq_len / lay.cp
+        kw = {"seq_len": s_local}
+        if ffn_hidden is not None:
+            kw["ffn_hidden"] = ffn_hidden
+        if self.flash_attention:
+            name = f"memory.activations.layer_flash_{m.mlp}" + ("_sp" if lay.sequence_parallel else "")
+        elif lay.recompute == "selective":
+            name = "memory.activations.layer_tp_sp_selective" if lay.sequence_parallel else "memory.activations.layer_tp_selective"
+        else:
+            name = "memory.activations.layer_tp_sp" if lay.sequence_parallel else "memory.activations.layer_tp"
+        if m.kv_heads != m.heads and not self.flash_attention:
+            raise InputError("flash_attention: the Korthikanti formulas assume multi-head attention; "
+                             "use flash_attention=True for GQA models")
+        if not self.flash_attention and m.mlp != "gelu":
+            raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
+        return self._f(name, **kw)
+
+    @cached_property
+    def _activation_cache(self) -> dict:
+        lay, m = self.deg, self.model
+        layer = self._layer_activation_formula()
+        if m.is_moe:  # a token's FFN activations across its k routed and shared experts
+            moe_ffn = (m.topk + m.shared_experts) * m.expert_ffn_hidden
+            moe_layer = self._layer_activation_formula(ffn_hidden=moe_ffn)
+            layer = Formula("layer", sympy.Max(layer.expr, moe_layer.expr), "byte", "")
+        if lay.recompute == "full":
+            s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
+            kept = self._f("memory.activations.layer_full_recompute", seq_len=s_kept)
+            working = layer  # one layer's activations live while it is recomputed
+        else:
+            kept, working = layer, None
+        layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
+        p, mb = lay.pp, self.global_batch / (lay.dp * self.microbatch_size)
+        in_flight = {
+            "1f1b": sympy.Min(p, mb), "zb-h1": sympy.Min(p, mb), "gpipe": mb,
+            "interleaved": sympy.Min(p, mb) * formula("memory.activations.first_stage_interleaved_factor").bind(
+                {"pp": p, "vpp": lay.vpp}).expr,
+            "zb-h2": sympy.Min(2 * p - 1, mb), "dualpipe": sympy.Min(p + 1, mb),
+        }[lay.schedule]
+        first = kept * (layers_on_stage * in_flight)
+        last = kept * layers_on_stage
+        if working is not None:
+            first, last = first + working, last + working
+        logits = self._f("memory.logits", seq_len=self.seq_len / lay.cp) / lay.tp
+        last = last + logits
+        worst = Formula("activations", sympy.Max(first.expr, last.expr), "byte", "")
+        return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
+
+    def _activations(self):
+        return self._activation_cache
+
+    def _memory_total(self) -> Formula:
+        parts = self._memory_parts()
+        return parts["weights"] + parts["gradients"] + parts["optimizer"] + self._activations()["worst"]
+
+    # --- FLOPs -----------------------------------------------------------------------------
+    def _training_tokens(self):
+        if self.training_tokens is None:
+            raise InputError("training_tokens: give Plan(..., training_tokens='15.6e12 token') for steps and days")
+        return self.training_tokens
+
+    def _flops(self, convention: str) -> Formula:
+        choice("convention", convention, CONVENTIONS)
+        tokens = self.expr("tokens_per_step")
+        if convention == "6nd":
+            return self._f("compute.training_flops", params=self.model.active_params_formula(), tokens=tokens)
+        if convention == "palm":
+            per_token = self._f("compute.flops_per_token_palm", params=self.model.active_params_formula())
+            return per_token * tokens
+        return self._f("compute.megatron_flops")
+
+    def _hardware_flops(self) -> Formula:
+        palm = self._flops("palm")
+        rc = self.layout.recompute
+        if rc == "full":  # one more forward pass: a third of the training FLOPs
+            return palm + palm / 3
+        if rc == "selective":  # recompute the attention core forward: 4·L·a·d_h·s per token
+            m = self.model
+            core = Formula("core", 4 * m.layers * m.heads * m.head_dim * self.seq_len, "FLOP/token", "")
+            return palm + core * self.expr("tokens_per_step")
+        return palm
+
+    def model_flops(self, convention: str = "6nd") -> pint.Quantity:
+        """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
+        ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
+        return self._flops(convention).value()
+
+    def hardware_flops(self) -> pint.Quantity:
+        """FLOPs executed per step, recomputation included (PaLM convention for the model part)."""
+        return self.expr("flops.hardware").value()
+
+    # --- communication ---------------------------------------------------------------------
+    def _collective_time(self, kind: str, message: Formula, size, stride) -> Formula:
+        """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride`` apart in
+        the rank order, on the link its placement implies."""
+        g = self.inputs["gpus_per_node"]
+        eff = self.inputs["link_efficiency"]
+        alpha = self.inputs["latency"]
+
+        def flat(bw_key):
+            return formula(f"collectives.{kind}.time").bind(
+                {"message": message, "ranks": size, "bandwidth": self._need(bw_key) * eff, "latency": alpha})
+
+        def out_time():
+            return flat("scale_out_bandwidth")
+
+        def up_time():
+            return flat("scale_up_bandwidth")
+
+        def two_level():
+            if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
+                return out_time()
+            per_node = g / stride
+            return formula(f"collectives.hierarchical_{kind}.time").bind(
+                {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
+                 "scale_up_bandwidth": self._need("scale_up_bandwidth") * eff,
+                 "scale_out_bandwidth": self._need("scale_out_bandwidth") * eff})
+
+        kind_of_link = self._link_kind(size, stride, g)
+        if kind_of_link == "scale-up":
+            return up_time()
+        if kind_of_link == "scale-out":
+            return out_time()
+        if kind_of_link == "two-level":
+            return two_level()
+        pieces = [(up_time().expr, sympy.Le(size * stride, g)), (out_time().expr, sympy.Ge(stride, g)),
+                  (two_level().expr, True)]
+        return Formula("t", sympy.Piecewise(*pieces), "s", "")
+
+    @cached_property
+    def _comm_cache(self) -> dict:
+        lay, m = self.deg, self.model
+        mb = self.global_batch / (lay.dp * self.microbatch_size)
+        s_local = self.seq_len / lay.cp
+        layers_local = sympy.sympify(m.layers) / lay.pp
+        zero_b = Formula("0", sympy.Integer(0), "byte", "")
+        zero_t = Formula("0", sympy.Integer(0), "s", "")
+        out = {a: {"bytes": zero_b, "time": zero_t} for a in AXES}
+
+        def add(axis, kind, message, calls):
+            size = getattr(lay, axis)
+            sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": message, "ranks": size})
+            out[axis]["bytes"] = out[axis]["bytes"] + sent * calls
+            out[axis]["time"] = out[axis]["time"] + self._collective_time(kind, message, size, self._stride(axis)) * calls
+
+        # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
+        # with sequence parallelism each is a reduce-scatter + all-gather of the same size
+        if lay.tp != 1:
+            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + (2 if lay.recompute == "full" else 0)
+            msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
+            calls = per_layer * layers_local * mb
+            if lay.sequence_parallel:
+                add("tp", "reduce_scatter", msg, calls)
+                add("tp", "all_gather", msg, calls)
+            else:
+                add("tp", "all_reduce", msg, calls)
+        # PP: per microbatch and model chunk, one activation forward and one gradient backward,
+        # each split over the TP ranks (scatter/gather, Narayanan et al. §4.1)
+        if lay.pp != 1:
+            msg = self._f("parallelism.pp.p2p_bytes", seq_len=s_local) / lay.tp
+            calls = 2 * mb * lay.vpp
+            out["pp"]["bytes"] = msg * calls
+            # a point-to-point transfer is a broadcast between two ranks
+            one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
+            out["pp"]["time"] = one * calls
+        # DP: gradients reduced once per step; ZeRO ≥ 1 as reduce-scatter + all-gather of parameters,
+        # ZeRO-3 gathers parameters twice (forward and backward): 3Ψ in all (ZeRO §7)
+        # the expert data-parallel group has the dp stride and size dp/ep
+        for local, size in ((self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)):
+            if size == 1:
+                continue
+            grad = self._f("parallelism.dp.gradient_bytes", params=local)
+            kinds = ["all_reduce"] if lay.zero == 0 else ["reduce_scatter", "all_gather"] + (["all_gather"] if lay.zero == 3 else [])
+            for kind in kinds:
+                sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": grad, "ranks": size})
+                out["dp"]["bytes"] = out["dp"]["bytes"] + sent
+                out["dp"]["time"] = out["dp"]["time"] + self._collective_time(kind, grad, size, self._stride("dp"))
+        # CP: all-gather K and V forward, reduce-scatter their gradients backward (Llama 3 §3.3.2)
+        if lay.cp != 1:
+            kv = self._f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
+            calls = layers_local * mb
+            add("cp", "all_gather", kv, calls)
+            add("cp", "reduce_scatter", kv, calls)
+        # EP: dispatch and combine forward, and again backward, per MoE layer per microbatch;
+        # dispatch in the compute dtype (FP8 for FP8 training), combine in 16 bits
+        if m.is_moe and lay.ep != 1:
+            tokens = Formula("tokens", s_local * self.microbatch_size / (lay.tp if lay.sequence_parallel else 1), "token", "")
+            dispatch_e = Q_(1, "byte") if self.dtype == "fp8" else Q_(2, "byte")
+            disp = self._f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=dispatch_e)
+            comb = self._f("parallelism.ep.dispatch_bytes", tokens=tokens)
+            calls = 2 * sympy.sympify(m.moe_layers) / lay.pp * mb
+            add("ep", "all_to_all", disp, calls)
+            add("ep", "all_to_all", comb, calls)
+        return out
+
+    def _comm(self):
+        return self._comm_cache
+
+    def communication(self) -> dict:
+        """Bytes sent per step per GPU, by axis (tp, pp, dp, cp, ep)."""
+        return {a: self.expr(f"communication.{a}").value() for a in AXES}
+
+    def communication_time(self) -> dict:
+        """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
+        return {a: self.expr(f"communication_time.{a}").value() for a in AXES}
+
+    # --- time --------------------------------------------------------------------------------
+    def _bubble_fraction(self) -> Formula:
+        t = self._time()
+        return t["bubble"] / t["compute"]
+
+    @cached_property
+    def _time_cache(self) -> dict:
+        lay = self.deg
+        eta = self.inputs["matmul_efficiency"]
+        compute = (self.expr("flops.hardware") / self.deg.gpus
+                   / Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", ""))
+        mb = self.global_batch / (lay.dp * self.microbatch_size)
+        chunk = compute / (mb * lay.vpp)  # one microbatch through one model chunk
+        third = chunk / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
+        times = {"t_f": third, "t_b": third, "t_w": third, "t_fb": third * 3}
+        sched = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
+                 "dualpipe": "dualpipe"}[lay.schedule]
+        bubble = formula(f"pipeline.bubble_time.{sched}").bind({"pp": lay.pp, **times})
+        comm = self._comm()
+        phi = self.inputs["overlap"]
+        out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],
+               "cp": comm["cp"]["time"] * (1 - phi), "pp": comm["pp"]["time"] * (1 - phi)}
+        # DP hides behind the last microbatch's backward on this stage (input + weight gradients)
+        window = (times["t_b"] + times["t_w"]) * lay.vpp * phi
+        out["dp"] = Formula("dp", sympy.Max(0, comm["dp"]["time"].expr - window.expr), "s", "")
+        if lay.schedule == "dualpipe":  # DualPipe overlaps all-to-all with the paired chunk's compute
+            out["ep"] = Formula("ep", sympy.Max(0, comm["ep"]["time"].expr - compute.expr), "s", "")
+        else:
+            out["ep"] = comm["ep"]["time"] * (1 - phi)
+        return out
+
+    def _time(self):
+        return self._time_cache
+
+    def _step_time(self) -> Formula:
+        t = self._time()
+        total = t["compute"]
+        for k in ("bubble", "tp", "cp", "pp", "dp", "ep"):
+            total = total + t[k]
+        return total
+
+    def step_time(self, mfu=None) -> pint.Quantity:
+        """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
+        predictive model (compute at the calibrated matmul efficiency + bubble + exposed
+        communication; see :meth:`time_breakdown`)."""
+        if mfu is not None:
+            eta = magnitude("mfu", mfu)
+            if not 0 < eta <= 1:
+                raise InputError(f"mfu: expected a fraction in (0, 1], got {mfu!r}")
+            f = self._f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta)
+            return f.value()
+        return self.expr("step_time").value()
+
+    def time_breakdown(self) -> dict:
+        """compute, bubble and exposed communication by axis; the values sum to step_time()."""
+        return {k: self.expr(f"time.{k}").value() for k in ("compute", "bubble", "tp", "cp", "pp", "dp", "ep")}
+
+    def mfu(self, step_time=None) -> float:
+        """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
+        if step_time is None:
+            return float(self.expr("mfu").value().to("").magnitude)
+        f = self._f("compute.mfu", flops=self.expr("flops"), gpus=self.deg.gpus, step_time=step_time)
+        return float(f.value().to("").magnitude)
+
+    # --- memory accessor ---------------------------------------------------------------------
+    def memory(self) -> Memory:
+        """Per-GPU memory on the worst pipeline stage; parts sum to the total."""
+        return Memory(weights=self.expr("memory.weights").value(), gradients=self.expr("memory.gradients").value(),
+                      optimizer=self.expr("memory.optimizer").value(),
+                      activations=self.expr("memory.activations").value(),
+                      total=self.expr("memory.total").value(), hbm=Q_(to_float(self._need("hbm")), "byte"),
+                      logits=self.expr("memory.logits").value())
+
+    # --- failures ------------------------------------------------------------------------------
+    def _checkpoint_time(self) -> Formula:
+        if "checkpoint_time" in self.inputs:
+            return Formula("delta", self.inputs["checkpoint_time"], "s", "")
+        # one copy of the model states written at the storage bandwidth of Llama 3's cluster
+        states = self._f("memory.model_states.zero0", params=self._params["total"])
+        return states / Formula("B", self._storage_bandwidth, "byte/s", "")
+
+    # --- symbolic helpers ----------------------------------------------------------------------
+    def _value(self, f: Formula, integer=False):
+        if f.expr.free_symbols:
+            raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")
+        v = f.expr
+        if integer and v.is_integer:
+            return int(v)
+        return to_float(v, f.name)
+
+    def free_symbols(self) -> list[str]:
+        return list(self.expr("step_time").symbols)
+
+    def smallest(self, keyword: str, limit: int = 1 << 20, quantity: str = "memory.total") -> int:
+        """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM."""
+        from .symbolic import smallest_fitting
+        return smallest_fitting(self, keyword, limit=limit)
+
+    def best(self, keyword: str, limit: int = 1 << 16) -> int:
+        """The integer value of the free input ``keyword`` that minimises the predicted step time."""
+        from .symbolic import minimise_step_time
+        return minimise_step_time(self, keyword, limit=limit)["best"]
+
+    def subs(self, **values) -> "Plan":
+        """A new plan with free inputs of the layout or model given values."""
+        lay = {k: v for k, v in values.items() if k in ("tp", "pp", "dp", "cp", "ep", "vpp")}
+        mod = {k: v for k, v in values.items() if k in {f.name for f in fields(Model)}}
+        rest = set(values) - set(lay) - set(mod)
+        if rest:
+            raise UnknownNameError("plan input", sorted(rest)[0], list(lay) + list(mod))
+        return Plan(self.model.replace(**mod) if mod else self.model, self.hardware, self.layout.replace(**lay),
+                    seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
+                    dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
+                    **self.overrides)
+
+    def __repr__(self) -> str:
+        return f"Plan({self._provenance()})"

@@ -1,0 +1,129 @@
+"""Presets: models and hardware as data files, every number with a source."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from pathlib import Path
+
+from ..errors import PresetError, UnknownNameError
+from ..hardware import Calibration, Hardware
+from ..model import Model
+from ..units import Q_
+
+HERE = Path(__file__).parent
+CALIBRATION_FILE = HERE / "calibration.toml"
+
+
+def _sourced(entry_name: str, field_name: str, item):
+    if not isinstance(item, dict) or "value" not in item:
+        raise PresetError(f"{entry_name}.{field_name}: expected {{ value = ..., source = ... }}")
+    if not str(item.get("source", "")).strip():
+        raise PresetError(f"{entry_name}.{field_name}: a preset number needs a source")
+    return item["value"], item["source"]
+
+
+def hardware_from_table(key: str, table: dict, calibrations: dict | None = None) -> Hardware:
+    """Build a Hardware from one TOML table; every number must carry a source."""
+    sources, peaks, kw = {}, {}, {}
+    for dtype, item in table.get("peak", {}).items():
+        value, sources[f"peak.{dtype}"] = _sourced(key, f"peak.{dtype}", item)
+        peaks[dtype] = value
+    for fld, attr in (("hbm", "hbm"), ("hbm_bandwidth", "hbm_bandwidth"),
+                      ("scale_up_bandwidth", "scale_up"), ("scale_out_bandwidth", "scale_out"),
+                      ("gpus_per_node", "gpus_per_node")):
+        if fld in table:
+            kw[attr], sources[fld] = _sourced(key, fld, table[fld])
+    if not peaks:
+        raise PresetError(f"{key}: no peak FLOP/s given")
+    unknown = set(table) - {"name", "generation", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
+                            "scale_out_bandwidth", "gpus_per_node"}
+    if unknown:
+        raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
+    gen = table.get("generation", key)
+    cal = {k: v for k, v in (calibrations or {}).items() if k.startswith(gen + ".") or k == "default"}
+    return Hardware(name=table.get("name", key), peaks=peaks, generation=gen, sources=sources,
+                    calibrations=cal, key=key, **kw)
+
+
+def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
+    """generation.dtype → Calibration, from the fitted constants file."""
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text())
+    provenance = data.get("provenance", {}).get("summary", "")
+    shared = data.get("shared", {})
+    out = {}
+    for key, eff in data.get("matmul_efficiency", {}).items():
+        out[key] = Calibration(matmul_efficiency=eff, link_efficiency=shared["link_efficiency"],
+                               latency=Q_(shared["latency_us"], "µs"), overlap=shared["overlap"],
+                               provenance=provenance)
+    return out
+
+
+@cache
+def _hardware_tables() -> dict:
+    return tomllib.loads((HERE / "hardware.toml").read_text())
+
+
+@cache
+def _model_tables() -> dict:
+    return tomllib.loads((HERE / "models.toml").read_text())
+
+
+_MODEL_META = ("source", "published_params", "published_active_params")
+
+
+def model(name: str) -> Model:
+    """A preset model by name (see :func:`models`)."""
+    tables = _model_tables()
+    if name not in tables:
+        raise UnknownNameError("model", name, tables)
+    table = {k: v for k, v in tables[name].items() if k not in _MODEL_META}
+    if not tables[name].get("source"):
+        raise PresetError(f"{name}: a preset model needs a source")
+    return Model(name=name, **table)
+
+
+def model_source(name: str) -> dict:
+    """The source and published counts of a preset model."""
+    model(name)
+    return {k: v for k, v in _model_tables()[name].items() if k in _MODEL_META}
+
+
+def models() -> list[str]:
+    return list(_model_tables())
+
+
+def hardware(name: str) -> Hardware:
+    """A preset accelerator by name (see :func:`hardwares`)."""
+    tables = _hardware_tables()
+    if name not in tables:
+        raise UnknownNameError("hardware", name, tables)
+    return hardware_from_table(name, tables[name], read_calibration())
+
+
+def hardwares() -> list[str]:
+    return list(_hardware_tables())
+
+
+@cache
+def _reliability() -> dict:
+    return tomllib.loads((HERE / "reliability.toml").read_text())
+
+
+def reliability_value(group: str, name: str):
+    """A sourced number of reliability.toml as a Quantity (or a plain number)."""
+    value, _ = _sourced(group, name, _reliability()[group][name])
+    return Q_(value) if isinstance(value, str) else value
+
+
+def llama3_interruption_rate():
+    """Unexpected interruptions per second per GPU in Llama 3's 54-day snapshot (419 on 16,384 GPUs)."""
+    r = reliability_value
+    return (r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))).to("1/s")
+
+
+def llama3_storage_bandwidth():
+    """Sustained checkpoint storage bandwidth of Llama 3's cluster."""
+    return reliability_value("llama3", "storage_bandwidth")

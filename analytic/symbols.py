@@ -1,0 +1,144 @@
+"""The notation: every symbol of the library, declared once.
+
+Each symbol has a keyword (snake_case, used in ``evaluate(**kwargs)``), a display name (the papers'
+letter), a unit and a meaning. A sympy symbol stands for the *magnitude* of its quantity in its
+declared unit. Counts of things (layers, heads, degrees) are dimensionless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pint
+import sympy
+
+from .errors import UnknownNameError
+from .units import as_unit
+
+
+@dataclass(frozen=True)
+class SymbolInfo:
+    keyword: str
+    display: str
+    unit: pint.Unit
+    meaning: str
+    symbol: sympy.Symbol
+
+
+_TABLE = [
+    # model
+    ("params", "Psi", "parameter", "parameter count Ψ (ZeRO's notation; N in 6ND)"),
+    ("active_params", "N_a", "parameter", "parameters active per token (MoE); = Ψ for dense models"),
+    ("layers", "L", "", "transformer layers"),
+    ("hidden", "h", "", "hidden size (d_model)"),
+    ("heads", "a", "", "attention heads"),
+    ("kv_heads", "a_kv", "", "key/value heads (GQA; = a for MHA, 1 for MQA)"),
+    ("head_dim", "d_h", "", "dimension of one attention head"),
+    ("ffn_hidden", "h_ff", "", "FFN (MLP) inner size"),
+    ("vocab", "V", "", "vocabulary size"),
+    ("max_seq_len", "s_max", "", "rows of a learned position table"),
+    ("experts", "E", "", "routed experts per MoE layer"),
+    ("shared_experts", "E_s", "", "shared (always active) experts per MoE layer"),
+    ("topk", "k", "", "routed experts each token is sent to"),
+    ("expert_ffn_hidden", "h_e", "", "FFN inner size of one expert"),
+    ("moe_layers", "L_moe", "", "layers whose FFN is a mixture of experts"),
+    ("q_lora_rank", "r_q", "", "MLA query compression rank"),
+    ("kv_lora_rank", "r_kv", "", "MLA key/value compression rank"),
+    ("rope_dim", "d_r", "", "MLA decoupled RoPE dimension per head"),
+    # data
+    ("tokens", "D", "token", "training tokens"),
+    ("seq_len", "s", "", "sequence length"),
+    ("microbatch_size", "b", "", "sequences per microbatch"),
+    ("global_batch", "B", "", "sequences per step (global batch)"),
+    ("microbatches", "m", "", "microbatches per pipeline per step"),
+    ("batch_tokens", "D_B", "token", "tokens per step (global batch × sequence length)"),
+    ("element_bytes", "e", "byte", "bytes per element (2 for bf16, 1 for fp8)"),
+    # layout
+    ("gpus", "n", "", "accelerators"),
+    ("dp", "N_d", "", "data-parallel degree (ZeRO's N_d)"),
+    ("tp", "t", "", "tensor-parallel degree"),
+    ("pp", "p", "", "pipeline-parallel degree (stages)"),
+    ("cp", "c", "", "context-parallel degree"),
+    ("ep", "E_p", "", "expert-parallel degree (carved out of dp)"),
+    ("vpp", "v", "", "virtual stages (model chunks) per pipeline rank"),
+    ("gpus_per_node", "g", "", "accelerators per node (scale-up domain)"),
+    ("nodes_per_token", "M", "", "nodes a token may be routed to (node-limited routing)"),
+    # hardware
+    ("peak_flops", "F", "FLOP/s", "peak dense FLOP/s of one accelerator"),
+    ("hbm", "H_bm", "byte", "HBM capacity of one accelerator"),
+    ("bandwidth", "B_w", "byte/s", "link bandwidth per rank, one direction"),
+    ("scale_up_bandwidth", "B_up", "byte/s", "NVLink-class bandwidth per accelerator, one direction"),
+    ("scale_out_bandwidth", "B_out", "byte/s", "NIC bandwidth per accelerator, one direction"),
+    ("latency", "alpha", "s", "per-step latency of a collective (α of the α–β model)"),
+    ("matmul_efficiency", "eta_mm", "", "achievable fraction of peak for the model's matmuls"),
+    ("link_efficiency", "eta_l", "", "achievable fraction of a link's bandwidth"),
+    ("overlap", "phi", "", "fraction of a communication window hidden behind compute"),
+    # collectives
+    ("message", "S", "byte", "message size: the full buffer (for all-gather: the gathered result)"),
+    ("ranks", "r", "", "ranks taking part in a collective"),
+    ("nodes", "n_n", "", "nodes taking part in a collective"),
+    # time and efficiency
+    ("flops", "C", "FLOP", "floating-point operations (FLOPs, not MACs)"),
+    ("step_time", "T", "s", "time of one training step"),
+    ("mfu", "eta", "", "model FLOPs utilisation"),
+    ("t_f", "T_F", "s", "forward time of one microbatch chunk on one stage"),
+    ("t_b", "T_B", "s", "input-gradient backward time of one chunk (Qi et al.'s B)"),
+    ("t_w", "T_W", "s", "weight-gradient backward time of one chunk (Qi et al.'s W)"),
+    ("t_fb", "T_FB", "s", "time of one overlapped forward-and-backward chunk pair (DualPipe's F&B)"),
+    # reliability
+    ("checkpoint_time", "delta", "s", "time to write one checkpoint"),
+    ("mtbf", "M_tbf", "s", "mean time between interruptions of the whole job"),
+    ("interruption_rate", "lambda", "1/s", "interruptions per second per accelerator"),
+    ("restart_time", "R", "s", "time to restart after an interruption"),
+    ("run_time", "T_run", "s", "wall-clock time of a run"),
+    ("sigma", "sigma", "", "standard deviation of one accelerator's step time, relative to its mean"),
+]
+
+REGISTRY: dict[str, SymbolInfo] = {}
+_BY_SYMBOL: dict[sympy.Symbol, SymbolInfo] = {}
+for _kw, _disp, _unit, _meaning in _TABLE:
+    _s = sympy.Symbol(_disp, positive=True)
+    _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s)
+    REGISTRY[_kw] = _info
+    _BY_SYMBOL[_s] = _info
+del _kw, _disp, _unit, _meaning, _s, _info
+_BY_DISPLAY = {info.display: info for info in REGISTRY.values()}
+
+
+def sym(keyword: str) -> sympy.Symbol:
+    """The sympy symbol of a keyword, e.g. ``sym("dp")`` (displayed N_d). Use it as a free input."""
+    return info(keyword).symbol
+
+
+def info(keyword_or_symbol) -> SymbolInfo:
+    """The declaration of a keyword, display name or symbol."""
+    if isinstance(keyword_or_symbol, sympy.Symbol):
+        found = _BY_SYMBOL.get(keyword_or_symbol)
+        if found is None:
+            name = keyword_or_symbol.name
+            found = REGISTRY.get(name) or _BY_DISPLAY.get(name)
+        if found is None:
+            raise UnknownNameError("symbol", keyword_or_symbol.name, REGISTRY)
+        return found
+    if keyword_or_symbol in REGISTRY:
+        return REGISTRY[keyword_or_symbol]
+    if keyword_or_symbol in _BY_DISPLAY:
+        return _BY_DISPLAY[keyword_or_symbol]
+    raise UnknownNameError("keyword", keyword_or_symbol, REGISTRY)
+
+
+def keyword_of(symbol: sympy.Symbol) -> str:
+    return info(symbol).keyword
+
+
+def canonical(expr):
+    """Replace user-made sympy symbols named like a keyword (``Symbol("dp")``) by the declared ones."""
+    if not isinstance(expr, sympy.Basic):
+        return expr
+    repl = {s: info(s).symbol for s in expr.free_symbols if s not in _BY_SYMBOL}
+    return expr.xreplace(repl) if repl else expr
+
+
+def table() -> list[SymbolInfo]:
+    """Every declared symbol, in declaration order (the notation table)."""
+    return list(REGISTRY.values())

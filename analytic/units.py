@@ -1,0 +1,39 @@
+"""The one unit registry of the library, built from ``units.txt`` (pint's default file is not used:
+it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pint
+
+ureg = pint.UnitRegistry(str(Path(__file__).with_name("units.txt")), autoconvert_offset_to_baseunit=True)
+ureg.formatter.default_format = ".12g"
+Q_ = ureg.Quantity
+Unit = ureg.Unit
+Quantity = ureg.Quantity
+pint.set_application_registry(ureg)
+
+#: dimensions that count things; the catalogue's dimension check treats them as pure numbers
+COUNT_DIMENSIONS = ("[parameter]", "[token]")
+
+
+def as_unit(unit: str | pint.Unit) -> pint.Unit:
+    """A registry unit from a string or a unit."""
+    return unit if isinstance(unit, pint.Unit) else ureg.Unit(unit)
+
+
+def strip_counts(unit: pint.Unit) -> pint.Unit:
+    """``unit`` with the counting dimensions (parameter, token) removed."""
+    dims = unit.dimensionality
+    out = unit
+    for dim, name in (("[parameter]", "parameter"), ("[token]", "token")):
+        power = dims.get(dim, 0)
+        if power:
+            out = out / ureg.Unit(name) ** power
+    return out
+
+
+def is_count(unit: pint.Unit) -> bool:
+    """True for dimensionless units and pure counts (parameters, tokens)."""
+    return strip_counts(unit).dimensionless
