@@ -84,7 +84,7 @@ class Hardware:
         return self._need("scale_out", "scale-out bandwidth")
 
     def calibration(self, dtype: str = "bf16") -> Calibration:
-        key = f"{self.generation}.{dtype}"
+        key = f"{self.generation}.{'bf16' if dtype == 'fp16' else dtype}"  # same tensor-core peak
         if key in self.calibrations:
             return self.calibrations[key]
         if "default" in self.calibrations:

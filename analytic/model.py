@@ -11,7 +11,7 @@ from .formula import Formula, exact, to_float
 from .formulas import formula
 
 _MLPS = ("gelu", "swiglu")
-_POSITIONS = ("learned", "rope")
+_POSITIONS = ("learned", "rope", "alibi")
 _NORMS = ("layernorm", "rmsnorm")
 _ATTENTIONS = ("mha", "mla")
 
@@ -48,7 +48,8 @@ class Model:
 
     Defaults follow DESIGN.md: ``ffn_hidden = 4·hidden``, ``kv_heads = heads``,
     ``head_dim = hidden // heads``. GELU models default to LayerNorm with biases, SwiGLU models to
-    RMSNorm without. ``attention="mla"`` counts DeepSeek's multi-head latent attention."""
+    RMSNorm without. ``attention="mla"`` counts DeepSeek's multi-head latent attention.
+    ``nodes_per_token`` > 0 limits how many nodes an MoE token is sent to (node-limited routing)."""
 
     layers: object
     hidden: object
@@ -73,6 +74,7 @@ class Model:
     q_lora_rank: object = 0
     kv_lora_rank: object = 0
     rope_dim: object = 0
+    nodes_per_token: object = 0
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -97,7 +99,8 @@ class Model:
             if self.max_seq_len is None:
                 raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
             set_("max_seq_len", count("max_seq_len", self.max_seq_len))
-        for k in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank", "rope_dim"):
+        for k in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank", "rope_dim",
+                  "nodes_per_token"):
             set_(k, count(k, getattr(self, k), minimum=0))
         if self.experts:
             if not self.topk:

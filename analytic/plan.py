@@ -19,7 +19,7 @@ import pint
 import sympy
 
 from . import symbols as _symbols
-from .errors import FreeSymbolError, InputError, LayoutError, UnknownNameError
+from .errors import FreeSymbolError, InputError, LayoutError, PresetError, UnknownNameError
 from .formula import Formula, exact, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
@@ -165,8 +165,14 @@ class Plan:
     # --- inputs ---------------------------------------------------------------------------
     @cached_property
     def calibration(self):
-        return self.hardware.calibration(self.dtype) if not all(
-            k in self.overrides for k in ("matmul_efficiency", "link_efficiency", "latency", "overlap")) else None
+        """The hardware's fitted constants for this dtype (None when missing or all overridden)."""
+        if all(k in self.overrides for k in ("matmul_efficiency", "link_efficiency", "latency", "overlap")):
+            return None
+        try:
+            return self.hardware.calibration(self.dtype)
+        except PresetError as exc:
+            self._calibration_error = str(exc)
+            return None
 
     @cached_property
     def inputs(self) -> dict:
@@ -190,10 +196,8 @@ class Plan:
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
         cal = self.calibration
-        out["matmul_efficiency"] = pick("matmul_efficiency", lambda: cal.matmul_efficiency)
-        out["link_efficiency"] = pick("link_efficiency", lambda: cal.link_efficiency)
-        out["latency"] = pick("latency", lambda: cal.latency)
-        out["overlap"] = pick("overlap", lambda: cal.overlap)
+        for key in ("matmul_efficiency", "link_efficiency", "latency", "overlap"):
+            out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
         from .presets import llama3_interruption_rate, llama3_storage_bandwidth
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
@@ -203,6 +207,8 @@ class Plan:
         return {k: v for k, v in out.items() if v is not None}
 
     def _need(self, key):
+        if key not in self.inputs and hasattr(self, "_calibration_error"):
+            raise PresetError(self._calibration_error)
         if key not in self.inputs:
             raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
                              f"pass Plan(..., {key}=...)")
@@ -494,8 +500,8 @@ class Plan:
         """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride`` apart in
         the rank order, on the link its placement implies."""
         g = self.inputs["gpus_per_node"]
-        eff = self.inputs["link_efficiency"]
-        alpha = self.inputs["latency"]
+        eff = self._need("link_efficiency")
+        alpha = self._need("latency")
 
         def flat(bw_key):
             return formula(f"collectives.{kind}.time").bind(
@@ -537,11 +543,12 @@ class Plan:
         zero_t = Formula("0", sympy.Integer(0), "s", "")
         out = {a: {"bytes": zero_b, "time": zero_t} for a in AXES}
 
-        def add(axis, kind, message, calls):
-            size = getattr(lay, axis)
+        def add(axis, kind, message, calls, size=None, stride=None):
+            size = getattr(lay, axis) if size is None else size
+            stride = self._stride(axis) if stride is None else stride
             sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": message, "ranks": size})
             out[axis]["bytes"] = out[axis]["bytes"] + sent * calls
-            out[axis]["time"] = out[axis]["time"] + self._collective_time(kind, message, size, self._stride(axis)) * calls
+            out[axis]["time"] = out[axis]["time"] + self._collective_time(kind, message, size, stride) * calls
 
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
@@ -563,9 +570,11 @@ class Plan:
             # a point-to-point transfer is a broadcast between two ranks
             one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
             out["pp"]["time"] = one * calls
-        # DP: gradients reduced once per step; ZeRO ≥ 1 as reduce-scatter + all-gather of parameters,
-        # ZeRO-3 gathers parameters twice (forward and backward): 3Ψ in all (ZeRO §7)
-        # the expert data-parallel group has the dp stride and size dp/ep
+        # DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
+        # all-gather of parameters, ZeRO-3 gathers parameters twice (forward and backward): 3Ψ in all
+        # (ZeRO §7). Parameters are gathered once per step (not again for every microbatch).
+        # The expert data-parallel group has the dp stride and size dp/ep.
+        buckets = layers_local
         for local, size in ((self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)):
             if size == 1:
                 continue
@@ -574,7 +583,8 @@ class Plan:
             for kind in kinds:
                 sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": grad, "ranks": size})
                 out["dp"]["bytes"] = out["dp"]["bytes"] + sent
-                out["dp"]["time"] = out["dp"]["time"] + self._collective_time(kind, grad, size, self._stride("dp"))
+                one = self._collective_time(kind, grad / buckets, size, self._stride("dp"))
+                out["dp"]["time"] = out["dp"]["time"] + one * buckets
         # CP: all-gather K and V forward, reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
             kv = self._f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
@@ -589,8 +599,20 @@ class Plan:
             disp = self._f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=dispatch_e)
             comb = self._f("parallelism.ep.dispatch_bytes", tokens=tokens)
             calls = 2 * sympy.sympify(m.moe_layers) / lay.pp * mb
-            add("ep", "all_to_all", disp, calls)
-            add("ep", "all_to_all", comb, calls)
+            g = self.inputs["gpus_per_node"]
+            link = self._link_kind(lay.ep, self._stride("ep"), g)
+            if m.nodes_per_token and link in ("scale-out", "two-level"):
+                # node-limited routing: one copy per destination node crosses the scale-out link,
+                # NVLink forwards it to the experts inside the node (DeepSeek-V3 §3.2.2)
+                nodes = sympy.Min(lay.ep, lay.ep * self._stride("ep") / g)
+                reach = sympy.Min(m.nodes_per_token, nodes)
+                for e_bytes in (dispatch_e, Q_(2, "byte")):
+                    msg = self._f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, nodes_per_token=reach,
+                                  element_bytes=e_bytes)
+                    add("ep", "all_to_all", msg, calls, size=nodes, stride=g)
+            else:
+                add("ep", "all_to_all", disp, calls)
+                add("ep", "all_to_all", comb, calls)
         return out
 
     def _comm(self):
@@ -612,7 +634,7 @@ class Plan:
     @cached_property
     def _time_cache(self) -> dict:
         lay = self.deg
-        eta = self.inputs["matmul_efficiency"]
+        eta = self._need("matmul_efficiency")
         compute = (self.expr("flops.hardware") / self.deg.gpus
                    / Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", ""))
         mb = self.global_batch / (lay.dp * self.microbatch_size)
@@ -623,11 +645,13 @@ class Plan:
                  "dualpipe": "dualpipe"}[lay.schedule]
         bubble = formula(f"pipeline.bubble_time.{sched}").bind({"pp": lay.pp, **times})
         comm = self._comm()
-        phi = self.inputs["overlap"]
+        phi = self._need("overlap")
         out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],
                "cp": comm["cp"]["time"] * (1 - phi), "pp": comm["pp"]["time"] * (1 - phi)}
-        # DP hides behind the last microbatch's backward on this stage (input + weight gradients)
-        window = (times["t_b"] + times["t_w"]) * lay.vpp * phi
+        # DP hides behind compute: ZeRO-3 prefetches parameters through the whole step; otherwise the
+        # gradient reduction hides behind the last microbatch (on every chunk of this stage) and the
+        # parameter all-gather behind the next step's first one
+        window = (compute if lay.zero == 3 else chunk * lay.vpp) * phi
         out["dp"] = Formula("dp", sympy.Max(0, comm["dp"]["time"].expr - window.expr), "s", "")
         if lay.schedule == "dualpipe":  # DualPipe overlaps all-to-all with the paired chunk's compute
             out["ep"] = Formula("ep", sympy.Max(0, comm["ep"]["time"].expr - compute.expr), "s", "")

@@ -1,0 +1,199 @@
+"""Fit the predictive model's constants once, on published measurements.
+
+The constants are the achievable matmul efficiency per hardware generation and dtype, one link
+efficiency, one per-step collective latency and one overlap fraction. Each measured case is a Plan
+whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
+``scipy.optimize.least_squares`` fits log(predicted / published) over all cases. Leave-one-out
+refits without each case and predicts it.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sympy
+
+from .errors import InputError
+from .formula import Formula, magnitude
+from .formulas import formula
+from .plan import Layout, Plan
+from .presets import CALIBRATION_FILE, hardware, model
+from .symbols import sym
+from .units import Q_
+
+SHARED = ("link_efficiency", "latency", "overlap")
+#: starting point and bounds of the shared constants (latency in seconds)
+BOUNDS = {"matmul_efficiency": (0.05, 1.0), "link_efficiency": (0.05, 1.0), "latency": (0.0, 1e-4), "overlap": (0.0, 1.0)}
+START = {"matmul_efficiency": 0.5, "link_efficiency": 0.7, "latency": 1e-5, "overlap": 0.5}
+METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token")
+DTYPE_ALIAS = {"fp16": "bf16"}
+#: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
+#: every constant towards it
+LOSS, F_SCALE = "soft_l1", 0.1  # same tensor-core peak and path on every preset
+
+
+def calibration_key(hw, dtype: str) -> str:
+    return f"{hw.generation}.{DTYPE_ALIAS.get(dtype, dtype)}"
+
+
+def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
+    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...)."""
+    spec = dict(spec)
+    try:
+        m = model(spec.pop("model"))
+        hw = hardware(spec.pop("hardware"))
+    except KeyError as exc:
+        raise InputError(f"plan spec: missing {exc}") from None
+    if "model_overrides" in spec:
+        m = m.replace(**spec.pop("model_overrides"))
+    if "hardware_overrides" in spec:
+        hw = hw.replace(**{k: Q_(v) if isinstance(v, str) else v for k, v in spec.pop("hardware_overrides").items()})
+    layout = Layout(**spec.pop("layout", {}))
+    if symbolic_constants:
+        constants = {k: sym(k) for k in ("matmul_efficiency", *SHARED)}
+    return Plan(m, hw, layout, **spec, **constants)
+
+
+def metric_formula(plan: Plan, metric: str, convention: str = "6nd") -> Formula:
+    """The measured quantity of a case as a Formula of the plan."""
+    flops = plan._flops(convention)
+    step = plan.expr("step_time")
+    gpus = plan.deg.gpus
+    if metric == "achieved_flops":
+        return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
+    if metric == "tokens_per_second_per_gpu":
+        return plan.expr("tokens_per_step") / (step * gpus)
+    if metric == "gpu_hours_per_token":
+        return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
+    raise InputError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+
+
+@dataclass
+class Case:
+    """A measured number and the plan that should predict it."""
+
+    id: str
+    plan: dict
+    metric: str
+    convention: str
+    published: object  # pint Quantity
+    key: str = ""
+    in_fit: bool = True
+
+    def __post_init__(self):
+        hw = hardware(self.plan["hardware"])
+        self.key = calibration_key(hw, self.plan.get("dtype", "bf16"))
+        f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention)
+        self.unit = f.unit
+        self.target = float(self.published.to(f.unit).magnitude)
+        self._fn = f.lambdify()
+        self.keywords = self._fn.keywords
+
+    def predict(self, constants: dict) -> float:
+        return float(self._fn(**{k: constants[k] for k in self.keywords}))
+
+
+def _vector_names(cases) -> list[str]:
+    keys = sorted({c.key for c in cases})
+    return [f"matmul_efficiency:{k}" for k in keys] + list(SHARED)
+
+
+def _constants(names, x) -> dict[str, dict | float]:
+    eff = {n.split(":", 1)[1]: v for n, v in zip(names, x) if n.startswith("matmul_efficiency:")}
+    shared = {n: v for n, v in zip(names, x) if not n.startswith("matmul_efficiency:")}
+    return {"matmul_efficiency": eff, **shared}
+
+
+def _case_constants(constants, case, fallback=None):
+    eff = constants["matmul_efficiency"].get(case.key, fallback)
+    return {"matmul_efficiency": eff, **{k: constants[k] for k in SHARED}}
+
+
+def fit(cases: list[Case]) -> dict:
+    """Least-squares fit of log(predicted/published); returns the constants."""
+    from scipy.optimize import least_squares
+
+    names = _vector_names(cases)
+    kind = lambda n: n.split(":")[0]  # noqa: E731
+    x0 = np.array([START[kind(n)] for n in names])
+    lo = np.array([BOUNDS[kind(n)][0] for n in names])
+    hi = np.array([BOUNDS[kind(n)][1] for n in names])
+    scale = np.array([1e-5 if kind(n) == "latency" else 1.0 for n in names])
+
+    def residuals(y):
+        c = _constants(names, y * scale)
+        return np.array([math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
+                         for case in cases])
+
+    res = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), method="trf",
+                        loss=LOSS, f_scale=F_SCALE)
+    constants = _constants(names, res.x * scale)
+    constants["rms_log_residual"] = float(np.sqrt(np.mean(res.fun**2)))
+    return constants
+
+
+def pooled_efficiency(constants: dict, cases: list[Case]) -> float:
+    """Geometric mean of the fitted matmul efficiencies, weighted by their number of cases."""
+    logs = [math.log(constants["matmul_efficiency"][c.key]) for c in cases if c.key in constants["matmul_efficiency"]]
+    return math.exp(sum(logs) / len(logs))
+
+
+def predict(case: Case, constants: dict, cases: list[Case]) -> float:
+    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases)))
+
+
+def leave_one_out(cases: list[Case]) -> dict[str, float]:
+    """case id → prediction with constants fitted on every other fitted case."""
+    fitted = [c for c in cases if c.in_fit]
+    full = fit(fitted)
+    out = {}
+    for case in cases:
+        if not case.in_fit:  # never in the fit: its in-fit prediction is already out of sample
+            out[case.id] = predict(case, full, fitted)
+            continue
+        rest = [c for c in fitted if c is not case]
+        out[case.id] = predict(case, fit(rest), rest)
+    return out
+
+
+def load_cases(path: Path) -> list[Case]:
+    """The ``predicted`` cases of a validation TOML file that are checkable."""
+    data = tomllib.loads(Path(path).read_text())
+    out = []
+    for c in data.get("case", []):
+        if c.get("kind") != "predicted" or "plan" not in c:
+            continue
+        out.append(Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), Q_(c["published"]),
+                        in_fit=c.get("in_fit", True)))
+    return out
+
+
+def write(constants: dict, cases: list[Case], path: Path = CALIBRATION_FILE, source: str = "") -> str:
+    """Write the fitted constants as the calibration file the hardware presets read."""
+    lines = [
+        "# Constants of the predictive step-time model. Generated by `analytic calibrate --published`;",
+        "# do not edit by hand: rerunning the command reproduces this file.",
+        "",
+        "[provenance]",
+        f'summary = "scipy.optimize.least_squares on log(predicted/published) over {len(cases)} measured cases '
+        f'of {source}"',
+        f"cases = [{', '.join(repr(c.id).replace(chr(39), chr(34)) for c in cases)}]",
+        f"rms_log_residual = {constants['rms_log_residual']:.6f}",
+        "",
+        "[shared]",
+        f"link_efficiency = {constants['link_efficiency']:.6f}",
+        f"latency_us = {constants['latency'] * 1e6:.6f}",
+        f"overlap = {constants['overlap']:.6f}",
+        "",
+        "[matmul_efficiency]",
+    ]
+    for key, v in sorted(constants["matmul_efficiency"].items()):
+        lines.append(f'"{key}" = {v:.6f}')
+    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled: hardware without cases of its own')
+    text = "\n".join(lines) + "\n"
+    Path(path).write_text(text)
+    return text

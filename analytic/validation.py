@@ -1,0 +1,226 @@
+"""Run the published validation cases (TOML files of a ``validation/`` folder) and write the report.
+
+Case kinds: ``identity`` (a formula reproduces a published closed form or value), ``derived`` (a
+published number follows from published inputs), ``predicted`` (a measurement the calibrated model
+must predict; reported in-fit and leave-one-out), ``claim`` (the source text's claims).
+Nothing here knows a case by name: the cases are data.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pint
+import sympy
+
+from . import calibration
+from .errors import AnalyticError
+from .units import Q_
+
+CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
+
+
+def find_folder(start: Path | None = None) -> Path:
+    """The ``validation/`` folder of a source checkout (searched upwards from cwd and the package)."""
+    here = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parent.parent]
+    for base in ([start] if start else []) + here:
+        cand = Path(base) / "validation"
+        if (cand / "claims.toml").exists():
+            return cand
+    raise AnalyticError("validation/ not found: run from a source checkout of analytic")
+
+
+@dataclass
+class Result:
+    id: str
+    kind: str
+    quantity: str
+    published: str
+    ours: str
+    error: float | None
+    status: str
+    expected: str
+    source: str
+    reason: str = ""
+    tolerance: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """The computed status is the one the case records."""
+        return self.status == self.expected
+
+
+def load(folder: Path) -> tuple[list[dict], dict]:
+    cases, plans = [], {}
+    for path in sorted(folder.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        plans.update(data.get("plans", {}))
+        for c in data.get("case", []):
+            c = dict(c)
+            c["file"] = path.name
+            cases.append(c)
+    ids = [c["id"] for c in cases]
+    dupes = {i for i in ids if ids.count(i) > 1}
+    if dupes:
+        raise AnalyticError(f"duplicate case ids: {', '.join(sorted(dupes))}")
+    return cases, plans
+
+
+def namespace(plans: dict) -> dict:
+    import analytic as an
+    from .formulas import formula
+    from .symbols import REGISTRY, sym
+
+    def S(text: str):
+        return sympy.sympify(text, locals={k: sym(k) for k in REGISTRY})
+
+    built = {}
+
+    def plan(name: str):
+        if name not in built:
+            built[name] = calibration.build_plan(plans[name])
+        return built[name]
+
+    return {"an": an, "Q": Q_, "f": lambda name, **kw: formula(name).evaluate(**kw),
+            "expr": lambda name: formula(name).expr, "S": S, "model": an.model, "hw": an.hardware,
+            "plan": plan, "sympy": sympy, "sum": sum, "float": float, "int": int}
+
+
+def _evaluate(case: dict, ns: dict) -> Result:
+    kind = case["kind"]
+    expected = case.get("expect", {"claim": "holds"}.get(kind, "within"))
+    base = dict(id=case["id"], kind=kind, quantity=case.get("quantity", ""), published=str(case.get("published", "—")),
+                source=case.get("source", ""), reason=case.get("reason", ""), expected=expected,
+                tolerance=case.get("tolerance"))
+    if "compute" not in case:
+        return Result(ours="—", error=None, status=expected, **base)
+    ours = eval(case["compute"], ns)  # noqa: S307 - the library's own case files
+    if isinstance(ours, sympy.Basic) and not ours.is_number:
+        published = ns["S"](case["published"])
+        same = sympy.simplify(ours - published) == 0
+        status = ("holds" if kind == "claim" else "within") if same else ("disagrees" if kind == "claim" else "outside")
+        if kind != "claim" and not same and expected == "disagrees":
+            status = "disagrees"
+        return Result(ours=str(ours), error=0.0 if same else None, status=status, **base)
+    pub = Q_(case["published"]) if isinstance(case["published"], str) else Q_(case["published"], "")
+    ours_q = ours if isinstance(ours, pint.Quantity) else Q_(float(ours), "")
+    try:
+        ours_v = float(ours_q.to(pub.units).magnitude)
+    except pint.DimensionalityError:
+        raise AnalyticError(f"{case['id']}: computed {ours_q:~P} cannot be compared with {pub:~P}") from None
+    pub_v = float(pub.magnitude)
+    error = (ours_v / pub_v - 1) if pub_v else ours_v
+    tol = float(case.get("tolerance", 0.0))
+    if kind == "claim":
+        status = ("holds" if abs(error) <= min(CLAIM_EXACT, tol) + 1e-12
+                  else "holds-rounded" if abs(error) <= tol else "disagrees")
+    else:
+        status = "within" if abs(error) <= tol + 1e-12 else ("disagrees" if expected == "disagrees" else "outside")
+    return Result(ours=format(Q_(ours_v, pub.units), ".4g~P") if not pub.dimensionless else f"{ours_v:.4g}", error=error,
+                  status=status, **base)
+
+
+def _predicted(cases: list[dict]) -> list[Result]:
+    objs, specs = [], {}
+    for c in cases:
+        objs.append(calibration.Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"),
+                                     Q_(c["published"]), in_fit=c.get("in_fit", True)))
+        specs[c["id"]] = c
+    fitted = [o for o in objs if o.in_fit]
+    constants = calibration.fit(fitted)
+    loo = calibration.leave_one_out(objs)
+    out = []
+    for o in objs:
+        c = specs[o.id]
+        pred = calibration.predict(o, constants, fitted)
+        err_fit, err_loo = pred / o.target - 1, loo[o.id] / o.target - 1
+        tol = float(c.get("tolerance", 0.12))
+        status = "within" if abs(err_loo) <= tol else "outside"
+        reason = c.get("reason", "") or ("" if o.in_fit else f"not in the fit: {c.get('why_not_in_fit', '')}")
+        out.append(Result(id=o.id, kind="predicted", quantity=c.get("quantity", ""), published=c["published"],
+                          ours=format(Q_(loo[o.id], o.unit).to(Q_(c["published"]).units), ".4g~P"), error=err_loo,
+                          status=status,
+                          expected=c.get("expect", "within"), source=c.get("source", ""), reason=reason,
+                          tolerance=tol, extra={"in_fit_error": err_fit, "in_fit": o.in_fit,
+                                                "assumptions": c.get("assumptions", [])}))
+    return out
+
+
+def run(folder: Path | None = None) -> list[Result]:
+    folder = folder or find_folder()
+    cases, plans = load(folder)
+    ns = namespace(plans)
+    results = [_evaluate(c, ns) for c in cases if c["kind"] != "predicted"]
+    results += _predicted([c for c in cases if c["kind"] == "predicted"])
+    order = {"identity": 0, "derived": 1, "predicted": 2, "claim": 3}
+    return sorted(results, key=lambda r: order[r.kind])
+
+
+def failed(results: list[Result]) -> list[Result]:
+    """Non-claim cases outside their tolerance (the expected disagreements excepted)."""
+    return [r for r in results if r.kind != "claim" and r.status not in ("within", "disagrees")]
+
+
+def summary(results: list[Result]) -> list[str]:
+    lines = []
+    for kind in ("identity", "derived", "predicted", "claim"):
+        rs = [r for r in results if r.kind == kind]
+        counts = {}
+        for r in rs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        lines.append(f"{kind}: {len(rs)} cases — " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    pred = [r for r in results if r.kind == "predicted"]
+    for label, subset in (("fitted cases", [r for r in pred if r.extra["in_fit"]]), ("all predicted cases", pred)):
+        if not subset:
+            continue
+        fit_errs = [abs(r.extra["in_fit_error"]) for r in subset]
+        loo_errs = [abs(r.error) for r in subset]
+        lines.append(f"predicted, {label} ({len(subset)}): in-fit mean {_pct(sum(fit_errs) / len(fit_errs))}, "
+                     f"max {_pct(max(fit_errs))}; leave-one-out mean {_pct(sum(loo_errs) / len(loo_errs))}, "
+                     f"max {_pct(max(loo_errs))}")
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def table(results: list[Result]) -> str:
+    rows = [f"{'id':<16} {'kind':<9} {'published':>16} {'ours':>16} {'error':>8}  {'status':<13} source"]
+    for r in results:
+        rows.append(f"{r.id:<16} {r.kind:<9} {r.published[:16]:>16} {r.ours[:16]:>16} "
+                    f"{_pct(r.error):>8}  {r.status:<13} {r.source[:60]}")
+    return "\n".join(rows)
+
+
+def markdown(results: list[Result]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    out = ["# Validation report", "",
+           "Generated by `analytic validate`; do not edit. Every number in the *ours* column is computed "
+           "through the library's public API from the case files in this folder.", "", "## Summary", ""]
+    out += [f"- {line}" for line in summary(results)]
+    titles = {"identity": "Identities (published closed forms and values)",
+              "derived": "Derived (published numbers from published inputs)",
+              "predicted": "Predicted (measured; leave-one-out)", "claim": "Claims of the source text"}
+    for kind, title in titles.items():
+        rs = [r for r in results if r.kind == kind]
+        out += ["", f"## {title}", ""]
+        if kind == "predicted":
+            out += ["Ours is the leave-one-out prediction: the constants are fitted on every other fitted case. "
+                    "The in-fit error uses the shipped constants.", "",
+                    "| id | quantity | published | ours (LOO) | LOO error | in-fit error | status | source | assumptions |",
+                    "|---|---|---|---|---|---|---|---|---|"]
+            for r in rs:
+                notes = "; ".join(r.extra["assumptions"]) + (f" — {r.reason}" if r.reason else "")
+                out.append(f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | {_pct(r.error)} | "
+                           f"{_pct(r.extra['in_fit_error'])} | {r.status} | {esc(r.source)} | {esc(notes)} |")
+            continue
+        out += ["| id | quantity | published | ours | error | status | source | reason |", "|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            out.append(f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | {_pct(r.error)} | "
+                       f"{r.status} | {esc(r.source)} | {esc(r.reason)} |")
+    return "\n".join(out) + "\n"
