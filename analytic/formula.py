@@ -106,6 +106,7 @@ class Formula:
     assumptions: tuple[str, ...] = ()
     description: str = ""
     coefficient_unit: pint.Unit | None = DIMENSIONLESS
+    keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
 
     def __post_init__(self):
         object.__setattr__(self, "expr", _symbols.canonical(sympy.sympify(self.expr)))
@@ -118,7 +119,7 @@ class Formula:
     @cached_property
     def symbols(self) -> dict[str, pint.Unit]:
         """keyword → unit of every free symbol, in the notation table's order."""
-        free = {_symbols.info(s).keyword for s in self.expr.free_symbols}
+        free = {_symbols.info(s).keyword for s in self.expr.free_symbols} | set(self.keywords)
         return {kw: i.unit for kw, i in _symbols.REGISTRY.items() if kw in free}
 
     def latex(self) -> str:

@@ -3,9 +3,14 @@ it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pint
+
+# ".12g" is the default number format; specs such as "~P" inherit it (pint warns about that fallback)
+warnings.filterwarnings("ignore", message="The given format spec does not contain a magnitude formatter",
+                        category=DeprecationWarning)
 
 ureg = pint.UnitRegistry(str(Path(__file__).with_name("units.txt")), autoconvert_offset_to_baseunit=True)
 ureg.formatter.default_format = ".12g"

@@ -9,10 +9,10 @@ from ..symbols import sym
 CATALOGUE: dict[str, Formula] = {}
 
 
-def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="") -> Formula:
+def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="", keywords=()) -> Formula:
     if name in CATALOGUE:
         raise ValueError(f"formula {name!r} declared twice")
-    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit)
+    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit, tuple(keywords))
     CATALOGUE[name] = f
     return f
 

@@ -27,7 +27,8 @@ for _name, _vol in _volume.items():
            RING, f"bytes each rank sends in a ring {_what[_name]}")
 for _name, _factor in _busbw.items():
     define(f"collectives.{_name}.busbw_factor", _factor, "", NCCL,
-           ("busbw = algbw × factor, algbw = S / t",), f"nccl-tests bus-bandwidth factor of {_name}")
+           ("busbw = algbw × factor, algbw = S / t",), f"nccl-tests bus-bandwidth factor of {_name}",
+           keywords=("ranks",))
 
 define("collectives.broadcast.time", (n - 1) * alpha + Sz / Bw, "s", f"{THAKUR} (pipelined chain, large messages)",
        ("the message is pipelined along a chain of n ranks; bandwidth term independent of n",),

@@ -1,0 +1,366 @@
+"""The ``analytic`` command. User errors print one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import re
+import sys
+
+
+class CLIError(Exception):
+    """A command-line mistake: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, with close matches for a mistyped flag
+        m = re.search(r"unrecognized arguments: (\S+)", message)
+        if m and m.group(1).startswith("--"):
+            flags = [o for a in self._actions for o in a.option_strings]
+            for sub in self._subparsers._group_actions if self._subparsers else []:
+                for p in sub.choices.values():
+                    flags += [o for a in p._actions for o in a.option_strings]
+            close = difflib.get_close_matches(m.group(1).split("=")[0], sorted(set(flags)), n=3)
+            if close:
+                message += f" (did you mean {', '.join(close)}?)"
+        raise CLIError(f"{self.prog}: {message}")
+
+
+_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _count(text: str, name: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CLIError(f"--{name}: expected an integer, got {text!r}") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise CLIError(f"--{name}: expected a positive integer, got {text!r}")
+    return int(value)
+
+
+def _fraction(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CLIError(f"--{name}: expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise CLIError(f"--{name}: expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
+    """Tokens per step from '16M', '16Mi', '16777216' or '16e6'. A decimal suffix that does not give
+    whole sequences but whose binary reading does is read as binary, and the note says so."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*", text)
+    if not m:
+        raise CLIError(f"--batch-tokens: expected a token count such as 16M, 16Mi or 16777216, got {text!r}")
+    number, suffix = float(m.group(1)), m.group(2)
+    tokens = number * _SUFFIX.get(suffix, 1)
+    note = ""
+    if suffix in ("k", "K", "M", "G", "T") and tokens % seq_len:
+        binary = number * _SUFFIX[{"k": "Ki", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti"}[suffix]]
+        if binary % seq_len == 0:
+            note = (f"--batch-tokens {text} read as {m.group(1)} {suffix}i = {int(binary):,} tokens "
+                    f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
+            tokens = binary
+    if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
+        raise CLIError(f"--batch-tokens: {text} is not a whole number of {seq_len}-token sequences")
+    return int(tokens), note
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("plan")
+    g.add_argument("--model", help="preset model name (analytic formula --list-models)")
+    g.add_argument("--hardware", help="preset hardware name")
+    g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
+    for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+        g.add_argument(f"--{axis}", help=f"{axis} degree")
+    g.add_argument("--zero", choices=["0", "1", "2", "3"], help="ZeRO stage")
+    g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
+    g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
+    g.add_argument("--recompute", choices=["none", "selective", "full"])
+    g.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
+    g.add_argument("--seq", help="sequence length")
+    g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
+    g.add_argument("--global-batch", help="sequences per step")
+    g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
+    g.add_argument("--dtype", help="compute dtype (bf16, fp8, ...)")
+    g.add_argument("--mfu", help="also give the step time at this MFU")
+    g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
+    g.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_plan(args) -> tuple[object, dict]:
+    """A Plan from the flags; no flags at all gives the source text's configuration."""
+    import analytic as an
+    from .story import essay
+
+    given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
+    defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
+    text_config = bool(defaults) and not any(k in given for k in (
+        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "recompute", "schedule", "seq",
+        "batch_tokens", "global_batch", "microbatch_size", "dtype"))
+    get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
+    if get("model") is None or get("hardware") is None:
+        raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
+    model, hw = an.model(get("model")), an.hardware(get("hardware"))
+    tp, pp, cp, ep, vpp = (_count(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
+    dp = _count(str(get("dp")), "dp") if get("dp") is not None else None
+    if get("gpus") is not None:
+        gpus = _count(str(get("gpus")), "gpus")
+        if gpus % (tp * cp * pp):
+            raise CLIError(f"--gpus: {gpus} is not divisible by tp·cp·pp = {tp * cp * pp}")
+        inferred = gpus // (tp * cp * pp)
+        if dp is not None and dp != inferred:
+            raise CLIError(f"--dp: {dp} disagrees with --gpus {gpus} / (tp·cp·pp = {tp * cp * pp}) = {inferred}")
+        dp = inferred
+    dp = dp or 1
+    seq = _count(str(get("seq") or "0"), "seq") if get("seq") is not None else None
+    if seq is None:
+        raise CLIError("--seq: give the sequence length")
+    notes = {}
+    if get("batch_tokens") is not None and get("global_batch") is not None:
+        raise CLIError("--batch-tokens and --global-batch: give one")
+    if get("batch_tokens") is not None:
+        tokens, note = batch_tokens(str(get("batch_tokens")), seq)
+        if note:
+            notes["batch_tokens"] = note
+        global_batch = tokens // seq
+    elif get("global_batch") is not None:
+        global_batch = _count(str(get("global_batch")), "global-batch")
+    else:
+        raise CLIError("--batch-tokens or --global-batch: give the batch")
+    sp = get("sequence_parallel")
+    layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
+                       sequence_parallel=bool(sp) if sp is not None else tp > 1,
+                       recompute=get("recompute") or "none",
+                       schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
+                   microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),
+                   dtype=get("dtype") or "bf16")
+    extra = {"mfu": _fraction(str(get("mfu")), "mfu") if get("mfu") is not None else None,
+             "training_tokens": get("tokens") if get("tokens") is None or " " in str(get("tokens"))
+             else f"{get('tokens')} token", "text": text_config, "notes": notes}
+    return plan, extra
+
+
+def _fmt(v) -> str:
+    import pint
+    if isinstance(v, pint.Quantity):
+        if v.dimensionless:
+            return f"{float(v.to('').magnitude):.4g}"
+        mag = float(v.magnitude)
+        if mag == int(mag) and abs(mag) < 1e15:
+            return f"{int(mag):,} {v.units:~P}"
+        return format(v, ".4g~")
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def cmd_step(args) -> int:
+    from .story import lines
+    plan, extra = build_plan(args)
+    story = lines(plan, mfu=extra["mfu"], training_tokens=extra["training_tokens"], text=extra["text"])
+    if args.json:
+        print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
+                          "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
+        return 0
+    for note in extra["notes"].values():
+        print(f"note: {note}")
+    print(repr(plan))
+    section = None
+    for ln in story:
+        if ln.section != section:
+            section = ln.section
+            print(f"\n{section}")
+        text = f"   (text: {ln.text})" if ln.text else ""
+        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{ln.formula}]")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    plan, _ = build_plan(args)
+    mem = plan.memory()
+    rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
+    if args.json:
+        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits}))
+        return 0
+    print(repr(plan))
+    for k in ("weights", "gradients", "optimizer", "activations"):
+        print(f"  {k:<12} {_fmt(rows[k]):>12}")
+    print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {'fits' if mem.fits else 'does not fit'}")
+    print(f"  (logits on the last stage, included where it is the worst: {_fmt(rows['logits'])})")
+    return 0
+
+
+def _parse_set(items) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"--set: expected keyword=value, got {item!r}")
+        k, v = item.split("=", 1)
+        v = v.strip().strip("'\"")
+        try:
+            out[k.strip()] = float(v) if re.fullmatch(r"[-+0-9.eE]+", v) else v
+        except ValueError:
+            raise CLIError(f"--set {k}: cannot read {v!r}") from None
+    return out
+
+
+def cmd_formula(args) -> int:
+    import sympy
+
+    import analytic as an
+    if args.list or not args.name:
+        names = sorted(an.formulas())
+        if args.json:
+            print(json.dumps({n: an.formula(n).description for n in names}))
+        else:
+            for n in names:
+                print(f"{n:<58} {an.formula(n).description}")
+        return 0
+    f = an.formula(args.name)
+    values = _parse_set(args.set)
+    data = {"name": f.name, "expr": str(f.expr), "latex": f.latex(), "unit": f"{f.unit:~P}",
+            "symbols": {k: {"unit": f"{u:~P}", "display": an.symbols.info(k).display, "meaning": an.symbols.info(k).meaning}
+                        for k, u in f.symbols.items()},
+            "source": f.source, "assumptions": list(f.assumptions), "description": f.description}
+    if values:
+        result = f.evaluate(**values)
+        data["value"] = float(result.magnitude)
+        data["value_unit"] = f"{result.units:~P}"
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"{f.name}: {f.description}")
+    print(sympy.pretty(f.expr, use_unicode=True))
+    print(f"LaTeX: {f.latex()}")
+    print(f"unit: {f.unit:~P}")
+    for k, s in data["symbols"].items():
+        print(f"  {s['display']:<6} {k:<20} [{s['unit']}] {s['meaning']}")
+    print(f"source: {f.source}")
+    for a in f.assumptions:
+        print(f"assumes: {a}")
+    if values:
+        print(f"value: {_fmt(result)}" + (f" = {_fmt(result.to_compact())}" if not result.dimensionless else ""))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from . import validation
+    folder = validation.find_folder()
+    results = validation.run(folder)
+    failed = validation.failed(results)
+    if args.json:
+        print(json.dumps([{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
+                           "error": r.error, "status": r.status, "expected": r.expected, "source": r.source,
+                           "reason": r.reason} for r in results]))
+    else:
+        print(validation.table(results))
+        print()
+        print("\n".join(validation.summary(results)))
+    (folder / "REPORT.md").write_text(validation.markdown(results))
+    if failed:
+        print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    if args.backend:
+        from .reference.calibrate import main as backend_main
+        return backend_main(args)
+    if not args.published:
+        raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
+    from . import calibration, validation
+    folder = validation.find_folder()
+    cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
+    constants = calibration.fit(cases)
+    text = calibration.write(constants, cases, source="validation/predicted.toml")
+    print(text, end="")
+    return 0
+
+
+def cmd_derive(args) -> int:
+    from .derive import main as derive_main
+    return derive_main(args)
+
+
+def cmd_search(args) -> int:
+    from .search import cli_main
+    return cli_main(args)
+
+
+def cmd_plot(args) -> int:
+    from .plots import cli_main
+    return cli_main(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="analytic", description="Closed-form models of distributed LLM training.", allow_abbrev=False)
+    sub = top.add_subparsers(dest="command", parser_class=_Parser)
+    p = sub.add_parser("step", help="the story of one training step", allow_abbrev=False)
+    _plan_args(p)
+    p.set_defaults(func=cmd_step)
+    p = sub.add_parser("memory", help="memory per GPU as a table", allow_abbrev=False)
+    _plan_args(p)
+    p.set_defaults(func=cmd_memory)
+    p = sub.add_parser("formula", help="print or evaluate a catalogue formula", allow_abbrev=False)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="evaluate with this input (units allowed)")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_formula)
+    p = sub.add_parser("validate", help="run the published validation cases and write REPORT.md", allow_abbrev=False)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("calibrate", help="fit the predictive model's constants", allow_abbrev=False)
+    p.add_argument("--published", action="store_true", help="fit on the published measurements")
+    p.add_argument("--backend", choices=["gloo", "nccl"], help="time real collectives with torch.distributed")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("derive", help="run a derivation (or render them all to Markdown)", allow_abbrev=False)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--list", action="store_true")
+    p.set_defaults(func=cmd_derive)
+    p = sub.add_parser("search", help="rank every valid layout by predicted step time", allow_abbrev=False)
+    _plan_args(p)
+    p.add_argument("--top", default="10")
+    p.set_defaults(func=cmd_search)
+    p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
+    p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto"])
+    p.add_argument("--out", required=True)
+    _plan_args(p)
+    p.set_defaults(func=cmd_plot)
+    return top
+
+
+def main(argv=None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        if not getattr(args, "func", None):
+            raise CLIError("analytic: give a command: step, memory, search, formula, validate, derive, calibrate, plot")
+        return args.func(args)
+    except CLIError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except Exception as exc:  # library errors are user errors; anything else is a bug and keeps its traceback
+        from .errors import AnalyticError
+        if isinstance(exc, AnalyticError):
+            print(f"analytic: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

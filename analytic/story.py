@@ -1,0 +1,173 @@
+"""The story of one training step as data: each line a number with its unit and the formula it
+came from, in the order the source text tells it (batch, placement, memory, forward, backward and
+DP reduction, optimizer, time, the whole run, failures)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pint
+
+from .errors import AnalyticError
+from .formulas import formula
+from .plan import Plan
+from .units import Q_
+
+
+@dataclass
+class Line:
+    section: str
+    key: str
+    label: str
+    value: object  # Quantity, number or text
+    formula: str = ""
+    text: str = ""  # the source text's figure, where the configuration is the text's
+
+    def as_dict(self) -> dict:
+        v = self.value
+        if isinstance(v, pint.Quantity):
+            out = {"value": float(v.magnitude), "unit": f"{v.units:~P}" if not v.dimensionless else ""}
+        else:
+            out = {"value": v, "unit": ""}
+        return {"section": self.section, "key": self.key, "label": self.label, **out, "formula": self.formula,
+                "text": self.text}
+
+
+@cache
+def essay() -> dict:
+    return tomllib.loads((Path(__file__).parent / "presets" / "essay.toml").read_text())
+
+
+def _q(f) -> pint.Quantity:
+    return f.value()
+
+
+def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> list[Line]:
+    """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
+    quoted = essay()["text"] if text else {}
+    out: list[Line] = []
+
+    def add(section, key, label, value, formula_name="", text_key=None):
+        t = quoted.get(text_key or key, {}).get("value", "") if quoted else ""
+        out.append(Line(section, key, label, value, formula_name, t))
+
+    lay, m, hw = plan.layout, plan.model, plan.hardware
+    mb = plan.microbatches
+    # batch
+    add("batch", "tokens_per_step", f"{plan.global_batch} sequences × {plan.seq_len} tokens", plan.tokens_per_step,
+        "plan.tokens_per_step")
+    add("batch", "microbatches", f"{lay.dp} DP replicas × {int(plan.global_batch) // int(lay.dp)} sequences, "
+        f"microbatches of {plan.microbatch_size} per replica", mb, "plan.microbatches")
+    # placement
+    add("placement", "gpus", f"GPUs = tp {lay.tp} × cp {lay.cp} × pp {lay.pp} × dp {lay.dp}", plan.gpus, "plan.gpus")
+    add("placement", "nodes", f"nodes of {plan.inputs['gpus_per_node']}", int(_q(plan.expr("nodes")).magnitude), "plan.nodes")
+    for axis, p in plan.placement().items():
+        if p["size"] != 1:
+            add("placement", f"link_{axis}", f"{axis.upper()} {p['size']} (stride {p['stride']})", p["link"], "plan.placement")
+    per_stage = _q(plan.expr("layers_per_stage")).magnitude
+    add("placement", "layers_per_stage", f"{m.layers} layers over {lay.pp} stages (worst stage holds "
+        f"{-(-int(m.layers) // int(lay.pp))})", round(float(per_stage), 4), "plan.layers_per_stage")
+    add("placement", "params_per_gpu", "parameters per GPU (Ψ/(t·p), experts /ep)", _q(plan.expr("params_per_gpu")),
+        "model.params.* / (tp·pp)")
+    # memory
+    mem = plan.memory()
+    z = lay.zero
+    add("memory", "weights", "bf16 weights" + (" (sharded over dp)" if z >= 3 else ""), mem.weights.to("GB"),
+        "memory.model_states.weights")
+    add("memory", "gradients", "bf16 gradients" + (" (sharded over dp)" if z >= 2 else ""), mem.gradients.to("GB"),
+        "memory.model_states.gradients")
+    add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
+        "memory.model_states.optimizer")
+    act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
+    add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
+        mem.activations.to("GB"), act_formula)
+    add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
+        mem.total.to("GB"), "plan.memory.total")
+    # forward
+    s_local = plan.seq_len / lay.cp
+    tp_msg = formula("parallelism.tp.allreduce_bytes").bind({**plan.inputs, "seq_len": s_local}).value()
+    if lay.tp != 1:
+        add("forward", "tp_message", "each TP all-reduce (2 per layer forward, 2 backward)", tp_msg.to("MB"),
+            "parallelism.tp.allreduce_bytes")
+    if lay.pp != 1:
+        try:
+            bw = plan.inputs["scale_out_bandwidth"]
+            t = formula("collectives.broadcast.time").evaluate(message=tp_msg, ranks=2, bandwidth=Q_(float(bw), "byte/s"),
+                                                               latency=Q_(0, "s"))
+            add("forward", "p2p_time", f"a stage's output ({tp_msg.to('MB'):.4g~P}) over one NIC", t.to("ms"),
+                "collectives.broadcast.time")
+        except (KeyError, AnalyticError):
+            pass
+    add("forward", "logits", "logits of one microbatch (before vocabulary-parallel split)",
+        formula("memory.logits").bind({**plan.inputs, "seq_len": s_local}).value().to("GB"), "memory.logits")
+    # backward and DP
+    comm = plan.communication()
+    ctime = plan.communication_time()
+    if lay.dp != 1:
+        add("backward", "dp_bytes", "DP gradient traffic per GPU per step" +
+            (" (reduce-scatter + all-gather)" if z else " (all-reduce)"), comm["dp"].to("GB"),
+            "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
+        try:
+            grad = plan.expr("memory.gradients").value()
+            bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
+            t = formula("collectives.all_reduce.time").evaluate(message=grad, ranks=lay.dp, bandwidth=bw, latency=Q_(0, "s"))
+            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", t, "collectives.all_reduce.time")
+        except (KeyError, AnalyticError):
+            pass
+    for axis in ("tp", "pp", "cp", "ep"):
+        if getattr(lay, axis) != 1:
+            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step ({ctime[axis].to('s'):.3g~P} on its link)",
+                comm[axis].to("GB"), f"plan.communication.{axis}")
+    if m.is_moe and m.nodes_per_token and lay.ep != 1:
+        ratio = formula("parallelism.ep.experts_per_node_at_same_cost").bind(plan.inputs).value()
+        add("backward", "experts_per_node", "experts per node a token reaches at one scale-out copy's cost",
+            round(float(ratio.magnitude), 3), "parallelism.ep.experts_per_node_at_same_cost")
+        total = formula("parallelism.ep.experts_at_same_cost").bind({**plan.inputs, "nodes_per_token": m.nodes_per_token}).value()
+        add("backward", "experts_same_cost", f"experts reachable over {m.nodes_per_token} nodes at that cost",
+            round(float(total.magnitude), 3), "parallelism.ep.experts_at_same_cost")
+    # optimizer
+    shard = lay.dp if z >= 1 else 1
+    add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: 1/{shard} of its stage's)",
+        _q(plan.expr("params_per_gpu")) / shard, "memory.model_states.optimizer")
+    # time
+    add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"), "compute.training_flops")
+    if mfu is not None:
+        add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
+    try:
+        st = plan.step_time()
+        for k, v in plan.time_breakdown().items():
+            if v.magnitude:
+                add("time", f"time_{k}", f"  {k}" + (" (exposed)" if k not in ("compute", "bubble") else ""), v,
+                    "plan.time_breakdown")
+        add("time", "step_time", "predicted step time (calibrated model)", st, "plan.step_time")
+        add("time", "mfu", "predicted MFU", round(plan.mfu(), 4), "compute.mfu")
+    except AnalyticError as exc:
+        add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
+    # run and failures
+    if training_tokens is not None:
+        steps = formula("compute.steps").evaluate(tokens=training_tokens, batch_tokens=plan.tokens_per_step)
+        add("run", "steps", f"steps for {Q_(training_tokens):.3g~P}" if isinstance(training_tokens, str) else "steps",
+            round(float(steps.magnitude)), "compute.steps")
+        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
+        days = (step * steps.magnitude).to("day")
+        add("run", "days", "days of compute at that step time", days, "compute.steps × step time")
+    mtbf = plan.expr("mtbf").value()
+    add("failures", "mtbf", "mean time between interruptions (Llama 3 rate: 419 in 54 days on 16,384 GPUs)",
+        mtbf.to("hour"), "reliability.mtbf")
+    add("failures", "checkpoint_time", "checkpoint write (16Ψ at 2 TB/s, Llama 3 storage)",
+        plan.expr("checkpoint_time").value(), "memory.model_states.zero0 / storage bandwidth")
+    add("failures", "checkpoint_interval", "Young's checkpoint interval √(2δM)", plan.expr("checkpoint_interval").value().to("min"),
+        "reliability.checkpoint_interval")
+    add("failures", "goodput", "goodput (1 − √(2δ/M))", round(float(plan.expr("goodput").value().magnitude), 4),
+        "reliability.goodput")
+    if training_tokens is not None:
+        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
+        wall = (step * steps.magnitude / plan.expr("goodput").value().magnitude).to("day")
+        add("failures", "wall_days", "wall-clock days with failures", wall, "reliability.goodput")
+        add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))), "reliability.mtbf")
+    return out
+
+

@@ -1,0 +1,116 @@
+"""Catalogue-wide checks: dimensions, sources, notation, required names, identities."""
+
+import pytest
+import sympy
+
+import analytic as an
+from analytic import symbols
+
+REQUIRED = {
+    "memory.model_states.zero0": ["params"], "memory.model_states.zero1": ["params", "dp"],
+    "memory.model_states.zero2": ["params", "dp"], "memory.model_states.zero3": ["params", "dp"],
+    "memory.activations.layer": ["seq_len", "microbatch_size", "hidden", "heads"],
+    "memory.activations.layer_tp": ["seq_len", "microbatch_size", "hidden", "heads", "tp"],
+    "memory.activations.layer_tp_sp": ["seq_len", "microbatch_size", "hidden", "heads", "tp"],
+    "memory.activations.layer_tp_sp_selective": ["seq_len", "microbatch_size", "hidden", "tp"],
+    "memory.activations.layer_full_recompute": ["seq_len", "microbatch_size", "hidden"],
+    "memory.logits": ["seq_len", "microbatch_size", "vocab", "element_bytes"],
+    "compute.training_flops": ["params", "tokens"],
+    "compute.flops_per_token_palm": ["params", "layers", "heads", "head_dim", "seq_len"],
+    "compute.megatron_flops": ["global_batch", "seq_len", "layers", "hidden", "vocab"],
+    "compute.model_flops_korthikanti": ["global_batch", "seq_len", "layers", "hidden", "vocab"],
+    "compute.mfu": ["flops", "step_time", "gpus", "peak_flops"],
+    "compute.train_time": ["flops", "gpus", "peak_flops", "mfu"],
+    "pipeline.bubble.gpipe": ["pp", "microbatches"], "pipeline.bubble.1f1b": ["pp", "microbatches"],
+    "pipeline.bubble.interleaved": ["pp", "microbatches", "vpp"],
+    "parallelism.dp.gradient_bytes": ["params", "element_bytes"],
+    "parallelism.tp.allreduce_bytes": ["seq_len", "microbatch_size", "hidden", "element_bytes"],
+    "parallelism.pp.p2p_bytes": ["seq_len", "microbatch_size", "hidden", "element_bytes"],
+    "parallelism.cp.min_block": ["peak_flops", "bandwidth"],
+    "parallelism.ep.dispatch_bytes": ["tokens", "topk", "hidden", "element_bytes"],
+    "reliability.checkpoint_interval": ["checkpoint_time", "mtbf"],
+    "scaling.chinchilla.optimal_params": ["flops"],
+}
+for _c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"):
+    REQUIRED[f"collectives.{_c}.time"] = ["message", "ranks", "bandwidth", "latency"]
+    REQUIRED[f"collectives.{_c}.busbw_factor"] = ["ranks"]
+for _c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+    REQUIRED[f"collectives.{_c}.bytes_sent"] = ["message", "ranks"]
+for _s in ("1f1b", "zb_h1", "zb_h2", "dualpipe"):
+    REQUIRED[f"pipeline.bubble_time.{_s}"] = None  # subsets of pp, t_f, t_b, t_w, t_fb
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_required_names_exist_with_their_keywords(name):
+    f = an.formula(name)
+    if REQUIRED[name] is not None:
+        assert set(f.symbols) == set(REQUIRED[name])
+    else:
+        assert set(f.symbols) <= {"pp", "t_f", "t_b", "t_w", "t_fb"}
+
+
+@pytest.mark.parametrize("name", sorted(an.formulas()))
+def test_every_formula_is_dimensionally_consistent_and_sourced(name):
+    f = an.formula(name)
+    f.check_dimensions()
+    assert f.source.strip()
+    for kw in f.symbols:
+        assert kw in symbols.REGISTRY
+
+
+def test_dimension_check_catches_a_wrong_term():
+    bad = an.Formula("bad", an.sym("message") + an.sym("latency"), "s", "test")
+    with pytest.raises(an.UnitError):
+        bad.check_dimensions()
+    wrong_unit = an.Formula("wrong", an.sym("message") / an.sym("bandwidth"), "byte", "test")
+    with pytest.raises(an.UnitError):
+        wrong_unit.check_dimensions()
+
+
+@pytest.mark.parametrize("part", ["time", "bytes_sent"])
+def test_all_reduce_is_reduce_scatter_plus_all_gather_symbolically(part):
+    ar = an.formula(f"collectives.all_reduce.{part}").expr
+    rs = an.formula(f"collectives.reduce_scatter.{part}").expr
+    ag = an.formula(f"collectives.all_gather.{part}").expr
+    assert sympy.simplify(ar - rs - ag) == 0
+
+
+def test_hierarchical_all_reduce_is_hierarchical_rs_plus_ag():
+    ar = an.formula("collectives.hierarchical_all_reduce.time").expr
+    rs = an.formula("collectives.hierarchical_reduce_scatter.time").expr
+    ag = an.formula("collectives.hierarchical_all_gather.time").expr
+    assert sympy.simplify(ar - rs - ag) == 0
+
+
+@pytest.mark.parametrize("stage,shards", [(0, (0, 0, 0)), (1, (0, 0, 1)), (2, (0, 1, 1)), (3, (1, 1, 1))])
+def test_zero_breakdown_sums_to_published_total(stage, shards):
+    dp = an.sym("dp")
+    parts = [an.formula(f"memory.model_states.{p}").expr / (dp if s else 1)
+             for p, s in zip(("weights", "gradients", "optimizer"), shards)]
+    assert sympy.simplify(sum(parts) - an.formula(f"memory.model_states.zero{stage}").expr) == 0
+
+
+def test_korthikanti_tp_sp_reduces_to_no_parallelism_at_t1():
+    layer = an.formula("memory.activations.layer").expr
+    for name in ("layer_tp", "layer_tp_sp"):
+        assert sympy.simplify(an.formula(f"memory.activations.{name}").expr.subs(an.sym("tp"), 1) - layer) == 0
+
+
+def test_flash_gelu_is_korthikanti_without_dropout_and_scores():
+    """GPT shape (MHA, 4h, a·d_h = h): 32sbh + fp32 softmax stats = 34sbh − 2sbh of dropout masks."""
+    s, b, h, a = (an.sym(k) for k in ("seq_len", "microbatch_size", "hidden", "heads"))
+    flash = an.formula("memory.activations.layer_flash_gelu_sp").expr.subs(
+        {an.sym("kv_heads"): a, an.sym("head_dim"): h / a, an.sym("ffn_hidden"): 4 * h, an.sym("tp"): 1})
+    assert sympy.simplify(flash - (32 * s * b * h + 4 * s * b * a)) == 0
+
+
+def test_notation_is_unique():
+    displays = [i.display for i in symbols.table()]
+    assert len(displays) == len(set(displays))
+
+
+def test_readme_notation_table_lists_every_symbol():
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for info in symbols.table():
+        assert f"| `{info.keyword}` |" in readme, info.keyword

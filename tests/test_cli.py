@@ -1,0 +1,89 @@
+import json
+
+import pytest
+
+from analytic.cli import batch_tokens, main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_step_default_is_the_text_story(capsys):
+    code, out, err = run(capsys, "step")
+    assert code == 0, err
+    assert "16,777,216" in out and "(text: 16M)" in out
+    assert "268.4 MB" in out and "[parallelism.tp.allreduce_bytes]" in out
+    assert "12.6 s" in out and "(text: 12.0 s)" in out
+    assert "929,832" in out and "(text: 975,000)" in out
+
+
+def test_step_issue_example_verbatim(capsys):
+    code, out, err = run(capsys, "step", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8192", "--tp", "8",
+                         "--pp", "16", "--seq", "8192", "--batch-tokens", "16M", "--mfu", "0.40")
+    assert code == 0, err
+    assert "read as 16 Mi = 16,777,216 tokens" in out
+    assert "dp=64" in out
+
+
+def test_step_moe_story(capsys):
+    code, out, err = run(capsys, "step", "--model", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--pp", "16",
+                         "--ep", "64", "--zero", "1", "--seq", "4096", "--global-batch", "15360", "--dtype", "fp8",
+                         "--schedule", "dualpipe")
+    assert code == 0, err
+    assert "dp=128" in out and "two-level" in out
+    assert "3.2" in out and "12.8" in out  # DeepSeek-V3's 3.2 experts per node, ≈ 13 over 4 nodes
+
+
+def test_step_json_round_trips(capsys):
+    code, out, _ = run(capsys, "step", "--json")
+    data = json.loads(out)
+    keys = {ln["key"]: ln for ln in data["lines"]}
+    assert keys["microbatches"]["value"] == 32
+    assert keys["tp_message"]["unit"] == "MB"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["step", "--tpp", "3"], "--tp"),
+    (["step", "--model", "llama3-405b", "--hardware", "h100"], "h100-sxm"),
+    (["step", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8192", "--tp", "3", "--seq", "8192",
+      "--global-batch", "2048"], "tp"),
+    (["step", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "100", "--tp", "8", "--seq", "8192",
+      "--global-batch", "2048"], "gpus"),
+    (["step", "--mfu", "1.5"], "mfu"),
+    (["formula", "memory.model_states.zero9"], "zero0"),
+    (["formula", "collectives.all_reduce.time", "--set", "message=1e9", "--set", "ranks=8", "--set",
+      "bandwidth=50 GB/s", "--set", "latency=0 s"], "message"),
+    (["nonsense"], "invalid choice"),
+])
+def test_user_errors_are_one_line_exit_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and needle in err
+    assert "Traceback" not in err
+
+
+def test_formula_evaluates_with_units(capsys):
+    code, out, _ = run(capsys, "formula", "memory.model_states.zero0", "--set", "params=405e9", "--json")
+    assert code == 0
+    assert json.loads(out)["value"] == pytest.approx(6.48e12)
+
+
+def test_formula_list(capsys):
+    code, out, _ = run(capsys, "formula", "--list")
+    assert "memory.model_states.zero3" in out and code == 0
+
+
+def test_memory_table(capsys):
+    code, out, _ = run(capsys, "memory", "--json")
+    assert json.loads(out)["fits"] is False
+
+
+def test_batch_tokens_parsing():
+    assert batch_tokens("16777216", 8192) == (16777216, "")
+    assert batch_tokens("16Mi", 8192) == (16777216, "")
+    tokens, note = batch_tokens("16M", 8192)
+    assert tokens == 16777216 and "16 Mi" in note
+    assert batch_tokens("8M", 1000)[0] == 8_000_000

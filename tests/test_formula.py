@@ -1,0 +1,99 @@
+import numpy as np
+import pytest
+import sympy
+
+import analytic as an
+from analytic.errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+
+
+def test_zero0_of_405b():
+    f = an.formula("memory.model_states.zero0")
+    assert str(f.evaluate(params=405e9).to("TB")) == "6.48 terabyte"
+    assert f.evaluate(params=an.Q_(405e9, "parameter")).to("TB") == f.evaluate(params=405e9).to("TB")
+
+
+def test_evaluate_converts_units():
+    f = an.formula("collectives.all_reduce.time")
+    a = f.evaluate(message="1 GB", ranks=8, bandwidth="400 Gbit/s", latency="0 s")
+    b = f.evaluate(message=an.Q_(1000, "MB"), ranks=8, bandwidth=an.Q_(50, "GB/s"), latency=an.Q_(0, "us"))
+    assert a.to("s").magnitude == pytest.approx(b.to("s").magnitude, rel=1e-15)
+    assert a.to("s").magnitude == pytest.approx(2 * 7 / 8 * 1e9 / 50e9, rel=1e-15)
+
+
+def test_wrong_unit_names_keyword_and_units():
+    f = an.formula("collectives.all_reduce.time")
+    with pytest.raises(UnitError, match="bandwidth.*GB"):
+        f.evaluate(message="1 GB", ranks=8, bandwidth="50 GB", latency="0 s")
+
+
+def test_bare_number_rejected_for_bytes_but_accepted_for_counts():
+    f = an.formula("collectives.all_reduce.bytes_sent")
+    with pytest.raises(UnitError, match="message"):
+        f.evaluate(message=1e9, ranks=8)
+    assert f.evaluate(message="1 GB", ranks=8).to("GB").magnitude == pytest.approx(1.75)
+
+
+def test_missing_and_unknown_keywords_list_expected():
+    f = an.formula("memory.model_states.zero1")
+    with pytest.raises(InputError, match="dp"):
+        f.evaluate(params=1e9)
+    with pytest.raises(UnknownNameError, match="params"):
+        f.evaluate(params=1e9, dp=8, tp=2)
+
+
+def test_unknown_formula_suggests():
+    with pytest.raises(UnknownNameError, match="zero1"):
+        an.formula("memory.model_states.zero_1")
+
+
+def test_subs_partial_and_exact():
+    f = an.formula("memory.model_states.zero1").subs(params=405e9)
+    assert list(f.symbols) == ["dp"]
+    assert f.expr == sympy.Integer(1620000000000) + sympy.Integer(4860000000000) / an.sym("dp")
+    assert f.evaluate(dp=64).to("GB").magnitude == pytest.approx(1620 + 4860 / 64)
+
+
+def test_subs_with_symbol_stays_free():
+    f = an.formula("compute.training_flops").subs(tokens=an.sym("params") * 20)
+    assert f.expr == 120 * an.sym("params") ** 2
+
+
+def test_lambdify_agrees_with_evaluate_on_arrays():
+    f = an.formula("collectives.reduce_scatter.time")
+    fn = f.lambdify()
+    msg = np.array([1e6, 1e9])
+    out = fn(message=msg, ranks=np.array([4, 64]), bandwidth=np.array([50e9, 450e9]), latency=np.array([1e-5, 2e-5]))
+    for i in range(2):
+        q = f.evaluate(message=an.Q_(msg[i], "byte"), ranks=[4, 64][i], bandwidth=an.Q_([50e9, 450e9][i], "byte/s"),
+                       latency=an.Q_([1e-5, 2e-5][i], "s"))
+        assert out[i] == pytest.approx(q.to("s").magnitude, rel=1e-12)
+
+
+def test_diff_has_unit_and_sign():
+    f = an.formula("memory.model_states.zero1")
+    d = f.diff("dp")
+    assert d.evaluate(params=1e9, dp=8).magnitude < 0
+
+
+def test_value_raises_on_free_symbols():
+    with pytest.raises(FreeSymbolError):
+        an.formula("memory.model_states.zero1").value()
+
+
+def test_nan_and_negative_rejected():
+    f = an.formula("memory.model_states.zero0")
+    with pytest.raises(InputError):
+        f.evaluate(params=float("nan"))
+    with pytest.raises(InputError):
+        f.evaluate(params=-1)
+
+
+def test_latex_and_repr_latex():
+    f = an.formula("memory.model_states.zero1")
+    assert f.latex() == "4 \\Psi + \\frac{12 \\Psi}{N_{d}}"
+    assert f._repr_latex_().startswith("$")
+
+
+def test_sympy_symbol_named_like_keyword_is_accepted():
+    f = an.formula("memory.model_states.zero1").subs(dp=sympy.Symbol("dp") * 2)
+    assert f.expr.free_symbols == {an.sym("params"), an.sym("dp")}

@@ -1,0 +1,73 @@
+import pytest
+
+import analytic as an
+from analytic.errors import PresetError, UnknownNameError
+from analytic.presets import hardware_from_table, model_source
+
+# published counts (model cards, papers) and the relative rounding of how they are printed
+PUBLISHED = {"llama3-8b": 5e-4, "llama3-70b": 1e-4, "llama3-405b": 2e-5, "gpt3-175b": 3e-4, "palm-540b": 2e-5,
+             "bloom-176b": 1e-4, "deepseek-v3": 1e-3}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_published(name):
+    m = an.model(name)
+    published = model_source(name)["published_params"]["value"]
+    assert m.total_params == pytest.approx(published, rel=PUBLISHED[name])
+
+
+def test_llama3_8b_exact_count():
+    assert an.model("llama3-8b").total_params == 8_030_261_248
+
+
+def test_deepseek_v3_active_within_documented_approximation():
+    m = an.model("deepseek-v3")
+    # 37B printed to 2 digits; embedding and output layers (0.93B each) are counted as active
+    assert m.active_params == pytest.approx(37e9, rel=0.02)
+    assert m.active_params < m.total_params / 15
+
+
+def test_gpt_one_liner_matches_megatron_count():
+    m = an.Model.gpt(layers=96, hidden=12288, heads=96, vocab=51200, seq_len=2048)
+    megatron = an.formula("model.params.megatron").evaluate(layers=96, hidden=12288, vocab=51200, seq_len=2048)
+    # Megatron's eq. (2) leaves out the final LayerNorm (2h parameters)
+    assert m.total_params - megatron.magnitude == pytest.approx(2 * 12288)
+
+
+@pytest.mark.parametrize("name", an.hardwares())
+def test_every_hardware_number_has_a_source(name):
+    hw = an.hardware(name)
+    assert hw.sources and all(s.strip() for s in hw.sources.values())
+    assert hw.peak_flops("bf16").to("TFLOP/s").magnitude > 100
+
+
+def test_dense_not_sparse_peaks():
+    assert an.hardware("h100-sxm").peak_flops("bf16").to("TFLOP/s").magnitude == pytest.approx(989.4)
+    assert an.hardware("h100-sxm").peak_flops("fp8").to("TFLOP/s").magnitude == pytest.approx(1978.9)
+
+
+def test_link_conventions():
+    hw = an.hardware("h100-sxm")
+    assert hw.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(450)  # 900 GB/s bidirectional
+    assert hw.scale_out_bandwidth.to("GB/s").magnitude == pytest.approx(50)  # 400 Gbit/s
+
+
+def test_preset_without_source_fails():
+    with pytest.raises(PresetError, match="source"):
+        hardware_from_table("x", {"peak": {"bf16": {"value": "1 TFLOP/s"}}})
+    with pytest.raises(PresetError):
+        hardware_from_table("x", {"peak": {"bf16": {"value": "1 TFLOP/s", "source": "s"}}, "hbm": "80 GB"})
+
+
+def test_unknown_names_suggest():
+    with pytest.raises(UnknownNameError, match="llama3-405b"):
+        an.model("llama3-450b")
+    with pytest.raises(UnknownNameError, match="h100-sxm"):
+        an.hardware("h100")
+    with pytest.raises(UnknownNameError, match="bf16"):
+        an.hardware("h100-sxm").peak_flops("bf61")
+
+
+def test_missing_link_is_a_clear_error():
+    with pytest.raises(PresetError, match="scale-out"):
+        an.hardware("tpu-v4").scale_out_bandwidth
