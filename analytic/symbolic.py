@@ -1,0 +1,173 @@
+"""Questions asked of symbolic plans: the smallest degree that fits, the degree that minimises step
+time, the largest model that fits, limits at scale, and closed-form break-even points.
+
+Each helper returns a dict with the answer (a number with units where it has one) and the
+expression it came from, so a notebook can show both.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import sympy
+
+from .errors import AnalyticError, InputError, LayoutError
+from .formula import Formula, magnitude, to_float
+from .formulas import formula
+from .symbols import info, sym
+from .units import Q_
+
+
+def _one_free(f: Formula, keyword: str) -> Formula:
+    extra = set(f.symbols) - {keyword}
+    if keyword not in f.symbols:
+        raise InputError(f"{keyword}: not a free input of {f.name} (free: {', '.join(f.symbols) or 'none'}); "
+                         f"build the plan with {keyword}=an.sym('{keyword}')")
+    if extra:
+        raise InputError(f"{f.name}: other free inputs remain ({', '.join(sorted(extra))}); give them numbers")
+    return f
+
+
+def _valid(plan, keyword: str, value: int) -> bool:
+    try:
+        plan.subs(**{keyword: value})
+        return True
+    except (LayoutError, InputError):
+        return False
+
+
+def _grid(fn, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    xs = np.arange(1, limit + 1, dtype=float)
+    with np.errstate(all="ignore"):
+        ys = np.broadcast_to(np.asarray(fn(**{keyword: xs}), dtype=float), xs.shape)
+    return xs, ys
+
+
+def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20) -> int:
+    """Smallest integer value of ``keyword`` (free in ``plan``) for which memory fits in HBM and the
+    layout is valid."""
+    return smallest_fitting_detail(plan, keyword, limit=limit)["value"]
+
+
+def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict:
+    headroom = _one_free(plan.expr("memory.headroom"), keyword)
+    xs, ys = _grid(headroom.lambdify(), keyword, min(limit, 1 << 22))
+    for x in xs[ys >= 0]:
+        if _valid(plan, keyword, int(x)):
+            v = int(x)
+            total = plan.expr("memory.total").subs(**{keyword: v}).value()
+            return {"value": v, "memory": total.to("GB"), "expression": plan.expr("memory.total")}
+    raise AnalyticError(f"{keyword}: no value up to {limit} fits in HBM with a valid layout")
+
+
+def minimise_step_time(plan, keyword: str, *, limit: int = 1 << 16) -> dict:
+    """Continuous minimum of the step time over ``keyword`` ≥ 1, then the best valid integer."""
+    from scipy.optimize import minimize_scalar
+
+    f = _one_free(plan.expr("step_time"), keyword)
+    fn = f.lambdify()
+    res = minimize_scalar(lambda lx: float(fn(**{keyword: math.exp(lx)})), bounds=(0.0, math.log(limit)),
+                          method="bounded")
+    xs, ys = _grid(fn, keyword, limit)
+    best = None
+    for i in np.argsort(ys):
+        if np.isfinite(ys[i]) and _valid(plan, keyword, int(xs[i])):
+            best = int(xs[i])
+            break
+    if best is None:
+        raise AnalyticError(f"{keyword}: no valid value up to {limit}")
+    return {"continuous": math.exp(res.x), "continuous_step_time": Q_(float(res.fun), "s"), "best": best,
+            "step_time": f.subs(**{keyword: best}).value(), "expression": f}
+
+
+def largest_fitting_model(plan_factory, keyword: str = "layers", *, limit: int = 1 << 12) -> dict:
+    """Largest integer ``keyword`` (e.g. layers) for which ``plan_factory(value)`` fits in HBM."""
+    best = None
+    lo, hi = 1, limit
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        try:
+            fits = plan_factory(mid).memory().fits
+        except (LayoutError, InputError):
+            fits = False
+        if fits:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        raise AnalyticError(f"{keyword}: even 1 does not fit")
+    return {"value": best, "params": plan_factory(best).model.total_params}
+
+
+def strong_scaling(plan, keyword: str = "dp") -> dict:
+    """Step time and MFU as the free degree grows at a fixed global batch: the expression and its
+    limit as the degree reaches the batch (one microbatch per replica)."""
+    step = _one_free(plan.expr("step_time"), keyword)
+    mfu = plan.expr("mfu")
+    gb = plan.global_batch / plan.microbatch_size
+    at_limit = step.subs(**{keyword: gb}).value()
+    return {"step_time": step, "mfu": mfu, "largest": int(gb), "step_time_at_largest": at_limit,
+            "mfu_at_largest": float(mfu.subs(**{keyword: gb}).value().magnitude)}
+
+
+def mfu_threshold(plan, keyword: str, threshold: float, *, limit: int | None = None) -> int:
+    """Smallest valid integer ``keyword`` at which the predicted MFU falls below ``threshold``."""
+    f = _one_free(plan.expr("mfu"), keyword)
+    limit = limit or int(plan.global_batch)
+    xs, ys = _grid(f.lambdify(), keyword, limit)
+    for x in xs[ys < threshold]:
+        if _valid(plan, keyword, int(x)):
+            return int(x)
+    raise AnalyticError(f"mfu stays above {threshold} up to {keyword} = {limit}")
+
+
+def failure_optimal_gpus(checkpoint_time, interruption_rate=None) -> dict:
+    """The GPU count beyond which failures slow a run: N* = 2/(9δλ) (throughput ∝ n(1 − √(2δλn)))."""
+    from .presets import llama3_interruption_rate
+    lam = interruption_rate if interruption_rate is not None else llama3_interruption_rate()
+    f = formula("reliability.optimal_gpus")
+    return {"value": float(f.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude),
+            "expression": f}
+
+
+def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int = 1, efficiency: float = 1.0,
+                  dtype: str = "bf16") -> dict:
+    """The TP degree at which one layer's TP all-reduce time equals its compute time (closed form
+    in t): 4 all-reduces of s·b·h·e bytes each, 2(t−1)/t of them sent, against the layer's training
+    FLOPs split t ways. Latency neglected."""
+    t = sym("tp")
+    s_, b_ = magnitude("seq_len", seq_len), magnitude("microbatch_size", microbatch_size)
+    inputs = {**model.inputs(), "seq_len": s_, "microbatch_size": b_, "element_bytes": Q_(2, "byte")}
+    msg = formula("parallelism.tp.allreduce_bytes").bind(inputs)
+    comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
+                                                        "latency": Q_(0, "s")}) * 4
+    per_token = (formula("compute.attention_forward_flops_per_token").bind(inputs)
+                 + formula(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs))
+    flops = per_token * 3 * Formula("tokens", s_ * b_, "token", "")
+    peak = magnitude("peak_flops", hardware.peak_flops(dtype)) * sympy.nsimplify(efficiency)
+    compute = flops / Formula("tF", t * peak, "FLOP/s", "")
+    ratio = comm / compute
+    sol = [r for r in sympy.solve(sympy.Eq(ratio.expr, 1), t) if r.is_real and r > 0]
+    return {"ratio": ratio.to(""), "break_even": float(sol[0]) if sol else math.inf}
+
+
+def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
+    """Fewest microbatches m for which the bubble is at most ``target`` of the ideal time
+    (T_F = T_B = T_W, the overlapped F&B pair = T_F + T_B + T_W)."""
+    names = {"1f1b": "1f1b", "gpipe": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
+    if schedule not in names:
+        raise InputError(f"schedule: expected one of {', '.join(names)}, got {schedule!r}")
+    m = sym("microbatches")
+    unit = Fraction(1, 3)
+    bubble = formula(f"pipeline.bubble_time.{names[schedule]}").bind(
+        {"pp": pp, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")})
+    fraction = bubble.expr / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
+    if fraction == 0:
+        return {"value": 1, "fraction": fraction}
+    need = sympy.solve(sympy.Eq(fraction, sympy.nsimplify(target)), m)[0]
+    value = math.ceil(to_float(need) - 1e-12)
+    if schedule == "dualpipe" and value % 2:
+        value += 1
+    return {"value": max(value, 1), "fraction": fraction}

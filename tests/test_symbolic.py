@@ -1,0 +1,104 @@
+"""Symbolic plans and the worked scaling laws of the README."""
+
+import pytest
+import sympy
+from hypothesis import given, settings
+
+import analytic as an
+from analytic import symbolic
+from analytic.strategies import plans
+
+
+def llama(dp=an.sym("dp"), **kw):
+    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=dp, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048, **kw)
+
+
+@given(plans(gpus=16))
+@settings(max_examples=15)
+def test_symbolic_plan_equals_numeric_plan(plan):
+    """Leave dp free, substitute the plan's dp back: every quantity equals the numeric plan's."""
+    lay = plan.layout
+    sym_plan = an.Plan(plan.model, plan.hardware, lay.replace(dp=an.sym("dp")), seq_len=plan.seq_len,
+                       global_batch=plan.global_batch, microbatch_size=plan.microbatch_size, dtype=plan.dtype)
+    for q in ("memory.total", "memory.activations", "flops", "communication.dp", "step_time", "bubble"):
+        f = sym_plan.expr(q)
+        got = f.subs(dp=lay.dp).value() if "dp" in f.symbols else f.value()
+        want = plan.expr(q).value()
+        assert got.magnitude == pytest.approx(want.magnitude, rel=1e-12, abs=1e-30)
+
+
+def test_smallest_dp_that_fits_on_h100():
+    p = llama()
+    n = p.smallest("dp")
+    assert not p.subs(dp=n // 2).memory().fits
+    assert p.subs(dp=n).memory().fits
+    assert n == 256  # fewer than 16 microbatches per replica: stage 0 holds fewer in flight
+
+
+def test_latex_of_symbolic_quantities():
+    p = llama()
+    assert "N_{d}" in p.expr("memory.total").latex()
+    assert "N_{d}" in p.expr("step_time").latex()
+
+
+def test_derivative_sign_matches_numbers():
+    f = llama().expr("step_time")
+    d = f.diff("dp")
+    for dp in (16, 64, 256):
+        numeric = f.subs(dp=2 * dp).value() - f.subs(dp=dp).value()
+        assert (d.evaluate(dp=dp).magnitude < 0) == (numeric.magnitude < 0)
+
+
+def test_best_tp_compared_with_discrete_search():
+    p = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp"), dp=1, pp=1),
+                seq_len=4096, global_batch=16)
+    res = symbolic.minimise_step_time(p, "tp", limit=8)
+    times = {t: an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=t), seq_len=4096,
+                        global_batch=16).step_time().magnitude for t in (1, 2, 4, 8)}
+    assert res["best"] == min(times, key=times.get)
+
+
+def test_strong_scaling_llama_405b():
+    """T(N) at a fixed 2,048-sequence batch: closed form in N_d, its value at one microbatch per
+    replica, and the N at which MFU falls below 30%."""
+    p = llama()
+    r = symbolic.strong_scaling(p)
+    assert set(r["step_time"].symbols) == {"dp"}
+    n30 = symbolic.mfu_threshold(p, "dp", 0.30)
+    assert p.subs(dp=n30).mfu() < 0.30 <= p.subs(dp=n30 // 2).mfu()
+    assert r["step_time_at_largest"] < p.subs(dp=64).step_time()
+
+
+@pytest.mark.parametrize("minutes,order", [(1, 5), (5, 5), (30, 4)])
+def test_failure_optimal_cluster(minutes, order):
+    """N* = 2/(9δλ) with Llama 3's 419 interruptions in 54 days on 16,384 GPUs."""
+    value = symbolic.failure_optimal_gpus(an.Q_(minutes, "min"))["value"]
+    lam = 419 / (54 * 86400 * 16384)
+    assert value == pytest.approx(2 / (9 * minutes * 60 * lam), rel=1e-12)
+    assert 10**order <= value < 10**(order + 1)
+
+
+def test_tp_break_even_nvlink_and_nic():
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    nvl = symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth)
+    nic = symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_out_bandwidth)
+    assert nic["break_even"] < 8 < nvl["break_even"]  # why TP stays inside a node
+    # 8(t−1)·sbhe/B = layer FLOPs/F, so t − 1 scales with the bandwidth: 450 GB/s over 50 GB/s
+    assert (nvl["break_even"] - 1) / (nic["break_even"] - 1) == pytest.approx(9, rel=1e-9)
+    t = nvl["break_even"]
+    assert nvl["ratio"].evaluate(tp=t).magnitude == pytest.approx(1, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 1), ("dualpipe", 94)])
+def test_microbatches_for_bubble_under_5_percent(schedule, expected):
+    """p = 16: (p−1)/m ≤ 5% needs 300; ZB-H1 a third; ZB-H2 none; DualPipe (p/2−1)(2/3)/m → 94 (even)."""
+    assert symbolic.microbatches_for_bubble(schedule, 16, 0.05)["value"] == expected
+
+
+def test_largest_llama_shape_that_fits():
+    def factory(layers):
+        m = an.model("llama3-70b").replace(layers=layers)
+        return an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=8, dp=1, zero=0), seq_len=4096, global_batch=1)
+    r = symbolic.largest_fitting_model(factory)
+    assert factory(r["value"]).memory().fits and not factory(r["value"] + 1).memory().fits
