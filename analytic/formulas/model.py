@@ -7,7 +7,7 @@ E, E_s, k, h_e = S("experts", "shared_experts", "topk", "expert_ffn_hidden")
 r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
 l, s = S("layers", "seq_len")
 
-ARCH = "derived: counting the weight matrices of the layer (derivations/time_wall.py)"
+ARCH = "counting the weight matrices of the layer (checked against published counts: validation/identities.toml)"
 P = "parameter"
 
 define("model.params.embedding", V * h, P, "token embedding table V×h (untied output layer: the same again)",

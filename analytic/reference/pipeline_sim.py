@@ -1,0 +1,153 @@
+"""A discrete-event simulator of pipeline schedules (plain Python, no torch).
+
+Stages run ops one at a time: F (forward of one microbatch through one model chunk), B (backward
+for inputs) and W (backward for weights). An op starts when its stage is free and its inputs are
+done; communication is free. GPipe, 1F1B and interleaved 1F1B run in Megatron's fixed op orders
+(B and W fused into one full backward); ZB-H1 and ZB-H2 schedule greedily, B before F before W,
+with the in-flight limits of Qi et al. (p − i and 2(p − i) − 1 microbatches on stage i).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+
+
+@dataclass
+class Result:
+    makespan: float
+    bubble: float  # makespan minus one stage's busy time (equal on every stage)
+    peak_in_flight: list  # per stage: most microbatches whose activations are held at once
+
+
+def _orders(schedule, p, m, v):
+    """Fixed per-stage op lists (kind, microbatch, chunk)."""
+    orders = []
+    for i in range(p):
+        if schedule == "gpipe":
+            ops = [("F", j, 0) for j in range(m)] + [("BW", j, 0) for j in range(m)]
+        elif schedule == "1f1b":
+            warm = min(p - i - 1, m)
+            ops = [("F", j, 0) for j in range(warm)]
+            f, b = warm, 0
+            while b < m:
+                if f < m:
+                    ops.append(("F", f, 0))
+                    f += 1
+                ops.append(("BW", b, 0))
+                b += 1
+        else:  # interleaved (Narayanan et al. 2021 §2.2.2, Megatron-LM's order)
+            total = m * v
+
+            def fwd(k):
+                return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+
+            def bwd(k):
+                return ("BW", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+
+            warm = min((p - i - 1) * 2 + (v - 1) * p, total)
+            ops = [fwd(k) for k in range(warm)]
+            f, b = warm, 0
+            while b < total:
+                if f < total:
+                    ops.append(fwd(f))
+                    f += 1
+                ops.append(bwd(b))
+                b += 1
+        orders.append(ops)
+    return orders
+
+
+def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> Result:
+    """Run ``schedule`` on ``p`` stages with ``m`` microbatches (``v`` chunks per stage for the
+    interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes 1/v)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "interleaved" and m % p:
+        raise ValueError("interleaved 1F1B needs m to be a multiple of p")
+    v = v if schedule == "interleaved" else 1
+    dur = {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}
+    done: dict = {}
+    free = [0.0] * p
+    held = [0] * p
+    peak = [0] * p
+    last_vs = p * v - 1
+
+    def vs(i, c):
+        return c * p + i
+
+    def ready(kind, j, i, c):
+        s = vs(i, c)
+        if kind == "F":
+            if s == 0:
+                return 0.0
+            prev = ((s - 1) % p, (s - 1) // p)
+            return done.get(("F", j, *prev))
+        if kind in ("B", "BW"):
+            own = done.get(("F", j, i, c))
+            if own is None:
+                return None
+            if s == last_vs:
+                return own
+            nxt = ((s + 1) % p, (s + 1) // p)
+            up = done.get(("B", j, *nxt))
+            return None if up is None else max(own, up)
+        return done.get(("B", j, i, c))  # W after B
+
+    def run(i, kind, j, c, start):
+        end = start + dur[kind]
+        free[i] = end
+        done[(kind, j, i, c)] = end
+        if kind == "BW":
+            done[("B", j, i, c)] = done[("W", j, i, c)] = end
+        if kind == "F":
+            held[i] += 1
+            peak[i] = max(peak[i], held[i])
+        if kind in ("B", "BW"):
+            held[i] -= 1
+
+    if schedule in ("gpipe", "1f1b", "interleaved"):
+        orders = _orders(schedule, p, m, v)
+        pos = [0] * p
+        remaining = sum(len(o) for o in orders)
+        while remaining:
+            progressed = False
+            for i in range(p):
+                while pos[i] < len(orders[i]):
+                    kind, j, c = orders[i][pos[i]]
+                    t = ready(kind, j, i, c)
+                    if t is None:
+                        break
+                    run(i, kind, j, c, max(free[i], t))
+                    pos[i] += 1
+                    remaining -= 1
+                    progressed = True
+            if not progressed:
+                raise RuntimeError("schedule deadlocked")
+    else:
+        limit = [(p - i) if schedule == "zb-h1" else 2 * (p - i) - 1 for i in range(p)]
+        todo = [{("F", j): None for j in range(m)} | {("B", j): None for j in range(m)} | {("W", j): None for j in range(m)}
+                for _ in range(p)]
+        prio = {"B": 0, "F": 1, "W": 2}
+        while any(todo):
+            best = None
+            for i in range(p):
+                for (kind, j) in todo[i]:
+                    if kind == "F" and held[i] >= limit[i]:
+                        continue
+                    t = ready(kind, j, i, 0)
+                    if t is None:
+                        continue
+                    start = max(free[i], t)
+                    key = (start, prio[kind], j, i)
+                    if best is None or key < best[0]:
+                        best = (key, i, kind, j)
+            if best is None:
+                raise RuntimeError("schedule deadlocked")
+            (start, _, _, _), i, kind, j = best
+            run(i, kind, j, 0, start)
+            del todo[i][(kind, j)]
+    makespan = max(free)
+    busy = m * (t_f + t_b + t_w)
+    return Result(makespan, makespan - busy, [pk / v for pk in peak])

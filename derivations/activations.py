@@ -1,0 +1,33 @@
+"""Activation memory of one transformer layer, tensor by tensor, for the architectures Plan uses."""
+
+import sympy
+
+from analytic.derive import Derivation, S
+
+
+def derive() -> Derivation:
+    d = Derivation("Activations saved for the backward pass", "Which tensors does one layer keep, and how many bytes are they?")
+    s, b, h, a, a_kv, d_h, h_ff, t = S("seq_len", "microbatch_size", "hidden", "heads", "kv_heads", "head_dim",
+                                       "ffn_hidden", "tp")
+    two = 2  # bytes of a 16-bit element
+    seq_part = d.step("Inputs of the two norms and of the QKV and MLP matmuls, [s, b, h] each in 16 bits "
+                      "(replicated over TP unless sequence parallelism splits them)", 4 * two * s * b * h)
+    qkv = d.step("Q, K and V as flash attention saves them (GQA: a_kv key/value heads)",
+                 two * s * b * (a * d_h + 2 * a_kv * d_h))
+    out = d.step("The attention output (input of the output projection)", two * s * b * a * d_h)
+    lse = d.step("Flash attention's softmax statistics, one fp32 value per query row and head", 4 * s * b * a)
+    swiglu = d.step("Fused SwiGLU: the gate and up projections and their product (input of the down projection)",
+                    3 * two * s * b * h_ff)
+    gelu = d.step("A GELU MLP instead: the fc1 output and the GELU output", 2 * two * s * b * h_ff)
+    head_part = qkv + out + lse
+    d.check(seq_part + (head_part + swiglu) / t, "memory.activations.layer_flash_swiglu",
+            "Llama-style layer, TP without SP: heads and h_ff split t ways")
+    d.check((seq_part + head_part + swiglu) / t, "memory.activations.layer_flash_swiglu_sp", "with SP:")
+    d.check(seq_part + (head_part + gelu) / t, "memory.activations.layer_flash_gelu")
+    d.check((seq_part + head_part + gelu) / t, "memory.activations.layer_flash_gelu_sp")
+    gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h, t: 1}
+    korthikanti = (seq_part + head_part + gelu).subs(gpt) + 2 * s * b * h + 5 * a * s**2 * b - 4 * s * b * a
+    d.step("For a GPT layer without flash attention, add Korthikanti's two 1-byte dropout masks (2sbh) and the "
+           "stored scores, softmax and its dropout (5as²b), and drop the fp32 statistics", sympy.expand(korthikanti))
+    d.check(korthikanti, "memory.activations.layer")
+    return d

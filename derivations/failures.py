@@ -1,0 +1,44 @@
+"""Failures and goodput: interruption rate, Young's interval, goodput, the largest useful cluster,
+and stragglers."""
+
+import math
+
+import sympy
+
+import analytic as an
+from analytic.derive import Derivation, S
+
+
+def derive() -> Derivation:
+    d = Derivation("Failures, checkpoints and goodput", "How often does a large job stop, how often should it checkpoint, and what does it lose?")
+    lam, n, delta, M, R, tau, sigma = *S("interruption_rate", "gpus", "checkpoint_time", "mtbf", "restart_time"), \
+        sympy.Symbol("tau", positive=True), S("sigma")
+    rate = an.Q_(419, "1") / (an.Q_(54, "day") * 16384)
+    d.number("Llama 3: 419 unexpected interruptions in 54 days on ≈16,384 GPUs: per GPU per hour", rate.to("1/hour"))
+    d.check(1 / (lam * n), "reliability.mtbf", "Independent failures add up: the job stops at rate λn")
+    for gpus in (8192, 16384, 100_000):
+        d.number(f"  mean time between interruptions on {gpus:,} GPUs",
+                 an.formula("reliability.mtbf").evaluate(interruption_rate=rate.to("1/s"), gpus=gpus).to("hour"))
+    waste = d.step("Checkpointing every τ costs δ/τ of the time; an interruption loses τ/2 of work on average",
+                   delta / tau + tau / (2 * M))
+    tau_opt = [r for r in sympy.solve(sympy.diff(waste, tau), tau) if r.is_positive][0]
+    d.check(tau_opt, "reliability.checkpoint_interval", "Minimising over τ (Young 1974)")
+    w = sympy.simplify(waste.subs(tau, tau_opt))
+    d.check(w + R / M, "reliability.waste_fraction", "Waste at the optimum, plus a restart R per interruption")
+    d.check(1 - w - R / M, "reliability.goodput")
+    thr = d.step("With M = 1/(λn) and R neglected, throughput is proportional to", n * (1 - sympy.sqrt(2 * delta * lam * n)))
+    n_opt = [r for r in sympy.solve(sympy.diff(thr, n), n) if r.is_positive][0]
+    d.check(n_opt, "reliability.optimal_gpus", "It peaks at")
+    for minutes in (1, 5, 30):
+        d.number(f"  with Llama 3's rate and δ = {minutes} min",
+                 round(an.formula("reliability.optimal_gpus").evaluate(checkpoint_time=an.Q_(minutes, "min"),
+                                                                      interruption_rate=rate.to("1/s")).magnitude))
+    d.check(1 + sigma * sympy.sqrt(2 * sympy.log(n)), "reliability.straggler_slowdown",
+            "Stragglers: a synchronous step waits for the slowest of n GPUs. For n independent normal step times "
+            "the expected maximum is μ + σ·√(2 ln n) to leading order")
+    from scipy import integrate, stats
+    for gpus in (1000, 10000):
+        exact = integrate.quad(lambda x: x * gpus * stats.norm.pdf(x) * stats.norm.cdf(x) ** (gpus - 1), -10, 10)[0]
+        d.number(f"  n = {gpus:,}: exact expected maximum of standard normals {exact:.3f}, leading term",
+                 round(math.sqrt(2 * math.log(gpus)), 3))
+    return d

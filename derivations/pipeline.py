@@ -1,0 +1,48 @@
+"""Pipeline bubbles from the schedules' critical paths, checked against a discrete-event simulation."""
+
+import sympy
+
+import analytic as an
+from analytic.derive import Derivation, S
+from analytic.reference.pipeline_sim import simulate
+
+
+def derive() -> Derivation:
+    d = Derivation("Pipeline bubbles", "How much of a step do pipeline stages sit idle, and how many microbatches hide it?")
+    p, m, v, tf, tb, tw, tfb = S("pp", "microbatches", "vpp", "t_f", "t_b", "t_w", "t_fb")
+    total = d.step("GPipe and 1F1B with equal stages: the last microbatch's forward enters stage p after (p−1) forward "
+                   "slots and its backward leaves stage 1 after (p−1) backward slots, so a step takes",
+                   (m + p - 1) * (tf + tb + tw))
+    ideal = m * (tf + tb + tw)
+    bubble = d.check(sympy.expand(total - ideal), "pipeline.bubble_time.1f1b", "Bubble time")
+    d.check(sympy.simplify(bubble / ideal), "pipeline.bubble.1f1b", "Bubble over ideal time")
+    d.check(sympy.simplify(bubble / ideal), "pipeline.bubble.gpipe")
+    d.check(sympy.simplify((p - 1) * (tf + tb + tw) / v / ideal), "pipeline.bubble.interleaved",
+            "Interleaving: each stage holds v chunks of 1/v the layers; the fill and drain run through chunks, so the bubble is divided by v")
+    d.check(sympy.simplify(bubble / total), "pipeline.bubble_share.1f1b", "As a share of the whole step")
+    d.step("Zero Bubble splits the backward into B (input gradients) and W (weight gradients). ZB-H1 moves W passes "
+           "into the drain, taking T_W out of each of the p − 1 bubble slots, and ZB-H2 starts more forwards early "
+           "(2p − 1 in flight) to take out a second T_W")
+    d.check((p - 1) * (tf + tb - tw), "pipeline.bubble_time.zb_h1")
+    d.check((p - 1) * (tf + tb - 2 * tw), "pipeline.bubble_time.zb_h2")
+    Bfull = tb + tw
+    d.check((p / 2 - 1) * (tfb + Bfull - 3 * tw), "pipeline.bubble_time.dualpipe",
+            "DeepSeek-V3's DualPipe, (PP/2 − 1)(F&B + B − 3W) with its B the full backward")
+    target = sympy.Symbol("x", positive=True)
+    need = sympy.solve(sympy.Eq((p - 1) / m, target), m)[0]
+    d.step("Microbatches for a 1F1B bubble of at most x", sympy.Eq(m, need))
+    d.number("for p = 16 and x = 5%", int(need.subs({p: 16, target: sympy.Rational(5, 100)})))
+    # the simulator agrees exactly for equal-time stages
+    for sched, v_ in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
+        for p_, m_ in ((4, 8), (8, 16)):
+            r = simulate(sched, p_, m_, v=v_)
+            want = an.formula("pipeline.bubble_time.1f1b").expr.subs({p: p_, tf: 1, tb: 1, tw: 1}) / v_
+            assert abs(r.bubble - float(want)) < 1e-9, (sched, p_, m_, r.bubble, want)
+    d.step("A discrete-event simulation of GPipe, 1F1B and interleaved 1F1B (analytic.reference.pipeline_sim) "
+           "gives exactly these bubbles for p ∈ {4, 8}, m ∈ {8, 16}.")
+    r = simulate("interleaved", 4, 8, v=2)
+    factor = an.formula("memory.activations.first_stage_interleaved_factor").expr.subs({p: 4, v: 2})
+    assert abs(r.peak_in_flight[0] - 4 * float(factor)) < 1e-9
+    d.number("Peak microbatches held by stage 0 of interleaved 1F1B (p = 4, v = 2), simulated; Korthikanti's "
+             "p·(1 + (p−1)/(pv)) gives the same", r.peak_in_flight[0])
+    return d

@@ -1,0 +1,54 @@
+"""Time wall: 6ND from the cost of one matmul; the exact per-layer count; when 6ND is within 1% or 5%;
+PaLM's 6N + 12LHQT; why MoE compute follows the active parameters."""
+
+import sympy
+
+import analytic as an
+from analytic.derive import Derivation, S
+
+
+def derive() -> Derivation:
+    d = Derivation("The time wall: FLOPs of training", "Where does 6ND come from, and when is it accurate?")
+    m_, n_ = sympy.symbols("m n", positive=True)
+    fwd = d.step("A token through a weight matrix m×n costs m·n multiply-adds: 2mn FLOPs forward", 2 * m_ * n_)
+    bwd = d.step("Backward computes the input gradient (2mn) and the weight gradient (2mn)", 4 * m_ * n_)
+    d.step("So each weight costs 6 FLOPs per token; summed over N weights and D tokens",
+           sympy.Eq(sympy.Symbol("C"), (fwd + bwd) / (m_ * n_) * S("params") * S("tokens")))
+    d.check((fwd + bwd) / (m_ * n_) * S("params") * S("tokens"), "compute.training_flops")
+
+    h, a, a_kv, d_h, h_ff, s, V, L, b, B = S("hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "seq_len", "vocab",
+                                             "layers", "microbatch_size", "global_batch")
+    proj = d.step("Attention projections per token: Q and O are h×(a·d_h), K and V are h×(a_kv·d_h) (GQA)",
+                  2 * (2 * h * a * d_h) + 2 * (2 * h * a_kv * d_h))
+    scores = d.step("QKᵀ and attention over V: each query meets s keys in each of a heads, d_h multiply-adds each (causal attention counted in full)",
+                    2 * (2 * a * d_h * s))
+    d.check(proj + scores, "compute.attention_forward_flops_per_token")
+    d.check(2 * 3 * h * h_ff, "compute.mlp_forward_flops_per_token.swiglu", "SwiGLU: gate, up and down matrices:")
+    d.check(2 * 2 * h * h_ff, "compute.mlp_forward_flops_per_token.gelu", "GELU MLP: two matrices:")
+    d.check(2 * h * V, "compute.logits_forward_flops_per_token", "Logits:")
+
+    # GPT shape: MHA, a·d_h = h, h_ff = 4h, tied embeddings
+    gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h}
+    per_token = 3 * (L * (proj + scores + 2 * 2 * h * h_ff) + 2 * h * V)
+    exact = sympy.simplify((per_token * B * s).subs(gpt))
+    d.step("Training FLOPs of a GPT model (3 × forward, every layer and the logits), per step of B sequences", exact)
+    d.check(exact, "compute.model_flops_korthikanti", "which is Korthikanti et al.'s model-FLOPs count:")
+    N = L * 12 * h**2 + V * h
+    d.step("Its parameter count without biases, norms and positions", N)
+    ratio = sympy.simplify(exact / (6 * N * B * s))
+    d.step("Exact over 6ND", ratio, "ratio")
+    x, y = sympy.symbols("x y", positive=True)  # x = s/h, y = V/(hL)
+    r = sympy.simplify(ratio.subs(s, x * h).subs(V, y * h * L))
+    d.step("in x = s/h and y = V/(hL)", r)
+    for pct in (1, 5):
+        bound = sympy.solve(sympy.Eq(r, 1 + sympy.Rational(pct, 100)), x)[0]
+        d.step(f"6ND is within {pct}% while s/h ≤", bound, f"within_{pct}")
+    # PaLM: 6N + 12LHQT counts the matmul weights (with the input embedding) plus the attention scores
+    palm = an.formula("compute.flops_per_token_palm").expr
+    d.step("PaLM's per-token count, with N the matmul weights plus the input embedding table", palm)
+    diff = sympy.simplify(palm.subs(S("params"), L * (proj / 2 + h_ff * 2 * h) + 2 * h * V) - per_token)
+    d.step("minus the exact count per token (untied embeddings: the input table has no FLOPs)", diff)
+    assert sympy.simplify(diff - 6 * V * h) == 0
+    d.step("MoE: a token passes through k routed and the shared experts only, so every term above "
+           "counts active parameters: C = 6·N_active·D (DeepSeek-V3: 37B of 671B).")
+    return d
