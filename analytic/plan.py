@@ -439,8 +439,8 @@ class Plan:
         p, mb = lay.pp, self.global_batch / (lay.dp * self.microbatch_size)
         in_flight = {
             "1f1b": sympy.Min(p, mb), "zb-h1": sympy.Min(p, mb), "gpipe": mb,
-            "interleaved": sympy.Min(p, mb) * formula("memory.activations.first_stage_interleaved_factor").bind(
-                {"pp": p, "vpp": lay.vpp}).expr,
+            "interleaved": sympy.Min(p * formula("memory.activations.first_stage_interleaved_factor").bind(
+                {"pp": p, "vpp": lay.vpp}).expr, mb),
             "zb-h2": sympy.Min(2 * p - 1, mb), "dualpipe": sympy.Min(p + 1, mb),
         }[lay.schedule]
         first = kept * (layers_on_stage * in_flight)

@@ -26,6 +26,9 @@ def derive() -> Derivation:
     d.check(2 * 3 * h * h_ff, "compute.mlp_forward_flops_per_token.swiglu", "SwiGLU: gate, up and down matrices:")
     d.check(2 * 2 * h * h_ff, "compute.mlp_forward_flops_per_token.gelu", "GELU MLP: two matrices:")
     d.check(2 * h * V, "compute.logits_forward_flops_per_token", "Logits:")
+    k, E, E_s, h_e = S("topk", "experts", "shared_experts", "expert_ffn_hidden")
+    d.check((k + E_s) * 2 * 3 * h * h_e + 2 * h * E, "compute.moe_forward_flops_per_token",
+            "MoE FFN: a token passes through its k routed and the shared SwiGLU experts, and the router h×E:")
 
     # GPT shape: MHA, a·d_h = h, h_ff = 4h, tied embeddings
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h}

@@ -42,6 +42,10 @@ define("compute.mlp_forward_flops_per_token.swiglu", 6 * h * h_ff, "FLOP/token",
 define("compute.mlp_forward_flops_per_token.gelu", 4 * h * h_ff, "FLOP/token", "derived: derivations/time_wall.py",
        ("two matrices h×h_ff", "elementwise GELU not counted"),
        "forward FLOPs per token of a GELU MLP", coefficient_unit="FLOP")
+define("compute.moe_forward_flops_per_token", 6 * S("topk") * h * S("expert_ffn_hidden") + 6 * S("shared_experts") * h
+       * S("expert_ffn_hidden") + 2 * h * S("experts"), "FLOP/token", "derived: derivations/time_wall.py",
+       ("k routed and E_s shared SwiGLU experts of inner size h_e per token", "router h×E"),
+       "forward FLOPs per token of an MoE FFN", coefficient_unit="FLOP")
 define("compute.logits_forward_flops_per_token", 2 * h * V, "FLOP/token", "derived: derivations/time_wall.py",
        ("output projection h×V",), "forward FLOPs per token of the logit layer", coefficient_unit="FLOP")
 define("compute.mfu", C / (T * n * F), "", f"{PALM} App. B (MFU); Llama 3 arXiv 2407.21783 §3.3.2",

@@ -1,0 +1,219 @@
+"""Ring collectives written from point-to-point sends on a real ``torch.distributed`` process group,
+counting every byte each rank sends, and the checks that compare them with the library collectives
+and with the catalogue's ``bytes_sent`` formulas.
+
+Buffers are split into n equal chunks; a length not divisible by n is zero-padded to the next
+multiple (the padding is sent too, so the count is (n−1)·⌈S/n⌉ per ring pass: exactly the
+formula when n divides S).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+_rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class Counter:
+    """Bytes this rank has sent."""
+
+    def __init__(self):
+        self.bytes = 0
+
+    def exchange(self, send: torch.Tensor, to: int, recv: torch.Tensor, frm: int):
+        self.bytes += send.numel() * send.element_size()
+        reqs = [dist.isend(send.contiguous(), to), dist.irecv(recv, frm)]
+        for r in reqs:
+            r.wait()
+
+
+def _pad(x: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+    flat = x.reshape(-1)
+    pad = (-flat.numel()) % n
+    return (torch.cat([flat, flat.new_zeros(pad)]) if pad else flat.clone()), pad
+
+
+def ring_reduce_scatter(x: torch.Tensor, ranks: list[int], counter: Counter) -> torch.Tensor:
+    """Sum-reduce ``x`` over ``ranks``; this rank ends with chunk ``ranks.index(me)``."""
+    n, me = len(ranks), ranks.index(dist.get_rank())
+    buf, _ = _pad(x, n)
+    chunks = list(buf.chunk(n))
+    right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    for step in range(n - 1):
+        send_i, recv_i = (me - step - 1) % n, (me - step - 2) % n
+        incoming = torch.empty_like(chunks[recv_i])
+        counter.exchange(chunks[send_i], right, incoming, left)
+        chunks[recv_i] = chunks[recv_i] + incoming
+    return chunks[me]
+
+
+def ring_all_gather(chunk: torch.Tensor, ranks: list[int], counter: Counter) -> torch.Tensor:
+    """Gather one chunk from every rank of ``ranks`` (in ring order) into one buffer."""
+    n, me = len(ranks), ranks.index(dist.get_rank())
+    chunks = [torch.empty_like(chunk) for _ in range(n)]
+    chunks[me] = chunk.clone()
+    right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    for step in range(n - 1):
+        send_i, recv_i = (me - step) % n, (me - step - 1) % n
+        counter.exchange(chunks[send_i], right, chunks[recv_i], left)
+    return torch.cat(chunks)
+
+
+def ring_all_reduce(x: torch.Tensor, ranks: list[int], counter: Counter) -> torch.Tensor:
+    full = ring_all_gather(ring_reduce_scatter(x, ranks, counter), ranks, counter)
+    return full[: x.numel()].view_as(x)
+
+
+def pairwise_all_to_all(x: torch.Tensor, ranks: list[int], counter: Counter) -> torch.Tensor:
+    """Slice j of ``x`` goes to rank j; returns what every rank sent to this one."""
+    n, me = len(ranks), ranks.index(dist.get_rank())
+    send = list(x.chunk(n))
+    recv = [None] * n
+    recv[me] = send[me].clone()
+    for step in range(1, n):
+        to, frm = (me + step) % n, (me - step) % n
+        recv[frm] = torch.empty_like(send[frm])
+        counter.exchange(send[to], ranks[to], recv[frm], ranks[frm])
+    return torch.cat(recv)
+
+
+def hierarchical_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tensor, int, int]:
+    """Reduce-scatter inside the node, all-reduce the shard across nodes, all-gather inside the node.
+    Returns the result and the bytes sent inside and across nodes."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    node, local = divmod(rank, per_node)
+    intra = [node * per_node + i for i in range(per_node)]
+    inter = [j * per_node + local for j in range(world // per_node)]
+    up, out = Counter(), Counter()
+    shard = ring_reduce_scatter(x, intra, up)
+    shard = ring_all_reduce(shard, inter, out)
+    full = ring_all_gather(shard, intra, up)
+    return full[: x.numel()].view_as(x), up.bytes, out.bytes
+
+
+def checks(rank: int, world: int) -> dict:
+    """Every collective check for one rank (run inside an initialised process group)."""
+    from ..formulas import formula
+    ranks = list(range(world))
+    res = {"rank": rank, "world": world, "mismatch": [], "bytes": []}
+    gen = torch.Generator().manual_seed(1234 + rank)
+    for dtype in (torch.float64, torch.float32, torch.int64):
+        for length in (world * 6, world * 6 + 1, 7):  # divisible by the world size, and two uneven lengths
+            x = (torch.randint(-50, 50, (length,), generator=gen)).to(dtype)
+            ref = x.clone()
+            dist.all_reduce(ref)
+            # all-reduce = reduce-scatter + all-gather, with the library's own collectives
+            padded, pad = _pad(x, world)
+            shard = torch.empty(padded.numel() // world, dtype=dtype)
+            _rs_single(shard, padded)
+            gathered = torch.empty_like(padded)
+            _ag_single(gathered, shard)
+            if not torch.equal(gathered[: x.numel()], ref):
+                res["mismatch"].append(f"rs+ag {dtype} {length}")
+            # ring implementations from send/recv, bytes counted
+            c = Counter()
+            if not torch.equal(ring_all_reduce(x, ranks, c), ref):
+                res["mismatch"].append(f"ring all_reduce {dtype} {length}")
+            res["bytes"].append({"kind": "all_reduce", "bytes": c.bytes,
+                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
+            c = Counter()
+            shard_ring = ring_reduce_scatter(x, ranks, c)
+            if not torch.equal(shard_ring, shard):
+                res["mismatch"].append(f"ring reduce_scatter {dtype} {length}")
+            res["bytes"].append({"kind": "reduce_scatter", "bytes": c.bytes,
+                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
+            c = Counter()
+            full = ring_all_gather(shard, ranks, c)
+            if not torch.equal(full, gathered):
+                res["mismatch"].append(f"ring all_gather {dtype} {length}")
+            res["bytes"].append({"kind": "all_gather", "bytes": c.bytes,
+                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
+    # all-to-all against the library's
+    y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
+    ref = torch.empty_like(y)
+    dist.all_to_all_single(ref, y)
+    c = Counter()
+    if not torch.equal(pairwise_all_to_all(y, ranks, c), ref):
+        res["mismatch"].append("pairwise all_to_all")
+    res["bytes"].append({"kind": "all_to_all", "bytes": c.bytes, "message": y.numel() * y.element_size(), "exact": True})
+    # tensor parallelism: column-parallel then row-parallel MLP over `world` shards, summed by all-reduce
+    torch.manual_seed(7)  # the same full weights on every rank
+    s_, b_, h_, f_ = 6, 2, 8, 8 * world
+    xin = torch.randn(b_, s_, h_, dtype=torch.float64)
+    w1, w2 = torch.randn(f_, h_, dtype=torch.float64), torch.randn(h_, f_, dtype=torch.float64)
+    full = torch.nn.functional.gelu(xin @ w1.t()) @ w2.t()
+    cols = slice(rank * f_ // world, (rank + 1) * f_ // world)
+    partial = torch.nn.functional.gelu(xin @ w1[cols].t()) @ w2[:, cols].t()
+    res["tp_message"] = partial.numel() * partial.element_size()
+    dist.all_reduce(partial)
+    if not torch.allclose(partial, full, rtol=1e-10, atol=1e-10):
+        res["mismatch"].append("tensor-parallel MLP")
+    res["tp_formula"] = float(formula("parallelism.tp.allreduce_bytes").evaluate(
+        seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte").magnitude)
+    # attention with heads split across ranks, output projection row-parallel
+    a_, d_ = 2 * world, 4
+    wq, wk, wv = (torch.randn(a_ * d_, h_, dtype=torch.float64) for _ in range(3))
+    wo = torch.randn(h_, a_ * d_, dtype=torch.float64)
+
+    def attention(heads):
+        idx = torch.cat([torch.arange(hd * d_, (hd + 1) * d_) for hd in heads])
+        q, k, v = ((xin @ w[idx].t()).view(b_, s_, len(heads), d_).transpose(1, 2) for w in (wq, wk, wv))
+        o = torch.softmax(q @ k.transpose(-1, -2) / d_ ** 0.5, -1) @ v
+        return o.transpose(1, 2).reshape(b_, s_, -1) @ wo[:, idx].t()
+
+    part = attention(range(rank * a_ // world, (rank + 1) * a_ // world))
+    dist.all_reduce(part)
+    if not torch.allclose(part, attention(range(a_)), rtol=1e-10, atol=1e-10):
+        res["mismatch"].append("tensor-parallel attention")
+    # the formula check happens here too, so the parent only reads booleans and numbers
+    for b in res["bytes"]:
+        want = formula(f"collectives.{b['kind']}.bytes_sent").evaluate(message=f"{b['message']} byte", ranks=world)
+        b["formula"] = float(want.to("byte").magnitude)
+    # two-level all-reduce (2 ranks per "node") against the flat one
+    if world % 2 == 0 and world >= 4:
+        z = torch.randn(world * 10, generator=gen, dtype=torch.float64)
+        flat = z.clone()
+        dist.all_reduce(flat)
+        got, up, out = hierarchical_all_reduce(z, 2)
+        if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
+            res["mismatch"].append("hierarchical all_reduce")
+        S = z.numel() * z.element_size()
+        res["hierarchical"] = {
+            "up": up, "out": out,
+            "formula_up": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up").evaluate(
+                message=f"{S} byte", gpus_per_node=2).magnitude),
+            "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
+                message=f"{S} byte", gpus_per_node=2, nodes=world // 2).magnitude)}
+    return res
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world, port, outdir, fn_name):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn = {"checks": checks}[fn_name]
+        Path(outdir, f"{rank}.json").write_text(json.dumps(fn(rank, world)))
+    finally:
+        dist.destroy_process_group()
+
+
+def run(world: int, fn_name: str = "checks") -> list[dict]:
+    """Spawn ``world`` gloo ranks on 127.0.0.1, run the named check on each, return their results."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as outdir:
+        mp.spawn(_worker, args=(world, free_port(), outdir, fn_name), nprocs=world, join=True)
+        return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(world)]

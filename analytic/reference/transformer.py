@@ -1,0 +1,302 @@
+"""Tiny transformers in plain torch, built from an analytic :class:`~analytic.Model`, to count what
+real code does: parameters, FLOPs (``FlopCounterMode``) and bytes saved for backward.
+
+Kernels that production stacks fuse are written as autograd Functions that save what the fused
+kernels save (and what the library's activation formulas count):
+
+- RMSNorm / LayerNorm save their input and fp32 per-row statistics (the statistics are the one
+  documented gap: the formulas, like Korthikanti et al., leave them out);
+- SwiGLU saves the gate and up projections and recomputes SiLU in backward;
+- the output projection keeps the attention output in the layout flash attention saved it, so the
+  two share one tensor.
+
+``attention="explicit"`` writes attention as matmuls and softmax (every FLOP visible to the counter,
+scores stored, optional 1-byte dropout masks: Korthikanti's GPT layer); ``attention="flash"`` calls
+``scaled_dot_product_attention`` (q, k, v, output and fp32 log-sum-exp saved, no s² tensor).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..model import Model
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, w, rstd)
+        return (x.float() * rstd).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd
+        gw = (g.float() * xhat).sum(dim=tuple(range(g.dim() - 1))).to(w.dtype)
+        gx_hat = g.float() * w.float()
+        gx = rstd * (gx_hat - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
+        return gx.to(x.dtype), gw, None
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, eps):
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(((xf - mean) ** 2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, w, mean, rstd)
+        return ((xf - mean) * rstd).to(x.dtype) * w + bias
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, mean, rstd = ctx.saved_tensors
+        xhat = (x.float() - mean) * rstd
+        dims = tuple(range(g.dim() - 1))
+        gw = (g.float() * xhat).sum(dims).to(w.dtype)
+        gb = g.float().sum(dims).to(w.dtype)
+        gx_hat = g.float() * w.float()
+        gx = rstd * (gx_hat - gx_hat.mean(-1, keepdim=True) - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
+        return gx.to(x.dtype), gw, gb, None
+
+
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) * up, saving gate and up only (SiLU recomputed)."""
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, g):
+        gate, up = ctx.saved_tensors
+        gf = gate.float()
+        sig = torch.sigmoid(gf)
+        silu = gf * sig
+        d_gate = g.float() * up.float() * (sig * (1 + gf * (1 - sig)))
+        return d_gate.to(gate.dtype), (g.float() * silu).to(up.dtype)
+
+
+class _OutProj(torch.autograd.Function):
+    """o = attn[b, a, s, d] (as flash attention returned it) → [b, s, h] @ Wᵀ, saving ``attn`` itself."""
+
+    @staticmethod
+    def forward(ctx, attn, w):
+        ctx.save_for_backward(attn, w)
+        b, a, s, d = attn.shape
+        return attn.transpose(1, 2).reshape(b, s, a * d) @ w.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        attn, w = ctx.saved_tensors
+        b, a, s, d = attn.shape
+        flat = attn.transpose(1, 2).reshape(b, s, a * d)
+        g_flat = g @ w
+        gw = g.reshape(-1, g.shape[-1]).t() @ flat.reshape(-1, a * d)
+        return g_flat.reshape(b, s, a, d).transpose(1, 2), gw
+
+
+class _Dropout(torch.autograd.Function):
+    """Dropout that keeps a 1-byte boolean mask (as CUDA's fused dropout does; the CPU kernel keeps
+    a mask in the input's dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        mask = torch.rand_like(x, dtype=torch.float32) >= p
+        ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x * mask * ctx.scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return g * mask * ctx.scale, None
+
+
+def _dropout(x, p, training):
+    return _Dropout.apply(x, p) if p and training else x
+
+
+def _rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Norm(nn.Module):
+    def __init__(self, h, kind, dtype):
+        super().__init__()
+        self.kind = kind
+        self.weight = nn.Parameter(torch.ones(h, dtype=dtype))
+        if kind == "layernorm":
+            self.bias = nn.Parameter(torch.zeros(h, dtype=dtype))
+
+    def forward(self, x):
+        if self.kind == "layernorm":
+            return _LayerNorm.apply(x, self.weight, self.bias, 1e-5)
+        return _RMSNorm.apply(x, self.weight, 1e-5)
+
+
+class Attention(nn.Module):
+    def __init__(self, m: Model, dtype, attention: str, dropout: float):
+        super().__init__()
+        h, a, kv, d = m.hidden, m.heads, m.kv_heads, m.head_dim
+        self.a, self.kv, self.d, self.attention, self.dropout = a, kv, d, attention, dropout
+        self.q = nn.Linear(h, a * d, bias=m.bias, dtype=dtype)
+        self.k = nn.Linear(h, kv * d, bias=m.bias, dtype=dtype)
+        self.v = nn.Linear(h, kv * d, bias=m.bias, dtype=dtype)
+        self.o = nn.Parameter(torch.empty(h, a * d, dtype=dtype))
+        nn.init.normal_(self.o, std=0.02)
+        self.o_bias = nn.Parameter(torch.zeros(h, dtype=dtype)) if m.bias else None
+        self.rope = m.position == "rope"
+
+    def forward(self, x, cos=None, sin=None, causal=None):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.a, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        if self.rope:
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        if self.attention == "flash":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.a)
+            y = _OutProj.apply(out, self.o)
+        else:  # explicit matmuls: attention counted in full (the causal mask costs FLOPs like any score)
+            if self.kv != self.a:
+                k = k.repeat_interleave(self.a // self.kv, dim=1)
+                v = v.repeat_interleave(self.a // self.kv, dim=1)
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d)) + causal[:s, :s]
+            probs = _dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+            out = probs @ v
+            y = out.transpose(1, 2).reshape(b, s, self.a * self.d) @ self.o.t()
+        if self.o_bias is not None:
+            y = y + self.o_bias
+        return _dropout(y, self.dropout, self.training)
+
+
+class MLP(nn.Module):
+    def __init__(self, h, f, kind, bias, dtype, dropout=0.0):
+        super().__init__()
+        self.kind, self.dropout = kind, dropout
+        if kind == "swiglu":
+            self.gate = nn.Linear(h, f, bias=False, dtype=dtype)
+            self.up = nn.Linear(h, f, bias=False, dtype=dtype)
+            self.down = nn.Linear(f, h, bias=False, dtype=dtype)
+        else:
+            self.fc1 = nn.Linear(h, f, bias=bias, dtype=dtype)
+            self.fc2 = nn.Linear(f, h, bias=bias, dtype=dtype)
+
+    def forward(self, x):
+        if self.kind == "swiglu":
+            y = self.down(_SwiGLU.apply(self.gate(x), self.up(x)))
+        else:
+            y = self.fc2(F.gelu(self.fc1(x)))
+        return _dropout(y, self.dropout, self.training)
+
+
+class MoE(nn.Module):
+    """Shared experts plus top-k routed SwiGLU experts; a bias-free router h × E."""
+
+    def __init__(self, m: Model, dtype):
+        super().__init__()
+        h, fe = m.hidden, m.expert_ffn_hidden
+        self.k = m.topk
+        self.router = nn.Linear(h, m.experts, bias=False, dtype=dtype)
+        self.experts = nn.ModuleList(MLP(h, fe, "swiglu", False, dtype) for _ in range(m.experts))
+        self.shared = nn.ModuleList(MLP(h, fe, "swiglu", False, dtype) for _ in range(m.shared_experts))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        flat = x.reshape(-1, h)
+        weights, chosen = torch.softmax(self.router(flat).float(), -1).topk(self.k, dim=-1)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out = out.index_add(0, rows, expert(flat[rows]) * weights[rows, slot, None].to(flat.dtype))
+        for expert in self.shared:
+            out = out + expert(flat)
+        return out.view(b, s, h)
+
+
+class Block(nn.Module):
+    def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = Norm(m.hidden, m.norm, dtype)
+        self.attn = Attention(m, dtype, attention, dropout)
+        self.norm2 = Norm(m.hidden, m.norm, dtype)
+        self.mlp = MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
+
+    def forward(self, x, cos=None, sin=None, causal=None):
+        x = x + self.attn(self.norm1(x), cos, sin, causal)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """A whole decoder built from an analytic Model (use tiny dimensions)."""
+
+    def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
+                 seq_len: int | None = None):
+        super().__init__()
+        if m.attention != "mha":
+            raise ValueError("the reference transformer implements multi-head (and grouped-query) attention only")
+        self.m = m
+        self.embed = nn.Embedding(m.vocab, m.hidden, dtype=dtype)
+        self.pos = nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
+        moe_from = m.dense_layers if m.is_moe else m.layers
+        self.blocks = nn.ModuleList(Block(m, dtype, attention, i >= moe_from, dropout) for i in range(m.layers))
+        self.norm = Norm(m.hidden, m.norm, dtype)
+        self.head = None if m.tied_embeddings else nn.Linear(m.hidden, m.vocab, bias=False, dtype=dtype)
+        n = seq_len or 64
+        self.register_buffer("causal", torch.full((n, n), float("-inf"), dtype=dtype).triu(1), persistent=False)
+        if m.position == "rope":
+            inv = 1.0 / (10000 ** (torch.arange(0, m.head_dim, 2).float() / m.head_dim))
+            ang = torch.outer(torch.arange(n).float(), inv)
+            ang = torch.cat((ang, ang), dim=-1)
+            self.register_buffer("cos", ang.cos().to(dtype), persistent=False)
+            self.register_buffer("sin", ang.sin().to(dtype), persistent=False)
+
+    def forward(self, tokens, checkpoint: str = "none"):
+        s = tokens.shape[1]
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(s))
+        cos = sin = None
+        if self.m.position == "rope":
+            cos, sin = self.cos[:s], self.sin[:s]
+        causal = self.causal[:s, :s]
+        for blk in self.blocks:
+            if checkpoint == "full":
+                x = torch.utils.checkpoint.checkpoint(blk, x, cos, sin, causal, use_reentrant=False)
+            else:
+                x = blk(x, cos, sin, causal)
+        x = self.norm(x)
+        w = self.embed.weight if self.head is None else self.head.weight
+        return x @ w.t()
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def saved_bytes(fn, module: nn.Module) -> dict:
+    """Run ``fn()`` under saved-tensor hooks; bytes of distinct storages saved for backward, leaving
+    out parameters and buffers. Returns {"total": bytes, "tensors": [(shape, dtype, bytes), ...]}."""
+    skip = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    skip |= {b.untyped_storage().data_ptr() for b in module.buffers()}
+    seen, tensors = {}, []
+
+    def pack(t):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in skip and ptr not in seen:
+            seen[ptr] = st.nbytes()
+            tensors.append((tuple(t.shape), t.dtype, st.nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return {"total": sum(seen.values()), "tensors": tensors, "output": out}

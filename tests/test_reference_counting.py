@@ -1,0 +1,119 @@
+"""Counting a real transformer in plain torch: parameters, FLOPs and bytes saved for backward,
+against the catalogue formulas the library uses."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the numeric reference needs the 'torch' extra")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+import analytic as an  # noqa: E402
+from analytic.reference.transformer import Block, Transformer, count_parameters, saved_bytes  # noqa: E402
+
+LLAMA = an.Model(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
+                 name="tiny-llama")
+GPT = an.Model.gpt(layers=2, hidden=32, heads=4, vocab=50, seq_len=16, name="tiny-gpt")
+MOE = an.Model(layers=3, hidden=32, heads=4, kv_heads=4, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
+               experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, name="tiny-moe")
+S, B = 16, 2
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT, MOE], ids=lambda m: m.name)
+def test_parameter_count_is_the_architecture_formula(model):
+    assert count_parameters(Transformer(model, seq_len=S)) == model.total_params
+
+
+def _catalogue_flops(model: an.Model) -> float:
+    f = an.formula
+    inputs = {**model.inputs(), "seq_len": S}
+    attn = f("compute.attention_forward_flops_per_token").bind(inputs).value().magnitude
+    dense = f(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs).value().magnitude
+    moe = f("compute.moe_forward_flops_per_token").bind(inputs).value().magnitude if model.is_moe else 0
+    logits = f("compute.logits_forward_flops_per_token").bind(inputs).value().magnitude
+    layers = model.layers * attn + (model.layers - model.moe_layers) * dense + model.moe_layers * moe + logits
+    return 3 * layers * S * B  # backward = 2 × forward for every matmul
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT, MOE], ids=lambda m: m.name)
+def test_flop_counter_equals_catalogue(model):
+    """FlopCounterMode over forward + backward, attention as explicit matmuls (counted in full,
+    causal mask included); MoE routing sends each token to exactly k experts."""
+    torch.manual_seed(0)
+    net = Transformer(model, seq_len=S, attention="explicit")
+    tokens = torch.randint(0, model.vocab, (B, S))
+    with FlopCounterMode(display=False) as fc:
+        net(tokens).float().sum().backward()
+    assert fc.get_total_flops() == _catalogue_flops(model)
+
+
+def test_palm_convention_over_counts_by_the_untied_input_embedding():
+    """6N + 12LHQT with N = all parameters (RMSNorm gains included) is the exact count plus 6 FLOPs
+    per input-embedding and norm parameter, which do no matmul."""
+    net = Transformer(LLAMA, seq_len=S, attention="explicit")
+    with FlopCounterMode(display=False) as fc:
+        net(torch.randint(0, 50, (B, S))).float().sum().backward()
+    palm = an.formula("compute.flops_per_token_palm").evaluate(
+        params=LLAMA.total_params, layers=2, heads=4, head_dim=8, seq_len=S).magnitude * S * B
+    norms = (2 * LLAMA.layers + 1) * LLAMA.hidden
+    assert palm - fc.get_total_flops() == 6 * (LLAMA.vocab * LLAMA.hidden + norms) * S * B
+
+
+def _block_saved(model, attention, recompute="none", dropout=0.0):
+    torch.manual_seed(0)
+    net = Transformer(model, dtype=torch.bfloat16, attention=attention, dropout=dropout, seq_len=S)
+    blk = net.blocks[0]
+    x = torch.randn(B, S, model.hidden, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = (net.cos[:S], net.sin[:S]) if model.position == "rope" else (None, None)
+    causal = net.causal[:S, :S]
+    if recompute == "full":
+        fn = lambda: torch.utils.checkpoint.checkpoint(blk, x, cos, sin, causal, use_reentrant=False)  # noqa: E731
+    else:
+        fn = lambda: blk(x, cos, sin, causal)  # noqa: E731
+    return saved_bytes(fn, net)
+
+
+def test_saved_bytes_llama_block_flash():
+    """Flash attention, GQA, fused SwiGLU: the formula plus the two norms' fp32 statistics (4·s·b bytes
+    each), which the formula (like Korthikanti et al.) leaves out."""
+    got = _block_saved(LLAMA, "flash")["total"]
+    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
+        seq_len=S, microbatch_size=B, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=48, tp=1).magnitude
+    assert got == want + 2 * 4 * S * B
+
+
+def test_saved_bytes_full_recompute_is_the_layer_input():
+    got = _block_saved(LLAMA, "flash", recompute="full")["total"]
+    assert got == an.formula("memory.activations.layer_full_recompute").evaluate(
+        seq_len=S, microbatch_size=B, hidden=32).magnitude
+
+
+def test_saved_bytes_gpt_block_is_korthikanti():
+    """A GPT layer matching Korthikanti's assumptions (16-bit activations, 1-byte dropout masks,
+    scores and softmax stored): sbh(34 + 5as/h), plus the two LayerNorms' fp32 mean and rstd
+    (8·s·b bytes each)."""
+    gpt = an.Model.gpt(layers=1, hidden=32, heads=4, vocab=50, seq_len=S)
+    got = _block_saved(gpt, "explicit", dropout=0.1)["total"]
+    want = an.formula("memory.activations.layer").evaluate(seq_len=S, microbatch_size=B, hidden=32, heads=4).magnitude
+    assert got == want + 2 * 8 * S * B
+
+
+def test_adamw_state_is_12_bytes_per_parameter():
+    """Mixed precision: bf16 model (2Ψ) and gradients (2Ψ); AdamW on fp32 master weights keeps
+    exp_avg and exp_avg_sq (8Ψ) besides the masters (4Ψ); one 4-byte step counter per tensor."""
+    net = Transformer(LLAMA, dtype=torch.bfloat16, seq_len=S)
+    masters = [p.detach().float().requires_grad_() for p in net.parameters()]
+    opt = torch.optim.AdamW(masters, lr=1e-3)
+    net(torch.randint(0, 50, (B, S))).float().sum().backward()
+    for m, p in zip(masters, net.parameters()):
+        m.grad = p.grad.float()
+    opt.step()
+    psi = LLAMA.total_params
+    state = sum(t.numel() * t.element_size() for st in opt.state.values() for k, t in st.items() if k != "step")
+    steps = sum(st["step"].numel() * st["step"].element_size() for st in opt.state.values())
+    master = sum(m.numel() * m.element_size() for m in masters)
+    weights = sum(p.numel() * p.element_size() for p in net.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in net.parameters())
+    per_tensor = len(masters)
+    assert steps == 4 * per_tensor
+    total = an.formula("memory.model_states.zero0").evaluate(params=psi).magnitude
+    assert weights + grads + state + master == total
+    assert state + master == an.formula("memory.model_states.optimizer").evaluate(params=psi).magnitude
