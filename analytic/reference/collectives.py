@@ -201,7 +201,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _quiet():
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+
+
 def _worker(rank, world, port, outdir, fn_name):
+    _quiet()
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:

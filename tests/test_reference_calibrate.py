@@ -1,0 +1,32 @@
+import pytest
+
+import analytic as an
+from analytic.reference.calibrate import fit, profile_overrides
+
+torch = pytest.importorskip("torch", reason="the numeric reference needs the 'torch' extra")
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_fit_recovers_alpha_and_bandwidth_from_the_ring_formula(ranks):
+    sizes = [2**k for k in range(10, 24)]
+    data = {}
+    for name in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        f = an.formula(f"collectives.{name}.time")
+        data[name] = [[s, f.evaluate(message=f"{s} byte", ranks=ranks, bandwidth="12 GB/s", latency="35 us").magnitude]
+                      for s in sizes]
+    for name, r in fit(data, ranks).items():
+        assert r["alpha_us"] == pytest.approx(35, rel=1e-6), name
+        assert r["bandwidth_GBps"] == pytest.approx(12, rel=1e-6), name
+        assert r["held_out_error"] < 1e-9 and r["r2"] == pytest.approx(1)
+
+
+def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
+    from analytic.cli import main
+    out = tmp_path / "gloo.toml"
+    assert main(["calibrate", "--backend", "gloo", "--ranks", "2", "--write", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "held-out error" in text and "all_reduce" in text
+    over = profile_overrides(out)
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2), seq_len=1024, global_batch=4,
+                   **over)
+    assert plan.step_time().magnitude > 0
