@@ -19,12 +19,7 @@ from .units import Q_, ureg
 
 __version__ = "0.1.0"
 
-
-def search(*args, **kwargs):
-    """Enumerate every valid layout and rank the ones that fit by predicted step time
-    (see :func:`analytic.search.search`)."""
-    from .search import search as _search
-    return _search(*args, **kwargs)
+from .search import search  # noqa: E402  (after __version__, which the search cache key reads)
 
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",

@@ -354,6 +354,9 @@ def main(argv=None) -> int:
     except CLIError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head and closed
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # library errors are user errors; anything else is a bug and keeps its traceback
         from .errors import AnalyticError
         if isinstance(exc, AnalyticError):

@@ -7,6 +7,7 @@ A symbol stands for the magnitude of its quantity in the unit declared in :mod:`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -193,7 +194,7 @@ class Formula:
     @cached_property
     def _compiled(self):
         keywords = list(self.symbols)
-        fn = sympy.lambdify([_symbols.sym(k) for k in keywords], self.expr, modules="numpy")
+        fn = compile_numpy(self.expr, keywords)
         name = self.name
 
         def compiled(**values):
@@ -277,6 +278,24 @@ class Formula:
         except pint.DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
+
+
+def numpy_source(expr: sympy.Expr, keywords: list[str]) -> str:
+    """Python source of ``lambda <keywords>: <expr>`` over numpy (what lambdify generates, without
+    its per-call overhead, so compiled plans can be cached as text)."""
+    from sympy.printing.numpy import NumPyPrinter
+    body = NumPyPrinter({"fully_qualified_modules": True, "allow_unknown_functions": False}).doprint(
+        expr.xreplace({_symbols.sym(k): sympy.Symbol(k) for k in keywords}))
+    return f"lambda {', '.join(keywords)}: ({body})"
+
+
+def compile_source(source: str):
+    return eval(source, {"numpy": np, "functools": functools, "inf": np.inf, "nan": np.nan})  # noqa: S307 - source we printed
+
+
+def compile_numpy(expr: sympy.Expr, keywords: list[str]):
+    """A numpy function of positional arguments in the order of ``keywords``."""
+    return compile_source(numpy_source(expr, keywords))
 
 
 def to_float(expr: sympy.Expr, name: str = "expression") -> float:

@@ -561,13 +561,13 @@ class Plan:
                 add("tp", "all_gather", msg, calls)
             else:
                 add("tp", "all_reduce", msg, calls)
-        # PP: per microbatch and model chunk, one activation forward and one gradient backward,
-        # each split over the TP ranks (scatter/gather, Narayanan et al. §4.1)
+        # PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and
+        # one gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1);
+        # per GPU that is 2(pv − 1)/p transfers, each a two-rank broadcast
         if lay.pp != 1:
             msg = self._f("parallelism.pp.p2p_bytes", seq_len=s_local) / lay.tp
-            calls = 2 * mb * lay.vpp
+            calls = 2 * mb * (lay.pp * lay.vpp - 1) / lay.pp
             out["pp"]["bytes"] = msg * calls
-            # a point-to-point transfer is a broadcast between two ranks
             one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
             out["pp"]["time"] = one * calls
         # DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
@@ -599,20 +599,33 @@ class Plan:
             disp = self._f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=dispatch_e)
             comb = self._f("parallelism.ep.dispatch_bytes", tokens=tokens)
             calls = 2 * sympy.sympify(m.moe_layers) / lay.pp * mb
+            plain = {"bytes": zero_b, "time": zero_t}
+            for msg in (disp, comb):
+                sent = formula("collectives.all_to_all.bytes_sent").bind({"message": msg, "ranks": lay.ep})
+                plain["bytes"] = plain["bytes"] + sent * calls
+                plain["time"] = plain["time"] + self._collective_time("all_to_all", msg, lay.ep, self._stride("ep")) * calls
             g = self.inputs["gpus_per_node"]
             link = self._link_kind(lay.ep, self._stride("ep"), g)
-            if m.nodes_per_token and link in ("scale-out", "two-level"):
+            if not m.nodes_per_token or link in ("scale-up", "-"):
+                out["ep"] = plain
+            else:
                 # node-limited routing: one copy per destination node crosses the scale-out link,
                 # NVLink forwards it to the experts inside the node (DeepSeek-V3 §3.2.2)
                 nodes = sympy.Min(lay.ep, lay.ep * self._stride("ep") / g)
                 reach = sympy.Min(m.nodes_per_token, nodes)
+                limited = {"bytes": zero_b, "time": zero_t}
                 for e_bytes in (dispatch_e, Q_(2, "byte")):
                     msg = self._f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, nodes_per_token=reach,
                                   element_bytes=e_bytes)
-                    add("ep", "all_to_all", msg, calls, size=nodes, stride=g)
-            else:
-                add("ep", "all_to_all", disp, calls)
-                add("ep", "all_to_all", comb, calls)
+                    sent = formula("collectives.all_to_all.bytes_sent").bind({"message": msg, "ranks": nodes})
+                    limited["bytes"] = limited["bytes"] + sent * calls
+                    limited["time"] = limited["time"] + self._collective_time("all_to_all", msg, nodes, g) * calls
+                if link == "symbolic":  # decided per layout: inside a node, or node-limited across nodes
+                    inside = sympy.Le(lay.ep * self._stride("ep"), g)
+                    out["ep"] = {k: Formula(k, sympy.Piecewise((plain[k].expr, inside), (limited[k].expr, True)),
+                                            plain[k].unit, "") for k in ("bytes", "time")}
+                else:
+                    out["ep"] = limited
         return out
 
     def _comm(self):

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+import analytic as an
+from analytic.errors import InputError
+
+MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    import os
+    os.environ["ANALYTIC_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    return an.search(MODEL, HW, gpus=64, seq_len=4096, global_batch=256, recompute=("none", "full"),
+                     zero=(1, 3), schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"))
+
+
+def test_search_numbers_equal_plan(result):
+    """Random layouts: the vectorised numbers equal Plan's to 1e-9 relative."""
+    arrays = result.arrays
+    rng = np.random.default_rng(0)
+    for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
+        sched, rc, z = arrays["group_keys"][int(arrays["group"][j])]
+        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")}
+        plan = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
+                                            zero=z, sequence_parallel=d["tp"] > 1, recompute=rc, schedule=sched),
+                       seq_len=4096, global_batch=256, microbatch_size=d["microbatch_size"])
+        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert arrays["mfu"][j] == pytest.approx(plan.mfu(), rel=1e-9)
+
+
+def test_ranked_fit_and_are_sorted(result):
+    times = [r.step_time for r in result.ranked]
+    assert times == sorted(times)
+    assert all(r.memory <= HW.hbm.to("byte").magnitude for r in result.ranked)
+    assert result.fitting == len(result.ranked) <= result.evaluated
+
+
+def test_every_enumerated_layout_is_valid(result):
+    arrays = result.arrays
+    prod = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
+    assert np.all(prod == 64)
+    assert np.all(32 % arrays["tp"] == 0) and np.all(arrays["tp"] <= 8)
+    m = 256 / (arrays["dp"] * arrays["microbatch_size"])
+    assert np.all(m == np.round(m)) and np.all(m >= 1)
+
+
+def test_best_at_least_as_good_as_a_published_layout(result):
+    published = an.Plan(MODEL, HW, an.Layout(tp=8, dp=8, zero=1, sequence_parallel=True), seq_len=4096, global_batch=256)
+    assert result.best.step_time <= published.step_time().to("s").magnitude * (1 + 1e-12)
+
+
+def test_search_rejects_bad_input():
+    with pytest.raises(InputError, match="zero"):
+        an.search(MODEL, HW, gpus=8, seq_len=1024, global_batch=8, zero=(5,))
+    with pytest.raises(InputError, match="gpus"):
+        an.search(MODEL, HW, gpus=0, seq_len=1024, global_batch=8)
+    with pytest.raises(InputError, match="batch"):
+        an.search(MODEL, HW, gpus=8, seq_len=1024)
