@@ -20,8 +20,9 @@ from .units import Q_, ureg
 __version__ = "0.1.0"
 
 from .search import search  # noqa: E402  (after __version__, which the search cache key reads)
+from .sweep import sweep  # noqa: E402
 
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
-           "hardware", "hardwares", "model", "models", "search", "sym", "ureg"]
+           "hardware", "hardwares", "model", "models", "search", "sweep", "sym", "ureg"]

@@ -1,0 +1,78 @@
+"""Sweeps: the questions users ask of one plan, answered over a range of one input.
+
+Each sweep leaves that input free in the plan's expressions and evaluates the compiled expression
+over all the values at once (one code path with Plan and search)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+from .formula import exact
+from .formulas import formula
+from .plan import Plan
+from .symbols import sym
+
+
+def _rebuild(plan: Plan, layout=None, **kw) -> Plan:
+    args = dict(seq_len=plan.seq_len, global_batch=plan.global_batch, microbatch_size=plan.microbatch_size,
+                dtype=plan.dtype, flash_attention=plan.flash_attention, **plan.overrides)
+    args.update(kw)
+    return Plan(plan.model, plan.hardware, layout or plan.layout, **args)
+
+
+def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
+    """Step time and MFU against the GPU count, scaling dp (tp, cp, pp fixed). ``strong``: the
+    global batch stays; ``weak``: it grows with dp (the batch per replica stays)."""
+    if mode not in ("strong", "weak"):
+        raise InputError(f"mode: expected 'strong' or 'weak', got {mode!r}")
+    lay = plan.layout
+    per = lay.tp * lay.cp * lay.pp
+    gpus = np.asarray(list(gpus), dtype=float)
+    if np.any(gpus % per) or np.any(gpus < per):
+        raise InputError(f"gpus: every value must be a multiple of tp·cp·pp = {per}")
+    dp = sym("dp")
+    batch = plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp
+    free = _rebuild(plan, lay.replace(dp=dp), global_batch=batch)
+    d = gpus / per
+    step = free.expr("step_time").lambdify()(dp=d)
+    mfu = free.expr("mfu").lambdify()(dp=d)
+    return {"gpus": gpus, "dp": d, "step_time": np.broadcast_to(step, d.shape), "mfu": np.broadcast_to(mfu, d.shape),
+            "expression": free.expr("step_time")}
+
+
+def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None) -> list[dict]:
+    """The memory breakdown (GB per GPU) for each value of one discrete or numeric input."""
+    given = [(k, v) for k, v in (("zero", zero), ("recompute", recompute), ("seq_len", seq_len)) if v is not None]
+    if len(given) != 1:
+        raise InputError("memory sweep: give exactly one of zero=, recompute=, seq_len=")
+    key, values = given[0]
+    rows = []
+    for v in values:
+        p = _rebuild(plan, seq_len=v) if key == "seq_len" else _rebuild(plan, plan.layout.replace(**{key: v}))
+        m = p.memory()
+        rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items()}, "fits": m.fits})
+    return rows
+
+
+def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe")) -> dict:
+    """Bubble over ideal time against the microbatch count (T_F = T_B = T_W; DualPipe's F&B pair
+    = T_F + T_B + T_W)."""
+    names = {"gpipe": "1f1b", "1f1b": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
+    m = np.asarray(list(microbatches), dtype=float)
+    out = {"microbatches": m}
+    third = exact(1) / 3
+    for s in schedules:
+        if s not in names:
+            raise InputError(f"schedule: expected one of {', '.join(names)}, got {s!r}")
+        t = formula(f"pipeline.bubble_time.{names[s]}").bind(
+            {"pp": pp, "t_f": f"{float(third)} s", "t_b": f"{float(third)} s", "t_w": f"{float(third)} s", "t_fb": "1 s"})
+        out[s] = float(t.value().to("s").magnitude) / m
+    return out
+
+
+def sweep(plan: Plan, *, gpus=None, mode: str = "strong", zero=None, recompute=None, seq_len=None):
+    """``sweep(plan, gpus=[...])`` (scaling), or ``zero=``, ``recompute=``, ``seq_len=`` (memory)."""
+    if gpus is not None:
+        return scaling(plan, gpus, mode=mode)
+    return memory(plan, zero=zero, recompute=recompute, seq_len=seq_len)

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+
+import analytic as an
+from analytic import plots
+from analytic.sweep import bubble as sweep_bubble
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64, zero=1,
+                   sequence_parallel=True), seq_len=8192, global_batch=2048)
+
+
+def test_strong_scaling_sweep_equals_plans(plan):
+    r = an.sweep(plan, gpus=[4096, 8192, 16384])
+    for g, t in zip(r["gpus"], r["step_time"]):
+        p = an.Plan(plan.model, plan.hardware, plan.layout.replace(dp=int(g) // 128), seq_len=8192, global_batch=2048)
+        assert t == pytest.approx(p.step_time().magnitude, rel=1e-12)
+    assert np.all(np.diff(r["step_time"]) < 0)  # more GPUs, shorter steps at a fixed batch
+
+
+def test_weak_scaling_keeps_batch_per_replica(plan):
+    r = an.sweep(plan, gpus=[4096, 8192], mode="weak")
+    p = an.Plan(plan.model, plan.hardware, plan.layout.replace(dp=32), seq_len=8192, global_batch=1024)
+    assert r["step_time"][0] == pytest.approx(p.step_time().magnitude, rel=1e-12)
+
+
+def test_memory_sweep_over_zero_is_monotone(plan):
+    rows = an.sweep(plan, zero=[0, 1, 2, 3])
+    totals = [r["total"] for r in rows]
+    assert totals == sorted(totals, reverse=True) and totals[0] > totals[3]
+
+
+def test_bubble_sweep_matches_formula():
+    b = sweep_bubble(8, [8, 16, 32])
+    assert b["1f1b"] == pytest.approx([7 / 8, 7 / 16, 7 / 32])
+    assert b["zb-h1"] == pytest.approx(b["1f1b"] / 3)
+    assert np.all(b["zb-h2"] == 0)
+
+
+@pytest.mark.parametrize("kind", ["scaling", "memory", "bubble", "pareto"])
+def test_plots_render(tmp_path, kind):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+    out = tmp_path / f"{kind}.png"
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    if kind == "bubble":
+        plots.bubble(8, out=out)
+    elif kind == "scaling":
+        plots.scaling(m, hw, gpus=[8, 16], seq_len=2048, global_batch=64, out=out, zero=(1,), recompute=("none",),
+                      schedules=("1f1b",))
+    else:
+        res = an.search(m, hw, gpus=16, seq_len=2048, global_batch=64, zero=(1, 3), recompute=("none",),
+                        schedules=("1f1b",), progress=False)
+        if kind == "memory":
+            plots.memory(res, m, hw, seq_len=2048, global_batch=64, out=out)
+        else:
+            plots.pareto(res, out=out)
+    img = Image.open(out)
+    assert img.size[0] > 100 and img.size[1] > 100
+    assert len(np.unique(np.asarray(img.convert("L")))) > 10  # not a blank canvas
+
+
+def test_plot_axes_are_labelled(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    seen = []
+    monkeypatch.setattr(plt.Figure, "savefig", lambda self, *a, **k: seen.append(
+        [(ax.get_xlabel(), ax.get_ylabel()) for ax in self.axes]))
+    plots.bubble(4, out=tmp_path / "b.png")
+    assert seen and all(x and y for x, y in seen[0])
