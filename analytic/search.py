@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,9 +65,31 @@ class Ranked:
                 "step_time_s": self.step_time, "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
 
 
+class _Ranking(Sequence):
+    """The fitting layouts, fastest first, built into Ranked objects only when read."""
+
+    def __init__(self, arrays, order, group_keys):
+        self._a, self._order, self._keys = arrays, order, group_keys
+
+    def __len__(self):
+        return len(self._order)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        j = self._order[i]
+        a = self._a
+        sched, rc, z = self._keys[int(a["group"][j])]
+        d = {k: int(a[k][j]) for k in DEGREES}
+        layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=z,
+                        sequence_parallel=d["tp"] > 1, recompute=rc, schedule=sched)
+        return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
+                      float(a["mfu"][j]), True)
+
+
 @dataclass
 class SearchResult:
-    ranked: list  # fitting layouts, fastest first
+    ranked: Sequence  # fitting layouts, fastest first
     evaluated: int
     valid: int
     fitting: int
@@ -89,6 +112,9 @@ class SearchResult:
         return self.ranked[0]
 
 
+_COMPILED: dict = {}  # (cache file, group) → compiled functions, for repeated searches in one process
+
+
 class _Templates:
     """Compiled (memory, step time, flops) per discrete group, in memory and on disk."""
 
@@ -103,12 +129,11 @@ class _Templates:
             self.sources = json.loads(self.path.read_text())
         except (OSError, ValueError):
             pass
-        self.functions = {}
         self.dirty = False
 
     def get(self, schedule, recompute, zero, moe):
         gkey = f"{schedule}|{recompute}|{zero}"
-        if gkey not in self.functions:
+        if (self.path, gkey) not in _COMPILED:
             if gkey not in self.sources:
                 model, hardware, seq_len, global_batch, dtype, flash = self.args
                 layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"),
@@ -118,8 +143,8 @@ class _Templates:
                             microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash)
                 self.sources[gkey] = [numpy_source(plan.expr(q).expr, list(DEGREES)) for q in OUTPUTS]
                 self.dirty = True
-            self.functions[gkey] = [compile_source(src) for src in self.sources[gkey]]
-        return self.functions[gkey]
+            _COMPILED[(self.path, gkey)] = [compile_source(src) for src in self.sources[gkey]]
+        return _COMPILED[(self.path, gkey)]
 
     def save(self):
         if self.dirty:
@@ -241,18 +266,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     order = np.argsort(np.where(fits, arrays["step_time"], np.inf), kind="stable")
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
-    ranked = []
-    for j in keep:
-        sched, rc, z = group_keys[int(arrays["group"][j])]
-        d = {k: int(arrays[k][j]) for k in DEGREES}
-        layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=z,
-                        sequence_parallel=d["tp"] > 1, recompute=rc, schedule=sched)
-        ranked.append(Ranked(layout, d["microbatch_size"], float(arrays["step_time"][j]), float(arrays["memory"][j]),
-                             float(arrays["mfu"][j]), True))
     arrays["fits"] = fits
     arrays["group_keys"] = group_keys
     n = len(arrays["memory"])
-    return SearchResult(ranked, evaluated=n, valid=n, fitting=n_fit, seconds=time.time() - start, arrays=arrays)
+    return SearchResult(_Ranking(arrays, keep, group_keys), evaluated=n, valid=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays)
 
 
 def cli_main(args) -> int:

@@ -1,0 +1,87 @@
+"""Speed of layout search, as ratios against baselines measured in the same run.
+
+Prints: layouts evaluated per second by the compiled expressions; the complete search for Llama 3
+405B on 16,384 H100s, cold (expressions compiled) and warm (compiled expressions from the cache);
+the speed-up over evaluating the same layouts one by one through Plan; and the start-up time of
+`analytic step` against a bare `python -c pass`.
+
+Run: python benchmarks/bench_search.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import analytic as an
+from analytic.search import DEGREES, enumerate_layouts, search
+
+MODEL, HW = an.model("llama3-405b"), an.hardware("h100-sxm")
+KW = dict(gpus=16384, seq_len=8192, global_batch=2048)
+
+
+def main():
+    os.environ["ANALYTIC_CACHE"] = tempfile.mkdtemp()
+    t0 = time.perf_counter()
+    cold = search(MODEL, HW, **KW, progress=False)
+    t_cold = time.perf_counter() - t0
+    warm_times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        warm = search(MODEL, HW, **KW, progress=False)
+        warm_times.append(time.perf_counter() - t0)
+    t_warm = min(warm_times)
+    print(f"full search, {cold.evaluated:,} layouts ({cold.fitting:,} fit): cold {t_cold:.2f} s, warm {t_warm:.3f} s")
+    assert warm.best.step_time == cold.best.step_time
+
+    # throughput of the compiled expressions on a million layouts (one group, tiled)
+    groups = enumerate_layouts(MODEL, HW, **KW)
+    group = ("1f1b", "selective", 1)
+    from analytic.search import _Templates
+    fns = _Templates(MODEL, HW, 8192, 2048, "bf16", True).get(*group, False)
+    base = groups[group]
+    reps = int(np.ceil(1_000_000 / len(base["tp"])))
+    args = [np.tile(base[k], reps)[:1_000_000] for k in DEGREES]
+    best = np.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for f in fns:
+            f(*args)
+        best = min(best, time.perf_counter() - t0)
+    rate = 1_000_000 / best
+    print(f"compiled expressions: {rate:,.0f} layouts/s (memory, step time and FLOPs of 1,000,000 layouts in {best:.3f} s)")
+
+    # the same layouts one by one through Plan
+    sample = 100
+    t0 = time.perf_counter()
+    for j in range(sample):
+        d = {k: int(base[k][j % len(base["tp"])]) for k in DEGREES}
+        p = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], zero=1,
+                                         sequence_parallel=d["tp"] > 1, recompute="selective"),
+                    seq_len=8192, global_batch=2048, microbatch_size=d["microbatch_size"])
+        p.memory()
+        p.step_time()
+    per_plan = (time.perf_counter() - t0) / sample
+    print(f"one by one through Plan: {1 / per_plan:,.0f} layouts/s; compiled is {rate * per_plan:,.0f}x faster")
+
+    # start-up of the main job against a bare interpreter
+    def wall(cmd):
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+    bare = wall([sys.executable, "-c", "pass"])
+    step = wall([sys.executable, "-m", "analytic.cli", "step"])
+    print(f"`analytic step`: {step:.2f} s wall ({step / bare:.0f}x a bare `python -c pass` at {bare:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()
