@@ -345,6 +345,11 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _one_line(text: str) -> str:
+    """The message on one line: control characters (a newline in a user's value) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> int:
     try:
         args = parser().parse_args(argv)
@@ -352,7 +357,7 @@ def main(argv=None) -> int:
             raise CLIError("analytic: give a command: step, memory, search, formula, validate, derive, calibrate, plot")
         return args.func(args)
     except CLIError as exc:
-        print(str(exc), file=sys.stderr)
+        print(_one_line(str(exc)), file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into head and closed
         sys.stderr.close()
@@ -360,7 +365,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # library errors are user errors; anything else is a bug and keeps its traceback
         from .errors import AnalyticError
         if isinstance(exc, AnalyticError):
-            print(f"analytic: {exc}", file=sys.stderr)
+            print(_one_line(f"analytic: {exc}"), file=sys.stderr)
             return 2
         raise
 

@@ -35,8 +35,12 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
 OUTPUTS = ("memory.total", "step_time", "flops")
 
 
+MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _cache_dir() -> Path:
@@ -222,6 +226,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
+    if gpus > MAX_GPUS:
+        raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {gpus:,}")
     if (global_batch is None) == (batch_tokens is None):
         raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
     if batch_tokens is not None:

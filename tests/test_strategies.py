@@ -1,0 +1,57 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+import analytic as an
+from analytic import strategies as ast
+
+
+@given(ast.layouts(gpus=64, model="llama3-70b"))
+@settings(max_examples=50)
+def test_layouts_are_valid(layout):
+    assert layout.gpus == 64
+    assert 64 % layout.tp == 0 and an.model("llama3-70b").heads % layout.tp == 0
+    assert layout.pp <= 80
+
+
+@given(st.from_type(an.Layout))
+@settings(max_examples=20)
+def test_from_type_is_registered(layout):
+    assert isinstance(layout, an.Layout)
+
+
+@given(ast.collective_calls(max_ranks=64))
+@settings(max_examples=50)
+def test_collective_calls_evaluate(kwargs):
+    t = an.formula("collectives.all_reduce.time").evaluate(**kwargs)
+    assert t.magnitude >= 0
+
+
+@pytest.mark.parametrize("bad", [dict(gpus=0), dict(gpus=2.5), dict(max_tp=0), dict(model="no-such-model"),
+                                 dict(schedules=("bogus",)), dict(schedules=())])
+def test_impossible_requests_raise_invalid_argument(bad):
+    with pytest.raises((InvalidArgument, an.UnknownNameError)):
+        ast.layouts(**bad).example()
+
+
+def test_collective_calls_validate():
+    with pytest.raises(InvalidArgument):
+        ast.collective_calls(min_ranks=8, max_ranks=2).example()
+
+
+@given(ast.plans(model="llama3-8b", hardware="h100-sxm", gpus=8))
+@settings(max_examples=10)
+def test_downstream_sharding_example(plan):
+    """What a downstream project would write: its own bytes-per-GPU count of the model states
+    (here ZeRO's, computed independently) must agree with Plan."""
+    lay = plan.layout
+    psi = plan.model.total_params / (lay.tp * lay.pp)
+    mine = (2 + 2 + 12) * psi / {0: 1, 1: 1, 2: 1, 3: lay.dp}[lay.zero]
+    if lay.zero in (1, 2):
+        mine = 4 * psi + 12 * psi / lay.dp if lay.zero == 1 else 2 * psi + 14 * psi / lay.dp
+    if lay.schedule == "dualpipe":
+        mine += 4 * psi / (lay.dp if lay.zero == 3 else 1) - (2 * psi / lay.dp if lay.zero == 2 else 0)
+    m = plan.memory()
+    if lay.schedule != "dualpipe":
+        assert (m.weights + m.gradients + m.optimizer).to("byte").magnitude == pytest.approx(mine, rel=1e-12)
