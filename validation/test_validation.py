@@ -9,15 +9,21 @@ import pytest
 from analytic import calibration, validation
 
 HERE = Path(__file__).parent
-RESULTS = validation.run(HERE)
+IDS = [c["id"] for c in validation.load(HERE)[0]]
 
 
-@pytest.mark.parametrize("result", RESULTS, ids=[r.id for r in RESULTS])
-def test_case(result):
+@pytest.fixture(scope="module")
+def results():
+    return validation.run(HERE)
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_case(results, case_id):
+    result = next(r for r in results if r.id == case_id)
     assert result.status == result.expected, (
         f"{result.id}: published {result.published}, ours {result.ours}, error {result.error}, "
         f"status {result.status}, recorded {result.expected}")
-    if result.status == "disagrees" or result.status == "outside":
+    if result.status in ("disagrees", "outside"):
         assert result.reason, f"{result.id}: a disagreement needs a reason naming the primary source"
 
 
@@ -26,8 +32,8 @@ def test_every_case_has_a_source():
     assert all(c.get("source") for c in cases)
 
 
-def test_report_is_current():
-    assert (HERE / "REPORT.md").read_text() == validation.markdown(RESULTS), "run: analytic validate"
+def test_report_is_current(results):
+    assert (HERE / "REPORT.md").read_text() == validation.markdown(results), "run: analytic validate"
 
 
 def test_shipped_calibration_is_reproduced():
@@ -42,8 +48,7 @@ def test_shipped_calibration_is_reproduced():
 
 
 def test_library_never_names_a_case():
-    ids, _ = validation.load(HERE)
     source = "\n".join(p.read_text() for p in (HERE.parent / "analytic").rglob("*.py"))
-    for c in ids:
-        if len(c["id"]) > 3:
-            assert f'"{c["id"]}"' not in source and f"'{c['id']}'" not in source, c["id"]
+    for case_id in IDS:
+        if len(case_id) > 3:
+            assert f'"{case_id}"' not in source and f"'{case_id}'" not in source, case_id
