@@ -59,7 +59,8 @@ def test_palm_convention_over_counts_by_the_untied_input_embedding():
 
 def _block_saved(model, attention, recompute="none", dropout=0.0):
     torch.manual_seed(0)
-    net = Transformer(model, dtype=torch.bfloat16, attention=attention, dropout=dropout, seq_len=S)
+    net = Transformer(model, dtype=torch.bfloat16, attention=attention, dropout=dropout, seq_len=S,
+                      recompute_core=recompute == "selective")
     blk = net.blocks[0]
     x = torch.randn(B, S, model.hidden, dtype=torch.bfloat16, requires_grad=True)
     cos, sin = (net.cos[:S], net.sin[:S]) if model.position == "rope" else (None, None)
@@ -78,6 +79,16 @@ def test_saved_bytes_llama_block_flash():
     want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
         seq_len=S, microbatch_size=B, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=48, tp=1).magnitude
     assert got == want + 2 * 4 * S * B
+
+
+def test_saved_bytes_selective_recompute_with_flash():
+    """Recomputing the attention core keeps q, k, v and the output (the output projection's input)
+    and drops only flash attention's fp32 statistics (4·s·b·a bytes), which the library's selective
+    count keeps: with flash attention there is no s² tensor left for selective recomputation to save."""
+    got = _block_saved(LLAMA, "flash", recompute="selective")["total"]
+    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
+        seq_len=S, microbatch_size=B, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=48, tp=1).magnitude
+    assert got == want + 2 * 4 * S * B - 4 * S * B * 4
 
 
 def test_saved_bytes_full_recompute_is_the_layer_input():

@@ -142,8 +142,9 @@ class Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, m: Model, dtype, attention: str, dropout: float):
+    def __init__(self, m: Model, dtype, attention: str, dropout: float, recompute_core: bool = False):
         super().__init__()
+        self.recompute_core = recompute_core
         h, a, kv, d = m.hidden, m.heads, m.kv_heads, m.head_dim
         self.a, self.kv, self.d, self.attention, self.dropout = a, kv, d, attention, dropout
         self.q = nn.Linear(h, a * d, bias=m.bias, dtype=dtype)
@@ -162,7 +163,12 @@ class Attention(nn.Module):
         if self.rope:
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         if self.attention == "flash":
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.a)
+            def core(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.a)
+            if self.recompute_core:  # selective recomputation: keep q, k, v; redo the attention core
+                out = torch.utils.checkpoint.checkpoint(core, q, k, v, use_reentrant=False)
+            else:
+                out = core(q, k, v)
             y = _OutProj.apply(out, self.o)
         else:  # explicit matmuls: attention counted in full (the causal mask costs FLOPs like any score)
             if self.kv != self.a:
@@ -223,10 +229,10 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0):
+    def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0, recompute_core: bool = False):
         super().__init__()
         self.norm1 = Norm(m.hidden, m.norm, dtype)
-        self.attn = Attention(m, dtype, attention, dropout)
+        self.attn = Attention(m, dtype, attention, dropout, recompute_core)
         self.norm2 = Norm(m.hidden, m.norm, dtype)
         self.mlp = MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
 
@@ -239,7 +245,7 @@ class Transformer(nn.Module):
     """A whole decoder built from an analytic Model (use tiny dimensions)."""
 
     def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
-                 seq_len: int | None = None):
+                 seq_len: int | None = None, recompute_core: bool = False):
         super().__init__()
         if m.attention != "mha":
             raise ValueError("the reference transformer implements multi-head (and grouped-query) attention only")
@@ -247,7 +253,8 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(m.vocab, m.hidden, dtype=dtype)
         self.pos = nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
         moe_from = m.dense_layers if m.is_moe else m.layers
-        self.blocks = nn.ModuleList(Block(m, dtype, attention, i >= moe_from, dropout) for i in range(m.layers))
+        self.blocks = nn.ModuleList(Block(m, dtype, attention, i >= moe_from, dropout, recompute_core)
+                                    for i in range(m.layers))
         self.norm = Norm(m.hidden, m.norm, dtype)
         self.head = None if m.tied_embeddings else nn.Linear(m.hidden, m.vocab, bias=False, dtype=dtype)
         n = seq_len or 64
