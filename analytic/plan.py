@@ -437,12 +437,15 @@ class Plan:
             kept, working = layer, None
         layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
         p, mb = lay.pp, self.global_batch / (lay.dp * self.microbatch_size)
-        in_flight = {
-            "1f1b": sympy.Min(p, mb), "zb-h1": sympy.Min(p, mb), "gpipe": mb,
-            "interleaved": sympy.Min(p * formula("memory.activations.first_stage_interleaved_factor").bind(
-                {"pp": p, "vpp": lay.vpp}).expr, mb),
-            "zb-h2": sympy.Min(2 * p - 1, mb), "dualpipe": sympy.Min(p + 1, mb),
-        }[lay.schedule]
+        # microbatches whose activations stage 0 holds, never more than the step has
+        peak = {"1f1b": "1f1b", "zb-h1": "1f1b", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
+        if lay.schedule == "gpipe":
+            in_flight = mb
+        elif lay.schedule == "interleaved":
+            factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
+            in_flight = sympy.Min(formula("pipeline.in_flight.1f1b").bind({"pp": p}).expr * factor.expr, mb)
+        else:
+            in_flight = sympy.Min(formula(f"pipeline.in_flight.{peak[lay.schedule]}").bind({"pp": p}).expr, mb)
         first = kept * (layers_on_stage * in_flight)
         last = kept * layers_on_stage
         if working is not None:

@@ -32,6 +32,9 @@ def derive() -> Derivation:
     d.check(sympy.summation(Sz / n, (k, 1, n - 1)), "collectives.all_to_all.bytes_sent")
     d.check((n - 1) * (alpha + Sz / (n * Bw)), "collectives.all_to_all.time")
     d.check(rs_bytes / Sz, "collectives.all_to_all.busbw_factor")
+    d.check((n - 1) * alpha + Sz / Bw, "collectives.broadcast.time",
+            "Broadcast pipelined along a chain of n ranks: the first piece needs n − 1 hops of latency, then the "
+            "whole message streams through every link at B (large messages, pieces small)")
     # two levels: g ranks per node, n_n nodes
     g, nn, Bup, Bout = S("gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth")
     hier = d.step("Two-level all-reduce: reduce-scatter inside the node, all-reduce of the S/g shard across nodes, "

@@ -149,3 +149,14 @@ def test_doubling_dp_never_raises_memory(dp, zero):
         return an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=d, zero=zero), seq_len=2048,
                        global_batch=64).memory().total.magnitude
     assert mem(2 * dp) <= mem(dp) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("schedule,ratio", [("zb-h2", 31 / 16), ("dualpipe", 17 / 16), ("zb-h1", 1.0)])
+def test_stage0_activation_factors_of_schedules(schedule, ratio):
+    """Peak activations relative to 1F1B's p microbatches: ZB-H2 2p − 1 (Qi et al. Table 2),
+    DualPipe p + 1 (DeepSeek-V3 Table 2), ZB-H1 p; p = 16 and enough microbatches."""
+    def first(s):
+        p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=8, schedule=s,
+                    sequence_parallel=True), seq_len=8192, global_batch=512)
+        return p.expr("memory.activations.first_stage").value().magnitude
+    assert first(schedule) / first("1f1b") == pytest.approx(ratio, rel=1e-12)
