@@ -118,24 +118,15 @@ def checks(rank: int, world: int) -> dict:
             _ag_single(gathered, shard)
             if not torch.equal(gathered[: x.numel()], ref):
                 res["mismatch"].append(f"rs+ag {dtype} {length}")
-            # ring implementations from send/recv, bytes counted
-            c = Counter()
-            if not torch.equal(ring_all_reduce(x, ranks, c), ref):
-                res["mismatch"].append(f"ring all_reduce {dtype} {length}")
-            res["bytes"].append({"kind": "all_reduce", "bytes": c.bytes,
-                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
-            c = Counter()
-            shard_ring = ring_reduce_scatter(x, ranks, c)
-            if not torch.equal(shard_ring, shard):
-                res["mismatch"].append(f"ring reduce_scatter {dtype} {length}")
-            res["bytes"].append({"kind": "reduce_scatter", "bytes": c.bytes,
-                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
-            c = Counter()
-            full = ring_all_gather(shard, ranks, c)
-            if not torch.equal(full, gathered):
-                res["mismatch"].append(f"ring all_gather {dtype} {length}")
-            res["bytes"].append({"kind": "all_gather", "bytes": c.bytes,
-                                 "message": padded.numel() * x.element_size(), "exact": pad == 0})
+            # ring implementations from send/recv, bytes counted, against the library's results
+            for kind, run, want in (("all_reduce", lambda c: ring_all_reduce(x, ranks, c), ref),
+                                    ("reduce_scatter", lambda c: ring_reduce_scatter(x, ranks, c), shard),
+                                    ("all_gather", lambda c: ring_all_gather(shard, ranks, c), gathered)):
+                c = Counter()
+                if not torch.equal(run(c), want):
+                    res["mismatch"].append(f"ring {kind} {dtype} {length}")
+                res["bytes"].append({"kind": kind, "bytes": c.bytes,
+                                     "message": padded.numel() * x.element_size(), "exact": pad == 0})
     # all-to-all against the library's
     y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
     ref = torch.empty_like(y)
