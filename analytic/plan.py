@@ -198,12 +198,11 @@ class Plan:
         cal = self.calibration
         for key in ("matmul_efficiency", "link_efficiency", "latency", "overlap"):
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from .presets import llama3_interruption_rate, llama3_storage_bandwidth
+        from .presets import llama3_interruption_rate
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)
-        self._storage_bandwidth = magnitude("bandwidth", llama3_storage_bandwidth())
         return {k: v for k, v in out.items() if v is not None}
 
     def _need(self, key):
@@ -311,13 +310,13 @@ class Plan:
         builders = self._builders()
         if name not in builders:
             raise UnknownNameError("plan quantity", name, builders)
-        if name not in self._cache:
+        if name not in self._exprs:
             f = builders[name]()
-            self._cache[name] = f.renamed(f"plan.{name}", source=self._provenance())
-        return self._cache[name]
+            self._exprs[name] = f.renamed(f"plan.{name}", source=self._provenance())
+        return self._exprs[name]
 
     @cached_property
-    def _cache(self) -> dict:
+    def _exprs(self) -> dict:
         return {}
 
     def quantities(self) -> list[str]:
@@ -342,14 +341,14 @@ class Plan:
             "active_params": lambda: self.model.active_params_formula(),
             "params_per_gpu": lambda: self._params["dense_local"] + self._params["expert_local"],
             "layers_per_stage": lambda: Formula("L/p", self.model.layers / self.deg.pp, "", ""),
-            "memory.weights": lambda: self._memory_parts()["weights"],
-            "memory.gradients": lambda: self._memory_parts()["gradients"],
-            "memory.optimizer": lambda: self._memory_parts()["optimizer"],
-            "memory.activations": lambda: self._activations()["worst"],
-            "memory.activations.first_stage": lambda: self._activations()["first"],
-            "memory.activations.last_stage": lambda: self._activations()["last"],
-            "memory.activations.layer": lambda: self._activations()["layer"],
-            "memory.logits": lambda: self._activations()["logits"],
+            "memory.weights": lambda: self._memory_parts["weights"],
+            "memory.gradients": lambda: self._memory_parts["gradients"],
+            "memory.optimizer": lambda: self._memory_parts["optimizer"],
+            "memory.activations": lambda: self._activations["worst"],
+            "memory.activations.first_stage": lambda: self._activations["first"],
+            "memory.activations.last_stage": lambda: self._activations["last"],
+            "memory.activations.layer": lambda: self._activations["layer"],
+            "memory.logits": lambda: self._activations["logits"],
             "memory.total": lambda: self._memory_total(),
             "memory.headroom": lambda: Formula("hbm", self._need("hbm"), "byte", "") - self.expr("memory.total"),
             "flops": lambda: self._flops("6nd"),
@@ -358,8 +357,8 @@ class Plan:
             "flops.megatron": lambda: self._flops("megatron"),
             "flops.hardware": lambda: self._hardware_flops(),
             "bubble": lambda: self._bubble_fraction(),
-            "time.compute": lambda: self._time()["compute"],
-            "time.bubble": lambda: self._time()["bubble"],
+            "time.compute": lambda: self._time["compute"],
+            "time.bubble": lambda: self._time["bubble"],
             "step_time": lambda: self._step_time(),
             "mfu": lambda: self._f("compute.mfu", flops=self.expr("flops"), step_time=self.expr("step_time"),
                                    gpus=self.deg.gpus),
@@ -375,14 +374,14 @@ class Plan:
             "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
         }
         for axis in AXES:
-            b[f"communication.{axis}"] = (lambda a=axis: self._comm()[a]["bytes"])
-            b[f"communication_time.{axis}"] = (lambda a=axis: self._comm()[a]["time"])
-            b[f"time.{axis}"] = (lambda a=axis: self._time()[a])
+            b[f"communication.{axis}"] = (lambda a=axis: self._comm[a]["bytes"])
+            b[f"communication_time.{axis}"] = (lambda a=axis: self._comm[a]["time"])
+            b[f"time.{axis}"] = (lambda a=axis: self._time[a])
         return b
 
     # --- memory -----------------------------------------------------------------------------
     @cached_property
-    def _memory_parts_cache(self):
+    def _memory_parts(self):
         lay = self.deg
         z = lay.zero
         groups = [(self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)]
@@ -398,9 +397,6 @@ class Plan:
                 total = total * 2  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
             parts[part] = total
         return parts
-
-    def _memory_parts(self):
-        return self._memory_parts_cache
 
     def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
         lay, m = self.deg, self.model
@@ -422,7 +418,7 @@ class Plan:
         return self._f(name, **kw)
 
     @cached_property
-    def _activation_cache(self) -> dict:
+    def _activations(self) -> dict:
         lay, m = self.deg, self.model
         layer = self._layer_activation_formula()
         if m.is_moe:  # a token's FFN activations across its k routed and shared experts
@@ -455,12 +451,9 @@ class Plan:
         worst = Formula("activations", sympy.Max(first.expr, last.expr), "byte", "")
         return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
 
-    def _activations(self):
-        return self._activation_cache
-
     def _memory_total(self) -> Formula:
-        parts = self._memory_parts()
-        return parts["weights"] + parts["gradients"] + parts["optimizer"] + self._activations()["worst"]
+        parts = self._memory_parts
+        return parts["weights"] + parts["gradients"] + parts["optimizer"] + self._activations["worst"]
 
     # --- FLOPs -----------------------------------------------------------------------------
     def _training_tokens(self):
@@ -537,7 +530,7 @@ class Plan:
         return Formula("t", sympy.Piecewise(*pieces), "s", "")
 
     @cached_property
-    def _comm_cache(self) -> dict:
+    def _comm(self) -> dict:
         lay, m = self.deg, self.model
         mb = self.global_batch / (lay.dp * self.microbatch_size)
         s_local = self.seq_len / lay.cp
@@ -631,9 +624,6 @@ class Plan:
                     out["ep"] = limited
         return out
 
-    def _comm(self):
-        return self._comm_cache
-
     def communication(self) -> dict:
         """Bytes sent per step per GPU, by axis (tp, pp, dp, cp, ep)."""
         return {a: self.expr(f"communication.{a}").value() for a in AXES}
@@ -644,11 +634,11 @@ class Plan:
 
     # --- time --------------------------------------------------------------------------------
     def _bubble_fraction(self) -> Formula:
-        t = self._time()
+        t = self._time
         return t["bubble"] / t["compute"]
 
     @cached_property
-    def _time_cache(self) -> dict:
+    def _time(self) -> dict:
         lay = self.deg
         eta = self._need("matmul_efficiency")
         compute = (self.expr("flops.hardware") / self.deg.gpus
@@ -660,7 +650,7 @@ class Plan:
         sched = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
                  "dualpipe": "dualpipe"}[lay.schedule]
         bubble = formula(f"pipeline.bubble_time.{sched}").bind({"pp": lay.pp, **times})
-        comm = self._comm()
+        comm = self._comm
         phi = self._need("overlap")
         out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],
                "cp": comm["cp"]["time"] * (1 - phi), "pp": comm["pp"]["time"] * (1 - phi)}
@@ -675,11 +665,8 @@ class Plan:
             out["ep"] = comm["ep"]["time"] * (1 - phi)
         return out
 
-    def _time(self):
-        return self._time_cache
-
     def _step_time(self) -> Formula:
-        t = self._time()
+        t = self._time
         total = t["compute"]
         for k in ("bubble", "tp", "cp", "pp", "dp", "ep"):
             total = total + t[k]
@@ -722,8 +709,9 @@ class Plan:
         if "checkpoint_time" in self.inputs:
             return Formula("delta", self.inputs["checkpoint_time"], "s", "")
         # one copy of the model states written at the storage bandwidth of Llama 3's cluster
+        from .presets import llama3_storage_bandwidth
         states = self._f("memory.model_states.zero0", params=self._params["total"])
-        return states / Formula("B", self._storage_bandwidth, "byte/s", "")
+        return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 
     # --- symbolic helpers ----------------------------------------------------------------------
     def _value(self, f: Formula, integer=False):
@@ -734,10 +722,7 @@ class Plan:
             return int(v)
         return to_float(v, f.name)
 
-    def free_symbols(self) -> list[str]:
-        return list(self.expr("step_time").symbols)
-
-    def smallest(self, keyword: str, limit: int = 1 << 20, quantity: str = "memory.total") -> int:
+    def smallest(self, keyword: str, limit: int = 1 << 20) -> int:
         """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM."""
         from .symbolic import smallest_fitting
         return smallest_fitting(self, keyword, limit=limit)
