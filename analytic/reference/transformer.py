@@ -174,9 +174,14 @@ class Attention(nn.Module):
             if self.kv != self.a:
                 k = k.repeat_interleave(self.a // self.kv, dim=1)
                 v = v.repeat_interleave(self.a // self.kv, dim=1)
-            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d)) + causal[:s, :s]
-            probs = _dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
-            out = probs @ v
+
+            def core(q, k, v):
+                scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d)) + causal[:s, :s]
+                return _dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
+            if self.recompute_core:
+                out = torch.utils.checkpoint.checkpoint(core, q, k, v, use_reentrant=False)
+            else:
+                out = core(q, k, v)
             y = out.transpose(1, 2).reshape(b, s, self.a * self.d) @ self.o.t()
         if self.o_bias is not None:
             y = y + self.o_bias
