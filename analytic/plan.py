@@ -471,16 +471,30 @@ class Plan:
             return per_token * tokens
         return self._f("compute.megatron_flops")
 
-    def _hardware_flops(self) -> Formula:
-        palm = self._flops("palm")
+    def _recomputed(self, training: Formula, core_forward: Formula) -> Formula:
+        """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, the
+        attention core's forward for selective."""
         rc = self.layout.recompute
-        if rc == "full":  # one more forward pass: a third of the training FLOPs
-            return palm + palm / 3
-        if rc == "selective":  # recompute the attention core forward: 4·L·a·d_h·s per token
-            m = self.model
-            core = Formula("core", 4 * m.layers * m.heads * m.head_dim * self.seq_len, "FLOP/token", "")
-            return palm + core * self.expr("tokens_per_step")
-        return palm
+        if rc == "full":
+            return training + training / 3
+        if rc == "selective":
+            return training + core_forward
+        return training
+
+    def _attention_core(self) -> Formula:
+        """Forward FLOPs of every layer's attention core over the step's tokens."""
+        return (self._f("compute.attention_core_forward_flops_per_token") * self.model.layers
+                * self.expr("tokens_per_step"))
+
+    def _hardware_flops(self) -> Formula:
+        return self._recomputed(self._flops("palm"), self._attention_core())
+
+    def _bf16_flops(self) -> Formula:
+        """The part of the hardware FLOPs that FP8 recipes keep in 16 bits: attention core and logits
+        (Transformer Engine; DeepSeek-V3 §3.3.1)."""
+        core = self._attention_core()
+        logits = self._f("compute.logits_forward_flops_per_token") * self.expr("tokens_per_step")
+        return self._recomputed((core + logits) * 3, core)
 
     def model_flops(self, convention: str = "6nd") -> pint.Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
@@ -641,8 +655,12 @@ class Plan:
     def _time(self) -> dict:
         lay = self.deg
         eta = self._need("matmul_efficiency")
-        compute = (self.expr("flops.hardware") / self.deg.gpus
-                   / Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", ""))
+        peak = Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", "")
+        compute = self.expr("flops.hardware") / self.deg.gpus / peak
+        if self.dtype == "fp8":  # matmuls of the linear layers in FP8, the rest at the 16-bit peak
+            bf16 = self._bf16_flops() / self.deg.gpus
+            peak16 = Formula("F16", magnitude("peak_flops", self.hardware.peak_flops("bf16")) * eta, "FLOP/s", "")
+            compute = compute - bf16 / peak + bf16 / peak16
         mb = self.global_batch / (lay.dp * self.microbatch_size)
         chunk = compute / (mb * lay.vpp)  # one microbatch through one model chunk
         third = chunk / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2

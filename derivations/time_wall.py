@@ -22,6 +22,7 @@ def derive() -> Derivation:
                   2 * (2 * h * a * d_h) + 2 * (2 * h * a_kv * d_h))
     scores = d.step("QKᵀ and attention over V: each query meets s keys in each of a heads, d_h multiply-adds each (causal attention counted in full)",
                     2 * (2 * a * d_h * s))
+    d.check(scores, "compute.attention_core_forward_flops_per_token")
     d.check(proj + scores, "compute.attention_forward_flops_per_token")
     d.check(2 * 3 * h * h_ff, "compute.mlp_forward_flops_per_token.swiglu", "SwiGLU: gate, up and down matrices:")
     d.check(2 * 2 * h * h_ff, "compute.mlp_forward_flops_per_token.gelu", "GELU MLP: two matrices:")

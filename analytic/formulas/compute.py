@@ -36,6 +36,10 @@ define("compute.attention_forward_flops_per_token",
        ("Q and O projections h×(a·d_h), K and V projections h×(a_kv·d_h), 2 FLOPs per multiply-add",
         "QK^T and attention over V: 2·2·a·d_h·s per token, attention counted in full (no causal halving)"),
        "forward FLOPs per token of one attention block", coefficient_unit="FLOP")
+define("compute.attention_core_forward_flops_per_token", 4 * a * d_h * s, "FLOP/token",
+       "derived: derivations/time_wall.py",
+       ("QKᵀ and attention over V only (what selective recomputation repeats)", "attention counted in full"),
+       "forward FLOPs per token of one layer's attention core", coefficient_unit="FLOP")
 define("compute.mlp_forward_flops_per_token.swiglu", 6 * h * h_ff, "FLOP/token", "derived: derivations/time_wall.py",
        ("three matrices h×h_ff (gate, up, down)", "elementwise SiLU and product not counted"),
        "forward FLOPs per token of a SwiGLU MLP", coefficient_unit="FLOP")
