@@ -43,6 +43,16 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def _source_digest() -> str:
+    """A digest of the library's own code and data: compiled expressions are valid for exactly it."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".toml", ".txt") and "__pycache__" not in path.parts:
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _cache_dir() -> Path:
     return Path(os.environ.get("ANALYTIC_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "analytic"))
 
@@ -124,7 +134,7 @@ class _Templates:
 
     def __init__(self, model, hardware, seq_len, global_batch, dtype, flash_attention):
         self.args = (model, hardware, seq_len, global_batch, dtype, flash_attention)
-        key = json.dumps([__version__, repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
+        key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
                           str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
                           repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention], sort_keys=True)
         self.path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
