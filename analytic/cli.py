@@ -142,9 +142,11 @@ def build_plan(args) -> tuple[object, dict]:
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),
                    dtype=get("dtype") or "bf16")
+    tokens = get("tokens")
+    if tokens is not None and " " not in str(tokens):
+        tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
     extra = {"mfu": _fraction(str(get("mfu")), "mfu") if get("mfu") is not None else None,
-             "training_tokens": get("tokens") if get("tokens") is None or " " in str(get("tokens"))
-             else f"{get('tokens')} token", "text": text_config, "notes": notes}
+             "training_tokens": tokens, "text": text_config, "notes": notes}
     return plan, extra
 
 

@@ -237,7 +237,7 @@ class Plan:
             raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
         if num(lay.cp, self.seq_len) and self.seq_len % lay.cp:
             raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {self.seq_len}")
-        if lay.ep != 1 or (num(lay.ep) and lay.ep > 1):
+        if lay.ep != 1:
             if not m.is_moe:
                 raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
             if num(lay.ep, m.experts) and m.experts % lay.ep:
