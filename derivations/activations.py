@@ -30,4 +30,12 @@ def derive() -> Derivation:
     d.step("For a GPT layer without flash attention, add Korthikanti's two 1-byte dropout masks (2sbh) and the "
            "stored scores, softmax and its dropout (5as²b), and drop the fp32 statistics", sympy.expand(korthikanti))
     d.check(korthikanti, "memory.activations.layer")
+    scores = 5 * a * s**2 * b
+    tp_part = d.step("With TP (no SP) the 10sbh of norm inputs, dropout masks and block inputs stay whole and the "
+                     "rest, scores included, splits t ways", 10 * s * b * h + (korthikanti - 10 * s * b * h) / t)
+    d.check(tp_part, "memory.activations.layer_tp")
+    d.check(tp_part - scores / t, "memory.activations.layer_tp_selective",
+            "Selective recomputation drops the stored scores, softmax and its dropout mask")
+    d.check((korthikanti - scores) / t, "memory.activations.layer_tp_sp_selective", "and with SP as well")
+    d.check(korthikanti / t, "memory.activations.layer_tp_sp")
     return d
