@@ -14,12 +14,17 @@ LLAMA = an.Model(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=
 GPT = an.Model.gpt(layers=2, hidden=32, heads=4, vocab=50, seq_len=16, name="tiny-gpt")
 MOE = an.Model(layers=3, hidden=32, heads=4, kv_heads=4, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
                experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, name="tiny-moe")
+MLA = an.Model(layers=2, hidden=32, heads=4, head_dim=8, vocab=50, mlp="swiglu", position="rope", ffn_hidden=48,
+               experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, attention="mla",
+               q_lora_rank=12, kv_lora_rank=10, rope_dim=4, name="tiny-deepseek")
 S, B = 16, 2
 
 
-@pytest.mark.parametrize("model", [LLAMA, GPT, MOE], ids=lambda m: m.name)
+@pytest.mark.parametrize("model", [LLAMA, GPT, MOE, MLA], ids=lambda m: m.name)
 def test_parameter_count_is_the_architecture_formula(model):
-    assert count_parameters(Transformer(model, seq_len=S)) == model.total_params
+    net = Transformer(model, seq_len=S)
+    assert count_parameters(net) == model.total_params
+    net(torch.randint(0, model.vocab, (B, S))).float().sum().backward()  # the modules really run
 
 
 def _catalogue_flops(model: an.Model) -> float:

@@ -188,6 +188,33 @@ class Attention(nn.Module):
         return _dropout(y, self.dropout, self.training)
 
 
+class MLAttention(nn.Module):
+    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): queries and keys/values go through
+    low-rank latents with RMSNorm; a decoupled RoPE key of d_r dimensions is shared by the heads."""
+
+    def __init__(self, m: Model, dtype):
+        super().__init__()
+        h, a, d, dr, rq, rkv = m.hidden, m.heads, m.head_dim, m.rope_dim, m.q_lora_rank, m.kv_lora_rank
+        self.a, self.d, self.dr, self.rkv = a, d, dr, rkv
+        self.q_a = nn.Linear(h, rq, bias=False, dtype=dtype)
+        self.q_norm = Norm(rq, "rmsnorm", dtype)
+        self.q_b = nn.Linear(rq, a * (d + dr), bias=False, dtype=dtype)
+        self.kv_a = nn.Linear(h, rkv + dr, bias=False, dtype=dtype)
+        self.kv_norm = Norm(rkv, "rmsnorm", dtype)
+        self.kv_b = nn.Linear(rkv, a * 2 * d, bias=False, dtype=dtype)
+        self.o = nn.Linear(a * d, h, bias=False, dtype=dtype)
+
+    def forward(self, x, cos=None, sin=None, causal=None):
+        b, s, _ = x.shape
+        q = self.q_b(self.q_norm(self.q_a(x))).view(b, s, self.a, self.d + self.dr).transpose(1, 2)
+        latent, k_rope = self.kv_a(x).split([self.rkv, self.dr], dim=-1)
+        kv = self.kv_b(self.kv_norm(latent)).view(b, s, self.a, 2 * self.d).transpose(1, 2)
+        k_nope, v = kv.split([self.d, self.d], dim=-1)
+        k = torch.cat([k_nope, k_rope.unsqueeze(1).expand(b, self.a, s, self.dr)], dim=-1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(b, s, self.a * self.d))
+
+
 class MLP(nn.Module):
     def __init__(self, h, f, kind, bias, dtype, dropout=0.0):
         super().__init__()
@@ -237,7 +264,7 @@ class Block(nn.Module):
     def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0, recompute_core: bool = False):
         super().__init__()
         self.norm1 = Norm(m.hidden, m.norm, dtype)
-        self.attn = Attention(m, dtype, attention, dropout, recompute_core)
+        self.attn = MLAttention(m, dtype) if m.attention == "mla" else Attention(m, dtype, attention, dropout, recompute_core)
         self.norm2 = Norm(m.hidden, m.norm, dtype)
         self.mlp = MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
 
@@ -252,8 +279,6 @@ class Transformer(nn.Module):
     def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
                  seq_len: int | None = None, recompute_core: bool = False):
         super().__init__()
-        if m.attention != "mha":
-            raise ValueError("the reference transformer implements multi-head (and grouped-query) attention only")
         self.m = m
         self.embed = nn.Embedding(m.vocab, m.hidden, dtype=dtype)
         self.pos = nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
