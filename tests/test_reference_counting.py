@@ -13,7 +13,7 @@ LLAMA = an.Model(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=
                  name="tiny-llama")
 GPT = an.Model.gpt(layers=2, hidden=32, heads=4, vocab=50, seq_len=16, name="tiny-gpt")
 MOE = an.Model(layers=3, hidden=32, heads=4, kv_heads=4, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
-               experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, name="tiny-moe")
+               experts=4, topk=2, shared_experts=2, expert_ffn_hidden=16, dense_layers=1, name="tiny-moe")
 MLA = an.Model(layers=2, hidden=32, heads=4, head_dim=8, vocab=50, mlp="swiglu", position="rope", ffn_hidden=48,
                experts=4, topk=2, shared_experts=1, expert_ffn_hidden=16, dense_layers=1, attention="mla",
                q_lora_rank=12, kv_lora_rank=10, rope_dim=4, name="tiny-deepseek")
