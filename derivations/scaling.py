@@ -20,6 +20,8 @@ def derive() -> Derivation:
     d.step("that is N_opt = G·(C/6)^(β/(α+β)) with G = (αA/(βB))^(1/(α+β)); and D_opt = (C/6)^(α/(α+β))/G", closed)
     fit = {E: sympy.Rational("1.69"), A: sympy.Rational("406.4"), B: sympy.Rational("410.7"),
            alpha: sympy.Rational("0.34"), beta: sympy.Rational("0.28")}
+    d.check(loss.subs(fit), "scaling.chinchilla.loss",
+            "With the fitted constants of App. D.2 (E = 1.69, A = 406.4, B = 410.7, α = 0.34, β = 0.28)")
     d.check_numeric(closed.subs(fit), "scaling.chinchilla.optimal_params", {"flops": 5.76e23})
     d.check_numeric(((C / 6) ** (alpha / (alpha + beta)) / G).subs(fit), "scaling.chinchilla.optimal_tokens",
                     {"flops": 5.76e23})
