@@ -183,7 +183,7 @@ class Formula:
     def diff(self, keyword: str) -> "Formula":
         """∂/∂keyword, in ``unit / unit(keyword)``."""
         s = _symbols.sym(keyword)
-        return Formula(f"d({self.name})/d{keyword}", sympy.diff(self.expr, s),
+        return Formula(f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
                        self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
                        coefficient_unit=None)
 
