@@ -27,6 +27,18 @@ def test_parameter_count_is_the_architecture_formula(model):
     net(torch.randint(0, model.vocab, (B, S))).float().sum().backward()  # the modules really run
 
 
+@pytest.mark.parametrize("model", [MOE, MLA], ids=lambda m: m.name)
+def test_active_parameters_are_what_one_token_touches(model):
+    """Everything but the routed experts a token is not sent to: per MoE layer, E − k experts idle."""
+    net = Transformer(model, seq_len=S)
+    idle = 0
+    for blk in net.blocks:
+        if hasattr(blk.mlp, "experts"):
+            per_expert = count_parameters(blk.mlp.experts[0])
+            idle += (len(blk.mlp.experts) - blk.mlp.k) * per_expert
+    assert count_parameters(net) - idle == model.active_params
+
+
 def _catalogue_flops(model: an.Model) -> float:
     f = an.formula
     inputs = {**model.inputs(), "seq_len": S}
