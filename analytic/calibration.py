@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import sympy
 
 from .errors import InputError
-from .formula import Formula, magnitude
+from .formula import Formula
 from .formulas import formula
 from .plan import Layout, Plan
 from .presets import CALIBRATION_FILE, hardware, model

@@ -11,16 +11,14 @@ the scale-out link, one that spans both a two-level algorithm.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import pint
 import sympy
 
-from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, LayoutError, PresetError, UnknownNameError
-from .formula import Formula, exact, magnitude, to_float
+from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model, choice, count

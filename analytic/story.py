@@ -54,7 +54,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         t = quoted.get(text_key or key, {}).get("value", "") if quoted else ""
         out.append(Line(section, key, label, value, formula_name, t))
 
-    lay, m, hw = plan.layout, plan.model, plan.hardware
+    lay, m = plan.layout, plan.model
     mb = plan.microbatches
     # batch
     add("batch", "tokens_per_step", f"{plan.global_batch} sequences × {plan.seq_len} tokens", plan.tokens_per_step,

@@ -16,7 +16,7 @@ import sympy
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
-from .symbols import info, sym
+from .symbols import sym
 from .units import Q_
 
 

@@ -124,7 +124,7 @@ def main() -> int:
             print(f"{'SURVIVED' if ok else 'killed  '} {name}: {desc}", flush=True)
     total = len(killed) + len(survived)
     score = 100.0 * len(killed) / total if total else 100.0
-    lines = [f"# Mutation testing of the formula catalogue", "",
+    lines = ["# Mutation testing of the formula catalogue", "",
              f"{len(names)} formulas, {total} non-equivalent mutants, {len(killed)} killed: **{score:.1f}%** "
              f"({len(equivalent)} equivalent mutants skipped; {time.time() - start:.0f} s).", "", "## Survivors", ""]
     lines += [f"- `{n}`: {d} → `{e}`" for n, d, e in survived] or ["none"]

@@ -1,7 +1,6 @@
 """The source text's step (S17–S31) through Plan, and properties of plans."""
 
 import pytest
-import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

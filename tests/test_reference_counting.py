@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch", reason="the numeric reference needs the 'to
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import analytic as an  # noqa: E402
-from analytic.reference.transformer import Block, Transformer, count_parameters, saved_bytes  # noqa: E402
+from analytic.reference.transformer import Transformer, count_parameters, saved_bytes  # noqa: E402
 
 LLAMA = an.Model(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, vocab=50, mlp="swiglu", position="rope",
                  name="tiny-llama")

@@ -1,7 +1,6 @@
 """The discrete-event pipeline simulator against the catalogue's closed forms."""
 
 import pytest
-import sympy
 
 import analytic as an
 from analytic.reference.pipeline_sim import simulate

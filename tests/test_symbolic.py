@@ -1,7 +1,6 @@
 """Symbolic plans and the worked scaling laws of the README."""
 
 import pytest
-import sympy
 from hypothesis import given, settings
 
 import analytic as an

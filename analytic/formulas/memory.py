@@ -1,7 +1,5 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Rational
-
 from ._catalogue import S, define
 
 Psi, Nd = S("params", "dp")

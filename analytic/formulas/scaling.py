@@ -1,6 +1,5 @@
 """Scaling laws: Chinchilla's parametric loss and its compute-optimal allocation; Llama 3's fit."""
 
-import sympy
 from sympy import Rational
 
 from ..units import ureg
