@@ -89,6 +89,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--global-batch", help="sequences per step")
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
     g.add_argument("--dtype", help="compute dtype (bf16, fp8, ...)")
+    g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
+    g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--mfu", help="also give the step time at this MFU")
     g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
     g.add_argument("--json", action="store_true", help="print JSON")
@@ -139,9 +141,10 @@ def build_plan(args) -> tuple[object, dict]:
                        sequence_parallel=bool(sp) if sp is not None else tp > 1,
                        recompute=get("recompute") or "none",
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),
-                   dtype=get("dtype") or "bf16")
+                   dtype=get("dtype") or "bf16", **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12

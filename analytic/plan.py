@@ -208,7 +208,7 @@ class Plan:
             raise PresetError(self._calibration_error)
         if key not in self.inputs:
             raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
-                             f"pass Plan(..., {key}=...)")
+                             f"pass Plan(..., {key}=...) (CLI: --{key.replace('_', '-')})")
         return self.inputs[key]
 
     def _f(self, name: str, **values) -> Formula:

@@ -84,7 +84,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
     add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), act_formula)
-    add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
+    add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
         mem.total.to("GB"), "plan.memory.total")
     # forward
     s_local = plan.seq_len / lay.cp
