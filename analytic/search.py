@@ -109,6 +109,7 @@ class SearchResult:
     fitting: int
     seconds: float
     arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns
+    compiled: int = 0  # expression sets compiled by this search (0 when all came from the cache)
 
     def __iter__(self):
         return iter(self.ranked)
@@ -144,6 +145,7 @@ class _Templates:
         except (OSError, ValueError):
             pass
         self.dirty = False
+        self.compiled = 0  # expression sets built by this search (not found in the cache)
 
     def get(self, schedule, recompute, zero, moe):
         gkey = f"{schedule}|{recompute}|{zero}"
@@ -157,6 +159,7 @@ class _Templates:
                             microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash)
                 self.sources[gkey] = [numpy_source(plan.expr(q).expr, list(DEGREES)) for q in OUTPUTS]
                 self.dirty = True
+                self.compiled += 1
             _COMPILED[(self.path, gkey)] = [compile_source(src) for src in self.sources[gkey]]
         return _COMPILED[(self.path, gkey)]
 
@@ -286,7 +289,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     arrays["group_keys"] = group_keys
     n = len(arrays["memory"])
     return SearchResult(_Ranking(arrays, keep, group_keys), evaluated=n, valid=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays)
+                        seconds=time.time() - start, arrays=arrays, compiled=templates.compiled)
 
 
 def cli_main(args) -> int:
@@ -314,7 +317,9 @@ def cli_main(args) -> int:
         return 0
     if note:
         print(f"note: {note}")
-    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s")
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
+          + (f" (compiling {res.compiled} expression sets for this configuration, cached for the next search)"
+             if res.compiled else ""))
     print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
           f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")
     for i, r in enumerate(res.ranked, 1):
