@@ -29,14 +29,9 @@ SHARED = ("link_efficiency", "latency", "overlap")
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "link_efficiency": (0.05, 1.0), "latency": (0.0, 1e-4), "overlap": (0.0, 1.0)}
 START = {"matmul_efficiency": 0.5, "link_efficiency": 0.7, "latency": 1e-5, "overlap": 0.5}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token")
-DTYPE_ALIAS = {"fp16": "bf16"}
 #: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
 #: every constant towards it
-LOSS, F_SCALE = "soft_l1", 0.1  # same tensor-core peak and path on every preset
-
-
-def calibration_key(hw, dtype: str) -> str:
-    return f"{hw.generation}.{DTYPE_ALIAS.get(dtype, dtype)}"
+LOSS, F_SCALE = "soft_l1", 0.1
 
 
 def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
@@ -85,7 +80,7 @@ class Case:
 
     def __post_init__(self):
         hw = hardware(self.plan["hardware"])
-        self.key = calibration_key(hw, self.plan.get("dtype", "bf16"))
+        self.key = hw.calibration_key(self.plan.get("dtype", "bf16"))
         f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention)
         self.unit = f.unit
         self.target = float(self.published.to(f.unit).magnitude)

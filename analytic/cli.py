@@ -72,6 +72,28 @@ def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
     return int(tokens), note
 
 
+def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
+    """Sequences per step from --batch-tokens or --global-batch (exactly one), and any note."""
+    if tokens is not None and sequences is not None:
+        raise CLIError("--batch-tokens and --global-batch: give one")
+    if tokens is not None:
+        count, note = batch_tokens(str(tokens), seq)
+        return count // seq, note
+    if sequences is not None:
+        return _count(str(sequences), "global-batch"), ""
+    raise CLIError("--batch-tokens or --global-batch: give the batch")
+
+
+def _search_inputs(args, what: str):
+    """Model, hardware, GPUs, sequence length, global batch and note for search and plots."""
+    import analytic as an
+    if not (args.model and args.hardware and args.gpus and args.seq):
+        raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
+    seq = _count(args.seq, "seq")
+    gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
+    return an.model(args.model), an.hardware(args.hardware), _count(args.gpus, "gpus"), seq, gb, note
+
+
 def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan")
     g.add_argument("--model", help="preset model name (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, bloom-176b, palm-540b, deepseek-v3)")
@@ -124,18 +146,8 @@ def build_plan(args) -> tuple[object, dict]:
     seq = _count(str(get("seq") or "0"), "seq") if get("seq") is not None else None
     if seq is None:
         raise CLIError("--seq: give the sequence length")
-    notes = {}
-    if get("batch_tokens") is not None and get("global_batch") is not None:
-        raise CLIError("--batch-tokens and --global-batch: give one")
-    if get("batch_tokens") is not None:
-        tokens, note = batch_tokens(str(get("batch_tokens")), seq)
-        if note:
-            notes["batch_tokens"] = note
-        global_batch = tokens // seq
-    elif get("global_batch") is not None:
-        global_batch = _count(str(get("global_batch")), "global-batch")
-    else:
-        raise CLIError("--batch-tokens or --global-batch: give the batch")
+    global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
+    notes = {"batch_tokens": note} if note else {}
     sp = get("sequence_parallel")
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
                        sequence_parallel=bool(sp) if sp is not None else tp > 1,
@@ -299,13 +311,47 @@ def cmd_derive(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from .search import cli_main
-    return cli_main(args)
+    """A ranked table of the best layouts (``--json`` for data)."""
+    from .search import search
+    model, hw, gpus, seq, gb, note = _search_inputs(args, "search")
+    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, dtype=args.dtype or "bf16",
+                 top=_count(args.top, "top"))
+    if args.json:
+        print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
+                          "ranked": [r.as_dict() for r in res.ranked]}))
+        return 0
+    if note:
+        print(f"note: {note}")
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
+          + (f" (compiling {res.compiled} expression sets for this configuration, cached for the next search)"
+             if res.compiled else ""))
+    print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
+          f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")
+    for i, r in enumerate(res.ranked, 1):
+        lay = r.layout
+        print(f"{i:>3} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} {r.microbatch_size:>3} "
+              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
+    return 0
 
 
 def cmd_plot(args) -> int:
-    from .plots import cli_main
-    return cli_main(args)
+    from . import plots
+    from .search import search
+    if args.kind == "bubble":
+        plots.bubble(_count(args.pp or "8", "pp"), out=args.out)
+    else:
+        model, hw, gpus, seq, gb, _ = _search_inputs(args, f"plot {args.kind}")
+        if args.kind == "scaling":
+            sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
+            plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out)
+        else:
+            res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False)
+            if args.kind == "memory":
+                plots.memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
+            else:
+                plots.pareto(res, out=args.out)
+    print(f"wrote {args.out}")
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:

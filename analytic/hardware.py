@@ -62,11 +62,11 @@ class Hardware:
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
             raise InputError(f"gpus_per_node: expected an integer ≥ 1, got {self.gpus_per_node!r}")
 
-    def _need(self, attr: str, what: str) -> pint.Quantity:
-        v = getattr(self, attr)
+    def _link(self, keyword: str) -> pint.Quantity:
+        v = getattr(self, keyword.removesuffix("_bandwidth"))
         if v is None:
-            raise PresetError(f"{self.key or self.name} has no {what} with a source; give one with "
-                              f"hw.replace({'scale_up_bandwidth' if attr == 'scale_up' else 'scale_out_bandwidth' if attr == 'scale_out' else attr}=...)")
+            raise PresetError(f"{self.key or self.name} has no {keyword.replace('_', ' ')} with a source; "
+                              f"give one with hw.replace({keyword}=...)")
         return v
 
     def peak_flops(self, dtype: str = "bf16") -> pint.Quantity:
@@ -77,20 +77,24 @@ class Hardware:
 
     @property
     def scale_up_bandwidth(self) -> pint.Quantity:
-        return self._need("scale_up", "scale-up bandwidth")
+        return self._link("scale_up_bandwidth")
 
     @property
     def scale_out_bandwidth(self) -> pint.Quantity:
-        return self._need("scale_out", "scale-out bandwidth")
+        return self._link("scale_out_bandwidth")
+
+    def calibration_key(self, dtype: str) -> str:
+        """generation.dtype under which fitted constants are stored (fp16 shares bf16's: same peak)."""
+        return f"{self.generation}.{'bf16' if dtype == 'fp16' else dtype}"
 
     def calibration(self, dtype: str = "bf16") -> Calibration:
-        key = f"{self.generation}.{'bf16' if dtype == 'fp16' else dtype}"  # same tensor-core peak
+        key = self.calibration_key(dtype)
         if key in self.calibrations:
             return self.calibrations[key]
         if "default" in self.calibrations:
             return self.calibrations["default"]
         raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
-                          "'analytic calibrate --published' or pass Plan(..., efficiency=...)")
+                          "'analytic calibrate --published' or pass Plan(..., matmul_efficiency=...)")
 
     def replace(self, **changes) -> "Hardware":
         """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``, ...)."""

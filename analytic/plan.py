@@ -515,15 +515,9 @@ class Plan:
             return formula(f"collectives.{kind}.time").bind(
                 {"message": message, "ranks": size, "bandwidth": self._need(bw_key) * eff, "latency": alpha})
 
-        def out_time():
-            return flat("scale_out_bandwidth")
-
-        def up_time():
-            return flat("scale_up_bandwidth")
-
         def two_level():
             if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
-                return out_time()
+                return flat("scale_out_bandwidth")
             per_node = g / stride
             return formula(f"collectives.hierarchical_{kind}.time").bind(
                 {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
@@ -532,13 +526,13 @@ class Plan:
 
         kind_of_link = self._link_kind(size, stride, g)
         if kind_of_link == "scale-up":
-            return up_time()
+            return flat("scale_up_bandwidth")
         if kind_of_link == "scale-out":
-            return out_time()
+            return flat("scale_out_bandwidth")
         if kind_of_link == "two-level":
             return two_level()
-        pieces = [(up_time().expr, sympy.Le(size * stride, g)), (out_time().expr, sympy.Ge(stride, g)),
-                  (two_level().expr, True)]
+        pieces = [(flat("scale_up_bandwidth").expr, sympy.Le(size * stride, g)),
+                  (flat("scale_out_bandwidth").expr, sympy.Ge(stride, g)), (two_level().expr, True)]
         return Formula("t", sympy.Piecewise(*pieces), "s", "")
 
     @cached_property
@@ -551,12 +545,15 @@ class Plan:
         zero_t = Formula("0", sympy.Integer(0), "s", "")
         out = {a: {"bytes": zero_b, "time": zero_t} for a in AXES}
 
-        def add(axis, kind, message, calls, size=None, stride=None):
+        def add(axis, kind, message, calls, size=None, stride=None, into=None):
+            """``calls`` collectives of ``kind`` on ``message`` over an axis's group (or ``size`` ranks
+            ``stride`` apart), added to the axis's bytes and time (or to ``into``)."""
             size = getattr(lay, axis) if size is None else size
             stride = self._stride(axis) if stride is None else stride
+            target = out[axis] if into is None else into
             sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": message, "ranks": size})
-            out[axis]["bytes"] = out[axis]["bytes"] + sent * calls
-            out[axis]["time"] = out[axis]["time"] + self._collective_time(kind, message, size, stride) * calls
+            target["bytes"] = target["bytes"] + sent * calls
+            target["time"] = target["time"] + self._collective_time(kind, message, size, stride) * calls
 
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
@@ -589,10 +586,7 @@ class Plan:
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
             kinds = ["all_reduce"] if lay.zero == 0 else ["reduce_scatter", "all_gather"] + (["all_gather"] if lay.zero == 3 else [])
             for kind in kinds:
-                sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": grad, "ranks": size})
-                out["dp"]["bytes"] = out["dp"]["bytes"] + sent
-                one = self._collective_time(kind, grad / buckets, size, self._stride("dp"))
-                out["dp"]["time"] = out["dp"]["time"] + one * buckets
+                add("dp", kind, grad / buckets, buckets, size=size)
         # CP: all-gather K and V forward, reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
             kv = self._f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
@@ -609,9 +603,7 @@ class Plan:
             calls = 2 * sympy.sympify(m.moe_layers) / lay.pp * mb
             plain = {"bytes": zero_b, "time": zero_t}
             for msg in (disp, comb):
-                sent = formula("collectives.all_to_all.bytes_sent").bind({"message": msg, "ranks": lay.ep})
-                plain["bytes"] = plain["bytes"] + sent * calls
-                plain["time"] = plain["time"] + self._collective_time("all_to_all", msg, lay.ep, self._stride("ep")) * calls
+                add("ep", "all_to_all", msg, calls, into=plain)
             g = self.inputs["gpus_per_node"]
             link = self._link_kind(lay.ep, self._stride("ep"), g)
             if not m.nodes_per_token or link in ("scale-up", "-"):
@@ -625,9 +617,7 @@ class Plan:
                 for e_bytes in (dispatch_e, Q_(2, "byte")):
                     msg = self._f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, nodes_per_token=reach,
                                   element_bytes=e_bytes)
-                    sent = formula("collectives.all_to_all.bytes_sent").bind({"message": msg, "ranks": nodes})
-                    limited["bytes"] = limited["bytes"] + sent * calls
-                    limited["time"] = limited["time"] + self._collective_time("all_to_all", msg, nodes, g) * calls
+                    add("ep", "all_to_all", msg, calls, size=nodes, stride=g, into=limited)
                 if link == "symbolic":  # decided per layout: inside a node, or node-limited across nodes
                     inside = sympy.Le(lay.ep * self._stride("ep"), g)
                     out["ep"] = {k: Formula(k, sympy.Piecewise((plain[k].expr, inside), (limited[k].expr, True)),

@@ -113,35 +113,3 @@ def pareto(result, *, out):
     fig.savefig(out)
     plt.close(fig)
     return out
-
-
-def cli_main(args) -> int:
-    import analytic as an
-    from .cli import CLIError, _count, batch_tokens
-
-    if args.kind == "bubble":
-        bubble(_count(args.pp or "8", "pp"), out=args.out)
-        print(f"wrote {args.out}")
-        return 0
-    if not (args.model and args.hardware and args.gpus and args.seq):
-        raise CLIError(f"plot {args.kind}: give --model, --hardware, --gpus and --seq (and a batch)")
-    seq = _count(args.seq, "seq")
-    if args.batch_tokens:
-        gb = batch_tokens(args.batch_tokens, seq)[0] // seq
-    elif args.global_batch:
-        gb = _count(args.global_batch, "global-batch")
-    else:
-        raise CLIError("--batch-tokens or --global-batch: give the batch")
-    model, hw = an.model(args.model), an.hardware(args.hardware)
-    gpus = _count(args.gpus, "gpus")
-    if args.kind == "scaling":
-        sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
-        scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out)
-    else:
-        res = an.search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False)
-        if args.kind == "memory":
-            memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
-        else:
-            pareto(res, out=args.out)
-    print(f"wrote {args.out}")
-    return 0

@@ -104,8 +104,7 @@ class _Ranking(Sequence):
 @dataclass
 class SearchResult:
     ranked: Sequence  # fitting layouts, fastest first
-    evaluated: int
-    valid: int
+    evaluated: int  # valid layouts, every one evaluated
     fitting: int
     seconds: float
     arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns
@@ -288,42 +287,5 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     arrays["fits"] = fits
     arrays["group_keys"] = group_keys
     n = len(arrays["memory"])
-    return SearchResult(_Ranking(arrays, keep, group_keys), evaluated=n, valid=n, fitting=n_fit,
+    return SearchResult(_Ranking(arrays, keep, group_keys), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=templates.compiled)
-
-
-def cli_main(args) -> int:
-    """``analytic search``: a ranked table of the best layouts (``--json`` for data)."""
-    import analytic as an
-    from .cli import CLIError, _count, batch_tokens
-
-    if not args.model or not args.hardware or not args.gpus or not args.seq:
-        raise CLIError("search: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
-    seq = _count(args.seq, "seq")
-    if args.batch_tokens:
-        tokens, note = batch_tokens(args.batch_tokens, seq)
-        gb = tokens // seq
-    elif args.global_batch:
-        gb, note = _count(args.global_batch, "global-batch"), ""
-    else:
-        raise CLIError("--batch-tokens or --global-batch: give the batch")
-    top = _count(args.top, "top")
-    model, hw = an.model(args.model), an.hardware(args.hardware)
-    res = search(model, hw, gpus=_count(args.gpus, "gpus"), seq_len=seq, global_batch=gb, dtype=args.dtype or "bf16",
-                 top=top)
-    if args.json:
-        print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
-                          "ranked": [r.as_dict() for r in res.ranked]}))
-        return 0
-    if note:
-        print(f"note: {note}")
-    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
-          + (f" (compiling {res.compiled} expression sets for this configuration, cached for the next search)"
-             if res.compiled else ""))
-    print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
-          f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")
-    for i, r in enumerate(res.ranked, 1):
-        lay = r.layout
-        print(f"{i:>3} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} {r.microbatch_size:>3} "
-              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
-    return 0

@@ -15,12 +15,7 @@ warnings.filterwarnings("ignore", message="The given format spec does not contai
 ureg = pint.UnitRegistry(str(Path(__file__).with_name("units.txt")), autoconvert_offset_to_baseunit=True)
 ureg.formatter.default_format = ".12g"
 Q_ = ureg.Quantity
-Unit = ureg.Unit
-Quantity = ureg.Quantity
 pint.set_application_registry(ureg)
-
-#: dimensions that count things; the catalogue's dimension check treats them as pure numbers
-COUNT_DIMENSIONS = ("[parameter]", "[token]")
 
 
 def as_unit(unit: str | pint.Unit) -> pint.Unit:

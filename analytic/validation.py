@@ -87,7 +87,7 @@ def namespace(plans: dict) -> dict:
 
     return {"an": an, "Q": Q_, "f": lambda name, **kw: formula(name).evaluate(**kw),
             "expr": lambda name: formula(name).expr, "S": S, "model": an.model, "hw": an.hardware,
-            "plan": plan, "sympy": sympy, "sum": sum, "float": float, "int": int}
+            "plan": plan, "sympy": sympy}
 
 
 def _evaluate(case: dict, ns: dict) -> Result:

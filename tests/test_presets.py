@@ -69,5 +69,5 @@ def test_unknown_names_suggest():
 
 
 def test_missing_link_is_a_clear_error():
-    with pytest.raises(PresetError, match="scale-out"):
+    with pytest.raises(PresetError, match="scale out bandwidth"):
         an.hardware("tpu-v4").scale_out_bandwidth
