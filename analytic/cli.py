@@ -323,7 +323,7 @@ def cmd_search(args) -> int:
     if note:
         print(f"note: {note}")
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
-          + (f" (compiling {res.compiled} expression sets for this configuration, cached for the next search)"
+          + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else ""))
     print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
           f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")

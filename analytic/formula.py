@@ -281,16 +281,51 @@ class Formula:
 
 
 def numpy_source(expr: sympy.Expr, keywords: list[str]) -> str:
-    """Python source of ``lambda <keywords>: <expr>`` over numpy (what lambdify generates, without
-    its per-call overhead, so compiled plans can be cached as text)."""
+    """Python source of ``def f(<keywords>)`` evaluating ``expr`` over numpy arrays (what lambdify
+    generates, with common subexpressions computed once and without lambdify's per-call overhead,
+    so compiled plans can be cached as text)."""
     from sympy.printing.numpy import NumPyPrinter
-    body = NumPyPrinter({"fully_qualified_modules": True, "allow_unknown_functions": False}).doprint(
-        expr.xreplace({_symbols.sym(k): sympy.Symbol(k) for k in keywords}))
-    return f"lambda {', '.join(keywords)}: ({body})"
+    names = {_symbols.sym(k): k for k in keywords}
+
+    class Printer(NumPyPrinter):
+        def _print_Symbol(self, s):  # symbols print as their keyword (renaming with xreplace re-evaluates)
+            return names[s] if s in names else super()._print_Symbol(s)
+
+        def _print_Integer(self, n):  # beyond int64, as a float (numpy would overflow building an array)
+            return super()._print_Integer(n) if abs(n) < 2**62 else repr(float(n))
+
+        def _print_Pow(self, e, rational=False):  # 1/x, not x**(-1.0) (numpy's power is slow)
+            if e.exp == -1:
+                return f"1/{self.parenthesize(e.base, 100)}"
+            return super()._print_Pow(e, rational=rational)
+
+        def _print_Max(self, e):  # pairwise maximum: no stacked temporary as with amax((a, b), axis=0)
+            return functools.reduce(lambda a, b: f"numpy.maximum({a}, {b})", map(self._print, e.args))
+
+        def _print_Min(self, e):
+            return functools.reduce(lambda a, b: f"numpy.minimum({a}, {b})", map(self._print, e.args))
+
+        def _print_Piecewise(self, e):  # nested where: no stacked temporaries as with select
+            if e.args[-1].cond != sympy.true:
+                return super()._print_Piecewise(e)
+            out = self._print(e.args[-1].expr)
+            for piece in reversed(e.args[:-1]):
+                out = f"numpy.where({self._print(piece.cond)}, {self._print(piece.expr)}, {out})"
+            return out
+
+    printer = Printer({"fully_qualified_modules": True, "allow_unknown_functions": False, "order": "none"})
+    shared, (body,) = sympy.cse(expr, symbols=sympy.numbered_symbols("_x"), order="none")
+    lines = [f"def f({', '.join(keywords)}):"]
+    lines += [f"    {name} = {printer.doprint(sub)}" for name, sub in shared]
+    lines.append(f"    return {printer.doprint(body)}")
+    return "\n".join(lines)
 
 
 def compile_source(source: str):
-    return eval(source, {"numpy": np, "functools": functools, "inf": np.inf, "nan": np.nan})  # noqa: S307 - source we printed
+    """The function that :func:`numpy_source` printed."""
+    scope = {"numpy": np, "functools": functools, "inf": np.inf, "nan": np.nan}
+    exec(source, scope)  # noqa: S102 - source we printed
+    return scope["f"]
 
 
 def compile_numpy(expr: sympy.Expr, keywords: list[str]):

@@ -22,7 +22,8 @@ from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model, choice, count
-from .units import Q_
+from .symbols import sym
+from .units import Q_, as_unit
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -35,9 +36,25 @@ def _is_number(x) -> bool:
     return not isinstance(x, sympy.Basic) or x.is_number
 
 
+def _max(*args):
+    """sympy.Max, left unevaluated while symbols remain (deciding which argument is larger for all
+    values of the symbols is slow and rarely possible; substituting numbers evaluates it)."""
+    return sympy.Max(*args, evaluate=all(_is_number(a) for a in args))
+
+
+def _min(*args):
+    """sympy.Min, left unevaluated while symbols remain (see :func:`_max`)."""
+    return sympy.Min(*args, evaluate=all(_is_number(a) for a in args))
+
+
 @dataclass(frozen=True)
 class Layout:
-    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp)."""
+    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
+
+    Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
+    recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
+    2 full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
+    then cover every choice at once as Piecewise functions of them."""
 
     tp: object = 1
     pp: object = 1
@@ -45,23 +62,25 @@ class Layout:
     cp: object = 1
     ep: object = 1
     vpp: object = 1
-    zero: int = 0
+    zero: object = 0
     sequence_parallel: bool = False
-    recompute: str = "none"
-    schedule: str = "1f1b"
+    recompute: object = "none"
+    schedule: object = "1f1b"
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, count(k, getattr(self, k)))
-        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
-            raise InputError(f"zero: expected 0, 1, 2 or 3, got {self.zero!r}")
+        if self.zero != sym("zero") and (self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool)):
+            raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
         if not isinstance(self.sequence_parallel, bool):
             raise InputError(f"sequence_parallel: expected True or False, got {self.sequence_parallel!r}")
-        choice("recompute", self.recompute, RECOMPUTE)
-        choice("schedule", self.schedule, SCHEDULES)
+        if self.recompute != sym("recompute"):
+            choice("recompute", self.recompute, RECOMPUTE)
+        if self.schedule != sym("schedule"):
+            choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
-        if self.schedule != "interleaved" and _is_number(self.vpp) and self.vpp != 1:
+        if self.schedule in SCHEDULES and self.schedule != "interleaved" and _is_number(self.vpp) and self.vpp != 1:
             raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
         if _is_number(self.ep) and _is_number(self.dp) and self.dp % self.ep:
             raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
@@ -77,14 +96,44 @@ class Layout:
 
 
 class _Degrees:
-    """A layout's degrees as sympy numbers or symbols, with its discrete choices."""
+    """A layout's degrees as sympy numbers or symbols, with its discrete choices as conditions: the
+    ZeRO stage, and the recomputation policy and schedule by their index in RECOMPUTE / SCHEDULES
+    (sympy integers, or symbols when the layout leaves them open)."""
 
     def __init__(self, layout: Layout):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, sympy.sympify(getattr(layout, k)))
-        for k in ("zero", "sequence_parallel", "recompute", "schedule"):
-            setattr(self, k, getattr(layout, k))
+        self.sequence_parallel = layout.sequence_parallel
+        self.zero = sympy.sympify(layout.zero)
+        index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
+        self.rc = index(layout.recompute, RECOMPUTE)
+        self.schedule = index(layout.schedule, SCHEDULES)
         self.gpus = self.tp * self.cp * self.pp * self.dp
+
+    def schedule_is(self, *names):
+        """Condition: the schedule is one of ``names``."""
+        return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
+
+    def full(self):
+        """Condition: full recomputation."""
+        return sympy.Eq(self.rc, 2)
+
+    def selective(self):
+        """Condition: selective recomputation."""
+        return sympy.Eq(self.rc, 1)
+
+    def zero_at_least(self, stage: int):
+        """Condition: ZeRO stage ≥ ``stage``."""
+        return sympy.Ge(self.zero, stage)
+
+
+def _cases(name: str, unit, *pieces) -> Formula:
+    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
+    condition should be True). Conditions that are already decided collapse: numeric layouts get
+    the plain expression, symbolic ones a Piecewise."""
+    exprs = [(magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond)
+             for f, cond in pieces]
+    return Formula(name, sympy.Piecewise(*exprs), unit, "")
 
 
 @dataclass(frozen=True)
@@ -381,18 +430,16 @@ class Plan:
     @cached_property
     def _memory_parts(self):
         lay = self.deg
-        z = lay.zero
         groups = [(self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)]
         parts = {}
         for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
             total = None
             for local, dp in groups:
                 f = formula(f"memory.model_states.{part}").subs(params=local)
-                if z >= sharded_from:
-                    f = f / dp
+                f = _cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
                 total = f if total is None else total + f
-            if lay.schedule == "dualpipe" and part in ("weights", "gradients"):
-                total = total * 2  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
+            if part in ("weights", "gradients"):  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
+                total = _cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
             parts[part] = total
         return parts
 
@@ -402,18 +449,16 @@ class Plan:
         kw = {"seq_len": s_local}
         if ffn_hidden is not None:
             kw["ffn_hidden"] = ffn_hidden
-        if self.flash_attention:
-            name = f"memory.activations.layer_flash_{m.mlp}" + ("_sp" if lay.sequence_parallel else "")
-        elif lay.recompute == "selective":
-            name = "memory.activations.layer_tp_sp_selective" if lay.sequence_parallel else "memory.activations.layer_tp_selective"
-        else:
-            name = "memory.activations.layer_tp_sp" if lay.sequence_parallel else "memory.activations.layer_tp"
         if m.kv_heads != m.heads and not self.flash_attention:
             raise InputError("flash_attention: the Korthikanti formulas assume multi-head attention; "
                              "use flash_attention=True for GQA models")
         if not self.flash_attention and m.mlp != "gelu":
             raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
-        return self._f(name, **kw)
+        sp = "_sp" if lay.sequence_parallel else ""
+        if self.flash_attention:
+            return self._f(f"memory.activations.layer_flash_{m.mlp}{sp}", **kw)
+        return _cases("layer", "byte", (self._f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.selective()),
+                      (self._f(f"memory.activations.layer_tp{sp}", **kw), True))
 
     @cached_property
     def _activations(self) -> dict:
@@ -422,31 +467,28 @@ class Plan:
         if m.is_moe:  # a token's FFN activations across its k routed and shared experts
             moe_ffn = (m.topk + m.shared_experts) * m.expert_ffn_hidden
             moe_layer = self._layer_activation_formula(ffn_hidden=moe_ffn)
-            layer = Formula("layer", sympy.Max(layer.expr, moe_layer.expr), "byte", "")
-        if lay.recompute == "full":
-            s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
-            kept = self._f("memory.activations.layer_full_recompute", seq_len=s_kept)
-            working = layer  # one layer's activations live while it is recomputed
-        else:
-            kept, working = layer, None
+            layer = Formula("layer", _max(layer.expr, moe_layer.expr), "byte", "")
+        # full recomputation keeps each layer's input and, while recomputing, one layer's activations
+        s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
+        kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.full()),
+                      (layer, True))
+        working = _cases("working", "byte", (layer, lay.full()), (0, True))
         layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
         p, mb = lay.pp, self.global_batch / (lay.dp * self.microbatch_size)
         # microbatches whose activations stage 0 holds, never more than the step has
-        peak = {"1f1b": "1f1b", "zb-h1": "1f1b", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
-        if lay.schedule == "gpipe":
-            in_flight = mb
-        elif lay.schedule == "interleaved":
-            factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
-            in_flight = sympy.Min(formula("pipeline.in_flight.1f1b").bind({"pp": p}).expr * factor.expr, mb)
-        else:
-            in_flight = sympy.Min(formula(f"pipeline.in_flight.{peak[lay.schedule]}").bind({"pp": p}).expr, mb)
-        first = kept * (layers_on_stage * in_flight)
-        last = kept * layers_on_stage
-        if working is not None:
-            first, last = first + working, last + working
+        peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p}).expr  # noqa: E731
+        factor = lambda: formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})  # noqa: E731
+        in_flight = sympy.Piecewise(
+            (mb, lay.schedule_is("gpipe")),
+            (_min(peak("1f1b") * factor().expr, mb), lay.schedule_is("interleaved")),
+            (_min(peak("1f1b"), mb), lay.schedule_is("1f1b", "zb-h1")),
+            (_min(peak("zb_h2"), mb), lay.schedule_is("zb-h2")),
+            (_min(peak("dualpipe"), mb), True))
+        first = kept * (layers_on_stage * in_flight) + working
+        last = kept * layers_on_stage + working
         logits = self._f("memory.logits", seq_len=self.seq_len / lay.cp) / lay.tp
         last = last + logits
-        worst = Formula("activations", sympy.Max(first.expr, last.expr), "byte", "")
+        worst = Formula("activations", _max(first.expr, last.expr), "byte", "")
         return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
 
     def _memory_total(self) -> Formula:
@@ -472,12 +514,9 @@ class Plan:
     def _recomputed(self, training: Formula, core_forward: Formula) -> Formula:
         """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, the
         attention core's forward for selective."""
-        rc = self.layout.recompute
-        if rc == "full":
-            return training + training / 3
-        if rc == "selective":
-            return training + core_forward
-        return training
+        lay = self.deg
+        return training + _cases("recomputed", training.unit, (training / 3, lay.full()),
+                                 (core_forward, lay.selective()), (0, True))
 
     def _attention_core(self) -> Formula:
         """Forward FLOPs of every layer's attention core over the step's tokens."""
@@ -558,7 +597,7 @@ class Plan:
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
         if lay.tp != 1:
-            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + (2 if lay.recompute == "full" else 0)
+            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + sympy.Piecewise((2, lay.full()), (0, True))
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
             calls = per_layer * layers_local * mb
             if lay.sequence_parallel:
@@ -584,9 +623,13 @@ class Plan:
             if size == 1:
                 continue
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
-            kinds = ["all_reduce"] if lay.zero == 0 else ["reduce_scatter", "all_gather"] + (["all_gather"] if lay.zero == 3 else [])
-            for kind in kinds:
-                add("dp", kind, grad / buckets, buckets, size=size)
+            c = {kind: {"bytes": zero_b, "time": zero_t} for kind in ("all_reduce", "reduce_scatter", "all_gather")}
+            for kind in c:
+                add("dp", kind, grad / buckets, buckets, size=size, into=c[kind])
+            ar, rs, ag = (c[kind] for kind in c)
+            for k, unit in (("bytes", "byte"), ("time", "s")):
+                out["dp"][k] = out["dp"][k] + _cases(k, unit, (rs[k] + ag[k] * 2, lay.zero_at_least(3)),
+                                                     (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
         # CP: all-gather K and V forward, reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
             kv = self._f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
@@ -611,8 +654,8 @@ class Plan:
             else:
                 # node-limited routing: one copy per destination node crosses the scale-out link,
                 # NVLink forwards it to the experts inside the node (DeepSeek-V3 §3.2.2)
-                nodes = sympy.Min(lay.ep, lay.ep * self._stride("ep") / g)
-                reach = sympy.Min(m.nodes_per_token, nodes)
+                nodes = _min(lay.ep, lay.ep * self._stride("ep") / g)
+                reach = _min(m.nodes_per_token, nodes)
                 limited = {"bytes": zero_b, "time": zero_t}
                 for e_bytes in (dispatch_e, Q_(2, "byte")):
                     msg = self._f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, nodes_per_token=reach,
@@ -653,9 +696,10 @@ class Plan:
         chunk = compute / (mb * lay.vpp)  # one microbatch through one model chunk
         third = chunk / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
         times = {"t_f": third, "t_b": third, "t_w": third, "t_fb": third * 3}
-        sched = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
-                 "dualpipe": "dualpipe"}[lay.schedule]
-        bubble = formula(f"pipeline.bubble_time.{sched}").bind({"pp": lay.pp, **times})
+        bubble = lambda name: formula(f"pipeline.bubble_time.{name}").bind({"pp": lay.pp, **times})  # noqa: E731
+        bubble = _cases("bubble", "s", (bubble("1f1b"), lay.schedule_is("1f1b", "gpipe", "interleaved")),
+                        (bubble("zb_h1"), lay.schedule_is("zb-h1")), (bubble("zb_h2"), lay.schedule_is("zb-h2")),
+                        (bubble("dualpipe"), True))
         comm = self._comm
         phi = self._need("overlap")
         out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],
@@ -663,12 +707,11 @@ class Plan:
         # DP hides behind compute: ZeRO-3 prefetches parameters through the whole step; otherwise the
         # gradient reduction hides behind the last microbatch (on every chunk of this stage) and the
         # parameter all-gather behind the next step's first one
-        window = (compute if lay.zero == 3 else chunk * lay.vpp) * phi
-        out["dp"] = Formula("dp", sympy.Max(0, comm["dp"]["time"].expr - window.expr), "s", "")
-        if lay.schedule == "dualpipe":  # DualPipe overlaps all-to-all with the paired chunk's compute
-            out["ep"] = Formula("ep", sympy.Max(0, comm["ep"]["time"].expr - compute.expr), "s", "")
-        else:
-            out["ep"] = comm["ep"]["time"] * (1 - phi)
+        window = _cases("window", "s", (compute, lay.zero_at_least(3)), (chunk * lay.vpp, True)) * phi
+        out["dp"] = Formula("dp", _max(0, comm["dp"]["time"].expr - window.expr), "s", "")
+        # DualPipe overlaps all-to-all with the paired chunk's compute
+        out["ep"] = _cases("ep", "s", (Formula("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", ""),
+                                       lay.schedule_is("dualpipe")), (comm["ep"]["time"] * (1 - phi), True))
         return out
 
     def _step_time(self) -> Formula:

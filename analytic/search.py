@@ -1,9 +1,9 @@
 """Layout search: enumerate every valid layout, evaluate them as numpy arrays, rank those that fit.
 
-The numbers come from the same expressions as :class:`~analytic.plan.Plan`: for each combination of
-the discrete choices (schedule, recompute policy, ZeRO stage) one Plan is built with the degrees
-and the microbatch size left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are
-compiled to numpy once. The compiled source is cached on disk, keyed by everything it depends on.
+The numbers come from the same expressions as :class:`~analytic.plan.Plan`: one Plan is built
+with the degrees, the microbatch size, the ZeRO stage, the recomputation policy and the schedule
+left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are compiled to numpy once.
+The compiled source is cached on disk, keyed by everything it depends on.
 
 Sequence parallelism is on whenever tp > 1: in this model it never costs time (its reduce-scatter
 + all-gather equals the all-reduce it replaces) and always saves memory.
@@ -12,7 +12,6 @@ Sequence parallelism is on whenever tp > 1: in this model it never costs time (i
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ from .plan import RECOMPUTE, SCHEDULES, Layout, Plan
 from .symbols import sym
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
+INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index
 OUTPUTS = ("memory.total", "step_time", "flops")
 
 
@@ -82,8 +82,8 @@ class Ranked:
 class _Ranking(Sequence):
     """The fitting layouts, fastest first, built into Ranked objects only when read."""
 
-    def __init__(self, arrays, order, group_keys):
-        self._a, self._order, self._keys = arrays, order, group_keys
+    def __init__(self, arrays, order):
+        self._a, self._order = arrays, order
 
     def __len__(self):
         return len(self._order)
@@ -93,10 +93,10 @@ class _Ranking(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         j = self._order[i]
         a = self._a
-        sched, rc, z = self._keys[int(a["group"][j])]
-        d = {k: int(a[k][j]) for k in DEGREES}
-        layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=z,
-                        sequence_parallel=d["tp"] > 1, recompute=rc, schedule=sched)
+        d = {k: int(a[k][j]) for k in INPUTS}
+        layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
+                        sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
+                        schedule=SCHEDULES[d["schedule"]])
         return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
                       float(a["mfu"][j]), True)
 
@@ -107,8 +107,9 @@ class SearchResult:
     evaluated: int  # valid layouts, every one evaluated
     fitting: int
     seconds: float
-    arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns
-    compiled: int = 0  # expression sets compiled by this search (0 when all came from the cache)
+    arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
+    # (recompute and schedule by index), memory (bytes), step_time (s), mfu, fits
+    compiled: bool = False  # whether this search built its expressions (False: from the cache)
 
     def __iter__(self):
         return iter(self.ranked)
@@ -126,57 +127,43 @@ class SearchResult:
         return self.ranked[0]
 
 
-_COMPILED: dict = {}  # (cache file, group) → compiled functions, for repeated searches in one process
+_COMPILED: dict = {}  # cache file → compiled functions, for repeated searches in one process
 
 
-class _Templates:
-    """Compiled (memory, step time, flops) per discrete group, in memory and on disk."""
-
-    def __init__(self, model, hardware, seq_len, global_batch, dtype, flash_attention):
-        self.args = (model, hardware, seq_len, global_batch, dtype, flash_attention)
-        key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
-                          str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
-                          repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention], sort_keys=True)
-        self.path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-        self.sources = {}
+def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention) -> tuple[list, bool]:
+    """(memory, step time, flops) as numpy functions of :data:`INPUTS`, and whether they had to be
+    built now (False when they came from memory or the disk cache)."""
+    key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
+                      str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
+                      repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention], sort_keys=True)
+    path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    if path in _COMPILED:
+        return _COMPILED[path], False
+    try:
+        sources, built = json.loads(path.read_text()), False
+    except (OSError, ValueError):
+        layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
+                        vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, recompute=sym("recompute"),
+                        schedule=sym("schedule"))
+        plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
+                    microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
+        sources, built = [numpy_source(plan.expr(q).expr, list(INPUTS)) for q in OUTPUTS], True
         try:
-            self.sources = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            pass
-        self.dirty = False
-        self.compiled = 0  # expression sets built by this search (not found in the cache)
-
-    def get(self, schedule, recompute, zero, moe):
-        gkey = f"{schedule}|{recompute}|{zero}"
-        if (self.path, gkey) not in _COMPILED:
-            if gkey not in self.sources:
-                model, hardware, seq_len, global_batch, dtype, flash = self.args
-                layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"),
-                                ep=sym("ep") if moe else 1, vpp=sym("vpp") if schedule == "interleaved" else 1,
-                                zero=zero, sequence_parallel=True, recompute=recompute, schedule=schedule)
-                plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                            microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash)
-                self.sources[gkey] = [numpy_source(plan.expr(q).expr, list(DEGREES)) for q in OUTPUTS]
-                self.dirty = True
-                self.compiled += 1
-            _COMPILED[(self.path, gkey)] = [compile_source(src) for src in self.sources[gkey]]
-        return _COMPILED[(self.path, gkey)]
-
-    def save(self):
-        if self.dirty:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(self.sources))
-                tmp.replace(self.path)
-            except OSError:
-                pass  # a read-only home only costs the next search its compile time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sources))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only home only costs the next search its compile time
+    _COMPILED[path] = [compile_source(src) for src in sources]
+    return _COMPILED[path], built
 
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
                       microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE, schedules=SCHEDULES,
-                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None):
-    """Valid layouts grouped by (schedule, recompute, zero): {group: {degree: int array}}.
+                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None) -> dict:
+    """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
+    schedule as their index in RECOMPUTE and SCHEDULES).
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
     KV heads, and stays in a node unless ``max_tp`` says otherwise; CP divides the sequence; PP·v ≤
@@ -210,22 +197,25 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                             else:
                                 vs = [1]
                             for v in vs:
-                                rows.append((sched, tp, pp, dp, cp, ep, v, mbs))
-    groups = {}
-    for sched, *degrees in rows:
-        for rc, z in itertools.product(recompute, zero):
-            groups.setdefault((sched, rc, z), []).append(degrees)
-    return {g: {k: np.array(col, dtype=float) for k, col in zip(DEGREES, zip(*vals))} for g, vals in groups.items()}
+                                rows.append((tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)))
+    degrees = np.array(rows, dtype=float).reshape(-1, 8)
+    choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
+    # every degree row with every (zero, recompute) choice
+    table = np.hstack([np.repeat(degrees, len(choices), axis=0), np.tile(choices, (len(degrees), 1))])
+    columns = (*DEGREES, "schedule", "zero", "recompute")
+    return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
 
 
 def _progress(done, total, start):
-    if sys.stderr.isatty():
-        width = 30
-        filled = int(width * done / total)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} groups, {time.time() - start:.1f} s")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    width = 30
+    filled = int(width * done / total)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} layouts, {time.time() - start:.1f} s")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the progress bar's step)
 
 
 def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
@@ -253,39 +243,31 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise InputError(f"{name}: expected a non-empty subset of {allowed}, got {values!r}")
-    groups = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
+    arrays = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp)
-    templates = _Templates(model, hardware, seq_len, global_batch, dtype, flash_attention)
+    show = progress and sys.stderr.isatty()
+    if show:
+        sys.stderr.write("compiling the expressions of this configuration…\r")
+    (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention)
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
-    cols = {k: [] for k in (*DEGREES, "memory", "step_time", "mfu", "group")}
-    group_keys = list(groups)
-    show = progress and sys.stderr.isatty()
-    for i, g in enumerate(group_keys):
-        arrs = groups[g]
-        mem_f, time_f, flops_f = templates.get(*g, model.is_moe)
-        args = [arrs[k] for k in DEGREES]
+    n = len(arrays["tp"])
+    out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
+    for lo in range(0, n, CHUNK):
+        args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
-            memory = np.broadcast_to(mem_f(*args), arrs["tp"].shape).astype(float)
-            step = np.broadcast_to(time_f(*args), arrs["tp"].shape).astype(float)
-            flops = np.broadcast_to(flops_f(*args), arrs["tp"].shape).astype(float)
-        for k in DEGREES:
-            cols[k].append(arrs[k])
-        cols["memory"].append(memory)
-        cols["step_time"].append(step)
-        cols["mfu"].append(flops / (step * gpus * peak))
-        cols["group"].append(np.full(arrs["tp"].shape, i))
+            for k, f in (("memory", mem_f), ("step_time", time_f), ("flops", flops_f)):
+                out[k][lo:lo + CHUNK] = f(*args)  # broadcasts a constant
         if show:
-            _progress(i + 1, len(group_keys), start)
-    templates.save()
-    arrays = {k: (np.concatenate(v) if v else np.array([])) for k, v in cols.items()}
+            _progress(min(lo + CHUNK, n), n, start)
+    arrays.update(memory=out["memory"], step_time=out["step_time"],
+                  mfu=out["flops"] / (out["step_time"] * gpus * peak))
     fits = arrays["memory"] <= hbm
     order = np.argsort(np.where(fits, arrays["step_time"], np.inf), kind="stable")
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
-    arrays["group_keys"] = group_keys
     n = len(arrays["memory"])
-    return SearchResult(_Ranking(arrays, keep, group_keys), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=templates.compiled)
+    return SearchResult(_Ranking(arrays, keep), evaluated=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays, compiled=built)

@@ -63,6 +63,9 @@ _TABLE = [
     ("vpp", "v", "", "virtual stages (model chunks) per pipeline rank"),
     ("gpus_per_node", "g", "", "accelerators per node (scale-up domain)"),
     ("nodes_per_token", "M", "", "nodes a token may be routed to (node-limited routing)"),
+    ("zero", "z", "", "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters sharded"),
+    ("recompute", "r_c", "", "recomputation policy: 0 none, 1 selective, 2 full"),
+    ("schedule", "P_s", "", "pipeline schedule: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 ZB-H2, 5 DualPipe"),
     # hardware
     ("peak_flops", "F", "FLOP/s", "peak dense FLOP/s of one accelerator"),
     ("hbm", "H_bm", "byte", "HBM capacity of one accelerator"),
@@ -96,8 +99,10 @@ _TABLE = [
 
 REGISTRY: dict[str, SymbolInfo] = {}
 _BY_SYMBOL: dict[sympy.Symbol, SymbolInfo] = {}
+_CHOICES = {"zero", "recompute", "schedule"}  # discrete choices coded as integers ≥ 0; every other symbol is > 0
 for _kw, _disp, _unit, _meaning in _TABLE:
-    _s = sympy.Symbol(_disp, positive=True)
+    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in _CHOICES
+          else sympy.Symbol(_disp, positive=True))
     _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s)
     REGISTRY[_kw] = _info
     _BY_SYMBOL[_s] = _info

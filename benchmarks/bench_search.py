@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import analytic as an
-from analytic.search import DEGREES, enumerate_layouts, search
+from analytic.plan import RECOMPUTE, SCHEDULES
+from analytic.search import INPUTS, _compiled, enumerate_layouts, search
 
 MODEL, HW = an.model("llama3-405b"), an.hardware("h100-sxm")
 KW = dict(gpus=16384, seq_len=8192, global_batch=2048)
@@ -40,14 +41,12 @@ def main():
     print(f"full search, {cold.evaluated:,} layouts ({cold.fitting:,} fit): cold {t_cold:.2f} s, warm {t_warm:.3f} s")
     assert warm.best.step_time == cold.best.step_time
 
-    # throughput of the compiled expressions on a million layouts (one group, tiled)
-    groups = enumerate_layouts(MODEL, HW, **KW)
-    group = ("1f1b", "selective", 1)
-    from analytic.search import _Templates
-    fns = _Templates(MODEL, HW, 8192, 2048, "bf16", True).get(*group, False)
-    base = groups[group]
-    reps = int(np.ceil(1_000_000 / len(base["tp"])))
-    args = [np.tile(base[k], reps)[:1_000_000] for k in DEGREES]
+    # throughput of the compiled expressions on a million layouts (the search's own, tiled)
+    base = enumerate_layouts(MODEL, HW, **KW)
+    fns, _ = _compiled(MODEL, HW, KW["seq_len"], KW["global_batch"], "bf16", True)
+    n = len(base["tp"])
+    reps = int(np.ceil(1_000_000 / n))
+    args = [np.tile(base[k], reps)[:1_000_000] for k in INPUTS]
     best = np.inf
     for _ in range(3):
         t0 = time.perf_counter()
@@ -59,12 +58,14 @@ def main():
 
     # the same layouts one by one through Plan
     sample = 100
+    rows = np.random.default_rng(0).choice(n, size=sample, replace=False)
     t0 = time.perf_counter()
-    for j in range(sample):
-        d = {k: int(base[k][j % len(base["tp"])]) for k in DEGREES}
-        p = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], zero=1,
-                                         sequence_parallel=d["tp"] > 1, recompute="selective"),
-                    seq_len=8192, global_batch=2048, microbatch_size=d["microbatch_size"])
+    for j in rows:
+        d = {k: int(base[k][j]) for k in INPUTS}
+        p = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], vpp=d["vpp"], zero=d["zero"],
+                                         sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
+                                         schedule=SCHEDULES[d["schedule"]]),
+                    seq_len=KW["seq_len"], global_batch=KW["global_batch"], microbatch_size=d["microbatch_size"])
         p.memory()
         p.step_time()
     per_plan = (time.perf_counter() - t0) / sample

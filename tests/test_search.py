@@ -20,10 +20,12 @@ def test_search_numbers_equal_plan(result):
     arrays = result.arrays
     rng = np.random.default_rng(0)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
-        sched, rc, z = arrays["group_keys"][int(arrays["group"][j])]
-        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")}
+        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size", "zero",
+                                            "recompute", "schedule")}
         plan = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
-                                            zero=z, sequence_parallel=d["tp"] > 1, recompute=rc, schedule=sched),
+                                            zero=d["zero"], sequence_parallel=d["tp"] > 1,
+                                            recompute=an.plan.RECOMPUTE[d["recompute"]],
+                                            schedule=an.plan.SCHEDULES[d["schedule"]]),
                        seq_len=4096, global_batch=256, microbatch_size=d["microbatch_size"])
         assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
