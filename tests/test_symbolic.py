@@ -27,6 +27,49 @@ def test_symbolic_plan_equals_numeric_plan(plan):
         assert got.magnitude == pytest.approx(want.magnitude, rel=1e-12, abs=1e-30)
 
 
+@given(plans(gpus=16))
+@settings(max_examples=15)
+def test_symbolic_choices_equal_numeric_plan(plan):
+    """Leave the ZeRO stage, recomputation policy and schedule free, substitute the plan's choices
+    back (by index): every quantity equals the numeric plan's."""
+    from analytic.plan import RECOMPUTE, SCHEDULES
+    lay = plan.layout
+    sym_plan = an.Plan(plan.model, plan.hardware,
+                       lay.replace(zero=an.sym("zero"), recompute=an.sym("recompute"), schedule=an.sym("schedule")),
+                       seq_len=plan.seq_len, global_batch=plan.global_batch, microbatch_size=plan.microbatch_size,
+                       dtype=plan.dtype)
+    choices = {"zero": lay.zero, "recompute": RECOMPUTE.index(lay.recompute), "schedule": SCHEDULES.index(lay.schedule)}
+    for q in ("memory.total", "memory.weights", "memory.activations", "flops.hardware", "communication.dp",
+              "communication.tp", "step_time", "bubble"):
+        f = sym_plan.expr(q)
+        got = f.subs(**{k: v for k, v in choices.items() if k in f.symbols}).value()
+        want = plan.expr(q).value()
+        assert got.magnitude == pytest.approx(want.magnitude, rel=1e-12, abs=1e-30)
+
+
+def test_symbolic_choices_are_piecewise_in_the_choice():
+    """Memory with the ZeRO stage left free: four values, falling with the stage, each the numeric plan's."""
+    free = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=an.sym("zero"), sequence_parallel=True),
+                   seq_len=8192, global_batch=2048)
+    f = free.expr("memory.total")
+    assert list(f.symbols) == ["zero"]
+    values = [f.evaluate(zero=z).magnitude for z in range(4)]
+    assert values == sorted(values, reverse=True) and len(set(values)) == 4
+    for z, v in enumerate(values):
+        numeric = an.Plan(free.model, free.hardware, free.layout.replace(zero=z), seq_len=8192, global_batch=2048)
+        assert v == pytest.approx(numeric.memory().total.to("byte").magnitude, rel=1e-12)
+
+
+def test_choice_symbols_are_checked():
+    with pytest.raises(an.errors.InputError, match="zero"):
+        an.Layout(zero=an.sym("dp"))
+    with pytest.raises(an.errors.InputError, match="recompute"):
+        an.Layout(recompute=an.sym("zero"))
+    with pytest.raises(an.errors.InputError, match="schedule"):
+        an.Layout(schedule=an.sym("pp"))
+
+
 def test_smallest_dp_that_fits_on_h100():
     p = llama()
     n = p.smallest("dp")
