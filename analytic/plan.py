@@ -501,13 +501,18 @@ class Plan:
             raise InputError("training_tokens: give Plan(..., training_tokens='15.6e12 token') for steps and days")
         return self.training_tokens
 
+    @property
+    def _mla(self) -> str:
+        """Suffix of the attention FLOP formulas for the model's attention (MLA's QKᵀ is over d_h + d_r)."""
+        return ".mla" if self.model.attention == "mla" else ""
+
     def _flops(self, convention: str) -> Formula:
         choice("convention", convention, CONVENTIONS)
         tokens = self.expr("tokens_per_step")
         if convention == "6nd":
             return self._f("compute.training_flops", params=self.model.active_params_formula(), tokens=tokens)
         if convention == "palm":
-            per_token = self._f("compute.flops_per_token_palm", params=self.model.active_params_formula())
+            per_token = self._f(f"compute.flops_per_token_palm{self._mla}", params=self.model.active_params_formula())
             return per_token * tokens
         return self._f("compute.megatron_flops")
 
@@ -520,7 +525,7 @@ class Plan:
 
     def _attention_core(self) -> Formula:
         """Forward FLOPs of every layer's attention core over the step's tokens."""
-        return (self._f("compute.attention_core_forward_flops_per_token") * self.model.layers
+        return (self._f(f"compute.attention_core_forward_flops_per_token{self._mla}") * self.model.layers
                 * self.expr("tokens_per_step"))
 
     def _hardware_flops(self) -> Formula:

@@ -27,6 +27,16 @@ def derive() -> Derivation:
     d.check(2 * 3 * h * h_ff, "compute.mlp_forward_flops_per_token.swiglu", "SwiGLU: gate, up and down matrices:")
     d.check(2 * 2 * h * h_ff, "compute.mlp_forward_flops_per_token.gelu", "GELU MLP: two matrices:")
     d.check(2 * h * V, "compute.logits_forward_flops_per_token", "Logits:")
+    r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+    mla_proj = d.step("MLA projections per token (DeepSeek-V2 §2.1): query down h×r_q and up r_q×a(d_h+d_r), "
+                      "KV down h×(r_kv+d_r) and up r_kv×2a·d_h, output a·d_h×h",
+                      2 * (h * r_q + r_q * a * (d_h + d_r) + h * (r_kv + d_r) + r_kv * 2 * a * d_h + a * d_h * h))
+    mla_scores = d.step("MLA core: queries and keys carry d_h + d_r dimensions (the decoupled RoPE part), values d_h",
+                        2 * a * (d_h + d_r) * s + 2 * a * d_h * s)
+    d.check(mla_scores, "compute.attention_core_forward_flops_per_token.mla")
+    d.check(mla_proj + mla_scores, "compute.attention_forward_flops_per_token.mla")
+    d.check(6 * S("params") + 3 * L * mla_scores, "compute.flops_per_token_palm.mla",
+            "PaLM's convention with MLA's core: 6N plus three times the core's forward, per layer:")
     k, E, E_s, h_e = S("topk", "experts", "shared_experts", "expert_ffn_hidden")
     d.check((k + E_s) * 2 * 3 * h * h_e + 2 * h * E, "compute.moe_forward_flops_per_token",
             "MoE FFN: a token passes through its k routed and the shared SwiGLU experts, and the router h×E:")

@@ -42,7 +42,8 @@ def test_active_parameters_are_what_one_token_touches(model):
 def _catalogue_flops(model: an.Model) -> float:
     f = an.formula
     inputs = {**model.inputs(), "seq_len": S}
-    attn = f("compute.attention_forward_flops_per_token").bind(inputs).value().magnitude
+    mla = ".mla" if model.attention == "mla" else ""
+    attn = f(f"compute.attention_forward_flops_per_token{mla}").bind(inputs).value().magnitude
     dense = f(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs).value().magnitude
     moe = f("compute.moe_forward_flops_per_token").bind(inputs).value().magnitude if model.is_moe else 0
     logits = f("compute.logits_forward_flops_per_token").bind(inputs).value().magnitude
@@ -50,10 +51,10 @@ def _catalogue_flops(model: an.Model) -> float:
     return 3 * layers * S * B  # backward = 2 × forward for every matmul
 
 
-@pytest.mark.parametrize("model", [LLAMA, GPT, MOE], ids=lambda m: m.name)
+@pytest.mark.parametrize("model", [LLAMA, GPT, MOE, MLA], ids=lambda m: m.name)
 def test_flop_counter_equals_catalogue(model):
     """FlopCounterMode over forward + backward, attention as explicit matmuls (counted in full,
-    causal mask included); MoE routing sends each token to exactly k experts."""
+    causal mask included; MLA's QKᵀ over d_h + d_r); MoE routing sends each token to exactly k experts."""
     torch.manual_seed(0)
     net = Transformer(model, seq_len=S, attention="explicit")
     tokens = torch.randint(0, model.vocab, (B, S))

@@ -40,6 +40,24 @@ define("compute.attention_core_forward_flops_per_token", 4 * a * d_h * s, "FLOP/
        "derived: derivations/time_wall.py",
        ("QKᵀ and attention over V only (what selective recomputation repeats)", "attention counted in full"),
        "forward FLOPs per token of one layer's attention core", coefficient_unit="FLOP")
+r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+DEEPSEEK_MLA = "DeepSeek-V2 arXiv 2405.04434 §2.1 (multi-head latent attention)"
+define("compute.attention_core_forward_flops_per_token.mla", 2 * a * (2 * d_h + d_r) * s, "FLOP/token",
+       f"{DEEPSEEK_MLA}; derived: derivations/time_wall.py",
+       ("QKᵀ over d_h + d_r dimensions per head (decoupled RoPE key), attention over V of d_h",
+        "attention counted in full"),
+       "forward FLOPs per token of one MLA layer's attention core", coefficient_unit="FLOP")
+define("compute.attention_forward_flops_per_token.mla",
+       2 * (h * r_q + r_q * a * (d_h + d_r) + h * (r_kv + d_r) + r_kv * a * 2 * d_h + a * d_h * h)
+       + 2 * a * (2 * d_h + d_r) * s, "FLOP/token", f"{DEEPSEEK_MLA}; derived: derivations/time_wall.py",
+       ("the five projections of model.params.attention_mla, 2 FLOPs per multiply-add; norms not counted",
+        "attention core as compute.attention_core_forward_flops_per_token.mla"),
+       "forward FLOPs per token of one multi-head latent attention block", coefficient_unit="FLOP")
+define("compute.flops_per_token_palm.mla", 6 * N + 6 * l * a * (2 * d_h + d_r) * s, "FLOP/token",
+       f"{PALM} (6N + 12LHQT) with MLA's core ({DEEPSEEK_MLA}); derived: derivations/time_wall.py",
+       ("PaLM's convention: 6 FLOPs per (active) parameter plus 3 × the attention core's forward",
+        "QKᵀ over d_h + d_r, attention over V of d_h; attention counted in full"),
+       "model FLOPs per token of an MLA model, PaLM's MFU convention", coefficient_unit="FLOP")
 define("compute.mlp_forward_flops_per_token.swiglu", 6 * h * h_ff, "FLOP/token", "derived: derivations/time_wall.py",
        ("three matrices h×h_ff (gate, up, down)", "elementwise SiLU and product not counted"),
        "forward FLOPs per token of a SwiGLU MLP", coefficient_unit="FLOP")

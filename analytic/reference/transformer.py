@@ -192,10 +192,10 @@ class MLAttention(nn.Module):
     """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): queries and keys/values go through
     low-rank latents with RMSNorm; a decoupled RoPE key of d_r dimensions is shared by the heads."""
 
-    def __init__(self, m: Model, dtype):
+    def __init__(self, m: Model, dtype, attention: str = "flash"):
         super().__init__()
         h, a, d, dr, rq, rkv = m.hidden, m.heads, m.head_dim, m.rope_dim, m.q_lora_rank, m.kv_lora_rank
-        self.a, self.d, self.dr, self.rkv = a, d, dr, rkv
+        self.a, self.d, self.dr, self.rkv, self.attention = a, d, dr, rkv, attention
         self.q_a = nn.Linear(h, rq, bias=False, dtype=dtype)
         self.q_norm = Norm(rq, "rmsnorm", dtype)
         self.q_b = nn.Linear(rq, a * (d + dr), bias=False, dtype=dtype)
@@ -211,7 +211,11 @@ class MLAttention(nn.Module):
         kv = self.kv_b(self.kv_norm(latent)).view(b, s, self.a, 2 * self.d).transpose(1, 2)
         k_nope, v = kv.split([self.d, self.d], dim=-1)
         k = torch.cat([k_nope, k_rope.unsqueeze(1).expand(b, self.a, s, self.dr)], dim=-1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.attention == "flash":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # explicit matmuls: QKᵀ over d_h + d_r, attention over V of d_h, counted in full
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d + self.dr)) + causal[:s, :s]
+            out = torch.softmax(scores, dim=-1) @ v
         return self.o(out.transpose(1, 2).reshape(b, s, self.a * self.d))
 
 
@@ -264,7 +268,7 @@ class Block(nn.Module):
     def __init__(self, m: Model, dtype, attention: str, moe: bool, dropout: float = 0.0, recompute_core: bool = False):
         super().__init__()
         self.norm1 = Norm(m.hidden, m.norm, dtype)
-        self.attn = MLAttention(m, dtype) if m.attention == "mla" else Attention(m, dtype, attention, dropout, recompute_core)
+        self.attn = MLAttention(m, dtype, attention) if m.attention == "mla" else Attention(m, dtype, attention, dropout, recompute_core)
         self.norm2 = Norm(m.hidden, m.norm, dtype)
         self.mlp = MoE(m, dtype) if moe else MLP(m.hidden, m.ffn_hidden, m.mlp, m.bias, dtype, dropout)
 
