@@ -49,7 +49,11 @@ class Model:
     Defaults follow DESIGN.md: ``ffn_hidden = 4·hidden``, ``kv_heads = heads``,
     ``head_dim = hidden // heads``. GELU models default to LayerNorm with biases, SwiGLU models to
     RMSNorm without. ``attention="mla"`` counts DeepSeek's multi-head latent attention.
-    ``nodes_per_token`` > 0 limits how many nodes an MoE token is sent to (node-limited routing)."""
+    ``nodes_per_token`` > 0 limits how many nodes an MoE token is sent to (node-limited routing).
+    ``mtp_modules`` multi-token prediction modules (DeepSeek-V3 §2.2) each add a projection and one
+    transformer block of the model's last kind, sharing the embedding and output head; they are
+    trained, stored and computed, but not in ``total_params`` / ``active_params`` (the papers' counts
+    leave them out) — see :meth:`mtp_params_formula`."""
 
     layers: object
     hidden: object
@@ -75,6 +79,7 @@ class Model:
     kv_lora_rank: object = 0
     rope_dim: object = 0
     nodes_per_token: object = 0
+    mtp_modules: object = 0
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -100,7 +105,7 @@ class Model:
                 raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
             set_("max_seq_len", count("max_seq_len", self.max_seq_len))
         for k in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank", "rope_dim",
-                  "nodes_per_token"):
+                  "nodes_per_token", "mtp_modules"):
             set_(k, count(k, getattr(self, k), minimum=0))
         if self.experts:
             if not self.topk:
@@ -130,6 +135,16 @@ class Model:
     def moe_layers(self):
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    @property
+    def blocks(self):
+        """Transformer blocks a token passes through in training: the layers and the MTP modules' blocks."""
+        return self.layers + self.mtp_modules
+
+    @property
+    def moe_blocks(self):
+        """Blocks whose FFN is a mixture of experts (an MTP block is of the last layer's kind)."""
+        return self.moe_layers + self.mtp_modules if self.is_moe else 0
+
     def inputs(self) -> dict:
         """keyword → value of every architecture symbol (for binding catalogue formulas)."""
         out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
@@ -146,23 +161,25 @@ class Model:
     def _part(self, name: str) -> Formula:
         return formula(name).bind(self.inputs())
 
-    def _params(self, active: bool) -> Formula:
+    def _layer_parts(self, active: bool) -> tuple[Formula, Formula, Formula | None]:
+        """(attention with two norms, dense MLP, MoE FFN or None) of one transformer layer."""
         attn = self._part("model.params.attention_mla" if self.attention == "mla" else "model.params.attention")
-        norm = self._part(f"model.params.norm.{self.norm}")
         mlp = self._part(f"model.params.mlp.{self.mlp}")
         if self.bias:
             attn = attn + self._part("model.params.attention_bias")
             if self.mlp == "gelu":
                 mlp = mlp + self._part("model.params.mlp_bias.gelu")
-        layer = attn + norm * 2
+        moe = self._part("model.params.moe_active" if active else "model.params.moe") if self.is_moe else None
+        return attn + self._part(f"model.params.norm.{self.norm}") * 2, mlp, moe
+
+    def _params(self, active: bool) -> Formula:
+        layer, mlp, moe = self._layer_parts(active)
         emb = self._part("model.params.embedding")
-        total = emb * (1 if self.tied_embeddings else 2) + norm + layer * self.layers
+        total = emb * (1 if self.tied_embeddings else 2) + self._part(f"model.params.norm.{self.norm}") + layer * self.layers
         if self.position == "learned":
             total = total + self._part("model.params.positions")
-        dense_count = self.layers - self.moe_layers
-        total = total + mlp * dense_count
+        total = total + mlp * (self.layers - self.moe_layers)
         if self.is_moe:
-            moe = self._part("model.params.moe_active" if active else "model.params.moe")
             total = total + moe * self.moe_layers
         kind = "active" if active else "total"
         return total.renamed(f"model.params.{kind}" + (f"[{self.name}]" if self.name else ""),
@@ -170,6 +187,15 @@ class Model:
                              assumptions=(f"{self.mlp} MLP, {self.norm}, {self.attention} attention, "
                                           f"{'tied' if self.tied_embeddings else 'untied'} embeddings, "
                                           f"{self.position} positions" + (", biases" if self.bias else ""),))
+
+    def mtp_params_formula(self, active: bool = False) -> Formula:
+        """Parameters of the MTP modules (all, or those one token uses): per module the projection and
+        norms of model.params.mtp_projection and a transformer block of the last layer's kind."""
+        layer, mlp, moe = self._layer_parts(active)
+        module = self._part("model.params.mtp_projection") + layer + (moe if self.is_moe else mlp)
+        return (module * self.mtp_modules).renamed(
+            "model.params.mtp" + (f"[{self.name}]" if self.name else ""),
+            source="derived: model.params.mtp_projection + one transformer block, per MTP module (DeepSeek-V3 §2.2)")
 
     def params_formula(self) -> Formula:
         """Total parameter count as a Formula (in the model's free symbols, if any)."""

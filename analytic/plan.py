@@ -342,14 +342,17 @@ class Plan:
     # --- parameters per GPU ---------------------------------------------------------------
     @cached_property
     def _params(self) -> dict:
-        """Total, routed-expert and per-GPU (dense and expert) parameter expressions."""
+        """Total (the model's published count), stored (with the MTP modules), routed-expert and per-GPU
+        (dense and expert) parameter expressions."""
         lay, m = self.deg, self.model
         total = m.params_formula()
-        routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_layers if m.is_moe
+        stored = total + m.mtp_params_formula() if m.mtp_modules else total
+        routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_blocks if m.is_moe
                   else Formula("zero", sympy.Integer(0), "parameter", ""))
-        dense_local = (total - routed) / (lay.tp * lay.pp)
+        dense_local = (stored - routed) / (lay.tp * lay.pp)
         expert_local = routed / (lay.tp * lay.pp * lay.ep)
-        return {"total": total, "routed": routed, "dense_local": dense_local, "expert_local": expert_local}
+        return {"total": total, "stored": stored, "routed": routed, "dense_local": dense_local,
+                "expert_local": expert_local}
 
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str) -> Formula:
@@ -485,9 +488,10 @@ class Plan:
             (_min(peak("zb_h2"), mb), lay.schedule_is("zb-h2")),
             (_min(peak("dualpipe"), mb), True))
         first = kept * (layers_on_stage * in_flight) + working
-        last = kept * layers_on_stage + working
+        # the last stage also holds the MTP modules: a block and a logits tensor each
+        last = kept * (layers_on_stage + m.mtp_modules) + working
         logits = self._f("memory.logits", seq_len=self.seq_len / lay.cp) / lay.tp
-        last = last + logits
+        last = last + logits * (1 + m.mtp_modules)
         worst = Formula("activations", _max(first.expr, last.expr), "byte", "")
         return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
 
@@ -524,18 +528,27 @@ class Plan:
                                  (core_forward, lay.selective()), (0, True))
 
     def _attention_core(self) -> Formula:
-        """Forward FLOPs of every layer's attention core over the step's tokens."""
-        return (self._f(f"compute.attention_core_forward_flops_per_token{self._mla}") * self.model.layers
+        """Forward FLOPs of every block's attention core (MTP blocks included) over the step's tokens."""
+        return (self._f(f"compute.attention_core_forward_flops_per_token{self._mla}") * self.model.blocks
                 * self.expr("tokens_per_step"))
 
     def _hardware_flops(self) -> Formula:
-        return self._recomputed(self._flops("palm"), self._attention_core())
+        """PaLM's count over everything a token passes through: the model, and each MTP module's
+        projection, block and (shared) output head."""
+        m = self.model
+        params = m.active_params_formula()
+        if m.mtp_modules:
+            params = (params + m.mtp_params_formula(active=True)
+                      + self._f("model.params.embedding") * m.mtp_modules)
+        per_token = self._f(f"compute.flops_per_token_palm{self._mla}", params=params, layers=m.blocks)
+        return self._recomputed(per_token * self.expr("tokens_per_step"), self._attention_core())
 
     def _bf16_flops(self) -> Formula:
         """The part of the hardware FLOPs that FP8 recipes keep in 16 bits: attention core and logits
         (Transformer Engine; DeepSeek-V3 §3.3.1)."""
         core = self._attention_core()
-        logits = self._f("compute.logits_forward_flops_per_token") * self.expr("tokens_per_step")
+        logits = (self._f("compute.logits_forward_flops_per_token") * self.expr("tokens_per_step")
+                  * (1 + self.model.mtp_modules))
         return self._recomputed((core + logits) * 3, core)
 
     def model_flops(self, convention: str = "6nd") -> pint.Quantity:
@@ -584,7 +597,7 @@ class Plan:
         lay, m = self.deg, self.model
         mb = self.global_batch / (lay.dp * self.microbatch_size)
         s_local = self.seq_len / lay.cp
-        layers_local = sympy.sympify(m.layers) / lay.pp
+        layers_local = sympy.sympify(m.blocks) / lay.pp
         zero_b = Formula("0", sympy.Integer(0), "byte", "")
         zero_t = Formula("0", sympy.Integer(0), "s", "")
         out = {a: {"bytes": zero_b, "time": zero_t} for a in AXES}
@@ -648,7 +661,7 @@ class Plan:
             dispatch_e = Q_(1, "byte") if self.dtype == "fp8" else Q_(2, "byte")
             disp = self._f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=dispatch_e)
             comb = self._f("parallelism.ep.dispatch_bytes", tokens=tokens)
-            calls = 2 * sympy.sympify(m.moe_layers) / lay.pp * mb
+            calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * mb
             plain = {"bytes": zero_b, "time": zero_t}
             for msg in (disp, comb):
                 add("ep", "all_to_all", msg, calls, into=plain)
@@ -764,7 +777,7 @@ class Plan:
             return Formula("delta", self.inputs["checkpoint_time"], "s", "")
         # one copy of the model states written at the storage bandwidth of Llama 3's cluster
         from .presets import llama3_storage_bandwidth
-        states = self._f("memory.model_states.zero0", params=self._params["total"])
+        states = self._f("memory.model_states.zero0", params=self._params["stored"])
         return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 
     # --- symbolic helpers ----------------------------------------------------------------------

@@ -42,6 +42,7 @@ _TABLE = [
     ("topk", "k", "", "routed experts each token is sent to"),
     ("expert_ffn_hidden", "h_e", "", "FFN inner size of one expert"),
     ("moe_layers", "L_moe", "", "layers whose FFN is a mixture of experts"),
+    ("mtp_modules", "D_mtp", "", "multi-token prediction modules (DeepSeek-V3 §2.2's depth D)"),
     ("q_lora_rank", "r_q", "", "MLA query compression rank"),
     ("kv_lora_rank", "r_kv", "", "MLA key/value compression rank"),
     ("rope_dim", "d_r", "", "MLA decoupled RoPE dimension per head"),

@@ -159,3 +159,21 @@ def test_stage0_activation_factors_of_schedules(schedule, ratio):
                     sequence_parallel=True), seq_len=8192, global_batch=512)
         return p.expr("memory.activations.first_stage").value().magnitude
     assert first(schedule) / first("1f1b") == pytest.approx(ratio, rel=1e-12)
+
+
+def test_mtp_module_is_stored_and_computed_but_not_counted():
+    """DeepSeek-V3's MTP module: the published 671B leaves it out, the weights on a GPU and the
+    FLOPs of a step include it (its routed experts sharded by EP like the others)."""
+    ds = an.model("deepseek-v3")
+    without = ds.replace(mtp_modules=0)
+    layout = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    plans = [an.Plan(m, an.hardware("h800"), layout, seq_len=4096, global_batch=15360, dtype="fp8") for m in (ds, without)]
+    assert ds.total_params == without.total_params
+    assert plans[0].expr("params").value() == plans[1].expr("params").value()
+    mtp = ds.mtp_params_formula().value().to("parameter").magnitude
+    routed = 256 * 3 * ds.hidden * ds.expert_ffn_hidden
+    extra_weights = (plans[0].memory().weights - plans[1].memory().weights).to("byte").magnitude
+    # 2 bytes per weight, two copies under DualPipe
+    assert extra_weights == pytest.approx(2 * 2 * ((mtp - routed) / 16 + routed / (16 * 64)), rel=1e-12)
+    assert plans[0].hardware_flops() > plans[1].hardware_flops()
+    assert plans[0].model_flops() == plans[1].model_flops()  # 6·N_active·D: the paper's 37B

@@ -63,6 +63,32 @@ def test_flop_counter_equals_catalogue(model):
     assert fc.get_total_flops() == _catalogue_flops(model)
 
 
+def test_mtp_module_parameters_and_flops_match_plan():
+    """A DeepSeek-style MTP module: its parameters are Model.mtp_params_formula exactly, and the
+    FLOPs it adds (FlopCounterMode, forward + backward through the shared head) are what Plan adds
+    to the hardware FLOPs, less PaLM's 6 FLOPs per norm weight (the module's four RMSNorms and its
+    MLA block's two latent norms do no matmul)."""
+    with_mtp = MLA.replace(mtp_modules=1)
+    net = Transformer(with_mtp, seq_len=S)
+    assert count_parameters(net.mtp) == with_mtp.mtp_params_formula().value().magnitude
+    assert count_parameters(net) - count_parameters(net.mtp) == with_mtp.total_params
+
+    def counted(model):
+        torch.manual_seed(0)
+        net = Transformer(model, seq_len=S, attention="explicit")
+        with FlopCounterMode(display=False) as fc:
+            out = net(torch.randint(0, model.vocab, (B, S)), mtp=True)
+            sum(o.float().sum() for o in out).backward()
+        return fc.get_total_flops()
+
+    def planned(model):
+        plan = an.Plan(model, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B)
+        return plan.hardware_flops().to("FLOP").magnitude
+
+    norm_weights = 4 * MLA.hidden + MLA.q_lora_rank + MLA.kv_lora_rank
+    assert planned(with_mtp) - planned(MLA) - (counted(with_mtp) - counted(MLA)) == 6 * norm_weights * B * S
+
+
 def test_selective_recompute_adds_one_attention_core_forward():
     """Recomputing QKᵀ, softmax and attention over V in the backward costs their forward again:
     4·a·d_h·s FLOPs per token per layer (4·B·s²·h for a GPT layer), as the library counts and as

@@ -47,6 +47,12 @@ define("model.params.moe_active", (k + E_s) * 3 * h * h_e + E * h, P,
        "DeepSeek-V3 arXiv 2412.19437 §2.1.2 (top-k routed + shared experts)",
        ("a token uses k routed and all shared experts, and the whole router",),
        "parameters of one MoE FFN used by one token", coefficient_unit=P)
+define("model.params.mtp_projection", 2 * h * h + 2 * h, P,
+       "DeepSeek-V3 arXiv 2412.19437 §2.2 eq. (21) (multi-token prediction)",
+       ("projection M ∈ R^{h×2h} of the concatenated hidden state and embedding",
+        "two RMSNorms (hidden state and embedding)", "embedding and output head shared with the main model",
+        "the released weights also keep an h-vector norm before the shared head; eqs. (21)–(23) have none"),
+       "parameters of one MTP module besides its transformer block", coefficient_unit=P)
 define("model.params.megatron", 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)), P,
        "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473 §5.1 eq. (2)",
        ("GPT layer with biases, MLP 4h, learned positions of length s, tied embeddings",

@@ -277,8 +277,26 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+class MTPModule(nn.Module):
+    """One multi-token prediction module (DeepSeek-V3 §2.2 eqs. 21–23): RMSNorm the previous depth's
+    hidden state and the embedding of the token k ahead, project [h; e] (2h → h), run one block of
+    the last layer's kind; the caller applies the shared output head."""
+
+    def __init__(self, m: Model, dtype, attention: str):
+        super().__init__()
+        self.hnorm = Norm(m.hidden, "rmsnorm", dtype)
+        self.enorm = Norm(m.hidden, "rmsnorm", dtype)
+        self.proj = nn.Linear(2 * m.hidden, m.hidden, bias=False, dtype=dtype)
+        self.block = Block(m, dtype, attention, m.is_moe)
+
+    def forward(self, hidden, emb, cos=None, sin=None, causal=None):
+        return self.block(self.proj(torch.cat([self.hnorm(hidden), self.enorm(emb)], dim=-1)), cos, sin, causal)
+
+
 class Transformer(nn.Module):
-    """A whole decoder built from an analytic Model (use tiny dimensions)."""
+    """A whole decoder built from an analytic Model (use tiny dimensions). With ``mtp_modules``,
+    ``forward(tokens, mtp=True)`` also returns each MTP module's logits; a module runs over all s
+    positions (the token k ahead wraps around; DeepSeek-V3 drops the last k positions instead)."""
 
     def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
                  seq_len: int | None = None, recompute_core: bool = False):
@@ -291,6 +309,7 @@ class Transformer(nn.Module):
                                     for i in range(m.layers))
         self.norm = Norm(m.hidden, m.norm, dtype)
         self.head = None if m.tied_embeddings else nn.Linear(m.hidden, m.vocab, bias=False, dtype=dtype)
+        self.mtp = nn.ModuleList(MTPModule(m, dtype, attention) for _ in range(m.mtp_modules))
         n = seq_len or 64
         self.register_buffer("causal", torch.full((n, n), float("-inf"), dtype=dtype).triu(1), persistent=False)
         if m.position == "rope":
@@ -300,7 +319,7 @@ class Transformer(nn.Module):
             self.register_buffer("cos", ang.cos().to(dtype), persistent=False)
             self.register_buffer("sin", ang.sin().to(dtype), persistent=False)
 
-    def forward(self, tokens, checkpoint: str = "none"):
+    def forward(self, tokens, checkpoint: str = "none", mtp: bool = False):
         s = tokens.shape[1]
         x = self.embed(tokens)
         if self.pos is not None:
@@ -314,9 +333,15 @@ class Transformer(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(blk, x, cos, sin, causal, use_reentrant=False)
             else:
                 x = blk(x, cos, sin, causal)
-        x = self.norm(x)
         w = self.embed.weight if self.head is None else self.head.weight
-        return x @ w.t()
+        logits = self.norm(x) @ w.t()
+        if not mtp:
+            return logits
+        out, hidden = [logits], x
+        for k, module in enumerate(self.mtp, 1):
+            hidden = module(hidden, self.embed(tokens.roll(-k, dims=1)), cos, sin, causal)
+            out.append(self.norm(hidden) @ w.t())  # the shared output head
+        return out
 
 
 def count_parameters(module: nn.Module) -> int:
