@@ -638,7 +638,7 @@ class Plan:
         # The expert data-parallel group has the dp stride and size dp/ep.
         buckets = layers_local
         for local, size in ((self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)):
-            if size == 1:
+            if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
                 continue
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
             c = {kind: {"bytes": zero_b, "time": zero_t} for kind in ("all_reduce", "reduce_scatter", "all_gather")}

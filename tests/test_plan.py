@@ -1,5 +1,6 @@
 """The source text's step (S17–S31) through Plan, and properties of plans."""
 
+import sympy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -177,3 +178,16 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     assert extra_weights == pytest.approx(2 * 2 * ((mtp - routed) / 16 + routed / (16 * 64)), rel=1e-12)
     assert plans[0].hardware_flops() > plans[1].hardware_flops()
     assert plans[0].model_flops() == plans[1].model_flops()  # 6·N_active·D: the paper's 37B
+
+
+def test_dense_dp_traffic_is_one_reduce_scatter_and_all_gather_per_bucket():
+    """A dense model's DP time is its gradient buckets' reduce-scatter + all-gather on the scale-out
+    link (dp ranks 8 apart) — no second, empty expert group paying collective latency."""
+    p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64, zero=1,
+                sequence_parallel=True), seq_len=8192, global_batch=2048)
+    buckets = sympy.Rational(126, 16)
+    grad = an.formula("parallelism.dp.gradient_bytes").evaluate(params=p.expr("params_per_gpu").value(), element_bytes="2 byte")
+    link = {"message": grad / float(buckets), "ranks": 64, "latency": an.Q_(float(p.inputs["latency"]), "s"),
+            "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["link_efficiency"]), "byte/s")}
+    want = sum(an.formula(f"collectives.{k}.time").evaluate(**link) for k in ("reduce_scatter", "all_gather"))
+    assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want.to("s").magnitude * float(buckets), rel=1e-9)
