@@ -130,9 +130,10 @@ class SearchResult:
 _COMPILED: dict = {}  # cache file → compiled functions, for repeated searches in one process
 
 
-def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention) -> tuple[list, bool]:
+def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, on_build=None) -> tuple[list, bool]:
     """(memory, step time, flops) as numpy functions of :data:`INPUTS`, and whether they had to be
-    built now (False when they came from memory or the disk cache)."""
+    built now (False when they came from memory or the disk cache; ``on_build()`` is called first
+    when they must be built)."""
     key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
                       str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
                       repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention], sort_keys=True)
@@ -142,6 +143,8 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention) ->
     try:
         sources, built = json.loads(path.read_text()), False
     except (OSError, ValueError):
+        if on_build:
+            on_build()
         layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
                         vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, recompute=sym("recompute"),
                         schedule=sym("schedule"))
@@ -247,9 +250,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp)
     show = progress and sys.stderr.isatty()
-    if show:
-        sys.stderr.write("compiling the expressions of this configuration…\r")
-    (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention)
+    note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
+    (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, note)
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     n = len(arrays["tp"])

@@ -60,3 +60,37 @@ def test_search_rejects_bad_input():
         an.search(MODEL, HW, gpus=0, seq_len=1024, global_batch=8)
     with pytest.raises(InputError, match="batch"):
         an.search(MODEL, HW, gpus=8, seq_len=1024)
+
+
+class _Terminal:
+    """A stand-in stderr that says whether it is a terminal."""
+
+    def __init__(self, tty):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bar_only_on_a_terminal(monkeypatch, result, tty):
+    import sys
+    search_module = sys.modules["analytic.search"]  # the module (an.search is the function)
+    monkeypatch.setattr(search_module, "CHUNK", 1000)  # several steps for this small search
+    err = _Terminal(tty)
+    monkeypatch.setattr(sys, "stderr", err)
+    res = an.search(MODEL, HW, gpus=64, seq_len=4096, global_batch=256, recompute=("none", "full"),
+                    zero=(1, 3), schedules=("1f1b", "interleaved", "zb-h1", "dualpipe"))
+    assert res.evaluated == result.evaluated and res.best.step_time == result.best.step_time
+    if tty:
+        steps = err.text.count(" layouts, ")
+        assert steps == -(-res.evaluated // 1000) and err.text.endswith("\n")
+        assert f"{res.evaluated:,}/{res.evaluated:,} layouts" in err.text
+    else:
+        assert err.text == ""
