@@ -32,6 +32,31 @@ def test_search_numbers_equal_plan(result):
         assert arrays["mfu"][j] == pytest.approx(plan.mfu(), rel=1e-9)
 
 
+def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
+    """An MLA MoE model with an MTP module, every schedule, ZeRO stage and recompute policy: EP, the
+    node-limited all-to-all and DualPipe as Plan computes them, to 1e-9 relative."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    moe = an.Model(layers=16, hidden=2048, heads=16, head_dim=128, vocab=32000, mlp="swiglu", position="rope",
+                   ffn_hidden=8192, experts=64, topk=6, shared_experts=2, expert_ffn_hidden=1024, dense_layers=1,
+                   attention="mla", q_lora_rank=512, kv_lora_rank=256, rope_dim=64, nodes_per_token=2, mtp_modules=1)
+    hw = an.hardware("h800")
+    res = an.search(moe, hw, gpus=64, seq_len=4096, global_batch=128, progress=False)
+    arrays = res.arrays
+    assert set(np.unique(arrays["schedule"])) == set(range(len(an.plan.SCHEDULES)))
+    assert np.any(arrays["ep"] > 8)  # EP groups that leave the node
+    rng = np.random.default_rng(1)
+    for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
+        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size", "zero",
+                                            "recompute", "schedule")}
+        plan = an.Plan(moe, hw, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
+                                          zero=d["zero"], sequence_parallel=d["tp"] > 1,
+                                          recompute=an.plan.RECOMPUTE[d["recompute"]],
+                                          schedule=an.plan.SCHEDULES[d["schedule"]]),
+                       seq_len=4096, global_batch=128, microbatch_size=d["microbatch_size"])
+        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+
+
 def test_ranked_fit_and_are_sorted(result):
     times = [r.step_time for r in result.ranked]
     assert times == sorted(times)
