@@ -718,6 +718,10 @@ class Plan:
         bubble = _cases("bubble", "s", (bubble("1f1b"), lay.schedule_is("1f1b", "gpipe", "interleaved")),
                         (bubble("zb_h1"), lay.schedule_is("zb-h1")), (bubble("zb_h2"), lay.schedule_is("zb-h2")),
                         (bubble("dualpipe"), True))
+        # no schedule beats the first microbatch's critical path (the zero-bubble formulas need enough microbatches)
+        chain = formula("pipeline.bubble_time.critical_path").bind({"pp": lay.pp, "vpp": lay.vpp, "microbatches": mb,
+                                                                   **times})
+        bubble = Formula("bubble", _max(bubble.expr, chain.expr), "s", "")
         comm = self._comm
         phi = self._need("overlap")
         out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],

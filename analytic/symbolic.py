@@ -161,13 +161,18 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
         raise InputError(f"schedule: expected one of {', '.join(names)}, got {schedule!r}")
     m = sym("microbatches")
     unit = Fraction(1, 3)
-    bubble = formula(f"pipeline.bubble_time.{names[schedule]}").bind(
-        {"pp": pp, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")})
-    fraction = bubble.expr / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
-    if fraction == 0:
-        return {"value": 1, "fraction": fraction}
-    need = sympy.solve(sympy.Eq(fraction, sympy.nsimplify(target)), m)[0]
-    value = math.ceil(to_float(need) - 1e-12)
+    times = {"pp": pp, "vpp": 1, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")}
+    # the schedule's bubble, and the critical path no schedule beats; both fall with m
+    bubbles = [formula(f"pipeline.bubble_time.{names[schedule]}").bind(times).expr,
+               formula("pipeline.bubble_time.critical_path").bind(times).expr]
+    value = 1
+    for bubble in bubbles:
+        fraction = bubble / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
+        if fraction.free_symbols:
+            need = sympy.solve(sympy.Eq(fraction, sympy.nsimplify(target)), m)[0]
+            value = max(value, math.ceil(to_float(need) - 1e-12))
+        elif fraction > target:
+            raise InputError(f"target: a {schedule} bubble of at most {target} is out of reach")
     if schedule == "dualpipe" and value % 2:
         value += 1
-    return {"value": max(value, 1), "fraction": fraction}
+    return {"value": value, "fraction": sympy.Max(*bubbles) / m}

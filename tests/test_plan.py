@@ -191,3 +191,16 @@ def test_dense_dp_traffic_is_one_reduce_scatter_and_all_gather_per_bucket():
             "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["link_efficiency"]), "byte/s")}
     want = sum(an.formula(f"collectives.{k}.time").evaluate(**link) for k in ("reduce_scatter", "all_gather"))
     assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want.to("s").magnitude * float(buckets), rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2", "dualpipe"])
+def test_few_microbatches_cannot_hide_the_pipeline(schedule):
+    """Two microbatches per replica: whatever the schedule's bubble formula says (ZB-H1 7, ZB-H2 0,
+    DualPipe 6 units), the step is at least the first microbatch's chain through every stage
+    (forward and input gradient, then the weight gradient): p·(T_F + T_B) + T_W − 2(T_F + T_B + T_W)
+    = 11 units of T_F = T_B = T_W = a sixth of the stage's compute."""
+    p = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=8, dp=16, schedule=schedule),
+                seq_len=8192, global_batch=32)
+    t = p.time_breakdown()
+    unit = t["compute"].to("s").magnitude / 6
+    assert t["bubble"].to("s").magnitude == pytest.approx(11 * unit, rel=1e-12)

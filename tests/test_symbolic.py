@@ -132,9 +132,11 @@ def test_tp_break_even_nvlink_and_nic():
     assert nvl["ratio"].evaluate(tp=t).magnitude == pytest.approx(1, rel=1e-9)
 
 
-@pytest.mark.parametrize("schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 1), ("dualpipe", 94)])
+@pytest.mark.parametrize("schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 11), ("dualpipe", 94)])
 def test_microbatches_for_bubble_under_5_percent(schedule, expected):
-    """p = 16: (p−1)/m ≤ 5% needs 300; ZB-H1 a third; ZB-H2 none; DualPipe (p/2−1)(2/3)/m → 94 (even)."""
+    """p = 16: (p−1)/m ≤ 5% needs 300; ZB-H1 a third; DualPipe (p/2−1)(2/3)/m → 94 (even); ZB-H2's
+    formula is 0 for any m, but the first microbatch's critical path, (2p + 1 − 3m)/3 in units of
+    T_F + T_B + T_W, needs (2p + 1)/3.15 → 11."""
     assert symbolic.microbatches_for_bubble(schedule, 16, 0.05)["value"] == expected
 
 

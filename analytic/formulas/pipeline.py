@@ -32,6 +32,12 @@ define("pipeline.bubble_time.dualpipe", (p / 2 - 1) * (tfb + tb - 2 * tw), "s",
        f"{V3} ((PP/2−1)(F&B + B − 3W) with B = T_B + T_W)",
        ("p and the microbatch count even", "parameters held twice, activations p + 1 microbatches"),
        "bubble time of DualPipe")
+define("pipeline.bubble_time.critical_path", p * v * (tf + tb) + tw - m * v * (tf + tb + tw), "s",
+       "derived: derivations/pipeline.py (the first microbatch's chain of dependencies)",
+       ("any schedule: the first microbatch's forward and input-gradient passes run one after another through "
+        "all p·v model chunks, then its weight-gradient pass; a stage's own work is m·v·(T_F + T_B + T_W)",
+        "a lower bound on the bubble time (exact for one microbatch); point-to-point time not counted"),
+       "the least bubble time any pipeline schedule can have")
 define("pipeline.in_flight.1f1b", p, "", f"{NARAYANAN} §2.2.1; {QI}",
        ("the first stage holds p microbatches' activations (at most m)",),
        "microbatches in flight on the first stage, 1F1B")
