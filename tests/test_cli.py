@@ -87,3 +87,23 @@ def test_batch_tokens_parsing():
     tokens, note = batch_tokens("16M", 8192)
     assert tokens == 16777216 and "16 Mi" in note
     assert batch_tokens("8M", 1000)[0] == 8_000_000
+
+
+def test_search_405b_beats_the_published_layout(capsys):
+    """The issue's command: a ranked table of fitting layouts, fastest first, whose best is at least
+    as fast (by the model) as Llama 3's TP8 PP16 DP128 (interleaved, the paper's schedule, or 1F1B)."""
+    import analytic as an
+    argv = ["search", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "16384", "--seq", "8192",
+            "--batch-tokens", "16M", "--top", "5"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    times = [r["step_time_s"] for r in res["ranked"]]
+    assert len(times) == 5 and times == sorted(times) and all(r["memory_GB"] <= 80 for r in res["ranked"])
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    for schedule, vpp in (("interleaved", 2), ("1f1b", 1)):
+        published = an.Plan(m, hw, an.Layout(tp=8, pp=16, dp=128, zero=1, sequence_parallel=True, schedule=schedule,
+                                             vpp=vpp), seq_len=8192, global_batch=2048)
+        assert times[0] <= published.step_time().to("s").magnitude
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "68,256 layouts evaluated" in out and "step (s)" in out
