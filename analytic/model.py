@@ -37,7 +37,8 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
 
 
 def choice(name: str, value, options):
-    if value not in options:
+    """``value`` if it is one of the (string) ``options``."""
+    if not isinstance(value, str) or value not in options:
         raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
     return value
 

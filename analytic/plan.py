@@ -11,6 +11,7 @@ the scale-out link, one that spans both a two-level algorithm.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
@@ -47,6 +48,11 @@ def _min(*args):
     return sympy.Min(*args, evaluate=all(_is_number(a) for a in args))
 
 
+def _open(value, keyword: str) -> bool:
+    """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
+    return isinstance(value, sympy.Symbol) and value == sym(keyword)
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
@@ -70,13 +76,15 @@ class Layout:
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, count(k, getattr(self, k)))
-        if self.zero != sym("zero") and (self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool)):
-            raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
+        if not _open(self.zero, "zero"):
+            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
+                raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
+            object.__setattr__(self, "zero", int(self.zero))
         if not isinstance(self.sequence_parallel, bool):
             raise InputError(f"sequence_parallel: expected True or False, got {self.sequence_parallel!r}")
-        if self.recompute != sym("recompute"):
+        if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
-        if self.schedule != sym("schedule"):
+        if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")

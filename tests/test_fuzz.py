@@ -7,6 +7,7 @@ import io
 import math
 import os
 
+import numpy as np
 import pint
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -69,8 +70,10 @@ degrees = st.one_of(st.integers(-2, 64), st.floats(allow_nan=True), st.sampled_f
 
 @FUZZ
 @given(st.fixed_dictionaries({k: degrees for k in ("tp", "pp", "dp", "cp", "vpp")}),
-       st.sampled_from([0, 1, 2, 3, 4, -1, "1"]), st.sampled_from(["none", "selective", "full", "all"]),
-       st.sampled_from(["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe", "bogus"]),
+       st.sampled_from([0, 1, 2, 3, 4, -1, "1", 2.0, True, np.int64(3), np.array([1, 2]), an.sym("zero"), an.sym("dp")]),
+       st.sampled_from(["none", "selective", "full", "all", np.array(["none"]), an.sym("recompute"), an.sym("zero")]),
+       st.sampled_from(["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe", "bogus", ["1f1b"],
+                        an.sym("schedule")]),
        st.one_of(st.integers(-1, 9000), st.floats(allow_nan=True)), st.one_of(st.integers(-1, 600), st.just(64)),
        st.sampled_from(["llama3-8b", "gpt3-175b", "deepseek-v3"]))
 def test_plan(deg, zero, recompute, schedule, seq, batch, name):
