@@ -250,12 +250,14 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp)
     show = progress and sys.stderr.isatty()
-    note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
-    (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, note)
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     n = len(arrays["tp"])
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
+    built = False
+    if n:  # nothing to compile for when no layout is valid
+        note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
+        (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, note)
     for lo in range(0, n, CHUNK):
         args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
@@ -270,6 +272,5 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
-    n = len(arrays["memory"])
     return SearchResult(_Ranking(arrays, keep), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built)
