@@ -91,14 +91,17 @@ class _Ranking(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        j = self._order[i]
-        a = self._a
-        d = {k: int(a[k][j]) for k in INPUTS}
-        layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
-                        sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
-                        schedule=SCHEDULES[d["schedule"]])
-        return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
-                      float(a["mfu"][j]), True)
+        return _row(self._a, self._order[i])
+
+
+def _row(a: dict, j: int) -> Ranked:
+    """Row ``j`` of the evaluated columns as a Ranked layout."""
+    d = {k: int(a[k][j]) for k in INPUTS}
+    layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
+                    sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
+                    schedule=SCHEDULES[d["schedule"]])
+    return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
+                  float(a["mfu"][j]), bool(a["fits"][j]))
 
 
 @dataclass
@@ -119,6 +122,10 @@ class SearchResult:
 
     def __getitem__(self, i):
         return self.ranked[i]
+
+    def row(self, j: int) -> Ranked:
+        """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
+        return _row(self.arrays, j)
 
     @property
     def best(self) -> Ranked:

@@ -20,7 +20,6 @@ import time
 import numpy as np
 
 import analytic as an
-from analytic.plan import RECOMPUTE, SCHEDULES
 from analytic.search import INPUTS, _compiled, enumerate_layouts, search
 
 MODEL, HW = an.model("llama3-405b"), an.hardware("h100-sxm")
@@ -61,11 +60,7 @@ def main():
     rows = np.random.default_rng(0).choice(n, size=sample, replace=False)
     t0 = time.perf_counter()
     for j in rows:
-        d = {k: int(base[k][j]) for k in INPUTS}
-        p = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], vpp=d["vpp"], zero=d["zero"],
-                                         sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
-                                         schedule=SCHEDULES[d["schedule"]]),
-                    seq_len=KW["seq_len"], global_batch=KW["global_batch"], microbatch_size=d["microbatch_size"])
+        p = cold.row(j).plan(MODEL, HW, seq_len=KW["seq_len"], global_batch=KW["global_batch"])
         p.memory()
         p.step_time()
     per_plan = (time.perf_counter() - t0) / sample

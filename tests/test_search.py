@@ -20,13 +20,7 @@ def test_search_numbers_equal_plan(result):
     arrays = result.arrays
     rng = np.random.default_rng(0)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
-        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size", "zero",
-                                            "recompute", "schedule")}
-        plan = an.Plan(MODEL, HW, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
-                                            zero=d["zero"], sequence_parallel=d["tp"] > 1,
-                                            recompute=an.plan.RECOMPUTE[d["recompute"]],
-                                            schedule=an.plan.SCHEDULES[d["schedule"]]),
-                       seq_len=4096, global_batch=256, microbatch_size=d["microbatch_size"])
+        plan = result.row(j).plan(MODEL, HW, seq_len=4096, global_batch=256)
         assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
         assert arrays["mfu"][j] == pytest.approx(plan.mfu(), rel=1e-9)
@@ -46,13 +40,7 @@ def test_moe_search_numbers_equal_plan(tmp_path, monkeypatch):
     assert np.any(arrays["ep"] > 8)  # EP groups that leave the node
     rng = np.random.default_rng(1)
     for j in rng.choice(len(arrays["memory"]), size=25, replace=False):
-        d = {k: int(arrays[k][j]) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size", "zero",
-                                            "recompute", "schedule")}
-        plan = an.Plan(moe, hw, an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"],
-                                          zero=d["zero"], sequence_parallel=d["tp"] > 1,
-                                          recompute=an.plan.RECOMPUTE[d["recompute"]],
-                                          schedule=an.plan.SCHEDULES[d["schedule"]]),
-                       seq_len=4096, global_batch=128, microbatch_size=d["microbatch_size"])
+        plan = res.row(j).plan(moe, hw, seq_len=4096, global_batch=128)
         assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
         assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
 
