@@ -70,7 +70,8 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     per_stage = _q(plan.expr("layers_per_stage")).magnitude
     add("placement", "layers_per_stage", f"{m.layers} layers over {lay.pp} stages (worst stage holds "
         f"{-(-int(m.layers) // int(lay.pp))})", round(float(per_stage), 4), "plan.layers_per_stage")
-    add("placement", "params_per_gpu", "parameters per GPU (Ψ/(t·p), experts /ep)", _q(plan.expr("params_per_gpu")),
+    states = f"(Ψ + {m.mtp_modules} MTP)" if m.mtp_modules else "Ψ"
+    add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep)", _q(plan.expr("params_per_gpu")),
         "model.params.* / (tp·pp)")
     # memory
     mem = plan.memory()
