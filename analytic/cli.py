@@ -104,6 +104,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", choices=["0", "1", "2", "3"], help="ZeRO stage")
     g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
     g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
+    g.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
+                   help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
     g.add_argument("--recompute", choices=["none", "selective", "full"])
     g.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
     g.add_argument("--seq", help="sequence length")
@@ -126,7 +128,7 @@ def build_plan(args) -> tuple[object, dict]:
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
-        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "recompute", "schedule", "seq",
+        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "recompute", "schedule", "seq",
         "batch_tokens", "global_batch", "microbatch_size", "dtype"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
@@ -150,7 +152,7 @@ def build_plan(args) -> tuple[object, dict]:
     notes = {"batch_tokens": note} if note else {}
     sp = get("sequence_parallel")
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
-                       sequence_parallel=bool(sp) if sp is not None else tp > 1,
+                       sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
                        recompute=get("recompute") or "none",
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
@@ -315,7 +317,7 @@ def cmd_search(args) -> int:
     from .search import search
     model, hw, gpus, seq, gb, note = _search_inputs(args, "search")
     res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, dtype=args.dtype or "bf16",
-                 top=_count(args.top, "top"))
+                 async_tp=bool(args.async_tp), top=_count(args.top, "top"))
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "ranked": [r.as_dict() for r in res.ranked]}))

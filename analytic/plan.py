@@ -72,6 +72,7 @@ class Layout:
     sequence_parallel: bool = False
     recompute: object = "none"
     schedule: object = "1f1b"
+    async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -80,8 +81,9 @@ class Layout:
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
-        if not isinstance(self.sequence_parallel, bool):
-            raise InputError(f"sequence_parallel: expected True or False, got {self.sequence_parallel!r}")
+        for k in ("sequence_parallel", "async_tp"):
+            if not isinstance(getattr(self, k), bool):
+                raise InputError(f"{k}: expected True or False, got {getattr(self, k)!r}")
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if not _open(self.schedule, "schedule"):
@@ -111,7 +113,7 @@ class _Degrees:
     def __init__(self, layout: Layout):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, sympy.sympify(getattr(layout, k)))
-        self.sequence_parallel = layout.sequence_parallel
+        self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.zero = sympy.sympify(layout.zero)
         index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
         self.rc = index(layout.recompute, RECOMPUTE)
@@ -300,8 +302,9 @@ class Plan:
         g = self.hardware.gpus_per_node
         if not allow_cross_node_tp and num(lay.tp) and lay.tp > g and "gpus_per_node" not in self.overrides:
             raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a node (pass allow_cross_node_tp=True)")
-        if lay.sequence_parallel and num(lay.tp) and lay.tp == 1:
-            raise LayoutError("sequence_parallel: needs tp > 1")
+        for k in ("sequence_parallel", "async_tp"):
+            if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
+                raise LayoutError(f"{k}: needs tp > 1")
 
     # --- placement ------------------------------------------------------------------------
     @property
@@ -385,7 +388,8 @@ class Plan:
         lay = self.layout
         return (f"analytic Plan: {self.model.name or 'model'} on {self.hardware.key or self.hardware.name}, "
                 f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} zero={lay.zero} "
-                f"sp={lay.sequence_parallel} recompute={lay.recompute} schedule={lay.schedule}, "
+                f"sp={lay.sequence_parallel}{' async_tp' if lay.async_tp else ''} recompute={lay.recompute} "
+                f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
                 f"dtype={self.dtype}")
 
@@ -732,7 +736,10 @@ class Plan:
         bubble = Formula("bubble", _max(bubble.expr, chain.expr), "s", "")
         comm = self._comm
         phi = self._need("overlap")
-        out = {"compute": compute, "bubble": bubble, "tp": comm["tp"]["time"],
+        # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
+        # splits the GEMMs to overlap them like the other axes' traffic
+        out = {"compute": compute, "bubble": bubble,
+               "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
                "cp": comm["cp"]["time"] * (1 - phi), "pp": comm["pp"]["time"] * (1 - phi)}
         # DP hides behind compute: ZeRO-3 prefetches parameters through the whole step; otherwise the
         # gradient reduction hides behind the last microbatch (on every chunk of this stage) and the

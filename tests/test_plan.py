@@ -204,3 +204,19 @@ def test_few_microbatches_cannot_hide_the_pipeline(schedule):
     t = p.time_breakdown()
     unit = t["compute"].to("s").magnitude / 6
     assert t["bubble"].to("s").magnitude == pytest.approx(11 * unit, rel=1e-12)
+
+
+def test_async_tp_hides_tp_traffic_like_the_other_axes():
+    """Async TP exposes (1 − φ) of the TP collectives' time, φ the calibrated overlap; it needs tp > 1."""
+    kw = dict(seq_len=8192, global_batch=2048)
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True)
+    plain, hidden = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(async_tp=True), **kw)
+    phi = float(plain.inputs["overlap"])
+    tp_time = plain.communication_time()["tp"].to("s").magnitude
+    assert plain.time_breakdown()["tp"].to("s").magnitude == pytest.approx(tp_time, rel=1e-12)
+    assert hidden.time_breakdown()["tp"].to("s").magnitude == pytest.approx((1 - phi) * tp_time, rel=1e-12)
+    with pytest.raises(LayoutError, match="async_tp"):
+        an.Plan(m, hw, an.Layout(tp=1, dp=8, async_tp=True), **kw)
+    with pytest.raises(InputError, match="async_tp"):
+        an.Layout(tp=8, async_tp="yes")

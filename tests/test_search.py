@@ -107,3 +107,19 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, result, tty):
         assert f"{res.evaluated:,}/{res.evaluated:,} layouts" in err.text
     else:
         assert err.text == ""
+
+
+def test_async_tp_search_equals_plan(tmp_path, monkeypatch):
+    """search(async_tp=True): TP layouts carry async TP, their numbers are Plan's, and hiding TP
+    traffic never makes a layout slower."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
+              progress=False)
+    plain, hidden = an.search(MODEL, HW, **kw), an.search(MODEL, HW, async_tp=True, **kw)
+    assert np.all(hidden.arrays["step_time"] <= plain.arrays["step_time"])
+    assert np.any(hidden.arrays["step_time"] < plain.arrays["step_time"])
+    j = int(np.argmax(hidden.arrays["tp"]))
+    row = hidden.row(j)
+    assert row.layout.async_tp and row.layout.tp == 8
+    plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
+    assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
