@@ -137,6 +137,12 @@ class Model:
         return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
+    def attention_suffix(self) -> str:
+        """Suffix of the catalogue's attention FLOP formulas for this attention: ``.mla`` (QKᵀ over
+        d_h + d_r) or none."""
+        return ".mla" if self.attention == "mla" else ""
+
+    @property
     def blocks(self):
         """Transformer blocks a token passes through in training: the layers and the MTP modules' blocks."""
         return self.layers + self.mtp_modules

@@ -124,17 +124,31 @@ class _Degrees:
         """Condition: the schedule is one of ``names``."""
         return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
 
-    def full(self):
-        """Condition: full recomputation."""
-        return sympy.Eq(self.rc, 2)
-
-    def selective(self):
-        """Condition: selective recomputation."""
-        return sympy.Eq(self.rc, 1)
+    def recompute_is(self, name: str):
+        """Condition: the recomputation policy is ``name``."""
+        return sympy.Eq(self.rc, RECOMPUTE.index(name))
 
     def zero_at_least(self, stage: int):
         """Condition: ZeRO stage ≥ ``stage``."""
         return sympy.Ge(self.zero, stage)
+
+
+#: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
+BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
+                   "dualpipe": "dualpipe"}
+
+
+def _at_least_critical_path(bubble: Formula, values: dict) -> Formula:
+    """``bubble``, never below the first microbatch's critical path, which no schedule beats (the
+    zero-bubble formulas need enough microbatches to reach zero)."""
+    chain = formula("pipeline.bubble_time.critical_path").bind(values)
+    return Formula("bubble", _max(bubble.expr, chain.expr), "s", "")
+
+
+def bubble_time(schedule: str, values: dict) -> Formula:
+    """Bubble time of ``schedule`` with ``values`` of pp, vpp, microbatches, t_f, t_b, t_w, t_fb."""
+    choice("schedule", schedule, SCHEDULES)
+    return _at_least_critical_path(formula(f"pipeline.bubble_time.{BUBBLE_FORMULAS[schedule]}").bind(values), values)
 
 
 def _cases(name: str, unit, *pieces) -> Formula:
@@ -213,7 +227,8 @@ class Plan:
         self.global_batch = count("global_batch", global_batch)
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = overrides
-        self._check(allow_cross_node_tp)
+        self.allow_cross_node_tp = bool(allow_cross_node_tp)
+        self._check(self.allow_cross_node_tp)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
         self.seq_len, self.global_batch, self.microbatch_size = (
@@ -346,6 +361,11 @@ class Plan:
             return "scale-out"
         return "two-level"
 
+    @cached_property
+    def _microbatches(self):
+        """Microbatches per replica per step: global_batch / (dp · microbatch_size)."""
+        return self.global_batch / (self.deg.dp * self.microbatch_size)
+
     @property
     def nodes(self):
         return sympy.ceiling(sympy.sympify(self.deg.gpus) / self.inputs["gpus_per_node"])
@@ -397,7 +417,7 @@ class Plan:
         b = {
             "gpus": lambda: Formula("gpus", sympy.sympify(self.deg.gpus), "", ""),
             "nodes": lambda: Formula("nodes", self.nodes, "", ""),
-            "microbatches": lambda: Formula("m", self.global_batch / (self.deg.dp * self.microbatch_size), "", ""),
+            "microbatches": lambda: Formula("m", self._microbatches, "", ""),
             "tokens_per_step": lambda: Formula("D_B", self.global_batch * self.seq_len * 1, "token", ""),
             "params": lambda: self._params["total"],
             "active_params": lambda: self.model.active_params_formula(),
@@ -472,7 +492,7 @@ class Plan:
         sp = "_sp" if lay.sequence_parallel else ""
         if self.flash_attention:
             return self._f(f"memory.activations.layer_flash_{m.mlp}{sp}", **kw)
-        return _cases("layer", "byte", (self._f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.selective()),
+        return _cases("layer", "byte", (self._f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
                       (self._f(f"memory.activations.layer_tp{sp}", **kw), True))
 
     @cached_property
@@ -485,11 +505,11 @@ class Plan:
             layer = Formula("layer", _max(layer.expr, moe_layer.expr), "byte", "")
         # full recomputation keeps each layer's input and, while recomputing, one layer's activations
         s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
-        kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.full()),
+        kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
                       (layer, True))
-        working = _cases("working", "byte", (layer, lay.full()), (0, True))
+        working = _cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
         layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
-        p, mb = lay.pp, self.global_batch / (lay.dp * self.microbatch_size)
+        p, mb = lay.pp, self._microbatches
         # microbatches whose activations stage 0 holds, never more than the step has
         peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p}).expr  # noqa: E731
         factor = lambda: formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})  # noqa: E731
@@ -517,18 +537,13 @@ class Plan:
             raise InputError("training_tokens: give Plan(..., training_tokens='15.6e12 token') for steps and days")
         return self.training_tokens
 
-    @property
-    def _mla(self) -> str:
-        """Suffix of the attention FLOP formulas for the model's attention (MLA's QKᵀ is over d_h + d_r)."""
-        return ".mla" if self.model.attention == "mla" else ""
-
     def _flops(self, convention: str) -> Formula:
         choice("convention", convention, CONVENTIONS)
         tokens = self.expr("tokens_per_step")
         if convention == "6nd":
             return self._f("compute.training_flops", params=self.model.active_params_formula(), tokens=tokens)
         if convention == "palm":
-            per_token = self._f(f"compute.flops_per_token_palm{self._mla}", params=self.model.active_params_formula())
+            per_token = self._f(f"compute.flops_per_token_palm{self.model.attention_suffix}", params=self.model.active_params_formula())
             return per_token * tokens
         return self._f("compute.megatron_flops")
 
@@ -536,12 +551,12 @@ class Plan:
         """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, the
         attention core's forward for selective."""
         lay = self.deg
-        return training + _cases("recomputed", training.unit, (training / 3, lay.full()),
-                                 (core_forward, lay.selective()), (0, True))
+        return training + _cases("recomputed", training.unit, (training / 3, lay.recompute_is("full")),
+                                 (core_forward, lay.recompute_is("selective")), (0, True))
 
     def _attention_core(self) -> Formula:
         """Forward FLOPs of every block's attention core (MTP blocks included) over the step's tokens."""
-        return (self._f(f"compute.attention_core_forward_flops_per_token{self._mla}") * self.model.blocks
+        return (self._f(f"compute.attention_core_forward_flops_per_token{self.model.attention_suffix}") * self.model.blocks
                 * self.expr("tokens_per_step"))
 
     def _hardware_flops(self) -> Formula:
@@ -552,7 +567,7 @@ class Plan:
         if m.mtp_modules:
             params = (params + m.mtp_params_formula(active=True)
                       + self._f("model.params.embedding") * m.mtp_modules)
-        per_token = self._f(f"compute.flops_per_token_palm{self._mla}", params=params, layers=m.blocks)
+        per_token = self._f(f"compute.flops_per_token_palm{self.model.attention_suffix}", params=params, layers=m.blocks)
         return self._recomputed(per_token * self.expr("tokens_per_step"), self._attention_core())
 
     def _bf16_flops(self) -> Formula:
@@ -607,7 +622,7 @@ class Plan:
     @cached_property
     def _comm(self) -> dict:
         lay, m = self.deg, self.model
-        mb = self.global_batch / (lay.dp * self.microbatch_size)
+        mb = self._microbatches
         s_local = self.seq_len / lay.cp
         layers_local = sympy.sympify(m.blocks) / lay.pp
         zero_b = Formula("0", sympy.Integer(0), "byte", "")
@@ -627,7 +642,7 @@ class Plan:
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
         if lay.tp != 1:
-            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + sympy.Piecewise((2, lay.full()), (0, True))
+            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + sympy.Piecewise((2, lay.recompute_is("full")), (0, True))
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
             calls = per_layer * layers_local * mb
             if lay.sequence_parallel:
@@ -722,18 +737,17 @@ class Plan:
             bf16 = self._bf16_flops() / self.deg.gpus
             peak16 = Formula("F16", magnitude("peak_flops", self.hardware.peak_flops("bf16")) * eta, "FLOP/s", "")
             compute = compute - bf16 / peak + bf16 / peak16
-        mb = self.global_batch / (lay.dp * self.microbatch_size)
+        mb = self._microbatches
         chunk = compute / (mb * lay.vpp)  # one microbatch through one model chunk
         third = chunk / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
         times = {"t_f": third, "t_b": third, "t_w": third, "t_fb": third * 3}
-        bubble = lambda name: formula(f"pipeline.bubble_time.{name}").bind({"pp": lay.pp, **times})  # noqa: E731
-        bubble = _cases("bubble", "s", (bubble("1f1b"), lay.schedule_is("1f1b", "gpipe", "interleaved")),
-                        (bubble("zb_h1"), lay.schedule_is("zb-h1")), (bubble("zb_h2"), lay.schedule_is("zb-h2")),
-                        (bubble("dualpipe"), True))
-        # no schedule beats the first microbatch's critical path (the zero-bubble formulas need enough microbatches)
-        chain = formula("pipeline.bubble_time.critical_path").bind({"pp": lay.pp, "vpp": lay.vpp, "microbatches": mb,
-                                                                   **times})
-        bubble = Formula("bubble", _max(bubble.expr, chain.expr), "s", "")
+        values = {"pp": lay.pp, "vpp": lay.vpp, "microbatches": mb, **times}
+        by_formula = {}  # catalogue bubble formula → the schedules it describes
+        for schedule, name in BUBBLE_FORMULAS.items():
+            by_formula.setdefault(name, []).append(schedule)
+        pieces = [(formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
+                  for name, schedules in by_formula.items()]
+        bubble = _at_least_critical_path(_cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
         comm = self._comm
         phi = self._need("overlap")
         # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
@@ -825,10 +839,17 @@ class Plan:
         rest = set(values) - set(lay) - set(mod)
         if rest:
             raise UnknownNameError("plan input", sorted(rest)[0], list(lay) + list(mod))
-        return Plan(self.model.replace(**mod) if mod else self.model, self.hardware, self.layout.replace(**lay),
-                    seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
+        return self.replace(model=self.model.replace(**mod) if mod else None, layout=self.layout.replace(**lay))
+
+    def replace(self, *, model: Model | None = None, layout: Layout | None = None, **changes) -> "Plan":
+        """A new plan with the model, layout or any keyword argument of Plan changed."""
+        args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    **self.overrides)
+                    allow_cross_node_tp=self.allow_cross_node_tp, **self.overrides)
+        if "batch_tokens" in changes:
+            args.pop("global_batch")
+        args.update(changes)
+        return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
     def __repr__(self) -> str:
         return f"Plan({self._provenance()})"

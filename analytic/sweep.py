@@ -9,16 +9,8 @@ import numpy as np
 
 from .errors import InputError
 from .formula import exact
-from .formulas import formula
-from .plan import Plan
+from .plan import BUBBLE_FORMULAS, Plan, bubble_time
 from .symbols import sym
-
-
-def _rebuild(plan: Plan, layout=None, **kw) -> Plan:
-    args = dict(seq_len=plan.seq_len, global_batch=plan.global_batch, microbatch_size=plan.microbatch_size,
-                dtype=plan.dtype, flash_attention=plan.flash_attention, **plan.overrides)
-    args.update(kw)
-    return Plan(plan.model, plan.hardware, layout or plan.layout, **args)
 
 
 def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
@@ -33,7 +25,7 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
         raise InputError(f"gpus: every value must be a multiple of tp·cp·pp = {per}")
     dp = sym("dp")
     batch = plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp
-    free = _rebuild(plan, lay.replace(dp=dp), global_batch=batch)
+    free = plan.replace(layout=lay.replace(dp=dp), global_batch=batch)
     d = gpus / per
     step = free.expr("step_time").lambdify()(dp=d)
     mfu = free.expr("mfu").lambdify()(dp=d)
@@ -49,7 +41,7 @@ def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None) -> list[dict]
     key, values = given[0]
     rows = []
     for v in values:
-        p = _rebuild(plan, seq_len=v) if key == "seq_len" else _rebuild(plan, plan.layout.replace(**{key: v}))
+        p = plan.replace(seq_len=v) if key == "seq_len" else plan.replace(layout=plan.layout.replace(**{key: v}))
         m = p.memory()
         rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items()}, "fits": m.fits})
     return rows
@@ -57,17 +49,17 @@ def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None) -> list[dict]
 
 def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe")) -> dict:
     """Bubble over ideal time against the microbatch count (T_F = T_B = T_W; DualPipe's F&B pair
-    = T_F + T_B + T_W)."""
-    names = {"gpipe": "1f1b", "1f1b": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
+    = T_F + T_B + T_W), as Plan counts it (never below the critical path)."""
     m = np.asarray(list(microbatches), dtype=float)
     out = {"microbatches": m}
     third = exact(1) / 3
     for s in schedules:
-        if s not in names:
-            raise InputError(f"schedule: expected one of {', '.join(names)}, got {s!r}")
-        t = formula(f"pipeline.bubble_time.{names[s]}").bind(
-            {"pp": pp, "t_f": f"{float(third)} s", "t_b": f"{float(third)} s", "t_w": f"{float(third)} s", "t_fb": "1 s"})
-        out[s] = float(t.value().to("s").magnitude) / m
+        if s not in BUBBLE_FORMULAS or s == "interleaved":
+            raise InputError(f"schedule: expected one of {', '.join(k for k in BUBBLE_FORMULAS if k != 'interleaved')}, "
+                             f"got {s!r}")
+        t = bubble_time(s, {"pp": pp, "vpp": 1, "microbatches": sym("microbatches"), "t_f": f"{float(third)} s",
+                            "t_b": f"{float(third)} s", "t_w": f"{float(third)} s", "t_fb": "1 s"})
+        out[s] = np.broadcast_to(t.to("s").lambdify()(microbatches=m), m.shape) / m
     return out
 
 

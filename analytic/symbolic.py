@@ -16,6 +16,7 @@ import sympy
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
+from .plan import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
 
@@ -143,7 +144,7 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     msg = formula("parallelism.tp.allreduce_bytes").bind(inputs)
     comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
                                                         "latency": Q_(0, "s")}) * 4
-    per_token = (formula("compute.attention_forward_flops_per_token").bind(inputs)
+    per_token = (formula(f"compute.attention_forward_flops_per_token{model.attention_suffix}").bind(inputs)
                  + formula(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs))
     flops = per_token * 3 * Formula("tokens", s_ * b_, "token", "")
     peak = magnitude("peak_flops", hardware.peak_flops(dtype)) * sympy.nsimplify(efficiency)
@@ -156,18 +157,18 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
 def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
     """Fewest microbatches m for which the bubble is at most ``target`` of the ideal time
     (T_F = T_B = T_W, the overlapped F&B pair = T_F + T_B + T_W)."""
-    names = {"1f1b": "1f1b", "gpipe": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", "dualpipe": "dualpipe"}
-    if schedule not in names:
-        raise InputError(f"schedule: expected one of {', '.join(names)}, got {schedule!r}")
+    allowed = [k for k in BUBBLE_FORMULAS if k != "interleaved"]
+    if schedule not in allowed:
+        raise InputError(f"schedule: expected one of {', '.join(allowed)}, got {schedule!r}")
     m = sym("microbatches")
     unit = Fraction(1, 3)
-    times = {"pp": pp, "vpp": 1, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")}
-    # the schedule's bubble, and the critical path no schedule beats; both fall with m
-    bubbles = [formula(f"pipeline.bubble_time.{names[schedule]}").bind(times).expr,
-               formula("pipeline.bubble_time.critical_path").bind(times).expr]
+    bubble = bubble_time(schedule, {"pp": pp, "vpp": 1, "microbatches": m, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"),
+                                    "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")}).expr
+    # the schedule's own bubble and the critical path no schedule beats; both fall with m
+    bubbles = bubble.args if isinstance(bubble, sympy.Max) else (bubble,)
     value = 1
-    for bubble in bubbles:
-        fraction = bubble / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
+    for part in bubbles:
+        fraction = part / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
         if fraction.free_symbols:
             need = sympy.solve(sympy.Eq(fraction, sympy.nsimplify(target)), m)[0]
             value = max(value, math.ceil(to_float(need) - 1e-12))
@@ -175,4 +176,4 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
             raise InputError(f"target: a {schedule} bubble of at most {target} is out of reach")
     if schedule == "dualpipe" and value % 2:
         value += 1
-    return {"value": value, "fraction": sympy.Max(*bubbles) / m}
+    return {"value": value, "fraction": bubble / m}

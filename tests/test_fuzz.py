@@ -90,11 +90,12 @@ def test_plan(deg, zero, recompute, schedule, seq, batch, name):
 @FUZZ
 @given(st.text(max_size=20), st.text(max_size=20))
 def test_preset_names(model_name, hw_name):
-    for fn, name in ((an.model, model_name), (an.hardware, hw_name)):
+    for fn, name, kind in ((an.model, model_name, an.Model), (an.hardware, hw_name, an.Hardware)):
         try:
-            fn(name)
+            found = fn(name)
         except AnalyticError:
-            pass
+            continue
+        assert isinstance(found, kind)
 
 
 flags = st.sampled_from(["--model", "--hardware", "--gpus", "--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--seq",

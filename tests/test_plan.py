@@ -172,7 +172,7 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     assert ds.total_params == without.total_params
     assert plans[0].expr("params").value() == plans[1].expr("params").value()
     mtp = ds.mtp_params_formula().value().to("parameter").magnitude
-    routed = 256 * 3 * ds.hidden * ds.expert_ffn_hidden
+    routed = ds.experts * 3 * ds.hidden * ds.expert_ffn_hidden  # SwiGLU experts: 3 matrices each
     extra_weights = (plans[0].memory().weights - plans[1].memory().weights).to("byte").magnitude
     # 2 bytes per weight, two copies under DualPipe
     assert extra_weights == pytest.approx(2 * 2 * ((mtp - routed) / 16 + routed / (16 * 64)), rel=1e-12)
@@ -185,7 +185,7 @@ def test_dense_dp_traffic_is_one_reduce_scatter_and_all_gather_per_bucket():
     link (dp ranks 8 apart) — no second, empty expert group paying collective latency."""
     p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64, zero=1,
                 sequence_parallel=True), seq_len=8192, global_batch=2048)
-    buckets = sympy.Rational(126, 16)
+    buckets = sympy.Rational(p.model.layers, 16)  # one bucket per layer of a stage
     grad = an.formula("parallelism.dp.gradient_bytes").evaluate(params=p.expr("params_per_gpu").value(), element_bytes="2 byte")
     link = {"message": grad / float(buckets), "ranks": 64, "latency": an.Q_(float(p.inputs["latency"]), "s"),
             "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["link_efficiency"]), "byte/s")}
