@@ -32,13 +32,13 @@ _SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
-def _count(text: str, name: str) -> int:
+def _count(text: str, name: str, minimum: int = 1) -> int:
     try:
         value = float(text)
     except ValueError:
         raise CLIError(f"--{name}: expected an integer, got {text!r}") from None
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise CLIError(f"--{name}: expected a positive integer, got {text!r}")
+    if not math.isfinite(value) or value != int(value) or value < minimum:
+        raise CLIError(f"--{name}: expected an integer ≥ {minimum}, got {text!r}")
     return int(value)
 
 
@@ -106,6 +106,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
     g.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
                    help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
+    g.add_argument("--comm-sms", dest="comm_sms",
+                   help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
     g.add_argument("--recompute", choices=["none", "selective", "full"])
     g.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
     g.add_argument("--seq", help="sequence length")
@@ -128,7 +130,7 @@ def build_plan(args) -> tuple[object, dict]:
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
-        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "recompute", "schedule", "seq",
+        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "recompute", "schedule", "seq",
         "batch_tokens", "global_batch", "microbatch_size", "dtype"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
@@ -153,6 +155,7 @@ def build_plan(args) -> tuple[object, dict]:
     sp = get("sequence_parallel")
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
                        sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
+                       comm_sms=_count(str(get("comm_sms") or 0), "comm-sms", minimum=0),
                        recompute=get("recompute") or "none",
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
@@ -317,7 +320,8 @@ def cmd_search(args) -> int:
     from .search import search
     model, hw, gpus, seq, gb, note = _search_inputs(args, "search")
     res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, dtype=args.dtype or "bf16",
-                 async_tp=bool(args.async_tp), top=_count(args.top, "top"))
+                 async_tp=bool(args.async_tp), comm_sms=_count(str(args.comm_sms or 0), "comm-sms", minimum=0),
+                 top=_count(args.top, "top"))
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "ranked": [r.as_dict() for r in res.ranked]}))

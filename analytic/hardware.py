@@ -47,6 +47,7 @@ class Hardware:
     scale_up: pint.Quantity | None = None
     scale_out: pint.Quantity | None = None
     gpus_per_node: int = 8
+    sms: int | None = None  # streaming multiprocessors (compute units)
     generation: str = ""
     sources: dict = field(default_factory=dict, compare=False)
     calibrations: dict = field(default_factory=dict, compare=False)
@@ -61,6 +62,8 @@ class Hardware:
                 object.__setattr__(self, attr, _quantity(attr, v, unit))
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
             raise InputError(f"gpus_per_node: expected an integer ≥ 1, got {self.gpus_per_node!r}")
+        if self.sms is not None and (isinstance(self.sms, bool) or not isinstance(self.sms, int) or self.sms < 1):
+            raise InputError(f"sms: expected an integer ≥ 1 (streaming multiprocessors), got {self.sms!r}")
 
     def _link(self, keyword: str) -> pint.Quantity:
         v = getattr(self, keyword.removesuffix("_bandwidth"))

@@ -73,10 +73,12 @@ class Layout:
     recompute: object = "none"
     schedule: object = "1f1b"
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
+    comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, count(k, getattr(self, k)))
+        object.__setattr__(self, "comm_sms", count("comm_sms", self.comm_sms, minimum=0))
         if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
@@ -115,6 +117,7 @@ class _Degrees:
             setattr(self, k, sympy.sympify(getattr(layout, k)))
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.zero = sympy.sympify(layout.zero)
+        self.comm_sms = sympy.sympify(layout.comm_sms)
         index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
         self.rc = index(layout.recompute, RECOMPUTE)
         self.schedule = index(layout.schedule, SCHEDULES)
@@ -185,12 +188,12 @@ class Plan:
 
     ``global_batch`` counts sequences (or give ``batch_tokens``); microbatches per replica =
     global_batch / (dp · microbatch_size). Keyword overrides replace any hardware or calibration
-    input by number or symbol: ``peak_flops``, ``hbm``, ``scale_up_bandwidth``,
+    input by number or symbol: ``peak_flops``, ``sms``, ``hbm``, ``scale_up_bandwidth``,
     ``scale_out_bandwidth``, ``gpus_per_node``, ``matmul_efficiency``, ``link_efficiency``,
     ``latency``, ``overlap``, ``interruption_rate``, ``checkpoint_time``, ``restart_time``.
     """
 
-    _OVERRIDES = ("peak_flops", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+    _OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
                   "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
                   "checkpoint_time", "restart_time", "element_bytes")
 
@@ -264,6 +267,8 @@ class Plan:
         out["element_bytes"] = pick("element_bytes", lambda: Q_(2 if self.dtype != "fp32" else 4, "byte"))
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
         out["hbm"] = pick("hbm", lambda: hw.hbm)
+        out["sms"] = pick("sms", lambda: hw.sms)
+        out["comm_sms"] = lay.comm_sms
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
@@ -320,6 +325,9 @@ class Plan:
         for k in ("sequence_parallel", "async_tp"):
             if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
                 raise LayoutError(f"{k}: needs tp > 1")
+        sms = self.overrides.get("sms", self.hardware.sms)
+        if num(lay.comm_sms, sms) and sms is not None and lay.comm_sms >= sms:
+            raise LayoutError(f"comm_sms: {lay.comm_sms} reserved SMs leave none of the {sms} for compute")
 
     # --- placement ------------------------------------------------------------------------
     @property
@@ -408,7 +416,8 @@ class Plan:
         lay = self.layout
         return (f"analytic Plan: {self.model.name or 'model'} on {self.hardware.key or self.hardware.name}, "
                 f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} zero={lay.zero} "
-                f"sp={lay.sequence_parallel}{' async_tp' if lay.async_tp else ''} recompute={lay.recompute} "
+                f"sp={lay.sequence_parallel}{' async_tp' if lay.async_tp else ''}"
+                f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} recompute={lay.recompute} "
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
                 f"dtype={self.dtype}")
@@ -731,6 +740,9 @@ class Plan:
     def _time(self) -> dict:
         lay = self.deg
         eta = self._need("matmul_efficiency")
+        if lay.comm_sms != 0:  # SMs reserved for communication kernels do no compute
+            self._need("sms")
+            eta = eta * self._f("compute.sm_share").expr
         peak = Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", "")
         compute = self.expr("flops.hardware") / self.deg.gpus / peak
         if self.dtype == "fp8":  # matmuls of the linear layers in FP8, the rest at the 16-bit peak
@@ -751,10 +763,11 @@ class Plan:
         comm = self._comm
         phi = self._need("overlap")
         # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
-        # splits the GEMMs to overlap them like the other axes' traffic
+        # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
+        # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
         out = {"compute": compute, "bubble": bubble,
                "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
-               "cp": comm["cp"]["time"] * (1 - phi), "pp": comm["pp"]["time"] * (1 - phi)}
+               "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
         # DP hides behind compute: ZeRO-3 prefetches parameters through the whole step; otherwise the
         # gradient reduction hides behind the last microbatch (on every chunk of this stage) and the
         # parameter all-gather behind the next step's first one

@@ -8,6 +8,7 @@ The compiled source is cached on disk, keyed by everything it depends on.
 Sequence parallelism is on whenever tp > 1: in this model it never costs time (its reduce-scatter
 + all-gather equals the all-reduce it replaces) and always saves memory. Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
+So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Ranked:
         lay = self.layout
         return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
                 "zero": lay.zero, "sequence_parallel": lay.sequence_parallel, "async_tp": lay.async_tp,
+                "comm_sms": lay.comm_sms,
                 "recompute": lay.recompute,
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
                 "step_time_s": self.step_time, "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
@@ -84,8 +86,8 @@ class Ranked:
 class _Ranking(Sequence):
     """The fitting layouts, fastest first, built into Ranked objects only when read."""
 
-    def __init__(self, arrays, order, async_tp):
-        self._a, self._order, self._async_tp = arrays, order, async_tp
+    def __init__(self, arrays, order, stack):
+        self._a, self._order, self._stack = arrays, order, stack
 
     def __len__(self):
         return len(self._order)
@@ -93,15 +95,15 @@ class _Ranking(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return _row(self._a, self._order[i], self._async_tp)
+        return _row(self._a, self._order[i], self._stack)
 
 
-def _row(a: dict, j: int, async_tp: bool) -> Ranked:
-    """Row ``j`` of the evaluated columns as a Ranked layout."""
+def _row(a: dict, j: int, stack: dict) -> Ranked:
+    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
-                    sequence_parallel=d["tp"] > 1, async_tp=async_tp and d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
-                    schedule=SCHEDULES[d["schedule"]])
+                    sequence_parallel=d["tp"] > 1, async_tp=stack["async_tp"] and d["tp"] > 1,
+                    comm_sms=stack["comm_sms"], recompute=RECOMPUTE[d["recompute"]], schedule=SCHEDULES[d["schedule"]])
     return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
                   float(a["mfu"][j]), bool(a["fits"][j]))
 
@@ -116,6 +118,7 @@ class SearchResult:
     # (recompute and schedule by index), memory (bytes), step_time (s), mfu, fits
     compiled: bool = False  # whether this search built its expressions (False: from the cache)
     async_tp: bool = False
+    comm_sms: int = 0
 
     def __iter__(self):
         return iter(self.ranked)
@@ -128,7 +131,7 @@ class SearchResult:
 
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
-        return _row(self.arrays, j, self.async_tp)
+        return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms})
 
     @property
     def best(self) -> Ranked:
@@ -140,14 +143,15 @@ class SearchResult:
 _COMPILED: dict = {}  # cache file → compiled functions, for repeated searches in one process
 
 
-def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False,
+def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
               on_build=None) -> tuple[list, bool]:
     """(memory, step time, flops) as numpy functions of :data:`INPUTS`, and whether they had to be
     built now (False when they came from memory or the disk cache; ``on_build()`` is called first
     when they must be built)."""
     key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
                       str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
-                      repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention, async_tp], sort_keys=True)
+                      hardware.sms, repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention, async_tp,
+                      comm_sms], sort_keys=True)
     path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
     if path in _COMPILED:
         return _COMPILED[path], False
@@ -158,7 +162,7 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
             on_build()
         layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
                         vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
-                        recompute=sym("recompute"), schedule=sym("schedule"))
+                        comm_sms=comm_sms, recompute=sym("recompute"), schedule=sym("schedule"))
         plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                     microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
         sources, built = [numpy_source(plan.expr(q).expr, list(INPUTS)) for q in OUTPUTS], True
@@ -235,7 +239,7 @@ CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the
 def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
            dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
-           flash_attention: bool = True, async_tp: bool = False, top: int | None = None,
+           flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, top: int | None = None,
            progress: bool = True) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators, evaluated with Plan's expressions; the ones that
     fit in HBM ranked by predicted step time."""
@@ -243,6 +247,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
+    comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
+    if comm_sms and (hardware.sms is None or comm_sms >= hardware.sms):
+        raise InputError(f"comm_sms: {comm_sms} reserved SMs need hardware with more SMs than that "
+                         f"({hardware.key or hardware.name} has {hardware.sms or 'no sourced SM count'})")
     if gpus > MAX_GPUS:
         raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {gpus:,}")
     if (global_batch is None) == (batch_tokens is None):
@@ -270,7 +278,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if n:  # nothing to compile for when no layout is valid
         note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
         (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention,
-                                                    bool(async_tp), note)
+                                                    bool(async_tp), comm_sms, note)
     for lo in range(0, n, CHUNK):
         args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
@@ -285,5 +293,6 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
-    return SearchResult(_Ranking(arrays, keep, bool(async_tp)), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, async_tp=bool(async_tp))
+    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms}
+    return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays, compiled=built, **stack)

@@ -67,9 +67,11 @@ _TABLE = [
     ("zero", "z", "", "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters sharded"),
     ("recompute", "r_c", "", "recomputation policy: 0 none, 1 selective, 2 full"),
     ("schedule", "P_s", "", "pipeline schedule: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 ZB-H2, 5 DualPipe"),
+    ("comm_sms", "N_c", "", "streaming multiprocessors reserved for communication kernels for the whole step"),
     # hardware
     ("peak_flops", "F", "FLOP/s", "peak dense FLOP/s of one accelerator"),
     ("hbm", "H_bm", "byte", "HBM capacity of one accelerator"),
+    ("sms", "N_SM", "", "streaming multiprocessors (compute units) of one accelerator"),
     ("bandwidth", "B_w", "byte/s", "link bandwidth per rank, one direction"),
     ("scale_up_bandwidth", "B_up", "byte/s", "NVLink-class bandwidth per accelerator, one direction"),
     ("scale_out_bandwidth", "B_out", "byte/s", "NIC bandwidth per accelerator, one direction"),

@@ -107,3 +107,19 @@ def test_search_405b_beats_the_published_layout(capsys):
         assert times[0] <= published.step_time().to("s").magnitude
     code, out, err = run(capsys, *argv)
     assert code == 0 and "68,256 layouts evaluated" in out and "step (s)" in out
+
+
+def test_step_comm_sms(capsys):
+    """--comm-sms reserves SMs for communication: the DeepSeek-V3 step is slower by the model, and a
+    count the GPU does not have is one line and exit 2."""
+    argv = ["step", "--model", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--pp", "16", "--ep", "64",
+            "--zero", "1", "--schedule", "dualpipe", "--seq", "4096", "--global-batch", "15360", "--dtype", "fp8", "--json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    code, out20, err = run(capsys, *argv, "--comm-sms", "20")
+    assert code == 0, err
+    step = lambda text: next(l["value"] for l in json.loads(text)["lines"] if l["key"] == "step_time")  # noqa: E731
+    assert step(out20) > step(out)
+    assert "comm_sms=20" in json.loads(out20)["plan"]
+    code, out, err = run(capsys, *argv, "--comm-sms", "200")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "comm_sms" in err

@@ -220,3 +220,42 @@ def test_async_tp_hides_tp_traffic_like_the_other_axes():
         an.Plan(m, hw, an.Layout(tp=1, dp=8, async_tp=True), **kw)
     with pytest.raises(InputError, match="async_tp"):
         an.Layout(tp=8, async_tp="yes")
+
+
+def test_reserved_sms_slow_compute_by_their_share():
+    """DeepSeek-V3 reserves 20 of the H800's 132 SMs for the all-to-all (§3.2.2, §3.5.1): every
+    kernel of the model runs on the other 112, so compute time grows by 132/112 exactly."""
+    m, hw = an.model("deepseek-v3"), an.hardware("h800")
+    kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    plain, reserved = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(comm_sms=20), **kw)
+    ratio = reserved.time_breakdown()["compute"] / plain.time_breakdown()["compute"]
+    assert float(ratio.to("").magnitude) == pytest.approx(132 / 112, rel=1e-12)
+    assert reserved.step_time() > plain.step_time()
+    assert "comm_sms=20" in reserved.expr("step_time").source
+    with pytest.raises(LayoutError, match="comm_sms"):
+        an.Plan(m, hw, lay.replace(comm_sms=132), **kw)
+    with pytest.raises(InputError, match="comm_sms"):
+        an.Layout(comm_sms=-1)
+    tpu = an.hardware("tpu-v4")  # no sourced SM count
+    with pytest.raises(InputError, match="sms"):
+        an.Plan(an.model("llama3-8b"), tpu, an.Layout(dp=8, comm_sms=4), seq_len=4096, global_batch=8,
+                scale_up_bandwidth="100 GB/s", scale_out_bandwidth="25 GB/s").step_time()
+    given = an.Plan(an.model("llama3-8b"), tpu, an.Layout(dp=8, comm_sms=4), seq_len=4096, global_batch=8,
+                    scale_up_bandwidth="100 GB/s", scale_out_bandwidth="25 GB/s", sms=8, matmul_efficiency=0.5)
+    half = given.replace(layout=an.Layout(dp=8))
+    assert float((given.time_breakdown()["compute"] / half.time_breakdown()["compute"]).magnitude) == pytest.approx(2)
+
+
+def test_context_parallel_all_gather_is_exposed():
+    """CP all-gathers K and V before the attention that needs them (Llama 3 §3.3.2: 'exposed in the
+    critical path'): its whole time is on the step, unlike PP's, of which φ is hidden."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    plan = an.Plan(m, hw, an.Layout(tp=8, cp=16, pp=16, dp=8, zero=2, sequence_parallel=True,
+                                    schedule="interleaved", vpp=2), seq_len=131072, global_batch=128)
+    comm, exposed = plan.communication_time(), plan.time_breakdown()
+    phi = float(plan.inputs["overlap"])
+    assert 0 < phi < 1
+    assert comm["cp"].to("s").magnitude > 0
+    assert exposed["cp"].to("s").magnitude == pytest.approx(comm["cp"].to("s").magnitude, rel=1e-12)
+    assert exposed["pp"].to("s").magnitude == pytest.approx((1 - phi) * comm["pp"].to("s").magnitude, rel=1e-12)

@@ -123,3 +123,19 @@ def test_async_tp_search_equals_plan(tmp_path, monkeypatch):
     assert row.layout.async_tp and row.layout.tp == 8
     plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
     assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+
+
+def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
+    """search(comm_sms=…): every layout carries the reserved SMs, its numbers are Plan's, and no
+    layout gets faster; more SMs than the accelerator has is refused."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
+              progress=False)
+    plain, reserved = an.search(MODEL, HW, **kw), an.search(MODEL, HW, comm_sms=20, **kw)
+    assert np.all(reserved.arrays["step_time"] > plain.arrays["step_time"])
+    row = reserved.best
+    assert row.layout.comm_sms == 20 and row.as_dict()["comm_sms"] == 20
+    plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
+    assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    with pytest.raises(InputError, match="comm_sms"):
+        an.search(MODEL, HW, comm_sms=132, **kw)

@@ -76,5 +76,11 @@ define("compute.train_time", C / (n * F * eta), "s", "definition of MFU solved f
        ("η: the MFU sustained for the whole run",), "wall-clock time to do C FLOPs")
 define("compute.achieved_flops", C / (T * n), "FLOP/s", "definition (FLOPs per second per accelerator)",
        (), "achieved FLOP/s per accelerator")
+define("compute.sm_share", (S("sms") - S("comm_sms")) / S("sms"), "",
+       "DeepSeek-V3 arXiv 2412.19437 §3.2.2, §3.5.1 (20 of the H800's 132 SMs run the all-to-all, "
+       "which 'will limit the computational throughput')",
+       ("compute kernels' throughput scales with the SMs they run on",
+        "SMs reserved for communication are taken for the whole step"),
+       "share of the accelerator's compute left to the model when SMs are reserved for communication")
 define("compute.steps", D / S("batch_tokens"), "", "definition (tokens over tokens per step)", (),
        "optimizer steps to train on D tokens")
