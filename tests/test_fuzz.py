@@ -75,10 +75,11 @@ degrees = st.one_of(st.integers(-2, 64), st.floats(allow_nan=True), st.sampled_f
        st.sampled_from(["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe", "bogus", ["1f1b"],
                         an.sym("schedule")]),
        st.one_of(st.integers(-1, 9000), st.floats(allow_nan=True)), st.one_of(st.integers(-1, 600), st.just(64)),
-       st.sampled_from(["llama3-8b", "gpt3-175b", "deepseek-v3"]))
-def test_plan(deg, zero, recompute, schedule, seq, batch, name):
+       st.sampled_from(["llama3-8b", "gpt3-175b", "deepseek-v3"]),
+       st.sampled_from([0, 20, 131, 132, -1, 2.5, "20", True, an.sym("comm_sms")]))
+def test_plan(deg, zero, recompute, schedule, seq, batch, name, comm_sms):
     try:
-        layout = an.Layout(**deg, zero=zero, recompute=recompute, schedule=schedule)
+        layout = an.Layout(**deg, zero=zero, recompute=recompute, schedule=schedule, comm_sms=comm_sms)
         plan = an.Plan(an.model(name), an.hardware("h100-sxm"), layout, seq_len=seq, global_batch=batch)
         mem, step = plan.memory(), plan.step_time()
     except AnalyticError:
@@ -100,7 +101,7 @@ def test_preset_names(model_name, hw_name):
 
 flags = st.sampled_from(["--model", "--hardware", "--gpus", "--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--seq",
                          "--batch-tokens", "--global-batch", "--mfu", "--dtype", "--schedule", "--recompute", "--tpp",
-                         "--json", "--set", "--list"])
+                         "--json", "--set", "--list", "--comm-sms"])
 args = st.one_of(flags, st.sampled_from(["8", "16", "0", "-1", "1e30", "nan", "16M", "llama3-8b", "h100-sxm", "bf16",
                                          "x", "8192", "2048", "params=1e9", "message=1", "1f1b"]), st.text(max_size=6))
 
