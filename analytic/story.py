@@ -141,8 +141,11 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         st = plan.step_time()
         for k, v in plan.time_breakdown().items():
             if v.magnitude:
-                add("time", f"time_{k}", f"  {k}" + (" (exposed)" if k not in ("compute", "bubble") else ""), v,
-                    "plan.time_breakdown")
+                label = f"  {k}" + (" (exposed)" if k not in ("compute", "bubble") else "")
+                if k == "compute" and plan.layout.comm_sms:
+                    sms = plan.inputs["sms"]
+                    label += f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms} run communication)"
+                add("time", f"time_{k}", label, v, "plan.time_breakdown")
         add("time", "step_time", "predicted step time (calibrated model)", st, "plan.step_time")
         add("time", "mfu", "predicted MFU", round(plan.mfu(), 4), "compute.mfu")
     except AnalyticError as exc:

@@ -121,5 +121,6 @@ def test_step_comm_sms(capsys):
     step = lambda text: next(l["value"] for l in json.loads(text)["lines"] if l["key"] == "step_time")  # noqa: E731
     assert step(out20) > step(out)
     assert "comm_sms=20" in json.loads(out20)["plan"]
+    assert any("on 112 of 132 SMs" in line["label"] for line in json.loads(out20)["lines"])
     code, out, err = run(capsys, *argv, "--comm-sms", "200")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "comm_sms" in err
