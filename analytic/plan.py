@@ -684,11 +684,12 @@ class Plan:
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 out["dp"][k] = out["dp"][k] + _cases(k, unit, (rs[k] + ag[k] * 2, lay.zero_at_least(3)),
                                                      (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
-        # CP: all-gather K and V forward, reduce-scatter their gradients backward (Llama 3 §3.3.2)
+        # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
+        # reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
             kv = self._f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
             calls = layers_local * mb
-            add("cp", "all_gather", kv, calls)
+            add("cp", "all_gather", kv, calls * (1 + sympy.Piecewise((1, lay.recompute_is("full")), (0, True))))
             add("cp", "reduce_scatter", kv, calls)
         # EP: dispatch and combine forward, and again backward, per MoE layer per microbatch;
         # dispatch in the compute dtype (FP8 for FP8 training), combine in 16 bits

@@ -259,3 +259,6 @@ def test_context_parallel_all_gather_is_exposed():
     assert comm["cp"].to("s").magnitude > 0
     assert exposed["cp"].to("s").magnitude == pytest.approx(comm["cp"].to("s").magnitude, rel=1e-12)
     assert exposed["pp"].to("s").magnitude == pytest.approx((1 - phi) * comm["pp"].to("s").magnitude, rel=1e-12)
+    # full recomputation gathers K and V again in the recomputed forward: 2 all-gathers + 1 reduce-scatter
+    full = plan.replace(layout=plan.layout.replace(recompute="full"))
+    assert float(full.communication()["cp"] / plan.communication()["cp"]) == pytest.approx(1.5, rel=1e-12)
