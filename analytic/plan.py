@@ -56,6 +56,7 @@ def _open(value, keyword: str) -> bool:
 @dataclass(frozen=True)
 class Layout:
     """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
+    CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp ranks.
 
     Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
     recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
@@ -346,6 +347,15 @@ class Plan:
         lay = self.deg
         return {"tp": 1, "cp": lay.tp, "dp": lay.tp * lay.cp, "ep": lay.tp * lay.cp, "pp": lay.tp * lay.cp * lay.dp}[axis]
 
+    def _replica_groups(self):
+        """(parameters per GPU, ranks, stride) of the groups that hold the same parameters: they
+        reduce gradients together and ZeRO shards over them. CP ranks hold the same weights and see
+        different tokens, so they join DP (Megatron's data-parallel group with context parallelism;
+        torchtitan's FSDP over the flattened dp_shard × cp mesh). Experts: dp·cp/ep replicas."""
+        lay = self.deg
+        return [(self._params["dense_local"], lay.dp * lay.cp, lay.tp),
+                (self._params["expert_local"], lay.dp * lay.cp / lay.ep, self._stride("dp"))]
+
     def placement(self) -> dict:
         """For each axis: its size, its stride in the rank order and the link it uses."""
         g = self.inputs["gpus_per_node"]
@@ -474,7 +484,7 @@ class Plan:
     @cached_property
     def _memory_parts(self):
         lay = self.deg
-        groups = [(self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)]
+        groups = [(local, size) for local, size, _ in self._replica_groups()]
         parts = {}
         for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
             total = None
@@ -655,8 +665,13 @@ class Plan:
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
             calls = per_layer * layers_local * mb
             if lay.sequence_parallel:
+                # FP8 training gathers the FP8 GEMMs' inputs (and output gradients) already cast to
+                # FP8; the reduce-scatters sum partial outputs in 16 bits (torchtitan docs/float8.md:
+                # float8 all-gather for TP by default; Transformer Engine likewise)
+                gathered = msg if self.dtype != "fp8" else self._f(
+                    "parallelism.tp.allreduce_bytes", seq_len=s_local, element_bytes=Q_(1, "byte"))
                 add("tp", "reduce_scatter", msg, calls)
-                add("tp", "all_gather", msg, calls)
+                add("tp", "all_gather", gathered, calls)
             else:
                 add("tp", "all_reduce", msg, calls)
         # PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and
@@ -673,13 +688,13 @@ class Plan:
         # (ZeRO §7). Parameters are gathered once per step (not again for every microbatch).
         # The expert data-parallel group has the dp stride and size dp/ep.
         buckets = layers_local
-        for local, size in ((self._params["dense_local"], lay.dp), (self._params["expert_local"], lay.dp / lay.ep)):
+        for local, size, stride in self._replica_groups():
             if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
                 continue
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
             c = {kind: {"bytes": zero_b, "time": zero_t} for kind in ("all_reduce", "reduce_scatter", "all_gather")}
             for kind in c:
-                add("dp", kind, grad / buckets, buckets, size=size, into=c[kind])
+                add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 out["dp"][k] = out["dp"][k] + _cases(k, unit, (rs[k] + ag[k] * 2, lay.zero_at_least(3)),

@@ -262,3 +262,18 @@ def test_context_parallel_all_gather_is_exposed():
     # full recomputation gathers K and V again in the recomputed forward: 2 all-gathers + 1 reduce-scatter
     full = plan.replace(layout=plan.layout.replace(recompute="full"))
     assert float(full.communication()["cp"] / plan.communication()["cp"]) == pytest.approx(1.5, rel=1e-12)
+
+
+def test_context_parallel_ranks_join_data_parallel_for_gradients_and_zero():
+    """CP ranks hold the same weights and see different tokens: gradients are reduced, and ZeRO
+    shards, over dp·cp ranks (Megatron's data-parallel group with context parallelism; torchtitan's
+    FSDP over dp_shard × cp). dp = 1 with cp = 8 still reduces gradients; the optimizer shard of
+    cp 2 × dp 4 equals that of dp 8."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=32768, global_batch=8)
+    only_cp = an.Plan(m, hw, an.Layout(cp=8, dp=1, zero=1), **kw)
+    assert only_cp.communication()["dp"].to("byte").magnitude > 0
+    mixed = an.Plan(m, hw, an.Layout(cp=2, dp=4, zero=1), **kw)
+    flat = an.Plan(m, hw, an.Layout(dp=8, zero=1), **kw)
+    assert mixed.memory().optimizer == flat.memory().optimizer
+    assert mixed.memory().optimizer.to("byte").magnitude == pytest.approx(12 * m.total_params / 8, rel=1e-12)
