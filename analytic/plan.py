@@ -686,7 +686,7 @@ class Plan:
         # DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
         # all-gather of parameters, ZeRO-3 gathers parameters twice (forward and backward): 3Ψ in all
         # (ZeRO §7). Parameters are gathered once per step (not again for every microbatch).
-        # The expert data-parallel group has the dp stride and size dp/ep.
+        # Over the replica groups: dp·cp ranks for dense parameters, dp·cp/ep for experts.
         buckets = layers_local
         for local, size, stride in self._replica_groups():
             if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
