@@ -215,7 +215,7 @@ def cmd_memory(args) -> int:
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits}))
         return 0
     print(repr(plan))
-    for k in ("weights", "gradients", "optimizer", "activations"):
+    for k in ("weights", "gradients", "optimizer", "gathered", "activations"):
         print(f"  {k:<12} {_fmt(rows[k]):>12}")
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {'fits' if mem.fits else 'does not fit'}")
     print(f"  (logits on the last stage, included where it is the worst: {_fmt(rows['logits'])})")

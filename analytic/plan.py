@@ -171,6 +171,7 @@ class Memory:
     weights: pint.Quantity
     gradients: pint.Quantity
     optimizer: pint.Quantity
+    gathered: pint.Quantity  # ZeRO-3's unsharded parameters and gradients of the units in flight
     activations: pint.Quantity
     total: pint.Quantity
     hbm: pint.Quantity
@@ -445,6 +446,7 @@ class Plan:
             "memory.weights": lambda: self._memory_parts["weights"],
             "memory.gradients": lambda: self._memory_parts["gradients"],
             "memory.optimizer": lambda: self._memory_parts["optimizer"],
+            "memory.gathered": lambda: self._memory_parts["gathered"],
             "memory.activations": lambda: self._activations["worst"],
             "memory.activations.first_stage": lambda: self._activations["first"],
             "memory.activations.last_stage": lambda: self._activations["last"],
@@ -495,6 +497,9 @@ class Plan:
             if part in ("weights", "gradients"):  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
                 total = _cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
             parts[part] = total
+        unit = self.expr("params_per_gpu") / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
+        parts["gathered"] = _cases("gathered", "byte", (self._f("memory.zero3_gathered", params=unit),
+                                                        lay.zero_at_least(3)), (0, True))
         return parts
 
     def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
@@ -548,7 +553,7 @@ class Plan:
 
     def _memory_total(self) -> Formula:
         parts = self._memory_parts
-        return parts["weights"] + parts["gradients"] + parts["optimizer"] + self._activations["worst"]
+        return parts["weights"] + parts["gradients"] + parts["optimizer"] + parts["gathered"] + self._activations["worst"]
 
     # --- FLOPs -----------------------------------------------------------------------------
     def _training_tokens(self):
@@ -828,7 +833,7 @@ class Plan:
     def memory(self) -> Memory:
         """Per-GPU memory on the worst pipeline stage; parts sum to the total."""
         return Memory(weights=self.expr("memory.weights").value(), gradients=self.expr("memory.gradients").value(),
-                      optimizer=self.expr("memory.optimizer").value(),
+                      optimizer=self.expr("memory.optimizer").value(), gathered=self.expr("memory.gathered").value(),
                       activations=self.expr("memory.activations").value(),
                       total=self.expr("memory.total").value(), hbm=Q_(to_float(self._need("hbm")), "byte"),
                       logits=self.expr("memory.logits").value())

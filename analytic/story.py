@@ -76,12 +76,16 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     # memory
     mem = plan.memory()
     z = lay.zero
-    add("memory", "weights", "bf16 weights" + (" (sharded over dp)" if z >= 3 else ""), mem.weights.to("GB"),
+    over = "dp·cp" if lay.cp > 1 else "dp"
+    add("memory", "weights", "bf16 weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
         "memory.model_states.weights")
-    add("memory", "gradients", "bf16 gradients" + (" (sharded over dp)" if z >= 2 else ""), mem.gradients.to("GB"),
+    add("memory", "gradients", "bf16 gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
         "memory.model_states.gradients")
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         "memory.model_states.optimizer")
+    if z >= 3:
+        add("memory", "gathered", "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients",
+            mem.gathered.to("GB"), "memory.zero3_gathered")
     act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
     add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), act_formula)

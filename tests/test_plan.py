@@ -74,7 +74,7 @@ def test_time_breakdown_sums_to_step_time(plan):
 
 def test_memory_parts_sum_to_total(plan):
     m = plan.memory()
-    assert (m.weights + m.gradients + m.optimizer + m.activations).to("GB").magnitude == pytest.approx(
+    assert (m.weights + m.gradients + m.optimizer + m.gathered + m.activations).to("GB").magnitude == pytest.approx(
         m.total.to("GB").magnitude, rel=1e-12)
 
 
@@ -125,7 +125,7 @@ def test_step_time_falls_with_dp_symbolically():
 @settings(max_examples=25)
 def test_plan_invariants(plan):
     m = plan.memory()
-    assert m.total.magnitude == pytest.approx((m.weights + m.gradients + m.optimizer + m.activations).magnitude, rel=1e-9)
+    assert m.total.magnitude == pytest.approx((m.weights + m.gradients + m.optimizer + m.gathered + m.activations).magnitude, rel=1e-9)
     assert plan.step_time(mfu=0.5).magnitude * 0.5 == pytest.approx(plan.step_time(mfu=0.25).magnitude * 0.25, rel=1e-12)
 
 
@@ -277,3 +277,17 @@ def test_context_parallel_ranks_join_data_parallel_for_gradients_and_zero():
     flat = an.Plan(m, hw, an.Layout(dp=8, zero=1), **kw)
     assert mixed.memory().optimizer == flat.memory().optimizer
     assert mixed.memory().optimizer.to("byte").magnitude == pytest.approx(12 * m.total_params / 8, rel=1e-12)
+
+
+def test_zero3_holds_two_blocks_of_parameters_and_one_of_gradients_unsharded():
+    """ZeRO-3 / FSDP gathers a block's parameters before computing it and prefetches the next, and
+    holds a block's full gradients until their reduce-scatter: 3 × (one block's parameters on this
+    GPU) × 2 bytes on top of the sharded states. Without ZeRO-3 nothing is gathered."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=2048)
+    plan = an.Plan(m, hw, an.Layout(tp=1, cp=8, pp=8, dp=256, zero=3, schedule="zb-h2"), **kw)
+    block = m.total_params / 8 / (126 / 8)  # the stage's parameters over its blocks
+    assert plan.memory().gathered.to("byte").magnitude == pytest.approx(3 * block * 2, rel=1e-12)
+    assert not plan.memory().fits  # the 405B blocks are 3.2B parameters each without TP
+    for zero in (0, 1, 2):
+        assert an.Plan(m, hw, plan.layout.replace(zero=zero), **kw).memory().gathered.magnitude == 0

@@ -31,6 +31,13 @@ define("memory.model_states.zero2", 2 * Psi + 14 * Psi / Nd, "byte", f"{ZERO} §
 define("memory.model_states.zero3", 16 * Psi / Nd, "byte", f"{ZERO} §5.3 (P_os+g+p)",
        ADAM + ("parameters, gradients and optimizer state sharded over N_d",),
        "model states per GPU, ZeRO stage 3", coefficient_unit="byte")
+define("memory.zero3_gathered", 3 * Psi * S("element_bytes"), "byte",
+       "PyTorch FSDP notes, docs.pytorch.org/docs/stable/notes/fsdp.html (prefetching allocates the next "
+       "unit's all-gather output while the current one is in use); Zhao et al. 2023, PyTorch FSDP, arXiv 2304.11277",
+       ("Ψ: parameters of one unit (a transformer block) on this GPU",
+        "two units of parameters gathered at once (the one computing and the one prefetched)",
+        "one unit of gradients before its reduce-scatter"),
+       "ZeRO-3's working set: unsharded parameters and gradients of the units in flight")
 define("memory.model_states.weights", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 parameters, 2Ψ)",
        ADAM, "16-bit parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.gradients", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 gradients, 2Ψ)",
