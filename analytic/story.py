@@ -76,7 +76,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     # memory
     mem = plan.memory()
     z = lay.zero
-    over = "dp·cp" if lay.cp > 1 else "dp"
+    over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
     add("memory", "weights", "bf16 weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
         "memory.model_states.weights")
     add("memory", "gradients", "bf16 gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
@@ -111,14 +111,15 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     # backward and DP
     comm = plan.communication()
     ctime = plan.communication_time()
-    if lay.dp != 1:
+    replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
+    if replicas != 1:
         add("backward", "dp_bytes", "DP gradient traffic per GPU per step" +
             (" (reduce-scatter + all-gather)" if z else " (all-reduce)"), comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
         try:
             grad = plan.expr("memory.gradients").value()
             bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
-            t = formula("collectives.all_reduce.time").evaluate(message=grad, ranks=lay.dp, bandwidth=bw, latency=Q_(0, "s"))
+            t = formula("collectives.all_reduce.time").evaluate(message=grad, ranks=replicas, bandwidth=bw, latency=Q_(0, "s"))
             add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", t, "collectives.all_reduce.time")
         except (KeyError, AnalyticError):
             pass
@@ -134,7 +135,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         add("backward", "experts_same_cost", f"experts reachable over {m.nodes_per_token} nodes at that cost",
             round(float(total.magnitude), 3), "parallelism.ep.experts_at_same_cost")
     # optimizer
-    shard = lay.dp if z >= 1 else 1
+    shard = replicas if z >= 1 else 1
     add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: 1/{shard} of its stage's)",
         _q(plan.expr("params_per_gpu")) / shard, "memory.model_states.optimizer")
     # time
