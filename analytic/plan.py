@@ -643,6 +643,12 @@ class Plan:
                   (flat("scale_out_bandwidth").expr, sympy.Ge(stride, g)), (two_level().expr, True)]
         return Formula("t", sympy.Piecewise(*pieces), "s", "")
 
+    def _gemm_input_bytes(self, default):
+        """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
+        before communicating (torchtitan docs/float8.md: float8 all-gather for TP by default;
+        Transformer Engine likewise; DeepSeek-V3 §3.3: FP8 dispatch), otherwise ``default``."""
+        return Q_(1, "byte") if self.dtype == "fp8" else default
+
     @cached_property
     def _comm(self) -> dict:
         lay, m = self.deg, self.model
@@ -670,11 +676,10 @@ class Plan:
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
             calls = per_layer * layers_local * mb
             if lay.sequence_parallel:
-                # FP8 training gathers the FP8 GEMMs' inputs (and output gradients) already cast to
-                # FP8; the reduce-scatters sum partial outputs in 16 bits (torchtitan docs/float8.md:
-                # float8 all-gather for TP by default; Transformer Engine likewise)
-                gathered = msg if self.dtype != "fp8" else self._f(
-                    "parallelism.tp.allreduce_bytes", seq_len=s_local, element_bytes=Q_(1, "byte"))
+                # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the
+                # reduce-scatters sum partial outputs in 16 bits
+                gathered = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local,
+                                   element_bytes=self._gemm_input_bytes(self.inputs["element_bytes"]))
                 add("tp", "reduce_scatter", msg, calls)
                 add("tp", "all_gather", gathered, calls)
             else:
@@ -715,7 +720,7 @@ class Plan:
         # dispatch in the compute dtype (FP8 for FP8 training), combine in 16 bits
         if m.is_moe and lay.ep != 1:
             tokens = Formula("tokens", s_local * self.microbatch_size / (lay.tp if lay.sequence_parallel else 1), "token", "")
-            dispatch_e = Q_(1, "byte") if self.dtype == "fp8" else Q_(2, "byte")
+            dispatch_e = self._gemm_input_bytes(Q_(2, "byte"))
             disp = self._f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=dispatch_e)
             comb = self._f("parallelism.ep.dispatch_bytes", tokens=tokens)
             calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * mb

@@ -230,11 +230,12 @@ def test_reserved_sms_slow_compute_by_their_share():
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
     plain, reserved = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(comm_sms=20), **kw)
     ratio = reserved.time_breakdown()["compute"] / plain.time_breakdown()["compute"]
-    assert float(ratio.to("").magnitude) == pytest.approx(132 / 112, rel=1e-12)
+    assert hw.sms == 132  # the H800's SMs, as DeepSeek-V3 §3.5.1 counts them
+    assert float(ratio.to("").magnitude) == pytest.approx(hw.sms / (hw.sms - 20), rel=1e-12)
     assert reserved.step_time() > plain.step_time()
     assert "comm_sms=20" in reserved.expr("step_time").source
     with pytest.raises(LayoutError, match="comm_sms"):
-        an.Plan(m, hw, lay.replace(comm_sms=132), **kw)
+        an.Plan(m, hw, lay.replace(comm_sms=hw.sms), **kw)
     with pytest.raises(InputError, match="comm_sms"):
         an.Layout(comm_sms=-1)
     tpu = an.hardware("tpu-v4")  # no sourced SM count
