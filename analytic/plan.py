@@ -136,6 +136,11 @@ class _Degrees:
         """Condition: ZeRO stage ≥ ``stage``."""
         return sympy.Ge(self.zero, stage)
 
+    @property
+    def pipelined(self):
+        """Condition: more than one pipeline stage."""
+        return sympy.Gt(self.pp, 1)
+
 
 #: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
 BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
@@ -171,7 +176,7 @@ class Memory:
     weights: pint.Quantity
     gradients: pint.Quantity
     optimizer: pint.Quantity
-    gathered: pint.Quantity  # ZeRO-3's unsharded parameters and gradients of the units in flight
+    gathered: pint.Quantity  # ZeRO-3's unsharded parameters and gradients (in flight, or the held stage)
     activations: pint.Quantity
     total: pint.Quantity
     hbm: pint.Quantity
@@ -497,9 +502,14 @@ class Plan:
             if part in ("weights", "gradients"):  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
                 total = _cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
             parts[part] = total
-        unit = self.expr("params_per_gpu") / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
-        parts["gathered"] = _cases("gathered", "byte", (self._f("memory.zero3_gathered", params=unit),
-                                                        lay.zero_at_least(3)), (0, True))
+        # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
+        # from the first microbatch to the last backward; without a pipeline, blocks come and go
+        stage = self.expr("params_per_gpu")
+        held = _cases("held", "byte", (self._f("memory.zero3_held", params=stage) * 2, lay.schedule_is("dualpipe")),
+                      (self._f("memory.zero3_held", params=stage), True))
+        unit = stage / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
+        parts["gathered"] = _cases("gathered", "byte", (held, sympy.And(lay.zero_at_least(3), lay.pipelined)),
+                                   (self._f("memory.zero3_gathered", params=unit), lay.zero_at_least(3)), (0, True))
         return parts
 
     def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
@@ -694,8 +704,9 @@ class Plan:
             one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
             out["pp"]["time"] = one * calls
         # DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
-        # all-gather of parameters, ZeRO-3 gathers parameters twice (forward and backward): 3Ψ in all
-        # (ZeRO §7). Parameters are gathered once per step (not again for every microbatch).
+        # all-gather of parameters. ZeRO-3 without a pipeline gathers parameters twice per microbatch
+        # (forward and backward) and reduce-scatters every microbatch's gradients: 3Ψ each (ZeRO §7);
+        # under a pipeline schedule the stage is gathered once and held (memory.zero3_held): 2Ψ per step.
         # Over the replica groups: dp·cp ranks for dense parameters, dp·cp/ep for experts.
         buckets = layers_local
         for local, size, stride in self._replica_groups():
@@ -707,8 +718,9 @@ class Plan:
                 add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
             for k, unit in (("bytes", "byte"), ("time", "s")):
-                out["dp"][k] = out["dp"][k] + _cases(k, unit, (rs[k] + ag[k] * 2, lay.zero_at_least(3)),
-                                                     (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
+                out["dp"][k] = out["dp"][k] + _cases(
+                    k, unit, ((rs[k] + ag[k] * 2) * mb, lay.zero_at_least(3) & sympy.Not(lay.pipelined)),
+                    (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
         # reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
@@ -794,10 +806,12 @@ class Plan:
         out = {"compute": compute, "bubble": bubble,
                "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
                "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
-        # DP hides behind compute: ZeRO-3 prefetches parameters through the whole step; otherwise the
-        # gradient reduction hides behind the last microbatch (on every chunk of this stage) and the
-        # parameter all-gather behind the next step's first one
-        window = _cases("window", "s", (compute, lay.zero_at_least(3)), (chunk * lay.vpp, True)) * phi
+        # DP hides behind compute: ZeRO-3 without a pipeline gathers and reduces around every block of
+        # every microbatch, so through the whole step; otherwise the gradient reduction hides behind the
+        # last microbatch (on every chunk of this stage) and the parameter all-gather behind the next
+        # step's first one
+        window = _cases("window", "s", (compute, lay.zero_at_least(3) & sympy.Not(lay.pipelined)),
+                        (chunk * lay.vpp, True)) * phi
         out["dp"] = Formula("dp", _max(0, comm["dp"]["time"].expr - window.expr), "s", "")
         # DualPipe overlaps all-to-all with the paired chunk's compute
         out["ep"] = _cases("ep", "s", (Formula("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", ""),

@@ -83,7 +83,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         "memory.model_states.gradients")
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         "memory.model_states.optimizer")
-    if z >= 3:
+    if z >= 3 and lay.pp > 1:
+        add("memory", "gathered", "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
+            mem.gathered.to("GB"), "memory.zero3_held")
+    elif z >= 3:
         add("memory", "gathered", "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients",
             mem.gathered.to("GB"), "memory.zero3_gathered")
     act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
@@ -113,16 +116,14 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     ctime = plan.communication_time()
     replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
     if replicas != 1:
-        add("backward", "dp_bytes", "DP gradient traffic per GPU per step" +
-            (" (reduce-scatter + all-gather)" if z else " (all-reduce)"), comm["dp"].to("GB"),
+        kinds = ("all-reduce" if not z else "reduce-scatter + all-gather" if z < 3 or lay.pp > 1
+                 else "per microbatch: RS + 2 AG")
+        add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
-        try:
-            grad = plan.expr("memory.gradients").value()
+        if "scale_out_bandwidth" in plan.inputs:
             bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
-            t = formula("collectives.all_reduce.time").evaluate(message=grad, ranks=replicas, bandwidth=bw, latency=Q_(0, "s"))
-            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", t, "collectives.all_reduce.time")
-        except (KeyError, AnalyticError):
-            pass
+            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", (comm["dp"] / bw).to("s"),
+                "plan.communication.dp / B_out")
     for axis in ("tp", "pp", "cp", "ep"):
         if getattr(lay, axis) != 1:
             add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step ({ctime[axis].to('s'):.3g~P} on its link)",

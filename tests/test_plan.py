@@ -281,14 +281,45 @@ def test_context_parallel_ranks_join_data_parallel_for_gradients_and_zero():
 
 
 def test_zero3_holds_two_blocks_of_parameters_and_one_of_gradients_unsharded():
-    """ZeRO-3 / FSDP gathers a block's parameters before computing it and prefetches the next, and
-    holds a block's full gradients until their reduce-scatter: 3 × (one block's parameters on this
-    GPU) × 2 bytes on top of the sharded states. Without ZeRO-3 nothing is gathered."""
+    """ZeRO-3 / FSDP without a pipeline gathers a block's parameters before computing it and
+    prefetches the next, and holds a block's full gradients until their reduce-scatter: 3 × (one
+    block's parameters on this GPU) × 2 bytes on top of the sharded states. Without ZeRO-3 nothing
+    is gathered."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048)
-    plan = an.Plan(m, hw, an.Layout(tp=1, cp=8, pp=8, dp=256, zero=3, schedule="zb-h2"), **kw)
-    block = m.total_params / 8 / (m.layers / 8)  # the stage's parameters over its blocks
+    plan = an.Plan(m, hw, an.Layout(tp=1, cp=8, dp=2048, zero=3), **kw)
+    block = m.total_params / m.layers
     assert plan.memory().gathered.to("byte").magnitude == pytest.approx(3 * block * 2, rel=1e-12)
     assert not plan.memory().fits  # the 405B blocks are 3.2B parameters each without TP
     for zero in (0, 1, 2):
         assert an.Plan(m, hw, plan.layout.replace(zero=zero), **kw).memory().gathered.magnitude == 0
+
+
+def test_pipelined_zero3_holds_its_stage_like_zero1():
+    """Under a pipeline schedule ZeRO-3 gathers the stage once and keeps its parameters and
+    gradients unsharded until the step's last backward (memory.zero3_held): its peak is ZeRO-1's plus
+    its own 16-bit shards (4Ψ/N_d), and its DP traffic is ZeRO-1's reduce-scatter + all-gather.
+    DualPipe's two parameter copies are both held."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=2048)
+    lay = an.Layout(tp=8, pp=8, dp=16, zero=3)
+    z3, z1 = (an.Plan(m, hw, lay.replace(zero=z), **kw) for z in (3, 1))
+    stage = z3.expr("params_per_gpu").value().to("parameter").magnitude
+    assert z3.memory().gathered.to("byte").magnitude == pytest.approx(2 * stage * 2, rel=1e-12)
+    assert (z3.memory().total - z1.memory().total).to("byte").magnitude == pytest.approx(4 * stage / 16, rel=1e-9)
+    assert z3.communication()["dp"] == z1.communication()["dp"]
+    dual = an.Plan(m, hw, lay.replace(schedule="dualpipe"), **kw)
+    assert dual.memory().gathered == 2 * z3.memory().gathered
+
+
+def test_zero3_without_a_pipeline_gathers_and_reduces_every_microbatch():
+    """With gradient accumulation and no pipeline, FSDP reshards after each block: every microbatch
+    gathers the parameters twice and reduce-scatters its gradients, 3Ψ of traffic where ZeRO-1
+    moves 2Ψ once per step."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    for microbatches in (1, 4):
+        kw = dict(seq_len=8192, global_batch=64 * microbatches)
+        z3, z1 = (an.Plan(m, hw, an.Layout(dp=64, zero=z), **kw) for z in (3, 1))
+        assert z3.microbatches == microbatches
+        ratio = (z3.communication()["dp"] / z1.communication()["dp"]).to("").magnitude
+        assert ratio == pytest.approx(1.5 * microbatches, rel=1e-12)

@@ -26,10 +26,13 @@ def test_weak_scaling_keeps_batch_per_replica(plan):
     assert r["step_time"][0] == pytest.approx(p.step_time().magnitude, rel=1e-12)
 
 
-def test_memory_sweep_over_zero_is_monotone(plan):
-    rows = an.sweep(plan, zero=[0, 1, 2, 3])
-    totals = [r["total"] for r in rows]
-    assert totals == sorted(totals, reverse=True) and totals[0] > totals[3]
+def test_memory_sweep_over_zero_is_monotone_without_a_pipeline(plan):
+    """Each ZeRO stage shards more; only a pipeline makes stage 3 hold its stage unsharded again."""
+    flat = plan.replace(layout=plan.layout.replace(pp=1, dp=1024))
+    totals = [r["total"] for r in an.sweep(flat, zero=[0, 1, 2, 3])]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    piped = [r["total"] for r in an.sweep(plan, zero=[0, 1, 2, 3])]
+    assert piped[:3] == sorted(piped[:3], reverse=True) and piped[3] > piped[1]
 
 
 def test_bubble_sweep_matches_formula():

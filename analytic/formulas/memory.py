@@ -38,6 +38,15 @@ define("memory.zero3_gathered", 3 * Psi * S("element_bytes"), "byte",
         "two units of parameters gathered at once (the one computing and the one prefetched)",
         "one unit of gradients before its reduce-scatter"),
        "ZeRO-3's working set: unsharded parameters and gradients of the units in flight")
+define("memory.zero3_held", 2 * Psi * S("element_bytes"), "byte",
+       "PyTorch torch.distributed.pipelining PipelineStage.backward_maybe_with_nosync (an FSDP stage turns "
+       "reshard-after-backward and gradient sync off until the step's last backward); torchtitan "
+       "apply_fsdp (under pipeline parallelism reshard_after_forward is off 'to avoid per-microbatch "
+       "all-gathers')",
+       ("Ψ: parameters of the pipeline stage on this GPU",
+        "ZeRO-3 under a pipeline schedule: the stage's parameters are gathered at its first microbatch and "
+        "kept, with their unsharded gradients, until the step's last backward"),
+       "ZeRO-3's stage held unsharded through a pipelined step: its parameters and gradients")
 define("memory.model_states.weights", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 parameters, 2Ψ)",
        ADAM, "16-bit parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.gradients", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 gradients, 2Ψ)",
