@@ -704,9 +704,11 @@ class Plan:
             one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
             out["pp"]["time"] = one * calls
         # DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
-        # all-gather of parameters. ZeRO-3 without a pipeline gathers parameters twice per microbatch
-        # (forward and backward) and reduce-scatters every microbatch's gradients: 3Ψ each (ZeRO §7);
-        # under a pipeline schedule the stage is gathered once and held (memory.zero3_held): 2Ψ per step.
+        # all-gather of parameters. Without a pipeline, sharded gradients are reduce-scattered after
+        # every microbatch's backward (a rank keeps only its partition: DeepSpeed issue #2252), and
+        # ZeRO-3 also gathers the parameters twice per microbatch (forward and backward): 3Ψ each
+        # (ZeRO §7). Under a pipeline schedule ZeRO-3 gathers its stage once and holds it
+        # (memory.zero3_held), and ZeRO-2 is counted as the ZeRO paper does: 2Ψ per step.
         # Over the replica groups: dp·cp ranks for dense parameters, dp·cp/ep for experts.
         buckets = layers_local
         for local, size, stride in self._replica_groups():
@@ -720,6 +722,7 @@ class Plan:
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 out["dp"][k] = out["dp"][k] + _cases(
                     k, unit, ((rs[k] + ag[k] * 2) * mb, lay.zero_at_least(3) & sympy.Not(lay.pipelined)),
+                    (rs[k] * mb + ag[k], lay.zero_at_least(2) & sympy.Not(lay.pipelined)),
                     (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
         # reduce-scatter their gradients backward (Llama 3 §3.3.2)
@@ -806,11 +809,11 @@ class Plan:
         out = {"compute": compute, "bubble": bubble,
                "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
                "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
-        # DP hides behind compute: ZeRO-3 without a pipeline gathers and reduces around every block of
-        # every microbatch, so through the whole step; otherwise the gradient reduction hides behind the
-        # last microbatch (on every chunk of this stage) and the parameter all-gather behind the next
-        # step's first one
-        window = _cases("window", "s", (compute, lay.zero_at_least(3) & sympy.Not(lay.pipelined)),
+        # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every
+        # block of every microbatch, so through the whole step; otherwise the gradient reduction hides
+        # behind the last microbatch (on every chunk of this stage) and the parameter all-gather behind
+        # the next step's first one
+        window = _cases("window", "s", (compute, lay.zero_at_least(2) & sympy.Not(lay.pipelined)),
                         (chunk * lay.vpp, True)) * phi
         out["dp"] = Formula("dp", _max(0, comm["dp"]["time"].expr - window.expr), "s", "")
         # DualPipe overlaps all-to-all with the paired chunk's compute

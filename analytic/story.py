@@ -116,8 +116,8 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     ctime = plan.communication_time()
     replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
     if replicas != 1:
-        kinds = ("all-reduce" if not z else "reduce-scatter + all-gather" if z < 3 or lay.pp > 1
-                 else "per microbatch: RS + 2 AG")
+        kinds = ("all-reduce" if not z else "reduce-scatter + all-gather" if z < 2 or lay.pp > 1
+                 else "RS every microbatch + AG" if z == 2 else "per microbatch: RS + 2 AG")
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
         if "scale_out_bandwidth" in plan.inputs:

@@ -312,14 +312,15 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     assert dual.memory().gathered == 2 * z3.memory().gathered
 
 
-def test_zero3_without_a_pipeline_gathers_and_reduces_every_microbatch():
-    """With gradient accumulation and no pipeline, FSDP reshards after each block: every microbatch
-    gathers the parameters twice and reduce-scatters its gradients, 3Ψ of traffic where ZeRO-1
-    moves 2Ψ once per step."""
+def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
+    """With gradient accumulation and no pipeline a rank keeps only its gradient partition, so ZeRO-2
+    reduce-scatters after every microbatch (Ψ each, then one all-gather of Ψ), and ZeRO-3 also
+    gathers the parameters twice per microbatch (3Ψ each), where ZeRO-1 moves 2Ψ once per step."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     for microbatches in (1, 4):
         kw = dict(seq_len=8192, global_batch=64 * microbatches)
-        z3, z1 = (an.Plan(m, hw, an.Layout(dp=64, zero=z), **kw) for z in (3, 1))
+        z3, z2, z1 = (an.Plan(m, hw, an.Layout(dp=64, zero=z), **kw) for z in (3, 2, 1))
         assert z3.microbatches == microbatches
-        ratio = (z3.communication()["dp"] / z1.communication()["dp"]).to("").magnitude
-        assert ratio == pytest.approx(1.5 * microbatches, rel=1e-12)
+        dp = z1.communication()["dp"]
+        assert (z3.communication()["dp"] / dp).to("").magnitude == pytest.approx(1.5 * microbatches, rel=1e-12)
+        assert (z2.communication()["dp"] / dp).to("").magnitude == pytest.approx((microbatches + 1) / 2, rel=1e-12)
