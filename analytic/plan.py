@@ -142,6 +142,14 @@ class _Degrees:
         return sympy.Gt(self.pp, 1)
 
 
+def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
+    """SMs reserved for communication need an accelerator whose SM count is known and larger."""
+    if sms is None:
+        raise InputError(f"comm_sms: {hardware} has no sourced SM count; pass Plan(..., sms=...)")
+    if comm_sms >= sms:
+        raise LayoutError(f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute")
+
+
 #: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
 BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
                    "dualpipe": "dualpipe"}
@@ -333,8 +341,8 @@ class Plan:
             if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
                 raise LayoutError(f"{k}: needs tp > 1")
         sms = self.overrides.get("sms", self.hardware.sms)
-        if num(lay.comm_sms, sms) and sms is not None and lay.comm_sms >= sms:
-            raise LayoutError(f"comm_sms: {lay.comm_sms} reserved SMs leave none of the {sms} for compute")
+        if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
+            check_comm_sms(lay.comm_sms, sms, self.hardware.key or self.hardware.name)
 
     # --- placement ------------------------------------------------------------------------
     @property

@@ -29,7 +29,7 @@ from .errors import InputError
 from .formula import compile_source, exact, numpy_source
 from .hardware import Hardware
 from .model import Model, count
-from .plan import RECOMPUTE, SCHEDULES, Layout, Plan
+from .plan import RECOMPUTE, SCHEDULES, Layout, Plan, check_comm_sms
 from .symbols import sym
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
@@ -248,9 +248,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
-    if comm_sms and (hardware.sms is None or comm_sms >= hardware.sms):
-        raise InputError(f"comm_sms: {comm_sms} reserved SMs need hardware with more SMs than that "
-                         f"({hardware.key or hardware.name} has {hardware.sms or 'no sourced SM count'})")
+    if comm_sms:
+        check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if gpus > MAX_GPUS:
         raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {gpus:,}")
     if (global_batch is None) == (batch_tokens is None):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import analytic as an
-from analytic.errors import InputError
+from analytic.errors import InputError, LayoutError
 
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 
@@ -137,5 +137,7 @@ def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
     assert row.layout.comm_sms == 20 and row.as_dict()["comm_sms"] == 20
     plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
     assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
-    with pytest.raises(InputError, match="comm_sms"):
+    with pytest.raises(LayoutError, match="comm_sms"):
         an.search(MODEL, HW, comm_sms=132, **kw)
+    with pytest.raises(InputError, match="comm_sms"):
+        an.search(MODEL, an.hardware("tpu-v4"), comm_sms=4, **kw)
