@@ -42,7 +42,7 @@ define("memory.zero3_held", 2 * Psi * S("element_bytes"), "byte",
        "PyTorch torch.distributed.pipelining PipelineStage.backward_maybe_with_nosync (an FSDP stage turns "
        "reshard-after-backward and gradient sync off until the step's last backward); torchtitan "
        "apply_fsdp (under pipeline parallelism reshard_after_forward is off 'to avoid per-microbatch "
-       "all-gathers')",
+       "all-gathers'); derived: derivations/zero3_pipeline.py",
        ("Ψ: parameters of the pipeline stage on this GPU",
         "ZeRO-3 under a pipeline schedule: the stage's parameters are gathered at its first microbatch and "
         "kept, with their unsharded gradients, until the step's last backward"),
