@@ -142,6 +142,26 @@ def test_recompute_never_raises_memory_or_lowers_flops(plan, _):
     assert results["full"][1] >= results["selective"][1] >= results["none"][1]
 
 
+@given(plans(gpus=16))
+@settings(max_examples=25)
+def test_zero_traffic_against_zero1(plan):
+    """Per step, against ZeRO-1's one reduce-scatter and one all-gather: without a pipeline ZeRO-2
+    reduce-scatters every microbatch ((m + 1)/2 times the traffic) and ZeRO-3 also gathers twice per
+    microbatch (3m/2); under one ZeRO-3 holds its stage (the same traffic, 2·e bytes per parameter on
+    this GPU held, twice under DualPipe's two copies)."""
+    def at(zero):
+        return plan.replace(layout=plan.layout.replace(zero=zero))
+    dp1 = at(1).communication()["dp"].to("byte").magnitude
+    m, piped = plan.microbatches, plan.layout.pp > 1
+    ratios = {2: 1 if piped else (m + 1) / 2, 3: 1 if piped else 1.5 * m}
+    for zero, ratio in ratios.items():
+        assert at(zero).communication()["dp"].to("byte").magnitude == pytest.approx(dp1 * ratio, rel=1e-9)
+    held = at(3).memory().gathered.to("byte").magnitude
+    params = plan.expr("params_per_gpu").value().to("parameter").magnitude
+    copies = 2 if plan.layout.schedule == "dualpipe" else 1
+    assert (held == pytest.approx(2 * 2 * params * copies, rel=1e-9)) == piped
+
+
 @given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([0, 1, 2, 3]))
 @settings(max_examples=20)
 def test_doubling_dp_never_raises_memory(dp, zero):
