@@ -157,10 +157,3 @@ def collective_calls(*, min_ranks: int = 2, max_ranks: int = 1024, min_bytes: fl
         "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q_(x, "byte/s")),
         "latency": st.floats(0, 1e-3).map(lambda x: Q_(x, "s")),
     })
-
-
-def _hypothesis_setup_hook():
-    st.register_type_strategy(Layout, layouts())
-    st.register_type_strategy(Model, models())
-    st.register_type_strategy(Hardware, hardwares())
-    st.register_type_strategy(Plan, plans(gpus=8))

@@ -21,6 +21,20 @@ def test_from_type_is_registered(layout):
     assert isinstance(layout, an.Layout)
 
 
+@pytest.mark.parametrize("first", ["from analytic import strategies", "import hypothesis", "import analytic"])
+def test_any_import_order_registers_the_types(first):
+    """Hypothesis runs the entry point while it is imported, possibly from inside
+    ``analytic.strategies``: every import order must work and leave from_type registered."""
+    import subprocess
+    import sys
+
+    code = (f"{first}\nimport analytic as an\nfrom analytic import strategies\nfrom hypothesis import strategies as st\n"
+            "for t in (an.Layout, an.Model, an.Hardware, an.Plan):\n"
+            "    assert isinstance(st.from_type(t).example(), t)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @given(ast.collective_calls(max_ranks=64))
 @settings(max_examples=50)
 def test_collective_calls_evaluate(kwargs):
