@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, LayoutError
 from .formula import exact
 from .plan import BUBBLE_FORMULAS, Plan, bubble_time
 from .symbols import sym
@@ -23,10 +23,16 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
     gpus = np.asarray(list(gpus), dtype=float)
     if np.any(gpus % per) or np.any(gpus < per):
         raise InputError(f"gpus: every value must be a multiple of tp·cp·pp = {per}")
+    d = gpus / per
+    for g, n in zip(gpus, d):  # each point must be a plan Plan accepts (batch split, ep dividing dp, ...)
+        try:
+            plan.replace(layout=lay.replace(dp=int(n)),
+                         global_batch=plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * int(n))
+        except (InputError, LayoutError) as exc:
+            raise type(exc)(f"gpus={int(g)}: {exc}") from None
     dp = sym("dp")
     batch = plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp
     free = plan.replace(layout=lay.replace(dp=dp), global_batch=batch)
-    d = gpus / per
     step = free.expr("step_time").lambdify()(dp=d)
     mfu = free.expr("mfu").lambdify()(dp=d)
     return {"gpus": gpus, "dp": d, "step_time": np.broadcast_to(step, d.shape), "mfu": np.broadcast_to(mfu, d.shape),
@@ -66,5 +72,7 @@ def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", 
 def sweep(plan: Plan, *, gpus=None, mode: str = "strong", zero=None, recompute=None, seq_len=None):
     """``sweep(plan, gpus=[...])`` (scaling), or ``zero=``, ``recompute=``, ``seq_len=`` (memory)."""
     if gpus is not None:
+        if any(v is not None for v in (zero, recompute, seq_len)):
+            raise InputError("sweep: give one of gpus=, zero=, recompute=, seq_len= (one input at a time)")
         return scaling(plan, gpus, mode=mode)
     return memory(plan, zero=zero, recompute=recompute, seq_len=seq_len)

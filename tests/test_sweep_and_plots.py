@@ -26,6 +26,16 @@ def test_weak_scaling_keeps_batch_per_replica(plan):
     assert r["step_time"][0] == pytest.approx(p.step_time().magnitude, rel=1e-12)
 
 
+def test_scaling_sweep_refuses_points_plan_refuses(plan):
+    """Each point is a plan Plan accepts: 2,048 sequences do not split over 96 replicas; and one
+    input is swept at a time."""
+    with pytest.raises(an.LayoutError, match="gpus=12288"):
+        an.sweep(plan, gpus=[8192, 12288])
+    assert an.sweep(plan, gpus=[8192, 12288], mode="weak")["dp"].tolist() == [64, 96]
+    with pytest.raises(an.InputError, match="one input"):
+        an.sweep(plan, gpus=[8192], zero=[1])
+
+
 def test_memory_sweep_over_zero_is_monotone_without_a_pipeline(plan):
     """Each ZeRO stage shards more; only a pipeline makes stage 3 hold its stage unsharded again."""
     flat = plan.replace(layout=plan.layout.replace(pp=1, dp=1024))
