@@ -82,12 +82,15 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
             raise InputError(f"{keyword}: expected a scalar, got an array (use lambdify() for arrays)")
         if isinstance(mag, float) and converted.units != value.units and math.isfinite(mag) and mag != 0:
             mag = float(f"{mag:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
-        out = exact(mag)
     else:
         if not is_count(unit):
             raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
                             f"pass a Quantity or a string such as '{value} {unit:~P}'")
-        out = exact(value)
+        mag = value
+    try:
+        out = exact(mag)
+    except InputError as exc:
+        raise InputError(f"{keyword}: {exc}") from None
     if out.is_negative:
         raise InputError(f"{keyword}: expected a non-negative value, got {value!r}")
     return out

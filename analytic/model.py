@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import sympy
@@ -34,6 +35,21 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
     if as_exact < minimum:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
     return int(as_exact)
+
+
+def fraction(name: str, value, *, upper: float | None = 1.0):
+    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any)."""
+    from .formula import magnitude
+    from .units import as_unit
+
+    x = magnitude(name, value, as_unit(""))
+    try:
+        v = float(x)
+    except TypeError:
+        raise InputError(f"{name}: expected a number, got {value!r}") from None
+    if not (v > 0 and v <= (math.inf if upper is None else upper)) or math.isinf(v):
+        raise InputError(f"{name}: expected a number in " + (f"(0, {upper:g}]" if upper else "(0, ∞)") + f", got {value!r}")
+    return x
 
 
 def choice(name: str, value, options):

@@ -22,7 +22,7 @@ from .errors import FreeSymbolError, InputError, LayoutError, PresetError, Unkno
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
-from .model import Model, choice, count
+from .model import Model, choice, count, fraction
 from .symbols import sym
 from .units import Q_, as_unit
 
@@ -841,9 +841,7 @@ class Plan:
         predictive model (compute at the calibrated matmul efficiency + bubble + exposed
         communication; see :meth:`time_breakdown`)."""
         if mfu is not None:
-            eta = magnitude("mfu", mfu)
-            if not 0 < eta <= 1:
-                raise InputError(f"mfu: expected a fraction in (0, 1], got {mfu!r}")
+            eta = fraction("mfu", mfu)
             f = self._f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta)
             return f.value()
         return self.expr("step_time").value()

@@ -16,6 +16,7 @@ import sympy
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
+from .model import count, fraction
 from .plan import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
@@ -115,6 +116,7 @@ def strong_scaling(plan, keyword: str = "dp") -> dict:
 
 def mfu_threshold(plan, keyword: str, threshold: float, *, limit: int | None = None) -> int:
     """Smallest valid integer ``keyword`` at which the predicted MFU falls below ``threshold``."""
+    threshold = float(fraction("threshold", threshold))
     f = _one_free(plan.expr("mfu"), keyword)
     limit = limit or int(plan.global_batch)
     xs, ys = _grid(f.lambdify(), keyword, limit)
@@ -139,7 +141,9 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     in t): 4 all-reduces of s·b·h·e bytes each, 2(t−1)/t of them sent, against the layer's training
     FLOPs split t ways. Latency neglected."""
     t = sym("tp")
-    s_, b_ = magnitude("seq_len", seq_len), magnitude("microbatch_size", microbatch_size)
+    s_ = count("seq_len", seq_len, allow_symbol=False)
+    b_ = count("microbatch_size", microbatch_size, allow_symbol=False)
+    efficiency = fraction("efficiency", efficiency)
     inputs = {**model.inputs(), "seq_len": s_, "microbatch_size": b_, "element_bytes": Q_(2, "byte")}
     msg = formula("parallelism.tp.allreduce_bytes").bind(inputs)
     comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
@@ -160,6 +164,8 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
     allowed = [k for k in BUBBLE_FORMULAS if k != "interleaved"]
     if schedule not in allowed:
         raise InputError(f"schedule: expected one of {', '.join(allowed)}, got {schedule!r}")
+    pp = count("pp", pp, allow_symbol=False)
+    target = fraction("target", target, upper=None)
     m = sym("microbatches")
     unit = Fraction(1, 3)
     bubble = bubble_time(schedule, {"pp": pp, "vpp": 1, "microbatches": m, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"),
@@ -168,11 +174,11 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
     bubbles = bubble.args if isinstance(bubble, sympy.Max) else (bubble,)
     value = 1
     for part in bubbles:
-        fraction = part / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
-        if fraction.free_symbols:
-            need = sympy.solve(sympy.Eq(fraction, sympy.nsimplify(target)), m)[0]
+        share = part / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
+        if share.free_symbols:
+            need = sympy.solve(sympy.Eq(share, sympy.nsimplify(target)), m)[0]
             value = max(value, math.ceil(to_float(need) - 1e-12))
-        elif fraction > target:
+        elif share > target:
             raise InputError(f"target: a {schedule} bubble of at most {target} is out of reach")
     if schedule == "dualpipe" and value % 2:
         value += 1

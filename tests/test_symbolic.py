@@ -150,3 +150,29 @@ def test_largest_llama_shape_that_fits():
         return an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=8, dp=1, zero=0), seq_len=4096, global_batch=1)
     r = symbolic.largest_fitting_model(factory)
     assert factory(r["value"]).memory().fits and not factory(r["value"] + 1).memory().fits
+
+
+def test_questions_refuse_impossible_inputs():
+    """A fraction of peak is in (0, 1], a bubble target is positive, counts are integers ≥ 1; each
+    refusal names the argument."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    plan = an.Plan(m, hw, an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True),
+                   seq_len=8192, global_batch=2048)
+    for bad in (0, 1.5, -1, float("nan"), "1 s"):
+        with pytest.raises(an.AnalyticError, match="threshold"):
+            symbolic.mfu_threshold(plan, "dp", bad)
+    for bad in (0, -0.1, float("inf")):
+        with pytest.raises(an.InputError, match="target"):
+            symbolic.microbatches_for_bubble("1f1b", 16, bad)
+    for bad in (0, 16.5, True):
+        with pytest.raises(an.InputError, match="pp"):
+            symbolic.microbatches_for_bubble("1f1b", bad, 0.05)
+    with pytest.raises(an.InputError, match="seq_len"):
+        symbolic.tp_break_even(m, hw, seq_len=0, bandwidth="450 GB/s")
+    with pytest.raises(an.InputError, match="efficiency"):
+        symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth="450 GB/s", efficiency=2)
+    numeric = plan.subs(dp=64)
+    for bad in (0, 1.2, float("inf")):
+        with pytest.raises(an.InputError, match="mfu"):
+            numeric.step_time(mfu=bad)
+    assert numeric.step_time(mfu="40 %") == numeric.step_time(mfu=0.4)
