@@ -96,6 +96,10 @@ class Hardware:
             return self.calibrations[key]
         if "default" in self.calibrations:
             return self.calibrations["default"]
+        if not self.calibrations:  # defined by hand, not loaded from the presets
+            raise PresetError(f"{self.key or self.name}: no fitted constants for a hardware defined by hand; pass "
+                              "Plan(..., matmul_efficiency=, link_efficiency=, latency=, overlap=), or replace() a "
+                              "preset's numbers to keep its constants")
         raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
                           "'analytic calibrate --published' or pass Plan(..., matmul_efficiency=...)")
 

@@ -344,3 +344,18 @@ def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
         dp = z1.communication()["dp"]
         assert (z3.communication()["dp"] / dp).to("").magnitude == pytest.approx(1.5 * microbatches, rel=1e-12)
         assert (z2.communication()["dp"] / dp).to("").magnitude == pytest.approx((microbatches + 1) / 2, rel=1e-12)
+
+
+def test_hand_made_hardware_needs_the_constants_it_has_none_of():
+    """A Hardware built by hand carries no fitted constants: the step time asks for all four, and
+    with them given it is the predictive model's; a preset changed with replace() keeps its own."""
+    hw = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="80 GB", scale_up="100 GB/s", scale_out="10 GB/s")
+    kw = dict(seq_len=2048, global_batch=8)
+    with pytest.raises(an.PresetError, match="defined by hand"):
+        an.Plan(an.model("llama3-8b"), hw, an.Layout(dp=8), **kw).step_time()
+    given = an.Plan(an.model("llama3-8b"), hw, an.Layout(dp=8), matmul_efficiency=0.5, link_efficiency=0.8,
+                    latency="10 us", overlap=0.5, **kw)
+    assert given.time_breakdown()["compute"].to("s").magnitude == pytest.approx(
+        given.hardware_flops().to("FLOP").magnitude / 8 / (100e12 * 0.5), rel=1e-12)
+    h100 = an.hardware("h100-sxm")
+    assert an.hardware("h100-sxm").replace(hbm="96 GB").calibration("bf16") == h100.calibration("bf16")
