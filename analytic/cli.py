@@ -424,6 +424,9 @@ def main(argv=None) -> int:
         if isinstance(exc, AnalyticError):
             print(_one_line(f"analytic: {exc}"), file=sys.stderr)
             return 2
+        if isinstance(exc, OSError) and exc.filename:  # a file the user named cannot be written or read
+            print(_one_line(f"analytic: {exc.filename}: {exc.strerror or exc}"), file=sys.stderr)
+            return 2
         raise
 
 

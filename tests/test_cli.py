@@ -124,3 +124,12 @@ def test_step_comm_sms(capsys):
     assert any("on 112 of 132 SMs" in line["label"] for line in json.loads(out20)["lines"])
     code, out, err = run(capsys, *argv, "--comm-sms", "200")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "comm_sms" in err
+
+
+def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    missing = tmp_path / "no such folder" / "bubble.png"
+    code, out, err = run(capsys, "plot", "bubble", "--out", str(missing))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(missing) in err
+    code, out, err = run(capsys, "plot", "bubble", "--out", str(tmp_path / "bubble.png"))
+    assert code == 0 and (tmp_path / "bubble.png").stat().st_size > 0
