@@ -53,6 +53,10 @@ def _quantity(keyword: str, value):
     return q
 
 
+def _wanted(unit: pint.Unit) -> str:
+    return "a plain number (dimensionless)" if unit.dimensionless else f"a quantity in {unit:~P} ({unit.dimensionality})"
+
+
 def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
 
@@ -65,16 +69,18 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
         try:
             factor = Q_(1, value.unit).to(unit).magnitude
         except pint.DimensionalityError:
-            raise UnitError(f"{keyword}: expected a quantity in {unit:~P} ({unit.dimensionality}), "
+            raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
                             f"got formula {value.name!r} in {value.unit:~P}") from None
         return value.expr * exact(factor)
     if isinstance(value, sympy.Basic):
         return _symbols.canonical(value)
     if isinstance(value, str):
         value = _quantity(keyword, value)
+        if is_count(unit) and (not isinstance(value, pint.Quantity) or value.dimensionless):
+            value = value.magnitude if isinstance(value, pint.Quantity) else value  # "405e9" reads as 405e9
     if isinstance(value, pint.Quantity):
         if value.dimensionality != unit.dimensionality:
-            raise UnitError(f"{keyword}: expected a quantity in {unit:~P} ({unit.dimensionality}), "
+            raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
                             f"got {value:~P} ({value.dimensionality})")
         converted = value.to(unit)
         mag = converted.magnitude
@@ -161,7 +167,9 @@ class Formula:
         self._check_keywords(values, complete=True)
         result = self.expr.xreplace(self._replacements(values))
         if result.free_symbols:
-            raise FreeSymbolError(f"{self.name}: free symbols remain: {sorted(map(str, result.free_symbols))}")
+            left = sorted(_symbols.keyword_of(x) for x in result.free_symbols)
+            raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
+                                  ".subs() to keep them")
         return Q_(to_float(result, self.name), self.unit)
 
     __call__ = evaluate

@@ -31,6 +31,18 @@ def test_bare_number_rejected_for_bytes_but_accepted_for_counts():
     with pytest.raises(UnitError, match="message"):
         f.evaluate(message=1e9, ranks=8)
     assert f.evaluate(message="1 GB", ranks=8).to("GB").magnitude == pytest.approx(1.75)
+    with pytest.raises(UnitError, match="message"):
+        f.evaluate(message="1e9", ranks=8)  # a number in a string is as ambiguous as a bare one
+    states = an.formula("memory.model_states.zero1")
+    assert states.evaluate(params="405e9", dp="64") == states.evaluate(params=405e9, dp=64)  # counts: fine
+    with pytest.raises(UnitError, match="dp: expected a plain number"):
+        states.evaluate(params=405e9, dp="64 s")
+
+
+def test_free_symbols_left_by_evaluate_are_named_by_keyword():
+    f = an.formula("memory.model_states.zero1")
+    with pytest.raises(an.FreeSymbolError, match="remain: params;"):
+        f.evaluate(params=an.sym("params"), dp=8)
 
 
 def test_missing_and_unknown_keywords_list_expected():
