@@ -77,7 +77,7 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     if isinstance(value, str):
         value = _quantity(keyword, value)
         if is_count(unit) and (not isinstance(value, pint.Quantity) or value.dimensionless):
-            value = value.magnitude if isinstance(value, pint.Quantity) else value  # "405e9" reads as 405e9
+            value = value.to("").magnitude if isinstance(value, pint.Quantity) else value  # "405e9", "40 %"
     if isinstance(value, pint.Quantity):
         if value.dimensionality != unit.dimensionality:
             raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
