@@ -24,15 +24,17 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
     if np.any(gpus % per) or np.any(gpus < per):
         raise InputError(f"gpus: every value must be a multiple of tp·cp·pp = {per}")
     d = gpus / per
+
+    def at(dp):  # the plan at dp replicas (a number, or the symbol)
+        return plan.replace(layout=lay.replace(dp=dp),
+                            global_batch=plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp)
+
     for g, n in zip(gpus, d):  # each point must be a plan Plan accepts (batch split, ep dividing dp, ...)
         try:
-            plan.replace(layout=lay.replace(dp=int(n)),
-                         global_batch=plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * int(n))
+            at(int(n))
         except (InputError, LayoutError) as exc:
             raise type(exc)(f"gpus={int(g)}: {exc}") from None
-    dp = sym("dp")
-    batch = plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp
-    free = plan.replace(layout=lay.replace(dp=dp), global_batch=batch)
+    free = at(sym("dp"))
     step = free.expr("step_time").lambdify()(dp=d)
     mfu = free.expr("mfu").lambdify()(dp=d)
     return {"gpus": gpus, "dp": d, "step_time": np.broadcast_to(step, d.shape), "mfu": np.broadcast_to(mfu, d.shape),
