@@ -30,3 +30,13 @@ def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
     plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2), seq_len=1024, global_batch=4,
                    **over)
     assert plan.step_time().magnitude > 0
+
+
+@pytest.mark.parametrize("argv, what", [(["--backend", "gloo", "--ranks", "1"], "--ranks"),
+                                        (["--backend", "nccl", "--ranks", "4096"], "--backend nccl")])
+def test_impossible_measurements_are_refused_before_spawning(capsys, monkeypatch, argv, what):
+    from analytic.cli import main
+    monkeypatch.delenv("RANK", raising=False)
+    assert main(["calibrate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and what in err

@@ -147,7 +147,27 @@ def profile_overrides(path) -> dict:
             "link_efficiency": 1.0}
 
 
+def _check(backend: str, ranks: int) -> None:
+    """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without GPUs."""
+    from ..errors import InputError
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not torchrun and ranks < 2:
+        raise InputError(f"--ranks: expected an integer ≥ 2 (a collective needs two ranks), got {ranks}")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise InputError("calibrate --backend: needs torch (pip install -e '.[torch]')") from None
+    if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not dist.is_nccl_available() or gpus < (1 if torchrun else ranks):
+            raise InputError(f"--backend nccl: needs NCCL and {1 if torchrun else ranks} GPU(s) on this machine "
+                             f"(this torch: NCCL {'available' if dist.is_nccl_available() else 'missing'}, {gpus} GPU(s)); "
+                             "use --backend gloo on CPUs")
+
+
 def main(args) -> int:
+    _check(args.backend, args.ranks)
     sizes = [2**k for k in range(12, 23)]
     data = measure(args.backend, args.ranks, sizes)
     if not data:
