@@ -84,14 +84,47 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
     raise CLIError("--batch-tokens or --global-batch: give the batch")
 
 
+#: the plan flags (dests) that search and the search-based plots read; any other is refused
+SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
+                "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth"}
+PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
+
+
+def _refuse_unread(args, read: set, what: str, why: str) -> None:
+    """A flag the command would ignore is an error, not a silent no-op."""
+    unread = [k for k in sorted(PLAN_FLAGS - read) if getattr(args, k, None) is not None]
+    if unread:
+        flags = ", ".join("--sp/--no-sp" if k == "sequence_parallel" else "--" + k.replace("_", "-") for k in unread)
+        raise CLIError(f"{what}: {flags} not read here ({why})")
+
+
 def _search_inputs(args, what: str):
-    """Model, hardware, GPUs, sequence length, global batch and note for search and plots."""
+    """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
+    keyword arguments and a note, for search and the plots built on it."""
     import analytic as an
+    _refuse_unread(args, SEARCH_FLAGS, what, "search tries every tp, pp, dp, cp and ep, with sequence parallelism; "
+                   "'analytic step' evaluates one layout")
     if not (args.model and args.hardware and args.gpus and args.seq):
         raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
     seq = _count(args.seq, "seq")
     gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
-    return an.model(args.model), an.hardware(args.hardware), _count(args.gpus, "gpus"), seq, gb, note
+    hw = an.hardware(args.hardware)
+    links = {k: args.__dict__[k] for k in ("scale_up_bandwidth", "scale_out_bandwidth") if args.__dict__[k]}
+    if links:
+        hw = hw.replace(**links)
+    kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp),
+          "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0)}
+    if args.zero is not None:
+        kw["zero"] = (int(args.zero),)
+    if args.recompute:
+        kw["recompute"] = (args.recompute,)
+    if args.schedule:
+        kw["schedules"] = (args.schedule,)
+    if args.microbatch_size:
+        kw["microbatch_sizes"] = (_count(args.microbatch_size, "microbatch-size"),)
+    if args.vpp:
+        kw["vpps"] = (_count(args.vpp, "vpp", minimum=2),)
+    return an.model(args.model), hw, _count(args.gpus, "gpus"), seq, gb, kw, note
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -208,6 +241,7 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    _refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, _ = build_plan(args)
     mem = plan.memory()
     rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
@@ -318,10 +352,8 @@ def cmd_derive(args) -> int:
 def cmd_search(args) -> int:
     """A ranked table of the best layouts (``--json`` for data)."""
     from .search import search
-    model, hw, gpus, seq, gb, note = _search_inputs(args, "search")
-    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, dtype=args.dtype or "bf16",
-                 async_tp=bool(args.async_tp), comm_sms=_count(str(args.comm_sms or 0), "comm-sms", minimum=0),
-                 top=_count(args.top, "top"))
+    model, hw, gpus, seq, gb, kw, note = _search_inputs(args, "search")
+    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=_count(args.top, "top"), **kw)
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "ranked": [r.as_dict() for r in res.ranked]}))
@@ -344,14 +376,15 @@ def cmd_plot(args) -> int:
     from . import plots
     from .search import search
     if args.kind == "bubble":
+        _refuse_unread(args, {"pp"}, "plot bubble", "the bubble plot takes --pp")
         plots.bubble(_count(args.pp or "8", "pp"), out=args.out)
     else:
-        model, hw, gpus, seq, gb, _ = _search_inputs(args, f"plot {args.kind}")
+        model, hw, gpus, seq, gb, kw, _ = _search_inputs(args, f"plot {args.kind}")
         if args.kind == "scaling":
             sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
-            plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out)
+            plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out, **kw)
         else:
-            res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False)
+            res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False, **kw)
             if args.kind == "memory":
                 plots.memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
             else:

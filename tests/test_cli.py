@@ -145,3 +145,24 @@ def test_step_on_a_preset_without_a_link_bandwidth_still_tells_the_rest(capsys):
     assert "total per GPU" in out and "communication unavailable" in out and "scale-up-bandwidth" in out
     code, out, err = run(capsys, *argv, "--scale-up-bandwidth", "448 GB/s", "--scale-out-bandwidth", "400 Gbit/s")
     assert code == 0 and "TP traffic per GPU per step" in out and "unavailable" not in out
+
+
+def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
+    """--zero, --recompute, --schedule, --microbatch-size, --vpp and the link overrides narrow or shape
+    the search; a fixed degree (--tp) or a step-only flag (--mfu) is an error, not a silent no-op."""
+    base = ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "8192",
+            "--global-batch", "256", "--json"]
+    code, out, err = run(capsys, *base)
+    assert code == 0, err
+    everything = json.loads(out)
+    code, out, err = run(capsys, *base, "--zero", "3", "--recompute", "full")
+    assert code == 0, err
+    narrowed = json.loads(out)
+    assert narrowed["evaluated"] < everything["evaluated"]
+    assert {(r["zero"], r["recompute"]) for r in narrowed["ranked"]} == {(3, "full")}
+    for extra, flag in ((["--tp", "2"], "--tp"), (["--mfu", "0.4"], "--mfu"), (["--no-sp"], "--sp/--no-sp")):
+        code, out, err = run(capsys, *base, *extra)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
+    code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                         "--seq", "8192", "--global-batch", "8", "--tokens", "1e12")
+    assert code == 2 and "--tokens" in err
