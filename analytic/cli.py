@@ -354,6 +354,9 @@ def cmd_search(args) -> int:
     from .search import search
     model, hw, gpus, seq, gb, kw, note = _search_inputs(args, "search")
     res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=_count(args.top, "top"), **kw)
+    if not res.evaluated:
+        raise CLIError(f"search: no valid layout of {gpus:,} GPUs for {model.name} with {gb:,} sequences (each "
+                       "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "ranked": [r.as_dict() for r in res.ranked]}))

@@ -265,6 +265,12 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise InputError(f"{name}: expected a non-empty subset of {allowed}, got {values!r}")
+    for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)):
+        if not values:
+            raise InputError(f"{name}: expected at least one integer ≥ {least}, got {values!r}")
+        values = tuple(count(name, v, minimum=least, allow_symbol=False) for v in values)
+    max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
+                           for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     arrays = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp)

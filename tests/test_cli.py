@@ -166,3 +166,9 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
     code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
                          "--seq", "8192", "--global-batch", "8", "--tokens", "1e12")
     assert code == 2 and "--tokens" in err
+
+
+def test_search_without_a_valid_layout_says_so(capsys):
+    code, out, err = run(capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
+                         "--seq", "8192", "--global-batch", "256", "--microbatch-size", "3")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no valid layout" in err

@@ -141,3 +141,15 @@ def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
         an.search(MODEL, HW, comm_sms=132, **kw)
     with pytest.raises(InputError, match="comm_sms"):
         an.search(MODEL, an.hardware("tpu-v4"), comm_sms=4, **kw)
+
+
+def test_search_arguments_are_checked(tmp_path, monkeypatch):
+    """Subsets must be non-empty and hold valid values; limits and top are positive integers."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
+    for bad in (dict(microbatch_sizes=()), dict(microbatch_sizes=(0,)), dict(microbatch_sizes=(2.5,)),
+                dict(vpps=(1,)), dict(max_tp=0), dict(max_cp=-1), dict(top=-1)):
+        name = next(iter(bad))
+        with pytest.raises(InputError, match=name):
+            an.search(MODEL, HW, **kw, **bad)
+    assert len(an.search(MODEL, HW, top=3, **kw).ranked) == 3
