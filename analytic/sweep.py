@@ -9,8 +9,16 @@ import numpy as np
 
 from .errors import InputError, LayoutError
 from .formula import exact
+from .model import count
 from .plan import BUBBLE_FORMULAS, Plan, bubble_time
 from .symbols import sym
+
+
+def _counts(name: str, values) -> list[int]:
+    """A list of integers ≥ 1 (a string is not a list of them)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InputError(f"{name}: expected a list of integers, got {values!r}")
+    return [count(name, v, allow_symbol=False) for v in values]
 
 
 def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
@@ -20,7 +28,7 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
         raise InputError(f"mode: expected 'strong' or 'weak', got {mode!r}")
     lay = plan.layout
     per = lay.tp * lay.cp * lay.pp
-    gpus = np.asarray(list(gpus), dtype=float)
+    gpus = np.asarray(_counts("gpus", gpus), dtype=float)
     if np.any(gpus % per) or np.any(gpus < per):
         raise InputError(f"gpus: every value must be a multiple of tp·cp·pp = {per}")
     d = gpus / per
@@ -58,7 +66,8 @@ def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None) -> list[dict]
 def bubble(pp: int, microbatches, schedules=("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe")) -> dict:
     """Bubble over ideal time against the microbatch count (T_F = T_B = T_W; DualPipe's F&B pair
     = T_F + T_B + T_W), as Plan counts it (never below the critical path)."""
-    m = np.asarray(list(microbatches), dtype=float)
+    pp = count("pp", pp, allow_symbol=False)
+    m = np.asarray(_counts("microbatches", microbatches), dtype=float)
     out = {"microbatches": m}
     third = exact(1) / 3
     for s in schedules:

@@ -34,6 +34,11 @@ def test_scaling_sweep_refuses_points_plan_refuses(plan):
     assert an.sweep(plan, gpus=[8192, 12288], mode="weak")["dp"].tolist() == [64, 96]
     with pytest.raises(an.InputError, match="one input"):
         an.sweep(plan, gpus=[8192], zero=[1])
+    with pytest.raises(an.InputError, match="list of integers"):
+        an.sweep(plan, gpus="8192")  # not the GPU counts 8, 1, 9 and 2
+    for pp, m in ((0, [8]), (8, [0])):
+        with pytest.raises(an.InputError, match="pp" if not pp else "microbatches"):
+            sweep_bubble(pp, m)
 
 
 def test_memory_sweep_over_zero_is_monotone_without_a_pipeline(plan):
