@@ -109,7 +109,7 @@ def _search_inputs(args, what: str):
     seq = _count(args.seq, "seq")
     gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
     hw = an.hardware(args.hardware)
-    links = {k: args.__dict__[k] for k in ("scale_up_bandwidth", "scale_out_bandwidth") if args.__dict__[k]}
+    links = {k: getattr(args, k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if getattr(args, k)}
     if links:
         hw = hw.replace(**links)
     kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp),
