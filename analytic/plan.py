@@ -630,16 +630,30 @@ class Plan:
         return self.expr("flops.hardware").value()
 
     # --- communication ---------------------------------------------------------------------
+    def _time_input(self, key):
+        """An input that only times need (a link's bandwidth, its efficiency, the latency): when
+        missing it stands as its symbol, so the bytes still come out, and anything that needs a
+        time raises :meth:`_need`'s error through :meth:`_times_need`."""
+        if key in self.inputs:
+            return self.inputs[key]
+        self.__dict__.setdefault("_missing_for_times", []).append(key)
+        return sym(key)
+
+    def _times_need(self) -> None:
+        self._comm  # noqa: B018  (the walk that records what the times lack)
+        for key in self.__dict__.get("_missing_for_times", []):
+            self._need(key)
+
     def _collective_time(self, kind: str, message: Formula, size, stride) -> Formula:
         """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride`` apart in
         the rank order, on the link its placement implies."""
         g = self.inputs["gpus_per_node"]
-        eff = self._need("link_efficiency")
-        alpha = self._need("latency")
+        eff = self._time_input("link_efficiency")
+        alpha = self._time_input("latency")
 
         def flat(bw_key):
             return formula(f"collectives.{kind}.time").bind(
-                {"message": message, "ranks": size, "bandwidth": self._need(bw_key) * eff, "latency": alpha})
+                {"message": message, "ranks": size, "bandwidth": self._time_input(bw_key) * eff, "latency": alpha})
 
         def two_level():
             if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
@@ -647,8 +661,8 @@ class Plan:
             per_node = g / stride
             return formula(f"collectives.hierarchical_{kind}.time").bind(
                 {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
-                 "scale_up_bandwidth": self._need("scale_up_bandwidth") * eff,
-                 "scale_out_bandwidth": self._need("scale_out_bandwidth") * eff})
+                 "scale_up_bandwidth": self._time_input("scale_up_bandwidth") * eff,
+                 "scale_out_bandwidth": self._time_input("scale_out_bandwidth") * eff})
 
         kind_of_link = self._link_kind(size, stride, g)
         if kind_of_link == "scale-up":
@@ -778,6 +792,7 @@ class Plan:
 
     def communication_time(self) -> dict:
         """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
+        self._times_need()
         return {a: self.expr(f"communication_time.{a}").value() for a in AXES}
 
     # --- time --------------------------------------------------------------------------------
@@ -810,6 +825,7 @@ class Plan:
                   for name, schedules in by_formula.items()]
         bubble = _at_least_critical_path(_cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
         comm = self._comm
+        self._times_need()
         phi = self._need("overlap")
         # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
         # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before

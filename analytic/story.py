@@ -113,12 +113,13 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         formula("memory.logits").bind({**plan.inputs, "seq_len": s_local}).value().to("GB"), "memory.logits")
     # backward and DP
     replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
-    try:  # needs every link's bandwidth; a preset without one still gets the rest of its story
-        comm, ctime = plan.communication(), plan.communication_time()
+    comm = plan.communication()
+    try:  # times need every link's bandwidth; a preset without one still gets its bytes
+        ctime = plan.communication_time()
     except AnalyticError as exc:
-        comm = ctime = None
-        add("backward", "communication", f"communication unavailable: {exc}", "—")
-    if comm is not None and replicas != 1:
+        ctime = None
+        add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
+    if replicas != 1:
         kinds = ("all-reduce" if not z else "reduce-scatter + all-gather" if z < 2 or lay.pp > 1
                  else "RS every microbatch + AG" if z == 2 else "per microbatch: RS + 2 AG")
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
@@ -128,8 +129,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
             add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", (comm["dp"] / bw).to("s"),
                 "plan.communication.dp / B_out")
     for axis in ("tp", "pp", "cp", "ep"):
-        if comm is not None and getattr(lay, axis) != 1:
-            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step ({ctime[axis].to('s'):.3g~P} on its link)",
+        if getattr(lay, axis) != 1:
+            on_link = f" ({ctime[axis].to('s'):.3g~P} on its link)" if ctime else ""
+            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step{on_link}",
                 comm[axis].to("GB"), f"plan.communication.{axis}")
     if m.is_moe and m.nodes_per_token and lay.ep != 1:
         ratio = formula("parallelism.ep.experts_per_node_at_same_cost").bind(plan.inputs).value()

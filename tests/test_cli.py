@@ -142,7 +142,8 @@ def test_step_on_a_preset_without_a_link_bandwidth_still_tells_the_rest(capsys):
             "--seq", "8192", "--global-batch", "64"]
     code, out, err = run(capsys, *argv)
     assert code == 0, err
-    assert "total per GPU" in out and "communication unavailable" in out and "scale-up-bandwidth" in out
+    assert "total per GPU" in out and "communication times unavailable" in out and "scale-up-bandwidth" in out
+    assert "TP traffic per GPU per step" in out  # bytes need no bandwidth
     code, out, err = run(capsys, *argv, "--scale-up-bandwidth", "448 GB/s", "--scale-out-bandwidth", "400 Gbit/s")
     assert code == 0 and "TP traffic per GPU per step" in out and "unavailable" not in out
 

@@ -359,3 +359,18 @@ def test_hand_made_hardware_needs_the_constants_it_has_none_of():
         given.hardware_flops().to("FLOP").magnitude / 8 / (100e12 * 0.5), rel=1e-12)
     h100 = an.hardware("h100-sxm")
     assert an.hardware("h100-sxm").replace(hbm="96 GB").calibration("bf16") == h100.calibration("bf16")
+
+
+def test_bytes_need_no_link_bandwidth_but_times_do():
+    """MI300X's preset has no sourced link bandwidths: the bytes each GPU sends are still known and
+    equal those of the same plan with the links given; any time asks for the missing bandwidth."""
+    m, lay = an.model("llama3-70b"), an.Layout(tp=8, dp=8, zero=3, sequence_parallel=True)
+    kw = dict(seq_len=8192, global_batch=64)
+    bare = an.Plan(m, an.hardware("mi300x"), lay, **kw)
+    given = an.Plan(m, an.hardware("mi300x"), lay, scale_up_bandwidth="448 GB/s", scale_out_bandwidth="400 Gbit/s", **kw)
+    assert bare.communication() == given.communication()
+    assert bare.communication()["tp"].magnitude > 0
+    for ask in (bare.communication_time, bare.step_time, bare.time_breakdown):
+        with pytest.raises(InputError, match="scale_up_bandwidth"):
+            ask()
+    assert given.step_time().magnitude > 0
