@@ -288,7 +288,11 @@ def cmd_formula(args) -> int:
             "symbols": {k: {"unit": f"{u:~P}", "display": an.symbols.info(k).display, "meaning": an.symbols.info(k).meaning}
                         for k, u in f.symbols.items()},
             "source": f.source, "assumptions": list(f.assumptions), "description": f.description}
-    if values:
+    free = [k for k in f.symbols if k not in values]
+    if values and free:  # partial application: the expression in what is left
+        part = f.subs(**values)
+        data["partial"], data["free"] = str(part.expr), free
+    elif values:
         result = f.evaluate(**values)
         data["value"] = float(result.magnitude)
         data["value_unit"] = f"{result.units:~P}"
@@ -304,7 +308,10 @@ def cmd_formula(args) -> int:
     print(f"source: {f.source}")
     for a in f.assumptions:
         print(f"assumes: {a}")
-    if values:
+    if values and free:
+        print(f"with {', '.join(values)} given, in {', '.join(free)}:")
+        print(sympy.pretty(part.expr, use_unicode=True) + f"   [{f.unit:~P}]")
+    elif values:
         print(f"value: {_fmt(result)}" + (f" = {_fmt(result.to_compact())}" if not result.dimensionless else ""))
     return 0
 

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+import analytic as an
 from analytic.cli import batch_tokens, main
 
 
@@ -69,6 +70,15 @@ def test_formula_evaluates_with_units(capsys):
     code, out, _ = run(capsys, "formula", "memory.model_states.zero0", "--set", "params=405e9", "--json")
     assert code == 0
     assert json.loads(out)["value"] == pytest.approx(6.48e12)
+
+
+def test_formula_partially_applied(capsys):
+    """Some inputs given: the expression in the others (what Formula.subs gives), not an error."""
+    code, out, err = run(capsys, "formula", "memory.model_states.zero1", "--set", "params=405e9", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["free"] == ["dp"] and "value" not in data
+    assert data["partial"] == str(an.formula("memory.model_states.zero1").subs(params=405e9).expr)
 
 
 def test_formula_list(capsys):
