@@ -54,6 +54,7 @@ def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20) -> int:
 
 
 def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict:
+    limit = count("limit", limit, allow_symbol=False)
     headroom = _one_free(plan.expr("memory.headroom"), keyword)
     xs, ys = _grid(headroom.lambdify(), keyword, min(limit, 1 << 22))
     for x in xs[ys >= 0]:
@@ -68,6 +69,7 @@ def minimise_step_time(plan, keyword: str, *, limit: int = 1 << 16) -> dict:
     """Continuous minimum of the step time over ``keyword`` ≥ 1, then the best valid integer."""
     from scipy.optimize import minimize_scalar
 
+    limit = count("limit", limit, allow_symbol=False)
     f = _one_free(plan.expr("step_time"), keyword)
     fn = f.lambdify()
     res = minimize_scalar(lambda lx: float(fn(**{keyword: math.exp(lx)})), bounds=(0.0, math.log(limit)),
@@ -87,7 +89,7 @@ def minimise_step_time(plan, keyword: str, *, limit: int = 1 << 16) -> dict:
 def largest_fitting_model(plan_factory, keyword: str = "layers", *, limit: int = 1 << 12) -> dict:
     """Largest integer ``keyword`` (e.g. layers) for which ``plan_factory(value)`` fits in HBM."""
     best = None
-    lo, hi = 1, limit
+    lo, hi = 1, count("limit", limit, allow_symbol=False)
     while lo <= hi:
         mid = (lo + hi) // 2
         try:
@@ -118,7 +120,7 @@ def mfu_threshold(plan, keyword: str, threshold: float, *, limit: int | None = N
     """Smallest valid integer ``keyword`` at which the predicted MFU falls below ``threshold``."""
     threshold = float(fraction("threshold", threshold))
     f = _one_free(plan.expr("mfu"), keyword)
-    limit = limit or int(plan.global_batch)
+    limit = int(plan.global_batch) if limit is None else count("limit", limit, allow_symbol=False)
     xs, ys = _grid(f.lambdify(), keyword, limit)
     for x in xs[ys < threshold]:
         if _valid(plan, keyword, int(x)):

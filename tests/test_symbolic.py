@@ -171,6 +171,9 @@ def test_questions_refuse_impossible_inputs():
         symbolic.tp_break_even(m, hw, seq_len=0, bandwidth="450 GB/s")
     with pytest.raises(an.InputError, match="efficiency"):
         symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth="450 GB/s", efficiency=2)
+    for ask in (plan.smallest, plan.best):
+        with pytest.raises(an.InputError, match="limit"):
+            ask("dp", limit=0)
     numeric = plan.subs(dp=64)
     for bad in (0, 1.2, float("inf")):
         with pytest.raises(an.InputError, match="mfu"):
