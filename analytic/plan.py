@@ -249,6 +249,7 @@ class Plan:
         self._check(self.allow_cross_node_tp)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
+        self._missing_for_times: list[str] = []  # inputs only times need, found missing by the communication walk
         self.seq_len, self.global_batch, self.microbatch_size = (
             sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
 
@@ -636,12 +637,12 @@ class Plan:
         time raises :meth:`_need`'s error through :meth:`_times_need`."""
         if key in self.inputs:
             return self.inputs[key]
-        self.__dict__.setdefault("_missing_for_times", []).append(key)
+        self._missing_for_times.append(key)
         return sym(key)
 
     def _times_need(self) -> None:
         self._comm  # noqa: B018  (the walk that records what the times lack)
-        for key in self.__dict__.get("_missing_for_times", []):
+        for key in self._missing_for_times:
             self._need(key)
 
     def _collective_time(self, kind: str, message: Formula, size, stride) -> Formula:
