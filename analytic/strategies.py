@@ -17,6 +17,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .errors import UnknownNameError
 from .hardware import Hardware
 from .model import Model
 from .plan import SCHEDULES, Layout, Plan
@@ -38,6 +39,16 @@ def _check_positive_int(name, value, allow_none=True):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgument(f"{name}={value!r} must be a positive integer")
+
+
+def _preset(kind: str, value, load):
+    """A preset name loaded (an unknown one is an invalid argument, in hypothesis's terms)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return load(value)
+    except UnknownNameError as exc:
+        raise InvalidArgument(f"{kind}={value!r}: {exc}") from None
 
 
 def models(*, names=None, moe: bool | None = None) -> st.SearchStrategy[Model]:
@@ -101,8 +112,7 @@ def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp
     batch: :func:`plans` takes care of it.)"""
     _check_positive_int("gpus", gpus)
     _check_positive_int("max_tp", max_tp, allow_none=False)
-    if isinstance(model, str):
-        model = _model(model)
+    model = _preset("model", model, _model)
     if model is not None and not isinstance(model, Model):
         raise InvalidArgument(f"model={model!r} must be a Model or a preset name")
     bad = [s for s in schedules if s not in SCHEDULES]
@@ -135,10 +145,7 @@ def plans(*, model: Model | str | None = None, hardware: Hardware | str | None =
     _check_positive_int("microbatches", microbatches, allow_none=False)
     if not seq_lens or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in seq_lens):
         raise InvalidArgument(f"seq_lens={seq_lens!r} must be positive integers")
-    if isinstance(model, str):
-        model = _model(model)
-    if isinstance(hardware, str):
-        hardware = _hardware(hardware)
+    model, hardware = _preset("model", model, _model), _preset("hardware", hardware, _hardware)
     return _plans(model, hardware, gpus, tuple(seq_lens), microbatches)
 
 
