@@ -88,3 +88,22 @@ def test_torchtitan_attention_share_reason():
     assert share_model < share_fit
     assert [round(100 * x) for x in (share_fit, share_model)] == [45, 39]
     assert all(f"{x}%" in cases["G04-256k"]["reason"] for x in (9, 45, 39))
+
+
+def test_readme_memory_paragraph():
+    """The README's numbers on memory, recomputed: TorchTitan's published peaks (GiB, the memory
+    column of each table of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md) against
+    the model's for the same runs, and the two published layouts the model puts above 80 GB."""
+    cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
+    measured = {"G03-8b-8": 76.8, "G03-8b-128": 61.8, "G03-70b-2d": 71.9, "G03-70b-2d-async-tp": 67.6,
+                "G02-1f1b": 82.5, "G02-interleaved": 72.7, "G04-32k": 75.3, "G04-64k": 75.9, "G04-128k": 77.1,
+                "G04-256k": 84.9}
+    model = {k: calibration.build_plan(cases[k]["plan"]).memory().total.to("GiB").magnitude for k in measured}
+    ratios = [measured[k] / model[k] for k in measured]
+    assert (round(min(model.values())), round(max(model.values()))) == (33, 88)
+    assert (round(min(ratios), 1), round(max(ratios), 1)) == (0.8, 2.2)
+    readme = (HERE.parent / "README.md").read_text()
+    assert "(62–85 GiB) are 0.8–2.2× the model's (33–88 GiB)" in readme.replace("\n", " ")
+    for case_id, gb in (("A01", 107), ("B02", 101)):
+        total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
+        assert round(total) == gb and f"({gb} GB;" in readme
