@@ -17,6 +17,16 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, out) -> None:
+    """Write the figure in the format its name asks for (an unknown one is the user's mistake)."""
+    try:
+        fig.savefig(out)
+    except ValueError as exc:  # matplotlib's word for an unsupported format
+        raise InputError(f"out: {exc}") from None
+    finally:
+        plt.close(fig)
+
+
 def scaling(model, hardware, *, gpus, seq_len, global_batch, out, **search_kw):
     """Step time (and MFU) of the best layout at each GPU count."""
     from .search import search
@@ -24,6 +34,9 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out, **search_kw):
     best = [search(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch, top=1, progress=False, **search_kw)
             for g in gpus]
     ok = [(g, r.best) for g, r in zip(gpus, best) if len(r)]
+    if not ok:
+        raise InputError("scaling plot: " + (f"no layout of {', '.join(map(str, gpus))} GPUs fits" if len(gpus)
+                                             else "give at least one GPU count"))
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([g for g, _ in ok], [b.step_time for _, b in ok], "o-", label="step time")
     ax.set_xscale("log", base=2)
@@ -34,8 +47,7 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out, **search_kw):
     ax2.set_ylabel("MFU")
     ax.set_title(f"{model.name or 'model'} on {hardware.key or hardware.name}: best layout per size")
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    _save(plt, fig, out)
     return out
 
 
@@ -64,15 +76,16 @@ def memory(result, model, hardware, *, seq_len, global_batch, out, top: int = 10
     ax.set_ylabel("memory per GPU (GB)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    _save(plt, fig, out)
     return out
 
 
 def bubble(pp: int, *, out, microbatches=None):
     """Bubble fraction against microbatches for each schedule."""
+    from .model import count
     from .sweep import bubble as sweep_bubble
     plt = _plt()
+    pp = count("pp", pp, allow_symbol=False)
     m = microbatches if microbatches is not None else np.unique(np.geomspace(pp, 64 * pp, 24).astype(int))
     data = sweep_bubble(pp, m)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -85,8 +98,7 @@ def bubble(pp: int, *, out, microbatches=None):
     ax.set_title(f"pipeline bubble, p = {pp}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    _save(plt, fig, out)
     return out
 
 
@@ -110,6 +122,5 @@ def pareto(result, *, out):
     ax.set_ylabel("memory per GPU (GB)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    _save(plt, fig, out)
     return out

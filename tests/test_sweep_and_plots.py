@@ -80,6 +80,18 @@ def test_plots_render(tmp_path, kind):
     assert len(np.unique(np.asarray(img.convert("L")))) > 10  # not a blank canvas
 
 
+def test_plots_refuse_what_they_cannot_draw(tmp_path):
+    pytest.importorskip("matplotlib")
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    with pytest.raises(an.InputError, match="out"):
+        plots.bubble(8, out=tmp_path / "bubble.xyz")  # a format matplotlib does not write
+    with pytest.raises(an.InputError, match="pp"):
+        plots.bubble(0, out=tmp_path / "bubble.png")
+    with pytest.raises(an.InputError, match="at least one"):
+        plots.scaling(m, hw, gpus=[], seq_len=2048, global_batch=64, out=tmp_path / "scaling.png")
+    assert not list(tmp_path.iterdir())
+
+
 def test_plot_axes_are_labelled(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
