@@ -249,7 +249,7 @@ class Plan:
         self._check(self.allow_cross_node_tp)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
-        self._missing_for_times: list[str] = []  # inputs only times need, found missing by the communication walk
+        self._missing_for_times: dict = {}  # inputs only times need, found missing by the communication walk
         self.seq_len, self.global_batch, self.microbatch_size = (
             sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
 
@@ -514,8 +514,8 @@ class Plan:
         # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
         # from the first microbatch to the last backward; without a pipeline, blocks come and go
         stage = self.expr("params_per_gpu")
-        held = _cases("held", "byte", (self._f("memory.zero3_held", params=stage) * 2, lay.schedule_is("dualpipe")),
-                      (self._f("memory.zero3_held", params=stage), True))
+        one = self._f("memory.zero3_held", params=stage)
+        held = _cases("held", "byte", (one * 2, lay.schedule_is("dualpipe")), (one, True))  # DualPipe: two copies
         unit = stage / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
         parts["gathered"] = _cases("gathered", "byte", (held, sympy.And(lay.zero_at_least(3), lay.pipelined)),
                                    (self._f("memory.zero3_gathered", params=unit), lay.zero_at_least(3)), (0, True))
@@ -637,7 +637,7 @@ class Plan:
         time raises :meth:`_need`'s error through :meth:`_times_need`."""
         if key in self.inputs:
             return self.inputs[key]
-        self._missing_for_times.append(key)
+        self._missing_for_times[key] = None
         return sym(key)
 
     def _times_need(self) -> None:

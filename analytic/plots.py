@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError
+from .model import count
 
 
 def _plt():
@@ -82,7 +83,6 @@ def memory(result, model, hardware, *, seq_len, global_batch, out, top: int = 10
 
 def bubble(pp: int, *, out, microbatches=None):
     """Bubble fraction against microbatches for each schedule."""
-    from .model import count
     from .sweep import bubble as sweep_bubble
     plt = _plt()
     pp = count("pp", pp, allow_symbol=False)
