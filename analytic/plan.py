@@ -602,16 +602,23 @@ class Plan:
         return (self._f(f"compute.attention_core_forward_flops_per_token{self.model.attention_suffix}") * self.model.blocks
                 * self.expr("tokens_per_step"))
 
+    def _flash_backward(self) -> Formula:
+        """What a FlashAttention backward adds by recomputing every block's QKᵀ (zero without it)."""
+        if not self.flash_attention:
+            return Formula("0", sympy.Integer(0), "FLOP", "")
+        return (self._f(f"compute.flash_backward_recompute_flops_per_token{self.model.attention_suffix}")
+                * self.model.blocks * self.expr("tokens_per_step"))
+
     def _hardware_flops(self) -> Formula:
         """PaLM's count over everything a token passes through: the model, and each MTP module's
-        projection, block and (shared) output head."""
+        projection, block and (shared) output head; FlashAttention's backward recomputation of QKᵀ."""
         m = self.model
         params = m.active_params_formula()
         if m.mtp_modules:
             params = (params + m.mtp_params_formula(active=True)
                       + self._f("model.params.embedding") * m.mtp_modules)
         per_token = self._f(f"compute.flops_per_token_palm{self.model.attention_suffix}", params=params, layers=m.blocks)
-        return self._recomputed(per_token * self.expr("tokens_per_step"), self._attention_core())
+        return self._recomputed(per_token * self.expr("tokens_per_step"), self._attention_core()) + self._flash_backward()
 
     def _bf16_flops(self) -> Formula:
         """The part of the hardware FLOPs that FP8 recipes keep in 16 bits: attention core and logits
@@ -619,7 +626,7 @@ class Plan:
         core = self._attention_core()
         logits = (self._f("compute.logits_forward_flops_per_token") * self.expr("tokens_per_step")
                   * (1 + self.model.mtp_modules))
-        return self._recomputed((core + logits) * 3, core)
+        return self._recomputed((core + logits) * 3, core) + self._flash_backward()
 
     def model_flops(self, convention: str = "6nd") -> pint.Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
@@ -627,7 +634,8 @@ class Plan:
         return self._flops(convention).value()
 
     def hardware_flops(self) -> pint.Quantity:
-        """FLOPs executed per step, recomputation included (PaLM convention for the model part)."""
+        """FLOPs executed per step, recomputation included (PaLM convention for the model part;
+        FlashAttention's backward recomputes QKᵀ)."""
         return self.expr("flops.hardware").value()
 
     # --- communication ---------------------------------------------------------------------

@@ -73,9 +73,9 @@ def test_mtp_module_parameters_and_flops_match_plan():
     assert count_parameters(net.mtp) == with_mtp.mtp_params_formula().value().magnitude
     assert count_parameters(net) - count_parameters(net.mtp) == with_mtp.total_params
 
-    def counted(model):
+    def counted(model):  # the plan counts FlashAttention's backward (its default)
         torch.manual_seed(0)
-        net = Transformer(model, seq_len=S, attention="explicit")
+        net = Transformer(model, seq_len=S, attention="flash-matmul")
         with FlopCounterMode(display=False) as fc:
             out = net(torch.randint(0, model.vocab, (B, S)), mtp=True)
             sum(o.float().sum() for o in out).backward()
@@ -87,6 +87,45 @@ def test_mtp_module_parameters_and_flops_match_plan():
 
     norm_weights = 4 * MLA.hidden + MLA.q_lora_rank + MLA.kv_lora_rank
     assert planned(with_mtp) - planned(MLA) - (counted(with_mtp) - counted(MLA)) == 6 * norm_weights * B * S
+
+
+def _flops_and_grads(model, attention):
+    torch.manual_seed(0)
+    net = Transformer(model, seq_len=S, attention=attention, dtype=torch.float64)
+    tokens = torch.randint(0, model.vocab, (B, S), generator=torch.Generator().manual_seed(1))
+    with FlopCounterMode(display=False) as fc:
+        net(tokens).sum().backward()
+    return fc.get_total_flops(), [p.grad for p in net.parameters()]
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT, MLA], ids=lambda m: m.name)
+def test_flash_backward_recomputes_qk(model):
+    """FlashAttention's algorithm in matmuls gives explicit attention's gradients, and its backward
+    executes one more product than 2 × the core's forward: QKᵀ again (MLA: over d_h + d_r), the
+    catalogue's compute.flash_backward_recompute_flops_per_token per layer and token."""
+    explicit, g_explicit = _flops_and_grads(model, "explicit")
+    flash, g_flash = _flops_and_grads(model, "flash-matmul")
+    for a, b in zip(g_explicit, g_flash, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)  # float64: the same gradients
+    mla = ".mla" if model.attention == "mla" else ""
+    per_token = an.formula(f"compute.flash_backward_recompute_flops_per_token{mla}").bind(
+        {**model.inputs(), "seq_len": S}).value().magnitude
+    assert flash - explicit == per_token * model.layers * S * B
+
+
+def test_plan_adds_the_flash_backward_to_hardware_flops():
+    """A GPT plan with and without FlashAttention differs by what the matmul reference's backward adds."""
+    def planned(flash):
+        plan = an.Plan(GPT, an.hardware("h100-sxm"), an.Layout(), seq_len=S, global_batch=B, flash_attention=flash)
+        return plan.hardware_flops().to("FLOP").magnitude
+    assert planned(True) - planned(False) == _flops_and_grads(GPT, "flash-matmul")[0] - _flops_and_grads(GPT, "explicit")[0]
+
+
+def test_transformer_refuses_unknown_attention_and_dropout_it_cannot_apply():
+    with pytest.raises(an.InputError, match="attention"):
+        Transformer(GPT, seq_len=S, attention="sdpa")
+    with pytest.raises(an.InputError, match="dropout"):
+        Transformer(GPT, seq_len=S, attention="flash-matmul", dropout=0.1)
 
 
 def test_selective_recompute_adds_one_attention_core_forward():

@@ -47,6 +47,20 @@ define("compute.attention_core_forward_flops_per_token.mla", 2 * a * (2 * d_h + 
        ("QKᵀ over d_h + d_r dimensions per head (decoupled RoPE key), attention over V of d_h",
         "attention counted in full"),
        "forward FLOPs per token of one MLA layer's attention core", coefficient_unit="FLOP")
+FLASH = ("Dao et al. 2022, FlashAttention, arXiv 2205.14135 §3.1 (the backward recomputes S = QKᵀ); "
+         "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py (backward = 2.5 × forward FLOPs)")
+define("compute.flash_backward_recompute_flops_per_token", 2 * a * d_h * s, "FLOP/token", FLASH,
+       ("the QKᵀ product FlashAttention's backward recomputes from Q, K and the saved softmax statistics",
+        "five matmuls in the backward against the forward's two: 2.5 × the core's forward, not 2 ×",
+        "attention counted in full"),
+       "FLOPs per token of one layer that a FlashAttention backward adds by recomputing QKᵀ",
+       coefficient_unit="FLOP")
+define("compute.flash_backward_recompute_flops_per_token.mla", 2 * a * (d_h + d_r) * s, "FLOP/token",
+       f"{FLASH}; {DEEPSEEK_MLA}",
+       ("QKᵀ over d_h + d_r dimensions per head (decoupled RoPE key), recomputed in the backward",
+        "attention counted in full"),
+       "FLOPs per token of one MLA layer that a FlashAttention-style backward adds by recomputing QKᵀ",
+       coefficient_unit="FLOP")
 define("compute.attention_forward_flops_per_token.mla",
        2 * (h * r_q + r_q * a * (d_h + d_r) + h * (r_kv + d_r) + r_kv * a * 2 * d_h + a * d_h * h)
        + 2 * a * (2 * d_h + d_r) * s, "FLOP/token", f"{DEEPSEEK_MLA}; derived: derivations/time_wall.py",

@@ -12,7 +12,9 @@ kernels save (and what the library's activation formulas count):
 
 ``attention="explicit"`` writes attention as matmuls and softmax (every FLOP visible to the counter,
 scores stored, optional 1-byte dropout masks: Korthikanti's GPT layer); ``attention="flash"`` calls
-``scaled_dot_product_attention`` (q, k, v, output and fp32 log-sum-exp saved, no s² tensor).
+``scaled_dot_product_attention`` (q, k, v, output and fp32 log-sum-exp saved, no s² tensor);
+``attention="flash-matmul"`` is FlashAttention's algorithm in plain matmuls (what it saves, and a
+backward that recomputes QKᵀ, every FLOP visible to the counter).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import Model
+from ..errors import InputError
+from ..model import Model, choice
+
+ATTENTIONS = ("explicit", "flash", "flash-matmul")
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -80,6 +85,31 @@ class _SwiGLU(torch.autograd.Function):
         silu = gf * sig
         d_gate = g.float() * up.float() * (sig * (1 + gf * (1 - sig)))
         return d_gate.to(gate.dtype), (g.float() * silu).to(up.dtype)
+
+
+class _FlashCore(torch.autograd.Function):
+    """softmax(QKᵀ·scale + mask)·V as FlashAttention computes it, without the tiling (Dao et al. 2022,
+    arXiv 2205.14135 Algorithms 2 and 4): the forward saves Q, K, V, the output and the fp32
+    log-sum-exp of each row; the backward recomputes S = QKᵀ and P from them, then dV = PᵀdO,
+    dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q: five matmuls against the forward's two."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale):
+        scores = ((q @ k.transpose(-1, -2)) * scale + mask).to(torch.promote_types(q.dtype, torch.float32))
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        out = torch.exp(scores - lse).to(q.dtype) @ v
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mask, ctx.scale = mask, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, lse = ctx.saved_tensors
+        p = torch.exp(((q @ k.transpose(-1, -2)) * ctx.scale + ctx.mask).to(lse.dtype) - lse).to(q.dtype)
+        dv = p.transpose(-1, -2) @ g
+        dp = g @ v.transpose(-1, -2)
+        ds = p * (dp - (g * out).sum(dim=-1, keepdim=True))
+        return (ds @ k) * ctx.scale, (ds.transpose(-1, -2) @ q) * ctx.scale, dv, None, None
 
 
 class _OutProj(torch.autograd.Function):
@@ -170,12 +200,14 @@ class Attention(nn.Module):
             else:
                 out = core(q, k, v)
             y = _OutProj.apply(out, self.o)
-        else:  # explicit matmuls: attention counted in full (the causal mask costs FLOPs like any score)
+        else:  # matmuls: attention counted in full (the causal mask costs FLOPs like any score)
             if self.kv != self.a:
                 k = k.repeat_interleave(self.a // self.kv, dim=1)
                 v = v.repeat_interleave(self.a // self.kv, dim=1)
 
             def core(q, k, v):
+                if self.attention == "flash-matmul":
+                    return _FlashCore.apply(q, k, v, causal[:s, :s], 1.0 / math.sqrt(self.d))
                 scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d)) + causal[:s, :s]
                 return _dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
             if self.recompute_core:
@@ -213,6 +245,8 @@ class MLAttention(nn.Module):
         k = torch.cat([k_nope, k_rope.unsqueeze(1).expand(b, self.a, s, self.dr)], dim=-1)
         if self.attention == "flash":
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.attention == "flash-matmul":
+            out = _FlashCore.apply(q, k, v, causal[:s, :s], 1.0 / math.sqrt(self.d + self.dr))
         else:  # explicit matmuls: QKᵀ over d_h + d_r, attention over V of d_h, counted in full
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d + self.dr)) + causal[:s, :s]
             out = torch.softmax(scores, dim=-1) @ v
@@ -301,6 +335,9 @@ class Transformer(nn.Module):
     def __init__(self, m: Model, *, dtype=torch.float32, attention: str = "explicit", dropout: float = 0.0,
                  seq_len: int | None = None, recompute_core: bool = False):
         super().__init__()
+        choice("attention", attention, ATTENTIONS)
+        if dropout and attention != "explicit":
+            raise InputError(f"dropout: only attention='explicit' drops attention probabilities, got {attention!r}")
         self.m = m
         self.embed = nn.Embedding(m.vocab, m.hidden, dtype=dtype)
         self.pos = nn.Embedding(m.max_seq_len, m.hidden, dtype=dtype) if m.position == "learned" else None
