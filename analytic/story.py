@@ -146,6 +146,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         _q(plan.expr("params_per_gpu")) / shard, "memory.model_states.optimizer")
     # time
     add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"), "compute.training_flops")
+    recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
+    flash = ", FlashAttention backward" if plan.flash_attention else ""
+    add("time", "hardware_flops", f"FLOPs executed per step ({recompute} recomputation{flash})", plan.hardware_flops(),
+        "compute.flops_per_token_palm")
     if mfu is not None:
         add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
     try:

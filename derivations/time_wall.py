@@ -1,5 +1,5 @@
 """Time wall: 6ND from the cost of one matmul; the exact per-layer count; when 6ND is within 1% or 5%;
-PaLM's 6N + 12LHQT; why MoE compute follows the active parameters."""
+PaLM's 6N + 12LHQT; what FlashAttention's backward adds; why MoE compute follows the active parameters."""
 
 import sympy
 
@@ -37,6 +37,19 @@ def derive() -> Derivation:
     d.check(mla_proj + mla_scores, "compute.attention_forward_flops_per_token.mla")
     d.check(6 * S("params") + 3 * L * mla_scores, "compute.flops_per_token_palm.mla",
             "PaLM's convention with MLA's core: 6N plus three times the core's forward, per layer:")
+    # FlashAttention's backward (Dao et al. 2022, Algorithm 4), per token and head, for queries and keys
+    # of width w_qk and values of width w_v: it keeps no s×s matrix, so it recomputes S = QKᵀ first
+    w_qk, w_v = sympy.symbols("w_qk w_v", positive=True)
+    fa_fwd = d.step("FlashAttention forward per token and head: S = QKᵀ over s keys, then O = PV",
+                    2 * s * w_qk + 2 * s * w_v)
+    fa_bwd = d.step("Its backward: S = QKᵀ again, dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q",
+                    2 * s * w_qk + 2 * s * w_v + 2 * s * w_v + 2 * s * w_qk + 2 * s * w_qk)
+    d.step("Backward over forward with w_qk = w_v (the 2.5 of FlashAttention's benchmarks)",
+           sympy.simplify((fa_bwd / fa_fwd).subs(w_qk, w_v)), "flash_backward_ratio")
+    extra = d.step("What it executes beyond the usual 2 × forward: the recomputed QKᵀ", sympy.expand(fa_bwd - 2 * fa_fwd))
+    d.check(a * extra.subs(w_qk, d_h), "compute.flash_backward_recompute_flops_per_token", "Over a heads of width d_h:")
+    d.check(a * extra.subs(w_qk, d_h + d_r), "compute.flash_backward_recompute_flops_per_token.mla",
+            "MLA, queries and keys of d_h + d_r:")
     k, E, E_s, h_e = S("topk", "experts", "shared_experts", "expert_ffn_hidden")
     d.check((k + E_s) * 2 * 3 * h * h_e + 2 * h * E, "compute.moe_forward_flops_per_token",
             "MoE FFN: a token passes through its k routed and the shared SwiGLU experts, and the router h×E:")

@@ -49,14 +49,15 @@ define("compute.attention_core_forward_flops_per_token.mla", 2 * a * (2 * d_h + 
        "forward FLOPs per token of one MLA layer's attention core", coefficient_unit="FLOP")
 FLASH = ("Dao et al. 2022, FlashAttention, arXiv 2205.14135 §3.1 (the backward recomputes S = QKᵀ); "
          "Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py (backward = 2.5 × forward FLOPs)")
-define("compute.flash_backward_recompute_flops_per_token", 2 * a * d_h * s, "FLOP/token", FLASH,
+define("compute.flash_backward_recompute_flops_per_token", 2 * a * d_h * s, "FLOP/token",
+       f"{FLASH}; derived: derivations/time_wall.py",
        ("the QKᵀ product FlashAttention's backward recomputes from Q, K and the saved softmax statistics",
         "five matmuls in the backward against the forward's two: 2.5 × the core's forward, not 2 ×",
         "attention counted in full"),
        "FLOPs per token of one layer that a FlashAttention backward adds by recomputing QKᵀ",
        coefficient_unit="FLOP")
 define("compute.flash_backward_recompute_flops_per_token.mla", 2 * a * (d_h + d_r) * s, "FLOP/token",
-       f"{FLASH}; {DEEPSEEK_MLA}",
+       f"{FLASH}; {DEEPSEEK_MLA}; derived: derivations/time_wall.py",
        ("QKᵀ over d_h + d_r dimensions per head (decoupled RoPE key), recomputed in the backward",
         "attention counted in full"),
        "FLOPs per token of one MLA layer that a FlashAttention-style backward adds by recomputing QKᵀ",
