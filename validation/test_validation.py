@@ -66,6 +66,26 @@ def test_library_never_names_a_case():
             assert f'"{case_id}"' not in source and f"'{case_id}'" not in source, case_id
 
 
+def test_readme_opt_paragraph():
+    """OPT-175B's published configuration (992 A100, FSDP with TP8, FP16, ~2M tokens per step:
+    OPT arXiv 2205.01068 §2.4; facebookresearch/metaseq projects/OPT/chronicles/10_percent_update.md)
+    leaves the microbatch size, the recomputation and the FLOP convention of its 147 TFLOP/s open:
+    over the choices that fit, the model's prediction spans the range the README states."""
+    predictions = []
+    for recompute in ("none", "full"):
+        for microbatch in (1, 2, 4, 8):
+            plan = calibration.build_plan(dict(
+                model="gpt3-175b", hardware="a100-80g", layout=dict(tp=8, dp=124, zero=3, recompute=recompute),
+                seq_len=2048, global_batch=992, microbatch_size=microbatch, dtype="fp16", flash_attention=False))
+            if plan.memory().fits:
+                predictions += [calibration.metric_formula(plan, "achieved_flops", convention).value()
+                                .to("TFLOP/s").magnitude for convention in ("6nd", "megatron")]
+    low, high = round(min(predictions)), round(max(predictions))
+    assert low < 147 < high
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    assert f"the model gives anything from {low} to {high} TFLOP/s" in readme
+
+
 def test_readme_memory_paragraph():
     """The README's numbers on memory, recomputed: TorchTitan's published peaks (GiB, the memory
     column of each table of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md) against
