@@ -86,7 +86,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
-                "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth"}
+                "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
+                "flash_attention"}
 PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
 
 
@@ -112,7 +113,7 @@ def _search_inputs(args, what: str):
     links = {k: getattr(args, k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if getattr(args, k)}
     if links:
         hw = hw.replace(**links)
-    kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp),
+    kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0)}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
@@ -142,6 +143,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--comm-sms", dest="comm_sms",
                    help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
     g.add_argument("--recompute", choices=["none", "selective", "full"])
+    g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
+                   help="FlashAttention (the default): no s×s tensor kept, QKᵀ recomputed in the backward")
+    g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                   help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)")
     g.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
     g.add_argument("--seq", help="sequence length")
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
@@ -164,7 +169,7 @@ def build_plan(args) -> tuple[object, dict]:
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "recompute", "schedule", "seq",
-        "batch_tokens", "global_batch", "microbatch_size", "dtype"))
+        "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
@@ -194,7 +199,7 @@ def build_plan(args) -> tuple[object, dict]:
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),
-                   dtype=get("dtype") or "bf16", **links)
+                   dtype=get("dtype") or "bf16", flash_attention=get("flash_attention") is not False, **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12

@@ -445,7 +445,7 @@ class Plan:
                 f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} recompute={lay.recompute} "
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
-                f"dtype={self.dtype}")
+                f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}")
 
     def _builders(self) -> dict:
         b = {

@@ -179,6 +179,31 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
     assert code == 2 and "--tokens" in err
 
 
+def test_flash_attention_flags(capsys):
+    """--no-flash-attention reaches the plan (step, memory) and the search; a GQA model without
+    flash attention is refused in one line."""
+    argv = ["--model", "gpt3-175b", "--hardware", "a100-80g", "--gpus", "1024", "--tp", "8", "--pp", "16",
+            "--seq", "2048", "--global-batch", "1536", "--json"]
+    executed = {}
+    for flag in ("--flash-attention", "--no-flash-attention"):
+        code, out, err = run(capsys, "step", *argv, flag)
+        assert code == 0, err
+        executed[flag] = next(ln["value"] for ln in json.loads(out)["lines"] if ln["key"] == "hardware_flops")
+    layout = an.Layout(tp=8, pp=16, dp=8, sequence_parallel=True)
+    for flag, flash in (("--flash-attention", True), ("--no-flash-attention", False)):
+        plan = an.Plan(an.model("gpt3-175b"), an.hardware("a100-80g"), layout, seq_len=2048, global_batch=1536,
+                       flash_attention=flash)
+        assert executed[flag] == pytest.approx(plan.hardware_flops().to("FLOP").magnitude, rel=1e-12)
+    assert executed["--flash-attention"] > executed["--no-flash-attention"]
+    search = ["search", "--model", "gpt3-175b", "--hardware", "a100-80g", "--gpus", "64", "--seq", "2048",
+              "--global-batch", "64", "--json"]
+    best = {flag: json.loads(run(capsys, *search, flag)[1])["ranked"][0] for flag in ("--flash-attention", "--no-flash-attention")}
+    assert best["--flash-attention"] != best["--no-flash-attention"]
+    code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                         "--seq", "8192", "--global-batch", "8", "--no-flash-attention")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "flash_attention" in err
+
+
 def test_search_without_a_valid_layout_says_so(capsys):
     code, out, err = run(capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
                          "--seq", "8192", "--global-batch", "256", "--microbatch-size", "3")
