@@ -327,9 +327,12 @@ def cmd_validate(args) -> int:
     results = validation.run(folder)
     failed = validation.failed(results)
     if args.json:
-        print(json.dumps([{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
-                           "error": r.error, "status": r.status, "expected": r.expected, "source": r.source,
-                           "reason": r.reason} for r in results]))
+        cases = [{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
+                  "error": r.error, "tolerance": r.tolerance, "status": r.status, "expected": r.expected,
+                  "source": r.source, "reason": r.reason,
+                  **({"in_fit": r.extra["in_fit"], "in_fit_error": r.extra["in_fit_error"]} if r.kind == "predicted" else {})}
+                 for r in results]
+        print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
     else:
         print(validation.table(results))
         print()

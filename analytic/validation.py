@@ -167,23 +167,36 @@ def failed(results: list[Result]) -> list[Result]:
     return [r for r in results if r.kind != "claim" and r.status not in ("within", "disagrees")]
 
 
-def summary(results: list[Result]) -> list[str]:
-    lines = []
+def statistics(results: list[Result]) -> dict:
+    """Cases by kind and status, and for the predicted cases (the fitted ones, and all) the mean and
+    max absolute relative error, in-fit and leave-one-out."""
+    out = {"cases": {}, "predicted": {}}
     for kind in ("identity", "derived", "predicted", "claim"):
-        rs = [r for r in results if r.kind == kind]
         counts = {}
-        for r in rs:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        lines.append(f"{kind}: {len(rs)} cases — " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        for r in results:
+            if r.kind == kind:
+                counts[r.status] = counts.get(r.status, 0) + 1
+        out["cases"][kind] = dict(sorted(counts.items()))
     pred = [r for r in results if r.kind == "predicted"]
-    for label, subset in (("fitted cases", [r for r in pred if r.extra["in_fit"]]), ("all predicted cases", pred)):
-        if not subset:
-            continue
-        fit_errs = [abs(r.extra["in_fit_error"]) for r in subset]
-        loo_errs = [abs(r.error) for r in subset]
-        lines.append(f"predicted, {label} ({len(subset)}): in-fit mean {_pct(sum(fit_errs) / len(fit_errs))}, "
-                     f"max {_pct(max(fit_errs))}; leave-one-out mean {_pct(sum(loo_errs) / len(loo_errs))}, "
-                     f"max {_pct(max(loo_errs))}")
+    for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
+        if subset:
+            fit_errs = [abs(r.extra["in_fit_error"]) for r in subset]
+            loo_errs = [abs(r.error) for r in subset]
+            out["predicted"][label] = {"count": len(subset), "in_fit_mean": sum(fit_errs) / len(fit_errs),
+                                       "in_fit_max": max(fit_errs), "leave_one_out_mean": sum(loo_errs) / len(loo_errs),
+                                       "leave_one_out_max": max(loo_errs)}
+    return out
+
+
+def summary(results: list[Result]) -> list[str]:
+    stats = statistics(results)
+    lines = [f"{kind}: {sum(counts.values())} cases — " + ", ".join(f"{v} {k}" for k, v in counts.items())
+             for kind, counts in stats["cases"].items()]
+    for label, s in stats["predicted"].items():
+        name = "fitted cases" if label == "fitted" else "all predicted cases"
+        lines.append(f"predicted, {name} ({s['count']}): in-fit mean {_pct(s['in_fit_mean'])}, "
+                     f"max {_pct(s['in_fit_max'])}; leave-one-out mean {_pct(s['leave_one_out_mean'])}, "
+                     f"max {_pct(s['leave_one_out_max'])}")
     return lines
 
 

@@ -29,14 +29,30 @@ def test_case(results, case_id):
 
 def test_readme_states_the_current_errors(results):
     """The README's leave-one-out and in-fit errors of the fitted cases are the run's."""
-    fitted = [r for r in results if r.kind == "predicted" and r.extra["in_fit"]]
-    loo = [abs(r.error) for r in fitted]
-    in_fit = [abs(r.extra["in_fit_error"]) for r in fitted]
+    fitted = validation.statistics(results)["predicted"]["fitted"]
     readme = " ".join((HERE.parent / "README.md").read_text().split())
-    stated = (f"misses them by {100 * sum(loo) / len(loo):.1f}% on average out of sample (leave-one-out; "
-              f"in-fit {100 * sum(in_fit) / len(in_fit):.1f}%), within the 5% target; the worst, "
-              f"{100 * max(loo):.1f}%, is within the 12% target")
+    stated = (f"misses them by {100 * fitted['leave_one_out_mean']:.1f}% on average out of sample (leave-one-out; "
+              f"in-fit {100 * fitted['in_fit_mean']:.1f}%), within the 5% target; the worst, "
+              f"{100 * fitted['leave_one_out_max']:.1f}%, is within the 12% target")
     assert stated in readme
+
+
+def test_validate_command_json(results, capsys):
+    """`analytic validate --json`: every case, the summary's numbers (the same as the printed lines),
+    the failing ids, and exit status 1 exactly when a non-claim case is outside its tolerance."""
+    import json
+
+    from analytic.cli import main
+    code = main(["validate", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    failed = [r.id for r in validation.failed(results)]
+    assert code == (1 if failed else 0) and out["failed"] == failed
+    assert [c["id"] for c in out["cases"]] == [r.id for r in results]
+    assert out["summary"] == validation.statistics(results)
+    fitted = out["summary"]["predicted"]["fitted"]
+    line = next(ln for ln in validation.summary(results) if ln.startswith("predicted, fitted cases"))
+    assert f"leave-one-out mean {100 * fitted['leave_one_out_mean']:.1f}%" in line
+    assert sum(out["summary"]["cases"]["predicted"].values()) == sum(r.kind == "predicted" for r in results)
 
 
 def test_every_case_has_a_source():
