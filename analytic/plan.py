@@ -141,6 +141,27 @@ class _Degrees:
         """Condition: more than one pipeline stage."""
         return sympy.Gt(self.pp, 1)
 
+    @property
+    def dp_regimes(self) -> tuple:
+        """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
+        Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
+        gathers twice per microbatch; under one (and for ZeRO-1), once per step."""
+        unpiped = sympy.Not(self.pipelined)
+        return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
+                ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
+                ("reduce-scatter + all-gather", self.zero_at_least(1)), ("all-reduce", sympy.true))
+
+    @property
+    def gathered_regimes(self) -> tuple:
+        """Which catalogue formula counts ZeRO-3's unsharded copies: (name or None, condition)."""
+        return (("memory.zero3_held", self.zero_at_least(3) & self.pipelined),
+                ("memory.zero3_gathered", self.zero_at_least(3)), (None, sympy.true))
+
+
+def regime(regimes: tuple):
+    """The regime a numeric layout is in (the first whose condition holds)."""
+    return next(name for name, cond in regimes if cond == sympy.true)
+
 
 def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
     """SMs reserved for communication need an accelerator whose SM count is known and larger."""
@@ -517,8 +538,8 @@ class Plan:
         one = self._f("memory.zero3_held", params=stage)
         held = _cases("held", "byte", (one * 2, lay.schedule_is("dualpipe")), (one, True))  # DualPipe: two copies
         unit = stage / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
-        parts["gathered"] = _cases("gathered", "byte", (held, sympy.And(lay.zero_at_least(3), lay.pipelined)),
-                                   (self._f("memory.zero3_gathered", params=unit), lay.zero_at_least(3)), (0, True))
+        value = {"memory.zero3_held": held, "memory.zero3_gathered": self._f("memory.zero3_gathered", params=unit), None: 0}
+        parts["gathered"] = _cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
         return parts
 
     def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
@@ -751,10 +772,8 @@ class Plan:
                 add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
             for k, unit in (("bytes", "byte"), ("time", "s")):
-                out["dp"][k] = out["dp"][k] + _cases(
-                    k, unit, ((rs[k] + ag[k] * 2) * mb, lay.zero_at_least(3) & sympy.Not(lay.pipelined)),
-                    (rs[k] * mb + ag[k], lay.zero_at_least(2) & sympy.Not(lay.pipelined)),
-                    (rs[k] + ag[k], lay.zero_at_least(1)), (ar[k], True))
+                values = ((rs[k] + ag[k] * 2) * mb, rs[k] * mb + ag[k], rs[k] + ag[k], ar[k])  # as lay.dp_regimes
+                out["dp"][k] = out["dp"][k] + _cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
         # reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
@@ -846,8 +865,8 @@ class Plan:
         # block of every microbatch, so through the whole step; otherwise the gradient reduction hides
         # behind the last microbatch (on every chunk of this stage) and the parameter all-gather behind
         # the next step's first one
-        window = _cases("window", "s", (compute, lay.zero_at_least(2) & sympy.Not(lay.pipelined)),
-                        (chunk * lay.vpp, True)) * phi
+        per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
+        window = _cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
         out["dp"] = Formula("dp", _max(0, comm["dp"]["time"].expr - window.expr), "s", "")
         # DualPipe overlaps all-to-all with the paired chunk's compute
         out["ep"] = _cases("ep", "s", (Formula("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", ""),

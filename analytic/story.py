@@ -13,7 +13,7 @@ import pint
 
 from .errors import AnalyticError
 from .formulas import formula
-from .plan import Plan
+from .plan import Plan, regime
 from .units import Q_
 
 
@@ -83,12 +83,11 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         "memory.model_states.gradients")
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         "memory.model_states.optimizer")
-    if z >= 3 and lay.pp > 1:
-        add("memory", "gathered", "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
-            mem.gathered.to("GB"), "memory.zero3_held")
-    elif z >= 3:
-        add("memory", "gathered", "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients",
-            mem.gathered.to("GB"), "memory.zero3_gathered")
+    gathered = regime(plan.deg.gathered_regimes)
+    if gathered:
+        label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
+                 "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
+        add("memory", "gathered", label[gathered], mem.gathered.to("GB"), gathered)
     act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
     add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), act_formula)
@@ -120,8 +119,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         ctime = None
         add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
     if replicas != 1:
-        kinds = ("all-reduce" if not z else "reduce-scatter + all-gather" if z < 2 or lay.pp > 1
-                 else "RS every microbatch + AG" if z == 2 else "per microbatch: RS + 2 AG")
+        kinds = regime(plan.deg.dp_regimes)
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
         if "scale_out_bandwidth" in plan.inputs:
