@@ -88,7 +88,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "flash_attention"}
-PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
+PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "zero3_gather", "mfu", "tokens"}
 
 
 def _refuse_unread(args, read: set, what: str, why: str) -> None:
@@ -142,6 +142,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
     g.add_argument("--comm-sms", dest="comm_sms",
                    help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
+    g.add_argument("--zero3-gather", dest="zero3_gather", choices=["per-block", "per-tensor"],
+                   help="how ZeRO-3 gathers parameters: per-block, prefetched (default; FSDP), or per-tensor, "
+                        "blocking (DeepSpeed ZeRO-3 of 2021)")
     g.add_argument("--recompute", choices=["none", "selective", "full"])
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="FlashAttention (the default): no s×s tensor kept, QKᵀ recomputed in the backward")
@@ -168,7 +171,8 @@ def build_plan(args) -> tuple[object, dict]:
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
-        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "recompute", "schedule", "seq",
+        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
+        "recompute", "schedule", "seq",
         "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
@@ -194,7 +198,7 @@ def build_plan(args) -> tuple[object, dict]:
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
                        sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
                        comm_sms=_count(str(get("comm_sms") or 0), "comm-sms", minimum=0),
-                       recompute=get("recompute") or "none",
+                       recompute=get("recompute") or "none", zero3_gather=get("zero3_gather") or "per-block",
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,

@@ -168,6 +168,20 @@ class Model:
         """Blocks whose FFN is a mixture of experts (an MTP block is of the last layer's kind)."""
         return self.moe_layers + self.mtp_modules if self.is_moe else 0
 
+    @property
+    def block_tensors(self):
+        """Parameter tensors in the transformer blocks, as Megatron-LM lays a block out: a norm
+        before attention and one before the MLP (LayerNorm: gain and bias), fused QKV and output
+        projections (MLA: query and KV down- and up-projections, their two norms, the output), the
+        MLP's two linear layers (SwiGLU's gate and up fused), each with a bias where the model has
+        them; an MoE FFN: the router, two per routed expert, two for the shared experts. What a
+        per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
+        linear = 2 if self.bias else 1
+        norms = 2 * (2 if self.norm == "layernorm" else 1)
+        attention = 5 + 2 if self.attention == "mla" else 2 * linear
+        moe = 1 + 2 * self.experts + (2 if self.shared_experts else 0)
+        return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + self.moe_blocks * (norms + attention + moe)
+
     def inputs(self) -> dict:
         """keyword → value of every architecture symbol (for binding catalogue formulas)."""
         out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,

@@ -6,7 +6,8 @@ gives numbers, closed forms and the vectorised expressions that search compiles.
 
 Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp (ep inside dp), pp.
 An axis whose group fits in a node uses the scale-up link, one whose ranks are all on other nodes
-the scale-out link, one that spans both a two-level algorithm.
+the scale-out link. One that spans both all-reduces in two levels, and reduce-scatters and
+all-gathers as NCCL does, in a ring over every rank whose bytes cross the nodes' NICs together.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ RECOMPUTE = ("none", "selective", "full")
 CONVENTIONS = ("6nd", "palm", "megatron")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
 AXES = ("tp", "cp", "dp", "pp", "ep")
+#: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
+#: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
+#: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
+#: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188)
+ZERO3_GATHERS = ("per-block", "per-tensor")
 
 
 def _is_number(x) -> bool:
@@ -75,6 +81,7 @@ class Layout:
     schedule: object = "1f1b"
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
     comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
+    zero3_gather: str = "per-block"  # one of ZERO3_GATHERS
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -89,6 +96,9 @@ class Layout:
                 raise InputError(f"{k}: expected True or False, got {getattr(self, k)!r}")
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
+        choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
+        if self.zero3_gather != "per-block" and not _open(self.zero, "zero") and self.zero != 3:
+            raise LayoutError(f"zero3_gather: {self.zero3_gather!r} gathers need zero=3, got zero={self.zero}")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
@@ -117,6 +127,7 @@ class _Degrees:
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, sympy.sympify(getattr(layout, k)))
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
+        self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
         self.zero = sympy.sympify(layout.zero)
         self.comm_sms = sympy.sympify(layout.comm_sms)
         index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
@@ -463,6 +474,7 @@ class Plan:
         return (f"analytic Plan: {self.model.name or 'model'} on {self.hardware.key or self.hardware.name}, "
                 f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} zero={lay.zero} "
                 f"sp={lay.sequence_parallel}{' async_tp' if lay.async_tp else ''}"
+                f"{' zero3_gather=per-tensor' if lay.zero3_gather == 'per-tensor' else ''}"
                 f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} recompute={lay.recompute} "
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
@@ -689,7 +701,8 @@ class Plan:
             if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
                 return flat("scale_out_bandwidth")
             per_node = g / stride
-            return formula(f"collectives.hierarchical_{kind}.time").bind(
+            name = "hierarchical_all_reduce" if kind == "all_reduce" else f"ring_across_nodes_{kind}"
+            return formula(f"collectives.{name}.time").bind(
                 {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
                  "scale_up_bandwidth": self._time_input("scale_up_bandwidth") * eff,
                  "scale_out_bandwidth": self._time_input("scale_out_bandwidth") * eff})
@@ -762,18 +775,28 @@ class Plan:
         # (ZeRO §7). Under a pipeline schedule ZeRO-3 gathers its stage once and holds it
         # (memory.zero3_held), and ZeRO-2 is counted as the ZeRO paper does: 2Ψ per step.
         # Over the replica groups: dp·cp ranks for dense parameters, dp·cp/ep for experts.
+        # Buckets of one layer each; per-tensor ZeRO-3 gathers each parameter tensor on its own,
+        # blocking (ZERO3_GATHERS): that part of the time is kept apart, as out["dp"]["blocking"]
         buckets = layers_local
-        for local, size, stride in self._replica_groups():
+        routed = sympy.sympify(m.moe_blocks * 2 * m.experts)  # two tensors per routed expert (Model.block_tensors)
+        tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
+        out["dp"]["blocking"] = zero_t
+        for (local, size, stride), local_tensors in zip(self._replica_groups(), tensors, strict=True):
             if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
                 continue
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
             c = {kind: {"bytes": zero_b, "time": zero_t} for kind in ("all_reduce", "reduce_scatter", "all_gather")}
             for kind in c:
-                add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
+                n = local_tensors if kind == "all_gather" and lay.per_tensor_gathers else buckets
+                add("dp", kind, grad / n, n, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 values = ((rs[k] + ag[k] * 2) * mb, rs[k] * mb + ag[k], rs[k] + ag[k], ar[k])  # as lay.dp_regimes
                 out["dp"][k] = out["dp"][k] + _cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+            if lay.per_tensor_gathers:  # ZeRO-3 (Layout checks): the gathers of regimes 0 and 2
+                values = (ag["time"] * 2 * mb, 0, ag["time"], 0)
+                out["dp"]["blocking"] = out["dp"]["blocking"] + _cases(
+                    "blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
         # reduce-scatter their gradients backward (Llama 3 §3.3.2)
         if lay.cp != 1:
@@ -865,9 +888,11 @@ class Plan:
         # block of every microbatch, so through the whole step; otherwise the gradient reduction hides
         # behind the last microbatch (on every chunk of this stage) and the parameter all-gather behind
         # the next step's first one
+        # (per-tensor ZeRO-3 gathers block: exposed in full)
         per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
         window = _cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
-        out["dp"] = Formula("dp", _max(0, comm["dp"]["time"].expr - window.expr), "s", "")
+        blocking = comm["dp"]["blocking"]
+        out["dp"] = Formula("dp", _max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s", "")
         # DualPipe overlaps all-to-all with the paired chunk's compute
         out["ep"] = _cases("ep", "s", (Formula("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", ""),
                                        lay.schedule_is("dualpipe")), (comm["ep"]["time"] * (1 - phi), True))

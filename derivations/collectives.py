@@ -48,6 +48,11 @@ def derive() -> Derivation:
     for part in ("reduce_scatter", "all_gather"):
         d.check((g - 1) * (alpha + Sz / (g * Bup)) + (nn - 1) * (alpha + (Sz / g) / (nn * Bout)),
                 f"collectives.hierarchical_{part}.time", f"The two-level {part.replace('_', '-')} alone: one level after the other")
+    for part in ("reduce_scatter", "all_gather"):
+        d.check((g * nn - 1) * alpha + (g - 1) / g * Sz / Bup + (nn - 1) / nn * (Sz / g) / Bout,
+                f"collectives.ring_across_nodes_{part}.time",
+                f"NCCL's {part.replace('_', '-')} is one ring over all g·n_n ranks (a ring per NIC): the same bytes "
+                "per link, but every rank is a step of latency")
     flat = d.step("A flat ring over all g·n_n ranks, each crossing at the NIC's bandwidth",
                   2 * (g * nn - 1) * (alpha + Sz / (g * nn * Bout)))
     big = sympy.limit((hier - flat).subs(alpha, 0) / Sz, nn, sympy.oo)

@@ -82,6 +82,16 @@ def test_hierarchical_all_reduce_is_hierarchical_rs_plus_ag():
     assert sympy.simplify(ar - rs - ag) == 0
 
 
+@pytest.mark.parametrize("kind", ["reduce_scatter", "all_gather"])
+def test_a_ring_across_nodes_moves_the_two_level_bytes_but_steps_through_every_rank(kind):
+    """NCCL's ring over g·n_n ranks: the bandwidth terms of the two-level algorithm, g·n_n − 1 latencies."""
+    ring = an.formula(f"collectives.ring_across_nodes_{kind}.time").expr
+    two = an.formula(f"collectives.hierarchical_{kind}.time").expr
+    g, nn, alpha = an.sym("gpus_per_node"), an.sym("nodes"), an.sym("latency")
+    assert sympy.simplify(ring.subs(alpha, 0) - two.subs(alpha, 0)) == 0
+    assert sympy.simplify(sympy.diff(ring, alpha) - (g * nn - 1)) == 0
+
+
 @pytest.mark.parametrize("stage,shards", [(0, (0, 0, 0)), (1, (0, 0, 1)), (2, (0, 1, 1)), (3, (1, 1, 1))])
 def test_zero_breakdown_sums_to_published_total(stage, shards):
     dp = an.sym("dp")

@@ -136,6 +136,21 @@ def test_step_comm_sms(capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "comm_sms" in err
 
 
+def test_step_zero3_gather(capsys):
+    """--zero3-gather per-tensor: a slower step that says how it gathers; without ZeRO-3, one line and exit 2."""
+    argv = ["step", "--model", "gpt3-175b", "--hardware", "a100-80g", "--dp", "768", "--zero", "3", "--recompute",
+            "full", "--seq", "2048", "--global-batch", "1536", "--dtype", "fp16", "--no-flash-attention", "--json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    code, slow, err = run(capsys, *argv, "--zero3-gather", "per-tensor")
+    assert code == 0, err
+    step = lambda text: next(l["value"] for l in json.loads(text)["lines"] if l["key"] == "step_time")  # noqa: E731
+    assert step(slow) > step(out)
+    assert "zero3_gather=per-tensor" in json.loads(slow)["plan"]
+    code, out, err = run(capsys, *[a if a != "3" else "2" for a in argv], "--zero3-gather", "per-tensor")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "zero3_gather" in err
+
+
 def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     missing = tmp_path / "no such folder" / "bubble.png"

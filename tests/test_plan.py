@@ -242,6 +242,38 @@ def test_async_tp_hides_tp_traffic_like_the_other_axes():
         an.Layout(tp=8, async_tp="yes")
 
 
+def test_block_tensors_follow_megatrons_layer():
+    """Megatron's GPT layer holds 12 tensors (two LayerNorms, fused QKV, output, two MLP linears, each
+    with a weight and a bias); a Llama block 6 (no biases, RMSNorm, SwiGLU's gate and up fused); an
+    MoE block adds the router and two tensors per expert."""
+    assert an.model("gpt3-175b").block_tensors == 96 * 12
+    assert an.model("llama3-8b").block_tensors == 32 * 6
+    m = an.model("deepseek-v3")
+    dense, moe = 2 + 7 + 2, 2 + 7 + 1 + 2 * m.experts + 2
+    assert m.block_tensors == (m.blocks - m.moe_blocks) * dense + m.moe_blocks * moe
+
+
+def test_per_tensor_gathers_add_latency_and_block():
+    """Per-tensor ZeRO-3 sends the same bytes in more collectives: the DP time grows by exactly the
+    extra gathers' latencies (two gathers per tensor per microbatch, a ring over all dp ranks), and
+    the gathers are exposed in full instead of hiding behind compute."""
+    m, hw = an.model("gpt3-175b"), an.hardware("a100-80g")
+    kw = dict(seq_len=2048, global_batch=768, microbatch_size=1, dtype="fp16", flash_attention=False)
+    lay = an.Layout(dp=384, zero=3, recompute="full")
+    block, tensor = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(zero3_gather="per-tensor"), **kw)
+    assert tensor.communication()["dp"] == block.communication()["dp"]
+    alpha = float(block.inputs["latency"])
+    extra = 2 * block.microbatches * (m.block_tensors - m.layers) * (384 - 1) * alpha
+    grown = (tensor.communication_time()["dp"] - block.communication_time()["dp"]).to("s").magnitude
+    assert grown == pytest.approx(extra, rel=1e-9)
+    exposed = (tensor.time_breakdown()["dp"] - block.time_breakdown()["dp"]).to("s").magnitude
+    assert exposed > extra  # the extra latency, and the gathers that hid behind compute before
+    with pytest.raises(LayoutError, match="zero3_gather"):
+        an.Layout(dp=8, zero=2, zero3_gather="per-tensor")
+    with pytest.raises(InputError, match="zero3_gather"):
+        an.Layout(dp=8, zero=3, zero3_gather="per-layer")
+
+
 def test_reserved_sms_slow_compute_by_their_share():
     """DeepSeek-V3 reserves 20 of the H800's 132 SMs for the all-to-all (§3.2.2, §3.5.1): every
     kernel of the model runs on the other 112, so compute time grows by 132/112 exactly."""

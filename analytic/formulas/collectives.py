@@ -52,3 +52,12 @@ for _name in ("reduce_scatter", "all_gather"):
            f"{THAKUR}; derived: derivations/collectives.py",
            (f"two levels: {_what[_name]} over the g ranks of a node (scale-up) and over the n_n nodes (scale-out) "
             "of the S/g shard",), f"time of a two-level {_what[_name]}")
+
+for _name in ("reduce_scatter", "all_gather"):
+    define(f"collectives.ring_across_nodes_{_name}.time",
+           (g * nn - 1) * alpha + (g - 1) / g * Sz / Bup + (nn - 1) / nn * (Sz / g) / Bout, "s",
+           f"{THAKUR}; NVIDIA/nccl: rings over every rank, one channel per NIC; derived: derivations/collectives.py",
+           (f"NCCL's ring {_what[_name]} over all g·n_n ranks of n_n nodes: a step of latency per rank",
+            "bytes as the two-level algorithm: (g−1)/g·S over the scale-up link, the S/g shard's (n_n−1)/n_n over "
+            "each of the node's g NICs"),
+           f"time of a ring {_what[_name]} spanning nodes")
