@@ -200,6 +200,8 @@ def build_plan(args) -> tuple[object, dict]:
                        comm_sms=_count(str(get("comm_sms") or 0), "comm-sms", minimum=0),
                        recompute=get("recompute") or "none", zero3_gather=get("zero3_gather") or "per-block",
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    if get("zero3_gather") is not None and layout.zero != 3:
+        raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {layout.zero}")
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),

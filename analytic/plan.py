@@ -81,7 +81,7 @@ class Layout:
     schedule: object = "1f1b"
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
     comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
-    zero3_gather: str = "per-block"  # one of ZERO3_GATHERS
+    zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -97,8 +97,6 @@ class Layout:
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
-        if self.zero3_gather != "per-block" and not _open(self.zero, "zero") and self.zero != 3:
-            raise LayoutError(f"zero3_gather: {self.zero3_gather!r} gathers need zero=3, got zero={self.zero}")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
@@ -787,14 +785,19 @@ class Plan:
             grad = self._f("parallelism.dp.gradient_bytes", params=local)
             c = {kind: {"bytes": zero_b, "time": zero_t} for kind in ("all_reduce", "reduce_scatter", "all_gather")}
             for kind in c:
-                n = local_tensors if kind == "all_gather" and lay.per_tensor_gathers else buckets
-                add("dp", kind, grad / n, n, size=size, stride=stride, into=c[kind])
+                add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
+            ag3 = ag  # ZeRO-3's parameter gathers
+            if lay.per_tensor_gathers:
+                ag3 = {"bytes": zero_b, "time": zero_t}
+                add("dp", "all_gather", grad / local_tensors, local_tensors, size=size, stride=stride, into=ag3)
+            stage3 = lay.zero_at_least(3)
             for k, unit in (("bytes", "byte"), ("time", "s")):
-                values = ((rs[k] + ag[k] * 2) * mb, rs[k] * mb + ag[k], rs[k] + ag[k], ar[k])  # as lay.dp_regimes
+                held = _cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
+                values = ((rs[k] + ag3[k] * 2) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
                 out["dp"][k] = out["dp"][k] + _cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
-            if lay.per_tensor_gathers:  # ZeRO-3 (Layout checks): the gathers of regimes 0 and 2
-                values = (ag["time"] * 2 * mb, 0, ag["time"], 0)
+            if lay.per_tensor_gathers:
+                values = (ag3["time"] * 2 * mb, 0, _cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
                 out["dp"]["blocking"] = out["dp"]["blocking"] + _cases(
                     "blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),

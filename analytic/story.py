@@ -119,7 +119,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         ctime = None
         add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
     if replicas != 1:
-        kinds = regime(plan.deg.dp_regimes) + (", each tensor gathered alone, blocking" if plan.deg.per_tensor_gathers else "")
+        kinds = regime(plan.deg.dp_regimes) + (", each tensor gathered alone, blocking" if plan.deg.per_tensor_gathers and lay.zero == 3 else "")
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
         if "scale_out_bandwidth" in plan.inputs:

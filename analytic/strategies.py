@@ -20,7 +20,7 @@ from hypothesis.errors import InvalidArgument
 from .errors import UnknownNameError
 from .hardware import Hardware
 from .model import Model
-from .plan import SCHEDULES, Layout, Plan
+from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -100,9 +100,11 @@ def _layouts(draw, gpus, model, max_tp, schedules):
             schedule = "1f1b"
         else:
             vpp = draw(st.integers(2, min(vmax, 4)))
-    return Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, zero=draw(st.integers(0, 3)),
+    zero = draw(st.integers(0, 3))
+    return Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, zero=zero,
                   sequence_parallel=tp > 1 and draw(st.booleans()),
-                  recompute=draw(st.sampled_from(["none", "selective", "full"])), schedule=schedule)
+                  recompute=draw(st.sampled_from(["none", "selective", "full"])), schedule=schedule,
+                  zero3_gather=draw(st.sampled_from(ZERO3_GATHERS)) if zero == 3 else "per-block")
 
 
 def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp: int = 8,
