@@ -28,10 +28,6 @@ class _Parser(argparse.ArgumentParser):
         raise CLIError(f"{self.prog}: {message}")
 
 
-_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
 def _count(text: str, name: str, minimum: int = 1) -> int:
     try:
         value = float(text)
@@ -55,16 +51,17 @@ def _fraction(text: str, name: str) -> float:
 def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
     """Tokens per step from '16M', '16Mi', '16777216' or '16e6'. A decimal suffix that does not give
     whole sequences but whose binary reading does is read as binary, and the note says so."""
-    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*", text)
-    if not m:
+    from .units import BINARY_SUFFIX, COUNT_SUFFIXES, suffixed_count
+    parsed = suffixed_count(text)
+    if parsed is None:
         raise CLIError(f"--batch-tokens: expected a token count such as 16M, 16Mi or 16777216, got {text!r}")
-    number, suffix = float(m.group(1)), m.group(2)
-    tokens = number * _SUFFIX.get(suffix, 1)
+    number, suffix = parsed
+    tokens = number * COUNT_SUFFIXES.get(suffix, 1)
     note = ""
-    if suffix in ("k", "K", "M", "G", "T") and tokens % seq_len:
-        binary = number * _SUFFIX[{"k": "Ki", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti"}[suffix]]
+    if suffix in BINARY_SUFFIX and tokens % seq_len:
+        binary = number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]]
         if binary % seq_len == 0:
-            note = (f"--batch-tokens {text} read as {m.group(1)} {suffix}i = {int(binary):,} tokens "
+            note = (f"--batch-tokens {text} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
                     f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
             tokens = binary
     if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:

@@ -25,7 +25,7 @@ from .formulas import formula
 from .hardware import Hardware
 from .model import Model, choice, count, fraction
 from .symbols import sym
-from .units import Q_, as_unit
+from .units import BINARY_SUFFIX, COUNT_SUFFIXES, Q_, as_unit, suffixed_count
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -268,10 +268,16 @@ class Plan:
         if (global_batch is None) == (batch_tokens is None):
             raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
         if batch_tokens is not None:
-            bt = magnitude("batch_tokens", batch_tokens)
+            parsed = suffixed_count(batch_tokens) if isinstance(batch_tokens, str) else None
+            bt = (parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1) if parsed else magnitude("batch_tokens", batch_tokens))
             global_batch = bt / self.seq_len
             if _is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
-                raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences")
+                hint = ""
+                if parsed and parsed[1] in BINARY_SUFFIX:
+                    binary = parsed[0] * COUNT_SUFFIXES[BINARY_SUFFIX[parsed[1]]]
+                    if binary % self.seq_len == 0:
+                        hint = f" ({float(parsed[0]):g}{BINARY_SUFFIX[parsed[1]]} would be {binary / self.seq_len} sequences)"
+                raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences{hint}")
         self.global_batch = count("global_batch", global_batch)
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = overrides
