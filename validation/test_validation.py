@@ -37,6 +37,18 @@ def test_readme_states_the_current_errors(results):
     assert stated in readme
 
 
+def test_readme_states_the_fitted_constants():
+    """The README's overlap, link efficiency and modelled async-TP gain are the shipped calibration's."""
+    import analytic as an
+    cal = an.hardware("h100-sxm").calibration("bf16")
+    cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
+    plain, overlapped = (calibration.build_plan(cases[i]["plan"]).step_time() for i in ("G03-70b-2d", "G03-70b-2d-async-tp"))
+    gain = float(plain / overlapped) - 1
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    assert (f"The fitted overlap φ is {cal.overlap:.2f} and the link efficiency {cal.link_efficiency:.2f}; TorchTitan's "
+            f"70B gains 5.7% from async TP, which the model puts at {100 * gain:.0f}%") in readme
+
+
 def test_validate_command_json(results, capsys):
     """`analytic validate --json`: every case, the summary's numbers (the same as the printed lines),
     the failing ids, and exit status 1 exactly when a non-claim case is outside its tolerance."""
