@@ -179,8 +179,13 @@ class Model:
         linear = 2 if self.bias else 1
         norms = 2 * (2 if self.norm == "layernorm" else 1)
         attention = 5 + 2 if self.attention == "mla" else 2 * linear
-        moe = 1 + 2 * self.experts + (2 if self.shared_experts else 0)
-        return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + self.moe_blocks * (norms + attention + moe)
+        moe = self.moe_blocks * (norms + attention + 1 + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
+        return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + moe
+
+    @property
+    def routed_expert_tensors(self):
+        """The routed experts' parameter tensors among :attr:`block_tensors`: two per expert per MoE block."""
+        return self.moe_blocks * 2 * self.experts
 
     def inputs(self) -> dict:
         """keyword → value of every architecture symbol (for binding catalogue formulas)."""

@@ -25,7 +25,7 @@ from .formulas import formula
 from .hardware import Hardware
 from .model import Model, choice, count, fraction
 from .symbols import sym
-from .units import BINARY_SUFFIX, COUNT_SUFFIXES, Q_, as_unit, suffixed_count
+from .units import BINARY_SUFFIX, COUNT_SUFFIXES, Q_, as_unit, binary_reading, suffixed_count
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -273,10 +273,9 @@ class Plan:
             global_batch = bt / self.seq_len
             if _is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
                 hint = ""
-                if parsed and parsed[1] in BINARY_SUFFIX:
-                    binary = parsed[0] * COUNT_SUFFIXES[BINARY_SUFFIX[parsed[1]]]
-                    if binary % self.seq_len == 0:
-                        hint = f" ({float(parsed[0]):g}{BINARY_SUFFIX[parsed[1]]} would be {binary / self.seq_len} sequences)"
+                binary = binary_reading(*parsed) if parsed else None
+                if binary is not None and binary % self.seq_len == 0:
+                    hint = f" ({float(parsed[0]):g}{BINARY_SUFFIX[parsed[1]]} would be {binary / self.seq_len} sequences)"
                 raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences{hint}")
         self.global_batch = count("global_batch", global_batch)
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
@@ -782,7 +781,7 @@ class Plan:
         # Buckets of one layer each; per-tensor ZeRO-3 gathers each parameter tensor on its own,
         # blocking (ZERO3_GATHERS): that part of the time is kept apart, as out["dp"]["blocking"]
         buckets = layers_local
-        routed = sympy.sympify(m.moe_blocks * 2 * m.experts)  # two tensors per routed expert (Model.block_tensors)
+        routed = sympy.sympify(m.routed_expert_tensors)
         tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
         out["dp"]["blocking"] = zero_t
         for (local, size, stride), local_tensors in zip(self._replica_groups(), tensors, strict=True):

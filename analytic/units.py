@@ -59,3 +59,9 @@ def suffixed_count(text: str) -> tuple[Fraction, str | None] | None:
         return Fraction(m.group(1)), m.group(2)
     except ValueError:  # '1.2.3'
         return None
+
+
+def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
+    """The value of a decimal-suffixed count read with the binary suffix instead ('16M' → 16·2²⁰),
+    or None when the count has no decimal suffix."""
+    return number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]] if suffix in BINARY_SUFFIX else None
