@@ -49,6 +49,16 @@ def test_readme_states_the_fitted_constants():
             f"70B gains 5.7% from async TP, which the model puts at {100 * gain:.0f}%") in readme
 
 
+def test_a_disagreements_reason_states_the_librarys_number():
+    """Llama 3's printed fit does not give its printed 16.55T tokens; the reason says what it gives,
+    and that is the catalogue formula's value (a wrong coefficient or exponent changes it)."""
+    import analytic as an
+    case = next(c for c in validation.load(HERE)[0] if c["id"] == "A15")
+    tokens = an.formula("scaling.llama3.optimal_tokens").evaluate(flops="3.8e25 FLOP").to("token").magnitude
+    mantissa, exponent = f"{tokens:.2e}".split("e")
+    assert f"0.29 × (3.8e25)^0.53 = {mantissa}e{int(exponent)} tokens" in case["reason"]
+
+
 def test_validate_command_json(results, capsys):
     """`analytic validate --json`: every case, the summary's numbers (the same as the printed lines),
     the failing ids, and exit status 1 exactly when a non-claim case is outside its tolerance."""
