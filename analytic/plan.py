@@ -67,7 +67,12 @@ class Layout:
     Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
     recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
     2 full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
-    then cover every choice at once as Piecewise functions of them."""
+    then cover every choice at once as Piecewise functions of them.
+
+    ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
+    overlapped with their GEMMs, SMs reserved for communication kernels, and whether ZeRO-3 gathers
+    a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
+    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021)."""
 
     tp: object = 1
     pp: object = 1
