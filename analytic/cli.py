@@ -84,8 +84,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "flash_attention"}
-PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "zero3_gather", "mfu", "tokens"}
+                "flash_attention", "zero3_gather"}
+PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
 
 
 def _refuse_unread(args, read: set, what: str, why: str) -> None:
@@ -111,7 +111,8 @@ def _search_inputs(args, what: str):
     if links:
         hw = hw.replace(**links)
     kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
-          "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0)}
+          "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0),
+          "zero3_gather": args.zero3_gather or "per-block"}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:

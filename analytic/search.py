@@ -8,7 +8,8 @@ The compiled source is cached on disk, keyed by everything it depends on.
 Sequence parallelism is on whenever tp > 1: in this model it never costs time (its reduce-scatter
 + all-gather equals the all-reduce it replaces) and always saves memory. Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
-So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout.
+So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout,
+and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from . import __version__
 from .errors import InputError
 from .formula import compile_source, exact, numpy_source
 from .hardware import Hardware
-from .model import Model, count
-from .plan import RECOMPUTE, SCHEDULES, Layout, Plan, check_comm_sms
+from .model import Model, choice, count
+from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms
 from .symbols import sym
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
@@ -77,7 +78,7 @@ class Ranked:
         lay = self.layout
         return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
                 "zero": lay.zero, "sequence_parallel": lay.sequence_parallel, "async_tp": lay.async_tp,
-                "comm_sms": lay.comm_sms,
+                "comm_sms": lay.comm_sms, "zero3_gather": lay.zero3_gather,
                 "recompute": lay.recompute,
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
                 "step_time_s": self.step_time, "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
@@ -99,11 +100,12 @@ class _Ranking(Sequence):
 
 
 def _row(a: dict, j: int, stack: dict) -> Ranked:
-    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms)."""
+    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=d["tp"] > 1, async_tp=stack["async_tp"] and d["tp"] > 1,
-                    comm_sms=stack["comm_sms"], recompute=RECOMPUTE[d["recompute"]], schedule=SCHEDULES[d["schedule"]])
+                    comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
+                    schedule=SCHEDULES[d["schedule"]])
     return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
                   float(a["mfu"][j]), bool(a["fits"][j]))
 
@@ -119,6 +121,7 @@ class SearchResult:
     compiled: bool = False  # whether this search built its expressions (False: from the cache)
     async_tp: bool = False
     comm_sms: int = 0
+    zero3_gather: str = "per-block"
 
     def __iter__(self):
         return iter(self.ranked)
@@ -131,7 +134,8 @@ class SearchResult:
 
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
-        return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms})
+        return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
+                                     "zero3_gather": self.zero3_gather})
 
     @property
     def best(self) -> Ranked:
@@ -144,14 +148,14 @@ _COMPILED: dict = {}  # cache file → compiled functions, for repeated searches
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              on_build=None) -> tuple[list, bool]:
+              zero3_gather="per-block", on_build=None) -> tuple[list, bool]:
     """(memory, step time, flops) as numpy functions of :data:`INPUTS`, and whether they had to be
     built now (False when they came from memory or the disk cache; ``on_build()`` is called first
     when they must be built)."""
     key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
                       str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
                       hardware.sms, repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention, async_tp,
-                      comm_sms], sort_keys=True)
+                      comm_sms, zero3_gather], sort_keys=True)
     path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
     if path in _COMPILED:
         return _COMPILED[path], False
@@ -162,7 +166,7 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
             on_build()
         layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
                         vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
-                        comm_sms=comm_sms, recompute=sym("recompute"), schedule=sym("schedule"))
+                        comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
         plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                     microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
         sources, built = [numpy_source(plan.expr(q).expr, list(INPUTS)) for q in OUTPUTS], True
@@ -239,7 +243,8 @@ CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the
 def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
            dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
-           flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, top: int | None = None,
+           flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
+           top: int | None = None,
            progress: bool = True) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators, evaluated with Plan's expressions; the ones that
     fit in HBM ranked by predicted step time."""
@@ -248,6 +253,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
+    choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if gpus > MAX_GPUS:
@@ -283,7 +289,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if n:  # nothing to compile for when no layout is valid
         note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
         (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention,
-                                                    bool(async_tp), comm_sms, note)
+                                                    bool(async_tp), comm_sms, zero3_gather, note)
     for lo in range(0, n, CHUNK):
         args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
@@ -298,6 +304,6 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
-    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms}
+    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather}
     return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, **stack)

@@ -143,6 +143,25 @@ def test_reserved_sms_search_equals_plan(tmp_path, monkeypatch):
         an.search(MODEL, an.hardware("tpu-v4"), comm_sms=4, **kw)
 
 
+def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
+    """search(zero3_gather="per-tensor"): ZeRO-3 layouts gather tensor by tensor and get slower, the
+    others are untouched; every number is Plan's."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, recompute=("full",), schedules=("1f1b",), progress=False)
+    block, tensor = an.search(MODEL, HW, **kw), an.search(MODEL, HW, zero3_gather="per-tensor", **kw)
+    stage3 = block.arrays["zero"] == 3
+    assert np.array_equal(tensor.arrays["step_time"][~stage3], block.arrays["step_time"][~stage3])
+    assert np.all(tensor.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)]
+                  > block.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)])
+    j = int(np.flatnonzero(stage3 & (block.arrays["dp"] > 1))[0])
+    row = tensor.row(j)
+    assert row.layout.zero3_gather == "per-tensor" and row.as_dict()["zero3_gather"] == "per-tensor"
+    plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
+    assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    with pytest.raises(InputError, match="zero3_gather"):
+        an.search(MODEL, HW, zero3_gather="per-layer", **kw)
+
+
 def test_search_arguments_are_checked(tmp_path, monkeypatch):
     """Subsets must be non-empty and hold valid values; limits and top are positive integers."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
