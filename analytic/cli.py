@@ -115,6 +115,8 @@ def _search_inputs(args, what: str):
           "zero3_gather": args.zero3_gather or "per-block"}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
+        if args.zero3_gather is not None and int(args.zero) != 3:
+            raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {args.zero}")
     if args.recompute:
         kw["recompute"] = (args.recompute,)
     if args.schedule:

@@ -149,6 +149,9 @@ def test_step_zero3_gather(capsys):
     assert "zero3_gather=per-tensor" in json.loads(slow)["plan"]
     code, out, err = run(capsys, *[a if a != "3" else "2" for a in argv], "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
+    code, out, err = run(capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq",
+                         "4096", "--global-batch", "256", "--zero", "1", "--zero3-gather", "per-tensor")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
 
 
 def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
