@@ -384,6 +384,11 @@ def cmd_search(args) -> int:
         return 0
     if note:
         print(f"note: {note}")
+    stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
+                                   (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
+                                   (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
+    if stack:
+        print("stack: " + "; ".join(stack))
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else ""))

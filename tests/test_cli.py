@@ -149,9 +149,14 @@ def test_step_zero3_gather(capsys):
     assert "zero3_gather=per-tensor" in json.loads(slow)["plan"]
     code, out, err = run(capsys, *[a if a != "3" else "2" for a in argv], "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
-    code, out, err = run(capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq",
-                         "4096", "--global-batch", "256", "--zero", "1", "--zero3-gather", "per-tensor")
+    search = ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
+              "--global-batch", "256", "--top", "2"]
+    code, out, err = run(capsys, *search, "--zero", "1", "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
+    code, out, err = run(capsys, *search, "--zero", "3", "--zero3-gather", "per-tensor", "--async-tp")
+    assert code == 0 and "stack: async TP wherever tp > 1; ZeRO-3 gathering tensor by tensor, blocking" in out
+    code, out, err = run(capsys, *search)
+    assert code == 0 and "stack:" not in out
 
 
 def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
