@@ -96,6 +96,13 @@ def _refuse_unread(args, read: set, what: str, why: str) -> None:
         raise CLIError(f"{what}: {flags} not read here ({why})")
 
 
+def _zero3_gather(flag, zero: int) -> str:
+    """The ZeRO-3 gather policy of ``--zero3-gather`` (default per-block), refused with another stage."""
+    if flag is not None and zero != 3:
+        raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {zero}")
+    return flag or "per-block"
+
+
 def _search_inputs(args, what: str):
     """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
     keyword arguments and a note, for search and the plots built on it."""
@@ -112,11 +119,9 @@ def _search_inputs(args, what: str):
         hw = hw.replace(**links)
     kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0),
-          "zero3_gather": args.zero3_gather or "per-block"}
+          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero))}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
-        if args.zero3_gather is not None and int(args.zero) != 3:
-            raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {args.zero}")
     if args.recompute:
         kw["recompute"] = (args.recompute,)
     if args.schedule:
@@ -198,10 +203,9 @@ def build_plan(args) -> tuple[object, dict]:
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
                        sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
                        comm_sms=_count(str(get("comm_sms") or 0), "comm-sms", minimum=0),
-                       recompute=get("recompute") or "none", zero3_gather=get("zero3_gather") or "per-block",
+                       recompute=get("recompute") or "none",
+                       zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
-    if get("zero3_gather") is not None and layout.zero != 3:
-        raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {layout.zero}")
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),

@@ -119,6 +119,11 @@ def test_search_405b_beats_the_published_layout(capsys):
     assert code == 0 and "68,256 layouts evaluated" in out and "step (s)" in out
 
 
+def _step_time(text: str) -> float:
+    """The predicted step time of `analytic step --json`'s output."""
+    return next(line["value"] for line in json.loads(text)["lines"] if line["key"] == "step_time")
+
+
 def test_step_comm_sms(capsys):
     """--comm-sms reserves SMs for communication: the DeepSeek-V3 step is slower by the model, and a
     count the GPU does not have is one line and exit 2."""
@@ -128,8 +133,7 @@ def test_step_comm_sms(capsys):
     assert code == 0, err
     code, out20, err = run(capsys, *argv, "--comm-sms", "20")
     assert code == 0, err
-    step = lambda text: next(l["value"] for l in json.loads(text)["lines"] if l["key"] == "step_time")  # noqa: E731
-    assert step(out20) > step(out)
+    assert _step_time(out20) > _step_time(out)
     assert "comm_sms=20" in json.loads(out20)["plan"]
     assert any("on 112 of 132 SMs" in line["label"] for line in json.loads(out20)["lines"])
     code, out, err = run(capsys, *argv, "--comm-sms", "200")
@@ -144,8 +148,7 @@ def test_step_zero3_gather(capsys):
     assert code == 0, err
     code, slow, err = run(capsys, *argv, "--zero3-gather", "per-tensor")
     assert code == 0, err
-    step = lambda text: next(l["value"] for l in json.loads(text)["lines"] if l["key"] == "step_time")  # noqa: E731
-    assert step(slow) > step(out)
+    assert _step_time(slow) > _step_time(out)
     assert "zero3_gather=per-tensor" in json.loads(slow)["plan"]
     code, out, err = run(capsys, *[a if a != "3" else "2" for a in argv], "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
