@@ -15,17 +15,25 @@ class CLIError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, with close matches for a mistyped flag
-        m = re.search(r"unrecognized arguments: (\S+)", message)
-        if m and m.group(1).startswith("--"):
-            flags = [o for a in self._actions for o in a.option_strings]
-            for sub in self._subparsers._group_actions if self._subparsers else []:
-                for p in sub.choices.values():
-                    flags += [o for a in p._actions for o in a.option_strings]
-            close = difflib.get_close_matches(m.group(1).split("=")[0], sorted(set(flags)), n=3)
-            if close:
-                message += f" (did you mean {', '.join(close)}?)"
+    def error(self, message):  # one line, exit 2
         raise CLIError(f"{self.prog}: {message}")
+
+
+def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list) -> CLIError:
+    """Arguments the given command does not take, with its close matches for a mistyped flag, or the
+    commands that do take the flag."""
+    commands = top._subparsers._group_actions[0].choices
+    p = commands.get(command, top)
+    message = f"{p.prog}: unrecognized arguments: {' '.join(extra)}"
+    flag = extra[0].split("=")[0]
+    if flag.startswith("--"):
+        elsewhere = [name for name, q in commands.items() if q is not p and flag in q._option_string_actions]
+        close = difflib.get_close_matches(flag, sorted(p._option_string_actions), n=3)
+        if elsewhere:
+            message += f" ({flag} is an option of {', '.join(elsewhere)})"
+        elif close:
+            message += f" (did you mean {', '.join(close)}?)"
+    return CLIError(message)
 
 
 def _count(text: str, name: str, minimum: int = 1) -> int:
@@ -475,7 +483,10 @@ def _one_line(text: str) -> str:
 
 def main(argv=None) -> int:
     try:
-        args = parser().parse_args(argv)
+        top = parser()
+        args, extra = top.parse_known_args(argv)
+        if extra:
+            raise _unrecognized(top, args.command, extra)
         if not getattr(args, "func", None):
             raise CLIError("analytic: give a command: step, memory, search, formula, validate, derive, calibrate, plot")
         return args.func(args)

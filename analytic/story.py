@@ -77,9 +77,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     mem = plan.memory()
     z = lay.zero
     over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
-    add("memory", "weights", "bf16 weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
+    add("memory", "weights", "16-bit weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
         "memory.model_states.weights")
-    add("memory", "gradients", "bf16 gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
+    add("memory", "gradients", "16-bit gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
         "memory.model_states.gradients")
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         "memory.model_states.optimizer")

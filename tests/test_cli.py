@@ -48,6 +48,9 @@ def test_step_json_round_trips(capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["step", "--tpp", "3"], "--tp"),
+    (["search", "--topp", "3"], "did you mean --top"),
+    (["step", "--top", "3"], "--top is an option of search"),  # a flag of another command: named as such
+    (["formula", "compute.mfu", "--hardware", "h100-sxm"], "analytic formula: unrecognized arguments: --hardware"),
     (["step", "--model", "llama3-405b", "--hardware", "h100"], "h100-sxm"),
     (["step", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8192", "--tp", "3", "--seq", "8192",
       "--global-batch", "2048"], "tp"),
