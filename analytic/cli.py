@@ -168,7 +168,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
-    g.add_argument("--dtype", help="compute dtype (bf16, fp8, ...)")
+    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16 or fp8 (FP8 matmuls in the linear layers)")
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--mfu", help="also give the step time at this MFU")

@@ -30,7 +30,10 @@ from .units import BINARY_SUFFIX, COUNT_SUFFIXES, Q_, as_unit, binary_reading, s
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
 CONVENTIONS = ("6nd", "palm", "megatron")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
+#: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
+#: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
+#: TF32 (fp32 storage) and FP4 training are not modelled
+TRAINING_DTYPES = ("bf16", "fp16", "fp8")
 AXES = ("tp", "cp", "dp", "pp", "ep")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
@@ -185,6 +188,15 @@ def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
         raise LayoutError(f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute")
 
 
+def training_dtype(dtype, hardware: Hardware) -> str:
+    """``dtype`` if it is one of TRAINING_DTYPES and ``hardware`` has a peak for it."""
+    choice("dtype", dtype, TRAINING_DTYPES)
+    if dtype not in hardware.peaks:
+        raise InputError(f"dtype: {hardware.name} has no {dtype} peak; its training dtypes are "
+                         f"{', '.join(d for d in TRAINING_DTYPES if d in hardware.peaks) or 'none'}")
+    return dtype
+
+
 #: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
 BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
                    "dualpipe": "dualpipe"}
@@ -264,7 +276,7 @@ class Plan:
                 "seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
                 "training_tokens", "allow_cross_node_tp"])
         self.model, self.hardware, self.layout = model, hardware, layout
-        self.dtype = choice("dtype", dtype, tuple(hardware.peaks))
+        self.dtype = training_dtype(dtype, hardware)
         self.flash_attention = bool(flash_attention)
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
@@ -320,7 +332,7 @@ class Plan:
             value = default()
             return None if value is None else magnitude(key, value)
 
-        out["element_bytes"] = pick("element_bytes", lambda: Q_(2 if self.dtype != "fp32" else 4, "byte"))
+        out["element_bytes"] = pick("element_bytes", lambda: Q_(2, "byte"))  # 16-bit (TRAINING_DTYPES)
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
         out["hbm"] = pick("hbm", lambda: hw.hbm)
         out["sms"] = pick("sms", lambda: hw.sms)

@@ -30,7 +30,7 @@ from .errors import InputError
 from .formula import compile_source, exact, numpy_source
 from .hardware import Hardware
 from .model import Model, choice, count
-from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms
+from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, training_dtype
 from .symbols import sym
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
@@ -254,6 +254,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
+    training_dtype(dtype, hardware)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if gpus > MAX_GPUS:

@@ -103,6 +103,17 @@ def test_layout_errors():
         an.Layout(vpp=2)
 
 
+@pytest.mark.parametrize("hardware,dtype,needle", [
+    ("h100-sxm", "tf32", "expected one of 'bf16', 'fp16', 'fp8'"),  # fp32 storage: not mixed-precision Adam
+    ("b200", "fp4", "expected one of 'bf16', 'fp16', 'fp8'"),  # a peak, but no FP4 training model
+    ("a100-80g", "fp8", "has no fp8 peak; its training dtypes are bf16, fp16"),
+])
+def test_dtype_is_a_modelled_training_dtype_with_a_peak(hardware, dtype, needle):
+    with pytest.raises(InputError, match=needle):
+        an.Plan(an.model("llama3-8b"), an.hardware(hardware), an.Layout(dp=8), seq_len=1024, global_batch=8,
+                dtype=dtype)
+
+
 def test_symbolic_dp_evaluates_to_numeric_plan():
     sym_plan = essay(dp=an.sym("dp"))
     num = essay()

@@ -73,6 +73,8 @@ def test_search_rejects_bad_input():
         an.search(MODEL, HW, gpus=0, seq_len=1024, global_batch=8)
     with pytest.raises(InputError, match="batch"):
         an.search(MODEL, HW, gpus=8, seq_len=1024)
+    with pytest.raises(InputError, match="no fp8 peak; its training dtypes are bf16, fp16"):  # as Plan says
+        an.search(MODEL, an.hardware("a100-80g"), gpus=8, seq_len=1024, global_batch=8, dtype="fp8")
 
 
 class _Terminal:
