@@ -120,9 +120,11 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
     if replicas != 1:
         kinds = regime(plan.deg.dp_regimes) + (", each tensor gathered alone, blocking" if plan.deg.per_tensor_gathers and lay.zero == 3 else "")
-        add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds})", comm["dp"].to("GB"),
+        on_links = f", {ctime['dp'].to('s'):.3g~P} on its links" if ctime else ""
+        add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds}{on_links})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
-        if "scale_out_bandwidth" in plan.inputs:
+        # all of it through the GPU's own NIC only when every DP peer is in another node
+        if "scale_out_bandwidth" in plan.inputs and plan.placement()["dp"]["link"] == "scale-out":
             bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
             add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", (comm["dp"] / bw).to("s"),
                 "plan.communication.dp / B_out")

@@ -38,6 +38,22 @@ def test_step_moe_story(capsys):
     assert "3.2" in out and "12.8" in out  # DeepSeek-V3's 3.2 experts per node, ≈ 13 over 4 nodes
 
 
+def test_dp_time_in_the_story_is_the_modelled_one(capsys):
+    """DP traffic over one NIC only when every DP peer is in another node (the text's layout, S25); a DP group
+    inside and across nodes gets the modelled time of its collectives instead."""
+    code, out, err = run(capsys, "step", "--json")
+    keys = {ln["key"]: ln for ln in json.loads(out)["lines"]}
+    assert keys["dp_time"]["value"] == pytest.approx(0.2497, rel=1e-3)
+    argv = ("step", "--model", "gpt3-175b", "--hardware", "a100-80g", "--dp", "64", "--zero", "1", "--seq", "2048",
+            "--global-batch", "64")
+    code, out, err = run(capsys, *argv, "--json")
+    keys = {ln["key"]: ln for ln in json.loads(out)["lines"]}
+    assert "dp_time" not in keys
+    plan = an.Plan(an.model("gpt3-175b"), an.hardware("a100-80g"), an.Layout(dp=64, zero=1), seq_len=2048, global_batch=64)
+    assert plan.placement()["dp"]["link"] == "two-level"
+    assert f"{plan.communication_time()['dp'].to('s'):.3g~P} on its links" in keys["dp_bytes"]["label"]
+
+
 def test_step_json_round_trips(capsys):
     code, out, _ = run(capsys, "step", "--json")
     data = json.loads(out)
