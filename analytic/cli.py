@@ -157,7 +157,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
     g.add_argument("--zero3-gather", dest="zero3_gather", choices=["per-block", "per-tensor"],
                    help="how ZeRO-3 gathers parameters: per-block, prefetched (default; FSDP), or per-tensor, "
-                        "blocking (DeepSpeed ZeRO-3 of 2021)")
+                        "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)")
     g.add_argument("--recompute", choices=["none", "selective", "full"])
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="FlashAttention (the default): no s×s tensor kept, QKᵀ recomputed in the backward")

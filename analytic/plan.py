@@ -38,7 +38,8 @@ AXES = ("tp", "cp", "dp", "pp", "ep")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
-#: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188)
+#: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
+#: also fire in a recomputed forward (_Degrees.per_tensor_gathers_per_microbatch)
 ZERO3_GATHERS = ("per-block", "per-tensor")
 
 
@@ -75,7 +76,7 @@ class Layout:
     ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
     overlapped with their GEMMs, SMs reserved for communication kernels, and whether ZeRO-3 gathers
     a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
-    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021)."""
+    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward)."""
 
     tp: object = 1
     pp: object = 1
@@ -141,6 +142,16 @@ class _Degrees:
         self.schedule = index(layout.schedule, SCHEDULES)
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def per_tensor_gathers_per_microbatch(self):
+        """How often per-tensor ZeRO-3 gathers each parameter per microbatch without a pipeline: forward
+        and backward, and under full recomputation again in the recomputed forward. Its gathers run from
+        module hooks, which fire in the recomputation and release the parameters after it (DeepSpeed's
+        pre_sub_module_forward_function in the recompute, deepspeedai/DeepSpeed issue #4784; parameters
+        partitioned after an activation-checkpoint recompute, PR #8130). FSDP's per-block units unshard
+        before the recomputation and keep the block for its backward: two."""
+        return sympy.Piecewise((3, self.recompute_is("full")), (2, True))
+
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
         return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
@@ -162,7 +173,8 @@ class _Degrees:
     def dp_regimes(self) -> tuple:
         """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
         Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
-        gathers twice per microbatch; under one (and for ZeRO-1), once per step."""
+        gathers twice per microbatch (per-tensor under full recomputation: three times); under one (and
+        for ZeRO-1), once per step."""
         unpiped = sympy.Not(self.pipelined)
         return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
                 ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
@@ -796,7 +808,8 @@ class Plan:
         # (memory.zero3_held), and ZeRO-2 is counted as the ZeRO paper does: 2Ψ per step.
         # Over the replica groups: dp·cp ranks for dense parameters, dp·cp/ep for experts.
         # Buckets of one layer each; per-tensor ZeRO-3 gathers each parameter tensor on its own,
-        # blocking (ZERO3_GATHERS): that part of the time is kept apart, as out["dp"]["blocking"]
+        # blocking, and again in a recomputed forward (ZERO3_GATHERS): that part of the time is kept
+        # apart, as out["dp"]["blocking"]
         buckets = layers_local
         routed = sympy.sympify(m.routed_expert_tensors)
         tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
@@ -809,17 +822,18 @@ class Plan:
             for kind in c:
                 add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
-            ag3 = ag  # ZeRO-3's parameter gathers
+            ag3, gathers = ag, 2  # ZeRO-3's parameter gathers, and how many per microbatch
             if lay.per_tensor_gathers:
                 ag3 = {"bytes": zero_b, "time": zero_t}
                 add("dp", "all_gather", grad / local_tensors, local_tensors, size=size, stride=stride, into=ag3)
+                gathers = lay.per_tensor_gathers_per_microbatch
             stage3 = lay.zero_at_least(3)
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 held = _cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
-                values = ((rs[k] + ag3[k] * 2) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
+                values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
                 out["dp"][k] = out["dp"][k] + _cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
             if lay.per_tensor_gathers:
-                values = (ag3["time"] * 2 * mb, 0, _cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
+                values = (ag3["time"] * gathers * mb, 0, _cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
                 out["dp"]["blocking"] = out["dp"]["blocking"] + _cases(
                     "blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),

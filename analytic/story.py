@@ -119,7 +119,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         ctime = None
         add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
     if replicas != 1:
-        kinds = regime(plan.deg.dp_regimes) + (", each tensor gathered alone, blocking" if plan.deg.per_tensor_gathers and lay.zero == 3 else "")
+        kinds = regime(plan.deg.dp_regimes)
+        if plan.deg.per_tensor_gathers and lay.zero == 3:
+            kinds += ", each tensor gathered alone, blocking" + (
+                ", and again in the recomputed forward" if lay.pp == 1 and lay.recompute == "full" else "")
         on_links = f", {ctime['dp'].to('s'):.3g~P} on its links" if ctime else ""
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds}{on_links})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")

@@ -270,7 +270,7 @@ def test_per_tensor_gathers_add_latency_and_block():
     the gathers are exposed in full instead of hiding behind compute."""
     m, hw = an.model("gpt3-175b"), an.hardware("a100-80g")
     kw = dict(seq_len=2048, global_batch=768, microbatch_size=1, dtype="fp16", flash_attention=False)
-    lay = an.Layout(dp=384, zero=3, recompute="full")
+    lay = an.Layout(dp=384, zero=3, recompute="selective")
     block, tensor = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(zero3_gather="per-tensor"), **kw)
     assert tensor.communication()["dp"] == block.communication()["dp"]
     alpha = float(block.inputs["latency"])
@@ -284,6 +284,33 @@ def test_per_tensor_gathers_add_latency_and_block():
             == an.Plan(m, hw, below, **kw).step_time())
     with pytest.raises(InputError, match="zero3_gather"):
         an.Layout(dp=8, zero=3, zero3_gather="per-layer")
+
+
+def test_per_tensor_gathers_again_in_the_recomputed_forward():
+    """Under full recomputation per-tensor ZeRO-3 gathers each tensor a third time per microbatch (its
+    hooks fire in the recomputed forward): one more round of the ring all-gather over 48 nodes of 8, in
+    bytes and in exposed time. FSDP's per-block units gather twice under any policy."""
+    m, hw = an.model("gpt3-175b"), an.hardware("a100-80g")
+    kw = dict(seq_len=2048, global_batch=768, microbatch_size=1, dtype="fp16", flash_attention=False)
+    plans = {(g, rc): an.Plan(m, hw, an.Layout(dp=384, zero=3, recompute=rc, zero3_gather=g), **kw)
+             for g in ("per-block", "per-tensor") for rc in ("selective", "full")}
+    for kind in ("communication", "communication_time"):
+        block = [getattr(plans["per-block", rc], kind)()["dp"] for rc in ("selective", "full")]
+        assert block[0] == block[1]
+    p = plans["per-tensor", "full"]
+    eff = float(p.inputs["link_efficiency"])
+    message = an.Q_(m.total_params * 2 / m.block_tensors, "byte")  # a tensor's share of the 16-bit parameters
+    one = an.formula("collectives.ring_across_nodes_all_gather.time").evaluate(
+        message=message, gpus_per_node=8, nodes=48, latency=an.Q_(float(p.inputs["latency"]), "s"),
+        scale_up_bandwidth=hw.scale_up_bandwidth * eff, scale_out_bandwidth=hw.scale_out_bandwidth * eff)
+    round_time = (p.microbatches * m.block_tensors * one).to("s").magnitude
+    selective = plans["per-tensor", "selective"]
+    for kind in ("communication_time", "time_breakdown"):  # the gathers block: exposed in full
+        grown = (getattr(p, kind)()["dp"] - getattr(selective, kind)()["dp"]).to("s").magnitude
+        assert grown == pytest.approx(round_time, rel=1e-9)
+    sent = an.formula("collectives.all_gather.bytes_sent").evaluate(message=message * m.block_tensors, ranks=384)
+    grown = p.communication()["dp"] - selective.communication()["dp"]
+    assert grown.to("byte").magnitude == pytest.approx((p.microbatches * sent).to("byte").magnitude, rel=1e-9)
 
 
 def test_reserved_sms_slow_compute_by_their_share():

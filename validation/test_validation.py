@@ -124,6 +124,16 @@ def test_readme_opt_paragraph():
     assert f"the model gives anything from {low} to {high} TFLOP/s" in readme
 
 
+def test_readme_zero3_paragraph(results):
+    """The README's predictions for Megatron's ZeRO-3 rows are the report's, and those rows are not fitted."""
+    ids = ("C16-zero3-384", "C16-zero3-768", "C16-zero3-1536")
+    rows = [next(r for r in results if r.id == i) for i in ids]
+    ours = [float(r.published.split()[0]) * (1 + r.error) for r in rows]  # TFLOP/s
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    assert f"the model gives {ours[0]:.0f}, {ours[1]:.0f} and {ours[2]:.0f} TFLOP/s" in readme
+    assert not any(c.in_fit for c in calibration.load_cases(HERE / "predicted.toml") if c.id in ids)
+
+
 def test_readme_memory_paragraph():
     """The README's numbers on memory, recomputed: TorchTitan's published peaks (GiB, the memory
     column of each table of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md) against
