@@ -148,8 +148,9 @@ class _Degrees:
         and backward, and under full recomputation again in the recomputed forward. Its gathers run from
         module hooks, which fire in the recomputation and release the parameters after it (DeepSpeed's
         pre_sub_module_forward_function in the recompute, deepspeedai/DeepSpeed issue #4784; parameters
-        partitioned after an activation-checkpoint recompute, PR #8130). FSDP's per-block units unshard
-        before the recomputation and keep the block for its backward: two."""
+        partitioned after an activation-checkpoint recompute, PR #8130). FSDP's per-block units wrap the
+        checkpointed block (torchtitan applies activation checkpointing before fully_shard), unshard it
+        before the recomputation and keep it for its backward: two."""
         return sympy.Piecewise((3, self.recompute_is("full")), (2, True))
 
     def schedule_is(self, *names):
