@@ -121,8 +121,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     if replicas != 1:
         kinds = regime(plan.deg.dp_regimes)
         if plan.deg.per_tensor_gathers and lay.zero == 3:
+            per_microbatch = kinds == plan.deg.dp_regimes[0][0]
             kinds += ", each tensor gathered alone, blocking" + (
-                ", and again in the recomputed forward" if lay.pp == 1 and lay.recompute == "full" else "")
+                ", and again in the recomputed forward" if per_microbatch and plan.deg.per_tensor_gathers_per_microbatch == 3
+                else "")
         on_links = f", {ctime['dp'].to('s'):.3g~P} on its links" if ctime else ""
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds}{on_links})", comm["dp"].to("GB"),
             "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")

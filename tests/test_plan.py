@@ -299,7 +299,8 @@ def test_per_tensor_gathers_again_in_the_recomputed_forward():
         assert block[0] == block[1]
     p = plans["per-tensor", "full"]
     eff = float(p.inputs["link_efficiency"])
-    message = an.Q_(m.total_params * 2 / m.block_tensors, "byte")  # a tensor's share of the 16-bit parameters
+    element = float(p.inputs["element_bytes"])
+    message = an.Q_(m.total_params * element / m.block_tensors, "byte")  # a tensor's share of the parameters
     one = an.formula("collectives.ring_across_nodes_all_gather.time").evaluate(
         message=message, gpus_per_node=8, nodes=48, latency=an.Q_(float(p.inputs["latency"]), "s"),
         scale_up_bandwidth=hw.scale_up_bandwidth * eff, scale_out_bandwidth=hw.scale_out_bandwidth * eff)
