@@ -59,7 +59,7 @@ def _fraction(text: str, name: str) -> float:
 def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
     """Tokens per step from '16M', '16Mi', '16777216' or '16e6'. A decimal suffix that does not give
     whole sequences but whose binary reading does is read as binary, and the note says so."""
-    from .units import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, suffixed_count
+    from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, suffixed_count
     parsed = suffixed_count(text)
     if parsed is None:
         raise CLIError(f"--batch-tokens: expected a token count such as 16M, 16Mi or 16777216, got {text!r}")

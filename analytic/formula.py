@@ -10,9 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from functools import cached_property
-from numbers import Number
 
 import numpy as np
 import pint
@@ -21,36 +19,9 @@ import sympy
 from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .units import Q_, as_unit, is_count, strip_counts, ureg
+from .values import exact, in_range, quantity, unit_of
 
 DIMENSIONLESS = ureg.Unit("")
-
-
-def exact(x) -> sympy.Expr:
-    """A Python or numpy number as an exact sympy number (floats by their shortest decimal)."""
-    if isinstance(x, sympy.Basic):
-        return x
-    if isinstance(x, (bool, np.bool_)):
-        raise InputError(f"expected a number, got the boolean {x!r}")
-    if isinstance(x, (int, np.integer)):
-        return sympy.Integer(int(x))
-    if isinstance(x, Fraction):
-        return sympy.Rational(x.numerator, x.denominator)
-    if isinstance(x, (float, np.floating)):
-        if not math.isfinite(x):
-            raise InputError(f"expected a finite number, got {x!r}")
-        return sympy.Rational(repr(float(x)))
-    if isinstance(x, Number):
-        return sympy.nsimplify(x)
-    raise InputError(f"expected a number, got {type(x).__name__} {x!r}")
-
-
-def _quantity(keyword: str, value):
-    """Parse a string into a Quantity (or a plain number) for ``keyword``."""
-    try:
-        q = Q_(value.strip())
-    except Exception as exc:  # pint raises several kinds of parse errors
-        raise UnitError(f"{keyword}: cannot read {value!r} as a quantity ({exc})") from None
-    return q
 
 
 def _wanted(unit: pint.Unit) -> str:
@@ -60,11 +31,14 @@ def _wanted(unit: pint.Unit) -> str:
 def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
 
-    Accepts a pint Quantity (any compatible unit), a string such as ``"50 GB/s"``, a sympy
-    expression (taken as already in the symbol's unit), a Formula (converted from its unit), or a
-    bare number for dimensionless symbols and pure counts (parameters, tokens)."""
-    if unit is None:
-        unit = _symbols.info(keyword).unit
+    Accepts a pint Quantity (any compatible unit, of any registry), a string of one number and one
+    unit such as ``"50 GB/s"``, a sympy expression (taken as already in the symbol's unit), a Formula
+    (converted from its unit), or a bare number for dimensionless symbols and pure counts
+    (parameters, tokens). A number for a declared keyword (``unit`` not given) must lie in the
+    symbol's domain (:mod:`analytic.values`)."""
+    declared = _symbols.info(keyword) if unit is None else None
+    if declared is not None:
+        unit = declared.unit
     if isinstance(value, Formula):
         try:
             factor = Q_(1, value.unit).to(unit).magnitude
@@ -72,34 +46,41 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
             raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
                             f"got formula {value.name!r} in {value.unit:~P}") from None
         return value.expr * exact(factor)
-    if isinstance(value, sympy.Basic):
+    if isinstance(value, sympy.Basic) and not value.is_number:
         return _symbols.canonical(value)
-    if isinstance(value, str):
-        value = _quantity(keyword, value)
-        if is_count(unit) and (not isinstance(value, pint.Quantity) or value.dimensionless):
-            value = value.to("").magnitude if isinstance(value, pint.Quantity) else value  # "405e9", "40 %"
+    shown = value
+    value = quantity(keyword, value)
+    if isinstance(value, pint.Quantity) and is_count(unit) and value.dimensionless:
+        value = value.to("").magnitude  # "40 %"
     if isinstance(value, pint.Quantity):
         if value.dimensionality != unit.dimensionality:
             raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
                             f"got {value:~P} ({value.dimensionality})")
-        converted = value.to(unit)
-        mag = converted.magnitude
+        mag = value.magnitude
         if isinstance(mag, np.ndarray):
             raise InputError(f"{keyword}: expected a scalar, got an array (use lambdify() for arrays)")
-        if isinstance(mag, float) and converted.units != value.units and math.isfinite(mag) and mag != 0:
-            mag = float(f"{mag:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
+        try:
+            out = exact(mag)
+        except InputError as exc:
+            raise InputError(f"{keyword}: {exc}") from None
+        if value.units != unit:
+            factor = Q_(1, value.units).to(unit).magnitude
+            if isinstance(factor, float):
+                factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
+            out = out * exact(factor)
     else:
-        if not is_count(unit):
+        if not is_count(unit) and not isinstance(value, sympy.Basic):  # a sympy number is in the symbol's unit
             raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
                             f"pass a Quantity or a string such as '{value} {unit:~P}'")
-        mag = value
-    try:
-        out = exact(mag)
-    except InputError as exc:
-        raise InputError(f"{keyword}: {exc}") from None
+        try:
+            out = exact(value)
+        except InputError as exc:
+            raise InputError(f"{keyword}: {exc}") from None
+    if declared is not None:
+        return declared.check(out, shown)
     if out.is_negative:
-        raise InputError(f"{keyword}: expected a non-negative value, got {value!r}")
-    return out
+        raise InputError(f"{keyword}: expected a non-negative value, got {shown!r}")
+    return in_range(keyword, out, shown)
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,9 +98,12 @@ class Formula:
     description: str = ""
     coefficient_unit: pint.Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
+    domain: tuple = ()  # (condition, why): where the formula holds; evaluating outside it is an InputError
 
     def __post_init__(self):
         object.__setattr__(self, "expr", _symbols.canonical(sympy.sympify(self.expr)))
+        object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why)
+                                                 for c, why in self.domain))
         object.__setattr__(self, "unit", as_unit(self.unit))
         if self.coefficient_unit is not None:
             object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
@@ -162,10 +146,23 @@ class Formula:
     def _replacements(self, values: dict) -> dict:
         return {_symbols.sym(kw): magnitude(kw, v) for kw, v in values.items()}
 
+    def _within(self, repl: dict | None = None) -> tuple:
+        """The domain with ``repl`` substituted; raises InputError where a condition is decided false."""
+        out = []
+        for cond, why in self.domain:
+            c = cond.xreplace(repl) if repl else cond
+            if c == sympy.false:
+                raise InputError(f"{self.name}: outside the formula's domain: {why}")
+            if c != sympy.true:
+                out.append((c, why))
+        return tuple(out)
+
     def evaluate(self, **values) -> pint.Quantity:
         """The value as a Quantity in ``self.unit``; every free symbol must be given."""
         self._check_keywords(values, complete=True)
-        result = self.expr.xreplace(self._replacements(values))
+        repl = self._replacements(values)
+        self._within(repl)
+        result = self.expr.xreplace(repl)
         if result.free_symbols:
             left = sorted(_symbols.keyword_of(x) for x in result.free_symbols)
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
@@ -179,13 +176,15 @@ class Formula:
         if self.expr.free_symbols:
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
                                   "give them numbers or use .expr")
+        self._within()
         return Q_(to_float(self.expr, self.name), self.unit)
 
     def subs(self, **values) -> "Formula":
         """Partial application: the given symbols replaced (by numbers, Quantities, expressions or
         Formulas), the rest still free."""
         self._check_keywords(values, complete=False)
-        return replace(self, expr=self.expr.xreplace(self._replacements(values)))
+        repl = self._replacements(values)
+        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl))
 
     def bind(self, values: dict) -> "Formula":
         """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""
@@ -196,7 +195,7 @@ class Formula:
         s = _symbols.sym(keyword)
         return Formula(f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
                        self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
-                       coefficient_unit=None)
+                       coefficient_unit=None, domain=self.domain)
 
     def lambdify(self):
         """A numpy function of keyword arguments (magnitudes in the symbols' units)."""
@@ -259,7 +258,9 @@ class Formula:
                 "*": self.expr * other_expr, "/": self.expr / other_expr}[op]
         if isinstance(unit, pint.Quantity):
             unit = unit.units
-        return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None)
+        domain = self.domain + tuple(d for d in getattr(other, "domain", ()) if d not in self.domain)
+        return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None,
+                       domain=domain)
 
     def __add__(self, other):
         return self._combine(other, "+", None)
@@ -283,7 +284,7 @@ class Formula:
 
     def to(self, unit) -> "Formula":
         """The same quantity expressed in another unit."""
-        unit = as_unit(unit)
+        unit = unit if isinstance(unit, pint.Unit) else unit_of("unit", str(unit))
         try:
             factor = Q_(1, self.unit).to(unit).magnitude
         except pint.DimensionalityError:

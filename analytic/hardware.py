@@ -8,21 +8,22 @@ import pint
 
 from .errors import InputError, PresetError, UnitError, UnknownNameError
 from .units import Q_
+from .values import count, exact, in_range, quantity
 
 
 def _quantity(name: str, value, unit: str) -> pint.Quantity:
-    if isinstance(value, str):
-        try:
-            value = Q_(value)
-        except Exception:
-            raise UnitError(f"{name}: cannot read {value!r} as a quantity in {unit}") from None
+    shown, value = value, quantity(name, value)
     if not isinstance(value, pint.Quantity):
         raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {value!r}")
     if value.dimensionality != Q_(1, unit).dimensionality:
         raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
-    if not value.magnitude > 0:
+    magnitude = in_range(name, exact(value.to(unit).magnitude), shown)
+    if not magnitude > 0:
         raise InputError(f"{name}: expected a positive quantity, got {value:~P}")
     return value
+
+
+_NAMES = {"scale_up": "scale_up_bandwidth", "scale_out": "scale_out_bandwidth"}
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,10 @@ class Hardware:
         for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s")):
             v = getattr(self, attr)
             if v is not None:
-                object.__setattr__(self, attr, _quantity(attr, v, unit))
-        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
-            raise InputError(f"gpus_per_node: expected an integer ≥ 1, got {self.gpus_per_node!r}")
-        if self.sms is not None and (isinstance(self.sms, bool) or not isinstance(self.sms, int) or self.sms < 1):
-            raise InputError(f"sms: expected an integer ≥ 1 (streaming multiprocessors), got {self.sms!r}")
+                object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))
+        object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))
+        if self.sms is not None:
+            object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
 
     def _link(self, keyword: str) -> pint.Quantity:
         v = getattr(self, keyword.removesuffix("_bandwidth"))

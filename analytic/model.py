@@ -2,61 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 import sympy
 
 from .errors import InputError
-from .formula import Formula, exact, to_float
+from .values import choice, count, exact, flag
+from .formula import Formula, to_float
 from .formulas import formula
 
 _MLPS = ("gelu", "swiglu")
 _POSITIONS = ("learned", "rope", "alibi")
 _NORMS = ("layernorm", "rmsnorm")
 _ATTENTIONS = ("mha", "mla")
-
-
-def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
-    """A positive integer count (or a sympy expression, left unchecked)."""
-    if isinstance(value, sympy.Basic) and not value.is_number:
-        if not allow_symbol:
-            raise InputError(f"{name}: expected an integer, got the expression {value}")
-        from .symbols import canonical
-        return canonical(value)
-    if isinstance(value, bool) or value is None:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
-    try:
-        as_exact = exact(value)
-    except InputError:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}") from None
-    if not as_exact.is_integer:
-        raise InputError(f"{name}: expected an integer, got {value!r}")
-    if as_exact < minimum:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
-    return int(as_exact)
-
-
-def fraction(name: str, value, *, upper: float | None = 1.0):
-    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any)."""
-    from .formula import magnitude
-    from .units import as_unit
-
-    x = magnitude(name, value, as_unit(""))
-    try:
-        v = float(x)
-    except TypeError:
-        raise InputError(f"{name}: expected a number, got {value!r}") from None
-    if not (v > 0 and v <= (math.inf if upper is None else upper)) or math.isinf(v):
-        raise InputError(f"{name}: expected a number in " + (f"(0, {upper:g}]" if upper else "(0, ∞)") + f", got {value!r}")
-    return x
-
-
-def choice(name: str, value, options):
-    """``value`` if it is one of the (string) ``options``."""
-    if not isinstance(value, str) or value not in options:
-        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -116,7 +74,8 @@ class Model:
         if isinstance(self.heads, int) and isinstance(self.kv_heads, int) and self.heads % self.kv_heads:
             raise InputError(f"kv_heads: heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         set_("norm", choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS))
-        set_("bias", (self.mlp == "gelu") if self.bias is None else bool(self.bias))
+        set_("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
+        set_("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
         if self.position == "learned":
             if self.max_seq_len is None:
                 raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
@@ -129,7 +88,8 @@ class Model:
                 raise InputError("topk: an MoE model (experts > 0) needs topk ≥ 1")
             if isinstance(self.topk, int) and isinstance(self.experts, int) and self.topk > self.experts:
                 raise InputError(f"topk: {self.topk} exceeds experts {self.experts}")
-            set_("expert_ffn_hidden", count("expert_ffn_hidden", self.expert_ffn_hidden or self.ffn_hidden))
+            set_("expert_ffn_hidden", count("expert_ffn_hidden", self.ffn_hidden if self.expert_ffn_hidden is None
+                                                       else self.expert_ffn_hidden))
             if isinstance(self.dense_layers, int) and isinstance(self.layers, int) and self.dense_layers > self.layers:
                 raise InputError(f"dense_layers: {self.dense_layers} exceeds layers {self.layers}")
         elif self.topk or self.shared_experts:

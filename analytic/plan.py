@@ -23,12 +23,14 @@ from .errors import FreeSymbolError, InputError, LayoutError, PresetError, Unkno
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
-from .model import Model, choice, count, fraction
-from .symbols import sym
-from .units import BINARY_SUFFIX, COUNT_SUFFIXES, Q_, as_unit, binary_reading, suffixed_count
+from .model import Model
+from .values import choice, count, fraction
+from .symbols import CHOICES, sym
+from .units import Q_, as_unit
+from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, flag, suffixed_count
 
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
-RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = CHOICES["schedule"]
+RECOMPUTE = CHOICES["recompute"]
 CONVENTIONS = ("6nd", "palm", "megatron")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
 #: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
@@ -290,7 +292,7 @@ class Plan:
                 "training_tokens", "allow_cross_node_tp"])
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
-        self.flash_attention = bool(flash_attention)
+        self.flash_attention = flag("flash_attention", flash_attention)
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = count("seq_len", seq_len)
@@ -309,8 +311,8 @@ class Plan:
                 raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences{hint}")
         self.global_batch = count("global_batch", global_batch)
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
-        self.overrides = overrides
-        self.allow_cross_node_tp = bool(allow_cross_node_tp)
+        self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
+        self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
         self._check(self.allow_cross_node_tp)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)

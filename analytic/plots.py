@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError
-from .model import count
+from .values import count
 
 
 def _plt():

@@ -27,9 +27,11 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
-from .formula import compile_source, exact, numpy_source
+from .formula import compile_source, numpy_source
+from .values import exact
 from .hardware import Hardware
-from .model import Model, choice, count
+from .model import Model
+from .values import choice, count, distinct, flag
 from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, training_dtype
 from .symbols import sym
 

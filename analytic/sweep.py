@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError, LayoutError
-from .formula import exact
-from .model import count
+from .values import exact
+from .values import count
 from .plan import BUBBLE_FORMULAS, Plan, bubble_time
 from .symbols import sym
 

@@ -23,93 +23,105 @@ class SymbolInfo:
     unit: pint.Unit
     meaning: str
     symbol: sympy.Symbol
+    domain: object  # a name of values.DOMAINS, or ("choice", options) for a discrete choice by index
+
+    def check(self, value: sympy.Expr, shown=None) -> sympy.Expr:
+        """``value`` (an exact number in :attr:`unit`) if it is in this symbol's domain and range."""
+        from .values import check_domain, in_range
+        return check_domain(self.keyword, self.domain, in_range(self.keyword, value, shown if shown is not None
+                                                                else value), shown)
 
 
+#: the discrete choices, coded as their index (recompute and schedule as in plan.RECOMPUTE / SCHEDULES)
+CHOICES = {"zero": ("0", "1", "2", "3"), "recompute": ("none", "selective", "full"),
+           "schedule": ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")}
+
+# keyword, display, unit, domain (values.DOMAINS, or a key of CHOICES), meaning
 _TABLE = [
     # model
-    ("params", "Psi", "parameter", "parameter count Ψ (ZeRO's notation; N in 6ND)"),
-    ("active_params", "N_a", "parameter", "parameters active per token (MoE); = Ψ for dense models"),
-    ("layers", "L", "", "transformer layers"),
-    ("hidden", "h", "", "hidden size (d_model)"),
-    ("heads", "a", "", "attention heads"),
-    ("kv_heads", "a_kv", "", "key/value heads (GQA; = a for MHA, 1 for MQA)"),
-    ("head_dim", "d_h", "", "dimension of one attention head"),
-    ("ffn_hidden", "h_ff", "", "FFN (MLP) inner size"),
-    ("vocab", "V", "", "vocabulary size"),
-    ("max_seq_len", "s_max", "", "rows of a learned position table"),
-    ("experts", "E", "", "routed experts per MoE layer"),
-    ("shared_experts", "E_s", "", "shared (always active) experts per MoE layer"),
-    ("topk", "k", "", "routed experts each token is sent to"),
-    ("expert_ffn_hidden", "h_e", "", "FFN inner size of one expert"),
-    ("moe_layers", "L_moe", "", "layers whose FFN is a mixture of experts"),
-    ("mtp_modules", "D_mtp", "", "multi-token prediction modules (DeepSeek-V3 §2.2's depth D)"),
-    ("q_lora_rank", "r_q", "", "MLA query compression rank"),
-    ("kv_lora_rank", "r_kv", "", "MLA key/value compression rank"),
-    ("rope_dim", "d_r", "", "MLA decoupled RoPE dimension per head"),
+    ("params", "Psi", "parameter", "nonnegative", "parameter count Ψ (ZeRO's notation; N in 6ND)"),
+    ("active_params", "N_a", "parameter", "nonnegative", "parameters active per token (MoE); = Ψ for dense models"),
+    ("layers", "L", "", "count", "transformer layers"),
+    ("hidden", "h", "", "count", "hidden size (d_model)"),
+    ("heads", "a", "", "count", "attention heads"),
+    ("kv_heads", "a_kv", "", "count", "key/value heads (GQA; = a for MHA, 1 for MQA)"),
+    ("head_dim", "d_h", "", "count", "dimension of one attention head"),
+    ("ffn_hidden", "h_ff", "", "count", "FFN (MLP) inner size"),
+    ("vocab", "V", "", "count", "vocabulary size"),
+    ("max_seq_len", "s_max", "", "count", "rows of a learned position table"),
+    ("experts", "E", "", "count0", "routed experts per MoE layer"),
+    ("shared_experts", "E_s", "", "count0", "shared (always active) experts per MoE layer"),
+    ("topk", "k", "", "count0", "routed experts each token is sent to"),
+    ("expert_ffn_hidden", "h_e", "", "count", "FFN inner size of one expert"),
+    ("moe_layers", "L_moe", "", "count0", "layers whose FFN is a mixture of experts"),
+    ("mtp_modules", "D_mtp", "", "count0", "multi-token prediction modules (DeepSeek-V3 §2.2's depth D)"),
+    ("q_lora_rank", "r_q", "", "count0", "MLA query compression rank"),
+    ("kv_lora_rank", "r_kv", "", "count0", "MLA key/value compression rank"),
+    ("rope_dim", "d_r", "", "count0", "MLA decoupled RoPE dimension per head"),
     # data
-    ("tokens", "D", "token", "training tokens"),
-    ("seq_len", "s", "", "sequence length"),
-    ("microbatch_size", "b", "", "sequences per microbatch"),
-    ("global_batch", "B", "", "sequences per step (global batch)"),
-    ("microbatches", "m", "", "microbatches per pipeline per step"),
-    ("batch_tokens", "D_B", "token", "tokens per step (global batch × sequence length)"),
-    ("element_bytes", "e", "byte", "bytes per element (2 for bf16, 1 for fp8)"),
+    ("tokens", "D", "token", "nonnegative", "training tokens"),
+    ("seq_len", "s", "", "count", "sequence length"),
+    ("microbatch_size", "b", "", "count", "sequences per microbatch"),
+    ("global_batch", "B", "", "count", "sequences per step (global batch)"),
+    ("microbatches", "m", "", "count", "microbatches per pipeline per step"),
+    ("batch_tokens", "D_B", "token", "positive", "tokens per step (global batch × sequence length)"),
+    ("element_bytes", "e", "byte", "positive", "bytes per element (2 for bf16, 1 for fp8)"),
     # layout
-    ("gpus", "n", "", "accelerators"),
-    ("dp", "N_d", "", "data-parallel degree (ZeRO's N_d)"),
-    ("tp", "t", "", "tensor-parallel degree"),
-    ("pp", "p", "", "pipeline-parallel degree (stages)"),
-    ("cp", "c", "", "context-parallel degree"),
-    ("ep", "E_p", "", "expert-parallel degree (carved out of dp)"),
-    ("vpp", "v", "", "virtual stages (model chunks) per pipeline rank"),
-    ("gpus_per_node", "g", "", "accelerators per node (scale-up domain)"),
-    ("nodes_per_token", "M", "", "nodes a token may be routed to (node-limited routing)"),
-    ("zero", "z", "", "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters sharded"),
-    ("recompute", "r_c", "", "recomputation policy: 0 none, 1 selective, 2 full"),
-    ("schedule", "P_s", "", "pipeline schedule: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 ZB-H2, 5 DualPipe"),
-    ("comm_sms", "N_c", "", "streaming multiprocessors reserved for communication kernels for the whole step"),
+    ("gpus", "n", "", "count", "accelerators"),
+    ("dp", "N_d", "", "count", "data-parallel degree (ZeRO's N_d)"),
+    ("tp", "t", "", "count", "tensor-parallel degree"),
+    ("pp", "p", "", "count", "pipeline-parallel degree (stages)"),
+    ("cp", "c", "", "count", "context-parallel degree"),
+    ("ep", "E_p", "", "count", "expert-parallel degree (carved out of dp)"),
+    ("vpp", "v", "", "count", "virtual stages (model chunks) per pipeline rank"),
+    ("gpus_per_node", "g", "", "count", "accelerators per node (scale-up domain)"),
+    ("nodes_per_token", "M", "", "count0", "nodes a token may be routed to (node-limited routing)"),
+    ("zero", "z", "", "zero", "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters sharded"),
+    ("recompute", "r_c", "", "recompute", "recomputation policy: 0 none, 1 selective, 2 full"),
+    ("schedule", "P_s", "", "schedule", "pipeline schedule: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 ZB-H2, 5 DualPipe"),
+    ("comm_sms", "N_c", "", "count0", "streaming multiprocessors reserved for communication kernels for the whole step"),
     # hardware
-    ("peak_flops", "F", "FLOP/s", "peak dense FLOP/s of one accelerator"),
-    ("hbm", "H_bm", "byte", "HBM capacity of one accelerator"),
-    ("sms", "N_SM", "", "streaming multiprocessors (compute units) of one accelerator"),
-    ("bandwidth", "B_w", "byte/s", "link bandwidth per rank, one direction"),
-    ("scale_up_bandwidth", "B_up", "byte/s", "NVLink-class bandwidth per accelerator, one direction"),
-    ("scale_out_bandwidth", "B_out", "byte/s", "NIC bandwidth per accelerator, one direction"),
-    ("latency", "alpha", "s", "per-step latency of a collective (α of the α–β model)"),
-    ("matmul_efficiency", "eta_mm", "", "achievable fraction of peak for the model's matmuls"),
-    ("link_efficiency", "eta_l", "", "achievable fraction of a link's bandwidth"),
-    ("overlap", "phi", "", "fraction of a communication window hidden behind compute"),
+    ("peak_flops", "F", "FLOP/s", "positive", "peak dense FLOP/s of one accelerator"),
+    ("hbm", "H_bm", "byte", "positive", "HBM capacity of one accelerator"),
+    ("sms", "N_SM", "", "count", "streaming multiprocessors (compute units) of one accelerator"),
+    ("bandwidth", "B_w", "byte/s", "positive", "link bandwidth per rank, one direction"),
+    ("scale_up_bandwidth", "B_up", "byte/s", "positive", "NVLink-class bandwidth per accelerator, one direction"),
+    ("scale_out_bandwidth", "B_out", "byte/s", "positive", "NIC bandwidth per accelerator, one direction"),
+    ("latency", "alpha", "s", "nonnegative", "per-step latency of a collective (α of the α–β model)"),
+    ("matmul_efficiency", "eta_mm", "", "fraction", "achievable fraction of peak for the model's matmuls"),
+    ("link_efficiency", "eta_l", "", "fraction", "achievable fraction of a link's bandwidth"),
+    ("overlap", "phi", "", "fraction0", "fraction of a communication window hidden behind compute"),
     # collectives
-    ("message", "S", "byte", "message size: the full buffer (for all-gather: the gathered result)"),
-    ("ranks", "r", "", "ranks taking part in a collective"),
-    ("nodes", "n_n", "", "nodes taking part in a collective"),
+    ("message", "S", "byte", "nonnegative", "message size: the full buffer (for all-gather: the gathered result)"),
+    ("ranks", "r", "", "count", "ranks taking part in a collective"),
+    ("nodes", "n_n", "", "count", "nodes taking part in a collective"),
     # time and efficiency
-    ("flops", "C", "FLOP", "floating-point operations (FLOPs, not MACs)"),
-    ("step_time", "T", "s", "time of one training step"),
-    ("mfu", "eta", "", "model FLOPs utilisation"),
-    ("t_f", "T_F", "s", "forward time of one microbatch chunk on one stage"),
-    ("t_b", "T_B", "s", "input-gradient backward time of one chunk (Qi et al.'s B)"),
-    ("t_w", "T_W", "s", "weight-gradient backward time of one chunk (Qi et al.'s W)"),
-    ("t_fb", "T_FB", "s", "time of one overlapped forward-and-backward chunk pair (DualPipe's F&B)"),
+    ("flops", "C", "FLOP", "nonnegative", "floating-point operations (FLOPs, not MACs)"),
+    ("step_time", "T", "s", "positive", "time of one training step"),
+    ("mfu", "eta", "", "fraction", "model FLOPs utilisation"),
+    ("t_f", "T_F", "s", "nonnegative", "forward time of one microbatch chunk on one stage"),
+    ("t_b", "T_B", "s", "nonnegative", "input-gradient backward time of one chunk (Qi et al.'s B)"),
+    ("t_w", "T_W", "s", "nonnegative", "weight-gradient backward time of one chunk (Qi et al.'s W)"),
+    ("t_fb", "T_FB", "s", "nonnegative", "time of one overlapped forward-and-backward chunk pair (DualPipe's F&B)"),
     # reliability
-    ("checkpoint_time", "delta", "s", "time to write one checkpoint"),
-    ("mtbf", "M_tbf", "s", "mean time between interruptions of the whole job"),
-    ("interruption_rate", "lambda", "1/s", "interruptions per second per accelerator"),
-    ("restart_time", "R", "s", "time to restart after an interruption"),
-    ("run_time", "T_run", "s", "wall-clock time of a run"),
-    ("sigma", "sigma", "", "standard deviation of one accelerator's step time, relative to its mean"),
+    ("checkpoint_time", "delta", "s", "nonnegative", "time to write one checkpoint"),
+    ("mtbf", "M_tbf", "s", "positive", "mean time between interruptions of the whole job"),
+    ("interruption_rate", "lambda", "1/s", "positive", "interruptions per second per accelerator"),
+    ("restart_time", "R", "s", "nonnegative", "time to restart after an interruption"),
+    ("run_time", "T_run", "s", "nonnegative", "wall-clock time of a run"),
+    ("sigma", "sigma", "", "nonnegative", "standard deviation of one accelerator's step time, relative to its mean"),
 ]
 
 REGISTRY: dict[str, SymbolInfo] = {}
 _BY_SYMBOL: dict[sympy.Symbol, SymbolInfo] = {}
-_CHOICES = {"zero", "recompute", "schedule"}  # discrete choices coded as integers ≥ 0; every other symbol is > 0
-for _kw, _disp, _unit, _meaning in _TABLE:
-    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in _CHOICES
+for _kw, _disp, _unit, _domain, _meaning in _TABLE:
+    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in CHOICES
           else sympy.Symbol(_disp, positive=True))
-    _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s)
+    _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s,
+                       ("choice", CHOICES[_kw]) if _kw in CHOICES else _domain)
     REGISTRY[_kw] = _info
     _BY_SYMBOL[_s] = _info
-del _kw, _disp, _unit, _meaning, _s, _info
+del _kw, _disp, _unit, _domain, _meaning, _s, _info
 _BY_DISPLAY = {info.display: info for info in REGISTRY.values()}
 
 

@@ -31,7 +31,8 @@ def derive() -> Derivation:
     chain = d.step("No schedule beats the first microbatch's chain: its forward and input-gradient passes run one after "
                    "another through all p·v chunks, then its weight gradient; stage 1 meanwhile has its own m·v "
                    "chunks of work, so the bubble is at least", p * v * (tf + tb) + tw - m * v * (tf + tb + tw))
-    d.check(chain, "pipeline.bubble_time.critical_path")
+    d.check(sympy.Max(0, chain), "pipeline.bubble_time.critical_path",
+            "and a bubble is never negative: once the stage's own work outlasts the chain, the bound is zero")
     d.number("The zero-bubble formulas hold for enough microbatches only: at p = 16 with equal times ZB-H2's "
              "(p − 1)(T_F + T_B − 2T_W) is 0 for any m, but the chain leaves no bubble only from m",
              int(sympy.ceiling(sympy.solve(sympy.Eq(chain.subs({p: 16, v: 1, tf: 1, tb: 1, tw: 1}), 0), m)[0])))

@@ -158,13 +158,15 @@ def test_recompute_never_raises_memory_or_lowers_flops(plan, _):
 def test_zero_traffic_against_zero1(plan):
     """Per step, against ZeRO-1's one reduce-scatter and one all-gather: without a pipeline ZeRO-2
     reduce-scatters every microbatch ((m + 1)/2 times the traffic) and ZeRO-3 also gathers twice per
-    microbatch (3m/2); under one ZeRO-3 holds its stage (the same traffic, 2·e bytes per parameter on
+    microbatch (3m/2; per-tensor under full recomputation three times, 2m); under one ZeRO-3 holds its stage (the same traffic, 2·e bytes per parameter on
     this GPU held, twice under DualPipe's two copies)."""
     def at(zero):
         return plan.replace(layout=plan.layout.replace(zero=zero))
     dp1 = at(1).communication()["dp"].to("byte").magnitude
     m, piped = plan.microbatches, plan.layout.pp > 1
-    ratios = {2: 1 if piped else (m + 1) / 2, 3: 1 if piped else 1.5 * m}
+    # per-tensor ZeRO-3 under full recomputation gathers a third time, in the recomputed forward
+    gathers = 3 if (plan.layout.zero3_gather, plan.layout.recompute) == ("per-tensor", "full") else 2
+    ratios = {2: 1 if piped else (m + 1) / 2, 3: 1 if piped else (1 + gathers) * m / 2}
     for zero, ratio in ratios.items():
         assert at(zero).communication()["dp"].to("byte").magnitude == pytest.approx(dp1 * ratio, rel=1e-9)
     held = at(3).memory().gathered.to("byte").magnitude

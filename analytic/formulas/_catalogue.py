@@ -9,10 +9,14 @@ from ..symbols import sym
 CATALOGUE: dict[str, Formula] = {}
 
 
-def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="", keywords=()) -> Formula:
+def define(name, expr, unit, source, assumptions=(), description="", coefficient_unit="", keywords=(),
+           domain=()) -> Formula:
+    """Declare a catalogue formula. ``domain``: (condition, why) pairs where it holds (beyond them
+    ``evaluate`` raises rather than return a number the formula does not mean, such as a negative time)."""
     if name in CATALOGUE:
         raise ValueError(f"formula {name!r} declared twice")
-    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit, tuple(keywords))
+    f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit, tuple(keywords),
+                tuple(domain))
     CATALOGUE[name] = f
     return f
 

@@ -86,7 +86,8 @@ define("compute.moe_forward_flops_per_token", 6 * S("topk") * h * S("expert_ffn_
 define("compute.logits_forward_flops_per_token", 2 * h * V, "FLOP/token", "derived: derivations/time_wall.py",
        ("output projection h×V",), "forward FLOPs per token of the logit layer", coefficient_unit="FLOP")
 define("compute.mfu", C / (T * n * F), "", f"{PALM} App. B (MFU); Llama 3 arXiv 2407.21783 §3.3.2",
-       ("C: model FLOPs of one step (no recomputation)",), "model FLOPs utilisation")
+       ("C: model FLOPs of one step (no recomputation)",), "model FLOPs utilisation",
+       domain=((C <= T * n * F, "MFU above 1: the step time is shorter than the FLOPs take at every GPU's peak"),))
 define("compute.train_time", C / (n * F * eta), "s", "definition of MFU solved for time (PaLM App. B)",
        ("η: the MFU sustained for the whole run",), "wall-clock time to do C FLOPs")
 define("compute.achieved_flops", C / (T * n), "FLOP/s", "definition (FLOPs per second per accelerator)",
@@ -96,6 +97,7 @@ define("compute.sm_share", (S("sms") - S("comm_sms")) / S("sms"), "",
        "which 'will limit the computational throughput')",
        ("compute kernels' throughput scales with the SMs they run on",
         "SMs reserved for communication are taken for the whole step"),
-       "share of the accelerator's compute left to the model when SMs are reserved for communication")
+       "share of the accelerator's compute left to the model when SMs are reserved for communication",
+       domain=((S("comm_sms") < S("sms"), "the SMs reserved for communication are all the SMs there are"),))
 define("compute.steps", D / S("batch_tokens"), "", "definition (tokens over tokens per step)", (),
        "optimizer steps to train on D tokens")

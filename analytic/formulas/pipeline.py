@@ -4,6 +4,8 @@ t_b is the input-gradient backward and t_w the weight-gradient backward (Qi et a
 full backward is t_b + t_w. DeepSeek-V3 writes B for the full backward; its expressions are
 rewritten here in Qi et al.'s letters."""
 
+import sympy
+
 from ._catalogue import S, define
 
 p, m, v = S("pp", "microbatches", "vpp")
@@ -25,18 +27,26 @@ define("pipeline.bubble_share.1f1b", (p - 1) / (m + p - 1), "", f"{NARAYANAN} §
 define("pipeline.bubble_time.1f1b", (p - 1) * (tf + tb + tw), "s", f"{QI}; {V3} ((PP−1)(F+B), B = T_B + T_W)",
        (), "bubble time of 1F1B")
 define("pipeline.bubble_time.zb_h1", (p - 1) * (tf + tb - tw), "s", f"{QI}; {V3} (ZB1P: (PP−1)(F+B−2W))",
-       ("peak activations as 1F1B (p microbatches)",), "bubble time of ZB-H1")
+       ("peak activations as 1F1B (p microbatches)",), "bubble time of ZB-H1",
+       domain=((tw <= tf + tb, "T_W > T_F + T_B: one W pass more than fills the slot the schedule gives it, "
+                "and the formula turns negative"),))
 define("pipeline.bubble_time.zb_h2", (p - 1) * (tf + tb - 2 * tw), "s", QI,
-       ("peak activations 2p − 1 microbatches", "zero when T_F + T_B = 2·T_W"), "bubble time of ZB-H2")
+       ("peak activations 2p − 1 microbatches", "zero when T_F + T_B = 2·T_W"), "bubble time of ZB-H2",
+       domain=((2 * tw <= tf + tb, "2·T_W > T_F + T_B: the bubble is already zero at equality, and the formula "
+                "turns negative beyond it (pipeline.bubble_time.critical_path bounds the bubble there)"),))
 define("pipeline.bubble_time.dualpipe", (p / 2 - 1) * (tfb + tb - 2 * tw), "s",
        f"{V3} ((PP/2−1)(F&B + B − 3W) with B = T_B + T_W)",
        ("p and the microbatch count even", "parameters held twice, activations p + 1 microbatches"),
-       "bubble time of DualPipe")
-define("pipeline.bubble_time.critical_path", p * v * (tf + tb) + tw - m * v * (tf + tb + tw), "s",
+       "bubble time of DualPipe",
+       domain=((p >= 2, "DualPipe needs at least two stages (p even)"),
+               (2 * tw <= tfb + tb, "2·T_W > T_FB + T_B: the formula turns negative")))
+define("pipeline.bubble_time.critical_path",
+       sympy.Max(0, p * v * (tf + tb) + tw - m * v * (tf + tb + tw)), "s",
        "derived: derivations/pipeline.py (the first microbatch's chain of dependencies)",
        ("any schedule: the first microbatch's forward and input-gradient passes run one after another through "
         "all p·v model chunks, then its weight-gradient pass; a stage's own work is m·v·(T_F + T_B + T_W)",
-        "a lower bound on the bubble time (exact for one microbatch); point-to-point time not counted"),
+        "a lower bound on the bubble time (exact for one microbatch); point-to-point time not counted",
+        "zero once the stage's own work outlasts the chain (a bubble is never negative)"),
        "the least bubble time any pipeline schedule can have")
 define("pipeline.in_flight.1f1b", p, "", f"{NARAYANAN} §2.2.1; {QI}",
        ("the first stage holds p microbatches' activations (at most m)",),

@@ -14,12 +14,19 @@ define("reliability.checkpoint_interval", sympy.sqrt(2 * delta * M), "s", f"{YOU
 define("reliability.mtbf", 1 / (lam * n), "s", "independent failures: job interruption rate = λ·n; derived: derivations/failures.py",
        ("interruptions independent and proportional to the accelerator count",),
        "mean time between interruptions of a job on n accelerators")
+#: the first-order waste is a fraction of the wall clock only while it is below one: beyond it, interruptions
+#: come faster than a checkpoint and a restart complete, and no step finishes
+FIRST_ORDER = ((sympy.sqrt(2 * delta / M) + R / M <= 1,
+                "the first-order waste √(2δ/M) + R/M exceeds 1: checkpoint and restart times are not small against "
+                "the mean time between interruptions M, and the first-order model does not hold"),)
+
 define("reliability.waste_fraction", sympy.sqrt(2 * delta / M) + R / M, "",
        f"{YOUNG} (first-order waste at the optimal interval); derived: derivations/failures.py",
        ("checkpoint overhead δ/τ plus expected rework τ/(2M) at τ = √(2δM), plus restart R per interruption",),
-       "fraction of wall-clock time lost to checkpoints, rework and restarts")
+       "fraction of wall-clock time lost to checkpoints, rework and restarts", domain=FIRST_ORDER)
 define("reliability.goodput", 1 - sympy.sqrt(2 * delta / M) - R / M, "", "derived: derivations/failures.py",
-       ("first-order: valid while the waste fraction is small",), "fraction of wall-clock time doing useful steps")
+       ("first-order: valid while the waste fraction is small",), "fraction of wall-clock time doing useful steps",
+       domain=FIRST_ORDER)
 define("reliability.optimal_gpus", 2 / (9 * delta * lam), "",
        "derived: derivations/failures.py (maximise n(1 − √(2δλn)))",
        ("restart cost neglected; throughput proportional to n otherwise",),

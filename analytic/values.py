@@ -1,0 +1,256 @@
+"""Reading a user's value: one number with one unit, exactly, inside its declared domain.
+
+Every entry point (``Formula.evaluate`` and ``subs``, ``Model``, ``Layout``, ``Plan`` and its
+overrides, ``Hardware``, ``search``, the CLI) reads values through these functions, so a value is
+checked the same way wherever it enters:
+
+- a string is ONE number followed by at most ONE unit expression ("50 GB/s", "400 Gbit/s",
+  "1/hour"); anything else (``'5 us 3'``, ``'9**9**9 GB/s'``, text over :data:`MAX_TEXT`
+  characters) is a :class:`UnitError` naming the text. No string reaches pint's expression
+  evaluator;
+- a quantity of another pint registry is converted through its unit's name;
+- numbers are exact (floats by their shortest decimal) and finite, with magnitudes between
+  :data:`TINY` and :data:`HUGE` in the symbol's unit (float64's range, with room for the products
+  a formula takes), counts at most :data:`MAX_COUNT`;
+- each symbol's domain (:data:`DOMAINS`) is enforced on Python and sympy numbers alike.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+import pint
+import sympy
+
+from .errors import InputError, UnitError
+from .units import Q_, ureg
+
+#: longest string read as a quantity or a count
+MAX_TEXT = 100
+#: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
+HUGE = 1e300
+#: smallest non-zero magnitude accepted, in the symbol's unit (float64 subnormals start at 2.2e-308)
+TINY = 1e-300
+#: largest count accepted: float64, in which search and lambdify evaluate, holds every integer up to 2**53
+MAX_COUNT = 2**53
+
+#: domain name → (description, test on an exact sympy number); choices are ("choice", options)
+DOMAINS = {
+    "count": "an integer ≥ 1",
+    "count0": "an integer ≥ 0",
+    "positive": "a number > 0",
+    "nonnegative": "a number ≥ 0",
+    "fraction": "a number in (0, 1]",
+    "fraction0": "a number in [0, 1]",
+}
+
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
+_FACTOR = rf"{_NAME}(?:\s*(?:\*\*|\^)\s*-?[0-9])?"
+_UNIT = rf"(?:1\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
+_QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
+
+
+def _text(keyword: str, text: str) -> str:
+    if len(text) > MAX_TEXT:
+        raise UnitError(f"{keyword}: a value of {len(text):,} characters; expected one number and one unit "
+                        f"in at most {MAX_TEXT}")
+    return text
+
+
+def parse_quantity(keyword: str, text: str):
+    """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit."""
+    m = _QUANTITY.fullmatch(_text(keyword, text))
+    if not m:
+        raise UnitError(f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us', '405e9')")
+    return Fraction(m.group(1)), (m.group(2) or None)
+
+
+def unit_of(keyword: str, text: str) -> pint.Unit:
+    """The registry unit named by ``text`` (names and ``* / **`` only, checked before pint reads it; ''
+    is dimensionless)."""
+    if not text.strip():
+        return ureg.Unit("")
+    if len(text) > MAX_TEXT or not re.fullmatch(_UNIT, text.strip()):
+        raise UnitError(f"{keyword}: {text!r} is not a unit")
+    try:
+        return ureg.Unit(text.strip().replace("·", "*"))
+    except Exception:  # pint's undefined-unit and parse errors
+        raise UnitError(f"{keyword}: unknown unit {text.strip()!r}") from None
+
+
+def quantity(keyword: str, value):
+    """A string or a foreign quantity as this registry's Quantity (a plain number as itself)."""
+    if isinstance(value, str):
+        number, unit = parse_quantity(keyword, value)
+        return number if unit is None else Q_(number_value(number), unit_of(keyword, unit))
+    if isinstance(value, pint.Quantity) and value._REGISTRY is not ureg:
+        unit = str(value.units)
+        try:
+            return Q_(value.magnitude, ureg.Unit(unit))
+        except Exception:  # a unit this registry does not define
+            raise UnitError(f"{keyword}: {value!r} comes from another pint registry and its unit {unit!r} is "
+                            "not defined in analytic's; pass analytic's Quantity (an.Q_) or a string") from None
+    return value
+
+
+def number_value(x: Fraction):
+    """A Fraction as an int when whole, else a float (what pint multiplies)."""
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def exact(x) -> sympy.Expr:
+    """A Python, numpy or sympy number as an exact, finite sympy number (floats by their shortest decimal)."""
+    if isinstance(x, sympy.Basic):
+        if x.is_number and x.is_finite is not True:
+            raise InputError(f"expected a finite number, got {x}")
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        raise InputError(f"expected a number, got the boolean {x!r}")
+    if isinstance(x, (int, np.integer)):
+        return sympy.Integer(int(x))
+    if isinstance(x, Fraction):
+        return sympy.Rational(x.numerator, x.denominator)
+    if isinstance(x, Decimal):
+        if not x.is_finite():
+            raise InputError(f"expected a finite number, got {x!r}")
+        return exact(Fraction(x))
+    if isinstance(x, (float, np.floating)):
+        if not math.isfinite(x):
+            raise InputError(f"expected a finite number, got {x!r}")
+        return sympy.Rational(repr(float(x)))
+    if isinstance(x, numbers.Rational):
+        return sympy.Rational(int(x.numerator), int(x.denominator))
+    if isinstance(x, numbers.Real):
+        return exact(float(x))
+    raise InputError(f"expected a real number, got {type(x).__name__} {x!r}")
+
+
+def in_range(keyword: str, value: sympy.Expr, shown) -> sympy.Expr:
+    """``value`` if its size is between TINY and HUGE (or zero)."""
+    size = abs(value)
+    if size > HUGE or (size != 0 and size < TINY):
+        raise InputError(f"{keyword}: {shown!r} is outside the magnitudes the library computes with "
+                         f"({TINY:g} to {HUGE:g} in the symbol's unit)")
+    return value
+
+
+def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.Expr:
+    """``value`` (an exact sympy number) if it lies in ``domain``; an InputError naming both otherwise."""
+    shown = value if shown is None else shown
+    if domain is None:
+        return value
+    if isinstance(domain, tuple):  # ("choice", options)
+        options = domain[1]
+        if not (value.is_integer and 0 <= value < len(options)):
+            raise InputError(f"{keyword}: expected an index 0–{len(options) - 1} "
+                             f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {shown!r}")
+        return value
+    ok = {"count": lambda v: v.is_integer and 1 <= v <= MAX_COUNT,
+          "count0": lambda v: v.is_integer and 0 <= v <= MAX_COUNT,
+          "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
+          "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}[domain]
+    if not ok(value):
+        extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and value.is_integer and value > 0 else ""
+        raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {shown!r}")
+    return value
+
+
+def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
+    """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
+    returned as it is (unless ``allow_symbol`` is False). Strings are not counts here; see :func:`parse_count`."""
+    if isinstance(value, sympy.Basic) and not value.is_number:
+        if not allow_symbol:
+            raise InputError(f"{name}: expected an integer, got the expression {value}")
+        from .symbols import canonical
+        return canonical(value)
+    if isinstance(value, (bool, np.bool_, str)) or value is None:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
+    try:
+        as_exact = exact(value)
+    except InputError:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}") from None
+    if not as_exact.is_integer:
+        raise InputError(f"{name}: expected an integer, got {value!r}")
+    if as_exact < minimum or as_exact > MAX_COUNT:
+        raise InputError(f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {value!r}")
+    return int(as_exact)
+
+
+#: decimal and binary multipliers of a bare count ("16M" tokens, "16Mi" tokens)
+COUNT_SUFFIXES = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+#: the binary suffix a decimal one is often meant as ("16M" tokens for 16Mi = 2²⁴)
+BINARY_SUFFIX = {"k": "Ki", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti"}
+_COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*")
+
+
+def suffixed_count(text: str) -> tuple[Fraction, str | None] | None:
+    """``(number, suffix)`` of a count such as '16M', '16Mi', '16777216' or '16e6', exactly (the
+    value is ``number · COUNT_SUFFIXES[suffix]``), or None when ``text`` is not one."""
+    m = _COUNT.fullmatch(text) if len(text) <= MAX_TEXT else None
+    return (Fraction(m.group(1)), m.group(2)) if m else None
+
+
+def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
+    """The value of a decimal-suffixed count read with the binary suffix instead ('16M' → 16·2²⁰),
+    or None when the count has no decimal suffix."""
+    return number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]] if suffix in BINARY_SUFFIX else None
+
+
+def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
+    """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a float."""
+    parsed = suffixed_count(text)
+    if parsed is None:
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {text!r}")
+    return count(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum)
+
+
+def fraction(name: str, value, *, upper: float | None = 1.0):
+    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any)."""
+    q = quantity(name, value)
+    if isinstance(q, pint.Quantity):
+        if not q.dimensionless:
+            raise UnitError(f"{name}: expected a plain number, got {q:~P}")
+        q = q.to("").magnitude
+    try:
+        x = exact(q)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}") from None
+    if not x.is_number:
+        return x
+    if not (x > 0 and (upper is None or x <= upper)) or abs(x) > HUGE:
+        raise InputError(f"{name}: expected a number in " + (f"(0, {upper:g}]" if upper else "(0, ∞)") + f", got {value!r}")
+    return x
+
+
+def choice(name: str, value, options):
+    """``value`` if it is one of the (string) ``options``."""
+    if not isinstance(value, str) or value not in options:
+        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
+
+
+def flag(name: str, value) -> bool:
+    """``value`` if it is a bool: a string such as "no" or a number is not read as one."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def distinct(name: str, values) -> tuple:
+    """``values`` as a tuple, refused when empty or when a value repeats."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset, range)):
+        raise InputError(f"{name}: expected a list or tuple of choices, got {values!r}")
+    values = tuple(values)
+    if not values:
+        raise InputError(f"{name}: expected at least one choice, got {values!r}")
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise InputError(f"{name}: {seen[0]!r} is given more than once in {values!r}")
+    return values
