@@ -7,7 +7,6 @@ A symbol stands for the magnitude of its quantity in the unit declared in :mod:`
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -18,6 +17,7 @@ import sympy
 
 from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from .numeric import program
 from .units import Q_, as_unit, is_count, strip_counts, ureg
 from .values import exact, in_range, quantity, unit_of
 
@@ -146,12 +146,14 @@ class Formula:
     def _replacements(self, values: dict) -> dict:
         return {_symbols.sym(kw): magnitude(kw, v) for kw, v in values.items()}
 
-    def _within(self, repl: dict | None = None) -> tuple:
-        """The domain with ``repl`` substituted; raises InputError where a condition is decided false."""
+    def _within(self, repl: dict | None = None, *, strict: bool = True) -> tuple:
+        """The domain with ``repl`` substituted, the conditions that now hold dropped; ``strict``:
+        an InputError where a condition is decided false (``subs`` keeps it, for ``evaluate`` and
+        ``value`` to raise: a plan binds formulas for choices it may not take)."""
         out = []
         for cond, why in self.domain:
             c = cond.xreplace(repl) if repl else cond
-            if c == sympy.false:
+            if c == sympy.false and strict:
                 raise InputError(f"{self.name}: outside the formula's domain: {why}")
             if c != sympy.true:
                 out.append((c, why))
@@ -184,7 +186,7 @@ class Formula:
         Formulas), the rest still free."""
         self._check_keywords(values, complete=False)
         repl = self._replacements(values)
-        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl))
+        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False))
 
     def bind(self, values: dict) -> "Formula":
         """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""
@@ -204,7 +206,7 @@ class Formula:
     @cached_property
     def _compiled(self):
         keywords = list(self.symbols)
-        fn = compile_numpy(self.expr, keywords)
+        fn = program([self.expr], {_symbols.sym(k): k for k in keywords})
         name = self.name
 
         def compiled(**values):
@@ -214,7 +216,7 @@ class Formula:
                 raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
                                  + (f"; missing {', '.join(missing)}" if missing else "")
                                  + (f"; unknown {', '.join(extra)}" if extra else ""))
-            return fn(*(values[k] for k in keywords))
+            return fn(*(values[k] for k in keywords))[0]
 
         compiled.keywords = tuple(keywords)
         compiled.__doc__ = f"{name} [{self.unit:~P}] of {', '.join(keywords)}"
@@ -292,59 +294,6 @@ class Formula:
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
 
 
-def numpy_source(expr: sympy.Expr, keywords: list[str]) -> str:
-    """Python source of ``def f(<keywords>)`` evaluating ``expr`` over numpy arrays (what lambdify
-    generates, with common subexpressions computed once and without lambdify's per-call overhead,
-    so compiled plans can be cached as text)."""
-    from sympy.printing.numpy import NumPyPrinter
-    names = {_symbols.sym(k): k for k in keywords}
-
-    class Printer(NumPyPrinter):
-        def _print_Symbol(self, s):  # symbols print as their keyword (renaming with xreplace re-evaluates)
-            return names[s] if s in names else super()._print_Symbol(s)
-
-        def _print_Integer(self, n):  # beyond int64, as a float (numpy would overflow building an array)
-            return super()._print_Integer(n) if abs(n) < 2**62 else repr(float(n))
-
-        def _print_Pow(self, e, rational=False):  # 1/x, not x**(-1.0) (numpy's power is slow)
-            if e.exp == -1:
-                return f"1/{self.parenthesize(e.base, 100)}"
-            return super()._print_Pow(e, rational=rational)
-
-        def _print_Max(self, e):  # pairwise maximum: no stacked temporary as with amax((a, b), axis=0)
-            return functools.reduce(lambda a, b: f"numpy.maximum({a}, {b})", map(self._print, e.args))
-
-        def _print_Min(self, e):
-            return functools.reduce(lambda a, b: f"numpy.minimum({a}, {b})", map(self._print, e.args))
-
-        def _print_Piecewise(self, e):  # nested where: no stacked temporaries as with select
-            if e.args[-1].cond != sympy.true:
-                return super()._print_Piecewise(e)
-            out = self._print(e.args[-1].expr)
-            for piece in reversed(e.args[:-1]):
-                out = f"numpy.where({self._print(piece.cond)}, {self._print(piece.expr)}, {out})"
-            return out
-
-    printer = Printer({"fully_qualified_modules": True, "allow_unknown_functions": False, "order": "none"})
-    shared, (body,) = sympy.cse(expr, symbols=sympy.numbered_symbols("_x"), order="none")
-    lines = [f"def f({', '.join(keywords)}):"]
-    lines += [f"    {name} = {printer.doprint(sub)}" for name, sub in shared]
-    lines.append(f"    return {printer.doprint(body)}")
-    return "\n".join(lines)
-
-
-def compile_source(source: str):
-    """The function that :func:`numpy_source` printed."""
-    scope = {"numpy": np, "functools": functools, "inf": np.inf, "nan": np.nan}
-    exec(source, scope)  # noqa: S102 - source we printed
-    return scope["f"]
-
-
-def compile_numpy(expr: sympy.Expr, keywords: list[str]):
-    """A numpy function of positional arguments in the order of ``keywords``."""
-    return compile_source(numpy_source(expr, keywords))
-
-
 def to_float(expr: sympy.Expr, name: str = "expression") -> float:
     """An exact sympy number as a float (the edge where exactness ends)."""
     try:
@@ -381,7 +330,8 @@ def _units_of(expr) -> pint.Quantity:
             return Q_(1, DIMENSIONLESS)
         return Q_(1, (b ** float(exp)).units)
     if isinstance(expr, (sympy.Min, sympy.Max)):
-        return _units_of(sympy.Add(*expr.args, evaluate=False)) if len(expr.args) > 1 else _units_of(expr.args[0])
+        args = [a for a in expr.args if a != 0] or [expr.args[0]]  # zero has every dimension (Max(0, t))
+        return _units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else _units_of(args[0])
     if isinstance(expr, sympy.Piecewise):
         units = [_units_of(e) for e, _ in expr.args]
         for u in units[1:]:

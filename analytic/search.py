@@ -3,7 +3,8 @@
 The numbers come from the same expressions as :class:`~analytic.plan.Plan`: one Plan is built
 with the degrees, the microbatch size, the ZeRO stage, the recomputation policy and the schedule
 left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are compiled to numpy once.
-The compiled source is cached on disk, keyed by everything it depends on.
+The compiled program (data, not code: :mod:`analytic.numeric`) is cached on disk, keyed by every
+field of every input it depends on.
 
 Sequence parallelism is on whenever tp > 1: in this model it never costs time (its reduce-scatter
 + all-gather equals the all-reduce it replaces) and always saves memory. Async TP is a property of
@@ -14,6 +15,7 @@ and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +29,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
-from .formula import compile_source, numpy_source
+from .numeric import Program, program
 from .values import exact
 from .hardware import Hardware
 from .model import Model
@@ -40,7 +42,8 @@ INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule b
 OUTPUTS = ("memory.total", "step_time", "flops")
 
 
-MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
+MAX_GPUS = 1 << 24
+MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read  # enumeration is by divisors; beyond this no cluster exists to plan
 
 
 def _divisors(n: int) -> list[int]:
@@ -58,8 +61,31 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ANALYTIC_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "analytic"))
+def cache_dir() -> Path | None:
+    """Where search keeps its compiled expressions: ``$ANALYTIC_CACHE``, else ``$XDG_CACHE_HOME/analytic``,
+    else ``~/.cache/analytic``. An empty or relative path is ignored, as the XDG Base Directory
+    specification says of ``XDG_CACHE_HOME``; None when no absolute folder results."""
+    for var, leaf in (("ANALYTIC_CACHE", ""), ("XDG_CACHE_HOME", "analytic")):
+        value = os.environ.get(var, "")
+        if value and Path(value).is_absolute():
+            return Path(value) / leaf
+    try:
+        return Path.home() / ".cache" / "analytic"
+    except RuntimeError:  # no home directory
+        return None
+
+
+def _key(*parts) -> str:
+    """A digest of every field of every part (dataclasses by all their fields, recursively)."""
+    def plain(x):
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return [type(x).__name__, {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}]
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x if isinstance(x, (str, int, float, bool, type(None))) else repr(x)
+    return hashlib.sha256(json.dumps(plain(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -146,24 +172,29 @@ class SearchResult:
         return self.ranked[0]
 
 
-_COMPILED: dict = {}  # cache file → compiled functions, for repeated searches in one process
+_COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", on_build=None) -> tuple[list, bool]:
-    """(memory, step time, flops) as numpy functions of :data:`INPUTS`, and whether they had to be
-    built now (False when they came from memory or the disk cache; ``on_build()`` is called first
-    when they must be built)."""
-    key = json.dumps([__version__, _source_digest(), repr(model), hardware.name, {k: str(v) for k, v in hardware.peaks.items()},
-                      str(hardware.hbm), str(hardware.scale_up), str(hardware.scale_out), hardware.gpus_per_node,
-                      hardware.sms, repr(hardware.calibrations), seq_len, global_batch, dtype, flash_attention, async_tp,
-                      comm_sms, zero3_gather], sort_keys=True)
-    path = _cache_dir() / f"search-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-    if path in _COMPILED:
-        return _COMPILED[path], False
+              zero3_gather="per-block", on_build=None) -> tuple[Program, bool]:
+    """A :class:`~analytic.numeric.Program` of :data:`INPUTS` giving (memory, step time, flops), and
+    whether it had to be built now (False when it came from memory or the disk cache; ``on_build()``
+    is called first when it must be built). The cache holds data only, validated when read; a file
+    that is not a valid program is rebuilt."""
+    key = _key(__version__, _source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
+               async_tp, comm_sms, zero3_gather)
+    if key in _COMPILED:
+        return _COMPILED[key], False
+    folder = cache_dir()
+    path = folder / f"search-{key}.json" if folder else None
     try:
-        sources, built = json.loads(path.read_text()), False
-    except (OSError, ValueError):
+        if path is None or path.stat().st_size > MAX_CACHE_BYTES:
+            raise ValueError("no cache")
+        fn = Program.from_json(json.loads(path.read_text()))
+        if fn.inputs != INPUTS or len(fn.outputs) != len(OUTPUTS):
+            raise ValueError("a program of other inputs")
+        built = False
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError):
         if on_build:
             on_build()
         layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
@@ -171,16 +202,17 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
                         comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
         plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                     microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
-        sources, built = [numpy_source(plan.expr(q).expr, list(INPUTS)) for q in OUTPUTS], True
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(sources))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only home only costs the next search its compile time
-    _COMPILED[path] = [compile_source(src) for src in sources]
-    return _COMPILED[path], built
+        fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(fn.to_json()))
+                tmp.replace(path)
+            except OSError:
+                pass  # a read-only cache only costs the next search its compile time
+    _COMPILED[key] = fn
+    return fn, built
 
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
@@ -291,13 +323,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     built = False
     if n:  # nothing to compile for when no layout is valid
         note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
-        (mem_f, time_f, flops_f), built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention,
-                                                    bool(async_tp), comm_sms, zero3_gather, note)
+        fn, built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                              zero3_gather, note)
     for lo in range(0, n, CHUNK):
         args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
-            for k, f in (("memory", mem_f), ("step_time", time_f), ("flops", flops_f)):
-                out[k][lo:lo + CHUNK] = f(*args)  # broadcasts a constant
+            for k, v in zip(("memory", "step_time", "flops"), fn(*args)):
+                out[k][lo:lo + CHUNK] = v  # broadcasts a constant
         if show:
             _progress(min(lo + CHUNK, n), n, start)
     arrays.update(memory=out["memory"], step_time=out["step_time"],

@@ -26,7 +26,6 @@ from .presets import hardwares as _hardwares
 from .presets import model as _model
 from .presets import models as _models
 from .units import Q_
-from .values import TINY
 
 __all__ = ["models", "hardwares", "layouts", "plans", "collective_calls"]
 
@@ -165,5 +164,5 @@ def collective_calls(*, min_ranks: int = 2, max_ranks: int = 1024, min_bytes: fl
         "message": st.floats(min_bytes, max_bytes).map(lambda x: Q_(x, "byte")),
         "ranks": st.integers(min_ranks, max_ranks),
         "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q_(x, "byte/s")),
-        "latency": st.floats(0, 1e-3).map(lambda x: Q_(x if x >= TINY else 0.0, "s")),  # no tiny magnitudes
+        "latency": st.floats(0, 1e-3).map(lambda x: Q_(x if x >= 1e-15 else 0.0, "s")),  # no sub-femtosecond ones
     })

@@ -173,9 +173,11 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
     bubble = bubble_time(schedule, {"pp": pp, "vpp": 1, "microbatches": m, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"),
                                     "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")}).expr
     # the schedule's own bubble and the critical path no schedule beats; both fall with m
-    bubbles = bubble.args if isinstance(bubble, sympy.Max) else (bubble,)
+    def parts(e):  # the arguments of nested Max, the floor at zero left out (it never binds a share)
+        return [q for a in e.args for q in parts(a)] if isinstance(e, sympy.Max) else ([] if e == 0 else [e])
+
     value = 1
-    for part in bubbles:
+    for part in parts(bubble):
         share = part / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
         if share.free_symbols:
             need = sympy.solve(sympy.Eq(share, sympy.nsimplify(target)), m)[0]

@@ -1,0 +1,194 @@
+"""Expressions as numeric programs: data that numpy evaluates, never code.
+
+:func:`program` turns sympy expressions into a :class:`Program`: the inputs, the constants and a
+list of steps, each a whitelisted numpy operation on earlier registers (a shared subexpression is
+computed once). A Program is plain JSON (:meth:`Program.to_json`); :meth:`Program.from_json`
+validates every field — operation names, arities, that each step reads only earlier registers,
+finite constants, bounded sizes — so a program read from disk can at worst give wrong numbers of
+the right shape, never run anything. ``lambdify`` and search's cache both use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from .errors import InputError
+
+_NARY = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+         "and": np.logical_and, "or": np.logical_or}
+_UNARY = {"recip": lambda x: 1.0 / x, "sqrt": np.sqrt, "log": np.log, "exp": np.exp, "abs": np.abs,
+          "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not}
+_BINARY = {"pow": np.float_power, "mod": np.mod, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+           "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
+_TERNARY = {"where": np.where}
+#: operation → (numpy function, arity; None for two or more)
+OPS = {**{k: (f, None) for k, f in _NARY.items()}, **{k: (f, 1) for k, f in _UNARY.items()},
+       **{k: (f, 2) for k, f in _BINARY.items()}, **{k: (f, 3) for k, f in _TERNARY.items()}}
+#: largest program read back (steps, constants, inputs)
+MAX_STEPS = 1 << 16
+
+_RELATIONS = {sympy.StrictLessThan: "lt", sympy.LessThan: "le", sympy.StrictGreaterThan: "gt",
+              sympy.GreaterThan: "ge", sympy.Equality: "eq", sympy.Unequality: "ne"}
+_FUNCTIONS = {sympy.log: "log", sympy.exp: "exp", sympy.Abs: "abs", sympy.floor: "floor", sympy.ceiling: "ceiling"}
+
+
+@dataclass(frozen=True)
+class Program:
+    """Registers are the inputs, then the constants, then one per step; ``outputs`` index them."""
+
+    inputs: tuple[str, ...]
+    constants: tuple[float, ...]
+    steps: tuple[tuple[str, tuple[int, ...]], ...]
+    outputs: tuple[int, ...]
+
+    def __call__(self, *args):
+        """The outputs for positional ``args`` (numbers or numpy arrays) in the order of :attr:`inputs`."""
+        if len(args) != len(self.inputs):
+            raise InputError(f"program of {', '.join(self.inputs)}: expected {len(self.inputs)} arguments, got {len(args)}")
+        regs = [np.asarray(a, dtype=np.float64) for a in args] + list(self.constants)  # float64, as sympy's numbers
+        last = self._last_use
+        base = len(regs)
+        for i, (op, refs) in enumerate(self.steps):
+            fn, arity = OPS[op]
+            vals = [regs[r] for r in refs]
+            regs.append(functools.reduce(fn, vals) if arity is None else fn(*vals))
+            for r in last.get(base + i, ()):  # free what no later step reads
+                regs[r] = None
+        return tuple(regs[o] for o in self.outputs)
+
+    @functools.cached_property
+    def _last_use(self) -> dict[int, list[int]]:
+        """step register → the registers whose last reader it is (outputs and inputs are kept)."""
+        keep = set(self.outputs) | set(range(len(self.inputs) + len(self.constants)))
+        last = {}
+        base = len(self.inputs) + len(self.constants)
+        for i, (_, refs) in enumerate(self.steps):
+            for r in refs:
+                last[r] = base + i
+        out: dict[int, list[int]] = {}
+        for r, at in last.items():
+            if r not in keep:
+                out.setdefault(at, []).append(r)
+        return out
+
+    def to_json(self) -> dict:
+        return {"inputs": list(self.inputs), "constants": [float(c) for c in self.constants],
+                "steps": [[op, list(refs)] for op, refs in self.steps], "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, data) -> "Program":
+        """A Program from :meth:`to_json`'s data, every field checked; ValueError on anything else."""
+        if not isinstance(data, dict) or set(data) != {"inputs", "constants", "steps", "outputs"}:
+            raise ValueError("not a program: expected inputs, constants, steps and outputs")
+        inputs, constants, steps, outputs = (data[k] for k in ("inputs", "constants", "steps", "outputs"))
+        if not all(isinstance(x, list) and len(x) <= MAX_STEPS for x in (inputs, constants, steps, outputs)):
+            raise ValueError("not a program: fields must be lists of bounded length")
+        if not all(isinstance(k, str) and k.isidentifier() for k in inputs):
+            raise ValueError("program inputs must be names")
+        if not all(type(c) in (int, float) and not math.isinf(c) for c in constants):  # NaN: a Piecewise's no-case
+            raise ValueError("program constants must be finite numbers or NaN")
+        n = len(inputs) + len(constants)
+        checked = []
+        for step in steps:
+            if not (isinstance(step, list) and len(step) == 2 and step[0] in OPS and isinstance(step[1], list)):
+                raise ValueError(f"bad program step {step!r:.80}")
+            op, refs = step
+            arity = OPS[op][1]
+            if (arity is None and len(refs) < 2) or (arity is not None and len(refs) != arity):
+                raise ValueError(f"program step {op} takes {arity or 'two or more'} arguments, got {len(refs)}")
+            if not all(type(r) is int and 0 <= r < n for r in refs):
+                raise ValueError(f"program step {op} reads a register that is not computed before it")
+            checked.append((op, tuple(refs)))
+            n += 1
+        if not outputs or not all(type(o) is int and 0 <= o < n for o in outputs):
+            raise ValueError("program outputs must name registers")
+        return cls(tuple(inputs), tuple(float(c) for c in constants), tuple(checked), tuple(outputs))
+
+
+def program(exprs, inputs) -> Program:
+    """The Program computing ``exprs`` (sympy expressions) from the symbols ``inputs`` (a mapping
+    symbol → name, in argument order)."""
+    names = dict(inputs)
+    order = list(names.values())
+    constants: list[float] = []
+    const_at: dict[float, int] = {}
+    steps: list[tuple[str, tuple[int, ...]]] = []
+    memo: dict = {}
+    index = {s: i for i, s in enumerate(names)}
+
+    def const(x: float) -> int:
+        key = float(x)
+        if key not in const_at:
+            const_at[key] = len(constants)
+            constants.append(key)
+        return ("c", const_at[key])
+
+    def step(op, *refs):
+        steps.append((op, refs))
+        return ("s", len(steps) - 1)
+
+    def walk(e):
+        if e in memo:
+            return memo[e]
+        memo[e] = out = visit(e)
+        return out
+
+    def visit(e):
+        if isinstance(e, sympy.Symbol):
+            if e not in index:
+                raise InputError(f"free symbol {e} is not an input of the program ({', '.join(order)})")
+            return ("i", index[e])
+        if e is sympy.true or e is sympy.false:
+            return const(1.0 if e is sympy.true else 0.0)
+        if e.is_Number or e.is_NumberSymbol:
+            return const(float(e))
+        if isinstance(e, sympy.Add):
+            return step("add", *map(walk, e.args))
+        if isinstance(e, sympy.Mul):
+            return step("mul", *map(walk, e.args))
+        if isinstance(e, sympy.Pow):
+            base, exp = e.args
+            if exp == -1:
+                return step("recip", walk(base))
+            if exp == sympy.Rational(1, 2):
+                return step("sqrt", walk(base))
+            if exp == sympy.Rational(-1, 2):
+                return step("recip", step("sqrt", walk(base)))
+            return step("pow", walk(base), walk(exp))
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            kind = "max" if isinstance(e, sympy.Max) else "min"
+            return step(kind, *map(walk, e.args)) if len(e.args) > 1 else walk(e.args[0])
+        if isinstance(e, (sympy.And, sympy.Or)):
+            return step("and" if isinstance(e, sympy.And) else "or", *map(walk, e.args))
+        if isinstance(e, sympy.Not):
+            return step("not", walk(e.args[0]))
+        if type(e) in _RELATIONS:
+            return step(_RELATIONS[type(e)], walk(e.lhs), walk(e.rhs))
+        if type(e) in _FUNCTIONS:
+            return step(_FUNCTIONS[type(e)], walk(e.args[0]))
+        if isinstance(e, sympy.Mod):
+            return step("mod", walk(e.args[0]), walk(e.args[1]))
+        if isinstance(e, sympy.Piecewise):
+            pieces = list(e.args)
+            out = walk(pieces[-1].expr) if pieces[-1].cond == sympy.true else const(math.nan)
+            if pieces[-1].cond == sympy.true:
+                pieces = pieces[:-1]
+            for piece in reversed(pieces):
+                out = step("where", walk(piece.cond), walk(piece.expr), out)
+            return out
+        raise InputError(f"cannot compile {type(e).__name__} to a numeric program")
+
+    refs = [walk(sympy.sympify(x)) for x in exprs]
+    n_in, n_const = len(order), len(constants)
+
+    def reg(ref) -> int:
+        kind, i = ref
+        return i if kind == "i" else n_in + i if kind == "c" else n_in + n_const + i
+
+    return Program(tuple(order), tuple(constants), tuple((op, tuple(reg(r) for r in rs)) for op, rs in steps),
+                   tuple(reg(r) for r in refs))

@@ -1,0 +1,125 @@
+"""Search's cache holds data, never code; its key covers every input; a bad file is rebuilt; the XDG rules."""
+
+import importlib
+import json
+
+import numpy as np
+import pytest
+
+import analytic as an
+from analytic.numeric import OPS, Program, program
+
+SEARCH = importlib.import_module("analytic.search")
+MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
+KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False)
+
+
+def fresh_search(hw=HW, **kw):
+    SEARCH._COMPILED.clear()
+    return an.search(MODEL, hw, **KW, **kw)
+
+
+def cache_files(folder):
+    return sorted(folder.glob("search-*.json"))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_the_cache_file_is_a_program_of_numbers(cache):
+    fresh_search()
+    (path,) = cache_files(cache)
+    data = json.loads(path.read_text())
+    assert set(data) == {"inputs", "constants", "steps", "outputs"}
+    assert tuple(data["inputs"]) == SEARCH.INPUTS
+    assert all(isinstance(c, float) for c in data["constants"])
+    assert {op for op, _ in data["steps"]} <= set(OPS)
+
+
+def test_python_in_the_cache_is_never_run(cache, tmp_path_factory):
+    """What used to be exec'd: a list of Python sources. Read now, it is not a program, and is rebuilt."""
+    reference = fresh_search()
+    (path,) = cache_files(cache)
+    marker = tmp_path_factory.mktemp("marker") / "ran"
+    payload = f"def f(*a):\n    open({str(marker)!r}, 'w').write('x')\n    return 0.5\nf()"
+    path.write_text(json.dumps([payload, payload, payload]))
+    again = fresh_search()
+    assert not marker.exists()
+    assert again.compiled  # rebuilt from the expressions
+    assert np.array_equal(again.arrays["step_time"], reference.arrays["step_time"])
+    assert isinstance(json.loads(path.read_text()), dict)  # and rewritten as data
+
+
+@pytest.mark.parametrize("content", [
+    "[1, 2, 3]", "{}", '"a string"', "def f(): pass", "\x00\x00\x00", "[" * 100_000 + "]" * 100_000,
+    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": [], "steps": [["system", [0]]], "outputs": [10]}),
+    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": [], "steps": [["add", [0, 99]]], "outputs": [10]}),
+    json.dumps({"inputs": ["x"], "constants": [1.0], "steps": [["add", [0, 1]]], "outputs": [2]}),
+    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": ["__import__('os')"], "steps": [], "outputs": [0]}),
+], ids=["list", "empty-dict", "string", "python", "nul", "deep", "unknown-op", "later-register", "other-inputs",
+        "string-constant"])
+def test_a_corrupt_cache_is_rebuilt(cache, content):
+    reference = fresh_search()
+    (path,) = cache_files(cache)
+    path.write_text(content)
+    again = fresh_search()
+    assert again.compiled
+    assert np.array_equal(again.arrays["memory"], reference.arrays["memory"])
+
+
+def test_the_key_covers_every_hardware_field(cache):
+    """Changing the generation changes the fitted matmul efficiency: the cached hopper program must not answer."""
+    hopper = fresh_search()
+    ampere_hw = HW.replace(generation="ampere")
+    SEARCH._COMPILED.clear()
+    ampere = an.search(MODEL, ampere_hw, **KW)
+    assert ampere.compiled and len(cache_files(cache)) == 2
+    plan = ampere.best.plan(MODEL, ampere_hw, seq_len=2048, global_batch=64)
+    assert ampere.best.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    assert ampere.best.step_time != pytest.approx(hopper.arrays["step_time"][0], rel=1e-6)
+
+
+@pytest.mark.parametrize("xdg", ["", "relative/cache"])
+def test_an_empty_or_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch, xdg):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.delenv("ANALYTIC_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    fresh_search()
+    assert list(work.iterdir()) == []  # nothing written in the working directory
+    assert len(cache_files(home / ".cache" / "analytic")) == 1
+
+
+def test_an_absolute_xdg_cache_home_is_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANALYTIC_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fresh_search()
+    assert len(cache_files(tmp_path / "analytic")) == 1
+
+
+def test_program_evaluates_what_sympy_does():
+    import sympy
+    x, y = an.sym("dp"), an.sym("tp")
+    e = sympy.Piecewise((sympy.Max(x, 3) / y, sympy.Eq(y, 2)), (sympy.sqrt(x) + sympy.log(y) * x**3, True))
+    prog = Program.from_json(json.loads(json.dumps(program([e], {x: "dp", y: "tp"}).to_json())))
+    for xv, yv in ((1, 2), (5, 2), (7, 3), (2.5, 9)):
+        assert prog(np.array([xv]), np.array([yv]))[0][0] == pytest.approx(float(e.subs({x: xv, y: yv})), rel=1e-14)
+
+
+@pytest.mark.parametrize("data", [
+    {"inputs": ["a"], "constants": [float("inf")], "steps": [], "outputs": [1]},
+    {"inputs": ["a b"], "constants": [], "steps": [], "outputs": [0]},
+    {"inputs": ["a"], "constants": [], "steps": [["where", [0, 0]]], "outputs": [1]},
+    {"inputs": ["a"], "constants": [], "steps": [["add", [0]]], "outputs": [1]},
+    {"inputs": ["a"], "constants": [], "steps": [["add", [0, True]]], "outputs": [1]},
+    {"inputs": ["a"], "constants": [], "steps": [], "outputs": []},
+    {"inputs": ["a"], "constants": [], "steps": [], "outputs": [0], "code": "x"},
+])
+def test_program_from_json_refuses_what_it_did_not_write(data):
+    with pytest.raises(ValueError):
+        Program.from_json(data)
