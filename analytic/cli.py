@@ -6,7 +6,6 @@ import argparse
 import difflib
 import json
 import math
-import re
 import sys
 
 
@@ -37,29 +36,28 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
 
 
 def _count(text: str, name: str, minimum: int = 1) -> int:
+    """A count flag, read exactly (never through a float): '8', '16384', '16Ki', '2e3'."""
+    from .errors import InputError
+    from .values import parse_count
     try:
-        value = float(text)
-    except ValueError:
-        raise CLIError(f"--{name}: expected an integer, got {text!r}") from None
-    if not math.isfinite(value) or value != int(value) or value < minimum:
-        raise CLIError(f"--{name}: expected an integer ≥ {minimum}, got {text!r}")
-    return int(value)
+        return parse_count(f"--{name}", str(text), minimum=minimum)
+    except InputError as exc:
+        raise CLIError(str(exc)) from None
 
 
-def _fraction(text: str, name: str) -> float:
+def _fraction(text: str, name: str):
+    from .errors import AnalyticError
+    from .values import fraction
     try:
-        value = float(text)
-    except ValueError:
-        raise CLIError(f"--{name}: expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise CLIError(f"--{name}: expected a number in (0, 1], got {text!r}")
-    return value
+        return fraction(f"--{name}", text)
+    except AnalyticError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
     """Tokens per step from '16M', '16Mi', '16777216' or '16e6'. A decimal suffix that does not give
     whole sequences but whose binary reading does is read as binary, and the note says so."""
-    from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, suffixed_count
+    from .values import BINARY_SUFFIX, COUNT_SUFFIXES, MAX_COUNT, binary_reading, suffixed_count
     parsed = suffixed_count(text)
     if parsed is None:
         raise CLIError(f"--batch-tokens: expected a token count such as 16M, 16Mi or 16777216, got {text!r}")
@@ -72,6 +70,8 @@ def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
             note = (f"--batch-tokens {text} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
                     f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
             tokens = binary
+    if tokens > MAX_COUNT:
+        raise CLIError(f"--batch-tokens: {text} exceeds the {MAX_COUNT:,} tokens a step can be counted in exactly")
     if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
         raise CLIError(f"--batch-tokens: {text} is not a whole number of {seq_len}-token sequences")
     return int(tokens), note
@@ -125,7 +125,7 @@ def _search_inputs(args, what: str):
     links = {k: getattr(args, k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if getattr(args, k)}
     if links:
         hw = hw.replace(**links)
-    kw = {"dtype": args.dtype or "bf16", "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
+    kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": _count(str(args.comm_sms or 0), "comm-sms", minimum=0),
           "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero))}
     if args.zero is not None:
@@ -217,7 +217,7 @@ def build_plan(args) -> tuple[object, dict]:
     links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=_count(str(get("microbatch_size") or 1), "microbatch-size"),
-                   dtype=get("dtype") or "bf16", flash_attention=get("flash_attention") is not False, **links)
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False, **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
@@ -265,12 +265,16 @@ def cmd_step(args) -> int:
 
 def cmd_memory(args) -> int:
     _refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
-    plan, _ = build_plan(args)
+    plan, extra = build_plan(args)
     mem = plan.memory()
     rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
+    notes = list(extra["notes"].values())
     if args.json:
-        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits}))
+        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits,
+                                                                             "notes": notes}))
         return 0
+    for note in notes:
+        print(f"note: {note}")
     print(repr(plan))
     for k in ("weights", "gradients", "optimizer", "gathered", "activations"):
         print(f"  {k:<12} {_fmt(rows[k]):>12}")
@@ -285,11 +289,7 @@ def _parse_set(items) -> dict:
         if "=" not in item:
             raise CLIError(f"--set: expected keyword=value, got {item!r}")
         k, v = item.split("=", 1)
-        v = v.strip().strip("'\"")
-        try:
-            out[k.strip()] = float(v) if re.fullmatch(r"[-+0-9.eE]+", v) else v
-        except ValueError:
-            raise CLIError(f"--set {k}: cannot read {v!r}") from None
+        out[k.strip()] = v.strip().strip("'\"")  # read exactly, as one number with one unit, by the formula
     return out
 
 
@@ -341,7 +341,7 @@ def cmd_formula(args) -> int:
 
 def cmd_validate(args) -> int:
     from . import validation
-    folder = validation.find_folder()
+    folder = validation.find_folder(args.cases)
     results = validation.run(folder)
     failed = validation.failed(results)
     if args.json:
@@ -355,25 +355,41 @@ def cmd_validate(args) -> int:
         print(validation.table(results))
         print()
         print("\n".join(validation.summary(results)))
-    (folder / "REPORT.md").write_text(validation.markdown(results))
+    if args.report:
+        _write_text(args.report, validation.markdown(results))
     if failed:
         print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
         return 1
     return 0
 
 
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to exactly ``path`` (a file the user named), or fail with one line."""
+    from pathlib import Path
+    if not path or Path(path).is_dir():
+        raise CLIError(f"{path!r}: expected a file name to write")
+    Path(path).write_text(text)
+
+
 def cmd_calibrate(args) -> int:
     if args.backend:
+        if args.cases:
+            raise CLIError("--cases: read with --published (the measured cases to fit), not with --backend")
         from .reference.calibrate import main as backend_main
         return backend_main(args)
     if not args.published:
         raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
     from . import calibration, validation
-    folder = validation.find_folder()
+    folder = validation.find_folder(args.cases)
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
-    text = calibration.write(constants, cases, source="validation/predicted.toml")
-    print(text, end="")
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml")
+    if args.write:
+        _write_text(args.write, text)
+    if args.json:
+        print(json.dumps(calibration.as_json(constants, cases)))
+    elif not args.write:
+        print(text, end="")
     return 0
 
 
@@ -392,7 +408,7 @@ def cmd_search(args) -> int:
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
-                          "ranked": [r.as_dict() for r in res.ranked]}))
+                          "notes": [note] if note else [], "ranked": [r.as_dict() for r in res.ranked]}))
         return 0
     if note:
         print(f"note: {note}")
@@ -416,6 +432,7 @@ def cmd_search(args) -> int:
 def cmd_plot(args) -> int:
     from . import plots
     from .search import search
+    plots.output_format(args.out)  # before any work: the file name must say the format
     if args.kind == "bubble":
         _refuse_unread(args, {"pp"}, "plot bubble", "the bubble plot takes --pp")
         plots.bubble(_count(args.pp or "8", "pp"), out=args.out)
@@ -449,11 +466,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formula)
-    p = sub.add_parser("validate", help="run the published validation cases and write REPORT.md", allow_abbrev=False)
+    p = sub.add_parser("validate", help="run the published validation cases", allow_abbrev=False)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--cases", metavar="DIR", help="the cases' folder (default: validation/ of this source checkout)")
+    p.add_argument("--report", metavar="PATH", help="also write the Markdown report to PATH (validation/REPORT.md)")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("calibrate", help="fit the predictive model's constants", allow_abbrev=False)
-    p.add_argument("--published", action="store_true", help="fit on the published measurements")
+    p.add_argument("--published", action="store_true", help="fit on the published measurements (prints the "
+                   "calibration file; --write PATH writes it)")
+    p.add_argument("--cases", metavar="DIR", help="with --published: the cases' folder (default: validation/ of "
+                   "this source checkout)")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="time real collectives with torch.distributed")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")

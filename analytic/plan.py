@@ -103,8 +103,7 @@ class Layout:
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
         for k in ("sequence_parallel", "async_tp"):
-            if not isinstance(getattr(self, k), bool):
-                raise InputError(f"{k}: expected True or False, got {getattr(self, k)!r}")
+            flag(k, getattr(self, k))
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
@@ -112,6 +111,8 @@ class Layout:
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
+        if self.schedule == "interleaved" and _is_number(self.pp) and self.pp < 2:
+            raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
         if self.schedule in SCHEDULES and self.schedule != "interleaved" and _is_number(self.vpp) and self.vpp != 1:
             raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
         if _is_number(self.ep) and _is_number(self.dp) and self.dp % self.ep:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from .errors import InputError
@@ -18,15 +20,28 @@ def _plt():
     return plt
 
 
+#: the formats a plot is written in, picked by the suffix of its file name (matplotlib's Agg and vector backends)
+FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
+
+
+def output_format(out) -> str:
+    """The format of the file ``out`` names (its suffix); an InputError for no file name, a folder or
+    a suffix that names no format."""
+    if not isinstance(out, (str, Path)) or not str(out) or Path(out).is_dir() or str(out).endswith(("/", "\\")):
+        raise InputError(f"out: expected a file name such as plot.png, got {str(out)!r}")
+    suffix = Path(out).suffix[1:].lower()
+    if suffix not in FORMATS:
+        raise InputError(f"out: the suffix of {str(out)!r} picks the format; expected one of "
+                         f"{', '.join('.' + f for f in FORMATS)}")
+    return suffix
+
+
 def _save(plt, fig, out) -> None:
-    """Write the figure in the format its name asks for (an unknown one is the user's mistake)."""
+    """Write the figure to exactly ``out``, in the format its suffix names."""
     try:
-        fig.savefig(out)
-    except ValueError as exc:  # matplotlib's word for an unsupported format
-        raise InputError(f"out: {exc}") from None
+        fig.savefig(out, format=output_format(out))
     finally:
         plt.close(fig)
-
 
 def scaling(model, hardware, *, gpus, seq_len, global_batch, out, **search_kw):
     """Step time (and MFU) of the best layout at each GPU count."""

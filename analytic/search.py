@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import sympy
 
 from . import __version__
 from .errors import InputError
@@ -285,6 +286,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     start = time.time()
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
+    free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
+            and not getattr(model, f.name).is_number]
+    if free:
+        raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
+                         "left as symbols (give numbers with model.replace(...))")
     gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
@@ -301,15 +307,18 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
             raise InputError(f"batch_tokens: {tokens} is not a whole number of {seq_len}-token sequences")
         global_batch = tokens // seq_len
     global_batch = count("global_batch", global_batch, allow_symbol=False)
+    async_tp, flash_attention, progress = (flag(k, v) for k, v in (("async_tp", async_tp),
+                                                                   ("flash_attention", flash_attention),
+                                                                   ("progress", progress)))
+    zero, recompute, schedules = (distinct(k, v) for k, v in (("zero", zero), ("recompute", recompute),
+                                                            ("schedules", schedules)))
     for name, values, allowed in (("zero", zero, (0, 1, 2, 3)), ("recompute", recompute, RECOMPUTE),
                                   ("schedules", schedules, SCHEDULES)):
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise InputError(f"{name}: expected a non-empty subset of {allowed}, got {values!r}")
-    for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)):
-        if not values:
-            raise InputError(f"{name}: expected at least one integer ≥ {least}, got {values!r}")
-        values = tuple(count(name, v, minimum=least, allow_symbol=False) for v in values)
+        bad = [v for v in values if isinstance(v, bool) or v not in allowed]
+        if bad:
+            raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
+                              for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
     max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     arrays = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,

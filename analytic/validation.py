@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 
 import pint
@@ -18,19 +19,30 @@ import sympy
 
 from . import calibration
 from .errors import AnalyticError
+from .expressions import evaluate, symbolic
 from .units import Q_
+from .values import as_quantity
 
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
 
-def find_folder(start: Path | None = None) -> Path:
-    """The ``validation/`` folder of a source checkout (searched upwards from cwd and the package)."""
-    here = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parent.parent]
-    for base in ([start] if start else []) + here:
-        cand = Path(base) / "validation"
-        if (cand / "claims.toml").exists():
-            return cand
-    raise AnalyticError("validation/ not found: run from a source checkout of analytic")
+KINDS = ("identity", "derived", "predicted", "claim")
+
+
+def find_folder(folder: Path | str | None = None) -> Path:
+    """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source checkout
+    this package is installed from. Never the working directory or its parents: cases run code
+    paths of the library, and a folder planted there would steer them."""
+    if folder is not None:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise AnalyticError(f"cases: {folder} is not a folder")
+        return folder
+    own = Path(__file__).resolve().parent.parent / "validation"
+    if (own / "claims.toml").exists():
+        return own
+    raise AnalyticError("validation/ is not beside this installation (a source checkout has it); "
+                        "give the cases' folder (--cases DIR)")
 
 
 @dataclass
@@ -55,14 +67,22 @@ class Result:
 
 
 def load(folder: Path) -> tuple[list[dict], dict]:
+    """Every case of the folder's TOML files, and their [plans] tables."""
     cases, plans = [], {}
     for path in sorted(folder.glob("*.toml")):
-        data = tomllib.loads(path.read_text())
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise AnalyticError(f"{path}: not valid TOML ({exc})") from None
         plans.update(data.get("plans", {}))
-        for c in data.get("case", []):
-            c = dict(c)
-            c["file"] = path.name
-            cases.append(c)
+        for i, c in enumerate(data.get("case", [])):
+            if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("kind") not in KINDS:
+                raise AnalyticError(f"{path.name}: case {i + 1} needs an id and a kind ({', '.join(KINDS)})")
+            if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published")):
+                raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric and published")
+            cases.append(dict(c, file=path.name))
+    if not cases:
+        raise AnalyticError(f"{folder}: no cases (a case is a [[case]] table of a *.toml file)")
     ids = [c["id"] for c in cases]
     dupes = {i for i in ids if ids.count(i) > 1}
     if dupes:
@@ -70,24 +90,32 @@ def load(folder: Path) -> tuple[list[dict], dict]:
     return cases, plans
 
 
+#: what a case's ``compute`` may read of the objects it gets (nothing else, and nothing starting with _)
+ATTRIBUTES = frozenset({
+    "Layout", "simplify", "expand", "log",  # of the namespaces an and sympy below
+    "activations", "active_params", "communication", "expr", "gpus", "hbm", "magnitude", "memory",
+    "microbatches", "optimizer", "peak_flops", "scale_out_bandwidth", "scale_up_bandwidth", "step_time", "subs",
+    "to", "tokens_per_step", "total_params", "value", "vocab", "weights"})
+
+
 def namespace(plans: dict) -> dict:
+    """The names a case's ``compute`` may use."""
     import analytic as an
     from .formulas import formula
-    from .symbols import REGISTRY, sym
-
-    def S(text: str):
-        return sympy.sympify(text, locals={k: sym(k) for k in REGISTRY})
 
     built = {}
 
     def plan(name: str):
+        if name not in plans:
+            raise AnalyticError(f"plan {name!r} is not among the [plans] tables ({', '.join(sorted(plans))})")
         if name not in built:
             built[name] = calibration.build_plan(plans[name])
         return built[name]
 
-    return {"an": an, "Q": Q_, "f": lambda name, **kw: formula(name).evaluate(**kw),
-            "expr": lambda name: formula(name).expr, "S": S, "model": an.model, "hw": an.hardware,
-            "plan": plan, "sympy": sympy}
+    return {"an": SimpleNamespace(Layout=an.Layout), "Q": lambda text: as_quantity("Q", text), "f": lambda name, **kw: formula(name).evaluate(**kw),
+            "expr": lambda name: formula(name).expr, "S": symbolic, "model": an.model, "hw": an.hardware,
+            "plan": plan, "sympy": SimpleNamespace(simplify=sympy.simplify, expand=sympy.expand, log=sympy.log),
+            "sum": sum, "int": int, "float": float}
 
 
 def _evaluate(case: dict, ns: dict) -> Result:
@@ -98,15 +126,15 @@ def _evaluate(case: dict, ns: dict) -> Result:
                 tolerance=case.get("tolerance"))
     if "compute" not in case:
         return Result(ours="—", error=None, status=expected, **base)
-    ours = eval(case["compute"], ns)  # noqa: S307 - the library's own case files
+    ours = evaluate(case["compute"], ns, ATTRIBUTES, what=f"case {case['id']}")
     if isinstance(ours, sympy.Basic) and not ours.is_number:
-        published = ns["S"](case["published"])
+        published = symbolic(case["published"], what=f"case {case['id']}")
         same = sympy.simplify(ours - published) == 0
         status = ("holds" if kind == "claim" else "within") if same else ("disagrees" if kind == "claim" else "outside")
         if kind != "claim" and not same and expected == "disagrees":
             status = "disagrees"
         return Result(ours=str(ours), error=0.0 if same else None, status=status, **base)
-    pub = Q_(case["published"]) if isinstance(case["published"], str) else Q_(case["published"], "")
+    pub = as_quantity("published", case["published"]) if isinstance(case["published"], str) else Q_(case["published"], "")
     ours_q = ours if isinstance(ours, pint.Quantity) else Q_(float(ours), "")
     try:
         ours_v = float(ours_q.to(pub.units).magnitude)
@@ -128,7 +156,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
     objs, specs = [], {}
     for c in cases:
         objs.append(calibration.Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"),
-                                     Q_(c["published"]), in_fit=c.get("in_fit", True)))
+                                     as_quantity("published", c["published"]), in_fit=c.get("in_fit", True)))
         specs[c["id"]] = c
     fitted = [o for o in objs if o.in_fit]
     constants = calibration.fit(fitted)
@@ -142,7 +170,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
         status = "within" if abs(err_loo) <= tol else "outside"
         reason = c.get("reason", "") or ("" if o.in_fit else f"not in the fit: {c.get('why_not_in_fit', '')}")
         out.append(Result(id=o.id, kind="predicted", quantity=c.get("quantity", ""), published=c["published"],
-                          ours=format(Q_(loo[o.id], o.unit).to(Q_(c["published"]).units), ".4g~P"), error=err_loo,
+                          ours=format(Q_(loo[o.id], o.unit).to(as_quantity("published", c["published"]).units), ".4g~P"), error=err_loo,
                           status=status,
                           expected=c.get("expect", "within"), source=c.get("source", ""), reason=reason,
                           tolerance=tol, extra={"in_fit_error": err_fit, "in_fit": o.in_fit,

@@ -56,6 +56,12 @@ _UNIT = rf"(?:1\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
 _QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
 
 
+def show(value) -> str:
+    """``value`` for an error message: its repr, a Fraction as a number, at most 40 characters."""
+    text = (str(value) if isinstance(value, Fraction) else repr(value))
+    return text if len(text) <= 40 else f"{text[:24]}… ({len(text):,} characters)"
+
+
 def _text(keyword: str, text: str) -> str:
     if len(text) > MAX_TEXT:
         raise UnitError(f"{keyword}: a value of {len(text):,} characters; expected one number and one unit "
@@ -99,6 +105,12 @@ def quantity(keyword: str, value):
     return value
 
 
+def as_quantity(keyword: str, value) -> pint.Quantity:
+    """:func:`quantity`, a plain number as a dimensionless Quantity."""
+    q = quantity(keyword, value)
+    return q if isinstance(q, pint.Quantity) else Q_(number_value(q) if isinstance(q, Fraction) else q, "")
+
+
 def number_value(x: Fraction):
     """A Fraction as an int when whole, else a float (what pint multiplies)."""
     return int(x) if x.denominator == 1 else float(x)
@@ -135,7 +147,7 @@ def in_range(keyword: str, value: sympy.Expr, shown) -> sympy.Expr:
     """``value`` if its size is between TINY and HUGE (or zero)."""
     size = abs(value)
     if size > HUGE or (size != 0 and size < TINY):
-        raise InputError(f"{keyword}: {shown!r} is outside the magnitudes the library computes with "
+        raise InputError(f"{keyword}: {show(shown)} is outside the magnitudes the library computes with "
                          f"({TINY:g} to {HUGE:g} in the symbol's unit)")
     return value
 
@@ -149,7 +161,7 @@ def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.E
         options = domain[1]
         if not (value.is_integer and 0 <= value < len(options)):
             raise InputError(f"{keyword}: expected an index 0–{len(options) - 1} "
-                             f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {shown!r}")
+                             f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {show(shown)}")
         return value
     ok = {"count": lambda v: v.is_integer and 1 <= v <= MAX_COUNT,
           "count0": lambda v: v.is_integer and 0 <= v <= MAX_COUNT,
@@ -157,28 +169,29 @@ def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.E
           "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}[domain]
     if not ok(value):
         extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and value.is_integer and value > 0 else ""
-        raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {shown!r}")
+        raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {show(shown)}")
     return value
 
 
-def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True):
+def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, shown=None):
     """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
     returned as it is (unless ``allow_symbol`` is False). Strings are not counts here; see :func:`parse_count`."""
+    shown = show(value if shown is None else shown)
     if isinstance(value, sympy.Basic) and not value.is_number:
         if not allow_symbol:
             raise InputError(f"{name}: expected an integer, got the expression {value}")
         from .symbols import canonical
         return canonical(value)
     if isinstance(value, (bool, np.bool_, str)) or value is None:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}")
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}")
     try:
         as_exact = exact(value)
     except InputError:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {value!r}") from None
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}") from None
     if not as_exact.is_integer:
-        raise InputError(f"{name}: expected an integer, got {value!r}")
+        raise InputError(f"{name}: expected an integer, got {shown}")
     if as_exact < minimum or as_exact > MAX_COUNT:
-        raise InputError(f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {value!r}")
+        raise InputError(f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {shown}")
     return int(as_exact)
 
 
@@ -207,8 +220,8 @@ def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
     """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a float."""
     parsed = suffixed_count(text)
     if parsed is None:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {text!r}")
-    return count(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum)
+        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {show(text)}")
+    return count(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum, shown=text)
 
 
 def fraction(name: str, value, *, upper: float | None = 1.0):
