@@ -74,7 +74,10 @@ def parse_quantity(keyword: str, text: str):
     m = _QUANTITY.fullmatch(_text(keyword, text))
     if not m:
         raise UnitError(f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us', '405e9')")
-    return Fraction(m.group(1)), (m.group(2) or None)
+    number = Fraction(m.group(1))
+    if number and not 1e-307 < abs(number) < 1e308:  # beyond float64, before any unit conversion
+        raise InputError(f"{keyword}: {text!r} is outside the magnitudes the library computes with")
+    return number, (m.group(2) or None)
 
 
 def unit_of(keyword: str, text: str) -> pint.Unit:

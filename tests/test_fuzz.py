@@ -6,10 +6,13 @@ import contextlib
 import io
 import math
 import os
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pint
 import pytest
+import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +29,19 @@ UNITS = ["", "byte", "GB", "GiB", "Gbit/s", "GB/s", "FLOP", "TFLOP/s", "s", "ms"
 FOREIGN = UNITS + ["m", "kg", "furlong", "GB/"]  # not in the registry: must fail as a UnitError
 numbers = st.one_of(st.integers(-10**6, 10**30), st.floats(allow_nan=True, allow_infinity=True),
                     st.sampled_from([0, 1e-300, 1e300, -1.0, 1e30, 1e-30]))
+FOREIGN_REGISTRY = pint.UnitRegistry()  # a user's own registry: bits dimensionless, its own Quantity class
+#: the adversarial space: trailing junk, operators, huge and tiny magnitudes, sympy numbers outside any domain
+adversarial = st.one_of(
+    st.builds(lambda x, u, junk: f"{x} {u}{junk}", st.sampled_from(["5", "450", "8", "1e400", "1e-310", "9**9**9"]),
+              st.sampled_from(["us", "GB/s", "", "byte"]), st.sampled_from([" 3", " 2", " 8", "", "**9", " us"])),
+    st.sampled_from([sympy.Integer(-5), sympy.oo, -sympy.oo, sympy.zoo, sympy.nan, sympy.Rational(1, 3),
+                     sympy.Float(2.5), sympy.Integer(10) ** 400, sympy.E]),
+    st.builds(lambda x, u: FOREIGN_REGISTRY.Quantity(x, u), st.sampled_from([1, 268, 1e-310, 1e310]),
+              st.sampled_from(["kB", "MB", "s", "GB/s", "bit", "dimensionless"])),
+    st.sampled_from([10**400, 2**53 + 1, Decimal("Infinity"), Decimal("1e400"), Fraction(1, 3), "x" * 1000]),
+)
 values = st.one_of(
-    numbers,
+    numbers, adversarial,
     st.builds(lambda x, u: an.Q_(x, u), st.floats(-1e30, 1e30, allow_nan=False), st.sampled_from(UNITS)),
     st.builds(lambda x, u: f"{x} {u}", st.floats(1e-20, 1e30), st.sampled_from(FOREIGN)),
     st.text(max_size=12), st.none(), st.booleans(), st.lists(st.integers(), max_size=2),
@@ -48,7 +62,23 @@ def test_formula_evaluate(name, data):
         q = f.evaluate(**kwargs)
     except AnalyticError:
         return
-    assert isinstance(q, pint.Quantity) and q.units == f.unit and finite(q)
+    # inside its domain every catalogue formula is a finite, non-negative amount
+    assert isinstance(q, pint.Quantity) and q.units == f.unit and finite(q) and q.magnitude >= 0
+
+
+@FUZZ
+@given(st.sampled_from([n for n in NAMES if {"zero", "recompute", "schedule"} & set(an.formula(n).symbols)]
+                       or ["memory.model_states.zero1"]), st.integers(-3, 50))
+def test_symbolic_choices_out_of_range_are_refused(name, index):
+    """A Piecewise over the discrete choices: an index outside the choice list is an error, not a number."""
+    f = an.formula(name)
+    kw = {k: index for k in f.symbols if k in ("zero", "recompute", "schedule")}
+    try:
+        f.subs(**kw)
+    except AnalyticError:
+        assert any(not 0 <= v < len(an.symbols.CHOICES[k]) for k, v in kw.items())
+        return
+    assert all(0 <= v < len(an.symbols.CHOICES[k]) for k, v in kw.items())
 
 
 @FUZZ
@@ -88,6 +118,25 @@ def test_plan(deg, zero, recompute, schedule, seq, batch, name, comm_sms):
     assert finite(step) and step.magnitude > 0 and 0 < plan.mfu() <= 1
 
 
+OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+             "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate", "restart_time")
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(OVERRIDES), values, max_size=3))
+def test_plan_overrides(overrides):
+    """Any override is either in its domain (and the plan's numbers stay finite, its MFU at most 1) or refused."""
+    try:
+        plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=8, sequence_parallel=True),
+                       seq_len=4096, global_batch=16, training_tokens="1e12 token", **overrides)
+        step, mem, mfu = plan.step_time(), plan.memory(), plan.mfu()
+        goodput = plan.expr("goodput").value()
+    except AnalyticError:
+        return
+    assert finite(step) and step.magnitude > 0 and finite(mem.total) and 0 < mfu <= 1
+    assert 0 <= goodput.magnitude <= 1
+
+
 @FUZZ
 @given(st.text(max_size=20), st.text(max_size=20))
 def test_preset_names(model_name, hw_name):
@@ -101,9 +150,12 @@ def test_preset_names(model_name, hw_name):
 
 flags = st.sampled_from(["--model", "--hardware", "--gpus", "--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--seq",
                          "--batch-tokens", "--global-batch", "--mfu", "--dtype", "--schedule", "--recompute", "--tpp",
-                         "--json", "--set", "--list", "--comm-sms"])
+                         "--json", "--set", "--list", "--comm-sms", "--vpp", "--scale-out-bandwidth",
+                         "--microbatch-size"])
 args = st.one_of(flags, st.sampled_from(["8", "16", "0", "-1", "1e30", "nan", "16M", "llama3-8b", "h100-sxm", "bf16",
-                                         "x", "8192", "2048", "params=1e9", "message=1", "1f1b"]), st.text(max_size=6))
+                                         "x", "8192", "2048", "params=1e9", "message=1", "1f1b", "1e400", "8 8",
+                                         "9007199254740993", "dp=10**10**10", "dp=8 8", "", "1.5M", "0 GB/s",
+                                         "1e-310 GB/s", "450 GB/s 2"]), st.text(max_size=6))
 
 
 @FUZZ
