@@ -98,12 +98,12 @@ class Formula:
     description: str = ""
     coefficient_unit: pint.Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
-    domain: tuple = ()  # (condition, why): where the formula holds; evaluating outside it is an InputError
+    domain: tuple = ()  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
 
     def __post_init__(self):
         object.__setattr__(self, "expr", _symbols.canonical(sympy.sympify(self.expr)))
-        object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why)
-                                                 for c, why in self.domain))
+        object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why, *(origin or (self.name,)))
+                                                 for c, why, *origin in self.domain))
         object.__setattr__(self, "unit", as_unit(self.unit))
         if self.coefficient_unit is not None:
             object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
@@ -151,12 +151,13 @@ class Formula:
         an InputError where a condition is decided false (``subs`` keeps it, for ``evaluate`` and
         ``value`` to raise: a plan binds formulas for choices it may not take)."""
         out = []
-        for cond, why in self.domain:
+        for cond, why, origin in self.domain:
             c = cond.xreplace(repl) if repl else cond
             if c == sympy.false and strict:
-                raise InputError(f"{self.name}: outside the formula's domain: {why}")
+                where = f" (in {self.name})" if self.name != origin else ""
+                raise InputError(f"{origin}: outside the formula's domain{where}: {why}")
             if c != sympy.true:
-                out.append((c, why))
+                out.append((c, why, origin))
         return tuple(out)
 
     def evaluate(self, **values) -> pint.Quantity:

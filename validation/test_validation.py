@@ -59,14 +59,18 @@ def test_a_disagreements_reason_states_the_librarys_number():
     assert f"0.29 × (3.8e25)^0.53 = {mantissa}e{int(exponent)} tokens" in case["reason"]
 
 
-def test_validate_command_json(results, capsys):
+def test_validate_command_json(results, capsys, tmp_path):
     """`analytic validate --json`: every case, the summary's numbers (the same as the printed lines),
     the failing ids, and exit status 1 exactly when a non-claim case is outside its tolerance."""
     import json
 
     from analytic.cli import main
-    code = main(["validate", "--json"])
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in HERE.iterdir() if p.is_file()}
+    code = main(["validate", "--json", "--report", str(tmp_path / "report.md")])
     out = json.loads(capsys.readouterr().out)
+    # the report goes where --report says, and nowhere else
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in HERE.iterdir() if p.is_file()} == before
+    assert (tmp_path / "report.md").read_text() == validation.markdown(results)
     failed = [r.id for r in validation.failed(results)]
     assert code == (1 if failed else 0) and out["failed"] == failed
     assert [c["id"] for c in out["cases"]] == [r.id for r in results]
@@ -83,7 +87,7 @@ def test_every_case_has_a_source():
 
 
 def test_report_is_current(results):
-    assert (HERE / "REPORT.md").read_text() == validation.markdown(results), "run: analytic validate"
+    assert (HERE / "REPORT.md").read_text() == validation.markdown(results), "run: analytic validate --report validation/REPORT.md"
 
 
 def test_shipped_calibration_is_reproduced():

@@ -1,0 +1,134 @@
+"""Nothing read from disk runs; nothing is written where the user did not ask."""
+
+import contextlib
+import io
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import analytic as an
+from analytic import expressions, validation
+from analytic.cli import main
+from analytic.presets import CALIBRATION_FILE
+
+PROJECT = Path(__file__).resolve().parent.parent / "validation"
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(code, err):
+    return code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# --- cases are data --------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('true')", "().__class__.__bases__[0].__subclasses__()", "(lambda: 1)()",
+    "[x for x in (1, 2)]", "f.__globals__", "open('/etc/passwd')", "model('llama3-8b')._part", "hw(**{'x': 1})",
+    "exec('1')", "9**9**9",
+])
+def test_a_case_expression_is_not_python(text, tmp_path):
+    names = {"f": lambda *a, **k: 1, "model": an.model, "hw": an.hardware}
+    with pytest.raises(an.InputError):
+        expressions.evaluate(text, names, validation.ATTRIBUTES)
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "params.__class__", "9**9**9", "dp**tp", "lambda: 1",
+                                  "banana * 2", "x" * 3000])
+def test_a_closed_form_is_parsed_over_the_notation_only(text):
+    with pytest.raises(an.InputError):
+        expressions.symbolic(text)
+
+
+def test_a_closed_form_means_what_sympy_reads():
+    import sympy
+    p, dp = an.sym("params"), an.sym("dp")
+    assert expressions.symbolic("4*params + 12*params/dp") - (4 * p + 12 * p / dp) == 0
+    assert expressions.symbolic("(pp - 1)/(vpp*microbatches)") == (an.sym("pp") - 1) / (an.sym("vpp") * an.sym("microbatches"))
+    assert expressions.symbolic("Max(hidden, 2**10)") == sympy.Max(an.sym("hidden"), 1024)
+
+
+def planted(folder: Path, compute: str, marker: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "claims.toml").write_text(
+        f'[[case]]\nid = "X"\nkind = "claim"\npublished = "1"\ntolerance = 0.1\n'
+        f'compute = "{compute.format(marker=marker)}"\n')
+    return folder
+
+
+def test_a_planted_case_folder_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    folder = planted(tmp_path / "validation", "__import__('os').system('touch {marker}')", marker)
+    code, _, err = run("validate", "--cases", str(folder))
+    assert one_line_error(code, err) and not marker.exists()
+
+
+def test_validate_and_calibrate_never_read_the_working_directory(tmp_path, monkeypatch):
+    """A validation/ in the working directory (or a parent) is not the project's: it is never read."""
+    planted(tmp_path / "validation", "1", tmp_path / "ran")
+    (tmp_path / "validation" / "predicted.toml").write_text("garbage = [")
+    work = tmp_path / "deep" / "er"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    assert validation.find_folder() == PROJECT
+    code, out, _ = run("calibrate", "--published", "--json")
+    assert code == 0 and len(json.loads(out)["cases"]) > 10  # the project's cases, not the planted file
+
+
+@pytest.mark.parametrize("content, message", [("", "no cases"), ("[[case]]\nid = 1", "needs an id"),
+                                               ("x = [", "not valid TOML")])
+def test_an_empty_or_malformed_case_folder_is_an_error(tmp_path, content, message):
+    (tmp_path / "claims.toml").write_text(content)
+    code, _, err = run("validate", "--cases", str(tmp_path))
+    assert one_line_error(code, err) and message in err
+
+
+# --- files written only where asked ------------------------------------------------------------------
+def test_calibrate_published_prints_and_writes_only_where_told(tmp_path):
+    before = CALIBRATION_FILE.read_bytes()
+    code, printed, _ = run("calibrate", "--published")
+    assert code == 0 and tomllib.loads(printed)["shared"]["overlap"] > 0
+    target = tmp_path / "cal.toml"
+    code, out, _ = run("calibrate", "--published", "--write", str(target), "--json")
+    assert code == 0 and target.read_text() == printed
+    data = json.loads(out)
+    assert data["shared"]["overlap"] == pytest.approx(tomllib.loads(printed)["shared"]["overlap"], abs=1e-6)
+    assert CALIBRATION_FILE.read_bytes() == before  # the installed calibration is never rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.toml"]
+
+
+def test_the_shipped_calibration_is_what_the_command_prints():
+    code, printed, _ = run("calibrate", "--published")
+    shipped = tomllib.loads(CALIBRATION_FILE.read_text())
+    fitted = tomllib.loads(printed)
+    for key, value in fitted["matmul_efficiency"].items():
+        assert shipped["matmul_efficiency"][key] == pytest.approx(value, abs=2e-6)
+    assert shipped["provenance"]["cases"] == fitted["provenance"]["cases"]
+
+
+@pytest.mark.parametrize("out", ["noext", "", ".", "plot.png.txt", "plot.banana"])
+def test_plot_refuses_a_name_that_does_not_say_its_format(tmp_path, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = run("plot", "bubble", "--pp", "4", "--out", out)
+    assert one_line_error(code, err) and "wrote" not in stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_writes_exactly_the_path_given(tmp_path):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "bubble.svg"
+    code, stdout, _ = run("plot", "bubble", "--pp", "4", "--out", str(target))
+    assert code == 0 and stdout.strip() == f"wrote {target}"
+    assert [p.name for p in tmp_path.iterdir()] == ["bubble.svg"] and target.read_text().lstrip().startswith("<?xml")
+
+
+def test_plot_into_a_missing_folder_fails_in_one_line(tmp_path):
+    pytest.importorskip("matplotlib")
+    code, stdout, err = run("plot", "bubble", "--pp", "4", "--out", str(tmp_path / "missing" / "b.png"))
+    assert one_line_error(code, err) and "wrote" not in stdout

@@ -1,0 +1,251 @@
+"""No input turns into a confident wrong number: each class of bad input is refused with a typed
+error naming the argument, or (for the CLI) one line and exit status 2."""
+
+import contextlib
+import io
+import json
+from decimal import Decimal
+from fractions import Fraction
+
+import pint
+import pytest
+import sympy
+
+import analytic as an
+from analytic.cli import main
+
+M8, H100 = an.model("llama3-8b"), an.hardware("h100-sxm")
+
+
+def plan(**kw):
+    args = dict(seq_len=8192, global_batch=64) | kw
+    layout = args.pop("layout", an.Layout(tp=8, sequence_parallel=True))
+    return an.Plan(M8, H100, layout, **args)
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def refused(code, err, *words):
+    return code == 2 and len(err.strip().splitlines()) == 1 and all(w in err for w in words)
+
+
+STEP = ("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--tp", "8", "--seq", "8192")
+
+
+# --- formulas outside their domain ---------------------------------------------------------------------
+def test_goodput_below_zero_is_refused_not_returned():
+    p = an.Plan(an.model("llama3-405b"), H100, an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True),
+                seq_len=8192, global_batch=2048, restart_time="30 hour", training_tokens="15.6e12 token")
+    for name in ("goodput", "train_time"):
+        with pytest.raises(an.InputError, match="reliability.goodput: outside the formula's domain"):
+            p.expr(name).value()
+    with pytest.raises(an.InputError, match="domain"):
+        an.formula("reliability.goodput").evaluate(checkpoint_time="1 min", mtbf="1 hour", restart_time="3.1 hour")
+
+
+@pytest.mark.parametrize("name, values", [
+    ("pipeline.bubble_time.zb_h1", dict(pp=4, t_f="1 s", t_b="1 s", t_w="3 s")),
+    ("pipeline.bubble_time.zb_h2", dict(pp=4, t_f="1 s", t_b="1 s", t_w="1.5 s")),
+    ("pipeline.bubble_time.dualpipe", dict(pp=1, t_fb="3 s", t_b="1 s", t_w="1 s")),
+    ("compute.sm_share", dict(sms=132, comm_sms=140)),
+    ("compute.mfu", dict(flops="1e18 FLOP", step_time="1 s", gpus=8, peak_flops="989 TFLOP/s")),
+    ("reliability.waste_fraction", dict(checkpoint_time="1 hour", mtbf="1 hour", restart_time="0 s")),
+])
+def test_formulas_refuse_inputs_outside_their_domain(name, values):
+    f = an.formula(name)
+    with pytest.raises(an.InputError, match=f"{name}: outside the formula's domain"):
+        f.evaluate(**{k: values[k] for k in f.symbols})
+
+
+def test_the_critical_path_bound_is_never_negative():
+    f = an.formula("pipeline.bubble_time.critical_path")
+    # p = 4, m = 16, equal unit times: the chain 4·2 + 1 = 9 s is far below the stage's 48 s of work
+    assert f.evaluate(pp=4, vpp=1, microbatches=16, t_f="1 s", t_b="1 s", t_w="1 s").magnitude == 0
+    assert f.evaluate(pp=4, vpp=1, microbatches=1, t_f="1 s", t_b="1 s", t_w="1 s").magnitude == 9 - 3
+
+
+def test_an_mfu_above_one_is_an_impossible_step_time():
+    p = plan()
+    with pytest.raises(an.InputError, match="MFU above 1"):
+        p.mfu(step_time="1 ms")
+    assert 0 < p.mfu(step_time=p.step_time()) <= 1
+
+
+# --- overrides have domains -------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, words", [
+    (dict(matmul_efficiency=2), "matmul_efficiency"), (dict(matmul_efficiency=0), "matmul_efficiency"),
+    (dict(matmul_efficiency=Decimal("Infinity")), "matmul_efficiency"), (dict(gpus_per_node=0), "gpus_per_node"),
+    (dict(gpus_per_node=2.5), "gpus_per_node"), (dict(sms=2.5), "sms"), (dict(link_efficiency=5), "link_efficiency"),
+    (dict(overlap=5), "overlap"), (dict(peak_flops="0 FLOP/s"), "peak_flops"),
+    (dict(scale_out_bandwidth="0 GB/s"), "scale_out_bandwidth"), (dict(latency="-1 us"), "latency"),
+    (dict(interruption_rate="0 1/hour"), "interruption_rate"),
+])
+def test_every_override_has_a_domain(override, words):
+    with pytest.raises(an.InputError, match=words):
+        plan(**override)
+
+
+def test_a_count_given_as_text_is_read_as_one():
+    assert plan(sms="132").step_time() == plan(sms=132).step_time()
+
+
+# --- Formula.evaluate: every symbol's domain, numbers and sympy numbers alike ---------------------------
+AR = dict(message="268 MB", ranks=8, bandwidth="450 GB/s", latency="5 us")
+
+
+@pytest.mark.parametrize("bad", [dict(ranks=0.5), dict(ranks=2.5), dict(ranks=Fraction(1, 3)), dict(ranks=0),
+                                 dict(ranks=sympy.Integer(-5)), dict(ranks=sympy.oo), dict(ranks=sympy.zoo),
+                                 dict(ranks=sympy.nan), dict(ranks=sympy.Rational(5, 2)), dict(latency="-5 us"),
+                                 dict(message=sympy.Float(-1.0)), dict(ranks=10**400)])
+def test_evaluate_enforces_each_symbols_domain(bad):
+    with pytest.raises(an.InputError, match=next(iter(bad))):
+        an.formula("collectives.all_reduce.time").evaluate(**(AR | bad))
+
+
+def test_symbolic_choices_take_only_their_indices():
+    sym_plan = an.Plan(M8, H100, an.Layout(tp=8, sequence_parallel=True, zero=an.sym("zero"),
+                                           recompute=an.sym("recompute"), schedule=an.sym("schedule")),
+                       seq_len=8192, global_batch=64)
+    mem = sym_plan.expr("memory.total")
+    for bad in (dict(zero=7), dict(recompute=9), dict(schedule=42), dict(zero=1.5), dict(zero=-1)):
+        with pytest.raises(an.InputError, match=next(iter(bad))):
+            mem.evaluate(**(dict(zero=1, recompute=0, schedule=0) | bad))
+    assert mem.evaluate(zero=1, recompute=0, schedule=0) == plan(layout=an.Layout(
+        tp=8, sequence_parallel=True, zero=1)).memory().total
+
+
+# --- strings: one number, one unit --------------------------------------------------------------------------
+@pytest.mark.parametrize("keyword, text", [("latency", "5 us 3"), ("bandwidth", "450 GB/s 2"), ("ranks", "8 8"),
+                                           ("bandwidth", "9**9**9 GB/s"), ("ranks", "10**10**10"),
+                                           ("bandwidth", "2 * 3 GB/s"), ("latency", "5 us" + " " * 200)])
+def test_a_string_is_one_number_with_one_unit(keyword, text):
+    with pytest.raises(an.UnitError, match=keyword):
+        an.formula("collectives.all_reduce.time").evaluate(**(AR | {keyword: text}))
+
+
+def test_no_string_reaches_pints_expression_evaluator(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("parse_expression called")
+    monkeypatch.setattr(an.ureg, "parse_expression", boom)
+    t = an.formula("collectives.all_reduce.time").evaluate(message="268 MB", ranks="8", bandwidth="3600 Gbit/s",
+                                                          latency="0.005 ms")
+    assert t.to("s").magnitude == pytest.approx(2 * 7 / 8 * 268e6 / 450e9 + 2 * 7 * 5e-6, rel=1e-12)
+
+
+# --- quantities of another registry ---------------------------------------------------------------------------
+def test_a_foreign_registrys_quantity_is_converted_by_its_unit():
+    theirs = pint.UnitRegistry()  # bits are dimensionless there
+    with pytest.raises(an.UnitError, match="dp"):
+        an.formula("memory.model_states.zero1").evaluate(params=1e9, dp=theirs.Quantity(1, "kB"))
+    ours = an.formula("memory.logits").evaluate(seq_len=8192, microbatch_size=1, vocab=128256, element_bytes="2 byte")
+    assert an.formula("memory.logits").evaluate(seq_len=8192, microbatch_size=1, vocab=128256,
+                                                element_bytes=theirs.Quantity(2, "byte")) == ours
+    t = an.formula("collectives.all_reduce.time").evaluate(**(AR | {"message": theirs.Quantity(268, "MB")}))
+    assert t == an.formula("collectives.all_reduce.time").evaluate(**AR)
+
+
+# --- booleans are booleans --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [
+    lambda: an.Model(layers=2, hidden=64, heads=4, vocab=100, max_seq_len=64, tied_embeddings="no"),
+    lambda: an.Model(layers=2, hidden=64, heads=4, vocab=100, max_seq_len=64, bias="no"),
+    lambda: an.search(M8, H100, gpus=8, seq_len=2048, global_batch=8, async_tp="no"),
+    lambda: plan(flash_attention="no"),
+    lambda: plan(allow_cross_node_tp=1),
+    lambda: an.Layout(tp=2, sequence_parallel="yes"),
+])
+def test_a_flag_takes_a_bool_only(make):
+    with pytest.raises(an.InputError, match="expected True or False"):
+        make()
+
+
+# --- the CLI reads counts exactly and says what it reinterpreted ------------------------------------------------
+@pytest.mark.parametrize("flag, value", [("--global-batch", "9007199254740993"), ("--global-batch", "1e30"),
+                                         ("--global-batch", "64.5"), ("--batch-tokens", "1e400"),
+                                         ("--microbatch-size", "2 2")])
+def test_cli_counts_are_exact_or_refused(flag, value):
+    batch = ("--global-batch", "64") if flag == "--microbatch-size" else ()
+    code, _, err = run("step", *STEP, *batch, flag, value)
+    assert refused(code, err, flag.lstrip("-").split("-")[0])
+
+
+def test_cli_counts_with_suffixes_are_exact():
+    code, out, _ = run("memory", *STEP[:4], "--gpus", "8Ki", "--tp", "8", "--pp", "32", "--seq", "8192",
+                       "--global-batch", "1Ki", "--json")
+    assert code == 0 and "note" not in out.split('"notes"')[0]
+
+
+@pytest.mark.parametrize("command", ["memory", "step", "search"])
+def test_a_reinterpreted_batch_is_noted_in_every_output(command, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    argv = (["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "8192", "--batch-tokens",
+             "1.5M"] + (["--tp", "8"] if command != "search" else ["--top", "1"]))
+    for json_flag in ([], ["--json"]):
+        code, out, _ = run(command, *argv, *json_flag)
+        assert code == 0
+        notes = json.loads(out)["notes"] if json_flag else [ln for ln in out.splitlines() if ln.startswith("note:")]
+        assert len(notes) == 1 and "1.5 Mi" in notes[0] and "1,572,864 tokens" in notes[0]
+
+
+# --- accepted but impossible ----------------------------------------------------------------------------------------
+def test_interleaving_needs_a_pipeline():
+    code, _, err = run("step", *STEP, "--global-batch", "64", "--vpp", "2")
+    assert refused(code, err, "pp")
+    with pytest.raises(an.LayoutError, match="pp"):
+        an.Layout(pp=1, vpp=2, schedule="interleaved")
+
+
+def test_an_expert_ffn_of_zero_is_refused_not_replaced():
+    with pytest.raises(an.InputError, match="expert_ffn_hidden"):
+        an.Model(layers=2, hidden=64, heads=4, vocab=100, position="rope", mlp="swiglu", experts=8, topk=2,
+                 expert_ffn_hidden=0)
+
+
+@pytest.mark.parametrize("kw", [dict(microbatch_sizes=(2, 2, 2)), dict(zero=(1, 1)), dict(recompute=("none", "none")),
+                                dict(schedules=()), dict(vpps=(2, 2)), dict(zero="1"), dict(zero=(True,))])
+def test_search_choices_are_distinct_and_real(kw):
+    with pytest.raises(an.InputError, match=next(iter(kw)).rstrip("s")):
+        an.search(M8, H100, gpus=8, seq_len=2048, global_batch=8, progress=False, **kw)
+
+
+def test_an_empty_dtype_is_not_bf16():
+    code, _, err = run("step", *STEP, "--global-batch", "64", "--dtype", "")
+    assert refused(code, err, "dtype")
+
+
+# --- crashes and hangs become one line --------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (("step", *STEP, "--batch-tokens", "1e400"), "--batch-tokens"),
+    (("plot", "bubble", "--pp", "1e308", "--out", "b.png"), "--pp"),
+    (("step", *STEP, "--global-batch", "64", "--scale-out-bandwidth", "1e-310 GB/s"), "scale_out_bandwidth"),
+    (("step", *STEP, "--global-batch", "64", "--scale-out-bandwidth", "0 GB/s"), "scale_out_bandwidth"),
+    (("step", *STEP, "--global-batch", "64", "--scale-up-bandwidth", "1e400 GB/s"), "scale_up_bandwidth"),
+    (("formula", "memory.model_states.zero1", "--set", "dp=10**10**10", "--set", "params=1e9"), "dp"),
+    (("formula", "collectives.all_reduce.time", "--set", "message=9**9**9 GB/s"), "message"),
+    (("formula", "memory.model_states.zero1", "--set", "params=" + "9" * 100_000), "params"),
+])
+def test_overflow_and_oversized_inputs_are_one_line(argv, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*argv)
+    assert refused(code, err, words)
+
+
+def test_large_magnitudes_are_refused_not_overflowed():
+    with pytest.raises(an.InputError, match="global_batch"):
+        plan(global_batch=10**400)
+    with pytest.raises(an.InputError, match="peak_flops"):
+        plan(peak_flops="1e-301 FLOP/s")
+
+
+def test_foreign_exceptions_are_library_errors(tmp_path):
+    with pytest.raises(an.UnitError, match="banana"):
+        an.formula("memory.model_states.zero1").to("banana")
+    symbolic_model = M8.replace(layers=an.sym("layers"))
+    with pytest.raises(an.InputError, match="layers"):
+        an.search(symbolic_model, H100, gpus=8, seq_len=2048, global_batch=8, progress=False)
+    with pytest.raises(an.UnitError, match="sms"):
+        plan(sms="132 GB")
