@@ -7,6 +7,7 @@ A symbol stands for the magnitude of its quantity in the unit declared in :mod:`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -46,8 +47,11 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
             raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
                             f"got formula {value.name!r} in {value.unit:~P}") from None
         return value.expr * exact(factor)
-    if isinstance(value, sympy.Basic) and not value.is_number:
-        return _symbols.canonical(value)
+    if isinstance(value, sympy.Basic):
+        if not value.is_number:
+            return _symbols.canonical(value)
+        if declared is not None:
+            return _checked(keyword, value)
     shown = value
     value = quantity(keyword, value)
     if isinstance(value, pint.Quantity) and is_count(unit) and value.dimensionless:
@@ -81,6 +85,16 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     if out.is_negative:
         raise InputError(f"{keyword}: expected a non-negative value, got {shown!r}")
     return in_range(keyword, out, shown)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _checked(keyword: str, value: sympy.Expr) -> sympy.Expr:
+    """A sympy number for a declared keyword, checked once per (keyword, value): plans bind the same
+    exact inputs into many formulas."""
+    try:
+        return _symbols.info(keyword).check(exact(value))
+    except InputError as exc:
+        raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,6 +14,7 @@ Example: a project that shards a model checks its own per-GPU memory against the
 
 from __future__ import annotations
 
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -92,7 +93,10 @@ def _layouts(draw, gpus, model, max_tp, schedules):
     dp = rest // pp
     eps = [d for d in _divisors(dp) if model is not None and model.is_moe and model.experts % d == 0] or [1]
     ep = draw(st.sampled_from(eps))
-    schedule = draw(st.sampled_from([s for s in schedules if s != "dualpipe" or pp % 2 == 0]))
+    allowed = [s for s in schedules if (s != "dualpipe" or pp % 2 == 0) and (s != "interleaved" or pp > 1)]
+    if not allowed:
+        reject()  # no schedule asked for runs on this many stages
+    schedule = draw(st.sampled_from(allowed))
     vpp = 1
     if schedule == "interleaved":
         vmax = max(2, (model.layers // pp) if model is not None else 4)
