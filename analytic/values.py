@@ -52,7 +52,7 @@ DOMAINS = {
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
 _FACTOR = rf"{_NAME}(?:\s*(?:\*\*|\^)\s*-?[0-9])?"
-_UNIT = rf"(?:1\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
+_UNIT = rf"(?:1?\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
 _QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
 
 
@@ -88,7 +88,8 @@ def unit_of(keyword: str, text: str) -> pint.Unit:
     if len(text) > MAX_TEXT or not re.fullmatch(_UNIT, text.strip()):
         raise UnitError(f"{keyword}: {text!r} is not a unit")
     try:
-        return ureg.Unit(text.strip().replace("·", "*"))
+        text = text.strip().replace("·", "*")
+        return ureg.Unit("1" + text if text.startswith("/") else text)  # '/hour' is per hour
     except Exception:  # pint's undefined-unit and parse errors
         raise UnitError(f"{keyword}: unknown unit {text.strip()!r}") from None
 

@@ -249,3 +249,11 @@ def test_foreign_exceptions_are_library_errors(tmp_path):
         an.search(symbolic_model, H100, gpus=8, seq_len=2048, global_batch=8, progress=False)
     with pytest.raises(an.UnitError, match="sms"):
         plan(sms="132 GB")
+
+
+@pytest.mark.parametrize("text, per_hour", [("1e-6/hour", 1e-6), ("1e-6 1/hour", 1e-6), ("2 / hour", 2),
+                                            ("1/s", 3600), ("3.6e3 hour**-1", 3600)])
+def test_the_forms_of_one_unit(text, per_hour):
+    """A unit may be a quotient or a power of names: still one number and one unit."""
+    rate = an.formula("reliability.mtbf").evaluate(interruption_rate=text, gpus=1)
+    assert rate.to("hour").magnitude == pytest.approx(1 / per_hour, rel=1e-12)
