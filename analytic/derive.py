@@ -108,11 +108,12 @@ def S(*keywords):
 
 
 def folder() -> Path:
-    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parent.parent]:
-        cand = base / "derivations"
-        if cand.is_dir() and any(cand.glob("*.py")):
-            return cand
-    raise AnalyticError("derivations/ not found: run from a source checkout of analytic")
+    """The ``derivations/`` folder of the source checkout this package is installed from. Derivations
+    are Python and run when loaded, so never one found in the working directory or its parents."""
+    own = Path(__file__).resolve().parent.parent / "derivations"
+    if own.is_dir() and any(own.glob("*.py")):
+        return own
+    raise AnalyticError("derivations/ is not beside this installation: derivations come with a source checkout")
 
 
 def names(where: Path | None = None) -> list[str]:

@@ -33,7 +33,8 @@ def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, what", [(["--backend", "gloo", "--ranks", "1"], "--ranks"),
-                                        (["--backend", "nccl", "--ranks", "4096"], "--backend nccl")])
+                                        (["--backend", "gloo", "--ranks", "4096"], "--ranks"),
+                                        (["--backend", "nccl", "--ranks", "64"], "--backend nccl")])
 def test_impossible_measurements_are_refused_before_spawning(capsys, monkeypatch, argv, what):
     from analytic.cli import main
     monkeypatch.delenv("RANK", raising=False)

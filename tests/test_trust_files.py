@@ -132,3 +132,21 @@ def test_plot_into_a_missing_folder_fails_in_one_line(tmp_path):
     pytest.importorskip("matplotlib")
     code, stdout, err = run("plot", "bubble", "--pp", "4", "--out", str(tmp_path / "missing" / "b.png"))
     assert one_line_error(code, err) and "wrote" not in stdout
+
+
+def test_a_planted_derivations_folder_is_never_run(tmp_path, monkeypatch):
+    """Derivations are Python: only this checkout's run, whatever the working directory holds."""
+    marker = tmp_path / "ran"
+    (tmp_path / "derivations").mkdir()
+    (tmp_path / "derivations" / "zz_planted.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("derive", "zz_planted")
+    assert one_line_error(code, err) and "zz_planted" in err and not marker.exists()
+
+
+def test_a_profile_that_is_not_one_is_a_preset_error(tmp_path):
+    from analytic.reference.calibrate import profile_overrides
+    for text in ("x = [", "[all_reduce]\nalpha_us = 'fast'\n", "[other]\n"):
+        (tmp_path / "p.toml").write_text(text)
+        with pytest.raises(an.PresetError, match="not a profile"):
+            profile_overrides(tmp_path / "p.toml")

@@ -141,18 +141,26 @@ def profile_overrides(path) -> dict:
     import tomllib
 
     from ..units import Q_
-    data = tomllib.loads(Path(path).read_text())
-    ar = data["all_reduce"]
-    return {"latency": Q_(ar["alpha_us"], "µs"), "scale_up_bandwidth": Q_(ar["bandwidth_GBps"], "GB/s"),
-            "link_efficiency": 1.0}
+    from ..errors import PresetError
+    try:
+        ar = tomllib.loads(Path(path).read_text())["all_reduce"]
+        alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise PresetError(f"{path}: not a profile written by 'analytic calibrate --backend' ({exc})") from None
+    return {"latency": Q_(alpha, "µs"), "scale_up_bandwidth": Q_(bandwidth, "GB/s"), "link_efficiency": 1.0}
+
+
+#: most ranks spawned on this machine (each is a process with its own torch)
+MAX_LOCAL_RANKS = 64
 
 
 def _check(backend: str, ranks: int) -> None:
     """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without GPUs."""
     from ..errors import InputError
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if not torchrun and ranks < 2:
-        raise InputError(f"--ranks: expected an integer ≥ 2 (a collective needs two ranks), got {ranks}")
+    if not torchrun and not 2 <= ranks <= MAX_LOCAL_RANKS:
+        raise InputError(f"--ranks: expected an integer from 2 (a collective needs two ranks) to {MAX_LOCAL_RANKS} "
+                         f"(local processes), got {ranks}")
     try:
         import torch
         import torch.distributed as dist
