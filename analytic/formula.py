@@ -18,6 +18,7 @@ import sympy
 
 from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from .expressions import symbolic
 from .numeric import program
 from .units import Q_, as_unit, is_count, strip_counts, ureg
 from .values import exact, in_range, quantity, unit_of
@@ -115,7 +116,8 @@ class Formula:
     domain: tuple = ()  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
 
     def __post_init__(self):
-        object.__setattr__(self, "expr", _symbols.canonical(sympy.sympify(self.expr)))
+        expr = symbolic(self.expr, self.name) if isinstance(self.expr, str) else sympy.sympify(self.expr)  # no eval
+        object.__setattr__(self, "expr", _symbols.canonical(expr))
         object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why, *(origin or (self.name,)))
                                                  for c, why, *origin in self.domain))
         object.__setattr__(self, "unit", as_unit(self.unit))

@@ -150,3 +150,12 @@ def test_a_profile_that_is_not_one_is_a_preset_error(tmp_path):
         (tmp_path / "p.toml").write_text(text)
         with pytest.raises(an.PresetError, match="not a profile"):
             profile_overrides(tmp_path / "p.toml")
+
+
+def test_a_formula_given_as_text_is_parsed_not_evaluated(tmp_path):
+    marker = tmp_path / "ran"
+    with pytest.raises(an.InputError):
+        an.Formula("x", f"__import__('os').system('touch {marker}')", "byte", "test")
+    assert not marker.exists()
+    f = an.Formula("x", "4*params + 12*params/dp", "byte", "ZeRO §5.1", coefficient_unit="byte/parameter")
+    assert f.evaluate(params=1e9, dp=8) == an.formula("memory.model_states.zero1").evaluate(params=1e9, dp=8)
