@@ -39,7 +39,7 @@ TINY = 1e-300
 #: largest count accepted: float64, in which search and lambdify evaluate, holds every integer up to 2**53
 MAX_COUNT = 2**53
 
-#: domain name → (description, test on an exact sympy number); choices are ("choice", options)
+#: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options): an index)
 DOMAINS = {
     "count": "an integer ≥ 1",
     "count0": "an integer ≥ 0",
@@ -48,6 +48,11 @@ DOMAINS = {
     "fraction": "a number in (0, 1]",
     "fraction0": "a number in [0, 1]",
 }
+
+_ADMITS = {"count": lambda v: v.is_integer and 1 <= v <= MAX_COUNT,
+           "count0": lambda v: v.is_integer and 0 <= v <= MAX_COUNT,
+           "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
+           "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
@@ -167,11 +172,7 @@ def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.E
             raise InputError(f"{keyword}: expected an index 0–{len(options) - 1} "
                              f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {show(shown)}")
         return value
-    ok = {"count": lambda v: v.is_integer and 1 <= v <= MAX_COUNT,
-          "count0": lambda v: v.is_integer and 0 <= v <= MAX_COUNT,
-          "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
-          "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}[domain]
-    if not ok(value):
+    if not _ADMITS[domain](value):
         extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and value.is_integer and value > 0 else ""
         raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {show(shown)}")
     return value
