@@ -6,8 +6,7 @@ sympy expressions whose symbols carry pint units.
 
 from __future__ import annotations
 
-from .errors import (AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError,
-                     UnknownNameError)
+from .errors import AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError, UnknownNameError
 from .formula import Formula
 from .formulas import formula, formulas
 from .hardware import Hardware
@@ -21,7 +20,6 @@ __version__ = "0.1.0"
 
 from .search import search  # noqa: E402  (after __version__, which the search cache key reads)
 from .sweep import sweep  # noqa: E402
-
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",

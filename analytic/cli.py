@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import math
 import sys
 
 
@@ -179,6 +178,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 def build_plan(args) -> tuple[object, dict]:
     """A Plan from the flags; no flags at all gives the source text's configuration."""
     import analytic as an
+
     from .story import essay
 
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}

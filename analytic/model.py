@@ -7,9 +7,9 @@ from dataclasses import dataclass, fields
 import sympy
 
 from .errors import InputError
-from .values import choice, count, exact, flag
 from .formula import Formula, to_float
 from .formulas import formula
+from .values import choice, count, exact, flag
 
 _MLPS = ("gelu", "swiglu")
 _POSITIONS = ("learned", "rope", "alibi")

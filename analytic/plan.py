@@ -24,10 +24,9 @@ from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model
-from .values import choice, count, fraction
 from .symbols import CHOICES, sym
 from .units import Q_, as_unit
-from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, flag, suffixed_count
+from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, choice, count, flag, fraction, suffixed_count
 
 SCHEDULES = CHOICES["schedule"]
 RECOMPUTE = CHOICES["recompute"]

@@ -30,13 +30,12 @@ import sympy
 
 from . import __version__
 from .errors import InputError
-from .numeric import Program, program
-from .values import exact
 from .hardware import Hardware
 from .model import Model
-from .values import choice, count, distinct, flag
+from .numeric import Program, program
 from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, training_dtype
 from .symbols import sym
+from .values import choice, count, distinct, exact, flag
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
 INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index

@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError, LayoutError
-from .values import exact
-from .values import count
 from .plan import BUBBLE_FORMULAS, Plan, bubble_time
 from .symbols import sym
+from .values import count, exact
 
 
 def _counts(name: str, values) -> list[int]:

@@ -16,10 +16,10 @@ import sympy
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
-from .values import count, fraction
 from .plan import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
+from .values import count, fraction
 
 
 def _one_free(f: Formula, keyword: str) -> Formula:

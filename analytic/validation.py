@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pint
 import sympy
@@ -101,6 +101,7 @@ ATTRIBUTES = frozenset({
 def namespace(plans: dict) -> dict:
     """The names a case's ``compute`` may use."""
     import analytic as an
+
     from .formulas import formula
 
     built = {}

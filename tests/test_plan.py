@@ -1,7 +1,7 @@
 """The source text's step (S17–S31) through Plan, and properties of plans."""
 
-import sympy
 import pytest
+import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

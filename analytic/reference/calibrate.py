@@ -140,8 +140,8 @@ def profile_overrides(path) -> dict:
     the scale-up link, with link efficiency 1 since the bandwidth is measured)."""
     import tomllib
 
-    from ..units import Q_
     from ..errors import PresetError
+    from ..units import Q_
     try:
         ar = tomllib.loads(Path(path).read_text())["all_reduce"]
         alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
