@@ -114,6 +114,7 @@ class Formula:
     coefficient_unit: pint.Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
     domain: tuple = ()  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
+    sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
 
     def __post_init__(self):
         expr = symbolic(self.expr, self.name) if isinstance(self.expr, str) else sympy.sympify(self.expr)  # no eval
@@ -203,7 +204,8 @@ class Formula:
         Formulas), the rest still free."""
         self._check_keywords(values, complete=False)
         repl = self._replacements(values)
-        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False))
+        sources = self.sources.union(*(v.sources for v in values.values() if isinstance(v, Formula)))
+        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), sources=sources)
 
     def bind(self, values: dict) -> "Formula":
         """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""
@@ -214,7 +216,7 @@ class Formula:
         s = _symbols.sym(keyword)
         return Formula(f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
                        self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
-                       coefficient_unit=None, domain=self.domain)
+                       coefficient_unit=None, domain=self.domain, sources=self.sources)
 
     def lambdify(self):
         """A numpy function of keyword arguments (magnitudes in the symbols' units)."""
@@ -279,7 +281,7 @@ class Formula:
             unit = unit.units
         domain = self.domain + tuple(d for d in getattr(other, "domain", ()) if d not in self.domain)
         return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None,
-                       domain=domain)
+                       domain=domain, sources=self.sources | getattr(other, "sources", frozenset()))
 
     def __add__(self, other):
         return self._combine(other, "+", None)
@@ -309,6 +311,14 @@ class Formula:
         except pint.DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
+
+
+def composed(name: str, expr, unit, *parts) -> Formula:
+    """A Formula of ``expr``, an expression built from the Formulas ``parts``: their domains and
+    sources carried over (what arithmetic on Formulas does, for expressions such as Max and Piecewise)."""
+    parts = [p for p in parts if isinstance(p, Formula)]
+    domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
+    return Formula(name, expr, unit, "", domain=domain, sources=frozenset().union(*(p.sources for p in parts)))
 
 
 def to_float(expr: sympy.Expr, name: str = "expression") -> float:

@@ -20,7 +20,7 @@ import pint
 import sympy
 
 from .errors import FreeSymbolError, InputError, LayoutError, PresetError, UnknownNameError
-from .formula import Formula, magnitude, to_float
+from .formula import Formula, composed, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model
@@ -40,7 +40,7 @@ AXES = ("tp", "cp", "dp", "pp", "ep")
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
 #: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
-#: also fire in a recomputed forward (_Degrees.per_tensor_gathers_per_microbatch)
+#: also fire in a recomputed forward (_Degrees.zero3_gathers_per_microbatch)
 ZERO3_GATHERS = ("per-block", "per-tensor")
 
 
@@ -145,15 +145,15 @@ class _Degrees:
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     @property
-    def per_tensor_gathers_per_microbatch(self):
-        """How often per-tensor ZeRO-3 gathers each parameter per microbatch without a pipeline: forward
-        and backward, and under full recomputation again in the recomputed forward. Its gathers run from
-        module hooks, which fire in the recomputation and release the parameters after it (DeepSpeed's
-        pre_sub_module_forward_function in the recompute, deepspeedai/DeepSpeed issue #4784; parameters
-        partitioned after an activation-checkpoint recompute, PR #8130). FSDP's per-block units wrap the
-        checkpointed block (torchtitan applies activation checkpointing before fully_shard), unshard it
-        before the recomputation and keep it for its backward: two."""
-        return sympy.Piecewise((3, self.recompute_is("full")), (2, True))
+    def zero3_gathers_per_microbatch(self) -> Formula:
+        """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
+        backward, and for per-tensor gathers under full recomputation again in the recomputed forward
+        (parallelism.dp.zero3_gathers_per_microbatch*, which say why)."""
+        two = formula("parallelism.dp.zero3_gathers_per_microbatch")
+        if not self.per_tensor_gathers:
+            return two
+        return _cases("gathers", "", (formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"),
+                                      self.recompute_is("full")), (two, True))
 
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
@@ -221,7 +221,7 @@ def _at_least_critical_path(bubble: Formula, values: dict) -> Formula:
     """``bubble``, never below the first microbatch's critical path, which no schedule beats (the
     zero-bubble formulas need enough microbatches to reach zero)."""
     chain = formula("pipeline.bubble_time.critical_path").bind(values)
-    return Formula("bubble", _max(bubble.expr, chain.expr), "s", "")
+    return composed("bubble", _max(bubble.expr, chain.expr), "s", bubble, chain)
 
 
 def bubble_time(schedule: str, values: dict) -> Formula:
@@ -233,10 +233,19 @@ def bubble_time(schedule: str, values: dict) -> Formula:
 def _cases(name: str, unit, *pieces) -> Formula:
     """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
     condition should be True). Conditions that are already decided collapse: numeric layouts get
-    the plain expression, symbolic ones a Piecewise."""
-    exprs = [(magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond)
-             for f, cond in pieces]
-    return Formula(name, sympy.Piecewise(*exprs), unit, "")
+    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take."""
+    exprs, reachable, earlier = [], [], []
+    for f, cond in pieces:
+        exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
+        if cond is not False and cond != sympy.false:
+            if isinstance(f, Formula) and f.domain:  # a piece's domain binds only where the piece is taken
+                taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
+                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain))
+            reachable.append(f)
+        if cond is True or cond == sympy.true:
+            break
+        earlier.append(cond)
+    return composed(name, sympy.Piecewise(*exprs), unit, *reachable)
 
 
 @dataclass(frozen=True)
@@ -500,6 +509,11 @@ class Plan:
     def _exprs(self) -> dict:
         return {}
 
+    def sources(self, name: str) -> list[str]:
+        """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a numeric
+        layout those of the branches it takes, for a symbolic one those of every branch it may take."""
+        return sorted(self.expr(name).sources)
+
     def quantities(self) -> list[str]:
         """Names accepted by :meth:`expr`."""
         return list(self._builders())
@@ -613,7 +627,7 @@ class Plan:
         if m.is_moe:  # a token's FFN activations across its k routed and shared experts
             moe_ffn = (m.topk + m.shared_experts) * m.expert_ffn_hidden
             moe_layer = self._layer_activation_formula(ffn_hidden=moe_ffn)
-            layer = Formula("layer", _max(layer.expr, moe_layer.expr), "byte", "")
+            layer = composed("layer", _max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
         # full recomputation keeps each layer's input and, while recomputing, one layer's activations
         s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
         kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
@@ -622,20 +636,23 @@ class Plan:
         layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
         p, mb = lay.pp, self._microbatches
         # microbatches whose activations stage 0 holds, never more than the step has
-        peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p}).expr  # noqa: E731
-        factor = lambda: formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})  # noqa: E731
-        in_flight = sympy.Piecewise(
-            (mb, lay.schedule_is("gpipe")),
-            (_min(peak("1f1b") * factor().expr, mb), lay.schedule_is("interleaved")),
-            (_min(peak("1f1b"), mb), lay.schedule_is("1f1b", "zb-h1")),
-            (_min(peak("zb_h2"), mb), lay.schedule_is("zb-h2")),
-            (_min(peak("dualpipe"), mb), True))
+        def at_most_mb(*parts):  # the product of catalogue counts, never more than the step's microbatches
+            return composed("in_flight", _min(sympy.Mul(*(f.expr for f in parts)), mb), "", *parts)
+
+        peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p})  # noqa: E731
+        factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
+        in_flight = _cases("in_flight", "",
+                           (mb, lay.schedule_is("gpipe")),
+                           (at_most_mb(peak("1f1b"), factor), lay.schedule_is("interleaved")),
+                           (at_most_mb(peak("1f1b")), lay.schedule_is("1f1b", "zb-h1")),
+                           (at_most_mb(peak("zb_h2")), lay.schedule_is("zb-h2")),
+                           (at_most_mb(peak("dualpipe")), True))
         first = kept * (layers_on_stage * in_flight) + working
         # the last stage also holds the MTP modules: a block and a logits tensor each
         last = kept * (layers_on_stage + m.mtp_modules) + working
         logits = self._f("memory.logits", seq_len=self.seq_len / lay.cp) / lay.tp
         last = last + logits * (1 + m.mtp_modules)
-        worst = Formula("activations", _max(first.expr, last.expr), "byte", "")
+        worst = composed("activations", _max(first.expr, last.expr), "byte", first, last)
         return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
 
     def _memory_total(self) -> Formula:
@@ -749,9 +766,8 @@ class Plan:
             return flat("scale_out_bandwidth")
         if kind_of_link == "two-level":
             return two_level()
-        pieces = [(flat("scale_up_bandwidth").expr, sympy.Le(size * stride, g)),
-                  (flat("scale_out_bandwidth").expr, sympy.Ge(stride, g)), (two_level().expr, True)]
-        return Formula("t", sympy.Piecewise(*pieces), "s", "")
+        return _cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride, g)),
+                      (flat("scale_out_bandwidth"), sympy.Ge(stride, g)), (two_level(), True))
 
     def _gemm_input_bytes(self, default):
         """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
@@ -782,7 +798,9 @@ class Plan:
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
         if lay.tp != 1:
-            per_layer = formula("parallelism.tp.allreduces_per_layer").expr + sympy.Piecewise((2, lay.recompute_is("full")), (0, True))
+            per_layer = formula("parallelism.tp.allreduces_per_layer") + _cases(
+                "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer"), lay.recompute_is("full")),
+                (0, True))
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
             calls = per_layer * layers_local * mb
             if lay.sequence_parallel:
@@ -799,7 +817,7 @@ class Plan:
         # per GPU that is 2(pv − 1)/p transfers, each a two-rank broadcast
         if lay.pp != 1:
             msg = self._f("parallelism.pp.p2p_bytes", seq_len=s_local) / lay.tp
-            calls = 2 * mb * (lay.pp * lay.vpp - 1) / lay.pp
+            calls = self._f("parallelism.pp.transfers_per_gpu", microbatches=mb)
             out["pp"]["bytes"] = msg * calls
             one = self._collective_time("broadcast", msg, 2, self._stride("pp"))
             out["pp"]["time"] = one * calls
@@ -825,11 +843,10 @@ class Plan:
             for kind in c:
                 add("dp", kind, grad / buckets, buckets, size=size, stride=stride, into=c[kind])
             ar, rs, ag = (c[kind] for kind in c)
-            ag3, gathers = ag, 2  # ZeRO-3's parameter gathers, and how many per microbatch
+            ag3, gathers = ag, lay.zero3_gathers_per_microbatch  # ZeRO-3's parameter gathers, and how many
             if lay.per_tensor_gathers:
                 ag3 = {"bytes": zero_b, "time": zero_t}
                 add("dp", "all_gather", grad / local_tensors, local_tensors, size=size, stride=stride, into=ag3)
-                gathers = lay.per_tensor_gathers_per_microbatch
             stage3 = lay.zero_at_least(3)
             for k, unit in (("bytes", "byte"), ("time", "s")):
                 held = _cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
@@ -873,8 +890,8 @@ class Plan:
                     add("ep", "all_to_all", msg, calls, size=nodes, stride=g, into=limited)
                 if link == "symbolic":  # decided per layout: inside a node, or node-limited across nodes
                     inside = sympy.Le(lay.ep * self._stride("ep"), g)
-                    out["ep"] = {k: Formula(k, sympy.Piecewise((plain[k].expr, inside), (limited[k].expr, True)),
-                                            plain[k].unit, "") for k in ("bytes", "time")}
+                    out["ep"] = {k: _cases(k, plain[k].unit, (plain[k], inside), (limited[k], True))
+                                 for k in ("bytes", "time")}
                 else:
                     out["ep"] = limited
         return out
@@ -897,14 +914,16 @@ class Plan:
     def _time(self) -> dict:
         lay = self.deg
         eta = self._need("matmul_efficiency")
+        share = None
         if lay.comm_sms != 0:  # SMs reserved for communication kernels do no compute
             self._need("sms")
-            eta = eta * self._f("compute.sm_share").expr
-        peak = Formula("F", self.inputs["peak_flops"] * eta, "FLOP/s", "")
+            share = self._f("compute.sm_share")
+            eta = eta * share.expr
+        peak = composed("F", self.inputs["peak_flops"] * eta, "FLOP/s", share)
         compute = self.expr("flops.hardware") / self.deg.gpus / peak
         if self.dtype == "fp8":  # matmuls of the linear layers in FP8, the rest at the 16-bit peak
             bf16 = self._bf16_flops() / self.deg.gpus
-            peak16 = Formula("F16", magnitude("peak_flops", self.hardware.peak_flops("bf16")) * eta, "FLOP/s", "")
+            peak16 = composed("F16", magnitude("peak_flops", self.hardware.peak_flops("bf16")) * eta, "FLOP/s", share)
             compute = compute - bf16 / peak + bf16 / peak16
         mb = self._microbatches
         chunk = compute / (mb * lay.vpp)  # one microbatch through one model chunk
@@ -934,10 +953,12 @@ class Plan:
         per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
         window = _cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
         blocking = comm["dp"]["blocking"]
-        out["dp"] = Formula("dp", _max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s", "")
+        out["dp"] = composed("dp", _max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
+                             comm["dp"]["time"], blocking, window)
         # DualPipe overlaps all-to-all with the paired chunk's compute
-        out["ep"] = _cases("ep", "s", (Formula("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", ""),
-                                       lay.schedule_is("dualpipe")), (comm["ep"]["time"] * (1 - phi), True))
+        hidden_behind_pair = composed("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"], compute)
+        out["ep"] = _cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")),
+                           (comm["ep"]["time"] * (1 - phi), True))
         return out
 
     def _step_time(self) -> Formula:

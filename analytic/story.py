@@ -14,7 +14,11 @@ import pint
 from .errors import AnalyticError
 from .formulas import formula
 from .plan import Plan, regime
+from .presets import reliability_value
 from .units import Q_
+
+#: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed forward)
+RECOMPUTED_GATHERS = "parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"
 
 
 @dataclass
@@ -43,6 +47,11 @@ def essay() -> dict:
 
 def _q(f) -> pint.Quantity:
     return f.value()
+
+
+def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
+    """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
+    return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes))
 
 
 def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> list[Line]:
@@ -78,26 +87,27 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     z = lay.zero
     over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
     add("memory", "weights", "16-bit weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
-        "memory.model_states.weights")
+        _tags(plan, "memory.weights", "memory."))
     add("memory", "gradients", "16-bit gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
-        "memory.model_states.gradients")
+        _tags(plan, "memory.gradients", "memory."))
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
-        "memory.model_states.optimizer")
+        _tags(plan, "memory.optimizer", "memory."))
     gathered = regime(plan.deg.gathered_regimes)
     if gathered:
         label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
                  "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
         add("memory", "gathered", label[gathered], mem.gathered.to("GB"), gathered)
-    act_formula = (f"memory.activations.layer_flash_{m.mlp}" if plan.flash_attention else "memory.activations.layer_tp")
     add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
-        mem.activations.to("GB"), act_formula)
+        mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations."))
     add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
         mem.total.to("GB"), "plan.memory.total")
     # forward
     s_local = plan.seq_len / lay.cp
     tp_msg = formula("parallelism.tp.allreduce_bytes").bind({**plan.inputs, "seq_len": s_local}).value()
     if lay.tp != 1:
-        add("forward", "tp_message", "each TP all-reduce (2 per layer forward, 2 backward)", tp_msg.to("MB"),
+        ops = " + ".join(k.replace("_", "-") for k in ("reduce_scatter", "all_gather", "all_reduce")
+                         if f"collectives.{k}.bytes_sent" in plan.sources("communication.tp"))
+        add("forward", "tp_message", f"each TP {ops} (2 per layer forward, 2 backward)", tp_msg.to("MB"),
             "parallelism.tp.allreduce_bytes")
     if lay.pp != 1:
         try:
@@ -123,11 +133,11 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         if plan.deg.per_tensor_gathers and lay.zero == 3:
             per_microbatch = kinds == plan.deg.dp_regimes[0][0]
             kinds += ", each tensor gathered alone, blocking" + (
-                ", and again in the recomputed forward" if per_microbatch and plan.deg.per_tensor_gathers_per_microbatch == 3
+                ", and again in the recomputed forward" if per_microbatch and RECOMPUTED_GATHERS in plan.sources("communication.dp")
                 else "")
         on_links = f", {ctime['dp'].to('s'):.3g~P} on its links" if ctime else ""
         add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds}{on_links})", comm["dp"].to("GB"),
-            "collectives.*.bytes_sent ∘ parallelism.dp.gradient_bytes")
+            _tags(plan, "communication.dp", "collectives.", "parallelism."))
         # all of it through the GPU's own NIC only when every DP peer is in another node
         if "scale_out_bandwidth" in plan.inputs and plan.placement()["dp"]["link"] == "scale-out":
             bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
@@ -154,7 +164,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
     flash = ", FlashAttention backward" if plan.flash_attention else ""
     add("time", "hardware_flops", f"FLOPs executed per step ({recompute} recomputation{flash})", plan.hardware_flops(),
-        "compute.flops_per_token_palm")
+        _tags(plan, "flops.hardware", "compute."))
     if mfu is not None:
         add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
     try:
@@ -179,10 +189,15 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         days = (step * steps.magnitude).to("day")
         add("run", "days", "days of compute at that step time", days, "compute.steps × step time")
     mtbf = plan.expr("mtbf").value()
-    add("failures", "mtbf", "mean time between interruptions (Llama 3 rate: 419 in 54 days on 16,384 GPUs)",
-        mtbf.to("hour"), "reliability.mtbf")
-    add("failures", "checkpoint_time", "checkpoint write (16Ψ at 2 TB/s, Llama 3 storage)",
-        plan.expr("checkpoint_time").value(), "memory.model_states.zero0 / storage bandwidth")
+    r = reliability_value
+    rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
+            f"Llama 3 rate: {r('llama3', 'unexpected_interruptions')} in {r('llama3', 'period'):.4g~P} on "
+            f"{r('llama3', 'gpus'):,} GPUs")
+    add("failures", "mtbf", f"mean time between interruptions ({rate})", mtbf.to("hour"), "reliability.mtbf")
+    write = ("the checkpoint time given" if "checkpoint_time" in plan.overrides else
+             f"16Ψ at {r('llama3', 'storage_bandwidth'):.4g~P}, Llama 3 storage")
+    add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.expr("checkpoint_time").value(),
+        _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
     add("failures", "checkpoint_interval", "Young's checkpoint interval √(2δM)", plan.expr("checkpoint_interval").value().to("min"),
         "reliability.checkpoint_interval")
     add("failures", "goodput", "goodput (1 − √(2δ/M))", round(float(plan.expr("goodput").value().magnitude), 4),

@@ -16,7 +16,7 @@ def define(name, expr, unit, source, assumptions=(), description="", coefficient
     if name in CATALOGUE:
         raise ValueError(f"formula {name!r} declared twice")
     f = Formula(name, expr, unit, source, tuple(assumptions), description, coefficient_unit, tuple(keywords),
-                tuple(domain))
+                tuple(domain), frozenset({name}))
     CATALOGUE[name] = f
     return f
 

@@ -7,6 +7,7 @@ from ._catalogue import S, define
 Psi, e, s, b, h = S("params", "element_bytes", "seq_len", "microbatch_size", "hidden")
 F, Bw, D, k, M = S("peak_flops", "bandwidth", "tokens", "topk", "nodes_per_token")
 Bup, Bout = S("scale_up_bandwidth", "scale_out_bandwidth")
+m, p, v = S("microbatches", "pp", "vpp")
 
 SHOEYBI = "Shoeybi et al. 2019, Megatron-LM, arXiv 1909.08053 §3"
 NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
@@ -24,6 +25,28 @@ define("parallelism.tp.allreduces_per_layer", Integer(4), "",
        f"{SHOEYBI} §3 ('two all-reduces in the forward pass and two in the backward pass' per layer)",
        ("no recomputation; full recomputation adds the 2 forward all-reduces again",),
        "tensor-parallel all-reduces per layer per microbatch")
+define("parallelism.tp.allreduces_recomputed_per_layer", Integer(2), "",
+       f"{SHOEYBI} (the forward's two all-reduces); Korthikanti et al. 2022, arXiv 2205.05198 §5 (full "
+       "recomputation runs each layer's forward again in the backward)",
+       ("full recomputation: the recomputed forward's two all-reduces (or, with sequence parallelism, its "
+        "reduce-scatters and all-gathers) run again",),
+       "tensor-parallel all-reduces per layer per microbatch that full recomputation adds")
+define("parallelism.pp.transfers_per_gpu", 2 * m * (p * v - 1) / p, "",
+       f"{NARAYANAN} §2.2 and §4.1; derived: each of the p·v − 1 chunk boundaries carries one activation "
+       "forward and one gradient backward per microbatch, shared over the p stages",
+       ("point-to-point transfers of parallelism.pp.p2p_bytes / t each (scatter/gather, §4.1)",),
+       "stage-boundary transfers a GPU makes per step")
+define("parallelism.dp.zero3_gathers_per_microbatch", Integer(2), "",
+       "Rajbhandari et al. 2020, ZeRO, arXiv 1910.02054 §7.2.2 (parameters all-gathered for the forward and "
+       "again for the backward)",
+       ("ZeRO-3 without a pipeline; FSDP's per-block units wrap a checkpointed block, unshard it before the "
+        "recomputation and keep it for the backward: still two",),
+       "times ZeRO-3 gathers each parameter per microbatch")
+define("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor", Integer(3), "",
+       "DeepSpeed ZeRO-3's module hooks fire again in a recomputed forward (deepspeedai/DeepSpeed issue #4784) "
+       "and partition the parameters after it (PR #8130)",
+       ("per-tensor ZeRO-3 (DeepSpeed of 2021) under full recomputation: forward, recomputed forward, backward",),
+       "times per-tensor ZeRO-3 gathers each parameter per microbatch under full recomputation")
 define("parallelism.pp.p2p_bytes", s * b * h * e, "byte", f"{NARAYANAN} §2.2 and §4.1",
        ("the activation [s, b, h] sent forward at a stage boundary; its gradient goes back, same size",
         "scatter/gather optimisation (§4.1) divides it by t on each TP rank"),
