@@ -13,13 +13,12 @@ from .hardware import Hardware
 from .model import Model
 from .plan import Layout, Memory, Plan
 from .presets import hardware, hardwares, model, models
+from .search import search
+from .sweep import sweep
 from .symbols import sym
 from .units import Q_, ureg
 
 __version__ = "0.1.0"
-
-from .search import search  # noqa: E402  (after __version__, which the search cache key reads)
-from .sweep import sweep  # noqa: E402
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",

@@ -9,6 +9,7 @@ import sympy
 from .errors import InputError
 from .formula import Formula, to_float
 from .formulas import formula
+from .symbols import canonical
 from .values import choice, count, exact, flag
 
 _MLPS = ("gelu", "swiglu")
@@ -57,7 +58,7 @@ class Model:
     mtp_modules: object = 0
 
     def __post_init__(self):
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
         for k in ("layers", "hidden", "heads", "vocab"):
             set_(k, count(k, getattr(self, k)))
         set_("mlp", choice("mlp", self.mlp, _MLPS))

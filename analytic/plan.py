@@ -24,7 +24,9 @@ from .formula import Formula, composed, magnitude, to_float
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model
-from .symbols import CHOICES, sym
+from .schedules import BUBBLE_FORMULAS, at_least_critical_path, is_number, lazy_max, lazy_min
+from .symbolic import minimise_step_time, smallest_fitting
+from .symbols import CHOICES, canonical, sym
 from .units import Q_, as_unit
 from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, choice, count, flag, fraction, suffixed_count
 
@@ -42,21 +44,6 @@ AXES = ("tp", "cp", "dp", "pp", "ep")
 #: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
 #: also fire in a recomputed forward (_Degrees.zero3_gathers_per_microbatch)
 ZERO3_GATHERS = ("per-block", "per-tensor")
-
-
-def _is_number(x) -> bool:
-    return not isinstance(x, sympy.Basic) or x.is_number
-
-
-def _max(*args):
-    """sympy.Max, left unevaluated while symbols remain (deciding which argument is larger for all
-    values of the symbols is slow and rarely possible; substituting numbers evaluates it)."""
-    return sympy.Max(*args, evaluate=all(_is_number(a) for a in args))
-
-
-def _min(*args):
-    """sympy.Min, left unevaluated while symbols remain (see :func:`_max`)."""
-    return sympy.Min(*args, evaluate=all(_is_number(a) for a in args))
 
 
 def _open(value, keyword: str) -> bool:
@@ -95,8 +82,8 @@ class Layout:
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-            object.__setattr__(self, k, count(k, getattr(self, k)))
-        object.__setattr__(self, "comm_sms", count("comm_sms", self.comm_sms, minimum=0))
+            object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
+        object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
         if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
@@ -108,15 +95,15 @@ class Layout:
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
-        if self.schedule == "interleaved" and _is_number(self.vpp) and self.vpp < 2:
+        if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
-        if self.schedule == "interleaved" and _is_number(self.pp) and self.pp < 2:
+        if self.schedule == "interleaved" and is_number(self.pp) and self.pp < 2:
             raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
-        if self.schedule in SCHEDULES and self.schedule != "interleaved" and _is_number(self.vpp) and self.vpp != 1:
+        if self.schedule in SCHEDULES and self.schedule != "interleaved" and is_number(self.vpp) and self.vpp != 1:
             raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
-        if _is_number(self.ep) and _is_number(self.dp) and self.dp % self.ep:
+        if is_number(self.ep) and is_number(self.dp) and self.dp % self.ep:
             raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
-        if self.schedule == "dualpipe" and _is_number(self.pp) and self.pp % 2:
+        if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
             raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
 
     @property
@@ -212,24 +199,6 @@ def training_dtype(dtype, hardware: Hardware) -> str:
     return dtype
 
 
-#: schedule → its catalogue formula pipeline.bubble_time.<name> (interleaved: per-chunk times)
-BUBBLE_FORMULAS = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved": "1f1b", "zb-h1": "zb_h1", "zb-h2": "zb_h2",
-                   "dualpipe": "dualpipe"}
-
-
-def _at_least_critical_path(bubble: Formula, values: dict) -> Formula:
-    """``bubble``, never below the first microbatch's critical path, which no schedule beats (the
-    zero-bubble formulas need enough microbatches to reach zero)."""
-    chain = formula("pipeline.bubble_time.critical_path").bind(values)
-    return composed("bubble", _max(bubble.expr, chain.expr), "s", bubble, chain)
-
-
-def bubble_time(schedule: str, values: dict) -> Formula:
-    """Bubble time of ``schedule`` with ``values`` of pp, vpp, microbatches, t_f, t_b, t_w, t_fb."""
-    choice("schedule", schedule, SCHEDULES)
-    return _at_least_critical_path(formula(f"pipeline.bubble_time.{BUBBLE_FORMULAS[schedule]}").bind(values), values)
-
-
 def _cases(name: str, unit, *pieces) -> Formula:
     """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
     condition should be True). Conditions that are already decided collapse: numeric layouts get
@@ -304,21 +273,21 @@ class Plan:
         self.flash_attention = flag("flash_attention", flash_attention)
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
-        self.seq_len = count("seq_len", seq_len)
-        self.microbatch_size = count("microbatch_size", microbatch_size)
+        self.seq_len = canonical(count("seq_len", seq_len))
+        self.microbatch_size = canonical(count("microbatch_size", microbatch_size))
         if (global_batch is None) == (batch_tokens is None):
             raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
         if batch_tokens is not None:
             parsed = suffixed_count(batch_tokens) if isinstance(batch_tokens, str) else None
             bt = (parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1) if parsed else magnitude("batch_tokens", batch_tokens))
             global_batch = bt / self.seq_len
-            if _is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
+            if is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
                 hint = ""
                 binary = binary_reading(*parsed) if parsed else None
                 if binary is not None and binary % self.seq_len == 0:
                     hint = f" ({float(parsed[0]):g}{BINARY_SUFFIX[parsed[1]]} would be {binary / self.seq_len} sequences)"
                 raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences{hint}")
-        self.global_batch = count("global_batch", global_batch)
+        self.global_batch = canonical(count("global_batch", global_batch))
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
@@ -388,7 +357,7 @@ class Plan:
 
     def _check(self, allow_cross_node_tp: bool) -> None:
         lay, m = self.layout, self.model
-        num = lambda *xs: all(_is_number(x) for x in xs)  # noqa: E731
+        num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
         if num(lay.tp, m.heads) and m.heads % lay.tp:
             raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
         if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
@@ -459,9 +428,9 @@ class Plan:
 
     @staticmethod
     def _link_kind(size, stride, g):
-        if not all(_is_number(x) for x in (size, stride, g)):
+        if not all(is_number(x) for x in (size, stride, g)):
             low = lambda x: sympy.sympify(x).subs({s: 1 for s in sympy.sympify(x).free_symbols})  # degrees ≥ 1  # noqa: E731
-            if _is_number(g) and _is_number(low(stride)) and low(stride) >= g:
+            if is_number(g) and is_number(low(stride)) and low(stride) >= g:
                 return "scale-out"
             return "symbolic"
         if size * stride <= g:
@@ -627,7 +596,7 @@ class Plan:
         if m.is_moe:  # a token's FFN activations across its k routed and shared experts
             moe_ffn = (m.topk + m.shared_experts) * m.expert_ffn_hidden
             moe_layer = self._layer_activation_formula(ffn_hidden=moe_ffn)
-            layer = composed("layer", _max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
+            layer = composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
         # full recomputation keeps each layer's input and, while recomputing, one layer's activations
         s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
         kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
@@ -637,7 +606,7 @@ class Plan:
         p, mb = lay.pp, self._microbatches
         # microbatches whose activations stage 0 holds, never more than the step has
         def at_most_mb(*parts):  # the product of catalogue counts, never more than the step's microbatches
-            return composed("in_flight", _min(sympy.Mul(*(f.expr for f in parts)), mb), "", *parts)
+            return composed("in_flight", lazy_min(sympy.Mul(*(f.expr for f in parts)), mb), "", *parts)
 
         peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p})  # noqa: E731
         factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
@@ -652,7 +621,7 @@ class Plan:
         last = kept * (layers_on_stage + m.mtp_modules) + working
         logits = self._f("memory.logits", seq_len=self.seq_len / lay.cp) / lay.tp
         last = last + logits * (1 + m.mtp_modules)
-        worst = composed("activations", _max(first.expr, last.expr), "byte", first, last)
+        worst = composed("activations", lazy_max(first.expr, last.expr), "byte", first, last)
         return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
 
     def _memory_total(self) -> Formula:
@@ -881,8 +850,8 @@ class Plan:
             else:
                 # node-limited routing: one copy per destination node crosses the scale-out link,
                 # NVLink forwards it to the experts inside the node (DeepSeek-V3 §3.2.2)
-                nodes = _min(lay.ep, lay.ep * self._stride("ep") / g)
-                reach = _min(m.nodes_per_token, nodes)
+                nodes = lazy_min(lay.ep, lay.ep * self._stride("ep") / g)
+                reach = lazy_min(m.nodes_per_token, nodes)
                 limited = {"bytes": zero_b, "time": zero_t}
                 for e_bytes in (dispatch_e, Q_(2, "byte")):
                     msg = self._f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, nodes_per_token=reach,
@@ -935,7 +904,7 @@ class Plan:
             by_formula.setdefault(name, []).append(schedule)
         pieces = [(formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
                   for name, schedules in by_formula.items()]
-        bubble = _at_least_critical_path(_cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
+        bubble = at_least_critical_path(_cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
         comm = self._comm
         self._times_need()
         phi = self._need("overlap")
@@ -953,10 +922,10 @@ class Plan:
         per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
         window = _cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
         blocking = comm["dp"]["blocking"]
-        out["dp"] = composed("dp", _max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
+        out["dp"] = composed("dp", lazy_max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
                              comm["dp"]["time"], blocking, window)
         # DualPipe overlaps all-to-all with the paired chunk's compute
-        hidden_behind_pair = composed("ep", _max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"], compute)
+        hidden_behind_pair = composed("ep", lazy_max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"], compute)
         out["ep"] = _cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")),
                            (comm["ep"]["time"] * (1 - phi), True))
         return out
@@ -1018,12 +987,10 @@ class Plan:
 
     def smallest(self, keyword: str, limit: int = 1 << 20) -> int:
         """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM."""
-        from .symbolic import smallest_fitting
         return smallest_fitting(self, keyword, limit=limit)
 
     def best(self, keyword: str, limit: int = 1 << 16) -> int:
         """The integer value of the free input ``keyword`` that minimises the predicted step time."""
-        from .symbolic import minimise_step_time
         return minimise_step_time(self, keyword, limit=limit)["best"]
 
     def subs(self, **values) -> "Plan":

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from . import __version__
 from .errors import InputError
 from .hardware import Hardware
 from .model import Model
@@ -181,7 +180,7 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
     whether it had to be built now (False when it came from memory or the disk cache; ``on_build()``
     is called first when it must be built). The cache holds data only, validated when read; a file
     that is not a valid program is rebuilt."""
-    key = _key(__version__, _source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
+    key = _key(_source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
                async_tp, comm_sms, zero3_gather)
     if key in _COMPILED:
         return _COMPILED[key], False

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError, LayoutError
-from .plan import BUBBLE_FORMULAS, Plan, bubble_time
+from .plan import Plan
+from .schedules import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .values import count, exact
 

@@ -16,7 +16,7 @@ import sympy
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
-from .plan import BUBBLE_FORMULAS, bubble_time
+from .schedules import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
 from .values import count, fraction

@@ -14,6 +14,7 @@ import sympy
 
 from .errors import UnknownNameError
 from .units import as_unit
+from .values import check_domain, in_range
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,6 @@ class SymbolInfo:
 
     def check(self, value: sympy.Expr, shown=None) -> sympy.Expr:
         """``value`` (an exact number in :attr:`unit`) if it is in this symbol's domain and range."""
-        from .values import check_domain, in_range
         return check_domain(self.keyword, self.domain, in_range(self.keyword, value, shown if shown is not None
                                                                 else value), shown)
 

@@ -180,13 +180,13 @@ def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.E
 
 def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, shown=None):
     """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
-    returned as it is (unless ``allow_symbol`` is False). Strings are not counts here; see :func:`parse_count`."""
+    returned as it is (unless ``allow_symbol`` is False; ``symbols.canonical`` maps a user's Symbol("dp")
+    to the declared one). Strings are not counts here; see :func:`parse_count`."""
     shown = show(value if shown is None else shown)
     if isinstance(value, sympy.Basic) and not value.is_number:
         if not allow_symbol:
             raise InputError(f"{name}: expected an integer, got the expression {value}")
-        from .symbols import canonical
-        return canonical(value)
+        return value
     if isinstance(value, (bool, np.bool_, str)) or value is None:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}")
     try:

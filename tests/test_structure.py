@@ -1,0 +1,49 @@
+"""Dependencies point down: no module of the package imports, at any depth, one that imports it back."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "analytic"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> set[str]:
+    """Modules of the package that ``name`` imports anywhere (function-level imports too)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for cand in [base] + [f"{base}.{a.name}" for a in node.names]:
+                if cand in modules and cand != name:
+                    found.add(cand)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = _modules()
+    graph = {m: _imports(m, p, modules) - {"analytic"} for m, p in modules.items()}  # the package's own re-exports
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(m, path):
+        state[m] = 1
+        for n in sorted(graph[m]):
+            assert state.get(n) != 1, "import cycle: " + " → ".join(path + [n])
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert "analytic.plan" in graph["analytic.search"]  # the walk sees the package's imports
