@@ -7,6 +7,8 @@ import difflib
 import json
 import sys
 
+from .choices import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
+
 
 class CLIError(Exception):
     """A command-line mistake: one line, exit 2."""
@@ -147,22 +149,22 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
     for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         g.add_argument(f"--{axis}", help=f"{axis} degree")
-    g.add_argument("--zero", choices=["0", "1", "2", "3"], help="ZeRO stage")
+    g.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="ZeRO stage")
     g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
     g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
     g.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
                    help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
     g.add_argument("--comm-sms", dest="comm_sms",
                    help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
-    g.add_argument("--zero3-gather", dest="zero3_gather", choices=["per-block", "per-tensor"],
+    g.add_argument("--zero3-gather", dest="zero3_gather", choices=ZERO3_GATHERS,
                    help="how ZeRO-3 gathers parameters: per-block, prefetched (default; FSDP), or per-tensor, "
                         "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)")
-    g.add_argument("--recompute", choices=["none", "selective", "full"])
+    g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="FlashAttention (the default): no s×s tensor kept, QKᵀ recomputed in the backward")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                    help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)")
-    g.add_argument("--schedule", choices=["1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe"])
+    g.add_argument("--schedule", choices=SCHEDULES)
     g.add_argument("--seq", help="sequence length")
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")

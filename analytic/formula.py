@@ -321,6 +321,24 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     return Formula(name, expr, unit, "", domain=domain, sources=frozenset().union(*(p.sources for p in parts)))
 
 
+def cases(name: str, unit, *pieces) -> Formula:
+    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
+    condition should be True). Conditions that are already decided collapse: numeric layouts get
+    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take."""
+    exprs, reachable, earlier = [], [], []
+    for f, cond in pieces:
+        exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
+        if cond is not False and cond != sympy.false:
+            if isinstance(f, Formula) and f.domain:  # a piece's domain binds only where the piece is taken
+                taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
+                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain))
+            reachable.append(f)
+        if cond is True or cond == sympy.true:
+            break
+        earlier.append(cond)
+    return composed(name, sympy.Piecewise(*exprs), unit, *reachable)
+
+
 def to_float(expr: sympy.Expr, name: str = "expression") -> float:
     """An exact sympy number as a float (the edge where exactness ends)."""
     try:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import sympy
 
+from .choices import SCHEDULES
 from .formula import Formula, composed
 from .formulas import formula
-from .symbols import CHOICES
 from .values import choice
-
-SCHEDULES = CHOICES["schedule"]
 
 
 def is_number(x) -> bool:

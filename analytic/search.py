@@ -32,7 +32,7 @@ from .errors import InputError
 from .hardware import Hardware
 from .model import Model
 from .numeric import Program, program
-from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, training_dtype
+from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, divisors, training_dtype
 from .symbols import sym
 from .values import choice, count, distinct, exact, flag
 
@@ -43,11 +43,6 @@ OUTPUTS = ("memory.total", "step_time", "flops")
 
 MAX_GPUS = 1 << 24
 MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read  # enumeration is by divisors; beyond this no cluster exists to plan
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _source_digest() -> str:
@@ -226,17 +221,17 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
     max_tp = max_tp or hardware.gpus_per_node
     rows = []
-    for tp in _divisors(gpus):
+    for tp in divisors(gpus):
         if tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
             continue
-        for cp in _divisors(gpus // tp):
+        for cp in divisors(gpus // tp):
             if seq_len % cp or (max_cp and cp > max_cp):
                 continue
-            for pp in _divisors(gpus // (tp * cp)):
+            for pp in divisors(gpus // (tp * cp)):
                 if pp > model.layers:
                     continue
                 dp = gpus // (tp * cp * pp)
-                eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.is_moe else [1]
+                eps = [e for e in divisors(dp) if model.experts % e == 0] if model.is_moe else [1]
                 for ep in eps:
                     for mbs in microbatch_sizes:
                         if global_batch % (dp * mbs):

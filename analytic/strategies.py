@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 from .errors import UnknownNameError
 from .hardware import Hardware
 from .model import Model
-from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan
+from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -29,10 +29,6 @@ from .presets import models as _models
 from .units import Q_
 
 __all__ = ["models", "hardwares", "layouts", "plans", "collective_calls"]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _check_positive_int(name, value, allow_none=True):
@@ -84,14 +80,14 @@ def hardwares(*, names=None, with_scale_out: bool = False) -> st.SearchStrategy[
 def _layouts(draw, gpus, model, max_tp, schedules):
     gpus = gpus if gpus is not None else draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256]))
     heads = model.heads if model is not None else None
-    tps = [d for d in _divisors(gpus) if d <= max_tp and (heads is None or (heads % d == 0 and (
+    tps = [d for d in divisors(gpus) if d <= max_tp and (heads is None or (heads % d == 0 and (
         model.kv_heads % d == 0 or d % model.kv_heads == 0)))]
     tp = draw(st.sampled_from(tps))
     rest = gpus // tp
-    pps = [d for d in _divisors(rest) if model is None or d <= model.layers]
+    pps = [d for d in divisors(rest) if model is None or d <= model.layers]
     pp = draw(st.sampled_from(pps))
     dp = rest // pp
-    eps = [d for d in _divisors(dp) if model is not None and model.is_moe and model.experts % d == 0] or [1]
+    eps = [d for d in divisors(dp) if model is not None and model.is_moe and model.experts % d == 0] or [1]
     ep = draw(st.sampled_from(eps))
     allowed = [s for s in schedules if (s != "dualpipe" or pp % 2 == 0) and (s != "interleaved" or pp > 1)]
     if not allowed:
@@ -112,7 +108,7 @@ def _layouts(draw, gpus, model, max_tp, schedules):
 
 
 def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp: int = 8,
-            schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")) -> st.SearchStrategy[Layout]:
+            schedules=SCHEDULES) -> st.SearchStrategy[Layout]:
     """Valid layouts whose degrees multiply to ``gpus``; with ``model``, TP divides the heads, PP
     does not exceed the layers and EP divides the experts. (Microbatch divisibility depends on the
     batch: :func:`plans` takes care of it.)"""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pint
 import sympy
 
+from .choices import CHOICES
 from .errors import UnknownNameError
 from .units import as_unit
 from .values import check_domain, in_range
@@ -32,9 +33,6 @@ class SymbolInfo:
                                                                 else value), shown)
 
 
-#: the discrete choices, coded as their index (recompute and schedule as in plan.RECOMPUTE / SCHEDULES)
-CHOICES = {"zero": ("0", "1", "2", "3"), "recompute": ("none", "selective", "full"),
-           "schedule": ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")}
 
 # keyword, display, unit, domain (values.DOMAINS, or a key of CHOICES), meaning
 _TABLE = [

@@ -174,3 +174,29 @@ def test_search_arguments_are_checked(tmp_path, monkeypatch):
         with pytest.raises(InputError, match=name):
             an.search(MODEL, HW, **kw, **bad)
     assert len(an.search(MODEL, HW, top=3, **kw).ranked) == 3
+
+
+def test_every_enumerated_layout_passes_the_one_layout_check():
+    """search enumerates by its own loops for speed; each row it yields is a layout Plan accepts."""
+    from analytic.plan import RECOMPUTE, SCHEDULES, check_layout
+    from analytic.search import enumerate_layouts
+    for model, hw, gpus, seq, batch in ((MODEL, HW, 64, 4096, 256), (an.model("deepseek-v3"), an.hardware("h800"), 256, 4096, 512)):
+        rows = enumerate_layouts(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+        n = len(rows["tp"])
+        assert n > 100
+        for j in range(0, n, max(1, n // 400)):
+            d = {k: int(rows[k][j]) for k in rows}
+            layout = an.Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
+                               sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
+                               schedule=SCHEDULES[d["schedule"]])
+            check_layout(model, layout, seq_len=seq, global_batch=batch, microbatch_size=d["microbatch_size"],
+                         gpus_per_node=hw.gpus_per_node, sms=hw.sms)
+
+
+@pytest.mark.parametrize("kw, constraint", [(dict(tp=3), "heads"), (dict(pp=64), "layers"), (dict(cp=3), "sequence"),
+                                            (dict(dp=3), "split"), (dict(tp=16), "node"), (dict(ep=2, dp=2), "MoE")])
+def test_the_layout_check_names_the_constraint(kw, constraint):
+    from analytic.plan import check_layout
+    layout = an.Layout(**({"tp": 1} | kw))
+    with pytest.raises(LayoutError, match=constraint):
+        check_layout(MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, gpus_per_node=8)

@@ -47,3 +47,10 @@ def test_the_import_graph_has_no_cycle():
         if m not in state:
             visit(m, [m])
     assert "analytic.plan" in graph["analytic.search"]  # the walk sees the package's imports
+
+
+def test_plan_all_is_what_it_exports():
+    import analytic.plan as plan
+    public = {n for n in vars(plan) if not n.startswith("_") and n not in ("core", "layout")}
+    assert set(plan.__all__) == public
+    assert all(getattr(plan, n) is not None for n in plan.__all__)

@@ -12,209 +12,24 @@ all-gathers as NCCL does, in a ring over every rank whose bytes cross the nodes'
 
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import pint
 import sympy
 
-from .errors import FreeSymbolError, InputError, LayoutError, PresetError, UnknownNameError
-from .formula import Formula, composed, magnitude, to_float
-from .formulas import formula
-from .hardware import Hardware
-from .model import Model
-from .schedules import BUBBLE_FORMULAS, at_least_critical_path, is_number, lazy_max, lazy_min
-from .symbolic import minimise_step_time, smallest_fitting
-from .symbols import CHOICES, canonical, sym
-from .units import Q_, as_unit
-from .values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, choice, count, flag, fraction, suffixed_count
-
-SCHEDULES = CHOICES["schedule"]
-RECOMPUTE = CHOICES["recompute"]
-CONVENTIONS = ("6nd", "palm", "megatron")
-#: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
-#: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
-#: TF32 (fp32 storage) and FP4 training are not modelled
-TRAINING_DTYPES = ("bf16", "fp16", "fp8")
-AXES = ("tp", "cp", "dp", "pp", "ep")
-#: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
-#: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
-#: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
-#: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
-#: also fire in a recomputed forward (_Degrees.zero3_gathers_per_microbatch)
-ZERO3_GATHERS = ("per-block", "per-tensor")
-
-
-def _open(value, keyword: str) -> bool:
-    """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
-    return isinstance(value, sympy.Symbol) and value == sym(keyword)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
-    CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp ranks.
-
-    Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
-    recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
-    2 full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
-    then cover every choice at once as Piecewise functions of them.
-
-    ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
-    overlapped with their GEMMs, SMs reserved for communication kernels, and whether ZeRO-3 gathers
-    a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
-    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward)."""
-
-    tp: object = 1
-    pp: object = 1
-    dp: object = 1
-    cp: object = 1
-    ep: object = 1
-    vpp: object = 1
-    zero: object = 0
-    sequence_parallel: bool = False
-    recompute: object = "none"
-    schedule: object = "1f1b"
-    async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
-    comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
-    zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
-
-    def __post_init__(self):
-        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-            object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
-        object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
-        if not _open(self.zero, "zero"):
-            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
-                raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
-            object.__setattr__(self, "zero", int(self.zero))
-        for k in ("sequence_parallel", "async_tp"):
-            flag(k, getattr(self, k))
-        if not _open(self.recompute, "recompute"):
-            choice("recompute", self.recompute, RECOMPUTE)
-        choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
-        if not _open(self.schedule, "schedule"):
-            choice("schedule", self.schedule, SCHEDULES)
-        if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
-            raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
-        if self.schedule == "interleaved" and is_number(self.pp) and self.pp < 2:
-            raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
-        if self.schedule in SCHEDULES and self.schedule != "interleaved" and is_number(self.vpp) and self.vpp != 1:
-            raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
-        if is_number(self.ep) and is_number(self.dp) and self.dp % self.ep:
-            raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
-        if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
-            raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
-
-    @property
-    def gpus(self):
-        return self.tp * self.cp * self.pp * self.dp
-
-    def replace(self, **changes) -> "Layout":
-        return replace(self, **changes)
-
-
-class _Degrees:
-    """A layout's degrees as sympy numbers or symbols, with its discrete choices as conditions: the
-    ZeRO stage, and the recomputation policy and schedule by their index in RECOMPUTE / SCHEDULES
-    (sympy integers, or symbols when the layout leaves them open)."""
-
-    def __init__(self, layout: Layout):
-        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-            setattr(self, k, sympy.sympify(getattr(layout, k)))
-        self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
-        self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
-        self.zero = sympy.sympify(layout.zero)
-        self.comm_sms = sympy.sympify(layout.comm_sms)
-        index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
-        self.rc = index(layout.recompute, RECOMPUTE)
-        self.schedule = index(layout.schedule, SCHEDULES)
-        self.gpus = self.tp * self.cp * self.pp * self.dp
-
-    @property
-    def zero3_gathers_per_microbatch(self) -> Formula:
-        """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
-        backward, and for per-tensor gathers under full recomputation again in the recomputed forward
-        (parallelism.dp.zero3_gathers_per_microbatch*, which say why)."""
-        two = formula("parallelism.dp.zero3_gathers_per_microbatch")
-        if not self.per_tensor_gathers:
-            return two
-        return _cases("gathers", "", (formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"),
-                                      self.recompute_is("full")), (two, True))
-
-    def schedule_is(self, *names):
-        """Condition: the schedule is one of ``names``."""
-        return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
-
-    def recompute_is(self, name: str):
-        """Condition: the recomputation policy is ``name``."""
-        return sympy.Eq(self.rc, RECOMPUTE.index(name))
-
-    def zero_at_least(self, stage: int):
-        """Condition: ZeRO stage ≥ ``stage``."""
-        return sympy.Ge(self.zero, stage)
-
-    @property
-    def pipelined(self):
-        """Condition: more than one pipeline stage."""
-        return sympy.Gt(self.pp, 1)
-
-    @property
-    def dp_regimes(self) -> tuple:
-        """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
-        Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
-        gathers twice per microbatch (per-tensor under full recomputation: three times); under one (and
-        for ZeRO-1), once per step."""
-        unpiped = sympy.Not(self.pipelined)
-        return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
-                ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
-                ("reduce-scatter + all-gather", self.zero_at_least(1)), ("all-reduce", sympy.true))
-
-    @property
-    def gathered_regimes(self) -> tuple:
-        """Which catalogue formula counts ZeRO-3's unsharded copies: (name or None, condition)."""
-        return (("memory.zero3_held", self.zero_at_least(3) & self.pipelined),
-                ("memory.zero3_gathered", self.zero_at_least(3)), (None, sympy.true))
-
-
-def regime(regimes: tuple):
-    """The regime a numeric layout is in (the first whose condition holds)."""
-    return next(name for name, cond in regimes if cond == sympy.true)
-
-
-def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
-    """SMs reserved for communication need an accelerator whose SM count is known and larger."""
-    if sms is None:
-        raise InputError(f"comm_sms: {hardware} has no sourced SM count; pass Plan(..., sms=...)")
-    if comm_sms >= sms:
-        raise LayoutError(f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute")
-
-
-def training_dtype(dtype, hardware: Hardware) -> str:
-    """``dtype`` if it is one of TRAINING_DTYPES and ``hardware`` has a peak for it."""
-    choice("dtype", dtype, TRAINING_DTYPES)
-    if dtype not in hardware.peaks:
-        raise InputError(f"dtype: {hardware.name} has no {dtype} peak; its training dtypes are "
-                         f"{', '.join(d for d in TRAINING_DTYPES if d in hardware.peaks) or 'none'}")
-    return dtype
-
-
-def _cases(name: str, unit, *pieces) -> Formula:
-    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
-    condition should be True). Conditions that are already decided collapse: numeric layouts get
-    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take."""
-    exprs, reachable, earlier = [], [], []
-    for f, cond in pieces:
-        exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
-        if cond is not False and cond != sympy.false:
-            if isinstance(f, Formula) and f.domain:  # a piece's domain binds only where the piece is taken
-                taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
-                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain))
-            reachable.append(f)
-        if cond is True or cond == sympy.true:
-            break
-        earlier.append(cond)
-    return composed(name, sympy.Piecewise(*exprs), unit, *reachable)
+from ..choices import AXES, CONVENTIONS
+from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
+from ..formula import Formula, cases, composed, magnitude, to_float
+from ..formulas import formula
+from ..hardware import Hardware
+from ..model import Model
+from ..schedules import BUBBLE_FORMULAS, at_least_critical_path, is_number, lazy_max, lazy_min
+from ..symbolic import minimise_step_time, smallest_fitting
+from ..symbols import canonical, sym
+from ..units import Q_
+from ..values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, choice, count, flag, fraction, suffixed_count
+from .layout import Layout, _Degrees, check_layout, training_dtype
 
 
 @dataclass(frozen=True)
@@ -291,7 +106,10 @@ class Plan:
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
-        self._check(self.allow_cross_node_tp)
+        check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
+                     microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
+                     gpus_per_node=self.overrides.get("gpus_per_node", hardware.gpus_per_node),
+                     sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
         self._missing_for_times: dict = {}  # inputs only times need, found missing by the communication walk
@@ -336,7 +154,7 @@ class Plan:
         cal = self.calibration
         for key in ("matmul_efficiency", "link_efficiency", "latency", "overlap"):
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from .presets import llama3_interruption_rate
+        from ..presets import llama3_interruption_rate
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
@@ -354,41 +172,6 @@ class Plan:
     def _f(self, name: str, **values) -> Formula:
         """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""
         return formula(name).bind({**self.inputs, **values})
-
-    def _check(self, allow_cross_node_tp: bool) -> None:
-        lay, m = self.layout, self.model
-        num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
-        if num(lay.tp, m.heads) and m.heads % lay.tp:
-            raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
-        if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
-            raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
-                              "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
-        if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > m.layers:
-            raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers")
-        if num(lay.dp, self.global_batch, self.microbatch_size) and self.global_batch % (lay.dp * self.microbatch_size):
-            raise LayoutError(f"global_batch: {self.global_batch} sequences do not split into dp {lay.dp} × "
-                              f"microbatch_size {self.microbatch_size}")
-        mb = self.global_batch / (lay.dp * self.microbatch_size)
-        if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
-            raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
-        if lay.schedule == "dualpipe" and num(mb) and mb % 2:
-            raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
-        if num(lay.cp, self.seq_len) and self.seq_len % lay.cp:
-            raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {self.seq_len}")
-        if lay.ep != 1:
-            if not m.is_moe:
-                raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
-            if num(lay.ep, m.experts) and m.experts % lay.ep:
-                raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
-        g = self.hardware.gpus_per_node
-        if not allow_cross_node_tp and num(lay.tp) and lay.tp > g and "gpus_per_node" not in self.overrides:
-            raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a node (pass allow_cross_node_tp=True)")
-        for k in ("sequence_parallel", "async_tp"):
-            if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
-                raise LayoutError(f"{k}: needs tp > 1")
-        sms = self.overrides.get("sms", self.hardware.sms)
-        if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
-            check_comm_sms(lay.comm_sms, sms, self.hardware.key or self.hardware.name)
 
     # --- placement ------------------------------------------------------------------------
     @property
@@ -557,19 +340,19 @@ class Plan:
             total = None
             for local, dp in groups:
                 f = formula(f"memory.model_states.{part}").subs(params=local)
-                f = _cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
+                f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
                 total = f if total is None else total + f
             if part in ("weights", "gradients"):  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
-                total = _cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
+                total = cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
             parts[part] = total
         # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
         # from the first microbatch to the last backward; without a pipeline, blocks come and go
         stage = self.expr("params_per_gpu")
         one = self._f("memory.zero3_held", params=stage)
-        held = _cases("held", "byte", (one * 2, lay.schedule_is("dualpipe")), (one, True))  # DualPipe: two copies
+        held = cases("held", "byte", (one * 2, lay.schedule_is("dualpipe")), (one, True))  # DualPipe: two copies
         unit = stage / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
         value = {"memory.zero3_held": held, "memory.zero3_gathered": self._f("memory.zero3_gathered", params=unit), None: 0}
-        parts["gathered"] = _cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
+        parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
         return parts
 
     def _layer_activation_formula(self, ffn_hidden=None) -> Formula:
@@ -586,7 +369,7 @@ class Plan:
         sp = "_sp" if lay.sequence_parallel else ""
         if self.flash_attention:
             return self._f(f"memory.activations.layer_flash_{m.mlp}{sp}", **kw)
-        return _cases("layer", "byte", (self._f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
+        return cases("layer", "byte", (self._f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
                       (self._f(f"memory.activations.layer_tp{sp}", **kw), True))
 
     @cached_property
@@ -599,9 +382,9 @@ class Plan:
             layer = composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
         # full recomputation keeps each layer's input and, while recomputing, one layer's activations
         s_kept = self.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
-        kept = _cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
+        kept = cases("kept", "byte", (self._f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
                       (layer, True))
-        working = _cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
+        working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
         layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
         p, mb = lay.pp, self._microbatches
         # microbatches whose activations stage 0 holds, never more than the step has
@@ -610,7 +393,7 @@ class Plan:
 
         peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p})  # noqa: E731
         factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
-        in_flight = _cases("in_flight", "",
+        in_flight = cases("in_flight", "",
                            (mb, lay.schedule_is("gpipe")),
                            (at_most_mb(peak("1f1b"), factor), lay.schedule_is("interleaved")),
                            (at_most_mb(peak("1f1b")), lay.schedule_is("1f1b", "zb-h1")),
@@ -648,7 +431,7 @@ class Plan:
         """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, the
         attention core's forward for selective."""
         lay = self.deg
-        return training + _cases("recomputed", training.unit, (training / 3, lay.recompute_is("full")),
+        return training + cases("recomputed", training.unit, (training / 3, lay.recompute_is("full")),
                                  (core_forward, lay.recompute_is("selective")), (0, True))
 
     def _attention_core(self) -> Formula:
@@ -735,7 +518,7 @@ class Plan:
             return flat("scale_out_bandwidth")
         if kind_of_link == "two-level":
             return two_level()
-        return _cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride, g)),
+        return cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride, g)),
                       (flat("scale_out_bandwidth"), sympy.Ge(stride, g)), (two_level(), True))
 
     def _gemm_input_bytes(self, default):
@@ -767,7 +550,7 @@ class Plan:
         # TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute);
         # with sequence parallelism each is a reduce-scatter + all-gather of the same size
         if lay.tp != 1:
-            per_layer = formula("parallelism.tp.allreduces_per_layer") + _cases(
+            per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
                 "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer"), lay.recompute_is("full")),
                 (0, True))
             msg = self._f("parallelism.tp.allreduce_bytes", seq_len=s_local)
@@ -818,12 +601,12 @@ class Plan:
                 add("dp", "all_gather", grad / local_tensors, local_tensors, size=size, stride=stride, into=ag3)
             stage3 = lay.zero_at_least(3)
             for k, unit in (("bytes", "byte"), ("time", "s")):
-                held = _cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
+                held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
                 values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
-                out["dp"][k] = out["dp"][k] + _cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+                out["dp"][k] = out["dp"][k] + cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
             if lay.per_tensor_gathers:
-                values = (ag3["time"] * gathers * mb, 0, _cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
-                out["dp"]["blocking"] = out["dp"]["blocking"] + _cases(
+                values = (ag3["time"] * gathers * mb, 0, cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
+                out["dp"]["blocking"] = out["dp"]["blocking"] + cases(
                     "blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
         # CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
         # reduce-scatter their gradients backward (Llama 3 §3.3.2)
@@ -859,7 +642,7 @@ class Plan:
                     add("ep", "all_to_all", msg, calls, size=nodes, stride=g, into=limited)
                 if link == "symbolic":  # decided per layout: inside a node, or node-limited across nodes
                     inside = sympy.Le(lay.ep * self._stride("ep"), g)
-                    out["ep"] = {k: _cases(k, plain[k].unit, (plain[k], inside), (limited[k], True))
+                    out["ep"] = {k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True))
                                  for k in ("bytes", "time")}
                 else:
                     out["ep"] = limited
@@ -904,7 +687,7 @@ class Plan:
             by_formula.setdefault(name, []).append(schedule)
         pieces = [(formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
                   for name, schedules in by_formula.items()]
-        bubble = at_least_critical_path(_cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
+        bubble = at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
         comm = self._comm
         self._times_need()
         phi = self._need("overlap")
@@ -920,13 +703,13 @@ class Plan:
         # the next step's first one
         # (per-tensor ZeRO-3 gathers block: exposed in full)
         per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
-        window = _cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
+        window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
         blocking = comm["dp"]["blocking"]
         out["dp"] = composed("dp", lazy_max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
                              comm["dp"]["time"], blocking, window)
         # DualPipe overlaps all-to-all with the paired chunk's compute
         hidden_behind_pair = composed("ep", lazy_max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"], compute)
-        out["ep"] = _cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")),
+        out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")),
                            (comm["ep"]["time"] * (1 - phi), True))
         return out
 
@@ -972,7 +755,7 @@ class Plan:
         if "checkpoint_time" in self.inputs:
             return Formula("delta", self.inputs["checkpoint_time"], "s", "")
         # one copy of the model states written at the storage bandwidth of Llama 3's cluster
-        from .presets import llama3_storage_bandwidth
+        from ..presets import llama3_storage_bandwidth
         states = self._f("memory.model_states.zero0", params=self._params["stored"])
         return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 

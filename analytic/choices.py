@@ -1,0 +1,20 @@
+"""The choice lists of the library, declared once (plain data: the command line reads them without
+importing sympy or pint). A symbolic choice is its index in these tuples."""
+
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
+#: the discrete choices a symbol can leave open, by keyword
+CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}
+CONVENTIONS = ("6nd", "palm", "megatron")
+#: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
+#: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
+#: TF32 (fp32 storage) and FP4 training are not modelled
+TRAINING_DTYPES = ("bf16", "fp16", "fp8")
+AXES = ("tp", "cp", "dp", "pp", "ep")
+#: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
+#: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
+#: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
+#: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
+#: also fire in a recomputed forward (plan.layout._Degrees.zero3_gathers_per_microbatch)
+ZERO3_GATHERS = ("per-block", "per-tensor")

@@ -1,0 +1,9 @@
+"""Plan: one training step of a model on hardware with a layout, every quantity composed from the
+catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check (:mod:`analytic.plan.layout`)."""
+
+from ..choices import AXES, CONVENTIONS, RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
+from .core import Memory, Plan
+from .layout import Layout, check_comm_sms, check_layout, divisors, regime, training_dtype
+
+__all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
+           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "divisors", "regime", "training_dtype"]

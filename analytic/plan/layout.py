@@ -1,0 +1,216 @@
+"""Layouts: how the accelerators are split, the choices a layout makes, and the one check of
+whether a layout can exist for a model, hardware and batch."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, replace
+
+import sympy
+
+from ..choices import RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
+from ..errors import InputError, LayoutError
+from ..formula import Formula, cases
+from ..formulas import formula
+from ..hardware import Hardware
+from ..schedules import is_number
+from ..symbols import canonical, sym
+from ..values import choice, count, flag
+
+
+def _open(value, keyword: str) -> bool:
+    """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
+    return isinstance(value, sympy.Symbol) and value == sym(keyword)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
+    CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp ranks.
+
+    Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
+    recomputation policy (``an.sym("recompute")``, its index in RECOMPUTE: 0 none, 1 selective,
+    2 full) and the schedule (``an.sym("schedule")``, its index in SCHEDULES): the plan's expressions
+    then cover every choice at once as Piecewise functions of them.
+
+    ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
+    overlapped with their GEMMs, SMs reserved for communication kernels, and whether ZeRO-3 gathers
+    a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
+    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward)."""
+
+    tp: object = 1
+    pp: object = 1
+    dp: object = 1
+    cp: object = 1
+    ep: object = 1
+    vpp: object = 1
+    zero: object = 0
+    sequence_parallel: bool = False
+    recompute: object = "none"
+    schedule: object = "1f1b"
+    async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
+    comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
+    zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
+
+    def __post_init__(self):
+        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+            object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
+        object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
+        if not _open(self.zero, "zero"):
+            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
+                raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
+            object.__setattr__(self, "zero", int(self.zero))
+        for k in ("sequence_parallel", "async_tp"):
+            flag(k, getattr(self, k))
+        if not _open(self.recompute, "recompute"):
+            choice("recompute", self.recompute, RECOMPUTE)
+        choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
+        if not _open(self.schedule, "schedule"):
+            choice("schedule", self.schedule, SCHEDULES)
+        if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
+            raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
+        if self.schedule == "interleaved" and is_number(self.pp) and self.pp < 2:
+            raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
+        if self.schedule in SCHEDULES and self.schedule != "interleaved" and is_number(self.vpp) and self.vpp != 1:
+            raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
+        if is_number(self.ep) and is_number(self.dp) and self.dp % self.ep:
+            raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
+        if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
+            raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
+
+    @property
+    def gpus(self):
+        return self.tp * self.cp * self.pp * self.dp
+
+    def replace(self, **changes) -> "Layout":
+        return replace(self, **changes)
+
+
+class _Degrees:
+    """A layout's degrees as sympy numbers or symbols, with its discrete choices as conditions: the
+    ZeRO stage, and the recomputation policy and schedule by their index in RECOMPUTE / SCHEDULES
+    (sympy integers, or symbols when the layout leaves them open)."""
+
+    def __init__(self, layout: Layout):
+        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+            setattr(self, k, sympy.sympify(getattr(layout, k)))
+        self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
+        self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
+        self.zero = sympy.sympify(layout.zero)
+        self.comm_sms = sympy.sympify(layout.comm_sms)
+        index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
+        self.rc = index(layout.recompute, RECOMPUTE)
+        self.schedule = index(layout.schedule, SCHEDULES)
+        self.gpus = self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def zero3_gathers_per_microbatch(self) -> Formula:
+        """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
+        backward, and for per-tensor gathers under full recomputation again in the recomputed forward
+        (parallelism.dp.zero3_gathers_per_microbatch*, which say why)."""
+        two = formula("parallelism.dp.zero3_gathers_per_microbatch")
+        if not self.per_tensor_gathers:
+            return two
+        return cases("gathers", "", (formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"),
+                                      self.recompute_is("full")), (two, True))
+
+    def schedule_is(self, *names):
+        """Condition: the schedule is one of ``names``."""
+        return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
+
+    def recompute_is(self, name: str):
+        """Condition: the recomputation policy is ``name``."""
+        return sympy.Eq(self.rc, RECOMPUTE.index(name))
+
+    def zero_at_least(self, stage: int):
+        """Condition: ZeRO stage ≥ ``stage``."""
+        return sympy.Ge(self.zero, stage)
+
+    @property
+    def pipelined(self):
+        """Condition: more than one pipeline stage."""
+        return sympy.Gt(self.pp, 1)
+
+    @property
+    def dp_regimes(self) -> tuple:
+        """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
+        Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
+        gathers twice per microbatch (per-tensor under full recomputation: three times); under one (and
+        for ZeRO-1), once per step."""
+        unpiped = sympy.Not(self.pipelined)
+        return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
+                ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
+                ("reduce-scatter + all-gather", self.zero_at_least(1)), ("all-reduce", sympy.true))
+
+    @property
+    def gathered_regimes(self) -> tuple:
+        """Which catalogue formula counts ZeRO-3's unsharded copies: (name or None, condition)."""
+        return (("memory.zero3_held", self.zero_at_least(3) & self.pipelined),
+                ("memory.zero3_gathered", self.zero_at_least(3)), (None, sympy.true))
+
+
+def regime(regimes: tuple):
+    """The regime a numeric layout is in (the first whose condition holds)."""
+    return next(name for name, cond in regimes if cond == sympy.true)
+
+
+def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
+    """SMs reserved for communication need an accelerator whose SM count is known and larger."""
+    if sms is None:
+        raise InputError(f"comm_sms: {hardware} has no sourced SM count; pass Plan(..., sms=...)")
+    if comm_sms >= sms:
+        raise LayoutError(f"comm_sms: {comm_sms} reserved SMs leave none of the {sms} of {hardware} for compute")
+
+
+def training_dtype(dtype, hardware: Hardware) -> str:
+    """``dtype`` if it is one of TRAINING_DTYPES and ``hardware`` has a peak for it."""
+    choice("dtype", dtype, TRAINING_DTYPES)
+    if dtype not in hardware.peaks:
+        raise InputError(f"dtype: {hardware.name} has no {dtype} peak; its training dtypes are "
+                         f"{', '.join(d for d in TRAINING_DTYPES if d in hardware.peaks) or 'none'}")
+    return dtype
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, gpus_per_node, sms=None,
+                 hardware: str = "the hardware", allow_cross_node_tp: bool = False) -> None:
+    """The one check that ``layout`` can run ``model`` on ``global_batch`` sequences of ``seq_len``
+    (Plan, search and the strategies all use it): a LayoutError naming the first constraint that fails.
+    What is still a symbol is not checked."""
+    lay, m = layout, model
+    num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
+    if num(lay.tp, m.heads) and m.heads % lay.tp:
+        raise LayoutError(f"tp: {lay.tp} does not divide the {m.heads} attention heads")
+    if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
+        raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
+                          "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
+    if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > m.layers:
+        raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers")
+    if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
+        raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
+                          f"microbatch_size {microbatch_size}")
+    mb = global_batch / (lay.dp * microbatch_size)
+    if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
+        raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
+    if lay.schedule == "dualpipe" and num(mb) and mb % 2:
+        raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
+    if num(lay.cp, seq_len) and seq_len % lay.cp:
+        raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
+    if lay.ep != 1:
+        if not m.is_moe:
+            raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
+        if num(lay.ep, m.experts) and m.experts % lay.ep:
+            raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
+    g = gpus_per_node
+    if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
+        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a node (pass allow_cross_node_tp=True)")
+    for k in ("sequence_parallel", "async_tp"):
+        if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
+            raise LayoutError(f"{k}: needs tp > 1")
+    if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
+        check_comm_sms(lay.comm_sms, sms, hardware)
