@@ -55,35 +55,13 @@ def _fraction(text: str, name: str):
         raise CLIError(str(exc)) from None
 
 
-def batch_tokens(text: str, seq_len: int) -> tuple[int, str]:
-    """Tokens per step from '16M', '16Mi', '16777216' or '16e6'. A decimal suffix that does not give
-    whole sequences but whose binary reading does is read as binary, and the note says so."""
-    from .values import BINARY_SUFFIX, COUNT_SUFFIXES, MAX_COUNT, binary_reading, suffixed_count
-    parsed = suffixed_count(text)
-    if parsed is None:
-        raise CLIError(f"--batch-tokens: expected a token count such as 16M, 16Mi or 16777216, got {text!r}")
-    number, suffix = parsed
-    tokens = number * COUNT_SUFFIXES.get(suffix, 1)
-    note = ""
-    if suffix in BINARY_SUFFIX and tokens % seq_len:
-        binary = binary_reading(number, suffix)
-        if binary % seq_len == 0:
-            note = (f"--batch-tokens {text} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
-                    f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
-            tokens = binary
-    if tokens > MAX_COUNT:
-        raise CLIError(f"--batch-tokens: {text} exceeds the {MAX_COUNT:,} tokens a step can be counted in exactly")
-    if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
-        raise CLIError(f"--batch-tokens: {text} is not a whole number of {seq_len}-token sequences")
-    return int(tokens), note
-
-
 def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
     """Sequences per step from --batch-tokens or --global-batch (exactly one), and any note."""
     if tokens is not None and sequences is not None:
         raise CLIError("--batch-tokens and --global-batch: give one")
     if tokens is not None:
-        count, note = batch_tokens(str(tokens), seq)
+        from .values import batch_tokens
+        count, note = batch_tokens(str(tokens), seq, name="--batch-tokens")
         return count // seq, note
     if sequences is not None:
         return _count(str(sequences), "global-batch"), ""

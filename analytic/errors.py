@@ -42,3 +42,7 @@ class PresetError(AnalyticError, ValueError):
 
 class FreeSymbolError(AnalyticError, ValueError):
     """A numeric answer was asked of an expression that still has free symbols."""
+
+
+class ReinterpretedWarning(UserWarning):
+    """An input was read otherwise than written (e.g. '16M' tokens as 16Mi); the message says how."""

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +29,13 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from .errors import InputError
+from .errors import InputError, ReinterpretedWarning
 from .hardware import Hardware
 from .model import Model
 from .numeric import Program, program
 from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, divisors, training_dtype
 from .symbols import sym
+from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
@@ -144,6 +146,7 @@ class SearchResult:
     async_tp: bool = False
     comm_sms: int = 0
     zero3_gather: str = "per-block"
+    notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
 
     def __iter__(self):
         return iter(self.ranked)
@@ -294,11 +297,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {gpus:,}")
     if (global_batch is None) == (batch_tokens is None):
         raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+    notes = []
     if batch_tokens is not None:
-        tokens = count("batch_tokens", batch_tokens, allow_symbol=False)
-        if tokens % seq_len:
-            raise InputError(f"batch_tokens: {tokens} is not a whole number of {seq_len}-token sequences")
+        tokens, note = read_batch_tokens(batch_tokens, seq_len)
         global_batch = tokens // seq_len
+        if note:
+            notes.append(note)
+            warnings.warn(note, ReinterpretedWarning, stacklevel=2)
     global_batch = count("global_batch", global_batch, allow_symbol=False)
     async_tp, flash_attention, progress = (flag(k, v) for k, v in (("async_tp", async_tp),
                                                                    ("flash_attention", flash_attention),
@@ -343,4 +348,4 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     arrays["fits"] = fits
     stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather}
     return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, **stack)
+                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, **stack)

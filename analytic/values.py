@@ -221,6 +221,36 @@ def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
     return number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]] if suffix in BINARY_SUFFIX else None
 
 
+def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, str]:
+    """Tokens per step, exactly, from a count ('16M', '16Mi', '16777216', '16e6', or a number), and a
+    note. The one reading of a batch in tokens (Plan, search and the CLI): a decimal suffix whose count
+    is not whole sequences of ``seq_len`` while its binary reading is ('16M' at 8,192 tokens) is read as
+    binary, and the note says so (the CLI prints it, Plan and search keep it in ``.notes`` and warn)."""
+    if isinstance(value, str) and suffixed_count(value) is not None:
+        number, suffix = suffixed_count(value)
+    elif isinstance(value, (str, pint.Quantity)):  # a quantity of tokens ('16 Mitoken')
+        q = quantity(name, value)
+        if not isinstance(q, pint.Quantity) or q.dimensionality != ureg.token.dimensionality:
+            raise UnitError(f"{name}: expected a token count such as 16M, 16Mi or 16777216, or a quantity in tok, "
+                            f"got {show(value)}")
+        number, suffix = exact(q.to("token").magnitude), None
+    else:
+        number, suffix = exact(value), None
+    tokens = number * COUNT_SUFFIXES.get(suffix, 1)
+    note = ""
+    if suffix in BINARY_SUFFIX and tokens % seq_len:
+        binary = binary_reading(number, suffix)
+        if binary % seq_len == 0:
+            note = (f"{name} {value} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
+                    f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
+            tokens = binary
+    if tokens > MAX_COUNT:
+        raise InputError(f"{name}: {show(value)} exceeds the {MAX_COUNT:,} tokens a step can be counted in exactly")
+    if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
+        raise InputError(f"{name}: {show(value)} is not a whole number of {seq_len}-token sequences")
+    return int(tokens), note
+
+
 def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
     """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a float."""
     parsed = suffixed_count(text)

@@ -3,7 +3,8 @@ import json
 import pytest
 
 import analytic as an
-from analytic.cli import batch_tokens, main
+from analytic.cli import main
+from analytic.values import batch_tokens
 
 
 def run(capsys, *argv):
@@ -118,6 +119,26 @@ def test_batch_tokens_parsing():
     tokens, note = batch_tokens("16M", 8192)
     assert tokens == 16777216 and "16 Mi" in note
     assert batch_tokens("8M", 1000)[0] == 8_000_000
+
+
+def test_plan_and_search_read_a_batch_as_the_cli_does(tmp_path, monkeypatch):
+    """One reading of --batch-tokens / batch_tokens= everywhere: '16M' at 8,192 tokens is 16Mi, said in
+    .notes and as a ReinterpretedWarning."""
+    import pytest
+
+    import analytic as an
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    with pytest.warns(an.errors.ReinterpretedWarning, match="16 Mi"):
+        plan = an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="16M")
+    assert plan.global_batch == 2048 and len(plan.notes) == 1
+    with pytest.warns(an.errors.ReinterpretedWarning, match="16 Mi"):
+        res = an.search(m, hw, gpus=8, seq_len=8192, batch_tokens="16M", progress=False, top=1)
+    assert res.notes == plan.notes
+    exact = an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="16Mi")
+    assert exact.global_batch == 2048 and exact.notes == []
+    with pytest.raises(an.InputError, match="whole number"):
+        an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="15e6")
 
 
 def test_search_405b_beats_the_published_layout(capsys):

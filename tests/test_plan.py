@@ -462,13 +462,15 @@ def test_bytes_need_no_link_bandwidth_but_times_do():
 
 def test_batch_tokens_as_a_count_with_a_suffix():
     """batch_tokens takes what the CLI takes: a count with a decimal or binary suffix, read exactly;
-    a decimal count that is not whole sequences is refused, naming the binary one that would be."""
+    a decimal count that is not whole sequences while its binary reading is, is read as binary and said so."""
     kw = dict(seq_len=8192)
     m, hw, lay = an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8)
     for tokens in ("16Mi", " 16 Mi ", "16777216", "0.015625Gi", 2**24, "16 Mitoken"):
         assert an.Plan(m, hw, lay, batch_tokens=tokens, **kw).global_batch == 2048
     assert an.Plan(m, hw, lay, batch_tokens="8.192M", **kw).global_batch == 1000
-    with pytest.raises(InputError, match=r"16M is not a whole number .*16Mi would be 2048 sequences"):
-        an.Plan(m, hw, lay, batch_tokens="16M", **kw)
-    with pytest.raises(an.errors.UnitError, match="batch_tokens: expected a quantity in tok"):
+    with pytest.warns(an.errors.ReinterpretedWarning, match=r"16M read as 16 Mi = 16,777,216 tokens"):
+        assert an.Plan(m, hw, lay, batch_tokens="16M", **kw).global_batch == 2048
+    with pytest.raises(InputError, match=r"'15e6' is not a whole number of 8192-token sequences"):
+        an.Plan(m, hw, lay, batch_tokens="15e6", **kw)
+    with pytest.raises(an.errors.UnitError, match="batch_tokens: expected a token count"):
         an.Plan(m, hw, lay, batch_tokens="16 MB", **kw)

@@ -12,6 +12,7 @@ all-gathers as NCCL does, in a ring over every rank whose bytes cross the nodes'
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from functools import cached_property
 
@@ -19,7 +20,7 @@ import pint
 import sympy
 
 from ..choices import AXES, CONVENTIONS
-from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
+from ..errors import FreeSymbolError, InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..formula import Formula, cases, composed, magnitude, to_float
 from ..formulas import formula
 from ..hardware import Hardware
@@ -28,7 +29,8 @@ from ..schedules import BUBBLE_FORMULAS, at_least_critical_path, is_number, lazy
 from ..symbolic import minimise_step_time, smallest_fitting
 from ..symbols import canonical, sym
 from ..units import Q_
-from ..values import BINARY_SUFFIX, COUNT_SUFFIXES, binary_reading, choice, count, flag, fraction, suffixed_count
+from ..values import batch_tokens as read_batch_tokens
+from ..values import choice, count, flag, fraction
 from .layout import Layout, _Degrees, check_layout, training_dtype
 
 
@@ -92,16 +94,16 @@ class Plan:
         self.microbatch_size = canonical(count("microbatch_size", microbatch_size))
         if (global_batch is None) == (batch_tokens is None):
             raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+        self.notes: list[str] = []  # inputs read otherwise than written, each said here and warned
         if batch_tokens is not None:
-            parsed = suffixed_count(batch_tokens) if isinstance(batch_tokens, str) else None
-            bt = (parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1) if parsed else magnitude("batch_tokens", batch_tokens))
-            global_batch = bt / self.seq_len
-            if is_number(global_batch) and not sympy.sympify(global_batch).is_integer:
-                hint = ""
-                binary = binary_reading(*parsed) if parsed else None
-                if binary is not None and binary % self.seq_len == 0:
-                    hint = f" ({float(parsed[0]):g}{BINARY_SUFFIX[parsed[1]]} would be {binary / self.seq_len} sequences)"
-                raise InputError(f"batch_tokens: {batch_tokens} is not a whole number of {self.seq_len}-token sequences{hint}")
+            if isinstance(batch_tokens, sympy.Basic) and not batch_tokens.is_number:
+                global_batch = magnitude("batch_tokens", batch_tokens) / self.seq_len
+            else:
+                tokens, note = read_batch_tokens(batch_tokens, self.seq_len)
+                global_batch = tokens // self.seq_len
+                if note:
+                    self.notes.append(note)
+                    warnings.warn(note, ReinterpretedWarning, stacklevel=2)
         self.global_batch = canonical(count("global_batch", global_batch))
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
