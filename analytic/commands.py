@@ -1,0 +1,235 @@
+"""The commands of ``analytic``: each reads its flags (:mod:`analytic.flags`) and prints text or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .flags import PLAN_FLAGS, CLIError, build_plan, count_flag, refuse_unread, search_inputs
+
+
+def _fmt(v) -> str:
+    import pint
+    if isinstance(v, pint.Quantity):
+        if v.dimensionless:
+            return f"{float(v.to('').magnitude):.4g}"
+        mag = float(v.magnitude)
+        if mag == int(mag) and abs(mag) < 1e15:
+            return f"{int(mag):,} {v.units:~P}"
+        return format(v, ".4g~")
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def cmd_step(args) -> int:
+    from .story import lines
+    plan, extra = build_plan(args)
+    story = lines(plan, mfu=extra["mfu"], training_tokens=extra["training_tokens"], text=extra["text"])
+    if args.json:
+        print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
+                          "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
+        return 0
+    for note in extra["notes"].values():
+        print(f"note: {note}")
+    print(repr(plan))
+    section = None
+    for ln in story:
+        if ln.section != section:
+            section = ln.section
+            print(f"\n{section}")
+        text = f"   (text: {ln.text})" if ln.text else ""
+        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{ln.formula}]")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
+    plan, extra = build_plan(args)
+    mem = plan.memory()
+    rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
+    notes = list(extra["notes"].values())
+    if args.json:
+        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits,
+                                                                             "notes": notes}))
+        return 0
+    for note in notes:
+        print(f"note: {note}")
+    print(repr(plan))
+    for k in ("weights", "gradients", "optimizer", "gathered", "activations"):
+        print(f"  {k:<12} {_fmt(rows[k]):>12}")
+    print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {'fits' if mem.fits else 'does not fit'}")
+    print(f"  (logits on the last stage, included where it is the worst: {_fmt(rows['logits'])})")
+    return 0
+
+
+def _parse_set(items) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"--set: expected keyword=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip().strip("'\"")  # read exactly, as one number with one unit, by the formula
+    return out
+
+
+def cmd_formula(args) -> int:
+    import sympy
+
+    import analytic as an
+    if args.list or not args.name:
+        names = sorted(an.formulas())
+        if args.json:
+            print(json.dumps({n: an.formula(n).description for n in names}))
+        else:
+            for n in names:
+                print(f"{n:<58} {an.formula(n).description}")
+        return 0
+    f = an.formula(args.name)
+    values = _parse_set(args.set)
+    data = {"name": f.name, "expr": str(f.expr), "latex": f.latex(), "unit": f"{f.unit:~P}",
+            "symbols": {k: {"unit": f"{u:~P}", "display": an.symbols.info(k).display, "meaning": an.symbols.info(k).meaning}
+                        for k, u in f.symbols.items()},
+            "source": f.source, "assumptions": list(f.assumptions), "description": f.description}
+    free = [k for k in f.symbols if k not in values]
+    if values and free:  # partial application: the expression in what is left
+        part = f.subs(**values)
+        data["partial"], data["free"] = str(part.expr), free
+    elif values:
+        result = f.evaluate(**values)
+        data["value"] = float(result.magnitude)
+        data["value_unit"] = f"{result.units:~P}"
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"{f.name}: {f.description}")
+    print(sympy.pretty(f.expr, use_unicode=True))
+    print(f"LaTeX: {f.latex()}")
+    print(f"unit: {f.unit:~P}")
+    for k, s in data["symbols"].items():
+        print(f"  {s['display']:<6} {k:<20} [{s['unit']}] {s['meaning']}")
+    print(f"source: {f.source}")
+    for a in f.assumptions:
+        print(f"assumes: {a}")
+    if values and free:
+        print(f"with {', '.join(values)} given, in {', '.join(free)}:")
+        print(sympy.pretty(part.expr, use_unicode=True) + f"   [{f.unit:~P}]")
+    elif values:
+        print(f"value: {_fmt(result)}" + (f" = {_fmt(result.to_compact())}" if not result.dimensionless else ""))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from . import validation
+    folder = validation.find_folder(args.cases)
+    results = validation.run(folder)
+    failed = validation.failed(results)
+    if args.json:
+        cases = [{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
+                  "error": r.error, "tolerance": r.tolerance, "status": r.status, "expected": r.expected,
+                  "source": r.source, "reason": r.reason,
+                  **({"in_fit": r.extra["in_fit"], "in_fit_error": r.extra["in_fit_error"]} if r.kind == "predicted" else {})}
+                 for r in results]
+        print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
+    else:
+        print(validation.table(results))
+        print()
+        print("\n".join(validation.summary(results)))
+    if args.report:
+        _write_text(args.report, validation.markdown(results))
+    if failed:
+        print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to exactly ``path`` (a file the user named), or fail with one line."""
+    from pathlib import Path
+    if not path or Path(path).is_dir():
+        raise CLIError(f"{path!r}: expected a file name to write")
+    Path(path).write_text(text)
+
+
+def cmd_calibrate(args) -> int:
+    if args.backend:
+        if args.cases:
+            raise CLIError("--cases: read with --published (the measured cases to fit), not with --backend")
+        from .reference.calibrate import main as backend_main
+        return backend_main(args)
+    if not args.published:
+        raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
+    from . import calibration, validation
+    folder = validation.find_folder(args.cases)
+    cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
+    constants = calibration.fit(cases)
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml")
+    if args.write:
+        _write_text(args.write, text)
+    if args.json:
+        print(json.dumps(calibration.as_json(constants, cases)))
+    elif not args.write:
+        print(text, end="")
+    return 0
+
+
+def cmd_derive(args) -> int:
+    from .derive import main as derive_main
+    return derive_main(args)
+
+
+def cmd_search(args) -> int:
+    """A ranked table of the best layouts (``--json`` for data)."""
+    from .search import search
+    model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search")
+    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"), **kw)
+    if not res.evaluated:
+        raise CLIError(f"search: no valid layout of {gpus:,} GPUs for {model.name} with {gb:,} sequences (each "
+                       "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
+    if args.json:
+        print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
+                          "notes": [note] if note else [], "ranked": [r.as_dict() for r in res.ranked]}))
+        return 0
+    if note:
+        print(f"note: {note}")
+    stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
+                                   (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
+                                   (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
+    if stack:
+        print("stack: " + "; ".join(stack))
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
+          + (" (including compiling the expressions of this configuration, cached for the next search)"
+             if res.compiled else ""))
+    print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
+          f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")
+    for i, r in enumerate(res.ranked, 1):
+        lay = r.layout
+        print(f"{i:>3} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} {r.microbatch_size:>3} "
+              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from . import plots
+    from .search import search
+    plots.output_format(args.out)  # before any work: the file name must say the format
+    if args.kind == "bubble":
+        refuse_unread(args, {"pp"}, "plot bubble", "the bubble plot takes --pp")
+        plots.bubble(count_flag(args.pp or "8", "pp"), out=args.out)
+    else:
+        model, hw, gpus, seq, gb, kw, _ = search_inputs(args, f"plot {args.kind}")
+        if args.kind == "scaling":
+            sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
+            plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out, **kw)
+        else:
+            res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False, **kw)
+            if args.kind == "memory":
+                plots.memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
+            else:
+                plots.pareto(res, out=args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+

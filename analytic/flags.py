@@ -1,0 +1,145 @@
+"""Reading the command line's flags into the library's objects: counts read exactly, the batch, the
+search's and the plan's inputs. A mistake is a :class:`CLIError`: one line, exit status 2."""
+
+from __future__ import annotations
+
+
+class CLIError(Exception):
+    """A command-line mistake: one line, exit 2."""
+
+
+def count_flag(text: str, name: str, minimum: int = 1) -> int:
+    """A count flag, read exactly (never through a float): '8', '16384', '16Ki', '2e3'."""
+    from .errors import InputError
+    from .values import parse_count
+    try:
+        return parse_count(f"--{name}", str(text), minimum=minimum)
+    except InputError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _fraction(text: str, name: str):
+    from .errors import AnalyticError
+    from .values import fraction
+    try:
+        return fraction(f"--{name}", text)
+    except AnalyticError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
+    """Sequences per step from --batch-tokens or --global-batch (exactly one), and any note."""
+    if tokens is not None and sequences is not None:
+        raise CLIError("--batch-tokens and --global-batch: give one")
+    if tokens is not None:
+        from .values import batch_tokens
+        count, note = batch_tokens(str(tokens), seq, name="--batch-tokens")
+        return count // seq, note
+    if sequences is not None:
+        return count_flag(str(sequences), "global-batch"), ""
+    raise CLIError("--batch-tokens or --global-batch: give the batch")
+
+
+#: the plan flags (dests) that search and the search-based plots read; any other is refused
+SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
+                "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
+                "flash_attention", "zero3_gather"}
+PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
+
+
+def refuse_unread(args, read: set, what: str, why: str) -> None:
+    """A flag the command would ignore is an error, not a silent no-op."""
+    unread = [k for k in sorted(PLAN_FLAGS - read) if getattr(args, k, None) is not None]
+    if unread:
+        flags = ", ".join("--sp/--no-sp" if k == "sequence_parallel" else "--" + k.replace("_", "-") for k in unread)
+        raise CLIError(f"{what}: {flags} not read here ({why})")
+
+
+def _zero3_gather(flag, zero: int) -> str:
+    """The ZeRO-3 gather policy of ``--zero3-gather`` (default per-block), refused with another stage."""
+    if flag is not None and zero != 3:
+        raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {zero}")
+    return flag or "per-block"
+
+
+def search_inputs(args, what: str):
+    """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
+    keyword arguments and a note, for search and the plots built on it."""
+    import analytic as an
+    refuse_unread(args, SEARCH_FLAGS, what, "search tries every tp, pp, dp, cp and ep, with sequence parallelism; "
+                   "'analytic step' evaluates one layout")
+    if not (args.model and args.hardware and args.gpus and args.seq):
+        raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
+    seq = count_flag(args.seq, "seq")
+    gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
+    hw = an.hardware(args.hardware)
+    links = {k: getattr(args, k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if getattr(args, k)}
+    if links:
+        hw = hw.replace(**links)
+    kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
+          "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
+          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero))}
+    if args.zero is not None:
+        kw["zero"] = (int(args.zero),)
+    if args.recompute:
+        kw["recompute"] = (args.recompute,)
+    if args.schedule:
+        kw["schedules"] = (args.schedule,)
+    if args.microbatch_size:
+        kw["microbatch_sizes"] = (count_flag(args.microbatch_size, "microbatch-size"),)
+    if args.vpp:
+        kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
+    return an.model(args.model), hw, count_flag(args.gpus, "gpus"), seq, gb, kw, note
+
+
+def build_plan(args) -> tuple[object, dict]:
+    """A Plan from the flags; no flags at all gives the source text's configuration."""
+    import analytic as an
+
+    from .story import essay
+
+    given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
+    defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
+    text_config = bool(defaults) and not any(k in given for k in (
+        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
+        "recompute", "schedule", "seq",
+        "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention"))
+    get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
+    if get("model") is None or get("hardware") is None:
+        raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
+    model, hw = an.model(get("model")), an.hardware(get("hardware"))
+    tp, pp, cp, ep, vpp = (count_flag(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
+    dp = count_flag(str(get("dp")), "dp") if get("dp") is not None else None
+    if get("gpus") is not None:
+        gpus = count_flag(str(get("gpus")), "gpus")
+        if gpus % (tp * cp * pp):
+            raise CLIError(f"--gpus: {gpus} is not divisible by tp·cp·pp = {tp * cp * pp}")
+        inferred = gpus // (tp * cp * pp)
+        if dp is not None and dp != inferred:
+            raise CLIError(f"--dp: {dp} disagrees with --gpus {gpus} / (tp·cp·pp = {tp * cp * pp}) = {inferred}")
+        dp = inferred
+    dp = dp or 1
+    seq = count_flag(str(get("seq") or "0"), "seq") if get("seq") is not None else None
+    if seq is None:
+        raise CLIError("--seq: give the sequence length")
+    global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
+    notes = {"batch_tokens": note} if note else {}
+    sp = get("sequence_parallel")
+    layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
+                       sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
+                       comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
+                       recompute=get("recompute") or "none",
+                       zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
+                       schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
+                   microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False, **links)
+    tokens = get("tokens")
+    if tokens is not None and " " not in str(tokens):
+        tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
+    extra = {"mfu": _fraction(str(get("mfu")), "mfu") if get("mfu") is not None else None,
+             "training_tokens": tokens, "text": text_config, "notes": notes}
+    return plan, extra
+
+
