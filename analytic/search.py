@@ -16,6 +16,7 @@ and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -43,10 +44,11 @@ INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule b
 OUTPUTS = ("memory.total", "step_time", "flops")
 
 
-MAX_GPUS = 1 << 24
-MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read  # enumeration is by divisors; beyond this no cluster exists to plan
+MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
+MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read
 
 
+@functools.cache
 def _source_digest() -> str:
     """A digest of the library's own code and data: compiled expressions are valid for exactly it."""
     root = Path(__file__).parent
