@@ -99,6 +99,7 @@ def test_shipped_calibration_is_reproduced():
         assert shipped["matmul_efficiency"][key] == pytest.approx(value, abs=2e-6)
     assert shipped["shared"]["overlap"] == pytest.approx(constants["overlap"], abs=2e-6)
     assert shipped["shared"]["link_efficiency"] == pytest.approx(constants["link_efficiency"], abs=2e-6)
+    assert shipped["shared"]["latency_us"] == pytest.approx(constants["latency"] * 1e6, rel=1e-4)
 
 
 def test_library_never_names_a_case():
