@@ -31,6 +31,7 @@ import numpy as np
 import sympy
 
 from .errors import InputError, ReinterpretedWarning
+from .formulas import formula
 from .hardware import Hardware
 from .model import Model
 from .numeric import Program, program
@@ -342,7 +343,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if show:
             _progress(min(lo + CHUNK, n), n, start)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
-                  mfu=out["flops"] / (out["step_time"] * gpus * peak))
+                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"], gpus=gpus,
+                                                        peak_flops=peak))
     fits = arrays["memory"] <= hbm
     order = np.argsort(np.where(fits, arrays["step_time"], np.inf), kind="stable")
     n_fit = int(fits.sum())
