@@ -55,3 +55,6 @@ define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (
        "microbatches in flight on the first stage, ZB-H2")
 define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),
        "microbatches in flight on a stage, DualPipe")
+define("pipeline.parameter_copies.dualpipe", sympy.Integer(2), "", f"{V3} (Parameter: 2×)",
+       ("each rank holds the chunks of both directions, so the parameters (and their gradients) twice",),
+       "copies of its parameters a rank holds under DualPipe")

@@ -337,6 +337,7 @@ class Plan:
     def _memory_parts(self):
         lay = self.deg
         groups = [(local, size) for local, size, _ in self._replica_groups()]
+        copies = formula("pipeline.parameter_copies.dualpipe")
         parts = {}
         for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
             total = None
@@ -344,14 +345,14 @@ class Plan:
                 f = formula(f"memory.model_states.{part}").subs(params=local)
                 f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
                 total = f if total is None else total + f
-            if part in ("weights", "gradients"):  # DualPipe holds two copies of the parameters (DeepSeek-V3 Table 2)
-                total = cases(part, "byte", (total * 2, lay.schedule_is("dualpipe")), (total, True))
+            if part in ("weights", "gradients"):  # DualPipe holds the parameters twice
+                total = cases(part, "byte", (total * copies, lay.schedule_is("dualpipe")), (total, True))
             parts[part] = total
         # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
         # from the first microbatch to the last backward; without a pipeline, blocks come and go
         stage = self.expr("params_per_gpu")
         one = self._f("memory.zero3_held", params=stage)
-        held = cases("held", "byte", (one * 2, lay.schedule_is("dualpipe")), (one, True))  # DualPipe: two copies
+        held = cases("held", "byte", (one * copies, lay.schedule_is("dualpipe")), (one, True))
         unit = stage / (sympy.sympify(self.model.blocks) / lay.pp)  # one block's share
         value = {"memory.zero3_held": held, "memory.zero3_gathered": self._f("memory.zero3_gathered", params=unit), None: 0}
         parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
