@@ -96,6 +96,7 @@ def build_plan(args) -> tuple[object, dict]:
     """A Plan from the flags; no flags at all gives the source text's configuration."""
     import analytic as an
 
+    from .plan import sequence_parallel_default
     from .story import essay
 
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("json", "command", "func", "top", "text")}
@@ -126,7 +127,7 @@ def build_plan(args) -> tuple[object, dict]:
     notes = {"batch_tokens": note} if note else {}
     sp = get("sequence_parallel")
     layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
-                       sequence_parallel=bool(sp) if sp is not None else tp > 1, async_tp=bool(get("async_tp")),
+                       sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp), async_tp=bool(get("async_tp")),
                        comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
                        recompute=get("recompute") or "none",
                        zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),

@@ -6,8 +6,7 @@ left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are compi
 The compiled program (data, not code: :mod:`analytic.numeric`) is cached on disk, keyed by every
 field of every input it depends on.
 
-Sequence parallelism is on whenever tp > 1: in this model it never costs time (its reduce-scatter
-+ all-gather equals the all-reduce it replaces) and always saves memory. Async TP is a property of
+Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
 So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout,
 and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout.
@@ -35,7 +34,17 @@ from .formulas import formula
 from .hardware import Hardware
 from .model import Model
 from .numeric import Program, program
-from .plan import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, Layout, Plan, check_comm_sms, divisors, training_dtype
+from .plan import (
+    RECOMPUTE,
+    SCHEDULES,
+    ZERO3_GATHERS,
+    Layout,
+    Plan,
+    check_comm_sms,
+    divisors,
+    sequence_parallel_default,
+    training_dtype,
+)
 from .symbols import sym
 from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
@@ -130,7 +139,7 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
-                    sequence_parallel=d["tp"] > 1, async_tp=stack["async_tp"] and d["tp"] > 1,
+                    sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
                     comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
                     schedule=SCHEDULES[d["schedule"]])
     return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
