@@ -103,6 +103,7 @@ _TABLE = [
     ("t_fb", "T_FB", "s", "nonnegative", "time of one overlapped forward-and-backward chunk pair (DualPipe's F&B)"),
     # reliability
     ("checkpoint_time", "delta", "s", "nonnegative", "time to write one checkpoint"),
+    ("checkpoint_interval", "tau", "s", "positive", "compute time between two checkpoints"),
     ("mtbf", "M_tbf", "s", "positive", "mean time between interruptions of the whole job"),
     ("interruption_rate", "lambda", "1/s", "positive", "interruptions per second per accelerator"),
     ("restart_time", "R", "s", "nonnegative", "time to restart after an interruption"),

@@ -33,6 +33,25 @@ def derive() -> Derivation:
         d.number(f"  with Llama 3's rate and δ = {minutes} min",
                  round(an.formula("reliability.optimal_gpus").evaluate(checkpoint_time=an.Q_(minutes, "min"),
                                                                       interruption_rate=rate.to("1/s")).magnitude))
+    # Daly 2006: the expected wall time with exponential failures, exactly
+    w, D, E, t = sympy.symbols("w D E t", positive=True)
+    renewal = sympy.Eq(E, w * sympy.exp(-w / M) + sympy.integrate((t + D + E) * sympy.exp(-t / M) / M, (t, 0, w)))
+    segment = d.step("Exactly, with failures a Poisson process of mean interval M: a segment of w of work, each "
+                     "failure costing a downtime D before the segment starts again, takes on average (solving "
+                     "E = w·e^(−w/M) + ∫₀ʷ (t + D + E) e^(−t/M)/M dt)", sympy.factor(sympy.solve(renewal, E)[0]))
+    downtime = d.step("A restart of R is itself such a segment, with no downtime of its own",
+                      sympy.factor(segment.subs({w: R, D: 0})))
+    wall = sympy.simplify(segment.subs({w: tau + delta, D: downtime}))
+    d.check(tau / wall, "reliability.daly.goodput",
+            "A checkpoint δ after every τ of work: goodput is τ over that segment's expected wall time (Daly 2006)")
+    from scipy.optimize import minimize_scalar
+    wall_per_work = sympy.lambdify((tau, delta, M), (wall / tau).subs(R, 0))  # R scales it, and does not move the optimum
+    daly = an.formula("reliability.daly.optimal_interval")
+    for hours in (24, 6, 0.25):
+        best = minimize_scalar(lambda x: wall_per_work(x, 5.0, 60.0 * hours), bounds=(0.1, 600), method="bounded").x
+        d.number(f"  δ = 5 min, M = {hours:g} h: the exact optimum of that wall time, in minutes (Daly's series: "
+                 f"{daly.evaluate(checkpoint_time='5 min', mtbf=f'{hours} hour').to('min').magnitude:.2f})",
+                 round(best, 2))
     d.check(1 + sigma * sympy.sqrt(2 * sympy.log(n)), "reliability.straggler_slowdown",
             "Stragglers: a synchronous step waits for the slowest of n GPUs. For n independent normal step times "
             "the expected maximum is μ + σ·√(2 ln n) to leading order")

@@ -5,8 +5,11 @@ import sympy
 from ._catalogue import S, define
 
 delta, M, lam, n, R, sigma = S("checkpoint_time", "mtbf", "interruption_rate", "gpus", "restart_time", "sigma")
+tau = S("checkpoint_interval")
 
 YOUNG = "Young 1974, A first order approximation to the optimum checkpoint interval, CACM 17(9)"
+DALY = ("Daly 2006, A higher order estimate of the optimum checkpoint interval for restart dumps, "
+        "Future Generation Computer Systems 22(3)")
 
 define("reliability.checkpoint_interval", sympy.sqrt(2 * delta * M), "s", f"{YOUNG}; derived: derivations/failures.py",
        ("checkpoint cost δ small against the mean time between interruptions M",),
@@ -35,3 +38,15 @@ define("reliability.straggler_slowdown", 1 + sigma * sympy.sqrt(2 * sympy.log(n)
        "expected maximum of n normal variables ≈ μ + σ√(2 ln n); derived: derivations/failures.py",
        ("per-accelerator step times independent and normal with relative spread σ", "asymptotic in n"),
        "synchronous step time over the mean step time")
+define("reliability.daly.goodput", tau / (M * sympy.exp(R / M) * (sympy.exp((tau + delta) / M) - 1)), "",
+       f"{DALY} (the complete cost function: wall time M·e^(R/M)·(e^((τ+δ)/M) − 1) per τ of work); "
+       "derived: derivations/failures.py",
+       ("interruptions a Poisson process of mean interval M, during work, checkpoints and restarts alike",
+        "a restart of R and a checkpoint of δ every τ of work; work since the last checkpoint is lost"),
+       "fraction of wall-clock time doing useful steps, exact for exponential failures")
+define("reliability.daly.optimal_interval",
+       sympy.Piecewise((sympy.sqrt(2 * delta * M) * (1 + sympy.sqrt(delta / (2 * M)) / 3 + delta / (18 * M)) - delta,
+                        delta < 2 * M), (M, True)), "s",
+       f"{DALY} (perturbation solution of the optimum; τ = M once δ ≥ 2M)",
+       ("exponential failures; restart time R does not move the optimum",),
+       "checkpoint interval that minimises the expected wall time (higher order than Young's √(2δM))")
