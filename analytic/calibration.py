@@ -19,11 +19,11 @@ import numpy as np
 from .errors import InputError
 from .formula import Formula
 from .formulas import formula
-from .plan import Layout, Plan
+from .plan import CONVENTIONS, Layout, Plan
 from .presets import hardware, model
 from .symbols import sym
 from .units import Q_
-from .values import as_quantity
+from .values import as_quantity, choice
 
 SHARED = ("link_efficiency", "latency", "overlap")
 #: starting point and bounds of the shared constants (latency in seconds)
@@ -55,7 +55,7 @@ def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Pla
 
 def metric_formula(plan: Plan, metric: str, convention: str = "6nd") -> Formula:
     """The measured quantity of a case as a Formula of the plan."""
-    flops = plan._flops(convention)
+    flops = plan.expr(f"flops.{choice('convention', convention, CONVENTIONS)}")
     step = plan.expr("step_time")
     gpus = plan.deg.gpus
     if metric == "achieved_flops":

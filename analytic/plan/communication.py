@@ -1,0 +1,200 @@
+"""Stage 4 of a plan: what each parallel axis sends per step and how long it takes on the link its
+placement implies — one function per kind of traffic, each adding to its axis's bytes and time.
+
+A group within a node uses the scale-up link, one across nodes the scale-out link; one that spans
+both all-reduces in two levels, and reduce-scatters and all-gathers as NCCL does, in a ring over
+every rank whose bytes cross the nodes' NICs together."""
+
+from __future__ import annotations
+
+import sympy
+
+from ..formula import Formula, cases
+from ..formulas import formula
+from ..schedules import lazy_min
+from ..units import Q_
+from .inputs import Inputs
+from .placement import axis_stride, link_kind, replica_groups
+
+
+def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:
+    """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride_`` apart in
+    the rank order, on the link its placement implies."""
+    g = inp.values["gpus_per_node"]
+    eff = inp.time_input("link_efficiency")
+    alpha = inp.time_input("latency")
+
+    def flat(bw_key):
+        return formula(f"collectives.{kind}.time").bind(
+            {"message": message, "ranks": size, "bandwidth": inp.time_input(bw_key) * eff, "latency": alpha})
+
+    def two_level():
+        if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
+            return flat("scale_out_bandwidth")
+        per_node = g / stride_
+        name = "hierarchical_all_reduce" if kind == "all_reduce" else f"ring_across_nodes_{kind}"
+        return formula(f"collectives.{name}.time").bind(
+            {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
+             "scale_up_bandwidth": inp.time_input("scale_up_bandwidth") * eff,
+             "scale_out_bandwidth": inp.time_input("scale_out_bandwidth") * eff})
+
+    kind_of_link = link_kind(size, stride_, g)
+    if kind_of_link == "scale-up":
+        return flat("scale_up_bandwidth")
+    if kind_of_link == "scale-out":
+        return flat("scale_out_bandwidth")
+    if kind_of_link == "two-level":
+        return two_level()
+    return cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride_, g)),
+                  (flat("scale_out_bandwidth"), sympy.Ge(stride_, g)), (two_level(), True))
+
+def gemm_input_bytes(inp: Inputs, default):
+    """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
+    before communicating (torchtitan docs/float8.md: float8 all-gather for TP by default;
+    Transformer Engine likewise; DeepSeek-V3 §3.3: FP8 dispatch), otherwise ``default``."""
+    return Q_(1, "byte") if inp.dtype == "fp8" else default
+
+ZERO_B, ZERO_T = Formula("0", sympy.Integer(0), "byte", ""), Formula("0", sympy.Integer(0), "s", "")
+
+
+def _none() -> dict:
+    return {"bytes": ZERO_B, "time": ZERO_T}
+
+
+def _plus(*parts: dict) -> dict:
+    """The sum, key by key, of traffic dicts (bytes, time)."""
+    out = _none()
+    for part in parts:
+        out = {k: out[k] + part[k] for k in ("bytes", "time")}
+    return out
+
+
+def _collectives(inp: Inputs, kind: str, message: Formula, calls, size, stride_) -> dict:
+    """``calls`` collectives of ``kind`` on ``message`` over ``size`` ranks ``stride_`` apart: bytes sent
+    per GPU and seconds."""
+    sent = formula(f"collectives.{kind}.bytes_sent").bind({"message": message, "ranks": size})
+    return {"bytes": sent * calls, "time": collective_time(inp, kind, message, size, stride_) * calls}
+
+
+def _layers_local(inp: Inputs):
+    return sympy.sympify(inp.model.blocks) / inp.deg.pp
+
+
+def tensor_parallel(inp: Inputs) -> dict:
+    """TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute); with sequence
+    parallelism each is a reduce-scatter + all-gather of the same size."""
+    lay = inp.deg
+    if lay.tp == 1:
+        return _none()
+    s_local = inp.seq_len / lay.cp
+    per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
+        "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer"), lay.recompute_is("full")),
+        (0, True))
+    msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
+    calls = per_layer * _layers_local(inp) * inp.microbatches
+    group = (lay.tp, axis_stride(inp, "tp"))
+    if not lay.sequence_parallel:
+        return _collectives(inp, "all_reduce", msg, calls, *group)
+    # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters sum
+    # partial outputs in 16 bits
+    gathered = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local,
+                     element_bytes=gemm_input_bytes(inp, inp.values["element_bytes"]))
+    return _plus(_collectives(inp, "reduce_scatter", msg, calls, *group),
+                 _collectives(inp, "all_gather", gathered, calls, *group))
+
+
+def pipeline_parallel(inp: Inputs) -> dict:
+    """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and one
+    gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per GPU
+    parallelism.pp.transfers_per_gpu of them, each a two-rank broadcast."""
+    lay = inp.deg
+    if lay.pp == 1:
+        return _none()
+    msg = inp.f("parallelism.pp.p2p_bytes", seq_len=inp.seq_len / lay.cp) / lay.tp
+    calls = inp.f("parallelism.pp.transfers_per_gpu", microbatches=inp.microbatches)
+    return {"bytes": msg * calls, "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp, "pp")) * calls}
+
+
+def data_parallel(inp: Inputs, params: dict) -> dict:
+    """DP: gradients reduced once per step, one bucket per layer; ZeRO ≥ 1 as reduce-scatter +
+    all-gather of parameters. Without a pipeline, sharded gradients are reduce-scattered after every
+    microbatch's backward (a rank keeps only its partition: DeepSpeed issue #2252), and ZeRO-3 also
+    gathers the parameters per microbatch (parallelism.dp.zero3_gathers_per_microbatch*). Under a
+    pipeline schedule ZeRO-3 gathers its stage once and holds it (memory.zero3_held), and ZeRO-2 is
+    counted as the ZeRO paper does: 2Ψ per step. Over the replica groups: dp·cp ranks for dense
+    parameters, dp·cp/ep for experts. Per-tensor ZeRO-3 gathers each parameter tensor on its own,
+    blocking: that part of the time is also given apart, as ``blocking``."""
+    lay, m, mb = inp.deg, inp.model, inp.microbatches
+    buckets = _layers_local(inp)
+    routed = sympy.sympify(m.routed_expert_tensors)
+    tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
+    out = {**_none(), "blocking": ZERO_T}
+    for (local, size, stride_), local_tensors in zip(replica_groups(inp, params), tensors, strict=True):
+        if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
+            continue
+        grad = inp.f("parallelism.dp.gradient_bytes", params=local)
+        ar, rs, ag = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
+                      for kind in ("all_reduce", "reduce_scatter", "all_gather"))
+        ag3, gathers = ag, lay.zero3_gathers_per_microbatch  # ZeRO-3's parameter gathers, and how many
+        if lay.per_tensor_gathers:
+            ag3 = _collectives(inp, "all_gather", grad / local_tensors, local_tensors, size, stride_)
+        stage3 = lay.zero_at_least(3)
+        for k, unit in (("bytes", "byte"), ("time", "s")):
+            held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
+            values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
+            out[k] = out[k] + cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+        if lay.per_tensor_gathers:
+            values = (ag3["time"] * gathers * mb, 0, cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
+            out["blocking"] = out["blocking"] + cases("blocking", "s", *zip(values, (c for _, c in lay.dp_regimes),
+                                                                             strict=True))
+    return out
+
+
+def context_parallel(inp: Inputs) -> dict:
+    """CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
+    reduce-scatter their gradients backward (Llama 3 §3.3.2)."""
+    lay, m = inp.deg, inp.model
+    if lay.cp == 1:
+        return _none()
+    kv = inp.f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
+    calls = _layers_local(inp) * inp.microbatches
+    group = (lay.cp, axis_stride(inp, "cp"))
+    return _plus(_collectives(inp, "all_gather", kv, calls * (1 + sympy.Piecewise((1, lay.recompute_is("full")), (0, True))),
+                              *group),
+                 _collectives(inp, "reduce_scatter", kv, calls, *group))
+
+
+def expert_parallel(inp: Inputs) -> dict:
+    """EP: dispatch and combine forward, and again backward, per MoE layer per microbatch; dispatch in
+    the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one copy
+    per destination node crosses the scale-out link and NVLink forwards it to the experts inside the
+    node (DeepSeek-V3 §3.2.2)."""
+    lay, m = inp.deg, inp.model
+    if not m.is_moe or lay.ep == 1:
+        return _none()
+    tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
+                     "token", "")
+    dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))
+    calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * inp.microbatches
+    g = inp.values["gpus_per_node"]
+    stride_ = axis_stride(inp, "ep")
+    plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
+                                 calls, lay.ep, stride_) for e in (dispatch_e, inp.values["element_bytes"])))
+    link = link_kind(lay.ep, stride_, g)
+    if not m.nodes_per_token or link in ("scale-up", "-"):
+        return plain
+    nodes = lazy_min(lay.ep, lay.ep * stride_ / g)
+    reach = lazy_min(m.nodes_per_token, nodes)
+    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
+                                                             nodes_per_token=reach, element_bytes=e), calls, nodes, g)
+                      for e in (dispatch_e, Q_(2, "byte"))))
+    if link != "symbolic":
+        return limited
+    inside = sympy.Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes
+    return {k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True)) for k in ("bytes", "time")}
+
+
+def communication(inp: Inputs, params: dict) -> dict:
+    """axis → {"bytes": per GPU per step, "time": seconds on its links} (dp also "blocking")."""
+    return {"tp": tensor_parallel(inp), "cp": context_parallel(inp), "dp": data_parallel(inp, params),
+            "pp": pipeline_parallel(inp), "ep": expert_parallel(inp)}

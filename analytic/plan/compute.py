@@ -1,0 +1,65 @@
+"""Stage 3b of a plan: FLOPs per step — the model FLOPs of each convention and the FLOPs the hardware
+executes (recomputation, FlashAttention's backward, MTP modules, what FP8 recipes keep in 16 bits)."""
+
+from __future__ import annotations
+
+import sympy
+
+from ..choices import CONVENTIONS
+from ..formula import Formula, cases
+from ..values import choice
+from .inputs import Inputs
+
+
+def model_flops(inp: Inputs, convention: str) -> Formula:
+    """Model FLOPs per step (no recomputation): ``6nd`` (6·N_active·D), ``palm`` (6N + 12LHQT per
+    token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
+    choice("convention", convention, CONVENTIONS)
+    m, tokens = inp.model, inp.tokens_per_step
+    if convention == "6nd":
+        return inp.f("compute.training_flops", params=m.active_params_formula(), tokens=tokens)
+    if convention == "palm":
+        return inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=m.active_params_formula()) * tokens
+    return inp.f("compute.megatron_flops")
+
+
+def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formula:
+    """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, the
+    attention core's forward for selective."""
+    lay = inp.deg
+    return training + cases("recomputed", training.unit, (training / 3, lay.recompute_is("full")),
+                            (core_forward, lay.recompute_is("selective")), (0, True))
+
+
+def _attention_core(inp: Inputs) -> Formula:
+    """Forward FLOPs of every block's attention core (MTP blocks included) over the step's tokens."""
+    m = inp.model
+    return inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}") * m.blocks * inp.tokens_per_step
+
+
+def _flash_backward(inp: Inputs) -> Formula:
+    """What a FlashAttention backward adds by recomputing every block's QKᵀ (zero without it)."""
+    if not inp.flash_attention:
+        return Formula("0", sympy.Integer(0), "FLOP", "")
+    m = inp.model
+    return (inp.f(f"compute.flash_backward_recompute_flops_per_token{m.attention_suffix}")
+            * m.blocks * inp.tokens_per_step)
+
+
+def hardware_flops(inp: Inputs) -> Formula:
+    """PaLM's count over everything a token passes through: the model, and each MTP module's
+    projection, block and (shared) output head; FlashAttention's backward recomputation of QKᵀ."""
+    m = inp.model
+    params = m.active_params_formula()
+    if m.mtp_modules:
+        params = params + m.mtp_params_formula(active=True) + inp.f("model.params.embedding") * m.mtp_modules
+    per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.blocks)
+    return _recomputed(inp, per_token * inp.tokens_per_step, _attention_core(inp)) + _flash_backward(inp)
+
+
+def bf16_flops(inp: Inputs) -> Formula:
+    """The part of the hardware FLOPs that FP8 recipes keep in 16 bits: attention core and logits
+    (Transformer Engine; DeepSeek-V3 §3.3.1)."""
+    core = _attention_core(inp)
+    logits = inp.f("compute.logits_forward_flops_per_token") * inp.tokens_per_step * (1 + inp.model.mtp_modules)
+    return _recomputed(inp, (core + logits) * 3, core) + _flash_backward(inp)

@@ -1,0 +1,167 @@
+"""Stage 1 of a plan: its arguments read and checked once, and every input as an exact number or a
+symbol (the model's architecture, the layout's degrees, the batch, the hardware's numbers, the
+calibrated constants, the failure statistics), with each override in its symbol's unit and domain."""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+
+import sympy
+
+from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
+from ..formula import Formula, magnitude
+from ..formulas import formula
+from ..hardware import Hardware
+from ..model import Model
+from ..symbols import canonical, sym
+from ..units import Q_
+from ..values import batch_tokens as read_batch_tokens
+from ..values import count, flag
+from .layout import Layout, _Degrees, check_layout, training_dtype
+
+#: the hardware and calibration inputs a Plan keyword may replace
+OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+             "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
+             "checkpoint_time", "restart_time", "element_bytes")
+ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
+             "training_tokens", "allow_cross_node_tp")
+#: the calibrated constants of the predictive model
+CALIBRATED = ("matmul_efficiency", "link_efficiency", "latency", "overlap")
+
+
+class Inputs:
+    """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue formulas."""
+
+    def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len=None, global_batch=None,
+                 microbatch_size=1, dtype: str = "bf16", batch_tokens=None, flash_attention: bool = True,
+                 training_tokens=None, allow_cross_node_tp: bool = False, **overrides):
+        if not isinstance(model, Model):
+            raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
+        if not isinstance(hardware, Hardware):
+            raise InputError(f"hardware: expected an analytic Hardware (an.hardware(name)), got {type(hardware).__name__}")
+        layout = Layout() if layout is None else layout
+        if not isinstance(layout, Layout):
+            raise InputError(f"layout: expected an analytic Layout, got {type(layout).__name__}")
+        unknown = [k for k in overrides if k not in OVERRIDES]
+        if unknown:
+            raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
+        self.model, self.hardware, self.layout = model, hardware, layout
+        self.dtype = training_dtype(dtype, hardware)
+        self.flash_attention = flag("flash_attention", flash_attention)
+        if seq_len is None:
+            raise InputError("seq_len: required (tokens per sequence)")
+        self.seq_len = canonical(count("seq_len", seq_len))
+        self.microbatch_size = canonical(count("microbatch_size", microbatch_size))
+        if (global_batch is None) == (batch_tokens is None):
+            raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+        self.notes: list[str] = []  # inputs read otherwise than written, each said here and warned
+        if batch_tokens is not None:
+            if isinstance(batch_tokens, sympy.Basic) and not batch_tokens.is_number:
+                global_batch = magnitude("batch_tokens", batch_tokens) / self.seq_len
+            else:
+                tokens, note = read_batch_tokens(batch_tokens, self.seq_len)
+                global_batch = tokens // self.seq_len
+                if note:
+                    self.notes.append(note)
+                    warnings.warn(note, ReinterpretedWarning, stacklevel=3)
+        self.global_batch = canonical(count("global_batch", global_batch))
+        self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
+        self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
+        self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
+        check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
+                     microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
+                     gpus_per_node=self.overrides.get("gpus_per_node", hardware.gpus_per_node),
+                     sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
+        # exact sympy values for the algebra (Python's / would make floats)
+        self.deg = _Degrees(layout)
+        self.seq_len, self.global_batch, self.microbatch_size = (
+            sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
+        self.missing_for_times: dict = {}  # inputs only times need, found missing by the communication stage
+        self._calibration_error = None
+
+    @cached_property
+    def calibration(self):
+        """The hardware's fitted constants for this dtype (None when missing or all overridden)."""
+        if all(k in self.overrides for k in CALIBRATED):
+            return None
+        try:
+            return self.hardware.calibration(self.dtype)
+        except PresetError as exc:
+            self._calibration_error = str(exc)
+            return None
+
+    @cached_property
+    def values(self) -> dict:
+        """keyword → exact number or sympy expression for every input of the plan."""
+        hw, lay = self.hardware, self.deg
+        out = dict(self.model.inputs())
+        out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
+        out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch)
+        ov = self.overrides
+
+        def pick(key, default):
+            if key in ov:
+                return magnitude(key, ov[key])
+            value = default()
+            return None if value is None else magnitude(key, value)
+
+        out["element_bytes"] = pick("element_bytes", lambda: Q_(2, "byte"))  # 16-bit (TRAINING_DTYPES)
+        out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
+        out["hbm"] = pick("hbm", lambda: hw.hbm)
+        out["sms"] = pick("sms", lambda: hw.sms)
+        out["comm_sms"] = lay.comm_sms
+        out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
+        out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
+        out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
+        cal = self.calibration
+        for key in CALIBRATED:
+            out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
+        from ..presets import llama3_interruption_rate
+        out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
+        out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
+        out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
+                                  else None)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def need(self, key):
+        """The input ``key``, or an error saying how to give it."""
+        values = self.values
+        if key not in values and self._calibration_error:
+            raise PresetError(self._calibration_error)
+        if key not in values:
+            raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
+                             f"pass Plan(..., {key}=...) (CLI: --{key.replace('_', '-')})")
+        return values[key]
+
+    def time_input(self, key):
+        """An input that only times need (a link's bandwidth, its efficiency, the latency): when
+        missing it stands as its symbol, so the bytes still come out, and :meth:`require_times` raises
+        :meth:`need`'s error for anything that needs a time."""
+        if key in self.values:
+            return self.values[key]
+        self.missing_for_times[key] = None
+        return sym(key)
+
+    def require_times(self) -> None:
+        """Raise for the inputs that the communication stage found missing (times need them)."""
+        for key in self.missing_for_times:
+            self.need(key)
+
+    def f(self, name: str, **values) -> Formula:
+        """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""
+        return formula(name).bind({**self.values, **values})
+
+    @cached_property
+    def microbatches(self):
+        """Microbatches per replica per step: global_batch / (dp · microbatch_size)."""
+        return self.global_batch / (self.deg.dp * self.microbatch_size)
+
+    @cached_property
+    def tokens_per_step(self) -> Formula:
+        return Formula("D_B", self.global_batch * self.seq_len * 1, "token", "")
+
+    def training_tokens_or_raise(self):
+        if self.training_tokens is None:
+            raise InputError("training_tokens: give Plan(..., training_tokens='15.6e12 token') for steps and days")
+        return self.training_tokens

@@ -1,0 +1,82 @@
+"""Stage 5 of a plan: time — compute at the calibrated matmul efficiency, the pipeline bubble, and the
+communication each axis leaves exposed — summed into the step time."""
+
+from __future__ import annotations
+
+from ..formula import Formula, cases, composed, magnitude
+from ..formulas import formula
+from ..schedules import BUBBLE_FORMULAS, at_least_critical_path, lazy_max
+from .inputs import Inputs
+
+PARTS = ("compute", "bubble", "tp", "cp", "pp", "dp", "ep")
+
+
+def compute_time(inp: Inputs, hardware_flops: Formula, bf16_flops) -> Formula:
+    """The executed FLOPs per GPU at the calibrated fraction of peak (of the SMs left to compute); under
+    FP8 the linear layers' matmuls at the FP8 peak and ``bf16_flops()`` at the 16-bit one."""
+    lay = inp.deg
+    eta = inp.need("matmul_efficiency")
+    share = None
+    if lay.comm_sms != 0:  # SMs reserved for communication kernels do no compute
+        inp.need("sms")
+        share = inp.f("compute.sm_share")
+        eta = eta * share.expr
+    peak = composed("F", inp.values["peak_flops"] * eta, "FLOP/s", share)
+    compute = hardware_flops / lay.gpus / peak
+    if inp.dtype == "fp8":  # matmuls of the linear layers in FP8, the rest at the 16-bit peak
+        bf16 = bf16_flops() / lay.gpus
+        peak16 = composed("F16", magnitude("peak_flops", inp.hardware.peak_flops("bf16")) * eta, "FLOP/s", share)
+        compute = compute - bf16 / peak + bf16 / peak16
+    return compute
+
+
+def bubble_time(inp: Inputs, compute: Formula) -> Formula:
+    """The schedule's bubble with each microbatch chunk's forward, input-gradient and weight-gradient
+    passes a third of its compute, never below the first microbatch's critical path."""
+    lay, mb = inp.deg, inp.microbatches
+    third = compute / (mb * lay.vpp) / 3  # forward 2 FLOPs/param, input-gradient 2, weight-gradient 2
+    values = {"pp": lay.pp, "vpp": lay.vpp, "microbatches": mb, "t_f": third, "t_b": third, "t_w": third,
+              "t_fb": third * 3}
+    by_formula = {}  # catalogue bubble formula → the schedules it describes
+    for schedule, name in BUBBLE_FORMULAS.items():
+        by_formula.setdefault(name, []).append(schedule)
+    pieces = [(formula(f"pipeline.bubble_time.{name}").bind(values), lay.schedule_is(*schedules))
+              for name, schedules in by_formula.items()]
+    return at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
+
+
+def timing(inp: Inputs, compute: Formula, comm: dict) -> dict:
+    """compute, bubble and each axis's exposed communication (:data:`PARTS`), in seconds."""
+    lay = inp.deg
+    bubble = bubble_time(inp, compute)
+    inp.require_times()
+    phi = inp.need("overlap")
+    # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
+    # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
+    # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
+    out = {"compute": compute, "bubble": bubble,
+           "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
+           "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
+    # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every
+    # block of every microbatch, so through the whole step; otherwise the gradient reduction hides
+    # behind the last microbatch (on every chunk of this stage) and the parameter all-gather behind
+    # the next step's first one (per-tensor ZeRO-3 gathers block: exposed in full)
+    per_microbatch = lay.dp_regimes[1][1]  # ZeRO ≥ 2 without a pipeline
+    chunk = compute / (inp.microbatches * lay.vpp)
+    window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
+    blocking = comm["dp"]["blocking"]
+    out["dp"] = composed("dp", lazy_max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
+                         comm["dp"]["time"], blocking, window)
+    # DualPipe overlaps all-to-all with the paired chunk's compute
+    hidden_behind_pair = composed("ep", lazy_max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"],
+                                  compute)
+    out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"] * (1 - phi), True))
+    return out
+
+
+def step_time(parts: dict) -> Formula:
+    """The sum of :func:`timing`'s parts."""
+    total = parts["compute"]
+    for k in PARTS[1:]:
+        total = total + parts[k]
+    return total
