@@ -1,5 +1,7 @@
 """Catalogue-wide checks: dimensions, sources, notation, required names, identities."""
 
+import math
+
 import pytest
 import sympy
 
@@ -124,3 +126,12 @@ def test_readme_notation_table_lists_every_symbol():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for info in symbols.table():
         assert f"| `{info.keyword}` |" in readme, info.keyword
+
+
+def test_dalys_optimum_is_the_mtbf_once_the_checkpoint_takes_two_of_them():
+    """Daly 2006: τ_opt = √(2δM)·(1 + √(δ/2M)/3 + δ/18M) − δ for δ < 2M, and M beyond (hand arithmetic)."""
+    f = an.formula("reliability.daly.optimal_interval")
+    below = math.sqrt(2 * 1.9) * (1 + math.sqrt(1.9 / 2) / 3 + 1.9 / 18) - 1.9
+    assert f.evaluate(checkpoint_time="1.9 hour", mtbf="1 hour").to("hour").magnitude == pytest.approx(below, rel=1e-12)
+    for delta in ("2 hour", "2.5 hour", "10 hour"):
+        assert f.evaluate(checkpoint_time=delta, mtbf="1 hour").to("hour").magnitude == pytest.approx(1.0, rel=1e-12)
