@@ -474,3 +474,35 @@ def test_batch_tokens_as_a_count_with_a_suffix():
         an.Plan(m, hw, lay, batch_tokens="15e6", **kw)
     with pytest.raises(an.errors.UnitError, match="batch_tokens: expected a token count"):
         an.Plan(m, hw, lay, batch_tokens="16 MB", **kw)
+
+
+def _moe():
+    return an.Model(layers=4, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu", experts=8, topk=2,
+                    expert_ffn_hidden=128)
+
+
+@pytest.mark.parametrize("gather", ["per-tensor", "per-block"])
+def test_pipelined_zero3_latency_by_hand(gather):
+    """ZeRO-3 under a pipeline, one node, latency alone (1 s, links 1e30 B/s): per step each replica
+    group reduce-scatters its blocks/pp buckets and gathers its stage once — per tensor (the dense
+    block tensors /pp, the routed ones /(pp·ep)) or per bucket — each ring costing (n − 1)·α."""
+    m = _moe()
+    p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=2, dp=4, ep=2, zero=3, zero3_gather=gather),
+                seq_len=1024, global_batch=8, latency="1 s", scale_up_bandwidth="1e30 B/s",
+                scale_out_bandwidth="1e30 B/s", link_efficiency=1)
+    buckets = m.blocks / 2
+    dense_n, expert_n = 4, 2  # dp·cp ranks hold the dense weights, dp·cp/ep each expert
+    if gather == "per-tensor":
+        dense_gathers, expert_gathers = (m.block_tensors - m.routed_expert_tensors) / 2, m.routed_expert_tensors / 4
+    else:
+        dense_gathers = expert_gathers = buckets
+    want = (buckets + dense_gathers) * (dense_n - 1) + (buckets + expert_gathers) * (expert_n - 1)
+    assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want, rel=1e-9)
+
+
+def test_expert_traffic_with_context_parallelism_by_hand():
+    """EP 2 carved out of DP 2 with CP 2: each of the 2·4 MoE blocks' dispatches and combines per microbatch
+    (4 microbatches) all-to-alls s/c = 512 tokens × k = 2 × h = 256 × 2 bytes, of which a rank sends half."""
+    p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(cp=2, dp=2, ep=2), seq_len=1024, global_batch=8)
+    message = 512 * 2 * 256 * 2
+    assert p.communication()["ep"].to("byte").magnitude == pytest.approx(2 * 4 * 4 * 2 * message / 2, rel=1e-12)
