@@ -506,3 +506,21 @@ def test_expert_traffic_with_context_parallelism_by_hand():
     p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(cp=2, dp=2, ep=2), seq_len=1024, global_batch=8)
     message = 512 * 2 * 256 * 2
     assert p.communication()["ep"].to("byte").magnitude == pytest.approx(2 * 4 * 4 * 2 * message / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("kv_heads, split", [(8, 2), (1, 1)])
+def test_context_parallel_kv_is_split_over_tp_unless_one_kv_head(kv_heads, split):
+    """CP gathers K and V: 2·s·b·a_kv·d_h·e bytes a layer (whole sequence). TP splits the KV heads over
+    its ranks, but a single KV head (MQA) is replicated on every TP rank: TP 2 halves GQA's traffic only."""
+    m = an.Model(layers=4, hidden=512, heads=8, kv_heads=kv_heads, vocab=1000, position="rope", mlp="swiglu")
+
+    def cp_bytes(tp):
+        lay = an.Layout(tp=tp, cp=2, dp=4 // tp, sequence_parallel=tp > 1)
+        return an.Plan(m, an.hardware("h100-sxm"), lay, seq_len=1024, global_batch=8).communication()["cp"]
+
+    kv = 2 * 1024 * 1 * kv_heads * 64 * 2  # bytes of one layer's K and V over the whole sequence
+    one, two = cp_bytes(1), cp_bytes(2)
+    # per layer per microbatch: an all-gather and a reduce-scatter, each sending half of it over 2 CP ranks
+    assert one.to("byte").magnitude == pytest.approx(4 * (8 // 4) * 2 * kv / 2, rel=1e-12)
+    # TP 2 with dp 2 runs twice the microbatches of dp 4, each sending 1/split of the KV bytes
+    assert (one / two).to("").magnitude == pytest.approx(split / 2, rel=1e-12)
