@@ -500,12 +500,18 @@ def test_pipelined_zero3_latency_by_hand(gather):
     assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want, rel=1e-9)
 
 
-def test_expert_traffic_with_context_parallelism_by_hand():
-    """EP 2 carved out of DP 2 with CP 2: each of the 2·4 MoE blocks' dispatches and combines per microbatch
-    (4 microbatches) all-to-alls s/c = 512 tokens × k = 2 × h = 256 × 2 bytes, of which a rank sends half."""
-    p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(cp=2, dp=2, ep=2), seq_len=1024, global_batch=8)
-    message = 512 * 2 * 256 * 2
-    assert p.communication()["ep"].to("byte").magnitude == pytest.approx(2 * 4 * 4 * 2 * message / 2, rel=1e-12)
+@pytest.mark.parametrize("layout, microbatch_size, tokens, microbatches", [
+    (dict(cp=2, dp=2, ep=2), 1, 1024 // 2, 4),  # CP splits the sequence
+    (dict(tp=2, dp=2, ep=2, sequence_parallel=True), 2, 2 * 1024 // 2, 2),  # SP splits b·s over the TP ranks
+])
+def test_expert_traffic_by_hand(layout, microbatch_size, tokens, microbatches):
+    """EP 2 carved out of DP 2: per microbatch, each of the 4 MoE blocks dispatches and combines forward
+    and again backward, all-to-alls of (the rank's tokens) × k = 2 × h = 256 × 2 bytes, a rank sending half."""
+    p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=8,
+                microbatch_size=microbatch_size)
+    message = tokens * 2 * 256 * 2
+    assert p.communication()["ep"].to("byte").magnitude == pytest.approx(2 * 4 * microbatches * 2 * message / 2,
+                                                                         rel=1e-12)
 
 
 @pytest.mark.parametrize("kv_heads, split", [(8, 2), (1, 1)])
