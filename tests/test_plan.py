@@ -530,3 +530,14 @@ def test_context_parallel_kv_is_split_over_tp_unless_one_kv_head(kv_heads, split
     assert one.to("byte").magnitude == pytest.approx(4 * (8 // 4) * 2 * kv / 2, rel=1e-12)
     # TP 2 with dp 2 runs twice the microbatches of dp 4, each sending 1/split of the KV bytes
     assert (one / two).to("").magnitude == pytest.approx(split / 2, rel=1e-12)
+
+
+def test_pipeline_traffic_by_hand():
+    """PP 2 with TP 2 and CP 2: per microbatch one activation forward and one gradient back over the one
+    stage boundary, shared by the two stages (1 transfer a GPU per microbatch, 4 microbatches), each
+    the [s/c, b, h] activation in 2 bytes split over the TP ranks (Narayanan et al. §4.1)."""
+    m = an.Model(layers=4, hidden=512, heads=8, vocab=1000, position="rope", mlp="swiglu")
+    p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=2, cp=2, pp=2, sequence_parallel=True), seq_len=1024,
+                global_batch=4)
+    message = 1024 / 2 * 1 * 512 * 2 / 2
+    assert p.communication()["pp"].to("byte").magnitude == pytest.approx(4 * 1 * message, rel=1e-12)
