@@ -541,3 +541,31 @@ def test_pipeline_traffic_by_hand():
                 global_batch=4)
     message = 1024 / 2 * 1 * 512 * 2 / 2
     assert p.communication()["pp"].to("byte").magnitude == pytest.approx(4 * 1 * message, rel=1e-12)
+
+
+def test_a_plan_that_fills_hbm_exactly_fits():
+    p = essay()
+    total = p.memory().total.to("byte").magnitude
+    assert an.Plan(p.model, p.hardware, p.layout, seq_len=8192, global_batch=2048, hbm=f"{total} B").memory().fits
+    assert not an.Plan(p.model, p.hardware, p.layout, seq_len=8192, global_batch=2048,
+                       hbm=f"{total * (1 - 1e-9)} B").memory().fits
+
+
+def test_hardware_flops_are_palms_count_exactly_without_recompute_or_flash():
+    """No recomputation and no FlashAttention: the executed FLOPs are PaLM's 6N + 12LHQT per token times
+    the tokens, to the FLOP (nothing is added for the policies not taken)."""
+    m = an.model("gpt3-175b")
+    p = an.Plan(m, an.hardware("a100-80g"), an.Layout(tp=8, pp=8, dp=16), seq_len=2048, global_batch=1536,
+                flash_attention=False)
+    palm = an.formula("compute.flops_per_token_palm").subs(params=m.active_params, layers=m.layers, heads=m.heads,
+                                                           head_dim=m.head_dim, seq_len=2048)
+    assert p.expr("flops.hardware").expr == palm.expr * 1536 * 2048
+
+
+def test_each_mtp_module_adds_the_same_flops():
+    """A multi-token prediction module is a projection, a block and the shared head: the executed FLOPs
+    grow by the same amount for each one added."""
+    base = an.model("deepseek-v3")
+    flops = [an.Plan(base.replace(mtp_modules=d), an.hardware("h800"), an.Layout(pp=16, dp=8, ep=8),
+                     seq_len=4096, global_batch=256).hardware_flops().magnitude for d in (0, 1, 2)]
+    assert flops[2] - flops[1] == pytest.approx(flops[1] - flops[0], rel=1e-9) and flops[1] > flops[0]
