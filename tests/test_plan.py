@@ -569,3 +569,35 @@ def test_each_mtp_module_adds_the_same_flops():
     flops = [an.Plan(base.replace(mtp_modules=d), an.hardware("h800"), an.Layout(pp=16, dp=8, ep=8),
                      seq_len=4096, global_batch=256).hardware_flops().magnitude for d in (0, 1, 2)]
     assert flops[2] - flops[1] == pytest.approx(flops[1] - flops[0], rel=1e-9) and flops[1] > flops[0]
+
+
+def test_a_symbolic_batch_in_tokens_is_its_symbol():
+    p = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192,
+                batch_tokens=an.sym("batch_tokens"))
+    assert p.expr("tokens_per_step").expr == an.sym("batch_tokens")
+    assert p.expr("microbatches").expr == an.sym("batch_tokens") / (8192 * 8)
+
+
+def test_the_reinterpretation_warning_points_at_the_callers_line():
+    with pytest.warns(an.errors.ReinterpretedWarning) as record:
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192, batch_tokens="16M")
+    assert record[0].filename == __file__
+
+
+def test_layout_defaults_and_gpus():
+    """DESIGN's defaults: no ZeRO (every replica holds its own 12-byte Adam state), and GPUs = t·c·p·d."""
+    assert an.Layout(tp=8, cp=2, pp=4, dp=3).gpus == 192
+    p = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=2048, global_batch=8)
+    assert p.memory().optimizer.to("byte").magnitude == pytest.approx(12 * an.model("llama3-8b").total_params, rel=1e-12)
+
+
+@pytest.mark.parametrize("layout, batch, microbatch_size, constraint", [
+    (dict(pp=4, vpp=4, schedule="interleaved"), 16, 1, "chunks exceed"),  # 16 chunks for 8 layers
+    (dict(dp=2), 8, 3, "do not split"),  # 8 sequences into 2 replicas of microbatches of 3
+    (dict(pp=4, dp=2, vpp=2, schedule="interleaved"), 24, 2, "multiple of pp"),  # 6 microbatches over 4 stages
+])
+def test_the_batch_and_stage_constraints(layout, batch, microbatch_size, constraint):
+    m = an.Model(layers=8, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu")
+    with pytest.raises(LayoutError, match=constraint):
+        an.Plan(m, an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=batch,
+                microbatch_size=microbatch_size)

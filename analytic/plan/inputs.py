@@ -33,9 +33,9 @@ CALIBRATED = ("matmul_efficiency", "link_efficiency", "latency", "overlap")
 class Inputs:
     """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue formulas."""
 
-    def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len=None, global_batch=None,
-                 microbatch_size=1, dtype: str = "bf16", batch_tokens=None, flash_attention: bool = True,
-                 training_tokens=None, allow_cross_node_tp: bool = False, **overrides):
+    def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
+                 microbatch_size, dtype: str, batch_tokens, flash_attention: bool, training_tokens,
+                 allow_cross_node_tp: bool, **overrides):  # Plan's arguments, defaults and all
         if not isinstance(model, Model):
             raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
         if not isinstance(hardware, Hardware):
@@ -159,7 +159,7 @@ class Inputs:
 
     @cached_property
     def tokens_per_step(self) -> Formula:
-        return Formula("D_B", self.global_batch * self.seq_len * 1, "token", "")
+        return Formula("D_B", self.global_batch * self.seq_len, "token", "")
 
     def training_tokens_or_raise(self):
         if self.training_tokens is None:
