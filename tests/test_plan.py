@@ -594,6 +594,7 @@ def test_layout_defaults_and_gpus():
 @pytest.mark.parametrize("layout, batch, microbatch_size, constraint", [
     (dict(pp=4, vpp=4, schedule="interleaved"), 16, 1, "chunks exceed"),  # 16 chunks for 8 layers
     (dict(dp=2), 8, 3, "do not split"),  # 8 sequences into 2 replicas of microbatches of 3
+    (dict(dp=2), 12, 4, "do not split"),  # 12 into 2 replicas of 4 (12 would split into halves)
     (dict(pp=4, dp=2, vpp=2, schedule="interleaved"), 24, 2, "multiple of pp"),  # 6 microbatches over 4 stages
 ])
 def test_the_batch_and_stage_constraints(layout, batch, microbatch_size, constraint):
