@@ -602,3 +602,31 @@ def test_the_batch_and_stage_constraints(layout, batch, microbatch_size, constra
     with pytest.raises(LayoutError, match=constraint):
         an.Plan(m, an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=batch,
                 microbatch_size=microbatch_size)
+
+
+def test_placement_strides_and_links_by_hand():
+    """Megatron-Core's rank order, innermost first: tp, cp, dp, pp. TP 2 · CP 2 · DP 2 · PP 2 on nodes of 8:
+    strides 1, 2, 4 and 8; every group but PP's (8 apart: across nodes) inside a node."""
+    m = an.Model(layers=8, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu")
+    p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=2, cp=2, dp=2, pp=2, sequence_parallel=True),
+                seq_len=1024, global_batch=8)
+    got = {axis: (v["size"], v["stride"], v["link"]) for axis, v in p.placement().items()}
+    assert got == {"tp": (2, 1, "scale-up"), "cp": (2, 2, "scale-up"), "dp": (2, 4, "scale-up"),
+                   "ep": (1, 4, "-"), "pp": (2, 8, "scale-out")}
+
+
+def test_a_group_whose_neighbours_are_a_node_apart_is_scale_out_even_with_a_symbolic_size():
+    from analytic.plan.placement import link_kind
+    assert link_kind(an.sym("pp"), 8, 8) == "scale-out"
+    assert link_kind(an.sym("pp"), 4, 8) == "symbolic"
+
+
+def test_moe_layer_activations_count_the_routed_and_shared_experts():
+    """A token's FFN activations in an MoE layer span its k routed and the shared experts: the layer's
+    count is the SwiGLU layer's with an FFN of (k + shared)·h_e, where that exceeds the dense one."""
+    m = an.Model(layers=4, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu", ffn_hidden=256,
+                 experts=8, topk=2, shared_experts=2, expert_ffn_hidden=512)
+    p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(dp=2, ep=2), seq_len=1024, global_batch=2)
+    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
+        seq_len=1024, microbatch_size=1, hidden=256, heads=8, kv_heads=8, head_dim=32, ffn_hidden=(2 + 2) * 512, tp=1)
+    assert p.expr("memory.activations.layer").value() == want
