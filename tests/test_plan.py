@@ -630,3 +630,11 @@ def test_moe_layer_activations_count_the_routed_and_shared_experts():
     want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
         seq_len=1024, microbatch_size=1, hidden=256, heads=8, kv_heads=8, head_dim=32, ffn_hidden=(2 + 2) * 512, tp=1)
     assert p.expr("memory.activations.layer").value() == want
+
+
+def test_expert_traffic_outside_dualpipe_is_exposed_but_for_the_overlap():
+    """Without DualPipe's paired chunks, (1 − φ) of the all-to-all time is exposed (φ = 0.25 here)."""
+    p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(dp=2, ep=2), seq_len=1024, global_batch=8, overlap=0.25)
+    assert p.time_breakdown()["ep"].to("s").magnitude == pytest.approx(
+        0.75 * p.communication_time()["ep"].to("s").magnitude, rel=1e-12)
+    assert p.time_breakdown()["ep"].magnitude > 0
