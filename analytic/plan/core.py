@@ -283,13 +283,15 @@ class Plan:
             return int(v)
         return to_float(v, f.name)
 
-    def smallest(self, keyword: str, limit: int = 1 << 20) -> int:
-        """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM."""
-        return smallest_fitting(self, keyword, limit=limit)
+    def smallest(self, keyword: str, limit: int | None = None) -> int:
+        """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM (up to
+        ``limit``; default :func:`analytic.symbolic.smallest_fitting`'s)."""
+        return smallest_fitting(self, keyword, **({} if limit is None else {"limit": limit}))
 
-    def best(self, keyword: str, limit: int = 1 << 16) -> int:
-        """The integer value of the free input ``keyword`` that minimises the predicted step time."""
-        return minimise_step_time(self, keyword, limit=limit)["best"]
+    def best(self, keyword: str, limit: int | None = None) -> int:
+        """The integer value of the free input ``keyword`` that minimises the predicted step time (up to
+        ``limit``; default :func:`analytic.symbolic.minimise_step_time`'s)."""
+        return minimise_step_time(self, keyword, **({} if limit is None else {"limit": limit}))["best"]
 
     def subs(self, **values) -> "Plan":
         """A new plan with free inputs of the layout or model given values."""
