@@ -48,6 +48,7 @@ class Hardware:
     scale_up: pint.Quantity | None = None
     scale_out: pint.Quantity | None = None
     gpus_per_node: int = 8
+    scale_up_domain: int | None = None  # accelerators on one NVLink-class domain; None: the node
     sms: int | None = None  # streaming multiprocessors (compute units)
     generation: str = ""
     sources: dict = field(default_factory=dict, compare=False)
@@ -62,6 +63,11 @@ class Hardware:
             if v is not None:
                 object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))
         object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))
+        domain = self.gpus_per_node if self.scale_up_domain is None else self.scale_up_domain
+        object.__setattr__(self, "scale_up_domain", count("scale_up_domain", domain, allow_symbol=False))
+        if self.scale_up_domain % self.gpus_per_node:
+            raise InputError(f"scale_up_domain: {self.scale_up_domain} is not a whole number of nodes of "
+                             f"{self.gpus_per_node} GPUs")
         if self.sms is not None:
             object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
 

@@ -43,6 +43,7 @@ from .plan import (
     check_comm_sms,
     divisors,
     sequence_parallel_default,
+    tiles,
     training_dtype,
 )
 from .symbols import sym
@@ -231,16 +232,18 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     schedule as their index in RECOMPUTE and SCHEDULES).
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
-    KV heads, and stays in a node unless ``max_tp`` says otherwise; CP divides the sequence; PP·v ≤
+    KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
+    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence; PP·v ≤
     layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
-    max_tp = max_tp or hardware.gpus_per_node
+    g = hardware.scale_up_domain
+    max_tp = max_tp or g
     rows = []
     for tp in divisors(gpus):
-        if tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+        if tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or not tiles(tp, g):
             continue
         for cp in divisors(gpus // tp):
-            if seq_len % cp or (max_cp and cp > max_cp):
+            if seq_len % cp or (max_cp and cp > max_cp) or not tiles(tp * cp, g):
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 if pp > model.layers:

@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 from .errors import UnknownNameError
 from .hardware import Hardware
 from .model import Model
-from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors
+from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, tiles
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -77,11 +77,11 @@ def hardwares(*, names=None, with_scale_out: bool = False) -> st.SearchStrategy[
 
 
 @st.composite
-def _layouts(draw, gpus, model, max_tp, schedules):
+def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
     gpus = gpus if gpus is not None else draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256]))
     heads = model.heads if model is not None else None
-    tps = [d for d in divisors(gpus) if d <= max_tp and (heads is None or (heads % d == 0 and (
-        model.kv_heads % d == 0 or d % model.kv_heads == 0)))]
+    tps = [d for d in divisors(gpus) if d <= max_tp and tiles(d, scale_up_domain or d) and (heads is None or (
+        heads % d == 0 and (model.kv_heads % d == 0 or d % model.kv_heads == 0)))]
     tp = draw(st.sampled_from(tps))
     rest = gpus // tp
     pps = [d for d in divisors(rest) if model is None or d <= model.layers]
@@ -108,26 +108,28 @@ def _layouts(draw, gpus, model, max_tp, schedules):
 
 
 def layouts(*, gpus: int | None = None, model: Model | str | None = None, max_tp: int = 8,
-            schedules=SCHEDULES) -> st.SearchStrategy[Layout]:
+            schedules=SCHEDULES, scale_up_domain: int | None = None) -> st.SearchStrategy[Layout]:
     """Valid layouts whose degrees multiply to ``gpus``; with ``model``, TP divides the heads, PP
-    does not exceed the layers and EP divides the experts. (Microbatch divisibility depends on the
-    batch: :func:`plans` takes care of it.)"""
+    does not exceed the layers and EP divides the experts; with ``scale_up_domain``, TP groups tile
+    the domain (``analytic.plan.tiles``). (Microbatch divisibility depends on the batch:
+    :func:`plans` takes care of it.)"""
     _check_positive_int("gpus", gpus)
     _check_positive_int("max_tp", max_tp, allow_none=False)
+    _check_positive_int("scale_up_domain", scale_up_domain)
     model = _preset("model", model, _model)
     if model is not None and not isinstance(model, Model):
         raise InvalidArgument(f"model={model!r} must be a Model or a preset name")
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad or not schedules:
         raise InvalidArgument(f"schedules={schedules!r}: expected a non-empty subset of {SCHEDULES}")
-    return _layouts(gpus, model, max_tp, tuple(schedules))
+    return _layouts(gpus, model, max_tp, tuple(schedules), scale_up_domain)
 
 
 @st.composite
 def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
-    lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.gpus_per_node))
+    lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
     seq = draw(st.sampled_from(seq_lens))
     if seq % lay.cp:
         seq = lay.cp * seq

@@ -35,10 +35,39 @@ def derive() -> Derivation:
     d.check((n - 1) * alpha + Sz / Bw, "collectives.broadcast.time",
             "Broadcast pipelined along a chain of n ranks: the first piece needs n − 1 hops of latency, then the "
             "whole message streams through every link at B (large messages, pieces small)")
-    # two levels: g ranks per node, n_n nodes
+    # spanning nodes: n_n nodes of g ranks, one NIC per rank
     g, nn, Bup, Bout = S("gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth")
-    hier = d.step("Two-level all-reduce: reduce-scatter inside the node, all-reduce of the S/g shard across nodes, "
-                  "all-gather inside the node",
+    N = g * nn
+    d.step("Spanning nodes: N = g·n_n ranks on n_n nodes of g (a node here is one scale-up domain), one NIC per "
+           "rank. NCCL builds one ring per channel through all N ranks; in channel c it visits each node's ranks in "
+           "an order rotated by c, so over g channels the ring leaves every node once through each rank's NIC",
+           sympy.Eq(sympy.Symbol("N"), N))
+    d.step("In one ring pass (reduce-scatter or all-gather) every position sends (N−1)/N of its channel's share. Of "
+           "the g positions a node holds in a channel, g − 1 hand on inside the node and one to the next node; a "
+           "rank is the leaving one in exactly one of the g channels, so its NIC carries this fraction of its bytes",
+           sympy.Rational(1, 1) / g)
+    for part, volume in (("all_reduce", 2 * (N - 1) / N * Sz), ("reduce_scatter", (N - 1) / N * Sz),
+                         ("all_gather", (N - 1) / N * Sz)):
+        up = d.check((g - 1) / g * volume, f"collectives.multinode.{part}.bytes_sent_scale_up",
+                     f"{part.replace('_', '-')}: bytes a rank sends inside its node")
+        out = d.check(volume / g, f"collectives.multinode.{part}.bytes_sent_scale_out", "and through its NIC")
+        steps = 2 * (N - 1) if part == "all_reduce" else N - 1
+        d.check(steps * alpha + sympy.Max(up / Bup, out / Bout), f"collectives.multinode.{part}.time",
+                "Chunks are pipelined, so both links carry their share at once and the slower one sets the time; "
+                "every rank of the ring is a step of latency")
+    ring_bw = 2 * (N - 1) / N * Sz / (2 * (N - 1) / N * Sz * sympy.Max((g - 1) / (g * Bup), 1 / (g * Bout)))
+    d.step("The all-reduce's bus bandwidth 2(N−1)/N·S/t for large messages (α = 0): the smaller of the node's NICs "
+           "together and the scale-up link over its (g−1)/g share", sympy.Min(g * Bout, g * Bup / (g - 1)))
+    d.number("For H100 nodes (g = 8, B_up = 450 GB/s, B_out = 50 GB/s), in GB/s",
+             float(ring_bw.subs({g: 8, Bup: 450, Bout: 50})))
+    d.step("All-to-all, pairwise over N ranks: a rank sends S/N to each of the g − 1 others in its node and to each "
+           "of the N − g ranks elsewhere")
+    up = d.check((g - 1) * Sz / N, "collectives.multinode.all_to_all.bytes_sent_scale_up")
+    out = d.check((N - g) * Sz / N, "collectives.multinode.all_to_all.bytes_sent_scale_out")
+    d.check((N - 1) * alpha + sympy.Max(up / Bup, out / Bout), "collectives.multinode.all_to_all.time")
+    # the explicit two-level algorithm
+    hier = d.step("Two-level all-reduce, an explicit hierarchical algorithm: reduce-scatter inside the node, "
+                  "all-reduce of the S/g shard across nodes, all-gather inside the node, one after the other",
                   2 * ((g - 1) * alpha + (g - 1) / g * Sz / Bup) + 2 * (nn - 1) * (alpha + (Sz / g) / (nn * Bout)))
     d.check(hier, "collectives.hierarchical_all_reduce.time")
     d.check(2 * (g - 1) / g * Sz, "collectives.hierarchical_all_reduce.bytes_sent_scale_up",
@@ -48,17 +77,18 @@ def derive() -> Derivation:
     for part in ("reduce_scatter", "all_gather"):
         d.check((g - 1) * (alpha + Sz / (g * Bup)) + (nn - 1) * (alpha + (Sz / g) / (nn * Bout)),
                 f"collectives.hierarchical_{part}.time", f"The two-level {part.replace('_', '-')} alone: one level after the other")
-    for part in ("reduce_scatter", "all_gather"):
-        d.check((g * nn - 1) * alpha + (g - 1) / g * Sz / Bup + (nn - 1) / nn * (Sz / g) / Bout,
-                f"collectives.ring_across_nodes_{part}.time",
-                f"NCCL's {part.replace('_', '-')} is one ring over all g·n_n ranks (a ring per NIC): the same bytes "
-                "per link, but every rank is a step of latency")
-    flat = d.step("A flat ring over all g·n_n ranks, each crossing at the NIC's bandwidth",
-                  2 * (g * nn - 1) * (alpha + Sz / (g * nn * Bout)))
-    big = sympy.limit((hier - flat).subs(alpha, 0) / Sz, nn, sympy.oo)
-    d.step("Bandwidth terms per byte, for many nodes (hierarchical − flat)", sympy.simplify(big))
-    crossover = sympy.solve(sympy.Eq(big, 0), Bup)[0]
-    d.step("The two-level algorithm wins on bandwidth whenever the scale-up link is faster than", sympy.Eq(Bup, crossover))
-    lat = sympy.simplify(((hier - flat) / alpha).subs(Sz, 0))
-    d.step("and on latency it always takes fewer steps (flat − hierarchical, in α)", sympy.simplify(-lat))
+    nic_bound = 2 * (N - 1) * alpha + 2 * (N - 1) / (g * N) * Sz / Bout
+    d.step("Where the NICs are the bottleneck (g·B_out ≤ g·B_up/(g−1), as on every system in the presets), the ring "
+           "takes", nic_bound)
+    bw = sympy.factor(sympy.simplify(((hier - nic_bound) / Sz).subs(alpha, 0)))
+    d.step("Two-level − ring, per byte (α = 0): positive whenever B_up < g·n_n·B_out, so the pipelined ring wins on "
+           "bandwidth: the two-level algorithm pays its two links one after the other, the ring both at once", bw)
+    lat = sympy.factor(sympy.simplify(((nic_bound - hier) / alpha).subs(Sz, 0)))
+    d.step("and the two-level algorithm takes fewer steps of latency (ring − two-level, in α)", lat)
+    crossover = sympy.factor(sympy.solve(sympy.Eq(hier, nic_bound), Sz)[0])
+    d.step("so it is faster below the message size", sympy.Eq(sympy.Symbol("S^*"), crossover))
+    d.number("For 8 H100 nodes (g = 8, n_n = 8, B_up = 450 GB/s, B_out = 50 GB/s) and α = 10 µs, S* in MB",
+             float(crossover.subs({g: 8, nn: 8, Bup: 450e9, Bout: 50e9, alpha: 10e-6})) / 1e6)
+    d.step("A flat ring through ONE NIC per node (every byte of the node crossing one 50 GB/s link) would be bound by "
+           "B_out alone; spreading the channels over the node's g NICs is what gives the ring g·B_out")
     return d

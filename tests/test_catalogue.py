@@ -84,14 +84,42 @@ def test_hierarchical_all_reduce_is_hierarchical_rs_plus_ag():
     assert sympy.simplify(ar - rs - ag) == 0
 
 
-@pytest.mark.parametrize("kind", ["reduce_scatter", "all_gather"])
-def test_a_ring_across_nodes_moves_the_two_level_bytes_but_steps_through_every_rank(kind):
-    """NCCL's ring over g·n_n ranks: the bandwidth terms of the two-level algorithm, g·n_n − 1 latencies."""
-    ring = an.formula(f"collectives.ring_across_nodes_{kind}.time").expr
-    two = an.formula(f"collectives.hierarchical_{kind}.time").expr
-    g, nn, alpha = an.sym("gpus_per_node"), an.sym("nodes"), an.sym("latency")
-    assert sympy.simplify(ring.subs(alpha, 0) - two.subs(alpha, 0)) == 0
-    assert sympy.simplify(sympy.diff(ring, alpha) - (g * nn - 1)) == 0
+def test_multinode_all_reduce_runs_at_the_slower_of_the_nodes_nics_and_nvlink():
+    """8 nodes of 8 H100s (450 GB/s NVLink, 8 × 50 GB/s NICs), no latency: the bus bandwidth
+    2(N−1)/N·S/t is the node's NICs together, 400 GB/s, not one NIC's 50 or a sum of phases."""
+    t = an.formula("collectives.multinode.all_reduce.time").evaluate(
+        message="1 GiB", gpus_per_node=8, nodes=8, scale_up_bandwidth="450 GB/s", scale_out_bandwidth="50 GB/s",
+        latency="0 s")
+    busbw = 2 * 63 / 64 * 2**30 / t.to("s").magnitude
+    assert busbw == pytest.approx(min(450e9, 8 * 50e9), rel=0.10)
+    assert busbw == pytest.approx(400e9, rel=1e-12)  # NIC-bound: 8·50 < 8·450/7
+    # NVLink-bound when the NICs are fast: 8·450/7 GB/s
+    t = an.formula("collectives.multinode.all_reduce.time").evaluate(
+        message="1 GiB", gpus_per_node=8, nodes=8, scale_up_bandwidth="450 GB/s", scale_out_bandwidth="100 GB/s",
+        latency="0 s")
+    assert 2 * 63 / 64 * 2**30 / t.to("s").magnitude == pytest.approx(8 * 450e9 / 7, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind,per_rank", [("all_reduce", 2 * 7 / 8), ("reduce_scatter", 7 / 8),
+                                           ("all_gather", 7 / 8), ("all_to_all", 7 / 8)])
+def test_multinode_bytes_split_by_hand(kind, per_rank):
+    """2 nodes of 4 ranks, S = 8 MiB. Ring: of the N − 1 = 7 chunks of S/8 a rank sends per pass, 1/4
+    through its NIC. All-to-all: S/8 to each of 3 ranks in its node, 4 elsewhere."""
+    S = 8 * 2**20
+    kw = dict(message=f"{S} byte", gpus_per_node=4, nodes=2)
+    up = an.formula(f"collectives.multinode.{kind}.bytes_sent_scale_up").evaluate(**kw).to("byte").magnitude
+    out = an.formula(f"collectives.multinode.{kind}.bytes_sent_scale_out").evaluate(**kw).to("byte").magnitude
+    if kind == "all_to_all":
+        assert (up, out) == (3 * S / 8, 4 * S / 8)
+    else:
+        assert (up, out) == (pytest.approx(per_rank * S * 3 / 4), pytest.approx(per_rank * S / 4))
+    assert up + out == pytest.approx(per_rank * S)  # every byte the single-level ring sends over 8 ranks
+
+
+def test_multinode_all_to_all_in_one_node_never_leaves_it():
+    out = an.formula("collectives.multinode.all_to_all.bytes_sent_scale_out").evaluate(
+        message="1 GB", gpus_per_node=8, nodes=1)
+    assert out.to("byte").magnitude == 0
 
 
 @pytest.mark.parametrize("stage,shards", [(0, (0, 0, 0)), (1, (0, 0, 1)), (2, (0, 1, 1)), (3, (1, 1, 1))])

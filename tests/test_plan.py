@@ -313,7 +313,7 @@ def test_per_tensor_gathers_again_in_the_recomputed_forward():
     eff = float(p.inputs["link_efficiency"])
     element = float(p.inputs["element_bytes"])
     message = an.Q_(m.total_params * element / m.block_tensors, "byte")  # a tensor's share of the parameters
-    one = an.formula("collectives.ring_across_nodes_all_gather.time").evaluate(
+    one = an.formula("collectives.multinode.all_gather.time").evaluate(
         message=message, gpus_per_node=8, nodes=48, latency=an.Q_(float(p.inputs["latency"]), "s"),
         scale_up_bandwidth=hw.scale_up_bandwidth * eff, scale_out_bandwidth=hw.scale_out_bandwidth * eff)
     round_time = (p.microbatches * m.block_tensors * one).to("s").magnitude

@@ -190,7 +190,7 @@ def test_every_enumerated_layout_passes_the_one_layout_check():
                                sequence_parallel=d["tp"] > 1, recompute=RECOMPUTE[d["recompute"]],
                                schedule=SCHEDULES[d["schedule"]])
             check_layout(model, layout, seq_len=seq, global_batch=batch, microbatch_size=d["microbatch_size"],
-                         gpus_per_node=hw.gpus_per_node, sms=hw.sms)
+                         scale_up_domain=hw.gpus_per_node, sms=hw.sms)
 
 
 @pytest.mark.parametrize("kw, constraint", [(dict(tp=3), "heads"), (dict(pp=64), "layers"), (dict(cp=3), "sequence"),
@@ -199,4 +199,4 @@ def test_the_layout_check_names_the_constraint(kw, constraint):
     from analytic.plan import check_layout
     layout = an.Layout(**({"tp": 1} | kw))
     with pytest.raises(LayoutError, match=constraint):
-        check_layout(MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, gpus_per_node=8)
+        check_layout(MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, scale_up_domain=8)

@@ -3,6 +3,8 @@
 S is the full buffer: the input of all-reduce and reduce-scatter, the gathered output of all-gather,
 each rank's whole send buffer for all-to-all. Bandwidth is per rank, one direction."""
 
+import sympy
+
 from ._catalogue import S, define
 
 Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
@@ -53,11 +55,32 @@ for _name in ("reduce_scatter", "all_gather"):
            (f"two levels: {_what[_name]} over the g ranks of a node (scale-up) and over the n_n nodes (scale-out) "
             "of the S/g shard",), f"time of a two-level {_what[_name]}")
 
-for _name in ("reduce_scatter", "all_gather"):
-    define(f"collectives.ring_across_nodes_{_name}.time",
-           (g * nn - 1) * alpha + (g - 1) / g * Sz / Bup + (nn - 1) / nn * (Sz / g) / Bout, "s",
-           f"{THAKUR}; NVIDIA/nccl: rings over every rank, one channel per NIC; derived: derivations/collectives.py",
-           (f"NCCL's ring {_what[_name]} over all g·n_n ranks of n_n nodes: a step of latency per rank",
-            "bytes as the two-level algorithm: (g−1)/g·S over the scale-up link, the S/g shard's (n_n−1)/n_n over "
-            "each of the node's g NICs"),
-           f"time of a ring {_what[_name]} spanning nodes")
+_N = g * nn  # ranks of a collective spanning n_n nodes of g
+_MULTI = ("n_n nodes of g ranks each (a node: one scale-up domain), one NIC per rank",
+          "large messages, as NCCL runs them (NCCL_ALGO=Ring): one ring per channel through every rank, the g "
+          "channels entering and leaving each node through different NICs, so each rank's NIC carries 1/g of "
+          "its ring traffic and its scale-up link the other (g−1)/g",
+          "pipelined: chunks stream through every link at once, so the slower of the two links sets the time")
+_MULTI_SRC = ("NVIDIA/nccl src/graph/rings.cc, search.cc (rings over every rank, one NIC per channel); Jeaugey 2019, "
+              "Massively Scale Your Deep Learning Training with NCCL 2.4 (NVIDIA technical blog); "
+              f"{THAKUR}; derived: derivations/collectives.py")
+_ring_volume = {k: v.subs(n, _N) for k, v in _volume.items() if k != "all_to_all"}
+_ring_steps = {k: v.subs(n, _N) for k, v in _steps.items() if k != "all_to_all"}
+_split = {k: ((g - 1) / g * v, v / g) for k, v in _ring_volume.items()}
+# pairwise all-to-all: S/N to each of the g − 1 ranks of its node and to each of the N − g others
+_split["all_to_all"] = ((g - 1) / _N * Sz, (nn - 1) / nn * Sz)
+_ring_steps["all_to_all"] = _N - 1
+for _name, (_up, _out) in _split.items():
+    _alg = ((_MULTI[0], "pairwise exchange: a rank sends S/N to every other rank, g − 1 of them in its node; "
+                        "in N − 1 steps of a latency each, the sends of a step to peers in the node over the scale-up link and "
+                        "to peers elsewhere through the rank's NIC", _MULTI[2])
+            if _name == "all_to_all" else _MULTI)
+    define(f"collectives.multinode.{_name}.bytes_sent_scale_up", _up, "byte", _MULTI_SRC, _alg,
+           f"bytes each rank sends over its scale-up link in a {_what[_name]} spanning nodes",
+           keywords=("message", "gpus_per_node", "nodes"))
+    define(f"collectives.multinode.{_name}.bytes_sent_scale_out", _out, "byte", _MULTI_SRC, _alg,
+           f"bytes each rank sends through its NIC in a {_what[_name]} spanning nodes",
+           keywords=("message", "gpus_per_node", "nodes"))
+    define(f"collectives.multinode.{_name}.time", _ring_steps[_name] * alpha + sympy.Max(_up / Bup, _out / Bout), "s",
+           _MULTI_SRC, _alg, f"time of a {_what[_name]} over n_n nodes of g ranks, as NCCL runs it for large messages",
+           keywords=("message", "gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth", "latency"))

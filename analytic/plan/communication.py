@@ -1,9 +1,9 @@
 """Stage 4 of a plan: what each parallel axis sends per step and how long it takes on the link its
 placement implies — one function per kind of traffic, each adding to its axis's bytes and time.
 
-A group within a node uses the scale-up link, one across nodes the scale-out link; one that spans
-both all-reduces in two levels, and reduce-scatters and all-gathers as NCCL does, in a ring over
-every rank whose bytes cross the nodes' NICs together."""
+A group within a scale-up domain uses the scale-up link, one whose ranks are all in other domains
+the scale-out link; one that spans both runs as NCCL runs large messages (collectives.multinode.*):
+rings through every rank, pipelined over both links, the domain's traffic spread over all its NICs."""
 
 from __future__ import annotations
 
@@ -11,16 +11,24 @@ import sympy
 
 from ..formula import Formula, cases
 from ..formulas import formula
-from ..schedules import lazy_min
+from ..schedules import is_number, lazy_min
 from ..units import Q_
 from .inputs import Inputs
 from .placement import axis_stride, link_kind, replica_groups
 
 
+def _ranks_per_domain(size, fit):
+    """Ranks of a group spanning scale-up domains counted per domain, when ``fit`` of its ranks fit in
+    one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs carry more,
+    and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled evenly, slower
+    otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1)."""
+    return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else fit
+
+
 def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:
     """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride_`` apart in
     the rank order, on the link its placement implies."""
-    g = inp.values["gpus_per_node"]
+    g = inp.values["scale_up_domain"]
     eff = inp.time_input("link_efficiency")
     alpha = inp.time_input("latency")
 
@@ -29,11 +37,10 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
             {"message": message, "ranks": size, "bandwidth": inp.time_input(bw_key) * eff, "latency": alpha})
 
     def two_level():
-        if kind in ("all_to_all", "broadcast"):  # pairwise exchanges cross nodes
+        if kind == "broadcast":  # a point-to-point transfer between domains
             return flat("scale_out_bandwidth")
-        per_node = g / stride_
-        name = "hierarchical_all_reduce" if kind == "all_reduce" else f"ring_across_nodes_{kind}"
-        return formula(f"collectives.{name}.time").bind(
+        per_node = _ranks_per_domain(size, g / stride_)
+        return formula(f"collectives.multinode.{kind}.time").bind(
             {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
              "scale_up_bandwidth": inp.time_input("scale_up_bandwidth") * eff,
              "scale_out_bandwidth": inp.time_input("scale_out_bandwidth") * eff})
@@ -176,7 +183,7 @@ def expert_parallel(inp: Inputs) -> dict:
                      "token", "")
     dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))
     calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * inp.microbatches
-    g = inp.values["gpus_per_node"]
+    g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp, "ep")
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
                                  calls, lay.ep, stride_) for e in (dispatch_e, inp.values["element_bytes"])))

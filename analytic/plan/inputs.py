@@ -22,6 +22,7 @@ from .layout import Layout, _Degrees, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+             "scale_up_domain",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "element_bytes")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
@@ -71,7 +72,8 @@ class Inputs:
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
                      microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
-                     gpus_per_node=self.overrides.get("gpus_per_node", hardware.gpus_per_node),
+                     scale_up_domain=self.overrides.get("scale_up_domain", self.overrides.get(
+                         "gpus_per_node", hardware.scale_up_domain)),
                      sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
@@ -112,6 +114,9 @@ class Inputs:
         out["sms"] = pick("sms", lambda: hw.sms)
         out["comm_sms"] = lay.comm_sms
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
+        # a node given alone is its own scale-up domain
+        out["scale_up_domain"] = pick("scale_up_domain", lambda: ov["gpus_per_node"] if "gpus_per_node" in ov
+                                      else hw.scale_up_domain)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
         cal = self.calibration

@@ -184,7 +184,15 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, gpus_per_node, sms=None,
+def tiles(extent, domain) -> bool:
+    """Whether blocks of ``extent`` consecutive ranks tile scale-up domains of ``domain`` GPUs: the
+    extent divides the domain or is a whole number of domains (True while either is a symbol)."""
+    if not (is_number(extent) and is_number(domain)):
+        return True
+    return domain % extent == 0 or extent % domain == 0
+
+
+def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, scale_up_domain, sms=None,
                  hardware: str = "the hardware", allow_cross_node_tp: bool = False) -> None:
     """The one check that ``layout`` can run ``model`` on ``global_batch`` sequences of ``seq_len``
     (Plan, search and the strategies all use it): a LayoutError naming the first constraint that fails.
@@ -213,9 +221,13 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
         if num(lay.ep, m.experts) and m.experts % lay.ep:
             raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
-    g = gpus_per_node
+    g = scale_up_domain
     if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
-        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a node (pass allow_cross_node_tp=True)")
+        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True)")
+    for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp)):  # the strides of cp, dp and ep
+        if not tiles(extent, g):
+            raise LayoutError(f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains of "
+                              f"{g} GPUs, so some groups would straddle two domains unevenly")
     for k in ("sequence_parallel", "async_tp"):
         if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
             raise LayoutError(f"{k}: needs tp > 1")

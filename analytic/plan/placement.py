@@ -2,8 +2,9 @@
 the parameters each GPU holds.
 
 Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp (ep inside dp), pp.
-An axis whose group fits in a node uses the scale-up link, one whose ranks are all on other nodes
-the scale-out link; one that spans both is "two-level"."""
+An axis whose group fits in a scale-up domain (a node, or an NVL72-class rack of nodes) uses the
+scale-up link, one whose ranks are all in other domains the scale-out link; one that spans both is
+"two-level"."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def link_kind(size, stride_, g) -> str:
 
 def placement(inp: Inputs) -> dict:
     """For each axis: its size, its stride in the rank order and the link it uses."""
-    g = inp.values["gpus_per_node"]
+    g = inp.values["scale_up_domain"]
     out = {}
     for axis in AXES:
         size, s = getattr(inp.layout, axis), axis_stride(inp, axis)

@@ -99,6 +99,41 @@ def hierarchical_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tenso
     return full[: x.numel()].view_as(x), up.bytes, out.bytes
 
 
+class LinkCounter(Counter):
+    """Bytes this rank has sent, split by link: to a rank of its own "node" of ``per_node`` ranks
+    (scale-up) or of another (scale-out)."""
+
+    def __init__(self, per_node: int):
+        super().__init__()
+        self.per_node, self.up, self.out = per_node, 0, 0
+
+    def exchange(self, send: torch.Tensor, to: int, recv: torch.Tensor, frm: int):
+        sent = send.numel() * send.element_size()
+        if to // self.per_node == dist.get_rank() // self.per_node:
+            self.up += sent
+        else:
+            self.out += sent
+        super().exchange(send, to, recv, frm)
+
+
+def channel_rings(world: int, per_node: int) -> list[list[int]]:
+    """NCCL-style rings over every rank, one per channel: channel c visits each node's ranks in an
+    order rotated by c, so each rank is the one that leaves its node in exactly one channel."""
+    nodes = world // per_node
+    return [[k * per_node + (c + j) % per_node for k in range(nodes) for j in range(per_node)]
+            for c in range(per_node)]
+
+
+def multinode_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tensor, LinkCounter, LinkCounter]:
+    """All-reduce as reduce-scatter + all-gather over :func:`channel_rings`, the buffer split evenly
+    over the channels; returns the result and the reduce-scatter's and the all-gather's counters."""
+    rings = channel_rings(dist.get_world_size(), per_node)
+    rs, ag = LinkCounter(per_node), LinkCounter(per_node)
+    parts = [ring_all_gather(ring_reduce_scatter(part, ring, rs), ring, ag)
+             for part, ring in zip(x.reshape(-1).chunk(len(rings)), rings, strict=True)]
+    return torch.cat(parts)[: x.numel()].view_as(x), rs, ag
+
+
 def checks(rank: int, world: int) -> dict:
     """Every collective check for one rank (run inside an initialised process group)."""
     from ..formulas import formula
@@ -183,6 +218,30 @@ def checks(rank: int, world: int) -> dict:
                 message=f"{S} byte", gpus_per_node=2).magnitude),
             "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
                 message=f"{S} byte", gpus_per_node=2, nodes=world // 2).magnitude)}
+        # NCCL-style rings over two "nodes" of world/2 ranks, one channel per rank of a node
+        per_node = world // 2
+        z = torch.randn(world * per_node * 5, generator=gen, dtype=torch.float64)
+        flat = z.clone()
+        dist.all_reduce(flat)
+        got, rs, ag = multinode_all_reduce(z, per_node)
+        if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
+            res["mismatch"].append("multinode all_reduce")
+        a2a = LinkCounter(per_node)
+        y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
+        ref = torch.empty_like(y)
+        dist.all_to_all_single(ref, y)
+        if not torch.equal(pairwise_all_to_all(y, ranks, a2a), ref):
+            res["mismatch"].append("multinode all_to_all")
+        res["multinode"] = []
+        shape = {"gpus_per_node": per_node, "nodes": 2}
+        S = z.numel() * z.element_size()
+        for kind, up, out, message in (("all_reduce", rs.up + ag.up, rs.out + ag.out, S),
+                                       ("reduce_scatter", rs.up, rs.out, S), ("all_gather", ag.up, ag.out, S),
+                                       ("all_to_all", a2a.up, a2a.out, y.numel() * y.element_size())):
+            res["multinode"].append({"kind": kind, "up": up, "out": out, **{
+                f"formula_{link}": float(formula(f"collectives.multinode.{kind}.bytes_sent_scale_{name}").evaluate(
+                    message=f"{message} byte", **shape).to("byte").magnitude)
+                for link, name in (("up", "up"), ("out", "out"))}})
     return res
 
 
