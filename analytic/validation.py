@@ -93,7 +93,8 @@ def load(folder: Path) -> tuple[list[dict], dict]:
 #: what a case's ``compute`` may read of the objects it gets (nothing else, and nothing starting with _)
 ATTRIBUTES = frozenset({
     "Layout", "simplify", "expand", "log",  # of the namespaces an and sympy below
-    "activations", "active_params", "communication", "expr", "gpus", "hbm", "magnitude", "memory",
+    "activations", "active_params", "calibration", "communication", "expr", "gpus", "hbm", "link_efficiency",
+    "magnitude", "memory",
     "microbatches", "optimizer", "peak_flops", "scale_out_bandwidth", "scale_up_bandwidth", "step_time", "subs",
     "to", "tokens_per_step", "total_params", "value", "vocab", "weights"})
 

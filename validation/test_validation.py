@@ -156,3 +156,12 @@ def test_readme_memory_paragraph():
     for case_id, gb in (("A01", 107), ("B02", 101)):
         total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
         assert round(total) == gb and f"({gb} GB;" in readme
+
+
+def test_readme_states_the_collective_measurements(results):
+    """The README's row on measured NCCL bus bandwidths gives the report's errors for N01–N04."""
+    rows = {r.id: r for r in results if r.id in ("N01", "N02", "N03", "N04")}
+    assert [rows[i].status for i in ("N01", "N02", "N03", "N04")] == ["within"] * 3 + ["outside"]
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    errors = ", ".join(f"{rows[i].error:+.1%}".replace("-", "−") for i in ("N01", "N02", "N03"))
+    assert f"{errors} within 15%; GB200 {rows['N04'].error:+.1%} outside" in readme
