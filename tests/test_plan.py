@@ -638,3 +638,30 @@ def test_expert_traffic_outside_dualpipe_is_exposed_but_for_the_overlap():
     assert p.time_breakdown()["ep"].to("s").magnitude == pytest.approx(
         0.75 * p.communication_time()["ep"].to("s").magnitude, rel=1e-12)
     assert p.time_breakdown()["ep"].magnitude > 0
+
+
+def test_a_rack_wide_nvlink_domain_keeps_groups_of_several_nodes_on_nvlink():
+    """GB200 NVL72: trays of 4 GPUs, one NVLink domain of 72. A DP group of 9 ranks 8 apart spans
+    18 trays but one domain, so it stays on the scale-up link; on H100 nodes of 8 it leaves every node.
+    TP 16 would straddle two racks (72 is no multiple of 16) and is refused."""
+    m = an.model("llama3-405b")
+    kw = dict(seq_len=8192, global_batch=1152)
+    lay = an.Layout(tp=8, pp=16, dp=9, zero=1, sequence_parallel=True)
+    assert an.Plan(m, an.hardware("gb200-nvl72"), lay, **kw).placement()["dp"]["link"] == "scale-up"
+    assert an.Plan(m, an.hardware("h100-sxm"), lay, **kw).placement()["dp"]["link"] == "scale-out"
+    with pytest.raises(an.LayoutError, match="straddle"):
+        an.Plan(m, an.hardware("gb200-nvl72"), an.Layout(tp=16, pp=8, dp=9, zero=1), **kw)
+    with pytest.raises(an.InputError, match="scale_up_domain"):
+        an.hardware("h100-sxm").replace(scale_up_domain=12)  # not a whole number of 8-GPU nodes
+
+
+def test_a_group_filling_domains_unevenly_runs_at_its_emptiest_domains_pace():
+    """64 DP ranks 8 apart on NVL72 racks: 9 in each of 7 racks and 1 in the eighth. That rank's NIC
+    carries its whole ring, so the all-reduce runs as over 64 domains of 1: the time of DP 64 on H100
+    nodes (every DP rank in a node of its own) at NVL72's links."""
+    m, nvl = an.model("llama3-405b"), an.hardware("gb200-nvl72")
+    lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True)
+    kw = dict(seq_len=8192, global_batch=2048)
+    uneven = an.Plan(m, nvl, lay, **kw).communication_time()["dp"]
+    apart = an.Plan(m, nvl, lay, scale_up_domain=8, gpus_per_node=8, **kw).communication_time()["dp"]
+    assert uneven.to("s").magnitude == pytest.approx(apart.to("s").magnitude, rel=1e-12)

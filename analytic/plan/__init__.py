@@ -4,14 +4,14 @@ catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check
 from ..choices import AXES, CONVENTIONS, RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
 from .core import Memory, Plan
 from .layout import (
-                     Layout,
-                     check_comm_sms,
-                     check_layout,
-                     divisors,
-                     regime,
-                     sequence_parallel_default,
-                     tiles,
-                     training_dtype,
+    Layout,
+    check_comm_sms,
+    check_layout,
+    divisors,
+    regime,
+    sequence_parallel_default,
+    tiles,
+    training_dtype,
 )
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
