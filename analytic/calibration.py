@@ -4,7 +4,11 @@ The constants are the achievable matmul efficiency per hardware generation and d
 efficiency, one per-step collective latency and one overlap fraction. Each measured case is a Plan
 whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
 ``scipy.optimize.least_squares`` fits log(predicted / published) over all cases. Leave-one-out
-refits without each case and predicts it.
+refits without each case and predicts it; leave-one-source-out refits without every case of the
+case's source (its ``group``), so that rows of one table cannot predict each other. The
+compute-only baseline (``Case(..., time="time.compute")``) predicts the step as its compute alone,
+one matmul efficiency per hardware generation and dtype: what the bubble and communication terms
+add is measured against it.
 """
 
 from __future__ import annotations
@@ -53,10 +57,11 @@ def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Pla
     return Plan(m, hw, layout, **spec, **constants)
 
 
-def metric_formula(plan: Plan, metric: str, convention: str = "6nd") -> Formula:
-    """The measured quantity of a case as a Formula of the plan."""
+def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str = "step_time") -> Formula:
+    """The measured quantity of a case as a Formula of the plan (``time``: the plan quantity taken
+    as the step's time)."""
     flops = plan.expr(f"flops.{choice('convention', convention, CONVENTIONS)}")
-    step = plan.expr("step_time")
+    step = plan.expr(choice("time", time, ("step_time", "time.compute")))
     gpus = plan.deg.gpus
     if metric == "achieved_flops":
         return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
@@ -78,11 +83,14 @@ class Case:
     published: object  # pint Quantity
     key: str = ""
     in_fit: bool = True
+    group: str = ""  # the source: cases of one group are left out together
+    time: str = "step_time"  # "time.compute" for the compute-only baseline
 
     def __post_init__(self):
         hw = hardware(self.plan["hardware"])
         self.key = hw.calibration_key(self.plan.get("dtype", "bf16"))
-        f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention)
+        self.group = self.group or self.id
+        f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention, self.time)
         self.unit = f.unit
         self.target = float(self.published.to(f.unit).magnitude)
         self._fn = f.lambdify()
@@ -94,7 +102,7 @@ class Case:
 
 def _vector_names(cases) -> list[str]:
     keys = sorted({c.key for c in cases})
-    return [f"matmul_efficiency:{k}" for k in keys] + list(SHARED)
+    return [f"matmul_efficiency:{k}" for k in keys] + [s for s in SHARED if any(s in c.keywords for c in cases)]
 
 
 def _constants(names, x) -> dict[str, dict | float]:
@@ -105,7 +113,7 @@ def _constants(names, x) -> dict[str, dict | float]:
 
 def _case_constants(constants, case, fallback=None):
     eff = constants["matmul_efficiency"].get(case.key, fallback)
-    return {"matmul_efficiency": eff, **{k: constants[k] for k in SHARED}}
+    return {"matmul_efficiency": eff, **{k: constants[k] for k in SHARED if k in constants}}
 
 
 def fit(cases: list[Case]) -> dict:
@@ -155,6 +163,17 @@ def leave_one_out(cases: list[Case]) -> dict[str, float]:
     return out
 
 
+def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
+    """case id → prediction with constants fitted on the fitted cases of every other source."""
+    fitted = [c for c in cases if c.in_fit]
+    out = {}
+    for group in sorted({c.group for c in cases}):
+        rest = [c for c in fitted if c.group != group]
+        constants = fit(rest)
+        out.update({c.id: predict(c, constants, rest) for c in cases if c.group == group})
+    return out
+
+
 def load_cases(path: Path) -> list[Case]:
     """The ``predicted`` cases of a validation TOML file that are checkable."""
     data = tomllib.loads(Path(path).read_text())
@@ -163,7 +182,7 @@ def load_cases(path: Path) -> list[Case]:
         if c.get("kind") != "predicted" or "plan" not in c:
             continue
         out.append(Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), as_quantity("published", c["published"]),
-                        in_fit=c.get("in_fit", True)))
+                        in_fit=c.get("in_fit", True), group=c.get("group", "")))
     return out
 
 

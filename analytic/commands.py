@@ -130,7 +130,8 @@ def cmd_validate(args) -> int:
         cases = [{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
                   "error": r.error, "tolerance": r.tolerance, "status": r.status, "expected": r.expected,
                   "source": r.source, "reason": r.reason,
-                  **({"in_fit": r.extra["in_fit"], "in_fit_error": r.extra["in_fit_error"]} if r.kind == "predicted" else {})}
+                  **({k: r.extra[k] for k in ("in_fit", "group", "in_fit_error", "leave_one_out_error", "baseline_error")}
+                     if r.kind == "predicted" else {})}
                  for r in results]
         print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
     else:
