@@ -166,11 +166,12 @@ def cmd_calibrate(args) -> int:
     folder = validation.find_folder(args.cases)
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
-    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml")
+    ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios)
     if args.write:
         _write_text(args.write, text)
     if args.json:
-        print(json.dumps(calibration.as_json(constants, cases)))
+        print(json.dumps(calibration.as_json(constants, cases, ratios)))
     elif not args.write:
         print(text, end="")
     return 0
@@ -203,12 +204,17 @@ def cmd_search(args) -> int:
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else ""))
+    if res.ratios:
+        print(f"step: the predicted time; interval: where the measured one falls 80% of the time (measured/predicted "
+              f"{res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation cases, each with its source left out)")
     print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
-          f"{'schedule':>11} {'step (s)':>9} {'MFU':>6} {'mem (GB)':>9}")
+          f"{'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'MFU':>6} {'mem (GB)':>9}")
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
+        spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
         print(f"{i:>3} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} {r.microbatch_size:>3} "
-              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
+              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {spread:>15} {r.mfu:>6.3f} "
+              f"{r.memory / 1e9:>9.2f}")
     return 0
 
 

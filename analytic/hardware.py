@@ -35,6 +35,8 @@ class Calibration:
     latency: pint.Quantity
     overlap: float
     provenance: str = ""
+    interval: tuple[float, float] | None = None  # measured/predicted step time: (low, high) quantiles
+    coverage: float | None = None  # the probability [low, high] is meant to hold
 
 
 @dataclass(frozen=True)

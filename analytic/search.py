@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from .errors import InputError, ReinterpretedWarning
+from .errors import InputError, PresetError, ReinterpretedWarning
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model
@@ -107,6 +107,7 @@ class Ranked:
     memory: float  # bytes per GPU, worst stage
     mfu: float
     fits: bool
+    step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
 
     def plan(self, model, hardware, **kw) -> Plan:
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **kw)
@@ -118,7 +119,8 @@ class Ranked:
                 "comm_sms": lay.comm_sms, "zero3_gather": lay.zero3_gather,
                 "recompute": lay.recompute,
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
-                "step_time_s": self.step_time, "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
+                "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
+                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
 
 
 class _Ranking(Sequence):
@@ -137,14 +139,16 @@ class _Ranking(Sequence):
 
 
 def _row(a: dict, j: int, stack: dict) -> Ranked:
-    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather)."""
+    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
+    and the interval's ratios of measured/predicted step time or None)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
                     comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
                     schedule=SCHEDULES[d["schedule"]])
-    return Ranked(layout, d["microbatch_size"], float(a["step_time"][j]), float(a["memory"][j]),
-                  float(a["mfu"][j]), bool(a["fits"][j]))
+    t, ratios = float(a["step_time"][j]), stack.get("ratios")
+    return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
+                  None if ratios is None else (t * ratios[0], t * ratios[1]))
 
 
 @dataclass
@@ -159,6 +163,7 @@ class SearchResult:
     async_tp: bool = False
     comm_sms: int = 0
     zero3_gather: str = "per-block"
+    ratios: tuple | None = None  # measured/predicted step time, (low, high): calibration.toml's [interval]
     notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
 
     def __iter__(self):
@@ -173,7 +178,7 @@ class SearchResult:
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
-                                     "zero3_gather": self.zero3_gather})
+                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios})
 
     @property
     def best(self) -> Ranked:
@@ -362,6 +367,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
-    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather}
+    try:
+        ratios = hardware.calibration(dtype).interval
+    except PresetError:  # hardware defined by hand: no calibrated constants, no interval
+        ratios = None
+    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios}
     return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, **stack)

@@ -176,7 +176,13 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
                     sms = plan.inputs["sms"]
                     label += f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms} run communication)"
                 add("time", f"time_{k}", label, v, "plan.time_breakdown")
-        add("time", "step_time", "predicted step time (calibrated model)", st, "plan.step_time")
+        try:
+            low, high = plan.step_time_interval()
+            coverage = plan.hardware.calibration(plan.dtype).coverage
+            spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
+        except AnalyticError:
+            spread = ""
+        add("time", "step_time", f"predicted step time (calibrated model{spread})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU", round(plan.mfu(), 4), "compute.mfu")
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")

@@ -169,6 +169,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
     constants = calibration.fit(fitted)
     loo, loso = calibration.leave_one_out(objs), calibration.leave_one_source_out(objs)
     base = calibration.leave_one_source_out(baseline)
+    low, high = calibration.interval(fitted, loso)  # the shipped [interval], from these predictions
     out = []
     for o in objs:
         c = specs[o.id]
@@ -183,6 +184,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
                           expected=c.get("expect", "within"), source=c.get("source", ""), reason=reason,
                           tolerance=tol, extra={"in_fit_error": err["in_fit"], "leave_one_out_error": err["loo"],
                                                 "baseline_error": err["baseline"], "in_fit": o.in_fit, "group": o.group,
+                                                "in_interval": low <= calibration.time_ratio(o, loso[o.id]) <= high,
                                                 "assumptions": c.get("assumptions", [])}))
     return out
 
@@ -226,7 +228,7 @@ def statistics(results: list[Result]) -> dict:
                ("baseline_leave_one_source_out", lambda r: r.extra["baseline_error"]))
 
     def stats(subset):
-        s = {"count": len(subset)}
+        s = {"count": len(subset), "in_interval": sum(r.extra["in_interval"] for r in subset)}
         for name, get in columns:
             s[f"{name}_mean"], s[f"{name}_max"] = _mean_max([get(r) for r in subset])
         return s
@@ -285,10 +287,13 @@ def markdown(results: list[Result]) -> str:
                     "constants fitted on every fitted case, which are the shipped ones) and the compute-only baseline "
                     "(the step as its compute alone, one matmul efficiency per hardware generation and dtype, its "
                     "source left out too).", "",
-                    "| source | cases | LOSO mean | LOSO max | baseline mean | baseline max | LOO mean | in-fit mean |",
-                    "|---|---|---|---|---|---|---|---|"]
+                    f"*Inside* counts the cases whose measured step time falls in the {calibration.COVERAGE:.0%} interval "
+                    "every printed prediction carries (calibration.toml's [interval], from the fitted cases' "
+                    "leave-one-source-out predictions).", "",
+                    "| source | cases | inside | LOSO mean | LOSO max | baseline mean | baseline max | LOO mean | in-fit mean |",
+                    "|---|---|---|---|---|---|---|---|---|"]
             for g, s in statistics(rs)["predicted"]["all"]["sources"].items():
-                out.append(f"| {g} | {s['count']} | {_pct(s['leave_one_source_out_mean'])} | "
+                out.append(f"| {g} | {s['count']} | {s['in_interval']} | {_pct(s['leave_one_source_out_mean'])} | "
                            f"{_pct(s['leave_one_source_out_max'])} | {_pct(s['baseline_leave_one_source_out_mean'])} | "
                            f"{_pct(s['baseline_leave_one_source_out_max'])} | {_pct(s['leave_one_out_mean'])} | "
                            f"{_pct(s['in_fit_mean'])} |")

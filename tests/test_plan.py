@@ -665,3 +665,14 @@ def test_a_group_filling_domains_unevenly_runs_at_its_emptiest_domains_pace():
     uneven = an.Plan(m, nvl, lay, **kw).communication_time()["dp"]
     apart = an.Plan(m, nvl, lay, scale_up_domain=8, gpus_per_node=8, **kw).communication_time()["dp"]
     assert uneven.to("s").magnitude == pytest.approx(apart.to("s").magnitude, rel=1e-12)
+
+
+def test_readme_tour_states_the_step_time_interval():
+    """The quick tour's interval for Llama 3 405B on 8,192 H100 (TP8 PP16 DP64, ZeRO-1) is the plan's."""
+    from pathlib import Path
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    low, high = (t.to("s").magnitude for t in plan.step_time_interval())
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
+    assert low < plan.step_time().to("s").magnitude < high

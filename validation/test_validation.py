@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import analytic as an
 from analytic import calibration, validation
 
 HERE = Path(__file__).parent
@@ -122,6 +123,30 @@ def test_shipped_calibration_is_reproduced():
     assert shipped["shared"]["overlap"] == pytest.approx(constants["overlap"], abs=2e-6)
     assert shipped["shared"]["link_efficiency"] == pytest.approx(constants["link_efficiency"], abs=2e-6)
     assert shipped["shared"]["latency_us"] == pytest.approx(constants["latency"] * 1e6, rel=1e-4)
+    low, high = calibration.interval(cases, calibration.leave_one_source_out(cases))
+    assert (shipped["interval"]["low"], shipped["interval"]["high"]) == (pytest.approx(low, abs=2e-6),
+                                                                         pytest.approx(high, abs=2e-6))
+    assert shipped["interval"]["coverage"] == calibration.COVERAGE
+
+
+def test_the_interval_holds_about_as_often_as_it_says(results):
+    """Of the fitted cases, each predicted with its source left out, about 80% have their measured
+    step time inside the interval printed with every prediction (quantiles of 20: 16 to 18)."""
+    fitted = [r for r in results if r.kind == "predicted" and r.extra["in_fit"]]
+    inside = sum(r.extra["in_interval"] for r in fitted)
+    assert 0.7 <= inside / len(fitted) <= 0.9
+
+
+def test_a_published_step_time_falls_in_its_plans_interval():
+    """Llama 3's 8,192-GPU row: 430 TFLOP/s per GPU at 6N + 12LHQT FLOPs per token (A01) is a step
+    of flops / (8,192 × 430 TFLOP/s); the plan's 80% interval contains it, and its width is the
+    shipped ratios' (high/low, about 1.45)."""
+    cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
+    plan = calibration.build_plan(cases["A01"]["plan"])
+    measured = (plan.expr("flops.palm").value() / (plan.gpus * an.Q_(430, "TFLOP/s"))).to("s").magnitude
+    low, high = (t.to("s").magnitude for t in plan.step_time_interval())
+    assert low < measured < high
+    assert low < plan.step_time().to("s").magnitude < high
 
 
 def test_library_never_names_a_case():

@@ -19,7 +19,7 @@ import pint
 import sympy
 
 from ..choices import AXES
-from ..errors import FreeSymbolError, UnknownNameError
+from ..errors import FreeSymbolError, PresetError, UnknownNameError
 from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
@@ -246,6 +246,17 @@ class Plan:
             eta = fraction("mfu", mfu)
             return self._in.f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta).value()
         return self.expr("step_time").value()
+
+    def step_time_interval(self) -> tuple[pint.Quantity, pint.Quantity]:
+        """(low, high): where the measured step time falls with the calibration's coverage (80%): the
+        predicted step time times the quantiles of measured/predicted over the validation cases, each
+        predicted with its whole source left out of the fit (calibration.toml's [interval])."""
+        cal = self._in.calibration
+        if cal is None or cal.interval is None:
+            raise PresetError("step_time_interval: the interval comes with the shipped calibration; a plan whose "
+                              "constants are all given, or a hardware without calibrated constants, has none")
+        t = self.step_time()
+        return t * cal.interval[0], t * cal.interval[1]
 
     def time_breakdown(self) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time()."""

@@ -53,11 +53,13 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     data = tomllib.loads(path.read_text())
     provenance = data.get("provenance", {}).get("summary", "")
     shared = data.get("shared", {})
+    spread = data.get("interval", {})
+    interval = (spread["low"], spread["high"]) if spread else None
     out = {}
     for key, eff in data.get("matmul_efficiency", {}).items():
         out[key] = Calibration(matmul_efficiency=eff, link_efficiency=shared["link_efficiency"],
                                latency=Q_(shared["latency_us"], "µs"), overlap=shared["overlap"],
-                               provenance=provenance)
+                               provenance=provenance, interval=interval, coverage=spread.get("coverage"))
     return out
 
 
