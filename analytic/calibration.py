@@ -120,6 +120,11 @@ def _case_constants(constants, case, fallback=None):
 
 def fit(cases: list[Case]) -> dict:
     """Least-squares fit of log(predicted/published); returns the constants."""
+    return _fit(cases)[0]
+
+
+def _fit(cases: list[Case]):
+    """The constants, the names of the fitted vector, its scale, and scipy's result."""
     from scipy.optimize import least_squares
 
     names = _vector_names(cases)
@@ -138,7 +143,27 @@ def fit(cases: list[Case]) -> dict:
                         loss=LOSS, f_scale=F_SCALE)
     constants = _constants(names, res.x * scale)
     constants["rms_log_residual"] = float(np.sqrt(np.mean(res.fun**2)))
-    return constants
+    return constants, names, scale, res
+
+
+def identifiability(cases: list[Case]) -> list[dict]:
+    """For each fitted constant: its value, its standard error (from the Jacobian J of the log
+    residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are, before
+    the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's
+    information, largest first."""
+    _, names, scale, res = _fit(cases)
+    jac, r = res.jac, res.fun
+    dof = max(len(r) - len(names), 1)
+    cov = (r @ r) / dof * np.linalg.pinv(jac.T @ jac)
+    out = []
+    for j, name in enumerate(names):
+        column = jac[:, j] ** 2
+        shares = column / column.sum() if column.sum() > 0 else column
+        order = np.argsort(-shares)
+        out.append({"name": name, "value": float(res.x[j] * scale[j]),
+                    "standard_error": float(np.sqrt(max(cov[j, j], 0.0)) * scale[j]),
+                    "determined_by": [(cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1]})
+    return out
 
 
 def pooled_efficiency(constants: dict, cases: list[Case]) -> float:

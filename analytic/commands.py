@@ -139,7 +139,7 @@ def cmd_validate(args) -> int:
         print()
         print("\n".join(validation.summary(results)))
     if args.report:
-        _write_text(args.report, validation.markdown(results))
+        _write_text(args.report, validation.markdown(results, folder))
     if failed:
         print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
         return 1

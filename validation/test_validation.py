@@ -90,7 +90,7 @@ def test_validate_command_json(results, capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     # the report goes where --report says, and nowhere else
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in HERE.iterdir() if p.is_file()} == before
-    assert (tmp_path / "report.md").read_text() == validation.markdown(results)
+    assert (tmp_path / "report.md").read_text() == validation.markdown(results, HERE)
     failed = [r.id for r in validation.failed(results)]
     assert code == (1 if failed else 0) and out["failed"] == failed
     assert [c["id"] for c in out["cases"]] == [r.id for r in results]
@@ -110,7 +110,8 @@ def test_every_case_has_a_source():
 
 
 def test_report_is_current(results):
-    assert (HERE / "REPORT.md").read_text() == validation.markdown(results), "run: analytic validate --report validation/REPORT.md"
+    assert (HERE / "REPORT.md").read_text() == validation.markdown(results, HERE), \
+        "run: analytic validate --report validation/REPORT.md"
 
 
 def test_shipped_calibration_is_reproduced():
@@ -213,3 +214,18 @@ def test_readme_states_the_collective_measurements(results):
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     errors = ", ".join(f"{rows[i].error:+.1%}".replace("-", "−") for i in ("N01", "N02", "N03"))
     assert f"{errors} within 15%; GB200 {rows['N04'].error:+.1%} outside" in readme
+
+
+def test_identifiability_names_who_pins_each_constant():
+    """Hopper's bf16 efficiency is set by Llama 3's three rows alone (no other case runs bf16 on
+    Hopper): their shares of its information sum to 1. The efficiencies are pinned to a few percent;
+    the collective latency is not (its standard error exceeds its value)."""
+    cases = [c for c in calibration.load_cases(HERE / "predicted.toml") if c.in_fit]
+    table = {c["name"]: c for c in calibration.identifiability(cases)}
+    bf16 = table["matmul_efficiency:hopper.bf16"]
+    assert {i for i, _ in bf16["determined_by"]} == {"A01", "A03", "A05"}
+    assert sum(s for _, s in bf16["determined_by"]) == pytest.approx(1.0, abs=1e-9)
+    for name, c in table.items():
+        if name.startswith("matmul_efficiency"):
+            assert c["standard_error"] < 0.1 * c["value"], name
+    assert table["latency"]["standard_error"] > table["latency"]["value"]
