@@ -1,7 +1,8 @@
 """Fit the predictive model's constants once, on published measurements.
 
 The constants are the achievable matmul efficiency per hardware generation and dtype, one link
-efficiency, one per-step collective latency and one overlap fraction. Each measured case is a Plan
+efficiency and one overlap fraction. The collectives' per-step latencies are not fitted (the step
+times cannot pin them): they are NCCL's own (presets/collectives.toml). Each measured case is a Plan
 whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
 ``scipy.optimize.least_squares`` fits log(predicted / published) over all cases. Leave-one-out
 refits without each case and predicts it; leave-one-source-out refits without every case of the
@@ -29,10 +30,10 @@ from .symbols import sym
 from .units import Q_
 from .values import as_quantity, choice
 
-SHARED = ("link_efficiency", "latency", "overlap")
-#: starting point and bounds of the shared constants (latency in seconds)
-BOUNDS = {"matmul_efficiency": (0.05, 1.0), "link_efficiency": (0.05, 1.0), "latency": (0.0, 1e-4), "overlap": (0.0, 1.0)}
-START = {"matmul_efficiency": 0.5, "link_efficiency": 0.7, "latency": 1e-5, "overlap": 0.5}
+SHARED = ("link_efficiency", "overlap")
+#: starting point and bounds of the constants
+BOUNDS = {"matmul_efficiency": (0.05, 1.0), "link_efficiency": (0.05, 1.0), "overlap": (0.0, 1.0)}
+START = {"matmul_efficiency": 0.5, "link_efficiency": 0.7, "overlap": 0.5}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token")
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
@@ -124,7 +125,7 @@ def fit(cases: list[Case]) -> dict:
 
 
 def _fit(cases: list[Case]):
-    """The constants, the names of the fitted vector, its scale, and scipy's result."""
+    """The constants, the names of the fitted vector, and scipy's result."""
     from scipy.optimize import least_squares
 
     names = _vector_names(cases)
@@ -132,18 +133,16 @@ def _fit(cases: list[Case]):
     x0 = np.array([START[kind(n)] for n in names])
     lo = np.array([BOUNDS[kind(n)][0] for n in names])
     hi = np.array([BOUNDS[kind(n)][1] for n in names])
-    scale = np.array([1e-5 if kind(n) == "latency" else 1.0 for n in names])
 
-    def residuals(y):
-        c = _constants(names, y * scale)
+    def residuals(x):
+        c = _constants(names, x)
         return np.array([math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
                          for case in cases])
 
-    res = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), method="trf",
-                        loss=LOSS, f_scale=F_SCALE)
-    constants = _constants(names, res.x * scale)
+    res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss=LOSS, f_scale=F_SCALE)
+    constants = _constants(names, res.x)
     constants["rms_log_residual"] = float(np.sqrt(np.mean(res.fun**2)))
-    return constants, names, scale, res
+    return constants, names, res
 
 
 def identifiability(cases: list[Case]) -> list[dict]:
@@ -151,7 +150,7 @@ def identifiability(cases: list[Case]) -> list[dict]:
     residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are, before
     the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's
     information, largest first."""
-    _, names, scale, res = _fit(cases)
+    _, names, res = _fit(cases)
     jac, r = res.jac, res.fun
     dof = max(len(r) - len(names), 1)
     cov = (r @ r) / dof * np.linalg.pinv(jac.T @ jac)
@@ -160,8 +159,7 @@ def identifiability(cases: list[Case]) -> list[dict]:
         column = jac[:, j] ** 2
         shares = column / column.sum() if column.sum() > 0 else column
         order = np.argsort(-shares)
-        out.append({"name": name, "value": float(res.x[j] * scale[j]),
-                    "standard_error": float(np.sqrt(max(cov[j, j], 0.0)) * scale[j]),
+        out.append({"name": name, "value": float(res.x[j]), "standard_error": float(np.sqrt(max(cov[j, j], 0.0))),
                     "determined_by": [(cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1]})
     return out
 
@@ -242,7 +240,6 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
         "",
         "[shared]",
         f"link_efficiency = {constants['link_efficiency']:.6f}",
-        f"latency_us = {constants['latency'] * 1e6:.6f}",
         f"overlap = {constants['overlap']:.6f}",
         "",
         "[matmul_efficiency]",
@@ -260,7 +257,7 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
 
 
 def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | None = None) -> dict:
-    """The fitted constants as data (latency in seconds)."""
+    """The fitted constants as data."""
     return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
             "shared": {k: constants[k] for k in SHARED}, "matmul_efficiency": dict(constants["matmul_efficiency"]),
             "default_matmul_efficiency": pooled_efficiency(constants, cases),

@@ -32,7 +32,6 @@ class Calibration:
 
     matmul_efficiency: float
     link_efficiency: float
-    latency: pint.Quantity
     overlap: float
     provenance: str = ""
     interval: tuple[float, float] | None = None  # measured/predicted step time: (low, high) quantiles
@@ -106,7 +105,7 @@ class Hardware:
             return self.calibrations["default"]
         if not self.calibrations:  # defined by hand, not loaded from the presets
             raise PresetError(f"{self.key or self.name}: no fitted constants for a hardware defined by hand; pass "
-                              "Plan(..., matmul_efficiency=, link_efficiency=, latency=, overlap=), or replace() a "
+                              "Plan(..., matmul_efficiency=, link_efficiency=, overlap=), or replace() a "
                               "preset's numbers to keep its constants")
         raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
                           "'analytic calibrate --published' or pass Plan(..., matmul_efficiency=...)")

@@ -87,6 +87,8 @@ _TABLE = [
     ("scale_up_bandwidth", "B_up", "byte/s", "positive", "NVLink-class bandwidth per accelerator, one direction"),
     ("scale_out_bandwidth", "B_out", "byte/s", "positive", "NIC bandwidth per accelerator, one direction"),
     ("latency", "alpha", "s", "nonnegative", "per-step latency of a collective (α of the α–β model)"),
+    ("scale_up_latency", "alpha_up", "s", "nonnegative", "per-step latency of a ring step over the scale-up link"),
+    ("scale_out_latency", "alpha_out", "s", "nonnegative", "per-step latency of a ring step through a NIC"),
     ("matmul_efficiency", "eta_mm", "", "fraction", "achievable fraction of peak for the model's matmuls"),
     ("link_efficiency", "eta_l", "", "fraction", "achievable fraction of a link's bandwidth"),
     ("overlap", "phi", "", "fraction0", "fraction of a communication window hidden behind compute"),

@@ -274,9 +274,8 @@ def constants_table(folder: Path) -> list[str]:
     rows = ["| constant | value | standard error | relative | determined by (share of its information ≥ 10%) |",
             "|---|---|---|---|---|"]
     for c in calibration.identifiability(cases):
-        unit, k = ("µs", 1e6) if c["name"] == "latency" else ("", 1)
         rel = c["standard_error"] / c["value"] if c["value"] else float("nan")
-        rows.append(f"| {c['name']} | {c['value'] * k:.4g} {unit} | {c['standard_error'] * k:.2g} {unit} | {_pct(rel)} | "
+        rows.append(f"| {c['name']} | {c['value']:.4g} | {c['standard_error']:.2g} | {_pct(rel)} | "
                     + ", ".join(f"{i} ({s:.0%})" for i, s in c["determined_by"]) + " |")
     return rows
 

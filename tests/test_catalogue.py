@@ -163,3 +163,14 @@ def test_dalys_optimum_is_the_mtbf_once_the_checkpoint_takes_two_of_them():
     assert f.evaluate(checkpoint_time="1.9 hour", mtbf="1 hour").to("hour").magnitude == pytest.approx(below, rel=1e-12)
     for delta in ("2 hour", "2.5 hour", "10 hour"):
         assert f.evaluate(checkpoint_time=delta, mtbf="1 hour").to("hour").magnitude == pytest.approx(1.0, rel=1e-12)
+
+
+def test_a_ring_spanning_nodes_pays_a_nics_latency_per_node_crossing():
+    """16 ranks on 2 nodes of 8: of the ring's 15 hops, 14 stay in a node (3.4 µs each, NCCL's
+    NVLink ring step) and 1 crosses to the other node (14 µs): 61.6 µs over 15 steps."""
+    alpha = an.formula("collectives.multinode.step_latency").evaluate(
+        gpus_per_node=8, nodes=2, scale_up_latency="3.4 us", scale_out_latency="14 us")
+    assert alpha.to("us").magnitude == pytest.approx((14 * 3.4 + 14) / 15, rel=1e-12)
+    one_node = an.formula("collectives.multinode.step_latency").evaluate(
+        gpus_per_node=8, nodes=1, scale_up_latency="3.4 us", scale_out_latency="14 us")
+    assert one_node.to("us").magnitude == pytest.approx(3.4, rel=1e-12)

@@ -64,6 +64,13 @@ _MULTI = ("n_n nodes of g ranks each (a node: one scale-up domain), one NIC per 
 _MULTI_SRC = ("NVIDIA/nccl src/graph/rings.cc, search.cc (rings over every rank, one NIC per channel); Jeaugey 2019, "
               "Massively Scale Your Deep Learning Training with NCCL 2.4 (NVIDIA technical blog); "
               f"{THAKUR}; derived: derivations/collectives.py")
+_aup, _aout = S("scale_up_latency", "scale_out_latency")
+define("collectives.multinode.step_latency", ((_N - nn) * _aup + (nn - 1) * _aout) / (_N - 1), "s",
+       "NVIDIA/nccl src/graph/tuning.cc (commit b6475625), ncclTopoTuneModel: a ring's latency is "
+       "(nsteps − nInterSteps)·intraLat + nInterSteps·interLat",
+       ("a ring over N = g·n_n ranks: of its N − 1 hops, n_n − 1 leave a node (a NIC's latency), the rest stay "
+        "inside one (the scale-up link's)",), "mean latency per step of a ring spanning nodes",
+       keywords=("gpus_per_node", "nodes", "scale_up_latency", "scale_out_latency"))
 _ring_volume = {k: v.subs(n, _N) for k, v in _volume.items() if k != "all_to_all"}
 _ring_steps = {k: v.subs(n, _N) for k, v in _steps.items() if k != "all_to_all"}
 _split = {k: ((g - 1) / g * v, v / g) for k, v in _ring_volume.items()}

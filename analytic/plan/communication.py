@@ -30,9 +30,9 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
     the rank order, on the link its placement implies."""
     g = inp.values["scale_up_domain"]
     eff = inp.time_input("link_efficiency")
-    alpha = inp.time_input("latency")
 
     def flat(bw_key):
+        alpha = inp.time_input(bw_key.replace("bandwidth", "latency"))
         return formula(f"collectives.{kind}.time").bind(
             {"message": message, "ranks": size, "bandwidth": inp.time_input(bw_key) * eff, "latency": alpha})
 
@@ -40,8 +40,11 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         if kind == "broadcast":  # a point-to-point transfer between domains
             return flat("scale_out_bandwidth")
         per_node = _ranks_per_domain(size, g / stride_)
+        shape = {"gpus_per_node": per_node, "nodes": size / per_node}
+        alpha = formula("collectives.multinode.step_latency").bind(
+            {**shape, **{k: inp.time_input(k) for k in ("scale_up_latency", "scale_out_latency")}})
         return formula(f"collectives.multinode.{kind}.time").bind(
-            {"message": message, "gpus_per_node": per_node, "nodes": size / per_node, "latency": alpha,
+            {"message": message, **shape, "latency": alpha,
              "scale_up_bandwidth": inp.time_input("scale_up_bandwidth") * eff,
              "scale_out_bandwidth": inp.time_input("scale_out_bandwidth") * eff})
 

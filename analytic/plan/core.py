@@ -65,8 +65,9 @@ class Plan:
     ``global_batch`` counts sequences (or give ``batch_tokens``); microbatches per replica =
     global_batch / (dp · microbatch_size). Keyword overrides replace any hardware or calibration
     input by number or symbol: ``peak_flops``, ``sms``, ``hbm``, ``scale_up_bandwidth``,
-    ``scale_out_bandwidth``, ``gpus_per_node``, ``matmul_efficiency``, ``link_efficiency``,
-    ``latency``, ``overlap``, ``interruption_rate``, ``checkpoint_time``, ``restart_time``.
+    ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``,
+    ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
+    both), ``interruption_rate``, ``checkpoint_time``, ``restart_time``.
     """
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,

@@ -22,13 +22,13 @@ from .layout import Layout, _Degrees, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
-             "scale_up_domain",
+             "scale_up_domain", "scale_up_latency", "scale_out_latency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "element_bytes")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp")
 #: the calibrated constants of the predictive model
-CALIBRATED = ("matmul_efficiency", "link_efficiency", "latency", "overlap")
+CALIBRATED = ("matmul_efficiency", "link_efficiency", "overlap")
 
 
 class Inputs:
@@ -122,7 +122,10 @@ class Inputs:
         cal = self.calibration
         for key in CALIBRATED:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from ..presets import llama3_interruption_rate
+        from ..presets import llama3_interruption_rate, nccl_latency
+        for link in ("scale_up", "scale_out"):  # latency= given alone sets both
+            key = f"{link}_latency"
+            out[key] = pick(key, lambda k=key, link=link: ov["latency"] if "latency" in ov else nccl_latency(link))
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov

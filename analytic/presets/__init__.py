@@ -57,8 +57,7 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     interval = (spread["low"], spread["high"]) if spread else None
     out = {}
     for key, eff in data.get("matmul_efficiency", {}).items():
-        out[key] = Calibration(matmul_efficiency=eff, link_efficiency=shared["link_efficiency"],
-                               latency=Q_(shared["latency_us"], "µs"), overlap=shared["overlap"],
+        out[key] = Calibration(matmul_efficiency=eff, link_efficiency=shared["link_efficiency"], overlap=shared["overlap"],
                                provenance=provenance, interval=interval, coverage=spread.get("coverage"))
     return out
 
@@ -124,6 +123,17 @@ def llama3_interruption_rate():
     """Unexpected interruptions per second per GPU in Llama 3's 54-day snapshot (419 on 16,384 GPUs)."""
     r = reliability_value
     return (r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))).to("1/s")
+
+
+@cache
+def _collective_tables() -> dict:
+    return tomllib.loads((HERE / "collectives.toml").read_text())
+
+
+def nccl_latency(link: str):
+    """NCCL's per-step ring latency on ``link`` ("scale_up" or "scale_out"), from collectives.toml."""
+    value, _ = _sourced("nccl", f"{link}_latency", _collective_tables()["nccl"][f"{link}_latency"])
+    return Q_(value)
 
 
 def llama3_storage_bandwidth():

@@ -147,6 +147,9 @@ def profile_overrides(path) -> dict:
         alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise PresetError(f"{path}: not a profile written by 'analytic calibrate --backend' ({exc})") from None
+    if not (math.isfinite(bandwidth) and bandwidth > 0 and math.isfinite(alpha)):
+        raise PresetError(f"{path}: the all-reduce fit found no bandwidth (its times did not grow with the message "
+                          f"size: {bandwidth} GB/s); measure again on a quieter machine or with larger messages")
     return {"latency": Q_(alpha, "µs"), "scale_up_bandwidth": Q_(bandwidth, "GB/s"), "link_efficiency": 1.0}
 
 
