@@ -108,12 +108,14 @@ def S(*keywords):
 
 
 def folder() -> Path:
-    """The ``derivations/`` folder of the source checkout this package is installed from. Derivations
-    are Python and run when loaded, so never one found in the working directory or its parents."""
-    own = Path(__file__).resolve().parent.parent / "derivations"
-    if own.is_dir() and any(own.glob("*.py")):
-        return own
-    raise AnalyticError("derivations/ is not beside this installation: derivations come with a source checkout")
+    """The ``derivations/`` folder of the source checkout this package is installed from, else the
+    copy a wheel carries (``analytic/derivations``). Derivations are Python and run when loaded, so
+    never one found in the working directory or its parents."""
+    here = Path(__file__).resolve().parent
+    for own in (here.parent / "derivations", here / "derivations"):
+        if own.is_dir() and any(own.glob("*.py")):
+            return own
+    raise AnalyticError("derivations/ is neither beside this installation nor inside it")
 
 
 def names(where: Path | None = None) -> list[str]:
@@ -142,6 +144,9 @@ def main(args) -> int:
         print("\n".join(names(where)))
         return 0
     if args.markdown:
+        if where.parent == Path(__file__).resolve().parent:
+            raise AnalyticError("derive --markdown: renders into a source checkout's derivations/, not into an "
+                                "installed package")
         for n, text in render_all(where).items():
             (where / f"{n}.md").write_text(text)
             print(f"wrote derivations/{n}.md")

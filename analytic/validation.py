@@ -31,18 +31,20 @@ KINDS = ("identity", "derived", "predicted", "claim")
 
 def find_folder(folder: Path | str | None = None) -> Path:
     """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source checkout
-    this package is installed from. Never the working directory or its parents: cases run code
-    paths of the library, and a folder planted there would steer them."""
+    this package is installed from, else the copy a wheel carries (``analytic/cases``). Never the
+    working directory or its parents: cases run code paths of the library, and a folder planted
+    there would steer them."""
     if folder is not None:
         folder = Path(folder)
         if not folder.is_dir():
             raise AnalyticError(f"cases: {folder} is not a folder")
         return folder
-    own = Path(__file__).resolve().parent.parent / "validation"
-    if (own / "claims.toml").exists():
-        return own
-    raise AnalyticError("validation/ is not beside this installation (a source checkout has it); "
-                        "give the cases' folder (--cases DIR)")
+    here = Path(__file__).resolve().parent
+    for own in (here.parent / "validation", here / "cases"):
+        if (own / "claims.toml").exists():
+            return own
+    raise AnalyticError("validation/ is neither beside this installation nor inside it; give the cases' folder "
+                        "(--cases DIR)")
 
 
 @dataclass

@@ -57,3 +57,15 @@ def test_plan_all_is_what_it_exports():
     public = {n for n, v in vars(plan).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
     assert set(plan.__all__) == public
     assert all(getattr(plan, n) is not None for n in plan.__all__)
+
+
+def test_every_package_of_the_library_is_in_the_wheel():
+    """pyproject.toml lists the packages (validation/ and derivations/ are mapped into the wheel), so
+    a new subpackage must be listed too or installed users would lose it."""
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "analytic").rglob("__init__.py")}
+    assert found <= listed, found - listed
+    assert {"analytic.cases", "analytic.derivations"} <= listed

@@ -1,0 +1,46 @@
+"""An installed wheel, not only a checkout, validates and derives: the wheel carries validation/ as
+analytic/cases and derivations/ as analytic/derivations. Built from a copy of the tree (nothing is
+written into the checkout), installed into a fresh virtual environment that borrows the
+dependencies already installed, and run from an empty folder."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from analytic import derive, validation
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*argv, cwd=None):
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_an_installed_wheel_validates_and_derives(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
+                                                              ".hypothesis", ".pytest_cache", ".ruff_cache"))
+    built = _run(sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+                 "-w", str(tmp_path / "dist"))
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp_path / "dist").glob("analytic-*.whl"))
+    venv = tmp_path / "venv"
+    assert _run(sys.executable, "-m", "venv", "--system-site-packages", str(venv)).returncode == 0
+    bin_ = venv / ("Scripts" if sys.platform == "win32" else "bin")
+    installed = _run(str(bin_ / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel))
+    assert installed.returncode == 0, installed.stderr
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    where = _run(str(bin_ / "python"), "-c", "import analytic; print(analytic.__file__)", cwd=empty)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout  # the wheel's, not the checkout's
+    out = _run(str(bin_ / "analytic"), "validate", "--json", cwd=empty)
+    data = json.loads(out.stdout)
+    ids = [c["id"] for c in validation.load(validation.find_folder())[0]]
+    assert sorted(c["id"] for c in data["cases"]) == sorted(ids)
+    assert "leave_one_source_out_mean" in data["summary"]["predicted"]["fitted"]
+    listed = _run(str(bin_ / "analytic"), "derive", "--list", cwd=empty)
+    assert listed.returncode == 0 and listed.stdout.split() == derive.names()
+    rendered = _run(str(bin_ / "analytic"), "derive", "--markdown", cwd=empty)
+    assert rendered.returncode == 2 and "source checkout" in rendered.stderr  # never writes into site-packages
