@@ -36,7 +36,8 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan")
-    g.add_argument("--model", help="preset model name (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, bloom-176b, palm-540b, deepseek-v3)")
+    g.add_argument("--model", help="preset model name (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, bloom-176b, palm-540b, "
+                                   "deepseek-v3) or a Hugging Face config.json (PATH.json)")
     g.add_argument("--hardware", help="preset hardware name")
     g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
     for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):

@@ -89,7 +89,13 @@ def search_inputs(args, what: str):
         kw["microbatch_sizes"] = (count_flag(args.microbatch_size, "microbatch-size"),)
     if args.vpp:
         kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
-    return an.model(args.model), hw, count_flag(args.gpus, "gpus"), seq, gb, kw, note
+    return model_flag(args.model), hw, count_flag(args.gpus, "gpus"), seq, gb, kw, note
+
+
+def model_flag(value: str):
+    """--model: a preset name, or a Hugging Face config.json (a path ending in .json)."""
+    import analytic as an
+    return an.Model.from_hf(value) if str(value).endswith(".json") else an.model(value)
 
 
 def build_plan(args) -> tuple[object, dict]:
@@ -108,7 +114,7 @@ def build_plan(args) -> tuple[object, dict]:
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
-    model, hw = an.model(get("model")), an.hardware(get("hardware"))
+    model, hw = model_flag(get("model")), an.hardware(get("hardware"))
     tp, pp, cp, ep, vpp = (count_flag(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
     dp = count_flag(str(get("dp")), "dp") if get("dp") is not None else None
     if get("gpus") is not None:

@@ -29,7 +29,8 @@ class Model:
     ``mtp_modules`` multi-token prediction modules (DeepSeek-V3 §2.2) each add a projection and one
     transformer block of the model's last kind, sharing the embedding and output head; they are
     trained, stored and computed, but not in ``total_params`` / ``active_params`` (the papers' counts
-    leave them out) — see :meth:`mtp_params_formula`."""
+    leave them out) — see :meth:`mtp_params_formula`. ``qk_norm``: an RMSNorm over each head's query
+    and key (Qwen3). :meth:`from_hf` reads a Hugging Face ``config.json``."""
 
     layers: object
     hidden: object
@@ -56,6 +57,7 @@ class Model:
     rope_dim: object = 0
     nodes_per_token: object = 0
     mtp_modules: object = 0
+    qk_norm: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
@@ -77,6 +79,7 @@ class Model:
         set_("norm", choice("norm", self.norm or ("layernorm" if self.mlp == "gelu" else "rmsnorm"), _NORMS))
         set_("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
         set_("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
+        set_("qk_norm", flag("qk_norm", self.qk_norm))
         if self.position == "learned":
             if self.max_seq_len is None:
                 raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
@@ -104,6 +107,14 @@ class Model:
         biases, tied embeddings, vocabulary 51,200 (Narayanan et al. 2021 §5.1)."""
         return cls(layers=layers, hidden=hidden, heads=heads, vocab=vocab, mlp="gelu", position="learned",
                    max_seq_len=seq_len, tied_embeddings=True, name=name, **overrides)
+
+    @classmethod
+    def from_hf(cls, config, name: str | None = None) -> "Model":
+        """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
+        Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
+        refused, never guessed."""
+        from .hf import model_fields
+        return cls(**model_fields(config, name))
 
     @property
     def is_moe(self) -> bool:
@@ -138,7 +149,7 @@ class Model:
         them; an MoE FFN: the router, two per routed expert, two for the shared experts. What a
         per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
         linear = 2 if self.bias else 1
-        norms = 2 * (2 if self.norm == "layernorm" else 1)
+        norms = 2 * (2 if self.norm == "layernorm" else 1) + (2 if self.qk_norm else 0)
         attention = 5 + 2 if self.attention == "mla" else 2 * linear
         moe = self.moe_blocks * (norms + attention + 1 + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
         return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + moe
@@ -173,6 +184,8 @@ class Model:
             if self.mlp == "gelu":
                 mlp = mlp + self._part("model.params.mlp_bias.gelu")
         moe = self._part("model.params.moe_active" if active else "model.params.moe") if self.is_moe else None
+        if self.qk_norm:
+            attn = attn + self._part("model.params.qk_norm")
         return attn + self._part(f"model.params.norm.{self.norm}") * 2, mlp, moe
 
     def _params(self, active: bool) -> Formula:

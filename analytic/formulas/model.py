@@ -26,6 +26,9 @@ define("model.params.attention_mla",
         "KV down-projection h×(r_kv+d_r) with RMSNorm, up-projection r_kv×a·2d_h (keys and values)",
         "output a·d_h×h; value head dimension = d_h"),
        "weights of one multi-head latent attention block", coefficient_unit=P)
+define("model.params.qk_norm", 2 * d_h, P, "Qwen3 Technical Report, arXiv 2505.09388 §2 (QK-Norm)",
+       ("an RMSNorm over each head's query and key, gains shared across heads",), "parameters of QK-Norm in one layer",
+       coefficient_unit=P)
 define("model.params.mlp.swiglu", 3 * h * h_ff, P, "Shazeer 2020, GLU Variants, arXiv 2002.05202 (gate, up, down)",
        ("no biases",), "weights of a SwiGLU MLP", coefficient_unit=P)
 define("model.params.mlp.gelu", 2 * h * h_ff, P, "Vaswani et al. 2017; GPT-2/GPT-3 (two matrices)",

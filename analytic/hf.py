@@ -1,0 +1,142 @@
+"""Models from Hugging Face ``config.json`` files: each supported architecture's fields mapped to
+:class:`~analytic.model.Model`'s, every other field either known to leave what the library counts
+unchanged (dropout, RoPE base, token ids, ...) or refused with its name. A file is read as JSON and
+nothing in it is run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import InputError
+
+MAX_BYTES = 1 << 20  # a config.json is a few kB
+
+#: fields that change neither parameters, FLOPs nor memory as the library counts them
+NEUTRAL = frozenset({
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "bos_token_id",
+    "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "max_position_embeddings", "use_cache", "attention_dropout", "pretraining_tp", "output_router_logits",
+    "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob", "max_window_layers", "quantization_config",
+    "aux_loss_alpha", "ep_size", "routed_scaling_factor", "scoring_func", "seq_aux", "topk_method",
+    "hidden_act", "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window", "tie_word_embeddings",
+})
+
+
+def read(config) -> dict:
+    """The config as a dict: a dict as given, or a path to a JSON object of at most MAX_BYTES."""
+    if isinstance(config, dict):
+        return dict(config)
+    if not isinstance(config, (str, Path)):
+        raise InputError(f"config: expected a path to a config.json or its dict, got {type(config).__name__}")
+    path = Path(config)
+    if not path.is_file():
+        raise InputError(f"config: {path} is not a file")
+    if path.stat().st_size > MAX_BYTES:
+        raise InputError(f"config: {path} is larger than {MAX_BYTES:,} bytes; a config.json is a few kB")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"config: {path} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"config: {path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _need(cfg: dict, key: str):
+    if cfg.get(key) is None:
+        raise InputError(f"config: {cfg.get('model_type')} needs {key!r}")
+    return cfg[key]
+
+
+def _dense(cfg: dict) -> dict:
+    """The fields every supported architecture shares: a SwiGLU decoder with RMSNorm and RoPE."""
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise InputError(f"config: hidden_act {cfg['hidden_act']!r}; the supported architectures gate with SiLU "
+                         "(SwiGLU)")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
+    if cfg.get("sliding_window") is not None and cfg.get("use_sliding_window", True):
+        raise InputError(f"config: sliding_window {cfg['sliding_window']}: sliding-window attention is not modelled "
+                         "(its FLOPs and memory differ from full attention beyond the window)")
+    heads = _need(cfg, "num_attention_heads")
+    out = {"layers": _need(cfg, "num_hidden_layers"), "hidden": _need(cfg, "hidden_size"), "heads": heads,
+           "kv_heads": cfg.get("num_key_value_heads") or heads, "vocab": _need(cfg, "vocab_size"),
+           "ffn_hidden": _need(cfg, "intermediate_size"), "mlp": "swiglu", "position": "rope", "norm": "rmsnorm",
+           "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    if cfg.get("head_dim") is not None:
+        out["head_dim"] = cfg["head_dim"]
+    return out
+
+
+def _llama(cfg):
+    return _dense(cfg), {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                         "vocab_size", "intermediate_size", "head_dim"}
+
+
+def _mixtral(cfg):
+    out, used = _llama(cfg)
+    out.update(experts=_need(cfg, "num_local_experts"), topk=_need(cfg, "num_experts_per_tok"),
+               expert_ffn_hidden=out["ffn_hidden"])
+    return out, used | {"num_local_experts", "num_experts_per_tok"}
+
+
+def _qwen3(cfg):
+    out, used = _llama(cfg)
+    return {**out, "qk_norm": True}, used
+
+
+def _qwen3_moe(cfg):
+    out, used = _qwen3(cfg)
+    dense = list(cfg.get("mlp_only_layers") or [])
+    if dense != list(range(len(dense))) or cfg.get("decoder_sparse_step", 1) != 1:
+        raise InputError("config: mlp_only_layers / decoder_sparse_step: only the first layers may be dense "
+                         f"(got {dense}, step {cfg.get('decoder_sparse_step')})")
+    out.update(experts=_need(cfg, "num_experts"), topk=_need(cfg, "num_experts_per_tok"),
+               expert_ffn_hidden=_need(cfg, "moe_intermediate_size"), dense_layers=len(dense))
+    return out, used | {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers",
+                        "decoder_sparse_step"}
+
+
+def _deepseek(cfg):
+    out, used = _llama(cfg)
+    nope, v = _need(cfg, "qk_nope_head_dim"), _need(cfg, "v_head_dim")
+    if nope != v:
+        raise InputError(f"config: qk_nope_head_dim {nope} ≠ v_head_dim {v}: MLA is counted with equal key and "
+                         "value head dimensions")
+    if cfg.get("moe_layer_freq", 1) != 1:
+        raise InputError(f"config: moe_layer_freq {cfg['moe_layer_freq']}: only every layer after the dense ones "
+                         "being MoE is modelled")
+    groups, reach = cfg.get("n_group"), cfg.get("topk_group")
+    out.update(attention="mla", head_dim=nope, q_lora_rank=_need(cfg, "q_lora_rank"),
+               kv_lora_rank=_need(cfg, "kv_lora_rank"), rope_dim=_need(cfg, "qk_rope_head_dim"),
+               experts=_need(cfg, "n_routed_experts"), shared_experts=cfg.get("n_shared_experts") or 0,
+               topk=_need(cfg, "num_experts_per_tok"), expert_ffn_hidden=_need(cfg, "moe_intermediate_size"),
+               dense_layers=cfg.get("first_k_dense_replace") or 0, mtp_modules=cfg.get("num_nextn_predict_layers") or 0,
+               # group-limited routing: DeepSeek places one expert group per node (V3 §3.2.2: at most 4 nodes)
+               nodes_per_token=reach if groups and reach and reach < groups else 0)
+    return out, used | {"qk_nope_head_dim", "v_head_dim", "moe_layer_freq", "n_group", "topk_group", "q_lora_rank",
+                        "kv_lora_rank", "qk_rope_head_dim", "n_routed_experts", "n_shared_experts",
+                        "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace",
+                        "num_nextn_predict_layers"}
+
+
+#: model_type → mapping
+ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+                 "deepseek_v2": _deepseek, "deepseek_v3": _deepseek}
+
+
+def model_fields(config, name: str | None = None) -> dict:
+    """Model keyword arguments from a config (path or dict); an InputError names what is not understood."""
+    cfg = read(config)
+    kind = cfg.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise InputError(f"config: model_type {kind!r} is not one the library maps; supported: "
+                         f"{', '.join(ARCHITECTURES)}")
+    fields, used = ARCHITECTURES[kind](cfg)
+    unknown = sorted(set(cfg) - used - NEUTRAL)
+    if unknown:
+        raise InputError(f"config: {', '.join(unknown)} not understood for {kind}: the library would have to guess "
+                         "what it changes")
+    return {**fields, "name": name or cfg.get("_name_or_path") or f"hf:{kind}"}
