@@ -19,7 +19,7 @@ from .formulas import formula
 from .schedules import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
-from .values import count, fraction
+from .values import choice, count, fraction
 
 
 def _one_free(f: Formula, keyword: str) -> Formula:
@@ -160,18 +160,24 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     return {"ratio": ratio.to(""), "break_even": float(sol[0]) if sol else math.inf}
 
 
-def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
+def microbatches_for_bubble(schedule: str, pp: int, target: float, *, vpp: int | None = None) -> dict:
     """Fewest microbatches m for which the bubble is at most ``target`` of the ideal time
-    (T_F = T_B = T_W, the overlapped F&B pair = T_F + T_B + T_W)."""
-    allowed = [k for k in BUBBLE_FORMULAS if k != "interleaved"]
-    if schedule not in allowed:
-        raise InputError(f"schedule: expected one of {', '.join(allowed)}, got {schedule!r}")
+    (T_F = T_B = T_W, the overlapped F&B pair = T_F + T_B + T_W). The interleaved schedule needs
+    ``vpp`` (model chunks per rank) and, as Plan does, a multiple of pp microbatches; DualPipe an
+    even number."""
+    schedule = choice("schedule", schedule, tuple(BUBBLE_FORMULAS))
     pp = count("pp", pp, allow_symbol=False)
     target = fraction("target", target, upper=None)
+    if schedule == "interleaved":
+        if vpp is None:
+            raise InputError("vpp: the interleaved schedule's bubble depends on the model chunks per rank; give vpp")
+        vpp = count("vpp", vpp, minimum=2, allow_symbol=False)
+    elif vpp not in (None, 1):
+        raise InputError(f"vpp: only the interleaved schedule has model chunks, got vpp={vpp!r} for {schedule}")
     m = sym("microbatches")
-    unit = Fraction(1, 3)
-    bubble = bubble_time(schedule, {"pp": pp, "vpp": 1, "microbatches": m, "t_f": Q_(unit, "s"), "t_b": Q_(unit, "s"),
-                                    "t_w": Q_(unit, "s"), "t_fb": Q_(1, "s")}).expr
+    unit = Fraction(1, 3 * (vpp or 1))  # a chunk's forward, input-gradient and weight-gradient times, as Plan's
+    bubble = bubble_time(schedule, {"pp": pp, "vpp": vpp or 1, "microbatches": m, "t_f": Q_(unit, "s"),
+                                    "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(3 * unit, "s")}).expr
     # the schedule's own bubble and the critical path no schedule beats; both fall with m
     def parts(e):  # the arguments of nested Max, the floor at zero left out (it never binds a share)
         return [q for a in e.args for q in parts(a)] if isinstance(e, sympy.Max) else ([] if e == 0 else [e])
@@ -186,4 +192,6 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float) -> dict:
             raise InputError(f"target: a {schedule} bubble of at most {target} is out of reach")
     if schedule == "dualpipe" and value % 2:
         value += 1
+    if schedule == "interleaved":
+        value = -(-value // pp) * pp  # Plan's rule: a multiple of pp (check_layout)
     return {"value": value, "fraction": bubble / m}

@@ -182,3 +182,15 @@ def test_questions_refuse_impossible_inputs():
         with pytest.raises(an.InputError, match="mfu"):
             numeric.step_time(mfu=bad)
     assert numeric.step_time(mfu="40 %") == numeric.step_time(mfu=0.4)
+
+
+def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
+    """Interleaved 1F1B on 16 stages with 4 chunks: (p − 1)/(v·m) ≤ 5% needs m ≥ 15/(4 × 0.05) = 75
+    (Narayanan et al. 2021 §2.2.2), and Plan runs it only on a multiple of pp: 80. With 2 chunks 150,
+    so 160. The schedule needs vpp; the others refuse one."""
+    for vpp, want in ((4, 80), (2, 160)):
+        assert symbolic.microbatches_for_bubble("interleaved", 16, 0.05, vpp=vpp)["value"] == want
+    with pytest.raises(an.errors.InputError, match="vpp"):
+        symbolic.microbatches_for_bubble("interleaved", 16, 0.05)
+    with pytest.raises(an.errors.InputError, match="vpp"):
+        symbolic.microbatches_for_bubble("1f1b", 16, 0.05, vpp=2)
