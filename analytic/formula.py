@@ -21,7 +21,7 @@ from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
 from .numeric import program
 from .units import Q_, as_unit, is_count, strip_counts, ureg
-from .values import exact, in_range, quantity, unit_of
+from .values import count, exact, in_range, quantity, unit_of
 
 DIMENSIONLESS = ureg.Unit("")
 
@@ -133,8 +133,15 @@ class Formula:
         free = {_symbols.info(s).keyword for s in self.expr.free_symbols} | set(self.keywords)
         return {kw: i.unit for kw, i in _symbols.REGISTRY.items() if kw in free}
 
-    def latex(self) -> str:
-        return sympy.latex(self.expr)
+    def latex(self, digits: int | None = None) -> str:
+        """The expression in LaTeX; with ``digits``, its numbers as floats of that many significant digits."""
+        return sympy.latex((self.n(digits) if digits is not None else self).expr)
+
+    def n(self, digits: int = 4) -> "Formula":
+        """The same formula with its exact numbers (30-digit rationals, roots) as floats of ``digits``
+        significant digits, for reading; keep the exact one for algebra."""
+        digits = count("digits", digits, allow_symbol=False)
+        return replace(self, expr=self.expr.evalf(digits))
 
     def _repr_latex_(self) -> str:
         unit = f"{self.unit:~L}" if not self.unit.dimensionless else ""

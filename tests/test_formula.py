@@ -109,3 +109,17 @@ def test_latex_and_repr_latex():
 def test_sympy_symbol_named_like_keyword_is_accepted():
     f = an.formula("memory.model_states.zero1").subs(dp=sympy.Symbol("dp") * 2)
     assert f.expr.free_symbols == {an.sym("params"), an.sym("dp")}
+
+
+def test_n_gives_floats_of_the_asked_digits():
+    """A ring all-reduce over 8 ranks at 450 GB/s: S·2·7/8 / 450e9 = 3.888…e-12·S seconds, read as 3.89e-12;
+    the exact formula stays exact, and the float one evaluates to the same time."""
+    f = an.formula("collectives.all_reduce.time").subs(ranks=8, bandwidth="450 GB/s")
+    short = f.n(3)
+    assert str(short.expr.coeff(an.sym("message"))) == "3.89e-12"
+    assert "3.89" in f.latex(digits=3) and "1800000000000" in f.latex()
+    exact, rounded = (g.evaluate(message="1 GB", latency="5 us").to("s").magnitude for g in (f, f.n(15)))
+    assert rounded == pytest.approx(exact, rel=1e-14)
+    assert short.unit == f.unit and short.sources == f.sources
+    with pytest.raises(an.InputError, match="digits"):
+        f.n(0)
