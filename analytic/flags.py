@@ -43,8 +43,17 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "flash_attention", "zero3_gather"}
+                "scale_up_domain", "flash_attention", "zero3_gather"}
 PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
+
+
+def hardware_overrides(get) -> dict:
+    """The hardware flags given (``get(dest)`` reads one): link bandwidths as written (read with their
+    units by Hardware and Plan), the scale-up domain as a count."""
+    out = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
+    if get("scale_up_domain") is not None:
+        out["scale_up_domain"] = count_flag(get("scale_up_domain"), "scale-up-domain")
+    return out
 
 
 def refuse_unread(args, read: set, what: str, why: str) -> None:
@@ -73,9 +82,9 @@ def search_inputs(args, what: str):
     seq = count_flag(args.seq, "seq")
     gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
     hw = an.hardware(args.hardware)
-    links = {k: getattr(args, k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if getattr(args, k)}
-    if links:
-        hw = hw.replace(**links)
+    overrides = hardware_overrides(lambda k: getattr(args, k))
+    if overrides:
+        hw = hw.replace(**overrides)
     kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
           "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero))}
@@ -138,7 +147,7 @@ def build_plan(args) -> tuple[object, dict]:
                        recompute=get("recompute") or "none",
                        zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
-    links = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
+    links = hardware_overrides(get)
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False, **links)

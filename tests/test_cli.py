@@ -276,3 +276,18 @@ def test_search_without_a_valid_layout_says_so(capsys):
     code, out, err = run(capsys, "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
                          "--seq", "8192", "--global-batch", "256", "--microbatch-size", "3")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no valid layout" in err
+
+
+def test_scale_up_domain_flag_moves_a_group_onto_nvlink(capsys):
+    """DP 8 with TP 8 on GB200 trays: within a domain of 64 the DP group rides NVLink; with domains
+    of 8 (one board) it goes through the NICs. A domain the layout cannot tile is one line, exit 2."""
+    base = ["step", "--model", "llama3-405b", "--hardware", "gb200-nvl72", "--gpus", "1024", "--tp", "8", "--pp", "16",
+            "--zero", "1", "--seq", "8192", "--global-batch", "1024", "--json"]
+    links = {}
+    for domain in ("64", "8"):
+        assert main([*base, "--scale-up-domain", domain]) == 0
+        lines = json.loads(capsys.readouterr().out)["lines"]
+        links[domain] = next(ln["value"] for ln in lines if ln["key"] == "link_dp")
+    assert links == {"64": "scale-up", "8": "scale-out"}
+    assert main([*base, "--scale-up-domain", "12"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
