@@ -244,6 +244,8 @@ def statistics(results: list[Result]) -> dict:
 
 
 def summary(results: list[Result]) -> list[str]:
+    """The summary lines: cases by kind and status, the predicted errors, and the same by source
+    with the cases inside the printed interval."""
     stats = statistics(results)
     lines = [f"{kind}: {sum(counts.values())} cases — " + ", ".join(f"{v} {k}" for k, v in counts.items())
              for kind, counts in stats["cases"].items()]
@@ -255,6 +257,11 @@ def summary(results: list[Result]) -> list[str]:
                      f"{_pct(s['baseline_leave_one_source_out_max'])}); leave-one-case-out mean "
                      f"{_pct(s['leave_one_out_mean'])}, max {_pct(s['leave_one_out_max'])}; in-fit mean "
                      f"{_pct(s['in_fit_mean'])}, max {_pct(s['in_fit_max'])}")
+    if "all" in stats["predicted"]:
+        for g, s in stats["predicted"]["all"]["sources"].items():
+            lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "
+                         f"max {_pct(s['leave_one_source_out_max'])}; {s['in_interval']} inside the "
+                         f"{calibration.COVERAGE:.0%} interval")
     return lines
 
 
