@@ -678,3 +678,18 @@ def test_readme_tour_states_the_step_time_interval():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
     assert low < plan.step_time().to("s").magnitude < high
+
+
+def test_full_recomputation_gathers_k_and_v_again():
+    """Context parallelism all-gathers K and V once per layer per microbatch, and once more in the
+    forward that full recomputation runs again: the CP bytes grow by one ring all-gather of the
+    layer's K and V (split over TP), (c − 1)/c of 2·s·b·a_kv·d_h·e, per layer of the stage per microbatch."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    lay = an.Layout(tp=8, cp=16, pp=16, dp=8, zero=2, sequence_parallel=True)
+    kw = dict(seq_len=131072, global_batch=128)
+    sel, full = (an.Plan(m, hw, lay.replace(recompute=rc), **kw) for rc in ("selective", "full"))
+    kv = 2 * 131072 * 1 * m.kv_heads * m.head_dim * 2 / 8  # bytes, split over the 8 TP ranks (8 KV heads)
+    layers = m.layers / 16
+    want = 15 / 16 * kv * layers * full.microbatches
+    grown = (full.communication()["cp"] - sel.communication()["cp"]).to("byte").magnitude
+    assert grown == pytest.approx(want, rel=1e-12)

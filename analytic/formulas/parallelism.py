@@ -60,6 +60,16 @@ define("parallelism.cp.kv_bytes", 2 * s * b * S("kv_heads") * S("head_dim") * e,
        "Llama 3 Herd of Models, arXiv 2407.21783 §3.3.2 (CP all-gathers K and V, then reduce-scatters their gradients)",
        ("keys and values of the whole sequence, a_kv heads of d_h each",),
        "bytes of the gathered K and V of one layer (the all-gather's full buffer)")
+LLAMA3_CP = "Llama 3 Herd of Models, arXiv 2407.21783 §3.3.2"
+define("parallelism.cp.kv_gathers_per_layer", Integer(1), "",
+       f"{LLAMA3_CP} (all-gather K and V before attention, reduce-scatter their gradients after its backward)",
+       ("one all-gather of K and V in the forward; the backward reduce-scatters their gradients once",),
+       "context-parallel all-gathers of K and V per layer per microbatch")
+define("parallelism.cp.kv_gathers_recomputed_per_layer", Integer(1), "",
+       f"{LLAMA3_CP}; Korthikanti et al. 2022, arXiv 2205.05198 §5 (full recomputation runs each layer's forward "
+       "again in the backward)",
+       ("full recomputation: the recomputed forward all-gathers K and V again",),
+       "context-parallel all-gathers per layer per microbatch that full recomputation adds")
 define("parallelism.ep.dispatch_bytes", D * k * h * e, "byte", f"{V3} §3.2.2",
        ("each token goes to k experts; combine sends the same volume back",),
        "bytes of an MoE dispatch (combine likewise)")

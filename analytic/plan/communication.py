@@ -169,8 +169,9 @@ def context_parallel(inp: Inputs) -> dict:
     kv = inp.f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
     calls = _layers_local(inp) * inp.microbatches
     group = (lay.cp, axis_stride(inp, "cp"))
-    return _plus(_collectives(inp, "all_gather", kv, calls * (1 + sympy.Piecewise((1, lay.recompute_is("full")), (0, True))),
-                              *group),
+    gathers = formula("parallelism.cp.kv_gathers_per_layer") + cases(
+        "recomputed", "", (formula("parallelism.cp.kv_gathers_recomputed_per_layer"), lay.recompute_is("full")), (0, True))
+    return _plus(_collectives(inp, "all_gather", kv, gathers * calls, *group),
                  _collectives(inp, "reduce_scatter", kv, calls, *group))
 
 
