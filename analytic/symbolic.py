@@ -32,12 +32,33 @@ def _one_free(f: Formula, keyword: str) -> Formula:
     return f
 
 
-def _valid(plan, keyword: str, value: int) -> bool:
+def _invalid(plan, keyword: str, value: int) -> str:
+    """Why ``keyword`` = ``value`` is not a valid layout of ``plan`` ("" when it is)."""
     try:
         plan.subs(**{keyword: value})
-        return True
-    except (LayoutError, InputError):
-        return False
+        return ""
+    except (LayoutError, InputError) as exc:
+        return str(exc)
+
+
+def _valid(plan, keyword: str, value: int) -> bool:
+    return not _invalid(plan, keyword, value)
+
+
+def _unshrinking(plan, keyword: str, limit: int) -> str:
+    """The memory parts that do not fall as ``keyword`` grows to ``limit``, with their sum there."""
+    parts = {}
+    for part in ("weights", "gradients", "optimizer", "gathered", "activations"):
+        f = plan.expr(f"memory.{part}")
+        at = [f.subs(**{keyword: v}).value().to("GB").magnitude if keyword in f.symbols else f.value().to("GB").magnitude
+              for v in (1, limit)]
+        parts[part] = at
+    stuck = {k: hi for k, (lo, hi) in parts.items() if hi > 0 and hi >= 0.999 * lo}
+    if not stuck:
+        return ""
+    hbm = to_float(plan.inputs["hbm"], "hbm") / 1e9
+    return (f"{' + '.join(stuck)} do not shrink with {keyword} ({sum(stuck.values()):.4g} GB at {keyword} = {limit:,}, "
+            f"of {hbm:.4g} GB HBM)")
 
 
 def _grid(fn, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,15 +75,27 @@ def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20) -> int:
 
 
 def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict:
+    """:func:`smallest_fitting` with its reasons: ``value``, the ``memory`` there and its
+    ``expression``; ``fits_from``, the smallest value whose memory fits, and ``skipped``, why the
+    values between it and ``value`` are not valid layouts (the first's reason). When none fits the
+    AnalyticError says which memory parts do not shrink with ``keyword``."""
     limit = count("limit", limit, allow_symbol=False)
     headroom = _one_free(plan.expr("memory.headroom"), keyword)
     xs, ys = _grid(headroom.lambdify(), keyword, min(limit, 1 << 22))
-    for x in xs[ys >= 0]:
-        if _valid(plan, keyword, int(x)):
-            v = int(x)
+    fitting = [int(x) for x in xs[ys >= 0]]
+    first_reason = ""
+    for v in fitting:
+        reason = _invalid(plan, keyword, v)
+        if not reason:
             total = plan.expr("memory.total").subs(**{keyword: v}).value()
-            return {"value": v, "memory": total.to("GB"), "expression": plan.expr("memory.total")}
-    raise AnalyticError(f"{keyword}: no value up to {limit} fits in HBM with a valid layout")
+            return {"value": v, "memory": total.to("GB"), "expression": plan.expr("memory.total"),
+                    "fits_from": fitting[0], "skipped": first_reason}
+        first_reason = first_reason or reason
+    if fitting:
+        raise AnalyticError(f"{keyword}: from {fitting[0]:,} the memory fits in HBM, but no value up to {limit:,} is a "
+                            f"valid layout (at {fitting[0]:,}: {first_reason})")
+    stuck = _unshrinking(plan, keyword, limit)
+    raise AnalyticError(f"{keyword}: no value up to {limit:,} fits in HBM" + (f": {stuck}" if stuck else ""))
 
 
 def minimise_step_time(plan, keyword: str, *, limit: int = 1 << 16) -> dict:

@@ -194,3 +194,20 @@ def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
         symbolic.microbatches_for_bubble("interleaved", 16, 0.05)
     with pytest.raises(an.errors.InputError, match="vpp"):
         symbolic.microbatches_for_bubble("1f1b", 16, 0.05, vpp=2)
+
+
+def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
+    """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the 16-bit weights and gradients of a
+    stage, (Ψ + Ψ_MTP)/16 × (2 + 2) bytes = 170.7 GB, stay at any dp, so no dp fits 80 GB and the
+    error says so. With EP8 the memory fits from dp = 1,384, but the batch of 15,360 splits over dp
+    only from 1,536: the detail gives both and the reason."""
+    m = an.model("deepseek-v3")
+    kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
+    stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
+    stage_gb = (m.total_params + float(m.mtp_params_formula().expr)) / 16 * 4 / 1e9
+    with pytest.raises(an.AnalyticError, match=rf"weights \+ gradients do not shrink with dp \({stage_gb:.4g} GB"):
+        symbolic.smallest_fitting_detail(stuck, "dp", limit=4096)
+    ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=8, zero=1), **kw)
+    d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
+    assert d["value"] == 1536 and d["fits_from"] < 1536 and "global_batch" in d["skipped"]
+    assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]
