@@ -36,7 +36,7 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         return formula(f"collectives.{kind}.time").bind(
             {"message": message, "ranks": size, "bandwidth": inp.time_input(bw_key) * eff, "latency": alpha})
 
-    def two_level():
+    def spanning():  # the group spans domains: NCCL's rings over both links
         if kind == "broadcast":  # a point-to-point transfer between domains
             return flat("scale_out_bandwidth")
         per_node = _ranks_per_domain(size, g / stride_)
@@ -54,9 +54,9 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
     if kind_of_link == "scale-out":
         return flat("scale_out_bandwidth")
     if kind_of_link == "two-level":
-        return two_level()
+        return spanning()
     return cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride_, g)),
-                  (flat("scale_out_bandwidth"), sympy.Ge(stride_, g)), (two_level(), True))
+                  (flat("scale_out_bandwidth"), sympy.Ge(stride_, g)), (spanning(), True))
 
 def gemm_input_bytes(inp: Inputs, default):
     """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
