@@ -46,11 +46,16 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    from .story import wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
     mem = plan.memory()
     rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
     notes = list(extra["notes"].values())
+    wasted = wasted_selective(plan)
+    if wasted is not None:
+        notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
+                     f"and still recomputes the attention core: {_fmt(wasted)} per step")
     if args.json:
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits,
                                                                              "notes": notes}))

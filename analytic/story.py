@@ -54,6 +54,15 @@ def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
     return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes))
 
 
+def wasted_selective(plan: Plan):
+    """The FLOPs selective recomputation spends under FlashAttention, which keeps no attention scores
+    for it to spare (so it saves no memory): None when the plan does not combine the two."""
+    if not (plan.flash_attention and plan.layout.recompute == "selective"):
+        return None
+    plain = plan.replace(layout=plan.layout.replace(recompute="none"))
+    return plan.hardware_flops() - plain.hardware_flops()
+
+
 def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
@@ -99,6 +108,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         add("memory", "gathered", label[gathered], mem.gathered.to("GB"), gathered)
     add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations."))
+    wasted = wasted_selective(plan)
+    if wasted is not None:
+        add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "
+            "keeps no attention scores), FLOPs still spent", wasted, "compute.attention_core_forward_flops_per_token")
     add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
         mem.total.to("GB"), "plan.memory.total")
     # forward

@@ -291,3 +291,22 @@ def test_scale_up_domain_flag_moves_a_group_onto_nvlink(capsys):
     assert links == {"64": "scale-up", "8": "scale-out"}
     assert main([*base, "--scale-up-domain", "12"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_selective_recomputation_under_flash_attention_is_called_out(capsys):
+    """Under FlashAttention selective recomputation keeps the same activations and recomputes the
+    attention core: the memory output says so with the FLOPs it costs (the executed FLOPs of the plan
+    minus those of the same plan without recomputation), and the memory is the same as without it."""
+    base = ["memory", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64", "--tp", "8", "--seq", "8192",
+            "--global-batch", "64", "--json"]
+    outs = {}
+    for rc in ("none", "selective"):
+        assert main([*base, "--recompute", rc]) == 0
+        outs[rc] = json.loads(capsys.readouterr().out)
+    assert outs["none"]["activations"] == outs["selective"]["activations"]
+    assert not outs["none"]["notes"] and "saves no memory under FlashAttention" in outs["selective"]["notes"][0]
+    plans = {rc: an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"),
+                         an.Layout(tp=8, dp=8, recompute=rc, sequence_parallel=True), seq_len=8192, global_batch=64)
+             for rc in ("none", "selective")}
+    extra = (plans["selective"].hardware_flops() - plans["none"].hardware_flops()).to("FLOP").magnitude
+    assert f"{extra:.4g}" in outs["selective"]["notes"][0]
