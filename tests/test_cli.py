@@ -310,3 +310,13 @@ def test_selective_recomputation_under_flash_attention_is_called_out(capsys):
              for rc in ("none", "selective")}
     extra = (plans["selective"].hardware_flops() - plans["none"].hardware_flops()).to("FLOP").magnitude
     assert f"{extra:.4g}" in outs["selective"]["notes"][0]
+
+
+def test_step_prints_mfu_under_both_conventions(capsys):
+    """The story's two MFUs differ by PaLM's attention term: (6N + 12·L·H·Q·T) / 6N per token, with
+    Llama 3 405B's L = 126, H = 128 heads of Q = 128 and T = 8,192 (the default story's configuration)."""
+    assert main(["step", "--json"]) == 0
+    lines = {ln["key"]: ln["value"] for ln in json.loads(capsys.readouterr().out)["lines"]}
+    n = an.model("llama3-405b").active_params
+    ratio = (6 * n + 12 * 126 * 128 * 128 * 8192) / (6 * n)
+    assert lines["mfu_palm"] / lines["mfu"] == pytest.approx(ratio, rel=2e-3)  # the MFUs are rounded to 4 digits
