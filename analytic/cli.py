@@ -8,7 +8,17 @@ import difflib
 import sys
 
 from .choices import RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
-from .commands import cmd_calibrate, cmd_derive, cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_step, cmd_validate
+from .commands import (
+    cmd_calibrate,
+    cmd_derive,
+    cmd_formula,
+    cmd_memory,
+    cmd_plot,
+    cmd_search,
+    cmd_solve,
+    cmd_step,
+    cmd_validate,
+)
 from .flags import CLIError
 
 
@@ -110,6 +120,13 @@ def parser() -> argparse.ArgumentParser:
     _plan_args(p)
     p.add_argument("--top", default="10")
     p.set_defaults(func=cmd_search)
+    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a bubble",
+                       allow_abbrev=False)
+    p.add_argument("question", choices=["smallest", "bubble"])
+    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest: the degree to solve for")
+    p.add_argument("--target", help="bubble: the largest bubble, a fraction of the ideal time (e.g. 0.05)")
+    _plan_args(p)
+    p.set_defaults(func=cmd_solve)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
     p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto"])
     p.add_argument("--out", required=True)
@@ -130,7 +147,8 @@ def main(argv=None) -> int:
         if extra:
             raise _unrecognized(top, args.command, extra)
         if not getattr(args, "func", None):
-            raise CLIError("analytic: give a command: step, memory, search, formula, validate, derive, calibrate, plot")
+            raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
+                           "plot")
         return args.func(args)
     except CLIError as exc:
         print(_one_line(str(exc)), file=sys.stderr)

@@ -245,3 +245,37 @@ def cmd_plot(args) -> int:
     return 0
 
 
+
+
+def cmd_solve(args) -> int:
+    """A planner's question answered without writing sympy: ``smallest`` (the smallest value of one
+    free degree whose plan fits, with the reasons) or ``bubble`` (microbatches for a bubble target)."""
+    from . import symbolic
+    if args.question == "bubble":
+        refuse_unread(args, {"pp", "vpp", "schedule"}, "solve bubble", "the bubble depends on the schedule, pp and vpp")
+        if args.target is None or args.pp is None:
+            raise CLIError("solve bubble: give --pp and --target (e.g. --target 0.05)")
+        answer = symbolic.microbatches_for_bubble(args.schedule or "1f1b", count_flag(args.pp, "pp"), args.target,
+                                                  vpp=None if args.vpp is None else count_flag(args.vpp, "vpp"))
+        out = {"question": "bubble", "microbatches": answer["value"]}
+        text = (f"{answer['value']} microbatches per pipeline keep the {args.schedule or '1f1b'} bubble at or under "
+                f"{args.target} of the ideal time")
+    else:
+        import analytic as an
+        if args.free is None:
+            raise CLIError("solve smallest: give --free AXIS (the degree to solve for: tp, pp, dp, cp or ep)")
+        if getattr(args, args.free) is not None or (args.free == "dp" and args.gpus is not None):
+            raise CLIError(f"solve smallest: --{args.free} is the one to solve for; do not give it"
+                           + (" (nor --gpus, which fixes dp)" if args.free == "dp" else ""))
+        setattr(args, args.free, "1")  # a placeholder the layout check accepts, replaced by the symbol below
+        plan, extra = build_plan(args)
+        plan = plan.replace(layout=plan.layout.replace(**{args.free: an.sym(args.free)}))
+        detail = symbolic.smallest_fitting_detail(plan, args.free)
+        out = {"question": "smallest", "free": args.free, "value": detail["value"], "fits_from": detail["fits_from"],
+               "skipped": detail["skipped"], "memory_GB": float(detail["memory"].to("GB").magnitude),
+               "notes": list(extra["notes"].values())}
+        text = (f"{args.free} = {detail['value']:,}: {detail['memory'].to('GB'):.4g~P} per GPU"
+                + (f" (memory fits from {detail['fits_from']:,}; below {detail['value']:,}: {detail['skipped']})"
+                   if detail["skipped"] else ""))
+    print(json.dumps(out) if args.json else text)
+    return 0

@@ -320,3 +320,26 @@ def test_step_prints_mfu_under_both_conventions(capsys):
     n = an.model("llama3-405b").active_params
     ratio = (6 * n + 12 * 126 * 128 * 128 * 8192) / (6 * n)
     assert lines["mfu_palm"] / lines["mfu"] == pytest.approx(ratio, rel=2e-3)  # the MFUs are rounded to 4 digits
+
+
+def test_solve_answers_without_sympy(capsys):
+    """`analytic solve`: the interleaved bubble target of 5% on 16 stages of 4 chunks needs 80
+    microbatches (75 rounded up to a multiple of pp); Llama 3 405B with TP8 PP16 ZeRO-1 fits from
+    dp = 131 but the 2,048 sequences split only at 256; DeepSeek-V3 without EP never fits, and the
+    one-line error says which parts do not shrink."""
+    assert main(["solve", "bubble", "--schedule", "interleaved", "--pp", "16", "--vpp", "4", "--target", "0.05",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["microbatches"] == 80
+    assert main(["solve", "smallest", "--free", "dp", "--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8",
+                 "--pp", "16", "--zero", "1", "--seq", "8192", "--global-batch", "2048", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["value"], out["fits_from"]) == (256, 131) and "global_batch" in out["skipped"]
+    assert main(["solve", "smallest", "--free", "dp", "--model", "deepseek-v3", "--hardware", "h800", "--pp", "16",
+                 "--zero", "1", "--seq", "4096", "--global-batch", "15360", "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "weights + gradients do not shrink with dp" in err
+    for argv in (["solve", "smallest", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "8192"],
+                 ["solve", "smallest", "--free", "dp", "--dp", "8", "--model", "llama3-8b", "--hardware", "h100-sxm"],
+                 ["solve", "bubble", "--pp", "16", "--target", "0.05", "--tp", "8"]):
+        assert main(argv) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
