@@ -43,8 +43,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "scale_up_domain", "flash_attention", "zero3_gather"}
-PLAN_FLAGS = SEARCH_FLAGS | {"tp", "pp", "dp", "cp", "ep", "sequence_parallel", "mfu", "tokens"}
+                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens"}
 
 
 def hardware_overrides(get) -> dict:
@@ -75,7 +75,7 @@ def search_inputs(args, what: str):
     """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
     keyword arguments and a note, for search and the plots built on it."""
     import analytic as an
-    refuse_unread(args, SEARCH_FLAGS, what, "search tries every tp, pp, dp, cp and ep, with sequence parallelism; "
+    refuse_unread(args, SEARCH_FLAGS, what, "search runs sequence parallelism wherever tp > 1; "
                    "'analytic step' evaluates one layout")
     if not (args.model and args.hardware and args.gpus and args.seq):
         raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
@@ -98,6 +98,8 @@ def search_inputs(args, what: str):
         kw["microbatch_sizes"] = (count_flag(args.microbatch_size, "microbatch-size"),)
     if args.vpp:
         kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
+    kw.update({axis: count_flag(getattr(args, axis), axis) for axis in ("tp", "pp", "dp", "cp", "ep")
+               if getattr(args, axis) is not None})  # pinned: search the other degrees
     return model_flag(args.model), hw, count_flag(args.gpus, "gpus"), seq, gb, kw, note
 
 

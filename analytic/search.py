@@ -232,29 +232,33 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
                       microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE, schedules=SCHEDULES,
-                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None) -> dict:
+                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
     KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
-    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence; PP·v ≤
+    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence; ``pins`` (axis →
+    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
     layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
+    pins = pins or {}
+    free = lambda axis, value: pins.get(axis, value) == value  # noqa: E731 (unpinned, or pinned to value)
     rows = []
     for tp in divisors(gpus):
-        if tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or not tiles(tp, g):
+        if (tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or not tiles(tp, g)
+                or not free("tp", tp)):
             continue
         for cp in divisors(gpus // tp):
-            if seq_len % cp or (max_cp and cp > max_cp) or not tiles(tp * cp, g):
+            if seq_len % cp or (max_cp and cp > max_cp) or not tiles(tp * cp, g) or not free("cp", cp):
                 continue
             for pp in divisors(gpus // (tp * cp)):
-                if pp > model.layers:
-                    continue
                 dp = gpus // (tp * cp * pp)
-                eps = [e for e in divisors(dp) if model.experts % e == 0] if model.is_moe else [1]
+                if pp > model.layers or not free("pp", pp) or not free("dp", dp):
+                    continue
+                eps = [e for e in divisors(dp) if model.experts % e == 0 and free("ep", e)] if model.is_moe else [1]
                 for ep in eps:
                     for mbs in microbatch_sizes:
                         if global_batch % (dp * mbs):
@@ -295,10 +299,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
-           top: int | None = None,
-           progress: bool = True) -> SearchResult:
+           top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
+           dp: int | None = None, cp: int | None = None, ep: int | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators, evaluated with Plan's expressions; the ones that
-    fit in HBM ranked by predicted step time."""
+    fit in HBM ranked by predicted step time. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that degree."""
     start = time.time()
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
@@ -339,9 +343,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                               for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
     max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
+    pins = {k: count(k, v, allow_symbol=False) for k, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep))
+            if v is not None}
     arrays = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
-                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp)
+                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins)
     show = progress and sys.stderr.isatty()
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)

@@ -227,8 +227,8 @@ def test_step_on_a_preset_without_a_link_bandwidth_still_tells_the_rest(capsys):
 
 
 def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
-    """--zero, --recompute, --schedule, --microbatch-size, --vpp and the link overrides narrow or shape
-    the search; a fixed degree (--tp) or a step-only flag (--mfu) is an error, not a silent no-op."""
+    """--zero, --recompute, --schedule, --microbatch-size, --vpp, a pinned degree (--tp 2) and the link
+    overrides narrow or shape the search; a step-only flag (--mfu, --no-sp) is an error, not a silent no-op."""
     base = ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "8192",
             "--global-batch", "256", "--json"]
     code, out, err = run(capsys, *base)
@@ -239,7 +239,12 @@ def test_search_reads_its_constraints_and_refuses_what_it_would_ignore(capsys):
     narrowed = json.loads(out)
     assert narrowed["evaluated"] < everything["evaluated"]
     assert {(r["zero"], r["recompute"]) for r in narrowed["ranked"]} == {(3, "full")}
-    for extra, flag in ((["--tp", "2"], "--tp"), (["--mfu", "0.4"], "--mfu"), (["--no-sp"], "--sp/--no-sp")):
+    code, out, err = run(capsys, *base, "--tp", "2", "--pp", "4")
+    assert code == 0, err
+    pinned = json.loads(out)
+    assert pinned["ranked"] and {(r["tp"], r["pp"], r["dp"] * r["cp"]) for r in pinned["ranked"]} == {(2, 4, 8)}
+    assert pinned["evaluated"] < everything["evaluated"]
+    for extra, flag in ((["--mfu", "0.4"], "--mfu"), (["--no-sp"], "--sp/--no-sp")):
         code, out, err = run(capsys, *base, *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
     code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
