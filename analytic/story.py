@@ -221,14 +221,14 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
              f"16Ψ at {r('llama3', 'storage_bandwidth'):.4g~P}, Llama 3 storage")
     add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.expr("checkpoint_time").value(),
         _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
-    add("failures", "checkpoint_interval", "Young's checkpoint interval √(2δM)", plan.expr("checkpoint_interval").value().to("min"),
-        "reliability.checkpoint_interval")
-    add("failures", "goodput", "goodput (1 − √(2δ/M))", round(float(plan.expr("goodput").value().magnitude), 4),
-        "reliability.goodput")
+    add("failures", "checkpoint_interval", "Daly's optimal checkpoint interval",
+        plan.expr("checkpoint_interval").value().to("min"), "reliability.daly.optimal_interval")
+    add("failures", "goodput", "goodput (Daly's exact expected time, restarts included)",
+        round(float(plan.expr("goodput").value().magnitude), 4), "reliability.daly.goodput")
     if training_tokens is not None:
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
         wall = (step * steps.magnitude / plan.expr("goodput").value().magnitude).to("day")
-        add("failures", "wall_days", "wall-clock days with failures", wall, "reliability.goodput")
+        add("failures", "wall_days", "wall-clock days with failures", wall, "reliability.daly.goodput")
         add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))), "reliability.mtbf")
     return out
 

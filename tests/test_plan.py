@@ -693,3 +693,19 @@ def test_full_recomputation_gathers_k_and_v_again():
     want = 15 / 16 * kv * layers * full.microbatches
     grown = (full.communication()["cp"] - sel.communication()["cp"]).to("byte").magnitude
     assert grown == pytest.approx(want, rel=1e-12)
+
+
+def test_readme_exact_goodput_at_scale():
+    """100,000 GPUs at Llama 3's interruption rate, 5-minute checkpoints, 10-minute restarts: the
+    README's first-order and exact goodputs and the exact optimal interval, from the catalogue."""
+    from pathlib import Path
+    rate = an.formula("reliability.mtbf").evaluate(gpus=100_000, interruption_rate=an.Q_(419 / (54 * 86400 * 16384), "1/s"))
+    mtbf = rate.to("min")
+    first = an.formula("reliability.goodput").evaluate(checkpoint_time="5 min", mtbf=mtbf, restart_time="10 min")
+    tau = an.formula("reliability.daly.optimal_interval").evaluate(checkpoint_time="5 min", mtbf=mtbf)
+    exact = an.formula("reliability.daly.goodput").evaluate(checkpoint_time="5 min", mtbf=mtbf, restart_time="10 min",
+                                                            checkpoint_interval=tau)
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert (f"one interruption every {mtbf.magnitude:.1f} minutes" in readme
+            and f"the first-order goodput is {first.to('').magnitude:.3f}" in readme
+            and f"optimal interval of {tau.to('min').magnitude:.1f} minutes, gives {exact.to('').magnitude:.2f}" in readme)

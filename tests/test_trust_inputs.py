@@ -39,11 +39,12 @@ STEP = ("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--tp",
 
 # --- formulas outside their domain ---------------------------------------------------------------------
 def test_goodput_below_zero_is_refused_not_returned():
+    """The first-order goodput leaves its domain when restarts are long (it would go negative) and is
+    refused; a plan uses Daly's exact model, which stays a fraction: a 30-hour restart after
+    interruptions every 6.2 hours leaves almost nothing, but not less than nothing."""
     p = an.Plan(an.model("llama3-405b"), H100, an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True),
                 seq_len=8192, global_batch=2048, restart_time="30 hour", training_tokens="15.6e12 token")
-    for name in ("goodput", "train_time"):
-        with pytest.raises(an.InputError, match="reliability.goodput: outside the formula's domain"):
-            p.expr(name).value()
+    assert 0 < p.expr("goodput").value().to("").magnitude < 0.01
     with pytest.raises(an.InputError, match="domain"):
         an.formula("reliability.goodput").evaluate(checkpoint_time="1 min", mtbf="1 hour", restart_time="3.1 hour")
 

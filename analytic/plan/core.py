@@ -205,10 +205,12 @@ class Plan:
                                      batch_tokens=self.expr("tokens_per_step")),
             "mtbf": lambda: self._in.f("reliability.mtbf", gpus=self.deg.gpus),
             "checkpoint_time": lambda: self._checkpoint_time(),
-            "checkpoint_interval": lambda: self._in.f("reliability.checkpoint_interval", mtbf=self.expr("mtbf"),
+            # Daly's exact model, not the first-order one: it stays right where failures are frequent
+            "checkpoint_interval": lambda: self._in.f("reliability.daly.optimal_interval", mtbf=self.expr("mtbf"),
                                                    checkpoint_time=self.expr("checkpoint_time")),
-            "goodput": lambda: self._in.f("reliability.goodput", mtbf=self.expr("mtbf"),
-                                       checkpoint_time=self.expr("checkpoint_time")),
+            "goodput": lambda: self._in.f("reliability.daly.goodput", mtbf=self.expr("mtbf"),
+                                       checkpoint_time=self.expr("checkpoint_time"),
+                                       checkpoint_interval=self.expr("checkpoint_interval")),
             "train_time": lambda: (self.expr("step_time") * self.expr("steps")) / self.expr("goodput"),
             "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
         }
