@@ -11,6 +11,9 @@ CONVENTIONS = ("6nd", "palm", "megatron")
 #: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
 #: TF32 (fp32 storage) and FP4 training are not modelled
 TRAINING_DTYPES = ("bf16", "fp16", "fp8")
+#: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
+#: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
+GRAD_DTYPES = ("bf16", "fp32")
 AXES = ("tp", "cp", "dp", "pp", "ep")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or

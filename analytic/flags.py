@@ -44,7 +44,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype"}
 
 
 def hardware_overrides(get) -> dict:
@@ -75,8 +75,8 @@ def search_inputs(args, what: str):
     """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
     keyword arguments and a note, for search and the plots built on it."""
     import analytic as an
-    refuse_unread(args, SEARCH_FLAGS, what, "search runs sequence parallelism wherever tp > 1; "
-                   "'analytic step' evaluates one layout")
+    refuse_unread(args, SEARCH_FLAGS, what, "search evaluates one stack: bf16 gradients, sequence parallelism "
+                   "wherever tp > 1; 'analytic step' evaluates one layout")
     if not (args.model and args.hardware and args.gpus and args.seq):
         raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
     seq = count_flag(args.seq, "seq")
@@ -153,7 +153,8 @@ def build_plan(args) -> tuple[object, dict]:
     links = hardware_overrides(get)
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
-                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False, **links)
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False,
+                   grad_dtype=get("grad_dtype") or "bf16", **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12

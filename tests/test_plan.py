@@ -709,3 +709,23 @@ def test_readme_exact_goodput_at_scale():
     assert (f"one interruption every {mtbf.magnitude:.1f} minutes" in readme
             and f"the first-order goodput is {first.to('').magnitude:.3f}" in readme
             and f"optimal interval of {tau.to('min').magnitude:.1f} minutes, gives {exact.to('').magnitude:.2f}" in readme)
+
+
+@pytest.mark.parametrize("zero, per_param", [(0, 18), (1, 6 + 12 / 8)])
+def test_fp32_gradient_buffers_are_megatrons_18_bytes(zero, per_param):
+    """Megatron-LM keeps fp32 main gradients for bf16 training: 2 + 4 + 12 = 18 bytes per parameter,
+    6 + 12/d with its distributed optimizer (ZeRO-1) over d = 8 ranks; the data-parallel gradient
+    reduction carries fp32 too, so a plain all-reduce moves twice the bytes of bf16 gradients."""
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    plans = {g: an.Plan(m, hw, an.Layout(tp=8, dp=8, zero=zero), seq_len=8192, global_batch=64, grad_dtype=g)
+             for g in ("bf16", "fp32")}
+    p = plans["fp32"]
+    mem = p.memory()
+    states = (mem.weights + mem.gradients + mem.optimizer).to("byte").magnitude
+    assert states / p.expr("params_per_gpu").value().magnitude == pytest.approx(per_param, rel=1e-12)
+    if zero == 0:
+        assert p.communication()["dp"] == 2 * plans["bf16"].communication()["dp"]
+    with pytest.raises(an.InputError, match="grad_dtype"):
+        an.Plan(m, hw, an.Layout(tp=8, dp=8, zero=3), seq_len=8192, global_batch=64, grad_dtype="fp32")
+    with pytest.raises(an.InputError, match="grad_dtype"):
+        an.Plan(m, hw, an.Layout(tp=8, dp=8), seq_len=8192, global_batch=64, grad_dtype="fp16")

@@ -51,6 +51,11 @@ define("memory.model_states.weights", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16
        ADAM, "16-bit parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.gradients", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 gradients, 2Ψ)",
        ADAM, "16-bit gradients (unsharded)", coefficient_unit="byte")
+define("memory.model_states.gradients_fp32", 4 * Psi, "byte",
+       "Megatron-LM docs, distributed optimizer (bf16 parameters, fp32 main gradients, fp32 master parameters and "
+       "Adam state: 18 bytes per parameter); Llama 3 arXiv 2407.21783 §3.3.2 (gradients accumulated in fp32)",
+       ("fp32 gradient accumulation buffers (main_grad), reduced across data-parallel ranks in fp32",),
+       "fp32 gradients (unsharded)", coefficient_unit="byte")
 define("memory.model_states.optimizer", 12 * Psi, "byte", f"{ZERO} §3.1 (KΨ, K = 12)",
        ADAM, "Adam state and fp32 master parameters (unsharded)", coefficient_unit="byte")
 

@@ -142,12 +142,15 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     for (local, size, stride_), local_tensors in zip(replica_groups(inp, params), tensors, strict=True):
         if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
             continue
-        grad = inp.f("parallelism.dp.gradient_bytes", params=local)
-        ar, rs, ag = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
-                      for kind in ("all_reduce", "reduce_scatter", "all_gather"))
+        weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
+        grad = (inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
+                if inp.grad_dtype == "fp32" else weights)  # fp32 main gradients are reduced in fp32
+        ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
+                  for kind in ("all_reduce", "reduce_scatter"))
+        ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
         ag3, gathers = ag, lay.zero3_gathers_per_microbatch  # ZeRO-3's parameter gathers, and how many
         if lay.per_tensor_gathers:
-            ag3 = _collectives(inp, "all_gather", grad / local_tensors, local_tensors, size, stride_)
+            ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
         stage3 = lay.zero_at_least(3)
         for k, unit in (("bytes", "byte"), ("time", "s")):
             held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes

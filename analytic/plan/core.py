@@ -73,15 +73,16 @@ class Plan:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
                  flash_attention: bool = True, training_tokens=None, allow_cross_node_tp: bool = False,
-                 **overrides):
+                 grad_dtype: str = "bf16", **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
                                 flash_attention=flash_attention, training_tokens=training_tokens,
-                                allow_cross_node_tp=allow_cross_node_tp, **overrides)
+                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype, **overrides)
         self.model, self.hardware, self.layout, self.deg = inp.model, inp.hardware, inp.layout, inp.deg
         self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
+        self.grad_dtype = inp.grad_dtype
 
     # --- stages, built when first needed ------------------------------------------------------------
     @property
@@ -166,7 +167,8 @@ class Plan:
                 f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} recompute={lay.recompute} "
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
-                f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}")
+                f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}"
+                f"{' grad_dtype=fp32' if self.grad_dtype == 'fp32' else ''}")
 
     def _builders(self) -> dict:
         b = {
@@ -320,7 +322,7 @@ class Plan:
         """A new plan with the model, layout or any keyword argument of Plan changed."""
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    allow_cross_node_tp=self.allow_cross_node_tp, **self.overrides)
+                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self.grad_dtype, **self.overrides)
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)

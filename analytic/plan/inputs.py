@@ -9,15 +9,17 @@ from functools import cached_property
 
 import sympy
 
+from ..choices import GRAD_DTYPES
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..formula import Formula, magnitude
 from ..formulas import formula
 from ..hardware import Hardware
 from ..model import Model
+from ..schedules import is_number
 from ..symbols import canonical, sym
 from ..units import Q_
 from ..values import batch_tokens as read_batch_tokens
-from ..values import count, flag
+from ..values import choice, count, flag
 from .layout import Layout, _Degrees, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
@@ -26,7 +28,7 @@ OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwi
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "element_bytes")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
-             "training_tokens", "allow_cross_node_tp")
+             "training_tokens", "allow_cross_node_tp", "grad_dtype")
 #: the calibrated constants of the predictive model
 CALIBRATED = ("matmul_efficiency", "link_efficiency", "overlap")
 
@@ -36,7 +38,7 @@ class Inputs:
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention: bool, training_tokens,
-                 allow_cross_node_tp: bool, **overrides):  # Plan's arguments, defaults and all
+                 allow_cross_node_tp: bool, grad_dtype: str, **overrides):  # Plan's arguments, defaults and all
         if not isinstance(model, Model):
             raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
         if not isinstance(hardware, Hardware):
@@ -50,6 +52,10 @@ class Inputs:
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
         self.flash_attention = flag("flash_attention", flash_attention)
+        self.grad_dtype = choice("grad_dtype", grad_dtype, GRAD_DTYPES)
+        if self.grad_dtype == "fp32" and not (is_number(layout.zero) and layout.zero <= 2):
+            raise InputError("grad_dtype: fp32 gradient buffers are modelled with ZeRO 0-2 (Megatron's distributed "
+                             f"optimizer), not with zero={layout.zero}")
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))

@@ -22,8 +22,9 @@ def model_states(inp: Inputs, params: dict) -> dict:
     parts = {}
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
+        name = "gradients_fp32" if part == "gradients" and inp.grad_dtype == "fp32" else part
         for local, dp in groups:
-            f = formula(f"memory.model_states.{part}").subs(params=local)
+            f = formula(f"memory.model_states.{name}").subs(params=local)
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         if part in ("weights", "gradients"):  # DualPipe holds the parameters twice
