@@ -19,7 +19,6 @@ NEUTRAL = frozenset({
     "max_position_embeddings", "use_cache", "attention_dropout", "pretraining_tp", "output_router_logits",
     "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob", "max_window_layers", "quantization_config",
     "aux_loss_alpha", "ep_size", "routed_scaling_factor", "scoring_func", "seq_aux", "topk_method",
-    "hidden_act", "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window", "tie_word_embeddings",
 })
 
 
@@ -72,7 +71,9 @@ def _dense(cfg: dict) -> dict:
 
 def _llama(cfg):
     return _dense(cfg), {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-                         "vocab_size", "intermediate_size", "head_dim"}
+                         "vocab_size", "intermediate_size", "head_dim", "tie_word_embeddings",
+                         # checked by _dense: refused unless they leave the SwiGLU decoder as counted
+                         "hidden_act", "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window"}
 
 
 def _mixtral(cfg):

@@ -197,10 +197,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
             spread = ""
         add("time", "step_time", f"predicted step time (calibrated model{spread})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4), "compute.mfu")
-        palm = formula("compute.mfu").evaluate(flops=plan.expr("flops.palm").value(), step_time=st, gpus=plan.gpus,
-                                               peak_flops=Q_(float(plan.inputs["peak_flops"]), "FLOP/s"))
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
-            round(float(palm.to("").magnitude), 4), "compute.mfu, compute.flops_per_token_palm")
+            round(float(plan.expr("mfu.palm").value().to("").magnitude), 4),
+            _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
     # run and failures

@@ -203,6 +203,8 @@ class Plan:
             "step_time": lambda: timing.step_time(self._time),
             "mfu": lambda: self._in.f("compute.mfu", flops=self.expr("flops"), step_time=self.expr("step_time"),
                                    gpus=self.deg.gpus),
+            "mfu.palm": lambda: self._in.f("compute.mfu", flops=self.expr("flops.palm"), step_time=self.expr("step_time"),
+                                        gpus=self.deg.gpus),
             "steps": lambda: self._in.f("compute.steps", tokens=self._in.training_tokens_or_raise(),
                                      batch_tokens=self.expr("tokens_per_step")),
             "mtbf": lambda: self._in.f("reliability.mtbf", gpus=self.deg.gpus),
