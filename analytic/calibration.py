@@ -30,10 +30,11 @@ from .symbols import sym
 from .units import Q_
 from .values import as_quantity, choice
 
-SHARED = ("link_efficiency", "overlap")
+SHARED = ("overlap", "attention_factor")
 #: starting point and bounds of the constants
-BOUNDS = {"matmul_efficiency": (0.05, 1.0), "link_efficiency": (0.05, 1.0), "overlap": (0.0, 1.0)}
-START = {"matmul_efficiency": 0.5, "link_efficiency": 0.7, "overlap": 0.5}
+BOUNDS = {"matmul_efficiency": (0.05, 1.0), "overlap": (0.0, 1.0),
+          "attention_factor": (0.05, 1.0)}
+START = {"matmul_efficiency": 0.5, "overlap": 0.5, "attention_factor": 0.7}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token")
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
@@ -164,14 +165,21 @@ def identifiability(cases: list[Case]) -> list[dict]:
     return out
 
 
-def pooled_efficiency(constants: dict, cases: list[Case]) -> float:
-    """Geometric mean of the fitted matmul efficiencies, weighted by their number of cases."""
-    logs = [math.log(constants["matmul_efficiency"][c.key]) for c in cases if c.key in constants["matmul_efficiency"]]
-    return math.exp(sum(logs) / len(logs))
+def pooled_efficiency(constants: dict, cases: list[Case], dtype: str | None = None) -> float:
+    """Geometric mean of the fitted matmul efficiencies, weighted by their number of cases: over the
+    cases of ``dtype`` where there are some (an efficiency is a fraction of that dtype's peak, and
+    FP8 GEMMs keep a smaller one), else over all."""
+    keys = [c.key for c in cases if c.key in constants["matmul_efficiency"]]
+    keys = [k for k in keys if k.endswith(f".{dtype}")] or keys
+    return math.exp(sum(math.log(constants["matmul_efficiency"][k]) for k in keys) / len(keys))
+
+
+def dtypes(cases: list[Case]) -> list[str]:
+    return sorted({c.key.split(".")[-1] for c in cases})
 
 
 def predict(case: Case, constants: dict, cases: list[Case]) -> float:
-    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases)))
+    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases, case.key.split(".")[-1])))
 
 
 def leave_one_out(cases: list[Case]) -> dict[str, float]:
@@ -239,14 +247,17 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
         f"rms_log_residual = {constants['rms_log_residual']:.6f}",
         "",
         "[shared]",
-        f"link_efficiency = {constants['link_efficiency']:.6f}",
         f"overlap = {constants['overlap']:.6f}",
+        f"attention_factor = {constants['attention_factor']:.6f}",
         "",
         "[matmul_efficiency]",
     ]
     for key, v in sorted(constants["matmul_efficiency"].items()):
         lines.append(f'"{key}" = {v:.6f}')
-    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled: hardware without cases of its own')
+    for dtype in dtypes(cases):
+        lines.append(f'"default.{dtype}" = {pooled_efficiency(constants, cases, dtype):.6f}  # pooled over {dtype}: '
+                     'hardware without cases of its own')
+    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled: a dtype without cases')
     if ratios is not None:
         lines += ["", "[interval]",
                   f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted with its source '
@@ -261,4 +272,5 @@ def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | No
     return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
             "shared": {k: constants[k] for k in SHARED}, "matmul_efficiency": dict(constants["matmul_efficiency"]),
             "default_matmul_efficiency": pooled_efficiency(constants, cases),
+            "default_matmul_efficiency_by_dtype": {d: pooled_efficiency(constants, cases, d) for d in dtypes(cases)},
             **({"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}} if ratios else {})}

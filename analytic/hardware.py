@@ -31,8 +31,8 @@ class Calibration:
     """Constants of the predictive step-time model (fitted by ``analytic calibrate --published``)."""
 
     matmul_efficiency: float
-    link_efficiency: float
     overlap: float
+    attention_factor: float = 1.0
     provenance: str = ""
     interval: tuple[float, float] | None = None  # measured/predicted step time: (low, high) quantiles
     coverage: float | None = None  # the probability [low, high] is meant to hold
@@ -101,11 +101,12 @@ class Hardware:
         key = self.calibration_key(dtype)
         if key in self.calibrations:
             return self.calibrations[key]
-        if "default" in self.calibrations:
-            return self.calibrations["default"]
+        for fallback in (f"default.{key.split('.')[-1]}", "default"):  # pooled over this dtype, then all
+            if fallback in self.calibrations:
+                return self.calibrations[fallback]
         if not self.calibrations:  # defined by hand, not loaded from the presets
             raise PresetError(f"{self.key or self.name}: no fitted constants for a hardware defined by hand; pass "
-                              "Plan(..., matmul_efficiency=, link_efficiency=, overlap=), or replace() a "
+                              "Plan(..., matmul_efficiency=, overlap=, attention_factor=), or replace() a "
                               "preset's numbers to keep its constants")
         raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
                           "'analytic calibrate --published' or pass Plan(..., matmul_efficiency=...)")

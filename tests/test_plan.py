@@ -69,13 +69,15 @@ def test_s31_moe_flops_ratio():
 
 def test_compute_and_bubble_are_the_pipeline_simulators_makespan(plan):
     """1F1B over p = 16 stages and m = 32 microbatches, each microbatch's F, B and W a third of its
-    compute: the simulator's op-by-op makespan is the plan's compute plus bubble; communication only adds."""
+    microbatches' compute (every op class but the optimizer step, which runs once after them): the
+    simulator's op-by-op makespan is that compute plus the plan's bubble; communication only adds."""
     from analytic.reference.pipeline_sim import simulate
-    t = {k: v.to("s").magnitude for k, v in plan.time_breakdown().items()}
+    t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
     m, p = plan.microbatches, plan.layout.pp
-    third = t["compute"] / (3 * m)
+    work = t["gemm"] + t["attention"] + t["memory_bound"]
+    third = work / (3 * m)
     sim = simulate("1f1b", p, m, t_f=third, t_b=third, t_w=third)
-    assert t["compute"] + t["bubble"] == pytest.approx(sim.makespan, rel=1e-12)
+    assert work + t["bubble"] == pytest.approx(sim.makespan, rel=1e-12)
     assert plan.step_time().to("s").magnitude > sim.makespan
 
 
@@ -231,7 +233,7 @@ def test_dense_dp_traffic_is_one_reduce_scatter_and_all_gather_per_bucket():
     buckets = sympy.Rational(p.model.layers, 16)  # one bucket per layer of a stage
     grad = an.formula("parallelism.dp.gradient_bytes").evaluate(params=p.expr("params_per_gpu").value(), element_bytes="2 byte")
     link = {"message": grad / float(buckets), "ranks": 64, "latency": an.Q_(float(p.inputs["scale_out_latency"]), "s"),
-            "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["link_efficiency"]), "byte/s")}
+            "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["scale_out_efficiency"]), "byte/s")}
     want = sum(an.formula(f"collectives.{k}.time").evaluate(**link) for k in ("reduce_scatter", "all_gather"))
     assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want.to("s").magnitude * float(buckets), rel=1e-9)
 
@@ -241,11 +243,11 @@ def test_few_microbatches_cannot_hide_the_pipeline(schedule):
     """Two microbatches per replica: whatever the schedule's bubble formula says (ZB-H1 7, ZB-H2 0,
     DualPipe 6 units), the step is at least the first microbatch's chain through every stage
     (forward and input gradient, then the weight gradient): p·(T_F + T_B) + T_W − 2(T_F + T_B + T_W)
-    = 11 units of T_F = T_B = T_W = a sixth of the stage's compute."""
+    = 11 units of T_F = T_B = T_W = a sixth of the stage's microbatch compute (the optimizer step aside)."""
     p = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=8, dp=16, schedule=schedule),
                 seq_len=8192, global_batch=32)
-    t = p.time_breakdown()
-    unit = t["compute"].to("s").magnitude / 6
+    t = p.time_breakdown(ops=True)
+    unit = sum(t[k].to("s").magnitude for k in ("gemm", "attention", "memory_bound")) / 6
     assert t["bubble"].to("s").magnitude == pytest.approx(11 * unit, rel=1e-12)
 
 
@@ -311,13 +313,13 @@ def test_per_tensor_gathers_again_in_the_recomputed_forward():
         block = [getattr(plans["per-block", rc], kind)()["dp"] for rc in ("selective", "full")]
         assert block[0] == block[1]
     p = plans["per-tensor", "full"]
-    eff = float(p.inputs["link_efficiency"])
+    up, out = (float(p.inputs[f"scale_{k}_efficiency"]) for k in ("up", "out"))
     element = float(p.inputs["element_bytes"])
     message = an.Q_(m.total_params * element / m.block_tensors, "byte")  # a tensor's share of the parameters
     one = an.formula("collectives.multinode.all_gather.time").evaluate(
         message=message, gpus_per_node=8, nodes=48,
         latency=an.Q_((336 * float(p.inputs["scale_up_latency"]) + 47 * float(p.inputs["scale_out_latency"])) / 383, "s"),
-        scale_up_bandwidth=hw.scale_up_bandwidth * eff, scale_out_bandwidth=hw.scale_out_bandwidth * eff)
+        scale_up_bandwidth=hw.scale_up_bandwidth * up, scale_out_bandwidth=hw.scale_out_bandwidth * out)
     round_time = (p.microbatches * m.block_tensors * one).to("s").magnitude
     selective = plans["per-tensor", "selective"]
     for kind in ("communication_time", "time_breakdown"):  # the gathers block: exposed in full
@@ -330,14 +332,19 @@ def test_per_tensor_gathers_again_in_the_recomputed_forward():
 
 def test_reserved_sms_slow_compute_by_their_share():
     """DeepSeek-V3 reserves 20 of the H800's 132 SMs for the all-to-all (§3.2.2, §3.5.1): every
-    kernel of the model runs on the other 112, so compute time grows by 132/112 exactly."""
+    compute kernel runs on the other 112: the fused attention takes 132/112 as long exactly, the GEMMs
+    longer (their math on 112 SMs, their traffic and FP8 casts not), the memory-bound kernels as long
+    (HBM is not shared out)."""
     m, hw = an.model("deepseek-v3"), an.hardware("h800")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
     plain, reserved = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(comm_sms=20), **kw)
-    ratio = reserved.time_breakdown()["compute"] / plain.time_breakdown()["compute"]
+    before, after = plain.time_breakdown(ops=True), reserved.time_breakdown(ops=True)
+    ratio = {k: float((after[k] / before[k]).to("").magnitude) for k in ("gemm", "attention", "memory_bound")}
     assert hw.sms == 132  # the H800's SMs, as DeepSeek-V3 §3.5.1 counts them
-    assert float(ratio.to("").magnitude) == pytest.approx(hw.sms / (hw.sms - 20), rel=1e-12)
+    assert ratio["attention"] == pytest.approx(hw.sms / (hw.sms - 20), rel=1e-12)
+    assert 1 < ratio["gemm"] < hw.sms / (hw.sms - 20)
+    assert ratio["memory_bound"] == pytest.approx(1, rel=1e-12)
     assert reserved.step_time() > plain.step_time()
     assert "comm_sms=20" in reserved.expr("step_time").source
     with pytest.raises(LayoutError, match="comm_sms"):
@@ -351,7 +358,8 @@ def test_reserved_sms_slow_compute_by_their_share():
     given = an.Plan(an.model("llama3-8b"), tpu, an.Layout(dp=8, comm_sms=4), seq_len=4096, global_batch=8,
                     scale_up_bandwidth="100 GB/s", scale_out_bandwidth="25 GB/s", sms=8, matmul_efficiency=0.5)
     half = given.replace(layout=an.Layout(dp=8))
-    assert float((given.time_breakdown()["compute"] / half.time_breakdown()["compute"]).magnitude) == pytest.approx(2)
+    ratio = given.time_breakdown(ops=True)["attention"] / half.time_breakdown(ops=True)["attention"]
+    assert float(ratio.to("").magnitude) == pytest.approx(2, rel=1e-12)  # 4 of 8 SMs left
 
 
 def test_context_parallel_all_gather_is_exposed():
@@ -433,16 +441,21 @@ def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
 
 
 def test_hand_made_hardware_needs_the_constants_it_has_none_of():
-    """A Hardware built by hand carries no fitted constants: the step time asks for all four, and
-    with them given it is the predictive model's; a preset changed with replace() keeps its own."""
+    """A Hardware built by hand carries no fitted constants: the step time asks for them, and with
+    them given the GEMMs take 6 FLOPs per matmul weight per token (every parameter but the input
+    embedding and the norms) at the given share of peak, unquantised (no SM count); a preset changed
+    with replace() keeps its own constants."""
     hw = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="80 GB", scale_up="100 GB/s", scale_out="10 GB/s")
     kw = dict(seq_len=2048, global_batch=8)
+    m = an.model("llama3-8b")
     with pytest.raises(an.PresetError, match="defined by hand"):
-        an.Plan(an.model("llama3-8b"), hw, an.Layout(dp=8), **kw).step_time()
-    given = an.Plan(an.model("llama3-8b"), hw, an.Layout(dp=8), matmul_efficiency=0.5, link_efficiency=0.8,
-                    latency="10 us", overlap=0.5, **kw)
-    assert given.time_breakdown()["compute"].to("s").magnitude == pytest.approx(
-        given.hardware_flops().to("FLOP").magnitude / 8 / (100e12 * 0.5), rel=1e-12)
+        an.Plan(m, hw, an.Layout(dp=8), **kw).step_time()
+    given = an.Plan(m, hw, an.Layout(dp=8), matmul_efficiency=0.5, link_efficiency=0.8, latency="10 us", overlap=0.5,
+                    attention_factor=0.5, hbm_bandwidth="1e30 B/s", **kw)
+    weights = m.total_params - m.vocab * m.hidden - (2 * m.layers + 1) * m.hidden
+    assert given.time_breakdown(ops=True)["gemm"].to("s").magnitude == pytest.approx(
+        6 * weights * 2048 / (100e12 * 0.5), rel=1e-9)
+    assert any("wave quantisation" in note for note in given.notes)
     h100 = an.hardware("h100-sxm")
     assert an.hardware("h100-sxm").replace(hbm="96 GB").calibration("bf16") == h100.calibration("bf16")
 
@@ -670,7 +683,8 @@ def test_a_group_filling_domains_unevenly_runs_at_its_emptiest_domains_pace():
 
 
 def test_readme_tour_states_the_step_time_interval():
-    """The quick tour's interval for Llama 3 405B on 8,192 H100 (TP8 PP16 DP64, ZeRO-1) is the plan's."""
+    """The quick tour's step time, breakdown by op class and interval for Llama 3 405B on 8,192 H100
+    (TP8 PP16 DP64, ZeRO-1) are the plan's."""
     from pathlib import Path
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
@@ -678,6 +692,10 @@ def test_readme_tour_states_the_step_time_interval():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
     assert low < plan.step_time().to("s").magnitude < high
+    t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
+    assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
+    assert (f"gemm {t['gemm']:.2f} s, attention {t['attention']:.2f} s, memory_bound {t['memory_bound']:.2f} s, "
+            f"optimizer {1e3 * t['optimizer']:.1f} ms") in readme
 
 
 def test_full_recomputation_gathers_k_and_v_again():

@@ -29,12 +29,14 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
     """α–β time of one collective of ``kind`` over a group of ``size`` ranks ``stride_`` apart in
     the rank order, on the link its placement implies."""
     g = inp.values["scale_up_domain"]
-    eff = inp.time_input("link_efficiency")
+
+    def at(bw_key):  # a link's bandwidth at the share NCCL reaches of it
+        return inp.time_input(bw_key) * inp.time_input(bw_key.replace("bandwidth", "efficiency"))
 
     def flat(bw_key):
         alpha = inp.time_input(bw_key.replace("bandwidth", "latency"))
         return formula(f"collectives.{kind}.time").bind(
-            {"message": message, "ranks": size, "bandwidth": inp.time_input(bw_key) * eff, "latency": alpha})
+            {"message": message, "ranks": size, "bandwidth": at(bw_key), "latency": alpha})
 
     def spanning():  # the group spans domains: NCCL's rings over both links
         if kind == "broadcast":  # a point-to-point transfer between domains
@@ -45,8 +47,7 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
             {**shape, **{k: inp.time_input(k) for k in ("scale_up_latency", "scale_out_latency")}})
         return formula(f"collectives.multinode.{kind}.time").bind(
             {"message": message, **shape, "latency": alpha,
-             "scale_up_bandwidth": inp.time_input("scale_up_bandwidth") * eff,
-             "scale_out_bandwidth": inp.time_input("scale_out_bandwidth") * eff})
+             "scale_up_bandwidth": at("scale_up_bandwidth"), "scale_out_bandwidth": at("scale_out_bandwidth")})
 
     kind_of_link = link_kind(size, stride_, g)
     if kind_of_link == "scale-up":

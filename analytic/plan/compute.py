@@ -55,11 +55,3 @@ def hardware_flops(inp: Inputs) -> Formula:
         params = params + m.mtp_params_formula(active=True) + inp.f("model.params.embedding") * m.mtp_modules
     per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.blocks)
     return _recomputed(inp, per_token * inp.tokens_per_step, _attention_core(inp)) + _flash_backward(inp)
-
-
-def bf16_flops(inp: Inputs) -> Formula:
-    """The part of the hardware FLOPs that FP8 recipes keep in 16 bits: attention core and logits
-    (Transformer Engine; DeepSeek-V3 §3.3.1)."""
-    core = _attention_core(inp)
-    logits = inp.f("compute.logits_forward_flops_per_token") * inp.tokens_per_step * (1 + inp.model.mtp_modules)
-    return _recomputed(inp, (core + logits) * 3, core) + _flash_backward(inp)

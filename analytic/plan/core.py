@@ -25,10 +25,11 @@ from ..hardware import Hardware
 from ..model import Model
 from ..symbolic import minimise_step_time, smallest_fitting
 from ..units import Q_
-from ..values import fraction
-from . import communication, compute, memory, placement, timing
+from ..values import flag, fraction
+from . import communication, compute, memory, ops, placement, timing
 from .inputs import Inputs
 from .layout import Layout
+from .ops import OP_CLASSES
 
 
 def sum_of(*parts: Formula) -> Formula:
@@ -72,17 +73,18 @@ class Plan:
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
-                 flash_attention: bool = True, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str = "bf16", **overrides):
+                 flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
+                 grad_dtype: str = "bf16", stack: str = "megatron-core", profile=None, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
                                 flash_attention=flash_attention, training_tokens=training_tokens,
-                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype, **overrides)
+                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype, stack=stack,
+                                profile=profile, **overrides)
         self.model, self.hardware, self.layout, self.deg = inp.model, inp.hardware, inp.layout, inp.deg
         self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
-        self.grad_dtype = inp.grad_dtype
+        self.grad_dtype, self.stack = inp.grad_dtype, inp.stack
 
     # --- stages, built when first needed ------------------------------------------------------------
     @property
@@ -113,9 +115,7 @@ class Plan:
 
     @cached_property
     def _time(self) -> dict:
-        inp = self._in
-        compute_time = timing.compute_time(inp, self.expr("flops.hardware"), lambda: compute.bf16_flops(inp))
-        return timing.timing(inp, compute_time, self._comm)
+        return timing.timing(self._in, ops.op_times(self._in, self._params), self._comm)
 
     # --- placement ------------------------------------------------------------------------
     @property
@@ -168,7 +168,7 @@ class Plan:
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
                 f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}"
-                f"{' grad_dtype=fp32' if self.grad_dtype == 'fp32' else ''}")
+                f"{' grad_dtype=fp32' if self.grad_dtype == 'fp32' else ''} stack={self.stack}")
 
     def _builders(self) -> dict:
         b = {
@@ -197,10 +197,10 @@ class Plan:
             "flops.palm": lambda: compute.model_flops(self._in, "palm"),
             "flops.megatron": lambda: compute.model_flops(self._in, "megatron"),
             "flops.hardware": lambda: compute.hardware_flops(self._in),
-            "bubble": lambda: self._time["bubble"] / self._time["compute"],
-            "time.compute": lambda: self._time["compute"],
+            "bubble": lambda: self._time["bubble"] / timing.total(self._time, ops.OP_CLASSES[:3]),
+            "time.compute": lambda: timing.total(self._time, ops.OP_CLASSES),
             "time.bubble": lambda: self._time["bubble"],
-            "step_time": lambda: timing.step_time(self._time),
+            "step_time": lambda: timing.total(self._time),
             "mfu": lambda: self._in.f("compute.mfu", flops=self.expr("flops"), step_time=self.expr("step_time"),
                                    gpus=self.deg.gpus),
             "mfu.palm": lambda: self._in.f("compute.mfu", flops=self.expr("flops.palm"), step_time=self.expr("step_time"),
@@ -218,6 +218,8 @@ class Plan:
             "train_time": lambda: (self.expr("step_time") * self.expr("steps")) / self.expr("goodput"),
             "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
         }
+        for part in ops.OP_CLASSES:
+            b[f"time.{part}"] = (lambda p=part: self._time[p])
         for axis in AXES:
             b[f"communication.{axis}"] = (lambda a=axis: self._comm[a]["bytes"])
             b[f"communication_time.{axis}"] = (lambda a=axis: self._comm[a]["time"])
@@ -265,9 +267,11 @@ class Plan:
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 
-    def time_breakdown(self) -> dict:
-        """compute, bubble and exposed communication by axis; the values sum to step_time()."""
-        return {k: self.expr(f"time.{k}").value() for k in timing.PARTS}
+    def time_breakdown(self, ops: bool = False) -> dict:
+        """compute, bubble and exposed communication by axis; the values sum to step_time(). With
+        ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
+        names = timing.PARTS if flag("ops", ops) else ("compute", *timing.PARTS[len(OP_CLASSES):])
+        return {k: self.expr(f"time.{k}").value() for k in names}
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
@@ -324,7 +328,8 @@ class Plan:
         """A new plan with the model, layout or any keyword argument of Plan changed."""
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self.grad_dtype, **self.overrides)
+                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self.grad_dtype, stack=self.stack,
+                    **self.overrides)
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)

@@ -24,21 +24,22 @@ from .layout import Layout, _Degrees, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
-             "scale_up_domain", "scale_up_latency", "scale_out_latency",
+             "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
-             "checkpoint_time", "restart_time", "element_bytes")
+             "checkpoint_time", "restart_time", "element_bytes", "hbm_bandwidth", "memory_efficiency",
+             "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
-             "training_tokens", "allow_cross_node_tp", "grad_dtype")
+             "training_tokens", "allow_cross_node_tp", "grad_dtype", "stack", "profile")
 #: the calibrated constants of the predictive model
-CALIBRATED = ("matmul_efficiency", "link_efficiency", "overlap")
+CALIBRATED = ("matmul_efficiency", "overlap", "attention_factor")
 
 
 class Inputs:
     """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue formulas."""
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
-                 microbatch_size, dtype: str, batch_tokens, flash_attention: bool, training_tokens,
-                 allow_cross_node_tp: bool, grad_dtype: str, **overrides):  # Plan's arguments, defaults and all
+                 microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
+                 allow_cross_node_tp: bool, grad_dtype: str, stack: str, profile, **overrides):  # Plan's arguments
         if not isinstance(model, Model):
             raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
         if not isinstance(hardware, Hardware):
@@ -51,7 +52,20 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
+        from ..presets import stack as read_stack
+        from ..presets import stacks
+        self.stack = choice("stack", stack, stacks())
+        kernels = read_stack(self.stack)["attention"]
+        if flash_attention is None:
+            flash_attention = bool(kernels)
         self.flash_attention = flag("flash_attention", flash_attention)
+        if self.flash_attention and not kernels:
+            raise InputError(f"flash_attention: stack {self.stack} has no fused attention kernel; pass "
+                             "flash_attention=False, or a stack that has one")
+        self.attention_kernels = tuple(kernels)
+        if profile is not None:  # measured constants; explicit keywords win
+            from ..profile import read_profile
+            overrides = {**read_profile(profile), **overrides}
         self.grad_dtype = choice("grad_dtype", grad_dtype, GRAD_DTYPES)
         if self.grad_dtype == "fp32" and not (is_number(layout.zero) and layout.zero <= 2):
             raise InputError("grad_dtype: fp32 gradient buffers are modelled with ZeRO 0-2 (Megatron's distributed "
@@ -125,18 +139,48 @@ class Inputs:
                                       else hw.scale_up_domain)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
+        out["hbm_bandwidth"] = pick("hbm_bandwidth", lambda: hw.hbm_bandwidth)
+        out.update(self._kernel_values(pick))
         cal = self.calibration
         for key in CALIBRATED:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from ..presets import llama3_interruption_rate, nccl_latency
-        for link in ("scale_up", "scale_out"):  # latency= given alone sets both
+        from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency
+        for link in ("scale_up", "scale_out"):  # latency= and link_efficiency= given alone set both links'
             key = f"{link}_latency"
             out[key] = pick(key, lambda k=key, link=link: ov["latency"] if "latency" in ov else nccl_latency(link))
+            key = f"{link}_efficiency"
+            out[key] = pick(key, lambda link=link: ov["link_efficiency"] if "link_efficiency" in ov
+                            else nccl_efficiency(link))
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)
         return {k: v for k, v in out.items() if v is not None}
+
+    def _kernel_values(self, pick) -> dict:
+        """The op-level model's kernel constants (kernels.toml): GEMM tile, HBM efficiency, the
+        stack's attention kernel's efficiency; what the hardware lacks is said in :attr:`notes`."""
+        from ..presets import attention_efficiency, gemm_tile, memory_efficiency
+        hw, ov = self.hardware, self.overrides
+        out = {"memory_efficiency": pick("memory_efficiency", memory_efficiency)}
+        tile = gemm_tile(hw.generation)
+        out["tile_m"] = pick("tile_m", lambda: tile and tile[0])
+        out["tile_n"] = pick("tile_n", lambda: tile and tile[1])
+        if (out["tile_m"] is None or out["tile_n"] is None) or ("sms" not in ov and hw.sms is None):
+            self._note(f"{hw.key or hw.name}: no GEMM tile or SM count, so GEMMs are timed without tile and "
+                       "wave quantisation")
+        if self.flash_attention:
+            eff = next((e for e in (attention_efficiency(k, hw.generation) for k in self.attention_kernels)
+                        if e is not None), None)
+            out["attention_efficiency"] = pick("attention_efficiency", lambda: eff)
+            if out["attention_efficiency"] is None:
+                self._note(f"stack {self.stack}: no measured {'/'.join(self.attention_kernels)} efficiency on "
+                           f"{hw.generation}, so attention runs at the matmul efficiency")
+        return out
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def need(self, key):
         """The input ``key``, or an error saying how to give it."""

@@ -1,33 +1,16 @@
-"""Stage 5 of a plan: time — compute at the calibrated matmul efficiency, the pipeline bubble, and the
+"""Stage 5 of a plan: time — the operations' time (:mod:`.ops`), the pipeline bubble, and the
 communication each axis leaves exposed — summed into the step time."""
 
 from __future__ import annotations
 
-from ..formula import Formula, cases, composed, magnitude
+from ..formula import Formula, cases, composed
 from ..formulas import formula
 from ..schedules import BUBBLE_FORMULAS, at_least_critical_path, lazy_max
 from .inputs import Inputs
+from .ops import OP_CLASSES
 
-PARTS = ("compute", "bubble", "tp", "cp", "pp", "dp", "ep")
-
-
-def compute_time(inp: Inputs, hardware_flops: Formula, bf16_flops) -> Formula:
-    """The executed FLOPs per GPU at the calibrated fraction of peak (of the SMs left to compute); under
-    FP8 the linear layers' matmuls at the FP8 peak and ``bf16_flops()`` at the 16-bit one."""
-    lay = inp.deg
-    eta = inp.need("matmul_efficiency")
-    share = None
-    if lay.comm_sms != 0:  # SMs reserved for communication kernels do no compute
-        inp.need("sms")
-        share = inp.f("compute.sm_share")
-        eta = eta * share.expr
-    peak = composed("F", inp.values["peak_flops"] * eta, "FLOP/s", share)
-    compute = hardware_flops / lay.gpus / peak
-    if inp.dtype == "fp8":  # matmuls of the linear layers in FP8, the rest at the 16-bit peak
-        bf16 = bf16_flops() / lay.gpus
-        peak16 = composed("F16", magnitude("peak_flops", inp.hardware.peak_flops("bf16")) * eta, "FLOP/s", share)
-        compute = compute - bf16 / peak + bf16 / peak16
-    return compute
+#: the parts of a step's time: the op classes, the bubble, each axis's exposed communication
+PARTS = (*OP_CLASSES, "bubble", "tp", "cp", "pp", "dp", "ep")
 
 
 def bubble_time(inp: Inputs, compute: Formula) -> Formula:
@@ -45,16 +28,19 @@ def bubble_time(inp: Inputs, compute: Formula) -> Formula:
     return at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
 
 
-def timing(inp: Inputs, compute: Formula, comm: dict) -> dict:
-    """compute, bubble and each axis's exposed communication (:data:`PARTS`), in seconds."""
+def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
+    """Each op class, the bubble and each axis's exposed communication (:data:`PARTS`), in seconds.
+    The microbatches' work (every class but the optimizer step) sets the bubble and the windows
+    communication hides in."""
     lay = inp.deg
+    compute = ops["gemm"] + ops["attention"] + ops["memory_bound"]
     bubble = bubble_time(inp, compute)
     inp.require_times()
     phi = inp.need("overlap")
     # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
     # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
     # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
-    out = {"compute": compute, "bubble": bubble,
+    out = {**ops, "bubble": bubble,
            "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
            "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
     # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every
@@ -74,9 +60,9 @@ def timing(inp: Inputs, compute: Formula, comm: dict) -> dict:
     return out
 
 
-def step_time(parts: dict) -> Formula:
-    """The sum of :func:`timing`'s parts."""
-    total = parts["compute"]
-    for k in PARTS[1:]:
-        total = total + parts[k]
-    return total
+def total(parts: dict, names=PARTS) -> Formula:
+    """The sum of :func:`timing`'s parts ``names`` (all: the step time)."""
+    out = parts[names[0]]
+    for k in names[1:]:
+        out = out + parts[k]
+    return out

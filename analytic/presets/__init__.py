@@ -41,7 +41,7 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
     gen = table.get("generation", key)
-    cal = {k: v for k, v in (calibrations or {}).items() if k.startswith(gen + ".") or k == "default"}
+    cal = {k: v for k, v in (calibrations or {}).items() if k.startswith((gen + ".", "default"))}
     return Hardware(name=table.get("name", key), peaks=peaks, generation=gen, sources=sources,
                     calibrations=cal, key=key, **kw)
 
@@ -57,7 +57,8 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     interval = (spread["low"], spread["high"]) if spread else None
     out = {}
     for key, eff in data.get("matmul_efficiency", {}).items():
-        out[key] = Calibration(matmul_efficiency=eff, link_efficiency=shared["link_efficiency"], overlap=shared["overlap"],
+        out[key] = Calibration(matmul_efficiency=eff, overlap=shared["overlap"],
+                               attention_factor=shared["attention_factor"],
                                provenance=provenance, interval=interval, coverage=spread.get("coverage"))
     return out
 
@@ -136,6 +137,57 @@ def nccl_latency(link: str):
     return Q_(value)
 
 
+def nccl_efficiency(link: str) -> float:
+    """Share of ``link``'s bandwidth ("scale_up" or "scale_out") NCCL's rings reach, from collectives.toml."""
+    value, _ = _sourced("nccl", f"{link}_efficiency", _collective_tables()["nccl"][f"{link}_efficiency"])
+    return value
+
+
 def llama3_storage_bandwidth():
     """Sustained checkpoint storage bandwidth of Llama 3's cluster."""
     return reliability_value("llama3", "storage_bandwidth")
+
+
+@cache
+def _kernel_tables() -> dict:
+    return tomllib.loads((HERE / "kernels.toml").read_text())
+
+
+@cache
+def _stack_tables() -> dict:
+    return tomllib.loads((HERE / "stacks.toml").read_text())
+
+
+def stacks() -> list[str]:
+    """The software stacks of stacks.toml (the first is the default)."""
+    return list(_stack_tables())
+
+
+def stack(name: str) -> dict:
+    """A stack's properties (values only; :func:`stack_sources` has their sources)."""
+    tables = _stack_tables()
+    if name not in tables:
+        raise UnknownNameError("stack", name, tables)
+    return {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in tables[name].items()}
+
+
+def stack_sources(name: str) -> dict:
+    stack(name)
+    return {k: _sourced(name, k, v)[1] for k, v in _stack_tables()[name].items() if k != "name"}
+
+
+def gemm_tile(generation: str):
+    """(T_m, T_n) of the generation's most efficient GEMM tile, or None when kernels.toml has none."""
+    entry = _kernel_tables()["gemm"].get(generation)
+    return None if entry is None else tuple(_sourced(f"gemm.{generation}", "tile", entry["tile"])[0])
+
+
+def memory_efficiency() -> float:
+    """Achievable fraction of HBM bandwidth of a streaming kernel (kernels.toml [memory])."""
+    return _sourced("memory", "efficiency", _kernel_tables()["memory"]["efficiency"])[0]
+
+
+def attention_efficiency(kernel: str, generation: str):
+    """Fraction of peak of fused attention ``kernel`` on ``generation``, or None when unmeasured."""
+    entry = _kernel_tables()["attention"].get(kernel, {}).get(generation)
+    return None if entry is None else _sourced(f"attention.{kernel}", generation, entry)[0]

@@ -1,0 +1,97 @@
+"""Time of a step's operations: GEMMs by shape, the fused attention kernel, memory-bound kernels at
+HBM bandwidth and the optimizer step. FLOPs, not MACs; elements are counted per token and pass."""
+
+import sympy
+
+from ._catalogue import S, define
+
+M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
+Tm, Tn, sms = S("tile_m", "tile_n", "sms")
+F, eta, B, beta, e = S("peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes")
+h, h_ff, a, a_kv, d_h, V = S("hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab")
+
+GUIDE = ("NVIDIA, Matrix Multiplication Background User's Guide, DU-09799-001 (2023) §3.1 tile quantization, "
+         "§3.2 wave quantization")
+ROOFLINE = "Williams, Waterman and Patterson 2009, Roofline, CACM 52(4) 65-76"
+DERIVED = "derived: derivations/op_time.py"
+
+tiles = G * sympy.ceiling(M / Tm) * sympy.ceiling(N / Tn)
+wave = G * M * N / (sympy.ceiling(tiles / sms) * sms * Tm * Tn)
+define("compute.gemm.wave_efficiency", wave, "", f"{GUIDE}; {DERIVED}",
+       ("each SM computes one T_m × T_n output tile at a time; a partial tile costs a whole one",
+        "the G GEMMs of a grouped kernel share the waves"),
+       "share of the SMs' tile slots that compute useful outputs (tile and wave quantisation)")
+define("compute.gemm.flops", 2 * G * M * N * K, "FLOP", f"{GUIDE} ch. 1; {DERIVED}",
+       ("2 FLOPs per multiply-add",), "FLOPs of G GEMMs of shape M×K by K×N", coefficient_unit="FLOP")
+ASSUMPTIONS = ("the math and the operand traffic do not overlap (the sum form of the roofline: efficiency "
+               "saturates as I/(I + I*) in arithmetic intensity I, I* = F·η·W/(B_hbm·η_hbm))",
+               "each operand and the output cross HBM once, in element_bytes per element")
+define("compute.gemm.math_time", 2 * G * M * N * K / (F * eta * wave), "s",
+       f"{GUIDE}; {ROOFLINE}; {DERIVED}", ASSUMPTIONS + ("η: the efficiency of a large GEMM that fills whole waves",),
+       "time of G GEMMs' multiply-adds at the wave-quantised fraction of peak", coefficient_unit="FLOP")
+define("compute.gemm.math_time.unquantised", 2 * G * M * N * K / (F * eta), "s",
+       f"{ROOFLINE}; {DERIVED}", ASSUMPTIONS + ("no tile or wave quantisation (an accelerator without SM counts)",),
+       "time of G GEMMs' multiply-adds at a fixed fraction of peak", coefficient_unit="FLOP")
+define("compute.gemm.memory_time", e * G * (M * K + K * N + M * N) / (B * beta), "s",
+       f"{ROOFLINE}; {DERIVED}", ASSUMPTIONS, "time of G GEMMs' operand and output traffic at HBM bandwidth")
+
+Q = S("kernel_bytes")
+define("compute.memory_bound.time", Q / (B * beta), "s", f"{ROOFLINE}; {DERIVED}",
+       ("a streaming kernel: its bytes at the achievable HBM bandwidth, its arithmetic hidden",),
+       "time of memory-bound kernels that move Q bytes")
+
+COUNT = ("Megatron-LM / Transformer Engine kernel sequence of a pre-norm block; bias-dropout-add and the "
+         f"activation fused, each fused kernel reads its inputs and writes its outputs once; {DERIVED}")
+define("compute.memory_bound.residual_forward", 10 * h, "", COUNT,
+       ("two norms (read h, write h) and two residual adds (read 2h, write h)",),
+       "elements per token the forward's residual-stream kernels of one block move")
+define("compute.memory_bound.residual_backward", 12 * h, "", COUNT,
+       ("two norm backwards (read x and dy, write dx) and two residual-gradient adds (read 2h, write h)",),
+       "elements per token the backward's residual-stream kernels of one block move")
+define("compute.memory_bound.mlp_forward.swiglu", 3 * h_ff, "", COUNT,
+       ("SiLU(gate)·up: read 2h_ff, write h_ff",), "elements per token of a SwiGLU activation's forward",
+       )
+define("compute.memory_bound.mlp_backward.swiglu", 5 * h_ff, "", COUNT,
+       ("read gate, up and dy, write two gradients",), "elements per token of a SwiGLU activation's backward",
+       )
+define("compute.memory_bound.mlp_forward.gelu", 2 * h_ff, "", COUNT, ("GELU: read h_ff, write h_ff",),
+       "elements per token of a GELU activation's forward")
+define("compute.memory_bound.mlp_backward.gelu", 3 * h_ff, "", COUNT, ("read x and dy, write dx",),
+       "elements per token of a GELU activation's backward")
+define("compute.memory_bound.rope", 2 * (a + a_kv) * d_h, "", COUNT,
+       ("rotary embedding of queries and keys: read and write each (forward; the backward likewise)",),
+       "elements per token one pass of rotary embeddings moves")
+define("compute.memory_bound.moe_permute", 4 * (1 + S("topk")) * h, "",
+       f"Megatron-Core MoE token dispatcher (permute before the experts, unpermute after); {DERIVED}",
+       ("permute reads h and writes k copies, unpermute reads k and writes their weighted sum; the backward likewise",),
+       "elements per token the MoE permutations of one block move")
+define("compute.memory_bound.cross_entropy", 3 * V, "", f"Megatron-LM fused vocab-parallel cross-entropy; {DERIVED}",
+       ("forward reads the logits, backward reads them again and writes their gradient",),
+       "elements per token of the softmax cross-entropy, forward and backward")
+define("compute.memory_bound.scores", 5 * a * S("seq_len"), "",
+       f"Megatron-LM fused scale-mask-softmax (no FlashAttention); {DERIVED}",
+       ("forward reads and writes the s scores of each head, backward reads two and writes one",),
+       "elements per token the attention scores' softmax moves without a fused attention kernel",
+       )
+define("compute.memory_bound.fp8_cast", 4 * G * M * (N + K), "byte",
+       f"Transformer Engine tensorwise FP8 recipe (cast-transpose kernels); Micikevicius et al. 2022, FP8 formats, arXiv 2209.05433; {DERIVED}",
+       ("forward: the M×K input cast to FP8 with its transpose for the weight gradient (read 2 bytes, write 1 + 1)",
+        "backward: the M×N output gradient likewise", "weights cast once a step (not counted)"),
+       "bytes the FP8 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
+
+ADAM = ("Kingma and Ba 2015, Adam, Algorithm 1; Micikevicius et al. 2018, Mixed Precision Training, arXiv 1710.03740 "
+        f"§3.1 (fp32 master weights); {DERIVED}")
+define("compute.optimizer.bytes_per_param", 26 + S("grad_bytes"), "byte/parameter", ADAM,
+       ("reads the fp32 master weight, both moments and the gradient (e_g bytes)",
+        "writes the master weight, both moments and the 16-bit weight (4 + 4 + 4 + 2)"),
+       "HBM bytes one Adam step moves per parameter of its shard", coefficient_unit="byte/parameter")
+define("compute.attention.time", S("flops") / (F * S("attention_efficiency") * S("attention_factor")), "s",
+       f"Dao 2023, FlashAttention-2, arXiv 2307.08691 §4; Shah et al. 2024, FlashAttention-3, arXiv 2407.08608 §4; {DERIVED}",
+       ("C: the FLOPs the fused kernel executes (causal: half the score matrix)",
+        "η_att: the kernel's efficiency in its own benchmarks; κ_att: the share of it a training step keeps "
+        "(causal masks, grouped KV heads, context-parallel chunks), fitted on published step times"),
+       "time of the fused attention kernel")
+define("compute.attention.causal_share", sympy.Rational(1, 2), "",
+       "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above the diagonal)",
+       ("long sequences: the diagonal blocks' share is neglected",),
+       "share of the full score matrix a causal fused kernel computes")

@@ -1,0 +1,188 @@
+"""Stage 3c of a plan: the time of one step's operations on one GPU. Every GEMM with its shape after
+the TP, CP and EP splits (forward, input gradient, weight gradient) at a wave-quantised fraction of
+peak plus its operand traffic; the fused attention kernel; the memory-bound kernels at HBM
+bandwidth; the optimizer step over this GPU's shard. Layers are spread evenly over the stages (the
+output head's work too), as in the FLOP count."""
+
+from __future__ import annotations
+
+import sympy
+
+from ..formula import Formula, cases, composed, magnitude
+from ..units import Q_
+from .inputs import Inputs
+from .placement import replica_groups
+
+#: the op classes of a step's compute, in the order of the time breakdown
+OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
+
+
+class _Ops:
+    """The inputs the op times share, worked out once."""
+
+    def __init__(self, inp: Inputs):
+        self.inp, lay, m = inp, inp.deg, inp.model
+        self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
+        self.full = cases("full", "", (1, lay.recompute_is("full")), (0, True)).expr  # forwards run again
+        self.again = cases("again", "", (1, sympy.Or(lay.recompute_is("full"), lay.recompute_is("selective"))),
+                           (0, True)).expr  # the attention core runs again
+        self.dense = sympy.sympify(m.blocks - m.moe_blocks) / lay.pp  # blocks of each kind per stage
+        self.moe = sympy.sympify(m.moe_blocks) / lay.pp
+        self.share, self.share_formula, sms = 1, None, inp.values.get("sms")
+        if lay.comm_sms != 0:  # SMs reserved for communication compute nothing
+            self.share_formula = inp.f("compute.sm_share")
+            self.share, sms = self.share_formula.expr, sms - lay.comm_sms
+        self.sms = sms
+        self.quantised = sms is not None and "tile_m" in inp.values
+
+    def peak(self, dtype: str):
+        hw, values = self.inp.hardware, self.inp.values
+        if dtype == self.inp.dtype or "peak_flops" in self.inp.overrides:
+            peak = values["peak_flops"]
+        else:
+            peak = magnitude("peak_flops", hw.peak_flops(dtype))
+        return peak * self.share
+
+    def gemm(self, g, m, n, k, fp8: bool, again=None) -> Formula:
+        """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs; the forward
+        again under full recomputation (or when ``again`` is 1)."""
+        inp = self.inp
+        again = self.full if again is None else again
+        eb = 1 if fp8 else 2
+        peak = self.peak("fp8" if fp8 else "bf16" if inp.dtype == "fp8" else inp.dtype)
+        name = "compute.gemm.math_time" if self.quantised else "compute.gemm.math_time.unquantised"
+        total = None
+        for (mm, nn, kk), times in (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1)):
+            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Q_(eb, "byte"))
+            if self.quantised:
+                shape["sms"] = self.sms
+            t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
+            total = t if total is None else total + t
+        if fp8:  # the casts around the GEMM
+            cast = inp.f("compute.memory_bound.fp8_cast", gemm_count=g, gemm_m=m, gemm_n=n, gemm_k=k)
+            total = total + inp.f("compute.memory_bound.time", kernel_bytes=cast.expr)
+        return self.on_share(total)
+
+    def on_share(self, f: Formula) -> Formula:
+        """``f`` with the SM share's formula among its sources when SMs are reserved."""
+        return f if self.share_formula is None else composed(f.name, f.expr, f.unit, f, self.share_formula)
+
+
+def _sum(parts) -> Formula:
+    total = None
+    for p in parts:
+        total = p if total is None else total + p
+    return total
+
+
+def gemm_time(inp: Inputs) -> Formula:
+    """Seconds per step of every GEMM of one GPU's stage: the blocks' linear layers (the router and
+    MLA's down-projections are replicated over TP), the routed experts as one grouped GEMM of
+    tokens·k·E_p/(t·E) rows per local expert, the output head and the MTP projections."""
+    o, m, lay = _Ops(inp), inp.model, inp.deg
+    t, M, fp8 = lay.tp, o.tokens, inp.dtype == "fp8"
+    h, a, d_h = m.hidden, m.heads, m.head_dim
+    per_block = []
+    if m.attention == "mla":
+        r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
+        q = ([(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)])
+        shapes = q + [(r_kv + d_r, h), (2 * a * d_h / t, r_kv), (h, a * d_h / t)]
+    else:
+        shapes = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)]
+    per_block += [o.gemm(1, M, n, k, fp8) for n, k in shapes]
+    attention = _sum(per_block)
+    fc1 = 2 if m.mlp == "swiglu" else 1
+    dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
+    total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
+    if m.is_moe:
+        h_e, E = m.expert_ffn_hidden, m.experts
+        local = E / lay.ep
+        rows = M * m.topk * lay.ep / (t * E)
+        moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, 2 * h_e, h, fp8), o.gemm(local, rows, h, h_e, fp8)]
+        if m.shared_experts:
+            moe += [o.gemm(1, M, 2 * h_e * m.shared_experts / t, h, fp8),
+                    o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
+        moe_blocks = (attention + _sum(moe)) * o.moe
+        total = moe_blocks if total is None else total + moe_blocks
+    head = o.gemm(1, M, m.vocab / t, h, False) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
+    total = total + head
+    if m.mtp_modules:
+        total = total + o.gemm(1, M, h, 2 * h, fp8) * (sympy.sympify(m.mtp_modules) / lay.pp)
+    return total * inp.microbatches
+
+
+def attention_time(inp: Inputs) -> Formula:
+    """Seconds per step of every block's attention core: a fused kernel (causal, at the stack's
+    kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
+    recomputation), or without one QKᵀ and attention over V as batched GEMMs and the softmax over
+    the scores at HBM bandwidth."""
+    o, m, lay = _Ops(inp), inp.model, inp.deg
+    t, M = lay.tp, o.tokens
+    suffix = m.attention_suffix
+    blocks = sympy.sympify(m.blocks) / lay.pp
+    if inp.flash_attention:
+        core = inp.f(f"compute.attention_core_forward_flops_per_token{suffix}")
+        recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
+        per_token = (core * (3 + o.again) + recompute) * inp.f("compute.attention.causal_share").expr
+        flops = composed("C", per_token.expr * M / t, "FLOP", per_token)
+        eff = inp.values.get("attention_efficiency", inp.need("matmul_efficiency"))  # see Inputs.notes
+        one = inp.f("compute.attention.time", flops=flops.expr, attention_efficiency=eff,
+                    attention_factor=inp.need("attention_factor"),
+                    peak_flops=o.peak("bf16" if inp.dtype == "fp8" else inp.dtype))
+        return o.on_share(composed("attention", one.expr * blocks * inp.microbatches, "s", one, flops))
+    d_qk = m.head_dim + (m.rope_dim if m.attention == "mla" else 0)
+    g, s = inp.microbatch_size * m.heads / t, inp.seq_len
+    core = (o.gemm(g, s / lay.cp, s, d_qk, False, again=o.again)
+            + o.gemm(g, s / lay.cp, m.head_dim, s, False, again=o.again))
+    scores = inp.f("compute.memory_bound.scores") * (M / t) * inp.values["element_bytes"]
+    # the recomputed forward reads and writes the scores again: 2 of the 5 elements
+    softmax = inp.f("compute.memory_bound.time", kernel_bytes=scores.expr * (1 + sympy.Rational(2, 5) * o.again))
+    return (core + softmax) * blocks * inp.microbatches
+
+
+def memory_bound_time(inp: Inputs) -> Formula:
+    """Seconds per step of the memory-bound kernels of one GPU's stage: the residual stream's norms
+    and adds (on s/t tokens under sequence parallelism), the MLP activation, rotary embeddings, MoE
+    token permutation and the cross-entropy, each forward, backward and recomputed forward."""
+    o, m, lay = _Ops(inp), inp.model, inp.deg
+    t, M = lay.tp, o.tokens
+    f = inp.f
+    stream = M / t if lay.sequence_parallel else M
+    elements = (f("compute.memory_bound.residual_forward") * (1 + o.full)
+                + f("compute.memory_bound.residual_backward")) * stream
+    mlp = m.mlp if m.mlp in ("swiglu", "gelu") else "gelu"
+
+    def activation(width):
+        return (f(f"compute.memory_bound.mlp_forward.{mlp}", ffn_hidden=width) * (1 + o.full)
+                + f(f"compute.memory_bound.mlp_backward.{mlp}", ffn_hidden=width)) * (M / t)
+
+    total = (elements + activation(m.ffn_hidden)) * o.dense if m.blocks - m.moe_blocks else None
+    if m.is_moe:
+        moe = activation(m.expert_ffn_hidden * (m.topk + m.shared_experts))
+        moe = moe + f("compute.memory_bound.moe_permute") * stream
+        total = (elements + moe) * o.moe if total is None else total + (elements + moe) * o.moe
+    if m.position == "rope":
+        rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
+        total = total + f("compute.memory_bound.rope", **rope) * (2 + o.full) * (M / t) * (
+            sympy.sympify(m.blocks) / lay.pp)
+    total = total + f("compute.memory_bound.cross_entropy") * (M / t) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
+    moved = total * inp.values["element_bytes"]
+    return f("compute.memory_bound.time", kernel_bytes=moved.expr) * inp.microbatches
+
+
+def optimizer_time(inp: Inputs, params: dict) -> Formula:
+    """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard)."""
+    lay = inp.deg
+    per_param = inp.f("compute.optimizer.bytes_per_param", grad_bytes=4 if inp.grad_dtype == "fp32" else 2)
+    shard = None
+    for local, dp, _ in replica_groups(inp, params):
+        part = cases("shard", "parameter", (local / dp, lay.zero_at_least(1)), (local, True))
+        shard = part if shard is None else shard + part
+    moved = per_param * shard
+    return inp.f("compute.memory_bound.time", kernel_bytes=moved.expr)
+
+
+def op_times(inp: Inputs, params: dict) -> dict:
+    """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`)."""
+    return {"gemm": gemm_time(inp), "attention": attention_time(inp), "memory_bound": memory_bound_time(inp),
+            "optimizer": optimizer_time(inp, params)}

@@ -1,0 +1,80 @@
+"""Op-level time: a GEMM's time from its shape (tile and wave quantisation, the roofline's sum form),
+what the memory-bound kernels of a block move, the causal share of fused attention, one Adam step."""
+
+import sympy
+
+from analytic.derive import Derivation, S
+
+
+def derive() -> Derivation:
+    d = Derivation("Op-level time of a training step",
+                   "How long does each operation of a step take, from its shape and the accelerator's numbers?")
+    M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
+    Tm, Tn, sms = S("tile_m", "tile_n", "sms")
+    F, eta, B, beta, e = S("peak_flops", "matmul_efficiency", "hbm_bandwidth", "memory_efficiency", "element_bytes")
+
+    flops = d.step("G GEMMs of an M×K by a K×N matrix: M·N outputs of K multiply-adds each", 2 * G * M * N * K)
+    d.check(flops, "compute.gemm.flops")
+    tiles = d.step("Each SM computes one T_m × T_n output tile at a time; a partial tile costs a whole one "
+                   "(NVIDIA's GEMM guide §3.1)", G * sympy.ceiling(M / Tm) * sympy.ceiling(N / Tn))
+    waves = d.step("The tiles run in waves of one per SM; the last wave may be part empty (§3.2)",
+                   sympy.ceiling(tiles / sms))
+    wave = d.step("So the share of tile slots that compute useful outputs is", G * M * N / (waves * sms * Tm * Tn))
+    d.check(wave, "compute.gemm.wave_efficiency")
+    H100 = {M: 8192, N: 1536, G: 1, Tm: 128, Tn: 256, sms: 132}
+    d.step("Llama 3 8B's QKV projection at TP 4 on an H100: 8,192 tokens × 1,536 outputs in 128×256 tiles: "
+           "384 tiles in 3 waves of 132", wave.subs(H100), "wave_llama3_8b_qkv_tp4")
+    d.step("At TP 8 the 768 outputs make 192 tiles, 2 waves of which the second is half empty",
+           wave.subs({**H100, N: 768}), "wave_llama3_8b_qkv_tp8")
+    math = d.step("Its multiply-adds at the efficiency η of a large GEMM that fills whole waves", flops / (F * eta * wave))
+    d.check(math, "compute.gemm.math_time")
+    d.check(flops / (F * eta), "compute.gemm.math_time.unquantised",
+            "Where the SM count or tile is not known, without quantisation:")
+    traffic = d.step("Its operands and output cross HBM once, e bytes an element", e * G * (M * K + K * N + M * N))
+    mem = d.step("at the share η_hbm of the HBM bandwidth a streaming kernel reaches", traffic / (B * beta))
+    d.check(mem, "compute.gemm.memory_time")
+    I, Istar = sympy.symbols("I I^*", positive=True)
+    rate = d.step("Math and traffic do not overlap, so with arithmetic intensity I = C/Q the achieved rate "
+                  "C/(t_math + t_mem) is", sympy.simplify(flops / (math + flops / (I * B * beta))))
+    ridge = F * eta * wave / (B * beta)
+    assert sympy.simplify(rate - F * eta * wave * I / (I + ridge)) == 0
+    d.step("that is F·η·W · I/(I + I*) with the ridge I* = F·η·W/(B_hbm·η_hbm): the efficiency saturates in "
+           "arithmetic intensity (the roofline's sum form)", F * eta * wave * I / (I + Istar))
+
+    d.check(S("kernel_bytes") / (B * beta), "compute.memory_bound.time",
+            "A memory-bound kernel that moves Q bytes takes, its arithmetic hidden behind its traffic:")
+    h, h_ff, a, a_kv, d_h, V, k, s = S("hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "topk",
+                                       "seq_len")
+    d.step("Memory-bound kernels move what they read and write; per token of one pre-norm block, in elements:")
+    d.check(2 * (h + h) + 2 * (2 * h + h), "compute.memory_bound.residual_forward",
+            "forward residual stream: two norms (read h, write h), two residual adds (read 2h, write h):")
+    d.check(2 * (2 * h + h) + 2 * (2 * h + h), "compute.memory_bound.residual_backward",
+            "backward: two norm backwards (read x and dy, write dx), two residual-gradient adds (read 2h, write h):")
+    d.check(2 * h_ff + h_ff, "compute.memory_bound.mlp_forward.swiglu", "SwiGLU forward: read gate and up, write their product:")
+    d.check(3 * h_ff + 2 * h_ff, "compute.memory_bound.mlp_backward.swiglu",
+            "SwiGLU backward: read gate, up and dy, write the two gradients:")
+    d.check(h_ff + h_ff, "compute.memory_bound.mlp_forward.gelu", "GELU forward: read h_ff, write h_ff:")
+    d.check(2 * h_ff + h_ff, "compute.memory_bound.mlp_backward.gelu", "GELU backward: read x and dy, write dx:")
+    d.check(2 * (a + a_kv) * d_h, "compute.memory_bound.rope", "rotary embedding, one pass: read and write q and k:")
+    d.check(2 * (h + k * h) + 2 * (k * h + h), "compute.memory_bound.moe_permute",
+            "MoE permute (read h, write k copies) and unpermute (read k, write one), forward and backward:")
+    d.check(V + 2 * V, "compute.memory_bound.cross_entropy",
+            "cross-entropy: the forward reads the logits, the backward reads them and writes their gradient:")
+    d.check(a * s * (2 + 3), "compute.memory_bound.scores",
+            "softmax over the scores without a fused kernel: forward reads and writes s per head, backward reads two, writes one:")
+    d.check(G * (M * K * (2 + 1 + 1) + M * N * (2 + 1 + 1)), "compute.memory_bound.fp8_cast",
+            "FP8 casts around a GEMM, in bytes: the input read in 16 bits and written in FP8 with its transpose, "
+            "the output gradient likewise:")
+    e_g = S("grad_bytes")
+    d.check((4 + 4 + 4 + e_g) + (4 + 4 + 4 + 2), "compute.optimizer.bytes_per_param",
+            "One Adam step per parameter: read the fp32 master weight, both moments and the gradient; write the "
+            "three and the 16-bit weight:")
+    q = sympy.Symbol("q", positive=True, integer=True)
+    pairs = d.step("Causal attention: query q meets keys 1..q, so a sequence has", sympy.summation(q, (q, 1, s)))
+    share = d.step("pairs against s² for the full matrix; as s grows the share tends to",
+                   sympy.limit(pairs / s**2, s, sympy.oo))
+    d.check(share, "compute.attention.causal_share")
+    C, eta_a, kappa = S("flops", "attention_efficiency", "attention_factor")
+    d.check(C / (F * eta_a * kappa), "compute.attention.time",
+            "A fused kernel executes those FLOPs at its benchmark efficiency times the share κ_att a training step keeps:")
+    return d
