@@ -12,7 +12,7 @@ from .formulas import formula, formulas
 from .hardware import Hardware
 from .model import Model
 from .plan import Layout, Memory, Plan
-from .presets import hardware, hardwares, model, models
+from .presets import hardware, hardwares, model, models, stack, stacks
 from .search import search
 from .sweep import sweep
 from .symbols import sym
@@ -22,4 +22,4 @@ __version__ = "0.1.0"
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
-           "hardware", "hardwares", "model", "models", "search", "sweep", "sym", "ureg"]
+           "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg"]

@@ -64,10 +64,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)")
     g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
-                   help="FlashAttention (the default): no s×s tensor kept, QKᵀ recomputed in the backward")
+                   help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
+                        "QKᵀ recomputed in the backward")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                    help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)")
     g.add_argument("--schedule", choices=SCHEDULES)
+    g.add_argument("--stack", help="software stack of presets/stacks.toml (default megatron-core): its attention kernel")
+    g.add_argument("--profile", help="a device profile written by 'analytic calibrate --gemm --write FILE'")
     g.add_argument("--seq", help="sequence length")
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")
@@ -109,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", metavar="DIR", help="with --published: the cases' folder (default: validation/ of "
                    "this source checkout)")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="time real collectives with torch.distributed")
+    p.add_argument("--gemm", action="store_true", help="time torch.matmul and a copy kernel on this device and fit "
+                   "the GEMM and HBM constants (--write FILE: a profile for Plan(..., profile=FILE))")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="with --gemm: the device (default cuda if present)")
+    p.add_argument("--hardware", help="with --gemm: the preset whose peak and HBM bandwidth the efficiencies are shares of")
+    p.add_argument("--peak-flops", dest="peak_flops", help="with --gemm: the device's peak, e.g. '1 TFLOP/s'")
+    p.add_argument("--hbm-bandwidth", dest="hbm_bandwidth", help="with --gemm: its memory bandwidth, e.g. '50 GB/s'")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")
     p.add_argument("--json", action="store_true")

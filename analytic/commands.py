@@ -159,7 +159,52 @@ def _write_text(path: str, text: str) -> None:
     Path(path).write_text(text)
 
 
+def _calibrate_gemm(args) -> int:
+    """``calibrate --gemm``: time GEMMs and a copy here, fit, print (or ``--json``), ``--write`` a profile."""
+    import torch
+
+    from .reference import gemm
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CLIError("--device cuda: torch sees no CUDA device here")
+    peak = hbm = tile = None
+    if args.hardware:
+        if args.peak_flops or args.hbm_bandwidth:
+            raise CLIError("--peak-flops/--hbm-bandwidth: give them or --hardware, not both")
+        import analytic as an
+        from .presets import gemm_tile
+        hw = an.hardware(args.hardware)
+        peak = hw.peak_flops("bf16").to("FLOP/s").magnitude  # the dtype measure() times on CUDA
+        hbm = hw.hbm_bandwidth.to("byte/s").magnitude if hw.hbm_bandwidth is not None else None
+        tile = gemm_tile(hw.generation)
+    else:
+        from .values import as_quantity
+        if args.peak_flops:
+            peak = as_quantity("peak-flops", args.peak_flops).to("FLOP/s").magnitude
+        if args.hbm_bandwidth:
+            hbm = as_quantity("hbm-bandwidth", args.hbm_bandwidth).to("byte/s").magnitude
+    if args.write and peak is None and hbm is None:
+        raise CLIError("calibrate --gemm --write: give --hardware NAME (or --peak-flops and --hbm-bandwidth): a "
+                       "profile's efficiencies are shares of the device's peaks")
+    samples = gemm.measure(device)
+    result = gemm.fit(samples, tile=tile if device == "cuda" else None)
+    table = gemm.profile(samples, result, peak, hbm, args.hardware)
+    if args.write:
+        _write_text(args.write, gemm.to_toml(table))
+    if args.json:
+        print(json.dumps(table))
+    elif not args.write:
+        print(gemm.to_toml(table), end="")
+    return 0
+
+
 def cmd_calibrate(args) -> int:
+    if args.gemm:
+        if args.published or args.backend or args.cases:
+            raise CLIError("calibrate --gemm: measures this device; not read with --published, --backend or --cases")
+        return _calibrate_gemm(args)
+    if args.device or args.hardware or args.peak_flops or args.hbm_bandwidth:
+        raise CLIError("--device/--hardware/--peak-flops/--hbm-bandwidth: read with --gemm")
     if args.backend:
         if args.cases:
             raise CLIError("--cases: read with --published (the measured cases to fit), not with --backend")

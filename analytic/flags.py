@@ -44,7 +44,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "stack", "profile"}
 
 
 def hardware_overrides(get) -> dict:
@@ -122,7 +122,7 @@ def build_plan(args) -> tuple[object, dict]:
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
         "recompute", "schedule", "seq",
-        "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention"))
+        "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention", "stack", "profile"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
@@ -153,8 +153,9 @@ def build_plan(args) -> tuple[object, dict]:
     links = hardware_overrides(get)
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
-                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention") is not False,
-                   grad_dtype=get("grad_dtype") or "bf16", **links)
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
+                   grad_dtype=get("grad_dtype") or "bf16", stack=get("stack") or "megatron-core",
+                   profile=get("profile"), **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12

@@ -19,6 +19,9 @@ from .units import Q_
 
 #: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed forward)
 RECOMPUTED_GATHERS = "parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"
+#: the op classes of a step's compute as the story names them
+OP_LABELS = {"gemm": "GEMMs (by shape, wave-quantised)", "attention": "fused attention", "memory_bound":
+             "memory-bound kernels", "optimizer": "optimizer step"}
 
 
 @dataclass
@@ -182,13 +185,13 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
     try:
         st = plan.step_time()
-        for k, v in plan.time_breakdown().items():
+        for k, v in plan.time_breakdown(ops=True).items():
             if v.magnitude:
-                label = f"  {k}" + (" (exposed)" if k not in ("compute", "bubble") else "")
-                if k == "compute" and plan.layout.comm_sms:
+                label = f"  {OP_LABELS.get(k, k)}" + ("" if k in OP_LABELS or k == "bubble" else " (exposed)")
+                if k in ("gemm", "attention") and plan.layout.comm_sms:
                     sms = plan.inputs["sms"]
                     label += f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms} run communication)"
-                add("time", f"time_{k}", label, v, "plan.time_breakdown")
+                add("time", f"time_{k}", label, v, _tags(plan, f"time.{k}", "compute.", "collectives.", "pipeline."))
         try:
             low, high = plan.step_time_interval()
             coverage = plan.hardware.calibration(plan.dtype).coverage

@@ -59,13 +59,19 @@ class _Ops:
             t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
             total = t if total is None else total + t
         if fp8:  # the casts around the GEMM
-            cast = inp.f("compute.memory_bound.fp8_cast", gemm_count=g, gemm_m=m, gemm_n=n, gemm_k=k)
-            total = total + inp.f("compute.memory_bound.time", kernel_bytes=cast.expr)
+            total = total + streamed(inp, inp.f("compute.memory_bound.fp8_cast", gemm_count=g, gemm_m=m, gemm_n=n,
+                                                gemm_k=k))
         return self.on_share(total)
 
     def on_share(self, f: Formula) -> Formula:
         """``f`` with the SM share's formula among its sources when SMs are reserved."""
         return f if self.share_formula is None else composed(f.name, f.expr, f.unit, f, self.share_formula)
+
+
+def streamed(inp: Inputs, moved: Formula) -> Formula:
+    """Seconds of memory-bound kernels that move ``moved`` bytes, with its formulas among the sources."""
+    t = inp.f("compute.memory_bound.time", kernel_bytes=moved.expr)
+    return composed(t.name, t.expr, "s", t, moved)
 
 
 def _sum(parts) -> Formula:
@@ -136,7 +142,7 @@ def attention_time(inp: Inputs) -> Formula:
             + o.gemm(g, s / lay.cp, m.head_dim, s, False, again=o.again))
     scores = inp.f("compute.memory_bound.scores") * (M / t) * inp.values["element_bytes"]
     # the recomputed forward reads and writes the scores again: 2 of the 5 elements
-    softmax = inp.f("compute.memory_bound.time", kernel_bytes=scores.expr * (1 + sympy.Rational(2, 5) * o.again))
+    softmax = streamed(inp, scores * (1 + sympy.Rational(2, 5) * o.again))
     return (core + softmax) * blocks * inp.microbatches
 
 
@@ -166,8 +172,7 @@ def memory_bound_time(inp: Inputs) -> Formula:
         total = total + f("compute.memory_bound.rope", **rope) * (2 + o.full) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
     total = total + f("compute.memory_bound.cross_entropy") * (M / t) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
-    moved = total * inp.values["element_bytes"]
-    return f("compute.memory_bound.time", kernel_bytes=moved.expr) * inp.microbatches
+    return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
@@ -178,8 +183,7 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     for local, dp, _ in replica_groups(inp, params):
         part = cases("shard", "parameter", (local / dp, lay.zero_at_least(1)), (local, True))
         shard = part if shard is None else shard + part
-    moved = per_param * shard
-    return inp.f("compute.memory_bound.time", kernel_bytes=moved.expr)
+    return streamed(inp, per_param * shard)
 
 
 def op_times(inp: Inputs, params: dict) -> dict:
