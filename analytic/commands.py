@@ -172,6 +172,7 @@ def _calibrate_gemm(args) -> int:
         if args.peak_flops or args.hbm_bandwidth:
             raise CLIError("--peak-flops/--hbm-bandwidth: give them or --hardware, not both")
         import analytic as an
+
         from .presets import gemm_tile
         hw = an.hardware(args.hardware)
         peak = hw.peak_flops("bf16").to("FLOP/s").magnitude  # the dtype measure() times on CUDA
