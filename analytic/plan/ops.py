@@ -74,29 +74,24 @@ def streamed(inp: Inputs, moved: Formula) -> Formula:
     return composed(t.name, t.expr, "s", t, moved)
 
 
-def _sum(parts) -> Formula:
-    total = None
-    for p in parts:
-        total = p if total is None else total + p
-    return total
+def _sum(parts: list) -> Formula:
+    return sum(parts[1:], parts[0])
 
 
-def gemm_time(inp: Inputs) -> Formula:
+def gemm_time(o: _Ops) -> Formula:
     """Seconds per step of every GEMM of one GPU's stage: the blocks' linear layers (the router and
     MLA's down-projections are replicated over TP), the routed experts as one grouped GEMM of
     tokens·k·E_p/(t·E) rows per local expert, the output head and the MTP projections."""
-    o, m, lay = _Ops(inp), inp.model, inp.deg
+    inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M, fp8 = lay.tp, o.tokens, inp.dtype == "fp8"
     h, a, d_h = m.hidden, m.heads, m.head_dim
-    per_block = []
     if m.attention == "mla":
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
         q = ([(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)])
         shapes = q + [(r_kv + d_r, h), (2 * a * d_h / t, r_kv), (h, a * d_h / t)]
     else:
         shapes = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)]
-    per_block += [o.gemm(1, M, n, k, fp8) for n, k in shapes]
-    attention = _sum(per_block)
+    attention = _sum([o.gemm(1, M, n, k, fp8) for n, k in shapes])
     fc1 = 2 if m.mlp == "swiglu" else 1
     dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
     total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
@@ -117,12 +112,12 @@ def gemm_time(inp: Inputs) -> Formula:
     return total * inp.microbatches
 
 
-def attention_time(inp: Inputs) -> Formula:
+def attention_time(o: _Ops) -> Formula:
     """Seconds per step of every block's attention core: a fused kernel (causal, at the stack's
     kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
     recomputation), or without one QKᵀ and attention over V as batched GEMMs and the softmax over
     the scores at HBM bandwidth."""
-    o, m, lay = _Ops(inp), inp.model, inp.deg
+    inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     suffix = m.attention_suffix
     blocks = sympy.sympify(m.blocks) / lay.pp
@@ -146,21 +141,20 @@ def attention_time(inp: Inputs) -> Formula:
     return (core + softmax) * blocks * inp.microbatches
 
 
-def memory_bound_time(inp: Inputs) -> Formula:
+def memory_bound_time(o: _Ops) -> Formula:
     """Seconds per step of the memory-bound kernels of one GPU's stage: the residual stream's norms
     and adds (on s/t tokens under sequence parallelism), the MLP activation, rotary embeddings, MoE
     token permutation and the cross-entropy, each forward, backward and recomputed forward."""
-    o, m, lay = _Ops(inp), inp.model, inp.deg
+    inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     f = inp.f
     stream = M / t if lay.sequence_parallel else M
     elements = (f("compute.memory_bound.residual_forward") * (1 + o.full)
                 + f("compute.memory_bound.residual_backward")) * stream
-    mlp = m.mlp if m.mlp in ("swiglu", "gelu") else "gelu"
 
     def activation(width):
-        return (f(f"compute.memory_bound.mlp_forward.{mlp}", ffn_hidden=width) * (1 + o.full)
-                + f(f"compute.memory_bound.mlp_backward.{mlp}", ffn_hidden=width)) * (M / t)
+        return (f(f"compute.memory_bound.mlp_forward.{m.mlp}", ffn_hidden=width) * (1 + o.full)
+                + f(f"compute.memory_bound.mlp_backward.{m.mlp}", ffn_hidden=width)) * (M / t)
 
     total = (elements + activation(m.ffn_hidden)) * o.dense if m.blocks - m.moe_blocks else None
     if m.is_moe:
@@ -168,6 +162,7 @@ def memory_bound_time(inp: Inputs) -> Formula:
         moe = moe + f("compute.memory_bound.moe_permute") * stream
         total = (elements + moe) * o.moe if total is None else total + (elements + moe) * o.moe
     if m.position == "rope":
+        # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         total = total + f("compute.memory_bound.rope", **rope) * (2 + o.full) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
@@ -188,5 +183,6 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
 
 def op_times(inp: Inputs, params: dict) -> dict:
     """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`)."""
-    return {"gemm": gemm_time(inp), "attention": attention_time(inp), "memory_bound": memory_bound_time(inp),
+    o = _Ops(inp)
+    return {"gemm": gemm_time(o), "attention": attention_time(o), "memory_bound": memory_bound_time(o),
             "optimizer": optimizer_time(inp, params)}
