@@ -22,6 +22,7 @@ class _Ops:
 
     def __init__(self, inp: Inputs):
         self.inp, lay, m = inp, inp.deg, inp.model
+        inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
         self.full = cases("full", "", (1, lay.recompute_is("full")), (0, True)).expr  # forwards run again
         self.again = cases("again", "", (1, sympy.Or(lay.recompute_is("full"), lay.recompute_is("selective"))),

@@ -1,0 +1,97 @@
+"""The op-level time model against hand counts: GEMM FLOPs from the parameter count (dense and MoE,
+the router replicated over TP), tile and wave quantisation, the fused attention's FLOPs, what the
+memory-bound kernels and the Adam step move."""
+
+import pytest
+
+import analytic as an
+
+HAND = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="800 GB", scale_up="100 GB/s", scale_out="10 GB/s")
+GIVEN = dict(matmul_efficiency=0.5, link_efficiency=0.8, latency="10 us", overlap=0.5, attention_factor=0.5)
+
+
+def _matmul_weights(m) -> int:
+    """Active parameters that are matmul weights: all but the input embedding and the norms."""
+    norms = (2 * m.layers + 1) * m.hidden + (2 * m.layers * m.head_dim if m.qk_norm else 0)
+    return m.active_params - m.vocab * m.hidden - norms
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x22b"])
+def test_moe_gemms_are_six_flops_per_active_weight_and_the_router_is_replicated(name):
+    """Routed experts as grouped GEMMs of tokens·k·E_p/E rows per local expert: 6 FLOPs per active
+    matmul weight per token, as for a dense model. Under TP every rank runs the whole router."""
+    m = an.Model.from_hf(f"tests/data/hf/{name}.json")
+    tokens = 16 * 2048 / 8  # per data-parallel replica
+    seconds = {}
+    for tp in (1, 2):
+        p = an.Plan(m, HAND, an.Layout(dp=8, ep=8, tp=tp), seq_len=2048, global_batch=16, hbm_bandwidth="1e30 B/s",
+                    **GIVEN)
+        seconds[tp] = p.time_breakdown(ops=True)["gemm"].to("s").magnitude
+    peak = 100e12 * 0.5
+    assert seconds[1] == pytest.approx(6 * _matmul_weights(m) * tokens / peak, rel=1e-9)
+    router = m.hidden * m.experts * m.moe_layers
+    assert seconds[2] == pytest.approx(6 * ((_matmul_weights(m) - router) / 2 + router) * tokens / peak, rel=1e-9)
+
+
+@pytest.mark.parametrize("n, want", [(1536, 384 / 396), (768, 192 / 264), (8192, 2048 / 2112), (1000, 1000 / 1024 * 256 / 264)])
+def test_wave_quantisation_by_hand(n, want):
+    """8,192 rows on an H100 (132 SMs, 128×256 tiles): 1,536 columns make 384 tiles in 3 waves (396
+    slots), 768 make 192 in 2 (264), 8,192 make 2,048 in 16 (2,112); 1,000 columns fill 4 tiles of
+    1,024 (tile quantisation), 256 tiles in 2 waves."""
+    w = an.formula("compute.gemm.wave_efficiency").evaluate(gemm_count=1, gemm_m=8192, gemm_n=n, tile_m=128, tile_n=256,
+                                                             sms=132)
+    assert float(w.magnitude) == pytest.approx(want, rel=1e-12)
+
+
+def test_fused_attention_is_causal_flops_at_the_kernels_share_of_peak():
+    """Llama 3 8B, 8 GPUs of data parallelism, 4,096 tokens: per token and layer the forward's QKᵀ and
+    PV are 4·a·d_h·s FLOPs in full, the backward 2.5 of those; causal halves both; at 100 TFLOP/s ×
+    η_att 0.6 × κ_att 0.5."""
+    m = an.model("llama3-8b")
+    p = an.Plan(m, HAND, an.Layout(dp=8), seq_len=4096, global_batch=8, attention_efficiency=0.6,
+                hbm_bandwidth="2 TB/s", **GIVEN)
+    with pytest.raises(an.InputError, match="hbm bandwidth"):  # a hand-made accelerator without one
+        an.Plan(m, HAND, an.Layout(dp=8), seq_len=4096, global_batch=8, **GIVEN).step_time()
+    per_token = 4 * m.heads * m.head_dim * 4096 * 3.5 / 2
+    want = per_token * 4096 * m.layers / (100e12 * 0.6 * 0.5)
+    assert p.time_breakdown(ops=True)["attention"].to("s").magnitude == pytest.approx(want, rel=1e-12)
+
+
+def test_memory_bound_kernels_by_hand():
+    """Llama 3 8B without TP: per token, each layer's norms and residual adds move 22h elements (10h
+    forward, 12h backward), SwiGLU 8h_ff, rotary embeddings 4(a + a_kv)d_h over both passes; the
+    cross-entropy 3V; 2 bytes each, at 2 TB/s × 0.9."""
+    m = an.model("llama3-8b")
+    p = an.Plan(m, HAND, an.Layout(dp=8), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s", **GIVEN)
+    per_token = m.layers * (22 * m.hidden + 8 * m.ffn_hidden + 4 * (m.heads + m.kv_heads) * m.head_dim) + 3 * m.vocab
+    want = per_token * 4096 * 2 / (2e12 * 0.9)
+    assert p.time_breakdown(ops=True)["memory_bound"].to("s").magnitude == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero, grad_dtype, per_param", [(0, "bf16", 28), (1, "bf16", 28), (1, "fp32", 30)])
+def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):
+    """One Adam step reads master weight, moments and gradient and writes three of them and the 16-bit
+    copy: 28 bytes a parameter (30 with fp32 gradients), over the parameters this GPU updates."""
+    m = an.model("llama3-8b")
+    p = an.Plan(m, HAND, an.Layout(dp=8, zero=zero), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s",
+                grad_dtype=grad_dtype, **GIVEN)
+    shard = m.total_params / (8 if zero else 1)
+    want = per_param * shard / (2e12 * 0.9)
+    assert p.time_breakdown(ops=True)["optimizer"].to("s").magnitude == pytest.approx(want, rel=1e-12)
+
+
+def test_the_stack_chooses_the_attention_kernel():
+    """TorchTitan's SDPA runs FlashAttention-2, 35% of an H100 in its benchmarks; Megatron-Core's
+    Transformer Engine FlashAttention-3-class kernels, 58%; on an A100 Megatron-Core falls back to
+    FlashAttention-2 (61%). Megatron-LM of 2021 had no fused kernel, so FlashAttention is refused."""
+    m, kw = an.model("llama3-8b"), dict(seq_len=4096, global_batch=8)
+    for hw, stack, eff in (("h100-sxm", "torchtitan", 0.35), ("h100-sxm", "megatron-core", 0.58),
+                           ("a100-80g", "megatron-core", 0.61)):
+        p = an.Plan(m, an.hardware(hw), an.Layout(dp=8), stack=stack, **kw)
+        assert float(p.inputs["attention_efficiency"]) == eff
+    old = an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="megatron-lm-2021", **kw)
+    assert old.flash_attention is False and "compute.memory_bound.scores" in old.sources("time.attention")
+    with pytest.raises(an.InputError, match="no fused attention kernel"):
+        an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="megatron-lm-2021", flash_attention=True, **kw)
+    with pytest.raises(an.InputError, match="stack"):
+        an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="nemo", **kw)
