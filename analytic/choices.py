@@ -15,6 +15,8 @@ TRAINING_DTYPES = ("bf16", "fp16", "fp8")
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")
 AXES = ("tp", "cp", "dp", "pp", "ep")
+#: the parts of a pipeline stage's memory per GPU, which sum to its total
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()

@@ -94,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_step)
     p = sub.add_parser("memory", help="memory per GPU as a table", allow_abbrev=False)
     _plan_args(p)
+    p.add_argument("--stages", action="store_true", help="a row for every pipeline stage")
     p.set_defaults(func=cmd_memory)
     p = sub.add_parser("formula", help="print or evaluate a catalogue formula", allow_abbrev=False)
     p.add_argument("name", nargs="?")

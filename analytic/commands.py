@@ -46,27 +46,40 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    from .plan.memory import PARTS
     from .story import wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
     mem = plan.memory()
-    rows = {k: v.to("GB") for k, v in mem.as_dict().items()}
+    rows = {k: v.to("GB") for k, v in mem.as_dict().items() if k != "stage"}
+    stages = plan.memory_by_stage() if args.stages else []
     notes = list(extra["notes"].values())
     wasted = wasted_selective(plan)
     if wasted is not None:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
+    headroom = (mem.hbm - mem.total).to("GB")
     if args.json:
-        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {"unit": "GB", "fits": mem.fits,
-                                                                             "notes": notes}))
+        gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total")}  # noqa: E731
+        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
+            "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
+            **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
     for note in notes:
         print(f"note: {note}")
     print(repr(plan))
-    for k in ("weights", "gradients", "optimizer", "gathered", "activations"):
+    where = f"stage {mem.stage} of {plan.layout.pp}, the worst" if plan.layout.pp > 1 else "one stage"
+    print(f"  per GPU on {where}:")
+    for k in PARTS:
         print(f"  {k:<12} {_fmt(rows[k]):>12}")
-    print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {'fits' if mem.fits else 'does not fit'}")
-    print(f"  (logits on the last stage, included where it is the worst: {_fmt(rows['logits'])})")
+    verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
+    print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
+    print(f"  (logits on the last stage: {_fmt(rows['logits'])})")
+    if stages:
+        print("\n  stage " + "".join(f"{k:>13}" for k in (*PARTS, "total")) + "   fits")
+        for s in stages:
+            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in (*PARTS, "total"))
+                  + f"   {'yes' if s.fits else 'no'}")
     return 0
 
 

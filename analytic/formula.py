@@ -19,7 +19,7 @@ import sympy
 from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
-from .numeric import program
+from .numeric import program, value_at_max
 from .units import Q_, as_unit, is_count, strip_counts, ureg
 from .values import count, exact, in_range, quantity, unit_of
 
@@ -138,10 +138,8 @@ class Formula:
         return sympy.latex((self.n(digits) if digits is not None else self).expr)
 
     def n(self, digits: int = 4) -> "Formula":
-        """The same formula with its exact numbers (30-digit rationals, roots) as floats of ``digits``
-        significant digits, for reading; keep the exact one for algebra."""
-        digits = count("digits", digits, allow_symbol=False)
-        return replace(self, expr=self.expr.evalf(digits))
+        """The same formula with its exact numbers as floats of ``digits`` significant digits, to read."""
+        return replace(self, expr=self.expr.evalf(count("digits", digits, allow_symbol=False)))
 
     def _repr_latex_(self) -> str:
         unit = f"{self.unit:~L}" if not self.unit.dimensionless else ""
@@ -381,6 +379,8 @@ def _units_of(expr) -> pint.Quantity:
                 raise pint.DimensionalityError(b.units, DIMENSIONLESS, extra_msg=" (symbolic exponent)")
             return Q_(1, DIMENSIONLESS)
         return Q_(1, (b ** float(exp)).units)
+    if isinstance(expr, value_at_max):  # its values, alike
+        return _units_of(sympy.Add(*expr.args[1::2], evaluate=False))
     if isinstance(expr, (sympy.Min, sympy.Max)):
         args = [a for a in expr.args if a != 0] or [expr.args[0]]  # zero has every dimension (Max(0, t))
         return _units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else _units_of(args[0])

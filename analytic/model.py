@@ -213,6 +213,33 @@ class Model:
             "model.params.mtp" + (f"[{self.name}]" if self.name else ""),
             source="derived: model.params.mtp_projection + one transformer block, per MTP module (DeepSeek-V3 §2.2)")
 
+    def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
+        """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage holding
+        ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense); ``first`` and
+        ``last`` (booleans or sympy conditions) add the embedding and learned positions, and the final
+        norm, the output layer and the MTP modules. A tied embedding is kept again on the last stage of
+        a pipeline to compute the logits (Megatron-LM's shared embedding)."""
+        one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
+        layer, mlp, moe = self._layer_parts(active=False)
+        emb, norm = self._part("model.params.embedding"), self._part(f"model.params.norm.{self.norm}")
+        if self.is_moe:
+            dense = sympy.Max(0, sympy.Min(sympy.sympify(self.dense_layers) - start, layers))
+            routed = self._part("model.params.routed_experts")
+            rest = layer * layers + mlp * dense + (moe - routed) * (layers - dense)
+            experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
+        else:
+            rest, experts = layer * layers + mlp * layers, Formula("0", sympy.Integer(0), "parameter", "")
+        if self.position == "learned":
+            emb_first = emb + self._part("model.params.positions")
+        else:
+            emb_first = emb
+        head = emb * one(sympy.And(last, sympy.Not(first)) if self.tied_embeddings else last)
+        rest = rest + emb_first * one(first) + head + norm * one(last)
+        if self.mtp_modules:  # their routed experts are counted with the others above
+            mtp_routed = self._part("model.params.routed_experts") * self.mtp_modules if self.is_moe else 0
+            rest = rest + (self.mtp_params_formula() - mtp_routed) * one(last)
+        return rest, experts
+
     def params_formula(self) -> Formula:
         """Total parameter count as a Formula (in the model's free symbols, if any)."""
         return self._params(active=False)

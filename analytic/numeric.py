@@ -37,6 +37,21 @@ _RELATIONS = {sympy.StrictLessThan: "lt", sympy.LessThan: "le", sympy.StrictGrea
 _FUNCTIONS = {sympy.log: "log", sympy.exp: "exp", sympy.Abs: "abs", sympy.floor: "floor", sympy.ceiling: "ceiling"}
 
 
+class value_at_max(sympy.Function):
+    """``value_at_max(key0, value0, key1, value1, ...)``: the value paired with the largest key (the
+    first such pair on a tie). Left unevaluated while a key is a symbol; numbers evaluate it (a
+    Piecewise on comparisons of large expressions is slow to build; this is not)."""
+
+    @classmethod
+    def eval(cls, *args):
+        keys, values = args[0::2], args[1::2]
+        if len(args) % 2 or not args:
+            raise ValueError("value_at_max: expected key, value pairs")
+        if all(k.is_number for k in keys):
+            return values[max(range(len(keys)), key=lambda i: (float(keys[i]), -i))]
+        return None
+
+
 @dataclass(frozen=True)
 class Program:
     """Registers are the inputs, then the constants, then one per step; ``outputs`` index them."""
@@ -173,6 +188,13 @@ def program(exprs, inputs) -> Program:
             return step(_FUNCTIONS[type(e)], walk(e.args[0]))
         if isinstance(e, sympy.Mod):
             return step("mod", walk(e.args[0]), walk(e.args[1]))
+        if isinstance(e, value_at_max):  # the first value whose key equals the largest key
+            keys, values = [walk(k) for k in e.args[0::2]], [walk(v) for v in e.args[1::2]]
+            top = step("max", *keys) if len(keys) > 1 else keys[0]
+            out = values[-1]
+            for key, value in zip(reversed(keys[:-1]), reversed(values[:-1])):
+                out = step("where", step("eq", key, top), value, out)
+            return out
         if isinstance(e, sympy.Piecewise):
             pieces = list(e.args)
             out = walk(pieces[-1].expr) if pieces[-1].cond == sympy.true else const(math.nan)

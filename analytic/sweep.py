@@ -59,7 +59,8 @@ def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None) -> list[dict]
     for v in values:
         p = plan.replace(seq_len=v) if key == "seq_len" else plan.replace(layout=plan.layout.replace(**{key: v}))
         m = p.memory()
-        rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items()}, "fits": m.fits})
+        rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items() if k != "stage"},
+                     "stage": m.stage, "fits": m.fits})
     return rows
 
 

@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
+from .choices import MEMORY_PARTS as PARTS
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
@@ -46,13 +47,18 @@ def _valid(plan, keyword: str, value: int) -> bool:
 
 
 def _unshrinking(plan, keyword: str, limit: int) -> str:
-    """The memory parts that do not fall as ``keyword`` grows to ``limit``, with their sum there."""
-    parts = {}
-    for part in ("weights", "gradients", "optimizer", "gathered", "activations"):
-        f = plan.expr(f"memory.{part}")
-        at = [f.subs(**{keyword: v}).value().to("GB").magnitude if keyword in f.symbols else f.value().to("GB").magnitude
-              for v in (1, limit)]
-        parts[part] = at
+    """The memory parts that do not fall as ``keyword`` grows to ``limit``, with their sum there: those
+    of the stage that is the worst at ``limit`` (of the worst stage, whichever, where pp is free)."""
+
+    def at(f, v):
+        return (f.subs(**{keyword: v}) if keyword in f.symbols else f).value().to("GB").magnitude
+
+    if plan.deg.pp.is_number:
+        stages = [plan._stage(k) for k in range(int(plan.deg.pp))]
+        worst = max(stages, key=lambda s: at(s["total"], limit))
+        parts = {part: [at(worst[part], v) for v in (1, limit)] for part in PARTS}
+    else:
+        parts = {part: [at(plan.expr(f"memory.{part}"), v) for v in (1, limit)] for part in PARTS}
     stuck = {k: hi for k, (lo, hi) in parts.items() if hi > 0 and hi >= 0.999 * lo}
     if not stuck:
         return ""

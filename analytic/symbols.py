@@ -72,6 +72,7 @@ _TABLE = [
     ("cp", "c", "", "count", "context-parallel degree"),
     ("ep", "E_p", "", "count", "expert-parallel degree (carved out of dp)"),
     ("vpp", "v", "", "count", "virtual stages (model chunks) per pipeline rank"),
+    ("stage", "k_s", "", "count0", "a pipeline stage's index, 0 for the first"),
     ("gpus_per_node", "g", "", "count", "accelerators per node (server or tray; in a collective: ranks per scale-up domain)"),
     ("scale_up_domain", "g_up", "", "count", "accelerators on one scale-up (NVLink-class) domain: a node, or a rack of nodes"),
     ("nodes_per_token", "M", "", "count0", "nodes a token may be routed to (node-limited routing)"),

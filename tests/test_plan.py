@@ -33,10 +33,14 @@ def test_s17_s18_s19_batch_and_placement(plan):
 def test_s20_parameters_and_model_states(plan):
     # the architecture's 405.85B over 128 (text: 405e9/128 = 3.16B)
     assert plan.expr("params_per_gpu").value().magnitude == pytest.approx(405_853_388_800 / 128, rel=1e-12)
-    m = plan.memory()
-    assert m.weights.to("GB").magnitude == pytest.approx(6.3, abs=0.05)  # text: 6.3 GB (2 digits)
+    average = plan.expr("params_per_gpu").value().magnitude
+    assert 2 * average / 1e9 == pytest.approx(6.3, abs=0.05)  # text: 6.3 GB (2 digits), the average GPU
+    assert 12 * average / 64 / 1e9 == pytest.approx(0.6, abs=0.05)  # text: ≈ 0.6 GB
+    # the worst stage, the first, holds 8 layers and the 128,256 × 16,384 embedding, over TP 8
+    m, stage0 = plan.memory(), (8 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384) + 128256 * 16384) / 8
+    assert m.stage == 0 and m.weights.to("byte").magnitude == pytest.approx(2 * stage0, rel=1e-12)
     assert m.gradients == m.weights
-    assert m.optimizer.to("GB").magnitude == pytest.approx(0.6, abs=0.05)  # text: ≈ 0.6 GB
+    assert m.optimizer.to("byte").magnitude == pytest.approx(12 * stage0 / 64, rel=1e-12)
 
 
 def test_s22_activations_library_value(plan):
@@ -83,8 +87,9 @@ def test_compute_and_bubble_are_the_pipeline_simulators_makespan(plan):
 
 def test_memory_total_by_hand(plan):
     """ZeRO-1 over 64 replicas of TP8 × PP16: 2 + 2 bytes of weights and gradients and 12/64 of Adam per
-    parameter on the GPU (Ψ/128 of them), and stage 0's 16 microbatches of 8 layers (hand count above)."""
-    psi = plan.model.total_params / (8 * 16)
+    parameter of stage 0 on the GPU (8 layers and the embedding over TP 8), and its 16 microbatches of
+    8 layers (hand count above)."""
+    psi = (8 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384) + 128256 * 16384) / 8
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
     total = 2 * psi + 2 * psi + 12 * psi / 64 + per_layer * 8 * 16
     assert plan.memory().total.to("byte").magnitude == pytest.approx(total, rel=1e-12)
@@ -181,10 +186,9 @@ def test_zero_traffic_against_zero1(plan):
     ratios = {2: 1 if piped else (m + 1) / 2, 3: 1 if piped else (1 + gathers) * m / 2}
     for zero, ratio in ratios.items():
         assert at(zero).communication()["dp"].to("byte").magnitude == pytest.approx(dp1 * ratio, rel=1e-9)
-    held = at(3).memory().gathered.to("byte").magnitude
-    params = plan.expr("params_per_gpu").value().to("parameter").magnitude
-    copies = 2 if plan.layout.schedule == "dualpipe" else 1
-    assert (held == pytest.approx(2 * 2 * params * copies, rel=1e-9)) == piped
+    held = at(3).memory(stage=0).gathered.to("byte").magnitude
+    weights = at(0).memory(stage=0).weights.to("byte").magnitude  # 2 bytes a parameter of the stage (DualPipe: ×2)
+    assert (held == pytest.approx(2 * weights, rel=1e-9)) == piped
 
 
 @given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([0, 1, 2, 3]))
@@ -218,9 +222,9 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     assert plans[0].expr("params").value() == plans[1].expr("params").value()
     mtp = ds.mtp_params_formula().value().to("parameter").magnitude
     routed = ds.experts * 3 * ds.hidden * ds.expert_ffn_hidden  # SwiGLU experts: 3 matrices each
-    extra_weights = (plans[0].memory().weights - plans[1].memory().weights).to("byte").magnitude
-    # 2 bytes per weight, two copies under DualPipe
-    assert extra_weights == pytest.approx(2 * 2 * ((mtp - routed) / 16 + routed / (16 * 64)), rel=1e-12)
+    last = [p.memory(stage=15).weights for p in plans]  # the MTP module sits on the last stage
+    # 2 bytes per weight, two copies under DualPipe, its routed experts over EP 64
+    assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(2 * 2 * ((mtp - routed) + routed / 64), rel=1e-12)
     assert plans[0].hardware_flops() > plans[1].hardware_flops()
     assert plans[0].model_flops() == plans[1].model_flops()  # 6·N_active·D: the paper's 37B
 
@@ -418,12 +422,13 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(tp=8, pp=8, dp=16, zero=3)
     z3, z1 = (an.Plan(m, hw, lay.replace(zero=z), **kw) for z in (3, 1))
-    stage = z3.expr("params_per_gpu").value().to("parameter").magnitude
-    assert z3.memory().gathered.to("byte").magnitude == pytest.approx(2 * stage * 2, rel=1e-12)
-    assert (z3.memory().total - z1.memory().total).to("byte").magnitude == pytest.approx(4 * stage / 16, rel=1e-9)
+    stage = an.Plan(m, hw, lay.replace(zero=0), **kw).memory(stage=0).weights.to("byte").magnitude / 2
+    assert z3.memory(stage=0).gathered.to("byte").magnitude == pytest.approx(2 * stage * 2, rel=1e-12)
+    assert (z3.memory(stage=0).total - z1.memory(stage=0).total).to("byte").magnitude == pytest.approx(
+        4 * stage / 16, rel=1e-9)
     assert z3.communication()["dp"] == z1.communication()["dp"]
     dual = an.Plan(m, hw, lay.replace(schedule="dualpipe"), **kw)
-    assert dual.memory().gathered == 2 * z3.memory().gathered
+    assert dual.memory(stage=0).gathered == 2 * z3.memory(stage=0).gathered
 
 
 def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
@@ -692,6 +697,10 @@ def test_readme_tour_states_the_step_time_interval():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
     assert low < plan.step_time().to("s").magnitude < high
+    m = plan.memory()
+    assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
+    trimmed = plan.replace(layout=plan.layout.replace(first_stage_layers=7, last_stage_layers=7)).memory()
+    assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
     t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
     assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
     assert (f"gemm {t['gemm']:.2f} s, attention {t['attention']:.2f} s, memory_bound {t['memory_bound']:.2f} s, "
@@ -747,3 +756,53 @@ def test_fp32_gradient_buffers_are_megatrons_18_bytes(zero, per_param):
         an.Plan(m, hw, an.Layout(tp=8, dp=8, zero=3), seq_len=8192, global_batch=64, grad_dtype="fp32")
     with pytest.raises(an.InputError, match="grad_dtype"):
         an.Plan(m, hw, an.Layout(tp=8, dp=8), seq_len=8192, global_batch=64, grad_dtype="fp16")
+
+
+def test_each_stage_holds_its_microbatches_layers_and_ends():
+    """1F1B over 16 stages of ⌈126/16⌉ = 8 layers: stage k holds 16 − k microbatches' activations
+    (per-layer hand count above); only the last adds the logits. Weights: the first and last stages
+    hold 8 layers and the embedding or the output layer, the others 8 layers."""
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
+    layer = 2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384
+    logits = plan.memory().logits.to("byte").magnitude
+    stages = plan.memory_by_stage()
+    assert [m.stage for m in stages] == list(range(16))
+    for k, m in enumerate(stages):
+        want = per_layer * 8 * (16 - k) + (logits if k == 15 else 0)
+        assert m.activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
+        ends = 128256 * 16384 * (k in (0, 15)) + 16384 * (k == 15)  # embedding; output layer and final norm
+        assert m.weights.to("byte").magnitude == pytest.approx(2 * (8 * layer + ends) / 8, rel=1e-12)
+    assert plan.memory() == stages[0]  # the fullest
+    assert plan.expr("memory.total").value() == stages[0].total
+    with pytest.raises(InputError, match="stage"):
+        plan.memory(stage=16)
+
+
+def test_interleaved_first_stage_is_korthikantis_factor():
+    """Megatron's interleaved schedule warms stage k up with (p − k − 1)·2 + (v − 1)·p chunks; at k = 0,
+    with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers."""
+    f = an.formula("pipeline.in_flight.interleaved_stage")
+    factor = an.formula("memory.activations.first_stage_interleaved_factor")
+    for p, v in ((4, 2), (8, 3), (16, 4)):
+        chunks = f.evaluate(pp=p, vpp=v, stage=0).magnitude
+        assert chunks / (p * v) * p == pytest.approx(p * factor.evaluate(pp=p, vpp=v).magnitude, rel=1e-12)
+
+
+def test_uneven_stages():
+    """Llama 3's 405B trims a layer from its first and last stages (§3.3.2): 7 + 14 × 8 + 7 = 126. The
+    first stage then holds 7 layers (and the embedding), stage 1 is the fullest; splits that leave the
+    other stages unequal, or an interleaved schedule, are refused."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=2048)
+    lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
+    plan = an.Plan(m, hw, lay, **kw)
+    even = an.Plan(m, hw, lay.replace(first_stage_layers=None, last_stage_layers=None), **kw)
+    first, second = plan.memory(stage=0), plan.memory(stage=1)
+    assert first.activations / even.memory(stage=0).activations == pytest.approx(7 / 8, rel=1e-12)
+    assert second.activations == even.memory(stage=1).activations and plan.memory().stage == 1
+    with pytest.raises(LayoutError, match="share them evenly"):
+        an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
+    with pytest.raises(LayoutError, match="interleaved"):
+        an.Layout(pp=16, vpp=2, schedule="interleaved", first_stage_layers=7)

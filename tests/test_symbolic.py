@@ -58,7 +58,8 @@ def test_symbolic_choices_are_piecewise_in_the_choice():
     assert list(f.symbols) == ["zero"]
     values = [f.evaluate(zero=z).magnitude for z in range(4)]
     assert values[:3] == sorted(values[:3], reverse=True) and len(set(values[:3])) == 3
-    stage = free.expr("params_per_gpu").value().to("parameter").magnitude
+    zero0 = an.Plan(free.model, free.hardware, free.layout.replace(zero=0), seq_len=8192, global_batch=2048)
+    stage = zero0.memory(stage=0).weights.to("byte").magnitude / 2  # the worst stage's parameters, 2 bytes each
     assert values[3] - values[1] == pytest.approx(4 * stage / 64, rel=1e-9)
     for z, v in enumerate(values):
         numeric = an.Plan(free.model, free.hardware, free.layout.replace(zero=z), seq_len=8192, global_batch=2048)
@@ -197,17 +198,23 @@ def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
 
 
 def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
-    """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the 16-bit weights and gradients of a
-    stage, (Ψ + Ψ_MTP)/16 × (2 + 2) bytes = 170.7 GB, stay at any dp, so no dp fits 80 GB and the
-    error says so. With EP8 the memory fits from dp = 1,384, but the batch of 15,360 splits over dp
-    only from 1,536: the detail gives both and the reason."""
+    """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the last stage's 16-bit weights and
+    gradients — four MoE layers, the MTP module and the output layer, (2 + 2) bytes a parameter, over
+    230 GB — and its one microbatch's activations stay at any dp, so no dp fits 80 GB and the error
+    says so. With EP8 the memory fits from dp = 1,414, but dp must be a multiple of EP's 8 and split
+    the batch of 15,360: the first valid dp is 1,536; the detail gives both and the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
-    stage_gb = (m.total_params + float(m.mtp_params_formula().expr)) / 16 * 4 / 1e9
-    with pytest.raises(an.AnalyticError, match=rf"weights \+ gradients do not shrink with dp \({stage_gb:.4g} GB"):
+    part = lambda name: float(an.formula(name).evaluate(**{k: v for k, v in m.inputs().items()  # noqa: E731
+                                                             if k in an.formula(name).symbols}).magnitude)
+    layer = part("model.params.attention_mla") + 2 * part("model.params.norm.rmsnorm") + part("model.params.moe")
+    last = 4 * layer + float(m.mtp_params_formula().expr) + m.vocab * m.hidden + m.hidden
+    with pytest.raises(an.AnalyticError, match=r"weights \+ gradients \+ activations do not shrink with dp") as err:
         symbolic.smallest_fitting_detail(stuck, "dp", limit=4096)
+    stated = float(str(err.value).split("(")[1].split(" GB")[0])
+    assert 4 * last / 1e9 < stated < 4 * last / 1e9 + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=8, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert d["value"] == 1536 and d["fits_from"] < 1536 and "global_batch" in d["skipped"]
+    assert (d["value"], d["fits_from"]) == (1536, 1414) and d["skipped"].startswith("ep: 8 does not divide dp 1414")
     assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]

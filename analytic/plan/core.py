@@ -19,29 +19,22 @@ import pint
 import sympy
 
 from ..choices import AXES
-from ..errors import FreeSymbolError, PresetError, UnknownNameError
+from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
 from ..symbolic import minimise_step_time, smallest_fitting
 from ..units import Q_
-from ..values import flag, fraction
+from ..values import count, flag, fraction
 from . import communication, compute, memory, ops, placement, timing
 from .inputs import Inputs
 from .layout import Layout
 from .ops import OP_CLASSES
 
 
-def sum_of(*parts: Formula) -> Formula:
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
-
-
 @dataclass(frozen=True)
 class Memory:
-    """Memory per GPU on the worst pipeline stage; the parts sum to ``total``."""
+    """Memory per GPU on one pipeline stage (``stage``), or on the worst one; the parts sum to ``total``."""
 
     weights: pint.Quantity
     gradients: pint.Quantity
@@ -50,7 +43,8 @@ class Memory:
     activations: pint.Quantity
     total: pint.Quantity
     hbm: pint.Quantity
-    logits: pint.Quantity  # included in activations where the last stage is the worst
+    logits: pint.Quantity  # included in the last stage's activations
+    stage: int | None = None  # the stage's index (0 the first), where known
 
     @property
     def fits(self) -> bool:
@@ -102,12 +96,12 @@ class Plan:
         return placement.parameters(self._in)
 
     @cached_property
-    def _states(self) -> dict:
-        return memory.model_states(self._in, self._params)
+    def _activation_parts(self) -> dict:
+        return memory._activation_parts(self._in)
 
     @cached_property
-    def _activations(self) -> dict:
-        return memory.activations(self._in)
+    def _worst(self) -> dict:
+        return memory.worst(self._in, self._activation_parts)
 
     @cached_property
     def _comm(self) -> dict:
@@ -180,17 +174,12 @@ class Plan:
             "active_params": lambda: self.model.active_params_formula(),
             "params_per_gpu": lambda: self._params["per_gpu"],
             "layers_per_stage": lambda: Formula("L/p", self.model.layers / self.deg.pp, "", ""),
-            "memory.weights": lambda: self._states["weights"],
-            "memory.gradients": lambda: self._states["gradients"],
-            "memory.optimizer": lambda: self._states["optimizer"],
-            "memory.gathered": lambda: self._states["gathered"],
-            "memory.activations": lambda: self._activations["worst"],
-            "memory.activations.first_stage": lambda: self._activations["first"],
-            "memory.activations.last_stage": lambda: self._activations["last"],
-            "memory.activations.layer": lambda: self._activations["layer"],
-            "memory.logits": lambda: self._activations["logits"],
-            "memory.total": lambda: sum_of(*(self._states[k] for k in ("weights", "gradients", "optimizer", "gathered")),
-                                            self._activations["worst"]),
+            **{f"memory.{k}": (lambda k=k: self._worst[k]) for k in memory.PARTS},
+            "memory.activations.first_stage": lambda: self._stage(0)["activations"],
+            "memory.activations.last_stage": lambda: self._stage(self.deg.pp - 1)["activations"],
+            "memory.activations.layer": lambda: self._activation_parts["layer"],
+            "memory.logits": lambda: self._activation_parts["logits"],
+            "memory.total": lambda: self._worst["total"],
             "memory.headroom": lambda: Formula("hbm", self._in.need("hbm"), "byte", "") - self.expr("memory.total"),
             "flops": lambda: compute.model_flops(self._in, "6nd"),
             "flops.6nd": lambda: compute.model_flops(self._in, "6nd"),
@@ -280,13 +269,35 @@ class Plan:
         f = self._in.f("compute.mfu", flops=self.expr("flops"), gpus=self.deg.gpus, step_time=step_time)
         return float(f.value().to("").magnitude)
 
-    def memory(self) -> Memory:
-        """Per-GPU memory on the worst pipeline stage; parts sum to the total."""
-        return Memory(weights=self.expr("memory.weights").value(), gradients=self.expr("memory.gradients").value(),
-                      optimizer=self.expr("memory.optimizer").value(), gathered=self.expr("memory.gathered").value(),
-                      activations=self.expr("memory.activations").value(),
-                      total=self.expr("memory.total").value(), hbm=Q_(to_float(self._in.need("hbm")), "byte"),
-                      logits=self.expr("memory.logits").value())
+    def memory(self, stage: int | None = None) -> Memory:
+        """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
+        the total."""
+        if stage is None:
+            parts = {k: self.expr(f"memory.{k}").value() for k in (*memory.PARTS, "total")}
+            worst = max(range(self._numeric_pp()), key=lambda k: self._stage_total(k)) if self._numeric_pp() else None
+        else:
+            worst = count("stage", stage, minimum=0, allow_symbol=False)
+            if worst >= self._numeric_pp():
+                raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.deg.pp}), got {stage}")
+            parts = {k: v.value() for k, v in self._stage(worst).items()}
+        return Memory(**parts, hbm=Q_(to_float(self._in.need("hbm")), "byte"),
+                      logits=self.expr("memory.logits").value(), stage=worst)
+
+    def memory_by_stage(self) -> list[Memory]:
+        """:meth:`memory` of every pipeline stage, first to last."""
+        return [self.memory(stage=k) for k in range(self._numeric_pp())]
+
+    def _numeric_pp(self) -> int:
+        if not self.deg.pp.is_number:
+            raise FreeSymbolError("pp: the stages need a numeric pipeline degree; use plan.expr('memory.total')")
+        return int(self.deg.pp)
+
+    def _stage(self, k) -> dict:
+        return memory.stage(self._in, sympy.sympify(k), self._activation_parts)
+
+    def _stage_total(self, k: int) -> float:
+        return to_float(self._stage(k)["total"].expr, "memory of a stage")
+
 
     def _checkpoint_time(self) -> Formula:
         if "checkpoint_time" in self.inputs:

@@ -36,7 +36,12 @@ class Layout:
     ``async_tp``, ``comm_sms`` and ``zero3_gather`` describe the training stack: TP collectives
     overlapped with their GEMMs, SMs reserved for communication kernels, and whether ZeRO-3 gathers
     a block at a time ahead of compute (``"per-block"``) or each parameter tensor alone, blocking
-    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward)."""
+    (``"per-tensor"``, DeepSpeed's ZeRO-3 of 2021, which gathers again in a recomputed forward).
+
+    ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
+    ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given share
+    the rest evenly. By default every stage holds L/p layers; the first also the embedding, the last
+    the output layer and the loss."""
 
     tp: object = 1
     pp: object = 1
@@ -51,11 +56,19 @@ class Layout:
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
     comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
+    first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
+    last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
         object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
+        for k in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, k) is not None:
+                object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
+        if self.uneven and self.schedule not in ("1f1b", "gpipe", "zb-h1"):
+            raise LayoutError(f"first_stage_layers/last_stage_layers: uneven stages are modelled for 1F1B, GPipe and "
+                              f"ZB-H1, not {self.schedule!r}")
         if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
@@ -81,6 +94,11 @@ class Layout:
     @property
     def gpus(self):
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the first or last stage's layers are given."""
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
 
     def replace(self, **changes) -> "Layout":
         return replace(self, **changes)
@@ -206,6 +224,15 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
                           "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
     if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > m.layers:
         raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers")
+    if lay.uneven:
+        given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
+        if not num(lay.pp, m.layers):
+            raise LayoutError("first_stage_layers/last_stage_layers: need a numeric pp and layer count")
+        rest, stages = m.layers - sum(given), lay.pp - len(given)
+        if lay.pp < 2 or rest < 0 or (stages and (rest % stages or rest < stages)) or (not stages and rest):
+            raise LayoutError(f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers leave "
+                              f"{rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which must share "
+                              "them evenly, at least one each")
     if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
         raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
                           f"microbatch_size {microbatch_size}")

@@ -1,13 +1,15 @@
-"""Stage 3a of a plan: memory per GPU — model states by ZeRO stage, ZeRO-3's unsharded copies, and
-the activations the worst pipeline stage holds."""
+"""Stage 3a of a plan: memory per GPU on each pipeline stage — model states by ZeRO stage, ZeRO-3's
+unsharded copies, the activations the stage holds at its peak — and the worst stage."""
 
 from __future__ import annotations
 
 import sympy
 
+from ..choices import MEMORY_PARTS
 from ..errors import InputError
 from ..formula import Formula, cases, composed
 from ..formulas import formula
+from ..numeric import value_at_max
 from ..schedules import lazy_max, lazy_min
 from .inputs import Inputs
 from .placement import replica_groups
@@ -15,7 +17,8 @@ from .placement import replica_groups
 
 def model_states(inp: Inputs, params: dict) -> dict:
     """weights, gradients, optimizer (sharded by the ZeRO stage over each replica group) and gathered
-    (ZeRO-3's unsharded parameters and gradients)."""
+    (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters per GPU are ``params``
+    (:func:`stage_params`)."""
     lay = inp.deg
     groups = [(local, size) for local, size, _ in replica_groups(inp, params)]
     copies = formula("pipeline.parameter_copies.dualpipe")
@@ -35,7 +38,7 @@ def model_states(inp: Inputs, params: dict) -> dict:
     stage = params["per_gpu"]
     one = inp.f("memory.zero3_held", params=stage)
     held = cases("held", "byte", (one * copies, lay.schedule_is("dualpipe")), (one, True))
-    unit = stage / (sympy.sympify(inp.model.blocks) / lay.pp)  # one block's share
+    unit = stage / params["blocks"]  # one block's share
     value = {"memory.zero3_held": held, "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit), None: 0}
     parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
     return parts
@@ -60,8 +63,36 @@ def layer_activations(inp: Inputs, ffn_hidden=None) -> Formula:
                  (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
 
 
-def activations(inp: Inputs) -> dict:
-    """layer, first (stage 0), last (the last stage, with the logits and MTP modules), logits, worst."""
+def stage_layers(inp: Inputs) -> tuple:
+    """(first, middle, last) stages' layer counts: the layout's uneven split, or ⌈L/p⌉ each (where p
+    does not divide L some stage holds that many, and the stages are counted as the fullest)."""
+    lay, layers = inp.deg, inp.model.layers
+    first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
+    given = [x for x in (first, last) if x is not None]
+    middle = sympy.ceiling(sympy.sympify(layers - sum(given)) / (lay.pp - len(given)))
+    return (middle if first is None else sympy.Integer(first), middle,
+            middle if last is None else sympy.Integer(last))
+
+
+def stage_params(inp: Inputs, k) -> dict:
+    """Parameters per GPU of stage ``k`` (a number or expression): its layers, with the embedding on
+    the first stage and the output layer, final norm and MTP modules on the last
+    (:meth:`~analytic.model.Model.stage_params_formulas`), split over TP and routed experts over EP."""
+    lay, m = inp.deg, inp.model
+    first_n, middle, last_n = stage_layers(inp)
+    is_first, is_last = sympy.Eq(k, 0), sympy.Eq(k, lay.pp - 1)
+    layers = sympy.Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
+    start = sympy.Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
+    rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
+    dense_local, expert_local = rest / lay.tp, experts / (lay.tp * lay.ep)
+    return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
+            "layers": layers, "blocks": layers + sympy.Piecewise((m.mtp_modules, is_last), (0, True)),
+            "first": is_first, "last": is_last}
+
+
+def _activation_parts(inp: Inputs) -> dict:
+    """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
+    full recomputation), working (one layer's while it is recomputed) and logits."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
     if m.is_moe:  # a token's FFN activations across its k routed and shared experts
@@ -72,25 +103,54 @@ def activations(inp: Inputs) -> dict:
     kept = cases("kept", "byte", (inp.f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
                  (layer, True))
     working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
-    layers_on_stage = sympy.ceiling(sympy.sympify(m.layers) / lay.pp)
-    p, mb = lay.pp, inp.microbatches
-
-    def at_most_mb(*parts):  # the product of catalogue counts, never more than the step's microbatches
-        return composed("in_flight", lazy_min(sympy.Mul(*(f.expr for f in parts)), mb), "", *parts)
-
-    # microbatches whose activations stage 0 holds
-    peak = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p})  # noqa: E731
-    factor = formula("memory.activations.first_stage_interleaved_factor").bind({"pp": p, "vpp": lay.vpp})
-    in_flight = cases("in_flight", "",
-                      (mb, lay.schedule_is("gpipe")),
-                      (at_most_mb(peak("1f1b"), factor), lay.schedule_is("interleaved")),
-                      (at_most_mb(peak("1f1b")), lay.schedule_is("1f1b", "zb-h1")),
-                      (at_most_mb(peak("zb_h2")), lay.schedule_is("zb-h2")),
-                      (at_most_mb(peak("dualpipe")), True))
-    first = kept * (layers_on_stage * in_flight) + working
-    # the last stage also holds the MTP modules: a block and a logits tensor each
-    last = kept * (layers_on_stage + m.mtp_modules) + working
     logits = inp.f("memory.logits", seq_len=inp.seq_len / lay.cp) / lay.tp
-    last = last + logits * (1 + m.mtp_modules)
-    worst = composed("activations", lazy_max(first.expr, last.expr), "byte", first, last)
-    return {"layer": layer, "first": first, "last": last, "logits": logits, "worst": worst}
+    return {"layer": layer, "kept": kept, "working": working, "logits": logits}
+
+
+def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
+    """Bytes of activations stage ``k`` holds at its peak: the layers of the microbatches (or model
+    chunks) in flight on it, by schedule, never more than the step has; the last stage also the MTP
+    modules' blocks and the logits. ZB-H2 and DualPipe hold their sources' count on every stage."""
+    lay, m = inp.deg, inp.model
+    p, mb, v = lay.pp, inp.microbatches, lay.vpp
+    layers = sympy.ceiling(params["blocks"])
+
+    def at_most(f: Formula, most):  # a catalogue count, never more than the step's microbatches
+        return composed("in_flight", lazy_min(f.expr, most), "", f)
+
+    count = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})  # noqa: E731
+    chunks = at_most(count("interleaved_stage"), mb * v)
+    held = cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (chunks * layers / v, lay.schedule_is("interleaved")),
+                 (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
+                 (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
+                 (at_most(count("dualpipe"), mb) * layers, True))
+    logits = cases("logits", "byte", (parts["logits"] * (1 + m.mtp_modules), params["last"]), (0, True))
+    return parts["kept"] * held + parts["working"] + logits
+
+
+PARTS = MEMORY_PARTS
+
+
+def stage(inp: Inputs, k, parts: dict) -> dict:
+    """weights, gradients, optimizer, gathered, activations and total of stage ``k``."""
+    params = stage_params(inp, k)
+    out = model_states(inp, params)
+    out["activations"] = stage_activations(inp, k, parts, params)
+    out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
+    return out
+
+
+def worst(inp: Inputs, parts: dict) -> dict:
+    """The parts of the stage with the most memory per GPU: the first, the second (which holds one
+    microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
+    fewer microbatches' activations and the same states, so one of these three is the worst."""
+    p = inp.deg.pp
+    stages = [stage(inp, k, parts) for k in (sympy.Integer(0), sympy.Min(1, p - 1), p - 1)]
+    keys = [s["total"].expr for s in stages]
+
+    def pick(name):
+        chosen = [s[name] for s in stages]
+        expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.expr)))
+        return composed(name, expr, "byte", *chosen)
+
+    return {name: pick(name) for name in (*PARTS, "total")}
