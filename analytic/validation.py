@@ -26,7 +26,7 @@ from .values import as_quantity
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
 
-KINDS = ("identity", "derived", "predicted", "claim")
+KINDS = ("identity", "derived", "predicted", "memory", "claim")
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
@@ -83,6 +83,10 @@ def load(folder: Path) -> tuple[list[dict], dict]:
             if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published", "group")):
                 raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric, published and group "
                                     "(its source: cases of one group are left out of the fit together)")
+            if c["kind"] == "memory" and not (all(k in c for k in ("published", "group")) and
+                                              ("plan" in c) != ("plan_of" in c)):
+                raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
+                                    "plan_of, the id of the predicted case whose run it measured)")
             cases.append(dict(c, file=path.name))
     if not cases:
         raise AnalyticError(f"{folder}: no cases (a case is a [[case]] table of a *.toml file)")
@@ -192,15 +196,30 @@ def _predicted(cases: list[dict]) -> list[Result]:
     return out
 
 
+def _memory(case: dict, cases: dict) -> Result:
+    """A measured peak against the fullest stage's memory per GPU of its run's plan."""
+    spec = case["plan"] if "plan" in case else cases[case["plan_of"]]["plan"]
+    published = as_quantity("published", case["published"])
+    ours = calibration.build_plan(spec).memory().total.to(published.units)
+    err = float((ours / published).to("").magnitude) - 1
+    tol = float(case.get("tolerance", 0.10))
+    return Result(id=case["id"], kind="memory", quantity=case.get("quantity", ""), published=case["published"],
+                  ours=format(ours, ".4g~P"), error=err, status="within" if abs(err) <= tol else "outside",
+                  expected=case.get("expect", "within"), source=case.get("source", ""), reason=case.get("reason", ""),
+                  tolerance=tol, extra={"group": case["group"]})
+
+
 def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     """Every case (``predicted=False``: all but the predicted ones, which need the calibration fit)."""
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
-    results = [_evaluate(c, ns) for c in cases if c["kind"] != "predicted"]
+    by_id = {c["id"]: c for c in cases}
+    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory")]
+    results += [_memory(c, by_id) for c in cases if c["kind"] == "memory"]
     if predicted:
         results += _predicted([c for c in cases if c["kind"] == "predicted"])
-    order = {"identity": 0, "derived": 1, "predicted": 2, "claim": 3}
+    order = {kind: i for i, kind in enumerate(KINDS)}
     return sorted(results, key=lambda r: order[r.kind])
 
 
@@ -219,7 +238,7 @@ def statistics(results: list[Result]) -> dict:
     max absolute relative error in-fit, leave-one-out, leave-one-source-out and for the compute-only
     baseline (leave-one-source-out), and the same by source."""
     out = {"cases": {}, "predicted": {}}
-    for kind in ("identity", "derived", "predicted", "claim"):
+    for kind in KINDS:
         counts = {}
         for r in results:
             if r.kind == kind:
@@ -236,6 +255,15 @@ def statistics(results: list[Result]) -> dict:
             s[f"{name}_mean"], s[f"{name}_max"] = _mean_max([get(r) for r in subset])
         return s
 
+    mem = [r for r in results if r.kind == "memory"]
+
+    def memory_stats(subset):
+        mean, most = _mean_max([r.error for r in subset])
+        return {"count": len(subset), "mean": mean, "max": most, "within": sum(r.status == "within" for r in subset)}
+
+    if mem:
+        out["memory"] = {**memory_stats(mem), "sources": {g: memory_stats([r for r in mem if r.extra["group"] == g])
+                                                          for g in sorted({r.extra["group"] for r in mem})}}
     for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
         if subset:
             out["predicted"][label] = stats(subset)
@@ -258,6 +286,10 @@ def summary(results: list[Result]) -> list[str]:
                      f"{_pct(s['baseline_leave_one_source_out_max'])}); leave-one-case-out mean "
                      f"{_pct(s['leave_one_out_mean'])}, max {_pct(s['leave_one_out_max'])}; in-fit mean "
                      f"{_pct(s['in_fit_mean'])}, max {_pct(s['in_fit_max'])}")
+    if "memory" in stats:
+        s = stats["memory"]
+        lines.append(f"memory: {s['count']} measured peaks from {len(s['sources'])} sources against the fullest stage: "
+                     f"mean error {_pct(s['mean'])}, max {_pct(s['max'])}; {s['within']} within their tolerance")
     if "all" in stats["predicted"]:
         for g, s in stats["predicted"]["all"]["sources"].items():
             lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "
@@ -299,7 +331,8 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
     out += [f"- {line}" for line in summary(results)]
     titles = {"identity": "Identities (published closed forms and values)",
               "derived": "Derived (published numbers from published inputs)",
-              "predicted": "Predicted (measured; leave-one-source-out)", "claim": "Claims of the source text"}
+              "predicted": "Predicted (measured; leave-one-source-out)",
+              "memory": "Memory (measured peaks per GPU against the fullest stage)", "claim": "Claims of the source text"}
     for kind, title in titles.items():
         rs = [r for r in results if r.kind == kind]
         out += ["", f"## {title}", ""]

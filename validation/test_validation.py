@@ -187,20 +187,23 @@ def test_readme_zero3_paragraph(results):
     assert not any(c.in_fit for c in calibration.load_cases(HERE / "predicted.toml") if c.id in ids)
 
 
-def test_readme_memory_paragraph():
+def test_readme_memory_paragraph(results):
     """The README's numbers on memory, recomputed: TorchTitan's published peaks (GiB, the memory
     column of each table of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md) against
     the model's for the same runs, and the two published layouts the model puts above 80 GB."""
     cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
-    measured = {"G03-8b-8": 76.8, "G03-8b-128": 61.8, "G03-70b-2d": 71.9, "G03-70b-2d-async-tp": 67.6,
-                "G02-1f1b": 82.5, "G02-interleaved": 72.7, "G04-32k": 75.3, "G04-64k": 75.9, "G04-128k": 77.1,
-                "G04-256k": 84.9}
+    measured = {c["plan_of"]: float(c["published"].split()[0])
+                for c in tomllib.loads((HERE / "memory.toml").read_text())["case"] if c["group"] == "torchtitan-2024"}
+    assert len(measured) == 10
     model = {k: calibration.build_plan(cases[k]["plan"]).memory().total.to("GiB").magnitude for k in measured}
     ratios = [measured[k] / model[k] for k in measured]
     assert (round(min(model.values())), round(max(model.values()))) == (33, 88)
     assert (round(min(ratios), 1), round(max(ratios), 1)) == (0.8, 2.2)
     readme = (HERE.parent / "README.md").read_text()
     assert "(62–85 GiB) are 0.8–2.2× the model's (33–88 GiB)" in readme.replace("\n", " ")
+    mem = validation.statistics(results)["memory"]
+    assert (f"the memory cases miss by {100 * mem['mean']:.0f}% on average and {100 * mem['max']:.0f}% at worst"
+            in " ".join(readme.split()))
     for case_id, gb in (("A01", 108), ("B02", 136)):
         total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
         assert round(total) == gb and f"({gb} GB;" in readme
@@ -231,3 +234,21 @@ def test_identifiability_names_who_pins_each_constant():
     assert table["overlap"]["standard_error"] > 0.5 * table["overlap"]["value"]
     assert set(table) == {"matmul_efficiency:ampere.bf16", "matmul_efficiency:hopper.bf16",
                           "matmul_efficiency:hopper.fp8", "overlap", "attention_factor"}
+
+
+def test_memory_cases_are_summarised_by_source(results, tmp_path):
+    """Measured peaks are a kind of their own: each against the fullest stage of its run's plan (named by
+    plan_of), summarised as summary.memory (count, mean and max absolute error, by source); a memory
+    case without a plan is refused."""
+    mem = validation.statistics(results)["memory"]
+    rows = [r for r in results if r.kind == "memory"]
+    assert mem["count"] == len(rows) == 10 and set(mem["sources"]) == {"torchtitan-2024"}
+    assert mem["max"] == max(abs(r.error) for r in rows) and mem["mean"] <= mem["max"]
+    case = next(c for c in validation.load(HERE)[0] if c["id"] == "M-G03-8b-8")
+    plan = calibration.build_plan(next(c for c in validation.load(HERE)[0] if c["id"] == "G03-8b-8")["plan"])
+    ours = plan.memory().total.to("GiB").magnitude
+    assert next(r for r in rows if r.id == "M-G03-8b-8").error == pytest.approx(ours / 76.8 - 1, rel=1e-12)
+    assert case["published"] == "76.8 GiB"
+    (tmp_path / "m.toml").write_text('[[case]]\nid = "X"\nkind = "memory"\npublished = "1 GiB"\ngroup = "g"\n')
+    with pytest.raises(an.AnalyticError, match="memory case X needs"):
+        validation.load(tmp_path)
