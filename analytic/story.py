@@ -96,9 +96,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         "model.params.* / (tp·pp)")
     # memory
     mem = plan.memory()
+    where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"
     z = lay.zero
     over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
-    add("memory", "weights", "16-bit weights" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
+    add("memory", "weights", f"16-bit weights{where}" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
         _tags(plan, "memory.weights", "memory."))
     add("memory", "gradients", "16-bit gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
         _tags(plan, "memory.gradients", "memory."))
@@ -109,13 +110,13 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
                  "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
         add("memory", "gathered", label[gathered], mem.gathered.to("GB"), gathered)
-    add("memory", "activations", f"activations held by the worst stage ({lay.schedule}, recompute {lay.recompute})",
+    add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations."))
     wasted = wasted_selective(plan)
     if wasted is not None:
         add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "
             "keeps no attention scores), FLOPs still spent", wasted, "compute.attention_core_forward_flops_per_token")
-    add("memory", "total", f"total per GPU of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
+    add("memory", "total", f"total per GPU{where}, of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
         mem.total.to("GB"), "plan.memory.total")
     # forward
     s_local = plan.seq_len / lay.cp

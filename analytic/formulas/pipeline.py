@@ -54,13 +54,14 @@ define("pipeline.in_flight.1f1b", p, "", f"{NARAYANAN} §2.2.1; {QI}",
 k = S("stage")
 define("pipeline.in_flight.1f1b_stage", p - k, "", f"{NARAYANAN} §2.2.1 (stage k warms up with p − k − 1 forwards)",
        ("stage k holds p − k microbatches' activations (at most m)",),
-       "microbatches in flight on stage k, 1F1B")
+       "microbatches in flight on stage k, 1F1B", domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
 define("pipeline.in_flight.interleaved_stage", 2 * (p - k - 1) + (v - 1) * p + 1, "",
        "NVIDIA/Megatron-LM megatron/core/pipeline_parallel/schedules.py, get_num_warmup_microbatches for the "
        "interleaved schedule ((p − k − 1)·2 + (v − 1)·p warm-up chunks) plus the one in its steady state; "
        "Korthikanti et al. 2022 eq. (5) at k = 0",
        ("model chunks (of L/(p·v) layers each) whose activations stage k holds at its peak (at most m·v)",),
-       "model chunks in flight on stage k, interleaved 1F1B")
+       "model chunks in flight on stage k, interleaved 1F1B",
+       domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
 define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (2p − 1)·M_B",),
        "microbatches in flight on the first stage, ZB-H2")
 define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),

@@ -97,7 +97,7 @@ class Plan:
 
     @cached_property
     def _activation_parts(self) -> dict:
-        return memory._activation_parts(self._in)
+        return memory.activation_parts(self._in)
 
     @cached_property
     def _worst(self) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import MEMORY_PARTS
+from ..choices import MEMORY_PARTS as PARTS
 from ..errors import InputError
 from ..formula import Formula, cases, composed
 from ..formulas import formula
@@ -90,7 +90,7 @@ def stage_params(inp: Inputs, k) -> dict:
             "first": is_first, "last": is_last}
 
 
-def _activation_parts(inp: Inputs) -> dict:
+def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
     full recomputation), working (one layer's while it is recomputed) and logits."""
     lay, m = inp.deg, inp.model
@@ -127,8 +127,6 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
     logits = cases("logits", "byte", (parts["logits"] * (1 + m.mtp_modules), params["last"]), (0, True))
     return parts["kept"] * held + parts["working"] + logits
 
-
-PARTS = MEMORY_PARTS
 
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
