@@ -95,3 +95,20 @@ def test_the_stack_chooses_the_attention_kernel():
         an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="megatron-lm-2021", flash_attention=True, **kw)
     with pytest.raises(an.InputError, match="stack"):
         an.Plan(m, an.hardware("a100-80g"), an.Layout(dp=8), stack="nemo", **kw)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "deepseek-v3"])
+def test_unfused_attention_is_two_batched_gemms_per_head(name):
+    """Without a fused kernel, QKᵀ (s/c × d_qk by d_qk × s) and attention over V (s/c × s by s × d_h)
+    run as batched GEMMs over b·a/t heads, forward and both backward GEMMs: 3 × 2·(s/c)·s·(d_qk + d_h)
+    FLOPs per head, d_qk = d_h + d_r for MLA; at 100 TFLOP/s × 0.5 with no SM count (unquantised) and an
+    unbounded HBM, per layer of the stage and microbatch."""
+    m = an.model(name)
+    seq, cp, tp, pp = 4096, 2, 2, (1 if name == "llama3-8b" else 61)
+    p = an.Plan(m, HAND, an.Layout(tp=tp, cp=cp, pp=pp, dp=2), seq_len=seq, global_batch=4, flash_attention=False,
+                hbm_bandwidth="1e30 B/s", **GIVEN)
+    d_qk = m.head_dim + m.rope_dim
+    per_head = 3 * 2 * (seq / cp) * seq * (d_qk + m.head_dim)
+    layers = (m.layers + m.mtp_modules) / pp
+    want = per_head * m.heads / tp * layers * p.microbatches / (100e12 * 0.5)
+    assert p.time_breakdown(ops=True)["attention"].to("s").magnitude == pytest.approx(want, rel=1e-9)

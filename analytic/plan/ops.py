@@ -132,7 +132,7 @@ def attention_time(o: _Ops) -> Formula:
                     attention_factor=inp.need("attention_factor"),
                     peak_flops=o.peak("bf16" if inp.dtype == "fp8" else inp.dtype))
         return o.on_share(composed("attention", one.expr * blocks * inp.microbatches, "s", one, flops))
-    d_qk = m.head_dim + (m.rope_dim if m.attention == "mla" else 0)
+    d_qk = m.head_dim + m.rope_dim  # MLA's queries and keys carry the decoupled RoPE part too (0 otherwise)
     g, s = inp.microbatch_size * m.heads / t, inp.seq_len
     core = (o.gemm(g, s / lay.cp, s, d_qk, False, again=o.again)
             + o.gemm(g, s / lay.cp, m.head_dim, s, False, again=o.again))
