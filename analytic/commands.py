@@ -46,7 +46,7 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from .plan.memory import PARTS
+    from .choices import MEMORY_PARTS as PARTS
     from .story import wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
