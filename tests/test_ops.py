@@ -112,3 +112,21 @@ def test_unfused_attention_is_two_batched_gemms_per_head(name):
     layers = (m.layers + m.mtp_modules) / pp
     want = per_head * m.heads / tp * layers * p.microbatches / (100e12 * 0.5)
     assert p.time_breakdown(ops=True)["attention"].to("s").magnitude == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_mla_and_shared_expert_gemms_by_hand(tp):
+    """DeepSeek-V3 (MLA, 3 dense and 58 MoE layers, an MTP module): per token and GEMM weight, 6 FLOPs.
+    Split over TP: MLA's up-projections and output, the dense MLPs, the shared and the k routed
+    experts, the output head (twice: the MTP module shares it). Replicated on every TP rank: MLA's
+    down-projections, the routers, the MTP projection."""
+    m = an.model("deepseek-v3")
+    h, a, d_h, d_r, r_q, r_kv = m.hidden, m.heads, m.head_dim, m.rope_dim, m.q_lora_rank, m.kv_lora_rank
+    blocks, moe_blocks = m.layers + m.mtp_modules, m.moe_layers + m.mtp_modules
+    split = (blocks * (r_q * a * (d_h + d_r) + r_kv * a * 2 * d_h + a * d_h * h) + m.dense_layers * 3 * h * m.ffn_hidden
+             + moe_blocks * (m.shared_experts + m.topk) * 3 * h * m.expert_ffn_hidden + (1 + m.mtp_modules) * m.vocab * h)
+    replicated = blocks * (h * r_q + h * (r_kv + d_r)) + moe_blocks * h * m.experts + m.mtp_modules * 2 * h * h
+    p = an.Plan(m, HAND, an.Layout(dp=8, ep=8, tp=tp), seq_len=4096, global_batch=16, hbm_bandwidth="1e30 B/s", **GIVEN)
+    tokens = 16 * 4096 / 8  # per data-parallel replica
+    want = 6 * tokens * (split / tp + replicated) / (100e12 * 0.5)
+    assert p.time_breakdown(ops=True)["gemm"].to("s").magnitude == pytest.approx(want, rel=1e-9)
