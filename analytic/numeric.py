@@ -39,17 +39,27 @@ _FUNCTIONS = {sympy.log: "log", sympy.exp: "exp", sympy.Abs: "abs", sympy.floor:
 
 class value_at_max(sympy.Function):
     """``value_at_max(key0, value0, key1, value1, ...)``: the value paired with the largest key (the
-    first such pair on a tie). Left unevaluated while a key is a symbol; numbers evaluate it (a
-    Piecewise on comparisons of large expressions is slow to build; this is not)."""
+    first such pair on a tie). A Piecewise on comparisons of large expressions is slow to build; this
+    is not. It stays unevaluated; :meth:`picked` (and so ``doit``, ``evalf`` and numeric programs)
+    choose once every key is a number."""
 
-    @classmethod
-    def eval(cls, *args):
-        keys, values = args[0::2], args[1::2]
-        if len(args) % 2 or not args:
+    def picked(self):
+        """The chosen value, or None while a key is not a number."""
+        keys, values = self.args[0::2], self.args[1::2]
+        if len(self.args) % 2 or not self.args:
             raise ValueError("value_at_max: expected key, value pairs")
-        if all(k.is_number for k in keys):
-            return values[max(range(len(keys)), key=lambda i: (float(keys[i]), -i))]
-        return None
+        if not all(k.is_number for k in keys):
+            return None
+        return values[max(range(len(keys)), key=lambda i: (float(keys[i]), -i))]
+
+    def doit(self, **hints):
+        new = self.func(*(a.doit(**hints) for a in self.args)) if hints.get("deep", True) else self
+        chosen = new.picked()
+        return new if chosen is None else chosen
+
+    def _eval_evalf(self, prec):
+        chosen = self.picked()
+        return None if chosen is None else chosen.evalf(prec)
 
 
 @dataclass(frozen=True)

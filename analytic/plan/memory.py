@@ -149,6 +149,6 @@ def worst(inp: Inputs, parts: dict) -> dict:
     def pick(name):
         chosen = [s[name] for s in stages]
         expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.expr)))
-        return composed(name, expr, "byte", *chosen)
+        return composed(name, expr.doit(deep=False), "byte", *chosen)  # a numeric plan's is its stage's
 
     return {name: pick(name) for name in (*PARTS, "total")}

@@ -164,16 +164,11 @@ def stacks() -> list[str]:
 
 
 def stack(name: str) -> dict:
-    """A stack's properties (values only; :func:`stack_sources` has their sources)."""
+    """A stack's properties (their sources checked, values returned)."""
     tables = _stack_tables()
     if name not in tables:
         raise UnknownNameError("stack", name, tables)
     return {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in tables[name].items()}
-
-
-def stack_sources(name: str) -> dict:
-    stack(name)
-    return {k: _sourced(name, k, v)[1] for k, v in _stack_tables()[name].items() if k != "name"}
 
 
 def gemm_tile(generation: str):
