@@ -23,7 +23,8 @@ _NARY = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum
          "and": np.logical_and, "or": np.logical_or}
 _UNARY = {"recip": lambda x: 1.0 / x, "sqrt": np.sqrt, "log": np.log, "exp": np.exp, "abs": np.abs,
           "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not}
-_BINARY = {"pow": np.float_power, "mod": np.mod, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+_BINARY = {"pow": np.float_power, "mod": np.mod,
+           "gcd": lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(np.float64), "lt": np.less, "le": np.less_equal, "gt": np.greater,
            "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
 _TERNARY = {"where": np.where}
 #: operation → (numpy function, arity; None for two or more)
@@ -60,6 +61,18 @@ class value_at_max(sympy.Function):
     def _eval_evalf(self, prec):
         chosen = self.picked()
         return None if chosen is None else chosen.evalf(prec)
+
+
+class common_divisor(sympy.Function):
+    """``common_divisor(a, b)``: the greatest common divisor of two positive integers, left unevaluated
+    while either is a symbol (sympy's ``gcd`` of symbols is a polynomial's); numbers substituted for
+    them give the number."""
+
+    def __new__(cls, a, b, **options):
+        a, b = sympy.sympify(a), sympy.sympify(b)
+        if a.is_Number and b.is_Number:
+            return sympy.gcd(a, b)
+        return super().__new__(cls, a, b, **options)
 
 
 @dataclass(frozen=True)
@@ -198,6 +211,8 @@ def program(exprs, inputs) -> Program:
             return step(_FUNCTIONS[type(e)], walk(e.args[0]))
         if isinstance(e, sympy.Mod):
             return step("mod", walk(e.args[0]), walk(e.args[1]))
+        if isinstance(e, common_divisor):
+            return step("gcd", walk(e.args[0]), walk(e.args[1]))
         if isinstance(e, value_at_max):  # the first value whose key equals the largest key
             keys, values = [walk(k) for k in e.args[0::2]], [walk(v) for v in e.args[1::2]]
             top = step("max", *keys) if len(keys) > 1 else keys[0]
@@ -224,3 +239,37 @@ def program(exprs, inputs) -> Program:
 
     return Program(tuple(order), tuple(constants), tuple((op, tuple(reg(r) for r in rs)) for op, rs in steps),
                    tuple(reg(r) for r in refs))
+
+
+#: how each operation of a program reads as Python on a kernel namespace ``k`` (analytic.compiled)
+_PYTHON = {"add": " + ", "mul": " * ", "lt": " < ", "le": " <= ", "gt": " > ", "ge": " >= ", "eq": " == ",
+           "ne": " != "}
+_KERNEL_NAMES = {"and": "and_", "or": "or_", "not": "not_"}  # Python keywords
+
+
+def python_source(prog: Program, name: str) -> str:
+    """``prog`` as the source of a Python function ``name(x, k)``: ``x`` the inputs in the order of
+    ``prog.inputs``, ``k`` a kernel namespace (:mod:`analytic.compiled`'s scalar or array kernels),
+    the outputs returned as a tuple. Straight-line code: one assignment per step."""
+    n_in, n_const = len(prog.inputs), len(prog.constants)
+
+    def ref(r: int) -> str:
+        if r < n_in:
+            return f"x{r}"
+        if r < n_in + n_const:
+            c = prog.constants[r - n_in]
+            return "k.nan" if math.isnan(c) else repr(c)
+        return f"r{r}"
+
+    lines = [f"def {name}(x, k):", f"    {', '.join(f'x{i}' for i in range(n_in))}{',' if n_in == 1 else ''} = x"
+             if n_in else "    pass"]
+    for i, (op, refs) in enumerate(prog.steps):
+        args = [ref(r) for r in refs]
+        if op in _PYTHON:
+            body = _PYTHON[op].join(args)
+        else:
+            body = f"k.{_KERNEL_NAMES.get(op, op)}({', '.join(args)})"
+        lines.append(f"    r{n_in + n_const + i} = {body}")
+    outs = ", ".join(ref(o) for o in prog.outputs)
+    lines.append(f"    return ({outs}{',' if len(prog.outputs) == 1 else ''})")
+    return "\n".join(lines) + "\n"

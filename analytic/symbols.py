@@ -82,6 +82,8 @@ _TABLE = [
     ("comm_sms", "N_c", "", "count0", "streaming multiprocessors reserved for communication kernels for the whole step"),
     # hardware
     ("peak_flops", "F", "FLOP/s", "positive", "peak dense FLOP/s of one accelerator"),
+    ("peak_flops_16", "F_16", "FLOP/s", "positive",
+     "16-bit peak dense FLOP/s, at which an FP8 plan runs the GEMMs it keeps in 16 bits"),
     ("hbm", "H_bm", "byte", "positive", "HBM capacity of one accelerator"),
     ("sms", "N_SM", "", "count", "streaming multiprocessors (compute units) of one accelerator"),
     ("bandwidth", "B_w", "byte/s", "positive", "link bandwidth per rank, one direction"),
@@ -135,7 +137,7 @@ _TABLE = [
 REGISTRY: dict[str, SymbolInfo] = {}
 _BY_SYMBOL: dict[sympy.Symbol, SymbolInfo] = {}
 for _kw, _disp, _unit, _domain, _meaning in _TABLE:
-    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in CHOICES
+    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in CHOICES or _kw == "stage"  # may be 0
           else sympy.Symbol(_disp, positive=True))
     _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s,
                        ("choice", CHOICES[_kw]) if _kw in CHOICES else _domain)

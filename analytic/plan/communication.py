@@ -11,6 +11,7 @@ import sympy
 
 from ..formula import Formula, cases
 from ..formulas import formula
+from ..numeric import common_divisor
 from ..schedules import is_number, lazy_min
 from ..units import Q_
 from .inputs import Inputs
@@ -22,7 +23,7 @@ def _ranks_per_domain(size, fit):
     one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs carry more,
     and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled evenly, slower
     otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1)."""
-    return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else fit
+    return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else common_divisor(size, fit)
 
 
 def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:

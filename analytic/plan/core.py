@@ -12,24 +12,30 @@ function per axis) → :mod:`.timing`. :class:`Plan` builds them lazily and name
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from functools import cached_property
 
 import pint
 import sympy
 
-from ..choices import AXES
+from ..choices import AXES, CONVENTIONS
 from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
 from ..symbolic import minimise_step_time, smallest_fitting
-from ..units import Q_
-from ..values import count, flag, fraction
-from . import communication, compute, memory, ops, placement, timing
+from ..units import Q_, ureg
+from ..values import choice, count, flag, fraction
+from . import communication, compute, memory, ops, placement, structure, timing
 from .inputs import Inputs
 from .layout import Layout
 from .ops import OP_CLASSES
+
+
+@functools.cache
+def _unit(text: str):
+    return ureg.Unit(text)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,21 @@ class Plan:
         return memory.worst(self._in, self._activation_parts)
 
     @cached_property
+    def _compiled_plan(self) -> structure.Compiled:
+        return structure.Compiled(self._in)
+
+    @cached_property
+    def _compiled(self) -> dict:
+        """quantity → (number, unit) from the compiled module of the plan's structure."""
+        return self._compiled_plan.quantities()
+
+    def _quantity(self, name: str) -> pint.Quantity:
+        """The value of quantity ``name``: compiled where the plan's structure is shipped compiled,
+        else from its expression (which also raises what is wrong)."""
+        hit = self._compiled.get(name)
+        return Q_(hit[0], _unit(hit[1])) if hit is not None else self.expr(name).value()
+
+    @cached_property
     def _comm(self) -> dict:
         return communication.communication(self._in, self._params)
 
@@ -114,15 +135,15 @@ class Plan:
     # --- placement ------------------------------------------------------------------------
     @property
     def gpus(self):
-        return self._value(self.expr("gpus"), integer=True)
+        return self._count("gpus")
 
     @property
     def microbatches(self):
-        return self._value(self.expr("microbatches"), integer=True)
+        return self._count("microbatches")
 
     @property
     def tokens_per_step(self) -> pint.Quantity:
-        return self.expr("tokens_per_step").value()
+        return self._quantity("tokens_per_step")
 
     def placement(self) -> dict:
         """For each axis: its size, its stride in the rank order and the link it uses."""
@@ -219,22 +240,24 @@ class Plan:
     def model_flops(self, convention: str = "6nd") -> pint.Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
         ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
-        return compute.model_flops(self._in, convention).value()
+        choice("convention", convention, CONVENTIONS)
+        return self._quantity(f"flops.{convention}")
 
     def hardware_flops(self) -> pint.Quantity:
         """FLOPs executed per step, recomputation included (PaLM convention for the model part;
         FlashAttention's backward recomputes QKᵀ)."""
-        return self.expr("flops.hardware").value()
+        return self._quantity("flops.hardware")
 
     def communication(self) -> dict:
         """Bytes sent per step per GPU, by axis (tp, pp, dp, cp, ep)."""
-        return {a: self.expr(f"communication.{a}").value() for a in AXES}
+        return {a: self._quantity(f"communication.{a}") for a in AXES}
 
     def communication_time(self) -> dict:
         """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
-        self._comm  # noqa: B018  (the walk that records what the times lack)
-        self._in.require_times()
-        return {a: self.expr(f"communication_time.{a}").value() for a in AXES}
+        if not all(f"communication_time.{a}" in self._compiled for a in AXES):
+            self._comm  # noqa: B018  (the walk that records what the times lack)
+            self._in.require_times()
+        return {a: self._quantity(f"communication_time.{a}") for a in AXES}
 
     def step_time(self, mfu=None) -> pint.Quantity:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
@@ -243,7 +266,7 @@ class Plan:
         if mfu is not None:
             eta = fraction("mfu", mfu)
             return self._in.f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta).value()
-        return self.expr("step_time").value()
+        return self._quantity("step_time")
 
     def step_time_interval(self) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): where the measured step time falls with the calibration's coverage (80%): the
@@ -260,12 +283,12 @@ class Plan:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
         names = timing.PARTS if flag("ops", ops) else ("compute", *timing.PARTS[len(OP_CLASSES):])
-        return {k: self.expr(f"time.{k}").value() for k in names}
+        return {k: self._quantity(f"time.{k}") for k in names}
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
         if step_time is None:
-            return float(self.expr("mfu").value().to("").magnitude)
+            return float(self._quantity("mfu").to("").magnitude)
         f = self._in.f("compute.mfu", flops=self.expr("flops"), gpus=self.deg.gpus, step_time=step_time)
         return float(f.value().to("").magnitude)
 
@@ -273,15 +296,16 @@ class Plan:
         """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
         the total."""
         if stage is None:
-            parts = {k: self.expr(f"memory.{k}").value() for k in (*memory.PARTS, "total")}
-            worst = max(range(self._numeric_pp()), key=lambda k: self._stage_total(k)) if self._numeric_pp() else None
+            parts = {k: self._quantity(f"memory.{k}") for k in (*memory.PARTS, "total")}
+            p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
+            worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)
             if worst >= self._numeric_pp():
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.deg.pp}), got {stage}")
-            parts = {k: v.value() for k, v in self._stage(worst).items()}
+            parts = self._stage_values(worst)
         return Memory(**parts, hbm=Q_(to_float(self._in.need("hbm")), "byte"),
-                      logits=self.expr("memory.logits").value(), stage=worst)
+                      logits=self._quantity("memory.logits"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
         """:meth:`memory` of every pipeline stage, first to last."""
@@ -295,9 +319,17 @@ class Plan:
     def _stage(self, k) -> dict:
         return memory.stage(self._in, sympy.sympify(k), self._activation_parts)
 
-    def _stage_total(self, k: int) -> float:
-        return to_float(self._stage(k)["total"].expr, "memory of a stage")
+    def _stage_values(self, k: int) -> dict:
+        """Stage ``k``'s memory parts and total: compiled, or from their expressions."""
+        hits = self._compiled_plan.stage(k)
+        if len(hits) == len(memory.PARTS) + 1:
+            return {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
+        return {name: f.value() for name, f in self._stage(k).items()}
 
+    def _stage_total(self, k: int) -> float:
+        """Bytes per GPU on stage ``k``."""
+        hit = self._compiled_plan.stage(k).get("total")
+        return hit[0] if hit is not None else to_float(self._stage(k)["total"].expr, "memory of a stage")
 
     def _checkpoint_time(self) -> Formula:
         if "checkpoint_time" in self.inputs:
@@ -308,13 +340,15 @@ class Plan:
         return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 
     # --- symbolic helpers ----------------------------------------------------------------------
-    def _value(self, f: Formula, integer=False):
+    def _count(self, name: str):
+        """Quantity ``name``, a count: an int where it is whole."""
+        hit = self._compiled.get(name)
+        if hit is not None:
+            return int(hit[0]) if float(hit[0]).is_integer() else hit[0]
+        f = self.expr(name)
         if f.expr.free_symbols:
             raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")
-        v = f.expr
-        if integer and v.is_integer:
-            return int(v)
-        return to_float(v, f.name)
+        return int(f.expr) if f.expr.is_integer else to_float(f.expr, f.name)
 
     def smallest(self, keyword: str, limit: int | None = None) -> int:
         """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM (up to

@@ -23,13 +23,15 @@ from ..values import choice, count, flag
 from .layout import Layout, _Degrees, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
-OVERRIDES = ("peak_flops", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "element_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp", "grad_dtype", "stack", "profile")
+#: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration error)
+_SHARED: dict = {}
 #: the calibrated constants of the predictive model
 CALIBRATED = ("matmul_efficiency", "overlap", "attention_factor")
 
@@ -116,11 +118,29 @@ class Inputs:
     @cached_property
     def values(self) -> dict:
         """keyword → exact number or sympy expression for every input of the plan."""
-        hw, lay = self.hardware, self.deg
+        lay = self.deg
         out = dict(self.model.inputs())
         out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
-        out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch)
-        ov = self.overrides
+        out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch,
+                   comm_sms=lay.comm_sms)
+        key = (id(self.hardware), self.dtype, self.stack, self.flash_attention,
+               tuple(sorted(self.overrides.items(), key=lambda kv: kv[0])))
+        hit = _SHARED.get(key)
+        if hit is None or hit[0] is not self.hardware:
+            if len(_SHARED) >= 256:
+                _SHARED.clear()
+            notes = len(self.notes)
+            hit = _SHARED[key] = (self.hardware, self._shared_values(), self.notes[notes:], self._calibration_error)
+        _, shared, notes, self._calibration_error = hit
+        for text in notes:
+            self._note(text)
+        out.update(shared)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _shared_values(self) -> dict:
+        """The inputs that depend only on the hardware, dtype, stack and overrides (kept for the plans
+        that share them: a Hardware is immutable, and the cache holds it, so its identity is a key)."""
+        hw, ov, out = self.hardware, self.overrides, {}
 
         def pick(key, default):
             if key in ov:
@@ -130,9 +150,11 @@ class Inputs:
 
         out["element_bytes"] = pick("element_bytes", lambda: Q_(2, "byte"))  # 16-bit (TRAINING_DTYPES)
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
+        if self.dtype == "fp8":  # the GEMMs an FP8 recipe keeps in 16 bits (peak_flops= given alone sets both)
+            out["peak_flops_16"] = pick("peak_flops_16", lambda: ov["peak_flops"] if "peak_flops" in ov
+                                        else hw.peak_flops("bf16"))
         out["hbm"] = pick("hbm", lambda: hw.hbm)
         out["sms"] = pick("sms", lambda: hw.sms)
-        out["comm_sms"] = lay.comm_sms
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
         # a node given alone is its own scale-up domain
         out["scale_up_domain"] = pick("scale_up_domain", lambda: ov["gpus_per_node"] if "gpus_per_node" in ov
@@ -155,7 +177,7 @@ class Inputs:
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)
-        return {k: v for k, v in out.items() if v is not None}
+        return out
 
     def _kernel_values(self, pick) -> dict:
         """The op-level model's kernel constants (kernels.toml): GEMM tile, HBM efficiency, the

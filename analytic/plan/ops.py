@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..formula import Formula, cases, composed, magnitude
+from ..formula import Formula, cases, composed
 from ..units import Q_
 from .inputs import Inputs
 from .placement import replica_groups
@@ -37,12 +37,8 @@ class _Ops:
         self.quantised = sms is not None and "tile_m" in inp.values
 
     def peak(self, dtype: str):
-        hw, values = self.inp.hardware, self.inp.values
-        if dtype == self.inp.dtype or "peak_flops" in self.inp.overrides:
-            peak = values["peak_flops"]
-        else:
-            peak = magnitude("peak_flops", hw.peak_flops(dtype))
-        return peak * self.share
+        """Peak FLOP/s of GEMMs in ``dtype`` (the plan's, or bf16 in an FP8 plan), on the share of SMs that compute."""
+        return self.inp.values["peak_flops" if dtype == self.inp.dtype else "peak_flops_16"] * self.share
 
     def gemm(self, g, m, n, k, fp8: bool, again=None) -> Formula:
         """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs; the forward

@@ -1,0 +1,114 @@
+"""A plan's structure, and its numbers from the module compiled for that structure.
+
+Two plans of the same :func:`structure` (model architecture kinds, which counts are zero, the
+layout's flags, dtypes, which inputs shape the expressions) have expressions that differ only in
+their numbers, so one module compiled from a template of the structure (:mod:`.template`,
+:mod:`analytic.compiled`) answers every plan of it. :func:`numbers` gives a numeric plan's inputs to
+that module and :class:`Compiled` its quantities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from .. import compiled
+from ..symbols import sym
+from .inputs import Inputs
+
+#: model counts a template leaves free (those the code tests against zero stay 0 where they are 0)
+MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", "head_dim", "max_seq_len", "experts",
+                "topk", "shared_experts", "expert_ffn_hidden", "q_lora_rank", "kv_lora_rank", "rope_dim",
+                "nodes_per_token", "mtp_modules")
+#: model counts the code uses as numbers, part of the structure (no symbol stands for them)
+_MODEL_FIXED = ("dense_layers",)
+_MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm")
+_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
+_CHOICES = ("zero", "recompute", "schedule")
+_BATCH = ("seq_len", "global_batch", "microbatch_size")
+#: a plan's inputs other than the model's, the degrees and the batch: free in every template (a
+#: missing one is NaN to the compiled program, and the plan's symbolic path says what is missing),
+#: except those whose presence changes the expressions (GEMM quantisation, the attention kernel's
+#: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak), which are part of the structure
+HARDWARE_INPUTS = ("element_bytes", "peak_flops", "peak_flops_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
+                   "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
+                   "attention_efficiency", "matmul_efficiency", "overlap", "attention_factor", "scale_up_latency",
+                   "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
+                   "restart_time", "checkpoint_time")
+#: the extra input of a stage's quantities
+STAGE = "stage"
+#: what layout search reads of every layout
+SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
+
+
+def _open_or_number(value, keyword) -> bool:
+    return value is None or not isinstance(value, sympy.Basic) or value.is_number or value == sym(keyword)
+
+
+def structure(inp: Inputs) -> str | None:
+    """The structure of a plan as text (equal for plans whose expressions differ only in numbers), or
+    None where a plan has no template: free symbols other than a template's own (a degree, a choice
+    or the microbatch size left open as its symbol), or uneven stages."""
+    m, lay = inp.model, inp.layout
+    open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
+    fixed = [getattr(m, k) for k in (*MODEL_COUNTS, *_MODEL_FIXED)] + [lay.comm_sms, inp.seq_len, inp.global_batch,
+                                                                       inp.training_tokens]
+    fixed += [v for k, v in inp.values.items() if k not in (*_DEGREES, "microbatch_size")]
+    if (lay.uneven or not all(_open_or_number(v, k) for v, k in open_ok)
+            or any(isinstance(v, sympy.Basic) and not v.is_number for v in fixed)):
+        return None
+    parts = [f"{k}={getattr(m, k)}" for k in (*_MODEL_KINDS, *_MODEL_FIXED)]
+    parts += [f"{k}>0" for k in MODEL_COUNTS if getattr(m, k) and k not in ("layers", "hidden", "heads", "vocab",
+                                                                             "ffn_hidden", "kv_heads", "head_dim")]
+    parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
+    parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
+              f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
+    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_dtype}", f"flash={inp.flash_attention}"]
+    values = inp.values
+    parts += [f"quantised={'sms' in values and 'tile_m' in values and 'tile_n' in values}",
+              f"attention_efficiency={'attention_efficiency' in values}", f"checkpoint_time={'checkpoint_time' in values}"]
+    return ";".join(parts)
+
+
+def numbers(inp: Inputs) -> dict:
+    """keyword → float for every numeric input a template of ``inp``'s structure may read."""
+    m, lay = inp.model, inp.layout
+    out = {k: getattr(m, k) for k in MODEL_COUNTS}
+    out.update({k: getattr(lay, k) for k in (*_DEGREES, "comm_sms")})
+    out.update(inp.values)
+    out.update(zero=inp.deg.zero, recompute=inp.deg.rc, schedule=inp.deg.schedule, seq_len=inp.seq_len,
+               global_batch=inp.global_batch, microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
+    return {k: float(v) for k, v in out.items() if v is not None and (not isinstance(v, sympy.Basic) or v.is_number)}
+
+
+class Compiled:
+    """A numeric plan's compiled module (:mod:`analytic.compiled`) and its inputs to it. Each method
+    gives name → (number, unit) for the quantities whose number is finite and whose formulas' domains
+    hold; nothing where no module is shipped for the plan's structure (its expressions then give
+    every number, and the errors)."""
+
+    def __init__(self, inp: Inputs):
+        self._kernels, self.module = compiled.SCALAR, compiled.module(structure(inp))
+        self._values = numbers(inp) if self.module is not None else {}
+
+    def quantities(self) -> dict:
+        """Every plan quantity."""
+        m = self.module
+        return {} if m is None else self._finite(m.quantities, m.QUANTITIES_INPUTS, m.QUANTITIES_OUTPUTS,
+                                                 m.QUANTITIES_UNITS, self._values)
+
+    def stage(self, k: int) -> dict:
+        """Pipeline stage ``k``'s memory parts and total."""
+        m = self.module
+        return {} if m is None else self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS,
+                                                 {**self._values, STAGE: float(k)})
+
+    def _finite(self, function, inputs, outputs, units, values) -> dict:
+        nan = math.nan
+        out = function(tuple(values.get(k, nan) for k in inputs), self._kernels)
+        n = len(outputs)
+        return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and math.isfinite(v)}
+
+
+__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "Compiled", "numbers", "structure"]
