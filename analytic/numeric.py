@@ -250,26 +250,34 @@ _KERNEL_NAMES = {"and": "and_", "or": "or_", "not": "not_"}  # Python keywords
 def python_source(prog: Program, name: str) -> str:
     """``prog`` as the source of a Python function ``name(x, k)``: ``x`` the inputs in the order of
     ``prog.inputs``, ``k`` a kernel namespace (:mod:`analytic.compiled`'s scalar or array kernels),
-    the outputs returned as a tuple. Straight-line code: one assignment per step."""
+    the outputs returned as a tuple. Straight-line code, one assignment per step; a step's value
+    takes the name of one no later step reads, so arrays are freed as soon as they are done with."""
     n_in, n_const = len(prog.inputs), len(prog.constants)
+    base = n_in + n_const
+    last = {r: base + i for i, (_, refs) in enumerate(prog.steps) for r in refs}  # register → its last reader
+    kept = set(prog.outputs)
+    names: dict[int, str] = {}
+    free: list[str] = []
 
     def ref(r: int) -> str:
         if r < n_in:
             return f"x{r}"
-        if r < n_in + n_const:
+        if r < base:
             c = prog.constants[r - n_in]
             return "k.nan" if math.isnan(c) else repr(c)
-        return f"r{r}"
+        return names[r]
 
     lines = [f"def {name}(x, k):", f"    {', '.join(f'x{i}' for i in range(n_in))}{',' if n_in == 1 else ''} = x"
              if n_in else "    pass"]
     for i, (op, refs) in enumerate(prog.steps):
         args = [ref(r) for r in refs]
-        if op in _PYTHON:
-            body = _PYTHON[op].join(args)
-        else:
-            body = f"k.{_KERNEL_NAMES.get(op, op)}({', '.join(args)})"
-        lines.append(f"    r{n_in + n_const + i} = {body}")
+        body = (_PYTHON[op].join(args) if op in _PYTHON
+                else f"k.{_KERNEL_NAMES.get(op, op)}({', '.join(args)})")
+        for r in dict.fromkeys(refs):  # names whose last reader this step is are free again
+            if r >= base and last[r] == base + i and r not in kept:
+                free.append(names[r])
+        names[base + i] = free.pop() if free else f"r{len(names)}"
+        lines.append(f"    {names[base + i]} = {body}")
     outs = ", ".join(ref(o) for o in prog.outputs)
     lines.append(f"    return ({outs}{',' if len(prog.outputs) == 1 else ''})")
     return "\n".join(lines) + "\n"

@@ -2,9 +2,11 @@
 
 The numbers come from the same expressions as :class:`~analytic.plan.Plan`: one Plan is built
 with the degrees, the microbatch size, the ZeRO stage, the recomputation policy and the schedule
-left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are compiled to numpy once.
-The compiled program (data, not code: :mod:`analytic.numeric`) is cached on disk, keyed by every
-field of every input it depends on.
+left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are evaluated on numpy
+arrays: by the module the library ships compiled for the plan's structure (:mod:`analytic.compiled`),
+so a new model of a known architecture costs no compile; for another structure by a program
+compiled once (data, not code: :mod:`analytic.numeric`) and cached on disk, keyed by every field of
+every input it depends on.
 
 Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import sympy
 
+from . import compiled
 from .errors import InputError, PresetError, ReinterpretedWarning
 from .formulas import formula
 from .hardware import Hardware
@@ -46,13 +49,14 @@ from .plan import (
     tiles,
     training_dtype,
 )
+from .plan.structure import SEARCH_OUTPUTS, numbers, structure
 from .symbols import sym
 from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
 INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index
-OUTPUTS = ("memory.total", "step_time", "flops")
+OUTPUTS = SEARCH_OUTPUTS
 
 
 MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
@@ -190,12 +194,41 @@ class SearchResult:
 _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
+def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                   zero3_gather) -> Plan:
+    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open."""
+    layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
+                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
+                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
+    return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
+                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
+
+
+def _shipped(plan: Plan):
+    """Search's function of :data:`INPUTS` from the module compiled for the plan's structure, or None."""
+    found = compiled.module(structure(plan._in))
+    if found is None:
+        return None
+    fixed, kernels = numbers(plan._in), compiled.ARRAY
+
+    def evaluate(*args):
+        values = {**fixed, **dict(zip(INPUTS, args))}
+        return found.search(tuple(values.get(k, np.nan) for k in found.SEARCH_INPUTS), kernels)
+    return evaluate
+
+
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", on_build=None) -> tuple[Program, bool]:
-    """A :class:`~analytic.numeric.Program` of :data:`INPUTS` giving (memory, step time, flops), and
-    whether it had to be built now (False when it came from memory or the disk cache; ``on_build()``
-    is called first when it must be built). The cache holds data only, validated when read; a file
-    that is not a valid program is rebuilt."""
+              zero3_gather="per-block", on_build=None) -> tuple:
+    """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
+    to be built now. It is the module the library ships compiled for the configuration's structure
+    (:mod:`analytic.compiled`) where there is one; otherwise a :class:`~analytic.numeric.Program`
+    from memory or the disk cache, or built now (``on_build()`` is called first). The cache holds
+    data only, validated when read; a file that is not a valid program is rebuilt."""
+    plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                          zero3_gather)
+    shipped = _shipped(plan)
+    if shipped is not None:
+        return shipped, False
     key = _key(_source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
                async_tp, comm_sms, zero3_gather)
     if key in _COMPILED:
@@ -212,11 +245,6 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
     except (OSError, ValueError, RecursionError, UnicodeDecodeError):
         if on_build:
             on_build()
-        layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
-                        vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
-                        comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
-        plan = Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                    microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
         fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
         if path is not None:
             try:

@@ -1,8 +1,9 @@
 """Write analytic/compiled/: one module per plan structure the library ships compiled.
 
 The structures are those of every preset model on every preset hardware (each training dtype,
-sequence parallelism on and off, each stack), of the validation cases' plans and of the golden
-plans; a plan of another structure takes the symbolic path. Rerun after any change to the sources
+sequence parallelism on and off, each stack; ZeRO-3 gathering per block and, with the default stack,
+per tensor), of the validation cases' plans and of the golden plans; a plan of another structure
+takes the symbolic path. Rerun after any change to the sources
 named by ``analytic.compiled.SOURCES`` (tests/test_compiled.py says when it is due).
 
 Usage: python scripts/compile_plans.py [--check] [--jobs N]
@@ -31,10 +32,14 @@ OUT = ROOT / "analytic" / "compiled"
 def plans():
     """Every plan whose structure is shipped compiled."""
     for model, hardware in itertools.product(an.models(), an.hardwares()):
-        for dtype, sp, stack in itertools.product(("bf16", "fp8"), (True, False), an.stacks()):
+        for dtype, sp, stack, gather in itertools.product(("bf16", "fp8"), (True, False), an.stacks(),
+                                                          ("per-block", "per-tensor")):
+            if gather == "per-tensor" and stack != "megatron-core":
+                continue
             try:
-                yield an.Plan(an.model(model), an.hardware(hardware), an.Layout(sequence_parallel=sp), seq_len=2048,
-                              global_batch=64, dtype=dtype, stack=stack)
+                yield an.Plan(an.model(model), an.hardware(hardware),
+                              an.Layout(tp=2, sequence_parallel=sp, zero3_gather=gather), seq_len=2048, global_batch=64,
+                              dtype=dtype, stack=stack)
             except AnalyticError:  # a dtype the hardware does not train in, a stack without the model's attention
                 continue
     cases, tables = load(find_folder())

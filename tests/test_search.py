@@ -118,8 +118,9 @@ def test_async_tp_search_equals_plan(tmp_path, monkeypatch):
     kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
               progress=False)
     plain, hidden = an.search(MODEL, HW, **kw), an.search(MODEL, HW, async_tp=True, **kw)
-    assert np.all(hidden.arrays["step_time"] <= plain.arrays["step_time"])
-    assert np.any(hidden.arrays["step_time"] < plain.arrays["step_time"])
+    # (the two come from different compiled programs: equal where TP is absent up to rounding)
+    assert np.all(hidden.arrays["step_time"] <= plain.arrays["step_time"] * (1 + 1e-12))
+    assert np.any(hidden.arrays["step_time"] < plain.arrays["step_time"] * (1 - 1e-3))
     j = int(np.argmax(hidden.arrays["tp"]))
     row = hidden.row(j)
     assert row.layout.async_tp and row.layout.tp == 8
@@ -152,7 +153,8 @@ def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
     kw = dict(gpus=64, seq_len=4096, global_batch=256, recompute=("full",), schedules=("1f1b",), progress=False)
     block, tensor = an.search(MODEL, HW, **kw), an.search(MODEL, HW, zero3_gather="per-tensor", **kw)
     stage3 = block.arrays["zero"] == 3
-    assert np.array_equal(tensor.arrays["step_time"][~stage3], block.arrays["step_time"][~stage3])
+    np.testing.assert_allclose(tensor.arrays["step_time"][~stage3], block.arrays["step_time"][~stage3],
+                               rtol=1e-12)  # two compiled programs: equal up to rounding
     assert np.all(tensor.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)]
                   > block.arrays["step_time"][stage3 & (block.arrays["dp"] > 1)])
     j = int(np.flatnonzero(stage3 & (block.arrays["dp"] > 1))[0])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import analytic as an
+from analytic import compiled
 from analytic.numeric import OPS, Program, program
 
 SEARCH = importlib.import_module("analytic.search")
@@ -21,6 +22,12 @@ def fresh_search(hw=HW, **kw):
 
 def cache_files(folder):
     return sorted(folder.glob("search-*.json"))
+
+
+@pytest.fixture(autouse=True)
+def not_shipped(monkeypatch):
+    """Search as for a structure the library does not ship compiled: through the cache."""
+    monkeypatch.setattr(compiled, "module", lambda structure: None)
 
 
 @pytest.fixture

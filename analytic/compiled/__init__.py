@@ -91,10 +91,9 @@ def _rounded(fn):
 def _pow(a, b):
     try:
         r = a ** b
-    except ZeroDivisionError:
-        return math.inf
-    except OverflowError:
-        return math.inf
+    except (ZeroDivisionError, OverflowError):  # ±inf: negative only for a negative base to an odd power
+        odd = math.isfinite(b) and b == int(b) and int(b) % 2 == 1
+        return math.copysign(math.inf, a) if odd else math.inf
     return math.nan if isinstance(r, complex) else r
 
 

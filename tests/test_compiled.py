@@ -1,0 +1,165 @@
+"""Plans compiled ahead of time (analytic.compiled): current, equal to the expressions, used only
+where they answer, and the same for search."""
+
+import dataclasses
+import importlib
+import math
+import operator
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import analytic as an
+from analytic import compiled
+from analytic.compiled import _index
+from analytic.errors import InputError
+from analytic.numeric import OPS
+from analytic.plan.structure import Compiled, structure
+from analytic.plan.template import module_source
+from analytic.strategies import plans
+
+ROOT = Path(__file__).resolve().parent.parent
+SEARCH = importlib.import_module("analytic.search")
+
+
+def essay(**kw):
+    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048, **kw)
+
+
+def deepseek():
+    return an.Plan(an.model("deepseek-v3"), an.hardware("h800"),
+                   an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20),
+                   seq_len=4096, global_batch=15360, dtype="fp8", training_tokens="14.8e12 token")
+
+
+def test_the_shipped_modules_are_compiled_from_these_sources():
+    """The digest matches, and two modules compiled again here are the shipped files byte for byte
+    (scripts/compile_plans.py --check compares them all)."""
+    assert _index.DIGEST == compiled.source_digest(), "run python scripts/compile_plans.py"
+    for plan in (essay(), deepseek()):
+        key = structure(plan._in)
+        assert key in _index.STRUCTURES
+        path = ROOT / "analytic" / "compiled" / f"{compiled.module_name(key)}.py"
+        assert path.read_text() == module_source(plan, key)
+
+
+def test_the_shipped_structures_are_the_scripts():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from compile_plans import structures
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert set(structures()) >= set(_index.STRUCTURES)
+    shipped = {p.stem for p in (ROOT / "analytic" / "compiled").glob("p_*.py")}
+    assert shipped == {compiled.module_name(k) for k in _index.STRUCTURES}
+
+
+def _close(got: float, want: float, scale: float) -> bool:
+    return abs(got - want) <= 1e-12 * max(abs(want), scale) + 1e-300
+
+
+@given(plans(gpus=16), st.sampled_from(["bf16", "fp8"]), st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_compiled_numbers_equal_the_expressions(plan, dtype, tokens):
+    """Every quantity and every stage's memory, compiled and from the plan's expressions, to 1e-12
+    (a difference of large numbers, such as the headroom or a bubble that is zero, relative to the
+    scale of what it subtracts: the HBM, the step time, one)."""
+    try:
+        plan = plan.replace(dtype=dtype, training_tokens="1e12 token" if tokens else None)
+    except InputError:  # no FP8 on this hardware
+        return
+    numbers = Compiled(plan._in).quantities()
+    assert numbers, f"no compiled module for {plan!r}"
+    scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": numbers["step_time"][0],
+             "dimensionless": 1.0}  # what a difference of large numbers is measured against
+    for name in plan.quantities():
+        try:
+            want = plan.expr(name).value()
+        except InputError:  # e.g. steps without training tokens: compiled, it is NaN and not given
+            assert name not in numbers
+            continue
+        value, unit = numbers[name]
+        assert str(want.units) == unit or want.dimensionless, name
+        assert _close(value, want.magnitude, scale.get(unit, 0)), (name, value, want)
+    c = Compiled(plan._in)
+    for k in range(int(plan.layout.pp)):
+        for part, f in plan._stage(k).items():
+            assert _close(c.stage(k)[part][0], f.value().to("byte").magnitude, 0), (k, part)
+
+
+def test_a_shipped_plan_builds_no_expression():
+    plan = deepseek()
+    plan.memory(), plan.memory_by_stage(), plan.step_time(), plan.time_breakdown(ops=True), plan.mfu()
+    plan.communication(), plan.communication_time(), plan.hardware_flops(), plan.model_flops("palm")
+    assert plan.gpus == 2048 and plan.microbatches == 120
+    assert plan._exprs == {}
+    assert plan.expr("step_time").value().magnitude == pytest.approx(plan.step_time().magnitude, rel=1e-12)
+
+
+def test_modules_of_other_sources_are_not_used(monkeypatch):
+    """An edited catalogue: the digest differs, no module answers, and the numbers come from the
+    expressions, the same."""
+    want = essay().step_time()
+    monkeypatch.setattr(compiled, "source_digest", lambda: "edited")
+    plan = essay()
+    assert plan._compiled == {}
+    assert plan.step_time().magnitude == pytest.approx(want.magnitude, rel=1e-12)
+    assert plan._exprs  # it took the expressions
+
+
+def test_what_the_compiled_numbers_cannot_give_is_the_expressions_error():
+    """Without training tokens the run's days are NaN compiled, so the plan asks its expressions,
+    which say what is missing; a hardware without calibrated constants likewise."""
+    plan = essay()
+    assert "steps" not in plan._compiled and "step_time" in plan._compiled
+    with pytest.raises(InputError, match="training_tokens"):
+        plan._quantity("steps")
+    bare = dataclasses.replace(an.hardware("h100-sxm"), key="", name="bare", calibrations={})
+    plan = an.Plan(an.model("llama3-8b"), bare, an.Layout(tp=8), seq_len=4096, global_batch=64)
+    assert "memory.total" in plan._compiled and "step_time" not in plan._compiled
+    with pytest.raises(an.PresetError):
+        plan.step_time()
+
+
+def test_a_new_model_of_a_known_architecture_searches_without_a_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    SEARCH._COMPILED.clear()
+    model = an.model("llama3-8b").replace(layers=20, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192,
+                                          head_dim=None, name="mine")
+    res = an.search(model, an.hardware("h100-sxm"), gpus=32, seq_len=4096, global_batch=128, progress=False)
+    assert res.compiled is False and not list(tmp_path.iterdir())
+    best = res.best
+    plan = best.plan(model, an.hardware("h100-sxm"), seq_len=4096, global_batch=128)
+    assert best.step_time == pytest.approx(plan.expr("step_time").value().magnitude, rel=1e-12)
+    assert best.memory == pytest.approx(plan.expr("memory.total").value().magnitude, rel=1e-12)
+
+
+_EDGES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 0.5, 7.0]
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_the_scalar_kernels_are_numpys_on_edge_values(op):
+    """Each operation on Python floats gives what numpy gives (NaN where numpy gives NaN), so one
+    plan and many layouts get the same numbers."""
+    fn, arity = OPS[op]
+    operators = {"add": operator.add, "mul": operator.mul, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+                 "ge": operator.ge, "eq": operator.eq, "ne": operator.ne}  # written as operators
+    scalar = operators.get(op) or getattr(compiled.SCALAR, {"and": "and_", "or": "or_", "not": "not_"}.get(op, op))
+    n = arity or 2
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        args = [float(x) for x in rng.choice(_EDGES, size=n)]
+        if op == "gcd" and not all(math.isfinite(a) and abs(a) < 1e15 for a in args):
+            continue  # integers only (group sizes)
+        with np.errstate(all="ignore"):
+            want = fn(*[np.float64(a) for a in args])
+        got = scalar(*args)
+        if isinstance(want, np.ndarray):
+            want = want.item()
+        want = float(want)
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (op, args, got, want)
