@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "analytic" / "plan"
-TESTS = ["tests/test_golden_plans.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
+TESTS = ["tests/test_golden_plans.py", "tests/test_compiled.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
          "tests/test_trust_inputs.py", "tests/test_cli.py", "tests/test_search.py"]
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}

@@ -27,15 +27,18 @@ from . import _index
 #: the sources a compiled module depends on, relative to the package
 SOURCES = ("formulas/*.py", "plan/*.py", "presets/*.toml", "formula.py", "model.py", "numeric.py", "schedules.py",
            "symbols.py", "units.txt", "values.py", "choices.py")
+#: how a plan finds and feeds its module: read when a plan is evaluated, not compiled into a module
+#: (a change to it is tested against the expressions, tests/test_compiled.py, with the modules in use)
+RUNTIME = ("plan/structure.py",)
 
 
 @functools.cache
 def source_digest() -> str:
-    """A digest of :data:`SOURCES`: the expressions a compiled module was generated from."""
+    """A digest of :data:`SOURCES` but :data:`RUNTIME`: what a compiled module was generated from."""
     root = Path(__file__).parent.parent
     h = hashlib.sha256()
     for pattern in SOURCES:
-        for path in sorted(root.glob(pattern)):
+        for path in sorted(p for p in root.glob(pattern) if p.relative_to(root).as_posix() not in RUNTIME):
             h.update(path.relative_to(root).as_posix().encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
