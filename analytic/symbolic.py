@@ -167,13 +167,36 @@ def mfu_threshold(plan, keyword: str, threshold: float, *, limit: int | None = N
     raise AnalyticError(f"mfu stays above {threshold} up to {keyword} = {limit}")
 
 
-def failure_optimal_gpus(checkpoint_time, interruption_rate=None) -> dict:
-    """The GPU count beyond which failures slow a run: N* = 2/(9δλ) (throughput ∝ n(1 − √(2δλn)))."""
+def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=None) -> dict:
+    """The accelerator count that maximises useful throughput n × goodput(n) under failures.
+
+    ``value``: from Daly's exact goodput at his optimal interval (``reliability.daly.*``), found
+    numerically (no closed form exists); ``first_order``: Young's N* = 2/(9δλ)
+    (``reliability.optimal_gpus``, restarts neglected), which the exact model puts several times
+    lower. The interruption rate defaults to Llama 3's, the restart time to none."""
+    from scipy.optimize import minimize_scalar
+
     from .presets import llama3_interruption_rate
     lam = interruption_rate if interruption_rate is not None else llama3_interruption_rate()
-    f = formula("reliability.optimal_gpus")
-    return {"value": float(f.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude),
-            "expression": f}
+    first = formula("reliability.optimal_gpus")
+    n_first = float(first.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude)
+    delta, rate, restart = (float(magnitude(k, v)) for k, v in (("checkpoint_time", checkpoint_time),
+                                                                 ("interruption_rate", lam),
+                                                                 ("restart_time", Q_(0, "s") if restart_time is None
+                                                                  else restart_time)))
+    mtbf, interval, goodput = (formula(f"reliability.{k}").lambdify() for k in
+                               ("mtbf", "daly.optimal_interval", "daly.goodput"))
+
+    def throughput(n: float) -> float:  # useful accelerator-seconds per second (magnitudes in the symbols' units)
+        m = float(mtbf(interruption_rate=rate, gpus=n))
+        tau = float(interval(checkpoint_time=delta, mtbf=m))
+        return n * float(goodput(checkpoint_time=delta, mtbf=m, checkpoint_interval=tau, restart_time=restart))
+
+    res = minimize_scalar(lambda x: -throughput(math.exp(x)), bounds=(0.0, math.log(100 * n_first)),
+                          method="bounded", options={"xatol": 1e-6})
+    n = math.exp(res.x)
+    return {"value": n, "goodput": throughput(n) / n, "first_order": n_first, "expression": first,
+            "method": "numerical maximum of n × reliability.daly.goodput at reliability.daly.optimal_interval"}
 
 
 def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int = 1, efficiency: float = 1.0,

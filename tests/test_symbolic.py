@@ -1,5 +1,8 @@
 """Symbolic plans and the worked scaling laws of the README."""
 
+import math
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -119,11 +122,35 @@ def test_strong_scaling_llama_405b():
 
 @pytest.mark.parametrize("minutes,order", [(1, 5), (5, 5), (30, 4)])
 def test_failure_optimal_cluster(minutes, order):
-    """N* = 2/(9δλ) with Llama 3's 419 interruptions in 54 days on 16,384 GPUs."""
-    value = symbolic.failure_optimal_gpus(an.Q_(minutes, "min"))["value"]
+    """First order: N* = 2/(9δλ) with Llama 3's 419 interruptions in 54 days on 16,384 GPUs."""
+    value = symbolic.failure_optimal_gpus(an.Q_(minutes, "min"))["first_order"]
     lam = 419 / (54 * 86400 * 16384)
     assert value == pytest.approx(2 / (9 * minutes * 60 * lam), rel=1e-12)
     assert 10**order <= value < 10**(order + 1)
+
+
+def _daly_throughput(n, delta, lam, restart):
+    """n × Daly's exact goodput at his optimal interval, written out here with math (Daly 2006 eqs.)."""
+    m = 1 / (lam * n)
+    tau = (math.sqrt(2 * delta * m) * (1 + math.sqrt(delta / (2 * m)) / 3 + delta / (18 * m)) - delta
+           if delta < 2 * m else m)
+    return n * tau / (m * math.exp(restart / m) * (math.exp((tau + delta) / m) - 1))
+
+
+@pytest.mark.parametrize("minutes,restart", [(1, 0), (5, 0), (5, 10), (30, 0)])
+def test_failure_optimal_cluster_exact(minutes, restart):
+    """The exact optimum is the maximum of n × goodput: a grid over n (0.1% steps, computed here)
+    finds none higher; without restarts it lies 3.6 times above the first-order N*."""
+    lam = 419 / (54 * 86400 * 16384)
+    r = symbolic.failure_optimal_gpus(an.Q_(minutes, "min"), restart_time=an.Q_(restart, "min"))
+    best = r["value"]
+    delta, R = minutes * 60, restart * 60
+    grid = np.exp(np.linspace(math.log(best / 3), math.log(best * 3), 2201))
+    top = max(grid, key=lambda n: _daly_throughput(n, delta, lam, R))
+    assert best == pytest.approx(top, rel=2e-3)
+    assert r["goodput"] == pytest.approx(_daly_throughput(best, delta, lam, R) / best, rel=1e-9)
+    if restart == 0:  # the first-order N* neglects restarts
+        assert 3.5 < best / r["first_order"] < 3.7
 
 
 def test_tp_break_even_nvlink_and_nic():
