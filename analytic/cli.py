@@ -132,11 +132,15 @@ def parser() -> argparse.ArgumentParser:
     _plan_args(p)
     p.add_argument("--top", default="10")
     p.set_defaults(func=cmd_search)
-    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a bubble",
-                       allow_abbrev=False)
-    p.add_argument("question", choices=["smallest", "bubble"])
-    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest: the degree to solve for")
+    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
+                       "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)
+    p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
+    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest, mfu: the degree to solve for")
     p.add_argument("--target", help="bubble: the largest bubble, a fraction of the ideal time (e.g. 0.05)")
+    p.add_argument("--threshold", help="mfu: the MFU to fall below (e.g. 0.3); tp-break-even: TP time over compute "
+                   "time (default 1)")
+    p.add_argument("--link", choices=["scale-up", "scale-out"], help="tp-break-even: the link TP runs on "
+                   "(default scale-up)")
     _plan_args(p)
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)

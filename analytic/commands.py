@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from .errors import AnalyticError
 from .flags import PLAN_FLAGS, CLIError, build_plan, count_flag, refuse_unread, search_inputs
 
 
@@ -306,10 +307,30 @@ def cmd_plot(args) -> int:
 
 
 
+def _free_plan(args, question: str):
+    """The plan of the flags with the degree ``--free`` left as its symbol, and the build's extras."""
+    import analytic as an
+    if args.free is None:
+        raise CLIError(f"solve {question}: give --free AXIS (the degree to solve for: tp, pp, dp, cp or ep)")
+    if getattr(args, args.free) is not None or (args.free == "dp" and args.gpus is not None):
+        raise CLIError(f"solve {question}: --{args.free} is the one to solve for; do not give it"
+                       + (" (nor --gpus, which fixes dp)" if args.free == "dp" else ""))
+    setattr(args, args.free, "1")  # a placeholder the layout check accepts, replaced by the symbol below
+    plan, extra = build_plan(args)
+    return plan.replace(layout=plan.layout.replace(**{args.free: an.sym(args.free)})), extra
+
+
 def cmd_solve(args) -> int:
     """A planner's question answered without writing sympy: ``smallest`` (the smallest value of one
-    free degree whose plan fits, with the reasons) or ``bubble`` (microbatches for a bubble target)."""
+    free degree whose plan fits, with the reasons), ``bubble`` (microbatches for a bubble target),
+    ``mfu`` (the smallest value of a free degree at which the predicted MFU falls below a threshold)
+    or ``tp-break-even`` (the TP degree at which a layer's TP all-reduces take a threshold of its
+    compute time)."""
     from . import symbolic
+    if args.question != "mfu" and args.question != "tp-break-even" and args.threshold is not None:
+        raise CLIError(f"solve {args.question}: --threshold is read by the mfu and tp-break-even questions only")
+    if args.question != "tp-break-even" and args.link is not None:
+        raise CLIError(f"solve {args.question}: --link is read by the tp-break-even question only")
     if args.question == "bubble":
         refuse_unread(args, {"pp", "vpp", "schedule"}, "solve bubble", "the bubble depends on the schedule, pp and vpp")
         if args.target is None or args.pp is None:
@@ -319,16 +340,41 @@ def cmd_solve(args) -> int:
         out = {"question": "bubble", "microbatches": answer["value"]}
         text = (f"{answer['value']} microbatches per pipeline keep the {args.schedule or '1f1b'} bubble at or under "
                 f"{args.target} of the ideal time")
-    else:
-        import analytic as an
-        if args.free is None:
-            raise CLIError("solve smallest: give --free AXIS (the degree to solve for: tp, pp, dp, cp or ep)")
-        if getattr(args, args.free) is not None or (args.free == "dp" and args.gpus is not None):
-            raise CLIError(f"solve smallest: --{args.free} is the one to solve for; do not give it"
-                           + (" (nor --gpus, which fixes dp)" if args.free == "dp" else ""))
-        setattr(args, args.free, "1")  # a placeholder the layout check accepts, replaced by the symbol below
+    elif args.question == "mfu":
+        if args.threshold is None:
+            raise CLIError("solve mfu: give --threshold (the MFU to fall below, e.g. 0.3)")
+        plan, extra = _free_plan(args, "mfu")
+        value = symbolic.mfu_threshold(plan, args.free, args.threshold)
+        below, above, half = plan.subs(**{args.free: value}).mfu(), None, value // 2
+        try:
+            above = plan.subs(**{args.free: half}).mfu() if half >= 1 else None
+        except AnalyticError:  # half is not a valid layout
+            pass
+        out = {"question": "mfu", "free": args.free, "value": value, "mfu": below, "threshold": float(args.threshold),
+               "notes": list(extra["notes"].values())}
+        text = (f"{args.free} = {value:,}: the predicted MFU (6·N·D) falls to {below:.3f}, below {args.threshold}"
+                + (f" (at {half:,}: {above:.3f})" if above is not None else ""))
+    elif args.question == "tp-break-even":
+        refuse_unread(args, {"model", "hardware", "seq", "microbatch_size", "dtype", "stack", "profile"},
+                      "solve tp-break-even", "the break-even depends on the model, hardware, sequence and microbatch")
+        args.global_batch = args.microbatch_size or "1"  # one microbatch: the batch does not enter
         plan, extra = build_plan(args)
-        plan = plan.replace(layout=plan.layout.replace(**{args.free: an.sym(args.free)}))
+        link = args.link or "scale-up"
+        key = f"{link.replace('-', '_')}_bandwidth"
+        inputs = plan.inputs
+        from .units import Q_
+        bandwidth = Q_(float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s")
+        answer = symbolic.tp_break_even(plan.model, plan.hardware, seq_len=int(plan.seq_len),
+                                        bandwidth=bandwidth, microbatch_size=int(plan.microbatch_size),
+                                        efficiency=float(inputs["matmul_efficiency"]), dtype=plan.dtype,
+                                        threshold=args.threshold or 1.0)
+        out = {"question": "tp-break-even", "link": link, "tp": answer["break_even"],
+               "threshold": float(args.threshold or 1.0), "bandwidth_GBps": float(bandwidth.to("GB/s").magnitude)}
+        text = (f"tp = {answer['break_even']:.3g}: one layer's TP all-reduces on the {link} link "
+                f"({bandwidth.to('GB/s'):.4g~P} at NCCL's efficiency) take {float(args.threshold or 1):g}× its "
+                f"compute time at the calibrated matmul efficiency")
+    else:
+        plan, extra = _free_plan(args, "smallest")
         detail = symbolic.smallest_fitting_detail(plan, args.free)
         out = {"question": "smallest", "free": args.free, "value": detail["value"], "fits_from": detail["fits_from"],
                "skipped": detail["skipped"], "memory_GB": float(detail["memory"].to("GB").magnitude),

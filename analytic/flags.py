@@ -117,7 +117,8 @@ def build_plan(args) -> tuple[object, dict]:
     from .story import essay
 
     given = {k: v for k, v in vars(args).items()
-             if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target")}
+             if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target",
+                                            "threshold", "link")}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",

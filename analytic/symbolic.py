@@ -200,14 +200,15 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
 
 
 def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int = 1, efficiency: float = 1.0,
-                  dtype: str = "bf16") -> dict:
-    """The TP degree at which one layer's TP all-reduce time equals its compute time (closed form
-    in t): 4 all-reduces of s·b·h·e bytes each, 2(t−1)/t of them sent, against the layer's training
-    FLOPs split t ways. Latency neglected."""
+                  dtype: str = "bf16", threshold: float = 1.0) -> dict:
+    """The TP degree at which one layer's TP all-reduce time reaches ``threshold`` times its compute
+    time (1: equals it; 0.1: a tenth of it), in closed form in t: 4 all-reduces of s·b·h·e bytes
+    each, 2(t−1)/t of them sent, against the layer's training FLOPs split t ways. Latency neglected."""
     t = sym("tp")
     s_ = count("seq_len", seq_len, allow_symbol=False)
     b_ = count("microbatch_size", microbatch_size, allow_symbol=False)
     efficiency = fraction("efficiency", efficiency)
+    threshold = fraction("threshold", threshold, upper=None)
     inputs = {**model.inputs(), "seq_len": s_, "microbatch_size": b_, "element_bytes": Q_(2, "byte")}
     msg = formula("parallelism.tp.allreduce_bytes").bind(inputs)
     comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
@@ -218,7 +219,7 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     peak = magnitude("peak_flops", hardware.peak_flops(dtype)) * sympy.nsimplify(efficiency)
     compute = flops / Formula("tF", t * peak, "FLOP/s", "")
     ratio = comm / compute
-    sol = [r for r in sympy.solve(sympy.Eq(ratio.expr, 1), t) if r.is_real and r > 0]
+    sol = [r for r in sympy.solve(sympy.Eq(ratio.expr, sympy.nsimplify(threshold)), t) if r.is_real and r > 0]
     return {"ratio": ratio.to(""), "break_even": float(sol[0]) if sol else math.inf}
 
 

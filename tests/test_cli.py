@@ -356,3 +356,33 @@ def test_solve_answers_without_sympy(capsys):
                  ["solve", "bubble", "--pp", "16", "--target", "0.05", "--tp", "8"]):
         assert main(argv) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_solve_mfu_and_tp_break_even(capsys):
+    """`solve mfu`: the smallest dp of Llama 3 405B TP8 PP16 at which the predicted MFU falls below
+    0.3, checked against plans either side; `solve tp-break-even`: TP's time over compute is k(t − 1),
+    so a tenth of the compute is reached a tenth of the way from t = 1, and over NICs far sooner
+    than over NVLink."""
+    flags = ["--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--zero", "1",
+             "--seq", "8192", "--global-batch", "2048"]
+    assert main(["solve", "mfu", "--free", "dp", "--threshold", "0.3", *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=out["value"], zero=1, sequence_parallel=True), seq_len=8192,
+                   global_batch=2048)
+    assert plan.mfu() == pytest.approx(out["mfu"], rel=1e-12) and out["mfu"] < 0.3
+    assert plan.replace(layout=plan.layout.replace(dp=out["value"] // 2)).mfu() >= 0.3
+    answers = {}
+    for link, threshold in (("scale-up", "1"), ("scale-up", "0.1"), ("scale-out", "1")):
+        assert main(["solve", "tp-break-even", "--model", "llama3-405b", "--hardware", "h100-sxm", "--seq", "8192",
+                     "--link", link, "--threshold", threshold, "--json"]) == 0
+        answers[link, threshold] = json.loads(capsys.readouterr().out)["tp"]
+    assert answers["scale-up", "0.1"] - 1 == pytest.approx((answers["scale-up", "1"] - 1) / 10, rel=1e-9)
+    assert answers["scale-out", "1"] < 8 < answers["scale-up", "1"]
+    for argv in (["solve", "mfu", "--free", "dp", *flags],  # no threshold
+                 ["solve", "smallest", "--free", "dp", "--threshold", "0.3", *flags],
+                 ["solve", "tp-break-even", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "8192",
+                  "--tp", "8"],
+                 ["solve", "bubble", "--pp", "16", "--target", "0.05", "--link", "scale-out"]):
+        assert main(argv) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1

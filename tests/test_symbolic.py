@@ -165,6 +165,11 @@ def test_tp_break_even_nvlink_and_nic():
     assert float(nvl["ratio"].expr.subs(an.sym("tp"), t)) == pytest.approx(1, rel=1e-9)
     with pytest.raises(an.InputError, match="tp: expected an integer"):
         nvl["ratio"].evaluate(tp=t)
+    # the ratio is k(t − 1): a tenth of the compute is reached at a tenth of the way from t = 1
+    tenth = symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth, threshold=0.1)
+    assert tenth["break_even"] - 1 == pytest.approx((t - 1) / 10, rel=1e-9)
+    with pytest.raises(an.InputError, match="threshold"):
+        symbolic.tp_break_even(m, hw, seq_len=8192, bandwidth=hw.scale_up_bandwidth, threshold=0)
 
 
 @pytest.mark.parametrize("schedule,expected", [("1f1b", 300), ("zb-h1", 100), ("zb-h2", 11), ("dualpipe", 94)])
