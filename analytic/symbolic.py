@@ -20,7 +20,7 @@ from .formulas import formula
 from .schedules import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
-from .values import choice, count, fraction
+from .values import choice, count, flag, fraction
 
 
 def _one_free(f: Formula, keyword: str) -> Formula:
@@ -104,25 +104,49 @@ def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict
     raise AnalyticError(f"{keyword}: no value up to {limit:,} fits in HBM" + (f": {stuck}" if stuck else ""))
 
 
-def minimise_step_time(plan, keyword: str, *, limit: int = 1 << 16) -> dict:
-    """Continuous minimum of the step time over ``keyword`` ≥ 1, then the best valid integer."""
+#: what :func:`optimise` can optimise: the plan quantity (or product of quantities), and whether larger is better
+OBJECTIVES = {"step_time": "the predicted step time", "cost": "GPU-seconds per token (step time × GPUs / tokens)",
+              "mfu": "the predicted MFU (6·N·D), largest first"}
+
+
+def _objective(plan, objective: str) -> Formula:
+    """The quantity :func:`optimise` minimises (MFU negated: maximised)."""
+    choice("objective", objective, tuple(OBJECTIVES))
+    if objective == "step_time":
+        return plan.expr("step_time")
+    if objective == "cost":
+        return plan.expr("step_time") * plan.expr("gpus") / plan.expr("tokens_per_step")
+    return plan.expr("mfu") * -1
+
+
+def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = True, limit: int = 1 << 16) -> dict:
+    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (:data:`OBJECTIVES`): step time,
+    cost in GPU-seconds per token, or MFU; with ``fits`` only among the values whose memory fits in
+    HBM. ``continuous`` is the real-valued optimum (memory not considered), ``value`` the objective at
+    ``best``."""
     from scipy.optimize import minimize_scalar
 
     limit = count("limit", limit, allow_symbol=False)
-    f = _one_free(plan.expr("step_time"), keyword)
+    f = _one_free(_objective(plan, objective), keyword)
     fn = f.lambdify()
     res = minimize_scalar(lambda lx: float(fn(**{keyword: math.exp(lx)})), bounds=(0.0, math.log(limit)),
                           method="bounded")
     xs, ys = _grid(fn, keyword, limit)
+    if flag("fits", fits):
+        _, room = _grid(_one_free(plan.expr("memory.headroom"), keyword).lambdify(), keyword, limit)
+        ys = np.where(room >= 0, ys, np.nan)
     best = None
     for i in np.argsort(ys):
         if np.isfinite(ys[i]) and _valid(plan, keyword, int(xs[i])):
             best = int(xs[i])
             break
     if best is None:
-        raise AnalyticError(f"{keyword}: no valid value up to {limit}")
-    return {"continuous": math.exp(res.x), "continuous_step_time": Q_(float(res.fun), "s"), "best": best,
-            "step_time": f.subs(**{keyword: best}).value(), "expression": f}
+        raise AnalyticError(f"{keyword}: no valid value up to {limit:,}" + (" fits in HBM" if fits else ""))
+    sign = -1 if objective == "mfu" else 1
+    return {"continuous": math.exp(res.x), "continuous_value": Q_(float(res.fun) * sign, f.unit), "best": best,
+            "value": f.subs(**{keyword: best}).value() * sign,
+            "step_time": plan.expr("step_time").subs(**{keyword: best}).value(),
+            "objective": objective, "expression": f * sign}
 
 
 def largest_fitting_model(plan_factory, keyword: str = "layers", *, limit: int = 1 << 12) -> dict:

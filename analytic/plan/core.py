@@ -24,7 +24,7 @@ from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
-from ..symbolic import minimise_step_time, smallest_fitting
+from ..symbolic import optimise, smallest_fitting
 from ..units import Q_, ureg
 from ..values import choice, count, flag, fraction
 from . import communication, compute, memory, ops, placement, structure, timing
@@ -355,10 +355,11 @@ class Plan:
         ``limit``; default :func:`analytic.symbolic.smallest_fitting`'s)."""
         return smallest_fitting(self, keyword, **({} if limit is None else {"limit": limit}))
 
-    def best(self, keyword: str, limit: int | None = None) -> int:
-        """The integer value of the free input ``keyword`` that minimises the predicted step time (up to
-        ``limit``; default :func:`analytic.symbolic.minimise_step_time`'s)."""
-        return minimise_step_time(self, keyword, **({} if limit is None else {"limit": limit}))["best"]
+    def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
+        """The integer value of the free input ``keyword``, among those whose memory fits, that
+        minimises the predicted step time, or optimises another ``objective`` (``"cost"``: GPU-seconds
+        per token; ``"mfu"``), up to ``limit`` (default :func:`analytic.symbolic.optimise`'s)."""
+        return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))["best"]
 
     def subs(self, **values) -> "Plan":
         """A new plan with free inputs of the layout or model given values."""
