@@ -99,6 +99,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formula", help="print or evaluate a catalogue formula", allow_abbrev=False)
     p.add_argument("name", nargs="?")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="evaluate with this input (units allowed)")
+    p.add_argument("--unit", help="print the value in this unit (e.g. day, GB, PFLOP)")
     p.add_argument("--list", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formula)

@@ -118,8 +118,12 @@ def cmd_formula(args) -> int:
         data["partial"], data["free"] = str(part.expr), free
     elif values:
         result = f.evaluate(**values)
+        if args.unit is not None:
+            result = _in_unit(result, args.unit)
         data["value"] = float(result.magnitude)
         data["value_unit"] = f"{result.units:~P}"
+    elif args.unit is not None:
+        raise CLIError("--unit: the unit of a value; give every input with --set")
     if args.json:
         print(json.dumps(data))
         return 0
@@ -136,8 +140,32 @@ def cmd_formula(args) -> int:
         print(f"with {', '.join(values)} given, in {', '.join(free)}:")
         print(sympy.pretty(part.expr, use_unicode=True) + f"   [{f.unit:~P}]")
     elif values:
-        print(f"value: {_fmt(result)}" + (f" = {_fmt(result.to_compact())}" if not result.dimensionless else ""))
+        readable = None if result.dimensionless or args.unit else _readable(result)
+        print(f"value: {_fmt(result)}" + (f" = {_fmt(readable)}" if readable is not None else ""))
     return 0
+
+
+def _in_unit(q, unit: str):
+    """``q`` in ``unit`` (a pint unit name such as day, GB or PFLOP), or a one-line error."""
+    import pint
+
+    from .units import ureg
+    try:
+        return q.to(ureg.Unit(unit))
+    except (pint.UndefinedUnitError, pint.DimensionalityError, ValueError, TypeError, AttributeError) as exc:
+        raise CLIError(f"--unit: cannot express {q.units:~P} in {unit!r} ({type(exc).__name__})") from None
+
+
+def _readable(q):
+    """``q`` in the unit a reader would pick: times in s, min, h or days, anything else compacted
+    by SI prefix; None when that is the unit it already has."""
+    if q.check("[time]"):
+        s = q.to("s").magnitude
+        unit = next(u for u, at in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 0)) if abs(s) >= at)
+        out = q.to(unit)
+    else:
+        out = q.to_compact()
+    return None if out.units == q.units else out
 
 
 def cmd_validate(args) -> int:

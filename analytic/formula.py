@@ -20,7 +20,7 @@ from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
 from .numeric import program, value_at_max
-from .units import Q_, as_unit, is_count, strip_counts, ureg
+from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number, ureg
 from .values import count, exact, in_range, quantity, unit_of
 
 DIMENSIONLESS = ureg.Unit("")
@@ -35,8 +35,8 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
 
     Accepts a pint Quantity (any compatible unit, of any registry), a string of one number and one
     unit such as ``"50 GB/s"``, a sympy expression (taken as already in the symbol's unit), a Formula
-    (converted from its unit), or a bare number for dimensionless symbols and pure counts
-    (parameters, tokens). A number for a declared keyword (``unit`` not given) must lie in the
+    (converted from its unit), or a bare number for dimensionless symbols, pure counts (parameters,
+    tokens) and FLOPs. A number for a declared keyword (``unit`` not given) must lie in the
     symbol's domain (:mod:`analytic.values`)."""
     declared = _symbols.info(keyword) if unit is None else None
     if declared is not None:
@@ -74,7 +74,7 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
                 factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
             out = out * exact(factor)
     else:
-        if not is_count(unit) and not isinstance(value, sympy.Basic):  # a sympy number is in the symbol's unit
+        if not takes_bare_number(unit) and not isinstance(value, sympy.Basic):  # a sympy number: the symbol's unit
             raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
                             f"pass a Quantity or a string such as '{value} {unit:~P}'")
         try:

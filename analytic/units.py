@@ -37,3 +37,10 @@ def strip_counts(unit: pint.Unit) -> pint.Unit:
 def is_count(unit: pint.Unit) -> bool:
     """True for dimensionless units and pure counts (parameters, tokens)."""
     return strip_counts(unit).dimensionless
+
+
+def takes_bare_number(unit: pint.Unit) -> bool:
+    """Whether a bare number can stand for a quantity in ``unit``: counts (parameters, tokens) and
+    dimensionless ones, and FLOPs, a count of operations with one unit. Bytes, seconds and rates
+    have several units a bare number could mean (GB or GiB, s or ms), so it is refused there."""
+    return is_count(unit) or unit.dimensionality == ureg.FLOP.dimensionality

@@ -386,3 +386,21 @@ def test_solve_mfu_and_tp_break_even(capsys):
                  ["solve", "bubble", "--pp", "16", "--target", "0.05", "--link", "scale-out"]):
         assert main(argv) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_formula_value_in_a_unit(capsys):
+    """A bare number of FLOPs is read in FLOP; a time prints in days rather than megaseconds, or in
+    the unit asked for; a unit of another dimension or none known is one line and status 2."""
+    argv = ["formula", "compute.train_time", "--set", "flops=1e25", "--set", "gpus=8192", "--set",
+            "peak_flops=989 TFLOP/s", "--set", "mfu=0.4"]
+    days = 1e25 / (8192 * 989e12 * 0.4) / 86400
+    assert main(argv) == 0
+    assert f"= {days:.4g} d" in capsys.readouterr().out
+    assert main([*argv, "--unit", "hour", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["value"] == pytest.approx(days * 24, rel=1e-12) and out["value_unit"] == "h"
+    for unit in ("GB", "dayz"):
+        assert main([*argv, "--unit", unit]) == 2
+        assert "--unit" in capsys.readouterr().err
+    assert main(["formula", "compute.train_time", "--unit", "day"]) == 2
+    capsys.readouterr()

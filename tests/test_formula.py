@@ -37,6 +37,13 @@ def test_bare_number_rejected_for_bytes_but_accepted_for_counts():
     assert states.evaluate(params="405e9", dp="64") == states.evaluate(params=405e9, dp=64)  # counts: fine
     with pytest.raises(UnitError, match="dp: expected a plain number"):
         states.evaluate(params=405e9, dp="64 s")
+    # FLOPs have one unit, so a bare number is read in it; seconds have several, so it is refused
+    t = an.formula("compute.train_time")
+    kw = dict(gpus=8192, peak_flops="989 TFLOP/s", mfu=0.4)
+    assert t.evaluate(flops=1e25, **kw) == t.evaluate(flops="1e25 FLOP", **kw)
+    assert t.evaluate(flops=1e25, **kw).to("s").magnitude == pytest.approx(1e25 / (8192 * 989e12 * 0.4))
+    with pytest.raises(UnitError, match="step_time"):
+        an.formula("compute.mfu").evaluate(flops=1e25, step_time=100, gpus=8, peak_flops="989 TFLOP/s")
 
 
 def test_free_symbols_left_by_evaluate_are_named_by_keyword():
