@@ -328,7 +328,8 @@ def cmd_plot(args) -> int:
             if args.kind == "memory":
                 plots.memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
             else:
-                plots.pareto(res, out=args.out)
+                plots.pareto(res, out=args.out, title=f"{model.name or 'model'} on {hw.key or hw.name}, {gpus:,} GPUs, "
+                             f"sequence {seq:,}, {gb:,} sequences: {res.evaluated:,} layouts, {res.fitting:,} fit")
     print(f"wrote {args.out}")
     return 0
 

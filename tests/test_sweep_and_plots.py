@@ -100,3 +100,42 @@ def test_plot_axes_are_labelled(tmp_path, monkeypatch):
         [(ax.get_xlabel(), ax.get_ylabel()) for ax in self.axes]))
     plots.bubble(4, out=tmp_path / "b.png")
     assert seen and all(x and y for x, y in seen[0])
+
+
+def test_plots_do_not_mislead():
+    """Figures as objects (out=None): fractions on axes from zero, a legend naming every line, the
+    configuration in the title, the chosen layout annotated, log axes where values span decades."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(zero=(1, 3), recompute=("none", "full"), schedules=("1f1b",))
+    fig = plots.scaling(m, hw, gpus=[8, 16, 32], seq_len=2048, global_batch=64, **kw)
+    time_ax, mfu_ax = fig.axes
+    assert mfu_ax.get_ylim()[0] == 0 and mfu_ax.get_ylim()[1] >= 0.6
+    assert {t.get_text() for t in time_ax.get_legend().get_texts()} == {"step time (s)", "MFU (6·N·D)"}
+    assert "llama3-8b" in time_ax.get_title() and "h100-sxm" in time_ax.get_title() and "2,048" in time_ax.get_title()
+    assert time_ax.get_xscale() == "log"
+    assert sum("TP" in t.get_text() for t in time_ax.texts) == 3  # each size's layout
+    plt.close(fig)
+    res = an.search(m, hw, gpus=16, seq_len=2048, global_batch=64, progress=False, **kw)
+    spread = res.arrays["step_time"][res.arrays["fits"]]
+    fig = plots.pareto(res)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == ("log" if spread.max() > 10 * spread.min() else "linear")
+    assert ax.get_ylim()[0] == 0 and ax.get_title()
+    assert any("fastest" == t.get_text() for t in ax.get_legend().get_texts())
+    best = res.best.layout
+    assert any(f"TP{best.tp} CP{best.cp} PP{best.pp} DP{best.dp}" in t.get_text() for t in ax.texts)
+    plt.close(fig)
+    fig = plots.memory(res, m, hw, seq_len=2048, global_batch=64)
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] == 0 and "HBM" in {t.get_text() for t in ax.get_legend().get_texts()}
+    assert "llama3-8b" in ax.get_title()
+    plt.close(fig)
+    fig = plots.bubble(8)
+    ax = fig.axes[0]
+    from analytic.sweep import bubble as sweep_bubble
+    schedules = set(sweep_bubble(8, [8])) - {"microbatches"}
+    assert ax.get_ylim()[0] == 0 and ax.get_xscale() == "log"
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == schedules
+    plt.close(fig)
