@@ -83,6 +83,11 @@ def _mixtral(cfg):
     return out, used | {"num_local_experts", "num_experts_per_tok"}
 
 
+def _qwen2(cfg):
+    out, used = _llama(cfg)
+    return {**out, "qkv_bias": True}, used  # Qwen2's attention has QKV biases and no output bias
+
+
 def _qwen3(cfg):
     out, used = _llama(cfg)
     return {**out, "qk_norm": True}, used
@@ -124,7 +129,8 @@ def _deepseek(cfg):
 
 
 #: model_type → mapping
-ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
+                 "qwen3_moe": _qwen3_moe,
                  "deepseek_v2": _deepseek, "deepseek_v3": _deepseek}
 
 

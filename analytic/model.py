@@ -30,7 +30,8 @@ class Model:
     transformer block of the model's last kind, sharing the embedding and output head; they are
     trained, stored and computed, but not in ``total_params`` / ``active_params`` (the papers' counts
     leave them out) — see :meth:`mtp_params_formula`. ``qk_norm``: an RMSNorm over each head's query
-    and key (Qwen3). :meth:`from_hf` reads a Hugging Face ``config.json``."""
+    and key (Qwen3). ``qkv_bias``: biases on the QKV projection only (Qwen, Qwen2). :meth:`from_hf`
+    reads a Hugging Face ``config.json``."""
 
     layers: object
     hidden: object
@@ -58,6 +59,7 @@ class Model:
     nodes_per_token: object = 0
     mtp_modules: object = 0
     qk_norm: bool = False
+    qkv_bias: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
@@ -80,6 +82,9 @@ class Model:
         set_("bias", (self.mlp == "gelu") if self.bias is None else flag("bias", self.bias))
         set_("tied_embeddings", flag("tied_embeddings", self.tied_embeddings))
         set_("qk_norm", flag("qk_norm", self.qk_norm))
+        set_("qkv_bias", flag("qkv_bias", self.qkv_bias))
+        if self.qkv_bias and self.bias:
+            raise InputError("qkv_bias: bias=True already counts the QKV biases (and the output projection's)")
         if self.position == "learned":
             if self.max_seq_len is None:
                 raise InputError("max_seq_len: required with position='learned' (it sizes the position table)")
@@ -111,7 +116,7 @@ class Model:
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
         """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
-        Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
+        Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
         refused, never guessed."""
         from .hf import model_fields
         return cls(**model_fields(config, name))
@@ -150,7 +155,7 @@ class Model:
         per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
         linear = 2 if self.bias else 1
         norms = 2 * (2 if self.norm == "layernorm" else 1) + (2 if self.qk_norm else 0)
-        attention = 5 + 2 if self.attention == "mla" else 2 * linear
+        attention = 5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)
         moe = self.moe_blocks * (norms + attention + 1 + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
         return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + moe
 
@@ -186,6 +191,8 @@ class Model:
         moe = self._part("model.params.moe_active" if active else "model.params.moe") if self.is_moe else None
         if self.qk_norm:
             attn = attn + self._part("model.params.qk_norm")
+        if self.qkv_bias:
+            attn = attn + self._part("model.params.qkv_bias")
         return attn + self._part(f"model.params.norm.{self.norm}") * 2, mlp, moe
 
     def _params(self, active: bool) -> Formula:

@@ -51,6 +51,21 @@ def test_qwen3_counts_its_qk_norm():
     assert with_norm.qk_norm and with_norm.total_params - with_norm.replace(qk_norm=False).total_params == 48 * 2 * 128
 
 
+def test_qwen2_counts_its_qkv_biases():
+    """Qwen2.5-7B (the Qwen2 architecture): the card's 7.61B parameters, 6.53B without the two
+    embedding tables; the QKV biases are (28 + 2·4)·128 per layer, and a fused QKV bias is one more
+    tensor per block."""
+    m = an.Model.from_hf(_config("qwen2.5-7b"))
+    assert m.qkv_bias and not m.bias
+    assert 7.61e9 <= m.total_params < 7.62e9  # the card's two decimals
+    assert round((m.total_params - 2 * 152064 * 3584) / 1e7) == 653
+    plain = m.replace(qkv_bias=False)
+    assert m.total_params - plain.total_params == 28 * (28 + 2 * 4) * 128
+    assert m.block_tensors - plain.block_tensors == 28
+    with pytest.raises(an.InputError, match="qkv_bias"):
+        m.replace(bias=True)
+
+
 @pytest.mark.parametrize("change, named", [
     ({"model_type": "gemma2"}, "gemma2"),
     ({"some_new_field": 3}, "some_new_field"),

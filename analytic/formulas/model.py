@@ -19,6 +19,10 @@ define("model.params.attention", h * d_h * (2 * a + 2 * a_kv), P, ARCH,
        "weights of one attention block", coefficient_unit=P)
 define("model.params.attention_bias", d_h * (a + 2 * a_kv) + h, P, ARCH,
        ("QKV bias and output bias (GPT-style)",), "biases of one attention block", coefficient_unit=P)
+define("model.params.qkv_bias", d_h * (a + 2 * a_kv), P,
+       "Qwen Team 2023, Qwen technical report, arXiv 2309.16609 §2.2 (biases in the QKV projection only), kept in "
+       "Qwen2 (arXiv 2407.10671)", ("one bias per query, key and value output channel; none on the output projection",),
+       "biases of one attention block's QKV projection", coefficient_unit=P)
 define("model.params.attention_mla",
        h * r_q + r_q + r_q * a * (d_h + d_r) + h * (r_kv + d_r) + r_kv + r_kv * a * 2 * d_h + a * d_h * h, P,
        "DeepSeek-V2 arXiv 2405.04434 §2.1 (multi-head latent attention); DeepSeek-V3 arXiv 2412.19437 §4.2",

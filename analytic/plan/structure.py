@@ -23,7 +23,7 @@ MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", 
                 "nodes_per_token", "mtp_modules")
 #: model counts the code uses as numbers, part of the structure (no symbol stands for them)
 _MODEL_FIXED = ("dense_layers",)
-_MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm")
+_MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm", "qkv_bias")
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _CHOICES = ("zero", "recompute", "schedule")
 _BATCH = ("seq_len", "global_batch", "microbatch_size")
