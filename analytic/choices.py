@@ -23,3 +23,6 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
 #: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
 #: also fire in a recomputed forward (plan.layout._Degrees.zero3_gathers_per_microbatch)
 ZERO3_GATHERS = ("per-block", "per-tensor")
+#: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
+#: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)
+OBJECTIVES = ("step_time", "cost", "mfu")

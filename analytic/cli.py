@@ -7,7 +7,7 @@ import argparse
 import difflib
 import sys
 
-from .choices import GRAD_DTYPES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
+from .choices import GRAD_DTYPES, OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
 from .commands import (
     cmd_calibrate,
     cmd_derive,
@@ -132,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="rank every valid layout by predicted step time", allow_abbrev=False)
     _plan_args(p)
     p.add_argument("--top", default="10")
+    p.add_argument("--objective", choices=OBJECTIVES, default="step_time",
+                   help="rank by predicted step time, cost (GPU-hours per token) or MFU; with several --gpus "
+                   "counts (256,512,1024) they differ")
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
                        "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)

@@ -279,13 +279,17 @@ def cmd_search(args) -> int:
     """A ranked table of the best layouts (``--json`` for data)."""
     from .search import search
     model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search")
-    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"), **kw)
+    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"),
+                 objective=args.objective, **kw)
+    several = isinstance(gpus, list)
     if not res.evaluated:
-        raise CLIError(f"search: no valid layout of {gpus:,} GPUs for {model.name} with {gb:,} sequences (each "
+        sizes = ", ".join(f"{g:,}" for g in gpus) if several else f"{gpus:,}"
+        raise CLIError(f"search: no valid layout of {sizes} GPUs for {model.name} with {gb:,} sequences (each "
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
-                          "notes": [note] if note else [], "ranked": [r.as_dict() for r in res.ranked]}))
+                          "objective": res.objective, "notes": [note] if note else [],
+                          "ranked": [r.as_dict() for r in res.ranked]}))
         return 0
     if note:
         print(f"note: {note}")
@@ -296,18 +300,20 @@ def cmd_search(args) -> int:
         print("stack: " + "; ".join(stack))
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
-             if res.compiled else ""))
+             if res.compiled else "")
+          + ("" if res.objective == "step_time" else f"; ranked by {res.objective}"))
     if res.ratios:
         print(f"step: the predicted time; interval: where the measured one falls 80% of the time (measured/predicted "
               f"{res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation cases, each with its source left out)")
-    print(f"{'#':>3} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} {'recompute':>9} "
-          f"{'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'MFU':>6} {'mem (GB)':>9}")
+    print(f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} "
+          f"{'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'GPU-h/Mtok':>10} {'MFU':>6} "
+          f"{'mem (GB)':>9}")
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
         spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
-        print(f"{i:>3} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} {r.microbatch_size:>3} "
-              f"{lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} {spread:>15} {r.mfu:>6.3f} "
-              f"{r.memory / 1e9:>9.2f}")
+        print(f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} "
+              f"{r.microbatch_size:>3} {lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
+              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
     return 0
 
 
@@ -320,6 +326,8 @@ def cmd_plot(args) -> int:
         plots.bubble(count_flag(args.pp or "8", "pp"), out=args.out)
     else:
         model, hw, gpus, seq, gb, kw, _ = search_inputs(args, f"plot {args.kind}")
+        if isinstance(gpus, list):
+            raise CLIError(f"plot {args.kind}: --gpus takes one count here")
         if args.kind == "scaling":
             sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
             plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out, **kw)

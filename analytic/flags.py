@@ -72,8 +72,9 @@ def _zero3_gather(flag, zero: int) -> str:
 
 
 def search_inputs(args, what: str):
-    """Model, hardware (with any link overrides), GPUs, sequence length, global batch, the search's
-    keyword arguments and a note, for search and the plots built on it."""
+    """Model, hardware (with any link overrides), GPUs (a count, or a list for '--gpus 256,512,1024'),
+    sequence length, global batch, the search's keyword arguments and a note, for search and the
+    plots built on it."""
     import analytic as an
     refuse_unread(args, SEARCH_FLAGS, what, "search evaluates one stack: bf16 gradients, sequence parallelism "
                    "wherever tp > 1; 'analytic step' evaluates one layout")
@@ -100,7 +101,8 @@ def search_inputs(args, what: str):
         kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
     kw.update({axis: count_flag(getattr(args, axis), axis) for axis in ("tp", "pp", "dp", "cp", "ep")
                if getattr(args, axis) is not None})  # pinned: search the other degrees
-    return model_flag(args.model), hw, count_flag(args.gpus, "gpus"), seq, gb, kw, note
+    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
+    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, kw, note
 
 
 def model_flag(value: str):

@@ -32,6 +32,7 @@ import numpy as np
 import sympy
 
 from . import compiled
+from .choices import OBJECTIVES
 from .errors import InputError, PresetError, ReinterpretedWarning
 from .formulas import formula
 from .hardware import Hardware
@@ -112,6 +113,7 @@ class Ranked:
     mfu: float
     fits: bool
     step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
+    cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
 
     def plan(self, model, hardware, **kw) -> Plan:
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **kw)
@@ -123,7 +125,8 @@ class Ranked:
                 "comm_sms": lay.comm_sms, "zero3_gather": lay.zero3_gather,
                 "recompute": lay.recompute,
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
-                "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
+                "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
+                "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
 
 
@@ -152,17 +155,18 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
                     schedule=SCHEDULES[d["schedule"]])
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
-                  None if ratios is None else (t * ratios[0], t * ratios[1]))
+                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]))
 
 
 @dataclass
 class SearchResult:
-    ranked: Sequence  # fitting layouts, fastest first
+    ranked: Sequence  # fitting layouts, best first by the objective
     evaluated: int  # valid layouts, every one evaluated
     fitting: int
     seconds: float
     arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
-    # (recompute and schedule by index), memory (bytes), step_time (s), mfu, fits
+    # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token), mfu, fits
+    objective: str = "step_time"  # what ranked orders by (choices.OBJECTIVES)
     compiled: bool = False  # whether this search built its expressions (False: from the cache)
     async_tp: bool = False
     comm_sms: int = 0
@@ -328,9 +332,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
-           dp: int | None = None, cp: int | None = None, ep: int | None = None) -> SearchResult:
-    """Every valid layout of ``gpus`` accelerators, evaluated with Plan's expressions; the ones that
-    fit in HBM ranked by predicted step time. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that degree."""
+           dp: int | None = None, cp: int | None = None, ep: int | None = None,
+           objective: str = "step_time") -> SearchResult:
+    """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
+    evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
+    (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
+    the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
+    degree."""
     start = time.time()
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
@@ -339,14 +347,17 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if free:
         raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
                          "left as symbols (give numbers with model.replace(...))")
-    gpus, seq_len = count("gpus", gpus, allow_symbol=False), count("seq_len", seq_len, allow_symbol=False)
+    counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
+    counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
+    seq_len = count("seq_len", seq_len, allow_symbol=False)
+    choice("objective", objective, OBJECTIVES)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
     training_dtype(dtype, hardware)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
-    if gpus > MAX_GPUS:
-        raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {gpus:,}")
+    if max(counts) > MAX_GPUS:
+        raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}")
     if (global_batch is None) == (batch_tokens is None):
         raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
     notes = []
@@ -373,9 +384,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     pins = {k: count(k, v, allow_symbol=False) for k, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep))
             if v is not None}
-    arrays = enumerate_layouts(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
+    parts = [enumerate_layouts(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
-                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins)
+                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
+    arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
     show = progress and sys.stderr.isatty()
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
@@ -394,10 +407,12 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if show:
             _progress(min(lo + CHUNK, n), n, start)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
-                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"], gpus=gpus,
-                                                        peak_flops=peak))
+                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
+                                                        gpus=arrays["gpus"], peak_flops=peak),
+                  cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
     fits = arrays["memory"] <= hbm
-    order = np.argsort(np.where(fits, arrays["step_time"], np.inf), kind="stable")
+    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
+    order = np.argsort(np.where(fits, key, np.inf), kind="stable")
     n_fit = int(fits.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
@@ -407,4 +422,5 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         ratios = None
     stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios}
     return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, **stack)
+                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
+                        **stack)

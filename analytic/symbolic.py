@@ -14,6 +14,7 @@ import numpy as np
 import sympy
 
 from .choices import MEMORY_PARTS as PARTS
+from .choices import OBJECTIVES
 from .errors import AnalyticError, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
@@ -104,14 +105,9 @@ def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict
     raise AnalyticError(f"{keyword}: no value up to {limit:,} fits in HBM" + (f": {stuck}" if stuck else ""))
 
 
-#: what :func:`optimise` can optimise: the plan quantity (or product of quantities), and whether larger is better
-OBJECTIVES = {"step_time": "the predicted step time", "cost": "GPU-seconds per token (step time × GPUs / tokens)",
-              "mfu": "the predicted MFU (6·N·D), largest first"}
-
-
 def _objective(plan, objective: str) -> Formula:
     """The quantity :func:`optimise` minimises (MFU negated: maximised)."""
-    choice("objective", objective, tuple(OBJECTIVES))
+    choice("objective", objective, OBJECTIVES)
     if objective == "step_time":
         return plan.expr("step_time")
     if objective == "cost":
@@ -120,7 +116,7 @@ def _objective(plan, objective: str) -> Formula:
 
 
 def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = True, limit: int = 1 << 16) -> dict:
-    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (:data:`OBJECTIVES`): step time,
+    """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``): step time,
     cost in GPU-seconds per token, or MFU; with ``fits`` only among the values whose memory fits in
     HBM. ``continuous`` is the real-valued optimum (memory not considered), ``value`` the objective at
     ``best``."""

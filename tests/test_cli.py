@@ -404,3 +404,17 @@ def test_formula_value_in_a_unit(capsys):
         assert "--unit" in capsys.readouterr().err
     assert main(["formula", "compute.train_time", "--unit", "day"]) == 2
     capsys.readouterr()
+
+
+def test_search_command_over_several_sizes(capsys):
+    """--gpus 64,256,1024 --objective cost: the JSON rows carry their GPU count and cost; a plot takes one count."""
+    argv = ["search", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64,256,1024", "--seq", "8192",
+            "--global-batch", "64", "--zero", "1", "--recompute", "none", "--top", "3"]
+    assert main([*argv, "--objective", "cost", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    costs = [r["gpu_hours_per_million_tokens"] for r in out["ranked"]]
+    assert out["objective"] == "cost" and costs == sorted(costs) and {r["gpus"] for r in out["ranked"]} <= {64, 256, 1024}
+    assert main([*argv]) == 0
+    assert "GPU-h/Mtok" in capsys.readouterr().out
+    assert main(["plot", "pareto", "--out", "x.png", *argv[1:-2]]) == 2  # (no --top for plots)
+    assert "one count" in capsys.readouterr().err

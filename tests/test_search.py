@@ -202,3 +202,28 @@ def test_the_layout_check_names_the_constraint(kw, constraint):
     layout = an.Layout(**({"tp": 1} | kw))
     with pytest.raises(LayoutError, match=constraint):
         check_layout(MODEL, layout, seq_len=4096, global_batch=256, microbatch_size=1, scale_up_domain=8)
+
+
+def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
+    """Three GPU counts at a 64-sequence batch: ranked by step time the largest cluster wins; by
+    cost (GPU-seconds per token, checked against the rows' own plans) or MFU a smaller one, and the
+    two rank alike (6·N·D MFU is FLOPs over GPU-seconds)."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    kw = dict(gpus=[64, 256, 1024], seq_len=8192, global_batch=64, zero=(1, 2), recompute=("none",),
+              schedules=("1f1b", "zb-h2"), progress=False)
+    fast, cheap, busy = (an.search(m, hw, objective=o, **kw) for o in ("step_time", "cost", "mfu"))
+    assert set(fast.arrays["gpus"]) == {64, 256, 1024} and fast.evaluated == cheap.evaluated
+    fits = fast.arrays["fits"]
+    assert fast.best.step_time == fast.arrays["step_time"][fits].min()
+    assert cheap.best.cost == pytest.approx(cheap.arrays["cost"][fits].min(), rel=1e-12)
+    assert cheap.best.layout.gpus < fast.best.layout.gpus
+    assert [r.as_dict() for r in cheap.ranked[:5]] == [r.as_dict() for r in busy.ranked[:5]]
+    for r in (fast.best, cheap.best):
+        plan = r.plan(m, hw, seq_len=8192, global_batch=64)
+        want = (plan.step_time() * plan.gpus / plan.tokens_per_step).to("s/token").magnitude
+        assert r.cost == pytest.approx(want, rel=1e-9) and r.as_dict()["gpus"] == plan.gpus
+    with pytest.raises(InputError, match="objective"):
+        an.search(m, hw, objective="speed", **kw)
+    with pytest.raises(InputError, match="gpus"):
+        an.search(m, hw, **{**kw, "gpus": [64, 64]})
