@@ -48,11 +48,15 @@ def _need(cfg: dict, key: str):
     return cfg[key]
 
 
-def _dense(cfg: dict) -> dict:
-    """The fields every supported architecture shares: a SwiGLU decoder with RMSNorm and RoPE."""
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise InputError(f"config: hidden_act {cfg['hidden_act']!r}; the supported architectures gate with SiLU "
-                         "(SwiGLU)")
+def _dense(cfg: dict, gates: dict | None = None, tied: bool = False) -> dict:
+    """The fields every supported architecture shares: a gated-MLP decoder with RMSNorm and RoPE;
+    ``gates`` maps the config's activation to the MLP kind (SiLU: SwiGLU), ``tied`` is the
+    architecture's default for tie_word_embeddings."""
+    gates = gates or {"silu": "swiglu"}
+    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or next(iter(gates))
+    if act not in gates:
+        raise InputError(f"config: hidden_act {act!r}; {cfg.get('model_type')} is mapped with a gate of "
+                         f"{' or '.join(gates)}")
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key):
             raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
@@ -62,18 +66,27 @@ def _dense(cfg: dict) -> dict:
     heads = _need(cfg, "num_attention_heads")
     out = {"layers": _need(cfg, "num_hidden_layers"), "hidden": _need(cfg, "hidden_size"), "heads": heads,
            "kv_heads": cfg.get("num_key_value_heads") or heads, "vocab": _need(cfg, "vocab_size"),
-           "ffn_hidden": _need(cfg, "intermediate_size"), "mlp": "swiglu", "position": "rope", "norm": "rmsnorm",
-           "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+           "ffn_hidden": _need(cfg, "intermediate_size"), "mlp": gates[act], "position": "rope", "norm": "rmsnorm",
+           "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied))}
     if cfg.get("head_dim") is not None:
         out["head_dim"] = cfg["head_dim"]
     return out
 
 
+#: the fields _dense reads (it refuses those that would leave the decoder it counts)
+DENSE_FIELDS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+                          "intermediate_size", "head_dim", "tie_word_embeddings", "hidden_act", "hidden_activation",
+                          "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window"})
+
+
 def _llama(cfg):
-    return _dense(cfg), {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-                         "vocab_size", "intermediate_size", "head_dim", "tie_word_embeddings",
-                         # checked by _dense: refused unless they leave the SwiGLU decoder as counted
-                         "hidden_act", "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window"}
+    return _dense(cfg), DENSE_FIELDS
+
+
+def _gemma(cfg):
+    """Gemma (1): GeGLU (a GELU gate, counted as SwiGLU: Model.mlp_formulas), head_dim 256, tied
+    embeddings by default; its RMSNorm's (1 + w) and embedding scaling add no parameters."""
+    return _dense(cfg, {"gelu": "geglu", "gelu_pytorch_tanh": "geglu"}, tied=True), DENSE_FIELDS
 
 
 def _mixtral(cfg):
@@ -129,9 +142,8 @@ def _deepseek(cfg):
 
 
 #: model_type → mapping
-ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
-                 "qwen3_moe": _qwen3_moe,
-                 "deepseek_v2": _deepseek, "deepseek_v3": _deepseek}
+ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "gemma": _gemma, "qwen2": _qwen2,
+                 "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek}
 
 
 def model_fields(config, name: str | None = None) -> dict:

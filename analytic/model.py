@@ -12,7 +12,7 @@ from .formulas import formula
 from .symbols import canonical
 from .values import choice, count, exact, flag
 
-_MLPS = ("gelu", "swiglu")
+_MLPS = ("gelu", "swiglu", "geglu")
 _POSITIONS = ("learned", "rope", "alibi")
 _NORMS = ("layernorm", "rmsnorm")
 _ATTENTIONS = ("mha", "mla")
@@ -116,10 +116,17 @@ class Model:
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
         """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
-        Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
+        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
         refused, never guessed."""
         from .hf import model_fields
         return cls(**model_fields(config, name))
+
+    @property
+    def mlp_formulas(self) -> str:
+        """The MLP kind whose catalogue formulas count this one: GeGLU (Gemma) as SwiGLU, whose gate,
+        up and down matrices, FLOPs, saved tensors and elementwise traffic it shares; only the gate's
+        nonlinearity differs (Shazeer 2020, GLU Variants, arXiv 2002.05202)."""
+        return "swiglu" if self.mlp == "geglu" else self.mlp
 
     @property
     def is_moe(self) -> bool:
@@ -183,7 +190,7 @@ class Model:
     def _layer_parts(self, active: bool) -> tuple[Formula, Formula, Formula | None]:
         """(attention with two norms, dense MLP, MoE FFN or None) of one transformer layer."""
         attn = self._part("model.params.attention_mla" if self.attention == "mla" else "model.params.attention")
-        mlp = self._part(f"model.params.mlp.{self.mlp}")
+        mlp = self._part(f"model.params.mlp.{self.mlp_formulas}")
         if self.bias:
             attn = attn + self._part("model.params.attention_bias")
             if self.mlp == "gelu":

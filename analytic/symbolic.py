@@ -234,7 +234,7 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
                                                         "latency": Q_(0, "s")}) * 4
     per_token = (formula(f"compute.attention_forward_flops_per_token{model.attention_suffix}").bind(inputs)
-                 + formula(f"compute.mlp_forward_flops_per_token.{model.mlp}").bind(inputs))
+                 + formula(f"compute.mlp_forward_flops_per_token.{model.mlp_formulas}").bind(inputs))
     flops = per_token * 3 * Formula("tokens", s_ * b_, "token", "")
     peak = magnitude("peak_flops", hardware.peak_flops(dtype)) * sympy.nsimplify(efficiency)
     compute = flops / Formula("tF", t * peak, "FLOP/s", "")

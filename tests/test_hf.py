@@ -66,6 +66,20 @@ def test_qwen2_counts_its_qkv_biases():
         m.replace(bias=True)
 
 
+def test_gemma_counts_as_the_paper():
+    """Gemma 7B: 7,751,248,896 non-embedding parameters (Gemma report, arXiv 2403.08295, Table 2) with
+    tied embeddings; its GeGLU MLP costs what a SwiGLU one does, in every plan quantity."""
+    m = an.Model.from_hf(_config("gemma-7b"))
+    assert (m.mlp, m.mlp_formulas, m.tied_embeddings) == ("geglu", "swiglu", True)
+    assert m.total_params - m.vocab * m.hidden == 7_751_248_896
+    kw = dict(seq_len=8192, global_batch=64)
+    lay = an.Layout(tp=8, dp=8, sequence_parallel=True, zero=1)
+    gated, swiglu = (an.Plan(x, an.hardware("h100-sxm"), lay, **kw) for x in (m, m.replace(mlp="swiglu")))
+    assert gated.step_time() == swiglu.step_time() and gated.memory() == swiglu.memory()
+    with pytest.raises(an.InputError, match="hidden_act"):
+        an.Model.from_hf({**_config("gemma-7b"), "hidden_act": "relu"})
+
+
 @pytest.mark.parametrize("change, named", [
     ({"model_type": "gemma2"}, "gemma2"),
     ({"some_new_field": 3}, "some_new_field"),

@@ -58,7 +58,7 @@ def layer_activations(inp: Inputs, ffn_hidden=None) -> Formula:
         raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
     sp = "_sp" if lay.sequence_parallel else ""
     if inp.flash_attention:
-        return inp.f(f"memory.activations.layer_flash_{m.mlp}{sp}", **kw)
+        return inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
     return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
                  (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
 

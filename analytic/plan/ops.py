@@ -89,7 +89,7 @@ def gemm_time(o: _Ops) -> Formula:
     else:
         shapes = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)]
     attention = _sum([o.gemm(1, M, n, k, fp8) for n, k in shapes])
-    fc1 = 2 if m.mlp == "swiglu" else 1
+    fc1 = 2 if m.mlp_formulas == "swiglu" else 1
     dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
     total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
     if m.is_moe:
@@ -150,8 +150,8 @@ def memory_bound_time(o: _Ops) -> Formula:
                 + f("compute.memory_bound.residual_backward")) * stream
 
     def activation(width):
-        return (f(f"compute.memory_bound.mlp_forward.{m.mlp}", ffn_hidden=width) * (1 + o.full)
-                + f(f"compute.memory_bound.mlp_backward.{m.mlp}", ffn_hidden=width)) * (M / t)
+        return (f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * (1 + o.full)
+                + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)) * (M / t)
 
     total = (elements + activation(m.ffn_hidden)) * o.dense if m.blocks - m.moe_blocks else None
     if m.is_moe:
