@@ -44,5 +44,10 @@ class FreeSymbolError(AnalyticError, ValueError):
     """A numeric answer was asked of an expression that still has free symbols."""
 
 
+class ApproximationWarning(UserWarning):
+    """A formula was evaluated where its approximation is poor (a first-order model beyond its range);
+    the message names the formula, why, and what holds there instead."""
+
+
 class ReinterpretedWarning(UserWarning):
     """An input was read otherwise than written (e.g. '16M' tokens as 16Mi); the message says how."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -17,7 +18,7 @@ import pint
 import sympy
 
 from . import symbols as _symbols
-from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
 from .numeric import program, value_at_max
 from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number, ureg
@@ -115,12 +116,16 @@ class Formula:
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
     domain: tuple = ()  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
     sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
+    caveats: tuple = ()  # (condition, why): where the approximation is good; evaluating this formula outside it
+    # warns (ApproximationWarning) but answers (composed formulas do not carry them)
 
     def __post_init__(self):
         expr = symbolic(self.expr, self.name) if isinstance(self.expr, str) else sympy.sympify(self.expr)  # no eval
         object.__setattr__(self, "expr", _symbols.canonical(expr))
         object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why, *(origin or (self.name,)))
                                                  for c, why, *origin in self.domain))
+        object.__setattr__(self, "caveats", tuple((_symbols.canonical(sympy.sympify(c)), why)
+                                                  for c, why in self.caveats))
         object.__setattr__(self, "unit", as_unit(self.unit))
         if self.coefficient_unit is not None:
             object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
@@ -192,7 +197,14 @@ class Formula:
             left = sorted(_symbols.keyword_of(x) for x in result.free_symbols)
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
                                   ".subs() to keep them")
+        self._warn_caveats(repl)
         return Q_(to_float(result, self.name), self.unit)
+
+    def _warn_caveats(self, repl: dict | None = None) -> None:
+        """An ApproximationWarning for each caveat whose condition ``repl`` decides false."""
+        for cond, why in self.caveats:
+            if (cond.xreplace(repl) if repl else cond) == sympy.false:
+                warnings.warn(f"{self.name}: {why}", ApproximationWarning, stacklevel=3)
 
     __call__ = evaluate
 
@@ -202,6 +214,7 @@ class Formula:
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
                                   "give them numbers or use .expr")
         self._within()
+        self._warn_caveats()
         return Q_(to_float(self.expr, self.name), self.unit)
 
     def subs(self, **values) -> "Formula":
@@ -210,7 +223,8 @@ class Formula:
         self._check_keywords(values, complete=False)
         repl = self._replacements(values)
         sources = self.sources.union(*(v.sources for v in values.values() if isinstance(v, Formula)))
-        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), sources=sources)
+        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), sources=sources,
+                       caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
 
     def bind(self, values: dict) -> "Formula":
         """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""

@@ -8,6 +8,7 @@ expression it came from, so a notebook can show both.
 from __future__ import annotations
 
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -15,7 +16,7 @@ import sympy
 
 from .choices import MEMORY_PARTS as PARTS
 from .choices import OBJECTIVES
-from .errors import AnalyticError, InputError, LayoutError
+from .errors import AnalyticError, ApproximationWarning, InputError, LayoutError
 from .formula import Formula, magnitude, to_float
 from .formulas import formula
 from .schedules import BUBBLE_FORMULAS, bubble_time
@@ -199,7 +200,9 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
     from .presets import llama3_interruption_rate
     lam = interruption_rate if interruption_rate is not None else llama3_interruption_rate()
     first = formula("reliability.optimal_gpus")
-    n_first = float(first.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude)
+    with warnings.catch_warnings():  # its caveat (first order, outside its range) is this function's answer
+        warnings.simplefilter("ignore", ApproximationWarning)
+        n_first = float(first.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude)
     delta, rate, restart = (float(magnitude(k, v)) for k, v in (("checkpoint_time", checkpoint_time),
                                                                  ("interruption_rate", lam),
                                                                  ("restart_time", Q_(0, "s") if restart_time is None

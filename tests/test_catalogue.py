@@ -174,3 +174,27 @@ def test_a_ring_spanning_nodes_pays_a_nics_latency_per_node_crossing():
     one_node = an.formula("collectives.multinode.step_latency").evaluate(
         gpus_per_node=8, nodes=1, scale_up_latency="3.4 us", scale_out_latency="14 us")
     assert one_node.to("us").magnitude == pytest.approx(3.4, rel=1e-12)
+
+
+def test_first_order_failure_formulas_warn_outside_their_range():
+    """Young's first-order goodput answers silently while its waste is under 10%, warns beyond (with
+    Daly's exact model named), and its failure-optimal cluster size always warns: there the
+    first-order waste is 2/3 by construction."""
+    import warnings
+
+    from analytic.errors import ApproximationWarning
+    f = an.formula("reliability.goodput")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small = f.evaluate(checkpoint_time="1 min", mtbf="30 h", restart_time="5 min")
+    assert 1 - small.magnitude < 0.1
+    with pytest.warns(ApproximationWarning, match="reliability.daly.goodput"):
+        f.evaluate(checkpoint_time="5 min", mtbf="30.4 min", restart_time="10 min")
+    with pytest.warns(ApproximationWarning, match="10%"):
+        f.subs(checkpoint_time="5 min", mtbf="1 h").subs(restart_time="10 min").value()
+    with pytest.warns(ApproximationWarning, match="2/3"):
+        an.formula("reliability.optimal_gpus").evaluate(checkpoint_time="5 min", interruption_rate="1e-6 / s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        an.formula("reliability.daly.goodput").evaluate(checkpoint_time="5 min", mtbf="30.4 min",
+                                                       restart_time="10 min", checkpoint_interval="14 min")
