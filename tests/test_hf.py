@@ -27,6 +27,7 @@ def test_llama_from_its_config_counts_the_released_weights():
 
 @pytest.mark.parametrize("name, total, active, step", [
     ("qwen3-30b-a3b", 30.5, 3.3, 0.1),  # Qwen/Qwen3-30B-A3B model card: 30.5B in total, 3.3B activated
+    ("qwen3-235b-a22b", 235, 22, 1),  # Qwen/Qwen3-235B-A22B model card: 235B in total, 22B activated
     ("mixtral-8x22b", 141, 39, 1),  # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024): 141B, 39B active
 ])
 def test_counts_from_a_config_match_the_model_card(name, total, active, step):
