@@ -76,7 +76,8 @@ def test_missing_link_is_a_clear_error():
 def test_the_newer_accelerators_by_hand():
     """The numbers derived in hardware.toml, recomputed from what their sources print: MI355X's FP8
     peak from its compute units, FP8 work per clock and clock; GB300's per-GPU figures from the
-    rack's; TPU v6e's ICI one way from its bidirectional figure."""
+    rack's; B300's dense 16-bit and FP8 peaks, B200's (G. Lockwood's table); TPU v6e's ICI one way
+    from its bidirectional figure."""
     mi = an.hardware("mi355x")
     assert mi.peak_flops("fp8").to("FLOP/s").magnitude == pytest.approx(8 * 32 * 8192 * 2.4e9, rel=1e-3)
     assert mi.peak_flops("bf16").to("TFLOP/s").magnitude == pytest.approx(mi.peak_flops("fp8").to("TFLOP/s").magnitude / 2,
@@ -87,6 +88,9 @@ def test_the_newer_accelerators_by_hand():
     assert gb.peak_flops("bf16").to("PFLOP/s").magnitude == pytest.approx(180 / 72)
     assert gb.hbm_bandwidth.to("TB/s").magnitude == pytest.approx(576 / 72)
     assert gb.scale_up_domain == 72 and gb.scale_up_bandwidth.to("TB/s").magnitude == pytest.approx(1.8 / 2)
+    b300 = an.hardware("b300")
+    assert b300.peak_flops("bf16") == an.hardware("b200").peak_flops("bf16")  # the same dense BF16 as B200
+    assert b300.peak_flops("fp8") == an.hardware("b200").peak_flops("fp8")
     v6e = an.hardware("tpu-v6e")
     assert v6e.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(800 / 2)
     assert (v6e.peak_flops("bf16") * 256).to("PFLOP/s").magnitude == pytest.approx(234.9, rel=1e-3)  # per Pod
