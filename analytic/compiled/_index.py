@@ -2,7 +2,7 @@
 
 Written by scripts/compile_plans.py; do not edit."""
 
-DIGEST = '906f067dc0086e5b'
+DIGEST = '1db48a6762f07530'
 STRUCTURES = frozenset({
     'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;flash=True;quantised=False;attention_efficiency=False;checkpoint_time=False',
     'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;flash=True;quantised=True;attention_efficiency=True;checkpoint_time=False',

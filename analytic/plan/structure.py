@@ -42,6 +42,17 @@ STAGE = "stage"
 SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
 
 
+def structural_inputs(inp: Inputs) -> dict:
+    """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
+    tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a given
+    checkpoint time; the 16-bit peak of an FP8 plan)."""
+    given = inp.values
+    quantised = "sms" in given and "tile_m" in given and "tile_n" in given
+    return {"sms": quantised, "tile_m": quantised, "tile_n": quantised,
+            "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
+            "peak_flops_16": inp.dtype == "fp8"}
+
+
 def _open_or_number(value, keyword) -> bool:
     return value is None or not isinstance(value, sympy.Basic) or value.is_number or value == sym(keyword)
 
@@ -65,9 +76,9 @@ def structure(inp: Inputs) -> str | None:
     parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
     parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_dtype}", f"flash={inp.flash_attention}"]
-    values = inp.values
-    parts += [f"quantised={'sms' in values and 'tile_m' in values and 'tile_n' in values}",
-              f"attention_efficiency={'attention_efficiency' in values}", f"checkpoint_time={'checkpoint_time' in values}"]
+    present = structural_inputs(inp)
+    parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
+              f"checkpoint_time={present['checkpoint_time']}"]
     return ";".join(parts)
 
 
@@ -111,4 +122,5 @@ class Compiled:
         return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and math.isfinite(v)}
 
 
-__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "Compiled", "numbers", "structure"]
+__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "Compiled", "numbers", "structural_inputs",
+           "structure"]

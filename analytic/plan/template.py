@@ -17,7 +17,16 @@ from . import memory
 from .core import Plan
 from .inputs import Inputs
 from .layout import Layout
-from .structure import _BATCH, _CHOICES, _DEGREES, HARDWARE_INPUTS, MODEL_COUNTS, SEARCH_OUTPUTS, STAGE
+from .structure import (
+    _BATCH,
+    _CHOICES,
+    _DEGREES,
+    HARDWARE_INPUTS,
+    MODEL_COUNTS,
+    SEARCH_OUTPUTS,
+    STAGE,
+    structural_inputs,
+)
 
 
 def _free(value, keyword):
@@ -36,13 +45,9 @@ def template(inp: Inputs):
                 microbatch_size=sym("microbatch_size"), dtype=inp.dtype, flash_attention=inp.flash_attention,
                 training_tokens=sym("tokens"),
                 allow_cross_node_tp=inp.allow_cross_node_tp, grad_dtype=inp.grad_dtype, stack=inp.stack)
-    t, given = plan._in, inp.values
+    t, present = plan._in, structural_inputs(inp)
     kept = {k: v for k, v in t.values.items() if k in {*model.inputs(), *_DEGREES, *_BATCH, "comm_sms"}}
-    structural = {"sms": "sms" in given and "tile_m" in given and "tile_n" in given,
-                  "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
-                  "peak_flops_16": inp.dtype == "fp8"}
-    structural.update(tile_m=structural["sms"], tile_n=structural["sms"])
-    t.__dict__["values"] = {**kept, **{k: sym(k) for k in HARDWARE_INPUTS if structural.get(k, True)}}
+    t.__dict__["values"] = {**kept, **{k: sym(k) for k in HARDWARE_INPUTS if present.get(k, True)}}
     return plan
 
 
@@ -55,7 +60,7 @@ def module_source(plan, structure_: str) -> str | None:
     for name in t.quantities():
         try:
             quantities[name] = t.expr(name)
-        except AnalyticError:  # a quantity this structure cannot give (e.g. days without training tokens)
+        except AnalyticError:  # a quantity this structure cannot give: such a plan asks its expressions, which say why
             continue
     try:
         stage = memory.stage(t._in, sym(STAGE), t._activation_parts)
