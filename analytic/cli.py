@@ -7,18 +7,9 @@ import argparse
 import difflib
 import sys
 
+from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
 from .choices import GRAD_DTYPES, OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
-from .commands import (
-    cmd_calibrate,
-    cmd_derive,
-    cmd_formula,
-    cmd_memory,
-    cmd_plot,
-    cmd_search,
-    cmd_solve,
-    cmd_step,
-    cmd_validate,
-)
+from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError
 
 

@@ -18,13 +18,12 @@ import pint
 import sympy
 
 from . import symbols as _symbols
+from .dimensions import DIMENSIONLESS, units_of
 from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
-from .numeric import program, value_at_max
-from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number, ureg
+from .numeric import program
+from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number
 from .values import count, exact, in_range, quantity, unit_of
-
-DIMENSIONLESS = ureg.Unit("")
 
 
 def _wanted(unit: pint.Unit) -> str:
@@ -265,7 +264,7 @@ class Formula:
         """Substitute every symbol's unit (counts as pure numbers); raise UnitError unless every sum
         is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
         try:
-            got = _units_of(self.expr)
+            got = units_of(self.expr)
         except pint.DimensionalityError as exc:
             raise UnitError(f"{self.name}: terms of different dimensions are added: {exc}") from None
         got_unit = Q_(1, strip_counts(got.units * self.coefficient_unit))
@@ -367,47 +366,3 @@ def to_float(expr: sympy.Expr, name: str = "expression") -> float:
     if val.imag != 0 or not math.isfinite(val.real):
         raise InputError(f"{name}: the result is not a finite real number ({expr})")
     return val.real
-
-
-def _units_of(expr) -> pint.Quantity:
-    """The unit of an expression with every symbol replaced by 1 of its unit (counts stripped)."""
-    if isinstance(expr, sympy.Symbol):
-        return Q_(1, strip_counts(_symbols.info(expr).unit))
-    if expr.is_Number or expr in (sympy.pi, sympy.E):
-        return Q_(1, DIMENSIONLESS)
-    if isinstance(expr, sympy.Add):
-        terms = [_units_of(a) for a in expr.args]
-        for t in terms[1:]:
-            t.to(terms[0].units)  # raises DimensionalityError on a mismatch
-        return terms[0]
-    if isinstance(expr, sympy.Mul):
-        out = Q_(1, DIMENSIONLESS)
-        for a in expr.args:
-            out = out * _units_of(a)
-        return Q_(1, out.units)
-    if isinstance(expr, sympy.Pow):
-        base, exp = expr.args
-        b = _units_of(base)
-        if exp.free_symbols:
-            if not b.dimensionless or not _units_of(exp).dimensionless:
-                raise pint.DimensionalityError(b.units, DIMENSIONLESS, extra_msg=" (symbolic exponent)")
-            return Q_(1, DIMENSIONLESS)
-        return Q_(1, (b ** float(exp)).units)
-    if isinstance(expr, value_at_max):  # its values, alike
-        return _units_of(sympy.Add(*expr.args[1::2], evaluate=False))
-    if isinstance(expr, (sympy.Min, sympy.Max)):
-        args = [a for a in expr.args if a != 0] or [expr.args[0]]  # zero has every dimension (Max(0, t))
-        return _units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else _units_of(args[0])
-    if isinstance(expr, sympy.Piecewise):
-        units = [_units_of(e) for e, _ in expr.args]
-        for u in units[1:]:
-            u.to(units[0].units)
-        return units[0]
-    if isinstance(expr, (sympy.ceiling, sympy.floor, sympy.Abs)):
-        return _units_of(expr.args[0])
-    if isinstance(expr, (sympy.log, sympy.exp)):
-        inner = _units_of(expr.args[0])
-        if not inner.dimensionless:
-            raise pint.DimensionalityError(inner.units, DIMENSIONLESS, extra_msg=f" (argument of {expr.func})")
-        return Q_(1, DIMENSIONLESS)
-    raise UnitError(f"cannot check the dimensions of {expr.func.__name__}")

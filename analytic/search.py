@@ -3,10 +3,8 @@
 The numbers come from the same expressions as :class:`~analytic.plan.Plan`: one Plan is built
 with the degrees, the microbatch size, the ZeRO stage, the recomputation policy and the schedule
 left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are evaluated on numpy
-arrays: by the module the library ships compiled for the plan's structure (:mod:`analytic.compiled`),
-so a new model of a known architecture costs no compile; for another structure by a program
-compiled once (data, not code: :mod:`analytic.numeric`) and cached on disk, keyed by every field of
-every input it depends on.
+arrays (:mod:`analytic.search_programs`: the module shipped compiled for the plan's structure, or a
+program compiled once and cached as data).
 
 Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
@@ -17,27 +15,20 @@ and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import json
-import os
 import sys
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import sympy
 
-from . import compiled
 from .choices import OBJECTIVES
 from .errors import InputError, PresetError, ReinterpretedWarning
 from .formulas import formula
 from .hardware import Hardware
 from .model import Model
-from .numeric import Program, program
 from .plan import (
     RECOMPUTE,
     SCHEDULES,
@@ -50,56 +41,11 @@ from .plan import (
     tiles,
     training_dtype,
 )
-from .plan.structure import SEARCH_OUTPUTS, numbers, structure
-from .symbols import sym
+from .search_programs import DEGREES, INPUTS, _compiled
 from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
 
-DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
-INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index
-OUTPUTS = SEARCH_OUTPUTS
-
-
 MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
-MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read
-
-
-@functools.cache
-def _source_digest() -> str:
-    """A digest of the library's own code and data: compiled expressions are valid for exactly it."""
-    root = Path(__file__).parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".toml", ".txt") and "__pycache__" not in path.parts:
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def cache_dir() -> Path | None:
-    """Where search keeps its compiled expressions: ``$ANALYTIC_CACHE``, else ``$XDG_CACHE_HOME/analytic``,
-    else ``~/.cache/analytic``. An empty or relative path is ignored, as the XDG Base Directory
-    specification says of ``XDG_CACHE_HOME``; None when no absolute folder results."""
-    for var, leaf in (("ANALYTIC_CACHE", ""), ("XDG_CACHE_HOME", "analytic")):
-        value = os.environ.get(var, "")
-        if value and Path(value).is_absolute():
-            return Path(value) / leaf
-    try:
-        return Path.home() / ".cache" / "analytic"
-    except RuntimeError:  # no home directory
-        return None
-
-
-def _key(*parts) -> str:
-    """A digest of every field of every part (dataclasses by all their fields, recursively)."""
-    def plain(x):
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            return [type(x).__name__, {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}]
-        if isinstance(x, dict):
-            return {str(k): plain(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
-        if isinstance(x, (list, tuple)):
-            return [plain(v) for v in x]
-        return x if isinstance(x, (str, int, float, bool, type(None))) else repr(x)
-    return hashlib.sha256(json.dumps(plain(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -193,73 +139,6 @@ class SearchResult:
         if not self.ranked:
             raise InputError("search: no layout fits in memory")
         return self.ranked[0]
-
-
-_COMPILED: dict = {}  # key → Program, for repeated searches in one process
-
-
-def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather) -> Plan:
-    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open."""
-    layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
-                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
-                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
-    return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
-
-
-def _shipped(plan: Plan):
-    """Search's function of :data:`INPUTS` from the module compiled for the plan's structure, or None."""
-    found = compiled.module(structure(plan._in))
-    if found is None:
-        return None
-    fixed, kernels = numbers(plan._in), compiled.ARRAY
-
-    def evaluate(*args):
-        values = {**fixed, **dict(zip(INPUTS, args))}
-        return found.search(tuple(values.get(k, np.nan) for k in found.SEARCH_INPUTS), kernels)
-    return evaluate
-
-
-def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", on_build=None) -> tuple:
-    """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
-    to be built now. It is the module the library ships compiled for the configuration's structure
-    (:mod:`analytic.compiled`) where there is one; otherwise a :class:`~analytic.numeric.Program`
-    from memory or the disk cache, or built now (``on_build()`` is called first). The cache holds
-    data only, validated when read; a file that is not a valid program is rebuilt."""
-    plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather)
-    shipped = _shipped(plan)
-    if shipped is not None:
-        return shipped, False
-    key = _key(_source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp, comm_sms, zero3_gather)
-    if key in _COMPILED:
-        return _COMPILED[key], False
-    folder = cache_dir()
-    path = folder / f"search-{key}.json" if folder else None
-    try:
-        if path is None or path.stat().st_size > MAX_CACHE_BYTES:
-            raise ValueError("no cache")
-        fn = Program.from_json(json.loads(path.read_text()))
-        if fn.inputs != INPUTS or len(fn.outputs) != len(OUTPUTS):
-            raise ValueError("a program of other inputs")
-        built = False
-    except (OSError, ValueError, RecursionError, UnicodeDecodeError):
-        if on_build:
-            on_build()
-        fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(fn.to_json()))
-                tmp.replace(path)
-            except OSError:
-                pass  # a read-only cache only costs the next search its compile time
-    _COMPILED[key] = fn
-    return fn, built
 
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,

@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import analytic as an
-from analytic.search import INPUTS, _compiled, enumerate_layouts, search
+from analytic.search import enumerate_layouts, search
+from analytic.search_programs import INPUTS, _compiled
 
 MODEL, HW = an.model("llama3-405b"), an.hardware("h100-sxm")
 KW = dict(gpus=16384, seq_len=8192, global_batch=2048)

@@ -23,7 +23,7 @@ from analytic.plan.template import module_source
 from analytic.strategies import plans
 
 ROOT = Path(__file__).resolve().parent.parent
-SEARCH = importlib.import_module("analytic.search")
+PROGRAMS = importlib.import_module("analytic.search_programs")
 
 
 def essay(**kw):
@@ -128,7 +128,7 @@ def test_what_the_compiled_numbers_cannot_give_is_the_expressions_error():
 
 def test_a_new_model_of_a_known_architecture_searches_without_a_compile(tmp_path, monkeypatch):
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
-    SEARCH._COMPILED.clear()
+    PROGRAMS._COMPILED.clear()
     model = an.model("llama3-8b").replace(layers=20, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192,
                                           head_dim=None, name="mine")
     res = an.search(model, an.hardware("h100-sxm"), gpus=32, seq_len=4096, global_batch=128, progress=False)

@@ -10,13 +10,13 @@ import analytic as an
 from analytic import compiled
 from analytic.numeric import OPS, Program, program
 
-SEARCH = importlib.import_module("analytic.search")
+PROGRAMS = importlib.import_module("analytic.search_programs")
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False)
 
 
 def fresh_search(hw=HW, **kw):
-    SEARCH._COMPILED.clear()
+    PROGRAMS._COMPILED.clear()
     return an.search(MODEL, hw, **KW, **kw)
 
 
@@ -41,7 +41,7 @@ def test_the_cache_file_is_a_program_of_numbers(cache):
     (path,) = cache_files(cache)
     data = json.loads(path.read_text())
     assert set(data) == {"inputs", "constants", "steps", "outputs"}
-    assert tuple(data["inputs"]) == SEARCH.INPUTS
+    assert tuple(data["inputs"]) == PROGRAMS.INPUTS
     assert all(isinstance(c, float) for c in data["constants"])
     assert {op for op, _ in data["steps"]} <= set(OPS)
 
@@ -62,10 +62,10 @@ def test_python_in_the_cache_is_never_run(cache, tmp_path_factory):
 
 @pytest.mark.parametrize("content", [
     "[1, 2, 3]", "{}", '"a string"', "def f(): pass", "\x00\x00\x00", "[" * 100_000 + "]" * 100_000,
-    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": [], "steps": [["system", [0]]], "outputs": [10]}),
-    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": [], "steps": [["add", [0, 99]]], "outputs": [10]}),
+    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": [], "steps": [["system", [0]]], "outputs": [10]}),
+    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": [], "steps": [["add", [0, 99]]], "outputs": [10]}),
     json.dumps({"inputs": ["x"], "constants": [1.0], "steps": [["add", [0, 1]]], "outputs": [2]}),
-    json.dumps({"inputs": list(SEARCH.INPUTS), "constants": ["__import__('os')"], "steps": [], "outputs": [0]}),
+    json.dumps({"inputs": list(PROGRAMS.INPUTS), "constants": ["__import__('os')"], "steps": [], "outputs": [0]}),
 ], ids=["list", "empty-dict", "string", "python", "nul", "deep", "unknown-op", "later-register", "other-inputs",
         "string-constant"])
 def test_a_corrupt_cache_is_rebuilt(cache, content):
@@ -81,7 +81,7 @@ def test_the_key_covers_every_hardware_field(cache):
     """Changing the generation changes the fitted matmul efficiency: the cached hopper program must not answer."""
     hopper = fresh_search()
     ampere_hw = HW.replace(generation="ampere")
-    SEARCH._COMPILED.clear()
+    PROGRAMS._COMPILED.clear()
     ampere = an.search(MODEL, ampere_hw, **KW)
     assert ampere.compiled and len(cache_files(cache)) == 2
     plan = ampere.best.plan(MODEL, ampere_hw, seq_len=2048, global_batch=64)

@@ -1,0 +1,58 @@
+"""Dimension analysis of expressions: the unit an expression has when every symbol stands for one of
+its declared unit (counts as pure numbers). The catalogue checks each formula's declared unit with it."""
+
+from __future__ import annotations
+
+import pint
+import sympy
+
+from . import symbols as _symbols
+from .errors import UnitError
+from .numeric import value_at_max
+from .units import Q_, strip_counts, ureg
+
+DIMENSIONLESS = ureg.Unit("")
+
+
+def units_of(expr) -> pint.Quantity:
+    """The unit of an expression with every symbol replaced by 1 of its unit (counts stripped)."""
+    if isinstance(expr, sympy.Symbol):
+        return Q_(1, strip_counts(_symbols.info(expr).unit))
+    if expr.is_Number or expr in (sympy.pi, sympy.E):
+        return Q_(1, DIMENSIONLESS)
+    if isinstance(expr, sympy.Add):
+        terms = [units_of(a) for a in expr.args]
+        for t in terms[1:]:
+            t.to(terms[0].units)  # raises DimensionalityError on a mismatch
+        return terms[0]
+    if isinstance(expr, sympy.Mul):
+        out = Q_(1, DIMENSIONLESS)
+        for a in expr.args:
+            out = out * units_of(a)
+        return Q_(1, out.units)
+    if isinstance(expr, sympy.Pow):
+        base, exp = expr.args
+        b = units_of(base)
+        if exp.free_symbols:
+            if not b.dimensionless or not units_of(exp).dimensionless:
+                raise pint.DimensionalityError(b.units, DIMENSIONLESS, extra_msg=" (symbolic exponent)")
+            return Q_(1, DIMENSIONLESS)
+        return Q_(1, (b ** float(exp)).units)
+    if isinstance(expr, value_at_max):  # its values, alike
+        return units_of(sympy.Add(*expr.args[1::2], evaluate=False))
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        args = [a for a in expr.args if a != 0] or [expr.args[0]]  # zero has every dimension (Max(0, t))
+        return units_of(sympy.Add(*args, evaluate=False)) if len(args) > 1 else units_of(args[0])
+    if isinstance(expr, sympy.Piecewise):
+        units = [units_of(e) for e, _ in expr.args]
+        for u in units[1:]:
+            u.to(units[0].units)
+        return units[0]
+    if isinstance(expr, (sympy.ceiling, sympy.floor, sympy.Abs)):
+        return units_of(expr.args[0])
+    if isinstance(expr, (sympy.log, sympy.exp)):
+        inner = units_of(expr.args[0])
+        if not inner.dimensionless:
+            raise pint.DimensionalityError(inner.units, DIMENSIONLESS, extra_msg=f" (argument of {expr.func})")
+        return Q_(1, DIMENSIONLESS)
+    raise UnitError(f"cannot check the dimensions of {expr.func.__name__}")
