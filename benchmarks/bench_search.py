@@ -2,8 +2,8 @@
 
 Prints: layouts evaluated per second by the compiled expressions; the complete search for Llama 3
 405B on 16,384 H100s, cold (expressions compiled) and warm (compiled expressions from the cache);
-the speed-up over evaluating the same layouts one by one through Plan; and the start-up time of
-`analytic step` against a bare `python -c pass`.
+and the speed-up over evaluating the same layouts one by one through Plan (`analytic step`'s
+start-up: benchmarks/bench_plan.py).
 
 Run: python benchmarks/bench_search.py
 """
@@ -11,9 +11,6 @@ Run: python benchmarks/bench_search.py
 from __future__ import annotations
 
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -65,18 +62,6 @@ def main():
         p.step_time()
     per_plan = (time.perf_counter() - t0) / sample
     print(f"one by one through Plan: {1 / per_plan:,.0f} layouts/s; compiled is {rate * per_plan:,.0f}x faster")
-
-    # start-up of the main job against a bare interpreter
-    def wall(cmd):
-        ts = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-    bare = wall([sys.executable, "-c", "pass"])
-    step = wall([sys.executable, "-m", "analytic.cli", "step"])
-    print(f"`analytic step`: {step:.2f} s wall ({step / bare:.0f}x a bare `python -c pass` at {bare:.3f} s)")
 
 
 if __name__ == "__main__":
