@@ -26,6 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "analytic" / "plan"
 TESTS = ["tests/test_golden_plans.py", "tests/test_compiled.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
          "tests/test_trust_inputs.py", "tests/test_cli.py", "tests/test_search.py"]
+#: currency checks of the compiled plans, not checks of behaviour: a mutant of a module they are generated
+#: from changes their digest and the code the template compiles, and would fail them whatever it did
+#: (the tests of the compiled numbers then skip, and plans take the mutated expressions, which the other
+#: tests judge). The byte comparison stays for the template's own mutants: it is what checks the generator.
+CURRENCY = {"test_the_digest_is_current": None, "test_the_shipped_modules_are_what_the_template_compiles": "template.py"}
+
+
+def deselected(module: str) -> list[str]:
+    """pytest arguments leaving out the currency checks that do not judge a mutant of ``module``."""
+    return [arg for test, keep in CURRENCY.items() if keep != module
+            for arg in ("--deselect", f"tests/test_compiled.py::{test}")]
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 TIMEOUT = 300
@@ -80,11 +91,11 @@ def mutate(path: Path, index: int) -> str:
     return ast.unparse(tree)
 
 
-def run_tests(root: Path) -> str:
+def run_tests(root: Path, module: str = "") -> str:
     """"killed", "survived" or "timeout" for the checkout at ``root``."""
     env = dict(os.environ, PYTHONPATH=str(root), ANALYTIC_CACHE=str(root / ".cache"), HYPOTHESIS_PROFILE="default")
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS], cwd=root,
+        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS, *deselected(module)], cwd=root,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return "timeout"
@@ -113,7 +124,7 @@ def main() -> int:
             target = root / path.relative_to(ROOT)
             original = target.read_text()
             target.write_text(mutate(path, index))
-            outcome = run_tests(root)
+            outcome = run_tests(root, path.name)
             target.write_text(original)
             results.append((path.name, desc, outcome))
             print(f"{outcome:<9} {path.name} {desc}", flush=True)
