@@ -86,23 +86,23 @@ def test_compiled_numbers_equal_the_expressions(plan, dtype, tokens):
         plan = plan.replace(dtype=dtype, training_tokens="1e12 token" if tokens else None)
     except InputError:  # no FP8 on this hardware
         return
-    numbers = Compiled(plan._in).quantities()
-    assert numbers, f"no compiled module for {plan!r}"
-    scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": numbers["step_time"][0],
+    c = Compiled(plan._in)
+    assert c.module is not None, f"no compiled module for {plan!r}"
+    scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": c.quantity("step_time").magnitude,
              "dimensionless": 1.0}  # what a difference of large numbers is measured against
     for name in plan.quantities():
         try:
             want = plan.expr(name).value()
         except InputError:  # e.g. steps without training tokens: compiled, it is NaN and not given
-            assert name not in numbers
+            assert not c.has(name) and c.quantity(name) is None
             continue
-        value, unit = numbers[name]
-        assert str(want.units) == unit or want.dimensionless, name
-        assert _close(value, want.magnitude, scale.get(unit, 0)), (name, value, want)
-    c = Compiled(plan._in)
+        got = c.quantity(name)
+        assert got.units == want.units or want.dimensionless, name
+        assert _close(got.magnitude, want.magnitude, scale.get(str(want.units), 0)), (name, got, want)
     for k in range(int(plan.layout.pp)):
+        parts = c.stage(k)
         for part, f in plan._stage(k).items():
-            assert _close(c.stage(k)[part][0], f.value().to("byte").magnitude, 0), (k, part)
+            assert _close(parts[part].to("byte").magnitude, f.value().to("byte").magnitude, 0), (k, part)
 
 
 @needs_current
@@ -122,7 +122,8 @@ def test_modules_of_other_sources_are_not_used(monkeypatch):
     want = essay().step_time()
     monkeypatch.setattr(compiled, "source_digest", lambda: "edited")
     plan = essay()
-    assert plan._compiled == {}
+    assert plan._compiled.module is None and plan._compiled.quantity("step_time") is None
+    assert plan._compiled.stage(0) is None
     assert plan.step_time().magnitude == pytest.approx(want.magnitude, rel=1e-12)
     assert plan._exprs  # it took the expressions
 
@@ -132,12 +133,13 @@ def test_what_the_compiled_numbers_cannot_give_is_the_expressions_error():
     """Without training tokens the run's days are NaN compiled, so the plan asks its expressions,
     which say what is missing; a hardware without calibrated constants likewise."""
     plan = essay()
-    assert "steps" not in plan._compiled and "step_time" in plan._compiled
+    assert not plan._compiled.has("steps") and plan._compiled.has("step_time")
     with pytest.raises(InputError, match="training_tokens"):
         plan._quantity("steps")
     bare = dataclasses.replace(an.hardware("h100-sxm"), key="", name="bare", calibrations={})
     plan = an.Plan(an.model("llama3-8b"), bare, an.Layout(tp=8), seq_len=4096, global_batch=64)
-    assert "memory.total" in plan._compiled and "step_time" not in plan._compiled
+    assert plan._compiled.has("memory.total") and not plan._compiled.has("step_time")
+    assert plan._compiled.count("gpus") == 8 and isinstance(plan._compiled.count("gpus"), int)
     with pytest.raises(an.PresetError):
         plan.step_time()
 

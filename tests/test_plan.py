@@ -777,8 +777,8 @@ def test_each_stage_holds_its_microbatches_layers_and_ends():
         assert m.weights.to("byte").magnitude == pytest.approx(2 * (8 * layer + ends) / 8, rel=1e-12)
     assert plan.memory() == stages[0]  # the fullest
     assert plan.expr("memory.total").value() == stages[0].total
-    with pytest.raises(InputError, match="stage"):
-        plan.memory(stage=16)
+    with pytest.raises(InputError, match=r"stage: expected 0 to 15 \(pp = 16\), got 16"):
+        plan.memory(stage=16)  # one past the last: named as such, not as a formula's domain
 
 
 def test_interleaved_first_stage_is_korthikantis_factor():

@@ -12,7 +12,6 @@ function per axis) → :mod:`.timing`. :class:`Plan` builds them lazily and name
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields
 from functools import cached_property
 
@@ -25,17 +24,12 @@ from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
 from ..symbolic import optimise, smallest_fitting
-from ..units import Q_, ureg
+from ..units import Q_
 from ..values import choice, count, flag, fraction
 from . import communication, compute, memory, ops, placement, structure, timing
 from .inputs import Inputs
 from .layout import Layout
 from .ops import OP_CLASSES
-
-
-@functools.cache
-def _unit(text: str):
-    return ureg.Unit(text)
 
 
 @dataclass(frozen=True)
@@ -110,19 +104,15 @@ class Plan:
         return memory.worst(self._in, self._activation_parts)
 
     @cached_property
-    def _compiled_plan(self) -> structure.Compiled:
+    def _compiled(self) -> structure.Compiled:
+        """The numbers of the module compiled for the plan's structure, where one is shipped."""
         return structure.Compiled(self._in)
-
-    @cached_property
-    def _compiled(self) -> dict:
-        """quantity → (number, unit) from the compiled module of the plan's structure."""
-        return self._compiled_plan.quantities()
 
     def _quantity(self, name: str) -> pint.Quantity:
         """The value of quantity ``name``: compiled where the plan's structure is shipped compiled,
         else from its expression (which also raises what is wrong)."""
-        hit = self._compiled.get(name)
-        return Q_(hit[0], _unit(hit[1])) if hit is not None else self.expr(name).value()
+        q = self._compiled.quantity(name)
+        return q if q is not None else self.expr(name).value()
 
     @cached_property
     def _comm(self) -> dict:
@@ -254,7 +244,7 @@ class Plan:
 
     def communication_time(self) -> dict:
         """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
-        if not all(f"communication_time.{a}" in self._compiled for a in AXES):
+        if not all(self._compiled.has(f"communication_time.{a}") for a in AXES):
             self._comm  # noqa: B018  (the walk that records what the times lack)
             self._in.require_times()
         return {a: self._quantity(f"communication_time.{a}") for a in AXES}
@@ -321,15 +311,12 @@ class Plan:
 
     def _stage_values(self, k: int) -> dict:
         """Stage ``k``'s memory parts and total: compiled, or from their expressions."""
-        hits = self._compiled_plan.stage(k)
-        if len(hits) == len(memory.PARTS) + 1:
-            return {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
-        return {name: f.value() for name, f in self._stage(k).items()}
+        parts = self._compiled.stage(k)
+        return parts if parts is not None else {name: f.value() for name, f in self._stage(k).items()}
 
     def _stage_total(self, k: int) -> float:
         """Bytes per GPU on stage ``k``."""
-        hit = self._compiled_plan.stage(k).get("total")
-        return hit[0] if hit is not None else to_float(self._stage(k)["total"].expr, "memory of a stage")
+        return self._stage_values(k)["total"].to("byte").magnitude
 
     def _checkpoint_time(self) -> Formula:
         if "checkpoint_time" in self.inputs:
@@ -342,9 +329,9 @@ class Plan:
     # --- symbolic helpers ----------------------------------------------------------------------
     def _count(self, name: str):
         """Quantity ``name``, a count: an int where it is whole."""
-        hit = self._compiled.get(name)
-        if hit is not None:
-            return int(hit[0]) if float(hit[0]).is_integer() else hit[0]
+        n = self._compiled.count(name)
+        if n is not None:
+            return n
         f = self.expr(name)
         if f.expr.free_symbols:
             raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")

@@ -9,12 +9,14 @@ that module and :class:`Compiled` its quantities.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import sympy
 
 from .. import compiled
 from ..symbols import sym
+from ..units import Q_, ureg
 from .inputs import Inputs
 
 #: model counts a template leaves free (those the code tests against zero stay 0 where they are 0)
@@ -94,32 +96,53 @@ def numbers(inp: Inputs) -> dict:
 
 
 class Compiled:
-    """A numeric plan's compiled module (:mod:`analytic.compiled`) and its inputs to it. Each method
-    gives name → (number, unit) for the quantities whose number is finite and whose formulas' domains
-    hold; nothing where no module is shipped for the plan's structure (its expressions then give
-    every number, and the errors)."""
+    """A numeric plan's compiled module (:mod:`analytic.compiled`) and its inputs to it: each method
+    answers from the module where the plan's structure is shipped and the number is finite with its
+    formulas' domains holding, and says None otherwise (the plan's expressions then give the number,
+    or the error)."""
 
     def __init__(self, inp: Inputs):
         self._kernels, self.module = compiled.SCALAR, compiled.module(structure(inp))
         self._values = numbers(inp) if self.module is not None else {}
 
-    def quantities(self) -> dict:
-        """Every plan quantity."""
+    @functools.cached_property
+    def _quantities(self) -> dict:
         m = self.module
         return {} if m is None else self._finite(m.quantities, m.QUANTITIES_INPUTS, m.QUANTITIES_OUTPUTS,
                                                  m.QUANTITIES_UNITS, self._values)
 
-    def stage(self, k: int) -> dict:
-        """Pipeline stage ``k``'s memory parts and total."""
+    def has(self, name: str) -> bool:
+        """Whether plan quantity ``name`` has a compiled number."""
+        return name in self._quantities
+
+    def quantity(self, name: str):
+        """Plan quantity ``name`` as a Quantity, or None."""
+        hit = self._quantities.get(name)
+        return None if hit is None else Q_(hit[0], _unit(hit[1]))
+
+    def count(self, name: str):
+        """Plan quantity ``name``, a count: an int where it is whole, or None."""
+        hit = self._quantities.get(name)
+        return None if hit is None else int(hit[0]) if float(hit[0]).is_integer() else hit[0]
+
+    def stage(self, k: int) -> dict | None:
+        """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all are compiled."""
         m = self.module
-        return {} if m is None else self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS,
-                                                 {**self._values, STAGE: float(k)})
+        if m is None:
+            return None
+        hits = self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS, {**self._values, STAGE: float(k)})
+        return {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()} if len(hits) == len(m.STAGE_OUTPUTS) else None
 
     def _finite(self, function, inputs, outputs, units, values) -> dict:
         nan = math.nan
         out = function(tuple(values.get(k, nan) for k in inputs), self._kernels)
         n = len(outputs)
         return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and math.isfinite(v)}
+
+
+@functools.cache
+def _unit(text: str):
+    return ureg.Unit(text)
 
 
 __all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "Compiled", "numbers", "structural_inputs",
