@@ -316,7 +316,8 @@ class Plan:
 
     def _stage_total(self, k: int) -> float:
         """Bytes per GPU on stage ``k``."""
-        return self._stage_values(k)["total"].to("byte").magnitude
+        total = self._compiled.stage_total(k)
+        return total if total is not None else to_float(self._stage(k)["total"].expr, "memory of a stage")
 
     def _checkpoint_time(self) -> Formula:
         if "checkpoint_time" in self.inputs:

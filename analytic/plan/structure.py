@@ -92,7 +92,15 @@ def numbers(inp: Inputs) -> dict:
     out.update(inp.values)
     out.update(zero=inp.deg.zero, recompute=inp.deg.rc, schedule=inp.deg.schedule, seq_len=inp.seq_len,
                global_batch=inp.global_batch, microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
-    return {k: float(v) for k, v in out.items() if v is not None and (not isinstance(v, sympy.Basic) or v.is_number)}
+    return {k: _float(v) for k, v in out.items() if v is not None and (not isinstance(v, sympy.Basic) or v.is_number)}
+
+
+def _float(v) -> float:
+    """A number as a float, an exact rational by one correctly rounded division (as float() of it
+    gives, without mpmath)."""
+    if isinstance(v, sympy.Rational):
+        return v.p / v.q
+    return float(v)
 
 
 class Compiled:
@@ -104,6 +112,7 @@ class Compiled:
     def __init__(self, inp: Inputs):
         self._kernels, self.module = compiled.SCALAR, compiled.module(structure(inp))
         self._values = numbers(inp) if self.module is not None else {}
+        self._stages: dict = {}  # stage index → its compiled parts, or None
 
     @functools.cached_property
     def _quantities(self) -> dict:
@@ -127,11 +136,23 @@ class Compiled:
 
     def stage(self, k: int) -> dict | None:
         """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all are compiled."""
+        hits = self._stage(k)
+        return None if hits is None else {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
+
+    def stage_total(self, k: int) -> float | None:
+        """Bytes per GPU on pipeline stage ``k``, or None."""
+        hits = self._stage(k)
+        return None if hits is None else hits["total"][0]
+
+    def _stage(self, k: int) -> dict | None:
         m = self.module
         if m is None:
             return None
-        hits = self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS, {**self._values, STAGE: float(k)})
-        return {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()} if len(hits) == len(m.STAGE_OUTPUTS) else None
+        if k not in self._stages:
+            hits = self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS,
+                                {**self._values, STAGE: float(k)})
+            self._stages[k] = hits if len(hits) == len(m.STAGE_OUTPUTS) else None
+        return self._stages[k]
 
     def _finite(self, function, inputs, outputs, units, values) -> dict:
         nan = math.nan
