@@ -129,10 +129,10 @@ class Compiled:
         hit = self._quantities.get(name)
         return None if hit is None else Q_(hit[0], _unit(hit[1]))
 
-    def count(self, name: str):
-        """Plan quantity ``name``, a count: an int where it is whole, or None."""
+    def count(self, name: str) -> int | None:
+        """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
         hit = self._quantities.get(name)
-        return None if hit is None else int(hit[0]) if float(hit[0]).is_integer() else hit[0]
+        return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
 
     def stage(self, k: int) -> dict | None:
         """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all are compiled."""
