@@ -21,7 +21,7 @@ from .errors import InputError
 
 _NARY = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
          "and": np.logical_and, "or": np.logical_or}
-_UNARY = {"recip": lambda x: 1.0 / x, "sqrt": np.sqrt, "log": np.log, "exp": np.exp, "abs": np.abs,
+_UNARY = {"recip": lambda x: np.divide(1.0, x), "sqrt": np.sqrt, "log": np.log, "exp": np.exp, "abs": np.abs,
           "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not}
 _BINARY = {"pow": np.float_power, "mod": np.mod,
            "gcd": lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(np.float64), "lt": np.less, "le": np.less_equal, "gt": np.greater,
@@ -244,7 +244,8 @@ def program(exprs, inputs) -> Program:
 #: how each operation of a program reads as Python on a kernel namespace ``k`` (analytic.compiled)
 _PYTHON = {"add": " + ", "mul": " * ", "lt": " < ", "le": " <= ", "gt": " > ", "ge": " >= ", "eq": " == ",
            "ne": " != "}
-_KERNEL_NAMES = {"and": "and_", "or": "or_", "not": "not_"}  # Python keywords
+#: operations whose name is a Python keyword, as a kernel namespace spells them
+KERNEL_NAMES = {"and": "and_", "or": "or_", "not": "not_"}
 
 
 def python_source(prog: Program, name: str) -> str:
@@ -272,7 +273,7 @@ def python_source(prog: Program, name: str) -> str:
     for i, (op, refs) in enumerate(prog.steps):
         args = [ref(r) for r in refs]
         body = (_PYTHON[op].join(args) if op in _PYTHON
-                else f"k.{_KERNEL_NAMES.get(op, op)}({', '.join(args)})")
+                else f"k.{KERNEL_NAMES.get(op, op)}({', '.join(args)})")
         for r in dict.fromkeys(refs):  # names whose last reader this step is are free again
             if r >= base and last[r] == base + i and r not in kept:
                 free.append(names[r])

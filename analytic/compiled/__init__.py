@@ -56,12 +56,6 @@ def module(structure: str | None):
     return importlib.import_module(f"{__name__}.{module_name(structure)}")
 
 
-def run(function, inputs: tuple, outputs: tuple, values: dict, kernel) -> dict:
-    """``function``'s outputs by name, its inputs read from ``values`` (NaN where one is missing)."""
-    nan = math.nan
-    return dict(zip(outputs, function(tuple(values.get(k, nan) for k in inputs), kernel)))
-
-
 # --- kernels: what the generated code calls, on Python floats or on numpy arrays -------------------
 
 def _recip(x):
@@ -131,17 +125,15 @@ SCALAR = SimpleNamespace(
 
 @functools.cache
 def _array_kernels() -> SimpleNamespace:
-    import numpy as np
+    """The numpy operations of :data:`analytic.numeric.OPS` (what interpreted programs run), by the
+    names the generated code calls."""
+    from ..numeric import KERNEL_NAMES, OPS
 
     def reduce(fn):
         return lambda *a: functools.reduce(fn, a)
 
-    return SimpleNamespace(
-        nan=math.nan, recip=lambda x: np.divide(1.0, x), sqrt=np.sqrt, log=np.log, exp=np.exp, abs=np.abs, floor=np.floor,
-        ceiling=np.ceil, pow=np.float_power, mod=np.mod,
-        gcd=lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(np.float64),
-        max=reduce(np.maximum), min=reduce(np.minimum), and_=reduce(np.logical_and), or_=reduce(np.logical_or),
-        not_=np.logical_not, where=np.where)
+    return SimpleNamespace(nan=math.nan, **{KERNEL_NAMES.get(op, op): fn if arity else reduce(fn)
+                                            for op, (fn, arity) in OPS.items()})
 
 
 def __getattr__(name):
