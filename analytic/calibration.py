@@ -1,15 +1,15 @@
 """Fit the predictive model's constants once, on published measurements.
 
-The constants are the achievable matmul efficiency per hardware generation and dtype, one link
-efficiency and one overlap fraction. The collectives' per-step latencies are not fitted (the step
+The constants are the achievable matmul efficiency per hardware generation and dtype, one overlap
+fraction and one attention factor. The collectives' per-step latencies are not fitted (the step
 times cannot pin them): they are NCCL's own (presets/collectives.toml). Each measured case is a Plan
 whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
-``scipy.optimize.least_squares`` fits log(predicted / published) over all cases. Leave-one-out
-refits without each case and predicts it; leave-one-source-out refits without every case of the
-case's source (its ``group``), so that rows of one table cannot predict each other. The
-compute-only baseline (``Case(..., time="time.compute")``) predicts the step as its compute alone,
-one matmul efficiency per hardware generation and dtype: what the bubble and communication terms
-add is measured against it.
+``scipy.optimize.least_squares`` fits log(predicted / published) over all cases, each source
+weighted equally. Leave-one-out refits without each case and predicts it; leave-one-source-out
+refits without every case of the case's source (its ``group``), so that rows of one table cannot
+predict each other. The compute-only baseline (``Case(..., time="time.compute")``) predicts the step
+as its compute alone, one matmul efficiency per hardware generation and dtype: what the bubble and
+communication terms add is measured against it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 from .errors import InputError
 from .formula import Formula
 from .formulas import formula
+from .model import Model
 from .plan import CONVENTIONS, Layout, Plan
 from .presets import hardware, model
 from .symbols import sym
@@ -35,7 +36,7 @@ SHARED = ("overlap", "attention_factor")
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "overlap": (0.0, 1.0),
           "attention_factor": (0.05, 1.0)}
 START = {"matmul_efficiency": 0.5, "overlap": 0.5, "attention_factor": 0.7}
-METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token")
+METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token", "step_time")
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
 #: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
@@ -44,13 +45,19 @@ LOSS, F_SCALE = "soft_l1", 0.1
 
 
 def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
-    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...)."""
+    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...).
+    ``model`` is a preset's name or a table of :class:`~analytic.Model` fields (with its ``source``)."""
     spec = dict(spec)
     try:
-        m = model(spec.pop("model"))
-        hw = hardware(spec.pop("hardware"))
+        m, hw = spec.pop("model"), hardware(spec.pop("hardware"))
     except KeyError as exc:
         raise InputError(f"plan spec: missing {exc}") from None
+    if isinstance(m, dict):
+        if not m.get("source"):
+            raise InputError("plan spec: a model given as a table needs its source")
+        m = Model(**{k: v for k, v in m.items() if k != "source"})
+    else:
+        m = model(m)
     if "model_overrides" in spec:
         m = m.replace(**spec.pop("model_overrides"))
     if "hardware_overrides" in spec:
@@ -73,6 +80,8 @@ def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str =
         return plan.expr("tokens_per_step") / (step * gpus)
     if metric == "gpu_hours_per_token":
         return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
+    if metric == "step_time":
+        return step
     raise InputError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
 
 
@@ -135,19 +144,29 @@ def _fit(cases: list[Case]):
     lo = np.array([BOUNDS[kind(n)][0] for n in names])
     hi = np.array([BOUNDS[kind(n)][1] for n in names])
 
-    def residuals(x):
+    weights = source_weights(cases)
+
+    def log_errors(x):
         c = _constants(names, x)
         return np.array([math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
                          for case in cases])
 
-    res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss=LOSS, f_scale=F_SCALE)
+    res = least_squares(lambda x: weights * log_errors(x), x0, bounds=(lo, hi), method="trf", loss=LOSS,
+                        f_scale=F_SCALE)
     constants = _constants(names, res.x)
-    constants["rms_log_residual"] = float(np.sqrt(np.mean(res.fun**2)))
+    constants["rms_log_residual"] = float(np.sqrt(np.mean(log_errors(res.x) ** 2)))
     return constants, names, res
 
 
+def source_weights(cases: list[Case]) -> np.ndarray:
+    """1/√n for each case of a source with n cases: every source weighs the same in the sum of squares,
+    so a table of many rows from one run does not outvote a paper with one."""
+    sizes = {g: sum(c.group == g for c in cases) for g in {c.group for c in cases}}
+    return np.array([1 / math.sqrt(sizes[c.group]) for c in cases])
+
+
 def identifiability(cases: list[Case]) -> list[dict]:
-    """For each fitted constant: its value, its standard error (from the Jacobian J of the log
+    """For each fitted constant: its value, its standard error (from the Jacobian J of the weighted log
     residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are, before
     the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's
     information, largest first."""
@@ -209,8 +228,8 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
 
 def time_ratio(case: Case, prediction: float) -> float:
     """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary as
-    1/step time, GPU-hours per token as the step time)."""
-    return case.target / prediction if case.metric == "gpu_hours_per_token" else prediction / case.target
+    1/step time, GPU-hours per token and the step time itself as the step time)."""
+    return case.target / prediction if case.metric in ("gpu_hours_per_token", "step_time") else prediction / case.target
 
 
 def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -> tuple[float, float]:
@@ -242,7 +261,7 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
         "",
         "[provenance]",
         f'summary = "scipy.optimize.least_squares on log(predicted/published) over {len(cases)} measured cases '
-        f'of {source}"',
+        f'of {source}, each source weighted equally"',
         f"cases = [{', '.join(repr(c.id).replace(chr(39), chr(34)) for c in cases)}]",
         f"rms_log_residual = {constants['rms_log_residual']:.6f}",
         "",
