@@ -1,8 +1,8 @@
 """Fit the predictive model's constants once, on published measurements.
 
-The constants are the achievable matmul efficiency per hardware generation and dtype, one overlap
-fraction and one attention factor. The collectives' per-step latencies are not fitted (the step
-times cannot pin them): they are NCCL's own (presets/collectives.toml). Each measured case is a Plan
+The constants are the achievable matmul efficiency per hardware generation and dtype and one
+attention factor. The collectives' per-step latencies and the overlap are not fitted (the step times
+cannot pin them): they are fixed from their sources (presets/collectives.toml). Each measured case is a Plan
 whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
 ``scipy.optimize.least_squares`` fits log(predicted / published) over all cases, each source
 weighted equally. Leave-one-out refits without each case and predicts it; leave-one-source-out
@@ -31,11 +31,10 @@ from .symbols import sym
 from .units import Q_
 from .values import as_quantity, choice
 
-SHARED = ("overlap", "attention_factor")
+SHARED = ("attention_factor",)
 #: starting point and bounds of the constants
-BOUNDS = {"matmul_efficiency": (0.05, 1.0), "overlap": (0.0, 1.0),
-          "attention_factor": (0.05, 1.0)}
-START = {"matmul_efficiency": 0.5, "overlap": 0.5, "attention_factor": 0.7}
+BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_factor": (0.05, 1.0)}
+START = {"matmul_efficiency": 0.5, "attention_factor": 0.7}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token", "step_time")
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
@@ -266,7 +265,6 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
         f"rms_log_residual = {constants['rms_log_residual']:.6f}",
         "",
         "[shared]",
-        f"overlap = {constants['overlap']:.6f}",
         f"attention_factor = {constants['attention_factor']:.6f}",
         "",
         "[matmul_efficiency]",

@@ -28,7 +28,8 @@ _NAMES = {"scale_up": "scale_up_bandwidth", "scale_out": "scale_out_bandwidth"}
 
 @dataclass(frozen=True)
 class Calibration:
-    """Constants of the predictive step-time model (fitted by ``analytic calibrate --published``)."""
+    """Constants of the predictive step-time model: the matmul efficiency and attention factor fitted by
+    ``analytic calibrate --published``, the overlap fixed from presets/collectives.toml."""
 
     matmul_efficiency: float
     overlap: float

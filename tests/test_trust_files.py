@@ -93,12 +93,13 @@ def test_an_empty_or_malformed_case_folder_is_an_error(tmp_path, content, messag
 def test_calibrate_published_prints_and_writes_only_where_told(tmp_path):
     before = CALIBRATION_FILE.read_bytes()
     code, printed, _ = run("calibrate", "--published")
-    assert code == 0 and tomllib.loads(printed)["shared"]["overlap"] > 0
+    assert code == 0 and tomllib.loads(printed)["shared"]["attention_factor"] > 0
     target = tmp_path / "cal.toml"
     code, out, _ = run("calibrate", "--published", "--write", str(target), "--json")
     assert code == 0 and target.read_text() == printed
     data = json.loads(out)
-    assert data["shared"]["overlap"] == pytest.approx(tomllib.loads(printed)["shared"]["overlap"], abs=1e-6)
+    assert data["shared"]["attention_factor"] == pytest.approx(tomllib.loads(printed)["shared"]["attention_factor"],
+                                                              abs=1e-6)
     assert CALIBRATION_FILE.read_bytes() == before  # the installed calibration is never rewritten
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.toml"]
 

@@ -53,10 +53,11 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     blocking = comm["dp"]["blocking"]
     out["dp"] = composed("dp", lazy_max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
                          comm["dp"]["time"], blocking, window)
-    # DualPipe overlaps all-to-all with the paired chunk's compute
+    # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
+    # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
     hidden_behind_pair = composed("ep", lazy_max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"],
                                   compute)
-    out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"] * (1 - phi), True))
+    out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True))
     return out
 
 

@@ -57,7 +57,7 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     interval = (spread["low"], spread["high"]) if spread else None
     out = {}
     for key, eff in data.get("matmul_efficiency", {}).items():
-        out[key] = Calibration(matmul_efficiency=eff, overlap=shared["overlap"],
+        out[key] = Calibration(matmul_efficiency=eff, overlap=overlap_fraction(),
                                attention_factor=shared["attention_factor"],
                                provenance=provenance, interval=interval, coverage=spread.get("coverage"))
     return out
@@ -140,6 +140,13 @@ def nccl_latency(link: str):
 def nccl_efficiency(link: str) -> float:
     """Share of ``link``'s bandwidth ("scale_up" or "scale_out") NCCL's rings reach, from collectives.toml."""
     value, _ = _sourced("nccl", f"{link}_efficiency", _collective_tables()["nccl"][f"{link}_efficiency"])
+    return value
+
+
+def overlap_fraction() -> float:
+    """The share of a window of compute that overlapped traffic hides in, from collectives.toml (fixed,
+    not fitted)."""
+    value, _ = _sourced("overlap", "fraction", _collective_tables()["overlap"]["fraction"])
     return value
 
 
