@@ -48,10 +48,11 @@ def _need(cfg: dict, key: str):
     return cfg[key]
 
 
-def _dense(cfg: dict, gates: dict | None = None, tied: bool = False) -> dict:
+def _dense(cfg: dict, gates: dict | None = None, tied: bool = False, window: bool = False) -> dict:
     """The fields every supported architecture shares: a gated-MLP decoder with RMSNorm and RoPE;
     ``gates`` maps the config's activation to the MLP kind (SiLU: SwiGLU), ``tied`` is the
-    architecture's default for tie_word_embeddings."""
+    architecture's default for tie_word_embeddings, ``window`` whether its sliding_window applies to
+    every layer (Mistral)."""
     gates = gates or {"silu": "swiglu"}
     act = cfg.get("hidden_activation") or cfg.get("hidden_act") or next(iter(gates))
     if act not in gates:
@@ -60,9 +61,10 @@ def _dense(cfg: dict, gates: dict | None = None, tied: bool = False) -> dict:
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key):
             raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
-    if cfg.get("sliding_window") is not None and cfg.get("use_sliding_window", True):
-        raise InputError(f"config: sliding_window {cfg['sliding_window']}: sliding-window attention is not modelled "
-                         "(its FLOPs and memory differ from full attention beyond the window)")
+    slides = cfg.get("sliding_window") is not None and cfg.get("use_sliding_window", True)
+    if slides and not window:
+        raise InputError(f"config: sliding_window {cfg['sliding_window']}: {cfg.get('model_type')} is mapped without "
+                         "one (Mistral's and GPT-OSS's windows are)")
     heads = _need(cfg, "num_attention_heads")
     out = {"layers": _need(cfg, "num_hidden_layers"), "hidden": _need(cfg, "hidden_size"), "heads": heads,
            "kv_heads": cfg.get("num_key_value_heads") or heads, "vocab": _need(cfg, "vocab_size"),
@@ -70,6 +72,8 @@ def _dense(cfg: dict, gates: dict | None = None, tied: bool = False) -> dict:
            "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied))}
     if cfg.get("head_dim") is not None:
         out["head_dim"] = cfg["head_dim"]
+    if slides:
+        out["sliding_window"] = cfg["sliding_window"]
     return out
 
 
@@ -81,6 +85,32 @@ DENSE_FIELDS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_hea
 
 def _llama(cfg):
     return _dense(cfg), DENSE_FIELDS
+
+
+def _mistral(cfg):
+    """Mistral: Llama's decoder with a sliding window on every layer (Mistral 7B, arXiv 2310.06825 §2)."""
+    return _dense(cfg, window=True), DENSE_FIELDS
+
+
+def _gpt_oss(cfg):
+    """GPT-OSS: a SwiGLU MoE (its clamp, swiglu_limit, changes no count) with biases on the attention
+    (QKV and output), on every expert and the router, a sink logit per head, and a sliding window on
+    the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
+    out = _dense({k: v for k, v in cfg.items() if k not in ("attention_bias", "sliding_window")})
+    types = list(_need(cfg, "layer_types"))
+    if set(types) - {"sliding_attention", "full_attention"} or len(types) != out["layers"]:
+        raise InputError(f"config: layer_types must name each of the {out['layers']} layers sliding_attention or "
+                         "full_attention")
+    topk = {cfg[k] for k in ("num_experts_per_tok", "experts_per_token") if cfg.get(k) is not None}
+    if len(topk) != 1:
+        raise InputError(f"config: num_experts_per_tok / experts_per_token: expected one value, got {sorted(topk)}")
+    sliding = types.count("sliding_attention")
+    out.update(bias=bool(cfg.get("attention_bias", True)), experts=_need(cfg, "num_local_experts"), topk=topk.pop(),
+               expert_ffn_hidden=out["ffn_hidden"], attention_sinks=True, expert_bias=True,
+               sliding_window=_need(cfg, "sliding_window") if sliding else 0, sliding_layers=sliding or None)
+    # initial_context_length: the pre-training context, before YaRN extends it (no count changes)
+    return out, DENSE_FIELDS | {"num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types",
+                                "swiglu_limit", "initial_context_length"}
 
 
 def _gemma(cfg):
@@ -142,8 +172,9 @@ def _deepseek(cfg):
 
 
 #: model_type → mapping
-ARCHITECTURES = {"llama": _llama, "mistral": _llama, "mixtral": _mixtral, "gemma": _gemma, "qwen2": _qwen2,
-                 "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek}
+ARCHITECTURES = {"llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "gemma": _gemma, "qwen2": _qwen2,
+                 "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+                 "gpt_oss": _gpt_oss}
 
 
 def model_fields(config, name: str | None = None) -> dict:

@@ -30,8 +30,11 @@ class Model:
     transformer block of the model's last kind, sharing the embedding and output head; they are
     trained, stored and computed, but not in ``total_params`` / ``active_params`` (the papers' counts
     leave them out) — see :meth:`mtp_params_formula`. ``qk_norm``: an RMSNorm over each head's query
-    and key (Qwen3). ``qkv_bias``: biases on the QKV projection only (Qwen, Qwen2). :meth:`from_hf`
-    reads a Hugging Face ``config.json``."""
+    and key (Qwen3). ``qkv_bias``: biases on the QKV projection only (Qwen, Qwen2).
+    ``sliding_window`` W > 0 limits the attention of ``sliding_layers`` of the layers (None: all) to
+    the last W keys (Mistral, GPT-OSS); ``attention_sinks`` adds a learned sink logit per head and
+    ``expert_bias`` biases on every expert and the router (GPT-OSS). :meth:`from_hf` reads a Hugging
+    Face ``config.json``."""
 
     layers: object
     hidden: object
@@ -60,6 +63,10 @@ class Model:
     mtp_modules: object = 0
     qk_norm: bool = False
     qkv_bias: bool = False
+    sliding_window: object = 0
+    sliding_layers: object = None
+    attention_sinks: bool = False
+    expert_bias: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
@@ -105,6 +112,17 @@ class Model:
             raise InputError("experts: topk or shared_experts given for a dense model (experts = 0)")
         if self.attention == "mla" and not (self.q_lora_rank and self.kv_lora_rank and self.rope_dim):
             raise InputError("attention='mla' needs q_lora_rank, kv_lora_rank and rope_dim")
+        set_("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
+        if self.sliding_layers is not None:
+            set_("sliding_layers", count("sliding_layers", self.sliding_layers, minimum=0))
+            if not self.sliding_window:
+                raise InputError("sliding_layers: given without a sliding_window")
+        if isinstance(self.sliding_layers, int) and isinstance(self.layers, int) and self.sliding_layers > self.layers:
+            raise InputError(f"sliding_layers: {self.sliding_layers} exceeds layers {self.layers}")
+        set_("attention_sinks", flag("attention_sinks", self.attention_sinks))
+        set_("expert_bias", flag("expert_bias", self.expert_bias))
+        if self.expert_bias and not self.experts:
+            raise InputError("expert_bias: a dense model (experts = 0) has no experts to bias")
 
     @classmethod
     def gpt(cls, layers, hidden, heads, vocab=51200, seq_len=2048, name=None, **overrides) -> "Model":
@@ -116,8 +134,8 @@ class Model:
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
         """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
-        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 (:mod:`analytic.hf`). A field the mapping does not know is
-        refused, never guessed."""
+        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS (:mod:`analytic.hf`). A field the
+        mapping does not know is refused, never guessed."""
         from .hf import model_fields
         return cls(**model_fields(config, name))
 
@@ -143,6 +161,14 @@ class Model:
         return ".mla" if self.attention == "mla" else ""
 
     @property
+    def windowed_layers(self):
+        """Layers whose attention the sliding window limits: ``sliding_layers``, all layers where it
+        is None, none without a window."""
+        if not self.sliding_window:
+            return 0
+        return self.layers if self.sliding_layers is None else self.sliding_layers
+
+    @property
     def blocks(self):
         """Transformer blocks a token passes through in training: the layers and the MTP modules' blocks."""
         return self.layers + self.mtp_modules
@@ -162,14 +188,16 @@ class Model:
         per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
         linear = 2 if self.bias else 1
         norms = 2 * (2 if self.norm == "layernorm" else 1) + (2 if self.qk_norm else 0)
-        attention = 5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)
-        moe = self.moe_blocks * (norms + attention + 1 + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
+        attention = (5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)) + self.attention_sinks
+        router = 2 if self.expert_bias else 1
+        moe = self.moe_blocks * (norms + attention + router + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
         return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + moe
 
     @property
     def routed_expert_tensors(self):
-        """The routed experts' parameter tensors among :attr:`block_tensors`: two per expert per MoE block."""
-        return self.moe_blocks * 2 * self.experts
+        """The routed experts' parameter tensors among :attr:`block_tensors`: two per expert per MoE block
+        (four with their biases)."""
+        return self.moe_blocks * (4 if self.expert_bias else 2) * self.experts
 
     def inputs(self) -> dict:
         """keyword → value of every architecture symbol (for binding catalogue formulas)."""
@@ -182,6 +210,8 @@ class Model:
                        expert_ffn_hidden=self.expert_ffn_hidden, moe_layers=self.moe_layers)
         if self.attention == "mla":
             out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
+        if self.sliding_window:
+            out.update(sliding_window=self.sliding_window, sliding_layers=self.windowed_layers)
         return {k: (v if isinstance(v, sympy.Basic) else exact(v)) for k, v in out.items()}
 
     def _part(self, name: str) -> Formula:
@@ -196,6 +226,10 @@ class Model:
             if self.mlp == "gelu":
                 mlp = mlp + self._part("model.params.mlp_bias.gelu")
         moe = self._part("model.params.moe_active" if active else "model.params.moe") if self.is_moe else None
+        if self.expert_bias:
+            moe = moe + self._part("model.params.moe_bias_active" if active else "model.params.moe_bias")
+        if self.attention_sinks:
+            attn = attn + self._part("model.params.attention_sinks")
         if self.qk_norm:
             attn = attn + self._part("model.params.qk_norm")
         if self.qkv_bias:
@@ -227,6 +261,11 @@ class Model:
             "model.params.mtp" + (f"[{self.name}]" if self.name else ""),
             source="derived: model.params.mtp_projection + one transformer block, per MTP module (DeepSeek-V3 §2.2)")
 
+    def _routed_experts(self) -> Formula:
+        """Parameters of one MoE layer's routed experts (sharded by EP), biases included."""
+        routed = self._part("model.params.routed_experts")
+        return routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
+
     def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
         """(parameters outside the routed experts, routed-expert parameters) of a pipeline stage holding
         ``layers`` layers from layer ``start`` (the first ``dense_layers`` are dense); ``first`` and
@@ -238,7 +277,7 @@ class Model:
         emb, norm = self._part("model.params.embedding"), self._part(f"model.params.norm.{self.norm}")
         if self.is_moe:
             dense = sympy.Max(0, sympy.Min(sympy.sympify(self.dense_layers) - start, layers))
-            routed = self._part("model.params.routed_experts")
+            routed = self._routed_experts()
             rest = layer * layers + mlp * dense + (moe - routed) * (layers - dense)
             experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
         else:
@@ -250,7 +289,7 @@ class Model:
         head = emb * one(sympy.And(last, sympy.Not(first)) if self.tied_embeddings else last)
         rest = rest + emb_first * one(first) + head + norm * one(last)
         if self.mtp_modules:  # their routed experts are counted with the others above
-            mtp_routed = self._part("model.params.routed_experts") * self.mtp_modules if self.is_moe else 0
+            mtp_routed = self._routed_experts() * self.mtp_modules if self.is_moe else 0
             rest = rest + (self.mtp_params_formula() - mtp_routed) * one(last)
         return rest, experts
 

@@ -56,6 +56,8 @@ _TABLE = [
     ("q_lora_rank", "r_q", "", "count0", "MLA query compression rank"),
     ("kv_lora_rank", "r_kv", "", "count0", "MLA key/value compression rank"),
     ("rope_dim", "d_r", "", "count0", "MLA decoupled RoPE dimension per head"),
+    ("sliding_window", "W", "", "count0", "keys a sliding-window attention layer lets a query see (0: none)"),
+    ("sliding_layers", "L_w", "", "count0", "layers whose attention is limited to the sliding window"),
     # data
     ("tokens", "D", "token", "nonnegative", "training tokens"),
     ("seq_len", "s", "", "count", "sequence length"),

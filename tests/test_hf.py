@@ -113,3 +113,33 @@ def test_the_cli_takes_a_config_for_model(capsys):
     assert out["fits"] and out["weights"] > 0
     assert main(["memory", "--model", str(DATA / "nothing.json"), "--hardware", "h100-sxm"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name, total, active", [("gpt-oss-120b", 116.83e9, 5.13e9), ("gpt-oss-20b", 20.91e9, 3.61e9)])
+def test_gpt_oss_counts_its_model_cards_parameters(name, total, active):
+    """GPT-OSS's model card (OpenAI 2025, Table 1): 116.83B / 5.13B active and 20.91B / 3.61B, the active
+    count without the input embedding table. Hand count of the 120B: per layer 26,542,080 attention
+    weights + 8,000 biases + 64 sinks + 5,760 norm gains, and 128 experts of 3·2,880² weights and 8,640
+    biases with a 2,880×128 router and its 128 biases; two 201,088×2,880 embeddings and a final norm."""
+    m = an.Model.from_hf(DATA / f"{name}.json")
+    assert m.total_params == pytest.approx(total, abs=5e6)
+    assert m.active_params - m.vocab * m.hidden == pytest.approx(active, abs=5e6)
+    if name == "gpt-oss-120b":
+        layer = 26_542_080 + 8_000 + 64 + 5_760 + 128 * (3 * 2880**2 + 8_640) + 2880 * 128 + 128
+        assert m.total_params == 36 * layer + 2 * 201_088 * 2880 + 2880
+    assert (m.sliding_window, m.windowed_layers, m.attention_sinks, m.expert_bias) == (128, m.layers // 2, True, True)
+
+
+def test_gpt_oss_layer_types_must_name_every_layer():
+    cfg = _config("gpt-oss-20b")
+    for types in (cfg["layer_types"][:-1], cfg["layer_types"][:-1] + ["chunked_attention"]):
+        with pytest.raises(InputError, match="layer_types"):
+            an.Model.from_hf({**cfg, "layer_types": types})
+    with pytest.raises(InputError, match="experts_per_token"):
+        an.Model.from_hf({**cfg, "experts_per_token": 2})
+
+
+def test_mistrals_window_covers_every_layer():
+    cfg = {**_config("llama-3.1-8b"), "model_type": "mistral", "sliding_window": 4096}
+    m = an.Model.from_hf(cfg)
+    assert (m.sliding_window, m.sliding_layers, m.windowed_layers) == (4096, None, m.layers)

@@ -810,3 +810,20 @@ def test_uneven_stages():
         an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
     with pytest.raises(LayoutError, match="interleaved"):
         an.Layout(pp=16, vpp=2, schedule="interleaved", first_stage_layers=7)
+
+
+def test_a_sliding_window_computes_its_band_of_the_score_matrix():
+    """With a fused kernel a sliding-window layer computes the band of width W below the diagonal,
+    Ws − W²/2 of the s² scores, against a causal layer's s²/2: at W = s/4 that is 7/32 against 1/2, so
+    the attention core takes 7/16 of the causal time; a window as long as the sequence is causal;
+    only the listed layers slide."""
+    m = an.Model(layers=8, hidden=1024, heads=8, vocab=1000, position="rope", mlp="swiglu")
+    hw, lay, kw = an.hardware("h100-sxm"), an.Layout(dp=8), dict(seq_len=4096, global_batch=8)
+    core = lambda model: an.Plan(model, hw, lay, **kw).time_breakdown(ops=True)["attention"].to("s").magnitude  # noqa: E731
+    causal = core(m)
+    assert core(m.replace(sliding_window=1024)) == pytest.approx(7 / 16 * causal, rel=1e-12)
+    assert core(m.replace(sliding_window=4096)) == pytest.approx(causal, rel=1e-12)
+    assert core(m.replace(sliding_window=8192)) == pytest.approx(causal, rel=1e-12)
+    assert core(m.replace(sliding_window=1024, sliding_layers=4)) == pytest.approx((7 / 16 + 1) / 2 * causal, rel=1e-12)
+    with pytest.raises(InputError, match="sliding_layers"):
+        m.replace(sliding_layers=2)

@@ -54,6 +54,21 @@ define("model.params.moe_active", (k + E_s) * 3 * h * h_e + E * h, P,
        "DeepSeek-V3 arXiv 2412.19437 §2.1.2 (top-k routed + shared experts)",
        ("a token uses k routed and all shared experts, and the whole router",),
        "parameters of one MoE FFN used by one token", coefficient_unit=P)
+define("model.params.attention_sinks", a, P,
+       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       ("one learned sink logit per attention head",), "attention sink logits of one attention block", coefficient_unit=P)
+define("model.params.moe_bias", (E + E_s) * (2 * h_e + h) + E, P,
+       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       ("each expert's gate-and-up bias (2·h_e) and down bias (h)", "the router's bias (E)"),
+       "biases of one MoE FFN (all experts and the router)", coefficient_unit=P)
+define("model.params.moe_bias_active", (k + E_s) * (2 * h_e + h) + E, P,
+       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       ("a token uses k routed and all shared experts' biases, and the whole router's",),
+       "biases of one MoE FFN used by one token", coefficient_unit=P)
+define("model.params.routed_experts_bias", E * (2 * h_e + h), P,
+       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       ("each routed expert's gate-and-up bias (2·h_e) and down bias (h)",),
+       "biases of the routed experts of one MoE layer (sharded by EP)", coefficient_unit=P)
 define("model.params.mtp_projection", 2 * h * h + 2 * h, P,
        "DeepSeek-V3 arXiv 2412.19437 §2.2 eq. (21) (multi-token prediction)",
        ("projection M ∈ R^{h×2h} of the concatenated hidden state and embedding",

@@ -95,3 +95,12 @@ define("compute.attention.causal_share", sympy.Rational(1, 2), "",
        "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above the diagonal)",
        ("long sequences: the diagonal blocks' share is neglected",),
        "share of the full score matrix a causal fused kernel computes")
+define("compute.attention.window_share", S("sliding_window") / S("seq_len") * (1 - S("sliding_window") / (2 * S("seq_len"))),
+       "", "Beltagy et al. 2020, Longformer, arXiv 2004.05150 §3.1 (a sliding window of w keys: O(n·w)); Jiang et al. "
+       "2023, Mistral 7B, arXiv 2310.06825 §2 (each token attends to at most W tokens); derived: the band of width W "
+       "below the diagonal of the s × s score matrix covers Ws − W²/2 of its s² entries",
+       ("W ≤ s (a window as long as the sequence is the causal share, 1/2); the diagonal blocks' share neglected, as "
+        "in the causal share", "a fused kernel that skips the blocks outside the band (FlashAttention-2's local "
+        "attention); unfused attention computes the whole score matrix"),
+       "share of the full score matrix a sliding-window fused kernel computes",
+       domain=((S("sliding_window") <= S("seq_len"), "a window longer than the sequence: the layer is causal"),))

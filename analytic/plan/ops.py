@@ -109,6 +109,17 @@ def gemm_time(o: _Ops) -> Formula:
     return total * inp.microbatches
 
 
+def _score_share(inp):
+    """Share of the full score matrix a fused kernel computes, over the blocks: causal, and within the
+    window on the model's sliding-window layers (a window as long as the sequence is causal)."""
+    m = inp.model
+    causal = inp.f("compute.attention.causal_share")
+    if not m.windowed_layers:
+        return causal.expr
+    window = inp.f("compute.attention.window_share", sliding_window=sympy.Min(m.sliding_window, inp.seq_len))
+    return (window * m.windowed_layers + causal * (sympy.sympify(m.blocks) - m.windowed_layers)) / m.blocks
+
+
 def attention_time(o: _Ops) -> Formula:
     """Seconds per step of every block's attention core: a fused kernel (causal, at the stack's
     kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
@@ -121,7 +132,7 @@ def attention_time(o: _Ops) -> Formula:
     if inp.flash_attention:
         core = inp.f(f"compute.attention_core_forward_flops_per_token{suffix}")
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
-        per_token = (core * (3 + o.again) + recompute) * inp.f("compute.attention.causal_share").expr
+        per_token = (core * (3 + o.again) + recompute) * _score_share(inp)
         flops = composed("C", per_token.expr * M / t, "FLOP", per_token)
         eff = inp.values.get("attention_efficiency", inp.need("matmul_efficiency"))  # see Inputs.notes
         one = inp.f("compute.attention.time", flops=flops.expr, attention_efficiency=eff,
