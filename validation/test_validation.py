@@ -233,7 +233,7 @@ def test_identifiability_names_who_pins_each_constant():
     for name, c in table.items():
         assert c["standard_error"] < (0.15 if name == "attention_factor" else 0.1) * c["value"], name
     assert set(table) == {"matmul_efficiency:ampere.bf16", "matmul_efficiency:hopper.bf16",
-                          "matmul_efficiency:hopper.fp8", "attention_factor"}
+                          "matmul_efficiency:hopper.fp8", "matmul_efficiency:tpu-v6e.bf16", "attention_factor"}
 
 
 def test_memory_cases_are_summarised_by_source(results, tmp_path):
