@@ -132,6 +132,8 @@ _TABLE = [
     ("mtbf", "M_tbf", "s", "positive", "mean time between interruptions of the whole job"),
     ("interruption_rate", "lambda", "1/s", "positive", "interruptions per second per accelerator"),
     ("restart_time", "R", "s", "nonnegative", "time to restart after an interruption"),
+    ("checkpoint_write_time", "delta_w", "s", "nonnegative",
+     "time an asynchronous checkpoint takes to become durable after its stall (0: synchronous)"),
     ("run_time", "T_run", "s", "nonnegative", "wall-clock time of a run"),
     ("sigma", "sigma", "", "nonnegative", "standard deviation of one accelerator's step time, relative to its mean"),
 ]

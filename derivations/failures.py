@@ -47,6 +47,14 @@ def derive() -> Derivation:
     wall = sympy.simplify(segment.subs({w: tau + delta, D: downtime}))
     d.check(tau / wall, "reliability.daly.goodput",
             "A checkpoint δ after every τ of work: goodput is τ over that segment's expected wall time (Daly 2006)")
+    dw = S("checkpoint_write_time")
+    lost = d.step("Asynchronous checkpoints stall training δ and become durable δ_w later, while the next segment "
+                  "runs. A failure in that window falls back to the checkpoint before, redoing τ + δ more; it lands "
+                  "there with probability δ_w/(τ + δ), so to first order in δ_w/τ each failure loses on average",
+                  sympy.simplify(dw / (tau + delta) * (tau + delta)))
+    d.check(R + lost, "reliability.async_restart_time",
+            "which Daly's model counts as a restart longer by δ_w (tests/test_symbolic.py holds it against an event "
+            "simulation)")
     from scipy.optimize import minimize_scalar
     wall_per_work = sympy.lambdify((tau, delta, M), (wall / tau).subs(R, 0))  # R scales it, and does not move the optimum
     daly = an.formula("reliability.daly.optimal_interval")

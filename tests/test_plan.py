@@ -740,6 +740,12 @@ def test_readme_exact_goodput_at_scale():
     assert (f"one interruption every {mtbf.magnitude:.1f} minutes" in readme
             and f"the first-order goodput is {first.to('').magnitude:.3f}" in readme
             and f"optimal interval of {tau.to('min').magnitude:.1f} minutes, gives {exact.to('').magnitude:.2f}" in readme)
+    tau = an.formula("reliability.daly.optimal_interval").evaluate(checkpoint_time="10 s", mtbf=mtbf)
+    restart = an.formula("reliability.async_restart_time").evaluate(restart_time="10 min", checkpoint_write_time="2 min",
+                                                                     checkpoint_interval=tau)
+    asynchronous = an.formula("reliability.daly.goodput").evaluate(checkpoint_time="10 s", mtbf=mtbf, restart_time=restart,
+                                                                   checkpoint_interval=tau)
+    assert (f"every {tau.to('min').magnitude:.1f} minutes, gives {asynchronous.to('').magnitude:.2f}" in readme)
 
 
 @pytest.mark.parametrize("zero, per_param", [(0, 18), (1, 6 + 12 / 8)])

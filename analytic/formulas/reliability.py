@@ -5,7 +5,7 @@ import sympy
 from ._catalogue import S, define
 
 delta, M, lam, n, R, sigma = S("checkpoint_time", "mtbf", "interruption_rate", "gpus", "restart_time", "sigma")
-tau = S("checkpoint_interval")
+tau, delta_w = S("checkpoint_interval", "checkpoint_write_time")
 
 YOUNG = "Young 1974, A first order approximation to the optimum checkpoint interval, CACM 17(9)"
 DALY = ("Daly 2006, A higher order estimate of the optimum checkpoint interval for restart dumps, "
@@ -59,3 +59,13 @@ define("reliability.daly.optimal_interval",
        f"{DALY} (perturbation solution of the optimum; τ = M once δ ≥ 2M)",
        ("exponential failures; restart time R does not move the optimum",),
        "checkpoint interval that minimises the expected wall time (higher order than Young's √(2δM))")
+define("reliability.async_restart_time", R + delta_w, "s",
+       "derived: derivations/failures.py (a failure within δ_w of a checkpoint's stall falls back to the checkpoint "
+       "before it)",
+       ("asynchronous checkpoints: training stalls δ, the copy becomes durable δ_w later while work goes on",
+        "first order in δ_w/τ: a failure lands in the window with probability δ_w/(τ + δ) and then redoes one "
+        "segment more, τ + δ, so each failure loses δ_w more on average, as a longer restart would"),
+       "restart time that, in Daly's model, counts what asynchronous checkpoints lose",
+       keywords=("checkpoint_interval",),
+       domain=((delta_w <= tau, "the write outlasts the checkpoint interval: checkpoints overlap, and the newest "
+                "durable one lags by more than one segment"),))

@@ -62,7 +62,8 @@ class Plan:
     input by number or symbol: ``peak_flops``, ``sms``, ``hbm``, ``scale_up_bandwidth``,
     ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``,
     ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
-    both), ``interruption_rate``, ``checkpoint_time``, ``restart_time``.
+    both), ``interruption_rate``, ``checkpoint_time`` (the stall of an asynchronous checkpoint),
+    ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``.
     """
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
@@ -214,7 +215,9 @@ class Plan:
                                                    checkpoint_time=self.expr("checkpoint_time")),
             "goodput": lambda: self._in.f("reliability.daly.goodput", mtbf=self.expr("mtbf"),
                                        checkpoint_time=self.expr("checkpoint_time"),
-                                       checkpoint_interval=self.expr("checkpoint_interval")),
+                                       checkpoint_interval=self.expr("checkpoint_interval"),
+                                       restart_time=self._in.f("reliability.async_restart_time",
+                                                               checkpoint_interval=self.expr("checkpoint_interval"))),
             "train_time": lambda: (self.expr("step_time") * self.expr("steps")) / self.expr("goodput"),
             "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
         }

@@ -26,7 +26,7 @@ from .layout import Layout, _Degrees, check_layout, training_dtype
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
-             "checkpoint_time", "restart_time", "element_bytes", "hbm_bandwidth", "memory_efficiency",
+             "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp", "grad_dtype", "stack", "profile")
@@ -175,6 +175,7 @@ class Inputs:
                             else nccl_efficiency(link))
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
+        out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)
         return out

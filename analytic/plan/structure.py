@@ -38,7 +38,7 @@ HARDWARE_INPUTS = ("element_bytes", "peak_flops", "peak_flops_16", "hbm", "sms",
                    "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
                    "attention_efficiency", "matmul_efficiency", "overlap", "attention_factor", "scale_up_latency",
                    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
-                   "restart_time", "checkpoint_time")
+                   "restart_time", "checkpoint_write_time", "checkpoint_time")
 #: the extra input of a stage's quantities
 STAGE = "stage"
 #: what layout search reads of every layout
