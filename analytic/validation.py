@@ -192,6 +192,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
                           tolerance=tol, extra={"in_fit_error": err["in_fit"], "leave_one_out_error": err["loo"],
                                                 "baseline_error": err["baseline"], "in_fit": o.in_fit, "group": o.group,
                                                 "in_interval": low <= calibration.time_ratio(o, loso[o.id]) <= high,
+                                                "fits": bool(calibration.build_plan(c["plan"]).memory().fits),
                                                 "assumptions": c.get("assumptions", [])}))
     return out
 
@@ -236,7 +237,8 @@ def _mean_max(errors: list[float]) -> tuple[float, float]:
 def statistics(results: list[Result]) -> dict:
     """Cases by kind and status, and for the predicted cases (the fitted ones, and all) the mean and
     max absolute relative error in-fit, leave-one-out, leave-one-source-out and for the compute-only
-    baseline (leave-one-source-out), and the same by source."""
+    baseline (leave-one-source-out), and the same by source; for memory, the measured peaks' errors
+    and the published runs (the predicted cases) whose layout the model puts above their HBM."""
     out = {"cases": {}, "predicted": {}}
     for kind in KINDS:
         counts = {}
@@ -264,6 +266,9 @@ def statistics(results: list[Result]) -> dict:
     if mem:
         out["memory"] = {**memory_stats(mem), "sources": {g: memory_stats([r for r in mem if r.extra["group"] == g])
                                                           for g in sorted({r.extra["group"] for r in mem})}}
+    if pred:  # every predicted case is a published run that ran: its layout should fit
+        out.setdefault("memory", {})["runs_not_fitting"] = [r.id for r in pred if not r.extra["fits"]]
+        out["memory"]["runs"] = len(pred)
     for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
         if subset:
             out["predicted"][label] = stats(subset)
@@ -290,6 +295,10 @@ def summary(results: list[Result]) -> list[str]:
         s = stats["memory"]
         lines.append(f"memory: {s['count']} measured peaks from {len(s['sources'])} sources against the fullest stage: "
                      f"mean error {_pct(s['mean'])}, max {_pct(s['max'])}; {s['within']} within their tolerance")
+    if "runs" in stats.get("memory", {}):
+        s = stats["memory"]
+        lines.append(f"memory: {len(s['runs_not_fitting'])} of the {s['runs']} published runs predicted not to fit, "
+                     f"though they ran: {', '.join(s['runs_not_fitting']) or 'none'}")
     if "all" in stats["predicted"]:
         for g, s in stats["predicted"]["all"]["sources"].items():
             lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "

@@ -203,6 +203,11 @@ def test_readme_memory_paragraph(results):
     assert (round(min(ratios), 1), round(max(ratios), 1)) == (0.8, 2.2)
     readme = (HERE.parent / "README.md").read_text()
     assert "(62–85 GiB) are 0.8–2.2× the model's (33–88 GiB)" in readme.replace("\n", " ")
+    trainy = [c for c in tomllib.loads((HERE / "memory.toml").read_text())["case"] if c["group"] == "trainy-whitefiber-2025"]
+    peaks = [round(float(c["published"].split()[0])) for c in trainy]
+    ours = [round(calibration.build_plan(cases[c["plan_of"]]["plan"]).memory().total.to("GiB").magnitude) for c in trainy]
+    assert (f"Trainy's two H200 peaks ({peaks[0]} and {peaks[1]} GiB, where the model gives {ours[0]} and {ours[1]}"
+            in " ".join(readme.split()))
     mem = validation.statistics(results)["memory"]
     assert (f"the memory cases miss by {100 * mem['mean']:.0f}% on average and {100 * mem['max']:.0f}% at worst"
             in " ".join(readme.split()))
@@ -242,7 +247,7 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
     case without a plan is refused."""
     mem = validation.statistics(results)["memory"]
     rows = [r for r in results if r.kind == "memory"]
-    assert mem["count"] == len(rows) == 10 and set(mem["sources"]) == {"torchtitan-2024"}
+    assert mem["count"] == len(rows) == 12 and set(mem["sources"]) == {"torchtitan-2024", "trainy-whitefiber-2025"}
     assert mem["max"] == max(abs(r.error) for r in rows) and mem["mean"] <= mem["max"]
     case = next(c for c in validation.load(HERE)[0] if c["id"] == "M-G03-8b-8")
     plan = calibration.build_plan(next(c for c in validation.load(HERE)[0] if c["id"] == "G03-8b-8")["plan"])
@@ -287,3 +292,18 @@ def test_every_source_weighs_the_same_in_the_fit():
     assert weights[ids.index("G03-8b-8")] == pytest.approx(1 / 10 ** 0.5)
     for group in {c.group for c in cases}:
         assert sum(w ** 2 for w, c in zip(weights, cases) if c.group == group) == pytest.approx(1.0)
+
+
+def test_published_runs_predicted_not_to_fit_are_listed(results):
+    """Every predicted case ran, so each is checked for fit: the summary lists those the model puts
+    above their HBM, among them Llama 3's interleaved 8,192-GPU row (108 GB) and DeepSeek-V3's last
+    stage (136 GB) on 80 GB GPUs, and no run on a GPU the model leaves room on."""
+    mem = validation.statistics(results)["memory"]
+    predicted = [r for r in results if r.kind == "predicted"]
+    assert mem["runs"] == len(predicted)
+    assert {"A01", "B02"} <= set(mem["runs_not_fitting"])
+    assert "C16-ptdp-384" not in mem["runs_not_fitting"] and "NEMOTRON4-6144" not in mem["runs_not_fitting"]
+    line = next(ln for ln in validation.summary(results) if "published runs predicted not to fit" in ln)
+    assert line.endswith(", ".join(mem["runs_not_fitting"]))
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    assert "MaxText's two 70B runs" in readme and sum(i.startswith("MAXTEXT") for i in mem["runs_not_fitting"]) == 2
