@@ -833,3 +833,18 @@ def test_a_sliding_window_computes_its_band_of_the_score_matrix():
     assert core(m.replace(sliding_window=1024, sliding_layers=4)) == pytest.approx((7 / 16 + 1) / 2 * causal, rel=1e-12)
     with pytest.raises(InputError, match="sliding_layers"):
         m.replace(sliding_layers=2)
+
+
+def test_data_parallel_traffic_hides_behind_the_last_microbatch_only():
+    """With a pipeline, the gradient reduction overlaps the last microbatch's backward on each of the
+    stage's v chunks: a window of φ · compute / m whatever v is, so the exposed DP time is the DP
+    traffic's time less that window (here φ = 0.5, v = 2, a slow NVLink so that the traffic outlasts it)."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    lay = an.Layout(pp=2, dp=8, zero=1, schedule="interleaved", vpp=2)
+    plan = an.Plan(m, hw, lay, seq_len=4096, global_batch=64, overlap=0.5, scale_up_bandwidth="5 GB/s")
+    t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
+    compute = t["gemm"] + t["attention"] + t["memory_bound"]
+    traffic = plan.communication_time()["dp"].to("s").magnitude
+    window = 0.5 * compute / plan.microbatches
+    assert traffic > window
+    assert t["dp"] == pytest.approx(traffic - window, rel=1e-9)
