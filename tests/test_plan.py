@@ -848,3 +848,16 @@ def test_data_parallel_traffic_hides_behind_the_last_microbatch_only():
     window = 0.5 * compute / plan.microbatches
     assert traffic > window
     assert t["dp"] == pytest.approx(traffic - window, rel=1e-9)
+
+
+def test_each_shared_expert_adds_the_same_gemm_time():
+    """Shared experts run as one GEMM pair whose width grows with their count: on hardware without
+    tile quantisation (TPU v6e) a GEMM's time is affine in its width, so the third shared expert adds
+    the same time as the second."""
+    def gemm(shared):
+        m = an.Model(layers=4, hidden=2048, heads=16, vocab=32000, position="rope", mlp="swiglu", experts=8, topk=2,
+                     shared_experts=shared, expert_ffn_hidden=1024)
+        plan = an.Plan(m, an.hardware("tpu-v6e"), an.Layout(dp=8, ep=8), seq_len=4096, global_batch=64)
+        return plan.time_breakdown(ops=True)["gemm"].to("s").magnitude
+    one, two, three = gemm(1), gemm(2), gemm(3)
+    assert two > one and three - two == pytest.approx(two - one, rel=1e-9)
