@@ -291,7 +291,7 @@ def summary(results: list[Result]) -> list[str]:
                      f"{_pct(s['baseline_leave_one_source_out_max'])}); leave-one-case-out mean "
                      f"{_pct(s['leave_one_out_mean'])}, max {_pct(s['leave_one_out_max'])}; in-fit mean "
                      f"{_pct(s['in_fit_mean'])}, max {_pct(s['in_fit_max'])}")
-    if "memory" in stats:
+    if "count" in stats.get("memory", {}):  # measured peaks (the runs' fit check may stand alone)
         s = stats["memory"]
         lines.append(f"memory: {s['count']} measured peaks from {len(s['sources'])} sources against the fullest stage: "
                      f"mean error {_pct(s['mean'])}, max {_pct(s['max'])}; {s['within']} within their tolerance")

@@ -9,6 +9,8 @@ l, s = S("layers", "seq_len")
 
 ARCH = "counting the weight matrices of the layer (checked against published counts: validation/identities.toml)"
 P = "parameter"
+GPT_OSS = ("OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); "
+           "Hugging Face transformers GptOssExperts/GptOssTopKRouter")
 
 define("model.params.embedding", V * h, P, "token embedding table V×h (untied output layer: the same again)",
        (), "parameters of an embedding or output layer", coefficient_unit=P)
@@ -55,18 +57,18 @@ define("model.params.moe_active", (k + E_s) * 3 * h * h_e + E * h, P,
        ("a token uses k routed and all shared experts, and the whole router",),
        "parameters of one MoE FFN used by one token", coefficient_unit=P)
 define("model.params.attention_sinks", a, P,
-       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       GPT_OSS,
        ("one learned sink logit per attention head",), "attention sink logits of one attention block", coefficient_unit=P)
 define("model.params.moe_bias", (E + E_s) * (2 * h_e + h) + E, P,
-       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       GPT_OSS,
        ("each expert's gate-and-up bias (2·h_e) and down bias (h)", "the router's bias (E)"),
        "biases of one MoE FFN (all experts and the router)", coefficient_unit=P)
 define("model.params.moe_bias_active", (k + E_s) * (2 * h_e + h) + E, P,
-       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       GPT_OSS,
        ("a token uses k routed and all shared experts' biases, and the whole router's",),
        "biases of one MoE FFN used by one token", coefficient_unit=P)
 define("model.params.routed_experts_bias", E * (2 * h_e + h), P,
-       "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2.1 (attention sinks, biased experts and router); Hugging Face transformers GptOssExperts/GptOssTopKRouter",
+       GPT_OSS,
        ("each routed expert's gate-and-up bias (2·h_e) and down bias (h)",),
        "biases of the routed experts of one MoE layer (sharded by EP)", coefficient_unit=P)
 define("model.params.mtp_projection", 2 * h * h + 2 * h, P,
