@@ -68,7 +68,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
     g.add_argument("--dtype", help="training dtype: bf16 (default), fp16 or fp8 (FP8 matmuls in the linear layers)")
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
-                   help="gradient buffers: bf16 (default, ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18)")
+                   help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
+                        "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--scale-up-domain", help="override the GPUs per NVLink-class domain (e.g. 64 of an NVL72 rack's 72)")

@@ -74,7 +74,7 @@ def cmd_memory(args) -> int:
         print(f"  {k:<12} {_fmt(rows[k]):>12}")
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
-    print(f"  (logits on the last stage: {_fmt(rows['logits'])})")
+    print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
     if stages:
         print("\n  stage " + "".join(f"{k:>13}" for k in (*PARTS, "total")) + "   fits")
         for s in stages:

@@ -157,7 +157,7 @@ def build_plan(args) -> tuple[object, dict]:
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
-                   grad_dtype=get("grad_dtype") or "bf16", stack=get("stack") or "megatron-core",
+                   grad_dtype=get("grad_dtype"), stack=get("stack") or "megatron-core",
                    profile=get("profile"), **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):

@@ -14,7 +14,7 @@ import pint
 from .errors import AnalyticError
 from .formulas import formula
 from .plan import Plan, regime
-from .presets import reliability_value
+from .presets import reliability_value, stack
 from .units import Q_
 
 #: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed forward)
@@ -58,9 +58,10 @@ def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
 
 
 def wasted_selective(plan: Plan):
-    """The FLOPs selective recomputation spends under FlashAttention, which keeps no attention scores
-    for it to spare (so it saves no memory): None when the plan does not combine the two."""
-    if not (plan.flash_attention and plan.layout.recompute == "selective"):
+    """The FLOPs Korthikanti's selective recomputation spends under FlashAttention, which keeps no
+    attention scores for it to spare (so it saves no memory): None when the plan does not combine the
+    two (a stack whose selective policy is op-level saves memory)."""
+    if not (plan.flash_attention and plan.layout.recompute == "selective" and stack(plan.stack).get("selective") == "attention"):
         return None
     plain = plan.replace(layout=plan.layout.replace(recompute="none"))
     return plan.hardware_flops() - plain.hardware_flops()
@@ -101,7 +102,8 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
     add("memory", "weights", f"16-bit weights{where}" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
         _tags(plan, "memory.weights", "memory."))
-    add("memory", "gradients", "16-bit gradients" + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
+    grads = "fp32 gradient buffers" if plan.grad_dtype == "fp32" else "16-bit gradients"
+    add("memory", "gradients", grads + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
         _tags(plan, "memory.gradients", "memory."))
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         _tags(plan, "memory.optimizer", "memory."))
@@ -109,7 +111,7 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     if gathered:
         label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
                  "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
-        add("memory", "gathered", label[gathered], mem.gathered.to("GB"), gathered)
+        add("memory", "gathered", label[gathered], mem.gathered.to("GB"), _tags(plan, "memory.gathered", "memory.zero3"))
     add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations."))
     wasted = wasted_selective(plan)

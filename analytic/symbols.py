@@ -66,6 +66,7 @@ _TABLE = [
     ("microbatches", "m", "", "count", "microbatches per pipeline per step"),
     ("batch_tokens", "D_B", "token", "positive", "tokens per step (global batch × sequence length)"),
     ("element_bytes", "e", "byte", "positive", "bytes per element (2 for bf16, 1 for fp8)"),
+    ("loss_bytes", "e_ℓ", "byte", "positive", "bytes per logit the loss holds at its peak, the logits included"),
     # layout
     ("gpus", "n", "", "count", "accelerators"),
     ("dp", "N_d", "", "count", "data-parallel degree (ZeRO's N_d)"),

@@ -25,6 +25,17 @@ def derive() -> Derivation:
     d.check((seq_part + head_part + swiglu) / t, "memory.activations.layer_flash_swiglu_sp", "with SP:")
     d.check(seq_part + (head_part + gelu) / t, "memory.activations.layer_flash_gelu")
     d.check((seq_part + head_part + gelu) / t, "memory.activations.layer_flash_gelu_sp")
+    d.step("TorchTitan's op-level selective checkpointing saves the outputs of a block's matmuls, of flash "
+           "attention and of its reduce-scatters, except every second matmul; a Llama block runs wq, wk, wv, wo, w1, "
+           "w3, w2, so wq, wv, w1 and w2 are kept and the norms, K, wo, w3 and the SwiGLU product recomputed")
+    block_input = d.step("The block's input, which the checkpoint keeps", two * s * b * h)
+    kept = d.step("Q and V (the first and third matmuls), the attention output with its statistics, w1's output",
+                  two * s * b * (a * d_h + a_kv * d_h) + out + lse + two * s * b * h_ff)
+    w2_out = d.step("w2's output, [s, b, h] before TP's reduction whatever t is", two * s * b * h)
+    d.check(block_input + w2_out + kept / t, "memory.activations.layer_flash_swiglu_op_sac", "TP without SP:")
+    scattered = d.step("With SP the block input is split t ways and the outputs of the two reduce-scatters (after wo "
+                       "and w2) are kept as well", 2 * two * s * b * h / t)
+    d.check(block_input / t + w2_out + kept / t + scattered, "memory.activations.layer_flash_swiglu_op_sac_sp")
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h, t: 1}
     korthikanti = (seq_part + head_part + gelu).subs(gpt) + 2 * s * b * h + 5 * a * s**2 * b - 4 * s * b * a
     d.step("For a GPT layer without flash attention, add Korthikanti's two 1-byte dropout masks (2sbh) and the "

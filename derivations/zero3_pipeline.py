@@ -17,6 +17,9 @@ def derive() -> Derivation:
     held = d.check(Psi * e + Psi * e, "memory.zero3_held",
                    "Keeping them (PyTorch's pipeline schedules with FSDP): the stage's parameters, gathered at the first "
                    "microbatch, and their gradients, accumulated unsharded until the last backward:")
+    d.check(Psi * 2 + Psi * 4, "memory.zero3_held_fp32_gradients",
+            "FSDP2 with reduce_dtype fp32 converts an unsharded gradient to fp32 whenever the sync is off, so a "
+            "pipelined stage holds its 16-bit parameters and fp32 accumulated gradients, 2 + 4 bytes each:")
     d.check(2 * Psi * e + Psi * e, "memory.zero3_gathered",
             "Resharding after every block instead, with Ψ one block's parameters: the block computing, the next one "
             "prefetched, and one block's gradients before their reduce-scatter:")

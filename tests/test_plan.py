@@ -10,9 +10,12 @@ from analytic.errors import FreeSymbolError, InputError, LayoutError
 from analytic.strategies import plans
 
 
-def essay(**layout):
+def essay(grad_dtype="bf16", **layout):
+    """The source text's step. The text counts ZeRO's 2-byte gradients (S20), so its claims are checked
+    with grad_dtype="bf16"; megatron-core's own default keeps fp32 buffers."""
     kw = dict(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True) | layout
-    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(**kw), seq_len=8192, global_batch=2048)
+    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(**kw), seq_len=8192, global_batch=2048,
+                   grad_dtype=grad_dtype)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +96,29 @@ def test_memory_total_by_hand(plan):
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
     total = 2 * psi + 2 * psi + 12 * psi / 64 + per_layer * 8 * 16
     assert plan.memory().total.to("byte").magnitude == pytest.approx(total, rel=1e-12)
+
+
+def test_megatron_cores_default_gradients_are_fp32_buffers():
+    """Megatron-Core trains bf16 with fp32 gradient buffers (its arguments.py): the essay's stage 0 holds
+    2 + 4 bytes per parameter and 12/64 of Adam, 18 bytes at dp = 1; ZeRO-3, fp16 training and the
+    other stacks keep ZeRO's 2-byte gradients; an explicit grad_dtype wins."""
+    psi = (8 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384) + 128256 * 16384) / 8
+    per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
+    default = essay(grad_dtype=None)
+    assert default.grad_dtype == "fp32"
+    m = default.memory()
+    assert m.gradients.to("byte").magnitude == pytest.approx(4 * psi, rel=1e-12)
+    assert m.total.to("byte").magnitude == pytest.approx(2 * psi + 4 * psi + 12 * psi / 64 + per_layer * 8 * 16, rel=1e-12)
+    assert essay(grad_dtype=None, zero=3).grad_dtype == "bf16"
+    assert essay(grad_dtype=None).replace(layout=default.layout.replace(zero=3)).grad_dtype == "bf16"
+    small = dict(seq_len=1024, global_batch=8)
+    m8, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    assert an.Plan(m8, hw, an.Layout(dp=8), dtype="fp16", **small).grad_dtype == "bf16"
+    assert an.Plan(m8, hw, an.Layout(dp=8), dtype="fp8", **small).grad_dtype == "fp32"
+    assert an.Plan(m8, hw, an.Layout(dp=8), stack="torchtitan", **small).grad_dtype == "bf16"
+    assert an.Plan(m8, hw, an.Layout(dp=8), stack="torchtitan", grad_dtype="fp32", **small).grad_dtype == "fp32"
+    one = an.Plan(m8, hw, an.Layout(), **small).memory()  # dp = 1: Megatron's 18 bytes a parameter
+    assert ((one.weights + one.gradients + one.optimizer) / one.weights).to("").magnitude == pytest.approx(9, rel=1e-12)
 
 
 def test_moe_plan_node_limited():
@@ -176,9 +202,9 @@ def test_zero_traffic_against_zero1(plan):
     """Per step, against ZeRO-1's one reduce-scatter and one all-gather: without a pipeline ZeRO-2
     reduce-scatters every microbatch ((m + 1)/2 times the traffic) and ZeRO-3 also gathers twice per
     microbatch (3m/2; per-tensor under full recomputation three times, 2m); under one ZeRO-3 holds its stage (the same traffic, 2·e bytes per parameter on
-    this GPU held, twice under DualPipe's two copies)."""
+    this GPU held, twice under DualPipe's two copies). Gradients are 16-bit throughout, so the counts compare."""
     def at(zero):
-        return plan.replace(layout=plan.layout.replace(zero=zero))
+        return plan.replace(layout=plan.layout.replace(zero=zero), grad_dtype="bf16")
     dp1 = at(1).communication()["dp"].to("byte").magnitude
     m, piped = plan.microbatches, plan.layout.pp > 1
     # per-tensor ZeRO-3 under full recomputation gathers a third time, in the recomputed forward
@@ -231,14 +257,17 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
 
 def test_dense_dp_traffic_is_one_reduce_scatter_and_all_gather_per_bucket():
     """A dense model's DP time is its gradient buckets' reduce-scatter + all-gather on the scale-out
-    link (dp ranks 8 apart) — no second, empty expert group paying collective latency."""
+    link (dp ranks 8 apart) — no second, empty expert group paying collective latency. Megatron-Core
+    reduce-scatters its fp32 gradient buffers (4 bytes a parameter) and all-gathers 16-bit parameters."""
     p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64, zero=1,
                 sequence_parallel=True), seq_len=8192, global_batch=2048)
     buckets = sympy.Rational(p.model.layers, 16)  # one bucket per layer of a stage
-    grad = an.formula("parallelism.dp.gradient_bytes").evaluate(params=p.expr("params_per_gpu").value(), element_bytes="2 byte")
-    link = {"message": grad / float(buckets), "ranks": 64, "latency": an.Q_(float(p.inputs["scale_out_latency"]), "s"),
-            "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["scale_out_efficiency"]), "byte/s")}
-    want = sum(an.formula(f"collectives.{k}.time").evaluate(**link) for k in ("reduce_scatter", "all_gather"))
+    want = 0
+    for kind, size in (("reduce_scatter", "4 byte"), ("all_gather", "2 byte")):
+        grad = an.formula("parallelism.dp.gradient_bytes").evaluate(params=p.expr("params_per_gpu").value(), element_bytes=size)
+        link = {"message": grad / float(buckets), "ranks": 64, "latency": an.Q_(float(p.inputs["scale_out_latency"]), "s"),
+                "bandwidth": an.Q_(float(p.inputs["scale_out_bandwidth"] * p.inputs["scale_out_efficiency"]), "byte/s")}
+        want = want + an.formula(f"collectives.{kind}.time").evaluate(**link)
     assert p.communication_time()["dp"].to("s").magnitude == pytest.approx(want.to("s").magnitude * float(buckets), rel=1e-9)
 
 
@@ -420,7 +449,7 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     its own 16-bit shards (4Ψ/N_d), and its DP traffic is ZeRO-1's reduce-scatter + all-gather.
     DualPipe's two parameter copies are both held."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
-    kw = dict(seq_len=8192, global_batch=2048)
+    kw = dict(seq_len=8192, global_batch=2048, grad_dtype="bf16")  # 16-bit gradients at every stage
     lay = an.Layout(tp=8, pp=8, dp=16, zero=3)
     z3, z1 = (an.Plan(m, hw, lay.replace(zero=z), **kw) for z in (3, 1))
     stage = an.Plan(m, hw, lay.replace(zero=0), **kw).memory(stage=0).weights.to("byte").magnitude / 2
@@ -438,7 +467,7 @@ def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
     gathers the parameters twice per microbatch (3Ψ each), where ZeRO-1 moves 2Ψ once per step."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     for microbatches in (1, 4):
-        kw = dict(seq_len=8192, global_batch=64 * microbatches)
+        kw = dict(seq_len=8192, global_batch=64 * microbatches, grad_dtype="bf16")  # 16-bit gradients at every stage
         z3, z2, z1 = (an.Plan(m, hw, an.Layout(dp=64, zero=z), **kw) for z in (3, 2, 1))
         assert z3.microbatches == microbatches
         dp = z1.communication()["dp"]
@@ -567,9 +596,9 @@ def test_pipeline_traffic_by_hand():
 def test_a_plan_that_fills_hbm_exactly_fits():
     p = essay()
     total = p.memory().total.to("byte").magnitude
-    assert an.Plan(p.model, p.hardware, p.layout, seq_len=8192, global_batch=2048, hbm=f"{total} B").memory().fits
-    assert not an.Plan(p.model, p.hardware, p.layout, seq_len=8192, global_batch=2048,
-                       hbm=f"{total * (1 - 1e-9)} B").memory().fits
+    kw = dict(seq_len=8192, global_batch=2048, grad_dtype=p.grad_dtype)
+    assert an.Plan(p.model, p.hardware, p.layout, hbm=f"{total} B", **kw).memory().fits
+    assert not an.Plan(p.model, p.hardware, p.layout, hbm=f"{total * (1 - 1e-9)} B", **kw).memory().fits
 
 
 def test_hardware_flops_are_palms_count_exactly_without_recompute_or_flash():
@@ -702,7 +731,7 @@ def test_readme_tour_states_the_step_time_interval():
     assert low < plan.step_time().to("s").magnitude < high
     m = plan.memory()
     assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
-    trimmed = plan.replace(layout=plan.layout.replace(first_stage_layers=7, last_stage_layers=7)).memory()
+    trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
     t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
     assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
@@ -770,13 +799,14 @@ def test_fp32_gradient_buffers_are_megatrons_18_bytes(zero, per_param):
 
 def test_each_stage_holds_its_microbatches_layers_and_ends():
     """1F1B over 16 stages of ⌈126/16⌉ = 8 layers: stage k holds 16 − k microbatches' activations
-    (per-layer hand count above); only the last adds the logits. Weights: the first and last stages
+    (per-layer hand count above); only the last adds the loss's working set. Weights: the first and last stages
     hold 8 layers and the embedding or the output layer, the others 8 layers."""
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
     layer = 2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384
-    logits = plan.memory().logits.to("byte").magnitude
+    logits = plan.memory().loss.to("byte").magnitude
+    assert logits == 8192 * 128256 * 6 / 8  # Megatron's loss, 6 bytes a logit, vocabulary-parallel over TP 8
     stages = plan.memory_by_stage()
     assert [m.stage for m in stages] == list(range(16))
     for k, m in enumerate(stages):

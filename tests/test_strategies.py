@@ -60,8 +60,8 @@ def test_collective_calls_validate():
 @settings(max_examples=10)
 def test_downstream_sharding_example(plan):
     """What a downstream project would write: its own bytes per GPU of the model states (ZeRO's
-    accounting, written out independently, sharded over the dp·cp ranks that hold the same
-    weights) must agree with Plan: over the pipeline's stages they hold the model once (Llama 3 8B's
+    accounting, written out independently, with the stack's 4-byte gradient buffers where the plan
+    keeps them, sharded over the dp·cp ranks that hold the same weights) must agree with Plan: over the pipeline's stages they hold the model once (Llama 3 8B's
     embedding is untied, so no stage holds a second copy). DualPipe holds two copies of the weights
     and gradients, which this count leaves out."""
     lay = plan.layout
@@ -69,6 +69,7 @@ def test_downstream_sharding_example(plan):
     psi = plan.model.total_params / lay.tp
     n = lay.dp * lay.cp  # CP ranks hold the same weights: ZeRO shards over dp·cp
     shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[lay.zero]
-    mine = 2 * psi / shard[0] + 2 * psi / shard[1] + 12 * psi / shard[2]
+    grad = 4 if plan.grad_dtype == "fp32" else 2
+    mine = 2 * psi / shard[0] + grad * psi / shard[1] + 12 * psi / shard[2]
     stages = sum((m.weights + m.gradients + m.optimizer).to("byte").magnitude for m in plan.memory_by_stage())
     assert stages == pytest.approx(mine, rel=1e-12)

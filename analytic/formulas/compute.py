@@ -36,6 +36,11 @@ define("compute.attention_forward_flops_per_token",
        ("Q and O projections h×(a·d_h), K and V projections h×(a_kv·d_h), 2 FLOPs per multiply-add",
         "QK^T and attention over V: 2·2·a·d_h·s per token, attention counted in full (no causal halving)"),
        "forward FLOPs per token of one attention block", coefficient_unit="FLOP")
+define("compute.recompute.op_sac_flops_per_token", 2 * h * (a_kv * d_h + a * d_h + h_ff), "FLOP/token",
+       "pytorch/torchtitan parallelize_llama.py (2024), selective activation checkpointing 'op' (every second "
+       "matmul of a block recomputed)",
+       ("Llama block: wk, wo and w3, the second, fourth and sixth of its seven matmuls, run again", "FLOPs, not MACs"),
+       "forward FLOPs per token one layer recomputes under TorchTitan's op-level policy", coefficient_unit="FLOP")
 define("compute.attention_core_forward_flops_per_token", 4 * a * d_h * s, "FLOP/token",
        "derived: derivations/time_wall.py",
        ("QKᵀ and attention over V only (what selective recomputation repeats)", "attention counted in full"),

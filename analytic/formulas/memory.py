@@ -47,6 +47,15 @@ define("memory.zero3_held", 2 * Psi * S("element_bytes"), "byte",
         "ZeRO-3 under a pipeline schedule: the stage's parameters are gathered at its first microbatch and "
         "kept, with their unsharded gradients, until the step's last backward"),
        "ZeRO-3's stage held unsharded through a pipelined step: its parameters and gradients")
+define("memory.zero3_held_fp32_gradients", 6 * Psi, "byte",
+       "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed (with gradient "
+       "sync off, FSDP2 accumulates a parameter's unsharded gradient in its reduce_dtype); derived: "
+       "derivations/zero3_pipeline.py",
+       ("Ψ: parameters of the pipeline stage on this GPU",
+        "ZeRO-3 (FSDP2) under a pipeline schedule with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): "
+        "the stage's 16-bit parameters (2Ψ) and fp32 accumulated gradients (4Ψ) held until the last backward"),
+       "ZeRO-3's stage held unsharded through a pipelined step, gradients accumulated in fp32",
+       coefficient_unit="byte")
 define("memory.model_states.weights", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 parameters, 2Ψ)",
        ADAM, "16-bit parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.gradients", 2 * Psi, "byte", f"{ZERO} §3.1 (fp16/bf16 gradients, 2Ψ)",
@@ -107,6 +116,29 @@ define("memory.activations.layer_flash_gelu_sp", s * b * (_swiglu_seq + _swiglu_
        FLASH_ASSUMPTIONS + ("GELU MLP (2 × 2sb·h_ff saved)", "sequence parallelism splits the 8sbh part by t"),
        "activations of one GPT-style layer with flash attention, TP + SP", coefficient_unit="byte")
 
+OP_SAC = "pytorch/torchtitan parallelize_llama.py (2024), selective activation checkpointing 'op': the outputs of the ops of _save_list (matmuls, SDPA, reduce-scatters) are saved except every second matmul of a block"
+define("memory.activations.layer_flash_swiglu_op_sac", s * b * (4 * h + (4 * a * d_h + 2 * a_kv * d_h + 4 * a + 2 * h_ff) / t),
+       "byte", f"{OP_SAC}; derived: derivations/activations.py, measured by analytic.reference.checkpointing",
+       ("Llama block of 7 matmuls in the order wq, wk, wv, wo, w1, w3, w2: wq, wv, w1 and w2 saved",
+        "saved: the block input (2sbh), Q (2sb·a·d_h), V (2sb·a_kv·d_h), the attention output and its "
+        "fp32 log-sum-exp (2sb·a·d_h + 4sb·a), w1's output (2sb·h_ff), w2's output before TP's reduction (2sbh)",
+        "norms, K, the attention output projection, w3 and the SwiGLU product recomputed",
+        "tensor parallelism without SP: the block input replicated, the rest split by t"),
+       "activations of one Llama layer under TorchTitan's op-level selective checkpointing, TP without SP",
+       coefficient_unit="byte")
+define("memory.activations.layer_flash_swiglu_op_sac_sp",
+       s * b * (2 * h + (6 * h + 4 * a * d_h + 2 * a_kv * d_h + 4 * a + 2 * h_ff) / t),
+       "byte", f"{OP_SAC}; derived: derivations/activations.py",
+       ("as layer_flash_swiglu_op_sac, with sequence parallelism: the block input split by t, w2's "
+        "output whole before its reduce-scatter, and the two reduce-scatters' outputs (2 × 2sbh/t) saved",),
+       "activations of one Llama layer under TorchTitan's op-level selective checkpointing, TP + SP",
+       coefficient_unit="byte")
+define("memory.loss", s * b * V * S("loss_bytes"), "byte",
+       "derived: the logits [b, s, V] of Megatron-LM's output layer times the bytes per logit the stack's loss "
+       "holds at its peak (presets/stacks.toml loss_bytes, measured by analytic.reference.loss)",
+       ("one microbatch's logits and the loss's own tensors, from the logits to their 16-bit gradient",
+        "vocabulary-parallel TP divides it by t"),
+       "the loss's peak working set of one microbatch (9.5 GB for 8192 × 128256 at Megatron's 6 bytes per logit)")
 define("memory.logits", s * b * V * e, "byte", "Megatron-LM output layer: logits [b, s, V] in the activation dtype",
        ("one microbatch's logits, before the loss; vocabulary-parallel TP divides it by t",),
        "logits of one microbatch (2.1 GB for 8192 × 128256 in bf16)")

@@ -145,8 +145,8 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
         if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
             continue
         weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
-        grad = (inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
-                if inp.grad_dtype == "fp32" else weights)  # fp32 main gradients are reduced in fp32
+        fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
+        grad = cases("gradients", "byte", (fp32, inp.fp32_grads), (weights, True))  # fp32 buffers reduce in fp32
         ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
                   for kind in ("all_reduce", "reduce_scatter"))
         ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)

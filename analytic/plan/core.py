@@ -43,7 +43,8 @@ class Memory:
     activations: pint.Quantity
     total: pint.Quantity
     hbm: pint.Quantity
-    logits: pint.Quantity  # included in the last stage's activations
+    logits: pint.Quantity  # one microbatch's logits on the last stage
+    loss: pint.Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
     stage: int | None = None  # the stage's index (0 the first), where known
 
     @property
@@ -69,7 +70,7 @@ class Plan:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
                  flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str = "bf16", stack: str = "megatron-core", profile=None, **overrides):
+                 grad_dtype: str | None = None, stack: str = "megatron-core", profile=None, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
                                 flash_attention=flash_attention, training_tokens=training_tokens,
@@ -80,6 +81,7 @@ class Plan:
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
         self.grad_dtype, self.stack = inp.grad_dtype, inp.stack
+        self._grad_dtype_given = grad_dtype  # None follows the stack and the ZeRO stage of a replaced plan
 
     # --- stages, built when first needed ------------------------------------------------------------
     @property
@@ -174,7 +176,7 @@ class Plan:
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
                 f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}"
-                f"{' grad_dtype=fp32' if self.grad_dtype == 'fp32' else ''} stack={self.stack}")
+                f"{'' if self.grad_dtype == 'bf16' else f' grad_dtype={self.grad_dtype}'} stack={self.stack}")
 
     def _builders(self) -> dict:
         b = {
@@ -191,6 +193,7 @@ class Plan:
             "memory.activations.last_stage": lambda: self._stage(self.deg.pp - 1)["activations"],
             "memory.activations.layer": lambda: self._activation_parts["layer"],
             "memory.logits": lambda: self._activation_parts["logits"],
+            "memory.loss": lambda: self._activation_parts["loss"],
             "memory.total": lambda: self._worst["total"],
             "memory.headroom": lambda: Formula("hbm", self._in.need("hbm"), "byte", "") - self.expr("memory.total"),
             "flops": lambda: compute.model_flops(self._in, "6nd"),
@@ -298,7 +301,7 @@ class Plan:
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.deg.pp}), got {stage}")
             parts = self._stage_values(worst)
         return Memory(**parts, hbm=Q_(to_float(self._in.need("hbm")), "byte"),
-                      logits=self._quantity("memory.logits"), stage=worst)
+                      logits=self._quantity("memory.logits"), loss=self._quantity("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
         """:meth:`memory` of every pipeline stage, first to last."""
@@ -365,7 +368,7 @@ class Plan:
         """A new plan with the model, layout or any keyword argument of Plan changed."""
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self.grad_dtype, stack=self.stack,
+                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given, stack=self.stack,
                     **self.overrides)
         if "batch_tokens" in changes:
             args.pop("global_batch")

@@ -26,7 +26,7 @@ from .layout import Layout, _Degrees, check_layout, training_dtype
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
-             "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "hbm_bandwidth", "memory_efficiency",
+             "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp", "grad_dtype", "stack", "profile")
@@ -65,13 +65,32 @@ class Inputs:
             raise InputError(f"flash_attention: stack {self.stack} has no fused attention kernel; pass "
                              "flash_attention=False, or a stack that has one")
         self.attention_kernels = tuple(kernels)
+        #: what recompute="selective" recomputes on this stack: "attention", "op" or None (not modelled)
+        self.selective = read_stack(self.stack).get("selective")
+        #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
+        self.fsdp_reduce_dtype = read_stack(self.stack).get("fsdp_reduce_dtype")
+        if layout.recompute == "selective":
+            if self.selective is None:
+                raise InputError(f"recompute: stack {self.stack}'s selective recomputation is not modelled; "
+                                 "use recompute='none' or 'full'")
+            if self.selective == "op" and not (self.flash_attention and model.mlp == "swiglu" and not model.is_moe):
+                raise InputError(f"recompute: stack {self.stack}'s op-level selective policy is modelled for dense "
+                                 "Llama-style blocks (SwiGLU, fused attention)")
         if profile is not None:  # measured constants; explicit keywords win
             from ..profile import read_profile
             overrides = {**read_profile(profile), **overrides}
-        self.grad_dtype = choice("grad_dtype", grad_dtype, GRAD_DTYPES)
-        if self.grad_dtype == "fp32" and not (is_number(layout.zero) and layout.zero <= 2):
+        if grad_dtype is not None:
+            choice("grad_dtype", grad_dtype, GRAD_DTYPES)
+        if grad_dtype == "fp32" and is_number(layout.zero) and layout.zero > 2:
             raise InputError("grad_dtype: fp32 gradient buffers are modelled with ZeRO 0-2 (Megatron's distributed "
                              f"optimizer), not with zero={layout.zero}")
+        if grad_dtype is None:  # the stack's buffers for bf16 and FP8 training
+            grad_dtype = read_stack(self.stack)["grad_dtype"] if self.dtype != "fp16" else "bf16"
+        #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
+        self.grad_rule = grad_dtype
+        #: condition: this plan keeps fp32 gradient buffers
+        self.fp32_grads = sympy.false if grad_dtype == "bf16" else sympy.Le(layout.zero, 2)
+        self.grad_dtype = {sympy.true: "fp32", sympy.false: "bf16"}.get(self.fp32_grads, "fp32 with ZeRO 0-2")
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))
@@ -135,6 +154,7 @@ class Inputs:
         for text in notes:
             self._note(text)
         out.update(shared)
+        out["loss_bytes"] = self._loss_bytes()
         return {k: v for k, v in out.items() if v is not None}
 
     def _shared_values(self) -> dict:
@@ -179,6 +199,19 @@ class Inputs:
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)
         return out
+
+    def _loss_bytes(self):
+        """The stack's bytes per logit at the loss's peak (its vocabulary-parallel loss's under TP); the
+        16-bit logits alone where the stack has no figure (noted)."""
+        if "loss_bytes" in self.overrides:
+            return self.overrides["loss_bytes"]
+        from ..presets import stack
+        props = stack(self.stack)
+        if "loss_bytes" not in props:
+            self._note(f"stack {self.stack}: its loss's working set is not known; the 16-bit logits alone are counted")
+            return sympy.Integer(2)
+        alone, parallel = sympy.Integer(props["loss_bytes"]), sympy.Integer(props.get("loss_bytes_tp", props["loss_bytes"]))
+        return alone if alone == parallel else sympy.Piecewise((parallel, sympy.Gt(self.deg.tp, 1)), (alone, True))
 
     def _kernel_values(self, pick) -> dict:
         """The op-level model's kernel constants (kernels.toml): GEMM tile, HBM efficiency, the

@@ -25,9 +25,11 @@ def model_states(inp: Inputs, params: dict) -> dict:
     parts = {}
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
-        name = "gradients_fp32" if part == "gradients" and inp.grad_dtype == "fp32" else part
         for local, dp in groups:
-            f = formula(f"memory.model_states.{name}").subs(params=local)
+            f = formula(f"memory.model_states.{part}").subs(params=local)
+            if part == "gradients":
+                f = cases(part, "byte", (formula("memory.model_states.gradients_fp32").subs(params=local), inp.fp32_grads),
+                          (f, True))
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         if part in ("weights", "gradients"):  # DualPipe holds the parameters twice
@@ -36,7 +38,8 @@ def model_states(inp: Inputs, params: dict) -> dict:
     # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
     # from the first microbatch to the last backward; without a pipeline, blocks come and go
     stage = params["per_gpu"]
-    one = inp.f("memory.zero3_held", params=stage)
+    fp32 = inp.fsdp_reduce_dtype == "fp32"  # FSDP2 accumulates unsharded gradients in it
+    one = inp.f("memory.zero3_held_fp32_gradients" if fp32 else "memory.zero3_held", params=stage)
     held = cases("held", "byte", (one * copies, lay.schedule_is("dualpipe")), (one, True))
     unit = stage / params["blocks"]  # one block's share
     value = {"memory.zero3_held": held, "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit), None: 0}
@@ -45,8 +48,9 @@ def model_states(inp: Inputs, params: dict) -> dict:
 
 
 def layer_activations(inp: Inputs, ffn_hidden=None) -> Formula:
-    """Bytes one layer keeps for its backward (flash attention: the Llama-style count; without it,
-    Korthikanti's GPT layer, selective recomputation included)."""
+    """Bytes one layer keeps for its backward (flash attention: the Llama-style count, TorchTitan's
+    op-level selective policy where the stack's; without it, Korthikanti's GPT layer, selective
+    recomputation included)."""
     lay, m = inp.deg, inp.model
     kw = {"seq_len": inp.seq_len / lay.cp}
     if ffn_hidden is not None:
@@ -58,7 +62,11 @@ def layer_activations(inp: Inputs, ffn_hidden=None) -> Formula:
         raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
     sp = "_sp" if lay.sequence_parallel else ""
     if inp.flash_attention:
-        return inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
+        layer = inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
+        if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
+            return layer
+        op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{sp}", **kw)
+        return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
     return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
                  (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
 
@@ -92,7 +100,8 @@ def stage_params(inp: Inputs, k) -> dict:
 
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
-    full recomputation), working (one layer's while it is recomputed) and logits."""
+    full recomputation), working (one layer's while it is recomputed), logits (one microbatch's) and
+    loss (the loss's working set at its peak, the logits included)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
     if m.is_moe:  # a token's FFN activations across its k routed and shared experts
@@ -103,14 +112,14 @@ def activation_parts(inp: Inputs) -> dict:
     kept = cases("kept", "byte", (inp.f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
                  (layer, True))
     working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
-    logits = inp.f("memory.logits", seq_len=inp.seq_len / lay.cp) / lay.tp
-    return {"layer": layer, "kept": kept, "working": working, "logits": logits}
+    logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
+    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss}
 
 
 def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
     """Bytes of activations stage ``k`` holds at its peak: the layers of the microbatches (or model
     chunks) in flight on it, by schedule, never more than the step has; the last stage also the MTP
-    modules' blocks and the logits. ZB-H2 and DualPipe hold their sources' count on every stage."""
+    modules' blocks and the larger of the loss's working set and a recomputed layer's activations. ZB-H2 and DualPipe hold their sources' count on every stage."""
     lay, m = inp.deg, inp.model
     p, mb, v = lay.pp, inp.microbatches, lay.vpp
     layers = sympy.ceiling(params["blocks"])
@@ -124,8 +133,11 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
                  (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
                  (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
                  (at_most(count("dualpipe"), mb) * layers, True))
-    logits = cases("logits", "byte", (parts["logits"] * (1 + m.mtp_modules), params["last"]), (0, True))
-    return parts["kept"] * held + parts["working"] + logits
+    # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
+    loss = parts["loss"] * (1 + m.mtp_modules)
+    peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
+    transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
+    return parts["kept"] * held + transient
 
 
 

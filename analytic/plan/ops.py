@@ -25,7 +25,10 @@ class _Ops:
         inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
         self.full = cases("full", "", (1, lay.recompute_is("full")), (0, True)).expr  # forwards run again
-        self.again = cases("again", "", (1, sympy.Or(lay.recompute_is("full"), lay.recompute_is("selective"))),
+        # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
+        op = inp.selective == "op"
+        self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).expr if op else 0
+        self.again = cases("again", "", (1, sympy.Or(lay.recompute_is("full"), *(() if op else (lay.recompute_is("selective"),)))),
                            (0, True)).expr  # the attention core runs again
         self.dense = sympy.sympify(m.blocks - m.moe_blocks) / lay.pp  # blocks of each kind per stage
         self.moe = sympy.sympify(m.moe_blocks) / lay.pp
@@ -40,16 +43,17 @@ class _Ops:
         """Peak FLOP/s of GEMMs in ``dtype`` (the plan's, or bf16 in an FP8 plan), on the share of SMs that compute."""
         return self.inp.values["peak_flops" if dtype == self.inp.dtype else "peak_flops_16"] * self.share
 
-    def gemm(self, g, m, n, k, fp8: bool, again=None) -> Formula:
-        """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs; the forward
-        again under full recomputation (or when ``again`` is 1)."""
+    def gemm(self, g, m, n, k, fp8: bool, again=None, backward: bool = True) -> Formula:
+        """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the forward
+        alone); the forward again under full recomputation (or when ``again`` is 1)."""
         inp = self.inp
         again = self.full if again is None else again
         eb = 1 if fp8 else 2
         peak = self.peak("fp8" if fp8 else "bf16" if inp.dtype == "fp8" else inp.dtype)
         name = "compute.gemm.math_time" if self.quantised else "compute.gemm.math_time.unquantised"
         total = None
-        for (mm, nn, kk), times in (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1)):
+        passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
+        for (mm, nn, kk), times in passes if backward else passes[:1]:
             shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Q_(eb, "byte"))
             if self.quantised:
                 shape["sms"] = self.sms
@@ -91,6 +95,9 @@ def gemm_time(o: _Ops) -> Formula:
     attention = _sum([o.gemm(1, M, n, k, fp8) for n, k in shapes])
     fc1 = 2 if m.mlp_formulas == "swiglu" else 1
     dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
+    if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again
+        again = [(m.kv_heads * d_h / t, h), (h, a * d_h / t), (m.ffn_hidden / t, h)]
+        dense = dense + _sum([o.gemm(1, M, n, k, fp8, backward=False) for n, k in again]) * o.op
     total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
     if m.is_moe:
         h_e, E = m.expert_ffn_hidden, m.experts
@@ -157,11 +164,12 @@ def memory_bound_time(o: _Ops) -> Formula:
     t, M = lay.tp, o.tokens
     f = inp.f
     stream = M / t if lay.sequence_parallel else M
-    elements = (f("compute.memory_bound.residual_forward") * (1 + o.full)
+    forwards = 1 + o.full + o.op  # the op-level policy recomputes every memory-bound op of a block
+    elements = (f("compute.memory_bound.residual_forward") * forwards
                 + f("compute.memory_bound.residual_backward")) * stream
 
     def activation(width):
-        return (f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * (1 + o.full)
+        return (f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * forwards
                 + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)) * (M / t)
 
     total = (elements + activation(m.ffn_hidden)) * o.dense if m.blocks - m.moe_blocks else None
@@ -172,7 +180,7 @@ def memory_bound_time(o: _Ops) -> Formula:
     if m.position == "rope":
         # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
-        total = total + f("compute.memory_bound.rope", **rope) * (2 + o.full) * (M / t) * (
+        total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
     total = total + f("compute.memory_bound.cross_entropy") * (M / t) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
@@ -181,7 +189,7 @@ def memory_bound_time(o: _Ops) -> Formula:
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
     """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard)."""
     lay = inp.deg
-    per_param = inp.f("compute.optimizer.bytes_per_param", grad_bytes=4 if inp.grad_dtype == "fp32" else 2)
+    per_param = inp.f("compute.optimizer.bytes_per_param", grad_bytes=sympy.Piecewise((4, inp.fp32_grads), (2, True)))
     shard = None
     for local, dp, _ in replica_groups(inp, params):
         part = cases("shard", "parameter", (local / dp, lay.zero_at_least(1)), (local, True))

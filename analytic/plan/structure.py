@@ -34,7 +34,7 @@ _BATCH = ("seq_len", "global_batch", "microbatch_size")
 #: missing one is NaN to the compiled program, and the plan's symbolic path says what is missing),
 #: except those whose presence changes the expressions (GEMM quantisation, the attention kernel's
 #: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak), which are part of the structure
-HARDWARE_INPUTS = ("element_bytes", "peak_flops", "peak_flops_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
+HARDWARE_INPUTS = ("element_bytes", "loss_bytes", "peak_flops", "peak_flops_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
                    "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
                    "attention_efficiency", "matmul_efficiency", "overlap", "attention_factor", "scale_up_latency",
                    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
@@ -78,7 +78,8 @@ def structure(inp: Inputs) -> str | None:
     parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
     parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
-    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_dtype}", f"flash={inp.flash_attention}"]
+    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"flash={inp.flash_attention}",
+              f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}"]
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
               f"checkpoint_time={present['checkpoint_time']}"]

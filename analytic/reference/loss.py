@@ -1,0 +1,94 @@
+"""The cross-entropy losses of production stacks, and the peak memory each holds per logit from the
+16-bit logits to their 16-bit gradient: what ``loss_bytes`` of presets/stacks.toml says."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+
+class VocabParallelCrossEntropy(torch.autograd.Function):
+    """Megatron-LM's vocabulary-parallel cross entropy at t = 1 (megatron/core/tensor_parallel/
+    cross_entropy.py): an fp32 copy of the logits, the maximum subtracted and exp taken in place, the
+    softmax saved, and the gradient written over it in the backward."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        logits = logits.float()
+        logits -= logits.max(dim=-1, keepdim=True)[0]
+        predicted = logits.gather(-1, target[:, None]).squeeze(-1)
+        logits.exp_()
+        sum_exp = logits.sum(dim=-1, keepdim=True)
+        logits.div_(sum_exp)
+        ctx.save_for_backward(logits, target)
+        return (torch.log(sum_exp).squeeze(-1) - predicted).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, target = ctx.saved_tensors
+        softmax[torch.arange(softmax.shape[0]), target] -= 1.0
+        softmax.mul_(grad / softmax.shape[0])
+        return softmax.to(torch.bfloat16), None
+
+
+def megatron(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return VocabParallelCrossEntropy.apply(logits, target)
+
+
+def torchtitan(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """pytorch/torchtitan train.py (2024): ``cross_entropy(pred.flatten(0, 1).float(), labels)``."""
+    return F.cross_entropy(logits.float(), target)
+
+
+def torchtitan_loss_parallel(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """TorchTitan's loss under TP: the same call on logits sharded over the vocabulary (a one-rank
+    process group of its own), forward and backward inside ``loss_parallel`` (:data:`CONTEXTS`)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    sharded = DTensor.from_local(logits, init_device_mesh("cpu", (1,)), [Shard(1)], run_check=False)
+    return F.cross_entropy(sharded.float(), target)
+
+
+def _loss_parallel():
+    from torch.distributed.tensor.parallel import loss_parallel
+    return loss_parallel()
+
+
+LOSSES = {"megatron": megatron, "torchtitan": torchtitan, "torchtitan_loss_parallel": torchtitan_loss_parallel}
+#: the context a loss's forward and backward run in (TorchTitan's training step enters loss_parallel)
+CONTEXTS = {"torchtitan_loss_parallel": _loss_parallel}
+
+
+def peak_bytes_per_logit(name: str, tokens: int = 2048, vocab: int = 4096) -> float:
+    """Peak bytes allocated per logit by loss ``name`` of :data:`LOSSES`, on the CPU, from the output
+    layer's 16-bit logits through the loss's backward to the 16-bit gradient it hands back."""
+    loss, context = LOSSES[name], CONTEXTS.get(name, contextlib.nullcontext)
+    hidden = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,))
+
+    def step():
+        with context():
+            logits = hidden * 1  # the output layer's result: allocated here, freed once the loss is taken
+            value = loss(logits, target)
+            del logits  # the training loop keeps only the loss
+            value.backward()
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        current += e.nbytes()
+        peak = max(peak, current)
+    return peak / (tokens * vocab)
+
+
+__all__ = ["CONTEXTS", "LOSSES", "VocabParallelCrossEntropy", "megatron", "peak_bytes_per_logit", "torchtitan"]

@@ -1,0 +1,55 @@
+"""Each stack's loss_bytes (presets/stacks.toml) against the peak its loss measures on real tensors."""
+
+import pytest
+
+import analytic as an
+from analytic.presets import stack
+from analytic.reference.loss import peak_bytes_per_logit
+
+#: stack → (loss_bytes, loss_bytes_tp): the losses of analytic.reference.loss that each stack runs
+STACK_LOSSES = {"megatron-core": ("megatron", "megatron"), "megatron-lm-2021": ("megatron", "megatron"),
+                "deepspeed": ("megatron", "megatron"), "torchtitan": ("torchtitan", "torchtitan_loss_parallel")}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return {name: peak_bytes_per_logit(name) for name in {n for pair in STACK_LOSSES.values() for n in pair}}
+
+
+@pytest.mark.parametrize("name", sorted(STACK_LOSSES))
+def test_a_stacks_loss_bytes_are_its_losss_measured_peak(name, measured):
+    alone, parallel = STACK_LOSSES[name]
+    props = stack(name)
+    assert props["loss_bytes"] == pytest.approx(measured[alone], abs=0.01)
+    assert props.get("loss_bytes_tp", props["loss_bytes"]) == pytest.approx(measured[parallel], abs=0.01)
+
+
+def test_megatrons_in_place_loss_holds_half_of_torchtitans(measured):
+    """An fp32 copy overwritten in place (Megatron) against a copy, a log-softmax output and their
+    gradients (cross_entropy on .float()): 6 against 12 bytes per logit, 16-bit logits included."""
+    assert measured["megatron"] == pytest.approx(6, abs=0.01)
+    assert measured["torchtitan"] == pytest.approx(12, abs=0.01)
+
+
+def test_the_last_stage_holds_the_stacks_loss():
+    """Llama 3 8B on one GPU, one microbatch of 8,192 tokens: the activations are the layers' plus the
+    loss's working set, 8,192 × 128,256 logits at 6 (Megatron) or 12 (TorchTitan) bytes each."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    plans = {s: an.Plan(m, hw, an.Layout(), seq_len=8192, global_batch=1, stack=s) for s in ("megatron-core", "torchtitan")}
+    per_layer = 8192 * (8 * 4096 + 4 * 32 * 128 + 4 * 8 * 128 + 6 * 14336 + 4 * 32)  # memory_flash_swiglu by hand
+    for s, per_logit in (("megatron-core", 6), ("torchtitan", 12)):
+        mem = plans[s].memory()
+        assert mem.loss.to("byte").magnitude == 8192 * 128256 * per_logit
+        assert mem.logits.to("byte").magnitude == 8192 * 128256 * 2
+        assert mem.activations.to("byte").magnitude == pytest.approx(32 * per_layer + 8192 * 128256 * per_logit, rel=1e-12)
+
+
+def test_under_full_recomputation_the_loss_and_a_recomputed_layer_are_not_held_together():
+    """The loss is taken after the last forward; a layer is recomputed in a backward: the last stage
+    holds the kept inputs and the larger of the two."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    plan = an.Plan(m, hw, an.Layout(recompute="full"), seq_len=8192, global_batch=1, stack="torchtitan")
+    mem = plan.memory()
+    kept = 32 * 2 * 8192 * 4096
+    layer = 8192 * (8 * 4096 + 4 * 32 * 128 + 4 * 8 * 128 + 6 * 14336 + 4 * 32)
+    assert mem.activations.to("byte").magnitude == pytest.approx(kept + max(layer, 8192 * 128256 * 12), rel=1e-12)
