@@ -54,6 +54,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="how ZeRO-3 gathers parameters: per-block, prefetched (default; FSDP), or per-tensor, "
                         "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)")
     g.add_argument("--recompute", choices=RECOMPUTE)
+    g.add_argument("--recompute-layers", dest="recompute_layers",
+                   help="with --recompute full: recompute only N layers of each stage and keep the others' "
+                        "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)")
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
                         "QKᵀ recomputed in the backward")

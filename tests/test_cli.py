@@ -418,3 +418,17 @@ def test_search_command_over_several_sizes(capsys):
     assert "GPU-h/Mtok" in capsys.readouterr().out
     assert main(["plot", "pareto", "--out", "x.png", *argv[1:-2]]) == 2  # (no --top for plots)
     assert "one count" in capsys.readouterr().err
+
+
+def test_recompute_layers_flag(capsys):
+    """--recompute-layers N recomputes N layers of each stage under --recompute full: its activations
+    lie between full recomputation's and none; without full it is one line and exit 2."""
+    flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "4", "--seq", "8192",
+             "--global-batch", "64", "--json"]
+    acts = {}
+    for extra in ([], ["--recompute", "full"], ["--recompute", "full", "--recompute-layers", "5"]):
+        assert main(["memory", *flags, *extra]) == 0
+        acts[len(extra)] = json.loads(capsys.readouterr().out)["activations"]
+    assert acts[2] < acts[4] < acts[0]
+    assert main(["memory", *flags, "--recompute-layers", "5"]) == 2
+    assert "recompute_layers" in capsys.readouterr().err

@@ -733,6 +733,11 @@ def test_readme_tour_states_the_step_time_interval():
     assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
     trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
+    block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))
+    assert (f"# {block.memory().total.to('GB').magnitude:.1f} GB: fits, recomputing 2 of each stage's 8 layers"
+            in readme and block.memory().fits)
+    assert (f"# the step takes {block.step_time().to('s').magnitude:.1f} s instead of "
+            f"{plan.step_time().to('s').magnitude:.1f} s") in readme
     t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
     assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
     assert (f"gemm {t['gemm']:.2f} s, attention {t['attention']:.2f} s, memory_bound {t['memory_bound']:.2f} s, "
@@ -891,3 +896,33 @@ def test_each_shared_expert_adds_the_same_gemm_time():
         return plan.time_breakdown(ops=True)["gemm"].to("s").magnitude
     one, two, three = gemm(1), gemm(2), gemm(3)
     assert two > one and three - two == pytest.approx(two - one, rel=1e-9)
+
+
+def test_megatrons_block_recompute_keeps_the_other_layers_activations():
+    """Llama 3 70B, TP8 SP PP4 (20 layers a stage), 16 microbatches of 8,192 tokens: stage 0 of 1F1B
+    holds 4 in flight. Recomputing 5 layers of each stage keeps those layers' inputs (2h/t bytes a
+    token) and the other 15 layers' activations (34,336 bytes a token by the flash SwiGLU count over
+    TP 8), plus one layer while it is recomputed; its hardware FLOPs and the TP collectives of the
+    recomputed forwards are a quarter of full recomputation's. N = 20 is full recomputation; N = 0 is refused, as is N without full."""
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=64)
+
+    def plan(**layout):
+        return an.Plan(m, hw, an.Layout(tp=8, pp=4, dp=4, sequence_parallel=True, **layout), **kw)
+    per_layer, layer_input, tokens = 34336, 2 * 8192 // 8, 8192
+    assert plan().expr("memory.activations.layer").value().to("byte").magnitude == per_layer * tokens
+    block = plan(recompute="full", recompute_layers=5)
+    want = (5 * layer_input + 15 * per_layer) * tokens * 4 + per_layer * tokens
+    assert block.memory(stage=0).activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
+    full, none = plan(recompute="full"), plan()
+    assert plan(recompute="full", recompute_layers=20).memory() == full.memory()
+    extra = (block.hardware_flops() - none.hardware_flops()) / (full.hardware_flops() - none.hardware_flops())
+    assert extra.to("").magnitude == pytest.approx(5 / 20, rel=1e-12)
+    assert none.step_time() < block.step_time() < full.step_time()
+    tp = {k: p.communication()["tp"].to("byte").magnitude for k, p in (("block", block), ("full", full), ("none", none))}
+    assert tp["block"] - tp["none"] == pytest.approx((tp["full"] - tp["none"]) / 4, rel=1e-12)  # 4 + 2 · 5/20 a layer
+    assert "recompute_layers=5" in repr(block)
+    with pytest.raises(LayoutError, match="recompute_layers"):
+        an.Layout(recompute="selective", recompute_layers=5)
+    with pytest.raises(InputError, match="recompute_layers"):
+        an.Layout(recompute="full", recompute_layers=0)

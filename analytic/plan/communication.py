@@ -100,7 +100,7 @@ def tensor_parallel(inp: Inputs) -> dict:
         return _none()
     s_local = inp.seq_len / lay.cp
     per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
-        "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer"), lay.recompute_is("full")),
+        "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed, lay.recompute_is("full")),
         (0, True))
     msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
     calls = per_layer * _layers_local(inp) * inp.microbatches
@@ -150,7 +150,7 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
         ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
                   for kind in ("all_reduce", "reduce_scatter"))
         ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
-        ag3, gathers = ag, lay.zero3_gathers_per_microbatch  # ZeRO-3's parameter gathers, and how many
+        ag3, gathers = ag, lay.zero3_gathers_per_microbatch(inp.recomputed)  # ZeRO-3's parameter gathers, and how many
         if lay.per_tensor_gathers:
             ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
         stage3 = lay.zero_at_least(3)
@@ -175,7 +175,8 @@ def context_parallel(inp: Inputs) -> dict:
     calls = _layers_local(inp) * inp.microbatches
     group = (lay.cp, axis_stride(inp, "cp"))
     gathers = formula("parallelism.cp.kv_gathers_per_layer") + cases(
-        "recomputed", "", (formula("parallelism.cp.kv_gathers_recomputed_per_layer"), lay.recompute_is("full")), (0, True))
+        "recomputed", "", (formula("parallelism.cp.kv_gathers_recomputed_per_layer") * inp.recomputed,
+                           lay.recompute_is("full")), (0, True))
     return _plus(_collectives(inp, "all_gather", kv, gathers * calls, *group),
                  _collectives(inp, "reduce_scatter", kv, calls, *group))
 

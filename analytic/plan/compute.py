@@ -24,14 +24,14 @@ def model_flops(inp: Inputs, convention: str) -> Formula:
 
 
 def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formula:
-    """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full; for
-    selective, the attention core's forward, or under the op-level policy every second matmul's."""
+    """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, of the
+    recomputed share of the layers; for selective, the attention core's forward, or under the op-level policy every second matmul's."""
     lay, m = inp.deg, inp.model
     if inp.selective == "op":
         selective = inp.f("compute.recompute.op_sac_flops_per_token") * m.blocks * inp.tokens_per_step
     else:
         selective = core_forward
-    return training + cases("recomputed", training.unit, (training / 3, lay.recompute_is("full")),
+    return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
                             (selective, lay.recompute_is("selective")), (0, True))
 
 

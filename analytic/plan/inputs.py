@@ -267,6 +267,16 @@ class Inputs:
         return formula(name).bind({**self.values, **values})
 
     @cached_property
+    def recomputed(self):
+        """Share of a stage's layers whose forward runs again under full recomputation: all of them, or
+        the N of each model chunk that ``recompute_layers`` names (the average over the stages)."""
+        n = self.layout.recompute_layers
+        if n is None:
+            return sympy.Integer(1)
+        chunk = sympy.sympify(self.model.layers) / (self.deg.pp * self.deg.vpp)
+        return sympy.Min(n, chunk) / chunk
+
+    @cached_property
     def microbatches(self):
         """Microbatches per replica per step: global_batch / (dp · microbatch_size)."""
         return self.global_batch / (self.deg.dp * self.microbatch_size)

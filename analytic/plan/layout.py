@@ -41,7 +41,11 @@ class Layout:
     ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
     ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given share
     the rest evenly. By default every stage holds L/p layers; the first also the embedding, the last
-    the output layer and the loss."""
+    the output layer and the loss.
+
+    ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
+    (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
+    ``--recompute-method block --recompute-num-layers N``; None recomputes them all."""
 
     tp: object = 1
     pp: object = 1
@@ -58,6 +62,7 @@ class Layout:
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
     first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
+    recompute_layers: object = None  # layers of each stage (chunk) recomputed under full (None: all)
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -77,6 +82,12 @@ class Layout:
             flag(k, getattr(self, k))
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
+        if self.recompute_layers is not None:
+            object.__setattr__(self, "recompute_layers", int(count("recompute_layers", self.recompute_layers,
+                                                                   allow_symbol=False)))
+            if not _open(self.recompute, "recompute") and self.recompute != "full":
+                raise LayoutError(f"recompute_layers: recomputes N layers of each stage under recompute='full', "
+                                  f"not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
@@ -121,16 +132,17 @@ class _Degrees:
         self.schedule = index(layout.schedule, SCHEDULES)
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
-    @property
-    def zero3_gathers_per_microbatch(self) -> Formula:
+    def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
         """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
         backward, and for per-tensor gathers under full recomputation again in the recomputed forward
-        (parallelism.dp.zero3_gathers_per_microbatch*, which say why)."""
+        of the ``recomputed`` share of the layers (parallelism.dp.zero3_gathers_per_microbatch*, which
+        say why)."""
         two = formula("parallelism.dp.zero3_gathers_per_microbatch")
         if not self.per_tensor_gathers:
             return two
-        return cases("gathers", "", (formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"),
-                                      self.recompute_is("full")), (two, True))
+        three = formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor")
+        mixed = three if recomputed == 1 else three * recomputed + two * (1 - recomputed)
+        return cases("gathers", "", (mixed, self.recompute_is("full")), (two, True))
 
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""

@@ -100,8 +100,8 @@ def stage_params(inp: Inputs, k) -> dict:
 
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
-    full recomputation), working (one layer's while it is recomputed), logits (one microbatch's) and
-    loss (the loss's working set at its peak, the logits included)."""
+    full recomputation), working (one layer's while it is recomputed), logits (one microbatch's),
+    loss (the loss's working set at its peak, the logits included) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
     if m.is_moe:  # a token's FFN activations across its k routed and shared experts
@@ -109,17 +109,18 @@ def activation_parts(inp: Inputs) -> dict:
         layer = composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
     # full recomputation keeps each layer's input and, while recomputing, one layer's activations
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
-    kept = cases("kept", "byte", (inp.f("memory.activations.layer_full_recompute", seq_len=s_kept), lay.recompute_is("full")),
-                 (layer, True))
+    layer_input = inp.f("memory.activations.layer_full_recompute", seq_len=s_kept)
+    kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
     working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
-    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss}
+    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss, "input": layer_input}
 
 
 def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
     """Bytes of activations stage ``k`` holds at its peak: the layers of the microbatches (or model
     chunks) in flight on it, by schedule, never more than the step has; the last stage also the MTP
-    modules' blocks and the larger of the loss's working set and a recomputed layer's activations. ZB-H2 and DualPipe hold their sources' count on every stage."""
+    modules' blocks and the larger of the loss's working set and a recomputed layer's activations.
+    ZB-H2 and DualPipe hold their sources' count on every stage."""
     lay, m = inp.deg, inp.model
     p, mb, v = lay.pp, inp.microbatches, lay.vpp
     layers = sympy.ceiling(params["blocks"])
@@ -137,7 +138,19 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
     loss = parts["loss"] * (1 + m.mtp_modules)
     peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
-    return parts["kept"] * held + transient
+    return _kept(inp, parts, layers) * held + transient
+
+
+def _kept(inp: Inputs, parts: dict, layers) -> Formula:
+    """Bytes a stage of ``layers`` layers keeps per layer per microbatch in flight: its parts' count, or
+    under full recomputation of N layers of each of its v chunks (Megatron-LM's block method) the
+    recomputed ones' inputs and every activation of the others, averaged over the stage's layers."""
+    lay, n = inp.deg, inp.layout.recompute_layers
+    if n is None:
+        return parts["kept"]
+    share = sympy.Min(n, layers / lay.vpp) * lay.vpp / layers
+    partial = parts["input"] * share + parts["layer"] * (1 - share)
+    return cases("kept", "byte", (partial, lay.recompute_is("full")), (parts["kept"], True))
 
 
 

@@ -24,11 +24,12 @@ class _Ops:
         self.inp, lay, m = inp, inp.deg, inp.model
         inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
-        self.full = cases("full", "", (1, lay.recompute_is("full")), (0, True)).expr  # forwards run again
+        self.full = cases("full", "", (inp.recomputed, lay.recompute_is("full")), (0, True)).expr  # forwards run again
         # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
         op = inp.selective == "op"
         self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).expr if op else 0
-        self.again = cases("again", "", (1, sympy.Or(lay.recompute_is("full"), *(() if op else (lay.recompute_is("selective"),)))),
+        selective = () if op else ((1, lay.recompute_is("selective")),)
+        self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
                            (0, True)).expr  # the attention core runs again
         self.dense = sympy.sympify(m.blocks - m.moe_blocks) / lay.pp  # blocks of each kind per stage
         self.moe = sympy.sympify(m.moe_blocks) / lay.pp
