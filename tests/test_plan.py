@@ -926,3 +926,25 @@ def test_megatrons_block_recompute_keeps_the_other_layers_activations():
         an.Layout(recompute="selective", recompute_layers=5)
     with pytest.raises(InputError, match="recompute_layers"):
         an.Layout(recompute="full", recompute_layers=0)
+
+
+def test_block_recompute_counts_layers_per_model_chunk():
+    """Under interleaving Megatron recomputes N layers of each model chunk: Llama 3 70B over PP4 with
+    2 chunks of 10 layers a stage, N = 3 recomputes 6 of a stage's 20 layers (FLOPs 3/10 of full
+    recomputation's) and N = 10 all of them. The stage keeps, per layer in flight, 3/10 of a layer's
+    input and 7/10 of its activations: from the full-recomputation plan's count of layers in flight."""
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=64)
+
+    def plan(**layout):
+        return an.Plan(m, hw, an.Layout(tp=8, pp=4, dp=4, vpp=2, schedule="interleaved", sequence_parallel=True,
+                                        **layout), **kw)
+    full, none, block = plan(recompute="full"), plan(), plan(recompute="full", recompute_layers=3)
+    assert plan(recompute="full", recompute_layers=10).memory() == full.memory()
+    layer = none.expr("memory.activations.layer").value().to("byte").magnitude
+    layer_input = 2 * 8192 * 8192 / 8
+    held = (full.memory(stage=0).activations.to("byte").magnitude - layer) / layer_input  # layers in flight
+    want = held * (0.3 * layer_input + 0.7 * layer) + layer
+    assert block.memory(stage=0).activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
+    extra = (block.hardware_flops() - none.hardware_flops()) / (full.hardware_flops() - none.hardware_flops())
+    assert extra.to("").magnitude == pytest.approx(0.3, rel=1e-12)

@@ -8,7 +8,8 @@ from analytic.reference.loss import peak_bytes_per_logit
 
 #: stack → (loss_bytes, loss_bytes_tp): the losses of analytic.reference.loss that each stack runs
 STACK_LOSSES = {"megatron-core": ("megatron", "megatron"), "megatron-lm-2021": ("megatron", "megatron"),
-                "deepspeed": ("megatron", "megatron"), "torchtitan": ("torchtitan", "torchtitan_loss_parallel")}
+                "deepspeed": ("megatron", "megatron"), "torchtitan": ("torchtitan", "torchtitan_loss_parallel"),
+                "torchtitan-2025": ("torchtitan_compiled", "torchtitan_compiled_loss_parallel")}
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +27,11 @@ def test_a_stacks_loss_bytes_are_its_losss_measured_peak(name, measured):
 
 def test_megatrons_in_place_loss_holds_half_of_torchtitans(measured):
     """An fp32 copy overwritten in place (Megatron) against a copy, a log-softmax output and their
-    gradients (cross_entropy on .float()): 6 against 12 bytes per logit, 16-bit logits included."""
+    gradients (cross_entropy on .float()): 6 against 12 bytes per logit, 16-bit logits included;
+    compiled, the fp32 tensors fuse away and the 16-bit logits and their gradient remain (4)."""
     assert measured["megatron"] == pytest.approx(6, abs=0.01)
     assert measured["torchtitan"] == pytest.approx(12, abs=0.01)
+    assert measured["torchtitan_compiled"] == pytest.approx(4, abs=0.01)
 
 
 def test_the_last_stage_holds_the_stacks_loss():

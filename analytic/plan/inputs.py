@@ -57,7 +57,8 @@ class Inputs:
         from ..presets import stack as read_stack
         from ..presets import stacks
         self.stack = choice("stack", stack, stacks())
-        kernels = read_stack(self.stack)["attention"]
+        self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
+        kernels = props["attention"]
         if flash_attention is None:
             flash_attention = bool(kernels)
         self.flash_attention = flag("flash_attention", flash_attention)
@@ -66,9 +67,9 @@ class Inputs:
                              "flash_attention=False, or a stack that has one")
         self.attention_kernels = tuple(kernels)
         #: what recompute="selective" recomputes on this stack: "attention", "op" or None (not modelled)
-        self.selective = read_stack(self.stack).get("selective")
+        self.selective = props.get("selective")
         #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
-        self.fsdp_reduce_dtype = read_stack(self.stack).get("fsdp_reduce_dtype")
+        self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
         if layout.recompute == "selective":
             if self.selective is None:
                 raise InputError(f"recompute: stack {self.stack}'s selective recomputation is not modelled; "
@@ -85,7 +86,7 @@ class Inputs:
             raise InputError("grad_dtype: fp32 gradient buffers are modelled with ZeRO 0-2 (Megatron's distributed "
                              f"optimizer), not with zero={layout.zero}")
         if grad_dtype is None:  # the stack's buffers for bf16 and FP8 training
-            grad_dtype = read_stack(self.stack)["grad_dtype"] if self.dtype != "fp16" else "bf16"
+            grad_dtype = props["grad_dtype"] if self.dtype != "fp16" else "bf16"
         #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
         self.grad_rule = grad_dtype
         #: condition: this plan keeps fp32 gradient buffers
@@ -205,8 +206,7 @@ class Inputs:
         16-bit logits alone where the stack has no figure (noted)."""
         if "loss_bytes" in self.overrides:
             return self.overrides["loss_bytes"]
-        from ..presets import stack
-        props = stack(self.stack)
+        props = self.stack_properties
         if "loss_bytes" not in props:
             self._note(f"stack {self.stack}: its loss's working set is not known; the 16-bit logits alone are counted")
             return sympy.Integer(2)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -46,14 +47,34 @@ def torchtitan(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def torchtitan_loss_parallel(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """TorchTitan's loss under TP: the same call on logits sharded over the vocabulary (a one-rank
     process group of its own), forward and backward inside ``loss_parallel`` (:data:`CONTEXTS`)."""
+    return F.cross_entropy(_vocabulary_sharded(logits).float(), target)
+
+
+@functools.cache
+def _compiled(loss):
+    return torch.compile(loss)
+
+
+def torchtitan_compiled(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """TorchTitan's loss compiled, as its training.compile does from 2025 (torchtitan
+    components/loss.py build_cross_entropy_loss): Inductor fuses the fp32 copy away."""
+    return _compiled(torchtitan)(logits, target)
+
+
+def torchtitan_compiled_loss_parallel(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The compiled loss on logits sharded over the vocabulary, inside ``loss_parallel``."""
+    return _compiled(torchtitan)(_vocabulary_sharded(logits), target)
+
+
+def _vocabulary_sharded(logits: torch.Tensor):
+    """``logits`` as a DTensor sharded over the vocabulary on a one-rank process group of its own."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    sharded = DTensor.from_local(logits, init_device_mesh("cpu", (1,)), [Shard(1)], run_check=False)
-    return F.cross_entropy(sharded.float(), target)
+    return DTensor.from_local(logits, init_device_mesh("cpu", (1,)), [Shard(1)], run_check=False)
 
 
 def _loss_parallel():
@@ -61,27 +82,36 @@ def _loss_parallel():
     return loss_parallel()
 
 
-LOSSES = {"megatron": megatron, "torchtitan": torchtitan, "torchtitan_loss_parallel": torchtitan_loss_parallel}
+LOSSES = {"megatron": megatron, "torchtitan": torchtitan, "torchtitan_loss_parallel": torchtitan_loss_parallel,
+          "torchtitan_compiled": torchtitan_compiled,
+          "torchtitan_compiled_loss_parallel": torchtitan_compiled_loss_parallel}
 #: the context a loss's forward and backward run in (TorchTitan's training step enters loss_parallel)
-CONTEXTS = {"torchtitan_loss_parallel": _loss_parallel}
+CONTEXTS = {"torchtitan_loss_parallel": _loss_parallel, "torchtitan_compiled_loss_parallel": _loss_parallel}
+
+
+def _run(loss, context, hidden: torch.Tensor, target: torch.Tensor) -> None:
+    """One loss forward and backward from the output layer's 16-bit logits, as a training step takes it."""
+    with context():
+        logits = hidden * 1  # the output layer's result: allocated here, freed once the loss is taken
+        value = loss(logits, target)
+        del logits  # the training loop keeps only the loss
+        value.backward()
 
 
 def peak_bytes_per_logit(name: str, tokens: int = 2048, vocab: int = 4096) -> float:
     """Peak bytes allocated per logit by loss ``name`` of :data:`LOSSES`, on the CPU, from the output
-    layer's 16-bit logits through the loss's backward to the 16-bit gradient it hands back."""
+    layer's 16-bit logits through the loss's backward to the 16-bit gradient it hands back (a compiled
+    loss is compiled first, outside the measurement)."""
     loss, context = LOSSES[name], CONTEXTS.get(name, contextlib.nullcontext)
-    hidden = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
-    target = torch.randint(0, vocab, (tokens,))
 
-    def step():
-        with context():
-            logits = hidden * 1  # the output layer's result: allocated here, freed once the loss is taken
-            value = loss(logits, target)
-            del logits  # the training loop keeps only the loss
-            value.backward()
-
+    def inputs():
+        return (torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True),
+                torch.randint(0, vocab, (tokens,)))
+    if "compiled" in name:
+        _run(loss, context, *inputs())
+    hidden, target = inputs()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
+        _run(loss, context, hidden, target)
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                     key=lambda e: e.start_ns())
     current = peak = 0
@@ -91,4 +121,5 @@ def peak_bytes_per_logit(name: str, tokens: int = 2048, vocab: int = 4096) -> fl
     return peak / (tokens * vocab)
 
 
-__all__ = ["CONTEXTS", "LOSSES", "VocabParallelCrossEntropy", "megatron", "peak_bytes_per_logit", "torchtitan"]
+__all__ = ["CONTEXTS", "LOSSES", "VocabParallelCrossEntropy", "megatron", "peak_bytes_per_logit", "torchtitan",
+           "torchtitan_compiled", "torchtitan_compiled_loss_parallel", "torchtitan_loss_parallel"]
