@@ -827,12 +827,18 @@ def test_each_stage_holds_its_microbatches_layers_and_ends():
 
 def test_interleaved_first_stage_is_korthikantis_factor():
     """Megatron's interleaved schedule warms stage k up with (p − k − 1)·2 + (v − 1)·p chunks; at k = 0,
-    with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers."""
+    with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers. A plan
+    of Llama 3 70B over 4 stages of 2 chunks holds that many layers' activations on its first stage:
+    80 × 11/8 = 110 of 34,336 bytes a token (the flash SwiGLU count over TP 8 with SP)."""
     f = an.formula("pipeline.in_flight.interleaved_stage")
     factor = an.formula("memory.activations.first_stage_interleaved_factor")
     for p, v in ((4, 2), (8, 3), (16, 4)):
         chunks = f.evaluate(pp=p, vpp=v, stage=0).magnitude
         assert chunks / (p * v) * p == pytest.approx(p * factor.evaluate(pp=p, vpp=v).magnitude, rel=1e-12)
+    plan = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=4, dp=4, vpp=2, schedule="interleaved", sequence_parallel=True),
+                   seq_len=8192, global_batch=64)
+    assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx(110 * 34336 * 8192, rel=1e-12)
 
 
 def test_uneven_stages():
@@ -931,7 +937,7 @@ def test_megatrons_block_recompute_keeps_the_other_layers_activations():
 def test_block_recompute_counts_layers_per_model_chunk():
     """Under interleaving Megatron recomputes N layers of each model chunk: Llama 3 70B over PP4 with
     2 chunks of 10 layers a stage, N = 3 recomputes 6 of a stage's 20 layers (FLOPs 3/10 of full
-    recomputation's) and N = 10 all of them. The stage keeps, per layer in flight, 3/10 of a layer's
+    recomputation's) and N = 10 all of them, as does any larger N. The stage keeps, per layer in flight, 3/10 of a layer's
     input and 7/10 of its activations: from the full-recomputation plan's count of layers in flight."""
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=64)
@@ -941,6 +947,7 @@ def test_block_recompute_counts_layers_per_model_chunk():
                                         **layout), **kw)
     full, none, block = plan(recompute="full"), plan(), plan(recompute="full", recompute_layers=3)
     assert plan(recompute="full", recompute_layers=10).memory() == full.memory()
+    assert plan(recompute="full", recompute_layers=15).memory() == full.memory()
     layer = none.expr("memory.activations.layer").value().to("byte").magnitude
     layer_input = 2 * 8192 * 8192 / 8
     held = (full.memory(stage=0).activations.to("byte").magnitude - layer) / layer_input  # layers in flight
@@ -948,3 +955,21 @@ def test_block_recompute_counts_layers_per_model_chunk():
     assert block.memory(stage=0).activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
     extra = (block.hardware_flops() - none.hardware_flops()) / (full.hardware_flops() - none.hardware_flops())
     assert extra.to("").magnitude == pytest.approx(0.3, rel=1e-12)
+
+
+@pytest.mark.parametrize("dense, per_stage", [(6, [4, 2, 0, 0]), (2, [2, 0, 0, 0]), (10, [4, 4, 2, 0])])
+def test_a_stage_holds_the_dense_layers_that_fall_in_it(dense, per_stage):
+    """DeepSeek-V3 over 16 stages of 4 layers: stage k holds layers 4k to 4k + 3, so with the first 6
+    (2, 10) layers dense the first stages hold 4, 2, 0 (2, 0; 4, 4, 2) of them. Each dense layer
+    holds Δ more parameters than a MoE one, Δ from the model's totals at one dense layer more."""
+    base = an.model("deepseek-v3")
+    delta = base.replace(dense_layers=dense + 1).total_params - base.replace(dense_layers=dense).total_params
+    kw = dict(seq_len=4096, global_batch=16)
+    lay = an.Layout(pp=16)
+
+    def weights(model):
+        return [m.weights.to("byte").magnitude for m in an.Plan(model, an.hardware("h800"), lay, **kw).memory_by_stage()[:4]]
+    moe_only, mixed = weights(base.replace(dense_layers=0)), weights(base.replace(dense_layers=dense))
+    assert [round((w - w0) / (2 * delta)) for w, w0 in zip(mixed, moe_only)] == per_stage
+    for w, w0, n in zip(mixed, moe_only, per_stage):
+        assert w - w0 == pytest.approx(2 * delta * n, rel=1e-12)
