@@ -101,11 +101,12 @@ def cmd_calibrate(args) -> int:
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
-    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios)
+    memory = calibration.memory_range(folder / "memory.toml")
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory)
     if args.write:
         _write_text(args.write, text)
     if args.json:
-        print(json.dumps(calibration.as_json(constants, cases, ratios)))
+        print(json.dumps(calibration.as_json(constants, cases, ratios, memory)))
     elif not args.write:
         print(text, end="")
     return 0

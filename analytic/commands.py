@@ -47,6 +47,7 @@ def cmd_step(args) -> int:
 
 def cmd_memory(args) -> int:
     from .choices import MEMORY_PARTS as PARTS
+    from .presets import memory_spread
     from .story import wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
@@ -59,10 +60,12 @@ def cmd_memory(args) -> int:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
     headroom = (mem.hbm - mem.total).to("GB")
+    low, high = (q.to("GB") for q in plan.memory_interval())
     if args.json:
         gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total")}  # noqa: E731
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
+            "interval": [float(low.magnitude), float(high.magnitude)],
             **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
     for note in notes:
@@ -75,6 +78,10 @@ def cmd_memory(args) -> int:
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
+    spread = memory_spread()
+    above = "" if high <= mem.hbm or not mem.fits else "; at the top of that range it would not fit"
+    print(f"  measured peaks of the validation runs were {spread[0]:.2f}–{spread[1]:.2f}× this count "
+          f"(calibration.toml [memory]): {_fmt(low)} to {_fmt(high)}{above}")
     if stages:
         print("\n  stage " + "".join(f"{k:>13}" for k in (*PARTS, "total")) + "   fits")
         for s in stages:

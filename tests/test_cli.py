@@ -432,3 +432,27 @@ def test_recompute_layers_flag(capsys):
     assert acts[2] < acts[4] < acts[0]
     assert main(["memory", *flags, "--recompute-layers", "5"]) == 2
     assert "recompute_layers" in capsys.readouterr().err
+
+
+def test_memory_carries_the_measured_range(capsys):
+    """`analytic memory` gives the count times the smallest and largest measured/counted peak of the
+    validation runs, as Plan.memory_interval does; a plan that fits by the count but not at the top of
+    that range says so."""
+    from analytic.presets import memory_spread
+    low, high, _ = memory_spread()
+    assert 1 < low < high  # every measured peak lay above the count
+    flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "4", "--seq", "8192",
+             "--global-batch", "64", "--recompute", "full"]
+    assert main(["memory", *flags, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["interval"] == [pytest.approx(data["total"] * low, rel=1e-9), pytest.approx(data["total"] * high, rel=1e-9)]
+    plan = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=4, dp=4, recompute="full", sequence_parallel=True), seq_len=8192, global_batch=64)
+    assert [q.to("GB").magnitude for q in plan.memory_interval()] == pytest.approx(data["interval"], rel=1e-9)
+    assert main(["memory", *flags]) == 0 and "would not fit" not in capsys.readouterr().out  # 61 GB at the top
+    # the source text's step recomputing 2 layers a stage: 74.1 GB fits 80 GB by the count, not at 1.28×
+    essay = ["--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "1",
+             "--seq", "8192", "--global-batch", "2048", "--recompute", "full", "--recompute-layers", "2"]
+    assert main(["memory", *essay]) == 0
+    out = capsys.readouterr().out
+    assert "fits, 5.857 GB to spare" in out and "at the top of that range it would not fit" in out

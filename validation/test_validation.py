@@ -128,6 +128,16 @@ def test_shipped_calibration_is_reproduced():
     assert (shipped["interval"]["low"], shipped["interval"]["high"]) == (pytest.approx(low, abs=2e-6),
                                                                          pytest.approx(high, abs=2e-6))
     assert shipped["interval"]["coverage"] == calibration.COVERAGE
+    # the memory range: measured/counted over the measured peaks, each recomputed here
+    ratios = []
+    for c in tomllib.loads((HERE / "memory.toml").read_text())["case"]:
+        spec = c["plan"] if "plan" in c else {k["id"]: k for k in tomllib.loads(
+            (HERE / "predicted.toml").read_text())["case"]}[c["plan_of"]]["plan"]
+        gib = float(c["published"].split()[0])
+        ratios.append(gib * 2**30 / calibration.build_plan(spec).memory().total.to("byte").magnitude)
+    assert (shipped["memory"]["low"], shipped["memory"]["high"]) == (pytest.approx(min(ratios), abs=2e-6),
+                                                                     pytest.approx(max(ratios), abs=2e-6))
+    assert f"of the {len(ratios)} measured peaks" in shipped["memory"]["basis"]
 
 
 def test_the_interval_holds_about_as_often_as_it_says(results):
@@ -209,6 +219,8 @@ def test_readme_memory_paragraph(results):
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     assert ("TorchTitan's published peaks (62–85 GiB, the caching allocator's maximum reserved memory) are "
             "1.08–1.28× the model's (56–71 GiB)") in readme
+    low, high, _ = an.presets.memory_spread()
+    assert f"smallest and largest measured/counted peak ({low:.2f} and {high:.2f} over the {len(memory_cases)})" in readme
     trainy = [c for c in memory_cases if c["group"] == "trainy-whitefiber-2025"]
     peaks = [round(float(c["published"].split()[0])) for c in trainy]
     mine = [round(ours(c)) for c in trainy]

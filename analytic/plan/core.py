@@ -278,6 +278,17 @@ class Plan:
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 
+    def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
+        """(low, high): the memory per GPU of :meth:`memory` (the fullest stage, or ``stage``) times the
+        smallest and largest measured/counted peak of the validation runs (calibration.toml's [memory]):
+        what the count leaves out (allocator reserve, buffers, workspaces) has added that much."""
+        from ..presets import memory_spread
+        spread = memory_spread()
+        if spread is None:
+            raise PresetError("memory_interval: the range comes with the shipped calibration file")
+        total = self.memory(stage).total
+        return total * spread[0], total * spread[1]
+
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""

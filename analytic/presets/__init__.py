@@ -46,6 +46,16 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
                     calibrations=cal, key=key, **kw)
 
 
+@cache
+def memory_spread() -> tuple[float, float, str] | None:
+    """(low, high, basis): the smallest and largest measured/counted peak memory of the validation runs
+    (calibration.toml's [memory]), or None where the file has none."""
+    if not CALIBRATION_FILE.exists():
+        return None
+    spread = tomllib.loads(CALIBRATION_FILE.read_text()).get("memory")
+    return None if spread is None else (spread["low"], spread["high"], spread["basis"])
+
+
 def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     """generation.dtype → Calibration, from the fitted constants file."""
     if not path.exists():
