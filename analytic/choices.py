@@ -14,6 +14,9 @@ TRAINING_DTYPES = ("bf16", "fp16", "fp8")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")
+#: Adam's moments: fp32 (ZeRO §3.1's K = 12 with the fp32 master weights) or bf16 (DeepSeek-V3 §3.3.3;
+#: Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16: K = 8)
+MOMENT_DTYPES = ("fp32", "bf16")
 AXES = ("tp", "cp", "dp", "pp", "ep")
 #: the parts of a pipeline stage's memory per GPU, which sum to its total
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")

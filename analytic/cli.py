@@ -8,7 +8,7 @@ import difflib
 import sys
 
 from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
-from .choices import GRAD_DTYPES, OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
+from .choices import GRAD_DTYPES, MOMENT_DTYPES, OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError
 
@@ -73,6 +73,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
                    help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
                         "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
+    g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
+                   help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
+                        "(DeepSeek-V3's, 8)")
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--scale-up-domain", help="override the GPUs per NVLink-class domain (e.g. 64 of an NVL72 rack's 72)")

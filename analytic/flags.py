@@ -44,7 +44,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "stack", "profile", "recompute_layers"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
+                             "recompute_layers"}
 
 
 def hardware_overrides(get) -> dict:
@@ -159,7 +160,7 @@ def build_plan(args) -> tuple[object, dict]:
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
                    microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
-                   grad_dtype=get("grad_dtype"), stack=get("stack") or "megatron-core",
+                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or "megatron-core",
                    profile=get("profile"), **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):

@@ -69,6 +69,8 @@ def derive() -> Derivation:
     d.check((4 + 4 + 4 + e_g) + (4 + 4 + 4 + 2), "compute.optimizer.bytes_per_param",
             "One Adam step per parameter: read the fp32 master weight, both moments and the gradient; write the "
             "three and the 16-bit weight:")
+    d.check((4 + 2 + 2 + e_g) + (4 + 2 + 2 + 2), "compute.optimizer.bytes_per_param_bf16_moments",
+            "The same with the moments in bf16 (DeepSeek-V3 §3.3.3):")
     q = sympy.Symbol("q", positive=True, integer=True)
     pairs = d.step("Causal attention: query q meets keys 1..q, so a sequence has", sympy.summation(q, (q, 1, s)))
     share = d.step("pairs against s² for the full matrix; as s grows the share tends to",

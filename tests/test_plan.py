@@ -977,3 +977,20 @@ def test_a_stage_holds_the_dense_layers_that_fall_in_it(dense, per_stage):
     assert [round((w - w0) / (2 * delta)) for w, w0 in zip(mixed, moe_only)] == per_stage
     for w, w0, n in zip(mixed, moe_only, per_stage):
         assert w - w0 == pytest.approx(2 * delta * n, rel=1e-12)
+
+
+def test_bf16_moments_keep_eight_bytes_of_adam_state():
+    """Adam's moments in bf16 with fp32 master weights (DeepSeek-V3 §3.3.3): 4 + 2 + 2 bytes of optimizer
+    state per parameter instead of ZeRO's 12, sharded the same; the Adam step moves 18 + 4 bytes a
+    parameter of its shard instead of 26 + 4 (Megatron-Core's fp32 gradients)."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=8)
+    for zero, shard in ((0, 1), (1, 8)):
+        fp32, bf16 = (an.Plan(m, hw, an.Layout(dp=8, zero=zero), moment_dtype=d, **kw) for d in ("fp32", "bf16"))
+        assert bf16.memory().optimizer.to("byte").magnitude == pytest.approx(8 * m.total_params / shard, rel=1e-12)
+        assert fp32.memory().optimizer.to("byte").magnitude == pytest.approx(12 * m.total_params / shard, rel=1e-12)
+        ratio = bf16.time_breakdown(ops=True)["optimizer"] / fp32.time_breakdown(ops=True)["optimizer"]
+        assert ratio.to("").magnitude == pytest.approx(22 / 30, rel=1e-12)
+    assert "moment_dtype=bf16" in repr(bf16) and bf16.replace(layout=bf16.layout).moment_dtype == "bf16"
+    with pytest.raises(InputError, match="moment_dtype"):
+        an.Plan(m, hw, an.Layout(dp=8), moment_dtype="fp8", **kw)

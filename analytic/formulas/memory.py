@@ -65,6 +65,11 @@ define("memory.model_states.gradients_fp32", 4 * Psi, "byte",
        "Adam state: 18 bytes per parameter); Llama 3 arXiv 2407.21783 §3.3.2 (gradients accumulated in fp32)",
        ("fp32 gradient accumulation buffers (main_grad), reduced across data-parallel ranks in fp32",),
        "fp32 gradients (unsharded)", coefficient_unit="byte")
+define("memory.model_states.optimizer_bf16_moments", 8 * Psi, "byte",
+       "DeepSeek-V3 arXiv 2412.19437 §3.3.3 (Adam's moments in bf16, master weights in fp32); NVIDIA/Megatron-LM "
+       "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+       ("fp32 master parameters (4Ψ) and Adam's two moments in bf16 (2Ψ each)",),
+       "Adam state with bf16 moments and fp32 master parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.optimizer", 12 * Psi, "byte", f"{ZERO} §3.1 (KΨ, K = 12)",
        ADAM, "Adam state and fp32 master parameters (unsharded)", coefficient_unit="byte")
 

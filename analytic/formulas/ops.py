@@ -85,6 +85,11 @@ define("compute.optimizer.bytes_per_param", 26 + S("grad_bytes"), "byte/paramete
        ("reads the fp32 master weight, both moments and the gradient (e_g bytes)",
         "writes the master weight, both moments and the 16-bit weight (4 + 4 + 4 + 2)"),
        "HBM bytes one Adam step moves per parameter of its shard", coefficient_unit="byte/parameter")
+define("compute.optimizer.bytes_per_param_bf16_moments", 18 + S("grad_bytes"), "byte/parameter",
+       f"{ADAM}; DeepSeek-V3 arXiv 2412.19437 §3.3.3 (bf16 moments)",
+       ("reads the fp32 master weight, both bf16 moments and the gradient (e_g bytes)",
+        "writes the master weight, both moments and the 16-bit weight (4 + 2 + 2 + 2)"),
+       "HBM bytes one Adam step with bf16 moments moves per parameter of its shard", coefficient_unit="byte/parameter")
 define("compute.attention.time", S("flops") / (F * S("attention_efficiency") * S("attention_factor")), "s",
        f"Dao 2023, FlashAttention-2, arXiv 2307.08691 §4; Shah et al. 2024, FlashAttention-3, arXiv 2407.08608 §4; {DERIVED}",
        ("C: the FLOPs the fused kernel executes (causal: half the score matrix)",

@@ -70,17 +70,19 @@ class Plan:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
                  flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str | None = None, stack: str = "megatron-core", profile=None, **overrides):
+                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str = "megatron-core",
+                 profile=None, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
                                 flash_attention=flash_attention, training_tokens=training_tokens,
-                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype, stack=stack,
+                                allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype,
+                                moment_dtype=moment_dtype, stack=stack,
                                 profile=profile, **overrides)
         self.model, self.hardware, self.layout, self.deg = inp.model, inp.hardware, inp.layout, inp.deg
         self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
-        self.grad_dtype, self.stack = inp.grad_dtype, inp.stack
+        self.grad_dtype, self.moment_dtype, self.stack = inp.grad_dtype, inp.moment_dtype, inp.stack
         self._grad_dtype_given = grad_dtype  # None follows the stack and the ZeRO stage of a replaced plan
 
     # --- stages, built when first needed ------------------------------------------------------------
@@ -179,7 +181,8 @@ class Plan:
                 f"schedule={lay.schedule}, "
                 f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
                 f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}"
-                f"{'' if self.grad_dtype == 'bf16' else f' grad_dtype={self.grad_dtype}'} stack={self.stack}")
+                f"{'' if self.grad_dtype == 'bf16' else f' grad_dtype={self.grad_dtype}'}"
+                f"{'' if self.moment_dtype == 'fp32' else f' moment_dtype={self.moment_dtype}'} stack={self.stack}")
 
     def _builders(self) -> dict:
         b = {
@@ -382,7 +385,8 @@ class Plan:
         """A new plan with the model, layout or any keyword argument of Plan changed."""
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
-                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given, stack=self.stack,
+                    allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
+                    moment_dtype=self.moment_dtype, stack=self.stack,
                     **self.overrides)
         if "batch_tokens" in changes:
             args.pop("global_batch")

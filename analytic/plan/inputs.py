@@ -9,7 +9,7 @@ from functools import cached_property
 
 import sympy
 
-from ..choices import GRAD_DTYPES
+from ..choices import GRAD_DTYPES, MOMENT_DTYPES
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..formula import Formula, magnitude
 from ..formulas import formula
@@ -29,7 +29,7 @@ OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", 
              "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
-             "training_tokens", "allow_cross_node_tp", "grad_dtype", "stack", "profile")
+             "training_tokens", "allow_cross_node_tp", "grad_dtype", "moment_dtype", "stack", "profile")
 #: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration error)
 _SHARED: dict = {}
 #: the calibrated constants of the predictive model
@@ -41,7 +41,8 @@ class Inputs:
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
-                 allow_cross_node_tp: bool, grad_dtype: str, stack: str, profile, **overrides):  # Plan's arguments
+                 allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
+                 **overrides):  # Plan's arguments
         if not isinstance(model, Model):
             raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
         if not isinstance(hardware, Hardware):
@@ -92,6 +93,8 @@ class Inputs:
         #: condition: this plan keeps fp32 gradient buffers
         self.fp32_grads = sympy.false if grad_dtype == "bf16" else sympy.Le(layout.zero, 2)
         self.grad_dtype = {sympy.true: "fp32", sympy.false: "bf16"}.get(self.fp32_grads, "fp32 with ZeRO 0-2")
+        #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
+        self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))

@@ -25,8 +25,9 @@ def model_states(inp: Inputs, params: dict) -> dict:
     parts = {}
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
+        name = "optimizer_bf16_moments" if part == "optimizer" and inp.moment_dtype == "bf16" else part
         for local, dp in groups:
-            f = formula(f"memory.model_states.{part}").subs(params=local)
+            f = formula(f"memory.model_states.{name}").subs(params=local)
             if part == "gradients":
                 f = cases(part, "byte", (formula("memory.model_states.gradients_fp32").subs(params=local), inp.fp32_grads),
                           (f, True))

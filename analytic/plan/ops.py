@@ -190,7 +190,8 @@ def memory_bound_time(o: _Ops) -> Formula:
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
     """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard)."""
     lay = inp.deg
-    per_param = inp.f("compute.optimizer.bytes_per_param", grad_bytes=sympy.Piecewise((4, inp.fp32_grads), (2, True)))
+    name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
+    per_param = inp.f(name, grad_bytes=sympy.Piecewise((4, inp.fp32_grads), (2, True)))
     shard = None
     for local, dp, _ in replica_groups(inp, params):
         part = cases("shard", "parameter", (local / dp, lay.zero_at_least(1)), (local, True))

@@ -78,7 +78,8 @@ def structure(inp: Inputs) -> str | None:
     parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
     parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
-    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"flash={inp.flash_attention}",
+    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
+              f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}"]
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
