@@ -117,6 +117,8 @@ def test_megatron_cores_default_gradients_are_fp32_buffers():
     assert an.Plan(m8, hw, an.Layout(dp=8), dtype="fp8", **small).grad_dtype == "fp32"
     assert an.Plan(m8, hw, an.Layout(dp=8), stack="torchtitan", **small).grad_dtype == "bf16"
     assert an.Plan(m8, hw, an.Layout(dp=8), stack="torchtitan", grad_dtype="fp32", **small).grad_dtype == "fp32"
+    two = an.Plan(m8, hw, an.Layout(dp=8, zero=2), grad_dtype="fp32", **small).memory()  # sharded fp32 buffers
+    assert two.gradients.to("byte").magnitude == pytest.approx(4 * m8.total_params / 8, rel=1e-12)
     one = an.Plan(m8, hw, an.Layout(), **small).memory()  # dp = 1: Megatron's 18 bytes a parameter
     assert ((one.weights + one.gradients + one.optimizer) / one.weights).to("").magnitude == pytest.approx(9, rel=1e-12)
 

@@ -56,3 +56,24 @@ def test_under_full_recomputation_the_loss_and_a_recomputed_layer_are_not_held_t
     kept = 32 * 2 * 8192 * 4096
     layer = 8192 * (8 * 4096 + 4 * 32 * 128 + 4 * 8 * 128 + 6 * 14336 + 4 * 32)
     assert mem.activations.to("byte").magnitude == pytest.approx(kept + max(layer, 8192 * 128256 * 12), rel=1e-12)
+
+
+def test_under_tp_torchtitans_loss_is_its_loss_parallels():
+    """TorchTitan's loss under TP runs inside loss_parallel on vocabulary-sharded logits: 16 bytes a logit
+    over TP 2 or 8 (12 on one GPU); Megatron's vocabulary-parallel loss holds 6 at any t."""
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=8)
+    for tp in (2, 8):
+        for s, per_logit in (("torchtitan", 16), ("megatron-core", 6), ("torchtitan-2025", 10)):
+            plan = an.Plan(m, hw, an.Layout(tp=tp, dp=1, sequence_parallel=True), stack=s, **kw)
+            assert plan.memory().loss.to("byte").magnitude == 8192 * 128256 * per_logit / tp
+
+
+def test_a_stack_without_a_measured_loss_counts_the_logits_and_says_so():
+    """LLM Foundry's and MaxText's losses are not measured: the loss's working set is the 16-bit logits
+    alone (2 bytes each), and the plan's notes say so."""
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=8192, global_batch=8,
+                   stack="llm-foundry")
+    mem = plan.memory()
+    assert mem.loss.to("byte").magnitude == mem.logits.to("byte").magnitude == 8192 * 128256 * 2
+    assert any("loss's working set is not known" in n for n in plan.notes)
