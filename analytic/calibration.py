@@ -238,6 +238,12 @@ def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -
     return float(lo), float(hi)
 
 
+def memory_case_plan(case: dict, runs: dict) -> dict:
+    """The plan table of a ``memory`` case: its own, or that of the predicted case (of ``runs``, by id)
+    whose run it measured."""
+    return case["plan"] if "plan" in case else runs[case["plan_of"]]["plan"]
+
+
 def memory_range(path: Path) -> dict | None:
     """The smallest and largest measured/counted peak memory over the measured peaks of a validation
     TOML file (``memory`` cases, each against its run's fullest stage), with how many and from how
@@ -249,9 +255,8 @@ def memory_range(path: Path) -> dict | None:
     runs = {c["id"]: c for c in tomllib.loads((path.parent / "predicted.toml").read_text()).get("case", [])}
     ratios = []
     for c in cases:
-        spec = c["plan"] if "plan" in c else runs[c["plan_of"]]["plan"]
         published = as_quantity(c["id"], c["published"])
-        ratios.append(float((published / build_plan(spec).memory().total).to("").magnitude))
+        ratios.append(float((published / build_plan(memory_case_plan(c, runs)).memory().total).to("").magnitude))
     return {"low": min(ratios), "high": max(ratios), "count": len(cases), "sources": len({c["group"] for c in cases})}
 
 

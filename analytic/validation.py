@@ -199,7 +199,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
 
 def _memory(case: dict, cases: dict) -> Result:
     """A measured peak against the fullest stage's memory per GPU of its run's plan."""
-    spec = case["plan"] if "plan" in case else cases[case["plan_of"]]["plan"]
+    spec = calibration.memory_case_plan(case, cases)
     published = as_quantity("published", case["published"])
     ours = calibration.build_plan(spec).memory().total.to(published.units)
     err = float((ours / published).to("").magnitude) - 1

@@ -94,3 +94,11 @@ def test_the_newer_accelerators_by_hand():
     v6e = an.hardware("tpu-v6e")
     assert v6e.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(800 / 2)
     assert (v6e.peak_flops("bf16") * 256).to("PFLOP/s").magnitude == pytest.approx(234.9, rel=1e-3)  # per Pod
+
+
+def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
+    """torchtitan-2025 names torchtitan as its base: it differs only in its compiled loss."""
+    from analytic.presets import stack
+    old, new = stack("torchtitan"), stack("torchtitan-2025")
+    assert {k for k in old if old[k] != new[k]} == {"name", "loss_bytes", "loss_bytes_tp"}
+    assert (new["loss_bytes"], new["loss_bytes_tp"]) == (4, 10)

@@ -181,11 +181,14 @@ def stacks() -> list[str]:
 
 
 def stack(name: str) -> dict:
-    """A stack's properties (their sources checked, values returned)."""
+    """A stack's properties (their sources checked, values returned): its own, over those of the stack
+    its ``base`` names."""
     tables = _stack_tables()
     if name not in tables:
         raise UnknownNameError("stack", name, tables)
-    return {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in tables[name].items()}
+    own = dict(tables[name])
+    inherited = stack(own.pop("base")) if "base" in own else {}
+    return inherited | {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in own.items()}
 
 
 def gemm_tile(generation: str):
