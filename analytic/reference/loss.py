@@ -66,15 +66,24 @@ def torchtitan_compiled_loss_parallel(logits: torch.Tensor, target: torch.Tensor
     return _compiled(torchtitan)(_vocabulary_sharded(logits), target)
 
 
-def _vocabulary_sharded(logits: torch.Tensor):
-    """``logits`` as a DTensor sharded over the vocabulary on a one-rank process group of its own."""
+@functools.cache
+def _mesh():
+    """A one-rank CPU device mesh, made once: every sharded loss runs on the same mesh, as in training
+    (with a fresh mesh per call, torch 2.13's Inductor fails to compile a sharded loss after an
+    eager one)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return DTensor.from_local(logits, init_device_mesh("cpu", (1,)), [Shard(1)], run_check=False)
+    return init_device_mesh("cpu", (1,))
+
+
+def _vocabulary_sharded(logits: torch.Tensor):
+    """``logits`` as a DTensor sharded over the vocabulary on a one-rank process group of its own."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return DTensor.from_local(logits, _mesh(), [Shard(1)], run_check=False)
 
 
 def _loss_parallel():
