@@ -51,6 +51,7 @@ class Hardware:
     scale_out: pint.Quantity | None = None
     gpus_per_node: int = 8
     scale_up_domain: int | None = None  # accelerators on one NVLink-class domain; None: the node
+    scale_up_links: int | None = None  # direct links per accelerator of a fully connected domain; None: switched
     sms: int | None = None  # streaming multiprocessors (compute units)
     generation: str = ""
     sources: dict = field(default_factory=dict, compare=False)
@@ -72,6 +73,13 @@ class Hardware:
                              f"{self.gpus_per_node} GPUs")
         if self.sms is not None:
             object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
+        if self.scale_up_links is not None:
+            links = count("scale_up_links", self.scale_up_links, allow_symbol=False)
+            if links < self.scale_up_domain - 1:
+                raise InputError(f"scale_up_links: {links} direct links cannot connect each of "
+                                 f"{self.scale_up_domain} accelerators to every other; expected at least "
+                                 f"{self.scale_up_domain - 1} (a switched domain has none: leave it unset)")
+            object.__setattr__(self, "scale_up_links", links)
 
     def _link(self, keyword: str) -> pint.Quantity:
         v = getattr(self, keyword.removesuffix("_bandwidth"))

@@ -78,6 +78,8 @@ _TABLE = [
     ("stage", "k_s", "", "count0", "a pipeline stage's index, 0 for the first"),
     ("gpus_per_node", "g", "", "count", "accelerators per node (server or tray; in a collective: ranks per scale-up domain)"),
     ("scale_up_domain", "g_up", "", "count", "accelerators on one scale-up (NVLink-class) domain: a node, or a rack of nodes"),
+    ("scale_up_links", "n_up", "", "count",
+     "direct scale-up links per accelerator on a fully connected domain without a switch (MI300X: 7)"),
     ("nodes_per_token", "M", "", "count0", "nodes a token may be routed to (node-limited routing)"),
     ("zero", "z", "", "zero", "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters sharded"),
     ("recompute", "r_c", "", "recompute", "recomputation policy: 0 none, 1 selective, 2 full"),

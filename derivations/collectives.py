@@ -91,4 +91,14 @@ def derive() -> Derivation:
              float(crossover.subs({g: 8, nn: 8, Bup: 450e9, Bout: 50e9, alpha: 10e-6})) / 1e6)
     d.step("A flat ring through ONE NIC per node (every byte of the node crossing one 50 GB/s link) would be bound by "
            "B_out alone; spreading the channels over the node's g NICs is what gives the ring g·B_out")
+    # a fully connected domain without a switch
+    L = S("scale_up_links")
+    d.step("A scale-up domain without a switch (AMD's 8-GPU nodes): each accelerator has n_up direct links, one to "
+           "each peer, B_up/n_up each way. A group of n ranks of the domain touches only the n − 1 links to its own "
+           "ranks; an algorithm that sends each peer its share over the link to it (a direct reduce-scatter or "
+           "all-to-all, or several rings at once) keeps all n − 1 busy, and none can use more", sympy.Eq(sympy.Symbol("links_used"), sympy.Min(n - 1, L)))
+    d.check(Bup * sympy.Min(sympy.Max(n - 1, 1), L) / L, "collectives.mesh.scale_up_bandwidth",
+            "so the group reaches this share of B_up (a group of one, which sends nothing, is given one link); a "
+            "switch (NVLink) gives every group all of it")
+    d.number("MI300X (n_up = 7, B_up = 448 GB/s): a TP group of 2, in GB/s", float((Bup * (n - 1) / L).subs({Bup: 448, n: 2, L: 7})))
     return d

@@ -222,15 +222,15 @@ def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
 
 
 def test_step_on_a_preset_without_a_link_bandwidth_still_tells_the_rest(capsys):
-    """MI300X's preset has no sourced scale-up bandwidth: the story keeps memory and FLOPs and says
+    """TPU7x's preset has no sourced scale-up bandwidth: the story keeps memory and FLOPs and says
     why communication and the step time are missing, instead of failing as a whole."""
-    argv = ["step", "--model", "llama3-70b", "--hardware", "mi300x", "--gpus", "64", "--tp", "8", "--zero", "3",
+    argv = ["step", "--model", "llama3-70b", "--hardware", "tpu7x", "--gpus", "64", "--tp", "4", "--zero", "3",
             "--seq", "8192", "--global-batch", "64"]
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     assert "total per GPU" in out and "communication times unavailable" in out and "scale-up-bandwidth" in out
     assert "TP traffic per GPU per step" in out  # bytes need no bandwidth
-    code, out, err = run(capsys, *argv, "--scale-up-bandwidth", "448 GB/s", "--scale-out-bandwidth", "400 Gbit/s")
+    code, out, err = run(capsys, *argv, "--scale-up-bandwidth", "600 GB/s", "--scale-out-bandwidth", "400 Gbit/s")
     assert code == 0 and "TP traffic per GPU per step" in out and "unavailable" not in out
 
 

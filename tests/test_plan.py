@@ -498,12 +498,12 @@ def test_hand_made_hardware_needs_the_constants_it_has_none_of():
 
 
 def test_bytes_need_no_link_bandwidth_but_times_do():
-    """MI300X's preset has no sourced link bandwidths: the bytes each GPU sends are still known and
+    """TPU7x's preset has no sourced link bandwidths: the bytes each GPU sends are still known and
     equal those of the same plan with the links given; any time asks for the missing bandwidth."""
-    m, lay = an.model("llama3-70b"), an.Layout(tp=8, dp=8, zero=3, sequence_parallel=True)
+    m, lay = an.model("llama3-70b"), an.Layout(tp=4, dp=16, zero=3, sequence_parallel=True)
     kw = dict(seq_len=8192, global_batch=64)
-    bare = an.Plan(m, an.hardware("mi300x"), lay, **kw)
-    given = an.Plan(m, an.hardware("mi300x"), lay, scale_up_bandwidth="448 GB/s", scale_out_bandwidth="400 Gbit/s", **kw)
+    bare = an.Plan(m, an.hardware("tpu7x"), lay, **kw)
+    given = an.Plan(m, an.hardware("tpu7x"), lay, scale_up_bandwidth="600 GB/s", scale_out_bandwidth="400 Gbit/s", **kw)
     assert bare.communication() == given.communication()
     assert bare.communication()["tp"].magnitude > 0
     for ask in (bare.communication_time, bare.step_time, bare.time_breakdown):
@@ -996,3 +996,40 @@ def test_bf16_moments_keep_eight_bytes_of_adam_state():
     assert "moment_dtype=bf16" in repr(bf16) and bf16.replace(layout=bf16.layout).moment_dtype == "bf16"
     with pytest.raises(InputError, match="moment_dtype"):
         an.Plan(m, hw, an.Layout(dp=8), moment_dtype="fp8", **kw)
+
+
+def test_a_group_on_a_fully_connected_node_reaches_only_its_own_links():
+    """MI300X's node is a full mesh of 7 Infinity Fabric links of 64 GB/s a direction, no switch: a TP
+    group of 2 all-reduces over one link, one of 8 over all seven, and a pipeline hand-off between two
+    GPUs crosses one link. By hand, α–β ring all-reduces of S = s·b·h·2 bytes, 4 a layer per
+    microbatch: 2(n − 1)·α + 2(n − 1)/n · S / ((n − 1) · 64 GB/s · η). On H100's switched NVLink every
+    group reaches the whole 450 GB/s."""
+    m, kw = an.model("llama3-8b"), dict(seq_len=8192, global_batch=64, microbatch_size=1)
+    mi = an.hardware("mi300x")
+    for tp in (2, 8):
+        p = an.Plan(m, mi, an.Layout(tp=tp, dp=64 // tp, zero=1, sequence_parallel=False), **kw)
+        eta, alpha = float(p.inputs["scale_up_efficiency"]), float(p.inputs["scale_up_latency"])
+        S = 8192 * 1 * m.hidden * 2
+        one = 2 * (tp - 1) * alpha + 2 * (tp - 1) / tp * S / ((tp - 1) * 64e9 * eta)
+        expected = 4 * m.layers * p.microbatches * one
+        assert p.communication_time()["tp"].to("s").magnitude == pytest.approx(expected, rel=1e-9)
+        h100 = an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=tp, dp=64 // tp, zero=1, sequence_parallel=False), **kw)
+        eta, alpha = float(h100.inputs["scale_up_efficiency"]), float(h100.inputs["scale_up_latency"])
+        switched = 4 * m.layers * h100.microbatches * (2 * (tp - 1) * alpha + 2 * (tp - 1) / tp * S / (450e9 * eta))
+        assert h100.communication_time()["tp"].to("s").magnitude == pytest.approx(switched, rel=1e-9)
+    lay = an.Layout(pp=2, dp=4, zero=1)
+    mesh, switch = an.Plan(m, mi, lay, **kw), an.Plan(m, mi.replace(scale_up_links=None), lay, **kw)
+    assert mesh.communication()["pp"] == switch.communication()["pp"]  # the same bytes, one link instead of 7
+    sent, eta = mesh.communication()["pp"].to("byte").magnitude, float(mesh.inputs["scale_up_efficiency"])
+    slower = (mesh.communication_time()["pp"] - switch.communication_time()["pp"]).to("s").magnitude
+    assert slower == pytest.approx(sent / eta * (1 / 64e9 - 1 / 448e9), rel=1e-9)
+
+
+def test_a_fully_connected_domain_needs_a_link_to_every_peer():
+    """scale_up_links below the domain's size − 1 cannot be a full mesh, on the hardware or through a
+    Plan's scale_up_domain."""
+    mi = an.hardware("mi300x")
+    with pytest.raises(InputError, match="scale_up_links"):
+        mi.replace(scale_up_links=3)
+    with pytest.raises(InputError, match="scale_up_domain"):
+        an.Plan(an.model("llama3-8b"), mi, an.Layout(tp=8, dp=2), seq_len=8192, global_batch=64, scale_up_domain=16)

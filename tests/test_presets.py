@@ -96,6 +96,19 @@ def test_the_newer_accelerators_by_hand():
     assert (v6e.peak_flops("bf16") * 256).to("PFLOP/s").magnitude == pytest.approx(234.9, rel=1e-3)  # per Pod
 
 
+def test_amds_links_by_hand():
+    """MI300X and MI355X scale up over 7 x16 Infinity Fabric links, one to each peer of the 8-GPU node:
+    7 × 16 lanes at 32 Gb/s (CDNA 3) and at 38.4 Gb/s (CDNA 4) a direction, half the 896 GB/s and
+    1,075.2 GB/s 'P2P ring peak aggregate' both ways that AMD prints; one 400 Gb/s NIC a GPU."""
+    for key, gbps, both_ways in (("mi300x", 32, 896), ("mi355x", 38.4, 1075.2)):
+        hw = an.hardware(key)
+        assert hw.scale_up_links == 7 == hw.gpus_per_node - 1
+        assert hw.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(7 * 16 * gbps / 8)
+        assert 2 * hw.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(both_ways)
+        assert hw.scale_out_bandwidth.to("Gbit/s").magnitude == pytest.approx(400)
+    assert all(an.hardware(k).scale_up_links is None for k in ("h100-sxm", "b200", "gb200-nvl72", "tpu-v5p"))
+
+
 def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
     """torchtitan-2025 names torchtitan as its base: it differs only in its compiled loss."""
     from analytic.presets import stack

@@ -38,6 +38,18 @@ define("collectives.broadcast.time", (n - 1) * alpha + Sz / Bw, "s", f"{THAKUR} 
 define("collectives.broadcast.bytes_sent", Sz, "byte", f"{THAKUR} (pipelined chain)",
        ("every rank but the last forwards the whole message",), "bytes a forwarding rank sends in a broadcast")
 
+_links = S("scale_up_links")
+define("collectives.mesh.scale_up_bandwidth", Bup * sympy.Min(sympy.Max(n - 1, 1), _links) / _links, "byte/s",
+       "AMD CDNA 3 architecture white paper, Figure 9 (seven Infinity Fabric links fully connect 8 MI300X); ROCm "
+       "documentation, MI300X workload optimization, 'Use all eight GPUs' (collectives over fewer GPUs reach a "
+       "fraction of the node's bandwidth); derived: derivations/collectives.py",
+       ("a fully connected domain without a switch: each accelerator has n_up links of B_up/n_up, one to each peer",
+        "a group of n ranks of the domain sends each peer its share over the link to it (direct exchanges, or "
+        "several rings at once), keeping its n − 1 links busy; links to accelerators outside the group stay idle",
+        "a group of one sends nothing; it is given one link, so that its time is 0/B rather than 0/0"),
+       "scale-up bandwidth per rank of a group of n ranks on a fully connected domain",
+       keywords=("scale_up_bandwidth", "ranks", "scale_up_links"))
+
 _HIER = ("two levels: reduce-scatter over the g ranks of a node (scale-up), all-reduce of the S/g shard over "
          "the n_n nodes (scale-out), all-gather over the node",)
 define("collectives.hierarchical_all_reduce.time",

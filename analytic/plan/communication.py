@@ -3,7 +3,9 @@ placement implies — one function per kind of traffic, each adding to its axis'
 
 A group within a scale-up domain uses the scale-up link, one whose ranks are all in other domains
 the scale-out link; one that spans both runs as NCCL runs large messages (collectives.multinode.*):
-rings through every rank, pipelined over both links, the domain's traffic spread over all its NICs."""
+rings through every rank, pipelined over both links, the domain's traffic spread over all its NICs.
+On a fully connected domain without a switch, a group reaches only its links to its own ranks
+(collectives.mesh.scale_up_bandwidth)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,17 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
     the rank order, on the link its placement implies."""
     g = inp.values["scale_up_domain"]
 
-    def at(bw_key):  # a link's bandwidth at the share NCCL reaches of it
-        return inp.time_input(bw_key) * inp.time_input(bw_key.replace("bandwidth", "efficiency"))
+    def at(bw_key, ranks):  # a link's bandwidth, on a fully connected domain the share a group reaches, at
+        bandwidth = inp.time_input(bw_key)  # the share NCCL reaches of it
+        if bw_key == "scale_up_bandwidth" and "scale_up_links" in inp.values:
+            bandwidth = formula("collectives.mesh.scale_up_bandwidth").bind(
+                {"scale_up_bandwidth": bandwidth, "ranks": ranks, "scale_up_links": inp.values["scale_up_links"]})
+        return bandwidth * inp.time_input(bw_key.replace("bandwidth", "efficiency"))
 
     def flat(bw_key):
         alpha = inp.time_input(bw_key.replace("bandwidth", "latency"))
         return formula(f"collectives.{kind}.time").bind(
-            {"message": message, "ranks": size, "bandwidth": at(bw_key), "latency": alpha})
+            {"message": message, "ranks": size, "bandwidth": at(bw_key, size), "latency": alpha})
 
     def spanning():  # the group spans domains: NCCL's rings over both links
         if kind == "broadcast":  # a point-to-point transfer between domains
@@ -48,7 +54,8 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
             {**shape, **{k: inp.time_input(k) for k in ("scale_up_latency", "scale_out_latency")}})
         return formula(f"collectives.multinode.{kind}.time").bind(
             {"message": message, **shape, "latency": alpha,
-             "scale_up_bandwidth": at("scale_up_bandwidth"), "scale_out_bandwidth": at("scale_out_bandwidth")})
+             "scale_up_bandwidth": at("scale_up_bandwidth", per_node),
+             "scale_out_bandwidth": at("scale_out_bandwidth", per_node)})
 
     kind_of_link = link_kind(size, stride_, g)
     if kind_of_link == "scale-up":

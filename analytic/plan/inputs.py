@@ -115,10 +115,14 @@ class Inputs:
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
+        domain = self.overrides.get("scale_up_domain", self.overrides.get("gpus_per_node", hardware.scale_up_domain))
+        links = hardware.scale_up_links
+        if links is not None and is_number(domain) and domain > links + 1:
+            raise InputError(f"scale_up_domain: {domain} accelerators cannot be fully connected by "
+                             f"{hardware.key or hardware.name}'s {links} direct links; expected at most {links + 1}")
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
                      microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
-                     scale_up_domain=self.overrides.get("scale_up_domain", self.overrides.get(
-                         "gpus_per_node", hardware.scale_up_domain)),
+                     scale_up_domain=domain,
                      sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
         # exact sympy values for the algebra (Python's / would make floats)
         self.deg = _Degrees(layout)
@@ -184,6 +188,7 @@ class Inputs:
         out["scale_up_domain"] = pick("scale_up_domain", lambda: ov["gpus_per_node"] if "gpus_per_node" in ov
                                       else hw.scale_up_domain)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
+        out["scale_up_links"] = hw.scale_up_links  # a fully connected domain (None: switched)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
         out["hbm_bandwidth"] = pick("hbm_bandwidth", lambda: hw.hbm_bandwidth)
         out.update(self._kernel_values(pick))

@@ -33,12 +33,13 @@ _BATCH = ("seq_len", "global_batch", "microbatch_size")
 #: a plan's inputs other than the model's, the degrees and the batch: free in every template (a
 #: missing one is NaN to the compiled program, and the plan's symbolic path says what is missing),
 #: except those whose presence changes the expressions (GEMM quantisation, the attention kernel's
-#: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak), which are part of the structure
+#: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak, a fully connected scale-up domain),
+#: which are part of the structure
 HARDWARE_INPUTS = ("element_bytes", "loss_bytes", "peak_flops", "peak_flops_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
                    "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
                    "attention_efficiency", "matmul_efficiency", "overlap", "attention_factor", "scale_up_latency",
                    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
-                   "restart_time", "checkpoint_write_time", "checkpoint_time")
+                   "restart_time", "checkpoint_write_time", "checkpoint_time", "scale_up_links")
 #: the extra input of a stage's quantities
 STAGE = "stage"
 #: what layout search reads of every layout
@@ -48,12 +49,12 @@ SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
 def structural_inputs(inp: Inputs) -> dict:
     """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
     tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a given
-    checkpoint time; the 16-bit peak of an FP8 plan)."""
+    checkpoint time; the 16-bit peak of an FP8 plan; the links of a fully connected scale-up domain)."""
     given = inp.values
     quantised = "sms" in given and "tile_m" in given and "tile_n" in given
     return {"sms": quantised, "tile_m": quantised, "tile_n": quantised,
             "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
-            "peak_flops_16": inp.dtype == "fp8"}
+            "peak_flops_16": inp.dtype == "fp8", "scale_up_links": "scale_up_links" in given}
 
 
 def _open_or_number(value, keyword) -> bool:
@@ -83,7 +84,7 @@ def structure(inp: Inputs) -> str | None:
               f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}"]
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
-              f"checkpoint_time={present['checkpoint_time']}"]
+              f"checkpoint_time={present['checkpoint_time']}", f"mesh={present['scale_up_links']}"]
     return ";".join(parts)
 
 

@@ -31,13 +31,14 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
         peaks[dtype] = value
     for fld, attr in (("hbm", "hbm"), ("hbm_bandwidth", "hbm_bandwidth"),
                       ("scale_up_bandwidth", "scale_up"), ("scale_out_bandwidth", "scale_out"),
-                      ("gpus_per_node", "gpus_per_node"), ("scale_up_domain", "scale_up_domain"), ("sms", "sms")):
+                      ("gpus_per_node", "gpus_per_node"), ("scale_up_domain", "scale_up_domain"),
+                      ("scale_up_links", "scale_up_links"), ("sms", "sms")):
         if fld in table:
             kw[attr], sources[fld] = _sourced(key, fld, table[fld])
     if not peaks:
         raise PresetError(f"{key}: no peak FLOP/s given")
     unknown = set(table) - {"name", "generation", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
-                            "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "sms"}
+                            "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms"}
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
     gen = table.get("generation", key)
