@@ -227,3 +227,24 @@ def test_search_over_several_sizes_by_objective(tmp_path, monkeypatch):
         an.search(m, hw, objective="speed", **kw)
     with pytest.raises(InputError, match="gpus"):
         an.search(m, hw, **{**kw, "gpus": [64, 64]})
+
+
+def test_mesh_search_equals_plan(tmp_path, monkeypatch):
+    """On MI300X's fully connected node the numbers search gives every TP degree are Plan's, and a
+    layout's TP bytes take 7/(t − 1) times as long as on a switched node of the same bandwidth (the
+    group reaches t − 1 of the seven links)."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    mi = an.hardware("mi300x")
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1,), recompute=("none",), schedules=("1f1b",),
+              progress=False)
+    res = an.search(MODEL, mi, **kw)
+    for tp in (2, 4, 8):
+        j = int(np.flatnonzero((res.arrays["tp"] == tp) & (res.arrays["pp"] == 1) & (res.arrays["cp"] == 1))[0])
+        plan = res.row(j).plan(MODEL, mi, seq_len=4096, global_batch=256)
+        assert res.arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert res.arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        switched = res.row(j).plan(MODEL, mi.replace(scale_up_links=None), seq_len=4096, global_batch=256)
+        eta = float(plan.inputs["scale_up_efficiency"])
+        sent = plan.communication()["tp"].to("byte").magnitude
+        slower = (plan.communication_time()["tp"] - switched.communication_time()["tp"]).to("s").magnitude
+        assert slower == pytest.approx(sent / (448e9 * eta) * (7 / (tp - 1) - 1), rel=1e-9)
