@@ -1033,3 +1033,16 @@ def test_a_fully_connected_domain_needs_a_link_to_every_peer():
         mi.replace(scale_up_links=3)
     with pytest.raises(InputError, match="scale_up_domain"):
         an.Plan(an.model("llama3-8b"), mi, an.Layout(tp=8, dp=2), seq_len=8192, global_batch=64, scale_up_domain=16)
+
+
+def test_context_parallel_gathers_again_only_in_the_recomputed_layers():
+    """Llama 3 8B, CP 4, Megatron's block recomputation of 8 of the 32 layers: each layer all-gathers
+    K and V (2·s·a_kv·d_h·2 bytes for the whole 8,192-token sequence) once forward and reduce-scatters
+    their gradients once, and the 8 recomputed layers gather again: per microbatch 32 + 32 + 8 ring
+    collectives of 3/4 of that buffer, by hand."""
+    m, kw = an.model("llama3-8b"), dict(seq_len=8192, global_batch=16, microbatch_size=1)
+    lay = an.Layout(cp=4, dp=2, recompute="full", recompute_layers=8)
+    plan = an.Plan(m, an.hardware("h100-sxm"), lay, **kw)
+    buffer = 2 * 8192 * m.kv_heads * m.head_dim * 2
+    expected = plan.microbatches * (32 + 32 + 8) * 3 / 4 * buffer
+    assert plan.communication()["cp"].to("byte").magnitude == pytest.approx(expected, rel=1e-12)
