@@ -1046,3 +1046,34 @@ def test_context_parallel_gathers_again_only_in_the_recomputed_layers():
     buffer = 2 * 8192 * m.kv_heads * m.head_dim * 2
     expected = plan.microbatches * (32 + 32 + 8) * 3 / 4 * buffer
     assert plan.communication()["cp"].to("byte").magnitude == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp, first, last, second", [(2, 15, None, 17), (2, 16, 16, 16), (4, 15, 15, 1), (4, 5, None, 9)])
+def test_uneven_stages_at_their_bounds(pp, first, last, second):
+    """Llama 3 8B's 32 layers (218,112,000 parameters each, by hand; the 525,336,576-parameter
+    embedding on the first stage, the output layer as large and the 4,096-weight final norm on the
+    last): two stages may take everything, the other stages one layer each at the least, and they
+    share the rest evenly. 16 + 17 layers are refused."""
+    m, hw, kw = an.model("llama3-8b"), an.hardware("h100-sxm"), dict(seq_len=4096, global_batch=8)
+    plan = an.Plan(m, hw, an.Layout(pp=pp, first_stage_layers=first, last_stage_layers=last), **kw)
+    stages = plan.memory_by_stage()
+    assert len(stages) == pp
+    assert stages[0].weights.to("byte").magnitude == 2 * (first * 218_112_000 + 525_336_576)
+    head = 525_336_576 + 4096 if pp == 2 else 0  # the second stage is the last
+    assert stages[1].weights.to("byte").magnitude == 2 * (second * 218_112_000 + head)
+    with pytest.raises(LayoutError, match="first_stage_layers"):
+        an.Plan(m, hw, an.Layout(pp=2, first_stage_layers=16, last_stage_layers=17), **kw)
+
+
+def test_per_tensor_gathers_again_for_the_recomputed_share_of_layers():
+    """Per-tensor ZeRO-3 over 8 ranks without a pipeline gathers every parameter twice a microbatch,
+    and a third time in a recomputed forward: with 8 of Llama 3 8B's 32 layers recomputed, a quarter of
+    a third gather, 8 microbatches × 0.25 × 7/8 × 2Ψ more bytes than without recomputation, by hand."""
+    m, hw, kw = an.model("llama3-8b"), an.hardware("h100-sxm"), dict(seq_len=4096, global_batch=64)
+
+    def sent(**layout):
+        plan = an.Plan(m, hw, an.Layout(dp=8, zero=3, zero3_gather="per-tensor", **layout), **kw)
+        return plan.communication()["dp"].to("byte").magnitude
+
+    extra = sent(recompute="full", recompute_layers=8) - sent(recompute="none")
+    assert extra == pytest.approx(8 * 0.25 * 7 / 8 * 2 * m.total_params, rel=1e-12)
