@@ -1048,12 +1048,13 @@ def test_context_parallel_gathers_again_only_in_the_recomputed_layers():
     assert plan.communication()["cp"].to("byte").magnitude == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize("pp, first, last, second", [(2, 15, None, 17), (2, 16, 16, 16), (4, 15, 15, 1), (4, 5, None, 9)])
+@pytest.mark.parametrize("pp, first, last, second",
+                         [(2, 15, None, 17), (2, 16, 16, 16), (4, 15, 15, 1), (4, 5, None, 9), (3, 0, None, 16)])
 def test_uneven_stages_at_their_bounds(pp, first, last, second):
     """Llama 3 8B's 32 layers (218,112,000 parameters each, by hand; the 525,336,576-parameter
     embedding on the first stage, the output layer as large and the 4,096-weight final norm on the
     last): two stages may take everything, the other stages one layer each at the least, and they
-    share the rest evenly. 16 + 17 layers are refused."""
+    share the rest evenly; a first stage may hold the embedding alone. 16 + 17 layers are refused."""
     m, hw, kw = an.model("llama3-8b"), an.hardware("h100-sxm"), dict(seq_len=4096, global_batch=8)
     plan = an.Plan(m, hw, an.Layout(pp=pp, first_stage_layers=first, last_stage_layers=last), **kw)
     stages = plan.memory_by_stage()
