@@ -1078,3 +1078,15 @@ def test_per_tensor_gathers_again_for_the_recomputed_share_of_layers():
 
     extra = sent(recompute="full", recompute_layers=8) - sent(recompute="none")
     assert extra == pytest.approx(8 * 0.25 * 7 / 8 * 2 * m.total_params, rel=1e-12)
+
+
+def test_a_stride_that_grows_with_a_free_degree_is_not_taken_across_nodes():
+    """With tp left free, DP's two ranks sit 4·t apart: inside one 8-GPU node at t = 1, across nodes
+    from t = 2. The link stays open until t is known, and at t = 1 the symbolic plan's DP time is the
+    numeric plan's, on NVLink."""
+    m, hw, kw = an.model("llama3-8b"), an.hardware("h100-sxm"), dict(seq_len=8192, global_batch=16)
+    free = an.Plan(m, hw, an.Layout(tp=an.sym("tp"), cp=4, dp=2), **kw)
+    one = an.Plan(m, hw, an.Layout(tp=1, cp=4, dp=2), **kw)
+    assert free.placement()["dp"]["link"] == "symbolic" and one.placement()["dp"]["link"] == "scale-up"
+    at_one = free.expr("communication_time.dp").evaluate(tp=1)
+    assert at_one.to("s").magnitude == pytest.approx(one.communication_time()["dp"].to("s").magnitude, rel=1e-12)
