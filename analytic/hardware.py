@@ -26,6 +26,14 @@ def _quantity(name: str, value, unit: str) -> pint.Quantity:
 _NAMES = {"scale_up": "scale_up_bandwidth", "scale_out": "scale_out_bandwidth"}
 
 
+def check_full_mesh(argument: str, links: int, domain: int) -> None:
+    """Raise unless ``links`` direct links per accelerator connect each of ``domain`` accelerators to
+    every other (a fully connected scale-up domain)."""
+    if links < domain - 1:
+        raise InputError(f"{argument}: {links} direct links per accelerator cannot connect each of {domain} "
+                         f"accelerators to every other; a fully connected domain of {domain} needs {domain - 1}")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Constants of the predictive step-time model: the matmul efficiency and attention factor fitted by
@@ -75,10 +83,7 @@ class Hardware:
             object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
         if self.scale_up_links is not None:
             links = count("scale_up_links", self.scale_up_links, allow_symbol=False)
-            if links < self.scale_up_domain - 1:
-                raise InputError(f"scale_up_links: {links} direct links cannot connect each of "
-                                 f"{self.scale_up_domain} accelerators to every other; expected at least "
-                                 f"{self.scale_up_domain - 1} (a switched domain has none: leave it unset)")
+            check_full_mesh("scale_up_links", links, self.scale_up_domain)
             object.__setattr__(self, "scale_up_links", links)
 
     def _link(self, keyword: str) -> pint.Quantity:

@@ -33,8 +33,10 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
     the rank order, on the link its placement implies."""
     g = inp.values["scale_up_domain"]
 
-    def at(bw_key, ranks):  # a link's bandwidth, on a fully connected domain the share a group reaches, at
-        bandwidth = inp.time_input(bw_key)  # the share NCCL reaches of it
+    def at(bw_key, ranks):
+        """A link's bandwidth per rank for a group with ``ranks`` in a domain (on a fully connected
+        domain, the group's own links only), at the share NCCL reaches of it."""
+        bandwidth = inp.time_input(bw_key)
         if bw_key == "scale_up_bandwidth" and "scale_up_links" in inp.values:
             bandwidth = formula("collectives.mesh.scale_up_bandwidth").bind(
                 {"scale_up_bandwidth": bandwidth, "ranks": ranks, "scale_up_links": inp.values["scale_up_links"]})

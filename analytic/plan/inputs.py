@@ -13,7 +13,7 @@ from ..choices import GRAD_DTYPES, MOMENT_DTYPES
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..formula import Formula, magnitude
 from ..formulas import formula
-from ..hardware import Hardware
+from ..hardware import Hardware, check_full_mesh
 from ..model import Model
 from ..schedules import is_number
 from ..symbols import canonical, sym
@@ -116,10 +116,8 @@ class Inputs:
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
         domain = self.overrides.get("scale_up_domain", self.overrides.get("gpus_per_node", hardware.scale_up_domain))
-        links = hardware.scale_up_links
-        if links is not None and is_number(domain) and domain > links + 1:
-            raise InputError(f"scale_up_domain: {domain} accelerators cannot be fully connected by "
-                             f"{hardware.key or hardware.name}'s {links} direct links; expected at most {links + 1}")
+        if hardware.scale_up_links is not None and is_number(domain):
+            check_full_mesh("scale_up_domain", hardware.scale_up_links, domain)
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
                      microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
                      scale_up_domain=domain,
