@@ -14,7 +14,7 @@ from .values import count, exact, in_range, quantity
 def _quantity(name: str, value, unit: str) -> pint.Quantity:
     shown, value = value, quantity(name, value)
     if not isinstance(value, pint.Quantity):
-        raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {value!r}")
+        raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
     if value.dimensionality != Q_(1, unit).dimensionality:
         raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
     magnitude = in_range(name, exact(value.to(unit).magnitude), shown)

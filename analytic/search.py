@@ -36,6 +36,7 @@ from .plan import (
     Layout,
     Plan,
     check_comm_sms,
+    check_sequence,
     divisors,
     sequence_parallel_default,
     tiles,
@@ -229,6 +230,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
     counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
     seq_len = count("seq_len", seq_len, allow_symbol=False)
+    check_sequence(model, seq_len)
     choice("objective", objective, OBJECTIVES)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)

@@ -130,9 +130,12 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
     lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
-    seq = draw(st.sampled_from(seq_lens))
-    if seq % lay.cp:
-        seq = lay.cp * seq
+    # each length made a multiple of cp; none past a learned position table (check_sequence)
+    fitting = [s if s % lay.cp == 0 else lay.cp * s for s in seq_lens]
+    fitting = [s for s in fitting if m.position != "learned" or s <= m.max_seq_len]
+    if not fitting:
+        reject()  # no length asked for fits this model's position table
+    seq = draw(st.sampled_from(fitting))
     mult = lay.pp if lay.schedule == "interleaved" else 2 if lay.schedule == "dualpipe" else 1
     per_replica = mult * draw(st.integers(1, microbatches))
     mb_size = draw(st.sampled_from([1, 2]))

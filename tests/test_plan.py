@@ -301,6 +301,8 @@ def test_async_tp_hides_tp_traffic_like_the_other_axes():
         an.Plan(m, hw, an.Layout(tp=1, dp=8, async_tp=True), **kw)
     with pytest.raises(InputError, match="async_tp"):
         an.Layout(tp=8, async_tp="yes")
+    with pytest.raises(LayoutError, match="async_tp: .*sequence_parallel=True"):  # nothing to overlap without SP
+        an.Plan(m, hw, lay.replace(sequence_parallel=False, async_tp=True), **kw)
 
 
 def test_block_tensors_follow_megatrons_layer():
@@ -1090,3 +1092,9 @@ def test_a_stride_that_grows_with_a_free_degree_is_not_taken_across_nodes():
     assert free.placement()["dp"]["link"] == "symbolic" and one.placement()["dp"]["link"] == "scale-up"
     at_one = free.expr("communication_time.dp").evaluate(tp=1)
     assert at_one.to("s").magnitude == pytest.approx(one.communication_time()["dp"].to("s").magnitude, rel=1e-12)
+
+
+def test_a_hardware_quantity_without_a_unit_is_refused_as_written():
+    """'80' for HBM could be GB or GiB: refused, and the message shows what was written."""
+    with pytest.raises(an.UnitError, match=r"hbm: expected a quantity in byte .*got the bare value '80'$"):
+        an.hardware("h100-sxm").replace(hbm="80")

@@ -248,3 +248,16 @@ def test_mesh_search_equals_plan(tmp_path, monkeypatch):
         sent = plan.communication()["tp"].to("byte").magnitude
         slower = (plan.communication_time()["tp"] - switched.communication_time()["tp"]).to("s").magnitude
         assert slower == pytest.approx(sent / (448e9 * eta) * (7 / (tp - 1) - 1), rel=1e-9)
+
+
+def test_a_learned_position_table_bounds_the_sequence():
+    """GPT-3's learned table has 2,048 rows: Plan and search refuse 4,096 tokens alike (Megatron-LM
+    asserts max_position_embeddings ≥ seq_length); 2,048 passes; RoPE has no table to outrun."""
+    gpt3, a100 = an.model("gpt3-175b"), an.hardware("a100-80g")
+    assert gpt3.max_seq_len == 2048
+    with pytest.raises(LayoutError, match="position table"):
+        an.Plan(gpt3, a100, an.Layout(tp=8, pp=16, dp=8), seq_len=4096, global_batch=64)
+    with pytest.raises(LayoutError, match="position table"):
+        an.search(gpt3, a100, gpus=1024, seq_len=4096, global_batch=64, progress=False)
+    an.Plan(gpt3, a100, an.Layout(tp=8, pp=16, dp=8), seq_len=2048, global_batch=64)
+    an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=65536, global_batch=8)

@@ -7,6 +7,7 @@ from .layout import (
     Layout,
     check_comm_sms,
     check_layout,
+    check_sequence,
     divisors,
     regime,
     sequence_parallel_default,
@@ -15,5 +16,5 @@ from .layout import (
 )
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
-           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "divisors", "regime", "sequence_parallel_default",
+           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default",
            "tiles", "training_dtype"]

@@ -222,6 +222,15 @@ def tiles(extent, domain) -> bool:
     return domain % extent == 0 or extent % domain == 0
 
 
+def check_sequence(model, seq_len) -> None:
+    """A LayoutError where ``model`` cannot read sequences of ``seq_len`` tokens: a learned position
+    table has no row past its last (Megatron-LM asserts max_position_embeddings ≥ seq_length)."""
+    if (model.position == "learned" and is_number(seq_len) and is_number(model.max_seq_len)
+            and seq_len > model.max_seq_len):
+        raise LayoutError(f"seq_len: {seq_len} tokens exceed the {model.max_seq_len} rows of the model's learned "
+                          "position table (max_seq_len); give a model with max_seq_len ≥ seq_len")
+
+
 def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_size, scale_up_domain, sms=None,
                  hardware: str = "the hardware", allow_cross_node_tp: bool = False) -> None:
     """The one check that ``layout`` can run ``model`` on ``global_batch`` sequences of ``seq_len``
@@ -255,6 +264,7 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
     if num(lay.cp, seq_len) and seq_len % lay.cp:
         raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
+    check_sequence(m, seq_len)
     if lay.ep != 1:
         if not m.is_moe:
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
@@ -270,5 +280,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     for k in ("sequence_parallel", "async_tp"):
         if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
             raise LayoutError(f"{k}: needs tp > 1")
+    if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
+        raise LayoutError("async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
+                          "GEMMs; pass sequence_parallel=True")
     if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
         check_comm_sms(lay.comm_sms, sms, hardware)
