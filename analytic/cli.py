@@ -57,6 +57,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute-layers", dest="recompute_layers",
                    help="with --recompute full: recompute only N layers of each stage and keep the others' "
                         "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)")
+    g.add_argument("--offload-activations", dest="offload_activations", action="store_true", default=None,
+                   help="copy what each layer keeps for its backward to host memory and back (TransformerEngine's "
+                        "CPU offload, Megatron-LM's --cpu-offloading; MaxText's offload remat policies)")
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
                         "QKᵀ recomputed in the backward")

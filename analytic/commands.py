@@ -78,6 +78,10 @@ def cmd_memory(args) -> int:
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
+    if mem.host.magnitude:
+        node = int(plan.inputs["gpus_per_node"])
+        print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(rows['host'] * node)} "
+              f"per node of {node}")
     spread = memory_spread()
     above = "" if high <= mem.hbm or not mem.fits else "; at the top of that range it would not fit"
     print(f"  measured peaks of the validation runs were {spread[0]:.2f}–{spread[1]:.2f}× this count "

@@ -112,8 +112,12 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
                  "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
         add("memory", "gathered", label[gathered], mem.gathered.to("GB"), _tags(plan, "memory.gathered", "memory.zero3"))
-    add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute})",
-        mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations."))
+    add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute}"
+        f"{'; 2 layers on device' if lay.offload_activations else ''})",
+        mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
+    if lay.offload_activations:
+        add("memory", "host", f"activations offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} a node)",
+            mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
     wasted = wasted_selective(plan)
     if wasted is not None:
         add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "

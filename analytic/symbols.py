@@ -67,6 +67,9 @@ _TABLE = [
     ("batch_tokens", "D_B", "token", "positive", "tokens per step (global batch × sequence length)"),
     ("element_bytes", "e", "byte", "positive", "bytes per element (2 for bf16, 1 for fp8)"),
     ("loss_bytes", "e_ℓ", "byte", "positive", "bytes per logit the loss holds at its peak, the logits included"),
+    ("kept_bytes", "M_k", "byte", "nonnegative", "bytes of activations one layer keeps for its backward, per microbatch"),
+    ("layers_in_flight", "n_fl", "", "nonnegative",
+     "layer-microbatches whose kept activations a pipeline stage holds at its peak"),
     # layout
     ("gpus", "n", "", "count", "accelerators"),
     ("dp", "N_d", "", "count", "data-parallel degree (ZeRO's N_d)"),

@@ -456,3 +456,20 @@ def test_memory_carries_the_measured_range(capsys):
     assert main(["memory", *essay]) == 0
     out = capsys.readouterr().out
     assert "fits, 5.857 GB to spare" in out and "at the top of that range it would not fit" in out
+
+
+def test_memory_with_offloaded_activations(capsys):
+    """--offload-activations: MaxText's Llama 3.1 70B on 256 v6e fits, its 80 layer inputs of
+    536,870,912 bytes each in host memory, eight chips' worth a host; search refuses the flag."""
+    flags = ("--model", "llama3-70b", "--hardware", "tpu-v6e", "--scale-up-domain", "256", "--gpus", "256", "--zero", "3",
+             "--recompute", "full", "--seq", "8192", "--global-batch", "1024", "--microbatch-size", "4",
+             "--stack", "maxtext")
+    code, out, _ = run(capsys, "memory", "--json", *flags)
+    assert code == 0 and json.loads(out)["fits"] is False and json.loads(out)["host"] == 0
+    code, out, _ = run(capsys, "memory", "--json", *flags, "--offload-activations")
+    data = json.loads(out)
+    assert code == 0 and data["fits"] is True and data["host"] == pytest.approx(80 * 536_870_912 / 1e9, rel=1e-12)
+    code, out, _ = run(capsys, "memory", *flags, "--offload-activations")
+    assert "offloaded activations in host memory: 42.95 GB per GPU, 343.6 GB per node of 8" in out
+    code, _, err = run(capsys, "search", *flags[:12], "--offload-activations")
+    assert code == 2 and "--offload-activations" in err

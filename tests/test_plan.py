@@ -1098,3 +1098,41 @@ def test_a_hardware_quantity_without_a_unit_is_refused_as_written():
     """'80' for HBM could be GB or GiB: refused, and the message shows what was written."""
     with pytest.raises(an.UnitError, match=r"hbm: expected a quantity in byte .*got the bare value '80'$"):
         an.hardware("h100-sxm").replace(hbm="80")
+
+
+def test_offloaded_activations_leave_two_layers_on_the_device_and_the_rest_in_host_memory():
+    """MaxText's Llama 3.1 70B on 256 v6e (FSDP, full recomputation, 4 × 8,192 tokens a chip): each of
+    the 80 layers keeps its input, 2·s·b·h = 536,870,912 bytes. Offloaded, the host holds all 80 and
+    the chip two (TransformerEngine's double buffer), so the chip's activations fall by 78 inputs and
+    its total from over the 32 GB to under it. Nothing else changes, the step time included."""
+    m, hw = an.model("llama3-70b"), an.hardware("tpu-v6e").replace(scale_up_domain=256)
+    lay = an.Layout(dp=256, zero=3, recompute="full")
+    kw = dict(seq_len=8192, global_batch=1024, microbatch_size=4, stack="maxtext")
+    kept = 2 * 8192 * 4 * 8192
+    plain, off = an.Plan(m, hw, lay, **kw), an.Plan(m, hw, lay.replace(offload_activations=True), **kw)
+    a, b = plain.memory(), off.memory()
+    assert a.host.to("byte").magnitude == 0 and b.host.to("byte").magnitude == 80 * kept
+    assert (a.activations - b.activations).to("byte").magnitude == pytest.approx(78 * kept, rel=1e-12)
+    assert not a.fits and b.fits
+    for part in ("weights", "gradients", "optimizer", "gathered", "logits", "loss"):
+        assert getattr(a, part).to("byte").magnitude == pytest.approx(getattr(b, part).to("byte").magnitude, rel=1e-12)
+    assert off.step_time().to("s").magnitude == pytest.approx(plain.step_time().to("s").magnitude, rel=1e-12)
+    assert "memory.offload.host_activations" in off.sources("memory.host")
+    assert "offload_activations" in repr(off) and "offload_activations" not in repr(plain)
+
+
+def test_offloaded_activations_by_pipeline_stage():
+    """Llama 3 8B, 1F1B over 4 stages of 8 layers, 8 microbatches: stage k holds 4 − k microbatches
+    in flight, so 8·(4 − k) layer inputs go to the host, two stay on the device at every stage."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kept = 2 * 4096 * 1 * 4096  # full recomputation keeps each layer's 16-bit input
+    lay = an.Layout(pp=4, dp=2, recompute="full")
+    plain = an.Plan(m, hw, lay, seq_len=4096, global_batch=16)
+    off = an.Plan(m, hw, lay.replace(offload_activations=True), seq_len=4096, global_batch=16)
+    for k in range(4):
+        held = 8 * (4 - k)
+        assert off.memory(stage=k).host.to("byte").magnitude == held * kept
+        drop = (plain.memory(stage=k).activations - off.memory(stage=k).activations).to("byte").magnitude
+        assert drop == pytest.approx((held - 2) * kept, rel=1e-12)
+    worst = off.memory()  # the last stage, with the loss, is the fullest on the device; the first in host memory
+    assert worst.stage == 3 and worst.host.to("byte").magnitude == 32 * kept

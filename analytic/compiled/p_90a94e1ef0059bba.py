@@ -3,8 +3,8 @@
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=True;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;quantised=True;attention_efficiency=True;checkpoint_time=False;mesh=False'
 
 QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
-QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
-QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
+QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
+QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
@@ -681,12 +681,12 @@ def quantities(x, k):
     r46 = x22 * x4 * x3 * x23 * x39 * r75
     r43 = r65 <= r46
     r46 = r81 <= r46
-    return (r0, r1, r6, r7, r16, r16, r20, r21, r64, r66, r62, r93, r87, r63, r91, r27, r24, r90, r25, r98, r65, r65, r81, r42, r94, r39, r303, r268, r75, r266, r38, r23, r483, r78, r59, r513, r504, r516, r123, r255, r269, r104, r52, r258, r295, r68, r121, r121, r511, r71, r497, r8, r308, r289, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r45, 1.0, 1.0, 1.0, 1.0, 1.0, r45, r45, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, r54, r54, r43, r46, 1.0, 1.0, 1.0, 1.0, 1.0, r54, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r21, r64, r66, r62, r93, r87, 0.0, r63, r91, r27, r24, r90, r25, r98, r65, r65, r81, r42, r94, r39, r303, r268, r75, r266, r38, r23, r483, r78, r59, r513, r504, r516, r123, r255, r269, r104, r52, r258, r295, r68, r121, r121, r511, r71, r497, r8, r308, r289, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r45, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r45, r45, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, r54, r54, r43, r46, 1.0, 1.0, 1.0, 1.0, 1.0, r54, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
-STAGE_OUTPUTS = ('weights', 'gradients', 'optimizer', 'gathered', 'activations', 'total')
-STAGE_UNITS = ('byte', 'byte', 'byte', 'byte', 'byte', 'byte')
+STAGE_OUTPUTS = ('weights', 'gradients', 'optimizer', 'gathered', 'activations', 'total', 'host')
+STAGE_UNITS = ('byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte')
 
 
 def stage(x, k):
@@ -801,7 +801,7 @@ def stage(x, k):
     r66 = k.not_(r66)
     r66 = k.or_(r31, r66)
     r66 = k.and_(r63, r66)
-    return (r25, r3, r28, r40, r0, r55, 1.0, 1.0, 1.0, 1.0, r66, r66)
+    return (r25, r3, r28, r40, r0, r55, 0.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0)
 
 
 SEARCH_INPUTS = ('attention_efficiency', 'attention_factor', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tp', 'vocab', 'vpp', 'zero')

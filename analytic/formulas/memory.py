@@ -1,5 +1,7 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
+from sympy import Min
+
 from ._catalogue import S, define
 
 Psi, Nd = S("params", "dp")
@@ -147,3 +149,18 @@ define("memory.loss", s * b * V * S("loss_bytes"), "byte",
 define("memory.logits", s * b * V * e, "byte", "Megatron-LM output layer: logits [b, s, V] in the activation dtype",
        ("one microbatch's logits, before the loss; vocabulary-parallel TP divides it by t",),
        "logits of one microbatch (2.1 GB for 8192 × 128256 in bf16)")
+
+TE_OFFLOAD = ("NVIDIA TransformerEngine, transformer_engine/pytorch/cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler "
+              "(Megatron-LM's --cpu-offloading; MaxText's remat policies name the same 'offload')")
+M_k, n_fl = S("kept_bytes", "layers_in_flight")
+define("memory.offload.device_activations", M_k * Min(n_fl, 2), "byte",
+       f"{TE_OFFLOAD}: bulk offload with delay, bulk reload with prefetch, through two device buffers",
+       ("each layer's kept activations are copied to pinned host memory after its forward and back before its "
+        "backward; the device holds the layer in use and the one in transit",
+        "the copies run on their own streams and are hidden when a layer's compute outlasts its copy (the "
+        "handler's own statement): they are not timed"),
+       "kept activations a stage holds on the device when they are offloaded (two layers' worth at most)")
+define("memory.offload.host_activations", M_k * n_fl, "byte",
+       f"{TE_OFFLOAD}: every offloaded tensor has its own pinned host copy",
+       ("every kept activation of the layer-microbatches in flight lives in host memory",),
+       "host memory one accelerator's offloaded activations take at the stage's peak")

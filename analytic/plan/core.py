@@ -46,6 +46,7 @@ class Memory:
     logits: pint.Quantity  # one microbatch's logits on the last stage
     loss: pint.Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
     stage: int | None = None  # the stage's index (0 the first), where known
+    host: pint.Quantity = Q_(0, "byte")  # offloaded activations in host memory (the worst stage's: any stage's most)
 
     @property
     def fits(self) -> bool:
@@ -176,6 +177,7 @@ class Plan:
                 f"{' zero3_gather=per-tensor' if lay.zero3_gather == 'per-tensor' else ''}"
                 f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} recompute={lay.recompute}"
                 f"{f' recompute_layers={lay.recompute_layers}' if lay.recompute_layers is not None else ''}"
+                f"{' offload_activations' if lay.offload_activations else ''}"
                 f"{f' first_stage_layers={lay.first_stage_layers}' if lay.first_stage_layers is not None else ''}"
                 f"{f' last_stage_layers={lay.last_stage_layers}' if lay.last_stage_layers is not None else ''} "
                 f"schedule={lay.schedule}, "
@@ -194,7 +196,7 @@ class Plan:
             "active_params": lambda: self.model.active_params_formula(),
             "params_per_gpu": lambda: self._params["per_gpu"],
             "layers_per_stage": lambda: Formula("L/p", self.model.layers / self.deg.pp, "", ""),
-            **{f"memory.{k}": (lambda k=k: self._worst[k]) for k in memory.PARTS},
+            **{f"memory.{k}": (lambda k=k: self._worst[k]) for k in (*memory.PARTS, "host")},
             "memory.activations.first_stage": lambda: self._stage(0)["activations"],
             "memory.activations.last_stage": lambda: self._stage(self.deg.pp - 1)["activations"],
             "memory.activations.layer": lambda: self._activation_parts["layer"],
@@ -309,7 +311,7 @@ class Plan:
         """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
         the total."""
         if stage is None:
-            parts = {k: self._quantity(f"memory.{k}") for k in (*memory.PARTS, "total")}
+            parts = {k: self._quantity(f"memory.{k}") for k in (*memory.PARTS, "total", "host")}
             p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
             worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
         else:

@@ -45,7 +45,11 @@ class Layout:
 
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
     (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
-    ``--recompute-method block --recompute-num-layers N``; None recomputes them all."""
+    ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
+
+    ``offload_activations`` copies what each layer keeps for its backward to host memory and back
+    (TransformerEngine's CPU offload under Megatron-LM's ``--cpu-offloading``; MaxText's ``offload``
+    remat policies): the device holds two layers' worth, the host the rest."""
 
     tp: object = 1
     pp: object = 1
@@ -63,6 +67,7 @@ class Layout:
     first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
     recompute_layers: object = None  # layers of each stage (chunk) recomputed under full (None: all)
+    offload_activations: bool = False  # kept activations copied to host memory between forward and backward
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -78,7 +83,7 @@ class Layout:
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
-        for k in ("sequence_parallel", "async_tp"):
+        for k in ("sequence_parallel", "async_tp", "offload_activations"):
             flag(k, getattr(self, k))
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)

@@ -117,12 +117,11 @@ def activation_parts(inp: Inputs) -> dict:
     return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss, "input": layer_input}
 
 
-def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
-    """Bytes of activations stage ``k`` holds at its peak: the layers of the microbatches (or model
-    chunks) in flight on it, by schedule, never more than the step has; the last stage also the MTP
-    modules' blocks and the larger of the loss's working set and a recomputed layer's activations.
+def _in_flight(inp: Inputs, k, params: dict) -> Formula:
+    """Layer-microbatches whose kept activations stage ``k`` holds at its peak: the layers of the
+    microbatches (or model chunks) in flight on it, by schedule, never more than the step has.
     ZB-H2 and DualPipe hold their sources' count on every stage."""
-    lay, m = inp.deg, inp.model
+    lay = inp.deg
     p, mb, v = lay.pp, inp.microbatches, lay.vpp
     layers = sympy.ceiling(params["blocks"])
 
@@ -131,15 +130,28 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> Formula:
 
     count = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})  # noqa: E731
     chunks = at_most(count("interleaved_stage"), mb * v)
-    held = cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (chunks * layers / v, lay.schedule_is("interleaved")),
+    return cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (chunks * layers / v, lay.schedule_is("interleaved")),
                  (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
                  (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
                  (at_most(count("dualpipe"), mb) * layers, True))
+
+
+def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formula, Formula]:
+    """(device, host): bytes of activations stage ``k`` holds at its peak on the device (the kept
+    activations of the layer-microbatches in flight, :func:`_in_flight`, or two layers' worth when
+    they are offloaded; the last stage also the MTP modules' blocks and the larger of the loss's
+    working set and a recomputed layer's activations) and in host memory (the offloaded ones)."""
+    held = _in_flight(inp, k, params)
+    kept = _kept(inp, parts, sympy.ceiling(params["blocks"]))
     # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
-    loss = parts["loss"] * (1 + m.mtp_modules)
+    loss = parts["loss"] * (1 + inp.model.mtp_modules)
     peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
-    return _kept(inp, parts, layers) * held + transient
+    if not inp.layout.offload_activations:
+        return kept * held + transient, Formula("host", sympy.Integer(0), "byte", "")
+    device, host = (inp.f(f"memory.offload.{name}_activations", kept_bytes=kept, layers_in_flight=held)
+                    for name in ("device", "host"))
+    return device + transient, host
 
 
 def _kept(inp: Inputs, parts: dict, layers) -> Formula:
@@ -156,18 +168,20 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
-    """weights, gradients, optimizer, gathered, activations and total of stage ``k``."""
+    """weights, gradients, optimizer, gathered, activations and total of stage ``k``, and the host
+    memory its offloaded activations take (not in the total)."""
     params = stage_params(inp, k)
     out = model_states(inp, params)
-    out["activations"] = stage_activations(inp, k, parts, params)
+    out["activations"], host = stage_activations(inp, k, parts, params)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
-    return out
+    return out | {"host": host}
 
 
 def worst(inp: Inputs, parts: dict) -> dict:
     """The parts of the stage with the most memory per GPU: the first, the second (which holds one
     microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
-    fewer microbatches' activations and the same states, so one of these three is the worst."""
+    fewer microbatches' activations and the same states, so one of these three is the worst. Its
+    ``host`` is the most host memory any stage's offloaded activations take."""
     p = inp.deg.pp
     stages = [stage(inp, k, parts) for k in (sympy.Integer(0), sympy.Min(1, p - 1), p - 1)]
     keys = [s["total"].expr for s in stages]
@@ -177,4 +191,6 @@ def worst(inp: Inputs, parts: dict) -> dict:
         expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.expr)))
         return composed(name, expr.doit(deep=False), "byte", *chosen)  # a numeric plan's is its stage's
 
-    return {name: pick(name) for name in (*PARTS, "total")}
+    hosts = [s["host"] for s in stages]  # host memory: the largest over the stages, whichever is the worst
+    return {name: pick(name) for name in (*PARTS, "total")} | {
+        "host": composed("host", lazy_max(*(h.expr for h in hosts)), "byte", *hosts)}
