@@ -150,7 +150,8 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
     KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
-    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence; ``pins`` (axis →
+    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence and TP each CP
+    rank's share of it (sequence parallelism); ``pins`` (axis →
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
     layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
@@ -164,7 +165,8 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                 or not free("tp", tp)):
             continue
         for cp in divisors(gpus // tp):
-            if seq_len % cp or (max_cp and cp > max_cp) or not tiles(tp * cp, g) or not free("cp", cp):
+            if (seq_len % cp or (tp > 1 and seq_len // cp % tp) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
+                    or not free("cp", cp)):  # sequence parallelism (wherever tp > 1) splits s/cp over tp
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)

@@ -130,8 +130,10 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
     lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
-    # each length made a multiple of cp; none past a learned position table (check_sequence)
-    fitting = [s if s % lay.cp == 0 else lay.cp * s for s in seq_lens]
+    # each length made a multiple of cp (and of tp·cp under sequence parallelism); none past a learned
+    # position table (check_sequence)
+    unit = lay.cp * (lay.tp if lay.sequence_parallel else 1)
+    fitting = [s if s % unit == 0 else unit * s for s in seq_lens]
     fitting = [s for s in fitting if m.position != "learned" or s <= m.max_seq_len]
     if not fitting:
         reject()  # no length asked for fits this model's position table

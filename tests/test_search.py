@@ -261,3 +261,19 @@ def test_a_learned_position_table_bounds_the_sequence():
         an.search(gpt3, a100, gpus=1024, seq_len=4096, global_batch=64, progress=False)
     an.Plan(gpt3, a100, an.Layout(tp=8, pp=16, dp=8), seq_len=2048, global_batch=64)
     an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=65536, global_batch=8)
+
+
+def test_sequence_parallelism_needs_tp_to_divide_each_cp_ranks_tokens():
+    """4,100 tokens split over 4 TP ranks (1,025 each) but not over 8: Plan refuses TP 8 with sequence
+    parallelism (Megatron-LM's reduce-scatter asserts it) and takes it without; search, which turns
+    sequence parallelism on wherever tp > 1, lists no TP-8 layout at 4,100 and does at 4,096."""
+    kw = dict(global_batch=64)
+    with pytest.raises(LayoutError, match="sequence_parallel: tp 8 does not divide the 4100 tokens"):
+        an.Plan(MODEL, HW, an.Layout(tp=8, dp=8, sequence_parallel=True), seq_len=4100, **kw)
+    an.Plan(MODEL, HW, an.Layout(tp=8, dp=8), seq_len=4100, **kw)
+    an.Plan(MODEL, HW, an.Layout(tp=4, dp=16, sequence_parallel=True), seq_len=4100, **kw)
+    with pytest.raises(LayoutError, match="does not divide the 1025 tokens"):  # CP 4 leaves 1,025 tokens a rank
+        an.Plan(MODEL, HW, an.Layout(tp=2, cp=4, dp=8, sequence_parallel=True), seq_len=4100, **kw)
+    from analytic.search import enumerate_layouts
+    odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
+    assert set(odd["tp"]) == {1.0, 2.0, 4.0} and 8.0 in set(even["tp"])

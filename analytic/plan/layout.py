@@ -270,6 +270,10 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     if num(lay.cp, seq_len) and seq_len % lay.cp:
         raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
     check_sequence(m, seq_len)
+    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and (seq_len // lay.cp) % lay.tp:
+        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (cp divides seq_len)
+        raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
+                          "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
     if lay.ep != 1:
         if not m.is_moe:
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
