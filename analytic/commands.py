@@ -62,7 +62,7 @@ def cmd_memory(args) -> int:
     headroom = (mem.hbm - mem.total).to("GB")
     low, high = (q.to("GB") for q in plan.memory_interval())
     if args.json:
-        gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total")}  # noqa: E731
+        gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
             "interval": [float(low.magnitude), float(high.magnitude)],
@@ -87,9 +87,10 @@ def cmd_memory(args) -> int:
     print(f"  measured peaks of the validation runs were {spread[0]:.2f}–{spread[1]:.2f}× this count "
           f"(calibration.toml [memory]): {_fmt(low)} to {_fmt(high)}{above}")
     if stages:
-        print("\n  stage " + "".join(f"{k:>13}" for k in (*PARTS, "total")) + "   fits")
+        columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
+        print("\n  stage " + "".join(f"{k:>13}" for k in columns) + "   fits")
         for s in stages:
-            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in (*PARTS, "total"))
+            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in columns)
                   + f"   {'yes' if s.fits else 'no'}")
     return 0
 

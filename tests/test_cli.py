@@ -473,3 +473,19 @@ def test_memory_with_offloaded_activations(capsys):
     assert "offloaded activations in host memory: 42.95 GB per GPU, 343.6 GB per node of 8" in out
     code, _, err = run(capsys, "search", *flags[:12], "--offload-activations")
     assert code == 2 and "--offload-activations" in err
+
+
+def test_memory_stages_show_the_host_column_when_offloaded(capsys):
+    """4 stages of 8 Llama 3 8B layers, 8 microbatches, full recomputation: stage k offloads 8·(4 − k)
+    inputs of 2·4096·4096 bytes; the worst stage on the device is the last, the host figure the first's."""
+    flags = ("--model", "llama3-8b", "--hardware", "h100-sxm", "--pp", "4", "--dp", "2", "--recompute", "full",
+             "--seq", "4096", "--global-batch", "16", "--stages")
+    code, out, _ = run(capsys, "memory", *flags)
+    assert code == 0 and out.splitlines()[-5].split()[-2:] == ["total", "fits"]
+    code, out, _ = run(capsys, "memory", *flags, "--offload-activations", "--json")
+    data = json.loads(out)
+    kept = 2 * 4096 * 4096 / 1e9
+    assert [s["host"] for s in data["stages"]] == pytest.approx([8 * (4 - k) * kept for k in range(4)], rel=1e-12)
+    assert data["stage"] == 3 and data["host"] == pytest.approx(32 * kept, rel=1e-12)
+    code, out, _ = run(capsys, "memory", *flags, "--offload-activations")
+    assert out.splitlines()[-5].split()[-2:] == ["host", "fits"]
