@@ -746,6 +746,9 @@ def test_readme_tour_states_the_step_time_interval():
             in readme and block.memory().fits)
     assert (f"# the step takes {block.step_time().to('s').magnitude:.1f} s instead of "
             f"{plan.step_time().to('s').magnitude:.1f} s") in readme
+    off = plan.replace(layout=plan.layout.replace(offload_activations=True)).memory()
+    assert (f"# {off.total.to('GB').magnitude:.1f} GB: fits, without recomputation" in readme and off.fits
+            and f"(.host {off.host.to('GB').magnitude:.1f} GB a GPU, the first stage's)" in readme)
     t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
     assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
     assert (f"gemm {t['gemm']:.2f} s, attention {t['attention']:.2f} s, memory_bound {t['memory_bound']:.2f} s, "
