@@ -1139,3 +1139,15 @@ def test_offloaded_activations_by_pipeline_stage():
         assert drop == pytest.approx((held - 2) * kept, rel=1e-12)
     worst = off.memory()  # the last stage, with the loss, is the fullest on the device; the first in host memory
     assert worst.stage == 3 and worst.host.to("byte").magnitude == 32 * kept
+
+
+def test_zero3_gathers_a_blocks_dense_parameters_and_its_local_experts():
+    """Mixtral 8x22B (its config.json) on 8 GPUs, ZeRO-3 with EP 8: a block's gather brings its dense
+    parameters whole and only the experts this rank holds (E/ep of them). Two blocks' parameters and
+    one block's gradients, 16-bit: 3·2·(Ψ_dense + Ψ_experts/8)/56, Ψ_experts = 56·8·3·6144·16384."""
+    from pathlib import Path
+    m = an.Model.from_hf(Path(__file__).parent / "data" / "hf" / "mixtral-8x22b.json")
+    p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(dp=8, ep=8, zero=3), seq_len=4096, global_batch=8)
+    experts = 56 * 8 * 3 * 6144 * 16384
+    dense = p.expr("params").value().to("parameter").magnitude - experts
+    assert p.memory().gathered.to("byte").magnitude == pytest.approx(3 * 2 * (dense + experts / 8) / 56, rel=1e-12)
