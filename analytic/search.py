@@ -165,8 +165,9 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                 or not free("tp", tp)):
             continue
         for cp in divisors(gpus // tp):
-            if (seq_len % cp or (tp > 1 and seq_len // cp % tp) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
-                    or not free("cp", cp)):  # sequence parallelism (wherever tp > 1) splits s/cp over tp
+            sp = sequence_parallel_default(tp)  # sequence parallelism splits each CP rank's s/cp tokens over tp
+            if (seq_len % cp or (sp and seq_len // cp % tp) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
+                    or not free("cp", cp)):
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -471,6 +472,9 @@ def test_memory_with_offloaded_activations(capsys):
     assert code == 0 and data["fits"] is True and data["host"] == pytest.approx(80 * 536_870_912 / 1e9, rel=1e-12)
     code, out, _ = run(capsys, "memory", *flags, "--offload-activations")
     assert "offloaded activations in host memory: 42.95 GB per GPU, 343.6 GB per node of 8" in out
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    total = next(line.split()[1] for line in out.splitlines() if line.strip().startswith("total"))
+    assert f"--offload-activations` gives {total} GB of the 32 GB, and 42.95 GB a chip in host memory" in readme
     code, _, err = run(capsys, "search", *flags[:12], "--offload-activations")
     assert code == 2 and "--offload-activations" in err
 

@@ -115,7 +115,9 @@ class Inputs:
         self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
         self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
-        domain = self.overrides.get("scale_up_domain", self.overrides.get("gpus_per_node", hardware.scale_up_domain))
+        #: accelerators of a scale-up domain: the override, else a node given alone, else the hardware's
+        self.scale_up_domain = domain = self.overrides.get("scale_up_domain", self.overrides.get(
+            "gpus_per_node", hardware.scale_up_domain))
         if hardware.scale_up_links is not None and is_number(domain):
             check_full_mesh("scale_up_domain", hardware.scale_up_links, domain)
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
@@ -182,9 +184,7 @@ class Inputs:
         out["hbm"] = pick("hbm", lambda: hw.hbm)
         out["sms"] = pick("sms", lambda: hw.sms)
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
-        # a node given alone is its own scale-up domain
-        out["scale_up_domain"] = pick("scale_up_domain", lambda: ov["gpus_per_node"] if "gpus_per_node" in ov
-                                      else hw.scale_up_domain)
+        out["scale_up_domain"] = pick("scale_up_domain", lambda: self.scale_up_domain)
         out["scale_up_bandwidth"] = pick("scale_up_bandwidth", lambda: hw.scale_up)
         out["scale_up_links"] = hw.scale_up_links  # a fully connected domain (None: switched)
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
