@@ -96,12 +96,12 @@ def cmd_calibrate(args) -> int:
         return backend_main(args)
     if not args.published:
         raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
-    from . import calibration, validation
+    from . import calibration, reserve, validation
     folder = validation.find_folder(args.cases)
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
-    memory = calibration.memory_range(folder / "memory.toml")
+    memory = reserve.summary(folder / "memory.toml")
     text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory)
     if args.write:
         _write_text(args.write, text)

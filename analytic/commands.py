@@ -47,7 +47,7 @@ def cmd_step(args) -> int:
 
 def cmd_memory(args) -> int:
     from .choices import MEMORY_PARTS as PARTS
-    from .presets import memory_spread
+    from .errors import PresetError
     from .story import wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
@@ -60,12 +60,17 @@ def cmd_memory(args) -> int:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
     headroom = (mem.hbm - mem.total).to("GB")
-    low, high = (q.to("GB") for q in plan.memory_interval())
+    try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
+        peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
+    except PresetError as exc:
+        peak = low = high = None
+        notes.append(f"no predicted peak: {exc}")
     if args.json:
         gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
-            "interval": [float(low.magnitude), float(high.magnitude)],
+            "peak": None if peak is None else float(peak.magnitude),
+            "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
             **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
     for note in notes:
@@ -82,10 +87,13 @@ def cmd_memory(args) -> int:
         node = int(plan.inputs["gpus_per_node"])
         print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(rows['host'] * node)} "
               f"per node of {node}")
-    spread = memory_spread()
-    above = "" if high <= mem.hbm or not mem.fits else "; at the top of that range it would not fit"
-    print(f"  measured peaks of the validation runs were {spread[0]:.2f}–{spread[1]:.2f}× this count "
-          f"(calibration.toml [memory]): {_fmt(low)} to {_fmt(high)}{above}")
+    if peak is not None:
+        fits = "fits" if peak <= mem.hbm else "does not fit"
+        above = "; at its top it would not fit" if peak <= mem.hbm < high else ""
+        print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
+              f"count (fitted on measured peaks, calibration.toml [memory]): {fits}")
+        print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
+              f"to {_fmt(high)}{above}")
     if stages:
         columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
         print("\n  stage " + "".join(f"{k:>13}" for k in columns) + "   fits")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pint
 
-from .errors import AnalyticError
+from .errors import AnalyticError, PresetError
 from .formulas import formula
 from .plan import Plan, regime
 from .presets import reliability_value, stack
@@ -124,6 +124,12 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
             "keeps no attention scores), FLOPs still spent", wasted, "compute.attention_core_forward_flops_per_token")
     add("memory", "total", f"total per GPU{where}, of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
         mem.total.to("GB"), "plan.memory.total")
+    try:  # the reserve is fitted for one allocator's measured peaks
+        peak = plan.memory_peak().to("GB")
+        add("memory", "peak", f"predicted peak the allocator reserves (count × {(peak / mem.total).to('').magnitude:.3f}): "
+            f"{'fits' if peak <= mem.hbm else 'DOES NOT FIT'}", peak, "memory.allocator_peak")
+    except PresetError:
+        pass
     # forward
     s_local = plan.seq_len / lay.cp
     tp_msg = formula("parallelism.tp.allreduce_bytes").bind({**plan.inputs, "seq_len": s_local}).value()

@@ -70,6 +70,10 @@ _TABLE = [
     ("kept_bytes", "M_k", "byte", "nonnegative", "bytes of activations one layer keeps for its backward, per microbatch"),
     ("layers_in_flight", "n_fl", "", "nonnegative",
      "layer-microbatches whose kept activations a pipeline stage holds at its peak"),
+    ("counted_bytes", "M_c", "byte", "nonnegative",
+     "memory per GPU the count holds: model states, gathered parameters and activations of a stage"),
+    ("allocator_reserve", "rho", "", "positive",
+     "an allocator's measured peak over the count (its cached blocks, buffers and workspaces)"),
     # layout
     ("gpus", "n", "", "count", "accelerators"),
     ("dp", "N_d", "", "count", "data-parallel degree (ZeRO's N_d)"),

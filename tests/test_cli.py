@@ -435,28 +435,39 @@ def test_recompute_layers_flag(capsys):
     assert "recompute_layers" in capsys.readouterr().err
 
 
-def test_memory_carries_the_measured_range(capsys):
-    """`analytic memory` gives the count times the smallest and largest measured/counted peak of the
-    validation runs, as Plan.memory_interval does; a plan that fits by the count but not at the top of
-    that range says so."""
-    from analytic.presets import memory_spread
-    low, high, _ = memory_spread()
-    assert 1 < low < high  # every measured peak lay above the count
+def test_memory_carries_the_predicted_peak_and_its_range(capsys):
+    """`analytic memory` gives the count times the allocator's reserve, and the range measured peaks
+    lay in around such a prediction (calibration.toml [memory]), as Plan.memory_peak and
+    Plan.memory_interval do; a plan that fits at the prediction but not at the top of that range says
+    so, and a stack on another allocator gets a note instead of a peak."""
+    fitted = an.presets.memory_reserve("pytorch")
+    assert fitted["low"] < 1 < fitted["high"] and 1 < fitted["reserve"]  # every measured peak lay above the count
     flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "4", "--seq", "8192",
              "--global-batch", "64", "--recompute", "full"]
     assert main(["memory", *flags, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["interval"] == [pytest.approx(data["total"] * low, rel=1e-9), pytest.approx(data["total"] * high, rel=1e-9)]
+    peak = data["total"] * fitted["reserve"]
+    assert data["peak"] == pytest.approx(peak, rel=1e-9)
+    assert data["interval"] == [pytest.approx(peak * fitted["low"], rel=1e-9), pytest.approx(peak * fitted["high"], rel=1e-9)]
     plan = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=4, dp=4, recompute="full", sequence_parallel=True), seq_len=8192, global_batch=64)
+    assert plan.memory_peak().to("GB").magnitude == pytest.approx(peak, rel=1e-9)
     assert [q.to("GB").magnitude for q in plan.memory_interval()] == pytest.approx(data["interval"], rel=1e-9)
-    assert main(["memory", *flags]) == 0 and "would not fit" not in capsys.readouterr().out  # 61 GB at the top
-    # the source text's step recomputing 2 layers a stage: 74.1 GB fits 80 GB by the count, not at 1.28×
+    assert main(["memory", *flags]) == 0 and "would not fit" not in capsys.readouterr().out  # 63 GB at the top
+    # the source text's step recomputing 3 layers a stage: 66.2 GB by the count, 74.9 GB predicted, 87.3 GB at the top
     essay = ["--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "1",
-             "--seq", "8192", "--global-batch", "2048", "--recompute", "full", "--recompute-layers", "2"]
+             "--seq", "8192", "--global-batch", "2048", "--recompute", "full", "--recompute-layers", "3"]
     assert main(["memory", *essay]) == 0
     out = capsys.readouterr().out
-    assert "fits, 5.857 GB to spare" in out and "at the top of that range it would not fit" in out
+    assert "fits, 13.85 GB to spare" in out and "74.91 GB, 1.132× the count" in out and "at its top it would not fit" in out
+    maxtext = ["--model", "llama3-8b", "--hardware", "tpu-v6e", "--dp", "8", "--seq", "8192", "--global-batch", "8",
+               "--stack", "maxtext", "--recompute", "full"]
+    assert main(["memory", *maxtext, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["peak"] is None and any("not xla's" in n for n in data["notes"])
+    with pytest.raises(an.PresetError, match="pytorch's allocator, not xla's"):
+        an.Plan(an.model("llama3-8b"), an.hardware("tpu-v6e"), an.Layout(dp=8), seq_len=8192, global_batch=8,
+                stack="maxtext").memory_peak()
 
 
 def test_memory_with_offloaded_activations(capsys):

@@ -736,9 +736,11 @@ def test_readme_tour_states_the_step_time_interval():
     m = plan.memory()
     assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
     low, high = (q.to("GB").magnitude for q in plan.memory_interval())
-    spread = an.presets.memory_spread()
+    fitted = an.presets.memory_reserve("pytorch")
+    assert (f"plan.memory_peak()        # {plan.memory_peak().to('GB').magnitude:.1f} GB: the count times the caching "
+            f"allocator's reserve ({fitted['reserve']:.2f}" in readme)
     assert (f"plan.memory_interval()    # ({low:.1f} GB, {high:.1f} GB)" in readme
-            and f"peak of the validation runs ({spread[0]:.2f} and {spread[1]:.2f}, calibration.toml [memory])" in readme)
+            and f"({fitted['low']:.2f} and {fitted['high']:.2f} of it, each peak's source left out of the fit)" in readme)
     trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
     block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))

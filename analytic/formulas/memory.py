@@ -164,3 +164,14 @@ define("memory.offload.host_activations", M_k * n_fl, "byte",
        f"{TE_OFFLOAD}: every offloaded tensor has its own pinned host copy",
        ("every kept activation of the layer-microbatches in flight lives in host memory",),
        "host memory one accelerator's offloaded activations take at the stage's peak")
+
+M_c, rho = S("counted_bytes", "allocator_reserve")
+define("memory.allocator_peak", M_c * rho, "byte",
+       "fitted: `analytic calibrate --published` on the measured peaks of validation/memory.toml, each source weighted "
+       "equally (calibration.toml [memory]); PyTorch docs, CUDA semantics, memory management (memory the caching "
+       "allocator manages shows as reserved, torch.cuda.max_memory_reserved)",
+       ("M_c: the count of a stage (model states, gathered parameters, activations)",
+        "rho: one factor per allocator (presets/stacks.toml allocator), for what the count leaves out: the allocator's "
+        "cached and split blocks, communication buffers, workspaces, casts",
+        "a measured peak is the allocator's maximum reserved memory"),
+       "peak memory per GPU an allocator reserves for a stage whose count is M_c")

@@ -23,6 +23,7 @@ from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..formula import Formula, magnitude, to_float
 from ..hardware import Hardware
 from ..model import Model
+from ..presets import memory_reserve
 from ..symbolic import optimise, smallest_fitting
 from ..units import Q_
 from ..values import choice, count, flag, fraction
@@ -283,16 +284,17 @@ class Plan:
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 
+    def memory_peak(self, stage: int | None = None) -> pint.Quantity:
+        """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
+        (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
+        reserve = memory_reserve(self._in.stack_properties["allocator"])["reserve"]
+        return self._in.f("memory.allocator_peak", counted_bytes=self.memory(stage).total, allocator_reserve=reserve).value()
+
     def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
-        """(low, high): the memory per GPU of :meth:`memory` (the fullest stage, or ``stage``) times the
-        smallest and largest measured/counted peak of the validation runs (calibration.toml's [memory]):
-        what the count leaves out (allocator reserve, buffers, workspaces) has added that much."""
-        from ..presets import memory_spread
-        spread = memory_spread()
-        if spread is None:
-            raise PresetError("memory_interval: the range comes with the shipped calibration file")
-        total = self.memory(stage).total
-        return total * spread[0], total * spread[1]
+        """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
+        the validation runs, each predicted with its source left out of the reserve's fit."""
+        fitted, peak = memory_reserve(self._in.stack_properties["allocator"]), self.memory_peak(stage)
+        return peak * fitted["low"], peak * fitted["high"]
 
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
@@ -388,8 +390,7 @@ class Plan:
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
                     allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
-                    moment_dtype=self.moment_dtype, stack=self.stack,
-                    **self.overrides)
+                    moment_dtype=self.moment_dtype, stack=self.stack, **self.overrides)
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)

@@ -48,13 +48,21 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
 
 
 @cache
-def memory_spread() -> tuple[float, float, str] | None:
-    """(low, high, basis): the smallest and largest measured/counted peak memory of the validation runs
-    (calibration.toml's [memory]), or None where the file has none."""
-    if not CALIBRATION_FILE.exists():
-        return None
-    spread = tomllib.loads(CALIBRATION_FILE.read_text()).get("memory")
-    return None if spread is None else (spread["low"], spread["high"], spread["basis"])
+def _memory_table() -> dict | None:
+    return tomllib.loads(CALIBRATION_FILE.read_text()).get("memory") if CALIBRATION_FILE.exists() else None
+
+
+def memory_reserve(allocator: str) -> dict:
+    """The reserve of ``allocator`` fitted on measured peaks (calibration.toml's [memory]): reserve
+    (measured peak / count), reserve_log_stderr, low and high (the smallest and largest
+    measured/predicted peak, each source left out of the fit), basis."""
+    fitted = _memory_table()
+    if fitted is None:
+        raise PresetError("memory: the allocator's reserve comes with the shipped calibration file")
+    if fitted["allocator"] != allocator:
+        raise PresetError(f"memory: the reserve is fitted on measured peaks of {fitted['allocator']}'s allocator, "
+                          f"not {allocator}'s")
+    return fitted
 
 
 def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
