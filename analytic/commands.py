@@ -70,6 +70,7 @@ def cmd_memory(args) -> int:
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
             "peak": None if peak is None else float(peak.magnitude),
+            "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
             "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
             **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
@@ -85,8 +86,11 @@ def cmd_memory(args) -> int:
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
     if mem.host.magnitude:
         node = int(plan.inputs["gpus_per_node"])
+        dram = plan.hardware.host_memory
+        room = "" if dram is None else (f", of the node's {_fmt(dram.to('TB'))}: "
+                                        f"{'fits' if rows['host'] * node <= dram else 'does not fit'}")
         print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(rows['host'] * node)} "
-              f"per node of {node}")
+              f"per node of {node}{room}")
     if peak is not None:
         fits = "fits" if peak <= mem.hbm else "does not fit"
         above = "; at its top it would not fit" if peak <= mem.hbm < high else ""

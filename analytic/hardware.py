@@ -61,6 +61,7 @@ class Hardware:
     scale_up_domain: int | None = None  # accelerators on one NVLink-class domain; None: the node
     scale_up_links: int | None = None  # direct links per accelerator of a fully connected domain; None: switched
     sms: int | None = None  # streaming multiprocessors (compute units)
+    host_memory: pint.Quantity | None = None  # host DRAM of one node
     generation: str = ""
     sources: dict = field(default_factory=dict, compare=False)
     calibrations: dict = field(default_factory=dict, compare=False)
@@ -69,7 +70,8 @@ class Hardware:
     def __post_init__(self):
         peaks = {k: _quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(self.peaks).items()}
         object.__setattr__(self, "peaks", peaks)
-        for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s")):
+        for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s"),
+                           ("host_memory", "byte")):
             v = getattr(self, attr)
             if v is not None:
                 object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))

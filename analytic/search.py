@@ -39,6 +39,7 @@ from .plan import (
     check_sequence,
     divisors,
     sequence_parallel_default,
+    sequence_unit,
     tiles,
     training_dtype,
 )
@@ -165,8 +166,7 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                 or not free("tp", tp)):
             continue
         for cp in divisors(gpus // tp):
-            sp = sequence_parallel_default(tp)  # sequence parallelism splits each CP rank's s/cp tokens over tp
-            if (seq_len % cp or (sp and seq_len // cp % tp) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
+            if (seq_len % sequence_unit(cp, tp, sequence_parallel_default(tp)) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
                     or not free("cp", cp)):
                 continue
             for pp in divisors(gpus // (tp * cp)):

@@ -116,7 +116,10 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         f"{'; 2 layers on device' if lay.offload_activations else ''})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
     if lay.offload_activations:
-        add("memory", "host", f"activations offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} a node)",
+        node, dram = plan.inputs["gpus_per_node"], plan.hardware.host_memory
+        room = "" if dram is None else (f"; the node's {dram.to('TB'):.4g~P}: "
+                                        f"{'fits' if mem.host * node <= dram else 'DOES NOT FIT'}")
+        add("memory", "host", f"activations offloaded to host memory (per GPU; × {node} a node{room})",
             mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
     wasted = wasted_selective(plan)
     if wasted is not None:

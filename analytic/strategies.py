@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 from .errors import UnknownNameError
 from .hardware import Hardware
 from .model import Model
-from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, tiles
+from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, sequence_unit, tiles
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -130,9 +130,9 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
     lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
-    # each length made a multiple of cp (and of tp·cp under sequence parallelism); none past a learned
+    # each length made a multiple of what the layout splits it into (sequence_unit); none past a learned
     # position table (check_sequence)
-    unit = lay.cp * (lay.tp if lay.sequence_parallel else 1)
+    unit = sequence_unit(lay.cp, lay.tp, lay.sequence_parallel)
     fitting = [s if s % unit == 0 else unit * s for s in seq_lens]
     fitting = [s for s in fitting if m.position != "learned" or s <= m.max_seq_len]
     if not fitting:

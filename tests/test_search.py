@@ -272,8 +272,24 @@ def test_sequence_parallelism_needs_tp_to_divide_each_cp_ranks_tokens():
         an.Plan(MODEL, HW, an.Layout(tp=8, dp=8, sequence_parallel=True), seq_len=4100, **kw)
     an.Plan(MODEL, HW, an.Layout(tp=8, dp=8), seq_len=4100, **kw)
     an.Plan(MODEL, HW, an.Layout(tp=4, dp=16, sequence_parallel=True), seq_len=4100, **kw)
-    with pytest.raises(LayoutError, match="does not divide the 1025 tokens"):  # CP 4 leaves 1,025 tokens a rank
-        an.Plan(MODEL, HW, an.Layout(tp=2, cp=4, dp=8, sequence_parallel=True), seq_len=4100, **kw)
+    with pytest.raises(LayoutError, match="tp 4 does not divide the 2050 tokens"):  # CP 2 leaves 2,050 tokens a rank
+        an.Plan(MODEL, HW, an.Layout(tp=4, cp=2, dp=8, sequence_parallel=True), seq_len=4100, **kw)
     from analytic.search import enumerate_layouts
     odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
     assert set(odd["tp"]) == {1.0, 2.0, 4.0} and 8.0 in set(even["tp"])
+
+
+def test_context_parallelism_needs_two_chunks_a_rank():
+    """Load-balanced CP cuts a sequence into 2·cp chunks, two a rank (TransformerEngine asserts it):
+    4,100 tokens go over CP 2 (2,050 a rank, 1,025 a chunk) but not over CP 4 (1,025 a rank); search
+    lists no CP-4 layout at 4,100 and does at 4,096. sequence_unit combines it with SP's split."""
+    from analytic.plan import sequence_unit
+    from analytic.search import enumerate_layouts
+    assert [sequence_unit(1, 8, True), sequence_unit(2, 8, True), sequence_unit(2, 1, False), sequence_unit(4, 3, True),
+            sequence_unit(1, 8, False)] == [8, 16, 4, 24, 1]
+    kw = dict(global_batch=64)
+    an.Plan(MODEL, HW, an.Layout(cp=2, dp=32), seq_len=4100, **kw)
+    with pytest.raises(LayoutError, match="the 1025 tokens of each CP rank do not split into the two chunks"):
+        an.Plan(MODEL, HW, an.Layout(cp=4, dp=16), seq_len=4100, **kw)
+    odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
+    assert 4.0 not in set(odd["cp"]) and 2.0 in set(odd["cp"]) and 4.0 in set(even["cp"])

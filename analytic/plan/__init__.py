@@ -11,10 +11,11 @@ from .layout import (
     divisors,
     regime,
     sequence_parallel_default,
+    sequence_unit,
     tiles,
     training_dtype,
 )
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
-           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default",
+           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default", "sequence_unit",
            "tiles", "training_dtype"]

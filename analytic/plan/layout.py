@@ -3,6 +3,7 @@ whether a layout can exist for a model, hardware and batch."""
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, replace
 
@@ -213,6 +214,14 @@ def sequence_parallel_default(tp) -> bool:
     return bool(tp > 1)
 
 
+def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
+    """What every sequence length must be a multiple of: load-balanced context parallelism cuts a
+    sequence into 2·cp chunks, two a rank (TransformerEngine's context-parallel attention asserts
+    "Sequence length per GPU needs to be divisible by 2!"), and sequence parallelism splits each CP
+    rank's tokens over the tp ranks."""
+    return cp * math.lcm(2 if cp > 1 else 1, tp if sequence_parallel else 1)
+
+
 def divisors(n: int) -> list[int]:
     """The divisors of ``n``, ascending."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
@@ -269,6 +278,9 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
     if num(lay.cp, seq_len) and seq_len % lay.cp:
         raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
+    if num(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
+        raise LayoutError(f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks "
+                          f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
     check_sequence(m, seq_len)
     if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and (seq_len // lay.cp) % lay.tp:
         # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (cp divides seq_len)

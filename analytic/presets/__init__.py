@@ -32,13 +32,13 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
     for fld, attr in (("hbm", "hbm"), ("hbm_bandwidth", "hbm_bandwidth"),
                       ("scale_up_bandwidth", "scale_up"), ("scale_out_bandwidth", "scale_out"),
                       ("gpus_per_node", "gpus_per_node"), ("scale_up_domain", "scale_up_domain"),
-                      ("scale_up_links", "scale_up_links"), ("sms", "sms")):
+                      ("scale_up_links", "scale_up_links"), ("sms", "sms"), ("host_memory", "host_memory")):
         if fld in table:
             kw[attr], sources[fld] = _sourced(key, fld, table[fld])
     if not peaks:
         raise PresetError(f"{key}: no peak FLOP/s given")
     unknown = set(table) - {"name", "generation", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
-                            "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms"}
+                            "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms", "host_memory"}
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
     gen = table.get("generation", key)
