@@ -10,7 +10,7 @@ from .flags import CLIError
 
 
 def cmd_validate(args) -> int:
-    from . import validation
+    from . import validation, validation_report
     folder = validation.find_folder(args.cases)
     results = validation.run(folder)
     failed = validation.failed(results)
@@ -23,11 +23,11 @@ def cmd_validate(args) -> int:
                  for r in results]
         print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
     else:
-        print(validation.table(results))
+        print(validation_report.table(results))
         print()
-        print("\n".join(validation.summary(results)))
+        print("\n".join(validation_report.summary(results)))
     if args.report:
-        _write_text(args.report, validation.markdown(results, folder))
+        _write_text(args.report, validation_report.markdown(results, folder))
     if failed:
         print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
         return 1

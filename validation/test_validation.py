@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic import calibration, validation
+from analytic import calibration, validation, validation_report
 
 HERE = Path(__file__).parent
 IDS = [c["id"] for c in validation.load(HERE)[0]]
@@ -90,13 +90,13 @@ def test_validate_command_json(results, capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     # the report goes where --report says, and nowhere else
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in HERE.iterdir() if p.is_file()} == before
-    assert (tmp_path / "report.md").read_text() == validation.markdown(results, HERE)
+    assert (tmp_path / "report.md").read_text() == validation_report.markdown(results, HERE)
     failed = [r.id for r in validation.failed(results)]
     assert code == (1 if failed else 0) and out["failed"] == failed
     assert [c["id"] for c in out["cases"]] == [r.id for r in results]
     assert out["summary"] == validation.statistics(results)
     fitted = out["summary"]["predicted"]["fitted"]
-    line = next(ln for ln in validation.summary(results) if ln.startswith("predicted, fitted cases"))
+    line = next(ln for ln in validation_report.summary(results) if ln.startswith("predicted, fitted cases"))
     assert f"leave-one-source-out mean {100 * fitted['leave_one_source_out_mean']:.1f}%" in line
     assert f"leave-one-case-out mean {100 * fitted['leave_one_out_mean']:.1f}%" in line
     assert fitted["leave_one_source_out_max"] >= fitted["leave_one_source_out_mean"] > 0
@@ -110,7 +110,7 @@ def test_every_case_has_a_source():
 
 
 def test_report_is_current(results):
-    assert (HERE / "REPORT.md").read_text() == validation.markdown(results, HERE), \
+    assert (HERE / "REPORT.md").read_text() == validation_report.markdown(results, HERE), \
         "run: analytic validate --report validation/REPORT.md"
 
 
@@ -343,7 +343,7 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
     assert mem["runs"] == len(predicted)
     assert {"A01", "B02"} <= set(mem["runs_not_fitting"])
     assert "C16-ptdp-384" not in mem["runs_not_fitting"] and "NEMOTRON4-6144" not in mem["runs_not_fitting"]
-    line = next(ln for ln in validation.summary(results) if "published runs predicted not to fit" in ln)
+    line = next(ln for ln in validation_report.summary(results) if "published runs predicted not to fit" in ln)
     assert f"though they ran: {', '.join(mem['runs_not_fitting'])};" in line
     # at the predicted peak, every run the count refuses on PyTorch is refused too; MaxText's has no reserve
     at_peak = mem["runs_not_fitting_at_peak"]
@@ -367,7 +367,7 @@ def test_a_folder_without_memory_peaks_still_summarises_its_runs_fit(results):
     runs = [r for r in results if r.kind != "memory"]
     stats = validation.statistics(runs)
     assert "count" not in stats["memory"] and stats["memory"]["runs"] == sum(r.kind == "predicted" for r in runs)
-    lines = validation.summary(runs)
+    lines = validation_report.summary(runs)
     assert any("published runs predicted not to fit" in ln for ln in lines)
     assert not any("measured peaks" in ln for ln in lines)
 
