@@ -52,7 +52,7 @@ def leave_one_source_out(rows: list[dict]) -> dict[str, float]:
 
 def summary(path: Path) -> dict | None:
     """The fitted reserve of a validation folder's measured peaks, or None without any: the
-    allocator, the factor and its standard error (of the log), and the smallest and largest
+    allocator, the reserve and its standard error (of the log), and the smallest and largest
     measured/predicted peak with each source left out of the fit, over how many peaks and sources."""
     rows = peaks(path)
     if not rows:
@@ -63,5 +63,5 @@ def summary(path: Path) -> dict | None:
     factor, stderr = fit(rows)
     loso = leave_one_source_out(rows)
     ratios = [r["ratio"] / loso[r["id"]] for r in rows]
-    return {"allocator": allocators.pop(), "factor": factor, "stderr": stderr, "low": min(ratios), "high": max(ratios),
+    return {"allocator": allocators.pop(), "reserve": factor, "reserve_log_stderr": stderr, "low": min(ratios), "high": max(ratios),
             "count": len(rows), "sources": len({r["group"] for r in rows})}

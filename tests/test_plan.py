@@ -1153,3 +1153,13 @@ def test_zero3_gathers_a_blocks_dense_parameters_and_its_local_experts():
     experts = 56 * 8 * 3 * 6144 * 16384
     dense = p.expr("params").value().to("parameter").magnitude - experts
     assert p.memory().gathered.to("byte").magnitude == pytest.approx(3 * 2 * (dense + experts / 8) / 56, rel=1e-12)
+
+
+def test_a_memory_without_offload_holds_nothing_in_host_memory():
+    """Memory built without ``host`` (a stage that offloads nothing) has 0 bytes in host memory, and
+    its fit is the total's against HBM alone."""
+    gb = lambda x: an.Q_(x, "GB")  # noqa: E731
+    m = an.Memory(weights=gb(10), gradients=gb(20), optimizer=gb(5), gathered=gb(0), activations=gb(40), total=gb(75),
+                  hbm=gb(80), logits=gb(1), loss=gb(2))
+    assert m.host.to("byte").magnitude == 0 and m.fits
+    assert not an.Memory(**{**m.as_dict(), "total": gb(81)}).fits

@@ -100,6 +100,10 @@ def test_calibrate_published_prints_and_writes_only_where_told(tmp_path):
     data = json.loads(out)
     assert data["shared"]["attention_factor"] == pytest.approx(tomllib.loads(printed)["shared"]["attention_factor"],
                                                               abs=1e-6)
+    written = tomllib.loads(printed)["memory"]  # the JSON and the file name the allocator's reserve alike
+    assert {k: data["memory"][k] for k in ("allocator", "reserve", "reserve_log_stderr", "low", "high")} == {
+        k: written[k] if isinstance(written[k], str) else pytest.approx(written[k], abs=1e-6)
+        for k in ("allocator", "reserve", "reserve_log_stderr", "low", "high")}
     assert CALIBRATION_FILE.read_bytes() == before  # the installed calibration is never rewritten
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.toml"]
 
