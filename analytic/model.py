@@ -112,6 +112,10 @@ class Model:
             raise InputError("experts: topk or shared_experts given for a dense model (experts = 0)")
         if self.attention == "mla" and not (self.q_lora_rank and self.kv_lora_rank and self.rope_dim):
             raise InputError("attention='mla' needs q_lora_rank, kv_lora_rank and rope_dim")
+        rotated = "rope_dim" if self.attention == "mla" else "head_dim"
+        if self.position == "rope" and isinstance(getattr(self, rotated), int) and getattr(self, rotated) % 2:
+            # RoPE rotates pairs of dimensions (Su et al. 2021, RoFormer, arXiv 2104.09864 §3.2: d even)
+            raise InputError(f"{rotated}: rotary embeddings rotate pairs of dimensions; {getattr(self, rotated)} is odd")
         set_("sliding_window", count("sliding_window", self.sliding_window, minimum=0))
         if self.sliding_layers is not None:
             set_("sliding_layers", count("sliding_layers", self.sliding_layers, minimum=0))

@@ -258,3 +258,16 @@ def test_the_forms_of_one_unit(text, per_hour):
     """A unit may be a quotient or a power of names: still one number and one unit."""
     rate = an.formula("reliability.mtbf").evaluate(interruption_rate=text, gpus=1)
     assert rate.to("hour").magnitude == pytest.approx(1 / per_hour, rel=1e-12)
+
+
+def test_rotary_embeddings_need_an_even_number_of_dimensions():
+    """RoPE rotates pairs of dimensions (RoFormer §3.2): a RoPE model whose heads have an odd
+    dimension is refused, as is an MLA model with an odd rotary part; ALiBi and learned positions
+    rotate nothing, and MLA's head_dim is not the rotated part."""
+    with pytest.raises(an.InputError, match="head_dim: rotary embeddings rotate pairs of dimensions; 3 is odd"):
+        an.Model(layers=2, hidden=96, heads=32, vocab=1000, position="rope", mlp="swiglu")
+    assert an.Model(layers=2, hidden=96, heads=48, vocab=1000, position="rope", mlp="swiglu").head_dim == 2
+    assert an.Model(layers=2, hidden=96, heads=32, vocab=1000, position="alibi").head_dim == 3
+    with pytest.raises(an.InputError, match="rope_dim: rotary embeddings rotate pairs of dimensions; 63 is odd"):
+        an.model("deepseek-v3").replace(rope_dim=63)
+    assert an.model("deepseek-v3").replace(head_dim=129).head_dim == 129
