@@ -48,7 +48,7 @@ def cmd_step(args) -> int:
 def cmd_memory(args) -> int:
     from .choices import MEMORY_PARTS as PARTS
     from .errors import PresetError
-    from .story import wasted_selective
+    from .story import node_host_memory, wasted_selective
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
     mem = plan.memory()
@@ -85,12 +85,10 @@ def cmd_memory(args) -> int:
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
     if mem.host.magnitude:
-        node = int(plan.inputs["gpus_per_node"])
-        dram = plan.hardware.host_memory
-        room = "" if dram is None else (f", of the node's {_fmt(dram.to('TB'))}: "
-                                        f"{'fits' if rows['host'] * node <= dram else 'does not fit'}")
-        print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(rows['host'] * node)} "
-              f"per node of {node}{room}")
+        per_node, dram, fits = node_host_memory(plan, rows["host"])
+        room = "" if dram is None else f", of the node's {_fmt(dram.to('TB'))}: {'fits' if fits else 'does not fit'}"
+        print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
+              f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
     if peak is not None:
         fits = "fits" if peak <= mem.hbm else "does not fit"
         above = "; at its top it would not fit" if peak <= mem.hbm < high else ""

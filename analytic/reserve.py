@@ -20,16 +20,17 @@ from .values import as_quantity
 
 def peaks(path: Path) -> list[dict]:
     """The measured peaks of a validation folder's memory.toml: id, group (the source), allocator
-    (of the run's stack) and ratio (measured peak / counted memory of the fullest stage)."""
+    (of the run's stack), counted (the memory of the run's fullest stage) and ratio (measured peak /
+    counted)."""
     tables = tomllib.loads(path.read_text()) if path.exists() else {}
     cases = [c for c in tables.get("case", []) if c.get("kind") == "memory"]
     runs = {c["id"]: c for c in tomllib.loads((path.parent / "predicted.toml").read_text()).get("case", [])} if cases else {}
     out = []
     for c in cases:
         plan = build_plan(memory_case_plan(c, runs))
-        published = as_quantity(c["id"], c["published"])
-        out.append({"id": c["id"], "group": c["group"], "allocator": stack(plan.stack)["allocator"],
-                    "ratio": float((published / plan.memory().total).to("").magnitude)})
+        counted = plan.memory().total
+        out.append({"id": c["id"], "group": c["group"], "allocator": stack(plan.stack)["allocator"], "counted": counted,
+                    "ratio": float((as_quantity(c["id"], c["published"]) / counted).to("").magnitude)})
     return out
 
 

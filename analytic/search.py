@@ -151,8 +151,8 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
 
     Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
     KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
-    consecutive ranks tile the scale-up domains (plan.tiles); CP divides the sequence and TP each CP
-    rank's share of it (sequence parallelism); ``pins`` (axis →
+    consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
+    plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
     layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""

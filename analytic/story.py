@@ -67,6 +67,13 @@ def wasted_selective(plan: Plan):
     return plan.hardware_flops() - plain.hardware_flops()
 
 
+def node_host_memory(plan: Plan, host: pint.Quantity) -> tuple[pint.Quantity, pint.Quantity | None, bool | None]:
+    """(a node's offloaded activations, ``host`` per GPU times the GPUs of a node; the node's host
+    memory, or None where the hardware gives none with a source; whether they fit, or None)."""
+    node, dram = host * int(plan.inputs["gpus_per_node"]), plan.hardware.host_memory
+    return node, dram, None if dram is None else bool(node <= dram)
+
+
 def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
@@ -116,10 +123,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         f"{'; 2 layers on device' if lay.offload_activations else ''})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
     if lay.offload_activations:
-        node, dram = plan.inputs["gpus_per_node"], plan.hardware.host_memory
-        room = "" if dram is None else (f"; the node's {dram.to('TB'):.4g~P}: "
-                                        f"{'fits' if mem.host * node <= dram else 'DOES NOT FIT'}")
-        add("memory", "host", f"activations offloaded to host memory (per GPU; × {node} a node{room})",
+        _, dram, fits = node_host_memory(plan, mem.host)
+        room = "" if dram is None else f"; the node's {dram.to('TB'):.4g~P}: {'fits' if fits else 'DOES NOT FIT'}"
+        add("memory", "host", f"activations offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} a node{room})",
             mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
     wasted = wasted_selective(plan)
     if wasted is not None:

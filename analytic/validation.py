@@ -205,24 +205,23 @@ def _fits_at_peak(plan) -> bool | None:
         return None
 
 
-def _memory(folder: Path) -> list[Result]:
-    """Each measured peak against its run's fullest stage times the allocator's reserve fitted with
-    the peak's source left out (:mod:`analytic.reserve`); the count alone and the reserve fitted on
-    every peak are kept beside it."""
+def _memory(folder: Path, cases: dict) -> list[Result]:
+    """Each measured peak (``cases``: id → memory case) against its run's fullest stage times the
+    allocator's reserve fitted with the peak's source left out (:mod:`analytic.reserve`); the count
+    alone and the reserve fitted on every peak are kept beside it."""
     from . import reserve
     rows = reserve.peaks(folder / "memory.toml")
     if not rows:
         return []
-    cases = {c["id"]: c for c in tomllib.loads((folder / "memory.toml").read_text())["case"]}
     loso, (factor, _) = reserve.leave_one_source_out(rows), reserve.fit(rows)
     out = []
     for r in rows:
         case = cases[r["id"]]
-        published = as_quantity("published", case["published"])
+        ours = (r["counted"] * loso[r["id"]]).to(as_quantity("published", case["published"]).units)
         err = {"loso": loso[r["id"]] / r["ratio"] - 1, "in_fit": factor / r["ratio"] - 1, "count": 1 / r["ratio"] - 1}
         tol = float(case.get("tolerance", 0.10))
         out.append(Result(id=r["id"], kind="memory", quantity=case.get("quantity", ""), published=case["published"],
-                          ours=format(published * (1 + err["loso"]), ".4g~P"), error=err["loso"],
+                          ours=format(ours, ".4g~P"), error=err["loso"],
                           status="within" if abs(err["loso"]) <= tol else "outside", expected=case.get("expect", "within"),
                           source=case.get("source", ""), reason=case.get("reason", ""), tolerance=tol,
                           extra={"group": r["group"], "in_fit_error": err["in_fit"], "count_error": err["count"]}))
@@ -235,7 +234,7 @@ def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     cases, plans = load(folder)
     ns = namespace(plans)
     results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory")]
-    results += _memory(folder)
+    results += _memory(folder, {c["id"]: c for c in cases if c["kind"] == "memory"})
     if predicted:
         results += _predicted([c for c in cases if c["kind"] == "predicted"])
     order = {kind: i for i, kind in enumerate(KINDS)}

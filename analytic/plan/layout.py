@@ -282,8 +282,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         raise LayoutError(f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks "
                           f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
     check_sequence(m, seq_len)
-    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and (seq_len // lay.cp) % lay.tp:
-        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (cp divides seq_len)
+    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and seq_len % sequence_unit(lay.cp, lay.tp, True):
+        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's chunks checked above)
         raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
                           "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
     if lay.ep != 1:
