@@ -3,6 +3,10 @@ importing sympy or pint). A symbolic choice is its index in these tuples."""
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
+#: the submodules recompute="selective" recomputes (NVIDIA/Megatron-LM TransformerConfig.recompute_modules;
+#: none given means its default, the attention core): the attention core, and output-discarding the two
+#: norms, MLA's up-projections with RoPE and the MoE experts' activation (DeepSeek-V3 §3.2.3, §3.3.2)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

@@ -8,7 +8,16 @@ import difflib
 import sys
 
 from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
-from .choices import GRAD_DTYPES, MOMENT_DTYPES, OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO3_GATHERS, ZERO_STAGES
+from .choices import (
+    GRAD_DTYPES,
+    MOMENT_DTYPES,
+    OBJECTIVES,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    ZERO3_GATHERS,
+    ZERO_STAGES,
+)
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError
 
@@ -57,6 +66,15 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute-layers", dest="recompute_layers",
                    help="with --recompute full: recompute only N layers of each stage and keep the others' "
                         "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)")
+    g.add_argument("--recompute-modules", dest="recompute_modules", nargs="+", choices=RECOMPUTE_MODULES,
+                   help="with --recompute selective: also free and recompute these submodules' outputs "
+                        "(Megatron-Core's --recompute-modules; DeepSeek-V3 recomputes all three)")
+    for end in ("first", "last"):
+        g.add_argument(f"--{end}-stage-layers", dest=f"{end}_stage_layers",
+                       help=f"layers on the {end} pipeline stage, the rest split evenly (Megatron-LM's "
+                            f"--decoder-{end}-pipeline-num-layers)")
+    g.add_argument("--fp8-activations", dest="fp8_activations", action="store_true", default=None,
+                   help="with --dtype fp8: cache the inputs of matmuls and of the SwiGLU in FP8 (DeepSeek-V3 §3.3.2)")
     g.add_argument("--offload-activations", dest="offload_activations", action="store_true", default=None,
                    help="copy what each layer keeps for its backward to host memory and back (TransformerEngine's "
                         "CPU offload, Megatron-LM's --cpu-offloading; MaxText's offload remat policies)")

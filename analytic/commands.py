@@ -98,6 +98,8 @@ def cmd_memory(args) -> int:
               f"to {_fmt(high)}{above}")
     if stages:
         columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
+        if plan.layout.schedule == "dualpipe":
+            print("\n  under DualPipe the row of stage k is its rank, which also holds stage p − 1 − k")
         print("\n  stage " + "".join(f"{k:>13}" for k in columns) + "   fits")
         for s in stages:
             print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in columns)

@@ -45,7 +45,8 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
-                             "recompute_layers", "offload_activations"}
+                             "recompute_layers", "recompute_modules", "offload_activations", "fp8_activations",
+                             "first_stage_layers", "last_stage_layers"}
 
 
 def hardware_overrides(get) -> dict:
@@ -125,8 +126,8 @@ def build_plan(args) -> tuple[object, dict]:
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
-        "recompute", "recompute_layers", "offload_activations", "schedule", "seq",
-        "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention", "stack", "profile"))
+        "recompute", "recompute_layers", "recompute_modules", "offload_activations", "fp8_activations",
+        "first_stage_layers", "last_stage_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention", "stack", "profile"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
@@ -154,7 +155,10 @@ def build_plan(args) -> tuple[object, dict]:
                        recompute=get("recompute") or "none",
                        recompute_layers=(None if get("recompute_layers") is None
                                          else count_flag(str(get("recompute_layers")), "recompute-layers")),
-                       offload_activations=bool(get("offload_activations")),
+                       recompute_modules=tuple(get("recompute_modules") or ()),
+                       offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
+                       **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
+                          for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
                        zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
                        schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     links = hardware_overrides(get)

@@ -61,9 +61,12 @@ def wasted_selective(plan: Plan):
     """The FLOPs Korthikanti's selective recomputation spends under FlashAttention, which keeps no
     attention scores for it to spare (so it saves no memory): None when the plan does not combine the
     two (a stack whose selective policy is op-level saves memory)."""
-    if not (plan.flash_attention and plan.layout.recompute == "selective" and stack(plan.stack).get("selective") == "attention"):
+    lay = plan.layout
+    if not (plan.flash_attention and lay.recompute == "selective" and stack(plan.stack).get("selective") == "attention"
+            and (not lay.recompute_modules or "core_attn" in lay.recompute_modules)):
         return None
-    plain = plan.replace(layout=plan.layout.replace(recompute="none"))
+    rest = tuple(m for m in lay.recompute_modules if m != "core_attn")  # the modules that do free memory
+    plain = plan.replace(layout=lay.replace(recompute="selective" if rest else "none", recompute_modules=rest))
     return plan.hardware_flops() - plain.hardware_flops()
 
 

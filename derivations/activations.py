@@ -36,6 +36,41 @@ def derive() -> Derivation:
     scattered = d.step("With SP the block input is split t ways and the outputs of the two reduce-scatters (after wo "
                        "and w2) are kept as well", 2 * two * s * b * h / t)
     d.check(block_input / t + w2_out + kept / t + scattered, "memory.activations.layer_flash_swiglu_op_sac_sp")
+    d.step("A layer as two halves, for the attention and MLP kinds the whole-layer counts do not cover; each "
+           "half keeps its norm's input and output (2 × 2sbh, the sequence part)")
+    norms = 2 * two * s * b * h
+    gqa = d.step("The GQA attention half", norms + (qkv + out + lse) / t)
+    d.check(gqa, "memory.activations.attention_gqa", "TP without SP:")
+    d.check((norms + qkv + out + lse) / t, "memory.activations.attention_gqa_sp")
+    dense = d.step("The SwiGLU MLP half", norms + swiglu / t)
+    d.check(dense, "memory.activations.mlp_swiglu")
+    d.check((norms + swiglu) / t, "memory.activations.mlp_swiglu_sp")
+    d.check(gqa + dense, "memory.activations.layer_flash_swiglu", "The halves add up to the Llama-style layer:")
+    r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+    latents = d.step("MLA (DeepSeek-V2 §2.1) compresses queries to r_q and keys/values to r_kv (plus a d_r-wide "
+                     "RoPE key shared by the heads): the query latent and its norm's output, the key/value latent "
+                     "with the RoPE key, and its norm's output", two * s * b * (2 * r_q + (r_kv + d_r) + r_kv))
+    mla_heads = d.step("Q and K of d_h + d_r per head, V of d_h, the attention output and its statistics",
+                       two * s * b * (2 * a * (d_h + d_r) + a * d_h) + out + lse)
+    d.check(norms + latents + mla_heads / t, "memory.activations.attention_mla", "TP without SP:")
+    d.check((norms + latents + mla_heads) / t, "memory.activations.attention_mla_sp",
+            "With SP the latents are split like the sequence part:")
+    k, e_s, h_e = S("topk", "shared_experts", "expert_ffn_hidden")
+    copies = d.step("An MoE layer dispatches each token to its k experts: the k copies are the experts' matmul "
+                    "inputs, whole on each TP rank", k * two * s * b * h)
+    experts = d.step("Gate, up and probability-weighted product of the k routed and E_s shared experts",
+                     3 * two * s * b * (k + e_s) * h_e)
+    d.check(norms + copies + experts / t, "memory.activations.mlp_moe")
+    d.check(norms / t + copies + experts / t, "memory.activations.mlp_moe_sp")
+    d.step("Megatron-Core's recompute modules free outputs and recompute them from saved inputs: 'layernorm' the "
+           "two norms' outputs, 'mla_up_proj' the latents' norms' outputs with Q, K and V, 'moe_act' the routed "
+           "experts' product")
+    d.check(norms, "memory.activations.freed.layernorm")
+    d.check(norms / t, "memory.activations.freed.layernorm_sp")
+    up = two * s * b * (r_q + r_kv), two * s * b * (2 * a * (d_h + d_r) + a * d_h)
+    d.check(up[0] + up[1] / t, "memory.activations.freed.mla_up_proj")
+    d.check((up[0] + up[1]) / t, "memory.activations.freed.mla_up_proj_sp")
+    d.check(two * s * b * k * h_e / t, "memory.activations.freed.moe_act")
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h, t: 1}
     korthikanti = (seq_part + head_part + gelu).subs(gpt) + 2 * s * b * h + 5 * a * s**2 * b - 4 * s * b * a
     d.step("For a GPT layer without flash attention, add Korthikanti's two 1-byte dropout masks (2sbh) and the "

@@ -167,7 +167,7 @@ def test_search_405b_beats_the_published_layout(capsys):
                                              vpp=vpp), seq_len=8192, global_batch=2048)
         assert times[0] <= published.step_time().to("s").magnitude
     code, out, err = run(capsys, *argv)
-    assert code == 0 and "67,728 layouts evaluated, 19,177 fit in 80 GB" in out and "step (s)" in out
+    assert code == 0 and "67,728 layouts evaluated, 19,136 fit in 80 GB" in out and "step (s)" in out
 
 
 def _step_time(text: str) -> float:
@@ -535,3 +535,23 @@ def test_memory_stages_show_the_host_column_when_offloaded(capsys):
     assert data["stage"] == 3 and data["host"] == pytest.approx(32 * kept, rel=1e-12)
     code, out, _ = run(capsys, "memory", *flags, "--offload-activations")
     assert out.splitlines()[-5].split()[-2:] == ["host", "fits"]
+
+
+def test_memory_with_deepseek_v3s_savers(capsys):
+    """DeepSeek-V3's run with its published savers (§3.2.3 recomputation, §3.3.2 FP8 caching): a
+    middle rank's layers keep 162,432 bytes a token (tests/test_reference_saved.py) where they kept
+    455,296; the flags reach the plan, and search refuses them."""
+    flags = ("--model", "deepseek-v3", "--hardware", "h800", "--pp", "16", "--dp", "128", "--ep", "64", "--zero", "1",
+             "--schedule", "dualpipe", "--seq", "4096", "--global-batch", "15360", "--dtype", "fp8")
+    savers = ("--recompute", "selective", "--recompute-modules", "layernorm", "mla_up_proj", "moe_act", "--fp8-activations")
+    middle = []
+    for extra in ((), savers):
+        code, out, err = run(capsys, "memory", "--json", "--stages", *flags, *extra)
+        assert code == 0, err
+        middle.append(json.loads(out)["stages"][7]["activations"])
+    ratio = 162432 / 455296
+    assert middle[1] / middle[0] == pytest.approx(ratio, rel=1e-12)
+    code, out, _ = run(capsys, "memory", *flags, *savers, "--first-stage-layers", "3", "--last-stage-layers", "2")
+    assert code == 0 and "recompute=selective(layernorm,mla_up_proj,moe_act) fp8_activations" in out
+    code, _, err = run(capsys, "search", *flags[:2], "--gpus", "2048", *flags[-6:], "--fp8-activations")
+    assert code == 2 and "--fp8-activations" in err

@@ -204,7 +204,7 @@ def test_zero_traffic_against_zero1(plan):
     """Per step, against ZeRO-1's one reduce-scatter and one all-gather: without a pipeline ZeRO-2
     reduce-scatters every microbatch ((m + 1)/2 times the traffic) and ZeRO-3 also gathers twice per
     microbatch (3m/2; per-tensor under full recomputation three times, 2m); under one ZeRO-3 holds its stage (the same traffic, 2·e bytes per parameter on
-    this GPU held, twice under DualPipe's two copies). Gradients are 16-bit throughout, so the counts compare."""
+    this GPU held, both of its stages under DualPipe). Gradients are 16-bit throughout, so the counts compare."""
     def at(zero):
         return plan.replace(layout=plan.layout.replace(zero=zero), grad_dtype="bf16")
     dp1 = at(1).communication()["dp"].to("byte").magnitude
@@ -215,7 +215,7 @@ def test_zero_traffic_against_zero1(plan):
     for zero, ratio in ratios.items():
         assert at(zero).communication()["dp"].to("byte").magnitude == pytest.approx(dp1 * ratio, rel=1e-9)
     held = at(3).memory(stage=0).gathered.to("byte").magnitude
-    weights = at(0).memory(stage=0).weights.to("byte").magnitude  # 2 bytes a parameter of the stage (DualPipe: ×2)
+    weights = at(0).memory(stage=0).weights.to("byte").magnitude  # 2 bytes a parameter this GPU holds
     assert (held == pytest.approx(2 * weights, rel=1e-9)) == piped
 
 
@@ -231,12 +231,27 @@ def test_doubling_dp_never_raises_memory(dp, zero):
 @pytest.mark.parametrize("schedule,ratio", [("zb-h2", 31 / 16), ("dualpipe", 17 / 16), ("zb-h1", 1.0)])
 def test_stage0_activation_factors_of_schedules(schedule, ratio):
     """Peak activations relative to 1F1B's p microbatches: ZB-H2 2p − 1 (Qi et al. Table 2),
-    DualPipe p + 1 (DeepSeek-V3 Table 2), ZB-H1 p; p = 16 and enough microbatches."""
-    def first(s):
+    DualPipe p + 1 (DeepSeek-V3 Table 2), ZB-H1 p; p = 16 and enough microbatches. DualPipe's first
+    rank also computes a loss (it holds the last stage): the loss's working set comes on top."""
+    def first(s, name="memory.activations.first_stage"):
         p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=8, schedule=s,
                     sequence_parallel=True), seq_len=8192, global_batch=512)
-        return p.expr("memory.activations.first_stage").value().magnitude
-    assert first(schedule) / first("1f1b") == pytest.approx(ratio, rel=1e-12)
+        return p.expr(name).value().magnitude
+    loss = first("1f1b", "memory.loss") if schedule == "dualpipe" else 0
+    assert (first(schedule) - loss) / first("1f1b") == pytest.approx(ratio, rel=1e-12)
+
+
+def test_dualpipe_ranks_hold_the_model_twice():
+    """DualPipe's rank k holds stages k and p − 1 − k (deepseek-ai/DualPipe's example): summed over the
+    ranks, the weights are the model's parameters twice (DeepSeek-V3 Table 2: Parameter 2×), 2 bytes
+    each; the first and last ranks both hold the embedding and the output layer, the middle ones none."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    plan = an.Plan(m, hw, an.Layout(pp=4, dp=2, schedule="dualpipe"), seq_len=4096, global_batch=64)
+    weights = [plan.memory(stage=k).weights.to("byte").magnitude for k in range(4)]
+    assert sum(weights) == pytest.approx(2 * 2 * m.total_params, rel=1e-12)
+    assert weights[0] == weights[3] and weights[1] == weights[2]
+    # the first and last ranks' surplus: the embedding, the output layer and the final norm, 2 bytes each
+    assert weights[0] - weights[1] == pytest.approx(2 * (2 * m.vocab * m.hidden + m.hidden), rel=1e-9)
 
 
 def test_mtp_module_is_stored_and_computed_but_not_counted():
@@ -250,9 +265,11 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     assert plans[0].expr("params").value() == plans[1].expr("params").value()
     mtp = ds.mtp_params_formula().value().to("parameter").magnitude
     routed = ds.experts * 3 * ds.hidden * ds.expert_ffn_hidden  # SwiGLU experts: 3 matrices each
-    last = [p.memory(stage=15).weights for p in plans]  # the MTP module sits on the last stage
-    # 2 bytes per weight, two copies under DualPipe, its routed experts over EP 64
-    assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(2 * 2 * ((mtp - routed) + routed / 64), rel=1e-12)
+    for rank in (0, 15):  # the MTP module sits on the last stage, which ranks 0 and 15 hold under DualPipe
+        last = [p.memory(stage=rank).weights for p in plans]
+        # 2 bytes per weight, its routed experts over EP 64
+        assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(2 * ((mtp - routed) + routed / 64), rel=1e-12)
+    assert plans[0].memory(stage=7).weights == plans[1].memory(stage=7).weights
     assert plans[0].hardware_flops() > plans[1].hardware_flops()
     assert plans[0].model_flops() == plans[1].model_flops()  # 6·N_active·D: the paper's 37B
 
@@ -451,7 +468,7 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     """Under a pipeline schedule ZeRO-3 gathers the stage once and keeps its parameters and
     gradients unsharded until the step's last backward (memory.zero3_held): its peak is ZeRO-1's plus
     its own 16-bit shards (4Ψ/N_d), and its DP traffic is ZeRO-1's reduce-scatter + all-gather.
-    DualPipe's two parameter copies are both held."""
+    Under DualPipe a rank holds both of its stages.""" 
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048, grad_dtype="bf16")  # 16-bit gradients at every stage
     lay = an.Layout(tp=8, pp=8, dp=16, zero=3)
@@ -461,8 +478,9 @@ def test_pipelined_zero3_holds_its_stage_like_zero1():
     assert (z3.memory(stage=0).total - z1.memory(stage=0).total).to("byte").magnitude == pytest.approx(
         4 * stage / 16, rel=1e-9)
     assert z3.communication()["dp"] == z1.communication()["dp"]
-    dual = an.Plan(m, hw, lay.replace(schedule="dualpipe"), **kw)
-    assert dual.memory(stage=0).gathered == 2 * z3.memory(stage=0).gathered
+    dual = an.Plan(m, hw, lay.replace(schedule="dualpipe"), **kw)  # rank 0 holds stages 0 and 7
+    assert dual.memory(stage=0).gathered.to("byte").magnitude == pytest.approx(
+        (z3.memory(stage=0).gathered + z3.memory(stage=7).gathered).to("byte").magnitude, rel=1e-12)
 
 
 def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
@@ -676,14 +694,16 @@ def test_a_group_whose_neighbours_are_a_node_apart_is_scale_out_even_with_a_symb
 
 
 def test_moe_layer_activations_count_the_routed_and_shared_experts():
-    """A token's FFN activations in an MoE layer span its k routed and the shared experts: the layer's
-    count is the SwiGLU layer's with an FFN of (k + shared)·h_e, where that exceeds the dense one."""
+    """A token of an MoE layer keeps, by hand (bf16, no TP): the attention half's norm input and output
+    (2 × 2 × 256), Q, K, V, the attention output (4 × 2 × 256) and its statistics (4 × 8); the MLP half's norm input and
+    output (2 × 2 × 256), its k = 2 routed copies (2 × 2 × 256) and the gate, up and product of its 2
+    routed and 2 shared experts (6 × 4 × 512): 17,440 bytes."""
     m = an.Model(layers=4, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu", ffn_hidden=256,
                  experts=8, topk=2, shared_experts=2, expert_ffn_hidden=512)
     p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(dp=2, ep=2), seq_len=1024, global_batch=2)
-    want = an.formula("memory.activations.layer_flash_swiglu").evaluate(
-        seq_len=1024, microbatch_size=1, hidden=256, heads=8, kv_heads=8, head_dim=32, ffn_hidden=(2 + 2) * 512, tp=1)
-    assert p.expr("memory.activations.layer").value() == want
+    want = (2 * 2 * 256 + 4 * 2 * 256 + 4 * 8) + (2 * 2 * 256 + 2 * 2 * 256 + 6 * 4 * 512)
+    assert want == 17440
+    assert p.expr("memory.activations.layer").value().to("byte").magnitude == 1024 * want
 
 
 def test_expert_traffic_outside_dualpipe_is_exposed_whatever_the_overlap():
@@ -1163,3 +1183,42 @@ def test_a_memory_without_offload_holds_nothing_in_host_memory():
                   hbm=gb(80), logits=gb(1), loss=gb(2))
     assert m.host.to("byte").magnitude == 0 and m.fits
     assert not an.Memory(**{**m.as_dict(), "total": gb(81)}).fits
+
+
+def test_recompute_modules_run_what_they_free_again():
+    """DeepSeek-V3 with Megatron-Core's layernorm, mla_up_proj and moe_act modules: beyond the plain step, the
+    two up-projections' forwards of every block (2·128·(1536·192 + 512·256) FLOPs a token, by hand from the
+    MLA shapes) and no attention core; the default selective module is the attention core alone."""
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
+    m = an.model("deepseek-v3")
+
+    def plan(mods=None):
+        return an.Plan(m, an.hardware("h800"), lay if mods is None else lay.replace(recompute="selective",
+                       recompute_modules=mods), **kw)
+    plain, saver, core = plan(), plan(("layernorm", "mla_up_proj", "moe_act")), plan(())
+    extra = (saver.hardware_flops() - plain.hardware_flops()).to("FLOP").magnitude
+    assert extra == pytest.approx(2 * 128 * (1536 * 192 + 512 * 256) * m.blocks * 4096 * 15360, rel=1e-12)
+    assert plan(("core_attn",)).hardware_flops() == core.hardware_flops() > plain.hardware_flops()
+    assert saver.step_time() > plain.step_time()
+    assert plan(("layernorm", "moe_act")).hardware_flops() == plain.hardware_flops()
+
+
+def test_readme_tour_states_deepseek_v3_with_its_savers():
+    """The quick tour's DeepSeek-V3: GPU-hours per trillion tokens, a middle rank's memory with and
+    without its savers, rank 0's, and rank 0's with 3 and 2 layers on the first and last stages."""
+    from pathlib import Path
+    savers = dict(recompute="selective", recompute_modules=("layernorm", "mla_up_proj", "moe_act"), fp8_activations=True)
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20, **savers)
+    ds = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360, dtype="fp8",
+                 moment_dtype="bf16")
+    plain = ds.replace(layout=lay.replace(recompute="none", recompute_modules=(), fp8_activations=False))
+    split = ds.replace(layout=lay.replace(first_stage_layers=3, last_stage_layers=2))
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    hours = (ds.step_time() * ds.gpus / ds.tokens_per_step).to("hour/token").magnitude * 1e12
+    gb = lambda q: q.to("GB").magnitude  # noqa: E731
+    assert f"# ≈ {hours / 1e3:.0f}K GPU-hours per trillion tokens" in readme
+    assert f"ds.memory(stage=7).total # {gb(ds.memory(stage=7).total):.1f} GB: a middle rank fits" in readme
+    assert f"§3.3.2); {gb(plain.memory(stage=7).total):.0f} GB # without them" in readme
+    assert ds.memory().stage == 0 and f"MTP module), {gb(ds.memory().total):.1f} GB" in readme
+    assert f"(first_stage_layers=3, last_stage_layers=2), {gb(split.memory().total):.1f} GB" in readme

@@ -57,6 +57,8 @@ def test_every_source_is_a_catalogue_formula():
             continue  # need training tokens
         assert set(p.sources(q)) <= catalogue, q
     assert "compute.sm_share" in p.sources("step_time")  # 20 SMs reserved for communication
-    assert "pipeline.parameter_copies.dualpipe" in p.sources("memory.weights")
-    assert "pipeline.parameter_copies.dualpipe" not in plan().sources("memory.weights")
+    assert "pipeline.mirror_stage.dualpipe" in p.sources("memory.weights")
+    assert "pipeline.parameter_copies.dualpipe" in p.sources("params_per_gpu")
+    assert "pipeline.mirror_stage.dualpipe" not in plan().sources("memory.weights")
+    assert "pipeline.parameter_copies.dualpipe" not in plan().sources("params_per_gpu")
     assert "parallelism.ep.node_limited_dispatch_bytes" in p.sources("communication.ep")

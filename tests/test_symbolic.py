@@ -256,8 +256,9 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the last stage's 16-bit weights and fp32
     gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter, over
     350 GB — and its one microbatch's activations stay at any dp, so no dp fits 80 GB and the error
-    says so. With EP8 the memory fits from dp = 1,871, but dp must be a multiple of EP's 8 and split
-    the batch of 15,360: the first valid dp is 1,920; the detail gives both and the first reason."""
+    says so. With EP8 the memory fits from dp = 2,837, but dp must be a multiple of EP's 8 and split
+    the batch of 15,360 (2,840 to 3,064 do not): the first valid dp is 3,072; the detail gives both and
+    the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
@@ -271,7 +272,8 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     assert 6 * last / 1e9 < stated < 6 * last / 1e9 + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=8, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert (d["value"], d["fits_from"]) == (1920, 1871) and d["skipped"].startswith("ep: 8 does not divide dp 1871")
+    assert (d["value"], d["fits_from"]) == (3072, 2837) and d["skipped"].startswith("ep: 8 does not divide dp 2837")
+    assert not any(15360 % dp == 0 for dp in range(2840, 3072, 8))
     assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]
 
 

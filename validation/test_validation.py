@@ -240,9 +240,13 @@ def test_readme_memory_paragraph(results):
             f"--json`), each predicted with its source left out of the reserve, miss by {100 * mem['mean']:.0f}% on "
             f"average and {100 * mem['max']:.0f}% at worst, against a target of 10% (the count alone: "
             f"{100 * mem['count_mean']:.0f}% and {100 * mem['count_max']:.0f}%)") in readme
-    for case_id, gb, after in (("A01", 108, ";"), ("B02", 151, " with its bf16 Adam moments")):
+    for case_id, gb, after in (("A01", 108, ";"), ("B02", 104, " with its published savers")):
         total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
         assert round(total) == gb and f"({gb} GB{after}" in readme
+    b02 = calibration.build_plan(cases["B02"]["plan"])
+    split = b02.replace(layout=b02.layout.replace(first_stage_layers=3, last_stage_layers=2))
+    middle, trimmed = (round(p.memory(stage=7 if p is b02 else None).total.to("GB").magnitude) for p in (b02, split))
+    assert f"where its middle ranks take {middle} GB" in readme and f"would bring them to {trimmed} GB" in readme
 
 
 def test_readme_states_the_collective_measurements(results):

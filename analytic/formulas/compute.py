@@ -6,6 +6,7 @@ N, D = S("params", "tokens")
 C, T, n, F, eta = S("flops", "step_time", "gpus", "peak_flops", "mfu")
 B, s, l, h, V = S("global_batch", "seq_len", "layers", "hidden", "vocab")
 a, d_h, a_kv, h_ff = S("heads", "head_dim", "kv_heads", "ffn_hidden")
+r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
 
 NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
 KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation, arXiv 2205.05198"
@@ -41,11 +42,16 @@ define("compute.recompute.op_sac_flops_per_token", 2 * h * (a_kv * d_h + a * d_h
        "matmul of a block recomputed)",
        ("Llama block: wk, wo and w3, the second, fourth and sixth of its seven matmuls, run again", "FLOPs, not MACs"),
        "forward FLOPs per token one layer recomputes under TorchTitan's op-level policy", coefficient_unit="FLOP")
+define("compute.recompute.mla_up_proj_flops_per_token", 2 * a * (r_q * (d_h + d_r) + r_kv * 2 * d_h), "FLOP/token",
+       "NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'mla_up_proj'; the up-projections' shapes of "
+       "model.params.attention_mla (DeepSeek-V2 arXiv 2405.04434 §2.1)",
+       ("the query up-projection r_q × a(d_h + d_r) and the key/value up-projection r_kv × 2a·d_h run forward again "
+        "(without a query latent the query projection, r_q = h)", "FLOPs, not MACs"),
+       "forward FLOPs per token one MLA layer recomputes when its up-projections are recomputed", coefficient_unit="FLOP")
 define("compute.attention_core_forward_flops_per_token", 4 * a * d_h * s, "FLOP/token",
        "derived: derivations/time_wall.py",
        ("QKᵀ and attention over V only (what selective recomputation repeats)", "attention counted in full"),
        "forward FLOPs per token of one layer's attention core", coefficient_unit="FLOP")
-r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
 DEEPSEEK_MLA = "DeepSeek-V2 arXiv 2405.04434 §2.1 (multi-head latent attention)"
 define("compute.attention_core_forward_flops_per_token.mla", 2 * a * (2 * d_h + d_r) * s, "FLOP/token",
        f"{DEEPSEEK_MLA}; derived: derivations/time_wall.py",

@@ -123,6 +123,89 @@ define("memory.activations.layer_flash_gelu_sp", s * b * (_swiglu_seq + _swiglu_
        FLASH_ASSUMPTIONS + ("GELU MLP (2 × 2sb·h_ff saved)", "sequence parallelism splits the 8sbh part by t"),
        "activations of one GPT-style layer with flash attention, TP + SP", coefficient_unit="byte")
 
+# The halves of a layer, for models whose attention or MLP the whole-layer counts above do not cover
+# (MLA, MoE); a layer is an attention half plus an MLP half. "seq" parts are replicated over TP and split
+# by it under SP; head and inner parts are split by TP.
+r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
+k, E_s, h_e = S("topk", "shared_experts", "expert_ffn_hidden")
+FP8_CACHE = ("DeepSeek-V3 arXiv 2412.19437 §3.3.2, Low-Precision Storage: the activations a Linear operator saves "
+             "for its backward, and the SwiGLU's inputs, cached in FP8")
+HALVES = "derived: derivations/activations.py (tensor-by-tensor count, measured by analytic.reference.saved)"
+MEGATRON_MLA = "NVIDIA/Megatron-LM megatron/core/transformer/multi_latent_attention.py"
+MEGATRON_MOE = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/experts.py (2025: TEGroupedMLP applies the routing "
+                "probabilities inside the activation, weighted_bias_swiglu_impl)")
+_gqa_seq, _gqa_head = 4 * h, 4 * a * d_h + 4 * a_kv * d_h + 4 * a
+_mla_seq = 4 * h + 4 * r_q + 2 * (r_kv + d_r) + 2 * r_kv
+_mla_head = 4 * a * (d_h + d_r) + 4 * a * d_h + 4 * a
+_moe_inner = 6 * (k + E_s) * h_e
+for sp, split, where in (("", lambda seq, inner: seq + inner / t, "TP without SP"),
+                         ("_sp", lambda seq, inner: (seq + inner) / t, "TP + SP")):
+    define(f"memory.activations.attention_gqa{sp}", s * b * split(_gqa_seq, _gqa_head), "byte", HALVES,
+           FLASH_ASSUMPTIONS[:1] + ("saved: the norm's input and output (the QKV input), Q, K, V (GQA: a_kv key/value "
+                                    "heads), the attention output and its statistics",),
+           f"activations of the attention half of a layer (flash attention, GQA), {where}", coefficient_unit="byte")
+    define(f"memory.activations.attention_mla{sp}", s * b * split(_mla_seq, _mla_head), "byte",
+           f"{HALVES}; {MEGATRON_MLA}",
+           FLASH_ASSUMPTIONS[:1] + (
+               "saved: the norm's input and output (the down-projections' input), the query latent and its norm's "
+               "output (2 × 2r_q), the key/value latent with the RoPE key (2(r_kv + d_r)) and its norm's output (2r_kv)",
+               "Q and K of a(d_h + d_r) each, V of a·d_h, the attention output and its statistics",
+               "the latents are split like the sequence part (Megatron-Core gathers them inside the up-projections)"),
+           f"activations of the attention half of a multi-head latent attention layer, {where}",
+           coefficient_unit="byte")
+    define(f"memory.activations.mlp_swiglu{sp}", s * b * split(4 * h, 6 * h_ff), "byte", HALVES,
+           ("16-bit activations", "saved: the norm's input and output (the MLP input), the gate and up projections "
+                                  "and their product (3 × 2sb·h_ff); SiLU recomputed"),
+           f"activations of the SwiGLU MLP half of a layer, {where}", coefficient_unit="byte")
+    define(f"memory.activations.mlp_moe{sp}", s * b * (split(4 * h, _moe_inner) + 2 * k * h), "byte",
+           f"{HALVES}; {MEGATRON_MOE}",
+           ("16-bit activations; SwiGLU experts, split by TP like a dense MLP (expert TP = TP)",
+            "saved: the norm's input and output (the router's and shared experts' input), each token's k routed copies "
+            "(the experts' input, 2k·h, whole on every TP rank: tokens are gathered over TP before the experts), the "
+            "gate and up projections and the probability-weighted product of its k routed and E_s shared experts "
+            "(6(k + E_s)·h_e)",
+            "as many tokens on each expert-parallel rank as it sends (balanced routing)",
+            "the router's scores and probabilities (E + k values per token) not counted"),
+           f"activations of the MoE MLP half of a layer, {where}", coefficient_unit="byte")
+    define(f"memory.activations.freed.layernorm{sp}", s * b * split(4 * h, 0), "byte",
+           "NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'layernorm' (output-discarding checkpoint of "
+           "input_layernorm and pre_mlp_layernorm); DeepSeek-V3 arXiv 2412.19437 §3.2.3",
+           ("the outputs of a layer's two norms are freed after their consumers' forward and recomputed from the "
+            "norms' inputs, which stay saved",),
+           f"bytes a layer's activations shrink by when its two norms are recomputed, {where}", coefficient_unit="byte")
+    define(f"memory.activations.freed.mla_up_proj{sp}", s * b * split(2 * r_q + 2 * r_kv, 4 * a * (d_h + d_r) + 2 * a * d_h),
+           "byte", f"NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'mla_up_proj' ({MEGATRON_MLA}: "
+                   "qkv_up_proj_and_rope_apply under an output-discarding checkpoint); DeepSeek-V3 arXiv 2412.19437 §3.2.3",
+           ("Q, K and V (the up-projections' outputs with RoPE applied) are freed after the attention's forward and "
+            "recomputed from the latents before its backward",
+            "the latents' norms are recomputed with them (as DeepSeek-V3 recomputes every RMSNorm)"),
+           f"bytes an MLA layer's activations shrink by when its up-projections are recomputed, {where}",
+           coefficient_unit="byte")
+    define(f"memory.activations.fp8_freed.norm_outputs{sp}", s * b * split(2 * h, 0), "byte", FP8_CACHE,
+           ("the two norms' outputs (the inputs of the QKV or down-projections and of the MLP) kept in 1 byte, not 2",),
+           f"bytes a layer's activations shrink by when its norms' outputs are cached in FP8, {where}",
+           coefficient_unit="byte")
+    define(f"memory.activations.fp8_freed.mla_latents{sp}", s * b * split(r_q + r_kv, 0), "byte", FP8_CACHE,
+           ("the latents' norms' outputs (the up-projections' inputs) kept in 1 byte, not 2",),
+           f"bytes an MLA layer's activations shrink by when its up-projections' inputs are cached in FP8, {where}",
+           coefficient_unit="byte")
+define("memory.activations.fp8_freed.swiglu_inputs", s * b * 2 * h_ff / t, "byte", FP8_CACHE,
+       ("the gate and up projections (2h_ff) kept in 1 byte, not 2",),
+       "bytes a layer's activations shrink by when its SwiGLU's inputs are cached in FP8", coefficient_unit="byte")
+define("memory.activations.fp8_freed.swiglu_products", s * b * h_ff / t, "byte", FP8_CACHE,
+       ("the SwiGLU's product (the down projection's input, h_ff) kept in 1 byte, not 2",),
+       "bytes a layer's activations shrink by when its down projection's input is cached in FP8", coefficient_unit="byte")
+define("memory.activations.fp8_freed.expert_inputs", s * b * k * h, "byte",
+       FP8_CACHE + "; §3.3.2 (activations before the MoE up-projections quantized to FP8 and dispatched)",
+       ("each token's k routed copies kept in 1 byte, not 2",),
+       "bytes an MoE layer's activations shrink by when its dispatched tokens are cached in FP8", coefficient_unit="byte")
+define("memory.activations.freed.moe_act", s * b * 2 * k * h_e / t, "byte",
+       f"NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'moe_act' ({MEGATRON_MOE}); DeepSeek-V3 "
+       "arXiv 2412.19437 §3.3.2 (the SwiGLU's inputs cached, its output recomputed)",
+       ("the routed experts' weighted SwiGLU product (the down projections' input) is freed and recomputed from the "
+        "gate and up projections, which stay saved",),
+       "bytes an MoE layer's activations shrink by when its experts' activation is recomputed", coefficient_unit="byte")
+
 OP_SAC = "pytorch/torchtitan parallelize_llama.py (2024), selective activation checkpointing 'op': the outputs of the ops of _save_list (matmuls, SDPA, reduce-scatters) are saved except every second matmul of a block"
 define("memory.activations.layer_flash_swiglu_op_sac", s * b * (4 * h + (4 * a * d_h + 2 * a_kv * d_h + 4 * a + 2 * h_ff) / t),
        "byte", f"{OP_SAC}; derived: derivations/activations.py, measured by analytic.reference.checkpointing",

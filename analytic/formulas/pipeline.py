@@ -68,4 +68,11 @@ define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),
        "microbatches in flight on a stage, DualPipe")
 define("pipeline.parameter_copies.dualpipe", sympy.Integer(2), "", f"{V3} (Parameter: 2×)",
        ("each rank holds the chunks of both directions, so the parameters (and their gradients) twice",),
-       "copies of its parameters a rank holds under DualPipe")
+       "copies of its parameters a rank holds under DualPipe, on average over the ranks")
+define("pipeline.mirror_stage.dualpipe", p - 1 - k, "",
+       "deepseek-ai/DualPipe examples/example_dualpipe.py (rank r holds full_modules[r] and "
+       "full_modules[pp_size - 1 - r]); " + V3 + " (Parameter: 2×)",
+       ("rank k runs stage k of one direction and stage p − 1 − k of the other, so the first and the last "
+        "rank both hold the embedding and the output layer",),
+       "the second stage whose parameters the rank of stage k holds under DualPipe",
+       domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))

@@ -25,14 +25,19 @@ def model_flops(inp: Inputs, convention: str) -> Formula:
 
 def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formula:
     """Training FLOPs plus what recomputation repeats: a whole forward (a third) for full, of the
-    recomputed share of the layers; for selective, the attention core's forward, or under the op-level policy every second matmul's."""
+    recomputed share of the layers; for selective, its modules' forwards (the attention core, MLA's
+    up-projections), or under the op-level policy every second matmul's."""
     lay, m = inp.deg, inp.model
     if inp.selective == "op":
         selective = inp.f("compute.recompute.op_sac_flops_per_token") * m.blocks * inp.tokens_per_step
-    else:
-        selective = core_forward
+        return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
+                                (selective, lay.recompute_is("selective")), (0, True))
+    modules = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
+    if lay.up_proj_recomputed is not sympy.false:
+        width = {"q_lora_rank": m.hidden} if not m.q_lora_rank else {}  # no query latent: the query projection's input
+        modules = modules + inp.f("compute.recompute.mla_up_proj_flops_per_token", **width) * m.blocks * inp.tokens_per_step
     return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
-                            (selective, lay.recompute_is("selective")), (0, True))
+                            (modules, lay.recompute_is("selective")), (0, True))
 
 
 def _attention_core(inp: Inputs) -> Formula:

@@ -78,6 +78,19 @@ class Inputs:
             if self.selective == "op" and not (self.flash_attention and model.mlp == "swiglu" and not model.is_moe):
                 raise InputError(f"recompute: stack {self.stack}'s op-level selective policy is modelled for dense "
                                  "Llama-style blocks (SwiGLU, fused attention)")
+        modules = layout.recompute_modules
+        if modules and (self.selective != "attention" or not self.flash_attention):
+            raise InputError(f"recompute_modules: Megatron-Core's recompute modules are modelled with a fused attention "
+                             f"kernel on a stack whose selective recomputation is by module, not {self.stack}'s")
+        if layout.fp8_activations and not (self.dtype == "fp8" and self.flash_attention and model.mlp_formulas == "swiglu"
+                                           and self.selective != "op"):
+            raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
+                             "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
+        for name, needs, what in (("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
+                                  ("moe_act", model.is_moe, "MoE layers")):
+            if name in modules and not needs:
+                raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
+                                 "does not have")
         if profile is not None:  # measured constants; explicit keywords win
             from ..profile import read_profile
             overrides = {**read_profile(profile), **overrides}

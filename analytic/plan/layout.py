@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from ..choices import RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
+from ..choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
 from ..errors import InputError, LayoutError
 from ..formula import Formula, cases
 from ..formulas import formula
@@ -48,6 +48,16 @@ class Layout:
     (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
     ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
 
+    ``recompute_modules`` (with ``recompute="selective"``) names what selective recomputation
+    recomputes, as Megatron-Core's ``--recompute-modules`` and DeepSeek-V3 (§3.2.3) do: "core_attn" (the
+    attention core; what selective means when none are named), and, freeing their outputs, "layernorm"
+    (a layer's two norms), "mla_up_proj" (MLA's up-projections with RoPE and the latents' norms) and
+    "moe_act" (the routed experts' SwiGLU).
+
+    ``fp8_activations`` caches in FP8 what a layer saves as the input of a matmul or of its SwiGLU
+    (the norms' outputs, MLA's latents, each token's routed copies, the SwiGLU's input and output), as
+    DeepSeek-V3 does (§3.3.2); it needs FP8 training.
+
     ``offload_activations`` copies what each layer keeps for its backward to host memory and back
     (TransformerEngine's CPU offload under Megatron-LM's ``--cpu-offloading``; MaxText's ``offload``
     remat policies): the device holds two layers' worth, the host the rest."""
@@ -69,6 +79,8 @@ class Layout:
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
     recompute_layers: object = None  # layers of each stage (chunk) recomputed under full (None: all)
     offload_activations: bool = False  # kept activations copied to host memory between forward and backward
+    recompute_modules: tuple = ()  # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
+    fp8_activations: bool = False  # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -77,14 +89,14 @@ class Layout:
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
-        if self.uneven and self.schedule not in ("1f1b", "gpipe", "zb-h1"):
-            raise LayoutError(f"first_stage_layers/last_stage_layers: uneven stages are modelled for 1F1B, GPipe and "
-                              f"ZB-H1, not {self.schedule!r}")
+        if self.uneven and self.schedule not in ("1f1b", "gpipe", "zb-h1", "dualpipe"):
+            raise LayoutError(f"first_stage_layers/last_stage_layers: uneven stages are modelled for 1F1B, GPipe, "
+                              f"ZB-H1 and DualPipe, not {self.schedule!r}")
         if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
-        for k in ("sequence_parallel", "async_tp", "offload_activations"):
+        for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations"):
             flag(k, getattr(self, k))
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
@@ -94,6 +106,15 @@ class Layout:
             if not _open(self.recompute, "recompute") and self.recompute != "full":
                 raise LayoutError(f"recompute_layers: recomputes N layers of each stage under recompute='full', "
                                   f"not {self.recompute!r}")
+        if isinstance(self.recompute_modules, str) or not isinstance(self.recompute_modules, (tuple, list)):
+            raise InputError(f"recompute_modules: expected a tuple of {', '.join(RECOMPUTE_MODULES)}, "
+                             f"got {self.recompute_modules!r}")
+        for name in self.recompute_modules:
+            choice("recompute_modules", name, RECOMPUTE_MODULES)
+        object.__setattr__(self, "recompute_modules", tuple(sorted(set(self.recompute_modules),
+                                                                   key=RECOMPUTE_MODULES.index)))
+        if self.recompute_modules and self.recompute != "selective":
+            raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
@@ -111,6 +132,15 @@ class Layout:
     @property
     def gpus(self):
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def savers_label(self) -> str:
+        """The memory savers as text: the recomputation policy with its modules or layers, offloading, FP8
+        activations (``recompute=selective(layernorm,moe_act) fp8_activations``)."""
+        modules = f"({','.join(self.recompute_modules)})" if self.recompute_modules else ""
+        layers = f" recompute_layers={self.recompute_layers}" if self.recompute_layers is not None else ""
+        flags = "".join(f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k))
+        return f"recompute={self.recompute}{modules}{layers}{flags}"
 
     @property
     def uneven(self) -> bool:
@@ -136,6 +166,12 @@ class _Degrees:
         index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
         self.rc = index(layout.recompute, RECOMPUTE)
         self.schedule = index(layout.schedule, SCHEDULES)
+        modules = layout.recompute_modules
+        #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
+        self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
+                                else sympy.false)
+        #: condition: selective recomputation runs MLA's up-projections again
+        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else sympy.false
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:

@@ -18,10 +18,9 @@ from .placement import replica_groups
 def model_states(inp: Inputs, params: dict) -> dict:
     """weights, gradients, optimizer (sharded by the ZeRO stage over each replica group) and gathered
     (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters per GPU are ``params``
-    (:func:`stage_params`)."""
+    (:func:`rank_params`)."""
     lay = inp.deg
     groups = [(local, size) for local, size, _ in replica_groups(inp, params)]
-    copies = formula("pipeline.parameter_copies.dualpipe")
     parts = {}
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
@@ -33,43 +32,78 @@ def model_states(inp: Inputs, params: dict) -> dict:
                           (f, True))
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
-        if part in ("weights", "gradients"):  # DualPipe holds the parameters twice
-            total = cases(part, "byte", (total * copies, lay.schedule_is("dualpipe")), (total, True))
         parts[part] = total
     # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
     # from the first microbatch to the last backward; without a pipeline, blocks come and go
     stage = params["per_gpu"]
     fp32 = inp.fsdp_reduce_dtype == "fp32"  # FSDP2 accumulates unsharded gradients in it
-    one = inp.f("memory.zero3_held_fp32_gradients" if fp32 else "memory.zero3_held", params=stage)
-    held = cases("held", "byte", (one * copies, lay.schedule_is("dualpipe")), (one, True))
+    held = inp.f("memory.zero3_held_fp32_gradients" if fp32 else "memory.zero3_held", params=stage)
     unit = stage / params["blocks"]  # one block's share
     value = {"memory.zero3_held": held, "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit), None: 0}
     parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
     return parts
 
 
-def layer_activations(inp: Inputs, ffn_hidden=None) -> Formula:
-    """Bytes one layer keeps for its backward (flash attention: the Llama-style count, TorchTitan's
-    op-level selective policy where the stack's; without it, Korthikanti's GPT layer, selective
-    recomputation included)."""
+def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
+    """Bytes one layer (an MoE layer if ``moe``) keeps for its backward. Flash attention: the
+    Llama-style count, or an attention half plus an MLP half for MLA and MoE models, less what the
+    layout's recompute modules free; TorchTitan's op-level selective policy where the stack's. Without
+    it, Korthikanti's GPT layer, selective recomputation included."""
     lay, m = inp.deg, inp.model
     kw = {"seq_len": inp.seq_len / lay.cp}
-    if ffn_hidden is not None:
-        kw["ffn_hidden"] = ffn_hidden
     if m.kv_heads != m.heads and not inp.flash_attention:
         raise InputError("flash_attention: the Korthikanti formulas assume multi-head attention; "
                          "use flash_attention=True for GQA models")
     if not inp.flash_attention and m.mlp != "gelu":
         raise InputError("flash_attention: the Korthikanti formulas assume a GELU MLP; use flash_attention=True")
     sp = "_sp" if lay.sequence_parallel else ""
-    if inp.flash_attention:
-        layer = inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
-        if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
-            return layer
-        op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{sp}", **kw)
-        return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
-    return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
-                 (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
+    if not inp.flash_attention:
+        return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
+                     (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
+    if m.attention == "mla" or m.is_moe:
+        return _halves(inp, moe, sp, kw)
+    layer = inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
+    if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
+        return _less_freed(inp, layer, sp, kw, moe=False)
+    op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{sp}", **kw)
+    return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
+
+
+def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
+    """An MLA or MoE model's layer: its attention half plus its MLP half (the MoE one, or a dense
+    SwiGLU of ffn_hidden), less what the recompute modules free."""
+    m = inp.model
+    if m.mlp_formulas != "swiglu":
+        raise InputError(f"mlp: activations of MLA and MoE layers are counted for SwiGLU MLPs, not {m.mlp!r}")
+    attention = inp.f(f"memory.activations.attention_{'mla' if m.attention == 'mla' else 'gqa'}{sp}", **kw)
+    return _less_freed(inp, attention + inp.f(f"memory.activations.mlp_{'moe' if moe else 'swiglu'}{sp}", **kw),
+                       sp, kw, moe)
+
+
+def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Formula:
+    """``layer`` less what the layout's recompute modules free under selective recomputation
+    (memory.activations.freed.*) and what caching in FP8 frees of the rest (….fp8_freed.*)."""
+    m, lay = inp.model, inp.layout
+    modules = lay.recompute_modules
+    names = {"core_attn": None, "layernorm": f"layernorm{sp}", "mla_up_proj": f"mla_up_proj{sp}",
+             "moe_act": "moe_act" if moe else None}  # a fused kernel recomputes the attention core anyway
+    freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw) for n in modules if names[n]]
+    if freed:
+        layer = cases("layer", "byte", (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
+                      (layer, True))
+    if not lay.fp8_activations:
+        return layer
+    width = (m.topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
+    products = m.shared_experts * m.expert_ffn_hidden if moe and "moe_act" in modules else width
+    cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw),
+              inp.f("memory.activations.fp8_freed.swiglu_products", ffn_hidden=products, **kw)]
+    if "layernorm" not in modules:
+        cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
+    if m.attention == "mla" and "mla_up_proj" not in modules:
+        cached.append(inp.f(f"memory.activations.fp8_freed.mla_latents{sp}", **kw))
+    if moe:
+        cached.append(inp.f("memory.activations.fp8_freed.expert_inputs", **kw))
+    return layer - sum(cached[1:], cached[0])
 
 
 def stage_layers(inp: Inputs) -> tuple:
@@ -99,15 +133,36 @@ def stage_params(inp: Inputs, k) -> dict:
             "first": is_first, "last": is_last}
 
 
+def rank_params(inp: Inputs, k) -> dict:
+    """Parameters per GPU of the rank that runs stage ``k``: its stage's (:func:`stage_params`) and,
+    under DualPipe, the mirrored stage's as well (pipeline.mirror_stage.dualpipe), ``blocks`` and
+    ``last`` (the rank computes a loss) over both; ``chunk_blocks`` is the blocks of one of its chunks
+    (under DualPipe the mean of the two, whose microbatches are in flight alike)."""
+    own, dual = stage_params(inp, k), inp.deg.schedule_is("dualpipe")
+    out = dict(own, chunk_blocks=own["blocks"])
+    if dual is sympy.false:
+        return out
+    mirror = formula("pipeline.mirror_stage.dualpipe").bind({"pp": inp.deg.pp, "stage": k})
+    other = stage_params(inp, mirror.expr)
+    for key in ("dense_local", "expert_local", "per_gpu"):
+        both = composed(key, own[key].expr + other[key].expr, "parameter", own[key], other[key], mirror)
+        out[key] = cases(key, "parameter", (both, dual), (own[key], True))
+    out["blocks"] = sympy.Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))
+    out["chunk_blocks"] = sympy.Piecewise(((own["blocks"] + other["blocks"]) / 2, dual), (own["blocks"], True))
+    out["last"] = sympy.Or(own["last"], sympy.And(dual, other["last"]))
+    return out
+
+
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
     full recomputation), working (one layer's while it is recomputed), logits (one microbatch's),
     loss (the loss's working set at its peak, the logits included) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
-    if m.is_moe:  # a token's FFN activations across its k routed and shared experts
-        moe_layer = layer_activations(inp, ffn_hidden=(m.topk + m.shared_experts) * m.expert_ffn_hidden)
-        layer = composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte", layer, moe_layer)
+    if m.is_moe:  # the larger of a dense and an MoE layer
+        moe_layer = layer_activations(inp, moe=True)
+        layer = moe_layer if not m.dense_layers else composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte",
+                                                              layer, moe_layer)
     # full recomputation keeps each layer's input and, while recomputing, one layer's activations
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
     layer_input = inp.f("memory.activations.layer_full_recompute", seq_len=s_kept)
@@ -123,7 +178,7 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
     ZB-H2 and DualPipe hold their sources' count on every stage."""
     lay = inp.deg
     p, mb, v = lay.pp, inp.microbatches, lay.vpp
-    layers = sympy.ceiling(params["blocks"])
+    layers = sympy.ceiling(params["chunk_blocks"])
 
     def at_most(f: Formula, most):  # a catalogue count, never more than the step's microbatches
         return composed("in_flight", lazy_min(f.expr, most), "", f)
@@ -142,7 +197,7 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     they are offloaded; the last stage also the MTP modules' blocks and the larger of the loss's
     working set and a recomputed layer's activations) and in host memory (the offloaded ones)."""
     held = _in_flight(inp, k, params)
-    kept = _kept(inp, parts, sympy.ceiling(params["blocks"]))
+    kept = _kept(inp, parts, sympy.ceiling(params["chunk_blocks"]))
     # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
     loss = parts["loss"] * (1 + inp.model.mtp_modules)
     peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
@@ -170,7 +225,7 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 def stage(inp: Inputs, k, parts: dict) -> dict:
     """weights, gradients, optimizer, gathered, activations and total of stage ``k``, and the host
     memory its offloaded activations take (not in the total)."""
-    params = stage_params(inp, k)
+    params = rank_params(inp, k)
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])

@@ -28,7 +28,7 @@ class _Ops:
         # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
         op = inp.selective == "op"
         self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).expr if op else 0
-        selective = () if op else ((1, lay.recompute_is("selective")),)
+        selective = () if op else ((1, lay.core_recomputed),)
         self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
                            (0, True)).expr  # the attention core runs again
         self.dense = sympy.sympify(m.blocks - m.moe_blocks) / lay.pp  # blocks of each kind per stage
@@ -91,9 +91,11 @@ def gemm_time(o: _Ops) -> Formula:
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
         q = ([(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)])
         shapes = q + [(r_kv + d_r, h), (2 * a * d_h / t, r_kv), (h, a * d_h / t)]
+        up = {q[-1], (2 * a * d_h / t, r_kv)}  # the query's (up-)projection and the key/value up-projection
     else:
-        shapes = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)]
-    attention = _sum([o.gemm(1, M, n, k, fp8) for n, k in shapes])
+        shapes, up = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)], set()
+    again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).expr  # mla_up_proj runs them again
+    attention = _sum([o.gemm(1, M, n, k, fp8, again=again if (n, k) in up else None) for n, k in shapes])
     fc1 = 2 if m.mlp_formulas == "swiglu" else 1
     dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
     if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 
 from ..choices import AXES
-from ..formula import Formula
+from ..formula import Formula, cases
 from ..formulas import formula
 from ..schedules import is_number
 from .inputs import Inputs
@@ -54,7 +54,7 @@ def nodes(inp: Inputs):
 
 def parameters(inp: Inputs) -> dict:
     """Total (the model's published count), stored (with the MTP modules), routed-expert and per-GPU
-    (dense and expert) parameter expressions."""
+    (dense and expert, on average over the ranks: twice under DualPipe) parameter expressions."""
     lay, m = inp.deg, inp.model
     total = m.params_formula()
     stored = total + m.mtp_params_formula() if m.mtp_modules else total
@@ -62,6 +62,11 @@ def parameters(inp: Inputs) -> dict:
               else Formula("zero", sympy.Integer(0), "parameter", ""))
     dense_local = (stored - routed) / (lay.tp * lay.pp)
     expert_local = routed / (lay.tp * lay.pp * lay.ep)
+    dual = lay.schedule_is("dualpipe")
+    if dual is not sympy.false:  # each rank holds two stages (pipeline.parameter_copies.dualpipe)
+        copies = formula("pipeline.parameter_copies.dualpipe")
+        dense_local, expert_local = (cases(f.name, "parameter", (f * copies, dual), (f, True))
+                                     for f in (dense_local, expert_local))
     return {"total": total, "stored": stored, "routed": routed, "dense_local": dense_local,
             "expert_local": expert_local, "per_gpu": dense_local + expert_local}
 

@@ -1,0 +1,175 @@
+"""The bytes a layer's forward leaves saved for its backward, on real tensors: an MLA attention half and
+an MoE MLP half as Megatron-Core builds them, with fused norms, FlashAttention and a fused
+probability-weighted SwiGLU (what ``memory.activations.attention_mla`` and ``memory.activations.mlp_moe``
+count)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm as a fused kernel runs it (Transformer Engine, Apex): its input and the fp32 reciprocal
+    RMS per row are saved, nothing else."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        with torch.enable_grad():
+            x_ = x.detach().requires_grad_()
+            w_ = weight.detach().requires_grad_()
+            y = (x_.float() * torch.rsqrt(x_.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w_
+            return torch.autograd.grad(y, (x_, w_), grad)
+
+
+class WeightedSwiGLU(torch.autograd.Function):
+    """Megatron-Core's fused SwiGLU, silu(gate)·up, weighted by the routing probabilities where given
+    (weighted_bias_swiglu_impl): its input and the probabilities are saved, not its output."""
+
+    @staticmethod
+    def forward(ctx, gate_up, prob=None):
+        ctx.save_for_backward(gate_up, prob)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return (F.silu(gate) * up * (1 if prob is None else prob)).to(gate_up.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate_up, prob = ctx.saved_tensors
+        with torch.enable_grad():
+            g_ = gate_up.detach().requires_grad_()
+            gate, up = g_.chunk(2, dim=-1)
+            return torch.autograd.grad((F.silu(gate) * up * (1 if prob is None else prob)).to(gate_up.dtype), g_, grad)[0], None
+
+
+class FlashAttention(torch.autograd.Function):
+    """Causal attention as FlashAttention runs it (Dao 2023, Algorithm 1-2): Q, K, V, the output and the
+    fp32 log-sum-exp of each query row per head are saved; the scores are recomputed in the backward.
+    Tensors are [s, a, d], sequence first as Megatron-Core's; Q and K may have a wider head than V, as
+    MLA's do."""
+
+    @staticmethod
+    def _attend(q, k, v):
+        q, k, v = (t.float().transpose(0, 1) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        lse = scores.logsumexp(-1)
+        return ((scores - lse.unsqueeze(-1)).exp() @ v).transpose(0, 1), lse
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        out, lse = FlashAttention._attend(q, k, v)
+        out = out.to(v.dtype).contiguous()
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, _, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+            return torch.autograd.grad(FlashAttention._attend(q_, k_, v_)[0].to(v.dtype), (q_, k_, v_), grad)
+
+
+def _norm(x, weight):
+    return FusedRMSNorm.apply(x, weight)
+
+
+class MLAHalf(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2 §2.1) as Megatron-Core's MLA: the input norm, query and
+    key/value down-projections, the latents' norms, up-projections, Q and K of d_h + d_r per head (the
+    RoPE part shared by the heads' keys), V of d_h, causal SDPA, the output projection. RoPE itself is left
+    out (elementwise, saves nothing)."""
+
+    def __init__(self, hidden: int, heads: int, head_dim: int, rope_dim: int, q_rank: int, kv_rank: int):
+        super().__init__()
+        self.a, self.d, self.r = heads, head_dim, rope_dim
+        self.norm, self.q_norm, self.kv_norm = (nn.Parameter(torch.ones(n)) for n in (hidden, q_rank, kv_rank))
+        self.q_down, self.kv_down = nn.Linear(hidden, q_rank, bias=False), nn.Linear(hidden, kv_rank + rope_dim, bias=False)
+        self.q_up = nn.Linear(q_rank, heads * (head_dim + rope_dim), bias=False)
+        self.kv_up = nn.Linear(kv_rank, heads * 2 * head_dim, bias=False)
+        self.out = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.kv_rank = kv_rank
+
+    def forward(self, x):
+        s, a, d, r = x.shape[0], self.a, self.d, self.r
+        y = _norm(x, self.norm)
+        q = self.q_up(_norm(self.q_down(y), self.q_norm)).view(s, a, d + r)
+        latent, k_rope = self.kv_down(y).split([self.kv_rank, r], dim=-1)
+        k_nope, v = self.kv_up(_norm(latent, self.kv_norm)).view(s, a, 2 * d).split([d, d], dim=-1)
+        k = torch.cat([k_nope, k_rope.unsqueeze(1).expand(s, a, r)], dim=-1)
+        o = FlashAttention.apply(q, k, v.contiguous())
+        return x + self.out(o.view(s, a * d))
+
+
+class MoEHalf(nn.Module):
+    """An MoE MLP as Megatron-Core's: the norm, a router whose top-k choice and probabilities come
+    from its scores, each token copied to its k experts (the dispatch), each expert's gate-and-up matmul,
+    the weighted SwiGLU and its down matmul, the copies summed back (the combine); ``shared`` experts
+    of the same width beside them."""
+
+    def __init__(self, hidden: int, experts: int, topk: int, shared: int, expert_hidden: int):
+        super().__init__()
+        self.k, self.n = topk, experts
+        self.norm = nn.Parameter(torch.ones(hidden))
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.w13 = nn.Parameter(torch.randn(experts, hidden, 2 * expert_hidden) / hidden ** 0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, expert_hidden, hidden) / expert_hidden ** 0.5)
+        self.shared13 = nn.Linear(hidden, shared * 2 * expert_hidden, bias=False) if shared else None
+        self.shared2 = nn.Linear(shared * expert_hidden, hidden, bias=False) if shared else None
+
+    def forward(self, x):
+        s, h = x.shape
+        y = _norm(x, self.norm)
+        with torch.no_grad():  # routing: the router's own saved scores are not what this half measures
+            scores = torch.sigmoid(self.router(y).float())
+            top = scores.topk(self.k, dim=-1).indices
+            prob = scores.gather(-1, top)  # [s, k] fp32
+        order = top.flatten().argsort()
+        token = order // self.k
+        copies = y[token]  # [s·k, h] in expert order: the dispatched tokens
+        counts = torch.bincount(top.flatten(), minlength=self.n).tolist()
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            rows = slice(start, start + n)
+            act = WeightedSwiGLU.apply(copies[rows] @ self.w13[e], prob.flatten()[order[rows]].unsqueeze(-1))
+            outs.append(act @ self.w2[e])
+            start += n
+        out = torch.cat(outs)[order.argsort()].view(s, self.k, h).sum(1)  # the combine, back in token order
+        if self.shared13 is not None:
+            out = out + self.shared2(WeightedSwiGLU.apply(self.shared13(y)))
+        return x + out
+
+
+def saved_bytes(module: nn.Module, tokens: int, hidden: int) -> dict:
+    """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens saves for its
+    backward, by dtype ("bfloat16", "float32"); its parameters (model states) and integer index tensors
+    (the dispatch's bookkeeping) left out."""
+    module = module.to(torch.bfloat16)
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    seen: dict[int, tuple] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params and t.is_floating_point():
+            seen[storage.data_ptr()] = (str(t.dtype).removeprefix("torch."), storage.nbytes())
+        return t
+
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = module(x)
+    y.sum().backward()  # the graph runs: what was saved was what its backward needs
+    out: dict[str, int] = {}
+    for dtype, n in seen.values():
+        out[dtype] = out.get(dtype, 0) + n
+    return out
+
+
+__all__ = ["FlashAttention", "FusedRMSNorm", "MLAHalf", "MoEHalf", "WeightedSwiGLU", "saved_bytes"]

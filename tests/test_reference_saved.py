@@ -1,0 +1,114 @@
+"""What an MLA attention half and an MoE MLP half save for their backward, measured on real bf16 tensors
+against the catalogue's counts, and DeepSeek-V3's layer under its recompute modules by hand."""
+
+import pytest
+
+import analytic as an
+from analytic.reference.saved import MLAHalf, MoEHalf, saved_bytes
+
+TOKENS, H = 128, 256
+
+
+def per_token(name, **kw):
+    return an.formula(name).evaluate(seq_len=1, microbatch_size=1, tp=1, hidden=H, **kw).to("byte").magnitude
+
+
+def test_an_mla_half_saves_what_the_count_says():
+    """A small MLA half (4 heads of 32 + 16 RoPE dimensions, latents of 96 and 64) keeps 2,992 bytes a
+    token by the formula; torch sees the same, plus its three norms' fp32 statistics (4 bytes a row each),
+    which the count leaves out."""
+    dims = dict(heads=4, head_dim=32, rope_dim=16, q_lora_rank=96, kv_lora_rank=64)
+    want = per_token("memory.activations.attention_mla", **dims)
+    assert want == 2992
+    got = saved_bytes(MLAHalf(H, 4, 32, 16, 96, 64), TOKENS, H)
+    assert sum(got.values()) == TOKENS * (want + 3 * 4)
+
+
+def test_an_moe_half_saves_what_the_count_says():
+    """8 experts of 64, top-2, one shared: the norm's input and output, the two routed copies of each
+    token and the gate, up and product of 3 experts: 3,200 bytes a token. torch also keeps the norm's
+    statistics and the two fp32 routing probabilities, which the count leaves out (4 + 2 × 4 bytes)."""
+    dims = dict(topk=2, shared_experts=1, expert_ffn_hidden=64)
+    want = per_token("memory.activations.mlp_moe", **dims)
+    assert want == 4 * H + 2 * 2 * H + 6 * 3 * 64 == 3200
+    got = saved_bytes(MoEHalf(H, 8, 2, 1, 64), TOKENS, H)
+    assert got["bfloat16"] == TOKENS * want
+    assert got["float32"] == TOKENS * (4 + 2 * 4)
+
+
+def test_deepseek_v3_layer_under_its_recompute_modules():
+    """DeepSeek-V3's MoE layer (DeepSeek-V3 §3.2.3: every RMSNorm and MLA's up-projections recomputed;
+    §3.3.2: the experts' SwiGLU output recomputed), by hand, per token in bf16: the two norms' inputs
+    (2 × 2 × 7168), the query latent (2 × 1536), the key/value latent with the RoPE key (2 × 576), the
+    attention output (2 × 128 × 128) and its statistics (4 × 128); the 8 routed copies (8 × 2 × 7168),
+    the routed gate and up projections (8 × 4 × 2048) and the shared expert's gate, up and product
+    (6 × 2048): 258,688 bytes, against 455,296 with nothing recomputed."""
+    want = 2 * 2 * 7168 + 2 * 1536 + 2 * 576 + 2 * 128 * 128 + 4 * 128 + 8 * 2 * 7168 + 8 * 4 * 2048 + 6 * 2048
+    assert want == 258688
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe")
+    kw = dict(seq_len=4096, global_batch=15360)
+    saver = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay.replace(
+        recompute="selective", recompute_modules=("layernorm", "mla_up_proj", "moe_act")), **kw)
+    plain = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, **kw)
+    for plan, bytes_ in ((saver, want), (plain, 455296)):
+        assert plan.expr("memory.activations.layer").value().to("byte").magnitude == 4096 * bytes_
+
+
+def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
+    """DeepSeek-V3 §3.3.2 caches what a Linear saves, and the SwiGLU's inputs, in FP8: on top of its
+    recompute modules, the 8 routed copies (8 × 7168 bytes), the gate and up projections of the 8 routed
+    and the shared expert (2 × 9 × 2048) and the shared expert's product (2048, the routed ones are
+    recomputed) take 1 byte an element instead of 2: 162,432 bytes a token. The norms' and latents'
+    outputs are recomputed, so caching frees nothing of them."""
+    want = 258688 - 8 * 7168 - 2 * 9 * 2048 - 2048
+    assert want == 162432
+    lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", recompute="selective",
+                    recompute_modules=("layernorm", "mla_up_proj", "moe_act"), fp8_activations=True)
+    plan = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360, dtype="fp8")
+    assert plan.expr("memory.activations.layer").value().to("byte").magnitude == 4096 * want
+
+
+def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
+    """Llama 3 8B in FP8 with its activations cached in FP8: the two norms' outputs (2 × 4096) and the
+    SwiGLU's gate, up and product (3 × 14336) take a byte an element less: 139,392 − 51,200 bytes a token."""
+    kw = dict(seq_len=4096, global_batch=8, dtype="fp8")
+    plans = [an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=f), **kw) for f in (False, True)]
+    per_token = [p.expr("memory.activations.layer").value().to("byte").magnitude / 4096 for p in plans]
+    assert per_token == [139392, 139392 - 2 * 4096 - 3 * 14336]
+    with pytest.raises(an.InputError, match="fp8_activations"):
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=True), seq_len=4096,
+                global_batch=8)
+
+
+@pytest.mark.parametrize("modules,error", [
+    (("mla_up_proj",), "multi-head latent attention"), (("moe_act",), "MoE layers")])
+def test_a_recompute_module_the_model_lacks_is_refused(modules, error):
+    with pytest.raises(an.InputError, match=error):
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(recompute="selective", recompute_modules=modules),
+                seq_len=4096, global_batch=8)
+
+
+def test_recompute_modules_are_checked():
+    """Named from Megatron-Core's list, under selective recomputation only, not on a stack that
+    recomputes by op."""
+    with pytest.raises(an.LayoutError, match="recompute='selective'"):
+        an.Layout(recompute_modules=("layernorm",))
+    with pytest.raises(an.InputError, match="recompute_modules: expected a tuple"):
+        an.Layout(recompute="selective", recompute_modules="layernorm")
+    with pytest.raises(an.AnalyticError, match="recompute_modules"):
+        an.Layout(recompute="selective", recompute_modules=("mlp_up",))
+    with pytest.raises(an.InputError, match="torchtitan"):
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(recompute="selective",
+                recompute_modules=("layernorm",)), seq_len=4096, global_batch=8, stack="torchtitan")
+    lay = an.Layout(recompute="selective", recompute_modules=["moe_act", "layernorm", "layernorm"])
+    assert lay.recompute_modules == ("layernorm", "moe_act")
+
+
+def test_recomputed_norms_free_two_hidden_vectors_a_token_on_a_dense_model():
+    """Llama 3 8B: recomputing the two norms frees their outputs, 2 × 2 × 4096 bytes a token of the
+    139,392 a layer keeps."""
+    kw = dict(seq_len=4096, global_batch=8)
+    plans = [an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(recompute="selective", recompute_modules=mods),
+                     **kw) for mods in ((), ("layernorm",))]
+    per_token = [p.expr("memory.activations.layer").value().to("byte").magnitude / 4096 for p in plans]
+    assert per_token == [139392, 139392 - 4 * 4096]
