@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "analytic" / "plan"
 TESTS = ["tests/test_golden_plans.py", "tests/test_compiled.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
          "tests/test_trust_inputs.py", "tests/test_cli.py", "tests/test_search.py", "tests/test_reference_loss.py",
-         "tests/test_reference_checkpointing.py"]
+         "tests/test_reference_checkpointing.py", "tests/test_reference_saved.py"]
 #: currency checks of the compiled plans, and the modules whose mutants they judge: a mutant of a module
 #: the plans are generated from changes their digest and the code the template compiles, and would fail
 #: them whatever it did (the tests of the compiled numbers then skip, and plans take the mutated

@@ -877,7 +877,7 @@ def test_interleaved_first_stage_is_korthikantis_factor():
 def test_uneven_stages():
     """Llama 3's 405B trims a layer from its first and last stages (§3.3.2): 7 + 14 × 8 + 7 = 126. The
     first stage then holds 7 layers (and the embedding), stage 1 is the fullest; splits that leave the
-    other stages unequal, or an interleaved schedule, are refused."""
+    other stages unequal, or that interleaving cannot split over its chunks, are refused."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
@@ -888,8 +888,8 @@ def test_uneven_stages():
     assert second.activations == even.memory(stage=1).activations and plan.memory().stage == 1
     with pytest.raises(LayoutError, match="share them evenly"):
         an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
-    with pytest.raises(LayoutError, match="interleaved"):
-        an.Layout(pp=16, vpp=2, schedule="interleaved", first_stage_layers=7)
+    with pytest.raises(LayoutError, match="over its 2 model chunks"):
+        an.Plan(m, hw, lay.replace(vpp=2, schedule="interleaved"), **kw)
 
 
 def test_a_sliding_window_computes_its_band_of_the_score_matrix():
@@ -1222,3 +1222,21 @@ def test_readme_tour_states_deepseek_v3_with_its_savers():
     assert f"§3.3.2); {gb(plain.memory(stage=7).total):.0f} GB # without them" in readme
     assert ds.memory().stage == 0 and f"MTP module), {gb(ds.memory().total):.1f} GB" in readme
     assert f"(first_stage_layers=3, last_stage_layers=2), {gb(split.memory().total):.1f} GB" in readme
+
+
+def test_uneven_stages_under_interleaving():
+    """Megatron-Core splits an uneven first stage's layers evenly over its v chunks, so the first of
+    p = 4 stages (v = 2) with 4 of 20 layers holds, by Megatron's warm-up count, 2(p − 1) + (v − 1)p + 1 = 11
+    chunks of 2 layers at its peak: 22 layers' activations, where the even split's 5 layers a stage hold
+    27.5. A last stage of 3 layers cannot split over 2 chunks."""
+    m = an.Model(layers=20, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
+    kw = dict(seq_len=2048, global_batch=16)
+
+    def plan(**uneven):
+        return an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=4, vpp=2, schedule="interleaved", **uneven), **kw)
+    layer = plan().expr("memory.activations.layer").value().to("byte").magnitude
+    first = plan(first_stage_layers=4, last_stage_layers=4).memory(stage=0).activations.to("byte").magnitude
+    assert first == pytest.approx(22 * layer, rel=1e-12)
+    assert plan().memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer, rel=1e-12)
+    with pytest.raises(an.LayoutError, match="2 model chunks"):
+        plan(first_stage_layers=5, last_stage_layers=3)

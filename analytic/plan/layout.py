@@ -41,8 +41,9 @@ class Layout:
 
     ``first_stage_layers`` and ``last_stage_layers`` split the layers unevenly, as Megatron-LM's
     ``--decoder-first/last-pipeline-num-layers`` and Llama 3 (§3.3.2) do: the stages not given share
-    the rest evenly. By default every stage holds L/p layers; the first also the embedding, the last
-    the output layer and the loss.
+    the rest evenly (under interleaving, evenly over each stage's chunks too, as Megatron-Core requires).
+    By default every stage holds L/p layers; the first also the embedding, the last the output layer
+    and the loss.
 
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
     (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
@@ -89,9 +90,6 @@ class Layout:
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
-        if self.uneven and self.schedule not in ("1f1b", "gpipe", "zb-h1", "dualpipe"):
-            raise LayoutError(f"first_stage_layers/last_stage_layers: uneven stages are modelled for 1F1B, GPipe, "
-                              f"ZB-H1 and DualPipe, not {self.schedule!r}")
         if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
@@ -304,6 +302,10 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers leave "
                               f"{rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which must share "
                               "them evenly, at least one each")
+        if num(lay.vpp) and any(n % lay.vpp for n in (*given, rest // stages if stages else 0)):
+            raise LayoutError(f"first_stage_layers/last_stage_layers: under interleaving every stage's layers split "
+                              f"evenly over its {lay.vpp} model chunks (Megatron-Core's TransformerConfig): "
+                              f"{', '.join(map(str, given))} and {rest // stages if stages else 0} a middle stage")
     if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
         raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
                           f"microbatch_size {microbatch_size}")
