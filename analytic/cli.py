@@ -67,8 +67,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="with --recompute full: recompute only N layers of each stage and keep the others' "
                         "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)")
     g.add_argument("--recompute-modules", dest="recompute_modules", nargs="+", choices=RECOMPUTE_MODULES,
-                   help="with --recompute selective: also free and recompute these submodules' outputs "
-                        "(Megatron-Core's --recompute-modules; DeepSeek-V3 recomputes all three)")
+                   help="what --recompute selective recomputes (Megatron-Core's --recompute-modules): core_attn, "
+                        "the default; layernorm, mla_up_proj and moe_act free their outputs (DeepSeek-V3 recomputes "
+                        "these three)")
     for end in ("first", "last"):
         g.add_argument(f"--{end}-stage-layers", dest=f"{end}_stage_layers",
                        help=f"layers on the {end} pipeline stage, the rest split evenly (Megatron-LM's "

@@ -127,7 +127,8 @@ def build_plan(args) -> tuple[object, dict]:
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
         "recompute", "recompute_layers", "recompute_modules", "offload_activations", "fp8_activations",
-        "first_stage_layers", "last_stage_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size", "dtype", "flash_attention", "stack", "profile"))
+        "first_stage_layers", "last_stage_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size",
+        "dtype", "flash_attention", "stack", "profile"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")

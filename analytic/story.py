@@ -103,8 +103,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     add("placement", "layers_per_stage", f"{m.layers} layers over {lay.pp} stages (worst stage holds "
         f"{-(-int(m.layers) // int(lay.pp))})", round(float(per_stage), 4), "plan.layers_per_stage")
     states = f"(Ψ + {m.mtp_modules} MTP)" if m.mtp_modules else "Ψ"
-    add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep)", _q(plan.expr("params_per_gpu")),
-        "model.params.* / (tp·pp)")
+    twice = ", × 2: each rank holds two stages" if lay.schedule == "dualpipe" else ""
+    add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep{twice})",
+        _q(plan.expr("params_per_gpu")), "model.params.* / (tp·pp)")
     # memory
     mem = plan.memory()
     where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"

@@ -551,6 +551,13 @@ def test_memory_with_deepseek_v3s_savers(capsys):
         middle.append(json.loads(out)["stages"][7]["activations"])
     ratio = 162432 / 455296
     assert middle[1] / middle[0] == pytest.approx(ratio, rel=1e-12)
+    code, out, _ = run(capsys, "memory", "--json", "--stages", *flags, "--moment-dtype", "bf16", *savers,
+                       "--first-stage-layers", "3", "--last-stage-layers", "2")
+    stages = json.loads(out)["stages"]
+    worst = max(s["total"] for s in stages)
+    assert code == 0 and [s["stage"] for s in stages if s["total"] == worst] == [0, 15]
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert f"--last-stage-layers 2 # every rank fits: {worst:.1f} GB on ranks 0 and 15" in readme
     code, out, _ = run(capsys, "memory", *flags, *savers, "--first-stage-layers", "3", "--last-stage-layers", "2")
     assert code == 0 and "recompute=selective(layernorm,mla_up_proj,moe_act) fp8_activations" in out
     code, _, err = run(capsys, "search", *flags[:2], "--gpus", "2048", *flags[-6:], "--fp8-activations")

@@ -2,6 +2,8 @@
 against the catalogue's counts, and DeepSeek-V3's layer under its recompute modules by hand."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import analytic as an
 from analytic.reference.saved import MLAHalf, MoEHalf, saved_bytes
@@ -112,3 +114,33 @@ def test_recomputed_norms_free_two_hidden_vectors_a_token_on_a_dense_model():
                      **kw) for mods in ((), ("layernorm",))]
     per_token = [p.expr("memory.activations.layer").value().to("byte").magnitude / 4096 for p in plans]
     assert per_token == [139392, 139392 - 4 * 4096]
+
+
+@st.composite
+def _mla_moe_models(draw):
+    """Small MLA or GQA models with MoE layers (SwiGLU experts, some dense layers first)."""
+    heads = draw(st.sampled_from([4, 8, 16]))
+    mla = draw(st.booleans())
+    extra = dict(attention="mla", q_lora_rank=draw(st.sampled_from([64, 96])), kv_lora_rank=draw(st.sampled_from([32, 64])),
+                 rope_dim=draw(st.sampled_from([8, 16])), kv_heads=heads) if mla else dict(kv_heads=draw(st.sampled_from([1, 2, 4])))
+    return an.Model(layers=draw(st.integers(2, 8)), hidden=64 * heads, heads=heads, vocab=1000, position="rope",
+                    mlp="swiglu", ffn_hidden=draw(st.sampled_from([256, 1024])), experts=8,
+                    topk=draw(st.sampled_from([1, 2, 4])), shared_experts=draw(st.sampled_from([0, 1, 2])),
+                    expert_ffn_hidden=draw(st.sampled_from([64, 128])), dense_layers=draw(st.integers(0, 1)), **extra)
+
+
+@given(_mla_moe_models(), st.sets(st.sampled_from(["core_attn", "layernorm", "mla_up_proj", "moe_act"])), st.booleans())
+@settings(max_examples=15, deadline=None)
+def test_savers_never_add_and_fp8_at_most_halves(model, modules, sp):
+    """Recompute modules only free what a layer saves, and caching in FP8 takes at most one of each
+    cached tensor's two bytes: per layer, 0 < savers ≤ none, and FP8 ≥ half of bf16 with the same modules."""
+    modules = tuple(m for m in modules if m != "mla_up_proj" or model.attention == "mla")
+    kw = dict(seq_len=512, global_batch=8, dtype="fp8")
+
+    def layer(recompute_modules=(), fp8=False):
+        lay = an.Layout(tp=2, dp=2, ep=2, sequence_parallel=sp, recompute="selective" if recompute_modules else "none",
+                        recompute_modules=recompute_modules, fp8_activations=fp8)
+        return an.Plan(model, an.hardware("h100-sxm"), lay, **kw).expr("memory.activations.layer").value().magnitude
+    plain, saved = layer(), layer(modules)
+    assert 0 < saved <= plain
+    assert saved / 2 <= layer(modules, fp8=True) <= saved

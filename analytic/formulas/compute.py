@@ -45,8 +45,8 @@ define("compute.recompute.op_sac_flops_per_token", 2 * h * (a_kv * d_h + a * d_h
 define("compute.recompute.mla_up_proj_flops_per_token", 2 * a * (r_q * (d_h + d_r) + r_kv * 2 * d_h), "FLOP/token",
        "NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'mla_up_proj'; the up-projections' shapes of "
        "model.params.attention_mla (DeepSeek-V2 arXiv 2405.04434 §2.1)",
-       ("the query up-projection r_q × a(d_h + d_r) and the key/value up-projection r_kv × 2a·d_h run forward again "
-        "(without a query latent the query projection, r_q = h)", "FLOPs, not MACs"),
+       ("the query up-projection r_q × a(d_h + d_r) and the key/value up-projection r_kv × 2a·d_h run forward again",
+        "FLOPs, not MACs"),
        "forward FLOPs per token one MLA layer recomputes when its up-projections are recomputed", coefficient_unit="FLOP")
 define("compute.attention_core_forward_flops_per_token", 4 * a * d_h * s, "FLOP/token",
        "derived: derivations/time_wall.py",

@@ -34,8 +34,7 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
                                 (selective, lay.recompute_is("selective")), (0, True))
     modules = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
     if lay.up_proj_recomputed is not sympy.false:
-        width = {"q_lora_rank": m.hidden} if not m.q_lora_rank else {}  # no query latent: the query projection's input
-        modules = modules + inp.f("compute.recompute.mla_up_proj_flops_per_token", **width) * m.blocks * inp.tokens_per_step
+        modules = modules + inp.f("compute.recompute.mla_up_proj_flops_per_token") * m.blocks * inp.tokens_per_step
     return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
                             (modules, lay.recompute_is("selective")), (0, True))
 

@@ -95,8 +95,9 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         return layer
     width = (m.topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
     products = m.shared_experts * m.expert_ffn_hidden if moe and "moe_act" in modules else width
-    cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw),
-              inp.f("memory.activations.fp8_freed.swiglu_products", ffn_hidden=products, **kw)]
+    cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw)]
+    if products:  # moe_act without shared experts leaves no product saved
+        cached.append(inp.f("memory.activations.fp8_freed.swiglu_products", ffn_hidden=products, **kw))
     if "layernorm" not in modules:
         cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
     if m.attention == "mla" and "mla_up_proj" not in modules:

@@ -91,7 +91,7 @@ def gemm_time(o: _Ops) -> Formula:
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
         q = ([(r_q, h), (a * (d_h + d_r) / t, r_q)] if r_q else [(a * (d_h + d_r) / t, h)])
         shapes = q + [(r_kv + d_r, h), (2 * a * d_h / t, r_kv), (h, a * d_h / t)]
-        up = {q[-1], (2 * a * d_h / t, r_kv)}  # the query's (up-)projection and the key/value up-projection
+        up = {q[-1], (2 * a * d_h / t, r_kv)}  # the query and key/value up-projections
     else:
         shapes, up = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)], set()
     again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).expr  # mla_up_proj runs them again
