@@ -75,3 +75,20 @@ def test_fsdp2_holds_a_pipelined_stages_gradients_in_fp32():
     assert stage_params == pytest.approx(20 * (2 * 8192 * 8192 + 2 * 8192 * 8 * 128 + 3 * 8192 * 28672 + 2 * 8192) / 8,
                                          rel=1e-12)
     assert held["torchtitan"].gathered.to("byte").magnitude == pytest.approx(6 * stage_params, rel=1e-12)
+
+
+def test_full_recomputation_on_the_op_stack_repeats_a_forward():
+    """Full recomputation runs every layer's forward again on either stack: a third of PaLM's training
+    FLOPs more, the same on torchtitan (whose selective policy is op-level) as on Megatron-Core; without
+    recomputation neither adds anything."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=16, microbatch_size=2)
+
+    def extra(stack):
+        plans = [an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute=r), stack=stack, **kw) for r in ("full", "none")]
+        return (plans[0].hardware_flops() - plans[1].hardware_flops()).to("FLOP").magnitude
+    per_token = an.formula("compute.flops_per_token_palm").evaluate(
+        params=m.active_params_formula().value(), layers=m.layers, heads=m.heads, head_dim=m.head_dim,
+        seq_len=8192).to("FLOP/token").magnitude
+    assert extra("torchtitan") == pytest.approx(per_token * 16 * 8192 / 3, rel=1e-9)
+    assert extra("torchtitan") == pytest.approx(extra("megatron-core"), rel=1e-12)
