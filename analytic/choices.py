@@ -7,6 +7,12 @@ RECOMPUTE = ("none", "selective", "full")
 #: none given means its default, the attention core): the attention core, and output-discarding the two
 #: norms, MLA's up-projections with RoPE and the MoE experts' activation (DeepSeek-V3 §3.2.3, §3.3.2)
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+#: tensors a stack's layer saves beyond the fused count (presets/stacks.toml saved_extra; Megatron-LM's model
+#: before Megatron-Core): hidden-dropout masks, a contiguous copy of the attention output, an unfused SiLU's output
+SAVED_EXTRAS = ("dropout_masks", "attention_output_copy", "silu_output")
+#: what a sequence-parallel column-parallel matmul saves of its input (presets/stacks.toml sp_saved_inputs): its
+#: shard, all-gathered again in the backward (Megatron, Korthikanti et al. §4.2.2), or the gathered input (DTensor TP)
+SP_SAVED_INPUTS = ("split", "gathered")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

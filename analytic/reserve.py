@@ -5,6 +5,8 @@ A measured peak of a PyTorch run is its caching allocator's maximum reserved mem
 keeps cached or split, and the buffers and workspaces the count leaves out. Their ratio, one factor
 per allocator, is fitted as the time model's constants are: on log(measured/counted), each source
 weighted equally, with its standard error, and every peak predicted with its own source left out.
+A peak measured as the allocator's maximum allocated memory (``torch.cuda.max_memory_allocated``,
+``measure = "allocated"``) is the tensors alone: the count predicts it, and the reserve is not fitted on it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ import tomllib
 from pathlib import Path
 
 from .calibration import build_plan, memory_case_plan
+from .errors import InputError
 from .presets import stack
 from .values import as_quantity
+
+#: what a measured peak is: the allocator's maximum reserved memory (torch.cuda.max_memory_reserved, the
+#: default) or its maximum allocated memory (torch.cuda.max_memory_allocated: the live tensors alone)
+MEASURES = ("reserved", "allocated")
 
 
 def peaks(path: Path) -> list[dict]:
     """The measured peaks of a validation folder's memory.toml: id, group (the source), allocator
-    (of the run's stack), counted (the memory of the run's fullest stage) and ratio (measured peak /
-    counted)."""
+    (of the run's stack), measure (:data:`MEASURES`), counted (the memory of the run's fullest stage) and
+    ratio (measured peak / counted)."""
     tables = tomllib.loads(path.read_text()) if path.exists() else {}
     cases = [c for c in tables.get("case", []) if c.get("kind") == "memory"]
     runs = {c["id"]: c for c in tomllib.loads((path.parent / "predicted.toml").read_text()).get("case", [])} if cases else {}
@@ -29,9 +36,17 @@ def peaks(path: Path) -> list[dict]:
     for c in cases:
         plan = build_plan(memory_case_plan(c, runs))
         counted = plan.memory().total
-        out.append({"id": c["id"], "group": c["group"], "allocator": stack(plan.stack)["allocator"], "counted": counted,
-                    "ratio": float((as_quantity(c["id"], c["published"]) / counted).to("").magnitude)})
+        measure = c.get("measure", MEASURES[0])
+        if measure not in MEASURES:
+            raise InputError(f"{c['id']}: measure {measure!r}; expected one of {', '.join(MEASURES)}")
+        out.append({"id": c["id"], "group": c["group"], "allocator": stack(plan.stack)["allocator"], "measure": measure,
+                    "counted": counted, "ratio": float((as_quantity(c["id"], c["published"]) / counted).to("").magnitude)})
     return out
+
+
+def reserved(rows: list[dict]) -> list[dict]:
+    """The peaks measured as reserved memory: those the reserve is fitted on."""
+    return [r for r in rows if r["measure"] == "reserved"]
 
 
 def fit(rows: list[dict]) -> tuple[float, float]:
@@ -55,7 +70,7 @@ def summary(path: Path) -> dict | None:
     """The fitted reserve of a validation folder's measured peaks, or None without any: the
     allocator, the reserve and its standard error (of the log), and the smallest and largest
     measured/predicted peak with each source left out of the fit, over how many peaks and sources."""
-    rows = peaks(path)
+    rows = reserved(peaks(path))
     if not rows:
         return None
     allocators = {r["allocator"] for r in rows}

@@ -207,24 +207,29 @@ def _fits_at_peak(plan) -> bool | None:
 
 def _memory(folder: Path, cases: dict) -> list[Result]:
     """Each measured peak (``cases``: id → memory case) against its run's fullest stage times the
-    allocator's reserve fitted with the peak's source left out (:mod:`analytic.reserve`); the count
-    alone and the reserve fitted on every peak are kept beside it."""
+    allocator's reserve fitted with the peak's source left out (:mod:`analytic.reserve`), or the count
+    alone for a peak of allocated memory; the count alone and the reserve fitted on every peak are kept
+    beside it."""
     from . import reserve
     rows = reserve.peaks(folder / "memory.toml")
     if not rows:
         return []
-    loso, (factor, _) = reserve.leave_one_source_out(rows), reserve.fit(rows)
+    fitted = reserve.reserved(rows)
+    loso = reserve.leave_one_source_out(fitted) if fitted else {}
+    factor = reserve.fit(fitted)[0] if fitted else 1.0
     out = []
     for r in rows:
         case = cases[r["id"]]
-        ours = (r["counted"] * loso[r["id"]]).to(as_quantity("published", case["published"]).units)
-        err = {"loso": loso[r["id"]] / r["ratio"] - 1, "in_fit": factor / r["ratio"] - 1, "count": 1 / r["ratio"] - 1}
+        alone = r["measure"] == "allocated"  # the live tensors: the count is the prediction
+        mine, theirs = (1.0, 1.0) if alone else (loso[r["id"]], factor)
+        ours = (r["counted"] * mine).to(as_quantity("published", case["published"]).units)
+        err = {"loso": mine / r["ratio"] - 1, "in_fit": theirs / r["ratio"] - 1, "count": 1 / r["ratio"] - 1}
         tol = float(case.get("tolerance", 0.10))
         out.append(Result(id=r["id"], kind="memory", quantity=case.get("quantity", ""), published=case["published"],
                           ours=format(ours, ".4g~P"), error=err["loso"],
                           status="within" if abs(err["loso"]) <= tol else "outside", expected=case.get("expect", "within"),
                           source=case.get("source", ""), reason=case.get("reason", ""), tolerance=tol,
-                          extra={"group": r["group"], "in_fit_error": err["in_fit"], "count_error": err["count"]}))
+                          extra={"group": r["group"], "measure": r["measure"], "in_fit_error": err["in_fit"], "count_error": err["count"]}))
     return out
 
 

@@ -71,6 +71,25 @@ def derive() -> Derivation:
     d.check(up[0] + up[1] / t, "memory.activations.freed.mla_up_proj")
     d.check((up[0] + up[1]) / t, "memory.activations.freed.mla_up_proj_sp")
     d.check(two * s * b * k * h_e / t, "memory.activations.freed.moe_act")
+    head = d.step("The last stage's head keeps the final norm's input and the output layer's input (the norm's "
+                  "output), [s, b, h] each, sequence parts like a layer's norms'", 2 * two * s * b * h)
+    d.check(head, "memory.activations.head_inputs")
+    d.check(head / t, "memory.activations.head_inputs_sp")
+    d.step("DTensor tensor parallelism (TorchTitan) all-gathers a sequence-parallel norm's output before the "
+           "column-parallel matmuls, which save the gathered tensor: each of a layer's two norm outputs is kept "
+           "whole instead of split by t, and the final norm's output likewise")
+    d.check(2 * two * s * b * h * (1 - 1 / t), "memory.activations.gathered.norm_outputs")
+    d.check(2 * s * b * h - 2 * two * s * b * h / t, "memory.activations.gathered.norm_outputs_fp8",
+            "Float8 TP casts them to 1 byte before the gather:")
+    d.check(two * s * b * h * (1 - 1 / t), "memory.activations.gathered.output_input")
+    d.step("Megatron-LM's model before Megatron-Core keeps three more kinds of tensor in a layer: the 1-byte masks "
+           "of its two hidden dropouts, a contiguous [s, b, a·d_h] copy of the attention output for the output "
+           "projection (the kernel's [b·s, a, d_h] output is already that layout when b = 1), and the SiLU's output "
+           "of its unfused SwiGLU")
+    d.check(2 * s * b * h, "memory.activations.legacy.dropout_masks")
+    d.check(2 * s * b * h / t, "memory.activations.legacy.dropout_masks_sp")
+    d.check(sympy.Piecewise((out / t, b > 1), (0, True)), "memory.activations.legacy.attention_output_copy")
+    d.check(two * s * b * h_ff / t, "memory.activations.legacy.silu_output")
     gpt = {a_kv: a, d_h: h / a, h_ff: 4 * h, t: 1}
     korthikanti = (seq_part + head_part + gelu).subs(gpt) + 2 * s * b * h + 5 * a * s**2 * b - 4 * s * b * a
     d.step("For a GPT layer without flash attention, add Korthikanti's two 1-byte dropout masks (2sbh) and the "

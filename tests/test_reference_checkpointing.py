@@ -31,7 +31,8 @@ def test_without_the_policy_the_block_keeps_what_the_flash_count_says():
 
 def test_torchtitans_selective_plan_holds_the_op_count_and_recomputes_three_matmuls():
     """Llama 3 8B on 8 GPUs with FSDP, one microbatch of 2 × 8,192 tokens: torchtitan's selective plan keeps
-    32 layers of 63,616 bytes a token and the loss's 12 bytes a logit; it executes, beyond PaLM's count,
+    32 layers of 63,616 bytes a token, the loss's 12 bytes a logit and the final norm's and output layer's
+    inputs (2 × 2 × 4,096 bytes a token); it executes, beyond PaLM's count,
     wk, wo and w3's forwards again (2h(a_kv·d_h + a·d_h + h_ff) FLOPs a token a layer) and FlashAttention's
     backward QKᵀ. Megatron-Core's selective keeps the flash count and recomputes the attention core."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
@@ -40,7 +41,7 @@ def test_torchtitans_selective_plan_holds_the_op_count_and_recomputes_three_matm
                     for r in ("selective", "none"))
     tokens = 2 * 8192
     assert titan.memory().activations.to("byte").magnitude == pytest.approx(
-        32 * 63616 * tokens + tokens * 128256 * 12, rel=1e-12)
+        32 * 63616 * tokens + tokens * 128256 * 12 + tokens * 2 * 2 * 4096, rel=1e-12)
     extra = (titan.hardware_flops() - plain.hardware_flops()).to("FLOP").magnitude
     per_token = 2 * 4096 * (8 * 128 + 32 * 128 + 14336)
     assert extra == pytest.approx(per_token * 32 * 16 * 8192, rel=1e-12)
@@ -48,7 +49,7 @@ def test_torchtitans_selective_plan_holds_the_op_count_and_recomputes_three_matm
     megatron = an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute="selective"), stack="megatron-core", **kw)
     flash_layer = 139392 * tokens
     assert megatron.memory().activations.to("byte").magnitude == pytest.approx(
-        32 * flash_layer + tokens * 128256 * 6, rel=1e-12)
+        32 * flash_layer + tokens * 128256 * 6 + tokens * 2 * 2 * 4096, rel=1e-12)
 
 
 def test_the_op_policy_is_refused_where_it_is_not_modelled():

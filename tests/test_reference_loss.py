@@ -39,7 +39,8 @@ def test_megatrons_in_place_loss_holds_half_of_torchtitans(measured):
 
 def test_the_last_stage_holds_the_stacks_loss():
     """Llama 3 8B on one GPU, one microbatch of 8,192 tokens: the activations are the layers' plus the
-    loss's working set, 8,192 × 128,256 logits at 6 (Megatron) or 12 (TorchTitan) bytes each."""
+    loss's working set, 8,192 × 128,256 logits at 6 (Megatron) or 12 (TorchTitan) bytes each, plus the
+    final norm's and the output layer's 16-bit inputs (2 × 2 × 8,192 × 4,096 bytes)."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     plans = {s: an.Plan(m, hw, an.Layout(), seq_len=8192, global_batch=1, stack=s) for s in ("megatron-core", "torchtitan")}
     per_layer = 8192 * (8 * 4096 + 4 * 32 * 128 + 4 * 8 * 128 + 6 * 14336 + 4 * 32)  # memory_flash_swiglu by hand
@@ -47,18 +48,41 @@ def test_the_last_stage_holds_the_stacks_loss():
         mem = plans[s].memory()
         assert mem.loss.to("byte").magnitude == 8192 * 128256 * per_logit
         assert mem.logits.to("byte").magnitude == 8192 * 128256 * 2
-        assert mem.activations.to("byte").magnitude == pytest.approx(32 * per_layer + 8192 * 128256 * per_logit, rel=1e-12)
+        head = 2 * 2 * 8192 * 4096
+        assert mem.activations.to("byte").magnitude == pytest.approx(32 * per_layer + 8192 * 128256 * per_logit + head,
+                                                                     rel=1e-12)
 
 
 def test_under_full_recomputation_the_loss_and_a_recomputed_layer_are_not_held_together():
     """The loss is taken after the last forward; a layer is recomputed in a backward: the last stage
-    holds the kept inputs and the larger of the two."""
+    holds the kept inputs and the larger of the two (the loss with the final norm's and the output layer's
+    inputs it is taken on)."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     plan = an.Plan(m, hw, an.Layout(recompute="full"), seq_len=8192, global_batch=1, stack="torchtitan")
     mem = plan.memory()
     kept = 32 * 2 * 8192 * 4096
     layer = 8192 * (8 * 4096 + 4 * 32 * 128 + 4 * 8 * 128 + 6 * 14336 + 4 * 32)
-    assert mem.activations.to("byte").magnitude == pytest.approx(kept + max(layer, 8192 * 128256 * 12), rel=1e-12)
+    assert mem.activations.to("byte").magnitude == pytest.approx(
+        kept + max(layer, 8192 * 128256 * 12 + 2 * 2 * 8192 * 4096), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype,gathered", [("bf16", 2), ("fp8", 1)])
+def test_dtensor_tp_saves_the_gathered_norm_outputs(dtype, gathered):
+    """TorchTitan's TP with SP all-gathers each norm's output before the column-parallel matmuls, which save
+    the gathered tensor (in 1 byte under Float8 TP, which gathers in FP8); Megatron saves the shard and
+    gathers again in the backward. Llama 3 70B at TP 8, one microbatch of 8,192 tokens, by hand: a layer
+    keeps 2 × 8,192 × 8,192 × (gathered − 2/8) bytes more, and the last stage the output layer's 16-bit
+    input whole, 2 × 8,192 × 8,192 × (1 − 1/8) bytes more."""
+    m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
+    plans = {s: an.Plan(m, hw, an.Layout(tp=8, dp=1, sequence_parallel=True), stack=s, seq_len=8192, global_batch=1,
+                        dtype=dtype) for s in ("torchtitan", "megatron-core")}
+    layer, head = ({s: p.expr(name).value().to("byte").magnitude for s, p in plans.items()}
+                   for name in ("memory.activations.layer", "memory.activations"))
+    s_h = 8192 * 8192
+    assert layer["torchtitan"] - layer["megatron-core"] == pytest.approx(2 * s_h * (gathered - 2 / 8), rel=1e-12)
+    loss = {s: p.memory().loss.to("byte").magnitude for s, p in plans.items()}
+    more = head["torchtitan"] - head["megatron-core"] - (loss["torchtitan"] - loss["megatron-core"])
+    assert more == pytest.approx(80 * 2 * s_h * (gathered - 2 / 8) + 2 * s_h * (1 - 1 / 8), rel=1e-9)
 
 
 def test_under_tp_torchtitans_loss_is_its_loss_parallels():

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analytic as an
-from analytic.reference.saved import MLAHalf, MoEHalf, saved_bytes
+from analytic.reference.saved import LegacyLlamaLayer, MLAHalf, MoEHalf, saved_bytes
 
 TOKENS, H = 128, 256
 
@@ -36,6 +36,39 @@ def test_an_moe_half_saves_what_the_count_says():
     got = saved_bytes(MoEHalf(H, 8, 2, 1, 64), TOKENS, H)
     assert got["bfloat16"] == TOKENS * want
     assert got["float32"] == TOKENS * (4 + 2 * 4)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_legacy_megatron_layer_saves_what_the_stack_count_says(batch):
+    """Megatron-LM's Llama layer before Megatron-Core (4 heads of 64, SwiGLU of 160): the fused count
+    (5,072 bytes a token with the softmax statistics) plus the stack's extras: two 1-byte dropout masks
+    (2 × 256), the SiLU's output (2 × 160) and, with more than one sequence a microbatch, the attention
+    output's contiguous copy (2 × 256). torch also keeps the two norms' fp32 statistics (2 × 4 bytes)."""
+    dims = dict(heads=4, kv_heads=4, head_dim=64, ffn_hidden=160)
+    fused = per_token("memory.activations.layer_flash_swiglu", **dims)
+    assert fused == 8 * H + 4 * 256 + 4 * 4 + 4 * 256 + 6 * 160 == 5072
+    values = dict(seq_len=1, microbatch_size=batch, tp=1, hidden=H, **dims)
+
+    def extra(name):
+        f = an.formula(f"memory.activations.legacy.{name}")
+        return f.evaluate(**{k: v for k, v in values.items() if k in f.symbols}).to("byte").magnitude / batch
+
+    extras = {name: extra(name) for name in ("dropout_masks", "attention_output_copy", "silu_output")}
+    assert extras == {"dropout_masks": 2 * H, "attention_output_copy": 2 * H if batch > 1 else 0, "silu_output": 2 * 160}
+    got = saved_bytes(LegacyLlamaLayer(H, 4, 160), TOKENS, H, batch=batch)
+    tokens = TOKENS * batch
+    assert got["bool"] == tokens * extras["dropout_masks"]
+    assert got["bfloat16"] + got["bool"] + got["float32"] == tokens * (fused + sum(extras.values()) + 2 * 4)
+
+
+def test_the_legacy_stack_adds_its_extras_to_a_plan():
+    """Llama 3 8B at TP2 (no SP), microbatch 2 of 4,096 tokens: the stack's layer keeps, per token, the
+    fused count plus 2h of masks, 2h/t of the attention output's copy and 2h_ff/t of the SiLU's output."""
+    kw = dict(seq_len=4096, global_batch=16, microbatch_size=2)
+    lay = an.Layout(tp=2, dp=4, sequence_parallel=False)
+    legacy, core = (an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), lay, stack=stack, **kw).expr(
+        "memory.activations.layer").value().to("byte").magnitude for stack in ("megatron-lm-2023", "megatron-core"))
+    assert legacy - core == 4096 * 2 * (2 * 4096 + 2 * 4096 / 2 + 2 * 14336 / 2)
 
 
 def test_deepseek_v3_layer_under_its_recompute_modules():

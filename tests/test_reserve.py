@@ -5,6 +5,7 @@ import math
 import pytest
 
 from analytic import reserve
+from analytic.errors import InputError
 
 
 def test_each_source_weighs_one_and_its_errors_cluster():
@@ -25,3 +26,20 @@ def test_a_folder_without_peaks_has_no_reserve(tmp_path):
     """A folder without measured peaks has no reserve."""
     (tmp_path / "memory.toml").write_text("")
     assert reserve.summary(tmp_path / "memory.toml") is None
+
+
+def test_a_peak_of_another_measure_is_refused(tmp_path):
+    """A memory case's measure is the allocator's reserved or allocated memory; another is refused by name."""
+    (tmp_path / "predicted.toml").write_text("")
+    (tmp_path / "memory.toml").write_text(
+        '[[case]]\nid = "X"\nkind = "memory"\npublished = "1 GiB"\ngroup = "g"\nmeasure = "nvidia-smi"\n'
+        '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\nglobal_batch = 8\n')
+    with pytest.raises(InputError, match="X: measure 'nvidia-smi'; expected one of reserved, allocated"):
+        reserve.peaks(tmp_path / "memory.toml")
+
+
+def test_allocated_peaks_are_not_fitted():
+    """Only peaks of reserved memory enter the reserve's fit."""
+    rows = [{"id": "a", "group": "A", "ratio": 1.2, "measure": "reserved"},
+            {"id": "b", "group": "B", "ratio": 1.0, "measure": "allocated"}]
+    assert reserve.reserved(rows) == rows[:1]

@@ -1,6 +1,6 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Min
+from sympy import Min, Piecewise
 
 from ._catalogue import S, define
 
@@ -130,6 +130,8 @@ r_q, r_kv, d_r = S("q_lora_rank", "kv_lora_rank", "rope_dim")
 k, E_s, h_e = S("topk", "shared_experts", "expert_ffn_hidden")
 FP8_CACHE = ("DeepSeek-V3 arXiv 2412.19437 §3.3.2, Low-Precision Storage: the activations a Linear operator saves "
              "for its backward, and the SwiGLU's inputs, cached in FP8")
+LEGACY = ("derived: derivations/activations.py; NVIDIA/Megatron-LM megatron/model/transformer.py (2023, the model before Megatron-Core: ParallelAttention "
+          "with FlashSelfAttention, ParallelMLP's swiglu, bias_dropout_add); measured by analytic.reference.saved")
 HALVES = "derived: derivations/activations.py (tensor-by-tensor count, measured by analytic.reference.saved)"
 MEGATRON_MLA = "NVIDIA/Megatron-LM megatron/core/transformer/multi_latent_attention.py"
 MEGATRON_MOE = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/experts.py (2025: TEGroupedMLP applies the routing "
@@ -181,6 +183,16 @@ for sp, split, where in (("", lambda seq, inner: seq + inner / t, "TP without SP
             "the latents' norms are recomputed with them (as DeepSeek-V3 recomputes every RMSNorm)"),
            f"bytes an MLA layer's activations shrink by when its up-projections are recomputed, {where}",
            coefficient_unit="byte")
+    define(f"memory.activations.head_inputs{sp}", s * b * split(4 * h, 0), "byte",
+           "derived: derivations/activations.py (the last stage's final norm and output layer, counted as the layers' "
+           "tensors are)",
+           ("the final norm's input and the output layer's input (the norm's output), 16-bit, held on the last stage "
+            "from their forward to the backward after the loss",),
+           f"bytes of one microbatch's final-norm and output-layer inputs, {where}", coefficient_unit="byte")
+    define(f"memory.activations.legacy.dropout_masks{sp}", s * b * split(2 * h, 0), "byte", LEGACY,
+           ("hidden dropout after the attention and after the MLP (bias_dropout_add), each saving a 1-byte mask of "
+            "the hidden states; attention dropout inside the fused kernel saves no mask",),
+           f"bytes of a layer's dropout masks on a stack that keeps them, {where}", coefficient_unit="byte")
     define(f"memory.activations.fp8_freed.norm_outputs{sp}", s * b * split(2 * h, 0), "byte", FP8_CACHE,
            ("the two norms' outputs (the inputs of the QKV or down-projections and of the MLP) kept in 1 byte, not 2",),
            f"bytes a layer's activations shrink by when its norms' outputs are cached in FP8, {where}",
@@ -189,6 +201,37 @@ for sp, split, where in (("", lambda seq, inner: seq + inner / t, "TP without SP
            ("the latents' norms' outputs (the up-projections' inputs) kept in 1 byte, not 2",),
            f"bytes an MLA layer's activations shrink by when its up-projections' inputs are cached in FP8, {where}",
            coefficient_unit="byte")
+DTENSOR_TP = ("derived: derivations/activations.py; pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py (2024) apply_tp: SequenceParallel "
+              "norms, PrepareModuleInput(Shard(1) → Replicate()) before the attention and the feed-forward, "
+              "ColwiseParallel(input_layouts=Shard(1)) output layer: the all-gathered input is what the column-parallel "
+              "matmuls save")
+define("memory.activations.gathered.norm_outputs", s * b * (4 * h - 4 * h / t), "byte", DTENSOR_TP,
+       ("sequence parallelism: the two norms' outputs are all-gathered over TP before the matmuls they feed, which save "
+        "them whole in 16 bits, where the split count holds them split by t (Megatron gathers them again in the "
+        "backward, Korthikanti et al. §4.2.2)",),
+       "bytes a layer's activations grow by when its column-parallel matmuls save their all-gathered inputs",
+       coefficient_unit="byte")
+define("memory.activations.gathered.norm_outputs_fp8", s * b * (2 * h - 4 * h / t), "byte",
+       f"{DTENSOR_TP}; Float8ColwiseParallel and PrepareFloat8ModuleInput (float8 all-gather); pytorch/ao "
+       "torchao/float8/float8_linear.py matmul_with_hp_or_float8_args (saves its input as given)",
+       ("as memory.activations.gathered.norm_outputs, but the norms' outputs are cast to FP8 before the all-gather "
+        "and saved in 1 byte",),
+       "bytes a layer's activations grow by when its Float8 column-parallel matmuls save their all-gathered inputs",
+       coefficient_unit="byte")
+define("memory.activations.gathered.output_input", s * b * (2 * h - 2 * h / t), "byte",
+       f"{DTENSOR_TP}; the output layer is left in 16 bits by Float8 training (torchtitan's float8 filter_fqns)",
+       ("sequence parallelism: the final norm's output is all-gathered before the output layer, which saves it whole",),
+       "bytes the last stage's head grows by when the output layer saves its all-gathered input", coefficient_unit="byte")
+define("memory.activations.legacy.attention_output_copy", Piecewise((s * b * 2 * a * d_h / t, b > 1), (0, True)),
+       "byte", LEGACY,
+       ("the attention's output is saved by the kernel in (b·s, a, d_h) order and rearranged into a contiguous "
+        "(s, b, a·d_h) copy, which the output projection saves too; with one sequence a microbatch the rearranged "
+        "tensor is already contiguous and no copy is made",),
+       "bytes of a layer's second copy of the attention output on a stack that makes one", coefficient_unit="byte")
+define("memory.activations.legacy.silu_output", s * b * 2 * h_ff / t, "byte", LEGACY,
+       ("an unfused SwiGLU, silu(gate)·up, saves the SiLU's output for the product's backward, besides the gate "
+        "and up projections and the product the fused count holds",),
+       "bytes of a layer's SiLU output on a stack whose SwiGLU is not fused", coefficient_unit="byte")
 define("memory.activations.fp8_freed.swiglu_inputs", s * b * 2 * h_ff / t, "byte", FP8_CACHE,
        ("the gate and up projections (2h_ff) kept in 1 byte, not 2",),
        "bytes a layer's activations shrink by when its SwiGLU's inputs are cached in FP8", coefficient_unit="byte")

@@ -9,7 +9,7 @@ from functools import cached_property
 
 import sympy
 
-from ..choices import GRAD_DTYPES, MOMENT_DTYPES
+from ..choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..formula import Formula, magnitude
 from ..formulas import formula
@@ -71,6 +71,14 @@ class Inputs:
         self.selective = props.get("selective")
         #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
+        #: what a sequence-parallel matmul saves of its input: "split" (Megatron: its shard, gathered again in the
+        #: backward) or "gathered" (DTensor TP: the all-gathered input)
+        self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])
+        #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS, memory.activations.legacy.*)
+        self.saved_extra = tuple(props.get("saved_extra", ()))
+        if self.saved_extra and not (self.flash_attention and model.attention != "mla" and not model.is_moe):
+            raise InputError(f"stack: {self.stack}'s saved tensors are modelled for dense layers with a fused "
+                             "attention kernel")
         if layout.recompute == "selective":
             if self.selective is None:
                 raise InputError(f"recompute: stack {self.stack}'s selective recomputation is not modelled; "

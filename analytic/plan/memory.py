@@ -62,9 +62,10 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
                      (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
     if m.attention == "mla" or m.is_moe:
         return _halves(inp, moe, sp, kw)
-    layer = inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw)
+    layer = _stack_extras(inp, inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw), sp, kw)
     if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
         return _less_freed(inp, layer, sp, kw, moe=False)
+    # op-level checkpointing recomputes the all-gathers: no gathered input is saved under it
     op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{sp}", **kw)
     return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
 
@@ -76,8 +77,19 @@ def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     if m.mlp_formulas != "swiglu":
         raise InputError(f"mlp: activations of MLA and MoE layers are counted for SwiGLU MLPs, not {m.mlp!r}")
     attention = inp.f(f"memory.activations.attention_{'mla' if m.attention == 'mla' else 'gqa'}{sp}", **kw)
-    return _less_freed(inp, attention + inp.f(f"memory.activations.mlp_{'moe' if moe else 'swiglu'}{sp}", **kw),
-                       sp, kw, moe)
+    layer = attention + inp.f(f"memory.activations.mlp_{'moe' if moe else 'swiglu'}{sp}", **kw)
+    return _less_freed(inp, _stack_extras(inp, layer, sp, kw), sp, kw, moe)
+
+
+def _stack_extras(inp: Inputs, layer: Formula, sp: str, kw: dict) -> Formula:
+    """``layer`` plus what the stack's layer saves beyond the fused count: its extras
+    (memory.activations.legacy.*) and, where sequence-parallel matmuls save their gathered inputs, the
+    norms' outputs whole (memory.activations.gathered.*)."""
+    extra = [inp.f(f"memory.activations.legacy.{name}{sp if name == 'dropout_masks' else ''}", **kw)
+             for name in inp.saved_extra if name != "silu_output" or inp.model.mlp_formulas == "swiglu"]
+    if inp.sp_saved_inputs == "gathered" and inp.layout.sequence_parallel:
+        extra.append(inp.f(f"memory.activations.gathered.norm_outputs{'_fp8' if inp.dtype == 'fp8' else ''}", **kw))
+    return sum(extra, layer)
 
 
 def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Formula:
@@ -85,8 +97,9 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     (memory.activations.freed.*) and what caching in FP8 frees of the rest (….fp8_freed.*)."""
     m, lay = inp.model, inp.layout
     modules = lay.recompute_modules
+    # core_attn frees nothing: a fused kernel recomputes the attention core anyway
     names = {"core_attn": None, "layernorm": f"layernorm{sp}", "mla_up_proj": f"mla_up_proj{sp}",
-             "moe_act": "moe_act" if moe else None}  # a fused kernel recomputes the attention core anyway
+             "moe_act": "moe_act" if moe else None}
     freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw) for n in modules if names[n]]
     if freed:
         layer = cases("layer", "byte", (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
@@ -157,7 +170,8 @@ def rank_params(inp: Inputs, k) -> dict:
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
     full recomputation), working (one layer's while it is recomputed), logits (one microbatch's),
-    loss (the loss's working set at its peak, the logits included) and input (a layer's input)."""
+    loss (the loss's working set at its peak, the logits included), head (the final norm's and the
+    output layer's saved inputs, held through the loss) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
     if m.is_moe:  # the larger of a dense and an MoE layer
@@ -170,7 +184,12 @@ def activation_parts(inp: Inputs) -> dict:
     kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
     working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
-    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss, "input": layer_input}
+    sp = "_sp" if lay.sequence_parallel else ""
+    head = inp.f(f"memory.activations.head_inputs{sp}", seq_len=inp.seq_len / lay.cp)
+    if inp.sp_saved_inputs == "gathered" and lay.sequence_parallel:
+        head = head + inp.f("memory.activations.gathered.output_input", seq_len=inp.seq_len / lay.cp)
+    return {"layer": layer, "kept": kept, "working": working, "logits": logits, "loss": loss, "head": head,
+            "input": layer_input}
 
 
 def _in_flight(inp: Inputs, k, params: dict) -> Formula:
@@ -200,7 +219,7 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     held = _in_flight(inp, k, params)
     kept = _kept(inp, parts, sympy.ceiling(params["chunk_blocks"]))
     # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
-    loss = parts["loss"] * (1 + inp.model.mtp_modules)
+    loss = (parts["loss"] + parts["head"]) * (1 + inp.model.mtp_modules)
     peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
     if not inp.layout.offload_activations:

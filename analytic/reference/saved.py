@@ -1,7 +1,8 @@
 """The bytes a layer's forward leaves saved for its backward, on real tensors: an MLA attention half and
 an MoE MLP half as Megatron-Core builds them, with fused norms, FlashAttention and a fused
 probability-weighted SwiGLU (what ``memory.activations.attention_mla`` and ``memory.activations.mlp_moe``
-count)."""
+count), and a Llama layer as Megatron-LM's model before Megatron-Core builds it (what
+``memory.activations.layer_flash_swiglu`` and ``memory.activations.legacy.*`` count)."""
 
 from __future__ import annotations
 
@@ -52,11 +53,15 @@ class WeightedSwiGLU(torch.autograd.Function):
 class FlashAttention(torch.autograd.Function):
     """Causal attention as FlashAttention runs it (Dao 2023, Algorithm 1-2): Q, K, V, the output and the
     fp32 log-sum-exp of each query row per head are saved; the scores are recomputed in the backward.
-    Tensors are [s, a, d], sequence first as Megatron-Core's; Q and K may have a wider head than V, as
-    MLA's do."""
+    Tensors are [s, a, d], sequence first as Megatron-Core's, or [b, s, a, d] as the flash-attn package
+    takes them; Q and K may have a wider head than V, as MLA's do."""
 
     @staticmethod
     def _attend(q, k, v):
+        if q.dim() == 4:  # [b, s, a, d]: each sequence's heads attend alone
+            b, s = q.shape[:2]
+            out, lse = FlashAttention._attend(*(t.transpose(0, 1).reshape(s, b * t.shape[2], t.shape[3]) for t in (q, k, v)))
+            return out.reshape(s, b, q.shape[2], v.shape[3]).transpose(0, 1), lse
         q, k, v = (t.float().transpose(0, 1) for t in (q, k, v))
         scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
         scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
@@ -148,21 +153,53 @@ class MoEHalf(nn.Module):
         return x + out
 
 
-def saved_bytes(module: nn.Module, tokens: int, hidden: int) -> dict:
-    """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens saves for its
-    backward, by dtype ("bfloat16", "float32"); its parameters (model states) and integer index tensors
-    (the dispatch's bookkeeping) left out."""
+def _dropout(x, p):
+    """Training-mode dropout as F.dropout runs it on a GPU (native_dropout: a 1-byte mask saved); on a CPU
+    F.dropout itself multiplies by a noise tensor of the input's dtype instead."""
+    return torch.native_dropout(x, p, True)[0]
+
+
+class LegacyLlamaLayer(nn.Module):
+    """A Llama layer as Megatron-LM's model before Megatron-Core runs it with --use-flash-attn and
+    --swiglu (megatron/model/transformer.py, 2023): fused RMSNorms, Q, K and V rearranged into contiguous
+    [b, s, a, d] copies for the flash-attn kernel, its output rearranged back into a contiguous
+    [s, b, a·d] tensor for the output projection, hidden dropout in each bias_dropout_add, and the
+    SwiGLU as F.silu(gate) * up. Input [s, b, h]."""
+
+    def __init__(self, hidden: int, heads: int, ffn_hidden: int, dropout: float = 0.1):
+        super().__init__()
+        self.a, self.p = heads, dropout
+        self.norm1, self.norm2 = nn.Parameter(torch.ones(hidden)), nn.Parameter(torch.ones(hidden))
+        self.qkv, self.dense = nn.Linear(hidden, 3 * hidden, bias=False), nn.Linear(hidden, hidden, bias=False)
+        self.h_to_4h, self.four_h_to_h = nn.Linear(hidden, 2 * ffn_hidden, bias=False), nn.Linear(ffn_hidden, hidden, bias=False)
+
+    def forward(self, x):
+        s, b, h = x.shape
+        qkv = self.qkv(_norm(x, self.norm1)).view(s, b, 3, self.a, h // self.a)
+        q, k, v = (qkv[:, :, i].transpose(0, 1).contiguous() for i in range(3))  # rearrange 's b ... -> b s ...'
+        context = FlashAttention.apply(q, k, v).transpose(0, 1).reshape(s, b, h).contiguous()  # 'b s h d -> s b (h d)'
+        x = x + _dropout(self.dense(context), self.p)
+        gate, up = torch.chunk(self.h_to_4h(_norm(x, self.norm2)), 2, dim=-1)
+        return x + _dropout(self.four_h_to_h(F.silu(gate) * up), self.p)
+
+
+def saved_bytes(module: nn.Module, tokens: int, hidden: int, batch: int | None = None) -> dict:
+    """Bytes of the distinct storages ``module``'s bf16 forward on ``tokens`` tokens ([tokens, hidden], or
+    [tokens, batch, hidden] sequences when ``batch`` is given) saves for its backward, by dtype ("bfloat16",
+    "float32", "bool": dropout masks); its parameters (model states) and integer index tensors (the
+    dispatch's bookkeeping) left out."""
     module = module.to(torch.bfloat16)
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     seen: dict[int, tuple] = {}
 
     def pack(t):
         storage = t.untyped_storage()
-        if storage.data_ptr() not in params and t.is_floating_point():
+        if storage.data_ptr() not in params and (t.is_floating_point() or t.dtype == torch.bool):
             seen[storage.data_ptr()] = (str(t.dtype).removeprefix("torch."), storage.nbytes())
         return t
 
-    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    shape = (tokens, hidden) if batch is None else (tokens, batch, hidden)
+    x = torch.randn(*shape, dtype=torch.bfloat16, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = module(x)
     y.sum().backward()  # the graph runs: what was saved was what its backward needs
@@ -172,4 +209,4 @@ def saved_bytes(module: nn.Module, tokens: int, hidden: int) -> dict:
     return out
 
 
-__all__ = ["FlashAttention", "FusedRMSNorm", "MLAHalf", "MoEHalf", "WeightedSwiGLU", "saved_bytes"]
+__all__ = ["FlashAttention", "FusedRMSNorm", "LegacyLlamaLayer", "MLAHalf", "MoEHalf", "WeightedSwiGLU", "saved_bytes"]
