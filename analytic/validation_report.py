@@ -27,7 +27,8 @@ def summary(results: list[Result]) -> list[str]:
     if "count" in stats.get("memory", {}):  # measured peaks (the runs' fit check may stand alone)
         s = stats["memory"]
         lines.append(f"memory: {s['count']} measured peaks from {len(s['sources'])} sources, the fullest stage's count times "
-                     f"the allocator's reserve fitted with the peak's source left out: mean error {_pct(s['mean'])}, max "
+                     f"the allocator's reserve fitted with the peak's source left out (a peak of allocated memory: the "
+                     f"count alone): mean error {_pct(s['mean'])}, max "
                      f"{_pct(s['max'])}; {s['within']} within their tolerance (the count alone: mean "
                      f"{_pct(s['count_mean'])}, max {_pct(s['count_max'])}; the reserve fitted on every peak: mean "
                      f"{_pct(s['in_fit_mean'])}, max {_pct(s['in_fit_max'])})")

@@ -115,3 +115,20 @@ def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
     old, new = stack("torchtitan"), stack("torchtitan-2025")
     assert {k for k in old if old[k] != new[k]} == {"name", "loss_bytes", "loss_bytes_tp"}
     assert (new["loss_bytes"], new["loss_bytes_tp"]) == (4, 10)
+
+
+def test_every_stack_property_is_known_and_one_the_plan_reads():
+    """A stack's properties are those stacks.toml documents, each value one of its choice list: a misspelt
+    saved tensor or input rule would otherwise count nothing."""
+    from analytic import choices
+    from analytic.presets import stack, stacks
+    known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
+             "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra"}
+    for name in stacks():
+        props = stack(name)
+        assert set(props) <= known, name
+        assert props["grad_dtype"] in choices.GRAD_DTYPES and props.get("selective", "attention") in ("attention", "op")
+        assert props.get("sp_saved_inputs", "split") in choices.SP_SAVED_INPUTS, name
+        assert set(props.get("saved_extra", ())) <= set(choices.SAVED_EXTRAS), name
+    assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
+    assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
