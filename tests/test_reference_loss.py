@@ -66,16 +66,16 @@ def test_under_full_recomputation_the_loss_and_a_recomputed_layer_are_not_held_t
         kept + max(layer, 8192 * 128256 * 12 + 2 * 2 * 8192 * 4096), rel=1e-12)
 
 
-@pytest.mark.parametrize("dtype,gathered", [("bf16", 2), ("fp8", 1)])
-def test_dtensor_tp_saves_the_gathered_norm_outputs(dtype, gathered):
+@pytest.mark.parametrize("dtype,gathered,cp", [("bf16", 2, 1), ("fp8", 1, 1), ("bf16", 2, 2)])
+def test_dtensor_tp_saves_the_gathered_norm_outputs(dtype, gathered, cp):
     """TorchTitan's TP with SP all-gathers each norm's output before the column-parallel matmuls, which save
     the gathered tensor (in 1 byte under Float8 TP, which gathers in FP8); Megatron saves the shard and
     gathers again in the backward. Llama 3 70B at TP 8, one microbatch of 8,192 tokens, by hand: a layer
     keeps 2 × 8,192 × 8,192 × (gathered − 2/8) bytes more, and the last stage the output layer's 16-bit
-    input whole, 2 × 8,192 × 8,192 × (1 − 1/8) bytes more."""
+    input whole, 2 × 8,192 × 8,192 × (1 − 1/8) bytes more; with CP 2 over twice the tokens, the same a rank."""
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
-    plans = {s: an.Plan(m, hw, an.Layout(tp=8, dp=1, sequence_parallel=True), stack=s, seq_len=8192, global_batch=1,
-                        dtype=dtype) for s in ("torchtitan", "megatron-core")}
+    plans = {s: an.Plan(m, hw, an.Layout(tp=8, cp=cp, dp=1, sequence_parallel=True), stack=s, seq_len=8192 * cp,
+                        global_batch=1, dtype=dtype) for s in ("torchtitan", "megatron-core")}
     layer, head = ({s: p.expr(name).value().to("byte").magnitude for s, p in plans.items()}
                    for name in ("memory.activations.layer", "memory.activations"))
     s_h = 8192 * 8192

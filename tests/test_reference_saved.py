@@ -71,6 +71,16 @@ def test_the_legacy_stack_adds_its_extras_to_a_plan():
     assert legacy - core == 4096 * 2 * (2 * 4096 + 2 * 4096 / 2 + 2 * 14336 / 2)
 
 
+def test_the_legacy_stack_keeps_no_silu_output_in_a_gelu_layer():
+    """GPT-3's GELU layer on the legacy stack (TP 8, no SP, microbatch 2 of 2,048 tokens) keeps the two
+    dropout masks (2h a token) and the attention output's copy (2h/t), and no SiLU output."""
+    kw = dict(seq_len=2048, global_batch=16, microbatch_size=2)
+    lay = an.Layout(tp=8, dp=1, sequence_parallel=False)
+    legacy, core = (an.Plan(an.model("gpt3-175b"), an.hardware("h100-sxm"), lay, stack=stack, **kw).expr(
+        "memory.activations.layer").value().to("byte").magnitude for stack in ("megatron-lm-2023", "megatron-core"))
+    assert legacy - core == 2048 * 2 * (2 * 12288 + 2 * 12288 / 8)
+
+
 def test_deepseek_v3_layer_under_its_recompute_modules():
     """DeepSeek-V3's MoE layer (DeepSeek-V3 §3.2.3: every RMSNorm and MLA's up-projections recomputed;
     §3.3.2: the experts' SwiGLU output recomputed), by hand, per token in bf16: the two norms' inputs
