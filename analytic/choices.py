@@ -13,6 +13,9 @@ SAVED_EXTRAS = ("dropout_masks", "attention_output_copy", "silu_output")
 #: what a sequence-parallel column-parallel matmul saves of its input (presets/stacks.toml sp_saved_inputs): its
 #: shard, all-gathered again in the backward (Megatron, Korthikanti et al. §4.2.2), or the gathered input (DTensor TP)
 SP_SAVED_INPUTS = ("split", "gathered")
+#: how a stack runs a share of the optimizer step on the host (presets/stacks.toml optimizer_offload):
+#: Megatron-Core's HybridDeviceOptimizer
+OPTIMIZER_OFFLOADS = ("hybrid",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

@@ -79,6 +79,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--offload-activations", dest="offload_activations", action="store_true", default=None,
                    help="copy what each layer keeps for its backward to host memory and back (TransformerEngine's "
                         "CPU offload, Megatron-LM's --cpu-offloading; MaxText's offload remat policies)")
+    g.add_argument("--offload-optimizer", dest="offload_optimizer", metavar="SHARE",
+                   help="share in [0, 1] of each rank's parameters whose Adam step and state are on the host "
+                        "(Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction; stack megatron-core)")
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
                         "QKᵀ recomputed in the backward")

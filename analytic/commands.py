@@ -87,7 +87,7 @@ def cmd_memory(args) -> int:
     if mem.host.magnitude:
         per_node, dram, fits = node_host_memory(plan, rows["host"])
         room = "" if dram is None else f", of the node's {_fmt(dram.to('TB'))}: {'fits' if fits else 'does not fit'}"
-        print(f"  offloaded activations in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
+        print(f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
               f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
     if peak is not None:
         fits = "fits" if peak <= mem.hbm else "does not fit"

@@ -27,6 +27,16 @@ def _fraction(text: str, name: str):
         raise CLIError(str(exc)) from None
 
 
+def _share(text, name: str):
+    """A share in [0, 1] given on the command line (0 where the flag is absent)."""
+    from .errors import AnalyticError
+    from .values import share
+    try:
+        return 0 if text is None else share(f"--{name}", text)
+    except AnalyticError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
     """Sequences per step from --batch-tokens or --global-batch (exactly one), and any note."""
     if tokens is not None and sequences is not None:
@@ -45,8 +55,8 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
-                             "recompute_layers", "recompute_modules", "offload_activations", "fp8_activations",
-                             "first_stage_layers", "last_stage_layers"}
+                             "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
+                             "fp8_activations", "first_stage_layers", "last_stage_layers"}
 
 
 def hardware_overrides(get) -> dict:
@@ -126,7 +136,7 @@ def build_plan(args) -> tuple[object, dict]:
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
-        "recompute", "recompute_layers", "recompute_modules", "offload_activations", "fp8_activations",
+        "recompute", "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
         "first_stage_layers", "last_stage_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size",
         "dtype", "flash_attention", "stack", "profile"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
@@ -158,6 +168,7 @@ def build_plan(args) -> tuple[object, dict]:
                                          else count_flag(str(get("recompute_layers")), "recompute-layers")),
                        recompute_modules=tuple(get("recompute_modules") or ()),
                        offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
+                       offload_optimizer=_share(get("offload_optimizer"), "offload-optimizer"),
                        **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
                           for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
                        zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),

@@ -126,11 +126,11 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute}"
         f"{'; 2 layers on device' if lay.offload_activations else ''})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
-    if lay.offload_activations:
+    if lay.offloaded:
         _, dram, fits = node_host_memory(plan, mem.host)
         room = "" if dram is None else f"; the node's {dram.to('TB'):.4g~P}: {'fits' if fits else 'DOES NOT FIT'}"
-        add("memory", "host", f"activations offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} a node{room})",
-            mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
+        add("memory", "host", f"{lay.offloaded} offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} "
+            f"a node{room})", mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
     wasted = wasted_selective(plan)
     if wasted is not None:
         add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "
@@ -224,7 +224,8 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
             spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
         except AnalyticError:
             spread = ""
-        add("time", "step_time", f"predicted step time (calibrated model{spread})", st, "plan.step_time")
+        host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
+        add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4), "compute.mfu")
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
             round(float(plan.expr("mfu.palm").value().to("").magnitude), 4),

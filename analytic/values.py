@@ -277,6 +277,17 @@ def fraction(name: str, value, *, upper: float | None = 1.0):
     return x
 
 
+def share(name: str, value) -> sympy.Expr:
+    """A number in [0, 1] (a share of something; 0 is none) as an exact sympy number."""
+    try:
+        x = sympy.Integer(0) if not isinstance(value, (bool, str)) and value == 0 else fraction(name, value)
+    except InputError:
+        x = None
+    if x is None or not x.is_number:
+        raise InputError(f"{name}: expected a number in [0, 1], got {value!r}")
+    return x
+
+
 def choice(name: str, value, options):
     """``value`` if it is one of the (string) ``options``."""
     if not isinstance(value, str) or value not in options:

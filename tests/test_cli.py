@@ -562,3 +562,22 @@ def test_memory_with_deepseek_v3s_savers(capsys):
     assert code == 0 and "recompute=selective(layernorm,mla_up_proj,moe_act) fp8_activations" in out
     code, _, err = run(capsys, "search", *flags[:2], "--gpus", "2048", *flags[-6:], "--fp8-activations")
     assert code == 2 and "--fp8-activations" in err
+
+
+def test_memory_with_offloaded_optimizer(capsys):
+    """--offload-optimizer 1: Llama 3 8B on 8 GPUs with ZeRO-1 keeps no optimizer state on the device
+    and 16 bytes of each of its 1,003,782,656 parameters (8,030,261,248 / 8) on the host; the step says
+    what it leaves untimed; a share outside [0, 1] is refused in one line, and search refuses the flag."""
+    flags = ("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--zero", "1", "--seq", "8192",
+             "--global-batch", "64")
+    code, out, _ = run(capsys, "memory", "--json", *flags, "--offload-optimizer", "1")
+    data = json.loads(out)
+    assert code == 0 and data["optimizer"] == 0 and data["host"] == pytest.approx(16 * 1_003_782_656 / 1e9, rel=1e-12)
+    code, out, _ = run(capsys, "memory", *flags, "--offload-optimizer", "1")
+    assert "offloaded optimizer state in host memory: 16.06 GB per GPU, 128.5 GB per node of 8" in out
+    code, out, _ = run(capsys, "step", *flags, "--offload-optimizer", "0.5")
+    assert code == 0 and "the host's share of the Adam step not timed" in out
+    code, _, err = run(capsys, "memory", *flags, "--offload-optimizer", "1.5")
+    assert code == 2 and err.strip() == "--offload-optimizer: expected a number in [0, 1], got '1.5'"
+    code, _, err = run(capsys, "search", *flags[:6], "--seq", "8192", "--global-batch", "64", "--offload-optimizer", "1")
+    assert code == 2 and "--offload-optimizer" in err

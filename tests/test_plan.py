@@ -1242,3 +1242,56 @@ def test_uneven_stages_under_interleaving():
     assert plan().memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer, rel=1e-12)
     with pytest.raises(an.LayoutError, match="2 model chunks"):
         plan(first_stage_layers=5, last_stage_layers=3)
+
+
+def test_offloaded_optimizer_moves_its_share_of_the_state_and_the_step_to_the_host():
+    """Llama 3 8B (8,030,261,248 parameters, its model card) on 8 GPUs, ZeRO-1: each rank updates
+    1,003,782,656. Offloading half (Megatron-Core's --optimizer-offload-fraction 0.5) leaves 12 bytes
+    a parameter of the other half on the device and puts 16 bytes a parameter of this half on the host
+    (fp32 copy, fp32 gradient copy, two fp32 moments); the device's Adam step halves, the rest is unchanged."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    lay = an.Layout(dp=8, zero=1)
+    plain = an.Plan(m, hw, lay, seq_len=8192, global_batch=64)
+    half = plain.replace(layout=lay.replace(offload_optimizer=0.5))
+    shard = 8_030_261_248 // 8
+    a, b = plain.memory(), half.memory()
+    assert a.optimizer.to("byte").magnitude == 12 * shard and b.optimizer.to("byte").magnitude == 6 * shard
+    assert a.host.to("byte").magnitude == 0 and b.host.to("byte").magnitude == 8 * shard
+    for part in ("weights", "gradients", "gathered", "activations"):
+        assert getattr(a, part).to("byte").magnitude == getattr(b, part).to("byte").magnitude
+    ta, tb = (p.time_breakdown(ops=True) for p in (plain, half))
+    assert tb["optimizer"].to("s").magnitude == pytest.approx(ta["optimizer"].to("s").magnitude / 2, rel=1e-12)
+    assert tb["gemm"].to("s").magnitude == pytest.approx(ta["gemm"].to("s").magnitude, rel=1e-12)
+    assert "memory.offload.host_optimizer" in half.sources("memory.host")
+    assert "offload_optimizer=0.5" in repr(half) and "offload_optimizer" not in repr(plain)
+    acts = plain.replace(layout=lay.replace(offload_activations=True)).memory().host  # with both, the host holds both
+    both = half.replace(layout=half.layout.replace(offload_activations=True)).memory().host
+    assert acts.to("byte").magnitude > 0
+    assert both.to("byte").magnitude == pytest.approx((acts + b.host).to("byte").magnitude, rel=1e-12)
+
+
+def test_offloaded_optimizer_by_pipeline_stage():
+    """Llama 3 8B over 2 stages, dp 4, ZeRO-1, all offloaded: stage 0 holds 16 layers of 218,112,000
+    parameters and the 525,336,576 of the embedding; stage 1 the same layers, the output layer and the
+    final norm (4,096). The host holds 16 bytes a parameter of each rank's quarter."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    p = an.Plan(m, hw, an.Layout(pp=2, dp=4, zero=1, offload_optimizer=1), seq_len=8192, global_batch=64)
+    for k, params in ((0, 16 * 218_112_000 + 525_336_576), (1, 16 * 218_112_000 + 525_336_576 + 4096)):
+        mem = p.memory(stage=k)
+        assert mem.host.to("byte").magnitude == 16 * params / 4
+        assert mem.optimizer.to("byte").magnitude == 0
+
+
+def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=8192, global_batch=64)
+    lay = an.Layout(dp=8, zero=1, offload_optimizer=1)
+    with pytest.raises(an.InputError, match="offload_optimizer: stack torchtitan"):
+        an.Plan(m, hw, lay, stack="torchtitan", **kw)
+    with pytest.raises(an.InputError, match="offload_optimizer: .*ZeRO 0-2"):
+        an.Plan(m, hw, lay.replace(zero=3), **kw)
+    with pytest.raises(an.InputError, match="moment_dtype: .*fp32 moments"):
+        an.Plan(m, hw, lay, moment_dtype="bf16", **kw)
+    for bad in (1.5, -0.25, True, "half", None):
+        with pytest.raises(an.AnalyticError, match="offload_optimizer"):
+            an.Layout(offload_optimizer=bad)

@@ -123,12 +123,13 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic import choices
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
-             "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra"}
+             "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
         assert props["grad_dtype"] in choices.GRAD_DTYPES and props.get("selective", "attention") in ("attention", "op")
         assert props.get("sp_saved_inputs", "split") in choices.SP_SAVED_INPUTS, name
         assert set(props.get("saved_extra", ())) <= set(choices.SAVED_EXTRAS), name
+        assert props.get("optimizer_offload", "hybrid") in choices.OPTIMIZER_OFFLOADS, name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

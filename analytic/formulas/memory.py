@@ -291,6 +291,20 @@ define("memory.offload.host_activations", M_k * n_fl, "byte",
        ("every kept activation of the layer-microbatches in flight lives in host memory",),
        "host memory one accelerator's offloaded activations take at the stage's peak")
 
+HYBRID = ("NVIDIA/Megatron-LM megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py, HybridDeviceOptimizer "
+          "(param_update_in_fp32, pinned fp32 copies and gradients on the host, CPU Adam); Megatron-Core docs, "
+          "Optimizer CPU offload package (--optimizer-cpu-offload --optimizer-offload-fraction F "
+          "--use-precision-aware-optimizer)")
+f_o, M_o = S("optimizer_offload", "optimizer_bytes")
+OFFLOADED = ("the first share f_o of a rank's parameters, in order, is updated on the host; the rest on the device",
+             "the precision-aware optimizer keeps no fp32 master weights beside the optimizer's own copies")
+define("memory.offload.device_optimizer", (1 - f_o) * M_o, "byte", HYBRID, OFFLOADED,
+       "optimizer state left on the device when a share f_o of the step runs on the host")
+define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}: an fp32 copy of each offloaded "
+       "parameter (4 bytes), its gradient copied into pinned fp32 (4), CPU Adam's two fp32 moments (4 + 4)",
+       OFFLOADED + ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",),
+       "host memory one rank's offloaded optimizer takes (16 bytes a parameter)", coefficient_unit="byte")
+
 M_c, rho = S("counted_bytes", "allocator_reserve")
 define("memory.allocator_peak", M_c * rho, "byte",
        "fitted: `analytic calibrate --published` on the measured peaks of validation/memory.toml, each source weighted "

@@ -90,6 +90,12 @@ define("compute.optimizer.bytes_per_param_bf16_moments", 18 + S("grad_bytes"), "
        ("reads the fp32 master weight, both bf16 moments and the gradient (e_g bytes)",
         "writes the master weight, both moments and the 16-bit weight (4 + 2 + 2 + 2)"),
        "HBM bytes one Adam step with bf16 moments moves per parameter of its shard", coefficient_unit="byte/parameter")
+define("compute.optimizer.device_params", (1 - S("optimizer_offload")) * S("params"), "parameter",
+       "NVIDIA/Megatron-LM megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py (HybridDeviceOptimizer: the "
+       "device's optimizer steps the parameters not offloaded)",
+       ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",
+        "the host's share (its gradients copied to the host, CPU Adam, the parameters copied back) is not timed"),
+       "parameters whose Adam step runs on the device")
 define("compute.attention.time", S("flops") / (F * S("attention_efficiency") * S("attention_factor")), "s",
        f"Dao 2023, FlashAttention-2, arXiv 2307.08691 §4; Shah et al. 2024, FlashAttention-3, arXiv 2407.08608 §4; {DERIVED}",
        ("C: the FLOPs the fused kernel executes (causal: half the score matrix)",

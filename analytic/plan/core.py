@@ -47,7 +47,7 @@ class Memory:
     logits: pint.Quantity  # one microbatch's logits on the last stage
     loss: pint.Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
     stage: int | None = None  # the stage's index (0 the first), where known
-    host: pint.Quantity = Q_(0, "byte")  # offloaded activations in host memory (the worst stage's: any stage's most)
+    host: pint.Quantity = Q_(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
 
     @property
     def fits(self) -> bool:

@@ -94,6 +94,14 @@ class Inputs:
                                            and self.selective != "op"):
             raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
                              "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
+        #: how the stack runs a share of the optimizer step on the host (choices.OPTIMIZER_OFFLOADS), or None
+        self.optimizer_offload = props.get("optimizer_offload")
+        if layout.offload_optimizer and self.optimizer_offload is None:
+            raise InputError(f"offload_optimizer: stack {self.stack} has no optimizer CPU offload modelled "
+                             "(Megatron-Core's HybridDeviceOptimizer: stack='megatron-core')")
+        if layout.offload_optimizer and is_number(layout.zero) and layout.zero > 2:
+            raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
+                             f"optimizer, distributed or not), not with zero={layout.zero}")
         for name, needs, what in (("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
                                   ("moe_act", model.is_moe, "MoE layers")):
             if name in modules and not needs:
@@ -116,6 +124,9 @@ class Inputs:
         self.grad_dtype = {sympy.true: "fp32", sympy.false: "bf16"}.get(self.fp32_grads, "fp32 with ZeRO 0-2")
         #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
+        if layout.offload_optimizer and self.moment_dtype != "fp32":
+            raise InputError("moment_dtype: the hybrid optimizer offload keeps fp32 moments (torch's Adam on the host, "
+                             f"Adam without precision-aware moments on the device), not {self.moment_dtype}")
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))

@@ -16,7 +16,7 @@ from ..formulas import formula
 from ..hardware import Hardware
 from ..schedules import is_number
 from ..symbols import canonical, sym
-from ..values import choice, count, flag
+from ..values import choice, count, flag, share
 
 
 def _open(value, keyword: str) -> bool:
@@ -61,7 +61,11 @@ class Layout:
 
     ``offload_activations`` copies what each layer keeps for its backward to host memory and back
     (TransformerEngine's CPU offload under Megatron-LM's ``--cpu-offloading``; MaxText's ``offload``
-    remat policies): the device holds two layers' worth, the host the rest."""
+    remat policies): the device holds two layers' worth, the host the rest.
+
+    ``offload_optimizer`` is the share of each rank's parameters whose Adam step runs on the host
+    (Megatron-Core's ``--optimizer-cpu-offload --optimizer-offload-fraction F``): their fp32 copies,
+    gradients and moments live in host memory; 0 keeps the whole step on the device."""
 
     tp: object = 1
     pp: object = 1
@@ -82,6 +86,7 @@ class Layout:
     offload_activations: bool = False  # kept activations copied to host memory between forward and backward
     recompute_modules: tuple = ()  # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
     fp8_activations: bool = False  # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
+    offload_optimizer: object = 0  # share of the parameters whose optimizer step and state are on the host
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -96,6 +101,7 @@ class Layout:
             object.__setattr__(self, "zero", int(self.zero))
         for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations"):
             flag(k, getattr(self, k))
+        object.__setattr__(self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer))
         if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if self.recompute_layers is not None:
@@ -138,7 +144,14 @@ class Layout:
         modules = f"({','.join(self.recompute_modules)})" if self.recompute_modules else ""
         layers = f" recompute_layers={self.recompute_layers}" if self.recompute_layers is not None else ""
         flags = "".join(f" {k}" for k in ("offload_activations", "fp8_activations") if getattr(self, k))
-        return f"recompute={self.recompute}{modules}{layers}{flags}"
+        optimizer = f" offload_optimizer={float(self.offload_optimizer):g}" if self.offload_optimizer else ""
+        return f"recompute={self.recompute}{modules}{layers}{flags}{optimizer}"
+
+    @property
+    def offloaded(self) -> str:
+        """What goes to host memory, as text ("activations and optimizer state"; "" for nothing)."""
+        return " and ".join(what for what, on in (("activations", self.offload_activations),
+                                                  ("optimizer state", self.offload_optimizer)) if on)
 
     @property
     def uneven(self) -> bool:

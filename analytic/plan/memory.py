@@ -12,7 +12,7 @@ from ..formulas import formula
 from ..numeric import value_at_max
 from ..schedules import lazy_max, lazy_min
 from .inputs import Inputs
-from .placement import replica_groups
+from .placement import optimizer_shard, replica_groups
 
 
 def model_states(inp: Inputs, params: dict) -> dict:
@@ -33,6 +33,9 @@ def model_states(inp: Inputs, params: dict) -> dict:
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         parts[part] = total
+    if inp.layout.offload_optimizer:
+        parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
+                                   optimizer_offload=inp.layout.offload_optimizer)
     # ZeRO-3's unsharded copies: a pipelined step holds its stage's parameters and gradients
     # from the first microbatch to the last backward; without a pipeline, blocks come and go
     stage = params["per_gpu"]
@@ -244,10 +247,13 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
     """weights, gradients, optimizer, gathered, activations and total of stage ``k``, and the host
-    memory its offloaded activations take (not in the total)."""
+    memory its offloaded activations and optimizer take (not in the total)."""
     params = rank_params(inp, k)
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
+    if inp.layout.offload_optimizer:
+        host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
+                            optimizer_offload=inp.layout.offload_optimizer)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
     return out | {"host": host}
 
@@ -256,7 +262,7 @@ def worst(inp: Inputs, parts: dict) -> dict:
     """The parts of the stage with the most memory per GPU: the first, the second (which holds one
     microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
     fewer microbatches' activations and the same states, so one of these three is the worst. Its
-    ``host`` is the most host memory any stage's offloaded activations take."""
+    ``host`` is the most host memory any stage's offloaded activations and optimizer take."""
     p = inp.deg.pp
     stages = [stage(inp, k, parts) for k in (sympy.Integer(0), sympy.Min(1, p - 1), p - 1)]
     keys = [s["total"].expr for s in stages]

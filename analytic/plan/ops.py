@@ -11,7 +11,7 @@ import sympy
 from ..formula import Formula, cases, composed
 from ..units import Q_
 from .inputs import Inputs
-from .placement import replica_groups
+from .placement import optimizer_shard
 
 #: the op classes of a step's compute, in the order of the time breakdown
 OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
@@ -190,14 +190,13 @@ def memory_bound_time(o: _Ops) -> Formula:
 
 
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
-    """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard)."""
-    lay = inp.deg
+    """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard), less the share
+    the host updates."""
     name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
     per_param = inp.f(name, grad_bytes=sympy.Piecewise((4, inp.fp32_grads), (2, True)))
-    shard = None
-    for local, dp, _ in replica_groups(inp, params):
-        part = cases("shard", "parameter", (local / dp, lay.zero_at_least(1)), (local, True))
-        shard = part if shard is None else shard + part
+    shard = optimizer_shard(inp, params)
+    if inp.layout.offload_optimizer:
+        shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
     return streamed(inp, per_param * shard)
 
 

@@ -79,3 +79,12 @@ def replica_groups(inp: Inputs, params: dict) -> list:
     lay = inp.deg
     return [(params["dense_local"], lay.dp * lay.cp, lay.tp),
             (params["expert_local"], lay.dp * lay.cp / lay.ep, axis_stride(inp, "dp"))]
+
+
+def optimizer_shard(inp: Inputs, params: dict) -> Formula:
+    """Parameters this GPU's optimizer updates: its ZeRO shard (ZeRO ≥ 1) of each replica group's."""
+    shard = None
+    for local, dp, _ in replica_groups(inp, params):
+        part = cases("shard", "parameter", (local / dp, inp.deg.zero_at_least(1)), (local, True))
+        shard = part if shard is None else shard + part
+    return shard

@@ -65,13 +65,14 @@ def structure(inp: Inputs) -> str | None:
     """The structure of a plan as text (equal for plans whose expressions differ only in numbers), or
     None where a plan has no template: free symbols other than a template's own (a degree, a choice
     or the microbatch size left open as its symbol), uneven stages, N recomputed layers, recompute
-    modules, offloaded activations or activations cached in FP8."""
+    modules, offloaded activations or optimizer, or activations cached in FP8."""
     m, lay = inp.model, inp.layout
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
     fixed = [getattr(m, k) for k in (*MODEL_COUNTS, *_MODEL_FIXED)] + [lay.comm_sms, inp.seq_len, inp.global_batch,
                                                                        inp.training_tokens]
     fixed += [v for k, v in inp.values.items() if k not in (*_DEGREES, "microbatch_size")]
-    if (lay.uneven or lay.recompute_layers is not None or lay.offload_activations or lay.recompute_modules or lay.fp8_activations
+    if (lay.uneven or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
+            or lay.recompute_modules or lay.fp8_activations
             or not all(_open_or_number(v, k) for v, k in open_ok)
             or any(isinstance(v, sympy.Basic) and not v.is_number for v in fixed)):
         return None
