@@ -252,7 +252,9 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
     add("failures", "checkpoint_interval", "Daly's optimal checkpoint interval",
         plan.expr("checkpoint_interval").value().to("min"), "reliability.daly.optimal_interval")
-    add("failures", "goodput", "goodput (Daly's exact expected time, restarts included)",
+    restart = ("the restart time given" if "restart_time" in plan.overrides else
+               f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
+    add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
         round(float(plan.expr("goodput").value().magnitude), 4), "reliability.daly.goodput")
     if training_tokens is not None:
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()

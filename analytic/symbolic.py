@@ -194,10 +194,11 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
     ``value``: from Daly's exact goodput at his optimal interval (``reliability.daly.*``), found
     numerically (no closed form exists); ``first_order``: Young's N* = 2/(9δλ)
     (``reliability.optimal_gpus``, restarts neglected), which the exact model puts several times
-    lower. The interruption rate defaults to Llama 3's, the restart time to none."""
+    lower. The interruption rate defaults to Llama 3's, the restart time to a synchronous job's
+    (presets/reliability.toml)."""
     from scipy.optimize import minimize_scalar
 
-    from .presets import llama3_interruption_rate
+    from .presets import llama3_interruption_rate, synchronous_restart_time
     lam = interruption_rate if interruption_rate is not None else llama3_interruption_rate()
     first = formula("reliability.optimal_gpus")
     with warnings.catch_warnings():  # its caveat (first order, outside its range) is this function's answer
@@ -205,7 +206,7 @@ def failure_optimal_gpus(checkpoint_time, interruption_rate=None, restart_time=N
         n_first = float(first.evaluate(checkpoint_time=checkpoint_time, interruption_rate=lam).magnitude)
     delta, rate, restart = (float(magnitude(k, v)) for k, v in (("checkpoint_time", checkpoint_time),
                                                                  ("interruption_rate", lam),
-                                                                 ("restart_time", Q_(0, "s") if restart_time is None
+                                                                 ("restart_time", synchronous_restart_time() if restart_time is None
                                                                   else restart_time)))
     mtbf, interval, goodput = (formula(f"reliability.{k}").lambdify() for k in
                                ("mtbf", "daly.optimal_interval", "daly.goodput"))

@@ -1,6 +1,7 @@
 """Symbolic plans and the worked scaling laws of the README."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,6 +175,24 @@ def test_failure_optimal_cluster_exact(minutes, restart):
     assert r["goodput"] == pytest.approx(_daly_throughput(best, delta, lam, R) / best, rel=1e-9)
     if restart == 0:  # the first-order N* neglects restarts
         assert 3.5 < best / r["first_order"] < 3.7
+
+
+def test_default_restart_is_a_synchronous_jobs_ten_minutes():
+    """Without ``restart_time`` a failure costs the 10 minutes Meta measures for fully synchronous
+    training at O(100K) GPUs (arXiv 2602.00277): a plan's goodput is Daly's at R = 600 s, written out
+    here with math, and the failure-optimal cluster is the one with that restart given."""
+    lam = 419 / (54 * 86400 * 16384)
+    given = symbolic.failure_optimal_gpus(an.Q_(5, "min"), restart_time=an.Q_(600, "s"))
+    assert symbolic.failure_optimal_gpus(an.Q_(5, "min"))["value"] == pytest.approx(given["value"], rel=1e-9)
+    p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=64), seq_len=8192,
+                global_batch=2048, checkpoint_time="5 min")
+    n = 8 * 16 * 64
+    assert float(p.expr("goodput").value()) == pytest.approx(_daly_throughput(n, 300, lam, 600) / n, rel=1e-9)
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    optima = [symbolic.failure_optimal_gpus(an.Q_(m, "min")) for m in (1, 5, 30)]
+    assert "optima are {:,}, {:,} and {:,} GPUs".format(
+        *(int(round(o["value"], -3 if o["value"] > 1e5 else -2)) for o in optima)) in readme
+    assert "goodputs of {:.2f}, {:.2f} and {:.2f}".format(*(o["goodput"] for o in optima)) in readme
 
 
 def test_tp_break_even_nvlink_and_nic():

@@ -225,7 +225,7 @@ class Inputs:
         cal = self.calibration
         for key in CALIBRATED:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency
+        from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency, synchronous_restart_time
         for link in ("scale_up", "scale_out"):  # latency= and link_efficiency= given alone set both links'
             key = f"{link}_latency"
             out[key] = pick(key, lambda k=key, link=link: ov["latency"] if "latency" in ov else nccl_latency(link))
@@ -233,7 +233,7 @@ class Inputs:
             out[key] = pick(key, lambda link=link: ov["link_efficiency"] if "link_efficiency" in ov
                             else nccl_efficiency(link))
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
-        out["restart_time"] = pick("restart_time", lambda: Q_(0, "s"))
+        out["restart_time"] = pick("restart_time", synchronous_restart_time)
         out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
                                   else None)

@@ -145,6 +145,11 @@ def llama3_interruption_rate():
     return (r("llama3", "unexpected_interruptions") / (r("llama3", "period") * r("llama3", "gpus"))).to("1/s")
 
 
+def synchronous_restart_time():
+    """Seconds a failure stalls fully synchronous training while it restarts (Meta, O(100K) GPUs)."""
+    return reliability_value("synchronous_restart", "time").to("s")
+
+
 @cache
 def _collective_tables() -> dict:
     return tomllib.loads((HERE / "collectives.toml").read_text())
