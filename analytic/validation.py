@@ -222,14 +222,16 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
         case = cases[r["id"]]
         # a peak of allocated memory is the live tensors: the count is its prediction, in and out of the fit
         left_out, in_fit = (1.0, 1.0) if r["measure"] == "allocated" else (loso[r["id"]], factor)
-        ours = (r["counted"] * left_out).to(as_quantity("published", case["published"]).units)
+        unit = as_quantity("published", case["published"]).units
+        ours = (r["counted"] * left_out).to(unit)
         err = {"loso": left_out / r["ratio"] - 1, "in_fit": in_fit / r["ratio"] - 1, "count": 1 / r["ratio"] - 1}
         tol = float(case.get("tolerance", 0.10))
         out.append(Result(id=r["id"], kind="memory", quantity=case.get("quantity", ""), published=case["published"],
                           ours=format(ours, ".4g~P"), error=err["loso"],
                           status="within" if abs(err["loso"]) <= tol else "outside", expected=case.get("expect", "within"),
                           source=case.get("source", ""), reason=case.get("reason", ""), tolerance=tol,
-                          extra={"group": r["group"], "measure": r["measure"], "in_fit_error": err["in_fit"], "count_error": err["count"]}))
+                          extra={"group": r["group"], "measure": r["measure"], "in_fit_error": err["in_fit"],
+                                 "count": format(r["counted"].to(unit), ".4g~P"), "count_error": err["count"]}))
     return out
 
 

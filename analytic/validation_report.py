@@ -113,6 +113,13 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
                         "a relative error near or above 100% means the cases do not pin the constant down.", ""]
                 out += constants_table(folder)
             continue
+        if kind == "memory":  # the count alone beside the prediction: what the reserve adds
+            out += ["| id | quantity | published | ours | error | count alone | its error | status | source | reason |",
+                    "|---|---|---|---|---|---|---|---|---|---|"]
+            out += [f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | {_pct(r.error)} | "
+                    f"{esc(r.extra['count'])} | {_pct(r.extra['count_error'])} | {r.status} | {esc(r.source)} | "
+                    f"{esc(r.reason)} |" for r in rs]
+            continue
         out += ["| id | quantity | published | ours | error | status | source | reason |", "|---|---|---|---|---|---|---|---|"]
         for r in rs:
             out.append(f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | {_pct(r.error)} | "
