@@ -8,33 +8,19 @@ class CLIError(Exception):
     """A command-line mistake: one line, exit 2."""
 
 
+def _read(reader, name: str, text, **kw):
+    """``reader(f"--{name}", text, **kw)`` (a reader of analytic.values); its mistake as a CLIError."""
+    from .errors import AnalyticError
+    try:
+        return reader(f"--{name}", text, **kw)
+    except AnalyticError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def count_flag(text: str, name: str, minimum: int = 1) -> int:
     """A count flag, read exactly (never through a float): '8', '16384', '16Ki', '2e3'."""
-    from .errors import InputError
     from .values import parse_count
-    try:
-        return parse_count(f"--{name}", str(text), minimum=minimum)
-    except InputError as exc:
-        raise CLIError(str(exc)) from None
-
-
-def _fraction(text: str, name: str):
-    from .errors import AnalyticError
-    from .values import fraction
-    try:
-        return fraction(f"--{name}", text)
-    except AnalyticError as exc:
-        raise CLIError(str(exc)) from None
-
-
-def _share(text, name: str):
-    """A share in [0, 1] given on the command line (0 where the flag is absent)."""
-    from .errors import AnalyticError
-    from .values import share
-    try:
-        return 0 if text is None else share(f"--{name}", text)
-    except AnalyticError as exc:
-        raise CLIError(str(exc)) from None
+    return _read(parse_count, name, str(text), minimum=minimum)
 
 
 def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
@@ -129,6 +115,7 @@ def build_plan(args) -> tuple[object, dict]:
 
     from .plan import sequence_parallel_default
     from .story import essay
+    from .values import fraction, share
 
     given = {k: v for k, v in vars(args).items()
              if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target",
@@ -168,7 +155,8 @@ def build_plan(args) -> tuple[object, dict]:
                                          else count_flag(str(get("recompute_layers")), "recompute-layers")),
                        recompute_modules=tuple(get("recompute_modules") or ()),
                        offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
-                       offload_optimizer=_share(get("offload_optimizer"), "offload-optimizer"),
+                       offload_optimizer=(0 if get("offload_optimizer") is None
+                                          else _read(share, "offload-optimizer", get("offload_optimizer"))),
                        **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
                           for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
                        zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
@@ -182,7 +170,7 @@ def build_plan(args) -> tuple[object, dict]:
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
-    extra = {"mfu": _fraction(str(get("mfu")), "mfu") if get("mfu") is not None else None,
+    extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
              "training_tokens": tokens, "text": text_config, "notes": notes}
     return plan, extra
 
