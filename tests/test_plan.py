@@ -1290,6 +1290,8 @@ def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
         an.Plan(m, hw, lay, stack="torchtitan", **kw)
     with pytest.raises(an.InputError, match="offload_optimizer: .*ZeRO 0-2"):
         an.Plan(m, hw, lay.replace(zero=3), **kw)
+    zero2 = an.Plan(m, hw, lay.replace(zero=2), **kw).memory()  # ZeRO-2 is accepted; all offloaded, the host holds the shard
+    assert zero2.host.to("byte").magnitude == 16 * (8_030_261_248 // 8) and zero2.optimizer.magnitude == 0
     with pytest.raises(an.InputError, match="moment_dtype: .*fp32 moments"):
         an.Plan(m, hw, lay, moment_dtype="bf16", **kw)
     for bad in (1.5, -0.25, True, "half", None):
