@@ -120,6 +120,19 @@ def test_a_shipped_plan_builds_no_expression():
 
 
 @needs_current
+def test_a_shipped_plan_names_its_fullest_stage_when_it_is_the_last():
+    """Llama 3 8B over 4 stages with full recomputation keeps only layer inputs, so the last stage,
+    which also takes the loss of a 128,256-entry vocabulary, is the fullest: the worst stage a compiled
+    plan names is the one its stage-by-stage parts (another path) put highest."""
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=4, dp=2, recompute="full"),
+                   seq_len=8192, global_batch=64)
+    assert plan._compiled.module is not None
+    totals = [m.total for m in plan.memory_by_stage()]
+    assert max(range(4), key=totals.__getitem__) == 3 and totals[3] > totals[0]
+    assert plan.memory().stage == 3 and plan.memory().total == totals[3]
+
+
+@needs_current
 def test_modules_of_other_sources_are_not_used(monkeypatch):
     """An edited catalogue: the digest differs, no module answers, and the numbers come from the
     expressions, the same."""
