@@ -17,8 +17,10 @@ def _modules() -> dict[str, Path]:
 def _imports(name: str, path: Path, modules: dict) -> set[str]:
     """Modules of the package that ``name`` imports anywhere (function-level imports too)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    found, text = set(), path.read_text()
+    if "import" not in text:  # no import statement, __import__ or importlib (the generated plan modules): nothing to walk
+        return found
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
