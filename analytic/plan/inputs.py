@@ -94,9 +94,7 @@ class Inputs:
                                            and self.selective != "op"):
             raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
                              "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
-        #: how the stack runs a share of the optimizer step on the host (choices.OPTIMIZER_OFFLOADS), or None
-        self.optimizer_offload = props.get("optimizer_offload")
-        if layout.offload_optimizer and self.optimizer_offload is None:
+        if layout.offload_optimizer and "optimizer_offload" not in props:  # the stack's choices.OPTIMIZER_OFFLOADS
             raise InputError(f"offload_optimizer: stack {self.stack} has no optimizer CPU offload modelled "
                              "(Megatron-Core's HybridDeviceOptimizer: stack='megatron-core')")
         if layout.offload_optimizer and is_number(layout.zero) and layout.zero > 2:
