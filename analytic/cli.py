@@ -74,6 +74,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{end}-stage-layers", dest=f"{end}_stage_layers",
                        help=f"layers on the {end} pipeline stage, the rest split evenly (Megatron-LM's "
                             f"--decoder-{end}-pipeline-num-layers)")
+    g.add_argument("--ends-as-layers", dest="ends_as_layers", action="store_true", default=None,
+                   help="count the embedding and the output layer + loss as a layer each in the pipeline split, the end "
+                        "chunks a layer fewer (Megatron-Core's --account-for-embedding/loss-in-pipeline-split; Llama 3)")
     g.add_argument("--fp8-activations", dest="fp8_activations", action="store_true", default=None,
                    help="with --dtype fp8: cache the inputs of matmuls and of the SwiGLU in FP8 (DeepSeek-V3 §3.3.2)")
     g.add_argument("--offload-activations", dest="offload_activations", action="store_true", default=None,

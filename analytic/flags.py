@@ -42,7 +42,7 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
-                             "fp8_activations", "first_stage_layers", "last_stage_layers"}
+                             "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
 
 
 def hardware_overrides(get) -> dict:
@@ -124,7 +124,7 @@ def build_plan(args) -> tuple[object, dict]:
     text_config = bool(defaults) and not any(k in given for k in (
         "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
         "recompute", "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-        "first_stage_layers", "last_stage_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size",
+        "first_stage_layers", "last_stage_layers", "ends_as_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size",
         "dtype", "flash_attention", "stack", "profile"))
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
@@ -155,6 +155,7 @@ def build_plan(args) -> tuple[object, dict]:
                                          else count_flag(str(get("recompute_layers")), "recompute-layers")),
                        recompute_modules=tuple(get("recompute_modules") or ()),
                        offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
+                       ends_as_layers=bool(get("ends_as_layers")),
                        offload_optimizer=(0 if get("offload_optimizer") is None
                                           else _read(share, "offload-optimizer", get("offload_optimizer"))),
                        **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)

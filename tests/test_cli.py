@@ -581,3 +581,21 @@ def test_memory_with_offloaded_optimizer(capsys):
     assert code == 2 and err.strip() == "--offload-optimizer: expected a number in [0, 1], got '1.5'"
     code, _, err = run(capsys, "search", *flags[:6], "--seq", "8192", "--global-batch", "64", "--offload-optimizer", "1")
     assert code == 2 and "--offload-optimizer" in err
+
+
+def test_memory_with_the_ends_counted_as_layers(capsys):
+    """--ends-as-layers: Llama 3 405B's 8 chunks of a layer a stage, the first stage's first chunk only
+    the embedding; the first stage holds 112 layer-microbatches, the second 141 (Megatron's interleaved
+    order, as the pipeline simulator counts them); a split that does not come out even is refused in one
+    line, and search, which does not read the flag, refuses it."""
+    flags = ("--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2",
+             "--seq", "8192", "--global-batch", "2048")
+    code, out, err = run(capsys, "memory", "--json", "--stages", *flags, "--vpp", "8", "--ends-as-layers")
+    assert code == 0, err
+    stages = json.loads(out)["stages"]
+    assert stages[1]["activations"] / stages[0]["activations"] == pytest.approx(141 / 112, rel=1e-12)
+    assert max(stages, key=lambda s: s["total"])["stage"] == 1
+    code, _, err = run(capsys, "memory", *flags, "--vpp", "3", "--ends-as-layers")
+    assert code == 2 and "ends_as_layers" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "search", *flags[:4], "--gpus", "8192", *flags[-4:], "--ends-as-layers")
+    assert code == 2 and "--ends-as-layers" in err

@@ -1244,6 +1244,43 @@ def test_uneven_stages_under_interleaving():
         plan(first_stage_layers=5, last_stage_layers=3)
 
 
+def test_ends_counted_as_layers_split_llama3_405b_a_layer_a_chunk():
+    """Llama 3 405B trims a layer from its first and last stages, leaving "the first model chunk on the
+    first stage ... only the embedding" (§3.3.2): a layer a chunk, (126 + 2)/16 = 8 chunks a stage,
+    Megatron-Core's account-for-embedding/loss split. The stages then hold 7, 14 × 8 and 7 layers, as
+    the same split given stage by stage; each stage holds the layer-microbatches the pipeline simulator
+    finds in flight under Megatron's interleaved order (the last also its loss)."""
+    from analytic.reference.pipeline_sim import simulate
+    m, hw, kw = an.model("llama3-405b"), an.hardware("h100-sxm"), dict(seq_len=8192, global_batch=2048)
+    base = dict(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True)
+    ends = an.Plan(m, hw, an.Layout(**base, schedule="interleaved", vpp=8, ends_as_layers=True), **kw)
+    given = an.Plan(m, hw, an.Layout(**base, first_stage_layers=7, last_stage_layers=7), **kw)
+    for k in (0, 1, 15):
+        assert ends.memory(stage=k).weights == given.memory(stage=k).weights
+    layer = ends.expr("memory.activations.layer").value().to("byte").magnitude
+    chunks = [1] * 128
+    chunks[0] = chunks[-1] = 0
+    peak = simulate("interleaved", 16, 32, v=8, layers=chunks).peak_layers
+    assert peak[:2] == [112, 141]
+    for k in range(15):
+        assert ends.memory(stage=k).activations.to("byte").magnitude == pytest.approx(peak[k] * layer, rel=1e-12)
+    assert ends.memory().stage == 1
+    assert "ends_as_layers" in repr(ends)
+
+
+@pytest.mark.parametrize("changes,needle", [
+    (dict(first_stage_layers=7), "Megatron-Core refuses both"),
+    (dict(vpp=3), "128 slots"),
+    (dict(vpp=1, pp=1, schedule="1f1b"), "no stages to split over"),
+])
+def test_ends_counted_as_layers_must_split_evenly(changes, needle):
+    lay = dict(tp=8, pp=16, dp=64, schedule="interleaved", vpp=8, ends_as_layers=True) | changes
+    with pytest.raises(an.LayoutError, match=needle):
+        an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(**lay), seq_len=8192, global_batch=2048)
+    with pytest.raises(an.LayoutError, match="DualPipe places both ends"):
+        an.Layout(pp=16, dp=64, schedule="dualpipe", ends_as_layers=True)
+
+
 def test_offloaded_optimizer_moves_its_share_of_the_state_and_the_step_to_the_host():
     """Llama 3 8B (8,030,261,248 parameters, its model card) on 8 GPUs, ZeRO-1: each rank updates
     1,003,782,656. Offloading half (Megatron-Core's --optimizer-offload-fraction 0.5) leaves 12 bytes

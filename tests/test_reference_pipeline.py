@@ -58,3 +58,33 @@ def test_zb_h2_greedy_is_an_upper_bound(p, m):
     r = simulate("zb-h2", p, m)
     assert closed("zb_h2", p) <= r.bubble <= closed("zb_h1", p) + 1e-9
     assert r.peak_in_flight[0] == min(an.formula("pipeline.in_flight.zb_h2").evaluate(pp=p).magnitude, m)
+
+
+def test_layers_of_the_chunks_in_flight_by_hand():
+    """Four stages of two chunks of two layers, the first chunk of the first stage and the last of the
+    last a layer fewer, eight microbatches. Megatron's order warms stage 0 up with 2·3 + 4 = 10 chunk
+    forwards and runs one more before its first backward: chunk 0 on microbatches 0–3, chunk 1 on 0–3,
+    chunk 0 on 4–6, so it holds 7 × 1 + 4 × 2 = 15 layer-microbatches. Stage 1 holds 9 chunks of 2."""
+    layers = [1, 2, 2, 2, 2, 2, 2, 1]
+    r = simulate("interleaved", 4, 8, v=2, layers=layers)
+    assert r.peak_layers[0] == 15 and r.peak_layers[1] == 18
+    assert simulate("interleaved", 4, 8, v=2).peak_layers == [11, 9, 7, 5]  # one layer a chunk: the chunk count
+    with pytest.raises(ValueError, match="8 chunks"):
+        simulate("interleaved", 4, 8, v=2, layers=layers[:-1])
+
+
+@pytest.mark.parametrize("p,m,v,s", [(4, 4, 2, 2), (4, 8, 2, 2), (4, 12, 3, 2), (8, 16, 2, 3), (16, 32, 8, 1),
+                                     (16, 16, 8, 1)])
+def test_lighter_end_chunks_in_flight(p, m, v, s):
+    """With the ends counted as layers (Megatron-Core's account-for-embedding/loss split) the first
+    chunk of the first stage and the last of the last hold s − 1 layers, every other chunk s; each end
+    stage then holds s layers a chunk in flight less pipeline.in_flight.interleaved_end_chunk, the
+    lighter chunk's microbatches at the peak, as the simulator finds."""
+    layers = [s] * (p * v)
+    layers[0] = layers[-1] = s - 1
+    peak = simulate("interleaved", p, m, v=v, layers=layers).peak_layers
+    for k in (0, p - 1):
+        chunks = min(an.formula("pipeline.in_flight.interleaved_stage").evaluate(pp=p, vpp=v, stage=k).magnitude, m * v)
+        light = an.formula("pipeline.in_flight.interleaved_end_chunk").evaluate(pp=p, vpp=v, stage=k,
+                                                                               microbatches=m).magnitude
+        assert chunks * s - light == peak[k]

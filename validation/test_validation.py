@@ -244,9 +244,16 @@ def test_readme_memory_paragraph(results):
             f"{100 * mem['count_mean']:.0f}% and {100 * mem['count_max']:.0f}%)") in readme
     allocated = mem["sources"]["megatron-lm-training-info-2023"]
     assert allocated["count"] == 4 and allocated["count_max"] < 0.02 and "the count is within 2% of all four" in readme
-    for case_id, gb, after in (("A01", 108, ";"), ("B02", 105, " with its published savers")):
+    for case_id, gb, after in (("A01", 82, ";"), ("B02", 105, " with its published savers")):
         total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
         assert round(total) == gb and f"({gb} GB{after}" in readme
+    a01 = calibration.build_plan(cases["A01"]["plan"])
+    layer = a01.expr("memory.activations.layer").value().to("byte").magnitude
+    fullest = a01.memory()
+    assert fullest.stage == 1 and round(fullest.activations.to("byte").magnitude / layer, 9) == 141
+    assert ("second stage holds the most, 141 layer-microbatches" in readme
+            and f"its first stage, whose first chunk holds only the embedding, "
+                f"{a01.memory(stage=0).total.to('GB').magnitude:.0f} GB)" in readme)
     b02 = calibration.build_plan(cases["B02"]["plan"])
     split = b02.replace(layout=b02.layout.replace(first_stage_layers=3, last_stage_layers=2))
     middle, trimmed = (round(p.memory(stage=7 if p is b02 else None).total.to("GB").magnitude) for p in (b02, split))
@@ -264,7 +271,7 @@ def test_readme_states_the_collective_measurements(results):
 
 def test_identifiability_names_who_pins_each_constant():
     """Hopper's bf16 efficiency is set by the cases that run bf16 on Hopper (Llama 3's, Nemotron-4's,
-    LLM Foundry's H100 rows) and by no other. The efficiencies are pinned to within 10%, κ_att to within
+    LLM Foundry's H100 rows) and by no other. The efficiencies are pinned to within 11%, κ_att to within
     15%; the overlap, like the latencies and link shares, is not fitted."""
     cases = [c for c in calibration.load_cases(HERE / "predicted.toml") if c.in_fit]
     table = {c["name"]: c for c in calibration.identifiability(cases)}
@@ -273,7 +280,7 @@ def test_identifiability_names_who_pins_each_constant():
     pinned_by = {i for i, _ in table["matmul_efficiency:hopper.bf16"]["determined_by"]}
     assert pinned_by and pinned_by <= hopper_bf16
     for name, c in table.items():
-        assert c["standard_error"] < (0.15 if name == "attention_factor" else 0.1) * c["value"], name
+        assert c["standard_error"] < (0.15 if name == "attention_factor" else 0.11) * c["value"], name
     assert set(table) == {"matmul_efficiency:ampere.bf16", "matmul_efficiency:hopper.bf16",
                           "matmul_efficiency:hopper.fp8", "matmul_efficiency:tpu-v6e.bf16", "attention_factor"}
 
@@ -349,7 +356,7 @@ def test_every_source_weighs_the_same_in_the_fit():
 
 def test_published_runs_predicted_not_to_fit_are_listed(results):
     """Every predicted case ran, so each is checked for fit: the summary lists those the model puts
-    above their HBM, among them Llama 3's interleaved 8,192-GPU row (108 GB) and DeepSeek-V3's last
+    above their HBM, among them Llama 3's interleaved 8,192-GPU row (82 GB) and DeepSeek-V3's last
     stage (151 GB) on 80 GB GPUs, and MaxText's Llama 2 70B (full recomputation, no offload) on
     32 GB chips; not its Llama 3.1 70B, which offloads the kept activations to host memory, nor a
     run on a GPU the model leaves room on."""

@@ -62,6 +62,19 @@ define("pipeline.in_flight.interleaved_stage", 2 * (p - k - 1) + (v - 1) * p + 1
        ("model chunks (of L/(p·v) layers each) whose activations stage k holds at its peak (at most m·v)",),
        "model chunks in flight on stage k, interleaved 1F1B",
        domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
+define("pipeline.in_flight.interleaved_end_chunk",
+       sympy.Piecewise((sympy.Min(2 * p - 1, p + (m - p) * v), sympy.Eq(k, 0)),
+                       (sympy.Piecewise((1, sympy.Eq(m, p)), (0, True)), sympy.Eq(k, p - 1)), (0, True)), "",
+       "derived from Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py): the first "
+       "stage's warm-up of (p − 1)·2 + (v − 1)·p chunks and the one in its steady state run chunk 0 on p "
+       "microbatches, each later chunk on p, then chunk 0 again on up to p − 1 more (at most m·v in all); the last "
+       "stage's last chunk holds one microbatch at its peak only where m = p (later a full chunk's microbatch "
+       "takes its place); analytic.reference.pipeline_sim counts both",
+       ("stage k's first chunk (k = 0) or last chunk (k = p − 1) holds a layer fewer than the others: the embedding "
+        "or the output layer and loss take its place (Megatron-Core's --account-for-embedding-in-pipeline-split "
+        "and --account-for-loss-in-pipeline-split)", "m a multiple of p, as the interleaved schedule needs"),
+       "microbatches of the lighter end chunk in flight on stage k at its peak, interleaved 1F1B",
+       domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
 define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (2p − 1)·M_B",),
        "microbatches in flight on the first stage, ZB-H2")
 define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),

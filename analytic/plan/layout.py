@@ -45,6 +45,13 @@ class Layout:
     By default every stage holds L/p layers; the first also the embedding, the last the output layer
     and the loss.
 
+    ``ends_as_layers`` counts the embedding and the output layer with the loss as a layer each in the
+    split, as Megatron-Core's ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split`` do: the L + 2 slots split evenly over the p·v model
+    chunks, so the first chunk of the first stage and the last chunk of the last stage hold a layer
+    fewer. Llama 3 405B trains so with a layer a chunk: "the first model chunk on the first stage has
+    only the embedding" (§3.3.2).
+
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
     (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
     ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
@@ -82,6 +89,7 @@ class Layout:
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
     first_stage_layers: object = None  # layers on the first pipeline stage (None: an even split)
     last_stage_layers: object = None  # layers on the last pipeline stage (None: an even split)
+    ends_as_layers: bool = False  # the embedding and the output layer + loss each take a layer's place in the split
     recompute_layers: object = None  # layers of each stage (chunk) recomputed under full (None: all)
     offload_activations: bool = False  # kept activations copied to host memory between forward and backward
     recompute_modules: tuple = ()  # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
@@ -99,7 +107,7 @@ class Layout:
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
-        for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations"):
+        for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations", "ends_as_layers"):
             flag(k, getattr(self, k))
         object.__setattr__(self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer))
         if not _open(self.recompute, "recompute"):
@@ -132,6 +140,12 @@ class Layout:
             raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
         if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
             raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
+        if self.ends_as_layers and (self.first_stage_layers is not None or self.last_stage_layers is not None):
+            raise LayoutError("ends_as_layers: the split it makes leaves no first_stage_layers/last_stage_layers to "
+                              "give (Megatron-Core refuses both at once)")
+        if self.ends_as_layers and self.schedule == "dualpipe":
+            raise LayoutError("ends_as_layers: DualPipe places both ends of the model on the same ranks; the split "
+                              "is Megatron-Core's, for its 1F1B and interleaved schedules")
 
     @property
     def gpus(self):
@@ -155,8 +169,9 @@ class Layout:
 
     @property
     def uneven(self) -> bool:
-        """Whether the first or last stage's layers are given."""
-        return self.first_stage_layers is not None or self.last_stage_layers is not None
+        """Whether the first and last stages hold other layer counts than the rest (given, or with the
+        ends counted as layers)."""
+        return self.first_stage_layers is not None or self.last_stage_layers is not None or self.ends_as_layers
 
     def replace(self, **changes) -> "Layout":
         return replace(self, **changes)
@@ -304,9 +319,19 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
         raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
                           "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
-    if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > m.layers:
-        raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers")
-    if lay.uneven:
+    slots = m.layers + 2 if lay.ends_as_layers else m.layers
+    if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
+        raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
+                          + (" and the two ends" if lay.ends_as_layers else ""))
+    if lay.ends_as_layers:
+        if not num(lay.pp, lay.vpp, m.layers):
+            raise LayoutError("ends_as_layers: needs a numeric pp, vpp and layer count")
+        if lay.pp < 2:
+            raise LayoutError(f"ends_as_layers: splits a pipeline's layers; pp {lay.pp} has no stages to split over")
+        if slots % (lay.pp * lay.vpp):
+            raise LayoutError(f"ends_as_layers: the {m.layers} layers and the two ends ({slots} slots) do not split "
+                              f"evenly over {lay.pp} stages × {lay.vpp} chunks (Megatron-Core's TransformerConfig)")
+    elif lay.uneven:
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         if not num(lay.pp, m.layers):
             raise LayoutError("first_stage_layers/last_stage_layers: need a numeric pp and layer count")

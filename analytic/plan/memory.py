@@ -124,9 +124,13 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
 
 
 def stage_layers(inp: Inputs) -> tuple:
-    """(first, middle, last) stages' layer counts: the layout's uneven split, or ⌈L/p⌉ each (where p
-    does not divide L some stage holds that many, and the stages are counted as the fullest)."""
+    """(first, middle, last) stages' layer counts: the layout's uneven split (with the ends counted
+    as layers, (L + 2)/p a stage, the two ends a layer fewer), or ⌈L/p⌉ each (where p does not divide
+    L some stage holds that many, and the stages are counted as the fullest)."""
     lay, layers = inp.deg, inp.model.layers
+    if inp.layout.ends_as_layers:
+        per = sympy.Integer(layers + 2) / lay.pp
+        return per - 1, per, per - 1
     first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
     given = [x for x in (first, last) if x is not None]
     middle = sympy.ceiling(sympy.sympify(layers - sum(given)) / (lay.pp - len(given)))
@@ -208,7 +212,13 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
 
     count = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})  # noqa: E731
     chunks = at_most(count("interleaved_stage"), mb * v)
-    return cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (chunks * layers / v, lay.schedule_is("interleaved")),
+    interleaved = chunks * layers / v
+    if inp.layout.ends_as_layers:  # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
+        end = sympy.Piecewise((1, sympy.Or(sympy.Eq(k, 0), sympy.Eq(k, p - 1))), (0, True))
+        light = formula("pipeline.in_flight.interleaved_end_chunk").bind({"pp": p, "vpp": v, "stage": k,
+                                                                          "microbatches": mb})
+        interleaved = chunks * (layers + end) / v - light
+    return cases("held", "", (layers * mb, lay.schedule_is("gpipe")), (interleaved, lay.schedule_is("interleaved")),
                  (at_most(count("1f1b_stage"), mb) * layers, lay.schedule_is("1f1b", "zb-h1")),
                  (at_most(count("zb_h2"), mb) * layers, lay.schedule_is("zb-h2")),
                  (at_most(count("dualpipe"), mb) * layers, True))

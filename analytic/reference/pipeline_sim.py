@@ -19,6 +19,7 @@ class Result:
     makespan: float
     bubble: float  # makespan minus one stage's busy time (equal on every stage)
     peak_in_flight: list  # per stage: most microbatches whose activations are held at once
+    peak_layers: list  # per stage: most layer-microbatches held at once (the layers of the chunks in flight)
 
 
 def _orders(schedule, p, m, v):
@@ -59,19 +60,27 @@ def _orders(schedule, p, m, v):
     return orders
 
 
-def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> Result:
+def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0,
+             layers=None) -> Result:
     """Run ``schedule`` on ``p`` stages with ``m`` microbatches (``v`` chunks per stage for the
-    interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes 1/v)."""
+    interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes 1/v).
+    ``layers`` gives each of the p·v model chunks' layer count, in model order (chunk c of stage i is
+    the (c·p + i)-th); None: one each."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     if schedule == "interleaved" and m % p:
         raise ValueError("interleaved 1F1B needs m to be a multiple of p")
     v = v if schedule == "interleaved" else 1
+    layers = [1] * (p * v) if layers is None else list(layers)
+    if len(layers) != p * v:
+        raise ValueError(f"layers: expected {p * v} chunks' layer counts, got {len(layers)}")
     dur = {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}
     done: dict = {}
     free = [0.0] * p
     held = [0] * p
     peak = [0] * p
+    held_layers = [0] * p
+    peak_layers = [0] * p
     last_vs = p * v - 1
 
     def vs(i, c):
@@ -104,8 +113,11 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
         if kind == "F":
             held[i] += 1
             peak[i] = max(peak[i], held[i])
+            held_layers[i] += layers[vs(i, c)]
+            peak_layers[i] = max(peak_layers[i], held_layers[i])
         if kind in ("B", "BW"):
             held[i] -= 1
+            held_layers[i] -= layers[vs(i, c)]
 
     if schedule in ("gpipe", "1f1b", "interleaved"):
         orders = _orders(schedule, p, m, v)
@@ -150,4 +162,4 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
             del todo[i][(kind, j)]
     makespan = max(free)
     busy = m * (t_f + t_b + t_w)
-    return Result(makespan, makespan - busy, [pk / v for pk in peak])
+    return Result(makespan, makespan - busy, [pk / v for pk in peak], peak_layers)
