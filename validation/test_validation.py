@@ -244,9 +244,8 @@ def test_readme_memory_paragraph(results):
             f"{100 * mem['count_mean']:.0f}% and {100 * mem['count_max']:.0f}%)") in readme
     allocated = mem["sources"]["megatron-lm-training-info-2023"]
     assert allocated["count"] == 4 and allocated["count_max"] < 0.02 and "the count is within 2% of all four" in readme
-    for case_id, gb, after in (("A01", 82, ";"), ("B02", 105, " with its published savers")):
-        total = calibration.build_plan(cases[case_id]["plan"]).memory().total.to("GB").magnitude
-        assert round(total) == gb and f"({gb} GB{after}" in readme
+    total = calibration.build_plan(cases["A01"]["plan"]).memory().total.to("GB").magnitude
+    assert round(total) == 82 and "(82 GB;" in readme
     a01 = calibration.build_plan(cases["A01"]["plan"])
     layer = a01.expr("memory.activations.layer").value().to("byte").magnitude
     fullest = a01.memory()
@@ -254,10 +253,13 @@ def test_readme_memory_paragraph(results):
     assert ("second stage holds the most, 141 layer-microbatches" in readme
             and f"its first stage, whose first chunk holds only the embedding, "
                 f"{a01.memory(stage=0).total.to('GB').magnitude:.0f} GB)" in readme)
-    b02 = calibration.build_plan(cases["B02"]["plan"])
-    split = b02.replace(layout=b02.layout.replace(first_stage_layers=3, last_stage_layers=2))
-    middle, trimmed = (round(p.memory(stage=7 if p is b02 else None).total.to("GB").magnitude) for p in (b02, split))
-    assert f"where its middle ranks take {middle} GB" in readme and f"would bring them to {trimmed} GB" in readme
+    b02 = calibration.build_plan(cases["B02"]["plan"])  # 4 layers a middle stage, 3 and 2 on the ends
+    assert (b02.layout.first_stage_layers, b02.layout.last_stage_layers) == (3, 2)
+    even = b02.replace(layout=b02.layout.replace(first_stage_layers=None, last_stage_layers=None))
+    ends, middle, spread = (p.memory(stage=k).total.to("GB").magnitude for p, k in ((b02, None), (b02, 7), (even, None)))
+    assert b02.memory().stage in (0, 15) and ends < 80
+    assert (f"Its first and last ranks take {ends:.1f} GB ({spread:.0f} GB with the 61 layers split as evenly as "
+            f"they go), its middle ranks {middle:.0f} GB") in readme
 
 
 def test_readme_states_the_collective_measurements(results):
@@ -356,14 +358,14 @@ def test_every_source_weighs_the_same_in_the_fit():
 
 def test_published_runs_predicted_not_to_fit_are_listed(results):
     """Every predicted case ran, so each is checked for fit: the summary lists those the model puts
-    above their HBM, among them Llama 3's interleaved 8,192-GPU row (82 GB) and DeepSeek-V3's last
-    stage (151 GB) on 80 GB GPUs, and MaxText's Llama 2 70B (full recomputation, no offload) on
-    32 GB chips; not its Llama 3.1 70B, which offloads the kept activations to host memory, nor a
-    run on a GPU the model leaves room on."""
+    above their HBM: Llama 3's interleaved 8,192-GPU row (82 GB) on 80 GB GPUs and MaxText's Llama 2
+    70B (full recomputation, no offload) on 32 GB chips; not DeepSeek-V3's with its savers and 4 layers
+    a middle stage, nor MaxText's Llama 3.1 70B, which offloads the kept activations to host memory,
+    nor a run on a GPU the model leaves room on."""
     mem = validation.statistics(results)["memory"]
     predicted = [r for r in results if r.kind == "predicted"]
     assert mem["runs"] == len(predicted)
-    assert {"A01", "B02"} <= set(mem["runs_not_fitting"])
+    assert "A01" in mem["runs_not_fitting"] and "B02" not in mem["runs_not_fitting"]
     assert "C16-ptdp-384" not in mem["runs_not_fitting"] and "NEMOTRON4-6144" not in mem["runs_not_fitting"]
     line = next(ln for ln in validation_report.summary(results) if "published runs predicted not to fit" in ln)
     assert f"though they ran: {', '.join(mem['runs_not_fitting'])};" in line
@@ -374,11 +376,12 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
     more = sorted(set(at_peak) - set(mem["runs_not_fitting"]))
-    assert more == ["A03", "A05", "MPT-3b-8k-8xh100-fp8"]
-    plans = [calibration.build_plan(cases[i]["plan"]) for i in ("A03", "MPT-3b-8k-8xh100-fp8")]
+    assert more == ["A03", "A05", "B02", "MPT-3b-8k-8xh100-fp8"]
+    plans = [calibration.build_plan(cases[i]["plan"]) for i in ("A03", "B02", "MPT-3b-8k-8xh100-fp8")]
     gb = [(p.memory().total.to("GB").magnitude, p.memory_peak().to("GB").magnitude) for p in plans]
-    assert (f"Llama 3's two 16,384-GPU rows ({gb[0][0]:.1f} GB by the count, {gb[0][1]:.1f} GB predicted) and LLM "
-            f"Foundry's MPT-3B at 8K tokens on H100 in FP8 ({gb[1][0]:.1f} GB, {gb[1][1]:.1f} GB)") in readme
+    assert (f"Llama 3's two 16,384-GPU rows ({gb[0][0]:.1f} GB by the count, {gb[0][1]:.1f} GB predicted), "
+            f"DeepSeek-V3's ({gb[1][0]:.1f} GB, {gb[1][1]:.1f} GB) and LLM Foundry's MPT-3B at 8K tokens on H100 in "
+            f"FP8 ({gb[2][0]:.1f} GB, {gb[2][1]:.1f} GB)") in readme
     assert "MaxText's Llama 2 70B on 32 GB TPU v6e chips" in readme
     assert [i for i in mem["runs_not_fitting"] if i.startswith("MAXTEXT")] == ["MAXTEXT-v6e-llama2-70b"]
 
