@@ -109,10 +109,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="module name (e.g. timing)")
     ap.add_argument("--sample", type=int, default=0, help="run this many mutants drawn at random (seed 0)")
+    ap.add_argument("--lines", default="", help="only the sites on these lines (e.g. 126-136,210-222)")
     ap.add_argument("--out", default=str(ROOT / "mutation-plan-report.md"))
     args = ap.parse_args()
     modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
     todo = [(p, i, d) for p in modules for i, d in sites(p)]
+    if args.lines:
+        spans = [tuple(map(int, span.split("-"))) for span in args.lines.split(",")]
+        todo = [(p, i, d) for p, i, d in todo if any(a <= int(d.split(":")[0].split()[1]) <= b for a, b in spans)]
     if args.sample:
         todo = random.Random(0).sample(todo, min(args.sample, len(todo)))
     start = time.time()

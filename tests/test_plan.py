@@ -1264,6 +1264,12 @@ def test_ends_counted_as_layers_split_llama3_405b_a_layer_a_chunk():
     assert peak[:2] == [112, 141]
     for k in range(15):
         assert ends.memory(stage=k).activations.to("byte").magnitude == pytest.approx(peak[k] * layer, rel=1e-12)
+    # the last stage also holds the loss's working set and the saved inputs of the final norm and the
+    # output layer, 2 bytes of h/t each a token under sequence parallelism
+    last = ends.memory(stage=15)
+    head = 2 * 2 * 8192 * 16384 / 8
+    assert last.activations.to("byte").magnitude == pytest.approx(peak[15] * layer + last.loss.to("byte").magnitude + head,
+                                                                  rel=1e-12)
     assert ends.memory().stage == 1
     assert "ends_as_layers" in repr(ends)
 
