@@ -1278,12 +1278,14 @@ def test_ends_counted_as_layers_on_two_stages():
     """Six layers and the two ends over 2 stages of 2 chunks: 2 slots a chunk, so stage 0 runs the
     embedding and a layer, then 2 layers. With 4 microbatches it warms up with 2·1 + 1·2 = 4 chunk
     forwards and runs one more: chunk 0 on microbatches 0, 1 and 2, chunk 1 on 0 and 1, holding
-    3 × 1 + 2 × 2 = 7 layer-microbatches."""
+    3 × 1 + 2 × 2 = 7 layer-microbatches. Eight layers and the ends do not fill 4 stages of 2 chunks evenly."""
     m = an.Model(layers=6, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
     plan = an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=2, vpp=2, schedule="interleaved", ends_as_layers=True),
                    seq_len=2048, global_batch=4)
     layer = plan.expr("memory.activations.layer").value().to("byte").magnitude
     assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx(7 * layer, rel=1e-12)
+    with pytest.raises(an.LayoutError, match="10 slots"):  # 8 layers and the ends over 4 stages of 2 chunks
+        plan.replace(model=m.replace(layers=8), layout=plan.layout.replace(pp=4))
 
 
 @pytest.mark.parametrize("changes,needle", [
