@@ -764,6 +764,9 @@ def test_readme_tour_states_the_step_time_interval():
             and f"({fitted['low']:.2f} and {fitted['high']:.2f} of it, each peak's source left out of the fit)" in readme)
     trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
+    own = plan.replace(layout=plan.layout.replace(zero=2, schedule="interleaved", vpp=8, ends_as_layers=True)).memory()
+    assert not own.fits and (f"stage {own.stage} the fullest, # {own.total.to('GB').magnitude:.1f} GB: does not fit"
+                             in " ".join(readme.split()))
     block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))
     assert (f"# {block.memory().total.to('GB').magnitude:.1f} GB: fits, recomputing 2 of each stage's 8 layers"
             in readme and block.memory().fits)
