@@ -43,6 +43,10 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
+#: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
+#: print beside the plan's; any other plan flag makes the configuration the user's
+TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
+                "grad_dtype", "moment_dtype"}
 
 
 def hardware_overrides(get) -> dict:
@@ -121,11 +125,7 @@ def build_plan(args) -> tuple[object, dict]:
              if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target",
                                             "threshold", "link")}
     defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
-    text_config = bool(defaults) and not any(k in given for k in (
-        "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sequence_parallel", "async_tp", "comm_sms", "zero3_gather",
-        "recompute", "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-        "first_stage_layers", "last_stage_layers", "ends_as_layers", "schedule", "seq", "batch_tokens", "global_batch", "microbatch_size",
-        "dtype", "flash_attention", "stack", "profile"))
+    text_config = bool(defaults) and not any(k in given for k in PLAN_FLAGS - TEXT_KEPT_BY)
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")

@@ -214,7 +214,7 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
     chunks = at_most(count("interleaved_stage"), mb * v)
     interleaved = chunks * layers / v
     if inp.layout.ends_as_layers:  # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
-        end = sympy.Piecewise((1, sympy.Or(sympy.Eq(k, 0), sympy.Eq(k, p - 1))), (0, True))
+        end = sympy.Piecewise((1, sympy.Or(params["first"], params["last"])), (0, True))
         light = formula("pipeline.in_flight.interleaved_end_chunk").bind({"pp": p, "vpp": v, "stage": k,
                                                                           "microbatches": mb})
         interleaved = chunks * (layers + end) / v - light
