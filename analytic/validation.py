@@ -2,12 +2,14 @@
 
 Case kinds: ``identity`` (a formula reproduces a published closed form or value), ``derived`` (a
 published number follows from published inputs), ``predicted`` (a measurement the calibrated model
-must predict; reported in-fit and leave-one-out), ``claim`` (the source text's claims).
+must predict; reported in-fit and leave-one-out), ``memory`` (a measured peak per GPU), ``oom`` (a
+published run that ran out of memory, which the model must not fit), ``claim`` (the source text's claims).
 Nothing here knows a case by name: the cases are data.
 """
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from .values import as_quantity
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
 
-KINDS = ("identity", "derived", "predicted", "memory", "claim")
+KINDS = ("identity", "derived", "predicted", "memory", "oom", "claim")
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
@@ -86,6 +88,9 @@ def load(folder: Path) -> tuple[list[dict], dict]:
                                               ("plan" in c) != ("plan_of" in c)):
                 raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
                                     "plan_of, the id of the predicted case whose run it measured)")
+            if c["kind"] == "oom" and not all(k in c for k in ("plan", "published", "group", "source")):
+                raise AnalyticError(f"{path.name}: oom case {c['id']} needs plan, published (what the source says), "
+                                    "group and source")
             cases.append(dict(c, file=path.name))
     if not cases:
         raise AnalyticError(f"{folder}: no cases (a case is a [[case]] table of a *.toml file)")
@@ -235,13 +240,36 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
     return out
 
 
+def _oom(cases: list[dict]) -> list[Result]:
+    """Each reported out-of-memory run against its fullest stage at the predicted peak (the count
+    times the allocator's reserve; the count alone where no reserve is fitted for the allocator):
+    the case holds ("within") when the model puts it above the HBM too."""
+    out = []
+    for c in cases:
+        plan = calibration.build_plan(copy.deepcopy(c["plan"]))
+        mem = plan.memory()
+        try:
+            peak, by = plan.memory_peak(), "predicted peak"
+        except PresetError:
+            peak, by = mem.total, "count"
+        fits = bool(peak <= mem.hbm)
+        out.append(Result(id=c["id"], kind="oom", quantity=c.get("quantity", ""), published=c["published"],
+                          ours=f"{by} {peak.to('GB'):.4g~P} of {mem.hbm.to('GB'):.4g~P}: {'fits' if fits else 'does not fit'}",
+                          error=None, status="outside" if fits else "within", expected=c.get("expect", "within"),
+                          source=c.get("source", ""), reason=c.get("reason", ""),
+                          extra={"group": c["group"], "count": format(mem.total.to("GB"), ".4g~P"),
+                                 "fits": bool(mem.fits), "fits_at_peak": fits}))
+    return out
+
+
 def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     """Every case (``predicted=False``: all but the predicted ones, which need the calibration fit)."""
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
-    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory")]
+    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom")]
     results += _memory(folder, {c["id"]: c for c in cases if c["kind"] == "memory"})
+    results += _oom([c for c in cases if c["kind"] == "oom"])
     if predicted:
         results += _predicted([c for c in cases if c["kind"] == "predicted"])
     order = {kind: i for i, kind in enumerate(KINDS)}
@@ -297,6 +325,10 @@ def statistics(results: list[Result]) -> dict:
         out.setdefault("memory", {})["runs_not_fitting"] = [r.id for r in pred if not r.extra["fits"]]
         out["memory"]["runs_not_fitting_at_peak"] = [r.id for r in pred if r.extra["fits_at_peak"] is False]
         out["memory"]["runs"] = len(pred)
+    oom = [r for r in results if r.kind == "oom"]
+    if oom:  # published runs that ran out of memory: each should not fit
+        out.setdefault("memory", {})["reported_oom"] = len(oom)
+        out["memory"]["oom_predicted_to_fit"] = [r.id for r in oom if r.status != "within"]
     for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
         if subset:
             out["predicted"][label] = stats(subset)

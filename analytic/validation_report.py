@@ -37,6 +37,10 @@ def summary(results: list[Result]) -> list[str]:
         lines.append(f"memory: {len(s['runs_not_fitting'])} of the {s['runs']} published runs predicted not to fit by the "
                      f"count, though they ran: {', '.join(s['runs_not_fitting']) or 'none'}; at the predicted peak (the count "
                      f"times the allocator's reserve): {', '.join(s['runs_not_fitting_at_peak']) or 'none'}")
+    if "reported_oom" in stats.get("memory", {}):
+        s = stats["memory"]
+        lines.append(f"memory: {len(s['oom_predicted_to_fit'])} of the {s['reported_oom']} published runs that ran out of "
+                     f"memory predicted to fit at the predicted peak: {', '.join(s['oom_predicted_to_fit']) or 'none'}")
     if "all" in stats["predicted"]:
         for g, s in stats["predicted"]["all"]["sources"].items():
             lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "
@@ -79,7 +83,9 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
     titles = {"identity": "Identities (published closed forms and values)",
               "derived": "Derived (published numbers from published inputs)",
               "predicted": "Predicted (measured; leave-one-source-out)",
-              "memory": "Memory (measured peaks per GPU against the fullest stage times the allocator's reserve, its source left out)", "claim": "Claims of the source text"}
+              "memory": "Memory (measured peaks per GPU against the fullest stage times the allocator's reserve, its source left out)",
+              "oom": "Out of memory (published runs that did not fit: the model must not fit them at the predicted peak)",
+              "claim": "Claims of the source text"}
     for kind, title in titles.items():
         rs = [r for r in results if r.kind == kind]
         out += ["", f"## {title}", ""]

@@ -387,6 +387,54 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
     assert [i for i in mem["runs_not_fitting"] if i.startswith("MAXTEXT")] == ["MAXTEXT-v6e-llama2-70b"]
 
 
+def test_reported_out_of_memory_runs_do_not_fit(results):
+    """Each published out-of-memory run is put above its HBM, and the summary says none is fitted.
+    TorchTitan's 405B under FSDP alone on 128 GPUs of 94 GB, by hand: ZeRO-3's 16 bytes a parameter over
+    128 ranks and the 126 layers' 16-bit inputs that full recomputation keeps (2 sequences of 8,192 tokens
+    of 16,384) are already 118 GB, before the working set of the layer being recomputed and the loss."""
+    oom = [r for r in results if r.kind == "oom"]
+    assert {r.id for r in oom} == {"OOM-TT-llama2-70b-b2-sac", "OOM-TT-llama3.1-405b-fsdp128"}
+    assert all(r.status == "within" and "does not fit" in r.ours for r in oom)
+    mem = validation.statistics(results)["memory"]
+    assert mem["reported_oom"] == 2 and mem["oom_predicted_to_fit"] == []
+    line = next(ln for ln in validation_report.summary(results) if "ran out of memory" in ln)
+    assert line.startswith("memory: 0 of the 2 published runs that ran out of memory") and line.endswith(": none")
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    ours = "; ".join(r.ours.split(":")[0] for r in sorted(oom, key=lambda r: r.id))
+    assert f"the model puts neither in its HBM ({ours})" in readme
+    case = next(c for c in validation.load(HERE)[0] if c["id"] == "OOM-TT-llama3.1-405b-fsdp128")
+    plan = calibration.build_plan(case["plan"])
+    by_hand = 16 * an.model("llama3-405b").total_params / 128 + 126 * 2 * 8192 * 16384 * 2
+    assert 117e9 < by_hand < 119e9 and by_hand > plan.memory().hbm.to("byte").magnitude
+    assert plan.memory().total.to("byte").magnitude > by_hand
+
+
+def test_an_out_of_memory_case_the_model_fits_fails(tmp_path):
+    """A reported out-of-memory run that the model fits is a failing case, listed in the summary; an
+    oom case without its plan is refused."""
+    (tmp_path / "oom.toml").write_text('''
+[[case]]
+id = "X"
+kind = "oom"
+published = "out of memory"
+source = "a test"
+group = "g"
+[case.plan]
+model = "llama3-8b"
+hardware = "h100-sxm"
+layout = { dp = 8, zero = 3, recompute = "full" }
+seq_len = 2048
+global_batch = 8
+''')
+    results = validation.run(tmp_path, predicted=False)
+    (x,) = results
+    assert x.status == "outside" and "fits" in x.ours and validation.failed(results) == [x]
+    assert validation.statistics(results)["memory"]["oom_predicted_to_fit"] == ["X"]
+    (tmp_path / "oom.toml").write_text('[[case]]\nid = "Y"\nkind = "oom"\npublished = "OOM"\ngroup = "g"\nsource = "s"\n')
+    with pytest.raises(an.AnalyticError, match="oom case Y needs plan"):
+        validation.load(tmp_path)
+
+
 def test_a_folder_without_memory_peaks_still_summarises_its_runs_fit(results):
     """The fit check of the published runs stands without measured peaks: a cases folder of predicted
     cases alone gets its summary, with no line for peaks it does not have."""
