@@ -273,7 +273,7 @@ def test_readme_states_the_collective_measurements(results):
 
 def test_identifiability_names_who_pins_each_constant():
     """Hopper's bf16 efficiency is set by the cases that run bf16 on Hopper (Llama 3's, Nemotron-4's,
-    LLM Foundry's H100 rows, TorchTitan's bf16 8B rows) and by no other. The efficiencies are pinned to within 11%, κ_att to within
+    LLM Foundry's H100 rows, TorchTitan's bf16 H100 rows) and by no other. The efficiencies are pinned to within 11%, κ_att to within
     15%; the overlap, like the latencies and link shares, is not fitted."""
     cases = [c for c in calibration.load_cases(HERE / "predicted.toml") if c.in_fit]
     table = {c["name"]: c for c in calibration.identifiability(cases)}
@@ -347,12 +347,12 @@ def test_a_model_table_without_a_source_is_refused():
 
 
 def test_every_source_weighs_the_same_in_the_fit():
-    """TorchTitan's twelve rows and DeepSeek-V3's one each add a sum of squared weights of 1."""
+    """TorchTitan's fifteen H100 rows and DeepSeek-V3's one each add a sum of squared weights of 1."""
     cases = [c for c in calibration.load_cases(HERE / "predicted.toml") if c.in_fit]
     weights = calibration.source_weights(cases)
     ids = [c.id for c in cases]
     assert weights[ids.index("B02")] == 1.0
-    assert weights[ids.index("G03-8b-8")] == pytest.approx(1 / 12 ** 0.5)
+    assert weights[ids.index("G03-8b-8")] == pytest.approx(1 / 15 ** 0.5)
     for group in {c.group for c in cases}:
         assert sum(w ** 2 for w, c in zip(weights, cases) if c.group == group) == pytest.approx(1.0)
 
