@@ -201,13 +201,19 @@ def _predicted(cases: list[dict]) -> list[Result]:
     return out
 
 
-def _fits_at_peak(plan) -> bool | None:
-    """Whether the plan's predicted peak (the count times its allocator's reserve) fits its HBM; None
-    where no reserve is fitted for its allocator."""
+def _peak(plan) -> tuple[pint.Quantity, str]:
+    """The plan's predicted peak (the count times its allocator's reserve) and "predicted peak"; its
+    count and "count" where no reserve is fitted for its allocator."""
     try:
-        return bool(plan.memory_peak() <= plan.memory().hbm)
+        return plan.memory_peak(), "predicted peak"
     except PresetError:
-        return None
+        return plan.memory().total, "count"
+
+
+def _fits_at_peak(plan) -> bool | None:
+    """Whether the plan's predicted peak fits its HBM; None where no reserve is fitted for its allocator."""
+    peak, by = _peak(plan)
+    return None if by == "count" else bool(peak <= plan.memory().hbm)
 
 
 def _memory(folder: Path, cases: dict) -> list[Result]:
@@ -247,18 +253,13 @@ def _oom(cases: list[dict]) -> list[Result]:
     out = []
     for c in cases:
         plan = calibration.build_plan(copy.deepcopy(c["plan"]))
-        mem = plan.memory()
-        try:
-            peak, by = plan.memory_peak(), "predicted peak"
-        except PresetError:
-            peak, by = mem.total, "count"
+        (peak, by), mem = _peak(plan), plan.memory()
         fits = bool(peak <= mem.hbm)
         out.append(Result(id=c["id"], kind="oom", quantity=c.get("quantity", ""), published=c["published"],
                           ours=f"{by} {peak.to('GB'):.4g~P} of {mem.hbm.to('GB'):.4g~P}: {'fits' if fits else 'does not fit'}",
                           error=None, status="outside" if fits else "within", expected=c.get("expect", "within"),
                           source=c.get("source", ""), reason=c.get("reason", ""),
-                          extra={"group": c["group"], "count": format(mem.total.to("GB"), ".4g~P"),
-                                 "fits": bool(mem.fits), "fits_at_peak": fits}))
+                          extra={"group": c["group"], "count": format(mem.total.to("GB"), ".4g~P")}))
     return out
 
 
