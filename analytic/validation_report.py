@@ -119,8 +119,16 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
                         "a relative error near or above 100% means the cases do not pin the constant down.", ""]
                 out += constants_table(folder)
             continue
-        if kind == "memory":  # the count alone beside the prediction: what the reserve adds
-            out += ["| id | quantity | published | ours | error | count alone | its error | status | source | reason |",
+        if kind == "memory":  # by source, like the predicted cases; the count alone beside the prediction
+            out += ["Mean and max are the absolute errors of the prediction, the reserve fitted with the peak's source "
+                    "left out; beside them the count alone's and the in-fit prediction's (the reserve fitted on every "
+                    "peak, the shipped one).", "",
+                    "| source | peaks | within | mean | max | count alone: mean | count alone: max | in-fit mean |",
+                    "|---|---|---|---|---|---|---|---|"]
+            for g, s in statistics(rs)["memory"]["sources"].items():
+                out.append(f"| {g} | {s['count']} | {s['within']} | {_pct(s['mean'])} | {_pct(s['max'])} | "
+                           f"{_pct(s['count_mean'])} | {_pct(s['count_max'])} | {_pct(s['in_fit_mean'])} |")
+            out += ["", "| id | quantity | published | ours | error | count alone | its error | status | source | reason |",
                     "|---|---|---|---|---|---|---|---|---|---|"]
             out += [f"| {r.id} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | {_pct(r.error)} | "
                     f"{esc(r.extra['count'])} | {_pct(r.extra['count_error'])} | {r.status} | {esc(r.source)} | "

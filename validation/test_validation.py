@@ -301,6 +301,10 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
     assert mem["count"] == len(rows) == 22 and set(mem["sources"]) == {
         "torchtitan-2024", "trainy-whitefiber-2025", "megatron-lm-training-info-2023"}
     assert mem["max"] == max(abs(r.error) for r in rows) and mem["mean"] <= mem["max"]
+    titan = mem["sources"]["torchtitan-2024"]  # the report's table by source, like the predicted cases'
+    assert titan["count"] == sum(r.extra["group"] == "torchtitan-2024" for r in rows) == 16
+    assert (f"| torchtitan-2024 | 16 | {titan['within']} | {100 * titan['mean']:.1f}% | {100 * titan['max']:.1f}% | "
+            f"{100 * titan['count_mean']:.1f}% |") in validation_report.markdown(results)
     case = next(c for c in validation.load(HERE)[0] if c["id"] == "M-G03-8b-8")
     plan = calibration.build_plan(next(c for c in validation.load(HERE)[0] if c["id"] == "G03-8b-8")["plan"])
     ours = plan.memory().total.to("GiB").magnitude
