@@ -54,8 +54,8 @@ def _skipped(tree: ast.AST) -> set[int]:
     return out
 
 
-def sites(path: Path) -> list[tuple[int, str]]:
-    """(index, description) of every mutation site of a module, in walk order."""
+def sites(path: Path) -> list[tuple[int, int, str]]:
+    """(index, line, description) of every mutation site of a module, in walk order."""
     tree = ast.parse(path.read_text())
     skip = _skipped(tree)
     out = []
@@ -63,12 +63,12 @@ def sites(path: Path) -> list[tuple[int, str]]:
         if id(node) in skip:
             continue
         if isinstance(node, ast.BinOp) and type(node.op) in SWAP_BIN:
-            out.append(f"line {node.lineno}: {type(node.op).__name__} → {SWAP_BIN[type(node.op)].__name__}")
+            out.append((node.lineno, f"{type(node.op).__name__} → {SWAP_BIN[type(node.op)].__name__}"))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in SWAP_CMP:
-            out.append(f"line {node.lineno}: {type(node.ops[0]).__name__} → {SWAP_CMP[type(node.ops[0])].__name__}")
+            out.append((node.lineno, f"{type(node.ops[0]).__name__} → {SWAP_CMP[type(node.ops[0])].__name__}"))
         elif (isinstance(node, ast.Constant) and type(node.value) in (int, float)):
-            out.append(f"line {node.lineno}: constant {node.value} → {node.value + 1}")
-    return list(enumerate(out))
+            out.append((node.lineno, f"constant {node.value} → {node.value + 1}"))
+    return [(i, line, f"line {line}: {what}") for i, (line, what) in enumerate(out)]
 
 
 def mutate(path: Path, index: int) -> str:
@@ -113,10 +113,10 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "mutation-plan-report.md"))
     args = ap.parse_args()
     modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
-    todo = [(p, i, d) for p in modules for i, d in sites(p)]
+    todo = [(p, i, line, d) for p in modules for i, line, d in sites(p)]
     if args.lines:
         spans = [tuple(map(int, span.split("-"))) for span in args.lines.split(",")]
-        todo = [(p, i, d) for p, i, d in todo if any(a <= int(d.split(":")[0].split()[1]) <= b for a, b in spans)]
+        todo = [t for t in todo if any(a <= t[2] <= b for a, b in spans)]
     if args.sample:
         todo = random.Random(0).sample(todo, min(args.sample, len(todo)))
     start = time.time()
@@ -127,7 +127,7 @@ def main() -> int:
             print("the unmutated tests fail; fix them first", file=sys.stderr)
             return 1
         results = []
-        for path, index, desc in todo:
+        for path, index, _, desc in todo:
             target = root / path.relative_to(ROOT)
             original = target.read_text()
             target.write_text(mutate(path, index))
