@@ -359,6 +359,11 @@ def cases(name: str, unit, *pieces) -> Formula:
 
 def to_float(expr: sympy.Expr, name: str = "expression") -> float:
     """An exact sympy number as a float (the edge where exactness ends)."""
+    if isinstance(expr, sympy.Rational):  # one correctly rounded division
+        try:
+            return expr.p / expr.q
+        except OverflowError:
+            pass  # past the float range: said below
     try:
         val = complex(sympy.N(expr, 30))
     except TypeError:

@@ -182,6 +182,8 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, show
     """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
     returned as it is (unless ``allow_symbol`` is False; ``symbols.canonical`` maps a user's Symbol("dp")
     to the declared one). Strings are not counts here; see :func:`parse_count`."""
+    if type(value) is int and minimum <= value <= MAX_COUNT:  # the common case, without sympy
+        return value
     shown = show(value if shown is None else shown)
     if isinstance(value, sympy.Basic) and not value.is_number:
         if not allow_symbol:

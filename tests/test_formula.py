@@ -130,3 +130,14 @@ def test_n_gives_floats_of_the_asked_digits():
     assert short.unit == f.unit and short.sources == f.sources
     with pytest.raises(an.InputError, match="digits"):
         f.n(0)
+
+
+def test_exact_numbers_become_correctly_rounded_floats():
+    """A rational is one correctly rounded division (1/3, and 1 + 1e-30, which rounds to 1); one past
+    the float range is refused, not returned as inf."""
+    from analytic.formula import to_float
+    assert to_float(sympy.Rational(1, 3)) == 1 / 3
+    assert to_float(sympy.Rational(10**30 + 1, 10**30)) == 1.0
+    assert to_float(sympy.Integer(2) ** 60 + 1) == float(2**60)
+    with pytest.raises(InputError, match="not a finite real number"):
+        to_float(sympy.Integer(10) ** 400)

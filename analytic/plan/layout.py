@@ -218,7 +218,10 @@ class _Degrees:
 
     def recompute_is(self, name: str):
         """Condition: the recomputation policy is ``name``."""
-        return sympy.Eq(self.rc, RECOMPUTE.index(name))
+        index = RECOMPUTE.index(name)
+        if self.rc.is_number:
+            return sympy.true if self.rc == index else sympy.false
+        return sympy.Eq(self.rc, index)
 
     def zero_at_least(self, stage: int):
         """Condition: ZeRO stage ≥ ``stage``."""

@@ -76,10 +76,7 @@ def structure(inp: Inputs) -> str | None:
             or not all(_open_or_number(v, k) for v, k in open_ok)
             or any(isinstance(v, sympy.Basic) and not v.is_number for v in fixed)):
         return None
-    parts = [f"{k}={getattr(m, k)}" for k in (*_MODEL_KINDS, *_MODEL_FIXED)]
-    parts += [f"{k}>0" for k in MODEL_COUNTS if getattr(m, k) and k not in ("layers", "hidden", "heads", "vocab",
-                                                                             "ffn_hidden", "kv_heads", "head_dim")]
-    parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
+    parts = [_model_structure(m)]
     parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
     parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
@@ -89,6 +86,16 @@ def structure(inp: Inputs) -> str | None:
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
               f"checkpoint_time={present['checkpoint_time']}", f"mesh={present['scale_up_links']}"]
+    return ";".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _model_structure(m) -> str:
+    """The model's part of :func:`structure` (a Model is immutable: kept for the plans that share it)."""
+    parts = [f"{k}={getattr(m, k)}" for k in (*_MODEL_KINDS, *_MODEL_FIXED)]
+    parts += [f"{k}>0" for k in MODEL_COUNTS if getattr(m, k) and k not in ("layers", "hidden", "heads", "vocab",
+                                                                             "ffn_hidden", "kv_heads", "head_dim")]
+    parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
     return ";".join(parts)
 
 
@@ -163,10 +170,10 @@ class Compiled:
         return self._stages[k]
 
     def _finite(self, function, inputs, outputs, units, values) -> dict:
-        nan = math.nan
-        out = function(tuple(values.get(k, nan) for k in inputs), self._kernels)
+        get, nan, finite = values.get, math.nan, math.isfinite
+        out = function([get(k, nan) for k in inputs], self._kernels)
         n = len(outputs)
-        return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and math.isfinite(v)}
+        return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and finite(v)}
 
 
 @functools.cache
