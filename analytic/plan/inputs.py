@@ -118,8 +118,12 @@ class Inputs:
         #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
         self.grad_rule = grad_dtype
         #: condition: this plan keeps fp32 gradient buffers
-        self.fp32_grads = (sympy.false if grad_dtype == "bf16" else sympy.Le(layout.zero, 2) if not is_number(layout.zero)
-                           else sympy.true if layout.zero <= 2 else sympy.false)
+        if grad_dtype == "bf16":
+            self.fp32_grads = sympy.false
+        elif is_number(layout.zero):  # decided here, without building a relation to evaluate
+            self.fp32_grads = sympy.true if layout.zero <= 2 else sympy.false
+        else:
+            self.fp32_grads = sympy.Le(layout.zero, 2)
         self.grad_dtype = {sympy.true: "fp32", sympy.false: "bf16"}.get(self.fp32_grads, "fp32 with ZeRO 0-2")
         #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
