@@ -88,3 +88,12 @@ def test_lighter_end_chunks_in_flight(p, m, v, s):
         light = an.formula("pipeline.in_flight.interleaved_end_chunk").evaluate(pp=p, vpp=v, stage=k,
                                                                                microbatches=m).magnitude
         assert chunks * s - light == peak[k]
+
+
+def test_the_lighter_end_chunk_needs_whole_rounds_of_microbatches():
+    """The count holds where interleaved 1F1B runs: m a multiple of p. With fewer microbatches than
+    stages (m = 1, p = 2, v = 3) its warm-up term p + (m − p)·v would be −1, so the formula refuses it."""
+    f = an.formula("pipeline.in_flight.interleaved_end_chunk")
+    with pytest.raises(an.InputError, match="multiple of p"):
+        f.evaluate(pp=2, vpp=3, stage=0, microbatches=1)
+    assert f.evaluate(pp=2, vpp=3, stage=0, microbatches=2).magnitude == 2

@@ -74,7 +74,8 @@ define("pipeline.in_flight.interleaved_end_chunk",
         "or the output layer and loss take its place (Megatron-Core's --account-for-embedding-in-pipeline-split "
         "and --account-for-loss-in-pipeline-split)", "m a multiple of p, as the interleaved schedule needs"),
        "microbatches of the lighter end chunk in flight on stage k at its peak, interleaved 1F1B",
-       domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
+       domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),
+               (sympy.Eq(sympy.Mod(m, p), 0), "interleaved 1F1B needs the m microbatches to be a multiple of p")))
 define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (2p − 1)·M_B",),
        "microbatches in flight on the first stage, ZB-H2")
 define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),
