@@ -496,6 +496,29 @@ def test_memory_with_offloaded_activations(capsys):
     assert code == 2 and "--offload-activations" in err
 
 
+def test_readme_solve_lines_are_the_commands(capsys):
+    """The figures the README prints beside `analytic solve mfu` and `solve tp-break-even`, and beside
+    the symbolic plan's best layouts, are what those commands and plans give."""
+    import re
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    plan = ("--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--zero", "1", "--seq", "8192",
+            "--global-batch", "2048")
+    code, out, err = run(capsys, "solve", "mfu", "--free", "dp", "--threshold", "0.3", *plan)
+    dp, mfu, before, mfu_before = re.search(r"dp = (\d+): the predicted MFU \(6·N·D\) falls to ([\d.]+), below 0.3 "
+                                            r"\(at (\d+): ([\d.]+)\)", out).groups()
+    assert code == 0 and f"# dp = {dp}: MFU {mfu} (at {before}: {mfu_before})" in readme
+    code, out, err = run(capsys, "solve", "tp-break-even", "--model", "llama3-405b", "--hardware", "h100-sxm", "--seq", "8192")
+    tp = re.match(r"tp = ([\d.]+):", out.strip()).group(1)
+    assert code == 0 and f"# tp = {tp} on NVLink" in readme
+    sym = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                  an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    fast, cheap = sym.best("dp"), sym.best("dp", objective="cost")
+    at = {dp: sym.replace(layout=sym.layout.replace(dp=dp)) for dp in (fast, cheap)}
+    assert (f"# {fast:,}: the fastest step that fits ({at[fast].step_time().to('s').magnitude:.1f} s), at an MFU of "
+            f"{at[fast].mfu():.3f}") in readme
+    assert f"# {cheap}: the fewest GPU-hours per token that fit (MFU {at[cheap].mfu():.2f};" in readme
+
+
 def test_offloaded_activations_against_the_nodes_host_memory(capsys):
     """Llama 3 70B, TP8 PP4 DP4 with SP, 8,192 tokens: the first stage holds 4 microbatches of its 20
     layers in flight, each keeping 8192·(8h + 4·a·d_h + 4·a_kv·d_h + 4a + 6·h_ff)/8 = 281,280,512 bytes

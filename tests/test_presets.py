@@ -46,6 +46,19 @@ def test_dense_not_sparse_peaks():
     assert an.hardware("h100-sxm").peak_flops("fp8").to("TFLOP/s").magnitude == pytest.approx(1978.9)
 
 
+def test_torchtitans_h100_sits_midway_between_sxm_and_nvl():
+    """TorchTitan's benchmark H100s (HBM2e, 500 W): peaks midway between the h100-sxm preset's and
+    H100 NVL's (NVIDIA's product page prints 1,671 BF16 and 3,341 FP8 TFLOPS with sparsity), the
+    benchmark's 2.4 TB/s, and H100 SXM's SM count and generation (one fitted efficiency)."""
+    sxm, tt = an.hardware("h100-sxm"), an.hardware("h100-sxm-hbm2e")
+    for dtype, nvl_sparse in (("bf16", 1671), ("fp8", 3341)):
+        midway = (sxm.peak_flops(dtype).to("TFLOP/s").magnitude + nvl_sparse / 2) / 2
+        assert tt.peak_flops(dtype).to("TFLOP/s").magnitude == pytest.approx(midway, abs=0.01)
+    assert tt.hbm_bandwidth.to("TB/s").magnitude == pytest.approx(2.4)
+    assert (tt.sms, tt.generation) == (sxm.sms, sxm.generation)
+    assert tt.calibration_key("bf16") == sxm.calibration_key("bf16")
+
+
 def test_link_conventions():
     hw = an.hardware("h100-sxm")
     assert hw.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(450)  # 900 GB/s bidirectional
