@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -499,7 +500,6 @@ def test_memory_with_offloaded_activations(capsys):
 def test_readme_solve_lines_are_the_commands(capsys):
     """The figures the README prints beside `analytic solve mfu` and `solve tp-break-even`, and beside
     the symbolic plan's best layouts, are what those commands and plans give."""
-    import re
     readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
     plan = ("--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--zero", "1", "--seq", "8192",
             "--global-batch", "2048")
