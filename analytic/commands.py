@@ -214,7 +214,7 @@ def cmd_search(args) -> int:
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
     if stack:
         print("stack: " + "; ".join(stack))
-    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm:~P}; search took {res.seconds:.2f} s"
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}; search took {res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else "")
           + ("" if res.objective == "step_time" else f"; ranked by {res.objective}"))

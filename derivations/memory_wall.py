@@ -1,5 +1,5 @@
 """Memory wall: why model states cost 16 bytes per parameter, what each ZeRO stage keeps, and how
-many 80 GB or 141 GB devices 405B needs."""
+many H100s or H200s 405B needs."""
 
 import sympy
 
@@ -23,10 +23,13 @@ def derive() -> Derivation:
     for name in ("h100-sxm", "h200"):
         hbm = an.hardware(name).hbm
         n = int(sympy.ceiling(sympy.nsimplify((states / hbm).to("").magnitude)))
-        d.number(f"Smallest number of {hbm:~P} devices that can hold them at all (ZeRO-3, nothing else)", n, f"min_{name}")
+        d.number(f"Smallest number of {hbm.to('GB'):.4g~P} devices ({name}) that can hold them at all (ZeRO-3, nothing else)",
+                 n, f"min_{name}")
     # with TP·PP the states split t·p ways before ZeRO touches them: 16Ψ/(t·p) must fit
     tp_pp = sympy.Symbol("tp_pp", positive=True)
-    need = sympy.solve(sympy.Eq(16 * 405e9 / tp_pp, 80e9), tp_pp)[0]
-    d.step("Without ZeRO, TP·PP alone must split them at least this many ways to fit in 80 GB (weights, gradients, optimizer; no activations)",
+    h100 = an.hardware("h100-sxm").hbm.to("GB")
+    need = sympy.solve(sympy.Eq(16 * 405e9 / tp_pp, sympy.nsimplify(h100.to("byte").magnitude)), tp_pp)[0]
+    d.step(f"Without ZeRO, TP·PP alone must split them at least this many ways to fit in an H100's {h100:.4g~P} (weights, "
+           "gradients, optimizer; no activations)",
            sympy.Eq(tp_pp, sympy.ceiling(need)))
     return d

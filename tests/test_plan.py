@@ -54,7 +54,8 @@ def test_s22_activations_library_value(plan):
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
     assert act == pytest.approx(per_layer * 8 * 16 / 1e9, rel=1e-12)
     assert act == pytest.approx(68.25, abs=0.01)
-    assert not plan.memory().fits
+    mem = plan.memory()  # 82.7 GB with the text's 2-byte gradients: inside an H100's 81,559 MiB, not at the peak
+    assert mem.fits and plan.memory_peak() > mem.hbm
 
 
 def test_s24_s25_s26_logits_dp_optimizer(plan):
@@ -764,9 +765,11 @@ def test_readme_tour_states_the_step_time_interval():
             and f"({fitted['low']:.2f} and {fitted['high']:.2f} of it, each peak's source left out of the fit)" in readme)
     trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
-    own = plan.replace(layout=plan.layout.replace(zero=2, schedule="interleaved", vpp=8, ends_as_layers=True)).memory()
-    assert not own.fits and (f"stage {own.stage} the fullest, # {own.total.to('GB').magnitude:.1f} GB: does not fit"
-                             in " ".join(readme.split()))
+    own_plan = plan.replace(layout=plan.layout.replace(zero=2, schedule="interleaved", vpp=8, ends_as_layers=True))
+    own, own_peak = own_plan.memory(), own_plan.memory_peak()
+    assert own.fits and own_peak > own.hbm and (
+        f"stage {own.stage} the fullest, # {own.total.to('GB').magnitude:.1f} GB of {own.hbm.to('GB').magnitude:.2f}: fits "
+        f"by the count, not at the predicted peak ({own_peak.to('GB').magnitude:.1f} GB)" in " ".join(readme.split()))
     block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))
     assert (f"# {block.memory().total.to('GB').magnitude:.1f} GB: fits, recomputing 2 of each stage's 8 layers"
             in readme and block.memory().fits)

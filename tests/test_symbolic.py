@@ -274,10 +274,10 @@ def test_microbatches_for_an_interleaved_bubble_respect_plans_multiple_of_pp():
 def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     """DeepSeek-V3 on H800 with ZeRO-1 over PP16 and no EP: the last stage's 16-bit weights and fp32
     gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter, over
-    350 GB — and its one microbatch's activations stay at any dp, so no dp fits 80 GB and the error
-    says so. With EP8 the memory fits from dp = 2,837, but dp must be a multiple of EP's 8 and split
-    the batch of 15,360 (2,840 to 3,064 do not): the first valid dp is 3,072; the detail gives both and
-    the first reason."""
+    350 GB — and its one microbatch's activations stay at any dp, so no dp fits an H800's 81,559 MiB and
+    the error says so. With EP8 the memory fits from dp = 2,498, but dp must be a multiple of EP's 8 and
+    split the batch of 15,360 (2,504 to 2,552 do not): the first valid dp is 2,560; the detail gives both
+    and the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
@@ -291,8 +291,8 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     assert 6 * last / 1e9 < stated < 6 * last / 1e9 + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=8, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert (d["value"], d["fits_from"]) == (3072, 2837) and d["skipped"].startswith("ep: 8 does not divide dp 2837")
-    assert not any(15360 % dp == 0 for dp in range(2840, 3072, 8))
+    assert (d["value"], d["fits_from"]) == (2560, 2498) and d["skipped"].startswith("ep: 8 does not divide dp 2498")
+    assert not any(15360 % dp == 0 for dp in range(2504, 2560, 8))
     assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]
 
 
