@@ -27,9 +27,9 @@ def derive() -> Derivation:
                  n, f"min_{name}")
     # with TP·PP the states split t·p ways before ZeRO touches them: 16Ψ/(t·p) must fit
     tp_pp = sympy.Symbol("tp_pp", positive=True)
-    h100 = an.hardware("h100-sxm").hbm.to("GB")
-    need = sympy.solve(sympy.Eq(16 * 405e9 / tp_pp, sympy.nsimplify(h100.to("byte").magnitude)), tp_pp)[0]
-    d.step(f"Without ZeRO, TP·PP alone must split them at least this many ways to fit in an H100's {h100:.4g~P} (weights, "
+    h100 = an.hardware("h100-sxm").hbm
+    need = sympy.solve(sympy.Eq(16 * 405e9 / tp_pp, h100.to("byte").magnitude), tp_pp)[0]
+    d.step(f"Without ZeRO, TP·PP alone must split them at least this many ways to fit in an H100's {h100.to('GB'):.4g~P} (weights, "
            "gradients, optimizer; no activations)",
            sympy.Eq(tp_pp, sympy.ceiling(need)))
     return d
