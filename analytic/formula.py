@@ -117,6 +117,8 @@ class Formula:
     sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
     caveats: tuple = ()  # (condition, why): where the approximation is good; evaluating this formula outside it
     # warns (ApproximationWarning) but answers (composed formulas do not carry them)
+    # (source, condition) for the sources drawn on only where a condition holds (a symbolic piece of ``cases``)
+    source_conditions: tuple = ()
 
     def __post_init__(self):
         expr = symbolic(self.expr, self.name) if isinstance(self.expr, str) else sympy.sympify(self.expr)  # no eval
@@ -125,6 +127,8 @@ class Formula:
                                                  for c, why, *origin in self.domain))
         object.__setattr__(self, "caveats", tuple((_symbols.canonical(sympy.sympify(c)), why)
                                                   for c, why in self.caveats))
+        object.__setattr__(self, "source_conditions", tuple((s, _symbols.canonical(sympy.sympify(c)))
+                                                            for s, c in self.source_conditions))
         object.__setattr__(self, "unit", as_unit(self.unit))
         if self.coefficient_unit is not None:
             object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
@@ -221,8 +225,9 @@ class Formula:
         Formulas), the rest still free."""
         self._check_keywords(values, complete=False)
         repl = self._replacements(values)
-        sources = self.sources.union(*(v.sources for v in values.values() if isinstance(v, Formula)))
-        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), sources=sources,
+        own = {s: c.xreplace(repl) for s, c in source_map(self).items()}
+        sources = merged_sources(own, *(source_map(v) for v in values.values() if isinstance(v, Formula)))
+        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), **sources,
                        caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
 
     def bind(self, values: dict) -> "Formula":
@@ -234,7 +239,8 @@ class Formula:
         s = _symbols.sym(keyword)
         return Formula(f"∂({self.name})/∂{keyword}", sympy.diff(self.expr, s),
                        self.unit / _symbols.info(keyword).unit, self.source, self.assumptions,
-                       coefficient_unit=None, domain=self.domain, sources=self.sources)
+                       coefficient_unit=None, domain=self.domain, sources=self.sources,
+                       source_conditions=self.source_conditions)
 
     def lambdify(self):
         """A numpy function of keyword arguments (magnitudes in the symbols' units)."""
@@ -299,7 +305,7 @@ class Formula:
             unit = unit.units
         domain = self.domain + tuple(d for d in getattr(other, "domain", ()) if d not in self.domain)
         return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None,
-                       domain=domain, sources=self.sources | getattr(other, "sources", frozenset()))
+                       domain=domain, **merged_sources(*(source_map(f) for f in (self, other) if isinstance(f, Formula))))
 
     def __add__(self, other):
         return self._combine(other, "+", None)
@@ -336,20 +342,43 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     sources carried over (what arithmetic on Formulas does, for expressions such as Max and Piecewise)."""
     parts = [p for p in parts if isinstance(p, Formula)]
     domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
-    return Formula(name, expr, unit, "", domain=domain, sources=frozenset().union(*(p.sources for p in parts)))
+    return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
+
+
+def source_map(f: Formula) -> dict:
+    """source → the condition under which ``f`` draws on it (sympy.true: wherever it holds)."""
+    if not f.source_conditions:
+        return dict.fromkeys(f.sources, sympy.true)
+    where = dict(f.source_conditions)
+    return {s: where.get(s, sympy.true) for s in f.sources}
+
+
+def merged_sources(*maps: dict) -> dict:
+    """The ``sources`` and ``source_conditions`` of a Formula composed of parts with these
+    :func:`source_map`s: a source is drawn on where any part draws on it; one whose condition is
+    decided false is dropped."""
+    out: dict = {}
+    for m in maps:
+        for s, c in m.items():
+            prev = out.get(s)
+            out[s] = c if prev is None or c == sympy.true else prev if prev == sympy.true else sympy.Or(prev, c)
+    out = {s: c for s, c in out.items() if c != sympy.false}
+    return {"sources": frozenset(out), "source_conditions": tuple(sorted((s, c) for s, c in out.items() if c != sympy.true))}
 
 
 def cases(name: str, unit, *pieces) -> Formula:
     """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
     condition should be True). Conditions that are already decided collapse: numeric layouts get
-    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take."""
+    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take,
+    each under the condition that the piece is taken (``source_conditions``)."""
     exprs, reachable, earlier = [], [], []
     for f, cond in pieces:
         exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
         if cond is not False and cond != sympy.false:
-            if isinstance(f, Formula) and f.domain:  # a piece's domain binds only where the piece is taken
-                taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
-                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain))
+            taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
+            if isinstance(f, Formula) and taken != sympy.true:  # a piece's domain and sources only where it is taken
+                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain),
+                            **merged_sources({s: sympy.And(taken, c) for s, c in source_map(f).items()}))
             reachable.append(f)
         if cond is True or cond == sympy.true:
             break

@@ -79,7 +79,8 @@ def _close(got: float, want: float, scale: float) -> bool:
 @given(plans(gpus=16), st.sampled_from(["bf16", "fp8"]), st.booleans())
 @settings(max_examples=25, deadline=None)
 def test_compiled_numbers_equal_the_expressions(plan, dtype, tokens):
-    """Every quantity and every stage's memory, compiled and from the plan's expressions, to 1e-12
+    """Every quantity (and the catalogue formulas it is composed from) and every stage's memory,
+    compiled and from the plan's expressions, to 1e-12
     (a difference of large numbers, such as the headroom or a bubble that is zero, relative to the
     scale of what it subtracts: the HBM, the step time, one)."""
     try:
@@ -97,6 +98,7 @@ def test_compiled_numbers_equal_the_expressions(plan, dtype, tokens):
             assert not c.has(name) and c.quantity(name) is None
             continue
         got = c.quantity(name)
+        assert c.sources(name) == sorted(plan.expr(name).sources), name  # the branches the plan takes
         assert got.units == want.units or want.dimensionless, name
         assert _close(got.magnitude, want.magnitude, scale.get(str(want.units), 0)), (name, got, want)
     for k in range(int(plan.layout.pp)):
@@ -111,6 +113,11 @@ def test_a_shipped_plan_builds_no_expression():
     plan.memory(), plan.memory_by_stage(), plan.step_time(), plan.time_breakdown(ops=True), plan.mfu()
     plan.communication(), plan.communication_time(), plan.hardware_flops(), plan.model_flops("palm")
     assert plan.gpus == 2048 and plan.microbatches == 120
+    # DualPipe's mirror stage, no TP or CP traffic (tp = cp = 1), ZeRO-1's reduce-scatter and all-gather
+    assert "pipeline.mirror_stage.dualpipe" in plan.sources("memory.weights")
+    assert plan.sources("communication.tp") == plan.sources("communication.cp") == []
+    dp = plan.sources("communication.dp")
+    assert "collectives.reduce_scatter.bytes_sent" in dp and "collectives.all_reduce.bytes_sent" not in dp
     stages = plan.memory_by_stage()  # each from its own parts; the fullest are the ranks of the first and last
     fullest = max(range(16), key=lambda k: stages[k].total)  # stages (DualPipe: both hold embedding, head, MTP)
     assert fullest == 0 and stages[15].total == stages[0].total > stages[1].total

@@ -141,3 +141,26 @@ def test_exact_numbers_become_correctly_rounded_floats():
     assert to_float(sympy.Integer(2) ** 60 + 1) == float(2**60)
     with pytest.raises(InputError, match="not a finite real number"):
         to_float(sympy.Integer(10) ** 400)
+
+
+def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
+    """cases() with an open condition keeps every piece's sources, each under the condition that its
+    piece is taken; substituting the open input leaves those of the piece taken, as building the
+    same cases with the number does."""
+    from analytic.formula import cases, source_map
+    ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula("collectives.reduce_scatter.bytes_sent")
+    tp = an.sym("tp")
+
+    def built(tp_value):
+        return cases("t", "byte", (ring, sympy.Gt(tp_value, 1)), (rs, True))
+
+    open_ = built(tp)
+    assert open_.sources == {"collectives.all_reduce.bytes_sent", "collectives.reduce_scatter.bytes_sent"}
+    where = source_map(open_)
+    assert where["collectives.all_reduce.bytes_sent"] == sympy.Gt(tp, 1)
+    assert where["collectives.reduce_scatter.bytes_sent"] == sympy.Le(tp, 1)
+    for value in (1, 4):
+        assert open_.subs(tp=value).sources == built(value).sources == {
+            "collectives.all_reduce.bytes_sent" if value > 1 else "collectives.reduce_scatter.bytes_sent"}
+    both = open_ + built(4)  # a source one part always draws on is drawn on unconditionally
+    assert source_map(both)["collectives.all_reduce.bytes_sent"] == sympy.true

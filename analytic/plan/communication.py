@@ -82,6 +82,15 @@ def _none() -> dict:
     return {"bytes": ZERO_B, "time": ZERO_T}
 
 
+def _beyond_one(ranks, traffic) -> dict:
+    """``traffic()`` (an axis's traffic dict) for a group of ``ranks`` > 1, none for one rank: decided
+    for a number, a Piecewise for a symbol (so a symbolic plan's sources are conditioned as a numeric
+    one's)."""
+    if is_number(ranks):
+        return _none() if ranks == 1 else traffic()
+    return {k: cases(k, v.unit, (0, sympy.Eq(ranks, 1)), (v, True)) for k, v in traffic().items()}
+
+
 def _plus(*parts: dict) -> dict:
     """The sum, key by key, of traffic dicts (bytes, time)."""
     out = _none()
@@ -104,9 +113,11 @@ def _layers_local(inp: Inputs):
 def tensor_parallel(inp: Inputs) -> dict:
     """TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute); with sequence
     parallelism each is a reduce-scatter + all-gather of the same size."""
+    return _beyond_one(inp.deg.tp, lambda: _tensor_parallel(inp))
+
+
+def _tensor_parallel(inp: Inputs) -> dict:
     lay = inp.deg
-    if lay.tp == 1:
-        return _none()
     s_local = inp.seq_len / lay.cp
     per_layer = formula("parallelism.tp.allreduces_per_layer") + cases(
         "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed, lay.recompute_is("full")),
@@ -128,9 +139,11 @@ def pipeline_parallel(inp: Inputs) -> dict:
     """PP: per microbatch, each of the p·v − 1 chunk boundaries carries one activation forward and one
     gradient backward, split over the TP ranks (scatter/gather, Narayanan et al. §4.1); per GPU
     parallelism.pp.transfers_per_gpu of them, each a two-rank broadcast."""
+    return _beyond_one(inp.deg.pp, lambda: _pipeline_parallel(inp))
+
+
+def _pipeline_parallel(inp: Inputs) -> dict:
     lay = inp.deg
-    if lay.pp == 1:
-        return _none()
     msg = inp.f("parallelism.pp.p2p_bytes", seq_len=inp.seq_len / lay.cp) / lay.tp
     calls = inp.f("parallelism.pp.transfers_per_gpu", microbatches=inp.microbatches)
     return {"bytes": msg * calls, "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp, "pp")) * calls}
@@ -145,41 +158,52 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     counted as the ZeRO paper does: 2Ψ per step. Over the replica groups: dp·cp ranks for dense
     parameters, dp·cp/ep for experts. Per-tensor ZeRO-3 gathers each parameter tensor on its own,
     blocking: that part of the time is also given apart, as ``blocking``."""
-    lay, m, mb = inp.deg, inp.model, inp.microbatches
-    buckets = _layers_local(inp)
+    m, lay = inp.model, inp.deg
     routed = sympy.sympify(m.routed_expert_tensors)
     tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
     out = {**_none(), "blocking": ZERO_T}
     for (local, size, stride_), local_tensors in zip(replica_groups(inp, params), tensors, strict=True):
-        if size == 1 or local.expr == 0:  # no replicas, or no experts to reduce (dense models)
+        if local.expr == 0:  # no experts to reduce (dense models)
             continue
-        weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
-        fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
-        grad = cases("gradients", "byte", (fp32, inp.fp32_grads), (weights, True))  # fp32 buffers reduce in fp32
-        ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
-                  for kind in ("all_reduce", "reduce_scatter"))
-        ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
-        ag3, gathers = ag, lay.zero3_gathers_per_microbatch(inp.recomputed)  # ZeRO-3's parameter gathers, and how many
-        if lay.per_tensor_gathers:
-            ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
-        stage3 = lay.zero_at_least(3)
-        for k, unit in (("bytes", "byte"), ("time", "s")):
-            held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
-            values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
-            out[k] = out[k] + cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
-        if lay.per_tensor_gathers:
-            values = (ag3["time"] * gathers * mb, 0, cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
-            out["blocking"] = out["blocking"] + cases("blocking", "s", *zip(values, (c for _, c in lay.dp_regimes),
-                                                                             strict=True))
+        part = _beyond_one(size, lambda: _replica_traffic(inp, local, size, stride_, local_tensors))
+        out = {k: out[k] + part.get(k, ZERO_T) for k in out}
+    return out
+
+
+def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) -> dict:
+    """DP traffic of one replica group: ``size`` ranks ``stride_`` apart, each holding ``local``
+    parameters in ``local_tensors`` tensors."""
+    lay, mb = inp.deg, inp.microbatches
+    buckets = _layers_local(inp)
+    out = {}
+    weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
+    fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
+    grad = cases("gradients", "byte", (fp32, inp.fp32_grads), (weights, True))  # fp32 buffers reduce in fp32
+    ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
+              for kind in ("all_reduce", "reduce_scatter"))
+    ag = _collectives(inp, "all_gather", weights / buckets, buckets, size, stride_)
+    ag3, gathers = ag, lay.zero3_gathers_per_microbatch(inp.recomputed)  # ZeRO-3's parameter gathers, and how many
+    if lay.per_tensor_gathers:
+        ag3 = _collectives(inp, "all_gather", weights / local_tensors, local_tensors, size, stride_)
+    stage3 = lay.zero_at_least(3)
+    for k, unit in (("bytes", "byte"), ("time", "s")):
+        held = cases(k, unit, (ag3[k], stage3), (ag[k], True))  # under a pipeline, as lay.dp_regimes
+        values = ((rs[k] + ag3[k] * gathers) * mb, rs[k] * mb + ag[k], rs[k] + held, ar[k])
+        out[k] = cases(k, unit, *zip(values, (c for _, c in lay.dp_regimes), strict=True))
+    if lay.per_tensor_gathers:
+        values = (ag3["time"] * gathers * mb, 0, cases("t", "s", (ag3["time"], stage3), (0, True)), 0)
+        out["blocking"] = cases("blocking", "s", *zip(values, (c for _, c in lay.dp_regimes), strict=True))
     return out
 
 
 def context_parallel(inp: Inputs) -> dict:
     """CP: all-gather K and V forward (again in the recomputed forward of full recomputation),
     reduce-scatter their gradients backward (Llama 3 §3.3.2)."""
+    return _beyond_one(inp.deg.cp, lambda: _context_parallel(inp))
+
+
+def _context_parallel(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
-    if lay.cp == 1:
-        return _none()
     kv = inp.f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
     calls = _layers_local(inp) * inp.microbatches
     group = (lay.cp, axis_stride(inp, "cp"))
@@ -195,9 +219,11 @@ def expert_parallel(inp: Inputs) -> dict:
     the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one copy
     per destination node crosses the scale-out link and NVLink forwards it to the experts inside the
     node (DeepSeek-V3 §3.2.2)."""
+    return _beyond_one(inp.deg.ep, lambda: _expert_parallel(inp)) if inp.model.is_moe else _none()
+
+
+def _expert_parallel(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
-    if not m.is_moe or lay.ep == 1:
-        return _none()
     tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
                      "token", "")
     dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))

@@ -164,7 +164,8 @@ class Plan:
     def sources(self, name: str) -> list[str]:
         """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a numeric
         layout those of the branches it takes, for a symbolic one those of every branch it may take."""
-        return sorted(self.expr(name).sources)
+        compiled = self._compiled.sources(name)
+        return compiled if compiled is not None else sorted(self.expr(name).sources)
 
     def quantities(self) -> list[str]:
         """Names accepted by :meth:`expr`."""

@@ -149,6 +149,29 @@ class Compiled:
         hit = self._quantities.get(name)
         return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
 
+    def sources(self, name: str) -> list[str] | None:
+        """The catalogue formulas (sorted) plan quantity ``name`` is composed from, where the module
+        gives its number; None otherwise (the expressions then say)."""
+        flags = self._source_flags
+        if flags is None or not self.has(name):
+            return None
+        m = self.module
+        q = m.QUANTITIES_OUTPUTS.index(name)
+        found = [*m.SOURCES[q], *(s for (i, s), on in flags.items() if i == q and on)]
+        return sorted(m.SOURCE_NAMES[s] for s in found)
+
+    @functools.cached_property
+    def _source_flags(self) -> dict | None:
+        """(quantity index, source index) → whether its condition holds; None without a module or
+        with an input the conditions read missing."""
+        m = self.module
+        if m is None:
+            return None
+        values = [self._values.get(k, math.nan) for k in m.SOURCE_CONDITIONS_INPUTS]
+        if any(v != v for v in values):
+            return None
+        return dict(zip(m.SOURCE_CONDITIONS, m.source_conditions(values, self._kernels), strict=True))
+
     def stage(self, k: int) -> dict | None:
         """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all are compiled."""
         hits = self._stage(k)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sympy
 
 from ..errors import AnalyticError
+from ..formula import source_map
 from ..numeric import program, python_source
 from ..symbols import keyword_of, sym
 from . import memory
@@ -54,7 +55,8 @@ def template(inp: Inputs):
 
 def module_source(plan, structure_: str) -> str | None:
     """The source of the compiled module of ``plan``'s structure (:mod:`analytic.compiled`): its
-    template's quantities, one stage's memory and search's outputs as straight-line functions; None
+    template's quantities, one stage's memory, search's outputs and the conditions of the quantities' sources as
+    straight-line functions; None
     for a structure whose memory cannot be modelled (the plan's own error says why)."""
     t = template(plan._in)
     quantities = {}
@@ -78,6 +80,16 @@ def module_source(plan, structure_: str) -> str | None:
         lines += [f"{fn.upper()}_INPUTS = {prog.inputs!r}", f"{fn.upper()}_OUTPUTS = {tuple(formulas)!r}",
                   f"{fn.upper()}_UNITS = {tuple(str(f.unit) for f in formulas.values())!r}", "", "",
                   python_source(prog, fn), ""]
+    # each quantity's sources (by index in SOURCE_NAMES): those it always draws on, and the others each
+    # with a condition, by (index of the quantity in QUANTITIES_OUTPUTS, index of the source)
+    maps = [source_map(f) for f in quantities.values()]
+    names = sorted({s for m in maps for s in m})
+    index = {s: i for i, s in enumerate(names)}
+    fixed = tuple(tuple(index[s] for s, c in sorted(m.items()) if c == sympy.true) for m in maps)
+    conditional = {(q, index[s]): c for q, m in enumerate(maps) for s, c in sorted(m.items()) if c != sympy.true}
+    prog = program(list(conditional.values()), input_names(conditional.values()))
+    lines += [f"SOURCE_NAMES = {tuple(names)!r}", f"SOURCES = {fixed!r}", f"SOURCE_CONDITIONS = {tuple(conditional)!r}",
+              f"SOURCE_CONDITIONS_INPUTS = {prog.inputs!r}", "", "", python_source(prog, "source_conditions"), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
