@@ -2,24 +2,49 @@
 
 Memory, FLOPs, collective bytes and seconds, pipeline bubbles, step time, MFU and days to train are
 sympy expressions whose symbols carry pint units.
+
+``import analytic`` imports neither sympy, pint nor numpy: each public name is imported from its
+module when it is first used.
 """
 
 from __future__ import annotations
 
+import importlib
+import types
+
 from .errors import AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError, UnknownNameError
-from .formula import Formula
-from .formulas import formula, formulas
-from .hardware import Hardware
-from .model import Model
-from .plan import Layout, Memory, Plan
-from .presets import hardware, hardwares, model, models, stack, stacks
-from .search import search
-from .sweep import sweep
-from .symbols import sym
-from .units import Q_, ureg
 
 __version__ = "0.1.0"
+
+#: public name → the module that defines it, imported when the name is first used
+_LAZY = {"Formula": "formula", "formula": "formulas", "formulas": "formulas", "Hardware": "hardware", "Model": "model",
+         "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets", "hardwares": "presets",
+         "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets", "search": "search",
+         "sweep": "sweep", "sym": "symbols", "Q_": "units", "ureg": "units"}
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
            "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg"]
+
+
+class _Package(types.ModuleType):
+    """The package, whose public names resolve to the API even where a submodule of the same name
+    (analytic.formula, .hardware, .model, .search, .sweep), once imported, was bound to it."""
+
+    def __getattribute__(self, name):
+        if name in _LAZY:
+            found = super().__getattribute__("__dict__").get(name)
+            if found is None or isinstance(found, types.ModuleType):
+                found = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+                setattr(self, name, found)
+            return found
+        return super().__getattribute__(name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_LAZY))
+
+
+import sys  # noqa: E402  (the package's class is set once its names are defined)
+
+sys.modules[__name__].__class__ = _Package
+del sys

@@ -3,8 +3,8 @@ baselines measured in the same run.
 
 Prints: numeric plans per second, each built (the presets loaded once) and asked its memory and step time, through the
 module compiled for its structure (analytic.compiled) and through its expressions (as a plan of a
-structure the library does not ship compiled); and `analytic step` / `analytic memory` wall time
-against `python -c "import numpy"`.
+structure the library does not ship compiled); and `analytic step` / `analytic memory` /
+`analytic --help` wall time against `python -c "import numpy"`.
 
 Run: python benchmarks/bench_plan.py
 """
@@ -60,7 +60,7 @@ def main():
             compiled.module = shipped
         print(f"{name}: {fast:,.0f} plans/s compiled, {slow:,.1f} plans/s through expressions ({fast / slow:,.0f}x)")
     numpy = wall([sys.executable, "-c", "import numpy"])
-    for command in ("step", "memory"):
+    for command in ("step", "memory", "--help"):
         t = wall([sys.executable, "-m", "analytic.cli", command])
         print(f"`analytic {command}`: {t:.2f} s wall, {t / numpy:.1f}x `python -c \"import numpy\"` ({numpy:.3f} s)")
 

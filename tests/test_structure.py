@@ -71,3 +71,18 @@ def test_every_package_of_the_library_is_in_the_wheel():
     found = {".".join(p.parent.relative_to(root).parts) for p in (root / "analytic").rglob("__init__.py")}
     assert found <= listed, found - listed
     assert {"analytic.cases", "analytic.derivations"} <= listed
+
+
+def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_numpy():
+    """The package's names are imported when first used: ``import analytic`` and the command's module
+    pay for none of the heavy libraries; a public name whose submodule of the same name was imported
+    first still resolves to the API (analytic.model reads a preset; it is not the module)."""
+    import subprocess
+    import sys
+    code = ("import sys, analytic, analytic.cli\n"
+            "print([m for m in ('sympy', 'pint', 'numpy') if m in sys.modules])\n"
+            "import analytic.hardware, analytic.model\n"
+            "print(analytic.model('llama3-8b').layers, analytic.hardware('h100-sxm').sms)\n"
+            "print(sorted(n for n in analytic.__all__ if n not in dir(analytic) or getattr(analytic, n) is None))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "32 132", "[]"]
