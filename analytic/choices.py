@@ -1,5 +1,6 @@
-"""The choice lists of the library, declared once (plain data: the command line reads them without
-importing sympy or pint). A symbolic choice is its index in these tuples."""
+"""The choice lists of the library and its default for sequence parallelism, declared once (plain data:
+the command line reads them without importing sympy or pint). A symbolic choice is its index in these
+tuples."""
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
@@ -42,3 +43,10 @@ ZERO3_GATHERS = ("per-block", "per-tensor")
 #: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
 #: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)
 OBJECTIVES = ("step_time", "cost", "mfu")
+
+
+def sequence_parallel_default(tp) -> bool:
+    """Sequence parallelism wherever tp > 1, unless said otherwise (the CLI's and search's default): in
+    this model it never costs time (its reduce-scatter + all-gather equals the all-reduce it replaces)
+    and always saves activation memory."""
+    return bool(tp > 1)

@@ -25,8 +25,8 @@ def _fmt(v) -> str:
 
 
 def cmd_step(args) -> int:
-    from .story import lines
     plan, extra = build_plan(args)
+    from .story import lines
     story = lines(plan, mfu=extra["mfu"], training_tokens=extra["training_tokens"], text=extra["text"])
     if args.json:
         print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
@@ -46,11 +46,11 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
+    plan, extra = build_plan(args)
     from .choices import MEMORY_PARTS as PARTS
     from .errors import PresetError
     from .story import node_host_memory, wasted_selective
-    refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
-    plan, extra = build_plan(args)
     mem = plan.memory()
     rows = {k: v.to("GB") for k, v in mem.as_dict().items() if k != "stage"}
     stages = plan.memory_by_stage() if args.stages else []

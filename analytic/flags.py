@@ -19,7 +19,7 @@ def _read(reader, name: str, text, **kw):
 
 def count_flag(text: str, name: str, minimum: int = 1) -> int:
     """A count flag, read exactly (never through a float): '8', '16384', '16Ki', '2e3'."""
-    from .values import parse_count
+    from .counts import parse_count
     return _read(parse_count, name, str(text), minimum=minimum)
 
 
@@ -28,8 +28,13 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
     if tokens is not None and sequences is not None:
         raise CLIError("--batch-tokens and --global-batch: give one")
     if tokens is not None:
-        from .values import batch_tokens
-        count, note = batch_tokens(str(tokens), seq, name="--batch-tokens")
+        from .counts import step_tokens, suffixed_count
+        parsed = suffixed_count(str(tokens))
+        if parsed is not None:  # a count ('16M'), read without importing sympy and pint
+            count, note = step_tokens(*parsed, seq, "--batch-tokens", str(tokens))
+        else:  # a quantity of tokens ('16 Mitoken')
+            from .values import batch_tokens
+            count, note = batch_tokens(str(tokens), seq, name="--batch-tokens")
         return count // seq, note
     if sequences is not None:
         return count_flag(str(sequences), "global-batch"), ""
@@ -113,13 +118,16 @@ def model_flag(value: str):
     return an.Model.from_hf(value) if str(value).endswith(".json") else an.model(value)
 
 
-def build_plan(args) -> tuple[object, dict]:
-    """A Plan from the flags; no flags at all gives the source text's configuration."""
+def _hardware(name: str):
     import analytic as an
+    return an.hardware(name)
 
-    from .plan import sequence_parallel_default
-    from .story import essay
-    from .values import fraction, share
+
+def build_plan(args) -> tuple[object, dict]:
+    """A Plan from the flags; no flags at all gives the source text's configuration. Every count and
+    the batch are read before sympy and pint are imported, so a mistake in one is said at once."""
+    from .choices import sequence_parallel_default
+    from .essay import essay
 
     given = {k: v for k, v in vars(args).items()
              if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target",
@@ -129,7 +137,6 @@ def build_plan(args) -> tuple[object, dict]:
     get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
     if get("model") is None or get("hardware") is None:
         raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
-    model, hw = model_flag(get("model")), an.hardware(get("hardware"))
     tp, pp, cp, ep, vpp = (count_flag(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
     dp = count_flag(str(get("dp")), "dp") if get("dp") is not None else None
     if get("gpus") is not None:
@@ -141,30 +148,37 @@ def build_plan(args) -> tuple[object, dict]:
             raise CLIError(f"--dp: {dp} disagrees with --gpus {gpus} / (tp·cp·pp = {tp * cp * pp}) = {inferred}")
         dp = inferred
     dp = dp or 1
-    seq = count_flag(str(get("seq") or "0"), "seq") if get("seq") is not None else None
-    if seq is None:
+    if get("seq") is None or get("batch_tokens") is None and get("global_batch") is None:
+        model_flag(get("model")), _hardware(get("hardware"))  # a preset's name mistyped is said first
+    if get("seq") is None:
         raise CLIError("--seq: give the sequence length")
+    seq = count_flag(str(get("seq")), "seq")
     global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
     notes = {"batch_tokens": note} if note else {}
     sp = get("sequence_parallel")
-    layout = an.Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
-                       sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp), async_tp=bool(get("async_tp")),
-                       comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
-                       recompute=get("recompute") or "none",
-                       recompute_layers=(None if get("recompute_layers") is None
-                                         else count_flag(str(get("recompute_layers")), "recompute-layers")),
-                       recompute_modules=tuple(get("recompute_modules") or ()),
-                       offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
-                       ends_as_layers=bool(get("ends_as_layers")),
-                       offload_optimizer=(0 if get("offload_optimizer") is None
-                                          else _read(share, "offload-optimizer", get("offload_optimizer"))),
-                       **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
-                          for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
-                       zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
-                       schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    layout = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
+                  sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
+                  async_tp=bool(get("async_tp")), comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
+                  recompute=get("recompute") or "none",
+                  recompute_layers=(None if get("recompute_layers") is None
+                                    else count_flag(str(get("recompute_layers")), "recompute-layers")),
+                  recompute_modules=tuple(get("recompute_modules") or ()),
+                  offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
+                  ends_as_layers=bool(get("ends_as_layers")),
+                  **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
+                     for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
+                  zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
+                  schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
     links = hardware_overrides(get)
-    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch,
-                   microbatch_size=count_flag(str(get("microbatch_size") or 1), "microbatch-size"),
+
+    import analytic as an
+
+    from .values import fraction, share
+    model, hw = model_flag(get("model")), _hardware(get("hardware"))
+    offload = get("offload_optimizer")
+    layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
                    grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or "megatron-core",
                    profile=get("profile"), **links)
@@ -174,5 +188,3 @@ def build_plan(args) -> tuple[object, dict]:
     extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
              "training_tokens": tokens, "text": text_config, "notes": notes}
     return plan, extra
-
-

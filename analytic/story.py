@@ -4,14 +4,12 @@ DP reduction, optimizer, time, the whole run, failures)."""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 import pint
 
 from .errors import AnalyticError, PresetError
+from .essay import essay
 from .formulas import formula
 from .plan import Plan, regime
 from .presets import reliability_value, stack
@@ -41,11 +39,6 @@ class Line:
             out = {"value": v, "unit": ""}
         return {"section": self.section, "key": self.key, "label": self.label, **out, "formula": self.formula,
                 "text": self.text}
-
-
-@cache
-def essay() -> dict:
-    return tomllib.loads((Path(__file__).parent / "presets" / "essay.toml").read_text())
 
 
 def _q(f) -> pint.Quantity:

@@ -27,18 +27,14 @@ import numpy as np
 import pint
 import sympy
 
+from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError
 from .units import Q_, ureg
 
-#: longest string read as a quantity or a count
-MAX_TEXT = 100
 #: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
 HUGE = 1e300
 #: smallest non-zero magnitude accepted, in the symbol's unit (float64 subnormals start at 2.2e-308)
 TINY = 1e-300
-#: largest count accepted: float64, in which search and lambdify evaluate, holds every integer up to 2**53
-MAX_COUNT = 2**53
-
 #: domain name → what it admits (a symbol's domain is one of these names, or ("choice", options): an index)
 DOMAINS = {
     "count": "an integer ≥ 1",
@@ -59,12 +55,6 @@ _NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
 _FACTOR = rf"{_NAME}(?:\s*(?:\*\*|\^)\s*-?[0-9])?"
 _UNIT = rf"(?:1?\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
 _QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
-
-
-def show(value) -> str:
-    """``value`` for an error message: its repr, a Fraction as a number, at most 40 characters."""
-    text = (str(value) if isinstance(value, Fraction) else repr(value))
-    return text if len(text) <= 40 else f"{text[:24]}… ({len(text):,} characters)"
 
 
 def _text(keyword: str, text: str) -> str:
@@ -181,7 +171,7 @@ def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.E
 def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, shown=None):
     """A whole count ≥ ``minimum`` (at most MAX_COUNT), as an int; a sympy expression with symbols is
     returned as it is (unless ``allow_symbol`` is False; ``symbols.canonical`` maps a user's Symbol("dp")
-    to the declared one). Strings are not counts here; see :func:`parse_count`."""
+    to the declared one). Strings are not counts here; see :func:`analytic.counts.parse_count`."""
     if type(value) is int and minimum <= value <= MAX_COUNT:  # the common case, without sympy
         return value
     shown = show(value if shown is None else shown)
@@ -197,30 +187,7 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, show
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}") from None
     if not as_exact.is_integer:
         raise InputError(f"{name}: expected an integer, got {shown}")
-    if as_exact < minimum or as_exact > MAX_COUNT:
-        raise InputError(f"{name}: expected an integer ≥ {minimum} and at most {MAX_COUNT:,}, got {shown}")
-    return int(as_exact)
-
-
-#: decimal and binary multipliers of a bare count ("16M" tokens, "16Mi" tokens)
-COUNT_SUFFIXES = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-#: the binary suffix a decimal one is often meant as ("16M" tokens for 16Mi = 2²⁴)
-BINARY_SUFFIX = {"k": "Ki", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti"}
-_COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*")
-
-
-def suffixed_count(text: str) -> tuple[Fraction, str | None] | None:
-    """``(number, suffix)`` of a count such as '16M', '16Mi', '16777216' or '16e6', exactly (the
-    value is ``number · COUNT_SUFFIXES[suffix]``), or None when ``text`` is not one."""
-    m = _COUNT.fullmatch(text) if len(text) <= MAX_TEXT else None
-    return (Fraction(m.group(1)), m.group(2)) if m else None
-
-
-def binary_reading(number: Fraction, suffix: str | None) -> Fraction | None:
-    """The value of a decimal-suffixed count read with the binary suffix instead ('16M' → 16·2²⁰),
-    or None when the count has no decimal suffix."""
-    return number * COUNT_SUFFIXES[BINARY_SUFFIX[suffix]] if suffix in BINARY_SUFFIX else None
+    return whole(name, Fraction(int(as_exact)), minimum=minimum, shown=shown)
 
 
 def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, str]:
@@ -238,27 +205,8 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
         number, suffix = exact(q.to("token").magnitude), None
     else:
         number, suffix = exact(value), None
-    tokens = number * COUNT_SUFFIXES.get(suffix, 1)
-    note = ""
-    if suffix in BINARY_SUFFIX and tokens % seq_len:
-        binary = binary_reading(number, suffix)
-        if binary % seq_len == 0:
-            note = (f"{name} {value} read as {float(number):g} {BINARY_SUFFIX[suffix]} = {int(binary):,} tokens "
-                    f"({int(binary) // seq_len:,} sequences of {seq_len:,}; {int(tokens):,} is not whole sequences)")
-            tokens = binary
-    if tokens > MAX_COUNT:
-        raise InputError(f"{name}: {show(value)} exceeds the {MAX_COUNT:,} tokens a step can be counted in exactly")
-    if tokens != int(tokens) or tokens < 1 or int(tokens) % seq_len:
-        raise InputError(f"{name}: {show(value)} is not a whole number of {seq_len}-token sequences")
-    return int(tokens), note
-
-
-def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
-    """A count written as text ('8', '16384', '16Ki', '2e3'), read exactly: never through a float."""
-    parsed = suffixed_count(text)
-    if parsed is None:
-        raise InputError(f"{name}: expected an integer ≥ {minimum}, got {show(text)}")
-    return count(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum, shown=text)
+    return step_tokens(Fraction(int(number.p), int(number.q)) if isinstance(number, sympy.Rational) else number,
+                       suffix, seq_len, name, value)
 
 
 def fraction(name: str, value, *, upper: float | None = 1.0):

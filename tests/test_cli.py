@@ -90,6 +90,24 @@ def test_user_errors_are_one_line_exit_2(capsys, argv, needle):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,line", [
+    (["step", "--tp", "x"], "--tp: expected an integer ≥ 1, got 'x'"),
+    (["memory", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "12", "--tp", "8", "--seq", "8192",
+      "--global-batch", "8"], "--gpus: 12 is not divisible by tp·cp·pp = 8"),
+    (["step", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "8192", "--batch-tokens", "16.5"],
+     "analytic: --batch-tokens: '16.5' is not a whole number of 8192-token sequences"),
+])
+def test_a_mistaken_count_is_said_before_sympy_and_pint_are_imported(argv, line):
+    """The command reads every count and the batch first: its one line comes without the heavy
+    libraries imported (a new interpreter, so that nothing imported them before)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom analytic.cli import main\nrc = main(sys.argv[1:])\n"
+            "print(rc, [m for m in ('sympy', 'pint', 'numpy') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.stdout.strip() == "2 []" and done.stderr.strip() == line
+
+
 def test_formula_evaluates_with_units(capsys):
     code, out, _ = run(capsys, "formula", "memory.model_states.zero0", "--set", "params=405e9", "--json")
     assert code == 0

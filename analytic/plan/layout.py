@@ -272,13 +272,6 @@ def training_dtype(dtype, hardware: Hardware) -> str:
     return dtype
 
 
-def sequence_parallel_default(tp) -> bool:
-    """Sequence parallelism wherever tp > 1, unless said otherwise (the CLI's and search's default): in
-    this model it never costs time (its reduce-scatter + all-gather equals the all-reduce it replaces)
-    and always saves activation memory."""
-    return bool(tp > 1)
-
-
 def sequence_unit(cp: int, tp: int, sequence_parallel: bool) -> int:
     """What every sequence length must be a multiple of: load-balanced context parallelism cuts a
     sequence into 2·cp chunks, two a rank (TransformerEngine's context-parallel attention asserts
