@@ -60,10 +60,10 @@ def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
 
 
 def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, written) -> tuple[int, str]:
-    """Tokens per step from ``number`` with a count ``suffix`` (or None), as the user ``written`` it,
-    and a note: a decimal suffix
-    whose count is not whole sequences of ``seq_len`` while its binary reading is ('16M' at 8,192
-    tokens) is read as binary, and the note says so. The one rule of :func:`analytic.values.batch_tokens`."""
+    """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the user,
+    and a note: a decimal suffix whose count is not whole sequences of ``seq_len`` while its binary
+    reading is ('16M' at 8,192 tokens) is read as binary, and the note says so. The one rule of
+    :func:`analytic.values.batch_tokens`."""
     tokens = number * COUNT_SUFFIXES.get(suffix, 1)
     note = ""
     if suffix in BINARY_SUFFIX and tokens % seq_len:

@@ -55,9 +55,9 @@ def template(inp: Inputs):
 
 def module_source(plan, structure_: str) -> str | None:
     """The source of the compiled module of ``plan``'s structure (:mod:`analytic.compiled`): its
-    template's quantities, one stage's memory, search's outputs and the conditions of the quantities' sources as
-    straight-line functions; None
-    for a structure whose memory cannot be modelled (the plan's own error says why)."""
+    template's quantities, one stage's memory, search's outputs and the conditions of the quantities'
+    sources as straight-line functions; None for a structure whose memory cannot be modelled (the
+    plan's own error says why)."""
     t = template(plan._in)
     quantities = {}
     for name in t.quantities():
