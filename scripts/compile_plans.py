@@ -31,13 +31,14 @@ OUT = ROOT / "analytic" / "compiled"
 
 def plans():
     """Every plan whose structure is shipped compiled."""
-    for model, hardware in itertools.product(an.models(), an.hardwares()):
+    hardwares = [an.hardware(h) for h in an.hardwares()]  # read once: plans of one Hardware share its inputs
+    for model, hardware in itertools.product(map(an.model, an.models()), hardwares):
         for dtype, sp, stack, gather in itertools.product(("bf16", "fp8"), (True, False), an.stacks(),
                                                           ("per-block", "per-tensor")):
             if gather == "per-tensor" and stack != "megatron-core":
                 continue
             try:
-                yield an.Plan(an.model(model), an.hardware(hardware),
+                yield an.Plan(model, hardware,
                               an.Layout(tp=2, sequence_parallel=sp, zero3_gather=gather), seq_len=2048, global_batch=64,
                               dtype=dtype, stack=stack)
             except AnalyticError:  # a dtype the hardware does not train in, a stack without the model's attention
