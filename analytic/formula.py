@@ -22,6 +22,7 @@ from .dimensions import DIMENSIONLESS, units_of
 from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
 from .numeric import program
+from .provenance import merged_sources, source_map
 from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number
 from .values import count, exact, in_range, quantity, unit_of
 
@@ -343,27 +344,6 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     parts = [p for p in parts if isinstance(p, Formula)]
     domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
     return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
-
-
-def source_map(f: Formula) -> dict:
-    """source → the condition under which ``f`` draws on it (sympy.true: wherever it holds)."""
-    if not f.source_conditions:
-        return dict.fromkeys(f.sources, sympy.true)
-    where = dict(f.source_conditions)
-    return {s: where.get(s, sympy.true) for s in f.sources}
-
-
-def merged_sources(*maps: dict) -> dict:
-    """The ``sources`` and ``source_conditions`` of a Formula composed of parts with these
-    :func:`source_map`s: a source is drawn on where any part draws on it; one whose condition is
-    decided false is dropped."""
-    out: dict = {}
-    for m in maps:
-        for s, c in m.items():
-            prev = out.get(s)
-            out[s] = c if prev is None or c == sympy.true else prev if prev == sympy.true else sympy.Or(prev, c)
-    out = {s: c for s, c in out.items() if c != sympy.false}
-    return {"sources": frozenset(out), "source_conditions": tuple(sorted((s, c) for s, c in out.items() if c != sympy.true))}
 
 
 def cases(name: str, unit, *pieces) -> Formula:

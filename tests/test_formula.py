@@ -147,7 +147,8 @@ def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
     """cases() with an open condition keeps every piece's sources, each under the condition that its
     piece is taken; substituting the open input leaves those of the piece taken, as building the
     same cases with the number does."""
-    from analytic.formula import cases, source_map
+    from analytic.formula import cases
+    from analytic.provenance import source_map
     ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula("collectives.reduce_scatter.bytes_sent")
     tp = an.sym("tp")
 

@@ -26,8 +26,8 @@ from types import SimpleNamespace
 from . import _index
 
 #: the sources a compiled module depends on, relative to the package
-SOURCES = ("formulas/*.py", "plan/*.py", "presets/*.toml", "formula.py", "model.py", "numeric.py", "schedules.py",
-           "symbols.py", "units.txt", "values.py", "choices.py")
+SOURCES = ("formulas/*.py", "plan/*.py", "presets/*.toml", "formula.py", "model.py", "numeric.py", "provenance.py",
+           "schedules.py", "symbols.py", "units.txt", "values.py", "choices.py")
 #: how a plan finds and feeds its module: read when a plan is evaluated, not compiled into a module
 #: (a change to it is tested against the expressions, tests/test_compiled.py, with the modules in use)
 RUNTIME = ("plan/structure.py",)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sympy
 
 from ..errors import AnalyticError
-from ..formula import source_map
 from ..numeric import program, python_source
+from ..provenance import source_map
 from ..symbols import keyword_of, sym
 from . import memory
 from .core import Plan
