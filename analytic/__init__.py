@@ -10,6 +10,7 @@ module when it is first used.
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 
 from .errors import AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError, UnknownNameError
@@ -44,7 +45,4 @@ class _Package(types.ModuleType):
         return sorted(set(super().__dir__()) | set(_LAZY))
 
 
-import sys  # noqa: E402  (the package's class is set once its names are defined)
-
 sys.modules[__name__].__class__ = _Package
-del sys

@@ -118,9 +118,10 @@ def model_flag(value: str):
     return an.Model.from_hf(value) if str(value).endswith(".json") else an.model(value)
 
 
-def _hardware(name: str):
+def _presets(get) -> tuple:
+    """The model and the hardware the flags name (a mistyped name is an error with close matches)."""
     import analytic as an
-    return an.hardware(name)
+    return model_flag(get("model")), an.hardware(get("hardware"))
 
 
 def build_plan(args) -> tuple[object, dict]:
@@ -149,7 +150,7 @@ def build_plan(args) -> tuple[object, dict]:
         dp = inferred
     dp = dp or 1
     if get("seq") is None or get("batch_tokens") is None and get("global_batch") is None:
-        model_flag(get("model")), _hardware(get("hardware"))  # a preset's name mistyped is said first
+        _presets(get)  # a preset's name mistyped is said first
     if get("seq") is None:
         raise CLIError("--seq: give the sequence length")
     seq = count_flag(str(get("seq")), "seq")
@@ -175,7 +176,7 @@ def build_plan(args) -> tuple[object, dict]:
     import analytic as an
 
     from .values import fraction, share
-    model, hw = model_flag(get("model")), _hardware(get("hardware"))
+    model, hw = _presets(get)
     offload = get("offload_optimizer")
     layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
