@@ -27,7 +27,7 @@ def _fmt(v) -> str:
 def cmd_step(args) -> int:
     plan, extra = build_plan(args)
     from .story import lines
-    story = lines(plan, mfu=extra["mfu"], training_tokens=extra["training_tokens"], text=extra["text"])
+    story = lines(plan, mfu=extra["mfu"], text=extra["text"])
     if args.json:
         print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
                           "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))

@@ -179,13 +179,13 @@ def build_plan(args) -> tuple[object, dict]:
     model, hw = _presets(get)
     offload = get("offload_optimizer")
     layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
-    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
-                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
-                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or "megatron-core",
-                   profile=get("profile"), **links)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
+                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or "megatron-core",
+                   profile=get("profile"), training_tokens=tokens, **links)
     extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
-             "training_tokens": tokens, "text": text_config, "notes": notes}
+             "text": text_config, "notes": notes}
     return plan, extra

@@ -10,7 +10,6 @@ import pint
 
 from .errors import AnalyticError, PresetError
 from .essay import essay
-from .formulas import formula
 from .plan import Plan, regime
 from .presets import reliability_value, stack
 from .units import Q_
@@ -47,7 +46,7 @@ def _q(f) -> pint.Quantity:
 
 def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
     """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
-    return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes))
+    return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes or ("",)))
 
 
 def wasted_selective(plan: Plan):
@@ -70,7 +69,7 @@ def node_host_memory(plan: Plan, host: pint.Quantity) -> tuple[pint.Quantity, pi
     return node, dram, None if dram is None else bool(node <= dram)
 
 
-def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> list[Line]:
+def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
     out: list[Line] = []
@@ -88,17 +87,17 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         f"microbatches of {plan.microbatch_size} per replica", mb, "plan.microbatches")
     # placement
     add("placement", "gpus", f"GPUs = tp {lay.tp} × cp {lay.cp} × pp {lay.pp} × dp {lay.dp}", plan.gpus, "plan.gpus")
-    add("placement", "nodes", f"nodes of {plan.inputs['gpus_per_node']}", int(_q(plan.expr("nodes")).magnitude), "plan.nodes")
+    add("placement", "nodes", f"nodes of {plan.inputs['gpus_per_node']}", int(plan.value("nodes").magnitude), "plan.nodes")
     for axis, p in plan.placement().items():
         if p["size"] != 1:
             add("placement", f"link_{axis}", f"{axis.upper()} {p['size']} (stride {p['stride']})", p["link"], "plan.placement")
-    per_stage = _q(plan.expr("layers_per_stage")).magnitude
+    per_stage = plan.value("layers_per_stage").magnitude
     add("placement", "layers_per_stage", f"{m.layers} layers over {lay.pp} stages (worst stage holds "
         f"{-(-int(m.layers) // int(lay.pp))})", round(float(per_stage), 4), "plan.layers_per_stage")
     states = f"(Ψ + {m.mtp_modules} MTP)" if m.mtp_modules else "Ψ"
     twice = ", × 2: each rank holds two stages" if lay.schedule == "dualpipe" else ""
     add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep{twice})",
-        _q(plan.expr("params_per_gpu")), "model.params.* / (tp·pp)")
+        plan.value("params_per_gpu"), _tags(plan, "params_per_gpu"))
     # memory
     mem = plan.memory()
     where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"
@@ -137,24 +136,20 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     except PresetError:
         pass
     # forward
-    s_local = plan.seq_len / lay.cp
-    tp_msg = formula("parallelism.tp.allreduce_bytes").bind({**plan.inputs, "seq_len": s_local}).value()
     if lay.tp != 1:
         ops = " + ".join(k.replace("_", "-") for k in ("reduce_scatter", "all_gather", "all_reduce")
                          if f"collectives.{k}.bytes_sent" in plan.sources("communication.tp"))
-        add("forward", "tp_message", f"each TP {ops} (2 per layer forward, 2 backward)", tp_msg.to("MB"),
-            "parallelism.tp.allreduce_bytes")
+        add("forward", "tp_message", f"each TP {ops} (2 per layer forward, 2 backward)",
+            plan.value("communication.tp_message").to("MB"), _tags(plan, "communication.tp_message"))
     if lay.pp != 1:
         try:
-            bw = plan.inputs["scale_out_bandwidth"]
-            t = formula("collectives.broadcast.time").evaluate(message=tp_msg, ranks=2, bandwidth=Q_(float(bw), "byte/s"),
-                                                               latency=Q_(0, "s"))
-            add("forward", "p2p_time", f"a stage's output ({tp_msg.to('MB'):.4g~P}) over one NIC", t.to("ms"),
-                "collectives.broadcast.time")
-        except (KeyError, AnalyticError):
+            t = plan.value("communication_time.stage_output")
+            add("forward", "p2p_time", f"a stage's output ({plan.value('communication.tp_message').to('MB'):.4g~P}) "
+                "over one NIC", t.to("ms"), _tags(plan, "communication_time.stage_output"))
+        except AnalyticError:
             pass
     add("forward", "logits", "logits of one microbatch (before vocabulary-parallel split)",
-        formula("memory.logits").bind({**plan.inputs, "seq_len": s_local}).value().to("GB"), "memory.logits")
+        plan.value("memory.logits.unsplit").to("GB"), _tags(plan, "memory.logits.unsplit"))
     # backward and DP
     replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
     comm = plan.communication()
@@ -176,24 +171,26 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         # all of it through the GPU's own NIC only when every DP peer is in another node
         if "scale_out_bandwidth" in plan.inputs and plan.placement()["dp"]["link"] == "scale-out":
             bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
-            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)", (comm["dp"] / bw).to("s"),
-                "plan.communication.dp / B_out")
+            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)",
+                plan.value("communication_time.dp_one_nic").to("s"),
+                _tags(plan, "communication_time.dp_one_nic", "collectives.transfer."))
     for axis in ("tp", "pp", "cp", "ep"):
         if getattr(lay, axis) != 1:
             on_link = f" ({ctime[axis].to('s'):.3g~P} on its link)" if ctime else ""
             add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step{on_link}",
                 comm[axis].to("GB"), f"plan.communication.{axis}")
     if m.is_moe and m.nodes_per_token and lay.ep != 1:
-        ratio = formula("parallelism.ep.experts_per_node_at_same_cost").bind(plan.inputs).value()
         add("backward", "experts_per_node", "experts per node a token reaches at one scale-out copy's cost",
-            round(float(ratio.magnitude), 3), "parallelism.ep.experts_per_node_at_same_cost")
-        total = formula("parallelism.ep.experts_at_same_cost").bind({**plan.inputs, "nodes_per_token": m.nodes_per_token}).value()
+            round(float(plan.value("experts_per_node_at_same_cost").magnitude), 3),
+            _tags(plan, "experts_per_node_at_same_cost"))
         add("backward", "experts_same_cost", f"experts reachable over {m.nodes_per_token} nodes at that cost",
-            round(float(total.magnitude), 3), "parallelism.ep.experts_at_same_cost")
+            round(float(plan.value("experts_at_same_cost").magnitude), 3), _tags(plan, "experts_at_same_cost"))
     # optimizer
-    shard = replicas if z >= 1 else 1
-    add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: 1/{shard} of its stage's)",
-        _q(plan.expr("params_per_gpu")) / shard, "memory.model_states.optimizer")
+    shards = f"1/{replicas if z >= 1 else 1} of its stage's"
+    if m.is_moe and lay.ep != 1:
+        shards += f" dense parameters, 1/{replicas // lay.ep if z >= 1 else 1} of its experts"
+    add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: {shards})",
+        plan.value("optimizer_params"), _tags(plan, "optimizer_params"))
     # time
     add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"), "compute.training_flops")
     recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
@@ -221,19 +218,19 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
         add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4), "compute.mfu")
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
-            round(float(plan.expr("mfu.palm").value().to("").magnitude), 4),
+            round(float(plan.value("mfu.palm").to("").magnitude), 4),
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
     # run and failures
-    if training_tokens is not None:
-        steps = formula("compute.steps").evaluate(tokens=training_tokens, batch_tokens=plan.tokens_per_step)
-        add("run", "steps", f"steps for {Q_(training_tokens):.3g~P}" if isinstance(training_tokens, str) else "steps",
-            round(float(steps.magnitude)), "compute.steps")
+    if plan.training_tokens is not None:
+        steps = plan.value("steps")
+        add("run", "steps", f"steps for {Q_(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
+            _tags(plan, "steps"))
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
         days = (step * steps.magnitude).to("day")
         add("run", "days", "days of compute at that step time", days, "compute.steps × step time")
-    mtbf = plan.expr("mtbf").value()
+    mtbf = plan.value("mtbf")
     r = reliability_value
     rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
             f"Llama 3 rate: {r('llama3', 'unexpected_interruptions')} in {r('llama3', 'period'):.4g~P} on "
@@ -241,17 +238,17 @@ def lines(plan: Plan, *, mfu=None, training_tokens=None, text: bool = False) -> 
     add("failures", "mtbf", f"mean time between interruptions ({rate})", mtbf.to("hour"), "reliability.mtbf")
     write = ("the checkpoint time given" if "checkpoint_time" in plan.overrides else
              f"16Ψ at {r('llama3', 'storage_bandwidth'):.4g~P}, Llama 3 storage")
-    add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.expr("checkpoint_time").value(),
+    add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.value("checkpoint_time"),
         _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
     add("failures", "checkpoint_interval", "Daly's optimal checkpoint interval",
-        plan.expr("checkpoint_interval").value().to("min"), "reliability.daly.optimal_interval")
+        plan.value("checkpoint_interval").to("min"), "reliability.daly.optimal_interval")
     restart = ("the restart time given" if "restart_time" in plan.overrides else
                f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
     add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
-        round(float(plan.expr("goodput").value().magnitude), 4), "reliability.daly.goodput")
-    if training_tokens is not None:
+        round(float(plan.value("goodput").magnitude), 4), "reliability.daly.goodput")
+    if plan.training_tokens is not None:
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
-        wall = (step * steps.magnitude / plan.expr("goodput").value().magnitude).to("day")
+        wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
         add("failures", "wall_days", "wall-clock days with failures", wall, "reliability.daly.goodput")
         add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))), "reliability.mtbf")
     return out

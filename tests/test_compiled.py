@@ -159,7 +159,7 @@ def test_what_the_compiled_numbers_cannot_give_is_the_expressions_error():
     plan = essay()
     assert not plan._compiled.has("steps") and plan._compiled.has("step_time")
     with pytest.raises(InputError, match="training_tokens"):
-        plan._quantity("steps")
+        plan.value("steps")
     bare = dataclasses.replace(an.hardware("h100-sxm"), key="", name="bare", calibrations={})
     plan = an.Plan(an.model("llama3-8b"), bare, an.Layout(tp=8), seq_len=4096, global_batch=64)
     assert plan._compiled.has("memory.total") and not plan._compiled.has("step_time")

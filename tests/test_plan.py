@@ -61,7 +61,33 @@ def test_s22_activations_library_value(plan):
 def test_s24_s25_s26_logits_dp_optimizer(plan):
     assert plan.expr("memory.logits").value().to("GB").magnitude == pytest.approx(2.10 / 8, abs=0.001)  # vocab-parallel
     assert plan.communication()["dp"].to("GB").magnitude == pytest.approx(12.4, abs=0.1)  # text: ≈ 12.4 GB
-    assert plan.expr("params_per_gpu").value().magnitude / 64 == pytest.approx(49.4e6, rel=0.01)  # text: ≈ 49M
+    assert plan.value("optimizer_params").magnitude == pytest.approx(49.4e6, rel=0.01)  # text: ≈ 49M
+    assert plan.value("memory.logits.unsplit").to("GB").magnitude == pytest.approx(2.10, abs=0.005)  # text: 2.1 GB
+    assert plan.value("communication_time.dp_one_nic").to("s").magnitude == pytest.approx(
+        plan.communication()["dp"].to("byte").magnitude / 50e9, rel=1e-12)  # one 400 Gb/s NIC (S25)
+
+
+def test_s21_s23_messages_at_the_tokens_of_a_cp_rank():
+    """A TP collective's message and a stage's output are [s/c, b, h] in 16 bits (S21, S23): 268 MB for
+    Llama 3 405B at 8,192 tokens, half with CP 2; the output crosses one 50 GB/s NIC in bytes/B."""
+    for cp in (1, 2):
+        p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, cp=cp, pp=16, dp=64 // cp),
+                    seq_len=8192, global_batch=2048)
+        message = 8192 // cp * 16384 * 2
+        assert p.value("communication.tp_message").to("byte").magnitude == message
+        assert p.value("communication_time.stage_output").to("s").magnitude == pytest.approx(message / 50e9, rel=1e-12)
+        assert p.value("memory.logits.unsplit").to("byte").magnitude == 8192 // cp * 128256 * 2
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_optimizer_params_shard_dense_and_expert_weights_over_their_own_replicas(zero):
+    """ZeRO-1 splits the dense weights' optimizer over the dp = 4 ranks holding them, each expert's over the
+    dp/ep = 2: 4 MoE layers of 8 SwiGLU experts (3·256·128 each) are 3,145,728 routed parameters, half on a rank."""
+    p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(dp=4, ep=2, zero=zero), seq_len=1024, global_batch=8)
+    local_experts = 4 * 8 * 3 * 256 * 128 / 2
+    dense = p.value("params_per_gpu").magnitude - local_experts
+    want = dense / 4 + local_experts / 2 if zero else dense + local_experts
+    assert p.value("optimizer_params").magnitude == pytest.approx(want, rel=1e-12)
 
 
 def test_s27_exact_flops_and_step(plan):
@@ -755,6 +781,8 @@ def test_readme_tour_states_the_step_time_interval():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
     assert low < plan.step_time().to("s").magnitude < high
+    shard = plan.value("optimizer_params").magnitude
+    assert f'plan.value("optimizer_params")   # {shard:,.0f} parameters' in readme
     m = plan.memory()
     assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
     low, high = (q.to("GB").magnitude for q in plan.memory_interval())

@@ -3,8 +3,8 @@
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
 QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
-QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
-QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
+QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
+QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
@@ -38,566 +38,571 @@ def quantities(x, k):
     r26 = x32 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x15 * r11
+    r27 = x38 >= 1.0
     r30 = k.recip(x2)
-    r31 = 4.0 * x11
-    r32 = 4.0 * x5
-    r33 = 8.0 * x12
-    r34 = 4.0 * x11 * x10
-    r35 = 4.0 * x14 * x10
-    r35 = r31 + r32 + r33 + r34 + r35
-    r35 = x19 * x33 * r30 * r16 * r35
-    r34 = x23 == 2.0
-    r33 = 2.0 * x19 * x12 * x33 * r30 * r16
-    r33 = k.where(r34, r33, r35)
-    r32 = 1.0 + x22
-    r32 = k.min(r32, r6)
-    r31 = k.ceiling(r27)
-    r32 = r32 * r31
-    r45 = x32 == 4.0
-    r46 = 2.0 * x22
-    r47 = -1.0 + r46
-    r47 = k.min(r47, r6)
-    r47 = r47 * r31
-    r50 = k.where(r45, r47, r32)
-    r51 = x32 == 0.0
-    r52 = x32 == 3.0
-    r53 = k.or_(r51, r52)
-    r54 = k.min(x22, r6)
-    r54 = r54 * r31
-    r50 = k.where(r53, r54, r50)
-    r54 = x32 == 1.0
-    r58 = k.recip(x37)
-    r59 = x6 * x37 * r4 * r5
-    r60 = -1.0 + x37
-    r60 = x22 * r60
-    r62 = -1.0 + r46 + r60
-    r62 = k.min(r59, r62)
-    r62 = r58 * r62 * r31
-    r50 = k.where(r54, r62, r50)
-    r62 = x32 == 2.0
-    r67 = x6 * r4 * r5 * r31
-    r50 = k.where(r62, r67, r50)
-    r50 = r33 * r50
-    r70 = r9 * r31
-    r71 = r13 * r31
-    r72 = x22 == 1.0
-    r73 = k.where(r72, 1.0, 0.0)
-    r74 = 2.0 * x12 * r73
-    r74 = r12 + r70 + r71 + r74
-    r74 = r16 * r74
-    r73 = x36 * x12 * r73
+    r31 = r4 * r30 * r25
+    r31 = k.where(r27, r31, r25)
+    r33 = x15 * r11
+    r34 = 4.0 * x11
+    r35 = 4.0 * x5
+    r36 = 8.0 * x12
+    r37 = 4.0 * x11 * x10
+    r38 = 4.0 * x14 * x10
+    r38 = r34 + r35 + r36 + r37 + r38
+    r38 = x19 * x33 * r30 * r16 * r38
+    r37 = x23 == 2.0
+    r36 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r36 = k.where(r37, r36, r38)
+    r35 = 1.0 + x22
+    r35 = k.min(r35, r6)
+    r34 = k.ceiling(r33)
+    r35 = r35 * r34
+    r48 = x32 == 4.0
+    r49 = 2.0 * x22
+    r50 = -1.0 + r49
+    r50 = k.min(r50, r6)
+    r50 = r50 * r34
+    r53 = k.where(r48, r50, r35)
+    r54 = x32 == 0.0
+    r55 = x32 == 3.0
+    r56 = k.or_(r54, r55)
+    r57 = k.min(x22, r6)
+    r57 = r57 * r34
+    r53 = k.where(r56, r57, r53)
+    r57 = x32 == 1.0
+    r61 = k.recip(x37)
+    r62 = x6 * x37 * r4 * r5
+    r63 = -1.0 + x37
+    r63 = x22 * r63
+    r65 = -1.0 + r49 + r63
+    r65 = k.min(r62, r65)
+    r65 = r61 * r65 * r34
+    r53 = k.where(r57, r65, r53)
+    r65 = x32 == 2.0
+    r70 = x6 * r4 * r5 * r34
+    r53 = k.where(r65, r70, r53)
+    r53 = r36 * r53
+    r73 = r9 * r34
+    r74 = r13 * r34
+    r75 = x22 == 1.0
+    r76 = k.where(r75, 1.0, 0.0)
+    r77 = 2.0 * x12 * r76
+    r77 = r12 + r73 + r74 + r77
+    r77 = r16 * r77
+    r76 = x36 * x12 * r76
     r12 = x22 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
     r12 = x36 * x12 * r12
-    r12 = r8 + r70 + r71 + r73 + r12
+    r12 = r8 + r73 + r74 + r76 + r12
     r12 = r16 * r12
-    r73 = r74 + r12
-    r74 = k.where(r26, r73, r74)
-    r8 = 2.0 * r74
-    r86 = x38 >= 2.0
-    r87 = 2.0 * r4 * r30 * r74
-    r88 = k.where(r86, r87, r8)
-    r89 = x38 >= 3.0
-    r8 = k.where(r89, r87, r8)
-    r87 = 12.0 * r74
-    r92 = x38 >= 1.0
-    r93 = 12.0 * r4 * r30 * r74
-    r87 = k.where(r92, r93, r87)
-    r93 = k.where(r34, r35, 0.0)
-    r96 = k.or_(r26, r72)
-    r97 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r98 = x36 * x19 * x16 * x33 * r30 * r16
-    r97 = r97 + r98
-    r97 = k.max(r97, r93)
-    r96 = k.where(r96, r97, r93)
-    r102 = k.recip(r31)
-    r103 = 0.5 * r102
-    r102 = k.where(r26, r103, r102)
-    r103 = 3.0 * x4 * r102 * r74
-    r103 = k.where(r89, r103, 0.0)
-    r107 = x22 > 1.0
-    r107 = k.and_(r89, r107)
-    r74 = 2.0 * x4 * r74
-    r103 = k.where(r107, r74, r103)
-    r74 = r50 + r88 + r8 + r87 + r96 + r103
-    r112 = k.where(r45, r47, r32)
-    r113 = -1.0 + x22
-    r114 = k.min(1.0, r113)
-    r115 = -1.0 * r114
-    r115 = x22 + r115
-    r117 = k.min(r6, r115)
-    r117 = r117 * r31
-    r112 = k.where(r53, r117, r112)
-    r117 = -2.0 * r114
-    r46 = -1.0 + r117 + r46 + r60
-    r46 = k.min(r59, r46)
-    r46 = r58 * r46 * r31
-    r112 = k.where(r54, r46, r112)
-    r112 = k.where(r62, r67, r112)
-    r112 = r33 * r112
-    r46 = 1.0 + r114
-    r46 = x22 == r46
-    r117 = k.where(r46, 1.0, 0.0)
-    r117 = 2.0 * x12 * r117
-    r131 = r114 == 0.0
-    r131 = k.where(r131, 1.0, 0.0)
-    r131 = x36 * x12 * r131
-    r134 = r114 != 0.0
-    r134 = k.and_(r134, r46)
-    r134 = k.where(r134, 1.0, 0.0)
-    r134 = x36 * x12 * r134
-    r134 = r70 + r71 + r117 + r131 + r134
-    r134 = r16 * r134
-    r131 = x22 == r115
-    r117 = k.where(r131, 1.0, 0.0)
-    r117 = 2.0 * x12 * r117
-    r143 = r115 == 1.0
-    r143 = k.where(r143, 1.0, 0.0)
-    r143 = x36 * x12 * r143
-    r115 = r115 != 1.0
-    r115 = k.and_(r131, r115)
-    r115 = k.where(r115, 1.0, 0.0)
-    r115 = x36 * x12 * r115
-    r115 = r70 + r71 + r117 + r143 + r115
-    r115 = r16 * r115
-    r115 = r134 + r115
-    r134 = k.where(r26, r115, r134)
-    r115 = 2.0 * r134
-    r143 = 2.0 * r4 * r30 * r134
-    r117 = k.where(r86, r143, r115)
-    r115 = k.where(r89, r143, r115)
-    r143 = 12.0 * r134
-    r71 = 12.0 * r4 * r30 * r134
-    r143 = k.where(r92, r71, r143)
-    r131 = k.and_(r26, r131)
-    r131 = k.or_(r46, r131)
-    r93 = k.where(r131, r97, r93)
-    r131 = 3.0 * x4 * r102 * r134
-    r131 = k.where(r89, r131, 0.0)
-    r134 = 2.0 * x4 * r134
-    r131 = k.where(r107, r134, r131)
-    r134 = r112 + r117 + r115 + r143 + r93 + r131
-    r32 = k.where(r45, r47, r32)
-    r47 = k.min(1.0, r6)
-    r47 = r47 * r31
-    r32 = k.where(r53, r47, r32)
-    r60 = 1.0 + r60
-    r59 = k.min(r60, r59)
-    r31 = r58 * r59 * r31
-    r32 = k.where(r54, r31, r32)
-    r32 = k.where(r62, r67, r32)
-    r32 = r33 * r32
-    r12 = k.where(r26, r73, r12)
-    r73 = 2.0 * r12
-    r33 = 2.0 * r4 * r30 * r12
-    r67 = k.where(r86, r33, r73)
-    r73 = k.where(r89, r33, r73)
-    r33 = 12.0 * r12
-    r31 = 12.0 * r4 * r30 * r12
-    r33 = k.where(r92, r31, r33)
-    r102 = 3.0 * x4 * r102 * r12
-    r102 = k.where(r89, r102, 0.0)
+    r76 = r77 + r12
+    r77 = k.where(r26, r76, r77)
+    r8 = 2.0 * r77
+    r89 = x38 >= 2.0
+    r90 = 2.0 * r4 * r30 * r77
+    r91 = k.where(r89, r90, r8)
+    r92 = x38 >= 3.0
+    r8 = k.where(r92, r90, r8)
+    r90 = 12.0 * r77
+    r95 = 12.0 * r4 * r30 * r77
+    r90 = k.where(r27, r95, r90)
+    r95 = k.where(r37, r38, 0.0)
+    r98 = k.or_(r26, r75)
+    r99 = 4.0 * x19 * x12 * x33 * r30 * r16
+    r100 = x36 * x19 * x16 * x33 * r30 * r16
+    r99 = r99 + r100
+    r99 = k.max(r99, r95)
+    r98 = k.where(r98, r99, r95)
+    r104 = k.recip(r34)
+    r105 = 0.5 * r104
+    r104 = k.where(r26, r105, r104)
+    r105 = 3.0 * x4 * r104 * r77
+    r105 = k.where(r92, r105, 0.0)
+    r109 = x22 > 1.0
+    r109 = k.and_(r92, r109)
+    r77 = 2.0 * x4 * r77
+    r105 = k.where(r109, r77, r105)
+    r77 = r53 + r91 + r8 + r90 + r98 + r105
+    r114 = k.where(r48, r50, r35)
+    r115 = -1.0 + x22
+    r116 = k.min(1.0, r115)
+    r117 = -1.0 * r116
+    r117 = x22 + r117
+    r119 = k.min(r6, r117)
+    r119 = r119 * r34
+    r114 = k.where(r56, r119, r114)
+    r119 = -2.0 * r116
+    r49 = -1.0 + r119 + r49 + r63
+    r49 = k.min(r62, r49)
+    r49 = r61 * r49 * r34
+    r114 = k.where(r57, r49, r114)
+    r114 = k.where(r65, r70, r114)
+    r114 = r36 * r114
+    r49 = 1.0 + r116
+    r49 = x22 == r49
+    r119 = k.where(r49, 1.0, 0.0)
+    r119 = 2.0 * x12 * r119
+    r133 = r116 == 0.0
+    r133 = k.where(r133, 1.0, 0.0)
+    r133 = x36 * x12 * r133
+    r136 = r116 != 0.0
+    r136 = k.and_(r136, r49)
+    r136 = k.where(r136, 1.0, 0.0)
+    r136 = x36 * x12 * r136
+    r136 = r73 + r74 + r119 + r133 + r136
+    r136 = r16 * r136
+    r133 = x22 == r117
+    r119 = k.where(r133, 1.0, 0.0)
+    r119 = 2.0 * x12 * r119
+    r145 = r117 == 1.0
+    r145 = k.where(r145, 1.0, 0.0)
+    r145 = x36 * x12 * r145
+    r117 = r117 != 1.0
+    r117 = k.and_(r133, r117)
+    r117 = k.where(r117, 1.0, 0.0)
+    r117 = x36 * x12 * r117
+    r117 = r73 + r74 + r119 + r145 + r117
+    r117 = r16 * r117
+    r117 = r136 + r117
+    r136 = k.where(r26, r117, r136)
+    r117 = 2.0 * r136
+    r145 = 2.0 * r4 * r30 * r136
+    r119 = k.where(r89, r145, r117)
+    r117 = k.where(r92, r145, r117)
+    r145 = 12.0 * r136
+    r74 = 12.0 * r4 * r30 * r136
+    r145 = k.where(r27, r74, r145)
+    r133 = k.and_(r26, r133)
+    r133 = k.or_(r49, r133)
+    r95 = k.where(r133, r99, r95)
+    r133 = 3.0 * x4 * r104 * r136
+    r133 = k.where(r92, r133, 0.0)
+    r136 = 2.0 * x4 * r136
+    r133 = k.where(r109, r136, r133)
+    r136 = r114 + r119 + r117 + r145 + r95 + r133
+    r35 = k.where(r48, r50, r35)
+    r50 = k.min(1.0, r6)
+    r50 = r50 * r34
+    r35 = k.where(r56, r50, r35)
+    r63 = 1.0 + r63
+    r62 = k.min(r63, r62)
+    r34 = r61 * r62 * r34
+    r35 = k.where(r57, r34, r35)
+    r35 = k.where(r65, r70, r35)
+    r35 = r36 * r35
+    r12 = k.where(r26, r76, r12)
+    r76 = 2.0 * r12
+    r36 = 2.0 * r4 * r30 * r12
+    r70 = k.where(r89, r36, r76)
+    r76 = k.where(r92, r36, r76)
+    r36 = 12.0 * r12
+    r34 = 12.0 * r4 * r30 * r12
+    r36 = k.where(r27, r34, r36)
+    r104 = 3.0 * x4 * r104 * r12
+    r104 = k.where(r92, r104, 0.0)
     r12 = 2.0 * x4 * r12
-    r102 = k.where(r107, r12, r102)
-    r12 = r32 + r97 + r67 + r73 + r33 + r102
-    r107 = k.max(r74, r134, r12)
-    r31 = r134 == r107
-    r73 = k.where(r31, r115, r73)
-    r107 = r74 == r107
-    r73 = k.where(r107, r8, r73)
-    r8 = k.max(r74, r134, r12)
-    r107 = r134 == r8
-    r67 = k.where(r107, r117, r67)
-    r8 = r74 == r8
-    r67 = k.where(r8, r88, r67)
-    r88 = k.max(r74, r134, r12)
-    r8 = r134 == r88
-    r33 = k.where(r8, r143, r33)
-    r88 = r74 == r88
-    r33 = k.where(r88, r87, r33)
-    r87 = k.max(r74, r134, r12)
-    r88 = r134 == r87
-    r102 = k.where(r88, r131, r102)
-    r87 = r74 == r87
-    r102 = k.where(r87, r103, r102)
-    r96 = r50 + r96
-    r93 = r112 + r93
-    r97 = r32 + r97
-    r32 = k.max(r74, r134, r12)
-    r112 = r134 == r32
-    r93 = k.where(r112, r93, r97)
-    r32 = r74 == r32
-    r93 = k.where(r32, r96, r93)
-    r32 = x36 * x19 * x4 * x33 * r30 * r16
-    r112 = k.max(r74, r134, r12)
-    r50 = r134 == r112
-    r12 = k.where(r50, r134, r12)
-    r112 = r74 == r112
-    r12 = k.where(r112, r74, r12)
-    r74 = -1.0 * r12
-    r74 = x8 + r74
-    r112 = 6.0 * x6 * x33 * r15
-    r134 = 12.0 * x12
-    r50 = 6.0 * x15 * r9
-    r103 = 6.0 * x15 * r13
-    r87 = 6.0 * x36 * x12
-    r131 = 12.0 * x15 * x11 * x10 * x33
-    r131 = r134 + r50 + r103 + r87 + r131
-    r87 = x6 * x33 * r131
-    r103 = k.pow(x12, 2.0)
-    r50 = k.recip(x12)
-    r88 = 0.16666666666666666 * x33 * r50
-    r143 = k.recip(x15)
-    r50 = 0.0625 * x36 * r143 * r50
-    r50 = 1.0 + r88 + r50
-    r50 = 96.0 * x6 * x15 * x33 * r103 * r50
-    r103 = k.pow(x33, 2.0)
-    r88 = 2.0 * x6 * x15 * x11 * x10 * r103
-    r8 = x23 == 1.0
-    r103 = 4.0 * x6 * x15 * x11 * x10 * r103
-    r103 = k.where(r8, r103, 0.0)
-    r117 = 0.3333333333333333 * x6 * x33 * r131
-    r103 = k.where(r34, r117, r103)
-    r103 = r87 + r88 + r103
-    r88 = k.where(r34, 1.0, 0.0)
-    r88 = 1.0 + r88
-    r117 = k.recip(x9)
-    r107 = k.recip(x18)
-    r115 = x36 * x12 * r16
-    r31 = x19 * x12 * x33 * r30
-    r59 = x36 * x19 * x33 * r30 * r16
-    r59 = r115 + r31 + r59
-    r115 = 2.0 * r117 * r107 * r59
-    r60 = k.recip(x21)
-    r47 = k.recip(x17)
-    r46 = 2.0 * x36 * x19 * x12 * x33 * r60 * r30 * r47 * r16
-    r46 = r115 + r46
-    r46 = r88 * r46
-    r59 = 4.0 * r117 * r107 * r59
-    r115 = 4.0 * x36 * x19 * x12 * x33 * r60 * r30 * r47 * r16
-    r115 = r46 + r59 + r115
-    r115 = r11 * r115
-    r59 = x11 * x10 * x12 * r16
-    r46 = x11 * x19 * x10 * x33 * r30 * r16
-    r46 = r59 + r31 + r46
-    r59 = 2.0 * r117 * r107 * r46
-    r71 = 2.0 * x11 * x19 * x10 * x12 * x33 * r60 * r30 * r47 * r16
-    r71 = r59 + r71
-    r71 = r88 * r71
-    r59 = x10 * x12 * r16 * r14
-    r70 = x19 * x10 * x33 * r30 * r16 * r14
-    r70 = r31 + r59 + r70
-    r59 = 2.0 * r117 * r107 * r70
-    r280 = 2.0 * x19 * x10 * x12 * x33 * r60 * r30 * r47 * r16 * r14
-    r280 = r59 + r280
-    r280 = r88 * r280
-    r59 = x12 * x5 * r16
-    r284 = x19 * x5 * x33 * r30 * r16
-    r284 = r59 + r31 + r284
-    r31 = 2.0 * r117 * r107 * r284
-    r59 = 2.0 * x19 * x12 * x5 * x33 * r60 * r30 * r47 * r16
-    r59 = r31 + r59
-    r59 = 2.0 * r88 * r59
-    r46 = 4.0 * r117 * r107 * r46
-    r70 = 4.0 * r117 * r107 * r70
-    r284 = 8.0 * r117 * r107 * r284
-    r31 = 8.0 * x19 * x12 * x5 * x33 * r60 * r30 * r47 * r16
-    r294 = 4.0 * x11 * x19 * x10 * x12 * x33 * r60 * r30 * r47 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r60 * r30 * r47 * r16 * r14
-    r14 = r71 + r280 + r59 + r46 + r70 + r284 + r31 + r294 + r14
+    r104 = k.where(r109, r12, r104)
+    r12 = r35 + r99 + r70 + r76 + r36 + r104
+    r109 = k.max(r77, r136, r12)
+    r34 = r136 == r109
+    r76 = k.where(r34, r117, r76)
+    r109 = r77 == r109
+    r76 = k.where(r109, r8, r76)
+    r8 = k.max(r77, r136, r12)
+    r109 = r136 == r8
+    r70 = k.where(r109, r119, r70)
+    r8 = r77 == r8
+    r70 = k.where(r8, r91, r70)
+    r91 = k.max(r77, r136, r12)
+    r8 = r136 == r91
+    r36 = k.where(r8, r145, r36)
+    r91 = r77 == r91
+    r36 = k.where(r91, r90, r36)
+    r90 = k.max(r77, r136, r12)
+    r91 = r136 == r90
+    r104 = k.where(r91, r133, r104)
+    r90 = r77 == r90
+    r104 = k.where(r90, r105, r104)
+    r98 = r53 + r98
+    r95 = r114 + r95
+    r99 = r35 + r99
+    r35 = k.max(r77, r136, r12)
+    r114 = r136 == r35
+    r95 = k.where(r114, r95, r99)
+    r35 = r77 == r35
+    r95 = k.where(r35, r98, r95)
+    r35 = x36 * x19 * x4 * x33 * r30 * r16
+    r114 = x36 * x19 * x4 * x33 * r30
+    r53 = k.max(r77, r136, r12)
+    r105 = r136 == r53
+    r12 = k.where(r105, r136, r12)
+    r53 = r77 == r53
+    r12 = k.where(r53, r77, r12)
+    r77 = -1.0 * r12
+    r77 = x8 + r77
+    r53 = 6.0 * x6 * x33 * r15
+    r136 = 12.0 * x12
+    r105 = 6.0 * x15 * r9
+    r90 = 6.0 * x15 * r13
+    r133 = 6.0 * x36 * x12
+    r91 = 12.0 * x15 * x11 * x10 * x33
+    r91 = r136 + r105 + r90 + r133 + r91
+    r133 = x6 * x33 * r91
+    r90 = k.pow(x12, 2.0)
+    r105 = k.recip(x12)
+    r145 = 0.16666666666666666 * x33 * r105
+    r8 = k.recip(x15)
+    r105 = 0.0625 * x36 * r8 * r105
+    r105 = 1.0 + r145 + r105
+    r105 = 96.0 * x6 * x15 * x33 * r90 * r105
+    r90 = k.pow(x33, 2.0)
+    r145 = 2.0 * x6 * x15 * x11 * x10 * r90
+    r119 = x23 == 1.0
+    r90 = 4.0 * x6 * x15 * x11 * x10 * r90
+    r90 = k.where(r119, r90, 0.0)
+    r109 = 0.3333333333333333 * x6 * x33 * r91
+    r90 = k.where(r37, r109, r90)
+    r90 = r133 + r145 + r90
+    r145 = k.where(r37, 1.0, 0.0)
+    r145 = 1.0 + r145
+    r109 = k.recip(x9)
+    r117 = k.recip(x18)
+    r34 = x36 * x12 * r16
+    r62 = x19 * x12 * x33 * r30
+    r63 = x36 * x19 * x33 * r30 * r16
+    r63 = r34 + r62 + r63
+    r34 = 2.0 * r109 * r117 * r63
+    r50 = k.recip(x21)
+    r49 = k.recip(x17)
+    r74 = 2.0 * x36 * x19 * x12 * x33 * r50 * r30 * r49 * r16
+    r74 = r34 + r74
+    r74 = r145 * r74
+    r63 = 4.0 * r109 * r117 * r63
+    r34 = 4.0 * x36 * x19 * x12 * x33 * r50 * r30 * r49 * r16
+    r34 = r74 + r63 + r34
+    r34 = r11 * r34
+    r63 = x11 * x10 * x12 * r16
+    r74 = x11 * x19 * x10 * x33 * r30 * r16
+    r74 = r63 + r62 + r74
+    r63 = 2.0 * r109 * r117 * r74
+    r73 = 2.0 * x11 * x19 * x10 * x12 * x33 * r50 * r30 * r49 * r16
+    r73 = r63 + r73
+    r73 = r145 * r73
+    r63 = x10 * x12 * r16 * r14
+    r280 = x19 * x10 * x33 * r30 * r16 * r14
+    r280 = r62 + r63 + r280
+    r63 = 2.0 * r109 * r117 * r280
+    r283 = 2.0 * x19 * x10 * x12 * x33 * r50 * r30 * r49 * r16 * r14
+    r283 = r63 + r283
+    r283 = r145 * r283
+    r63 = x12 * x5 * r16
+    r287 = x19 * x5 * x33 * r30 * r16
+    r287 = r63 + r62 + r287
+    r62 = 2.0 * r109 * r117 * r287
+    r63 = 2.0 * x19 * x12 * x5 * x33 * r50 * r30 * r49 * r16
+    r63 = r62 + r63
+    r63 = 2.0 * r145 * r63
+    r74 = 4.0 * r109 * r117 * r74
+    r280 = 4.0 * r109 * r117 * r280
+    r287 = 8.0 * r109 * r117 * r287
+    r62 = 8.0 * x19 * x12 * x5 * x33 * r50 * r30 * r49 * r16
+    r297 = 4.0 * x11 * x19 * x10 * x12 * x33 * r50 * r30 * r49 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x33 * r50 * r30 * r49 * r16 * r14
+    r14 = r73 + r283 + r63 + r74 + r280 + r287 + r62 + r297 + r14
     r14 = x15 * r11 * r14
-    r14 = r115 + r14
-    r115 = x6 * r4 * r5 * r14
-    r294 = 3.0 * x5
-    r31 = 2.0 * x5 * r88
-    r31 = r294 + r31
-    r31 = x19 * x33 * r30 * r16 * r31
-    r294 = 10.0 * x12 * r88
-    r294 = r134 + r294
-    r294 = x19 * x33 * r30 * r16 * r294
-    r294 = r31 + r294
-    r294 = x15 * r11 * r294
-    r31 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r31 = r294 + r31
-    r294 = x6 * x4 * r117 * r4 * r5 * r107 * r31
-    r134 = k.recip(x0)
-    r284 = x11 * x10 * x33
-    r8 = k.or_(r8, r34)
-    r8 = k.where(r8, 1.0, 0.0)
-    r8 = 3.0 + r8
-    r8 = 2.0 * x11 * x10 * x33 * r8
-    r8 = r284 + r8
-    r284 = x6 * x15 * x33 * r60 * r4 * r30 * r47 * r134 * r11 * r16 * r8
-    r70 = r115 + r294 + r284
-    r46 = k.recip(r70)
+    r14 = r34 + r14
+    r34 = x6 * r4 * r5 * r14
+    r297 = 3.0 * x5
+    r62 = 2.0 * x5 * r145
+    r62 = r297 + r62
+    r62 = x19 * x33 * r30 * r16 * r62
+    r297 = 10.0 * x12 * r145
+    r297 = r136 + r297
+    r297 = x19 * x33 * r30 * r16 * r297
+    r297 = r62 + r297
+    r297 = x15 * r11 * r297
+    r62 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
+    r62 = r297 + r62
+    r297 = x6 * x4 * r109 * r4 * r5 * r117 * r62
+    r136 = k.recip(x0)
+    r287 = x11 * x10 * x33
+    r119 = k.or_(r119, r37)
+    r119 = k.where(r119, 1.0, 0.0)
+    r119 = 3.0 + r119
+    r119 = 2.0 * x11 * x10 * x33 * r119
+    r119 = r287 + r119
+    r287 = x6 * x15 * x33 * r50 * r4 * r30 * r49 * r136 * r11 * r16 * r119
+    r280 = r34 + r297 + r287
+    r74 = k.recip(r280)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r59 = k.recip(x6)
-    r280 = 0.3333333333333333 * x3 * x19 * r59 * r58 * r70
-    r71 = 0.6666666666666666 * x3 * x19 * x22 * r59 * r70
-    r31 = -1.0 * x6 * x4 * r117 * r4 * r5 * r107 * r31
-    r8 = -1.0 * x6 * x15 * x33 * r60 * r4 * r30 * r47 * r134 * r11 * r16 * r8
-    r71 = r14 + r280 + r71 + r31 + r8
-    r71 = k.max(0.0, r71)
-    r280 = 0.5 * x22
-    r280 = -1.0 + r280
-    r280 = 0.6666666666666666 * x3 * x19 * r59 * r58 * r280 * r70
-    r280 = k.where(r45, 0.0, r280)
-    r45 = 0.3333333333333333 * x3 * x19 * r59 * r58 * r113 * r70
-    r280 = k.where(r52, r45, r280)
-    r62 = k.or_(r51, r54, r62)
-    r113 = x3 * x19 * r59 * r58 * r113 * r70
-    r280 = k.where(r62, r113, r280)
-    r280 = k.max(r71, r280)
-    r46 = r46 * r280
-    r71 = r4 * r30 * r25
-    r71 = k.where(r92, r71, r25)
-    r71 = 28.0 * r117 * r107 * r71
-    r107 = r71 + r115 + r294 + r284
-    r117 = -1.0 * x20
-    r117 = 1.0 + r117
-    r113 = x22 * x37
-    r113 = -1.0 + r113
-    r58 = k.recip(x25)
-    r51 = k.recip(x26)
-    r45 = x19 * x4 * x12 * x33 * r58 * r30 * r51 * r16
-    r45 = x27 + r45
-    r52 = 2.0 * x3 * x2 * x35
-    r52 = x29 >= r52
-    r134 = k.recip(x28)
-    r47 = k.recip(x30)
-    r357 = x19 * x4 * x12 * x33 * r134 * r30 * r47 * r16
-    r357 = x31 + r357
-    r45 = k.where(r52, r357, r45)
-    r45 = 2.0 * x6 * r4 * r5 * r11 * r113 * r45
-    r45 = k.where(r72, 0.0, r45)
-    r117 = r117 * r45
-    r357 = x3 * x19 * r59 * r70
-    r52 = x22 <= 1.0
-    r86 = k.and_(r86, r52)
-    r357 = k.where(r86, r70, r357)
-    r357 = -1.0 * x20 * r357
-    r70 = x3 * x2
-    r369 = -1.0 + r70
-    r370 = k.recip(r369)
-    r371 = 2.0 * x3 * x2
-    r371 = -2.0 + r371
-    r373 = x29 * r16
-    r374 = k.gcd(r70, r373)
+    r63 = k.recip(x6)
+    r283 = 0.3333333333333333 * x3 * x19 * r63 * r61 * r280
+    r73 = 0.6666666666666666 * x3 * x19 * x22 * r63 * r280
+    r62 = -1.0 * x6 * x4 * r109 * r4 * r5 * r117 * r62
+    r119 = -1.0 * x6 * x15 * x33 * r50 * r4 * r30 * r49 * r136 * r11 * r16 * r119
+    r73 = r14 + r283 + r73 + r62 + r119
+    r73 = k.max(0.0, r73)
+    r283 = 0.5 * x22
+    r283 = -1.0 + r283
+    r283 = 0.6666666666666666 * x3 * x19 * r63 * r61 * r283 * r280
+    r283 = k.where(r48, 0.0, r283)
+    r48 = 0.3333333333333333 * x3 * x19 * r63 * r61 * r115 * r280
+    r283 = k.where(r55, r48, r283)
+    r65 = k.or_(r54, r57, r65)
+    r115 = x3 * x19 * r63 * r61 * r115 * r280
+    r283 = k.where(r65, r115, r283)
+    r283 = k.max(r73, r283)
+    r74 = r74 * r283
+    r117 = 28.0 * r109 * r117 * r31
+    r109 = r117 + r34 + r297 + r287
+    r73 = -1.0 * x20
+    r73 = 1.0 + r73
+    r115 = x22 * x37
+    r115 = -1.0 + r115
+    r61 = k.recip(x25)
+    r54 = k.recip(x26)
+    r48 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16
+    r48 = x27 + r48
+    r55 = 2.0 * x3 * x2 * x35
+    r55 = x29 >= r55
+    r136 = k.recip(x28)
+    r49 = k.recip(x30)
+    r358 = x19 * x4 * x12 * x33 * r136 * r30 * r49 * r16
+    r358 = x31 + r358
+    r48 = k.where(r55, r358, r48)
+    r48 = 2.0 * x6 * r4 * r5 * r11 * r115 * r48
+    r48 = k.where(r75, 0.0, r48)
+    r73 = r73 * r48
+    r358 = x3 * x19 * r63 * r280
+    r55 = x22 <= 1.0
+    r89 = k.and_(r89, r55)
+    r358 = k.where(r89, r280, r358)
+    r358 = -1.0 * x20 * r358
+    r280 = x3 * x2
+    r370 = -1.0 + r280
+    r371 = k.recip(r370)
+    r372 = 2.0 * x3 * x2
+    r372 = -2.0 + r372
+    r374 = x29 * r16
+    r375 = k.gcd(r280, r374)
+    r376 = k.recip(r375)
+    r377 = x3 * x2 * r376
+    r377 = -1.0 + r377
+    r377 = x27 * r377
+    r380 = -1.0 * x3 * x2 * r376
+    r380 = r280 + r380
+    r380 = x31 * r380
+    r383 = r377 + r380
+    r383 = r371 * r372 * r383
+    r371 = x4 * x22 * r61 * r8 * r4 * r30 * r54 * r376 * r372 * r25
+    r375 = -1.0 + r375
+    r387 = x4 * x22 * r136 * r8 * r4 * r30 * r49 * r376 * r375 * r372 * r25
+    r387 = k.max(r371, r387)
+    r387 = r383 + r387
+    r383 = x29 <= x35
+    r371 = x27 * r372
+    r392 = x4 * x22 * r61 * r8 * r4 * r30 * r54 * r372 * r25
+    r392 = r371 + r392
+    r387 = k.where(r383, r392, r387)
+    r392 = x3 * x2 * x35
+    r392 = x29 >= r392
+    r371 = x31 * r372
+    r398 = x4 * x22 * r136 * r8 * r4 * r30 * r49 * r372 * r25
+    r398 = r371 + r398
+    r387 = k.where(r392, r398, r387)
+    r387 = x15 * r11 * r387
+    r398 = x4 * x22 * r61 * r8 * r4 * r30 * r54 * r376 * r370 * r25
+    r375 = x4 * x22 * r136 * r8 * r4 * r30 * r49 * r376 * r370 * r375 * r25
+    r375 = k.max(r398, r375)
+    r375 = r377 + r380 + r375
+    r380 = x27 * r370
+    r377 = x4 * x22 * r61 * r8 * r4 * r30 * r54 * r370 * r25
+    r377 = r380 + r377
+    r375 = k.where(r383, r377, r375)
+    r377 = x31 * r370
+    r8 = x4 * x22 * r136 * r8 * r4 * r30 * r49 * r370 * r25
+    r8 = r377 + r8
+    r375 = k.where(r392, r8, r375)
+    r8 = 2.0 * x15 * r11 * r375
+    r387 = k.where(r27, r8, r387)
+    r8 = x15 * r11 * r375
+    r392 = x6 * x15 * r4 * r5 * r11 * r375
+    r392 = r8 + r392
+    r387 = k.where(r89, r392, r387)
+    r55 = k.and_(r92, r55)
+    r375 = 3.0 * x6 * x15 * r4 * r5 * r11 * r375
+    r387 = k.where(r55, r375, r387)
+    r280 = r280 == 1.0
+    r387 = k.where(r280, 0.0, r387)
+    r358 = r358 + r387
+    r358 = k.max(0.0, r358)
+    r374 = k.gcd(x2, r374)
     r375 = k.recip(r374)
-    r376 = x3 * x2 * r375
-    r376 = -1.0 + r376
-    r376 = x27 * r376
-    r379 = -1.0 * x3 * x2 * r375
-    r379 = r70 + r379
-    r379 = x31 * r379
-    r382 = r376 + r379
-    r382 = r370 * r371 * r382
-    r370 = x4 * x22 * r58 * r143 * r4 * r30 * r51 * r375 * r371 * r25
+    r92 = x2 * r375
+    r92 = -1.0 + r92
+    r92 = x27 * r92
+    r392 = -1.0 * x2 * r375
+    r392 = x2 + r392
+    r392 = x31 * r392
+    r8 = -1.0 + x2
+    r377 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r30 * r54 * r16 * r375 * r8
     r374 = -1.0 + r374
-    r386 = x4 * x22 * r134 * r143 * r4 * r30 * r47 * r375 * r374 * r371 * r25
-    r386 = k.max(r370, r386)
-    r386 = r382 + r386
-    r382 = x29 <= x35
-    r370 = x27 * r371
-    r391 = x4 * x22 * r58 * r143 * r4 * r30 * r51 * r371 * r25
-    r391 = r370 + r391
-    r386 = k.where(r382, r391, r386)
-    r391 = x3 * x2 * x35
-    r391 = x29 >= r391
-    r370 = x31 * r371
-    r397 = x4 * x22 * r134 * r143 * r4 * r30 * r47 * r371 * r25
-    r397 = r370 + r397
-    r386 = k.where(r391, r397, r386)
-    r386 = x15 * r11 * r386
-    r397 = x4 * x22 * r58 * r143 * r4 * r30 * r51 * r375 * r369 * r25
-    r374 = x4 * x22 * r134 * r143 * r4 * r30 * r47 * r375 * r369 * r374 * r25
-    r374 = k.max(r397, r374)
-    r374 = r376 + r379 + r374
-    r379 = x27 * r369
-    r376 = x4 * x22 * r58 * r143 * r4 * r30 * r51 * r369 * r25
-    r376 = r379 + r376
-    r374 = k.where(r382, r376, r374)
-    r376 = x31 * r369
-    r143 = x4 * x22 * r134 * r143 * r4 * r30 * r47 * r369 * r25
-    r143 = r376 + r143
-    r374 = k.where(r391, r143, r374)
-    r143 = 2.0 * x15 * r11 * r374
-    r386 = k.where(r92, r143, r386)
-    r143 = x15 * r11 * r374
-    r391 = x6 * x15 * r4 * r5 * r11 * r374
-    r391 = r143 + r391
-    r386 = k.where(r86, r391, r386)
-    r52 = k.and_(r89, r52)
-    r374 = 3.0 * x6 * x15 * r4 * r5 * r11 * r374
-    r386 = k.where(r52, r374, r386)
-    r70 = r70 == 1.0
-    r386 = k.where(r70, 0.0, r386)
-    r357 = r357 + r386
-    r357 = k.max(0.0, r357)
-    r373 = k.gcd(x2, r373)
-    r374 = k.recip(r373)
-    r89 = x2 * r374
-    r89 = -1.0 + r89
-    r89 = x27 * r89
-    r391 = -1.0 * x2 * r374
-    r391 = x2 + r391
-    r391 = x31 * r391
-    r143 = -1.0 + x2
-    r376 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r30 * r51 * r16 * r374 * r143
-    r373 = -1.0 + r373
-    r373 = 2.0 * x14 * x19 * x10 * x4 * x33 * r134 * r30 * r47 * r16 * r374 * r143 * r373
-    r373 = k.max(r376, r373)
-    r373 = r89 + r391 + r373
-    r391 = x27 * r143
-    r89 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r30 * r51 * r16 * r143
-    r89 = r391 + r89
-    r373 = k.where(r382, r89, r373)
-    r89 = x2 * x35
-    r89 = x29 >= r89
-    r382 = x31 * r143
-    r391 = 2.0 * x14 * x19 * x10 * x4 * x33 * r134 * r30 * r47 * r16 * r143
-    r391 = r382 + r391
-    r373 = k.where(r89, r391, r373)
-    r391 = x6 * x15 * r4 * r5 * r11 * r373
-    r373 = x6 * x15 * r4 * r5 * r11 * r88 * r373
-    r373 = r391 + r373
-    r391 = x2 == 1.0
-    r373 = k.where(r391, 0.0, r373)
-    r34 = k.where(r34, 2.0, 0.0)
-    r34 = 4.0 + r34
-    r89 = k.gcd(x35, x29)
-    r382 = k.recip(r89)
-    r376 = x35 * r382
-    r376 = -1.0 + r376
-    r376 = x27 * r376
-    r374 = -1.0 * x35 * r382
-    r374 = x35 + r374
-    r374 = x31 * r374
-    r379 = -1.0 + x35
-    r397 = x19 * x4 * x12 * x33 * r58 * r30 * r51 * r16 * r382 * r379
-    r89 = -1.0 + r89
-    r89 = x19 * x4 * x12 * x33 * r134 * r30 * r47 * r16 * r382 * r379 * r89
-    r89 = k.max(r397, r89)
-    r89 = r376 + r374 + r89
-    r374 = x29 <= 1.0
-    r376 = x27 * r379
-    r51 = x19 * x4 * x12 * x33 * r58 * r30 * r51 * r16 * r379
-    r51 = r376 + r51
-    r89 = k.where(r374, r51, r89)
-    r51 = x29 >= x35
-    r374 = x31 * r379
-    r47 = x19 * x4 * x12 * x33 * r134 * r30 * r47 * r16 * r379
-    r47 = r374 + r47
-    r89 = k.where(r51, r47, r89)
-    r89 = 2.0 * x6 * x15 * r4 * r5 * r11 * r34 * r89
-    r47 = x35 == 1.0
-    r89 = k.where(r47, 0.0, r89)
-    r8 = r14 + r31 + r8
-    r8 = k.max(0.0, r8)
-    r8 = k.where(r26, r8, 0.0)
-    r26 = r117 + r71 + r115 + r294 + r284 + r357 + r280 + r373 + r89 + r8
-    r31 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r60 * r4 * r30 * r11 * r16 * r31 * r15
-    r131 = x6 * x33 * r60 * r4 * r30 * r11 * r16 * r31 * r131
-    r31 = k.recip(x33)
-    r60 = x34 * r59 * r31
-    r51 = k.recip(x13)
-    r374 = r4 * r30 * r51 * r11 * r16
-    r134 = 1.6e-11 * x12
-    r376 = 8e-12 * x15 * r9
-    r58 = 8e-12 * x15 * r13
-    r397 = 8e-12 * x36 * x12
-    r382 = r134 + r376 + r58 + r397
-    r375 = 8e-12 * x12
-    r370 = 4e-12 * x15 * r9
-    r502 = 4e-12 * x15 * r13
-    r503 = 4e-12 * x36 * x12
-    r503 = r375 + r370 + r502 + r503
-    r503 = r374 > r503
-    r502 = -1.6e-11 * x12
+    r374 = 2.0 * x14 * x19 * x10 * x4 * x33 * r136 * r30 * r49 * r16 * r375 * r8 * r374
+    r374 = k.max(r377, r374)
+    r374 = r92 + r392 + r374
+    r392 = x27 * r8
+    r92 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r30 * r54 * r16 * r8
+    r92 = r392 + r92
+    r374 = k.where(r383, r92, r374)
+    r92 = x2 * x35
+    r92 = x29 >= r92
+    r383 = x31 * r8
+    r392 = 2.0 * x14 * x19 * x10 * x4 * x33 * r136 * r30 * r49 * r16 * r8
+    r392 = r383 + r392
+    r374 = k.where(r92, r392, r374)
+    r392 = x6 * x15 * r4 * r5 * r11 * r374
+    r374 = x6 * x15 * r4 * r5 * r11 * r145 * r374
+    r374 = r392 + r374
+    r392 = x2 == 1.0
+    r374 = k.where(r392, 0.0, r374)
+    r37 = k.where(r37, 2.0, 0.0)
+    r37 = 4.0 + r37
+    r92 = k.gcd(x35, x29)
+    r383 = k.recip(r92)
+    r377 = x35 * r383
+    r377 = -1.0 + r377
+    r377 = x27 * r377
+    r375 = -1.0 * x35 * r383
+    r375 = x35 + r375
+    r375 = x31 * r375
+    r380 = -1.0 + x35
+    r398 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16 * r383 * r380
+    r92 = -1.0 + r92
+    r92 = x19 * x4 * x12 * x33 * r136 * r30 * r49 * r16 * r383 * r380 * r92
+    r92 = k.max(r398, r92)
+    r92 = r377 + r375 + r92
+    r375 = x29 <= 1.0
+    r377 = x27 * r380
+    r54 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16 * r380
+    r54 = r377 + r54
+    r92 = k.where(r375, r54, r92)
+    r54 = x29 >= x35
+    r375 = x31 * r380
+    r49 = x19 * x4 * x12 * x33 * r136 * r30 * r49 * r16 * r380
+    r49 = r375 + r49
+    r92 = k.where(r54, r49, r92)
+    r92 = 2.0 * x6 * x15 * r4 * r5 * r11 * r37 * r92
+    r49 = x35 == 1.0
+    r92 = k.where(r49, 0.0, r92)
+    r119 = r14 + r62 + r119
+    r119 = k.max(0.0, r119)
+    r119 = k.where(r26, r119, 0.0)
+    r26 = r73 + r117 + r34 + r297 + r287 + r358 + r283 + r374 + r92 + r119
+    r62 = k.recip(r26)
+    r14 = 6.0 * x6 * x33 * r50 * r4 * r30 * r11 * r16 * r62 * r15
+    r91 = x6 * x33 * r50 * r4 * r30 * r11 * r16 * r62 * r91
+    r62 = x19 * x4 * x12 * x33 * r30
+    r50 = x19 * x4 * x12 * x33 * r61 * r30
+    r372 = x4 * r4 * r30 * r372 * r25
+    r54 = 2.0 * x4 * r4 * r30 * r370 * r25
+    r372 = k.where(r27, r54, r372)
+    r54 = x4 * r4 * r30 * r370 * r25
+    r27 = k.pow(x3, -2.0)
+    r375 = x6 * x4 * r27 * r5 * r30 * r370 * r25
+    r375 = r54 + r375
+    r372 = k.where(r89, r375, r372)
+    r370 = 3.0 * x6 * x4 * r27 * r5 * r30 * r370 * r25
+    r372 = k.where(r55, r370, r372)
+    r372 = k.where(r280, 0.0, r372)
+    r280 = r61 * r372
+    r61 = x28 * r61
+    r370 = k.recip(x33)
+    r55 = x34 * r63 * r370
+    r5 = k.recip(x13)
+    r27 = r4 * r30 * r5 * r11 * r16
+    r375 = 1.6e-11 * x12
+    r89 = 8e-12 * x15 * r9
+    r54 = 8e-12 * x15 * r13
+    r136 = 8e-12 * x36 * x12
+    r377 = r375 + r89 + r54 + r136
+    r398 = 8e-12 * x12
+    r383 = 4e-12 * x15 * r9
+    r376 = 4e-12 * x15 * r13
+    r371 = 4e-12 * x36 * x12
+    r371 = r398 + r383 + r376 + r371
+    r371 = r27 > r371
+    r376 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r370 = -8e-12 * x36 * x12
-    r375 = k.sqrt(2.0)
-    r511 = k.sqrt(x3)
-    r511 = k.recip(r511)
-    r513 = k.sqrt(x2)
-    r513 = k.recip(r513)
-    r515 = k.sqrt(x13)
-    r515 = k.recip(r515)
-    r517 = k.sqrt(x22)
-    r517 = k.recip(r517)
-    r519 = k.sqrt(x35)
-    r519 = k.recip(r519)
-    r521 = k.sqrt(r382)
-    r522 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r382
-    r523 = k.sqrt(x3)
-    r524 = k.sqrt(x2)
-    r525 = k.sqrt(x13)
-    r526 = k.sqrt(x22)
-    r527 = k.sqrt(x35)
-    r527 = 0.16666666666666666 * r375 * r523 * r524 * r525 * r526 * r527 * r521
-    r527 = 1.0 + r522 + r527
-    r527 = r375 * r511 * r513 * r515 * r517 * r519 * r521 * r527
-    r527 = r502 + r9 + r13 + r370 + r527
-    r370 = k.where(r503, r527, r374)
-    r397 = r134 + r376 + r58 + r397 + r370
-    r397 = x3 * x2 * x13 * x22 * x35 * r397
-    r397 = k.exp(r397)
-    r397 = -1.0 + r397
-    r58 = k.recip(r397)
-    r376 = x24 + x1
-    r134 = -1.0 * x3 * x2 * x13 * x22 * x35 * r376
-    r134 = k.exp(r134)
-    r134 = x3 * x2 * x13 * x22 * x35 * r58 * r370 * r134
-    r58 = x3 * x2 * x13 * x22 * x35
+    r383 = -8e-12 * x36 * x12
+    r398 = k.sqrt(2.0)
+    r527 = k.sqrt(x3)
     r527 = k.recip(r527)
-    r58 = k.where(r503, r527, r58)
-    r376 = x3 * x2 * x13 * x22 * x35 * r376
-    r376 = k.exp(r376)
-    r51 = x34 * r59 * r4 * r30 * r51 * r11 * r31 * r16 * r397 * r26 * r58 * r376
-    r376 = x34 * r59 * r31 * r397 * r26 * r58 * r376
-    r34 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r379 * r34
-    r34 = k.where(r47, 0.0, r34)
-    r47 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r143
-    r143 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r88 * r143
-    r143 = r47 + r143
-    r143 = k.where(r391, 0.0, r143)
-    r371 = x4 * r4 * r30 * r371 * r25
-    r391 = 2.0 * x4 * r4 * r30 * r369 * r25
-    r371 = k.where(r92, r391, r371)
-    r391 = x4 * r4 * r30 * r369 * r25
-    r92 = k.pow(x3, -2.0)
-    r47 = x6 * x4 * r92 * r5 * r30 * r369 * r25
-    r47 = r391 + r47
-    r371 = k.where(r86, r47, r371)
-    r369 = 3.0 * x6 * x4 * r92 * r5 * r30 * r369 * r25
-    r371 = k.where(r52, r369, r371)
-    r371 = k.where(r70, 0.0, r371)
-    r113 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r113
-    r113 = k.where(r72, 0.0, r113)
-    r114 = r114 < x22
-    r72 = x32 != 2.0
-    r54 = k.and_(r54, r72)
-    r54 = k.not_(r54)
-    r54 = k.or_(r114, r54)
+    r529 = k.sqrt(x2)
+    r529 = k.recip(r529)
+    r531 = k.sqrt(x13)
+    r531 = k.recip(r531)
+    r533 = k.sqrt(x22)
+    r533 = k.recip(r533)
+    r535 = k.sqrt(x35)
+    r535 = k.recip(r535)
+    r537 = k.sqrt(r377)
+    r538 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r377
+    r539 = k.sqrt(x3)
+    r540 = k.sqrt(x2)
+    r541 = k.sqrt(x13)
+    r542 = k.sqrt(x22)
+    r543 = k.sqrt(x35)
+    r543 = 0.16666666666666666 * r398 * r539 * r540 * r541 * r542 * r543 * r537
+    r543 = 1.0 + r538 + r543
+    r543 = r398 * r527 * r529 * r531 * r533 * r535 * r537 * r543
+    r543 = r376 + r9 + r13 + r383 + r543
+    r383 = k.where(r371, r543, r27)
+    r136 = r375 + r89 + r54 + r136 + r383
+    r136 = x3 * x2 * x13 * x22 * x35 * r136
+    r136 = k.exp(r136)
+    r136 = -1.0 + r136
+    r54 = k.recip(r136)
+    r89 = x24 + x1
+    r375 = -1.0 * x3 * x2 * x13 * x22 * x35 * r89
+    r375 = k.exp(r375)
+    r375 = x3 * x2 * x13 * x22 * x35 * r54 * r383 * r375
+    r54 = x3 * x2 * x13 * x22 * x35
+    r543 = k.recip(r543)
+    r54 = k.where(r371, r543, r54)
+    r89 = x3 * x2 * x13 * x22 * x35 * r89
+    r89 = k.exp(r89)
+    r5 = x34 * r63 * r4 * r30 * r5 * r11 * r370 * r16 * r136 * r26 * r54 * r89
+    r89 = x34 * r63 * r370 * r136 * r26 * r54 * r89
+    r37 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r380 * r37
+    r37 = k.where(r49, 0.0, r37)
+    r49 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8
+    r8 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r145 * r8
+    r8 = r49 + r8
+    r8 = k.where(r392, 0.0, r8)
+    r115 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r115
+    r115 = k.where(r75, 0.0, r115)
+    r116 = r116 < x22
+    r75 = x32 != 2.0
+    r57 = k.and_(r57, r75)
+    r57 = k.not_(r57)
+    r57 = k.or_(r116, r57)
     r16 = x32 != 1.0
-    r53 = k.and_(r16, r72, r53)
-    r53 = k.not_(r53)
-    r53 = k.or_(r114, r53)
-    r53 = k.and_(r54, r53)
-    r54 = x22 >= 2.0
-    r114 = x32 != 3.0
-    r72 = x32 != 4.0
-    r62 = k.not_(r62)
-    r62 = k.and_(r114, r72, r62)
-    r62 = k.not_(r62)
-    r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x22 * x35 * r26
-    r72 = r112 <= r54
-    r54 = r87 <= r54
-    return (r0, r1, r6, r7, r15, r15, r25, r27, r73, r67, r33, r102, r93, 0.0, r96, r97, r35, r32, r98, r12, r74, r112, r112, r87, r50, r103, r46, r107, r280, r26, r14, r131, r60, r374, r382, r370, r134, r51, r376, r115, r284, r294, r71, r34, r89, r89, r143, r373, r373, r371, r386, r357, r113, r45, r117, 0.0, 0.0, r8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r72, r54, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    r56 = k.and_(r16, r75, r56)
+    r56 = k.not_(r56)
+    r56 = k.or_(r116, r56)
+    r56 = k.and_(r57, r56)
+    r57 = x22 >= 2.0
+    r116 = x32 != 3.0
+    r75 = x32 != 4.0
+    r65 = k.not_(r65)
+    r65 = k.and_(r116, r75, r65)
+    r65 = k.not_(r65)
+    r65 = k.or_(r57, r65)
+    r57 = x21 * x3 * x2 * x22 * x35 * r26
+    r75 = r53 <= r57
+    r57 = r133 <= r57
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r70, r36, r104, r95, 0.0, r98, r99, r38, r35, r114, r100, r12, r77, r53, r53, r133, r105, r90, r74, r109, r283, r26, r14, r91, r62, r50, r280, r61, 0.0, r55, r27, r377, r383, r375, r5, r89, r34, r287, r297, r117, r37, r92, r92, r8, r374, r374, r372, r387, r358, r115, r48, r73, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1180,37 +1185,37 @@ def search(x, k):
     return (r86, r36, r46)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (39, 40, 41, 42, 43, 44), (39, 40, 41, 42, 43, 44), (39, 40, 41, 42, 43, 44), (), (35, 39, 40, 41, 42, 43, 44), (33, 39, 40, 41, 42, 43, 44), (34, 39, 40, 41, 42, 43, 44), (), (28, 29, 32), (), (), (28, 29, 32), (29,), (31,), (32,), (28, 29, 32, 33, 34, 35, 39, 40, 41, 42, 43, 44), (28, 29, 32, 33, 34, 35, 39, 40, 41, 42, 43, 44), (27, 39, 40, 41, 42, 43, 44), (27, 39, 40, 41, 42, 43, 44), (14, 39, 40, 41, 42, 43, 44), (17,), (13, 14, 39, 40, 41, 42, 43, 44), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 56), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 25, 39, 40, 41, 42, 43, 44), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 56), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 25, 39, 40, 41, 42, 43, 44, 56), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 24, 25, 27, 39, 40, 41, 42, 43, 44, 56), (11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 24, 25, 39, 40, 41, 42, 43, 44, 56), (26,), (69,), (36, 39, 40, 41, 42, 43, 44), (36, 39, 40, 41, 42, 43, 44, 68, 69), (36, 39, 40, 41, 42, 43, 44, 66, 67, 68, 69), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 25, 26, 36, 39, 40, 41, 42, 43, 44, 56, 66, 67, 68, 69), (11, 12, 13, 15, 16, 18, 19, 20, 21, 22, 23, 25, 26, 36, 39, 40, 41, 42, 43, 44, 56, 66, 67, 68, 69), (15, 16), (11, 12, 13), (18, 19, 20, 21, 22, 23), (23, 25, 39, 40, 41, 42, 43, 44), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 65), (8, 64), (9, 64), (10, 64), (11, 37), (11, 38), (11, 39), (11, 40), (11, 41), (11, 42), (11, 43), (11, 44), (11, 64), (12, 30), (12, 60), (12, 61), (12, 62), (12, 63), (14, 28), (14, 29), (14, 30), (14, 32), (14, 60), (14, 61), (14, 62), (14, 63), (15, 30), (15, 60), (15, 61), (15, 62), (15, 63), (19, 30), (19, 37), (19, 38), (19, 60), (19, 61), (19, 62), (19, 63), (19, 64), (20, 30), (20, 37), (20, 38), (20, 60), (20, 61), (20, 62), (20, 63), (20, 64), (25, 12), (26, 55), (26, 57), (26, 58), (26, 59), (27, 65), (28, 55), (28, 57), (28, 58), (28, 59), (29, 1), (29, 3), (29, 4), (29, 5), (29, 6), (29, 7), (29, 8), (29, 10), (29, 45), (29, 46), (29, 47), (29, 48), (29, 49), (29, 50), (29, 51), (29, 52), (29, 53), (29, 54), (29, 55), (29, 57), (29, 58), (29, 59), (29, 65), (30, 1), (30, 3), (30, 4), (30, 5), (30, 6), (30, 7), (30, 8), (30, 10), (30, 45), (30, 46), (30, 47), (30, 48), (30, 49), (30, 50), (30, 51), (30, 52), (30, 53), (30, 54), (30, 55), (30, 57), (30, 58), (30, 59), (30, 65), (31, 1), (31, 3), (31, 4), (31, 5), (31, 6), (31, 7), (31, 8), (31, 10), (31, 45), (31, 46), (31, 47), (31, 48), (31, 49), (31, 50), (31, 51), (31, 52), (31, 53), (31, 54), (31, 55), (31, 57), (31, 58), (31, 59), (31, 65), (37, 1), (37, 3), (37, 4), (37, 5), (37, 6), (37, 7), (37, 8), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 53), (37, 54), (37, 55), (37, 57), (37, 58), (37, 59), (37, 65), (38, 1), (38, 3), (38, 4), (38, 5), (38, 6), (38, 7), (38, 8), (38, 10), (38, 45), (38, 46), (38, 47), (38, 48), (38, 49), (38, 50), (38, 51), (38, 52), (38, 53), (38, 54), (38, 55), (38, 57), (38, 58), (38, 59), (38, 65), (42, 65), (43, 0), (43, 9), (43, 52), (43, 53), (43, 54), (44, 1), (44, 5), (44, 7), (44, 8), (44, 10), (44, 52), (44, 53), (44, 54), (45, 1), (45, 5), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (46, 0), (46, 9), (46, 45), (46, 46), (46, 47), (47, 1), (47, 5), (47, 7), (47, 8), (47, 10), (47, 45), (47, 46), (47, 47), (48, 1), (48, 5), (48, 7), (48, 8), (48, 10), (48, 45), (48, 46), (48, 47), (49, 0), (49, 2), (49, 9), (49, 39), (49, 40), (49, 41), (49, 42), (49, 43), (49, 44), (49, 48), (49, 49), (49, 65), (50, 1), (50, 3), (50, 5), (50, 6), (50, 7), (50, 8), (50, 10), (50, 39), (50, 40), (50, 41), (50, 42), (50, 43), (50, 44), (50, 48), (50, 49), (50, 65), (51, 1), (51, 3), (51, 5), (51, 6), (51, 7), (51, 8), (51, 10), (51, 11), (51, 12), (51, 13), (51, 15), (51, 16), (51, 18), (51, 19), (51, 20), (51, 21), (51, 22), (51, 23), (51, 39), (51, 40), (51, 41), (51, 42), (51, 43), (51, 44), (51, 48), (51, 49), (51, 65), (52, 50), (52, 51), (53, 4), (53, 50), (53, 51), (54, 4), (54, 50), (54, 51), (57, 11), (57, 12), (57, 13), (57, 15), (57, 16), (57, 18), (57, 19), (57, 20), (57, 21), (57, 22), (57, 23))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (40, 41, 42, 43, 44, 45), (40, 41, 42, 43, 44, 45), (40, 41, 42, 43, 44, 45), (40, 41, 42, 43, 44, 45), (), (36, 40, 41, 42, 43, 44, 45), (34, 40, 41, 42, 43, 44, 45), (35, 40, 41, 42, 43, 44, 45), (), (29, 30, 33), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 40, 41, 42, 43, 44, 45), (29, 30, 33, 34, 35, 36, 40, 41, 42, 43, 44, 45), (28, 40, 41, 42, 43, 44, 45), (28, 40, 41, 42, 43, 44, 45), (15, 40, 41, 42, 43, 44, 45), (18,), (14, 15, 40, 41, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 40, 41, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 40, 41, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 40, 41, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 40, 41, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (27,), (72,), (37, 40, 41, 42, 43, 44, 45), (37, 40, 41, 42, 43, 44, 45, 71, 72), (37, 40, 41, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 40, 41, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 40, 41, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 40, 41, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 38), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 31), (13, 63), (13, 64), (13, 65), (13, 66), (15, 29), (15, 30), (15, 31), (15, 33), (15, 63), (15, 64), (15, 65), (15, 66), (16, 31), (16, 63), (16, 64), (16, 65), (16, 66), (21, 31), (21, 38), (21, 39), (21, 63), (21, 64), (21, 65), (21, 66), (21, 67), (22, 31), (22, 38), (22, 39), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (27, 13), (28, 58), (28, 60), (28, 61), (28, 62), (29, 68), (30, 58), (30, 60), (30, 61), (30, 62), (31, 1), (31, 3), (31, 4), (31, 5), (31, 6), (31, 7), (31, 8), (31, 10), (31, 46), (31, 47), (31, 48), (31, 49), (31, 50), (31, 53), (31, 54), (31, 55), (31, 56), (31, 57), (31, 58), (31, 60), (31, 61), (31, 62), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (36, 0), (36, 2), (36, 9), (36, 40), (36, 41), (36, 42), (36, 43), (36, 44), (36, 45), (36, 49), (36, 50), (36, 68), (44, 1), (44, 3), (44, 4), (44, 5), (44, 6), (44, 7), (44, 8), (44, 10), (44, 46), (44, 47), (44, 48), (44, 49), (44, 50), (44, 53), (44, 54), (44, 55), (44, 56), (44, 57), (44, 58), (44, 60), (44, 61), (44, 62), (44, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (49, 68), (50, 0), (50, 9), (50, 55), (50, 56), (50, 57), (51, 1), (51, 5), (51, 7), (51, 8), (51, 10), (51, 55), (51, 56), (51, 57), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 55), (52, 56), (52, 57), (53, 0), (53, 9), (53, 46), (53, 47), (53, 48), (54, 1), (54, 5), (54, 7), (54, 8), (54, 10), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 0), (56, 2), (56, 9), (56, 40), (56, 41), (56, 42), (56, 43), (56, 44), (56, 45), (56, 49), (56, 50), (56, 68), (57, 1), (57, 3), (57, 5), (57, 6), (57, 7), (57, 8), (57, 10), (57, 40), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 12), (58, 13), (58, 14), (58, 16), (58, 17), (58, 19), (58, 20), (58, 21), (58, 22), (58, 23), (58, 24), (58, 40), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 53), (59, 54), (60, 4), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (64, 12), (64, 13), (64, 14), (64, 16), (64, 17), (64, 19), (64, 20), (64, 21), (64, 22), (64, 23), (64, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 
 def source_conditions(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = x5 == 5.0
-    r1 = x7 >= 3.0
+    r1 = x7 >= 1.0
     r2 = k.and_(r0, r1)
-    r3 = x7 < 3.0
+    r3 = x7 < 1.0
     r4 = k.and_(r0, r3)
     r5 = k.or_(r2, r4)
-    r6 = x7 >= 2.0
+    r6 = x7 >= 3.0
     r7 = k.and_(r0, r6)
-    r8 = x7 < 2.0
-    r8 = k.and_(r0, r8)
-    r10 = k.or_(r7, r8)
-    r11 = x7 >= 1.0
+    r8 = x7 < 3.0
+    r9 = k.and_(r0, r8)
+    r10 = k.or_(r7, r9)
+    r11 = x7 >= 2.0
     r12 = k.and_(r0, r11)
-    r13 = x7 < 1.0
-    r14 = k.and_(r0, r13)
-    r15 = k.or_(r12, r14)
+    r13 = x7 < 2.0
+    r13 = k.and_(r0, r13)
+    r15 = k.or_(r12, r13)
     r16 = x2 > 1.0
-    r17 = k.and_(r1, r16)
+    r17 = k.and_(r6, r16)
     r18 = k.not_(r17)
-    r19 = k.and_(r1, r18)
+    r19 = k.and_(r6, r18)
     r20 = k.or_(r17, r19)
-    r16 = k.and_(r0, r1, r16)
-    r18 = k.and_(r0, r1, r18)
+    r16 = k.and_(r0, r6, r16)
+    r18 = k.and_(r0, r6, r18)
     r23 = k.or_(r16, r18)
     r24 = x3 == 2.0
     r25 = x5 != 1.0
@@ -1234,7 +1239,7 @@ def source_conditions(x, k):
     r43 = k.not_(r26)
     r43 = k.and_(r24, r43)
     r43 = k.or_(r25, r42, r43)
-    r18 = k.or_(r12, r7, r2, r14, r8, r4, r16, r18)
+    r18 = k.or_(r2, r12, r7, r4, r13, r9, r16, r18)
     r16 = x3 == 1.0
     r25 = k.and_(r16, r25)
     r16 = x5 == 2.0
@@ -1246,10 +1251,10 @@ def source_conditions(x, k):
     r27 = k.and_(r36, r34, r27)
     r34 = x6 != 1.0
     r36 = x6 <= x4
-    r8 = 1.0 >= x4
-    r7 = x6 > x4
-    r8 = k.and_(r8, r7)
-    r42 = k.or_(r36, r8)
+    r13 = 1.0 >= x4
+    r12 = x6 > x4
+    r13 = k.and_(r13, r12)
+    r42 = k.or_(r36, r13)
     r42 = k.and_(r34, r42)
     r63 = x0 != 1.0
     r64 = x0 * x6
@@ -1267,20 +1272,20 @@ def source_conditions(x, k):
     r76 = r74 > x4
     r77 = k.and_(r66, r76)
     r78 = k.or_(r75, r77)
-    r79 = k.and_(r1, r73, r78)
-    r80 = k.and_(r1, r73)
+    r79 = k.and_(r6, r73, r78)
+    r80 = k.and_(r6, r73)
     r81 = k.not_(r80)
-    r82 = k.and_(r6, r73, r81, r78)
-    r83 = k.and_(r6, r73)
+    r82 = k.and_(r11, r73, r81, r78)
+    r83 = k.and_(r11, r73)
     r84 = k.not_(r83)
-    r85 = k.and_(r1, r78)
-    r86 = k.and_(r3, r78)
+    r85 = k.and_(r6, r78)
+    r86 = k.and_(r8, r78)
     r86 = k.or_(r85, r86)
-    r86 = k.and_(r11, r84, r81, r86)
+    r86 = k.and_(r1, r84, r81, r86)
     r86 = k.or_(r79, r82, r86)
     r86 = k.and_(r71, r86)
     r85 = k.or_(r42, r69, r86)
-    r92 = k.and_(r13, r71, r84, r81, r78)
+    r92 = k.and_(r3, r71, r84, r81, r78)
     r93 = x2 != 1.0
     r94 = 2.0 * x1 * x0 * x6
     r95 = r94 <= x4
@@ -1292,31 +1297,31 @@ def source_conditions(x, k):
     r94 = k.or_(r95, r96, r94)
     r94 = k.and_(r93, r94)
     r96 = 1.0 < x4
-    r95 = k.and_(r7, r96, r34)
+    r95 = k.and_(r12, r96, r34)
     r74 = x6 < x4
     r106 = k.and_(r74, r63, r64)
-    r107 = k.and_(r1, r73, r74, r76)
-    r108 = k.and_(r6, r73, r74, r76, r81)
-    r109 = k.and_(r1, r74, r76)
-    r110 = k.and_(r74, r3, r76)
+    r107 = k.and_(r6, r73, r74, r76)
+    r108 = k.and_(r11, r73, r74, r76, r81)
+    r109 = k.and_(r6, r74, r76)
+    r110 = k.and_(r74, r8, r76)
     r111 = k.or_(r109, r110)
-    r111 = k.and_(r11, r84, r81, r111)
+    r111 = k.and_(r1, r84, r81, r111)
     r111 = k.or_(r107, r108, r111)
     r111 = k.and_(r71, r111)
     r115 = k.or_(r95, r106, r111)
-    r116 = k.and_(r74, r13, r71, r76, r84, r81)
-    r117 = k.and_(r11, r74, r76, r84, r81)
+    r116 = k.and_(r74, r3, r71, r76, r84, r81)
+    r117 = k.and_(r1, r74, r76, r84, r81)
     r117 = k.or_(r107, r108, r117)
     r117 = k.and_(r71, r117)
     r120 = k.or_(r95, r106, r117)
-    r121 = k.and_(r74, r13, r76, r84, r81)
+    r121 = k.and_(r74, r3, r76, r84, r81)
     r122 = k.and_(r74, r76)
     r110 = k.or_(r122, r109, r110)
-    r110 = k.and_(r11, r84, r81, r110)
+    r110 = k.and_(r1, r84, r81, r110)
     r110 = k.or_(r107, r108, r121, r110)
     r110 = k.and_(r71, r110)
     r121 = k.or_(r95, r106, r110)
-    r78 = k.and_(r11, r84, r81, r78)
+    r78 = k.and_(r1, r84, r81, r78)
     r78 = k.or_(r79, r82, r78)
     r78 = k.and_(r71, r78)
     r82 = k.or_(r42, r69, r78)
@@ -1325,48 +1330,48 @@ def source_conditions(x, k):
     r64 = k.and_(r63, r64)
     r68 = k.and_(r24, r63)
     r65 = k.or_(r75, r77, r122)
-    r79 = k.and_(r1, r73, r65)
-    r108 = k.and_(r6, r73, r81, r65)
-    r107 = k.and_(r13, r84, r81, r65)
-    r109 = k.and_(r1, r65)
-    r65 = k.and_(r3, r65)
+    r79 = k.and_(r6, r73, r65)
+    r108 = k.and_(r11, r73, r81, r65)
+    r107 = k.and_(r3, r84, r81, r65)
+    r109 = k.and_(r6, r65)
+    r65 = k.and_(r8, r65)
     r65 = k.or_(r75, r77, r122, r109, r65)
-    r65 = k.and_(r11, r84, r81, r65)
+    r65 = k.and_(r1, r84, r81, r65)
     r65 = k.or_(r79, r108, r107, r65)
     r65 = k.and_(r71, r65)
-    r107 = k.and_(r1, r73, r71)
-    r96 = k.and_(r7, r96)
-    r96 = k.or_(r36, r8, r96)
+    r107 = k.and_(r6, r73, r71)
+    r96 = k.and_(r12, r96)
+    r96 = k.or_(r36, r13, r96)
     r96 = k.and_(r34, r96)
-    r8 = k.and_(r24, r34)
+    r13 = k.and_(r24, r34)
     r75 = k.and_(r0, r75)
     r66 = k.and_(r0, r66, r76)
     r76 = k.and_(r0, r74, r76)
     r74 = k.or_(r75, r66, r76)
-    r36 = k.and_(r1, r73, r74)
-    r7 = k.and_(r6, r73, r81, r74)
-    r108 = k.and_(r13, r84, r81, r74)
-    r79 = k.and_(r1, r74)
-    r74 = k.and_(r3, r74)
+    r36 = k.and_(r6, r73, r74)
+    r12 = k.and_(r11, r73, r81, r74)
+    r108 = k.and_(r3, r84, r81, r74)
+    r79 = k.and_(r6, r74)
+    r74 = k.and_(r8, r74)
     r74 = k.or_(r75, r66, r76, r79, r74)
-    r74 = k.and_(r11, r84, r81, r74)
-    r74 = k.or_(r36, r7, r108, r74)
+    r74 = k.and_(r1, r84, r81, r74)
+    r74 = k.or_(r36, r12, r108, r74)
     r74 = k.and_(r71, r74)
-    r14 = k.or_(r12, r14, r74)
-    r12 = k.and_(r6, r73, r81)
-    r108 = k.and_(r11, r84, r81)
-    r7 = k.or_(r80, r12, r108)
-    r7 = k.and_(r71, r7)
-    r36 = k.and_(r13, r71, r84, r81)
-    r79 = k.and_(r13, r84, r81)
-    r79 = k.or_(r80, r12, r108, r79)
+    r4 = k.or_(r2, r4, r74)
+    r2 = k.and_(r11, r73, r81)
+    r108 = k.and_(r1, r84, r81)
+    r12 = k.or_(r80, r2, r108)
+    r12 = k.and_(r71, r12)
+    r36 = k.and_(r3, r71, r84, r81)
+    r79 = k.and_(r3, r84, r81)
+    r79 = k.or_(r80, r2, r108, r79)
     r79 = k.and_(r71, r79)
-    r1 = k.and_(r0, r1, r73)
-    r73 = k.and_(r0, r6, r73, r81)
-    r13 = k.and_(r0, r13, r84, r81)
-    r4 = k.or_(r0, r2, r4)
-    r4 = k.and_(r11, r84, r81, r4)
-    r4 = k.or_(r1, r73, r13, r4)
-    r4 = k.and_(r71, r4)
+    r6 = k.and_(r0, r6, r73)
+    r73 = k.and_(r0, r11, r73, r81)
+    r3 = k.and_(r0, r3, r84, r81)
+    r9 = k.or_(r0, r7, r9)
+    r9 = k.and_(r1, r84, r81, r9)
+    r9 = k.or_(r6, r73, r3, r9)
+    r9 = k.and_(r71, r9)
     r84 = k.or_(r83, r84)
-    return (r0, r5, r10, r15, r19, r17, r20, r20, r20, r20, r20, r20, r23, r24, r30, r33, r35, r29, r26, r43, r24, r26, r30, r33, r35, r29, r24, r30, r33, r35, r29, r24, r19, r17, r30, r33, r35, r29, r18, r24, r19, r17, r30, r33, r35, r29, r18, r25, r16, r31, r28, r27, r15, r16, r31, r28, r27, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r8, r16, r31, r28, r27, r14, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r8, r16, r31, r28, r27, r14, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r8, r16, r31, r28, r27, r14, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r8, r16, r31, r28, r27, r14, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r8, r16, r31, r28, r27, r14, r15, r34, r34, r34, r34, r8, r42, r95, r95, r95, r42, r96, r34, r8, r42, r95, r95, r95, r42, r96, r34, r8, r63, r63, r63, r63, r68, r69, r106, r106, r106, r69, r64, r63, r68, r69, r106, r106, r106, r69, r64, r63, r68, r7, r36, r7, r79, r79, r79, r79, r79, r79, r79, r107, r4, r86, r92, r111, r116, r117, r110, r78, r65, r65, r65, r65, r65, r65, r65, r107, r74, r86, r92, r111, r116, r117, r110, r78, r84, r84, r84, r84, r84, r84, r84, r84, r84, r84, r84, r65, r65, r65, r65, r65, r65, r65, r107, r74, r93, r93, r94, r94, r93, r94, r94, r93, r0, r0, r0, r0, r0, r0, r0, r0, r0, r0, r0)
+    return (r0, r5, r10, r15, r5, r19, r17, r20, r20, r20, r20, r20, r20, r23, r24, r30, r33, r35, r29, r26, r43, r24, r26, r30, r33, r35, r29, r24, r30, r33, r35, r29, r24, r19, r17, r30, r33, r35, r29, r18, r24, r19, r17, r30, r33, r35, r29, r18, r25, r16, r31, r28, r27, r5, r16, r31, r28, r27, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r13, r16, r31, r28, r27, r4, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r13, r16, r31, r28, r27, r4, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r13, r16, r31, r28, r27, r4, r12, r36, r12, r79, r79, r79, r79, r79, r79, r79, r107, r9, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r13, r16, r31, r28, r27, r4, r85, r92, r94, r115, r116, r120, r121, r82, r64, r63, r68, r65, r107, r94, r93, r96, r34, r13, r16, r31, r28, r27, r4, r5, r34, r34, r34, r34, r13, r42, r95, r95, r95, r42, r96, r34, r13, r42, r95, r95, r95, r42, r96, r34, r13, r63, r63, r63, r63, r68, r69, r106, r106, r106, r69, r64, r63, r68, r69, r106, r106, r106, r69, r64, r63, r68, r12, r36, r12, r79, r79, r79, r79, r79, r79, r79, r107, r9, r86, r92, r111, r116, r117, r110, r78, r65, r65, r65, r65, r65, r65, r65, r107, r74, r86, r92, r111, r116, r117, r110, r78, r84, r84, r84, r84, r84, r84, r84, r84, r84, r84, r84, r65, r65, r65, r65, r65, r65, r65, r107, r74, r93, r93, r94, r94, r93, r94, r94, r93, r0, r0, r0, r0, r0, r0, r0, r0, r0, r0, r0)

@@ -35,6 +35,9 @@ for _name, _factor in _busbw.items():
 define("collectives.broadcast.time", (n - 1) * alpha + Sz / Bw, "s", f"{THAKUR} (pipelined chain, large messages)",
        ("the message is pipelined along a chain of n ranks; bandwidth term independent of n",),
        "time of a pipelined broadcast")
+define("collectives.transfer.time", Sz / Bw, "s", "definition (bytes over the link's bandwidth)",
+       ("one rank sends the message to another over one link at its full bandwidth; the latency left out",),
+       "bandwidth time of a point-to-point transfer")
 define("collectives.broadcast.bytes_sent", Sz, "byte", f"{THAKUR} (pipelined chain)",
        ("every rank but the last forwards the whole message",), "bytes a forwarding rank sends in a broadcast")
 

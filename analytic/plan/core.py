@@ -7,7 +7,8 @@ gives numbers, closed forms and the vectorised expressions that search compiles.
 The work is a one-way flow of stages, each a module whose functions take the results of the stages
 before it: :mod:`.inputs` (arguments read and checked, every input) → :mod:`.placement` (strides,
 links, parameters per GPU) → :mod:`.memory` and :mod:`.compute` → :mod:`.communication` (one
-function per axis) → :mod:`.timing`. :class:`Plan` builds them lazily and names their quantities.
+function per axis) → :mod:`.timing`. :class:`Plan` builds them lazily; :mod:`.quantities` names
+their quantities.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import sympy
 
 from ..choices import AXES, CONVENTIONS
 from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
-from ..formula import Formula, magnitude, to_float
+from ..formula import Formula, to_float
 from ..hardware import Hardware
 from ..model import Model
 from ..presets import memory_reserve
 from ..symbolic import optimise, smallest_fitting
 from ..units import Q_
 from ..values import choice, count, flag, fraction
-from . import communication, compute, memory, ops, placement, structure, timing
+from . import communication, memory, ops, placement, quantities, structure, timing
 from .inputs import Inputs
 from .layout import Layout
 from .ops import OP_CLASSES
@@ -115,9 +116,10 @@ class Plan:
         """The numbers of the module compiled for the plan's structure, where one is shipped."""
         return structure.Compiled(self._in)
 
-    def _quantity(self, name: str) -> pint.Quantity:
-        """The value of quantity ``name``: compiled where the plan's structure is shipped compiled,
-        else from its expression (which also raises what is wrong)."""
+    def value(self, name: str) -> pint.Quantity:
+        """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the module
+        compiled for the plan's structure where one ships, else from its expression (which also says
+        what is missing)."""
         q = self._compiled.quantity(name)
         return q if q is not None else self.expr(name).value()
 
@@ -140,7 +142,7 @@ class Plan:
 
     @property
     def tokens_per_step(self) -> pint.Quantity:
-        return self._quantity("tokens_per_step")
+        return self.value("tokens_per_step")
 
     def placement(self) -> dict:
         """For each axis: its size, its stride in the rank order and the link it uses."""
@@ -149,7 +151,7 @@ class Plan:
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str) -> Formula:
         """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`)."""
-        builders = self._builders()
+        builders = self._builders
         if name not in builders:
             raise UnknownNameError("plan quantity", name, builders)
         if name not in self._exprs:
@@ -169,7 +171,7 @@ class Plan:
 
     def quantities(self) -> list[str]:
         """Names accepted by :meth:`expr`."""
-        return list(self._builders())
+        return list(self._builders)
 
     def _provenance(self) -> str:
         lay = self.layout
@@ -187,82 +189,32 @@ class Plan:
                 f"{'' if self.grad_dtype == 'bf16' else f' grad_dtype={self.grad_dtype}'}"
                 f"{'' if self.moment_dtype == 'fp32' else f' moment_dtype={self.moment_dtype}'} stack={self.stack}")
 
+    @cached_property
     def _builders(self) -> dict:
-        b = {
-            "gpus": lambda: Formula("gpus", sympy.sympify(self.deg.gpus), "", ""),
-            "nodes": lambda: Formula("nodes", placement.nodes(self._in), "", ""),
-            "microbatches": lambda: Formula("m", self._in.microbatches, "", ""),
-            "tokens_per_step": lambda: self._in.tokens_per_step,
-            "params": lambda: self._params["total"],
-            "active_params": lambda: self.model.active_params_formula(),
-            "params_per_gpu": lambda: self._params["per_gpu"],
-            "layers_per_stage": lambda: Formula("L/p", self.model.layers / self.deg.pp, "", ""),
-            **{f"memory.{k}": (lambda k=k: self._worst[k]) for k in (*memory.PARTS, "host")},
-            "memory.activations.first_stage": lambda: self._stage(0)["activations"],
-            "memory.activations.last_stage": lambda: self._stage(self.deg.pp - 1)["activations"],
-            "memory.activations.layer": lambda: self._activation_parts["layer"],
-            "memory.logits": lambda: self._activation_parts["logits"],
-            "memory.loss": lambda: self._activation_parts["loss"],
-            "memory.total": lambda: self._worst["total"],
-            "memory.headroom": lambda: Formula("hbm", self._in.need("hbm"), "byte", "") - self.expr("memory.total"),
-            "flops": lambda: compute.model_flops(self._in, "6nd"),
-            "flops.6nd": lambda: compute.model_flops(self._in, "6nd"),
-            "flops.palm": lambda: compute.model_flops(self._in, "palm"),
-            "flops.megatron": lambda: compute.model_flops(self._in, "megatron"),
-            "flops.hardware": lambda: compute.hardware_flops(self._in),
-            "bubble": lambda: self._time["bubble"] / timing.total(self._time, ops.OP_CLASSES[:3]),
-            "time.compute": lambda: timing.total(self._time, ops.OP_CLASSES),
-            "time.bubble": lambda: self._time["bubble"],
-            "step_time": lambda: timing.total(self._time),
-            "mfu": lambda: self._in.f("compute.mfu", flops=self.expr("flops"), step_time=self.expr("step_time"),
-                                   gpus=self.deg.gpus),
-            "mfu.palm": lambda: self._in.f("compute.mfu", flops=self.expr("flops.palm"), step_time=self.expr("step_time"),
-                                        gpus=self.deg.gpus),
-            "steps": lambda: self._in.f("compute.steps", tokens=self._in.training_tokens_or_raise(),
-                                     batch_tokens=self.expr("tokens_per_step")),
-            "mtbf": lambda: self._in.f("reliability.mtbf", gpus=self.deg.gpus),
-            "checkpoint_time": lambda: self._checkpoint_time(),
-            # Daly's exact model, not the first-order one: it stays right where failures are frequent
-            "checkpoint_interval": lambda: self._in.f("reliability.daly.optimal_interval", mtbf=self.expr("mtbf"),
-                                                   checkpoint_time=self.expr("checkpoint_time")),
-            "goodput": lambda: self._in.f("reliability.daly.goodput", mtbf=self.expr("mtbf"),
-                                       checkpoint_time=self.expr("checkpoint_time"),
-                                       checkpoint_interval=self.expr("checkpoint_interval"),
-                                       restart_time=self._in.f("reliability.async_restart_time",
-                                                               checkpoint_interval=self.expr("checkpoint_interval"))),
-            "train_time": lambda: (self.expr("step_time") * self.expr("steps")) / self.expr("goodput"),
-            "interruptions": lambda: self.expr("train_time") / self.expr("mtbf"),
-        }
-        for part in ops.OP_CLASSES:
-            b[f"time.{part}"] = (lambda p=part: self._time[p])
-        for axis in AXES:
-            b[f"communication.{axis}"] = (lambda a=axis: self._comm[a]["bytes"])
-            b[f"communication_time.{axis}"] = (lambda a=axis: self._comm[a]["time"])
-            b[f"time.{axis}"] = (lambda a=axis: self._time[a])
-        return b
+        return quantities.builders(self)
 
     # --- numbers ------------------------------------------------------------------------------
     def model_flops(self, convention: str = "6nd") -> pint.Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
         ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
         choice("convention", convention, CONVENTIONS)
-        return self._quantity(f"flops.{convention}")
+        return self.value(f"flops.{convention}")
 
     def hardware_flops(self) -> pint.Quantity:
         """FLOPs executed per step, recomputation included (PaLM convention for the model part;
         FlashAttention's backward recomputes QKᵀ)."""
-        return self._quantity("flops.hardware")
+        return self.value("flops.hardware")
 
     def communication(self) -> dict:
         """Bytes sent per step per GPU, by axis (tp, pp, dp, cp, ep)."""
-        return {a: self._quantity(f"communication.{a}") for a in AXES}
+        return {a: self.value(f"communication.{a}") for a in AXES}
 
     def communication_time(self) -> dict:
         """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
         if not all(self._compiled.has(f"communication_time.{a}") for a in AXES):
             self._comm  # noqa: B018  (the walk that records what the times lack)
             self._in.require_times()
-        return {a: self._quantity(f"communication_time.{a}") for a in AXES}
+        return {a: self.value(f"communication_time.{a}") for a in AXES}
 
     def step_time(self, mfu=None) -> pint.Quantity:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
@@ -271,7 +223,7 @@ class Plan:
         if mfu is not None:
             eta = fraction("mfu", mfu)
             return self._in.f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta).value()
-        return self._quantity("step_time")
+        return self.value("step_time")
 
     def step_time_interval(self) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): where the measured step time falls with the calibration's coverage (80%): the
@@ -300,12 +252,12 @@ class Plan:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
         names = timing.PARTS if flag("ops", ops) else ("compute", *timing.PARTS[len(OP_CLASSES):])
-        return {k: self._quantity(f"time.{k}") for k in names}
+        return {k: self.value(f"time.{k}") for k in names}
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
         if step_time is None:
-            return float(self._quantity("mfu").to("").magnitude)
+            return float(self.value("mfu").to("").magnitude)
         f = self._in.f("compute.mfu", flops=self.expr("flops"), gpus=self.deg.gpus, step_time=step_time)
         return float(f.value().to("").magnitude)
 
@@ -313,7 +265,7 @@ class Plan:
         """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
         the total."""
         if stage is None:
-            parts = {k: self._quantity(f"memory.{k}") for k in (*memory.PARTS, "total", "host")}
+            parts = {k: self.value(f"memory.{k}") for k in (*memory.PARTS, "total", "host")}
             p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
             worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
         else:
@@ -322,7 +274,7 @@ class Plan:
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.deg.pp}), got {stage}")
             parts = self._stage_values(worst)
         return Memory(**parts, hbm=Q_(to_float(self._in.need("hbm")), "byte"),
-                      logits=self._quantity("memory.logits"), loss=self._quantity("memory.loss"), stage=worst)
+                      logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
         """:meth:`memory` of every pipeline stage, first to last."""
@@ -345,14 +297,6 @@ class Plan:
         """Bytes per GPU on stage ``k``."""
         total = self._compiled.stage_total(k)
         return total if total is not None else to_float(self._stage(k)["total"].expr, "memory of a stage")
-
-    def _checkpoint_time(self) -> Formula:
-        if "checkpoint_time" in self.inputs:
-            return Formula("delta", self.inputs["checkpoint_time"], "s", "")
-        # one copy of the model states written at the storage bandwidth of Llama 3's cluster
-        from ..presets import llama3_storage_bandwidth
-        states = self._in.f("memory.model_states.zero0", params=self._params["stored"])
-        return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 
     # --- symbolic helpers ----------------------------------------------------------------------
     def _count(self, name: str):
