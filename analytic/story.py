@@ -192,7 +192,8 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: {shards})",
         plan.value("optimizer_params"), _tags(plan, "optimizer_params"))
     # time
-    add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"), "compute.training_flops")
+    add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"),
+        _tags(plan, "flops.6nd", "compute."))
     recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
     flash = ", FlashAttention backward" if plan.flash_attention else ""
     add("time", "hardware_flops", f"FLOPs executed per step ({recompute} recomputation{flash})", plan.hardware_flops(),
@@ -216,7 +217,8 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             spread = ""
         host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
         add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
-        add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4), "compute.mfu")
+        add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4),
+            _tags(plan, "mfu", "compute.mfu", "compute.training_flops"))
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
             round(float(plan.value("mfu.palm").to("").magnitude), 4),
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
@@ -235,22 +237,24 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
             f"Llama 3 rate: {r('llama3', 'unexpected_interruptions')} in {r('llama3', 'period'):.4g~P} on "
             f"{r('llama3', 'gpus'):,} GPUs")
-    add("failures", "mtbf", f"mean time between interruptions ({rate})", mtbf.to("hour"), "reliability.mtbf")
+    add("failures", "mtbf", f"mean time between interruptions ({rate})", mtbf.to("hour"), _tags(plan, "mtbf"))
     write = ("the checkpoint time given" if "checkpoint_time" in plan.overrides else
              f"16Ψ at {r('llama3', 'storage_bandwidth'):.4g~P}, Llama 3 storage")
     add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.value("checkpoint_time"),
         _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
     add("failures", "checkpoint_interval", "Daly's optimal checkpoint interval",
-        plan.value("checkpoint_interval").to("min"), "reliability.daly.optimal_interval")
+        plan.value("checkpoint_interval").to("min"), _tags(plan, "checkpoint_interval", "reliability.daly"))
     restart = ("the restart time given" if "restart_time" in plan.overrides else
                f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
     add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
-        round(float(plan.value("goodput").magnitude), 4), "reliability.daly.goodput")
+        round(float(plan.value("goodput").magnitude), 4), _tags(plan, "goodput", "reliability."))
     if plan.training_tokens is not None:
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
         wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
-        add("failures", "wall_days", "wall-clock days with failures", wall, "reliability.daly.goodput")
-        add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))), "reliability.mtbf")
+        add("failures", "wall_days", "wall-clock days with failures", wall,
+            _tags(plan, "train_time", "compute.steps", "reliability.daly.goodput"))
+        add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))),
+            _tags(plan, "interruptions", "reliability.mtbf"))
     return out
 
 
