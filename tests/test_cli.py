@@ -138,7 +138,7 @@ def test_memory_table(capsys):
     assert max(s["total"] for s in data["stages"]) == data["total"] and data["stages"][-1]["fits"] is True
     code, out, _ = run(capsys, "memory", "--stages")
     assert "stage 0 of 16, the worst" in out and f"does not fit: {-data['headroom']:.4g} GB over" in out
-    assert -data["headroom"] == pytest.approx(4.078, abs=1e-3)
+    assert -data["headroom"] == pytest.approx(4.296, abs=1e-3)
     assert len([line for line in out.splitlines() if line.strip()[:2].strip().isdigit()]) == 16
 
 
@@ -188,7 +188,7 @@ def test_search_405b_beats_the_published_layout(capsys):
                                              vpp=vpp), seq_len=8192, global_batch=2048)
         assert times[0] <= published.step_time().to("s").magnitude
     code, out, err = run(capsys, *argv)
-    assert code == 0 and "67,728 layouts evaluated, 21,158 fit in 85.52 GB" in out and "step (s)" in out
+    assert code == 0 and "67,728 layouts evaluated, 21,132 fit in 85.52 GB" in out and "step (s)" in out
 
 
 def _step_time(text: str) -> float:
@@ -630,14 +630,16 @@ def test_memory_with_offloaded_optimizer(capsys):
 def test_memory_with_the_ends_counted_as_layers(capsys):
     """--ends-as-layers: Llama 3 405B's 8 chunks of a layer a stage, the first stage's first chunk only
     the embedding; the first stage holds 112 layer-microbatches, the second 141 (Megatron's interleaved
-    order, as the pipeline simulator counts them); a split that does not come out even is refused in one
+    order, as the pipeline simulator counts them), each with a layer's backward gradients; a split that does not come out even is refused in one
     line, and search, which does not read the flag, refuses it."""
     flags = ("--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2",
              "--seq", "8192", "--global-batch", "2048")
     code, out, err = run(capsys, "memory", "--json", "--stages", *flags, "--vpp", "8", "--ends-as-layers")
     assert code == 0, err
     stages = json.loads(out)["stages"]
-    assert stages[1]["activations"] / stages[0]["activations"] == pytest.approx(141 / 112, rel=1e-12)
+    backward = 2 * 2 * 8192 * 53248 / 8 / 1e9  # a layer's SwiGLU backward gradients, on every stage but the last
+    assert (stages[1]["activations"] - backward) / (stages[0]["activations"] - backward) == pytest.approx(141 / 112,
+                                                                                                       rel=1e-12)
     assert max(stages, key=lambda s: s["total"])["stage"] == 1
     code, _, err = run(capsys, "memory", *flags, "--vpp", "3", "--ends-as-layers")
     assert code == 2 and "ends_as_layers" in err and len(err.strip().splitlines()) == 1

@@ -23,6 +23,11 @@ def plan():
     return essay()
 
 
+#: the 405B's SwiGLU backward at 8,192 tokens, TP 8: its gate's and up projection's 16-bit gradients,
+#: [s·b, h_ff/t] each (memory.activations.backward.swiglu_gradients), held beyond a stage's kept activations
+BACKWARD_405B = 2 * 2 * 8192 * 53248 / 8
+
+
 def test_s17_s18_s19_batch_and_placement(plan):
     assert plan.tokens_per_step.magnitude == 16_777_216
     assert plan.microbatches == 32
@@ -49,11 +54,12 @@ def test_s20_parameters_and_model_states(plan):
 def test_s22_activations_library_value(plan):
     """The text's 47 GB is not reproduced: stage 0 of 1F1B keeps p = 16 microbatches of ceil(126/16) = 8
     layers; the Llama-layer count (flash attention, GQA, SwiGLU, SP over 8) gives 68.25 GB. The gap
-    (+45%) is recorded in validation/REPORT.md (S22)."""
+    (+45%) is recorded in validation/REPORT.md (S22). The backward of a layer adds its SwiGLU's two
+    gradients (0.22 GB): 68.47 GB."""
     act = plan.memory().activations.to("GB").magnitude
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
-    assert act == pytest.approx(per_layer * 8 * 16 / 1e9, rel=1e-12)
-    assert act == pytest.approx(68.25, abs=0.01)
+    assert act == pytest.approx((per_layer * 8 * 16 + BACKWARD_405B) / 1e9, rel=1e-12)
+    assert act == pytest.approx(68.47, abs=0.01)
     mem = plan.memory()  # 82.7 GB with the text's 2-byte gradients: inside an H100's 81,559 MiB, not at the peak
     assert mem.fits and plan.memory_peak() > mem.hbm
 
@@ -118,10 +124,10 @@ def test_compute_and_bubble_are_the_pipeline_simulators_makespan(plan):
 def test_memory_total_by_hand(plan):
     """ZeRO-1 over 64 replicas of TP8 × PP16: 2 + 2 bytes of weights and gradients and 12/64 of Adam per
     parameter of stage 0 on the GPU (8 layers and the embedding over TP 8), and its 16 microbatches of
-    8 layers (hand count above)."""
+    8 layers (hand count above), and the SwiGLU backward's gradients."""
     psi = (8 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128 + 3 * 16384 * 53248 + 2 * 16384) + 128256 * 16384) / 8
     per_layer = 8192 * (8 * 16384 + (4 * 128 * 128 + 4 * 8 * 128 + 6 * 53248 + 4 * 128)) / 8
-    total = 2 * psi + 2 * psi + 12 * psi / 64 + per_layer * 8 * 16
+    total = 2 * psi + 2 * psi + 12 * psi / 64 + per_layer * 8 * 16 + BACKWARD_405B
     assert plan.memory().total.to("byte").magnitude == pytest.approx(total, rel=1e-12)
 
 
@@ -135,7 +141,8 @@ def test_megatron_cores_default_gradients_are_fp32_buffers():
     assert default.grad_dtype == "fp32"
     m = default.memory()
     assert m.gradients.to("byte").magnitude == pytest.approx(4 * psi, rel=1e-12)
-    assert m.total.to("byte").magnitude == pytest.approx(2 * psi + 4 * psi + 12 * psi / 64 + per_layer * 8 * 16, rel=1e-12)
+    assert m.total.to("byte").magnitude == pytest.approx(2 * psi + 4 * psi + 12 * psi / 64 + per_layer * 8 * 16
+                                                         + BACKWARD_405B, rel=1e-12)
     assert essay(grad_dtype=None, zero=3).grad_dtype == "bf16"
     assert essay(grad_dtype=None).replace(layout=default.layout.replace(zero=3)).grad_dtype == "bf16"
     small = dict(seq_len=1024, global_batch=8)
@@ -260,13 +267,14 @@ def test_stage0_activation_factors_of_schedules(schedule, ratio):
     """Peak activations relative to 1F1B's p microbatches: ZB-H2 2p − 1 (Qi et al. Table 2),
     DualPipe p + 1 (DeepSeek-V3 Table 2), ZB-H1 p; p = 16 and enough microbatches. DualPipe's first
     rank also computes a loss (it holds the last stage): the loss's working set comes on top, with the
-    final norm's and the output layer's inputs (2 × 2 bytes × 8192 × 16384, split 8 ways by SP)."""
+    final norm's and the output layer's inputs (2 × 2 bytes × 8192 × 16384, split 8 ways by SP), where the
+    other schedules' first stages hold a layer's backward gradients."""
     def first(s, name="memory.activations.first_stage"):
         p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"), an.Layout(tp=8, pp=16, dp=8, schedule=s,
                     sequence_parallel=True), seq_len=8192, global_batch=512)
         return p.expr(name).value().magnitude
-    loss = first("1f1b", "memory.loss") + 2 * 2 * 8192 * 16384 / 8 if schedule == "dualpipe" else 0
-    assert (first(schedule) - loss) / first("1f1b") == pytest.approx(ratio, rel=1e-12)
+    extra = first("1f1b", "memory.loss") + 2 * 2 * 8192 * 16384 / 8 if schedule == "dualpipe" else BACKWARD_405B
+    assert (first(schedule) - extra) / (first("1f1b") - BACKWARD_405B) == pytest.approx(ratio, rel=1e-12)
 
 
 def test_dualpipe_ranks_hold_the_model_twice():
@@ -872,8 +880,8 @@ def test_fp32_gradient_buffers_are_megatrons_18_bytes(zero, per_param):
 
 def test_each_stage_holds_its_microbatches_layers_and_ends():
     """1F1B over 16 stages of ⌈126/16⌉ = 8 layers: stage k holds 16 − k microbatches' activations
-    (per-layer hand count above); only the last adds the loss's working set and the inputs of the final
-    norm and the output layer (2 × 2 bytes × 8192 × 16384, split 8 ways by SP). Weights: the first and last
+    (per-layer hand count above) and a layer's backward gradients; the last, the loss's working set (larger)
+    and the inputs of the final norm and the output layer (2 × 2 bytes × 8192 × 16384, split 8 ways by SP). Weights: the first and last
     stages hold 8 layers and the embedding or the output layer, the others 8 layers."""
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
@@ -884,7 +892,7 @@ def test_each_stage_holds_its_microbatches_layers_and_ends():
     stages = plan.memory_by_stage()
     assert [m.stage for m in stages] == list(range(16))
     for k, m in enumerate(stages):
-        want = per_layer * 8 * (16 - k) + (logits + 2 * 2 * 8192 * 16384 / 8 if k == 15 else 0)
+        want = per_layer * 8 * (16 - k) + (logits + 2 * 2 * 8192 * 16384 / 8 if k == 15 else BACKWARD_405B)
         assert m.activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
         ends = 128256 * 16384 * (k in (0, 15)) + 16384 * (k == 15)  # embedding; output layer and final norm
         assert m.weights.to("byte").magnitude == pytest.approx(2 * (8 * layer + ends) / 8, rel=1e-12)
@@ -898,7 +906,8 @@ def test_interleaved_first_stage_is_korthikantis_factor():
     """Megatron's interleaved schedule warms stage k up with (p − k − 1)·2 + (v − 1)·p chunks; at k = 0,
     with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers. A plan
     of Llama 3 70B over 4 stages of 2 chunks holds that many layers' activations on its first stage:
-    80 × 11/8 = 110 of 34,336 bytes a token (the flash SwiGLU count over TP 8 with SP)."""
+    80 × 11/8 = 110 of 34,336 bytes a token (the flash SwiGLU count over TP 8 with SP), and a layer's backward
+    gradients, 2 × 2 × 28,672 / 8 bytes a token."""
     f = an.formula("pipeline.in_flight.interleaved_stage")
     factor = an.formula("memory.activations.first_stage_interleaved_factor")
     for p, v in ((4, 2), (8, 3), (16, 4)):
@@ -907,7 +916,8 @@ def test_interleaved_first_stage_is_korthikantis_factor():
     plan = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=4, dp=4, vpp=2, schedule="interleaved", sequence_parallel=True),
                    seq_len=8192, global_batch=64)
-    assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx(110 * 34336 * 8192, rel=1e-12)
+    assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx((110 * 34336 + 4 * 28672 / 8) * 8192,
+                                                                                rel=1e-12)
 
 
 def test_uneven_stages():
@@ -920,7 +930,9 @@ def test_uneven_stages():
     plan = an.Plan(m, hw, lay, **kw)
     even = an.Plan(m, hw, lay.replace(first_stage_layers=None, last_stage_layers=None), **kw)
     first, second = plan.memory(stage=0), plan.memory(stage=1)
-    assert first.activations / even.memory(stage=0).activations == pytest.approx(7 / 8, rel=1e-12)
+    kept = (first.activations.to("byte").magnitude - BACKWARD_405B,
+            even.memory(stage=0).activations.to("byte").magnitude - BACKWARD_405B)
+    assert kept[0] / kept[1] == pytest.approx(7 / 8, rel=1e-12)
     assert second.activations == even.memory(stage=1).activations and plan.memory().stage == 1
     with pytest.raises(LayoutError, match="share them evenly"):
         an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
@@ -977,7 +989,8 @@ def test_megatrons_block_recompute_keeps_the_other_layers_activations():
     """Llama 3 70B, TP8 SP PP4 (20 layers a stage), 16 microbatches of 8,192 tokens: stage 0 of 1F1B
     holds 4 in flight. Recomputing 5 layers of each stage keeps those layers' inputs (2h/t bytes a
     token) and the other 15 layers' activations (34,336 bytes a token by the flash SwiGLU count over
-    TP 8), plus one layer while it is recomputed; its hardware FLOPs and the TP collectives of the
+    TP 8), plus one layer while it is recomputed and its SwiGLU's two backward gradients (2 × 2 × 28,672 / 8
+    bytes a token); its hardware FLOPs and the TP collectives of the
     recomputed forwards are a quarter of full recomputation's. N = 20 is full recomputation; N = 0 is refused, as is N without full."""
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=64)
@@ -987,7 +1000,8 @@ def test_megatrons_block_recompute_keeps_the_other_layers_activations():
     per_layer, layer_input, tokens = 34336, 2 * 8192 // 8, 8192
     assert plan().expr("memory.activations.layer").value().to("byte").magnitude == per_layer * tokens
     block = plan(recompute="full", recompute_layers=5)
-    want = (5 * layer_input + 15 * per_layer) * tokens * 4 + per_layer * tokens
+    backward = 4 * 28672 // 8 * tokens
+    want = (5 * layer_input + 15 * per_layer) * tokens * 4 + per_layer * tokens + backward
     assert block.memory(stage=0).activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
     full, none = plan(recompute="full"), plan()
     assert plan(recompute="full", recompute_layers=20).memory() == full.memory()
@@ -1007,7 +1021,8 @@ def test_block_recompute_counts_layers_per_model_chunk():
     """Under interleaving Megatron recomputes N layers of each model chunk: Llama 3 70B over PP4 with
     2 chunks of 10 layers a stage, N = 3 recomputes 6 of a stage's 20 layers (FLOPs 3/10 of full
     recomputation's) and N = 10 all of them, as does any larger N. The stage keeps, per layer in flight, 3/10 of a layer's
-    input and 7/10 of its activations: from the full-recomputation plan's count of layers in flight."""
+    input and 7/10 of its activations: from the full-recomputation plan's count of layers in flight (less the
+    recomputed layer and its SwiGLU's two backward gradients, which both hold)."""
     m, hw = an.model("llama3-70b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=64)
 
@@ -1019,8 +1034,9 @@ def test_block_recompute_counts_layers_per_model_chunk():
     assert plan(recompute="full", recompute_layers=15).memory() == full.memory()
     layer = none.expr("memory.activations.layer").value().to("byte").magnitude
     layer_input = 2 * 8192 * 8192 / 8
-    held = (full.memory(stage=0).activations.to("byte").magnitude - layer) / layer_input  # layers in flight
-    want = held * (0.3 * layer_input + 0.7 * layer) + layer
+    backward = 4 * 8192 * 28672 / 8
+    held = (full.memory(stage=0).activations.to("byte").magnitude - layer - backward) / layer_input  # in flight
+    want = held * (0.3 * layer_input + 0.7 * layer) + layer + backward
     assert block.memory(stage=0).activations.to("byte").magnitude == pytest.approx(want, rel=1e-12)
     extra = (block.hardware_flops() - none.hardware_flops()) / (full.hardware_flops() - none.hardware_flops())
     assert extra.to("").magnitude == pytest.approx(0.3, rel=1e-12)
@@ -1264,16 +1280,18 @@ def test_uneven_stages_under_interleaving():
     """Megatron-Core splits an uneven first stage's layers evenly over its v chunks, so the first of
     p = 4 stages (v = 2) with 4 of 20 layers holds, by Megatron's warm-up count, 2(p − 1) + (v − 1)p + 1 = 11
     chunks of 2 layers at its peak: 22 layers' activations, where the even split's 5 layers a stage hold
-    27.5. A last stage of 3 layers cannot split over 2 chunks."""
+    27.5, each with a layer's backward gradients (2 × 2 × 2,816 bytes a token). A last stage of 3 layers
+    cannot split over 2 chunks."""
     m = an.Model(layers=20, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
     kw = dict(seq_len=2048, global_batch=16)
 
     def plan(**uneven):
         return an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=4, vpp=2, schedule="interleaved", **uneven), **kw)
     layer = plan().expr("memory.activations.layer").value().to("byte").magnitude
+    backward = 4 * 2048 * 2816
     first = plan(first_stage_layers=4, last_stage_layers=4).memory(stage=0).activations.to("byte").magnitude
-    assert first == pytest.approx(22 * layer, rel=1e-12)
-    assert plan().memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer, rel=1e-12)
+    assert first == pytest.approx(22 * layer + backward, rel=1e-12)
+    assert plan().memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer + backward, rel=1e-12)
     with pytest.raises(an.LayoutError, match="2 model chunks"):
         plan(first_stage_layers=5, last_stage_layers=3)
 
@@ -1283,7 +1301,7 @@ def test_ends_counted_as_layers_split_llama3_405b_a_layer_a_chunk():
     first stage ... only the embedding" (§3.3.2): a layer a chunk, (126 + 2)/16 = 8 chunks a stage,
     Megatron-Core's account-for-embedding/loss split. The stages then hold 7, 14 × 8 and 7 layers, as
     the same split given stage by stage; each stage holds the layer-microbatches the pipeline simulator
-    finds in flight under Megatron's interleaved order (the last also its loss)."""
+    finds in flight under Megatron's interleaved order, and a layer's backward gradients (the last its loss)."""
     from analytic.reference.pipeline_sim import simulate
     m, hw, kw = an.model("llama3-405b"), an.hardware("h100-sxm"), dict(seq_len=8192, global_batch=2048)
     base = dict(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True)
@@ -1297,7 +1315,8 @@ def test_ends_counted_as_layers_split_llama3_405b_a_layer_a_chunk():
     peak = simulate("interleaved", 16, 32, v=8, layers=chunks).peak_layers
     assert peak[:2] == [112, 141]
     for k in range(15):
-        assert ends.memory(stage=k).activations.to("byte").magnitude == pytest.approx(peak[k] * layer, rel=1e-12)
+        assert ends.memory(stage=k).activations.to("byte").magnitude == pytest.approx(peak[k] * layer + BACKWARD_405B,
+                                                                                      rel=1e-12)
     # the last stage also holds the loss's working set and the saved inputs of the final norm and the
     # output layer, 2 bytes of h/t each a token under sequence parallelism
     last = ends.memory(stage=15)
@@ -1312,12 +1331,12 @@ def test_ends_counted_as_layers_on_two_stages():
     """Six layers and the two ends over 2 stages of 2 chunks: 2 slots a chunk, so stage 0 runs the
     embedding and a layer, then 2 layers. With 4 microbatches it warms up with 2·1 + 1·2 = 4 chunk
     forwards and runs one more: chunk 0 on microbatches 0, 1 and 2, chunk 1 on 0 and 1, holding
-    3 × 1 + 2 × 2 = 7 layer-microbatches. Eight layers and the ends do not fill 4 stages of 2 chunks evenly."""
+    3 × 1 + 2 × 2 = 7 layer-microbatches, and a layer's backward gradients. Eight layers and the ends do not fill 4 stages of 2 chunks evenly."""
     m = an.Model(layers=6, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
     plan = an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=2, vpp=2, schedule="interleaved", ends_as_layers=True),
                    seq_len=2048, global_batch=4)
     layer = plan.expr("memory.activations.layer").value().to("byte").magnitude
-    assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx(7 * layer, rel=1e-12)
+    assert plan.memory(stage=0).activations.to("byte").magnitude == pytest.approx(7 * layer + 4 * 2048 * 2816, rel=1e-12)
     with pytest.raises(an.LayoutError, match="10 slots"):  # 8 layers and the ends over 4 stages of 2 chunks
         plan.replace(model=m.replace(layers=8), layout=plan.layout.replace(pp=4))
 

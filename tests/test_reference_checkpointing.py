@@ -4,7 +4,7 @@ the catalogue's count, and what a plan on the torchtitan stack holds and recompu
 import pytest
 
 import analytic as an
-from analytic.reference.checkpointing import saved_bytes_per_token
+from analytic.reference.checkpointing import backward_peak_bytes, saved_bytes_per_token
 
 SMALL = dict(hidden=256, heads=4, kv_heads=2, ffn_hidden=704)
 
@@ -17,6 +17,32 @@ def test_a_blocks_saved_bytes_under_the_op_policy_are_the_catalogues():
         seq_len=1, microbatch_size=1, tp=1, head_dim=64, **SMALL).to("byte").magnitude
     assert want == 3728
     assert saved_bytes_per_token(**SMALL) == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("hidden, heads, kv_heads, ffn_hidden, tokens", [
+    (256, 4, 2, 704, 1024), (256, 4, 2, 1408, 512), (512, 8, 8, 1408, 1024), (256, 4, 4, 2816, 512)])
+def test_a_blocks_backward_peaks_at_the_swiglu_gradients(hidden, heads, kv_heads, ffn_hidden, tokens):
+    """A bf16 Llama block's backward on the CPU allocates, at its peak, exactly the two 16-bit gradients of
+    the SwiGLU's gate and up projections beyond what its forward left: 4·s·h_ff bytes."""
+    want = an.formula("memory.activations.backward.swiglu_gradients").evaluate(
+        seq_len=tokens, microbatch_size=1, tp=1, ffn_hidden=ffn_hidden).to("byte").magnitude
+    assert want == 4 * tokens * ffn_hidden
+    assert backward_peak_bytes(hidden, heads, kv_heads, ffn_hidden, tokens) == want
+
+
+def test_a_layers_backward_gradients_join_the_plans_activations():
+    """Llama 3 405B, TP8 PP16, 8,192-token microbatches, full recomputation: the first stage's peak is the
+    inputs of its 8 layers for 16 microbatches in flight, one layer recomputed and the SwiGLU backward's
+    4 · 8,192 · 53,248 / 8 bytes (218 MB)."""
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    plan = an.Plan(m, hw, an.Layout(tp=8, pp=16, dp=64, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    assert "memory.activations.backward.swiglu_gradients" in plan.sources("memory.activations")
+    full = plan.replace(layout=plan.layout.replace(recompute="full"))
+    layer = full.value("memory.activations.layer").to("byte").magnitude
+    inputs = 8192 // 8 * 16384 * 2  # a layer's input, split by sequence parallelism
+    held = full.expr("memory.activations.first_stage").value().to("byte").magnitude
+    # 16 microbatches in flight on the first stage, 8 layers each: their inputs, and one layer recomputed
+    assert held == pytest.approx(16 * 8 * inputs + layer + 4 * 8192 * 53248 / 8, rel=1e-12)
 
 
 def test_without_the_policy_the_block_keeps_what_the_flash_count_says():

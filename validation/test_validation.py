@@ -230,10 +230,10 @@ def test_readme_memory_paragraph(results):
     measured, model = [m for m, _ in titan], [o for _, o in titan]
     ratios = [m / o for m, o in titan]
     assert (round(min(measured)), round(max(measured)), round(min(model)), round(max(model))) == (62, 85, 57, 72)
-    assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.07, 1.24)
+    assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.05, 1.23)
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     assert ("TorchTitan's published peaks (62–85 GiB, the caching allocator's maximum reserved memory) are "
-            "1.07–1.24× the count's (57–72 GiB)") in readme
+            "1.05–1.23× the count's (57–72 GiB)") in readme
     fitted = an.presets.memory_reserve("pytorch")
     assert (f"1.11 (standard error {100 * fitted['reserve_log_stderr']:.1f}% in log, clustered by source)" in readme
             and round(fitted["reserve"], 2) == 1.11)
@@ -255,11 +255,12 @@ def test_readme_memory_paragraph(results):
     assert allocated["count"] == 4 and allocated["count_max"] < 0.02 and "the count is within 2% of all four" in readme
     a01_memory = calibration.build_plan(cases["A01"]["plan"]).memory()
     total, hbm = (q.to("GB").magnitude for q in (a01_memory.total, a01_memory.hbm))
-    assert round(total) == 82 and f"(82 GB of the {hbm:.1f};" in readme and total < hbm
+    assert round(total) == 83 and f"(83 GB of the {hbm:.1f};" in readme and total < hbm
     a01 = calibration.build_plan(cases["A01"]["plan"])
     layer = a01.expr("memory.activations.layer").value().to("byte").magnitude
     fullest = a01.memory()
-    assert fullest.stage == 1 and round(fullest.activations.to("byte").magnitude / layer, 9) == 141
+    backward = 4 * 8192 * 53248 / 8  # the SwiGLU backward's two gradients, [s·b, h_ff/t] in 16 bits
+    assert fullest.stage == 1 and round((fullest.activations.to("byte").magnitude - backward) / layer, 9) == 141
     assert ("second stage holds the most, 141 layer-microbatches" in readme
             and f"its first stage, whose first chunk holds only the embedding, "
                 f"{a01.memory(stage=0).total.to('GB').magnitude:.0f} GB)" in readme)

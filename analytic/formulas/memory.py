@@ -95,6 +95,16 @@ define("memory.activations.layer_tp_sp_selective", 34 * s * b * h / t, "byte", f
 define("memory.activations.layer_full_recompute", 2 * s * b * h, "byte", f"{KORTHIKANTI} §5 Table 2",
        ("only the 16-bit layer input is kept; the layer is recomputed in the backward pass",),
        "activations of one layer with full recomputation", coefficient_unit="byte")
+define("memory.activations.backward.swiglu_gradients", 4 * s * b * h_ff / t, "byte",
+       "derived: the SwiGLU backward holds the 16-bit gradients of its gate and up projections' outputs, "
+       "[s·b, h_ff/t] each, at once; measured by analytic.reference.checkpointing.backward_peak_bytes (a Llama "
+       "block's backward on the CPU peaks at exactly these bytes beyond its saved tensors and output)",
+       ("a dense SwiGLU MLP with h_ff ≥ 2.75h (its backward's peak is the MLP's, not the attention's)",
+        "the gradients cover every token of the microbatch: the column-parallel projections' outputs are not "
+        "split by sequence parallelism",
+        "under full recomputation added to the recomputed layer's activations, of which the backward has freed "
+        "about one [s·b, h] tensor by then (measured: 1.6–1.9 of the two gradients' size beyond them)"),
+       "bytes a layer's backward holds beyond its saved activations", coefficient_unit="byte")
 define("memory.activations.first_stage_interleaved_factor", 1 + (S("pp") - 1) / (S("pp") * S("vpp")), "",
        f"{KORTHIKANTI} §4.2.3 (after eq. 5); Narayanan et al. 2021 §2.2.2",
        ("interleaved 1F1B: the first stage holds this many times the activations of non-interleaved 1F1B",),

@@ -189,7 +189,10 @@ def activation_parts(inp: Inputs) -> dict:
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
     layer_input = inp.f("memory.activations.layer_full_recompute", seq_len=s_kept)
     kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
-    working = cases("working", "byte", (layer, lay.recompute_is("full")), (0, True))
+    # a layer's backward: the recomputed layer's activations under full recomputation, and its gradients
+    gradients = (inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
+                 if m.mlp_formulas == "swiglu" and not m.is_moe else Formula("gradients", sympy.Integer(0), "byte", ""))
+    working = cases("working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
     sp = "_sp" if lay.sequence_parallel else ""
     head = inp.f(f"memory.activations.head_inputs{sp}", seq_len=inp.seq_len / lay.cp)

@@ -8,7 +8,7 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 #: pytorch/torchtitan parallelize_llama.py (2024) _save_list; the CPU's flash-attention op stands in
@@ -73,4 +73,30 @@ def saved_bytes_per_token(hidden: int = 256, heads: int = 4, kv_heads: int = 2, 
     return (held - kept[0].numel() * kept[0].element_size() + x.numel() * x.element_size()) / tokens
 
 
-__all__ = ["SAVE", "LlamaBlock", "op_sac_context", "saved_bytes_per_token"]
+def backward_peak_bytes(hidden: int = 256, heads: int = 4, kv_heads: int = 2, ffn_hidden: int = 1408,
+                        tokens: int = 1024) -> int:
+    """Bytes a bf16 block's backward allocates at its peak beyond what its forward left (its saved
+    tensors and its output), on the CPU, with the gradient from above and those of the input and
+    the weights allocated before it runs."""
+    block = LlamaBlock(hidden, heads, kv_heads, ffn_hidden).to(torch.bfloat16)
+    for p in block.parameters():
+        p.grad = torch.zeros_like(p)
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    x.grad, dy = torch.zeros_like(x), torch.randn(1, tokens, hidden, dtype=torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function("forward"):
+            y = block(x)
+        y.backward(dy)
+    events = prof.profiler.kineto_results.events()
+    forward = next(e for e in events if e.name() == "forward")
+    end = forward.start_ns() + forward.duration_ns()
+    held = peak = left = 0
+    for e in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        held += e.nbytes()
+        if e.start_ns() <= end:
+            left = held
+        peak = max(peak, held)
+    return peak - left
+
+
+__all__ = ["SAVE", "LlamaBlock", "backward_peak_bytes", "op_sac_context", "saved_bytes_per_token"]
