@@ -902,6 +902,18 @@ def test_each_stage_holds_its_microbatches_layers_and_ends():
         plan.memory(stage=16)  # one past the last: named as such, not as a formula's domain
 
 
+def test_the_last_stage_is_the_fullest_when_its_loss_outweighs_a_layers_backward():
+    """Llama 3 8B over 4 stages with one microbatch of 8,192 tokens: each stage holds 8 layers of one
+    microbatch; the last adds the loss's working set (Megatron's 6 bytes a logit, 128,256 logits a token)
+    and the final norm's and the output layer's inputs (2 × 2 × 4,096 bytes a token) where the first
+    adds a layer's backward gradients (2 × 2 × 14,336 bytes a token): the last is the fullest."""
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=4), seq_len=8192, global_batch=1)
+    first, last = plan.memory(stage=0), plan.memory(stage=3)
+    extra = 8192 * (6 * 128256 + 2 * 2 * 4096 - 2 * 2 * 14336)
+    assert (last.activations - first.activations).to("byte").magnitude == pytest.approx(extra, rel=1e-12)
+    assert plan.memory().stage == 3 and plan.memory() == last
+
+
 def test_interleaved_first_stage_is_korthikantis_factor():
     """Megatron's interleaved schedule warms stage k up with (p − k − 1)·2 + (v − 1)·p chunks; at k = 0,
     with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers. A plan
