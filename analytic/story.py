@@ -40,10 +40,6 @@ class Line:
                 "text": self.text}
 
 
-def _q(f) -> pint.Quantity:
-    return f.value()
-
-
 def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
     """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
     return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes or ("",)))

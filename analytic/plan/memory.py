@@ -176,7 +176,8 @@ def rank_params(inp: Inputs, k) -> dict:
 
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
-    full recomputation), working (one layer's while it is recomputed), logits (one microbatch's),
+    full recomputation), working (what a layer's backward holds beyond the kept ones: its SwiGLU's
+    gradients, and under full recomputation the recomputed layer's activations), logits (one microbatch's),
     loss (the loss's working set at its peak, the logits included), head (the final norm's and the
     output layer's saved inputs, held through the loss) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
