@@ -227,7 +227,9 @@ define("memory.activations.gathered.norm_outputs_fp8", s * b * (2 * h - 4 * h / 
        ("as memory.activations.gathered.norm_outputs, but the norms' outputs are cast to FP8 before the all-gather "
         "and saved in 1 byte",),
        "bytes a layer's activations grow by when its Float8 column-parallel matmuls save their all-gathered inputs",
-       coefficient_unit="byte")
+       coefficient_unit="byte",
+       domain=((t >= 2, "sequence parallelism splits over tp ≥ 2 ranks: with one, nothing is all-gathered, and the "
+                        "1-byte copies would count as fewer bytes than the 16-bit split they replace"),))
 define("memory.activations.gathered.output_input", s * b * (2 * h - 2 * h / t), "byte",
        f"{DTENSOR_TP}; the output layer is left in 16 bits by Float8 training (torchtitan's float8 filter_fqns)",
        ("sequence parallelism: the final norm's output is all-gathered before the output layer, which saves it whole",),
