@@ -132,15 +132,16 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     except PresetError:
         pass
     # forward
+    message = plan.value("communication.tp_message").to("MB")  # also a stage's output: [s/c, b, h] in 16 bits
     if lay.tp != 1:
         ops = " + ".join(k.replace("_", "-") for k in ("reduce_scatter", "all_gather", "all_reduce")
                          if f"collectives.{k}.bytes_sent" in plan.sources("communication.tp"))
         add("forward", "tp_message", f"each TP {ops} (2 per layer forward, 2 backward)",
-            plan.value("communication.tp_message").to("MB"), _tags(plan, "communication.tp_message"))
+            message, _tags(plan, "communication.tp_message"))
     if lay.pp != 1:
         try:
             t = plan.value("communication_time.stage_output")
-            add("forward", "p2p_time", f"a stage's output ({plan.value('communication.tp_message').to('MB'):.4g~P}) "
+            add("forward", "p2p_time", f"a stage's output ({message:.4g~P}) "
                 "over one NIC", t.to("ms"), _tags(plan, "communication_time.stage_output"))
         except AnalyticError:
             pass
