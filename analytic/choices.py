@@ -38,7 +38,7 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()
 #: before each all-gather, deepspeedai/DeepSpeed issue #1069, PR #1188), issued from module hooks that
-#: also fire in a recomputed forward (plan.layout._Degrees.zero3_gathers_per_microbatch)
+#: also fire in a recomputed forward (plan.degrees.Degrees.zero3_gathers_per_microbatch)
 ZERO3_GATHERS = ("per-block", "per-tensor")
 #: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
 #: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)

@@ -8,7 +8,7 @@ import pint
 
 from .errors import InputError, PresetError, UnitError, UnknownNameError
 from .units import Q_
-from .values import count, exact, in_range, quantity
+from .values import count, exact_number, in_range, quantity
 
 
 def _quantity(name: str, value, unit: str) -> pint.Quantity:
@@ -17,7 +17,7 @@ def _quantity(name: str, value, unit: str) -> pint.Quantity:
         raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
     if value.dimensionality != Q_(1, unit).dimensionality:
         raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
-    magnitude = in_range(name, exact(value.to(unit).magnitude), shown)
+    magnitude = in_range(name, exact_number(value.to(unit).magnitude), shown)
     if not magnitude > 0:
         raise InputError(f"{name}: expected a positive quantity, got {value:~P}")
     return value

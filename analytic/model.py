@@ -1,16 +1,17 @@
-"""Model: a transformer architecture; its parameter counts come from the catalogue's formulas."""
+"""Model: a transformer architecture; its parameter counts come from the catalogue's formulas (read
+when a count is first asked for: building and checking a Model imports neither sympy nor the catalogue)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-
-import sympy
+from typing import TYPE_CHECKING
 
 from .errors import InputError
-from .formula import Formula, to_float
-from .formulas import formula
 from .symbols import canonical
-from .values import choice, count, exact, flag
+from .values import choice, count, exact, flag, is_sympy
+
+if TYPE_CHECKING:
+    from .formula import Formula
 
 _MLPS = ("gelu", "swiglu", "geglu")
 _POSITIONS = ("learned", "rope", "alibi")
@@ -216,9 +217,10 @@ class Model:
             out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
         if self.sliding_window:
             out.update(sliding_window=self.sliding_window, sliding_layers=self.windowed_layers)
-        return {k: (v if isinstance(v, sympy.Basic) else exact(v)) for k, v in out.items()}
+        return {k: (v if is_sympy(v) else exact(v)) for k, v in out.items()}
 
     def _part(self, name: str) -> Formula:
+        from .formulas import formula
         return formula(name).bind(self.inputs())
 
     def _layer_parts(self, active: bool) -> tuple[Formula, Formula, Formula | None]:
@@ -276,6 +278,9 @@ class Model:
         ``last`` (booleans or sympy conditions) add the embedding and learned positions, and the final
         norm, the output layer and the MTP modules. A tied embedding is kept again on the last stage of
         a pipeline to compute the logits (Megatron-LM's shared embedding)."""
+        import sympy
+
+        from .formula import Formula
         one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
         layer, mlp, moe = self._layer_parts(active=False)
         emb, norm = self._part("model.params.embedding"), self._part(f"model.params.norm.{self.norm}")
@@ -307,10 +312,12 @@ class Model:
 
     @property
     def total_params(self) -> int:
+        from .formula import to_float
         return round(to_float(self.params_formula().expr, "total_params"))
 
     @property
     def active_params(self) -> int:
+        from .formula import to_float
         return round(to_float(self.active_params_formula().expr, "active_params"))
 
     def replace(self, **changes) -> "Model":

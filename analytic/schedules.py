@@ -8,11 +8,7 @@ import sympy
 from .choices import SCHEDULES
 from .formula import Formula, composed
 from .formulas import formula
-from .values import choice
-
-
-def is_number(x) -> bool:
-    return not isinstance(x, sympy.Basic) or x.is_number
+from .values import choice, is_number
 
 
 def lazy_max(*args):

@@ -2,20 +2,21 @@
 
 Each symbol has a keyword (snake_case, used in ``evaluate(**kwargs)``), a display name (the papers'
 letter), a unit and a meaning. A sympy symbol stands for the *magnitude* of its quantity in its
-declared unit. Counts of things (layers, heads, degrees) are dimensionless.
+declared unit. Counts of things (layers, heads, degrees) are dimensionless. The sympy symbols are
+made when one is first asked for, so reading and checking a keyword's value does not import sympy.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pint
-import sympy
 
 from .choices import CHOICES
 from .errors import UnknownNameError
 from .units import as_unit
-from .values import check_domain, in_range
+from .values import check_domain, in_range, is_sympy
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,14 @@ class SymbolInfo:
     display: str
     unit: pint.Unit
     meaning: str
-    symbol: sympy.Symbol
     domain: object  # a name of values.DOMAINS, or ("choice", options) for a discrete choice by index
 
-    def check(self, value: sympy.Expr, shown=None) -> sympy.Expr:
+    @property
+    def symbol(self):
+        """The sympy symbol (integer and ≥ 0 for a discrete choice's index and a stage's; else positive)."""
+        return _symbols()[0][self.keyword]
+
+    def check(self, value, shown=None):
         """``value`` (an exact number in :attr:`unit`) if it is in this symbol's domain and range."""
         return check_domain(self.keyword, self.domain, in_range(self.keyword, value, shown if shown is not None
                                                                 else value), shown)
@@ -151,28 +156,30 @@ _TABLE = [
     ("sigma", "sigma", "", "nonnegative", "standard deviation of one accelerator's step time, relative to its mean"),
 ]
 
-REGISTRY: dict[str, SymbolInfo] = {}
-_BY_SYMBOL: dict[sympy.Symbol, SymbolInfo] = {}
-for _kw, _disp, _unit, _domain, _meaning in _TABLE:
-    _s = (sympy.Symbol(_disp, integer=True, nonnegative=True) if _kw in CHOICES or _kw == "stage"  # may be 0
-          else sympy.Symbol(_disp, positive=True))
-    _info = SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, _s,
-                       ("choice", CHOICES[_kw]) if _kw in CHOICES else _domain)
-    REGISTRY[_kw] = _info
-    _BY_SYMBOL[_s] = _info
-del _kw, _disp, _unit, _domain, _meaning, _s, _info
+REGISTRY: dict[str, SymbolInfo] = {
+    _kw: SymbolInfo(_kw, _disp, as_unit(_unit), _meaning, ("choice", CHOICES[_kw]) if _kw in CHOICES else _domain)
+    for _kw, _disp, _unit, _domain, _meaning in _TABLE}
 _BY_DISPLAY = {info.display: info for info in REGISTRY.values()}
 
 
-def sym(keyword: str) -> sympy.Symbol:
+@functools.cache
+def _symbols() -> tuple[dict, dict]:
+    """(keyword → sympy symbol, symbol → declaration), made once."""
+    import sympy
+    by_keyword = {kw: (sympy.Symbol(i.display, integer=True, nonnegative=True) if kw in CHOICES or kw == "stage"
+                       else sympy.Symbol(i.display, positive=True)) for kw, i in REGISTRY.items()}
+    return by_keyword, {s: REGISTRY[kw] for kw, s in by_keyword.items()}
+
+
+def sym(keyword: str):
     """The sympy symbol of a keyword, e.g. ``sym("dp")`` (displayed N_d). Use it as a free input."""
     return info(keyword).symbol
 
 
 def info(keyword_or_symbol) -> SymbolInfo:
     """The declaration of a keyword, display name or symbol."""
-    if isinstance(keyword_or_symbol, sympy.Symbol):
-        found = _BY_SYMBOL.get(keyword_or_symbol)
+    if is_sympy(keyword_or_symbol) and keyword_or_symbol.is_Symbol:
+        found = _symbols()[1].get(keyword_or_symbol)
         if found is None:
             name = keyword_or_symbol.name
             found = REGISTRY.get(name) or _BY_DISPLAY.get(name)
@@ -186,15 +193,16 @@ def info(keyword_or_symbol) -> SymbolInfo:
     raise UnknownNameError("keyword", keyword_or_symbol, REGISTRY)
 
 
-def keyword_of(symbol: sympy.Symbol) -> str:
+def keyword_of(symbol) -> str:
     return info(symbol).keyword
 
 
 def canonical(expr):
     """Replace user-made sympy symbols named like a keyword (``Symbol("dp")``) by the declared ones."""
-    if not isinstance(expr, sympy.Basic):
+    if not is_sympy(expr):
         return expr
-    repl = {s: info(s).symbol for s in expr.free_symbols if s not in _BY_SYMBOL}
+    declared = _symbols()[1]
+    repl = {s: info(s).symbol for s in expr.free_symbols if s not in declared}
     return expr.xreplace(repl) if repl else expr
 
 

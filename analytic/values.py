@@ -13,6 +13,9 @@ checked the same way wherever it enters:
   :data:`TINY` and :data:`HUGE` in the symbol's unit (float64's range, with room for the products
   a formula takes), counts at most :data:`MAX_COUNT`;
 - each symbol's domain (:data:`DOMAINS`) is enforced on Python and sympy numbers alike.
+
+Nothing here imports sympy: a Python number is read as an exact ``int`` or ``Fraction``, and a value
+is a sympy object only where the caller has imported sympy (:func:`is_sympy`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import sys
 from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
 import pint
-import sympy
 
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError
@@ -45,8 +48,29 @@ DOMAINS = {
     "fraction0": "a number in [0, 1]",
 }
 
-_ADMITS = {"count": lambda v: v.is_integer and 1 <= v <= MAX_COUNT,
-           "count0": lambda v: v.is_integer and 0 <= v <= MAX_COUNT,
+
+
+def is_sympy(x) -> bool:
+    """Whether ``x`` is a sympy object (False without importing sympy while it is not imported: no
+    value can be one then)."""
+    sympy = sys.modules.get("sympy")
+    return sympy is not None and isinstance(x, sympy.Basic)
+
+
+def is_number(x) -> bool:
+    """Whether ``x`` is a number: anything but a sympy expression with free symbols."""
+    return not is_sympy(x) or x.is_number
+
+
+def is_integral(x) -> bool:
+    """Whether an exact number (int, Fraction or sympy number) is whole."""
+    if is_sympy(x):
+        return bool(x.is_integer)
+    return isinstance(x, int) or x.denominator == 1
+
+
+_ADMITS = {"count": lambda v: is_integral(v) and 1 <= v <= MAX_COUNT,
+           "count0": lambda v: is_integral(v) and 0 <= v <= MAX_COUNT,
            "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
            "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}
 
@@ -115,34 +139,48 @@ def number_value(x: Fraction):
     return int(x) if x.denominator == 1 else float(x)
 
 
-def exact(x) -> sympy.Expr:
-    """A Python, numpy or sympy number as an exact, finite sympy number (floats by their shortest decimal)."""
-    if isinstance(x, sympy.Basic):
-        if x.is_number and x.is_finite is not True:
-            raise InputError(f"expected a finite number, got {x}")
-        return x
+def exact_number(x) -> int | Fraction:
+    """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (floats by their shortest
+    decimal); a sympy rational as the same, a sympy float by its shortest decimal."""
+    if is_sympy(x):
+        if x.is_Float and x.is_finite:
+            return exact_number(float(x))
+        if not (x.is_Rational and x.is_finite):
+            raise InputError(f"expected a finite rational number, got {x}")
+        return int(x) if x.is_integer else Fraction(int(x.p), int(x.q))
     if isinstance(x, (bool, np.bool_)):
         raise InputError(f"expected a number, got the boolean {x!r}")
     if isinstance(x, (int, np.integer)):
-        return sympy.Integer(int(x))
+        return int(x)
     if isinstance(x, Fraction):
-        return sympy.Rational(x.numerator, x.denominator)
+        return x
     if isinstance(x, Decimal):
         if not x.is_finite():
             raise InputError(f"expected a finite number, got {x!r}")
-        return exact(Fraction(x))
+        return Fraction(x)
     if isinstance(x, (float, np.floating)):
         if not math.isfinite(x):
             raise InputError(f"expected a finite number, got {x!r}")
-        return sympy.Rational(repr(float(x)))
+        return Fraction(repr(float(x)))
     if isinstance(x, numbers.Rational):
-        return sympy.Rational(int(x.numerator), int(x.denominator))
+        return Fraction(int(x.numerator), int(x.denominator))
     if isinstance(x, numbers.Real):
-        return exact(float(x))
+        return exact_number(float(x))
     raise InputError(f"expected a real number, got {type(x).__name__} {x!r}")
 
 
-def in_range(keyword: str, value: sympy.Expr, shown) -> sympy.Expr:
+def exact(x):
+    """A Python, numpy or sympy number as an exact, finite sympy number (floats by their shortest decimal)."""
+    if is_sympy(x):
+        if x.is_number and x.is_finite is not True:
+            raise InputError(f"expected a finite number, got {x}")
+        return x
+    n = exact_number(x)
+    import sympy
+    return sympy.Integer(n) if isinstance(n, int) else sympy.Rational(n.numerator, n.denominator)
+
+
+def in_range(keyword: str, value, shown):
     """``value`` if its size is between TINY and HUGE (or zero)."""
     size = abs(value)
     if size > HUGE or (size != 0 and size < TINY):
@@ -151,19 +189,20 @@ def in_range(keyword: str, value: sympy.Expr, shown) -> sympy.Expr:
     return value
 
 
-def check_domain(keyword: str, domain, value: sympy.Expr, shown=None) -> sympy.Expr:
-    """``value`` (an exact sympy number) if it lies in ``domain``; an InputError naming both otherwise."""
+def check_domain(keyword: str, domain, value, shown=None):
+    """``value`` (an exact number: int, Fraction or sympy) if it lies in ``domain``; an InputError naming
+    both otherwise."""
     shown = value if shown is None else shown
     if domain is None:
         return value
     if isinstance(domain, tuple):  # ("choice", options)
         options = domain[1]
-        if not (value.is_integer and 0 <= value < len(options)):
+        if not (is_integral(value) and 0 <= value < len(options)):
             raise InputError(f"{keyword}: expected an index 0–{len(options) - 1} "
                              f"({', '.join(f'{i} {o}' for i, o in enumerate(options))}), got {show(shown)}")
         return value
     if not _ADMITS[domain](value):
-        extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and value.is_integer and value > 0 else ""
+        extra = f" (at most {MAX_COUNT:,})" if domain.startswith("count") and is_integral(value) and value > 0 else ""
         raise InputError(f"{keyword}: expected {DOMAINS[domain]}{extra}, got {show(shown)}")
     return value
 
@@ -175,17 +214,17 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, show
     if type(value) is int and minimum <= value <= MAX_COUNT:  # the common case, without sympy
         return value
     shown = show(value if shown is None else shown)
-    if isinstance(value, sympy.Basic) and not value.is_number:
+    if not is_number(value):
         if not allow_symbol:
             raise InputError(f"{name}: expected an integer, got the expression {value}")
         return value
     if isinstance(value, (bool, np.bool_, str)) or value is None:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}")
     try:
-        as_exact = exact(value)
+        as_exact = exact_number(value)
     except InputError:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}") from None
-    if not as_exact.is_integer:
+    if not is_integral(as_exact):
         raise InputError(f"{name}: expected an integer, got {shown}")
     return whole(name, Fraction(int(as_exact)), minimum=minimum, shown=shown)
 
@@ -202,38 +241,44 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
         if not isinstance(q, pint.Quantity) or q.dimensionality != ureg.token.dimensionality:
             raise UnitError(f"{name}: expected a token count such as 16M, 16Mi or 16777216, or a quantity in tok, "
                             f"got {show(value)}")
-        number, suffix = exact(q.to("token").magnitude), None
+        number, suffix = exact_number(q.to("token").magnitude), None
     else:
-        number, suffix = exact(value), None
-    return step_tokens(Fraction(int(number.p), int(number.q)) if isinstance(number, sympy.Rational) else number,
-                       suffix, seq_len, name, value)
+        number, suffix = exact_number(value), None
+    return step_tokens(Fraction(number), suffix, seq_len, name, value)
 
 
-def fraction(name: str, value, *, upper: float | None = 1.0):
-    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any)."""
+def _positive(name: str, value, upper):
+    """``value`` as an exact number in (0, ``upper``] (``upper=None``: any), or a sympy expression as it is."""
     q = quantity(name, value)
     if isinstance(q, pint.Quantity):
         if not q.dimensionless:
             raise UnitError(f"{name}: expected a plain number, got {q:~P}")
         q = q.to("").magnitude
+    if not is_number(q):
+        return q
     try:
-        x = exact(q)
+        x = exact(q) if is_sympy(q) else exact_number(q)
     except InputError as exc:
         raise InputError(f"{name}: {exc}") from None
-    if not x.is_number:
-        return x
     if not (x > 0 and (upper is None or x <= upper)) or abs(x) > HUGE:
         raise InputError(f"{name}: expected a number in " + (f"(0, {upper:g}]" if upper else "(0, ∞)") + f", got {value!r}")
     return x
 
 
-def share(name: str, value) -> sympy.Expr:
-    """A number in [0, 1] (a share of something; 0 is none) as an exact sympy number."""
+def fraction(name: str, value, *, upper: float | None = 1.0):
+    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as an
+    exact sympy number; a sympy expression as it is."""
+    return exact(_positive(name, value, upper))
+
+
+def share(name: str, value):
+    """A number in [0, 1] (a share of something; 0 is none) as an exact number: an int or Fraction, or
+    a sympy number as it is."""
     try:
-        x = sympy.Integer(0) if not isinstance(value, (bool, str)) and value == 0 else fraction(name, value)
+        x = 0 if not isinstance(value, (bool, str)) and is_number(value) and value == 0 else _positive(name, value, 1.0)
     except InputError:
         x = None
-    if x is None or not x.is_number:
+    if x is None or not is_number(x):
         raise InputError(f"{name}: expected a number in [0, 1], got {value!r}")
     return x
 

@@ -56,7 +56,7 @@ def test_plan_all_is_what_it_exports():
     import types
 
     import analytic.plan as plan
-    public = {n for n, v in vars(plan).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    public = {n for n in dir(plan) if not n.startswith("_") and not isinstance(getattr(plan, n), types.ModuleType)}
     assert set(plan.__all__) == public
     assert all(getattr(plan, n) is not None for n in plan.__all__)
 
@@ -71,6 +71,27 @@ def test_every_package_of_the_library_is_in_the_wheel():
     found = {".".join(p.parent.relative_to(root).parts) for p in (root / "analytic").rglob("__init__.py")}
     assert found <= listed, found - listed
     assert {"analytic.cases", "analytic.derivations"} <= listed
+
+
+def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
+    """A model and hardware read from the presets, a layout built and checked against them: plain
+    numbers, exact where they are read (a share as a Fraction), with sympy and the catalogue never
+    imported (a new interpreter); a mistake is still said (a layout the model's heads refuse)."""
+    import subprocess
+    import sys
+    code = ("import sys, analytic as an\n"
+            "from analytic.plan import check_layout\n"
+            "m, h = an.model('llama3-405b'), an.hardware('h100-sxm')\n"
+            "lay = an.Layout(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, offload_optimizer='0.25')\n"
+            "check_layout(m, lay, seq_len=8192, global_batch=2048, microbatch_size=1, scale_up_domain=h.scale_up_domain)\n"
+            "try:\n"
+            "    check_layout(m, lay.replace(tp=3), seq_len=8192, global_batch=2048, microbatch_size=1, scale_up_domain=8)\n"
+            "except an.LayoutError as e:\n"
+            "    print(e)\n"
+            "print(m.layers, m.head_dim, f\"{h.hbm.to('GB').magnitude:.2f}\", repr(lay.offload_optimizer))\n"
+            "print([k for k in sys.modules if k == 'sympy' or k.startswith('analytic.formula')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["tp: 3 does not divide the 128 attention heads", "126 128 85.52 Fraction(1, 4)", "[]"]
 
 
 def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_numpy():

@@ -1,20 +1,38 @@
 """Plan: one training step of a model on hardware with a layout, every quantity composed from the
-catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check (:mod:`analytic.plan.layout`)."""
+catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check (:mod:`analytic.plan.layout`).
+
+Layouts and their checks import neither sympy nor the catalogue; ``Plan``, ``Memory`` and ``regime``
+are imported from their modules when first used."""
+
+import importlib
 
 from ..choices import AXES, CONVENTIONS, RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS, sequence_parallel_default
-from .core import Memory, Plan
 from .layout import (
     Layout,
     check_comm_sms,
     check_layout,
     check_sequence,
     divisors,
-    regime,
     sequence_unit,
     tiles,
     training_dtype,
 )
 
+#: public name → the module that defines it, imported when the name is first used
+_LAZY = {"Memory": "core", "Plan": "core", "regime": "degrees"}
+
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
            "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default", "sequence_unit",
            "tiles", "training_dtype"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

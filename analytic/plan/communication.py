@@ -14,8 +14,9 @@ import sympy
 from ..formula import Formula, cases
 from ..formulas import formula
 from ..numeric import common_divisor
-from ..schedules import is_number, lazy_min
+from ..schedules import lazy_min
 from ..units import Q_
+from ..values import is_number
 from .inputs import Inputs
 from .placement import axis_stride, link_kind, replica_groups
 

@@ -15,12 +15,12 @@ from ..formula import Formula, magnitude
 from ..formulas import formula
 from ..hardware import Hardware, check_full_mesh
 from ..model import Model
-from ..schedules import is_number
 from ..symbols import canonical, sym
 from ..units import Q_
 from ..values import batch_tokens as read_batch_tokens
-from ..values import choice, count, flag
-from .layout import Layout, _Degrees, check_layout, training_dtype
+from ..values import choice, count, flag, is_number
+from .degrees import Degrees
+from .layout import Layout, check_layout, training_dtype
 
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
@@ -160,7 +160,7 @@ class Inputs:
                      scale_up_domain=domain,
                      sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
         # exact sympy values for the algebra (Python's / would make floats)
-        self.deg = _Degrees(layout)
+        self.deg = Degrees(layout)
         self.seq_len, self.global_batch, self.microbatch_size = (
             sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
         self.missing_for_times: dict = {}  # inputs only times need, found missing by the communication stage

@@ -1,5 +1,5 @@
 """Layouts: how the accelerators are split, the choices a layout makes, and the one check of
-whether a layout can exist for a model, hardware and batch."""
+whether a layout can exist for a model, hardware and batch (without sympy, for numeric layouts)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,16 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
-import sympy
-
 from ..choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
 from ..errors import InputError, LayoutError
-from ..formula import Formula, cases
-from ..formulas import formula
 from ..hardware import Hardware
-from ..schedules import is_number
 from ..symbols import canonical, sym
-from ..values import choice, count, flag, share
+from ..values import choice, count, flag, is_number, is_sympy, share
 
 
-def _open(value, keyword: str) -> bool:
+def is_open(value, keyword: str) -> bool:
     """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
-    return isinstance(value, sympy.Symbol) and value == sym(keyword)
+    return is_sympy(value) and value.is_Symbol and value == sym(keyword)
 
 
 @dataclass(frozen=True)
@@ -103,19 +98,19 @@ class Layout:
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
-        if not _open(self.zero, "zero"):
+        if not is_open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
         for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations", "ends_as_layers"):
             flag(k, getattr(self, k))
         object.__setattr__(self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer))
-        if not _open(self.recompute, "recompute"):
+        if not is_open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if self.recompute_layers is not None:
             object.__setattr__(self, "recompute_layers", int(count("recompute_layers", self.recompute_layers,
                                                                    allow_symbol=False)))
-            if not _open(self.recompute, "recompute") and self.recompute != "full":
+            if not is_open(self.recompute, "recompute") and self.recompute != "full":
                 raise LayoutError(f"recompute_layers: recomputes N layers of each stage under recompute='full', "
                                   f"not {self.recompute!r}")
         if isinstance(self.recompute_modules, str) or not isinstance(self.recompute_modules, (tuple, list)):
@@ -128,7 +123,7 @@ class Layout:
         if self.recompute_modules and self.recompute != "selective":
             raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
-        if not _open(self.schedule, "schedule"):
+        if not is_open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
@@ -175,84 +170,6 @@ class Layout:
 
     def replace(self, **changes) -> "Layout":
         return replace(self, **changes)
-
-
-class _Degrees:
-    """A layout's degrees as sympy numbers or symbols, with its discrete choices as conditions: the
-    ZeRO stage, and the recomputation policy and schedule by their index in RECOMPUTE / SCHEDULES
-    (sympy integers, or symbols when the layout leaves them open)."""
-
-    def __init__(self, layout: Layout):
-        for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-            setattr(self, k, sympy.sympify(getattr(layout, k)))
-        self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
-        self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
-        self.zero = sympy.sympify(layout.zero)
-        self.comm_sms = sympy.sympify(layout.comm_sms)
-        index = lambda v, names: sympy.sympify(v if isinstance(v, sympy.Basic) else names.index(v))  # noqa: E731
-        self.rc = index(layout.recompute, RECOMPUTE)
-        self.schedule = index(layout.schedule, SCHEDULES)
-        modules = layout.recompute_modules
-        #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
-        self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
-                                else sympy.false)
-        #: condition: selective recomputation runs MLA's up-projections again
-        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else sympy.false
-        self.gpus = self.tp * self.cp * self.pp * self.dp
-
-    def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
-        """How often ZeRO-3 gathers each parameter per microbatch without a pipeline: forward and
-        backward, and for per-tensor gathers under full recomputation again in the recomputed forward
-        of the ``recomputed`` share of the layers (parallelism.dp.zero3_gathers_per_microbatch*, which
-        say why)."""
-        two = formula("parallelism.dp.zero3_gathers_per_microbatch")
-        if not self.per_tensor_gathers:
-            return two
-        three = formula("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor")
-        mixed = three if recomputed == 1 else three * recomputed + two * (1 - recomputed)
-        return cases("gathers", "", (mixed, self.recompute_is("full")), (two, True))
-
-    def schedule_is(self, *names):
-        """Condition: the schedule is one of ``names``."""
-        return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
-
-    def recompute_is(self, name: str):
-        """Condition: the recomputation policy is ``name``."""
-        index = RECOMPUTE.index(name)
-        if self.rc.is_number:
-            return sympy.true if self.rc == index else sympy.false
-        return sympy.Eq(self.rc, index)
-
-    def zero_at_least(self, stage: int):
-        """Condition: ZeRO stage ≥ ``stage``."""
-        return sympy.Ge(self.zero, stage)
-
-    @property
-    def pipelined(self):
-        """Condition: more than one pipeline stage."""
-        return sympy.Gt(self.pp, 1)
-
-    @property
-    def dp_regimes(self) -> tuple:
-        """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
-        Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
-        gathers twice per microbatch (per-tensor under full recomputation: three times); under one (and
-        for ZeRO-1), once per step."""
-        unpiped = sympy.Not(self.pipelined)
-        return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
-                ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
-                ("reduce-scatter + all-gather", self.zero_at_least(1)), ("all-reduce", sympy.true))
-
-    @property
-    def gathered_regimes(self) -> tuple:
-        """Which catalogue formula counts ZeRO-3's unsharded copies: (name or None, condition)."""
-        return (("memory.zero3_held", self.zero_at_least(3) & self.pipelined),
-                ("memory.zero3_gathered", self.zero_at_least(3)), (None, sympy.true))
-
-
-def regime(regimes: tuple):
-    """The regime a numeric layout is in (the first whose condition holds)."""
-    return next(name for name, cond in regimes if cond == sympy.true)
 
 
 def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:

@@ -13,7 +13,7 @@ import sympy
 from ..choices import AXES
 from ..formula import Formula, cases
 from ..formulas import formula
-from ..schedules import is_number
+from ..values import is_number
 from .inputs import Inputs
 
 
