@@ -34,6 +34,10 @@ MOMENT_DTYPES = ("fp32", "bf16")
 AXES = ("tp", "cp", "dp", "pp", "ep")
 #: the parts of a pipeline stage's memory per GPU, which sum to its total
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
+#: the op classes of a step's compute, in the order of the time breakdown
+OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
+#: the parts of a step's time: the op classes, the bubble, each axis's exposed communication
+TIME_PARTS = (*OP_CLASSES, "bubble", "tp", "cp", "pp", "dp", "ep")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()

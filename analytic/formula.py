@@ -13,7 +13,6 @@ import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-import numpy as np
 import pint
 import sympy
 
@@ -23,70 +22,34 @@ from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError
 from .expressions import symbolic
 from .numeric import program
 from .provenance import merged_sources, source_map
-from .units import Q_, as_unit, is_count, strip_counts, takes_bare_number
-from .values import count, exact, in_range, quantity, unit_of
-
-
-def _wanted(unit: pint.Unit) -> str:
-    return "a plain number (dimensionless)" if unit.dimensionless else f"a quantity in {unit:~P} ({unit.dimensionality})"
+from .units import Q_, as_unit, strip_counts
+from .values import count, exact, in_range, unit_of
 
 
 def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
 
-    Accepts a pint Quantity (any compatible unit, of any registry), a string of one number and one
-    unit such as ``"50 GB/s"``, a sympy expression (taken as already in the symbol's unit), a Formula
-    (converted from its unit), or a bare number for dimensionless symbols, pure counts (parameters,
-    tokens) and FLOPs. A number for a declared keyword (``unit`` not given) must lie in the
-    symbol's domain (:mod:`analytic.values`)."""
-    declared = _symbols.info(keyword) if unit is None else None
-    if declared is not None:
-        unit = declared.unit
+    Accepts what :func:`analytic.symbols.read_magnitude` reads (a pint Quantity, a string of one number
+    and one unit, a bare number for dimensionless symbols, pure counts and FLOPs), a sympy expression
+    (taken as already in the symbol's unit) or a Formula (converted from its unit). A number for a
+    declared keyword (``unit`` not given) must lie in the symbol's domain (:mod:`analytic.values`)."""
     if isinstance(value, Formula):
+        target = _symbols.info(keyword).unit if unit is None else unit
         try:
-            factor = Q_(1, value.unit).to(unit).magnitude
+            factor = Q_(1, value.unit).to(target).magnitude
         except pint.DimensionalityError:
-            raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
+            raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
                             f"got formula {value.name!r} in {value.unit:~P}") from None
         return value.expr * exact(factor)
     if isinstance(value, sympy.Basic):
         if not value.is_number:
             return _symbols.canonical(value)
-        if declared is not None:
+        if unit is None:
             return _checked(keyword, value)
-    shown = value
-    value = quantity(keyword, value)
-    if isinstance(value, pint.Quantity) and is_count(unit) and value.dimensionless:
-        value = value.to("").magnitude  # "40 %"
-    if isinstance(value, pint.Quantity):
-        if value.dimensionality != unit.dimensionality:
-            raise UnitError(f"{keyword}: expected {_wanted(unit)}, "
-                            f"got {value:~P} ({value.dimensionality})")
-        mag = value.magnitude
-        if isinstance(mag, np.ndarray):
-            raise InputError(f"{keyword}: expected a scalar, got an array (use lambdify() for arrays)")
-        try:
-            out = exact(mag)
-        except InputError as exc:
-            raise InputError(f"{keyword}: {exc}") from None
-        if value.units != unit:
-            factor = Q_(1, value.units).to(unit).magnitude
-            if isinstance(factor, float):
-                factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
-            out = out * exact(factor)
-    else:
-        if not takes_bare_number(unit) and not isinstance(value, sympy.Basic):  # a sympy number: the symbol's unit
-            raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
-                            f"pass a Quantity or a string such as '{value} {unit:~P}'")
-        try:
-            out = exact(value)
-        except InputError as exc:
-            raise InputError(f"{keyword}: {exc}") from None
-    if declared is not None:
-        return declared.check(out, shown)
-    if out.is_negative:
-        raise InputError(f"{keyword}: expected a non-negative value, got {shown!r}")
-    return in_range(keyword, out, shown)
+        if value.is_negative:
+            raise InputError(f"{keyword}: expected a non-negative value, got {value!r}")
+        return in_range(keyword, value, value)
+    return exact(_symbols.read_magnitude(keyword, value, unit))
 
 
 @functools.lru_cache(maxsize=1 << 14)

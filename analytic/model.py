@@ -204,8 +204,8 @@ class Model:
         (four with their biases)."""
         return self.moe_blocks * (4 if self.expert_bias else 2) * self.experts
 
-    def inputs(self) -> dict:
-        """keyword → value of every architecture symbol (for binding catalogue formulas)."""
+    def counts(self) -> dict:
+        """keyword → value of every architecture symbol the model has: ints, or sympy expressions."""
         out = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
                "head_dim": self.head_dim, "ffn_hidden": self.ffn_hidden, "vocab": self.vocab}
         if self.position == "learned":
@@ -217,7 +217,11 @@ class Model:
             out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
         if self.sliding_window:
             out.update(sliding_window=self.sliding_window, sliding_layers=self.windowed_layers)
-        return {k: (v if is_sympy(v) else exact(v)) for k, v in out.items()}
+        return out
+
+    def inputs(self) -> dict:
+        """:meth:`counts` as exact sympy numbers (for binding catalogue formulas)."""
+        return {k: (v if is_sympy(v) else exact(v)) for k, v in self.counts().items()}
 
     def _part(self, name: str) -> Formula:
         from .formulas import formula

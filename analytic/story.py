@@ -10,7 +10,8 @@ import pint
 
 from .errors import AnalyticError, PresetError
 from .essay import essay
-from .plan import Plan, regime
+from .plan import Plan
+from .plan.layout import DP_REGIMES, GATHERED_REGIMES, regime
 from .presets import reliability_value, stack
 from .units import Q_
 
@@ -106,7 +107,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         _tags(plan, "memory.gradients", "memory."))
     add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
         _tags(plan, "memory.optimizer", "memory."))
-    gathered = regime(plan.deg.gathered_regimes)
+    gathered = regime(GATHERED_REGIMES, lay)
     if gathered:
         label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
                  "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
@@ -156,9 +157,9 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         ctime = None
         add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
     if replicas != 1:
-        kinds = regime(plan.deg.dp_regimes)
-        if plan.deg.per_tensor_gathers and lay.zero == 3:
-            per_microbatch = kinds == plan.deg.dp_regimes[0][0]
+        kinds = regime(DP_REGIMES, lay)
+        if lay.zero3_gather == "per-tensor" and lay.zero == 3:
+            per_microbatch = kinds == DP_REGIMES[0][0]
             kinds += ", each tensor gathered alone, blocking" + (
                 ", and again in the recomputed forward" if per_microbatch and RECOMPUTED_GATHERS in plan.sources("communication.dp")
                 else "")

@@ -35,7 +35,7 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong") -> dict:
 
     def at(dp):  # the plan at dp replicas (a number, or the symbol)
         return plan.replace(layout=lay.replace(dp=dp),
-                            global_batch=plan.global_batch if mode == "strong" else plan.global_batch / lay.dp * dp)
+                            global_batch=plan.global_batch if mode == "strong" else exact(plan.global_batch) / lay.dp * dp)
 
     for g, n in zip(gpus, d):  # each point must be a plan Plan accepts (batch split, ep dividing dp, ...)
         try:

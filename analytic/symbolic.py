@@ -22,7 +22,7 @@ from .formulas import formula
 from .schedules import BUBBLE_FORMULAS, bubble_time
 from .symbols import sym
 from .units import Q_
-from .values import choice, count, flag, fraction
+from .values import as_float, choice, count, flag, fraction
 
 
 def _one_free(f: Formula, keyword: str) -> Formula:
@@ -64,7 +64,7 @@ def _unshrinking(plan, keyword: str, limit: int) -> str:
     stuck = {k: hi for k, (lo, hi) in parts.items() if hi > 0 and hi >= 0.999 * lo}
     if not stuck:
         return ""
-    hbm = to_float(plan.inputs["hbm"], "hbm") / 1e9
+    hbm = as_float(plan.inputs["hbm"]) / 1e9
     return (f"{' + '.join(stuck)} do not shrink with {keyword} ({sum(stuck.values()):.4g} GB at {keyword} = {limit:,}, "
             f"of {hbm:.4g} GB HBM)")
 
@@ -170,7 +170,7 @@ def strong_scaling(plan, keyword: str = "dp") -> dict:
     limit as the degree reaches the batch (one microbatch per replica)."""
     step = _one_free(plan.expr("step_time"), keyword)
     mfu = plan.expr("mfu")
-    gb = plan.global_batch / plan.microbatch_size
+    gb = sympy.sympify(plan.global_batch) / plan.microbatch_size
     at_limit = step.subs(**{keyword: gb}).value()
     return {"step_time": step, "mfu": mfu, "largest": int(gb), "step_time_at_largest": at_limit,
             "mfu_at_largest": float(mfu.subs(**{keyword: gb}).value().magnitude)}

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pint
 
 from .choices import CHOICES
-from .errors import UnknownNameError
-from .units import as_unit
-from .values import check_domain, in_range, is_sympy
+from .errors import InputError, UnitError, UnknownNameError
+from .units import Q_, as_unit, is_count, takes_bare_number
+from .values import check_domain, exact_number, in_range, is_sympy, quantity
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,52 @@ def canonical(expr):
     declared = _symbols()[1]
     repl = {s: info(s).symbol for s in expr.free_symbols if s not in declared}
     return expr.xreplace(repl) if repl else expr
+
+
+def wanted(unit: pint.Unit) -> str:
+    """What a value in ``unit`` must be, as text."""
+    return "a plain number (dimensionless)" if unit.dimensionless else f"a quantity in {unit:~P} ({unit.dimensionality})"
+
+
+def read_magnitude(keyword: str, value, unit: pint.Unit | None = None):
+    """``value`` (a pint Quantity of any compatible unit, a string of one number and one unit such as
+    ``"50 GB/s"``, or a bare number for dimensionless symbols, pure counts and FLOPs) as an exact int or
+    Fraction in ``keyword``'s declared unit (or in ``unit``), inside the symbol's domain. Sympy values
+    and Formulas are read by :func:`analytic.formula.magnitude`."""
+    declared = info(keyword) if unit is None else None
+    if declared is not None:
+        unit = declared.unit
+    shown = value
+    value = quantity(keyword, value)
+    if isinstance(value, pint.Quantity) and is_count(unit) and value.dimensionless:
+        value = value.to("").magnitude  # "40 %"
+    if isinstance(value, pint.Quantity):
+        if value.dimensionality != unit.dimensionality:
+            raise UnitError(f"{keyword}: expected {wanted(unit)}, got {value:~P} ({value.dimensionality})")
+        if getattr(value.magnitude, "ndim", 0):
+            raise InputError(f"{keyword}: expected a scalar, got an array (use lambdify() for arrays)")
+        try:
+            out = exact_number(value.magnitude)
+        except InputError as exc:
+            raise InputError(f"{keyword}: {exc}") from None
+        if value.units != unit:
+            factor = Q_(1, value.units).to(unit).magnitude
+            if isinstance(factor, float):
+                factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
+            out = out * exact_number(factor)
+    else:
+        if not takes_bare_number(unit):
+            raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "
+                            f"pass a Quantity or a string such as '{value} {unit:~P}'")
+        try:
+            out = exact_number(value)
+        except InputError as exc:
+            raise InputError(f"{keyword}: {exc}") from None
+    if declared is not None:
+        return declared.check(out, shown)
+    if out < 0:
+        raise InputError(f"{keyword}: expected a non-negative value, got {shown!r}")
+    return in_range(keyword, out, shown)
 
 
 def table() -> list[SymbolInfo]:

@@ -141,7 +141,7 @@ def number_value(x: Fraction):
 
 def exact_number(x) -> int | Fraction:
     """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (floats by their shortest
-    decimal); a sympy rational as the same, a sympy float by its shortest decimal."""
+    decimal, a whole one as an int); a sympy rational as the same, a sympy float by its shortest decimal."""
     if is_sympy(x):
         if x.is_Float and x.is_finite:
             return exact_number(float(x))
@@ -161,12 +161,21 @@ def exact_number(x) -> int | Fraction:
     if isinstance(x, (float, np.floating)):
         if not math.isfinite(x):
             raise InputError(f"expected a finite number, got {x!r}")
-        return Fraction(repr(float(x)))
+        x = Fraction(repr(float(x)))
+        return int(x) if x.denominator == 1 else x
     if isinstance(x, numbers.Rational):
         return Fraction(int(x.numerator), int(x.denominator))
     if isinstance(x, numbers.Real):
         return exact_number(float(x))
     raise InputError(f"expected a real number, got {type(x).__name__} {x!r}")
+
+
+def as_float(x) -> float:
+    """An exact number as a float: a Fraction or sympy rational by one correctly rounded division (as
+    float() of a Fraction gives; a sympy rational's without mpmath)."""
+    if is_sympy(x) and x.is_Rational:
+        return x.p / x.q
+    return float(x)
 
 
 def exact(x):
@@ -247,8 +256,9 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
     return step_tokens(Fraction(number), suffix, seq_len, name, value)
 
 
-def _positive(name: str, value, upper):
-    """``value`` as an exact number in (0, ``upper``] (``upper=None``: any), or a sympy expression as it is."""
+def fraction(name: str, value, *, upper: float | None = 1.0):
+    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as an
+    exact int or Fraction (a sympy number or expression as it is)."""
     q = quantity(name, value)
     if isinstance(q, pint.Quantity):
         if not q.dimensionless:
@@ -265,17 +275,10 @@ def _positive(name: str, value, upper):
     return x
 
 
-def fraction(name: str, value, *, upper: float | None = 1.0):
-    """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as an
-    exact sympy number; a sympy expression as it is."""
-    return exact(_positive(name, value, upper))
-
-
 def share(name: str, value):
-    """A number in [0, 1] (a share of something; 0 is none) as an exact number: an int or Fraction, or
-    a sympy number as it is."""
+    """A number in [0, 1] (a share of something; 0 is none) as :func:`fraction` gives it."""
     try:
-        x = 0 if not isinstance(value, (bool, str)) and is_number(value) and value == 0 else _positive(name, value, 1.0)
+        x = 0 if not isinstance(value, (bool, str)) and is_number(value) and value == 0 else fraction(name, value)
     except InputError:
         x = None
     if x is None or not is_number(x):

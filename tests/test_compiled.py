@@ -5,11 +5,14 @@ import dataclasses
 import importlib
 import math
 import operator
+import random
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +24,7 @@ from analytic.numeric import OPS
 from analytic.plan.structure import Compiled, structure
 from analytic.plan.template import module_source
 from analytic.strategies import plans
+from analytic.symbols import info
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = importlib.import_module("analytic.search_programs")
@@ -183,6 +187,43 @@ def test_a_new_model_of_a_known_architecture_searches_without_a_compile(tmp_path
 
 
 _EDGES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 0.5, 7.0]
+
+
+def _draw(rng: random.Random, keyword: str):
+    """A number in ``keyword``'s symbol's domain, in its unit."""
+    domain = info(keyword).domain
+    if isinstance(domain, tuple):  # a choice's index
+        return rng.randrange(len(domain[1]))
+    return {"count": lambda: rng.randint(1, 64), "count0": lambda: rng.randint(0, 8),
+            "fraction": lambda: Fraction(rng.randint(1, 100), 100), "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
+            }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
+
+
+@needs_current
+def test_each_compiled_catalogue_formula_equals_its_expression():
+    """Every catalogue formula the package ships as a function (``_formulas``: all but those with
+    caveats), at numbers drawn in its symbols' domains: the function's value is the expression's to
+    1e-12, and where the expression refuses the numbers (outside the formula's domain) the function
+    gives none."""
+    from analytic.compiled import _formulas
+    rng, checked, refused = random.Random(0), 0, 0
+    assert set(_formulas.FORMULAS) == {n for n, f in an.formulas().items() if not f.caveats}
+    for name, (_, inputs, unit) in _formulas.FORMULAS.items():
+        f = an.formula(name)
+        for _ in range(4):
+            values = {k: _draw(rng, k) for k in inputs}
+            hit = compiled.formula(name, {k: float(v) for k, v in values.items()})
+            try:
+                want = f.subs(**{k: sympy.Rational(v.numerator, v.denominator) if isinstance(v, Fraction)
+                                 else sympy.Integer(v) for k, v in values.items()}).value()
+            except InputError:
+                assert hit is None, (name, values)
+                refused += 1
+                continue
+            assert hit is not None and hit[1] == unit == str(f.unit), (name, values)
+            assert _close(hit[0], float(want.magnitude), 0), (name, values, hit, want)
+            checked += 1
+    assert checked > 600 and refused < checked
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

@@ -724,7 +724,7 @@ def test_placement_strides_and_links_by_hand():
 
 
 def test_a_group_whose_neighbours_are_a_node_apart_is_scale_out_even_with_a_symbolic_size():
-    from analytic.plan.placement import link_kind
+    from analytic.plan.ranks import link_kind
     assert link_kind(an.sym("pp"), 8, 8) == "scale-out"
     assert link_kind(an.sym("pp"), 4, 8) == "symbolic"
 

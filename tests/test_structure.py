@@ -94,6 +94,27 @@ def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
     assert out == ["tp: 3 does not divide the 128 attention heads", "126 128 85.52 Fraction(1, 4)", "[]"]
 
 
+def test_a_shipped_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue():
+    """A plan of a structure the package ships compiled: its step time (predicted and at an MFU), MFU,
+    memory with every stage and the allocator's peak, communication and placement, and the step and
+    memory commands' output, all without sympy or the catalogue imported (a new interpreter); the
+    inputs it reports are exact Python numbers."""
+    import subprocess
+    import sys
+    code = ("import sys, io, contextlib, analytic as an\n"
+            "from analytic.cli import main\n"
+            "p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=16, dp=64, zero=1, "
+            "sequence_parallel=True), seq_len=8192, global_batch=2048, training_tokens='15.6e12 token')\n"
+            "p.step_time(), p.step_time(mfu=0.4), p.mfu(), p.mfu(step_time='20 s'), p.memory_peak(), p.memory_by_stage()\n"
+            "p.communication_time(), p.placement(), p.time_breakdown(ops=True), p.sources('memory.total')\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    codes = [main(['step']), main(['memory', '--stages']), main(['step', '--json'])]\n"
+            "print(codes, p.inputs['hbm'], repr(p.inputs['scale_up_latency']), [k for k in sys.modules if k == 'sympy' "
+            "or k.startswith('analytic.formula')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
+
+
 def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_numpy():
     """The package's names are imported when first used: ``import analytic`` and the command's module
     pay for none of the heavy libraries; a public name whose submodule of the same name was imported

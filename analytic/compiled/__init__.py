@@ -57,6 +57,24 @@ def module(structure: str | None):
     return importlib.import_module(f"{__name__}.{module_name(structure)}")
 
 
+def formula(name: str, values: dict) -> tuple[float, str] | None:
+    """Catalogue formula ``name`` at ``values`` (keyword → float, each in its symbol's unit) from its
+    function in ``_formulas``: (value, unit), or None where the functions are not current, the formula
+    has none (it has caveats), an input is missing, or the value is not finite or outside its domain."""
+    if _index.DIGEST != source_digest():
+        return None
+    from . import _formulas
+    entry = _formulas.FORMULAS.get(name)
+    if entry is None:
+        return None
+    function, inputs, unit = entry
+    args = [values.get(k) for k in inputs]
+    if any(a is None for a in args):
+        return None
+    value, holds = getattr(_formulas, function)(args, SCALAR)
+    return (value, unit) if holds and math.isfinite(value) else None
+
+
 # --- kernels: what the generated code calls, on Python floats or on numpy arrays -------------------
 
 def _recip(x):

@@ -1,8 +1,7 @@
 """Plan: one training step of a model on hardware with a layout, every quantity composed from the
 catalogue (:mod:`analytic.plan.core`), and layouts with their one validity check (:mod:`analytic.plan.layout`).
 
-Layouts and their checks import neither sympy nor the catalogue; ``Plan``, ``Memory`` and ``regime``
-are imported from their modules when first used."""
+Layouts and their checks import neither sympy nor the catalogue; ``Plan`` and ``Memory`` are imported from their modules when first used."""
 
 import importlib
 
@@ -13,13 +12,14 @@ from .layout import (
     check_layout,
     check_sequence,
     divisors,
+    regime,
     sequence_unit,
     tiles,
     training_dtype,
 )
 
 #: public name → the module that defines it, imported when the name is first used
-_LAZY = {"Memory": "core", "Plan": "core", "regime": "degrees"}
+_LAZY = {"Memory": "core", "Plan": "core"}
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
            "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default", "sequence_unit",

@@ -18,7 +18,8 @@ from ..schedules import lazy_min
 from ..units import Q_
 from ..values import is_number
 from .inputs import Inputs
-from .placement import axis_stride, link_kind, replica_groups
+from .placement import replica_groups
+from .ranks import axis_stride, link_kind
 
 
 def _ranks_per_domain(size, fit):
@@ -125,7 +126,7 @@ def _tensor_parallel(inp: Inputs) -> dict:
         (0, True))
     msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
     calls = per_layer * _layers_local(inp) * inp.microbatches
-    group = (lay.tp, axis_stride(inp, "tp"))
+    group = (lay.tp, axis_stride(inp.deg, "tp"))
     if not lay.sequence_parallel:
         return _collectives(inp, "all_reduce", msg, calls, *group)
     # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters sum
@@ -147,7 +148,7 @@ def _pipeline_parallel(inp: Inputs) -> dict:
     lay = inp.deg
     msg = inp.f("parallelism.pp.p2p_bytes", seq_len=inp.seq_len / lay.cp) / lay.tp
     calls = inp.f("parallelism.pp.transfers_per_gpu", microbatches=inp.microbatches)
-    return {"bytes": msg * calls, "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp, "pp")) * calls}
+    return {"bytes": msg * calls, "time": collective_time(inp, "broadcast", msg, 2, axis_stride(inp.deg, "pp")) * calls}
 
 
 def data_parallel(inp: Inputs, params: dict) -> dict:
@@ -207,7 +208,7 @@ def _context_parallel(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
     kv = inp.f("parallelism.cp.kv_bytes") / (lay.tp if m.kv_heads != 1 else 1)
     calls = _layers_local(inp) * inp.microbatches
-    group = (lay.cp, axis_stride(inp, "cp"))
+    group = (lay.cp, axis_stride(inp.deg, "cp"))
     gathers = formula("parallelism.cp.kv_gathers_per_layer") + cases(
         "recomputed", "", (formula("parallelism.cp.kv_gathers_recomputed_per_layer") * inp.recomputed,
                            lay.recompute_is("full")), (0, True))
@@ -230,7 +231,7 @@ def _expert_parallel(inp: Inputs) -> dict:
     dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))
     calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * inp.microbatches
     g = inp.values["scale_up_domain"]
-    stride_ = axis_stride(inp, "ep")
+    stride_ = axis_stride(inp.deg, "ep")
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
                                  calls, lay.ep, stride_) for e in (dispatch_e, inp.values["element_bytes"])))
     link = link_kind(lay.ep, stride_, g)

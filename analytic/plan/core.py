@@ -15,23 +15,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pint
-import sympy
 
-from ..choices import AXES, CONVENTIONS
+from ..choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
-from ..formula import Formula, to_float
 from ..hardware import Hardware
 from ..model import Model
 from ..presets import memory_reserve
-from ..symbolic import optimise, smallest_fitting
+from ..symbols import info
 from ..units import Q_
-from ..values import choice, count, flag, fraction
-from . import communication, memory, ops, placement, quantities, structure, timing
+from ..values import choice, count, flag, fraction, is_number, is_sympy
+from . import ranks, structure
 from .inputs import Inputs
 from .layout import Layout
-from .ops import OP_CLASSES
+
+if TYPE_CHECKING:
+    from ..formula import Formula
+    from .degrees import Degrees
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Plan:
                                 allow_cross_node_tp=allow_cross_node_tp, grad_dtype=grad_dtype,
                                 moment_dtype=moment_dtype, stack=stack,
                                 profile=profile, **overrides)
-        self.model, self.hardware, self.layout, self.deg = inp.model, inp.hardware, inp.layout, inp.deg
+        self.model, self.hardware, self.layout = inp.model, inp.hardware, inp.layout
         self.dtype, self.flash_attention, self.overrides, self.notes = inp.dtype, inp.flash_attention, inp.overrides, inp.notes
         self.seq_len, self.global_batch, self.microbatch_size = inp.seq_len, inp.global_batch, inp.microbatch_size
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
@@ -90,9 +92,14 @@ class Plan:
 
     # --- stages, built when first needed ------------------------------------------------------------
     @property
+    def deg(self) -> Degrees:
+        """The layout's degrees and choices as sympy numbers, symbols and conditions."""
+        return self._in.deg
+
+    @property
     def inputs(self) -> dict:
-        """keyword → exact number or sympy expression for every input of the plan."""
-        return self._in.values
+        """keyword → every input of the plan: an exact number (int or Fraction) or a sympy expression."""
+        return self._in.given
 
     @property
     def calibration(self):
@@ -101,14 +108,17 @@ class Plan:
 
     @cached_property
     def _params(self) -> dict:
+        from . import placement
         return placement.parameters(self._in)
 
     @cached_property
     def _activation_parts(self) -> dict:
+        from . import memory
         return memory.activation_parts(self._in)
 
     @cached_property
     def _worst(self) -> dict:
+        from . import memory
         return memory.worst(self._in, self._activation_parts)
 
     @cached_property
@@ -125,10 +135,12 @@ class Plan:
 
     @cached_property
     def _comm(self) -> dict:
+        from . import communication
         return communication.communication(self._in, self._params)
 
     @cached_property
     def _time(self) -> dict:
+        from . import ops, timing
         return timing.timing(self._in, ops.op_times(self._in, self._params), self._comm)
 
     # --- placement ------------------------------------------------------------------------
@@ -146,7 +158,7 @@ class Plan:
 
     def placement(self) -> dict:
         """For each axis: its size, its stride in the rank order and the link it uses."""
-        return placement.placement(self._in)
+        return ranks.placement(self.layout, self._in.given_number("scale_up_domain"))
 
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str) -> Formula:
@@ -191,6 +203,7 @@ class Plan:
 
     @cached_property
     def _builders(self) -> dict:
+        from . import quantities
         return quantities.builders(self)
 
     # --- numbers ------------------------------------------------------------------------------
@@ -220,10 +233,9 @@ class Plan:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
         predictive model (compute at the calibrated matmul efficiency + bubble + exposed
         communication; see :meth:`time_breakdown`)."""
-        if mfu is not None:
-            eta = fraction("mfu", mfu)
-            return self._in.f("compute.train_time", flops=self.expr("flops"), gpus=self.deg.gpus, mfu=eta).value()
-        return self.value("step_time")
+        if mfu is None:
+            return self.value("step_time")
+        return self._formula("compute.train_time", {"flops": "flops", "gpus": "gpus"}, mfu=fraction("mfu", mfu))
 
     def step_time_interval(self) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): where the measured step time falls with the calibration's coverage (80%): the
@@ -240,7 +252,8 @@ class Plan:
         """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
         (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
         reserve = memory_reserve(self._in.stack_properties["allocator"])["reserve"]
-        return self._in.f("memory.allocator_peak", counted_bytes=self.memory(stage).total, allocator_reserve=reserve).value()
+        return self._formula("memory.allocator_peak", {}, counted_bytes=self.memory(stage).total,
+                             allocator_reserve=reserve)
 
     def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
@@ -251,29 +264,38 @@ class Plan:
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
-        names = timing.PARTS if flag("ops", ops) else ("compute", *timing.PARTS[len(OP_CLASSES):])
+        names = TIME_PARTS if flag("ops", ops) else ("compute", *TIME_PARTS[len(OP_CLASSES):])
         return {k: self.value(f"time.{k}") for k in names}
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
         if step_time is None:
             return float(self.value("mfu").to("").magnitude)
-        f = self._in.f("compute.mfu", flops=self.expr("flops"), gpus=self.deg.gpus, step_time=step_time)
-        return float(f.value().to("").magnitude)
+        mfu = self._formula("compute.mfu", {"flops": "flops", "gpus": "gpus"}, step_time=step_time)
+        return float(mfu.to("").magnitude)
+
+    def _formula(self, name: str, quantities: dict, **values) -> pint.Quantity:
+        """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan quantity
+        it takes) and ``values``: from its compiled function, else from its expression."""
+        if all(self._compiled.has(q) for q in quantities.values()):
+            found = self._in.number(name, **{k: self.value(q) for k, q in quantities.items()}, **values)
+            if found is not None:
+                return found
+        return self._in.f(name, **{k: self.expr(q) for k, q in quantities.items()}, **values).value()
 
     def memory(self, stage: int | None = None) -> Memory:
         """Per-GPU memory on pipeline stage ``stage`` (0 the first), or on the worst stage; parts sum to
         the total."""
         if stage is None:
-            parts = {k: self.value(f"memory.{k}") for k in (*memory.PARTS, "total", "host")}
+            parts = {k: self.value(f"memory.{k}") for k in (*MEMORY_PARTS, "total", "host")}
             p = self._numeric_pp()  # the fullest is the first, the second or the last (memory.worst says why)
             worst = max(sorted({0, min(1, p - 1), p - 1}), key=self._stage_total)
         else:
             worst = count("stage", stage, minimum=0, allow_symbol=False)
             if worst >= self._numeric_pp():
-                raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.deg.pp}), got {stage}")
+                raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got {stage}")
             parts = self._stage_values(worst)
-        return Memory(**parts, hbm=Q_(to_float(self._in.need("hbm")), "byte"),
+        return Memory(**parts, hbm=Q_(float(self._in.given_number("hbm")), "byte"),
                       logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
@@ -281,11 +303,14 @@ class Plan:
         return [self.memory(stage=k) for k in range(self._numeric_pp())]
 
     def _numeric_pp(self) -> int:
-        if not self.deg.pp.is_number:
+        if not is_number(self.layout.pp):
             raise FreeSymbolError("pp: the stages need a numeric pipeline degree; use plan.expr('memory.total')")
-        return int(self.deg.pp)
+        return int(self.layout.pp)
 
     def _stage(self, k) -> dict:
+        import sympy
+
+        from . import memory
         return memory.stage(self._in, sympy.sympify(k), self._activation_parts)
 
     def _stage_values(self, k: int) -> dict:
@@ -296,7 +321,10 @@ class Plan:
     def _stage_total(self, k: int) -> float:
         """Bytes per GPU on stage ``k``."""
         total = self._compiled.stage_total(k)
-        return total if total is not None else to_float(self._stage(k)["total"].expr, "memory of a stage")
+        if total is not None:
+            return total
+        from ..formula import to_float
+        return to_float(self._stage(k)["total"].expr, "memory of a stage")
 
     # --- symbolic helpers ----------------------------------------------------------------------
     def _count(self, name: str):
@@ -304,6 +332,7 @@ class Plan:
         n = self._compiled.count(name)
         if n is not None:
             return n
+        from ..formula import to_float
         f = self.expr(name)
         if f.expr.free_symbols:
             raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")
@@ -312,12 +341,14 @@ class Plan:
     def smallest(self, keyword: str, limit: int | None = None) -> int:
         """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM (up to
         ``limit``; default :func:`analytic.symbolic.smallest_fitting`'s)."""
+        from ..symbolic import smallest_fitting
         return smallest_fitting(self, keyword, **({} if limit is None else {"limit": limit}))
 
     def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
         """The integer value of the free input ``keyword``, among those whose memory fits, that
         minimises the predicted step time, or optimises another ``objective`` (``"cost"``: GPU-seconds
         per token; ``"mfu"``), up to ``limit`` (default :func:`analytic.symbolic.optimise`'s)."""
+        from ..symbolic import optimise
         return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))["best"]
 
     def subs(self, **values) -> "Plan":
@@ -334,7 +365,8 @@ class Plan:
         args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
                     allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
-                    moment_dtype=self.moment_dtype, stack=self.stack, **self.overrides)
+                    moment_dtype=self.moment_dtype, stack=self.stack,
+                    **{k: v if is_sympy(v) else Q_(v, info(k).unit) for k, v in self.overrides.items()})
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)

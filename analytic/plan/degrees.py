@@ -8,8 +8,7 @@ import sympy
 from ..choices import RECOMPUTE, SCHEDULES
 from ..formula import Formula, cases
 from ..formulas import formula
-from ..values import is_sympy
-from .layout import Layout
+from .layout import DP_REGIMES, GATHERED_REGIMES, Layout, choice_indices
 
 
 class Degrees:
@@ -22,11 +21,8 @@ class Degrees:
             setattr(self, k, sympy.sympify(getattr(layout, k)))
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
-        self.zero = sympy.sympify(layout.zero)
         self.comm_sms = sympy.sympify(layout.comm_sms)
-        index = lambda v, names: sympy.sympify(v if is_sympy(v) else names.index(v))  # noqa: E731
-        self.rc = index(layout.recompute, RECOMPUTE)
-        self.schedule = index(layout.schedule, SCHEDULES)
+        self.zero, self.rc, self.schedule = map(sympy.sympify, choice_indices(layout).values())
         modules = layout.recompute_modules
         #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
         self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
@@ -67,27 +63,21 @@ class Degrees:
         """Condition: more than one pipeline stage."""
         return sympy.Gt(self.pp, 1)
 
+    def _conditions(self, regimes: tuple) -> tuple:
+        """``regimes`` (:data:`~analytic.plan.layout.DP_REGIMES`) as (label, condition) pairs."""
+        piped = {True: self.pipelined, False: sympy.Not(self.pipelined), None: sympy.true}
+        return tuple((label, (self.zero_at_least(zero) if zero else sympy.true) & piped[p]) for label, zero, p in regimes)
+
     @property
     def dp_regimes(self) -> tuple:
-        """How the DP traffic of a step runs, the first condition that holds wins: (label, condition).
-        Without a pipeline, sharded gradients are reduce-scattered after every microbatch and ZeRO-3
-        gathers twice per microbatch (per-tensor under full recomputation: three times); under one (and
-        for ZeRO-1), once per step."""
-        unpiped = sympy.Not(self.pipelined)
-        return (("per microbatch: RS + 2 AG", self.zero_at_least(3) & unpiped),
-                ("RS every microbatch + AG", self.zero_at_least(2) & unpiped),
-                ("reduce-scatter + all-gather", self.zero_at_least(1)), ("all-reduce", sympy.true))
+        """How the DP traffic of a step runs (:data:`~analytic.plan.layout.DP_REGIMES`): (label, condition),
+        the first condition that holds wins."""
+        return self._conditions(DP_REGIMES)
 
     @property
     def gathered_regimes(self) -> tuple:
         """Which catalogue formula counts ZeRO-3's unsharded copies: (name or None, condition)."""
-        return (("memory.zero3_held", self.zero_at_least(3) & self.pipelined),
-                ("memory.zero3_gathered", self.zero_at_least(3)), (None, sympy.true))
+        return self._conditions(GATHERED_REGIMES)
 
 
-def regime(regimes: tuple):
-    """The regime a numeric layout is in (the first whose condition holds)."""
-    return next(name for name, cond in regimes if cond == sympy.true)
-
-
-__all__ = ["Degrees", "regime"]
+__all__ = ["Degrees"]

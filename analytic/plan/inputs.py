@@ -1,26 +1,41 @@
 """Stage 1 of a plan: its arguments read and checked once, and every input as an exact number or a
 symbol (the model's architecture, the layout's degrees, the batch, the hardware's numbers, the
-calibrated constants, the failure statistics), with each override in its symbol's unit and domain."""
+calibrated constants, the failure statistics), with each override in its symbol's unit and domain.
+
+A numeric plan's inputs are read without sympy (:attr:`Inputs.given`: ints and Fractions); their
+sympy forms (:attr:`Inputs.values`, :attr:`Inputs.deg`) are made when an expression is built."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import sympy
-
+from .. import compiled
 from ..choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
-from ..formula import Formula, magnitude
-from ..formulas import formula
 from ..hardware import Hardware, check_full_mesh
 from ..model import Model
-from ..symbols import canonical, sym
+from ..symbols import canonical, read_magnitude, sym
 from ..units import Q_
+from ..values import as_float, choice, count, exact, flag, is_number, is_sympy
 from ..values import batch_tokens as read_batch_tokens
-from ..values import choice, count, flag, is_number
-from .degrees import Degrees
 from .layout import Layout, check_layout, training_dtype
+
+if TYPE_CHECKING:
+    from ..formula import Formula
+    from .degrees import Degrees
+
+def read(keyword: str, value):
+    """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.symbols.read_magnitude`),
+    or for a sympy value or a Formula a sympy magnitude (:func:`analytic.formula.magnitude`)."""
+    formulas = sys.modules.get("analytic.formula")  # not imported: no value is a Formula
+    if is_sympy(value) or (formulas is not None and isinstance(value, formulas.Formula)):
+        from ..formula import magnitude
+        return magnitude(keyword, value)
+    return read_magnitude(keyword, value)
+
 
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
@@ -117,14 +132,10 @@ class Inputs:
             grad_dtype = props["grad_dtype"] if self.dtype != "fp16" else "bf16"
         #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
         self.grad_rule = grad_dtype
-        #: condition: this plan keeps fp32 gradient buffers
-        if grad_dtype == "bf16":
-            self.fp32_grads = sympy.false
-        elif is_number(layout.zero):  # decided here, without building a relation to evaluate
-            self.fp32_grads = sympy.true if layout.zero <= 2 else sympy.false
+        if grad_dtype == "bf16" or not is_number(layout.zero):
+            self.grad_dtype = "bf16" if grad_dtype == "bf16" else "fp32 with ZeRO 0-2"
         else:
-            self.fp32_grads = sympy.Le(layout.zero, 2)
-        self.grad_dtype = {sympy.true: "fp32", sympy.false: "bf16"}.get(self.fp32_grads, "fp32 with ZeRO 0-2")
+            self.grad_dtype = "fp32" if layout.zero <= 2 else "bf16"
         #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
         if layout.offload_optimizer and self.moment_dtype != "fp32":
@@ -138,8 +149,8 @@ class Inputs:
             raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
         self.notes: list[str] = []  # inputs read otherwise than written, each said here and warned
         if batch_tokens is not None:
-            if isinstance(batch_tokens, sympy.Basic) and not batch_tokens.is_number:
-                global_batch = magnitude("batch_tokens", batch_tokens) / self.seq_len
+            if not is_number(batch_tokens):
+                global_batch = read("batch_tokens", batch_tokens) / self.seq_len
             else:
                 tokens, note = read_batch_tokens(batch_tokens, self.seq_len)
                 global_batch = tokens // self.seq_len
@@ -147,8 +158,8 @@ class Inputs:
                     self.notes.append(note)
                     warnings.warn(note, ReinterpretedWarning, stacklevel=3)
         self.global_batch = canonical(count("global_batch", global_batch))
-        self.training_tokens = None if training_tokens is None else magnitude("tokens", training_tokens)
-        self.overrides = {k: magnitude(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
+        self.training_tokens = None if training_tokens is None else read("tokens", training_tokens)
+        self.overrides = {k: read(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
         #: accelerators of a scale-up domain: the override, else a node given alone, else the hardware's
         self.scale_up_domain = domain = self.overrides.get("scale_up_domain", self.overrides.get(
@@ -159,10 +170,6 @@ class Inputs:
                      microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
                      scale_up_domain=domain,
                      sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
-        # exact sympy values for the algebra (Python's / would make floats)
-        self.deg = Degrees(layout)
-        self.seq_len, self.global_batch, self.microbatch_size = (
-            sympy.sympify(self.seq_len), sympy.sympify(self.global_batch), sympy.sympify(self.microbatch_size))
         self.missing_for_times: dict = {}  # inputs only times need, found missing by the communication stage
         self._calibration_error = None
 
@@ -178,10 +185,30 @@ class Inputs:
             return None
 
     @cached_property
+    def deg(self) -> Degrees:
+        """The layout's degrees and choices as sympy numbers, symbols and conditions."""
+        from .degrees import Degrees
+        return Degrees(self.layout)
+
+    @cached_property
+    def fp32_grads(self):
+        """Condition: this plan keeps fp32 gradient buffers."""
+        import sympy
+        if self.grad_rule == "bf16":
+            return sympy.false
+        zero = self.layout.zero
+        return (sympy.true if zero <= 2 else sympy.false) if is_number(zero) else sympy.Le(zero, 2)
+
+    @cached_property
     def values(self) -> dict:
-        """keyword → exact number or sympy expression for every input of the plan."""
-        lay = self.deg
-        out = dict(self.model.inputs())
+        """keyword → exact sympy number or expression for every input of the plan (:attr:`given`)."""
+        return {k: (v if is_sympy(v) else exact(v)) for k, v in self.given.items()}
+
+    @cached_property
+    def given(self) -> dict:
+        """keyword → every input of the plan: an int or Fraction, or a sympy expression where it is one."""
+        lay = self.layout
+        out = dict(self.model.counts())
         out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
         out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch,
                    comm_sms=lay.comm_sms)
@@ -205,17 +232,18 @@ class Inputs:
         that share them: a Hardware is immutable, and the cache holds it, so its identity is a key)."""
         hw, ov, out = self.hardware, self.overrides, {}
 
-        def pick(key, default):
-            if key in ov:
-                return magnitude(key, ov[key])
+        def pick(key, default, given=None):
+            """The override of ``key``, else of ``given`` (read already), else ``default()`` read."""
+            for k in (key, given):
+                if k in ov:
+                    return ov[k]
             value = default()
-            return None if value is None else magnitude(key, value)
+            return None if value is None else read(key, value)
 
         out["element_bytes"] = pick("element_bytes", lambda: Q_(2, "byte"))  # 16-bit (TRAINING_DTYPES)
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
         if self.dtype == "fp8":  # the GEMMs an FP8 recipe keeps in 16 bits (peak_flops= given alone sets both)
-            out["peak_flops_16"] = pick("peak_flops_16", lambda: ov["peak_flops"] if "peak_flops" in ov
-                                        else hw.peak_flops("bf16"))
+            out["peak_flops_16"] = pick("peak_flops_16", lambda: hw.peak_flops("bf16"), given="peak_flops")
         out["hbm"] = pick("hbm", lambda: hw.hbm)
         out["sms"] = pick("sms", lambda: hw.sms)
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
@@ -230,16 +258,13 @@ class Inputs:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
         from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency, synchronous_restart_time
         for link in ("scale_up", "scale_out"):  # latency= and link_efficiency= given alone set both links'
-            key = f"{link}_latency"
-            out[key] = pick(key, lambda k=key, link=link: ov["latency"] if "latency" in ov else nccl_latency(link))
-            key = f"{link}_efficiency"
-            out[key] = pick(key, lambda link=link: ov["link_efficiency"] if "link_efficiency" in ov
-                            else nccl_efficiency(link))
+            out[f"{link}_latency"] = pick(f"{link}_latency", lambda link=link: nccl_latency(link), given="latency")
+            out[f"{link}_efficiency"] = pick(f"{link}_efficiency", lambda link=link: nccl_efficiency(link),
+                                             given="link_efficiency")
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", synchronous_restart_time)
         out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Q_(0, "s"))
-        out["checkpoint_time"] = (magnitude("checkpoint_time", ov["checkpoint_time"]) if "checkpoint_time" in ov
-                                  else None)
+        out["checkpoint_time"] = ov.get("checkpoint_time")
         return out
 
     def _loss_bytes(self):
@@ -250,9 +275,12 @@ class Inputs:
         props = self.stack_properties
         if "loss_bytes" not in props:
             self._note(f"stack {self.stack}: its loss's working set is not known; the 16-bit logits alone are counted")
-            return sympy.Integer(2)
-        alone, parallel = sympy.Integer(props["loss_bytes"]), sympy.Integer(props.get("loss_bytes_tp", props["loss_bytes"]))
-        return alone if alone == parallel else sympy.Piecewise((parallel, sympy.Gt(self.deg.tp, 1)), (alone, True))
+            return 2
+        alone, parallel, tp = props["loss_bytes"], props.get("loss_bytes_tp", props["loss_bytes"]), self.layout.tp
+        if alone == parallel or is_number(tp):
+            return parallel if alone == parallel or tp > 1 else alone
+        import sympy
+        return sympy.Piecewise((parallel, sympy.Gt(tp, 1)), (alone, True))
 
     def _kernel_values(self, pick) -> dict:
         """The op-level model's kernel constants (kernels.toml): GEMM tile, HBM efficiency, the
@@ -280,14 +308,21 @@ class Inputs:
             self.notes.append(text)
 
     def need(self, key):
-        """The input ``key``, or an error saying how to give it."""
-        values = self.values
-        if key not in values and self._calibration_error:
+        """The input ``key`` as a sympy number or expression, or an error saying how to give it."""
+        return self._required(self.values, key)
+
+    def given_number(self, key):
+        """The input ``key`` as :attr:`given` holds it (an int or Fraction where it is a number), or
+        :meth:`need`'s error."""
+        return self._required(self.given, key)
+
+    def _required(self, inputs: dict, key):
+        if key not in inputs and self._calibration_error:
             raise PresetError(self._calibration_error)
-        if key not in values:
+        if key not in inputs:
             raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
                              f"pass Plan(..., {key}=...) (CLI: --{key.replace('_', '-')})")
-        return values[key]
+        return inputs[key]
 
     def time_input(self, key):
         """An input that only times need (a link's bandwidth, its efficiency, the latency): when
@@ -303,14 +338,24 @@ class Inputs:
         for key in self.missing_for_times:
             self.need(key)
 
+    def number(self, name: str, **values):
+        """Catalogue formula ``name`` at the plan's numeric inputs (``values``, read in their symbols'
+        units, override some) as a Quantity, from its compiled function (:func:`analytic.compiled.formula`);
+        None where that does not answer (:meth:`f` then gives the number, or says what is wrong)."""
+        given = {**self.given, **{k: read(k, v) for k, v in values.items()}}
+        hit = compiled.formula(name, {k: as_float(v) for k, v in given.items() if is_number(v)})
+        return None if hit is None else Q_(hit[0], hit[1])
+
     def f(self, name: str, **values) -> Formula:
         """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""
+        from ..formulas import formula
         return formula(name).bind({**self.values, **values})
 
     @cached_property
     def recomputed(self):
         """Share of a stage's layers whose forward runs again under full recomputation: all of them, or
         the N of each model chunk that ``recompute_layers`` names (the average over the stages)."""
+        import sympy
         n = self.layout.recompute_layers
         if n is None:
             return sympy.Integer(1)
@@ -324,7 +369,8 @@ class Inputs:
 
     @cached_property
     def tokens_per_step(self) -> Formula:
-        return Formula("D_B", self.global_batch * self.seq_len, "token", "")
+        from ..formula import Formula
+        return Formula("D_B", exact(self.global_batch) * exact(self.seq_len), "token", "")
 
     def training_tokens_or_raise(self):
         if self.training_tokens is None:

@@ -172,6 +172,33 @@ class Layout:
         return replace(self, **changes)
 
 
+#: how a step's DP traffic runs, the first that holds wins: (label, the least ZeRO stage, whether under a
+#: pipeline or not, None for either). Without a pipeline, sharded gradients are reduce-scattered after
+#: every microbatch and ZeRO-3 gathers twice per microbatch (per-tensor under full recomputation: three
+#: times); under one (and for ZeRO-1), once per step
+DP_REGIMES = (("per microbatch: RS + 2 AG", 3, False), ("RS every microbatch + AG", 2, False),
+              ("reduce-scatter + all-gather", 1, None), ("all-reduce", 0, None))
+#: which catalogue formula counts ZeRO-3's unsharded copies (None: none), as :data:`DP_REGIMES`
+GATHERED_REGIMES = (("memory.zero3_held", 3, True), ("memory.zero3_gathered", 3, None), (None, 0, None))
+
+
+def regime(regimes: tuple, layout: Layout):
+    """The label of the regime (:data:`DP_REGIMES`, :data:`GATHERED_REGIMES`) a layout with a numeric
+    ZeRO stage and pipeline degree is in."""
+    if not (is_number(layout.zero) and is_number(layout.pp)):
+        raise InputError("regime: needs a numeric ZeRO stage and pipeline degree")
+    return next(label for label, zero, piped in regimes
+                if layout.zero >= zero and (piped is None or piped == (layout.pp > 1)))
+
+
+def choice_indices(layout: Layout) -> dict:
+    """The layout's discrete choices as numbers: the ZeRO stage, and the recomputation policy and
+    schedule by their index in RECOMPUTE / SCHEDULES (a choice left open stays its symbol)."""
+    index = lambda v, names: v if is_sympy(v) else names.index(v)  # noqa: E731
+    return {"zero": layout.zero, "recompute": index(layout.recompute, RECOMPUTE),
+            "schedule": index(layout.schedule, SCHEDULES)}
+
+
 def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
     """SMs reserved for communication need an accelerator whose SM count is known and larger."""
     if sms is None:

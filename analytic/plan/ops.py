@@ -13,9 +13,6 @@ from ..units import Q_
 from .inputs import Inputs
 from .placement import optimizer_shard
 
-#: the op classes of a step's compute, in the order of the time breakdown
-OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
-
 
 class _Ops:
     """The inputs the op times share, worked out once."""

@@ -1,51 +1,14 @@
-"""Stage 2 of a plan: where the ranks of each axis sit, which link each axis's collectives use, and
-the parameters each GPU holds.
-
-Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp (ep inside dp), pp.
-An axis whose group fits in a scale-up domain (a node, or an NVL72-class rack of nodes) uses the
-scale-up link, one whose ranks are all in other domains the scale-out link; one that spans both is
-"two-level"."""
+"""Stage 2 of a plan: the nodes, and the parameters each GPU holds (where the ranks of each axis sit
+and which link they use: :mod:`.ranks`)."""
 
 from __future__ import annotations
 
 import sympy
 
-from ..choices import AXES
 from ..formula import Formula, cases
 from ..formulas import formula
-from ..values import is_number
 from .inputs import Inputs
-
-
-def axis_stride(inp: Inputs, axis: str):
-    """The distance in the rank order between neighbours of ``axis``'s groups."""
-    lay = inp.deg
-    return {"tp": 1, "cp": lay.tp, "dp": lay.tp * lay.cp, "ep": lay.tp * lay.cp, "pp": lay.tp * lay.cp * lay.dp}[axis]
-
-
-def link_kind(size, stride_, g) -> str:
-    """"scale-up", "scale-out" or "two-level" for a group of ``size`` ranks ``stride_`` apart on nodes of
-    ``g`` GPUs ("symbolic" while that depends on free symbols)."""
-    if not all(is_number(x) for x in (size, stride_, g)):
-        low = lambda x: sympy.sympify(x).subs({s: 1 for s in sympy.sympify(x).free_symbols})  # degrees ≥ 1  # noqa: E731
-        if is_number(g) and is_number(low(stride_)) and low(stride_) >= g:
-            return "scale-out"
-        return "symbolic"
-    if size * stride_ <= g:
-        return "scale-up"
-    if stride_ >= g:
-        return "scale-out"
-    return "two-level"
-
-
-def placement(inp: Inputs) -> dict:
-    """For each axis: its size, its stride in the rank order and the link it uses."""
-    g = inp.values["scale_up_domain"]
-    out = {}
-    for axis in AXES:
-        size, s = getattr(inp.layout, axis), axis_stride(inp, axis)
-        out[axis] = {"size": size, "stride": s, "link": "-" if size == 1 else link_kind(size, s, g)}
-    return out
+from .ranks import axis_stride
 
 
 def nodes(inp: Inputs):
@@ -78,7 +41,7 @@ def replica_groups(inp: Inputs, params: dict) -> list:
     torchtitan's FSDP over the flattened dp_shard × cp mesh). Experts: dp·cp/ep replicas."""
     lay = inp.deg
     return [(params["dense_local"], lay.dp * lay.cp, lay.tp),
-            (params["expert_local"], lay.dp * lay.cp / lay.ep, axis_stride(inp, "dp"))]
+            (params["expert_local"], lay.dp * lay.cp / lay.ep, axis_stride(lay, "dp"))]
 
 
 def optimizer_shard(inp: Inputs, params: dict) -> Formula:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import AXES
+from ..choices import AXES, OP_CLASSES
 from ..formula import Formula, magnitude
-from . import compute, memory, ops, placement, timing
+from . import compute, memory, placement, timing
 
 
 def builders(plan) -> dict:
@@ -38,8 +38,8 @@ def builders(plan) -> dict:
         "flops.palm": lambda: compute.model_flops(inp, "palm"),
         "flops.megatron": lambda: compute.model_flops(inp, "megatron"),
         "flops.hardware": lambda: compute.hardware_flops(inp),
-        "bubble": lambda: plan._time["bubble"] / timing.total(plan._time, ops.OP_CLASSES[:3]),
-        "time.compute": lambda: timing.total(plan._time, ops.OP_CLASSES),
+        "bubble": lambda: plan._time["bubble"] / timing.total(plan._time, OP_CLASSES[:3]),
+        "time.compute": lambda: timing.total(plan._time, OP_CLASSES),
         "time.bubble": lambda: plan._time["bubble"],
         "step_time": lambda: timing.total(plan._time),
         "mfu": lambda: inp.f("compute.mfu", flops=e("flops"), step_time=e("step_time"), gpus=deg.gpus),
@@ -66,7 +66,7 @@ def builders(plan) -> dict:
         "train_time": lambda: e("step_time") * e("steps") / e("goodput"),
         "interruptions": lambda: e("train_time") / e("mtbf"),
     }
-    for part in ops.OP_CLASSES:
+    for part in OP_CLASSES:
         b[f"time.{part}"] = (lambda p=part: plan._time[p])
     for axis in AXES:
         b[f"communication.{axis}"] = (lambda a=axis: plan._comm[a]["bytes"])
@@ -78,8 +78,8 @@ def builders(plan) -> dict:
 def _checkpoint_time(plan) -> Formula:
     """The stall of a checkpoint: the one given, else one copy of the model states written at the
     storage bandwidth of Llama 3's cluster."""
-    if "checkpoint_time" in plan.inputs:
-        return Formula("delta", plan.inputs["checkpoint_time"], "s", "")
+    if "checkpoint_time" in plan._in.values:
+        return Formula("delta", plan._in.values["checkpoint_time"], "s", "")
     from ..presets import llama3_storage_bandwidth
     states = plan._in.f("memory.model_states.zero0", params=plan._params["stored"])
     return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")

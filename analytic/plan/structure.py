@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import math
 
-import sympy
-
 from .. import compiled
 from ..symbols import sym
 from ..units import Q_, ureg
+from ..values import as_float, is_number
 from .inputs import Inputs
+from .layout import choice_indices
 
 #: model counts a template leaves free (those the code tests against zero stay 0 where they are 0)
 MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", "head_dim", "max_seq_len", "experts",
@@ -50,7 +50,7 @@ def structural_inputs(inp: Inputs) -> dict:
     """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
     tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a given
     checkpoint time; the 16-bit peak of an FP8 plan; the links of a fully connected scale-up domain)."""
-    given = inp.values
+    given = inp.given
     quantised = "sms" in given and "tile_m" in given and "tile_n" in given
     return {"sms": quantised, "tile_m": quantised, "tile_n": quantised,
             "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
@@ -58,7 +58,7 @@ def structural_inputs(inp: Inputs) -> dict:
 
 
 def _open_or_number(value, keyword) -> bool:
-    return value is None or not isinstance(value, sympy.Basic) or value.is_number or value == sym(keyword)
+    return value is None or is_number(value) or value == sym(keyword)
 
 
 def structure(inp: Inputs) -> str | None:
@@ -70,11 +70,11 @@ def structure(inp: Inputs) -> str | None:
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
     fixed = [getattr(m, k) for k in (*MODEL_COUNTS, *_MODEL_FIXED)] + [lay.comm_sms, inp.seq_len, inp.global_batch,
                                                                        inp.training_tokens]
-    fixed += [v for k, v in inp.values.items() if k not in (*_DEGREES, "microbatch_size")]
+    fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
     if (lay.uneven or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
             or lay.recompute_modules or lay.fp8_activations
             or not all(_open_or_number(v, k) for v, k in open_ok)
-            or any(isinstance(v, sympy.Basic) and not v.is_number for v in fixed)):
+            or not all(is_number(v) for v in fixed)):
         return None
     parts = [_model_structure(m)]
     parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
@@ -104,18 +104,10 @@ def numbers(inp: Inputs) -> dict:
     m, lay = inp.model, inp.layout
     out = {k: getattr(m, k) for k in MODEL_COUNTS}
     out.update({k: getattr(lay, k) for k in (*_DEGREES, "comm_sms")})
-    out.update(inp.values)
-    out.update(zero=inp.deg.zero, recompute=inp.deg.rc, schedule=inp.deg.schedule, seq_len=inp.seq_len,
-               global_batch=inp.global_batch, microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
-    return {k: _float(v) for k, v in out.items() if v is not None and (not isinstance(v, sympy.Basic) or v.is_number)}
-
-
-def _float(v) -> float:
-    """A number as a float, an exact rational by one correctly rounded division (as float() of it
-    gives, without mpmath)."""
-    if isinstance(v, sympy.Rational):
-        return v.p / v.q
-    return float(v)
+    out.update(inp.given)
+    out.update(choice_indices(lay), seq_len=inp.seq_len, global_batch=inp.global_batch,
+               microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
+    return {k: as_float(v) for k, v in out.items() if v is not None and is_number(v)}
 
 
 class Compiled:

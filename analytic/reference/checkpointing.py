@@ -77,7 +77,18 @@ def backward_peak_bytes(hidden: int = 256, heads: int = 4, kv_heads: int = 2, ff
                         tokens: int = 1024) -> int:
     """Bytes a bf16 block's backward allocates at its peak beyond what its forward left (its saved
     tensors and its output), on the CPU, with the gradient from above and those of the input and
-    the weights allocated before it runs."""
+    the weights allocated before it runs. One intra-op thread: the scratch buffers a parallel CPU
+    matmul allocates per thread (which vary with the host's cores and instruction set) are not the
+    block's tensors."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _backward_peak_bytes(hidden, heads, kv_heads, ffn_hidden, tokens)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _backward_peak_bytes(hidden: int, heads: int, kv_heads: int, ffn_hidden: int, tokens: int) -> int:
     block = LlamaBlock(hidden, heads, kv_heads, ffn_hidden).to(torch.bfloat16)
     for p in block.parameters():
         p.grad = torch.zeros_like(p)
