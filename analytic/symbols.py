@@ -236,7 +236,7 @@ def read_magnitude(keyword: str, value, unit: pint.Unit | None = None):
             factor = Q_(1, value.units).to(unit).magnitude
             if isinstance(factor, float):
                 factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
-            out = out * exact_number(factor)
+            out = exact_number(out * exact_number(factor))
     else:
         if not takes_bare_number(unit):
             raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "

@@ -49,7 +49,6 @@ DOMAINS = {
 }
 
 
-
 def is_sympy(x) -> bool:
     """Whether ``x`` is a sympy object (False without importing sympy while it is not imported: no
     value can be one then)."""
@@ -140,8 +139,8 @@ def number_value(x: Fraction):
 
 
 def exact_number(x) -> int | Fraction:
-    """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (floats by their shortest
-    decimal, a whole one as an int); a sympy rational as the same, a sympy float by its shortest decimal."""
+    """A Python or numpy number as an exact, finite ``int`` or ``Fraction`` (a whole one as an int; floats
+    by their shortest decimal); a sympy rational as the same, a sympy float by its shortest decimal."""
     if is_sympy(x):
         if x.is_Float and x.is_finite:
             return exact_number(float(x))
@@ -152,22 +151,21 @@ def exact_number(x) -> int | Fraction:
         raise InputError(f"expected a number, got the boolean {x!r}")
     if isinstance(x, (int, np.integer)):
         return int(x)
-    if isinstance(x, Fraction):
-        return x
     if isinstance(x, Decimal):
         if not x.is_finite():
             raise InputError(f"expected a finite number, got {x!r}")
-        return Fraction(x)
-    if isinstance(x, (float, np.floating)):
+        x = Fraction(x)
+    elif isinstance(x, (float, np.floating)):
         if not math.isfinite(x):
             raise InputError(f"expected a finite number, got {x!r}")
         x = Fraction(repr(float(x)))
-        return int(x) if x.denominator == 1 else x
-    if isinstance(x, numbers.Rational):
-        return Fraction(int(x.numerator), int(x.denominator))
-    if isinstance(x, numbers.Real):
+    elif isinstance(x, numbers.Rational):
+        x = Fraction(int(x.numerator), int(x.denominator))
+    elif isinstance(x, numbers.Real):
         return exact_number(float(x))
-    raise InputError(f"expected a real number, got {type(x).__name__} {x!r}")
+    else:
+        raise InputError(f"expected a real number, got {type(x).__name__} {x!r}")
+    return int(x) if x.denominator == 1 else x
 
 
 def as_float(x) -> float:

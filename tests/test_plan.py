@@ -1419,3 +1419,25 @@ def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
     for bad in (1.5, -0.25, True, "half", None):
         with pytest.raises(an.AnalyticError, match="offload_optimizer"):
             an.Layout(offload_optimizer=bad)
+
+
+def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expressions():
+    """Hand table: without a pipeline ZeRO-3 gathers twice and reduce-scatters every microbatch, ZeRO-2
+    reduce-scatters every microbatch, ZeRO-1 (and any stage under a pipeline) once a step, ZeRO-0
+    all-reduces; ZeRO-3 holds the stage's copies under a pipeline and gathers blocks without one.
+    The sympy conditions of the plan's expressions pick the same."""
+    from analytic.plan import regime
+    from analytic.plan.degrees import Degrees
+    from analytic.plan.layout import DP_REGIMES, GATHERED_REGIMES
+    want = {(3, 1): ("per microbatch: RS + 2 AG", "memory.zero3_gathered"),
+            (2, 1): ("RS every microbatch + AG", None), (1, 1): ("reduce-scatter + all-gather", None),
+            (0, 1): ("all-reduce", None), (3, 4): ("reduce-scatter + all-gather", "memory.zero3_held"),
+            (2, 4): ("reduce-scatter + all-gather", None), (0, 4): ("all-reduce", None)}
+    for (zero, pp), (dp, gathered) in want.items():
+        lay = an.Layout(zero=zero, pp=pp)
+        assert (regime(DP_REGIMES, lay), regime(GATHERED_REGIMES, lay)) == (dp, gathered), (zero, pp)
+        deg = Degrees(lay)
+        assert next(label for label, cond in deg.dp_regimes if cond == sympy.true) == dp
+        assert next(label for label, cond in deg.gathered_regimes if cond == sympy.true) == gathered
+    with pytest.raises(an.InputError, match="regime"):
+        regime(DP_REGIMES, an.Layout(zero=an.sym("zero")))

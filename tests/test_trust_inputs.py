@@ -271,3 +271,33 @@ def test_rotary_embeddings_need_an_even_number_of_dimensions():
     with pytest.raises(an.InputError, match="rope_dim: rotary embeddings rotate pairs of dimensions; 63 is odd"):
         an.model("deepseek-v3").replace(rope_dim=63)
     assert an.model("deepseek-v3").replace(head_dim=129).head_dim == 129
+
+
+# --- a value read without sympy ---------------------------------------------------------------------------
+@pytest.mark.parametrize("keyword, value, want", [
+    ("scale_up_bandwidth", "50 GB/s", 50_000_000_000),
+    ("scale_out_bandwidth", "400 Gbit/s", 50_000_000_000),
+    ("scale_out_bandwidth", an.Q_(3.2, "Tbit/s"), 400_000_000_000),
+    ("scale_up_latency", "1.5 us", Fraction(3, 2_000_000)),
+    ("matmul_efficiency", 0.1, Fraction(1, 10)),  # the float's shortest decimal, not its binary value
+    ("matmul_efficiency", "40 %", Fraction(2, 5)),
+    ("hbm", an.Q_(80, "GiB"), 85_899_345_920),
+    ("layers", 126.0, 126),
+])
+def test_a_value_is_read_exactly_in_its_symbols_unit(keyword, value, want):
+    from analytic.symbols import read_magnitude
+    got = read_magnitude(keyword, value)
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("keyword, value, error", [
+    ("hbm", 80, an.UnitError),  # bytes: GB or GiB? a bare number is refused
+    ("hbm", "80 s", an.UnitError),
+    ("matmul_efficiency", 1.5, an.InputError),
+    ("layers", 2.5, an.InputError),
+    ("layers", float("nan"), an.InputError),
+])
+def test_a_value_outside_its_unit_or_domain_is_refused_without_sympy(keyword, value, error):
+    from analytic.symbols import read_magnitude
+    with pytest.raises(error, match=keyword):
+        read_magnitude(keyword, value)

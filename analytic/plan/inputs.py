@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..formula import Formula
     from .degrees import Degrees
 
+
 def read(keyword: str, value):
     """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.symbols.read_magnitude`),
     or for a sympy value or a Formula a sympy magnitude (:func:`analytic.formula.magnitude`)."""
@@ -132,10 +133,12 @@ class Inputs:
             grad_dtype = props["grad_dtype"] if self.dtype != "fp16" else "bf16"
         #: "bf16" (ZeRO's 2-byte gradients) or "fp32" (fp32 buffers with ZeRO 0-2, sharded 16-bit with ZeRO-3)
         self.grad_rule = grad_dtype
-        if grad_dtype == "bf16" or not is_number(layout.zero):
-            self.grad_dtype = "bf16" if grad_dtype == "bf16" else "fp32 with ZeRO 0-2"
-        else:
+        if grad_dtype == "bf16":
+            self.grad_dtype = "bf16"
+        elif is_number(layout.zero):
             self.grad_dtype = "fp32" if layout.zero <= 2 else "bf16"
+        else:
+            self.grad_dtype = "fp32 with ZeRO 0-2"
         #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
         if layout.offload_optimizer and self.moment_dtype != "fp32":
@@ -192,12 +195,9 @@ class Inputs:
 
     @cached_property
     def fp32_grads(self):
-        """Condition: this plan keeps fp32 gradient buffers."""
+        """Condition: this plan keeps fp32 gradient buffers (:attr:`grad_dtype` as a sympy condition)."""
         import sympy
-        if self.grad_rule == "bf16":
-            return sympy.false
-        zero = self.layout.zero
-        return (sympy.true if zero <= 2 else sympy.false) if is_number(zero) else sympy.Le(zero, 2)
+        return {"bf16": sympy.false, "fp32": sympy.true}.get(self.grad_dtype, sympy.Le(self.layout.zero, 2))
 
     @cached_property
     def values(self) -> dict:
