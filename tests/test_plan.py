@@ -1431,7 +1431,8 @@ def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expres
     from analytic.plan.layout import DP_REGIMES, GATHERED_REGIMES
     want = {(3, 1): ("per microbatch: RS + 2 AG", "memory.zero3_gathered"),
             (2, 1): ("RS every microbatch + AG", None), (1, 1): ("reduce-scatter + all-gather", None),
-            (0, 1): ("all-reduce", None), (3, 4): ("reduce-scatter + all-gather", "memory.zero3_held"),
+            (0, 1): ("all-reduce", None), (3, 2): ("reduce-scatter + all-gather", "memory.zero3_held"),
+            (3, 4): ("reduce-scatter + all-gather", "memory.zero3_held"),
             (2, 4): ("reduce-scatter + all-gather", None), (0, 4): ("all-reduce", None)}
     for (zero, pp), (dp, gathered) in want.items():
         lay = an.Layout(zero=zero, pp=pp)
@@ -1441,3 +1442,14 @@ def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expres
         assert next(label for label, cond in deg.gathered_regimes if cond == sympy.true) == gathered
     with pytest.raises(an.InputError, match="regime"):
         regime(DP_REGIMES, an.Layout(zero=an.sym("zero")))
+
+
+def test_a_free_tp_keeps_the_stacks_two_loss_working_sets():
+    """TorchTitan's loss holds 12 bytes a logit alone and 16 under its vocabulary-parallel loss
+    (presets/stacks.toml): with the TP degree free, the loss's working set is a function of it that
+    gives each, by hand: s·V = 8,192 × 128,256 logits of one microbatch, × 12 at tp = 1, × 16 / 8 at 8."""
+    p = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp")), seq_len=8192,
+                global_batch=64, stack="torchtitan")
+    loss = p.expr("memory.loss")
+    assert loss.subs(tp=1).value().to("byte").magnitude == 8192 * 128256 * 12
+    assert loss.subs(tp=8).value().to("byte").magnitude == 8192 * 128256 * 16 / 8
