@@ -73,12 +73,17 @@ def test_every_package_of_the_library_is_in_the_wheel():
     assert {"analytic.cases", "analytic.derivations"} <= listed
 
 
+def _fresh(code: str) -> list[str]:
+    """The lines a new interpreter prints running ``code`` (nothing imported before it)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
 def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
     """A model and hardware read from the presets, a layout built and checked against them: plain
     numbers, exact where they are read (a share as a Fraction), with sympy and the catalogue never
     imported (a new interpreter); a mistake is still said (a layout the model's heads refuse)."""
-    import subprocess
-    import sys
     code = ("import sys, analytic as an\n"
             "from analytic.plan import check_layout\n"
             "m, h = an.model('llama3-405b'), an.hardware('h100-sxm')\n"
@@ -90,7 +95,7 @@ def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
             "    print(e)\n"
             "print(m.layers, m.head_dim, f\"{h.hbm.to('GB').magnitude:.2f}\", repr(lay.offload_optimizer))\n"
             "print([k for k in sys.modules if k == 'sympy' or k.startswith('analytic.formula')])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    out = _fresh(code)
     assert out == ["tp: 3 does not divide the 128 attention heads", "126 128 85.52 Fraction(1, 4)", "[]"]
 
 
@@ -99,8 +104,6 @@ def test_a_shipped_plans_numbers_and_the_commands_need_neither_sympy_nor_the_cat
     memory with every stage and the allocator's peak, communication and placement, and the step and
     memory commands' output, all without sympy or the catalogue imported (a new interpreter); the
     inputs it reports are exact Python numbers."""
-    import subprocess
-    import sys
     code = ("import sys, io, contextlib, analytic as an\n"
             "from analytic.cli import main\n"
             "p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=16, dp=64, zero=1, "
@@ -111,7 +114,7 @@ def test_a_shipped_plans_numbers_and_the_commands_need_neither_sympy_nor_the_cat
             "    codes = [main(['step']), main(['memory', '--stages']), main(['step', '--json'])]\n"
             "print(codes, p.inputs['hbm'], repr(p.inputs['scale_up_latency']), [k for k in sys.modules if k == 'sympy' "
             "or k.startswith('analytic.formula')])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    out = _fresh(code)
     assert out == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
 
 
@@ -119,12 +122,10 @@ def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_nu
     """The package's names are imported when first used: ``import analytic`` and the command's module
     pay for none of the heavy libraries; a public name whose submodule of the same name was imported
     first still resolves to the API (analytic.model reads a preset; it is not the module)."""
-    import subprocess
-    import sys
     code = ("import sys, analytic, analytic.cli\n"
             "print([m for m in ('sympy', 'pint', 'numpy') if m in sys.modules])\n"
             "import analytic.hardware, analytic.model\n"
             "print(analytic.model('llama3-8b').layers, analytic.hardware('h100-sxm').sms)\n"
             "print(sorted(n for n in analytic.__all__ if n not in dir(analytic) or getattr(analytic, n) is None))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    out = _fresh(code)
     assert out == ["[]", "32 132", "[]"]
