@@ -14,7 +14,7 @@ from ..symbols import canonical, sym
 from ..values import choice, count, flag, is_number, is_sympy, share
 
 
-def is_open(value, keyword: str) -> bool:
+def _open(value, keyword: str) -> bool:
     """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
     return is_sympy(value) and value.is_Symbol and value == sym(keyword)
 
@@ -98,19 +98,19 @@ class Layout:
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
-        if not is_open(self.zero, "zero"):
+        if not _open(self.zero, "zero"):
             if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
         for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations", "ends_as_layers"):
             flag(k, getattr(self, k))
         object.__setattr__(self, "offload_optimizer", share("offload_optimizer", self.offload_optimizer))
-        if not is_open(self.recompute, "recompute"):
+        if not _open(self.recompute, "recompute"):
             choice("recompute", self.recompute, RECOMPUTE)
         if self.recompute_layers is not None:
             object.__setattr__(self, "recompute_layers", int(count("recompute_layers", self.recompute_layers,
                                                                    allow_symbol=False)))
-            if not is_open(self.recompute, "recompute") and self.recompute != "full":
+            if not _open(self.recompute, "recompute") and self.recompute != "full":
                 raise LayoutError(f"recompute_layers: recomputes N layers of each stage under recompute='full', "
                                   f"not {self.recompute!r}")
         if isinstance(self.recompute_modules, str) or not isinstance(self.recompute_modules, (tuple, list)):
@@ -123,7 +123,7 @@ class Layout:
         if self.recompute_modules and self.recompute != "selective":
             raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
-        if not is_open(self.schedule, "schedule"):
+        if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
             raise LayoutError("vpp: the interleaved schedule needs vpp ≥ 2 model chunks per stage")
