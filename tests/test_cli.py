@@ -512,8 +512,8 @@ def test_memory_with_offloaded_activations(capsys):
     code, out, _ = run(capsys, "memory", *flags, "--offload-activations")
     assert "offloaded activations in host memory: 42.95 GB per GPU, 343.6 GB per node of 8" in out
     readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
-    total = next(line.split()[1] for line in out.splitlines() if line.strip().startswith("total"))
-    assert f"--offload-activations` gives {total} GB of the 32 GB, and 42.95 GB a chip in host memory" in readme
+    total, hbm = next(line.split()[1:5:3] for line in out.splitlines() if line.strip().startswith("total"))
+    assert f"--offload-activations` gives {total} GB of the {hbm} GB, and 42.95 GB a chip in host memory" in readme
     code, _, err = run(capsys, "search", *flags[:12], "--offload-activations")
     assert code == 2 and "--offload-activations" in err
 
