@@ -108,7 +108,7 @@ def test_the_newer_accelerators_by_hand():
     assert v6e.scale_up_bandwidth.to("GB/s").magnitude == pytest.approx(800 / 2)
     # capacities as the runtime reports them, against the other sources' figures: XLA's "of 31.25G hbm"
     # (GiB, two decimals) on v6e; the HGX specification's 180 GB per B200 read as binary, of which the
-    # driver keeps under 1% (as it keeps 0.4% of an H100's 80 GiB)
+    # driver keeps under 1%
     assert round(v6e.hbm.to("GiB").magnitude, 2) == 31.25
     assert 0.99 * 180 < an.hardware("b200").hbm.to("GiB").magnitude < 180
     assert (v6e.peak_flops("bf16") * 256).to("PFLOP/s").magnitude == pytest.approx(234.9, rel=1e-3)  # per Pod
