@@ -43,3 +43,41 @@ def test_allocated_peaks_are_not_fitted():
     rows = [{"id": "a", "group": "A", "ratio": 1.2, "measure": "reserved"},
             {"id": "b", "group": "B", "ratio": 1.0, "measure": "allocated"}]
     assert reserve.reserved(rows) == rows[:1]
+
+
+PLAN = '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\nglobal_batch = 8\n'
+
+
+def _folder(tmp_path, peaks):
+    """A validation folder whose memory cases measure the same plan at ``peaks``: (id, source, stack,
+    measured/counted); their published peaks are written from the library's count of that plan."""
+    from analytic.calibration import build_plan
+
+    (tmp_path / "predicted.toml").write_text("")
+    text = ""
+    for case_id, group, stack, ratio in peaks:
+        spec = {"model": "llama3-8b", "hardware": "h100-sxm", "seq_len": 2048, "global_batch": 8, "stack": stack}
+        counted = build_plan(spec).memory().total.to("byte").magnitude
+        text += (f'[[case]]\nid = "{case_id}"\nkind = "memory"\npublished = "{counted * ratio!r} byte"\n'
+                 f'group = "{group}"\n{PLAN}stack = "{stack}"\n')
+    (tmp_path / "memory.toml").write_text(text)
+    return tmp_path / "memory.toml"
+
+
+def test_the_summary_of_two_sources_by_hand(tmp_path):
+    """Source A's peak at 1.1 of its count, B's at 1.2: the reserve is √(1.1·1.2) = 1.1489; left out
+    of the fit, A's peak is predicted at B's 1.2 (measured/predicted 1.1/1.2 = 0.9167) and B's at A's
+    1.1 (1.2/1.1 = 1.0909), the smallest and largest; each source's log deviates by ±log(1.2/1.1)/2 =
+    ±0.0435, so the clustered standard error is √(2·0.0435²)/2 = 0.0308."""
+    got = reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1), ("b", "B", "megatron-core", 1.2)]))
+    assert got == {"allocator": "pytorch", "reserve": pytest.approx(1.1489, abs=1e-4),
+                   "reserve_log_stderr": pytest.approx(0.0308, abs=1e-4), "low": pytest.approx(0.9167, abs=1e-4),
+                   "high": pytest.approx(1.0909, abs=1e-4), "count": 2, "sources": 2}
+
+
+def test_no_summary_from_one_source_or_across_allocators(tmp_path):
+    """One factor per allocator, checked with its source left out: the peaks of one source, or of two
+    allocators (PyTorch's and XLA's), give none."""
+    assert reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1),
+                                              ("a2", "A", "megatron-core", 1.2)])) is None
+    assert reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1), ("b", "B", "maxtext", 1.2)])) is None
