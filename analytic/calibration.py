@@ -296,7 +296,9 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
                   f'run\'s fullest stage, {memory["count"]} measured peaks of {source.split("/")[0]}/memory.toml '
                   f'({memory["sources"]} sources): reserve is its mean in log, each source weighted equally; low and '
                   'high the smallest and largest measured/predicted peak, each predicted with its source left out"',
-                  f'allocator = "{memory["allocator"]}"', f"reserve = {memory['reserve']:.6f}",
+                  f'allocator = "{memory["allocator"]}"',
+                  f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  # the runs' stacks",
+                  f"reserve = {memory['reserve']:.6f}",
                   f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}", f"low = {memory['low']:.6f}", f"high = {memory['high']:.6f}"]
     return "\n".join(lines) + "\n"
 

@@ -50,6 +50,7 @@ def cmd_memory(args) -> int:
     plan, extra = build_plan(args)
     from .choices import MEMORY_PARTS as PARTS
     from .errors import PresetError
+    from .presets import memory_reserve, stack
     from .story import node_host_memory, wasted_selective
     mem = plan.memory()
     rows = {k: v.to("GB") for k, v in mem.as_dict().items() if k != "stage"}
@@ -62,8 +63,10 @@ def cmd_memory(args) -> int:
     headroom = (mem.hbm - mem.total).to("GB")
     try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
         peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
+        measured = memory_reserve(stack(plan.stack)["allocator"]).get("stacks", [])  # the stacks of the peaks
     except PresetError as exc:
         peak = low = high = None
+        measured = []
         notes.append(f"no predicted peak: {exc}")
     if args.json:
         gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
@@ -72,6 +75,7 @@ def cmd_memory(args) -> int:
             "peak": None if peak is None else float(peak.magnitude),
             "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
             "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
+            "reserve_measured_on": measured,
             **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
     for note in notes:
@@ -92,8 +96,9 @@ def cmd_memory(args) -> int:
     if peak is not None:
         fits = "fits" if peak <= mem.hbm else "does not fit"
         above = "; at its top it would not fit" if peak <= mem.hbm < high else ""
+        own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
         print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
-              f"count (fitted on measured peaks, calibration.toml [memory]): {fits}")
+              f"count (fitted on measured peaks of {' and '.join(measured)} runs, calibration.toml [memory]{own}): {fits}")
         print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
               f"to {_fmt(high)}{above}")
     if stages:

@@ -26,9 +26,9 @@ MEASURES = ("reserved", "allocated")
 
 
 def peaks(path: Path) -> list[dict]:
-    """The measured peaks of a validation folder's memory.toml: id, group (the source), allocator
-    (of the run's stack), measure (:data:`MEASURES`), counted (the memory of the run's fullest stage) and
-    ratio (measured peak / counted)."""
+    """The measured peaks of a validation folder's memory.toml: id, group (the source), stack (the run's),
+    allocator (the stack's), measure (:data:`MEASURES`), counted (the memory of the run's fullest stage)
+    and ratio (measured peak / counted)."""
     tables = tomllib.loads(path.read_text()) if path.exists() else {}
     cases = [c for c in tables.get("case", []) if c.get("kind") == "memory"]
     runs = {c["id"]: c for c in tomllib.loads((path.parent / "predicted.toml").read_text()).get("case", [])} if cases else {}
@@ -39,7 +39,8 @@ def peaks(path: Path) -> list[dict]:
         measure = c.get("measure", MEASURES[0])
         if measure not in MEASURES:
             raise InputError(f"{c['id']}: measure {measure!r}; expected one of {', '.join(MEASURES)}")
-        out.append({"id": c["id"], "group": c["group"], "allocator": stack(plan.stack)["allocator"], "measure": measure,
+        out.append({"id": c["id"], "group": c["group"], "stack": plan.stack, "allocator": stack(plan.stack)["allocator"],
+                    "measure": measure,
                     "counted": counted, "ratio": float((as_quantity(c["id"], c["published"]) / counted).to("").magnitude)})
     return out
 
@@ -69,7 +70,8 @@ def leave_one_source_out(rows: list[dict]) -> dict[str, float]:
 def summary(path: Path) -> dict | None:
     """The fitted reserve of a validation folder's measured peaks, or None without any: the
     allocator, the reserve and its standard error (of the log), and the smallest and largest
-    measured/predicted peak with each source left out of the fit, over how many peaks and sources."""
+    measured/predicted peak with each source left out of the fit, over how many peaks and sources, and
+    the stacks whose runs they measured."""
     rows = reserved(peaks(path))
     if not rows:
         return None
@@ -80,4 +82,4 @@ def summary(path: Path) -> dict | None:
     loso = leave_one_source_out(rows)
     ratios = [r["ratio"] / loso[r["id"]] for r in rows]
     return {"allocator": allocators.pop(), "reserve": factor, "reserve_log_stderr": stderr, "low": min(ratios), "high": max(ratios),
-            "count": len(rows), "sources": len({r["group"] for r in rows})}
+            "count": len(rows), "sources": len({r["group"] for r in rows}), "stacks": sorted({r["stack"] for r in rows})}

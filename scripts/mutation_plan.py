@@ -1,4 +1,5 @@
-"""Mutation testing of analytic/plan/: does the suite notice a changed operator, comparison or constant?
+"""Mutation testing of analytic/plan/ (or one module of analytic/ given with --module): does the suite
+notice a changed operator, comparison or constant?
 
 Each mutant changes one site of one module of the package analytic/plan/ (its syntax tree): + ↔ −,
 × ↔ ÷, < ↔ ≤, > ↔ ≥, == ↔ !=, and each numeric constant c → c + 1. Sites inside f-strings and
@@ -6,7 +7,8 @@ raise statements (messages) are left alone. The mutated package is written to a 
 the checkout and the tests that read plans run there (``-x``: the first failure kills the mutant; a
 mutant that runs past the time limit counts as killed). Survivors are listed with their place.
 
-Usage: python scripts/mutation_plan.py [--only MODULE] [--sample N] [--out mutation-plan-report.md]
+Usage: python scripts/mutation_plan.py [--only NAME | --module PATH] [--tests FILE ...] [--lines SPANS]
+                                      [--sample N] [--out mutation-plan-report.md]
 """
 
 from __future__ import annotations
@@ -94,11 +96,11 @@ def mutate(path: Path, index: int) -> str:
     return ast.unparse(tree)
 
 
-def run_tests(root: Path, module: str = "") -> str:
-    """"killed", "survived" or "timeout" for the checkout at ``root``."""
+def run_tests(root: Path, module: str = "", tests: list[str] = TESTS) -> str:
+    """"killed", "survived" or "timeout" for the checkout at ``root`` (``tests``: the test files run)."""
     env = dict(os.environ, PYTHONPATH=str(root), ANALYTIC_CACHE=str(root / ".cache"), HYPOTHESIS_PROFILE="default")
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS, *deselected(module)], cwd=root,
+        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests, *deselected(module)], cwd=root,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return "timeout"
@@ -108,11 +110,19 @@ def run_tests(root: Path, module: str = "") -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="module name (e.g. timing)")
+    ap.add_argument("--module", default="", help="one module of analytic/ instead (e.g. analytic/reserve.py)")
+    ap.add_argument("--tests", nargs="+", default=TESTS, help="the test files run on each mutant")
     ap.add_argument("--sample", type=int, default=0, help="run this many mutants drawn at random (seed 0)")
     ap.add_argument("--lines", default="", help="only the sites on these lines (e.g. 126-136,210-222)")
     ap.add_argument("--out", default=str(ROOT / "mutation-plan-report.md"))
     args = ap.parse_args()
-    modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
+    if args.module:
+        module = (ROOT / args.module).resolve()
+        if module.suffix != ".py" or not module.is_file() or (ROOT / "analytic") not in module.parents:
+            ap.error(f"--module: expected a Python module under analytic/, got {args.module!r}")
+        modules = [module]
+    else:
+        modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
     todo = [(p, i, line, d) for p in modules for i, line, d in sites(p)]
     if args.lines:
         spans = [tuple(map(int, span.split("-"))) for span in args.lines.split(",")]
@@ -123,7 +133,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "checkout"
         shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".cache"))
-        if run_tests(root) != "survived":
+        if run_tests(root, tests=args.tests) != "survived":
             print("the unmutated tests fail; fix them first", file=sys.stderr)
             return 1
         results = []
@@ -131,15 +141,15 @@ def main() -> int:
             target = root / path.relative_to(ROOT)
             original = target.read_text()
             target.write_text(mutate(path, index))
-            outcome = run_tests(root, path.name)
+            outcome = run_tests(root, path.name, args.tests)
             target.write_text(original)
             results.append((path.name, desc, outcome))
             print(f"{outcome:<9} {path.name} {desc}", flush=True)
     killed = sum(r[2] != "survived" for r in results)
     score = 100 * killed / len(results) if results else 100.0
-    lines = ["# Mutation testing of analytic/plan/", "",
+    lines = [f"# Mutation testing of {args.module or 'analytic/plan/'}", "",
              f"{len(results)} mutants{' (a random sample)' if args.sample else ''}, {killed} killed: **{score:.1f}%** "
-             f"({time.time() - start:.0f} s). Tests: {', '.join(TESTS)}.", "", "## Survivors", ""]
+             f"({time.time() - start:.0f} s). Tests: {', '.join(args.tests)}.", "", "## Survivors", ""]
     lines += [f"- `{m}` {d}" for m, d, o in results if o == "survived"] or ["none"]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"score {score:.1f}% ({killed}/{len(results)}); report in {args.out}")

@@ -797,6 +797,8 @@ def test_readme_tour_states_the_step_time_interval():
     fitted = an.presets.memory_reserve("pytorch")
     assert (f"plan.memory_peak()        # {plan.memory_peak().to('GB').magnitude:.1f} GB: the count times the caching "
             f"allocator's reserve ({fitted['reserve']:.2f}" in readme)
+    assert all(name.startswith("torchtitan") for name in fitted["stacks"]) and plan.stack not in fitted["stacks"]
+    assert "all of them TorchTitan's # runs, carried over to this Megatron-Core plan" in " ".join(readme.split())
     assert (f"plan.memory_interval()    # ({low:.1f} GB, {high:.1f} GB)" in readme
             and f"({fitted['low']:.2f} and {fitted['high']:.2f} of it, each peak's source left out of the fit)" in readme)
     trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()

@@ -72,7 +72,8 @@ def test_the_summary_of_two_sources_by_hand(tmp_path):
     got = reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1), ("b", "B", "megatron-core", 1.2)]))
     assert got == {"allocator": "pytorch", "reserve": pytest.approx(1.1489, abs=1e-4),
                    "reserve_log_stderr": pytest.approx(0.0308, abs=1e-4), "low": pytest.approx(0.9167, abs=1e-4),
-                   "high": pytest.approx(1.0909, abs=1e-4), "count": 2, "sources": 2}
+                   "high": pytest.approx(1.0909, abs=1e-4), "count": 2, "sources": 2,
+                   "stacks": ["megatron-core"]}
 
 
 def test_no_summary_from_one_source_or_across_allocators(tmp_path):

@@ -345,6 +345,22 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
         validation.load(tmp_path)
 
 
+def test_a_memory_case_without_a_tolerance_holds_to_ten_percent(tmp_path):
+    """A measured peak without a tolerance of its own is held to 10%: a peak of allocated memory 15%
+    above the count (error 1/1.15 − 1 = −13.0%) is outside, one 5% above (−4.8%) within."""
+    plan = {"model": "llama3-8b", "hardware": "h100-sxm", "seq_len": 2048, "global_batch": 8}
+    counted = calibration.build_plan(plan).memory().total.to("byte").magnitude
+    (tmp_path / "predicted.toml").write_text("")
+    (tmp_path / "memory.toml").write_text("".join(
+        f'[[case]]\nid = "{name}"\nkind = "memory"\npublished = "{counted * ratio!r} byte"\ngroup = "g"\n'
+        f'measure = "allocated"\n[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\n'
+        f'global_batch = 8\n' for name, ratio in (("over", 1.15), ("near", 1.05))))
+    rows = {r.id: r for r in validation.run(tmp_path, predicted=False) if r.kind == "memory"}
+    assert rows["over"].tolerance == rows["near"].tolerance == 0.10
+    assert (rows["over"].status, rows["near"].status) == ("outside", "within")
+    assert rows["over"].error == pytest.approx(1 / 1.15 - 1, rel=1e-9)
+
+
 #: NumParams of LLM Foundry's benchmark tables (scripts/train/benchmarking/README.md), by case
 MPT_PUBLISHED_PARAMS = {
     "MPT-70b-2k-64xh100": 64862437376, "MPT-30b-2k-8xh100": 29975214080, "MPT-13b-2k-8xh100": 12853954560,
