@@ -34,6 +34,9 @@ MOMENT_DTYPES = ("fp32", "bf16")
 AXES = ("tp", "cp", "dp", "pp", "ep")
 #: the parts of a pipeline stage's memory per GPU, which sum to its total
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
+#: whether a stage fits (Plan.memory_verdict): its predicted peak does; only its count does, the allocator at
+#: the device's limit; its count does not
+MEMORY_VERDICTS = ("fits", "fits at the allocator's limit", "does not fit")
 #: the op classes of a step's compute, in the order of the time breakdown
 OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
 #: the parts of a step's time: the op classes, the bubble, each axis's exposed communication

@@ -49,6 +49,7 @@ def cmd_memory(args) -> int:
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
     from .choices import MEMORY_PARTS as PARTS
+    from .choices import MEMORY_VERDICTS
     from .errors import PresetError
     from .presets import memory_reserve, stack
     from .story import node_host_memory, wasted_selective
@@ -61,6 +62,7 @@ def cmd_memory(args) -> int:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
     headroom = (mem.hbm - mem.total).to("GB")
+    fit = plan.memory_verdict()
     try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
         peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
         measured = memory_reserve(stack(plan.stack)["allocator"]).get("stacks", [])  # the stacks of the peaks
@@ -71,7 +73,8 @@ def cmd_memory(args) -> int:
     if args.json:
         gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
         print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
-            "unit": "GB", "stage": mem.stage, "fits": mem.fits, "headroom": float(headroom.magnitude), "notes": notes,
+            "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
+            "notes": notes,
             "peak": None if peak is None else float(peak.magnitude),
             "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
             "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
@@ -94,11 +97,13 @@ def cmd_memory(args) -> int:
         print(f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
               f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
     if peak is not None:
-        fits = "fits" if peak <= mem.hbm else "does not fit"
         above = "; at its top it would not fit" if peak <= mem.hbm < high else ""
         own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
+        limit = (f": {_fmt(peak - mem.hbm)} over the HBM with the count within it: {fit} (short of memory, it "
+                 "releases its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)"
+                 if fit == MEMORY_VERDICTS[1] else f": {fit}")
         print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
-              f"count (fitted on measured peaks of {' and '.join(measured)} runs, calibration.toml [memory]{own}): {fits}")
+              f"count (fitted on measured peaks of {' and '.join(measured)} runs, calibration.toml [memory]{own}){limit}")
         print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
               f"to {_fmt(high)}{above}")
     if stages:

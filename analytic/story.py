@@ -129,7 +129,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     try:  # the reserve is fitted for one allocator's measured peaks
         peak = plan.memory_peak().to("GB")
         add("memory", "peak", f"predicted peak the allocator reserves (count × {(peak / mem.total).to('').magnitude:.3f}): "
-            f"{'fits' if peak <= mem.hbm else 'DOES NOT FIT'}", peak, "memory.allocator_peak")
+            f"{plan.memory_verdict()}", peak, "memory.allocator_peak")
     except PresetError:
         pass
     # forward

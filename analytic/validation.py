@@ -19,7 +19,8 @@ import pint
 import sympy
 
 from . import calibration
-from .errors import AnalyticError, PresetError
+from .choices import MEMORY_VERDICTS
+from .errors import AnalyticError
 from .expressions import evaluate, symbolic
 from .units import Q_
 from .values import as_quantity
@@ -196,24 +197,16 @@ def _predicted(cases: list[dict]) -> list[Result]:
                           tolerance=tol, extra={"in_fit_error": err["in_fit"], "leave_one_out_error": err["loo"],
                                                 "baseline_error": err["baseline"], "in_fit": o.in_fit, "group": o.group,
                                                 "in_interval": low <= calibration.time_ratio(o, loso[o.id]) <= high,
-                                                "fits": bool(plan.memory().fits), "fits_at_peak": _fits_at_peak(plan),
+                                                "fits": bool(plan.memory().fits), "verdict": plan.memory_verdict(),
+                                                "count_share": _count_share(plan),
                                                 "assumptions": c.get("assumptions", [])}))
     return out
 
 
-def _peak(plan) -> tuple[pint.Quantity, str]:
-    """The plan's predicted peak (the count times its allocator's reserve) and "predicted peak"; its
-    count and "count" where no reserve is fitted for its allocator."""
-    try:
-        return plan.memory_peak(), "predicted peak"
-    except PresetError:
-        return plan.memory().total, "count"
-
-
-def _fits_at_peak(plan) -> bool | None:
-    """Whether the plan's predicted peak fits its HBM; None where no reserve is fitted for its allocator."""
-    peak, by = _peak(plan)
-    return None if by == "count" else bool(peak <= plan.memory().hbm)
+def _count_share(plan) -> float:
+    """The fullest stage's count over the HBM."""
+    mem = plan.memory()
+    return float((mem.total / mem.hbm).to("").magnitude)
 
 
 def _memory(folder: Path, cases: dict) -> list[Result]:
@@ -247,19 +240,17 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
 
 
 def _oom(cases: list[dict]) -> list[Result]:
-    """Each reported out-of-memory run against its fullest stage at the predicted peak (the count
-    times the allocator's reserve; the count alone where no reserve is fitted for the allocator):
-    the case holds ("within") when the model puts it above the HBM too."""
+    """Each reported out-of-memory run against its fullest stage (:meth:`Plan.memory_verdict`): the case
+    holds ("within") when the model puts its count above the HBM too."""
     out = []
     for c in cases:
         plan = calibration.build_plan(copy.deepcopy(c["plan"]))
-        (peak, by), mem = _peak(plan), plan.memory()
-        fits = bool(peak <= mem.hbm)
+        mem, verdict = plan.memory(), plan.memory_verdict()
         out.append(Result(id=c["id"], kind="oom", quantity=c.get("quantity", ""), published=c["published"],
-                          ours=f"{by} {peak.to('GB'):.4g~P} of {mem.hbm.to('GB'):.4g~P}: {'fits' if fits else 'does not fit'}",
-                          error=None, status="outside" if fits else "within", expected=c.get("expect", "within"),
-                          source=c.get("source", ""), reason=c.get("reason", ""),
-                          extra={"group": c["group"], "count": format(mem.total.to("GB"), ".4g~P")}))
+                          ours=f"count {mem.total.to('GB'):.4g~P} of {mem.hbm.to('GB'):.4g~P}: {verdict}",
+                          error=None, status="within" if verdict == MEMORY_VERDICTS[2] else "outside",
+                          expected=c.get("expect", "within"), source=c.get("source", ""), reason=c.get("reason", ""),
+                          extra={"group": c["group"], "count_share": _count_share(plan)}))
     return out
 
 
@@ -290,8 +281,10 @@ def _mean_max(errors: list[float]) -> tuple[float, float]:
 def statistics(results: list[Result]) -> dict:
     """Cases by kind and status, and for the predicted cases (the fitted ones, and all) the mean and
     max absolute relative error in-fit, leave-one-out, leave-one-source-out and for the compute-only
-    baseline (leave-one-source-out), and the same by source; for memory, the measured peaks' errors
-    and the published runs (the predicted cases) whose layout the model puts above their HBM."""
+    baseline (leave-one-source-out), and the same by source; for memory, the measured peaks' errors,
+    the published runs (the predicted cases) whose count the model puts above their HBM and those at the
+    allocator's limit, the runs that ran out of memory that it would fit, and the largest count over HBM
+    of a run that ran and the smallest of one that ran out."""
     out = {"cases": {}, "predicted": {}}
     for kind in KINDS:
         counts = {}
@@ -324,12 +317,14 @@ def statistics(results: list[Result]) -> dict:
                                                           for g in sorted({r.extra["group"] for r in mem})}}
     if pred:  # every predicted case is a published run that ran: its layout should fit
         out.setdefault("memory", {})["runs_not_fitting"] = [r.id for r in pred if not r.extra["fits"]]
-        out["memory"]["runs_not_fitting_at_peak"] = [r.id for r in pred if r.extra["fits_at_peak"] is False]
+        out["memory"]["runs_at_allocator_limit"] = [r.id for r in pred if r.extra["verdict"] == MEMORY_VERDICTS[1]]
         out["memory"]["runs"] = len(pred)
+        out["memory"]["runs_count_share_max"] = max(r.extra["count_share"] for r in pred)
     oom = [r for r in results if r.kind == "oom"]
     if oom:  # published runs that ran out of memory: each should not fit
         out.setdefault("memory", {})["reported_oom"] = len(oom)
         out["memory"]["oom_predicted_to_fit"] = [r.id for r in oom if r.status != "within"]
+        out["memory"]["oom_count_share_min"] = min(r.extra["count_share"] for r in oom)
     for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
         if subset:
             out["predicted"][label] = stats(subset)

@@ -35,12 +35,15 @@ def summary(results: list[Result]) -> list[str]:
     if "runs" in stats.get("memory", {}):
         s = stats["memory"]
         lines.append(f"memory: {len(s['runs_not_fitting'])} of the {s['runs']} published runs predicted not to fit by the "
-                     f"count, though they ran: {', '.join(s['runs_not_fitting']) or 'none'}; at the predicted peak (the count "
-                     f"times the allocator's reserve): {', '.join(s['runs_not_fitting_at_peak']) or 'none'}")
+                     f"count, though they ran: {', '.join(s['runs_not_fitting']) or 'none'}; at the allocator's limit (the count "
+                     f"fits, the count times the allocator's reserve does not): "
+                     f"{', '.join(s['runs_at_allocator_limit']) or 'none'}; the largest count of a run that ran: "
+                     f"{s['runs_count_share_max']:.3f} of its HBM")
     if "reported_oom" in stats.get("memory", {}):
         s = stats["memory"]
         lines.append(f"memory: {len(s['oom_predicted_to_fit'])} of the {s['reported_oom']} published runs that ran out of "
-                     f"memory predicted to fit at the predicted peak: {', '.join(s['oom_predicted_to_fit']) or 'none'}")
+                     f"memory predicted to fit: {', '.join(s['oom_predicted_to_fit']) or 'none'}; the smallest count of "
+                     f"one: {s['oom_count_share_min']:.3f} of its HBM")
     if "all" in stats["predicted"]:
         for g, s in stats["predicted"]["all"]["sources"].items():
             lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "

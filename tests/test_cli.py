@@ -507,6 +507,38 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
                 stack="maxtext").memory_peak()
 
 
+def test_memory_verdict_at_the_allocators_limit(capsys):
+    """Llama 3's 8,192-GPU layout: its count fits an H100 and its predicted peak does not, which
+    `analytic memory` prints as a run at the allocator's limit, by how much, and why it still runs; the
+    source text's layout, whose count is above the HBM, does not fit; MaxText's, without a fitted reserve,
+    fits by its count."""
+    flags = ["--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16", "--dp", "64", "--zero", "2",
+             "--sp", "--schedule", "interleaved", "--vpp", "8", "--ends-as-layers", "--seq", "8192", "--global-batch", "2048"]
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, schedule="interleaved", vpp=8,
+                             ends_as_layers=True), seq_len=8192, global_batch=2048)
+    count, peak, hbm = (q.to("GB").magnitude for q in (plan.memory().total, plan.memory_peak(), plan.memory().hbm))
+    assert count < hbm < peak
+    assert main(["memory", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"fits, {hbm - count:.4g} GB to spare" in out
+    assert (f"{peak - hbm:.4g} GB over the HBM with the count within it: fits at the allocator's limit (short of memory, "
+            "it releases its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)") in out
+    assert main(["memory", *flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "fits at the allocator's limit"
+    from analytic.story import lines
+    line = next(ln for ln in lines(plan) if ln.key == "peak")
+    assert line.label.endswith("fits at the allocator's limit") and line.value.to("GB").magnitude == pytest.approx(peak)
+    assert main(["memory", *flags[:10], "--zero", "1", "--seq", "8192", "--global-batch", "2048", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "does not fit" and not data["fits"]
+    maxtext = ["--model", "llama3-8b", "--hardware", "tpu-v6e", "--dp", "8", "--seq", "8192", "--global-batch", "8",
+               "--stack", "maxtext", "--recompute", "full", "--zero", "3", "--json"]
+    assert main(["memory", *maxtext]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "fits" and data["fits"] and data["peak"] is None
+
+
 def test_memory_with_offloaded_activations(capsys):
     """--offload-activations: MaxText's Llama 3.1 70B on 256 v6e fits, its 80 layer inputs of
     671,088,640 bytes each (5 sequences of 8,192 tokens) in host memory, eight chips' worth a host;

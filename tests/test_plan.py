@@ -61,7 +61,25 @@ def test_s22_activations_library_value(plan):
     assert act == pytest.approx((per_layer * 8 * 16 + BACKWARD_405B) / 1e9, rel=1e-12)
     assert act == pytest.approx(68.47, abs=0.01)
     mem = plan.memory()  # 82.7 GB with the text's 2-byte gradients: inside an H100's 81,559 MiB, not at the peak
-    assert mem.fits and plan.memory_peak() > mem.hbm
+    assert mem.fits and plan.memory_peak() > mem.hbm and plan.memory_verdict() == "fits at the allocator's limit"
+
+
+def test_memory_verdict_by_hand(plan):
+    """The verdict's three bands, on HBMs given by hand around the fullest stage's count C and its
+    predicted peak P = 1.11 C: the count within the HBM decides whether it fits (the boundary fits), the
+    peak whether with room for the allocator's cache; a stack whose allocator has no fitted reserve
+    (MaxText's, XLA) fits by the count alone."""
+    count = plan.memory().total.to("byte").magnitude
+    peak = plan.memory_peak().to("byte").magnitude
+    assert peak == pytest.approx(an.presets.memory_reserve("pytorch")["reserve"] * count, rel=1e-9)
+    for hbm, verdict in ((0.999 * count, "does not fit"), (count, "fits at the allocator's limit"),
+                         ((count + peak) / 2, "fits at the allocator's limit"), (peak, "fits"), (2 * peak, "fits")):
+        assert plan.replace(hbm=f"{hbm} byte").memory_verdict() == verdict, hbm
+    assert plan.replace(hbm=f"{0.999 * count} byte").memory_verdict(stage=15) == "fits"  # the last stage holds less
+    xla = plan.replace(stack="maxtext")
+    xla_count = xla.memory().total.to("byte").magnitude
+    assert xla.replace(hbm=f"{1.001 * xla_count} byte").memory_verdict() == "fits"
+    assert xla.replace(hbm=f"{0.999 * xla_count} byte").memory_verdict() == "does not fit"
 
 
 def test_s24_s25_s26_logits_dp_optimizer(plan):
@@ -805,9 +823,9 @@ def test_readme_tour_states_the_step_time_interval():
     assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
     own_plan = plan.replace(layout=plan.layout.replace(zero=2, schedule="interleaved", vpp=8, ends_as_layers=True))
     own, own_peak = own_plan.memory(), own_plan.memory_peak()
-    assert own.fits and own_peak > own.hbm and (
+    assert own.fits and own_peak > own.hbm and own_plan.memory_verdict() == "fits at the allocator's limit" and (
         f"stage {own.stage} the fullest, # {own.total.to('GB').magnitude:.1f} GB of {own.hbm.to('GB').magnitude:.2f}: fits "
-        f"by the count, not at the predicted peak ({own_peak.to('GB').magnitude:.1f} GB)" in " ".join(readme.split()))
+        f"at the allocator's limit (predicted peak {own_peak.to('GB').magnitude:.1f} GB, above # the HBM;" in " ".join(readme.split()))
     block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))
     assert (f"# {block.memory().total.to('GB').magnitude:.1f} GB: fits, recomputing 2 of each stage's 8 layers"
             in readme and block.memory().fits)

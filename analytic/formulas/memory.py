@@ -325,5 +325,8 @@ define("memory.allocator_peak", M_c * rho, "byte",
        ("M_c: the count of a stage (model states, gathered parameters, activations)",
         "rho: one factor per allocator (presets/stacks.toml allocator), for what the count leaves out: the allocator's "
         "cached and split blocks, communication buffers, workspaces, casts",
-        "a measured peak is the allocator's maximum reserved memory"),
+        "a measured peak is the allocator's maximum reserved memory",
+        "short of memory the allocator releases its cached blocks and retries before it fails (PyTorch docs, "
+        "torch.cuda.memory_stats: num_alloc_retries), so a peak above the HBM with the count within it is a run at "
+        "the allocator's limit, not one out of memory"),
        "peak memory per GPU an allocator reserves for a stage whose count is M_c")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pint
 
-from ..choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
+from ..choices import AXES, CONVENTIONS, MEMORY_PARTS, MEMORY_VERDICTS, OP_CLASSES, TIME_PARTS
 from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..hardware import Hardware
 from ..model import Model
@@ -254,6 +254,22 @@ class Plan:
         reserve = memory_reserve(self._in.stack_properties["allocator"])["reserve"]
         return self._formula("memory.allocator_peak", {}, counted_bytes=self.memory(stage).total,
                              allocator_reserve=reserve)
+
+    def memory_verdict(self, stage: int | None = None) -> str:
+        """Whether the stage (default the fullest) fits, one of :data:`~analytic.choices.MEMORY_VERDICTS`:
+        "fits" where :meth:`memory_peak` is within the HBM (the count, where the stack's allocator has no
+        fitted reserve); "fits at the allocator's limit" where the count is and the peak is not: short of
+        memory, PyTorch's caching allocator releases its cached blocks and retries before it fails
+        (``torch.cuda.memory_stats``: num_alloc_retries), so the peak's reserve above the count gives way
+        in part; "does not fit" where the count is above the HBM."""
+        mem = self.memory(stage)
+        if not mem.fits:
+            return MEMORY_VERDICTS[2]
+        try:
+            peak = self.memory_peak(stage)
+        except PresetError:
+            return MEMORY_VERDICTS[0]
+        return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
 
     def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
