@@ -35,7 +35,8 @@ SHARED = ("attention_factor",)
 #: starting point and bounds of the constants
 BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_factor": (0.05, 1.0)}
 START = {"matmul_efficiency": 0.5, "attention_factor": 0.7}
-METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "gpu_hours_per_token", "step_time")
+METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "sequences_per_second_per_gpu", "gpu_hours_per_token",
+           "step_time")
 #: the probability the printed interval of a predicted step time is meant to hold
 COVERAGE = 0.8
 #: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
@@ -77,6 +78,8 @@ def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str =
         return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
     if metric == "tokens_per_second_per_gpu":
         return plan.expr("tokens_per_step") / (step * gpus)
+    if metric == "sequences_per_second_per_gpu":
+        return plan.expr("tokens_per_step") / (step * gpus) / Q_(plan.seq_len, "token")
     if metric == "gpu_hours_per_token":
         return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
     if metric == "step_time":
