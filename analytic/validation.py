@@ -133,6 +133,11 @@ def namespace(plans: dict) -> dict:
             "sum": sum, "int": int, "float": float}
 
 
+def _within(error: float, tol: float) -> bool:
+    """Whether a relative error is within a tolerance, its edge included (up to rounding, 1e-12)."""
+    return abs(error) <= tol + 1e-12
+
+
 def _evaluate(case: dict, ns: dict) -> Result:
     kind = case["kind"]
     expected = case.get("expect", {"claim": "holds"}.get(kind, "within"))
@@ -159,10 +164,10 @@ def _evaluate(case: dict, ns: dict) -> Result:
     error = (ours_v / pub_v - 1) if pub_v else ours_v
     tol = float(case.get("tolerance", 0.0))
     if kind == "claim":
-        status = ("holds" if abs(error) <= min(CLAIM_EXACT, tol) + 1e-12
-                  else "holds-rounded" if abs(error) <= tol else "disagrees")
+        status = ("holds" if _within(error, min(CLAIM_EXACT, tol))
+                  else "holds-rounded" if _within(error, tol) else "disagrees")
     else:
-        status = "within" if abs(error) <= tol + 1e-12 else ("disagrees" if expected == "disagrees" else "outside")
+        status = "within" if _within(error, tol) else ("disagrees" if expected == "disagrees" else "outside")
     return Result(ours=format(Q_(ours_v, pub.units), ".4g~P") if not pub.dimensionless else f"{ours_v:.4g}", error=error,
                   status=status, **base)
 
@@ -188,7 +193,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
         err = {k: v / o.target - 1 for k, v in (("in_fit", calibration.predict(o, constants, fitted)),
                                                  ("loo", loo[o.id]), ("loso", loso[o.id]), ("baseline", base[o.id]))}
         tol = float(c.get("tolerance", 0.20))
-        status = "within" if abs(err["loso"]) <= tol else "outside"
+        status = "within" if _within(err["loso"], tol) else "outside"
         reason = c.get("reason", "") or ("" if o.in_fit else f"not in the fit: {c.get('why_not_in_fit', '')}")
         out.append(Result(id=o.id, kind="predicted", quantity=c.get("quantity", ""), published=c["published"],
                           ours=format(Q_(loso[o.id], o.unit).to(as_quantity("published", c["published"]).units), ".4g~P"),
@@ -232,7 +237,7 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
         tol = float(case.get("tolerance", 0.10))
         out.append(Result(id=r["id"], kind="memory", quantity=case.get("quantity", ""), published=case["published"],
                           ours=format(ours, ".4g~P"), error=err["loso"],
-                          status="within" if abs(err["loso"]) <= tol else "outside", expected=case.get("expect", "within"),
+                          status="within" if _within(err["loso"], tol) else "outside", expected=case.get("expect", "within"),
                           source=case.get("source", ""), reason=case.get("reason", ""), tolerance=tol,
                           extra={"group": r["group"], "measure": r["measure"], "in_fit_error": err["in_fit"],
                                  "count": format(r["counted"].to(unit), ".4g~P"), "count_error": err["count"]}))

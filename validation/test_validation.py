@@ -350,17 +350,20 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
 
 def test_a_memory_case_without_a_tolerance_holds_to_ten_percent(tmp_path):
     """A measured peak without a tolerance of its own is held to 10%: a peak of allocated memory 15%
-    above the count (error 1/1.15 − 1 = −13.0%) is outside, one 5% above (−4.8%) within."""
+    above the count (error 1/1.15 − 1 = −13.0%) is outside, one 5% above (−4.8%) within, and one whose
+    error is the tolerance itself (the count 0.9 of the peak) within: the edge is included, as for the
+    other kinds."""
     plan = {"model": "llama3-8b", "hardware": "h100-sxm", "seq_len": 2048, "global_batch": 8}
     counted = calibration.build_plan(plan).memory().total.to("byte").magnitude
     (tmp_path / "predicted.toml").write_text("")
     (tmp_path / "memory.toml").write_text("".join(
         f'[[case]]\nid = "{name}"\nkind = "memory"\npublished = "{counted * ratio!r} byte"\ngroup = "g"\n'
         f'measure = "allocated"\n[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\n'
-        f'global_batch = 8\n' for name, ratio in (("over", 1.15), ("near", 1.05))))
+        f'global_batch = 8\n' for name, ratio in (("over", 1.15), ("near", 1.05), ("edge", 1 / 0.9))))
     rows = {r.id: r for r in validation.run(tmp_path, predicted=False) if r.kind == "memory"}
     assert rows["over"].tolerance == rows["near"].tolerance == 0.10
-    assert (rows["over"].status, rows["near"].status) == ("outside", "within")
+    assert (rows["over"].status, rows["near"].status, rows["edge"].status) == ("outside", "within", "within")
+    assert rows["edge"].error == pytest.approx(-0.10, rel=1e-12)
     assert rows["over"].error == pytest.approx(1 / 1.15 - 1, rel=1e-9)
 
 

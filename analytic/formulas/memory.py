@@ -324,8 +324,11 @@ define("memory.allocator_peak", M_c * rho, "byte",
        "allocator manages shows as reserved, torch.cuda.max_memory_reserved)",
        ("M_c: the count of a stage (model states, gathered parameters, activations)",
         "rho: one factor per allocator (presets/stacks.toml allocator), for what the count leaves out: the allocator's "
-        "cached and split blocks, communication buffers, workspaces, casts",
+        "cached and split blocks, the workspaces and the collectives' staging tensors it serves, casts",
         "a measured peak is the allocator's maximum reserved memory",
+        "the CUDA context (about 400 MB with lazy module loading, pytorch/pytorch issue 109888) and NCCL's own "
+        "buffers (about 1.6 GB for one communicator in NVIDIA/nccl issue 864) are allocated outside it: in neither "
+        "the count nor the peak, against an HBM that is the driver's total",
         "short of memory the allocator releases its cached blocks and retries before it fails (PyTorch docs, "
         "torch.cuda.memory_stats: num_alloc_retries), so a peak above the HBM with the count within it is a run at "
         "the allocator's limit, not one out of memory"),
