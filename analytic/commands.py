@@ -91,6 +91,8 @@ def cmd_memory(args) -> int:
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
     print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
+    print("  (the HBM is the driver's total: the CUDA context and NCCL's own buffers, outside the allocator, are not "
+          "counted; see memory.allocator_peak)")
     if mem.host.magnitude:
         per_node, dram, fits = node_host_memory(plan, rows["host"])
         room = "" if dram is None else f", of the node's {_fmt(dram.to('TB'))}: {'fits' if fits else 'does not fit'}"

@@ -524,6 +524,9 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     assert f"fits, {hbm - count:.4g} GB to spare" in out
     assert (f"{peak - hbm:.4g} GB over the HBM with the count within it: fits at the allocator's limit (short of memory, "
             "it releases its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)") in out
+    # what the verdict leaves out is named, and the formula it names says so
+    assert "the CUDA context and NCCL's own buffers, outside the allocator, are not counted; see memory.allocator_peak" in out
+    assert any("CUDA context" in a and "NCCL" in a for a in an.formula("memory.allocator_peak").assumptions)
     assert main(["memory", *flags, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "fits at the allocator's limit"
     from analytic.story import lines
