@@ -87,7 +87,7 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
               "derived": "Derived (published numbers from published inputs)",
               "predicted": "Predicted (measured; leave-one-source-out)",
               "memory": "Memory (measured peaks per GPU against the fullest stage times the allocator's reserve, its source left out)",
-              "oom": "Out of memory (published runs that did not fit: the model must not fit them at the predicted peak)",
+              "oom": "Out of memory (published runs that did not fit: the model must put their count above the HBM)",
               "claim": "Claims of the source text"}
     for kind, title in titles.items():
         rs = [r for r in results if r.kind == kind]
