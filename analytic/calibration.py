@@ -76,10 +76,11 @@ def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str =
     gpus = plan.deg.gpus
     if metric == "achieved_flops":
         return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
+    per_gpu = plan.expr("tokens_per_step") / (step * gpus)  # tokens a second a GPU
     if metric == "tokens_per_second_per_gpu":
-        return plan.expr("tokens_per_step") / (step * gpus)
+        return per_gpu
     if metric == "sequences_per_second_per_gpu":
-        return plan.expr("tokens_per_step") / (step * gpus) / Q_(plan.seq_len, "token")
+        return per_gpu / Q_(plan.seq_len, "token")
     if metric == "gpu_hours_per_token":
         return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
     if metric == "step_time":
