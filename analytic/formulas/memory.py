@@ -326,6 +326,12 @@ define("memory.allocator_peak", M_c * rho, "byte",
         "rho: one factor per allocator (presets/stacks.toml allocator), for what the count leaves out: the allocator's "
         "cached and split blocks, the workspaces and the collectives' staging tensors it serves, casts",
         "a measured peak is the allocator's maximum reserved memory",
+        "the count holds the gradients at the activations' peak; a ZeRO-3 (FSDP2) step of one microbatch allocates "
+        "its gradient shards only in the backward, on the reduce-scatter stream (torch/distributed/fsdp/_fully_shard/"
+        "_fsdp_collectives.py foreach_reduce), and frees them at zero_grad; a freed block is re-allocated on the "
+        "stream that allocated it only (PyTorch c10/cuda/CUDACachingAllocator.cpp), so the next step's reserved "
+        "peak still holds them while its allocated peak lacks them (analytic.reference.step_memory measures that "
+        "lack as exactly their bytes)",
         "the CUDA context (about 400 MB with lazy module loading, pytorch/pytorch issue 109888) and NCCL's own "
         "buffers (about 1.6 GB for one communicator in NVIDIA/nccl issue 864) are allocated outside it: in neither "
         "the count nor the peak, against an HBM that is the driver's total",

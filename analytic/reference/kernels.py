@@ -6,22 +6,42 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+#: rows a kernel below computes at once in fp32 (its working set, which a fused kernel keeps on chip)
+BLOCK_ROWS = 128
+
+
+def _blocks(rows: torch.Tensor):
+    """Slices of ``BLOCK_ROWS`` rows covering a 2-D tensor's rows."""
+    return (slice(i, i + BLOCK_ROWS) for i in range(0, rows.shape[0], BLOCK_ROWS))
+
 
 class RMSNormFn(torch.autograd.Function):
+    """Saves its input and the fp32 per-row statistics; like a fused kernel, it computes in fp32 a block
+    of rows at a time, so no full-size fp32 copy is ever held."""
+
     @staticmethod
     def forward(ctx, x, w, eps):
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        rows = x.reshape(-1, x.shape[-1])
+        rstd = torch.empty(rows.shape[0], 1, dtype=torch.float32, device=x.device)
+        out = torch.empty_like(rows)
+        for r in _blocks(rows):
+            xf = rows[r].float()
+            rstd[r] = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            out[r] = (xf * rstd[r]).to(x.dtype) * w
         ctx.save_for_backward(x, w, rstd)
-        return (x.float() * rstd).to(x.dtype) * w
+        return out.view(x.shape)
 
     @staticmethod
     def backward(ctx, g):
         x, w, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd
-        gw = (g.float() * xhat).sum(dim=tuple(range(g.dim() - 1))).to(w.dtype)
-        gx_hat = g.float() * w.float()
-        gx = rstd * (gx_hat - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
-        return gx.to(x.dtype), gw, None
+        rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        gx, gw = torch.empty_like(rows), torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+        for r in _blocks(rows):
+            xhat = rows[r].float() * rstd[r]
+            gw += (g_rows[r].float() * xhat).sum(0)
+            gx_hat = g_rows[r].float() * w.float()
+            gx[r] = rstd[r] * (gx_hat - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
+        return gx.view(x.shape), gw.to(w.dtype), None
 
 
 class LayerNormFn(torch.autograd.Function):
@@ -46,7 +66,8 @@ class LayerNormFn(torch.autograd.Function):
 
 
 class SwiGLUFn(torch.autograd.Function):
-    """silu(gate) * up, saving gate and up only (SiLU recomputed)."""
+    """silu(gate) * up, saving gate and up only (SiLU recomputed). Like a fused kernel, its backward
+    holds only the two 16-bit gradients it returns: it computes in fp32 a block of rows at a time."""
 
     @staticmethod
     def forward(ctx, gate, up):
@@ -56,11 +77,15 @@ class SwiGLUFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         gate, up = ctx.saved_tensors
-        gf = gate.float()
-        sig = torch.sigmoid(gf)
-        silu = gf * sig
-        d_gate = g.float() * up.float() * (sig * (1 + gf * (1 - sig)))
-        return d_gate.to(gate.dtype), (g.float() * silu).to(up.dtype)
+        n = gate.shape[-1]
+        gates, ups, gs = gate.reshape(-1, n), up.reshape(-1, n), g.reshape(-1, n)
+        d_gate, d_up = torch.empty_like(gates), torch.empty_like(ups)
+        for r in _blocks(gates):
+            gf = gates[r].float()
+            sig = torch.sigmoid(gf)
+            d_gate[r] = gs[r].float() * ups[r].float() * (sig * (1 + gf * (1 - sig)))
+            d_up[r] = gs[r].float() * gf * sig
+        return d_gate.view(gate.shape), d_up.view(up.shape)
 
 
 class FlashCoreFn(torch.autograd.Function):

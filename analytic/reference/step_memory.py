@@ -1,0 +1,171 @@
+"""Whole training steps of a tiny Llama under FSDP2 on one device, their peak memory measured against
+the library's count of the same plan (``Plan.memory``), part by part.
+
+The run is TorchTitan's: every block and the root wrapped by ``fully_shard`` with
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW, the loss
+``cross_entropy(logits.float(), labels)``, gradients accumulated over the step's microbatches. On a GPU
+the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and its reserve
+``max_memory_reserved``); on the CPU, which has no such allocator, it is the most bytes live at once by
+the profiler's record of every allocation and free, the allocated peak's counterpart. The reference's
+norm and SwiGLU kernels compute a block of rows at a time, as fused kernels do, so their fp32 working
+set stays small; what the CPU's attention kernel and FSDP2's collectives allocate is theirs.
+
+``python -m analytic.reference.step_memory [--device cuda]`` prints the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from ..model import Model
+from .transformer import Transformer
+
+#: a Llama of four blocks that a CPU runs in seconds; its vocabulary is given to :func:`tiny`
+TINY = dict(layers=4, hidden=256, heads=4, kv_heads=4, ffn_hidden=704, mlp="swiglu", position="rope",
+            norm="rmsnorm", bias=False)
+
+
+def tiny(vocab: int = 4096, seq_len: int = 1024) -> Model:
+    """The :data:`TINY` Llama with ``vocab`` tokens and rotary positions up to ``seq_len``."""
+    return Model(**TINY, vocab=vocab, max_seq_len=seq_len)
+
+
+@functools.cache
+def _mesh(device_type: str):
+    """A one-rank device mesh on a process group of its own (gloo on the CPU, NCCL on a GPU)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo" if device_type == "cpu" else "nccl", store=dist.HashStore(), rank=0,
+                                world_size=1)
+    return init_device_mesh(device_type, (1,))
+
+
+def build(model: Model, seq_len: int, device: torch.device) -> Transformer:
+    """The reference transformer of ``model`` (flash attention), each block and the root sharded by FSDP2
+    with TorchTitan's mixed precision, its rotary tables in bf16."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    net = Transformer(model, dtype=torch.float32, attention="flash", seq_len=seq_len).to(device)
+    net.causal = torch.empty(0, 0, device=device)  # flash attention masks by itself
+    mesh, policy = _mesh(device.type), MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in net.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(net, mesh=mesh, mp_policy=policy)
+    net.cos, net.sin = net.cos.bfloat16(), net.sin.bfloat16()
+    return net
+
+
+def _step(net, optimizer, batches, recompute: str) -> None:
+    """One step as TorchTitan's: gradients freed, each microbatch's forward, loss and backward,
+    gradients accumulating, then AdamW."""
+    optimizer.zero_grad()
+    for tokens, labels in batches:
+        logits = net(tokens, checkpoint=recompute)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+        del logits  # the training loop keeps only the loss
+        loss.backward()
+    optimizer.step()
+
+
+def _bytes(tensors) -> int:
+    """Bytes of the distinct storages under ``tensors`` (FSDP2's gradients of a block are views of one)."""
+    local = (t.to_local() if hasattr(t, "to_local") else t for t in tensors)  # a DTensor's shard
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in local}
+    return sum(storages.values())
+
+
+def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
+            device: str = "cpu") -> dict:
+    """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as the
+    step leaves them, before they are zeroed), ``optimizer`` (AdamW's two moments), ``peak`` (allocated
+    at the step's peak) and, on a GPU, ``reserved`` (the allocator's peak)."""
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    net = build(model, seq_len, dev)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    batches = [(torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev),
+                torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev)) for _ in range(microbatches)]
+    _step(net, optimizer, batches, recompute)  # the optimizer's state exists from here on
+    optimizer.zero_grad()  # freed before the measurement starts: what it holds is the states and buffers
+    params = list(net.parameters())
+    moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
+    steps = [state["step"] for state in optimizer.state.values()]
+    held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        _step(net, optimizer, batches, recompute)
+        torch.cuda.synchronize()
+        peak, reserved = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
+    else:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            _step(net, optimizer, batches, recompute)
+        events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns())
+        live = top = 0
+        for e in events:
+            live += e.nbytes()
+            top = max(top, live)
+        peak, reserved = held + top, None
+    gradients = _bytes(p.grad for p in net.parameters())
+    return {"weights": _bytes(params), "gradients": gradients, "optimizer": _bytes(moments), "peak": peak,
+            "reserved": reserved}
+
+
+def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none"):
+    """The library's plan of the measured run: one rank, ZeRO-3 (FSDP2), TorchTitan's stack, bf16."""
+    from .. import Layout, Plan, hardware
+
+    return Plan(model, hardware("h100-sxm"), Layout(dp=1, zero=3, recompute=recompute), seq_len=seq_len,
+                global_batch=microbatch_size * microbatches, microbatch_size=microbatch_size, stack="torchtitan")
+
+
+def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
+            device: str = "cpu") -> list[tuple[str, float, float | None]]:
+    """(what, the library's bytes, the measured bytes) for the model states, the allocated peak and, on a
+    GPU, the reserved peak against the count times the allocator's fitted reserve."""
+    kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute)
+    p, got = plan(model, **kw), measure(model, device=device, **kw)
+    mem = p.memory()
+    states = sum(getattr(mem, part).to("byte").magnitude for part in ("weights", "gradients", "optimizer"))
+    return [("model states (weights, gradients, optimizer)", states, got["weights"] + got["gradients"] + got["optimizer"]),
+            ("peak allocated (the count)", mem.total.to("byte").magnitude, got["peak"]),
+            ("peak reserved (the count times the reserve)", p.memory_peak().to("byte").magnitude, got["reserved"])]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m analytic.reference.step_memory",
+                                 description="Measure a tiny Llama's training step under FSDP2 against the count.")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--microbatch-size", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=2)
+    ap.add_argument("--recompute", default="none", choices=("none", "full"))
+    a = ap.parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.exit(2, "--device: cuda is not available here\n")
+    rows = compare(tiny(a.vocab, a.seq), seq_len=a.seq, microbatch_size=a.microbatch_size,
+                   microbatches=a.microbatches, recompute=a.recompute, device=a.device)
+    print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {a.vocab}) under FSDP2 on "
+          f"{a.device}: {a.microbatches} microbatch{'es' if a.microbatches > 1 else ''} of {a.microbatch_size} × {a.seq} tokens, recompute {a.recompute}")
+    for what, ours, measured in rows:
+        if measured is None:
+            print(f"  {what:46s} {ours / 1e6:9.2f} MB   (no caching allocator on the {a.device})")
+        else:
+            print(f"  {what:46s} {ours / 1e6:9.2f} MB   measured {measured / 1e6:9.2f} MB   {ours / measured - 1:+.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["TINY", "build", "compare", "main", "measure", "plan", "tiny"]
