@@ -38,6 +38,17 @@ def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():
     assert two["peak"] - one["peak"] == one["gradients"] == 4 * (2 * 4096 * 256 + 4 * (4 * 256**2 + 3 * 256 * 704 + 2 * 256) + 256)
 
 
+@pytest.mark.parametrize("argv, said", [(["--vocab", "0"], "--vocab: expected an integer ≥ 1"),
+                                        (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'")])
+def test_the_script_says_what_is_wrong_with_a_flag(argv, said, capsys):
+    """A bad count is one line naming the flag, and exit status 2."""
+    with pytest.raises(SystemExit) as exc:
+        sm.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(said) and "\n" not in err
+
+
 def test_the_script_says_the_cuda_device_is_missing(capsys):
     """Asked for a GPU where there is none, the script says so in one line and exits 2."""
     import torch
@@ -47,3 +58,13 @@ def test_the_script_says_the_cuda_device_is_missing(capsys):
         sm.main(["--device", "cuda"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == "--device: cuda is not available here"
+
+
+def test_the_script_writes_its_comparison_where_asked(tmp_path, capsys):
+    """``--json FILE`` writes the printed rows: the states, measured to the byte as the count has them."""
+    import json
+    out = tmp_path / "step.json"
+    assert sm.main(["--seq", "128", "--vocab", "512", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["what"] for r in rows] == [line.strip().split("  ")[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows[0]["library_bytes"] == rows[0]["measured_bytes"] and rows[2]["measured_bytes"] is None

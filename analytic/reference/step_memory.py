@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -141,26 +142,39 @@ def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
 
 
 def main(argv=None) -> int:
+    """The command line: one step's comparison printed, and written as JSON where ``--json`` says."""
+    from ..flags import CLIError, count_flag
+
     ap = argparse.ArgumentParser(prog="python -m analytic.reference.step_memory",
                                  description="Measure a tiny Llama's training step under FSDP2 against the count.")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--microbatch-size", type=int, default=2)
-    ap.add_argument("--microbatches", type=int, default=2)
+    for flag, default in (("vocab", 4096), ("seq", 1024), ("microbatch-size", 2), ("microbatches", 2)):
+        ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
+    ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
     a = ap.parse_args(argv)
+    try:
+        vocab, seq, size, count = (count_flag(getattr(a, name), flag) for name, flag in (
+            ("vocab", "vocab"), ("seq", "seq"), ("microbatch_size", "microbatch-size"), ("microbatches", "microbatches")))
+    except CLIError as exc:
+        ap.exit(2, f"{exc}\n")
     if a.device == "cuda" and not torch.cuda.is_available():
         ap.exit(2, "--device: cuda is not available here\n")
-    rows = compare(tiny(a.vocab, a.seq), seq_len=a.seq, microbatch_size=a.microbatch_size,
-                   microbatches=a.microbatches, recompute=a.recompute, device=a.device)
-    print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {a.vocab}) under FSDP2 on "
-          f"{a.device}: {a.microbatches} microbatch{'es' if a.microbatches > 1 else ''} of {a.microbatch_size} × {a.seq} tokens, recompute {a.recompute}")
+    rows = compare(tiny(vocab, seq), seq_len=seq, microbatch_size=size, microbatches=count, recompute=a.recompute,
+                   device=a.device)
+    print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {vocab}) under FSDP2 on "
+          f"{a.device}: {count} microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute {a.recompute}")
     for what, ours, measured in rows:
         if measured is None:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   (no caching allocator on the {a.device})")
         else:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   measured {measured / 1e6:9.2f} MB   {ours / measured - 1:+.1%}")
+    if a.json:
+        import json
+        config = dict(device=a.device, vocab=vocab, seq_len=seq, microbatch_size=size, microbatches=count,
+                      recompute=a.recompute, model=TINY)
+        Path(a.json).write_text(json.dumps({"config": config, "rows": [
+            {"what": what, "library_bytes": ours, "measured_bytes": measured} for what, ours, measured in rows]}, indent=1))
     return 0
 
 
