@@ -97,8 +97,6 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
     optimizer.zero_grad()  # freed before the measurement starts: what it holds is the states and buffers
     params = list(net.parameters())
     moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
-    steps = [state["step"] for state in optimizer.state.values()]
-    held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(dev)
@@ -114,6 +112,8 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
         for e in events:
             live += e.nbytes()
             top = max(top, live)
+        steps = [state["step"] for state in optimizer.state.values()]  # AdamW's counters, 4 bytes a tensor
+        held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())  # before the profile
         peak, reserved = held + top, None
     gradients = _bytes(p.grad for p in net.parameters())
     return {"weights": _bytes(params), "gradients": gradients, "optimizer": _bytes(moments), "peak": peak,
