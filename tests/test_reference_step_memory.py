@@ -21,10 +21,10 @@ def test_the_count_of_an_accumulating_step_is_its_peak(vocab, recompute):
     """Two microbatches a step, so the fp32 gradient shards are live at the second one's peak, as the count
     has them. The states are 16 bytes a parameter exactly (fp32 shards, fp32 gradients, AdamW's two fp32
     moments against ZeRO's 2 + 2 + 12); the peak, mostly the loss's with a vocabulary of 4,096 and mostly
-    the blocks' activations with 512, is the count within 4%."""
+    the blocks' activations with 512, is the count within 2.5%."""
     ours, got = run(vocab, 2, recompute)
     assert got["weights"] + got["gradients"] + got["optimizer"] == ours["weights"] + ours["gradients"] + ours["optimizer"]
-    assert ours["total"] / got["peak"] - 1 == pytest.approx(0, abs=0.04)
+    assert ours["total"] / got["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
 def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():

@@ -50,15 +50,16 @@ def _mesh(device_type: str):
 
 def build(model: Model, seq_len: int, device: torch.device) -> Transformer:
     """The reference transformer of ``model`` (flash attention), each block and the root sharded by FSDP2
-    with TorchTitan's mixed precision, its rotary tables in bf16."""
+    with TorchTitan's mixed precision (pytorch/torchtitan parallelize_llama.py apply_fsdp, 2024: blocks
+    resharded after their forward but the last), its rotary tables in bf16."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     net = Transformer(model, dtype=torch.float32, attention="flash", seq_len=seq_len).to(device)
     net.causal = torch.empty(0, 0, device=device)  # flash attention masks by itself
     mesh, policy = _mesh(device.type), MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in net.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(net, mesh=mesh, mp_policy=policy)
+    for i, block in enumerate(net.blocks):  # the last block stays unsharded for the backward, which needs it next
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(net.blocks) - 1)
+    fully_shard(net, mesh=mesh, mp_policy=policy)  # FSDP2 never reshards the root after its forward
     net.cos, net.sin = net.cos.bfloat16(), net.sin.bfloat16()
     return net
 
