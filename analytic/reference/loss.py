@@ -8,7 +8,8 @@ import functools
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
+
+from .profiling import peak_live_bytes
 
 
 class VocabParallelCrossEntropy(torch.autograd.Function):
@@ -119,15 +120,7 @@ def peak_bytes_per_logit(name: str, tokens: int = 2048, vocab: int = 4096) -> fl
     if "compiled" in name:
         _run(loss, context, *inputs())
     hidden, target = inputs()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        _run(loss, context, hidden, target)
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return peak / (tokens * vocab)
+    return peak_live_bytes(lambda: _run(loss, context, hidden, target)) / (tokens * vocab)
 
 
 __all__ = ["CONTEXTS", "LOSSES", "VocabParallelCrossEntropy", "megatron", "peak_bytes_per_logit", "torchtitan",

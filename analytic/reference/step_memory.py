@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from ..model import Model
+from .profiling import peak_live_bytes
 from .transformer import Transformer
 
 #: a Llama of four blocks that a CPU runs in seconds; its vocabulary is given to :func:`tiny`
@@ -105,14 +105,7 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
         torch.cuda.synchronize()
         peak, reserved = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
     else:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            _step(net, optimizer, batches, recompute)
-        events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                        key=lambda e: e.start_ns())
-        live = top = 0
-        for e in events:
-            live += e.nbytes()
-            top = max(top, live)
+        top = peak_live_bytes(lambda: _step(net, optimizer, batches, recompute))
         steps = [state["step"] for state in optimizer.state.values()]  # AdamW's counters, 4 bytes a tensor
         held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())  # before the profile
         peak, reserved = held + top, None
