@@ -8,6 +8,26 @@ from analytic.reference import step_memory as sm
 S, B = 1024, 2
 
 
+def test_the_blocked_kernels_give_autograds_gradients():
+    """The norm and SwiGLU kernels compute a block of rows at a time; over 300 rows (two full blocks and a
+    part) their gradients are float64 autograd's of the plain expressions, to fp32 rounding."""
+    import torch
+    import torch.nn.functional as F
+
+    from analytic.reference.kernels import BLOCK_ROWS, RMSNormFn, SwiGLUFn
+    assert 300 % BLOCK_ROWS and 300 > 2 * BLOCK_ROWS
+    torch.manual_seed(0)
+    x, w, g = torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True), torch.randn(
+        64, dtype=torch.float64, requires_grad=True), torch.randn(3, 100, 64, dtype=torch.float64)
+    plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+    for ours, want in zip(torch.autograd.grad(RMSNormFn.apply(x, w, 1e-5), (x, w), g), torch.autograd.grad(plain, (x, w), g)):
+        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    gate, up = (torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    for ours, want in zip(torch.autograd.grad(SwiGLUFn.apply(gate, up), (gate, up), g),
+                          torch.autograd.grad(F.silu(gate) * up, (gate, up), g)):
+        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+
+
 def run(vocab: int, microbatches: int, recompute: str = "none"):
     model = sm.tiny(vocab, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=microbatches, recompute=recompute)
