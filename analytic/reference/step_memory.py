@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 from pathlib import Path
 
 import torch
@@ -38,14 +39,15 @@ def tiny(vocab: int = 4096, seq_len: int = 1024) -> Model:
 
 @functools.cache
 def _mesh(device_type: str):
-    """A one-rank device mesh on a process group of its own (gloo on the CPU, NCCL on a GPU)."""
+    """A device mesh over the process group's ranks: the one :func:`measure_ranks` started, or else one
+    rank on a group of its own (gloo on the CPU, NCCL on a GPU)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     if not dist.is_initialized():
         dist.init_process_group("gloo" if device_type == "cpu" else "nccl", store=dist.HashStore(), rank=0,
                                 world_size=1)
-    return init_device_mesh(device_type, (1,))
+    return init_device_mesh(device_type, (dist.get_world_size(),))
 
 
 def build(model: Model, seq_len: int, device: torch.device) -> Transformer:
@@ -114,20 +116,49 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
             "reserved": reserved}
 
 
-def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none"):
-    """The library's plan of the measured run: one rank, ZeRO-3 (FSDP2), TorchTitan's stack, bf16."""
+def _rank(rank: int, ranks: int, port: int, outdir: str, fields: dict, kw: dict) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    try:
+        Path(outdir, f"{rank}.json").write_text(json.dumps(measure(Model(**fields), **kw)))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
+    """:func:`measure` on each of ``ranks`` CPU processes (gloo), FSDP2 sharding over all of them."""
+    import dataclasses
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from .collectives import free_port
+    with tempfile.TemporaryDirectory() as outdir:
+        mp.spawn(_rank, args=(ranks, free_port(), outdir, dataclasses.asdict(model), kw), nprocs=ranks, join=True)
+        return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(ranks)]
+
+
+def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
+         ranks: int = 1):
+    """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, TorchTitan's stack, bf16."""
     from .. import Layout, Plan, hardware
 
-    return Plan(model, hardware("h100-sxm"), Layout(dp=1, zero=3, recompute=recompute), seq_len=seq_len,
-                global_batch=microbatch_size * microbatches, microbatch_size=microbatch_size, stack="torchtitan")
+    return Plan(model, hardware("h100-sxm"), Layout(dp=ranks, zero=3, recompute=recompute), seq_len=seq_len,
+                global_batch=microbatch_size * microbatches * ranks, microbatch_size=microbatch_size,
+                stack="torchtitan")
 
 
 def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            device: str = "cpu") -> list[tuple[str, float, float | None]]:
-    """(what, the library's bytes, the measured bytes) for the model states, the allocated peak and, on a
-    GPU, the reserved peak against the count times the allocator's fitted reserve."""
+            device: str = "cpu", ranks: int = 1) -> list[tuple[str, float, float | None]]:
+    """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated peak
+    and, on a GPU, the reserved peak against the count times the allocator's fitted reserve."""
     kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute)
-    p, got = plan(model, **kw), measure(model, device=device, **kw)
+    got = measure(model, device=device, **kw) if ranks == 1 else measure_ranks(model, ranks, **kw)[0]
+    p = plan(model, ranks=ranks, **kw)
     mem = p.memory()
     states = sum(getattr(mem, part).to("byte").magnitude for part in ("weights", "gradients", "optimizer"))
     return [("model states (weights, gradients, optimizer)", states, got["weights"] + got["gradients"] + got["optimizer"]),
@@ -142,31 +173,34 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analytic.reference.step_memory",
                                  description="Measure a tiny Llama's training step under FSDP2 against the count.")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    for flag, default in (("vocab", 4096), ("seq", 1024), ("microbatch-size", 2), ("microbatches", 2)):
+    for flag, default in (("vocab", 4096), ("seq", 1024), ("microbatch-size", 2), ("microbatches", 2), ("ranks", 1)):
         ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
     a = ap.parse_args(argv)
     try:
-        vocab, seq, size, count = (count_flag(getattr(a, name), flag) for name, flag in (
-            ("vocab", "vocab"), ("seq", "seq"), ("microbatch_size", "microbatch-size"), ("microbatches", "microbatches")))
+        vocab, seq, size, count, ranks = (count_flag(getattr(a, name), flag) for name, flag in (
+            ("vocab", "vocab"), ("seq", "seq"), ("microbatch_size", "microbatch-size"), ("microbatches", "microbatches"),
+            ("ranks", "ranks")))
     except CLIError as exc:
         ap.exit(2, f"{exc}\n")
     if a.device == "cuda" and not torch.cuda.is_available():
         ap.exit(2, "--device: cuda is not available here\n")
+    if a.device == "cuda" and ranks > 1:
+        ap.exit(2, f"--ranks: the GPU check runs on one device, got {ranks}\n")
     rows = compare(tiny(vocab, seq), seq_len=seq, microbatch_size=size, microbatches=count, recompute=a.recompute,
-                   device=a.device)
+                   device=a.device, ranks=ranks)
+    where = a.device if ranks == 1 else f"{ranks} CPU processes (rank 0's)"
     print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {vocab}) under FSDP2 on "
-          f"{a.device}: {count} microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute {a.recompute}")
+          f"{where}: {count} microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute {a.recompute}")
     for what, ours, measured in rows:
         if measured is None:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   (no caching allocator on the {a.device})")
         else:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   measured {measured / 1e6:9.2f} MB   {ours / measured - 1:+.1%}")
     if a.json:
-        import json
-        config = dict(device=a.device, vocab=vocab, seq_len=seq, microbatch_size=size, microbatches=count,
-                      recompute=a.recompute, model=TINY)
+        config = dict(device=a.device, ranks=ranks, vocab=vocab, seq_len=seq, microbatch_size=size,
+                      microbatches=count, recompute=a.recompute, model=TINY)
         Path(a.json).write_text(json.dumps({"config": config, "rows": [
             {"what": what, "library_bytes": ours, "measured_bytes": measured} for what, ours, measured in rows]}, indent=1))
     return 0
@@ -176,4 +210,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["TINY", "build", "compare", "main", "measure", "plan", "tiny"]
+__all__ = ["TINY", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]
