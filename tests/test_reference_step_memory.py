@@ -6,6 +6,9 @@ import pytest
 from analytic.reference import step_memory as sm
 
 S, B = 1024, 2
+#: the tiny Llama's parameters by hand: embedding and output 2 · 4,096 · 256, four blocks of
+#: 4 · 256² + 3 · 256 · 704 + 2 · 256, the final norm 256
+PARAMS = 2 * 4096 * 256 + 4 * (4 * 256**2 + 3 * 256 * 704 + 2 * 256) + 256
 
 
 def test_the_blocked_kernels_give_autograds_gradients():
@@ -50,23 +53,22 @@ def test_the_count_of_an_accumulating_step_is_its_peak(vocab, recompute):
 def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():
     """With one microbatch a step, FSDP2 allocates the gradient shards in the backward, after the loss's
     peak: the step peaks lower than the same step with two microbatches by exactly their bytes, 4 a
-    parameter: embedding and output 2 · 4,096 · 256, four blocks of 4 · 256² + 3 · 256 · 704 + 2 · 256, the
-    final norm 256. (On a GPU their blocks stay cached for the reduce-scatter stream that allocated them, so
+    parameter. (On a GPU their blocks stay cached for the reduce-scatter stream that allocated them, so
     the reserved peak keeps them, as the count does.)"""
     _, one = run(4096, 1)
     _, two = run(4096, 2)
-    assert two["peak"] - one["peak"] == one["gradients"] == 4 * (2 * 4096 * 256 + 4 * (4 * 256**2 + 3 * 256 * 704 + 2 * 256) + 256)
+    assert two["peak"] - one["peak"] == one["gradients"] == 4 * PARAMS
 
 
 def test_two_ranks_hold_half_the_states_and_the_counts_peak():
-    """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter of the 5,310,720
-    (counted by hand above), and its peak, a step of two microbatches, is the dp = 2 plan's count within 2.5%."""
+    """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter, and its peak, a
+    step of two microbatches, is the dp = 2 plan's count within 2.5%."""
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2)
     ranks = sm.measure_ranks(model, 2, **kw)
     total = sm.plan(model, ranks=2, **kw).memory().total.to("byte").magnitude
     for got in ranks:
-        assert got["weights"] + got["gradients"] + got["optimizer"] == 16 * 5_310_720 // 2
+        assert got["weights"] + got["gradients"] + got["optimizer"] == 16 * PARAMS // 2
         assert total / got["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
