@@ -31,6 +31,33 @@ def test_the_blocked_kernels_give_autograds_gradients():
         torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
 
 
+def test_the_record_of_live_bytes_misses_a_free_on_another_thread():
+    """The profiler's record by hand: 4,000 bytes kept and 16,000 freed give a peak of 20,000 and 4,000
+    kept; the same 4,000 freed on another thread still read as kept (why a step whose record ends holding
+    more than its gradients is measured again)."""
+    import threading
+
+    import torch
+
+    from analytic.reference.profiling import live_bytes
+    held = []
+
+    def kept_and_transient():
+        held.append(torch.empty(1000, dtype=torch.float32))
+        torch.empty(2000, dtype=torch.float64)  # freed at once
+
+    assert live_bytes(kept_and_transient) == (20_000, 4_000)
+    held.clear()
+
+    def freed_elsewhere():
+        held.append(torch.empty(1000, dtype=torch.float32))
+        worker = threading.Thread(target=held.clear)
+        worker.start()
+        worker.join()
+
+    assert live_bytes(freed_elsewhere) == (4_000, 4_000) and not held
+
+
 def run(vocab: int, microbatches: int, recompute: str = "none"):
     model = sm.tiny(vocab, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=microbatches, recompute=recompute)

@@ -3,21 +3,41 @@ CPU's counterpart of ``torch.cuda.max_memory_allocated``."""
 
 from __future__ import annotations
 
+from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 
-def peak_live_bytes(fn) -> int:
-    """Run ``fn()`` under the CPU profiler; the most bytes its allocations held at once beyond what was
-    live when it started (frees of older tensors are not recorded)."""
+def _nodes(nodes):
+    for node in nodes:
+        yield node
+        yield from _nodes(node.children)
+
+
+def live_bytes(fn) -> tuple[int, int]:
+    """Run ``fn()`` under the CPU profiler: (the most bytes its allocations held at once, the bytes they
+    still hold when it returns). A free counts only for a block allocated under this profile, matched by
+    address; an address allocated again was freed before. A free made on a thread the profiler does not
+    follow (a collective's worker thread) is not recorded, so its block reads as held until its address
+    comes back."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
+    events = sorted(((node.start_time_ns, node.typed[1]) for node in _nodes(prof.profiler.kineto_results.experimental_event_tree())
+                     if node.typed[0] == _EventType.Allocation), key=lambda event: event[0])
+    held: dict[int, int] = {}
     live = top = 0
-    for e in events:
-        live += e.nbytes()
-        top = max(top, live)
-    return top
+    for _, e in events:
+        if e.alloc_size > 0:
+            live += e.alloc_size - held.pop(e.ptr, 0)
+            held[e.ptr] = e.alloc_size
+            top = max(top, live)
+        elif e.ptr in held:
+            live -= held.pop(e.ptr)
+    return top, live
 
 
-__all__ = ["peak_live_bytes"]
+def peak_live_bytes(fn) -> int:
+    """The first of :func:`live_bytes`: the most bytes ``fn()``'s allocations held at once."""
+    return live_bytes(fn)[0]
+
+
+__all__ = ["live_bytes", "peak_live_bytes"]

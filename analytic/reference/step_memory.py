@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import Model
-from .profiling import peak_live_bytes
+from .profiling import live_bytes
 from .transformer import Transformer
 
 #: a Llama of four blocks that a CPU runs in seconds; its vocabulary is given to :func:`tiny`
@@ -85,6 +85,20 @@ def _bytes(tensors) -> int:
     return sum(storages.values())
 
 
+def _everywhere(flag: bool) -> bool:
+    """Whether ``flag`` holds on every rank of the process group (so that all ranks step again together)."""
+    import torch.distributed as dist
+
+    held = torch.tensor(int(flag))
+    dist.all_reduce(held, op=dist.ReduceOp.MIN)
+    return bool(held)
+
+
+#: steps measured at most on the CPU. Gloo's worker thread can free a collective's buffer after FSDP2
+#: lets go of it, unrecorded; such a step's record ends holding more than the gradients it leaves.
+TRIES = 10
+
+
 def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
             device: str = "cpu") -> dict:
     """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as the
@@ -107,7 +121,13 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
         torch.cuda.synchronize()
         peak, reserved = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
     else:
-        top = peak_live_bytes(lambda: _step(net, optimizer, batches, recompute))
+        for _ in range(TRIES):  # a record missing a free reads high; it is known by what it ends holding
+            top, kept = live_bytes(lambda: _step(net, optimizer, batches, recompute))
+            if _everywhere(kept == _bytes(p.grad for p in params)):
+                break
+            optimizer.zero_grad()
+        else:
+            raise RuntimeError(f"no step of {TRIES} was recorded whole: each ended holding more than its gradients")
         steps = [state["step"] for state in optimizer.state.values()]  # AdamW's counters, 4 bytes a tensor
         held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())  # before the profile
         peak, reserved = held + top, None
