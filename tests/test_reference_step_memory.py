@@ -13,17 +13,22 @@ PARAMS = 2 * 4096 * 256 + 4 * (4 * 256**2 + 3 * 256 * 704 + 2 * 256) + 256
 
 def test_the_blocked_kernels_give_autograds_gradients():
     """The norm and SwiGLU kernels compute a block of rows at a time; over 300 rows (two full blocks and a
-    part) their gradients are float64 autograd's of the plain expressions, to fp32 rounding."""
+    part) their gradients are float64 autograd's of the plain expressions (``F.layer_norm`` for
+    LayerNorm), to fp32 rounding."""
     import torch
     import torch.nn.functional as F
 
-    from analytic.reference.kernels import BLOCK_ROWS, RMSNormFn, SwiGLUFn
+    from analytic.reference.kernels import BLOCK_ROWS, LayerNormFn, RMSNormFn, SwiGLUFn
     assert 300 % BLOCK_ROWS and 300 > 2 * BLOCK_ROWS
     torch.manual_seed(0)
     x, w, g = torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True), torch.randn(
         64, dtype=torch.float64, requires_grad=True), torch.randn(3, 100, 64, dtype=torch.float64)
     plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
     for ours, want in zip(torch.autograd.grad(RMSNormFn.apply(x, w, 1e-5), (x, w), g), torch.autograd.grad(plain, (x, w), g)):
+        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    b = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    for ours, want in zip(torch.autograd.grad(LayerNormFn.apply(x, w, b, 1e-5), (x, w, b), g),
+                          torch.autograd.grad(F.layer_norm(x, (64,), w, b, 1e-5), (x, w, b), g)):
         torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
     gate, up = (torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True) for _ in range(2))
     for ours, want in zip(torch.autograd.grad(SwiGLUFn.apply(gate, up), (gate, up), g),

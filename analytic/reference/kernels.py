@@ -45,24 +45,36 @@ class RMSNormFn(torch.autograd.Function):
 
 
 class LayerNormFn(torch.autograd.Function):
+    """Saves its input and the fp32 per-row mean and reciprocal standard deviation; computes in fp32 a
+    block of rows at a time, as :class:`RMSNormFn` does."""
+
     @staticmethod
     def forward(ctx, x, w, bias, eps):
-        xf = x.float()
-        mean = xf.mean(-1, keepdim=True)
-        rstd = torch.rsqrt(((xf - mean) ** 2).mean(-1, keepdim=True) + eps)
+        rows = x.reshape(-1, x.shape[-1])
+        mean, rstd = (torch.empty(rows.shape[0], 1, dtype=torch.float32, device=x.device) for _ in range(2))
+        out = torch.empty_like(rows)
+        for r in _blocks(rows):
+            xf = rows[r].float()
+            mean[r] = xf.mean(-1, keepdim=True)
+            rstd[r] = torch.rsqrt((xf - mean[r]).pow(2).mean(-1, keepdim=True) + eps)
+            out[r] = ((xf - mean[r]) * rstd[r]).to(x.dtype) * w + bias
         ctx.save_for_backward(x, w, mean, rstd)
-        return ((xf - mean) * rstd).to(x.dtype) * w + bias
+        return out.view(x.shape)
 
     @staticmethod
     def backward(ctx, g):
         x, w, mean, rstd = ctx.saved_tensors
-        xhat = (x.float() - mean) * rstd
-        dims = tuple(range(g.dim() - 1))
-        gw = (g.float() * xhat).sum(dims).to(w.dtype)
-        gb = g.float().sum(dims).to(w.dtype)
-        gx_hat = g.float() * w.float()
-        gx = rstd * (gx_hat - gx_hat.mean(-1, keepdim=True) - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
-        return gx.to(x.dtype), gw, gb, None
+        rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        gx = torch.empty_like(rows)
+        gw, gb = (torch.zeros(w.shape, dtype=torch.float32, device=w.device) for _ in range(2))
+        for r in _blocks(rows):
+            xhat = (rows[r].float() - mean[r]) * rstd[r]
+            gf = g_rows[r].float()
+            gw += (gf * xhat).sum(0)
+            gb += gf.sum(0)
+            gx_hat = gf * w.float()
+            gx[r] = rstd[r] * (gx_hat - gx_hat.mean(-1, keepdim=True) - xhat * (gx_hat * xhat).mean(-1, keepdim=True))
+        return gx.view(x.shape), gw.to(w.dtype), gb.to(w.dtype), None
 
 
 class SwiGLUFn(torch.autograd.Function):
