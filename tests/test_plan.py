@@ -955,7 +955,8 @@ def test_interleaved_first_stage_is_korthikantis_factor():
 def test_uneven_stages():
     """Llama 3's 405B trims a layer from its first and last stages (§3.3.2): 7 + 14 × 8 + 7 = 126. The
     first stage then holds 7 layers (and the embedding), stage 1 is the fullest; splits that leave the
-    other stages unequal, or that interleaving cannot split over its chunks, are refused."""
+    other stages unequal, that interleaving cannot split over its chunks, or that have no pipeline to
+    split, are refused."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
@@ -968,6 +969,8 @@ def test_uneven_stages():
     assert second.activations == even.memory(stage=1).activations and plan.memory().stage == 1
     with pytest.raises(LayoutError, match="share them evenly"):
         an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
+    with pytest.raises(LayoutError, match="pp 1 has no stages to split over"):
+        an.Plan(m, hw, lay.replace(pp=1, dp=1024, last_stage_layers=None), **kw)
     with pytest.raises(LayoutError, match="over its 2 model chunks"):
         an.Plan(m, hw, lay.replace(vpp=2, schedule="interleaved"), **kw)
 

@@ -275,8 +275,11 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         if not num(lay.pp, m.layers):
             raise LayoutError("first_stage_layers/last_stage_layers: need a numeric pp and layer count")
+        if lay.pp < 2:
+            raise LayoutError(f"first_stage_layers/last_stage_layers: split a pipeline's layers; pp {lay.pp} has no "
+                              "stages to split over")
         rest, stages = m.layers - sum(given), lay.pp - len(given)
-        if lay.pp < 2 or rest < 0 or (stages and (rest % stages or rest < stages)) or (not stages and rest):
+        if rest < 0 or (stages and (rest % stages or rest < stages)) or (not stages and rest):
             raise LayoutError(f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers leave "
                               f"{rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which must share "
                               "them evenly, at least one each")
