@@ -63,6 +63,14 @@ def test_the_record_of_live_bytes_misses_a_free_on_another_thread():
     assert live_bytes(freed_elsewhere) == (4_000, 4_000) and not held
 
 
+def test_the_record_counts_a_free_only_for_a_block_it_saw_allocated():
+    """Events by hand, (address, bytes): a free of an address never allocated under the profile (an older
+    tensor's) is not counted, and an address allocated again was freed before, unrecorded."""
+    from analytic.reference.profiling import fold
+    assert fold([(1, 100), (2, 1), (9, -500), (1, -100), (3, 30)]) == (101, 31)
+    assert fold([(1, 100), (1, 40), (2, 10)]) == (100, 50)
+
+
 def run(vocab: int, microbatches: int, recompute: str = "none"):
     model = sm.tiny(vocab, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=microbatches, recompute=recompute)

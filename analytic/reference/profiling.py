@@ -21,17 +21,24 @@ def live_bytes(fn) -> tuple[int, int]:
     comes back."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted(((node.start_time_ns, node.typed[1]) for node in _nodes(prof.profiler.kineto_results.experimental_event_tree())
-                     if node.typed[0] == _EventType.Allocation), key=lambda event: event[0])
+    events = sorted((node.start_time_ns, node.typed[1].ptr, node.typed[1].alloc_size)
+                    for node in _nodes(prof.profiler.kineto_results.experimental_event_tree())
+                    if node.typed[0] == _EventType.Allocation)
+    return fold(((ptr, size) for _, ptr, size in events))
+
+
+def fold(events) -> tuple[int, int]:
+    """(the most bytes held at once, the bytes held at the end) over ``(address, bytes)`` events in time
+    order: an allocation (bytes > 0) or a free (bytes < 0), as :func:`live_bytes` reads them."""
     held: dict[int, int] = {}
     live = top = 0
-    for _, e in events:
-        if e.alloc_size > 0:
-            live += e.alloc_size - held.pop(e.ptr, 0)
-            held[e.ptr] = e.alloc_size
+    for ptr, size in events:
+        if size > 0:
+            live += size - held.pop(ptr, 0)
+            held[ptr] = size
             top = max(top, live)
-        elif e.ptr in held:
-            live -= held.pop(e.ptr)
+        elif ptr in held:
+            live -= held.pop(ptr)
     return top, live
 
 
@@ -40,4 +47,4 @@ def peak_live_bytes(fn) -> int:
     return live_bytes(fn)[0]
 
 
-__all__ = ["live_bytes", "peak_live_bytes"]
+__all__ = ["fold", "live_bytes", "peak_live_bytes"]
