@@ -19,12 +19,7 @@ from .choices import (
     ZERO_STAGES,
 )
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
-from .flags import CLIError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        raise CLIError(f"{self.prog}: {message}")
+from .flags import CLIError, Parser
 
 
 def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list) -> CLIError:
@@ -113,8 +108,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="analytic", description="Closed-form models of distributed LLM training.", allow_abbrev=False)
-    sub = top.add_subparsers(dest="command", parser_class=_Parser)
+    top = Parser(prog="analytic", description="Closed-form models of distributed LLM training.", allow_abbrev=False)
+    sub = top.add_subparsers(dest="command", parser_class=Parser)
     p = sub.add_parser("step", help="the story of one training step", allow_abbrev=False)
     _plan_args(p)
     p.set_defaults(func=cmd_step)

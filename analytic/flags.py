@@ -3,9 +3,18 @@ search's and the plan's inputs. A mistake is a :class:`CLIError`: one line, exit
 
 from __future__ import annotations
 
+import argparse
+
 
 class CLIError(Exception):
     """A command-line mistake: one line, exit 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are a :class:`CLIError`, not argparse's usage text."""
+
+    def error(self, message):
+        raise CLIError(f"{self.prog}: {message}")
 
 
 def _read(reader, name: str, text, **kw):

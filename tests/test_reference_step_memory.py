@@ -6,9 +6,10 @@ import pytest
 from analytic.reference import step_memory as sm
 
 S, B = 1024, 2
-#: the tiny Llama's parameters by hand: embedding and output 2 · 4,096 · 256, four blocks of
-#: 4 · 256² + 3 · 256 · 704 + 2 · 256, the final norm 256
-PARAMS = 2 * 4096 * 256 + 4 * (4 * 256**2 + 3 * 256 * 704 + 2 * 256) + 256
+#: the tiny Llama's parameters by hand: a block's 4 · 256² + 3 · 256 · 704 + 2 · 256; embedding and
+#: output 2 · 4,096 · 256, four blocks, the final norm 256
+BLOCK = 4 * 256**2 + 3 * 256 * 704 + 2 * 256
+PARAMS = 2 * 4096 * 256 + 4 * BLOCK + 256
 
 
 def test_the_blocked_kernels_give_autograds_gradients():
@@ -100,6 +101,16 @@ def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():
     assert two["peak"] - one["peak"] == one["gradients"] == 4 * PARAMS
 
 
+def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss():
+    """TorchTitan's FSDP2 units of 2024 keep the root (embedding, final norm, output layer) and the last
+    block unsharded through the loss; those of 2025 keep only the final norm and the output layer. The
+    step peaks higher by exactly the embedding's and one block's bf16 parameters."""
+    model = sm.tiny(4096, S)
+    kw = dict(seq_len=S, microbatch_size=B, microbatches=2)
+    peaks = [sm.measure(model, wrapping=w, **kw)["peak"] for w in ("2024", "2025")]
+    assert peaks[0] - peaks[1] == 2 * (4096 * 256 + BLOCK)
+
+
 def test_two_ranks_hold_half_the_states_and_the_counts_peak():
     """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter, and its peak, a
     step of two microbatches, is the dp = 2 plan's count within 2.5%."""
@@ -113,9 +124,11 @@ def test_two_ranks_hold_half_the_states_and_the_counts_peak():
 
 
 @pytest.mark.parametrize("argv, said", [(["--vocab", "0"], "--vocab: expected an integer ≥ 1"),
-                                        (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'")])
+                                        (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'"),
+                                        (["--wrapping", "2026"], "python -m analytic.reference.step_memory: argument --wrapping: "
+                                                                 "invalid choice: '2026'")])
 def test_the_script_says_what_is_wrong_with_a_flag(argv, said, capsys):
-    """A bad count is one line naming the flag, and exit status 2."""
+    """A bad count or choice is one line naming the flag, and exit status 2."""
     with pytest.raises(SystemExit) as exc:
         sm.main(argv)
     assert exc.value.code == 2

@@ -15,7 +15,6 @@ set stays small; what the CPU's attention kernel and FSDP2's collectives allocat
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import Model
+from ..values import choice
 from .profiling import live_bytes
 from .transformer import Transformer
 
@@ -50,18 +50,34 @@ def _mesh(device_type: str):
     return init_device_mesh(device_type, (dist.get_world_size(),))
 
 
-def build(model: Model, seq_len: int, device: torch.device) -> Transformer:
-    """The reference transformer of ``model`` (flash attention), each block and the root sharded by FSDP2
-    with TorchTitan's mixed precision (pytorch/torchtitan parallelize_llama.py apply_fsdp, 2024: blocks
-    resharded after their forward but the last), its rotary tables in bf16."""
+#: TorchTitan's FSDP2 units without a pipeline, by the version of its apply_fsdp
+#: (torchtitan/parallelisms/parallelize_llama.py at 6b03ffa32, Dec 2024; torchtitan/models/llama3/infra/
+#: parallelize.py from 83e694105, July 2025)
+WRAPPINGS = {
+    "2024": "every block resharded after its forward but the last; the embedding, final norm and output "
+            "layer in the root, which FSDP2 never reshards after its forward",
+    "2025": "the embedding and every block resharded after their forward; the final norm and output layer "
+            "one unit kept unsharded",
+}
+
+
+def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "2024") -> Transformer:
+    """The reference transformer of ``model`` (flash attention), sharded by FSDP2 in TorchTitan's units
+    (:data:`WRAPPINGS`) with its mixed precision, its rotary tables in bf16."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    choice("wrapping", wrapping, tuple(WRAPPINGS))
     net = Transformer(model, dtype=torch.float32, attention="flash", seq_len=seq_len).to(device)
     net.causal = torch.empty(0, 0, device=device)  # flash attention masks by itself
     mesh, policy = _mesh(device.type), MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for i, block in enumerate(net.blocks):  # the last block stays unsharded for the backward, which needs it next
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(net.blocks) - 1)
-    fully_shard(net, mesh=mesh, mp_policy=policy)  # FSDP2 never reshards the root after its forward
+    shard = functools.partial(fully_shard, mesh=mesh, mp_policy=policy)
+    if wrapping == "2025":
+        shard(net.embed)
+    for i, block in enumerate(net.blocks):  # 2024: the last stays unsharded for the backward, which needs it next
+        shard(block, reshard_after_forward=wrapping == "2025" or i < len(net.blocks) - 1)
+    if wrapping == "2025":
+        shard([net.norm, net.head], reshard_after_forward=False)
+    shard(net)
     net.cos, net.sin = net.cos.bfloat16(), net.sin.bfloat16()
     return net
 
@@ -100,13 +116,13 @@ TRIES = 10
 
 
 def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            device: str = "cpu") -> dict:
+            device: str = "cpu", wrapping: str = "2024") -> dict:
     """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as the
     step leaves them, before they are zeroed), ``optimizer`` (AdamW's two moments), ``peak`` (allocated
     at the step's peak) and, on a GPU, ``reserved`` (the allocator's peak)."""
     dev = torch.device(device)
     torch.manual_seed(0)
-    net = build(model, seq_len, dev)
+    net = build(model, seq_len, dev, wrapping)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
     batches = [(torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev),
                 torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev)) for _ in range(microbatches)]
@@ -174,11 +190,13 @@ def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int,
 
 
 def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            device: str = "cpu", ranks: int = 1) -> list[tuple[str, float, float | None]]:
+            device: str = "cpu", ranks: int = 1, wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
     """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated peak
-    and, on a GPU, the reserved peak against the count times the allocator's fitted reserve."""
+    and, on a GPU, the reserved peak against the count times the allocator's fitted reserve. The count
+    has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's gradients."""
     kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute)
-    got = measure(model, device=device, **kw) if ranks == 1 else measure_ranks(model, ranks, **kw)[0]
+    got = (measure(model, device=device, wrapping=wrapping, **kw) if ranks == 1
+           else measure_ranks(model, ranks, wrapping=wrapping, **kw)[0])
     p = plan(model, ranks=ranks, **kw)
     mem = p.memory()
     states = sum(getattr(mem, part).to("byte").magnitude for part in ("weights", "gradients", "optimizer"))
@@ -189,18 +207,19 @@ def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
 
 def main(argv=None) -> int:
     """The command line: one step's comparison printed, and written as JSON where ``--json`` says."""
-    from ..flags import CLIError, count_flag
+    from ..flags import CLIError, Parser, count_flag
 
-    ap = argparse.ArgumentParser(prog="python -m analytic.reference.step_memory",
+    ap = Parser(prog="python -m analytic.reference.step_memory",
                                  description="Measure a tiny Llama's training step under FSDP2 against the count.")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     counts = {"vocab": 4096, "seq": 1024, "microbatch-size": 2, "microbatches": 2, "ranks": 1}
     for flag, default in counts.items():
         ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
+    ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS), help="TorchTitan's FSDP2 units of that year")
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
-    a = ap.parse_args(argv)
     try:
+        a = ap.parse_args(argv)
         vocab, seq, size, count, ranks = (count_flag(getattr(a, flag.replace("-", "_")), flag) for flag in counts)
     except CLIError as exc:
         ap.exit(2, f"{exc}\n")
@@ -209,10 +228,11 @@ def main(argv=None) -> int:
     if a.device == "cuda" and ranks > 1:
         ap.exit(2, f"--ranks: the GPU check runs on one device, got {ranks}\n")
     rows = compare(tiny(vocab, seq), seq_len=seq, microbatch_size=size, microbatches=count, recompute=a.recompute,
-                   device=a.device, ranks=ranks)
+                   device=a.device, ranks=ranks, wrapping=a.wrapping)
     where = a.device if ranks == 1 else f"{ranks} CPU processes (rank 0's)"
     print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {vocab}) under FSDP2 on "
-          f"{where}: {count} microbatch{'es' if count > 1 else ''} of {size} × {seq} tokens, recompute {a.recompute}")
+          f"{where} in TorchTitan's units of {a.wrapping}: {count} microbatch{'es' if count > 1 else ''} of {size} × "
+          f"{seq} tokens, recompute {a.recompute}")
     for what, ours, measured in rows:
         if measured is None:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   (no caching allocator on the {a.device})")
@@ -220,7 +240,7 @@ def main(argv=None) -> int:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   measured {measured / 1e6:9.2f} MB   {ours / measured - 1:+.1%}")
     if a.json:
         config = dict(device=a.device, ranks=ranks, vocab=vocab, seq_len=seq, microbatch_size=size,
-                      microbatches=count, recompute=a.recompute, model=TINY)
+                      microbatches=count, recompute=a.recompute, wrapping=a.wrapping, model=TINY)
         Path(a.json).write_text(json.dumps({"config": config, "rows": [
             {"what": what, "library_bytes": ours, "measured_bytes": measured} for what, ours, measured in rows]}, indent=1))
     return 0
@@ -230,4 +250,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["TINY", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]
+__all__ = ["TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]

@@ -245,15 +245,19 @@ class Transformer(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(blk, x, cos, sin, causal, use_reentrant=False)
             else:
                 x = blk(x, cos, sin, causal)
-        w = self.embed.weight if self.head is None else self.head.weight
-        logits = self.norm(x) @ w.t()
+        logits = self.output(self.norm(x))
         if not mtp:
             return logits
         out, hidden = [logits], x
         for k, module in enumerate(self.mtp, 1):
             hidden = module(hidden, self.embed(tokens.roll(-k, dims=1)), cos, sin, causal)
-            out.append(self.norm(hidden) @ w.t())  # the shared output head
+            out.append(self.output(self.norm(hidden)))  # the shared output head
         return out
+
+    def output(self, x):
+        """The output layer: its own weight, or the embedding's where tied (called as a module, so that
+        FSDP's hooks gather its weight)."""
+        return x @ self.embed.weight.t() if self.head is None else self.head(x)
 
 
 def count_parameters(module: nn.Module) -> int:
