@@ -111,6 +111,18 @@ def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss()
     assert peaks[0] - peaks[1] == 2 * (4096 * 256 + BLOCK)
 
 
+def test_a_wrapping_is_one_of_torchtitans():
+    """An unknown year, or the 2025 units' own output layer asked of a model with tied embeddings, is an
+    InputError naming the argument."""
+    import torch
+
+    from analytic.errors import InputError
+    with pytest.raises(InputError, match="wrapping: expected one of '2024', '2025', got '2026'"):
+        sm.build(sm.tiny(), 64, torch.device("cpu"), "2026")
+    with pytest.raises(InputError, match="wrapping: .* tied embeddings"):
+        sm.build(sm.tiny().replace(tied_embeddings=True), 64, torch.device("cpu"), "2025")
+
+
 def test_two_ranks_hold_half_the_states_and_the_counts_peak():
     """FSDP2 over two gloo processes: each holds exactly half of the 16 bytes a parameter, and its peak, a
     step of two microbatches, is the dp = 2 plan's count within 2.5%."""

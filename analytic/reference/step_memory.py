@@ -1,7 +1,7 @@
-"""Whole training steps of a tiny Llama under FSDP2 on one device, their peak memory measured against
-the library's count of the same plan (``Plan.memory``), part by part.
+"""Whole training steps of a tiny Llama under FSDP2 on one device (or several CPU processes), their peak
+memory measured against the library's count of the same plan (``Plan.memory``).
 
-The run is TorchTitan's: every block and the root wrapped by ``fully_shard`` with
+The run is TorchTitan's: its units (:data:`WRAPPINGS`) wrapped by ``fully_shard`` with
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW, the loss
 ``cross_entropy(logits.float(), labels)``, gradients accumulated over the step's microbatches. On a GPU
 the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and its reserve
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError
 from ..model import Model
 from ..values import choice
 from .profiling import live_bytes
@@ -67,6 +68,9 @@ def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "202
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     choice("wrapping", wrapping, tuple(WRAPPINGS))
+    if wrapping == "2025" and model.tied_embeddings:
+        raise InputError("wrapping: TorchTitan's units of 2025 put the output layer beside the final norm; "
+                         "a model with tied embeddings has none of its own")
     net = Transformer(model, dtype=torch.float32, attention="flash", seq_len=seq_len).to(device)
     net.causal = torch.empty(0, 0, device=device)  # flash attention masks by itself
     mesh, policy = _mesh(device.type), MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -210,7 +214,7 @@ def main(argv=None) -> int:
     from ..flags import CLIError, Parser, count_flag
 
     ap = Parser(prog="python -m analytic.reference.step_memory",
-                                 description="Measure a tiny Llama's training step under FSDP2 against the count.")
+                description="Measure a tiny Llama's training step under FSDP2 against the count.")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     counts = {"vocab": 4096, "seq": 1024, "microbatch-size": 2, "microbatches": 2, "ranks": 1}
     for flag, default in counts.items():
