@@ -101,6 +101,15 @@ def test_a_step_of_one_microbatch_peaks_before_its_gradients_exist():
     assert two["peak"] - one["peak"] == one["gradients"] == 4 * PARAMS
 
 
+def test_the_compiled_loss_of_2025_in_a_whole_step():
+    """TorchTitan's loss compiled (the stack torchtitan-2025: 4 bytes a logit against 12): two microbatches
+    a step peak at the torchtitan-2025 plan's count within 2.5%."""
+    model = sm.tiny(4096, S)
+    kw = dict(seq_len=S, microbatch_size=B, microbatches=2, stack="torchtitan-2025")
+    total = sm.plan(model, **kw).memory().total.to("byte").magnitude
+    assert total / sm.measure(model, **kw)["peak"] - 1 == pytest.approx(0, abs=0.025)
+
+
 def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss():
     """TorchTitan's FSDP2 units of 2024 keep the root (embedding, final norm, output layer) and the last
     block unsharded through the loss; those of 2025 keep only the final norm and the output layer. The
@@ -137,6 +146,8 @@ def test_two_ranks_hold_half_the_states_and_the_counts_peak():
 
 @pytest.mark.parametrize("argv, said", [(["--vocab", "0"], "--vocab: expected an integer ≥ 1"),
                                         (["--microbatches", "2.5"], "--microbatches: expected an integer, got '2.5'"),
+                                        (["--stack", "megatron-core"], "python -m analytic.reference.step_memory: "
+                                                                       "argument --stack: invalid choice: 'megatron-core'"),
                                         (["--wrapping", "2026"], "python -m analytic.reference.step_memory: argument --wrapping: "
                                                                  "invalid choice: '2026'")])
 def test_the_script_says_what_is_wrong_with_a_flag(argv, said, capsys):

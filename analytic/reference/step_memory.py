@@ -3,8 +3,8 @@ memory measured against the library's count of the same plan (``Plan.memory``).
 
 The run is TorchTitan's: its units (:data:`WRAPPINGS`) wrapped by ``fully_shard`` with
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW, the loss
-``cross_entropy(logits.float(), labels)``, gradients accumulated over the step's microbatches. On a GPU
-the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and its reserve
+``cross_entropy(logits.float(), labels)`` (compiled for the stack of 2025, :data:`STACKS`), gradients
+accumulated over the step's microbatches. On a GPU the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and its reserve
 ``max_memory_reserved``); on the CPU, which has no such allocator, it is the most bytes live at once by
 the profiler's record of every allocation and free, the allocated peak's counterpart. The reference's
 norm and SwiGLU kernels compute a block of rows at a time, as fused kernels do, so their fp32 working
@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InputError
 from ..model import Model
 from ..values import choice
+from . import loss
 from .profiling import live_bytes
 from .transformer import Transformer
 
@@ -86,15 +86,20 @@ def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "202
     return net
 
 
-def _step(net, optimizer, batches, recompute: str) -> None:
+#: the loss each stack of the library takes on the output layer's bf16 logits (:mod:`.loss`): TorchTitan's
+#: ``cross_entropy(logits.float(), labels)``, eager (2024) or compiled (2025)
+STACKS = {"torchtitan": loss.torchtitan, "torchtitan-2025": loss.torchtitan_compiled}
+
+
+def _step(net, optimizer, batches, recompute: str, stack: str) -> None:
     """One step as TorchTitan's: gradients freed, each microbatch's forward, loss and backward,
     gradients accumulating, then AdamW."""
     optimizer.zero_grad()
     for tokens, labels in batches:
         logits = net(tokens, checkpoint=recompute)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+        value = STACKS[stack](logits.flatten(0, 1), labels.flatten(0, 1))
         del logits  # the training loop keeps only the loss
-        loss.backward()
+        value.backward()
     optimizer.step()
 
 
@@ -120,29 +125,30 @@ TRIES = 10
 
 
 def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            device: str = "cpu", wrapping: str = "2024") -> dict:
+            stack: str = "torchtitan", device: str = "cpu", wrapping: str = "2024") -> dict:
     """Bytes of a step after a first one: ``weights`` (the fp32 parameter shards), ``gradients`` (as the
     step leaves them, before they are zeroed), ``optimizer`` (AdamW's two moments), ``peak`` (allocated
     at the step's peak) and, on a GPU, ``reserved`` (the allocator's peak)."""
+    choice("stack", stack, tuple(STACKS))
     dev = torch.device(device)
     torch.manual_seed(0)
     net = build(model, seq_len, dev, wrapping)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
     batches = [(torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev),
                 torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev)) for _ in range(microbatches)]
-    _step(net, optimizer, batches, recompute)  # the optimizer's state exists from here on
+    _step(net, optimizer, batches, recompute, stack)  # the optimizer's state (and a compiled loss) exist from here on
     optimizer.zero_grad()  # freed before the measurement starts: what it holds is the states and buffers
     params = list(net.parameters())
     moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(dev)
-        _step(net, optimizer, batches, recompute)
+        _step(net, optimizer, batches, recompute, stack)
         torch.cuda.synchronize()
         peak, reserved = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
     else:
         for _ in range(TRIES):  # a record missing a free reads high; it is known by what it ends holding
-            top, kept = live_bytes(lambda: _step(net, optimizer, batches, recompute))
+            top, kept = live_bytes(lambda: _step(net, optimizer, batches, recompute, stack))
             if _everywhere(kept == _bytes(p.grad for p in params)):
                 break
             optimizer.zero_grad()
@@ -183,22 +189,23 @@ def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
 
 
 def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-         ranks: int = 1):
-    """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, TorchTitan's stack, bf16 (on
-    an H100 preset: the hardware sets the verdict, not the bytes compared)."""
+         stack: str = "torchtitan", ranks: int = 1):
+    """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, the given TorchTitan stack,
+    bf16 (on an H100 preset: the hardware sets the verdict, not the bytes compared)."""
     from .. import Layout, Plan, hardware
 
     return Plan(model, hardware("h100-sxm"), Layout(dp=ranks, zero=3, recompute=recompute), seq_len=seq_len,
                 global_batch=microbatch_size * microbatches * ranks, microbatch_size=microbatch_size,
-                stack="torchtitan")
+                stack=stack)
 
 
 def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            device: str = "cpu", ranks: int = 1, wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
+            stack: str = "torchtitan", device: str = "cpu", ranks: int = 1, wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
     """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated peak
     and, on a GPU, the reserved peak against the count times the allocator's fitted reserve. The count
     has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's gradients."""
-    kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute)
+    kw = dict(seq_len=seq_len, microbatch_size=microbatch_size, microbatches=microbatches, recompute=recompute,
+              stack=stack)
     got = (measure(model, device=device, wrapping=wrapping, **kw) if ranks == 1
            else measure_ranks(model, ranks, wrapping=wrapping, **kw)[0])
     p = plan(model, ranks=ranks, **kw)
@@ -220,6 +227,7 @@ def main(argv=None) -> int:
     for flag, default in counts.items():
         ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
+    ap.add_argument("--stack", default="torchtitan", choices=tuple(STACKS), help="its loss: eager (2024) or compiled")
     ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS), help="TorchTitan's FSDP2 units of that year")
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
     try:
@@ -232,11 +240,11 @@ def main(argv=None) -> int:
     if a.device == "cuda" and ranks > 1:
         ap.exit(2, f"--ranks: the GPU check runs on one device, got {ranks}\n")
     rows = compare(tiny(vocab, seq), seq_len=seq, microbatch_size=size, microbatches=count, recompute=a.recompute,
-                   device=a.device, ranks=ranks, wrapping=a.wrapping)
+                   stack=a.stack, device=a.device, ranks=ranks, wrapping=a.wrapping)
     where = a.device if ranks == 1 else f"{ranks} CPU processes (rank 0's)"
     print(f"a tiny Llama ({TINY['layers']} blocks, hidden {TINY['hidden']}, vocabulary {vocab}) under FSDP2 on "
           f"{where} in TorchTitan's units of {a.wrapping}: {count} microbatch{'es' if count > 1 else ''} of {size} × "
-          f"{seq} tokens, recompute {a.recompute}")
+          f"{seq} tokens, recompute {a.recompute}, stack {a.stack}")
     for what, ours, measured in rows:
         if measured is None:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   (no caching allocator on the {a.device})")
@@ -244,7 +252,7 @@ def main(argv=None) -> int:
             print(f"  {what:46s} {ours / 1e6:9.2f} MB   measured {measured / 1e6:9.2f} MB   {ours / measured - 1:+.1%}")
     if a.json:
         config = dict(device=a.device, ranks=ranks, vocab=vocab, seq_len=seq, microbatch_size=size,
-                      microbatches=count, recompute=a.recompute, wrapping=a.wrapping, model=TINY)
+                      microbatches=count, recompute=a.recompute, stack=a.stack, wrapping=a.wrapping, model=TINY)
         Path(a.json).write_text(json.dumps({"config": config, "rows": [
             {"what": what, "library_bytes": ours, "measured_bytes": measured} for what, ours, measured in rows]}, indent=1))
     return 0
@@ -254,4 +262,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]
+__all__ = ["STACKS", "TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]
