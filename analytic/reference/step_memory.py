@@ -4,11 +4,12 @@ memory measured against the library's count of the same plan (``Plan.memory``).
 The run is TorchTitan's: its units (:data:`WRAPPINGS`) wrapped by ``fully_shard`` with
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW, the loss
 ``cross_entropy(logits.float(), labels)`` (compiled for the stack of 2025, :data:`STACKS`), gradients
-accumulated over the step's microbatches. On a GPU the peak is the caching allocator's (``torch.cuda.max_memory_allocated``, and its reserve
-``max_memory_reserved``); on the CPU, which has no such allocator, it is the most bytes live at once by
-the profiler's record of every allocation and free, the allocated peak's counterpart. The reference's
-norm and SwiGLU kernels compute a block of rows at a time, as fused kernels do, so their fp32 working
-set stays small; what the CPU's attention kernel and FSDP2's collectives allocate is theirs.
+accumulated over the step's microbatches. On a GPU the peak is the caching allocator's
+(``torch.cuda.max_memory_allocated``, and its reserve ``max_memory_reserved``); on the CPU, which has no
+such allocator, it is the most bytes live at once by the profiler's record of every allocation and free,
+the allocated peak's counterpart. The reference's norm and SwiGLU kernels compute a block of rows at a
+time, as fused kernels do, so their fp32 working set stays small; what the CPU's attention kernel and
+FSDP2's collectives allocate is theirs.
 
 ``python -m analytic.reference.step_memory [--device cuda]`` prints the comparison.
 """
@@ -200,7 +201,8 @@ def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int,
 
 
 def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int, recompute: str = "none",
-            stack: str = "torchtitan", device: str = "cpu", ranks: int = 1, wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
+            stack: str = "torchtitan", device: str = "cpu", ranks: int = 1,
+            wrapping: str = "2024") -> list[tuple[str, float, float | None]]:
     """(what, the library's bytes, the measured bytes of rank 0) for the model states, the allocated peak
     and, on a GPU, the reserved peak against the count times the allocator's fitted reserve. The count
     has one ZeRO-3 working set for every wrapping: two blocks' parameters and one's gradients."""
@@ -228,7 +230,8 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
     ap.add_argument("--stack", default="torchtitan", choices=tuple(STACKS), help="its loss: eager (2024) or compiled")
-    ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS), help="TorchTitan's FSDP2 units of that year")
+    ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS),
+                    help="TorchTitan's FSDP2 units of that year")
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
     try:
         a = ap.parse_args(argv)
@@ -262,4 +265,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["STACKS", "TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan", "tiny"]
+__all__ = ["STACKS", "TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan",
+           "tiny"]
