@@ -24,17 +24,15 @@ def test_the_blocked_kernels_give_autograds_gradients():
     torch.manual_seed(0)
     x, w, g = torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True), torch.randn(
         64, dtype=torch.float64, requires_grad=True), torch.randn(3, 100, 64, dtype=torch.float64)
-    plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
-    for ours, want in zip(torch.autograd.grad(RMSNormFn.apply(x, w, 1e-5), (x, w), g), torch.autograd.grad(plain, (x, w), g)):
-        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    def same_gradients(ours, plain, inputs):
+        for got, want in zip(torch.autograd.grad(ours, inputs, g), torch.autograd.grad(plain, inputs, g)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    same_gradients(RMSNormFn.apply(x, w, 1e-5), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w, (x, w))
     b = torch.randn(64, dtype=torch.float64, requires_grad=True)
-    for ours, want in zip(torch.autograd.grad(LayerNormFn.apply(x, w, b, 1e-5), (x, w, b), g),
-                          torch.autograd.grad(F.layer_norm(x, (64,), w, b, 1e-5), (x, w, b), g)):
-        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    same_gradients(LayerNormFn.apply(x, w, b, 1e-5), F.layer_norm(x, (64,), w, b, 1e-5), (x, w, b))
     gate, up = (torch.randn(3, 100, 64, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    for ours, want in zip(torch.autograd.grad(SwiGLUFn.apply(gate, up), (gate, up), g),
-                          torch.autograd.grad(F.silu(gate) * up, (gate, up), g)):
-        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    same_gradients(SwiGLUFn.apply(gate, up), F.silu(gate) * up, (gate, up))
 
 
 def test_the_record_of_live_bytes_misses_a_free_on_another_thread():
@@ -72,6 +70,11 @@ def test_the_record_counts_a_free_only_for_a_block_it_saw_allocated():
     assert fold([(1, 100), (1, 40), (2, 10)]) == (100, 50)
 
 
+def counted(model, **kw) -> float:
+    """The plan's count of the measured run, in bytes."""
+    return sm.plan(model, **kw).memory().total.to("byte").magnitude
+
+
 def run(vocab: int, microbatches: int, recompute: str = "none"):
     model = sm.tiny(vocab, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=microbatches, recompute=recompute)
@@ -106,8 +109,7 @@ def test_the_compiled_loss_of_2025_in_a_whole_step():
     a step peak at the torchtitan-2025 plan's count within 2.5%."""
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2, stack="torchtitan-2025")
-    total = sm.plan(model, **kw).memory().total.to("byte").magnitude
-    assert total / sm.measure(model, **kw)["peak"] - 1 == pytest.approx(0, abs=0.025)
+    assert counted(model, **kw) / sm.measure(model, **kw)["peak"] - 1 == pytest.approx(0, abs=0.025)
 
 
 def test_the_2024_units_hold_the_embedding_and_the_last_block_through_the_loss():
@@ -138,7 +140,7 @@ def test_two_ranks_hold_half_the_states_and_the_counts_peak():
     model = sm.tiny(4096, S)
     kw = dict(seq_len=S, microbatch_size=B, microbatches=2)
     ranks = sm.measure_ranks(model, 2, **kw)
-    total = sm.plan(model, ranks=2, **kw).memory().total.to("byte").magnitude
+    total = counted(model, ranks=2, **kw)
     for got in ranks:
         assert got["weights"] + got["gradients"] + got["optimizer"] == 16 * PARAMS // 2
         assert total / got["peak"] - 1 == pytest.approx(0, abs=0.025)

@@ -140,6 +140,7 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
     _step(net, optimizer, batches, recompute, stack)  # the optimizer's state (and a compiled loss) exist from here on
     optimizer.zero_grad()  # freed before the measurement starts: what it holds is the states and buffers
     params = list(net.parameters())
+    gradients = lambda: _bytes(p.grad for p in params)  # noqa: E731
     moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -150,7 +151,7 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
     else:
         for _ in range(TRIES):  # a record missing a free reads high; it is known by what it ends holding
             top, kept = live_bytes(lambda: _step(net, optimizer, batches, recompute, stack))
-            if _everywhere(kept == _bytes(p.grad for p in params)):
+            if _everywhere(kept == gradients()):
                 break
             optimizer.zero_grad()
         else:
@@ -158,8 +159,7 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
         steps = [state["step"] for state in optimizer.state.values()]  # AdamW's counters, 4 bytes a tensor
         held = _bytes(params) + _bytes(moments) + _bytes(steps) + _bytes(net.buffers())  # before the profile
         peak, reserved = held + top, None
-    gradients = _bytes(p.grad for p in net.parameters())
-    return {"weights": _bytes(params), "gradients": gradients, "optimizer": _bytes(moments), "peak": peak,
+    return {"weights": _bytes(params), "gradients": gradients(), "optimizer": _bytes(moments), "peak": peak,
             "reserved": reserved}
 
 
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
     ap.add_argument("--stack", default="torchtitan", choices=tuple(STACKS), help="its loss: eager (2024) or compiled")
     ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS),
-                    help="TorchTitan's FSDP2 units of that year")
+                    help="TorchTitan's FSDP2 units: " + "; ".join(f"{k}, {v}" for k, v in WRAPPINGS.items()))
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
     try:
         a = ap.parse_args(argv)
