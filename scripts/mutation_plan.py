@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--module", default="", help="one module of analytic/ instead (e.g. analytic/reserve.py)")
     ap.add_argument("--tests", nargs="+", default=TESTS, help="the test files run on each mutant")
     ap.add_argument("--sample", type=int, default=0, help="run this many mutants drawn at random (seed 0)")
-    ap.add_argument("--lines", default="", help="only the sites on these lines (e.g. 126-136,210-222)")
+    ap.add_argument("--lines", default="", help="only the sites on these lines (e.g. 126-136,210)")
     ap.add_argument("--out", default=str(ROOT / "mutation-plan-report.md"))
     args = ap.parse_args()
     if args.module:
@@ -125,7 +125,13 @@ def main() -> int:
         modules = sorted(p for p in PLAN.glob("*.py") if p.name != "__init__.py" and args.only in p.stem)
     todo = [(p, i, line, d) for p in modules for i, line, d in sites(p)]
     if args.lines:
-        spans = [tuple(map(int, span.split("-"))) for span in args.lines.split(",")]
+        try:  # each span "a-b", or one line "a"
+            spans = [(int(span.split("-")[0]), int(span.split("-")[-1])) for span in args.lines.split(",")
+                     if span.count("-") <= 1]
+        except ValueError:
+            spans = []
+        if len(spans) != len(args.lines.split(",")):
+            ap.error(f"--lines: expected lines and spans such as 126-136,210, got {args.lines!r}")
         todo = [t for t in todo if any(a <= t[2] <= b for a, b in spans)]
     if args.sample:
         todo = random.Random(0).sample(todo, min(args.sample, len(todo)))

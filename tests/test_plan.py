@@ -956,7 +956,7 @@ def test_uneven_stages():
     """Llama 3's 405B trims a layer from its first and last stages (§3.3.2): 7 + 14 × 8 + 7 = 126. The
     first stage then holds 7 layers (and the embedding), stage 1 is the fullest; splits that leave the
     other stages unequal, that interleaving cannot split over its chunks, or that have no pipeline to
-    split, are refused."""
+    split, are refused; two end stages with no middle one split over their chunks."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(seq_len=8192, global_batch=2048)
     lay = an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True, first_stage_layers=7, last_stage_layers=7)
@@ -971,6 +971,14 @@ def test_uneven_stages():
         an.Plan(m, hw, lay.replace(first_stage_layers=8), **kw)
     with pytest.raises(LayoutError, match="pp 1 has no stages to split over"):
         an.Plan(m, hw, lay.replace(pp=1, dp=1024, last_stage_layers=None), **kw)
+    # two stages, both given, no middle one, each split over 2 chunks: the last holds two layers more and
+    # the final norm; a layer's 16,384·(16,384 + 2·8·128) + 16,384² + 3·16,384·53,248 + 2·16,384 parameters
+    # and the norm's 16,384, each over TP 8, 2 bytes each
+    ends = an.Plan(m, hw, lay.replace(pp=2, dp=512, first_stage_layers=62, last_stage_layers=64, vpp=2,
+                                      schedule="interleaved"), **kw)
+    layer = 16384 * (16384 + 2 * 8 * 128) + 16384**2 + 3 * 16384 * 53248 + 2 * 16384
+    weights = [ends.memory(stage=k).weights.to("byte").magnitude for k in (0, 1)]
+    assert weights[1] - weights[0] == 2 * (2 * layer + 16384) / 8
     with pytest.raises(LayoutError, match="over its 2 model chunks"):
         an.Plan(m, hw, lay.replace(vpp=2, schedule="interleaved"), **kw)
 
