@@ -17,6 +17,10 @@ SP_SAVED_INPUTS = ("split", "gathered")
 #: how a stack runs a share of the optimizer step on the host (presets/stacks.toml optimizer_offload):
 #: Megatron-Core's HybridDeviceOptimizer
 OPTIMIZER_OFFLOADS = ("hybrid",)
+#: how a stack's Adam updates the parameters (presets/stacks.toml optimizer_kernel): in place in one kernel
+#: (fused), or a kernel per operation over all tensors at once, whose square roots of the second moments
+#: are a tensor of their size (foreach, memory.optimizer_step.foreach)
+OPTIMIZER_KERNELS = ("fused", "foreach")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}
@@ -32,8 +36,9 @@ GRAD_DTYPES = ("bf16", "fp32")
 #: Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16: K = 8)
 MOMENT_DTYPES = ("fp32", "bf16")
 AXES = ("tp", "cp", "dp", "pp", "ep")
-#: the parts of a pipeline stage's memory per GPU, which sum to its total
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations")
+#: the parts of a pipeline stage's memory per GPU at its peak, which sum to its total: the optimizer step's
+#: temporaries where the step is the peak (the activations and gathered copies then freed), else 0
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations", "optimizer_step")
 #: whether a stage fits (Plan.memory_verdict): its predicted peak does; only its count does, the allocator at
 #: the device's limit; its count does not
 MEMORY_VERDICTS = ("fits", "fits at the allocator's limit", "does not fit")

@@ -87,9 +87,12 @@ def cmd_memory(args) -> int:
     where = f"stage {mem.stage} of {plan.layout.pp}, the worst" if plan.layout.pp > 1 else "one stage"
     print(f"  per GPU on {where}:")
     for k in PARTS:
-        print(f"  {k:<12} {_fmt(rows[k]):>12}")
+        if k != "optimizer_step" or rows[k].magnitude:  # the step's temporaries, where the step is the peak
+            print(f"  {k:<14} {_fmt(rows[k]):>12}")
+    if rows["optimizer_step"].magnitude:
+        print("  (the peak is the optimizer step's: its temporaries, with the activations and gathered copies freed)")
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
-    print(f"  {'total':<12} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
+    print(f"  {'total':<14} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
     print("  (the HBM is the driver's total: the CUDA context and NCCL's own buffers, outside the allocator, are not "
           "counted; see memory.allocator_peak)")
@@ -105,7 +108,7 @@ def cmd_memory(args) -> int:
                  "releases its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)"
                  if fit == MEMORY_VERDICTS[1] else f": {fit}")
         print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
-              f"count (fitted on measured peaks of {' and '.join(measured)} runs, calibration.toml [memory]{own}){limit}")
+              f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit}")
         print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
               f"to {_fmt(high)}{above}")
     if stages:
@@ -117,6 +120,11 @@ def cmd_memory(args) -> int:
             print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in columns)
                   + f"   {'yes' if s.fits else 'no'}")
     return 0
+
+
+def _listed(names) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
 
 
 def _parse_set(items) -> dict:

@@ -115,6 +115,9 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute}"
         f"{'; 2 layers on device' if lay.offload_activations else ''})",
         mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
+    if mem.optimizer_step.magnitude:
+        add("memory", "optimizer_step", "the optimizer step's temporaries: its peak, activations freed",
+            mem.optimizer_step.to("GB"), _tags(plan, "memory.optimizer_step", "memory.optimizer_step."))
     if lay.offloaded:
         _, dram, fits = node_host_memory(plan, mem.host)
         room = "" if dram is None else f"; the node's {dram.to('TB'):.4g~P}: {'fits' if fits else 'DOES NOT FIT'}"

@@ -489,14 +489,14 @@ def test_memory_carries_the_predicted_peak_and_its_range(capsys):
     assert (f"fits, {hbm - count:.4g} GB to spare" in out and f"{peak:.4g} GB, {fitted['reserve']:.3f}× the count" in out
             and "at its top it would not fit" in out)
     # the reserve was measured on TorchTitan's runs: a Megatron-Core plan is told it is carried over, theirs are not
-    assert fitted["stacks"] == ["torchtitan", "torchtitan-2025"]
-    assert ("(fitted on measured peaks of torchtitan and torchtitan-2025 runs, calibration.toml [memory]; "
+    assert fitted["stacks"] == ["torchtitan", "torchtitan-2025", "torchtitan-2025-eager"]
+    assert ("(fitted on measured peaks of torchtitan, torchtitan-2025 and torchtitan-2025-eager runs, calibration.toml [memory]; "
             "megatron-core has none of its own)" in out)
     assert main(["memory", *essay, "--stack", "torchtitan", "--zero", "3"]) == 0
     out = capsys.readouterr().out
-    assert "torchtitan-2025 runs, calibration.toml [memory]):" in out and "none of its own" not in out
+    assert "torchtitan-2025-eager runs, calibration.toml [memory]):" in out and "none of its own" not in out
     assert main(["memory", *essay, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["reserve_measured_on"] == ["torchtitan", "torchtitan-2025"]
+    assert json.loads(capsys.readouterr().out)["reserve_measured_on"] == ["torchtitan", "torchtitan-2025", "torchtitan-2025-eager"]
     maxtext = ["--model", "llama3-8b", "--hardware", "tpu-v6e", "--dp", "8", "--seq", "8192", "--global-batch", "8",
                "--stack", "maxtext", "--recompute", "full"]
     assert main(["memory", *maxtext, "--json"]) == 0

@@ -1397,6 +1397,31 @@ def test_ends_counted_as_layers_must_split_evenly(changes, needle):
         an.Layout(pp=16, dp=64, schedule="dualpipe", ends_as_layers=True)
 
 
+def test_a_foreach_adamw_step_is_the_peak_where_the_activations_are_small():
+    """TorchTitan's foreach AdamW of 2024 allocates the square roots of the second moments in its step, 4
+    bytes a parameter it updates. Llama 3 8B (8,030,261,248 parameters, its model card) under FSDP 8 with
+    512 tokens a GPU and full recomputation peaks there: 20 bytes a parameter of the shard, activations and
+    gathered blocks freed. With 8,192 tokens the forward and backward is the peak and the step adds
+    nothing; the fused AdamW of 2025 never allocates it."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    shard = 8_030_261_248 // 8
+
+    def memory(seq, stack):
+        plan = an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute="full"), seq_len=seq, global_batch=8, stack=stack)
+        return plan, plan.memory()
+
+    plan, short = memory(512, "torchtitan")
+    assert short.optimizer_step.to("byte").magnitude == 4 * shard
+    assert short.total.to("byte").magnitude == 20 * shard
+    assert short.activations.magnitude == short.gathered.magnitude == 0
+    assert "memory.optimizer_step.foreach" in plan.sources("memory.total")
+    _, long = memory(8192, "torchtitan")
+    _, fused = memory(512, "torchtitan-2025")
+    assert long.optimizer_step.magnitude == fused.optimizer_step.magnitude == 0
+    assert long.activations.magnitude > 0 and fused.total.to("byte").magnitude < 20 * shard
+    assert fused.activations.to("byte").magnitude + fused.gathered.to("byte").magnitude < 4 * shard
+
+
 def test_offloaded_optimizer_moves_its_share_of_the_state_and_the_step_to_the_host():
     """Llama 3 8B (8,030,261,248 parameters, its model card) on 8 GPUs, ZeRO-1: each rank updates
     1,003,782,656. Offloading half (Megatron-Core's --optimizer-offload-fraction 0.5) leaves 12 bytes

@@ -128,11 +128,13 @@ def test_amds_links_by_hand():
 
 
 def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
-    """torchtitan-2025 names torchtitan as its base: it differs only in its compiled loss."""
+    """torchtitan-2025 names torchtitan as its base: it differs in its compiled loss and its fused AdamW.
+    torchtitan-2025-eager names torchtitan-2025: it keeps the fused AdamW and has the eager loss of 2024."""
     from analytic.presets import stack
-    old, new = stack("torchtitan"), stack("torchtitan-2025")
-    assert {k for k in old if old[k] != new[k]} == {"name", "loss_bytes", "loss_bytes_tp"}
-    assert (new["loss_bytes"], new["loss_bytes_tp"]) == (4, 10)
+    old, new, eager = stack("torchtitan"), stack("torchtitan-2025"), stack("torchtitan-2025-eager")
+    assert {k for k in old if old[k] != new[k]} == {"name", "loss_bytes", "loss_bytes_tp", "optimizer_kernel"}
+    assert (new["loss_bytes"], new["loss_bytes_tp"], new["optimizer_kernel"]) == (4, 10, "fused")
+    assert {k for k in old if old[k] != eager[k]} == {"name", "optimizer_kernel"} and eager["optimizer_kernel"] == "fused"
 
 
 def test_every_stack_property_is_known_and_one_the_plan_reads():
@@ -141,7 +143,8 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic import choices
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
-             "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload"}
+             "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
+             "optimizer_kernel"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -149,5 +152,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("sp_saved_inputs", "split") in choices.SP_SAVED_INPUTS, name
         assert set(props.get("saved_extra", ())) <= set(choices.SAVED_EXTRAS), name
         assert props.get("optimizer_offload", "hybrid") in choices.OPTIMIZER_OFFLOADS, name
+        assert props.get("optimizer_kernel", "fused") in choices.OPTIMIZER_KERNELS, name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

@@ -142,73 +142,74 @@ FORMULAS = {
     'memory.offload.device_optimizer': ('f137', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
     'memory.offload.host_activations': ('f138', ('kept_bytes', 'layers_in_flight'), 'byte'),
     'memory.offload.host_optimizer': ('f139', ('optimizer_offload', 'params'), 'byte'),
-    'memory.zero3_gathered': ('f140', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held': ('f141', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held_fp32_gradients': ('f142', ('params',), 'byte'),
-    'model.params.attention': ('f143', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f144', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f145', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f146', ('heads',), 'parameter'),
-    'model.params.embedding': ('f147', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f148', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f149', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f150', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f151', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f152', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f153', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f154', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f155', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f156', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f157', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f158', ('hidden',), 'parameter'),
-    'model.params.positions': ('f159', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f160', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f161', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f162', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f163', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f164', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f165', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f166', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f167', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f168', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f169', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f170', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f171', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f172', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f173', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f174', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f175', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f176', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f177', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f178', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f179', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f180', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f181', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f182', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f183', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f184', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f185', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f186', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f187', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f188', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f189', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f190', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f191', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f192', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f193', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f194', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f195', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f196', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f197', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f198', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f199', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f200', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f202', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f204', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f206', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f207', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f208', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f209', ('flops',), 'token'),
+    'memory.optimizer_step.foreach': ('f140', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_gathered': ('f141', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held': ('f142', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held_fp32_gradients': ('f143', ('params',), 'byte'),
+    'model.params.attention': ('f144', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f145', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f146', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f147', ('heads',), 'parameter'),
+    'model.params.embedding': ('f148', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f149', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f150', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f151', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f152', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f153', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f154', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f155', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f156', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f157', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f158', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f159', ('hidden',), 'parameter'),
+    'model.params.positions': ('f160', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f161', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f162', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f163', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f164', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f165', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f166', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f167', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f168', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f169', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f170', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f171', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f172', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f173', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f174', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f175', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f176', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f177', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f178', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f179', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f180', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f181', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f182', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f183', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f184', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f185', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f186', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f187', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f188', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f189', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f190', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f191', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f192', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f193', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f194', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f195', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f196', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f197', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f198', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f199', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f200', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f201', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f203', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f205', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f207', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f208', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f209', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f210', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1520,23 +1521,29 @@ def f139(x, k):
 
 def f140(x, k):
     x0, x1 = x
-    r0 = 3.0 * x1 * x0
+    r0 = x1 * x0
     return (r0, 1.0)
 
 
 def f141(x, k):
     x0, x1 = x
-    r0 = 2.0 * x1 * x0
+    r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
 def f142(x, k):
+    x0, x1 = x
+    r0 = 2.0 * x1 * x0
+    return (r0, 1.0)
+
+
+def f143(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f143(x, k):
+def f144(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1545,7 +1552,7 @@ def f143(x, k):
     return (r1, 1.0)
 
 
-def f144(x, k):
+def f145(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1554,7 +1561,7 @@ def f144(x, k):
     return (r0, 1.0)
 
 
-def f145(x, k):
+def f146(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1567,18 +1574,18 @@ def f145(x, k):
     return (r6, 1.0)
 
 
-def f146(x, k):
+def f147(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f147(x, k):
+def f148(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f149(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1591,25 +1598,25 @@ def f148(x, k):
     return (r4, 1.0)
 
 
-def f149(x, k):
+def f150(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f150(x, k):
+def f151(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f151(x, k):
+def f152(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f152(x, k):
+def f153(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1620,7 +1627,7 @@ def f152(x, k):
     return (r2, 1.0)
 
 
-def f153(x, k):
+def f154(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1631,7 +1638,7 @@ def f153(x, k):
     return (r2, 1.0)
 
 
-def f154(x, k):
+def f155(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1641,7 +1648,7 @@ def f154(x, k):
     return (r1, 1.0)
 
 
-def f155(x, k):
+def f156(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1651,7 +1658,7 @@ def f155(x, k):
     return (r1, 1.0)
 
 
-def f156(x, k):
+def f157(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1660,30 +1667,30 @@ def f156(x, k):
     return (r1, 1.0)
 
 
-def f157(x, k):
+def f158(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f158(x, k):
+def f159(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f159(x, k):
+def f160(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f160(x, k):
+def f161(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f161(x, k):
+def f162(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1691,13 +1698,13 @@ def f161(x, k):
     return (r0, 1.0)
 
 
-def f162(x, k):
+def f163(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f163(x, k):
+def f164(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1705,15 +1712,10 @@ def f163(x, k):
     return (r0, 1.0)
 
 
-def f164(x, k):
+def f165(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
-
-
-def f165(x, k):
-    pass
-    return (1.0, 1.0)
 
 
 def f166(x, k):
@@ -1722,61 +1724,66 @@ def f166(x, k):
 
 
 def f167(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f168(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f168(x, k):
+def f169(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f169(x, k):
+def f170(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f170(x, k):
+def f171(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f171(x, k):
+def f172(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f172(x, k):
+def f173(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f173(x, k):
+def f174(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f174(x, k):
+def f175(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
 
 
-def f175(x, k):
+def f176(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f176(x, k):
+def f177(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r1 = x1 * x2
@@ -1785,28 +1792,20 @@ def f176(x, k):
     return (r1, 1.0)
 
 
-def f177(x, k):
+def f178(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f178(x, k):
+def f179(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f179(x, k):
+def f180(x, k):
     pass
     return (2.0, 1.0)
-
-
-def f180(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
 
 
 def f181(x, k):
@@ -1818,6 +1817,14 @@ def f181(x, k):
 
 
 def f182(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f183(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1826,7 +1833,7 @@ def f182(x, k):
     return (r2, 1.0)
 
 
-def f183(x, k):
+def f184(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1835,7 +1842,7 @@ def f183(x, k):
     return (r2, 1.0)
 
 
-def f184(x, k):
+def f185(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1843,7 +1850,7 @@ def f184(x, k):
     return (r1, 1.0)
 
 
-def f185(x, k):
+def f186(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1854,7 +1861,7 @@ def f185(x, k):
     return (r2, 1.0)
 
 
-def f186(x, k):
+def f187(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1869,7 +1876,7 @@ def f186(x, k):
     return (r2, r7)
 
 
-def f187(x, k):
+def f188(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1880,7 +1887,7 @@ def f187(x, k):
     return (r1, r0)
 
 
-def f188(x, k):
+def f189(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1892,12 +1899,12 @@ def f188(x, k):
     return (r1, r5)
 
 
-def f189(x, k):
+def f190(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f190(x, k):
+def f191(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1905,13 +1912,13 @@ def f190(x, k):
     return (r0, r2)
 
 
-def f191(x, k):
+def f192(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f192(x, k):
+def f193(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -1934,7 +1941,7 @@ def f192(x, k):
     return (r2, r0)
 
 
-def f193(x, k):
+def f194(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -1945,14 +1952,14 @@ def f193(x, k):
     return (r2, r1)
 
 
-def f194(x, k):
+def f195(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f195(x, k):
+def f196(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -1960,19 +1967,19 @@ def f195(x, k):
     return (r0, r2)
 
 
-def f196(x, k):
+def f197(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f197(x, k):
+def f198(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f198(x, k):
+def f199(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -1981,7 +1988,7 @@ def f198(x, k):
     return (r2, 1.0)
 
 
-def f199(x, k):
+def f200(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -1995,7 +2002,7 @@ def f199(x, k):
     return (r6, 1.0)
 
 
-def f200(x, k):
+def f201(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2015,7 +2022,7 @@ def f200(x, k):
     return (r8, 1.0)
 
 
-def f202(x, k):
+def f203(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2023,7 +2030,7 @@ def f202(x, k):
     return (r1, 1.0)
 
 
-def f204(x, k):
+def f205(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2033,7 +2040,7 @@ def f204(x, k):
     return (r1, 1.0)
 
 
-def f206(x, k):
+def f207(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2043,7 +2050,7 @@ def f206(x, k):
     return (r2, 1.0)
 
 
-def f207(x, k):
+def f208(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2051,7 +2058,7 @@ def f207(x, k):
     return (r1, 1.0)
 
 
-def f208(x, k):
+def f209(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2059,7 +2066,7 @@ def f208(x, k):
     return (r1, 1.0)
 
 
-def f209(x, k):
+def f210(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

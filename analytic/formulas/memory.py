@@ -317,6 +317,17 @@ define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}: an f
        OFFLOADED + ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",),
        "host memory one rank's offloaded optimizer takes (16 bytes a parameter)", coefficient_unit="byte")
 
+define("memory.optimizer_step.foreach", Psi * S("element_bytes"), "byte",
+       "PyTorch torch/optim/adam.py _multi_tensor_adam (AdamW with foreach=True): torch._foreach_sqrt of the "
+       "second moments allocates a tensor of their size, divided and offset in place and freed after the update; "
+       "analytic.reference.step_memory measures it",
+       ("Ψ: the parameters this GPU's optimizer updates (its ZeRO shard)",
+        "e: bytes of a second moment (4 in fp32)",
+        "the step runs after the backward: the activations and ZeRO-3's unsharded copies are freed",
+        "a fused step (torch._fused_adamw_, apex's and Transformer Engine's multi_tensor_adam) updates in place "
+        "and allocates nothing of this size"),
+       "memory a foreach AdamW step allocates beyond the model states: the square roots of the second moments")
+
 M_c, rho = S("counted_bytes", "allocator_reserve")
 define("memory.allocator_peak", M_c * rho, "byte",
        "fitted: `analytic calibrate --published` on the measured peaks of validation/memory.toml, each source weighted "

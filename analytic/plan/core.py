@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Memory:
-    """Memory per GPU on one pipeline stage (``stage``), or on the worst one; the parts sum to ``total``."""
+    """Memory per GPU on one pipeline stage (``stage``), or on the worst one, at its peak; the parts
+    (choices.MEMORY_PARTS) sum to ``total``. Where the optimizer step is the peak, ``optimizer_step``
+    holds its temporaries and the activations and gathered copies are 0."""
 
     weights: pint.Quantity
     gradients: pint.Quantity
@@ -50,6 +52,7 @@ class Memory:
     logits: pint.Quantity  # one microbatch's logits on the last stage
     loss: pint.Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
     stage: int | None = None  # the stage's index (0 the first), where known
+    optimizer_step: pint.Quantity = Q_(0, "byte")  # the step's temporaries where the optimizer step is the peak
     host: pint.Quantity = Q_(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
 
     @property

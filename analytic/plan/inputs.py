@@ -87,6 +87,8 @@ class Inputs:
         self.selective = props.get("selective")
         #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
+        #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: its step's temporaries are not modelled)
+        self.optimizer_kernel = props.get("optimizer_kernel")
         #: what a sequence-parallel matmul saves of its input: "split" (Megatron: its shard, gathered again in the
         #: backward) or "gathered" (DTensor TP: the all-gathered input)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])

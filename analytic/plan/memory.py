@@ -11,8 +11,14 @@ from ..formula import Formula, cases, composed
 from ..formulas import formula
 from ..numeric import value_at_max
 from ..schedules import lazy_max, lazy_min
+from ..units import Q_
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
+
+
+def _zero(name: str) -> Formula:
+    """No bytes, as a Formula named ``name``."""
+    return Formula(name, sympy.Integer(0), "byte", "")
 
 
 def model_states(inp: Inputs, params: dict) -> dict:
@@ -192,7 +198,7 @@ def activation_parts(inp: Inputs) -> dict:
     kept = cases("kept", "byte", (layer_input, lay.recompute_is("full")), (layer, True))
     # a layer's backward: the recomputed layer's activations under full recomputation, and its gradients
     gradients = (inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
-                 if m.mlp_formulas == "swiglu" and not m.is_moe else Formula("gradients", sympy.Integer(0), "byte", ""))
+                 if m.mlp_formulas == "swiglu" and not m.is_moe else _zero("gradients"))
     working = cases("working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
     sp = "_sp" if lay.sequence_parallel else ""
@@ -240,7 +246,7 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
     if not inp.layout.offload_activations:
-        return kept * held + transient, Formula("host", sympy.Integer(0), "byte", "")
+        return kept * held + transient, _zero("host")
     device, host = (inp.f(f"memory.offload.{name}_activations", kept_bytes=kept, layers_in_flight=held)
                     for name in ("device", "host"))
     return device + transient, host
@@ -260,16 +266,36 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
-    """weights, gradients, optimizer, gathered, activations and total of stage ``k``, and the host
-    memory its offloaded activations and optimizer take (not in the total)."""
+    """weights, gradients, optimizer, gathered, activations, optimizer_step and total of stage ``k`` at
+    its peak (with a foreach Adam, the larger of its forward and backward and its optimizer step), and the
+    host memory its offloaded activations and optimizer take (not in the total)."""
     params = rank_params(inp, k)
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
     if inp.layout.offload_optimizer:
         host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
                             optimizer_offload=inp.layout.offload_optimizer)
+    out["optimizer_step"] = _zero("optimizer_step")
+    if inp.optimizer_kernel == "foreach":
+        out = _peak_phase(inp, params, out)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
     return out | {"host": host}
+
+
+def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
+    """The parts of the larger of a stage's two phases: the forward and backward (``out``), or the
+    optimizer step, which holds the model states and its temporaries (``optimizer_step``) with the
+    activations and ZeRO-3's unsharded copies freed."""
+    moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
+    extra = inp.f("memory.optimizer_step.foreach", params=optimizer_shard(inp, params), element_bytes=moment)
+    keys = ((out["gathered"] + out["activations"]).expr, extra.expr)  # the phase with the larger is the peak
+
+    def pick(name, backward, step):  # a tie is the forward and backward's
+        expr = value_at_max(keys[0], backward.expr, keys[1], step.expr)
+        return composed(name, expr.doit(deep=False), "byte", backward, step)
+
+    return out | {"optimizer_step": pick("optimizer_step", out["optimizer_step"], extra)} | {
+        name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
 
 
 def worst(inp: Inputs, parts: dict) -> dict:

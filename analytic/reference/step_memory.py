@@ -2,7 +2,8 @@
 memory measured against the library's count of the same plan (``Plan.memory``).
 
 The run is TorchTitan's: its units (:data:`WRAPPINGS`) wrapped by ``fully_shard`` with
-``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW, the loss
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 parameter shards, AdamW (foreach in
+2024, fused in 2025: :data:`KERNELS`), the loss
 ``cross_entropy(logits.float(), labels)`` (compiled for the stack of 2025, :data:`STACKS`), gradients
 accumulated over the step's microbatches. On a GPU the peak is the caching allocator's
 (``torch.cuda.max_memory_allocated``, and its reserve ``max_memory_reserved``); on the CPU, which has no
@@ -24,6 +25,7 @@ import torch
 
 from ..errors import InputError
 from ..model import Model
+from ..presets import stack as preset
 from ..values import choice
 from . import loss
 from .profiling import live_bytes
@@ -88,8 +90,13 @@ def build(model: Model, seq_len: int, device: torch.device, wrapping: str = "202
 
 
 #: the loss each stack of the library takes on the output layer's bf16 logits (:mod:`.loss`): TorchTitan's
-#: ``cross_entropy(logits.float(), labels)``, eager (2024) or compiled (2025)
-STACKS = {"torchtitan": loss.torchtitan, "torchtitan-2025": loss.torchtitan_compiled}
+#: ``cross_entropy(logits.float(), labels)``, eager (2024, and 2025 without torch.compile) or compiled (2025)
+STACKS = {"torchtitan": loss.torchtitan, "torchtitan-2025": loss.torchtitan_compiled,
+          "torchtitan-2025-eager": loss.torchtitan}
+
+
+#: AdamW's arguments for each of the stacks' kernels (presets/stacks.toml optimizer_kernel)
+KERNELS = {"foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def _step(net, optimizer, batches, recompute: str, stack: str) -> None:
@@ -134,7 +141,7 @@ def measure(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
     dev = torch.device(device)
     torch.manual_seed(0)
     net = build(model, seq_len, dev, wrapping)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4, **KERNELS[preset(stack)["optimizer_kernel"]])
     batches = [(torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev),
                 torch.randint(0, model.vocab, (microbatch_size, seq_len), device=dev)) for _ in range(microbatches)]
     _step(net, optimizer, batches, recompute, stack)  # the optimizer's state (and a compiled loss) exist from here on
@@ -229,7 +236,8 @@ def main(argv=None) -> int:
     for flag, default in counts.items():
         ap.add_argument(f"--{flag}", default=str(default))
     ap.add_argument("--recompute", default="none", choices=("none", "full"))
-    ap.add_argument("--stack", default="torchtitan", choices=tuple(STACKS), help="its loss: eager (2024) or compiled")
+    ap.add_argument("--stack", default="torchtitan", choices=tuple(STACKS),
+                    help="the stack: its loss (eager or compiled) and its AdamW (foreach or fused)")
     ap.add_argument("--wrapping", default="2024", choices=tuple(WRAPPINGS),
                     help="TorchTitan's FSDP2 units: " + "; ".join(f"{k}, {v}" for k, v in WRAPPINGS.items()))
     ap.add_argument("--json", metavar="FILE", help="also write the comparison to FILE")
@@ -265,5 +273,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["STACKS", "TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan",
+__all__ = ["KERNELS", "STACKS", "TINY", "TRIES", "WRAPPINGS", "build", "compare", "main", "measure", "measure_ranks", "plan",
            "tiny"]
