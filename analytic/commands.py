@@ -115,9 +115,9 @@ def cmd_memory(args) -> int:
         columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
         if plan.layout.schedule == "dualpipe":
             print("\n  under DualPipe the row of stage k is its rank, which also holds stage p − 1 − k")
-        print("\n  stage " + "".join(f"{k:>13}" for k in columns) + "   fits")
+        print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
         for s in stages:
-            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>13}" for k in columns)
+            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
                   + f"   {'yes' if s.fits else 'no'}")
     return 0
 

@@ -1401,8 +1401,9 @@ def test_a_foreach_adamw_step_is_the_peak_where_the_activations_are_small():
     """TorchTitan's foreach AdamW of 2024 allocates the square roots of the second moments in its step, 4
     bytes a parameter it updates. Llama 3 8B (8,030,261,248 parameters, its model card) under FSDP 8 with
     512 tokens a GPU and full recomputation peaks there: 20 bytes a parameter of the shard, activations and
-    gathered blocks freed. With 8,192 tokens the forward and backward is the peak and the step adds
-    nothing; the fused AdamW of 2025 never allocates it."""
+    gathered blocks freed; with bf16 moments (12 bytes of states) the roots take 2, with 256 tokens. With
+    8,192 tokens the forward and backward is the peak and the step adds nothing; the fused AdamW of 2025
+    never allocates it."""
     m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
     shard = 8_030_261_248 // 8
 
@@ -1415,6 +1416,8 @@ def test_a_foreach_adamw_step_is_the_peak_where_the_activations_are_small():
     assert short.total.to("byte").magnitude == 20 * shard
     assert short.activations.magnitude == short.gathered.magnitude == 0
     assert "memory.optimizer_step.foreach" in plan.sources("memory.total")
+    bf16 = plan.replace(moment_dtype="bf16", seq_len=256).memory()  # bf16 moments: their square roots too
+    assert bf16.optimizer_step.to("byte").magnitude == 2 * shard and bf16.total.to("byte").magnitude == 14 * shard
     _, long = memory(8192, "torchtitan")
     _, fused = memory(512, "torchtitan-2025")
     assert long.optimizer_step.magnitude == fused.optimizer_step.magnitude == 0
