@@ -177,10 +177,11 @@ def _rank(rank: int, ranks: int, port: int, outdir: str, fields: dict, kw: dict)
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=ranks)
-    try:
-        Path(outdir, f"{rank}.json").write_text(json.dumps(measure(Model(**fields), **kw)))
-    finally:
-        dist.destroy_process_group()
+    Path(outdir, f"{rank}.json").write_text(json.dumps(measure(Model(**fields), **kw)))  # an error exits non-zero
+    dist.barrier()  # every rank is past its last collective
+    # the process ends here: tearing down gloo's and the profiler's threads at exit can abort it
+    # ("terminate called without an active exception") after its result is written
+    os._exit(0)
 
 
 def measure_ranks(model: Model, ranks: int, **kw) -> list[dict]:
