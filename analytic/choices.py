@@ -21,6 +21,9 @@ OPTIMIZER_OFFLOADS = ("hybrid",)
 #: (fused), or a kernel per operation over all tensors at once, whose square roots of the second moments
 #: are a tensor of their size (foreach, memory.optimizer_step.foreach)
 OPTIMIZER_KERNELS = ("fused", "foreach")
+#: what a stack's ZeRO optimizer does with the gradient partition at the step (presets/stacks.toml
+#: step_gradient_copy): flattens it and copies it to fp32 for Adam (DeepSpeed, memory.optimizer_step.fp32_gradient_copy)
+STEP_GRADIENT_COPIES = ("fp32",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

@@ -1425,6 +1425,36 @@ def test_a_foreach_adamw_step_is_the_peak_where_the_activations_are_small():
     assert fused.activations.to("byte").magnitude + fused.gathered.to("byte").magnitude < 4 * shard
 
 
+def test_deepspeeds_step_copies_the_gradient_partition_to_fp32():
+    """DeepSpeed's ZeRO optimizers flatten the gradient partition (2 bytes a parameter) and copy it to fp32
+    (4) before Adam's step. Llama 3 8B (8,030,261,248 parameters, its model card), 512 tokens a GPU, full
+    recomputation: under ZeRO-2 on 8 GPUs the step is the peak, 2Ψ of weights, 2 + 12 + 6 bytes a parameter of
+    the shard. Under ZeRO-1 on 2 GPUs the step frees the gradients outside the partition first and holds
+    2Ψ + Ψ + 6Ψ + 3Ψ = 12Ψ, above the backward's 2Ψ + 2Ψ + 6Ψ and the activations. Under ZeRO-3 on 4 GPUs
+    the copy is of one sub-group, at most 10⁹ parameters: 6·10⁹ bytes."""
+    m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
+
+    def memory(dp, zero, stack="deepspeed"):
+        plan = an.Plan(m, hw, an.Layout(dp=dp, zero=zero, recompute="full"), seq_len=512, global_batch=dp,
+                       stack=stack)
+        return plan, plan.memory()
+
+    plan, z2 = memory(8, 2)
+    assert z2.optimizer_step.to("byte").magnitude == 6 * n // 8
+    assert z2.total.to("byte").magnitude == 2 * n + 20 * n // 8
+    assert z2.activations.magnitude == 0 and "memory.optimizer_step.fp32_gradient_copy" in plan.sources("memory.total")
+    _, z1 = memory(2, 1)
+    assert z1.gradients.to("byte").magnitude == n and z1.optimizer_step.to("byte").magnitude == 3 * n
+    assert z1.total.to("byte").magnitude == 12 * n
+    _, z1_wide = memory(8, 1)  # 16 GB of gradients in the backward outweigh the 8 bytes a parameter of a shard
+    assert z1_wide.optimizer_step.magnitude == 0 and z1_wide.gradients.to("byte").magnitude == 2 * n
+    _, z3 = memory(4, 3)
+    assert z3.optimizer_step.to("byte").magnitude == 6 * 10**9
+    assert z3.total.to("byte").magnitude == 16 * n // 4 + 6 * 10**9
+    _, megatron = memory(8, 2, stack="megatron-core")  # a fused step without the copy
+    assert megatron.optimizer_step.magnitude == 0
+
+
 def test_offloaded_optimizer_moves_its_share_of_the_state_and_the_step_to_the_host():
     """Llama 3 8B (8,030,261,248 parameters, its model card) on 8 GPUs, ZeRO-1: each rank updates
     1,003,782,656. Offloading half (Megatron-Core's --optimizer-offload-fraction 0.5) leaves 12 bytes

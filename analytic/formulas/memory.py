@@ -328,6 +328,26 @@ define("memory.optimizer_step.foreach", Psi * S("element_bytes"), "byte",
         "and allocates nothing of this size"),
        "memory a foreach AdamW step allocates beyond the model states: the square roots of the second moments")
 
+DS_COPY = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.step (2021-2026): "
+           "flatten(averaged_gradients[i]).to(fp32) becomes the fp32 master partition's .grad; the 16-bit gradients "
+           "are freed after the copy, the fp32 one after Adam's step")
+COPY = ("Ψ: the parameters this GPU's optimizer updates (its ZeRO shard), one parameter group holding nearly all",
+        "the flattened 16-bit copy (2 bytes) is alive while its fp32 copy (4 bytes) is made, beside the gradient "
+        "partition it flattens",
+        "the step runs after the backward: the activations and ZeRO-3's unsharded copies are freed; the gradients "
+        "outside the partition (ZeRO-1) are freed first (free_grad_in_param_list)",
+        "ZeRO stage 0 (DeepSpeed's FP16_Optimizer and BF16_Optimizer) is not counted")
+define("memory.optimizer_step.fp32_gradient_copy", 6 * Psi, "byte", DS_COPY, COPY,
+       "memory a ZeRO-1/2 step allocates beyond the model states: the gradient partition flattened and in fp32",
+       coefficient_unit="byte")
+define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * Min(Psi, 10**9), "byte",
+       "DeepSpeed deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._prepare_fp32_grad_for_sub_group "
+       "(flatten(averaged_gradients[sub_group]).to(fp32), a sub-group at a time); deepspeed/runtime/zero/config.py "
+       "(sub_group_size, default 10⁹ parameters)",
+       COPY[:1] + ("ZeRO-3 copies one sub-group of at most sub_group_size = 10⁹ of its parameters at a time",) + COPY[1:3],
+       "memory a ZeRO-3 step allocates beyond the model states: the largest sub-group's gradients flattened and in "
+       "fp32", coefficient_unit="byte")
+
 M_c, rho = S("counted_bytes", "allocator_reserve")
 define("memory.allocator_peak", M_c * rho, "byte",
        "fitted: `analytic calibrate --published` on the measured peaks of validation/memory.toml, each source weighted "

@@ -267,7 +267,7 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
 
 def stage(inp: Inputs, k, parts: dict) -> dict:
     """weights, gradients, optimizer, gathered, activations, optimizer_step and total of stage ``k`` at
-    its peak (with a foreach Adam, the larger of its forward and backward and its optimizer step), and the
+    its peak (the larger of its forward and backward and its optimizer step, where the step allocates), and the
     host memory its offloaded activations and optimizer take (not in the total)."""
     params = rank_params(inp, k)
     out = model_states(inp, params)
@@ -276,24 +276,49 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
         host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
                             optimizer_offload=inp.layout.offload_optimizer)
     out["optimizer_step"] = _zero("optimizer_step")
-    if inp.optimizer_kernel == "foreach":
+    if inp.optimizer_kernel == "foreach" or inp.step_gradient_copy:
         out = _peak_phase(inp, params, out)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
     return out | {"host": host}
 
 
+def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula, Formula]:
+    """(temporaries, gradients) of a stage's optimizer step: what a foreach Adam
+    (memory.optimizer_step.foreach) and a ZeRO optimizer's fp32 copy of the gradient partition
+    (memory.optimizer_step.fp32_gradient_copy*) allocate, and the gradients held meanwhile (the
+    partition's alone where the copy's optimizer freed the rest first; else ``gradients``)."""
+    lay, shard = inp.deg, optimizer_shard(inp, params)
+    temporaries = []
+    if inp.optimizer_kernel == "foreach":
+        moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
+        temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard, element_bytes=moment))
+    if inp.step_gradient_copy:
+        temporaries.append(cases(
+            "optimizer_step", "byte",
+            (inp.f("memory.optimizer_step.fp32_gradient_copy_subgroup", params=shard), lay.zero_at_least(3)),
+            (inp.f("memory.optimizer_step.fp32_gradient_copy", params=shard), lay.zero_at_least(1)),
+            (_zero("optimizer_step"), True)))
+        held = formula(f"memory.model_states.{'gradients_fp32' if inp.fp32_grads else 'gradients'}").subs(params=shard)
+        gradients = cases("gradients", "byte", (held, lay.zero_at_least(1)), (gradients, True))
+    return sum(temporaries[1:], temporaries[0]), gradients
+
+
 def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     """The parts of the larger of a stage's two phases: the forward and backward (``out``), or the
-    optimizer step, which holds the model states and its temporaries (``optimizer_step``) with the
-    activations and ZeRO-3's unsharded copies freed."""
-    moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
-    extra = inp.f("memory.optimizer_step.foreach", params=optimizer_shard(inp, params), element_bytes=moment)
-    keys = ((out["gathered"] + out["activations"]).expr, extra.expr)  # the phase with the larger is the peak
+    optimizer step, which holds the model states and its temporaries (``optimizer_step``, :func:`_step_parts`)
+    with the activations and ZeRO-3's unsharded copies freed."""
+    extra, gradients = _step_parts(inp, params, out["gradients"])
+    # the phase with the larger is the peak (the other model states are held in both)
+    keys = ((out["gathered"] + out["activations"] + out["gradients"]).expr, (extra + gradients).expr)
+    if gradients is out["gradients"]:  # held alike in both phases
+        keys = ((out["gathered"] + out["activations"]).expr, extra.expr)
 
     def pick(name, backward, step):  # a tie is the forward and backward's
         expr = value_at_max(keys[0], backward.expr, keys[1], step.expr)
         return composed(name, expr.doit(deep=False), "byte", backward, step)
 
+    if gradients is not out["gradients"]:
+        out = out | {"gradients": pick("gradients", out["gradients"], gradients)}
     return out | {"optimizer_step": pick("optimizer_step", out["optimizer_step"], extra)} | {
         name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
 
