@@ -1451,6 +1451,9 @@ def test_deepspeeds_step_copies_the_gradient_partition_to_fp32():
     _, z3 = memory(4, 3)
     assert z3.optimizer_step.to("byte").magnitude == 6 * 10**9
     assert z3.total.to("byte").magnitude == 16 * n // 4 + 6 * 10**9
+    long = an.Plan(m, hw, an.Layout(dp=8, zero=2, recompute="full"), seq_len=8192, global_batch=8,
+                   stack="deepspeed").memory()  # 8,192 tokens: the backward's activations outweigh the copy
+    assert long.optimizer_step.magnitude == 0 and long.activations.to("byte").magnitude > 6 * n // 8
     _, megatron = memory(8, 2, stack="megatron-core")  # a fused step without the copy
     assert megatron.optimizer_step.magnitude == 0
 
