@@ -21,9 +21,10 @@ OPTIMIZER_OFFLOADS = ("hybrid",)
 #: (fused), or a kernel per operation over all tensors at once, whose square roots of the second moments
 #: are a tensor of their size (foreach, memory.optimizer_step.foreach)
 OPTIMIZER_KERNELS = ("fused", "foreach")
-#: what a stack's ZeRO optimizer does with the gradient partition at the step (presets/stacks.toml
-#: step_gradient_copy): flattens it and copies it to fp32 for Adam (DeepSpeed, memory.optimizer_step.fp32_gradient_copy)
-STEP_GRADIENT_COPIES = ("fp32",)
+#: whose ZeRO optimizer a stack runs where it allocates beyond the model states (presets/stacks.toml
+#: zero_optimizer): DeepSpeed's, with its reduce bucket (memory.zero_reduce_bucket) and its step's fp32 copy of
+#: the gradient partition (memory.optimizer_step.fp32_gradient_copy)
+ZERO_OPTIMIZERS = ("deepspeed",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

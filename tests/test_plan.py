@@ -1427,11 +1427,13 @@ def test_a_foreach_adamw_step_is_the_peak_where_the_activations_are_small():
 
 def test_deepspeeds_step_copies_the_gradient_partition_to_fp32():
     """DeepSpeed's ZeRO optimizers flatten the gradient partition (2 bytes a parameter) and copy it to fp32
-    (4) before Adam's step. Llama 3 8B (8,030,261,248 parameters, its model card), 512 tokens a GPU, full
-    recomputation: under ZeRO-2 on 8 GPUs the step is the peak, 2Ψ of weights, 2 + 12 + 6 bytes a parameter of
-    the shard. Under ZeRO-1 on 2 GPUs the step frees the gradients outside the partition first and holds
-    2Ψ + Ψ + 6Ψ + 3Ψ = 12Ψ, above the backward's 2Ψ + 2Ψ + 6Ψ and the activations. Under ZeRO-3 on 4 GPUs
-    the copy is of one sub-group, at most 10⁹ parameters: 6·10⁹ bytes."""
+    (4) before Adam's step, and reduce gradients through a bucket of 5·10⁸ 16-bit elements (10⁹ bytes), held
+    through the backward (ZeRO-1, 2) or the whole step (ZeRO-3). Llama 3 8B (8,030,261,248 parameters, its
+    model card), 512 tokens a GPU, full recomputation: under ZeRO-2 on 8 GPUs the step is the peak, 2Ψ of
+    weights, 2 + 12 + 6 bytes a parameter of the shard. Under ZeRO-1 on 2 GPUs the step frees the gradients
+    outside the partition first and holds 2Ψ + Ψ + 6Ψ + 3Ψ = 12Ψ, above the backward's 2Ψ + 2Ψ + 6Ψ, the
+    bucket and the activations. Under ZeRO-3 on 4 GPUs the copy is of one sub-group, at most 10⁹ parameters:
+    6·10⁹ bytes, beside the bucket."""
     m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
 
     def memory(dp, zero, stack="deepspeed"):
@@ -1447,13 +1449,14 @@ def test_deepspeeds_step_copies_the_gradient_partition_to_fp32():
     assert z1.gradients.to("byte").magnitude == n and z1.optimizer_step.to("byte").magnitude == 3 * n
     assert z1.total.to("byte").magnitude == 12 * n
     _, z1_wide = memory(8, 1)  # 16 GB of gradients in the backward outweigh the 8 bytes a parameter of a shard
-    assert z1_wide.optimizer_step.magnitude == 0 and z1_wide.gradients.to("byte").magnitude == 2 * n
+    assert z1_wide.optimizer_step.magnitude == 0 and z1_wide.gradients.to("byte").magnitude == 2 * n + 10**9
     _, z3 = memory(4, 3)
     assert z3.optimizer_step.to("byte").magnitude == 6 * 10**9
-    assert z3.total.to("byte").magnitude == 16 * n // 4 + 6 * 10**9
+    assert z3.total.to("byte").magnitude == 16 * n // 4 + 6 * 10**9 + 10**9
     long = an.Plan(m, hw, an.Layout(dp=8, zero=2, recompute="full"), seq_len=8192, global_batch=8,
                    stack="deepspeed").memory()  # 8,192 tokens: the backward's activations outweigh the copy
     assert long.optimizer_step.magnitude == 0 and long.activations.to("byte").magnitude > 6 * n // 8
+    assert long.gradients.to("byte").magnitude == 2 * n // 8 + 10**9
     _, megatron = memory(8, 2, stack="megatron-core")  # a fused step without the copy
     assert megatron.optimizer_step.magnitude == 0
 

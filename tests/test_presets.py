@@ -144,7 +144,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "step_gradient_copy"}
+             "optimizer_kernel", "zero_optimizer"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -153,6 +153,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert set(props.get("saved_extra", ())) <= set(choices.SAVED_EXTRAS), name
         assert props.get("optimizer_offload", "hybrid") in choices.OPTIMIZER_OFFLOADS, name
         assert props.get("optimizer_kernel", "fused") in choices.OPTIMIZER_KERNELS, name
-        assert props.get("step_gradient_copy", "fp32") in choices.STEP_GRADIENT_COPIES, name
+        assert props.get("zero_optimizer", "deepspeed") in choices.ZERO_OPTIMIZERS, name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

@@ -148,70 +148,71 @@ FORMULAS = {
     'memory.zero3_gathered': ('f143', ('element_bytes', 'params'), 'byte'),
     'memory.zero3_held': ('f144', ('element_bytes', 'params'), 'byte'),
     'memory.zero3_held_fp32_gradients': ('f145', ('params',), 'byte'),
-    'model.params.attention': ('f146', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f147', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f148', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f149', ('heads',), 'parameter'),
-    'model.params.embedding': ('f150', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f151', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f152', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f153', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f154', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f155', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f156', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f157', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f158', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f159', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f160', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f161', ('hidden',), 'parameter'),
-    'model.params.positions': ('f162', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f163', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f164', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f165', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f166', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f167', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f168', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f169', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f170', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f171', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f172', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f173', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f174', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f175', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f176', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f177', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f178', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f179', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f180', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f181', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f182', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f183', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f184', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f185', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f186', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f187', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f188', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f189', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f190', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f191', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f192', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f193', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f194', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f195', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f196', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f197', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f198', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f199', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f200', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f201', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f202', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f203', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f205', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f207', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f209', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f210', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f211', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f212', ('flops',), 'token'),
+    'memory.zero_reduce_bucket': ('f146', (), 'byte'),
+    'model.params.attention': ('f147', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f148', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f149', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f150', ('heads',), 'parameter'),
+    'model.params.embedding': ('f151', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f152', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f153', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f154', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f155', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f156', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f157', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f158', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f159', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f160', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f161', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f162', ('hidden',), 'parameter'),
+    'model.params.positions': ('f163', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f164', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f165', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f166', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f167', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f168', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f169', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f170', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f171', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f172', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f173', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f174', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f175', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f176', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f177', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f178', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f179', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f180', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f181', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f182', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f183', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f184', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f185', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f186', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f187', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f188', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f189', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f190', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f191', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f192', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f193', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f194', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f195', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f196', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f197', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f198', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f199', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f200', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f201', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f202', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f203', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f204', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f206', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f208', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f210', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f211', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f212', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f213', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1559,6 +1560,11 @@ def f145(x, k):
 
 
 def f146(x, k):
+    pass
+    return (1000000000.0, 1.0)
+
+
+def f147(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1567,7 +1573,7 @@ def f146(x, k):
     return (r1, 1.0)
 
 
-def f147(x, k):
+def f148(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1576,7 +1582,7 @@ def f147(x, k):
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f149(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1589,18 +1595,18 @@ def f148(x, k):
     return (r6, 1.0)
 
 
-def f149(x, k):
+def f150(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f150(x, k):
+def f151(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f151(x, k):
+def f152(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1613,25 +1619,25 @@ def f151(x, k):
     return (r4, 1.0)
 
 
-def f152(x, k):
+def f153(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f153(x, k):
+def f154(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f154(x, k):
+def f155(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f155(x, k):
+def f156(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1642,7 +1648,7 @@ def f155(x, k):
     return (r2, 1.0)
 
 
-def f156(x, k):
+def f157(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1653,7 +1659,7 @@ def f156(x, k):
     return (r2, 1.0)
 
 
-def f157(x, k):
+def f158(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1663,7 +1669,7 @@ def f157(x, k):
     return (r1, 1.0)
 
 
-def f158(x, k):
+def f159(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1673,7 +1679,7 @@ def f158(x, k):
     return (r1, 1.0)
 
 
-def f159(x, k):
+def f160(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1682,30 +1688,30 @@ def f159(x, k):
     return (r1, 1.0)
 
 
-def f160(x, k):
+def f161(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f161(x, k):
+def f162(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f162(x, k):
+def f163(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f163(x, k):
+def f164(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f164(x, k):
+def f165(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1713,13 +1719,13 @@ def f164(x, k):
     return (r0, 1.0)
 
 
-def f165(x, k):
+def f166(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f166(x, k):
+def f167(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1727,15 +1733,10 @@ def f166(x, k):
     return (r0, 1.0)
 
 
-def f167(x, k):
+def f168(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
-
-
-def f168(x, k):
-    pass
-    return (1.0, 1.0)
 
 
 def f169(x, k):
@@ -1744,61 +1745,66 @@ def f169(x, k):
 
 
 def f170(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f171(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f171(x, k):
+def f172(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f172(x, k):
+def f173(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f173(x, k):
+def f174(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f174(x, k):
+def f175(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f175(x, k):
+def f176(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f176(x, k):
+def f177(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f177(x, k):
+def f178(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
 
 
-def f178(x, k):
+def f179(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f179(x, k):
+def f180(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r1 = x1 * x2
@@ -1807,28 +1813,20 @@ def f179(x, k):
     return (r1, 1.0)
 
 
-def f180(x, k):
+def f181(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f181(x, k):
+def f182(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f182(x, k):
+def f183(x, k):
     pass
     return (2.0, 1.0)
-
-
-def f183(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
 
 
 def f184(x, k):
@@ -1840,6 +1838,14 @@ def f184(x, k):
 
 
 def f185(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f186(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1848,7 +1854,7 @@ def f185(x, k):
     return (r2, 1.0)
 
 
-def f186(x, k):
+def f187(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1857,7 +1863,7 @@ def f186(x, k):
     return (r2, 1.0)
 
 
-def f187(x, k):
+def f188(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1865,7 +1871,7 @@ def f187(x, k):
     return (r1, 1.0)
 
 
-def f188(x, k):
+def f189(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1876,7 +1882,7 @@ def f188(x, k):
     return (r2, 1.0)
 
 
-def f189(x, k):
+def f190(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1891,7 +1897,7 @@ def f189(x, k):
     return (r2, r7)
 
 
-def f190(x, k):
+def f191(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1902,7 +1908,7 @@ def f190(x, k):
     return (r1, r0)
 
 
-def f191(x, k):
+def f192(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1914,12 +1920,12 @@ def f191(x, k):
     return (r1, r5)
 
 
-def f192(x, k):
+def f193(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f193(x, k):
+def f194(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1927,13 +1933,13 @@ def f193(x, k):
     return (r0, r2)
 
 
-def f194(x, k):
+def f195(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f195(x, k):
+def f196(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -1956,7 +1962,7 @@ def f195(x, k):
     return (r2, r0)
 
 
-def f196(x, k):
+def f197(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -1967,14 +1973,14 @@ def f196(x, k):
     return (r2, r1)
 
 
-def f197(x, k):
+def f198(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f198(x, k):
+def f199(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -1982,19 +1988,19 @@ def f198(x, k):
     return (r0, r2)
 
 
-def f199(x, k):
+def f200(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f200(x, k):
+def f201(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f201(x, k):
+def f202(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -2003,7 +2009,7 @@ def f201(x, k):
     return (r2, 1.0)
 
 
-def f202(x, k):
+def f203(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -2017,7 +2023,7 @@ def f202(x, k):
     return (r6, 1.0)
 
 
-def f203(x, k):
+def f204(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2037,7 +2043,7 @@ def f203(x, k):
     return (r8, 1.0)
 
 
-def f205(x, k):
+def f206(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2045,7 +2051,7 @@ def f205(x, k):
     return (r1, 1.0)
 
 
-def f207(x, k):
+def f208(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2055,7 +2061,7 @@ def f207(x, k):
     return (r1, 1.0)
 
 
-def f209(x, k):
+def f210(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2065,7 +2071,7 @@ def f209(x, k):
     return (r2, 1.0)
 
 
-def f210(x, k):
+def f211(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2073,7 +2079,7 @@ def f210(x, k):
     return (r1, 1.0)
 
 
-def f211(x, k):
+def f212(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2081,7 +2087,7 @@ def f211(x, k):
     return (r1, 1.0)
 
 
-def f212(x, k):
+def f213(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

@@ -1,6 +1,6 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Min, Piecewise
+from sympy import Integer, Min, Piecewise
 
 from ._catalogue import S, define
 
@@ -347,6 +347,16 @@ define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * Min(Psi, 10**9),
        COPY[:1] + ("ZeRO-3 copies one sub-group of at most sub_group_size = 10⁹ of its parameters at a time",) + COPY[1:3],
        "memory a ZeRO-3 step allocates beyond the model states: the largest sub-group's gradients flattened and in "
        "fp32", coefficient_unit="byte")
+
+define("memory.zero_reduce_bucket", Integer(5 * 10**8) * 2, "byte",
+       "DeepSpeed deepspeed/runtime/zero/config.py (reduce_bucket_size, default 5·10⁸ elements; contiguous_gradients "
+       "on by default); stage_1_and_2.py DeepSpeedZeroOptimizer.backward (ipg_buffer, released at the backward's end, "
+       "_release_ipg_buffers); stage3.py DeepSpeedZeroOptimizer_Stage3 (__ipg_bucket_flat_buffer, allocated with the "
+       "optimizer and kept)",
+       ("one bucket of reduce_bucket_size 16-bit elements (2 bytes), DeepSpeed's default",
+        "ZeRO-1 and 2 hold it through the backward, ZeRO-3 through the whole step",
+        "below ZeRO-3, overlap_comm (off by default there) adds a second bucket: not counted"),
+       "DeepSpeed's contiguous gradient bucket: gradients gathered for their reduction", coefficient_unit="byte")
 
 M_c, rho = S("counted_bytes", "allocator_reserve")
 define("memory.allocator_peak", M_c * rho, "byte",

@@ -89,9 +89,9 @@ class Inputs:
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
         #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: its step's temporaries are not modelled)
         self.optimizer_kernel = props.get("optimizer_kernel")
-        #: what the stack's ZeRO optimizer copies of the gradient partition at the step (choices.STEP_GRADIENT_COPIES;
-        #: None: nothing)
-        self.step_gradient_copy = props.get("step_gradient_copy")
+        #: whose ZeRO optimizer the stack runs where it allocates beyond the model states (choices.ZERO_OPTIMIZERS;
+        #: None: one that allocates nothing more)
+        self.zero_optimizer = props.get("zero_optimizer")
         #: what a sequence-parallel matmul saves of its input: "split" (Megatron: its shard, gathered again in the
         #: backward) or "gathered" (DTensor TP: the all-gathered input)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])

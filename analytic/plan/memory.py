@@ -22,8 +22,8 @@ def _zero(name: str) -> Formula:
 
 
 def model_states(inp: Inputs, params: dict) -> dict:
-    """weights, gradients, optimizer (sharded by the ZeRO stage over each replica group) and gathered
-    (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters per GPU are ``params``
+    """weights, gradients (with DeepSpeed's reduce bucket), optimizer (sharded by the ZeRO stage over each
+    replica group) and gathered (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters per GPU are ``params``
     (:func:`rank_params`)."""
     lay = inp.deg
     groups = [(local, size) for local, size, _ in replica_groups(inp, params)]
@@ -39,6 +39,8 @@ def model_states(inp: Inputs, params: dict) -> dict:
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         parts[part] = total
+    if inp.zero_optimizer:  # DeepSpeed's reduce bucket: the backward's, ZeRO-3's for good
+        parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)
     if inp.layout.offload_optimizer:
         parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
                                    optimizer_offload=inp.layout.offload_optimizer)
@@ -51,6 +53,12 @@ def model_states(inp: Inputs, params: dict) -> dict:
     value = {"memory.zero3_held": held, "memory.zero3_gathered": inp.f("memory.zero3_gathered", params=unit), None: 0}
     parts["gathered"] = cases("gathered", "byte", *((value[name], cond) for name, cond in lay.gathered_regimes))
     return parts
+
+
+def _reduce_bucket(inp: Inputs, from_zero: int) -> Formula:
+    """DeepSpeed's reduce bucket (memory.zero_reduce_bucket) where the ZeRO stage is at least ``from_zero``."""
+    return cases("gradients", "byte", (inp.f("memory.zero_reduce_bucket"), inp.deg.zero_at_least(from_zero)),
+                 (_zero("gradients"), True))
 
 
 def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
@@ -276,7 +284,7 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
         host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
                             optimizer_offload=inp.layout.offload_optimizer)
     out["optimizer_step"] = _zero("optimizer_step")
-    if inp.optimizer_kernel == "foreach" or inp.step_gradient_copy:
+    if inp.optimizer_kernel == "foreach" or inp.zero_optimizer:
         out = _peak_phase(inp, params, out)
     out["total"] = sum((out[name] for name in PARTS[1:]), out[PARTS[0]])
     return out | {"host": host}
@@ -286,20 +294,21 @@ def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula,
     """(temporaries, gradients) of a stage's optimizer step: what a foreach Adam
     (memory.optimizer_step.foreach) and a ZeRO optimizer's fp32 copy of the gradient partition
     (memory.optimizer_step.fp32_gradient_copy*) allocate, and the gradients held meanwhile (the
-    partition's alone where the copy's optimizer freed the rest first; else ``gradients``)."""
+    partition's, and ZeRO-3's reduce bucket, where DeepSpeed's optimizer freed the rest; else ``gradients``)."""
     lay, shard = inp.deg, optimizer_shard(inp, params)
     temporaries = []
     if inp.optimizer_kernel == "foreach":
         moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
         temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard, element_bytes=moment))
-    if inp.step_gradient_copy:
+    if inp.zero_optimizer:
         temporaries.append(cases(
             "optimizer_step", "byte",
             (inp.f("memory.optimizer_step.fp32_gradient_copy_subgroup", params=shard), lay.zero_at_least(3)),
             (inp.f("memory.optimizer_step.fp32_gradient_copy", params=shard), lay.zero_at_least(1)),
             (_zero("optimizer_step"), True)))
         held = formula(f"memory.model_states.{'gradients_fp32' if inp.fp32_grads else 'gradients'}").subs(params=shard)
-        gradients = cases("gradients", "byte", (held, lay.zero_at_least(1)), (gradients, True))
+        # the partition's (ZeRO-1 frees the rest first) and ZeRO-3's bucket
+        gradients = cases("gradients", "byte", (held + _reduce_bucket(inp, 3), lay.zero_at_least(1)), (gradients, True))
     return sum(temporaries[1:], temporaries[0]), gradients
 
 

@@ -82,7 +82,7 @@ def structure(inp: Inputs) -> str | None:
     parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
               f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}",
-              f"optimizer_kernel={inp.optimizer_kernel}", f"step_copy={inp.step_gradient_copy}",
+              f"optimizer_kernel={inp.optimizer_kernel}", f"zero_optimizer={inp.zero_optimizer}",
               f"sp_inputs={inp.sp_saved_inputs}", f"saved_extra={'+'.join(inp.saved_extra) or None}"]
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
