@@ -23,8 +23,8 @@ def _zero(name: str) -> Formula:
 
 def model_states(inp: Inputs, params: dict) -> dict:
     """weights, gradients (with DeepSpeed's reduce bucket), optimizer (sharded by the ZeRO stage over each
-    replica group) and gathered (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters per GPU are ``params``
-    (:func:`rank_params`)."""
+    replica group) and gathered (ZeRO-3's unsharded parameters and gradients) of a stage whose parameters
+    per GPU are ``params`` (:func:`rank_params`)."""
     lay = inp.deg
     groups = [(local, size) for local, size, _ in replica_groups(inp, params)]
     parts = {}
