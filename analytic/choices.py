@@ -15,8 +15,9 @@ SAVED_EXTRAS = ("dropout_masks", "attention_output_copy", "silu_output")
 #: shard, all-gathered again in the backward (Megatron, Korthikanti et al. §4.2.2), or the gathered input (DTensor TP)
 SP_SAVED_INPUTS = ("split", "gathered")
 #: how a stack runs a share of the optimizer step on the host (presets/stacks.toml optimizer_offload):
-#: Megatron-Core's HybridDeviceOptimizer
-OPTIMIZER_OFFLOADS = ("hybrid",)
+#: Megatron-Core's HybridDeviceOptimizer (ZeRO 0-2, any share), DeepSpeed's ZeRO-Offload (ZeRO 1-3, the whole
+#: partition, its gradients on the host from ZeRO-2)
+OPTIMIZER_OFFLOADS = ("hybrid", "zero-offload")
 #: how a stack's Adam updates the parameters (presets/stacks.toml optimizer_kernel): in place in one kernel
 #: (fused), or a kernel per operation over all tensors at once, whose square roots of the second moments
 #: are a tensor of their size (foreach, memory.optimizer_step.foreach)

@@ -79,7 +79,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "CPU offload, Megatron-LM's --cpu-offloading; MaxText's offload remat policies)")
     g.add_argument("--offload-optimizer", dest="offload_optimizer", metavar="SHARE",
                    help="share in [0, 1] of each rank's parameters whose Adam step and state are on the host "
-                        "(Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction; stack megatron-core)")
+                        "(Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction, stack megatron-core; "
+                        "DeepSpeed's ZeRO-Offload, 1, stack deepspeed)")
     g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
                    help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
                         "QKᵀ recomputed in the backward")

@@ -1516,6 +1516,30 @@ def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
             an.Layout(offload_optimizer=bad)
 
 
+def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
+    """DeepSpeed's ZeRO-Offload puts the fp32 partition, its fp32 gradients and CPU Adam's moments on the
+    host, 16 bytes a parameter of the shard (Llama 3 8B, 8,030,261,248 parameters, over 8 ranks). From ZeRO-2
+    the gradients are reduced into the host's copy: the device keeps the 10⁹-byte reduce bucket alone, and
+    its step copies nothing. ZeRO-1's backward still holds every 16-bit gradient. It offloads the whole
+    partition, with a ZeRO stage."""
+    m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
+
+    def memory(zero, share=1):
+        return an.Plan(m, hw, an.Layout(dp=8, zero=zero, recompute="full", offload_optimizer=share), seq_len=512,
+                       global_batch=8, stack="deepspeed").memory()
+
+    z2, z1, z3 = memory(2), memory(1), memory(3)
+    for mem in (z1, z2, z3):
+        assert mem.host.to("byte").magnitude == 16 * n // 8 and mem.optimizer.magnitude == 0
+        assert mem.optimizer_step.magnitude == 0
+    assert z2.gradients.to("byte").magnitude == z3.gradients.to("byte").magnitude == 10**9
+    assert z2.total.to("byte").magnitude == 2 * n + 10**9 + z2.activations.to("byte").magnitude
+    assert z1.gradients.to("byte").magnitude == 2 * n + 10**9
+    for zero, share, match in ((0, 1, "ZeRO 1-3"), (3, 0.5, "whole partition")):
+        with pytest.raises(an.InputError, match=f"offload_optimizer: .*{match}"):
+            memory(zero, share)
+
+
 def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expressions():
     """Hand table: without a pipeline ZeRO-3 gathers twice and reduce-scatters every microbatch, ZeRO-2
     reduce-scatters every microbatch, ZeRO-1 (and any stage under a pipeline) once a step, ZeRO-0

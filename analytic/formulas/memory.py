@@ -307,14 +307,19 @@ HYBRID = ("NVIDIA/Megatron-LM megatron/core/optimizer/cpu_offloading/hybrid_opti
           "(param_update_in_fp32, pinned fp32 copies and gradients on the host, CPU Adam); Megatron-Core docs, "
           "Optimizer CPU offload package (--optimizer-cpu-offload --optimizer-offload-fraction F "
           "--use-precision-aware-optimizer)")
+ZERO_OFFLOAD = ("DeepSpeed ZeRO-Offload, deepspeed/runtime/zero/stage_1_and_2.py and stage3.py with offload_optimizer "
+                "device cpu (the fp32 partition, a pinned fp32 gradient partition and DeepSpeedCPUAdam's moments on the "
+                "host; offload_config.py ratio: the share, ZeRO-3 only); Ren et al. 2021, ZeRO-Offload, arXiv 2101.06840 §4")
 f_o, M_o = S("optimizer_offload", "optimizer_bytes")
 OFFLOADED = ("the first share f_o of a rank's parameters, in order, is updated on the host; the rest on the device",
-             "the precision-aware optimizer keeps no fp32 master weights beside the optimizer's own copies")
-define("memory.offload.device_optimizer", (1 - f_o) * M_o, "byte", HYBRID, OFFLOADED,
+             "no fp32 master weights on the device for the offloaded share (Megatron's precision-aware optimizer keeps "
+             "none beside the optimizer's own copies; DeepSpeed keeps its fp32 partition on the host)")
+define("memory.offload.device_optimizer", (1 - f_o) * M_o, "byte", f"{HYBRID}; {ZERO_OFFLOAD}", OFFLOADED,
        "optimizer state left on the device when a share f_o of the step runs on the host")
-define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}: an fp32 copy of each offloaded "
-       "parameter (4 bytes), its gradient copied into pinned fp32 (4), CPU Adam's two fp32 moments (4 + 4)",
-       OFFLOADED + ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",),
+define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}; {ZERO_OFFLOAD}: an fp32 copy of each "
+       "offloaded parameter (4 bytes), its gradient copied into pinned fp32 (4), CPU Adam's two fp32 moments (4 + 4)",
+       OFFLOADED + ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",
+                    "DeepSpeed's ZeRO-3 also keeps its 16-bit gradient partition in host memory: not counted"),
        "host memory one rank's offloaded optimizer takes (16 bytes a parameter)", coefficient_unit="byte")
 
 define("memory.optimizer_step.foreach", Psi * S("element_bytes"), "byte",

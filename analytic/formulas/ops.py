@@ -92,7 +92,8 @@ define("compute.optimizer.bytes_per_param_bf16_moments", 18 + S("grad_bytes"), "
        "HBM bytes one Adam step with bf16 moments moves per parameter of its shard", coefficient_unit="byte/parameter")
 define("compute.optimizer.device_params", (1 - S("optimizer_offload")) * S("params"), "parameter",
        "NVIDIA/Megatron-LM megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py (HybridDeviceOptimizer: the "
-       "device's optimizer steps the parameters not offloaded)",
+       "device's optimizer steps the parameters not offloaded); DeepSpeed ZeRO-Offload (DeepSpeedCPUAdam steps the "
+       "offloaded partition on the host)",
        ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",
         "the host's share (its gradients copied to the host, CPU Adam, the parameters copied back) is not timed"),
        "parameters whose Adam step runs on the device")

@@ -52,6 +52,25 @@ _SHARED: dict = {}
 CALIBRATED = ("matmul_efficiency", "overlap", "attention_factor")
 
 
+def _check_offload(stack: str, kind: str | None, layout: Layout) -> None:
+    """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid optimizer
+    above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the partition."""
+    zero, share = layout.zero, layout.offload_optimizer
+    if kind is None:
+        raise InputError(f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled (Megatron-Core's "
+                         "HybridDeviceOptimizer: stack='megatron-core'; DeepSpeed's ZeRO-Offload: stack='deepspeed')")
+    if not is_number(zero):
+        return
+    if kind == "hybrid" and zero > 2:
+        raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
+                         f"optimizer, distributed or not), not with zero={zero}")
+    if kind == "zero-offload" and zero == 0:
+        raise InputError("offload_optimizer: DeepSpeed's ZeRO-Offload needs ZeRO 1-3, not zero=0")
+    if kind == "zero-offload" and is_number(share) and share != 1:
+        raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
+                         f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
+
+
 class Inputs:
     """A plan's arguments, checked, and its inputs (:attr:`values`) for binding catalogue formulas."""
 
@@ -115,12 +134,10 @@ class Inputs:
                                            and self.selective != "op"):
             raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
                              "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
-        if layout.offload_optimizer and "optimizer_offload" not in props:  # the stack's choices.OPTIMIZER_OFFLOADS
-            raise InputError(f"offload_optimizer: stack {self.stack} has no optimizer CPU offload modelled "
-                             "(Megatron-Core's HybridDeviceOptimizer: stack='megatron-core')")
-        if layout.offload_optimizer and is_number(layout.zero) and layout.zero > 2:
-            raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
-                             f"optimizer, distributed or not), not with zero={layout.zero}")
+        #: how the stack offloads optimizer steps to the host (choices.OPTIMIZER_OFFLOADS), None where not modelled
+        self.optimizer_offload = props.get("optimizer_offload")
+        if layout.offload_optimizer:
+            _check_offload(self.stack, self.optimizer_offload, layout)
         for name, needs, what in (("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
                                   ("moe_act", model.is_moe, "MoE layers")):
             if name in modules and not needs:
@@ -147,7 +164,7 @@ class Inputs:
         #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
         if layout.offload_optimizer and self.moment_dtype != "fp32":
-            raise InputError("moment_dtype: the hybrid optimizer offload keeps fp32 moments (torch's Adam on the host, "
+            raise InputError("moment_dtype: the optimizer offload keeps fp32 moments (a CPU Adam on the host, "
                              f"Adam without precision-aware moments on the device), not {self.moment_dtype}")
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")

@@ -39,8 +39,11 @@ def model_states(inp: Inputs, params: dict) -> dict:
             f = cases(part, "byte", (f / dp, lay.zero_at_least(sharded_from)), (f, True))
             total = f if total is None else total + f
         parts[part] = total
-    if inp.zero_optimizer:  # DeepSpeed's reduce bucket: the backward's, ZeRO-3's for good
-        parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)
+    if inp.zero_optimizer:
+        if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32 copy
+            parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(2)),
+                                       (parts["gradients"], True))
+        parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
     if inp.layout.offload_optimizer:
         parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
                                    optimizer_offload=inp.layout.offload_optimizer)
@@ -293,9 +296,12 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
 def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula, Formula]:
     """(temporaries, gradients) of a stage's optimizer step: what a foreach Adam
     (memory.optimizer_step.foreach) and a ZeRO optimizer's fp32 copy of the gradient partition
-    (memory.optimizer_step.fp32_gradient_copy*) allocate, and the gradients held meanwhile (the
-    partition's, and ZeRO-3's reduce bucket, where DeepSpeed's optimizer freed the rest; else ``gradients``)."""
+    (memory.optimizer_step.fp32_gradient_copy*) allocate on the device for the parameters it updates there
+    (compute.optimizer.device_params), and the gradients held meanwhile (those parameters' share of the
+    partition, and ZeRO-3's reduce bucket, where DeepSpeed's optimizer freed the rest; else ``gradients``)."""
     lay, shard = inp.deg, optimizer_shard(inp, params)
+    if inp.layout.offload_optimizer:  # the offloaded share's step runs on the host
+        shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
     temporaries = []
     if inp.optimizer_kernel == "foreach":
         moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
