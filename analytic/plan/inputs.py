@@ -134,10 +134,8 @@ class Inputs:
                                            and self.selective != "op"):
             raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
                              "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
-        #: how the stack offloads optimizer steps to the host (choices.OPTIMIZER_OFFLOADS), None where not modelled
-        self.optimizer_offload = props.get("optimizer_offload")
-        if layout.offload_optimizer:
-            _check_offload(self.stack, self.optimizer_offload, layout)
+        if layout.offload_optimizer:  # the stack's kind of offload: choices.OPTIMIZER_OFFLOADS
+            _check_offload(self.stack, props.get("optimizer_offload"), layout)
         for name, needs, what in (("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
                                   ("moe_act", model.is_moe, "MoE layers")):
             if name in modules and not needs:
