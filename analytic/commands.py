@@ -90,7 +90,8 @@ def cmd_memory(args) -> int:
         if k != "optimizer_step" or rows[k].magnitude:  # the step's temporaries, where the step is the peak
             print(f"  {k:<14} {_fmt(rows[k]):>12}")
     if rows["optimizer_step"].magnitude:
-        print("  (the peak is the optimizer step's: its temporaries, with the activations and gathered copies freed)")
+        print("  (the peak is the optimizer step's: its temporaries, with the activations and gathered copies freed "
+              "and the gradients it holds then)")
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
     print(f"  {'total':<14} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
