@@ -663,7 +663,7 @@ def test_memory_with_offloaded_optimizer(capsys):
     data = json.loads(out)
     assert code == 0 and data["optimizer"] == 0 and data["host"] == pytest.approx(16 * 1_003_782_656 / 1e9, rel=1e-12)
     code, out, _ = run(capsys, "memory", *flags, "--offload-optimizer", "1")
-    assert "offloaded optimizer state in host memory: 16.06 GB per GPU, 128.5 GB per node of 8" in out
+    assert "offloaded optimizer in host memory: 16.06 GB per GPU, 128.5 GB per node of 8" in out
     code, out, _ = run(capsys, "step", *flags, "--offload-optimizer", "0.5")
     assert code == 0 and "the host's share of the Adam step not timed" in out
     code, _, err = run(capsys, "memory", *flags, "--offload-optimizer", "1.5")

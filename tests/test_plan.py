@@ -1,5 +1,7 @@
 """The source text's step (S17–S31) through Plan, and properties of plans."""
 
+from pathlib import Path
+
 import pytest
 import sympy
 from hypothesis import given, settings
@@ -800,7 +802,6 @@ def test_a_group_filling_domains_unevenly_runs_at_its_emptiest_domains_pace():
 def test_readme_tour_states_the_step_time_interval():
     """The quick tour's step time, breakdown by op class and interval for Llama 3 405B on 8,192 H100
     (TP8 PP16 DP64, ZeRO-1) are the plan's."""
-    from pathlib import Path
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
     low, high = (t.to("s").magnitude for t in plan.step_time_interval())
@@ -858,7 +859,6 @@ def test_full_recomputation_gathers_k_and_v_again():
 def test_readme_exact_goodput_at_scale():
     """100,000 GPUs at Llama 3's interruption rate, 5-minute checkpoints, 10-minute restarts: the
     README's first-order and exact goodputs and the exact optimal interval, from the catalogue."""
-    from pathlib import Path
     rate = an.formula("reliability.mtbf").evaluate(gpus=100_000, interruption_rate=an.Q_(419 / (54 * 86400 * 16384), "1/s"))
     mtbf = rate.to("min")
     with pytest.warns(an.errors.ApproximationWarning, match="10%"):  # the first-order model, beyond its range
@@ -1262,7 +1262,6 @@ def test_zero3_gathers_a_blocks_dense_parameters_and_its_local_experts():
     """Mixtral 8x22B (its config.json) on 8 GPUs, ZeRO-3 with EP 8: a block's gather brings its dense
     parameters whole and only the experts this rank holds (E/ep of them). Two blocks' parameters and
     one block's gradients, 16-bit: 3·2·(Ψ_dense + Ψ_experts/8)/56, Ψ_experts = 56·8·3·6144·16384."""
-    from pathlib import Path
     m = an.Model.from_hf(Path(__file__).parent / "data" / "hf" / "mixtral-8x22b.json")
     p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(dp=8, ep=8, zero=3), seq_len=4096, global_batch=8)
     experts = 56 * 8 * 3 * 6144 * 16384
@@ -1302,7 +1301,6 @@ def test_recompute_modules_run_what_they_free_again():
 def test_readme_tour_states_deepseek_v3_with_its_savers():
     """The quick tour's DeepSeek-V3: GPU-hours per trillion tokens, a middle rank's memory with and
     without its savers, rank 0's, and rank 0's with 3 and 2 layers on the first and last stages."""
-    from pathlib import Path
     savers = dict(recompute="selective", recompute_modules=("layernorm", "mla_up_proj", "moe_act"), fp8_activations=True)
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20, **savers)
     ds = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360, dtype="fp8",
@@ -1519,8 +1517,10 @@ def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
 def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
     """DeepSpeed's ZeRO-Offload puts the fp32 partition, its fp32 gradients and CPU Adam's moments on the
     host, 16 bytes a parameter of the shard (Llama 3 8B, 8,030,261,248 parameters, over 8 ranks). From ZeRO-2
-    the gradients are reduced into the host's copy: the device keeps the 10⁹-byte reduce bucket alone, and
-    its step copies nothing. ZeRO-1's backward still holds every 16-bit gradient. It offloads the whole
+    the gradients are reduced into the host's copy: the device keeps the 10⁹-byte reduce bucket, and below
+    ZeRO-3 a 16-bit buffer of the largest parameter, the 128,256 × 4,096 embedding, and its step copies
+    nothing. ZeRO-1's backward still holds every 16-bit gradient. ZeRO-3 keeps its 16-bit
+    gradient partition on the host too: 18 bytes a parameter of the shard there. It offloads the whole
     partition, with a ZeRO stage."""
     m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
 
@@ -1529,12 +1529,29 @@ def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
                        global_batch=8, stack="deepspeed").memory()
 
     z2, z1, z3 = memory(2), memory(1), memory(3)
-    for mem in (z1, z2, z3):
-        assert mem.host.to("byte").magnitude == 16 * n // 8 and mem.optimizer.magnitude == 0
+    for mem, host in ((z1, 16), (z2, 16), (z3, 18)):
+        assert mem.host.to("byte").magnitude == host * n // 8 and mem.optimizer.magnitude == 0
         assert mem.optimizer_step.magnitude == 0
-    assert z2.gradients.to("byte").magnitude == z3.gradients.to("byte").magnitude == 10**9
-    assert z2.total.to("byte").magnitude == 2 * n + 10**9 + z2.activations.to("byte").magnitude
-    assert z1.gradients.to("byte").magnitude == 2 * n + 10**9
+    plan3 = an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute="full", offload_optimizer=1), seq_len=512,
+                    global_batch=8, stack="deepspeed")
+    assert "memory.offload.host_zero3_gradients" in plan3.sources("memory.host")
+    staging = 2 * 128_256 * 4_096
+    assert z3.gradients.to("byte").magnitude == 10**9 and z2.gradients.to("byte").magnitude == 10**9 + staging
+    assert z2.total.to("byte").magnitude == 2 * n + 10**9 + staging + z2.activations.to("byte").magnitude
+    assert z1.gradients.to("byte").magnitude == 2 * n + 10**9 + staging
+    tp2 = an.Plan(m, hw, an.Layout(tp=2, dp=4, zero=2, recompute="full", offload_optimizer=1), seq_len=512,
+                  global_batch=4, stack="deepspeed").memory()  # a TP rank's embedding is its vocabulary's half
+    assert tp2.gradients.to("byte").magnitude == 10**9 + staging // 2
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert (f"{z2.total.to('GB').magnitude:.2f} GB, its {z2.gradients.to('GB').magnitude:.3f} GB of gradients the "
+            f"bucket's 1 GB and the embedding-sized buffer's {staging / 1e9:.3f} GB, and "
+            f"{z2.host.to('GB').magnitude:.2f} GB a GPU on the host") in readme
+    mt = an.Plan(an.model("mt-nlg-530b"), hw, an.Layout(tp=8, zero=2, recompute="full", offload_optimizer=1),
+                 seq_len=512, global_batch=1, stack="deepspeed").memory()  # 4h = 81,920 outnumbers V = 51,200
+    assert mt.gradients.to("byte").magnitude == 10**9 + 2 * 81_920 * 20_480 // 8
+    for name in an.models():  # fused, the gate and up projections would be larger only where 2f > V
+        preset = an.model(name)
+        assert preset.mlp != "swiglu" or preset.vocab > 2 * preset.ffn_hidden, name
     for zero, share, match in ((0, 1, "ZeRO 1-3"), (3, 0.5, "whole partition")):
         with pytest.raises(an.InputError, match=f"offload_optimizer: .*{match}"):
             memory(zero, share)

@@ -1,6 +1,6 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Integer, Min, Piecewise
+from sympy import Integer, Max, Min, Piecewise
 
 from ._catalogue import S, define
 
@@ -319,8 +319,29 @@ define("memory.offload.device_optimizer", (1 - f_o) * M_o, "byte", f"{HYBRID}; {
 define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}; {ZERO_OFFLOAD}: an fp32 copy of each "
        "offloaded parameter (4 bytes), its gradient copied into pinned fp32 (4), CPU Adam's two fp32 moments (4 + 4)",
        OFFLOADED + ("Ψ: the parameters this rank's optimizer updates (its ZeRO shard)",
-                    "DeepSpeed's ZeRO-3 also keeps its 16-bit gradient partition in host memory: not counted"),
+                    "DeepSpeed's ZeRO-3 also keeps its 16-bit gradient partition in host memory: "
+                    "memory.offload.host_zero3_gradients"),
        "host memory one rank's offloaded optimizer takes (16 bytes a parameter)", coefficient_unit="byte")
+define("memory.offload.zero_offload_staging", 2 * Max(V, h_ff) * h / t, "byte",
+       "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ with cpu_offload "
+       "(temp_grad_buffer_for_gpu_offload: largest_param_numel 16-bit elements on the device, allocated with the "
+       "optimizer and kept; async_accumulate_grad_in_cpu_via_gpu stages a parameter's host-accumulated gradient "
+       "through it)",
+       ("ZeRO-1 and 2 under ZeRO-Offload; ZeRO-3 allocates no such buffer",
+        "the largest parameter is the embedding (or output layer), V·h/t elements on a TP rank, or an MLP matrix, "
+        "f·h/t; a SwiGLU's gate and up projections are two tensors (Hugging Face's); fused into one of 2f·h "
+        "(Megatron-DeepSpeed's) it is larger only where 2f > V, in no preset",
+        "2 bytes: the model's bf16 or fp16"),
+       "DeepSpeed's ZeRO-Offload device buffer for one parameter's gradient, the largest", coefficient_unit="byte")
+define("memory.offload.host_zero3_gradients", 2 * Psi, "byte",
+       "DeepSpeed deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3 (grad_partitions_flat_buffer: "
+       "the gradient partition, in the model's 16-bit dtype by default (engine.py get_data_types), allocated on "
+       "self.device, the host under offload_optimizer, and pinned)",
+       ("Ψ: the parameters of this rank's ZeRO-3 partition",
+        "2 bytes: the gradient accumulation dtype is the model's bf16 or fp16 unless data_types.grad_accum_dtype "
+        "says otherwise"),
+       "host memory DeepSpeed's ZeRO-3 under ZeRO-Offload takes for its 16-bit gradient partition",
+       coefficient_unit="byte")
 
 define("memory.optimizer_step.foreach", Psi * S("element_bytes"), "byte",
        "PyTorch torch/optim/adam.py _multi_tensor_adam (AdamW with foreach=True): torch._foreach_sqrt of the "

@@ -158,9 +158,10 @@ class Layout:
 
     @property
     def offloaded(self) -> str:
-        """What goes to host memory, as text ("activations and optimizer state"; "" for nothing)."""
+        """What goes to host memory, as text ("activations and optimizer", the optimizer's partition with
+        its gradient copies; "" for nothing)."""
         return " and ".join(what for what, on in (("activations", self.offload_activations),
-                                                  ("optimizer state", self.offload_optimizer)) if on)
+                                                  ("optimizer", self.offload_optimizer)) if on)
 
     @property
     def uneven(self) -> bool:

@@ -43,6 +43,9 @@ def model_states(inp: Inputs, params: dict) -> dict:
         if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32 copy
             parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(2)),
                                        (parts["gradients"], True))
+            # and below ZeRO-3 keeps a device buffer of the largest parameter to stage them through
+            parts["gradients"] = parts["gradients"] + cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
+                                                            (inp.f("memory.offload.zero_offload_staging"), True))
         parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
     if inp.layout.offload_optimizer:
         parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
@@ -286,6 +289,10 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
     if inp.layout.offload_optimizer:
         host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
                             optimizer_offload=inp.layout.offload_optimizer)
+        if inp.zero_optimizer:  # ZeRO-Offload's ZeRO-3 keeps its 16-bit gradient partition there too
+            host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients",
+                                                       params=optimizer_shard(inp, params)), inp.deg.zero_at_least(3)),
+                                (_zero("host"), True))
     out["optimizer_step"] = _zero("optimizer_step")
     if inp.optimizer_kernel == "foreach" or inp.zero_optimizer:
         out = _peak_phase(inp, params, out)
