@@ -1520,8 +1520,9 @@ def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
     the gradients are reduced into the host's copy: the device keeps the 10⁹-byte reduce bucket, and below
     ZeRO-3 a 16-bit buffer of the largest parameter, the 128,256 × 4,096 embedding, and its step copies
     nothing. ZeRO-1's backward still holds every 16-bit gradient. ZeRO-3 keeps its 16-bit
-    gradient partition on the host too: 18 bytes a parameter of the shard there. It offloads the whole
-    partition, with a ZeRO stage."""
+    gradient partition on the host too: 18 bytes a parameter of the shard there, as ZeRO-1 and 2 do with
+    more than one microbatch a step, for their pinned 16-bit buffers that accumulate the gradients. It
+    offloads the whole partition, with a ZeRO stage."""
     m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
 
     def memory(zero, share=1):
@@ -1535,6 +1536,11 @@ def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
     plan3 = an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute="full", offload_optimizer=1), seq_len=512,
                     global_batch=8, stack="deepspeed")
     assert "memory.offload.host_zero3_gradients" in plan3.sources("memory.host")
+    for zero in (1, 2, 3):  # two microbatches a step
+        two = an.Plan(m, hw, an.Layout(dp=8, zero=zero, recompute="full", offload_optimizer=1), seq_len=512,
+                      global_batch=16, stack="deepspeed")
+        assert two.memory().host.to("byte").magnitude == 18 * n // 8, zero
+        assert ("memory.offload.host_accumulated_gradients" in two.sources("memory.host")) == (zero < 3)
     staging = 2 * 128_256 * 4_096
     assert z3.gradients.to("byte").magnitude == 10**9 and z2.gradients.to("byte").magnitude == 10**9 + staging
     assert z2.total.to("byte").magnitude == 2 * n + 10**9 + staging + z2.activations.to("byte").magnitude

@@ -140,81 +140,82 @@ FORMULAS = {
     'memory.model_states.zero3': ('f135', ('dp', 'params'), 'byte'),
     'memory.offload.device_activations': ('f136', ('kept_bytes', 'layers_in_flight'), 'byte'),
     'memory.offload.device_optimizer': ('f137', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
-    'memory.offload.host_activations': ('f138', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.host_optimizer': ('f139', ('optimizer_offload', 'params'), 'byte'),
-    'memory.offload.host_zero3_gradients': ('f140', ('params',), 'byte'),
-    'memory.offload.zero_offload_staging': ('f141', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
-    'memory.optimizer_step.foreach': ('f142', ('element_bytes', 'params'), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy': ('f143', ('params',), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f144', ('params',), 'byte'),
-    'memory.zero3_gathered': ('f145', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held': ('f146', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held_fp32_gradients': ('f147', ('params',), 'byte'),
-    'memory.zero_reduce_bucket': ('f148', (), 'byte'),
-    'model.params.attention': ('f149', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f150', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f151', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f152', ('heads',), 'parameter'),
-    'model.params.embedding': ('f153', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f154', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f155', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f156', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f157', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f158', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f159', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f160', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f161', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f162', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f163', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f164', ('hidden',), 'parameter'),
-    'model.params.positions': ('f165', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f166', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f167', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f168', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f169', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f170', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f171', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f172', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f173', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f174', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f175', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f176', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f177', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f178', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f179', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f180', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f181', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f182', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f183', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f184', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f185', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f186', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f187', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f188', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f189', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f190', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f191', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f192', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f193', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f194', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f195', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f196', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f197', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f198', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f199', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f200', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f201', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f202', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f203', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f204', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f205', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f206', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f208', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f210', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f212', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f213', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f214', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f215', ('flops',), 'token'),
+    'memory.offload.host_accumulated_gradients': ('f138', ('params',), 'byte'),
+    'memory.offload.host_activations': ('f139', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.host_optimizer': ('f140', ('optimizer_offload', 'params'), 'byte'),
+    'memory.offload.host_zero3_gradients': ('f141', ('params',), 'byte'),
+    'memory.offload.zero_offload_staging': ('f142', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
+    'memory.optimizer_step.foreach': ('f143', ('element_bytes', 'params'), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy': ('f144', ('params',), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f145', ('params',), 'byte'),
+    'memory.zero3_gathered': ('f146', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held': ('f147', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held_fp32_gradients': ('f148', ('params',), 'byte'),
+    'memory.zero_reduce_bucket': ('f149', (), 'byte'),
+    'model.params.attention': ('f150', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f151', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f152', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f153', ('heads',), 'parameter'),
+    'model.params.embedding': ('f154', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f155', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f156', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f157', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f158', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f159', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f160', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f161', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f162', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f163', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f164', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f165', ('hidden',), 'parameter'),
+    'model.params.positions': ('f166', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f167', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f168', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f169', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f170', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f171', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f172', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f173', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f174', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f175', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f176', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f177', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f178', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f179', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f180', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f181', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f182', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f183', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f184', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f185', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f186', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f187', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f188', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f189', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f190', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f191', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f192', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f193', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f194', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f195', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f196', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f197', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f198', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f199', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f200', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f201', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f202', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f203', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f204', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f205', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f206', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f207', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f209', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f211', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f213', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f214', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f215', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f216', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1513,24 +1514,30 @@ def f137(x, k):
 
 
 def f138(x, k):
-    x0, x1 = x
-    r0 = x0 * x1
-    return (r0, 1.0)
-
-
-def f139(x, k):
-    x0, x1 = x
-    r0 = 16.0 * x1 * x0
-    return (r0, 1.0)
-
-
-def f140(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
+def f139(x, k):
+    x0, x1 = x
+    r0 = x0 * x1
+    return (r0, 1.0)
+
+
+def f140(x, k):
+    x0, x1 = x
+    r0 = 16.0 * x1 * x0
+    return (r0, 1.0)
+
+
 def f141(x, k):
+    x0, = x
+    r0 = 2.0 * x0
+    return (r0, 1.0)
+
+
+def f142(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = k.max(x3, x0)
@@ -1538,49 +1545,49 @@ def f141(x, k):
     return (r1, 1.0)
 
 
-def f142(x, k):
+def f143(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f143(x, k):
+def f144(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f144(x, k):
+def f145(x, k):
     x0, = x
     r0 = k.min(1000000000.0, x0)
     r0 = 6.0 * r0
     return (r0, 1.0)
 
 
-def f145(x, k):
+def f146(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f146(x, k):
+def f147(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f147(x, k):
+def f148(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f149(x, k):
     pass
     return (1000000000.0, 1.0)
 
 
-def f149(x, k):
+def f150(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1589,7 +1596,7 @@ def f149(x, k):
     return (r1, 1.0)
 
 
-def f150(x, k):
+def f151(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1598,7 +1605,7 @@ def f150(x, k):
     return (r0, 1.0)
 
 
-def f151(x, k):
+def f152(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1611,18 +1618,18 @@ def f151(x, k):
     return (r6, 1.0)
 
 
-def f152(x, k):
+def f153(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f153(x, k):
+def f154(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f154(x, k):
+def f155(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1635,25 +1642,25 @@ def f154(x, k):
     return (r4, 1.0)
 
 
-def f155(x, k):
+def f156(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f156(x, k):
+def f157(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f157(x, k):
+def f158(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f158(x, k):
+def f159(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1664,7 +1671,7 @@ def f158(x, k):
     return (r2, 1.0)
 
 
-def f159(x, k):
+def f160(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1675,7 +1682,7 @@ def f159(x, k):
     return (r2, 1.0)
 
 
-def f160(x, k):
+def f161(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1685,7 +1692,7 @@ def f160(x, k):
     return (r1, 1.0)
 
 
-def f161(x, k):
+def f162(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1695,7 +1702,7 @@ def f161(x, k):
     return (r1, 1.0)
 
 
-def f162(x, k):
+def f163(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1704,30 +1711,30 @@ def f162(x, k):
     return (r1, 1.0)
 
 
-def f163(x, k):
+def f164(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f164(x, k):
+def f165(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f165(x, k):
+def f166(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f166(x, k):
+def f167(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f167(x, k):
+def f168(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1735,13 +1742,13 @@ def f167(x, k):
     return (r0, 1.0)
 
 
-def f168(x, k):
+def f169(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f169(x, k):
+def f170(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1749,15 +1756,10 @@ def f169(x, k):
     return (r0, 1.0)
 
 
-def f170(x, k):
+def f171(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
-
-
-def f171(x, k):
-    pass
-    return (1.0, 1.0)
 
 
 def f172(x, k):
@@ -1766,61 +1768,66 @@ def f172(x, k):
 
 
 def f173(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f174(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f174(x, k):
+def f175(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f175(x, k):
+def f176(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f176(x, k):
+def f177(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f177(x, k):
+def f178(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f178(x, k):
+def f179(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f179(x, k):
+def f180(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f180(x, k):
+def f181(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
 
 
-def f181(x, k):
+def f182(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f182(x, k):
+def f183(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r1 = x1 * x2
@@ -1829,28 +1836,20 @@ def f182(x, k):
     return (r1, 1.0)
 
 
-def f183(x, k):
+def f184(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f184(x, k):
+def f185(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f185(x, k):
+def f186(x, k):
     pass
     return (2.0, 1.0)
-
-
-def f186(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
 
 
 def f187(x, k):
@@ -1862,6 +1861,14 @@ def f187(x, k):
 
 
 def f188(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f189(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1870,7 +1877,7 @@ def f188(x, k):
     return (r2, 1.0)
 
 
-def f189(x, k):
+def f190(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1879,7 +1886,7 @@ def f189(x, k):
     return (r2, 1.0)
 
 
-def f190(x, k):
+def f191(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1887,7 +1894,7 @@ def f190(x, k):
     return (r1, 1.0)
 
 
-def f191(x, k):
+def f192(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1898,7 +1905,7 @@ def f191(x, k):
     return (r2, 1.0)
 
 
-def f192(x, k):
+def f193(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1913,7 +1920,7 @@ def f192(x, k):
     return (r2, r7)
 
 
-def f193(x, k):
+def f194(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1924,7 +1931,7 @@ def f193(x, k):
     return (r1, r0)
 
 
-def f194(x, k):
+def f195(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1936,12 +1943,12 @@ def f194(x, k):
     return (r1, r5)
 
 
-def f195(x, k):
+def f196(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f196(x, k):
+def f197(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1949,13 +1956,13 @@ def f196(x, k):
     return (r0, r2)
 
 
-def f197(x, k):
+def f198(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f198(x, k):
+def f199(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -1978,7 +1985,7 @@ def f198(x, k):
     return (r2, r0)
 
 
-def f199(x, k):
+def f200(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -1989,14 +1996,14 @@ def f199(x, k):
     return (r2, r1)
 
 
-def f200(x, k):
+def f201(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f201(x, k):
+def f202(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -2004,19 +2011,19 @@ def f201(x, k):
     return (r0, r2)
 
 
-def f202(x, k):
+def f203(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f203(x, k):
+def f204(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f204(x, k):
+def f205(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -2025,7 +2032,7 @@ def f204(x, k):
     return (r2, 1.0)
 
 
-def f205(x, k):
+def f206(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -2039,7 +2046,7 @@ def f205(x, k):
     return (r6, 1.0)
 
 
-def f206(x, k):
+def f207(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2059,7 +2066,7 @@ def f206(x, k):
     return (r8, 1.0)
 
 
-def f208(x, k):
+def f209(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2067,7 +2074,7 @@ def f208(x, k):
     return (r1, 1.0)
 
 
-def f210(x, k):
+def f211(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2077,7 +2084,7 @@ def f210(x, k):
     return (r1, 1.0)
 
 
-def f212(x, k):
+def f213(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2087,7 +2094,7 @@ def f212(x, k):
     return (r2, 1.0)
 
 
-def f213(x, k):
+def f214(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2095,7 +2102,7 @@ def f213(x, k):
     return (r1, 1.0)
 
 
-def f214(x, k):
+def f215(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2103,7 +2110,7 @@ def f214(x, k):
     return (r1, 1.0)
 
 
-def f215(x, k):
+def f216(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

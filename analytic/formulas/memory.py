@@ -333,6 +333,15 @@ define("memory.offload.zero_offload_staging", 2 * Max(V, h_ff) * h / t, "byte",
         "(Megatron-DeepSpeed's) it is larger only where 2f > V, in no preset",
         "2 bytes: the model's bf16 or fp16"),
        "DeepSpeed's ZeRO-Offload device buffer for one parameter's gradient, the largest", coefficient_unit="byte")
+define("memory.offload.host_accumulated_gradients", 2 * Psi, "byte",
+       "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.copy_grads_in_partition with "
+       "cpu_offload and gradient_accumulation_steps > 1 (async_accumulate_grad_in_cpu_via_gpu: each parameter of the "
+       "partition gets a pinned 16-bit host buffer of its gradient, accumulated_grads_in_cpu, created once and kept)",
+       ("Ψ: the parameters of this rank's partition (a parameter cut by the partition's edge counted by its part)",
+        "ZeRO-1 and 2 under ZeRO-Offload with more than one microbatch a step",
+        "2 bytes: the model's bf16 or fp16"),
+       "host memory DeepSpeed's ZeRO-Offload takes to accumulate gradients over microbatches",
+       coefficient_unit="byte")
 define("memory.offload.host_zero3_gradients", 2 * Psi, "byte",
        "DeepSpeed deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3 (grad_partitions_flat_buffer: "
        "the gradient partition, in the model's 16-bit dtype by default (engine.py get_data_types), allocated on "

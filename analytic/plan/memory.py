@@ -289,10 +289,13 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
     if inp.layout.offload_optimizer:
         host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
                             optimizer_offload=inp.layout.offload_optimizer)
-        if inp.zero_optimizer:  # ZeRO-Offload's ZeRO-3 keeps its 16-bit gradient partition there too
-            host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients",
-                                                       params=optimizer_shard(inp, params)), inp.deg.zero_at_least(3)),
-                                (_zero("host"), True))
+        if inp.zero_optimizer:  # ZeRO-Offload keeps 16-bit gradients of the partition there too: ZeRO-3 its
+            # partition, ZeRO-1 and 2 their accumulation over microbatches
+            shard = optimizer_shard(inp, params)
+            host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients", params=shard),
+                                                 inp.deg.zero_at_least(3)),
+                                (inp.f("memory.offload.host_accumulated_gradients", params=shard),
+                                 sympy.Gt(inp.microbatches, 1)), (_zero("host"), True))
     out["optimizer_step"] = _zero("optimizer_step")
     if inp.optimizer_kernel == "foreach" or inp.zero_optimizer:
         out = _peak_phase(inp, params, out)
