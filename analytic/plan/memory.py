@@ -40,12 +40,11 @@ def model_states(inp: Inputs, params: dict) -> dict:
             total = f if total is None else total + f
         parts[part] = total
     if inp.zero_optimizer:
-        if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32 copy
-            parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(2)),
-                                       (parts["gradients"], True))
-            # and below ZeRO-3 keeps a device buffer of the largest parameter to stage them through
-            parts["gradients"] = parts["gradients"] + cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
-                                                            (inp.f("memory.offload.zero_offload_staging"), True))
+        if inp.layout.offload_optimizer:  # ZeRO-Offload reduces the partition's gradients into the host's fp32
+            # copy from ZeRO-2, and below ZeRO-3 keeps a device buffer of the largest parameter to stage them through
+            staging = inp.f("memory.offload.zero_offload_staging")
+            parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
+                                       (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
         parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
     if inp.layout.offload_optimizer:
         parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
@@ -287,11 +286,10 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
     out = model_states(inp, params)
     out["activations"], host = stage_activations(inp, k, parts, params)
     if inp.layout.offload_optimizer:
-        host = host + inp.f("memory.offload.host_optimizer", params=optimizer_shard(inp, params),
-                            optimizer_offload=inp.layout.offload_optimizer)
+        shard = optimizer_shard(inp, params)
+        host = host + inp.f("memory.offload.host_optimizer", params=shard, optimizer_offload=inp.layout.offload_optimizer)
         if inp.zero_optimizer:  # ZeRO-Offload keeps 16-bit gradients of the partition there too: ZeRO-3 its
             # partition, ZeRO-1 and 2 their accumulation over microbatches
-            shard = optimizer_shard(inp, params)
             host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients", params=shard),
                                                  inp.deg.zero_at_least(3)),
                                 (inp.f("memory.offload.host_accumulated_gradients", params=shard),
