@@ -1514,53 +1514,54 @@ def test_offloaded_optimizer_is_refused_where_it_is_not_modelled():
             an.Layout(offload_optimizer=bad)
 
 
+def _zero_offload(zero, share=1, global_batch=8, tp=1, model="llama3-8b"):
+    """DeepSpeed's ZeRO-Offload on 8 H100 with full recomputation, 512 tokens a sequence."""
+    return an.Plan(an.model(model), an.hardware("h100-sxm"),
+                   an.Layout(tp=tp, dp=8 // tp, zero=zero, recompute="full", offload_optimizer=share), seq_len=512,
+                   global_batch=global_batch, stack="deepspeed")
+
+
 def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
     """DeepSpeed's ZeRO-Offload puts the fp32 partition, its fp32 gradients and CPU Adam's moments on the
-    host, 16 bytes a parameter of the shard (Llama 3 8B, 8,030,261,248 parameters, over 8 ranks). From ZeRO-2
-    the gradients are reduced into the host's copy: the device keeps the 10⁹-byte reduce bucket, and below
-    ZeRO-3 a 16-bit buffer of the largest parameter, the 128,256 × 4,096 embedding, and its step copies
-    nothing. ZeRO-1's backward still holds every 16-bit gradient. ZeRO-3 keeps its 16-bit
-    gradient partition on the host too: 18 bytes a parameter of the shard there, as ZeRO-1 and 2 do with
-    more than one microbatch a step, for their pinned 16-bit buffers that accumulate the gradients. It
-    offloads the whole partition, with a ZeRO stage."""
-    m, hw, n = an.model("llama3-8b"), an.hardware("h100-sxm"), 8_030_261_248
-
-    def memory(zero, share=1):
-        return an.Plan(m, hw, an.Layout(dp=8, zero=zero, recompute="full", offload_optimizer=share), seq_len=512,
-                       global_batch=8, stack="deepspeed").memory()
-
-    z2, z1, z3 = memory(2), memory(1), memory(3)
-    for mem, host in ((z1, 16), (z2, 16), (z3, 18)):
-        assert mem.host.to("byte").magnitude == host * n // 8 and mem.optimizer.magnitude == 0
+    host, 16 bytes a parameter of the shard (Llama 3 8B, 8,030,261,248 parameters, over 8 ranks), and its
+    step copies nothing on the device. ZeRO-3 keeps its 16-bit gradient partition on the host too: 18 bytes
+    a parameter of the shard there, as ZeRO-1 and 2 do with more than one microbatch a step, for their
+    pinned 16-bit buffers that accumulate the gradients. It offloads the whole partition, with a ZeRO stage."""
+    n = 8_030_261_248
+    for zero, host in ((1, 16), (2, 16), (3, 18)):
+        mem = _zero_offload(zero).memory()
+        assert mem.host.to("byte").magnitude == host * n // 8 and mem.optimizer.magnitude == 0, zero
         assert mem.optimizer_step.magnitude == 0
-    plan3 = an.Plan(m, hw, an.Layout(dp=8, zero=3, recompute="full", offload_optimizer=1), seq_len=512,
-                    global_batch=8, stack="deepspeed")
-    assert "memory.offload.host_zero3_gradients" in plan3.sources("memory.host")
-    for zero in (1, 2, 3):  # two microbatches a step
-        two = an.Plan(m, hw, an.Layout(dp=8, zero=zero, recompute="full", offload_optimizer=1), seq_len=512,
-                      global_batch=16, stack="deepspeed")
+        two = _zero_offload(zero, global_batch=16)  # two microbatches a step
         assert two.memory().host.to("byte").magnitude == 18 * n // 8, zero
         assert ("memory.offload.host_accumulated_gradients" in two.sources("memory.host")) == (zero < 3)
-    staging = 2 * 128_256 * 4_096
+    assert "memory.offload.host_zero3_gradients" in _zero_offload(3).sources("memory.host")
+    for zero, share, match in ((0, 1, "ZeRO 1-3"), (3, 0.5, "whole partition")):
+        with pytest.raises(an.InputError, match=f"offload_optimizer: .*{match}"):
+            _zero_offload(zero, share).memory()
+
+
+def test_deepspeeds_zero_offload_stages_gradients_through_a_buffer_of_the_largest_parameter():
+    """From ZeRO-2 ZeRO-Offload reduces the gradients into the host's copy: the device keeps the 10⁹-byte
+    reduce bucket and, below ZeRO-3, a 16-bit buffer of the largest parameter, Llama 3 8B's 128,256 × 4,096
+    embedding (a TP rank's half of it under TP 2; MT-NLG's 4h × h MLP matrix, 4h = 81,920 outnumbering its
+    51,200-token vocabulary). ZeRO-1's backward still holds every 16-bit gradient. The README states it."""
+    n, staging = 8_030_261_248, 2 * 128_256 * 4_096
+    z1, z2, z3 = (_zero_offload(zero).memory() for zero in (1, 2, 3))
     assert z3.gradients.to("byte").magnitude == 10**9 and z2.gradients.to("byte").magnitude == 10**9 + staging
     assert z2.total.to("byte").magnitude == 2 * n + 10**9 + staging + z2.activations.to("byte").magnitude
     assert z1.gradients.to("byte").magnitude == 2 * n + 10**9 + staging
-    tp2 = an.Plan(m, hw, an.Layout(tp=2, dp=4, zero=2, recompute="full", offload_optimizer=1), seq_len=512,
-                  global_batch=4, stack="deepspeed").memory()  # a TP rank's embedding is its vocabulary's half
+    tp2 = _zero_offload(2, tp=2, global_batch=4).memory()
     assert tp2.gradients.to("byte").magnitude == 10**9 + staging // 2
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
-    assert (f"{z2.total.to('GB').magnitude:.2f} GB, its {z2.gradients.to('GB').magnitude:.3f} GB of gradients the "
-            f"bucket's 1 GB and the embedding-sized buffer's {staging / 1e9:.3f} GB, and "
-            f"{z2.host.to('GB').magnitude:.2f} GB a GPU on the host") in readme
-    mt = an.Plan(an.model("mt-nlg-530b"), hw, an.Layout(tp=8, zero=2, recompute="full", offload_optimizer=1),
-                 seq_len=512, global_batch=1, stack="deepspeed").memory()  # 4h = 81,920 outnumbers V = 51,200
+    mt = _zero_offload(2, tp=8, global_batch=1, model="mt-nlg-530b").memory()
     assert mt.gradients.to("byte").magnitude == 10**9 + 2 * 81_920 * 20_480 // 8
     for name in an.models():  # fused, the gate and up projections would be larger only where 2f > V
         preset = an.model(name)
         assert preset.mlp != "swiglu" or preset.vocab > 2 * preset.ffn_hidden, name
-    for zero, share, match in ((0, 1, "ZeRO 1-3"), (3, 0.5, "whole partition")):
-        with pytest.raises(an.InputError, match=f"offload_optimizer: .*{match}"):
-            memory(zero, share)
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert (f"{z2.total.to('GB').magnitude:.2f} GB, its {z2.gradients.to('GB').magnitude:.3f} GB of gradients the "
+            f"bucket's 1 GB and the embedding-sized buffer's {staging / 1e9:.3f} GB, and "
+            f"{z2.host.to('GB').magnitude:.2f} GB a GPU on the host") in readme
 
 
 def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expressions():
