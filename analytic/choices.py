@@ -26,6 +26,9 @@ OPTIMIZER_KERNELS = ("fused", "foreach")
 #: zero_optimizer): DeepSpeed's, with its reduce bucket (memory.zero_reduce_bucket) and its step's fp32 copy of
 #: the gradient partition (memory.optimizer_step.fp32_gradient_copy)
 ZERO_OPTIMIZERS = ("deepspeed",)
+#: whose FP8 weight cache a stack keeps (presets/stacks.toml fp8_weight_cache): Transformer Engine's, the FP8
+#: weight and its transpose of each of its linears (memory.fp8_weight_cache)
+FP8_WEIGHT_CACHES = ("transformer-engine",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

@@ -287,7 +287,7 @@ class Model:
         from .formula import Formula
         one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
         layer, mlp, moe = self._layer_parts(active=False)
-        emb, norm = self._part("model.params.embedding"), self._part(f"model.params.norm.{self.norm}")
+        norm = self._part(f"model.params.norm.{self.norm}")
         if self.is_moe:
             dense = sympy.Max(0, sympy.Min(sympy.sympify(self.dense_layers) - start, layers))
             routed = self._routed_experts()
@@ -295,16 +295,20 @@ class Model:
             experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
         else:
             rest, experts = layer * layers + mlp * layers, Formula("0", sympy.Integer(0), "parameter", "")
-        if self.position == "learned":
-            emb_first = emb + self._part("model.params.positions")
-        else:
-            emb_first = emb
-        head = emb * one(sympy.And(last, sympy.Not(first)) if self.tied_embeddings else last)
-        rest = rest + emb_first * one(first) + head + norm * one(last)
+        rest = rest + self.stage_ends_formula(first, last) + norm * one(last)
         if self.mtp_modules:  # their routed experts are counted with the others above
             mtp_routed = self._routed_experts() * self.mtp_modules if self.is_moe else 0
             rest = rest + (self.mtp_params_formula() - mtp_routed) * one(last)
         return rest, experts
+
+    def stage_ends_formula(self, first, last) -> Formula:
+        """Parameters of a pipeline stage's ends: the embedding and learned positions where ``first``, the
+        output layer where ``last`` (a tied embedding kept again on the last stage of a pipeline)."""
+        import sympy
+        one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
+        emb = self._part("model.params.embedding")
+        emb_first = emb + self._part("model.params.positions") if self.position == "learned" else emb
+        return emb_first * one(first) + emb * one(sympy.And(last, sympy.Not(first)) if self.tied_embeddings else last)
 
     def params_formula(self) -> Formula:
         """Total parameter count as a Formula (in the model's free symbols, if any)."""

@@ -310,6 +310,18 @@ def test_dualpipe_ranks_hold_the_model_twice():
     assert weights[0] - weights[1] == pytest.approx(2 * (2 * m.vocab * m.hidden + m.hidden), rel=1e-9)
 
 
+def test_a_pipeline_keeps_gpt3s_tied_embedding_again_on_its_last_stage():
+    """GPT-3 175B over 4 stages: the first holds the 50,257 × 12,288 embedding and the 2,048 × 12,288
+    learned positions beyond a middle stage's layers, the last the tied embedding again (Megatron-LM's
+    shared embedding) and the final LayerNorm's 2 × 12,288; summed, the model and one embedding more."""
+    m = an.model("gpt3-175b")
+    plan = an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=4, dp=2), seq_len=2048, global_batch=64)
+    params = [plan.memory(stage=k).weights.to("byte").magnitude / 2 for k in range(4)]
+    embedding, positions = 50_257 * 12_288, 2_048 * 12_288
+    assert params[0] - params[1] == embedding + positions and params[3] - params[1] == embedding + 2 * 12_288
+    assert sum(params) == m.total_params + embedding
+
+
 def test_mtp_module_is_stored_and_computed_but_not_counted():
     """DeepSeek-V3's MTP module: the published 671B leaves it out, the weights on a GPU and the
     FLOPs of a step include it (its routed experts sharded by EP like the others)."""
@@ -323,8 +335,8 @@ def test_mtp_module_is_stored_and_computed_but_not_counted():
     routed = ds.experts * 3 * ds.hidden * ds.expert_ffn_hidden  # SwiGLU experts: 3 matrices each
     for rank in (0, 15):  # the MTP module sits on the last stage, which ranks 0 and 15 hold under DualPipe
         last = [p.memory(stage=rank).weights for p in plans]
-        # 2 bytes per weight, its routed experts over EP 64
-        assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(2 * ((mtp - routed) + routed / 64), rel=1e-12)
+        # 2 bytes per weight and 2 for Transformer Engine's FP8 copy and its transpose, routed experts over EP 64
+        assert (last[0] - last[1]).to("byte").magnitude == pytest.approx(4 * ((mtp - routed) + routed / 64), rel=1e-12)
     assert plans[0].memory(stage=7).weights == plans[1].memory(stage=7).weights
     assert plans[0].hardware_flops() > plans[1].hardware_flops()
     assert plans[0].model_flops() == plans[1].model_flops()  # 6·N_active·D: the paper's 37B
@@ -1562,6 +1574,25 @@ def test_deepspeeds_zero_offload_stages_gradients_through_a_buffer_of_the_larges
     assert (f"{z2.total.to('GB').magnitude:.2f} GB, its {z2.gradients.to('GB').magnitude:.3f} GB of gradients the "
             f"bucket's 1 GB and the embedding-sized buffer's {staging / 1e9:.3f} GB, and "
             f"{z2.host.to('GB').magnitude:.2f} GB a GPU on the host") in readme
+
+
+def test_transformer_engines_fp8_weight_cache_holds_two_bytes_a_linear_parameter():
+    """Megatron-Core's FP8 plans keep Transformer Engine's FP8 weight and its transpose for every linear: 2
+    bytes a parameter but the embedding's and the output layer's. Llama 3 8B's layer holds 4,096 × 6,144
+    (QKV) + 4,096² (projection) + 3 × 4,096 × 14,336 (MLP) + 2 × 4,096 (norms) = 218,112,000 parameters;
+    under TP 2 and PP 2 the first stage's 16 layers put 16 × 218,112,000 / 2 on a GPU, the last stage's
+    the final norm's 4,096 / 2 more. bf16, TorchTitan's Float8 (cast at each use) and ZeRO-3 add nothing."""
+    def weights(dtype="fp8", stack="megatron-core", zero=1, stage=0):
+        p = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2, pp=2, dp=2, zero=zero),
+                    seq_len=4096, global_batch=8, dtype=dtype, stack=stack)
+        return p.memory(stage=stage).weights.to("byte").magnitude
+
+    layer = 4_096 * 6_144 + 4_096**2 + 3 * 4_096 * 14_336 + 2 * 4_096
+    assert layer == 218_112_000
+    assert weights() - weights("bf16") == 2 * 16 * layer / 2
+    assert weights(stage=1) - weights("bf16", stage=1) == 2 * (16 * layer + 4_096) / 2
+    assert weights(stack="torchtitan") == weights("bf16", stack="torchtitan")
+    assert weights(zero=3) == weights("bf16", zero=3)
 
 
 def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expressions():

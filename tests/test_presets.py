@@ -144,7 +144,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "zero_optimizer"}
+             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -154,5 +154,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("optimizer_offload", "hybrid") in choices.OPTIMIZER_OFFLOADS, name
         assert props.get("optimizer_kernel", "fused") in choices.OPTIMIZER_KERNELS, name
         assert props.get("zero_optimizer", "deepspeed") in choices.ZERO_OPTIMIZERS, name
+        assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

@@ -75,6 +75,18 @@ define("memory.model_states.optimizer_bf16_moments", 8 * Psi, "byte",
 define("memory.model_states.optimizer", 12 * Psi, "byte", f"{ZERO} §3.1 (KΨ, K = 12)",
        ADAM, "Adam state and fp32 master parameters (unsharded)", coefficient_unit="byte")
 
+define("memory.fp8_weight_cache", 2 * Psi, "byte",
+       "NVIDIA/Megatron-LM megatron/core/extensions/transformer_engine.py (TELinear and its kin pass "
+       "is_first_microbatch to Transformer Engine unless disable_parameter_transpose_cache, off by default); "
+       "NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (get_weight_workspace with "
+       "cache_name 'weight': the FP8 weight and its transpose, made at a step's first microbatch and kept for the rest)",
+       ("Ψ: the parameters of this GPU's Transformer Engine linears: all but the embedding and the output layer "
+        "(their norms and an MoE layer's router, under 0.1% of a layer, counted with them)",
+        "1 byte for the FP8 weight and 1 for its transpose (the backward's GEMM reads it transposed)",
+        "under ZeRO-3 the weights are gathered block by block: what Transformer Engine caches of them is not "
+        "counted",
+        "FP8 primary weights (Megatron's --fp8-param-gather), which keep no 16-bit copy, are not modelled"),
+       "Transformer Engine's cached FP8 weights and transposes on one GPU", coefficient_unit="byte")
 define("memory.activations.layer", s * b * h * (34 + 5 * a * s / h), "byte", f"{KORTHIKANTI} §4.1 eq. (1)",
        KORTHIKANTI_ASSUMPTIONS, "activations saved by one layer, no parallelism", coefficient_unit="byte")
 define("memory.activations.layer_tp", s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), "byte",

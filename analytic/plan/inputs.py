@@ -111,6 +111,7 @@ class Inputs:
         #: whose ZeRO optimizer the stack runs where it allocates beyond the model states (choices.ZERO_OPTIMIZERS;
         #: None: one that allocates nothing more)
         self.zero_optimizer = props.get("zero_optimizer")
+        self.fp8_weight_cache = props.get("fp8_weight_cache")  # choices.FP8_WEIGHT_CACHES; None: cast at each use
         #: what a sequence-parallel matmul saves of its input: "split" (Megatron: its shard, gathered again in the
         #: backward) or "gathered" (DTensor TP: the all-gathered input)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])

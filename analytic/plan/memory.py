@@ -46,6 +46,10 @@ def model_states(inp: Inputs, params: dict) -> dict:
             parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
                                        (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
         parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
+    if inp.fp8_weight_cache and inp.dtype == "fp8":  # Transformer Engine's FP8 weights and transposes
+        cache = inp.f("memory.fp8_weight_cache", params=params["per_gpu"] - params["ends_local"])
+        parts["weights"] = parts["weights"] + cases("weights", "byte", (_zero("weights"), lay.zero_at_least(3)),
+                                                    (cache, True))
     if inp.layout.offload_optimizer:
         parts["optimizer"] = inp.f("memory.offload.device_optimizer", optimizer_bytes=parts["optimizer"],
                                    optimizer_offload=inp.layout.offload_optimizer)
@@ -160,7 +164,8 @@ def stage_layers(inp: Inputs) -> tuple:
 def stage_params(inp: Inputs, k) -> dict:
     """Parameters per GPU of stage ``k`` (a number or expression): its layers, with the embedding on
     the first stage and the output layer, final norm and MTP modules on the last
-    (:meth:`~analytic.model.Model.stage_params_formulas`), split over TP and routed experts over EP."""
+    (:meth:`~analytic.model.Model.stage_params_formulas`), split over TP and routed experts over EP;
+    ``ends_local``: the embedding's and output layer's of them."""
     lay, m = inp.deg, inp.model
     first_n, middle, last_n = stage_layers(inp)
     is_first, is_last = sympy.Eq(k, 0), sympy.Eq(k, lay.pp - 1)
@@ -169,6 +174,7 @@ def stage_params(inp: Inputs, k) -> dict:
     rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
     dense_local, expert_local = rest / lay.tp, experts / (lay.tp * lay.ep)
     return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
+            "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
             "layers": layers, "blocks": layers + sympy.Piecewise((m.mtp_modules, is_last), (0, True)),
             "first": is_first, "last": is_last}
 
@@ -184,7 +190,7 @@ def rank_params(inp: Inputs, k) -> dict:
         return out
     mirror = formula("pipeline.mirror_stage.dualpipe").bind({"pp": inp.deg.pp, "stage": k})
     other = stage_params(inp, mirror.expr)
-    for key in ("dense_local", "expert_local", "per_gpu"):
+    for key in ("dense_local", "expert_local", "per_gpu", "ends_local"):
         both = composed(key, own[key].expr + other[key].expr, "parameter", own[key], other[key], mirror)
         out[key] = cases(key, "parameter", (both, dual), (own[key], True))
     out["blocks"] = sympy.Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))

@@ -83,6 +83,7 @@ def structure(inp: Inputs) -> str | None:
               f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}",
               f"optimizer_kernel={inp.optimizer_kernel}", f"zero_optimizer={inp.zero_optimizer}",
+              f"fp8_weight_cache={inp.fp8_weight_cache if inp.dtype == 'fp8' else None}",
               f"sp_inputs={inp.sp_saved_inputs}", f"saved_extra={'+'.join(inp.saved_extra) or None}"]
     present = structural_inputs(inp)
     parts += [f"quantised={present['sms']}", f"attention_efficiency={present['attention_efficiency']}",
