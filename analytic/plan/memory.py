@@ -337,16 +337,16 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     optimizer step, which holds the model states and its temporaries (``optimizer_step``, :func:`_step_parts`)
     with the activations and ZeRO-3's unsharded copies freed."""
     extra, gradients = _step_parts(inp, params, out["gradients"])
+    same = gradients is out["gradients"]  # held alike in both phases, the gradients do not decide
     # the phase with the larger is the peak (the other model states are held in both)
-    keys = ((out["gathered"] + out["activations"] + out["gradients"]).expr, (extra + gradients).expr)
-    if gradients is out["gradients"]:  # held alike in both phases
-        keys = ((out["gathered"] + out["activations"]).expr, extra.expr)
+    keys = ((out["gathered"] + out["activations"]).expr, extra.expr) if same else (
+        (out["gathered"] + out["activations"] + out["gradients"]).expr, (extra + gradients).expr)
 
     def pick(name, backward, step):  # a tie is the forward and backward's
         expr = value_at_max(keys[0], backward.expr, keys[1], step.expr)
         return composed(name, expr.doit(deep=False), "byte", backward, step)
 
-    if gradients is not out["gradients"]:
+    if not same:
         out = out | {"gradients": pick("gradients", out["gradients"], gradients)}
     return out | {"optimizer_step": pick("optimizer_step", out["optimizer_step"], extra)} | {
         name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
