@@ -96,17 +96,18 @@ def cmd_calibrate(args) -> int:
         return backend_main(args)
     if not args.published:
         raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
-    from . import calibration, reserve, validation
+    from . import calibration, outside, reserve, validation
     folder = validation.find_folder(args.cases)
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
-    memory = reserve.summary(folder / "memory.toml")
-    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory)
+    memory, beyond = reserve.summary(folder / "memory.toml"), outside.summary(folder / "outside.toml")
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory,
+                              outside=beyond)
     if args.write:
         _write_text(args.write, text)
     if args.json:
-        print(json.dumps(calibration.as_json(constants, cases, ratios, memory)))
+        print(json.dumps(calibration.as_json(constants, cases, ratios, memory, beyond)))
     elif not args.write:
         print(text, end="")
     return 0

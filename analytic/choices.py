@@ -1,4 +1,4 @@
-"""The choice lists of the library and its default for sequence parallelism, declared once (plain data:
+"""The choice lists of the library and its defaults for sequence parallelism and the stack, declared once (plain data:
 the command line reads them without importing sympy or pint). A symbolic choice is its index in these
 tuples."""
 
@@ -63,6 +63,10 @@ ZERO3_GATHERS = ("per-block", "per-tensor")
 #: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
 #: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)
 OBJECTIVES = ("step_time", "cost", "mfu")
+
+
+#: the software stack a plan models when none is named (presets/stacks.toml)
+DEFAULT_STACK = "megatron-core"
 
 
 def sequence_parallel_default(tp) -> bool:

@@ -61,13 +61,14 @@ def cmd_memory(args) -> int:
     if wasted is not None:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
-    headroom = (mem.hbm - mem.total).to("GB")
+    headroom = (mem.hbm - mem.outside - mem.total).to("GB")  # memory.headroom of the fullest stage
     fit = plan.memory_verdict()
     try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
         peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
         measured = memory_reserve(stack(plan.stack)["allocator"]).get("stacks", [])  # the stacks of the peaks
+        outside = plan.memory_outside().to("GB")
     except PresetError as exc:
-        peak = low = high = None
+        peak = low = high = outside = None
         measured = []
         notes.append(f"no predicted peak: {exc}")
     if args.json:
@@ -76,6 +77,7 @@ def cmd_memory(args) -> int:
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
             "notes": notes,
             "peak": None if peak is None else float(peak.magnitude),
+            "outside_mean": None if outside is None else float(outside.magnitude),
             "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
             "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
             "reserve_measured_on": measured,
@@ -93,23 +95,31 @@ def cmd_memory(args) -> int:
         print("  (the peak is the optimizer step's: its temporaries, with the activations and gathered copies freed "
               "and the gradients it holds then)")
     verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
-    print(f"  {'total':<14} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM: {verdict}")
+    beside = f" with the {_fmt(rows['outside'])} outside the allocator" if rows["outside"].magnitude else ""
+    print(f"  {'total':<14} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM{beside}: {verdict}")
     print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
-    print("  (the HBM is the driver's total: the CUDA context and NCCL's own buffers, outside the allocator, are not "
-          "counted; see memory.allocator_peak)")
+    if rows["outside"].magnitude:
+        print(f"  (outside the allocator: the driver's reservation, the CUDA context, NCCL's buffers; at least "
+              f"{_fmt(rows['outside'])}, {_fmt(outside)} on average, in snapshots of training runs: memory.headroom)"
+              if outside is not None else f"  (outside the allocator: at least {_fmt(rows['outside'])}: memory.headroom)")
+    else:
+        print("  (the HBM is the driver's total: nothing outside the allocator is counted for this stack's allocator)")
     if mem.host.magnitude:
         per_node, dram, fits = node_host_memory(plan, rows["host"])
         room = "" if dram is None else f", of the node's {_fmt(dram.to('TB'))}: {'fits' if fits else 'does not fit'}"
         print(f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
               f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
     if peak is not None:
-        above = "; at its top it would not fit" if peak <= mem.hbm < high else ""
+        above = "; at its top it would not fit" if peak + outside <= mem.hbm < high + outside else ""
         own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
-        limit = (f": {_fmt(peak - mem.hbm)} over the HBM with the count within it: {fit} (short of memory, it "
-                 "releases its cached blocks and retries: num_alloc_retries of torch.cuda.memory_stats)"
-                 if fit == MEMORY_VERDICTS[1] else f": {fit}")
+        device = peak + outside
+        limit = (f"; with the memory outside it, {_fmt(device)}: {_fmt(device - mem.hbm)} over the HBM with the count "
+                 f"within it: {fit} (short of memory, it releases its cached blocks and retries: num_alloc_retries of "
+                 "torch.cuda.memory_stats)" if fit == MEMORY_VERDICTS[1]
+                 else f"; with the memory outside it, {_fmt(device)}: {fit}")
         print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
-              f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit}")
+              f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit} "
+              "[memory.device_peak]")
         print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
               f"to {_fmt(high)}{above}")
     if stages:
@@ -235,7 +245,9 @@ def cmd_search(args) -> int:
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
     if stack:
         print("stack: " + "; ".join(stack))
-    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}; search took {res.seconds:.2f} s"
+    beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
+          f"{res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else "")
           + ("" if res.objective == "step_time" else f"; ranked by {res.objective}"))

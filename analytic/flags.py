@@ -184,6 +184,7 @@ def build_plan(args) -> tuple[object, dict]:
 
     import analytic as an
 
+    from .choices import DEFAULT_STACK
     from .values import fraction, share
     model, hw = _presets(get)
     offload = get("offload_optimizer")
@@ -193,7 +194,7 @@ def build_plan(args) -> tuple[object, dict]:
         tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
-                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or "megatron-core",
+                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or DEFAULT_STACK,
                    profile=get("profile"), training_tokens=tokens, **links)
     extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
              "text": text_config, "notes": notes}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from .choices import OBJECTIVES
+from .choices import DEFAULT_STACK, OBJECTIVES
 from .errors import InputError, PresetError, ReinterpretedWarning
 from .formulas import formula
 from .hardware import Hardware
@@ -43,6 +43,8 @@ from .plan import (
     tiles,
     training_dtype,
 )
+from .presets import outside_floor
+from .presets import stack as read_stack
 from .search_programs import DEGREES, INPUTS, _compiled
 from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
@@ -121,6 +123,7 @@ class SearchResult:
     zero3_gather: str = "per-block"
     ratios: tuple | None = None  # measured/predicted step time, (low, high): calibration.toml's [interval]
     notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
+    outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
 
     def __iter__(self):
         return iter(self.ranked)
@@ -294,7 +297,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
                   cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
-    fits = arrays["memory"] <= hbm
+    outside = float(outside_floor(read_stack(DEFAULT_STACK)["allocator"]).to("byte").magnitude)  # Plan's default stack
+    fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
     order = np.argsort(np.where(fits, key, np.inf), kind="stable")
     n_fit = int(fits.sum())
@@ -307,4 +311,4 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios}
     return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
-                        **stack)
+                        outside=outside, **stack)

@@ -127,12 +127,15 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     if wasted is not None:
         add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "
             "keeps no attention scores), FLOPs still spent", wasted, "compute.attention_core_forward_flops_per_token")
-    add("memory", "total", f"total per GPU{where}, of {mem.hbm.to('GB'):.4g~P} HBM: {'fits' if mem.fits else 'DOES NOT FIT'}",
-        mem.total.to("GB"), "plan.memory.total")
-    try:  # the reserve is fitted for one allocator's measured peaks
-        peak = plan.memory_peak().to("GB")
-        add("memory", "peak", f"predicted peak the allocator reserves (count × {(peak / mem.total).to('').magnitude:.3f}): "
-            f"{plan.memory_verdict()}", peak, "memory.allocator_peak")
+    beside = f" less {mem.outside.to('GB'):.4g~P} outside the allocator" if mem.outside.magnitude else ""
+    add("memory", "total", f"total per GPU{where}, of {mem.hbm.to('GB'):.4g~P} HBM{beside}: "
+        f"{'fits' if mem.fits else 'DOES NOT FIT'}", mem.total.to("GB"), "plan.memory.total")
+    try:  # the reserve is fitted for one allocator's measured peaks, the memory outside it on snapshots
+        peak, outside = plan.memory_peak().to("GB"), plan.memory_outside().to("GB")
+        add("memory", "peak", f"predicted peak the allocator reserves (count × {(peak / mem.total).to('').magnitude:.3f})",
+            peak, "memory.allocator_peak")
+        add("memory", "device_peak", f"with the {outside:.4g~P} a process holds outside it on average: "
+            f"{plan.memory_verdict()}", peak + outside, "memory.device_peak")
     except PresetError:
         pass
     # forward

@@ -82,6 +82,9 @@ _TABLE = [
      "memory per GPU the count holds: model states, gathered parameters and activations of a stage"),
     ("allocator_reserve", "rho", "", "positive",
      "an allocator's measured peak over the count (its cached blocks, buffers and workspaces)"),
+    ("outside_bytes", "M_x", "byte", "nonnegative",
+     "device memory a process holds outside its caching allocator: the driver's reservation, the CUDA context, "
+     "NCCL's buffers"),
     # layout
     ("gpus", "n", "", "count", "accelerators"),
     ("dp", "N_d", "", "count", "data-parallel degree (ZeRO's N_d)"),

@@ -3,7 +3,8 @@
 Case kinds: ``identity`` (a formula reproduces a published closed form or value), ``derived`` (a
 published number follows from published inputs), ``predicted`` (a measurement the calibrated model
 must predict; reported in-fit and leave-one-out), ``memory`` (a measured peak per GPU), ``oom`` (a
-published run that ran out of memory, which the model must not fit), ``claim`` (the source text's claims).
+published run that ran out of memory, which the model must not fit), ``outside`` (a snapshot of the memory a
+process holds outside its allocator), ``claim`` (the source text's claims).
 Nothing here knows a case by name: the cases are data.
 """
 
@@ -28,7 +29,7 @@ from .values import as_quantity
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
 
-KINDS = ("identity", "derived", "predicted", "memory", "oom", "claim")
+KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
@@ -89,6 +90,9 @@ def load(folder: Path) -> tuple[list[dict], dict]:
                                               ("plan" in c) != ("plan_of" in c)):
                 raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
                                     "plan_of, the id of the predicted case whose run it measured)")
+            if c["kind"] == "outside" and not all(k in c for k in ("hardware", "reserved", "free", "group", "source")):
+                raise AnalyticError(f"{path.name}: outside case {c['id']} needs hardware, reserved, free (the figures "
+                                    "the source prints), group and source")
             if c["kind"] == "oom" and not all(k in c for k in ("plan", "published", "group", "source")):
                 raise AnalyticError(f"{path.name}: oom case {c['id']} needs plan, published (what the source says), "
                                     "group and source")
@@ -259,14 +263,34 @@ def _oom(cases: list[dict]) -> list[Result]:
     return out
 
 
+def _outside(folder: Path, cases: dict) -> list[Result]:
+    """Each snapshot's memory outside the allocator (:mod:`analytic.outside`) against the mean of every
+    other source's."""
+    from . import outside
+    rows = outside.snapshots(folder / "outside.toml")
+    if len({r["group"] for r in rows}) < 2:
+        return []
+    loso, out = outside.leave_one_source_out(rows), []
+    for r in rows:
+        c, measured = cases[r["id"]], r["outside"].to("GiB")
+        err, tol = float((loso[r["id"]] / measured).to("").magnitude) - 1, float(c.get("tolerance", 0.5))
+        out.append(Result(id=r["id"], kind="outside", quantity=c.get("quantity", ""),
+                          published=f"{measured:.4g~P} ({c['hardware']} less reserved and free)",
+                          ours=format(loso[r["id"]].to("GiB"), ".4g~P"), error=err,
+                          status="within" if _within(err, tol) else "outside", expected=c.get("expect", "within"),
+                          source=c["source"], reason=c.get("reason", ""), tolerance=tol, extra={"group": r["group"]}))
+    return out
+
+
 def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     """Every case (``predicted=False``: all but the predicted ones, which need the calibration fit)."""
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
-    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom")]
+    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom", "outside")]
     results += _memory(folder, {c["id"]: c for c in cases if c["kind"] == "memory"})
     results += _oom([c for c in cases if c["kind"] == "oom"])
+    results += _outside(folder, {c["id"]: c for c in cases if c["kind"] == "outside"})
     if predicted:
         results += _predicted([c for c in cases if c["kind"] == "predicted"])
     order = {kind: i for i, kind in enumerate(KINDS)}
@@ -330,6 +354,11 @@ def statistics(results: list[Result]) -> dict:
         out.setdefault("memory", {})["reported_oom"] = len(oom)
         out["memory"]["oom_predicted_to_fit"] = [r.id for r in oom if r.status != "within"]
         out["memory"]["oom_count_share_min"] = min(r.extra["count_share"] for r in oom)
+    beyond = [r for r in results if r.kind == "outside"]
+    if beyond:  # snapshots of the memory outside the allocator, each against the other sources' mean
+        out["outside"] = {"count": len(beyond), "sources": len({r.extra["group"] for r in beyond}),
+                          "within": sum(r.status == "within" for r in beyond)}
+        out["outside"]["mean"], out["outside"]["max"] = _mean_max([r.error for r in beyond])
     for label, subset in (("fitted", [r for r in pred if r.extra["in_fit"]]), ("all", pred)):
         if subset:
             out["predicted"][label] = stats(subset)

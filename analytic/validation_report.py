@@ -44,6 +44,11 @@ def summary(results: list[Result]) -> list[str]:
         lines.append(f"memory: {len(s['oom_predicted_to_fit'])} of the {s['reported_oom']} published runs that ran out of "
                      f"memory predicted to fit: {', '.join(s['oom_predicted_to_fit']) or 'none'}; the smallest count of "
                      f"one: {s['oom_count_share_min']:.3f} of its HBM")
+    if "outside" in stats:
+        s = stats["outside"]
+        lines.append(f"outside: {s['count']} snapshots from {s['sources']} sources of the memory a process holds outside "
+                     f"its allocator, each against the mean of the other sources: mean error {_pct(s['mean'])}, max "
+                     f"{_pct(s['max'])}; {s['within']} within their tolerance")
     if "all" in stats["predicted"]:
         for g, s in stats["predicted"]["all"]["sources"].items():
             lines.append(f"  {g}: {s['count']} cases, leave-one-source-out mean {_pct(s['leave_one_source_out_mean'])}, "
@@ -88,6 +93,8 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
               "predicted": "Predicted (measured; leave-one-source-out)",
               "memory": "Memory (measured peaks per GPU against the fullest stage times the allocator's reserve, its source left out)",
               "oom": "Out of memory (published runs that did not fit: the model must put their count above the HBM)",
+              "outside": "Outside the allocator (the device's memory less the allocator's reserved and the free memory; "
+                         "ours: the mean of the other sources)",
               "claim": "Claims of the source text"}
     for kind, title in titles.items():
         rs = [r for r in results if r.kind == kind]

@@ -67,19 +67,31 @@ def test_s22_activations_library_value(plan):
 
 
 def test_memory_verdict_by_hand(plan):
-    """The verdict's three bands, on HBMs given by hand around the fullest stage's count C and its
-    predicted peak P = 1.11 C: the count within the HBM decides whether it fits (the boundary fits), the
-    peak whether with room for the allocator's cache; a stack whose allocator has no fitted reserve
-    (MaxText's, XLA) fits by the count alone."""
+    """The verdict's three bands, on HBMs given by hand around the fullest stage's count C, the least
+    memory measured outside the allocator L (1.73 GiB, TorchRec's rank 0: 81,920 − 17,272 − 62,875 MiB)
+    and the process's predicted peak P = 1.11 C + M (M the snapshots' mean): the count and L within the
+    HBM decide whether it fits (the boundary fits), the peak whether with room for the allocator's cache
+    and everything outside it; a stack whose allocator has none fitted (MaxText's, XLA) fits by the count
+    alone."""
     count = plan.memory().total.to("byte").magnitude
-    peak = plan.memory_peak().to("byte").magnitude
-    assert peak == pytest.approx(an.presets.memory_reserve("pytorch")["reserve"] * count, rel=1e-9)
-    for hbm, verdict in ((0.999 * count, "does not fit"), (count, "fits at the allocator's limit"),
-                         ((count + peak) / 2, "fits at the allocator's limit"), (peak, "fits"), (2 * peak, "fits")):
+    least = plan.memory().outside.to("byte").magnitude
+    assert least == (81920 - 17272 - 62875) * 2**20
+    mean = plan.memory_outside().to("byte").magnitude
+    peak = plan.memory_peak().to("byte").magnitude + mean
+    assert plan.memory_peak().to("byte").magnitude == pytest.approx(
+        an.presets.memory_reserve("pytorch")["reserve"] * count, rel=1e-9)
+    floor = count + least
+    for hbm, verdict in ((count, "does not fit"), (0.999 * floor, "does not fit"), (floor, "fits at the allocator's limit"),
+                         ((floor + peak) / 2, "fits at the allocator's limit"), (peak, "fits"), (2 * peak, "fits")):
         assert plan.replace(hbm=f"{hbm} byte").memory_verdict() == verdict, hbm
-    assert plan.replace(hbm=f"{0.999 * count} byte").memory_verdict(stage=15) == "fits"  # the last stage holds less
+        assert plan.replace(hbm=f"{hbm} byte").memory().fits == (verdict != "does not fit")
+        assert plan.replace(hbm=f"{hbm} byte").value("memory.headroom").to("byte").magnitude == pytest.approx(
+            hbm - floor, abs=1)
+    assert plan.replace(hbm=f"{0.999 * floor} byte").memory_verdict(stage=15) == "fits"  # the last stage holds less
+    assert plan.replace(hbm=f"{count} byte", outside_bytes="0 B").memory_verdict() == "fits at the allocator's limit"
     xla = plan.replace(stack="maxtext")
     xla_count = xla.memory().total.to("byte").magnitude
+    assert xla.memory().outside.magnitude == 0
     assert xla.replace(hbm=f"{1.001 * xla_count} byte").memory_verdict() == "fits"
     assert xla.replace(hbm=f"{0.999 * xla_count} byte").memory_verdict() == "does not fit"
 
@@ -684,11 +696,13 @@ def test_pipeline_traffic_by_hand():
 
 
 def test_a_plan_that_fills_hbm_exactly_fits():
+    """The count and the least memory outside the allocator filling the HBM to the byte fit; a byte less does not."""
     p = essay()
-    total = p.memory().total.to("byte").magnitude
+    total = (p.memory().total + p.memory().outside).to("byte").magnitude
     kw = dict(seq_len=8192, global_batch=2048, grad_dtype=p.grad_dtype)
     assert an.Plan(p.model, p.hardware, p.layout, hbm=f"{total} B", **kw).memory().fits
     assert not an.Plan(p.model, p.hardware, p.layout, hbm=f"{total * (1 - 1e-9)} B", **kw).memory().fits
+    assert an.Plan(p.model, p.hardware, p.layout, hbm=f"{total * (1 - 1e-9)} B", outside_bytes="0 B", **kw).memory().fits
 
 
 def test_hardware_flops_are_palms_count_exactly_without_recompute_or_flash():

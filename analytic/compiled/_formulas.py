@@ -127,96 +127,98 @@ FORMULAS = {
     'memory.activations.mlp_swiglu': ('f122', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.mlp_swiglu_sp': ('f123', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.allocator_peak': ('f124', ('allocator_reserve', 'counted_bytes'), 'byte'),
-    'memory.fp8_weight_cache': ('f125', ('params',), 'byte'),
-    'memory.logits': ('f126', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.loss': ('f127', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.model_states.gradients': ('f128', ('params',), 'byte'),
-    'memory.model_states.gradients_fp32': ('f129', ('params',), 'byte'),
-    'memory.model_states.optimizer': ('f130', ('params',), 'byte'),
-    'memory.model_states.optimizer_bf16_moments': ('f131', ('params',), 'byte'),
-    'memory.model_states.weights': ('f132', ('params',), 'byte'),
-    'memory.model_states.zero0': ('f133', ('params',), 'byte'),
-    'memory.model_states.zero1': ('f134', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero2': ('f135', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero3': ('f136', ('dp', 'params'), 'byte'),
-    'memory.offload.device_activations': ('f137', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.device_optimizer': ('f138', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
-    'memory.offload.host_accumulated_gradients': ('f139', ('params',), 'byte'),
-    'memory.offload.host_activations': ('f140', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.host_optimizer': ('f141', ('optimizer_offload', 'params'), 'byte'),
-    'memory.offload.host_zero3_gradients': ('f142', ('params',), 'byte'),
-    'memory.offload.zero_offload_staging': ('f143', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
-    'memory.optimizer_step.foreach': ('f144', ('element_bytes', 'params'), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy': ('f145', ('params',), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f146', ('params',), 'byte'),
-    'memory.zero3_gathered': ('f147', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held': ('f148', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held_fp32_gradients': ('f149', ('params',), 'byte'),
-    'memory.zero_reduce_bucket': ('f150', (), 'byte'),
-    'model.params.attention': ('f151', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f152', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f153', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f154', ('heads',), 'parameter'),
-    'model.params.embedding': ('f155', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f156', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f157', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f158', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f159', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f160', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f161', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f162', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f163', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f164', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f165', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f166', ('hidden',), 'parameter'),
-    'model.params.positions': ('f167', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f168', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f169', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f170', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f171', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f172', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f173', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f174', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f175', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f176', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f177', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f178', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f179', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f180', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f181', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f182', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f183', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f184', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f185', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f186', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f187', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f188', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f189', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f190', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f191', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f192', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f193', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f194', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f195', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f196', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f197', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f198', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f199', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f200', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f201', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f202', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f203', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f204', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f205', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f206', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f207', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f208', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f210', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f212', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f214', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f215', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f216', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f217', ('flops',), 'token'),
+    'memory.device_peak': ('f125', ('allocator_reserve', 'counted_bytes', 'outside_bytes'), 'byte'),
+    'memory.fp8_weight_cache': ('f126', ('params',), 'byte'),
+    'memory.headroom': ('f127', ('counted_bytes', 'hbm', 'outside_bytes'), 'byte'),
+    'memory.logits': ('f128', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.loss': ('f129', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.model_states.gradients': ('f130', ('params',), 'byte'),
+    'memory.model_states.gradients_fp32': ('f131', ('params',), 'byte'),
+    'memory.model_states.optimizer': ('f132', ('params',), 'byte'),
+    'memory.model_states.optimizer_bf16_moments': ('f133', ('params',), 'byte'),
+    'memory.model_states.weights': ('f134', ('params',), 'byte'),
+    'memory.model_states.zero0': ('f135', ('params',), 'byte'),
+    'memory.model_states.zero1': ('f136', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero2': ('f137', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero3': ('f138', ('dp', 'params'), 'byte'),
+    'memory.offload.device_activations': ('f139', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.device_optimizer': ('f140', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
+    'memory.offload.host_accumulated_gradients': ('f141', ('params',), 'byte'),
+    'memory.offload.host_activations': ('f142', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.host_optimizer': ('f143', ('optimizer_offload', 'params'), 'byte'),
+    'memory.offload.host_zero3_gradients': ('f144', ('params',), 'byte'),
+    'memory.offload.zero_offload_staging': ('f145', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
+    'memory.optimizer_step.foreach': ('f146', ('element_bytes', 'params'), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy': ('f147', ('params',), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f148', ('params',), 'byte'),
+    'memory.zero3_gathered': ('f149', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held': ('f150', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held_fp32_gradients': ('f151', ('params',), 'byte'),
+    'memory.zero_reduce_bucket': ('f152', (), 'byte'),
+    'model.params.attention': ('f153', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f154', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f155', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f156', ('heads',), 'parameter'),
+    'model.params.embedding': ('f157', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f158', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f159', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f160', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f161', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f162', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f163', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f164', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f165', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f166', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f167', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f168', ('hidden',), 'parameter'),
+    'model.params.positions': ('f169', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f170', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f171', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f172', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f173', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f174', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f175', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f176', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f177', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f178', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f179', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f180', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f181', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f182', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f183', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f184', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f185', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f186', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f187', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f188', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f189', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f190', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f191', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f192', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f193', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f194', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f195', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f196', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f197', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f198', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f199', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f200', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f201', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f202', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f203', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f204', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f205', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f206', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f207', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f208', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f209', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f210', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f212', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f214', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f216', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f217', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f218', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f219', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1427,60 +1429,75 @@ def f124(x, k):
 
 
 def f125(x, k):
-    x0, = x
-    r0 = 2.0 * x0
+    x0, x1, x2 = x
+    r0 = x1 * x0
+    r0 = x2 + r0
     return (r0, 1.0)
 
 
 def f126(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x3 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
-def f127(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x3 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
-def f128(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
+def f127(x, k):
+    x0, x1, x2 = x
+    r0 = -1.0 * x0
+    r1 = -1.0 * x2
+    r1 = x1 + r0 + r1
+    return (r1, 1.0)
+
+
+def f128(x, k):
+    x0, x1, x2, x3 = x
+    r0 = x3 * x1 * x0 * x2
+    return (r0, 1.0)
+
+
 def f129(x, k):
-    x0, = x
-    r0 = 4.0 * x0
+    x0, x1, x2, x3 = x
+    r0 = x3 * x1 * x0 * x2
     return (r0, 1.0)
 
 
 def f130(x, k):
     x0, = x
-    r0 = 12.0 * x0
+    r0 = 2.0 * x0
     return (r0, 1.0)
 
 
 def f131(x, k):
     x0, = x
-    r0 = 8.0 * x0
+    r0 = 4.0 * x0
     return (r0, 1.0)
 
 
 def f132(x, k):
     x0, = x
-    r0 = 2.0 * x0
+    r0 = 12.0 * x0
     return (r0, 1.0)
 
 
 def f133(x, k):
     x0, = x
-    r0 = 16.0 * x0
+    r0 = 8.0 * x0
     return (r0, 1.0)
 
 
 def f134(x, k):
+    x0, = x
+    r0 = 2.0 * x0
+    return (r0, 1.0)
+
+
+def f135(x, k):
+    x0, = x
+    r0 = 16.0 * x0
+    return (r0, 1.0)
+
+
+def f136(x, k):
     x0, x1 = x
     r0 = 4.0 * x1
     r1 = k.recip(x0)
@@ -1489,7 +1506,7 @@ def f134(x, k):
     return (r1, 1.0)
 
 
-def f135(x, k):
+def f137(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r1 = k.recip(x0)
@@ -1498,21 +1515,21 @@ def f135(x, k):
     return (r1, 1.0)
 
 
-def f136(x, k):
+def f138(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = 16.0 * x1 * r0
     return (r0, 1.0)
 
 
-def f137(x, k):
+def f139(x, k):
     x0, x1 = x
     r0 = k.min(2.0, x1)
     r0 = x0 * r0
     return (r0, 1.0)
 
 
-def f138(x, k):
+def f140(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = 1.0 + r0
@@ -1520,31 +1537,31 @@ def f138(x, k):
     return (r0, 1.0)
 
 
-def f139(x, k):
+def f141(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f140(x, k):
+def f142(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f141(x, k):
+def f143(x, k):
     x0, x1 = x
     r0 = 16.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f142(x, k):
+def f144(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f143(x, k):
+def f145(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = k.max(x3, x0)
@@ -1552,49 +1569,49 @@ def f143(x, k):
     return (r1, 1.0)
 
 
-def f144(x, k):
+def f146(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f145(x, k):
+def f147(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f146(x, k):
+def f148(x, k):
     x0, = x
     r0 = k.min(1000000000.0, x0)
     r0 = 6.0 * r0
     return (r0, 1.0)
 
 
-def f147(x, k):
+def f149(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f150(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f149(x, k):
+def f151(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f150(x, k):
+def f152(x, k):
     pass
     return (1000000000.0, 1.0)
 
 
-def f151(x, k):
+def f153(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1603,7 +1620,7 @@ def f151(x, k):
     return (r1, 1.0)
 
 
-def f152(x, k):
+def f154(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1612,7 +1629,7 @@ def f152(x, k):
     return (r0, 1.0)
 
 
-def f153(x, k):
+def f155(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1625,18 +1642,18 @@ def f153(x, k):
     return (r6, 1.0)
 
 
-def f154(x, k):
+def f156(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f155(x, k):
+def f157(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f156(x, k):
+def f158(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1649,25 +1666,25 @@ def f156(x, k):
     return (r4, 1.0)
 
 
-def f157(x, k):
+def f159(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f158(x, k):
+def f160(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f159(x, k):
+def f161(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f160(x, k):
+def f162(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1678,7 +1695,7 @@ def f160(x, k):
     return (r2, 1.0)
 
 
-def f161(x, k):
+def f163(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1689,7 +1706,7 @@ def f161(x, k):
     return (r2, 1.0)
 
 
-def f162(x, k):
+def f164(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1699,7 +1716,7 @@ def f162(x, k):
     return (r1, 1.0)
 
 
-def f163(x, k):
+def f165(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1709,7 +1726,7 @@ def f163(x, k):
     return (r1, 1.0)
 
 
-def f164(x, k):
+def f166(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1718,30 +1735,30 @@ def f164(x, k):
     return (r1, 1.0)
 
 
-def f165(x, k):
+def f167(x, k):
     x0, = x
     r0 = 2.0 * x0
-    return (r0, 1.0)
-
-
-def f166(x, k):
-    x0, = x
-    return (x0, 1.0)
-
-
-def f167(x, k):
-    x0, x1 = x
-    r0 = x0 * x1
     return (r0, 1.0)
 
 
 def f168(x, k):
     x0, = x
+    return (x0, 1.0)
+
+
+def f169(x, k):
+    x0, x1 = x
+    r0 = x0 * x1
+    return (r0, 1.0)
+
+
+def f170(x, k):
+    x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f169(x, k):
+def f171(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1749,13 +1766,13 @@ def f169(x, k):
     return (r0, 1.0)
 
 
-def f170(x, k):
+def f172(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f171(x, k):
+def f173(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1763,84 +1780,69 @@ def f171(x, k):
     return (r0, 1.0)
 
 
-def f172(x, k):
+def f174(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
 
 
-def f173(x, k):
-    pass
-    return (1.0, 1.0)
-
-
-def f174(x, k):
-    pass
-    return (1.0, 1.0)
-
-
 def f175(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f176(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f177(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f176(x, k):
+def f178(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f177(x, k):
+def f179(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f178(x, k):
+def f180(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f179(x, k):
+def f181(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f180(x, k):
+def f182(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f181(x, k):
+def f183(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f182(x, k):
+def f184(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
-
-
-def f183(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x2 * x0 * x1 * x3
-    return (r0, 1.0)
-
-
-def f184(x, k):
-    x0, x1, x2 = x
-    r0 = k.recip(x1)
-    r1 = x1 * x2
-    r1 = -1.0 + r1
-    r1 = 2.0 * x0 * r0 * r1
-    return (r1, 1.0)
 
 
 def f185(x, k):
@@ -1850,32 +1852,47 @@ def f185(x, k):
 
 
 def f186(x, k):
+    x0, x1, x2 = x
+    r0 = k.recip(x1)
+    r1 = x1 * x2
+    r1 = -1.0 + r1
+    r1 = 2.0 * x0 * r0 * r1
+    return (r1, 1.0)
+
+
+def f187(x, k):
+    x0, x1, x2, x3 = x
+    r0 = x2 * x0 * x1 * x3
+    return (r0, 1.0)
+
+
+def f188(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f187(x, k):
+def f189(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f188(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
-
-
-def f189(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
-
-
 def f190(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f191(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f192(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1884,7 +1901,7 @@ def f190(x, k):
     return (r2, 1.0)
 
 
-def f191(x, k):
+def f193(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1893,7 +1910,7 @@ def f191(x, k):
     return (r2, 1.0)
 
 
-def f192(x, k):
+def f194(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1901,7 +1918,7 @@ def f192(x, k):
     return (r1, 1.0)
 
 
-def f193(x, k):
+def f195(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1912,7 +1929,7 @@ def f193(x, k):
     return (r2, 1.0)
 
 
-def f194(x, k):
+def f196(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1927,7 +1944,7 @@ def f194(x, k):
     return (r2, r7)
 
 
-def f195(x, k):
+def f197(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1938,7 +1955,7 @@ def f195(x, k):
     return (r1, r0)
 
 
-def f196(x, k):
+def f198(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1950,12 +1967,12 @@ def f196(x, k):
     return (r1, r5)
 
 
-def f197(x, k):
+def f199(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f198(x, k):
+def f200(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1963,13 +1980,13 @@ def f198(x, k):
     return (r0, r2)
 
 
-def f199(x, k):
+def f201(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f200(x, k):
+def f202(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -1992,7 +2009,7 @@ def f200(x, k):
     return (r2, r0)
 
 
-def f201(x, k):
+def f203(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -2003,14 +2020,14 @@ def f201(x, k):
     return (r2, r1)
 
 
-def f202(x, k):
+def f204(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f203(x, k):
+def f205(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -2018,19 +2035,19 @@ def f203(x, k):
     return (r0, r2)
 
 
-def f204(x, k):
+def f206(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f205(x, k):
+def f207(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f206(x, k):
+def f208(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -2039,7 +2056,7 @@ def f206(x, k):
     return (r2, 1.0)
 
 
-def f207(x, k):
+def f209(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -2053,7 +2070,7 @@ def f207(x, k):
     return (r6, 1.0)
 
 
-def f208(x, k):
+def f210(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2073,7 +2090,7 @@ def f208(x, k):
     return (r8, 1.0)
 
 
-def f210(x, k):
+def f212(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2081,7 +2098,7 @@ def f210(x, k):
     return (r1, 1.0)
 
 
-def f212(x, k):
+def f214(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2091,7 +2108,7 @@ def f212(x, k):
     return (r1, 1.0)
 
 
-def f214(x, k):
+def f216(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2101,7 +2118,7 @@ def f214(x, k):
     return (r2, 1.0)
 
 
-def f215(x, k):
+def f217(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2109,7 +2126,7 @@ def f215(x, k):
     return (r1, 1.0)
 
 
-def f216(x, k):
+def f218(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2117,7 +2134,7 @@ def f216(x, k):
     return (r1, 1.0)
 
 
-def f217(x, k):
+def f219(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

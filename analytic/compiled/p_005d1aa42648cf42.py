@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,46 +51,46 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x34 * r30 * r38
-    r34 = x24 == 2.0
-    r37 = 2.0 * x19 * x12 * x34 * r30
+    r38 = x19 * x35 * r30 * r38
+    r34 = x25 == 2.0
+    r37 = 2.0 * x19 * x12 * x35 * r30
     r37 = k.where(r34, r37, r38)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r33)
     r36 = r36 * r35
-    r50 = x33 == 4.0
-    r51 = 2.0 * x23
+    r50 = x34 == 4.0
+    r51 = 2.0 * x24
     r52 = -1.0 + r51
     r52 = k.min(r52, r6)
     r52 = r52 * r35
     r55 = k.where(r50, r52, r36)
-    r56 = x33 == 0.0
-    r57 = x33 == 3.0
+    r56 = x34 == 0.0
+    r57 = x34 == 3.0
     r58 = k.or_(r56, r57)
-    r59 = k.min(x23, r6)
+    r59 = k.min(x24, r6)
     r59 = r59 * r35
     r55 = k.where(r58, r59, r55)
-    r59 = x33 == 1.0
-    r63 = k.recip(x38)
-    r64 = x6 * x38 * r4 * r5
-    r65 = -1.0 + x38
-    r65 = x23 * r65
+    r59 = x34 == 1.0
+    r63 = k.recip(x39)
+    r64 = x6 * x39 * r4 * r5
+    r65 = -1.0 + x39
+    r65 = x24 * r65
     r67 = -1.0 + r51 + r65
     r67 = k.min(r64, r67)
     r67 = r63 * r67 * r35
     r55 = k.where(r59, r67, r55)
-    r67 = x33 == 2.0
+    r67 = x34 == 2.0
     r72 = x6 * r4 * r5 * r35
     r55 = k.where(r67, r72, r55)
     r55 = r37 * r55
-    r75 = x37 * x12 * r16
-    r76 = x23 == 1.0
+    r75 = x38 * x12 * r16
+    r76 = x24 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
-    r78 = x37 * x12 * r77
-    r79 = x23 != 1.0
+    r78 = x38 * x12 * r77
+    r79 = x24 != 1.0
     r79 = k.where(r79, 1.0, 0.0)
-    r79 = x37 * x12 * r79
+    r79 = x38 * x12 * r79
     r82 = r78 + r79
     r82 = r16 * r82
     r84 = r82 + r75
@@ -107,12 +107,12 @@ def quantities(x, k):
     r77 = k.where(r26, r78, r77)
     r8 = 2.0 * r77
     r85 = r85 + r8
-    r12 = x39 >= 3.0
+    r12 = x40 >= 3.0
     r85 = k.where(r12, 0.0, r85)
-    r100 = x39 <= 2.0
+    r100 = x40 <= 2.0
     r101 = 4.0 * r77
     r101 = k.where(r100, r101, r8)
-    r103 = x39 >= 2.0
+    r103 = x40 >= 2.0
     r104 = r4 * r30 * r101
     r101 = k.where(r103, r104, r101)
     r104 = 2.0 * r4 * r30 * r77
@@ -122,8 +122,8 @@ def quantities(x, k):
     r104 = k.where(r27, r109, r104)
     r109 = k.where(r34, r38, 0.0)
     r112 = k.or_(r26, r76)
-    r113 = 4.0 * x19 * x12 * x34 * r30
-    r114 = x37 * x19 * x16 * x34 * r30 * r16
+    r113 = 4.0 * x19 * x12 * x35 * r30
+    r114 = x38 * x19 * x16 * x35 * r30 * r16
     r113 = r113 + r114
     r113 = k.max(r113, r109)
     r112 = k.where(r112, r113, r109)
@@ -132,16 +132,16 @@ def quantities(x, k):
     r118 = k.where(r26, r119, r118)
     r119 = 3.0 * x4 * r118 * r77
     r119 = k.where(r12, r119, 0.0)
-    r123 = x23 > 1.0
+    r123 = x24 > 1.0
     r123 = k.and_(r12, r123)
     r77 = 2.0 * x4 * r77
     r119 = k.where(r123, r77, r119)
     r77 = r55 + r85 + r101 + r8 + r104 + r112 + r119
     r128 = k.where(r50, r52, r36)
-    r129 = -1.0 + x23
+    r129 = -1.0 + x24
     r130 = k.min(1.0, r129)
     r131 = -1.0 * r130
-    r131 = x23 + r131
+    r131 = x24 + r131
     r133 = k.min(r6, r131)
     r133 = r133 * r35
     r128 = k.where(r58, r133, r128)
@@ -154,23 +154,23 @@ def quantities(x, k):
     r128 = r37 * r128
     r51 = r130 == 0.0
     r51 = k.where(r51, 1.0, 0.0)
-    r51 = x37 * x12 * r51
+    r51 = x38 * x12 * r51
     r133 = r130 != 0.0
     r147 = 1.0 + r130
-    r147 = x23 == r147
+    r147 = x24 == r147
     r133 = k.and_(r133, r147)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x37 * x12 * r133
+    r133 = x38 * x12 * r133
     r152 = r51 + r133
     r152 = r16 * r152
     r154 = r131 == 1.0
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x37 * x12 * r154
-    r157 = x23 == r131
+    r154 = x38 * x12 * r154
+    r157 = x24 == r131
     r131 = r131 != 1.0
     r131 = k.and_(r157, r131)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x37 * x12 * r131
+    r131 = x38 * x12 * r131
     r162 = r154 + r131
     r162 = r16 * r162
     r162 = r162 + r152
@@ -272,75 +272,76 @@ def quantities(x, k):
     r128 = k.where(r128, 0.0, 0.0)
     r36 = r77 == r36
     r128 = k.where(r36, 0.0, r128)
-    r36 = x37 * x19 * x4 * x34 * r30 * r16
-    r55 = x37 * x19 * x4 * x34 * r30
+    r36 = x38 * x19 * x4 * x35 * r30 * r16
+    r55 = x38 * x19 * x4 * x35 * r30
     r119 = k.max(r77, r133, r79)
     r104 = r133 == r119
     r79 = k.where(r104, r133, r79)
     r119 = r77 == r119
     r79 = k.where(r119, r77, r79)
-    r77 = -1.0 * r79
-    r77 = x8 + r77
-    r119 = 6.0 * x6 * x34 * r15
+    r77 = -1.0 * x20
+    r119 = -1.0 * r79
+    r119 = x8 + r77 + r119
+    r77 = 6.0 * x6 * x35 * r15
     r133 = 12.0 * x12
     r104 = 6.0 * x15 * r9
     r157 = 6.0 * x15 * r13
-    r101 = 6.0 * x37 * x12
-    r51 = 12.0 * x15 * x11 * x10 * x34
+    r101 = 6.0 * x38 * x12
+    r51 = 12.0 * x15 * x11 * x10 * x35
     r51 = r133 + r104 + r157 + r101 + r51
-    r101 = x6 * x34 * r51
+    r101 = x6 * x35 * r51
     r157 = k.pow(x12, 2.0)
     r104 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r104
+    r8 = 0.16666666666666666 * x35 * r104
     r154 = k.recip(x15)
-    r104 = 0.0625 * x37 * r154 * r104
+    r104 = 0.0625 * x38 * r154 * r104
     r104 = 1.0 + r8 + r104
-    r104 = 96.0 * x6 * x15 * x34 * r157 * r104
-    r157 = k.pow(x34, 2.0)
+    r104 = 96.0 * x6 * x15 * x35 * r157 * r104
+    r157 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r157
-    r82 = x24 == 1.0
+    r82 = x25 == 1.0
     r157 = 4.0 * x6 * x15 * x11 * x10 * r157
     r157 = k.where(r82, r157, 0.0)
-    r131 = 0.3333333333333333 * x6 * x34 * r51
+    r131 = 0.3333333333333333 * x6 * x35 * r51
     r157 = k.where(r34, r131, r157)
     r157 = r101 + r8 + r157
     r8 = k.where(r34, 1.0, 0.0)
     r8 = 1.0 + r8
     r131 = k.recip(x9)
     r152 = k.recip(x18)
-    r85 = x19 * x12 * x34 * r30
-    r123 = x37 * x19 * x34 * r30 * r16
+    r85 = x19 * x12 * x35 * r30
+    r123 = x38 * x19 * x35 * r30 * r16
     r123 = r75 + r85 + r123
     r75 = 2.0 * r131 * r152 * r123
-    r72 = k.recip(x22)
+    r72 = k.recip(x23)
     r35 = k.recip(x17)
-    r64 = 2.0 * x37 * x19 * x12 * x34 * r72 * r30 * r35 * r16
+    r64 = 2.0 * x38 * x19 * x12 * x35 * r72 * r30 * r35 * r16
     r64 = r75 + r64
     r64 = r8 * r64
     r123 = 4.0 * r131 * r152 * r123
-    r75 = 4.0 * x37 * x19 * x12 * x34 * r72 * r30 * r35 * r16
+    r75 = 4.0 * x38 * x19 * x12 * x35 * r72 * r30 * r35 * r16
     r75 = r64 + r123 + r75
     r75 = r11 * r75
     r123 = x11 * x10 * x12 * r16
-    r64 = x11 * x19 * x10 * x34 * r30 * r16
+    r64 = x11 * x19 * x10 * x35 * r30 * r16
     r64 = r123 + r85 + r64
     r123 = r131 * r152 * r64
-    r65 = k.recip(x21)
-    r52 = 2.0 * x11 * x19 * x10 * x12 * x34 * r65 * r30 * r35 * r16
+    r65 = k.recip(x22)
+    r52 = 2.0 * x11 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16
     r52 = r123 + r52
     r52 = r8 * r52
     r123 = x10 * x12 * r16 * r14
-    r147 = x19 * x10 * x34 * r30 * r16 * r14
+    r147 = x19 * x10 * x35 * r30 * r16 * r14
     r147 = r85 + r123 + r147
     r123 = r131 * r152 * r147
-    r88 = 2.0 * x19 * x10 * x12 * x34 * r65 * r30 * r35 * r16 * r14
+    r88 = 2.0 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16 * r14
     r88 = r123 + r88
     r88 = r8 * r88
     r123 = x12 * x5 * r16
-    r87 = x19 * x5 * x34 * r30 * r16
+    r87 = x19 * x5 * x35 * r30 * r16
     r87 = r123 + r85 + r87
     r85 = r131 * r152 * r87
-    r123 = 2.0 * x19 * x12 * x5 * x34 * r65 * r30 * r35 * r16
+    r123 = 2.0 * x19 * x12 * x5 * x35 * r65 * r30 * r35 * r16
     r123 = r85 + r123
     r123 = 2.0 * r8 * r123
     r64 = 2.0 * r131 * r152 * r64
@@ -348,51 +349,51 @@ def quantities(x, k):
     r87 = 4.0 * r131 * r152 * r87
     r85 = x11 * x10 * r16
     r85 = x12 + r85
-    r85 = 4.0 * x19 * x34 * r131 * r30 * r152 * r85
+    r85 = 4.0 * x19 * x35 * r131 * r30 * r152 * r85
     r162 = x10 * r16 * r14
     r162 = x12 + r162
-    r162 = 4.0 * x19 * x34 * r131 * r30 * r152 * r162
-    r343 = x5 * r16
-    r343 = x12 + r343
-    r343 = 8.0 * x19 * x34 * r131 * r30 * r152 * r343
-    r346 = 8.0 * x19 * x12 * x5 * x34 * r65 * r30 * r35 * r16
-    r347 = 4.0 * x11 * x19 * x10 * x12 * x34 * r65 * r30 * r35 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r65 * r30 * r35 * r16 * r14
-    r14 = r52 + r88 + r123 + r64 + r147 + r87 + r85 + r162 + r343 + r346 + r347 + r14
+    r162 = 4.0 * x19 * x35 * r131 * r30 * r152 * r162
+    r344 = x5 * r16
+    r344 = x12 + r344
+    r344 = 8.0 * x19 * x35 * r131 * r30 * r152 * r344
+    r347 = 8.0 * x19 * x12 * x5 * x35 * r65 * r30 * r35 * r16
+    r348 = 4.0 * x11 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16 * r14
+    r14 = r52 + r88 + r123 + r64 + r147 + r87 + r85 + r162 + r344 + r347 + r348 + r14
     r14 = x15 * r11 * r14
     r14 = r75 + r14
     r75 = x6 * r4 * r5 * r14
-    r347 = 10.0 * x12 * r8
-    r347 = r133 + r347
-    r347 = x19 * x34 * r30 * r347
+    r348 = 10.0 * x12 * r8
+    r348 = r133 + r348
+    r348 = x19 * x35 * r30 * r348
     r133 = 3.0 * x5
-    r346 = 2.0 * x5 * r8
-    r346 = r133 + r346
-    r346 = x19 * x34 * r30 * r16 * r346
-    r346 = r347 + r346
-    r346 = x15 * r11 * r346
-    r347 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r347 = r346 + r347
-    r346 = x6 * x4 * r131 * r4 * r5 * r152 * r347
+    r347 = 2.0 * x5 * r8
+    r347 = r133 + r347
+    r347 = x19 * x35 * r30 * r16 * r347
+    r347 = r348 + r347
+    r347 = x15 * r11 * r347
+    r348 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r348 = r347 + r348
+    r347 = x6 * x4 * r131 * r4 * r5 * r152 * r348
     r133 = k.recip(x0)
-    r343 = x11 * x10 * x34
+    r344 = x11 * x10 * x35
     r82 = k.or_(r82, r34)
     r82 = k.where(r82, 1.0, 0.0)
     r82 = 3.0 + r82
-    r82 = 2.0 * x11 * x10 * x34 * r82
-    r82 = r343 + r82
-    r343 = x6 * x15 * x34 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
-    r162 = r75 + r346 + r343
+    r82 = 2.0 * x11 * x10 * x35 * r82
+    r82 = r344 + r82
+    r344 = x6 * x15 * x35 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
+    r162 = r75 + r347 + r344
     r85 = k.recip(r162)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r87 = k.recip(x6)
     r147 = 0.3333333333333333 * x3 * x19 * r87 * r63 * r162
-    r64 = 0.6666666666666666 * x3 * x19 * x23 * r87 * r162
-    r347 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r347
-    r82 = -1.0 * x6 * x15 * x34 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
-    r64 = r14 + r147 + r64 + r347 + r82
+    r64 = 0.6666666666666666 * x3 * x19 * x24 * r87 * r162
+    r348 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r348
+    r82 = -1.0 * x6 * x15 * x35 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
+    r64 = r14 + r147 + r64 + r348 + r82
     r64 = k.max(0.0, r64)
-    r147 = 0.5 * x23
+    r147 = 0.5 * x24
     r147 = -1.0 + r147
     r147 = 0.6666666666666666 * x3 * x19 * r87 * r63 * r147 * r162
     r147 = k.where(r50, 0.0, r147)
@@ -406,184 +407,184 @@ def quantities(x, k):
     r64 = k.where(r100, 4.0, 2.0)
     r64 = 26.0 + r64
     r64 = r131 * r152 * r64 * r31
-    r152 = r75 + r64 + r346 + r343
-    r131 = -1.0 * x20
+    r152 = r75 + r64 + r347 + r344
+    r131 = -1.0 * x21
     r131 = 1.0 + r131
-    r129 = x23 * x38
+    r129 = x24 * x39
     r129 = -1.0 + r129
-    r63 = k.recip(x26)
-    r56 = k.recip(x27)
-    r50 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16
-    r50 = x28 + r50
-    r57 = 2.0 * x3 * x2 * x36
-    r57 = x30 >= r57
-    r133 = k.recip(x29)
-    r35 = k.recip(x31)
-    r72 = x19 * x4 * x12 * x34 * r133 * r30 * r35 * r16
-    r72 = x32 + r72
+    r63 = k.recip(x27)
+    r56 = k.recip(x28)
+    r50 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16
+    r50 = x29 + r50
+    r57 = 2.0 * x3 * x2 * x37
+    r57 = x31 >= r57
+    r133 = k.recip(x30)
+    r35 = k.recip(x32)
+    r72 = x19 * x4 * x12 * x35 * r133 * r30 * r35 * r16
+    r72 = x33 + r72
     r50 = k.where(r57, r72, r50)
     r50 = 2.0 * x6 * r4 * r5 * r11 * r129 * r50
     r50 = k.where(r76, 0.0, r50)
     r131 = r131 * r50
     r72 = x3 * x19 * r87 * r162
-    r57 = x23 <= 1.0
+    r57 = x24 <= 1.0
     r103 = k.and_(r103, r57)
     r72 = k.where(r103, r162, r72)
-    r72 = -1.0 * x20 * r72
+    r72 = -1.0 * x21 * r72
     r162 = x3 * x2
     r123 = -1.0 + r162
     r88 = k.recip(r123)
     r52 = 2.0 * x3 * x2
     r52 = -2.0 + r52
-    r426 = x30 * r16
-    r427 = k.gcd(r162, r426)
-    r428 = k.recip(r427)
-    r429 = x3 * x2 * r428
-    r429 = -1.0 + r429
-    r429 = x28 * r429
-    r432 = -1.0 * x3 * x2 * r428
-    r432 = r162 + r432
-    r432 = x32 * r432
-    r435 = r429 + r432
-    r435 = r88 * r52 * r435
+    r427 = x31 * r16
+    r428 = k.gcd(r162, r427)
+    r429 = k.recip(r428)
+    r430 = x3 * x2 * r429
+    r430 = -1.0 + r430
+    r430 = x29 * r430
+    r433 = -1.0 * x3 * x2 * r429
+    r433 = r162 + r433
+    r433 = x33 * r433
+    r436 = r430 + r433
+    r436 = r88 * r52 * r436
     r88 = x4 * r25
-    r438 = 4.0 * r25
-    r88 = k.where(r100, r438, r88)
-    r438 = x23 * r63 * r154 * r4 * r30 * r56 * r428 * r52 * r88
-    r427 = -1.0 + r427
-    r100 = x23 * r133 * r154 * r4 * r30 * r35 * r428 * r427 * r52 * r88
-    r100 = k.max(r438, r100)
-    r100 = r435 + r100
-    r435 = x30 <= x36
-    r438 = x28 * r52
-    r447 = x23 * r63 * r154 * r4 * r30 * r56 * r52 * r88
-    r447 = r438 + r447
-    r100 = k.where(r435, r447, r100)
-    r447 = x3 * x2 * x36
-    r447 = x30 >= r447
-    r438 = x32 * r52
-    r453 = x23 * r133 * r154 * r4 * r30 * r35 * r52 * r88
-    r453 = r438 + r453
-    r100 = k.where(r447, r453, r100)
+    r439 = 4.0 * r25
+    r88 = k.where(r100, r439, r88)
+    r439 = x24 * r63 * r154 * r4 * r30 * r56 * r429 * r52 * r88
+    r428 = -1.0 + r428
+    r100 = x24 * r133 * r154 * r4 * r30 * r35 * r429 * r428 * r52 * r88
+    r100 = k.max(r439, r100)
+    r100 = r436 + r100
+    r436 = x31 <= x37
+    r439 = x29 * r52
+    r448 = x24 * r63 * r154 * r4 * r30 * r56 * r52 * r88
+    r448 = r439 + r448
+    r100 = k.where(r436, r448, r100)
+    r448 = x3 * x2 * x37
+    r448 = x31 >= r448
+    r439 = x33 * r52
+    r454 = x24 * r133 * r154 * r4 * r30 * r35 * r52 * r88
+    r454 = r439 + r454
+    r100 = k.where(r448, r454, r100)
     r100 = x15 * r11 * r100
-    r453 = x23 * r63 * r154 * r4 * r30 * r56 * r428 * r123 * r88
-    r438 = x23 * r133 * r154 * r4 * r30 * r35 * r428 * r123 * r427 * r88
-    r438 = k.max(r453, r438)
-    r438 = r429 + r432 + r438
-    r453 = x28 * r123
-    r462 = x23 * r63 * r154 * r4 * r30 * r56 * r123 * r88
-    r462 = r453 + r462
-    r438 = k.where(r435, r462, r438)
-    r462 = x32 * r123
-    r466 = x23 * r133 * r154 * r4 * r30 * r35 * r123 * r88
-    r466 = r462 + r466
-    r438 = k.where(r447, r466, r438)
-    r466 = x15 * r11 * r438
-    r470 = x4 * x23 * r63 * r154 * r4 * r30 * r56 * r428 * r123 * r25
-    r427 = x4 * x23 * r133 * r154 * r4 * r30 * r35 * r428 * r123 * r427 * r25
-    r427 = k.max(r470, r427)
-    r427 = r429 + r432 + r427
-    r432 = x4 * x23 * r63 * r154 * r4 * r30 * r56 * r123 * r25
-    r432 = r453 + r432
-    r427 = k.where(r435, r432, r427)
-    r154 = x4 * x23 * r133 * r154 * r4 * r30 * r35 * r123 * r25
-    r154 = r462 + r154
-    r427 = k.where(r447, r154, r427)
-    r154 = x15 * r11 * r427
-    r447 = r466 + r154
-    r100 = k.where(r27, r447, r100)
-    r438 = x6 * x15 * r4 * r5 * r11 * r438
-    r438 = r154 + r438
-    r100 = k.where(r103, r438, r100)
+    r454 = x24 * r63 * r154 * r4 * r30 * r56 * r429 * r123 * r88
+    r439 = x24 * r133 * r154 * r4 * r30 * r35 * r429 * r123 * r428 * r88
+    r439 = k.max(r454, r439)
+    r439 = r430 + r433 + r439
+    r454 = x29 * r123
+    r463 = x24 * r63 * r154 * r4 * r30 * r56 * r123 * r88
+    r463 = r454 + r463
+    r439 = k.where(r436, r463, r439)
+    r463 = x33 * r123
+    r467 = x24 * r133 * r154 * r4 * r30 * r35 * r123 * r88
+    r467 = r463 + r467
+    r439 = k.where(r448, r467, r439)
+    r467 = x15 * r11 * r439
+    r471 = x4 * x24 * r63 * r154 * r4 * r30 * r56 * r429 * r123 * r25
+    r428 = x4 * x24 * r133 * r154 * r4 * r30 * r35 * r429 * r123 * r428 * r25
+    r428 = k.max(r471, r428)
+    r428 = r430 + r433 + r428
+    r433 = x4 * x24 * r63 * r154 * r4 * r30 * r56 * r123 * r25
+    r433 = r454 + r433
+    r428 = k.where(r436, r433, r428)
+    r154 = x4 * x24 * r133 * r154 * r4 * r30 * r35 * r123 * r25
+    r154 = r463 + r154
+    r428 = k.where(r448, r154, r428)
+    r154 = x15 * r11 * r428
+    r448 = r467 + r154
+    r100 = k.where(r27, r448, r100)
+    r439 = x6 * x15 * r4 * r5 * r11 * r439
+    r439 = r154 + r439
+    r100 = k.where(r103, r439, r100)
     r57 = k.and_(r12, r57)
-    r427 = 2.0 * x15 * r11 * r427
-    r427 = r466 + r427
-    r427 = x6 * r4 * r5 * r427
-    r100 = k.where(r57, r427, r100)
+    r428 = 2.0 * x15 * r11 * r428
+    r428 = r467 + r428
+    r428 = x6 * r4 * r5 * r428
+    r100 = k.where(r57, r428, r100)
     r162 = r162 == 1.0
     r100 = k.where(r162, 0.0, r100)
     r72 = r72 + r100
     r72 = k.max(0.0, r72)
-    r426 = k.gcd(x2, r426)
-    r427 = k.recip(r426)
-    r466 = x2 * r427
-    r466 = -1.0 + r466
-    r466 = x28 * r466
-    r12 = -1.0 * x2 * r427
+    r427 = k.gcd(x2, r427)
+    r428 = k.recip(r427)
+    r467 = x2 * r428
+    r467 = -1.0 + r467
+    r467 = x29 * r467
+    r12 = -1.0 * x2 * r428
     r12 = x2 + r12
-    r12 = x32 * r12
-    r438 = -1.0 + x2
-    r154 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r427 * r438
-    r426 = -1.0 + r426
-    r426 = 2.0 * x14 * x19 * x10 * x4 * x34 * r133 * r30 * r35 * r16 * r427 * r438 * r426
-    r426 = k.max(r154, r426)
-    r426 = r466 + r12 + r426
-    r12 = x28 * r438
-    r466 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r438
-    r466 = r12 + r466
-    r426 = k.where(r435, r466, r426)
-    r466 = x2 * x36
-    r466 = x30 >= r466
-    r435 = x32 * r438
-    r12 = 2.0 * x14 * x19 * x10 * x4 * x34 * r133 * r30 * r35 * r16 * r438
-    r12 = r435 + r12
-    r426 = k.where(r466, r12, r426)
-    r12 = x6 * x15 * r4 * r5 * r11 * r426
-    r426 = x6 * x15 * r4 * r5 * r11 * r8 * r426
-    r426 = r12 + r426
+    r12 = x33 * r12
+    r439 = -1.0 + x2
+    r154 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r428 * r439
+    r427 = -1.0 + r427
+    r427 = 2.0 * x14 * x19 * x10 * x4 * x35 * r133 * r30 * r35 * r16 * r428 * r439 * r427
+    r427 = k.max(r154, r427)
+    r427 = r467 + r12 + r427
+    r12 = x29 * r439
+    r467 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r439
+    r467 = r12 + r467
+    r427 = k.where(r436, r467, r427)
+    r467 = x2 * x37
+    r467 = x31 >= r467
+    r436 = x33 * r439
+    r12 = 2.0 * x14 * x19 * x10 * x4 * x35 * r133 * r30 * r35 * r16 * r439
+    r12 = r436 + r12
+    r427 = k.where(r467, r12, r427)
+    r12 = x6 * x15 * r4 * r5 * r11 * r427
+    r427 = x6 * x15 * r4 * r5 * r11 * r8 * r427
+    r427 = r12 + r427
     r12 = x2 == 1.0
-    r426 = k.where(r12, 0.0, r426)
+    r427 = k.where(r12, 0.0, r427)
     r34 = k.where(r34, 2.0, 0.0)
     r34 = 4.0 + r34
-    r466 = -1.0 + x36
-    r466 = k.recip(r466)
-    r435 = 2.0 * x36
-    r435 = -2.0 + r435
-    r154 = k.gcd(x36, x30)
-    r427 = k.recip(r154)
-    r447 = x36 * r427
-    r447 = -1.0 + r447
-    r447 = x28 * r447
-    r462 = -1.0 * x36 * r427
-    r462 = x36 + r462
-    r462 = x32 * r462
-    r462 = r447 + r462
-    r462 = r466 * r435 * r462
-    r466 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r427 * r435
+    r467 = -1.0 + x37
+    r467 = k.recip(r467)
+    r436 = 2.0 * x37
+    r436 = -2.0 + r436
+    r154 = k.gcd(x37, x31)
+    r428 = k.recip(r154)
+    r448 = x37 * r428
+    r448 = -1.0 + r448
+    r448 = x29 * r448
+    r463 = -1.0 * x37 * r428
+    r463 = x37 + r463
+    r463 = x33 * r463
+    r463 = r448 + r463
+    r463 = r467 * r436 * r463
+    r467 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r428 * r436
     r154 = -1.0 + r154
-    r154 = x19 * x4 * x12 * x34 * r133 * r30 * r35 * r16 * r427 * r154 * r435
-    r154 = k.max(r466, r154)
-    r154 = r462 + r154
-    r462 = x30 <= 1.0
-    r466 = x28 * r435
-    r56 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r435
-    r56 = r466 + r56
-    r154 = k.where(r462, r56, r154)
-    r56 = x30 >= x36
-    r462 = x32 * r435
-    r35 = x19 * x4 * x12 * x34 * r133 * r30 * r35 * r16 * r435
-    r35 = r462 + r35
+    r154 = x19 * x4 * x12 * x35 * r133 * r30 * r35 * r16 * r428 * r154 * r436
+    r154 = k.max(r467, r154)
+    r154 = r463 + r154
+    r463 = x31 <= 1.0
+    r467 = x29 * r436
+    r56 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r436
+    r56 = r467 + r56
+    r154 = k.where(r463, r56, r154)
+    r56 = x31 >= x37
+    r463 = x33 * r436
+    r35 = x19 * x4 * x12 * x35 * r133 * r30 * r35 * r16 * r436
+    r35 = r463 + r35
     r154 = k.where(r56, r35, r154)
     r154 = x6 * x15 * r4 * r5 * r11 * r34 * r154
-    r35 = x36 == 1.0
+    r35 = x37 == 1.0
     r154 = k.where(r35, 0.0, r154)
-    r82 = r14 + r347 + r82
+    r82 = r14 + r348 + r82
     r82 = k.max(0.0, r82)
     r82 = k.where(r26, r82, 0.0)
-    r26 = r131 + r75 + r64 + r346 + r343 + r72 + r147 + r426 + r154 + r82
-    r347 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r65 * r4 * r30 * r11 * r16 * r347 * r15
-    r51 = x6 * x34 * r65 * r4 * r30 * r11 * r16 * r347 * r51
-    r347 = x19 * x4 * x12 * x34 * r30
-    r65 = x19 * x4 * x12 * x34 * r63 * r30
+    r26 = r131 + r75 + r64 + r347 + r344 + r72 + r147 + r427 + r154 + r82
+    r348 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r65 * r4 * r30 * r11 * r16 * r348 * r15
+    r51 = x6 * x35 * r65 * r4 * r30 * r11 * r16 * r348 * r51
+    r348 = x19 * x4 * x12 * x35 * r30
+    r65 = x19 * x4 * x12 * x35 * r63 * r30
     r52 = r4 * r30 * r52 * r88
     r56 = r4 * r30 * r123 * r88
-    r462 = x4 * r4 * r30 * r123 * r25
-    r133 = r56 + r462
+    r463 = x4 * r4 * r30 * r123 * r25
+    r133 = r56 + r463
     r52 = k.where(r27, r133, r52)
     r133 = k.pow(x3, -2.0)
     r88 = x6 * r133 * r5 * r30 * r123 * r88
-    r88 = r462 + r88
+    r88 = r463 + r88
     r52 = k.where(r103, r88, r52)
     r123 = 2.0 * x4 * r4 * r30 * r123 * r25
     r123 = r56 + r123
@@ -591,94 +592,94 @@ def quantities(x, k):
     r52 = k.where(r57, r123, r52)
     r52 = k.where(r162, 0.0, r52)
     r162 = r63 * r52
-    r63 = x29 * r63
-    r123 = k.recip(x34)
-    r57 = x35 * r87 * r123
+    r63 = x30 * r63
+    r123 = k.recip(x35)
+    r57 = x36 * r87 * r123
     r5 = k.recip(x13)
     r56 = r4 * r30 * r5 * r11 * r16
     r88 = 1.6e-11 * x12
     r103 = 8e-12 * x15 * r9
-    r462 = 8e-12 * x15 * r13
-    r133 = 8e-12 * x37 * x12
-    r27 = r88 + r103 + r462 + r133
-    r466 = 8e-12 * x12
-    r427 = 4e-12 * x15 * r9
-    r447 = 4e-12 * x15 * r13
-    r432 = 4e-12 * x37 * x12
-    r432 = r466 + r427 + r447 + r432
-    r432 = r56 > r432
-    r447 = -1.6e-11 * x12
+    r463 = 8e-12 * x15 * r13
+    r133 = 8e-12 * x38 * x12
+    r27 = r88 + r103 + r463 + r133
+    r467 = 8e-12 * x12
+    r428 = 4e-12 * x15 * r9
+    r448 = 4e-12 * x15 * r13
+    r433 = 4e-12 * x38 * x12
+    r433 = r467 + r428 + r448 + r433
+    r433 = r56 > r433
+    r448 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r427 = -8e-12 * x37 * x12
-    r466 = k.sqrt(2.0)
-    r453 = k.sqrt(x3)
-    r453 = k.recip(r453)
-    r429 = k.sqrt(x2)
+    r428 = -8e-12 * x38 * x12
+    r467 = k.sqrt(2.0)
+    r454 = k.sqrt(x3)
+    r454 = k.recip(r454)
+    r430 = k.sqrt(x2)
+    r430 = k.recip(r430)
+    r471 = k.sqrt(x13)
+    r471 = k.recip(r471)
+    r429 = k.sqrt(x24)
     r429 = k.recip(r429)
-    r470 = k.sqrt(x13)
-    r470 = k.recip(r470)
-    r428 = k.sqrt(x23)
-    r428 = k.recip(r428)
-    r611 = k.sqrt(x36)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(r27)
-    r614 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r27
-    r615 = k.sqrt(x3)
-    r616 = k.sqrt(x2)
-    r617 = k.sqrt(x13)
-    r618 = k.sqrt(x23)
-    r619 = k.sqrt(x36)
-    r619 = 0.16666666666666666 * r466 * r615 * r616 * r617 * r618 * r619 * r613
-    r619 = 1.0 + r614 + r619
-    r619 = r466 * r453 * r429 * r470 * r428 * r611 * r613 * r619
-    r619 = r447 + r9 + r13 + r427 + r619
-    r427 = k.where(r432, r619, r56)
-    r133 = r88 + r103 + r462 + r133 + r427
-    r133 = x3 * x2 * x13 * x23 * x36 * r133
+    r612 = k.sqrt(x37)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(r27)
+    r615 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r27
+    r616 = k.sqrt(x3)
+    r617 = k.sqrt(x2)
+    r618 = k.sqrt(x13)
+    r619 = k.sqrt(x24)
+    r620 = k.sqrt(x37)
+    r620 = 0.16666666666666666 * r467 * r616 * r617 * r618 * r619 * r620 * r614
+    r620 = 1.0 + r615 + r620
+    r620 = r467 * r454 * r430 * r471 * r429 * r612 * r614 * r620
+    r620 = r448 + r9 + r13 + r428 + r620
+    r428 = k.where(r433, r620, r56)
+    r133 = r88 + r103 + r463 + r133 + r428
+    r133 = x3 * x2 * x13 * x24 * x37 * r133
     r133 = k.exp(r133)
     r133 = -1.0 + r133
-    r462 = k.recip(r133)
-    r103 = x25 + x1
-    r88 = -1.0 * x3 * x2 * x13 * x23 * x36 * r103
+    r463 = k.recip(r133)
+    r103 = x26 + x1
+    r88 = -1.0 * x3 * x2 * x13 * x24 * x37 * r103
     r88 = k.exp(r88)
-    r88 = x3 * x2 * x13 * x23 * x36 * r462 * r427 * r88
-    r462 = x3 * x2 * x13 * x23 * x36
-    r619 = k.recip(r619)
-    r462 = k.where(r432, r619, r462)
-    r103 = x3 * x2 * x13 * x23 * x36 * r103
+    r88 = x3 * x2 * x13 * x24 * x37 * r463 * r428 * r88
+    r463 = x3 * x2 * x13 * x24 * x37
+    r620 = k.recip(r620)
+    r463 = k.where(r433, r620, r463)
+    r103 = x3 * x2 * x13 * x24 * x37 * r103
     r103 = k.exp(r103)
-    r5 = x35 * r87 * r4 * r30 * r5 * r11 * r123 * r16 * r133 * r26 * r462 * r103
-    r103 = x35 * r87 * r123 * r133 * r26 * r462 * r103
-    r34 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r435 * r34
+    r5 = x36 * r87 * r4 * r30 * r5 * r11 * r123 * r16 * r133 * r26 * r463 * r103
+    r103 = x36 * r87 * r123 * r133 * r26 * r463 * r103
+    r34 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r436 * r34
     r34 = k.where(r35, 0.0, r34)
-    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r438
-    r438 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r438
-    r438 = r35 + r438
-    r438 = k.where(r12, 0.0, r438)
-    r129 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r129
+    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r439
+    r439 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r439
+    r439 = r35 + r439
+    r439 = k.where(r12, 0.0, r439)
+    r129 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r129
     r129 = k.where(r76, 0.0, r129)
-    r130 = r130 < x23
-    r76 = x33 != 2.0
+    r130 = r130 < x24
+    r76 = x34 != 2.0
     r59 = k.and_(r59, r76)
     r59 = k.not_(r59)
     r59 = k.or_(r130, r59)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r58 = k.and_(r16, r76, r58)
     r58 = k.not_(r58)
     r58 = k.or_(r130, r58)
     r58 = k.and_(r59, r58)
-    r59 = x23 >= 2.0
-    r130 = x33 != 3.0
-    r76 = x33 != 4.0
+    r59 = x24 >= 2.0
+    r130 = x34 != 3.0
+    r76 = x34 != 4.0
     r67 = k.not_(r67)
     r67 = k.and_(r130, r76, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r59, r67)
-    r59 = x21 * x3 * x2 * x23 * x36 * r26
-    r76 = r119 <= r59
+    r59 = x22 * x3 * x2 * x24 * x37 * r26
+    r76 = r77 <= r59
     r59 = r101 <= r59
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r38, r36, r55, r114, r79, r77, r119, r119, r101, r104, r157, r85, r152, r147, r26, r14, r51, r347, r65, r162, r63, 0.0, r57, r56, r27, r427, r88, r5, r103, r75, r343, r346, r64, r34, r154, r154, r438, r426, r426, r52, r100, r72, r129, r50, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, r58, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r76, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r38, r36, r55, r114, r79, r119, r77, r77, r101, r104, r157, r85, r152, r147, r26, r14, r51, r348, r65, r162, r63, 0.0, r57, r56, r27, r428, r88, r5, r103, r75, r344, r347, r64, r34, r154, r154, r439, r427, r427, r52, r100, r72, r129, r50, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r76, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1342,9 +1343,9 @@ def search(x, k):
     return (r100, r6, r61)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 74, 75), (40, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 33), (9, 70), (10, 36), (10, 37), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 33), (22, 36), (22, 37), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 33), (23, 36), (23, 37), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (30, 31, 36), (), (), (), (30, 31, 36), (31,), (35,), (35,), (36,), (30, 31, 36, 39, 40, 44, 45, 46, 47, 48, 49), (30, 31, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 33), (9, 71), (10, 37), (10, 38), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 33), (22, 37), (22, 38), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 33), (23, 37), (23, 38), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x36)
+    r11 = k.recip(x23)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,24 +46,24 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x37 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x38 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r50 = 2.0 * r39
-    r51 = x39 >= 2.0
+    r51 = x40 >= 2.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r50)
-    r54 = x39 >= 3.0
+    r54 = x40 >= 3.0
     r50 = k.where(r54, r52, r50)
     r52 = 12.0 * r39
     r57 = 12.0 * r4 * r30 * r39
@@ -71,52 +71,52 @@ def quantities(x, k):
     r57 = 4.0 * x12
     r60 = -4.0 * x12 * r16
     r60 = r57 + r60
-    r60 = x19 * x34 * r30 * r60
+    r60 = x19 * x35 * r30 * r60
     r57 = 4.0 * x11
     r64 = 4.0 * x5
     r65 = 8.0 * x12
     r66 = 4.0 * x11 * x10
     r67 = 4.0 * x14 * x10
     r67 = r57 + r64 + r65 + r66 + r67
-    r67 = x19 * x34 * r30 * r16 * r67
+    r67 = x19 * x35 * r30 * r16 * r67
     r67 = r60 + r67
-    r60 = x23 == 1.0
+    r60 = x24 == 1.0
     r65 = 2.0 * x5
     r64 = 6.0 * x12
     r74 = 2.0 * x14 * x10
     r66 = r65 + r57 + r64 + r74 + r66
     r66 = r16 * r66
     r66 = r8 + r66
-    r66 = x19 * x34 * r30 * r66
+    r66 = x19 * x35 * r30 * r66
     r67 = k.where(r60, r66, r67)
-    r66 = x23 == 2.0
-    r74 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r66 = x24 == 2.0
+    r74 = 2.0 * x19 * x12 * x35 * r30 * r16
     r74 = k.where(r66, r74, r67)
-    r64 = 1.0 + x22
+    r64 = 1.0 + x23
     r64 = k.min(r64, r6)
     r64 = r64 * r34
-    r57 = x33 == 4.0
-    r65 = 2.0 * x22
+    r57 = x34 == 4.0
+    r65 = 2.0 * x23
     r88 = -1.0 + r65
     r88 = k.min(r88, r6)
     r88 = r88 * r34
     r91 = k.where(r57, r88, r64)
-    r92 = x33 == 0.0
-    r93 = x33 == 3.0
+    r92 = x34 == 0.0
+    r93 = x34 == 3.0
     r94 = k.or_(r92, r93)
-    r95 = k.min(x22, r6)
+    r95 = k.min(x23, r6)
     r95 = r95 * r34
     r91 = k.where(r94, r95, r91)
-    r95 = x33 == 1.0
-    r99 = k.recip(x38)
-    r100 = x6 * x38 * r4 * r5
-    r101 = -1.0 + x38
-    r101 = x22 * r101
+    r95 = x34 == 1.0
+    r99 = k.recip(x39)
+    r100 = x6 * x39 * r4 * r5
+    r101 = -1.0 + x39
+    r101 = x23 * r101
     r103 = -1.0 + r65 + r101
     r103 = k.min(r100, r103)
     r103 = r99 * r103 * r34
     r91 = k.where(r95, r103, r91)
-    r103 = x33 == 2.0
+    r103 = x34 == 2.0
     r108 = x6 * r4 * r5 * r34
     r91 = k.where(r103, r108, r91)
     r91 = r74 * r91
@@ -124,9 +124,9 @@ def quantities(x, k):
     r112 = k.or_(r26, r37)
     r113 = -2.0 * x12 * r16
     r113 = r8 + r113
-    r113 = x19 * x34 * r30 * r113
-    r8 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r117 = x37 * x19 * x16 * x34 * r30 * r16
+    r113 = x19 * x35 * r30 * r113
+    r8 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r117 = x38 * x19 * x16 * x35 * r30 * r16
     r8 = r113 + r8 + r117
     r8 = k.max(r8, r111)
     r112 = k.where(r112, r8, r111)
@@ -135,7 +135,7 @@ def quantities(x, k):
     r113 = k.where(r26, r122, r113)
     r122 = 3.0 * x4 * r113 * r39
     r122 = k.where(r54, r122, 0.0)
-    r126 = x22 > 1.0
+    r126 = x23 > 1.0
     r126 = k.and_(r54, r126)
     r128 = 6.0 * r39
     r122 = k.where(r126, r128, r122)
@@ -154,33 +154,33 @@ def quantities(x, k):
     r39 = r128 == r39
     r122 = k.where(r39, r122, 0.0)
     r39 = r53 + r50 + r52 + r131 + r112 + r122
-    r128 = -1.0 + x22
+    r128 = -1.0 + x23
     r91 = k.min(1.0, r128)
     r147 = 1.0 + r91
-    r147 = x22 == r147
+    r147 = x23 == r147
     r149 = k.where(r147, 1.0, 0.0)
     r149 = 2.0 * x12 * r149
     r151 = r91 == 0.0
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x37 * x12 * r151
+    r151 = x38 * x12 * r151
     r154 = r91 != 0.0
     r154 = k.and_(r154, r147)
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x37 * x12 * r154
+    r154 = x38 * x12 * r154
     r154 = r35 + r36 + r149 + r151 + r154
     r154 = r16 * r154
     r151 = -1.0 * r91
-    r151 = x22 + r151
-    r149 = x22 == r151
+    r151 = x23 + r151
+    r149 = x23 == r151
     r163 = k.where(r149, 1.0, 0.0)
     r163 = 2.0 * x12 * r163
     r165 = r151 == 1.0
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x37 * x12 * r165
+    r165 = x38 * x12 * r165
     r168 = r151 != 1.0
     r168 = k.and_(r149, r168)
     r168 = k.where(r168, 1.0, 0.0)
-    r168 = x37 * x12 * r168
+    r168 = x38 * x12 * r168
     r168 = r35 + r36 + r163 + r165 + r168
     r168 = r16 * r168
     r168 = r154 + r168
@@ -292,410 +292,411 @@ def quantities(x, k):
     r126 = k.where(r52, r65, r126)
     r122 = r39 == r122
     r126 = k.where(r122, r131, r126)
-    r131 = x37 * x19 * x4 * x34 * r30 * r16
-    r122 = x37 * x19 * x4 * x34 * r30
+    r131 = x38 * x19 * x4 * x35 * r30 * r16
+    r122 = x38 * x19 * x4 * x35 * r30
     r65 = k.max(r39, r154, r12)
     r52 = r154 == r65
     r12 = k.where(r52, r154, r12)
     r65 = r39 == r65
     r12 = k.where(r65, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r65 = 6.0 * x6 * x34 * r15
+    r39 = -1.0 * x20
+    r65 = -1.0 * r12
+    r65 = x8 + r39 + r65
+    r39 = 6.0 * x6 * x35 * r15
     r154 = 12.0 * x12
     r52 = 6.0 * x15 * r9
     r149 = 6.0 * x15 * r13
-    r53 = 6.0 * x37 * x12
-    r165 = 12.0 * x15 * x11 * x10 * x34
+    r53 = 6.0 * x38 * x12
+    r165 = 12.0 * x15 * x11 * x10 * x35
     r165 = r154 + r52 + r149 + r53 + r165
-    r53 = x6 * x34 * r165
+    r53 = x6 * x35 * r165
     r149 = k.pow(x12, 2.0)
     r52 = k.recip(x12)
-    r50 = 0.16666666666666666 * x34 * r52
+    r50 = 0.16666666666666666 * x35 * r52
     r163 = k.recip(x15)
-    r52 = 0.0625 * x37 * r163 * r52
+    r52 = 0.0625 * x38 * r163 * r52
     r52 = 1.0 + r50 + r52
-    r52 = 96.0 * x6 * x15 * x34 * r149 * r52
-    r149 = k.pow(x34, 2.0)
+    r52 = 96.0 * x6 * x15 * x35 * r149 * r52
+    r149 = k.pow(x35, 2.0)
     r149 = 2.0 * x6 * x15 * x11 * x10 * r149
     r50 = x11 * x10
     r74 = x14 * x10
     r74 = x5 + r50 + r74
-    r74 = 2.0 * x6 * x15 * x12 * x34 * r74
+    r74 = 2.0 * x6 * x15 * x12 * x35 * r74
     r74 = k.where(r60, r74, 0.0)
-    r50 = 0.3333333333333333 * x6 * x34 * r165
+    r50 = 0.3333333333333333 * x6 * x35 * r165
     r74 = k.where(r66, r50, r74)
     r74 = r53 + r149 + r74
     r149 = k.where(r66, 1.0, 0.0)
     r50 = 1.0 + r149
     r168 = k.recip(x9)
     r64 = k.recip(x18)
-    r108 = x37 * x12 * r16
-    r34 = x19 * x12 * x34 * r30
-    r100 = x37 * x19 * x34 * r30 * r16
+    r108 = x38 * x12 * r16
+    r34 = x19 * x12 * x35 * r30
+    r100 = x38 * x19 * x35 * r30 * r16
     r100 = r108 + r34 + r100
     r108 = 2.0 * r168 * r64 * r100
-    r101 = k.recip(x21)
+    r101 = k.recip(x22)
     r88 = k.recip(x17)
-    r151 = 2.0 * x37 * x19 * x12 * x34 * r101 * r30 * r88 * r16
+    r151 = 2.0 * x38 * x19 * x12 * x35 * r101 * r30 * r88 * r16
     r151 = r108 + r151
     r151 = r50 * r151
     r100 = 4.0 * r168 * r64 * r100
-    r108 = 4.0 * x37 * x19 * x12 * x34 * r101 * r30 * r88 * r16
+    r108 = 4.0 * x38 * x19 * x12 * x35 * r101 * r30 * r88 * r16
     r108 = r151 + r100 + r108
     r108 = r11 * r108
     r100 = x11 * x10 * x12 * r16
-    r151 = x11 * x19 * x10 * x34 * r30 * r16
+    r151 = x11 * x19 * x10 * x35 * r30 * r16
     r151 = r100 + r34 + r151
     r100 = 2.0 * r168 * r64 * r151
-    r35 = 2.0 * x11 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
+    r35 = 2.0 * x11 * x19 * x10 * x12 * x35 * r101 * r30 * r88 * r16
     r35 = r100 + r35
     r35 = r50 * r35
     r100 = x10 * x12 * r16 * r14
-    r343 = x19 * x10 * x34 * r30 * r16 * r14
-    r343 = r34 + r100 + r343
-    r100 = 2.0 * r168 * r64 * r343
-    r346 = 2.0 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16 * r14
-    r346 = r100 + r346
-    r346 = r50 * r346
+    r344 = x19 * x10 * x35 * r30 * r16 * r14
+    r344 = r34 + r100 + r344
+    r100 = 2.0 * r168 * r64 * r344
+    r347 = 2.0 * x19 * x10 * x12 * x35 * r101 * r30 * r88 * r16 * r14
+    r347 = r100 + r347
+    r347 = r50 * r347
     r100 = x12 * x5 * r16
-    r350 = x19 * x5 * x34 * r30 * r16
-    r350 = r100 + r34 + r350
-    r100 = 2.0 * r168 * r64 * r350
-    r353 = 2.0 * x19 * x12 * x5 * x34 * r101 * r30 * r88 * r16
-    r353 = r100 + r353
-    r100 = r50 * r353
-    r356 = x14 * x10 * x12 * r16
-    r357 = x14 * x19 * x10 * x34 * r30 * r16
-    r357 = r356 + r34 + r357
-    r357 = 2.0 * r168 * r64 * r357
-    r34 = 2.0 * x14 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
-    r34 = r357 + r34
+    r351 = x19 * x5 * x35 * r30 * r16
+    r351 = r100 + r34 + r351
+    r100 = 2.0 * r168 * r64 * r351
+    r354 = 2.0 * x19 * x12 * x5 * x35 * r101 * r30 * r88 * r16
+    r354 = r100 + r354
+    r100 = r50 * r354
+    r357 = x14 * x10 * x12 * r16
+    r358 = x14 * x19 * x10 * x35 * r30 * r16
+    r358 = r357 + r34 + r358
+    r358 = 2.0 * r168 * r64 * r358
+    r34 = 2.0 * x14 * x19 * x10 * x12 * x35 * r101 * r30 * r88 * r16
+    r34 = r358 + r34
     r34 = r50 * r34
     r34 = r100 + r35 + r34
     r60 = k.where(r60, 1.0, 0.0)
     r34 = r34 * r60
-    r353 = 2.0 * r50 * r353
+    r354 = 2.0 * r50 * r354
     r151 = 4.0 * r168 * r64 * r151
-    r343 = 4.0 * r168 * r64 * r343
-    r350 = 8.0 * r168 * r64 * r350
-    r100 = 8.0 * x19 * x12 * x5 * x34 * r101 * r30 * r88 * r16
-    r357 = 4.0 * x11 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16 * r14
-    r14 = r35 + r346 + r34 + r353 + r151 + r343 + r350 + r100 + r357 + r14
+    r344 = 4.0 * r168 * r64 * r344
+    r351 = 8.0 * r168 * r64 * r351
+    r100 = 8.0 * x19 * x12 * x5 * x35 * r101 * r30 * r88 * r16
+    r358 = 4.0 * x11 * x19 * x10 * x12 * x35 * r101 * r30 * r88 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r101 * r30 * r88 * r16 * r14
+    r14 = r35 + r347 + r34 + r354 + r151 + r344 + r351 + r100 + r358 + r14
     r14 = x15 * r11 * r14
     r14 = r108 + r14
     r108 = x6 * r4 * r5 * r14
-    r357 = 3.0 * x5
+    r358 = 3.0 * x5
     r60 = 1.0 + r60 + r149
     r100 = 2.0 * x5 * r60
-    r100 = r357 + r100
-    r100 = x19 * x34 * r30 * r16 * r100
+    r100 = r358 + r100
+    r100 = x19 * x35 * r30 * r16 * r100
     r60 = 10.0 * x12 * r60
     r60 = r154 + r60
-    r60 = x19 * x34 * r30 * r16 * r60
+    r60 = x19 * x35 * r30 * r16 * r60
     r60 = r100 + r60
     r60 = x15 * r11 * r60
-    r100 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r100 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
     r100 = r60 + r100
     r60 = x6 * x4 * r168 * r4 * r5 * r64 * r100
     r154 = k.recip(x0)
-    r357 = x11 * x10 * x34
+    r358 = x11 * x10 * x35
     r149 = 3.0 + r149
-    r149 = 2.0 * x11 * x10 * x34 * r149
-    r149 = r357 + r149
-    r357 = x6 * x15 * x34 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
-    r350 = r108 + r60 + r357
-    r343 = k.recip(r350)
+    r149 = 2.0 * x11 * x10 * x35 * r149
+    r149 = r358 + r149
+    r358 = x6 * x15 * x35 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
+    r351 = r108 + r60 + r358
+    r344 = k.recip(r351)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r151 = k.recip(x6)
-    r353 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r350
-    r34 = 0.6666666666666666 * x3 * x19 * x22 * r151 * r350
+    r354 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r351
+    r34 = 0.6666666666666666 * x3 * x19 * x23 * r151 * r351
     r100 = -1.0 * x6 * x4 * r168 * r4 * r5 * r64 * r100
-    r149 = -1.0 * x6 * x15 * x34 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
-    r34 = r14 + r353 + r34 + r100 + r149
+    r149 = -1.0 * x6 * x15 * x35 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
+    r34 = r14 + r354 + r34 + r100 + r149
     r34 = k.max(0.0, r34)
-    r353 = 0.5 * x22
-    r353 = -1.0 + r353
-    r353 = 0.6666666666666666 * x3 * x19 * r151 * r99 * r353 * r350
-    r353 = k.where(r57, 0.0, r353)
-    r57 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r128 * r350
-    r353 = k.where(r93, r57, r353)
+    r354 = 0.5 * x23
+    r354 = -1.0 + r354
+    r354 = 0.6666666666666666 * x3 * x19 * r151 * r99 * r354 * r351
+    r354 = k.where(r57, 0.0, r354)
+    r57 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r128 * r351
+    r354 = k.where(r93, r57, r354)
     r103 = k.or_(r92, r95, r103)
-    r128 = x3 * x19 * r151 * r99 * r128 * r350
-    r353 = k.where(r103, r128, r353)
-    r353 = k.max(r34, r353)
-    r343 = r343 * r353
+    r128 = x3 * x19 * r151 * r99 * r128 * r351
+    r354 = k.where(r103, r128, r354)
+    r354 = k.max(r34, r354)
+    r344 = r344 * r354
     r64 = 28.0 * r168 * r64 * r31
-    r168 = r64 + r108 + r60 + r357
-    r34 = -1.0 * x20
+    r168 = r64 + r108 + r60 + r358
+    r34 = -1.0 * x21
     r34 = 1.0 + r34
-    r128 = x22 * x38
+    r128 = x23 * x39
     r128 = -1.0 + r128
-    r99 = k.recip(x25)
-    r92 = k.recip(x26)
-    r57 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16
-    r57 = x27 + r57
-    r93 = 2.0 * x3 * x2 * x36
-    r93 = x29 >= r93
-    r154 = k.recip(x28)
-    r88 = k.recip(x30)
-    r346 = k.min(1.0, x32)
-    r346 = k.recip(r346)
-    r346 = x19 * x4 * x12 * x32 * x34 * r154 * r30 * r88 * r16 * r346
-    r346 = x31 + r346
-    r57 = k.where(r93, r346, r57)
+    r99 = k.recip(x26)
+    r92 = k.recip(x27)
+    r57 = x19 * x4 * x12 * x35 * r99 * r30 * r92 * r16
+    r57 = x28 + r57
+    r93 = 2.0 * x3 * x2 * x37
+    r93 = x30 >= r93
+    r154 = k.recip(x29)
+    r88 = k.recip(x31)
+    r347 = k.min(1.0, x33)
+    r347 = k.recip(r347)
+    r347 = x19 * x4 * x12 * x33 * x35 * r154 * r30 * r88 * r16 * r347
+    r347 = x32 + r347
+    r57 = k.where(r93, r347, r57)
     r57 = 2.0 * x6 * r4 * r5 * r11 * r128 * r57
     r57 = k.where(r37, 0.0, r57)
     r34 = r34 * r57
-    r346 = x3 * x19 * r151 * r350
-    r93 = x22 <= 1.0
+    r347 = x3 * x19 * r151 * r351
+    r93 = x23 <= 1.0
     r51 = k.and_(r51, r93)
-    r346 = k.where(r51, r350, r346)
-    r346 = -1.0 * x20 * r346
-    r350 = x3 * x2
-    r35 = -1.0 + r350
-    r356 = k.recip(r35)
-    r447 = 2.0 * x3 * x2
-    r447 = -2.0 + r447
-    r449 = x29 * r16
-    r450 = k.gcd(r350, r449)
-    r451 = k.recip(r450)
-    r452 = x3 * x2 * r451
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r455 = -1.0 * x3 * x2 * r451
-    r455 = r350 + r455
-    r455 = x31 * r455
-    r458 = r452 + r455
-    r458 = r356 * r447 * r458
-    r356 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r451 * r447 * r25
-    r450 = -1.0 + r450
-    r462 = k.max(1.0, r450)
-    r462 = k.min(x32, r462)
-    r462 = k.recip(r462)
-    r465 = x4 * x32 * x22 * r154 * r163 * r4 * r30 * r88 * r462 * r451 * r450 * r447 * r25
-    r465 = k.max(r356, r465)
-    r465 = r458 + r465
-    r458 = x29 <= x36
-    r356 = x27 * r447
-    r470 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r447 * r25
-    r470 = r356 + r470
-    r465 = k.where(r458, r470, r465)
-    r470 = x3 * x2 * x36
-    r470 = x29 >= r470
-    r356 = x31 * r447
-    r476 = k.max(1.0, r35)
-    r476 = k.min(x32, r476)
-    r476 = k.recip(r476)
-    r479 = x4 * x32 * x22 * r154 * r163 * r4 * r30 * r88 * r476 * r447 * r25
-    r479 = r356 + r479
-    r465 = k.where(r470, r479, r465)
-    r465 = x15 * r11 * r465
-    r479 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r451 * r35 * r25
-    r450 = x4 * x32 * x22 * r154 * r163 * r4 * r30 * r88 * r462 * r451 * r35 * r450 * r25
-    r450 = k.max(r479, r450)
-    r450 = r452 + r455 + r450
-    r455 = x27 * r35
-    r452 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r35 * r25
-    r452 = r455 + r452
-    r450 = k.where(r458, r452, r450)
-    r452 = x31 * r35
-    r476 = x4 * x32 * x22 * r154 * r163 * r4 * r30 * r88 * r476 * r35 * r25
-    r476 = r452 + r476
-    r450 = k.where(r470, r476, r450)
-    r476 = 2.0 * x15 * r11 * r450
-    r465 = k.where(r27, r476, r465)
-    r476 = x15 * r11 * r450
-    r470 = x6 * x15 * r4 * r5 * r11 * r450
-    r470 = r476 + r470
-    r465 = k.where(r51, r470, r465)
+    r347 = k.where(r51, r351, r347)
+    r347 = -1.0 * x21 * r347
+    r351 = x3 * x2
+    r35 = -1.0 + r351
+    r357 = k.recip(r35)
+    r448 = 2.0 * x3 * x2
+    r448 = -2.0 + r448
+    r450 = x30 * r16
+    r451 = k.gcd(r351, r450)
+    r452 = k.recip(r451)
+    r453 = x3 * x2 * r452
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r456 = -1.0 * x3 * x2 * r452
+    r456 = r351 + r456
+    r456 = x32 * r456
+    r459 = r453 + r456
+    r459 = r357 * r448 * r459
+    r357 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r452 * r448 * r25
+    r451 = -1.0 + r451
+    r463 = k.max(1.0, r451)
+    r463 = k.min(x33, r463)
+    r463 = k.recip(r463)
+    r466 = x4 * x33 * x23 * r154 * r163 * r4 * r30 * r88 * r463 * r452 * r451 * r448 * r25
+    r466 = k.max(r357, r466)
+    r466 = r459 + r466
+    r459 = x30 <= x37
+    r357 = x28 * r448
+    r471 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r448 * r25
+    r471 = r357 + r471
+    r466 = k.where(r459, r471, r466)
+    r471 = x3 * x2 * x37
+    r471 = x30 >= r471
+    r357 = x32 * r448
+    r477 = k.max(1.0, r35)
+    r477 = k.min(x33, r477)
+    r477 = k.recip(r477)
+    r480 = x4 * x33 * x23 * r154 * r163 * r4 * r30 * r88 * r477 * r448 * r25
+    r480 = r357 + r480
+    r466 = k.where(r471, r480, r466)
+    r466 = x15 * r11 * r466
+    r480 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r452 * r35 * r25
+    r451 = x4 * x33 * x23 * r154 * r163 * r4 * r30 * r88 * r463 * r452 * r35 * r451 * r25
+    r451 = k.max(r480, r451)
+    r451 = r453 + r456 + r451
+    r456 = x28 * r35
+    r453 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r35 * r25
+    r453 = r456 + r453
+    r451 = k.where(r459, r453, r451)
+    r453 = x32 * r35
+    r477 = x4 * x33 * x23 * r154 * r163 * r4 * r30 * r88 * r477 * r35 * r25
+    r477 = r453 + r477
+    r451 = k.where(r471, r477, r451)
+    r477 = 2.0 * x15 * r11 * r451
+    r466 = k.where(r27, r477, r466)
+    r477 = x15 * r11 * r451
+    r471 = x6 * x15 * r4 * r5 * r11 * r451
+    r471 = r477 + r471
+    r466 = k.where(r51, r471, r466)
     r93 = k.and_(r54, r93)
-    r450 = 3.0 * x6 * x15 * r4 * r5 * r11 * r450
-    r465 = k.where(r93, r450, r465)
-    r350 = r350 == 1.0
-    r465 = k.where(r350, 0.0, r465)
-    r346 = r346 + r465
-    r346 = k.max(0.0, r346)
-    r449 = k.gcd(x2, r449)
-    r450 = k.recip(r449)
-    r54 = x2 * r450
+    r451 = 3.0 * x6 * x15 * r4 * r5 * r11 * r451
+    r466 = k.where(r93, r451, r466)
+    r351 = r351 == 1.0
+    r466 = k.where(r351, 0.0, r466)
+    r347 = r347 + r466
+    r347 = k.max(0.0, r347)
+    r450 = k.gcd(x2, r450)
+    r451 = k.recip(r450)
+    r54 = x2 * r451
     r54 = -1.0 + r54
-    r54 = x27 * r54
-    r470 = -1.0 * x2 * r450
-    r470 = x2 + r470
-    r470 = x31 * r470
-    r476 = -1.0 + x2
-    r452 = 2.0 * x14 * x19 * x10 * x4 * x34 * r99 * r30 * r92 * r16 * r450 * r476
-    r449 = -1.0 + r449
-    r163 = k.max(1.0, r449)
-    r163 = k.min(x32, r163)
+    r54 = x28 * r54
+    r471 = -1.0 * x2 * r451
+    r471 = x2 + r471
+    r471 = x32 * r471
+    r477 = -1.0 + x2
+    r453 = 2.0 * x14 * x19 * x10 * x4 * x35 * r99 * r30 * r92 * r16 * r451 * r477
+    r450 = -1.0 + r450
+    r163 = k.max(1.0, r450)
+    r163 = k.min(x33, r163)
     r163 = k.recip(r163)
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r154 * r30 * r88 * r16 * r163 * r450 * r476 * r449
-    r449 = k.max(r452, r449)
-    r449 = r54 + r470 + r449
-    r470 = x27 * r476
-    r54 = 2.0 * x14 * x19 * x10 * x4 * x34 * r99 * r30 * r92 * r16 * r476
-    r54 = r470 + r54
-    r449 = k.where(r458, r54, r449)
-    r54 = x2 * x36
-    r54 = x29 >= r54
-    r458 = x31 * r476
-    r470 = k.max(1.0, r476)
-    r470 = k.min(x32, r470)
-    r470 = k.recip(r470)
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r154 * r30 * r88 * r16 * r470 * r476
-    r470 = r458 + r470
-    r449 = k.where(r54, r470, r449)
-    r470 = x6 * x15 * r4 * r5 * r11 * r449
-    r449 = x6 * x15 * r4 * r5 * r11 * r50 * r449
-    r449 = r470 + r449
-    r470 = x2 == 1.0
-    r449 = k.where(r470, 0.0, r449)
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r154 * r30 * r88 * r16 * r163 * r451 * r477 * r450
+    r450 = k.max(r453, r450)
+    r450 = r54 + r471 + r450
+    r471 = x28 * r477
+    r54 = 2.0 * x14 * x19 * x10 * x4 * x35 * r99 * r30 * r92 * r16 * r477
+    r54 = r471 + r54
+    r450 = k.where(r459, r54, r450)
+    r54 = x2 * x37
+    r54 = x30 >= r54
+    r459 = x32 * r477
+    r471 = k.max(1.0, r477)
+    r471 = k.min(x33, r471)
+    r471 = k.recip(r471)
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r154 * r30 * r88 * r16 * r471 * r477
+    r471 = r459 + r471
+    r450 = k.where(r54, r471, r450)
+    r471 = x6 * x15 * r4 * r5 * r11 * r450
+    r450 = x6 * x15 * r4 * r5 * r11 * r50 * r450
+    r450 = r471 + r450
+    r471 = x2 == 1.0
+    r450 = k.where(r471, 0.0, r450)
     r66 = k.where(r66, 2.0, 0.0)
     r66 = 4.0 + r66
-    r54 = k.gcd(x36, x29)
-    r458 = k.recip(r54)
-    r452 = x36 * r458
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r450 = -1.0 * x36 * r458
-    r450 = x36 + r450
-    r450 = x31 * r450
-    r163 = -1.0 + x36
-    r455 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16 * r458 * r163
+    r54 = k.gcd(x37, x30)
+    r459 = k.recip(r54)
+    r453 = x37 * r459
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r451 = -1.0 * x37 * r459
+    r451 = x37 + r451
+    r451 = x32 * r451
+    r163 = -1.0 + x37
+    r456 = x19 * x4 * x12 * x35 * r99 * r30 * r92 * r16 * r459 * r163
     r54 = -1.0 + r54
-    r479 = k.max(1.0, r54)
-    r479 = k.min(x32, r479)
-    r479 = k.recip(r479)
-    r54 = x19 * x4 * x12 * x32 * x34 * r154 * r30 * r88 * r16 * r479 * r458 * r163 * r54
-    r54 = k.max(r455, r54)
-    r54 = r452 + r450 + r54
-    r450 = x29 <= 1.0
-    r452 = x27 * r163
-    r92 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16 * r163
-    r92 = r452 + r92
-    r54 = k.where(r450, r92, r54)
-    r92 = x29 >= x36
-    r450 = x31 * r163
-    r452 = k.max(1.0, r163)
-    r452 = k.min(x32, r452)
-    r452 = k.recip(r452)
-    r452 = x19 * x4 * x12 * x32 * x34 * r154 * r30 * r88 * r16 * r452 * r163
-    r452 = r450 + r452
-    r54 = k.where(r92, r452, r54)
+    r480 = k.max(1.0, r54)
+    r480 = k.min(x33, r480)
+    r480 = k.recip(r480)
+    r54 = x19 * x4 * x12 * x33 * x35 * r154 * r30 * r88 * r16 * r480 * r459 * r163 * r54
+    r54 = k.max(r456, r54)
+    r54 = r453 + r451 + r54
+    r451 = x30 <= 1.0
+    r453 = x28 * r163
+    r92 = x19 * x4 * x12 * x35 * r99 * r30 * r92 * r16 * r163
+    r92 = r453 + r92
+    r54 = k.where(r451, r92, r54)
+    r92 = x30 >= x37
+    r451 = x32 * r163
+    r453 = k.max(1.0, r163)
+    r453 = k.min(x33, r453)
+    r453 = k.recip(r453)
+    r453 = x19 * x4 * x12 * x33 * x35 * r154 * r30 * r88 * r16 * r453 * r163
+    r453 = r451 + r453
+    r54 = k.where(r92, r453, r54)
     r54 = 2.0 * x6 * x15 * r4 * r5 * r11 * r66 * r54
-    r452 = x36 == 1.0
-    r54 = k.where(r452, 0.0, r54)
+    r453 = x37 == 1.0
+    r54 = k.where(r453, 0.0, r54)
     r149 = r14 + r100 + r149
     r149 = k.max(0.0, r149)
     r149 = k.where(r26, r149, 0.0)
-    r26 = r34 + r64 + r108 + r60 + r357 + r346 + r353 + r449 + r54 + r149
+    r26 = r34 + r64 + r108 + r60 + r358 + r347 + r354 + r450 + r54 + r149
     r100 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r101 * r4 * r30 * r11 * r16 * r100 * r15
-    r165 = x6 * x34 * r101 * r4 * r30 * r11 * r16 * r100 * r165
-    r100 = x19 * x4 * x12 * x34 * r30
-    r101 = x19 * x4 * x12 * x34 * r99 * r30
-    r447 = x4 * r4 * r30 * r447 * r25
+    r14 = 6.0 * x6 * x35 * r101 * r4 * r30 * r11 * r16 * r100 * r15
+    r165 = x6 * x35 * r101 * r4 * r30 * r11 * r16 * r100 * r165
+    r100 = x19 * x4 * x12 * x35 * r30
+    r101 = x19 * x4 * x12 * x35 * r99 * r30
+    r448 = x4 * r4 * r30 * r448 * r25
     r92 = 2.0 * x4 * r4 * r30 * r35 * r25
-    r447 = k.where(r27, r92, r447)
+    r448 = k.where(r27, r92, r448)
     r92 = x4 * r4 * r30 * r35 * r25
     r27 = k.pow(x3, -2.0)
-    r450 = x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r450 = r92 + r450
-    r447 = k.where(r51, r450, r447)
+    r451 = x6 * x4 * r27 * r5 * r30 * r35 * r25
+    r451 = r92 + r451
+    r448 = k.where(r51, r451, r448)
     r35 = 3.0 * x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r447 = k.where(r93, r35, r447)
-    r447 = k.where(r350, 0.0, r447)
-    r350 = r99 * r447
-    r99 = x28 * r99
-    r35 = k.recip(x34)
-    r93 = x35 * r151 * r35
+    r448 = k.where(r93, r35, r448)
+    r448 = k.where(r351, 0.0, r448)
+    r351 = r99 * r448
+    r99 = x29 * r99
+    r35 = k.recip(x35)
+    r93 = x36 * r151 * r35
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r450 = 1.6e-11 * x12
+    r451 = 1.6e-11 * x12
     r51 = 8e-12 * x15 * r9
     r92 = 8e-12 * x15 * r13
-    r88 = 8e-12 * x37 * x12
-    r154 = r450 + r51 + r92 + r88
-    r455 = 8e-12 * x12
-    r458 = 4e-12 * x15 * r9
-    r479 = 4e-12 * x15 * r13
-    r451 = 4e-12 * x37 * x12
-    r451 = r455 + r458 + r479 + r451
-    r451 = r27 > r451
-    r479 = -1.6e-11 * x12
+    r88 = 8e-12 * x38 * x12
+    r154 = r451 + r51 + r92 + r88
+    r456 = 8e-12 * x12
+    r459 = 4e-12 * x15 * r9
+    r480 = 4e-12 * x15 * r13
+    r452 = 4e-12 * x38 * x12
+    r452 = r456 + r459 + r480 + r452
+    r452 = r27 > r452
+    r480 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r458 = -8e-12 * x37 * x12
-    r455 = k.sqrt(2.0)
-    r462 = k.sqrt(x3)
-    r462 = k.recip(r462)
-    r356 = k.sqrt(x2)
-    r356 = k.recip(r356)
-    r624 = k.sqrt(x13)
-    r624 = k.recip(r624)
-    r626 = k.sqrt(x22)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(x36)
-    r628 = k.recip(r628)
-    r630 = k.sqrt(r154)
-    r631 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r154
-    r632 = k.sqrt(x3)
-    r633 = k.sqrt(x2)
-    r634 = k.sqrt(x13)
-    r635 = k.sqrt(x22)
-    r636 = k.sqrt(x36)
-    r636 = 0.16666666666666666 * r455 * r632 * r633 * r634 * r635 * r636 * r630
-    r636 = 1.0 + r631 + r636
-    r636 = r455 * r462 * r356 * r624 * r626 * r628 * r630 * r636
-    r636 = r479 + r9 + r13 + r458 + r636
-    r458 = k.where(r451, r636, r27)
-    r88 = r450 + r51 + r92 + r88 + r458
-    r88 = x3 * x2 * x13 * x22 * x36 * r88
+    r459 = -8e-12 * x38 * x12
+    r456 = k.sqrt(2.0)
+    r463 = k.sqrt(x3)
+    r463 = k.recip(r463)
+    r357 = k.sqrt(x2)
+    r357 = k.recip(r357)
+    r625 = k.sqrt(x13)
+    r625 = k.recip(r625)
+    r627 = k.sqrt(x23)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(x37)
+    r629 = k.recip(r629)
+    r631 = k.sqrt(r154)
+    r632 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r154
+    r633 = k.sqrt(x3)
+    r634 = k.sqrt(x2)
+    r635 = k.sqrt(x13)
+    r636 = k.sqrt(x23)
+    r637 = k.sqrt(x37)
+    r637 = 0.16666666666666666 * r456 * r633 * r634 * r635 * r636 * r637 * r631
+    r637 = 1.0 + r632 + r637
+    r637 = r456 * r463 * r357 * r625 * r627 * r629 * r631 * r637
+    r637 = r480 + r9 + r13 + r459 + r637
+    r459 = k.where(r452, r637, r27)
+    r88 = r451 + r51 + r92 + r88 + r459
+    r88 = x3 * x2 * x13 * x23 * x37 * r88
     r88 = k.exp(r88)
     r88 = -1.0 + r88
     r92 = k.recip(r88)
-    r51 = x24 + x1
-    r450 = -1.0 * x3 * x2 * x13 * x22 * x36 * r51
-    r450 = k.exp(r450)
-    r450 = x3 * x2 * x13 * x22 * x36 * r92 * r458 * r450
-    r92 = x3 * x2 * x13 * x22 * x36
-    r636 = k.recip(r636)
-    r92 = k.where(r451, r636, r92)
-    r51 = x3 * x2 * x13 * x22 * x36 * r51
+    r51 = x25 + x1
+    r451 = -1.0 * x3 * x2 * x13 * x23 * x37 * r51
+    r451 = k.exp(r451)
+    r451 = x3 * x2 * x13 * x23 * x37 * r92 * r459 * r451
+    r92 = x3 * x2 * x13 * x23 * x37
+    r637 = k.recip(r637)
+    r92 = k.where(r452, r637, r92)
+    r51 = x3 * x2 * x13 * x23 * x37 * r51
     r51 = k.exp(r51)
-    r5 = x35 * r151 * r4 * r30 * r5 * r11 * r35 * r16 * r88 * r26 * r92 * r51
-    r51 = x35 * r151 * r35 * r88 * r26 * r92 * r51
-    r66 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r163 * r66
-    r66 = k.where(r452, 0.0, r66)
-    r452 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r476
-    r476 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r50 * r476
-    r476 = r452 + r476
-    r476 = k.where(r470, 0.0, r476)
-    r128 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r128
+    r5 = x36 * r151 * r4 * r30 * r5 * r11 * r35 * r16 * r88 * r26 * r92 * r51
+    r51 = x36 * r151 * r35 * r88 * r26 * r92 * r51
+    r66 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r163 * r66
+    r66 = k.where(r453, 0.0, r66)
+    r453 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r477
+    r477 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r50 * r477
+    r477 = r453 + r477
+    r477 = k.where(r471, 0.0, r477)
+    r128 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r128
     r128 = k.where(r37, 0.0, r128)
-    r91 = r91 < x22
-    r37 = x33 != 2.0
+    r91 = r91 < x23
+    r37 = x34 != 2.0
     r95 = k.and_(r95, r37)
     r95 = k.not_(r95)
     r95 = k.or_(r91, r95)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r94 = k.and_(r16, r37, r94)
     r94 = k.not_(r94)
     r94 = k.or_(r91, r94)
     r94 = k.and_(r95, r94)
-    r95 = x22 >= 2.0
-    r91 = x33 != 3.0
-    r37 = x33 != 4.0
+    r95 = x23 >= 2.0
+    r91 = x34 != 3.0
+    r37 = x34 != 4.0
     r103 = k.not_(r103)
     r103 = k.and_(r91, r37, r103)
     r103 = k.not_(r103)
     r103 = k.or_(r95, r103)
-    r95 = x21 * x3 * x2 * x22 * x36 * r26
-    r37 = r65 <= r95
+    r95 = x22 * x3 * x2 * x23 * x37 * r26
+    r37 = r39 <= r95
     r95 = r53 <= r95
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r147, r113, r111, r126, 0.0, r112, r8, r67, r131, r122, r117, r12, r39, r65, r65, r53, r52, r74, r343, r168, r353, r26, r14, r165, r100, r101, r350, r99, 0.0, r93, r27, r154, r458, r450, r5, r51, r108, r357, r60, r64, r66, r54, r54, r476, r449, r449, r447, r465, r346, r128, r57, r34, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, r94, 1.0, 1.0, 1.0, 1.0, 1.0, r103, 1.0, r103, r103, r37, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r147, r113, r111, r126, 0.0, r112, r8, r67, r131, r122, r117, r12, r65, r39, r39, r53, r52, r74, r344, r168, r354, r26, r14, r165, r100, r101, r351, r99, 0.0, r93, r27, r154, r459, r451, r5, r51, r108, r358, r60, r64, r66, r54, r54, r477, r450, r450, r448, r466, r347, r128, r57, r34, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, 1.0, r103, r103, r37, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1397,9 +1398,9 @@ def search(x, k):
     return (r103, r23, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (41, 46, 47, 48, 49, 50, 51), (39, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51), (), (32, 33, 38), (43, 46, 47, 48, 49, 50, 51), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (16, 46, 47, 48, 49, 50, 51), (19,), (15, 16, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (42, 46, 47, 48, 49, 50, 51), (42, 46, 47, 48, 49, 50, 51, 77, 78), (42, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 31), (13, 34), (13, 35), (13, 36), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 69), (16, 70), (16, 71), (16, 72), (17, 31), (17, 34), (17, 35), (17, 36), (17, 69), (17, 70), (17, 71), (17, 72), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 10), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (), (42, 47, 48, 49, 50, 51, 52), (40, 47, 48, 49, 50, 51, 52), (41, 47, 48, 49, 50, 51, 52), (), (32, 33, 39), (44, 47, 48, 49, 50, 51, 52), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52), (30, 47, 48, 49, 50, 51, 52), (30, 47, 48, 49, 50, 51, 52), (16, 47, 48, 49, 50, 51, 52), (19,), (15, 16, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 51, 52, 66), (62,), (12, 60), (12,), (59,), (58,), (29,), (79,), (43, 47, 48, 49, 50, 51, 52), (43, 47, 48, 49, 50, 51, 52, 78, 79), (43, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 31), (13, 34), (13, 35), (13, 36), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 70), (16, 71), (16, 72), (16, 73), (17, 31), (17, 34), (17, 35), (17, 36), (17, 70), (17, 71), (17, 72), (17, 73), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 31), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 28), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 10), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 62), (53, 63), (53, 64), (54, 0), (54, 10), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 5), (61, 60), (61, 61), (62, 4), (62, 5), (62, 60), (62, 61), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

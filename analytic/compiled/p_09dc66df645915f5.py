@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x38 * x12
+    r15 = x39 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x37)
+    r8 = k.recip(x24)
+    r19 = k.recip(x38)
     r20 = r8 * r19 * r16
-    r21 = x34 == 5.0
+    r21 = x35 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x40 >= 1.0
+    r22 = x41 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,46 +46,46 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r19 * r33
     r33 = r29 + r33
-    r33 = x19 * x35 * r25 * r33
-    r29 = x24 == 2.0
-    r32 = 2.0 * x19 * x12 * x35 * r25
+    r33 = x19 * x36 * r25 * r33
+    r29 = x25 == 2.0
+    r32 = 2.0 * x19 * x12 * x36 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x23
+    r31 = 1.0 + x24
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x34 == 4.0
-    r46 = 2.0 * x23
+    r45 = x35 == 4.0
+    r46 = 2.0 * x24
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x34 == 0.0
-    r52 = x34 == 3.0
+    r51 = x35 == 0.0
+    r52 = x35 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x23, r6)
+    r54 = k.min(x24, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x34 == 1.0
-    r58 = k.recip(x39)
-    r59 = x6 * x39 * r4 * r5
-    r60 = -1.0 + x39
-    r60 = x23 * r60
+    r54 = x35 == 1.0
+    r58 = k.recip(x40)
+    r59 = x6 * x40 * r4 * r5
+    r60 = -1.0 + x40
+    r60 = x24 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x34 == 2.0
+    r62 = x35 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x38 * x12 * r19
-    r71 = x23 == 1.0
+    r70 = x39 * x12 * r19
+    r71 = x24 == 1.0
     r72 = k.where(r71, 1.0, 0.0)
-    r73 = x38 * x12 * r72
-    r74 = x23 != 1.0
+    r73 = x39 * x12 * r72
+    r74 = x24 != 1.0
     r74 = k.where(r74, 1.0, 0.0)
-    r74 = x38 * x12 * r74
+    r74 = x39 * x12 * r74
     r77 = r73 + r74
     r77 = r19 * r77
     r79 = r77 + r70
@@ -102,12 +102,12 @@ def quantities(x, k):
     r72 = k.where(r21, r73, r72)
     r15 = 2.0 * r72
     r80 = r80 + r15
-    r93 = x40 >= 3.0
+    r93 = x41 >= 3.0
     r80 = k.where(r93, 0.0, r80)
-    r95 = x40 <= 2.0
+    r95 = x41 <= 2.0
     r96 = 4.0 * r72
     r96 = k.where(r95, r96, r15)
-    r98 = x40 >= 2.0
+    r98 = x41 >= 2.0
     r99 = r4 * r25 * r96
     r96 = k.where(r98, r99, r96)
     r99 = 2.0 * r4 * r25 * r72
@@ -115,12 +115,12 @@ def quantities(x, k):
     r99 = 12.0 * r72
     r104 = 12.0 * r4 * r25 * r72
     r99 = k.where(r22, r104, r99)
-    r104 = 4.0 * x19 * x5 * x35 * r25 * r19
+    r104 = 4.0 * x19 * x5 * x36 * r25 * r19
     r107 = r33 + r104
     r104 = k.where(r29, r107, r104)
     r107 = k.or_(r21, r71)
-    r110 = 4.0 * x19 * x12 * x35 * r25
-    r111 = x38 * x19 * x16 * x35 * r25 * r19
+    r110 = 4.0 * x19 * x12 * x36 * r25
+    r111 = x39 * x19 * x16 * x36 * r25 * r19
     r110 = r110 + r111
     r110 = k.max(r110, r104)
     r107 = k.where(r107, r110, r104)
@@ -129,16 +129,16 @@ def quantities(x, k):
     r115 = k.where(r21, r116, r115)
     r116 = 3.0 * x4 * r115 * r72
     r116 = k.where(r93, r116, 0.0)
-    r120 = x23 > 1.0
+    r120 = x24 > 1.0
     r120 = k.and_(r93, r120)
     r72 = 2.0 * x4 * r72
     r116 = k.where(r120, r72, r116)
     r72 = r50 + r80 + r96 + r15 + r99 + r107 + r116
     r125 = k.where(r45, r47, r31)
-    r126 = -1.0 + x23
+    r126 = -1.0 + x24
     r127 = k.min(1.0, r126)
     r128 = -1.0 * r127
-    r128 = x23 + r128
+    r128 = x24 + r128
     r130 = k.min(r6, r128)
     r130 = r130 * r30
     r125 = k.where(r53, r130, r125)
@@ -151,23 +151,23 @@ def quantities(x, k):
     r125 = r32 * r125
     r46 = r127 == 0.0
     r46 = k.where(r46, 1.0, 0.0)
-    r46 = x38 * x12 * r46
+    r46 = x39 * x12 * r46
     r130 = r127 != 0.0
     r144 = 1.0 + r127
-    r144 = x23 == r144
+    r144 = x24 == r144
     r130 = k.and_(r130, r144)
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x38 * x12 * r130
+    r130 = x39 * x12 * r130
     r149 = r46 + r130
     r149 = r19 * r149
     r151 = r128 == 1.0
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x38 * x12 * r151
-    r154 = x23 == r128
+    r151 = x39 * x12 * r151
+    r154 = x24 == r128
     r128 = r128 != 1.0
     r128 = k.and_(r154, r128)
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x38 * x12 * r128
+    r128 = x39 * x12 * r128
     r159 = r151 + r128
     r159 = r19 * r159
     r159 = r159 + r149
@@ -269,291 +269,292 @@ def quantities(x, k):
     r125 = k.where(r125, 0.0, 0.0)
     r31 = r72 == r31
     r125 = k.where(r31, 0.0, r125)
-    r31 = x38 * x19 * x4 * x35 * r25 * r19
-    r50 = x38 * x19 * x4 * x35 * r25
+    r31 = x39 * x19 * x4 * x36 * r25 * r19
+    r50 = x39 * x19 * x4 * x36 * r25
     r116 = k.max(r72, r130, r74)
     r99 = r130 == r116
     r74 = k.where(r99, r130, r74)
     r116 = r72 == r116
     r74 = k.where(r116, r72, r74)
-    r72 = -1.0 * r74
-    r72 = x8 + r72
-    r116 = 6.0 * x6 * x35 * r16
+    r72 = -1.0 * x20
+    r116 = -1.0 * r74
+    r116 = x8 + r72 + r116
+    r72 = 6.0 * x6 * x36 * r16
     r130 = 6.0 * x12
     r99 = 6.0 * x15 * r12
-    r154 = 6.0 * x38 * x12
+    r154 = 6.0 * x39 * x12
     r96 = 18.0 * x15 * x12 * x5
-    r151 = 12.0 * x15 * x11 * x10 * x35
+    r151 = 12.0 * x15 * x11 * x10 * x36
     r151 = r130 + r99 + r154 + r96 + r151
-    r96 = x6 * x35 * r151
+    r96 = x6 * x36 * r151
     r154 = k.pow(x12, 2.0)
     r99 = k.recip(x12)
-    r130 = 0.16666666666666666 * x35 * r99
+    r130 = 0.16666666666666666 * x36 * r99
     r15 = k.recip(x15)
-    r99 = 0.0625 * x38 * r15 * r99
+    r99 = 0.0625 * x39 * r15 * r99
     r99 = 1.0 + r130 + r99
-    r99 = 96.0 * x6 * x15 * x35 * r154 * r99
-    r154 = k.pow(x35, 2.0)
+    r99 = 96.0 * x6 * x15 * x36 * r154 * r99
+    r154 = k.pow(x36, 2.0)
     r130 = 2.0 * x6 * x15 * x11 * x10 * r154
-    r128 = x24 == 1.0
+    r128 = x25 == 1.0
     r154 = 4.0 * x6 * x15 * x11 * x10 * r154
     r154 = k.where(r128, r154, 0.0)
-    r77 = 0.3333333333333333 * x6 * x35 * r151
+    r77 = 0.3333333333333333 * x6 * x36 * r151
     r154 = k.where(r29, r77, r154)
     r154 = r96 + r130 + r154
     r130 = k.where(r29, 1.0, 0.0)
     r77 = 1.0 + r130
     r84 = k.recip(x9)
     r149 = k.recip(x18)
-    r80 = x19 * x12 * x35 * r25
-    r120 = x38 * x19 * x35 * r25 * r19
+    r80 = x19 * x12 * x36 * r25
+    r120 = x39 * x19 * x36 * r25 * r19
     r120 = r70 + r80 + r120
     r70 = 2.0 * r84 * r149 * r120
-    r67 = k.recip(x22)
+    r67 = k.recip(x23)
     r30 = k.recip(x17)
-    r59 = 2.0 * x38 * x19 * x12 * x35 * r67 * r25 * r30 * r19
+    r59 = 2.0 * x39 * x19 * x12 * x36 * r67 * r25 * r30 * r19
     r59 = r70 + r59
     r59 = r77 * r59
     r120 = 4.0 * r84 * r149 * r120
-    r70 = 4.0 * x38 * x19 * x12 * x35 * r67 * r25 * r30 * r19
+    r70 = 4.0 * x39 * x19 * x12 * x36 * r67 * r25 * r30 * r19
     r70 = r59 + r120 + r70
     r70 = r8 * r70
     r120 = x12 * x5 * r19
-    r59 = x19 * x5 * x35 * r25 * r19
+    r59 = x19 * x5 * x36 * r25 * r19
     r59 = r120 + r80 + r59
     r120 = r84 * r149 * r59
-    r60 = k.recip(x21)
-    r47 = 2.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
+    r60 = k.recip(x22)
+    r47 = 2.0 * x19 * x12 * x5 * x36 * r60 * r25 * r30 * r19
     r47 = r120 + r47
     r47 = r77 * r47
     r120 = 2.0 * x12 * x5 * r19
-    r144 = 2.0 * x19 * x5 * x35 * r25 * r19
+    r144 = 2.0 * x19 * x5 * x36 * r25 * r19
     r144 = r120 + r80 + r144
     r120 = r84 * r149 * r144
-    r83 = 4.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
+    r83 = 4.0 * x19 * x12 * x5 * x36 * r60 * r25 * r30 * r19
     r83 = r120 + r83
     r83 = r77 * r83
     r120 = x11 * x10 * x12 * r19
-    r46 = x11 * x19 * x10 * x35 * r25 * r19
+    r46 = x11 * x19 * x10 * x36 * r25 * r19
     r46 = r120 + r80 + r46
     r120 = r84 * r149 * r46
-    r159 = 2.0 * x11 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19
+    r159 = 2.0 * x11 * x19 * x10 * x12 * x36 * r60 * r25 * r30 * r19
     r159 = r120 + r159
     r159 = r77 * r159
     r10 = x11 + r10
     r120 = x10 * x12 * r19 * r10
-    r333 = x19 * x10 * x35 * r25 * r19 * r10
-    r333 = r80 + r120 + r333
-    r120 = r84 * r149 * r333
-    r80 = 2.0 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19 * r10
+    r334 = x19 * x10 * x36 * r25 * r19 * r10
+    r334 = r80 + r120 + r334
+    r120 = r84 * r149 * r334
+    r80 = 2.0 * x19 * x10 * x12 * x36 * r60 * r25 * r30 * r19 * r10
     r80 = r120 + r80
     r80 = r77 * r80
     r59 = 2.0 * r84 * r149 * r59
     r144 = 2.0 * r84 * r149 * r144
     r46 = 2.0 * r84 * r149 * r46
-    r333 = 2.0 * r84 * r149 * r333
+    r334 = 2.0 * r84 * r149 * r334
     r120 = x5 * r19
     r120 = x12 + r120
-    r120 = 4.0 * x19 * x35 * r84 * r25 * r149 * r120
-    r346 = 2.0 * x5 * r19
-    r346 = x12 + r346
-    r346 = 4.0 * x19 * x35 * r84 * r25 * r149 * r346
-    r349 = x11 * x10 * r19
-    r349 = x12 + r349
-    r349 = 4.0 * x19 * x35 * r84 * r25 * r149 * r349
-    r352 = x10 * r19 * r10
-    r352 = x12 + r352
-    r352 = 4.0 * x19 * x35 * r84 * r25 * r149 * r352
-    r355 = 12.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
-    r356 = 4.0 * x11 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19 * r10
-    r10 = r47 + r83 + r159 + r80 + r59 + r144 + r46 + r333 + r120 + r346 + r349 + r352 + r355 + r356 + r10
+    r120 = 4.0 * x19 * x36 * r84 * r25 * r149 * r120
+    r347 = 2.0 * x5 * r19
+    r347 = x12 + r347
+    r347 = 4.0 * x19 * x36 * r84 * r25 * r149 * r347
+    r350 = x11 * x10 * r19
+    r350 = x12 + r350
+    r350 = 4.0 * x19 * x36 * r84 * r25 * r149 * r350
+    r353 = x10 * r19 * r10
+    r353 = x12 + r353
+    r353 = 4.0 * x19 * x36 * r84 * r25 * r149 * r353
+    r356 = 12.0 * x19 * x12 * x5 * x36 * r60 * r25 * r30 * r19
+    r357 = 4.0 * x11 * x19 * x10 * x12 * x36 * r60 * r25 * r30 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x36 * r60 * r25 * r30 * r19 * r10
+    r10 = r47 + r83 + r159 + r80 + r59 + r144 + r46 + r334 + r120 + r347 + r350 + r353 + r356 + r357 + r10
     r10 = x15 * r8 * r10
     r10 = r70 + r10
     r70 = x6 * r4 * r5 * r10
-    r356 = 12.0 * x12
-    r355 = 10.0 * x12 * r77
-    r355 = r356 + r355
-    r355 = x19 * x35 * r25 * r355
-    r356 = 5.0 * x5
-    r352 = 3.0 * x5 * r77
-    r352 = r356 + r352
-    r352 = x19 * x35 * r25 * r19 * r352
-    r352 = r355 + r352
-    r352 = x15 * r8 * r352
-    r355 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
+    r357 = 12.0 * x12
+    r356 = 10.0 * x12 * r77
+    r356 = r357 + r356
+    r356 = x19 * x36 * r25 * r356
+    r357 = 5.0 * x5
+    r353 = 3.0 * x5 * r77
+    r353 = r357 + r353
+    r353 = x19 * x36 * r25 * r19 * r353
+    r353 = r356 + r353
+    r353 = x15 * r8 * r353
+    r356 = 3.0 * x39 * x19 * x36 * r25 * r8 * r19
     r130 = 2.0 + r130
-    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r130 * r9
-    r9 = r352 + r355 + r9
-    r355 = x6 * x4 * r84 * r4 * r5 * r149 * r9
-    r352 = k.recip(x0)
-    r130 = x11 * x10 * x35
+    r9 = x15 * x19 * x10 * x36 * r25 * r8 * r19 * r130 * r9
+    r9 = r353 + r356 + r9
+    r356 = x6 * x4 * r84 * r4 * r5 * r149 * r9
+    r353 = k.recip(x0)
+    r130 = x11 * x10 * x36
     r128 = k.or_(r128, r29)
     r128 = k.where(r128, 1.0, 0.0)
     r128 = 3.0 + r128
-    r128 = 2.0 * x11 * x10 * x35 * r128
+    r128 = 2.0 * x11 * x10 * x36 * r128
     r128 = r130 + r128
-    r130 = x6 * x15 * x35 * r67 * r4 * r25 * r30 * r352 * r8 * r19 * r128
-    r356 = r70 + r355 + r130
-    r349 = k.recip(r356)
+    r130 = x6 * x15 * x36 * r67 * r4 * r25 * r30 * r353 * r8 * r19 * r128
+    r357 = r70 + r356 + r130
+    r350 = k.recip(r357)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r346 = k.recip(x6)
-    r120 = 0.3333333333333333 * x3 * x19 * r346 * r58 * r356
-    r333 = 0.6666666666666666 * x3 * x19 * x23 * r346 * r356
+    r347 = k.recip(x6)
+    r120 = 0.3333333333333333 * x3 * x19 * r347 * r58 * r357
+    r334 = 0.6666666666666666 * x3 * x19 * x24 * r347 * r357
     r9 = -1.0 * x6 * x4 * r84 * r4 * r5 * r149 * r9
-    r128 = -1.0 * x6 * x15 * x35 * r67 * r4 * r25 * r30 * r352 * r8 * r19 * r128
-    r333 = r10 + r120 + r333 + r9 + r128
-    r333 = k.max(0.0, r333)
-    r120 = 0.5 * x23
+    r128 = -1.0 * x6 * x15 * x36 * r67 * r4 * r25 * r30 * r353 * r8 * r19 * r128
+    r334 = r10 + r120 + r334 + r9 + r128
+    r334 = k.max(0.0, r334)
+    r120 = 0.5 * x24
     r120 = -1.0 + r120
-    r120 = 0.6666666666666666 * x3 * x19 * r346 * r58 * r120 * r356
+    r120 = 0.6666666666666666 * x3 * x19 * r347 * r58 * r120 * r357
     r120 = k.where(r45, 0.0, r120)
-    r45 = 0.3333333333333333 * x3 * x19 * r346 * r58 * r126 * r356
+    r45 = 0.3333333333333333 * x3 * x19 * r347 * r58 * r126 * r357
     r120 = k.where(r52, r45, r120)
     r62 = k.or_(r51, r54, r62)
-    r126 = x3 * x19 * r346 * r58 * r126 * r356
+    r126 = x3 * x19 * r347 * r58 * r126 * r357
     r120 = k.where(r62, r126, r120)
-    r120 = k.max(r333, r120)
-    r349 = r349 * r120
-    r333 = k.where(r95, 4.0, 2.0)
-    r333 = 26.0 + r333
-    r333 = r84 * r149 * r333 * r26
-    r149 = r70 + r333 + r355 + r130
-    r84 = -1.0 * x20
+    r120 = k.max(r334, r120)
+    r350 = r350 * r120
+    r334 = k.where(r95, 4.0, 2.0)
+    r334 = 26.0 + r334
+    r334 = r84 * r149 * r334 * r26
+    r149 = r70 + r334 + r356 + r130
+    r84 = -1.0 * x21
     r84 = 1.0 + r84
-    r126 = x23 * x39
+    r126 = x24 * x40
     r126 = -1.0 + r126
-    r58 = k.recip(x26)
-    r51 = k.recip(x27)
-    r45 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19
-    r45 = x28 + r45
-    r52 = 2.0 * x3 * x2 * x37
-    r52 = x30 >= r52
-    r352 = k.recip(x29)
-    r30 = k.recip(x31)
-    r67 = k.min(1.0, x33)
+    r58 = k.recip(x27)
+    r51 = k.recip(x28)
+    r45 = x19 * x4 * x12 * x36 * r58 * r25 * r51 * r19
+    r45 = x29 + r45
+    r52 = 2.0 * x3 * x2 * x38
+    r52 = x31 >= r52
+    r353 = k.recip(x30)
+    r30 = k.recip(x32)
+    r67 = k.min(1.0, x34)
     r67 = k.recip(r67)
-    r67 = x19 * x4 * x12 * x33 * x35 * r352 * r25 * r30 * r19 * r67
-    r67 = x32 + r67
+    r67 = x19 * x4 * x12 * x34 * x36 * r353 * r25 * r30 * r19 * r67
+    r67 = x33 + r67
     r45 = k.where(r52, r67, r45)
     r45 = 2.0 * x6 * r4 * r5 * r8 * r126 * r45
     r45 = k.where(r71, 0.0, r45)
     r84 = r84 * r45
-    r67 = x3 * x19 * r346 * r356
-    r52 = x23 <= 1.0
+    r67 = x3 * x19 * r347 * r357
+    r52 = x24 <= 1.0
     r98 = k.and_(r98, r52)
-    r67 = k.where(r98, r356, r67)
-    r67 = -1.0 * x20 * r67
-    r356 = x3 * x2
-    r46 = -1.0 + r356
+    r67 = k.where(r98, r357, r67)
+    r67 = -1.0 * x21 * r67
+    r357 = x3 * x2
+    r46 = -1.0 + r357
     r144 = k.recip(r46)
     r59 = 2.0 * x3 * x2
     r59 = -2.0 + r59
-    r80 = x30 * r19
-    r159 = k.gcd(r356, r80)
+    r80 = x31 * r19
+    r159 = k.gcd(r357, r80)
     r83 = k.recip(r159)
     r47 = x3 * x2 * r83
     r47 = -1.0 + r47
-    r47 = x28 * r47
-    r446 = -1.0 * x3 * x2 * r83
-    r446 = r356 + r446
-    r446 = x32 * r446
-    r449 = r47 + r446
-    r449 = r144 * r59 * r449
+    r47 = x29 * r47
+    r447 = -1.0 * x3 * x2 * r83
+    r447 = r357 + r447
+    r447 = x33 * r447
+    r450 = r47 + r447
+    r450 = r144 * r59 * r450
     r144 = x4 * r20
-    r452 = 4.0 * r20
-    r144 = k.where(r95, r452, r144)
-    r452 = x23 * r58 * r15 * r4 * r25 * r51 * r83 * r59 * r144
+    r453 = 4.0 * r20
+    r144 = k.where(r95, r453, r144)
+    r453 = x24 * r58 * r15 * r4 * r25 * r51 * r83 * r59 * r144
     r159 = -1.0 + r159
     r95 = k.max(1.0, r159)
-    r95 = k.min(x33, r95)
+    r95 = k.min(x34, r95)
     r95 = k.recip(r95)
-    r459 = x33 * x23 * r352 * r15 * r4 * r25 * r30 * r95 * r83 * r159 * r59 * r144
-    r459 = k.max(r452, r459)
-    r459 = r449 + r459
-    r449 = x30 <= x37
-    r452 = x28 * r59
-    r464 = x23 * r58 * r15 * r4 * r25 * r51 * r59 * r144
-    r464 = r452 + r464
-    r459 = k.where(r449, r464, r459)
-    r464 = x3 * x2 * x37
-    r464 = x30 >= r464
-    r452 = x32 * r59
-    r470 = k.max(1.0, r46)
-    r470 = k.min(x33, r470)
-    r470 = k.recip(r470)
-    r473 = x33 * x23 * r352 * r15 * r4 * r25 * r30 * r470 * r59 * r144
-    r473 = r452 + r473
-    r459 = k.where(r464, r473, r459)
-    r459 = x15 * r8 * r459
-    r473 = x23 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r144
-    r452 = x33 * x23 * r352 * r15 * r4 * r25 * r30 * r95 * r83 * r46 * r159 * r144
-    r452 = k.max(r473, r452)
-    r452 = r47 + r446 + r452
-    r473 = x28 * r46
-    r482 = x23 * r58 * r15 * r4 * r25 * r51 * r46 * r144
-    r482 = r473 + r482
-    r452 = k.where(r449, r482, r452)
-    r482 = x32 * r46
-    r486 = x33 * x23 * r352 * r15 * r4 * r25 * r30 * r470 * r46 * r144
-    r486 = r482 + r486
-    r452 = k.where(r464, r486, r452)
-    r486 = x15 * r8 * r452
-    r490 = x4 * x23 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r20
-    r159 = x4 * x33 * x23 * r352 * r15 * r4 * r25 * r30 * r95 * r83 * r46 * r159 * r20
-    r159 = k.max(r490, r159)
-    r159 = r47 + r446 + r159
-    r446 = x4 * x23 * r58 * r15 * r4 * r25 * r51 * r46 * r20
-    r446 = r473 + r446
-    r159 = k.where(r449, r446, r159)
-    r470 = x4 * x33 * x23 * r352 * r15 * r4 * r25 * r30 * r470 * r46 * r20
-    r470 = r482 + r470
-    r159 = k.where(r464, r470, r159)
-    r470 = x15 * r8 * r159
-    r464 = r486 + r470
-    r459 = k.where(r22, r464, r459)
-    r452 = x6 * x15 * r4 * r5 * r8 * r452
-    r452 = r470 + r452
-    r459 = k.where(r98, r452, r459)
+    r460 = x34 * x24 * r353 * r15 * r4 * r25 * r30 * r95 * r83 * r159 * r59 * r144
+    r460 = k.max(r453, r460)
+    r460 = r450 + r460
+    r450 = x31 <= x38
+    r453 = x29 * r59
+    r465 = x24 * r58 * r15 * r4 * r25 * r51 * r59 * r144
+    r465 = r453 + r465
+    r460 = k.where(r450, r465, r460)
+    r465 = x3 * x2 * x38
+    r465 = x31 >= r465
+    r453 = x33 * r59
+    r471 = k.max(1.0, r46)
+    r471 = k.min(x34, r471)
+    r471 = k.recip(r471)
+    r474 = x34 * x24 * r353 * r15 * r4 * r25 * r30 * r471 * r59 * r144
+    r474 = r453 + r474
+    r460 = k.where(r465, r474, r460)
+    r460 = x15 * r8 * r460
+    r474 = x24 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r144
+    r453 = x34 * x24 * r353 * r15 * r4 * r25 * r30 * r95 * r83 * r46 * r159 * r144
+    r453 = k.max(r474, r453)
+    r453 = r47 + r447 + r453
+    r474 = x29 * r46
+    r483 = x24 * r58 * r15 * r4 * r25 * r51 * r46 * r144
+    r483 = r474 + r483
+    r453 = k.where(r450, r483, r453)
+    r483 = x33 * r46
+    r487 = x34 * x24 * r353 * r15 * r4 * r25 * r30 * r471 * r46 * r144
+    r487 = r483 + r487
+    r453 = k.where(r465, r487, r453)
+    r487 = x15 * r8 * r453
+    r491 = x4 * x24 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r20
+    r159 = x4 * x34 * x24 * r353 * r15 * r4 * r25 * r30 * r95 * r83 * r46 * r159 * r20
+    r159 = k.max(r491, r159)
+    r159 = r47 + r447 + r159
+    r447 = x4 * x24 * r58 * r15 * r4 * r25 * r51 * r46 * r20
+    r447 = r474 + r447
+    r159 = k.where(r450, r447, r159)
+    r471 = x4 * x34 * x24 * r353 * r15 * r4 * r25 * r30 * r471 * r46 * r20
+    r471 = r483 + r471
+    r159 = k.where(r465, r471, r159)
+    r471 = x15 * r8 * r159
+    r465 = r487 + r471
+    r460 = k.where(r22, r465, r460)
+    r453 = x6 * x15 * r4 * r5 * r8 * r453
+    r453 = r471 + r453
+    r460 = k.where(r98, r453, r460)
     r52 = k.and_(r93, r52)
     r159 = 2.0 * x15 * r8 * r159
-    r159 = r486 + r159
+    r159 = r487 + r159
     r159 = x6 * r4 * r5 * r159
-    r459 = k.where(r52, r159, r459)
-    r356 = r356 == 1.0
-    r459 = k.where(r356, 0.0, r459)
-    r67 = r67 + r459
+    r460 = k.where(r52, r159, r460)
+    r357 = r357 == 1.0
+    r460 = k.where(r357, 0.0, r460)
+    r67 = r67 + r460
     r67 = k.max(0.0, r67)
     r80 = k.gcd(x2, r80)
     r159 = k.recip(r80)
-    r486 = x2 * r159
-    r486 = -1.0 + r486
-    r486 = x28 * r486
+    r487 = x2 * r159
+    r487 = -1.0 + r487
+    r487 = x29 * r487
     r93 = -1.0 * x2 * r159
     r93 = x2 + r93
-    r93 = x32 * r93
-    r452 = -1.0 + x2
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r159 * r452
+    r93 = x33 * r93
+    r453 = -1.0 + x2
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x36 * r58 * r25 * r51 * r19 * r159 * r453
     r80 = -1.0 + r80
-    r464 = k.max(1.0, r80)
-    r464 = k.min(x33, r464)
-    r464 = k.recip(r464)
-    r80 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r352 * r25 * r30 * r19 * r464 * r159 * r452 * r80
-    r80 = k.max(r470, r80)
-    r80 = r486 + r93 + r80
-    r93 = x28 * r452
-    r486 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r452
-    r486 = r93 + r486
-    r80 = k.where(r449, r486, r80)
-    r486 = x2 * x37
-    r486 = x30 >= r486
-    r449 = x32 * r452
-    r93 = k.max(1.0, r452)
-    r93 = k.min(x33, r93)
+    r465 = k.max(1.0, r80)
+    r465 = k.min(x34, r465)
+    r465 = k.recip(r465)
+    r80 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r353 * r25 * r30 * r19 * r465 * r159 * r453 * r80
+    r80 = k.max(r471, r80)
+    r80 = r487 + r93 + r80
+    r93 = x29 * r453
+    r487 = 2.0 * x14 * x19 * x10 * x4 * x36 * r58 * r25 * r51 * r19 * r453
+    r487 = r93 + r487
+    r80 = k.where(r450, r487, r80)
+    r487 = x2 * x38
+    r487 = x31 >= r487
+    r450 = x33 * r453
+    r93 = k.max(1.0, r453)
+    r93 = k.min(x34, r93)
     r93 = k.recip(r93)
-    r93 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r352 * r25 * r30 * r19 * r93 * r452
-    r93 = r449 + r93
-    r80 = k.where(r486, r93, r80)
+    r93 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r353 * r25 * r30 * r19 * r93 * r453
+    r93 = r450 + r93
+    r80 = k.where(r487, r93, r80)
     r93 = x6 * x15 * r4 * r5 * r8 * r80
     r80 = x6 * x15 * r4 * r5 * r8 * r77 * r80
     r80 = r93 + r80
@@ -561,53 +562,53 @@ def quantities(x, k):
     r80 = k.where(r93, 0.0, r80)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r486 = -1.0 + x37
-    r449 = k.recip(r486)
-    r470 = 2.0 * x37
-    r470 = -2.0 + r470
-    r159 = k.gcd(x37, x30)
-    r464 = k.recip(r159)
-    r482 = x37 * r464
-    r482 = -1.0 + r482
-    r482 = x28 * r482
-    r15 = -1.0 * x37 * r464
-    r15 = x37 + r15
-    r15 = x32 * r15
-    r15 = r482 + r15
-    r15 = r449 * r470 * r15
-    r449 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r464 * r470
+    r487 = -1.0 + x38
+    r450 = k.recip(r487)
+    r471 = 2.0 * x38
+    r471 = -2.0 + r471
+    r159 = k.gcd(x38, x31)
+    r465 = k.recip(r159)
+    r483 = x38 * r465
+    r483 = -1.0 + r483
+    r483 = x29 * r483
+    r15 = -1.0 * x38 * r465
+    r15 = x38 + r15
+    r15 = x33 * r15
+    r15 = r483 + r15
+    r15 = r450 * r471 * r15
+    r450 = x19 * x4 * x12 * x36 * r58 * r25 * r51 * r19 * r465 * r471
     r159 = -1.0 + r159
-    r482 = k.max(1.0, r159)
-    r482 = k.min(x33, r482)
-    r482 = k.recip(r482)
-    r159 = x19 * x4 * x12 * x33 * x35 * r352 * r25 * r30 * r19 * r482 * r464 * r159 * r470
-    r159 = k.max(r449, r159)
+    r483 = k.max(1.0, r159)
+    r483 = k.min(x34, r483)
+    r483 = k.recip(r483)
+    r159 = x19 * x4 * x12 * x34 * x36 * r353 * r25 * r30 * r19 * r483 * r465 * r159 * r471
+    r159 = k.max(r450, r159)
     r159 = r15 + r159
-    r15 = x30 <= 1.0
-    r449 = x28 * r470
-    r51 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r470
-    r51 = r449 + r51
+    r15 = x31 <= 1.0
+    r450 = x29 * r471
+    r51 = x19 * x4 * x12 * x36 * r58 * r25 * r51 * r19 * r471
+    r51 = r450 + r51
     r159 = k.where(r15, r51, r159)
-    r51 = x30 >= x37
-    r15 = x32 * r470
-    r486 = k.max(1.0, r486)
-    r486 = k.min(x33, r486)
-    r486 = k.recip(r486)
-    r486 = x19 * x4 * x12 * x33 * x35 * r352 * r25 * r30 * r19 * r486 * r470
-    r486 = r15 + r486
-    r159 = k.where(r51, r486, r159)
+    r51 = x31 >= x38
+    r15 = x33 * r471
+    r487 = k.max(1.0, r487)
+    r487 = k.min(x34, r487)
+    r487 = k.recip(r487)
+    r487 = x19 * x4 * x12 * x34 * x36 * r353 * r25 * r30 * r19 * r487 * r471
+    r487 = r15 + r487
+    r159 = k.where(r51, r487, r159)
     r159 = x6 * x15 * r4 * r5 * r8 * r29 * r159
-    r486 = x37 == 1.0
-    r159 = k.where(r486, 0.0, r159)
+    r487 = x38 == 1.0
+    r159 = k.where(r487, 0.0, r159)
     r128 = r10 + r9 + r128
     r128 = k.max(0.0, r128)
     r128 = k.where(r21, r128, 0.0)
-    r21 = r84 + r70 + r333 + r355 + r130 + r67 + r120 + r80 + r159 + r128
+    r21 = r84 + r70 + r334 + r356 + r130 + r67 + r120 + r80 + r159 + r128
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x35 * r60 * r4 * r25 * r8 * r19 * r9 * r16
-    r151 = x6 * x35 * r60 * r4 * r25 * r8 * r19 * r9 * r151
-    r9 = x19 * x4 * x12 * x35 * r25
-    r60 = x19 * x4 * x12 * x35 * r58 * r25
+    r10 = 6.0 * x6 * x36 * r60 * r4 * r25 * r8 * r19 * r9 * r16
+    r151 = x6 * x36 * r60 * r4 * r25 * r8 * r19 * r9 * r151
+    r9 = x19 * x4 * x12 * x36 * r25
+    r60 = x19 * x4 * x12 * x36 * r58 * r25
     r59 = r4 * r25 * r59 * r144
     r51 = r4 * r25 * r46 * r144
     r15 = x4 * r4 * r25 * r46 * r20
@@ -621,96 +622,96 @@ def quantities(x, k):
     r46 = r51 + r46
     r46 = x6 * r4 * r5 * r46
     r59 = k.where(r52, r46, r59)
-    r59 = k.where(r356, 0.0, r59)
-    r356 = r58 * r59
-    r58 = x29 * r58
-    r46 = k.recip(x35)
-    r52 = x36 * r346 * r46
+    r59 = k.where(r357, 0.0, r59)
+    r357 = r58 * r59
+    r58 = x30 * r58
+    r46 = k.recip(x36)
+    r52 = x37 * r347 * r46
     r5 = k.recip(x13)
     r51 = r4 * r25 * r5 * r8 * r19
     r144 = 8e-12 * x12
     r98 = 8e-12 * x15 * r12
-    r15 = 8e-12 * x38 * x12
+    r15 = 8e-12 * x39 * x12
     r30 = 2.4e-11 * x15 * x12 * x5
     r22 = r144 + r98 + r15 + r30
-    r352 = 4e-12 * x12
-    r449 = 4e-12 * x15 * r12
-    r464 = 4e-12 * x38 * x12
-    r482 = 1.2e-11 * x15 * x12 * x5
-    r482 = r352 + r449 + r464 + r482
-    r482 = r51 > r482
-    r464 = -8e-12 * x12
+    r353 = 4e-12 * x12
+    r450 = 4e-12 * x15 * r12
+    r465 = 4e-12 * x39 * x12
+    r483 = 1.2e-11 * x15 * x12 * x5
+    r483 = r353 + r450 + r465 + r483
+    r483 = r51 > r483
+    r465 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r449 = -8e-12 * x38 * x12
-    r352 = -2.4e-11 * x15 * x12 * x5
-    r446 = k.sqrt(2.0)
-    r473 = k.sqrt(x3)
-    r473 = k.recip(r473)
+    r450 = -8e-12 * x39 * x12
+    r353 = -2.4e-11 * x15 * x12 * x5
+    r447 = k.sqrt(2.0)
+    r474 = k.sqrt(x3)
+    r474 = k.recip(r474)
     r47 = k.sqrt(x2)
     r47 = k.recip(r47)
-    r490 = k.sqrt(x13)
-    r490 = k.recip(r490)
-    r83 = k.sqrt(x23)
+    r491 = k.sqrt(x13)
+    r491 = k.recip(r491)
+    r83 = k.sqrt(x24)
     r83 = k.recip(r83)
-    r95 = k.sqrt(x37)
+    r95 = k.sqrt(x38)
     r95 = k.recip(r95)
-    r645 = k.sqrt(r22)
-    r646 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r22
-    r647 = k.sqrt(x3)
-    r648 = k.sqrt(x2)
-    r649 = k.sqrt(x13)
-    r650 = k.sqrt(x23)
-    r651 = k.sqrt(x37)
-    r651 = 0.16666666666666666 * r446 * r647 * r648 * r649 * r650 * r651 * r645
-    r651 = 1.0 + r646 + r651
-    r651 = r446 * r473 * r47 * r490 * r83 * r95 * r645 * r651
-    r651 = r464 + r12 + r449 + r352 + r651
-    r352 = k.where(r482, r651, r51)
-    r30 = r144 + r98 + r15 + r30 + r352
-    r30 = x3 * x2 * x13 * x23 * x37 * r30
+    r646 = k.sqrt(r22)
+    r647 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r22
+    r648 = k.sqrt(x3)
+    r649 = k.sqrt(x2)
+    r650 = k.sqrt(x13)
+    r651 = k.sqrt(x24)
+    r652 = k.sqrt(x38)
+    r652 = 0.16666666666666666 * r447 * r648 * r649 * r650 * r651 * r652 * r646
+    r652 = 1.0 + r647 + r652
+    r652 = r447 * r474 * r47 * r491 * r83 * r95 * r646 * r652
+    r652 = r465 + r12 + r450 + r353 + r652
+    r353 = k.where(r483, r652, r51)
+    r30 = r144 + r98 + r15 + r30 + r353
+    r30 = x3 * x2 * x13 * x24 * x38 * r30
     r30 = k.exp(r30)
     r30 = -1.0 + r30
     r15 = k.recip(r30)
-    r98 = x25 + x1
-    r144 = -1.0 * x3 * x2 * x13 * x23 * x37 * r98
+    r98 = x26 + x1
+    r144 = -1.0 * x3 * x2 * x13 * x24 * x38 * r98
     r144 = k.exp(r144)
-    r144 = x3 * x2 * x13 * x23 * x37 * r15 * r352 * r144
-    r15 = x3 * x2 * x13 * x23 * x37
-    r651 = k.recip(r651)
-    r15 = k.where(r482, r651, r15)
-    r98 = x3 * x2 * x13 * x23 * x37 * r98
+    r144 = x3 * x2 * x13 * x24 * x38 * r15 * r353 * r144
+    r15 = x3 * x2 * x13 * x24 * x38
+    r652 = k.recip(r652)
+    r15 = k.where(r483, r652, r15)
+    r98 = x3 * x2 * x13 * x24 * x38 * r98
     r98 = k.exp(r98)
-    r5 = x36 * r346 * r4 * r25 * r5 * r8 * r46 * r19 * r30 * r21 * r15 * r98
-    r98 = x36 * r346 * r46 * r30 * r21 * r15 * r98
-    r29 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r470 * r29
-    r29 = k.where(r486, 0.0, r29)
-    r486 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r452
-    r452 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r77 * r452
-    r452 = r486 + r452
-    r452 = k.where(r93, 0.0, r452)
-    r126 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r126
+    r5 = x37 * r347 * r4 * r25 * r5 * r8 * r46 * r19 * r30 * r21 * r15 * r98
+    r98 = x37 * r347 * r46 * r30 * r21 * r15 * r98
+    r29 = x6 * x15 * x4 * x12 * x36 * r4 * r25 * r8 * r19 * r471 * r29
+    r29 = k.where(r487, 0.0, r29)
+    r487 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r25 * r8 * r19 * r453
+    r453 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r25 * r8 * r19 * r77 * r453
+    r453 = r487 + r453
+    r453 = k.where(r93, 0.0, r453)
+    r126 = 2.0 * x6 * x4 * x12 * x36 * r4 * r25 * r8 * r19 * r126
     r126 = k.where(r71, 0.0, r126)
-    r127 = r127 < x23
-    r71 = x34 != 2.0
+    r127 = r127 < x24
+    r71 = x35 != 2.0
     r54 = k.and_(r54, r71)
     r54 = k.not_(r54)
     r54 = k.or_(r127, r54)
-    r19 = x34 != 1.0
+    r19 = x35 != 1.0
     r53 = k.and_(r19, r71, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r127, r53)
     r53 = k.and_(r54, r53)
-    r54 = x23 >= 2.0
-    r127 = x34 != 3.0
-    r71 = x34 != 4.0
+    r54 = x24 >= 2.0
+    r127 = x35 != 3.0
+    r71 = x35 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r127, r71, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x23 * x37 * r21
-    r71 = r116 <= r54
+    r54 = x22 * x3 * x2 * x24 * x38 * r21
+    r71 = r72 <= r54
     r54 = r96 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r73, r79, r32, r115, r104, r125, 0.0, r107, r110, r33, r31, r50, r111, r74, r72, r116, r116, r96, r99, r154, r349, r149, r120, r21, r10, r151, r9, r60, r356, r58, 0.0, r52, r51, r22, r352, r144, r5, r98, r70, r130, r355, r333, r29, r159, r159, r452, r80, r80, r59, r459, r67, r126, r45, r84, 0.0, 0.0, r128, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r73, r79, r32, r115, r104, r125, 0.0, r107, r110, r33, r31, r50, r111, r74, r116, r72, r72, r96, r99, r154, r350, r149, r120, r21, r10, r151, r9, r60, r357, r58, 0.0, r52, r51, r22, r353, r144, r5, r98, r70, r130, r356, r334, r29, r159, r159, r453, r80, r80, r59, r460, r67, r126, r45, r84, 0.0, 0.0, r128, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1403,9 +1404,9 @@ def search(x, k):
     return (r97, r77, r59)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (46, 47, 48, 49), (41, 46, 47, 48, 49), (), (32, 33, 34, 38), (), (), (), (32, 33, 34, 38), (34,), (37,), (37,), (38,), (32, 33, 34, 38, 41, 42, 46, 47, 48, 49), (32, 33, 34, 38, 41, 42, 46, 47, 48, 49), (31, 46, 47, 48, 49), (31, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 31, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (30,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18, 21, 27), (13, 14, 15), (20, 22, 23, 24, 25, 26, 27), (27, 29, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 36), (9, 71), (10, 39), (10, 40), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 35), (13, 67), (13, 68), (13, 69), (13, 70), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 35), (17, 67), (17, 68), (17, 69), (17, 70), (22, 35), (22, 36), (22, 39), (22, 40), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 35), (23, 36), (23, 39), (23, 40), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 5), (52, 7), (52, 9), (52, 59), (52, 60), (52, 61), (53, 3), (53, 5), (53, 7), (53, 9), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (43, 47, 48, 49, 50), (47, 48, 49, 50), (42, 47, 48, 49, 50), (), (32, 33, 34, 39), (), (), (), (32, 33, 34, 39), (34,), (38,), (38,), (39,), (32, 33, 34, 39, 42, 43, 47, 48, 49, 50), (32, 33, 34, 37, 39, 42, 43, 47, 48, 49, 50), (31, 47, 48, 49, 50), (31, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 31, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (30,), (77,), (44, 47, 48, 49, 50), (44, 47, 48, 49, 50, 76, 77), (44, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 27), (13, 14, 15), (20, 22, 23, 24, 25, 26, 27), (27, 29, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 36), (9, 72), (10, 40), (10, 41), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 35), (13, 68), (13, 69), (13, 70), (13, 71), (16, 32), (16, 33), (16, 34), (16, 35), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 35), (17, 68), (17, 69), (17, 70), (17, 71), (22, 35), (22, 36), (22, 40), (22, 41), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 35), (23, 36), (23, 40), (23, 41), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

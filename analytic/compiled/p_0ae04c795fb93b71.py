@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,77 +47,77 @@ def quantities(x, k):
     r35 = 4.0 * x12
     r36 = -4.0 * x12 * r25
     r36 = r35 + r36
-    r36 = x20 * x34 * r31 * r36
+    r36 = x20 * x35 * r31 * r36
     r35 = 4.0 * x11
     r40 = 4.0 * x5
     r41 = 8.0 * x12
     r42 = 4.0 * x11 * x10
     r43 = 4.0 * x14 * x10
     r43 = r35 + r40 + r41 + r42 + r43
-    r43 = x20 * x34 * r31 * r25 * r43
+    r43 = x20 * x35 * r31 * r25 * r43
     r43 = r36 + r43
-    r36 = x24 == 1.0
+    r36 = x25 == 1.0
     r41 = 2.0 * x5
     r40 = 6.0 * x12
     r50 = 2.0 * x14 * x10
     r42 = r41 + r35 + r40 + r50 + r42
     r42 = r25 * r42
     r42 = r8 + r42
-    r42 = x20 * x34 * r31 * r42
+    r42 = x20 * x35 * r31 * r42
     r43 = k.where(r36, r42, r43)
-    r42 = x24 == 2.0
-    r50 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r42 = x25 == 2.0
+    r50 = 2.0 * x20 * x12 * x35 * r31 * r25
     r50 = k.where(r42, r50, r43)
-    r40 = 1.0 + x23
+    r40 = 1.0 + x24
     r40 = k.min(r40, r6)
     r35 = k.ceiling(r34)
     r40 = r40 * r35
-    r41 = x33 == 4.0
-    r64 = 2.0 * x23
+    r41 = x34 == 4.0
+    r64 = 2.0 * x24
     r65 = -1.0 + r64
     r65 = k.min(r65, r6)
     r65 = r65 * r35
     r68 = k.where(r41, r65, r40)
-    r69 = x33 == 0.0
-    r70 = x33 == 3.0
+    r69 = x34 == 0.0
+    r70 = x34 == 3.0
     r71 = k.or_(r69, r70)
-    r72 = k.min(x23, r6)
+    r72 = k.min(x24, r6)
     r72 = r72 * r35
     r68 = k.where(r71, r72, r68)
-    r72 = x33 == 1.0
-    r76 = k.recip(x38)
-    r77 = x6 * x38 * r4 * r5
-    r78 = -1.0 + x38
-    r78 = x23 * r78
+    r72 = x34 == 1.0
+    r76 = k.recip(x39)
+    r77 = x6 * x39 * r4 * r5
+    r78 = -1.0 + x39
+    r78 = x24 * r78
     r80 = -1.0 + r64 + r78
     r80 = k.min(r77, r80)
     r80 = r76 * r80 * r35
     r68 = k.where(r72, r80, r68)
-    r80 = x33 == 2.0
+    r80 = x34 == 2.0
     r85 = x6 * r4 * r5 * r35
     r68 = k.where(r80, r85, r68)
     r68 = r50 * r68
     r88 = r9 * r35
     r89 = r13 * r35
-    r90 = x23 == 1.0
+    r90 = x24 == 1.0
     r91 = k.where(r90, 1.0, 0.0)
     r92 = 2.0 * x12 * r91
     r92 = r12 + r16 + r88 + r89 + r92
     r92 = r25 * r92
     r16 = r12 + r16
     r91 = r16 * r91
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r91 + r88 + r89 + r12
     r12 = r25 * r12
     r91 = r12 + r92
     r92 = k.where(r27, r91, r92)
     r104 = 2.0 * r92
-    r105 = x39 >= 2.0
+    r105 = x40 >= 2.0
     r106 = 2.0 * r4 * r31 * r92
     r107 = k.where(r105, r106, r104)
-    r108 = x39 >= 3.0
+    r108 = x40 >= 3.0
     r104 = k.where(r108, r106, r104)
     r106 = 12.0 * r92
     r111 = 12.0 * r4 * r31 * r92
@@ -126,9 +126,9 @@ def quantities(x, k):
     r114 = k.or_(r27, r90)
     r115 = -2.0 * x12 * r25
     r115 = r8 + r115
-    r115 = x20 * x34 * r31 * r115
-    r8 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r119 = x37 * x20 * x16 * x34 * r31 * r25
+    r115 = x20 * x35 * r31 * r115
+    r8 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r119 = x38 * x20 * x16 * x35 * r31 * r25
     r8 = r115 + r8 + r119
     r8 = k.max(r8, r111)
     r114 = k.where(r114, r8, r111)
@@ -137,16 +137,16 @@ def quantities(x, k):
     r115 = k.where(r27, r124, r115)
     r124 = 3.0 * x4 * r115 * r92
     r124 = k.where(r108, r124, 0.0)
-    r128 = x23 > 1.0
+    r128 = x24 > 1.0
     r128 = k.and_(r108, r128)
     r92 = 6.0 * r92
     r124 = k.where(r128, r92, r124)
     r92 = r68 + r107 + r104 + r106 + r114 + r124
     r133 = k.where(r41, r65, r40)
-    r134 = -1.0 + x23
+    r134 = -1.0 + x24
     r135 = k.min(1.0, r134)
     r136 = -1.0 * r135
-    r136 = x23 + r136
+    r136 = x24 + r136
     r138 = k.min(r6, r136)
     r138 = r138 * r35
     r133 = k.where(r71, r138, r133)
@@ -161,25 +161,25 @@ def quantities(x, k):
     r64 = k.where(r64, 1.0, 0.0)
     r64 = r16 * r64
     r138 = 1.0 + r135
-    r138 = x23 == r138
+    r138 = x24 == r138
     r153 = k.where(r138, 1.0, 0.0)
     r153 = 2.0 * x12 * r153
     r155 = r135 != 0.0
     r155 = k.and_(r155, r138)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x37 * x12 * r155
+    r155 = x38 * x12 * r155
     r155 = r64 + r88 + r89 + r153 + r155
     r155 = r25 * r155
     r153 = r136 == 1.0
     r153 = k.where(r153, 1.0, 0.0)
     r153 = r16 * r153
-    r16 = x23 == r136
+    r16 = x24 == r136
     r64 = k.where(r16, 1.0, 0.0)
     r64 = 2.0 * x12 * r64
     r136 = r136 != 1.0
     r136 = k.and_(r16, r136)
     r136 = k.where(r136, 1.0, 0.0)
-    r136 = x37 * x12 * r136
+    r136 = x38 * x12 * r136
     r136 = r153 + r88 + r89 + r64 + r136
     r136 = r25 * r136
     r136 = r136 + r155
@@ -255,394 +255,395 @@ def quantities(x, k):
     r133 = k.where(r133, 0.0, 0.0)
     r40 = r92 == r40
     r133 = k.where(r40, 0.0, r133)
-    r40 = x37 * x20 * x4 * x34 * r31 * r25
-    r68 = x37 * x20 * x4 * x34 * r31
+    r40 = x38 * x20 * x4 * x35 * r31 * r25
+    r68 = x38 * x20 * x4 * x35 * r31
     r124 = k.max(r92, r155, r12)
     r106 = r155 == r124
     r12 = k.where(r106, r155, r12)
     r124 = r92 == r124
     r12 = k.where(r124, r92, r12)
-    r92 = -1.0 * r12
-    r92 = x8 + r92
-    r124 = 6.0 * x6 * x34 * r15
+    r92 = -1.0 * x21
+    r124 = -1.0 * r12
+    r124 = x8 + r92 + r124
+    r92 = 6.0 * x6 * x35 * r15
     r155 = 12.0 * x12
     r106 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r107 = 6.0 * x37 * x12
+    r107 = 6.0 * x38 * x12
     r64 = 6.0 * x12 * x18
-    r104 = 12.0 * x15 * x11 * x10 * x34
+    r104 = 12.0 * x15 * x11 * x10 * x35
     r104 = r155 + r106 + r16 + r107 + r64 + r104
-    r64 = x6 * x34 * r104
+    r64 = x6 * x35 * r104
     r107 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r106 = 0.16666666666666666 * x34 * r16
+    r106 = 0.16666666666666666 * x35 * r16
     r89 = k.recip(x15)
-    r16 = 0.0625 * x37 * r89 * r16
+    r16 = 0.0625 * x38 * r89 * r16
     r16 = 1.0 + r106 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r107 * r16
-    r107 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r107 * r16
+    r107 = k.pow(x35, 2.0)
     r107 = 2.0 * x6 * x15 * x11 * x10 * r107
     r106 = x11 * x10
     r128 = x14 * x10
     r128 = x5 + r106 + r128
-    r128 = 2.0 * x6 * x15 * x12 * x34 * r128
+    r128 = 2.0 * x6 * x15 * x12 * x35 * r128
     r128 = k.where(r36, r128, 0.0)
-    r106 = 0.3333333333333333 * x6 * x34 * r104
+    r106 = 0.3333333333333333 * x6 * x35 * r104
     r128 = k.where(r42, r106, r128)
     r128 = r64 + r107 + r128
     r107 = k.where(r42, 1.0, 0.0)
     r106 = 1.0 + r107
     r136 = k.recip(x9)
     r35 = k.recip(x19)
-    r77 = x37 * x12 * r25
-    r78 = x20 * x12 * x34 * r31
-    r65 = x37 * x20 * x34 * r31 * r25
+    r77 = x38 * x12 * r25
+    r78 = x20 * x12 * x35 * r31
+    r65 = x38 * x20 * x35 * r31 * r25
     r65 = r77 + r78 + r65
     r77 = 2.0 * r136 * r35 * r65
-    r138 = k.recip(x22)
+    r138 = k.recip(x23)
     r88 = k.recip(x17)
-    r153 = 2.0 * x37 * x20 * x12 * x34 * r138 * r31 * r88 * r25
+    r153 = 2.0 * x38 * x20 * x12 * x35 * r138 * r31 * r88 * r25
     r153 = r77 + r153
     r153 = r106 * r153
     r65 = 4.0 * r136 * r35 * r65
-    r77 = 4.0 * x37 * x20 * x12 * x34 * r138 * r31 * r88 * r25
+    r77 = 4.0 * x38 * x20 * x12 * x35 * r138 * r31 * r88 * r25
     r77 = r153 + r65 + r77
     r77 = r11 * r77
     r65 = x11 * x10 * x12 * r25
-    r153 = x11 * x20 * x10 * x34 * r31 * r25
+    r153 = x11 * x20 * x10 * x35 * r31 * r25
     r153 = r65 + r78 + r153
     r65 = 2.0 * r136 * r35 * r153
-    r303 = 2.0 * x11 * x20 * x10 * x12 * x34 * r138 * r31 * r88 * r25
-    r303 = r65 + r303
-    r303 = r106 * r303
+    r304 = 2.0 * x11 * x20 * x10 * x12 * x35 * r138 * r31 * r88 * r25
+    r304 = r65 + r304
+    r304 = r106 * r304
     r65 = x10 * x12 * r25 * r14
-    r307 = x20 * x10 * x34 * r31 * r25 * r14
-    r307 = r78 + r65 + r307
-    r65 = 2.0 * r136 * r35 * r307
-    r310 = 2.0 * x20 * x10 * x12 * x34 * r138 * r31 * r88 * r25 * r14
-    r310 = r65 + r310
-    r310 = r106 * r310
+    r308 = x20 * x10 * x35 * r31 * r25 * r14
+    r308 = r78 + r65 + r308
+    r65 = 2.0 * r136 * r35 * r308
+    r311 = 2.0 * x20 * x10 * x12 * x35 * r138 * r31 * r88 * r25 * r14
+    r311 = r65 + r311
+    r311 = r106 * r311
     r65 = x12 * x5 * r25
-    r314 = x20 * x5 * x34 * r31 * r25
-    r314 = r65 + r78 + r314
-    r65 = 2.0 * r136 * r35 * r314
-    r317 = 2.0 * x20 * x12 * x5 * x34 * r138 * r31 * r88 * r25
-    r317 = r65 + r317
-    r65 = r106 * r317
-    r320 = x14 * x10 * x12 * r25
-    r321 = x14 * x20 * x10 * x34 * r31 * r25
-    r321 = r320 + r78 + r321
-    r321 = 2.0 * r136 * r35 * r321
-    r78 = 2.0 * x14 * x20 * x10 * x12 * x34 * r138 * r31 * r88 * r25
-    r78 = r321 + r78
+    r315 = x20 * x5 * x35 * r31 * r25
+    r315 = r65 + r78 + r315
+    r65 = 2.0 * r136 * r35 * r315
+    r318 = 2.0 * x20 * x12 * x5 * x35 * r138 * r31 * r88 * r25
+    r318 = r65 + r318
+    r65 = r106 * r318
+    r321 = x14 * x10 * x12 * r25
+    r322 = x14 * x20 * x10 * x35 * r31 * r25
+    r322 = r321 + r78 + r322
+    r322 = 2.0 * r136 * r35 * r322
+    r78 = 2.0 * x14 * x20 * x10 * x12 * x35 * r138 * r31 * r88 * r25
+    r78 = r322 + r78
     r78 = r106 * r78
-    r78 = r65 + r303 + r78
+    r78 = r65 + r304 + r78
     r36 = k.where(r36, 1.0, 0.0)
     r78 = r78 * r36
-    r317 = 2.0 * r106 * r317
+    r318 = 2.0 * r106 * r318
     r153 = 4.0 * r136 * r35 * r153
-    r307 = 4.0 * r136 * r35 * r307
-    r314 = 8.0 * r136 * r35 * r314
-    r65 = 8.0 * x20 * x12 * x5 * x34 * r138 * r31 * r88 * r25
-    r321 = 4.0 * x11 * x20 * x10 * x12 * x34 * r138 * r31 * r88 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r138 * r31 * r88 * r25 * r14
-    r14 = r303 + r310 + r78 + r317 + r153 + r307 + r314 + r65 + r321 + r14
+    r308 = 4.0 * r136 * r35 * r308
+    r315 = 8.0 * r136 * r35 * r315
+    r65 = 8.0 * x20 * x12 * x5 * x35 * r138 * r31 * r88 * r25
+    r322 = 4.0 * x11 * x20 * x10 * x12 * x35 * r138 * r31 * r88 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r138 * r31 * r88 * r25 * r14
+    r14 = r304 + r311 + r78 + r318 + r153 + r308 + r315 + r65 + r322 + r14
     r14 = x15 * r11 * r14
     r14 = r77 + r14
     r77 = x6 * r4 * r5 * r14
-    r321 = 3.0 * x5
+    r322 = 3.0 * x5
     r36 = 1.0 + r36 + r107
     r65 = 2.0 * x5 * r36
-    r65 = r321 + r65
-    r65 = x20 * x34 * r31 * r25 * r65
+    r65 = r322 + r65
+    r65 = x20 * x35 * r31 * r25 * r65
     r36 = 10.0 * x12 * r36
     r36 = r155 + r36
-    r36 = x20 * x34 * r31 * r25 * r36
+    r36 = x20 * x35 * r31 * r25 * r36
     r36 = r65 + r36
     r36 = x15 * r11 * r36
-    r65 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
+    r65 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
     r65 = r36 + r65
     r36 = x6 * x4 * r136 * r4 * r5 * r35 * r65
     r155 = k.recip(x0)
-    r321 = x11 * x10 * x34
+    r322 = x11 * x10 * x35
     r107 = 3.0 + r107
-    r107 = 2.0 * x11 * x10 * x34 * r107
-    r107 = r321 + r107
-    r321 = x6 * x15 * x34 * r138 * r4 * r31 * r88 * r155 * r11 * r25 * r107
-    r314 = r77 + r36 + r321
-    r307 = k.recip(r314)
+    r107 = 2.0 * x11 * x10 * x35 * r107
+    r107 = r322 + r107
+    r322 = x6 * x15 * x35 * r138 * r4 * r31 * r88 * r155 * r11 * r25 * r107
+    r315 = r77 + r36 + r322
+    r308 = k.recip(r315)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r153 = k.recip(x6)
-    r317 = 0.3333333333333333 * x3 * x20 * r153 * r76 * r314
-    r78 = 0.6666666666666666 * x3 * x20 * x23 * r153 * r314
+    r318 = 0.3333333333333333 * x3 * x20 * r153 * r76 * r315
+    r78 = 0.6666666666666666 * x3 * x20 * x24 * r153 * r315
     r65 = -1.0 * x6 * x4 * r136 * r4 * r5 * r35 * r65
-    r107 = -1.0 * x6 * x15 * x34 * r138 * r4 * r31 * r88 * r155 * r11 * r25 * r107
-    r78 = r14 + r317 + r78 + r65 + r107
+    r107 = -1.0 * x6 * x15 * x35 * r138 * r4 * r31 * r88 * r155 * r11 * r25 * r107
+    r78 = r14 + r318 + r78 + r65 + r107
     r78 = k.max(0.0, r78)
-    r317 = 0.5 * x23
-    r317 = -1.0 + r317
-    r317 = 0.6666666666666666 * x3 * x20 * r153 * r76 * r317 * r314
-    r317 = k.where(r41, 0.0, r317)
-    r41 = 0.3333333333333333 * x3 * x20 * r153 * r76 * r134 * r314
-    r317 = k.where(r70, r41, r317)
+    r318 = 0.5 * x24
+    r318 = -1.0 + r318
+    r318 = 0.6666666666666666 * x3 * x20 * r153 * r76 * r318 * r315
+    r318 = k.where(r41, 0.0, r318)
+    r41 = 0.3333333333333333 * x3 * x20 * r153 * r76 * r134 * r315
+    r318 = k.where(r70, r41, r318)
     r80 = k.or_(r69, r72, r80)
-    r134 = x3 * x20 * r153 * r76 * r134 * r314
-    r317 = k.where(r80, r134, r317)
-    r317 = k.max(r78, r317)
-    r307 = r307 * r317
+    r134 = x3 * x20 * r153 * r76 * r134 * r315
+    r318 = k.where(r80, r134, r318)
+    r318 = k.max(r78, r318)
+    r308 = r308 * r318
     r35 = 28.0 * r136 * r35 * r32
-    r136 = r35 + r77 + r36 + r321
-    r78 = -1.0 * x21
+    r136 = r35 + r77 + r36 + r322
+    r78 = -1.0 * x22
     r78 = 1.0 + r78
-    r134 = x23 * x38
+    r134 = x24 * x39
     r134 = -1.0 + r134
-    r76 = k.recip(x26)
-    r69 = k.recip(x27)
-    r41 = x20 * x4 * x12 * x34 * r76 * r31 * r69 * r25
-    r41 = x28 + r41
-    r70 = 2.0 * x3 * x2 * x36
-    r70 = x30 >= r70
-    r155 = k.recip(x29)
-    r88 = k.recip(x31)
-    r310 = x20 * x4 * x12 * x34 * r155 * r31 * r88 * r25
-    r310 = x32 + r310
-    r41 = k.where(r70, r310, r41)
+    r76 = k.recip(x27)
+    r69 = k.recip(x28)
+    r41 = x20 * x4 * x12 * x35 * r76 * r31 * r69 * r25
+    r41 = x29 + r41
+    r70 = 2.0 * x3 * x2 * x37
+    r70 = x31 >= r70
+    r155 = k.recip(x30)
+    r88 = k.recip(x32)
+    r311 = x20 * x4 * x12 * x35 * r155 * r31 * r88 * r25
+    r311 = x33 + r311
+    r41 = k.where(r70, r311, r41)
     r41 = 2.0 * x6 * r4 * r5 * r11 * r134 * r41
     r41 = k.where(r90, 0.0, r41)
     r78 = r78 * r41
-    r310 = x3 * x20 * r153 * r314
-    r70 = x23 <= 1.0
+    r311 = x3 * x20 * r153 * r315
+    r70 = x24 <= 1.0
     r105 = k.and_(r105, r70)
-    r310 = k.where(r105, r314, r310)
-    r310 = -1.0 * x21 * r310
-    r314 = x3 * x2
-    r303 = -1.0 + r314
-    r320 = k.recip(r303)
-    r409 = 2.0 * x3 * x2
-    r409 = -2.0 + r409
-    r411 = x30 * r25
-    r412 = k.gcd(r314, r411)
-    r413 = k.recip(r412)
-    r414 = x3 * x2 * r413
-    r414 = -1.0 + r414
-    r414 = x28 * r414
-    r417 = -1.0 * x3 * x2 * r413
-    r417 = r314 + r417
-    r417 = x32 * r417
-    r420 = r414 + r417
-    r420 = r320 * r409 * r420
-    r320 = x4 * x23 * r76 * r89 * r4 * r31 * r69 * r413 * r409 * r26
-    r412 = -1.0 + r412
-    r424 = x4 * x23 * r155 * r89 * r4 * r31 * r88 * r413 * r412 * r409 * r26
-    r424 = k.max(r320, r424)
-    r424 = r420 + r424
-    r420 = x30 <= x36
-    r320 = x28 * r409
-    r429 = x4 * x23 * r76 * r89 * r4 * r31 * r69 * r409 * r26
-    r429 = r320 + r429
-    r424 = k.where(r420, r429, r424)
-    r429 = x3 * x2 * x36
-    r429 = x30 >= r429
-    r320 = x32 * r409
-    r435 = x4 * x23 * r155 * r89 * r4 * r31 * r88 * r409 * r26
-    r435 = r320 + r435
-    r424 = k.where(r429, r435, r424)
-    r424 = x15 * r11 * r424
-    r435 = x4 * x23 * r76 * r89 * r4 * r31 * r69 * r413 * r303 * r26
-    r412 = x4 * x23 * r155 * r89 * r4 * r31 * r88 * r413 * r303 * r412 * r26
-    r412 = k.max(r435, r412)
-    r412 = r414 + r417 + r412
-    r417 = x28 * r303
-    r414 = x4 * x23 * r76 * r89 * r4 * r31 * r69 * r303 * r26
-    r414 = r417 + r414
-    r412 = k.where(r420, r414, r412)
-    r414 = x32 * r303
-    r89 = x4 * x23 * r155 * r89 * r4 * r31 * r88 * r303 * r26
-    r89 = r414 + r89
-    r412 = k.where(r429, r89, r412)
-    r89 = 2.0 * x15 * r11 * r412
-    r424 = k.where(r28, r89, r424)
-    r89 = x15 * r11 * r412
-    r429 = x6 * x15 * r4 * r5 * r11 * r412
-    r429 = r89 + r429
-    r424 = k.where(r105, r429, r424)
+    r311 = k.where(r105, r315, r311)
+    r311 = -1.0 * x22 * r311
+    r315 = x3 * x2
+    r304 = -1.0 + r315
+    r321 = k.recip(r304)
+    r410 = 2.0 * x3 * x2
+    r410 = -2.0 + r410
+    r412 = x31 * r25
+    r413 = k.gcd(r315, r412)
+    r414 = k.recip(r413)
+    r415 = x3 * x2 * r414
+    r415 = -1.0 + r415
+    r415 = x29 * r415
+    r418 = -1.0 * x3 * x2 * r414
+    r418 = r315 + r418
+    r418 = x33 * r418
+    r421 = r415 + r418
+    r421 = r321 * r410 * r421
+    r321 = x4 * x24 * r76 * r89 * r4 * r31 * r69 * r414 * r410 * r26
+    r413 = -1.0 + r413
+    r425 = x4 * x24 * r155 * r89 * r4 * r31 * r88 * r414 * r413 * r410 * r26
+    r425 = k.max(r321, r425)
+    r425 = r421 + r425
+    r421 = x31 <= x37
+    r321 = x29 * r410
+    r430 = x4 * x24 * r76 * r89 * r4 * r31 * r69 * r410 * r26
+    r430 = r321 + r430
+    r425 = k.where(r421, r430, r425)
+    r430 = x3 * x2 * x37
+    r430 = x31 >= r430
+    r321 = x33 * r410
+    r436 = x4 * x24 * r155 * r89 * r4 * r31 * r88 * r410 * r26
+    r436 = r321 + r436
+    r425 = k.where(r430, r436, r425)
+    r425 = x15 * r11 * r425
+    r436 = x4 * x24 * r76 * r89 * r4 * r31 * r69 * r414 * r304 * r26
+    r413 = x4 * x24 * r155 * r89 * r4 * r31 * r88 * r414 * r304 * r413 * r26
+    r413 = k.max(r436, r413)
+    r413 = r415 + r418 + r413
+    r418 = x29 * r304
+    r415 = x4 * x24 * r76 * r89 * r4 * r31 * r69 * r304 * r26
+    r415 = r418 + r415
+    r413 = k.where(r421, r415, r413)
+    r415 = x33 * r304
+    r89 = x4 * x24 * r155 * r89 * r4 * r31 * r88 * r304 * r26
+    r89 = r415 + r89
+    r413 = k.where(r430, r89, r413)
+    r89 = 2.0 * x15 * r11 * r413
+    r425 = k.where(r28, r89, r425)
+    r89 = x15 * r11 * r413
+    r430 = x6 * x15 * r4 * r5 * r11 * r413
+    r430 = r89 + r430
+    r425 = k.where(r105, r430, r425)
     r70 = k.and_(r108, r70)
-    r412 = 3.0 * x6 * x15 * r4 * r5 * r11 * r412
-    r424 = k.where(r70, r412, r424)
-    r314 = r314 == 1.0
-    r424 = k.where(r314, 0.0, r424)
-    r310 = r310 + r424
-    r310 = k.max(0.0, r310)
-    r411 = k.gcd(x2, r411)
-    r412 = k.recip(r411)
-    r108 = x2 * r412
+    r413 = 3.0 * x6 * x15 * r4 * r5 * r11 * r413
+    r425 = k.where(r70, r413, r425)
+    r315 = r315 == 1.0
+    r425 = k.where(r315, 0.0, r425)
+    r311 = r311 + r425
+    r311 = k.max(0.0, r311)
+    r412 = k.gcd(x2, r412)
+    r413 = k.recip(r412)
+    r108 = x2 * r413
     r108 = -1.0 + r108
-    r108 = x28 * r108
-    r429 = -1.0 * x2 * r412
-    r429 = x2 + r429
-    r429 = x32 * r429
+    r108 = x29 * r108
+    r430 = -1.0 * x2 * r413
+    r430 = x2 + r430
+    r430 = x33 * r430
     r89 = -1.0 + x2
-    r414 = 2.0 * x14 * x20 * x10 * x4 * x34 * r76 * r31 * r69 * r25 * r412 * r89
-    r411 = -1.0 + r411
-    r411 = 2.0 * x14 * x20 * x10 * x4 * x34 * r155 * r31 * r88 * r25 * r412 * r89 * r411
-    r411 = k.max(r414, r411)
-    r411 = r108 + r429 + r411
-    r429 = x28 * r89
-    r108 = 2.0 * x14 * x20 * x10 * x4 * x34 * r76 * r31 * r69 * r25 * r89
-    r108 = r429 + r108
-    r411 = k.where(r420, r108, r411)
-    r108 = x2 * x36
-    r108 = x30 >= r108
-    r420 = x32 * r89
-    r429 = 2.0 * x14 * x20 * x10 * x4 * x34 * r155 * r31 * r88 * r25 * r89
-    r429 = r420 + r429
-    r411 = k.where(r108, r429, r411)
-    r429 = x6 * x15 * r4 * r5 * r11 * r411
-    r411 = x6 * x15 * r4 * r5 * r11 * r106 * r411
-    r411 = r429 + r411
-    r429 = x2 == 1.0
-    r411 = k.where(r429, 0.0, r411)
+    r415 = 2.0 * x14 * x20 * x10 * x4 * x35 * r76 * r31 * r69 * r25 * r413 * r89
+    r412 = -1.0 + r412
+    r412 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r88 * r25 * r413 * r89 * r412
+    r412 = k.max(r415, r412)
+    r412 = r108 + r430 + r412
+    r430 = x29 * r89
+    r108 = 2.0 * x14 * x20 * x10 * x4 * x35 * r76 * r31 * r69 * r25 * r89
+    r108 = r430 + r108
+    r412 = k.where(r421, r108, r412)
+    r108 = x2 * x37
+    r108 = x31 >= r108
+    r421 = x33 * r89
+    r430 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r88 * r25 * r89
+    r430 = r421 + r430
+    r412 = k.where(r108, r430, r412)
+    r430 = x6 * x15 * r4 * r5 * r11 * r412
+    r412 = x6 * x15 * r4 * r5 * r11 * r106 * r412
+    r412 = r430 + r412
+    r430 = x2 == 1.0
+    r412 = k.where(r430, 0.0, r412)
     r42 = k.where(r42, 2.0, 0.0)
     r42 = 4.0 + r42
-    r108 = k.gcd(x36, x30)
-    r420 = k.recip(r108)
-    r414 = x36 * r420
-    r414 = -1.0 + r414
-    r414 = x28 * r414
-    r412 = -1.0 * x36 * r420
-    r412 = x36 + r412
-    r412 = x32 * r412
-    r417 = -1.0 + x36
-    r435 = x20 * x4 * x12 * x34 * r76 * r31 * r69 * r25 * r420 * r417
+    r108 = k.gcd(x37, x31)
+    r421 = k.recip(r108)
+    r415 = x37 * r421
+    r415 = -1.0 + r415
+    r415 = x29 * r415
+    r413 = -1.0 * x37 * r421
+    r413 = x37 + r413
+    r413 = x33 * r413
+    r418 = -1.0 + x37
+    r436 = x20 * x4 * x12 * x35 * r76 * r31 * r69 * r25 * r421 * r418
     r108 = -1.0 + r108
-    r108 = x20 * x4 * x12 * x34 * r155 * r31 * r88 * r25 * r420 * r417 * r108
-    r108 = k.max(r435, r108)
-    r108 = r414 + r412 + r108
-    r412 = x30 <= 1.0
-    r414 = x28 * r417
-    r69 = x20 * x4 * x12 * x34 * r76 * r31 * r69 * r25 * r417
-    r69 = r414 + r69
-    r108 = k.where(r412, r69, r108)
-    r69 = x30 >= x36
-    r412 = x32 * r417
-    r88 = x20 * x4 * x12 * x34 * r155 * r31 * r88 * r25 * r417
-    r88 = r412 + r88
+    r108 = x20 * x4 * x12 * x35 * r155 * r31 * r88 * r25 * r421 * r418 * r108
+    r108 = k.max(r436, r108)
+    r108 = r415 + r413 + r108
+    r413 = x31 <= 1.0
+    r415 = x29 * r418
+    r69 = x20 * x4 * x12 * x35 * r76 * r31 * r69 * r25 * r418
+    r69 = r415 + r69
+    r108 = k.where(r413, r69, r108)
+    r69 = x31 >= x37
+    r413 = x33 * r418
+    r88 = x20 * x4 * x12 * x35 * r155 * r31 * r88 * r25 * r418
+    r88 = r413 + r88
     r108 = k.where(r69, r88, r108)
     r108 = 2.0 * x6 * x15 * r4 * r5 * r11 * r42 * r108
-    r88 = x36 == 1.0
+    r88 = x37 == 1.0
     r108 = k.where(r88, 0.0, r108)
     r107 = r14 + r65 + r107
     r107 = k.max(0.0, r107)
     r107 = k.where(r27, r107, 0.0)
-    r27 = r78 + r35 + r77 + r36 + r321 + r310 + r317 + r411 + r108 + r107
+    r27 = r78 + r35 + r77 + r36 + r322 + r311 + r318 + r412 + r108 + r107
     r65 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r138 * r4 * r31 * r11 * r25 * r65 * r15
-    r104 = x6 * x34 * r138 * r4 * r31 * r11 * r25 * r65 * r104
-    r65 = x20 * x4 * x12 * x34 * r31
-    r138 = x20 * x4 * x12 * x34 * r76 * r31
-    r409 = x4 * r4 * r31 * r409 * r26
-    r69 = 2.0 * x4 * r4 * r31 * r303 * r26
-    r409 = k.where(r28, r69, r409)
-    r69 = x4 * r4 * r31 * r303 * r26
+    r14 = 6.0 * x6 * x35 * r138 * r4 * r31 * r11 * r25 * r65 * r15
+    r104 = x6 * x35 * r138 * r4 * r31 * r11 * r25 * r65 * r104
+    r65 = x20 * x4 * x12 * x35 * r31
+    r138 = x20 * x4 * x12 * x35 * r76 * r31
+    r410 = x4 * r4 * r31 * r410 * r26
+    r69 = 2.0 * x4 * r4 * r31 * r304 * r26
+    r410 = k.where(r28, r69, r410)
+    r69 = x4 * r4 * r31 * r304 * r26
     r28 = k.pow(x3, -2.0)
-    r412 = x6 * x4 * r28 * r5 * r31 * r303 * r26
-    r412 = r69 + r412
-    r409 = k.where(r105, r412, r409)
-    r303 = 3.0 * x6 * x4 * r28 * r5 * r31 * r303 * r26
-    r409 = k.where(r70, r303, r409)
-    r409 = k.where(r314, 0.0, r409)
-    r314 = r76 * r409
-    r76 = x29 * r76
-    r303 = k.recip(x34)
-    r70 = x35 * r153 * r303
+    r413 = x6 * x4 * r28 * r5 * r31 * r304 * r26
+    r413 = r69 + r413
+    r410 = k.where(r105, r413, r410)
+    r304 = 3.0 * x6 * x4 * r28 * r5 * r31 * r304 * r26
+    r410 = k.where(r70, r304, r410)
+    r410 = k.where(r315, 0.0, r410)
+    r315 = r76 * r410
+    r76 = x30 * r76
+    r304 = k.recip(x35)
+    r70 = x36 * r153 * r304
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r412 = 1.6e-11 * x12
+    r413 = 1.6e-11 * x12
     r105 = 8e-12 * x15 * r9
     r69 = 8e-12 * x15 * r13
-    r155 = 8e-12 * x37 * x12
-    r414 = 8e-12 * x12 * x18
-    r435 = r412 + r105 + r69 + r155 + r414
-    r420 = 8e-12 * x12
-    r413 = 4e-12 * x15 * r9
-    r320 = 4e-12 * x15 * r13
-    r557 = 4e-12 * x37 * x12
-    r558 = 4e-12 * x12 * x18
-    r558 = r420 + r413 + r320 + r557 + r558
-    r558 = r28 > r558
-    r557 = -1.6e-11 * x12
+    r155 = 8e-12 * x38 * x12
+    r415 = 8e-12 * x12 * x18
+    r436 = r413 + r105 + r69 + r155 + r415
+    r421 = 8e-12 * x12
+    r414 = 4e-12 * x15 * r9
+    r321 = 4e-12 * x15 * r13
+    r558 = 4e-12 * x38 * x12
+    r559 = 4e-12 * x12 * x18
+    r559 = r421 + r414 + r321 + r558 + r559
+    r559 = r28 > r559
+    r558 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r320 = -8e-12 * x37 * x12
-    r413 = -8e-12 * x12 * x18
-    r420 = k.sqrt(2.0)
-    r567 = k.sqrt(x3)
-    r567 = k.recip(r567)
-    r569 = k.sqrt(x2)
-    r569 = k.recip(r569)
-    r571 = k.sqrt(x13)
-    r571 = k.recip(r571)
-    r573 = k.sqrt(x23)
-    r573 = k.recip(r573)
-    r575 = k.sqrt(x36)
-    r575 = k.recip(r575)
-    r577 = k.sqrt(r435)
-    r578 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r435
-    r579 = k.sqrt(x3)
-    r580 = k.sqrt(x2)
-    r581 = k.sqrt(x13)
-    r582 = k.sqrt(x23)
-    r583 = k.sqrt(x36)
-    r583 = 0.16666666666666666 * r420 * r579 * r580 * r581 * r582 * r583 * r577
-    r583 = 1.0 + r578 + r583
-    r583 = r420 * r567 * r569 * r571 * r573 * r575 * r577 * r583
-    r583 = r557 + r9 + r13 + r320 + r413 + r583
-    r413 = k.where(r558, r583, r28)
-    r414 = r412 + r105 + r69 + r155 + r414 + r413
-    r414 = x3 * x2 * x13 * x23 * x36 * r414
-    r414 = k.exp(r414)
-    r414 = -1.0 + r414
-    r155 = k.recip(r414)
-    r69 = x25 + x1
-    r105 = -1.0 * x3 * x2 * x13 * x23 * x36 * r69
+    r321 = -8e-12 * x38 * x12
+    r414 = -8e-12 * x12 * x18
+    r421 = k.sqrt(2.0)
+    r568 = k.sqrt(x3)
+    r568 = k.recip(r568)
+    r570 = k.sqrt(x2)
+    r570 = k.recip(r570)
+    r572 = k.sqrt(x13)
+    r572 = k.recip(r572)
+    r574 = k.sqrt(x24)
+    r574 = k.recip(r574)
+    r576 = k.sqrt(x37)
+    r576 = k.recip(r576)
+    r578 = k.sqrt(r436)
+    r579 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r436
+    r580 = k.sqrt(x3)
+    r581 = k.sqrt(x2)
+    r582 = k.sqrt(x13)
+    r583 = k.sqrt(x24)
+    r584 = k.sqrt(x37)
+    r584 = 0.16666666666666666 * r421 * r580 * r581 * r582 * r583 * r584 * r578
+    r584 = 1.0 + r579 + r584
+    r584 = r421 * r568 * r570 * r572 * r574 * r576 * r578 * r584
+    r584 = r558 + r9 + r13 + r321 + r414 + r584
+    r414 = k.where(r559, r584, r28)
+    r415 = r413 + r105 + r69 + r155 + r415 + r414
+    r415 = x3 * x2 * x13 * x24 * x37 * r415
+    r415 = k.exp(r415)
+    r415 = -1.0 + r415
+    r155 = k.recip(r415)
+    r69 = x26 + x1
+    r105 = -1.0 * x3 * x2 * x13 * x24 * x37 * r69
     r105 = k.exp(r105)
-    r105 = x3 * x2 * x13 * x23 * x36 * r155 * r413 * r105
-    r155 = x3 * x2 * x13 * x23 * x36
-    r583 = k.recip(r583)
-    r155 = k.where(r558, r583, r155)
-    r69 = x3 * x2 * x13 * x23 * x36 * r69
+    r105 = x3 * x2 * x13 * x24 * x37 * r155 * r414 * r105
+    r155 = x3 * x2 * x13 * x24 * x37
+    r584 = k.recip(r584)
+    r155 = k.where(r559, r584, r155)
+    r69 = x3 * x2 * x13 * x24 * x37 * r69
     r69 = k.exp(r69)
-    r5 = x35 * r153 * r4 * r31 * r5 * r11 * r303 * r25 * r414 * r27 * r155 * r69
-    r69 = x35 * r153 * r303 * r414 * r27 * r155 * r69
-    r42 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r417 * r42
+    r5 = x36 * r153 * r4 * r31 * r5 * r11 * r304 * r25 * r415 * r27 * r155 * r69
+    r69 = x36 * r153 * r304 * r415 * r27 * r155 * r69
+    r42 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r418 * r42
     r42 = k.where(r88, 0.0, r42)
-    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r89
-    r89 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r106 * r89
+    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r89
+    r89 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r106 * r89
     r89 = r88 + r89
-    r89 = k.where(r429, 0.0, r89)
-    r134 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r134
+    r89 = k.where(r430, 0.0, r89)
+    r134 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r134
     r134 = k.where(r90, 0.0, r134)
-    r135 = r135 < x23
-    r90 = x33 != 2.0
+    r135 = r135 < x24
+    r90 = x34 != 2.0
     r72 = k.and_(r72, r90)
     r72 = k.not_(r72)
     r72 = k.or_(r135, r72)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r71 = k.and_(r25, r90, r71)
     r71 = k.not_(r71)
     r71 = k.or_(r135, r71)
     r71 = k.and_(r72, r71)
-    r72 = x23 >= 2.0
-    r135 = x33 != 3.0
-    r90 = x33 != 4.0
+    r72 = x24 >= 2.0
+    r135 = x34 != 3.0
+    r90 = x34 != 4.0
     r80 = k.not_(r80)
     r80 = k.and_(r135, r90, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r72, r80)
-    r72 = x22 * x3 * x2 * x23 * x36 * r27
-    r90 = r124 <= r72
+    r72 = x23 * x3 * x2 * x24 * x37 * r27
+    r90 = r92 <= r72
     r72 = r64 <= r72
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r91, r85, r50, r115, r111, r133, 0.0, r114, r8, r43, r40, r68, r119, r12, r92, r124, r124, r64, r16, r128, r307, r136, r317, r27, r14, r104, r65, r138, r314, r76, 0.0, r70, r28, r435, r413, r105, r5, r69, r77, r321, r36, r35, r42, r108, r108, r89, r411, r411, r409, r424, r310, r134, r41, r78, 0.0, 0.0, r107, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, r80, r80, r90, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r91, r85, r50, r115, r111, r133, 0.0, r114, r8, r43, r40, r68, r119, r12, r124, r92, r92, r64, r16, r128, r308, r136, r318, r27, r14, r104, r65, r138, r315, r76, 0.0, r70, r28, r436, r414, r105, r5, r69, r77, r322, r36, r35, r42, r108, r108, r89, r412, r412, r410, r425, r311, r134, r41, r78, 0.0, 0.0, r107, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, r80, r80, r90, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1274,9 +1275,9 @@ def search(x, k):
     return (r105, r63, r62)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (31, 32, 37), (), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49, 50), (31, 32, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 76, 77), (41, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 30), (13, 33), (13, 34), (13, 35), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 30), (17, 33), (17, 34), (17, 35), (17, 68), (17, 69), (17, 70), (17, 71), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 30), (23, 33), (23, 34), (23, 35), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 27), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (41, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51), (40, 45, 46, 47, 48, 49, 50, 51), (), (31, 32, 38), (), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50, 51), (31, 32, 36, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (15, 45, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (42, 45, 46, 47, 48, 49, 50, 51), (42, 45, 46, 47, 48, 49, 50, 51, 77, 78), (42, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 30), (13, 33), (13, 34), (13, 35), (13, 69), (13, 70), (13, 71), (13, 72), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 69), (16, 70), (16, 71), (16, 72), (17, 30), (17, 33), (17, 34), (17, 35), (17, 69), (17, 70), (17, 71), (17, 72), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 30), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 27), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,69 +46,69 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r19 * r33
     r33 = r29 + r33
-    r33 = x19 * x33 * r25 * r33
-    r29 = x23 == 2.0
-    r32 = 2.0 * x19 * x12 * x33 * r25
+    r33 = x19 * x34 * r25 * r33
+    r29 = x24 == 2.0
+    r32 = 2.0 * x19 * x12 * x34 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x22
+    r31 = 1.0 + x23
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x32 == 4.0
-    r46 = 2.0 * x22
+    r45 = x33 == 4.0
+    r46 = 2.0 * x23
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x32 == 0.0
-    r52 = x32 == 3.0
+    r51 = x33 == 0.0
+    r52 = x33 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x22, r6)
+    r54 = k.min(x23, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x32 == 1.0
-    r58 = k.recip(x37)
-    r59 = x6 * x37 * r4 * r5
-    r60 = -1.0 + x37
-    r60 = x22 * r60
+    r54 = x33 == 1.0
+    r58 = k.recip(x38)
+    r59 = x6 * x38 * r4 * r5
+    r60 = -1.0 + x38
+    r60 = x23 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x32 == 2.0
+    r62 = x33 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x22 == 1.0
+    r70 = x23 == 1.0
     r71 = k.where(r70, 1.0, 0.0)
     r72 = x12 * r71
     r73 = r12 * r30
     r74 = 3.0 * x12 * x5 * r30
     r72 = r15 + r72 + r73 + r74
     r72 = r19 * r72
-    r71 = x36 * x12 * r71
-    r15 = x22 != 1.0
+    r71 = x37 * x12 * r71
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r73 + r71 + r15 + r74
     r15 = r19 * r15
     r71 = r72 + r15
     r72 = k.where(r21, r71, r72)
     r85 = 2.0 * r72
-    r86 = x38 >= 2.0
+    r86 = x39 >= 2.0
     r87 = 2.0 * r4 * r25 * r72
     r88 = k.where(r86, r87, r85)
-    r89 = x38 >= 3.0
+    r89 = x39 >= 3.0
     r85 = k.where(r89, r87, r85)
     r87 = 12.0 * r72
     r92 = 12.0 * r4 * r25 * r72
     r87 = k.where(r22, r92, r87)
-    r92 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r92 = 4.0 * x19 * x5 * x34 * r25 * r19
     r95 = r33 + r92
     r92 = k.where(r29, r95, r92)
     r95 = k.or_(r21, r70)
-    r98 = 4.0 * x19 * x12 * x33 * r25
-    r99 = x36 * x19 * x16 * x33 * r25 * r19
+    r98 = 4.0 * x19 * x12 * x34 * r25
+    r99 = x37 * x19 * x16 * x34 * r25 * r19
     r98 = r98 + r99
     r98 = k.max(r98, r92)
     r95 = k.where(r95, r98, r92)
@@ -117,16 +117,16 @@ def quantities(x, k):
     r103 = k.where(r21, r104, r103)
     r104 = 3.0 * x4 * r103 * r72
     r104 = k.where(r89, r104, 0.0)
-    r108 = x22 > 1.0
+    r108 = x23 > 1.0
     r108 = k.and_(r89, r108)
     r72 = 2.0 * x4 * r72
     r104 = k.where(r108, r72, r104)
     r72 = r50 + r88 + r85 + r87 + r95 + r104
     r113 = k.where(r45, r47, r31)
-    r114 = -1.0 + x22
+    r114 = -1.0 + x23
     r115 = k.min(1.0, r114)
     r116 = -1.0 * r115
-    r116 = x22 + r116
+    r116 = x23 + r116
     r118 = k.min(r6, r116)
     r118 = r118 * r30
     r113 = k.where(r53, r118, r113)
@@ -138,28 +138,28 @@ def quantities(x, k):
     r113 = k.where(r62, r67, r113)
     r113 = r32 * r113
     r46 = 1.0 + r115
-    r46 = x22 == r46
+    r46 = x23 == r46
     r118 = k.where(r46, 1.0, 0.0)
     r118 = x12 * r118
     r132 = r115 == 0.0
     r132 = k.where(r132, 1.0, 0.0)
-    r132 = x36 * x12 * r132
+    r132 = x37 * x12 * r132
     r135 = r115 != 0.0
     r135 = k.and_(r135, r46)
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x36 * x12 * r135
+    r135 = x37 * x12 * r135
     r135 = r118 + r73 + r132 + r135 + r74
     r135 = r19 * r135
-    r132 = x22 == r116
+    r132 = x23 == r116
     r118 = k.where(r132, 1.0, 0.0)
     r118 = x12 * r118
     r144 = r116 == 1.0
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x36 * x12 * r144
+    r144 = x37 * x12 * r144
     r116 = r116 != 1.0
     r116 = k.and_(r132, r116)
     r116 = k.where(r116, 1.0, 0.0)
-    r116 = x36 * x12 * r116
+    r116 = x37 * x12 * r116
     r74 = r118 + r73 + r144 + r116 + r74
     r74 = r19 * r74
     r74 = r135 + r74
@@ -235,395 +235,396 @@ def quantities(x, k):
     r113 = k.where(r113, 0.0, 0.0)
     r31 = r72 == r31
     r113 = k.where(r31, 0.0, r113)
-    r31 = x36 * x19 * x4 * x33 * r25 * r19
-    r50 = x36 * x19 * x4 * x33 * r25
+    r31 = x37 * x19 * x4 * x34 * r25 * r19
+    r50 = x37 * x19 * x4 * x34 * r25
     r104 = k.max(r72, r135, r15)
     r87 = r135 == r104
     r15 = k.where(r87, r135, r15)
     r104 = r72 == r104
     r15 = k.where(r104, r72, r15)
-    r72 = -1.0 * r15
-    r72 = x8 + r72
-    r104 = 6.0 * x6 * x33 * r16
+    r72 = -1.0 * x20
+    r104 = -1.0 * r15
+    r104 = x8 + r72 + r104
+    r72 = 6.0 * x6 * x34 * r16
     r135 = 6.0 * x12
     r87 = 6.0 * x15 * r12
-    r132 = 6.0 * x36 * x12
+    r132 = 6.0 * x37 * x12
     r88 = 18.0 * x15 * x12 * x5
-    r116 = 12.0 * x15 * x11 * x10 * x33
+    r116 = 12.0 * x15 * x11 * x10 * x34
     r116 = r135 + r87 + r132 + r88 + r116
-    r88 = x6 * x33 * r116
+    r88 = x6 * x34 * r116
     r132 = k.pow(x12, 2.0)
     r87 = k.recip(x12)
-    r135 = 0.16666666666666666 * x33 * r87
+    r135 = 0.16666666666666666 * x34 * r87
     r85 = k.recip(x15)
-    r87 = 0.0625 * x36 * r85 * r87
+    r87 = 0.0625 * x37 * r85 * r87
     r87 = 1.0 + r135 + r87
-    r87 = 96.0 * x6 * x15 * x33 * r132 * r87
-    r132 = k.pow(x33, 2.0)
+    r87 = 96.0 * x6 * x15 * x34 * r132 * r87
+    r132 = k.pow(x34, 2.0)
     r135 = 2.0 * x6 * x15 * x11 * x10 * r132
-    r144 = x23 == 1.0
+    r144 = x24 == 1.0
     r132 = 4.0 * x6 * x15 * x11 * x10 * r132
     r132 = k.where(r144, r132, 0.0)
-    r108 = 0.3333333333333333 * x6 * x33 * r116
+    r108 = 0.3333333333333333 * x6 * x34 * r116
     r132 = k.where(r29, r108, r132)
     r132 = r88 + r135 + r132
     r135 = k.where(r29, 1.0, 0.0)
     r108 = 1.0 + r135
     r74 = k.recip(x9)
     r30 = k.recip(x18)
-    r59 = x36 * x12 * r19
-    r60 = x19 * x12 * x33 * r25
-    r47 = x36 * x19 * x33 * r25 * r19
+    r59 = x37 * x12 * r19
+    r60 = x19 * x12 * x34 * r25
+    r47 = x37 * x19 * x34 * r25 * r19
     r47 = r59 + r60 + r47
     r59 = 2.0 * r74 * r30 * r47
-    r46 = k.recip(x21)
+    r46 = k.recip(x22)
     r73 = k.recip(x17)
-    r118 = 2.0 * x36 * x19 * x12 * x33 * r46 * r25 * r73 * r19
+    r118 = 2.0 * x37 * x19 * x12 * x34 * r46 * r25 * r73 * r19
     r118 = r59 + r118
     r118 = r108 * r118
     r47 = 4.0 * r74 * r30 * r47
-    r59 = 4.0 * x36 * x19 * x12 * x33 * r46 * r25 * r73 * r19
+    r59 = 4.0 * x37 * x19 * x12 * x34 * r46 * r25 * r73 * r19
     r59 = r118 + r47 + r59
     r59 = r8 * r59
     r47 = x12 * x5 * r19
-    r118 = x19 * x5 * x33 * r25 * r19
+    r118 = x19 * x5 * x34 * r25 * r19
     r118 = r47 + r60 + r118
     r47 = 2.0 * r74 * r30 * r118
-    r280 = 2.0 * x19 * x12 * x5 * x33 * r46 * r25 * r73 * r19
-    r280 = r47 + r280
-    r280 = r108 * r280
+    r281 = 2.0 * x19 * x12 * x5 * x34 * r46 * r25 * r73 * r19
+    r281 = r47 + r281
+    r281 = r108 * r281
     r47 = 2.0 * x12 * x5 * r19
-    r284 = 2.0 * x19 * x5 * x33 * r25 * r19
-    r284 = r47 + r60 + r284
-    r47 = 2.0 * r74 * r30 * r284
-    r287 = 4.0 * x19 * x12 * x5 * x33 * r46 * r25 * r73 * r19
-    r287 = r47 + r287
-    r287 = r108 * r287
+    r285 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r285 = r47 + r60 + r285
+    r47 = 2.0 * r74 * r30 * r285
+    r288 = 4.0 * x19 * x12 * x5 * x34 * r46 * r25 * r73 * r19
+    r288 = r47 + r288
+    r288 = r108 * r288
     r47 = x11 * x10 * x12 * r19
-    r291 = x11 * x19 * x10 * x33 * r25 * r19
-    r291 = r47 + r60 + r291
-    r47 = 2.0 * r74 * r30 * r291
-    r294 = 2.0 * x11 * x19 * x10 * x12 * x33 * r46 * r25 * r73 * r19
-    r294 = r47 + r294
-    r294 = r108 * r294
+    r292 = x11 * x19 * x10 * x34 * r25 * r19
+    r292 = r47 + r60 + r292
+    r47 = 2.0 * r74 * r30 * r292
+    r295 = 2.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r73 * r19
+    r295 = r47 + r295
+    r295 = r108 * r295
     r10 = x11 + r10
     r47 = x10 * x12 * r19 * r10
-    r299 = x19 * x10 * x33 * r25 * r19 * r10
-    r299 = r60 + r47 + r299
-    r47 = 2.0 * r74 * r30 * r299
-    r60 = 2.0 * x19 * x10 * x12 * x33 * r46 * r25 * r73 * r19 * r10
+    r300 = x19 * x10 * x34 * r25 * r19 * r10
+    r300 = r60 + r47 + r300
+    r47 = 2.0 * r74 * r30 * r300
+    r60 = 2.0 * x19 * x10 * x12 * x34 * r46 * r25 * r73 * r19 * r10
     r60 = r47 + r60
     r60 = r108 * r60
     r118 = 4.0 * r74 * r30 * r118
-    r284 = 4.0 * r74 * r30 * r284
-    r291 = 4.0 * r74 * r30 * r291
-    r299 = 4.0 * r74 * r30 * r299
-    r47 = 12.0 * x19 * x12 * x5 * x33 * r46 * r25 * r73 * r19
-    r310 = 4.0 * x11 * x19 * x10 * x12 * x33 * r46 * r25 * r73 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r46 * r25 * r73 * r19 * r10
-    r10 = r280 + r287 + r294 + r60 + r118 + r284 + r291 + r299 + r47 + r310 + r10
+    r285 = 4.0 * r74 * r30 * r285
+    r292 = 4.0 * r74 * r30 * r292
+    r300 = 4.0 * r74 * r30 * r300
+    r47 = 12.0 * x19 * x12 * x5 * x34 * r46 * r25 * r73 * r19
+    r311 = 4.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r73 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r46 * r25 * r73 * r19 * r10
+    r10 = r281 + r288 + r295 + r60 + r118 + r285 + r292 + r300 + r47 + r311 + r10
     r10 = x15 * r8 * r10
     r10 = r59 + r10
     r59 = x6 * r4 * r5 * r10
-    r310 = 12.0 * x12
+    r311 = 12.0 * x12
     r47 = 10.0 * x12 * r108
-    r47 = r310 + r47
-    r47 = x19 * x33 * r25 * r47
-    r310 = 5.0 * x5
-    r299 = 3.0 * x5 * r108
-    r299 = r310 + r299
-    r299 = x19 * x33 * r25 * r19 * r299
-    r299 = r47 + r299
-    r299 = x15 * r8 * r299
-    r47 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r47 = r311 + r47
+    r47 = x19 * x34 * r25 * r47
+    r311 = 5.0 * x5
+    r300 = 3.0 * x5 * r108
+    r300 = r311 + r300
+    r300 = x19 * x34 * r25 * r19 * r300
+    r300 = r47 + r300
+    r300 = x15 * r8 * r300
+    r47 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r135 = 2.0 + r135
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r135 * r9
-    r9 = r299 + r47 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r135 * r9
+    r9 = r300 + r47 + r9
     r47 = x6 * x4 * r74 * r4 * r5 * r30 * r9
-    r299 = k.recip(x0)
-    r135 = x11 * x10 * x33
+    r300 = k.recip(x0)
+    r135 = x11 * x10 * x34
     r144 = k.or_(r144, r29)
     r144 = k.where(r144, 1.0, 0.0)
     r144 = 3.0 + r144
-    r144 = 2.0 * x11 * x10 * x33 * r144
+    r144 = 2.0 * x11 * x10 * x34 * r144
     r144 = r135 + r144
-    r135 = x6 * x15 * x33 * r46 * r4 * r25 * r73 * r299 * r8 * r19 * r144
-    r310 = r59 + r47 + r135
-    r291 = k.recip(r310)
+    r135 = x6 * x15 * x34 * r46 * r4 * r25 * r73 * r300 * r8 * r19 * r144
+    r311 = r59 + r47 + r135
+    r292 = k.recip(r311)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r284 = k.recip(x6)
-    r118 = 0.3333333333333333 * x3 * x19 * r284 * r58 * r310
-    r60 = 0.6666666666666666 * x3 * x19 * x22 * r284 * r310
+    r285 = k.recip(x6)
+    r118 = 0.3333333333333333 * x3 * x19 * r285 * r58 * r311
+    r60 = 0.6666666666666666 * x3 * x19 * x23 * r285 * r311
     r9 = -1.0 * x6 * x4 * r74 * r4 * r5 * r30 * r9
-    r144 = -1.0 * x6 * x15 * x33 * r46 * r4 * r25 * r73 * r299 * r8 * r19 * r144
+    r144 = -1.0 * x6 * x15 * x34 * r46 * r4 * r25 * r73 * r300 * r8 * r19 * r144
     r60 = r10 + r118 + r60 + r9 + r144
     r60 = k.max(0.0, r60)
-    r118 = 0.5 * x22
+    r118 = 0.5 * x23
     r118 = -1.0 + r118
-    r118 = 0.6666666666666666 * x3 * x19 * r284 * r58 * r118 * r310
+    r118 = 0.6666666666666666 * x3 * x19 * r285 * r58 * r118 * r311
     r118 = k.where(r45, 0.0, r118)
-    r45 = 0.3333333333333333 * x3 * x19 * r284 * r58 * r114 * r310
+    r45 = 0.3333333333333333 * x3 * x19 * r285 * r58 * r114 * r311
     r118 = k.where(r52, r45, r118)
     r62 = k.or_(r51, r54, r62)
-    r114 = x3 * x19 * r284 * r58 * r114 * r310
+    r114 = x3 * x19 * r285 * r58 * r114 * r311
     r118 = k.where(r62, r114, r118)
     r118 = k.max(r60, r118)
-    r291 = r291 * r118
+    r292 = r292 * r118
     r30 = 28.0 * r74 * r30 * r26
     r74 = r30 + r59 + r47 + r135
-    r60 = -1.0 * x20
+    r60 = -1.0 * x21
     r60 = 1.0 + r60
-    r114 = x22 * x37
+    r114 = x23 * x38
     r114 = -1.0 + r114
-    r58 = k.recip(x25)
-    r51 = k.recip(x26)
-    r45 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r19
-    r45 = x27 + r45
-    r52 = 2.0 * x3 * x2 * x35
-    r52 = x29 >= r52
-    r299 = k.recip(x28)
-    r73 = k.recip(x30)
-    r294 = x19 * x4 * x12 * x33 * r299 * r25 * r73 * r19
-    r294 = x31 + r294
-    r45 = k.where(r52, r294, r45)
+    r58 = k.recip(x26)
+    r51 = k.recip(x27)
+    r45 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19
+    r45 = x28 + r45
+    r52 = 2.0 * x3 * x2 * x36
+    r52 = x30 >= r52
+    r300 = k.recip(x29)
+    r73 = k.recip(x31)
+    r295 = x19 * x4 * x12 * x34 * r300 * r25 * r73 * r19
+    r295 = x32 + r295
+    r45 = k.where(r52, r295, r45)
     r45 = 2.0 * x6 * r4 * r5 * r8 * r114 * r45
     r45 = k.where(r70, 0.0, r45)
     r60 = r60 * r45
-    r294 = x3 * x19 * r284 * r310
-    r52 = x22 <= 1.0
+    r295 = x3 * x19 * r285 * r311
+    r52 = x23 <= 1.0
     r86 = k.and_(r86, r52)
-    r294 = k.where(r86, r310, r294)
-    r294 = -1.0 * x20 * r294
-    r310 = x3 * x2
-    r287 = -1.0 + r310
-    r280 = k.recip(r287)
-    r388 = 2.0 * x3 * x2
-    r388 = -2.0 + r388
-    r390 = x29 * r19
-    r391 = k.gcd(r310, r390)
-    r392 = k.recip(r391)
-    r393 = x3 * x2 * r392
-    r393 = -1.0 + r393
-    r393 = x27 * r393
-    r396 = -1.0 * x3 * x2 * r392
-    r396 = r310 + r396
-    r396 = x31 * r396
-    r399 = r393 + r396
-    r399 = r280 * r388 * r399
-    r280 = x4 * x22 * r58 * r85 * r4 * r25 * r51 * r392 * r388 * r20
-    r391 = -1.0 + r391
-    r403 = x4 * x22 * r299 * r85 * r4 * r25 * r73 * r392 * r391 * r388 * r20
-    r403 = k.max(r280, r403)
-    r403 = r399 + r403
-    r399 = x29 <= x35
-    r280 = x27 * r388
-    r408 = x4 * x22 * r58 * r85 * r4 * r25 * r51 * r388 * r20
-    r408 = r280 + r408
-    r403 = k.where(r399, r408, r403)
-    r408 = x3 * x2 * x35
-    r408 = x29 >= r408
-    r280 = x31 * r388
-    r414 = x4 * x22 * r299 * r85 * r4 * r25 * r73 * r388 * r20
-    r414 = r280 + r414
-    r403 = k.where(r408, r414, r403)
-    r403 = x15 * r8 * r403
-    r414 = x4 * x22 * r58 * r85 * r4 * r25 * r51 * r392 * r287 * r20
-    r391 = x4 * x22 * r299 * r85 * r4 * r25 * r73 * r392 * r287 * r391 * r20
-    r391 = k.max(r414, r391)
-    r391 = r393 + r396 + r391
-    r396 = x27 * r287
-    r393 = x4 * x22 * r58 * r85 * r4 * r25 * r51 * r287 * r20
-    r393 = r396 + r393
-    r391 = k.where(r399, r393, r391)
-    r393 = x31 * r287
-    r85 = x4 * x22 * r299 * r85 * r4 * r25 * r73 * r287 * r20
-    r85 = r393 + r85
-    r391 = k.where(r408, r85, r391)
-    r85 = 2.0 * x15 * r8 * r391
-    r403 = k.where(r22, r85, r403)
-    r85 = x15 * r8 * r391
-    r408 = x6 * x15 * r4 * r5 * r8 * r391
-    r408 = r85 + r408
-    r403 = k.where(r86, r408, r403)
+    r295 = k.where(r86, r311, r295)
+    r295 = -1.0 * x21 * r295
+    r311 = x3 * x2
+    r288 = -1.0 + r311
+    r281 = k.recip(r288)
+    r389 = 2.0 * x3 * x2
+    r389 = -2.0 + r389
+    r391 = x30 * r19
+    r392 = k.gcd(r311, r391)
+    r393 = k.recip(r392)
+    r394 = x3 * x2 * r393
+    r394 = -1.0 + r394
+    r394 = x28 * r394
+    r397 = -1.0 * x3 * x2 * r393
+    r397 = r311 + r397
+    r397 = x32 * r397
+    r400 = r394 + r397
+    r400 = r281 * r389 * r400
+    r281 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r393 * r389 * r20
+    r392 = -1.0 + r392
+    r404 = x4 * x23 * r300 * r85 * r4 * r25 * r73 * r393 * r392 * r389 * r20
+    r404 = k.max(r281, r404)
+    r404 = r400 + r404
+    r400 = x30 <= x36
+    r281 = x28 * r389
+    r409 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r389 * r20
+    r409 = r281 + r409
+    r404 = k.where(r400, r409, r404)
+    r409 = x3 * x2 * x36
+    r409 = x30 >= r409
+    r281 = x32 * r389
+    r415 = x4 * x23 * r300 * r85 * r4 * r25 * r73 * r389 * r20
+    r415 = r281 + r415
+    r404 = k.where(r409, r415, r404)
+    r404 = x15 * r8 * r404
+    r415 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r393 * r288 * r20
+    r392 = x4 * x23 * r300 * r85 * r4 * r25 * r73 * r393 * r288 * r392 * r20
+    r392 = k.max(r415, r392)
+    r392 = r394 + r397 + r392
+    r397 = x28 * r288
+    r394 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r288 * r20
+    r394 = r397 + r394
+    r392 = k.where(r400, r394, r392)
+    r394 = x32 * r288
+    r85 = x4 * x23 * r300 * r85 * r4 * r25 * r73 * r288 * r20
+    r85 = r394 + r85
+    r392 = k.where(r409, r85, r392)
+    r85 = 2.0 * x15 * r8 * r392
+    r404 = k.where(r22, r85, r404)
+    r85 = x15 * r8 * r392
+    r409 = x6 * x15 * r4 * r5 * r8 * r392
+    r409 = r85 + r409
+    r404 = k.where(r86, r409, r404)
     r52 = k.and_(r89, r52)
-    r391 = 3.0 * x6 * x15 * r4 * r5 * r8 * r391
-    r403 = k.where(r52, r391, r403)
-    r310 = r310 == 1.0
-    r403 = k.where(r310, 0.0, r403)
-    r294 = r294 + r403
-    r294 = k.max(0.0, r294)
-    r390 = k.gcd(x2, r390)
-    r391 = k.recip(r390)
-    r89 = x2 * r391
+    r392 = 3.0 * x6 * x15 * r4 * r5 * r8 * r392
+    r404 = k.where(r52, r392, r404)
+    r311 = r311 == 1.0
+    r404 = k.where(r311, 0.0, r404)
+    r295 = r295 + r404
+    r295 = k.max(0.0, r295)
+    r391 = k.gcd(x2, r391)
+    r392 = k.recip(r391)
+    r89 = x2 * r392
     r89 = -1.0 + r89
-    r89 = x27 * r89
-    r408 = -1.0 * x2 * r391
-    r408 = x2 + r408
-    r408 = x31 * r408
+    r89 = x28 * r89
+    r409 = -1.0 * x2 * r392
+    r409 = x2 + r409
+    r409 = x32 * r409
     r85 = -1.0 + x2
-    r393 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r25 * r51 * r19 * r391 * r85
-    r390 = -1.0 + r390
-    r390 = 2.0 * x14 * x19 * x10 * x4 * x33 * r299 * r25 * r73 * r19 * r391 * r85 * r390
-    r390 = k.max(r393, r390)
-    r390 = r89 + r408 + r390
-    r408 = x27 * r85
-    r89 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r25 * r51 * r19 * r85
-    r89 = r408 + r89
-    r390 = k.where(r399, r89, r390)
-    r89 = x2 * x35
-    r89 = x29 >= r89
-    r399 = x31 * r85
-    r408 = 2.0 * x14 * x19 * x10 * x4 * x33 * r299 * r25 * r73 * r19 * r85
-    r408 = r399 + r408
-    r390 = k.where(r89, r408, r390)
-    r408 = x6 * x15 * r4 * r5 * r8 * r390
-    r390 = x6 * x15 * r4 * r5 * r8 * r108 * r390
-    r390 = r408 + r390
-    r408 = x2 == 1.0
-    r390 = k.where(r408, 0.0, r390)
+    r394 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r392 * r85
+    r391 = -1.0 + r391
+    r391 = 2.0 * x14 * x19 * x10 * x4 * x34 * r300 * r25 * r73 * r19 * r392 * r85 * r391
+    r391 = k.max(r394, r391)
+    r391 = r89 + r409 + r391
+    r409 = x28 * r85
+    r89 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r85
+    r89 = r409 + r89
+    r391 = k.where(r400, r89, r391)
+    r89 = x2 * x36
+    r89 = x30 >= r89
+    r400 = x32 * r85
+    r409 = 2.0 * x14 * x19 * x10 * x4 * x34 * r300 * r25 * r73 * r19 * r85
+    r409 = r400 + r409
+    r391 = k.where(r89, r409, r391)
+    r409 = x6 * x15 * r4 * r5 * r8 * r391
+    r391 = x6 * x15 * r4 * r5 * r8 * r108 * r391
+    r391 = r409 + r391
+    r409 = x2 == 1.0
+    r391 = k.where(r409, 0.0, r391)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r89 = -1.0 + x35
+    r89 = -1.0 + x36
     r89 = k.recip(r89)
-    r399 = 2.0 * x35
-    r399 = -2.0 + r399
-    r393 = k.gcd(x35, x29)
-    r391 = k.recip(r393)
-    r396 = x35 * r391
-    r396 = -1.0 + r396
-    r396 = x27 * r396
-    r414 = -1.0 * x35 * r391
-    r414 = x35 + r414
-    r414 = x31 * r414
-    r414 = r396 + r414
-    r414 = r89 * r399 * r414
-    r89 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r19 * r391 * r399
-    r393 = -1.0 + r393
-    r393 = x19 * x4 * x12 * x33 * r299 * r25 * r73 * r19 * r391 * r393 * r399
-    r393 = k.max(r89, r393)
-    r393 = r414 + r393
-    r414 = x29 <= 1.0
-    r89 = x27 * r399
-    r51 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r19 * r399
+    r400 = 2.0 * x36
+    r400 = -2.0 + r400
+    r394 = k.gcd(x36, x30)
+    r392 = k.recip(r394)
+    r397 = x36 * r392
+    r397 = -1.0 + r397
+    r397 = x28 * r397
+    r415 = -1.0 * x36 * r392
+    r415 = x36 + r415
+    r415 = x32 * r415
+    r415 = r397 + r415
+    r415 = r89 * r400 * r415
+    r89 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r392 * r400
+    r394 = -1.0 + r394
+    r394 = x19 * x4 * x12 * x34 * r300 * r25 * r73 * r19 * r392 * r394 * r400
+    r394 = k.max(r89, r394)
+    r394 = r415 + r394
+    r415 = x30 <= 1.0
+    r89 = x28 * r400
+    r51 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r400
     r51 = r89 + r51
-    r393 = k.where(r414, r51, r393)
-    r51 = x29 >= x35
-    r414 = x31 * r399
-    r73 = x19 * x4 * x12 * x33 * r299 * r25 * r73 * r19 * r399
-    r73 = r414 + r73
-    r393 = k.where(r51, r73, r393)
-    r393 = x6 * x15 * r4 * r5 * r8 * r29 * r393
-    r73 = x35 == 1.0
-    r393 = k.where(r73, 0.0, r393)
+    r394 = k.where(r415, r51, r394)
+    r51 = x30 >= x36
+    r415 = x32 * r400
+    r73 = x19 * x4 * x12 * x34 * r300 * r25 * r73 * r19 * r400
+    r73 = r415 + r73
+    r394 = k.where(r51, r73, r394)
+    r394 = x6 * x15 * r4 * r5 * r8 * r29 * r394
+    r73 = x36 == 1.0
+    r394 = k.where(r73, 0.0, r394)
     r144 = r10 + r9 + r144
     r144 = k.max(0.0, r144)
     r144 = k.where(r21, r144, 0.0)
-    r21 = r60 + r30 + r59 + r47 + r135 + r294 + r118 + r390 + r393 + r144
+    r21 = r60 + r30 + r59 + r47 + r135 + r295 + r118 + r391 + r394 + r144
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r46 * r4 * r25 * r8 * r19 * r9 * r16
-    r116 = x6 * x33 * r46 * r4 * r25 * r8 * r19 * r9 * r116
-    r9 = x19 * x4 * x12 * x33 * r25
-    r46 = x19 * x4 * x12 * x33 * r58 * r25
-    r388 = x4 * r4 * r25 * r388 * r20
-    r51 = 2.0 * x4 * r4 * r25 * r287 * r20
-    r388 = k.where(r22, r51, r388)
-    r51 = x4 * r4 * r25 * r287 * r20
+    r10 = 6.0 * x6 * x34 * r46 * r4 * r25 * r8 * r19 * r9 * r16
+    r116 = x6 * x34 * r46 * r4 * r25 * r8 * r19 * r9 * r116
+    r9 = x19 * x4 * x12 * x34 * r25
+    r46 = x19 * x4 * x12 * x34 * r58 * r25
+    r389 = x4 * r4 * r25 * r389 * r20
+    r51 = 2.0 * x4 * r4 * r25 * r288 * r20
+    r389 = k.where(r22, r51, r389)
+    r51 = x4 * r4 * r25 * r288 * r20
     r22 = k.pow(x3, -2.0)
-    r414 = x6 * x4 * r22 * r5 * r25 * r287 * r20
-    r414 = r51 + r414
-    r388 = k.where(r86, r414, r388)
-    r287 = 3.0 * x6 * x4 * r22 * r5 * r25 * r287 * r20
-    r388 = k.where(r52, r287, r388)
-    r388 = k.where(r310, 0.0, r388)
-    r310 = r58 * r388
-    r58 = x28 * r58
-    r287 = k.recip(x33)
-    r52 = x34 * r284 * r287
+    r415 = x6 * x4 * r22 * r5 * r25 * r288 * r20
+    r415 = r51 + r415
+    r389 = k.where(r86, r415, r389)
+    r288 = 3.0 * x6 * x4 * r22 * r5 * r25 * r288 * r20
+    r389 = k.where(r52, r288, r389)
+    r389 = k.where(r311, 0.0, r389)
+    r311 = r58 * r389
+    r58 = x29 * r58
+    r288 = k.recip(x34)
+    r52 = x35 * r285 * r288
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r414 = 8e-12 * x12
+    r415 = 8e-12 * x12
     r86 = 8e-12 * x15 * r12
-    r51 = 8e-12 * x36 * x12
-    r299 = 2.4e-11 * x15 * x12 * x5
-    r89 = r414 + r86 + r51 + r299
-    r391 = 4e-12 * x12
-    r396 = 4e-12 * x15 * r12
-    r392 = 4e-12 * x36 * x12
-    r280 = 1.2e-11 * x15 * x12 * x5
-    r280 = r391 + r396 + r392 + r280
-    r280 = r22 > r280
-    r392 = -8e-12 * x12
+    r51 = 8e-12 * x37 * x12
+    r300 = 2.4e-11 * x15 * x12 * x5
+    r89 = r415 + r86 + r51 + r300
+    r392 = 4e-12 * x12
+    r397 = 4e-12 * x15 * r12
+    r393 = 4e-12 * x37 * x12
+    r281 = 1.2e-11 * x15 * x12 * x5
+    r281 = r392 + r397 + r393 + r281
+    r281 = r22 > r281
+    r393 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r396 = -8e-12 * x36 * x12
-    r391 = -2.4e-11 * x15 * x12 * x5
-    r547 = k.sqrt(2.0)
-    r548 = k.sqrt(x3)
-    r548 = k.recip(r548)
-    r550 = k.sqrt(x2)
-    r550 = k.recip(r550)
-    r552 = k.sqrt(x13)
-    r552 = k.recip(r552)
-    r554 = k.sqrt(x22)
-    r554 = k.recip(r554)
-    r556 = k.sqrt(x35)
-    r556 = k.recip(r556)
-    r558 = k.sqrt(r89)
-    r559 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r89
-    r560 = k.sqrt(x3)
-    r561 = k.sqrt(x2)
-    r562 = k.sqrt(x13)
-    r563 = k.sqrt(x22)
-    r564 = k.sqrt(x35)
-    r564 = 0.16666666666666666 * r547 * r560 * r561 * r562 * r563 * r564 * r558
-    r564 = 1.0 + r559 + r564
-    r564 = r547 * r548 * r550 * r552 * r554 * r556 * r558 * r564
-    r564 = r392 + r12 + r396 + r391 + r564
-    r391 = k.where(r280, r564, r22)
-    r299 = r414 + r86 + r51 + r299 + r391
-    r299 = x3 * x2 * x13 * x22 * x35 * r299
-    r299 = k.exp(r299)
-    r299 = -1.0 + r299
-    r51 = k.recip(r299)
-    r86 = x24 + x1
-    r414 = -1.0 * x3 * x2 * x13 * x22 * x35 * r86
-    r414 = k.exp(r414)
-    r414 = x3 * x2 * x13 * x22 * x35 * r51 * r391 * r414
-    r51 = x3 * x2 * x13 * x22 * x35
-    r564 = k.recip(r564)
-    r51 = k.where(r280, r564, r51)
-    r86 = x3 * x2 * x13 * x22 * x35 * r86
+    r397 = -8e-12 * x37 * x12
+    r392 = -2.4e-11 * x15 * x12 * x5
+    r548 = k.sqrt(2.0)
+    r549 = k.sqrt(x3)
+    r549 = k.recip(r549)
+    r551 = k.sqrt(x2)
+    r551 = k.recip(r551)
+    r553 = k.sqrt(x13)
+    r553 = k.recip(r553)
+    r555 = k.sqrt(x23)
+    r555 = k.recip(r555)
+    r557 = k.sqrt(x36)
+    r557 = k.recip(r557)
+    r559 = k.sqrt(r89)
+    r560 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r89
+    r561 = k.sqrt(x3)
+    r562 = k.sqrt(x2)
+    r563 = k.sqrt(x13)
+    r564 = k.sqrt(x23)
+    r565 = k.sqrt(x36)
+    r565 = 0.16666666666666666 * r548 * r561 * r562 * r563 * r564 * r565 * r559
+    r565 = 1.0 + r560 + r565
+    r565 = r548 * r549 * r551 * r553 * r555 * r557 * r559 * r565
+    r565 = r393 + r12 + r397 + r392 + r565
+    r392 = k.where(r281, r565, r22)
+    r300 = r415 + r86 + r51 + r300 + r392
+    r300 = x3 * x2 * x13 * x23 * x36 * r300
+    r300 = k.exp(r300)
+    r300 = -1.0 + r300
+    r51 = k.recip(r300)
+    r86 = x25 + x1
+    r415 = -1.0 * x3 * x2 * x13 * x23 * x36 * r86
+    r415 = k.exp(r415)
+    r415 = x3 * x2 * x13 * x23 * x36 * r51 * r392 * r415
+    r51 = x3 * x2 * x13 * x23 * x36
+    r565 = k.recip(r565)
+    r51 = k.where(r281, r565, r51)
+    r86 = x3 * x2 * x13 * x23 * x36 * r86
     r86 = k.exp(r86)
-    r5 = x34 * r284 * r4 * r25 * r5 * r8 * r287 * r19 * r299 * r21 * r51 * r86
-    r86 = x34 * r284 * r287 * r299 * r21 * r51 * r86
-    r29 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r399 * r29
+    r5 = x35 * r285 * r4 * r25 * r5 * r8 * r288 * r19 * r300 * r21 * r51 * r86
+    r86 = x35 * r285 * r288 * r300 * r21 * r51 * r86
+    r29 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r400 * r29
     r29 = k.where(r73, 0.0, r29)
-    r73 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r85
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r108 * r85
+    r73 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r85
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r108 * r85
     r85 = r73 + r85
-    r85 = k.where(r408, 0.0, r85)
-    r114 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r114
+    r85 = k.where(r409, 0.0, r85)
+    r114 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r114
     r114 = k.where(r70, 0.0, r114)
-    r115 = r115 < x22
-    r70 = x32 != 2.0
+    r115 = r115 < x23
+    r70 = x33 != 2.0
     r54 = k.and_(r54, r70)
     r54 = k.not_(r54)
     r54 = k.or_(r115, r54)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r53 = k.and_(r19, r70, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r115, r53)
     r53 = k.and_(r54, r53)
-    r54 = x22 >= 2.0
-    r115 = x32 != 3.0
-    r70 = x32 != 4.0
+    r54 = x23 >= 2.0
+    r115 = x33 != 3.0
+    r70 = x33 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r115, r70, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x22 * x35 * r21
-    r70 = r104 <= r54
+    r54 = x22 * x3 * x2 * x23 * x36 * r21
+    r70 = r72 <= r54
     r54 = r88 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r67, r32, r103, r92, r113, 0.0, r95, r98, r33, r31, r50, r99, r15, r72, r104, r104, r88, r87, r132, r291, r74, r118, r21, r10, r116, r9, r46, r310, r58, 0.0, r52, r22, r89, r391, r414, r5, r86, r59, r135, r47, r30, r29, r393, r393, r85, r390, r390, r388, r403, r294, r114, r45, r60, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r70, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r67, r32, r103, r92, r113, 0.0, r95, r98, r33, r31, r50, r99, r15, r104, r72, r72, r88, r87, r132, r292, r74, r118, r21, r10, r116, r9, r46, r311, r58, 0.0, r52, r22, r89, r392, r415, r5, r86, r59, r135, r47, r30, r29, r394, r394, r85, r391, r391, r389, r404, r295, r114, r45, r60, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r70, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1221,9 +1222,9 @@ def search(x, k):
     return (r85, r24, r5)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 33), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 33), (17, 63), (17, 64), (17, 65), (17, 66), (22, 33), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 33), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 2), (51, 55), (51, 56), (51, 57), (52, 3), (52, 6), (52, 8), (52, 55), (52, 56), (52, 57), (53, 3), (53, 6), (53, 8), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 43, 44, 45, 46), (30, 31, 32, 34, 36, 37, 38, 39, 43, 44, 45, 46), (29, 43, 44, 45, 46), (29, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

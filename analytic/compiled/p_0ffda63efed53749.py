@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -44,69 +44,69 @@ def quantities(x, k):
     r32 = 4.0 * x11 * x10
     r33 = 4.0 * x14 * x10
     r33 = r29 + r30 + r31 + r32 + r33
-    r33 = x19 * x33 * r25 * r19 * r33
-    r32 = x23 == 2.0
-    r31 = 2.0 * x19 * x12 * x33 * r25 * r19
+    r33 = x19 * x34 * r25 * r19 * r33
+    r32 = x24 == 2.0
+    r31 = 2.0 * x19 * x12 * x34 * r25 * r19
     r31 = k.where(r32, r31, r33)
-    r30 = 1.0 + x22
+    r30 = 1.0 + x23
     r30 = k.min(r30, r6)
     r29 = k.ceiling(r28)
     r30 = r30 * r29
-    r43 = x32 == 4.0
-    r44 = 2.0 * x22
+    r43 = x33 == 4.0
+    r44 = 2.0 * x23
     r45 = -1.0 + r44
     r45 = k.min(r45, r6)
     r45 = r45 * r29
     r48 = k.where(r43, r45, r30)
-    r49 = x32 == 0.0
-    r50 = x32 == 3.0
+    r49 = x33 == 0.0
+    r50 = x33 == 3.0
     r51 = k.or_(r49, r50)
-    r52 = k.min(x22, r6)
+    r52 = k.min(x23, r6)
     r52 = r52 * r29
     r48 = k.where(r51, r52, r48)
-    r52 = x32 == 1.0
-    r56 = k.recip(x37)
-    r57 = x6 * x37 * r4 * r5
-    r58 = -1.0 + x37
-    r58 = x22 * r58
+    r52 = x33 == 1.0
+    r56 = k.recip(x38)
+    r57 = x6 * x38 * r4 * r5
+    r58 = -1.0 + x38
+    r58 = x23 * r58
     r60 = -1.0 + r44 + r58
     r60 = k.min(r57, r60)
     r60 = r56 * r60 * r29
     r48 = k.where(r52, r60, r48)
-    r60 = x32 == 2.0
+    r60 = x33 == 2.0
     r65 = x6 * r4 * r5 * r29
     r48 = k.where(r60, r65, r48)
     r48 = r31 * r48
-    r68 = x22 == 1.0
+    r68 = x23 == 1.0
     r69 = k.where(r68, 1.0, 0.0)
     r70 = x12 * r69
     r71 = r12 * r29
     r72 = 3.0 * x12 * x5 * r29
     r70 = r15 + r70 + r71 + r72
     r70 = r19 * r70
-    r69 = x36 * x12 * r69
-    r15 = x22 != 1.0
+    r69 = x37 * x12 * r69
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r71 + r69 + r15 + r72
     r15 = r19 * r15
     r69 = r70 + r15
     r70 = k.where(r21, r69, r70)
     r83 = 2.0 * r70
-    r84 = x38 >= 2.0
+    r84 = x39 >= 2.0
     r85 = 2.0 * r4 * r25 * r70
     r86 = k.where(r84, r85, r83)
-    r87 = x38 >= 3.0
+    r87 = x39 >= 3.0
     r83 = k.where(r87, r85, r83)
     r85 = 12.0 * r70
     r90 = 12.0 * r4 * r25 * r70
     r85 = k.where(r22, r90, r85)
-    r90 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r90 = 4.0 * x19 * x5 * x34 * r25 * r19
     r93 = r33 + r90
     r90 = k.where(r32, r93, r90)
     r93 = k.or_(r21, r68)
-    r96 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r97 = x36 * x19 * x16 * x33 * r25 * r19
+    r96 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r97 = x37 * x19 * x16 * x34 * r25 * r19
     r96 = r96 + r97
     r96 = k.max(r96, r90)
     r93 = k.where(r93, r96, r90)
@@ -115,16 +115,16 @@ def quantities(x, k):
     r101 = k.where(r21, r102, r101)
     r102 = 3.0 * x4 * r101 * r70
     r102 = k.where(r87, r102, 0.0)
-    r106 = x22 > 1.0
+    r106 = x23 > 1.0
     r106 = k.and_(r87, r106)
     r70 = 2.0 * x4 * r70
     r102 = k.where(r106, r70, r102)
     r70 = r48 + r86 + r83 + r85 + r93 + r102
     r111 = k.where(r43, r45, r30)
-    r112 = -1.0 + x22
+    r112 = -1.0 + x23
     r113 = k.min(1.0, r112)
     r114 = -1.0 * r113
-    r114 = x22 + r114
+    r114 = x23 + r114
     r116 = k.min(r6, r114)
     r116 = r116 * r29
     r111 = k.where(r51, r116, r111)
@@ -136,28 +136,28 @@ def quantities(x, k):
     r111 = k.where(r60, r65, r111)
     r111 = r31 * r111
     r44 = 1.0 + r113
-    r44 = x22 == r44
+    r44 = x23 == r44
     r116 = k.where(r44, 1.0, 0.0)
     r116 = x12 * r116
     r130 = r113 == 0.0
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x36 * x12 * r130
+    r130 = x37 * x12 * r130
     r133 = r113 != 0.0
     r133 = k.and_(r133, r44)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x36 * x12 * r133
+    r133 = x37 * x12 * r133
     r133 = r116 + r71 + r130 + r133 + r72
     r133 = r19 * r133
-    r130 = x22 == r114
+    r130 = x23 == r114
     r116 = k.where(r130, 1.0, 0.0)
     r116 = x12 * r116
     r142 = r114 == 1.0
     r142 = k.where(r142, 1.0, 0.0)
-    r142 = x36 * x12 * r142
+    r142 = x37 * x12 * r142
     r114 = r114 != 1.0
     r114 = k.and_(r130, r114)
     r114 = k.where(r114, 1.0, 0.0)
-    r114 = x36 * x12 * r114
+    r114 = x37 * x12 * r114
     r72 = r116 + r71 + r142 + r114 + r72
     r72 = r19 * r72
     r72 = r133 + r72
@@ -233,390 +233,391 @@ def quantities(x, k):
     r111 = k.where(r111, 0.0, 0.0)
     r30 = r70 == r30
     r111 = k.where(r30, 0.0, r111)
-    r30 = x36 * x19 * x4 * x33 * r25 * r19
-    r48 = x36 * x19 * x4 * x33 * r25
+    r30 = x37 * x19 * x4 * x34 * r25 * r19
+    r48 = x37 * x19 * x4 * x34 * r25
     r102 = k.max(r70, r133, r15)
     r85 = r133 == r102
     r15 = k.where(r85, r133, r15)
     r102 = r70 == r102
     r15 = k.where(r102, r70, r15)
-    r70 = -1.0 * r15
-    r70 = x8 + r70
-    r102 = 6.0 * x6 * x33 * r16
+    r70 = -1.0 * x20
+    r102 = -1.0 * r15
+    r102 = x8 + r70 + r102
+    r70 = 6.0 * x6 * x34 * r16
     r133 = 6.0 * x12
     r85 = 6.0 * x15 * r12
-    r130 = 6.0 * x36 * x12
+    r130 = 6.0 * x37 * x12
     r86 = 18.0 * x15 * x12 * x5
-    r114 = 12.0 * x15 * x11 * x10 * x33
+    r114 = 12.0 * x15 * x11 * x10 * x34
     r114 = r133 + r85 + r130 + r86 + r114
-    r86 = x6 * x33 * r114
+    r86 = x6 * x34 * r114
     r130 = k.pow(x12, 2.0)
     r85 = k.recip(x12)
-    r133 = 0.16666666666666666 * x33 * r85
+    r133 = 0.16666666666666666 * x34 * r85
     r83 = k.recip(x15)
-    r85 = 0.0625 * x36 * r83 * r85
+    r85 = 0.0625 * x37 * r83 * r85
     r85 = 1.0 + r133 + r85
-    r85 = 96.0 * x6 * x15 * x33 * r130 * r85
-    r130 = k.pow(x33, 2.0)
+    r85 = 96.0 * x6 * x15 * x34 * r130 * r85
+    r130 = k.pow(x34, 2.0)
     r133 = 2.0 * x6 * x15 * x11 * x10 * r130
-    r142 = x23 == 1.0
+    r142 = x24 == 1.0
     r130 = 4.0 * x6 * x15 * x11 * x10 * r130
     r130 = k.where(r142, r130, 0.0)
-    r106 = 0.3333333333333333 * x6 * x33 * r114
+    r106 = 0.3333333333333333 * x6 * x34 * r114
     r130 = k.where(r32, r106, r130)
     r130 = r86 + r133 + r130
     r133 = k.where(r32, 1.0, 0.0)
     r106 = 1.0 + r133
     r72 = k.recip(x9)
     r29 = k.recip(x18)
-    r57 = x36 * x12 * r19
-    r58 = x19 * x12 * x33 * r25
-    r45 = x36 * x19 * x33 * r25 * r19
+    r57 = x37 * x12 * r19
+    r58 = x19 * x12 * x34 * r25
+    r45 = x37 * x19 * x34 * r25 * r19
     r45 = r57 + r58 + r45
     r57 = 2.0 * r72 * r29 * r45
-    r44 = k.recip(x21)
+    r44 = k.recip(x22)
     r71 = k.recip(x17)
-    r116 = 2.0 * x36 * x19 * x12 * x33 * r44 * r25 * r71 * r19
+    r116 = 2.0 * x37 * x19 * x12 * x34 * r44 * r25 * r71 * r19
     r116 = r57 + r116
     r116 = r106 * r116
     r45 = 4.0 * r72 * r29 * r45
-    r57 = 4.0 * x36 * x19 * x12 * x33 * r44 * r25 * r71 * r19
+    r57 = 4.0 * x37 * x19 * x12 * x34 * r44 * r25 * r71 * r19
     r57 = r116 + r45 + r57
     r57 = r8 * r57
     r45 = x12 * x5 * r19
-    r116 = x19 * x5 * x33 * r25 * r19
+    r116 = x19 * x5 * x34 * r25 * r19
     r116 = r45 + r58 + r116
     r45 = 2.0 * r72 * r29 * r116
-    r278 = 2.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r278 = r45 + r278
-    r278 = r106 * r278
+    r279 = 2.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r279 = r45 + r279
+    r279 = r106 * r279
     r45 = 2.0 * x12 * x5 * r19
-    r282 = 2.0 * x19 * x5 * x33 * r25 * r19
-    r282 = r45 + r58 + r282
-    r45 = 2.0 * r72 * r29 * r282
-    r285 = 4.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r285 = r45 + r285
-    r285 = r106 * r285
+    r283 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r283 = r45 + r58 + r283
+    r45 = 2.0 * r72 * r29 * r283
+    r286 = 4.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r286 = r45 + r286
+    r286 = r106 * r286
     r45 = x11 * x10 * x12 * r19
-    r289 = x11 * x19 * x10 * x33 * r25 * r19
-    r289 = r45 + r58 + r289
-    r45 = 2.0 * r72 * r29 * r289
-    r292 = 2.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19
-    r292 = r45 + r292
-    r292 = r106 * r292
+    r290 = x11 * x19 * x10 * x34 * r25 * r19
+    r290 = r45 + r58 + r290
+    r45 = 2.0 * r72 * r29 * r290
+    r293 = 2.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19
+    r293 = r45 + r293
+    r293 = r106 * r293
     r10 = x11 + r10
     r45 = x10 * x12 * r19 * r10
-    r297 = x19 * x10 * x33 * r25 * r19 * r10
-    r297 = r58 + r45 + r297
-    r45 = 2.0 * r72 * r29 * r297
-    r58 = 2.0 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19 * r10
+    r298 = x19 * x10 * x34 * r25 * r19 * r10
+    r298 = r58 + r45 + r298
+    r45 = 2.0 * r72 * r29 * r298
+    r58 = 2.0 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19 * r10
     r58 = r45 + r58
     r58 = r106 * r58
     r116 = 4.0 * r72 * r29 * r116
-    r282 = 4.0 * r72 * r29 * r282
-    r289 = 4.0 * r72 * r29 * r289
-    r297 = 4.0 * r72 * r29 * r297
-    r45 = 12.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r308 = 4.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19 * r10
-    r10 = r278 + r285 + r292 + r58 + r116 + r282 + r289 + r297 + r45 + r308 + r10
+    r283 = 4.0 * r72 * r29 * r283
+    r290 = 4.0 * r72 * r29 * r290
+    r298 = 4.0 * r72 * r29 * r298
+    r45 = 12.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r309 = 4.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19 * r10
+    r10 = r279 + r286 + r293 + r58 + r116 + r283 + r290 + r298 + r45 + r309 + r10
     r10 = x15 * r8 * r10
     r10 = r57 + r10
     r57 = x6 * r4 * r5 * r10
-    r308 = 5.0 * x5
+    r309 = 5.0 * x5
     r45 = 3.0 * x5 * r106
-    r45 = r308 + r45
-    r45 = x19 * x33 * r25 * r19 * r45
-    r308 = 12.0 * x12
-    r297 = 10.0 * x12 * r106
-    r297 = r308 + r297
-    r297 = x19 * x33 * r25 * r19 * r297
-    r297 = r45 + r297
-    r297 = x15 * r8 * r297
-    r45 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r45 = r309 + r45
+    r45 = x19 * x34 * r25 * r19 * r45
+    r309 = 12.0 * x12
+    r298 = 10.0 * x12 * r106
+    r298 = r309 + r298
+    r298 = x19 * x34 * r25 * r19 * r298
+    r298 = r45 + r298
+    r298 = x15 * r8 * r298
+    r45 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r133 = 2.0 + r133
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r133 * r9
-    r9 = r297 + r45 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r133 * r9
+    r9 = r298 + r45 + r9
     r45 = x6 * x4 * r72 * r4 * r5 * r29 * r9
-    r297 = k.recip(x0)
-    r133 = x11 * x10 * x33
+    r298 = k.recip(x0)
+    r133 = x11 * x10 * x34
     r142 = k.or_(r142, r32)
     r142 = k.where(r142, 1.0, 0.0)
     r142 = 3.0 + r142
-    r142 = 2.0 * x11 * x10 * x33 * r142
+    r142 = 2.0 * x11 * x10 * x34 * r142
     r142 = r133 + r142
-    r133 = x6 * x15 * x33 * r44 * r4 * r25 * r71 * r297 * r8 * r19 * r142
-    r308 = r57 + r45 + r133
-    r289 = k.recip(r308)
+    r133 = x6 * x15 * x34 * r44 * r4 * r25 * r71 * r298 * r8 * r19 * r142
+    r309 = r57 + r45 + r133
+    r290 = k.recip(r309)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r282 = k.recip(x6)
-    r116 = 0.3333333333333333 * x3 * x19 * r282 * r56 * r308
-    r58 = 0.6666666666666666 * x3 * x19 * x22 * r282 * r308
+    r283 = k.recip(x6)
+    r116 = 0.3333333333333333 * x3 * x19 * r283 * r56 * r309
+    r58 = 0.6666666666666666 * x3 * x19 * x23 * r283 * r309
     r9 = -1.0 * x6 * x4 * r72 * r4 * r5 * r29 * r9
-    r142 = -1.0 * x6 * x15 * x33 * r44 * r4 * r25 * r71 * r297 * r8 * r19 * r142
+    r142 = -1.0 * x6 * x15 * x34 * r44 * r4 * r25 * r71 * r298 * r8 * r19 * r142
     r58 = r10 + r116 + r58 + r9 + r142
     r58 = k.max(0.0, r58)
-    r116 = 0.5 * x22
+    r116 = 0.5 * x23
     r116 = -1.0 + r116
-    r116 = 0.6666666666666666 * x3 * x19 * r282 * r56 * r116 * r308
+    r116 = 0.6666666666666666 * x3 * x19 * r283 * r56 * r116 * r309
     r116 = k.where(r43, 0.0, r116)
-    r43 = 0.3333333333333333 * x3 * x19 * r282 * r56 * r112 * r308
+    r43 = 0.3333333333333333 * x3 * x19 * r283 * r56 * r112 * r309
     r116 = k.where(r50, r43, r116)
     r60 = k.or_(r49, r52, r60)
-    r112 = x3 * x19 * r282 * r56 * r112 * r308
+    r112 = x3 * x19 * r283 * r56 * r112 * r309
     r116 = k.where(r60, r112, r116)
     r116 = k.max(r58, r116)
-    r289 = r289 * r116
+    r290 = r290 * r116
     r29 = 28.0 * r72 * r29 * r26
     r72 = r29 + r57 + r45 + r133
-    r58 = -1.0 * x20
+    r58 = -1.0 * x21
     r58 = 1.0 + r58
-    r112 = x22 * x37
+    r112 = x23 * x38
     r112 = -1.0 + r112
-    r56 = k.recip(x25)
-    r49 = k.recip(x26)
-    r43 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19
-    r43 = x27 + r43
-    r50 = 2.0 * x3 * x2 * x35
-    r50 = x29 >= r50
-    r297 = k.recip(x28)
-    r71 = k.recip(x30)
-    r292 = x19 * x4 * x12 * x33 * r297 * r25 * r71 * r19
-    r292 = x31 + r292
-    r43 = k.where(r50, r292, r43)
+    r56 = k.recip(x26)
+    r49 = k.recip(x27)
+    r43 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19
+    r43 = x28 + r43
+    r50 = 2.0 * x3 * x2 * x36
+    r50 = x30 >= r50
+    r298 = k.recip(x29)
+    r71 = k.recip(x31)
+    r293 = x19 * x4 * x12 * x34 * r298 * r25 * r71 * r19
+    r293 = x32 + r293
+    r43 = k.where(r50, r293, r43)
     r43 = 2.0 * x6 * r4 * r5 * r8 * r112 * r43
     r43 = k.where(r68, 0.0, r43)
     r58 = r58 * r43
-    r292 = x3 * x19 * r282 * r308
-    r50 = x22 <= 1.0
+    r293 = x3 * x19 * r283 * r309
+    r50 = x23 <= 1.0
     r84 = k.and_(r84, r50)
-    r292 = k.where(r84, r308, r292)
-    r292 = -1.0 * x20 * r292
-    r308 = x3 * x2
-    r285 = -1.0 + r308
-    r278 = k.recip(r285)
-    r386 = 2.0 * x3 * x2
-    r386 = -2.0 + r386
-    r388 = x29 * r19
-    r389 = k.gcd(r308, r388)
-    r390 = k.recip(r389)
-    r391 = x3 * x2 * r390
-    r391 = -1.0 + r391
-    r391 = x27 * r391
-    r394 = -1.0 * x3 * x2 * r390
-    r394 = r308 + r394
-    r394 = x31 * r394
-    r397 = r391 + r394
-    r397 = r278 * r386 * r397
-    r278 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r390 * r386 * r20
-    r389 = -1.0 + r389
-    r401 = x4 * x22 * r297 * r83 * r4 * r25 * r71 * r390 * r389 * r386 * r20
-    r401 = k.max(r278, r401)
-    r401 = r397 + r401
-    r397 = x29 <= x35
-    r278 = x27 * r386
-    r406 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r386 * r20
-    r406 = r278 + r406
-    r401 = k.where(r397, r406, r401)
-    r406 = x3 * x2 * x35
-    r406 = x29 >= r406
-    r278 = x31 * r386
-    r412 = x4 * x22 * r297 * r83 * r4 * r25 * r71 * r386 * r20
-    r412 = r278 + r412
-    r401 = k.where(r406, r412, r401)
-    r401 = x15 * r8 * r401
-    r412 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r390 * r285 * r20
-    r389 = x4 * x22 * r297 * r83 * r4 * r25 * r71 * r390 * r285 * r389 * r20
-    r389 = k.max(r412, r389)
-    r389 = r391 + r394 + r389
-    r394 = x27 * r285
-    r391 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r285 * r20
-    r391 = r394 + r391
-    r389 = k.where(r397, r391, r389)
-    r391 = x31 * r285
-    r83 = x4 * x22 * r297 * r83 * r4 * r25 * r71 * r285 * r20
-    r83 = r391 + r83
-    r389 = k.where(r406, r83, r389)
-    r83 = 2.0 * x15 * r8 * r389
-    r401 = k.where(r22, r83, r401)
-    r83 = x15 * r8 * r389
-    r406 = x6 * x15 * r4 * r5 * r8 * r389
-    r406 = r83 + r406
-    r401 = k.where(r84, r406, r401)
+    r293 = k.where(r84, r309, r293)
+    r293 = -1.0 * x21 * r293
+    r309 = x3 * x2
+    r286 = -1.0 + r309
+    r279 = k.recip(r286)
+    r387 = 2.0 * x3 * x2
+    r387 = -2.0 + r387
+    r389 = x30 * r19
+    r390 = k.gcd(r309, r389)
+    r391 = k.recip(r390)
+    r392 = x3 * x2 * r391
+    r392 = -1.0 + r392
+    r392 = x28 * r392
+    r395 = -1.0 * x3 * x2 * r391
+    r395 = r309 + r395
+    r395 = x32 * r395
+    r398 = r392 + r395
+    r398 = r279 * r387 * r398
+    r279 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r391 * r387 * r20
+    r390 = -1.0 + r390
+    r402 = x4 * x23 * r298 * r83 * r4 * r25 * r71 * r391 * r390 * r387 * r20
+    r402 = k.max(r279, r402)
+    r402 = r398 + r402
+    r398 = x30 <= x36
+    r279 = x28 * r387
+    r407 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r387 * r20
+    r407 = r279 + r407
+    r402 = k.where(r398, r407, r402)
+    r407 = x3 * x2 * x36
+    r407 = x30 >= r407
+    r279 = x32 * r387
+    r413 = x4 * x23 * r298 * r83 * r4 * r25 * r71 * r387 * r20
+    r413 = r279 + r413
+    r402 = k.where(r407, r413, r402)
+    r402 = x15 * r8 * r402
+    r413 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r391 * r286 * r20
+    r390 = x4 * x23 * r298 * r83 * r4 * r25 * r71 * r391 * r286 * r390 * r20
+    r390 = k.max(r413, r390)
+    r390 = r392 + r395 + r390
+    r395 = x28 * r286
+    r392 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r286 * r20
+    r392 = r395 + r392
+    r390 = k.where(r398, r392, r390)
+    r392 = x32 * r286
+    r83 = x4 * x23 * r298 * r83 * r4 * r25 * r71 * r286 * r20
+    r83 = r392 + r83
+    r390 = k.where(r407, r83, r390)
+    r83 = 2.0 * x15 * r8 * r390
+    r402 = k.where(r22, r83, r402)
+    r83 = x15 * r8 * r390
+    r407 = x6 * x15 * r4 * r5 * r8 * r390
+    r407 = r83 + r407
+    r402 = k.where(r84, r407, r402)
     r50 = k.and_(r87, r50)
-    r389 = 3.0 * x6 * x15 * r4 * r5 * r8 * r389
-    r401 = k.where(r50, r389, r401)
-    r308 = r308 == 1.0
-    r401 = k.where(r308, 0.0, r401)
-    r292 = r292 + r401
-    r292 = k.max(0.0, r292)
-    r388 = k.gcd(x2, r388)
-    r389 = k.recip(r388)
-    r87 = x2 * r389
+    r390 = 3.0 * x6 * x15 * r4 * r5 * r8 * r390
+    r402 = k.where(r50, r390, r402)
+    r309 = r309 == 1.0
+    r402 = k.where(r309, 0.0, r402)
+    r293 = r293 + r402
+    r293 = k.max(0.0, r293)
+    r389 = k.gcd(x2, r389)
+    r390 = k.recip(r389)
+    r87 = x2 * r390
     r87 = -1.0 + r87
-    r87 = x27 * r87
-    r406 = -1.0 * x2 * r389
-    r406 = x2 + r406
-    r406 = x31 * r406
+    r87 = x28 * r87
+    r407 = -1.0 * x2 * r390
+    r407 = x2 + r407
+    r407 = x32 * r407
     r83 = -1.0 + x2
-    r391 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r19 * r389 * r83
-    r388 = -1.0 + r388
-    r388 = 2.0 * x14 * x19 * x10 * x4 * x33 * r297 * r25 * r71 * r19 * r389 * r83 * r388
-    r388 = k.max(r391, r388)
-    r388 = r87 + r406 + r388
-    r406 = x27 * r83
-    r87 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r19 * r83
-    r87 = r406 + r87
-    r388 = k.where(r397, r87, r388)
-    r87 = x2 * x35
-    r87 = x29 >= r87
-    r397 = x31 * r83
-    r406 = 2.0 * x14 * x19 * x10 * x4 * x33 * r297 * r25 * r71 * r19 * r83
-    r406 = r397 + r406
-    r388 = k.where(r87, r406, r388)
-    r406 = x6 * x15 * r4 * r5 * r8 * r388
-    r388 = x6 * x15 * r4 * r5 * r8 * r106 * r388
-    r388 = r406 + r388
-    r406 = x2 == 1.0
-    r388 = k.where(r406, 0.0, r388)
+    r392 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r390 * r83
+    r389 = -1.0 + r389
+    r389 = 2.0 * x14 * x19 * x10 * x4 * x34 * r298 * r25 * r71 * r19 * r390 * r83 * r389
+    r389 = k.max(r392, r389)
+    r389 = r87 + r407 + r389
+    r407 = x28 * r83
+    r87 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r83
+    r87 = r407 + r87
+    r389 = k.where(r398, r87, r389)
+    r87 = x2 * x36
+    r87 = x30 >= r87
+    r398 = x32 * r83
+    r407 = 2.0 * x14 * x19 * x10 * x4 * x34 * r298 * r25 * r71 * r19 * r83
+    r407 = r398 + r407
+    r389 = k.where(r87, r407, r389)
+    r407 = x6 * x15 * r4 * r5 * r8 * r389
+    r389 = x6 * x15 * r4 * r5 * r8 * r106 * r389
+    r389 = r407 + r389
+    r407 = x2 == 1.0
+    r389 = k.where(r407, 0.0, r389)
     r32 = k.where(r32, 2.0, 0.0)
     r32 = 4.0 + r32
-    r87 = k.gcd(x35, x29)
-    r397 = k.recip(r87)
-    r391 = x35 * r397
-    r391 = -1.0 + r391
-    r391 = x27 * r391
-    r389 = -1.0 * x35 * r397
-    r389 = x35 + r389
-    r389 = x31 * r389
-    r394 = -1.0 + x35
-    r412 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19 * r397 * r394
+    r87 = k.gcd(x36, x30)
+    r398 = k.recip(r87)
+    r392 = x36 * r398
+    r392 = -1.0 + r392
+    r392 = x28 * r392
+    r390 = -1.0 * x36 * r398
+    r390 = x36 + r390
+    r390 = x32 * r390
+    r395 = -1.0 + x36
+    r413 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r398 * r395
     r87 = -1.0 + r87
-    r87 = x19 * x4 * x12 * x33 * r297 * r25 * r71 * r19 * r397 * r394 * r87
-    r87 = k.max(r412, r87)
-    r87 = r391 + r389 + r87
-    r389 = x29 <= 1.0
-    r391 = x27 * r394
-    r49 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19 * r394
-    r49 = r391 + r49
-    r87 = k.where(r389, r49, r87)
-    r49 = x29 >= x35
-    r389 = x31 * r394
-    r71 = x19 * x4 * x12 * x33 * r297 * r25 * r71 * r19 * r394
-    r71 = r389 + r71
+    r87 = x19 * x4 * x12 * x34 * r298 * r25 * r71 * r19 * r398 * r395 * r87
+    r87 = k.max(r413, r87)
+    r87 = r392 + r390 + r87
+    r390 = x30 <= 1.0
+    r392 = x28 * r395
+    r49 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r395
+    r49 = r392 + r49
+    r87 = k.where(r390, r49, r87)
+    r49 = x30 >= x36
+    r390 = x32 * r395
+    r71 = x19 * x4 * x12 * x34 * r298 * r25 * r71 * r19 * r395
+    r71 = r390 + r71
     r87 = k.where(r49, r71, r87)
     r87 = 2.0 * x6 * x15 * r4 * r5 * r8 * r32 * r87
-    r71 = x35 == 1.0
+    r71 = x36 == 1.0
     r87 = k.where(r71, 0.0, r87)
     r142 = r10 + r9 + r142
     r142 = k.max(0.0, r142)
     r142 = k.where(r21, r142, 0.0)
-    r21 = r58 + r29 + r57 + r45 + r133 + r292 + r116 + r388 + r87 + r142
+    r21 = r58 + r29 + r57 + r45 + r133 + r293 + r116 + r389 + r87 + r142
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r44 * r4 * r25 * r8 * r19 * r9 * r16
-    r114 = x6 * x33 * r44 * r4 * r25 * r8 * r19 * r9 * r114
-    r9 = x19 * x4 * x12 * x33 * r25
-    r44 = x19 * x4 * x12 * x33 * r56 * r25
-    r386 = x4 * r4 * r25 * r386 * r20
-    r49 = 2.0 * x4 * r4 * r25 * r285 * r20
-    r386 = k.where(r22, r49, r386)
-    r49 = x4 * r4 * r25 * r285 * r20
+    r10 = 6.0 * x6 * x34 * r44 * r4 * r25 * r8 * r19 * r9 * r16
+    r114 = x6 * x34 * r44 * r4 * r25 * r8 * r19 * r9 * r114
+    r9 = x19 * x4 * x12 * x34 * r25
+    r44 = x19 * x4 * x12 * x34 * r56 * r25
+    r387 = x4 * r4 * r25 * r387 * r20
+    r49 = 2.0 * x4 * r4 * r25 * r286 * r20
+    r387 = k.where(r22, r49, r387)
+    r49 = x4 * r4 * r25 * r286 * r20
     r22 = k.pow(x3, -2.0)
-    r389 = x6 * x4 * r22 * r5 * r25 * r285 * r20
-    r389 = r49 + r389
-    r386 = k.where(r84, r389, r386)
-    r285 = 3.0 * x6 * x4 * r22 * r5 * r25 * r285 * r20
-    r386 = k.where(r50, r285, r386)
-    r386 = k.where(r308, 0.0, r386)
-    r308 = r56 * r386
-    r56 = x28 * r56
-    r285 = k.recip(x33)
-    r50 = x34 * r282 * r285
+    r390 = x6 * x4 * r22 * r5 * r25 * r286 * r20
+    r390 = r49 + r390
+    r387 = k.where(r84, r390, r387)
+    r286 = 3.0 * x6 * x4 * r22 * r5 * r25 * r286 * r20
+    r387 = k.where(r50, r286, r387)
+    r387 = k.where(r309, 0.0, r387)
+    r309 = r56 * r387
+    r56 = x29 * r56
+    r286 = k.recip(x34)
+    r50 = x35 * r283 * r286
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r389 = 8e-12 * x12
+    r390 = 8e-12 * x12
     r84 = 8e-12 * x15 * r12
-    r49 = 8e-12 * x36 * x12
-    r297 = 2.4e-11 * x15 * x12 * x5
-    r391 = r389 + r84 + r49 + r297
-    r412 = 4e-12 * x12
-    r397 = 4e-12 * x15 * r12
-    r390 = 4e-12 * x36 * x12
-    r278 = 1.2e-11 * x15 * x12 * x5
-    r278 = r412 + r397 + r390 + r278
-    r278 = r22 > r278
-    r390 = -8e-12 * x12
+    r49 = 8e-12 * x37 * x12
+    r298 = 2.4e-11 * x15 * x12 * x5
+    r392 = r390 + r84 + r49 + r298
+    r413 = 4e-12 * x12
+    r398 = 4e-12 * x15 * r12
+    r391 = 4e-12 * x37 * x12
+    r279 = 1.2e-11 * x15 * x12 * x5
+    r279 = r413 + r398 + r391 + r279
+    r279 = r22 > r279
+    r391 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r397 = -8e-12 * x36 * x12
-    r412 = -2.4e-11 * x15 * x12 * x5
-    r540 = k.sqrt(2.0)
-    r541 = k.sqrt(x3)
-    r541 = k.recip(r541)
-    r543 = k.sqrt(x2)
-    r543 = k.recip(r543)
-    r545 = k.sqrt(x13)
-    r545 = k.recip(r545)
-    r547 = k.sqrt(x22)
-    r547 = k.recip(r547)
-    r549 = k.sqrt(x35)
-    r549 = k.recip(r549)
-    r551 = k.sqrt(r391)
-    r552 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r391
-    r553 = k.sqrt(x3)
-    r554 = k.sqrt(x2)
-    r555 = k.sqrt(x13)
-    r556 = k.sqrt(x22)
-    r557 = k.sqrt(x35)
-    r557 = 0.16666666666666666 * r540 * r553 * r554 * r555 * r556 * r557 * r551
-    r557 = 1.0 + r552 + r557
-    r557 = r540 * r541 * r543 * r545 * r547 * r549 * r551 * r557
-    r557 = r390 + r12 + r397 + r412 + r557
-    r412 = k.where(r278, r557, r22)
-    r297 = r389 + r84 + r49 + r297 + r412
-    r297 = x3 * x2 * x13 * x22 * x35 * r297
-    r297 = k.exp(r297)
-    r297 = -1.0 + r297
-    r49 = k.recip(r297)
-    r84 = x24 + x1
-    r389 = -1.0 * x3 * x2 * x13 * x22 * x35 * r84
-    r389 = k.exp(r389)
-    r389 = x3 * x2 * x13 * x22 * x35 * r49 * r412 * r389
-    r49 = x3 * x2 * x13 * x22 * x35
-    r557 = k.recip(r557)
-    r49 = k.where(r278, r557, r49)
-    r84 = x3 * x2 * x13 * x22 * x35 * r84
+    r398 = -8e-12 * x37 * x12
+    r413 = -2.4e-11 * x15 * x12 * x5
+    r541 = k.sqrt(2.0)
+    r542 = k.sqrt(x3)
+    r542 = k.recip(r542)
+    r544 = k.sqrt(x2)
+    r544 = k.recip(r544)
+    r546 = k.sqrt(x13)
+    r546 = k.recip(r546)
+    r548 = k.sqrt(x23)
+    r548 = k.recip(r548)
+    r550 = k.sqrt(x36)
+    r550 = k.recip(r550)
+    r552 = k.sqrt(r392)
+    r553 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r392
+    r554 = k.sqrt(x3)
+    r555 = k.sqrt(x2)
+    r556 = k.sqrt(x13)
+    r557 = k.sqrt(x23)
+    r558 = k.sqrt(x36)
+    r558 = 0.16666666666666666 * r541 * r554 * r555 * r556 * r557 * r558 * r552
+    r558 = 1.0 + r553 + r558
+    r558 = r541 * r542 * r544 * r546 * r548 * r550 * r552 * r558
+    r558 = r391 + r12 + r398 + r413 + r558
+    r413 = k.where(r279, r558, r22)
+    r298 = r390 + r84 + r49 + r298 + r413
+    r298 = x3 * x2 * x13 * x23 * x36 * r298
+    r298 = k.exp(r298)
+    r298 = -1.0 + r298
+    r49 = k.recip(r298)
+    r84 = x25 + x1
+    r390 = -1.0 * x3 * x2 * x13 * x23 * x36 * r84
+    r390 = k.exp(r390)
+    r390 = x3 * x2 * x13 * x23 * x36 * r49 * r413 * r390
+    r49 = x3 * x2 * x13 * x23 * x36
+    r558 = k.recip(r558)
+    r49 = k.where(r279, r558, r49)
+    r84 = x3 * x2 * x13 * x23 * x36 * r84
     r84 = k.exp(r84)
-    r5 = x34 * r282 * r4 * r25 * r5 * r8 * r285 * r19 * r297 * r21 * r49 * r84
-    r84 = x34 * r282 * r285 * r297 * r21 * r49 * r84
-    r32 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r394 * r32
+    r5 = x35 * r283 * r4 * r25 * r5 * r8 * r286 * r19 * r298 * r21 * r49 * r84
+    r84 = x35 * r283 * r286 * r298 * r21 * r49 * r84
+    r32 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r395 * r32
     r32 = k.where(r71, 0.0, r32)
-    r71 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r83
-    r83 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r106 * r83
+    r71 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r83
+    r83 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r106 * r83
     r83 = r71 + r83
-    r83 = k.where(r406, 0.0, r83)
-    r112 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r112
+    r83 = k.where(r407, 0.0, r83)
+    r112 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r112
     r112 = k.where(r68, 0.0, r112)
-    r113 = r113 < x22
-    r68 = x32 != 2.0
+    r113 = r113 < x23
+    r68 = x33 != 2.0
     r52 = k.and_(r52, r68)
     r52 = k.not_(r52)
     r52 = k.or_(r113, r52)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r51 = k.and_(r19, r68, r51)
     r51 = k.not_(r51)
     r51 = k.or_(r113, r51)
     r51 = k.and_(r52, r51)
-    r52 = x22 >= 2.0
-    r113 = x32 != 3.0
-    r68 = x32 != 4.0
+    r52 = x23 >= 2.0
+    r113 = x33 != 3.0
+    r68 = x33 != 4.0
     r60 = k.not_(r60)
     r60 = k.and_(r113, r68, r60)
     r60 = k.not_(r60)
     r60 = k.or_(r52, r60)
-    r52 = x21 * x3 * x2 * x22 * x35 * r21
-    r68 = r102 <= r52
+    r52 = x22 * x3 * x2 * x23 * x36 * r21
+    r68 = r70 <= r52
     r52 = r86 <= r52
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r69, r65, r31, r101, r90, r111, 0.0, r93, r96, r33, r30, r48, r97, r15, r70, r102, r102, r86, r85, r130, r289, r72, r116, r21, r10, r114, r9, r44, r308, r56, 0.0, r50, r22, r391, r412, r389, r5, r84, r57, r133, r45, r29, r32, r87, r87, r83, r388, r388, r386, r401, r292, r112, r43, r58, 0.0, 0.0, r142, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, r51, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r68, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r69, r65, r31, r101, r90, r111, 0.0, r93, r96, r33, r30, r48, r97, r15, r102, r70, r70, r86, r85, r130, r290, r72, r116, r21, r10, r114, r9, r44, r309, r56, 0.0, r50, r22, r392, r413, r390, r5, r84, r57, r133, r45, r29, r32, r87, r87, r83, r389, r389, r387, r402, r293, r112, r43, r58, 0.0, 0.0, r142, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r68, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1205,9 +1206,9 @@ def search(x, k):
     return (r83, r22, r4)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 33), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 33), (17, 63), (17, 64), (17, 65), (17, 66), (22, 33), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 33), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 0), (51, 9), (51, 55), (51, 56), (51, 57), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 55), (52, 56), (52, 57), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 43, 44, 45, 46), (30, 31, 32, 34, 36, 37, 38, 39, 43, 44, 45, 46), (29, 43, 44, 45, 46), (29, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 9), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,67 +50,67 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x34 * r31 * r25 * r39
-    r38 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r39 = x20 * x35 * r31 * r25 * r39
+    r38 = 2.0 * x20 * x12 * x35 * r31 * r25
     r37 = x20 > 1.0
-    r36 = 2.0 * x11 * x20 * x10 * x34 * r31 * r25
+    r36 = 2.0 * x11 * x20 * x10 * x35 * r31 * r25
     r36 = k.where(r37, r36, 0.0)
     r36 = r39 + r38 + r36
-    r39 = x24 == 2.0
+    r39 = x25 == 2.0
     r38 = k.where(r39, r38, r36)
-    r37 = 1.0 + x23
+    r37 = 1.0 + x24
     r37 = k.min(r37, r6)
     r35 = k.ceiling(r34)
     r37 = r37 * r35
-    r53 = x33 == 4.0
-    r54 = 2.0 * x23
+    r53 = x34 == 4.0
+    r54 = 2.0 * x24
     r55 = -1.0 + r54
     r55 = k.min(r55, r6)
     r55 = r55 * r35
     r58 = k.where(r53, r55, r37)
-    r59 = x33 == 0.0
-    r60 = x33 == 3.0
+    r59 = x34 == 0.0
+    r60 = x34 == 3.0
     r61 = k.or_(r59, r60)
-    r62 = k.min(x23, r6)
+    r62 = k.min(x24, r6)
     r62 = r62 * r35
     r58 = k.where(r61, r62, r58)
-    r62 = x33 == 1.0
-    r66 = k.recip(x38)
-    r67 = x6 * x38 * r4 * r5
-    r68 = -1.0 + x38
-    r68 = x23 * r68
+    r62 = x34 == 1.0
+    r66 = k.recip(x39)
+    r67 = x6 * x39 * r4 * r5
+    r68 = -1.0 + x39
+    r68 = x24 * r68
     r70 = -1.0 + r54 + r68
     r70 = k.min(r67, r70)
     r70 = r66 * r70 * r35
     r58 = k.where(r62, r70, r58)
-    r70 = x33 == 2.0
+    r70 = x34 == 2.0
     r75 = x6 * r4 * r5 * r35
     r58 = k.where(r70, r75, r58)
     r58 = r38 * r58
     r78 = r9 * r35
     r79 = r13 * r35
-    r80 = x23 == 1.0
+    r80 = x24 == 1.0
     r81 = k.where(r80, 1.0, 0.0)
     r82 = 2.0 * x12 * r81
     r82 = r12 + r16 + r78 + r79 + r82
     r82 = r25 * r82
     r16 = r12 + r16
     r81 = r16 * r81
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r81 + r78 + r79 + r12
     r12 = r25 * r12
     r81 = r12 + r82
     r82 = k.where(r27, r81, r82)
     r8 = 2.0 * r82
-    r95 = x39 <= 2.0
+    r95 = x40 <= 2.0
     r96 = 4.0 * r82
     r96 = k.where(r95, r96, r8)
-    r98 = x39 >= 2.0
+    r98 = x40 >= 2.0
     r99 = r4 * r31 * r96
     r96 = k.where(r98, r99, r96)
-    r99 = x39 >= 3.0
+    r99 = x40 >= 3.0
     r102 = 2.0 * r4 * r31 * r82
     r8 = k.where(r99, r102, r8)
     r102 = 12.0 * r82
@@ -118,8 +118,8 @@ def quantities(x, k):
     r102 = k.where(r28, r105, r102)
     r105 = k.where(r39, r36, 0.0)
     r108 = k.or_(r27, r80)
-    r109 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r110 = x37 * x20 * x16 * x34 * r31 * r25
+    r109 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r110 = x38 * x20 * x16 * x35 * r31 * r25
     r109 = r109 + r110
     r109 = k.max(r109, r105)
     r108 = k.where(r108, r109, r105)
@@ -128,16 +128,16 @@ def quantities(x, k):
     r114 = k.where(r27, r115, r114)
     r115 = 3.0 * x4 * r114 * r82
     r115 = k.where(r99, r115, 0.0)
-    r119 = x23 > 1.0
+    r119 = x24 > 1.0
     r119 = k.and_(r99, r119)
     r82 = 2.0 * x4 * r82
     r115 = k.where(r119, r82, r115)
     r82 = r58 + r96 + r8 + r102 + r108 + r115
     r124 = k.where(r53, r55, r37)
-    r125 = -1.0 + x23
+    r125 = -1.0 + x24
     r126 = k.min(1.0, r125)
     r127 = -1.0 * r126
-    r127 = x23 + r127
+    r127 = x24 + r127
     r129 = k.min(r6, r127)
     r129 = r129 * r35
     r124 = k.where(r61, r129, r124)
@@ -152,25 +152,25 @@ def quantities(x, k):
     r54 = k.where(r54, 1.0, 0.0)
     r54 = r16 * r54
     r129 = 1.0 + r126
-    r129 = x23 == r129
+    r129 = x24 == r129
     r144 = k.where(r129, 1.0, 0.0)
     r144 = 2.0 * x12 * r144
     r146 = r126 != 0.0
     r146 = k.and_(r146, r129)
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x37 * x12 * r146
+    r146 = x38 * x12 * r146
     r146 = r54 + r78 + r79 + r144 + r146
     r146 = r25 * r146
     r144 = r127 == 1.0
     r144 = k.where(r144, 1.0, 0.0)
     r144 = r16 * r144
-    r16 = x23 == r127
+    r16 = x24 == r127
     r54 = k.where(r16, 1.0, 0.0)
     r54 = 2.0 * x12 * r54
     r127 = r127 != 1.0
     r127 = k.and_(r16, r127)
     r127 = k.where(r127, 1.0, 0.0)
-    r127 = x37 * x12 * r127
+    r127 = x38 * x12 * r127
     r127 = r144 + r78 + r79 + r54 + r127
     r127 = r25 * r127
     r127 = r127 + r146
@@ -252,403 +252,404 @@ def quantities(x, k):
     r124 = k.where(r124, 0.0, 0.0)
     r37 = r82 == r37
     r124 = k.where(r37, 0.0, r124)
-    r37 = x37 * x20 * x4 * x34 * r31 * r25
-    r58 = x37 * x20 * x4 * x34 * r31
+    r37 = x38 * x20 * x4 * x35 * r31 * r25
+    r58 = x38 * x20 * x4 * x35 * r31
     r115 = k.max(r82, r146, r12)
     r102 = r146 == r115
     r12 = k.where(r102, r146, r12)
     r115 = r82 == r115
     r12 = k.where(r115, r82, r12)
-    r82 = -1.0 * r12
-    r82 = x8 + r82
-    r115 = 6.0 * x6 * x34 * r15
+    r82 = -1.0 * x21
+    r115 = -1.0 * r12
+    r115 = x8 + r82 + r115
+    r82 = 6.0 * x6 * x35 * r15
     r146 = 12.0 * x12
     r102 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r96 = 6.0 * x37 * x12
+    r96 = 6.0 * x38 * x12
     r79 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r146 + r102 + r16 + r96 + r79 + r8
-    r79 = x6 * x34 * r8
+    r79 = x6 * x35 * r8
     r96 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r102 = 0.16666666666666666 * x34 * r16
+    r102 = 0.16666666666666666 * x35 * r16
     r54 = k.recip(x15)
-    r16 = 0.0625 * x37 * r54 * r16
+    r16 = 0.0625 * x38 * r54 * r16
     r16 = 1.0 + r102 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r96 * r16
-    r96 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r96 * r16
+    r96 = k.pow(x35, 2.0)
     r102 = 2.0 * x6 * x15 * x11 * x10 * r96
-    r119 = x24 == 1.0
+    r119 = x25 == 1.0
     r96 = 4.0 * x6 * x15 * x11 * x10 * r96
     r96 = k.where(r119, r96, 0.0)
-    r127 = 0.3333333333333333 * x6 * x34 * r8
+    r127 = 0.3333333333333333 * x6 * x35 * r8
     r96 = k.where(r39, r127, r96)
     r96 = r79 + r102 + r96
     r102 = k.where(r39, 1.0, 0.0)
     r102 = 1.0 + r102
     r127 = k.recip(x9)
     r35 = k.recip(x19)
-    r67 = x37 * x12 * r25
-    r68 = x20 * x12 * x34 * r31
-    r55 = x37 * x20 * x34 * r31 * r25
+    r67 = x38 * x12 * r25
+    r68 = x20 * x12 * x35 * r31
+    r55 = x38 * x20 * x35 * r31 * r25
     r55 = r67 + r68 + r55
     r67 = 2.0 * r127 * r35 * r55
-    r129 = k.recip(x22)
+    r129 = k.recip(x23)
     r78 = k.recip(x17)
-    r144 = 2.0 * x37 * x20 * x12 * x34 * r129 * r31 * r78 * r25
+    r144 = 2.0 * x38 * x20 * x12 * x35 * r129 * r31 * r78 * r25
     r144 = r67 + r144
     r144 = r102 * r144
     r55 = 4.0 * r127 * r35 * r55
-    r67 = 4.0 * x37 * x20 * x12 * x34 * r129 * r31 * r78 * r25
+    r67 = 4.0 * x38 * x20 * x12 * x35 * r129 * r31 * r78 * r25
     r67 = r144 + r55 + r67
     r67 = r11 * r67
     r55 = x11 * x10 * x12 * r25
-    r144 = x11 * x20 * x10 * x34 * r31 * r25
+    r144 = x11 * x20 * x10 * x35 * r31 * r25
     r144 = r55 + r68 + r144
     r55 = 2.0 * r127 * r35 * r144
-    r298 = 2.0 * x11 * x20 * x10 * x12 * x34 * r129 * r31 * r78 * r25
-    r298 = r55 + r298
-    r298 = r102 * r298
+    r299 = 2.0 * x11 * x20 * x10 * x12 * x35 * r129 * r31 * r78 * r25
+    r299 = r55 + r299
+    r299 = r102 * r299
     r55 = x10 * x12 * r25 * r14
-    r302 = x20 * x10 * x34 * r31 * r25 * r14
-    r302 = r68 + r55 + r302
-    r55 = 2.0 * r127 * r35 * r302
-    r305 = 2.0 * x20 * x10 * x12 * x34 * r129 * r31 * r78 * r25 * r14
-    r305 = r55 + r305
-    r305 = r102 * r305
+    r303 = x20 * x10 * x35 * r31 * r25 * r14
+    r303 = r68 + r55 + r303
+    r55 = 2.0 * r127 * r35 * r303
+    r306 = 2.0 * x20 * x10 * x12 * x35 * r129 * r31 * r78 * r25 * r14
+    r306 = r55 + r306
+    r306 = r102 * r306
     r55 = x12 * x5 * r25
-    r309 = x20 * x5 * x34 * r31 * r25
-    r309 = r55 + r68 + r309
-    r68 = 2.0 * r127 * r35 * r309
-    r55 = 2.0 * x20 * x12 * x5 * x34 * r129 * r31 * r78 * r25
+    r310 = x20 * x5 * x35 * r31 * r25
+    r310 = r55 + r68 + r310
+    r68 = 2.0 * r127 * r35 * r310
+    r55 = 2.0 * x20 * x12 * x5 * x35 * r129 * r31 * r78 * r25
     r55 = r68 + r55
     r55 = 2.0 * r102 * r55
     r144 = 4.0 * r127 * r35 * r144
-    r302 = 4.0 * r127 * r35 * r302
-    r309 = 8.0 * r127 * r35 * r309
-    r68 = 8.0 * x20 * x12 * x5 * x34 * r129 * r31 * r78 * r25
-    r319 = 4.0 * x11 * x20 * x10 * x12 * x34 * r129 * r31 * r78 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r129 * r31 * r78 * r25 * r14
-    r14 = r298 + r305 + r55 + r144 + r302 + r309 + r68 + r319 + r14
+    r303 = 4.0 * r127 * r35 * r303
+    r310 = 8.0 * r127 * r35 * r310
+    r68 = 8.0 * x20 * x12 * x5 * x35 * r129 * r31 * r78 * r25
+    r320 = 4.0 * x11 * x20 * x10 * x12 * x35 * r129 * r31 * r78 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r129 * r31 * r78 * r25 * r14
+    r14 = r299 + r306 + r55 + r144 + r303 + r310 + r68 + r320 + r14
     r14 = x15 * r11 * r14
     r14 = r67 + r14
     r67 = x6 * r4 * r5 * r14
-    r319 = 3.0 * x5
+    r320 = 3.0 * x5
     r68 = 2.0 * x5 * r102
-    r68 = r319 + r68
-    r68 = x20 * x34 * r31 * r25 * r68
-    r319 = 10.0 * x12 * r102
-    r319 = r146 + r319
-    r319 = x20 * x34 * r31 * r25 * r319
-    r319 = r68 + r319
-    r319 = x15 * r11 * r319
-    r68 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r68 = r319 + r68
-    r319 = x6 * x4 * r127 * r4 * r5 * r35 * r68
+    r68 = r320 + r68
+    r68 = x20 * x35 * r31 * r25 * r68
+    r320 = 10.0 * x12 * r102
+    r320 = r146 + r320
+    r320 = x20 * x35 * r31 * r25 * r320
+    r320 = r68 + r320
+    r320 = x15 * r11 * r320
+    r68 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r68 = r320 + r68
+    r320 = x6 * x4 * r127 * r4 * r5 * r35 * r68
     r146 = k.recip(x0)
-    r309 = x11 * x10 * x34
+    r310 = x11 * x10 * x35
     r119 = k.or_(r119, r39)
     r119 = k.where(r119, 1.0, 0.0)
     r119 = 3.0 + r119
-    r119 = 2.0 * x11 * x10 * x34 * r119
-    r119 = r309 + r119
-    r309 = x6 * x15 * x34 * r129 * r4 * r31 * r78 * r146 * r11 * r25 * r119
-    r302 = r67 + r319 + r309
-    r144 = k.recip(r302)
+    r119 = 2.0 * x11 * x10 * x35 * r119
+    r119 = r310 + r119
+    r310 = x6 * x15 * x35 * r129 * r4 * r31 * r78 * r146 * r11 * r25 * r119
+    r303 = r67 + r320 + r310
+    r144 = k.recip(r303)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r55 = k.recip(x6)
-    r305 = 0.3333333333333333 * x3 * x20 * r55 * r66 * r302
-    r298 = 0.6666666666666666 * x3 * x20 * x23 * r55 * r302
+    r306 = 0.3333333333333333 * x3 * x20 * r55 * r66 * r303
+    r299 = 0.6666666666666666 * x3 * x20 * x24 * r55 * r303
     r68 = -1.0 * x6 * x4 * r127 * r4 * r5 * r35 * r68
-    r119 = -1.0 * x6 * x15 * x34 * r129 * r4 * r31 * r78 * r146 * r11 * r25 * r119
-    r298 = r14 + r305 + r298 + r68 + r119
-    r298 = k.max(0.0, r298)
-    r305 = 0.5 * x23
-    r305 = -1.0 + r305
-    r305 = 0.6666666666666666 * x3 * x20 * r55 * r66 * r305 * r302
-    r305 = k.where(r53, 0.0, r305)
-    r53 = 0.3333333333333333 * x3 * x20 * r55 * r66 * r125 * r302
-    r305 = k.where(r60, r53, r305)
+    r119 = -1.0 * x6 * x15 * x35 * r129 * r4 * r31 * r78 * r146 * r11 * r25 * r119
+    r299 = r14 + r306 + r299 + r68 + r119
+    r299 = k.max(0.0, r299)
+    r306 = 0.5 * x24
+    r306 = -1.0 + r306
+    r306 = 0.6666666666666666 * x3 * x20 * r55 * r66 * r306 * r303
+    r306 = k.where(r53, 0.0, r306)
+    r53 = 0.3333333333333333 * x3 * x20 * r55 * r66 * r125 * r303
+    r306 = k.where(r60, r53, r306)
     r70 = k.or_(r59, r62, r70)
-    r125 = x3 * x20 * r55 * r66 * r125 * r302
-    r305 = k.where(r70, r125, r305)
-    r305 = k.max(r298, r305)
-    r144 = r144 * r305
-    r298 = k.where(r95, 4.0, 2.0)
-    r298 = 26.0 + r298
-    r298 = r127 * r35 * r298 * r32
-    r35 = r67 + r298 + r319 + r309
-    r127 = -1.0 * x21
+    r125 = x3 * x20 * r55 * r66 * r125 * r303
+    r306 = k.where(r70, r125, r306)
+    r306 = k.max(r299, r306)
+    r144 = r144 * r306
+    r299 = k.where(r95, 4.0, 2.0)
+    r299 = 26.0 + r299
+    r299 = r127 * r35 * r299 * r32
+    r35 = r67 + r299 + r320 + r310
+    r127 = -1.0 * x22
     r127 = 1.0 + r127
-    r125 = x23 * x38
+    r125 = x24 * x39
     r125 = -1.0 + r125
-    r66 = k.recip(x26)
-    r59 = k.recip(x27)
-    r53 = x20 * x4 * x12 * x34 * r66 * r31 * r59 * r25
-    r53 = x28 + r53
-    r60 = 2.0 * x3 * x2 * x36
-    r60 = x30 >= r60
-    r146 = k.recip(x29)
-    r78 = k.recip(x31)
-    r382 = x20 * x4 * x12 * x34 * r146 * r31 * r78 * r25
-    r382 = x32 + r382
-    r53 = k.where(r60, r382, r53)
+    r66 = k.recip(x27)
+    r59 = k.recip(x28)
+    r53 = x20 * x4 * x12 * x35 * r66 * r31 * r59 * r25
+    r53 = x29 + r53
+    r60 = 2.0 * x3 * x2 * x37
+    r60 = x31 >= r60
+    r146 = k.recip(x30)
+    r78 = k.recip(x32)
+    r383 = x20 * x4 * x12 * x35 * r146 * r31 * r78 * r25
+    r383 = x33 + r383
+    r53 = k.where(r60, r383, r53)
     r53 = 2.0 * x6 * r4 * r5 * r11 * r125 * r53
     r53 = k.where(r80, 0.0, r53)
     r127 = r127 * r53
-    r382 = x3 * x20 * r55 * r302
-    r60 = x23 <= 1.0
+    r383 = x3 * x20 * r55 * r303
+    r60 = x24 <= 1.0
     r98 = k.and_(r98, r60)
-    r382 = k.where(r98, r302, r382)
-    r382 = -1.0 * x21 * r382
-    r302 = x3 * x2
-    r394 = -1.0 + r302
-    r395 = k.recip(r394)
-    r396 = 2.0 * x3 * x2
-    r396 = -2.0 + r396
-    r398 = x30 * r25
-    r399 = k.gcd(r302, r398)
-    r400 = k.recip(r399)
-    r401 = x3 * x2 * r400
-    r401 = -1.0 + r401
-    r401 = x28 * r401
-    r404 = -1.0 * x3 * x2 * r400
-    r404 = r302 + r404
-    r404 = x32 * r404
-    r407 = r401 + r404
-    r407 = r395 * r396 * r407
-    r395 = x4 * r26
-    r410 = 4.0 * r26
-    r395 = k.where(r95, r410, r395)
-    r410 = x23 * r66 * r54 * r4 * r31 * r59 * r400 * r396 * r395
-    r399 = -1.0 + r399
-    r95 = x23 * r146 * r54 * r4 * r31 * r78 * r400 * r399 * r396 * r395
-    r95 = k.max(r410, r95)
-    r95 = r407 + r95
-    r407 = x30 <= x36
-    r410 = x28 * r396
-    r419 = x23 * r66 * r54 * r4 * r31 * r59 * r396 * r395
-    r419 = r410 + r419
-    r95 = k.where(r407, r419, r95)
-    r419 = x3 * x2 * x36
-    r419 = x30 >= r419
-    r410 = x32 * r396
-    r425 = x23 * r146 * r54 * r4 * r31 * r78 * r396 * r395
-    r425 = r410 + r425
-    r95 = k.where(r419, r425, r95)
+    r383 = k.where(r98, r303, r383)
+    r383 = -1.0 * x22 * r383
+    r303 = x3 * x2
+    r395 = -1.0 + r303
+    r396 = k.recip(r395)
+    r397 = 2.0 * x3 * x2
+    r397 = -2.0 + r397
+    r399 = x31 * r25
+    r400 = k.gcd(r303, r399)
+    r401 = k.recip(r400)
+    r402 = x3 * x2 * r401
+    r402 = -1.0 + r402
+    r402 = x29 * r402
+    r405 = -1.0 * x3 * x2 * r401
+    r405 = r303 + r405
+    r405 = x33 * r405
+    r408 = r402 + r405
+    r408 = r396 * r397 * r408
+    r396 = x4 * r26
+    r411 = 4.0 * r26
+    r396 = k.where(r95, r411, r396)
+    r411 = x24 * r66 * r54 * r4 * r31 * r59 * r401 * r397 * r396
+    r400 = -1.0 + r400
+    r95 = x24 * r146 * r54 * r4 * r31 * r78 * r401 * r400 * r397 * r396
+    r95 = k.max(r411, r95)
+    r95 = r408 + r95
+    r408 = x31 <= x37
+    r411 = x29 * r397
+    r420 = x24 * r66 * r54 * r4 * r31 * r59 * r397 * r396
+    r420 = r411 + r420
+    r95 = k.where(r408, r420, r95)
+    r420 = x3 * x2 * x37
+    r420 = x31 >= r420
+    r411 = x33 * r397
+    r426 = x24 * r146 * r54 * r4 * r31 * r78 * r397 * r396
+    r426 = r411 + r426
+    r95 = k.where(r420, r426, r95)
     r95 = x15 * r11 * r95
-    r425 = x23 * r66 * r54 * r4 * r31 * r59 * r400 * r394 * r395
-    r410 = x23 * r146 * r54 * r4 * r31 * r78 * r400 * r394 * r399 * r395
-    r410 = k.max(r425, r410)
-    r410 = r401 + r404 + r410
-    r425 = x28 * r394
-    r434 = x23 * r66 * r54 * r4 * r31 * r59 * r394 * r395
-    r434 = r425 + r434
-    r410 = k.where(r407, r434, r410)
-    r434 = x32 * r394
-    r438 = x23 * r146 * r54 * r4 * r31 * r78 * r394 * r395
-    r438 = r434 + r438
-    r410 = k.where(r419, r438, r410)
-    r438 = x15 * r11 * r410
-    r442 = x4 * x23 * r66 * r54 * r4 * r31 * r59 * r400 * r394 * r26
-    r399 = x4 * x23 * r146 * r54 * r4 * r31 * r78 * r400 * r394 * r399 * r26
-    r399 = k.max(r442, r399)
-    r399 = r401 + r404 + r399
-    r404 = x4 * x23 * r66 * r54 * r4 * r31 * r59 * r394 * r26
-    r404 = r425 + r404
-    r399 = k.where(r407, r404, r399)
-    r54 = x4 * x23 * r146 * r54 * r4 * r31 * r78 * r394 * r26
-    r54 = r434 + r54
-    r399 = k.where(r419, r54, r399)
-    r54 = x15 * r11 * r399
-    r419 = r438 + r54
-    r95 = k.where(r28, r419, r95)
-    r410 = x6 * x15 * r4 * r5 * r11 * r410
-    r410 = r54 + r410
-    r95 = k.where(r98, r410, r95)
+    r426 = x24 * r66 * r54 * r4 * r31 * r59 * r401 * r395 * r396
+    r411 = x24 * r146 * r54 * r4 * r31 * r78 * r401 * r395 * r400 * r396
+    r411 = k.max(r426, r411)
+    r411 = r402 + r405 + r411
+    r426 = x29 * r395
+    r435 = x24 * r66 * r54 * r4 * r31 * r59 * r395 * r396
+    r435 = r426 + r435
+    r411 = k.where(r408, r435, r411)
+    r435 = x33 * r395
+    r439 = x24 * r146 * r54 * r4 * r31 * r78 * r395 * r396
+    r439 = r435 + r439
+    r411 = k.where(r420, r439, r411)
+    r439 = x15 * r11 * r411
+    r443 = x4 * x24 * r66 * r54 * r4 * r31 * r59 * r401 * r395 * r26
+    r400 = x4 * x24 * r146 * r54 * r4 * r31 * r78 * r401 * r395 * r400 * r26
+    r400 = k.max(r443, r400)
+    r400 = r402 + r405 + r400
+    r405 = x4 * x24 * r66 * r54 * r4 * r31 * r59 * r395 * r26
+    r405 = r426 + r405
+    r400 = k.where(r408, r405, r400)
+    r54 = x4 * x24 * r146 * r54 * r4 * r31 * r78 * r395 * r26
+    r54 = r435 + r54
+    r400 = k.where(r420, r54, r400)
+    r54 = x15 * r11 * r400
+    r420 = r439 + r54
+    r95 = k.where(r28, r420, r95)
+    r411 = x6 * x15 * r4 * r5 * r11 * r411
+    r411 = r54 + r411
+    r95 = k.where(r98, r411, r95)
     r60 = k.and_(r99, r60)
-    r399 = 2.0 * x15 * r11 * r399
-    r399 = r438 + r399
-    r399 = x6 * r4 * r5 * r399
-    r95 = k.where(r60, r399, r95)
-    r302 = r302 == 1.0
-    r95 = k.where(r302, 0.0, r95)
-    r382 = r382 + r95
-    r382 = k.max(0.0, r382)
-    r398 = k.gcd(x2, r398)
-    r399 = k.recip(r398)
-    r438 = x2 * r399
-    r438 = -1.0 + r438
-    r438 = x28 * r438
-    r99 = -1.0 * x2 * r399
+    r400 = 2.0 * x15 * r11 * r400
+    r400 = r439 + r400
+    r400 = x6 * r4 * r5 * r400
+    r95 = k.where(r60, r400, r95)
+    r303 = r303 == 1.0
+    r95 = k.where(r303, 0.0, r95)
+    r383 = r383 + r95
+    r383 = k.max(0.0, r383)
+    r399 = k.gcd(x2, r399)
+    r400 = k.recip(r399)
+    r439 = x2 * r400
+    r439 = -1.0 + r439
+    r439 = x29 * r439
+    r99 = -1.0 * x2 * r400
     r99 = x2 + r99
-    r99 = x32 * r99
-    r410 = -1.0 + x2
-    r54 = 2.0 * x14 * x20 * x10 * x4 * x34 * r66 * r31 * r59 * r25 * r399 * r410
-    r398 = -1.0 + r398
-    r398 = 2.0 * x14 * x20 * x10 * x4 * x34 * r146 * r31 * r78 * r25 * r399 * r410 * r398
-    r398 = k.max(r54, r398)
-    r398 = r438 + r99 + r398
-    r99 = x28 * r410
-    r438 = 2.0 * x14 * x20 * x10 * x4 * x34 * r66 * r31 * r59 * r25 * r410
-    r438 = r99 + r438
-    r398 = k.where(r407, r438, r398)
-    r438 = x2 * x36
-    r438 = x30 >= r438
-    r407 = x32 * r410
-    r99 = 2.0 * x14 * x20 * x10 * x4 * x34 * r146 * r31 * r78 * r25 * r410
-    r99 = r407 + r99
-    r398 = k.where(r438, r99, r398)
-    r99 = x6 * x15 * r4 * r5 * r11 * r398
-    r398 = x6 * x15 * r4 * r5 * r11 * r102 * r398
-    r398 = r99 + r398
+    r99 = x33 * r99
+    r411 = -1.0 + x2
+    r54 = 2.0 * x14 * x20 * x10 * x4 * x35 * r66 * r31 * r59 * r25 * r400 * r411
+    r399 = -1.0 + r399
+    r399 = 2.0 * x14 * x20 * x10 * x4 * x35 * r146 * r31 * r78 * r25 * r400 * r411 * r399
+    r399 = k.max(r54, r399)
+    r399 = r439 + r99 + r399
+    r99 = x29 * r411
+    r439 = 2.0 * x14 * x20 * x10 * x4 * x35 * r66 * r31 * r59 * r25 * r411
+    r439 = r99 + r439
+    r399 = k.where(r408, r439, r399)
+    r439 = x2 * x37
+    r439 = x31 >= r439
+    r408 = x33 * r411
+    r99 = 2.0 * x14 * x20 * x10 * x4 * x35 * r146 * r31 * r78 * r25 * r411
+    r99 = r408 + r99
+    r399 = k.where(r439, r99, r399)
+    r99 = x6 * x15 * r4 * r5 * r11 * r399
+    r399 = x6 * x15 * r4 * r5 * r11 * r102 * r399
+    r399 = r99 + r399
     r99 = x2 == 1.0
-    r398 = k.where(r99, 0.0, r398)
+    r399 = k.where(r99, 0.0, r399)
     r39 = k.where(r39, 2.0, 0.0)
     r39 = 4.0 + r39
-    r438 = k.gcd(x36, x30)
-    r407 = k.recip(r438)
-    r54 = x36 * r407
+    r439 = k.gcd(x37, x31)
+    r408 = k.recip(r439)
+    r54 = x37 * r408
     r54 = -1.0 + r54
-    r54 = x28 * r54
-    r399 = -1.0 * x36 * r407
-    r399 = x36 + r399
-    r399 = x32 * r399
-    r419 = -1.0 + x36
-    r434 = x20 * x4 * x12 * x34 * r66 * r31 * r59 * r25 * r407 * r419
-    r438 = -1.0 + r438
-    r438 = x20 * x4 * x12 * x34 * r146 * r31 * r78 * r25 * r407 * r419 * r438
-    r438 = k.max(r434, r438)
-    r438 = r54 + r399 + r438
-    r399 = x30 <= 1.0
-    r54 = x28 * r419
-    r59 = x20 * x4 * x12 * x34 * r66 * r31 * r59 * r25 * r419
+    r54 = x29 * r54
+    r400 = -1.0 * x37 * r408
+    r400 = x37 + r400
+    r400 = x33 * r400
+    r420 = -1.0 + x37
+    r435 = x20 * x4 * x12 * x35 * r66 * r31 * r59 * r25 * r408 * r420
+    r439 = -1.0 + r439
+    r439 = x20 * x4 * x12 * x35 * r146 * r31 * r78 * r25 * r408 * r420 * r439
+    r439 = k.max(r435, r439)
+    r439 = r54 + r400 + r439
+    r400 = x31 <= 1.0
+    r54 = x29 * r420
+    r59 = x20 * x4 * x12 * x35 * r66 * r31 * r59 * r25 * r420
     r59 = r54 + r59
-    r438 = k.where(r399, r59, r438)
-    r59 = x30 >= x36
-    r399 = x32 * r419
-    r78 = x20 * x4 * x12 * x34 * r146 * r31 * r78 * r25 * r419
-    r78 = r399 + r78
-    r438 = k.where(r59, r78, r438)
-    r438 = 2.0 * x6 * x15 * r4 * r5 * r11 * r39 * r438
-    r78 = x36 == 1.0
-    r438 = k.where(r78, 0.0, r438)
+    r439 = k.where(r400, r59, r439)
+    r59 = x31 >= x37
+    r400 = x33 * r420
+    r78 = x20 * x4 * x12 * x35 * r146 * r31 * r78 * r25 * r420
+    r78 = r400 + r78
+    r439 = k.where(r59, r78, r439)
+    r439 = 2.0 * x6 * x15 * r4 * r5 * r11 * r39 * r439
+    r78 = x37 == 1.0
+    r439 = k.where(r78, 0.0, r439)
     r119 = r14 + r68 + r119
     r119 = k.max(0.0, r119)
     r119 = k.where(r27, r119, 0.0)
-    r27 = r127 + r67 + r298 + r319 + r309 + r382 + r305 + r398 + r438 + r119
+    r27 = r127 + r67 + r299 + r320 + r310 + r383 + r306 + r399 + r439 + r119
     r68 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r129 * r4 * r31 * r11 * r25 * r68 * r15
-    r8 = x6 * x34 * r129 * r4 * r31 * r11 * r25 * r68 * r8
-    r68 = x20 * x4 * x12 * x34 * r31
-    r129 = x20 * x4 * x12 * x34 * r66 * r31
-    r396 = r4 * r31 * r396 * r395
-    r59 = r4 * r31 * r394 * r395
-    r399 = x4 * r4 * r31 * r394 * r26
-    r146 = r59 + r399
-    r396 = k.where(r28, r146, r396)
+    r14 = 6.0 * x6 * x35 * r129 * r4 * r31 * r11 * r25 * r68 * r15
+    r8 = x6 * x35 * r129 * r4 * r31 * r11 * r25 * r68 * r8
+    r68 = x20 * x4 * x12 * x35 * r31
+    r129 = x20 * x4 * x12 * x35 * r66 * r31
+    r397 = r4 * r31 * r397 * r396
+    r59 = r4 * r31 * r395 * r396
+    r400 = x4 * r4 * r31 * r395 * r26
+    r146 = r59 + r400
+    r397 = k.where(r28, r146, r397)
     r146 = k.pow(x3, -2.0)
-    r395 = x6 * r146 * r5 * r31 * r394 * r395
-    r395 = r399 + r395
-    r396 = k.where(r98, r395, r396)
-    r394 = 2.0 * x4 * r4 * r31 * r394 * r26
-    r394 = r59 + r394
-    r394 = x6 * r4 * r5 * r394
-    r396 = k.where(r60, r394, r396)
-    r396 = k.where(r302, 0.0, r396)
-    r302 = r66 * r396
-    r66 = x29 * r66
-    r394 = k.recip(x34)
-    r60 = x35 * r55 * r394
+    r396 = x6 * r146 * r5 * r31 * r395 * r396
+    r396 = r400 + r396
+    r397 = k.where(r98, r396, r397)
+    r395 = 2.0 * x4 * r4 * r31 * r395 * r26
+    r395 = r59 + r395
+    r395 = x6 * r4 * r5 * r395
+    r397 = k.where(r60, r395, r397)
+    r397 = k.where(r303, 0.0, r397)
+    r303 = r66 * r397
+    r66 = x30 * r66
+    r395 = k.recip(x35)
+    r60 = x36 * r55 * r395
     r5 = k.recip(x13)
     r59 = r4 * r31 * r5 * r11 * r25
-    r395 = 1.6e-11 * x12
+    r396 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
-    r399 = 8e-12 * x15 * r13
-    r146 = 8e-12 * x37 * x12
+    r400 = 8e-12 * x15 * r13
+    r146 = 8e-12 * x38 * x12
     r28 = 8e-12 * x12 * x18
-    r54 = r395 + r98 + r399 + r146 + r28
-    r434 = 8e-12 * x12
-    r407 = 4e-12 * x15 * r9
-    r404 = 4e-12 * x15 * r13
-    r425 = 4e-12 * x37 * x12
-    r401 = 4e-12 * x12 * x18
-    r401 = r434 + r407 + r404 + r425 + r401
-    r401 = r59 > r401
-    r425 = -1.6e-11 * x12
+    r54 = r396 + r98 + r400 + r146 + r28
+    r435 = 8e-12 * x12
+    r408 = 4e-12 * x15 * r9
+    r405 = 4e-12 * x15 * r13
+    r426 = 4e-12 * x38 * x12
+    r402 = 4e-12 * x12 * x18
+    r402 = r435 + r408 + r405 + r426 + r402
+    r402 = r59 > r402
+    r426 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r404 = -8e-12 * x37 * x12
-    r407 = -8e-12 * x12 * x18
-    r434 = k.sqrt(2.0)
-    r442 = k.sqrt(x3)
-    r442 = k.recip(r442)
-    r400 = k.sqrt(x2)
-    r400 = k.recip(r400)
-    r577 = k.sqrt(x13)
-    r577 = k.recip(r577)
-    r579 = k.sqrt(x23)
-    r579 = k.recip(r579)
-    r581 = k.sqrt(x36)
-    r581 = k.recip(r581)
-    r583 = k.sqrt(r54)
-    r584 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r54
-    r585 = k.sqrt(x3)
-    r586 = k.sqrt(x2)
-    r587 = k.sqrt(x13)
-    r588 = k.sqrt(x23)
-    r589 = k.sqrt(x36)
-    r589 = 0.16666666666666666 * r434 * r585 * r586 * r587 * r588 * r589 * r583
-    r589 = 1.0 + r584 + r589
-    r589 = r434 * r442 * r400 * r577 * r579 * r581 * r583 * r589
-    r589 = r425 + r9 + r13 + r404 + r407 + r589
-    r407 = k.where(r401, r589, r59)
-    r28 = r395 + r98 + r399 + r146 + r28 + r407
-    r28 = x3 * x2 * x13 * x23 * x36 * r28
+    r405 = -8e-12 * x38 * x12
+    r408 = -8e-12 * x12 * x18
+    r435 = k.sqrt(2.0)
+    r443 = k.sqrt(x3)
+    r443 = k.recip(r443)
+    r401 = k.sqrt(x2)
+    r401 = k.recip(r401)
+    r578 = k.sqrt(x13)
+    r578 = k.recip(r578)
+    r580 = k.sqrt(x24)
+    r580 = k.recip(r580)
+    r582 = k.sqrt(x37)
+    r582 = k.recip(r582)
+    r584 = k.sqrt(r54)
+    r585 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r54
+    r586 = k.sqrt(x3)
+    r587 = k.sqrt(x2)
+    r588 = k.sqrt(x13)
+    r589 = k.sqrt(x24)
+    r590 = k.sqrt(x37)
+    r590 = 0.16666666666666666 * r435 * r586 * r587 * r588 * r589 * r590 * r584
+    r590 = 1.0 + r585 + r590
+    r590 = r435 * r443 * r401 * r578 * r580 * r582 * r584 * r590
+    r590 = r426 + r9 + r13 + r405 + r408 + r590
+    r408 = k.where(r402, r590, r59)
+    r28 = r396 + r98 + r400 + r146 + r28 + r408
+    r28 = x3 * x2 * x13 * x24 * x37 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
     r146 = k.recip(r28)
-    r399 = x25 + x1
-    r98 = -1.0 * x3 * x2 * x13 * x23 * x36 * r399
+    r400 = x26 + x1
+    r98 = -1.0 * x3 * x2 * x13 * x24 * x37 * r400
     r98 = k.exp(r98)
-    r98 = x3 * x2 * x13 * x23 * x36 * r146 * r407 * r98
-    r146 = x3 * x2 * x13 * x23 * x36
-    r589 = k.recip(r589)
-    r146 = k.where(r401, r589, r146)
-    r399 = x3 * x2 * x13 * x23 * x36 * r399
-    r399 = k.exp(r399)
-    r5 = x35 * r55 * r4 * r31 * r5 * r11 * r394 * r25 * r28 * r27 * r146 * r399
-    r399 = x35 * r55 * r394 * r28 * r27 * r146 * r399
-    r39 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r419 * r39
+    r98 = x3 * x2 * x13 * x24 * x37 * r146 * r408 * r98
+    r146 = x3 * x2 * x13 * x24 * x37
+    r590 = k.recip(r590)
+    r146 = k.where(r402, r590, r146)
+    r400 = x3 * x2 * x13 * x24 * x37 * r400
+    r400 = k.exp(r400)
+    r5 = x36 * r55 * r4 * r31 * r5 * r11 * r395 * r25 * r28 * r27 * r146 * r400
+    r400 = x36 * r55 * r395 * r28 * r27 * r146 * r400
+    r39 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r420 * r39
     r39 = k.where(r78, 0.0, r39)
-    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r410
-    r410 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r102 * r410
-    r410 = r78 + r410
-    r410 = k.where(r99, 0.0, r410)
-    r125 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r125
+    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r411
+    r411 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r102 * r411
+    r411 = r78 + r411
+    r411 = k.where(r99, 0.0, r411)
+    r125 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r125
     r125 = k.where(r80, 0.0, r125)
-    r126 = r126 < x23
-    r80 = x33 != 2.0
+    r126 = r126 < x24
+    r80 = x34 != 2.0
     r62 = k.and_(r62, r80)
     r62 = k.not_(r62)
     r62 = k.or_(r126, r62)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r61 = k.and_(r25, r80, r61)
     r61 = k.not_(r61)
     r61 = k.or_(r126, r61)
     r61 = k.and_(r62, r61)
-    r62 = x23 >= 2.0
-    r126 = x33 != 3.0
-    r80 = x33 != 4.0
+    r62 = x24 >= 2.0
+    r126 = x34 != 3.0
+    r80 = x34 != 4.0
     r70 = k.not_(r70)
     r70 = k.and_(r126, r80, r70)
     r70 = k.not_(r70)
     r70 = k.or_(r62, r70)
-    r62 = x22 * x3 * x2 * x23 * x36 * r27
-    r80 = r115 <= r62
+    r62 = x23 * x3 * x2 * x24 * x37 * r27
+    r80 = r82 <= r62
     r62 = r79 <= r62
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r81, r38, r75, r114, r105, r124, 0.0, r108, r109, r36, r37, r58, r110, r12, r82, r115, r115, r79, r16, r96, r144, r35, r305, r27, r14, r8, r68, r129, r302, r66, 0.0, r60, r59, r54, r407, r98, r5, r399, r67, r309, r319, r298, r39, r438, r438, r410, r398, r398, r396, r95, r382, r125, r53, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, r61, 1.0, 1.0, 1.0, 1.0, 1.0, r70, 1.0, r70, r70, r80, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, r70, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r81, r38, r75, r114, r105, r124, 0.0, r108, r109, r36, r37, r58, r110, r12, r115, r82, r82, r79, r16, r96, r144, r35, r306, r27, r14, r8, r68, r129, r303, r66, 0.0, r60, r59, r54, r408, r98, r5, r400, r67, r310, r320, r299, r39, r439, r439, r411, r399, r399, r397, r95, r383, r125, r53, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, 1.0, r70, r70, r80, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, r70, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1276,9 +1277,9 @@ def search(x, k):
     return (r96, r58, r51)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (39, 43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (38, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 32, 33, 35), (), (), (), (29, 30, 32, 33, 35), (30, 32, 33), (34,), (34,), (35,), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (40, 43, 44, 45, 46, 47, 48, 49), (40, 43, 44, 45, 46, 47, 48, 49, 75, 76), (40, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 36), (10, 37), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 36), (22, 37), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 36), (23, 37), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 32, 33, 36), (), (), (), (29, 30, 32, 33, 36), (30, 32, 33), (35,), (35,), (36,), (29, 30, 32, 33, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 76, 77), (41, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,27 +24,27 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x37 * x12
+    r15 = 2.0 * x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x23)
-    r8 = k.recip(x36)
+    r15 = k.recip(x24)
+    r8 = k.recip(x37)
     r20 = r15 * r8 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r15
-    r29 = x37 * x12
-    r30 = x23 == 1.0
+    r29 = x38 * x12
+    r30 = x24 == 1.0
     r31 = k.where(r30, 1.0, 0.0)
     r32 = x12 * r31
     r33 = k.ceiling(r28)
     r34 = r12 * r33
-    r31 = x37 * x12 * r31
+    r31 = x38 * x12 * r31
     r36 = 3.0 * x12 * x5 * r33
     r32 = r29 + r32 + r34 + r31 + r36
     r32 = r8 * r32
@@ -53,7 +53,7 @@ def quantities(x, k):
     r29 = r31 + r32
     r32 = k.where(r21, r29, r32)
     r43 = 2.0 * r32
-    r44 = x39 >= 3.0
+    r44 = x40 >= 3.0
     r45 = 2.0 * r4 * r25 * r32
     r46 = k.where(r44, r45, r43)
     r47 = 12.0 * r32
@@ -67,47 +67,47 @@ def quantities(x, k):
     r54 = r51 + r52 + r53 + r54
     r54 = r8 * r54
     r54 = r48 + r54
-    r54 = x19 * x34 * r25 * r54
-    r48 = x24 == 2.0
-    r53 = 2.0 * x19 * x12 * x34 * r25
+    r54 = x19 * x35 * r25 * r54
+    r48 = x25 == 2.0
+    r53 = 2.0 * x19 * x12 * x35 * r25
     r53 = k.where(r48, r53, r54)
-    r52 = 1.0 + x23
+    r52 = 1.0 + x24
     r52 = k.min(r52, r6)
     r52 = r52 * r33
-    r51 = x33 == 4.0
-    r66 = 2.0 * x23
+    r51 = x34 == 4.0
+    r66 = 2.0 * x24
     r67 = -1.0 + r66
     r67 = k.min(r67, r6)
     r67 = r67 * r33
     r70 = k.where(r51, r67, r52)
-    r71 = x33 == 0.0
-    r72 = x33 == 3.0
+    r71 = x34 == 0.0
+    r72 = x34 == 3.0
     r73 = k.or_(r71, r72)
-    r74 = k.min(x23, r6)
+    r74 = k.min(x24, r6)
     r74 = r74 * r33
     r70 = k.where(r73, r74, r70)
-    r74 = x33 == 1.0
-    r78 = k.recip(x38)
-    r79 = x6 * x38 * r4 * r5
-    r80 = -1.0 + x38
-    r80 = x23 * r80
+    r74 = x34 == 1.0
+    r78 = k.recip(x39)
+    r79 = x6 * x39 * r4 * r5
+    r80 = -1.0 + x39
+    r80 = x24 * r80
     r82 = -1.0 + r66 + r80
     r82 = k.min(r79, r82)
     r82 = r78 * r82 * r33
     r70 = k.where(r74, r82, r70)
-    r82 = x33 == 2.0
+    r82 = x34 == 2.0
     r87 = x6 * r4 * r5 * r33
     r70 = k.where(r82, r87, r70)
     r70 = r53 * r70
     r90 = k.where(r22, 1000000000.0, 0.0)
-    r91 = x39 >= 2.0
+    r91 = x40 >= 2.0
     r43 = k.where(r91, r45, r43)
-    r45 = 4.0 * x19 * x5 * x34 * r25 * r8
+    r45 = 4.0 * x19 * x5 * x35 * r25 * r8
     r94 = r54 + r45
     r45 = k.where(r48, r94, r45)
     r94 = k.or_(r21, r30)
-    r97 = 4.0 * x19 * x12 * x34 * r25
-    r98 = x37 * x19 * x16 * x34 * r25 * r8
+    r97 = 4.0 * x19 * x12 * x35 * r25
+    r98 = x38 * x19 * x16 * x35 * r25 * r8
     r97 = r97 + r98
     r97 = k.max(r97, r45)
     r94 = k.where(r94, r97, r45)
@@ -116,7 +116,7 @@ def quantities(x, k):
     r102 = k.where(r21, r103, r102)
     r103 = 3.0 * x4 * r102 * r32
     r103 = k.where(r44, r103, 0.0)
-    r107 = x23 > 1.0
+    r107 = x24 > 1.0
     r107 = k.and_(r44, r107)
     r109 = 2.0 * x4 * r32
     r103 = k.where(r107, r109, r103)
@@ -148,27 +148,27 @@ def quantities(x, k):
     r32 = r109 == r32
     r103 = k.where(r32, r103, 0.0)
     r32 = r46 + r47 + r119 + r94 + r113 + r103
-    r109 = -1.0 + x23
+    r109 = -1.0 + x24
     r43 = k.min(1.0, r109)
     r70 = 1.0 + r43
-    r70 = x23 == r70
+    r70 = x24 == r70
     r125 = k.where(r70, 1.0, 0.0)
     r144 = x12 * r125
-    r125 = x37 * x12 * r125
+    r125 = x38 * x12 * r125
     r146 = r43 == 0.0
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x37 * x12 * r146
+    r146 = x38 * x12 * r146
     r146 = r144 + r34 + r125 + r146 + r36
     r146 = r8 * r146
     r125 = -1.0 * r43
-    r125 = x23 + r125
-    r144 = x23 == r125
+    r125 = x24 + r125
+    r144 = x24 == r125
     r154 = k.where(r144, 1.0, 0.0)
     r155 = x12 * r154
-    r154 = x37 * x12 * r154
+    r154 = x38 * x12 * r154
     r157 = r125 == 1.0
     r157 = k.where(r157, 1.0, 0.0)
-    r157 = x37 * x12 * r157
+    r157 = x38 * x12 * r157
     r36 = r155 + r34 + r154 + r157 + r36
     r36 = r8 * r36
     r36 = r146 + r36
@@ -304,408 +304,409 @@ def quantities(x, k):
     r90 = k.where(r47, r66, r90)
     r103 = r32 == r103
     r90 = k.where(r103, r119, r90)
-    r119 = x37 * x19 * x4 * x34 * r25 * r8
-    r103 = x37 * x19 * x4 * x34 * r25
+    r119 = x38 * x19 * x4 * x35 * r25 * r8
+    r103 = x38 * x19 * x4 * x35 * r25
     r66 = k.max(r32, r146, r31)
     r47 = r146 == r66
     r31 = k.where(r47, r146, r31)
     r66 = r32 == r66
     r31 = k.where(r66, r32, r31)
-    r32 = -1.0 * r31
-    r32 = x8 + r32
-    r66 = 6.0 * x6 * x34 * r16
+    r32 = -1.0 * x20
+    r66 = -1.0 * r31
+    r66 = x8 + r32 + r66
+    r32 = 6.0 * x6 * x35 * r16
     r146 = 6.0 * x12
     r47 = 6.0 * x15 * r12
-    r144 = 12.0 * x37 * x12
+    r144 = 12.0 * x38 * x12
     r113 = 18.0 * x15 * x12 * x5
-    r34 = 12.0 * x15 * x11 * x10 * x34
+    r34 = 12.0 * x15 * x11 * x10 * x35
     r34 = r146 + r47 + r144 + r113 + r34
-    r113 = x6 * x34 * r34
+    r113 = x6 * x35 * r34
     r144 = k.pow(x12, 2.0)
     r47 = k.recip(x12)
-    r146 = 0.16666666666666666 * x34 * r47
+    r146 = 0.16666666666666666 * x35 * r47
     r46 = k.recip(x15)
-    r47 = 0.0625 * x37 * r46 * r47
+    r47 = 0.0625 * x38 * r46 * r47
     r47 = 1.0 + r146 + r47
-    r47 = 96.0 * x6 * x15 * x34 * r144 * r47
-    r144 = k.pow(x34, 2.0)
+    r47 = 96.0 * x6 * x15 * x35 * r144 * r47
+    r144 = k.pow(x35, 2.0)
     r146 = 2.0 * x6 * x15 * x11 * x10 * r144
-    r157 = x24 == 1.0
+    r157 = x25 == 1.0
     r144 = 4.0 * x6 * x15 * x11 * x10 * r144
     r144 = k.where(r157, r144, 0.0)
-    r70 = 0.3333333333333333 * x6 * x34 * r34
+    r70 = 0.3333333333333333 * x6 * x35 * r34
     r144 = k.where(r48, r70, r144)
     r144 = r113 + r146 + r144
     r146 = k.where(r48, 1.0, 0.0)
     r70 = 1.0 + r146
     r154 = k.recip(x9)
     r29 = k.recip(x18)
-    r52 = x37 * x12 * r8
-    r107 = x19 * x12 * x34 * r25
-    r53 = x37 * x19 * x34 * r25 * r8
+    r52 = x38 * x12 * r8
+    r107 = x19 * x12 * x35 * r25
+    r53 = x38 * x19 * x35 * r25 * r8
     r53 = r52 + r107 + r53
     r52 = 2.0 * r154 * r29 * r53
-    r87 = k.recip(x22)
+    r87 = k.recip(x23)
     r33 = k.recip(x17)
-    r79 = 2.0 * x37 * x19 * x12 * x34 * r87 * r25 * r33 * r8
+    r79 = 2.0 * x38 * x19 * x12 * x35 * r87 * r25 * r33 * r8
     r79 = r52 + r79
     r79 = r70 * r79
     r53 = 4.0 * r154 * r29 * r53
-    r52 = 4.0 * x37 * x19 * x12 * x34 * r87 * r25 * r33 * r8
+    r52 = 4.0 * x38 * x19 * x12 * x35 * r87 * r25 * r33 * r8
     r52 = r79 + r53 + r52
     r52 = r15 * r52
     r53 = x12 * x5 * r8
-    r79 = x19 * x5 * x34 * r25 * r8
+    r79 = x19 * x5 * x35 * r25 * r8
     r79 = r53 + r107 + r79
     r53 = r154 * r29 * r79
-    r80 = k.recip(x21)
-    r67 = 2.0 * x19 * x12 * x5 * x34 * r80 * r25 * r33 * r8
+    r80 = k.recip(x22)
+    r67 = 2.0 * x19 * x12 * x5 * x35 * r80 * r25 * r33 * r8
     r67 = r53 + r67
     r67 = r70 * r67
     r53 = 2.0 * x12 * x5 * r8
-    r125 = 2.0 * x19 * x5 * x34 * r25 * r8
+    r125 = 2.0 * x19 * x5 * x35 * r25 * r8
     r125 = r53 + r107 + r125
     r53 = r154 * r29 * r125
-    r357 = 4.0 * x19 * x12 * x5 * x34 * r80 * r25 * r33 * r8
-    r357 = r53 + r357
-    r357 = r70 * r357
+    r358 = 4.0 * x19 * x12 * x5 * x35 * r80 * r25 * r33 * r8
+    r358 = r53 + r358
+    r358 = r70 * r358
     r53 = x11 * x10 * x12 * r8
-    r361 = x11 * x19 * x10 * x34 * r25 * r8
-    r361 = r53 + r107 + r361
-    r53 = r154 * r29 * r361
-    r364 = 2.0 * x11 * x19 * x10 * x12 * x34 * r80 * r25 * r33 * r8
-    r364 = r53 + r364
-    r364 = r70 * r364
+    r362 = x11 * x19 * x10 * x35 * r25 * r8
+    r362 = r53 + r107 + r362
+    r53 = r154 * r29 * r362
+    r365 = 2.0 * x11 * x19 * x10 * x12 * x35 * r80 * r25 * r33 * r8
+    r365 = r53 + r365
+    r365 = r70 * r365
     r10 = x11 + r10
     r53 = x10 * x12 * r8 * r10
-    r369 = x19 * x10 * x34 * r25 * r8 * r10
-    r369 = r107 + r53 + r369
-    r53 = r154 * r29 * r369
-    r107 = 2.0 * x19 * x10 * x12 * x34 * r80 * r25 * r33 * r8 * r10
+    r370 = x19 * x10 * x35 * r25 * r8 * r10
+    r370 = r107 + r53 + r370
+    r53 = r154 * r29 * r370
+    r107 = 2.0 * x19 * x10 * x12 * x35 * r80 * r25 * r33 * r8 * r10
     r107 = r53 + r107
     r107 = r70 * r107
     r79 = 2.0 * r154 * r29 * r79
     r125 = 2.0 * r154 * r29 * r125
-    r361 = 2.0 * r154 * r29 * r361
-    r369 = 2.0 * r154 * r29 * r369
+    r362 = 2.0 * r154 * r29 * r362
+    r370 = 2.0 * r154 * r29 * r370
     r53 = x5 * r8
     r53 = x12 + r53
-    r53 = 4.0 * x19 * x34 * r154 * r25 * r29 * r53
-    r382 = 2.0 * x5 * r8
-    r382 = x12 + r382
-    r382 = 4.0 * x19 * x34 * r154 * r25 * r29 * r382
-    r385 = x11 * x10 * r8
-    r385 = x12 + r385
-    r385 = 4.0 * x19 * x34 * r154 * r25 * r29 * r385
-    r388 = x10 * r8 * r10
-    r388 = x12 + r388
-    r388 = 4.0 * x19 * x34 * r154 * r25 * r29 * r388
-    r391 = 12.0 * x19 * x12 * x5 * x34 * r80 * r25 * r33 * r8
-    r392 = 4.0 * x11 * x19 * x10 * x12 * x34 * r80 * r25 * r33 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r80 * r25 * r33 * r8 * r10
-    r10 = r67 + r357 + r364 + r107 + r79 + r125 + r361 + r369 + r53 + r382 + r385 + r388 + r391 + r392 + r10
+    r53 = 4.0 * x19 * x35 * r154 * r25 * r29 * r53
+    r383 = 2.0 * x5 * r8
+    r383 = x12 + r383
+    r383 = 4.0 * x19 * x35 * r154 * r25 * r29 * r383
+    r386 = x11 * x10 * r8
+    r386 = x12 + r386
+    r386 = 4.0 * x19 * x35 * r154 * r25 * r29 * r386
+    r389 = x10 * r8 * r10
+    r389 = x12 + r389
+    r389 = 4.0 * x19 * x35 * r154 * r25 * r29 * r389
+    r392 = 12.0 * x19 * x12 * x5 * x35 * r80 * r25 * r33 * r8
+    r393 = 4.0 * x11 * x19 * x10 * x12 * x35 * r80 * r25 * r33 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r80 * r25 * r33 * r8 * r10
+    r10 = r67 + r358 + r365 + r107 + r79 + r125 + r362 + r370 + r53 + r383 + r386 + r389 + r392 + r393 + r10
     r10 = x15 * r15 * r10
     r10 = r52 + r10
     r52 = x6 * r4 * r5 * r10
-    r392 = 12.0 * x12
-    r391 = 10.0 * x12 * r70
-    r391 = r392 + r391
-    r391 = x19 * x34 * r25 * r391
-    r392 = 5.0 * x5
-    r388 = 3.0 * x5 * r70
-    r388 = r392 + r388
-    r388 = x19 * x34 * r25 * r8 * r388
-    r388 = r391 + r388
-    r388 = x15 * r15 * r388
-    r391 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
+    r393 = 12.0 * x12
+    r392 = 10.0 * x12 * r70
+    r392 = r393 + r392
+    r392 = x19 * x35 * r25 * r392
+    r393 = 5.0 * x5
+    r389 = 3.0 * x5 * r70
+    r389 = r393 + r389
+    r389 = x19 * x35 * r25 * r8 * r389
+    r389 = r392 + r389
+    r389 = x15 * r15 * r389
+    r392 = 3.0 * x38 * x19 * x35 * r25 * r15 * r8
     r146 = 2.0 + r146
-    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r146 * r9
-    r9 = r388 + r391 + r9
-    r391 = x6 * x4 * r154 * r4 * r5 * r29 * r9
-    r388 = k.recip(x0)
-    r146 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r15 * r8 * r146 * r9
+    r9 = r389 + r392 + r9
+    r392 = x6 * x4 * r154 * r4 * r5 * r29 * r9
+    r389 = k.recip(x0)
+    r146 = x11 * x10 * x35
     r157 = k.or_(r157, r48)
     r157 = k.where(r157, 1.0, 0.0)
     r157 = 3.0 + r157
-    r157 = 2.0 * x11 * x10 * x34 * r157
+    r157 = 2.0 * x11 * x10 * x35 * r157
     r157 = r146 + r157
-    r146 = x6 * x15 * x34 * r87 * r4 * r25 * r33 * r388 * r15 * r8 * r157
-    r392 = r52 + r391 + r146
-    r385 = k.recip(r392)
+    r146 = x6 * x15 * x35 * r87 * r4 * r25 * r33 * r389 * r15 * r8 * r157
+    r393 = r52 + r392 + r146
+    r386 = k.recip(r393)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r382 = k.recip(x6)
-    r53 = 0.3333333333333333 * x3 * x19 * r382 * r78 * r392
-    r369 = 0.6666666666666666 * x3 * x19 * x23 * r382 * r392
+    r383 = k.recip(x6)
+    r53 = 0.3333333333333333 * x3 * x19 * r383 * r78 * r393
+    r370 = 0.6666666666666666 * x3 * x19 * x24 * r383 * r393
     r9 = -1.0 * x6 * x4 * r154 * r4 * r5 * r29 * r9
-    r157 = -1.0 * x6 * x15 * x34 * r87 * r4 * r25 * r33 * r388 * r15 * r8 * r157
-    r369 = r10 + r53 + r369 + r9 + r157
-    r369 = k.max(0.0, r369)
-    r53 = 0.5 * x23
+    r157 = -1.0 * x6 * x15 * x35 * r87 * r4 * r25 * r33 * r389 * r15 * r8 * r157
+    r370 = r10 + r53 + r370 + r9 + r157
+    r370 = k.max(0.0, r370)
+    r53 = 0.5 * x24
     r53 = -1.0 + r53
-    r53 = 0.6666666666666666 * x3 * x19 * r382 * r78 * r53 * r392
+    r53 = 0.6666666666666666 * x3 * x19 * r383 * r78 * r53 * r393
     r53 = k.where(r51, 0.0, r53)
-    r51 = 0.3333333333333333 * x3 * x19 * r382 * r78 * r109 * r392
+    r51 = 0.3333333333333333 * x3 * x19 * r383 * r78 * r109 * r393
     r53 = k.where(r72, r51, r53)
     r82 = k.or_(r71, r74, r82)
-    r109 = x3 * x19 * r382 * r78 * r109 * r392
+    r109 = x3 * x19 * r383 * r78 * r109 * r393
     r53 = k.where(r82, r109, r53)
-    r53 = k.max(r369, r53)
-    r385 = r385 * r53
+    r53 = k.max(r370, r53)
+    r386 = r386 * r53
     r29 = 28.0 * r154 * r29 * r26
-    r154 = r29 + r52 + r391 + r146
-    r369 = -1.0 * x20
-    r369 = 1.0 + r369
-    r109 = x23 * x38
+    r154 = r29 + r52 + r392 + r146
+    r370 = -1.0 * x21
+    r370 = 1.0 + r370
+    r109 = x24 * x39
     r109 = -1.0 + r109
-    r78 = k.recip(x26)
-    r71 = k.recip(x27)
-    r51 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8
-    r51 = x28 + r51
-    r72 = 2.0 * x3 * x2 * x36
-    r72 = x30 >= r72
-    r388 = k.recip(x29)
-    r33 = k.recip(x31)
-    r87 = x19 * x4 * x12 * x34 * r388 * r25 * r33 * r8
-    r87 = x32 + r87
+    r78 = k.recip(x27)
+    r71 = k.recip(x28)
+    r51 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r8
+    r51 = x29 + r51
+    r72 = 2.0 * x3 * x2 * x37
+    r72 = x31 >= r72
+    r389 = k.recip(x30)
+    r33 = k.recip(x32)
+    r87 = x19 * x4 * x12 * x35 * r389 * r25 * r33 * r8
+    r87 = x33 + r87
     r51 = k.where(r72, r87, r51)
     r51 = 2.0 * x6 * r4 * r5 * r15 * r109 * r51
     r51 = k.where(r30, 0.0, r51)
-    r369 = r369 * r51
-    r87 = x3 * x19 * r382 * r392
-    r72 = x23 <= 1.0
+    r370 = r370 * r51
+    r87 = x3 * x19 * r383 * r393
+    r72 = x24 <= 1.0
     r91 = k.and_(r91, r72)
-    r87 = k.where(r91, r392, r87)
-    r87 = -1.0 * x20 * r87
-    r392 = x3 * x2
-    r361 = -1.0 + r392
-    r125 = k.recip(r361)
+    r87 = k.where(r91, r393, r87)
+    r87 = -1.0 * x21 * r87
+    r393 = x3 * x2
+    r362 = -1.0 + r393
+    r125 = k.recip(r362)
     r79 = 2.0 * x3 * x2
     r79 = -2.0 + r79
-    r107 = x30 * r8
-    r364 = k.gcd(r392, r107)
-    r357 = k.recip(r364)
-    r67 = x3 * x2 * r357
+    r107 = x31 * r8
+    r365 = k.gcd(r393, r107)
+    r358 = k.recip(r365)
+    r67 = x3 * x2 * r358
     r67 = -1.0 + r67
-    r67 = x28 * r67
-    r478 = -1.0 * x3 * x2 * r357
-    r478 = r392 + r478
-    r478 = x32 * r478
-    r481 = r67 + r478
-    r481 = r125 * r79 * r481
-    r125 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r357 * r79 * r20
-    r364 = -1.0 + r364
-    r485 = x4 * x23 * r388 * r46 * r4 * r25 * r33 * r357 * r364 * r79 * r20
-    r485 = k.max(r125, r485)
-    r485 = r481 + r485
-    r481 = x30 <= x36
-    r125 = x28 * r79
-    r490 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r79 * r20
-    r490 = r125 + r490
-    r485 = k.where(r481, r490, r485)
-    r490 = x3 * x2 * x36
-    r490 = x30 >= r490
-    r125 = x32 * r79
-    r496 = x4 * x23 * r388 * r46 * r4 * r25 * r33 * r79 * r20
-    r496 = r125 + r496
-    r485 = k.where(r490, r496, r485)
-    r485 = x15 * r15 * r485
-    r496 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r357 * r361 * r20
-    r364 = x4 * x23 * r388 * r46 * r4 * r25 * r33 * r357 * r361 * r364 * r20
-    r364 = k.max(r496, r364)
-    r364 = r67 + r478 + r364
-    r478 = x28 * r361
-    r67 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r361 * r20
-    r67 = r478 + r67
-    r364 = k.where(r481, r67, r364)
-    r67 = x32 * r361
-    r46 = x4 * x23 * r388 * r46 * r4 * r25 * r33 * r361 * r20
+    r67 = x29 * r67
+    r479 = -1.0 * x3 * x2 * r358
+    r479 = r393 + r479
+    r479 = x33 * r479
+    r482 = r67 + r479
+    r482 = r125 * r79 * r482
+    r125 = x4 * x24 * r78 * r46 * r4 * r25 * r71 * r358 * r79 * r20
+    r365 = -1.0 + r365
+    r486 = x4 * x24 * r389 * r46 * r4 * r25 * r33 * r358 * r365 * r79 * r20
+    r486 = k.max(r125, r486)
+    r486 = r482 + r486
+    r482 = x31 <= x37
+    r125 = x29 * r79
+    r491 = x4 * x24 * r78 * r46 * r4 * r25 * r71 * r79 * r20
+    r491 = r125 + r491
+    r486 = k.where(r482, r491, r486)
+    r491 = x3 * x2 * x37
+    r491 = x31 >= r491
+    r125 = x33 * r79
+    r497 = x4 * x24 * r389 * r46 * r4 * r25 * r33 * r79 * r20
+    r497 = r125 + r497
+    r486 = k.where(r491, r497, r486)
+    r486 = x15 * r15 * r486
+    r497 = x4 * x24 * r78 * r46 * r4 * r25 * r71 * r358 * r362 * r20
+    r365 = x4 * x24 * r389 * r46 * r4 * r25 * r33 * r358 * r362 * r365 * r20
+    r365 = k.max(r497, r365)
+    r365 = r67 + r479 + r365
+    r479 = x29 * r362
+    r67 = x4 * x24 * r78 * r46 * r4 * r25 * r71 * r362 * r20
+    r67 = r479 + r67
+    r365 = k.where(r482, r67, r365)
+    r67 = x33 * r362
+    r46 = x4 * x24 * r389 * r46 * r4 * r25 * r33 * r362 * r20
     r46 = r67 + r46
-    r364 = k.where(r490, r46, r364)
-    r46 = 2.0 * x15 * r15 * r364
-    r485 = k.where(r22, r46, r485)
-    r46 = x15 * r15 * r364
-    r490 = x6 * x15 * r4 * r5 * r15 * r364
-    r490 = r46 + r490
-    r485 = k.where(r91, r490, r485)
+    r365 = k.where(r491, r46, r365)
+    r46 = 2.0 * x15 * r15 * r365
+    r486 = k.where(r22, r46, r486)
+    r46 = x15 * r15 * r365
+    r491 = x6 * x15 * r4 * r5 * r15 * r365
+    r491 = r46 + r491
+    r486 = k.where(r91, r491, r486)
     r72 = k.and_(r44, r72)
-    r364 = 3.0 * x6 * x15 * r4 * r5 * r15 * r364
-    r485 = k.where(r72, r364, r485)
-    r392 = r392 == 1.0
-    r485 = k.where(r392, 0.0, r485)
-    r87 = r87 + r485
+    r365 = 3.0 * x6 * x15 * r4 * r5 * r15 * r365
+    r486 = k.where(r72, r365, r486)
+    r393 = r393 == 1.0
+    r486 = k.where(r393, 0.0, r486)
+    r87 = r87 + r486
     r87 = k.max(0.0, r87)
     r107 = k.gcd(x2, r107)
-    r364 = k.recip(r107)
-    r44 = x2 * r364
+    r365 = k.recip(r107)
+    r44 = x2 * r365
     r44 = -1.0 + r44
-    r44 = x28 * r44
-    r490 = -1.0 * x2 * r364
-    r490 = x2 + r490
-    r490 = x32 * r490
+    r44 = x29 * r44
+    r491 = -1.0 * x2 * r365
+    r491 = x2 + r491
+    r491 = x33 * r491
     r46 = -1.0 + x2
-    r67 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r8 * r364 * r46
+    r67 = 2.0 * x14 * x19 * x10 * x4 * x35 * r78 * r25 * r71 * r8 * r365 * r46
     r107 = -1.0 + r107
-    r107 = 2.0 * x14 * x19 * x10 * x4 * x34 * r388 * r25 * r33 * r8 * r364 * r46 * r107
+    r107 = 2.0 * x14 * x19 * x10 * x4 * x35 * r389 * r25 * r33 * r8 * r365 * r46 * r107
     r107 = k.max(r67, r107)
-    r107 = r44 + r490 + r107
-    r490 = x28 * r46
-    r44 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r8 * r46
-    r44 = r490 + r44
-    r107 = k.where(r481, r44, r107)
-    r44 = x2 * x36
-    r44 = x30 >= r44
-    r481 = x32 * r46
-    r490 = 2.0 * x14 * x19 * x10 * x4 * x34 * r388 * r25 * r33 * r8 * r46
-    r490 = r481 + r490
-    r107 = k.where(r44, r490, r107)
-    r490 = x6 * x15 * r4 * r5 * r15 * r107
+    r107 = r44 + r491 + r107
+    r491 = x29 * r46
+    r44 = 2.0 * x14 * x19 * x10 * x4 * x35 * r78 * r25 * r71 * r8 * r46
+    r44 = r491 + r44
+    r107 = k.where(r482, r44, r107)
+    r44 = x2 * x37
+    r44 = x31 >= r44
+    r482 = x33 * r46
+    r491 = 2.0 * x14 * x19 * x10 * x4 * x35 * r389 * r25 * r33 * r8 * r46
+    r491 = r482 + r491
+    r107 = k.where(r44, r491, r107)
+    r491 = x6 * x15 * r4 * r5 * r15 * r107
     r107 = x6 * x15 * r4 * r5 * r15 * r70 * r107
-    r107 = r490 + r107
-    r490 = x2 == 1.0
-    r107 = k.where(r490, 0.0, r107)
+    r107 = r491 + r107
+    r491 = x2 == 1.0
+    r107 = k.where(r491, 0.0, r107)
     r48 = k.where(r48, 2.0, 0.0)
     r48 = 4.0 + r48
-    r44 = -1.0 + x36
+    r44 = -1.0 + x37
     r44 = k.recip(r44)
-    r481 = 2.0 * x36
-    r481 = -2.0 + r481
-    r67 = k.gcd(x36, x30)
-    r364 = k.recip(r67)
-    r478 = x36 * r364
-    r478 = -1.0 + r478
-    r478 = x28 * r478
-    r496 = -1.0 * x36 * r364
-    r496 = x36 + r496
-    r496 = x32 * r496
-    r496 = r478 + r496
-    r496 = r44 * r481 * r496
-    r44 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8 * r364 * r481
+    r482 = 2.0 * x37
+    r482 = -2.0 + r482
+    r67 = k.gcd(x37, x31)
+    r365 = k.recip(r67)
+    r479 = x37 * r365
+    r479 = -1.0 + r479
+    r479 = x29 * r479
+    r497 = -1.0 * x37 * r365
+    r497 = x37 + r497
+    r497 = x33 * r497
+    r497 = r479 + r497
+    r497 = r44 * r482 * r497
+    r44 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r8 * r365 * r482
     r67 = -1.0 + r67
-    r67 = x19 * x4 * x12 * x34 * r388 * r25 * r33 * r8 * r364 * r67 * r481
+    r67 = x19 * x4 * x12 * x35 * r389 * r25 * r33 * r8 * r365 * r67 * r482
     r67 = k.max(r44, r67)
-    r67 = r496 + r67
-    r496 = x30 <= 1.0
-    r44 = x28 * r481
-    r71 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8 * r481
+    r67 = r497 + r67
+    r497 = x31 <= 1.0
+    r44 = x29 * r482
+    r71 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r8 * r482
     r71 = r44 + r71
-    r67 = k.where(r496, r71, r67)
-    r71 = x30 >= x36
-    r496 = x32 * r481
-    r33 = x19 * x4 * x12 * x34 * r388 * r25 * r33 * r8 * r481
-    r33 = r496 + r33
+    r67 = k.where(r497, r71, r67)
+    r71 = x31 >= x37
+    r497 = x33 * r482
+    r33 = x19 * x4 * x12 * x35 * r389 * r25 * r33 * r8 * r482
+    r33 = r497 + r33
     r67 = k.where(r71, r33, r67)
     r67 = x6 * x15 * r4 * r5 * r15 * r48 * r67
-    r33 = x36 == 1.0
+    r33 = x37 == 1.0
     r67 = k.where(r33, 0.0, r67)
     r157 = r10 + r9 + r157
     r157 = k.max(0.0, r157)
     r157 = k.where(r21, r157, 0.0)
-    r21 = r369 + r29 + r52 + r391 + r146 + r87 + r53 + r107 + r67 + r157
+    r21 = r370 + r29 + r52 + r392 + r146 + r87 + r53 + r107 + r67 + r157
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r80 * r4 * r25 * r15 * r8 * r9 * r16
-    r34 = x6 * x34 * r80 * r4 * r25 * r15 * r8 * r9 * r34
-    r9 = x19 * x4 * x12 * x34 * r25
-    r80 = x19 * x4 * x12 * x34 * r78 * r25
+    r10 = 6.0 * x6 * x35 * r80 * r4 * r25 * r15 * r8 * r9 * r16
+    r34 = x6 * x35 * r80 * r4 * r25 * r15 * r8 * r9 * r34
+    r9 = x19 * x4 * x12 * x35 * r25
+    r80 = x19 * x4 * x12 * x35 * r78 * r25
     r79 = x4 * r4 * r25 * r79 * r20
-    r71 = 2.0 * x4 * r4 * r25 * r361 * r20
+    r71 = 2.0 * x4 * r4 * r25 * r362 * r20
     r79 = k.where(r22, r71, r79)
-    r71 = x4 * r4 * r25 * r361 * r20
+    r71 = x4 * r4 * r25 * r362 * r20
     r22 = k.pow(x3, -2.0)
-    r496 = x6 * x4 * r22 * r5 * r25 * r361 * r20
-    r496 = r71 + r496
-    r79 = k.where(r91, r496, r79)
-    r361 = 3.0 * x6 * x4 * r22 * r5 * r25 * r361 * r20
-    r79 = k.where(r72, r361, r79)
-    r79 = k.where(r392, 0.0, r79)
-    r392 = r78 * r79
-    r78 = x29 * r78
-    r361 = k.recip(x34)
-    r72 = x35 * r382 * r361
+    r497 = x6 * x4 * r22 * r5 * r25 * r362 * r20
+    r497 = r71 + r497
+    r79 = k.where(r91, r497, r79)
+    r362 = 3.0 * x6 * x4 * r22 * r5 * r25 * r362 * r20
+    r79 = k.where(r72, r362, r79)
+    r79 = k.where(r393, 0.0, r79)
+    r393 = r78 * r79
+    r78 = x30 * r78
+    r362 = k.recip(x35)
+    r72 = x36 * r383 * r362
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r496 = 8e-12 * x12
-    r91 = 1.6e-11 * x37 * x12
+    r497 = 8e-12 * x12
+    r91 = 1.6e-11 * x38 * x12
     r71 = 8e-12 * x15 * r12
-    r388 = 2.4e-11 * x15 * x12 * x5
-    r44 = r496 + r91 + r71 + r388
-    r364 = 4e-12 * x12
-    r478 = 8e-12 * x37 * x12
-    r357 = 4e-12 * x15 * r12
+    r389 = 2.4e-11 * x15 * x12 * x5
+    r44 = r497 + r91 + r71 + r389
+    r365 = 4e-12 * x12
+    r479 = 8e-12 * x38 * x12
+    r358 = 4e-12 * x15 * r12
     r125 = 1.2e-11 * x15 * x12 * x5
-    r125 = r364 + r478 + r357 + r125
+    r125 = r365 + r479 + r358 + r125
     r125 = r22 > r125
-    r357 = -8e-12 * x12
-    r478 = -1.6e-11 * x37 * x12
+    r358 = -8e-12 * x12
+    r479 = -1.6e-11 * x38 * x12
     r12 = -8e-12 * x15 * r12
-    r364 = -2.4e-11 * x15 * x12 * x5
-    r629 = k.sqrt(2.0)
-    r630 = k.sqrt(x3)
-    r630 = k.recip(r630)
-    r632 = k.sqrt(x2)
-    r632 = k.recip(r632)
-    r634 = k.sqrt(x13)
-    r634 = k.recip(r634)
-    r636 = k.sqrt(x23)
-    r636 = k.recip(r636)
-    r638 = k.sqrt(x36)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(r44)
-    r641 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r44
-    r642 = k.sqrt(x3)
-    r643 = k.sqrt(x2)
-    r644 = k.sqrt(x13)
-    r645 = k.sqrt(x23)
-    r646 = k.sqrt(x36)
-    r646 = 0.16666666666666666 * r629 * r642 * r643 * r644 * r645 * r646 * r640
-    r646 = 1.0 + r641 + r646
-    r646 = r629 * r630 * r632 * r634 * r636 * r638 * r640 * r646
-    r646 = r357 + r478 + r12 + r364 + r646
-    r364 = k.where(r125, r646, r22)
-    r388 = r496 + r91 + r71 + r388 + r364
-    r388 = x3 * x2 * x13 * x23 * x36 * r388
-    r388 = k.exp(r388)
-    r388 = -1.0 + r388
-    r71 = k.recip(r388)
-    r91 = x25 + x1
-    r496 = -1.0 * x3 * x2 * x13 * x23 * x36 * r91
-    r496 = k.exp(r496)
-    r496 = x3 * x2 * x13 * x23 * x36 * r71 * r364 * r496
-    r71 = x3 * x2 * x13 * x23 * x36
-    r646 = k.recip(r646)
-    r71 = k.where(r125, r646, r71)
-    r91 = x3 * x2 * x13 * x23 * x36 * r91
+    r365 = -2.4e-11 * x15 * x12 * x5
+    r630 = k.sqrt(2.0)
+    r631 = k.sqrt(x3)
+    r631 = k.recip(r631)
+    r633 = k.sqrt(x2)
+    r633 = k.recip(r633)
+    r635 = k.sqrt(x13)
+    r635 = k.recip(r635)
+    r637 = k.sqrt(x24)
+    r637 = k.recip(r637)
+    r639 = k.sqrt(x37)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(r44)
+    r642 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r44
+    r643 = k.sqrt(x3)
+    r644 = k.sqrt(x2)
+    r645 = k.sqrt(x13)
+    r646 = k.sqrt(x24)
+    r647 = k.sqrt(x37)
+    r647 = 0.16666666666666666 * r630 * r643 * r644 * r645 * r646 * r647 * r641
+    r647 = 1.0 + r642 + r647
+    r647 = r630 * r631 * r633 * r635 * r637 * r639 * r641 * r647
+    r647 = r358 + r479 + r12 + r365 + r647
+    r365 = k.where(r125, r647, r22)
+    r389 = r497 + r91 + r71 + r389 + r365
+    r389 = x3 * x2 * x13 * x24 * x37 * r389
+    r389 = k.exp(r389)
+    r389 = -1.0 + r389
+    r71 = k.recip(r389)
+    r91 = x26 + x1
+    r497 = -1.0 * x3 * x2 * x13 * x24 * x37 * r91
+    r497 = k.exp(r497)
+    r497 = x3 * x2 * x13 * x24 * x37 * r71 * r365 * r497
+    r71 = x3 * x2 * x13 * x24 * x37
+    r647 = k.recip(r647)
+    r71 = k.where(r125, r647, r71)
+    r91 = x3 * x2 * x13 * x24 * x37 * r91
     r91 = k.exp(r91)
-    r5 = x35 * r382 * r4 * r25 * r5 * r15 * r361 * r8 * r388 * r21 * r71 * r91
-    r91 = x35 * r382 * r361 * r388 * r21 * r71 * r91
-    r48 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r481 * r48
+    r5 = x36 * r383 * r4 * r25 * r5 * r15 * r362 * r8 * r389 * r21 * r71 * r91
+    r91 = x36 * r383 * r362 * r389 * r21 * r71 * r91
+    r48 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r482 * r48
     r48 = k.where(r33, 0.0, r48)
-    r33 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r46
-    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r70 * r46
+    r33 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r46
+    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r70 * r46
     r46 = r33 + r46
-    r46 = k.where(r490, 0.0, r46)
-    r109 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r109
+    r46 = k.where(r491, 0.0, r46)
+    r109 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r109
     r109 = k.where(r30, 0.0, r109)
-    r43 = r43 < x23
-    r30 = x33 != 2.0
+    r43 = r43 < x24
+    r30 = x34 != 2.0
     r74 = k.and_(r74, r30)
     r74 = k.not_(r74)
     r74 = k.or_(r43, r74)
-    r8 = x33 != 1.0
+    r8 = x34 != 1.0
     r73 = k.and_(r8, r30, r73)
     r73 = k.not_(r73)
     r73 = k.or_(r43, r73)
     r73 = k.and_(r74, r73)
-    r74 = x23 >= 2.0
-    r43 = x33 != 3.0
-    r30 = x33 != 4.0
+    r74 = x24 >= 2.0
+    r43 = x34 != 3.0
+    r30 = x34 != 4.0
     r82 = k.not_(r82)
     r82 = k.and_(r43, r30, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r74, r82)
-    r74 = x21 * x3 * x2 * x23 * x36 * r21
-    r30 = r66 <= r74
+    r74 = x22 * x3 * x2 * x24 * x37 * r21
+    r30 = r32 <= r74
     r74 = r113 <= r74
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r116, r155, r102, r45, r90, 0.0, r94, r97, r54, r119, r103, r98, r31, r32, r66, r66, r113, r47, r144, r385, r154, r53, r21, r10, r34, r9, r80, r392, r78, 0.0, r72, r22, r44, r364, r496, r5, r91, r52, r146, r391, r29, r48, r67, r67, r46, r107, r107, r79, r485, r87, r109, r51, r369, 0.0, 0.0, r157, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, r73, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r30, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r116, r155, r102, r45, r90, 0.0, r94, r97, r54, r119, r103, r98, r31, r66, r32, r32, r113, r47, r144, r386, r154, r53, r21, r10, r34, r9, r80, r393, r78, 0.0, r72, r22, r44, r365, r497, r5, r91, r52, r146, r392, r29, r48, r67, r67, r46, r107, r107, r79, r486, r87, r109, r51, r370, 0.0, 0.0, r157, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r30, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1409,9 +1410,9 @@ def search(x, k):
     return (r83, r30, r56)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 47, 48, 49, 50), (31, 32, 33, 35, 37, 38, 39, 40, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (22, 34), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

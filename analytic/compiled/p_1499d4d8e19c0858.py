@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,27 +24,27 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x36 * x12
+    r15 = 2.0 * x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x22)
-    r8 = k.recip(x35)
+    r15 = k.recip(x23)
+    r8 = k.recip(x36)
     r20 = r15 * r8 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r15
-    r29 = x36 * x12
-    r30 = x22 == 1.0
+    r29 = x37 * x12
+    r30 = x23 == 1.0
     r31 = k.where(r30, 1.0, 0.0)
     r32 = x12 * r31
     r33 = k.ceiling(r28)
     r34 = r12 * r33
-    r31 = x36 * x12 * r31
+    r31 = x37 * x12 * r31
     r36 = 3.0 * x12 * x5 * r33
     r32 = r29 + r32 + r34 + r31 + r36
     r32 = r8 * r32
@@ -53,10 +53,10 @@ def quantities(x, k):
     r29 = r31 + r32
     r32 = k.where(r21, r29, r32)
     r43 = 2.0 * r32
-    r44 = x38 >= 2.0
+    r44 = x39 >= 2.0
     r45 = 2.0 * r4 * r25 * r32
     r46 = k.where(r44, r45, r43)
-    r47 = x38 >= 3.0
+    r47 = x39 >= 3.0
     r43 = k.where(r47, r45, r43)
     r45 = 12.0 * r32
     r50 = 12.0 * r4 * r25 * r32
@@ -69,53 +69,53 @@ def quantities(x, k):
     r56 = r53 + r54 + r55 + r56
     r56 = r8 * r56
     r56 = r50 + r56
-    r56 = x19 * x33 * r25 * r56
-    r50 = x23 == 1.0
+    r56 = x19 * x34 * r25 * r56
+    r50 = x24 == 1.0
     r54 = 4.0 * x12
     r63 = 2.0 * x5
     r64 = 2.0 * x14 * x10
     r55 = r63 + r53 + r64 + r55
     r55 = r8 * r55
     r55 = r54 + r55
-    r55 = x19 * x33 * r25 * r55
+    r55 = x19 * x34 * r25 * r55
     r56 = k.where(r50, r55, r56)
-    r55 = x23 == 2.0
-    r54 = 2.0 * x19 * x12 * x33 * r25
+    r55 = x24 == 2.0
+    r54 = 2.0 * x19 * x12 * x34 * r25
     r54 = k.where(r55, r54, r56)
-    r64 = 1.0 + x22
+    r64 = 1.0 + x23
     r64 = k.min(r64, r6)
     r64 = r64 * r33
-    r53 = x32 == 4.0
-    r63 = 2.0 * x22
+    r53 = x33 == 4.0
+    r63 = 2.0 * x23
     r78 = -1.0 + r63
     r78 = k.min(r78, r6)
     r78 = r78 * r33
     r81 = k.where(r53, r78, r64)
-    r82 = x32 == 0.0
-    r83 = x32 == 3.0
+    r82 = x33 == 0.0
+    r83 = x33 == 3.0
     r84 = k.or_(r82, r83)
-    r85 = k.min(x22, r6)
+    r85 = k.min(x23, r6)
     r85 = r85 * r33
     r81 = k.where(r84, r85, r81)
-    r85 = x32 == 1.0
-    r89 = k.recip(x37)
-    r90 = x6 * x37 * r4 * r5
-    r91 = -1.0 + x37
-    r91 = x22 * r91
+    r85 = x33 == 1.0
+    r89 = k.recip(x38)
+    r90 = x6 * x38 * r4 * r5
+    r91 = -1.0 + x38
+    r91 = x23 * r91
     r93 = -1.0 + r63 + r91
     r93 = k.min(r90, r93)
     r93 = r89 * r93 * r33
     r81 = k.where(r85, r93, r81)
-    r93 = x32 == 2.0
+    r93 = x33 == 2.0
     r98 = x6 * r4 * r5 * r33
     r81 = k.where(r93, r98, r81)
     r81 = r54 * r81
-    r101 = 4.0 * x19 * x5 * x33 * r25 * r8
+    r101 = 4.0 * x19 * x5 * x34 * r25 * r8
     r102 = r101 + r56
     r101 = k.where(r55, r102, r101)
     r102 = k.or_(r21, r30)
-    r105 = 4.0 * x19 * x12 * x33 * r25
-    r106 = x36 * x19 * x16 * x33 * r25 * r8
+    r105 = 4.0 * x19 * x12 * x34 * r25
+    r106 = x37 * x19 * x16 * x34 * r25 * r8
     r105 = r105 + r106
     r105 = k.max(r105, r101)
     r102 = k.where(r102, r105, r101)
@@ -124,7 +124,7 @@ def quantities(x, k):
     r110 = k.where(r21, r111, r110)
     r111 = 3.0 * x4 * r110 * r32
     r111 = k.where(r47, r111, 0.0)
-    r115 = x22 > 1.0
+    r115 = x23 > 1.0
     r115 = k.and_(r47, r115)
     r117 = 6.0 * r32
     r111 = k.where(r115, r117, r111)
@@ -143,27 +143,27 @@ def quantities(x, k):
     r32 = r117 == r32
     r111 = k.where(r32, r111, 0.0)
     r32 = r46 + r43 + r45 + r120 + r102 + r111
-    r117 = -1.0 + x22
+    r117 = -1.0 + x23
     r81 = k.min(1.0, r117)
     r136 = 1.0 + r81
-    r136 = x22 == r136
+    r136 = x23 == r136
     r138 = k.where(r136, 1.0, 0.0)
     r139 = x12 * r138
-    r138 = x36 * x12 * r138
+    r138 = x37 * x12 * r138
     r141 = r81 == 0.0
     r141 = k.where(r141, 1.0, 0.0)
-    r141 = x36 * x12 * r141
+    r141 = x37 * x12 * r141
     r141 = r139 + r34 + r138 + r141 + r36
     r141 = r8 * r141
     r138 = -1.0 * r81
-    r138 = x22 + r138
-    r139 = x22 == r138
+    r138 = x23 + r138
+    r139 = x23 == r138
     r149 = k.where(r139, 1.0, 0.0)
     r150 = x12 * r149
-    r149 = x36 * x12 * r149
+    r149 = x37 * x12 * r149
     r152 = r138 == 1.0
     r152 = k.where(r152, 1.0, 0.0)
-    r152 = x36 * x12 * r152
+    r152 = x37 * x12 * r152
     r36 = r150 + r34 + r149 + r152 + r36
     r36 = r8 * r36
     r36 = r141 + r36
@@ -275,141 +275,142 @@ def quantities(x, k):
     r115 = k.where(r45, r63, r115)
     r111 = r32 == r111
     r115 = k.where(r111, r120, r115)
-    r120 = x36 * x19 * x4 * x33 * r25 * r8
-    r111 = x36 * x19 * x4 * x33 * r25
+    r120 = x37 * x19 * x4 * x34 * r25 * r8
+    r111 = x37 * x19 * x4 * x34 * r25
     r63 = k.max(r32, r141, r31)
     r45 = r141 == r63
     r31 = k.where(r45, r141, r31)
     r63 = r32 == r63
     r31 = k.where(r63, r32, r31)
-    r32 = -1.0 * r31
-    r32 = x8 + r32
-    r63 = 6.0 * x6 * x33 * r16
+    r32 = -1.0 * x20
+    r63 = -1.0 * r31
+    r63 = x8 + r32 + r63
+    r32 = 6.0 * x6 * x34 * r16
     r141 = 6.0 * x12
     r45 = 6.0 * x15 * r12
-    r139 = 12.0 * x36 * x12
+    r139 = 12.0 * x37 * x12
     r46 = 18.0 * x15 * x12 * x5
-    r152 = 12.0 * x15 * x11 * x10 * x33
+    r152 = 12.0 * x15 * x11 * x10 * x34
     r152 = r141 + r45 + r139 + r46 + r152
-    r46 = x6 * x33 * r152
+    r46 = x6 * x34 * r152
     r139 = k.pow(x12, 2.0)
     r45 = k.recip(x12)
-    r141 = 0.16666666666666666 * x33 * r45
+    r141 = 0.16666666666666666 * x34 * r45
     r43 = k.recip(x15)
-    r45 = 0.0625 * x36 * r43 * r45
+    r45 = 0.0625 * x37 * r43 * r45
     r45 = 1.0 + r141 + r45
-    r45 = 96.0 * x6 * x15 * x33 * r139 * r45
-    r139 = k.pow(x33, 2.0)
+    r45 = 96.0 * x6 * x15 * x34 * r139 * r45
+    r139 = k.pow(x34, 2.0)
     r139 = 2.0 * x6 * x15 * x11 * x10 * r139
     r141 = x11 * x10
     r149 = x14 * x10
     r149 = x5 + r141 + r149
-    r149 = 2.0 * x6 * x15 * x12 * x33 * r149
+    r149 = 2.0 * x6 * x15 * x12 * x34 * r149
     r149 = k.where(r50, r149, 0.0)
-    r141 = 0.3333333333333333 * x6 * x33 * r152
+    r141 = 0.3333333333333333 * x6 * x34 * r152
     r149 = k.where(r55, r141, r149)
     r149 = r46 + r139 + r149
     r139 = k.where(r55, 1.0, 0.0)
     r141 = 1.0 + r139
     r54 = k.recip(x9)
     r36 = k.recip(x18)
-    r64 = x36 * x12 * r8
-    r98 = x19 * x12 * x33 * r25
-    r33 = x36 * x19 * x33 * r25 * r8
+    r64 = x37 * x12 * r8
+    r98 = x19 * x12 * x34 * r25
+    r33 = x37 * x19 * x34 * r25 * r8
     r33 = r64 + r98 + r33
     r64 = 2.0 * r54 * r36 * r33
-    r90 = k.recip(x21)
+    r90 = k.recip(x22)
     r91 = k.recip(x17)
-    r78 = 2.0 * x36 * x19 * x12 * x33 * r90 * r25 * r91 * r8
+    r78 = 2.0 * x37 * x19 * x12 * x34 * r90 * r25 * r91 * r8
     r78 = r64 + r78
     r78 = r141 * r78
     r33 = 4.0 * r54 * r36 * r33
-    r64 = 4.0 * x36 * x19 * x12 * x33 * r90 * r25 * r91 * r8
+    r64 = 4.0 * x37 * x19 * x12 * x34 * r90 * r25 * r91 * r8
     r64 = r78 + r33 + r64
     r64 = r15 * r64
     r33 = x12 * x5 * r8
-    r78 = x19 * x5 * x33 * r25 * r8
+    r78 = x19 * x5 * x34 * r25 * r8
     r78 = r33 + r98 + r78
     r33 = 2.0 * r54 * r36 * r78
-    r138 = 2.0 * x19 * x12 * x5 * x33 * r90 * r25 * r91 * r8
+    r138 = 2.0 * x19 * x12 * x5 * x34 * r90 * r25 * r91 * r8
     r138 = r33 + r138
     r138 = r141 * r138
     r33 = 2.0 * x12 * x5 * r8
-    r150 = 2.0 * x19 * x5 * x33 * r25 * r8
+    r150 = 2.0 * x19 * x5 * x34 * r25 * r8
     r150 = r33 + r98 + r150
     r33 = 2.0 * r54 * r36 * r150
-    r329 = 4.0 * x19 * x12 * x5 * x33 * r90 * r25 * r91 * r8
-    r329 = r33 + r329
-    r329 = r141 * r329
+    r330 = 4.0 * x19 * x12 * x5 * x34 * r90 * r25 * r91 * r8
+    r330 = r33 + r330
+    r330 = r141 * r330
     r33 = x11 * x10 * x12 * r8
-    r333 = x11 * x19 * x10 * x33 * r25 * r8
-    r333 = r33 + r98 + r333
-    r33 = 2.0 * r54 * r36 * r333
-    r336 = 2.0 * x11 * x19 * x10 * x12 * x33 * r90 * r25 * r91 * r8
-    r336 = r33 + r336
-    r336 = r141 * r336
+    r334 = x11 * x19 * x10 * x34 * r25 * r8
+    r334 = r33 + r98 + r334
+    r33 = 2.0 * r54 * r36 * r334
+    r337 = 2.0 * x11 * x19 * x10 * x12 * x34 * r90 * r25 * r91 * r8
+    r337 = r33 + r337
+    r337 = r141 * r337
     r10 = x11 + r10
     r33 = x10 * x12 * r8 * r10
-    r341 = x19 * x10 * x33 * r25 * r8 * r10
-    r341 = r98 + r33 + r341
-    r33 = 2.0 * r54 * r36 * r341
-    r344 = 2.0 * x19 * x10 * x12 * x33 * r90 * r25 * r91 * r8 * r10
-    r344 = r33 + r344
-    r344 = r141 * r344
+    r342 = x19 * x10 * x34 * r25 * r8 * r10
+    r342 = r98 + r33 + r342
+    r33 = 2.0 * r54 * r36 * r342
+    r345 = 2.0 * x19 * x10 * x12 * x34 * r90 * r25 * r91 * r8 * r10
+    r345 = r33 + r345
+    r345 = r141 * r345
     r33 = x14 * x10 * x12 * r8
-    r348 = x14 * x19 * x10 * x33 * r25 * r8
-    r348 = r33 + r98 + r348
-    r348 = 2.0 * r54 * r36 * r348
-    r98 = 2.0 * x14 * x19 * x10 * x12 * x33 * r90 * r25 * r91 * r8
-    r98 = r348 + r98
+    r349 = x14 * x19 * x10 * x34 * r25 * r8
+    r349 = r33 + r98 + r349
+    r349 = 2.0 * r54 * r36 * r349
+    r98 = 2.0 * x14 * x19 * x10 * x12 * x34 * r90 * r25 * r91 * r8
+    r98 = r349 + r98
     r98 = r141 * r98
-    r98 = r138 + r336 + r98
+    r98 = r138 + r337 + r98
     r50 = k.where(r50, 1.0, 0.0)
     r98 = r98 * r50
     r78 = 4.0 * r54 * r36 * r78
     r150 = 4.0 * r54 * r36 * r150
-    r333 = 4.0 * r54 * r36 * r333
-    r341 = 4.0 * r54 * r36 * r341
-    r348 = 12.0 * x19 * x12 * x5 * x33 * r90 * r25 * r91 * r8
-    r33 = 4.0 * x11 * x19 * x10 * x12 * x33 * r90 * r25 * r91 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r90 * r25 * r91 * r8 * r10
-    r10 = r138 + r329 + r336 + r344 + r98 + r78 + r150 + r333 + r341 + r348 + r33 + r10
+    r334 = 4.0 * r54 * r36 * r334
+    r342 = 4.0 * r54 * r36 * r342
+    r349 = 12.0 * x19 * x12 * x5 * x34 * r90 * r25 * r91 * r8
+    r33 = 4.0 * x11 * x19 * x10 * x12 * x34 * r90 * r25 * r91 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r90 * r25 * r91 * r8 * r10
+    r10 = r138 + r330 + r337 + r345 + r98 + r78 + r150 + r334 + r342 + r349 + r33 + r10
     r10 = x15 * r15 * r10
     r10 = r64 + r10
     r64 = x6 * r4 * r5 * r10
     r33 = 12.0 * x12
-    r348 = 1.0 + r50 + r139
-    r341 = 10.0 * x12 * r348
-    r341 = r33 + r341
-    r341 = x19 * x33 * r25 * r341
+    r349 = 1.0 + r50 + r139
+    r342 = 10.0 * x12 * r349
+    r342 = r33 + r342
+    r342 = x19 * x34 * r25 * r342
     r33 = 5.0 * x5
-    r348 = 3.0 * x5 * r348
-    r348 = r33 + r348
-    r348 = x19 * x33 * r25 * r8 * r348
-    r348 = r341 + r348
-    r348 = x15 * r15 * r348
-    r341 = 3.0 * x36 * x19 * x33 * r25 * r15 * r8
+    r349 = 3.0 * x5 * r349
+    r349 = r33 + r349
+    r349 = x19 * x34 * r25 * r8 * r349
+    r349 = r342 + r349
+    r349 = x15 * r15 * r349
+    r342 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
     r50 = 2.0 + r50 + r139
-    r50 = x15 * x19 * x10 * x33 * r25 * r15 * r8 * r9 * r50
-    r50 = r348 + r341 + r50
-    r341 = x6 * x4 * r54 * r4 * r5 * r36 * r50
-    r348 = k.recip(x0)
-    r9 = x11 * x10 * x33
+    r50 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r9 * r50
+    r50 = r349 + r342 + r50
+    r342 = x6 * x4 * r54 * r4 * r5 * r36 * r50
+    r349 = k.recip(x0)
+    r9 = x11 * x10 * x34
     r139 = 3.0 + r139
-    r139 = 2.0 * x11 * x10 * x33 * r139
+    r139 = 2.0 * x11 * x10 * x34 * r139
     r139 = r9 + r139
-    r9 = x6 * x15 * x33 * r90 * r4 * r25 * r91 * r348 * r15 * r8 * r139
-    r33 = r64 + r341 + r9
-    r333 = k.recip(r33)
+    r9 = x6 * x15 * x34 * r90 * r4 * r25 * r91 * r349 * r15 * r8 * r139
+    r33 = r64 + r342 + r9
+    r334 = k.recip(r33)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r150 = k.recip(x6)
     r78 = 0.3333333333333333 * x3 * x19 * r150 * r89 * r33
-    r98 = 0.6666666666666666 * x3 * x19 * x22 * r150 * r33
+    r98 = 0.6666666666666666 * x3 * x19 * x23 * r150 * r33
     r50 = -1.0 * x6 * x4 * r54 * r4 * r5 * r36 * r50
-    r139 = -1.0 * x6 * x15 * x33 * r90 * r4 * r25 * r91 * r348 * r15 * r8 * r139
+    r139 = -1.0 * x6 * x15 * x34 * r90 * r4 * r25 * r91 * r349 * r15 * r8 * r139
     r98 = r10 + r78 + r98 + r50 + r139
     r98 = k.max(0.0, r98)
-    r78 = 0.5 * x22
+    r78 = 0.5 * x23
     r78 = -1.0 + r78
     r78 = 0.6666666666666666 * x3 * x19 * r150 * r89 * r78 * r33
     r78 = k.where(r53, 0.0, r78)
@@ -419,262 +420,262 @@ def quantities(x, k):
     r117 = x3 * x19 * r150 * r89 * r117 * r33
     r78 = k.where(r93, r117, r78)
     r78 = k.max(r98, r78)
-    r333 = r333 * r78
+    r334 = r334 * r78
     r36 = 28.0 * r54 * r36 * r26
-    r54 = r36 + r64 + r341 + r9
-    r98 = -1.0 * x20
+    r54 = r36 + r64 + r342 + r9
+    r98 = -1.0 * x21
     r98 = 1.0 + r98
-    r117 = x22 * x37
+    r117 = x23 * x38
     r117 = -1.0 + r117
-    r89 = k.recip(x25)
-    r82 = k.recip(x26)
-    r53 = x19 * x4 * x12 * x33 * r89 * r25 * r82 * r8
-    r53 = x27 + r53
-    r83 = 2.0 * x3 * x2 * x35
-    r83 = x29 >= r83
-    r348 = k.recip(x28)
-    r91 = k.recip(x30)
-    r344 = x19 * x4 * x12 * x33 * r348 * r25 * r91 * r8
-    r344 = x31 + r344
-    r53 = k.where(r83, r344, r53)
+    r89 = k.recip(x26)
+    r82 = k.recip(x27)
+    r53 = x19 * x4 * x12 * x34 * r89 * r25 * r82 * r8
+    r53 = x28 + r53
+    r83 = 2.0 * x3 * x2 * x36
+    r83 = x30 >= r83
+    r349 = k.recip(x29)
+    r91 = k.recip(x31)
+    r345 = x19 * x4 * x12 * x34 * r349 * r25 * r91 * r8
+    r345 = x32 + r345
+    r53 = k.where(r83, r345, r53)
     r53 = 2.0 * x6 * r4 * r5 * r15 * r117 * r53
     r53 = k.where(r30, 0.0, r53)
     r98 = r98 * r53
-    r344 = x3 * x19 * r150 * r33
-    r83 = x22 <= 1.0
+    r345 = x3 * x19 * r150 * r33
+    r83 = x23 <= 1.0
     r44 = k.and_(r44, r83)
-    r344 = k.where(r44, r33, r344)
-    r344 = -1.0 * x20 * r344
+    r345 = k.where(r44, r33, r345)
+    r345 = -1.0 * x21 * r345
     r33 = x3 * x2
-    r336 = -1.0 + r33
-    r329 = k.recip(r336)
+    r337 = -1.0 + r33
+    r330 = k.recip(r337)
     r138 = 2.0 * x3 * x2
     r138 = -2.0 + r138
-    r441 = x29 * r8
-    r442 = k.gcd(r33, r441)
-    r443 = k.recip(r442)
-    r444 = x3 * x2 * r443
-    r444 = -1.0 + r444
-    r444 = x27 * r444
-    r447 = -1.0 * x3 * x2 * r443
-    r447 = r33 + r447
-    r447 = x31 * r447
-    r450 = r444 + r447
-    r450 = r329 * r138 * r450
-    r329 = x4 * x22 * r89 * r43 * r4 * r25 * r82 * r443 * r138 * r20
-    r442 = -1.0 + r442
-    r454 = x4 * x22 * r348 * r43 * r4 * r25 * r91 * r443 * r442 * r138 * r20
-    r454 = k.max(r329, r454)
-    r454 = r450 + r454
-    r450 = x29 <= x35
-    r329 = x27 * r138
-    r459 = x4 * x22 * r89 * r43 * r4 * r25 * r82 * r138 * r20
-    r459 = r329 + r459
-    r454 = k.where(r450, r459, r454)
-    r459 = x3 * x2 * x35
-    r459 = x29 >= r459
-    r329 = x31 * r138
-    r465 = x4 * x22 * r348 * r43 * r4 * r25 * r91 * r138 * r20
-    r465 = r329 + r465
-    r454 = k.where(r459, r465, r454)
-    r454 = x15 * r15 * r454
-    r465 = x4 * x22 * r89 * r43 * r4 * r25 * r82 * r443 * r336 * r20
-    r442 = x4 * x22 * r348 * r43 * r4 * r25 * r91 * r443 * r336 * r442 * r20
-    r442 = k.max(r465, r442)
-    r442 = r444 + r447 + r442
-    r447 = x27 * r336
-    r444 = x4 * x22 * r89 * r43 * r4 * r25 * r82 * r336 * r20
-    r444 = r447 + r444
-    r442 = k.where(r450, r444, r442)
-    r444 = x31 * r336
-    r43 = x4 * x22 * r348 * r43 * r4 * r25 * r91 * r336 * r20
-    r43 = r444 + r43
-    r442 = k.where(r459, r43, r442)
-    r43 = 2.0 * x15 * r15 * r442
-    r454 = k.where(r22, r43, r454)
-    r43 = x15 * r15 * r442
-    r459 = x6 * x15 * r4 * r5 * r15 * r442
-    r459 = r43 + r459
-    r454 = k.where(r44, r459, r454)
+    r442 = x30 * r8
+    r443 = k.gcd(r33, r442)
+    r444 = k.recip(r443)
+    r445 = x3 * x2 * r444
+    r445 = -1.0 + r445
+    r445 = x28 * r445
+    r448 = -1.0 * x3 * x2 * r444
+    r448 = r33 + r448
+    r448 = x32 * r448
+    r451 = r445 + r448
+    r451 = r330 * r138 * r451
+    r330 = x4 * x23 * r89 * r43 * r4 * r25 * r82 * r444 * r138 * r20
+    r443 = -1.0 + r443
+    r455 = x4 * x23 * r349 * r43 * r4 * r25 * r91 * r444 * r443 * r138 * r20
+    r455 = k.max(r330, r455)
+    r455 = r451 + r455
+    r451 = x30 <= x36
+    r330 = x28 * r138
+    r460 = x4 * x23 * r89 * r43 * r4 * r25 * r82 * r138 * r20
+    r460 = r330 + r460
+    r455 = k.where(r451, r460, r455)
+    r460 = x3 * x2 * x36
+    r460 = x30 >= r460
+    r330 = x32 * r138
+    r466 = x4 * x23 * r349 * r43 * r4 * r25 * r91 * r138 * r20
+    r466 = r330 + r466
+    r455 = k.where(r460, r466, r455)
+    r455 = x15 * r15 * r455
+    r466 = x4 * x23 * r89 * r43 * r4 * r25 * r82 * r444 * r337 * r20
+    r443 = x4 * x23 * r349 * r43 * r4 * r25 * r91 * r444 * r337 * r443 * r20
+    r443 = k.max(r466, r443)
+    r443 = r445 + r448 + r443
+    r448 = x28 * r337
+    r445 = x4 * x23 * r89 * r43 * r4 * r25 * r82 * r337 * r20
+    r445 = r448 + r445
+    r443 = k.where(r451, r445, r443)
+    r445 = x32 * r337
+    r43 = x4 * x23 * r349 * r43 * r4 * r25 * r91 * r337 * r20
+    r43 = r445 + r43
+    r443 = k.where(r460, r43, r443)
+    r43 = 2.0 * x15 * r15 * r443
+    r455 = k.where(r22, r43, r455)
+    r43 = x15 * r15 * r443
+    r460 = x6 * x15 * r4 * r5 * r15 * r443
+    r460 = r43 + r460
+    r455 = k.where(r44, r460, r455)
     r83 = k.and_(r47, r83)
-    r442 = 3.0 * x6 * x15 * r4 * r5 * r15 * r442
-    r454 = k.where(r83, r442, r454)
+    r443 = 3.0 * x6 * x15 * r4 * r5 * r15 * r443
+    r455 = k.where(r83, r443, r455)
     r33 = r33 == 1.0
-    r454 = k.where(r33, 0.0, r454)
-    r344 = r344 + r454
-    r344 = k.max(0.0, r344)
-    r441 = k.gcd(x2, r441)
-    r442 = k.recip(r441)
-    r47 = x2 * r442
+    r455 = k.where(r33, 0.0, r455)
+    r345 = r345 + r455
+    r345 = k.max(0.0, r345)
+    r442 = k.gcd(x2, r442)
+    r443 = k.recip(r442)
+    r47 = x2 * r443
     r47 = -1.0 + r47
-    r47 = x27 * r47
-    r459 = -1.0 * x2 * r442
-    r459 = x2 + r459
-    r459 = x31 * r459
+    r47 = x28 * r47
+    r460 = -1.0 * x2 * r443
+    r460 = x2 + r460
+    r460 = x32 * r460
     r43 = -1.0 + x2
-    r444 = 2.0 * x14 * x19 * x10 * x4 * x33 * r89 * r25 * r82 * r8 * r442 * r43
-    r441 = -1.0 + r441
-    r441 = 2.0 * x14 * x19 * x10 * x4 * x33 * r348 * r25 * r91 * r8 * r442 * r43 * r441
-    r441 = k.max(r444, r441)
-    r441 = r47 + r459 + r441
-    r459 = x27 * r43
-    r47 = 2.0 * x14 * x19 * x10 * x4 * x33 * r89 * r25 * r82 * r8 * r43
-    r47 = r459 + r47
-    r441 = k.where(r450, r47, r441)
-    r47 = x2 * x35
-    r47 = x29 >= r47
-    r450 = x31 * r43
-    r459 = 2.0 * x14 * x19 * x10 * x4 * x33 * r348 * r25 * r91 * r8 * r43
-    r459 = r450 + r459
-    r441 = k.where(r47, r459, r441)
-    r459 = x6 * x15 * r4 * r5 * r15 * r441
-    r441 = x6 * x15 * r4 * r5 * r15 * r141 * r441
-    r441 = r459 + r441
-    r459 = x2 == 1.0
-    r441 = k.where(r459, 0.0, r441)
+    r445 = 2.0 * x14 * x19 * x10 * x4 * x34 * r89 * r25 * r82 * r8 * r443 * r43
+    r442 = -1.0 + r442
+    r442 = 2.0 * x14 * x19 * x10 * x4 * x34 * r349 * r25 * r91 * r8 * r443 * r43 * r442
+    r442 = k.max(r445, r442)
+    r442 = r47 + r460 + r442
+    r460 = x28 * r43
+    r47 = 2.0 * x14 * x19 * x10 * x4 * x34 * r89 * r25 * r82 * r8 * r43
+    r47 = r460 + r47
+    r442 = k.where(r451, r47, r442)
+    r47 = x2 * x36
+    r47 = x30 >= r47
+    r451 = x32 * r43
+    r460 = 2.0 * x14 * x19 * x10 * x4 * x34 * r349 * r25 * r91 * r8 * r43
+    r460 = r451 + r460
+    r442 = k.where(r47, r460, r442)
+    r460 = x6 * x15 * r4 * r5 * r15 * r442
+    r442 = x6 * x15 * r4 * r5 * r15 * r141 * r442
+    r442 = r460 + r442
+    r460 = x2 == 1.0
+    r442 = k.where(r460, 0.0, r442)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r47 = -1.0 + x35
+    r47 = -1.0 + x36
     r47 = k.recip(r47)
-    r450 = 2.0 * x35
-    r450 = -2.0 + r450
-    r444 = k.gcd(x35, x29)
-    r442 = k.recip(r444)
-    r447 = x35 * r442
-    r447 = -1.0 + r447
-    r447 = x27 * r447
-    r465 = -1.0 * x35 * r442
-    r465 = x35 + r465
-    r465 = x31 * r465
-    r465 = r447 + r465
-    r465 = r47 * r450 * r465
-    r47 = x19 * x4 * x12 * x33 * r89 * r25 * r82 * r8 * r442 * r450
-    r444 = -1.0 + r444
-    r444 = x19 * x4 * x12 * x33 * r348 * r25 * r91 * r8 * r442 * r444 * r450
-    r444 = k.max(r47, r444)
-    r444 = r465 + r444
-    r465 = x29 <= 1.0
-    r47 = x27 * r450
-    r82 = x19 * x4 * x12 * x33 * r89 * r25 * r82 * r8 * r450
+    r451 = 2.0 * x36
+    r451 = -2.0 + r451
+    r445 = k.gcd(x36, x30)
+    r443 = k.recip(r445)
+    r448 = x36 * r443
+    r448 = -1.0 + r448
+    r448 = x28 * r448
+    r466 = -1.0 * x36 * r443
+    r466 = x36 + r466
+    r466 = x32 * r466
+    r466 = r448 + r466
+    r466 = r47 * r451 * r466
+    r47 = x19 * x4 * x12 * x34 * r89 * r25 * r82 * r8 * r443 * r451
+    r445 = -1.0 + r445
+    r445 = x19 * x4 * x12 * x34 * r349 * r25 * r91 * r8 * r443 * r445 * r451
+    r445 = k.max(r47, r445)
+    r445 = r466 + r445
+    r466 = x30 <= 1.0
+    r47 = x28 * r451
+    r82 = x19 * x4 * x12 * x34 * r89 * r25 * r82 * r8 * r451
     r82 = r47 + r82
-    r444 = k.where(r465, r82, r444)
-    r82 = x29 >= x35
-    r465 = x31 * r450
-    r91 = x19 * x4 * x12 * x33 * r348 * r25 * r91 * r8 * r450
-    r91 = r465 + r91
-    r444 = k.where(r82, r91, r444)
-    r444 = x6 * x15 * r4 * r5 * r15 * r55 * r444
-    r91 = x35 == 1.0
-    r444 = k.where(r91, 0.0, r444)
+    r445 = k.where(r466, r82, r445)
+    r82 = x30 >= x36
+    r466 = x32 * r451
+    r91 = x19 * x4 * x12 * x34 * r349 * r25 * r91 * r8 * r451
+    r91 = r466 + r91
+    r445 = k.where(r82, r91, r445)
+    r445 = x6 * x15 * r4 * r5 * r15 * r55 * r445
+    r91 = x36 == 1.0
+    r445 = k.where(r91, 0.0, r445)
     r139 = r10 + r50 + r139
     r139 = k.max(0.0, r139)
     r139 = k.where(r21, r139, 0.0)
-    r21 = r98 + r36 + r64 + r341 + r9 + r344 + r78 + r441 + r444 + r139
+    r21 = r98 + r36 + r64 + r342 + r9 + r345 + r78 + r442 + r445 + r139
     r50 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r90 * r4 * r25 * r15 * r8 * r50 * r16
-    r152 = x6 * x33 * r90 * r4 * r25 * r15 * r8 * r50 * r152
-    r50 = x19 * x4 * x12 * x33 * r25
-    r90 = x19 * x4 * x12 * x33 * r89 * r25
+    r10 = 6.0 * x6 * x34 * r90 * r4 * r25 * r15 * r8 * r50 * r16
+    r152 = x6 * x34 * r90 * r4 * r25 * r15 * r8 * r50 * r152
+    r50 = x19 * x4 * x12 * x34 * r25
+    r90 = x19 * x4 * x12 * x34 * r89 * r25
     r138 = x4 * r4 * r25 * r138 * r20
-    r82 = 2.0 * x4 * r4 * r25 * r336 * r20
+    r82 = 2.0 * x4 * r4 * r25 * r337 * r20
     r138 = k.where(r22, r82, r138)
-    r82 = x4 * r4 * r25 * r336 * r20
+    r82 = x4 * r4 * r25 * r337 * r20
     r22 = k.pow(x3, -2.0)
-    r465 = x6 * x4 * r22 * r5 * r25 * r336 * r20
-    r465 = r82 + r465
-    r138 = k.where(r44, r465, r138)
-    r336 = 3.0 * x6 * x4 * r22 * r5 * r25 * r336 * r20
-    r138 = k.where(r83, r336, r138)
+    r466 = x6 * x4 * r22 * r5 * r25 * r337 * r20
+    r466 = r82 + r466
+    r138 = k.where(r44, r466, r138)
+    r337 = 3.0 * x6 * x4 * r22 * r5 * r25 * r337 * r20
+    r138 = k.where(r83, r337, r138)
     r138 = k.where(r33, 0.0, r138)
     r33 = r89 * r138
-    r89 = x28 * r89
-    r336 = k.recip(x33)
-    r83 = x34 * r150 * r336
+    r89 = x29 * r89
+    r337 = k.recip(x34)
+    r83 = x35 * r150 * r337
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r465 = 8e-12 * x12
-    r44 = 1.6e-11 * x36 * x12
+    r466 = 8e-12 * x12
+    r44 = 1.6e-11 * x37 * x12
     r82 = 8e-12 * x15 * r12
-    r348 = 2.4e-11 * x15 * x12 * x5
-    r47 = r465 + r44 + r82 + r348
-    r442 = 4e-12 * x12
-    r447 = 8e-12 * x36 * x12
-    r443 = 4e-12 * x15 * r12
-    r329 = 1.2e-11 * x15 * x12 * x5
-    r329 = r442 + r447 + r443 + r329
-    r329 = r22 > r329
-    r443 = -8e-12 * x12
-    r447 = -1.6e-11 * x36 * x12
+    r349 = 2.4e-11 * x15 * x12 * x5
+    r47 = r466 + r44 + r82 + r349
+    r443 = 4e-12 * x12
+    r448 = 8e-12 * x37 * x12
+    r444 = 4e-12 * x15 * r12
+    r330 = 1.2e-11 * x15 * x12 * x5
+    r330 = r443 + r448 + r444 + r330
+    r330 = r22 > r330
+    r444 = -8e-12 * x12
+    r448 = -1.6e-11 * x37 * x12
     r12 = -8e-12 * x15 * r12
-    r442 = -2.4e-11 * x15 * x12 * x5
-    r598 = k.sqrt(2.0)
-    r599 = k.sqrt(x3)
-    r599 = k.recip(r599)
-    r601 = k.sqrt(x2)
-    r601 = k.recip(r601)
-    r603 = k.sqrt(x13)
-    r603 = k.recip(r603)
-    r605 = k.sqrt(x22)
-    r605 = k.recip(r605)
-    r607 = k.sqrt(x35)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(r47)
-    r610 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r47
-    r611 = k.sqrt(x3)
-    r612 = k.sqrt(x2)
-    r613 = k.sqrt(x13)
-    r614 = k.sqrt(x22)
-    r615 = k.sqrt(x35)
-    r615 = 0.16666666666666666 * r598 * r611 * r612 * r613 * r614 * r615 * r609
-    r615 = 1.0 + r610 + r615
-    r615 = r598 * r599 * r601 * r603 * r605 * r607 * r609 * r615
-    r615 = r443 + r447 + r12 + r442 + r615
-    r442 = k.where(r329, r615, r22)
-    r348 = r465 + r44 + r82 + r348 + r442
-    r348 = x3 * x2 * x13 * x22 * x35 * r348
-    r348 = k.exp(r348)
-    r348 = -1.0 + r348
-    r82 = k.recip(r348)
-    r44 = x24 + x1
-    r465 = -1.0 * x3 * x2 * x13 * x22 * x35 * r44
-    r465 = k.exp(r465)
-    r465 = x3 * x2 * x13 * x22 * x35 * r82 * r442 * r465
-    r82 = x3 * x2 * x13 * x22 * x35
-    r615 = k.recip(r615)
-    r82 = k.where(r329, r615, r82)
-    r44 = x3 * x2 * x13 * x22 * x35 * r44
+    r443 = -2.4e-11 * x15 * x12 * x5
+    r599 = k.sqrt(2.0)
+    r600 = k.sqrt(x3)
+    r600 = k.recip(r600)
+    r602 = k.sqrt(x2)
+    r602 = k.recip(r602)
+    r604 = k.sqrt(x13)
+    r604 = k.recip(r604)
+    r606 = k.sqrt(x23)
+    r606 = k.recip(r606)
+    r608 = k.sqrt(x36)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(r47)
+    r611 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r47
+    r612 = k.sqrt(x3)
+    r613 = k.sqrt(x2)
+    r614 = k.sqrt(x13)
+    r615 = k.sqrt(x23)
+    r616 = k.sqrt(x36)
+    r616 = 0.16666666666666666 * r599 * r612 * r613 * r614 * r615 * r616 * r610
+    r616 = 1.0 + r611 + r616
+    r616 = r599 * r600 * r602 * r604 * r606 * r608 * r610 * r616
+    r616 = r444 + r448 + r12 + r443 + r616
+    r443 = k.where(r330, r616, r22)
+    r349 = r466 + r44 + r82 + r349 + r443
+    r349 = x3 * x2 * x13 * x23 * x36 * r349
+    r349 = k.exp(r349)
+    r349 = -1.0 + r349
+    r82 = k.recip(r349)
+    r44 = x25 + x1
+    r466 = -1.0 * x3 * x2 * x13 * x23 * x36 * r44
+    r466 = k.exp(r466)
+    r466 = x3 * x2 * x13 * x23 * x36 * r82 * r443 * r466
+    r82 = x3 * x2 * x13 * x23 * x36
+    r616 = k.recip(r616)
+    r82 = k.where(r330, r616, r82)
+    r44 = x3 * x2 * x13 * x23 * x36 * r44
     r44 = k.exp(r44)
-    r5 = x34 * r150 * r4 * r25 * r5 * r15 * r336 * r8 * r348 * r21 * r82 * r44
-    r44 = x34 * r150 * r336 * r348 * r21 * r82 * r44
-    r55 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r450 * r55
+    r5 = x35 * r150 * r4 * r25 * r5 * r15 * r337 * r8 * r349 * r21 * r82 * r44
+    r44 = x35 * r150 * r337 * r349 * r21 * r82 * r44
+    r55 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r451 * r55
     r55 = k.where(r91, 0.0, r55)
-    r91 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r43
-    r43 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r141 * r43
+    r91 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r43
+    r43 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r141 * r43
     r43 = r91 + r43
-    r43 = k.where(r459, 0.0, r43)
-    r117 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r117
+    r43 = k.where(r460, 0.0, r43)
+    r117 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r117
     r117 = k.where(r30, 0.0, r117)
-    r81 = r81 < x22
-    r30 = x32 != 2.0
+    r81 = r81 < x23
+    r30 = x33 != 2.0
     r85 = k.and_(r85, r30)
     r85 = k.not_(r85)
     r85 = k.or_(r81, r85)
-    r8 = x32 != 1.0
+    r8 = x33 != 1.0
     r84 = k.and_(r8, r30, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r81, r84)
     r84 = k.and_(r85, r84)
-    r85 = x22 >= 2.0
-    r81 = x32 != 3.0
-    r30 = x32 != 4.0
+    r85 = x23 >= 2.0
+    r81 = x33 != 3.0
+    r30 = x33 != 4.0
     r93 = k.not_(r93)
     r93 = k.and_(r81, r30, r93)
     r93 = k.not_(r93)
     r93 = k.or_(r85, r93)
-    r85 = x21 * x3 * x2 * x22 * x35 * r21
-    r30 = r63 <= r85
+    r85 = x22 * x3 * x2 * x23 * x36 * r21
+    r30 = r32 <= r85
     r85 = r46 <= r85
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r29, r34, r136, r110, r101, r115, 0.0, r102, r105, r56, r120, r111, r106, r31, r32, r63, r63, r46, r45, r149, r333, r54, r78, r21, r10, r152, r50, r90, r33, r89, 0.0, r83, r22, r47, r442, r465, r5, r44, r64, r9, r341, r36, r55, r444, r444, r43, r441, r441, r138, r454, r344, r117, r53, r98, 0.0, 0.0, r139, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, r93, r93, r30, r85, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r29, r34, r136, r110, r101, r115, 0.0, r102, r105, r56, r120, r111, r106, r31, r63, r32, r32, r46, r45, r149, r334, r54, r78, r21, r10, r152, r50, r90, r33, r89, 0.0, r83, r22, r47, r443, r466, r5, r44, r64, r9, r342, r36, r55, r445, r445, r43, r442, r442, r138, r455, r345, r117, r53, r98, 0.0, 0.0, r139, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, r93, r93, r30, r85, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1339,9 +1340,9 @@ def search(x, k):
     return (r91, r1, r38)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (40, 45, 46, 47, 48), (38, 45, 46, 47, 48), (39, 45, 46, 47, 48), (), (31, 32, 37), (42, 45, 46, 47, 48), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (41, 45, 46, 47, 48), (41, 45, 46, 47, 48, 74, 75), (41, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 34), (13, 35), (13, 66), (13, 67), (13, 68), (13, 69), (14, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 34), (17, 35), (17, 66), (17, 67), (17, 68), (17, 69), (18, 33), (18, 34), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 28), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (41, 46, 47, 48, 49), (39, 46, 47, 48, 49), (40, 46, 47, 48, 49), (), (31, 32, 38), (43, 46, 47, 48, 49), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 43, 46, 47, 48, 49), (31, 32, 36, 38, 39, 40, 41, 43, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (42, 46, 47, 48, 49), (42, 46, 47, 48, 49, 75, 76), (42, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 34), (13, 35), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 34), (17, 35), (17, 67), (17, 68), (17, 69), (17, 70), (18, 33), (18, 34), (22, 33), (22, 34), (22, 35), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 34), (23, 35), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

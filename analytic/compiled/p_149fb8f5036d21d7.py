@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,66 +51,66 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x34 * r30 * r38
-    r34 = 2.0 * x19 * x12 * x34 * r30
+    r38 = x19 * x35 * r30 * r38
+    r34 = 2.0 * x19 * x12 * x35 * r30
     r37 = x19 > 1.0
-    r36 = 2.0 * x11 * x19 * x10 * x34 * r30 * r16
+    r36 = 2.0 * x11 * x19 * x10 * x35 * r30 * r16
     r36 = k.where(r37, r36, 0.0)
     r36 = r38 + r34 + r36
-    r38 = x24 == 2.0
+    r38 = x25 == 2.0
     r34 = k.where(r38, r34, r36)
-    r37 = 1.0 + x23
+    r37 = 1.0 + x24
     r37 = k.min(r37, r6)
     r35 = k.ceiling(r33)
     r37 = r37 * r35
-    r54 = x33 == 4.0
-    r55 = 2.0 * x23
+    r54 = x34 == 4.0
+    r55 = 2.0 * x24
     r56 = -1.0 + r55
     r56 = k.min(r56, r6)
     r56 = r56 * r35
     r59 = k.where(r54, r56, r37)
-    r60 = x33 == 0.0
-    r61 = x33 == 3.0
+    r60 = x34 == 0.0
+    r61 = x34 == 3.0
     r62 = k.or_(r60, r61)
-    r63 = k.min(x23, r6)
+    r63 = k.min(x24, r6)
     r63 = r63 * r35
     r59 = k.where(r62, r63, r59)
-    r63 = x33 == 1.0
-    r67 = k.recip(x38)
-    r68 = x6 * x38 * r4 * r5
-    r69 = -1.0 + x38
-    r69 = x23 * r69
+    r63 = x34 == 1.0
+    r67 = k.recip(x39)
+    r68 = x6 * x39 * r4 * r5
+    r69 = -1.0 + x39
+    r69 = x24 * r69
     r71 = -1.0 + r55 + r69
     r71 = k.min(r68, r71)
     r71 = r67 * r71 * r35
     r59 = k.where(r63, r71, r59)
-    r71 = x33 == 2.0
+    r71 = x34 == 2.0
     r76 = x6 * r4 * r5 * r35
     r59 = k.where(r71, r76, r59)
     r59 = r34 * r59
     r79 = r9 * r35
     r80 = r13 * r35
-    r81 = x23 == 1.0
+    r81 = x24 == 1.0
     r82 = k.where(r81, 1.0, 0.0)
     r83 = 2.0 * x12 * r82
     r83 = r12 + r79 + r80 + r83
     r83 = r16 * r83
-    r82 = x37 * x12 * r82
-    r12 = x23 != 1.0
+    r82 = x38 * x12 * r82
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r79 + r80 + r82 + r12
     r12 = r16 * r12
     r82 = r83 + r12
     r83 = k.where(r26, r82, r83)
     r8 = 2.0 * r83
-    r95 = x39 <= 2.0
+    r95 = x40 <= 2.0
     r96 = 4.0 * r83
     r96 = k.where(r95, r96, r8)
-    r98 = x39 >= 2.0
+    r98 = x40 >= 2.0
     r99 = r4 * r30 * r96
     r96 = k.where(r98, r99, r96)
-    r99 = x39 >= 3.0
+    r99 = x40 >= 3.0
     r102 = 2.0 * r4 * r30 * r83
     r8 = k.where(r99, r102, r8)
     r102 = 12.0 * r83
@@ -118,8 +118,8 @@ def quantities(x, k):
     r102 = k.where(r27, r105, r102)
     r105 = k.where(r38, r36, 0.0)
     r108 = k.or_(r26, r81)
-    r109 = 4.0 * x19 * x12 * x34 * r30
-    r110 = x37 * x19 * x16 * x34 * r30 * r16
+    r109 = 4.0 * x19 * x12 * x35 * r30
+    r110 = x38 * x19 * x16 * x35 * r30 * r16
     r109 = r109 + r110
     r109 = k.max(r109, r105)
     r108 = k.where(r108, r109, r105)
@@ -128,16 +128,16 @@ def quantities(x, k):
     r114 = k.where(r26, r115, r114)
     r115 = 3.0 * x4 * r114 * r83
     r115 = k.where(r99, r115, 0.0)
-    r119 = x23 > 1.0
+    r119 = x24 > 1.0
     r119 = k.and_(r99, r119)
     r83 = 2.0 * x4 * r83
     r115 = k.where(r119, r83, r115)
     r83 = r59 + r96 + r8 + r102 + r108 + r115
     r124 = k.where(r54, r56, r37)
-    r125 = -1.0 + x23
+    r125 = -1.0 + x24
     r126 = k.min(1.0, r125)
     r127 = -1.0 * r126
-    r127 = x23 + r127
+    r127 = x24 + r127
     r129 = k.min(r6, r127)
     r129 = r129 * r35
     r124 = k.where(r62, r129, r124)
@@ -149,28 +149,28 @@ def quantities(x, k):
     r124 = k.where(r71, r76, r124)
     r124 = r34 * r124
     r55 = 1.0 + r126
-    r55 = x23 == r55
+    r55 = x24 == r55
     r129 = k.where(r55, 1.0, 0.0)
     r129 = 2.0 * x12 * r129
     r143 = r126 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
-    r143 = x37 * x12 * r143
+    r143 = x38 * x12 * r143
     r146 = r126 != 0.0
     r146 = k.and_(r146, r55)
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x37 * x12 * r146
+    r146 = x38 * x12 * r146
     r146 = r79 + r80 + r129 + r143 + r146
     r146 = r16 * r146
-    r143 = x23 == r127
+    r143 = x24 == r127
     r129 = k.where(r143, 1.0, 0.0)
     r129 = 2.0 * x12 * r129
     r155 = r127 == 1.0
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x37 * x12 * r155
+    r155 = x38 * x12 * r155
     r127 = r127 != 1.0
     r127 = k.and_(r143, r127)
     r127 = k.where(r127, 1.0, 0.0)
-    r127 = x37 * x12 * r127
+    r127 = x38 * x12 * r127
     r127 = r79 + r80 + r129 + r155 + r127
     r127 = r16 * r127
     r127 = r146 + r127
@@ -252,414 +252,415 @@ def quantities(x, k):
     r124 = k.where(r124, 0.0, 0.0)
     r37 = r83 == r37
     r124 = k.where(r37, 0.0, r124)
-    r37 = x37 * x19 * x4 * x34 * r30 * r16
-    r59 = x37 * x19 * x4 * x34 * r30
+    r37 = x38 * x19 * x4 * x35 * r30 * r16
+    r59 = x38 * x19 * x4 * x35 * r30
     r115 = k.max(r83, r146, r12)
     r102 = r146 == r115
     r12 = k.where(r102, r146, r12)
     r115 = r83 == r115
     r12 = k.where(r115, r83, r12)
-    r83 = -1.0 * r12
-    r83 = x8 + r83
-    r115 = 6.0 * x6 * x34 * r15
+    r83 = -1.0 * x20
+    r115 = -1.0 * r12
+    r115 = x8 + r83 + r115
+    r83 = 6.0 * x6 * x35 * r15
     r146 = 12.0 * x12
     r102 = 6.0 * x15 * r9
     r143 = 6.0 * x15 * r13
-    r96 = 6.0 * x37 * x12
-    r129 = 12.0 * x15 * x11 * x10 * x34
+    r96 = 6.0 * x38 * x12
+    r129 = 12.0 * x15 * x11 * x10 * x35
     r129 = r146 + r102 + r143 + r96 + r129
-    r96 = x6 * x34 * r129
+    r96 = x6 * x35 * r129
     r143 = k.pow(x12, 2.0)
     r102 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r102
+    r8 = 0.16666666666666666 * x35 * r102
     r155 = k.recip(x15)
-    r102 = 0.0625 * x37 * r155 * r102
+    r102 = 0.0625 * x38 * r155 * r102
     r102 = 1.0 + r8 + r102
-    r102 = 96.0 * x6 * x15 * x34 * r143 * r102
-    r143 = k.pow(x34, 2.0)
+    r102 = 96.0 * x6 * x15 * x35 * r143 * r102
+    r143 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r143
-    r119 = x24 == 1.0
+    r119 = x25 == 1.0
     r143 = 4.0 * x6 * x15 * x11 * x10 * r143
     r143 = k.where(r119, r143, 0.0)
-    r127 = 0.3333333333333333 * x6 * x34 * r129
+    r127 = 0.3333333333333333 * x6 * x35 * r129
     r143 = k.where(r38, r127, r143)
     r143 = r96 + r8 + r143
     r8 = k.where(r38, 1.0, 0.0)
     r8 = 1.0 + r8
     r127 = k.recip(x9)
     r35 = k.recip(x18)
-    r68 = x37 * x12 * r16
-    r69 = x19 * x12 * x34 * r30
-    r56 = x37 * x19 * x34 * r30 * r16
+    r68 = x38 * x12 * r16
+    r69 = x19 * x12 * x35 * r30
+    r56 = x38 * x19 * x35 * r30 * r16
     r56 = r68 + r69 + r56
     r68 = 2.0 * r127 * r35 * r56
-    r55 = k.recip(x22)
+    r55 = k.recip(x23)
     r80 = k.recip(x17)
-    r79 = 2.0 * x37 * x19 * x12 * x34 * r55 * r30 * r80 * r16
+    r79 = 2.0 * x38 * x19 * x12 * x35 * r55 * r30 * r80 * r16
     r79 = r68 + r79
     r79 = r8 * r79
     r56 = 4.0 * r127 * r35 * r56
-    r68 = 4.0 * x37 * x19 * x12 * x34 * r55 * r30 * r80 * r16
+    r68 = 4.0 * x38 * x19 * x12 * x35 * r55 * r30 * r80 * r16
     r68 = r79 + r56 + r68
     r68 = r11 * r68
     r56 = x11 * x10 * x12 * r16
-    r79 = x11 * x19 * x10 * x34 * r30 * r16
+    r79 = x11 * x19 * x10 * x35 * r30 * r16
     r79 = r56 + r69 + r79
     r56 = r127 * r35 * r79
-    r297 = k.recip(x21)
-    r298 = 2.0 * x11 * x19 * x10 * x12 * x34 * r297 * r30 * r80 * r16
-    r298 = r56 + r298
-    r298 = r8 * r298
+    r298 = k.recip(x22)
+    r299 = 2.0 * x11 * x19 * x10 * x12 * x35 * r298 * r30 * r80 * r16
+    r299 = r56 + r299
+    r299 = r8 * r299
     r56 = x10 * x12 * r16 * r14
-    r302 = x19 * x10 * x34 * r30 * r16 * r14
-    r302 = r69 + r56 + r302
-    r56 = r127 * r35 * r302
-    r305 = 2.0 * x19 * x10 * x12 * x34 * r297 * r30 * r80 * r16 * r14
-    r305 = r56 + r305
-    r305 = r8 * r305
+    r303 = x19 * x10 * x35 * r30 * r16 * r14
+    r303 = r69 + r56 + r303
+    r56 = r127 * r35 * r303
+    r306 = 2.0 * x19 * x10 * x12 * x35 * r298 * r30 * r80 * r16 * r14
+    r306 = r56 + r306
+    r306 = r8 * r306
     r56 = x12 * x5 * r16
-    r309 = x19 * x5 * x34 * r30 * r16
-    r309 = r56 + r69 + r309
-    r69 = r127 * r35 * r309
-    r56 = 2.0 * x19 * x12 * x5 * x34 * r297 * r30 * r80 * r16
+    r310 = x19 * x5 * x35 * r30 * r16
+    r310 = r56 + r69 + r310
+    r69 = r127 * r35 * r310
+    r56 = 2.0 * x19 * x12 * x5 * x35 * r298 * r30 * r80 * r16
     r56 = r69 + r56
     r56 = 2.0 * r8 * r56
     r79 = 2.0 * r127 * r35 * r79
-    r302 = 2.0 * r127 * r35 * r302
-    r309 = 4.0 * r127 * r35 * r309
+    r303 = 2.0 * r127 * r35 * r303
+    r310 = 4.0 * r127 * r35 * r310
     r69 = x11 * x10 * r16
     r69 = x12 + r69
-    r69 = 4.0 * x19 * x34 * r127 * r30 * r35 * r69
-    r321 = x10 * r16 * r14
-    r321 = x12 + r321
-    r321 = 4.0 * x19 * x34 * r127 * r30 * r35 * r321
-    r324 = x5 * r16
-    r324 = x12 + r324
-    r324 = 8.0 * x19 * x34 * r127 * r30 * r35 * r324
-    r327 = 8.0 * x19 * x12 * x5 * x34 * r297 * r30 * r80 * r16
-    r328 = 4.0 * x11 * x19 * x10 * x12 * x34 * r297 * r30 * r80 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r297 * r30 * r80 * r16 * r14
-    r14 = r298 + r305 + r56 + r79 + r302 + r309 + r69 + r321 + r324 + r327 + r328 + r14
+    r69 = 4.0 * x19 * x35 * r127 * r30 * r35 * r69
+    r322 = x10 * r16 * r14
+    r322 = x12 + r322
+    r322 = 4.0 * x19 * x35 * r127 * r30 * r35 * r322
+    r325 = x5 * r16
+    r325 = x12 + r325
+    r325 = 8.0 * x19 * x35 * r127 * r30 * r35 * r325
+    r328 = 8.0 * x19 * x12 * x5 * x35 * r298 * r30 * r80 * r16
+    r329 = 4.0 * x11 * x19 * x10 * x12 * x35 * r298 * r30 * r80 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r298 * r30 * r80 * r16 * r14
+    r14 = r299 + r306 + r56 + r79 + r303 + r310 + r69 + r322 + r325 + r328 + r329 + r14
     r14 = x15 * r11 * r14
     r14 = r68 + r14
     r68 = x6 * r4 * r5 * r14
-    r328 = 10.0 * x12 * r8
-    r328 = r146 + r328
-    r328 = x19 * x34 * r30 * r328
+    r329 = 10.0 * x12 * r8
+    r329 = r146 + r329
+    r329 = x19 * x35 * r30 * r329
     r146 = 3.0 * x5
-    r327 = 2.0 * x5 * r8
-    r327 = r146 + r327
-    r327 = x19 * x34 * r30 * r16 * r327
-    r327 = r328 + r327
-    r327 = x15 * r11 * r327
-    r328 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r328 = r327 + r328
-    r327 = x6 * x4 * r127 * r4 * r5 * r35 * r328
+    r328 = 2.0 * x5 * r8
+    r328 = r146 + r328
+    r328 = x19 * x35 * r30 * r16 * r328
+    r328 = r329 + r328
+    r328 = x15 * r11 * r328
+    r329 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r329 = r328 + r329
+    r328 = x6 * x4 * r127 * r4 * r5 * r35 * r329
     r146 = k.recip(x0)
-    r324 = x11 * x10 * x34
+    r325 = x11 * x10 * x35
     r119 = k.or_(r119, r38)
     r119 = k.where(r119, 1.0, 0.0)
     r119 = 3.0 + r119
-    r119 = 2.0 * x11 * x10 * x34 * r119
-    r119 = r324 + r119
-    r324 = x6 * x15 * x34 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
-    r321 = r68 + r327 + r324
-    r69 = k.recip(r321)
+    r119 = 2.0 * x11 * x10 * x35 * r119
+    r119 = r325 + r119
+    r325 = x6 * x15 * x35 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
+    r322 = r68 + r328 + r325
+    r69 = k.recip(r322)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r309 = k.recip(x6)
-    r302 = 0.3333333333333333 * x3 * x19 * r309 * r67 * r321
-    r79 = 0.6666666666666666 * x3 * x19 * x23 * r309 * r321
-    r328 = -1.0 * x6 * x4 * r127 * r4 * r5 * r35 * r328
-    r119 = -1.0 * x6 * x15 * x34 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
-    r79 = r14 + r302 + r79 + r328 + r119
+    r310 = k.recip(x6)
+    r303 = 0.3333333333333333 * x3 * x19 * r310 * r67 * r322
+    r79 = 0.6666666666666666 * x3 * x19 * x24 * r310 * r322
+    r329 = -1.0 * x6 * x4 * r127 * r4 * r5 * r35 * r329
+    r119 = -1.0 * x6 * x15 * x35 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
+    r79 = r14 + r303 + r79 + r329 + r119
     r79 = k.max(0.0, r79)
-    r302 = 0.5 * x23
-    r302 = -1.0 + r302
-    r302 = 0.6666666666666666 * x3 * x19 * r309 * r67 * r302 * r321
-    r302 = k.where(r54, 0.0, r302)
-    r54 = 0.3333333333333333 * x3 * x19 * r309 * r67 * r125 * r321
-    r302 = k.where(r61, r54, r302)
+    r303 = 0.5 * x24
+    r303 = -1.0 + r303
+    r303 = 0.6666666666666666 * x3 * x19 * r310 * r67 * r303 * r322
+    r303 = k.where(r54, 0.0, r303)
+    r54 = 0.3333333333333333 * x3 * x19 * r310 * r67 * r125 * r322
+    r303 = k.where(r61, r54, r303)
     r71 = k.or_(r60, r63, r71)
-    r125 = x3 * x19 * r309 * r67 * r125 * r321
-    r302 = k.where(r71, r125, r302)
-    r302 = k.max(r79, r302)
-    r69 = r69 * r302
+    r125 = x3 * x19 * r310 * r67 * r125 * r322
+    r303 = k.where(r71, r125, r303)
+    r303 = k.max(r79, r303)
+    r69 = r69 * r303
     r79 = k.where(r95, 4.0, 2.0)
     r79 = 26.0 + r79
     r79 = r127 * r35 * r79 * r31
-    r35 = r68 + r79 + r327 + r324
-    r127 = -1.0 * x20
+    r35 = r68 + r79 + r328 + r325
+    r127 = -1.0 * x21
     r127 = 1.0 + r127
-    r125 = x23 * x38
+    r125 = x24 * x39
     r125 = -1.0 + r125
-    r67 = k.recip(x26)
-    r60 = k.recip(x27)
-    r54 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16
-    r54 = x28 + r54
-    r61 = 2.0 * x3 * x2 * x36
-    r61 = x30 >= r61
-    r146 = k.recip(x29)
-    r80 = k.recip(x31)
-    r55 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16
-    r55 = x32 + r55
+    r67 = k.recip(x27)
+    r60 = k.recip(x28)
+    r54 = x19 * x4 * x12 * x35 * r67 * r30 * r60 * r16
+    r54 = x29 + r54
+    r61 = 2.0 * x3 * x2 * x37
+    r61 = x31 >= r61
+    r146 = k.recip(x30)
+    r80 = k.recip(x32)
+    r55 = x19 * x4 * x12 * x35 * r146 * r30 * r80 * r16
+    r55 = x33 + r55
     r54 = k.where(r61, r55, r54)
     r54 = 2.0 * x6 * r4 * r5 * r11 * r125 * r54
     r54 = k.where(r81, 0.0, r54)
     r127 = r127 * r54
-    r55 = x3 * x19 * r309 * r321
-    r61 = x23 <= 1.0
+    r55 = x3 * x19 * r310 * r322
+    r61 = x24 <= 1.0
     r98 = k.and_(r98, r61)
-    r55 = k.where(r98, r321, r55)
-    r55 = -1.0 * x20 * r55
-    r321 = x3 * x2
-    r56 = -1.0 + r321
-    r305 = k.recip(r56)
-    r298 = 2.0 * x3 * x2
-    r298 = -2.0 + r298
-    r407 = x30 * r16
-    r408 = k.gcd(r321, r407)
-    r409 = k.recip(r408)
-    r410 = x3 * x2 * r409
-    r410 = -1.0 + r410
-    r410 = x28 * r410
-    r413 = -1.0 * x3 * x2 * r409
-    r413 = r321 + r413
-    r413 = x32 * r413
-    r416 = r410 + r413
-    r416 = r305 * r298 * r416
-    r305 = x4 * r25
-    r419 = 4.0 * r25
-    r305 = k.where(r95, r419, r305)
-    r419 = x23 * r67 * r155 * r4 * r30 * r60 * r409 * r298 * r305
-    r408 = -1.0 + r408
-    r95 = x23 * r146 * r155 * r4 * r30 * r80 * r409 * r408 * r298 * r305
-    r95 = k.max(r419, r95)
-    r95 = r416 + r95
-    r416 = x30 <= x36
-    r419 = x28 * r298
-    r428 = x23 * r67 * r155 * r4 * r30 * r60 * r298 * r305
-    r428 = r419 + r428
-    r95 = k.where(r416, r428, r95)
-    r428 = x3 * x2 * x36
-    r428 = x30 >= r428
-    r419 = x32 * r298
-    r434 = x23 * r146 * r155 * r4 * r30 * r80 * r298 * r305
-    r434 = r419 + r434
-    r95 = k.where(r428, r434, r95)
+    r55 = k.where(r98, r322, r55)
+    r55 = -1.0 * x21 * r55
+    r322 = x3 * x2
+    r56 = -1.0 + r322
+    r306 = k.recip(r56)
+    r299 = 2.0 * x3 * x2
+    r299 = -2.0 + r299
+    r408 = x31 * r16
+    r409 = k.gcd(r322, r408)
+    r410 = k.recip(r409)
+    r411 = x3 * x2 * r410
+    r411 = -1.0 + r411
+    r411 = x29 * r411
+    r414 = -1.0 * x3 * x2 * r410
+    r414 = r322 + r414
+    r414 = x33 * r414
+    r417 = r411 + r414
+    r417 = r306 * r299 * r417
+    r306 = x4 * r25
+    r420 = 4.0 * r25
+    r306 = k.where(r95, r420, r306)
+    r420 = x24 * r67 * r155 * r4 * r30 * r60 * r410 * r299 * r306
+    r409 = -1.0 + r409
+    r95 = x24 * r146 * r155 * r4 * r30 * r80 * r410 * r409 * r299 * r306
+    r95 = k.max(r420, r95)
+    r95 = r417 + r95
+    r417 = x31 <= x37
+    r420 = x29 * r299
+    r429 = x24 * r67 * r155 * r4 * r30 * r60 * r299 * r306
+    r429 = r420 + r429
+    r95 = k.where(r417, r429, r95)
+    r429 = x3 * x2 * x37
+    r429 = x31 >= r429
+    r420 = x33 * r299
+    r435 = x24 * r146 * r155 * r4 * r30 * r80 * r299 * r306
+    r435 = r420 + r435
+    r95 = k.where(r429, r435, r95)
     r95 = x15 * r11 * r95
-    r434 = x23 * r67 * r155 * r4 * r30 * r60 * r409 * r56 * r305
-    r419 = x23 * r146 * r155 * r4 * r30 * r80 * r409 * r56 * r408 * r305
-    r419 = k.max(r434, r419)
-    r419 = r410 + r413 + r419
-    r434 = x28 * r56
-    r443 = x23 * r67 * r155 * r4 * r30 * r60 * r56 * r305
-    r443 = r434 + r443
-    r419 = k.where(r416, r443, r419)
-    r443 = x32 * r56
-    r447 = x23 * r146 * r155 * r4 * r30 * r80 * r56 * r305
-    r447 = r443 + r447
-    r419 = k.where(r428, r447, r419)
-    r447 = x15 * r11 * r419
-    r451 = x4 * x23 * r67 * r155 * r4 * r30 * r60 * r409 * r56 * r25
-    r408 = x4 * x23 * r146 * r155 * r4 * r30 * r80 * r409 * r56 * r408 * r25
-    r408 = k.max(r451, r408)
-    r408 = r410 + r413 + r408
-    r413 = x4 * x23 * r67 * r155 * r4 * r30 * r60 * r56 * r25
-    r413 = r434 + r413
-    r408 = k.where(r416, r413, r408)
-    r155 = x4 * x23 * r146 * r155 * r4 * r30 * r80 * r56 * r25
-    r155 = r443 + r155
-    r408 = k.where(r428, r155, r408)
-    r155 = x15 * r11 * r408
-    r428 = r447 + r155
-    r95 = k.where(r27, r428, r95)
-    r419 = x6 * x15 * r4 * r5 * r11 * r419
-    r419 = r155 + r419
-    r95 = k.where(r98, r419, r95)
+    r435 = x24 * r67 * r155 * r4 * r30 * r60 * r410 * r56 * r306
+    r420 = x24 * r146 * r155 * r4 * r30 * r80 * r410 * r56 * r409 * r306
+    r420 = k.max(r435, r420)
+    r420 = r411 + r414 + r420
+    r435 = x29 * r56
+    r444 = x24 * r67 * r155 * r4 * r30 * r60 * r56 * r306
+    r444 = r435 + r444
+    r420 = k.where(r417, r444, r420)
+    r444 = x33 * r56
+    r448 = x24 * r146 * r155 * r4 * r30 * r80 * r56 * r306
+    r448 = r444 + r448
+    r420 = k.where(r429, r448, r420)
+    r448 = x15 * r11 * r420
+    r452 = x4 * x24 * r67 * r155 * r4 * r30 * r60 * r410 * r56 * r25
+    r409 = x4 * x24 * r146 * r155 * r4 * r30 * r80 * r410 * r56 * r409 * r25
+    r409 = k.max(r452, r409)
+    r409 = r411 + r414 + r409
+    r414 = x4 * x24 * r67 * r155 * r4 * r30 * r60 * r56 * r25
+    r414 = r435 + r414
+    r409 = k.where(r417, r414, r409)
+    r155 = x4 * x24 * r146 * r155 * r4 * r30 * r80 * r56 * r25
+    r155 = r444 + r155
+    r409 = k.where(r429, r155, r409)
+    r155 = x15 * r11 * r409
+    r429 = r448 + r155
+    r95 = k.where(r27, r429, r95)
+    r420 = x6 * x15 * r4 * r5 * r11 * r420
+    r420 = r155 + r420
+    r95 = k.where(r98, r420, r95)
     r61 = k.and_(r99, r61)
-    r408 = 2.0 * x15 * r11 * r408
-    r408 = r447 + r408
-    r408 = x6 * r4 * r5 * r408
-    r95 = k.where(r61, r408, r95)
-    r321 = r321 == 1.0
-    r95 = k.where(r321, 0.0, r95)
+    r409 = 2.0 * x15 * r11 * r409
+    r409 = r448 + r409
+    r409 = x6 * r4 * r5 * r409
+    r95 = k.where(r61, r409, r95)
+    r322 = r322 == 1.0
+    r95 = k.where(r322, 0.0, r95)
     r55 = r55 + r95
     r55 = k.max(0.0, r55)
-    r407 = k.gcd(x2, r407)
-    r408 = k.recip(r407)
-    r447 = x2 * r408
-    r447 = -1.0 + r447
-    r447 = x28 * r447
-    r99 = -1.0 * x2 * r408
+    r408 = k.gcd(x2, r408)
+    r409 = k.recip(r408)
+    r448 = x2 * r409
+    r448 = -1.0 + r448
+    r448 = x29 * r448
+    r99 = -1.0 * x2 * r409
     r99 = x2 + r99
-    r99 = x32 * r99
-    r419 = -1.0 + x2
-    r155 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r60 * r16 * r408 * r419
-    r407 = -1.0 + r407
-    r407 = 2.0 * x14 * x19 * x10 * x4 * x34 * r146 * r30 * r80 * r16 * r408 * r419 * r407
-    r407 = k.max(r155, r407)
-    r407 = r447 + r99 + r407
-    r99 = x28 * r419
-    r447 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r60 * r16 * r419
-    r447 = r99 + r447
-    r407 = k.where(r416, r447, r407)
-    r447 = x2 * x36
-    r447 = x30 >= r447
-    r416 = x32 * r419
-    r99 = 2.0 * x14 * x19 * x10 * x4 * x34 * r146 * r30 * r80 * r16 * r419
-    r99 = r416 + r99
-    r407 = k.where(r447, r99, r407)
-    r99 = x6 * x15 * r4 * r5 * r11 * r407
-    r407 = x6 * x15 * r4 * r5 * r11 * r8 * r407
-    r407 = r99 + r407
+    r99 = x33 * r99
+    r420 = -1.0 + x2
+    r155 = 2.0 * x14 * x19 * x10 * x4 * x35 * r67 * r30 * r60 * r16 * r409 * r420
+    r408 = -1.0 + r408
+    r408 = 2.0 * x14 * x19 * x10 * x4 * x35 * r146 * r30 * r80 * r16 * r409 * r420 * r408
+    r408 = k.max(r155, r408)
+    r408 = r448 + r99 + r408
+    r99 = x29 * r420
+    r448 = 2.0 * x14 * x19 * x10 * x4 * x35 * r67 * r30 * r60 * r16 * r420
+    r448 = r99 + r448
+    r408 = k.where(r417, r448, r408)
+    r448 = x2 * x37
+    r448 = x31 >= r448
+    r417 = x33 * r420
+    r99 = 2.0 * x14 * x19 * x10 * x4 * x35 * r146 * r30 * r80 * r16 * r420
+    r99 = r417 + r99
+    r408 = k.where(r448, r99, r408)
+    r99 = x6 * x15 * r4 * r5 * r11 * r408
+    r408 = x6 * x15 * r4 * r5 * r11 * r8 * r408
+    r408 = r99 + r408
     r99 = x2 == 1.0
-    r407 = k.where(r99, 0.0, r407)
+    r408 = k.where(r99, 0.0, r408)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r447 = -1.0 + x36
-    r447 = k.recip(r447)
-    r416 = 2.0 * x36
-    r416 = -2.0 + r416
-    r155 = k.gcd(x36, x30)
-    r408 = k.recip(r155)
-    r428 = x36 * r408
-    r428 = -1.0 + r428
-    r428 = x28 * r428
-    r443 = -1.0 * x36 * r408
-    r443 = x36 + r443
-    r443 = x32 * r443
-    r443 = r428 + r443
-    r443 = r447 * r416 * r443
-    r447 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16 * r408 * r416
+    r448 = -1.0 + x37
+    r448 = k.recip(r448)
+    r417 = 2.0 * x37
+    r417 = -2.0 + r417
+    r155 = k.gcd(x37, x31)
+    r409 = k.recip(r155)
+    r429 = x37 * r409
+    r429 = -1.0 + r429
+    r429 = x29 * r429
+    r444 = -1.0 * x37 * r409
+    r444 = x37 + r444
+    r444 = x33 * r444
+    r444 = r429 + r444
+    r444 = r448 * r417 * r444
+    r448 = x19 * x4 * x12 * x35 * r67 * r30 * r60 * r16 * r409 * r417
     r155 = -1.0 + r155
-    r155 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16 * r408 * r155 * r416
-    r155 = k.max(r447, r155)
-    r155 = r443 + r155
-    r443 = x30 <= 1.0
-    r447 = x28 * r416
-    r60 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16 * r416
-    r60 = r447 + r60
-    r155 = k.where(r443, r60, r155)
-    r60 = x30 >= x36
-    r443 = x32 * r416
-    r80 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16 * r416
-    r80 = r443 + r80
+    r155 = x19 * x4 * x12 * x35 * r146 * r30 * r80 * r16 * r409 * r155 * r417
+    r155 = k.max(r448, r155)
+    r155 = r444 + r155
+    r444 = x31 <= 1.0
+    r448 = x29 * r417
+    r60 = x19 * x4 * x12 * x35 * r67 * r30 * r60 * r16 * r417
+    r60 = r448 + r60
+    r155 = k.where(r444, r60, r155)
+    r60 = x31 >= x37
+    r444 = x33 * r417
+    r80 = x19 * x4 * x12 * x35 * r146 * r30 * r80 * r16 * r417
+    r80 = r444 + r80
     r155 = k.where(r60, r80, r155)
     r155 = x6 * x15 * r4 * r5 * r11 * r38 * r155
-    r80 = x36 == 1.0
+    r80 = x37 == 1.0
     r155 = k.where(r80, 0.0, r155)
-    r119 = r14 + r328 + r119
+    r119 = r14 + r329 + r119
     r119 = k.max(0.0, r119)
     r119 = k.where(r26, r119, 0.0)
-    r26 = r127 + r68 + r79 + r327 + r324 + r55 + r302 + r407 + r155 + r119
-    r328 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r297 * r4 * r30 * r11 * r16 * r328 * r15
-    r129 = x6 * x34 * r297 * r4 * r30 * r11 * r16 * r328 * r129
-    r328 = x19 * x4 * x12 * x34 * r30
-    r297 = x19 * x4 * x12 * x34 * r67 * r30
-    r298 = r4 * r30 * r298 * r305
-    r60 = r4 * r30 * r56 * r305
-    r443 = x4 * r4 * r30 * r56 * r25
-    r146 = r60 + r443
-    r298 = k.where(r27, r146, r298)
+    r26 = r127 + r68 + r79 + r328 + r325 + r55 + r303 + r408 + r155 + r119
+    r329 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r298 * r4 * r30 * r11 * r16 * r329 * r15
+    r129 = x6 * x35 * r298 * r4 * r30 * r11 * r16 * r329 * r129
+    r329 = x19 * x4 * x12 * x35 * r30
+    r298 = x19 * x4 * x12 * x35 * r67 * r30
+    r299 = r4 * r30 * r299 * r306
+    r60 = r4 * r30 * r56 * r306
+    r444 = x4 * r4 * r30 * r56 * r25
+    r146 = r60 + r444
+    r299 = k.where(r27, r146, r299)
     r146 = k.pow(x3, -2.0)
-    r305 = x6 * r146 * r5 * r30 * r56 * r305
-    r305 = r443 + r305
-    r298 = k.where(r98, r305, r298)
+    r306 = x6 * r146 * r5 * r30 * r56 * r306
+    r306 = r444 + r306
+    r299 = k.where(r98, r306, r299)
     r56 = 2.0 * x4 * r4 * r30 * r56 * r25
     r56 = r60 + r56
     r56 = x6 * r4 * r5 * r56
-    r298 = k.where(r61, r56, r298)
-    r298 = k.where(r321, 0.0, r298)
-    r321 = r67 * r298
-    r67 = x29 * r67
-    r56 = k.recip(x34)
-    r61 = x35 * r309 * r56
+    r299 = k.where(r61, r56, r299)
+    r299 = k.where(r322, 0.0, r299)
+    r322 = r67 * r299
+    r67 = x30 * r67
+    r56 = k.recip(x35)
+    r61 = x36 * r310 * r56
     r5 = k.recip(x13)
     r60 = r4 * r30 * r5 * r11 * r16
-    r305 = 1.6e-11 * x12
+    r306 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
-    r443 = 8e-12 * x15 * r13
-    r146 = 8e-12 * x37 * x12
-    r27 = r305 + r98 + r443 + r146
-    r447 = 8e-12 * x12
-    r408 = 4e-12 * x15 * r9
-    r428 = 4e-12 * x15 * r13
-    r413 = 4e-12 * x37 * x12
-    r413 = r447 + r408 + r428 + r413
-    r413 = r60 > r413
-    r428 = -1.6e-11 * x12
+    r444 = 8e-12 * x15 * r13
+    r146 = 8e-12 * x38 * x12
+    r27 = r306 + r98 + r444 + r146
+    r448 = 8e-12 * x12
+    r409 = 4e-12 * x15 * r9
+    r429 = 4e-12 * x15 * r13
+    r414 = 4e-12 * x38 * x12
+    r414 = r448 + r409 + r429 + r414
+    r414 = r60 > r414
+    r429 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r408 = -8e-12 * x37 * x12
-    r447 = k.sqrt(2.0)
-    r434 = k.sqrt(x3)
-    r434 = k.recip(r434)
-    r410 = k.sqrt(x2)
+    r409 = -8e-12 * x38 * x12
+    r448 = k.sqrt(2.0)
+    r435 = k.sqrt(x3)
+    r435 = k.recip(r435)
+    r411 = k.sqrt(x2)
+    r411 = k.recip(r411)
+    r452 = k.sqrt(x13)
+    r452 = k.recip(r452)
+    r410 = k.sqrt(x24)
     r410 = k.recip(r410)
-    r451 = k.sqrt(x13)
-    r451 = k.recip(r451)
-    r409 = k.sqrt(x23)
-    r409 = k.recip(r409)
-    r592 = k.sqrt(x36)
-    r592 = k.recip(r592)
-    r594 = k.sqrt(r27)
-    r595 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r27
-    r596 = k.sqrt(x3)
-    r597 = k.sqrt(x2)
-    r598 = k.sqrt(x13)
-    r599 = k.sqrt(x23)
-    r600 = k.sqrt(x36)
-    r600 = 0.16666666666666666 * r447 * r596 * r597 * r598 * r599 * r600 * r594
-    r600 = 1.0 + r595 + r600
-    r600 = r447 * r434 * r410 * r451 * r409 * r592 * r594 * r600
-    r600 = r428 + r9 + r13 + r408 + r600
-    r408 = k.where(r413, r600, r60)
-    r146 = r305 + r98 + r443 + r146 + r408
-    r146 = x3 * x2 * x13 * x23 * x36 * r146
+    r593 = k.sqrt(x37)
+    r593 = k.recip(r593)
+    r595 = k.sqrt(r27)
+    r596 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r27
+    r597 = k.sqrt(x3)
+    r598 = k.sqrt(x2)
+    r599 = k.sqrt(x13)
+    r600 = k.sqrt(x24)
+    r601 = k.sqrt(x37)
+    r601 = 0.16666666666666666 * r448 * r597 * r598 * r599 * r600 * r601 * r595
+    r601 = 1.0 + r596 + r601
+    r601 = r448 * r435 * r411 * r452 * r410 * r593 * r595 * r601
+    r601 = r429 + r9 + r13 + r409 + r601
+    r409 = k.where(r414, r601, r60)
+    r146 = r306 + r98 + r444 + r146 + r409
+    r146 = x3 * x2 * x13 * x24 * x37 * r146
     r146 = k.exp(r146)
     r146 = -1.0 + r146
-    r443 = k.recip(r146)
-    r98 = x25 + x1
-    r305 = -1.0 * x3 * x2 * x13 * x23 * x36 * r98
-    r305 = k.exp(r305)
-    r305 = x3 * x2 * x13 * x23 * x36 * r443 * r408 * r305
-    r443 = x3 * x2 * x13 * x23 * x36
-    r600 = k.recip(r600)
-    r443 = k.where(r413, r600, r443)
-    r98 = x3 * x2 * x13 * x23 * x36 * r98
+    r444 = k.recip(r146)
+    r98 = x26 + x1
+    r306 = -1.0 * x3 * x2 * x13 * x24 * x37 * r98
+    r306 = k.exp(r306)
+    r306 = x3 * x2 * x13 * x24 * x37 * r444 * r409 * r306
+    r444 = x3 * x2 * x13 * x24 * x37
+    r601 = k.recip(r601)
+    r444 = k.where(r414, r601, r444)
+    r98 = x3 * x2 * x13 * x24 * x37 * r98
     r98 = k.exp(r98)
-    r5 = x35 * r309 * r4 * r30 * r5 * r11 * r56 * r16 * r146 * r26 * r443 * r98
-    r98 = x35 * r309 * r56 * r146 * r26 * r443 * r98
-    r38 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r416 * r38
+    r5 = x36 * r310 * r4 * r30 * r5 * r11 * r56 * r16 * r146 * r26 * r444 * r98
+    r98 = x36 * r310 * r56 * r146 * r26 * r444 * r98
+    r38 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r417 * r38
     r38 = k.where(r80, 0.0, r38)
-    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r419
-    r419 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r419
-    r419 = r80 + r419
-    r419 = k.where(r99, 0.0, r419)
-    r125 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r125
+    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r420
+    r420 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r420
+    r420 = r80 + r420
+    r420 = k.where(r99, 0.0, r420)
+    r125 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r125
     r125 = k.where(r81, 0.0, r125)
-    r126 = r126 < x23
-    r81 = x33 != 2.0
+    r126 = r126 < x24
+    r81 = x34 != 2.0
     r63 = k.and_(r63, r81)
     r63 = k.not_(r63)
     r63 = k.or_(r126, r63)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r62 = k.and_(r16, r81, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r126, r62)
     r62 = k.and_(r63, r62)
-    r63 = x23 >= 2.0
-    r126 = x33 != 3.0
-    r81 = x33 != 4.0
+    r63 = x24 >= 2.0
+    r126 = x34 != 3.0
+    r81 = x34 != 4.0
     r71 = k.not_(r71)
     r71 = k.and_(r126, r81, r71)
     r71 = k.not_(r71)
     r71 = k.or_(r63, r71)
-    r63 = x21 * x3 * x2 * x23 * x36 * r26
-    r81 = r115 <= r63
+    r63 = x22 * x3 * x2 * x24 * x37 * r26
+    r81 = r83 <= r63
     r63 = r96 <= r63
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r82, r34, r76, r114, r105, r124, 0.0, r108, r109, r36, r37, r59, r110, r12, r83, r115, r115, r96, r102, r143, r69, r35, r302, r26, r14, r129, r328, r297, r321, r67, 0.0, r61, r60, r27, r408, r305, r5, r98, r68, r324, r327, r79, r38, r155, r155, r419, r407, r407, r298, r95, r55, r125, r54, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, r71, r71, r81, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r82, r34, r76, r114, r105, r124, 0.0, r108, r109, r36, r37, r59, r110, r12, r115, r83, r83, r96, r102, r143, r69, r35, r303, r26, r14, r129, r329, r298, r322, r67, 0.0, r61, r60, r27, r409, r306, r5, r98, r68, r325, r328, r79, r38, r155, r155, r420, r408, r408, r299, r95, r55, r125, r54, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, r71, r71, r81, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1301,9 +1302,9 @@ def search(x, k):
     return (r96, r142, r52)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (30, 31, 33, 34, 36), (), (), (), (30, 31, 33, 34, 36), (31, 33, 34), (35,), (35,), (36,), (30, 31, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (30, 31, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 37), (10, 38), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 37), (22, 38), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 37), (23, 38), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (41, 45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (40, 45, 46, 47, 48, 49, 50), (), (30, 31, 33, 34, 37), (), (), (), (30, 31, 33, 34, 37), (31, 33, 34), (36,), (36,), (37,), (30, 31, 33, 34, 37, 40, 41, 45, 46, 47, 48, 49, 50), (30, 31, 33, 34, 35, 37, 40, 41, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (15, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (42, 45, 46, 47, 48, 49, 50), (42, 45, 46, 47, 48, 49, 50, 76, 77), (42, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 38), (10, 39), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 38), (22, 39), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 38), (23, 39), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x36)
+    r8 = k.recip(x23)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x37 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x38 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x39 >= 3.0
+    r46 = x40 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -67,47 +67,47 @@ def quantities(x, k):
     r55 = 4.0 * x11 * x10
     r56 = 4.0 * x14 * x10
     r56 = r50 + r53 + r54 + r55 + r56
-    r56 = x19 * x34 * r25 * r19 * r56
-    r55 = x23 == 2.0
-    r54 = 2.0 * x19 * x12 * x34 * r25 * r19
+    r56 = x19 * x35 * r25 * r19 * r56
+    r55 = x24 == 2.0
+    r54 = 2.0 * x19 * x12 * x35 * r25 * r19
     r54 = k.where(r55, r54, r56)
-    r53 = 1.0 + x22
+    r53 = 1.0 + x23
     r53 = k.min(r53, r6)
     r53 = r53 * r32
-    r50 = x33 == 4.0
-    r66 = 2.0 * x22
+    r50 = x34 == 4.0
+    r66 = 2.0 * x23
     r67 = -1.0 + r66
     r67 = k.min(r67, r6)
     r67 = r67 * r32
     r70 = k.where(r50, r67, r53)
-    r71 = x33 == 0.0
-    r72 = x33 == 3.0
+    r71 = x34 == 0.0
+    r72 = x34 == 3.0
     r73 = k.or_(r71, r72)
-    r74 = k.min(x22, r6)
+    r74 = k.min(x23, r6)
     r74 = r74 * r32
     r70 = k.where(r73, r74, r70)
-    r74 = x33 == 1.0
-    r78 = k.recip(x38)
-    r79 = x6 * x38 * r4 * r5
-    r80 = -1.0 + x38
-    r80 = x22 * r80
+    r74 = x34 == 1.0
+    r78 = k.recip(x39)
+    r79 = x6 * x39 * r4 * r5
+    r80 = -1.0 + x39
+    r80 = x23 * r80
     r82 = -1.0 + r66 + r80
     r82 = k.min(r79, r82)
     r82 = r78 * r82 * r32
     r70 = k.where(r74, r82, r70)
-    r82 = x33 == 2.0
+    r82 = x34 == 2.0
     r87 = x6 * r4 * r5 * r32
     r70 = k.where(r82, r87, r70)
     r70 = r54 * r70
     r90 = k.where(r22, 1000000000.0, 0.0)
-    r91 = x39 >= 2.0
+    r91 = x40 >= 2.0
     r45 = k.where(r91, r47, r45)
-    r47 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x35 * r25 * r19
     r94 = r56 + r47
     r47 = k.where(r55, r94, r47)
     r94 = k.or_(r21, r29)
-    r97 = 4.0 * x19 * x12 * x34 * r25 * r19
-    r98 = x37 * x19 * x16 * x34 * r25 * r19
+    r97 = 4.0 * x19 * x12 * x35 * r25 * r19
+    r98 = x38 * x19 * x16 * x35 * r25 * r19
     r97 = r97 + r98
     r97 = k.max(r97, r47)
     r94 = k.where(r94, r97, r47)
@@ -116,7 +116,7 @@ def quantities(x, k):
     r102 = k.where(r21, r103, r102)
     r103 = 3.0 * x4 * r102 * r31
     r103 = k.where(r46, r103, 0.0)
-    r107 = x22 > 1.0
+    r107 = x23 > 1.0
     r107 = k.and_(r46, r107)
     r109 = 2.0 * x4 * r31
     r103 = k.where(r107, r109, r103)
@@ -148,33 +148,33 @@ def quantities(x, k):
     r31 = r109 == r31
     r103 = k.where(r31, r103, 0.0)
     r31 = r48 + r49 + r119 + r94 + r113 + r103
-    r109 = -1.0 + x22
+    r109 = -1.0 + x23
     r45 = k.min(1.0, r109)
     r70 = 1.0 + r45
-    r70 = x22 == r70
+    r70 = x23 == r70
     r125 = k.where(r70, 1.0, 0.0)
     r125 = x12 * r125
     r145 = r45 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r148 = r45 != 0.0
     r148 = k.and_(r148, r70)
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x37 * x12 * r148
+    r148 = x38 * x12 * r148
     r148 = r125 + r33 + r145 + r148 + r34
     r148 = r19 * r148
     r145 = -1.0 * r45
-    r145 = x22 + r145
-    r125 = x22 == r145
+    r145 = x23 + r145
+    r125 = x23 == r145
     r157 = k.where(r125, 1.0, 0.0)
     r157 = x12 * r157
     r159 = r145 == 1.0
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x37 * x12 * r159
+    r159 = x38 * x12 * r159
     r162 = r145 != 1.0
     r162 = k.and_(r125, r162)
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x37 * x12 * r162
+    r162 = x38 * x12 * r162
     r34 = r157 + r33 + r159 + r162 + r34
     r34 = r19 * r34
     r34 = r148 + r34
@@ -310,410 +310,411 @@ def quantities(x, k):
     r90 = k.where(r49, r66, r90)
     r103 = r31 == r103
     r90 = k.where(r103, r119, r90)
-    r119 = x37 * x19 * x4 * x34 * r25 * r19
-    r103 = x37 * x19 * x4 * x34 * r25
+    r119 = x38 * x19 * x4 * x35 * r25 * r19
+    r103 = x38 * x19 * x4 * x35 * r25
     r66 = k.max(r31, r148, r15)
     r49 = r148 == r66
     r15 = k.where(r49, r148, r15)
     r66 = r31 == r66
     r15 = k.where(r66, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r66 = 6.0 * x6 * x34 * r16
+    r31 = -1.0 * x20
+    r66 = -1.0 * r15
+    r66 = x8 + r31 + r66
+    r31 = 6.0 * x6 * x35 * r16
     r148 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r125 = 6.0 * x37 * x12
+    r125 = 6.0 * x38 * x12
     r113 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x34
+    r33 = 12.0 * x15 * x11 * x10 * x35
     r33 = r148 + r49 + r125 + r113 + r33
-    r113 = x6 * x34 * r33
+    r113 = x6 * x35 * r33
     r125 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r148 = 0.16666666666666666 * x34 * r49
+    r148 = 0.16666666666666666 * x35 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x37 * r48 * r49
+    r49 = 0.0625 * x38 * r48 * r49
     r49 = 1.0 + r148 + r49
-    r49 = 96.0 * x6 * x15 * x34 * r125 * r49
-    r125 = k.pow(x34, 2.0)
+    r49 = 96.0 * x6 * x15 * x35 * r125 * r49
+    r125 = k.pow(x35, 2.0)
     r148 = 2.0 * x6 * x15 * x11 * x10 * r125
-    r162 = x23 == 1.0
+    r162 = x24 == 1.0
     r125 = 4.0 * x6 * x15 * x11 * x10 * r125
     r125 = k.where(r162, r125, 0.0)
-    r70 = 0.3333333333333333 * x6 * x34 * r33
+    r70 = 0.3333333333333333 * x6 * x35 * r33
     r125 = k.where(r55, r70, r125)
     r125 = r113 + r148 + r125
     r148 = k.where(r55, 1.0, 0.0)
     r70 = 1.0 + r148
     r159 = k.recip(x9)
     r30 = k.recip(x18)
-    r53 = x37 * x12 * r19
-    r107 = x19 * x12 * x34 * r25
-    r54 = x37 * x19 * x34 * r25 * r19
+    r53 = x38 * x12 * r19
+    r107 = x19 * x12 * x35 * r25
+    r54 = x38 * x19 * x35 * r25 * r19
     r54 = r53 + r107 + r54
     r53 = 2.0 * r159 * r30 * r54
-    r87 = k.recip(x21)
+    r87 = k.recip(x22)
     r32 = k.recip(x17)
-    r79 = 2.0 * x37 * x19 * x12 * x34 * r87 * r25 * r32 * r19
+    r79 = 2.0 * x38 * x19 * x12 * x35 * r87 * r25 * r32 * r19
     r79 = r53 + r79
     r79 = r70 * r79
     r54 = 4.0 * r159 * r30 * r54
-    r53 = 4.0 * x37 * x19 * x12 * x34 * r87 * r25 * r32 * r19
+    r53 = 4.0 * x38 * x19 * x12 * x35 * r87 * r25 * r32 * r19
     r53 = r79 + r54 + r53
     r53 = r8 * r53
     r54 = x12 * x5 * r19
-    r79 = x19 * x5 * x34 * r25 * r19
+    r79 = x19 * x5 * x35 * r25 * r19
     r79 = r54 + r107 + r79
     r54 = 2.0 * r159 * r30 * r79
-    r80 = 2.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
+    r80 = 2.0 * x19 * x12 * x5 * x35 * r87 * r25 * r32 * r19
     r80 = r54 + r80
     r80 = r70 * r80
     r54 = 2.0 * x12 * x5 * r19
-    r67 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r67 = 2.0 * x19 * x5 * x35 * r25 * r19
     r67 = r54 + r107 + r67
     r54 = 2.0 * r159 * r30 * r67
-    r145 = 4.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
+    r145 = 4.0 * x19 * x12 * x5 * x35 * r87 * r25 * r32 * r19
     r145 = r54 + r145
     r145 = r70 * r145
     r54 = x11 * x10 * x12 * r19
-    r366 = x11 * x19 * x10 * x34 * r25 * r19
-    r366 = r54 + r107 + r366
-    r54 = 2.0 * r159 * r30 * r366
-    r369 = 2.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19
-    r369 = r54 + r369
-    r369 = r70 * r369
+    r367 = x11 * x19 * x10 * x35 * r25 * r19
+    r367 = r54 + r107 + r367
+    r54 = 2.0 * r159 * r30 * r367
+    r370 = 2.0 * x11 * x19 * x10 * x12 * x35 * r87 * r25 * r32 * r19
+    r370 = r54 + r370
+    r370 = r70 * r370
     r10 = x11 + r10
     r54 = x10 * x12 * r19 * r10
-    r374 = x19 * x10 * x34 * r25 * r19 * r10
-    r374 = r107 + r54 + r374
-    r54 = 2.0 * r159 * r30 * r374
-    r107 = 2.0 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19 * r10
+    r375 = x19 * x10 * x35 * r25 * r19 * r10
+    r375 = r107 + r54 + r375
+    r54 = 2.0 * r159 * r30 * r375
+    r107 = 2.0 * x19 * x10 * x12 * x35 * r87 * r25 * r32 * r19 * r10
     r107 = r54 + r107
     r107 = r70 * r107
     r79 = 4.0 * r159 * r30 * r79
     r67 = 4.0 * r159 * r30 * r67
-    r366 = 4.0 * r159 * r30 * r366
-    r374 = 4.0 * r159 * r30 * r374
-    r54 = 12.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
-    r385 = 4.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19 * r10
-    r10 = r80 + r145 + r369 + r107 + r79 + r67 + r366 + r374 + r54 + r385 + r10
+    r367 = 4.0 * r159 * r30 * r367
+    r375 = 4.0 * r159 * r30 * r375
+    r54 = 12.0 * x19 * x12 * x5 * x35 * r87 * r25 * r32 * r19
+    r386 = 4.0 * x11 * x19 * x10 * x12 * x35 * r87 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r87 * r25 * r32 * r19 * r10
+    r10 = r80 + r145 + r370 + r107 + r79 + r67 + r367 + r375 + r54 + r386 + r10
     r10 = x15 * r8 * r10
     r10 = r53 + r10
     r53 = x6 * r4 * r5 * r10
-    r385 = 5.0 * x5
+    r386 = 5.0 * x5
     r54 = 3.0 * x5 * r70
-    r54 = r385 + r54
-    r54 = x19 * x34 * r25 * r19 * r54
-    r385 = 12.0 * x12
-    r374 = 10.0 * x12 * r70
-    r374 = r385 + r374
-    r374 = x19 * x34 * r25 * r19 * r374
-    r374 = r54 + r374
-    r374 = x15 * r8 * r374
-    r54 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r54 = r386 + r54
+    r54 = x19 * x35 * r25 * r19 * r54
+    r386 = 12.0 * x12
+    r375 = 10.0 * x12 * r70
+    r375 = r386 + r375
+    r375 = x19 * x35 * r25 * r19 * r375
+    r375 = r54 + r375
+    r375 = x15 * r8 * r375
+    r54 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r148 = 2.0 + r148
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r148 * r9
-    r9 = r374 + r54 + r9
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r148 * r9
+    r9 = r375 + r54 + r9
     r54 = x6 * x4 * r159 * r4 * r5 * r30 * r9
-    r374 = k.recip(x0)
-    r148 = x11 * x10 * x34
+    r375 = k.recip(x0)
+    r148 = x11 * x10 * x35
     r162 = k.or_(r162, r55)
     r162 = k.where(r162, 1.0, 0.0)
     r162 = 3.0 + r162
-    r162 = 2.0 * x11 * x10 * x34 * r162
+    r162 = 2.0 * x11 * x10 * x35 * r162
     r162 = r148 + r162
-    r148 = x6 * x15 * x34 * r87 * r4 * r25 * r32 * r374 * r8 * r19 * r162
-    r385 = r53 + r54 + r148
-    r366 = k.recip(r385)
+    r148 = x6 * x15 * x35 * r87 * r4 * r25 * r32 * r375 * r8 * r19 * r162
+    r386 = r53 + r54 + r148
+    r367 = k.recip(r386)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r67 = k.recip(x6)
-    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r385
-    r107 = 0.6666666666666666 * x3 * x19 * x22 * r67 * r385
+    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r386
+    r107 = 0.6666666666666666 * x3 * x19 * x23 * r67 * r386
     r9 = -1.0 * x6 * x4 * r159 * r4 * r5 * r30 * r9
-    r162 = -1.0 * x6 * x15 * x34 * r87 * r4 * r25 * r32 * r374 * r8 * r19 * r162
+    r162 = -1.0 * x6 * x15 * x35 * r87 * r4 * r25 * r32 * r375 * r8 * r19 * r162
     r107 = r10 + r79 + r107 + r9 + r162
     r107 = k.max(0.0, r107)
-    r79 = 0.5 * x22
+    r79 = 0.5 * x23
     r79 = -1.0 + r79
-    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r385
+    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r386
     r79 = k.where(r50, 0.0, r79)
-    r50 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r385
+    r50 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r386
     r79 = k.where(r72, r50, r79)
     r82 = k.or_(r71, r74, r82)
-    r109 = x3 * x19 * r67 * r78 * r109 * r385
+    r109 = x3 * x19 * r67 * r78 * r109 * r386
     r79 = k.where(r82, r109, r79)
     r79 = k.max(r107, r79)
-    r366 = r366 * r79
+    r367 = r367 * r79
     r30 = 28.0 * r159 * r30 * r26
     r159 = r30 + r53 + r54 + r148
-    r107 = -1.0 * x20
+    r107 = -1.0 * x21
     r107 = 1.0 + r107
-    r109 = x22 * x38
+    r109 = x23 * x39
     r109 = -1.0 + r109
-    r78 = k.recip(x25)
-    r71 = k.recip(x26)
-    r50 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19
-    r50 = x27 + r50
-    r72 = 2.0 * x3 * x2 * x36
-    r72 = x29 >= r72
-    r374 = k.recip(x28)
-    r32 = k.recip(x30)
-    r369 = k.min(1.0, x32)
-    r369 = k.recip(r369)
-    r369 = x19 * x4 * x12 * x32 * x34 * r374 * r25 * r32 * r19 * r369
-    r369 = x31 + r369
-    r50 = k.where(r72, r369, r50)
+    r78 = k.recip(x26)
+    r71 = k.recip(x27)
+    r50 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r19
+    r50 = x28 + r50
+    r72 = 2.0 * x3 * x2 * x37
+    r72 = x30 >= r72
+    r375 = k.recip(x29)
+    r32 = k.recip(x31)
+    r370 = k.min(1.0, x33)
+    r370 = k.recip(r370)
+    r370 = x19 * x4 * x12 * x33 * x35 * r375 * r25 * r32 * r19 * r370
+    r370 = x32 + r370
+    r50 = k.where(r72, r370, r50)
     r50 = 2.0 * x6 * r4 * r5 * r8 * r109 * r50
     r50 = k.where(r29, 0.0, r50)
     r107 = r107 * r50
-    r369 = x3 * x19 * r67 * r385
-    r72 = x22 <= 1.0
+    r370 = x3 * x19 * r67 * r386
+    r72 = x23 <= 1.0
     r91 = k.and_(r91, r72)
-    r369 = k.where(r91, r385, r369)
-    r369 = -1.0 * x20 * r369
-    r385 = x3 * x2
-    r145 = -1.0 + r385
+    r370 = k.where(r91, r386, r370)
+    r370 = -1.0 * x21 * r370
+    r386 = x3 * x2
+    r145 = -1.0 + r386
     r80 = k.recip(r145)
-    r465 = 2.0 * x3 * x2
-    r465 = -2.0 + r465
-    r467 = x29 * r19
-    r468 = k.gcd(r385, r467)
-    r469 = k.recip(r468)
-    r470 = x3 * x2 * r469
-    r470 = -1.0 + r470
-    r470 = x27 * r470
-    r473 = -1.0 * x3 * x2 * r469
-    r473 = r385 + r473
-    r473 = x31 * r473
-    r476 = r470 + r473
-    r476 = r80 * r465 * r476
-    r80 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r469 * r465 * r20
-    r468 = -1.0 + r468
-    r480 = k.max(1.0, r468)
-    r480 = k.min(x32, r480)
-    r480 = k.recip(r480)
-    r483 = x4 * x32 * x22 * r374 * r48 * r4 * r25 * r32 * r480 * r469 * r468 * r465 * r20
-    r483 = k.max(r80, r483)
-    r483 = r476 + r483
-    r476 = x29 <= x36
-    r80 = x27 * r465
-    r488 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r465 * r20
-    r488 = r80 + r488
-    r483 = k.where(r476, r488, r483)
-    r488 = x3 * x2 * x36
-    r488 = x29 >= r488
-    r80 = x31 * r465
-    r494 = k.max(1.0, r145)
-    r494 = k.min(x32, r494)
-    r494 = k.recip(r494)
-    r497 = x4 * x32 * x22 * r374 * r48 * r4 * r25 * r32 * r494 * r465 * r20
-    r497 = r80 + r497
-    r483 = k.where(r488, r497, r483)
-    r483 = x15 * r8 * r483
-    r497 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r469 * r145 * r20
-    r468 = x4 * x32 * x22 * r374 * r48 * r4 * r25 * r32 * r480 * r469 * r145 * r468 * r20
-    r468 = k.max(r497, r468)
-    r468 = r470 + r473 + r468
-    r473 = x27 * r145
-    r470 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r145 * r20
-    r470 = r473 + r470
-    r468 = k.where(r476, r470, r468)
-    r470 = x31 * r145
-    r494 = x4 * x32 * x22 * r374 * r48 * r4 * r25 * r32 * r494 * r145 * r20
-    r494 = r470 + r494
-    r468 = k.where(r488, r494, r468)
-    r494 = 2.0 * x15 * r8 * r468
-    r483 = k.where(r22, r494, r483)
-    r494 = x15 * r8 * r468
-    r488 = x6 * x15 * r4 * r5 * r8 * r468
-    r488 = r494 + r488
-    r483 = k.where(r91, r488, r483)
+    r466 = 2.0 * x3 * x2
+    r466 = -2.0 + r466
+    r468 = x30 * r19
+    r469 = k.gcd(r386, r468)
+    r470 = k.recip(r469)
+    r471 = x3 * x2 * r470
+    r471 = -1.0 + r471
+    r471 = x28 * r471
+    r474 = -1.0 * x3 * x2 * r470
+    r474 = r386 + r474
+    r474 = x32 * r474
+    r477 = r471 + r474
+    r477 = r80 * r466 * r477
+    r80 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r470 * r466 * r20
+    r469 = -1.0 + r469
+    r481 = k.max(1.0, r469)
+    r481 = k.min(x33, r481)
+    r481 = k.recip(r481)
+    r484 = x4 * x33 * x23 * r375 * r48 * r4 * r25 * r32 * r481 * r470 * r469 * r466 * r20
+    r484 = k.max(r80, r484)
+    r484 = r477 + r484
+    r477 = x30 <= x37
+    r80 = x28 * r466
+    r489 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r466 * r20
+    r489 = r80 + r489
+    r484 = k.where(r477, r489, r484)
+    r489 = x3 * x2 * x37
+    r489 = x30 >= r489
+    r80 = x32 * r466
+    r495 = k.max(1.0, r145)
+    r495 = k.min(x33, r495)
+    r495 = k.recip(r495)
+    r498 = x4 * x33 * x23 * r375 * r48 * r4 * r25 * r32 * r495 * r466 * r20
+    r498 = r80 + r498
+    r484 = k.where(r489, r498, r484)
+    r484 = x15 * r8 * r484
+    r498 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r470 * r145 * r20
+    r469 = x4 * x33 * x23 * r375 * r48 * r4 * r25 * r32 * r481 * r470 * r145 * r469 * r20
+    r469 = k.max(r498, r469)
+    r469 = r471 + r474 + r469
+    r474 = x28 * r145
+    r471 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r145 * r20
+    r471 = r474 + r471
+    r469 = k.where(r477, r471, r469)
+    r471 = x32 * r145
+    r495 = x4 * x33 * x23 * r375 * r48 * r4 * r25 * r32 * r495 * r145 * r20
+    r495 = r471 + r495
+    r469 = k.where(r489, r495, r469)
+    r495 = 2.0 * x15 * r8 * r469
+    r484 = k.where(r22, r495, r484)
+    r495 = x15 * r8 * r469
+    r489 = x6 * x15 * r4 * r5 * r8 * r469
+    r489 = r495 + r489
+    r484 = k.where(r91, r489, r484)
     r72 = k.and_(r46, r72)
-    r468 = 3.0 * x6 * x15 * r4 * r5 * r8 * r468
-    r483 = k.where(r72, r468, r483)
-    r385 = r385 == 1.0
-    r483 = k.where(r385, 0.0, r483)
-    r369 = r369 + r483
-    r369 = k.max(0.0, r369)
-    r467 = k.gcd(x2, r467)
-    r468 = k.recip(r467)
-    r46 = x2 * r468
+    r469 = 3.0 * x6 * x15 * r4 * r5 * r8 * r469
+    r484 = k.where(r72, r469, r484)
+    r386 = r386 == 1.0
+    r484 = k.where(r386, 0.0, r484)
+    r370 = r370 + r484
+    r370 = k.max(0.0, r370)
+    r468 = k.gcd(x2, r468)
+    r469 = k.recip(r468)
+    r46 = x2 * r469
     r46 = -1.0 + r46
-    r46 = x27 * r46
-    r488 = -1.0 * x2 * r468
-    r488 = x2 + r488
-    r488 = x31 * r488
-    r494 = -1.0 + x2
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r19 * r468 * r494
-    r467 = -1.0 + r467
-    r48 = k.max(1.0, r467)
-    r48 = k.min(x32, r48)
+    r46 = x28 * r46
+    r489 = -1.0 * x2 * r469
+    r489 = x2 + r489
+    r489 = x32 * r489
+    r495 = -1.0 + x2
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x35 * r78 * r25 * r71 * r19 * r469 * r495
+    r468 = -1.0 + r468
+    r48 = k.max(1.0, r468)
+    r48 = k.min(x33, r48)
     r48 = k.recip(r48)
-    r467 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r374 * r25 * r32 * r19 * r48 * r468 * r494 * r467
-    r467 = k.max(r470, r467)
-    r467 = r46 + r488 + r467
-    r488 = x27 * r494
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r19 * r494
-    r46 = r488 + r46
-    r467 = k.where(r476, r46, r467)
-    r46 = x2 * x36
-    r46 = x29 >= r46
-    r476 = x31 * r494
-    r488 = k.max(1.0, r494)
-    r488 = k.min(x32, r488)
-    r488 = k.recip(r488)
-    r488 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r374 * r25 * r32 * r19 * r488 * r494
-    r488 = r476 + r488
-    r467 = k.where(r46, r488, r467)
-    r488 = x6 * x15 * r4 * r5 * r8 * r467
-    r467 = x6 * x15 * r4 * r5 * r8 * r70 * r467
-    r467 = r488 + r467
-    r488 = x2 == 1.0
-    r467 = k.where(r488, 0.0, r467)
+    r468 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r375 * r25 * r32 * r19 * r48 * r469 * r495 * r468
+    r468 = k.max(r471, r468)
+    r468 = r46 + r489 + r468
+    r489 = x28 * r495
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x35 * r78 * r25 * r71 * r19 * r495
+    r46 = r489 + r46
+    r468 = k.where(r477, r46, r468)
+    r46 = x2 * x37
+    r46 = x30 >= r46
+    r477 = x32 * r495
+    r489 = k.max(1.0, r495)
+    r489 = k.min(x33, r489)
+    r489 = k.recip(r489)
+    r489 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r375 * r25 * r32 * r19 * r489 * r495
+    r489 = r477 + r489
+    r468 = k.where(r46, r489, r468)
+    r489 = x6 * x15 * r4 * r5 * r8 * r468
+    r468 = x6 * x15 * r4 * r5 * r8 * r70 * r468
+    r468 = r489 + r468
+    r489 = x2 == 1.0
+    r468 = k.where(r489, 0.0, r468)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r46 = k.gcd(x36, x29)
-    r476 = k.recip(r46)
-    r470 = x36 * r476
-    r470 = -1.0 + r470
-    r470 = x27 * r470
-    r468 = -1.0 * x36 * r476
-    r468 = x36 + r468
-    r468 = x31 * r468
-    r48 = -1.0 + x36
-    r473 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19 * r476 * r48
+    r46 = k.gcd(x37, x30)
+    r477 = k.recip(r46)
+    r471 = x37 * r477
+    r471 = -1.0 + r471
+    r471 = x28 * r471
+    r469 = -1.0 * x37 * r477
+    r469 = x37 + r469
+    r469 = x32 * r469
+    r48 = -1.0 + x37
+    r474 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r19 * r477 * r48
     r46 = -1.0 + r46
-    r497 = k.max(1.0, r46)
-    r497 = k.min(x32, r497)
-    r497 = k.recip(r497)
-    r46 = x19 * x4 * x12 * x32 * x34 * r374 * r25 * r32 * r19 * r497 * r476 * r48 * r46
-    r46 = k.max(r473, r46)
-    r46 = r470 + r468 + r46
-    r468 = x29 <= 1.0
-    r470 = x27 * r48
-    r71 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19 * r48
-    r71 = r470 + r71
-    r46 = k.where(r468, r71, r46)
-    r71 = x29 >= x36
-    r468 = x31 * r48
-    r470 = k.max(1.0, r48)
-    r470 = k.min(x32, r470)
-    r470 = k.recip(r470)
-    r470 = x19 * x4 * x12 * x32 * x34 * r374 * r25 * r32 * r19 * r470 * r48
-    r470 = r468 + r470
-    r46 = k.where(r71, r470, r46)
+    r498 = k.max(1.0, r46)
+    r498 = k.min(x33, r498)
+    r498 = k.recip(r498)
+    r46 = x19 * x4 * x12 * x33 * x35 * r375 * r25 * r32 * r19 * r498 * r477 * r48 * r46
+    r46 = k.max(r474, r46)
+    r46 = r471 + r469 + r46
+    r469 = x30 <= 1.0
+    r471 = x28 * r48
+    r71 = x19 * x4 * x12 * x35 * r78 * r25 * r71 * r19 * r48
+    r71 = r471 + r71
+    r46 = k.where(r469, r71, r46)
+    r71 = x30 >= x37
+    r469 = x32 * r48
+    r471 = k.max(1.0, r48)
+    r471 = k.min(x33, r471)
+    r471 = k.recip(r471)
+    r471 = x19 * x4 * x12 * x33 * x35 * r375 * r25 * r32 * r19 * r471 * r48
+    r471 = r469 + r471
+    r46 = k.where(r71, r471, r46)
     r46 = 2.0 * x6 * x15 * r4 * r5 * r8 * r55 * r46
-    r470 = x36 == 1.0
-    r46 = k.where(r470, 0.0, r46)
+    r471 = x37 == 1.0
+    r46 = k.where(r471, 0.0, r46)
     r162 = r10 + r9 + r162
     r162 = k.max(0.0, r162)
     r162 = k.where(r21, r162, 0.0)
-    r21 = r107 + r30 + r53 + r54 + r148 + r369 + r79 + r467 + r46 + r162
+    r21 = r107 + r30 + r53 + r54 + r148 + r370 + r79 + r468 + r46 + r162
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r87 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x34 * r87 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x34 * r25
-    r87 = x19 * x4 * x12 * x34 * r78 * r25
-    r465 = x4 * r4 * r25 * r465 * r20
+    r10 = 6.0 * x6 * x35 * r87 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x35 * r87 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x35 * r25
+    r87 = x19 * x4 * x12 * x35 * r78 * r25
+    r466 = x4 * r4 * r25 * r466 * r20
     r71 = 2.0 * x4 * r4 * r25 * r145 * r20
-    r465 = k.where(r22, r71, r465)
+    r466 = k.where(r22, r71, r466)
     r71 = x4 * r4 * r25 * r145 * r20
     r22 = k.pow(x3, -2.0)
-    r468 = x6 * x4 * r22 * r5 * r25 * r145 * r20
-    r468 = r71 + r468
-    r465 = k.where(r91, r468, r465)
+    r469 = x6 * x4 * r22 * r5 * r25 * r145 * r20
+    r469 = r71 + r469
+    r466 = k.where(r91, r469, r466)
     r145 = 3.0 * x6 * x4 * r22 * r5 * r25 * r145 * r20
-    r465 = k.where(r72, r145, r465)
-    r465 = k.where(r385, 0.0, r465)
-    r385 = r78 * r465
-    r78 = x28 * r78
-    r145 = k.recip(x34)
-    r72 = x35 * r67 * r145
+    r466 = k.where(r72, r145, r466)
+    r466 = k.where(r386, 0.0, r466)
+    r386 = r78 * r466
+    r78 = x29 * r78
+    r145 = k.recip(x35)
+    r72 = x36 * r67 * r145
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r468 = 8e-12 * x12
+    r469 = 8e-12 * x12
     r91 = 8e-12 * x15 * r12
-    r71 = 8e-12 * x37 * x12
+    r71 = 8e-12 * x38 * x12
     r32 = 2.4e-11 * x15 * x12 * x5
-    r374 = r468 + r91 + r71 + r32
-    r473 = 4e-12 * x12
-    r476 = 4e-12 * x15 * r12
-    r497 = 4e-12 * x37 * x12
-    r469 = 1.2e-11 * x15 * x12 * x5
-    r469 = r473 + r476 + r497 + r469
-    r469 = r22 > r469
-    r497 = -8e-12 * x12
+    r375 = r469 + r91 + r71 + r32
+    r474 = 4e-12 * x12
+    r477 = 4e-12 * x15 * r12
+    r498 = 4e-12 * x38 * x12
+    r470 = 1.2e-11 * x15 * x12 * x5
+    r470 = r474 + r477 + r498 + r470
+    r470 = r22 > r470
+    r498 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r476 = -8e-12 * x37 * x12
-    r473 = -2.4e-11 * x15 * x12 * x5
-    r480 = k.sqrt(2.0)
+    r477 = -8e-12 * x38 * x12
+    r474 = -2.4e-11 * x15 * x12 * x5
+    r481 = k.sqrt(2.0)
     r80 = k.sqrt(x3)
     r80 = k.recip(r80)
-    r640 = k.sqrt(x2)
-    r640 = k.recip(r640)
-    r642 = k.sqrt(x13)
-    r642 = k.recip(r642)
-    r644 = k.sqrt(x22)
-    r644 = k.recip(r644)
-    r646 = k.sqrt(x36)
-    r646 = k.recip(r646)
-    r648 = k.sqrt(r374)
-    r649 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r374
-    r650 = k.sqrt(x3)
-    r651 = k.sqrt(x2)
-    r652 = k.sqrt(x13)
-    r653 = k.sqrt(x22)
-    r654 = k.sqrt(x36)
-    r654 = 0.16666666666666666 * r480 * r650 * r651 * r652 * r653 * r654 * r648
-    r654 = 1.0 + r649 + r654
-    r654 = r480 * r80 * r640 * r642 * r644 * r646 * r648 * r654
-    r654 = r497 + r12 + r476 + r473 + r654
-    r473 = k.where(r469, r654, r22)
-    r32 = r468 + r91 + r71 + r32 + r473
-    r32 = x3 * x2 * x13 * x22 * x36 * r32
+    r641 = k.sqrt(x2)
+    r641 = k.recip(r641)
+    r643 = k.sqrt(x13)
+    r643 = k.recip(r643)
+    r645 = k.sqrt(x23)
+    r645 = k.recip(r645)
+    r647 = k.sqrt(x37)
+    r647 = k.recip(r647)
+    r649 = k.sqrt(r375)
+    r650 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r375
+    r651 = k.sqrt(x3)
+    r652 = k.sqrt(x2)
+    r653 = k.sqrt(x13)
+    r654 = k.sqrt(x23)
+    r655 = k.sqrt(x37)
+    r655 = 0.16666666666666666 * r481 * r651 * r652 * r653 * r654 * r655 * r649
+    r655 = 1.0 + r650 + r655
+    r655 = r481 * r80 * r641 * r643 * r645 * r647 * r649 * r655
+    r655 = r498 + r12 + r477 + r474 + r655
+    r474 = k.where(r470, r655, r22)
+    r32 = r469 + r91 + r71 + r32 + r474
+    r32 = x3 * x2 * x13 * x23 * x37 * r32
     r32 = k.exp(r32)
     r32 = -1.0 + r32
     r71 = k.recip(r32)
-    r91 = x24 + x1
-    r468 = -1.0 * x3 * x2 * x13 * x22 * x36 * r91
-    r468 = k.exp(r468)
-    r468 = x3 * x2 * x13 * x22 * x36 * r71 * r473 * r468
-    r71 = x3 * x2 * x13 * x22 * x36
-    r654 = k.recip(r654)
-    r71 = k.where(r469, r654, r71)
-    r91 = x3 * x2 * x13 * x22 * x36 * r91
+    r91 = x25 + x1
+    r469 = -1.0 * x3 * x2 * x13 * x23 * x37 * r91
+    r469 = k.exp(r469)
+    r469 = x3 * x2 * x13 * x23 * x37 * r71 * r474 * r469
+    r71 = x3 * x2 * x13 * x23 * x37
+    r655 = k.recip(r655)
+    r71 = k.where(r470, r655, r71)
+    r91 = x3 * x2 * x13 * x23 * x37 * r91
     r91 = k.exp(r91)
-    r5 = x35 * r67 * r4 * r25 * r5 * r8 * r145 * r19 * r32 * r21 * r71 * r91
-    r91 = x35 * r67 * r145 * r32 * r21 * r71 * r91
-    r55 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r48 * r55
-    r55 = k.where(r470, 0.0, r55)
-    r470 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r494
-    r494 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r70 * r494
-    r494 = r470 + r494
-    r494 = k.where(r488, 0.0, r494)
-    r109 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r109
+    r5 = x36 * r67 * r4 * r25 * r5 * r8 * r145 * r19 * r32 * r21 * r71 * r91
+    r91 = x36 * r67 * r145 * r32 * r21 * r71 * r91
+    r55 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r48 * r55
+    r55 = k.where(r471, 0.0, r55)
+    r471 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r495
+    r495 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r70 * r495
+    r495 = r471 + r495
+    r495 = k.where(r489, 0.0, r495)
+    r109 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r109
     r109 = k.where(r29, 0.0, r109)
-    r45 = r45 < x22
-    r29 = x33 != 2.0
+    r45 = r45 < x23
+    r29 = x34 != 2.0
     r74 = k.and_(r74, r29)
     r74 = k.not_(r74)
     r74 = k.or_(r45, r74)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r73 = k.and_(r19, r29, r73)
     r73 = k.not_(r73)
     r73 = k.or_(r45, r73)
     r73 = k.and_(r74, r73)
-    r74 = x22 >= 2.0
-    r45 = x33 != 3.0
-    r29 = x33 != 4.0
+    r74 = x23 >= 2.0
+    r45 = x34 != 3.0
+    r29 = x34 != 4.0
     r82 = k.not_(r82)
     r82 = k.and_(r45, r29, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r74, r82)
-    r74 = x21 * x3 * x2 * x22 * x36 * r21
-    r29 = r66 <= r74
+    r74 = x22 * x3 * x2 * x23 * x37 * r21
+    r29 = r31 <= r74
     r74 = r113 <= r74
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r116, r157, r102, r47, r90, 0.0, r94, r97, r56, r119, r103, r98, r15, r31, r66, r66, r113, r49, r125, r366, r159, r79, r21, r10, r33, r9, r87, r385, r78, 0.0, r72, r22, r374, r473, r468, r5, r91, r53, r148, r54, r30, r55, r46, r46, r494, r467, r467, r465, r483, r369, r109, r50, r107, 0.0, 0.0, r162, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, r73, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r29, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r116, r157, r102, r47, r90, 0.0, r94, r97, r56, r119, r103, r98, r15, r66, r31, r31, r113, r49, r125, r367, r159, r79, r21, r10, r33, r9, r87, r386, r78, 0.0, r72, r22, r375, r474, r469, r5, r91, r53, r148, r54, r30, r55, r46, r46, r495, r468, r468, r466, r484, r370, r109, r50, r107, 0.0, 0.0, r162, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r29, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1429,9 +1430,9 @@ def search(x, k):
     return (r84, r27, r103)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 10), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 47, 48, 49, 50), (31, 32, 33, 35, 37, 38, 39, 40, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (22, 34), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 10), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x36 * x12
+    r15 = 2.0 * x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x22)
-    r8 = k.recip(x35)
+    r15 = k.recip(x23)
+    r8 = k.recip(x36)
     r20 = r15 * r8 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -44,45 +44,45 @@ def quantities(x, k):
     r32 = 4.0 * x11 * x10
     r33 = 4.0 * x14 * x10
     r33 = r29 + r30 + r31 + r32 + r33
-    r33 = x19 * x33 * r25 * r8 * r33
-    r32 = x23 == 2.0
-    r31 = 2.0 * x19 * x12 * x33 * r25 * r8
+    r33 = x19 * x34 * r25 * r8 * r33
+    r32 = x24 == 2.0
+    r31 = 2.0 * x19 * x12 * x34 * r25 * r8
     r31 = k.where(r32, r31, r33)
-    r30 = 1.0 + x22
+    r30 = 1.0 + x23
     r30 = k.min(r30, r6)
     r29 = k.ceiling(r28)
     r30 = r30 * r29
-    r43 = x32 == 4.0
-    r44 = 2.0 * x22
+    r43 = x33 == 4.0
+    r44 = 2.0 * x23
     r45 = -1.0 + r44
     r45 = k.min(r45, r6)
     r45 = r45 * r29
     r48 = k.where(r43, r45, r30)
-    r49 = x32 == 0.0
-    r50 = x32 == 3.0
+    r49 = x33 == 0.0
+    r50 = x33 == 3.0
     r51 = k.or_(r49, r50)
-    r52 = k.min(x22, r6)
+    r52 = k.min(x23, r6)
     r52 = r52 * r29
     r48 = k.where(r51, r52, r48)
-    r52 = x32 == 1.0
-    r56 = k.recip(x37)
-    r57 = x6 * x37 * r4 * r5
-    r58 = -1.0 + x37
-    r58 = x22 * r58
+    r52 = x33 == 1.0
+    r56 = k.recip(x38)
+    r57 = x6 * x38 * r4 * r5
+    r58 = -1.0 + x38
+    r58 = x23 * r58
     r60 = -1.0 + r44 + r58
     r60 = k.min(r57, r60)
     r60 = r56 * r60 * r29
     r48 = k.where(r52, r60, r48)
-    r60 = x32 == 2.0
+    r60 = x33 == 2.0
     r65 = x6 * r4 * r5 * r29
     r48 = k.where(r60, r65, r48)
     r48 = r31 * r48
-    r68 = x36 * x12
-    r69 = x22 == 1.0
+    r68 = x37 * x12
+    r69 = x23 == 1.0
     r70 = k.where(r69, 1.0, 0.0)
     r71 = x12 * r70
     r72 = r12 * r29
-    r70 = x36 * x12 * r70
+    r70 = x37 * x12 * r70
     r74 = 3.0 * x12 * x5 * r29
     r71 = r68 + r71 + r72 + r70 + r74
     r71 = r8 * r71
@@ -91,20 +91,20 @@ def quantities(x, k):
     r68 = r70 + r71
     r71 = k.where(r21, r68, r71)
     r81 = 2.0 * r71
-    r82 = x38 >= 2.0
+    r82 = x39 >= 2.0
     r83 = 2.0 * r4 * r25 * r71
     r84 = k.where(r82, r83, r81)
-    r85 = x38 >= 3.0
+    r85 = x39 >= 3.0
     r81 = k.where(r85, r83, r81)
     r83 = 12.0 * r71
     r88 = 12.0 * r4 * r25 * r71
     r83 = k.where(r22, r88, r83)
-    r88 = 4.0 * x19 * x5 * x33 * r25 * r8
+    r88 = 4.0 * x19 * x5 * x34 * r25 * r8
     r91 = r33 + r88
     r88 = k.where(r32, r91, r88)
     r91 = k.or_(r21, r69)
-    r94 = 4.0 * x19 * x12 * x33 * r25 * r8
-    r95 = x36 * x19 * x16 * x33 * r25 * r8
+    r94 = 4.0 * x19 * x12 * x34 * r25 * r8
+    r95 = x37 * x19 * x16 * x34 * r25 * r8
     r94 = r94 + r95
     r94 = k.max(r94, r88)
     r91 = k.where(r91, r94, r88)
@@ -113,16 +113,16 @@ def quantities(x, k):
     r99 = k.where(r21, r100, r99)
     r100 = 3.0 * x4 * r99 * r71
     r100 = k.where(r85, r100, 0.0)
-    r104 = x22 > 1.0
+    r104 = x23 > 1.0
     r104 = k.and_(r85, r104)
     r71 = 2.0 * x4 * r71
     r100 = k.where(r104, r71, r100)
     r71 = r48 + r84 + r81 + r83 + r91 + r100
     r109 = k.where(r43, r45, r30)
-    r110 = -1.0 + x22
+    r110 = -1.0 + x23
     r111 = k.min(1.0, r110)
     r112 = -1.0 * r111
-    r112 = x22 + r112
+    r112 = x23 + r112
     r114 = k.min(r6, r112)
     r114 = r114 * r29
     r109 = k.where(r51, r114, r109)
@@ -134,22 +134,22 @@ def quantities(x, k):
     r109 = k.where(r60, r65, r109)
     r109 = r31 * r109
     r44 = 1.0 + r111
-    r44 = x22 == r44
+    r44 = x23 == r44
     r114 = k.where(r44, 1.0, 0.0)
     r127 = x12 * r114
-    r114 = x36 * x12 * r114
+    r114 = x37 * x12 * r114
     r129 = r111 == 0.0
     r129 = k.where(r129, 1.0, 0.0)
-    r129 = x36 * x12 * r129
+    r129 = x37 * x12 * r129
     r129 = r127 + r72 + r114 + r129 + r74
     r129 = r8 * r129
-    r114 = x22 == r112
+    r114 = x23 == r112
     r127 = k.where(r114, 1.0, 0.0)
     r136 = x12 * r127
-    r127 = x36 * x12 * r127
+    r127 = x37 * x12 * r127
     r112 = r112 == 1.0
     r112 = k.where(r112, 1.0, 0.0)
-    r112 = x36 * x12 * r112
+    r112 = x37 * x12 * r112
     r74 = r136 + r72 + r127 + r112 + r74
     r74 = r8 * r74
     r74 = r129 + r74
@@ -225,390 +225,391 @@ def quantities(x, k):
     r109 = k.where(r109, 0.0, 0.0)
     r30 = r71 == r30
     r109 = k.where(r30, 0.0, r109)
-    r30 = x36 * x19 * x4 * x33 * r25 * r8
-    r48 = x36 * x19 * x4 * x33 * r25
+    r30 = x37 * x19 * x4 * x34 * r25 * r8
+    r48 = x37 * x19 * x4 * x34 * r25
     r100 = k.max(r71, r129, r70)
     r83 = r129 == r100
     r70 = k.where(r83, r129, r70)
     r100 = r71 == r100
     r70 = k.where(r100, r71, r70)
-    r71 = -1.0 * r70
-    r71 = x8 + r71
-    r100 = 6.0 * x6 * x33 * r16
+    r71 = -1.0 * x20
+    r100 = -1.0 * r70
+    r100 = x8 + r71 + r100
+    r71 = 6.0 * x6 * x34 * r16
     r129 = 6.0 * x12
     r83 = 6.0 * x15 * r12
-    r114 = 12.0 * x36 * x12
+    r114 = 12.0 * x37 * x12
     r84 = 18.0 * x15 * x12 * x5
-    r112 = 12.0 * x15 * x11 * x10 * x33
+    r112 = 12.0 * x15 * x11 * x10 * x34
     r112 = r129 + r83 + r114 + r84 + r112
-    r84 = x6 * x33 * r112
+    r84 = x6 * x34 * r112
     r114 = k.pow(x12, 2.0)
     r83 = k.recip(x12)
-    r129 = 0.16666666666666666 * x33 * r83
+    r129 = 0.16666666666666666 * x34 * r83
     r81 = k.recip(x15)
-    r83 = 0.0625 * x36 * r81 * r83
+    r83 = 0.0625 * x37 * r81 * r83
     r83 = 1.0 + r129 + r83
-    r83 = 96.0 * x6 * x15 * x33 * r114 * r83
-    r114 = k.pow(x33, 2.0)
+    r83 = 96.0 * x6 * x15 * x34 * r114 * r83
+    r114 = k.pow(x34, 2.0)
     r129 = 2.0 * x6 * x15 * x11 * x10 * r114
-    r127 = x23 == 1.0
+    r127 = x24 == 1.0
     r114 = 4.0 * x6 * x15 * x11 * x10 * r114
     r114 = k.where(r127, r114, 0.0)
-    r104 = 0.3333333333333333 * x6 * x33 * r112
+    r104 = 0.3333333333333333 * x6 * x34 * r112
     r114 = k.where(r32, r104, r114)
     r114 = r84 + r129 + r114
     r129 = k.where(r32, 1.0, 0.0)
     r104 = 1.0 + r129
     r74 = k.recip(x9)
     r29 = k.recip(x18)
-    r57 = x36 * x12 * r8
-    r58 = x19 * x12 * x33 * r25
-    r45 = x36 * x19 * x33 * r25 * r8
+    r57 = x37 * x12 * r8
+    r58 = x19 * x12 * x34 * r25
+    r45 = x37 * x19 * x34 * r25 * r8
     r45 = r57 + r58 + r45
     r57 = 2.0 * r74 * r29 * r45
-    r44 = k.recip(x21)
+    r44 = k.recip(x22)
     r72 = k.recip(x17)
-    r136 = 2.0 * x36 * x19 * x12 * x33 * r44 * r25 * r72 * r8
+    r136 = 2.0 * x37 * x19 * x12 * x34 * r44 * r25 * r72 * r8
     r136 = r57 + r136
     r136 = r104 * r136
     r45 = 4.0 * r74 * r29 * r45
-    r57 = 4.0 * x36 * x19 * x12 * x33 * r44 * r25 * r72 * r8
+    r57 = 4.0 * x37 * x19 * x12 * x34 * r44 * r25 * r72 * r8
     r57 = r136 + r45 + r57
     r57 = r15 * r57
     r45 = x12 * x5 * r8
-    r136 = x19 * x5 * x33 * r25 * r8
+    r136 = x19 * x5 * x34 * r25 * r8
     r136 = r45 + r58 + r136
     r45 = 2.0 * r74 * r29 * r136
-    r270 = 2.0 * x19 * x12 * x5 * x33 * r44 * r25 * r72 * r8
-    r270 = r45 + r270
-    r270 = r104 * r270
+    r271 = 2.0 * x19 * x12 * x5 * x34 * r44 * r25 * r72 * r8
+    r271 = r45 + r271
+    r271 = r104 * r271
     r45 = 2.0 * x12 * x5 * r8
-    r274 = 2.0 * x19 * x5 * x33 * r25 * r8
-    r274 = r45 + r58 + r274
-    r45 = 2.0 * r74 * r29 * r274
-    r277 = 4.0 * x19 * x12 * x5 * x33 * r44 * r25 * r72 * r8
-    r277 = r45 + r277
-    r277 = r104 * r277
+    r275 = 2.0 * x19 * x5 * x34 * r25 * r8
+    r275 = r45 + r58 + r275
+    r45 = 2.0 * r74 * r29 * r275
+    r278 = 4.0 * x19 * x12 * x5 * x34 * r44 * r25 * r72 * r8
+    r278 = r45 + r278
+    r278 = r104 * r278
     r45 = x11 * x10 * x12 * r8
-    r281 = x11 * x19 * x10 * x33 * r25 * r8
-    r281 = r45 + r58 + r281
-    r45 = 2.0 * r74 * r29 * r281
-    r284 = 2.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r72 * r8
-    r284 = r45 + r284
-    r284 = r104 * r284
+    r282 = x11 * x19 * x10 * x34 * r25 * r8
+    r282 = r45 + r58 + r282
+    r45 = 2.0 * r74 * r29 * r282
+    r285 = 2.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r72 * r8
+    r285 = r45 + r285
+    r285 = r104 * r285
     r10 = x11 + r10
     r45 = x10 * x12 * r8 * r10
-    r289 = x19 * x10 * x33 * r25 * r8 * r10
-    r289 = r58 + r45 + r289
-    r45 = 2.0 * r74 * r29 * r289
-    r58 = 2.0 * x19 * x10 * x12 * x33 * r44 * r25 * r72 * r8 * r10
+    r290 = x19 * x10 * x34 * r25 * r8 * r10
+    r290 = r58 + r45 + r290
+    r45 = 2.0 * r74 * r29 * r290
+    r58 = 2.0 * x19 * x10 * x12 * x34 * r44 * r25 * r72 * r8 * r10
     r58 = r45 + r58
     r58 = r104 * r58
     r136 = 4.0 * r74 * r29 * r136
-    r274 = 4.0 * r74 * r29 * r274
-    r281 = 4.0 * r74 * r29 * r281
-    r289 = 4.0 * r74 * r29 * r289
-    r45 = 12.0 * x19 * x12 * x5 * x33 * r44 * r25 * r72 * r8
-    r300 = 4.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r72 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r44 * r25 * r72 * r8 * r10
-    r10 = r270 + r277 + r284 + r58 + r136 + r274 + r281 + r289 + r45 + r300 + r10
+    r275 = 4.0 * r74 * r29 * r275
+    r282 = 4.0 * r74 * r29 * r282
+    r290 = 4.0 * r74 * r29 * r290
+    r45 = 12.0 * x19 * x12 * x5 * x34 * r44 * r25 * r72 * r8
+    r301 = 4.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r72 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r44 * r25 * r72 * r8 * r10
+    r10 = r271 + r278 + r285 + r58 + r136 + r275 + r282 + r290 + r45 + r301 + r10
     r10 = x15 * r15 * r10
     r10 = r57 + r10
     r57 = x6 * r4 * r5 * r10
-    r300 = 5.0 * x5
+    r301 = 5.0 * x5
     r45 = 3.0 * x5 * r104
-    r45 = r300 + r45
-    r45 = x19 * x33 * r25 * r8 * r45
-    r300 = 12.0 * x12
-    r289 = 10.0 * x12 * r104
-    r289 = r300 + r289
-    r289 = x19 * x33 * r25 * r8 * r289
-    r289 = r45 + r289
-    r289 = x15 * r15 * r289
-    r45 = 3.0 * x36 * x19 * x33 * r25 * r15 * r8
+    r45 = r301 + r45
+    r45 = x19 * x34 * r25 * r8 * r45
+    r301 = 12.0 * x12
+    r290 = 10.0 * x12 * r104
+    r290 = r301 + r290
+    r290 = x19 * x34 * r25 * r8 * r290
+    r290 = r45 + r290
+    r290 = x15 * r15 * r290
+    r45 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
     r129 = 2.0 + r129
-    r9 = x15 * x19 * x10 * x33 * r25 * r15 * r8 * r129 * r9
-    r9 = r289 + r45 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r129 * r9
+    r9 = r290 + r45 + r9
     r45 = x6 * x4 * r74 * r4 * r5 * r29 * r9
-    r289 = k.recip(x0)
-    r129 = x11 * x10 * x33
+    r290 = k.recip(x0)
+    r129 = x11 * x10 * x34
     r127 = k.or_(r127, r32)
     r127 = k.where(r127, 1.0, 0.0)
     r127 = 3.0 + r127
-    r127 = 2.0 * x11 * x10 * x33 * r127
+    r127 = 2.0 * x11 * x10 * x34 * r127
     r127 = r129 + r127
-    r129 = x6 * x15 * x33 * r44 * r4 * r25 * r72 * r289 * r15 * r8 * r127
-    r300 = r57 + r45 + r129
-    r281 = k.recip(r300)
+    r129 = x6 * x15 * x34 * r44 * r4 * r25 * r72 * r290 * r15 * r8 * r127
+    r301 = r57 + r45 + r129
+    r282 = k.recip(r301)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r274 = k.recip(x6)
-    r136 = 0.3333333333333333 * x3 * x19 * r274 * r56 * r300
-    r58 = 0.6666666666666666 * x3 * x19 * x22 * r274 * r300
+    r275 = k.recip(x6)
+    r136 = 0.3333333333333333 * x3 * x19 * r275 * r56 * r301
+    r58 = 0.6666666666666666 * x3 * x19 * x23 * r275 * r301
     r9 = -1.0 * x6 * x4 * r74 * r4 * r5 * r29 * r9
-    r127 = -1.0 * x6 * x15 * x33 * r44 * r4 * r25 * r72 * r289 * r15 * r8 * r127
+    r127 = -1.0 * x6 * x15 * x34 * r44 * r4 * r25 * r72 * r290 * r15 * r8 * r127
     r58 = r10 + r136 + r58 + r9 + r127
     r58 = k.max(0.0, r58)
-    r136 = 0.5 * x22
+    r136 = 0.5 * x23
     r136 = -1.0 + r136
-    r136 = 0.6666666666666666 * x3 * x19 * r274 * r56 * r136 * r300
+    r136 = 0.6666666666666666 * x3 * x19 * r275 * r56 * r136 * r301
     r136 = k.where(r43, 0.0, r136)
-    r43 = 0.3333333333333333 * x3 * x19 * r274 * r56 * r110 * r300
+    r43 = 0.3333333333333333 * x3 * x19 * r275 * r56 * r110 * r301
     r136 = k.where(r50, r43, r136)
     r60 = k.or_(r49, r52, r60)
-    r110 = x3 * x19 * r274 * r56 * r110 * r300
+    r110 = x3 * x19 * r275 * r56 * r110 * r301
     r136 = k.where(r60, r110, r136)
     r136 = k.max(r58, r136)
-    r281 = r281 * r136
+    r282 = r282 * r136
     r29 = 28.0 * r74 * r29 * r26
     r74 = r29 + r57 + r45 + r129
-    r58 = -1.0 * x20
+    r58 = -1.0 * x21
     r58 = 1.0 + r58
-    r110 = x22 * x37
+    r110 = x23 * x38
     r110 = -1.0 + r110
-    r56 = k.recip(x25)
-    r49 = k.recip(x26)
-    r43 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r8
-    r43 = x27 + r43
-    r50 = 2.0 * x3 * x2 * x35
-    r50 = x29 >= r50
-    r289 = k.recip(x28)
-    r72 = k.recip(x30)
-    r284 = x19 * x4 * x12 * x33 * r289 * r25 * r72 * r8
-    r284 = x31 + r284
-    r43 = k.where(r50, r284, r43)
+    r56 = k.recip(x26)
+    r49 = k.recip(x27)
+    r43 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r8
+    r43 = x28 + r43
+    r50 = 2.0 * x3 * x2 * x36
+    r50 = x30 >= r50
+    r290 = k.recip(x29)
+    r72 = k.recip(x31)
+    r285 = x19 * x4 * x12 * x34 * r290 * r25 * r72 * r8
+    r285 = x32 + r285
+    r43 = k.where(r50, r285, r43)
     r43 = 2.0 * x6 * r4 * r5 * r15 * r110 * r43
     r43 = k.where(r69, 0.0, r43)
     r58 = r58 * r43
-    r284 = x3 * x19 * r274 * r300
-    r50 = x22 <= 1.0
+    r285 = x3 * x19 * r275 * r301
+    r50 = x23 <= 1.0
     r82 = k.and_(r82, r50)
-    r284 = k.where(r82, r300, r284)
-    r284 = -1.0 * x20 * r284
-    r300 = x3 * x2
-    r277 = -1.0 + r300
-    r270 = k.recip(r277)
-    r378 = 2.0 * x3 * x2
-    r378 = -2.0 + r378
-    r380 = x29 * r8
-    r381 = k.gcd(r300, r380)
-    r382 = k.recip(r381)
-    r383 = x3 * x2 * r382
-    r383 = -1.0 + r383
-    r383 = x27 * r383
-    r386 = -1.0 * x3 * x2 * r382
-    r386 = r300 + r386
-    r386 = x31 * r386
-    r389 = r383 + r386
-    r389 = r270 * r378 * r389
-    r270 = x4 * x22 * r56 * r81 * r4 * r25 * r49 * r382 * r378 * r20
-    r381 = -1.0 + r381
-    r393 = x4 * x22 * r289 * r81 * r4 * r25 * r72 * r382 * r381 * r378 * r20
-    r393 = k.max(r270, r393)
-    r393 = r389 + r393
-    r389 = x29 <= x35
-    r270 = x27 * r378
-    r398 = x4 * x22 * r56 * r81 * r4 * r25 * r49 * r378 * r20
-    r398 = r270 + r398
-    r393 = k.where(r389, r398, r393)
-    r398 = x3 * x2 * x35
-    r398 = x29 >= r398
-    r270 = x31 * r378
-    r404 = x4 * x22 * r289 * r81 * r4 * r25 * r72 * r378 * r20
-    r404 = r270 + r404
-    r393 = k.where(r398, r404, r393)
-    r393 = x15 * r15 * r393
-    r404 = x4 * x22 * r56 * r81 * r4 * r25 * r49 * r382 * r277 * r20
-    r381 = x4 * x22 * r289 * r81 * r4 * r25 * r72 * r382 * r277 * r381 * r20
-    r381 = k.max(r404, r381)
-    r381 = r383 + r386 + r381
-    r386 = x27 * r277
-    r383 = x4 * x22 * r56 * r81 * r4 * r25 * r49 * r277 * r20
-    r383 = r386 + r383
-    r381 = k.where(r389, r383, r381)
-    r383 = x31 * r277
-    r81 = x4 * x22 * r289 * r81 * r4 * r25 * r72 * r277 * r20
-    r81 = r383 + r81
-    r381 = k.where(r398, r81, r381)
-    r81 = 2.0 * x15 * r15 * r381
-    r393 = k.where(r22, r81, r393)
-    r81 = x15 * r15 * r381
-    r398 = x6 * x15 * r4 * r5 * r15 * r381
-    r398 = r81 + r398
-    r393 = k.where(r82, r398, r393)
+    r285 = k.where(r82, r301, r285)
+    r285 = -1.0 * x21 * r285
+    r301 = x3 * x2
+    r278 = -1.0 + r301
+    r271 = k.recip(r278)
+    r379 = 2.0 * x3 * x2
+    r379 = -2.0 + r379
+    r381 = x30 * r8
+    r382 = k.gcd(r301, r381)
+    r383 = k.recip(r382)
+    r384 = x3 * x2 * r383
+    r384 = -1.0 + r384
+    r384 = x28 * r384
+    r387 = -1.0 * x3 * x2 * r383
+    r387 = r301 + r387
+    r387 = x32 * r387
+    r390 = r384 + r387
+    r390 = r271 * r379 * r390
+    r271 = x4 * x23 * r56 * r81 * r4 * r25 * r49 * r383 * r379 * r20
+    r382 = -1.0 + r382
+    r394 = x4 * x23 * r290 * r81 * r4 * r25 * r72 * r383 * r382 * r379 * r20
+    r394 = k.max(r271, r394)
+    r394 = r390 + r394
+    r390 = x30 <= x36
+    r271 = x28 * r379
+    r399 = x4 * x23 * r56 * r81 * r4 * r25 * r49 * r379 * r20
+    r399 = r271 + r399
+    r394 = k.where(r390, r399, r394)
+    r399 = x3 * x2 * x36
+    r399 = x30 >= r399
+    r271 = x32 * r379
+    r405 = x4 * x23 * r290 * r81 * r4 * r25 * r72 * r379 * r20
+    r405 = r271 + r405
+    r394 = k.where(r399, r405, r394)
+    r394 = x15 * r15 * r394
+    r405 = x4 * x23 * r56 * r81 * r4 * r25 * r49 * r383 * r278 * r20
+    r382 = x4 * x23 * r290 * r81 * r4 * r25 * r72 * r383 * r278 * r382 * r20
+    r382 = k.max(r405, r382)
+    r382 = r384 + r387 + r382
+    r387 = x28 * r278
+    r384 = x4 * x23 * r56 * r81 * r4 * r25 * r49 * r278 * r20
+    r384 = r387 + r384
+    r382 = k.where(r390, r384, r382)
+    r384 = x32 * r278
+    r81 = x4 * x23 * r290 * r81 * r4 * r25 * r72 * r278 * r20
+    r81 = r384 + r81
+    r382 = k.where(r399, r81, r382)
+    r81 = 2.0 * x15 * r15 * r382
+    r394 = k.where(r22, r81, r394)
+    r81 = x15 * r15 * r382
+    r399 = x6 * x15 * r4 * r5 * r15 * r382
+    r399 = r81 + r399
+    r394 = k.where(r82, r399, r394)
     r50 = k.and_(r85, r50)
-    r381 = 3.0 * x6 * x15 * r4 * r5 * r15 * r381
-    r393 = k.where(r50, r381, r393)
-    r300 = r300 == 1.0
-    r393 = k.where(r300, 0.0, r393)
-    r284 = r284 + r393
-    r284 = k.max(0.0, r284)
-    r380 = k.gcd(x2, r380)
-    r381 = k.recip(r380)
-    r85 = x2 * r381
+    r382 = 3.0 * x6 * x15 * r4 * r5 * r15 * r382
+    r394 = k.where(r50, r382, r394)
+    r301 = r301 == 1.0
+    r394 = k.where(r301, 0.0, r394)
+    r285 = r285 + r394
+    r285 = k.max(0.0, r285)
+    r381 = k.gcd(x2, r381)
+    r382 = k.recip(r381)
+    r85 = x2 * r382
     r85 = -1.0 + r85
-    r85 = x27 * r85
-    r398 = -1.0 * x2 * r381
-    r398 = x2 + r398
-    r398 = x31 * r398
+    r85 = x28 * r85
+    r399 = -1.0 * x2 * r382
+    r399 = x2 + r399
+    r399 = x32 * r399
     r81 = -1.0 + x2
-    r383 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r8 * r381 * r81
-    r380 = -1.0 + r380
-    r380 = 2.0 * x14 * x19 * x10 * x4 * x33 * r289 * r25 * r72 * r8 * r381 * r81 * r380
-    r380 = k.max(r383, r380)
-    r380 = r85 + r398 + r380
-    r398 = x27 * r81
-    r85 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r8 * r81
-    r85 = r398 + r85
-    r380 = k.where(r389, r85, r380)
-    r85 = x2 * x35
-    r85 = x29 >= r85
-    r389 = x31 * r81
-    r398 = 2.0 * x14 * x19 * x10 * x4 * x33 * r289 * r25 * r72 * r8 * r81
-    r398 = r389 + r398
-    r380 = k.where(r85, r398, r380)
-    r398 = x6 * x15 * r4 * r5 * r15 * r380
-    r380 = x6 * x15 * r4 * r5 * r15 * r104 * r380
-    r380 = r398 + r380
-    r398 = x2 == 1.0
-    r380 = k.where(r398, 0.0, r380)
+    r384 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r8 * r382 * r81
+    r381 = -1.0 + r381
+    r381 = 2.0 * x14 * x19 * x10 * x4 * x34 * r290 * r25 * r72 * r8 * r382 * r81 * r381
+    r381 = k.max(r384, r381)
+    r381 = r85 + r399 + r381
+    r399 = x28 * r81
+    r85 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r8 * r81
+    r85 = r399 + r85
+    r381 = k.where(r390, r85, r381)
+    r85 = x2 * x36
+    r85 = x30 >= r85
+    r390 = x32 * r81
+    r399 = 2.0 * x14 * x19 * x10 * x4 * x34 * r290 * r25 * r72 * r8 * r81
+    r399 = r390 + r399
+    r381 = k.where(r85, r399, r381)
+    r399 = x6 * x15 * r4 * r5 * r15 * r381
+    r381 = x6 * x15 * r4 * r5 * r15 * r104 * r381
+    r381 = r399 + r381
+    r399 = x2 == 1.0
+    r381 = k.where(r399, 0.0, r381)
     r32 = k.where(r32, 2.0, 0.0)
     r32 = 4.0 + r32
-    r85 = k.gcd(x35, x29)
-    r389 = k.recip(r85)
-    r383 = x35 * r389
-    r383 = -1.0 + r383
-    r383 = x27 * r383
-    r381 = -1.0 * x35 * r389
-    r381 = x35 + r381
-    r381 = x31 * r381
-    r386 = -1.0 + x35
-    r404 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r8 * r389 * r386
+    r85 = k.gcd(x36, x30)
+    r390 = k.recip(r85)
+    r384 = x36 * r390
+    r384 = -1.0 + r384
+    r384 = x28 * r384
+    r382 = -1.0 * x36 * r390
+    r382 = x36 + r382
+    r382 = x32 * r382
+    r387 = -1.0 + x36
+    r405 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r8 * r390 * r387
     r85 = -1.0 + r85
-    r85 = x19 * x4 * x12 * x33 * r289 * r25 * r72 * r8 * r389 * r386 * r85
-    r85 = k.max(r404, r85)
-    r85 = r383 + r381 + r85
-    r381 = x29 <= 1.0
-    r383 = x27 * r386
-    r49 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r8 * r386
-    r49 = r383 + r49
-    r85 = k.where(r381, r49, r85)
-    r49 = x29 >= x35
-    r381 = x31 * r386
-    r72 = x19 * x4 * x12 * x33 * r289 * r25 * r72 * r8 * r386
-    r72 = r381 + r72
+    r85 = x19 * x4 * x12 * x34 * r290 * r25 * r72 * r8 * r390 * r387 * r85
+    r85 = k.max(r405, r85)
+    r85 = r384 + r382 + r85
+    r382 = x30 <= 1.0
+    r384 = x28 * r387
+    r49 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r8 * r387
+    r49 = r384 + r49
+    r85 = k.where(r382, r49, r85)
+    r49 = x30 >= x36
+    r382 = x32 * r387
+    r72 = x19 * x4 * x12 * x34 * r290 * r25 * r72 * r8 * r387
+    r72 = r382 + r72
     r85 = k.where(r49, r72, r85)
     r85 = 2.0 * x6 * x15 * r4 * r5 * r15 * r32 * r85
-    r72 = x35 == 1.0
+    r72 = x36 == 1.0
     r85 = k.where(r72, 0.0, r85)
     r127 = r10 + r9 + r127
     r127 = k.max(0.0, r127)
     r127 = k.where(r21, r127, 0.0)
-    r21 = r58 + r29 + r57 + r45 + r129 + r284 + r136 + r380 + r85 + r127
+    r21 = r58 + r29 + r57 + r45 + r129 + r285 + r136 + r381 + r85 + r127
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r44 * r4 * r25 * r15 * r8 * r9 * r16
-    r112 = x6 * x33 * r44 * r4 * r25 * r15 * r8 * r9 * r112
-    r9 = x19 * x4 * x12 * x33 * r25
-    r44 = x19 * x4 * x12 * x33 * r56 * r25
-    r378 = x4 * r4 * r25 * r378 * r20
-    r49 = 2.0 * x4 * r4 * r25 * r277 * r20
-    r378 = k.where(r22, r49, r378)
-    r49 = x4 * r4 * r25 * r277 * r20
+    r10 = 6.0 * x6 * x34 * r44 * r4 * r25 * r15 * r8 * r9 * r16
+    r112 = x6 * x34 * r44 * r4 * r25 * r15 * r8 * r9 * r112
+    r9 = x19 * x4 * x12 * x34 * r25
+    r44 = x19 * x4 * x12 * x34 * r56 * r25
+    r379 = x4 * r4 * r25 * r379 * r20
+    r49 = 2.0 * x4 * r4 * r25 * r278 * r20
+    r379 = k.where(r22, r49, r379)
+    r49 = x4 * r4 * r25 * r278 * r20
     r22 = k.pow(x3, -2.0)
-    r381 = x6 * x4 * r22 * r5 * r25 * r277 * r20
-    r381 = r49 + r381
-    r378 = k.where(r82, r381, r378)
-    r277 = 3.0 * x6 * x4 * r22 * r5 * r25 * r277 * r20
-    r378 = k.where(r50, r277, r378)
-    r378 = k.where(r300, 0.0, r378)
-    r300 = r56 * r378
-    r56 = x28 * r56
-    r277 = k.recip(x33)
-    r50 = x34 * r274 * r277
+    r382 = x6 * x4 * r22 * r5 * r25 * r278 * r20
+    r382 = r49 + r382
+    r379 = k.where(r82, r382, r379)
+    r278 = 3.0 * x6 * x4 * r22 * r5 * r25 * r278 * r20
+    r379 = k.where(r50, r278, r379)
+    r379 = k.where(r301, 0.0, r379)
+    r301 = r56 * r379
+    r56 = x29 * r56
+    r278 = k.recip(x34)
+    r50 = x35 * r275 * r278
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r381 = 8e-12 * x12
-    r82 = 1.6e-11 * x36 * x12
+    r382 = 8e-12 * x12
+    r82 = 1.6e-11 * x37 * x12
     r49 = 8e-12 * x15 * r12
-    r289 = 2.4e-11 * x15 * x12 * x5
-    r383 = r381 + r82 + r49 + r289
-    r404 = 4e-12 * x12
-    r389 = 8e-12 * x36 * x12
-    r382 = 4e-12 * x15 * r12
-    r270 = 1.2e-11 * x15 * x12 * x5
-    r270 = r404 + r389 + r382 + r270
-    r270 = r22 > r270
-    r382 = -8e-12 * x12
-    r389 = -1.6e-11 * x36 * x12
+    r290 = 2.4e-11 * x15 * x12 * x5
+    r384 = r382 + r82 + r49 + r290
+    r405 = 4e-12 * x12
+    r390 = 8e-12 * x37 * x12
+    r383 = 4e-12 * x15 * r12
+    r271 = 1.2e-11 * x15 * x12 * x5
+    r271 = r405 + r390 + r383 + r271
+    r271 = r22 > r271
+    r383 = -8e-12 * x12
+    r390 = -1.6e-11 * x37 * x12
     r12 = -8e-12 * x15 * r12
-    r404 = -2.4e-11 * x15 * x12 * x5
-    r532 = k.sqrt(2.0)
-    r533 = k.sqrt(x3)
-    r533 = k.recip(r533)
-    r535 = k.sqrt(x2)
-    r535 = k.recip(r535)
-    r537 = k.sqrt(x13)
-    r537 = k.recip(r537)
-    r539 = k.sqrt(x22)
-    r539 = k.recip(r539)
-    r541 = k.sqrt(x35)
-    r541 = k.recip(r541)
-    r543 = k.sqrt(r383)
-    r544 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r383
-    r545 = k.sqrt(x3)
-    r546 = k.sqrt(x2)
-    r547 = k.sqrt(x13)
-    r548 = k.sqrt(x22)
-    r549 = k.sqrt(x35)
-    r549 = 0.16666666666666666 * r532 * r545 * r546 * r547 * r548 * r549 * r543
-    r549 = 1.0 + r544 + r549
-    r549 = r532 * r533 * r535 * r537 * r539 * r541 * r543 * r549
-    r549 = r382 + r389 + r12 + r404 + r549
-    r404 = k.where(r270, r549, r22)
-    r289 = r381 + r82 + r49 + r289 + r404
-    r289 = x3 * x2 * x13 * x22 * x35 * r289
-    r289 = k.exp(r289)
-    r289 = -1.0 + r289
-    r49 = k.recip(r289)
-    r82 = x24 + x1
-    r381 = -1.0 * x3 * x2 * x13 * x22 * x35 * r82
-    r381 = k.exp(r381)
-    r381 = x3 * x2 * x13 * x22 * x35 * r49 * r404 * r381
-    r49 = x3 * x2 * x13 * x22 * x35
-    r549 = k.recip(r549)
-    r49 = k.where(r270, r549, r49)
-    r82 = x3 * x2 * x13 * x22 * x35 * r82
+    r405 = -2.4e-11 * x15 * x12 * x5
+    r533 = k.sqrt(2.0)
+    r534 = k.sqrt(x3)
+    r534 = k.recip(r534)
+    r536 = k.sqrt(x2)
+    r536 = k.recip(r536)
+    r538 = k.sqrt(x13)
+    r538 = k.recip(r538)
+    r540 = k.sqrt(x23)
+    r540 = k.recip(r540)
+    r542 = k.sqrt(x36)
+    r542 = k.recip(r542)
+    r544 = k.sqrt(r384)
+    r545 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r384
+    r546 = k.sqrt(x3)
+    r547 = k.sqrt(x2)
+    r548 = k.sqrt(x13)
+    r549 = k.sqrt(x23)
+    r550 = k.sqrt(x36)
+    r550 = 0.16666666666666666 * r533 * r546 * r547 * r548 * r549 * r550 * r544
+    r550 = 1.0 + r545 + r550
+    r550 = r533 * r534 * r536 * r538 * r540 * r542 * r544 * r550
+    r550 = r383 + r390 + r12 + r405 + r550
+    r405 = k.where(r271, r550, r22)
+    r290 = r382 + r82 + r49 + r290 + r405
+    r290 = x3 * x2 * x13 * x23 * x36 * r290
+    r290 = k.exp(r290)
+    r290 = -1.0 + r290
+    r49 = k.recip(r290)
+    r82 = x25 + x1
+    r382 = -1.0 * x3 * x2 * x13 * x23 * x36 * r82
+    r382 = k.exp(r382)
+    r382 = x3 * x2 * x13 * x23 * x36 * r49 * r405 * r382
+    r49 = x3 * x2 * x13 * x23 * x36
+    r550 = k.recip(r550)
+    r49 = k.where(r271, r550, r49)
+    r82 = x3 * x2 * x13 * x23 * x36 * r82
     r82 = k.exp(r82)
-    r5 = x34 * r274 * r4 * r25 * r5 * r15 * r277 * r8 * r289 * r21 * r49 * r82
-    r82 = x34 * r274 * r277 * r289 * r21 * r49 * r82
-    r32 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r386 * r32
+    r5 = x35 * r275 * r4 * r25 * r5 * r15 * r278 * r8 * r290 * r21 * r49 * r82
+    r82 = x35 * r275 * r278 * r290 * r21 * r49 * r82
+    r32 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r387 * r32
     r32 = k.where(r72, 0.0, r32)
-    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r81
-    r81 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r104 * r81
+    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r81
+    r81 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r104 * r81
     r81 = r72 + r81
-    r81 = k.where(r398, 0.0, r81)
-    r110 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r110
+    r81 = k.where(r399, 0.0, r81)
+    r110 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r110
     r110 = k.where(r69, 0.0, r110)
-    r111 = r111 < x22
-    r69 = x32 != 2.0
+    r111 = r111 < x23
+    r69 = x33 != 2.0
     r52 = k.and_(r52, r69)
     r52 = k.not_(r52)
     r52 = k.or_(r111, r52)
-    r8 = x32 != 1.0
+    r8 = x33 != 1.0
     r51 = k.and_(r8, r69, r51)
     r51 = k.not_(r51)
     r51 = k.or_(r111, r51)
     r51 = k.and_(r52, r51)
-    r52 = x22 >= 2.0
-    r111 = x32 != 3.0
-    r69 = x32 != 4.0
+    r52 = x23 >= 2.0
+    r111 = x33 != 3.0
+    r69 = x33 != 4.0
     r60 = k.not_(r60)
     r60 = k.and_(r111, r69, r60)
     r60 = k.not_(r60)
     r60 = k.or_(r52, r60)
-    r52 = x21 * x3 * x2 * x22 * x35 * r21
-    r69 = r100 <= r52
+    r52 = x22 * x3 * x2 * x23 * x36 * r21
+    r69 = r71 <= r52
     r52 = r84 <= r52
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r68, r65, r31, r99, r88, r109, 0.0, r91, r94, r33, r30, r48, r95, r70, r71, r100, r100, r84, r83, r114, r281, r74, r136, r21, r10, r112, r9, r44, r300, r56, 0.0, r50, r22, r383, r404, r381, r5, r82, r57, r129, r45, r29, r32, r85, r85, r81, r380, r380, r378, r393, r284, r110, r43, r58, 0.0, 0.0, r127, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, r51, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r69, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r68, r65, r31, r99, r88, r109, 0.0, r91, r94, r33, r30, r48, r95, r70, r100, r71, r71, r84, r83, r114, r282, r74, r136, r21, r10, r112, r9, r44, r301, r56, 0.0, r50, r22, r384, r405, r382, r5, r82, r57, r129, r45, r29, r32, r85, r85, r81, r381, r381, r379, r394, r285, r110, r43, r58, 0.0, 0.0, r127, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r69, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1183,9 +1184,9 @@ def search(x, k):
     return (r80, r50, r90)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 33), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 33), (17, 63), (17, 64), (17, 65), (17, 66), (22, 33), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 33), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 0), (51, 9), (51, 55), (51, 56), (51, 57), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 55), (52, 56), (52, 57), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 43, 44, 45, 46), (30, 31, 32, 34, 36, 37, 38, 39, 43, 44, 45, 46), (29, 43, 44, 45, 46), (29, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 9), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
-    r0 = x3 * x2 * x24 * x38
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42 = x
+    r0 = x3 * x2 * x25 * x39
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x38 * r1
+    r1 = x3 * x2 * x25 * x39 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x36
+    r7 = x6 * x37
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x39 * x12
+    r12 = x40 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x38)
+    r11 = k.recip(x25)
+    r25 = k.recip(x39)
     r26 = r11 * r25 * r15
-    r27 = x35 == 5.0
+    r27 = x36 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x41 >= 1.0
+    r28 = x42 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,47 +52,47 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x36 * r31 * r39
-    r35 = x25 == 2.0
-    r38 = 2.0 * x20 * x12 * x36 * r31
+    r39 = x20 * x37 * r31 * r39
+    r35 = x26 == 2.0
+    r38 = 2.0 * x20 * x12 * x37 * r31
     r38 = k.where(r35, r38, r39)
-    r37 = 1.0 + x24
+    r37 = 1.0 + x25
     r37 = k.min(r37, r6)
     r36 = k.ceiling(r34)
     r37 = r37 * r36
-    r51 = x35 == 4.0
-    r52 = 2.0 * x24
+    r51 = x36 == 4.0
+    r52 = 2.0 * x25
     r53 = -1.0 + r52
     r53 = k.min(r53, r6)
     r53 = r53 * r36
     r56 = k.where(r51, r53, r37)
-    r57 = x35 == 0.0
-    r58 = x35 == 3.0
+    r57 = x36 == 0.0
+    r58 = x36 == 3.0
     r59 = k.or_(r57, r58)
-    r60 = k.min(x24, r6)
+    r60 = k.min(x25, r6)
     r60 = r60 * r36
     r56 = k.where(r59, r60, r56)
-    r60 = x35 == 1.0
-    r64 = k.recip(x40)
-    r65 = x6 * x40 * r4 * r5
-    r66 = -1.0 + x40
-    r66 = x24 * r66
+    r60 = x36 == 1.0
+    r64 = k.recip(x41)
+    r65 = x6 * x41 * r4 * r5
+    r66 = -1.0 + x41
+    r66 = x25 * r66
     r68 = -1.0 + r52 + r66
     r68 = k.min(r65, r68)
     r68 = r64 * r68 * r36
     r56 = k.where(r60, r68, r56)
-    r68 = x35 == 2.0
+    r68 = x36 == 2.0
     r73 = x6 * r4 * r5 * r36
     r56 = k.where(r68, r73, r56)
     r56 = r38 * r56
     r76 = r12 + r16
     r77 = r25 * r76
-    r78 = x24 == 1.0
+    r78 = x25 == 1.0
     r79 = k.where(r78, 1.0, 0.0)
     r80 = r76 * r79
-    r81 = x24 != 1.0
+    r81 = x25 != 1.0
     r81 = k.where(r81, 1.0, 0.0)
-    r81 = x39 * x12 * r81
+    r81 = x40 * x12 * r81
     r84 = r80 + r81
     r84 = r25 * r84
     r86 = r77 + r84
@@ -109,12 +109,12 @@ def quantities(x, k):
     r79 = k.where(r27, r80, r79)
     r8 = 2.0 * r79
     r77 = r77 + r8
-    r16 = x41 >= 3.0
+    r16 = x42 >= 3.0
     r77 = k.where(r16, 0.0, r77)
-    r12 = x41 <= 2.0
+    r12 = x42 <= 2.0
     r103 = 4.0 * r79
     r103 = k.where(r12, r103, r8)
-    r105 = x41 >= 2.0
+    r105 = x42 >= 2.0
     r106 = r4 * r31 * r103
     r103 = k.where(r105, r106, r103)
     r106 = 2.0 * r4 * r31 * r79
@@ -124,8 +124,8 @@ def quantities(x, k):
     r106 = k.where(r28, r111, r106)
     r111 = k.where(r35, r39, 0.0)
     r114 = k.or_(r27, r78)
-    r115 = 4.0 * x20 * x12 * x36 * r31
-    r116 = x39 * x20 * x16 * x36 * r31 * r25
+    r115 = 4.0 * x20 * x12 * x37 * r31
+    r116 = x40 * x20 * x16 * x37 * r31 * r25
     r115 = r115 + r116
     r115 = k.max(r115, r111)
     r114 = k.where(r114, r115, r111)
@@ -134,16 +134,16 @@ def quantities(x, k):
     r120 = k.where(r27, r121, r120)
     r121 = 3.0 * x4 * r120 * r79
     r121 = k.where(r16, r121, 0.0)
-    r125 = x24 > 1.0
+    r125 = x25 > 1.0
     r125 = k.and_(r16, r125)
     r79 = 2.0 * x4 * r79
     r121 = k.where(r125, r79, r121)
     r79 = r56 + r77 + r103 + r8 + r106 + r114 + r121
     r130 = k.where(r51, r53, r37)
-    r131 = -1.0 + x24
+    r131 = -1.0 + x25
     r132 = k.min(1.0, r131)
     r133 = -1.0 * r132
-    r133 = x24 + r133
+    r133 = x25 + r133
     r135 = k.min(r6, r133)
     r135 = r135 * r36
     r130 = k.where(r59, r135, r130)
@@ -159,20 +159,20 @@ def quantities(x, k):
     r52 = r76 * r52
     r135 = r132 != 0.0
     r149 = 1.0 + r132
-    r149 = x24 == r149
+    r149 = x25 == r149
     r135 = k.and_(r135, r149)
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x39 * x12 * r135
+    r135 = x40 * x12 * r135
     r154 = r52 + r135
     r154 = r25 * r154
     r156 = r133 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
     r156 = r76 * r156
-    r76 = x24 == r133
+    r76 = x25 == r133
     r133 = r133 != 1.0
     r133 = k.and_(r76, r133)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x39 * x12 * r133
+    r133 = x40 * x12 * r133
     r164 = r156 + r133
     r164 = r25 * r164
     r164 = r164 + r154
@@ -274,77 +274,78 @@ def quantities(x, k):
     r130 = k.where(r130, 0.0, 0.0)
     r37 = r79 == r37
     r130 = k.where(r37, 0.0, r130)
-    r37 = x39 * x20 * x4 * x36 * r31 * r25
-    r56 = x39 * x20 * x4 * x36 * r31
+    r37 = x40 * x20 * x4 * x37 * r31 * r25
+    r56 = x40 * x20 * x4 * x37 * r31
     r121 = k.max(r79, r135, r81)
     r106 = r135 == r121
     r81 = k.where(r106, r135, r81)
     r121 = r79 == r121
     r81 = k.where(r121, r79, r81)
-    r79 = -1.0 * r81
-    r79 = x8 + r79
-    r121 = 6.0 * x6 * x36 * r15
+    r79 = -1.0 * x21
+    r121 = -1.0 * r81
+    r121 = x8 + r79 + r121
+    r79 = 6.0 * x6 * x37 * r15
     r135 = 12.0 * x12
     r106 = 6.0 * x15 * r9
     r76 = 6.0 * x15 * r13
-    r103 = 6.0 * x39 * x12
+    r103 = 6.0 * x40 * x12
     r90 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x36
+    r8 = 12.0 * x15 * x11 * x10 * x37
     r8 = r135 + r106 + r76 + r103 + r90 + r8
-    r90 = x6 * x36 * r8
+    r90 = x6 * x37 * r8
     r103 = k.pow(x12, 2.0)
     r76 = k.recip(x12)
-    r106 = 0.16666666666666666 * x36 * r76
+    r106 = 0.16666666666666666 * x37 * r76
     r164 = k.recip(x15)
-    r76 = 0.0625 * x39 * r164 * r76
+    r76 = 0.0625 * x40 * r164 * r76
     r76 = 1.0 + r106 + r76
-    r76 = 96.0 * x6 * x15 * x36 * r103 * r76
-    r103 = k.pow(x36, 2.0)
+    r76 = 96.0 * x6 * x15 * x37 * r103 * r76
+    r103 = k.pow(x37, 2.0)
     r106 = 2.0 * x6 * x15 * x11 * x10 * r103
-    r84 = x25 == 1.0
+    r84 = x26 == 1.0
     r103 = 4.0 * x6 * x15 * x11 * x10 * r103
     r103 = k.where(r84, r103, 0.0)
-    r133 = 0.3333333333333333 * x6 * x36 * r8
+    r133 = 0.3333333333333333 * x6 * x37 * r8
     r103 = k.where(r35, r133, r103)
     r103 = r90 + r106 + r103
     r106 = k.where(r35, 1.0, 0.0)
     r106 = 1.0 + r106
     r133 = k.recip(x9)
     r154 = k.recip(x19)
-    r77 = x39 * x12 * r25
-    r125 = x20 * x12 * x36 * r31
-    r73 = x39 * x20 * x36 * r31 * r25
+    r77 = x40 * x12 * r25
+    r125 = x20 * x12 * x37 * r31
+    r73 = x40 * x20 * x37 * r31 * r25
     r73 = r77 + r125 + r73
     r77 = 2.0 * r133 * r154 * r73
-    r36 = k.recip(x23)
+    r36 = k.recip(x24)
     r65 = k.recip(x17)
-    r66 = 2.0 * x39 * x20 * x12 * x36 * r36 * r31 * r65 * r25
+    r66 = 2.0 * x40 * x20 * x12 * x37 * r36 * r31 * r65 * r25
     r66 = r77 + r66
     r66 = r106 * r66
     r73 = 4.0 * r133 * r154 * r73
-    r77 = 4.0 * x39 * x20 * x12 * x36 * r36 * r31 * r65 * r25
+    r77 = 4.0 * x40 * x20 * x12 * x37 * r36 * r31 * r65 * r25
     r77 = r66 + r73 + r77
     r77 = r11 * r77
     r73 = x11 * x10 * x12 * r25
-    r66 = x11 * x20 * x10 * x36 * r31 * r25
+    r66 = x11 * x20 * x10 * x37 * r31 * r25
     r66 = r73 + r125 + r66
     r73 = r133 * r154 * r66
-    r53 = k.recip(x22)
-    r149 = 2.0 * x11 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25
+    r53 = k.recip(x23)
+    r149 = 2.0 * x11 * x20 * x10 * x12 * x37 * r53 * r31 * r65 * r25
     r149 = r73 + r149
     r149 = r106 * r149
     r73 = x10 * x12 * r25 * r14
-    r89 = x20 * x10 * x36 * r31 * r25 * r14
+    r89 = x20 * x10 * x37 * r31 * r25 * r14
     r89 = r125 + r73 + r89
     r73 = r133 * r154 * r89
-    r156 = 2.0 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25 * r14
+    r156 = 2.0 * x20 * x10 * x12 * x37 * r53 * r31 * r65 * r25 * r14
     r156 = r73 + r156
     r156 = r106 * r156
     r73 = x12 * x5 * r25
-    r52 = x20 * x5 * x36 * r31 * r25
+    r52 = x20 * x5 * x37 * r31 * r25
     r52 = r73 + r125 + r52
     r125 = r133 * r154 * r52
-    r73 = 2.0 * x20 * x12 * x5 * x36 * r53 * r31 * r65 * r25
+    r73 = 2.0 * x20 * x12 * x5 * x37 * r53 * r31 * r65 * r25
     r73 = r125 + r73
     r73 = 2.0 * r106 * r73
     r66 = 2.0 * r133 * r154 * r66
@@ -352,254 +353,254 @@ def quantities(x, k):
     r52 = 4.0 * r133 * r154 * r52
     r125 = x11 * x10 * r25
     r125 = x12 + r125
-    r125 = 4.0 * x20 * x36 * r133 * r31 * r154 * r125
-    r344 = x10 * r25 * r14
-    r344 = x12 + r344
-    r344 = 4.0 * x20 * x36 * r133 * r31 * r154 * r344
-    r347 = x5 * r25
-    r347 = x12 + r347
-    r347 = 8.0 * x20 * x36 * r133 * r31 * r154 * r347
-    r350 = 8.0 * x20 * x12 * x5 * x36 * r53 * r31 * r65 * r25
-    r351 = 4.0 * x11 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25 * r14
-    r14 = r149 + r156 + r73 + r66 + r89 + r52 + r125 + r344 + r347 + r350 + r351 + r14
+    r125 = 4.0 * x20 * x37 * r133 * r31 * r154 * r125
+    r345 = x10 * r25 * r14
+    r345 = x12 + r345
+    r345 = 4.0 * x20 * x37 * r133 * r31 * r154 * r345
+    r348 = x5 * r25
+    r348 = x12 + r348
+    r348 = 8.0 * x20 * x37 * r133 * r31 * r154 * r348
+    r351 = 8.0 * x20 * x12 * x5 * x37 * r53 * r31 * r65 * r25
+    r352 = 4.0 * x11 * x20 * x10 * x12 * x37 * r53 * r31 * r65 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x37 * r53 * r31 * r65 * r25 * r14
+    r14 = r149 + r156 + r73 + r66 + r89 + r52 + r125 + r345 + r348 + r351 + r352 + r14
     r14 = x15 * r11 * r14
     r14 = r77 + r14
     r77 = x6 * r4 * r5 * r14
-    r351 = 10.0 * x12 * r106
-    r351 = r135 + r351
-    r351 = x20 * x36 * r31 * r351
+    r352 = 10.0 * x12 * r106
+    r352 = r135 + r352
+    r352 = x20 * x37 * r31 * r352
     r135 = 3.0 * x5
-    r350 = 2.0 * x5 * r106
-    r350 = r135 + r350
-    r350 = x20 * x36 * r31 * r25 * r350
-    r350 = r351 + r350
-    r350 = x15 * r11 * r350
-    r351 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
-    r351 = r350 + r351
-    r350 = x6 * x4 * r133 * r4 * r5 * r154 * r351
+    r351 = 2.0 * x5 * r106
+    r351 = r135 + r351
+    r351 = x20 * x37 * r31 * r25 * r351
+    r351 = r352 + r351
+    r351 = x15 * r11 * r351
+    r352 = 3.0 * x40 * x20 * x37 * r31 * r11 * r25
+    r352 = r351 + r352
+    r351 = x6 * x4 * r133 * r4 * r5 * r154 * r352
     r135 = k.recip(x0)
-    r347 = x11 * x10 * x36
+    r348 = x11 * x10 * x37
     r84 = k.or_(r84, r35)
     r84 = k.where(r84, 1.0, 0.0)
     r84 = 3.0 + r84
-    r84 = 2.0 * x11 * x10 * x36 * r84
-    r84 = r347 + r84
-    r347 = x6 * x15 * x36 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
-    r344 = r77 + r350 + r347
-    r125 = k.recip(r344)
+    r84 = 2.0 * x11 * x10 * x37 * r84
+    r84 = r348 + r84
+    r348 = x6 * x15 * x37 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
+    r345 = r77 + r351 + r348
+    r125 = k.recip(r345)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r52 = k.recip(x6)
-    r89 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r344
-    r66 = 0.6666666666666666 * x3 * x20 * x24 * r52 * r344
-    r351 = -1.0 * x6 * x4 * r133 * r4 * r5 * r154 * r351
-    r84 = -1.0 * x6 * x15 * x36 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
-    r66 = r14 + r89 + r66 + r351 + r84
+    r89 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r345
+    r66 = 0.6666666666666666 * x3 * x20 * x25 * r52 * r345
+    r352 = -1.0 * x6 * x4 * r133 * r4 * r5 * r154 * r352
+    r84 = -1.0 * x6 * x15 * x37 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
+    r66 = r14 + r89 + r66 + r352 + r84
     r66 = k.max(0.0, r66)
-    r89 = 0.5 * x24
+    r89 = 0.5 * x25
     r89 = -1.0 + r89
-    r89 = 0.6666666666666666 * x3 * x20 * r52 * r64 * r89 * r344
+    r89 = 0.6666666666666666 * x3 * x20 * r52 * r64 * r89 * r345
     r89 = k.where(r51, 0.0, r89)
-    r51 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r131 * r344
+    r51 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r131 * r345
     r89 = k.where(r58, r51, r89)
     r68 = k.or_(r57, r60, r68)
-    r131 = x3 * x20 * r52 * r64 * r131 * r344
+    r131 = x3 * x20 * r52 * r64 * r131 * r345
     r89 = k.where(r68, r131, r89)
     r89 = k.max(r66, r89)
     r125 = r125 * r89
     r66 = k.where(r12, 4.0, 2.0)
     r66 = 26.0 + r66
     r66 = r133 * r154 * r66 * r32
-    r154 = r77 + r66 + r350 + r347
-    r133 = -1.0 * x21
+    r154 = r77 + r66 + r351 + r348
+    r133 = -1.0 * x22
     r133 = 1.0 + r133
-    r131 = x24 * x40
+    r131 = x25 * x41
     r131 = -1.0 + r131
-    r64 = k.recip(x27)
-    r57 = k.recip(x28)
-    r51 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25
-    r51 = x29 + r51
-    r58 = 2.0 * x3 * x2 * x38
-    r58 = x31 >= r58
-    r135 = k.recip(x30)
-    r65 = k.recip(x32)
-    r36 = k.min(1.0, x34)
+    r64 = k.recip(x28)
+    r57 = k.recip(x29)
+    r51 = x20 * x4 * x12 * x37 * r64 * r31 * r57 * r25
+    r51 = x30 + r51
+    r58 = 2.0 * x3 * x2 * x39
+    r58 = x32 >= r58
+    r135 = k.recip(x31)
+    r65 = k.recip(x33)
+    r36 = k.min(1.0, x35)
     r36 = k.recip(r36)
-    r36 = x20 * x4 * x12 * x34 * x36 * r135 * r31 * r65 * r25 * r36
-    r36 = x33 + r36
+    r36 = x20 * x4 * x12 * x35 * x37 * r135 * r31 * r65 * r25 * r36
+    r36 = x34 + r36
     r51 = k.where(r58, r36, r51)
     r51 = 2.0 * x6 * r4 * r5 * r11 * r131 * r51
     r51 = k.where(r78, 0.0, r51)
     r133 = r133 * r51
-    r36 = x3 * x20 * r52 * r344
-    r58 = x24 <= 1.0
+    r36 = x3 * x20 * r52 * r345
+    r58 = x25 <= 1.0
     r105 = k.and_(r105, r58)
-    r36 = k.where(r105, r344, r36)
-    r36 = -1.0 * x21 * r36
-    r344 = x3 * x2
-    r73 = -1.0 + r344
+    r36 = k.where(r105, r345, r36)
+    r36 = -1.0 * x22 * r36
+    r345 = x3 * x2
+    r73 = -1.0 + r345
     r156 = k.recip(r73)
     r149 = 2.0 * x3 * x2
     r149 = -2.0 + r149
-    r432 = x31 * r25
-    r433 = k.gcd(r344, r432)
-    r434 = k.recip(r433)
-    r435 = x3 * x2 * r434
-    r435 = -1.0 + r435
-    r435 = x29 * r435
-    r438 = -1.0 * x3 * x2 * r434
-    r438 = r344 + r438
-    r438 = x33 * r438
-    r441 = r435 + r438
-    r441 = r156 * r149 * r441
+    r433 = x32 * r25
+    r434 = k.gcd(r345, r433)
+    r435 = k.recip(r434)
+    r436 = x3 * x2 * r435
+    r436 = -1.0 + r436
+    r436 = x30 * r436
+    r439 = -1.0 * x3 * x2 * r435
+    r439 = r345 + r439
+    r439 = x34 * r439
+    r442 = r436 + r439
+    r442 = r156 * r149 * r442
     r156 = x4 * r26
-    r444 = 4.0 * r26
-    r156 = k.where(r12, r444, r156)
-    r444 = x24 * r64 * r164 * r4 * r31 * r57 * r434 * r149 * r156
-    r433 = -1.0 + r433
-    r12 = k.max(1.0, r433)
-    r12 = k.min(x34, r12)
+    r445 = 4.0 * r26
+    r156 = k.where(r12, r445, r156)
+    r445 = x25 * r64 * r164 * r4 * r31 * r57 * r435 * r149 * r156
+    r434 = -1.0 + r434
+    r12 = k.max(1.0, r434)
+    r12 = k.min(x35, r12)
     r12 = k.recip(r12)
-    r451 = x34 * x24 * r135 * r164 * r4 * r31 * r65 * r12 * r434 * r433 * r149 * r156
-    r451 = k.max(r444, r451)
-    r451 = r441 + r451
-    r441 = x31 <= x38
-    r444 = x29 * r149
-    r456 = x24 * r64 * r164 * r4 * r31 * r57 * r149 * r156
-    r456 = r444 + r456
-    r451 = k.where(r441, r456, r451)
-    r456 = x3 * x2 * x38
-    r456 = x31 >= r456
-    r444 = x33 * r149
-    r462 = k.max(1.0, r73)
-    r462 = k.min(x34, r462)
-    r462 = k.recip(r462)
-    r465 = x34 * x24 * r135 * r164 * r4 * r31 * r65 * r462 * r149 * r156
-    r465 = r444 + r465
-    r451 = k.where(r456, r465, r451)
-    r451 = x15 * r11 * r451
-    r465 = x24 * r64 * r164 * r4 * r31 * r57 * r434 * r73 * r156
-    r444 = x34 * x24 * r135 * r164 * r4 * r31 * r65 * r12 * r434 * r73 * r433 * r156
-    r444 = k.max(r465, r444)
-    r444 = r435 + r438 + r444
-    r465 = x29 * r73
-    r474 = x24 * r64 * r164 * r4 * r31 * r57 * r73 * r156
-    r474 = r465 + r474
-    r444 = k.where(r441, r474, r444)
-    r474 = x33 * r73
-    r478 = x34 * x24 * r135 * r164 * r4 * r31 * r65 * r462 * r73 * r156
-    r478 = r474 + r478
-    r444 = k.where(r456, r478, r444)
-    r478 = x15 * r11 * r444
-    r482 = x4 * x24 * r64 * r164 * r4 * r31 * r57 * r434 * r73 * r26
-    r433 = x4 * x34 * x24 * r135 * r164 * r4 * r31 * r65 * r12 * r434 * r73 * r433 * r26
-    r433 = k.max(r482, r433)
-    r433 = r435 + r438 + r433
-    r438 = x4 * x24 * r64 * r164 * r4 * r31 * r57 * r73 * r26
-    r438 = r465 + r438
-    r433 = k.where(r441, r438, r433)
-    r462 = x4 * x34 * x24 * r135 * r164 * r4 * r31 * r65 * r462 * r73 * r26
-    r462 = r474 + r462
-    r433 = k.where(r456, r462, r433)
-    r462 = x15 * r11 * r433
-    r456 = r478 + r462
-    r451 = k.where(r28, r456, r451)
-    r444 = x6 * x15 * r4 * r5 * r11 * r444
-    r444 = r462 + r444
-    r451 = k.where(r105, r444, r451)
+    r452 = x35 * x25 * r135 * r164 * r4 * r31 * r65 * r12 * r435 * r434 * r149 * r156
+    r452 = k.max(r445, r452)
+    r452 = r442 + r452
+    r442 = x32 <= x39
+    r445 = x30 * r149
+    r457 = x25 * r64 * r164 * r4 * r31 * r57 * r149 * r156
+    r457 = r445 + r457
+    r452 = k.where(r442, r457, r452)
+    r457 = x3 * x2 * x39
+    r457 = x32 >= r457
+    r445 = x34 * r149
+    r463 = k.max(1.0, r73)
+    r463 = k.min(x35, r463)
+    r463 = k.recip(r463)
+    r466 = x35 * x25 * r135 * r164 * r4 * r31 * r65 * r463 * r149 * r156
+    r466 = r445 + r466
+    r452 = k.where(r457, r466, r452)
+    r452 = x15 * r11 * r452
+    r466 = x25 * r64 * r164 * r4 * r31 * r57 * r435 * r73 * r156
+    r445 = x35 * x25 * r135 * r164 * r4 * r31 * r65 * r12 * r435 * r73 * r434 * r156
+    r445 = k.max(r466, r445)
+    r445 = r436 + r439 + r445
+    r466 = x30 * r73
+    r475 = x25 * r64 * r164 * r4 * r31 * r57 * r73 * r156
+    r475 = r466 + r475
+    r445 = k.where(r442, r475, r445)
+    r475 = x34 * r73
+    r479 = x35 * x25 * r135 * r164 * r4 * r31 * r65 * r463 * r73 * r156
+    r479 = r475 + r479
+    r445 = k.where(r457, r479, r445)
+    r479 = x15 * r11 * r445
+    r483 = x4 * x25 * r64 * r164 * r4 * r31 * r57 * r435 * r73 * r26
+    r434 = x4 * x35 * x25 * r135 * r164 * r4 * r31 * r65 * r12 * r435 * r73 * r434 * r26
+    r434 = k.max(r483, r434)
+    r434 = r436 + r439 + r434
+    r439 = x4 * x25 * r64 * r164 * r4 * r31 * r57 * r73 * r26
+    r439 = r466 + r439
+    r434 = k.where(r442, r439, r434)
+    r463 = x4 * x35 * x25 * r135 * r164 * r4 * r31 * r65 * r463 * r73 * r26
+    r463 = r475 + r463
+    r434 = k.where(r457, r463, r434)
+    r463 = x15 * r11 * r434
+    r457 = r479 + r463
+    r452 = k.where(r28, r457, r452)
+    r445 = x6 * x15 * r4 * r5 * r11 * r445
+    r445 = r463 + r445
+    r452 = k.where(r105, r445, r452)
     r58 = k.and_(r16, r58)
-    r433 = 2.0 * x15 * r11 * r433
-    r433 = r478 + r433
-    r433 = x6 * r4 * r5 * r433
-    r451 = k.where(r58, r433, r451)
-    r344 = r344 == 1.0
-    r451 = k.where(r344, 0.0, r451)
-    r36 = r36 + r451
+    r434 = 2.0 * x15 * r11 * r434
+    r434 = r479 + r434
+    r434 = x6 * r4 * r5 * r434
+    r452 = k.where(r58, r434, r452)
+    r345 = r345 == 1.0
+    r452 = k.where(r345, 0.0, r452)
+    r36 = r36 + r452
     r36 = k.max(0.0, r36)
-    r432 = k.gcd(x2, r432)
-    r433 = k.recip(r432)
-    r478 = x2 * r433
-    r478 = -1.0 + r478
-    r478 = x29 * r478
-    r16 = -1.0 * x2 * r433
+    r433 = k.gcd(x2, r433)
+    r434 = k.recip(r433)
+    r479 = x2 * r434
+    r479 = -1.0 + r479
+    r479 = x30 * r479
+    r16 = -1.0 * x2 * r434
     r16 = x2 + r16
-    r16 = x33 * r16
-    r444 = -1.0 + x2
-    r462 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r433 * r444
-    r432 = -1.0 + r432
-    r456 = k.max(1.0, r432)
-    r456 = k.min(x34, r456)
-    r456 = k.recip(r456)
-    r432 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r135 * r31 * r65 * r25 * r456 * r433 * r444 * r432
-    r432 = k.max(r462, r432)
-    r432 = r478 + r16 + r432
-    r16 = x29 * r444
-    r478 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r444
-    r478 = r16 + r478
-    r432 = k.where(r441, r478, r432)
-    r478 = x2 * x38
-    r478 = x31 >= r478
-    r441 = x33 * r444
-    r16 = k.max(1.0, r444)
-    r16 = k.min(x34, r16)
+    r16 = x34 * r16
+    r445 = -1.0 + x2
+    r463 = 2.0 * x14 * x20 * x10 * x4 * x37 * r64 * r31 * r57 * r25 * r434 * r445
+    r433 = -1.0 + r433
+    r457 = k.max(1.0, r433)
+    r457 = k.min(x35, r457)
+    r457 = k.recip(r457)
+    r433 = 2.0 * x14 * x20 * x10 * x4 * x35 * x37 * r135 * r31 * r65 * r25 * r457 * r434 * r445 * r433
+    r433 = k.max(r463, r433)
+    r433 = r479 + r16 + r433
+    r16 = x30 * r445
+    r479 = 2.0 * x14 * x20 * x10 * x4 * x37 * r64 * r31 * r57 * r25 * r445
+    r479 = r16 + r479
+    r433 = k.where(r442, r479, r433)
+    r479 = x2 * x39
+    r479 = x32 >= r479
+    r442 = x34 * r445
+    r16 = k.max(1.0, r445)
+    r16 = k.min(x35, r16)
     r16 = k.recip(r16)
-    r16 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r135 * r31 * r65 * r25 * r16 * r444
-    r16 = r441 + r16
-    r432 = k.where(r478, r16, r432)
-    r16 = x6 * x15 * r4 * r5 * r11 * r432
-    r432 = x6 * x15 * r4 * r5 * r11 * r106 * r432
-    r432 = r16 + r432
+    r16 = 2.0 * x14 * x20 * x10 * x4 * x35 * x37 * r135 * r31 * r65 * r25 * r16 * r445
+    r16 = r442 + r16
+    r433 = k.where(r479, r16, r433)
+    r16 = x6 * x15 * r4 * r5 * r11 * r433
+    r433 = x6 * x15 * r4 * r5 * r11 * r106 * r433
+    r433 = r16 + r433
     r16 = x2 == 1.0
-    r432 = k.where(r16, 0.0, r432)
+    r433 = k.where(r16, 0.0, r433)
     r35 = k.where(r35, 2.0, 0.0)
     r35 = 4.0 + r35
-    r478 = -1.0 + x38
-    r441 = k.recip(r478)
-    r462 = 2.0 * x38
-    r462 = -2.0 + r462
-    r433 = k.gcd(x38, x31)
-    r456 = k.recip(r433)
-    r474 = x38 * r456
-    r474 = -1.0 + r474
-    r474 = x29 * r474
-    r164 = -1.0 * x38 * r456
-    r164 = x38 + r164
-    r164 = x33 * r164
-    r164 = r474 + r164
-    r164 = r441 * r462 * r164
-    r441 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r456 * r462
-    r433 = -1.0 + r433
-    r474 = k.max(1.0, r433)
-    r474 = k.min(x34, r474)
-    r474 = k.recip(r474)
-    r433 = x20 * x4 * x12 * x34 * x36 * r135 * r31 * r65 * r25 * r474 * r456 * r433 * r462
-    r433 = k.max(r441, r433)
-    r433 = r164 + r433
-    r164 = x31 <= 1.0
-    r441 = x29 * r462
-    r57 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r462
-    r57 = r441 + r57
-    r433 = k.where(r164, r57, r433)
-    r57 = x31 >= x38
-    r164 = x33 * r462
-    r478 = k.max(1.0, r478)
-    r478 = k.min(x34, r478)
-    r478 = k.recip(r478)
-    r478 = x20 * x4 * x12 * x34 * x36 * r135 * r31 * r65 * r25 * r478 * r462
-    r478 = r164 + r478
-    r433 = k.where(r57, r478, r433)
-    r433 = x6 * x15 * r4 * r5 * r11 * r35 * r433
-    r478 = x38 == 1.0
-    r433 = k.where(r478, 0.0, r433)
-    r84 = r14 + r351 + r84
+    r479 = -1.0 + x39
+    r442 = k.recip(r479)
+    r463 = 2.0 * x39
+    r463 = -2.0 + r463
+    r434 = k.gcd(x39, x32)
+    r457 = k.recip(r434)
+    r475 = x39 * r457
+    r475 = -1.0 + r475
+    r475 = x30 * r475
+    r164 = -1.0 * x39 * r457
+    r164 = x39 + r164
+    r164 = x34 * r164
+    r164 = r475 + r164
+    r164 = r442 * r463 * r164
+    r442 = x20 * x4 * x12 * x37 * r64 * r31 * r57 * r25 * r457 * r463
+    r434 = -1.0 + r434
+    r475 = k.max(1.0, r434)
+    r475 = k.min(x35, r475)
+    r475 = k.recip(r475)
+    r434 = x20 * x4 * x12 * x35 * x37 * r135 * r31 * r65 * r25 * r475 * r457 * r434 * r463
+    r434 = k.max(r442, r434)
+    r434 = r164 + r434
+    r164 = x32 <= 1.0
+    r442 = x30 * r463
+    r57 = x20 * x4 * x12 * x37 * r64 * r31 * r57 * r25 * r463
+    r57 = r442 + r57
+    r434 = k.where(r164, r57, r434)
+    r57 = x32 >= x39
+    r164 = x34 * r463
+    r479 = k.max(1.0, r479)
+    r479 = k.min(x35, r479)
+    r479 = k.recip(r479)
+    r479 = x20 * x4 * x12 * x35 * x37 * r135 * r31 * r65 * r25 * r479 * r463
+    r479 = r164 + r479
+    r434 = k.where(r57, r479, r434)
+    r434 = x6 * x15 * r4 * r5 * r11 * r35 * r434
+    r479 = x39 == 1.0
+    r434 = k.where(r479, 0.0, r434)
+    r84 = r14 + r352 + r84
     r84 = k.max(0.0, r84)
     r84 = k.where(r27, r84, 0.0)
-    r27 = r133 + r77 + r66 + r350 + r347 + r36 + r89 + r432 + r433 + r84
-    r351 = k.recip(r27)
-    r14 = 6.0 * x6 * x36 * r53 * r4 * r31 * r11 * r25 * r351 * r15
-    r8 = x6 * x36 * r53 * r4 * r31 * r11 * r25 * r351 * r8
-    r351 = x20 * x4 * x12 * x36 * r31
-    r53 = x20 * x4 * x12 * x36 * r64 * r31
+    r27 = r133 + r77 + r66 + r351 + r348 + r36 + r89 + r433 + r434 + r84
+    r352 = k.recip(r27)
+    r14 = 6.0 * x6 * x37 * r53 * r4 * r31 * r11 * r25 * r352 * r15
+    r8 = x6 * x37 * r53 * r4 * r31 * r11 * r25 * r352 * r8
+    r352 = x20 * x4 * x12 * x37 * r31
+    r53 = x20 * x4 * x12 * x37 * r64 * r31
     r149 = r4 * r31 * r149 * r156
     r57 = r4 * r31 * r73 * r156
     r164 = x4 * r4 * r31 * r73 * r26
@@ -613,99 +614,99 @@ def quantities(x, k):
     r73 = r57 + r73
     r73 = x6 * r4 * r5 * r73
     r149 = k.where(r58, r73, r149)
-    r149 = k.where(r344, 0.0, r149)
-    r344 = r64 * r149
-    r64 = x30 * r64
-    r73 = k.recip(x36)
-    r58 = x37 * r52 * r73
+    r149 = k.where(r345, 0.0, r149)
+    r345 = r64 * r149
+    r64 = x31 * r64
+    r73 = k.recip(x37)
+    r58 = x38 * r52 * r73
     r5 = k.recip(x13)
     r57 = r4 * r31 * r5 * r11 * r25
     r156 = 1.6e-11 * x12
     r105 = 8e-12 * x15 * r9
     r164 = 8e-12 * x15 * r13
-    r65 = 8e-12 * x39 * x12
+    r65 = 8e-12 * x40 * x12
     r28 = 8e-12 * x12 * x18
     r135 = r156 + r105 + r164 + r65 + r28
-    r441 = 8e-12 * x12
-    r456 = 4e-12 * x15 * r9
-    r474 = 4e-12 * x15 * r13
-    r438 = 4e-12 * x39 * x12
-    r465 = 4e-12 * x12 * x18
-    r465 = r441 + r456 + r474 + r438 + r465
-    r465 = r57 > r465
-    r438 = -1.6e-11 * x12
+    r442 = 8e-12 * x12
+    r457 = 4e-12 * x15 * r9
+    r475 = 4e-12 * x15 * r13
+    r439 = 4e-12 * x40 * x12
+    r466 = 4e-12 * x12 * x18
+    r466 = r442 + r457 + r475 + r439 + r466
+    r466 = r57 > r466
+    r439 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r474 = -8e-12 * x39 * x12
-    r456 = -8e-12 * x12 * x18
-    r441 = k.sqrt(2.0)
-    r435 = k.sqrt(x3)
+    r475 = -8e-12 * x40 * x12
+    r457 = -8e-12 * x12 * x18
+    r442 = k.sqrt(2.0)
+    r436 = k.sqrt(x3)
+    r436 = k.recip(r436)
+    r483 = k.sqrt(x2)
+    r483 = k.recip(r483)
+    r435 = k.sqrt(x13)
     r435 = k.recip(r435)
-    r482 = k.sqrt(x2)
-    r482 = k.recip(r482)
-    r434 = k.sqrt(x13)
-    r434 = k.recip(r434)
-    r12 = k.sqrt(x24)
+    r12 = k.sqrt(x25)
     r12 = k.recip(r12)
-    r638 = k.sqrt(x38)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(r135)
-    r641 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r135
-    r642 = k.sqrt(x3)
-    r643 = k.sqrt(x2)
-    r644 = k.sqrt(x13)
-    r645 = k.sqrt(x24)
-    r646 = k.sqrt(x38)
-    r646 = 0.16666666666666666 * r441 * r642 * r643 * r644 * r645 * r646 * r640
-    r646 = 1.0 + r641 + r646
-    r646 = r441 * r435 * r482 * r434 * r12 * r638 * r640 * r646
-    r646 = r438 + r9 + r13 + r474 + r456 + r646
-    r456 = k.where(r465, r646, r57)
-    r28 = r156 + r105 + r164 + r65 + r28 + r456
-    r28 = x3 * x2 * x13 * x24 * x38 * r28
+    r639 = k.sqrt(x39)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(r135)
+    r642 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x39 * r135
+    r643 = k.sqrt(x3)
+    r644 = k.sqrt(x2)
+    r645 = k.sqrt(x13)
+    r646 = k.sqrt(x25)
+    r647 = k.sqrt(x39)
+    r647 = 0.16666666666666666 * r442 * r643 * r644 * r645 * r646 * r647 * r641
+    r647 = 1.0 + r642 + r647
+    r647 = r442 * r436 * r483 * r435 * r12 * r639 * r641 * r647
+    r647 = r439 + r9 + r13 + r475 + r457 + r647
+    r457 = k.where(r466, r647, r57)
+    r28 = r156 + r105 + r164 + r65 + r28 + r457
+    r28 = x3 * x2 * x13 * x25 * x39 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
     r65 = k.recip(r28)
-    r164 = x26 + x1
-    r105 = -1.0 * x3 * x2 * x13 * x24 * x38 * r164
+    r164 = x27 + x1
+    r105 = -1.0 * x3 * x2 * x13 * x25 * x39 * r164
     r105 = k.exp(r105)
-    r105 = x3 * x2 * x13 * x24 * x38 * r65 * r456 * r105
-    r65 = x3 * x2 * x13 * x24 * x38
-    r646 = k.recip(r646)
-    r65 = k.where(r465, r646, r65)
-    r164 = x3 * x2 * x13 * x24 * x38 * r164
+    r105 = x3 * x2 * x13 * x25 * x39 * r65 * r457 * r105
+    r65 = x3 * x2 * x13 * x25 * x39
+    r647 = k.recip(r647)
+    r65 = k.where(r466, r647, r65)
+    r164 = x3 * x2 * x13 * x25 * x39 * r164
     r164 = k.exp(r164)
-    r5 = x37 * r52 * r4 * r31 * r5 * r11 * r73 * r25 * r28 * r27 * r65 * r164
-    r164 = x37 * r52 * r73 * r28 * r27 * r65 * r164
-    r35 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r462 * r35
-    r35 = k.where(r478, 0.0, r35)
-    r478 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r444
-    r444 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r106 * r444
-    r444 = r478 + r444
-    r444 = k.where(r16, 0.0, r444)
-    r131 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r131
+    r5 = x38 * r52 * r4 * r31 * r5 * r11 * r73 * r25 * r28 * r27 * r65 * r164
+    r164 = x38 * r52 * r73 * r28 * r27 * r65 * r164
+    r35 = x6 * x15 * x4 * x12 * x37 * r4 * r31 * r11 * r25 * r463 * r35
+    r35 = k.where(r479, 0.0, r35)
+    r479 = 2.0 * x6 * x15 * x14 * x10 * x4 * x37 * r4 * r31 * r11 * r25 * r445
+    r445 = 2.0 * x6 * x15 * x14 * x10 * x4 * x37 * r4 * r31 * r11 * r25 * r106 * r445
+    r445 = r479 + r445
+    r445 = k.where(r16, 0.0, r445)
+    r131 = 2.0 * x6 * x4 * x12 * x37 * r4 * r31 * r11 * r25 * r131
     r131 = k.where(r78, 0.0, r131)
-    r132 = r132 < x24
-    r78 = x35 != 2.0
+    r132 = r132 < x25
+    r78 = x36 != 2.0
     r60 = k.and_(r60, r78)
     r60 = k.not_(r60)
     r60 = k.or_(r132, r60)
-    r25 = x35 != 1.0
+    r25 = x36 != 1.0
     r59 = k.and_(r25, r78, r59)
     r59 = k.not_(r59)
     r59 = k.or_(r132, r59)
     r59 = k.and_(r60, r59)
-    r60 = x24 >= 2.0
-    r132 = x35 != 3.0
-    r78 = x35 != 4.0
+    r60 = x25 >= 2.0
+    r132 = x36 != 3.0
+    r78 = x36 != 4.0
     r68 = k.not_(r68)
     r68 = k.and_(r132, r78, r68)
     r68 = k.not_(r68)
     r68 = k.or_(r60, r68)
-    r60 = x22 * x3 * x2 * x24 * x38 * r27
-    r78 = r121 <= r60
+    r60 = x23 * x3 * x2 * x25 * x39 * r27
+    r78 = r79 <= r60
     r60 = r90 <= r60
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r80, r86, r38, r120, r111, r130, 0.0, r114, r115, r39, r37, r56, r116, r81, r79, r121, r121, r90, r76, r103, r125, r154, r89, r27, r14, r8, r351, r53, r344, r64, 0.0, r58, r57, r135, r456, r105, r5, r164, r77, r347, r350, r66, r35, r433, r433, r444, r432, r432, r149, r451, r36, r131, r51, r133, 0.0, 0.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, r59, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r80, r86, r38, r120, r111, r130, 0.0, r114, r115, r39, r37, r56, r116, r81, r121, r79, r79, r90, r76, r103, r125, r154, r89, r27, r14, r8, r352, r53, r345, r64, 0.0, r58, r57, r135, r457, r105, r5, r164, r77, r348, r351, r66, r35, r434, r434, r445, r433, r433, r149, r452, r36, r131, r51, r133, 0.0, 0.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1395,9 +1396,9 @@ def search(x, k):
     return (r102, r89, r49)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (30, 44, 45, 46, 47, 48, 49, 50), (30, 44, 45, 46, 47, 48, 49, 50), (16, 44, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 44, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 76, 77), (41, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 34), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (16, 31), (16, 32), (16, 33), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 34), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 34), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (41, 45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (40, 45, 46, 47, 48, 49, 50, 51), (), (31, 32, 37), (), (), (), (31, 32, 37), (32,), (36,), (36,), (37,), (31, 32, 37, 40, 41, 45, 46, 47, 48, 49, 50, 51), (31, 32, 35, 37, 40, 41, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (16, 45, 46, 47, 48, 49, 50, 51), (19,), (15, 16, 45, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (42, 45, 46, 47, 48, 49, 50, 51), (42, 45, 46, 47, 48, 49, 50, 51, 77, 78), (42, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 34), (9, 73), (10, 38), (10, 39), (10, 73), (11, 73), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 33), (13, 69), (13, 70), (13, 71), (13, 72), (16, 31), (16, 32), (16, 33), (16, 37), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 69), (17, 70), (17, 71), (17, 72), (22, 33), (22, 34), (22, 38), (22, 39), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 34), (23, 38), (23, 39), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 5), (52, 7), (52, 9), (52, 61), (52, 62), (52, 63), (53, 3), (53, 5), (53, 7), (53, 9), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,27 +24,27 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r14 = x15 * r12
-    r15 = 2.0 * x36 * x12
+    r15 = 2.0 * x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r14 + r15 + r16
-    r15 = k.recip(x22)
-    r14 = k.recip(x35)
+    r15 = k.recip(x23)
+    r14 = k.recip(x36)
     r20 = r15 * r14 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r15 * r14 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r15
-    r29 = x36 * x12
-    r30 = x22 == 1.0
+    r29 = x37 * x12
+    r30 = x23 == 1.0
     r31 = k.where(r30, 1.0, 0.0)
     r32 = x12 * r31
     r33 = k.ceiling(r28)
     r34 = r12 * r33
-    r31 = x36 * x12 * r31
+    r31 = x37 * x12 * r31
     r36 = 3.0 * x12 * x5 * r33
     r32 = r29 + r32 + r34 + r31 + r36
     r32 = r14 * r32
@@ -53,10 +53,10 @@ def quantities(x, k):
     r29 = r31 + r32
     r32 = k.where(r21, r29, r32)
     r43 = 2.0 * r32
-    r44 = x38 >= 2.0
+    r44 = x39 >= 2.0
     r45 = 2.0 * r4 * r25 * r32
     r46 = k.where(r44, r45, r43)
-    r47 = x38 >= 3.0
+    r47 = x39 >= 3.0
     r43 = k.where(r47, r45, r43)
     r45 = 12.0 * r32
     r50 = 12.0 * r4 * r25 * r32
@@ -64,64 +64,64 @@ def quantities(x, k):
     r50 = 4.0 * x12
     r53 = -4.0 * x12 * r14
     r53 = r50 + r53
-    r53 = x19 * x33 * r25 * r53
+    r53 = x19 * x34 * r25 * r53
     r50 = 4.0 * x11
     r57 = 6.0 * x5
     r58 = 8.0 * x12
     r59 = 4.0 * x11 * x10
     r60 = 4.0 * x14 * x10
     r60 = r50 + r57 + r58 + r59 + r60
-    r60 = x19 * x33 * r25 * r14 * r60
+    r60 = x19 * x34 * r25 * r14 * r60
     r60 = r53 + r60
-    r53 = x23 == 1.0
+    r53 = x24 == 1.0
     r58 = 2.0 * x5
     r57 = 6.0 * x12
     r67 = 2.0 * x14 * x10
     r59 = r58 + r50 + r57 + r67 + r59
     r59 = r14 * r59
     r59 = r8 + r59
-    r59 = x19 * x33 * r25 * r59
+    r59 = x19 * x34 * r25 * r59
     r60 = k.where(r53, r59, r60)
-    r59 = x23 == 2.0
-    r67 = 2.0 * x19 * x12 * x33 * r25 * r14
+    r59 = x24 == 2.0
+    r67 = 2.0 * x19 * x12 * x34 * r25 * r14
     r67 = k.where(r59, r67, r60)
-    r50 = 1.0 + x22
+    r50 = 1.0 + x23
     r50 = k.min(r50, r6)
     r50 = r50 * r33
-    r58 = x32 == 4.0
-    r80 = 2.0 * x22
+    r58 = x33 == 4.0
+    r80 = 2.0 * x23
     r81 = -1.0 + r80
     r81 = k.min(r81, r6)
     r81 = r81 * r33
     r84 = k.where(r58, r81, r50)
-    r85 = x32 == 0.0
-    r86 = x32 == 3.0
+    r85 = x33 == 0.0
+    r86 = x33 == 3.0
     r87 = k.or_(r85, r86)
-    r88 = k.min(x22, r6)
+    r88 = k.min(x23, r6)
     r88 = r88 * r33
     r84 = k.where(r87, r88, r84)
-    r88 = x32 == 1.0
-    r92 = k.recip(x37)
-    r93 = x6 * x37 * r4 * r5
-    r94 = -1.0 + x37
-    r94 = x22 * r94
+    r88 = x33 == 1.0
+    r92 = k.recip(x38)
+    r93 = x6 * x38 * r4 * r5
+    r94 = -1.0 + x38
+    r94 = x23 * r94
     r96 = -1.0 + r80 + r94
     r96 = k.min(r93, r96)
     r96 = r92 * r96 * r33
     r84 = k.where(r88, r96, r84)
-    r96 = x32 == 2.0
+    r96 = x33 == 2.0
     r101 = x6 * r4 * r5 * r33
     r84 = k.where(r96, r101, r84)
     r84 = r67 * r84
-    r104 = 4.0 * x19 * x5 * x33 * r25 * r14
+    r104 = 4.0 * x19 * x5 * x34 * r25 * r14
     r105 = r104 + r60
     r104 = k.where(r59, r105, r104)
     r105 = k.or_(r21, r30)
     r108 = -2.0 * x12 * r14
     r108 = r8 + r108
-    r108 = x19 * x33 * r25 * r108
-    r8 = 4.0 * x19 * x12 * x33 * r25 * r14
-    r112 = x36 * x19 * x16 * x33 * r25 * r14
+    r108 = x19 * x34 * r25 * r108
+    r8 = 4.0 * x19 * x12 * x34 * r25 * r14
+    r112 = x37 * x19 * x16 * x34 * r25 * r14
     r8 = r108 + r8 + r112
     r8 = k.max(r8, r104)
     r105 = k.where(r105, r8, r104)
@@ -130,7 +130,7 @@ def quantities(x, k):
     r108 = k.where(r21, r117, r108)
     r117 = 3.0 * x4 * r108 * r32
     r117 = k.where(r47, r117, 0.0)
-    r121 = x22 > 1.0
+    r121 = x23 > 1.0
     r121 = k.and_(r47, r121)
     r123 = 6.0 * r32
     r117 = k.where(r121, r123, r117)
@@ -149,27 +149,27 @@ def quantities(x, k):
     r32 = r123 == r32
     r117 = k.where(r32, r117, 0.0)
     r32 = r46 + r43 + r45 + r126 + r105 + r117
-    r123 = -1.0 + x22
+    r123 = -1.0 + x23
     r84 = k.min(1.0, r123)
     r142 = 1.0 + r84
-    r142 = x22 == r142
+    r142 = x23 == r142
     r144 = k.where(r142, 1.0, 0.0)
     r145 = x12 * r144
-    r144 = x36 * x12 * r144
+    r144 = x37 * x12 * r144
     r147 = r84 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x36 * x12 * r147
+    r147 = x37 * x12 * r147
     r147 = r145 + r34 + r144 + r147 + r36
     r147 = r14 * r147
     r144 = -1.0 * r84
-    r144 = x22 + r144
-    r145 = x22 == r144
+    r144 = x23 + r144
+    r145 = x23 == r144
     r155 = k.where(r145, 1.0, 0.0)
     r156 = x12 * r155
-    r155 = x36 * x12 * r155
+    r155 = x37 * x12 * r155
     r158 = r144 == 1.0
     r158 = k.where(r158, 1.0, 0.0)
-    r158 = x36 * x12 * r158
+    r158 = x37 * x12 * r158
     r36 = r156 + r34 + r155 + r158 + r36
     r36 = r14 * r36
     r36 = r147 + r36
@@ -281,140 +281,141 @@ def quantities(x, k):
     r121 = k.where(r45, r80, r121)
     r117 = r32 == r117
     r121 = k.where(r117, r126, r121)
-    r126 = x36 * x19 * x4 * x33 * r25 * r14
-    r117 = x36 * x19 * x4 * x33 * r25
+    r126 = x37 * x19 * x4 * x34 * r25 * r14
+    r117 = x37 * x19 * x4 * x34 * r25
     r80 = k.max(r32, r147, r31)
     r45 = r147 == r80
     r31 = k.where(r45, r147, r31)
     r80 = r32 == r80
     r31 = k.where(r80, r32, r31)
-    r32 = -1.0 * r31
-    r32 = x8 + r32
-    r80 = 6.0 * x6 * x33 * r16
+    r32 = -1.0 * x20
+    r80 = -1.0 * r31
+    r80 = x8 + r32 + r80
+    r32 = 6.0 * x6 * x34 * r16
     r147 = 6.0 * x15 * r12
-    r45 = 12.0 * x36 * x12
+    r45 = 12.0 * x37 * x12
     r145 = 18.0 * x15 * x12 * x5
-    r46 = 12.0 * x15 * x11 * x10 * x33
+    r46 = 12.0 * x15 * x11 * x10 * x34
     r46 = r57 + r147 + r45 + r145 + r46
-    r145 = x6 * x33 * r46
+    r145 = x6 * x34 * r46
     r45 = k.pow(x12, 2.0)
     r147 = k.recip(x12)
-    r57 = 0.16666666666666666 * x33 * r147
+    r57 = 0.16666666666666666 * x34 * r147
     r158 = k.recip(x15)
-    r147 = 0.0625 * x36 * r158 * r147
+    r147 = 0.0625 * x37 * r158 * r147
     r147 = 1.0 + r57 + r147
-    r147 = 96.0 * x6 * x15 * x33 * r45 * r147
-    r45 = k.pow(x33, 2.0)
+    r147 = 96.0 * x6 * x15 * x34 * r45 * r147
+    r45 = k.pow(x34, 2.0)
     r45 = 2.0 * x6 * x15 * x11 * x10 * r45
     r57 = x11 * x10
     r43 = x14 * x10
     r43 = x5 + r57 + r43
-    r43 = 2.0 * x6 * x15 * x12 * x33 * r43
+    r43 = 2.0 * x6 * x15 * x12 * x34 * r43
     r43 = k.where(r53, r43, 0.0)
-    r57 = 0.3333333333333333 * x6 * x33 * r46
+    r57 = 0.3333333333333333 * x6 * x34 * r46
     r43 = k.where(r59, r57, r43)
     r43 = r145 + r45 + r43
     r45 = k.where(r59, 1.0, 0.0)
     r57 = 1.0 + r45
     r155 = k.recip(x9)
     r67 = k.recip(x18)
-    r36 = x36 * x12 * r14
-    r50 = x19 * x12 * x33 * r25
-    r101 = x36 * x19 * x33 * r25 * r14
+    r36 = x37 * x12 * r14
+    r50 = x19 * x12 * x34 * r25
+    r101 = x37 * x19 * x34 * r25 * r14
     r101 = r36 + r50 + r101
     r36 = 2.0 * r155 * r67 * r101
-    r33 = k.recip(x21)
+    r33 = k.recip(x22)
     r93 = k.recip(x17)
-    r94 = 2.0 * x36 * x19 * x12 * x33 * r33 * r25 * r93 * r14
+    r94 = 2.0 * x37 * x19 * x12 * x34 * r33 * r25 * r93 * r14
     r94 = r36 + r94
     r94 = r57 * r94
     r101 = 4.0 * r155 * r67 * r101
-    r36 = 4.0 * x36 * x19 * x12 * x33 * r33 * r25 * r93 * r14
+    r36 = 4.0 * x37 * x19 * x12 * x34 * r33 * r25 * r93 * r14
     r36 = r94 + r101 + r36
     r36 = r15 * r36
     r101 = x12 * x5 * r14
-    r94 = x19 * x5 * x33 * r25 * r14
+    r94 = x19 * x5 * x34 * r25 * r14
     r94 = r101 + r50 + r94
     r101 = 2.0 * r155 * r67 * r94
-    r81 = 2.0 * x19 * x12 * x5 * x33 * r33 * r25 * r93 * r14
+    r81 = 2.0 * x19 * x12 * x5 * x34 * r33 * r25 * r93 * r14
     r81 = r101 + r81
     r81 = r57 * r81
     r101 = 2.0 * x12 * x5 * r14
-    r144 = 2.0 * x19 * x5 * x33 * r25 * r14
+    r144 = 2.0 * x19 * x5 * x34 * r25 * r14
     r144 = r101 + r50 + r144
     r101 = 2.0 * r155 * r67 * r144
-    r156 = 4.0 * x19 * x12 * x5 * x33 * r33 * r25 * r93 * r14
+    r156 = 4.0 * x19 * x12 * x5 * x34 * r33 * r25 * r93 * r14
     r156 = r101 + r156
     r156 = r57 * r156
     r101 = x11 * x10 * x12 * r14
-    r338 = x11 * x19 * x10 * x33 * r25 * r14
-    r338 = r101 + r50 + r338
-    r101 = 2.0 * r155 * r67 * r338
-    r341 = 2.0 * x11 * x19 * x10 * x12 * x33 * r33 * r25 * r93 * r14
-    r341 = r101 + r341
-    r341 = r57 * r341
+    r339 = x11 * x19 * x10 * x34 * r25 * r14
+    r339 = r101 + r50 + r339
+    r101 = 2.0 * r155 * r67 * r339
+    r342 = 2.0 * x11 * x19 * x10 * x12 * x34 * r33 * r25 * r93 * r14
+    r342 = r101 + r342
+    r342 = r57 * r342
     r10 = x11 + r10
     r101 = x10 * x12 * r14 * r10
-    r346 = x19 * x10 * x33 * r25 * r14 * r10
-    r346 = r50 + r101 + r346
-    r101 = 2.0 * r155 * r67 * r346
-    r349 = 2.0 * x19 * x10 * x12 * x33 * r33 * r25 * r93 * r14 * r10
-    r349 = r101 + r349
-    r349 = r57 * r349
+    r347 = x19 * x10 * x34 * r25 * r14 * r10
+    r347 = r50 + r101 + r347
+    r101 = 2.0 * r155 * r67 * r347
+    r350 = 2.0 * x19 * x10 * x12 * x34 * r33 * r25 * r93 * r14 * r10
+    r350 = r101 + r350
+    r350 = r57 * r350
     r101 = x14 * x10 * x12 * r14
-    r353 = x14 * x19 * x10 * x33 * r25 * r14
-    r353 = r101 + r50 + r353
-    r353 = 2.0 * r155 * r67 * r353
-    r50 = 2.0 * x14 * x19 * x10 * x12 * x33 * r33 * r25 * r93 * r14
-    r50 = r353 + r50
+    r354 = x14 * x19 * x10 * x34 * r25 * r14
+    r354 = r101 + r50 + r354
+    r354 = 2.0 * r155 * r67 * r354
+    r50 = 2.0 * x14 * x19 * x10 * x12 * x34 * r33 * r25 * r93 * r14
+    r50 = r354 + r50
     r50 = r57 * r50
-    r50 = r81 + r341 + r50
+    r50 = r81 + r342 + r50
     r53 = k.where(r53, 1.0, 0.0)
     r50 = r50 * r53
     r94 = 4.0 * r155 * r67 * r94
     r144 = 4.0 * r155 * r67 * r144
-    r338 = 4.0 * r155 * r67 * r338
-    r346 = 4.0 * r155 * r67 * r346
-    r353 = 12.0 * x19 * x12 * x5 * x33 * r33 * r25 * r93 * r14
-    r101 = 4.0 * x11 * x19 * x10 * x12 * x33 * r33 * r25 * r93 * r14
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r33 * r25 * r93 * r14 * r10
-    r10 = r81 + r156 + r341 + r349 + r50 + r94 + r144 + r338 + r346 + r353 + r101 + r10
+    r339 = 4.0 * r155 * r67 * r339
+    r347 = 4.0 * r155 * r67 * r347
+    r354 = 12.0 * x19 * x12 * x5 * x34 * r33 * r25 * r93 * r14
+    r101 = 4.0 * x11 * x19 * x10 * x12 * x34 * r33 * r25 * r93 * r14
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r33 * r25 * r93 * r14 * r10
+    r10 = r81 + r156 + r342 + r350 + r50 + r94 + r144 + r339 + r347 + r354 + r101 + r10
     r10 = x15 * r15 * r10
     r10 = r36 + r10
     r36 = x6 * r4 * r5 * r10
     r101 = 5.0 * x5
-    r353 = 1.0 + r53 + r45
-    r346 = 3.0 * x5 * r353
-    r346 = r101 + r346
-    r346 = x19 * x33 * r25 * r14 * r346
+    r354 = 1.0 + r53 + r45
+    r347 = 3.0 * x5 * r354
+    r347 = r101 + r347
+    r347 = x19 * x34 * r25 * r14 * r347
     r101 = 12.0 * x12
-    r353 = 10.0 * x12 * r353
-    r353 = r101 + r353
-    r353 = x19 * x33 * r25 * r14 * r353
-    r353 = r346 + r353
-    r353 = x15 * r15 * r353
-    r346 = 3.0 * x36 * x19 * x33 * r25 * r15 * r14
+    r354 = 10.0 * x12 * r354
+    r354 = r101 + r354
+    r354 = x19 * x34 * r25 * r14 * r354
+    r354 = r347 + r354
+    r354 = x15 * r15 * r354
+    r347 = 3.0 * x37 * x19 * x34 * r25 * r15 * r14
     r53 = 2.0 + r53 + r45
-    r53 = x15 * x19 * x10 * x33 * r25 * r15 * r14 * r9 * r53
-    r53 = r353 + r346 + r53
-    r346 = x6 * x4 * r155 * r4 * r5 * r67 * r53
-    r353 = k.recip(x0)
-    r9 = x11 * x10 * x33
+    r53 = x15 * x19 * x10 * x34 * r25 * r15 * r14 * r9 * r53
+    r53 = r354 + r347 + r53
+    r347 = x6 * x4 * r155 * r4 * r5 * r67 * r53
+    r354 = k.recip(x0)
+    r9 = x11 * x10 * x34
     r45 = 3.0 + r45
-    r45 = 2.0 * x11 * x10 * x33 * r45
+    r45 = 2.0 * x11 * x10 * x34 * r45
     r45 = r9 + r45
-    r9 = x6 * x15 * x33 * r33 * r4 * r25 * r93 * r353 * r15 * r14 * r45
-    r101 = r36 + r346 + r9
-    r338 = k.recip(r101)
+    r9 = x6 * x15 * x34 * r33 * r4 * r25 * r93 * r354 * r15 * r14 * r45
+    r101 = r36 + r347 + r9
+    r339 = k.recip(r101)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r144 = k.recip(x6)
     r94 = 0.3333333333333333 * x3 * x19 * r144 * r92 * r101
-    r50 = 0.6666666666666666 * x3 * x19 * x22 * r144 * r101
+    r50 = 0.6666666666666666 * x3 * x19 * x23 * r144 * r101
     r53 = -1.0 * x6 * x4 * r155 * r4 * r5 * r67 * r53
-    r45 = -1.0 * x6 * x15 * x33 * r33 * r4 * r25 * r93 * r353 * r15 * r14 * r45
+    r45 = -1.0 * x6 * x15 * x34 * r33 * r4 * r25 * r93 * r354 * r15 * r14 * r45
     r50 = r10 + r94 + r50 + r53 + r45
     r50 = k.max(0.0, r50)
-    r94 = 0.5 * x22
+    r94 = 0.5 * x23
     r94 = -1.0 + r94
     r94 = 0.6666666666666666 * x3 * x19 * r144 * r92 * r94 * r101
     r94 = k.where(r58, 0.0, r94)
@@ -424,257 +425,257 @@ def quantities(x, k):
     r123 = x3 * x19 * r144 * r92 * r123 * r101
     r94 = k.where(r96, r123, r94)
     r94 = k.max(r50, r94)
-    r338 = r338 * r94
+    r339 = r339 * r94
     r67 = 28.0 * r155 * r67 * r26
-    r155 = r67 + r36 + r346 + r9
-    r50 = -1.0 * x20
+    r155 = r67 + r36 + r347 + r9
+    r50 = -1.0 * x21
     r50 = 1.0 + r50
-    r123 = x22 * x37
+    r123 = x23 * x38
     r123 = -1.0 + r123
-    r92 = k.recip(x25)
-    r85 = k.recip(x26)
-    r58 = x19 * x4 * x12 * x33 * r92 * r25 * r85 * r14
-    r58 = x27 + r58
-    r86 = 2.0 * x3 * x2 * x35
-    r86 = x29 >= r86
-    r353 = k.recip(x28)
-    r93 = k.recip(x30)
-    r349 = x19 * x4 * x12 * x33 * r353 * r25 * r93 * r14
-    r349 = x31 + r349
-    r58 = k.where(r86, r349, r58)
+    r92 = k.recip(x26)
+    r85 = k.recip(x27)
+    r58 = x19 * x4 * x12 * x34 * r92 * r25 * r85 * r14
+    r58 = x28 + r58
+    r86 = 2.0 * x3 * x2 * x36
+    r86 = x30 >= r86
+    r354 = k.recip(x29)
+    r93 = k.recip(x31)
+    r350 = x19 * x4 * x12 * x34 * r354 * r25 * r93 * r14
+    r350 = x32 + r350
+    r58 = k.where(r86, r350, r58)
     r58 = 2.0 * x6 * r4 * r5 * r15 * r123 * r58
     r58 = k.where(r30, 0.0, r58)
     r50 = r50 * r58
-    r349 = x3 * x19 * r144 * r101
-    r86 = x22 <= 1.0
+    r350 = x3 * x19 * r144 * r101
+    r86 = x23 <= 1.0
     r44 = k.and_(r44, r86)
-    r349 = k.where(r44, r101, r349)
-    r349 = -1.0 * x20 * r349
+    r350 = k.where(r44, r101, r350)
+    r350 = -1.0 * x21 * r350
     r101 = x3 * x2
-    r341 = -1.0 + r101
-    r156 = k.recip(r341)
+    r342 = -1.0 + r101
+    r156 = k.recip(r342)
     r81 = 2.0 * x3 * x2
     r81 = -2.0 + r81
-    r446 = x29 * r14
-    r447 = k.gcd(r101, r446)
-    r448 = k.recip(r447)
-    r449 = x3 * x2 * r448
-    r449 = -1.0 + r449
-    r449 = x27 * r449
-    r452 = -1.0 * x3 * x2 * r448
-    r452 = r101 + r452
-    r452 = x31 * r452
-    r455 = r449 + r452
-    r455 = r156 * r81 * r455
-    r156 = x4 * x22 * r92 * r158 * r4 * r25 * r85 * r448 * r81 * r20
-    r447 = -1.0 + r447
-    r459 = x4 * x22 * r353 * r158 * r4 * r25 * r93 * r448 * r447 * r81 * r20
-    r459 = k.max(r156, r459)
-    r459 = r455 + r459
-    r455 = x29 <= x35
-    r156 = x27 * r81
-    r464 = x4 * x22 * r92 * r158 * r4 * r25 * r85 * r81 * r20
-    r464 = r156 + r464
-    r459 = k.where(r455, r464, r459)
-    r464 = x3 * x2 * x35
-    r464 = x29 >= r464
-    r156 = x31 * r81
-    r470 = x4 * x22 * r353 * r158 * r4 * r25 * r93 * r81 * r20
-    r470 = r156 + r470
-    r459 = k.where(r464, r470, r459)
-    r459 = x15 * r15 * r459
-    r470 = x4 * x22 * r92 * r158 * r4 * r25 * r85 * r448 * r341 * r20
-    r447 = x4 * x22 * r353 * r158 * r4 * r25 * r93 * r448 * r341 * r447 * r20
-    r447 = k.max(r470, r447)
-    r447 = r449 + r452 + r447
-    r452 = x27 * r341
-    r449 = x4 * x22 * r92 * r158 * r4 * r25 * r85 * r341 * r20
-    r449 = r452 + r449
-    r447 = k.where(r455, r449, r447)
-    r449 = x31 * r341
-    r158 = x4 * x22 * r353 * r158 * r4 * r25 * r93 * r341 * r20
-    r158 = r449 + r158
-    r447 = k.where(r464, r158, r447)
-    r158 = 2.0 * x15 * r15 * r447
-    r459 = k.where(r22, r158, r459)
-    r158 = x15 * r15 * r447
-    r464 = x6 * x15 * r4 * r5 * r15 * r447
-    r464 = r158 + r464
-    r459 = k.where(r44, r464, r459)
+    r447 = x30 * r14
+    r448 = k.gcd(r101, r447)
+    r449 = k.recip(r448)
+    r450 = x3 * x2 * r449
+    r450 = -1.0 + r450
+    r450 = x28 * r450
+    r453 = -1.0 * x3 * x2 * r449
+    r453 = r101 + r453
+    r453 = x32 * r453
+    r456 = r450 + r453
+    r456 = r156 * r81 * r456
+    r156 = x4 * x23 * r92 * r158 * r4 * r25 * r85 * r449 * r81 * r20
+    r448 = -1.0 + r448
+    r460 = x4 * x23 * r354 * r158 * r4 * r25 * r93 * r449 * r448 * r81 * r20
+    r460 = k.max(r156, r460)
+    r460 = r456 + r460
+    r456 = x30 <= x36
+    r156 = x28 * r81
+    r465 = x4 * x23 * r92 * r158 * r4 * r25 * r85 * r81 * r20
+    r465 = r156 + r465
+    r460 = k.where(r456, r465, r460)
+    r465 = x3 * x2 * x36
+    r465 = x30 >= r465
+    r156 = x32 * r81
+    r471 = x4 * x23 * r354 * r158 * r4 * r25 * r93 * r81 * r20
+    r471 = r156 + r471
+    r460 = k.where(r465, r471, r460)
+    r460 = x15 * r15 * r460
+    r471 = x4 * x23 * r92 * r158 * r4 * r25 * r85 * r449 * r342 * r20
+    r448 = x4 * x23 * r354 * r158 * r4 * r25 * r93 * r449 * r342 * r448 * r20
+    r448 = k.max(r471, r448)
+    r448 = r450 + r453 + r448
+    r453 = x28 * r342
+    r450 = x4 * x23 * r92 * r158 * r4 * r25 * r85 * r342 * r20
+    r450 = r453 + r450
+    r448 = k.where(r456, r450, r448)
+    r450 = x32 * r342
+    r158 = x4 * x23 * r354 * r158 * r4 * r25 * r93 * r342 * r20
+    r158 = r450 + r158
+    r448 = k.where(r465, r158, r448)
+    r158 = 2.0 * x15 * r15 * r448
+    r460 = k.where(r22, r158, r460)
+    r158 = x15 * r15 * r448
+    r465 = x6 * x15 * r4 * r5 * r15 * r448
+    r465 = r158 + r465
+    r460 = k.where(r44, r465, r460)
     r86 = k.and_(r47, r86)
-    r447 = 3.0 * x6 * x15 * r4 * r5 * r15 * r447
-    r459 = k.where(r86, r447, r459)
+    r448 = 3.0 * x6 * x15 * r4 * r5 * r15 * r448
+    r460 = k.where(r86, r448, r460)
     r101 = r101 == 1.0
-    r459 = k.where(r101, 0.0, r459)
-    r349 = r349 + r459
-    r349 = k.max(0.0, r349)
-    r446 = k.gcd(x2, r446)
-    r447 = k.recip(r446)
-    r47 = x2 * r447
+    r460 = k.where(r101, 0.0, r460)
+    r350 = r350 + r460
+    r350 = k.max(0.0, r350)
+    r447 = k.gcd(x2, r447)
+    r448 = k.recip(r447)
+    r47 = x2 * r448
     r47 = -1.0 + r47
-    r47 = x27 * r47
-    r464 = -1.0 * x2 * r447
-    r464 = x2 + r464
-    r464 = x31 * r464
+    r47 = x28 * r47
+    r465 = -1.0 * x2 * r448
+    r465 = x2 + r465
+    r465 = x32 * r465
     r158 = -1.0 + x2
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x33 * r92 * r25 * r85 * r14 * r447 * r158
-    r446 = -1.0 + r446
-    r446 = 2.0 * x14 * x19 * x10 * x4 * x33 * r353 * r25 * r93 * r14 * r447 * r158 * r446
-    r446 = k.max(r449, r446)
-    r446 = r47 + r464 + r446
-    r464 = x27 * r158
-    r47 = 2.0 * x14 * x19 * x10 * x4 * x33 * r92 * r25 * r85 * r14 * r158
-    r47 = r464 + r47
-    r446 = k.where(r455, r47, r446)
-    r47 = x2 * x35
-    r47 = x29 >= r47
-    r455 = x31 * r158
-    r464 = 2.0 * x14 * x19 * x10 * x4 * x33 * r353 * r25 * r93 * r14 * r158
-    r464 = r455 + r464
-    r446 = k.where(r47, r464, r446)
-    r464 = x6 * x15 * r4 * r5 * r15 * r446
-    r446 = x6 * x15 * r4 * r5 * r15 * r57 * r446
-    r446 = r464 + r446
-    r464 = x2 == 1.0
-    r446 = k.where(r464, 0.0, r446)
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x34 * r92 * r25 * r85 * r14 * r448 * r158
+    r447 = -1.0 + r447
+    r447 = 2.0 * x14 * x19 * x10 * x4 * x34 * r354 * r25 * r93 * r14 * r448 * r158 * r447
+    r447 = k.max(r450, r447)
+    r447 = r47 + r465 + r447
+    r465 = x28 * r158
+    r47 = 2.0 * x14 * x19 * x10 * x4 * x34 * r92 * r25 * r85 * r14 * r158
+    r47 = r465 + r47
+    r447 = k.where(r456, r47, r447)
+    r47 = x2 * x36
+    r47 = x30 >= r47
+    r456 = x32 * r158
+    r465 = 2.0 * x14 * x19 * x10 * x4 * x34 * r354 * r25 * r93 * r14 * r158
+    r465 = r456 + r465
+    r447 = k.where(r47, r465, r447)
+    r465 = x6 * x15 * r4 * r5 * r15 * r447
+    r447 = x6 * x15 * r4 * r5 * r15 * r57 * r447
+    r447 = r465 + r447
+    r465 = x2 == 1.0
+    r447 = k.where(r465, 0.0, r447)
     r59 = k.where(r59, 2.0, 0.0)
     r59 = 4.0 + r59
-    r47 = k.gcd(x35, x29)
-    r455 = k.recip(r47)
-    r449 = x35 * r455
-    r449 = -1.0 + r449
-    r449 = x27 * r449
-    r447 = -1.0 * x35 * r455
-    r447 = x35 + r447
-    r447 = x31 * r447
-    r452 = -1.0 + x35
-    r470 = x19 * x4 * x12 * x33 * r92 * r25 * r85 * r14 * r455 * r452
+    r47 = k.gcd(x36, x30)
+    r456 = k.recip(r47)
+    r450 = x36 * r456
+    r450 = -1.0 + r450
+    r450 = x28 * r450
+    r448 = -1.0 * x36 * r456
+    r448 = x36 + r448
+    r448 = x32 * r448
+    r453 = -1.0 + x36
+    r471 = x19 * x4 * x12 * x34 * r92 * r25 * r85 * r14 * r456 * r453
     r47 = -1.0 + r47
-    r47 = x19 * x4 * x12 * x33 * r353 * r25 * r93 * r14 * r455 * r452 * r47
-    r47 = k.max(r470, r47)
-    r47 = r449 + r447 + r47
-    r447 = x29 <= 1.0
-    r449 = x27 * r452
-    r85 = x19 * x4 * x12 * x33 * r92 * r25 * r85 * r14 * r452
-    r85 = r449 + r85
-    r47 = k.where(r447, r85, r47)
-    r85 = x29 >= x35
-    r447 = x31 * r452
-    r93 = x19 * x4 * x12 * x33 * r353 * r25 * r93 * r14 * r452
-    r93 = r447 + r93
+    r47 = x19 * x4 * x12 * x34 * r354 * r25 * r93 * r14 * r456 * r453 * r47
+    r47 = k.max(r471, r47)
+    r47 = r450 + r448 + r47
+    r448 = x30 <= 1.0
+    r450 = x28 * r453
+    r85 = x19 * x4 * x12 * x34 * r92 * r25 * r85 * r14 * r453
+    r85 = r450 + r85
+    r47 = k.where(r448, r85, r47)
+    r85 = x30 >= x36
+    r448 = x32 * r453
+    r93 = x19 * x4 * x12 * x34 * r354 * r25 * r93 * r14 * r453
+    r93 = r448 + r93
     r47 = k.where(r85, r93, r47)
     r47 = 2.0 * x6 * x15 * r4 * r5 * r15 * r59 * r47
-    r93 = x35 == 1.0
+    r93 = x36 == 1.0
     r47 = k.where(r93, 0.0, r47)
     r45 = r10 + r53 + r45
     r45 = k.max(0.0, r45)
     r45 = k.where(r21, r45, 0.0)
-    r21 = r50 + r67 + r36 + r346 + r9 + r349 + r94 + r446 + r47 + r45
+    r21 = r50 + r67 + r36 + r347 + r9 + r350 + r94 + r447 + r47 + r45
     r53 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r33 * r4 * r25 * r15 * r14 * r53 * r16
-    r46 = x6 * x33 * r33 * r4 * r25 * r15 * r14 * r53 * r46
-    r53 = x19 * x4 * x12 * x33 * r25
-    r33 = x19 * x4 * x12 * x33 * r92 * r25
+    r10 = 6.0 * x6 * x34 * r33 * r4 * r25 * r15 * r14 * r53 * r16
+    r46 = x6 * x34 * r33 * r4 * r25 * r15 * r14 * r53 * r46
+    r53 = x19 * x4 * x12 * x34 * r25
+    r33 = x19 * x4 * x12 * x34 * r92 * r25
     r81 = x4 * r4 * r25 * r81 * r20
-    r85 = 2.0 * x4 * r4 * r25 * r341 * r20
+    r85 = 2.0 * x4 * r4 * r25 * r342 * r20
     r81 = k.where(r22, r85, r81)
-    r85 = x4 * r4 * r25 * r341 * r20
+    r85 = x4 * r4 * r25 * r342 * r20
     r22 = k.pow(x3, -2.0)
-    r447 = x6 * x4 * r22 * r5 * r25 * r341 * r20
-    r447 = r85 + r447
-    r81 = k.where(r44, r447, r81)
-    r341 = 3.0 * x6 * x4 * r22 * r5 * r25 * r341 * r20
-    r81 = k.where(r86, r341, r81)
+    r448 = x6 * x4 * r22 * r5 * r25 * r342 * r20
+    r448 = r85 + r448
+    r81 = k.where(r44, r448, r81)
+    r342 = 3.0 * x6 * x4 * r22 * r5 * r25 * r342 * r20
+    r81 = k.where(r86, r342, r81)
     r81 = k.where(r101, 0.0, r81)
     r101 = r92 * r81
-    r92 = x28 * r92
-    r341 = k.recip(x33)
-    r86 = x34 * r144 * r341
+    r92 = x29 * r92
+    r342 = k.recip(x34)
+    r86 = x35 * r144 * r342
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r14
-    r447 = 8e-12 * x12
-    r44 = 1.6e-11 * x36 * x12
+    r448 = 8e-12 * x12
+    r44 = 1.6e-11 * x37 * x12
     r85 = 8e-12 * x15 * r12
-    r353 = 2.4e-11 * x15 * x12 * x5
-    r449 = r447 + r44 + r85 + r353
-    r470 = 4e-12 * x12
-    r455 = 8e-12 * x36 * x12
-    r448 = 4e-12 * x15 * r12
+    r354 = 2.4e-11 * x15 * x12 * x5
+    r450 = r448 + r44 + r85 + r354
+    r471 = 4e-12 * x12
+    r456 = 8e-12 * x37 * x12
+    r449 = 4e-12 * x15 * r12
     r156 = 1.2e-11 * x15 * x12 * x5
-    r156 = r470 + r455 + r448 + r156
+    r156 = r471 + r456 + r449 + r156
     r156 = r22 > r156
-    r448 = -8e-12 * x12
-    r455 = -1.6e-11 * x36 * x12
+    r449 = -8e-12 * x12
+    r456 = -1.6e-11 * x37 * x12
     r12 = -8e-12 * x15 * r12
-    r470 = -2.4e-11 * x15 * x12 * x5
-    r598 = k.sqrt(2.0)
-    r599 = k.sqrt(x3)
-    r599 = k.recip(r599)
-    r601 = k.sqrt(x2)
-    r601 = k.recip(r601)
-    r603 = k.sqrt(x13)
-    r603 = k.recip(r603)
-    r605 = k.sqrt(x22)
-    r605 = k.recip(r605)
-    r607 = k.sqrt(x35)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(r449)
-    r610 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r449
-    r611 = k.sqrt(x3)
-    r612 = k.sqrt(x2)
-    r613 = k.sqrt(x13)
-    r614 = k.sqrt(x22)
-    r615 = k.sqrt(x35)
-    r615 = 0.16666666666666666 * r598 * r611 * r612 * r613 * r614 * r615 * r609
-    r615 = 1.0 + r610 + r615
-    r615 = r598 * r599 * r601 * r603 * r605 * r607 * r609 * r615
-    r615 = r448 + r455 + r12 + r470 + r615
-    r470 = k.where(r156, r615, r22)
-    r353 = r447 + r44 + r85 + r353 + r470
-    r353 = x3 * x2 * x13 * x22 * x35 * r353
-    r353 = k.exp(r353)
-    r353 = -1.0 + r353
-    r85 = k.recip(r353)
-    r44 = x24 + x1
-    r447 = -1.0 * x3 * x2 * x13 * x22 * x35 * r44
-    r447 = k.exp(r447)
-    r447 = x3 * x2 * x13 * x22 * x35 * r85 * r470 * r447
-    r85 = x3 * x2 * x13 * x22 * x35
-    r615 = k.recip(r615)
-    r85 = k.where(r156, r615, r85)
-    r44 = x3 * x2 * x13 * x22 * x35 * r44
+    r471 = -2.4e-11 * x15 * x12 * x5
+    r599 = k.sqrt(2.0)
+    r600 = k.sqrt(x3)
+    r600 = k.recip(r600)
+    r602 = k.sqrt(x2)
+    r602 = k.recip(r602)
+    r604 = k.sqrt(x13)
+    r604 = k.recip(r604)
+    r606 = k.sqrt(x23)
+    r606 = k.recip(r606)
+    r608 = k.sqrt(x36)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(r450)
+    r611 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r450
+    r612 = k.sqrt(x3)
+    r613 = k.sqrt(x2)
+    r614 = k.sqrt(x13)
+    r615 = k.sqrt(x23)
+    r616 = k.sqrt(x36)
+    r616 = 0.16666666666666666 * r599 * r612 * r613 * r614 * r615 * r616 * r610
+    r616 = 1.0 + r611 + r616
+    r616 = r599 * r600 * r602 * r604 * r606 * r608 * r610 * r616
+    r616 = r449 + r456 + r12 + r471 + r616
+    r471 = k.where(r156, r616, r22)
+    r354 = r448 + r44 + r85 + r354 + r471
+    r354 = x3 * x2 * x13 * x23 * x36 * r354
+    r354 = k.exp(r354)
+    r354 = -1.0 + r354
+    r85 = k.recip(r354)
+    r44 = x25 + x1
+    r448 = -1.0 * x3 * x2 * x13 * x23 * x36 * r44
+    r448 = k.exp(r448)
+    r448 = x3 * x2 * x13 * x23 * x36 * r85 * r471 * r448
+    r85 = x3 * x2 * x13 * x23 * x36
+    r616 = k.recip(r616)
+    r85 = k.where(r156, r616, r85)
+    r44 = x3 * x2 * x13 * x23 * x36 * r44
     r44 = k.exp(r44)
-    r5 = x34 * r144 * r4 * r25 * r5 * r15 * r341 * r14 * r353 * r21 * r85 * r44
-    r44 = x34 * r144 * r341 * r353 * r21 * r85 * r44
-    r59 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r15 * r14 * r452 * r59
+    r5 = x35 * r144 * r4 * r25 * r5 * r15 * r342 * r14 * r354 * r21 * r85 * r44
+    r44 = x35 * r144 * r342 * r354 * r21 * r85 * r44
+    r59 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r14 * r453 * r59
     r59 = k.where(r93, 0.0, r59)
-    r93 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r14 * r158
-    r158 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r14 * r57 * r158
+    r93 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r14 * r158
+    r158 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r14 * r57 * r158
     r158 = r93 + r158
-    r158 = k.where(r464, 0.0, r158)
-    r123 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r15 * r14 * r123
+    r158 = k.where(r465, 0.0, r158)
+    r123 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r14 * r123
     r123 = k.where(r30, 0.0, r123)
-    r84 = r84 < x22
-    r30 = x32 != 2.0
+    r84 = r84 < x23
+    r30 = x33 != 2.0
     r88 = k.and_(r88, r30)
     r88 = k.not_(r88)
     r88 = k.or_(r84, r88)
-    r14 = x32 != 1.0
+    r14 = x33 != 1.0
     r87 = k.and_(r14, r30, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r84, r87)
     r87 = k.and_(r88, r87)
-    r88 = x22 >= 2.0
-    r84 = x32 != 3.0
-    r30 = x32 != 4.0
+    r88 = x23 >= 2.0
+    r84 = x33 != 3.0
+    r30 = x33 != 4.0
     r96 = k.not_(r96)
     r96 = k.and_(r84, r30, r96)
     r96 = k.not_(r96)
     r96 = k.or_(r88, r96)
-    r88 = x21 * x3 * x2 * x22 * x35 * r21
-    r30 = r80 <= r88
+    r88 = x22 * x3 * x2 * x23 * x36 * r21
+    r30 = r32 <= r88
     r88 = r145 <= r88
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r29, r34, r142, r108, r104, r121, 0.0, r105, r8, r60, r126, r117, r112, r31, r32, r80, r80, r145, r147, r43, r338, r155, r94, r21, r10, r46, r53, r33, r101, r92, 0.0, r86, r22, r449, r470, r447, r5, r44, r36, r9, r346, r67, r59, r47, r47, r158, r446, r446, r81, r459, r349, r123, r58, r50, 0.0, 0.0, r45, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, r96, r96, r30, r88, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r29, r34, r142, r108, r104, r121, 0.0, r105, r8, r60, r126, r117, r112, r31, r80, r32, r32, r145, r147, r43, r339, r155, r94, r21, r10, r46, r53, r33, r101, r92, 0.0, r86, r22, r450, r471, r448, r5, r44, r36, r9, r347, r67, r59, r47, r47, r158, r447, r447, r81, r460, r350, r123, r58, r50, 0.0, 0.0, r45, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, r96, r96, r30, r88, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1346,9 +1347,9 @@ def search(x, k):
     return (r5, r1, r51)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (42, 47, 48, 49, 50), (40, 47, 48, 49, 50), (41, 47, 48, 49, 50), (), (31, 33, 34, 39), (44, 47, 48, 49, 50), (), (), (31, 33, 34, 39), (), (38,), (38,), (39,), (31, 33, 34, 39, 40, 41, 42, 44, 47, 48, 49, 50), (31, 33, 34, 39, 40, 41, 42, 44, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (43, 47, 48, 49, 50), (43, 47, 48, 49, 50, 76, 77), (43, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 35), (13, 36), (13, 37), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 35), (17, 36), (17, 37), (17, 68), (17, 69), (17, 70), (17, 71), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 35), (23, 36), (23, 37), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (), (43, 48, 49, 50, 51), (41, 48, 49, 50, 51), (42, 48, 49, 50, 51), (), (31, 33, 34, 40), (45, 48, 49, 50, 51), (), (), (31, 33, 34, 40), (), (39,), (39,), (40,), (31, 33, 34, 40, 41, 42, 43, 45, 48, 49, 50, 51), (31, 33, 34, 38, 40, 41, 42, 43, 45, 48, 49, 50, 51), (30, 48, 49, 50, 51), (30, 48, 49, 50, 51), (15, 48, 49, 50, 51), (18,), (14, 15, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (29,), (78,), (44, 48, 49, 50, 51), (44, 48, 49, 50, 51, 77, 78), (44, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 32), (13, 35), (13, 36), (13, 37), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 40), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 35), (17, 36), (17, 37), (17, 69), (17, 70), (17, 71), (17, 72), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 46), (22, 47), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 35), (23, 36), (23, 37), (23, 46), (23, 47), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

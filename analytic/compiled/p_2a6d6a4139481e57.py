@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,68 +50,68 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x34 * r31 * r25 * r39
-    r38 = x24 == 2.0
-    r37 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r39 = x20 * x35 * r31 * r25 * r39
+    r38 = x25 == 2.0
+    r37 = 2.0 * x20 * x12 * x35 * r31 * r25
     r37 = k.where(r38, r37, r39)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r34)
     r36 = r36 * r35
-    r49 = x33 == 4.0
-    r50 = 2.0 * x23
+    r49 = x34 == 4.0
+    r50 = 2.0 * x24
     r51 = -1.0 + r50
     r51 = k.min(r51, r6)
     r51 = r51 * r35
     r54 = k.where(r49, r51, r36)
-    r55 = x33 == 0.0
-    r56 = x33 == 3.0
+    r55 = x34 == 0.0
+    r56 = x34 == 3.0
     r57 = k.or_(r55, r56)
-    r58 = k.min(x23, r6)
+    r58 = k.min(x24, r6)
     r58 = r58 * r35
     r54 = k.where(r57, r58, r54)
-    r58 = x33 == 1.0
-    r62 = k.recip(x38)
-    r63 = x6 * x38 * r4 * r5
-    r64 = -1.0 + x38
-    r64 = x23 * r64
+    r58 = x34 == 1.0
+    r62 = k.recip(x39)
+    r63 = x6 * x39 * r4 * r5
+    r64 = -1.0 + x39
+    r64 = x24 * r64
     r66 = -1.0 + r50 + r64
     r66 = k.min(r63, r66)
     r66 = r62 * r66 * r35
     r54 = k.where(r58, r66, r54)
-    r66 = x33 == 2.0
+    r66 = x34 == 2.0
     r71 = x6 * r4 * r5 * r35
     r54 = k.where(r66, r71, r54)
     r54 = r37 * r54
     r74 = r9 * r35
     r75 = r13 * r35
-    r76 = x23 == 1.0
+    r76 = x24 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
     r78 = 2.0 * x12 * r77
     r78 = r12 + r16 + r74 + r75 + r78
     r78 = r25 * r78
     r16 = r12 + r16
     r77 = r16 * r77
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r77 + r74 + r75 + r12
     r12 = r25 * r12
     r77 = r12 + r78
     r78 = k.where(r27, r77, r78)
     r8 = 2.0 * r78
-    r91 = x39 >= 2.0
+    r91 = x40 >= 2.0
     r92 = 2.0 * r4 * r31 * r78
     r93 = k.where(r91, r92, r8)
-    r94 = x39 >= 3.0
+    r94 = x40 >= 3.0
     r8 = k.where(r94, r92, r8)
     r92 = 12.0 * r78
     r97 = 12.0 * r4 * r31 * r78
     r92 = k.where(r28, r97, r92)
     r97 = k.where(r38, r39, 0.0)
     r100 = k.or_(r27, r76)
-    r101 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r102 = x37 * x20 * x16 * x34 * r31 * r25
+    r101 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r102 = x38 * x20 * x16 * x35 * r31 * r25
     r101 = r101 + r102
     r101 = k.max(r101, r97)
     r100 = k.where(r100, r101, r97)
@@ -120,16 +120,16 @@ def quantities(x, k):
     r106 = k.where(r27, r107, r106)
     r107 = 3.0 * x4 * r106 * r78
     r107 = k.where(r94, r107, 0.0)
-    r111 = x23 > 1.0
+    r111 = x24 > 1.0
     r111 = k.and_(r94, r111)
     r78 = 2.0 * x4 * r78
     r107 = k.where(r111, r78, r107)
     r78 = r54 + r93 + r8 + r92 + r100 + r107
     r116 = k.where(r49, r51, r36)
-    r117 = -1.0 + x23
+    r117 = -1.0 + x24
     r118 = k.min(1.0, r117)
     r119 = -1.0 * r118
-    r119 = x23 + r119
+    r119 = x24 + r119
     r121 = k.min(r6, r119)
     r121 = r121 * r35
     r116 = k.where(r57, r121, r116)
@@ -144,25 +144,25 @@ def quantities(x, k):
     r50 = k.where(r50, 1.0, 0.0)
     r50 = r16 * r50
     r121 = 1.0 + r118
-    r121 = x23 == r121
+    r121 = x24 == r121
     r136 = k.where(r121, 1.0, 0.0)
     r136 = 2.0 * x12 * r136
     r138 = r118 != 0.0
     r138 = k.and_(r138, r121)
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x37 * x12 * r138
+    r138 = x38 * x12 * r138
     r138 = r50 + r74 + r75 + r136 + r138
     r138 = r25 * r138
     r136 = r119 == 1.0
     r136 = k.where(r136, 1.0, 0.0)
     r136 = r16 * r136
-    r16 = x23 == r119
+    r16 = x24 == r119
     r50 = k.where(r16, 1.0, 0.0)
     r50 = 2.0 * x12 * r50
     r119 = r119 != 1.0
     r119 = k.and_(r16, r119)
     r119 = k.where(r119, 1.0, 0.0)
-    r119 = x37 * x12 * r119
+    r119 = x38 * x12 * r119
     r119 = r136 + r74 + r75 + r50 + r119
     r119 = r25 * r119
     r119 = r119 + r138
@@ -238,382 +238,383 @@ def quantities(x, k):
     r116 = k.where(r116, 0.0, 0.0)
     r36 = r78 == r36
     r116 = k.where(r36, 0.0, r116)
-    r36 = x37 * x20 * x4 * x34 * r31 * r25
-    r54 = x37 * x20 * x4 * x34 * r31
+    r36 = x38 * x20 * x4 * x35 * r31 * r25
+    r54 = x38 * x20 * x4 * x35 * r31
     r107 = k.max(r78, r138, r12)
     r92 = r138 == r107
     r12 = k.where(r92, r138, r12)
     r107 = r78 == r107
     r12 = k.where(r107, r78, r12)
-    r78 = -1.0 * r12
-    r78 = x8 + r78
-    r107 = 6.0 * x6 * x34 * r15
+    r78 = -1.0 * x21
+    r107 = -1.0 * r12
+    r107 = x8 + r78 + r107
+    r78 = 6.0 * x6 * x35 * r15
     r138 = 12.0 * x12
     r92 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r93 = 6.0 * x37 * x12
+    r93 = 6.0 * x38 * x12
     r50 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r138 + r92 + r16 + r93 + r50 + r8
-    r50 = x6 * x34 * r8
+    r50 = x6 * x35 * r8
     r93 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r92 = 0.16666666666666666 * x34 * r16
+    r92 = 0.16666666666666666 * x35 * r16
     r75 = k.recip(x15)
-    r16 = 0.0625 * x37 * r75 * r16
+    r16 = 0.0625 * x38 * r75 * r16
     r16 = 1.0 + r92 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r93 * r16
-    r93 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r93 * r16
+    r93 = k.pow(x35, 2.0)
     r92 = 2.0 * x6 * x15 * x11 * x10 * r93
-    r111 = x24 == 1.0
+    r111 = x25 == 1.0
     r93 = 4.0 * x6 * x15 * x11 * x10 * r93
     r93 = k.where(r111, r93, 0.0)
-    r119 = 0.3333333333333333 * x6 * x34 * r8
+    r119 = 0.3333333333333333 * x6 * x35 * r8
     r93 = k.where(r38, r119, r93)
     r93 = r50 + r92 + r93
     r92 = k.where(r38, 1.0, 0.0)
     r92 = 1.0 + r92
     r119 = k.recip(x9)
     r35 = k.recip(x19)
-    r63 = x37 * x12 * r25
-    r64 = x20 * x12 * x34 * r31
-    r51 = x37 * x20 * x34 * r31 * r25
+    r63 = x38 * x12 * r25
+    r64 = x20 * x12 * x35 * r31
+    r51 = x38 * x20 * x35 * r31 * r25
     r51 = r63 + r64 + r51
     r63 = 2.0 * r119 * r35 * r51
-    r121 = k.recip(x22)
+    r121 = k.recip(x23)
     r74 = k.recip(x17)
-    r136 = 2.0 * x37 * x20 * x12 * x34 * r121 * r31 * r74 * r25
+    r136 = 2.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
     r136 = r63 + r136
     r136 = r92 * r136
     r51 = 4.0 * r119 * r35 * r51
-    r63 = 4.0 * x37 * x20 * x12 * x34 * r121 * r31 * r74 * r25
+    r63 = 4.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
     r63 = r136 + r51 + r63
     r63 = r11 * r63
     r51 = x11 * x10 * x12 * r25
-    r136 = x11 * x20 * x10 * x34 * r31 * r25
+    r136 = x11 * x20 * x10 * x35 * r31 * r25
     r136 = r51 + r64 + r136
     r51 = 2.0 * r119 * r35 * r136
-    r284 = 2.0 * x11 * x20 * x10 * x12 * x34 * r121 * r31 * r74 * r25
-    r284 = r51 + r284
-    r284 = r92 * r284
+    r285 = 2.0 * x11 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25
+    r285 = r51 + r285
+    r285 = r92 * r285
     r51 = x10 * x12 * r25 * r14
-    r288 = x20 * x10 * x34 * r31 * r25 * r14
-    r288 = r64 + r51 + r288
-    r51 = 2.0 * r119 * r35 * r288
-    r291 = 2.0 * x20 * x10 * x12 * x34 * r121 * r31 * r74 * r25 * r14
-    r291 = r51 + r291
-    r291 = r92 * r291
+    r289 = x20 * x10 * x35 * r31 * r25 * r14
+    r289 = r64 + r51 + r289
+    r51 = 2.0 * r119 * r35 * r289
+    r292 = 2.0 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25 * r14
+    r292 = r51 + r292
+    r292 = r92 * r292
     r51 = x12 * x5 * r25
-    r295 = x20 * x5 * x34 * r31 * r25
-    r295 = r51 + r64 + r295
-    r64 = 2.0 * r119 * r35 * r295
-    r51 = 2.0 * x20 * x12 * x5 * x34 * r121 * r31 * r74 * r25
+    r296 = x20 * x5 * x35 * r31 * r25
+    r296 = r51 + r64 + r296
+    r64 = 2.0 * r119 * r35 * r296
+    r51 = 2.0 * x20 * x12 * x5 * x35 * r121 * r31 * r74 * r25
     r51 = r64 + r51
     r51 = 2.0 * r92 * r51
     r136 = 4.0 * r119 * r35 * r136
-    r288 = 4.0 * r119 * r35 * r288
-    r295 = 8.0 * r119 * r35 * r295
-    r64 = 8.0 * x20 * x12 * x5 * x34 * r121 * r31 * r74 * r25
-    r305 = 4.0 * x11 * x20 * x10 * x12 * x34 * r121 * r31 * r74 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r121 * r31 * r74 * r25 * r14
-    r14 = r284 + r291 + r51 + r136 + r288 + r295 + r64 + r305 + r14
+    r289 = 4.0 * r119 * r35 * r289
+    r296 = 8.0 * r119 * r35 * r296
+    r64 = 8.0 * x20 * x12 * x5 * x35 * r121 * r31 * r74 * r25
+    r306 = 4.0 * x11 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25 * r14
+    r14 = r285 + r292 + r51 + r136 + r289 + r296 + r64 + r306 + r14
     r14 = x15 * r11 * r14
     r14 = r63 + r14
     r63 = x6 * r4 * r5 * r14
-    r305 = 3.0 * x5
+    r306 = 3.0 * x5
     r64 = 2.0 * x5 * r92
-    r64 = r305 + r64
-    r64 = x20 * x34 * r31 * r25 * r64
-    r305 = 10.0 * x12 * r92
-    r305 = r138 + r305
-    r305 = x20 * x34 * r31 * r25 * r305
-    r305 = r64 + r305
-    r305 = x15 * r11 * r305
-    r64 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r64 = r305 + r64
-    r305 = x6 * x4 * r119 * r4 * r5 * r35 * r64
+    r64 = r306 + r64
+    r64 = x20 * x35 * r31 * r25 * r64
+    r306 = 10.0 * x12 * r92
+    r306 = r138 + r306
+    r306 = x20 * x35 * r31 * r25 * r306
+    r306 = r64 + r306
+    r306 = x15 * r11 * r306
+    r64 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r64 = r306 + r64
+    r306 = x6 * x4 * r119 * r4 * r5 * r35 * r64
     r138 = k.recip(x0)
-    r295 = x11 * x10 * x34
+    r296 = x11 * x10 * x35
     r111 = k.or_(r111, r38)
     r111 = k.where(r111, 1.0, 0.0)
     r111 = 3.0 + r111
-    r111 = 2.0 * x11 * x10 * x34 * r111
-    r111 = r295 + r111
-    r295 = x6 * x15 * x34 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r288 = r63 + r305 + r295
-    r136 = k.recip(r288)
+    r111 = 2.0 * x11 * x10 * x35 * r111
+    r111 = r296 + r111
+    r296 = x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r289 = r63 + r306 + r296
+    r136 = k.recip(r289)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r51 = k.recip(x6)
-    r291 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r288
-    r284 = 0.6666666666666666 * x3 * x20 * x23 * r51 * r288
+    r292 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r289
+    r285 = 0.6666666666666666 * x3 * x20 * x24 * r51 * r289
     r64 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r64
-    r111 = -1.0 * x6 * x15 * x34 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r284 = r14 + r291 + r284 + r64 + r111
-    r284 = k.max(0.0, r284)
-    r291 = 0.5 * x23
-    r291 = -1.0 + r291
-    r291 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r291 * r288
-    r291 = k.where(r49, 0.0, r291)
-    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r117 * r288
-    r291 = k.where(r56, r49, r291)
+    r111 = -1.0 * x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r285 = r14 + r292 + r285 + r64 + r111
+    r285 = k.max(0.0, r285)
+    r292 = 0.5 * x24
+    r292 = -1.0 + r292
+    r292 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r292 * r289
+    r292 = k.where(r49, 0.0, r292)
+    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r117 * r289
+    r292 = k.where(r56, r49, r292)
     r66 = k.or_(r55, r58, r66)
-    r117 = x3 * x20 * r51 * r62 * r117 * r288
-    r291 = k.where(r66, r117, r291)
-    r291 = k.max(r284, r291)
-    r136 = r136 * r291
+    r117 = x3 * x20 * r51 * r62 * r117 * r289
+    r292 = k.where(r66, r117, r292)
+    r292 = k.max(r285, r292)
+    r136 = r136 * r292
     r35 = 28.0 * r119 * r35 * r32
-    r119 = r35 + r63 + r305 + r295
-    r284 = -1.0 * x21
-    r284 = 1.0 + r284
-    r117 = x23 * x38
+    r119 = r35 + r63 + r306 + r296
+    r285 = -1.0 * x22
+    r285 = 1.0 + r285
+    r117 = x24 * x39
     r117 = -1.0 + r117
-    r62 = k.recip(x26)
-    r55 = k.recip(x27)
-    r49 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25
-    r49 = x28 + r49
-    r56 = 2.0 * x3 * x2 * x36
-    r56 = x30 >= r56
-    r138 = k.recip(x29)
-    r74 = k.recip(x31)
-    r366 = x20 * x4 * x12 * x34 * r138 * r31 * r74 * r25
-    r366 = x32 + r366
-    r49 = k.where(r56, r366, r49)
+    r62 = k.recip(x27)
+    r55 = k.recip(x28)
+    r49 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25
+    r49 = x29 + r49
+    r56 = 2.0 * x3 * x2 * x37
+    r56 = x31 >= r56
+    r138 = k.recip(x30)
+    r74 = k.recip(x32)
+    r367 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25
+    r367 = x33 + r367
+    r49 = k.where(r56, r367, r49)
     r49 = 2.0 * x6 * r4 * r5 * r11 * r117 * r49
     r49 = k.where(r76, 0.0, r49)
-    r284 = r284 * r49
-    r366 = x3 * x20 * r51 * r288
-    r56 = x23 <= 1.0
+    r285 = r285 * r49
+    r367 = x3 * x20 * r51 * r289
+    r56 = x24 <= 1.0
     r91 = k.and_(r91, r56)
-    r366 = k.where(r91, r288, r366)
-    r366 = -1.0 * x21 * r366
-    r288 = x3 * x2
-    r378 = -1.0 + r288
-    r379 = k.recip(r378)
-    r380 = 2.0 * x3 * x2
-    r380 = -2.0 + r380
-    r382 = x30 * r25
-    r383 = k.gcd(r288, r382)
-    r384 = k.recip(r383)
-    r385 = x3 * x2 * r384
-    r385 = -1.0 + r385
-    r385 = x28 * r385
-    r388 = -1.0 * x3 * x2 * r384
-    r388 = r288 + r388
-    r388 = x32 * r388
-    r391 = r385 + r388
-    r391 = r379 * r380 * r391
-    r379 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r384 * r380 * r26
-    r383 = -1.0 + r383
-    r395 = x4 * x23 * r138 * r75 * r4 * r31 * r74 * r384 * r383 * r380 * r26
-    r395 = k.max(r379, r395)
-    r395 = r391 + r395
-    r391 = x30 <= x36
-    r379 = x28 * r380
-    r400 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r380 * r26
-    r400 = r379 + r400
-    r395 = k.where(r391, r400, r395)
-    r400 = x3 * x2 * x36
-    r400 = x30 >= r400
-    r379 = x32 * r380
-    r406 = x4 * x23 * r138 * r75 * r4 * r31 * r74 * r380 * r26
-    r406 = r379 + r406
-    r395 = k.where(r400, r406, r395)
-    r395 = x15 * r11 * r395
-    r406 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r384 * r378 * r26
-    r383 = x4 * x23 * r138 * r75 * r4 * r31 * r74 * r384 * r378 * r383 * r26
-    r383 = k.max(r406, r383)
-    r383 = r385 + r388 + r383
-    r388 = x28 * r378
-    r385 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r378 * r26
-    r385 = r388 + r385
-    r383 = k.where(r391, r385, r383)
-    r385 = x32 * r378
-    r75 = x4 * x23 * r138 * r75 * r4 * r31 * r74 * r378 * r26
-    r75 = r385 + r75
-    r383 = k.where(r400, r75, r383)
-    r75 = 2.0 * x15 * r11 * r383
-    r395 = k.where(r28, r75, r395)
-    r75 = x15 * r11 * r383
-    r400 = x6 * x15 * r4 * r5 * r11 * r383
-    r400 = r75 + r400
-    r395 = k.where(r91, r400, r395)
+    r367 = k.where(r91, r289, r367)
+    r367 = -1.0 * x22 * r367
+    r289 = x3 * x2
+    r379 = -1.0 + r289
+    r380 = k.recip(r379)
+    r381 = 2.0 * x3 * x2
+    r381 = -2.0 + r381
+    r383 = x31 * r25
+    r384 = k.gcd(r289, r383)
+    r385 = k.recip(r384)
+    r386 = x3 * x2 * r385
+    r386 = -1.0 + r386
+    r386 = x29 * r386
+    r389 = -1.0 * x3 * x2 * r385
+    r389 = r289 + r389
+    r389 = x33 * r389
+    r392 = r386 + r389
+    r392 = r380 * r381 * r392
+    r380 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r385 * r381 * r26
+    r384 = -1.0 + r384
+    r396 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r385 * r384 * r381 * r26
+    r396 = k.max(r380, r396)
+    r396 = r392 + r396
+    r392 = x31 <= x37
+    r380 = x29 * r381
+    r401 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r381 * r26
+    r401 = r380 + r401
+    r396 = k.where(r392, r401, r396)
+    r401 = x3 * x2 * x37
+    r401 = x31 >= r401
+    r380 = x33 * r381
+    r407 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r381 * r26
+    r407 = r380 + r407
+    r396 = k.where(r401, r407, r396)
+    r396 = x15 * r11 * r396
+    r407 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r385 * r379 * r26
+    r384 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r385 * r379 * r384 * r26
+    r384 = k.max(r407, r384)
+    r384 = r386 + r389 + r384
+    r389 = x29 * r379
+    r386 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r379 * r26
+    r386 = r389 + r386
+    r384 = k.where(r392, r386, r384)
+    r386 = x33 * r379
+    r75 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r379 * r26
+    r75 = r386 + r75
+    r384 = k.where(r401, r75, r384)
+    r75 = 2.0 * x15 * r11 * r384
+    r396 = k.where(r28, r75, r396)
+    r75 = x15 * r11 * r384
+    r401 = x6 * x15 * r4 * r5 * r11 * r384
+    r401 = r75 + r401
+    r396 = k.where(r91, r401, r396)
     r56 = k.and_(r94, r56)
-    r383 = 3.0 * x6 * x15 * r4 * r5 * r11 * r383
-    r395 = k.where(r56, r383, r395)
-    r288 = r288 == 1.0
-    r395 = k.where(r288, 0.0, r395)
-    r366 = r366 + r395
-    r366 = k.max(0.0, r366)
-    r382 = k.gcd(x2, r382)
-    r383 = k.recip(r382)
-    r94 = x2 * r383
+    r384 = 3.0 * x6 * x15 * r4 * r5 * r11 * r384
+    r396 = k.where(r56, r384, r396)
+    r289 = r289 == 1.0
+    r396 = k.where(r289, 0.0, r396)
+    r367 = r367 + r396
+    r367 = k.max(0.0, r367)
+    r383 = k.gcd(x2, r383)
+    r384 = k.recip(r383)
+    r94 = x2 * r384
     r94 = -1.0 + r94
-    r94 = x28 * r94
-    r400 = -1.0 * x2 * r383
-    r400 = x2 + r400
-    r400 = x32 * r400
+    r94 = x29 * r94
+    r401 = -1.0 * x2 * r384
+    r401 = x2 + r401
+    r401 = x33 * r401
     r75 = -1.0 + x2
-    r385 = 2.0 * x14 * x20 * x10 * x4 * x34 * r62 * r31 * r55 * r25 * r383 * r75
-    r382 = -1.0 + r382
-    r382 = 2.0 * x14 * x20 * x10 * x4 * x34 * r138 * r31 * r74 * r25 * r383 * r75 * r382
-    r382 = k.max(r385, r382)
-    r382 = r94 + r400 + r382
-    r400 = x28 * r75
-    r94 = 2.0 * x14 * x20 * x10 * x4 * x34 * r62 * r31 * r55 * r25 * r75
-    r94 = r400 + r94
-    r382 = k.where(r391, r94, r382)
-    r94 = x2 * x36
-    r94 = x30 >= r94
-    r391 = x32 * r75
-    r400 = 2.0 * x14 * x20 * x10 * x4 * x34 * r138 * r31 * r74 * r25 * r75
-    r400 = r391 + r400
-    r382 = k.where(r94, r400, r382)
-    r400 = x6 * x15 * r4 * r5 * r11 * r382
-    r382 = x6 * x15 * r4 * r5 * r11 * r92 * r382
-    r382 = r400 + r382
-    r400 = x2 == 1.0
-    r382 = k.where(r400, 0.0, r382)
+    r386 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r384 * r75
+    r383 = -1.0 + r383
+    r383 = 2.0 * x14 * x20 * x10 * x4 * x35 * r138 * r31 * r74 * r25 * r384 * r75 * r383
+    r383 = k.max(r386, r383)
+    r383 = r94 + r401 + r383
+    r401 = x29 * r75
+    r94 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r75
+    r94 = r401 + r94
+    r383 = k.where(r392, r94, r383)
+    r94 = x2 * x37
+    r94 = x31 >= r94
+    r392 = x33 * r75
+    r401 = 2.0 * x14 * x20 * x10 * x4 * x35 * r138 * r31 * r74 * r25 * r75
+    r401 = r392 + r401
+    r383 = k.where(r94, r401, r383)
+    r401 = x6 * x15 * r4 * r5 * r11 * r383
+    r383 = x6 * x15 * r4 * r5 * r11 * r92 * r383
+    r383 = r401 + r383
+    r401 = x2 == 1.0
+    r383 = k.where(r401, 0.0, r383)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r94 = k.gcd(x36, x30)
-    r391 = k.recip(r94)
-    r385 = x36 * r391
-    r385 = -1.0 + r385
-    r385 = x28 * r385
-    r383 = -1.0 * x36 * r391
-    r383 = x36 + r383
-    r383 = x32 * r383
-    r388 = -1.0 + x36
-    r406 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25 * r391 * r388
+    r94 = k.gcd(x37, x31)
+    r392 = k.recip(r94)
+    r386 = x37 * r392
+    r386 = -1.0 + r386
+    r386 = x29 * r386
+    r384 = -1.0 * x37 * r392
+    r384 = x37 + r384
+    r384 = x33 * r384
+    r389 = -1.0 + x37
+    r407 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r392 * r389
     r94 = -1.0 + r94
-    r94 = x20 * x4 * x12 * x34 * r138 * r31 * r74 * r25 * r391 * r388 * r94
-    r94 = k.max(r406, r94)
-    r94 = r385 + r383 + r94
-    r383 = x30 <= 1.0
-    r385 = x28 * r388
-    r55 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25 * r388
-    r55 = r385 + r55
-    r94 = k.where(r383, r55, r94)
-    r55 = x30 >= x36
-    r383 = x32 * r388
-    r74 = x20 * x4 * x12 * x34 * r138 * r31 * r74 * r25 * r388
-    r74 = r383 + r74
+    r94 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25 * r392 * r389 * r94
+    r94 = k.max(r407, r94)
+    r94 = r386 + r384 + r94
+    r384 = x31 <= 1.0
+    r386 = x29 * r389
+    r55 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r389
+    r55 = r386 + r55
+    r94 = k.where(r384, r55, r94)
+    r55 = x31 >= x37
+    r384 = x33 * r389
+    r74 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25 * r389
+    r74 = r384 + r74
     r94 = k.where(r55, r74, r94)
     r94 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r94
-    r74 = x36 == 1.0
+    r74 = x37 == 1.0
     r94 = k.where(r74, 0.0, r94)
     r111 = r14 + r64 + r111
     r111 = k.max(0.0, r111)
     r111 = k.where(r27, r111, 0.0)
-    r27 = r284 + r35 + r63 + r305 + r295 + r366 + r291 + r382 + r94 + r111
+    r27 = r285 + r35 + r63 + r306 + r296 + r367 + r292 + r383 + r94 + r111
     r64 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r121 * r4 * r31 * r11 * r25 * r64 * r15
-    r8 = x6 * x34 * r121 * r4 * r31 * r11 * r25 * r64 * r8
-    r64 = x20 * x4 * x12 * x34 * r31
-    r121 = x20 * x4 * x12 * x34 * r62 * r31
-    r380 = x4 * r4 * r31 * r380 * r26
-    r55 = 2.0 * x4 * r4 * r31 * r378 * r26
-    r380 = k.where(r28, r55, r380)
-    r55 = x4 * r4 * r31 * r378 * r26
+    r14 = 6.0 * x6 * x35 * r121 * r4 * r31 * r11 * r25 * r64 * r15
+    r8 = x6 * x35 * r121 * r4 * r31 * r11 * r25 * r64 * r8
+    r64 = x20 * x4 * x12 * x35 * r31
+    r121 = x20 * x4 * x12 * x35 * r62 * r31
+    r381 = x4 * r4 * r31 * r381 * r26
+    r55 = 2.0 * x4 * r4 * r31 * r379 * r26
+    r381 = k.where(r28, r55, r381)
+    r55 = x4 * r4 * r31 * r379 * r26
     r28 = k.pow(x3, -2.0)
-    r383 = x6 * x4 * r28 * r5 * r31 * r378 * r26
-    r383 = r55 + r383
-    r380 = k.where(r91, r383, r380)
-    r378 = 3.0 * x6 * x4 * r28 * r5 * r31 * r378 * r26
-    r380 = k.where(r56, r378, r380)
-    r380 = k.where(r288, 0.0, r380)
-    r288 = r62 * r380
-    r62 = x29 * r62
-    r378 = k.recip(x34)
-    r56 = x35 * r51 * r378
+    r384 = x6 * x4 * r28 * r5 * r31 * r379 * r26
+    r384 = r55 + r384
+    r381 = k.where(r91, r384, r381)
+    r379 = 3.0 * x6 * x4 * r28 * r5 * r31 * r379 * r26
+    r381 = k.where(r56, r379, r381)
+    r381 = k.where(r289, 0.0, r381)
+    r289 = r62 * r381
+    r62 = x30 * r62
+    r379 = k.recip(x35)
+    r56 = x36 * r51 * r379
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r383 = 1.6e-11 * x12
+    r384 = 1.6e-11 * x12
     r91 = 8e-12 * x15 * r9
     r55 = 8e-12 * x15 * r13
-    r138 = 8e-12 * x37 * x12
-    r385 = 8e-12 * x12 * x18
-    r406 = r383 + r91 + r55 + r138 + r385
-    r391 = 8e-12 * x12
-    r384 = 4e-12 * x15 * r9
-    r379 = 4e-12 * x15 * r13
-    r528 = 4e-12 * x37 * x12
-    r529 = 4e-12 * x12 * x18
-    r529 = r391 + r384 + r379 + r528 + r529
-    r529 = r28 > r529
-    r528 = -1.6e-11 * x12
+    r138 = 8e-12 * x38 * x12
+    r386 = 8e-12 * x12 * x18
+    r407 = r384 + r91 + r55 + r138 + r386
+    r392 = 8e-12 * x12
+    r385 = 4e-12 * x15 * r9
+    r380 = 4e-12 * x15 * r13
+    r529 = 4e-12 * x38 * x12
+    r530 = 4e-12 * x12 * x18
+    r530 = r392 + r385 + r380 + r529 + r530
+    r530 = r28 > r530
+    r529 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r379 = -8e-12 * x37 * x12
-    r384 = -8e-12 * x12 * x18
-    r391 = k.sqrt(2.0)
-    r538 = k.sqrt(x3)
-    r538 = k.recip(r538)
-    r540 = k.sqrt(x2)
-    r540 = k.recip(r540)
-    r542 = k.sqrt(x13)
-    r542 = k.recip(r542)
-    r544 = k.sqrt(x23)
-    r544 = k.recip(r544)
-    r546 = k.sqrt(x36)
-    r546 = k.recip(r546)
-    r548 = k.sqrt(r406)
-    r549 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r406
-    r550 = k.sqrt(x3)
-    r551 = k.sqrt(x2)
-    r552 = k.sqrt(x13)
-    r553 = k.sqrt(x23)
-    r554 = k.sqrt(x36)
-    r554 = 0.16666666666666666 * r391 * r550 * r551 * r552 * r553 * r554 * r548
-    r554 = 1.0 + r549 + r554
-    r554 = r391 * r538 * r540 * r542 * r544 * r546 * r548 * r554
-    r554 = r528 + r9 + r13 + r379 + r384 + r554
-    r384 = k.where(r529, r554, r28)
-    r385 = r383 + r91 + r55 + r138 + r385 + r384
-    r385 = x3 * x2 * x13 * x23 * x36 * r385
-    r385 = k.exp(r385)
-    r385 = -1.0 + r385
-    r138 = k.recip(r385)
-    r55 = x25 + x1
-    r91 = -1.0 * x3 * x2 * x13 * x23 * x36 * r55
+    r380 = -8e-12 * x38 * x12
+    r385 = -8e-12 * x12 * x18
+    r392 = k.sqrt(2.0)
+    r539 = k.sqrt(x3)
+    r539 = k.recip(r539)
+    r541 = k.sqrt(x2)
+    r541 = k.recip(r541)
+    r543 = k.sqrt(x13)
+    r543 = k.recip(r543)
+    r545 = k.sqrt(x24)
+    r545 = k.recip(r545)
+    r547 = k.sqrt(x37)
+    r547 = k.recip(r547)
+    r549 = k.sqrt(r407)
+    r550 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r407
+    r551 = k.sqrt(x3)
+    r552 = k.sqrt(x2)
+    r553 = k.sqrt(x13)
+    r554 = k.sqrt(x24)
+    r555 = k.sqrt(x37)
+    r555 = 0.16666666666666666 * r392 * r551 * r552 * r553 * r554 * r555 * r549
+    r555 = 1.0 + r550 + r555
+    r555 = r392 * r539 * r541 * r543 * r545 * r547 * r549 * r555
+    r555 = r529 + r9 + r13 + r380 + r385 + r555
+    r385 = k.where(r530, r555, r28)
+    r386 = r384 + r91 + r55 + r138 + r386 + r385
+    r386 = x3 * x2 * x13 * x24 * x37 * r386
+    r386 = k.exp(r386)
+    r386 = -1.0 + r386
+    r138 = k.recip(r386)
+    r55 = x26 + x1
+    r91 = -1.0 * x3 * x2 * x13 * x24 * x37 * r55
     r91 = k.exp(r91)
-    r91 = x3 * x2 * x13 * x23 * x36 * r138 * r384 * r91
-    r138 = x3 * x2 * x13 * x23 * x36
-    r554 = k.recip(r554)
-    r138 = k.where(r529, r554, r138)
-    r55 = x3 * x2 * x13 * x23 * x36 * r55
+    r91 = x3 * x2 * x13 * x24 * x37 * r138 * r385 * r91
+    r138 = x3 * x2 * x13 * x24 * x37
+    r555 = k.recip(r555)
+    r138 = k.where(r530, r555, r138)
+    r55 = x3 * x2 * x13 * x24 * x37 * r55
     r55 = k.exp(r55)
-    r5 = x35 * r51 * r4 * r31 * r5 * r11 * r378 * r25 * r385 * r27 * r138 * r55
-    r55 = x35 * r51 * r378 * r385 * r27 * r138 * r55
-    r38 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r388 * r38
+    r5 = x36 * r51 * r4 * r31 * r5 * r11 * r379 * r25 * r386 * r27 * r138 * r55
+    r55 = x36 * r51 * r379 * r386 * r27 * r138 * r55
+    r38 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r389 * r38
     r38 = k.where(r74, 0.0, r38)
-    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r75
-    r75 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r92 * r75
+    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r75
+    r75 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r92 * r75
     r75 = r74 + r75
-    r75 = k.where(r400, 0.0, r75)
-    r117 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r117
+    r75 = k.where(r401, 0.0, r75)
+    r117 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r117
     r117 = k.where(r76, 0.0, r117)
-    r118 = r118 < x23
-    r76 = x33 != 2.0
+    r118 = r118 < x24
+    r76 = x34 != 2.0
     r58 = k.and_(r58, r76)
     r58 = k.not_(r58)
     r58 = k.or_(r118, r58)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r57 = k.and_(r25, r76, r57)
     r57 = k.not_(r57)
     r57 = k.or_(r118, r57)
     r57 = k.and_(r58, r57)
-    r58 = x23 >= 2.0
-    r118 = x33 != 3.0
-    r76 = x33 != 4.0
+    r58 = x24 >= 2.0
+    r118 = x34 != 3.0
+    r76 = x34 != 4.0
     r66 = k.not_(r66)
     r66 = k.and_(r118, r76, r66)
     r66 = k.not_(r66)
     r66 = k.or_(r58, r66)
-    r58 = x22 * x3 * x2 * x23 * x36 * r27
-    r76 = r107 <= r58
+    r58 = x23 * x3 * x2 * x24 * x37 * r27
+    r76 = r78 <= r58
     r58 = r50 <= r58
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r78, r107, r107, r50, r16, r93, r136, r119, r291, r27, r14, r8, r64, r121, r288, r62, 0.0, r56, r28, r406, r384, r91, r5, r55, r63, r295, r305, r35, r38, r94, r94, r75, r382, r382, r380, r395, r366, r117, r49, r284, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, r57, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r107, r78, r78, r50, r16, r93, r136, r119, r292, r27, r14, r8, r64, r121, r289, r62, 0.0, r56, r28, r407, r385, r91, r5, r55, r63, r296, r306, r35, r38, r94, r94, r75, r383, r383, r381, r396, r367, r117, r49, r285, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1201,9 +1202,9 @@ def search(x, k):
     return (r88, r35, r47)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (40, 41, 42, 43, 44, 45, 46), (40, 41, 42, 43, 44, 45, 46), (40, 41, 42, 43, 44, 45, 46), (40, 41, 42, 43, 44, 45, 46), (), (36, 40, 41, 42, 43, 44, 45, 46), (34, 40, 41, 42, 43, 44, 45, 46), (35, 40, 41, 42, 43, 44, 45, 46), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 40, 41, 42, 43, 44, 45, 46), (29, 30, 33, 34, 35, 36, 40, 41, 42, 43, 44, 45, 46), (28, 40, 41, 42, 43, 44, 45, 46), (28, 40, 41, 42, 43, 44, 45, 46), (15, 40, 41, 42, 43, 44, 45, 46), (18,), (14, 15, 40, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 40, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 40, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 40, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 40, 41, 42, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (27,), (73,), (37, 40, 41, 42, 43, 44, 45, 46), (37, 40, 41, 42, 43, 44, 45, 46, 72, 73), (37, 40, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 40, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 40, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 40, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 38), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 31), (13, 64), (13, 65), (13, 66), (13, 67), (16, 29), (16, 30), (16, 31), (16, 33), (16, 64), (16, 65), (16, 66), (16, 67), (17, 31), (17, 64), (17, 65), (17, 66), (17, 67), (22, 31), (22, 38), (22, 39), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 31), (23, 38), (23, 39), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 40), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 9), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 40), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 40), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 40), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (35, 41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 30, 32, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (15, 41, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (27,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 31), (13, 65), (13, 66), (13, 67), (13, 68), (16, 29), (16, 30), (16, 31), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 65), (17, 66), (17, 67), (17, 68), (22, 31), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x36)
+    r11 = k.recip(x23)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x37 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x38 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x39 >= 3.0
+    r51 = x40 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -72,45 +72,45 @@ def quantities(x, k):
     r60 = 4.0 * x11 * x10
     r61 = 4.0 * x14 * x10
     r61 = r55 + r58 + r59 + r60 + r61
-    r61 = x19 * x34 * r30 * r16 * r61
-    r60 = x23 == 2.0
-    r59 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r61 = x19 * x35 * r30 * r16 * r61
+    r60 = x24 == 2.0
+    r59 = 2.0 * x19 * x12 * x35 * r30 * r16
     r59 = k.where(r60, r59, r61)
-    r58 = 1.0 + x22
+    r58 = 1.0 + x23
     r58 = k.min(r58, r6)
     r58 = r58 * r34
-    r55 = x33 == 4.0
-    r71 = 2.0 * x22
+    r55 = x34 == 4.0
+    r71 = 2.0 * x23
     r72 = -1.0 + r71
     r72 = k.min(r72, r6)
     r72 = r72 * r34
     r75 = k.where(r55, r72, r58)
-    r76 = x33 == 0.0
-    r77 = x33 == 3.0
+    r76 = x34 == 0.0
+    r77 = x34 == 3.0
     r78 = k.or_(r76, r77)
-    r79 = k.min(x22, r6)
+    r79 = k.min(x23, r6)
     r79 = r79 * r34
     r75 = k.where(r78, r79, r75)
-    r79 = x33 == 1.0
-    r83 = k.recip(x38)
-    r84 = x6 * x38 * r4 * r5
-    r85 = -1.0 + x38
-    r85 = x22 * r85
+    r79 = x34 == 1.0
+    r83 = k.recip(x39)
+    r84 = x6 * x39 * r4 * r5
+    r85 = -1.0 + x39
+    r85 = x23 * r85
     r87 = -1.0 + r71 + r85
     r87 = k.min(r84, r87)
     r87 = r83 * r87 * r34
     r75 = k.where(r79, r87, r75)
-    r87 = x33 == 2.0
+    r87 = x34 == 2.0
     r92 = x6 * r4 * r5 * r34
     r75 = k.where(r87, r92, r75)
     r75 = r59 * r75
     r95 = k.where(r27, 1000000000.0, 0.0)
-    r96 = x39 >= 2.0
+    r96 = x40 >= 2.0
     r8 = k.where(r96, r52, r8)
     r52 = k.where(r60, r61, 0.0)
     r99 = k.or_(r26, r37)
-    r100 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r101 = x37 * x19 * x16 * x34 * r30 * r16
+    r100 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r101 = x38 * x19 * x16 * x35 * r30 * r16
     r100 = r100 + r101
     r100 = k.max(r100, r52)
     r99 = k.where(r99, r100, r52)
@@ -119,7 +119,7 @@ def quantities(x, k):
     r105 = k.where(r26, r106, r105)
     r106 = 3.0 * x4 * r105 * r39
     r106 = k.where(r51, r106, 0.0)
-    r110 = x22 > 1.0
+    r110 = x23 > 1.0
     r110 = k.and_(r51, r110)
     r112 = 2.0 * x4 * r39
     r106 = k.where(r110, r112, r106)
@@ -151,33 +151,33 @@ def quantities(x, k):
     r39 = r112 == r39
     r106 = k.where(r39, r106, 0.0)
     r39 = r53 + r54 + r122 + r99 + r116 + r106
-    r112 = -1.0 + x22
+    r112 = -1.0 + x23
     r8 = k.min(1.0, r112)
     r75 = 1.0 + r8
-    r75 = x22 == r75
+    r75 = x23 == r75
     r128 = k.where(r75, 1.0, 0.0)
     r128 = 2.0 * x12 * r128
     r148 = r8 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x37 * x12 * r148
+    r148 = x38 * x12 * r148
     r151 = r8 != 0.0
     r151 = k.and_(r151, r75)
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x37 * x12 * r151
+    r151 = x38 * x12 * r151
     r151 = r35 + r36 + r128 + r148 + r151
     r151 = r16 * r151
     r148 = -1.0 * r8
-    r148 = x22 + r148
-    r128 = x22 == r148
+    r148 = x23 + r148
+    r128 = x23 == r148
     r160 = k.where(r128, 1.0, 0.0)
     r160 = 2.0 * x12 * r160
     r162 = r148 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x37 * x12 * r162
+    r162 = x38 * x12 * r162
     r165 = r148 != 1.0
     r165 = k.and_(r128, r165)
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x37 * x12 * r165
+    r165 = x38 * x12 * r165
     r165 = r35 + r36 + r160 + r162 + r165
     r165 = r16 * r165
     r165 = r151 + r165
@@ -313,118 +313,119 @@ def quantities(x, k):
     r95 = k.where(r54, r71, r95)
     r106 = r39 == r106
     r95 = k.where(r106, r122, r95)
-    r122 = x37 * x19 * x4 * x34 * r30 * r16
-    r106 = x37 * x19 * x4 * x34 * r30
+    r122 = x38 * x19 * x4 * x35 * r30 * r16
+    r106 = x38 * x19 * x4 * x35 * r30
     r71 = k.max(r39, r151, r12)
     r54 = r151 == r71
     r12 = k.where(r54, r151, r12)
     r71 = r39 == r71
     r12 = k.where(r71, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r71 = 6.0 * x6 * x34 * r15
+    r39 = -1.0 * x20
+    r71 = -1.0 * r12
+    r71 = x8 + r39 + r71
+    r39 = 6.0 * x6 * x35 * r15
     r151 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r128 = 6.0 * x15 * r13
-    r116 = 6.0 * x37 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x34
+    r116 = 6.0 * x38 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x35
     r36 = r151 + r54 + r128 + r116 + r36
-    r116 = x6 * x34 * r36
+    r116 = x6 * x35 * r36
     r128 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x34 * r54
+    r53 = 0.16666666666666666 * x35 * r54
     r162 = k.recip(x15)
-    r54 = 0.0625 * x37 * r162 * r54
+    r54 = 0.0625 * x38 * r162 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x34 * r128 * r54
-    r128 = k.pow(x34, 2.0)
+    r54 = 96.0 * x6 * x15 * x35 * r128 * r54
+    r128 = k.pow(x35, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r128
-    r75 = x23 == 1.0
+    r75 = x24 == 1.0
     r128 = 4.0 * x6 * x15 * x11 * x10 * r128
     r128 = k.where(r75, r128, 0.0)
-    r160 = 0.3333333333333333 * x6 * x34 * r36
+    r160 = 0.3333333333333333 * x6 * x35 * r36
     r128 = k.where(r60, r160, r128)
     r128 = r116 + r53 + r128
     r53 = k.where(r60, 1.0, 0.0)
     r53 = 1.0 + r53
     r160 = k.recip(x9)
     r38 = k.recip(x18)
-    r58 = x37 * x12 * r16
-    r110 = x19 * x12 * x34 * r30
-    r59 = x37 * x19 * x34 * r30 * r16
+    r58 = x38 * x12 * r16
+    r110 = x19 * x12 * x35 * r30
+    r59 = x38 * x19 * x35 * r30 * r16
     r59 = r58 + r110 + r59
     r58 = 2.0 * r160 * r38 * r59
-    r92 = k.recip(x21)
+    r92 = k.recip(x22)
     r34 = k.recip(x17)
-    r84 = 2.0 * x37 * x19 * x12 * x34 * r92 * r30 * r34 * r16
+    r84 = 2.0 * x38 * x19 * x12 * x35 * r92 * r30 * r34 * r16
     r84 = r58 + r84
     r84 = r53 * r84
     r59 = 4.0 * r160 * r38 * r59
-    r58 = 4.0 * x37 * x19 * x12 * x34 * r92 * r30 * r34 * r16
+    r58 = 4.0 * x38 * x19 * x12 * x35 * r92 * r30 * r34 * r16
     r58 = r84 + r59 + r58
     r58 = r11 * r58
     r59 = x11 * x10 * x12 * r16
-    r84 = x11 * x19 * x10 * x34 * r30 * r16
+    r84 = x11 * x19 * x10 * x35 * r30 * r16
     r84 = r59 + r110 + r84
     r59 = 2.0 * r160 * r38 * r84
-    r85 = 2.0 * x11 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16
+    r85 = 2.0 * x11 * x19 * x10 * x12 * x35 * r92 * r30 * r34 * r16
     r85 = r59 + r85
     r85 = r53 * r85
     r59 = x10 * x12 * r16 * r14
-    r72 = x19 * x10 * x34 * r30 * r16 * r14
+    r72 = x19 * x10 * x35 * r30 * r16 * r14
     r72 = r110 + r59 + r72
     r59 = 2.0 * r160 * r38 * r72
-    r148 = 2.0 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16 * r14
+    r148 = 2.0 * x19 * x10 * x12 * x35 * r92 * r30 * r34 * r16 * r14
     r148 = r59 + r148
     r148 = r53 * r148
     r59 = x12 * x5 * r16
-    r369 = x19 * x5 * x34 * r30 * r16
-    r369 = r59 + r110 + r369
-    r110 = 2.0 * r160 * r38 * r369
-    r59 = 2.0 * x19 * x12 * x5 * x34 * r92 * r30 * r34 * r16
+    r370 = x19 * x5 * x35 * r30 * r16
+    r370 = r59 + r110 + r370
+    r110 = 2.0 * r160 * r38 * r370
+    r59 = 2.0 * x19 * x12 * x5 * x35 * r92 * r30 * r34 * r16
     r59 = r110 + r59
     r59 = 2.0 * r53 * r59
     r84 = 4.0 * r160 * r38 * r84
     r72 = 4.0 * r160 * r38 * r72
-    r369 = 8.0 * r160 * r38 * r369
-    r110 = 8.0 * x19 * x12 * x5 * x34 * r92 * r30 * r34 * r16
-    r379 = 4.0 * x11 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16 * r14
-    r14 = r85 + r148 + r59 + r84 + r72 + r369 + r110 + r379 + r14
+    r370 = 8.0 * r160 * r38 * r370
+    r110 = 8.0 * x19 * x12 * x5 * x35 * r92 * r30 * r34 * r16
+    r380 = 4.0 * x11 * x19 * x10 * x12 * x35 * r92 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r92 * r30 * r34 * r16 * r14
+    r14 = r85 + r148 + r59 + r84 + r72 + r370 + r110 + r380 + r14
     r14 = x15 * r11 * r14
     r14 = r58 + r14
     r58 = x6 * r4 * r5 * r14
-    r379 = 3.0 * x5
+    r380 = 3.0 * x5
     r110 = 2.0 * x5 * r53
-    r110 = r379 + r110
-    r110 = x19 * x34 * r30 * r16 * r110
-    r379 = 10.0 * x12 * r53
-    r379 = r151 + r379
-    r379 = x19 * x34 * r30 * r16 * r379
-    r379 = r110 + r379
-    r379 = x15 * r11 * r379
-    r110 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r110 = r379 + r110
-    r379 = x6 * x4 * r160 * r4 * r5 * r38 * r110
+    r110 = r380 + r110
+    r110 = x19 * x35 * r30 * r16 * r110
+    r380 = 10.0 * x12 * r53
+    r380 = r151 + r380
+    r380 = x19 * x35 * r30 * r16 * r380
+    r380 = r110 + r380
+    r380 = x15 * r11 * r380
+    r110 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r110 = r380 + r110
+    r380 = x6 * x4 * r160 * r4 * r5 * r38 * r110
     r151 = k.recip(x0)
-    r369 = x11 * x10 * x34
+    r370 = x11 * x10 * x35
     r75 = k.or_(r75, r60)
     r75 = k.where(r75, 1.0, 0.0)
     r75 = 3.0 + r75
-    r75 = 2.0 * x11 * x10 * x34 * r75
-    r75 = r369 + r75
-    r369 = x6 * x15 * x34 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
-    r72 = r58 + r379 + r369
+    r75 = 2.0 * x11 * x10 * x35 * r75
+    r75 = r370 + r75
+    r370 = x6 * x15 * x35 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r72 = r58 + r380 + r370
     r84 = k.recip(r72)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r59 = k.recip(x6)
     r148 = 0.3333333333333333 * x3 * x19 * r59 * r83 * r72
-    r85 = 0.6666666666666666 * x3 * x19 * x22 * r59 * r72
+    r85 = 0.6666666666666666 * x3 * x19 * x23 * r59 * r72
     r110 = -1.0 * x6 * x4 * r160 * r4 * r5 * r38 * r110
-    r75 = -1.0 * x6 * x15 * x34 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r75 = -1.0 * x6 * x15 * x35 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
     r85 = r14 + r148 + r85 + r110 + r75
     r85 = k.max(0.0, r85)
-    r148 = 0.5 * x22
+    r148 = 0.5 * x23
     r148 = -1.0 + r148
     r148 = 0.6666666666666666 * x3 * x19 * r59 * r83 * r148 * r72
     r148 = k.where(r55, 0.0, r148)
@@ -436,275 +437,275 @@ def quantities(x, k):
     r148 = k.max(r85, r148)
     r84 = r84 * r148
     r38 = 28.0 * r160 * r38 * r31
-    r160 = r38 + r58 + r379 + r369
-    r85 = -1.0 * x20
+    r160 = r38 + r58 + r380 + r370
+    r85 = -1.0 * x21
     r85 = 1.0 + r85
-    r112 = x22 * x38
+    r112 = x23 * x39
     r112 = -1.0 + r112
-    r83 = k.recip(x25)
-    r76 = k.recip(x26)
-    r55 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16
-    r55 = x27 + r55
-    r77 = 2.0 * x3 * x2 * x36
-    r77 = x29 >= r77
-    r151 = k.recip(x28)
-    r34 = k.recip(x30)
-    r440 = k.min(1.0, x32)
-    r440 = k.recip(r440)
-    r440 = x19 * x4 * x12 * x32 * x34 * r151 * r30 * r34 * r16 * r440
-    r440 = x31 + r440
-    r55 = k.where(r77, r440, r55)
+    r83 = k.recip(x26)
+    r76 = k.recip(x27)
+    r55 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16
+    r55 = x28 + r55
+    r77 = 2.0 * x3 * x2 * x37
+    r77 = x30 >= r77
+    r151 = k.recip(x29)
+    r34 = k.recip(x31)
+    r441 = k.min(1.0, x33)
+    r441 = k.recip(r441)
+    r441 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r441
+    r441 = x32 + r441
+    r55 = k.where(r77, r441, r55)
     r55 = 2.0 * x6 * r4 * r5 * r11 * r112 * r55
     r55 = k.where(r37, 0.0, r55)
     r85 = r85 * r55
-    r440 = x3 * x19 * r59 * r72
-    r77 = x22 <= 1.0
+    r441 = x3 * x19 * r59 * r72
+    r77 = x23 <= 1.0
     r96 = k.and_(r96, r77)
-    r440 = k.where(r96, r72, r440)
-    r440 = -1.0 * x20 * r440
+    r441 = k.where(r96, r72, r441)
+    r441 = -1.0 * x21 * r441
     r72 = x3 * x2
-    r454 = -1.0 + r72
-    r455 = k.recip(r454)
-    r456 = 2.0 * x3 * x2
-    r456 = -2.0 + r456
-    r458 = x29 * r16
-    r459 = k.gcd(r72, r458)
-    r460 = k.recip(r459)
-    r461 = x3 * x2 * r460
-    r461 = -1.0 + r461
-    r461 = x27 * r461
-    r464 = -1.0 * x3 * x2 * r460
-    r464 = r72 + r464
-    r464 = x31 * r464
-    r467 = r461 + r464
-    r467 = r455 * r456 * r467
-    r455 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r460 * r456 * r25
-    r459 = -1.0 + r459
-    r471 = k.max(1.0, r459)
-    r471 = k.min(x32, r471)
-    r471 = k.recip(r471)
-    r474 = x4 * x32 * x22 * r151 * r162 * r4 * r30 * r34 * r471 * r460 * r459 * r456 * r25
-    r474 = k.max(r455, r474)
-    r474 = r467 + r474
-    r467 = x29 <= x36
-    r455 = x27 * r456
-    r479 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r456 * r25
-    r479 = r455 + r479
-    r474 = k.where(r467, r479, r474)
-    r479 = x3 * x2 * x36
-    r479 = x29 >= r479
-    r455 = x31 * r456
-    r485 = k.max(1.0, r454)
-    r485 = k.min(x32, r485)
-    r485 = k.recip(r485)
-    r488 = x4 * x32 * x22 * r151 * r162 * r4 * r30 * r34 * r485 * r456 * r25
-    r488 = r455 + r488
-    r474 = k.where(r479, r488, r474)
-    r474 = x15 * r11 * r474
-    r488 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r460 * r454 * r25
-    r459 = x4 * x32 * x22 * r151 * r162 * r4 * r30 * r34 * r471 * r460 * r454 * r459 * r25
-    r459 = k.max(r488, r459)
-    r459 = r461 + r464 + r459
-    r464 = x27 * r454
-    r461 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r454 * r25
-    r461 = r464 + r461
-    r459 = k.where(r467, r461, r459)
-    r461 = x31 * r454
-    r485 = x4 * x32 * x22 * r151 * r162 * r4 * r30 * r34 * r485 * r454 * r25
-    r485 = r461 + r485
-    r459 = k.where(r479, r485, r459)
-    r485 = 2.0 * x15 * r11 * r459
-    r474 = k.where(r27, r485, r474)
-    r485 = x15 * r11 * r459
-    r479 = x6 * x15 * r4 * r5 * r11 * r459
-    r479 = r485 + r479
-    r474 = k.where(r96, r479, r474)
+    r455 = -1.0 + r72
+    r456 = k.recip(r455)
+    r457 = 2.0 * x3 * x2
+    r457 = -2.0 + r457
+    r459 = x30 * r16
+    r460 = k.gcd(r72, r459)
+    r461 = k.recip(r460)
+    r462 = x3 * x2 * r461
+    r462 = -1.0 + r462
+    r462 = x28 * r462
+    r465 = -1.0 * x3 * x2 * r461
+    r465 = r72 + r465
+    r465 = x32 * r465
+    r468 = r462 + r465
+    r468 = r456 * r457 * r468
+    r456 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r461 * r457 * r25
+    r460 = -1.0 + r460
+    r472 = k.max(1.0, r460)
+    r472 = k.min(x33, r472)
+    r472 = k.recip(r472)
+    r475 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r472 * r461 * r460 * r457 * r25
+    r475 = k.max(r456, r475)
+    r475 = r468 + r475
+    r468 = x30 <= x37
+    r456 = x28 * r457
+    r480 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r457 * r25
+    r480 = r456 + r480
+    r475 = k.where(r468, r480, r475)
+    r480 = x3 * x2 * x37
+    r480 = x30 >= r480
+    r456 = x32 * r457
+    r486 = k.max(1.0, r455)
+    r486 = k.min(x33, r486)
+    r486 = k.recip(r486)
+    r489 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r486 * r457 * r25
+    r489 = r456 + r489
+    r475 = k.where(r480, r489, r475)
+    r475 = x15 * r11 * r475
+    r489 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r461 * r455 * r25
+    r460 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r472 * r461 * r455 * r460 * r25
+    r460 = k.max(r489, r460)
+    r460 = r462 + r465 + r460
+    r465 = x28 * r455
+    r462 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r455 * r25
+    r462 = r465 + r462
+    r460 = k.where(r468, r462, r460)
+    r462 = x32 * r455
+    r486 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r486 * r455 * r25
+    r486 = r462 + r486
+    r460 = k.where(r480, r486, r460)
+    r486 = 2.0 * x15 * r11 * r460
+    r475 = k.where(r27, r486, r475)
+    r486 = x15 * r11 * r460
+    r480 = x6 * x15 * r4 * r5 * r11 * r460
+    r480 = r486 + r480
+    r475 = k.where(r96, r480, r475)
     r77 = k.and_(r51, r77)
-    r459 = 3.0 * x6 * x15 * r4 * r5 * r11 * r459
-    r474 = k.where(r77, r459, r474)
+    r460 = 3.0 * x6 * x15 * r4 * r5 * r11 * r460
+    r475 = k.where(r77, r460, r475)
     r72 = r72 == 1.0
-    r474 = k.where(r72, 0.0, r474)
-    r440 = r440 + r474
-    r440 = k.max(0.0, r440)
-    r458 = k.gcd(x2, r458)
-    r459 = k.recip(r458)
-    r51 = x2 * r459
+    r475 = k.where(r72, 0.0, r475)
+    r441 = r441 + r475
+    r441 = k.max(0.0, r441)
+    r459 = k.gcd(x2, r459)
+    r460 = k.recip(r459)
+    r51 = x2 * r460
     r51 = -1.0 + r51
-    r51 = x27 * r51
-    r479 = -1.0 * x2 * r459
-    r479 = x2 + r479
-    r479 = x31 * r479
-    r485 = -1.0 + x2
-    r461 = 2.0 * x14 * x19 * x10 * x4 * x34 * r83 * r30 * r76 * r16 * r459 * r485
-    r458 = -1.0 + r458
-    r162 = k.max(1.0, r458)
-    r162 = k.min(x32, r162)
+    r51 = x28 * r51
+    r480 = -1.0 * x2 * r460
+    r480 = x2 + r480
+    r480 = x32 * r480
+    r486 = -1.0 + x2
+    r462 = 2.0 * x14 * x19 * x10 * x4 * x35 * r83 * r30 * r76 * r16 * r460 * r486
+    r459 = -1.0 + r459
+    r162 = k.max(1.0, r459)
+    r162 = k.min(x33, r162)
     r162 = k.recip(r162)
-    r458 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r151 * r30 * r34 * r16 * r162 * r459 * r485 * r458
-    r458 = k.max(r461, r458)
-    r458 = r51 + r479 + r458
-    r479 = x27 * r485
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x34 * r83 * r30 * r76 * r16 * r485
-    r51 = r479 + r51
-    r458 = k.where(r467, r51, r458)
-    r51 = x2 * x36
-    r51 = x29 >= r51
-    r467 = x31 * r485
-    r479 = k.max(1.0, r485)
-    r479 = k.min(x32, r479)
-    r479 = k.recip(r479)
-    r479 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r151 * r30 * r34 * r16 * r479 * r485
-    r479 = r467 + r479
-    r458 = k.where(r51, r479, r458)
-    r479 = x6 * x15 * r4 * r5 * r11 * r458
-    r458 = x6 * x15 * r4 * r5 * r11 * r53 * r458
-    r458 = r479 + r458
-    r479 = x2 == 1.0
-    r458 = k.where(r479, 0.0, r458)
+    r459 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r151 * r30 * r34 * r16 * r162 * r460 * r486 * r459
+    r459 = k.max(r462, r459)
+    r459 = r51 + r480 + r459
+    r480 = x28 * r486
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x35 * r83 * r30 * r76 * r16 * r486
+    r51 = r480 + r51
+    r459 = k.where(r468, r51, r459)
+    r51 = x2 * x37
+    r51 = x30 >= r51
+    r468 = x32 * r486
+    r480 = k.max(1.0, r486)
+    r480 = k.min(x33, r480)
+    r480 = k.recip(r480)
+    r480 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r151 * r30 * r34 * r16 * r480 * r486
+    r480 = r468 + r480
+    r459 = k.where(r51, r480, r459)
+    r480 = x6 * x15 * r4 * r5 * r11 * r459
+    r459 = x6 * x15 * r4 * r5 * r11 * r53 * r459
+    r459 = r480 + r459
+    r480 = x2 == 1.0
+    r459 = k.where(r480, 0.0, r459)
     r60 = k.where(r60, 2.0, 0.0)
     r60 = 4.0 + r60
-    r51 = k.gcd(x36, x29)
-    r467 = k.recip(r51)
-    r461 = x36 * r467
-    r461 = -1.0 + r461
-    r461 = x27 * r461
-    r459 = -1.0 * x36 * r467
-    r459 = x36 + r459
-    r459 = x31 * r459
-    r162 = -1.0 + x36
-    r464 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16 * r467 * r162
+    r51 = k.gcd(x37, x30)
+    r468 = k.recip(r51)
+    r462 = x37 * r468
+    r462 = -1.0 + r462
+    r462 = x28 * r462
+    r460 = -1.0 * x37 * r468
+    r460 = x37 + r460
+    r460 = x32 * r460
+    r162 = -1.0 + x37
+    r465 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16 * r468 * r162
     r51 = -1.0 + r51
-    r488 = k.max(1.0, r51)
-    r488 = k.min(x32, r488)
-    r488 = k.recip(r488)
-    r51 = x19 * x4 * x12 * x32 * x34 * r151 * r30 * r34 * r16 * r488 * r467 * r162 * r51
-    r51 = k.max(r464, r51)
-    r51 = r461 + r459 + r51
-    r459 = x29 <= 1.0
-    r461 = x27 * r162
-    r76 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16 * r162
-    r76 = r461 + r76
-    r51 = k.where(r459, r76, r51)
-    r76 = x29 >= x36
-    r459 = x31 * r162
-    r461 = k.max(1.0, r162)
-    r461 = k.min(x32, r461)
-    r461 = k.recip(r461)
-    r461 = x19 * x4 * x12 * x32 * x34 * r151 * r30 * r34 * r16 * r461 * r162
-    r461 = r459 + r461
-    r51 = k.where(r76, r461, r51)
+    r489 = k.max(1.0, r51)
+    r489 = k.min(x33, r489)
+    r489 = k.recip(r489)
+    r51 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r489 * r468 * r162 * r51
+    r51 = k.max(r465, r51)
+    r51 = r462 + r460 + r51
+    r460 = x30 <= 1.0
+    r462 = x28 * r162
+    r76 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16 * r162
+    r76 = r462 + r76
+    r51 = k.where(r460, r76, r51)
+    r76 = x30 >= x37
+    r460 = x32 * r162
+    r462 = k.max(1.0, r162)
+    r462 = k.min(x33, r462)
+    r462 = k.recip(r462)
+    r462 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r462 * r162
+    r462 = r460 + r462
+    r51 = k.where(r76, r462, r51)
     r51 = 2.0 * x6 * x15 * r4 * r5 * r11 * r60 * r51
-    r461 = x36 == 1.0
-    r51 = k.where(r461, 0.0, r51)
+    r462 = x37 == 1.0
+    r51 = k.where(r462, 0.0, r51)
     r75 = r14 + r110 + r75
     r75 = k.max(0.0, r75)
     r75 = k.where(r26, r75, 0.0)
-    r26 = r85 + r38 + r58 + r379 + r369 + r440 + r148 + r458 + r51 + r75
+    r26 = r85 + r38 + r58 + r380 + r370 + r441 + r148 + r459 + r51 + r75
     r110 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r92 * r4 * r30 * r11 * r16 * r110 * r15
-    r36 = x6 * x34 * r92 * r4 * r30 * r11 * r16 * r110 * r36
-    r110 = x19 * x4 * x12 * x34 * r30
-    r92 = x19 * x4 * x12 * x34 * r83 * r30
-    r456 = x4 * r4 * r30 * r456 * r25
-    r76 = 2.0 * x4 * r4 * r30 * r454 * r25
-    r456 = k.where(r27, r76, r456)
-    r76 = x4 * r4 * r30 * r454 * r25
+    r14 = 6.0 * x6 * x35 * r92 * r4 * r30 * r11 * r16 * r110 * r15
+    r36 = x6 * x35 * r92 * r4 * r30 * r11 * r16 * r110 * r36
+    r110 = x19 * x4 * x12 * x35 * r30
+    r92 = x19 * x4 * x12 * x35 * r83 * r30
+    r457 = x4 * r4 * r30 * r457 * r25
+    r76 = 2.0 * x4 * r4 * r30 * r455 * r25
+    r457 = k.where(r27, r76, r457)
+    r76 = x4 * r4 * r30 * r455 * r25
     r27 = k.pow(x3, -2.0)
-    r459 = x6 * x4 * r27 * r5 * r30 * r454 * r25
-    r459 = r76 + r459
-    r456 = k.where(r96, r459, r456)
-    r454 = 3.0 * x6 * x4 * r27 * r5 * r30 * r454 * r25
-    r456 = k.where(r77, r454, r456)
-    r456 = k.where(r72, 0.0, r456)
-    r72 = r83 * r456
-    r83 = x28 * r83
-    r454 = k.recip(x34)
-    r77 = x35 * r59 * r454
+    r460 = x6 * x4 * r27 * r5 * r30 * r455 * r25
+    r460 = r76 + r460
+    r457 = k.where(r96, r460, r457)
+    r455 = 3.0 * x6 * x4 * r27 * r5 * r30 * r455 * r25
+    r457 = k.where(r77, r455, r457)
+    r457 = k.where(r72, 0.0, r457)
+    r72 = r83 * r457
+    r83 = x29 * r83
+    r455 = k.recip(x35)
+    r77 = x36 * r59 * r455
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r459 = 1.6e-11 * x12
+    r460 = 1.6e-11 * x12
     r96 = 8e-12 * x15 * r9
     r76 = 8e-12 * x15 * r13
-    r34 = 8e-12 * x37 * x12
-    r151 = r459 + r96 + r76 + r34
-    r464 = 8e-12 * x12
-    r467 = 4e-12 * x15 * r9
-    r488 = 4e-12 * x15 * r13
-    r460 = 4e-12 * x37 * x12
-    r460 = r464 + r467 + r488 + r460
-    r460 = r27 > r460
-    r488 = -1.6e-11 * x12
+    r34 = 8e-12 * x38 * x12
+    r151 = r460 + r96 + r76 + r34
+    r465 = 8e-12 * x12
+    r468 = 4e-12 * x15 * r9
+    r489 = 4e-12 * x15 * r13
+    r461 = 4e-12 * x38 * x12
+    r461 = r465 + r468 + r489 + r461
+    r461 = r27 > r461
+    r489 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r467 = -8e-12 * x37 * x12
-    r464 = k.sqrt(2.0)
-    r471 = k.sqrt(x3)
-    r471 = k.recip(r471)
-    r455 = k.sqrt(x2)
-    r455 = k.recip(r455)
-    r633 = k.sqrt(x13)
-    r633 = k.recip(r633)
-    r635 = k.sqrt(x22)
-    r635 = k.recip(r635)
-    r637 = k.sqrt(x36)
-    r637 = k.recip(r637)
-    r639 = k.sqrt(r151)
-    r640 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r151
-    r641 = k.sqrt(x3)
-    r642 = k.sqrt(x2)
-    r643 = k.sqrt(x13)
-    r644 = k.sqrt(x22)
-    r645 = k.sqrt(x36)
-    r645 = 0.16666666666666666 * r464 * r641 * r642 * r643 * r644 * r645 * r639
-    r645 = 1.0 + r640 + r645
-    r645 = r464 * r471 * r455 * r633 * r635 * r637 * r639 * r645
-    r645 = r488 + r9 + r13 + r467 + r645
-    r467 = k.where(r460, r645, r27)
-    r34 = r459 + r96 + r76 + r34 + r467
-    r34 = x3 * x2 * x13 * x22 * x36 * r34
+    r468 = -8e-12 * x38 * x12
+    r465 = k.sqrt(2.0)
+    r472 = k.sqrt(x3)
+    r472 = k.recip(r472)
+    r456 = k.sqrt(x2)
+    r456 = k.recip(r456)
+    r634 = k.sqrt(x13)
+    r634 = k.recip(r634)
+    r636 = k.sqrt(x23)
+    r636 = k.recip(r636)
+    r638 = k.sqrt(x37)
+    r638 = k.recip(r638)
+    r640 = k.sqrt(r151)
+    r641 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r151
+    r642 = k.sqrt(x3)
+    r643 = k.sqrt(x2)
+    r644 = k.sqrt(x13)
+    r645 = k.sqrt(x23)
+    r646 = k.sqrt(x37)
+    r646 = 0.16666666666666666 * r465 * r642 * r643 * r644 * r645 * r646 * r640
+    r646 = 1.0 + r641 + r646
+    r646 = r465 * r472 * r456 * r634 * r636 * r638 * r640 * r646
+    r646 = r489 + r9 + r13 + r468 + r646
+    r468 = k.where(r461, r646, r27)
+    r34 = r460 + r96 + r76 + r34 + r468
+    r34 = x3 * x2 * x13 * x23 * x37 * r34
     r34 = k.exp(r34)
     r34 = -1.0 + r34
     r76 = k.recip(r34)
-    r96 = x24 + x1
-    r459 = -1.0 * x3 * x2 * x13 * x22 * x36 * r96
-    r459 = k.exp(r459)
-    r459 = x3 * x2 * x13 * x22 * x36 * r76 * r467 * r459
-    r76 = x3 * x2 * x13 * x22 * x36
-    r645 = k.recip(r645)
-    r76 = k.where(r460, r645, r76)
-    r96 = x3 * x2 * x13 * x22 * x36 * r96
+    r96 = x25 + x1
+    r460 = -1.0 * x3 * x2 * x13 * x23 * x37 * r96
+    r460 = k.exp(r460)
+    r460 = x3 * x2 * x13 * x23 * x37 * r76 * r468 * r460
+    r76 = x3 * x2 * x13 * x23 * x37
+    r646 = k.recip(r646)
+    r76 = k.where(r461, r646, r76)
+    r96 = x3 * x2 * x13 * x23 * x37 * r96
     r96 = k.exp(r96)
-    r5 = x35 * r59 * r4 * r30 * r5 * r11 * r454 * r16 * r34 * r26 * r76 * r96
-    r96 = x35 * r59 * r454 * r34 * r26 * r76 * r96
-    r60 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r162 * r60
-    r60 = k.where(r461, 0.0, r60)
-    r461 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r485
-    r485 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r53 * r485
-    r485 = r461 + r485
-    r485 = k.where(r479, 0.0, r485)
-    r112 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r112
+    r5 = x36 * r59 * r4 * r30 * r5 * r11 * r455 * r16 * r34 * r26 * r76 * r96
+    r96 = x36 * r59 * r455 * r34 * r26 * r76 * r96
+    r60 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r162 * r60
+    r60 = k.where(r462, 0.0, r60)
+    r462 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r486
+    r486 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r53 * r486
+    r486 = r462 + r486
+    r486 = k.where(r480, 0.0, r486)
+    r112 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r112
     r112 = k.where(r37, 0.0, r112)
-    r8 = r8 < x22
-    r37 = x33 != 2.0
+    r8 = r8 < x23
+    r37 = x34 != 2.0
     r79 = k.and_(r79, r37)
     r79 = k.not_(r79)
     r79 = k.or_(r8, r79)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r78 = k.and_(r16, r37, r78)
     r78 = k.not_(r78)
     r78 = k.or_(r8, r78)
     r78 = k.and_(r79, r78)
-    r79 = x22 >= 2.0
-    r8 = x33 != 3.0
-    r37 = x33 != 4.0
+    r79 = x23 >= 2.0
+    r8 = x34 != 3.0
+    r37 = x34 != 4.0
     r87 = k.not_(r87)
     r87 = k.and_(r8, r37, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r79, r87)
-    r79 = x21 * x3 * x2 * x22 * x36 * r26
-    r37 = r71 <= r79
+    r79 = x22 * x3 * x2 * x23 * x37 * r26
+    r37 = r39 <= r79
     r79 = r116 <= r79
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r39, r71, r71, r116, r54, r128, r84, r160, r148, r26, r14, r36, r110, r92, r72, r83, 0.0, r77, r27, r151, r467, r459, r5, r96, r58, r369, r379, r38, r60, r51, r51, r485, r458, r458, r456, r474, r440, r112, r55, r85, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r71, r39, r39, r116, r54, r128, r84, r160, r148, r26, r14, r36, r110, r92, r72, r83, 0.0, r77, r27, r151, r468, r460, r5, r96, r58, r370, r380, r38, r60, r51, r51, r486, r459, r459, r457, r475, r441, r112, r55, r85, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1414,9 +1415,9 @@ def search(x, k):
     return (r87, r97, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (16, 44, 45, 46, 47, 48, 49), (19,), (15, 16, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (28,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 30), (16, 31), (16, 32), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 10), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (38, 45, 46, 47, 48, 49, 50), (36, 45, 46, 47, 48, 49, 50), (37, 45, 46, 47, 48, 49, 50), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (28,), (77,), (39, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50, 76, 77), (39, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 44), (10, 72), (11, 72), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 30), (16, 31), (16, 32), (16, 35), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 10), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x36)
+    r8 = k.recip(x24)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,69 +46,69 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r19 * r33
     r33 = r29 + r33
-    r33 = x19 * x34 * r25 * r33
-    r29 = x24 == 2.0
-    r32 = 2.0 * x19 * x12 * x34 * r25
+    r33 = x19 * x35 * r25 * r33
+    r29 = x25 == 2.0
+    r32 = 2.0 * x19 * x12 * x35 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x23
+    r31 = 1.0 + x24
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x33 == 4.0
-    r46 = 2.0 * x23
+    r45 = x34 == 4.0
+    r46 = 2.0 * x24
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x33 == 0.0
-    r52 = x33 == 3.0
+    r51 = x34 == 0.0
+    r52 = x34 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x23, r6)
+    r54 = k.min(x24, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x33 == 1.0
-    r58 = k.recip(x38)
-    r59 = x6 * x38 * r4 * r5
-    r60 = -1.0 + x38
-    r60 = x23 * r60
+    r54 = x34 == 1.0
+    r58 = k.recip(x39)
+    r59 = x6 * x39 * r4 * r5
+    r60 = -1.0 + x39
+    r60 = x24 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x33 == 2.0
+    r62 = x34 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x23 == 1.0
+    r70 = x24 == 1.0
     r71 = k.where(r70, 1.0, 0.0)
     r72 = x12 * r71
     r73 = r12 * r30
     r74 = 3.0 * x12 * x5 * r30
     r72 = r15 + r72 + r73 + r74
     r72 = r19 * r72
-    r71 = x37 * x12 * r71
-    r15 = x23 != 1.0
+    r71 = x38 * x12 * r71
+    r15 = x24 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r73 + r71 + r15 + r74
     r15 = r19 * r15
     r71 = r72 + r15
     r72 = k.where(r21, r71, r72)
     r85 = 2.0 * r72
-    r86 = x39 >= 2.0
+    r86 = x40 >= 2.0
     r87 = 2.0 * r4 * r25 * r72
     r88 = k.where(r86, r87, r85)
-    r89 = x39 >= 3.0
+    r89 = x40 >= 3.0
     r85 = k.where(r89, r87, r85)
     r87 = 12.0 * r72
     r92 = 12.0 * r4 * r25 * r72
     r87 = k.where(r22, r92, r87)
-    r92 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r92 = 4.0 * x19 * x5 * x35 * r25 * r19
     r95 = r33 + r92
     r92 = k.where(r29, r95, r92)
     r95 = k.or_(r21, r70)
-    r98 = 4.0 * x19 * x12 * x34 * r25
-    r99 = x37 * x19 * x16 * x34 * r25 * r19
+    r98 = 4.0 * x19 * x12 * x35 * r25
+    r99 = x38 * x19 * x16 * x35 * r25 * r19
     r98 = r98 + r99
     r98 = k.max(r98, r92)
     r95 = k.where(r95, r98, r92)
@@ -117,16 +117,16 @@ def quantities(x, k):
     r103 = k.where(r21, r104, r103)
     r104 = 3.0 * x4 * r103 * r72
     r104 = k.where(r89, r104, 0.0)
-    r108 = x23 > 1.0
+    r108 = x24 > 1.0
     r108 = k.and_(r89, r108)
     r72 = 2.0 * x4 * r72
     r104 = k.where(r108, r72, r104)
     r72 = r50 + r88 + r85 + r87 + r95 + r104
     r113 = k.where(r45, r47, r31)
-    r114 = -1.0 + x23
+    r114 = -1.0 + x24
     r115 = k.min(1.0, r114)
     r116 = -1.0 * r115
-    r116 = x23 + r116
+    r116 = x24 + r116
     r118 = k.min(r6, r116)
     r118 = r118 * r30
     r113 = k.where(r53, r118, r113)
@@ -138,28 +138,28 @@ def quantities(x, k):
     r113 = k.where(r62, r67, r113)
     r113 = r32 * r113
     r46 = 1.0 + r115
-    r46 = x23 == r46
+    r46 = x24 == r46
     r118 = k.where(r46, 1.0, 0.0)
     r118 = x12 * r118
     r132 = r115 == 0.0
     r132 = k.where(r132, 1.0, 0.0)
-    r132 = x37 * x12 * r132
+    r132 = x38 * x12 * r132
     r135 = r115 != 0.0
     r135 = k.and_(r135, r46)
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x37 * x12 * r135
+    r135 = x38 * x12 * r135
     r135 = r118 + r73 + r132 + r135 + r74
     r135 = r19 * r135
-    r132 = x23 == r116
+    r132 = x24 == r116
     r118 = k.where(r132, 1.0, 0.0)
     r118 = x12 * r118
     r144 = r116 == 1.0
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x37 * x12 * r144
+    r144 = x38 * x12 * r144
     r116 = r116 != 1.0
     r116 = k.and_(r132, r116)
     r116 = k.where(r116, 1.0, 0.0)
-    r116 = x37 * x12 * r116
+    r116 = x38 * x12 * r116
     r74 = r118 + r73 + r144 + r116 + r74
     r74 = r19 * r74
     r74 = r135 + r74
@@ -235,408 +235,409 @@ def quantities(x, k):
     r113 = k.where(r113, 0.0, 0.0)
     r31 = r72 == r31
     r113 = k.where(r31, 0.0, r113)
-    r31 = x37 * x19 * x4 * x34 * r25 * r19
-    r50 = x37 * x19 * x4 * x34 * r25
+    r31 = x38 * x19 * x4 * x35 * r25 * r19
+    r50 = x38 * x19 * x4 * x35 * r25
     r104 = k.max(r72, r135, r15)
     r87 = r135 == r104
     r15 = k.where(r87, r135, r15)
     r104 = r72 == r104
     r15 = k.where(r104, r72, r15)
-    r72 = -1.0 * r15
-    r72 = x8 + r72
-    r104 = 6.0 * x6 * x34 * r16
+    r72 = -1.0 * x20
+    r104 = -1.0 * r15
+    r104 = x8 + r72 + r104
+    r72 = 6.0 * x6 * x35 * r16
     r135 = 6.0 * x12
     r87 = 6.0 * x15 * r12
-    r132 = 6.0 * x37 * x12
+    r132 = 6.0 * x38 * x12
     r88 = 18.0 * x15 * x12 * x5
-    r116 = 12.0 * x15 * x11 * x10 * x34
+    r116 = 12.0 * x15 * x11 * x10 * x35
     r116 = r135 + r87 + r132 + r88 + r116
-    r88 = x6 * x34 * r116
+    r88 = x6 * x35 * r116
     r132 = k.pow(x12, 2.0)
     r87 = k.recip(x12)
-    r135 = 0.16666666666666666 * x34 * r87
+    r135 = 0.16666666666666666 * x35 * r87
     r85 = k.recip(x15)
-    r87 = 0.0625 * x37 * r85 * r87
+    r87 = 0.0625 * x38 * r85 * r87
     r87 = 1.0 + r135 + r87
-    r87 = 96.0 * x6 * x15 * x34 * r132 * r87
-    r132 = k.pow(x34, 2.0)
+    r87 = 96.0 * x6 * x15 * x35 * r132 * r87
+    r132 = k.pow(x35, 2.0)
     r135 = 2.0 * x6 * x15 * x11 * x10 * r132
-    r144 = x24 == 1.0
+    r144 = x25 == 1.0
     r132 = 4.0 * x6 * x15 * x11 * x10 * r132
     r132 = k.where(r144, r132, 0.0)
-    r108 = 0.3333333333333333 * x6 * x34 * r116
+    r108 = 0.3333333333333333 * x6 * x35 * r116
     r132 = k.where(r29, r108, r132)
     r132 = r88 + r135 + r132
     r135 = k.where(r29, 1.0, 0.0)
     r108 = 1.0 + r135
     r74 = k.recip(x9)
     r30 = k.recip(x18)
-    r59 = x37 * x12 * r19
-    r60 = x19 * x12 * x34 * r25
-    r47 = x37 * x19 * x34 * r25 * r19
+    r59 = x38 * x12 * r19
+    r60 = x19 * x12 * x35 * r25
+    r47 = x38 * x19 * x35 * r25 * r19
     r47 = r59 + r60 + r47
     r59 = 2.0 * r74 * r30 * r47
-    r46 = k.recip(x22)
+    r46 = k.recip(x23)
     r73 = k.recip(x17)
-    r118 = 2.0 * x37 * x19 * x12 * x34 * r46 * r25 * r73 * r19
+    r118 = 2.0 * x38 * x19 * x12 * x35 * r46 * r25 * r73 * r19
     r118 = r59 + r118
     r118 = r108 * r118
     r47 = 4.0 * r74 * r30 * r47
-    r59 = 4.0 * x37 * x19 * x12 * x34 * r46 * r25 * r73 * r19
+    r59 = 4.0 * x38 * x19 * x12 * x35 * r46 * r25 * r73 * r19
     r59 = r118 + r47 + r59
     r59 = r8 * r59
     r47 = x12 * x5 * r19
-    r118 = x19 * x5 * x34 * r25 * r19
+    r118 = x19 * x5 * x35 * r25 * r19
     r118 = r47 + r60 + r118
     r47 = r74 * r30 * r118
-    r280 = k.recip(x21)
-    r281 = 2.0 * x19 * x12 * x5 * x34 * r280 * r25 * r73 * r19
-    r281 = r47 + r281
-    r281 = r108 * r281
+    r281 = k.recip(x22)
+    r282 = 2.0 * x19 * x12 * x5 * x35 * r281 * r25 * r73 * r19
+    r282 = r47 + r282
+    r282 = r108 * r282
     r47 = 2.0 * x12 * x5 * r19
-    r285 = 2.0 * x19 * x5 * x34 * r25 * r19
-    r285 = r47 + r60 + r285
-    r47 = r74 * r30 * r285
-    r288 = 4.0 * x19 * x12 * x5 * x34 * r280 * r25 * r73 * r19
-    r288 = r47 + r288
-    r288 = r108 * r288
+    r286 = 2.0 * x19 * x5 * x35 * r25 * r19
+    r286 = r47 + r60 + r286
+    r47 = r74 * r30 * r286
+    r289 = 4.0 * x19 * x12 * x5 * x35 * r281 * r25 * r73 * r19
+    r289 = r47 + r289
+    r289 = r108 * r289
     r47 = x11 * x10 * x12 * r19
-    r292 = x11 * x19 * x10 * x34 * r25 * r19
-    r292 = r47 + r60 + r292
-    r47 = r74 * r30 * r292
-    r295 = 2.0 * x11 * x19 * x10 * x12 * x34 * r280 * r25 * r73 * r19
-    r295 = r47 + r295
-    r295 = r108 * r295
+    r293 = x11 * x19 * x10 * x35 * r25 * r19
+    r293 = r47 + r60 + r293
+    r47 = r74 * r30 * r293
+    r296 = 2.0 * x11 * x19 * x10 * x12 * x35 * r281 * r25 * r73 * r19
+    r296 = r47 + r296
+    r296 = r108 * r296
     r10 = x11 + r10
     r47 = x10 * x12 * r19 * r10
-    r300 = x19 * x10 * x34 * r25 * r19 * r10
-    r300 = r60 + r47 + r300
-    r47 = r74 * r30 * r300
-    r60 = 2.0 * x19 * x10 * x12 * x34 * r280 * r25 * r73 * r19 * r10
+    r301 = x19 * x10 * x35 * r25 * r19 * r10
+    r301 = r60 + r47 + r301
+    r47 = r74 * r30 * r301
+    r60 = 2.0 * x19 * x10 * x12 * x35 * r281 * r25 * r73 * r19 * r10
     r60 = r47 + r60
     r60 = r108 * r60
     r118 = 2.0 * r74 * r30 * r118
-    r285 = 2.0 * r74 * r30 * r285
-    r292 = 2.0 * r74 * r30 * r292
-    r300 = 2.0 * r74 * r30 * r300
+    r286 = 2.0 * r74 * r30 * r286
+    r293 = 2.0 * r74 * r30 * r293
+    r301 = 2.0 * r74 * r30 * r301
     r47 = x5 * r19
     r47 = x12 + r47
-    r47 = 4.0 * x19 * x34 * r74 * r25 * r30 * r47
-    r313 = 2.0 * x5 * r19
-    r313 = x12 + r313
-    r313 = 4.0 * x19 * x34 * r74 * r25 * r30 * r313
-    r316 = x11 * x10 * r19
-    r316 = x12 + r316
-    r316 = 4.0 * x19 * x34 * r74 * r25 * r30 * r316
-    r319 = x10 * r19 * r10
-    r319 = x12 + r319
-    r319 = 4.0 * x19 * x34 * r74 * r25 * r30 * r319
-    r322 = 12.0 * x19 * x12 * x5 * x34 * r280 * r25 * r73 * r19
-    r323 = 4.0 * x11 * x19 * x10 * x12 * x34 * r280 * r25 * r73 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r280 * r25 * r73 * r19 * r10
-    r10 = r281 + r288 + r295 + r60 + r118 + r285 + r292 + r300 + r47 + r313 + r316 + r319 + r322 + r323 + r10
+    r47 = 4.0 * x19 * x35 * r74 * r25 * r30 * r47
+    r314 = 2.0 * x5 * r19
+    r314 = x12 + r314
+    r314 = 4.0 * x19 * x35 * r74 * r25 * r30 * r314
+    r317 = x11 * x10 * r19
+    r317 = x12 + r317
+    r317 = 4.0 * x19 * x35 * r74 * r25 * r30 * r317
+    r320 = x10 * r19 * r10
+    r320 = x12 + r320
+    r320 = 4.0 * x19 * x35 * r74 * r25 * r30 * r320
+    r323 = 12.0 * x19 * x12 * x5 * x35 * r281 * r25 * r73 * r19
+    r324 = 4.0 * x11 * x19 * x10 * x12 * x35 * r281 * r25 * r73 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r281 * r25 * r73 * r19 * r10
+    r10 = r282 + r289 + r296 + r60 + r118 + r286 + r293 + r301 + r47 + r314 + r317 + r320 + r323 + r324 + r10
     r10 = x15 * r8 * r10
     r10 = r59 + r10
     r59 = x6 * r4 * r5 * r10
-    r323 = 12.0 * x12
-    r322 = 10.0 * x12 * r108
-    r322 = r323 + r322
-    r322 = x19 * x34 * r25 * r322
-    r323 = 5.0 * x5
-    r319 = 3.0 * x5 * r108
-    r319 = r323 + r319
-    r319 = x19 * x34 * r25 * r19 * r319
-    r319 = r322 + r319
-    r319 = x15 * r8 * r319
-    r322 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r324 = 12.0 * x12
+    r323 = 10.0 * x12 * r108
+    r323 = r324 + r323
+    r323 = x19 * x35 * r25 * r323
+    r324 = 5.0 * x5
+    r320 = 3.0 * x5 * r108
+    r320 = r324 + r320
+    r320 = x19 * x35 * r25 * r19 * r320
+    r320 = r323 + r320
+    r320 = x15 * r8 * r320
+    r323 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r135 = 2.0 + r135
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r135 * r9
-    r9 = r319 + r322 + r9
-    r322 = x6 * x4 * r74 * r4 * r5 * r30 * r9
-    r319 = k.recip(x0)
-    r135 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r135 * r9
+    r9 = r320 + r323 + r9
+    r323 = x6 * x4 * r74 * r4 * r5 * r30 * r9
+    r320 = k.recip(x0)
+    r135 = x11 * x10 * x35
     r144 = k.or_(r144, r29)
     r144 = k.where(r144, 1.0, 0.0)
     r144 = 3.0 + r144
-    r144 = 2.0 * x11 * x10 * x34 * r144
+    r144 = 2.0 * x11 * x10 * x35 * r144
     r144 = r135 + r144
-    r135 = x6 * x15 * x34 * r46 * r4 * r25 * r73 * r319 * r8 * r19 * r144
-    r323 = r59 + r322 + r135
-    r316 = k.recip(r323)
+    r135 = x6 * x15 * x35 * r46 * r4 * r25 * r73 * r320 * r8 * r19 * r144
+    r324 = r59 + r323 + r135
+    r317 = k.recip(r324)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r313 = k.recip(x6)
-    r47 = 0.3333333333333333 * x3 * x19 * r313 * r58 * r323
-    r300 = 0.6666666666666666 * x3 * x19 * x23 * r313 * r323
+    r314 = k.recip(x6)
+    r47 = 0.3333333333333333 * x3 * x19 * r314 * r58 * r324
+    r301 = 0.6666666666666666 * x3 * x19 * x24 * r314 * r324
     r9 = -1.0 * x6 * x4 * r74 * r4 * r5 * r30 * r9
-    r144 = -1.0 * x6 * x15 * x34 * r46 * r4 * r25 * r73 * r319 * r8 * r19 * r144
-    r300 = r10 + r47 + r300 + r9 + r144
-    r300 = k.max(0.0, r300)
-    r47 = 0.5 * x23
+    r144 = -1.0 * x6 * x15 * x35 * r46 * r4 * r25 * r73 * r320 * r8 * r19 * r144
+    r301 = r10 + r47 + r301 + r9 + r144
+    r301 = k.max(0.0, r301)
+    r47 = 0.5 * x24
     r47 = -1.0 + r47
-    r47 = 0.6666666666666666 * x3 * x19 * r313 * r58 * r47 * r323
+    r47 = 0.6666666666666666 * x3 * x19 * r314 * r58 * r47 * r324
     r47 = k.where(r45, 0.0, r47)
-    r45 = 0.3333333333333333 * x3 * x19 * r313 * r58 * r114 * r323
+    r45 = 0.3333333333333333 * x3 * x19 * r314 * r58 * r114 * r324
     r47 = k.where(r52, r45, r47)
     r62 = k.or_(r51, r54, r62)
-    r114 = x3 * x19 * r313 * r58 * r114 * r323
+    r114 = x3 * x19 * r314 * r58 * r114 * r324
     r47 = k.where(r62, r114, r47)
-    r47 = k.max(r300, r47)
-    r316 = r316 * r47
+    r47 = k.max(r301, r47)
+    r317 = r317 * r47
     r30 = 28.0 * r74 * r30 * r26
-    r74 = r30 + r59 + r322 + r135
-    r300 = -1.0 * x20
-    r300 = 1.0 + r300
-    r114 = x23 * x38
+    r74 = r30 + r59 + r323 + r135
+    r301 = -1.0 * x21
+    r301 = 1.0 + r301
+    r114 = x24 * x39
     r114 = -1.0 + r114
-    r58 = k.recip(x26)
-    r51 = k.recip(x27)
-    r45 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19
-    r45 = x28 + r45
-    r52 = 2.0 * x3 * x2 * x36
-    r52 = x30 >= r52
-    r319 = k.recip(x29)
-    r73 = k.recip(x31)
-    r46 = x19 * x4 * x12 * x34 * r319 * r25 * r73 * r19
-    r46 = x32 + r46
+    r58 = k.recip(x27)
+    r51 = k.recip(x28)
+    r45 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19
+    r45 = x29 + r45
+    r52 = 2.0 * x3 * x2 * x37
+    r52 = x31 >= r52
+    r320 = k.recip(x30)
+    r73 = k.recip(x32)
+    r46 = x19 * x4 * x12 * x35 * r320 * r25 * r73 * r19
+    r46 = x33 + r46
     r45 = k.where(r52, r46, r45)
     r45 = 2.0 * x6 * r4 * r5 * r8 * r114 * r45
     r45 = k.where(r70, 0.0, r45)
-    r300 = r300 * r45
-    r46 = x3 * x19 * r313 * r323
-    r52 = x23 <= 1.0
+    r301 = r301 * r45
+    r46 = x3 * x19 * r314 * r324
+    r52 = x24 <= 1.0
     r86 = k.and_(r86, r52)
-    r46 = k.where(r86, r323, r46)
-    r46 = -1.0 * x20 * r46
-    r323 = x3 * x2
-    r292 = -1.0 + r323
-    r285 = k.recip(r292)
+    r46 = k.where(r86, r324, r46)
+    r46 = -1.0 * x21 * r46
+    r324 = x3 * x2
+    r293 = -1.0 + r324
+    r286 = k.recip(r293)
     r118 = 2.0 * x3 * x2
     r118 = -2.0 + r118
-    r60 = x30 * r19
-    r295 = k.gcd(r323, r60)
-    r288 = k.recip(r295)
-    r281 = x3 * x2 * r288
-    r281 = -1.0 + r281
-    r281 = x28 * r281
-    r409 = -1.0 * x3 * x2 * r288
-    r409 = r323 + r409
-    r409 = x32 * r409
-    r412 = r281 + r409
-    r412 = r285 * r118 * r412
-    r285 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r288 * r118 * r20
-    r295 = -1.0 + r295
-    r416 = x4 * x23 * r319 * r85 * r4 * r25 * r73 * r288 * r295 * r118 * r20
-    r416 = k.max(r285, r416)
-    r416 = r412 + r416
-    r412 = x30 <= x36
-    r285 = x28 * r118
-    r421 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r118 * r20
-    r421 = r285 + r421
-    r416 = k.where(r412, r421, r416)
-    r421 = x3 * x2 * x36
-    r421 = x30 >= r421
-    r285 = x32 * r118
-    r427 = x4 * x23 * r319 * r85 * r4 * r25 * r73 * r118 * r20
-    r427 = r285 + r427
-    r416 = k.where(r421, r427, r416)
-    r416 = x15 * r8 * r416
-    r427 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r288 * r292 * r20
-    r295 = x4 * x23 * r319 * r85 * r4 * r25 * r73 * r288 * r292 * r295 * r20
-    r295 = k.max(r427, r295)
-    r295 = r281 + r409 + r295
-    r409 = x28 * r292
-    r281 = x4 * x23 * r58 * r85 * r4 * r25 * r51 * r292 * r20
-    r281 = r409 + r281
-    r295 = k.where(r412, r281, r295)
-    r281 = x32 * r292
-    r85 = x4 * x23 * r319 * r85 * r4 * r25 * r73 * r292 * r20
-    r85 = r281 + r85
-    r295 = k.where(r421, r85, r295)
-    r85 = 2.0 * x15 * r8 * r295
-    r416 = k.where(r22, r85, r416)
-    r85 = x15 * r8 * r295
-    r421 = x6 * x15 * r4 * r5 * r8 * r295
-    r421 = r85 + r421
-    r416 = k.where(r86, r421, r416)
+    r60 = x31 * r19
+    r296 = k.gcd(r324, r60)
+    r289 = k.recip(r296)
+    r282 = x3 * x2 * r289
+    r282 = -1.0 + r282
+    r282 = x29 * r282
+    r410 = -1.0 * x3 * x2 * r289
+    r410 = r324 + r410
+    r410 = x33 * r410
+    r413 = r282 + r410
+    r413 = r286 * r118 * r413
+    r286 = x4 * x24 * r58 * r85 * r4 * r25 * r51 * r289 * r118 * r20
+    r296 = -1.0 + r296
+    r417 = x4 * x24 * r320 * r85 * r4 * r25 * r73 * r289 * r296 * r118 * r20
+    r417 = k.max(r286, r417)
+    r417 = r413 + r417
+    r413 = x31 <= x37
+    r286 = x29 * r118
+    r422 = x4 * x24 * r58 * r85 * r4 * r25 * r51 * r118 * r20
+    r422 = r286 + r422
+    r417 = k.where(r413, r422, r417)
+    r422 = x3 * x2 * x37
+    r422 = x31 >= r422
+    r286 = x33 * r118
+    r428 = x4 * x24 * r320 * r85 * r4 * r25 * r73 * r118 * r20
+    r428 = r286 + r428
+    r417 = k.where(r422, r428, r417)
+    r417 = x15 * r8 * r417
+    r428 = x4 * x24 * r58 * r85 * r4 * r25 * r51 * r289 * r293 * r20
+    r296 = x4 * x24 * r320 * r85 * r4 * r25 * r73 * r289 * r293 * r296 * r20
+    r296 = k.max(r428, r296)
+    r296 = r282 + r410 + r296
+    r410 = x29 * r293
+    r282 = x4 * x24 * r58 * r85 * r4 * r25 * r51 * r293 * r20
+    r282 = r410 + r282
+    r296 = k.where(r413, r282, r296)
+    r282 = x33 * r293
+    r85 = x4 * x24 * r320 * r85 * r4 * r25 * r73 * r293 * r20
+    r85 = r282 + r85
+    r296 = k.where(r422, r85, r296)
+    r85 = 2.0 * x15 * r8 * r296
+    r417 = k.where(r22, r85, r417)
+    r85 = x15 * r8 * r296
+    r422 = x6 * x15 * r4 * r5 * r8 * r296
+    r422 = r85 + r422
+    r417 = k.where(r86, r422, r417)
     r52 = k.and_(r89, r52)
-    r295 = 3.0 * x6 * x15 * r4 * r5 * r8 * r295
-    r416 = k.where(r52, r295, r416)
-    r323 = r323 == 1.0
-    r416 = k.where(r323, 0.0, r416)
-    r46 = r46 + r416
+    r296 = 3.0 * x6 * x15 * r4 * r5 * r8 * r296
+    r417 = k.where(r52, r296, r417)
+    r324 = r324 == 1.0
+    r417 = k.where(r324, 0.0, r417)
+    r46 = r46 + r417
     r46 = k.max(0.0, r46)
     r60 = k.gcd(x2, r60)
-    r295 = k.recip(r60)
-    r89 = x2 * r295
+    r296 = k.recip(r60)
+    r89 = x2 * r296
     r89 = -1.0 + r89
-    r89 = x28 * r89
-    r421 = -1.0 * x2 * r295
-    r421 = x2 + r421
-    r421 = x32 * r421
+    r89 = x29 * r89
+    r422 = -1.0 * x2 * r296
+    r422 = x2 + r422
+    r422 = x33 * r422
     r85 = -1.0 + x2
-    r281 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r295 * r85
+    r282 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r296 * r85
     r60 = -1.0 + r60
-    r60 = 2.0 * x14 * x19 * x10 * x4 * x34 * r319 * r25 * r73 * r19 * r295 * r85 * r60
-    r60 = k.max(r281, r60)
-    r60 = r89 + r421 + r60
-    r421 = x28 * r85
-    r89 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r85
-    r89 = r421 + r89
-    r60 = k.where(r412, r89, r60)
-    r89 = x2 * x36
-    r89 = x30 >= r89
-    r412 = x32 * r85
-    r421 = 2.0 * x14 * x19 * x10 * x4 * x34 * r319 * r25 * r73 * r19 * r85
-    r421 = r412 + r421
-    r60 = k.where(r89, r421, r60)
-    r421 = x6 * x15 * r4 * r5 * r8 * r60
+    r60 = 2.0 * x14 * x19 * x10 * x4 * x35 * r320 * r25 * r73 * r19 * r296 * r85 * r60
+    r60 = k.max(r282, r60)
+    r60 = r89 + r422 + r60
+    r422 = x29 * r85
+    r89 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r85
+    r89 = r422 + r89
+    r60 = k.where(r413, r89, r60)
+    r89 = x2 * x37
+    r89 = x31 >= r89
+    r413 = x33 * r85
+    r422 = 2.0 * x14 * x19 * x10 * x4 * x35 * r320 * r25 * r73 * r19 * r85
+    r422 = r413 + r422
+    r60 = k.where(r89, r422, r60)
+    r422 = x6 * x15 * r4 * r5 * r8 * r60
     r60 = x6 * x15 * r4 * r5 * r8 * r108 * r60
-    r60 = r421 + r60
-    r421 = x2 == 1.0
-    r60 = k.where(r421, 0.0, r60)
+    r60 = r422 + r60
+    r422 = x2 == 1.0
+    r60 = k.where(r422, 0.0, r60)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r89 = -1.0 + x36
+    r89 = -1.0 + x37
     r89 = k.recip(r89)
-    r412 = 2.0 * x36
-    r412 = -2.0 + r412
-    r281 = k.gcd(x36, x30)
-    r295 = k.recip(r281)
-    r409 = x36 * r295
-    r409 = -1.0 + r409
-    r409 = x28 * r409
-    r427 = -1.0 * x36 * r295
-    r427 = x36 + r427
-    r427 = x32 * r427
-    r427 = r409 + r427
-    r427 = r89 * r412 * r427
-    r89 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r295 * r412
-    r281 = -1.0 + r281
-    r281 = x19 * x4 * x12 * x34 * r319 * r25 * r73 * r19 * r295 * r281 * r412
-    r281 = k.max(r89, r281)
-    r281 = r427 + r281
-    r427 = x30 <= 1.0
-    r89 = x28 * r412
-    r51 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r412
+    r413 = 2.0 * x37
+    r413 = -2.0 + r413
+    r282 = k.gcd(x37, x31)
+    r296 = k.recip(r282)
+    r410 = x37 * r296
+    r410 = -1.0 + r410
+    r410 = x29 * r410
+    r428 = -1.0 * x37 * r296
+    r428 = x37 + r428
+    r428 = x33 * r428
+    r428 = r410 + r428
+    r428 = r89 * r413 * r428
+    r89 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r296 * r413
+    r282 = -1.0 + r282
+    r282 = x19 * x4 * x12 * x35 * r320 * r25 * r73 * r19 * r296 * r282 * r413
+    r282 = k.max(r89, r282)
+    r282 = r428 + r282
+    r428 = x31 <= 1.0
+    r89 = x29 * r413
+    r51 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r413
     r51 = r89 + r51
-    r281 = k.where(r427, r51, r281)
-    r51 = x30 >= x36
-    r427 = x32 * r412
-    r73 = x19 * x4 * x12 * x34 * r319 * r25 * r73 * r19 * r412
-    r73 = r427 + r73
-    r281 = k.where(r51, r73, r281)
-    r281 = x6 * x15 * r4 * r5 * r8 * r29 * r281
-    r73 = x36 == 1.0
-    r281 = k.where(r73, 0.0, r281)
+    r282 = k.where(r428, r51, r282)
+    r51 = x31 >= x37
+    r428 = x33 * r413
+    r73 = x19 * x4 * x12 * x35 * r320 * r25 * r73 * r19 * r413
+    r73 = r428 + r73
+    r282 = k.where(r51, r73, r282)
+    r282 = x6 * x15 * r4 * r5 * r8 * r29 * r282
+    r73 = x37 == 1.0
+    r282 = k.where(r73, 0.0, r282)
     r144 = r10 + r9 + r144
     r144 = k.max(0.0, r144)
     r144 = k.where(r21, r144, 0.0)
-    r21 = r300 + r30 + r59 + r322 + r135 + r46 + r47 + r60 + r281 + r144
+    r21 = r301 + r30 + r59 + r323 + r135 + r46 + r47 + r60 + r282 + r144
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r280 * r4 * r25 * r8 * r19 * r9 * r16
-    r116 = x6 * x34 * r280 * r4 * r25 * r8 * r19 * r9 * r116
-    r9 = x19 * x4 * x12 * x34 * r25
-    r280 = x19 * x4 * x12 * x34 * r58 * r25
+    r10 = 6.0 * x6 * x35 * r281 * r4 * r25 * r8 * r19 * r9 * r16
+    r116 = x6 * x35 * r281 * r4 * r25 * r8 * r19 * r9 * r116
+    r9 = x19 * x4 * x12 * x35 * r25
+    r281 = x19 * x4 * x12 * x35 * r58 * r25
     r118 = x4 * r4 * r25 * r118 * r20
-    r51 = 2.0 * x4 * r4 * r25 * r292 * r20
+    r51 = 2.0 * x4 * r4 * r25 * r293 * r20
     r118 = k.where(r22, r51, r118)
-    r51 = x4 * r4 * r25 * r292 * r20
+    r51 = x4 * r4 * r25 * r293 * r20
     r22 = k.pow(x3, -2.0)
-    r427 = x6 * x4 * r22 * r5 * r25 * r292 * r20
-    r427 = r51 + r427
-    r118 = k.where(r86, r427, r118)
-    r292 = 3.0 * x6 * x4 * r22 * r5 * r25 * r292 * r20
-    r118 = k.where(r52, r292, r118)
-    r118 = k.where(r323, 0.0, r118)
-    r323 = r58 * r118
-    r58 = x29 * r58
-    r292 = k.recip(x34)
-    r52 = x35 * r313 * r292
+    r428 = x6 * x4 * r22 * r5 * r25 * r293 * r20
+    r428 = r51 + r428
+    r118 = k.where(r86, r428, r118)
+    r293 = 3.0 * x6 * x4 * r22 * r5 * r25 * r293 * r20
+    r118 = k.where(r52, r293, r118)
+    r118 = k.where(r324, 0.0, r118)
+    r324 = r58 * r118
+    r58 = x30 * r58
+    r293 = k.recip(x35)
+    r52 = x36 * r314 * r293
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r427 = 8e-12 * x12
+    r428 = 8e-12 * x12
     r86 = 8e-12 * x15 * r12
-    r51 = 8e-12 * x37 * x12
-    r319 = 2.4e-11 * x15 * x12 * x5
-    r89 = r427 + r86 + r51 + r319
-    r295 = 4e-12 * x12
-    r409 = 4e-12 * x15 * r12
-    r288 = 4e-12 * x37 * x12
-    r285 = 1.2e-11 * x15 * x12 * x5
-    r285 = r295 + r409 + r288 + r285
-    r285 = r22 > r285
-    r288 = -8e-12 * x12
+    r51 = 8e-12 * x38 * x12
+    r320 = 2.4e-11 * x15 * x12 * x5
+    r89 = r428 + r86 + r51 + r320
+    r296 = 4e-12 * x12
+    r410 = 4e-12 * x15 * r12
+    r289 = 4e-12 * x38 * x12
+    r286 = 1.2e-11 * x15 * x12 * x5
+    r286 = r296 + r410 + r289 + r286
+    r286 = r22 > r286
+    r289 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r409 = -8e-12 * x37 * x12
-    r295 = -2.4e-11 * x15 * x12 * x5
-    r560 = k.sqrt(2.0)
-    r561 = k.sqrt(x3)
-    r561 = k.recip(r561)
-    r563 = k.sqrt(x2)
-    r563 = k.recip(r563)
-    r565 = k.sqrt(x13)
-    r565 = k.recip(r565)
-    r567 = k.sqrt(x23)
-    r567 = k.recip(r567)
-    r569 = k.sqrt(x36)
-    r569 = k.recip(r569)
-    r571 = k.sqrt(r89)
-    r572 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r89
-    r573 = k.sqrt(x3)
-    r574 = k.sqrt(x2)
-    r575 = k.sqrt(x13)
-    r576 = k.sqrt(x23)
-    r577 = k.sqrt(x36)
-    r577 = 0.16666666666666666 * r560 * r573 * r574 * r575 * r576 * r577 * r571
-    r577 = 1.0 + r572 + r577
-    r577 = r560 * r561 * r563 * r565 * r567 * r569 * r571 * r577
-    r577 = r288 + r12 + r409 + r295 + r577
-    r295 = k.where(r285, r577, r22)
-    r319 = r427 + r86 + r51 + r319 + r295
-    r319 = x3 * x2 * x13 * x23 * x36 * r319
-    r319 = k.exp(r319)
-    r319 = -1.0 + r319
-    r51 = k.recip(r319)
-    r86 = x25 + x1
-    r427 = -1.0 * x3 * x2 * x13 * x23 * x36 * r86
-    r427 = k.exp(r427)
-    r427 = x3 * x2 * x13 * x23 * x36 * r51 * r295 * r427
-    r51 = x3 * x2 * x13 * x23 * x36
-    r577 = k.recip(r577)
-    r51 = k.where(r285, r577, r51)
-    r86 = x3 * x2 * x13 * x23 * x36 * r86
+    r410 = -8e-12 * x38 * x12
+    r296 = -2.4e-11 * x15 * x12 * x5
+    r561 = k.sqrt(2.0)
+    r562 = k.sqrt(x3)
+    r562 = k.recip(r562)
+    r564 = k.sqrt(x2)
+    r564 = k.recip(r564)
+    r566 = k.sqrt(x13)
+    r566 = k.recip(r566)
+    r568 = k.sqrt(x24)
+    r568 = k.recip(r568)
+    r570 = k.sqrt(x37)
+    r570 = k.recip(r570)
+    r572 = k.sqrt(r89)
+    r573 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r89
+    r574 = k.sqrt(x3)
+    r575 = k.sqrt(x2)
+    r576 = k.sqrt(x13)
+    r577 = k.sqrt(x24)
+    r578 = k.sqrt(x37)
+    r578 = 0.16666666666666666 * r561 * r574 * r575 * r576 * r577 * r578 * r572
+    r578 = 1.0 + r573 + r578
+    r578 = r561 * r562 * r564 * r566 * r568 * r570 * r572 * r578
+    r578 = r289 + r12 + r410 + r296 + r578
+    r296 = k.where(r286, r578, r22)
+    r320 = r428 + r86 + r51 + r320 + r296
+    r320 = x3 * x2 * x13 * x24 * x37 * r320
+    r320 = k.exp(r320)
+    r320 = -1.0 + r320
+    r51 = k.recip(r320)
+    r86 = x26 + x1
+    r428 = -1.0 * x3 * x2 * x13 * x24 * x37 * r86
+    r428 = k.exp(r428)
+    r428 = x3 * x2 * x13 * x24 * x37 * r51 * r296 * r428
+    r51 = x3 * x2 * x13 * x24 * x37
+    r578 = k.recip(r578)
+    r51 = k.where(r286, r578, r51)
+    r86 = x3 * x2 * x13 * x24 * x37 * r86
     r86 = k.exp(r86)
-    r5 = x35 * r313 * r4 * r25 * r5 * r8 * r292 * r19 * r319 * r21 * r51 * r86
-    r86 = x35 * r313 * r292 * r319 * r21 * r51 * r86
-    r29 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r412 * r29
+    r5 = x36 * r314 * r4 * r25 * r5 * r8 * r293 * r19 * r320 * r21 * r51 * r86
+    r86 = x36 * r314 * r293 * r320 * r21 * r51 * r86
+    r29 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r413 * r29
     r29 = k.where(r73, 0.0, r29)
-    r73 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r85
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r108 * r85
+    r73 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r85
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r108 * r85
     r85 = r73 + r85
-    r85 = k.where(r421, 0.0, r85)
-    r114 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r114
+    r85 = k.where(r422, 0.0, r85)
+    r114 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r114
     r114 = k.where(r70, 0.0, r114)
-    r115 = r115 < x23
-    r70 = x33 != 2.0
+    r115 = r115 < x24
+    r70 = x34 != 2.0
     r54 = k.and_(r54, r70)
     r54 = k.not_(r54)
     r54 = k.or_(r115, r54)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r53 = k.and_(r19, r70, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r115, r53)
     r53 = k.and_(r54, r53)
-    r54 = x23 >= 2.0
-    r115 = x33 != 3.0
-    r70 = x33 != 4.0
+    r54 = x24 >= 2.0
+    r115 = x34 != 3.0
+    r70 = x34 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r115, r70, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x23 * x36 * r21
-    r70 = r104 <= r54
+    r54 = x22 * x3 * x2 * x24 * x37 * r21
+    r70 = r72 <= r54
     r54 = r88 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r67, r32, r103, r92, r113, 0.0, r95, r98, r33, r31, r50, r99, r15, r72, r104, r104, r88, r87, r132, r316, r74, r47, r21, r10, r116, r9, r280, r323, r58, 0.0, r52, r22, r89, r295, r427, r5, r86, r59, r135, r322, r30, r29, r281, r281, r85, r60, r60, r118, r416, r46, r114, r45, r300, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r70, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r67, r32, r103, r92, r113, 0.0, r95, r98, r33, r31, r50, r99, r15, r104, r72, r72, r88, r87, r132, r317, r74, r47, r21, r10, r116, r9, r281, r324, r58, 0.0, r52, r22, r89, r296, r428, r5, r86, r59, r135, r323, r30, r29, r282, r282, r85, r60, r60, r118, r417, r46, r114, r45, r301, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r70, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1247,9 +1248,9 @@ def search(x, k):
     return (r85, r277, r5)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 43, 44, 45, 46), (31, 32, 33, 36, 37, 38, 39, 43, 44, 45, 46), (30, 43, 44, 45, 46), (30, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (29,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 34), (13, 64), (13, 65), (13, 66), (13, 67), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 34), (17, 64), (17, 65), (17, 66), (17, 67), (22, 34), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 34), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (40, 44, 45, 46, 47), (38, 44, 45, 46, 47), (39, 44, 45, 46, 47), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 44, 45, 46, 47), (31, 32, 33, 35, 37, 38, 39, 40, 44, 45, 46, 47), (30, 44, 45, 46, 47), (30, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (29,), (74,), (41, 44, 45, 46, 47), (41, 44, 45, 46, 47, 73, 74), (41, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 34), (13, 65), (13, 66), (13, 67), (13, 68), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 65), (16, 66), (16, 67), (16, 68), (17, 34), (17, 65), (17, 66), (17, 67), (17, 68), (22, 34), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 34), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

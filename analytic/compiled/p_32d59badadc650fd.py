@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x37)
+    r11 = k.recip(x24)
+    r16 = k.recip(x38)
     r25 = r11 * r16 * r15
-    r26 = x34 == 5.0
+    r26 = x35 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x40 >= 1.0
+    r27 = x41 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,46 +51,46 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x35 * r30 * r38
-    r34 = x24 == 2.0
-    r37 = 2.0 * x19 * x12 * x35 * r30
+    r38 = x19 * x36 * r30 * r38
+    r34 = x25 == 2.0
+    r37 = 2.0 * x19 * x12 * x36 * r30
     r37 = k.where(r34, r37, r38)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r33)
     r36 = r36 * r35
-    r50 = x34 == 4.0
-    r51 = 2.0 * x23
+    r50 = x35 == 4.0
+    r51 = 2.0 * x24
     r52 = -1.0 + r51
     r52 = k.min(r52, r6)
     r52 = r52 * r35
     r55 = k.where(r50, r52, r36)
-    r56 = x34 == 0.0
-    r57 = x34 == 3.0
+    r56 = x35 == 0.0
+    r57 = x35 == 3.0
     r58 = k.or_(r56, r57)
-    r59 = k.min(x23, r6)
+    r59 = k.min(x24, r6)
     r59 = r59 * r35
     r55 = k.where(r58, r59, r55)
-    r59 = x34 == 1.0
-    r63 = k.recip(x39)
-    r64 = x6 * x39 * r4 * r5
-    r65 = -1.0 + x39
-    r65 = x23 * r65
+    r59 = x35 == 1.0
+    r63 = k.recip(x40)
+    r64 = x6 * x40 * r4 * r5
+    r65 = -1.0 + x40
+    r65 = x24 * r65
     r67 = -1.0 + r51 + r65
     r67 = k.min(r64, r67)
     r67 = r63 * r67 * r35
     r55 = k.where(r59, r67, r55)
-    r67 = x34 == 2.0
+    r67 = x35 == 2.0
     r72 = x6 * r4 * r5 * r35
     r55 = k.where(r67, r72, r55)
     r55 = r37 * r55
-    r75 = x38 * x12 * r16
-    r76 = x23 == 1.0
+    r75 = x39 * x12 * r16
+    r76 = x24 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
-    r78 = x38 * x12 * r77
-    r79 = x23 != 1.0
+    r78 = x39 * x12 * r77
+    r79 = x24 != 1.0
     r79 = k.where(r79, 1.0, 0.0)
-    r79 = x38 * x12 * r79
+    r79 = x39 * x12 * r79
     r82 = r78 + r79
     r82 = r16 * r82
     r84 = r82 + r75
@@ -107,12 +107,12 @@ def quantities(x, k):
     r77 = k.where(r26, r78, r77)
     r8 = 2.0 * r77
     r85 = r85 + r8
-    r12 = x40 >= 3.0
+    r12 = x41 >= 3.0
     r85 = k.where(r12, 0.0, r85)
-    r100 = x40 <= 2.0
+    r100 = x41 <= 2.0
     r101 = 4.0 * r77
     r101 = k.where(r100, r101, r8)
-    r103 = x40 >= 2.0
+    r103 = x41 >= 2.0
     r104 = r4 * r30 * r101
     r101 = k.where(r103, r104, r101)
     r104 = 2.0 * r4 * r30 * r77
@@ -122,8 +122,8 @@ def quantities(x, k):
     r104 = k.where(r27, r109, r104)
     r109 = k.where(r34, r38, 0.0)
     r112 = k.or_(r26, r76)
-    r113 = 4.0 * x19 * x12 * x35 * r30
-    r114 = x38 * x19 * x16 * x35 * r30 * r16
+    r113 = 4.0 * x19 * x12 * x36 * r30
+    r114 = x39 * x19 * x16 * x36 * r30 * r16
     r113 = r113 + r114
     r113 = k.max(r113, r109)
     r112 = k.where(r112, r113, r109)
@@ -132,16 +132,16 @@ def quantities(x, k):
     r118 = k.where(r26, r119, r118)
     r119 = 3.0 * x4 * r118 * r77
     r119 = k.where(r12, r119, 0.0)
-    r123 = x23 > 1.0
+    r123 = x24 > 1.0
     r123 = k.and_(r12, r123)
     r77 = 2.0 * x4 * r77
     r119 = k.where(r123, r77, r119)
     r77 = r55 + r85 + r101 + r8 + r104 + r112 + r119
     r128 = k.where(r50, r52, r36)
-    r129 = -1.0 + x23
+    r129 = -1.0 + x24
     r130 = k.min(1.0, r129)
     r131 = -1.0 * r130
-    r131 = x23 + r131
+    r131 = x24 + r131
     r133 = k.min(r6, r131)
     r133 = r133 * r35
     r128 = k.where(r58, r133, r128)
@@ -154,23 +154,23 @@ def quantities(x, k):
     r128 = r37 * r128
     r51 = r130 == 0.0
     r51 = k.where(r51, 1.0, 0.0)
-    r51 = x38 * x12 * r51
+    r51 = x39 * x12 * r51
     r133 = r130 != 0.0
     r147 = 1.0 + r130
-    r147 = x23 == r147
+    r147 = x24 == r147
     r133 = k.and_(r133, r147)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x38 * x12 * r133
+    r133 = x39 * x12 * r133
     r152 = r51 + r133
     r152 = r16 * r152
     r154 = r131 == 1.0
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x38 * x12 * r154
-    r157 = x23 == r131
+    r154 = x39 * x12 * r154
+    r157 = x24 == r131
     r131 = r131 != 1.0
     r131 = k.and_(r157, r131)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x38 * x12 * r131
+    r131 = x39 * x12 * r131
     r162 = r154 + r131
     r162 = r16 * r162
     r162 = r162 + r152
@@ -272,75 +272,76 @@ def quantities(x, k):
     r128 = k.where(r128, 0.0, 0.0)
     r36 = r77 == r36
     r128 = k.where(r36, 0.0, r128)
-    r36 = x38 * x19 * x4 * x35 * r30 * r16
-    r55 = x38 * x19 * x4 * x35 * r30
+    r36 = x39 * x19 * x4 * x36 * r30 * r16
+    r55 = x39 * x19 * x4 * x36 * r30
     r119 = k.max(r77, r133, r79)
     r104 = r133 == r119
     r79 = k.where(r104, r133, r79)
     r119 = r77 == r119
     r79 = k.where(r119, r77, r79)
-    r77 = -1.0 * r79
-    r77 = x8 + r77
-    r119 = 6.0 * x6 * x35 * r15
+    r77 = -1.0 * x20
+    r119 = -1.0 * r79
+    r119 = x8 + r77 + r119
+    r77 = 6.0 * x6 * x36 * r15
     r133 = 12.0 * x12
     r104 = 6.0 * x15 * r9
     r157 = 6.0 * x15 * r13
-    r101 = 6.0 * x38 * x12
-    r51 = 12.0 * x15 * x11 * x10 * x35
+    r101 = 6.0 * x39 * x12
+    r51 = 12.0 * x15 * x11 * x10 * x36
     r51 = r133 + r104 + r157 + r101 + r51
-    r101 = x6 * x35 * r51
+    r101 = x6 * x36 * r51
     r157 = k.pow(x12, 2.0)
     r104 = k.recip(x12)
-    r8 = 0.16666666666666666 * x35 * r104
+    r8 = 0.16666666666666666 * x36 * r104
     r154 = k.recip(x15)
-    r104 = 0.0625 * x38 * r154 * r104
+    r104 = 0.0625 * x39 * r154 * r104
     r104 = 1.0 + r8 + r104
-    r104 = 96.0 * x6 * x15 * x35 * r157 * r104
-    r157 = k.pow(x35, 2.0)
+    r104 = 96.0 * x6 * x15 * x36 * r157 * r104
+    r157 = k.pow(x36, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r157
-    r82 = x24 == 1.0
+    r82 = x25 == 1.0
     r157 = 4.0 * x6 * x15 * x11 * x10 * r157
     r157 = k.where(r82, r157, 0.0)
-    r131 = 0.3333333333333333 * x6 * x35 * r51
+    r131 = 0.3333333333333333 * x6 * x36 * r51
     r157 = k.where(r34, r131, r157)
     r157 = r101 + r8 + r157
     r8 = k.where(r34, 1.0, 0.0)
     r8 = 1.0 + r8
     r131 = k.recip(x9)
     r152 = k.recip(x18)
-    r85 = x19 * x12 * x35 * r30
-    r123 = x38 * x19 * x35 * r30 * r16
+    r85 = x19 * x12 * x36 * r30
+    r123 = x39 * x19 * x36 * r30 * r16
     r123 = r75 + r85 + r123
     r75 = 2.0 * r131 * r152 * r123
-    r72 = k.recip(x22)
+    r72 = k.recip(x23)
     r35 = k.recip(x17)
-    r64 = 2.0 * x38 * x19 * x12 * x35 * r72 * r30 * r35 * r16
+    r64 = 2.0 * x39 * x19 * x12 * x36 * r72 * r30 * r35 * r16
     r64 = r75 + r64
     r64 = r8 * r64
     r123 = 4.0 * r131 * r152 * r123
-    r75 = 4.0 * x38 * x19 * x12 * x35 * r72 * r30 * r35 * r16
+    r75 = 4.0 * x39 * x19 * x12 * x36 * r72 * r30 * r35 * r16
     r75 = r64 + r123 + r75
     r75 = r11 * r75
     r123 = x11 * x10 * x12 * r16
-    r64 = x11 * x19 * x10 * x35 * r30 * r16
+    r64 = x11 * x19 * x10 * x36 * r30 * r16
     r64 = r123 + r85 + r64
     r123 = r131 * r152 * r64
-    r65 = k.recip(x21)
-    r52 = 2.0 * x11 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16
+    r65 = k.recip(x22)
+    r52 = 2.0 * x11 * x19 * x10 * x12 * x36 * r65 * r30 * r35 * r16
     r52 = r123 + r52
     r52 = r8 * r52
     r123 = x10 * x12 * r16 * r14
-    r147 = x19 * x10 * x35 * r30 * r16 * r14
+    r147 = x19 * x10 * x36 * r30 * r16 * r14
     r147 = r85 + r123 + r147
     r123 = r131 * r152 * r147
-    r88 = 2.0 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16 * r14
+    r88 = 2.0 * x19 * x10 * x12 * x36 * r65 * r30 * r35 * r16 * r14
     r88 = r123 + r88
     r88 = r8 * r88
     r123 = x12 * x5 * r16
-    r87 = x19 * x5 * x35 * r30 * r16
+    r87 = x19 * x5 * x36 * r30 * r16
     r87 = r123 + r85 + r87
     r85 = r131 * r152 * r87
-    r123 = 2.0 * x19 * x12 * x5 * x35 * r65 * r30 * r35 * r16
+    r123 = 2.0 * x19 * x12 * x5 * x36 * r65 * r30 * r35 * r16
     r123 = r85 + r123
     r123 = 2.0 * r8 * r123
     r64 = 2.0 * r131 * r152 * r64
@@ -348,51 +349,51 @@ def quantities(x, k):
     r87 = 4.0 * r131 * r152 * r87
     r85 = x11 * x10 * r16
     r85 = x12 + r85
-    r85 = 4.0 * x19 * x35 * r131 * r30 * r152 * r85
+    r85 = 4.0 * x19 * x36 * r131 * r30 * r152 * r85
     r162 = x10 * r16 * r14
     r162 = x12 + r162
-    r162 = 4.0 * x19 * x35 * r131 * r30 * r152 * r162
-    r343 = x5 * r16
-    r343 = x12 + r343
-    r343 = 8.0 * x19 * x35 * r131 * r30 * r152 * r343
-    r346 = 8.0 * x19 * x12 * x5 * x35 * r65 * r30 * r35 * r16
-    r347 = 4.0 * x11 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x35 * r65 * r30 * r35 * r16 * r14
-    r14 = r52 + r88 + r123 + r64 + r147 + r87 + r85 + r162 + r343 + r346 + r347 + r14
+    r162 = 4.0 * x19 * x36 * r131 * r30 * r152 * r162
+    r344 = x5 * r16
+    r344 = x12 + r344
+    r344 = 8.0 * x19 * x36 * r131 * r30 * r152 * r344
+    r347 = 8.0 * x19 * x12 * x5 * x36 * r65 * r30 * r35 * r16
+    r348 = 4.0 * x11 * x19 * x10 * x12 * x36 * r65 * r30 * r35 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x36 * r65 * r30 * r35 * r16 * r14
+    r14 = r52 + r88 + r123 + r64 + r147 + r87 + r85 + r162 + r344 + r347 + r348 + r14
     r14 = x15 * r11 * r14
     r14 = r75 + r14
     r75 = x6 * r4 * r5 * r14
-    r347 = 10.0 * x12 * r8
-    r347 = r133 + r347
-    r347 = x19 * x35 * r30 * r347
+    r348 = 10.0 * x12 * r8
+    r348 = r133 + r348
+    r348 = x19 * x36 * r30 * r348
     r133 = 3.0 * x5
-    r346 = 2.0 * x5 * r8
-    r346 = r133 + r346
-    r346 = x19 * x35 * r30 * r16 * r346
-    r346 = r347 + r346
-    r346 = x15 * r11 * r346
-    r347 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
-    r347 = r346 + r347
-    r346 = x6 * x4 * r131 * r4 * r5 * r152 * r347
+    r347 = 2.0 * x5 * r8
+    r347 = r133 + r347
+    r347 = x19 * x36 * r30 * r16 * r347
+    r347 = r348 + r347
+    r347 = x15 * r11 * r347
+    r348 = 3.0 * x39 * x19 * x36 * r30 * r11 * r16
+    r348 = r347 + r348
+    r347 = x6 * x4 * r131 * r4 * r5 * r152 * r348
     r133 = k.recip(x0)
-    r343 = x11 * x10 * x35
+    r344 = x11 * x10 * x36
     r82 = k.or_(r82, r34)
     r82 = k.where(r82, 1.0, 0.0)
     r82 = 3.0 + r82
-    r82 = 2.0 * x11 * x10 * x35 * r82
-    r82 = r343 + r82
-    r343 = x6 * x15 * x35 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
-    r162 = r75 + r346 + r343
+    r82 = 2.0 * x11 * x10 * x36 * r82
+    r82 = r344 + r82
+    r344 = x6 * x15 * x36 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
+    r162 = r75 + r347 + r344
     r85 = k.recip(r162)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r87 = k.recip(x6)
     r147 = 0.3333333333333333 * x3 * x19 * r87 * r63 * r162
-    r64 = 0.6666666666666666 * x3 * x19 * x23 * r87 * r162
-    r347 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r347
-    r82 = -1.0 * x6 * x15 * x35 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
-    r64 = r14 + r147 + r64 + r347 + r82
+    r64 = 0.6666666666666666 * x3 * x19 * x24 * r87 * r162
+    r348 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r348
+    r82 = -1.0 * x6 * x15 * x36 * r72 * r4 * r30 * r35 * r133 * r11 * r16 * r82
+    r64 = r14 + r147 + r64 + r348 + r82
     r64 = k.max(0.0, r64)
-    r147 = 0.5 * x23
+    r147 = 0.5 * x24
     r147 = -1.0 + r147
     r147 = 0.6666666666666666 * x3 * x19 * r87 * r63 * r147 * r162
     r147 = k.where(r50, 0.0, r147)
@@ -406,320 +407,320 @@ def quantities(x, k):
     r64 = k.where(r100, 4.0, 2.0)
     r64 = 26.0 + r64
     r64 = r131 * r152 * r64 * r31
-    r152 = r75 + r64 + r346 + r343
-    r131 = -1.0 * x20
+    r152 = r75 + r64 + r347 + r344
+    r131 = -1.0 * x21
     r131 = 1.0 + r131
-    r129 = x23 * x39
+    r129 = x24 * x40
     r129 = -1.0 + r129
-    r63 = k.recip(x26)
-    r56 = k.recip(x27)
-    r50 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16
-    r50 = x28 + r50
-    r57 = 2.0 * x3 * x2 * x37
-    r57 = x30 >= r57
-    r133 = k.recip(x29)
-    r35 = k.recip(x31)
-    r72 = k.min(1.0, x33)
+    r63 = k.recip(x27)
+    r56 = k.recip(x28)
+    r50 = x19 * x4 * x12 * x36 * r63 * r30 * r56 * r16
+    r50 = x29 + r50
+    r57 = 2.0 * x3 * x2 * x38
+    r57 = x31 >= r57
+    r133 = k.recip(x30)
+    r35 = k.recip(x32)
+    r72 = k.min(1.0, x34)
     r72 = k.recip(r72)
-    r72 = x19 * x4 * x12 * x33 * x35 * r133 * r30 * r35 * r16 * r72
-    r72 = x32 + r72
+    r72 = x19 * x4 * x12 * x34 * x36 * r133 * r30 * r35 * r16 * r72
+    r72 = x33 + r72
     r50 = k.where(r57, r72, r50)
     r50 = 2.0 * x6 * r4 * r5 * r11 * r129 * r50
     r50 = k.where(r76, 0.0, r50)
     r131 = r131 * r50
     r72 = x3 * x2
-    r57 = x30 * r16
+    r57 = x31 * r16
     r123 = k.gcd(r72, r57)
     r88 = k.recip(r123)
     r52 = x3 * x2 * r88
     r52 = -1.0 + r52
-    r52 = x28 * r52
-    r425 = -1.0 * x3 * x2 * r88
-    r425 = r72 + r425
-    r425 = x32 * r425
-    r428 = -1.0 + r72
-    r429 = 0.08333333333333333 * x4 * x23 * r63 * r154 * r4 * r30 * r56 * r88 * r428 * r25
+    r52 = x29 * r52
+    r426 = -1.0 * x3 * x2 * r88
+    r426 = r72 + r426
+    r426 = x33 * r426
+    r429 = -1.0 + r72
+    r430 = 0.08333333333333333 * x4 * x24 * r63 * r154 * r4 * r30 * r56 * r88 * r429 * r25
     r123 = -1.0 + r123
-    r431 = k.max(1.0, r123)
-    r431 = k.min(x33, r431)
-    r431 = k.recip(r431)
-    r434 = 0.08333333333333333 * x4 * x33 * x23 * r133 * r154 * r4 * r30 * r35 * r431 * r88 * r428 * r123 * r25
-    r434 = k.max(r429, r434)
-    r434 = r52 + r425 + r434
-    r429 = x30 <= x37
-    r438 = x28 * r428
-    r439 = 0.08333333333333333 * x4 * x23 * r63 * r154 * r4 * r30 * r56 * r428 * r25
-    r439 = r438 + r439
-    r434 = k.where(r429, r439, r434)
-    r439 = x3 * x2 * x37
-    r439 = x30 >= r439
-    r444 = x32 * r428
-    r445 = k.max(1.0, r428)
-    r445 = k.min(x33, r445)
-    r445 = k.recip(r445)
-    r448 = 0.08333333333333333 * x4 * x33 * x23 * r133 * r154 * r4 * r30 * r35 * r445 * r428 * r25
-    r448 = r444 + r448
-    r434 = k.where(r439, r448, r434)
-    r448 = 12.0 * x15 * r11 * r434
-    r452 = k.where(r12, r448, 0.0)
-    r452 = k.where(r27, r452, 0.0)
-    r454 = x23 <= 1.0
-    r103 = k.and_(r103, r454)
-    r452 = k.where(r103, 0.0, r452)
-    r454 = k.and_(r12, r454)
-    r458 = k.where(r34, 3.0, 2.0)
-    r459 = 12.0 * x6 * x15 * r4 * r5 * r11 * r458 * r434
-    r452 = k.where(r454, r459, r452)
+    r432 = k.max(1.0, r123)
+    r432 = k.min(x34, r432)
+    r432 = k.recip(r432)
+    r435 = 0.08333333333333333 * x4 * x34 * x24 * r133 * r154 * r4 * r30 * r35 * r432 * r88 * r429 * r123 * r25
+    r435 = k.max(r430, r435)
+    r435 = r52 + r426 + r435
+    r430 = x31 <= x38
+    r439 = x29 * r429
+    r440 = 0.08333333333333333 * x4 * x24 * r63 * r154 * r4 * r30 * r56 * r429 * r25
+    r440 = r439 + r440
+    r435 = k.where(r430, r440, r435)
+    r440 = x3 * x2 * x38
+    r440 = x31 >= r440
+    r445 = x33 * r429
+    r446 = k.max(1.0, r429)
+    r446 = k.min(x34, r446)
+    r446 = k.recip(r446)
+    r449 = 0.08333333333333333 * x4 * x34 * x24 * r133 * r154 * r4 * r30 * r35 * r446 * r429 * r25
+    r449 = r445 + r449
+    r435 = k.where(r440, r449, r435)
+    r449 = 12.0 * x15 * r11 * r435
+    r453 = k.where(r12, r449, 0.0)
+    r453 = k.where(r27, r453, 0.0)
+    r455 = x24 <= 1.0
+    r103 = k.and_(r103, r455)
+    r453 = k.where(r103, 0.0, r453)
+    r455 = k.and_(r12, r455)
+    r459 = k.where(r34, 3.0, 2.0)
+    r460 = 12.0 * x6 * x15 * r4 * r5 * r11 * r459 * r435
+    r453 = k.where(r455, r460, r453)
     r72 = r72 == 1.0
-    r452 = k.where(r72, 0.0, r452)
-    r459 = -1.0 * r452
-    r464 = x3 * x19 * r87 * r162
-    r464 = k.where(r103, r162, r464)
-    r464 = -1.0 * x20 * r464
-    r162 = k.recip(r428)
-    r468 = 2.0 * x3 * x2
-    r468 = -2.0 + r468
-    r470 = r52 + r425
-    r470 = r162 * r468 * r470
+    r453 = k.where(r72, 0.0, r453)
+    r460 = -1.0 * r453
+    r465 = x3 * x19 * r87 * r162
+    r465 = k.where(r103, r162, r465)
+    r465 = -1.0 * x21 * r465
+    r162 = k.recip(r429)
+    r469 = 2.0 * x3 * x2
+    r469 = -2.0 + r469
+    r471 = r52 + r426
+    r471 = r162 * r469 * r471
     r162 = x4 * r25
-    r473 = 4.0 * r25
-    r162 = k.where(r100, r473, r162)
-    r473 = x23 * r63 * r154 * r4 * r30 * r56 * r88 * r468 * r162
-    r100 = x33 * x23 * r133 * r154 * r4 * r30 * r35 * r431 * r88 * r123 * r468 * r162
-    r100 = k.max(r473, r100)
-    r100 = r470 + r100
-    r470 = x28 * r468
-    r473 = x23 * r63 * r154 * r4 * r30 * r56 * r468 * r162
-    r473 = r470 + r473
-    r100 = k.where(r429, r473, r100)
-    r473 = x32 * r468
-    r470 = x33 * x23 * r133 * r154 * r4 * r30 * r35 * r445 * r468 * r162
-    r470 = r473 + r470
-    r100 = k.where(r439, r470, r100)
+    r474 = 4.0 * r25
+    r162 = k.where(r100, r474, r162)
+    r474 = x24 * r63 * r154 * r4 * r30 * r56 * r88 * r469 * r162
+    r100 = x34 * x24 * r133 * r154 * r4 * r30 * r35 * r432 * r88 * r123 * r469 * r162
+    r100 = k.max(r474, r100)
+    r100 = r471 + r100
+    r471 = x29 * r469
+    r474 = x24 * r63 * r154 * r4 * r30 * r56 * r469 * r162
+    r474 = r471 + r474
+    r100 = k.where(r430, r474, r100)
+    r474 = x33 * r469
+    r471 = x34 * x24 * r133 * r154 * r4 * r30 * r35 * r446 * r469 * r162
+    r471 = r474 + r471
+    r100 = k.where(r440, r471, r100)
     r100 = x15 * r11 * r100
-    r470 = x23 * r63 * r154 * r4 * r30 * r56 * r88 * r428 * r162
-    r473 = x33 * x23 * r133 * r154 * r4 * r30 * r35 * r431 * r88 * r428 * r123 * r162
-    r473 = k.max(r470, r473)
-    r473 = r52 + r425 + r473
-    r470 = x23 * r63 * r154 * r4 * r30 * r56 * r428 * r162
-    r470 = r438 + r470
-    r473 = k.where(r429, r470, r473)
-    r470 = x33 * x23 * r133 * r154 * r4 * r30 * r35 * r445 * r428 * r162
-    r470 = r444 + r470
-    r473 = k.where(r439, r470, r473)
-    r470 = x15 * r11 * r473
-    r499 = x4 * x23 * r63 * r154 * r4 * r30 * r56 * r88 * r428 * r25
-    r123 = x4 * x33 * x23 * r133 * r154 * r4 * r30 * r35 * r431 * r88 * r428 * r123 * r25
-    r123 = k.max(r499, r123)
-    r123 = r52 + r425 + r123
-    r425 = x4 * x23 * r63 * r154 * r4 * r30 * r56 * r428 * r25
-    r425 = r438 + r425
-    r123 = k.where(r429, r425, r123)
-    r445 = x4 * x33 * x23 * r133 * r154 * r4 * r30 * r35 * r445 * r428 * r25
-    r445 = r444 + r445
-    r123 = k.where(r439, r445, r123)
+    r471 = x24 * r63 * r154 * r4 * r30 * r56 * r88 * r429 * r162
+    r474 = x34 * x24 * r133 * r154 * r4 * r30 * r35 * r432 * r88 * r429 * r123 * r162
+    r474 = k.max(r471, r474)
+    r474 = r52 + r426 + r474
+    r471 = x24 * r63 * r154 * r4 * r30 * r56 * r429 * r162
+    r471 = r439 + r471
+    r474 = k.where(r430, r471, r474)
+    r471 = x34 * x24 * r133 * r154 * r4 * r30 * r35 * r446 * r429 * r162
+    r471 = r445 + r471
+    r474 = k.where(r440, r471, r474)
+    r471 = x15 * r11 * r474
+    r500 = x4 * x24 * r63 * r154 * r4 * r30 * r56 * r88 * r429 * r25
+    r123 = x4 * x34 * x24 * r133 * r154 * r4 * r30 * r35 * r432 * r88 * r429 * r123 * r25
+    r123 = k.max(r500, r123)
+    r123 = r52 + r426 + r123
+    r426 = x4 * x24 * r63 * r154 * r4 * r30 * r56 * r429 * r25
+    r426 = r439 + r426
+    r123 = k.where(r430, r426, r123)
+    r446 = x4 * x34 * x24 * r133 * r154 * r4 * r30 * r35 * r446 * r429 * r25
+    r446 = r445 + r446
+    r123 = k.where(r440, r446, r123)
     r123 = x15 * r11 * r123
-    r448 = k.where(r12, r448, r123)
-    r448 = r470 + r448
-    r100 = k.where(r27, r448, r100)
-    r473 = x6 * x15 * r4 * r5 * r11 * r473
-    r473 = r123 + r473
-    r100 = k.where(r103, r473, r100)
-    r434 = 12.0 * x15 * r11 * r458 * r434
-    r434 = r470 + r434
-    r434 = x6 * r4 * r5 * r434
-    r100 = k.where(r454, r434, r100)
+    r449 = k.where(r12, r449, r123)
+    r449 = r471 + r449
+    r100 = k.where(r27, r449, r100)
+    r474 = x6 * x15 * r4 * r5 * r11 * r474
+    r474 = r123 + r474
+    r100 = k.where(r103, r474, r100)
+    r435 = 12.0 * x15 * r11 * r459 * r435
+    r435 = r471 + r435
+    r435 = x6 * r4 * r5 * r435
+    r100 = k.where(r455, r435, r100)
     r100 = k.where(r72, 0.0, r100)
-    r464 = r459 + r464 + r100
-    r464 = k.max(0.0, r464)
+    r465 = r460 + r465 + r100
+    r465 = k.max(0.0, r465)
     r57 = k.gcd(x2, r57)
-    r459 = k.recip(r57)
-    r434 = x2 * r459
-    r434 = -1.0 + r434
-    r434 = x28 * r434
-    r470 = -1.0 * x2 * r459
-    r470 = x2 + r470
-    r470 = x32 * r470
-    r473 = -1.0 + x2
-    r123 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r459 * r473
+    r460 = k.recip(r57)
+    r435 = x2 * r460
+    r435 = -1.0 + r435
+    r435 = x29 * r435
+    r471 = -1.0 * x2 * r460
+    r471 = x2 + r471
+    r471 = x33 * r471
+    r474 = -1.0 + x2
+    r123 = 2.0 * x14 * x19 * x10 * x4 * x36 * r63 * r30 * r56 * r16 * r460 * r474
     r57 = -1.0 + r57
-    r448 = k.max(1.0, r57)
-    r448 = k.min(x33, r448)
-    r448 = k.recip(r448)
-    r57 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r133 * r30 * r35 * r16 * r448 * r459 * r473 * r57
+    r449 = k.max(1.0, r57)
+    r449 = k.min(x34, r449)
+    r449 = k.recip(r449)
+    r57 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r133 * r30 * r35 * r16 * r449 * r460 * r474 * r57
     r57 = k.max(r123, r57)
-    r57 = r434 + r470 + r57
-    r470 = x28 * r473
-    r434 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r473
-    r434 = r470 + r434
-    r57 = k.where(r429, r434, r57)
-    r434 = x2 * x37
-    r434 = x30 >= r434
-    r429 = x32 * r473
-    r470 = k.max(1.0, r473)
-    r470 = k.min(x33, r470)
-    r470 = k.recip(r470)
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r133 * r30 * r35 * r16 * r470 * r473
-    r470 = r429 + r470
-    r57 = k.where(r434, r470, r57)
-    r470 = x6 * x15 * r4 * r5 * r11 * r57
+    r57 = r435 + r471 + r57
+    r471 = x29 * r474
+    r435 = 2.0 * x14 * x19 * x10 * x4 * x36 * r63 * r30 * r56 * r16 * r474
+    r435 = r471 + r435
+    r57 = k.where(r430, r435, r57)
+    r435 = x2 * x38
+    r435 = x31 >= r435
+    r430 = x33 * r474
+    r471 = k.max(1.0, r474)
+    r471 = k.min(x34, r471)
+    r471 = k.recip(r471)
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r133 * r30 * r35 * r16 * r471 * r474
+    r471 = r430 + r471
+    r57 = k.where(r435, r471, r57)
+    r471 = x6 * x15 * r4 * r5 * r11 * r57
     r57 = x6 * x15 * r4 * r5 * r11 * r8 * r57
-    r57 = r470 + r57
-    r470 = x2 == 1.0
-    r57 = k.where(r470, 0.0, r57)
+    r57 = r471 + r57
+    r471 = x2 == 1.0
+    r57 = k.where(r471, 0.0, r57)
     r34 = k.where(r34, 2.0, 0.0)
     r34 = 4.0 + r34
-    r434 = -1.0 + x37
-    r429 = k.recip(r434)
-    r123 = 2.0 * x37
+    r435 = -1.0 + x38
+    r430 = k.recip(r435)
+    r123 = 2.0 * x38
     r123 = -2.0 + r123
-    r459 = k.gcd(x37, x30)
-    r448 = k.recip(r459)
-    r12 = x37 * r448
+    r460 = k.gcd(x38, x31)
+    r449 = k.recip(r460)
+    r12 = x38 * r449
     r12 = -1.0 + r12
-    r12 = x28 * r12
-    r445 = -1.0 * x37 * r448
-    r445 = x37 + r445
-    r445 = x32 * r445
-    r445 = r12 + r445
-    r445 = r429 * r123 * r445
-    r429 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r448 * r123
-    r459 = -1.0 + r459
-    r12 = k.max(1.0, r459)
-    r12 = k.min(x33, r12)
+    r12 = x29 * r12
+    r446 = -1.0 * x38 * r449
+    r446 = x38 + r446
+    r446 = x33 * r446
+    r446 = r12 + r446
+    r446 = r430 * r123 * r446
+    r430 = x19 * x4 * x12 * x36 * r63 * r30 * r56 * r16 * r449 * r123
+    r460 = -1.0 + r460
+    r12 = k.max(1.0, r460)
+    r12 = k.min(x34, r12)
     r12 = k.recip(r12)
-    r459 = x19 * x4 * x12 * x33 * x35 * r133 * r30 * r35 * r16 * r12 * r448 * r459 * r123
-    r459 = k.max(r429, r459)
-    r459 = r445 + r459
-    r445 = x30 <= 1.0
-    r429 = x28 * r123
-    r56 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r123
-    r56 = r429 + r56
-    r459 = k.where(r445, r56, r459)
-    r56 = x30 >= x37
-    r445 = x32 * r123
-    r434 = k.max(1.0, r434)
-    r434 = k.min(x33, r434)
-    r434 = k.recip(r434)
-    r434 = x19 * x4 * x12 * x33 * x35 * r133 * r30 * r35 * r16 * r434 * r123
-    r434 = r445 + r434
-    r459 = k.where(r56, r434, r459)
-    r459 = x6 * x15 * r4 * r5 * r11 * r34 * r459
-    r434 = x37 == 1.0
-    r459 = k.where(r434, 0.0, r459)
-    r82 = r14 + r347 + r82
+    r460 = x19 * x4 * x12 * x34 * x36 * r133 * r30 * r35 * r16 * r12 * r449 * r460 * r123
+    r460 = k.max(r430, r460)
+    r460 = r446 + r460
+    r446 = x31 <= 1.0
+    r430 = x29 * r123
+    r56 = x19 * x4 * x12 * x36 * r63 * r30 * r56 * r16 * r123
+    r56 = r430 + r56
+    r460 = k.where(r446, r56, r460)
+    r56 = x31 >= x38
+    r446 = x33 * r123
+    r435 = k.max(1.0, r435)
+    r435 = k.min(x34, r435)
+    r435 = k.recip(r435)
+    r435 = x19 * x4 * x12 * x34 * x36 * r133 * r30 * r35 * r16 * r435 * r123
+    r435 = r446 + r435
+    r460 = k.where(r56, r435, r460)
+    r460 = x6 * x15 * r4 * r5 * r11 * r34 * r460
+    r435 = x38 == 1.0
+    r460 = k.where(r435, 0.0, r460)
+    r82 = r14 + r348 + r82
     r82 = k.max(0.0, r82)
     r82 = k.where(r26, r82, 0.0)
-    r26 = r131 + r75 + r64 + r346 + r343 + r464 + r147 + r57 + r459 + r452 + r82
-    r347 = k.recip(r26)
-    r14 = 6.0 * x6 * x35 * r65 * r4 * r30 * r11 * r16 * r347 * r15
-    r51 = x6 * x35 * r65 * r4 * r30 * r11 * r16 * r347 * r51
-    r347 = x19 * x4 * x12 * x35 * r30
-    r65 = x19 * x4 * x12 * x35 * r63 * r30
-    r468 = r4 * r30 * r468 * r162
-    r56 = r4 * r30 * r428 * r162
-    r445 = x4 * r4 * r30 * r428 * r25
-    r35 = r56 + r445
-    r468 = k.where(r27, r35, r468)
+    r26 = r131 + r75 + r64 + r347 + r344 + r465 + r147 + r57 + r460 + r453 + r82
+    r348 = k.recip(r26)
+    r14 = 6.0 * x6 * x36 * r65 * r4 * r30 * r11 * r16 * r348 * r15
+    r51 = x6 * x36 * r65 * r4 * r30 * r11 * r16 * r348 * r51
+    r348 = x19 * x4 * x12 * x36 * r30
+    r65 = x19 * x4 * x12 * x36 * r63 * r30
+    r469 = r4 * r30 * r469 * r162
+    r56 = r4 * r30 * r429 * r162
+    r446 = x4 * r4 * r30 * r429 * r25
+    r35 = r56 + r446
+    r469 = k.where(r27, r35, r469)
     r35 = k.pow(x3, -2.0)
-    r162 = x6 * r35 * r5 * r30 * r428 * r162
-    r162 = r445 + r162
-    r468 = k.where(r103, r162, r468)
-    r458 = x4 * r4 * r30 * r428 * r458 * r25
-    r458 = r56 + r458
-    r458 = x6 * r4 * r5 * r458
-    r468 = k.where(r454, r458, r468)
-    r468 = k.where(r72, 0.0, r468)
-    r72 = r63 * r468
-    r63 = x29 * r63
-    r458 = k.recip(x35)
-    r454 = x36 * r87 * r458
+    r162 = x6 * r35 * r5 * r30 * r429 * r162
+    r162 = r446 + r162
+    r469 = k.where(r103, r162, r469)
+    r459 = x4 * r4 * r30 * r429 * r459 * r25
+    r459 = r56 + r459
+    r459 = x6 * r4 * r5 * r459
+    r469 = k.where(r455, r459, r469)
+    r469 = k.where(r72, 0.0, r469)
+    r72 = r63 * r469
+    r63 = x30 * r63
+    r459 = k.recip(x36)
+    r455 = x37 * r87 * r459
     r5 = k.recip(x13)
     r56 = r4 * r30 * r5 * r11 * r16
-    r428 = 1.6e-11 * x12
+    r429 = 1.6e-11 * x12
     r162 = 8e-12 * x15 * r9
     r103 = 8e-12 * x15 * r13
-    r445 = 8e-12 * x38 * x12
-    r35 = r428 + r162 + r103 + r445
+    r446 = 8e-12 * x39 * x12
+    r35 = r429 + r162 + r103 + r446
     r27 = 8e-12 * x12
     r133 = 4e-12 * x15 * r9
-    r429 = 4e-12 * x15 * r13
-    r448 = 4e-12 * x38 * x12
-    r448 = r27 + r133 + r429 + r448
-    r448 = r56 > r448
-    r429 = -1.6e-11 * x12
+    r430 = 4e-12 * x15 * r13
+    r449 = 4e-12 * x39 * x12
+    r449 = r27 + r133 + r430 + r449
+    r449 = r56 > r449
+    r430 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r133 = -8e-12 * x38 * x12
+    r133 = -8e-12 * x39 * x12
     r27 = k.sqrt(2.0)
     r12 = k.sqrt(x3)
     r12 = k.recip(r12)
-    r439 = k.sqrt(x2)
-    r439 = k.recip(r439)
-    r444 = k.sqrt(x13)
-    r444 = k.recip(r444)
-    r154 = k.sqrt(x23)
+    r440 = k.sqrt(x2)
+    r440 = k.recip(r440)
+    r445 = k.sqrt(x13)
+    r445 = k.recip(r445)
+    r154 = k.sqrt(x24)
     r154 = k.recip(r154)
-    r425 = k.sqrt(x37)
-    r425 = k.recip(r425)
-    r438 = k.sqrt(r35)
-    r52 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r35
-    r499 = k.sqrt(x3)
+    r426 = k.sqrt(x38)
+    r426 = k.recip(r426)
+    r439 = k.sqrt(r35)
+    r52 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r35
+    r500 = k.sqrt(x3)
     r88 = k.sqrt(x2)
-    r431 = k.sqrt(x13)
-    r658 = k.sqrt(x23)
-    r659 = k.sqrt(x37)
-    r659 = 0.16666666666666666 * r27 * r499 * r88 * r431 * r658 * r659 * r438
-    r659 = 1.0 + r52 + r659
-    r659 = r27 * r12 * r439 * r444 * r154 * r425 * r438 * r659
-    r659 = r429 + r9 + r13 + r133 + r659
-    r133 = k.where(r448, r659, r56)
-    r445 = r428 + r162 + r103 + r445 + r133
-    r445 = x3 * x2 * x13 * x23 * x37 * r445
-    r445 = k.exp(r445)
-    r445 = -1.0 + r445
-    r103 = k.recip(r445)
-    r162 = x25 + x1
-    r428 = -1.0 * x3 * x2 * x13 * x23 * x37 * r162
-    r428 = k.exp(r428)
-    r428 = x3 * x2 * x13 * x23 * x37 * r103 * r133 * r428
-    r103 = x3 * x2 * x13 * x23 * x37
-    r659 = k.recip(r659)
-    r103 = k.where(r448, r659, r103)
-    r162 = x3 * x2 * x13 * x23 * x37 * r162
+    r432 = k.sqrt(x13)
+    r659 = k.sqrt(x24)
+    r660 = k.sqrt(x38)
+    r660 = 0.16666666666666666 * r27 * r500 * r88 * r432 * r659 * r660 * r439
+    r660 = 1.0 + r52 + r660
+    r660 = r27 * r12 * r440 * r445 * r154 * r426 * r439 * r660
+    r660 = r430 + r9 + r13 + r133 + r660
+    r133 = k.where(r449, r660, r56)
+    r446 = r429 + r162 + r103 + r446 + r133
+    r446 = x3 * x2 * x13 * x24 * x38 * r446
+    r446 = k.exp(r446)
+    r446 = -1.0 + r446
+    r103 = k.recip(r446)
+    r162 = x26 + x1
+    r429 = -1.0 * x3 * x2 * x13 * x24 * x38 * r162
+    r429 = k.exp(r429)
+    r429 = x3 * x2 * x13 * x24 * x38 * r103 * r133 * r429
+    r103 = x3 * x2 * x13 * x24 * x38
+    r660 = k.recip(r660)
+    r103 = k.where(r449, r660, r103)
+    r162 = x3 * x2 * x13 * x24 * x38 * r162
     r162 = k.exp(r162)
-    r5 = x36 * r87 * r4 * r30 * r5 * r11 * r458 * r16 * r445 * r26 * r103 * r162
-    r162 = x36 * r87 * r458 * r445 * r26 * r103 * r162
-    r34 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r123 * r34
-    r34 = k.where(r434, 0.0, r34)
-    r434 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r473
-    r473 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r473
-    r473 = r434 + r473
-    r473 = k.where(r470, 0.0, r473)
-    r452 = r464 + r452
-    r129 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r129
+    r5 = x37 * r87 * r4 * r30 * r5 * r11 * r459 * r16 * r446 * r26 * r103 * r162
+    r162 = x37 * r87 * r459 * r446 * r26 * r103 * r162
+    r34 = x6 * x15 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r123 * r34
+    r34 = k.where(r435, 0.0, r34)
+    r435 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r474
+    r474 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r8 * r474
+    r474 = r435 + r474
+    r474 = k.where(r471, 0.0, r474)
+    r453 = r465 + r453
+    r129 = 2.0 * x6 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r129
     r129 = k.where(r76, 0.0, r129)
-    r130 = r130 < x23
-    r76 = x34 != 2.0
+    r130 = r130 < x24
+    r76 = x35 != 2.0
     r59 = k.and_(r59, r76)
     r59 = k.not_(r59)
     r59 = k.or_(r130, r59)
-    r16 = x34 != 1.0
+    r16 = x35 != 1.0
     r58 = k.and_(r16, r76, r58)
     r58 = k.not_(r58)
     r58 = k.or_(r130, r58)
     r58 = k.and_(r59, r58)
-    r59 = x23 >= 2.0
-    r130 = x34 != 3.0
-    r76 = x34 != 4.0
+    r59 = x24 >= 2.0
+    r130 = x35 != 3.0
+    r76 = x35 != 4.0
     r67 = k.not_(r67)
     r67 = k.and_(r130, r76, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r59, r67)
-    r59 = x21 * x3 * x2 * x23 * x37 * r26
-    r76 = r119 <= r59
+    r59 = x22 * x3 * x2 * x24 * x38 * r26
+    r76 = r77 <= r59
     r59 = r101 <= r59
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r38, r36, r55, r114, r79, r77, r119, r119, r101, r104, r157, r85, r152, r147, r26, r14, r51, r347, r65, r72, r63, 0.0, r454, r56, r35, r133, r428, r5, r162, r75, r343, r346, r64, r34, r459, r459, r473, r57, r57, r468, r100, r452, r129, r50, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, r58, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r76, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r38, r36, r55, r114, r79, r119, r77, r77, r101, r104, r157, r85, r152, r147, r26, r14, r51, r348, r65, r72, r63, 0.0, r455, r56, r35, r133, r429, r5, r162, r75, r344, r347, r64, r34, r460, r460, r474, r57, r57, r469, r100, r453, r129, r50, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r76, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1423,9 +1424,9 @@ def search(x, k):
     return (r100, r6, r61)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (16, 44, 45, 46, 47, 48, 49), (19,), (15, 16, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 48, 49, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 48, 49, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 76, 77), (41, 44, 45, 46, 47, 48, 49, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 34), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (16, 31), (16, 32), (16, 33), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 34), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 34), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (41, 45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (40, 45, 46, 47, 48, 49, 50), (), (31, 32, 37), (), (), (), (31, 32, 37), (32,), (36,), (36,), (37,), (31, 32, 37, 40, 41, 45, 46, 47, 48, 49, 50), (31, 32, 35, 37, 40, 41, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (42, 45, 46, 47, 48, 49, 50), (42, 45, 46, 47, 48, 49, 50, 77, 78), (42, 45, 46, 47, 48, 49, 50, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 65, 75, 76, 77, 78), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 34), (9, 73), (10, 38), (10, 39), (10, 73), (11, 73), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 73), (13, 33), (13, 69), (13, 70), (13, 71), (13, 72), (16, 31), (16, 32), (16, 33), (16, 37), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 69), (17, 70), (17, 71), (17, 72), (22, 33), (22, 34), (22, 38), (22, 39), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 34), (23, 38), (23, 39), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 5), (52, 7), (52, 9), (52, 61), (52, 62), (52, 63), (53, 3), (53, 5), (53, 7), (53, 9), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,76 +46,76 @@ def quantities(x, k):
     r34 = 4.0 * x12
     r35 = -4.0 * x12 * r16
     r35 = r34 + r35
-    r35 = x19 * x33 * r30 * r35
+    r35 = x19 * x34 * r30 * r35
     r34 = 4.0 * x11
     r39 = 4.0 * x5
     r40 = 8.0 * x12
     r41 = 4.0 * x11 * x10
     r42 = 4.0 * x14 * x10
     r42 = r34 + r39 + r40 + r41 + r42
-    r42 = x19 * x33 * r30 * r16 * r42
+    r42 = x19 * x34 * r30 * r16 * r42
     r42 = r35 + r42
-    r35 = x23 == 1.0
+    r35 = x24 == 1.0
     r40 = 2.0 * x5
     r39 = 6.0 * x12
     r49 = 2.0 * x14 * x10
     r41 = r40 + r34 + r39 + r49 + r41
     r41 = r16 * r41
     r41 = r8 + r41
-    r41 = x19 * x33 * r30 * r41
+    r41 = x19 * x34 * r30 * r41
     r42 = k.where(r35, r41, r42)
-    r41 = x23 == 2.0
-    r49 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r41 = x24 == 2.0
+    r49 = 2.0 * x19 * x12 * x34 * r30 * r16
     r49 = k.where(r41, r49, r42)
-    r39 = 1.0 + x22
+    r39 = 1.0 + x23
     r39 = k.min(r39, r6)
     r34 = k.ceiling(r33)
     r39 = r39 * r34
-    r40 = x32 == 4.0
-    r63 = 2.0 * x22
+    r40 = x33 == 4.0
+    r63 = 2.0 * x23
     r64 = -1.0 + r63
     r64 = k.min(r64, r6)
     r64 = r64 * r34
     r67 = k.where(r40, r64, r39)
-    r68 = x32 == 0.0
-    r69 = x32 == 3.0
+    r68 = x33 == 0.0
+    r69 = x33 == 3.0
     r70 = k.or_(r68, r69)
-    r71 = k.min(x22, r6)
+    r71 = k.min(x23, r6)
     r71 = r71 * r34
     r67 = k.where(r70, r71, r67)
-    r71 = x32 == 1.0
-    r75 = k.recip(x37)
-    r76 = x6 * x37 * r4 * r5
-    r77 = -1.0 + x37
-    r77 = x22 * r77
+    r71 = x33 == 1.0
+    r75 = k.recip(x38)
+    r76 = x6 * x38 * r4 * r5
+    r77 = -1.0 + x38
+    r77 = x23 * r77
     r79 = -1.0 + r63 + r77
     r79 = k.min(r76, r79)
     r79 = r75 * r79 * r34
     r67 = k.where(r71, r79, r67)
-    r79 = x32 == 2.0
+    r79 = x33 == 2.0
     r84 = x6 * r4 * r5 * r34
     r67 = k.where(r79, r84, r67)
     r67 = r49 * r67
     r87 = r9 * r34
     r88 = r13 * r34
-    r89 = x22 == 1.0
+    r89 = x23 == 1.0
     r90 = k.where(r89, 1.0, 0.0)
     r91 = 2.0 * x12 * r90
     r91 = r12 + r87 + r88 + r91
     r91 = r16 * r91
-    r90 = x36 * x12 * r90
-    r12 = x22 != 1.0
+    r90 = x37 * x12 * r90
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r87 + r88 + r90 + r12
     r12 = r16 * r12
     r90 = r91 + r12
     r91 = k.where(r26, r90, r91)
     r102 = 2.0 * r91
-    r103 = x38 >= 2.0
+    r103 = x39 >= 2.0
     r104 = 2.0 * r4 * r30 * r91
     r105 = k.where(r103, r104, r102)
-    r106 = x38 >= 3.0
+    r106 = x39 >= 3.0
     r102 = k.where(r106, r104, r102)
     r104 = 12.0 * r91
     r109 = 12.0 * r4 * r30 * r91
@@ -124,9 +124,9 @@ def quantities(x, k):
     r112 = k.or_(r26, r89)
     r113 = -2.0 * x12 * r16
     r113 = r8 + r113
-    r113 = x19 * x33 * r30 * r113
-    r8 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r117 = x36 * x19 * x16 * x33 * r30 * r16
+    r113 = x19 * x34 * r30 * r113
+    r8 = 4.0 * x19 * x12 * x34 * r30 * r16
+    r117 = x37 * x19 * x16 * x34 * r30 * r16
     r8 = r113 + r8 + r117
     r8 = k.max(r8, r109)
     r112 = k.where(r112, r8, r109)
@@ -135,16 +135,16 @@ def quantities(x, k):
     r113 = k.where(r26, r122, r113)
     r122 = 3.0 * x4 * r113 * r91
     r122 = k.where(r106, r122, 0.0)
-    r126 = x22 > 1.0
+    r126 = x23 > 1.0
     r126 = k.and_(r106, r126)
     r91 = 6.0 * r91
     r122 = k.where(r126, r91, r122)
     r91 = r67 + r105 + r102 + r104 + r112 + r122
     r131 = k.where(r40, r64, r39)
-    r132 = -1.0 + x22
+    r132 = -1.0 + x23
     r133 = k.min(1.0, r132)
     r134 = -1.0 * r133
-    r134 = x22 + r134
+    r134 = x23 + r134
     r136 = k.min(r6, r134)
     r136 = r136 * r34
     r131 = k.where(r70, r136, r131)
@@ -156,28 +156,28 @@ def quantities(x, k):
     r131 = k.where(r79, r84, r131)
     r131 = r49 * r131
     r63 = 1.0 + r133
-    r63 = x22 == r63
+    r63 = x23 == r63
     r136 = k.where(r63, 1.0, 0.0)
     r136 = 2.0 * x12 * r136
     r150 = r133 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x36 * x12 * r150
+    r150 = x37 * x12 * r150
     r153 = r133 != 0.0
     r153 = k.and_(r153, r63)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x36 * x12 * r153
+    r153 = x37 * x12 * r153
     r153 = r87 + r88 + r136 + r150 + r153
     r153 = r16 * r153
-    r150 = x22 == r134
+    r150 = x23 == r134
     r136 = k.where(r150, 1.0, 0.0)
     r136 = 2.0 * x12 * r136
     r162 = r134 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x36 * x12 * r162
+    r162 = x37 * x12 * r162
     r134 = r134 != 1.0
     r134 = k.and_(r150, r134)
     r134 = k.where(r134, 1.0, 0.0)
-    r134 = x36 * x12 * r134
+    r134 = x37 * x12 * r134
     r134 = r87 + r88 + r136 + r162 + r134
     r134 = r16 * r134
     r134 = r153 + r134
@@ -253,390 +253,391 @@ def quantities(x, k):
     r131 = k.where(r131, 0.0, 0.0)
     r39 = r91 == r39
     r131 = k.where(r39, 0.0, r131)
-    r39 = x36 * x19 * x4 * x33 * r30 * r16
-    r67 = x36 * x19 * x4 * x33 * r30
+    r39 = x37 * x19 * x4 * x34 * r30 * r16
+    r67 = x37 * x19 * x4 * x34 * r30
     r122 = k.max(r91, r153, r12)
     r104 = r153 == r122
     r12 = k.where(r104, r153, r12)
     r122 = r91 == r122
     r12 = k.where(r122, r91, r12)
-    r91 = -1.0 * r12
-    r91 = x8 + r91
-    r122 = 6.0 * x6 * x33 * r15
+    r91 = -1.0 * x20
+    r122 = -1.0 * r12
+    r122 = x8 + r91 + r122
+    r91 = 6.0 * x6 * x34 * r15
     r153 = 12.0 * x12
     r104 = 6.0 * x15 * r9
     r150 = 6.0 * x15 * r13
-    r105 = 6.0 * x36 * x12
-    r162 = 12.0 * x15 * x11 * x10 * x33
+    r105 = 6.0 * x37 * x12
+    r162 = 12.0 * x15 * x11 * x10 * x34
     r162 = r153 + r104 + r150 + r105 + r162
-    r105 = x6 * x33 * r162
+    r105 = x6 * x34 * r162
     r150 = k.pow(x12, 2.0)
     r104 = k.recip(x12)
-    r102 = 0.16666666666666666 * x33 * r104
+    r102 = 0.16666666666666666 * x34 * r104
     r136 = k.recip(x15)
-    r104 = 0.0625 * x36 * r136 * r104
+    r104 = 0.0625 * x37 * r136 * r104
     r104 = 1.0 + r102 + r104
-    r104 = 96.0 * x6 * x15 * x33 * r150 * r104
-    r150 = k.pow(x33, 2.0)
+    r104 = 96.0 * x6 * x15 * x34 * r150 * r104
+    r150 = k.pow(x34, 2.0)
     r150 = 2.0 * x6 * x15 * x11 * x10 * r150
     r102 = x11 * x10
     r126 = x14 * x10
     r126 = x5 + r102 + r126
-    r126 = 2.0 * x6 * x15 * x12 * x33 * r126
+    r126 = 2.0 * x6 * x15 * x12 * x34 * r126
     r126 = k.where(r35, r126, 0.0)
-    r102 = 0.3333333333333333 * x6 * x33 * r162
+    r102 = 0.3333333333333333 * x6 * x34 * r162
     r126 = k.where(r41, r102, r126)
     r126 = r105 + r150 + r126
     r150 = k.where(r41, 1.0, 0.0)
     r102 = 1.0 + r150
     r134 = k.recip(x9)
     r34 = k.recip(x18)
-    r76 = x36 * x12 * r16
-    r77 = x19 * x12 * x33 * r30
-    r64 = x36 * x19 * x33 * r30 * r16
+    r76 = x37 * x12 * r16
+    r77 = x19 * x12 * x34 * r30
+    r64 = x37 * x19 * x34 * r30 * r16
     r64 = r76 + r77 + r64
     r76 = 2.0 * r134 * r34 * r64
-    r63 = k.recip(x21)
+    r63 = k.recip(x22)
     r88 = k.recip(x17)
-    r87 = 2.0 * x36 * x19 * x12 * x33 * r63 * r30 * r88 * r16
+    r87 = 2.0 * x37 * x19 * x12 * x34 * r63 * r30 * r88 * r16
     r87 = r76 + r87
     r87 = r102 * r87
     r64 = 4.0 * r134 * r34 * r64
-    r76 = 4.0 * x36 * x19 * x12 * x33 * r63 * r30 * r88 * r16
+    r76 = 4.0 * x37 * x19 * x12 * x34 * r63 * r30 * r88 * r16
     r76 = r87 + r64 + r76
     r76 = r11 * r76
     r64 = x11 * x10 * x12 * r16
-    r87 = x11 * x19 * x10 * x33 * r30 * r16
+    r87 = x11 * x19 * x10 * x34 * r30 * r16
     r87 = r64 + r77 + r87
     r64 = 2.0 * r134 * r34 * r87
-    r300 = 2.0 * x11 * x19 * x10 * x12 * x33 * r63 * r30 * r88 * r16
-    r300 = r64 + r300
-    r300 = r102 * r300
+    r301 = 2.0 * x11 * x19 * x10 * x12 * x34 * r63 * r30 * r88 * r16
+    r301 = r64 + r301
+    r301 = r102 * r301
     r64 = x10 * x12 * r16 * r14
-    r304 = x19 * x10 * x33 * r30 * r16 * r14
-    r304 = r77 + r64 + r304
-    r64 = 2.0 * r134 * r34 * r304
-    r307 = 2.0 * x19 * x10 * x12 * x33 * r63 * r30 * r88 * r16 * r14
-    r307 = r64 + r307
-    r307 = r102 * r307
+    r305 = x19 * x10 * x34 * r30 * r16 * r14
+    r305 = r77 + r64 + r305
+    r64 = 2.0 * r134 * r34 * r305
+    r308 = 2.0 * x19 * x10 * x12 * x34 * r63 * r30 * r88 * r16 * r14
+    r308 = r64 + r308
+    r308 = r102 * r308
     r64 = x12 * x5 * r16
-    r311 = x19 * x5 * x33 * r30 * r16
-    r311 = r64 + r77 + r311
-    r64 = 2.0 * r134 * r34 * r311
-    r314 = 2.0 * x19 * x12 * x5 * x33 * r63 * r30 * r88 * r16
-    r314 = r64 + r314
-    r64 = r102 * r314
-    r317 = x14 * x10 * x12 * r16
-    r318 = x14 * x19 * x10 * x33 * r30 * r16
-    r318 = r317 + r77 + r318
-    r318 = 2.0 * r134 * r34 * r318
-    r77 = 2.0 * x14 * x19 * x10 * x12 * x33 * r63 * r30 * r88 * r16
-    r77 = r318 + r77
+    r312 = x19 * x5 * x34 * r30 * r16
+    r312 = r64 + r77 + r312
+    r64 = 2.0 * r134 * r34 * r312
+    r315 = 2.0 * x19 * x12 * x5 * x34 * r63 * r30 * r88 * r16
+    r315 = r64 + r315
+    r64 = r102 * r315
+    r318 = x14 * x10 * x12 * r16
+    r319 = x14 * x19 * x10 * x34 * r30 * r16
+    r319 = r318 + r77 + r319
+    r319 = 2.0 * r134 * r34 * r319
+    r77 = 2.0 * x14 * x19 * x10 * x12 * x34 * r63 * r30 * r88 * r16
+    r77 = r319 + r77
     r77 = r102 * r77
-    r77 = r64 + r300 + r77
+    r77 = r64 + r301 + r77
     r35 = k.where(r35, 1.0, 0.0)
     r77 = r77 * r35
-    r314 = 2.0 * r102 * r314
+    r315 = 2.0 * r102 * r315
     r87 = 4.0 * r134 * r34 * r87
-    r304 = 4.0 * r134 * r34 * r304
-    r311 = 8.0 * r134 * r34 * r311
-    r64 = 8.0 * x19 * x12 * x5 * x33 * r63 * r30 * r88 * r16
-    r318 = 4.0 * x11 * x19 * x10 * x12 * x33 * r63 * r30 * r88 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r63 * r30 * r88 * r16 * r14
-    r14 = r300 + r307 + r77 + r314 + r87 + r304 + r311 + r64 + r318 + r14
+    r305 = 4.0 * r134 * r34 * r305
+    r312 = 8.0 * r134 * r34 * r312
+    r64 = 8.0 * x19 * x12 * x5 * x34 * r63 * r30 * r88 * r16
+    r319 = 4.0 * x11 * x19 * x10 * x12 * x34 * r63 * r30 * r88 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r63 * r30 * r88 * r16 * r14
+    r14 = r301 + r308 + r77 + r315 + r87 + r305 + r312 + r64 + r319 + r14
     r14 = x15 * r11 * r14
     r14 = r76 + r14
     r76 = x6 * r4 * r5 * r14
-    r318 = 3.0 * x5
+    r319 = 3.0 * x5
     r35 = 1.0 + r35 + r150
     r64 = 2.0 * x5 * r35
-    r64 = r318 + r64
-    r64 = x19 * x33 * r30 * r16 * r64
+    r64 = r319 + r64
+    r64 = x19 * x34 * r30 * r16 * r64
     r35 = 10.0 * x12 * r35
     r35 = r153 + r35
-    r35 = x19 * x33 * r30 * r16 * r35
+    r35 = x19 * x34 * r30 * r16 * r35
     r35 = r64 + r35
     r35 = x15 * r11 * r35
-    r64 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
+    r64 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
     r64 = r35 + r64
     r35 = x6 * x4 * r134 * r4 * r5 * r34 * r64
     r153 = k.recip(x0)
-    r318 = x11 * x10 * x33
+    r319 = x11 * x10 * x34
     r150 = 3.0 + r150
-    r150 = 2.0 * x11 * x10 * x33 * r150
-    r150 = r318 + r150
-    r318 = x6 * x15 * x33 * r63 * r4 * r30 * r88 * r153 * r11 * r16 * r150
-    r311 = r76 + r35 + r318
-    r304 = k.recip(r311)
+    r150 = 2.0 * x11 * x10 * x34 * r150
+    r150 = r319 + r150
+    r319 = x6 * x15 * x34 * r63 * r4 * r30 * r88 * r153 * r11 * r16 * r150
+    r312 = r76 + r35 + r319
+    r305 = k.recip(r312)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r87 = k.recip(x6)
-    r314 = 0.3333333333333333 * x3 * x19 * r87 * r75 * r311
-    r77 = 0.6666666666666666 * x3 * x19 * x22 * r87 * r311
+    r315 = 0.3333333333333333 * x3 * x19 * r87 * r75 * r312
+    r77 = 0.6666666666666666 * x3 * x19 * x23 * r87 * r312
     r64 = -1.0 * x6 * x4 * r134 * r4 * r5 * r34 * r64
-    r150 = -1.0 * x6 * x15 * x33 * r63 * r4 * r30 * r88 * r153 * r11 * r16 * r150
-    r77 = r14 + r314 + r77 + r64 + r150
+    r150 = -1.0 * x6 * x15 * x34 * r63 * r4 * r30 * r88 * r153 * r11 * r16 * r150
+    r77 = r14 + r315 + r77 + r64 + r150
     r77 = k.max(0.0, r77)
-    r314 = 0.5 * x22
-    r314 = -1.0 + r314
-    r314 = 0.6666666666666666 * x3 * x19 * r87 * r75 * r314 * r311
-    r314 = k.where(r40, 0.0, r314)
-    r40 = 0.3333333333333333 * x3 * x19 * r87 * r75 * r132 * r311
-    r314 = k.where(r69, r40, r314)
+    r315 = 0.5 * x23
+    r315 = -1.0 + r315
+    r315 = 0.6666666666666666 * x3 * x19 * r87 * r75 * r315 * r312
+    r315 = k.where(r40, 0.0, r315)
+    r40 = 0.3333333333333333 * x3 * x19 * r87 * r75 * r132 * r312
+    r315 = k.where(r69, r40, r315)
     r79 = k.or_(r68, r71, r79)
-    r132 = x3 * x19 * r87 * r75 * r132 * r311
-    r314 = k.where(r79, r132, r314)
-    r314 = k.max(r77, r314)
-    r304 = r304 * r314
+    r132 = x3 * x19 * r87 * r75 * r132 * r312
+    r315 = k.where(r79, r132, r315)
+    r315 = k.max(r77, r315)
+    r305 = r305 * r315
     r34 = 28.0 * r134 * r34 * r31
-    r134 = r34 + r76 + r35 + r318
-    r77 = -1.0 * x20
+    r134 = r34 + r76 + r35 + r319
+    r77 = -1.0 * x21
     r77 = 1.0 + r77
-    r132 = x22 * x37
+    r132 = x23 * x38
     r132 = -1.0 + r132
-    r75 = k.recip(x25)
-    r68 = k.recip(x26)
-    r40 = x19 * x4 * x12 * x33 * r75 * r30 * r68 * r16
-    r40 = x27 + r40
-    r69 = 2.0 * x3 * x2 * x35
-    r69 = x29 >= r69
-    r153 = k.recip(x28)
-    r88 = k.recip(x30)
-    r307 = x19 * x4 * x12 * x33 * r153 * r30 * r88 * r16
-    r307 = x31 + r307
-    r40 = k.where(r69, r307, r40)
+    r75 = k.recip(x26)
+    r68 = k.recip(x27)
+    r40 = x19 * x4 * x12 * x34 * r75 * r30 * r68 * r16
+    r40 = x28 + r40
+    r69 = 2.0 * x3 * x2 * x36
+    r69 = x30 >= r69
+    r153 = k.recip(x29)
+    r88 = k.recip(x31)
+    r308 = x19 * x4 * x12 * x34 * r153 * r30 * r88 * r16
+    r308 = x32 + r308
+    r40 = k.where(r69, r308, r40)
     r40 = 2.0 * x6 * r4 * r5 * r11 * r132 * r40
     r40 = k.where(r89, 0.0, r40)
     r77 = r77 * r40
-    r307 = x3 * x19 * r87 * r311
-    r69 = x22 <= 1.0
+    r308 = x3 * x19 * r87 * r312
+    r69 = x23 <= 1.0
     r103 = k.and_(r103, r69)
-    r307 = k.where(r103, r311, r307)
-    r307 = -1.0 * x20 * r307
-    r311 = x3 * x2
-    r300 = -1.0 + r311
-    r317 = k.recip(r300)
-    r406 = 2.0 * x3 * x2
-    r406 = -2.0 + r406
-    r408 = x29 * r16
-    r409 = k.gcd(r311, r408)
-    r410 = k.recip(r409)
-    r411 = x3 * x2 * r410
-    r411 = -1.0 + r411
-    r411 = x27 * r411
-    r414 = -1.0 * x3 * x2 * r410
-    r414 = r311 + r414
-    r414 = x31 * r414
-    r417 = r411 + r414
-    r417 = r317 * r406 * r417
-    r317 = x4 * x22 * r75 * r136 * r4 * r30 * r68 * r410 * r406 * r25
-    r409 = -1.0 + r409
-    r421 = x4 * x22 * r153 * r136 * r4 * r30 * r88 * r410 * r409 * r406 * r25
-    r421 = k.max(r317, r421)
-    r421 = r417 + r421
-    r417 = x29 <= x35
-    r317 = x27 * r406
-    r426 = x4 * x22 * r75 * r136 * r4 * r30 * r68 * r406 * r25
-    r426 = r317 + r426
-    r421 = k.where(r417, r426, r421)
-    r426 = x3 * x2 * x35
-    r426 = x29 >= r426
-    r317 = x31 * r406
-    r432 = x4 * x22 * r153 * r136 * r4 * r30 * r88 * r406 * r25
-    r432 = r317 + r432
-    r421 = k.where(r426, r432, r421)
-    r421 = x15 * r11 * r421
-    r432 = x4 * x22 * r75 * r136 * r4 * r30 * r68 * r410 * r300 * r25
-    r409 = x4 * x22 * r153 * r136 * r4 * r30 * r88 * r410 * r300 * r409 * r25
-    r409 = k.max(r432, r409)
-    r409 = r411 + r414 + r409
-    r414 = x27 * r300
-    r411 = x4 * x22 * r75 * r136 * r4 * r30 * r68 * r300 * r25
-    r411 = r414 + r411
-    r409 = k.where(r417, r411, r409)
-    r411 = x31 * r300
-    r136 = x4 * x22 * r153 * r136 * r4 * r30 * r88 * r300 * r25
-    r136 = r411 + r136
-    r409 = k.where(r426, r136, r409)
-    r136 = 2.0 * x15 * r11 * r409
-    r421 = k.where(r27, r136, r421)
-    r136 = x15 * r11 * r409
-    r426 = x6 * x15 * r4 * r5 * r11 * r409
-    r426 = r136 + r426
-    r421 = k.where(r103, r426, r421)
+    r308 = k.where(r103, r312, r308)
+    r308 = -1.0 * x21 * r308
+    r312 = x3 * x2
+    r301 = -1.0 + r312
+    r318 = k.recip(r301)
+    r407 = 2.0 * x3 * x2
+    r407 = -2.0 + r407
+    r409 = x30 * r16
+    r410 = k.gcd(r312, r409)
+    r411 = k.recip(r410)
+    r412 = x3 * x2 * r411
+    r412 = -1.0 + r412
+    r412 = x28 * r412
+    r415 = -1.0 * x3 * x2 * r411
+    r415 = r312 + r415
+    r415 = x32 * r415
+    r418 = r412 + r415
+    r418 = r318 * r407 * r418
+    r318 = x4 * x23 * r75 * r136 * r4 * r30 * r68 * r411 * r407 * r25
+    r410 = -1.0 + r410
+    r422 = x4 * x23 * r153 * r136 * r4 * r30 * r88 * r411 * r410 * r407 * r25
+    r422 = k.max(r318, r422)
+    r422 = r418 + r422
+    r418 = x30 <= x36
+    r318 = x28 * r407
+    r427 = x4 * x23 * r75 * r136 * r4 * r30 * r68 * r407 * r25
+    r427 = r318 + r427
+    r422 = k.where(r418, r427, r422)
+    r427 = x3 * x2 * x36
+    r427 = x30 >= r427
+    r318 = x32 * r407
+    r433 = x4 * x23 * r153 * r136 * r4 * r30 * r88 * r407 * r25
+    r433 = r318 + r433
+    r422 = k.where(r427, r433, r422)
+    r422 = x15 * r11 * r422
+    r433 = x4 * x23 * r75 * r136 * r4 * r30 * r68 * r411 * r301 * r25
+    r410 = x4 * x23 * r153 * r136 * r4 * r30 * r88 * r411 * r301 * r410 * r25
+    r410 = k.max(r433, r410)
+    r410 = r412 + r415 + r410
+    r415 = x28 * r301
+    r412 = x4 * x23 * r75 * r136 * r4 * r30 * r68 * r301 * r25
+    r412 = r415 + r412
+    r410 = k.where(r418, r412, r410)
+    r412 = x32 * r301
+    r136 = x4 * x23 * r153 * r136 * r4 * r30 * r88 * r301 * r25
+    r136 = r412 + r136
+    r410 = k.where(r427, r136, r410)
+    r136 = 2.0 * x15 * r11 * r410
+    r422 = k.where(r27, r136, r422)
+    r136 = x15 * r11 * r410
+    r427 = x6 * x15 * r4 * r5 * r11 * r410
+    r427 = r136 + r427
+    r422 = k.where(r103, r427, r422)
     r69 = k.and_(r106, r69)
-    r409 = 3.0 * x6 * x15 * r4 * r5 * r11 * r409
-    r421 = k.where(r69, r409, r421)
-    r311 = r311 == 1.0
-    r421 = k.where(r311, 0.0, r421)
-    r307 = r307 + r421
-    r307 = k.max(0.0, r307)
-    r408 = k.gcd(x2, r408)
-    r409 = k.recip(r408)
-    r106 = x2 * r409
+    r410 = 3.0 * x6 * x15 * r4 * r5 * r11 * r410
+    r422 = k.where(r69, r410, r422)
+    r312 = r312 == 1.0
+    r422 = k.where(r312, 0.0, r422)
+    r308 = r308 + r422
+    r308 = k.max(0.0, r308)
+    r409 = k.gcd(x2, r409)
+    r410 = k.recip(r409)
+    r106 = x2 * r410
     r106 = -1.0 + r106
-    r106 = x27 * r106
-    r426 = -1.0 * x2 * r409
-    r426 = x2 + r426
-    r426 = x31 * r426
+    r106 = x28 * r106
+    r427 = -1.0 * x2 * r410
+    r427 = x2 + r427
+    r427 = x32 * r427
     r136 = -1.0 + x2
-    r411 = 2.0 * x14 * x19 * x10 * x4 * x33 * r75 * r30 * r68 * r16 * r409 * r136
-    r408 = -1.0 + r408
-    r408 = 2.0 * x14 * x19 * x10 * x4 * x33 * r153 * r30 * r88 * r16 * r409 * r136 * r408
-    r408 = k.max(r411, r408)
-    r408 = r106 + r426 + r408
-    r426 = x27 * r136
-    r106 = 2.0 * x14 * x19 * x10 * x4 * x33 * r75 * r30 * r68 * r16 * r136
-    r106 = r426 + r106
-    r408 = k.where(r417, r106, r408)
-    r106 = x2 * x35
-    r106 = x29 >= r106
-    r417 = x31 * r136
-    r426 = 2.0 * x14 * x19 * x10 * x4 * x33 * r153 * r30 * r88 * r16 * r136
-    r426 = r417 + r426
-    r408 = k.where(r106, r426, r408)
-    r426 = x6 * x15 * r4 * r5 * r11 * r408
-    r408 = x6 * x15 * r4 * r5 * r11 * r102 * r408
-    r408 = r426 + r408
-    r426 = x2 == 1.0
-    r408 = k.where(r426, 0.0, r408)
+    r412 = 2.0 * x14 * x19 * x10 * x4 * x34 * r75 * r30 * r68 * r16 * r410 * r136
+    r409 = -1.0 + r409
+    r409 = 2.0 * x14 * x19 * x10 * x4 * x34 * r153 * r30 * r88 * r16 * r410 * r136 * r409
+    r409 = k.max(r412, r409)
+    r409 = r106 + r427 + r409
+    r427 = x28 * r136
+    r106 = 2.0 * x14 * x19 * x10 * x4 * x34 * r75 * r30 * r68 * r16 * r136
+    r106 = r427 + r106
+    r409 = k.where(r418, r106, r409)
+    r106 = x2 * x36
+    r106 = x30 >= r106
+    r418 = x32 * r136
+    r427 = 2.0 * x14 * x19 * x10 * x4 * x34 * r153 * r30 * r88 * r16 * r136
+    r427 = r418 + r427
+    r409 = k.where(r106, r427, r409)
+    r427 = x6 * x15 * r4 * r5 * r11 * r409
+    r409 = x6 * x15 * r4 * r5 * r11 * r102 * r409
+    r409 = r427 + r409
+    r427 = x2 == 1.0
+    r409 = k.where(r427, 0.0, r409)
     r41 = k.where(r41, 2.0, 0.0)
     r41 = 4.0 + r41
-    r106 = k.gcd(x35, x29)
-    r417 = k.recip(r106)
-    r411 = x35 * r417
-    r411 = -1.0 + r411
-    r411 = x27 * r411
-    r409 = -1.0 * x35 * r417
-    r409 = x35 + r409
-    r409 = x31 * r409
-    r414 = -1.0 + x35
-    r432 = x19 * x4 * x12 * x33 * r75 * r30 * r68 * r16 * r417 * r414
+    r106 = k.gcd(x36, x30)
+    r418 = k.recip(r106)
+    r412 = x36 * r418
+    r412 = -1.0 + r412
+    r412 = x28 * r412
+    r410 = -1.0 * x36 * r418
+    r410 = x36 + r410
+    r410 = x32 * r410
+    r415 = -1.0 + x36
+    r433 = x19 * x4 * x12 * x34 * r75 * r30 * r68 * r16 * r418 * r415
     r106 = -1.0 + r106
-    r106 = x19 * x4 * x12 * x33 * r153 * r30 * r88 * r16 * r417 * r414 * r106
-    r106 = k.max(r432, r106)
-    r106 = r411 + r409 + r106
-    r409 = x29 <= 1.0
-    r411 = x27 * r414
-    r68 = x19 * x4 * x12 * x33 * r75 * r30 * r68 * r16 * r414
-    r68 = r411 + r68
-    r106 = k.where(r409, r68, r106)
-    r68 = x29 >= x35
-    r409 = x31 * r414
-    r88 = x19 * x4 * x12 * x33 * r153 * r30 * r88 * r16 * r414
-    r88 = r409 + r88
+    r106 = x19 * x4 * x12 * x34 * r153 * r30 * r88 * r16 * r418 * r415 * r106
+    r106 = k.max(r433, r106)
+    r106 = r412 + r410 + r106
+    r410 = x30 <= 1.0
+    r412 = x28 * r415
+    r68 = x19 * x4 * x12 * x34 * r75 * r30 * r68 * r16 * r415
+    r68 = r412 + r68
+    r106 = k.where(r410, r68, r106)
+    r68 = x30 >= x36
+    r410 = x32 * r415
+    r88 = x19 * x4 * x12 * x34 * r153 * r30 * r88 * r16 * r415
+    r88 = r410 + r88
     r106 = k.where(r68, r88, r106)
     r106 = 2.0 * x6 * x15 * r4 * r5 * r11 * r41 * r106
-    r88 = x35 == 1.0
+    r88 = x36 == 1.0
     r106 = k.where(r88, 0.0, r106)
     r150 = r14 + r64 + r150
     r150 = k.max(0.0, r150)
     r150 = k.where(r26, r150, 0.0)
-    r26 = r77 + r34 + r76 + r35 + r318 + r307 + r314 + r408 + r106 + r150
+    r26 = r77 + r34 + r76 + r35 + r319 + r308 + r315 + r409 + r106 + r150
     r64 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r63 * r4 * r30 * r11 * r16 * r64 * r15
-    r162 = x6 * x33 * r63 * r4 * r30 * r11 * r16 * r64 * r162
-    r64 = x19 * x4 * x12 * x33 * r30
-    r63 = x19 * x4 * x12 * x33 * r75 * r30
-    r406 = x4 * r4 * r30 * r406 * r25
-    r68 = 2.0 * x4 * r4 * r30 * r300 * r25
-    r406 = k.where(r27, r68, r406)
-    r68 = x4 * r4 * r30 * r300 * r25
+    r14 = 6.0 * x6 * x34 * r63 * r4 * r30 * r11 * r16 * r64 * r15
+    r162 = x6 * x34 * r63 * r4 * r30 * r11 * r16 * r64 * r162
+    r64 = x19 * x4 * x12 * x34 * r30
+    r63 = x19 * x4 * x12 * x34 * r75 * r30
+    r407 = x4 * r4 * r30 * r407 * r25
+    r68 = 2.0 * x4 * r4 * r30 * r301 * r25
+    r407 = k.where(r27, r68, r407)
+    r68 = x4 * r4 * r30 * r301 * r25
     r27 = k.pow(x3, -2.0)
-    r409 = x6 * x4 * r27 * r5 * r30 * r300 * r25
-    r409 = r68 + r409
-    r406 = k.where(r103, r409, r406)
-    r300 = 3.0 * x6 * x4 * r27 * r5 * r30 * r300 * r25
-    r406 = k.where(r69, r300, r406)
-    r406 = k.where(r311, 0.0, r406)
-    r311 = r75 * r406
-    r75 = x28 * r75
-    r300 = k.recip(x33)
-    r69 = x34 * r87 * r300
+    r410 = x6 * x4 * r27 * r5 * r30 * r301 * r25
+    r410 = r68 + r410
+    r407 = k.where(r103, r410, r407)
+    r301 = 3.0 * x6 * x4 * r27 * r5 * r30 * r301 * r25
+    r407 = k.where(r69, r301, r407)
+    r407 = k.where(r312, 0.0, r407)
+    r312 = r75 * r407
+    r75 = x29 * r75
+    r301 = k.recip(x34)
+    r69 = x35 * r87 * r301
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r409 = 1.6e-11 * x12
+    r410 = 1.6e-11 * x12
     r103 = 8e-12 * x15 * r9
     r68 = 8e-12 * x15 * r13
-    r153 = 8e-12 * x36 * x12
-    r411 = r409 + r103 + r68 + r153
-    r432 = 8e-12 * x12
-    r417 = 4e-12 * x15 * r9
-    r410 = 4e-12 * x15 * r13
-    r317 = 4e-12 * x36 * x12
-    r317 = r432 + r417 + r410 + r317
-    r317 = r27 > r317
-    r410 = -1.6e-11 * x12
+    r153 = 8e-12 * x37 * x12
+    r412 = r410 + r103 + r68 + r153
+    r433 = 8e-12 * x12
+    r418 = 4e-12 * x15 * r9
+    r411 = 4e-12 * x15 * r13
+    r318 = 4e-12 * x37 * x12
+    r318 = r433 + r418 + r411 + r318
+    r318 = r27 > r318
+    r411 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r417 = -8e-12 * x36 * x12
-    r432 = k.sqrt(2.0)
-    r561 = k.sqrt(x3)
-    r561 = k.recip(r561)
-    r563 = k.sqrt(x2)
-    r563 = k.recip(r563)
-    r565 = k.sqrt(x13)
-    r565 = k.recip(r565)
-    r567 = k.sqrt(x22)
-    r567 = k.recip(r567)
-    r569 = k.sqrt(x35)
-    r569 = k.recip(r569)
-    r571 = k.sqrt(r411)
-    r572 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r411
-    r573 = k.sqrt(x3)
-    r574 = k.sqrt(x2)
-    r575 = k.sqrt(x13)
-    r576 = k.sqrt(x22)
-    r577 = k.sqrt(x35)
-    r577 = 0.16666666666666666 * r432 * r573 * r574 * r575 * r576 * r577 * r571
-    r577 = 1.0 + r572 + r577
-    r577 = r432 * r561 * r563 * r565 * r567 * r569 * r571 * r577
-    r577 = r410 + r9 + r13 + r417 + r577
-    r417 = k.where(r317, r577, r27)
-    r153 = r409 + r103 + r68 + r153 + r417
-    r153 = x3 * x2 * x13 * x22 * x35 * r153
+    r418 = -8e-12 * x37 * x12
+    r433 = k.sqrt(2.0)
+    r562 = k.sqrt(x3)
+    r562 = k.recip(r562)
+    r564 = k.sqrt(x2)
+    r564 = k.recip(r564)
+    r566 = k.sqrt(x13)
+    r566 = k.recip(r566)
+    r568 = k.sqrt(x23)
+    r568 = k.recip(r568)
+    r570 = k.sqrt(x36)
+    r570 = k.recip(r570)
+    r572 = k.sqrt(r412)
+    r573 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r412
+    r574 = k.sqrt(x3)
+    r575 = k.sqrt(x2)
+    r576 = k.sqrt(x13)
+    r577 = k.sqrt(x23)
+    r578 = k.sqrt(x36)
+    r578 = 0.16666666666666666 * r433 * r574 * r575 * r576 * r577 * r578 * r572
+    r578 = 1.0 + r573 + r578
+    r578 = r433 * r562 * r564 * r566 * r568 * r570 * r572 * r578
+    r578 = r411 + r9 + r13 + r418 + r578
+    r418 = k.where(r318, r578, r27)
+    r153 = r410 + r103 + r68 + r153 + r418
+    r153 = x3 * x2 * x13 * x23 * x36 * r153
     r153 = k.exp(r153)
     r153 = -1.0 + r153
     r68 = k.recip(r153)
-    r103 = x24 + x1
-    r409 = -1.0 * x3 * x2 * x13 * x22 * x35 * r103
-    r409 = k.exp(r409)
-    r409 = x3 * x2 * x13 * x22 * x35 * r68 * r417 * r409
-    r68 = x3 * x2 * x13 * x22 * x35
-    r577 = k.recip(r577)
-    r68 = k.where(r317, r577, r68)
-    r103 = x3 * x2 * x13 * x22 * x35 * r103
+    r103 = x25 + x1
+    r410 = -1.0 * x3 * x2 * x13 * x23 * x36 * r103
+    r410 = k.exp(r410)
+    r410 = x3 * x2 * x13 * x23 * x36 * r68 * r418 * r410
+    r68 = x3 * x2 * x13 * x23 * x36
+    r578 = k.recip(r578)
+    r68 = k.where(r318, r578, r68)
+    r103 = x3 * x2 * x13 * x23 * x36 * r103
     r103 = k.exp(r103)
-    r5 = x34 * r87 * r4 * r30 * r5 * r11 * r300 * r16 * r153 * r26 * r68 * r103
-    r103 = x34 * r87 * r300 * r153 * r26 * r68 * r103
-    r41 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r414 * r41
+    r5 = x35 * r87 * r4 * r30 * r5 * r11 * r301 * r16 * r153 * r26 * r68 * r103
+    r103 = x35 * r87 * r301 * r153 * r26 * r68 * r103
+    r41 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r415 * r41
     r41 = k.where(r88, 0.0, r41)
-    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r136
-    r136 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r102 * r136
+    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r136
+    r136 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r102 * r136
     r136 = r88 + r136
-    r136 = k.where(r426, 0.0, r136)
-    r132 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r132
+    r136 = k.where(r427, 0.0, r136)
+    r132 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r132
     r132 = k.where(r89, 0.0, r132)
-    r133 = r133 < x22
-    r89 = x32 != 2.0
+    r133 = r133 < x23
+    r89 = x33 != 2.0
     r71 = k.and_(r71, r89)
     r71 = k.not_(r71)
     r71 = k.or_(r133, r71)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r70 = k.and_(r16, r89, r70)
     r70 = k.not_(r70)
     r70 = k.or_(r133, r70)
     r70 = k.and_(r71, r70)
-    r71 = x22 >= 2.0
-    r133 = x32 != 3.0
-    r89 = x32 != 4.0
+    r71 = x23 >= 2.0
+    r133 = x33 != 3.0
+    r89 = x33 != 4.0
     r79 = k.not_(r79)
     r79 = k.and_(r133, r89, r79)
     r79 = k.not_(r79)
     r79 = k.or_(r71, r79)
-    r71 = x21 * x3 * x2 * x22 * x35 * r26
-    r89 = r122 <= r71
+    r71 = x22 * x3 * x2 * x23 * x36 * r26
+    r89 = r91 <= r71
     r71 = r105 <= r71
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r90, r84, r49, r113, r109, r131, 0.0, r112, r8, r42, r39, r67, r117, r12, r91, r122, r122, r105, r104, r126, r304, r134, r314, r26, r14, r162, r64, r63, r311, r75, 0.0, r69, r27, r411, r417, r409, r5, r103, r76, r318, r35, r34, r41, r106, r106, r136, r408, r408, r406, r421, r307, r132, r40, r77, 0.0, 0.0, r150, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, r70, 1.0, 1.0, 1.0, 1.0, 1.0, r79, 1.0, r79, r79, r89, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r79, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r90, r84, r49, r113, r109, r131, 0.0, r112, r8, r42, r39, r67, r117, r12, r122, r91, r91, r105, r104, r126, r305, r134, r315, r26, r14, r162, r64, r63, r312, r75, 0.0, r69, r27, r412, r418, r410, r5, r103, r76, r319, r35, r34, r41, r106, r106, r136, r409, r409, r407, r422, r308, r132, r40, r77, 0.0, 0.0, r150, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r70, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r79, 1.0, r79, r79, r89, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r79, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1263,9 +1264,9 @@ def search(x, k):
     return (r103, r8, r61)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (31, 32, 37), (), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49), (31, 32, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 30), (13, 33), (13, 34), (13, 35), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 67), (16, 68), (16, 69), (16, 70), (17, 30), (17, 33), (17, 34), (17, 35), (17, 67), (17, 68), (17, 69), (17, 70), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 30), (23, 33), (23, 34), (23, 35), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 27), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (41, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50), (40, 45, 46, 47, 48, 49, 50), (), (31, 32, 38), (), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50), (31, 32, 36, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (15, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (42, 45, 46, 47, 48, 49, 50), (42, 45, 46, 47, 48, 49, 50, 76, 77), (42, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 30), (13, 33), (13, 34), (13, 35), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 68), (16, 69), (16, 70), (16, 71), (17, 30), (17, 33), (17, 34), (17, 35), (17, 68), (17, 69), (17, 70), (17, 71), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 30), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 27), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

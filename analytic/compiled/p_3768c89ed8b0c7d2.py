@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x36)
+    r8 = k.recip(x23)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x37 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x38 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x39 >= 3.0
+    r46 = x40 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -69,47 +69,47 @@ def quantities(x, k):
     r56 = r53 + r54 + r55 + r56
     r56 = r19 * r56
     r56 = r50 + r56
-    r56 = x19 * x34 * r25 * r56
-    r50 = x23 == 2.0
-    r55 = 2.0 * x19 * x12 * x34 * r25
+    r56 = x19 * x35 * r25 * r56
+    r50 = x24 == 2.0
+    r55 = 2.0 * x19 * x12 * x35 * r25
     r55 = k.where(r50, r55, r56)
-    r54 = 1.0 + x22
+    r54 = 1.0 + x23
     r54 = k.min(r54, r6)
     r54 = r54 * r32
-    r53 = x33 == 4.0
-    r68 = 2.0 * x22
+    r53 = x34 == 4.0
+    r68 = 2.0 * x23
     r69 = -1.0 + r68
     r69 = k.min(r69, r6)
     r69 = r69 * r32
     r72 = k.where(r53, r69, r54)
-    r73 = x33 == 0.0
-    r74 = x33 == 3.0
+    r73 = x34 == 0.0
+    r74 = x34 == 3.0
     r75 = k.or_(r73, r74)
-    r76 = k.min(x22, r6)
+    r76 = k.min(x23, r6)
     r76 = r76 * r32
     r72 = k.where(r75, r76, r72)
-    r76 = x33 == 1.0
-    r80 = k.recip(x38)
-    r81 = x6 * x38 * r4 * r5
-    r82 = -1.0 + x38
-    r82 = x22 * r82
+    r76 = x34 == 1.0
+    r80 = k.recip(x39)
+    r81 = x6 * x39 * r4 * r5
+    r82 = -1.0 + x39
+    r82 = x23 * r82
     r84 = -1.0 + r68 + r82
     r84 = k.min(r81, r84)
     r84 = r80 * r84 * r32
     r72 = k.where(r76, r84, r72)
-    r84 = x33 == 2.0
+    r84 = x34 == 2.0
     r89 = x6 * r4 * r5 * r32
     r72 = k.where(r84, r89, r72)
     r72 = r55 * r72
     r92 = k.where(r22, 1000000000.0, 0.0)
-    r93 = x39 >= 2.0
+    r93 = x40 >= 2.0
     r45 = k.where(r93, r47, r45)
-    r47 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x35 * r25 * r19
     r96 = r56 + r47
     r47 = k.where(r50, r96, r47)
     r96 = k.or_(r21, r29)
-    r99 = 4.0 * x19 * x12 * x34 * r25
-    r100 = x37 * x19 * x16 * x34 * r25 * r19
+    r99 = 4.0 * x19 * x12 * x35 * r25
+    r100 = x38 * x19 * x16 * x35 * r25 * r19
     r99 = r99 + r100
     r99 = k.max(r99, r47)
     r96 = k.where(r96, r99, r47)
@@ -118,7 +118,7 @@ def quantities(x, k):
     r104 = k.where(r21, r105, r104)
     r105 = 3.0 * x4 * r104 * r31
     r105 = k.where(r46, r105, 0.0)
-    r109 = x22 > 1.0
+    r109 = x23 > 1.0
     r109 = k.and_(r46, r109)
     r111 = 2.0 * x4 * r31
     r105 = k.where(r109, r111, r105)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r31 = r111 == r31
     r105 = k.where(r31, r105, 0.0)
     r31 = r48 + r49 + r121 + r96 + r115 + r105
-    r111 = -1.0 + x22
+    r111 = -1.0 + x23
     r45 = k.min(1.0, r111)
     r72 = 1.0 + r45
-    r72 = x22 == r72
+    r72 = x23 == r72
     r127 = k.where(r72, 1.0, 0.0)
     r127 = x12 * r127
     r147 = r45 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r150 = r45 != 0.0
     r150 = k.and_(r150, r72)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r150 = r127 + r33 + r147 + r150 + r34
     r150 = r19 * r150
     r147 = -1.0 * r45
-    r147 = x22 + r147
-    r127 = x22 == r147
+    r147 = x23 + r147
+    r127 = x23 == r147
     r159 = k.where(r127, 1.0, 0.0)
     r159 = x12 * r159
     r161 = r147 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x37 * x12 * r161
+    r161 = x38 * x12 * r161
     r164 = r147 != 1.0
     r164 = k.and_(r127, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r34 = r159 + r33 + r161 + r164 + r34
     r34 = r19 * r34
     r34 = r150 + r34
@@ -312,415 +312,416 @@ def quantities(x, k):
     r92 = k.where(r49, r68, r92)
     r105 = r31 == r105
     r92 = k.where(r105, r121, r92)
-    r121 = x37 * x19 * x4 * x34 * r25 * r19
-    r105 = x37 * x19 * x4 * x34 * r25
+    r121 = x38 * x19 * x4 * x35 * r25 * r19
+    r105 = x38 * x19 * x4 * x35 * r25
     r68 = k.max(r31, r150, r15)
     r49 = r150 == r68
     r15 = k.where(r49, r150, r15)
     r68 = r31 == r68
     r15 = k.where(r68, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r68 = 6.0 * x6 * x34 * r16
+    r31 = -1.0 * x20
+    r68 = -1.0 * r15
+    r68 = x8 + r31 + r68
+    r31 = 6.0 * x6 * x35 * r16
     r150 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r127 = 6.0 * x37 * x12
+    r127 = 6.0 * x38 * x12
     r115 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x34
+    r33 = 12.0 * x15 * x11 * x10 * x35
     r33 = r150 + r49 + r127 + r115 + r33
-    r115 = x6 * x34 * r33
+    r115 = x6 * x35 * r33
     r127 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r150 = 0.16666666666666666 * x34 * r49
+    r150 = 0.16666666666666666 * x35 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x37 * r48 * r49
+    r49 = 0.0625 * x38 * r48 * r49
     r49 = 1.0 + r150 + r49
-    r49 = 96.0 * x6 * x15 * x34 * r127 * r49
-    r127 = k.pow(x34, 2.0)
+    r49 = 96.0 * x6 * x15 * x35 * r127 * r49
+    r127 = k.pow(x35, 2.0)
     r150 = 2.0 * x6 * x15 * x11 * x10 * r127
-    r164 = x23 == 1.0
+    r164 = x24 == 1.0
     r127 = 4.0 * x6 * x15 * x11 * x10 * r127
     r127 = k.where(r164, r127, 0.0)
-    r72 = 0.3333333333333333 * x6 * x34 * r33
+    r72 = 0.3333333333333333 * x6 * x35 * r33
     r127 = k.where(r50, r72, r127)
     r127 = r115 + r150 + r127
     r150 = k.where(r50, 1.0, 0.0)
     r72 = 1.0 + r150
     r161 = k.recip(x9)
     r30 = k.recip(x18)
-    r54 = x37 * x12 * r19
-    r109 = x19 * x12 * x34 * r25
-    r55 = x37 * x19 * x34 * r25 * r19
+    r54 = x38 * x12 * r19
+    r109 = x19 * x12 * x35 * r25
+    r55 = x38 * x19 * x35 * r25 * r19
     r55 = r54 + r109 + r55
     r54 = 2.0 * r161 * r30 * r55
-    r89 = k.recip(x21)
+    r89 = k.recip(x22)
     r32 = k.recip(x17)
-    r81 = 2.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
+    r81 = 2.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
     r81 = r54 + r81
     r81 = r72 * r81
     r55 = 4.0 * r161 * r30 * r55
-    r54 = 4.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
+    r54 = 4.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
     r54 = r81 + r55 + r54
     r54 = r8 * r54
     r55 = x12 * x5 * r19
-    r81 = x19 * x5 * x34 * r25 * r19
+    r81 = x19 * x5 * x35 * r25 * r19
     r81 = r55 + r109 + r81
     r55 = 2.0 * r161 * r30 * r81
-    r82 = 2.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
+    r82 = 2.0 * x19 * x12 * x5 * x35 * r89 * r25 * r32 * r19
     r82 = r55 + r82
     r82 = r72 * r82
     r55 = 2.0 * x12 * x5 * r19
-    r69 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r69 = 2.0 * x19 * x5 * x35 * r25 * r19
     r69 = r55 + r109 + r69
     r55 = 2.0 * r161 * r30 * r69
-    r147 = 4.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
+    r147 = 4.0 * x19 * x12 * x5 * x35 * r89 * r25 * r32 * r19
     r147 = r55 + r147
     r147 = r72 * r147
     r55 = x11 * x10 * x12 * r19
-    r368 = x11 * x19 * x10 * x34 * r25 * r19
-    r368 = r55 + r109 + r368
-    r55 = 2.0 * r161 * r30 * r368
-    r371 = 2.0 * x11 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19
-    r371 = r55 + r371
-    r371 = r72 * r371
+    r369 = x11 * x19 * x10 * x35 * r25 * r19
+    r369 = r55 + r109 + r369
+    r55 = 2.0 * r161 * r30 * r369
+    r372 = 2.0 * x11 * x19 * x10 * x12 * x35 * r89 * r25 * r32 * r19
+    r372 = r55 + r372
+    r372 = r72 * r372
     r10 = x11 + r10
     r55 = x10 * x12 * r19 * r10
-    r376 = x19 * x10 * x34 * r25 * r19 * r10
-    r376 = r109 + r55 + r376
-    r55 = 2.0 * r161 * r30 * r376
-    r109 = 2.0 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19 * r10
+    r377 = x19 * x10 * x35 * r25 * r19 * r10
+    r377 = r109 + r55 + r377
+    r55 = 2.0 * r161 * r30 * r377
+    r109 = 2.0 * x19 * x10 * x12 * x35 * r89 * r25 * r32 * r19 * r10
     r109 = r55 + r109
     r109 = r72 * r109
     r81 = 4.0 * r161 * r30 * r81
     r69 = 4.0 * r161 * r30 * r69
-    r368 = 4.0 * r161 * r30 * r368
-    r376 = 4.0 * r161 * r30 * r376
-    r55 = 12.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
-    r387 = 4.0 * x11 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19 * r10
-    r10 = r82 + r147 + r371 + r109 + r81 + r69 + r368 + r376 + r55 + r387 + r10
+    r369 = 4.0 * r161 * r30 * r369
+    r377 = 4.0 * r161 * r30 * r377
+    r55 = 12.0 * x19 * x12 * x5 * x35 * r89 * r25 * r32 * r19
+    r388 = 4.0 * x11 * x19 * x10 * x12 * x35 * r89 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r89 * r25 * r32 * r19 * r10
+    r10 = r82 + r147 + r372 + r109 + r81 + r69 + r369 + r377 + r55 + r388 + r10
     r10 = x15 * r8 * r10
     r10 = r54 + r10
     r54 = x6 * r4 * r5 * r10
-    r387 = 12.0 * x12
+    r388 = 12.0 * x12
     r55 = 10.0 * x12 * r72
-    r55 = r387 + r55
-    r55 = x19 * x34 * r25 * r55
-    r387 = 5.0 * x5
-    r376 = 3.0 * x5 * r72
-    r376 = r387 + r376
-    r376 = x19 * x34 * r25 * r19 * r376
-    r376 = r55 + r376
-    r376 = x15 * r8 * r376
-    r55 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r55 = r388 + r55
+    r55 = x19 * x35 * r25 * r55
+    r388 = 5.0 * x5
+    r377 = 3.0 * x5 * r72
+    r377 = r388 + r377
+    r377 = x19 * x35 * r25 * r19 * r377
+    r377 = r55 + r377
+    r377 = x15 * r8 * r377
+    r55 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r150 = 2.0 + r150
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r150 * r9
-    r9 = r376 + r55 + r9
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r150 * r9
+    r9 = r377 + r55 + r9
     r55 = x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r376 = k.recip(x0)
-    r150 = x11 * x10 * x34
+    r377 = k.recip(x0)
+    r150 = x11 * x10 * x35
     r164 = k.or_(r164, r50)
     r164 = k.where(r164, 1.0, 0.0)
     r164 = 3.0 + r164
-    r164 = 2.0 * x11 * x10 * x34 * r164
+    r164 = 2.0 * x11 * x10 * x35 * r164
     r164 = r150 + r164
-    r150 = x6 * x15 * x34 * r89 * r4 * r25 * r32 * r376 * r8 * r19 * r164
-    r387 = r54 + r55 + r150
-    r368 = k.recip(r387)
+    r150 = x6 * x15 * x35 * r89 * r4 * r25 * r32 * r377 * r8 * r19 * r164
+    r388 = r54 + r55 + r150
+    r369 = k.recip(r388)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r69 = k.recip(x6)
-    r81 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r387
-    r109 = 0.6666666666666666 * x3 * x19 * x22 * r69 * r387
+    r81 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r388
+    r109 = 0.6666666666666666 * x3 * x19 * x23 * r69 * r388
     r9 = -1.0 * x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r164 = -1.0 * x6 * x15 * x34 * r89 * r4 * r25 * r32 * r376 * r8 * r19 * r164
+    r164 = -1.0 * x6 * x15 * x35 * r89 * r4 * r25 * r32 * r377 * r8 * r19 * r164
     r109 = r10 + r81 + r109 + r9 + r164
     r109 = k.max(0.0, r109)
-    r81 = 0.5 * x22
+    r81 = 0.5 * x23
     r81 = -1.0 + r81
-    r81 = 0.6666666666666666 * x3 * x19 * r69 * r80 * r81 * r387
+    r81 = 0.6666666666666666 * x3 * x19 * r69 * r80 * r81 * r388
     r81 = k.where(r53, 0.0, r81)
-    r53 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r111 * r387
+    r53 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r111 * r388
     r81 = k.where(r74, r53, r81)
     r84 = k.or_(r73, r76, r84)
-    r111 = x3 * x19 * r69 * r80 * r111 * r387
+    r111 = x3 * x19 * r69 * r80 * r111 * r388
     r81 = k.where(r84, r111, r81)
     r81 = k.max(r109, r81)
-    r368 = r368 * r81
+    r369 = r369 * r81
     r30 = 28.0 * r161 * r30 * r26
     r161 = r30 + r54 + r55 + r150
-    r109 = -1.0 * x20
+    r109 = -1.0 * x21
     r109 = 1.0 + r109
-    r111 = x22 * x38
+    r111 = x23 * x39
     r111 = -1.0 + r111
-    r80 = k.recip(x25)
-    r73 = k.recip(x26)
-    r53 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19
-    r53 = x27 + r53
-    r74 = 2.0 * x3 * x2 * x36
-    r74 = x29 >= r74
-    r376 = k.recip(x28)
-    r32 = k.recip(x30)
-    r371 = k.min(1.0, x32)
-    r371 = k.recip(r371)
-    r371 = x19 * x4 * x12 * x32 * x34 * r376 * r25 * r32 * r19 * r371
-    r371 = x31 + r371
-    r53 = k.where(r74, r371, r53)
+    r80 = k.recip(x26)
+    r73 = k.recip(x27)
+    r53 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19
+    r53 = x28 + r53
+    r74 = 2.0 * x3 * x2 * x37
+    r74 = x30 >= r74
+    r377 = k.recip(x29)
+    r32 = k.recip(x31)
+    r372 = k.min(1.0, x33)
+    r372 = k.recip(r372)
+    r372 = x19 * x4 * x12 * x33 * x35 * r377 * r25 * r32 * r19 * r372
+    r372 = x32 + r372
+    r53 = k.where(r74, r372, r53)
     r53 = 2.0 * x6 * r4 * r5 * r8 * r111 * r53
     r53 = k.where(r29, 0.0, r53)
     r109 = r109 * r53
-    r371 = x3 * x19 * r69 * r387
-    r74 = x22 <= 1.0
+    r372 = x3 * x19 * r69 * r388
+    r74 = x23 <= 1.0
     r93 = k.and_(r93, r74)
-    r371 = k.where(r93, r387, r371)
-    r371 = -1.0 * x20 * r371
-    r387 = x3 * x2
-    r147 = -1.0 + r387
+    r372 = k.where(r93, r388, r372)
+    r372 = -1.0 * x21 * r372
+    r388 = x3 * x2
+    r147 = -1.0 + r388
     r82 = k.recip(r147)
-    r467 = 2.0 * x3 * x2
-    r467 = -2.0 + r467
-    r469 = x29 * r19
-    r470 = k.gcd(r387, r469)
-    r471 = k.recip(r470)
-    r472 = x3 * x2 * r471
-    r472 = -1.0 + r472
-    r472 = x27 * r472
-    r475 = -1.0 * x3 * x2 * r471
-    r475 = r387 + r475
-    r475 = x31 * r475
-    r478 = r472 + r475
-    r478 = r82 * r467 * r478
-    r82 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r471 * r467 * r20
-    r470 = -1.0 + r470
-    r482 = k.max(1.0, r470)
-    r482 = k.min(x32, r482)
-    r482 = k.recip(r482)
-    r485 = x4 * x32 * x22 * r376 * r48 * r4 * r25 * r32 * r482 * r471 * r470 * r467 * r20
-    r485 = k.max(r82, r485)
-    r485 = r478 + r485
-    r478 = x29 <= x36
-    r82 = x27 * r467
-    r490 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r467 * r20
-    r490 = r82 + r490
-    r485 = k.where(r478, r490, r485)
-    r490 = x3 * x2 * x36
-    r490 = x29 >= r490
-    r82 = x31 * r467
-    r496 = k.max(1.0, r147)
-    r496 = k.min(x32, r496)
-    r496 = k.recip(r496)
-    r499 = x4 * x32 * x22 * r376 * r48 * r4 * r25 * r32 * r496 * r467 * r20
-    r499 = r82 + r499
-    r485 = k.where(r490, r499, r485)
-    r485 = x15 * r8 * r485
-    r499 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r471 * r147 * r20
-    r470 = x4 * x32 * x22 * r376 * r48 * r4 * r25 * r32 * r482 * r471 * r147 * r470 * r20
-    r470 = k.max(r499, r470)
-    r470 = r472 + r475 + r470
-    r475 = x27 * r147
-    r472 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r147 * r20
-    r472 = r475 + r472
-    r470 = k.where(r478, r472, r470)
-    r472 = x31 * r147
-    r496 = x4 * x32 * x22 * r376 * r48 * r4 * r25 * r32 * r496 * r147 * r20
-    r496 = r472 + r496
-    r470 = k.where(r490, r496, r470)
-    r496 = 2.0 * x15 * r8 * r470
-    r485 = k.where(r22, r496, r485)
-    r496 = x15 * r8 * r470
-    r490 = x6 * x15 * r4 * r5 * r8 * r470
-    r490 = r496 + r490
-    r485 = k.where(r93, r490, r485)
+    r468 = 2.0 * x3 * x2
+    r468 = -2.0 + r468
+    r470 = x30 * r19
+    r471 = k.gcd(r388, r470)
+    r472 = k.recip(r471)
+    r473 = x3 * x2 * r472
+    r473 = -1.0 + r473
+    r473 = x28 * r473
+    r476 = -1.0 * x3 * x2 * r472
+    r476 = r388 + r476
+    r476 = x32 * r476
+    r479 = r473 + r476
+    r479 = r82 * r468 * r479
+    r82 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r472 * r468 * r20
+    r471 = -1.0 + r471
+    r483 = k.max(1.0, r471)
+    r483 = k.min(x33, r483)
+    r483 = k.recip(r483)
+    r486 = x4 * x33 * x23 * r377 * r48 * r4 * r25 * r32 * r483 * r472 * r471 * r468 * r20
+    r486 = k.max(r82, r486)
+    r486 = r479 + r486
+    r479 = x30 <= x37
+    r82 = x28 * r468
+    r491 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r468 * r20
+    r491 = r82 + r491
+    r486 = k.where(r479, r491, r486)
+    r491 = x3 * x2 * x37
+    r491 = x30 >= r491
+    r82 = x32 * r468
+    r497 = k.max(1.0, r147)
+    r497 = k.min(x33, r497)
+    r497 = k.recip(r497)
+    r500 = x4 * x33 * x23 * r377 * r48 * r4 * r25 * r32 * r497 * r468 * r20
+    r500 = r82 + r500
+    r486 = k.where(r491, r500, r486)
+    r486 = x15 * r8 * r486
+    r500 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r472 * r147 * r20
+    r471 = x4 * x33 * x23 * r377 * r48 * r4 * r25 * r32 * r483 * r472 * r147 * r471 * r20
+    r471 = k.max(r500, r471)
+    r471 = r473 + r476 + r471
+    r476 = x28 * r147
+    r473 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r147 * r20
+    r473 = r476 + r473
+    r471 = k.where(r479, r473, r471)
+    r473 = x32 * r147
+    r497 = x4 * x33 * x23 * r377 * r48 * r4 * r25 * r32 * r497 * r147 * r20
+    r497 = r473 + r497
+    r471 = k.where(r491, r497, r471)
+    r497 = 2.0 * x15 * r8 * r471
+    r486 = k.where(r22, r497, r486)
+    r497 = x15 * r8 * r471
+    r491 = x6 * x15 * r4 * r5 * r8 * r471
+    r491 = r497 + r491
+    r486 = k.where(r93, r491, r486)
     r74 = k.and_(r46, r74)
-    r470 = 3.0 * x6 * x15 * r4 * r5 * r8 * r470
-    r485 = k.where(r74, r470, r485)
-    r387 = r387 == 1.0
-    r485 = k.where(r387, 0.0, r485)
-    r371 = r371 + r485
-    r371 = k.max(0.0, r371)
-    r469 = k.gcd(x2, r469)
-    r470 = k.recip(r469)
-    r46 = x2 * r470
+    r471 = 3.0 * x6 * x15 * r4 * r5 * r8 * r471
+    r486 = k.where(r74, r471, r486)
+    r388 = r388 == 1.0
+    r486 = k.where(r388, 0.0, r486)
+    r372 = r372 + r486
+    r372 = k.max(0.0, r372)
+    r470 = k.gcd(x2, r470)
+    r471 = k.recip(r470)
+    r46 = x2 * r471
     r46 = -1.0 + r46
-    r46 = x27 * r46
-    r490 = -1.0 * x2 * r470
-    r490 = x2 + r490
-    r490 = x31 * r490
-    r496 = -1.0 + x2
-    r472 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r470 * r496
-    r469 = -1.0 + r469
-    r48 = k.max(1.0, r469)
-    r48 = k.min(x32, r48)
+    r46 = x28 * r46
+    r491 = -1.0 * x2 * r471
+    r491 = x2 + r491
+    r491 = x32 * r491
+    r497 = -1.0 + x2
+    r473 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r471 * r497
+    r470 = -1.0 + r470
+    r48 = k.max(1.0, r470)
+    r48 = k.min(x33, r48)
     r48 = k.recip(r48)
-    r469 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r376 * r25 * r32 * r19 * r48 * r470 * r496 * r469
-    r469 = k.max(r472, r469)
-    r469 = r46 + r490 + r469
-    r490 = x27 * r496
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r496
-    r46 = r490 + r46
-    r469 = k.where(r478, r46, r469)
-    r46 = x2 * x36
-    r46 = x29 >= r46
-    r478 = x31 * r496
-    r490 = k.max(1.0, r496)
-    r490 = k.min(x32, r490)
-    r490 = k.recip(r490)
-    r490 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r376 * r25 * r32 * r19 * r490 * r496
-    r490 = r478 + r490
-    r469 = k.where(r46, r490, r469)
-    r490 = x6 * x15 * r4 * r5 * r8 * r469
-    r469 = x6 * x15 * r4 * r5 * r8 * r72 * r469
-    r469 = r490 + r469
-    r490 = x2 == 1.0
-    r469 = k.where(r490, 0.0, r469)
+    r470 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r377 * r25 * r32 * r19 * r48 * r471 * r497 * r470
+    r470 = k.max(r473, r470)
+    r470 = r46 + r491 + r470
+    r491 = x28 * r497
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r497
+    r46 = r491 + r46
+    r470 = k.where(r479, r46, r470)
+    r46 = x2 * x37
+    r46 = x30 >= r46
+    r479 = x32 * r497
+    r491 = k.max(1.0, r497)
+    r491 = k.min(x33, r491)
+    r491 = k.recip(r491)
+    r491 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r377 * r25 * r32 * r19 * r491 * r497
+    r491 = r479 + r491
+    r470 = k.where(r46, r491, r470)
+    r491 = x6 * x15 * r4 * r5 * r8 * r470
+    r470 = x6 * x15 * r4 * r5 * r8 * r72 * r470
+    r470 = r491 + r470
+    r491 = x2 == 1.0
+    r470 = k.where(r491, 0.0, r470)
     r50 = k.where(r50, 2.0, 0.0)
     r50 = 4.0 + r50
-    r46 = -1.0 + x36
-    r478 = k.recip(r46)
-    r472 = 2.0 * x36
-    r472 = -2.0 + r472
-    r470 = k.gcd(x36, x29)
-    r48 = k.recip(r470)
-    r475 = x36 * r48
-    r475 = -1.0 + r475
-    r475 = x27 * r475
-    r499 = -1.0 * x36 * r48
-    r499 = x36 + r499
-    r499 = x31 * r499
-    r499 = r475 + r499
-    r499 = r478 * r472 * r499
-    r478 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r48 * r472
-    r470 = -1.0 + r470
-    r475 = k.max(1.0, r470)
-    r475 = k.min(x32, r475)
-    r475 = k.recip(r475)
-    r470 = x19 * x4 * x12 * x32 * x34 * r376 * r25 * r32 * r19 * r475 * r48 * r470 * r472
-    r470 = k.max(r478, r470)
-    r470 = r499 + r470
-    r499 = x29 <= 1.0
-    r478 = x27 * r472
-    r73 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r472
-    r73 = r478 + r73
-    r470 = k.where(r499, r73, r470)
-    r73 = x29 >= x36
-    r499 = x31 * r472
+    r46 = -1.0 + x37
+    r479 = k.recip(r46)
+    r473 = 2.0 * x37
+    r473 = -2.0 + r473
+    r471 = k.gcd(x37, x30)
+    r48 = k.recip(r471)
+    r476 = x37 * r48
+    r476 = -1.0 + r476
+    r476 = x28 * r476
+    r500 = -1.0 * x37 * r48
+    r500 = x37 + r500
+    r500 = x32 * r500
+    r500 = r476 + r500
+    r500 = r479 * r473 * r500
+    r479 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r48 * r473
+    r471 = -1.0 + r471
+    r476 = k.max(1.0, r471)
+    r476 = k.min(x33, r476)
+    r476 = k.recip(r476)
+    r471 = x19 * x4 * x12 * x33 * x35 * r377 * r25 * r32 * r19 * r476 * r48 * r471 * r473
+    r471 = k.max(r479, r471)
+    r471 = r500 + r471
+    r500 = x30 <= 1.0
+    r479 = x28 * r473
+    r73 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r473
+    r73 = r479 + r73
+    r471 = k.where(r500, r73, r471)
+    r73 = x30 >= x37
+    r500 = x32 * r473
     r46 = k.max(1.0, r46)
-    r46 = k.min(x32, r46)
+    r46 = k.min(x33, r46)
     r46 = k.recip(r46)
-    r46 = x19 * x4 * x12 * x32 * x34 * r376 * r25 * r32 * r19 * r46 * r472
-    r46 = r499 + r46
-    r470 = k.where(r73, r46, r470)
-    r470 = x6 * x15 * r4 * r5 * r8 * r50 * r470
-    r46 = x36 == 1.0
-    r470 = k.where(r46, 0.0, r470)
+    r46 = x19 * x4 * x12 * x33 * x35 * r377 * r25 * r32 * r19 * r46 * r473
+    r46 = r500 + r46
+    r471 = k.where(r73, r46, r471)
+    r471 = x6 * x15 * r4 * r5 * r8 * r50 * r471
+    r46 = x37 == 1.0
+    r471 = k.where(r46, 0.0, r471)
     r164 = r10 + r9 + r164
     r164 = k.max(0.0, r164)
     r164 = k.where(r21, r164, 0.0)
-    r21 = r109 + r30 + r54 + r55 + r150 + r371 + r81 + r469 + r470 + r164
+    r21 = r109 + r30 + r54 + r55 + r150 + r372 + r81 + r470 + r471 + r164
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r89 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x34 * r89 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x34 * r25
-    r89 = x19 * x4 * x12 * x34 * r80 * r25
-    r467 = x4 * r4 * r25 * r467 * r20
+    r10 = 6.0 * x6 * x35 * r89 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x35 * r89 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x35 * r25
+    r89 = x19 * x4 * x12 * x35 * r80 * r25
+    r468 = x4 * r4 * r25 * r468 * r20
     r73 = 2.0 * x4 * r4 * r25 * r147 * r20
-    r467 = k.where(r22, r73, r467)
+    r468 = k.where(r22, r73, r468)
     r73 = x4 * r4 * r25 * r147 * r20
     r22 = k.pow(x3, -2.0)
-    r499 = x6 * x4 * r22 * r5 * r25 * r147 * r20
-    r499 = r73 + r499
-    r467 = k.where(r93, r499, r467)
+    r500 = x6 * x4 * r22 * r5 * r25 * r147 * r20
+    r500 = r73 + r500
+    r468 = k.where(r93, r500, r468)
     r147 = 3.0 * x6 * x4 * r22 * r5 * r25 * r147 * r20
-    r467 = k.where(r74, r147, r467)
-    r467 = k.where(r387, 0.0, r467)
-    r387 = r80 * r467
-    r80 = x28 * r80
-    r147 = k.recip(x34)
-    r74 = x35 * r69 * r147
+    r468 = k.where(r74, r147, r468)
+    r468 = k.where(r388, 0.0, r468)
+    r388 = r80 * r468
+    r80 = x29 * r80
+    r147 = k.recip(x35)
+    r74 = x36 * r69 * r147
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r499 = 8e-12 * x12
+    r500 = 8e-12 * x12
     r93 = 8e-12 * x15 * r12
-    r73 = 8e-12 * x37 * x12
+    r73 = 8e-12 * x38 * x12
     r32 = 2.4e-11 * x15 * x12 * x5
-    r376 = r499 + r93 + r73 + r32
-    r478 = 4e-12 * x12
+    r377 = r500 + r93 + r73 + r32
+    r479 = 4e-12 * x12
     r48 = 4e-12 * x15 * r12
-    r475 = 4e-12 * x37 * x12
-    r471 = 1.2e-11 * x15 * x12 * x5
-    r471 = r478 + r48 + r475 + r471
-    r471 = r22 > r471
-    r475 = -8e-12 * x12
+    r476 = 4e-12 * x38 * x12
+    r472 = 1.2e-11 * x15 * x12 * x5
+    r472 = r479 + r48 + r476 + r472
+    r472 = r22 > r472
+    r476 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r48 = -8e-12 * x37 * x12
-    r478 = -2.4e-11 * x15 * x12 * x5
-    r482 = k.sqrt(2.0)
+    r48 = -8e-12 * x38 * x12
+    r479 = -2.4e-11 * x15 * x12 * x5
+    r483 = k.sqrt(2.0)
     r82 = k.sqrt(x3)
     r82 = k.recip(r82)
-    r647 = k.sqrt(x2)
-    r647 = k.recip(r647)
-    r649 = k.sqrt(x13)
-    r649 = k.recip(r649)
-    r651 = k.sqrt(x22)
-    r651 = k.recip(r651)
-    r653 = k.sqrt(x36)
-    r653 = k.recip(r653)
-    r655 = k.sqrt(r376)
-    r656 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r376
-    r657 = k.sqrt(x3)
-    r658 = k.sqrt(x2)
-    r659 = k.sqrt(x13)
-    r660 = k.sqrt(x22)
-    r661 = k.sqrt(x36)
-    r661 = 0.16666666666666666 * r482 * r657 * r658 * r659 * r660 * r661 * r655
-    r661 = 1.0 + r656 + r661
-    r661 = r482 * r82 * r647 * r649 * r651 * r653 * r655 * r661
-    r661 = r475 + r12 + r48 + r478 + r661
-    r478 = k.where(r471, r661, r22)
-    r32 = r499 + r93 + r73 + r32 + r478
-    r32 = x3 * x2 * x13 * x22 * x36 * r32
+    r648 = k.sqrt(x2)
+    r648 = k.recip(r648)
+    r650 = k.sqrt(x13)
+    r650 = k.recip(r650)
+    r652 = k.sqrt(x23)
+    r652 = k.recip(r652)
+    r654 = k.sqrt(x37)
+    r654 = k.recip(r654)
+    r656 = k.sqrt(r377)
+    r657 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r377
+    r658 = k.sqrt(x3)
+    r659 = k.sqrt(x2)
+    r660 = k.sqrt(x13)
+    r661 = k.sqrt(x23)
+    r662 = k.sqrt(x37)
+    r662 = 0.16666666666666666 * r483 * r658 * r659 * r660 * r661 * r662 * r656
+    r662 = 1.0 + r657 + r662
+    r662 = r483 * r82 * r648 * r650 * r652 * r654 * r656 * r662
+    r662 = r476 + r12 + r48 + r479 + r662
+    r479 = k.where(r472, r662, r22)
+    r32 = r500 + r93 + r73 + r32 + r479
+    r32 = x3 * x2 * x13 * x23 * x37 * r32
     r32 = k.exp(r32)
     r32 = -1.0 + r32
     r73 = k.recip(r32)
-    r93 = x24 + x1
-    r499 = -1.0 * x3 * x2 * x13 * x22 * x36 * r93
-    r499 = k.exp(r499)
-    r499 = x3 * x2 * x13 * x22 * x36 * r73 * r478 * r499
-    r73 = x3 * x2 * x13 * x22 * x36
-    r661 = k.recip(r661)
-    r73 = k.where(r471, r661, r73)
-    r93 = x3 * x2 * x13 * x22 * x36 * r93
+    r93 = x25 + x1
+    r500 = -1.0 * x3 * x2 * x13 * x23 * x37 * r93
+    r500 = k.exp(r500)
+    r500 = x3 * x2 * x13 * x23 * x37 * r73 * r479 * r500
+    r73 = x3 * x2 * x13 * x23 * x37
+    r662 = k.recip(r662)
+    r73 = k.where(r472, r662, r73)
+    r93 = x3 * x2 * x13 * x23 * x37 * r93
     r93 = k.exp(r93)
-    r5 = x35 * r69 * r4 * r25 * r5 * r8 * r147 * r19 * r32 * r21 * r73 * r93
-    r93 = x35 * r69 * r147 * r32 * r21 * r73 * r93
-    r50 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r472 * r50
+    r5 = x36 * r69 * r4 * r25 * r5 * r8 * r147 * r19 * r32 * r21 * r73 * r93
+    r93 = x36 * r69 * r147 * r32 * r21 * r73 * r93
+    r50 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r473 * r50
     r50 = k.where(r46, 0.0, r50)
-    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r496
-    r496 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r72 * r496
-    r496 = r46 + r496
-    r496 = k.where(r490, 0.0, r496)
-    r111 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r111
+    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r497
+    r497 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r72 * r497
+    r497 = r46 + r497
+    r497 = k.where(r491, 0.0, r497)
+    r111 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r111
     r111 = k.where(r29, 0.0, r111)
-    r45 = r45 < x22
-    r29 = x33 != 2.0
+    r45 = r45 < x23
+    r29 = x34 != 2.0
     r76 = k.and_(r76, r29)
     r76 = k.not_(r76)
     r76 = k.or_(r45, r76)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r75 = k.and_(r19, r29, r75)
     r75 = k.not_(r75)
     r75 = k.or_(r45, r75)
     r75 = k.and_(r76, r75)
-    r76 = x22 >= 2.0
-    r45 = x33 != 3.0
-    r29 = x33 != 4.0
+    r76 = x23 >= 2.0
+    r45 = x34 != 3.0
+    r29 = x34 != 4.0
     r84 = k.not_(r84)
     r84 = k.and_(r45, r29, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r76, r84)
-    r76 = x21 * x3 * x2 * x22 * x36 * r21
-    r29 = r68 <= r76
+    r76 = x22 * x3 * x2 * x23 * x37 * r21
+    r29 = r31 <= r76
     r76 = r115 <= r76
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r31, r68, r68, r115, r49, r127, r368, r161, r81, r21, r10, r33, r9, r89, r387, r80, 0.0, r74, r22, r376, r478, r499, r5, r93, r54, r150, r55, r30, r50, r470, r470, r496, r469, r469, r467, r485, r371, r111, r53, r109, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, r75, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r68, r31, r31, r115, r49, r127, r369, r161, r81, r21, r10, r33, r9, r89, r388, r80, 0.0, r74, r22, r377, r479, r500, r5, r93, r54, r150, r55, r30, r50, r471, r471, r497, r470, r470, r468, r486, r372, r111, r53, r109, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1445,9 +1446,9 @@ def search(x, k):
     return (r86, r27, r105)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 5), (52, 7), (52, 9), (52, 59), (52, 60), (52, 61), (53, 3), (53, 5), (53, 7), (53, 9), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 47, 48, 49, 50), (31, 32, 33, 35, 37, 38, 39, 40, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (22, 34), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

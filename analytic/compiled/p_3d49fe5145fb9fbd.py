@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,66 +49,66 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x33 * r30 * r16 * r38
-    r37 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r38 = x19 * x34 * r30 * r16 * r38
+    r37 = 2.0 * x19 * x12 * x34 * r30 * r16
     r36 = x19 > 1.0
-    r35 = 2.0 * x11 * x19 * x10 * x33 * r30 * r16
+    r35 = 2.0 * x11 * x19 * x10 * x34 * r30 * r16
     r35 = k.where(r36, r35, 0.0)
     r35 = r38 + r37 + r35
-    r38 = x23 == 2.0
+    r38 = x24 == 2.0
     r37 = k.where(r38, r37, r35)
-    r36 = 1.0 + x22
+    r36 = 1.0 + x23
     r36 = k.min(r36, r6)
     r34 = k.ceiling(r33)
     r36 = r36 * r34
-    r52 = x32 == 4.0
-    r53 = 2.0 * x22
+    r52 = x33 == 4.0
+    r53 = 2.0 * x23
     r54 = -1.0 + r53
     r54 = k.min(r54, r6)
     r54 = r54 * r34
     r57 = k.where(r52, r54, r36)
-    r58 = x32 == 0.0
-    r59 = x32 == 3.0
+    r58 = x33 == 0.0
+    r59 = x33 == 3.0
     r60 = k.or_(r58, r59)
-    r61 = k.min(x22, r6)
+    r61 = k.min(x23, r6)
     r61 = r61 * r34
     r57 = k.where(r60, r61, r57)
-    r61 = x32 == 1.0
-    r65 = k.recip(x37)
-    r66 = x6 * x37 * r4 * r5
-    r67 = -1.0 + x37
-    r67 = x22 * r67
+    r61 = x33 == 1.0
+    r65 = k.recip(x38)
+    r66 = x6 * x38 * r4 * r5
+    r67 = -1.0 + x38
+    r67 = x23 * r67
     r69 = -1.0 + r53 + r67
     r69 = k.min(r66, r69)
     r69 = r65 * r69 * r34
     r57 = k.where(r61, r69, r57)
-    r69 = x32 == 2.0
+    r69 = x33 == 2.0
     r74 = x6 * r4 * r5 * r34
     r57 = k.where(r69, r74, r57)
     r57 = r37 * r57
     r77 = r9 * r34
     r78 = r13 * r34
-    r79 = x22 == 1.0
+    r79 = x23 == 1.0
     r80 = k.where(r79, 1.0, 0.0)
     r81 = 2.0 * x12 * r80
     r81 = r12 + r77 + r78 + r81
     r81 = r16 * r81
-    r80 = x36 * x12 * r80
-    r12 = x22 != 1.0
+    r80 = x37 * x12 * r80
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r77 + r78 + r80 + r12
     r12 = r16 * r12
     r80 = r81 + r12
     r81 = k.where(r26, r80, r81)
     r8 = 2.0 * r81
-    r93 = x38 <= 2.0
+    r93 = x39 <= 2.0
     r94 = 4.0 * r81
     r94 = k.where(r93, r94, r8)
-    r96 = x38 >= 2.0
+    r96 = x39 >= 2.0
     r97 = r4 * r30 * r94
     r94 = k.where(r96, r97, r94)
-    r97 = x38 >= 3.0
+    r97 = x39 >= 3.0
     r100 = 2.0 * r4 * r30 * r81
     r8 = k.where(r97, r100, r8)
     r100 = 12.0 * r81
@@ -116,8 +116,8 @@ def quantities(x, k):
     r100 = k.where(r27, r103, r100)
     r103 = k.where(r38, r35, 0.0)
     r106 = k.or_(r26, r79)
-    r107 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r108 = x36 * x19 * x16 * x33 * r30 * r16
+    r107 = 4.0 * x19 * x12 * x34 * r30 * r16
+    r108 = x37 * x19 * x16 * x34 * r30 * r16
     r107 = r107 + r108
     r107 = k.max(r107, r103)
     r106 = k.where(r106, r107, r103)
@@ -126,16 +126,16 @@ def quantities(x, k):
     r112 = k.where(r26, r113, r112)
     r113 = 3.0 * x4 * r112 * r81
     r113 = k.where(r97, r113, 0.0)
-    r117 = x22 > 1.0
+    r117 = x23 > 1.0
     r117 = k.and_(r97, r117)
     r81 = 2.0 * x4 * r81
     r113 = k.where(r117, r81, r113)
     r81 = r57 + r94 + r8 + r100 + r106 + r113
     r122 = k.where(r52, r54, r36)
-    r123 = -1.0 + x22
+    r123 = -1.0 + x23
     r124 = k.min(1.0, r123)
     r125 = -1.0 * r124
-    r125 = x22 + r125
+    r125 = x23 + r125
     r127 = k.min(r6, r125)
     r127 = r127 * r34
     r122 = k.where(r60, r127, r122)
@@ -147,28 +147,28 @@ def quantities(x, k):
     r122 = k.where(r69, r74, r122)
     r122 = r37 * r122
     r53 = 1.0 + r124
-    r53 = x22 == r53
+    r53 = x23 == r53
     r127 = k.where(r53, 1.0, 0.0)
     r127 = 2.0 * x12 * r127
     r141 = r124 == 0.0
     r141 = k.where(r141, 1.0, 0.0)
-    r141 = x36 * x12 * r141
+    r141 = x37 * x12 * r141
     r144 = r124 != 0.0
     r144 = k.and_(r144, r53)
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x36 * x12 * r144
+    r144 = x37 * x12 * r144
     r144 = r77 + r78 + r127 + r141 + r144
     r144 = r16 * r144
-    r141 = x22 == r125
+    r141 = x23 == r125
     r127 = k.where(r141, 1.0, 0.0)
     r127 = 2.0 * x12 * r127
     r153 = r125 == 1.0
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x36 * x12 * r153
+    r153 = x37 * x12 * r153
     r125 = r125 != 1.0
     r125 = k.and_(r141, r125)
     r125 = k.where(r125, 1.0, 0.0)
-    r125 = x36 * x12 * r125
+    r125 = x37 * x12 * r125
     r125 = r77 + r78 + r127 + r153 + r125
     r125 = r16 * r125
     r125 = r144 + r125
@@ -250,399 +250,400 @@ def quantities(x, k):
     r122 = k.where(r122, 0.0, 0.0)
     r36 = r81 == r36
     r122 = k.where(r36, 0.0, r122)
-    r36 = x36 * x19 * x4 * x33 * r30 * r16
-    r57 = x36 * x19 * x4 * x33 * r30
+    r36 = x37 * x19 * x4 * x34 * r30 * r16
+    r57 = x37 * x19 * x4 * x34 * r30
     r113 = k.max(r81, r144, r12)
     r100 = r144 == r113
     r12 = k.where(r100, r144, r12)
     r113 = r81 == r113
     r12 = k.where(r113, r81, r12)
-    r81 = -1.0 * r12
-    r81 = x8 + r81
-    r113 = 6.0 * x6 * x33 * r15
+    r81 = -1.0 * x20
+    r113 = -1.0 * r12
+    r113 = x8 + r81 + r113
+    r81 = 6.0 * x6 * x34 * r15
     r144 = 12.0 * x12
     r100 = 6.0 * x15 * r9
     r141 = 6.0 * x15 * r13
-    r94 = 6.0 * x36 * x12
-    r127 = 12.0 * x15 * x11 * x10 * x33
+    r94 = 6.0 * x37 * x12
+    r127 = 12.0 * x15 * x11 * x10 * x34
     r127 = r144 + r100 + r141 + r94 + r127
-    r94 = x6 * x33 * r127
+    r94 = x6 * x34 * r127
     r141 = k.pow(x12, 2.0)
     r100 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r100
+    r8 = 0.16666666666666666 * x34 * r100
     r153 = k.recip(x15)
-    r100 = 0.0625 * x36 * r153 * r100
+    r100 = 0.0625 * x37 * r153 * r100
     r100 = 1.0 + r8 + r100
-    r100 = 96.0 * x6 * x15 * x33 * r141 * r100
-    r141 = k.pow(x33, 2.0)
+    r100 = 96.0 * x6 * x15 * x34 * r141 * r100
+    r141 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r141
-    r117 = x23 == 1.0
+    r117 = x24 == 1.0
     r141 = 4.0 * x6 * x15 * x11 * x10 * r141
     r141 = k.where(r117, r141, 0.0)
-    r125 = 0.3333333333333333 * x6 * x33 * r127
+    r125 = 0.3333333333333333 * x6 * x34 * r127
     r141 = k.where(r38, r125, r141)
     r141 = r94 + r8 + r141
     r8 = k.where(r38, 1.0, 0.0)
     r8 = 1.0 + r8
     r125 = k.recip(x9)
     r34 = k.recip(x18)
-    r66 = x36 * x12 * r16
-    r67 = x19 * x12 * x33 * r30
-    r54 = x36 * x19 * x33 * r30 * r16
+    r66 = x37 * x12 * r16
+    r67 = x19 * x12 * x34 * r30
+    r54 = x37 * x19 * x34 * r30 * r16
     r54 = r66 + r67 + r54
     r66 = 2.0 * r125 * r34 * r54
-    r53 = k.recip(x21)
+    r53 = k.recip(x22)
     r78 = k.recip(x17)
-    r77 = 2.0 * x36 * x19 * x12 * x33 * r53 * r30 * r78 * r16
+    r77 = 2.0 * x37 * x19 * x12 * x34 * r53 * r30 * r78 * r16
     r77 = r66 + r77
     r77 = r8 * r77
     r54 = 4.0 * r125 * r34 * r54
-    r66 = 4.0 * x36 * x19 * x12 * x33 * r53 * r30 * r78 * r16
+    r66 = 4.0 * x37 * x19 * x12 * x34 * r53 * r30 * r78 * r16
     r66 = r77 + r54 + r66
     r66 = r11 * r66
     r54 = x11 * x10 * x12 * r16
-    r77 = x11 * x19 * x10 * x33 * r30 * r16
+    r77 = x11 * x19 * x10 * x34 * r30 * r16
     r77 = r54 + r67 + r77
     r54 = 2.0 * r125 * r34 * r77
-    r295 = 2.0 * x11 * x19 * x10 * x12 * x33 * r53 * r30 * r78 * r16
-    r295 = r54 + r295
-    r295 = r8 * r295
+    r296 = 2.0 * x11 * x19 * x10 * x12 * x34 * r53 * r30 * r78 * r16
+    r296 = r54 + r296
+    r296 = r8 * r296
     r54 = x10 * x12 * r16 * r14
-    r299 = x19 * x10 * x33 * r30 * r16 * r14
-    r299 = r67 + r54 + r299
-    r54 = 2.0 * r125 * r34 * r299
-    r302 = 2.0 * x19 * x10 * x12 * x33 * r53 * r30 * r78 * r16 * r14
-    r302 = r54 + r302
-    r302 = r8 * r302
+    r300 = x19 * x10 * x34 * r30 * r16 * r14
+    r300 = r67 + r54 + r300
+    r54 = 2.0 * r125 * r34 * r300
+    r303 = 2.0 * x19 * x10 * x12 * x34 * r53 * r30 * r78 * r16 * r14
+    r303 = r54 + r303
+    r303 = r8 * r303
     r54 = x12 * x5 * r16
-    r306 = x19 * x5 * x33 * r30 * r16
-    r306 = r54 + r67 + r306
-    r67 = 2.0 * r125 * r34 * r306
-    r54 = 2.0 * x19 * x12 * x5 * x33 * r53 * r30 * r78 * r16
+    r307 = x19 * x5 * x34 * r30 * r16
+    r307 = r54 + r67 + r307
+    r67 = 2.0 * r125 * r34 * r307
+    r54 = 2.0 * x19 * x12 * x5 * x34 * r53 * r30 * r78 * r16
     r54 = r67 + r54
     r54 = 2.0 * r8 * r54
     r77 = 4.0 * r125 * r34 * r77
-    r299 = 4.0 * r125 * r34 * r299
-    r306 = 8.0 * r125 * r34 * r306
-    r67 = 8.0 * x19 * x12 * x5 * x33 * r53 * r30 * r78 * r16
-    r316 = 4.0 * x11 * x19 * x10 * x12 * x33 * r53 * r30 * r78 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r53 * r30 * r78 * r16 * r14
-    r14 = r295 + r302 + r54 + r77 + r299 + r306 + r67 + r316 + r14
+    r300 = 4.0 * r125 * r34 * r300
+    r307 = 8.0 * r125 * r34 * r307
+    r67 = 8.0 * x19 * x12 * x5 * x34 * r53 * r30 * r78 * r16
+    r317 = 4.0 * x11 * x19 * x10 * x12 * x34 * r53 * r30 * r78 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r53 * r30 * r78 * r16 * r14
+    r14 = r296 + r303 + r54 + r77 + r300 + r307 + r67 + r317 + r14
     r14 = x15 * r11 * r14
     r14 = r66 + r14
     r66 = x6 * r4 * r5 * r14
-    r316 = 3.0 * x5
+    r317 = 3.0 * x5
     r67 = 2.0 * x5 * r8
-    r67 = r316 + r67
-    r67 = x19 * x33 * r30 * r16 * r67
-    r316 = 10.0 * x12 * r8
-    r316 = r144 + r316
-    r316 = x19 * x33 * r30 * r16 * r316
-    r316 = r67 + r316
-    r316 = x15 * r11 * r316
-    r67 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r67 = r316 + r67
-    r316 = x6 * x4 * r125 * r4 * r5 * r34 * r67
+    r67 = r317 + r67
+    r67 = x19 * x34 * r30 * r16 * r67
+    r317 = 10.0 * x12 * r8
+    r317 = r144 + r317
+    r317 = x19 * x34 * r30 * r16 * r317
+    r317 = r67 + r317
+    r317 = x15 * r11 * r317
+    r67 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r67 = r317 + r67
+    r317 = x6 * x4 * r125 * r4 * r5 * r34 * r67
     r144 = k.recip(x0)
-    r306 = x11 * x10 * x33
+    r307 = x11 * x10 * x34
     r117 = k.or_(r117, r38)
     r117 = k.where(r117, 1.0, 0.0)
     r117 = 3.0 + r117
-    r117 = 2.0 * x11 * x10 * x33 * r117
-    r117 = r306 + r117
-    r306 = x6 * x15 * x33 * r53 * r4 * r30 * r78 * r144 * r11 * r16 * r117
-    r299 = r66 + r316 + r306
-    r77 = k.recip(r299)
+    r117 = 2.0 * x11 * x10 * x34 * r117
+    r117 = r307 + r117
+    r307 = x6 * x15 * x34 * r53 * r4 * r30 * r78 * r144 * r11 * r16 * r117
+    r300 = r66 + r317 + r307
+    r77 = k.recip(r300)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r54 = k.recip(x6)
-    r302 = 0.3333333333333333 * x3 * x19 * r54 * r65 * r299
-    r295 = 0.6666666666666666 * x3 * x19 * x22 * r54 * r299
+    r303 = 0.3333333333333333 * x3 * x19 * r54 * r65 * r300
+    r296 = 0.6666666666666666 * x3 * x19 * x23 * r54 * r300
     r67 = -1.0 * x6 * x4 * r125 * r4 * r5 * r34 * r67
-    r117 = -1.0 * x6 * x15 * x33 * r53 * r4 * r30 * r78 * r144 * r11 * r16 * r117
-    r295 = r14 + r302 + r295 + r67 + r117
-    r295 = k.max(0.0, r295)
-    r302 = 0.5 * x22
-    r302 = -1.0 + r302
-    r302 = 0.6666666666666666 * x3 * x19 * r54 * r65 * r302 * r299
-    r302 = k.where(r52, 0.0, r302)
-    r52 = 0.3333333333333333 * x3 * x19 * r54 * r65 * r123 * r299
-    r302 = k.where(r59, r52, r302)
+    r117 = -1.0 * x6 * x15 * x34 * r53 * r4 * r30 * r78 * r144 * r11 * r16 * r117
+    r296 = r14 + r303 + r296 + r67 + r117
+    r296 = k.max(0.0, r296)
+    r303 = 0.5 * x23
+    r303 = -1.0 + r303
+    r303 = 0.6666666666666666 * x3 * x19 * r54 * r65 * r303 * r300
+    r303 = k.where(r52, 0.0, r303)
+    r52 = 0.3333333333333333 * x3 * x19 * r54 * r65 * r123 * r300
+    r303 = k.where(r59, r52, r303)
     r69 = k.or_(r58, r61, r69)
-    r123 = x3 * x19 * r54 * r65 * r123 * r299
-    r302 = k.where(r69, r123, r302)
-    r302 = k.max(r295, r302)
-    r77 = r77 * r302
-    r295 = k.where(r93, 4.0, 2.0)
-    r295 = 26.0 + r295
-    r295 = r125 * r34 * r295 * r31
-    r34 = r66 + r295 + r316 + r306
-    r125 = -1.0 * x20
+    r123 = x3 * x19 * r54 * r65 * r123 * r300
+    r303 = k.where(r69, r123, r303)
+    r303 = k.max(r296, r303)
+    r77 = r77 * r303
+    r296 = k.where(r93, 4.0, 2.0)
+    r296 = 26.0 + r296
+    r296 = r125 * r34 * r296 * r31
+    r34 = r66 + r296 + r317 + r307
+    r125 = -1.0 * x21
     r125 = 1.0 + r125
-    r123 = x22 * x37
+    r123 = x23 * x38
     r123 = -1.0 + r123
-    r65 = k.recip(x25)
-    r58 = k.recip(x26)
-    r52 = x19 * x4 * x12 * x33 * r65 * r30 * r58 * r16
-    r52 = x27 + r52
-    r59 = 2.0 * x3 * x2 * x35
-    r59 = x29 >= r59
-    r144 = k.recip(x28)
-    r78 = k.recip(x30)
-    r379 = x19 * x4 * x12 * x33 * r144 * r30 * r78 * r16
-    r379 = x31 + r379
-    r52 = k.where(r59, r379, r52)
+    r65 = k.recip(x26)
+    r58 = k.recip(x27)
+    r52 = x19 * x4 * x12 * x34 * r65 * r30 * r58 * r16
+    r52 = x28 + r52
+    r59 = 2.0 * x3 * x2 * x36
+    r59 = x30 >= r59
+    r144 = k.recip(x29)
+    r78 = k.recip(x31)
+    r380 = x19 * x4 * x12 * x34 * r144 * r30 * r78 * r16
+    r380 = x32 + r380
+    r52 = k.where(r59, r380, r52)
     r52 = 2.0 * x6 * r4 * r5 * r11 * r123 * r52
     r52 = k.where(r79, 0.0, r52)
     r125 = r125 * r52
-    r379 = x3 * x19 * r54 * r299
-    r59 = x22 <= 1.0
+    r380 = x3 * x19 * r54 * r300
+    r59 = x23 <= 1.0
     r96 = k.and_(r96, r59)
-    r379 = k.where(r96, r299, r379)
-    r379 = -1.0 * x20 * r379
-    r299 = x3 * x2
-    r391 = -1.0 + r299
-    r392 = k.recip(r391)
-    r393 = 2.0 * x3 * x2
-    r393 = -2.0 + r393
-    r395 = x29 * r16
-    r396 = k.gcd(r299, r395)
-    r397 = k.recip(r396)
-    r398 = x3 * x2 * r397
-    r398 = -1.0 + r398
-    r398 = x27 * r398
-    r401 = -1.0 * x3 * x2 * r397
-    r401 = r299 + r401
-    r401 = x31 * r401
-    r404 = r398 + r401
-    r404 = r392 * r393 * r404
-    r392 = x4 * r25
-    r407 = 4.0 * r25
-    r392 = k.where(r93, r407, r392)
-    r407 = x22 * r65 * r153 * r4 * r30 * r58 * r397 * r393 * r392
-    r396 = -1.0 + r396
-    r93 = x22 * r144 * r153 * r4 * r30 * r78 * r397 * r396 * r393 * r392
-    r93 = k.max(r407, r93)
-    r93 = r404 + r93
-    r404 = x29 <= x35
-    r407 = x27 * r393
-    r416 = x22 * r65 * r153 * r4 * r30 * r58 * r393 * r392
-    r416 = r407 + r416
-    r93 = k.where(r404, r416, r93)
-    r416 = x3 * x2 * x35
-    r416 = x29 >= r416
-    r407 = x31 * r393
-    r422 = x22 * r144 * r153 * r4 * r30 * r78 * r393 * r392
-    r422 = r407 + r422
-    r93 = k.where(r416, r422, r93)
+    r380 = k.where(r96, r300, r380)
+    r380 = -1.0 * x21 * r380
+    r300 = x3 * x2
+    r392 = -1.0 + r300
+    r393 = k.recip(r392)
+    r394 = 2.0 * x3 * x2
+    r394 = -2.0 + r394
+    r396 = x30 * r16
+    r397 = k.gcd(r300, r396)
+    r398 = k.recip(r397)
+    r399 = x3 * x2 * r398
+    r399 = -1.0 + r399
+    r399 = x28 * r399
+    r402 = -1.0 * x3 * x2 * r398
+    r402 = r300 + r402
+    r402 = x32 * r402
+    r405 = r399 + r402
+    r405 = r393 * r394 * r405
+    r393 = x4 * r25
+    r408 = 4.0 * r25
+    r393 = k.where(r93, r408, r393)
+    r408 = x23 * r65 * r153 * r4 * r30 * r58 * r398 * r394 * r393
+    r397 = -1.0 + r397
+    r93 = x23 * r144 * r153 * r4 * r30 * r78 * r398 * r397 * r394 * r393
+    r93 = k.max(r408, r93)
+    r93 = r405 + r93
+    r405 = x30 <= x36
+    r408 = x28 * r394
+    r417 = x23 * r65 * r153 * r4 * r30 * r58 * r394 * r393
+    r417 = r408 + r417
+    r93 = k.where(r405, r417, r93)
+    r417 = x3 * x2 * x36
+    r417 = x30 >= r417
+    r408 = x32 * r394
+    r423 = x23 * r144 * r153 * r4 * r30 * r78 * r394 * r393
+    r423 = r408 + r423
+    r93 = k.where(r417, r423, r93)
     r93 = x15 * r11 * r93
-    r422 = x22 * r65 * r153 * r4 * r30 * r58 * r397 * r391 * r392
-    r407 = x22 * r144 * r153 * r4 * r30 * r78 * r397 * r391 * r396 * r392
-    r407 = k.max(r422, r407)
-    r407 = r398 + r401 + r407
-    r422 = x27 * r391
-    r431 = x22 * r65 * r153 * r4 * r30 * r58 * r391 * r392
-    r431 = r422 + r431
-    r407 = k.where(r404, r431, r407)
-    r431 = x31 * r391
-    r435 = x22 * r144 * r153 * r4 * r30 * r78 * r391 * r392
-    r435 = r431 + r435
-    r407 = k.where(r416, r435, r407)
-    r435 = x15 * r11 * r407
-    r439 = x4 * x22 * r65 * r153 * r4 * r30 * r58 * r397 * r391 * r25
-    r396 = x4 * x22 * r144 * r153 * r4 * r30 * r78 * r397 * r391 * r396 * r25
-    r396 = k.max(r439, r396)
-    r396 = r398 + r401 + r396
-    r401 = x4 * x22 * r65 * r153 * r4 * r30 * r58 * r391 * r25
-    r401 = r422 + r401
-    r396 = k.where(r404, r401, r396)
-    r153 = x4 * x22 * r144 * r153 * r4 * r30 * r78 * r391 * r25
-    r153 = r431 + r153
-    r396 = k.where(r416, r153, r396)
-    r153 = x15 * r11 * r396
-    r416 = r435 + r153
-    r93 = k.where(r27, r416, r93)
-    r407 = x6 * x15 * r4 * r5 * r11 * r407
-    r407 = r153 + r407
-    r93 = k.where(r96, r407, r93)
+    r423 = x23 * r65 * r153 * r4 * r30 * r58 * r398 * r392 * r393
+    r408 = x23 * r144 * r153 * r4 * r30 * r78 * r398 * r392 * r397 * r393
+    r408 = k.max(r423, r408)
+    r408 = r399 + r402 + r408
+    r423 = x28 * r392
+    r432 = x23 * r65 * r153 * r4 * r30 * r58 * r392 * r393
+    r432 = r423 + r432
+    r408 = k.where(r405, r432, r408)
+    r432 = x32 * r392
+    r436 = x23 * r144 * r153 * r4 * r30 * r78 * r392 * r393
+    r436 = r432 + r436
+    r408 = k.where(r417, r436, r408)
+    r436 = x15 * r11 * r408
+    r440 = x4 * x23 * r65 * r153 * r4 * r30 * r58 * r398 * r392 * r25
+    r397 = x4 * x23 * r144 * r153 * r4 * r30 * r78 * r398 * r392 * r397 * r25
+    r397 = k.max(r440, r397)
+    r397 = r399 + r402 + r397
+    r402 = x4 * x23 * r65 * r153 * r4 * r30 * r58 * r392 * r25
+    r402 = r423 + r402
+    r397 = k.where(r405, r402, r397)
+    r153 = x4 * x23 * r144 * r153 * r4 * r30 * r78 * r392 * r25
+    r153 = r432 + r153
+    r397 = k.where(r417, r153, r397)
+    r153 = x15 * r11 * r397
+    r417 = r436 + r153
+    r93 = k.where(r27, r417, r93)
+    r408 = x6 * x15 * r4 * r5 * r11 * r408
+    r408 = r153 + r408
+    r93 = k.where(r96, r408, r93)
     r59 = k.and_(r97, r59)
-    r396 = 2.0 * x15 * r11 * r396
-    r396 = r435 + r396
-    r396 = x6 * r4 * r5 * r396
-    r93 = k.where(r59, r396, r93)
-    r299 = r299 == 1.0
-    r93 = k.where(r299, 0.0, r93)
-    r379 = r379 + r93
-    r379 = k.max(0.0, r379)
-    r395 = k.gcd(x2, r395)
-    r396 = k.recip(r395)
-    r435 = x2 * r396
-    r435 = -1.0 + r435
-    r435 = x27 * r435
-    r97 = -1.0 * x2 * r396
+    r397 = 2.0 * x15 * r11 * r397
+    r397 = r436 + r397
+    r397 = x6 * r4 * r5 * r397
+    r93 = k.where(r59, r397, r93)
+    r300 = r300 == 1.0
+    r93 = k.where(r300, 0.0, r93)
+    r380 = r380 + r93
+    r380 = k.max(0.0, r380)
+    r396 = k.gcd(x2, r396)
+    r397 = k.recip(r396)
+    r436 = x2 * r397
+    r436 = -1.0 + r436
+    r436 = x28 * r436
+    r97 = -1.0 * x2 * r397
     r97 = x2 + r97
-    r97 = x31 * r97
-    r407 = -1.0 + x2
-    r153 = 2.0 * x14 * x19 * x10 * x4 * x33 * r65 * r30 * r58 * r16 * r396 * r407
-    r395 = -1.0 + r395
-    r395 = 2.0 * x14 * x19 * x10 * x4 * x33 * r144 * r30 * r78 * r16 * r396 * r407 * r395
-    r395 = k.max(r153, r395)
-    r395 = r435 + r97 + r395
-    r97 = x27 * r407
-    r435 = 2.0 * x14 * x19 * x10 * x4 * x33 * r65 * r30 * r58 * r16 * r407
-    r435 = r97 + r435
-    r395 = k.where(r404, r435, r395)
-    r435 = x2 * x35
-    r435 = x29 >= r435
-    r404 = x31 * r407
-    r97 = 2.0 * x14 * x19 * x10 * x4 * x33 * r144 * r30 * r78 * r16 * r407
-    r97 = r404 + r97
-    r395 = k.where(r435, r97, r395)
-    r97 = x6 * x15 * r4 * r5 * r11 * r395
-    r395 = x6 * x15 * r4 * r5 * r11 * r8 * r395
-    r395 = r97 + r395
+    r97 = x32 * r97
+    r408 = -1.0 + x2
+    r153 = 2.0 * x14 * x19 * x10 * x4 * x34 * r65 * r30 * r58 * r16 * r397 * r408
+    r396 = -1.0 + r396
+    r396 = 2.0 * x14 * x19 * x10 * x4 * x34 * r144 * r30 * r78 * r16 * r397 * r408 * r396
+    r396 = k.max(r153, r396)
+    r396 = r436 + r97 + r396
+    r97 = x28 * r408
+    r436 = 2.0 * x14 * x19 * x10 * x4 * x34 * r65 * r30 * r58 * r16 * r408
+    r436 = r97 + r436
+    r396 = k.where(r405, r436, r396)
+    r436 = x2 * x36
+    r436 = x30 >= r436
+    r405 = x32 * r408
+    r97 = 2.0 * x14 * x19 * x10 * x4 * x34 * r144 * r30 * r78 * r16 * r408
+    r97 = r405 + r97
+    r396 = k.where(r436, r97, r396)
+    r97 = x6 * x15 * r4 * r5 * r11 * r396
+    r396 = x6 * x15 * r4 * r5 * r11 * r8 * r396
+    r396 = r97 + r396
     r97 = x2 == 1.0
-    r395 = k.where(r97, 0.0, r395)
+    r396 = k.where(r97, 0.0, r396)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r435 = k.gcd(x35, x29)
-    r404 = k.recip(r435)
-    r153 = x35 * r404
+    r436 = k.gcd(x36, x30)
+    r405 = k.recip(r436)
+    r153 = x36 * r405
     r153 = -1.0 + r153
-    r153 = x27 * r153
-    r396 = -1.0 * x35 * r404
-    r396 = x35 + r396
-    r396 = x31 * r396
-    r416 = -1.0 + x35
-    r431 = x19 * x4 * x12 * x33 * r65 * r30 * r58 * r16 * r404 * r416
-    r435 = -1.0 + r435
-    r435 = x19 * x4 * x12 * x33 * r144 * r30 * r78 * r16 * r404 * r416 * r435
-    r435 = k.max(r431, r435)
-    r435 = r153 + r396 + r435
-    r396 = x29 <= 1.0
-    r153 = x27 * r416
-    r58 = x19 * x4 * x12 * x33 * r65 * r30 * r58 * r16 * r416
+    r153 = x28 * r153
+    r397 = -1.0 * x36 * r405
+    r397 = x36 + r397
+    r397 = x32 * r397
+    r417 = -1.0 + x36
+    r432 = x19 * x4 * x12 * x34 * r65 * r30 * r58 * r16 * r405 * r417
+    r436 = -1.0 + r436
+    r436 = x19 * x4 * x12 * x34 * r144 * r30 * r78 * r16 * r405 * r417 * r436
+    r436 = k.max(r432, r436)
+    r436 = r153 + r397 + r436
+    r397 = x30 <= 1.0
+    r153 = x28 * r417
+    r58 = x19 * x4 * x12 * x34 * r65 * r30 * r58 * r16 * r417
     r58 = r153 + r58
-    r435 = k.where(r396, r58, r435)
-    r58 = x29 >= x35
-    r396 = x31 * r416
-    r78 = x19 * x4 * x12 * x33 * r144 * r30 * r78 * r16 * r416
-    r78 = r396 + r78
-    r435 = k.where(r58, r78, r435)
-    r435 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r435
-    r78 = x35 == 1.0
-    r435 = k.where(r78, 0.0, r435)
+    r436 = k.where(r397, r58, r436)
+    r58 = x30 >= x36
+    r397 = x32 * r417
+    r78 = x19 * x4 * x12 * x34 * r144 * r30 * r78 * r16 * r417
+    r78 = r397 + r78
+    r436 = k.where(r58, r78, r436)
+    r436 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r436
+    r78 = x36 == 1.0
+    r436 = k.where(r78, 0.0, r436)
     r117 = r14 + r67 + r117
     r117 = k.max(0.0, r117)
     r117 = k.where(r26, r117, 0.0)
-    r26 = r125 + r66 + r295 + r316 + r306 + r379 + r302 + r395 + r435 + r117
+    r26 = r125 + r66 + r296 + r317 + r307 + r380 + r303 + r396 + r436 + r117
     r67 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r53 * r4 * r30 * r11 * r16 * r67 * r15
-    r127 = x6 * x33 * r53 * r4 * r30 * r11 * r16 * r67 * r127
-    r67 = x19 * x4 * x12 * x33 * r30
-    r53 = x19 * x4 * x12 * x33 * r65 * r30
-    r393 = r4 * r30 * r393 * r392
-    r58 = r4 * r30 * r391 * r392
-    r396 = x4 * r4 * r30 * r391 * r25
-    r144 = r58 + r396
-    r393 = k.where(r27, r144, r393)
+    r14 = 6.0 * x6 * x34 * r53 * r4 * r30 * r11 * r16 * r67 * r15
+    r127 = x6 * x34 * r53 * r4 * r30 * r11 * r16 * r67 * r127
+    r67 = x19 * x4 * x12 * x34 * r30
+    r53 = x19 * x4 * x12 * x34 * r65 * r30
+    r394 = r4 * r30 * r394 * r393
+    r58 = r4 * r30 * r392 * r393
+    r397 = x4 * r4 * r30 * r392 * r25
+    r144 = r58 + r397
+    r394 = k.where(r27, r144, r394)
     r144 = k.pow(x3, -2.0)
-    r392 = x6 * r144 * r5 * r30 * r391 * r392
-    r392 = r396 + r392
-    r393 = k.where(r96, r392, r393)
-    r391 = 2.0 * x4 * r4 * r30 * r391 * r25
-    r391 = r58 + r391
-    r391 = x6 * r4 * r5 * r391
-    r393 = k.where(r59, r391, r393)
-    r393 = k.where(r299, 0.0, r393)
-    r299 = r65 * r393
-    r65 = x28 * r65
-    r391 = k.recip(x33)
-    r59 = x34 * r54 * r391
+    r393 = x6 * r144 * r5 * r30 * r392 * r393
+    r393 = r397 + r393
+    r394 = k.where(r96, r393, r394)
+    r392 = 2.0 * x4 * r4 * r30 * r392 * r25
+    r392 = r58 + r392
+    r392 = x6 * r4 * r5 * r392
+    r394 = k.where(r59, r392, r394)
+    r394 = k.where(r300, 0.0, r394)
+    r300 = r65 * r394
+    r65 = x29 * r65
+    r392 = k.recip(x34)
+    r59 = x35 * r54 * r392
     r5 = k.recip(x13)
     r58 = r4 * r30 * r5 * r11 * r16
-    r392 = 1.6e-11 * x12
+    r393 = 1.6e-11 * x12
     r96 = 8e-12 * x15 * r9
-    r396 = 8e-12 * x15 * r13
-    r144 = 8e-12 * x36 * x12
-    r27 = r392 + r96 + r396 + r144
+    r397 = 8e-12 * x15 * r13
+    r144 = 8e-12 * x37 * x12
+    r27 = r393 + r96 + r397 + r144
     r153 = 8e-12 * x12
-    r431 = 4e-12 * x15 * r9
-    r404 = 4e-12 * x15 * r13
-    r401 = 4e-12 * x36 * x12
-    r401 = r153 + r431 + r404 + r401
-    r401 = r58 > r401
-    r404 = -1.6e-11 * x12
+    r432 = 4e-12 * x15 * r9
+    r405 = 4e-12 * x15 * r13
+    r402 = 4e-12 * x37 * x12
+    r402 = r153 + r432 + r405 + r402
+    r402 = r58 > r402
+    r405 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r431 = -8e-12 * x36 * x12
+    r432 = -8e-12 * x37 * x12
     r153 = k.sqrt(2.0)
-    r422 = k.sqrt(x3)
-    r422 = k.recip(r422)
-    r398 = k.sqrt(x2)
+    r423 = k.sqrt(x3)
+    r423 = k.recip(r423)
+    r399 = k.sqrt(x2)
+    r399 = k.recip(r399)
+    r440 = k.sqrt(x13)
+    r440 = k.recip(r440)
+    r398 = k.sqrt(x23)
     r398 = k.recip(r398)
-    r439 = k.sqrt(x13)
-    r439 = k.recip(r439)
-    r397 = k.sqrt(x22)
-    r397 = k.recip(r397)
-    r575 = k.sqrt(x35)
-    r575 = k.recip(r575)
-    r577 = k.sqrt(r27)
-    r578 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r27
-    r579 = k.sqrt(x3)
-    r580 = k.sqrt(x2)
-    r581 = k.sqrt(x13)
-    r582 = k.sqrt(x22)
-    r583 = k.sqrt(x35)
-    r583 = 0.16666666666666666 * r153 * r579 * r580 * r581 * r582 * r583 * r577
-    r583 = 1.0 + r578 + r583
-    r583 = r153 * r422 * r398 * r439 * r397 * r575 * r577 * r583
-    r583 = r404 + r9 + r13 + r431 + r583
-    r431 = k.where(r401, r583, r58)
-    r144 = r392 + r96 + r396 + r144 + r431
-    r144 = x3 * x2 * x13 * x22 * x35 * r144
+    r576 = k.sqrt(x36)
+    r576 = k.recip(r576)
+    r578 = k.sqrt(r27)
+    r579 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r27
+    r580 = k.sqrt(x3)
+    r581 = k.sqrt(x2)
+    r582 = k.sqrt(x13)
+    r583 = k.sqrt(x23)
+    r584 = k.sqrt(x36)
+    r584 = 0.16666666666666666 * r153 * r580 * r581 * r582 * r583 * r584 * r578
+    r584 = 1.0 + r579 + r584
+    r584 = r153 * r423 * r399 * r440 * r398 * r576 * r578 * r584
+    r584 = r405 + r9 + r13 + r432 + r584
+    r432 = k.where(r402, r584, r58)
+    r144 = r393 + r96 + r397 + r144 + r432
+    r144 = x3 * x2 * x13 * x23 * x36 * r144
     r144 = k.exp(r144)
     r144 = -1.0 + r144
-    r396 = k.recip(r144)
-    r96 = x24 + x1
-    r392 = -1.0 * x3 * x2 * x13 * x22 * x35 * r96
-    r392 = k.exp(r392)
-    r392 = x3 * x2 * x13 * x22 * x35 * r396 * r431 * r392
-    r396 = x3 * x2 * x13 * x22 * x35
-    r583 = k.recip(r583)
-    r396 = k.where(r401, r583, r396)
-    r96 = x3 * x2 * x13 * x22 * x35 * r96
+    r397 = k.recip(r144)
+    r96 = x25 + x1
+    r393 = -1.0 * x3 * x2 * x13 * x23 * x36 * r96
+    r393 = k.exp(r393)
+    r393 = x3 * x2 * x13 * x23 * x36 * r397 * r432 * r393
+    r397 = x3 * x2 * x13 * x23 * x36
+    r584 = k.recip(r584)
+    r397 = k.where(r402, r584, r397)
+    r96 = x3 * x2 * x13 * x23 * x36 * r96
     r96 = k.exp(r96)
-    r5 = x34 * r54 * r4 * r30 * r5 * r11 * r391 * r16 * r144 * r26 * r396 * r96
-    r96 = x34 * r54 * r391 * r144 * r26 * r396 * r96
-    r38 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r416 * r38
+    r5 = x35 * r54 * r4 * r30 * r5 * r11 * r392 * r16 * r144 * r26 * r397 * r96
+    r96 = x35 * r54 * r392 * r144 * r26 * r397 * r96
+    r38 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r417 * r38
     r38 = k.where(r78, 0.0, r38)
-    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r407
-    r407 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r407
-    r407 = r78 + r407
-    r407 = k.where(r97, 0.0, r407)
-    r123 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r123
+    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r408
+    r408 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r408
+    r408 = r78 + r408
+    r408 = k.where(r97, 0.0, r408)
+    r123 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r123
     r123 = k.where(r79, 0.0, r123)
-    r124 = r124 < x22
-    r79 = x32 != 2.0
+    r124 = r124 < x23
+    r79 = x33 != 2.0
     r61 = k.and_(r61, r79)
     r61 = k.not_(r61)
     r61 = k.or_(r124, r61)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r60 = k.and_(r16, r79, r60)
     r60 = k.not_(r60)
     r60 = k.or_(r124, r60)
     r60 = k.and_(r61, r60)
-    r61 = x22 >= 2.0
-    r124 = x32 != 3.0
-    r79 = x32 != 4.0
+    r61 = x23 >= 2.0
+    r124 = x33 != 3.0
+    r79 = x33 != 4.0
     r69 = k.not_(r69)
     r69 = k.and_(r124, r79, r69)
     r69 = k.not_(r69)
     r69 = k.or_(r61, r69)
-    r61 = x21 * x3 * x2 * x22 * x35 * r26
-    r79 = r113 <= r61
+    r61 = x22 * x3 * x2 * x23 * x36 * r26
+    r79 = r81 <= r61
     r61 = r94 <= r61
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r80, r37, r74, r112, r103, r122, 0.0, r106, r107, r35, r36, r57, r108, r12, r81, r113, r113, r94, r100, r141, r77, r34, r302, r26, r14, r127, r67, r53, r299, r65, 0.0, r59, r58, r27, r431, r392, r5, r96, r66, r306, r316, r295, r38, r435, r435, r407, r395, r395, r393, r93, r379, r123, r52, r125, 0.0, 0.0, r117, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, r69, 1.0, r69, r69, r79, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r69, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r80, r37, r74, r112, r103, r122, 0.0, r106, r107, r35, r36, r57, r108, r12, r113, r81, r81, r94, r100, r141, r77, r34, r303, r26, r14, r127, r67, r53, r300, r65, 0.0, r59, r58, r27, r432, r393, r5, r96, r66, r307, r317, r296, r38, r436, r436, r408, r396, r396, r394, r93, r380, r123, r52, r125, 0.0, 0.0, r117, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r69, 1.0, r69, r69, r79, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r69, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1265,9 +1266,9 @@ def search(x, k):
     return (r94, r27, r50)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (29, 30, 32, 33, 35), (), (), (), (29, 30, 32, 33, 35), (30, 32, 33), (34,), (34,), (35,), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 74, 75), (40, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 36), (10, 37), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 36), (22, 37), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 36), (23, 37), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (29, 30, 32, 33, 36), (), (), (), (29, 30, 32, 33, 36), (30, 32, 33), (35,), (35,), (36,), (29, 30, 32, 33, 36, 39, 40, 44, 45, 46, 47, 48, 49), (29, 30, 32, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 37), (10, 38), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 37), (22, 38), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 37), (23, 38), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,47 +52,47 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x35 * r31 * r39
-    r35 = x25 == 2.0
-    r38 = 2.0 * x20 * x12 * x35 * r31
+    r39 = x20 * x36 * r31 * r39
+    r35 = x26 == 2.0
+    r38 = 2.0 * x20 * x12 * x36 * r31
     r38 = k.where(r35, r38, r39)
-    r37 = 1.0 + x24
+    r37 = 1.0 + x25
     r37 = k.min(r37, r6)
     r36 = k.ceiling(r34)
     r37 = r37 * r36
-    r51 = x34 == 4.0
-    r52 = 2.0 * x24
+    r51 = x35 == 4.0
+    r52 = 2.0 * x25
     r53 = -1.0 + r52
     r53 = k.min(r53, r6)
     r53 = r53 * r36
     r56 = k.where(r51, r53, r37)
-    r57 = x34 == 0.0
-    r58 = x34 == 3.0
+    r57 = x35 == 0.0
+    r58 = x35 == 3.0
     r59 = k.or_(r57, r58)
-    r60 = k.min(x24, r6)
+    r60 = k.min(x25, r6)
     r60 = r60 * r36
     r56 = k.where(r59, r60, r56)
-    r60 = x34 == 1.0
-    r64 = k.recip(x39)
-    r65 = x6 * x39 * r4 * r5
-    r66 = -1.0 + x39
-    r66 = x24 * r66
+    r60 = x35 == 1.0
+    r64 = k.recip(x40)
+    r65 = x6 * x40 * r4 * r5
+    r66 = -1.0 + x40
+    r66 = x25 * r66
     r68 = -1.0 + r52 + r66
     r68 = k.min(r65, r68)
     r68 = r64 * r68 * r36
     r56 = k.where(r60, r68, r56)
-    r68 = x34 == 2.0
+    r68 = x35 == 2.0
     r73 = x6 * r4 * r5 * r36
     r56 = k.where(r68, r73, r56)
     r56 = r38 * r56
     r76 = r12 + r16
     r77 = r25 * r76
-    r78 = x24 == 1.0
+    r78 = x25 == 1.0
     r79 = k.where(r78, 1.0, 0.0)
     r80 = r76 * r79
-    r81 = x24 != 1.0
+    r81 = x25 != 1.0
     r81 = k.where(r81, 1.0, 0.0)
-    r81 = x38 * x12 * r81
+    r81 = x39 * x12 * r81
     r84 = r80 + r81
     r84 = r25 * r84
     r86 = r77 + r84
@@ -109,12 +109,12 @@ def quantities(x, k):
     r79 = k.where(r27, r80, r79)
     r8 = 2.0 * r79
     r77 = r77 + r8
-    r16 = x40 >= 3.0
+    r16 = x41 >= 3.0
     r77 = k.where(r16, 0.0, r77)
-    r12 = x40 <= 2.0
+    r12 = x41 <= 2.0
     r103 = 4.0 * r79
     r103 = k.where(r12, r103, r8)
-    r105 = x40 >= 2.0
+    r105 = x41 >= 2.0
     r106 = r4 * r31 * r103
     r103 = k.where(r105, r106, r103)
     r106 = 2.0 * r4 * r31 * r79
@@ -124,8 +124,8 @@ def quantities(x, k):
     r106 = k.where(r28, r111, r106)
     r111 = k.where(r35, r39, 0.0)
     r114 = k.or_(r27, r78)
-    r115 = 4.0 * x20 * x12 * x35 * r31
-    r116 = x38 * x20 * x16 * x35 * r31 * r25
+    r115 = 4.0 * x20 * x12 * x36 * r31
+    r116 = x39 * x20 * x16 * x36 * r31 * r25
     r115 = r115 + r116
     r115 = k.max(r115, r111)
     r114 = k.where(r114, r115, r111)
@@ -134,16 +134,16 @@ def quantities(x, k):
     r120 = k.where(r27, r121, r120)
     r121 = 3.0 * x4 * r120 * r79
     r121 = k.where(r16, r121, 0.0)
-    r125 = x24 > 1.0
+    r125 = x25 > 1.0
     r125 = k.and_(r16, r125)
     r79 = 2.0 * x4 * r79
     r121 = k.where(r125, r79, r121)
     r79 = r56 + r77 + r103 + r8 + r106 + r114 + r121
     r130 = k.where(r51, r53, r37)
-    r131 = -1.0 + x24
+    r131 = -1.0 + x25
     r132 = k.min(1.0, r131)
     r133 = -1.0 * r132
-    r133 = x24 + r133
+    r133 = x25 + r133
     r135 = k.min(r6, r133)
     r135 = r135 * r36
     r130 = k.where(r59, r135, r130)
@@ -159,20 +159,20 @@ def quantities(x, k):
     r52 = r76 * r52
     r135 = r132 != 0.0
     r149 = 1.0 + r132
-    r149 = x24 == r149
+    r149 = x25 == r149
     r135 = k.and_(r135, r149)
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x38 * x12 * r135
+    r135 = x39 * x12 * r135
     r154 = r52 + r135
     r154 = r25 * r154
     r156 = r133 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
     r156 = r76 * r156
-    r76 = x24 == r133
+    r76 = x25 == r133
     r133 = r133 != 1.0
     r133 = k.and_(r76, r133)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x38 * x12 * r133
+    r133 = x39 * x12 * r133
     r164 = r156 + r133
     r164 = r25 * r164
     r164 = r164 + r154
@@ -274,77 +274,78 @@ def quantities(x, k):
     r130 = k.where(r130, 0.0, 0.0)
     r37 = r79 == r37
     r130 = k.where(r37, 0.0, r130)
-    r37 = x38 * x20 * x4 * x35 * r31 * r25
-    r56 = x38 * x20 * x4 * x35 * r31
+    r37 = x39 * x20 * x4 * x36 * r31 * r25
+    r56 = x39 * x20 * x4 * x36 * r31
     r121 = k.max(r79, r135, r81)
     r106 = r135 == r121
     r81 = k.where(r106, r135, r81)
     r121 = r79 == r121
     r81 = k.where(r121, r79, r81)
-    r79 = -1.0 * r81
-    r79 = x8 + r79
-    r121 = 6.0 * x6 * x35 * r15
+    r79 = -1.0 * x21
+    r121 = -1.0 * r81
+    r121 = x8 + r79 + r121
+    r79 = 6.0 * x6 * x36 * r15
     r135 = 12.0 * x12
     r106 = 6.0 * x15 * r9
     r76 = 6.0 * x15 * r13
-    r103 = 6.0 * x38 * x12
+    r103 = 6.0 * x39 * x12
     r90 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r135 + r106 + r76 + r103 + r90 + r8
-    r90 = x6 * x35 * r8
+    r90 = x6 * x36 * r8
     r103 = k.pow(x12, 2.0)
     r76 = k.recip(x12)
-    r106 = 0.16666666666666666 * x35 * r76
+    r106 = 0.16666666666666666 * x36 * r76
     r164 = k.recip(x15)
-    r76 = 0.0625 * x38 * r164 * r76
+    r76 = 0.0625 * x39 * r164 * r76
     r76 = 1.0 + r106 + r76
-    r76 = 96.0 * x6 * x15 * x35 * r103 * r76
-    r103 = k.pow(x35, 2.0)
+    r76 = 96.0 * x6 * x15 * x36 * r103 * r76
+    r103 = k.pow(x36, 2.0)
     r106 = 2.0 * x6 * x15 * x11 * x10 * r103
-    r84 = x25 == 1.0
+    r84 = x26 == 1.0
     r103 = 4.0 * x6 * x15 * x11 * x10 * r103
     r103 = k.where(r84, r103, 0.0)
-    r133 = 0.3333333333333333 * x6 * x35 * r8
+    r133 = 0.3333333333333333 * x6 * x36 * r8
     r103 = k.where(r35, r133, r103)
     r103 = r90 + r106 + r103
     r106 = k.where(r35, 1.0, 0.0)
     r106 = 1.0 + r106
     r133 = k.recip(x9)
     r154 = k.recip(x19)
-    r77 = x38 * x12 * r25
-    r125 = x20 * x12 * x35 * r31
-    r73 = x38 * x20 * x35 * r31 * r25
+    r77 = x39 * x12 * r25
+    r125 = x20 * x12 * x36 * r31
+    r73 = x39 * x20 * x36 * r31 * r25
     r73 = r77 + r125 + r73
     r77 = 2.0 * r133 * r154 * r73
-    r36 = k.recip(x23)
+    r36 = k.recip(x24)
     r65 = k.recip(x17)
-    r66 = 2.0 * x38 * x20 * x12 * x35 * r36 * r31 * r65 * r25
+    r66 = 2.0 * x39 * x20 * x12 * x36 * r36 * r31 * r65 * r25
     r66 = r77 + r66
     r66 = r106 * r66
     r73 = 4.0 * r133 * r154 * r73
-    r77 = 4.0 * x38 * x20 * x12 * x35 * r36 * r31 * r65 * r25
+    r77 = 4.0 * x39 * x20 * x12 * x36 * r36 * r31 * r65 * r25
     r77 = r66 + r73 + r77
     r77 = r11 * r77
     r73 = x11 * x10 * x12 * r25
-    r66 = x11 * x20 * x10 * x35 * r31 * r25
+    r66 = x11 * x20 * x10 * x36 * r31 * r25
     r66 = r73 + r125 + r66
     r73 = r133 * r154 * r66
-    r53 = k.recip(x22)
-    r149 = 2.0 * x11 * x20 * x10 * x12 * x35 * r53 * r31 * r65 * r25
+    r53 = k.recip(x23)
+    r149 = 2.0 * x11 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25
     r149 = r73 + r149
     r149 = r106 * r149
     r73 = x10 * x12 * r25 * r14
-    r89 = x20 * x10 * x35 * r31 * r25 * r14
+    r89 = x20 * x10 * x36 * r31 * r25 * r14
     r89 = r125 + r73 + r89
     r73 = r133 * r154 * r89
-    r156 = 2.0 * x20 * x10 * x12 * x35 * r53 * r31 * r65 * r25 * r14
+    r156 = 2.0 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25 * r14
     r156 = r73 + r156
     r156 = r106 * r156
     r73 = x12 * x5 * r25
-    r52 = x20 * x5 * x35 * r31 * r25
+    r52 = x20 * x5 * x36 * r31 * r25
     r52 = r73 + r125 + r52
     r125 = r133 * r154 * r52
-    r73 = 2.0 * x20 * x12 * x5 * x35 * r53 * r31 * r65 * r25
+    r73 = 2.0 * x20 * x12 * x5 * x36 * r53 * r31 * r65 * r25
     r73 = r125 + r73
     r73 = 2.0 * r106 * r73
     r66 = 2.0 * r133 * r154 * r66
@@ -352,361 +353,361 @@ def quantities(x, k):
     r52 = 4.0 * r133 * r154 * r52
     r125 = x11 * x10 * r25
     r125 = x12 + r125
-    r125 = 4.0 * x20 * x35 * r133 * r31 * r154 * r125
-    r344 = x10 * r25 * r14
-    r344 = x12 + r344
-    r344 = 4.0 * x20 * x35 * r133 * r31 * r154 * r344
-    r347 = x5 * r25
-    r347 = x12 + r347
-    r347 = 8.0 * x20 * x35 * r133 * r31 * r154 * r347
-    r350 = 8.0 * x20 * x12 * x5 * x35 * r53 * r31 * r65 * r25
-    r351 = 4.0 * x11 * x20 * x10 * x12 * x35 * r53 * r31 * r65 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r53 * r31 * r65 * r25 * r14
-    r14 = r149 + r156 + r73 + r66 + r89 + r52 + r125 + r344 + r347 + r350 + r351 + r14
+    r125 = 4.0 * x20 * x36 * r133 * r31 * r154 * r125
+    r345 = x10 * r25 * r14
+    r345 = x12 + r345
+    r345 = 4.0 * x20 * x36 * r133 * r31 * r154 * r345
+    r348 = x5 * r25
+    r348 = x12 + r348
+    r348 = 8.0 * x20 * x36 * r133 * r31 * r154 * r348
+    r351 = 8.0 * x20 * x12 * x5 * x36 * r53 * r31 * r65 * r25
+    r352 = 4.0 * x11 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r53 * r31 * r65 * r25 * r14
+    r14 = r149 + r156 + r73 + r66 + r89 + r52 + r125 + r345 + r348 + r351 + r352 + r14
     r14 = x15 * r11 * r14
     r14 = r77 + r14
     r77 = x6 * r4 * r5 * r14
-    r351 = 10.0 * x12 * r106
-    r351 = r135 + r351
-    r351 = x20 * x35 * r31 * r351
+    r352 = 10.0 * x12 * r106
+    r352 = r135 + r352
+    r352 = x20 * x36 * r31 * r352
     r135 = 3.0 * x5
-    r350 = 2.0 * x5 * r106
-    r350 = r135 + r350
-    r350 = x20 * x35 * r31 * r25 * r350
-    r350 = r351 + r350
-    r350 = x15 * r11 * r350
-    r351 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r351 = r350 + r351
-    r350 = x6 * x4 * r133 * r4 * r5 * r154 * r351
+    r351 = 2.0 * x5 * r106
+    r351 = r135 + r351
+    r351 = x20 * x36 * r31 * r25 * r351
+    r351 = r352 + r351
+    r351 = x15 * r11 * r351
+    r352 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r352 = r351 + r352
+    r351 = x6 * x4 * r133 * r4 * r5 * r154 * r352
     r135 = k.recip(x0)
-    r347 = x11 * x10 * x35
+    r348 = x11 * x10 * x36
     r84 = k.or_(r84, r35)
     r84 = k.where(r84, 1.0, 0.0)
     r84 = 3.0 + r84
-    r84 = 2.0 * x11 * x10 * x35 * r84
-    r84 = r347 + r84
-    r347 = x6 * x15 * x35 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
-    r344 = r77 + r350 + r347
-    r125 = k.recip(r344)
+    r84 = 2.0 * x11 * x10 * x36 * r84
+    r84 = r348 + r84
+    r348 = x6 * x15 * x36 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
+    r345 = r77 + r351 + r348
+    r125 = k.recip(r345)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r52 = k.recip(x6)
-    r89 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r344
-    r66 = 0.6666666666666666 * x3 * x20 * x24 * r52 * r344
-    r351 = -1.0 * x6 * x4 * r133 * r4 * r5 * r154 * r351
-    r84 = -1.0 * x6 * x15 * x35 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
-    r66 = r14 + r89 + r66 + r351 + r84
+    r89 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r345
+    r66 = 0.6666666666666666 * x3 * x20 * x25 * r52 * r345
+    r352 = -1.0 * x6 * x4 * r133 * r4 * r5 * r154 * r352
+    r84 = -1.0 * x6 * x15 * x36 * r36 * r4 * r31 * r65 * r135 * r11 * r25 * r84
+    r66 = r14 + r89 + r66 + r352 + r84
     r66 = k.max(0.0, r66)
-    r89 = 0.5 * x24
+    r89 = 0.5 * x25
     r89 = -1.0 + r89
-    r89 = 0.6666666666666666 * x3 * x20 * r52 * r64 * r89 * r344
+    r89 = 0.6666666666666666 * x3 * x20 * r52 * r64 * r89 * r345
     r89 = k.where(r51, 0.0, r89)
-    r51 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r131 * r344
+    r51 = 0.3333333333333333 * x3 * x20 * r52 * r64 * r131 * r345
     r89 = k.where(r58, r51, r89)
     r68 = k.or_(r57, r60, r68)
-    r131 = x3 * x20 * r52 * r64 * r131 * r344
+    r131 = x3 * x20 * r52 * r64 * r131 * r345
     r89 = k.where(r68, r131, r89)
     r89 = k.max(r66, r89)
     r125 = r125 * r89
     r66 = k.where(r12, 4.0, 2.0)
     r66 = 26.0 + r66
     r66 = r133 * r154 * r66 * r32
-    r154 = r77 + r66 + r350 + r347
-    r133 = -1.0 * x21
+    r154 = r77 + r66 + r351 + r348
+    r133 = -1.0 * x22
     r133 = 1.0 + r133
-    r131 = x24 * x39
+    r131 = x25 * x40
     r131 = -1.0 + r131
-    r64 = k.recip(x27)
-    r57 = k.recip(x28)
-    r51 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25
-    r51 = x29 + r51
-    r58 = 2.0 * x3 * x2 * x37
-    r58 = x31 >= r58
-    r135 = k.recip(x30)
-    r65 = k.recip(x32)
-    r36 = x20 * x4 * x12 * x35 * r135 * r31 * r65 * r25
-    r36 = x33 + r36
+    r64 = k.recip(x28)
+    r57 = k.recip(x29)
+    r51 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25
+    r51 = x30 + r51
+    r58 = 2.0 * x3 * x2 * x38
+    r58 = x32 >= r58
+    r135 = k.recip(x31)
+    r65 = k.recip(x33)
+    r36 = x20 * x4 * x12 * x36 * r135 * r31 * r65 * r25
+    r36 = x34 + r36
     r51 = k.where(r58, r36, r51)
     r51 = 2.0 * x6 * r4 * r5 * r11 * r131 * r51
     r51 = k.where(r78, 0.0, r51)
     r133 = r133 * r51
     r36 = x3 * x2
-    r58 = x31 * r25
+    r58 = x32 * r25
     r73 = k.gcd(r36, r58)
     r156 = k.recip(r73)
     r149 = x3 * x2 * r156
     r149 = -1.0 + r149
-    r149 = x29 * r149
-    r427 = -1.0 * x3 * x2 * r156
-    r427 = r36 + r427
-    r427 = x33 * r427
-    r430 = -1.0 + r36
-    r431 = 0.08333333333333333 * x4 * x24 * r64 * r164 * r4 * r31 * r57 * r156 * r430 * r26
+    r149 = x30 * r149
+    r428 = -1.0 * x3 * x2 * r156
+    r428 = r36 + r428
+    r428 = x34 * r428
+    r431 = -1.0 + r36
+    r432 = 0.08333333333333333 * x4 * x25 * r64 * r164 * r4 * r31 * r57 * r156 * r431 * r26
     r73 = -1.0 + r73
-    r433 = 0.08333333333333333 * x4 * x24 * r135 * r164 * r4 * r31 * r65 * r156 * r430 * r73 * r26
-    r433 = k.max(r431, r433)
-    r433 = r149 + r427 + r433
-    r431 = x31 <= x37
-    r437 = x29 * r430
-    r438 = 0.08333333333333333 * x4 * x24 * r64 * r164 * r4 * r31 * r57 * r430 * r26
-    r438 = r437 + r438
-    r433 = k.where(r431, r438, r433)
-    r438 = x3 * x2 * x37
-    r438 = x31 >= r438
-    r443 = x33 * r430
-    r444 = 0.08333333333333333 * x4 * x24 * r135 * r164 * r4 * r31 * r65 * r430 * r26
-    r444 = r443 + r444
-    r433 = k.where(r438, r444, r433)
-    r444 = 12.0 * x15 * r11 * r433
-    r448 = k.where(r16, r444, 0.0)
-    r448 = k.where(r28, r448, 0.0)
-    r450 = x24 <= 1.0
-    r105 = k.and_(r105, r450)
-    r448 = k.where(r105, 0.0, r448)
-    r450 = k.and_(r16, r450)
-    r454 = k.where(r35, 3.0, 2.0)
-    r455 = 12.0 * x6 * x15 * r4 * r5 * r11 * r454 * r433
-    r448 = k.where(r450, r455, r448)
+    r434 = 0.08333333333333333 * x4 * x25 * r135 * r164 * r4 * r31 * r65 * r156 * r431 * r73 * r26
+    r434 = k.max(r432, r434)
+    r434 = r149 + r428 + r434
+    r432 = x32 <= x38
+    r438 = x30 * r431
+    r439 = 0.08333333333333333 * x4 * x25 * r64 * r164 * r4 * r31 * r57 * r431 * r26
+    r439 = r438 + r439
+    r434 = k.where(r432, r439, r434)
+    r439 = x3 * x2 * x38
+    r439 = x32 >= r439
+    r444 = x34 * r431
+    r445 = 0.08333333333333333 * x4 * x25 * r135 * r164 * r4 * r31 * r65 * r431 * r26
+    r445 = r444 + r445
+    r434 = k.where(r439, r445, r434)
+    r445 = 12.0 * x15 * r11 * r434
+    r449 = k.where(r16, r445, 0.0)
+    r449 = k.where(r28, r449, 0.0)
+    r451 = x25 <= 1.0
+    r105 = k.and_(r105, r451)
+    r449 = k.where(r105, 0.0, r449)
+    r451 = k.and_(r16, r451)
+    r455 = k.where(r35, 3.0, 2.0)
+    r456 = 12.0 * x6 * x15 * r4 * r5 * r11 * r455 * r434
+    r449 = k.where(r451, r456, r449)
     r36 = r36 == 1.0
-    r448 = k.where(r36, 0.0, r448)
-    r455 = -1.0 * r448
-    r460 = x3 * x20 * r52 * r344
-    r460 = k.where(r105, r344, r460)
-    r460 = -1.0 * x21 * r460
-    r344 = k.recip(r430)
-    r464 = 2.0 * x3 * x2
-    r464 = -2.0 + r464
-    r466 = r149 + r427
-    r466 = r344 * r464 * r466
-    r344 = x4 * r26
-    r469 = 4.0 * r26
-    r344 = k.where(r12, r469, r344)
-    r469 = x24 * r64 * r164 * r4 * r31 * r57 * r156 * r464 * r344
-    r12 = x24 * r135 * r164 * r4 * r31 * r65 * r156 * r73 * r464 * r344
-    r12 = k.max(r469, r12)
-    r12 = r466 + r12
-    r466 = x29 * r464
-    r469 = x24 * r64 * r164 * r4 * r31 * r57 * r464 * r344
-    r469 = r466 + r469
-    r12 = k.where(r431, r469, r12)
-    r469 = x33 * r464
-    r466 = x24 * r135 * r164 * r4 * r31 * r65 * r464 * r344
-    r466 = r469 + r466
-    r12 = k.where(r438, r466, r12)
+    r449 = k.where(r36, 0.0, r449)
+    r456 = -1.0 * r449
+    r461 = x3 * x20 * r52 * r345
+    r461 = k.where(r105, r345, r461)
+    r461 = -1.0 * x22 * r461
+    r345 = k.recip(r431)
+    r465 = 2.0 * x3 * x2
+    r465 = -2.0 + r465
+    r467 = r149 + r428
+    r467 = r345 * r465 * r467
+    r345 = x4 * r26
+    r470 = 4.0 * r26
+    r345 = k.where(r12, r470, r345)
+    r470 = x25 * r64 * r164 * r4 * r31 * r57 * r156 * r465 * r345
+    r12 = x25 * r135 * r164 * r4 * r31 * r65 * r156 * r73 * r465 * r345
+    r12 = k.max(r470, r12)
+    r12 = r467 + r12
+    r467 = x30 * r465
+    r470 = x25 * r64 * r164 * r4 * r31 * r57 * r465 * r345
+    r470 = r467 + r470
+    r12 = k.where(r432, r470, r12)
+    r470 = x34 * r465
+    r467 = x25 * r135 * r164 * r4 * r31 * r65 * r465 * r345
+    r467 = r470 + r467
+    r12 = k.where(r439, r467, r12)
     r12 = x15 * r11 * r12
-    r466 = x24 * r64 * r164 * r4 * r31 * r57 * r156 * r430 * r344
-    r469 = x24 * r135 * r164 * r4 * r31 * r65 * r156 * r430 * r73 * r344
-    r469 = k.max(r466, r469)
-    r469 = r149 + r427 + r469
-    r466 = x24 * r64 * r164 * r4 * r31 * r57 * r430 * r344
-    r466 = r437 + r466
-    r469 = k.where(r431, r466, r469)
-    r466 = x24 * r135 * r164 * r4 * r31 * r65 * r430 * r344
-    r466 = r443 + r466
-    r469 = k.where(r438, r466, r469)
-    r466 = x15 * r11 * r469
-    r495 = x4 * x24 * r64 * r164 * r4 * r31 * r57 * r156 * r430 * r26
-    r73 = x4 * x24 * r135 * r164 * r4 * r31 * r65 * r156 * r430 * r73 * r26
-    r73 = k.max(r495, r73)
-    r73 = r149 + r427 + r73
-    r427 = x4 * x24 * r64 * r164 * r4 * r31 * r57 * r430 * r26
-    r427 = r437 + r427
-    r73 = k.where(r431, r427, r73)
-    r164 = x4 * x24 * r135 * r164 * r4 * r31 * r65 * r430 * r26
-    r164 = r443 + r164
-    r73 = k.where(r438, r164, r73)
+    r467 = x25 * r64 * r164 * r4 * r31 * r57 * r156 * r431 * r345
+    r470 = x25 * r135 * r164 * r4 * r31 * r65 * r156 * r431 * r73 * r345
+    r470 = k.max(r467, r470)
+    r470 = r149 + r428 + r470
+    r467 = x25 * r64 * r164 * r4 * r31 * r57 * r431 * r345
+    r467 = r438 + r467
+    r470 = k.where(r432, r467, r470)
+    r467 = x25 * r135 * r164 * r4 * r31 * r65 * r431 * r345
+    r467 = r444 + r467
+    r470 = k.where(r439, r467, r470)
+    r467 = x15 * r11 * r470
+    r496 = x4 * x25 * r64 * r164 * r4 * r31 * r57 * r156 * r431 * r26
+    r73 = x4 * x25 * r135 * r164 * r4 * r31 * r65 * r156 * r431 * r73 * r26
+    r73 = k.max(r496, r73)
+    r73 = r149 + r428 + r73
+    r428 = x4 * x25 * r64 * r164 * r4 * r31 * r57 * r431 * r26
+    r428 = r438 + r428
+    r73 = k.where(r432, r428, r73)
+    r164 = x4 * x25 * r135 * r164 * r4 * r31 * r65 * r431 * r26
+    r164 = r444 + r164
+    r73 = k.where(r439, r164, r73)
     r73 = x15 * r11 * r73
-    r444 = k.where(r16, r444, r73)
-    r444 = r466 + r444
-    r12 = k.where(r28, r444, r12)
-    r469 = x6 * x15 * r4 * r5 * r11 * r469
-    r469 = r73 + r469
-    r12 = k.where(r105, r469, r12)
-    r433 = 12.0 * x15 * r11 * r454 * r433
-    r433 = r466 + r433
-    r433 = x6 * r4 * r5 * r433
-    r12 = k.where(r450, r433, r12)
+    r445 = k.where(r16, r445, r73)
+    r445 = r467 + r445
+    r12 = k.where(r28, r445, r12)
+    r470 = x6 * x15 * r4 * r5 * r11 * r470
+    r470 = r73 + r470
+    r12 = k.where(r105, r470, r12)
+    r434 = 12.0 * x15 * r11 * r455 * r434
+    r434 = r467 + r434
+    r434 = x6 * r4 * r5 * r434
+    r12 = k.where(r451, r434, r12)
     r12 = k.where(r36, 0.0, r12)
-    r460 = r455 + r460 + r12
-    r460 = k.max(0.0, r460)
+    r461 = r456 + r461 + r12
+    r461 = k.max(0.0, r461)
     r58 = k.gcd(x2, r58)
-    r455 = k.recip(r58)
-    r433 = x2 * r455
-    r433 = -1.0 + r433
-    r433 = x29 * r433
-    r466 = -1.0 * x2 * r455
-    r466 = x2 + r466
-    r466 = x33 * r466
-    r469 = -1.0 + x2
-    r73 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r455 * r469
+    r456 = k.recip(r58)
+    r434 = x2 * r456
+    r434 = -1.0 + r434
+    r434 = x30 * r434
+    r467 = -1.0 * x2 * r456
+    r467 = x2 + r467
+    r467 = x34 * r467
+    r470 = -1.0 + x2
+    r73 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r456 * r470
     r58 = -1.0 + r58
-    r58 = 2.0 * x14 * x20 * x10 * x4 * x35 * r135 * r31 * r65 * r25 * r455 * r469 * r58
+    r58 = 2.0 * x14 * x20 * x10 * x4 * x36 * r135 * r31 * r65 * r25 * r456 * r470 * r58
     r58 = k.max(r73, r58)
-    r58 = r433 + r466 + r58
-    r466 = x29 * r469
-    r433 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r469
-    r433 = r466 + r433
-    r58 = k.where(r431, r433, r58)
-    r433 = x2 * x37
-    r433 = x31 >= r433
-    r431 = x33 * r469
-    r466 = 2.0 * x14 * x20 * x10 * x4 * x35 * r135 * r31 * r65 * r25 * r469
-    r466 = r431 + r466
-    r58 = k.where(r433, r466, r58)
-    r466 = x6 * x15 * r4 * r5 * r11 * r58
+    r58 = r434 + r467 + r58
+    r467 = x30 * r470
+    r434 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r470
+    r434 = r467 + r434
+    r58 = k.where(r432, r434, r58)
+    r434 = x2 * x38
+    r434 = x32 >= r434
+    r432 = x34 * r470
+    r467 = 2.0 * x14 * x20 * x10 * x4 * x36 * r135 * r31 * r65 * r25 * r470
+    r467 = r432 + r467
+    r58 = k.where(r434, r467, r58)
+    r467 = x6 * x15 * r4 * r5 * r11 * r58
     r58 = x6 * x15 * r4 * r5 * r11 * r106 * r58
-    r58 = r466 + r58
-    r466 = x2 == 1.0
-    r58 = k.where(r466, 0.0, r58)
+    r58 = r467 + r58
+    r467 = x2 == 1.0
+    r58 = k.where(r467, 0.0, r58)
     r35 = k.where(r35, 2.0, 0.0)
     r35 = 4.0 + r35
-    r433 = -1.0 + x37
-    r433 = k.recip(r433)
-    r431 = 2.0 * x37
-    r431 = -2.0 + r431
-    r73 = k.gcd(x37, x31)
-    r455 = k.recip(r73)
-    r444 = x37 * r455
-    r444 = -1.0 + r444
-    r444 = x29 * r444
-    r16 = -1.0 * x37 * r455
-    r16 = x37 + r16
-    r16 = x33 * r16
-    r16 = r444 + r16
-    r16 = r433 * r431 * r16
-    r433 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r455 * r431
+    r434 = -1.0 + x38
+    r434 = k.recip(r434)
+    r432 = 2.0 * x38
+    r432 = -2.0 + r432
+    r73 = k.gcd(x38, x32)
+    r456 = k.recip(r73)
+    r445 = x38 * r456
+    r445 = -1.0 + r445
+    r445 = x30 * r445
+    r16 = -1.0 * x38 * r456
+    r16 = x38 + r16
+    r16 = x34 * r16
+    r16 = r445 + r16
+    r16 = r434 * r432 * r16
+    r434 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r456 * r432
     r73 = -1.0 + r73
-    r73 = x20 * x4 * x12 * x35 * r135 * r31 * r65 * r25 * r455 * r73 * r431
-    r73 = k.max(r433, r73)
+    r73 = x20 * x4 * x12 * x36 * r135 * r31 * r65 * r25 * r456 * r73 * r432
+    r73 = k.max(r434, r73)
     r73 = r16 + r73
-    r16 = x31 <= 1.0
-    r433 = x29 * r431
-    r57 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r431
-    r57 = r433 + r57
+    r16 = x32 <= 1.0
+    r434 = x30 * r432
+    r57 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r432
+    r57 = r434 + r57
     r73 = k.where(r16, r57, r73)
-    r57 = x31 >= x37
-    r16 = x33 * r431
-    r65 = x20 * x4 * x12 * x35 * r135 * r31 * r65 * r25 * r431
+    r57 = x32 >= x38
+    r16 = x34 * r432
+    r65 = x20 * x4 * x12 * x36 * r135 * r31 * r65 * r25 * r432
     r65 = r16 + r65
     r73 = k.where(r57, r65, r73)
     r73 = x6 * x15 * r4 * r5 * r11 * r35 * r73
-    r65 = x37 == 1.0
+    r65 = x38 == 1.0
     r73 = k.where(r65, 0.0, r73)
-    r84 = r14 + r351 + r84
+    r84 = r14 + r352 + r84
     r84 = k.max(0.0, r84)
     r84 = k.where(r27, r84, 0.0)
-    r27 = r133 + r77 + r66 + r350 + r347 + r460 + r89 + r58 + r73 + r448 + r84
-    r351 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r53 * r4 * r31 * r11 * r25 * r351 * r15
-    r8 = x6 * x35 * r53 * r4 * r31 * r11 * r25 * r351 * r8
-    r351 = x20 * x4 * x12 * x35 * r31
-    r53 = x20 * x4 * x12 * x35 * r64 * r31
-    r464 = r4 * r31 * r464 * r344
-    r57 = r4 * r31 * r430 * r344
-    r16 = x4 * r4 * r31 * r430 * r26
+    r27 = r133 + r77 + r66 + r351 + r348 + r461 + r89 + r58 + r73 + r449 + r84
+    r352 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r53 * r4 * r31 * r11 * r25 * r352 * r15
+    r8 = x6 * x36 * r53 * r4 * r31 * r11 * r25 * r352 * r8
+    r352 = x20 * x4 * x12 * x36 * r31
+    r53 = x20 * x4 * x12 * x36 * r64 * r31
+    r465 = r4 * r31 * r465 * r345
+    r57 = r4 * r31 * r431 * r345
+    r16 = x4 * r4 * r31 * r431 * r26
     r135 = r57 + r16
-    r464 = k.where(r28, r135, r464)
+    r465 = k.where(r28, r135, r465)
     r135 = k.pow(x3, -2.0)
-    r344 = x6 * r135 * r5 * r31 * r430 * r344
-    r344 = r16 + r344
-    r464 = k.where(r105, r344, r464)
-    r454 = x4 * r4 * r31 * r430 * r454 * r26
-    r454 = r57 + r454
-    r454 = x6 * r4 * r5 * r454
-    r464 = k.where(r450, r454, r464)
-    r464 = k.where(r36, 0.0, r464)
-    r36 = r64 * r464
-    r64 = x30 * r64
-    r454 = k.recip(x35)
-    r450 = x36 * r52 * r454
+    r345 = x6 * r135 * r5 * r31 * r431 * r345
+    r345 = r16 + r345
+    r465 = k.where(r105, r345, r465)
+    r455 = x4 * r4 * r31 * r431 * r455 * r26
+    r455 = r57 + r455
+    r455 = x6 * r4 * r5 * r455
+    r465 = k.where(r451, r455, r465)
+    r465 = k.where(r36, 0.0, r465)
+    r36 = r64 * r465
+    r64 = x31 * r64
+    r455 = k.recip(x36)
+    r451 = x37 * r52 * r455
     r5 = k.recip(x13)
     r57 = r4 * r31 * r5 * r11 * r25
-    r430 = 1.6e-11 * x12
-    r344 = 8e-12 * x15 * r9
+    r431 = 1.6e-11 * x12
+    r345 = 8e-12 * x15 * r9
     r105 = 8e-12 * x15 * r13
-    r16 = 8e-12 * x38 * x12
+    r16 = 8e-12 * x39 * x12
     r135 = 8e-12 * x12 * x18
-    r28 = r430 + r344 + r105 + r16 + r135
-    r433 = 8e-12 * x12
-    r455 = 4e-12 * x15 * r9
-    r444 = 4e-12 * x15 * r13
-    r164 = 4e-12 * x38 * x12
-    r438 = 4e-12 * x12 * x18
-    r438 = r433 + r455 + r444 + r164 + r438
-    r438 = r57 > r438
+    r28 = r431 + r345 + r105 + r16 + r135
+    r434 = 8e-12 * x12
+    r456 = 4e-12 * x15 * r9
+    r445 = 4e-12 * x15 * r13
+    r164 = 4e-12 * x39 * x12
+    r439 = 4e-12 * x12 * x18
+    r439 = r434 + r456 + r445 + r164 + r439
+    r439 = r57 > r439
     r164 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r444 = -8e-12 * x38 * x12
-    r455 = -8e-12 * x12 * x18
-    r433 = k.sqrt(2.0)
-    r443 = k.sqrt(x3)
-    r443 = k.recip(r443)
-    r427 = k.sqrt(x2)
-    r427 = k.recip(r427)
-    r437 = k.sqrt(x13)
-    r437 = k.recip(r437)
-    r149 = k.sqrt(x24)
+    r445 = -8e-12 * x39 * x12
+    r456 = -8e-12 * x12 * x18
+    r434 = k.sqrt(2.0)
+    r444 = k.sqrt(x3)
+    r444 = k.recip(r444)
+    r428 = k.sqrt(x2)
+    r428 = k.recip(r428)
+    r438 = k.sqrt(x13)
+    r438 = k.recip(r438)
+    r149 = k.sqrt(x25)
     r149 = k.recip(r149)
-    r495 = k.sqrt(x37)
-    r495 = k.recip(r495)
+    r496 = k.sqrt(x38)
+    r496 = k.recip(r496)
     r156 = k.sqrt(r28)
-    r641 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r28
-    r642 = k.sqrt(x3)
-    r643 = k.sqrt(x2)
-    r644 = k.sqrt(x13)
-    r645 = k.sqrt(x24)
-    r646 = k.sqrt(x37)
-    r646 = 0.16666666666666666 * r433 * r642 * r643 * r644 * r645 * r646 * r156
-    r646 = 1.0 + r641 + r646
-    r646 = r433 * r443 * r427 * r437 * r149 * r495 * r156 * r646
-    r646 = r164 + r9 + r13 + r444 + r455 + r646
-    r455 = k.where(r438, r646, r57)
-    r135 = r430 + r344 + r105 + r16 + r135 + r455
-    r135 = x3 * x2 * x13 * x24 * x37 * r135
+    r642 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r28
+    r643 = k.sqrt(x3)
+    r644 = k.sqrt(x2)
+    r645 = k.sqrt(x13)
+    r646 = k.sqrt(x25)
+    r647 = k.sqrt(x38)
+    r647 = 0.16666666666666666 * r434 * r643 * r644 * r645 * r646 * r647 * r156
+    r647 = 1.0 + r642 + r647
+    r647 = r434 * r444 * r428 * r438 * r149 * r496 * r156 * r647
+    r647 = r164 + r9 + r13 + r445 + r456 + r647
+    r456 = k.where(r439, r647, r57)
+    r135 = r431 + r345 + r105 + r16 + r135 + r456
+    r135 = x3 * x2 * x13 * x25 * x38 * r135
     r135 = k.exp(r135)
     r135 = -1.0 + r135
     r16 = k.recip(r135)
-    r105 = x26 + x1
-    r344 = -1.0 * x3 * x2 * x13 * x24 * x37 * r105
-    r344 = k.exp(r344)
-    r344 = x3 * x2 * x13 * x24 * x37 * r16 * r455 * r344
-    r16 = x3 * x2 * x13 * x24 * x37
-    r646 = k.recip(r646)
-    r16 = k.where(r438, r646, r16)
-    r105 = x3 * x2 * x13 * x24 * x37 * r105
+    r105 = x27 + x1
+    r345 = -1.0 * x3 * x2 * x13 * x25 * x38 * r105
+    r345 = k.exp(r345)
+    r345 = x3 * x2 * x13 * x25 * x38 * r16 * r456 * r345
+    r16 = x3 * x2 * x13 * x25 * x38
+    r647 = k.recip(r647)
+    r16 = k.where(r439, r647, r16)
+    r105 = x3 * x2 * x13 * x25 * x38 * r105
     r105 = k.exp(r105)
-    r5 = x36 * r52 * r4 * r31 * r5 * r11 * r454 * r25 * r135 * r27 * r16 * r105
-    r105 = x36 * r52 * r454 * r135 * r27 * r16 * r105
-    r35 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r431 * r35
+    r5 = x37 * r52 * r4 * r31 * r5 * r11 * r455 * r25 * r135 * r27 * r16 * r105
+    r105 = x37 * r52 * r455 * r135 * r27 * r16 * r105
+    r35 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r432 * r35
     r35 = k.where(r65, 0.0, r35)
-    r65 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r469
-    r469 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r106 * r469
-    r469 = r65 + r469
-    r469 = k.where(r466, 0.0, r469)
-    r448 = r460 + r448
-    r131 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r131
+    r65 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r470
+    r470 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r106 * r470
+    r470 = r65 + r470
+    r470 = k.where(r467, 0.0, r470)
+    r449 = r461 + r449
+    r131 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r131
     r131 = k.where(r78, 0.0, r131)
-    r132 = r132 < x24
-    r78 = x34 != 2.0
+    r132 = r132 < x25
+    r78 = x35 != 2.0
     r60 = k.and_(r60, r78)
     r60 = k.not_(r60)
     r60 = k.or_(r132, r60)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r59 = k.and_(r25, r78, r59)
     r59 = k.not_(r59)
     r59 = k.or_(r132, r59)
     r59 = k.and_(r60, r59)
-    r60 = x24 >= 2.0
-    r132 = x34 != 3.0
-    r78 = x34 != 4.0
+    r60 = x25 >= 2.0
+    r132 = x35 != 3.0
+    r78 = x35 != 4.0
     r68 = k.not_(r68)
     r68 = k.and_(r132, r78, r68)
     r68 = k.not_(r68)
     r68 = k.or_(r60, r68)
-    r60 = x22 * x3 * x2 * x24 * x37 * r27
-    r78 = r121 <= r60
+    r60 = x23 * x3 * x2 * x25 * x38 * r27
+    r78 = r79 <= r60
     r60 = r90 <= r60
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r80, r86, r38, r120, r111, r130, 0.0, r114, r115, r39, r37, r56, r116, r81, r79, r121, r121, r90, r76, r103, r125, r154, r89, r27, r14, r8, r351, r53, r36, r64, 0.0, r450, r57, r28, r455, r344, r5, r105, r77, r347, r350, r66, r35, r73, r73, r469, r58, r58, r464, r12, r448, r131, r51, r133, 0.0, 0.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, r59, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r80, r86, r38, r120, r111, r130, 0.0, r114, r115, r39, r37, r56, r116, r81, r121, r79, r79, r90, r76, r103, r125, r154, r89, r27, r14, r8, r352, r53, r36, r64, 0.0, r451, r57, r28, r456, r345, r5, r105, r77, r348, r351, r66, r35, r73, r73, r470, r58, r58, r465, r12, r449, r131, r51, r133, 0.0, 0.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1396,9 +1397,9 @@ def search(x, k):
     return (r102, r89, r49)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (39, 43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (38, 43, 44, 45, 46, 47, 48, 49), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 49, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 47, 48, 49, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 47, 48, 49, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (40, 43, 44, 45, 46, 47, 48, 49), (40, 43, 44, 45, 46, 47, 48, 49, 76, 77), (40, 43, 44, 45, 46, 47, 48, 49, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 33), (9, 72), (10, 36), (10, 37), (10, 72), (11, 72), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 35), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 33), (22, 36), (22, 37), (22, 41), (22, 42), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 33), (23, 36), (23, 37), (23, 41), (23, 42), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (30, 31, 36), (), (), (), (30, 31, 36), (31,), (35,), (35,), (36,), (30, 31, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (30, 31, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 50, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 50, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 77, 78), (41, 44, 45, 46, 47, 48, 49, 50, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 50, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 50, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 33), (9, 73), (10, 37), (10, 38), (10, 73), (11, 73), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 73), (13, 32), (13, 69), (13, 70), (13, 71), (13, 72), (16, 30), (16, 31), (16, 32), (16, 36), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 69), (17, 70), (17, 71), (17, 72), (22, 32), (22, 33), (22, 37), (22, 38), (22, 42), (22, 43), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 33), (23, 37), (23, 38), (23, 42), (23, 43), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 13), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 6), (52, 8), (52, 61), (52, 62), (52, 63), (53, 3), (53, 6), (53, 8), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x23 == 1.0
+    r38 = x24 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x39 >= 3.0
+    r53 = x40 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -76,45 +76,45 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r25 * r63
     r63 = r57 + r63
-    r63 = x20 * x34 * r31 * r63
-    r57 = x24 == 2.0
-    r62 = 2.0 * x20 * x12 * x34 * r31
+    r63 = x20 * x35 * r31 * r63
+    r57 = x25 == 2.0
+    r62 = 2.0 * x20 * x12 * x35 * r31
     r62 = k.where(r57, r62, r63)
-    r61 = 1.0 + x23
+    r61 = 1.0 + x24
     r61 = k.min(r61, r6)
     r61 = r61 * r35
-    r60 = x33 == 4.0
-    r75 = 2.0 * x23
+    r60 = x34 == 4.0
+    r75 = 2.0 * x24
     r76 = -1.0 + r75
     r76 = k.min(r76, r6)
     r76 = r76 * r35
     r79 = k.where(r60, r76, r61)
-    r80 = x33 == 0.0
-    r81 = x33 == 3.0
+    r80 = x34 == 0.0
+    r81 = x34 == 3.0
     r82 = k.or_(r80, r81)
-    r83 = k.min(x23, r6)
+    r83 = k.min(x24, r6)
     r83 = r83 * r35
     r79 = k.where(r82, r83, r79)
-    r83 = x33 == 1.0
-    r87 = k.recip(x38)
-    r88 = x6 * x38 * r4 * r5
-    r89 = -1.0 + x38
-    r89 = x23 * r89
+    r83 = x34 == 1.0
+    r87 = k.recip(x39)
+    r88 = x6 * x39 * r4 * r5
+    r89 = -1.0 + x39
+    r89 = x24 * r89
     r91 = -1.0 + r75 + r89
     r91 = k.min(r88, r91)
     r91 = r87 * r91 * r35
     r79 = k.where(r83, r91, r79)
-    r91 = x33 == 2.0
+    r91 = x34 == 2.0
     r96 = x6 * r4 * r5 * r35
     r79 = k.where(r91, r96, r79)
     r79 = r62 * r79
     r99 = k.where(r28, 1000000000.0, 0.0)
-    r100 = x39 >= 2.0
+    r100 = x40 >= 2.0
     r8 = k.where(r100, r54, r8)
     r54 = k.where(r57, r63, 0.0)
     r103 = k.or_(r27, r38)
-    r104 = 4.0 * x20 * x12 * x34 * r31
-    r105 = x37 * x20 * x16 * x34 * r31 * r25
+    r104 = 4.0 * x20 * x12 * x35 * r31
+    r105 = x38 * x20 * x16 * x35 * r31 * r25
     r104 = r104 + r105
     r104 = k.max(r104, r54)
     r103 = k.where(r103, r104, r54)
@@ -123,7 +123,7 @@ def quantities(x, k):
     r109 = k.where(r27, r110, r109)
     r110 = 3.0 * x4 * r109 * r40
     r110 = k.where(r53, r110, 0.0)
-    r114 = x23 > 1.0
+    r114 = x24 > 1.0
     r114 = k.and_(r53, r114)
     r116 = 2.0 * x4 * r40
     r110 = k.where(r114, r116, r110)
@@ -155,33 +155,33 @@ def quantities(x, k):
     r40 = r116 == r40
     r110 = k.where(r40, r110, 0.0)
     r40 = r55 + r56 + r126 + r103 + r120 + r110
-    r116 = -1.0 + x23
+    r116 = -1.0 + x24
     r8 = k.min(1.0, r116)
     r79 = r8 == 0.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
     r132 = 1.0 + r8
-    r132 = x23 == r132
+    r132 = x24 == r132
     r153 = k.where(r132, 1.0, 0.0)
     r153 = 2.0 * x12 * r153
     r155 = r8 != 0.0
     r155 = k.and_(r155, r132)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x37 * x12 * r155
+    r155 = x38 * x12 * r155
     r155 = r79 + r36 + r37 + r153 + r155
     r155 = r25 * r155
     r153 = -1.0 * r8
-    r153 = x23 + r153
+    r153 = x24 + r153
     r79 = r153 == 1.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
-    r16 = x23 == r153
+    r16 = x24 == r153
     r167 = k.where(r16, 1.0, 0.0)
     r167 = 2.0 * x12 * r167
     r169 = r153 != 1.0
     r169 = k.and_(r16, r169)
     r169 = k.where(r169, 1.0, 0.0)
-    r169 = x37 * x12 * r169
+    r169 = x38 * x12 * r169
     r169 = r79 + r36 + r37 + r167 + r169
     r169 = r25 * r169
     r169 = r169 + r155
@@ -317,119 +317,120 @@ def quantities(x, k):
     r99 = k.where(r56, r75, r99)
     r110 = r40 == r110
     r99 = k.where(r110, r126, r99)
-    r126 = x37 * x20 * x4 * x34 * r31 * r25
-    r110 = x37 * x20 * x4 * x34 * r31
+    r126 = x38 * x20 * x4 * x35 * r31 * r25
+    r110 = x38 * x20 * x4 * x35 * r31
     r75 = k.max(r40, r155, r12)
     r56 = r155 == r75
     r12 = k.where(r56, r155, r12)
     r75 = r40 == r75
     r12 = k.where(r75, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r75 = 6.0 * x6 * x34 * r15
+    r40 = -1.0 * x21
+    r75 = -1.0 * r12
+    r75 = x8 + r40 + r75
+    r40 = 6.0 * x6 * x35 * r15
     r155 = 12.0 * x12
     r56 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r120 = 6.0 * x37 * x12
+    r120 = 6.0 * x38 * x12
     r36 = 6.0 * x12 * x18
-    r55 = 12.0 * x15 * x11 * x10 * x34
+    r55 = 12.0 * x15 * x11 * x10 * x35
     r55 = r155 + r56 + r16 + r120 + r36 + r55
-    r36 = x6 * x34 * r55
+    r36 = x6 * x35 * r55
     r120 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r56 = 0.16666666666666666 * x34 * r16
+    r56 = 0.16666666666666666 * x35 * r16
     r167 = k.recip(x15)
-    r16 = 0.0625 * x37 * r167 * r16
+    r16 = 0.0625 * x38 * r167 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r120 * r16
-    r120 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r120 * r16
+    r120 = k.pow(x35, 2.0)
     r56 = 2.0 * x6 * x15 * x11 * x10 * r120
-    r132 = x24 == 1.0
+    r132 = x25 == 1.0
     r120 = 4.0 * x6 * x15 * x11 * x10 * r120
     r120 = k.where(r132, r120, 0.0)
-    r37 = 0.3333333333333333 * x6 * x34 * r55
+    r37 = 0.3333333333333333 * x6 * x35 * r55
     r120 = k.where(r57, r37, r120)
     r120 = r36 + r56 + r120
     r56 = k.where(r57, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x9)
     r39 = k.recip(x19)
-    r61 = x37 * x12 * r25
-    r114 = x20 * x12 * x34 * r31
-    r62 = x37 * x20 * x34 * r31 * r25
+    r61 = x38 * x12 * r25
+    r114 = x20 * x12 * x35 * r31
+    r62 = x38 * x20 * x35 * r31 * r25
     r62 = r61 + r114 + r62
     r61 = 2.0 * r37 * r39 * r62
-    r96 = k.recip(x22)
+    r96 = k.recip(x23)
     r35 = k.recip(x17)
-    r88 = 2.0 * x37 * x20 * x12 * x34 * r96 * r31 * r35 * r25
+    r88 = 2.0 * x38 * x20 * x12 * x35 * r96 * r31 * r35 * r25
     r88 = r61 + r88
     r88 = r56 * r88
     r62 = 4.0 * r37 * r39 * r62
-    r61 = 4.0 * x37 * x20 * x12 * x34 * r96 * r31 * r35 * r25
+    r61 = 4.0 * x38 * x20 * x12 * x35 * r96 * r31 * r35 * r25
     r61 = r88 + r62 + r61
     r61 = r11 * r61
     r62 = x11 * x10 * x12 * r25
-    r88 = x11 * x20 * x10 * x34 * r31 * r25
+    r88 = x11 * x20 * x10 * x35 * r31 * r25
     r88 = r62 + r114 + r88
     r62 = 2.0 * r37 * r39 * r88
-    r89 = 2.0 * x11 * x20 * x10 * x12 * x34 * r96 * r31 * r35 * r25
+    r89 = 2.0 * x11 * x20 * x10 * x12 * x35 * r96 * r31 * r35 * r25
     r89 = r62 + r89
     r89 = r56 * r89
     r62 = x10 * x12 * r25 * r14
-    r76 = x20 * x10 * x34 * r31 * r25 * r14
+    r76 = x20 * x10 * x35 * r31 * r25 * r14
     r76 = r114 + r62 + r76
     r62 = 2.0 * r37 * r39 * r76
-    r153 = 2.0 * x20 * x10 * x12 * x34 * r96 * r31 * r35 * r25 * r14
+    r153 = 2.0 * x20 * x10 * x12 * x35 * r96 * r31 * r35 * r25 * r14
     r153 = r62 + r153
     r153 = r56 * r153
     r62 = x12 * x5 * r25
-    r374 = x20 * x5 * x34 * r31 * r25
-    r374 = r62 + r114 + r374
-    r114 = 2.0 * r37 * r39 * r374
-    r62 = 2.0 * x20 * x12 * x5 * x34 * r96 * r31 * r35 * r25
+    r375 = x20 * x5 * x35 * r31 * r25
+    r375 = r62 + r114 + r375
+    r114 = 2.0 * r37 * r39 * r375
+    r62 = 2.0 * x20 * x12 * x5 * x35 * r96 * r31 * r35 * r25
     r62 = r114 + r62
     r62 = 2.0 * r56 * r62
     r88 = 4.0 * r37 * r39 * r88
     r76 = 4.0 * r37 * r39 * r76
-    r374 = 8.0 * r37 * r39 * r374
-    r114 = 8.0 * x20 * x12 * x5 * x34 * r96 * r31 * r35 * r25
-    r384 = 4.0 * x11 * x20 * x10 * x12 * x34 * r96 * r31 * r35 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r96 * r31 * r35 * r25 * r14
-    r14 = r89 + r153 + r62 + r88 + r76 + r374 + r114 + r384 + r14
+    r375 = 8.0 * r37 * r39 * r375
+    r114 = 8.0 * x20 * x12 * x5 * x35 * r96 * r31 * r35 * r25
+    r385 = 4.0 * x11 * x20 * x10 * x12 * x35 * r96 * r31 * r35 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r96 * r31 * r35 * r25 * r14
+    r14 = r89 + r153 + r62 + r88 + r76 + r375 + r114 + r385 + r14
     r14 = x15 * r11 * r14
     r14 = r61 + r14
     r61 = x6 * r4 * r5 * r14
-    r384 = 10.0 * x12 * r56
-    r384 = r155 + r384
-    r384 = x20 * x34 * r31 * r384
+    r385 = 10.0 * x12 * r56
+    r385 = r155 + r385
+    r385 = x20 * x35 * r31 * r385
     r155 = 3.0 * x5
     r114 = 2.0 * x5 * r56
     r114 = r155 + r114
-    r114 = x20 * x34 * r31 * r25 * r114
-    r114 = r384 + r114
+    r114 = x20 * x35 * r31 * r25 * r114
+    r114 = r385 + r114
     r114 = x15 * r11 * r114
-    r384 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r384 = r114 + r384
-    r114 = x6 * x4 * r37 * r4 * r5 * r39 * r384
+    r385 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r385 = r114 + r385
+    r114 = x6 * x4 * r37 * r4 * r5 * r39 * r385
     r155 = k.recip(x0)
-    r374 = x11 * x10 * x34
+    r375 = x11 * x10 * x35
     r132 = k.or_(r132, r57)
     r132 = k.where(r132, 1.0, 0.0)
     r132 = 3.0 + r132
-    r132 = 2.0 * x11 * x10 * x34 * r132
-    r132 = r374 + r132
-    r374 = x6 * x15 * x34 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r76 = r61 + r114 + r374
+    r132 = 2.0 * x11 * x10 * x35 * r132
+    r132 = r375 + r132
+    r375 = x6 * x15 * x35 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r76 = r61 + r114 + r375
     r88 = k.recip(r76)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r62 = k.recip(x6)
     r153 = 0.3333333333333333 * x3 * x20 * r62 * r87 * r76
-    r89 = 0.6666666666666666 * x3 * x20 * x23 * r62 * r76
-    r384 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r384
-    r132 = -1.0 * x6 * x15 * x34 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r89 = r14 + r153 + r89 + r384 + r132
+    r89 = 0.6666666666666666 * x3 * x20 * x24 * r62 * r76
+    r385 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r385
+    r132 = -1.0 * x6 * x15 * x35 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r89 = r14 + r153 + r89 + r385 + r132
     r89 = k.max(0.0, r89)
-    r153 = 0.5 * x23
+    r153 = 0.5 * x24
     r153 = -1.0 + r153
     r153 = 0.6666666666666666 * x3 * x20 * r62 * r87 * r153 * r76
     r153 = k.where(r60, 0.0, r153)
@@ -441,263 +442,263 @@ def quantities(x, k):
     r153 = k.max(r89, r153)
     r88 = r88 * r153
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r61 + r114 + r374
-    r89 = -1.0 * x21
+    r37 = r39 + r61 + r114 + r375
+    r89 = -1.0 * x22
     r89 = 1.0 + r89
-    r116 = x23 * x38
+    r116 = x24 * x39
     r116 = -1.0 + r116
-    r87 = k.recip(x26)
-    r80 = k.recip(x27)
-    r60 = x20 * x4 * x12 * x34 * r87 * r31 * r80 * r25
-    r60 = x28 + r60
-    r81 = 2.0 * x3 * x2 * x36
-    r81 = x30 >= r81
-    r155 = k.recip(x29)
-    r35 = k.recip(x31)
-    r445 = x20 * x4 * x12 * x34 * r155 * r31 * r35 * r25
-    r445 = x32 + r445
-    r60 = k.where(r81, r445, r60)
+    r87 = k.recip(x27)
+    r80 = k.recip(x28)
+    r60 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25
+    r60 = x29 + r60
+    r81 = 2.0 * x3 * x2 * x37
+    r81 = x31 >= r81
+    r155 = k.recip(x30)
+    r35 = k.recip(x32)
+    r446 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25
+    r446 = x33 + r446
+    r60 = k.where(r81, r446, r60)
     r60 = 2.0 * x6 * r4 * r5 * r11 * r116 * r60
     r60 = k.where(r38, 0.0, r60)
     r89 = r89 * r60
-    r445 = x3 * x20 * r62 * r76
-    r81 = x23 <= 1.0
+    r446 = x3 * x20 * r62 * r76
+    r81 = x24 <= 1.0
     r100 = k.and_(r100, r81)
-    r445 = k.where(r100, r76, r445)
-    r445 = -1.0 * x21 * r445
+    r446 = k.where(r100, r76, r446)
+    r446 = -1.0 * x22 * r446
     r76 = x3 * x2
-    r457 = -1.0 + r76
-    r458 = k.recip(r457)
-    r459 = 2.0 * x3 * x2
-    r459 = -2.0 + r459
-    r461 = x30 * r25
-    r462 = k.gcd(r76, r461)
-    r463 = k.recip(r462)
-    r464 = x3 * x2 * r463
-    r464 = -1.0 + r464
-    r464 = x28 * r464
-    r467 = -1.0 * x3 * x2 * r463
-    r467 = r76 + r467
-    r467 = x32 * r467
-    r470 = r464 + r467
-    r470 = r458 * r459 * r470
-    r458 = x4 * x23 * r87 * r167 * r4 * r31 * r80 * r463 * r459 * r26
-    r462 = -1.0 + r462
-    r474 = x4 * x23 * r155 * r167 * r4 * r31 * r35 * r463 * r462 * r459 * r26
-    r474 = k.max(r458, r474)
-    r474 = r470 + r474
-    r470 = x30 <= x36
-    r458 = x28 * r459
-    r479 = x4 * x23 * r87 * r167 * r4 * r31 * r80 * r459 * r26
-    r479 = r458 + r479
-    r474 = k.where(r470, r479, r474)
-    r479 = x3 * x2 * x36
-    r479 = x30 >= r479
-    r458 = x32 * r459
-    r485 = x4 * x23 * r155 * r167 * r4 * r31 * r35 * r459 * r26
-    r485 = r458 + r485
-    r474 = k.where(r479, r485, r474)
-    r474 = x15 * r11 * r474
-    r485 = x4 * x23 * r87 * r167 * r4 * r31 * r80 * r463 * r457 * r26
-    r462 = x4 * x23 * r155 * r167 * r4 * r31 * r35 * r463 * r457 * r462 * r26
-    r462 = k.max(r485, r462)
-    r462 = r464 + r467 + r462
-    r467 = x28 * r457
-    r464 = x4 * x23 * r87 * r167 * r4 * r31 * r80 * r457 * r26
-    r464 = r467 + r464
-    r462 = k.where(r470, r464, r462)
-    r464 = x32 * r457
-    r167 = x4 * x23 * r155 * r167 * r4 * r31 * r35 * r457 * r26
-    r167 = r464 + r167
-    r462 = k.where(r479, r167, r462)
-    r167 = 2.0 * x15 * r11 * r462
-    r474 = k.where(r28, r167, r474)
-    r167 = x15 * r11 * r462
-    r479 = x6 * x15 * r4 * r5 * r11 * r462
-    r479 = r167 + r479
-    r474 = k.where(r100, r479, r474)
+    r458 = -1.0 + r76
+    r459 = k.recip(r458)
+    r460 = 2.0 * x3 * x2
+    r460 = -2.0 + r460
+    r462 = x31 * r25
+    r463 = k.gcd(r76, r462)
+    r464 = k.recip(r463)
+    r465 = x3 * x2 * r464
+    r465 = -1.0 + r465
+    r465 = x29 * r465
+    r468 = -1.0 * x3 * x2 * r464
+    r468 = r76 + r468
+    r468 = x33 * r468
+    r471 = r465 + r468
+    r471 = r459 * r460 * r471
+    r459 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r464 * r460 * r26
+    r463 = -1.0 + r463
+    r475 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r464 * r463 * r460 * r26
+    r475 = k.max(r459, r475)
+    r475 = r471 + r475
+    r471 = x31 <= x37
+    r459 = x29 * r460
+    r480 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r460 * r26
+    r480 = r459 + r480
+    r475 = k.where(r471, r480, r475)
+    r480 = x3 * x2 * x37
+    r480 = x31 >= r480
+    r459 = x33 * r460
+    r486 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r460 * r26
+    r486 = r459 + r486
+    r475 = k.where(r480, r486, r475)
+    r475 = x15 * r11 * r475
+    r486 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r464 * r458 * r26
+    r463 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r464 * r458 * r463 * r26
+    r463 = k.max(r486, r463)
+    r463 = r465 + r468 + r463
+    r468 = x29 * r458
+    r465 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r458 * r26
+    r465 = r468 + r465
+    r463 = k.where(r471, r465, r463)
+    r465 = x33 * r458
+    r167 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r458 * r26
+    r167 = r465 + r167
+    r463 = k.where(r480, r167, r463)
+    r167 = 2.0 * x15 * r11 * r463
+    r475 = k.where(r28, r167, r475)
+    r167 = x15 * r11 * r463
+    r480 = x6 * x15 * r4 * r5 * r11 * r463
+    r480 = r167 + r480
+    r475 = k.where(r100, r480, r475)
     r81 = k.and_(r53, r81)
-    r462 = 3.0 * x6 * x15 * r4 * r5 * r11 * r462
-    r474 = k.where(r81, r462, r474)
+    r463 = 3.0 * x6 * x15 * r4 * r5 * r11 * r463
+    r475 = k.where(r81, r463, r475)
     r76 = r76 == 1.0
-    r474 = k.where(r76, 0.0, r474)
-    r445 = r445 + r474
-    r445 = k.max(0.0, r445)
-    r461 = k.gcd(x2, r461)
-    r462 = k.recip(r461)
-    r53 = x2 * r462
+    r475 = k.where(r76, 0.0, r475)
+    r446 = r446 + r475
+    r446 = k.max(0.0, r446)
+    r462 = k.gcd(x2, r462)
+    r463 = k.recip(r462)
+    r53 = x2 * r463
     r53 = -1.0 + r53
-    r53 = x28 * r53
-    r479 = -1.0 * x2 * r462
-    r479 = x2 + r479
-    r479 = x32 * r479
+    r53 = x29 * r53
+    r480 = -1.0 * x2 * r463
+    r480 = x2 + r480
+    r480 = x33 * r480
     r167 = -1.0 + x2
-    r464 = 2.0 * x14 * x20 * x10 * x4 * x34 * r87 * r31 * r80 * r25 * r462 * r167
-    r461 = -1.0 + r461
-    r461 = 2.0 * x14 * x20 * x10 * x4 * x34 * r155 * r31 * r35 * r25 * r462 * r167 * r461
-    r461 = k.max(r464, r461)
-    r461 = r53 + r479 + r461
-    r479 = x28 * r167
-    r53 = 2.0 * x14 * x20 * x10 * x4 * x34 * r87 * r31 * r80 * r25 * r167
-    r53 = r479 + r53
-    r461 = k.where(r470, r53, r461)
-    r53 = x2 * x36
-    r53 = x30 >= r53
-    r470 = x32 * r167
-    r479 = 2.0 * x14 * x20 * x10 * x4 * x34 * r155 * r31 * r35 * r25 * r167
-    r479 = r470 + r479
-    r461 = k.where(r53, r479, r461)
-    r479 = x6 * x15 * r4 * r5 * r11 * r461
-    r461 = x6 * x15 * r4 * r5 * r11 * r56 * r461
-    r461 = r479 + r461
-    r479 = x2 == 1.0
-    r461 = k.where(r479, 0.0, r461)
+    r465 = 2.0 * x14 * x20 * x10 * x4 * x35 * r87 * r31 * r80 * r25 * r463 * r167
+    r462 = -1.0 + r462
+    r462 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r35 * r25 * r463 * r167 * r462
+    r462 = k.max(r465, r462)
+    r462 = r53 + r480 + r462
+    r480 = x29 * r167
+    r53 = 2.0 * x14 * x20 * x10 * x4 * x35 * r87 * r31 * r80 * r25 * r167
+    r53 = r480 + r53
+    r462 = k.where(r471, r53, r462)
+    r53 = x2 * x37
+    r53 = x31 >= r53
+    r471 = x33 * r167
+    r480 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r35 * r25 * r167
+    r480 = r471 + r480
+    r462 = k.where(r53, r480, r462)
+    r480 = x6 * x15 * r4 * r5 * r11 * r462
+    r462 = x6 * x15 * r4 * r5 * r11 * r56 * r462
+    r462 = r480 + r462
+    r480 = x2 == 1.0
+    r462 = k.where(r480, 0.0, r462)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r53 = -1.0 + x36
+    r53 = -1.0 + x37
     r53 = k.recip(r53)
-    r470 = 2.0 * x36
-    r470 = -2.0 + r470
-    r464 = k.gcd(x36, x30)
-    r462 = k.recip(r464)
-    r467 = x36 * r462
-    r467 = -1.0 + r467
-    r467 = x28 * r467
-    r485 = -1.0 * x36 * r462
-    r485 = x36 + r485
-    r485 = x32 * r485
-    r485 = r467 + r485
-    r485 = r53 * r470 * r485
-    r53 = x20 * x4 * x12 * x34 * r87 * r31 * r80 * r25 * r462 * r470
-    r464 = -1.0 + r464
-    r464 = x20 * x4 * x12 * x34 * r155 * r31 * r35 * r25 * r462 * r464 * r470
-    r464 = k.max(r53, r464)
-    r464 = r485 + r464
-    r485 = x30 <= 1.0
-    r53 = x28 * r470
-    r80 = x20 * x4 * x12 * x34 * r87 * r31 * r80 * r25 * r470
+    r471 = 2.0 * x37
+    r471 = -2.0 + r471
+    r465 = k.gcd(x37, x31)
+    r463 = k.recip(r465)
+    r468 = x37 * r463
+    r468 = -1.0 + r468
+    r468 = x29 * r468
+    r486 = -1.0 * x37 * r463
+    r486 = x37 + r486
+    r486 = x33 * r486
+    r486 = r468 + r486
+    r486 = r53 * r471 * r486
+    r53 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25 * r463 * r471
+    r465 = -1.0 + r465
+    r465 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25 * r463 * r465 * r471
+    r465 = k.max(r53, r465)
+    r465 = r486 + r465
+    r486 = x31 <= 1.0
+    r53 = x29 * r471
+    r80 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25 * r471
     r80 = r53 + r80
-    r464 = k.where(r485, r80, r464)
-    r80 = x30 >= x36
-    r485 = x32 * r470
-    r35 = x20 * x4 * x12 * x34 * r155 * r31 * r35 * r25 * r470
-    r35 = r485 + r35
-    r464 = k.where(r80, r35, r464)
-    r464 = x6 * x15 * r4 * r5 * r11 * r57 * r464
-    r35 = x36 == 1.0
-    r464 = k.where(r35, 0.0, r464)
-    r132 = r14 + r384 + r132
+    r465 = k.where(r486, r80, r465)
+    r80 = x31 >= x37
+    r486 = x33 * r471
+    r35 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25 * r471
+    r35 = r486 + r35
+    r465 = k.where(r80, r35, r465)
+    r465 = x6 * x15 * r4 * r5 * r11 * r57 * r465
+    r35 = x37 == 1.0
+    r465 = k.where(r35, 0.0, r465)
+    r132 = r14 + r385 + r132
     r132 = k.max(0.0, r132)
     r132 = k.where(r27, r132, 0.0)
-    r27 = r89 + r39 + r61 + r114 + r374 + r445 + r153 + r461 + r464 + r132
-    r384 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r96 * r4 * r31 * r11 * r25 * r384 * r15
-    r55 = x6 * x34 * r96 * r4 * r31 * r11 * r25 * r384 * r55
-    r384 = x20 * x4 * x12 * x34 * r31
-    r96 = x20 * x4 * x12 * x34 * r87 * r31
-    r459 = x4 * r4 * r31 * r459 * r26
-    r80 = 2.0 * x4 * r4 * r31 * r457 * r26
-    r459 = k.where(r28, r80, r459)
-    r80 = x4 * r4 * r31 * r457 * r26
+    r27 = r89 + r39 + r61 + r114 + r375 + r446 + r153 + r462 + r465 + r132
+    r385 = k.recip(r27)
+    r14 = 6.0 * x6 * x35 * r96 * r4 * r31 * r11 * r25 * r385 * r15
+    r55 = x6 * x35 * r96 * r4 * r31 * r11 * r25 * r385 * r55
+    r385 = x20 * x4 * x12 * x35 * r31
+    r96 = x20 * x4 * x12 * x35 * r87 * r31
+    r460 = x4 * r4 * r31 * r460 * r26
+    r80 = 2.0 * x4 * r4 * r31 * r458 * r26
+    r460 = k.where(r28, r80, r460)
+    r80 = x4 * r4 * r31 * r458 * r26
     r28 = k.pow(x3, -2.0)
-    r485 = x6 * x4 * r28 * r5 * r31 * r457 * r26
-    r485 = r80 + r485
-    r459 = k.where(r100, r485, r459)
-    r457 = 3.0 * x6 * x4 * r28 * r5 * r31 * r457 * r26
-    r459 = k.where(r81, r457, r459)
-    r459 = k.where(r76, 0.0, r459)
-    r76 = r87 * r459
-    r87 = x29 * r87
-    r457 = k.recip(x34)
-    r81 = x35 * r62 * r457
+    r486 = x6 * x4 * r28 * r5 * r31 * r458 * r26
+    r486 = r80 + r486
+    r460 = k.where(r100, r486, r460)
+    r458 = 3.0 * x6 * x4 * r28 * r5 * r31 * r458 * r26
+    r460 = k.where(r81, r458, r460)
+    r460 = k.where(r76, 0.0, r460)
+    r76 = r87 * r460
+    r87 = x30 * r87
+    r458 = k.recip(x35)
+    r81 = x36 * r62 * r458
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r485 = 1.6e-11 * x12
+    r486 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
     r80 = 8e-12 * x15 * r13
-    r155 = 8e-12 * x37 * x12
+    r155 = 8e-12 * x38 * x12
     r53 = 8e-12 * x12 * x18
-    r462 = r485 + r100 + r80 + r155 + r53
-    r467 = 8e-12 * x12
-    r463 = 4e-12 * x15 * r9
-    r458 = 4e-12 * x15 * r13
-    r612 = 4e-12 * x37 * x12
-    r613 = 4e-12 * x12 * x18
-    r613 = r467 + r463 + r458 + r612 + r613
-    r613 = r28 > r613
-    r612 = -1.6e-11 * x12
+    r463 = r486 + r100 + r80 + r155 + r53
+    r468 = 8e-12 * x12
+    r464 = 4e-12 * x15 * r9
+    r459 = 4e-12 * x15 * r13
+    r613 = 4e-12 * x38 * x12
+    r614 = 4e-12 * x12 * x18
+    r614 = r468 + r464 + r459 + r613 + r614
+    r614 = r28 > r614
+    r613 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r458 = -8e-12 * x37 * x12
-    r463 = -8e-12 * x12 * x18
-    r467 = k.sqrt(2.0)
-    r622 = k.sqrt(x3)
-    r622 = k.recip(r622)
-    r624 = k.sqrt(x2)
-    r624 = k.recip(r624)
-    r626 = k.sqrt(x13)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(x23)
-    r628 = k.recip(r628)
-    r630 = k.sqrt(x36)
-    r630 = k.recip(r630)
-    r632 = k.sqrt(r462)
-    r633 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r462
-    r634 = k.sqrt(x3)
-    r635 = k.sqrt(x2)
-    r636 = k.sqrt(x13)
-    r637 = k.sqrt(x23)
-    r638 = k.sqrt(x36)
-    r638 = 0.16666666666666666 * r467 * r634 * r635 * r636 * r637 * r638 * r632
-    r638 = 1.0 + r633 + r638
-    r638 = r467 * r622 * r624 * r626 * r628 * r630 * r632 * r638
-    r638 = r612 + r9 + r13 + r458 + r463 + r638
-    r463 = k.where(r613, r638, r28)
-    r53 = r485 + r100 + r80 + r155 + r53 + r463
-    r53 = x3 * x2 * x13 * x23 * x36 * r53
+    r459 = -8e-12 * x38 * x12
+    r464 = -8e-12 * x12 * x18
+    r468 = k.sqrt(2.0)
+    r623 = k.sqrt(x3)
+    r623 = k.recip(r623)
+    r625 = k.sqrt(x2)
+    r625 = k.recip(r625)
+    r627 = k.sqrt(x13)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(x24)
+    r629 = k.recip(r629)
+    r631 = k.sqrt(x37)
+    r631 = k.recip(r631)
+    r633 = k.sqrt(r463)
+    r634 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r463
+    r635 = k.sqrt(x3)
+    r636 = k.sqrt(x2)
+    r637 = k.sqrt(x13)
+    r638 = k.sqrt(x24)
+    r639 = k.sqrt(x37)
+    r639 = 0.16666666666666666 * r468 * r635 * r636 * r637 * r638 * r639 * r633
+    r639 = 1.0 + r634 + r639
+    r639 = r468 * r623 * r625 * r627 * r629 * r631 * r633 * r639
+    r639 = r613 + r9 + r13 + r459 + r464 + r639
+    r464 = k.where(r614, r639, r28)
+    r53 = r486 + r100 + r80 + r155 + r53 + r464
+    r53 = x3 * x2 * x13 * x24 * x37 * r53
     r53 = k.exp(r53)
     r53 = -1.0 + r53
     r155 = k.recip(r53)
-    r80 = x25 + x1
-    r100 = -1.0 * x3 * x2 * x13 * x23 * x36 * r80
+    r80 = x26 + x1
+    r100 = -1.0 * x3 * x2 * x13 * x24 * x37 * r80
     r100 = k.exp(r100)
-    r100 = x3 * x2 * x13 * x23 * x36 * r155 * r463 * r100
-    r155 = x3 * x2 * x13 * x23 * x36
-    r638 = k.recip(r638)
-    r155 = k.where(r613, r638, r155)
-    r80 = x3 * x2 * x13 * x23 * x36 * r80
+    r100 = x3 * x2 * x13 * x24 * x37 * r155 * r464 * r100
+    r155 = x3 * x2 * x13 * x24 * x37
+    r639 = k.recip(r639)
+    r155 = k.where(r614, r639, r155)
+    r80 = x3 * x2 * x13 * x24 * x37 * r80
     r80 = k.exp(r80)
-    r5 = x35 * r62 * r4 * r31 * r5 * r11 * r457 * r25 * r53 * r27 * r155 * r80
-    r80 = x35 * r62 * r457 * r53 * r27 * r155 * r80
-    r57 = x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r470 * r57
+    r5 = x36 * r62 * r4 * r31 * r5 * r11 * r458 * r25 * r53 * r27 * r155 * r80
+    r80 = x36 * r62 * r458 * r53 * r27 * r155 * r80
+    r57 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r471 * r57
     r57 = k.where(r35, 0.0, r57)
-    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r167
-    r167 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r56 * r167
+    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r167
+    r167 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r56 * r167
     r167 = r35 + r167
-    r167 = k.where(r479, 0.0, r167)
-    r116 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r116
+    r167 = k.where(r480, 0.0, r167)
+    r116 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r116
     r116 = k.where(r38, 0.0, r116)
-    r8 = r8 < x23
-    r38 = x33 != 2.0
+    r8 = r8 < x24
+    r38 = x34 != 2.0
     r83 = k.and_(r83, r38)
     r83 = k.not_(r83)
     r83 = k.or_(r8, r83)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r82 = k.and_(r25, r38, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r8, r82)
     r82 = k.and_(r83, r82)
-    r83 = x23 >= 2.0
-    r8 = x33 != 3.0
-    r38 = x33 != 4.0
+    r83 = x24 >= 2.0
+    r8 = x34 != 3.0
+    r38 = x34 != 4.0
     r91 = k.not_(r91)
     r91 = k.and_(r8, r38, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r83, r91)
-    r83 = x22 * x3 * x2 * x23 * x36 * r27
-    r38 = r75 <= r83
+    r83 = x23 * x3 * x2 * x24 * x37 * r27
+    r38 = r40 <= r83
     r83 = r36 <= r83
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r40, r75, r75, r36, r16, r120, r88, r37, r153, r27, r14, r55, r384, r96, r76, r87, 0.0, r81, r28, r462, r463, r100, r5, r80, r61, r374, r114, r39, r57, r464, r464, r167, r461, r461, r459, r474, r445, r116, r60, r89, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r75, r40, r40, r36, r16, r120, r88, r37, r153, r27, r14, r55, r385, r96, r76, r87, 0.0, r81, r28, r463, r464, r100, r5, r80, r61, r375, r114, r39, r57, r465, r465, r167, r462, r462, r460, r475, r446, r116, r60, r89, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1401,9 +1402,9 @@ def search(x, k):
     return (r91, r46, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (36, 43, 44, 45, 46, 47, 48, 49), (34, 43, 44, 45, 46, 47, 48, 49), (35, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (37, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49, 75, 76), (37, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 42), (10, 71), (11, 71), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 33), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 29), (16, 30), (16, 31), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

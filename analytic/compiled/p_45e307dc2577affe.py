@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=True;attention_efficiency=True;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42 = x
-    r0 = x4 * x3 * x23 * x39
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43 = x
+    r0 = x4 * x3 * x24 * x40
     r1 = k.recip(x8)
-    r1 = x4 * x3 * x23 * x39 * r1
+    r1 = x4 * x3 * x24 * x40 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x4)
     r5 = k.recip(x20)
     r6 = x7 * r4 * r5
-    r7 = x7 * x34
+    r7 = x7 * x35
     r8 = 2.0 * x13
     r9 = 2.0 * x13 * x6
     r9 = x13 + x6 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x11 * x13 * r13
     r13 = r12 + r15 + r13
     r15 = x16 * r13
-    r12 = x40 * x13
+    r12 = x41 * x13
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x39)
+    r11 = k.recip(x24)
+    r16 = k.recip(x40)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x42 >= 1.0
+    r27 = x43 >= 1.0
     r30 = k.recip(x3)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x13 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x40 * x13 * r38
-    r12 = x23 != 1.0
+    r38 = x41 * x13 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x40 * x13 * r12
+    r12 = x41 * x13 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x42 >= 3.0
+    r51 = x43 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -72,45 +72,45 @@ def quantities(x, k):
     r60 = 4.0 * x12 * x11
     r61 = 4.0 * x15 * x11
     r61 = r55 + r58 + r59 + r60 + r61
-    r61 = x20 * x34 * r30 * r16 * r61
-    r60 = x24 == 2.0
-    r59 = 2.0 * x20 * x13 * x34 * r30 * r16
+    r61 = x20 * x35 * r30 * r16 * r61
+    r60 = x25 == 2.0
+    r59 = 2.0 * x20 * x13 * x35 * r30 * r16
     r59 = k.where(r60, r59, r61)
-    r58 = 1.0 + x23
+    r58 = 1.0 + x24
     r58 = k.min(r58, r6)
     r58 = r58 * r34
-    r55 = x33 == 4.0
-    r71 = 2.0 * x23
+    r55 = x34 == 4.0
+    r71 = 2.0 * x24
     r72 = -1.0 + r71
     r72 = k.min(r72, r6)
     r72 = r72 * r34
     r75 = k.where(r55, r72, r58)
-    r76 = x33 == 0.0
-    r77 = x33 == 3.0
+    r76 = x34 == 0.0
+    r77 = x34 == 3.0
     r78 = k.or_(r76, r77)
-    r79 = k.min(x23, r6)
+    r79 = k.min(x24, r6)
     r79 = r79 * r34
     r75 = k.where(r78, r79, r75)
-    r79 = x33 == 1.0
-    r83 = k.recip(x41)
-    r84 = x7 * x41 * r4 * r5
-    r85 = -1.0 + x41
-    r85 = x23 * r85
+    r79 = x34 == 1.0
+    r83 = k.recip(x42)
+    r84 = x7 * x42 * r4 * r5
+    r85 = -1.0 + x42
+    r85 = x24 * r85
     r87 = -1.0 + r71 + r85
     r87 = k.min(r84, r87)
     r87 = r83 * r87 * r34
     r75 = k.where(r79, r87, r75)
-    r87 = x33 == 2.0
+    r87 = x34 == 2.0
     r92 = x7 * r4 * r5 * r34
     r75 = k.where(r87, r92, r75)
     r75 = r59 * r75
     r95 = k.where(r27, 1000000000.0, 0.0)
-    r96 = x42 >= 2.0
+    r96 = x43 >= 2.0
     r8 = k.where(r96, r52, r8)
     r52 = k.where(r60, r61, 0.0)
     r99 = k.or_(r26, r37)
-    r100 = 4.0 * x20 * x13 * x34 * r30 * r16
-    r101 = x40 * x20 * x17 * x34 * r30 * r16
+    r100 = 4.0 * x20 * x13 * x35 * r30 * r16
+    r101 = x41 * x20 * x17 * x35 * r30 * r16
     r100 = r100 + r101
     r100 = k.max(r100, r52)
     r99 = k.where(r99, r100, r52)
@@ -119,7 +119,7 @@ def quantities(x, k):
     r105 = k.where(r26, r106, r105)
     r106 = 3.0 * x5 * r105 * r39
     r106 = k.where(r51, r106, 0.0)
-    r110 = x23 > 1.0
+    r110 = x24 > 1.0
     r110 = k.and_(r51, r110)
     r112 = 2.0 * x5 * r39
     r106 = k.where(r110, r112, r106)
@@ -151,33 +151,33 @@ def quantities(x, k):
     r39 = r112 == r39
     r106 = k.where(r39, r106, 0.0)
     r39 = r53 + r54 + r122 + r99 + r116 + r106
-    r112 = -1.0 + x23
+    r112 = -1.0 + x24
     r8 = k.min(1.0, r112)
     r75 = 1.0 + r8
-    r75 = x23 == r75
+    r75 = x24 == r75
     r128 = k.where(r75, 1.0, 0.0)
     r128 = 2.0 * x13 * r128
     r148 = r8 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x40 * x13 * r148
+    r148 = x41 * x13 * r148
     r151 = r8 != 0.0
     r151 = k.and_(r151, r75)
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x40 * x13 * r151
+    r151 = x41 * x13 * r151
     r151 = r35 + r36 + r128 + r148 + r151
     r151 = r16 * r151
     r148 = -1.0 * r8
-    r148 = x23 + r148
-    r128 = x23 == r148
+    r148 = x24 + r148
+    r128 = x24 == r148
     r160 = k.where(r128, 1.0, 0.0)
     r160 = 2.0 * x13 * r160
     r162 = r148 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x40 * x13 * r162
+    r162 = x41 * x13 * r162
     r165 = r148 != 1.0
     r165 = k.and_(r128, r165)
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x40 * x13 * r165
+    r165 = x41 * x13 * r165
     r165 = r35 + r36 + r160 + r162 + r165
     r165 = r16 * r165
     r165 = r151 + r165
@@ -313,427 +313,428 @@ def quantities(x, k):
     r95 = k.where(r54, r71, r95)
     r106 = r39 == r106
     r95 = k.where(r106, r122, r95)
-    r122 = x40 * x20 * x5 * x34 * r30 * r16
-    r106 = x40 * x20 * x5 * x34 * r30
+    r122 = x41 * x20 * x5 * x35 * r30 * r16
+    r106 = x41 * x20 * x5 * x35 * r30
     r71 = k.max(r39, r151, r12)
     r54 = r151 == r71
     r12 = k.where(r54, r151, r12)
     r71 = r39 == r71
     r12 = k.where(r71, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x9 + r39
-    r71 = 6.0 * x7 * x34 * r15
+    r39 = -1.0 * x21
+    r71 = -1.0 * r12
+    r71 = x9 + r39 + r71
+    r39 = 6.0 * x7 * x35 * r15
     r151 = 12.0 * x13
     r54 = 6.0 * x16 * r9
     r128 = 6.0 * x16 * r13
-    r116 = 6.0 * x40 * x13
-    r36 = 12.0 * x16 * x12 * x11 * x34
+    r116 = 6.0 * x41 * x13
+    r36 = 12.0 * x16 * x12 * x11 * x35
     r36 = r151 + r54 + r128 + r116 + r36
-    r116 = x7 * x34 * r36
+    r116 = x7 * x35 * r36
     r128 = k.pow(x13, 2.0)
     r54 = k.recip(x13)
-    r53 = 0.16666666666666666 * x34 * r54
+    r53 = 0.16666666666666666 * x35 * r54
     r162 = k.recip(x16)
-    r54 = 0.0625 * x40 * r162 * r54
+    r54 = 0.0625 * x41 * r162 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x7 * x16 * x34 * r128 * r54
-    r128 = k.pow(x34, 2.0)
+    r54 = 96.0 * x7 * x16 * x35 * r128 * r54
+    r128 = k.pow(x35, 2.0)
     r53 = 2.0 * x7 * x16 * x12 * x11 * r128
-    r75 = x24 == 1.0
+    r75 = x25 == 1.0
     r128 = 4.0 * x7 * x16 * x12 * x11 * r128
     r128 = k.where(r75, r128, 0.0)
-    r160 = 0.3333333333333333 * x7 * x34 * r36
+    r160 = 0.3333333333333333 * x7 * x35 * r36
     r128 = k.where(r60, r160, r128)
     r128 = r116 + r53 + r128
     r53 = k.where(r60, 1.0, 0.0)
     r53 = 1.0 + r53
     r160 = k.recip(x10)
     r38 = k.recip(x19)
-    r58 = x40 * x13 * r16
-    r110 = x20 * x13 * x34 * r30
-    r59 = x40 * x20 * x34 * r30 * r16
+    r58 = x41 * x13 * r16
+    r110 = x20 * x13 * x35 * r30
+    r59 = x41 * x20 * x35 * r30 * r16
     r59 = r58 + r110 + r59
     r58 = 2.0 * r160 * r38 * r59
-    r92 = k.recip(x22)
+    r92 = k.recip(x23)
     r34 = k.recip(x18)
-    r84 = k.recip(x35)
-    r85 = k.recip(x37)
-    r72 = x40 * r85 * r16
+    r84 = k.recip(x36)
+    r85 = k.recip(x38)
+    r72 = x41 * r85 * r16
     r72 = k.ceiling(r72)
-    r148 = k.recip(x36)
-    r352 = x20 * x34 * r148 * r30
-    r352 = k.ceiling(r352)
-    r354 = r84 * r72 * r352
-    r354 = k.ceiling(r354)
-    r354 = 2.0 * x35 * x36 * x37 * x13 * r92 * r34 * r354
-    r354 = r58 + r354
-    r354 = r53 * r354
+    r148 = k.recip(x37)
+    r353 = x20 * x35 * r148 * r30
+    r353 = k.ceiling(r353)
+    r355 = r84 * r72 * r353
+    r355 = k.ceiling(r355)
+    r355 = 2.0 * x36 * x37 * x38 * x13 * r92 * r34 * r355
+    r355 = r58 + r355
+    r355 = r53 * r355
     r59 = 4.0 * r160 * r38 * r59
     r58 = x13 * r85
     r58 = k.ceiling(r58)
-    r362 = r84 * r58 * r352
-    r362 = k.ceiling(r362)
-    r364 = 2.0 * x35 * x36 * x37 * x40 * r92 * r34 * r16 * r362
-    r365 = x13 * r148
-    r365 = k.ceiling(r365)
-    r72 = r84 * r365 * r72
+    r363 = r84 * r58 * r353
+    r363 = k.ceiling(r363)
+    r365 = 2.0 * x36 * x37 * x38 * x41 * r92 * r34 * r16 * r363
+    r366 = x13 * r148
+    r366 = k.ceiling(r366)
+    r72 = r84 * r366 * r72
     r72 = k.ceiling(r72)
-    r72 = 2.0 * x35 * x36 * x37 * x20 * x34 * r92 * r30 * r34 * r72
-    r72 = r354 + r59 + r364 + r72
+    r72 = 2.0 * x36 * x37 * x38 * x20 * x35 * r92 * r30 * r34 * r72
+    r72 = r355 + r59 + r365 + r72
     r72 = r11 * r72
-    r364 = x13 * x6 * r16
-    r59 = x20 * x6 * x34 * r30 * r16
-    r59 = r364 + r110 + r59
-    r364 = 2.0 * r160 * r38 * r59
-    r354 = x6 * r85 * r16
-    r354 = k.ceiling(r354)
-    r378 = r84 * r354 * r352
-    r378 = k.ceiling(r378)
-    r378 = 2.0 * x35 * x36 * x37 * x13 * r92 * r34 * r378
-    r381 = r364 + r378
-    r381 = r53 * r381
-    r383 = 2.0 * x35 * x36 * x37 * x6 * r92 * r34 * r16 * r362
-    r364 = r364 + r383
-    r364 = r53 * r364
-    r386 = x12 * x11 * x13 * r16
-    r387 = x12 * x20 * x11 * x34 * r30 * r16
-    r387 = r386 + r110 + r387
-    r386 = 2.0 * r160 * r38 * r387
-    r390 = 2.0 * x35 * x36 * x37 * x12 * x11 * r92 * r34 * r16 * r362
-    r390 = r386 + r390
-    r390 = r53 * r390
-    r386 = x11 * x13 * r16 * r14
-    r394 = x20 * x11 * x34 * r30 * r16 * r14
-    r394 = r110 + r386 + r394
-    r386 = 2.0 * r160 * r38 * r394
+    r365 = x13 * x6 * r16
+    r59 = x20 * x6 * x35 * r30 * r16
+    r59 = r365 + r110 + r59
+    r365 = 2.0 * r160 * r38 * r59
+    r355 = x6 * r85 * r16
+    r355 = k.ceiling(r355)
+    r379 = r84 * r355 * r353
+    r379 = k.ceiling(r379)
+    r379 = 2.0 * x36 * x37 * x38 * x13 * r92 * r34 * r379
+    r382 = r365 + r379
+    r382 = r53 * r382
+    r384 = 2.0 * x36 * x37 * x38 * x6 * r92 * r34 * r16 * r363
+    r365 = r365 + r384
+    r365 = r53 * r365
+    r387 = x12 * x11 * x13 * r16
+    r388 = x12 * x20 * x11 * x35 * r30 * r16
+    r388 = r387 + r110 + r388
+    r387 = 2.0 * r160 * r38 * r388
+    r391 = 2.0 * x36 * x37 * x38 * x12 * x11 * r92 * r34 * r16 * r363
+    r391 = r387 + r391
+    r391 = r53 * r391
+    r387 = x11 * x13 * r16 * r14
+    r395 = x20 * x11 * x35 * r30 * r16 * r14
+    r395 = r110 + r387 + r395
+    r387 = 2.0 * r160 * r38 * r395
     r110 = x11 * r85 * r16 * r14
     r110 = k.ceiling(r110)
-    r399 = r84 * r352 * r110
-    r399 = k.ceiling(r399)
-    r399 = 2.0 * x35 * x36 * x37 * x13 * r92 * r34 * r399
-    r399 = r386 + r399
-    r399 = r53 * r399
-    r387 = 4.0 * r160 * r38 * r387
-    r394 = 4.0 * r160 * r38 * r394
+    r400 = r84 * r353 * r110
+    r400 = k.ceiling(r400)
+    r400 = 2.0 * x36 * x37 * x38 * x13 * r92 * r34 * r400
+    r400 = r387 + r400
+    r400 = r53 * r400
+    r388 = 4.0 * r160 * r38 * r388
+    r395 = 4.0 * r160 * r38 * r395
     r59 = 8.0 * r160 * r38 * r59
     r85 = x12 * x11 * r85 * r16
     r85 = k.ceiling(r85)
-    r352 = r84 * r85 * r352
-    r352 = k.ceiling(r352)
-    r352 = 2.0 * x35 * x36 * x37 * x13 * r92 * r34 * r352
-    r354 = r84 * r365 * r354
-    r354 = k.ceiling(r354)
-    r354 = 2.0 * x35 * x36 * x37 * x20 * x34 * r92 * r30 * r34 * r354
-    r110 = r84 * r365 * r110
+    r353 = r84 * r85 * r353
+    r353 = k.ceiling(r353)
+    r353 = 2.0 * x36 * x37 * x38 * x13 * r92 * r34 * r353
+    r355 = r84 * r366 * r355
+    r355 = k.ceiling(r355)
+    r355 = 2.0 * x36 * x37 * x38 * x20 * x35 * r92 * r30 * r34 * r355
+    r110 = r84 * r366 * r110
     r110 = k.ceiling(r110)
-    r110 = 2.0 * x35 * x36 * x37 * x20 * x34 * r92 * r30 * r34 * r110
-    r365 = x6 * r148 * r16
-    r365 = k.ceiling(r365)
-    r365 = r84 * r58 * r365
-    r365 = k.ceiling(r365)
-    r365 = 2.0 * x35 * x36 * x37 * x20 * x34 * r92 * r30 * r34 * r365
+    r110 = 2.0 * x36 * x37 * x38 * x20 * x35 * r92 * r30 * r34 * r110
+    r366 = x6 * r148 * r16
+    r366 = k.ceiling(r366)
+    r366 = r84 * r58 * r366
+    r366 = k.ceiling(r366)
+    r366 = 2.0 * x36 * x37 * x38 * x20 * x35 * r92 * r30 * r34 * r366
     r148 = x12 * x11 * r148 * r16
     r148 = k.ceiling(r148)
     r148 = r84 * r58 * r148
     r148 = k.ceiling(r148)
-    r148 = 2.0 * x35 * x36 * x37 * x20 * x34 * r92 * r30 * r34 * r148
-    r362 = 2.0 * x35 * x36 * x37 * x11 * r92 * r34 * r16 * r14 * r362
-    r362 = r381 + r364 + r390 + r399 + r387 + r394 + r59 + r378 + r352 + r383 + r354 + r110 + r365 + r148 + r362
-    r362 = x16 * r11 * r362
-    r362 = r72 + r362
-    r72 = x7 * r4 * r5 * r362
+    r148 = 2.0 * x36 * x37 * x38 * x20 * x35 * r92 * r30 * r34 * r148
+    r363 = 2.0 * x36 * x37 * x38 * x11 * r92 * r34 * r16 * r14 * r363
+    r363 = r382 + r365 + r391 + r400 + r388 + r395 + r59 + r379 + r353 + r384 + r355 + r110 + r366 + r148 + r363
+    r363 = x16 * r11 * r363
+    r363 = r72 + r363
+    r72 = x7 * r4 * r5 * r363
     r148 = 3.0 * x6
-    r365 = 2.0 * x6 * r53
-    r365 = r148 + r365
-    r365 = x20 * x34 * r30 * r16 * r365
+    r366 = 2.0 * x6 * r53
+    r366 = r148 + r366
+    r366 = x20 * x35 * r30 * r16 * r366
     r148 = 10.0 * x13 * r53
     r148 = r151 + r148
-    r148 = x20 * x34 * r30 * r16 * r148
-    r148 = r365 + r148
+    r148 = x20 * x35 * r30 * r16 * r148
+    r148 = r366 + r148
     r148 = x16 * r11 * r148
-    r365 = 3.0 * x40 * x20 * x34 * r30 * r11 * r16
-    r365 = r148 + r365
-    r148 = x7 * x5 * r160 * r4 * r5 * r38 * r365
+    r366 = 3.0 * x41 * x20 * x35 * r30 * r11 * r16
+    r366 = r148 + r366
+    r148 = x7 * x5 * r160 * r4 * r5 * r38 * r366
     r151 = k.recip(x0)
     r110 = k.recip(x1)
-    r354 = x12 * x11 * x34
+    r355 = x12 * x11 * x35
     r75 = k.or_(r75, r60)
     r75 = k.where(r75, 1.0, 0.0)
     r75 = 3.0 + r75
-    r75 = 2.0 * x12 * x11 * x34 * r75
-    r75 = r354 + r75
-    r354 = x7 * x16 * x34 * r92 * r4 * r30 * r151 * r110 * r11 * r16 * r75
-    r383 = r72 + r148 + r354
-    r352 = k.recip(r383)
-    r362 = -1.0 * x7 * r4 * r5 * r362
-    r378 = k.recip(x7)
-    r59 = 0.3333333333333333 * x4 * x20 * r378 * r83 * r383
-    r394 = 0.6666666666666666 * x4 * x20 * x23 * r378 * r383
-    r365 = -1.0 * x7 * x5 * r160 * r4 * r5 * r38 * r365
-    r75 = -1.0 * x7 * x16 * x34 * r92 * r4 * r30 * r151 * r110 * r11 * r16 * r75
-    r394 = r362 + r59 + r394 + r365 + r75
-    r394 = k.max(0.0, r394)
-    r59 = 0.5 * x23
+    r75 = 2.0 * x12 * x11 * x35 * r75
+    r75 = r355 + r75
+    r355 = x7 * x16 * x35 * r92 * r4 * r30 * r151 * r110 * r11 * r16 * r75
+    r384 = r72 + r148 + r355
+    r353 = k.recip(r384)
+    r363 = -1.0 * x7 * r4 * r5 * r363
+    r379 = k.recip(x7)
+    r59 = 0.3333333333333333 * x4 * x20 * r379 * r83 * r384
+    r395 = 0.6666666666666666 * x4 * x20 * x24 * r379 * r384
+    r366 = -1.0 * x7 * x5 * r160 * r4 * r5 * r38 * r366
+    r75 = -1.0 * x7 * x16 * x35 * r92 * r4 * r30 * r151 * r110 * r11 * r16 * r75
+    r395 = r363 + r59 + r395 + r366 + r75
+    r395 = k.max(0.0, r395)
+    r59 = 0.5 * x24
     r59 = -1.0 + r59
-    r59 = 0.6666666666666666 * x4 * x20 * r378 * r83 * r59 * r383
+    r59 = 0.6666666666666666 * x4 * x20 * r379 * r83 * r59 * r384
     r59 = k.where(r55, 0.0, r59)
-    r55 = 0.3333333333333333 * x4 * x20 * r378 * r83 * r112 * r383
+    r55 = 0.3333333333333333 * x4 * x20 * r379 * r83 * r112 * r384
     r59 = k.where(r77, r55, r59)
     r87 = k.or_(r76, r79, r87)
-    r112 = x4 * x20 * r378 * r83 * r112 * r383
+    r112 = x4 * x20 * r379 * r83 * r112 * r384
     r59 = k.where(r87, r112, r59)
-    r59 = k.max(r394, r59)
-    r352 = r352 * r59
+    r59 = k.max(r395, r59)
+    r353 = r353 * r59
     r38 = 28.0 * r160 * r38 * r31
-    r160 = r38 + r72 + r148 + r354
-    r394 = -1.0 * x21
-    r394 = 1.0 + r394
-    r112 = x23 * x41
+    r160 = r38 + r72 + r148 + r355
+    r395 = -1.0 * x22
+    r395 = 1.0 + r395
+    r112 = x24 * x42
     r112 = -1.0 + r112
-    r83 = k.recip(x26)
-    r76 = k.recip(x27)
-    r55 = x20 * x5 * x13 * x34 * r83 * r30 * r76 * r16
-    r55 = x28 + r55
-    r77 = 2.0 * x4 * x3 * x39
-    r77 = x30 >= r77
-    r110 = k.recip(x29)
-    r151 = k.recip(x31)
-    r387 = x20 * x5 * x13 * x34 * r110 * r30 * r151 * r16
-    r387 = x32 + r387
-    r55 = k.where(r77, r387, r55)
+    r83 = k.recip(x27)
+    r76 = k.recip(x28)
+    r55 = x20 * x5 * x13 * x35 * r83 * r30 * r76 * r16
+    r55 = x29 + r55
+    r77 = 2.0 * x4 * x3 * x40
+    r77 = x31 >= r77
+    r110 = k.recip(x30)
+    r151 = k.recip(x32)
+    r388 = x20 * x5 * x13 * x35 * r110 * r30 * r151 * r16
+    r388 = x33 + r388
+    r55 = k.where(r77, r388, r55)
     r55 = 2.0 * x7 * r4 * r5 * r11 * r112 * r55
     r55 = k.where(r37, 0.0, r55)
-    r394 = r394 * r55
-    r387 = x4 * x20 * r378 * r383
-    r77 = x23 <= 1.0
+    r395 = r395 * r55
+    r388 = x4 * x20 * r379 * r384
+    r77 = x24 <= 1.0
     r96 = k.and_(r96, r77)
-    r387 = k.where(r96, r383, r387)
-    r387 = -1.0 * x21 * r387
-    r383 = x4 * x3
-    r399 = -1.0 + r383
-    r390 = k.recip(r399)
-    r364 = 2.0 * x4 * x3
-    r364 = -2.0 + r364
-    r381 = x30 * r16
-    r14 = k.gcd(r383, r381)
+    r388 = k.where(r96, r384, r388)
+    r388 = -1.0 * x22 * r388
+    r384 = x4 * x3
+    r400 = -1.0 + r384
+    r391 = k.recip(r400)
+    r365 = 2.0 * x4 * x3
+    r365 = -2.0 + r365
+    r382 = x31 * r16
+    r14 = k.gcd(r384, r382)
     r34 = k.recip(r14)
     r58 = x4 * x3 * r34
     r58 = -1.0 + r58
-    r58 = x28 * r58
+    r58 = x29 * r58
     r84 = -1.0 * x4 * x3 * r34
-    r84 = r383 + r84
-    r84 = x32 * r84
+    r84 = r384 + r84
+    r84 = x33 * r84
     r85 = r58 + r84
-    r85 = r390 * r364 * r85
-    r390 = x5 * x23 * r83 * r162 * r4 * r30 * r76 * r34 * r364 * r25
+    r85 = r391 * r365 * r85
+    r391 = x5 * x24 * r83 * r162 * r4 * r30 * r76 * r34 * r365 * r25
     r14 = -1.0 + r14
-    r386 = x5 * x23 * r110 * r162 * r4 * r30 * r151 * r34 * r14 * r364 * r25
-    r386 = k.max(r390, r386)
-    r386 = r85 + r386
-    r85 = x30 <= x39
-    r390 = x28 * r364
-    r523 = x5 * x23 * r83 * r162 * r4 * r30 * r76 * r364 * r25
-    r523 = r390 + r523
-    r386 = k.where(r85, r523, r386)
-    r523 = x4 * x3 * x39
-    r523 = x30 >= r523
-    r390 = x32 * r364
-    r529 = x5 * x23 * r110 * r162 * r4 * r30 * r151 * r364 * r25
-    r529 = r390 + r529
-    r386 = k.where(r523, r529, r386)
-    r386 = x16 * r11 * r386
-    r529 = x5 * x23 * r83 * r162 * r4 * r30 * r76 * r34 * r399 * r25
-    r14 = x5 * x23 * r110 * r162 * r4 * r30 * r151 * r34 * r399 * r14 * r25
-    r14 = k.max(r529, r14)
+    r387 = x5 * x24 * r110 * r162 * r4 * r30 * r151 * r34 * r14 * r365 * r25
+    r387 = k.max(r391, r387)
+    r387 = r85 + r387
+    r85 = x31 <= x40
+    r391 = x29 * r365
+    r524 = x5 * x24 * r83 * r162 * r4 * r30 * r76 * r365 * r25
+    r524 = r391 + r524
+    r387 = k.where(r85, r524, r387)
+    r524 = x4 * x3 * x40
+    r524 = x31 >= r524
+    r391 = x33 * r365
+    r530 = x5 * x24 * r110 * r162 * r4 * r30 * r151 * r365 * r25
+    r530 = r391 + r530
+    r387 = k.where(r524, r530, r387)
+    r387 = x16 * r11 * r387
+    r530 = x5 * x24 * r83 * r162 * r4 * r30 * r76 * r34 * r400 * r25
+    r14 = x5 * x24 * r110 * r162 * r4 * r30 * r151 * r34 * r400 * r14 * r25
+    r14 = k.max(r530, r14)
     r14 = r58 + r84 + r14
-    r84 = x28 * r399
-    r58 = x5 * x23 * r83 * r162 * r4 * r30 * r76 * r399 * r25
+    r84 = x29 * r400
+    r58 = x5 * x24 * r83 * r162 * r4 * r30 * r76 * r400 * r25
     r58 = r84 + r58
     r14 = k.where(r85, r58, r14)
-    r58 = x32 * r399
-    r162 = x5 * x23 * r110 * r162 * r4 * r30 * r151 * r399 * r25
+    r58 = x33 * r400
+    r162 = x5 * x24 * r110 * r162 * r4 * r30 * r151 * r400 * r25
     r162 = r58 + r162
-    r14 = k.where(r523, r162, r14)
+    r14 = k.where(r524, r162, r14)
     r162 = 2.0 * x16 * r11 * r14
-    r386 = k.where(r27, r162, r386)
+    r387 = k.where(r27, r162, r387)
     r162 = x16 * r11 * r14
-    r523 = x7 * x16 * r4 * r5 * r11 * r14
-    r523 = r162 + r523
-    r386 = k.where(r96, r523, r386)
+    r524 = x7 * x16 * r4 * r5 * r11 * r14
+    r524 = r162 + r524
+    r387 = k.where(r96, r524, r387)
     r77 = k.and_(r51, r77)
     r14 = 3.0 * x7 * x16 * r4 * r5 * r11 * r14
-    r386 = k.where(r77, r14, r386)
-    r383 = r383 == 1.0
-    r386 = k.where(r383, 0.0, r386)
-    r387 = r387 + r386
-    r387 = k.max(0.0, r387)
-    r381 = k.gcd(x3, r381)
-    r14 = k.recip(r381)
+    r387 = k.where(r77, r14, r387)
+    r384 = r384 == 1.0
+    r387 = k.where(r384, 0.0, r387)
+    r388 = r388 + r387
+    r388 = k.max(0.0, r388)
+    r382 = k.gcd(x3, r382)
+    r14 = k.recip(r382)
     r51 = x3 * r14
     r51 = -1.0 + r51
-    r51 = x28 * r51
-    r523 = -1.0 * x3 * r14
-    r523 = x3 + r523
-    r523 = x32 * r523
+    r51 = x29 * r51
+    r524 = -1.0 * x3 * r14
+    r524 = x3 + r524
+    r524 = x33 * r524
     r162 = -1.0 + x3
-    r58 = 2.0 * x15 * x20 * x11 * x5 * x34 * r83 * r30 * r76 * r16 * r14 * r162
-    r381 = -1.0 + r381
-    r381 = 2.0 * x15 * x20 * x11 * x5 * x34 * r110 * r30 * r151 * r16 * r14 * r162 * r381
-    r381 = k.max(r58, r381)
-    r381 = r51 + r523 + r381
-    r523 = x28 * r162
-    r51 = 2.0 * x15 * x20 * x11 * x5 * x34 * r83 * r30 * r76 * r16 * r162
-    r51 = r523 + r51
-    r381 = k.where(r85, r51, r381)
-    r51 = x3 * x39
-    r51 = x30 >= r51
-    r85 = x32 * r162
-    r523 = 2.0 * x15 * x20 * x11 * x5 * x34 * r110 * r30 * r151 * r16 * r162
-    r523 = r85 + r523
-    r381 = k.where(r51, r523, r381)
-    r523 = x7 * x16 * r4 * r5 * r11 * r381
-    r381 = x7 * x16 * r4 * r5 * r11 * r53 * r381
-    r381 = r523 + r381
-    r523 = x3 == 1.0
-    r381 = k.where(r523, 0.0, r381)
+    r58 = 2.0 * x15 * x20 * x11 * x5 * x35 * r83 * r30 * r76 * r16 * r14 * r162
+    r382 = -1.0 + r382
+    r382 = 2.0 * x15 * x20 * x11 * x5 * x35 * r110 * r30 * r151 * r16 * r14 * r162 * r382
+    r382 = k.max(r58, r382)
+    r382 = r51 + r524 + r382
+    r524 = x29 * r162
+    r51 = 2.0 * x15 * x20 * x11 * x5 * x35 * r83 * r30 * r76 * r16 * r162
+    r51 = r524 + r51
+    r382 = k.where(r85, r51, r382)
+    r51 = x3 * x40
+    r51 = x31 >= r51
+    r85 = x33 * r162
+    r524 = 2.0 * x15 * x20 * x11 * x5 * x35 * r110 * r30 * r151 * r16 * r162
+    r524 = r85 + r524
+    r382 = k.where(r51, r524, r382)
+    r524 = x7 * x16 * r4 * r5 * r11 * r382
+    r382 = x7 * x16 * r4 * r5 * r11 * r53 * r382
+    r382 = r524 + r382
+    r524 = x3 == 1.0
+    r382 = k.where(r524, 0.0, r382)
     r60 = k.where(r60, 2.0, 0.0)
     r60 = 4.0 + r60
-    r51 = k.gcd(x39, x30)
+    r51 = k.gcd(x40, x31)
     r85 = k.recip(r51)
-    r58 = x39 * r85
+    r58 = x40 * r85
     r58 = -1.0 + r58
-    r58 = x28 * r58
-    r14 = -1.0 * x39 * r85
-    r14 = x39 + r14
-    r14 = x32 * r14
-    r84 = -1.0 + x39
-    r529 = x20 * x5 * x13 * x34 * r83 * r30 * r76 * r16 * r85 * r84
+    r58 = x29 * r58
+    r14 = -1.0 * x40 * r85
+    r14 = x40 + r14
+    r14 = x33 * r14
+    r84 = -1.0 + x40
+    r530 = x20 * x5 * x13 * x35 * r83 * r30 * r76 * r16 * r85 * r84
     r51 = -1.0 + r51
-    r51 = x20 * x5 * x13 * x34 * r110 * r30 * r151 * r16 * r85 * r84 * r51
-    r51 = k.max(r529, r51)
+    r51 = x20 * x5 * x13 * x35 * r110 * r30 * r151 * r16 * r85 * r84 * r51
+    r51 = k.max(r530, r51)
     r51 = r58 + r14 + r51
-    r14 = x30 <= 1.0
-    r58 = x28 * r84
-    r76 = x20 * x5 * x13 * x34 * r83 * r30 * r76 * r16 * r84
+    r14 = x31 <= 1.0
+    r58 = x29 * r84
+    r76 = x20 * x5 * x13 * x35 * r83 * r30 * r76 * r16 * r84
     r76 = r58 + r76
     r51 = k.where(r14, r76, r51)
-    r76 = x30 >= x39
-    r14 = x32 * r84
-    r151 = x20 * x5 * x13 * x34 * r110 * r30 * r151 * r16 * r84
+    r76 = x31 >= x40
+    r14 = x33 * r84
+    r151 = x20 * x5 * x13 * x35 * r110 * r30 * r151 * r16 * r84
     r151 = r14 + r151
     r51 = k.where(r76, r151, r51)
     r51 = 2.0 * x7 * x16 * r4 * r5 * r11 * r60 * r51
-    r151 = x39 == 1.0
+    r151 = x40 == 1.0
     r51 = k.where(r151, 0.0, r51)
-    r75 = r362 + r365 + r75
+    r75 = r363 + r366 + r75
     r75 = k.max(0.0, r75)
     r75 = k.where(r26, r75, 0.0)
-    r26 = r394 + r38 + r72 + r148 + r354 + r387 + r59 + r381 + r51 + r75
-    r365 = k.recip(r26)
-    r362 = 6.0 * x7 * x34 * r92 * r4 * r30 * r11 * r16 * r365 * r15
-    r36 = x7 * x34 * r92 * r4 * r30 * r11 * r16 * r365 * r36
-    r365 = x20 * x5 * x13 * x34 * r30
-    r92 = x20 * x5 * x13 * x34 * r83 * r30
-    r364 = x5 * r4 * r30 * r364 * r25
-    r76 = 2.0 * x5 * r4 * r30 * r399 * r25
-    r364 = k.where(r27, r76, r364)
-    r76 = x5 * r4 * r30 * r399 * r25
+    r26 = r395 + r38 + r72 + r148 + r355 + r388 + r59 + r382 + r51 + r75
+    r366 = k.recip(r26)
+    r363 = 6.0 * x7 * x35 * r92 * r4 * r30 * r11 * r16 * r366 * r15
+    r36 = x7 * x35 * r92 * r4 * r30 * r11 * r16 * r366 * r36
+    r366 = x20 * x5 * x13 * x35 * r30
+    r92 = x20 * x5 * x13 * x35 * r83 * r30
+    r365 = x5 * r4 * r30 * r365 * r25
+    r76 = 2.0 * x5 * r4 * r30 * r400 * r25
+    r365 = k.where(r27, r76, r365)
+    r76 = x5 * r4 * r30 * r400 * r25
     r27 = k.pow(x4, -2.0)
-    r14 = x7 * x5 * r27 * r5 * r30 * r399 * r25
+    r14 = x7 * x5 * r27 * r5 * r30 * r400 * r25
     r14 = r76 + r14
-    r364 = k.where(r96, r14, r364)
-    r399 = 3.0 * x7 * x5 * r27 * r5 * r30 * r399 * r25
-    r364 = k.where(r77, r399, r364)
-    r364 = k.where(r383, 0.0, r364)
-    r383 = r83 * r364
-    r83 = x29 * r83
-    r399 = k.recip(x34)
-    r77 = x38 * r378 * r399
+    r365 = k.where(r96, r14, r365)
+    r400 = 3.0 * x7 * x5 * r27 * r5 * r30 * r400 * r25
+    r365 = k.where(r77, r400, r365)
+    r365 = k.where(r384, 0.0, r365)
+    r384 = r83 * r365
+    r83 = x30 * r83
+    r400 = k.recip(x35)
+    r77 = x39 * r379 * r400
     r5 = k.recip(x14)
     r27 = r4 * r30 * r5 * r11 * r16
     r14 = 1.6e-11 * x13
     r96 = 8e-12 * x16 * r9
     r76 = 8e-12 * x16 * r13
-    r110 = 8e-12 * x40 * x13
+    r110 = 8e-12 * x41 * x13
     r58 = r14 + r96 + r76 + r110
-    r529 = 8e-12 * x13
+    r530 = 8e-12 * x13
     r85 = 4e-12 * x16 * r9
     r34 = 4e-12 * x16 * r13
-    r390 = 4e-12 * x40 * x13
-    r390 = r529 + r85 + r34 + r390
-    r390 = r27 > r390
+    r391 = 4e-12 * x41 * x13
+    r391 = r530 + r85 + r34 + r391
+    r391 = r27 > r391
     r34 = -1.6e-11 * x13
     r9 = -8e-12 * x16 * r9
     r13 = -8e-12 * x16 * r13
-    r85 = -8e-12 * x40 * x13
-    r529 = k.sqrt(2.0)
-    r658 = k.sqrt(x4)
-    r658 = k.recip(r658)
-    r660 = k.sqrt(x3)
-    r660 = k.recip(r660)
-    r662 = k.sqrt(x14)
-    r662 = k.recip(r662)
-    r664 = k.sqrt(x23)
-    r664 = k.recip(r664)
-    r666 = k.sqrt(x39)
-    r666 = k.recip(r666)
-    r668 = k.sqrt(r58)
-    r669 = 0.05555555555555555 * x4 * x3 * x14 * x23 * x39 * r58
-    r670 = k.sqrt(x4)
-    r671 = k.sqrt(x3)
-    r672 = k.sqrt(x14)
-    r673 = k.sqrt(x23)
-    r674 = k.sqrt(x39)
-    r674 = 0.16666666666666666 * r529 * r670 * r671 * r672 * r673 * r674 * r668
-    r674 = 1.0 + r669 + r674
-    r674 = r529 * r658 * r660 * r662 * r664 * r666 * r668 * r674
-    r674 = r34 + r9 + r13 + r85 + r674
-    r85 = k.where(r390, r674, r27)
+    r85 = -8e-12 * x41 * x13
+    r530 = k.sqrt(2.0)
+    r659 = k.sqrt(x4)
+    r659 = k.recip(r659)
+    r661 = k.sqrt(x3)
+    r661 = k.recip(r661)
+    r663 = k.sqrt(x14)
+    r663 = k.recip(r663)
+    r665 = k.sqrt(x24)
+    r665 = k.recip(r665)
+    r667 = k.sqrt(x40)
+    r667 = k.recip(r667)
+    r669 = k.sqrt(r58)
+    r670 = 0.05555555555555555 * x4 * x3 * x14 * x24 * x40 * r58
+    r671 = k.sqrt(x4)
+    r672 = k.sqrt(x3)
+    r673 = k.sqrt(x14)
+    r674 = k.sqrt(x24)
+    r675 = k.sqrt(x40)
+    r675 = 0.16666666666666666 * r530 * r671 * r672 * r673 * r674 * r675 * r669
+    r675 = 1.0 + r670 + r675
+    r675 = r530 * r659 * r661 * r663 * r665 * r667 * r669 * r675
+    r675 = r34 + r9 + r13 + r85 + r675
+    r85 = k.where(r391, r675, r27)
     r110 = r14 + r96 + r76 + r110 + r85
-    r110 = x4 * x3 * x14 * x23 * x39 * r110
+    r110 = x4 * x3 * x14 * x24 * x40 * r110
     r110 = k.exp(r110)
     r110 = -1.0 + r110
     r76 = k.recip(r110)
-    r96 = x25 + x2
-    r14 = -1.0 * x4 * x3 * x14 * x23 * x39 * r96
+    r96 = x26 + x2
+    r14 = -1.0 * x4 * x3 * x14 * x24 * x40 * r96
     r14 = k.exp(r14)
-    r14 = x4 * x3 * x14 * x23 * x39 * r76 * r85 * r14
-    r76 = x4 * x3 * x14 * x23 * x39
-    r674 = k.recip(r674)
-    r76 = k.where(r390, r674, r76)
-    r96 = x4 * x3 * x14 * x23 * x39 * r96
+    r14 = x4 * x3 * x14 * x24 * x40 * r76 * r85 * r14
+    r76 = x4 * x3 * x14 * x24 * x40
+    r675 = k.recip(r675)
+    r76 = k.where(r391, r675, r76)
+    r96 = x4 * x3 * x14 * x24 * x40 * r96
     r96 = k.exp(r96)
-    r5 = x38 * r378 * r4 * r30 * r5 * r11 * r399 * r16 * r110 * r26 * r76 * r96
-    r96 = x38 * r378 * r399 * r110 * r26 * r76 * r96
-    r60 = 2.0 * x7 * x16 * x5 * x13 * x34 * r4 * r30 * r11 * r16 * r84 * r60
+    r5 = x39 * r379 * r4 * r30 * r5 * r11 * r400 * r16 * r110 * r26 * r76 * r96
+    r96 = x39 * r379 * r400 * r110 * r26 * r76 * r96
+    r60 = 2.0 * x7 * x16 * x5 * x13 * x35 * r4 * r30 * r11 * r16 * r84 * r60
     r60 = k.where(r151, 0.0, r60)
-    r151 = 2.0 * x7 * x16 * x15 * x11 * x5 * x34 * r4 * r30 * r11 * r16 * r162
-    r162 = 2.0 * x7 * x16 * x15 * x11 * x5 * x34 * r4 * r30 * r11 * r16 * r53 * r162
+    r151 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r30 * r11 * r16 * r162
+    r162 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r30 * r11 * r16 * r53 * r162
     r162 = r151 + r162
-    r162 = k.where(r523, 0.0, r162)
-    r112 = 2.0 * x7 * x5 * x13 * x34 * r4 * r30 * r11 * r16 * r112
+    r162 = k.where(r524, 0.0, r162)
+    r112 = 2.0 * x7 * x5 * x13 * x35 * r4 * r30 * r11 * r16 * r112
     r112 = k.where(r37, 0.0, r112)
-    r8 = r8 < x23
-    r37 = x33 != 2.0
+    r8 = r8 < x24
+    r37 = x34 != 2.0
     r79 = k.and_(r79, r37)
     r79 = k.not_(r79)
     r79 = k.or_(r8, r79)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r78 = k.and_(r16, r37, r78)
     r78 = k.not_(r78)
     r78 = k.or_(r8, r78)
     r78 = k.and_(r79, r78)
-    r79 = x23 >= 2.0
-    r8 = x33 != 3.0
-    r37 = x33 != 4.0
+    r79 = x24 >= 2.0
+    r8 = x34 != 3.0
+    r37 = x34 != 4.0
     r87 = k.not_(r87)
     r87 = k.and_(r8, r37, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r79, r87)
-    r79 = x22 * x4 * x3 * x23 * x39 * r26
-    r37 = r71 <= r79
+    r79 = x23 * x4 * x3 * x24 * x40 * r26
+    r37 = r39 <= r79
     r79 = r116 <= r79
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r39, r71, r71, r116, r54, r128, r352, r160, r59, r26, r362, r36, r365, r92, r383, r83, 0.0, r77, r27, r58, r85, r14, r5, r96, r72, r354, r148, r38, r60, r51, r51, r162, r381, r381, r364, r386, r387, r112, r55, r394, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r71, r39, r39, r116, r54, r128, r353, r160, r59, r26, r363, r36, r366, r92, r384, r83, 0.0, r77, r27, r58, r85, r14, r5, r96, r72, r355, r148, r38, r60, r51, r51, r162, r382, r382, r365, r387, r388, r112, r55, r395, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1472,9 +1473,9 @@ def search(x, k):
     return (r87, r71, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (36, 43, 44, 45, 46, 47, 48), (34, 43, 44, 45, 46, 47, 48), (35, 43, 44, 45, 46, 47, 48), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (37, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48, 74, 75), (37, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 42), (10, 70), (11, 70), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 29), (16, 30), (16, 31), (16, 33), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

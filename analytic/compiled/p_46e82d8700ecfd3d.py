@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,63 +52,63 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x34 * r31 * r39
-    r35 = x24 == 2.0
-    r38 = 2.0 * x20 * x12 * x34 * r31
+    r39 = x20 * x35 * r31 * r39
+    r35 = x25 == 2.0
+    r38 = 2.0 * x20 * x12 * x35 * r31
     r38 = k.where(r35, r38, r39)
-    r37 = 1.0 + x23
+    r37 = 1.0 + x24
     r37 = k.min(r37, r6)
     r36 = k.ceiling(r34)
     r37 = r37 * r36
-    r51 = x33 == 4.0
-    r52 = 2.0 * x23
+    r51 = x34 == 4.0
+    r52 = 2.0 * x24
     r53 = -1.0 + r52
     r53 = k.min(r53, r6)
     r53 = r53 * r36
     r56 = k.where(r51, r53, r37)
-    r57 = x33 == 0.0
-    r58 = x33 == 3.0
+    r57 = x34 == 0.0
+    r58 = x34 == 3.0
     r59 = k.or_(r57, r58)
-    r60 = k.min(x23, r6)
+    r60 = k.min(x24, r6)
     r60 = r60 * r36
     r56 = k.where(r59, r60, r56)
-    r60 = x33 == 1.0
-    r64 = k.recip(x38)
-    r65 = x6 * x38 * r4 * r5
-    r66 = -1.0 + x38
-    r66 = x23 * r66
+    r60 = x34 == 1.0
+    r64 = k.recip(x39)
+    r65 = x6 * x39 * r4 * r5
+    r66 = -1.0 + x39
+    r66 = x24 * r66
     r68 = -1.0 + r52 + r66
     r68 = k.min(r65, r68)
     r68 = r64 * r68 * r36
     r56 = k.where(r60, r68, r56)
-    r68 = x33 == 2.0
+    r68 = x34 == 2.0
     r73 = x6 * r4 * r5 * r36
     r56 = k.where(r68, r73, r56)
     r56 = r38 * r56
     r76 = r9 * r36
     r77 = r13 * r36
-    r78 = x23 == 1.0
+    r78 = x24 == 1.0
     r79 = k.where(r78, 1.0, 0.0)
     r80 = 2.0 * x12 * r79
     r80 = r12 + r16 + r76 + r77 + r80
     r80 = r25 * r80
     r16 = r12 + r16
     r79 = r16 * r79
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r79 + r76 + r77 + r12
     r12 = r25 * r12
     r79 = r12 + r80
     r80 = k.where(r27, r79, r80)
     r8 = 2.0 * r80
-    r93 = x39 <= 2.0
+    r93 = x40 <= 2.0
     r94 = 4.0 * r80
     r94 = k.where(r93, r94, r8)
-    r96 = x39 >= 2.0
+    r96 = x40 >= 2.0
     r97 = r4 * r31 * r94
     r94 = k.where(r96, r97, r94)
-    r97 = x39 >= 3.0
+    r97 = x40 >= 3.0
     r100 = 2.0 * r4 * r31 * r80
     r8 = k.where(r97, r100, r8)
     r100 = 12.0 * r80
@@ -116,8 +116,8 @@ def quantities(x, k):
     r100 = k.where(r28, r103, r100)
     r103 = k.where(r35, r39, 0.0)
     r106 = k.or_(r27, r78)
-    r107 = 4.0 * x20 * x12 * x34 * r31
-    r108 = x37 * x20 * x16 * x34 * r31 * r25
+    r107 = 4.0 * x20 * x12 * x35 * r31
+    r108 = x38 * x20 * x16 * x35 * r31 * r25
     r107 = r107 + r108
     r107 = k.max(r107, r103)
     r106 = k.where(r106, r107, r103)
@@ -126,16 +126,16 @@ def quantities(x, k):
     r112 = k.where(r27, r113, r112)
     r113 = 3.0 * x4 * r112 * r80
     r113 = k.where(r97, r113, 0.0)
-    r117 = x23 > 1.0
+    r117 = x24 > 1.0
     r117 = k.and_(r97, r117)
     r80 = 2.0 * x4 * r80
     r113 = k.where(r117, r80, r113)
     r80 = r56 + r94 + r8 + r100 + r106 + r113
     r122 = k.where(r51, r53, r37)
-    r123 = -1.0 + x23
+    r123 = -1.0 + x24
     r124 = k.min(1.0, r123)
     r125 = -1.0 * r124
-    r125 = x23 + r125
+    r125 = x24 + r125
     r127 = k.min(r6, r125)
     r127 = r127 * r36
     r122 = k.where(r59, r127, r122)
@@ -150,25 +150,25 @@ def quantities(x, k):
     r52 = k.where(r52, 1.0, 0.0)
     r52 = r16 * r52
     r127 = 1.0 + r124
-    r127 = x23 == r127
+    r127 = x24 == r127
     r142 = k.where(r127, 1.0, 0.0)
     r142 = 2.0 * x12 * r142
     r144 = r124 != 0.0
     r144 = k.and_(r144, r127)
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x37 * x12 * r144
+    r144 = x38 * x12 * r144
     r144 = r52 + r76 + r77 + r142 + r144
     r144 = r25 * r144
     r142 = r125 == 1.0
     r142 = k.where(r142, 1.0, 0.0)
     r142 = r16 * r142
-    r16 = x23 == r125
+    r16 = x24 == r125
     r52 = k.where(r16, 1.0, 0.0)
     r52 = 2.0 * x12 * r52
     r125 = r125 != 1.0
     r125 = k.and_(r16, r125)
     r125 = k.where(r125, 1.0, 0.0)
-    r125 = x37 * x12 * r125
+    r125 = x38 * x12 * r125
     r125 = r142 + r76 + r77 + r52 + r125
     r125 = r25 * r125
     r125 = r125 + r144
@@ -250,408 +250,409 @@ def quantities(x, k):
     r122 = k.where(r122, 0.0, 0.0)
     r37 = r80 == r37
     r122 = k.where(r37, 0.0, r122)
-    r37 = x37 * x20 * x4 * x34 * r31 * r25
-    r56 = x37 * x20 * x4 * x34 * r31
+    r37 = x38 * x20 * x4 * x35 * r31 * r25
+    r56 = x38 * x20 * x4 * x35 * r31
     r113 = k.max(r80, r144, r12)
     r100 = r144 == r113
     r12 = k.where(r100, r144, r12)
     r113 = r80 == r113
     r12 = k.where(r113, r80, r12)
-    r80 = -1.0 * r12
-    r80 = x8 + r80
-    r113 = 6.0 * x6 * x34 * r15
+    r80 = -1.0 * x21
+    r113 = -1.0 * r12
+    r113 = x8 + r80 + r113
+    r80 = 6.0 * x6 * x35 * r15
     r144 = 12.0 * x12
     r100 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r94 = 6.0 * x37 * x12
+    r94 = 6.0 * x38 * x12
     r77 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r144 + r100 + r16 + r94 + r77 + r8
-    r77 = x6 * x34 * r8
+    r77 = x6 * x35 * r8
     r94 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r100 = 0.16666666666666666 * x34 * r16
+    r100 = 0.16666666666666666 * x35 * r16
     r52 = k.recip(x15)
-    r16 = 0.0625 * x37 * r52 * r16
+    r16 = 0.0625 * x38 * r52 * r16
     r16 = 1.0 + r100 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r94 * r16
-    r94 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r94 * r16
+    r94 = k.pow(x35, 2.0)
     r100 = 2.0 * x6 * x15 * x11 * x10 * r94
-    r117 = x24 == 1.0
+    r117 = x25 == 1.0
     r94 = 4.0 * x6 * x15 * x11 * x10 * r94
     r94 = k.where(r117, r94, 0.0)
-    r125 = 0.3333333333333333 * x6 * x34 * r8
+    r125 = 0.3333333333333333 * x6 * x35 * r8
     r94 = k.where(r35, r125, r94)
     r94 = r77 + r100 + r94
     r100 = k.where(r35, 1.0, 0.0)
     r100 = 1.0 + r100
     r125 = k.recip(x9)
     r36 = k.recip(x19)
-    r65 = x37 * x12 * r25
-    r66 = x20 * x12 * x34 * r31
-    r53 = x37 * x20 * x34 * r31 * r25
+    r65 = x38 * x12 * r25
+    r66 = x20 * x12 * x35 * r31
+    r53 = x38 * x20 * x35 * r31 * r25
     r53 = r65 + r66 + r53
     r65 = 2.0 * r125 * r36 * r53
-    r127 = k.recip(x22)
+    r127 = k.recip(x23)
     r76 = k.recip(x17)
-    r142 = 2.0 * x37 * x20 * x12 * x34 * r127 * r31 * r76 * r25
+    r142 = 2.0 * x38 * x20 * x12 * x35 * r127 * r31 * r76 * r25
     r142 = r65 + r142
     r142 = r100 * r142
     r53 = 4.0 * r125 * r36 * r53
-    r65 = 4.0 * x37 * x20 * x12 * x34 * r127 * r31 * r76 * r25
+    r65 = 4.0 * x38 * x20 * x12 * x35 * r127 * r31 * r76 * r25
     r65 = r142 + r53 + r65
     r65 = r11 * r65
     r53 = x11 * x10 * x12 * r25
-    r142 = x11 * x20 * x10 * x34 * r31 * r25
+    r142 = x11 * x20 * x10 * x35 * r31 * r25
     r142 = r53 + r66 + r142
     r53 = 2.0 * r125 * r36 * r142
-    r296 = 2.0 * x11 * x20 * x10 * x12 * x34 * r127 * r31 * r76 * r25
-    r296 = r53 + r296
-    r296 = r100 * r296
+    r297 = 2.0 * x11 * x20 * x10 * x12 * x35 * r127 * r31 * r76 * r25
+    r297 = r53 + r297
+    r297 = r100 * r297
     r53 = x10 * x12 * r25 * r14
-    r300 = x20 * x10 * x34 * r31 * r25 * r14
-    r300 = r66 + r53 + r300
-    r53 = 2.0 * r125 * r36 * r300
-    r303 = 2.0 * x20 * x10 * x12 * x34 * r127 * r31 * r76 * r25 * r14
-    r303 = r53 + r303
-    r303 = r100 * r303
+    r301 = x20 * x10 * x35 * r31 * r25 * r14
+    r301 = r66 + r53 + r301
+    r53 = 2.0 * r125 * r36 * r301
+    r304 = 2.0 * x20 * x10 * x12 * x35 * r127 * r31 * r76 * r25 * r14
+    r304 = r53 + r304
+    r304 = r100 * r304
     r53 = x12 * x5 * r25
-    r307 = x20 * x5 * x34 * r31 * r25
-    r307 = r53 + r66 + r307
-    r66 = 2.0 * r125 * r36 * r307
-    r53 = 2.0 * x20 * x12 * x5 * x34 * r127 * r31 * r76 * r25
+    r308 = x20 * x5 * x35 * r31 * r25
+    r308 = r53 + r66 + r308
+    r66 = 2.0 * r125 * r36 * r308
+    r53 = 2.0 * x20 * x12 * x5 * x35 * r127 * r31 * r76 * r25
     r53 = r66 + r53
     r53 = 2.0 * r100 * r53
     r142 = 4.0 * r125 * r36 * r142
-    r300 = 4.0 * r125 * r36 * r300
-    r307 = 8.0 * r125 * r36 * r307
-    r66 = 8.0 * x20 * x12 * x5 * x34 * r127 * r31 * r76 * r25
-    r317 = 4.0 * x11 * x20 * x10 * x12 * x34 * r127 * r31 * r76 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r127 * r31 * r76 * r25 * r14
-    r14 = r296 + r303 + r53 + r142 + r300 + r307 + r66 + r317 + r14
+    r301 = 4.0 * r125 * r36 * r301
+    r308 = 8.0 * r125 * r36 * r308
+    r66 = 8.0 * x20 * x12 * x5 * x35 * r127 * r31 * r76 * r25
+    r318 = 4.0 * x11 * x20 * x10 * x12 * x35 * r127 * r31 * r76 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r127 * r31 * r76 * r25 * r14
+    r14 = r297 + r304 + r53 + r142 + r301 + r308 + r66 + r318 + r14
     r14 = x15 * r11 * r14
     r14 = r65 + r14
     r65 = x6 * r4 * r5 * r14
-    r317 = 10.0 * x12 * r100
-    r317 = r144 + r317
-    r317 = x20 * x34 * r31 * r317
+    r318 = 10.0 * x12 * r100
+    r318 = r144 + r318
+    r318 = x20 * x35 * r31 * r318
     r144 = 3.0 * x5
     r66 = 2.0 * x5 * r100
     r66 = r144 + r66
-    r66 = x20 * x34 * r31 * r25 * r66
-    r66 = r317 + r66
+    r66 = x20 * x35 * r31 * r25 * r66
+    r66 = r318 + r66
     r66 = x15 * r11 * r66
-    r317 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r317 = r66 + r317
-    r66 = x6 * x4 * r125 * r4 * r5 * r36 * r317
+    r318 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r318 = r66 + r318
+    r66 = x6 * x4 * r125 * r4 * r5 * r36 * r318
     r144 = k.recip(x0)
-    r307 = x11 * x10 * x34
+    r308 = x11 * x10 * x35
     r117 = k.or_(r117, r35)
     r117 = k.where(r117, 1.0, 0.0)
     r117 = 3.0 + r117
-    r117 = 2.0 * x11 * x10 * x34 * r117
-    r117 = r307 + r117
-    r307 = x6 * x15 * x34 * r127 * r4 * r31 * r76 * r144 * r11 * r25 * r117
-    r300 = r65 + r66 + r307
-    r142 = k.recip(r300)
+    r117 = 2.0 * x11 * x10 * x35 * r117
+    r117 = r308 + r117
+    r308 = x6 * x15 * x35 * r127 * r4 * r31 * r76 * r144 * r11 * r25 * r117
+    r301 = r65 + r66 + r308
+    r142 = k.recip(r301)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r53 = k.recip(x6)
-    r303 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r300
-    r296 = 0.6666666666666666 * x3 * x20 * x23 * r53 * r300
-    r317 = -1.0 * x6 * x4 * r125 * r4 * r5 * r36 * r317
-    r117 = -1.0 * x6 * x15 * x34 * r127 * r4 * r31 * r76 * r144 * r11 * r25 * r117
-    r296 = r14 + r303 + r296 + r317 + r117
-    r296 = k.max(0.0, r296)
-    r303 = 0.5 * x23
-    r303 = -1.0 + r303
-    r303 = 0.6666666666666666 * x3 * x20 * r53 * r64 * r303 * r300
-    r303 = k.where(r51, 0.0, r303)
-    r51 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r123 * r300
-    r303 = k.where(r58, r51, r303)
+    r304 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r301
+    r297 = 0.6666666666666666 * x3 * x20 * x24 * r53 * r301
+    r318 = -1.0 * x6 * x4 * r125 * r4 * r5 * r36 * r318
+    r117 = -1.0 * x6 * x15 * x35 * r127 * r4 * r31 * r76 * r144 * r11 * r25 * r117
+    r297 = r14 + r304 + r297 + r318 + r117
+    r297 = k.max(0.0, r297)
+    r304 = 0.5 * x24
+    r304 = -1.0 + r304
+    r304 = 0.6666666666666666 * x3 * x20 * r53 * r64 * r304 * r301
+    r304 = k.where(r51, 0.0, r304)
+    r51 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r123 * r301
+    r304 = k.where(r58, r51, r304)
     r68 = k.or_(r57, r60, r68)
-    r123 = x3 * x20 * r53 * r64 * r123 * r300
-    r303 = k.where(r68, r123, r303)
-    r303 = k.max(r296, r303)
-    r142 = r142 * r303
-    r296 = k.where(r93, 4.0, 2.0)
-    r296 = 26.0 + r296
-    r296 = r125 * r36 * r296 * r32
-    r36 = r65 + r296 + r66 + r307
-    r125 = -1.0 * x21
+    r123 = x3 * x20 * r53 * r64 * r123 * r301
+    r304 = k.where(r68, r123, r304)
+    r304 = k.max(r297, r304)
+    r142 = r142 * r304
+    r297 = k.where(r93, 4.0, 2.0)
+    r297 = 26.0 + r297
+    r297 = r125 * r36 * r297 * r32
+    r36 = r65 + r297 + r66 + r308
+    r125 = -1.0 * x22
     r125 = 1.0 + r125
-    r123 = x23 * x38
+    r123 = x24 * x39
     r123 = -1.0 + r123
-    r64 = k.recip(x26)
-    r57 = k.recip(x27)
-    r51 = x20 * x4 * x12 * x34 * r64 * r31 * r57 * r25
-    r51 = x28 + r51
-    r58 = 2.0 * x3 * x2 * x36
-    r58 = x30 >= r58
-    r144 = k.recip(x29)
-    r76 = k.recip(x31)
-    r380 = x20 * x4 * x12 * x34 * r144 * r31 * r76 * r25
-    r380 = x32 + r380
-    r51 = k.where(r58, r380, r51)
+    r64 = k.recip(x27)
+    r57 = k.recip(x28)
+    r51 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25
+    r51 = x29 + r51
+    r58 = 2.0 * x3 * x2 * x37
+    r58 = x31 >= r58
+    r144 = k.recip(x30)
+    r76 = k.recip(x32)
+    r381 = x20 * x4 * x12 * x35 * r144 * r31 * r76 * r25
+    r381 = x33 + r381
+    r51 = k.where(r58, r381, r51)
     r51 = 2.0 * x6 * r4 * r5 * r11 * r123 * r51
     r51 = k.where(r78, 0.0, r51)
     r125 = r125 * r51
-    r380 = x3 * x20 * r53 * r300
-    r58 = x23 <= 1.0
+    r381 = x3 * x20 * r53 * r301
+    r58 = x24 <= 1.0
     r96 = k.and_(r96, r58)
-    r380 = k.where(r96, r300, r380)
-    r380 = -1.0 * x21 * r380
-    r300 = x3 * x2
-    r392 = -1.0 + r300
-    r393 = k.recip(r392)
-    r394 = 2.0 * x3 * x2
-    r394 = -2.0 + r394
-    r396 = x30 * r25
-    r397 = k.gcd(r300, r396)
-    r398 = k.recip(r397)
-    r399 = x3 * x2 * r398
-    r399 = -1.0 + r399
-    r399 = x28 * r399
-    r402 = -1.0 * x3 * x2 * r398
-    r402 = r300 + r402
-    r402 = x32 * r402
-    r405 = r399 + r402
-    r405 = r393 * r394 * r405
-    r393 = x4 * r26
-    r408 = 4.0 * r26
-    r393 = k.where(r93, r408, r393)
-    r408 = x23 * r64 * r52 * r4 * r31 * r57 * r398 * r394 * r393
-    r397 = -1.0 + r397
-    r93 = x23 * r144 * r52 * r4 * r31 * r76 * r398 * r397 * r394 * r393
-    r93 = k.max(r408, r93)
-    r93 = r405 + r93
-    r405 = x30 <= x36
-    r408 = x28 * r394
-    r417 = x23 * r64 * r52 * r4 * r31 * r57 * r394 * r393
-    r417 = r408 + r417
-    r93 = k.where(r405, r417, r93)
-    r417 = x3 * x2 * x36
-    r417 = x30 >= r417
-    r408 = x32 * r394
-    r423 = x23 * r144 * r52 * r4 * r31 * r76 * r394 * r393
-    r423 = r408 + r423
-    r93 = k.where(r417, r423, r93)
+    r381 = k.where(r96, r301, r381)
+    r381 = -1.0 * x22 * r381
+    r301 = x3 * x2
+    r393 = -1.0 + r301
+    r394 = k.recip(r393)
+    r395 = 2.0 * x3 * x2
+    r395 = -2.0 + r395
+    r397 = x31 * r25
+    r398 = k.gcd(r301, r397)
+    r399 = k.recip(r398)
+    r400 = x3 * x2 * r399
+    r400 = -1.0 + r400
+    r400 = x29 * r400
+    r403 = -1.0 * x3 * x2 * r399
+    r403 = r301 + r403
+    r403 = x33 * r403
+    r406 = r400 + r403
+    r406 = r394 * r395 * r406
+    r394 = x4 * r26
+    r409 = 4.0 * r26
+    r394 = k.where(r93, r409, r394)
+    r409 = x24 * r64 * r52 * r4 * r31 * r57 * r399 * r395 * r394
+    r398 = -1.0 + r398
+    r93 = x24 * r144 * r52 * r4 * r31 * r76 * r399 * r398 * r395 * r394
+    r93 = k.max(r409, r93)
+    r93 = r406 + r93
+    r406 = x31 <= x37
+    r409 = x29 * r395
+    r418 = x24 * r64 * r52 * r4 * r31 * r57 * r395 * r394
+    r418 = r409 + r418
+    r93 = k.where(r406, r418, r93)
+    r418 = x3 * x2 * x37
+    r418 = x31 >= r418
+    r409 = x33 * r395
+    r424 = x24 * r144 * r52 * r4 * r31 * r76 * r395 * r394
+    r424 = r409 + r424
+    r93 = k.where(r418, r424, r93)
     r93 = x15 * r11 * r93
-    r423 = x23 * r64 * r52 * r4 * r31 * r57 * r398 * r392 * r393
-    r408 = x23 * r144 * r52 * r4 * r31 * r76 * r398 * r392 * r397 * r393
-    r408 = k.max(r423, r408)
-    r408 = r399 + r402 + r408
-    r423 = x28 * r392
-    r432 = x23 * r64 * r52 * r4 * r31 * r57 * r392 * r393
-    r432 = r423 + r432
-    r408 = k.where(r405, r432, r408)
-    r432 = x32 * r392
-    r436 = x23 * r144 * r52 * r4 * r31 * r76 * r392 * r393
-    r436 = r432 + r436
-    r408 = k.where(r417, r436, r408)
-    r436 = x15 * r11 * r408
-    r440 = x4 * x23 * r64 * r52 * r4 * r31 * r57 * r398 * r392 * r26
-    r397 = x4 * x23 * r144 * r52 * r4 * r31 * r76 * r398 * r392 * r397 * r26
-    r397 = k.max(r440, r397)
-    r397 = r399 + r402 + r397
-    r402 = x4 * x23 * r64 * r52 * r4 * r31 * r57 * r392 * r26
-    r402 = r423 + r402
-    r397 = k.where(r405, r402, r397)
-    r52 = x4 * x23 * r144 * r52 * r4 * r31 * r76 * r392 * r26
-    r52 = r432 + r52
-    r397 = k.where(r417, r52, r397)
-    r52 = x15 * r11 * r397
-    r417 = r436 + r52
-    r93 = k.where(r28, r417, r93)
-    r408 = x6 * x15 * r4 * r5 * r11 * r408
-    r408 = r52 + r408
-    r93 = k.where(r96, r408, r93)
+    r424 = x24 * r64 * r52 * r4 * r31 * r57 * r399 * r393 * r394
+    r409 = x24 * r144 * r52 * r4 * r31 * r76 * r399 * r393 * r398 * r394
+    r409 = k.max(r424, r409)
+    r409 = r400 + r403 + r409
+    r424 = x29 * r393
+    r433 = x24 * r64 * r52 * r4 * r31 * r57 * r393 * r394
+    r433 = r424 + r433
+    r409 = k.where(r406, r433, r409)
+    r433 = x33 * r393
+    r437 = x24 * r144 * r52 * r4 * r31 * r76 * r393 * r394
+    r437 = r433 + r437
+    r409 = k.where(r418, r437, r409)
+    r437 = x15 * r11 * r409
+    r441 = x4 * x24 * r64 * r52 * r4 * r31 * r57 * r399 * r393 * r26
+    r398 = x4 * x24 * r144 * r52 * r4 * r31 * r76 * r399 * r393 * r398 * r26
+    r398 = k.max(r441, r398)
+    r398 = r400 + r403 + r398
+    r403 = x4 * x24 * r64 * r52 * r4 * r31 * r57 * r393 * r26
+    r403 = r424 + r403
+    r398 = k.where(r406, r403, r398)
+    r52 = x4 * x24 * r144 * r52 * r4 * r31 * r76 * r393 * r26
+    r52 = r433 + r52
+    r398 = k.where(r418, r52, r398)
+    r52 = x15 * r11 * r398
+    r418 = r437 + r52
+    r93 = k.where(r28, r418, r93)
+    r409 = x6 * x15 * r4 * r5 * r11 * r409
+    r409 = r52 + r409
+    r93 = k.where(r96, r409, r93)
     r58 = k.and_(r97, r58)
-    r397 = 2.0 * x15 * r11 * r397
-    r397 = r436 + r397
-    r397 = x6 * r4 * r5 * r397
-    r93 = k.where(r58, r397, r93)
-    r300 = r300 == 1.0
-    r93 = k.where(r300, 0.0, r93)
-    r380 = r380 + r93
-    r380 = k.max(0.0, r380)
-    r396 = k.gcd(x2, r396)
-    r397 = k.recip(r396)
-    r436 = x2 * r397
-    r436 = -1.0 + r436
-    r436 = x28 * r436
-    r97 = -1.0 * x2 * r397
+    r398 = 2.0 * x15 * r11 * r398
+    r398 = r437 + r398
+    r398 = x6 * r4 * r5 * r398
+    r93 = k.where(r58, r398, r93)
+    r301 = r301 == 1.0
+    r93 = k.where(r301, 0.0, r93)
+    r381 = r381 + r93
+    r381 = k.max(0.0, r381)
+    r397 = k.gcd(x2, r397)
+    r398 = k.recip(r397)
+    r437 = x2 * r398
+    r437 = -1.0 + r437
+    r437 = x29 * r437
+    r97 = -1.0 * x2 * r398
     r97 = x2 + r97
-    r97 = x32 * r97
-    r408 = -1.0 + x2
-    r52 = 2.0 * x14 * x20 * x10 * x4 * x34 * r64 * r31 * r57 * r25 * r397 * r408
-    r396 = -1.0 + r396
-    r396 = 2.0 * x14 * x20 * x10 * x4 * x34 * r144 * r31 * r76 * r25 * r397 * r408 * r396
-    r396 = k.max(r52, r396)
-    r396 = r436 + r97 + r396
-    r97 = x28 * r408
-    r436 = 2.0 * x14 * x20 * x10 * x4 * x34 * r64 * r31 * r57 * r25 * r408
-    r436 = r97 + r436
-    r396 = k.where(r405, r436, r396)
-    r436 = x2 * x36
-    r436 = x30 >= r436
-    r405 = x32 * r408
-    r97 = 2.0 * x14 * x20 * x10 * x4 * x34 * r144 * r31 * r76 * r25 * r408
-    r97 = r405 + r97
-    r396 = k.where(r436, r97, r396)
-    r97 = x6 * x15 * r4 * r5 * r11 * r396
-    r396 = x6 * x15 * r4 * r5 * r11 * r100 * r396
-    r396 = r97 + r396
+    r97 = x33 * r97
+    r409 = -1.0 + x2
+    r52 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r398 * r409
+    r397 = -1.0 + r397
+    r397 = 2.0 * x14 * x20 * x10 * x4 * x35 * r144 * r31 * r76 * r25 * r398 * r409 * r397
+    r397 = k.max(r52, r397)
+    r397 = r437 + r97 + r397
+    r97 = x29 * r409
+    r437 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r409
+    r437 = r97 + r437
+    r397 = k.where(r406, r437, r397)
+    r437 = x2 * x37
+    r437 = x31 >= r437
+    r406 = x33 * r409
+    r97 = 2.0 * x14 * x20 * x10 * x4 * x35 * r144 * r31 * r76 * r25 * r409
+    r97 = r406 + r97
+    r397 = k.where(r437, r97, r397)
+    r97 = x6 * x15 * r4 * r5 * r11 * r397
+    r397 = x6 * x15 * r4 * r5 * r11 * r100 * r397
+    r397 = r97 + r397
     r97 = x2 == 1.0
-    r396 = k.where(r97, 0.0, r396)
+    r397 = k.where(r97, 0.0, r397)
     r35 = k.where(r35, 2.0, 0.0)
     r35 = 4.0 + r35
-    r436 = -1.0 + x36
-    r436 = k.recip(r436)
-    r405 = 2.0 * x36
-    r405 = -2.0 + r405
-    r52 = k.gcd(x36, x30)
-    r397 = k.recip(r52)
-    r417 = x36 * r397
-    r417 = -1.0 + r417
-    r417 = x28 * r417
-    r432 = -1.0 * x36 * r397
-    r432 = x36 + r432
-    r432 = x32 * r432
-    r432 = r417 + r432
-    r432 = r436 * r405 * r432
-    r436 = x20 * x4 * x12 * x34 * r64 * r31 * r57 * r25 * r397 * r405
+    r437 = -1.0 + x37
+    r437 = k.recip(r437)
+    r406 = 2.0 * x37
+    r406 = -2.0 + r406
+    r52 = k.gcd(x37, x31)
+    r398 = k.recip(r52)
+    r418 = x37 * r398
+    r418 = -1.0 + r418
+    r418 = x29 * r418
+    r433 = -1.0 * x37 * r398
+    r433 = x37 + r433
+    r433 = x33 * r433
+    r433 = r418 + r433
+    r433 = r437 * r406 * r433
+    r437 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r398 * r406
     r52 = -1.0 + r52
-    r52 = x20 * x4 * x12 * x34 * r144 * r31 * r76 * r25 * r397 * r52 * r405
-    r52 = k.max(r436, r52)
-    r52 = r432 + r52
-    r432 = x30 <= 1.0
-    r436 = x28 * r405
-    r57 = x20 * x4 * x12 * x34 * r64 * r31 * r57 * r25 * r405
-    r57 = r436 + r57
-    r52 = k.where(r432, r57, r52)
-    r57 = x30 >= x36
-    r432 = x32 * r405
-    r76 = x20 * x4 * x12 * x34 * r144 * r31 * r76 * r25 * r405
-    r76 = r432 + r76
+    r52 = x20 * x4 * x12 * x35 * r144 * r31 * r76 * r25 * r398 * r52 * r406
+    r52 = k.max(r437, r52)
+    r52 = r433 + r52
+    r433 = x31 <= 1.0
+    r437 = x29 * r406
+    r57 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r406
+    r57 = r437 + r57
+    r52 = k.where(r433, r57, r52)
+    r57 = x31 >= x37
+    r433 = x33 * r406
+    r76 = x20 * x4 * x12 * x35 * r144 * r31 * r76 * r25 * r406
+    r76 = r433 + r76
     r52 = k.where(r57, r76, r52)
     r52 = x6 * x15 * r4 * r5 * r11 * r35 * r52
-    r76 = x36 == 1.0
+    r76 = x37 == 1.0
     r52 = k.where(r76, 0.0, r52)
-    r117 = r14 + r317 + r117
+    r117 = r14 + r318 + r117
     r117 = k.max(0.0, r117)
     r117 = k.where(r27, r117, 0.0)
-    r27 = r125 + r65 + r296 + r66 + r307 + r380 + r303 + r396 + r52 + r117
-    r317 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r127 * r4 * r31 * r11 * r25 * r317 * r15
-    r8 = x6 * x34 * r127 * r4 * r31 * r11 * r25 * r317 * r8
-    r317 = x20 * x4 * x12 * x34 * r31
-    r127 = x20 * x4 * x12 * x34 * r64 * r31
-    r394 = r4 * r31 * r394 * r393
-    r57 = r4 * r31 * r392 * r393
-    r432 = x4 * r4 * r31 * r392 * r26
-    r144 = r57 + r432
-    r394 = k.where(r28, r144, r394)
+    r27 = r125 + r65 + r297 + r66 + r308 + r381 + r304 + r397 + r52 + r117
+    r318 = k.recip(r27)
+    r14 = 6.0 * x6 * x35 * r127 * r4 * r31 * r11 * r25 * r318 * r15
+    r8 = x6 * x35 * r127 * r4 * r31 * r11 * r25 * r318 * r8
+    r318 = x20 * x4 * x12 * x35 * r31
+    r127 = x20 * x4 * x12 * x35 * r64 * r31
+    r395 = r4 * r31 * r395 * r394
+    r57 = r4 * r31 * r393 * r394
+    r433 = x4 * r4 * r31 * r393 * r26
+    r144 = r57 + r433
+    r395 = k.where(r28, r144, r395)
     r144 = k.pow(x3, -2.0)
-    r393 = x6 * r144 * r5 * r31 * r392 * r393
-    r393 = r432 + r393
-    r394 = k.where(r96, r393, r394)
-    r392 = 2.0 * x4 * r4 * r31 * r392 * r26
-    r392 = r57 + r392
-    r392 = x6 * r4 * r5 * r392
-    r394 = k.where(r58, r392, r394)
-    r394 = k.where(r300, 0.0, r394)
-    r300 = r64 * r394
-    r64 = x29 * r64
-    r392 = k.recip(x34)
-    r58 = x35 * r53 * r392
+    r394 = x6 * r144 * r5 * r31 * r393 * r394
+    r394 = r433 + r394
+    r395 = k.where(r96, r394, r395)
+    r393 = 2.0 * x4 * r4 * r31 * r393 * r26
+    r393 = r57 + r393
+    r393 = x6 * r4 * r5 * r393
+    r395 = k.where(r58, r393, r395)
+    r395 = k.where(r301, 0.0, r395)
+    r301 = r64 * r395
+    r64 = x30 * r64
+    r393 = k.recip(x35)
+    r58 = x36 * r53 * r393
     r5 = k.recip(x13)
     r57 = r4 * r31 * r5 * r11 * r25
-    r393 = 1.6e-11 * x12
+    r394 = 1.6e-11 * x12
     r96 = 8e-12 * x15 * r9
-    r432 = 8e-12 * x15 * r13
-    r144 = 8e-12 * x37 * x12
+    r433 = 8e-12 * x15 * r13
+    r144 = 8e-12 * x38 * x12
     r28 = 8e-12 * x12 * x18
-    r436 = r393 + r96 + r432 + r144 + r28
-    r397 = 8e-12 * x12
-    r417 = 4e-12 * x15 * r9
-    r402 = 4e-12 * x15 * r13
-    r423 = 4e-12 * x37 * x12
-    r399 = 4e-12 * x12 * x18
-    r399 = r397 + r417 + r402 + r423 + r399
-    r399 = r57 > r399
-    r423 = -1.6e-11 * x12
+    r437 = r394 + r96 + r433 + r144 + r28
+    r398 = 8e-12 * x12
+    r418 = 4e-12 * x15 * r9
+    r403 = 4e-12 * x15 * r13
+    r424 = 4e-12 * x38 * x12
+    r400 = 4e-12 * x12 * x18
+    r400 = r398 + r418 + r403 + r424 + r400
+    r400 = r57 > r400
+    r424 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r402 = -8e-12 * x37 * x12
-    r417 = -8e-12 * x12 * x18
-    r397 = k.sqrt(2.0)
-    r440 = k.sqrt(x3)
-    r440 = k.recip(r440)
-    r398 = k.sqrt(x2)
-    r398 = k.recip(r398)
-    r580 = k.sqrt(x13)
-    r580 = k.recip(r580)
-    r582 = k.sqrt(x23)
-    r582 = k.recip(r582)
-    r584 = k.sqrt(x36)
-    r584 = k.recip(r584)
-    r586 = k.sqrt(r436)
-    r587 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r436
-    r588 = k.sqrt(x3)
-    r589 = k.sqrt(x2)
-    r590 = k.sqrt(x13)
-    r591 = k.sqrt(x23)
-    r592 = k.sqrt(x36)
-    r592 = 0.16666666666666666 * r397 * r588 * r589 * r590 * r591 * r592 * r586
-    r592 = 1.0 + r587 + r592
-    r592 = r397 * r440 * r398 * r580 * r582 * r584 * r586 * r592
-    r592 = r423 + r9 + r13 + r402 + r417 + r592
-    r417 = k.where(r399, r592, r57)
-    r28 = r393 + r96 + r432 + r144 + r28 + r417
-    r28 = x3 * x2 * x13 * x23 * x36 * r28
+    r403 = -8e-12 * x38 * x12
+    r418 = -8e-12 * x12 * x18
+    r398 = k.sqrt(2.0)
+    r441 = k.sqrt(x3)
+    r441 = k.recip(r441)
+    r399 = k.sqrt(x2)
+    r399 = k.recip(r399)
+    r581 = k.sqrt(x13)
+    r581 = k.recip(r581)
+    r583 = k.sqrt(x24)
+    r583 = k.recip(r583)
+    r585 = k.sqrt(x37)
+    r585 = k.recip(r585)
+    r587 = k.sqrt(r437)
+    r588 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r437
+    r589 = k.sqrt(x3)
+    r590 = k.sqrt(x2)
+    r591 = k.sqrt(x13)
+    r592 = k.sqrt(x24)
+    r593 = k.sqrt(x37)
+    r593 = 0.16666666666666666 * r398 * r589 * r590 * r591 * r592 * r593 * r587
+    r593 = 1.0 + r588 + r593
+    r593 = r398 * r441 * r399 * r581 * r583 * r585 * r587 * r593
+    r593 = r424 + r9 + r13 + r403 + r418 + r593
+    r418 = k.where(r400, r593, r57)
+    r28 = r394 + r96 + r433 + r144 + r28 + r418
+    r28 = x3 * x2 * x13 * x24 * x37 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
     r144 = k.recip(r28)
-    r432 = x25 + x1
-    r96 = -1.0 * x3 * x2 * x13 * x23 * x36 * r432
+    r433 = x26 + x1
+    r96 = -1.0 * x3 * x2 * x13 * x24 * x37 * r433
     r96 = k.exp(r96)
-    r96 = x3 * x2 * x13 * x23 * x36 * r144 * r417 * r96
-    r144 = x3 * x2 * x13 * x23 * x36
-    r592 = k.recip(r592)
-    r144 = k.where(r399, r592, r144)
-    r432 = x3 * x2 * x13 * x23 * x36 * r432
-    r432 = k.exp(r432)
-    r5 = x35 * r53 * r4 * r31 * r5 * r11 * r392 * r25 * r28 * r27 * r144 * r432
-    r432 = x35 * r53 * r392 * r28 * r27 * r144 * r432
-    r35 = x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r405 * r35
+    r96 = x3 * x2 * x13 * x24 * x37 * r144 * r418 * r96
+    r144 = x3 * x2 * x13 * x24 * x37
+    r593 = k.recip(r593)
+    r144 = k.where(r400, r593, r144)
+    r433 = x3 * x2 * x13 * x24 * x37 * r433
+    r433 = k.exp(r433)
+    r5 = x36 * r53 * r4 * r31 * r5 * r11 * r393 * r25 * r28 * r27 * r144 * r433
+    r433 = x36 * r53 * r393 * r28 * r27 * r144 * r433
+    r35 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r406 * r35
     r35 = k.where(r76, 0.0, r35)
-    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r408
-    r408 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r100 * r408
-    r408 = r76 + r408
-    r408 = k.where(r97, 0.0, r408)
-    r123 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r123
+    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r409
+    r409 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r100 * r409
+    r409 = r76 + r409
+    r409 = k.where(r97, 0.0, r409)
+    r123 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r123
     r123 = k.where(r78, 0.0, r123)
-    r124 = r124 < x23
-    r78 = x33 != 2.0
+    r124 = r124 < x24
+    r78 = x34 != 2.0
     r60 = k.and_(r60, r78)
     r60 = k.not_(r60)
     r60 = k.or_(r124, r60)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r59 = k.and_(r25, r78, r59)
     r59 = k.not_(r59)
     r59 = k.or_(r124, r59)
     r59 = k.and_(r60, r59)
-    r60 = x23 >= 2.0
-    r124 = x33 != 3.0
-    r78 = x33 != 4.0
+    r60 = x24 >= 2.0
+    r124 = x34 != 3.0
+    r78 = x34 != 4.0
     r68 = k.not_(r68)
     r68 = k.and_(r124, r78, r68)
     r68 = k.not_(r68)
     r68 = k.or_(r60, r68)
-    r60 = x22 * x3 * x2 * x23 * x36 * r27
-    r78 = r113 <= r60
+    r60 = x23 * x3 * x2 * x24 * x37 * r27
+    r78 = r80 <= r60
     r60 = r77 <= r60
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r79, r38, r73, r112, r103, r122, 0.0, r106, r107, r39, r37, r56, r108, r12, r80, r113, r113, r77, r16, r94, r142, r36, r303, r27, r14, r8, r317, r127, r300, r64, 0.0, r58, r57, r436, r417, r96, r5, r432, r65, r307, r66, r296, r35, r52, r52, r408, r396, r396, r394, r93, r380, r123, r51, r125, 0.0, 0.0, r117, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, r59, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r79, r38, r73, r112, r103, r122, 0.0, r106, r107, r39, r37, r56, r108, r12, r113, r80, r80, r77, r16, r94, r142, r36, r304, r27, r14, r8, r318, r127, r301, r64, 0.0, r58, r57, r437, r418, r96, r5, r433, r65, r308, r66, r297, r35, r52, r52, r409, r397, r397, r395, r93, r381, r123, r51, r125, 0.0, 0.0, r117, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1280,9 +1281,9 @@ def search(x, k):
     return (r94, r56, r49)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (15, 41, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (27,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 34), (10, 35), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 31), (13, 65), (13, 66), (13, 67), (13, 68), (16, 29), (16, 30), (16, 31), (16, 33), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 65), (17, 66), (17, 67), (17, 68), (22, 31), (22, 34), (22, 35), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 34), (23, 35), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 30, 32, 34, 37, 38, 42, 43, 44, 45, 46, 47, 48), (28, 42, 43, 44, 45, 46, 47, 48), (28, 42, 43, 44, 45, 46, 47, 48), (15, 42, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 35), (10, 36), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (16, 29), (16, 30), (16, 31), (16, 34), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 35), (22, 36), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 35), (23, 36), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

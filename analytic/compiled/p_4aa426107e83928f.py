@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,67 +51,67 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x34 * r30 * r38
-    r34 = x24 == 2.0
-    r37 = 2.0 * x19 * x12 * x34 * r30
+    r38 = x19 * x35 * r30 * r38
+    r34 = x25 == 2.0
+    r37 = 2.0 * x19 * x12 * x35 * r30
     r37 = k.where(r34, r37, r38)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r33)
     r36 = r36 * r35
-    r50 = x33 == 4.0
-    r51 = 2.0 * x23
+    r50 = x34 == 4.0
+    r51 = 2.0 * x24
     r52 = -1.0 + r51
     r52 = k.min(r52, r6)
     r52 = r52 * r35
     r55 = k.where(r50, r52, r36)
-    r56 = x33 == 0.0
-    r57 = x33 == 3.0
+    r56 = x34 == 0.0
+    r57 = x34 == 3.0
     r58 = k.or_(r56, r57)
-    r59 = k.min(x23, r6)
+    r59 = k.min(x24, r6)
     r59 = r59 * r35
     r55 = k.where(r58, r59, r55)
-    r59 = x33 == 1.0
-    r63 = k.recip(x38)
-    r64 = x6 * x38 * r4 * r5
-    r65 = -1.0 + x38
-    r65 = x23 * r65
+    r59 = x34 == 1.0
+    r63 = k.recip(x39)
+    r64 = x6 * x39 * r4 * r5
+    r65 = -1.0 + x39
+    r65 = x24 * r65
     r67 = -1.0 + r51 + r65
     r67 = k.min(r64, r67)
     r67 = r63 * r67 * r35
     r55 = k.where(r59, r67, r55)
-    r67 = x33 == 2.0
+    r67 = x34 == 2.0
     r72 = x6 * r4 * r5 * r35
     r55 = k.where(r67, r72, r55)
     r55 = r37 * r55
     r75 = r9 * r35
     r76 = r13 * r35
-    r77 = x23 == 1.0
+    r77 = x24 == 1.0
     r78 = k.where(r77, 1.0, 0.0)
     r79 = 2.0 * x12 * r78
     r79 = r12 + r75 + r76 + r79
     r79 = r16 * r79
-    r78 = x37 * x12 * r78
-    r12 = x23 != 1.0
+    r78 = x38 * x12 * r78
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r75 + r76 + r78 + r12
     r12 = r16 * r12
     r78 = r79 + r12
     r79 = k.where(r26, r78, r79)
     r8 = 2.0 * r79
-    r91 = x39 >= 2.0
+    r91 = x40 >= 2.0
     r92 = 2.0 * r4 * r30 * r79
     r93 = k.where(r91, r92, r8)
-    r94 = x39 >= 3.0
+    r94 = x40 >= 3.0
     r8 = k.where(r94, r92, r8)
     r92 = 12.0 * r79
     r97 = 12.0 * r4 * r30 * r79
     r92 = k.where(r27, r97, r92)
     r97 = k.where(r34, r38, 0.0)
     r100 = k.or_(r26, r77)
-    r101 = 4.0 * x19 * x12 * x34 * r30
-    r102 = x37 * x19 * x16 * x34 * r30 * r16
+    r101 = 4.0 * x19 * x12 * x35 * r30
+    r102 = x38 * x19 * x16 * x35 * r30 * r16
     r101 = r101 + r102
     r101 = k.max(r101, r97)
     r100 = k.where(r100, r101, r97)
@@ -120,16 +120,16 @@ def quantities(x, k):
     r106 = k.where(r26, r107, r106)
     r107 = 3.0 * x4 * r106 * r79
     r107 = k.where(r94, r107, 0.0)
-    r111 = x23 > 1.0
+    r111 = x24 > 1.0
     r111 = k.and_(r94, r111)
     r79 = 2.0 * x4 * r79
     r107 = k.where(r111, r79, r107)
     r79 = r55 + r93 + r8 + r92 + r100 + r107
     r116 = k.where(r50, r52, r36)
-    r117 = -1.0 + x23
+    r117 = -1.0 + x24
     r118 = k.min(1.0, r117)
     r119 = -1.0 * r118
-    r119 = x23 + r119
+    r119 = x24 + r119
     r121 = k.min(r6, r119)
     r121 = r121 * r35
     r116 = k.where(r58, r121, r116)
@@ -141,28 +141,28 @@ def quantities(x, k):
     r116 = k.where(r67, r72, r116)
     r116 = r37 * r116
     r51 = 1.0 + r118
-    r51 = x23 == r51
+    r51 = x24 == r51
     r121 = k.where(r51, 1.0, 0.0)
     r121 = 2.0 * x12 * r121
     r135 = r118 == 0.0
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x37 * x12 * r135
+    r135 = x38 * x12 * r135
     r138 = r118 != 0.0
     r138 = k.and_(r138, r51)
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x37 * x12 * r138
+    r138 = x38 * x12 * r138
     r138 = r75 + r76 + r121 + r135 + r138
     r138 = r16 * r138
-    r135 = x23 == r119
+    r135 = x24 == r119
     r121 = k.where(r135, 1.0, 0.0)
     r121 = 2.0 * x12 * r121
     r147 = r119 == 1.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r119 = r119 != 1.0
     r119 = k.and_(r135, r119)
     r119 = k.where(r119, 1.0, 0.0)
-    r119 = x37 * x12 * r119
+    r119 = x38 * x12 * r119
     r119 = r75 + r76 + r121 + r147 + r119
     r119 = r16 * r119
     r119 = r138 + r119
@@ -238,393 +238,394 @@ def quantities(x, k):
     r116 = k.where(r116, 0.0, 0.0)
     r36 = r79 == r36
     r116 = k.where(r36, 0.0, r116)
-    r36 = x37 * x19 * x4 * x34 * r30 * r16
-    r55 = x37 * x19 * x4 * x34 * r30
+    r36 = x38 * x19 * x4 * x35 * r30 * r16
+    r55 = x38 * x19 * x4 * x35 * r30
     r107 = k.max(r79, r138, r12)
     r92 = r138 == r107
     r12 = k.where(r92, r138, r12)
     r107 = r79 == r107
     r12 = k.where(r107, r79, r12)
-    r79 = -1.0 * r12
-    r79 = x8 + r79
-    r107 = 6.0 * x6 * x34 * r15
+    r79 = -1.0 * x20
+    r107 = -1.0 * r12
+    r107 = x8 + r79 + r107
+    r79 = 6.0 * x6 * x35 * r15
     r138 = 12.0 * x12
     r92 = 6.0 * x15 * r9
     r135 = 6.0 * x15 * r13
-    r93 = 6.0 * x37 * x12
-    r147 = 12.0 * x15 * x11 * x10 * x34
+    r93 = 6.0 * x38 * x12
+    r147 = 12.0 * x15 * x11 * x10 * x35
     r147 = r138 + r92 + r135 + r93 + r147
-    r93 = x6 * x34 * r147
+    r93 = x6 * x35 * r147
     r135 = k.pow(x12, 2.0)
     r92 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r92
+    r8 = 0.16666666666666666 * x35 * r92
     r121 = k.recip(x15)
-    r92 = 0.0625 * x37 * r121 * r92
+    r92 = 0.0625 * x38 * r121 * r92
     r92 = 1.0 + r8 + r92
-    r92 = 96.0 * x6 * x15 * x34 * r135 * r92
-    r135 = k.pow(x34, 2.0)
+    r92 = 96.0 * x6 * x15 * x35 * r135 * r92
+    r135 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r135
-    r111 = x24 == 1.0
+    r111 = x25 == 1.0
     r135 = 4.0 * x6 * x15 * x11 * x10 * r135
     r135 = k.where(r111, r135, 0.0)
-    r119 = 0.3333333333333333 * x6 * x34 * r147
+    r119 = 0.3333333333333333 * x6 * x35 * r147
     r135 = k.where(r34, r119, r135)
     r135 = r93 + r8 + r135
     r8 = k.where(r34, 1.0, 0.0)
     r8 = 1.0 + r8
     r119 = k.recip(x9)
     r35 = k.recip(x18)
-    r64 = x37 * x12 * r16
-    r65 = x19 * x12 * x34 * r30
-    r52 = x37 * x19 * x34 * r30 * r16
+    r64 = x38 * x12 * r16
+    r65 = x19 * x12 * x35 * r30
+    r52 = x38 * x19 * x35 * r30 * r16
     r52 = r64 + r65 + r52
     r64 = 2.0 * r119 * r35 * r52
-    r51 = k.recip(x22)
+    r51 = k.recip(x23)
     r76 = k.recip(x17)
-    r75 = 2.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
+    r75 = 2.0 * x38 * x19 * x12 * x35 * r51 * r30 * r76 * r16
     r75 = r64 + r75
     r75 = r8 * r75
     r52 = 4.0 * r119 * r35 * r52
-    r64 = 4.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
+    r64 = 4.0 * x38 * x19 * x12 * x35 * r51 * r30 * r76 * r16
     r64 = r75 + r52 + r64
     r64 = r11 * r64
     r52 = x11 * x10 * x12 * r16
-    r75 = x11 * x19 * x10 * x34 * r30 * r16
+    r75 = x11 * x19 * x10 * x35 * r30 * r16
     r75 = r52 + r65 + r75
     r52 = r119 * r35 * r75
-    r283 = k.recip(x21)
-    r284 = 2.0 * x11 * x19 * x10 * x12 * x34 * r283 * r30 * r76 * r16
-    r284 = r52 + r284
-    r284 = r8 * r284
+    r284 = k.recip(x22)
+    r285 = 2.0 * x11 * x19 * x10 * x12 * x35 * r284 * r30 * r76 * r16
+    r285 = r52 + r285
+    r285 = r8 * r285
     r52 = x10 * x12 * r16 * r14
-    r288 = x19 * x10 * x34 * r30 * r16 * r14
-    r288 = r65 + r52 + r288
-    r52 = r119 * r35 * r288
-    r291 = 2.0 * x19 * x10 * x12 * x34 * r283 * r30 * r76 * r16 * r14
-    r291 = r52 + r291
-    r291 = r8 * r291
+    r289 = x19 * x10 * x35 * r30 * r16 * r14
+    r289 = r65 + r52 + r289
+    r52 = r119 * r35 * r289
+    r292 = 2.0 * x19 * x10 * x12 * x35 * r284 * r30 * r76 * r16 * r14
+    r292 = r52 + r292
+    r292 = r8 * r292
     r52 = x12 * x5 * r16
-    r295 = x19 * x5 * x34 * r30 * r16
-    r295 = r52 + r65 + r295
-    r65 = r119 * r35 * r295
-    r52 = 2.0 * x19 * x12 * x5 * x34 * r283 * r30 * r76 * r16
+    r296 = x19 * x5 * x35 * r30 * r16
+    r296 = r52 + r65 + r296
+    r65 = r119 * r35 * r296
+    r52 = 2.0 * x19 * x12 * x5 * x35 * r284 * r30 * r76 * r16
     r52 = r65 + r52
     r52 = 2.0 * r8 * r52
     r75 = 2.0 * r119 * r35 * r75
-    r288 = 2.0 * r119 * r35 * r288
-    r295 = 4.0 * r119 * r35 * r295
+    r289 = 2.0 * r119 * r35 * r289
+    r296 = 4.0 * r119 * r35 * r296
     r65 = x11 * x10 * r16
     r65 = x12 + r65
-    r65 = 4.0 * x19 * x34 * r119 * r30 * r35 * r65
-    r307 = x10 * r16 * r14
-    r307 = x12 + r307
-    r307 = 4.0 * x19 * x34 * r119 * r30 * r35 * r307
-    r310 = x5 * r16
-    r310 = x12 + r310
-    r310 = 8.0 * x19 * x34 * r119 * r30 * r35 * r310
-    r313 = 8.0 * x19 * x12 * x5 * x34 * r283 * r30 * r76 * r16
-    r314 = 4.0 * x11 * x19 * x10 * x12 * x34 * r283 * r30 * r76 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r283 * r30 * r76 * r16 * r14
-    r14 = r284 + r291 + r52 + r75 + r288 + r295 + r65 + r307 + r310 + r313 + r314 + r14
+    r65 = 4.0 * x19 * x35 * r119 * r30 * r35 * r65
+    r308 = x10 * r16 * r14
+    r308 = x12 + r308
+    r308 = 4.0 * x19 * x35 * r119 * r30 * r35 * r308
+    r311 = x5 * r16
+    r311 = x12 + r311
+    r311 = 8.0 * x19 * x35 * r119 * r30 * r35 * r311
+    r314 = 8.0 * x19 * x12 * x5 * x35 * r284 * r30 * r76 * r16
+    r315 = 4.0 * x11 * x19 * x10 * x12 * x35 * r284 * r30 * r76 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r284 * r30 * r76 * r16 * r14
+    r14 = r285 + r292 + r52 + r75 + r289 + r296 + r65 + r308 + r311 + r314 + r315 + r14
     r14 = x15 * r11 * r14
     r14 = r64 + r14
     r64 = x6 * r4 * r5 * r14
-    r314 = 10.0 * x12 * r8
-    r314 = r138 + r314
-    r314 = x19 * x34 * r30 * r314
+    r315 = 10.0 * x12 * r8
+    r315 = r138 + r315
+    r315 = x19 * x35 * r30 * r315
     r138 = 3.0 * x5
-    r313 = 2.0 * x5 * r8
-    r313 = r138 + r313
-    r313 = x19 * x34 * r30 * r16 * r313
-    r313 = r314 + r313
-    r313 = x15 * r11 * r313
-    r314 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r314 = r313 + r314
-    r313 = x6 * x4 * r119 * r4 * r5 * r35 * r314
+    r314 = 2.0 * x5 * r8
+    r314 = r138 + r314
+    r314 = x19 * x35 * r30 * r16 * r314
+    r314 = r315 + r314
+    r314 = x15 * r11 * r314
+    r315 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r315 = r314 + r315
+    r314 = x6 * x4 * r119 * r4 * r5 * r35 * r315
     r138 = k.recip(x0)
-    r310 = x11 * x10 * x34
+    r311 = x11 * x10 * x35
     r111 = k.or_(r111, r34)
     r111 = k.where(r111, 1.0, 0.0)
     r111 = 3.0 + r111
-    r111 = 2.0 * x11 * x10 * x34 * r111
-    r111 = r310 + r111
-    r310 = x6 * x15 * x34 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
-    r307 = r64 + r313 + r310
-    r65 = k.recip(r307)
+    r111 = 2.0 * x11 * x10 * x35 * r111
+    r111 = r311 + r111
+    r311 = x6 * x15 * x35 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
+    r308 = r64 + r314 + r311
+    r65 = k.recip(r308)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r295 = k.recip(x6)
-    r288 = 0.3333333333333333 * x3 * x19 * r295 * r63 * r307
-    r75 = 0.6666666666666666 * x3 * x19 * x23 * r295 * r307
-    r314 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r314
-    r111 = -1.0 * x6 * x15 * x34 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
-    r75 = r14 + r288 + r75 + r314 + r111
+    r296 = k.recip(x6)
+    r289 = 0.3333333333333333 * x3 * x19 * r296 * r63 * r308
+    r75 = 0.6666666666666666 * x3 * x19 * x24 * r296 * r308
+    r315 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r315
+    r111 = -1.0 * x6 * x15 * x35 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
+    r75 = r14 + r289 + r75 + r315 + r111
     r75 = k.max(0.0, r75)
-    r288 = 0.5 * x23
-    r288 = -1.0 + r288
-    r288 = 0.6666666666666666 * x3 * x19 * r295 * r63 * r288 * r307
-    r288 = k.where(r50, 0.0, r288)
-    r50 = 0.3333333333333333 * x3 * x19 * r295 * r63 * r117 * r307
-    r288 = k.where(r57, r50, r288)
+    r289 = 0.5 * x24
+    r289 = -1.0 + r289
+    r289 = 0.6666666666666666 * x3 * x19 * r296 * r63 * r289 * r308
+    r289 = k.where(r50, 0.0, r289)
+    r50 = 0.3333333333333333 * x3 * x19 * r296 * r63 * r117 * r308
+    r289 = k.where(r57, r50, r289)
     r67 = k.or_(r56, r59, r67)
-    r117 = x3 * x19 * r295 * r63 * r117 * r307
-    r288 = k.where(r67, r117, r288)
-    r288 = k.max(r75, r288)
-    r65 = r65 * r288
+    r117 = x3 * x19 * r296 * r63 * r117 * r308
+    r289 = k.where(r67, r117, r289)
+    r289 = k.max(r75, r289)
+    r65 = r65 * r289
     r35 = 28.0 * r119 * r35 * r31
-    r119 = r35 + r64 + r313 + r310
-    r75 = -1.0 * x20
+    r119 = r35 + r64 + r314 + r311
+    r75 = -1.0 * x21
     r75 = 1.0 + r75
-    r117 = x23 * x38
+    r117 = x24 * x39
     r117 = -1.0 + r117
-    r63 = k.recip(x26)
-    r56 = k.recip(x27)
-    r50 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16
-    r50 = x28 + r50
-    r57 = 2.0 * x3 * x2 * x36
-    r57 = x30 >= r57
-    r138 = k.recip(x29)
-    r76 = k.recip(x31)
-    r51 = x19 * x4 * x12 * x34 * r138 * r30 * r76 * r16
-    r51 = x32 + r51
+    r63 = k.recip(x27)
+    r56 = k.recip(x28)
+    r50 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16
+    r50 = x29 + r50
+    r57 = 2.0 * x3 * x2 * x37
+    r57 = x31 >= r57
+    r138 = k.recip(x30)
+    r76 = k.recip(x32)
+    r51 = x19 * x4 * x12 * x35 * r138 * r30 * r76 * r16
+    r51 = x33 + r51
     r50 = k.where(r57, r51, r50)
     r50 = 2.0 * x6 * r4 * r5 * r11 * r117 * r50
     r50 = k.where(r77, 0.0, r50)
     r75 = r75 * r50
-    r51 = x3 * x19 * r295 * r307
-    r57 = x23 <= 1.0
+    r51 = x3 * x19 * r296 * r308
+    r57 = x24 <= 1.0
     r91 = k.and_(r91, r57)
-    r51 = k.where(r91, r307, r51)
-    r51 = -1.0 * x20 * r51
-    r307 = x3 * x2
-    r52 = -1.0 + r307
-    r291 = k.recip(r52)
-    r284 = 2.0 * x3 * x2
-    r284 = -2.0 + r284
-    r391 = x30 * r16
-    r392 = k.gcd(r307, r391)
-    r393 = k.recip(r392)
-    r394 = x3 * x2 * r393
-    r394 = -1.0 + r394
-    r394 = x28 * r394
-    r397 = -1.0 * x3 * x2 * r393
-    r397 = r307 + r397
-    r397 = x32 * r397
-    r400 = r394 + r397
-    r400 = r291 * r284 * r400
-    r291 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r393 * r284 * r25
-    r392 = -1.0 + r392
-    r404 = x4 * x23 * r138 * r121 * r4 * r30 * r76 * r393 * r392 * r284 * r25
-    r404 = k.max(r291, r404)
-    r404 = r400 + r404
-    r400 = x30 <= x36
-    r291 = x28 * r284
-    r409 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r284 * r25
-    r409 = r291 + r409
-    r404 = k.where(r400, r409, r404)
-    r409 = x3 * x2 * x36
-    r409 = x30 >= r409
-    r291 = x32 * r284
-    r415 = x4 * x23 * r138 * r121 * r4 * r30 * r76 * r284 * r25
-    r415 = r291 + r415
-    r404 = k.where(r409, r415, r404)
-    r404 = x15 * r11 * r404
-    r415 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r393 * r52 * r25
-    r392 = x4 * x23 * r138 * r121 * r4 * r30 * r76 * r393 * r52 * r392 * r25
-    r392 = k.max(r415, r392)
-    r392 = r394 + r397 + r392
-    r397 = x28 * r52
-    r394 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r52 * r25
-    r394 = r397 + r394
-    r392 = k.where(r400, r394, r392)
-    r394 = x32 * r52
-    r121 = x4 * x23 * r138 * r121 * r4 * r30 * r76 * r52 * r25
-    r121 = r394 + r121
-    r392 = k.where(r409, r121, r392)
-    r121 = 2.0 * x15 * r11 * r392
-    r404 = k.where(r27, r121, r404)
-    r121 = x15 * r11 * r392
-    r409 = x6 * x15 * r4 * r5 * r11 * r392
-    r409 = r121 + r409
-    r404 = k.where(r91, r409, r404)
+    r51 = k.where(r91, r308, r51)
+    r51 = -1.0 * x21 * r51
+    r308 = x3 * x2
+    r52 = -1.0 + r308
+    r292 = k.recip(r52)
+    r285 = 2.0 * x3 * x2
+    r285 = -2.0 + r285
+    r392 = x31 * r16
+    r393 = k.gcd(r308, r392)
+    r394 = k.recip(r393)
+    r395 = x3 * x2 * r394
+    r395 = -1.0 + r395
+    r395 = x29 * r395
+    r398 = -1.0 * x3 * x2 * r394
+    r398 = r308 + r398
+    r398 = x33 * r398
+    r401 = r395 + r398
+    r401 = r292 * r285 * r401
+    r292 = x4 * x24 * r63 * r121 * r4 * r30 * r56 * r394 * r285 * r25
+    r393 = -1.0 + r393
+    r405 = x4 * x24 * r138 * r121 * r4 * r30 * r76 * r394 * r393 * r285 * r25
+    r405 = k.max(r292, r405)
+    r405 = r401 + r405
+    r401 = x31 <= x37
+    r292 = x29 * r285
+    r410 = x4 * x24 * r63 * r121 * r4 * r30 * r56 * r285 * r25
+    r410 = r292 + r410
+    r405 = k.where(r401, r410, r405)
+    r410 = x3 * x2 * x37
+    r410 = x31 >= r410
+    r292 = x33 * r285
+    r416 = x4 * x24 * r138 * r121 * r4 * r30 * r76 * r285 * r25
+    r416 = r292 + r416
+    r405 = k.where(r410, r416, r405)
+    r405 = x15 * r11 * r405
+    r416 = x4 * x24 * r63 * r121 * r4 * r30 * r56 * r394 * r52 * r25
+    r393 = x4 * x24 * r138 * r121 * r4 * r30 * r76 * r394 * r52 * r393 * r25
+    r393 = k.max(r416, r393)
+    r393 = r395 + r398 + r393
+    r398 = x29 * r52
+    r395 = x4 * x24 * r63 * r121 * r4 * r30 * r56 * r52 * r25
+    r395 = r398 + r395
+    r393 = k.where(r401, r395, r393)
+    r395 = x33 * r52
+    r121 = x4 * x24 * r138 * r121 * r4 * r30 * r76 * r52 * r25
+    r121 = r395 + r121
+    r393 = k.where(r410, r121, r393)
+    r121 = 2.0 * x15 * r11 * r393
+    r405 = k.where(r27, r121, r405)
+    r121 = x15 * r11 * r393
+    r410 = x6 * x15 * r4 * r5 * r11 * r393
+    r410 = r121 + r410
+    r405 = k.where(r91, r410, r405)
     r57 = k.and_(r94, r57)
-    r392 = 3.0 * x6 * x15 * r4 * r5 * r11 * r392
-    r404 = k.where(r57, r392, r404)
-    r307 = r307 == 1.0
-    r404 = k.where(r307, 0.0, r404)
-    r51 = r51 + r404
+    r393 = 3.0 * x6 * x15 * r4 * r5 * r11 * r393
+    r405 = k.where(r57, r393, r405)
+    r308 = r308 == 1.0
+    r405 = k.where(r308, 0.0, r405)
+    r51 = r51 + r405
     r51 = k.max(0.0, r51)
-    r391 = k.gcd(x2, r391)
-    r392 = k.recip(r391)
-    r94 = x2 * r392
+    r392 = k.gcd(x2, r392)
+    r393 = k.recip(r392)
+    r94 = x2 * r393
     r94 = -1.0 + r94
-    r94 = x28 * r94
-    r409 = -1.0 * x2 * r392
-    r409 = x2 + r409
-    r409 = x32 * r409
+    r94 = x29 * r94
+    r410 = -1.0 * x2 * r393
+    r410 = x2 + r410
+    r410 = x33 * r410
     r121 = -1.0 + x2
-    r394 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r392 * r121
-    r391 = -1.0 + r391
-    r391 = 2.0 * x14 * x19 * x10 * x4 * x34 * r138 * r30 * r76 * r16 * r392 * r121 * r391
-    r391 = k.max(r394, r391)
-    r391 = r94 + r409 + r391
-    r409 = x28 * r121
-    r94 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r121
-    r94 = r409 + r94
-    r391 = k.where(r400, r94, r391)
-    r94 = x2 * x36
-    r94 = x30 >= r94
-    r400 = x32 * r121
-    r409 = 2.0 * x14 * x19 * x10 * x4 * x34 * r138 * r30 * r76 * r16 * r121
-    r409 = r400 + r409
-    r391 = k.where(r94, r409, r391)
-    r409 = x6 * x15 * r4 * r5 * r11 * r391
-    r391 = x6 * x15 * r4 * r5 * r11 * r8 * r391
-    r391 = r409 + r391
-    r409 = x2 == 1.0
-    r391 = k.where(r409, 0.0, r391)
+    r395 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r393 * r121
+    r392 = -1.0 + r392
+    r392 = 2.0 * x14 * x19 * x10 * x4 * x35 * r138 * r30 * r76 * r16 * r393 * r121 * r392
+    r392 = k.max(r395, r392)
+    r392 = r94 + r410 + r392
+    r410 = x29 * r121
+    r94 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r121
+    r94 = r410 + r94
+    r392 = k.where(r401, r94, r392)
+    r94 = x2 * x37
+    r94 = x31 >= r94
+    r401 = x33 * r121
+    r410 = 2.0 * x14 * x19 * x10 * x4 * x35 * r138 * r30 * r76 * r16 * r121
+    r410 = r401 + r410
+    r392 = k.where(r94, r410, r392)
+    r410 = x6 * x15 * r4 * r5 * r11 * r392
+    r392 = x6 * x15 * r4 * r5 * r11 * r8 * r392
+    r392 = r410 + r392
+    r410 = x2 == 1.0
+    r392 = k.where(r410, 0.0, r392)
     r34 = k.where(r34, 2.0, 0.0)
     r34 = 4.0 + r34
-    r94 = -1.0 + x36
+    r94 = -1.0 + x37
     r94 = k.recip(r94)
-    r400 = 2.0 * x36
-    r400 = -2.0 + r400
-    r394 = k.gcd(x36, x30)
-    r392 = k.recip(r394)
-    r397 = x36 * r392
-    r397 = -1.0 + r397
-    r397 = x28 * r397
-    r415 = -1.0 * x36 * r392
-    r415 = x36 + r415
-    r415 = x32 * r415
-    r415 = r397 + r415
-    r415 = r94 * r400 * r415
-    r94 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r392 * r400
-    r394 = -1.0 + r394
-    r394 = x19 * x4 * x12 * x34 * r138 * r30 * r76 * r16 * r392 * r394 * r400
-    r394 = k.max(r94, r394)
-    r394 = r415 + r394
-    r415 = x30 <= 1.0
-    r94 = x28 * r400
-    r56 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r400
+    r401 = 2.0 * x37
+    r401 = -2.0 + r401
+    r395 = k.gcd(x37, x31)
+    r393 = k.recip(r395)
+    r398 = x37 * r393
+    r398 = -1.0 + r398
+    r398 = x29 * r398
+    r416 = -1.0 * x37 * r393
+    r416 = x37 + r416
+    r416 = x33 * r416
+    r416 = r398 + r416
+    r416 = r94 * r401 * r416
+    r94 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r393 * r401
+    r395 = -1.0 + r395
+    r395 = x19 * x4 * x12 * x35 * r138 * r30 * r76 * r16 * r393 * r395 * r401
+    r395 = k.max(r94, r395)
+    r395 = r416 + r395
+    r416 = x31 <= 1.0
+    r94 = x29 * r401
+    r56 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r401
     r56 = r94 + r56
-    r394 = k.where(r415, r56, r394)
-    r56 = x30 >= x36
-    r415 = x32 * r400
-    r76 = x19 * x4 * x12 * x34 * r138 * r30 * r76 * r16 * r400
-    r76 = r415 + r76
-    r394 = k.where(r56, r76, r394)
-    r394 = x6 * x15 * r4 * r5 * r11 * r34 * r394
-    r76 = x36 == 1.0
-    r394 = k.where(r76, 0.0, r394)
-    r111 = r14 + r314 + r111
+    r395 = k.where(r416, r56, r395)
+    r56 = x31 >= x37
+    r416 = x33 * r401
+    r76 = x19 * x4 * x12 * x35 * r138 * r30 * r76 * r16 * r401
+    r76 = r416 + r76
+    r395 = k.where(r56, r76, r395)
+    r395 = x6 * x15 * r4 * r5 * r11 * r34 * r395
+    r76 = x37 == 1.0
+    r395 = k.where(r76, 0.0, r395)
+    r111 = r14 + r315 + r111
     r111 = k.max(0.0, r111)
     r111 = k.where(r26, r111, 0.0)
-    r26 = r75 + r35 + r64 + r313 + r310 + r51 + r288 + r391 + r394 + r111
-    r314 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r283 * r4 * r30 * r11 * r16 * r314 * r15
-    r147 = x6 * x34 * r283 * r4 * r30 * r11 * r16 * r314 * r147
-    r314 = x19 * x4 * x12 * x34 * r30
-    r283 = x19 * x4 * x12 * x34 * r63 * r30
-    r284 = x4 * r4 * r30 * r284 * r25
+    r26 = r75 + r35 + r64 + r314 + r311 + r51 + r289 + r392 + r395 + r111
+    r315 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r284 * r4 * r30 * r11 * r16 * r315 * r15
+    r147 = x6 * x35 * r284 * r4 * r30 * r11 * r16 * r315 * r147
+    r315 = x19 * x4 * x12 * x35 * r30
+    r284 = x19 * x4 * x12 * x35 * r63 * r30
+    r285 = x4 * r4 * r30 * r285 * r25
     r56 = 2.0 * x4 * r4 * r30 * r52 * r25
-    r284 = k.where(r27, r56, r284)
+    r285 = k.where(r27, r56, r285)
     r56 = x4 * r4 * r30 * r52 * r25
     r27 = k.pow(x3, -2.0)
-    r415 = x6 * x4 * r27 * r5 * r30 * r52 * r25
-    r415 = r56 + r415
-    r284 = k.where(r91, r415, r284)
+    r416 = x6 * x4 * r27 * r5 * r30 * r52 * r25
+    r416 = r56 + r416
+    r285 = k.where(r91, r416, r285)
     r52 = 3.0 * x6 * x4 * r27 * r5 * r30 * r52 * r25
-    r284 = k.where(r57, r52, r284)
-    r284 = k.where(r307, 0.0, r284)
-    r307 = r63 * r284
-    r63 = x29 * r63
-    r52 = k.recip(x34)
-    r57 = x35 * r295 * r52
+    r285 = k.where(r57, r52, r285)
+    r285 = k.where(r308, 0.0, r285)
+    r308 = r63 * r285
+    r63 = x30 * r63
+    r52 = k.recip(x35)
+    r57 = x36 * r296 * r52
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r415 = 1.6e-11 * x12
+    r416 = 1.6e-11 * x12
     r91 = 8e-12 * x15 * r9
     r56 = 8e-12 * x15 * r13
-    r138 = 8e-12 * x37 * x12
-    r94 = r415 + r91 + r56 + r138
-    r392 = 8e-12 * x12
-    r397 = 4e-12 * x15 * r9
-    r393 = 4e-12 * x15 * r13
-    r291 = 4e-12 * x37 * x12
-    r291 = r392 + r397 + r393 + r291
-    r291 = r27 > r291
-    r393 = -1.6e-11 * x12
+    r138 = 8e-12 * x38 * x12
+    r94 = r416 + r91 + r56 + r138
+    r393 = 8e-12 * x12
+    r398 = 4e-12 * x15 * r9
+    r394 = 4e-12 * x15 * r13
+    r292 = 4e-12 * x38 * x12
+    r292 = r393 + r398 + r394 + r292
+    r292 = r27 > r292
+    r394 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r397 = -8e-12 * x37 * x12
-    r392 = k.sqrt(2.0)
-    r549 = k.sqrt(x3)
-    r549 = k.recip(r549)
-    r551 = k.sqrt(x2)
-    r551 = k.recip(r551)
-    r553 = k.sqrt(x13)
-    r553 = k.recip(r553)
-    r555 = k.sqrt(x23)
-    r555 = k.recip(r555)
-    r557 = k.sqrt(x36)
-    r557 = k.recip(r557)
-    r559 = k.sqrt(r94)
-    r560 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r94
-    r561 = k.sqrt(x3)
-    r562 = k.sqrt(x2)
-    r563 = k.sqrt(x13)
-    r564 = k.sqrt(x23)
-    r565 = k.sqrt(x36)
-    r565 = 0.16666666666666666 * r392 * r561 * r562 * r563 * r564 * r565 * r559
-    r565 = 1.0 + r560 + r565
-    r565 = r392 * r549 * r551 * r553 * r555 * r557 * r559 * r565
-    r565 = r393 + r9 + r13 + r397 + r565
-    r397 = k.where(r291, r565, r27)
-    r138 = r415 + r91 + r56 + r138 + r397
-    r138 = x3 * x2 * x13 * x23 * x36 * r138
+    r398 = -8e-12 * x38 * x12
+    r393 = k.sqrt(2.0)
+    r550 = k.sqrt(x3)
+    r550 = k.recip(r550)
+    r552 = k.sqrt(x2)
+    r552 = k.recip(r552)
+    r554 = k.sqrt(x13)
+    r554 = k.recip(r554)
+    r556 = k.sqrt(x24)
+    r556 = k.recip(r556)
+    r558 = k.sqrt(x37)
+    r558 = k.recip(r558)
+    r560 = k.sqrt(r94)
+    r561 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r94
+    r562 = k.sqrt(x3)
+    r563 = k.sqrt(x2)
+    r564 = k.sqrt(x13)
+    r565 = k.sqrt(x24)
+    r566 = k.sqrt(x37)
+    r566 = 0.16666666666666666 * r393 * r562 * r563 * r564 * r565 * r566 * r560
+    r566 = 1.0 + r561 + r566
+    r566 = r393 * r550 * r552 * r554 * r556 * r558 * r560 * r566
+    r566 = r394 + r9 + r13 + r398 + r566
+    r398 = k.where(r292, r566, r27)
+    r138 = r416 + r91 + r56 + r138 + r398
+    r138 = x3 * x2 * x13 * x24 * x37 * r138
     r138 = k.exp(r138)
     r138 = -1.0 + r138
     r56 = k.recip(r138)
-    r91 = x25 + x1
-    r415 = -1.0 * x3 * x2 * x13 * x23 * x36 * r91
-    r415 = k.exp(r415)
-    r415 = x3 * x2 * x13 * x23 * x36 * r56 * r397 * r415
-    r56 = x3 * x2 * x13 * x23 * x36
-    r565 = k.recip(r565)
-    r56 = k.where(r291, r565, r56)
-    r91 = x3 * x2 * x13 * x23 * x36 * r91
+    r91 = x26 + x1
+    r416 = -1.0 * x3 * x2 * x13 * x24 * x37 * r91
+    r416 = k.exp(r416)
+    r416 = x3 * x2 * x13 * x24 * x37 * r56 * r398 * r416
+    r56 = x3 * x2 * x13 * x24 * x37
+    r566 = k.recip(r566)
+    r56 = k.where(r292, r566, r56)
+    r91 = x3 * x2 * x13 * x24 * x37 * r91
     r91 = k.exp(r91)
-    r5 = x35 * r295 * r4 * r30 * r5 * r11 * r52 * r16 * r138 * r26 * r56 * r91
-    r91 = x35 * r295 * r52 * r138 * r26 * r56 * r91
-    r34 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r400 * r34
+    r5 = x36 * r296 * r4 * r30 * r5 * r11 * r52 * r16 * r138 * r26 * r56 * r91
+    r91 = x36 * r296 * r52 * r138 * r26 * r56 * r91
+    r34 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r401 * r34
     r34 = k.where(r76, 0.0, r34)
-    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r121
-    r121 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r121
+    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r121
+    r121 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r121
     r121 = r76 + r121
-    r121 = k.where(r409, 0.0, r121)
-    r117 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r117
+    r121 = k.where(r410, 0.0, r121)
+    r117 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r117
     r117 = k.where(r77, 0.0, r117)
-    r118 = r118 < x23
-    r77 = x33 != 2.0
+    r118 = r118 < x24
+    r77 = x34 != 2.0
     r59 = k.and_(r59, r77)
     r59 = k.not_(r59)
     r59 = k.or_(r118, r59)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r58 = k.and_(r16, r77, r58)
     r58 = k.not_(r58)
     r58 = k.or_(r118, r58)
     r58 = k.and_(r59, r58)
-    r59 = x23 >= 2.0
-    r118 = x33 != 3.0
-    r77 = x33 != 4.0
+    r59 = x24 >= 2.0
+    r118 = x34 != 3.0
+    r77 = x34 != 4.0
     r67 = k.not_(r67)
     r67 = k.and_(r118, r77, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r59, r67)
-    r59 = x21 * x3 * x2 * x23 * x36 * r26
-    r77 = r107 <= r59
+    r59 = x22 * x3 * x2 * x24 * x37 * r26
+    r77 = r79 <= r59
     r59 = r93 <= r59
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r72, r37, r106, r97, r116, 0.0, r100, r101, r38, r36, r55, r102, r12, r79, r107, r107, r93, r92, r135, r65, r119, r288, r26, r14, r147, r314, r283, r307, r63, 0.0, r57, r27, r94, r397, r415, r5, r91, r64, r310, r313, r35, r34, r394, r394, r121, r391, r391, r284, r404, r51, r117, r50, r75, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, r58, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r72, r37, r106, r97, r116, 0.0, r100, r101, r38, r36, r55, r102, r12, r107, r79, r79, r93, r92, r135, r65, r119, r289, r26, r14, r147, r315, r284, r308, r63, 0.0, r57, r27, r94, r398, r416, r5, r91, r64, r311, r314, r35, r34, r395, r395, r121, r392, r392, r285, r405, r51, r117, r50, r75, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1226,9 +1227,9 @@ def search(x, k):
     return (r88, r98, r48)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (35, 41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (15, 41, 42, 43, 44, 45, 46), (18,), (14, 15, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 72, 73), (38, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 32), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 34), (16, 64), (16, 65), (16, 66), (16, 67), (17, 32), (17, 64), (17, 65), (17, 66), (17, 67), (22, 32), (22, 39), (22, 40), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 32), (23, 39), (23, 40), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (36, 42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (15, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 35), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

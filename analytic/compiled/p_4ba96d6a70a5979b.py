@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x37)
+    r11 = k.recip(x24)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,68 +52,68 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x35 * r31 * r39
-    r35 = x24 == 2.0
-    r38 = 2.0 * x20 * x12 * x35 * r31
+    r39 = x20 * x36 * r31 * r39
+    r35 = x25 == 2.0
+    r38 = 2.0 * x20 * x12 * x36 * r31
     r38 = k.where(r35, r38, r39)
-    r37 = 1.0 + x23
+    r37 = 1.0 + x24
     r37 = k.min(r37, r6)
     r36 = k.ceiling(r34)
     r37 = r37 * r36
-    r51 = x34 == 4.0
-    r52 = 2.0 * x23
+    r51 = x35 == 4.0
+    r52 = 2.0 * x24
     r53 = -1.0 + r52
     r53 = k.min(r53, r6)
     r53 = r53 * r36
     r56 = k.where(r51, r53, r37)
-    r57 = x34 == 0.0
-    r58 = x34 == 3.0
+    r57 = x35 == 0.0
+    r58 = x35 == 3.0
     r59 = k.or_(r57, r58)
-    r60 = k.min(x23, r6)
+    r60 = k.min(x24, r6)
     r60 = r60 * r36
     r56 = k.where(r59, r60, r56)
-    r60 = x34 == 1.0
-    r64 = k.recip(x39)
-    r65 = x6 * x39 * r4 * r5
-    r66 = -1.0 + x39
-    r66 = x23 * r66
+    r60 = x35 == 1.0
+    r64 = k.recip(x40)
+    r65 = x6 * x40 * r4 * r5
+    r66 = -1.0 + x40
+    r66 = x24 * r66
     r68 = -1.0 + r52 + r66
     r68 = k.min(r65, r68)
     r68 = r64 * r68 * r36
     r56 = k.where(r60, r68, r56)
-    r68 = x34 == 2.0
+    r68 = x35 == 2.0
     r73 = x6 * r4 * r5 * r36
     r56 = k.where(r68, r73, r56)
     r56 = r38 * r56
     r76 = r9 * r36
     r77 = r13 * r36
-    r78 = x23 == 1.0
+    r78 = x24 == 1.0
     r79 = k.where(r78, 1.0, 0.0)
     r80 = 2.0 * x12 * r79
     r80 = r12 + r16 + r76 + r77 + r80
     r80 = r25 * r80
     r16 = r12 + r16
     r79 = r16 * r79
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r79 + r76 + r77 + r12
     r12 = r25 * r12
     r79 = r12 + r80
     r80 = k.where(r27, r79, r80)
     r8 = 2.0 * r80
-    r93 = x40 >= 2.0
+    r93 = x41 >= 2.0
     r94 = 2.0 * r4 * r31 * r80
     r95 = k.where(r93, r94, r8)
-    r96 = x40 >= 3.0
+    r96 = x41 >= 3.0
     r8 = k.where(r96, r94, r8)
     r94 = 12.0 * r80
     r99 = 12.0 * r4 * r31 * r80
     r94 = k.where(r28, r99, r94)
     r99 = k.where(r35, r39, 0.0)
     r102 = k.or_(r27, r78)
-    r103 = 4.0 * x20 * x12 * x35 * r31
-    r104 = x38 * x20 * x16 * x35 * r31 * r25
+    r103 = 4.0 * x20 * x12 * x36 * r31
+    r104 = x39 * x20 * x16 * x36 * r31 * r25
     r103 = r103 + r104
     r103 = k.max(r103, r99)
     r102 = k.where(r102, r103, r99)
@@ -122,16 +122,16 @@ def quantities(x, k):
     r108 = k.where(r27, r109, r108)
     r109 = 3.0 * x4 * r108 * r80
     r109 = k.where(r96, r109, 0.0)
-    r113 = x23 > 1.0
+    r113 = x24 > 1.0
     r113 = k.and_(r96, r113)
     r80 = 2.0 * x4 * r80
     r109 = k.where(r113, r80, r109)
     r80 = r56 + r95 + r8 + r94 + r102 + r109
     r118 = k.where(r51, r53, r37)
-    r119 = -1.0 + x23
+    r119 = -1.0 + x24
     r120 = k.min(1.0, r119)
     r121 = -1.0 * r120
-    r121 = x23 + r121
+    r121 = x24 + r121
     r123 = k.min(r6, r121)
     r123 = r123 * r36
     r118 = k.where(r59, r123, r118)
@@ -146,25 +146,25 @@ def quantities(x, k):
     r52 = k.where(r52, 1.0, 0.0)
     r52 = r16 * r52
     r123 = 1.0 + r120
-    r123 = x23 == r123
+    r123 = x24 == r123
     r138 = k.where(r123, 1.0, 0.0)
     r138 = 2.0 * x12 * r138
     r140 = r120 != 0.0
     r140 = k.and_(r140, r123)
     r140 = k.where(r140, 1.0, 0.0)
-    r140 = x38 * x12 * r140
+    r140 = x39 * x12 * r140
     r140 = r52 + r76 + r77 + r138 + r140
     r140 = r25 * r140
     r138 = r121 == 1.0
     r138 = k.where(r138, 1.0, 0.0)
     r138 = r16 * r138
-    r16 = x23 == r121
+    r16 = x24 == r121
     r52 = k.where(r16, 1.0, 0.0)
     r52 = 2.0 * x12 * r52
     r121 = r121 != 1.0
     r121 = k.and_(r16, r121)
     r121 = k.where(r121, 1.0, 0.0)
-    r121 = x38 * x12 * r121
+    r121 = x39 * x12 * r121
     r121 = r138 + r76 + r77 + r52 + r121
     r121 = r25 * r121
     r121 = r121 + r140
@@ -240,407 +240,408 @@ def quantities(x, k):
     r118 = k.where(r118, 0.0, 0.0)
     r37 = r80 == r37
     r118 = k.where(r37, 0.0, r118)
-    r37 = x38 * x20 * x4 * x35 * r31 * r25
-    r56 = x38 * x20 * x4 * x35 * r31
+    r37 = x39 * x20 * x4 * x36 * r31 * r25
+    r56 = x39 * x20 * x4 * x36 * r31
     r109 = k.max(r80, r140, r12)
     r94 = r140 == r109
     r12 = k.where(r94, r140, r12)
     r109 = r80 == r109
     r12 = k.where(r109, r80, r12)
-    r80 = -1.0 * r12
-    r80 = x8 + r80
-    r109 = 6.0 * x6 * x35 * r15
+    r80 = -1.0 * x21
+    r109 = -1.0 * r12
+    r109 = x8 + r80 + r109
+    r80 = 6.0 * x6 * x36 * r15
     r140 = 12.0 * x12
     r94 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r95 = 6.0 * x38 * x12
+    r95 = 6.0 * x39 * x12
     r52 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r140 + r94 + r16 + r95 + r52 + r8
-    r52 = x6 * x35 * r8
+    r52 = x6 * x36 * r8
     r95 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r94 = 0.16666666666666666 * x35 * r16
+    r94 = 0.16666666666666666 * x36 * r16
     r77 = k.recip(x15)
-    r16 = 0.0625 * x38 * r77 * r16
+    r16 = 0.0625 * x39 * r77 * r16
     r16 = 1.0 + r94 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r95 * r16
-    r95 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r95 * r16
+    r95 = k.pow(x36, 2.0)
     r94 = 2.0 * x6 * x15 * x11 * x10 * r95
-    r113 = x24 == 1.0
+    r113 = x25 == 1.0
     r95 = 4.0 * x6 * x15 * x11 * x10 * r95
     r95 = k.where(r113, r95, 0.0)
-    r121 = 0.3333333333333333 * x6 * x35 * r8
+    r121 = 0.3333333333333333 * x6 * x36 * r8
     r95 = k.where(r35, r121, r95)
     r95 = r52 + r94 + r95
     r94 = k.where(r35, 1.0, 0.0)
     r94 = 1.0 + r94
     r121 = k.recip(x9)
     r36 = k.recip(x19)
-    r65 = x38 * x12 * r25
-    r66 = x20 * x12 * x35 * r31
-    r53 = x38 * x20 * x35 * r31 * r25
+    r65 = x39 * x12 * r25
+    r66 = x20 * x12 * x36 * r31
+    r53 = x39 * x20 * x36 * r31 * r25
     r53 = r65 + r66 + r53
     r65 = 2.0 * r121 * r36 * r53
-    r123 = k.recip(x22)
+    r123 = k.recip(x23)
     r76 = k.recip(x17)
-    r138 = 2.0 * x38 * x20 * x12 * x35 * r123 * r31 * r76 * r25
+    r138 = 2.0 * x39 * x20 * x12 * x36 * r123 * r31 * r76 * r25
     r138 = r65 + r138
     r138 = r94 * r138
     r53 = 4.0 * r121 * r36 * r53
-    r65 = 4.0 * x38 * x20 * x12 * x35 * r123 * r31 * r76 * r25
+    r65 = 4.0 * x39 * x20 * x12 * x36 * r123 * r31 * r76 * r25
     r65 = r138 + r53 + r65
     r65 = r11 * r65
     r53 = x11 * x10 * x12 * r25
-    r138 = x11 * x20 * x10 * x35 * r31 * r25
+    r138 = x11 * x20 * x10 * x36 * r31 * r25
     r138 = r53 + r66 + r138
     r53 = 2.0 * r121 * r36 * r138
-    r286 = 2.0 * x11 * x20 * x10 * x12 * x35 * r123 * r31 * r76 * r25
-    r286 = r53 + r286
-    r286 = r94 * r286
+    r287 = 2.0 * x11 * x20 * x10 * x12 * x36 * r123 * r31 * r76 * r25
+    r287 = r53 + r287
+    r287 = r94 * r287
     r53 = x10 * x12 * r25 * r14
-    r290 = x20 * x10 * x35 * r31 * r25 * r14
-    r290 = r66 + r53 + r290
-    r53 = 2.0 * r121 * r36 * r290
-    r293 = 2.0 * x20 * x10 * x12 * x35 * r123 * r31 * r76 * r25 * r14
-    r293 = r53 + r293
-    r293 = r94 * r293
+    r291 = x20 * x10 * x36 * r31 * r25 * r14
+    r291 = r66 + r53 + r291
+    r53 = 2.0 * r121 * r36 * r291
+    r294 = 2.0 * x20 * x10 * x12 * x36 * r123 * r31 * r76 * r25 * r14
+    r294 = r53 + r294
+    r294 = r94 * r294
     r53 = x12 * x5 * r25
-    r297 = x20 * x5 * x35 * r31 * r25
-    r297 = r53 + r66 + r297
-    r66 = 2.0 * r121 * r36 * r297
-    r53 = 2.0 * x20 * x12 * x5 * x35 * r123 * r31 * r76 * r25
+    r298 = x20 * x5 * x36 * r31 * r25
+    r298 = r53 + r66 + r298
+    r66 = 2.0 * r121 * r36 * r298
+    r53 = 2.0 * x20 * x12 * x5 * x36 * r123 * r31 * r76 * r25
     r53 = r66 + r53
     r53 = 2.0 * r94 * r53
     r138 = 4.0 * r121 * r36 * r138
-    r290 = 4.0 * r121 * r36 * r290
-    r297 = 8.0 * r121 * r36 * r297
-    r66 = 8.0 * x20 * x12 * x5 * x35 * r123 * r31 * r76 * r25
-    r307 = 4.0 * x11 * x20 * x10 * x12 * x35 * r123 * r31 * r76 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r123 * r31 * r76 * r25 * r14
-    r14 = r286 + r293 + r53 + r138 + r290 + r297 + r66 + r307 + r14
+    r291 = 4.0 * r121 * r36 * r291
+    r298 = 8.0 * r121 * r36 * r298
+    r66 = 8.0 * x20 * x12 * x5 * x36 * r123 * r31 * r76 * r25
+    r308 = 4.0 * x11 * x20 * x10 * x12 * x36 * r123 * r31 * r76 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r123 * r31 * r76 * r25 * r14
+    r14 = r287 + r294 + r53 + r138 + r291 + r298 + r66 + r308 + r14
     r14 = x15 * r11 * r14
     r14 = r65 + r14
     r65 = x6 * r4 * r5 * r14
-    r307 = 10.0 * x12 * r94
-    r307 = r140 + r307
-    r307 = x20 * x35 * r31 * r307
+    r308 = 10.0 * x12 * r94
+    r308 = r140 + r308
+    r308 = x20 * x36 * r31 * r308
     r140 = 3.0 * x5
     r66 = 2.0 * x5 * r94
     r66 = r140 + r66
-    r66 = x20 * x35 * r31 * r25 * r66
-    r66 = r307 + r66
+    r66 = x20 * x36 * r31 * r25 * r66
+    r66 = r308 + r66
     r66 = x15 * r11 * r66
-    r307 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r307 = r66 + r307
-    r66 = x6 * x4 * r121 * r4 * r5 * r36 * r307
+    r308 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r308 = r66 + r308
+    r66 = x6 * x4 * r121 * r4 * r5 * r36 * r308
     r140 = k.recip(x0)
-    r297 = x11 * x10 * x35
+    r298 = x11 * x10 * x36
     r113 = k.or_(r113, r35)
     r113 = k.where(r113, 1.0, 0.0)
     r113 = 3.0 + r113
-    r113 = 2.0 * x11 * x10 * x35 * r113
-    r113 = r297 + r113
-    r297 = x6 * x15 * x35 * r123 * r4 * r31 * r76 * r140 * r11 * r25 * r113
-    r290 = r65 + r66 + r297
-    r138 = k.recip(r290)
+    r113 = 2.0 * x11 * x10 * x36 * r113
+    r113 = r298 + r113
+    r298 = x6 * x15 * x36 * r123 * r4 * r31 * r76 * r140 * r11 * r25 * r113
+    r291 = r65 + r66 + r298
+    r138 = k.recip(r291)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r53 = k.recip(x6)
-    r293 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r290
-    r286 = 0.6666666666666666 * x3 * x20 * x23 * r53 * r290
-    r307 = -1.0 * x6 * x4 * r121 * r4 * r5 * r36 * r307
-    r113 = -1.0 * x6 * x15 * x35 * r123 * r4 * r31 * r76 * r140 * r11 * r25 * r113
-    r286 = r14 + r293 + r286 + r307 + r113
-    r286 = k.max(0.0, r286)
-    r293 = 0.5 * x23
-    r293 = -1.0 + r293
-    r293 = 0.6666666666666666 * x3 * x20 * r53 * r64 * r293 * r290
-    r293 = k.where(r51, 0.0, r293)
-    r51 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r119 * r290
-    r293 = k.where(r58, r51, r293)
+    r294 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r291
+    r287 = 0.6666666666666666 * x3 * x20 * x24 * r53 * r291
+    r308 = -1.0 * x6 * x4 * r121 * r4 * r5 * r36 * r308
+    r113 = -1.0 * x6 * x15 * x36 * r123 * r4 * r31 * r76 * r140 * r11 * r25 * r113
+    r287 = r14 + r294 + r287 + r308 + r113
+    r287 = k.max(0.0, r287)
+    r294 = 0.5 * x24
+    r294 = -1.0 + r294
+    r294 = 0.6666666666666666 * x3 * x20 * r53 * r64 * r294 * r291
+    r294 = k.where(r51, 0.0, r294)
+    r51 = 0.3333333333333333 * x3 * x20 * r53 * r64 * r119 * r291
+    r294 = k.where(r58, r51, r294)
     r68 = k.or_(r57, r60, r68)
-    r119 = x3 * x20 * r53 * r64 * r119 * r290
-    r293 = k.where(r68, r119, r293)
-    r293 = k.max(r286, r293)
-    r138 = r138 * r293
+    r119 = x3 * x20 * r53 * r64 * r119 * r291
+    r294 = k.where(r68, r119, r294)
+    r294 = k.max(r287, r294)
+    r138 = r138 * r294
     r36 = 28.0 * r121 * r36 * r32
-    r121 = r36 + r65 + r66 + r297
-    r286 = -1.0 * x21
-    r286 = 1.0 + r286
-    r119 = x23 * x39
+    r121 = r36 + r65 + r66 + r298
+    r287 = -1.0 * x22
+    r287 = 1.0 + r287
+    r119 = x24 * x40
     r119 = -1.0 + r119
-    r64 = k.recip(x26)
-    r57 = k.recip(x27)
-    r51 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25
-    r51 = x28 + r51
-    r58 = 2.0 * x3 * x2 * x37
-    r58 = x30 >= r58
-    r140 = k.recip(x29)
-    r76 = k.recip(x31)
-    r368 = k.min(1.0, x33)
-    r368 = k.recip(r368)
-    r368 = x20 * x4 * x12 * x33 * x35 * r140 * r31 * r76 * r25 * r368
-    r368 = x32 + r368
-    r51 = k.where(r58, r368, r51)
+    r64 = k.recip(x27)
+    r57 = k.recip(x28)
+    r51 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25
+    r51 = x29 + r51
+    r58 = 2.0 * x3 * x2 * x38
+    r58 = x31 >= r58
+    r140 = k.recip(x30)
+    r76 = k.recip(x32)
+    r369 = k.min(1.0, x34)
+    r369 = k.recip(r369)
+    r369 = x20 * x4 * x12 * x34 * x36 * r140 * r31 * r76 * r25 * r369
+    r369 = x33 + r369
+    r51 = k.where(r58, r369, r51)
     r51 = 2.0 * x6 * r4 * r5 * r11 * r119 * r51
     r51 = k.where(r78, 0.0, r51)
-    r286 = r286 * r51
-    r368 = x3 * x20 * r53 * r290
-    r58 = x23 <= 1.0
+    r287 = r287 * r51
+    r369 = x3 * x20 * r53 * r291
+    r58 = x24 <= 1.0
     r93 = k.and_(r93, r58)
-    r368 = k.where(r93, r290, r368)
-    r368 = -1.0 * x21 * r368
-    r290 = x3 * x2
-    r382 = -1.0 + r290
-    r383 = k.recip(r382)
-    r384 = 2.0 * x3 * x2
-    r384 = -2.0 + r384
-    r386 = x30 * r25
-    r387 = k.gcd(r290, r386)
-    r388 = k.recip(r387)
-    r389 = x3 * x2 * r388
-    r389 = -1.0 + r389
-    r389 = x28 * r389
-    r392 = -1.0 * x3 * x2 * r388
-    r392 = r290 + r392
-    r392 = x32 * r392
-    r395 = r389 + r392
-    r395 = r383 * r384 * r395
-    r383 = x4 * x23 * r64 * r77 * r4 * r31 * r57 * r388 * r384 * r26
-    r387 = -1.0 + r387
-    r399 = k.max(1.0, r387)
-    r399 = k.min(x33, r399)
-    r399 = k.recip(r399)
-    r402 = x4 * x33 * x23 * r140 * r77 * r4 * r31 * r76 * r399 * r388 * r387 * r384 * r26
-    r402 = k.max(r383, r402)
-    r402 = r395 + r402
-    r395 = x30 <= x37
-    r383 = x28 * r384
-    r407 = x4 * x23 * r64 * r77 * r4 * r31 * r57 * r384 * r26
-    r407 = r383 + r407
-    r402 = k.where(r395, r407, r402)
-    r407 = x3 * x2 * x37
-    r407 = x30 >= r407
-    r383 = x32 * r384
-    r413 = k.max(1.0, r382)
-    r413 = k.min(x33, r413)
-    r413 = k.recip(r413)
-    r416 = x4 * x33 * x23 * r140 * r77 * r4 * r31 * r76 * r413 * r384 * r26
-    r416 = r383 + r416
-    r402 = k.where(r407, r416, r402)
-    r402 = x15 * r11 * r402
-    r416 = x4 * x23 * r64 * r77 * r4 * r31 * r57 * r388 * r382 * r26
-    r387 = x4 * x33 * x23 * r140 * r77 * r4 * r31 * r76 * r399 * r388 * r382 * r387 * r26
-    r387 = k.max(r416, r387)
-    r387 = r389 + r392 + r387
-    r392 = x28 * r382
-    r389 = x4 * x23 * r64 * r77 * r4 * r31 * r57 * r382 * r26
-    r389 = r392 + r389
-    r387 = k.where(r395, r389, r387)
-    r389 = x32 * r382
-    r413 = x4 * x33 * x23 * r140 * r77 * r4 * r31 * r76 * r413 * r382 * r26
-    r413 = r389 + r413
-    r387 = k.where(r407, r413, r387)
-    r413 = 2.0 * x15 * r11 * r387
-    r402 = k.where(r28, r413, r402)
-    r413 = x15 * r11 * r387
-    r407 = x6 * x15 * r4 * r5 * r11 * r387
-    r407 = r413 + r407
-    r402 = k.where(r93, r407, r402)
+    r369 = k.where(r93, r291, r369)
+    r369 = -1.0 * x22 * r369
+    r291 = x3 * x2
+    r383 = -1.0 + r291
+    r384 = k.recip(r383)
+    r385 = 2.0 * x3 * x2
+    r385 = -2.0 + r385
+    r387 = x31 * r25
+    r388 = k.gcd(r291, r387)
+    r389 = k.recip(r388)
+    r390 = x3 * x2 * r389
+    r390 = -1.0 + r390
+    r390 = x29 * r390
+    r393 = -1.0 * x3 * x2 * r389
+    r393 = r291 + r393
+    r393 = x33 * r393
+    r396 = r390 + r393
+    r396 = r384 * r385 * r396
+    r384 = x4 * x24 * r64 * r77 * r4 * r31 * r57 * r389 * r385 * r26
+    r388 = -1.0 + r388
+    r400 = k.max(1.0, r388)
+    r400 = k.min(x34, r400)
+    r400 = k.recip(r400)
+    r403 = x4 * x34 * x24 * r140 * r77 * r4 * r31 * r76 * r400 * r389 * r388 * r385 * r26
+    r403 = k.max(r384, r403)
+    r403 = r396 + r403
+    r396 = x31 <= x38
+    r384 = x29 * r385
+    r408 = x4 * x24 * r64 * r77 * r4 * r31 * r57 * r385 * r26
+    r408 = r384 + r408
+    r403 = k.where(r396, r408, r403)
+    r408 = x3 * x2 * x38
+    r408 = x31 >= r408
+    r384 = x33 * r385
+    r414 = k.max(1.0, r383)
+    r414 = k.min(x34, r414)
+    r414 = k.recip(r414)
+    r417 = x4 * x34 * x24 * r140 * r77 * r4 * r31 * r76 * r414 * r385 * r26
+    r417 = r384 + r417
+    r403 = k.where(r408, r417, r403)
+    r403 = x15 * r11 * r403
+    r417 = x4 * x24 * r64 * r77 * r4 * r31 * r57 * r389 * r383 * r26
+    r388 = x4 * x34 * x24 * r140 * r77 * r4 * r31 * r76 * r400 * r389 * r383 * r388 * r26
+    r388 = k.max(r417, r388)
+    r388 = r390 + r393 + r388
+    r393 = x29 * r383
+    r390 = x4 * x24 * r64 * r77 * r4 * r31 * r57 * r383 * r26
+    r390 = r393 + r390
+    r388 = k.where(r396, r390, r388)
+    r390 = x33 * r383
+    r414 = x4 * x34 * x24 * r140 * r77 * r4 * r31 * r76 * r414 * r383 * r26
+    r414 = r390 + r414
+    r388 = k.where(r408, r414, r388)
+    r414 = 2.0 * x15 * r11 * r388
+    r403 = k.where(r28, r414, r403)
+    r414 = x15 * r11 * r388
+    r408 = x6 * x15 * r4 * r5 * r11 * r388
+    r408 = r414 + r408
+    r403 = k.where(r93, r408, r403)
     r58 = k.and_(r96, r58)
-    r387 = 3.0 * x6 * x15 * r4 * r5 * r11 * r387
-    r402 = k.where(r58, r387, r402)
-    r290 = r290 == 1.0
-    r402 = k.where(r290, 0.0, r402)
-    r368 = r368 + r402
-    r368 = k.max(0.0, r368)
-    r386 = k.gcd(x2, r386)
-    r387 = k.recip(r386)
-    r96 = x2 * r387
+    r388 = 3.0 * x6 * x15 * r4 * r5 * r11 * r388
+    r403 = k.where(r58, r388, r403)
+    r291 = r291 == 1.0
+    r403 = k.where(r291, 0.0, r403)
+    r369 = r369 + r403
+    r369 = k.max(0.0, r369)
+    r387 = k.gcd(x2, r387)
+    r388 = k.recip(r387)
+    r96 = x2 * r388
     r96 = -1.0 + r96
-    r96 = x28 * r96
-    r407 = -1.0 * x2 * r387
-    r407 = x2 + r407
-    r407 = x32 * r407
-    r413 = -1.0 + x2
-    r389 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r387 * r413
-    r386 = -1.0 + r386
-    r77 = k.max(1.0, r386)
-    r77 = k.min(x33, r77)
+    r96 = x29 * r96
+    r408 = -1.0 * x2 * r388
+    r408 = x2 + r408
+    r408 = x33 * r408
+    r414 = -1.0 + x2
+    r390 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r388 * r414
+    r387 = -1.0 + r387
+    r77 = k.max(1.0, r387)
+    r77 = k.min(x34, r77)
     r77 = k.recip(r77)
-    r386 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r140 * r31 * r76 * r25 * r77 * r387 * r413 * r386
-    r386 = k.max(r389, r386)
-    r386 = r96 + r407 + r386
-    r407 = x28 * r413
-    r96 = 2.0 * x14 * x20 * x10 * x4 * x35 * r64 * r31 * r57 * r25 * r413
-    r96 = r407 + r96
-    r386 = k.where(r395, r96, r386)
-    r96 = x2 * x37
-    r96 = x30 >= r96
-    r395 = x32 * r413
-    r407 = k.max(1.0, r413)
-    r407 = k.min(x33, r407)
-    r407 = k.recip(r407)
-    r407 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r140 * r31 * r76 * r25 * r407 * r413
-    r407 = r395 + r407
-    r386 = k.where(r96, r407, r386)
-    r407 = x6 * x15 * r4 * r5 * r11 * r386
-    r386 = x6 * x15 * r4 * r5 * r11 * r94 * r386
-    r386 = r407 + r386
-    r407 = x2 == 1.0
-    r386 = k.where(r407, 0.0, r386)
+    r387 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r140 * r31 * r76 * r25 * r77 * r388 * r414 * r387
+    r387 = k.max(r390, r387)
+    r387 = r96 + r408 + r387
+    r408 = x29 * r414
+    r96 = 2.0 * x14 * x20 * x10 * x4 * x36 * r64 * r31 * r57 * r25 * r414
+    r96 = r408 + r96
+    r387 = k.where(r396, r96, r387)
+    r96 = x2 * x38
+    r96 = x31 >= r96
+    r396 = x33 * r414
+    r408 = k.max(1.0, r414)
+    r408 = k.min(x34, r408)
+    r408 = k.recip(r408)
+    r408 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r140 * r31 * r76 * r25 * r408 * r414
+    r408 = r396 + r408
+    r387 = k.where(r96, r408, r387)
+    r408 = x6 * x15 * r4 * r5 * r11 * r387
+    r387 = x6 * x15 * r4 * r5 * r11 * r94 * r387
+    r387 = r408 + r387
+    r408 = x2 == 1.0
+    r387 = k.where(r408, 0.0, r387)
     r35 = k.where(r35, 2.0, 0.0)
     r35 = 4.0 + r35
-    r96 = -1.0 + x37
-    r395 = k.recip(r96)
-    r389 = 2.0 * x37
-    r389 = -2.0 + r389
-    r387 = k.gcd(x37, x30)
-    r77 = k.recip(r387)
-    r392 = x37 * r77
-    r392 = -1.0 + r392
-    r392 = x28 * r392
-    r416 = -1.0 * x37 * r77
-    r416 = x37 + r416
-    r416 = x32 * r416
-    r416 = r392 + r416
-    r416 = r395 * r389 * r416
-    r395 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r77 * r389
-    r387 = -1.0 + r387
-    r392 = k.max(1.0, r387)
-    r392 = k.min(x33, r392)
-    r392 = k.recip(r392)
-    r387 = x20 * x4 * x12 * x33 * x35 * r140 * r31 * r76 * r25 * r392 * r77 * r387 * r389
-    r387 = k.max(r395, r387)
-    r387 = r416 + r387
-    r416 = x30 <= 1.0
-    r395 = x28 * r389
-    r57 = x20 * x4 * x12 * x35 * r64 * r31 * r57 * r25 * r389
-    r57 = r395 + r57
-    r387 = k.where(r416, r57, r387)
-    r57 = x30 >= x37
-    r416 = x32 * r389
+    r96 = -1.0 + x38
+    r396 = k.recip(r96)
+    r390 = 2.0 * x38
+    r390 = -2.0 + r390
+    r388 = k.gcd(x38, x31)
+    r77 = k.recip(r388)
+    r393 = x38 * r77
+    r393 = -1.0 + r393
+    r393 = x29 * r393
+    r417 = -1.0 * x38 * r77
+    r417 = x38 + r417
+    r417 = x33 * r417
+    r417 = r393 + r417
+    r417 = r396 * r390 * r417
+    r396 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r77 * r390
+    r388 = -1.0 + r388
+    r393 = k.max(1.0, r388)
+    r393 = k.min(x34, r393)
+    r393 = k.recip(r393)
+    r388 = x20 * x4 * x12 * x34 * x36 * r140 * r31 * r76 * r25 * r393 * r77 * r388 * r390
+    r388 = k.max(r396, r388)
+    r388 = r417 + r388
+    r417 = x31 <= 1.0
+    r396 = x29 * r390
+    r57 = x20 * x4 * x12 * x36 * r64 * r31 * r57 * r25 * r390
+    r57 = r396 + r57
+    r388 = k.where(r417, r57, r388)
+    r57 = x31 >= x38
+    r417 = x33 * r390
     r96 = k.max(1.0, r96)
-    r96 = k.min(x33, r96)
+    r96 = k.min(x34, r96)
     r96 = k.recip(r96)
-    r96 = x20 * x4 * x12 * x33 * x35 * r140 * r31 * r76 * r25 * r96 * r389
-    r96 = r416 + r96
-    r387 = k.where(r57, r96, r387)
-    r387 = x6 * x15 * r4 * r5 * r11 * r35 * r387
-    r96 = x37 == 1.0
-    r387 = k.where(r96, 0.0, r387)
-    r113 = r14 + r307 + r113
+    r96 = x20 * x4 * x12 * x34 * x36 * r140 * r31 * r76 * r25 * r96 * r390
+    r96 = r417 + r96
+    r388 = k.where(r57, r96, r388)
+    r388 = x6 * x15 * r4 * r5 * r11 * r35 * r388
+    r96 = x38 == 1.0
+    r388 = k.where(r96, 0.0, r388)
+    r113 = r14 + r308 + r113
     r113 = k.max(0.0, r113)
     r113 = k.where(r27, r113, 0.0)
-    r27 = r286 + r36 + r65 + r66 + r297 + r368 + r293 + r386 + r387 + r113
-    r307 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r123 * r4 * r31 * r11 * r25 * r307 * r15
-    r8 = x6 * x35 * r123 * r4 * r31 * r11 * r25 * r307 * r8
-    r307 = x20 * x4 * x12 * x35 * r31
-    r123 = x20 * x4 * x12 * x35 * r64 * r31
-    r384 = x4 * r4 * r31 * r384 * r26
-    r57 = 2.0 * x4 * r4 * r31 * r382 * r26
-    r384 = k.where(r28, r57, r384)
-    r57 = x4 * r4 * r31 * r382 * r26
+    r27 = r287 + r36 + r65 + r66 + r298 + r369 + r294 + r387 + r388 + r113
+    r308 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r123 * r4 * r31 * r11 * r25 * r308 * r15
+    r8 = x6 * x36 * r123 * r4 * r31 * r11 * r25 * r308 * r8
+    r308 = x20 * x4 * x12 * x36 * r31
+    r123 = x20 * x4 * x12 * x36 * r64 * r31
+    r385 = x4 * r4 * r31 * r385 * r26
+    r57 = 2.0 * x4 * r4 * r31 * r383 * r26
+    r385 = k.where(r28, r57, r385)
+    r57 = x4 * r4 * r31 * r383 * r26
     r28 = k.pow(x3, -2.0)
-    r416 = x6 * x4 * r28 * r5 * r31 * r382 * r26
-    r416 = r57 + r416
-    r384 = k.where(r93, r416, r384)
-    r382 = 3.0 * x6 * x4 * r28 * r5 * r31 * r382 * r26
-    r384 = k.where(r58, r382, r384)
-    r384 = k.where(r290, 0.0, r384)
-    r290 = r64 * r384
-    r64 = x29 * r64
-    r382 = k.recip(x35)
-    r58 = x36 * r53 * r382
+    r417 = x6 * x4 * r28 * r5 * r31 * r383 * r26
+    r417 = r57 + r417
+    r385 = k.where(r93, r417, r385)
+    r383 = 3.0 * x6 * x4 * r28 * r5 * r31 * r383 * r26
+    r385 = k.where(r58, r383, r385)
+    r385 = k.where(r291, 0.0, r385)
+    r291 = r64 * r385
+    r64 = x30 * r64
+    r383 = k.recip(x36)
+    r58 = x37 * r53 * r383
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r416 = 1.6e-11 * x12
+    r417 = 1.6e-11 * x12
     r93 = 8e-12 * x15 * r9
     r57 = 8e-12 * x15 * r13
-    r76 = 8e-12 * x38 * x12
+    r76 = 8e-12 * x39 * x12
     r140 = 8e-12 * x12 * x18
-    r395 = r416 + r93 + r57 + r76 + r140
+    r396 = r417 + r93 + r57 + r76 + r140
     r77 = 8e-12 * x12
-    r392 = 4e-12 * x15 * r9
-    r388 = 4e-12 * x15 * r13
-    r399 = 4e-12 * x38 * x12
-    r383 = 4e-12 * x12 * x18
-    r383 = r77 + r392 + r388 + r399 + r383
-    r383 = r28 > r383
-    r399 = -1.6e-11 * x12
+    r393 = 4e-12 * x15 * r9
+    r389 = 4e-12 * x15 * r13
+    r400 = 4e-12 * x39 * x12
+    r384 = 4e-12 * x12 * x18
+    r384 = r77 + r393 + r389 + r400 + r384
+    r384 = r28 > r384
+    r400 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r388 = -8e-12 * x38 * x12
-    r392 = -8e-12 * x12 * x18
+    r389 = -8e-12 * x39 * x12
+    r393 = -8e-12 * x12 * x18
     r77 = k.sqrt(2.0)
-    r565 = k.sqrt(x3)
-    r565 = k.recip(r565)
-    r567 = k.sqrt(x2)
-    r567 = k.recip(r567)
-    r569 = k.sqrt(x13)
-    r569 = k.recip(r569)
-    r571 = k.sqrt(x23)
-    r571 = k.recip(r571)
-    r573 = k.sqrt(x37)
-    r573 = k.recip(r573)
-    r575 = k.sqrt(r395)
-    r576 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r395
-    r577 = k.sqrt(x3)
-    r578 = k.sqrt(x2)
-    r579 = k.sqrt(x13)
-    r580 = k.sqrt(x23)
-    r581 = k.sqrt(x37)
-    r581 = 0.16666666666666666 * r77 * r577 * r578 * r579 * r580 * r581 * r575
-    r581 = 1.0 + r576 + r581
-    r581 = r77 * r565 * r567 * r569 * r571 * r573 * r575 * r581
-    r581 = r399 + r9 + r13 + r388 + r392 + r581
-    r392 = k.where(r383, r581, r28)
-    r140 = r416 + r93 + r57 + r76 + r140 + r392
-    r140 = x3 * x2 * x13 * x23 * x37 * r140
+    r566 = k.sqrt(x3)
+    r566 = k.recip(r566)
+    r568 = k.sqrt(x2)
+    r568 = k.recip(r568)
+    r570 = k.sqrt(x13)
+    r570 = k.recip(r570)
+    r572 = k.sqrt(x24)
+    r572 = k.recip(r572)
+    r574 = k.sqrt(x38)
+    r574 = k.recip(r574)
+    r576 = k.sqrt(r396)
+    r577 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r396
+    r578 = k.sqrt(x3)
+    r579 = k.sqrt(x2)
+    r580 = k.sqrt(x13)
+    r581 = k.sqrt(x24)
+    r582 = k.sqrt(x38)
+    r582 = 0.16666666666666666 * r77 * r578 * r579 * r580 * r581 * r582 * r576
+    r582 = 1.0 + r577 + r582
+    r582 = r77 * r566 * r568 * r570 * r572 * r574 * r576 * r582
+    r582 = r400 + r9 + r13 + r389 + r393 + r582
+    r393 = k.where(r384, r582, r28)
+    r140 = r417 + r93 + r57 + r76 + r140 + r393
+    r140 = x3 * x2 * x13 * x24 * x38 * r140
     r140 = k.exp(r140)
     r140 = -1.0 + r140
     r76 = k.recip(r140)
-    r57 = x25 + x1
-    r93 = -1.0 * x3 * x2 * x13 * x23 * x37 * r57
+    r57 = x26 + x1
+    r93 = -1.0 * x3 * x2 * x13 * x24 * x38 * r57
     r93 = k.exp(r93)
-    r93 = x3 * x2 * x13 * x23 * x37 * r76 * r392 * r93
-    r76 = x3 * x2 * x13 * x23 * x37
-    r581 = k.recip(r581)
-    r76 = k.where(r383, r581, r76)
-    r57 = x3 * x2 * x13 * x23 * x37 * r57
+    r93 = x3 * x2 * x13 * x24 * x38 * r76 * r393 * r93
+    r76 = x3 * x2 * x13 * x24 * x38
+    r582 = k.recip(r582)
+    r76 = k.where(r384, r582, r76)
+    r57 = x3 * x2 * x13 * x24 * x38 * r57
     r57 = k.exp(r57)
-    r5 = x36 * r53 * r4 * r31 * r5 * r11 * r382 * r25 * r140 * r27 * r76 * r57
-    r57 = x36 * r53 * r382 * r140 * r27 * r76 * r57
-    r35 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r389 * r35
+    r5 = x37 * r53 * r4 * r31 * r5 * r11 * r383 * r25 * r140 * r27 * r76 * r57
+    r57 = x37 * r53 * r383 * r140 * r27 * r76 * r57
+    r35 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r390 * r35
     r35 = k.where(r96, 0.0, r35)
-    r96 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r413
-    r413 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r94 * r413
-    r413 = r96 + r413
-    r413 = k.where(r407, 0.0, r413)
-    r119 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r119
+    r96 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r414
+    r414 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r94 * r414
+    r414 = r96 + r414
+    r414 = k.where(r408, 0.0, r414)
+    r119 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r119
     r119 = k.where(r78, 0.0, r119)
-    r120 = r120 < x23
-    r78 = x34 != 2.0
+    r120 = r120 < x24
+    r78 = x35 != 2.0
     r60 = k.and_(r60, r78)
     r60 = k.not_(r60)
     r60 = k.or_(r120, r60)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r59 = k.and_(r25, r78, r59)
     r59 = k.not_(r59)
     r59 = k.or_(r120, r59)
     r59 = k.and_(r60, r59)
-    r60 = x23 >= 2.0
-    r120 = x34 != 3.0
-    r78 = x34 != 4.0
+    r60 = x24 >= 2.0
+    r120 = x35 != 3.0
+    r78 = x35 != 4.0
     r68 = k.not_(r68)
     r68 = k.and_(r120, r78, r68)
     r68 = k.not_(r68)
     r68 = k.or_(r60, r68)
-    r60 = x22 * x3 * x2 * x23 * x37 * r27
-    r78 = r109 <= r60
+    r60 = x23 * x3 * x2 * x24 * x38 * r27
+    r78 = r80 <= r60
     r60 = r52 <= r60
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r79, r73, r38, r108, r99, r118, 0.0, r102, r103, r39, r37, r56, r104, r12, r80, r109, r109, r52, r16, r95, r138, r121, r293, r27, r14, r8, r307, r123, r290, r64, 0.0, r58, r28, r395, r392, r93, r5, r57, r65, r297, r66, r36, r35, r387, r387, r413, r386, r386, r384, r402, r368, r119, r51, r286, 0.0, 0.0, r113, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, r59, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r79, r73, r38, r108, r99, r118, 0.0, r102, r103, r39, r37, r56, r104, r12, r109, r80, r80, r52, r16, r95, r138, r121, r294, r27, r14, r8, r308, r123, r291, r64, 0.0, r58, r28, r396, r393, r93, r5, r57, r65, r298, r66, r36, r35, r388, r388, r414, r387, r387, r385, r403, r369, r119, r51, r287, 0.0, 0.0, r113, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, r68, r68, r78, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1257,9 +1258,9 @@ def search(x, k):
     return (r90, r37, r49)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (35, 41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (16, 41, 42, 43, 44, 45, 46, 47), (19,), (15, 16, 41, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (12, 55), (12,), (54,), (53,), (28,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 14), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 10), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 5), (52, 7), (52, 9), (52, 57), (52, 58), (52, 59), (53, 3), (53, 5), (53, 7), (53, 9), (53, 57), (53, 58), (53, 59), (54, 0), (54, 10), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 10), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 5), (61, 55), (61, 56), (62, 4), (62, 5), (62, 55), (62, 56), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (36, 42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (16, 42, 43, 44, 45, 46, 47, 48), (19,), (15, 16, 42, 43, 44, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 48, 62), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (12, 56), (12,), (55,), (54,), (28,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 14), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 10), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 5), (52, 7), (52, 9), (52, 58), (52, 59), (52, 60), (53, 3), (53, 5), (53, 7), (53, 9), (53, 58), (53, 59), (53, 60), (54, 0), (54, 10), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 10), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 5), (61, 56), (61, 57), (62, 4), (62, 5), (62, 56), (62, 57), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x36)
+    r11 = k.recip(x23)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x37 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x38 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x39 >= 3.0
+    r51 = x40 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -74,45 +74,45 @@ def quantities(x, k):
     r61 = r58 + r59 + r60 + r61
     r61 = r16 * r61
     r61 = r55 + r61
-    r61 = x19 * x34 * r30 * r61
-    r55 = x23 == 2.0
-    r60 = 2.0 * x19 * x12 * x34 * r30
+    r61 = x19 * x35 * r30 * r61
+    r55 = x24 == 2.0
+    r60 = 2.0 * x19 * x12 * x35 * r30
     r60 = k.where(r55, r60, r61)
-    r59 = 1.0 + x22
+    r59 = 1.0 + x23
     r59 = k.min(r59, r6)
     r59 = r59 * r34
-    r58 = x33 == 4.0
-    r73 = 2.0 * x22
+    r58 = x34 == 4.0
+    r73 = 2.0 * x23
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r34
     r77 = k.where(r58, r74, r59)
-    r78 = x33 == 0.0
-    r79 = x33 == 3.0
+    r78 = x34 == 0.0
+    r79 = x34 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x22, r6)
+    r81 = k.min(x23, r6)
     r81 = r81 * r34
     r77 = k.where(r80, r81, r77)
-    r81 = x33 == 1.0
-    r85 = k.recip(x38)
-    r86 = x6 * x38 * r4 * r5
-    r87 = -1.0 + x38
-    r87 = x22 * r87
+    r81 = x34 == 1.0
+    r85 = k.recip(x39)
+    r86 = x6 * x39 * r4 * r5
+    r87 = -1.0 + x39
+    r87 = x23 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r34
     r77 = k.where(r81, r89, r77)
-    r89 = x33 == 2.0
+    r89 = x34 == 2.0
     r94 = x6 * r4 * r5 * r34
     r77 = k.where(r89, r94, r77)
     r77 = r60 * r77
     r97 = k.where(r27, 1000000000.0, 0.0)
-    r98 = x39 >= 2.0
+    r98 = x40 >= 2.0
     r8 = k.where(r98, r52, r8)
     r52 = k.where(r55, r61, 0.0)
     r101 = k.or_(r26, r37)
-    r102 = 4.0 * x19 * x12 * x34 * r30
-    r103 = x37 * x19 * x16 * x34 * r30 * r16
+    r102 = 4.0 * x19 * x12 * x35 * r30
+    r103 = x38 * x19 * x16 * x35 * r30 * r16
     r102 = r102 + r103
     r102 = k.max(r102, r52)
     r101 = k.where(r101, r102, r52)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r26, r108, r107)
     r108 = 3.0 * x4 * r107 * r39
     r108 = k.where(r51, r108, 0.0)
-    r112 = x22 > 1.0
+    r112 = x23 > 1.0
     r112 = k.and_(r51, r112)
     r114 = 2.0 * x4 * r39
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r39 = r114 == r39
     r108 = k.where(r39, r108, 0.0)
     r39 = r53 + r54 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x22
+    r114 = -1.0 + x23
     r8 = k.min(1.0, r114)
     r77 = 1.0 + r8
-    r77 = x22 == r77
+    r77 = x23 == r77
     r130 = k.where(r77, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r150 = r8 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r153 = r8 != 0.0
     r153 = k.and_(r153, r77)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x37 * x12 * r153
+    r153 = x38 * x12 * r153
     r153 = r35 + r36 + r130 + r150 + r153
     r153 = r16 * r153
     r150 = -1.0 * r8
-    r150 = x22 + r150
-    r130 = x22 == r150
+    r150 = x23 + r150
+    r130 = x23 == r150
     r162 = k.where(r130, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r150 == 1.0
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r167 = r150 != 1.0
     r167 = k.and_(r130, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x37 * x12 * r167
+    r167 = x38 * x12 * r167
     r167 = r35 + r36 + r162 + r164 + r167
     r167 = r16 * r167
     r167 = r153 + r167
@@ -315,118 +315,119 @@ def quantities(x, k):
     r97 = k.where(r54, r73, r97)
     r108 = r39 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x37 * x19 * x4 * x34 * r30 * r16
-    r108 = x37 * x19 * x4 * x34 * r30
+    r124 = x38 * x19 * x4 * x35 * r30 * r16
+    r108 = x38 * x19 * x4 * x35 * r30
     r73 = k.max(r39, r153, r12)
     r54 = r153 == r73
     r12 = k.where(r54, r153, r12)
     r73 = r39 == r73
     r12 = k.where(r73, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r73 = 6.0 * x6 * x34 * r15
+    r39 = -1.0 * x20
+    r73 = -1.0 * r12
+    r73 = x8 + r39 + r73
+    r39 = 6.0 * x6 * x35 * r15
     r153 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r130 = 6.0 * x15 * r13
-    r118 = 6.0 * x37 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x34
+    r118 = 6.0 * x38 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x35
     r36 = r153 + r54 + r130 + r118 + r36
-    r118 = x6 * x34 * r36
+    r118 = x6 * x35 * r36
     r130 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x34 * r54
+    r53 = 0.16666666666666666 * x35 * r54
     r164 = k.recip(x15)
-    r54 = 0.0625 * x37 * r164 * r54
+    r54 = 0.0625 * x38 * r164 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x34 * r130 * r54
-    r130 = k.pow(x34, 2.0)
+    r54 = 96.0 * x6 * x15 * x35 * r130 * r54
+    r130 = k.pow(x35, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r130
-    r77 = x23 == 1.0
+    r77 = x24 == 1.0
     r130 = 4.0 * x6 * x15 * x11 * x10 * r130
     r130 = k.where(r77, r130, 0.0)
-    r162 = 0.3333333333333333 * x6 * x34 * r36
+    r162 = 0.3333333333333333 * x6 * x35 * r36
     r130 = k.where(r55, r162, r130)
     r130 = r118 + r53 + r130
     r53 = k.where(r55, 1.0, 0.0)
     r53 = 1.0 + r53
     r162 = k.recip(x9)
     r38 = k.recip(x18)
-    r59 = x37 * x12 * r16
-    r112 = x19 * x12 * x34 * r30
-    r60 = x37 * x19 * x34 * r30 * r16
+    r59 = x38 * x12 * r16
+    r112 = x19 * x12 * x35 * r30
+    r60 = x38 * x19 * x35 * r30 * r16
     r60 = r59 + r112 + r60
     r59 = 2.0 * r162 * r38 * r60
-    r94 = k.recip(x21)
+    r94 = k.recip(x22)
     r34 = k.recip(x17)
-    r86 = 2.0 * x37 * x19 * x12 * x34 * r94 * r30 * r34 * r16
+    r86 = 2.0 * x38 * x19 * x12 * x35 * r94 * r30 * r34 * r16
     r86 = r59 + r86
     r86 = r53 * r86
     r60 = 4.0 * r162 * r38 * r60
-    r59 = 4.0 * x37 * x19 * x12 * x34 * r94 * r30 * r34 * r16
+    r59 = 4.0 * x38 * x19 * x12 * x35 * r94 * r30 * r34 * r16
     r59 = r86 + r60 + r59
     r59 = r11 * r59
     r60 = x11 * x10 * x12 * r16
-    r86 = x11 * x19 * x10 * x34 * r30 * r16
+    r86 = x11 * x19 * x10 * x35 * r30 * r16
     r86 = r60 + r112 + r86
     r60 = 2.0 * r162 * r38 * r86
-    r87 = 2.0 * x11 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16
+    r87 = 2.0 * x11 * x19 * x10 * x12 * x35 * r94 * r30 * r34 * r16
     r87 = r60 + r87
     r87 = r53 * r87
     r60 = x10 * x12 * r16 * r14
-    r74 = x19 * x10 * x34 * r30 * r16 * r14
+    r74 = x19 * x10 * x35 * r30 * r16 * r14
     r74 = r112 + r60 + r74
     r60 = 2.0 * r162 * r38 * r74
-    r150 = 2.0 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16 * r14
+    r150 = 2.0 * x19 * x10 * x12 * x35 * r94 * r30 * r34 * r16 * r14
     r150 = r60 + r150
     r150 = r53 * r150
     r60 = x12 * x5 * r16
-    r371 = x19 * x5 * x34 * r30 * r16
-    r371 = r60 + r112 + r371
-    r112 = 2.0 * r162 * r38 * r371
-    r60 = 2.0 * x19 * x12 * x5 * x34 * r94 * r30 * r34 * r16
+    r372 = x19 * x5 * x35 * r30 * r16
+    r372 = r60 + r112 + r372
+    r112 = 2.0 * r162 * r38 * r372
+    r60 = 2.0 * x19 * x12 * x5 * x35 * r94 * r30 * r34 * r16
     r60 = r112 + r60
     r60 = 2.0 * r53 * r60
     r86 = 4.0 * r162 * r38 * r86
     r74 = 4.0 * r162 * r38 * r74
-    r371 = 8.0 * r162 * r38 * r371
-    r112 = 8.0 * x19 * x12 * x5 * x34 * r94 * r30 * r34 * r16
-    r381 = 4.0 * x11 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16 * r14
-    r14 = r87 + r150 + r60 + r86 + r74 + r371 + r112 + r381 + r14
+    r372 = 8.0 * r162 * r38 * r372
+    r112 = 8.0 * x19 * x12 * x5 * x35 * r94 * r30 * r34 * r16
+    r382 = 4.0 * x11 * x19 * x10 * x12 * x35 * r94 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r94 * r30 * r34 * r16 * r14
+    r14 = r87 + r150 + r60 + r86 + r74 + r372 + r112 + r382 + r14
     r14 = x15 * r11 * r14
     r14 = r59 + r14
     r59 = x6 * r4 * r5 * r14
-    r381 = 10.0 * x12 * r53
-    r381 = r153 + r381
-    r381 = x19 * x34 * r30 * r381
+    r382 = 10.0 * x12 * r53
+    r382 = r153 + r382
+    r382 = x19 * x35 * r30 * r382
     r153 = 3.0 * x5
     r112 = 2.0 * x5 * r53
     r112 = r153 + r112
-    r112 = x19 * x34 * r30 * r16 * r112
-    r112 = r381 + r112
+    r112 = x19 * x35 * r30 * r16 * r112
+    r112 = r382 + r112
     r112 = x15 * r11 * r112
-    r381 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r381 = r112 + r381
-    r112 = x6 * x4 * r162 * r4 * r5 * r38 * r381
+    r382 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r382 = r112 + r382
+    r112 = x6 * x4 * r162 * r4 * r5 * r38 * r382
     r153 = k.recip(x0)
-    r371 = x11 * x10 * x34
+    r372 = x11 * x10 * x35
     r77 = k.or_(r77, r55)
     r77 = k.where(r77, 1.0, 0.0)
     r77 = 3.0 + r77
-    r77 = 2.0 * x11 * x10 * x34 * r77
-    r77 = r371 + r77
-    r371 = x6 * x15 * x34 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r74 = r59 + r112 + r371
+    r77 = 2.0 * x11 * x10 * x35 * r77
+    r77 = r372 + r77
+    r372 = x6 * x15 * x35 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r74 = r59 + r112 + r372
     r86 = k.recip(r74)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r60 = k.recip(x6)
     r150 = 0.3333333333333333 * x3 * x19 * r60 * r85 * r74
-    r87 = 0.6666666666666666 * x3 * x19 * x22 * r60 * r74
-    r381 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r381
-    r77 = -1.0 * x6 * x15 * x34 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r87 = r14 + r150 + r87 + r381 + r77
+    r87 = 0.6666666666666666 * x3 * x19 * x23 * r60 * r74
+    r382 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r382
+    r77 = -1.0 * x6 * x15 * x35 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r87 = r14 + r150 + r87 + r382 + r77
     r87 = k.max(0.0, r87)
-    r150 = 0.5 * x22
+    r150 = 0.5 * x23
     r150 = -1.0 + r150
     r150 = 0.6666666666666666 * x3 * x19 * r60 * r85 * r150 * r74
     r150 = k.where(r58, 0.0, r150)
@@ -438,280 +439,280 @@ def quantities(x, k):
     r150 = k.max(r87, r150)
     r86 = r86 * r150
     r38 = 28.0 * r162 * r38 * r31
-    r162 = r38 + r59 + r112 + r371
-    r87 = -1.0 * x20
+    r162 = r38 + r59 + r112 + r372
+    r87 = -1.0 * x21
     r87 = 1.0 + r87
-    r114 = x22 * x38
+    r114 = x23 * x39
     r114 = -1.0 + r114
-    r85 = k.recip(x25)
-    r78 = k.recip(x26)
-    r58 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16
-    r58 = x27 + r58
-    r79 = 2.0 * x3 * x2 * x36
-    r79 = x29 >= r79
-    r153 = k.recip(x28)
-    r34 = k.recip(x30)
-    r442 = k.min(1.0, x32)
-    r442 = k.recip(r442)
-    r442 = x19 * x4 * x12 * x32 * x34 * r153 * r30 * r34 * r16 * r442
-    r442 = x31 + r442
-    r58 = k.where(r79, r442, r58)
+    r85 = k.recip(x26)
+    r78 = k.recip(x27)
+    r58 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16
+    r58 = x28 + r58
+    r79 = 2.0 * x3 * x2 * x37
+    r79 = x30 >= r79
+    r153 = k.recip(x29)
+    r34 = k.recip(x31)
+    r443 = k.min(1.0, x33)
+    r443 = k.recip(r443)
+    r443 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r443
+    r443 = x32 + r443
+    r58 = k.where(r79, r443, r58)
     r58 = 2.0 * x6 * r4 * r5 * r11 * r114 * r58
     r58 = k.where(r37, 0.0, r58)
     r87 = r87 * r58
-    r442 = x3 * x19 * r60 * r74
-    r79 = x22 <= 1.0
+    r443 = x3 * x19 * r60 * r74
+    r79 = x23 <= 1.0
     r98 = k.and_(r98, r79)
-    r442 = k.where(r98, r74, r442)
-    r442 = -1.0 * x20 * r442
+    r443 = k.where(r98, r74, r443)
+    r443 = -1.0 * x21 * r443
     r74 = x3 * x2
-    r456 = -1.0 + r74
-    r457 = k.recip(r456)
-    r458 = 2.0 * x3 * x2
-    r458 = -2.0 + r458
-    r460 = x29 * r16
-    r461 = k.gcd(r74, r460)
-    r462 = k.recip(r461)
-    r463 = x3 * x2 * r462
-    r463 = -1.0 + r463
-    r463 = x27 * r463
-    r466 = -1.0 * x3 * x2 * r462
-    r466 = r74 + r466
-    r466 = x31 * r466
-    r469 = r463 + r466
-    r469 = r457 * r458 * r469
-    r457 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r462 * r458 * r25
-    r461 = -1.0 + r461
-    r473 = k.max(1.0, r461)
-    r473 = k.min(x32, r473)
-    r473 = k.recip(r473)
-    r476 = x4 * x32 * x22 * r153 * r164 * r4 * r30 * r34 * r473 * r462 * r461 * r458 * r25
-    r476 = k.max(r457, r476)
-    r476 = r469 + r476
-    r469 = x29 <= x36
-    r457 = x27 * r458
-    r481 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r458 * r25
-    r481 = r457 + r481
-    r476 = k.where(r469, r481, r476)
-    r481 = x3 * x2 * x36
-    r481 = x29 >= r481
-    r457 = x31 * r458
-    r487 = k.max(1.0, r456)
-    r487 = k.min(x32, r487)
-    r487 = k.recip(r487)
-    r490 = x4 * x32 * x22 * r153 * r164 * r4 * r30 * r34 * r487 * r458 * r25
-    r490 = r457 + r490
-    r476 = k.where(r481, r490, r476)
-    r476 = x15 * r11 * r476
-    r490 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r462 * r456 * r25
-    r461 = x4 * x32 * x22 * r153 * r164 * r4 * r30 * r34 * r473 * r462 * r456 * r461 * r25
-    r461 = k.max(r490, r461)
-    r461 = r463 + r466 + r461
-    r466 = x27 * r456
-    r463 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r456 * r25
-    r463 = r466 + r463
-    r461 = k.where(r469, r463, r461)
-    r463 = x31 * r456
-    r487 = x4 * x32 * x22 * r153 * r164 * r4 * r30 * r34 * r487 * r456 * r25
-    r487 = r463 + r487
-    r461 = k.where(r481, r487, r461)
-    r487 = 2.0 * x15 * r11 * r461
-    r476 = k.where(r27, r487, r476)
-    r487 = x15 * r11 * r461
-    r481 = x6 * x15 * r4 * r5 * r11 * r461
-    r481 = r487 + r481
-    r476 = k.where(r98, r481, r476)
+    r457 = -1.0 + r74
+    r458 = k.recip(r457)
+    r459 = 2.0 * x3 * x2
+    r459 = -2.0 + r459
+    r461 = x30 * r16
+    r462 = k.gcd(r74, r461)
+    r463 = k.recip(r462)
+    r464 = x3 * x2 * r463
+    r464 = -1.0 + r464
+    r464 = x28 * r464
+    r467 = -1.0 * x3 * x2 * r463
+    r467 = r74 + r467
+    r467 = x32 * r467
+    r470 = r464 + r467
+    r470 = r458 * r459 * r470
+    r458 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r463 * r459 * r25
+    r462 = -1.0 + r462
+    r474 = k.max(1.0, r462)
+    r474 = k.min(x33, r474)
+    r474 = k.recip(r474)
+    r477 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r474 * r463 * r462 * r459 * r25
+    r477 = k.max(r458, r477)
+    r477 = r470 + r477
+    r470 = x30 <= x37
+    r458 = x28 * r459
+    r482 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r459 * r25
+    r482 = r458 + r482
+    r477 = k.where(r470, r482, r477)
+    r482 = x3 * x2 * x37
+    r482 = x30 >= r482
+    r458 = x32 * r459
+    r488 = k.max(1.0, r457)
+    r488 = k.min(x33, r488)
+    r488 = k.recip(r488)
+    r491 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r488 * r459 * r25
+    r491 = r458 + r491
+    r477 = k.where(r482, r491, r477)
+    r477 = x15 * r11 * r477
+    r491 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r463 * r457 * r25
+    r462 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r474 * r463 * r457 * r462 * r25
+    r462 = k.max(r491, r462)
+    r462 = r464 + r467 + r462
+    r467 = x28 * r457
+    r464 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r457 * r25
+    r464 = r467 + r464
+    r462 = k.where(r470, r464, r462)
+    r464 = x32 * r457
+    r488 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r488 * r457 * r25
+    r488 = r464 + r488
+    r462 = k.where(r482, r488, r462)
+    r488 = 2.0 * x15 * r11 * r462
+    r477 = k.where(r27, r488, r477)
+    r488 = x15 * r11 * r462
+    r482 = x6 * x15 * r4 * r5 * r11 * r462
+    r482 = r488 + r482
+    r477 = k.where(r98, r482, r477)
     r79 = k.and_(r51, r79)
-    r461 = 3.0 * x6 * x15 * r4 * r5 * r11 * r461
-    r476 = k.where(r79, r461, r476)
+    r462 = 3.0 * x6 * x15 * r4 * r5 * r11 * r462
+    r477 = k.where(r79, r462, r477)
     r74 = r74 == 1.0
-    r476 = k.where(r74, 0.0, r476)
-    r442 = r442 + r476
-    r442 = k.max(0.0, r442)
-    r460 = k.gcd(x2, r460)
-    r461 = k.recip(r460)
-    r51 = x2 * r461
+    r477 = k.where(r74, 0.0, r477)
+    r443 = r443 + r477
+    r443 = k.max(0.0, r443)
+    r461 = k.gcd(x2, r461)
+    r462 = k.recip(r461)
+    r51 = x2 * r462
     r51 = -1.0 + r51
-    r51 = x27 * r51
-    r481 = -1.0 * x2 * r461
-    r481 = x2 + r481
-    r481 = x31 * r481
-    r487 = -1.0 + x2
-    r463 = 2.0 * x14 * x19 * x10 * x4 * x34 * r85 * r30 * r78 * r16 * r461 * r487
-    r460 = -1.0 + r460
-    r164 = k.max(1.0, r460)
-    r164 = k.min(x32, r164)
+    r51 = x28 * r51
+    r482 = -1.0 * x2 * r462
+    r482 = x2 + r482
+    r482 = x32 * r482
+    r488 = -1.0 + x2
+    r464 = 2.0 * x14 * x19 * x10 * x4 * x35 * r85 * r30 * r78 * r16 * r462 * r488
+    r461 = -1.0 + r461
+    r164 = k.max(1.0, r461)
+    r164 = k.min(x33, r164)
     r164 = k.recip(r164)
-    r460 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r153 * r30 * r34 * r16 * r164 * r461 * r487 * r460
-    r460 = k.max(r463, r460)
-    r460 = r51 + r481 + r460
-    r481 = x27 * r487
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x34 * r85 * r30 * r78 * r16 * r487
-    r51 = r481 + r51
-    r460 = k.where(r469, r51, r460)
-    r51 = x2 * x36
-    r51 = x29 >= r51
-    r469 = x31 * r487
-    r481 = k.max(1.0, r487)
-    r481 = k.min(x32, r481)
-    r481 = k.recip(r481)
-    r481 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r153 * r30 * r34 * r16 * r481 * r487
-    r481 = r469 + r481
-    r460 = k.where(r51, r481, r460)
-    r481 = x6 * x15 * r4 * r5 * r11 * r460
-    r460 = x6 * x15 * r4 * r5 * r11 * r53 * r460
-    r460 = r481 + r460
-    r481 = x2 == 1.0
-    r460 = k.where(r481, 0.0, r460)
+    r461 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r153 * r30 * r34 * r16 * r164 * r462 * r488 * r461
+    r461 = k.max(r464, r461)
+    r461 = r51 + r482 + r461
+    r482 = x28 * r488
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x35 * r85 * r30 * r78 * r16 * r488
+    r51 = r482 + r51
+    r461 = k.where(r470, r51, r461)
+    r51 = x2 * x37
+    r51 = x30 >= r51
+    r470 = x32 * r488
+    r482 = k.max(1.0, r488)
+    r482 = k.min(x33, r482)
+    r482 = k.recip(r482)
+    r482 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r153 * r30 * r34 * r16 * r482 * r488
+    r482 = r470 + r482
+    r461 = k.where(r51, r482, r461)
+    r482 = x6 * x15 * r4 * r5 * r11 * r461
+    r461 = x6 * x15 * r4 * r5 * r11 * r53 * r461
+    r461 = r482 + r461
+    r482 = x2 == 1.0
+    r461 = k.where(r482, 0.0, r461)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r51 = -1.0 + x36
-    r469 = k.recip(r51)
-    r463 = 2.0 * x36
-    r463 = -2.0 + r463
-    r461 = k.gcd(x36, x29)
-    r164 = k.recip(r461)
-    r466 = x36 * r164
-    r466 = -1.0 + r466
-    r466 = x27 * r466
-    r490 = -1.0 * x36 * r164
-    r490 = x36 + r490
-    r490 = x31 * r490
-    r490 = r466 + r490
-    r490 = r469 * r463 * r490
-    r469 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16 * r164 * r463
-    r461 = -1.0 + r461
-    r466 = k.max(1.0, r461)
-    r466 = k.min(x32, r466)
-    r466 = k.recip(r466)
-    r461 = x19 * x4 * x12 * x32 * x34 * r153 * r30 * r34 * r16 * r466 * r164 * r461 * r463
-    r461 = k.max(r469, r461)
-    r461 = r490 + r461
-    r490 = x29 <= 1.0
-    r469 = x27 * r463
-    r78 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16 * r463
-    r78 = r469 + r78
-    r461 = k.where(r490, r78, r461)
-    r78 = x29 >= x36
-    r490 = x31 * r463
+    r51 = -1.0 + x37
+    r470 = k.recip(r51)
+    r464 = 2.0 * x37
+    r464 = -2.0 + r464
+    r462 = k.gcd(x37, x30)
+    r164 = k.recip(r462)
+    r467 = x37 * r164
+    r467 = -1.0 + r467
+    r467 = x28 * r467
+    r491 = -1.0 * x37 * r164
+    r491 = x37 + r491
+    r491 = x32 * r491
+    r491 = r467 + r491
+    r491 = r470 * r464 * r491
+    r470 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16 * r164 * r464
+    r462 = -1.0 + r462
+    r467 = k.max(1.0, r462)
+    r467 = k.min(x33, r467)
+    r467 = k.recip(r467)
+    r462 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r467 * r164 * r462 * r464
+    r462 = k.max(r470, r462)
+    r462 = r491 + r462
+    r491 = x30 <= 1.0
+    r470 = x28 * r464
+    r78 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16 * r464
+    r78 = r470 + r78
+    r462 = k.where(r491, r78, r462)
+    r78 = x30 >= x37
+    r491 = x32 * r464
     r51 = k.max(1.0, r51)
-    r51 = k.min(x32, r51)
+    r51 = k.min(x33, r51)
     r51 = k.recip(r51)
-    r51 = x19 * x4 * x12 * x32 * x34 * r153 * r30 * r34 * r16 * r51 * r463
-    r51 = r490 + r51
-    r461 = k.where(r78, r51, r461)
-    r461 = x6 * x15 * r4 * r5 * r11 * r55 * r461
-    r51 = x36 == 1.0
-    r461 = k.where(r51, 0.0, r461)
-    r77 = r14 + r381 + r77
+    r51 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r51 * r464
+    r51 = r491 + r51
+    r462 = k.where(r78, r51, r462)
+    r462 = x6 * x15 * r4 * r5 * r11 * r55 * r462
+    r51 = x37 == 1.0
+    r462 = k.where(r51, 0.0, r462)
+    r77 = r14 + r382 + r77
     r77 = k.max(0.0, r77)
     r77 = k.where(r26, r77, 0.0)
-    r26 = r87 + r38 + r59 + r112 + r371 + r442 + r150 + r460 + r461 + r77
-    r381 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r94 * r4 * r30 * r11 * r16 * r381 * r15
-    r36 = x6 * x34 * r94 * r4 * r30 * r11 * r16 * r381 * r36
-    r381 = x19 * x4 * x12 * x34 * r30
-    r94 = x19 * x4 * x12 * x34 * r85 * r30
-    r458 = x4 * r4 * r30 * r458 * r25
-    r78 = 2.0 * x4 * r4 * r30 * r456 * r25
-    r458 = k.where(r27, r78, r458)
-    r78 = x4 * r4 * r30 * r456 * r25
+    r26 = r87 + r38 + r59 + r112 + r372 + r443 + r150 + r461 + r462 + r77
+    r382 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r94 * r4 * r30 * r11 * r16 * r382 * r15
+    r36 = x6 * x35 * r94 * r4 * r30 * r11 * r16 * r382 * r36
+    r382 = x19 * x4 * x12 * x35 * r30
+    r94 = x19 * x4 * x12 * x35 * r85 * r30
+    r459 = x4 * r4 * r30 * r459 * r25
+    r78 = 2.0 * x4 * r4 * r30 * r457 * r25
+    r459 = k.where(r27, r78, r459)
+    r78 = x4 * r4 * r30 * r457 * r25
     r27 = k.pow(x3, -2.0)
-    r490 = x6 * x4 * r27 * r5 * r30 * r456 * r25
-    r490 = r78 + r490
-    r458 = k.where(r98, r490, r458)
-    r456 = 3.0 * x6 * x4 * r27 * r5 * r30 * r456 * r25
-    r458 = k.where(r79, r456, r458)
-    r458 = k.where(r74, 0.0, r458)
-    r74 = r85 * r458
-    r85 = x28 * r85
-    r456 = k.recip(x34)
-    r79 = x35 * r60 * r456
+    r491 = x6 * x4 * r27 * r5 * r30 * r457 * r25
+    r491 = r78 + r491
+    r459 = k.where(r98, r491, r459)
+    r457 = 3.0 * x6 * x4 * r27 * r5 * r30 * r457 * r25
+    r459 = k.where(r79, r457, r459)
+    r459 = k.where(r74, 0.0, r459)
+    r74 = r85 * r459
+    r85 = x29 * r85
+    r457 = k.recip(x35)
+    r79 = x36 * r60 * r457
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r490 = 1.6e-11 * x12
+    r491 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
     r78 = 8e-12 * x15 * r13
-    r34 = 8e-12 * x37 * x12
-    r153 = r490 + r98 + r78 + r34
-    r469 = 8e-12 * x12
+    r34 = 8e-12 * x38 * x12
+    r153 = r491 + r98 + r78 + r34
+    r470 = 8e-12 * x12
     r164 = 4e-12 * x15 * r9
-    r466 = 4e-12 * x15 * r13
-    r462 = 4e-12 * x37 * x12
-    r462 = r469 + r164 + r466 + r462
-    r462 = r27 > r462
-    r466 = -1.6e-11 * x12
+    r467 = 4e-12 * x15 * r13
+    r463 = 4e-12 * x38 * x12
+    r463 = r470 + r164 + r467 + r463
+    r463 = r27 > r463
+    r467 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r164 = -8e-12 * x37 * x12
-    r469 = k.sqrt(2.0)
-    r473 = k.sqrt(x3)
-    r473 = k.recip(r473)
-    r457 = k.sqrt(x2)
-    r457 = k.recip(r457)
-    r640 = k.sqrt(x13)
-    r640 = k.recip(r640)
-    r642 = k.sqrt(x22)
-    r642 = k.recip(r642)
-    r644 = k.sqrt(x36)
-    r644 = k.recip(r644)
-    r646 = k.sqrt(r153)
-    r647 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r153
-    r648 = k.sqrt(x3)
-    r649 = k.sqrt(x2)
-    r650 = k.sqrt(x13)
-    r651 = k.sqrt(x22)
-    r652 = k.sqrt(x36)
-    r652 = 0.16666666666666666 * r469 * r648 * r649 * r650 * r651 * r652 * r646
-    r652 = 1.0 + r647 + r652
-    r652 = r469 * r473 * r457 * r640 * r642 * r644 * r646 * r652
-    r652 = r466 + r9 + r13 + r164 + r652
-    r164 = k.where(r462, r652, r27)
-    r34 = r490 + r98 + r78 + r34 + r164
-    r34 = x3 * x2 * x13 * x22 * x36 * r34
+    r164 = -8e-12 * x38 * x12
+    r470 = k.sqrt(2.0)
+    r474 = k.sqrt(x3)
+    r474 = k.recip(r474)
+    r458 = k.sqrt(x2)
+    r458 = k.recip(r458)
+    r641 = k.sqrt(x13)
+    r641 = k.recip(r641)
+    r643 = k.sqrt(x23)
+    r643 = k.recip(r643)
+    r645 = k.sqrt(x37)
+    r645 = k.recip(r645)
+    r647 = k.sqrt(r153)
+    r648 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r153
+    r649 = k.sqrt(x3)
+    r650 = k.sqrt(x2)
+    r651 = k.sqrt(x13)
+    r652 = k.sqrt(x23)
+    r653 = k.sqrt(x37)
+    r653 = 0.16666666666666666 * r470 * r649 * r650 * r651 * r652 * r653 * r647
+    r653 = 1.0 + r648 + r653
+    r653 = r470 * r474 * r458 * r641 * r643 * r645 * r647 * r653
+    r653 = r467 + r9 + r13 + r164 + r653
+    r164 = k.where(r463, r653, r27)
+    r34 = r491 + r98 + r78 + r34 + r164
+    r34 = x3 * x2 * x13 * x23 * x37 * r34
     r34 = k.exp(r34)
     r34 = -1.0 + r34
     r78 = k.recip(r34)
-    r98 = x24 + x1
-    r490 = -1.0 * x3 * x2 * x13 * x22 * x36 * r98
-    r490 = k.exp(r490)
-    r490 = x3 * x2 * x13 * x22 * x36 * r78 * r164 * r490
-    r78 = x3 * x2 * x13 * x22 * x36
-    r652 = k.recip(r652)
-    r78 = k.where(r462, r652, r78)
-    r98 = x3 * x2 * x13 * x22 * x36 * r98
+    r98 = x25 + x1
+    r491 = -1.0 * x3 * x2 * x13 * x23 * x37 * r98
+    r491 = k.exp(r491)
+    r491 = x3 * x2 * x13 * x23 * x37 * r78 * r164 * r491
+    r78 = x3 * x2 * x13 * x23 * x37
+    r653 = k.recip(r653)
+    r78 = k.where(r463, r653, r78)
+    r98 = x3 * x2 * x13 * x23 * x37 * r98
     r98 = k.exp(r98)
-    r5 = x35 * r60 * r4 * r30 * r5 * r11 * r456 * r16 * r34 * r26 * r78 * r98
-    r98 = x35 * r60 * r456 * r34 * r26 * r78 * r98
-    r55 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r463 * r55
+    r5 = x36 * r60 * r4 * r30 * r5 * r11 * r457 * r16 * r34 * r26 * r78 * r98
+    r98 = x36 * r60 * r457 * r34 * r26 * r78 * r98
+    r55 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r464 * r55
     r55 = k.where(r51, 0.0, r55)
-    r51 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r487
-    r487 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r53 * r487
-    r487 = r51 + r487
-    r487 = k.where(r481, 0.0, r487)
-    r114 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r114
+    r51 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r488
+    r488 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r53 * r488
+    r488 = r51 + r488
+    r488 = k.where(r482, 0.0, r488)
+    r114 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r114
     r114 = k.where(r37, 0.0, r114)
-    r8 = r8 < x22
-    r37 = x33 != 2.0
+    r8 = r8 < x23
+    r37 = x34 != 2.0
     r81 = k.and_(r81, r37)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r80 = k.and_(r16, r37, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x22 >= 2.0
-    r8 = x33 != 3.0
-    r37 = x33 != 4.0
+    r81 = x23 >= 2.0
+    r8 = x34 != 3.0
+    r37 = x34 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r37, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x21 * x3 * x2 * x22 * x36 * r26
-    r37 = r73 <= r81
+    r81 = x22 * x3 * x2 * x23 * x37 * r26
+    r37 = r39 <= r81
     r81 = r118 <= r81
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r39, r73, r73, r118, r54, r130, r86, r162, r150, r26, r14, r36, r381, r94, r74, r85, 0.0, r79, r27, r153, r164, r490, r5, r98, r59, r371, r112, r38, r55, r461, r461, r487, r460, r460, r458, r476, r442, r114, r58, r87, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r73, r39, r39, r118, r54, r130, r86, r162, r150, r26, r14, r36, r382, r94, r74, r85, 0.0, r79, r27, r153, r164, r491, r5, r98, r59, r372, r112, r38, r55, r462, r462, r488, r461, r461, r459, r477, r443, r114, r58, r87, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1430,9 +1431,9 @@ def search(x, k):
     return (r89, r99, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (16, 44, 45, 46, 47, 48, 49), (19,), (15, 16, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (28,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 30), (16, 31), (16, 32), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 5), (52, 7), (52, 9), (52, 59), (52, 60), (52, 61), (53, 3), (53, 5), (53, 7), (53, 9), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (38, 45, 46, 47, 48, 49, 50), (36, 45, 46, 47, 48, 49, 50), (37, 45, 46, 47, 48, 49, 50), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (28,), (77,), (39, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50, 76, 77), (39, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 44), (10, 72), (11, 72), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 30), (16, 31), (16, 32), (16, 35), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x36 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x37 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x38 >= 3.0
+    r51 = x39 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -72,45 +72,45 @@ def quantities(x, k):
     r60 = 4.0 * x11 * x10
     r61 = 4.0 * x14 * x10
     r61 = r55 + r58 + r59 + r60 + r61
-    r61 = x19 * x33 * r30 * r16 * r61
-    r60 = x23 == 2.0
-    r59 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r61 = x19 * x34 * r30 * r16 * r61
+    r60 = x24 == 2.0
+    r59 = 2.0 * x19 * x12 * x34 * r30 * r16
     r59 = k.where(r60, r59, r61)
-    r58 = 1.0 + x22
+    r58 = 1.0 + x23
     r58 = k.min(r58, r6)
     r58 = r58 * r34
-    r55 = x32 == 4.0
-    r71 = 2.0 * x22
+    r55 = x33 == 4.0
+    r71 = 2.0 * x23
     r72 = -1.0 + r71
     r72 = k.min(r72, r6)
     r72 = r72 * r34
     r75 = k.where(r55, r72, r58)
-    r76 = x32 == 0.0
-    r77 = x32 == 3.0
+    r76 = x33 == 0.0
+    r77 = x33 == 3.0
     r78 = k.or_(r76, r77)
-    r79 = k.min(x22, r6)
+    r79 = k.min(x23, r6)
     r79 = r79 * r34
     r75 = k.where(r78, r79, r75)
-    r79 = x32 == 1.0
-    r83 = k.recip(x37)
-    r84 = x6 * x37 * r4 * r5
-    r85 = -1.0 + x37
-    r85 = x22 * r85
+    r79 = x33 == 1.0
+    r83 = k.recip(x38)
+    r84 = x6 * x38 * r4 * r5
+    r85 = -1.0 + x38
+    r85 = x23 * r85
     r87 = -1.0 + r71 + r85
     r87 = k.min(r84, r87)
     r87 = r83 * r87 * r34
     r75 = k.where(r79, r87, r75)
-    r87 = x32 == 2.0
+    r87 = x33 == 2.0
     r92 = x6 * r4 * r5 * r34
     r75 = k.where(r87, r92, r75)
     r75 = r59 * r75
     r95 = k.where(r27, 1000000000.0, 0.0)
-    r96 = x38 >= 2.0
+    r96 = x39 >= 2.0
     r8 = k.where(r96, r52, r8)
     r52 = k.where(r60, r61, 0.0)
     r99 = k.or_(r26, r37)
-    r100 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r101 = x36 * x19 * x16 * x33 * r30 * r16
+    r100 = 4.0 * x19 * x12 * x34 * r30 * r16
+    r101 = x37 * x19 * x16 * x34 * r30 * r16
     r100 = r100 + r101
     r100 = k.max(r100, r52)
     r99 = k.where(r99, r100, r52)
@@ -119,7 +119,7 @@ def quantities(x, k):
     r105 = k.where(r26, r106, r105)
     r106 = 3.0 * x4 * r105 * r39
     r106 = k.where(r51, r106, 0.0)
-    r110 = x22 > 1.0
+    r110 = x23 > 1.0
     r110 = k.and_(r51, r110)
     r112 = 2.0 * x4 * r39
     r106 = k.where(r110, r112, r106)
@@ -151,33 +151,33 @@ def quantities(x, k):
     r39 = r112 == r39
     r106 = k.where(r39, r106, 0.0)
     r39 = r53 + r54 + r122 + r99 + r116 + r106
-    r112 = -1.0 + x22
+    r112 = -1.0 + x23
     r8 = k.min(1.0, r112)
     r75 = 1.0 + r8
-    r75 = x22 == r75
+    r75 = x23 == r75
     r128 = k.where(r75, 1.0, 0.0)
     r128 = 2.0 * x12 * r128
     r148 = r8 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x36 * x12 * r148
+    r148 = x37 * x12 * r148
     r151 = r8 != 0.0
     r151 = k.and_(r151, r75)
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x36 * x12 * r151
+    r151 = x37 * x12 * r151
     r151 = r35 + r36 + r128 + r148 + r151
     r151 = r16 * r151
     r148 = -1.0 * r8
-    r148 = x22 + r148
-    r128 = x22 == r148
+    r148 = x23 + r148
+    r128 = x23 == r148
     r160 = k.where(r128, 1.0, 0.0)
     r160 = 2.0 * x12 * r160
     r162 = r148 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x36 * x12 * r162
+    r162 = x37 * x12 * r162
     r165 = r148 != 1.0
     r165 = k.and_(r128, r165)
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x36 * x12 * r165
+    r165 = x37 * x12 * r165
     r165 = r35 + r36 + r160 + r162 + r165
     r165 = r16 * r165
     r165 = r151 + r165
@@ -313,118 +313,119 @@ def quantities(x, k):
     r95 = k.where(r54, r71, r95)
     r106 = r39 == r106
     r95 = k.where(r106, r122, r95)
-    r122 = x36 * x19 * x4 * x33 * r30 * r16
-    r106 = x36 * x19 * x4 * x33 * r30
+    r122 = x37 * x19 * x4 * x34 * r30 * r16
+    r106 = x37 * x19 * x4 * x34 * r30
     r71 = k.max(r39, r151, r12)
     r54 = r151 == r71
     r12 = k.where(r54, r151, r12)
     r71 = r39 == r71
     r12 = k.where(r71, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r71 = 6.0 * x6 * x33 * r15
+    r39 = -1.0 * x20
+    r71 = -1.0 * r12
+    r71 = x8 + r39 + r71
+    r39 = 6.0 * x6 * x34 * r15
     r151 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r128 = 6.0 * x15 * r13
-    r116 = 6.0 * x36 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x33
+    r116 = 6.0 * x37 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x34
     r36 = r151 + r54 + r128 + r116 + r36
-    r116 = x6 * x33 * r36
+    r116 = x6 * x34 * r36
     r128 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x33 * r54
+    r53 = 0.16666666666666666 * x34 * r54
     r162 = k.recip(x15)
-    r54 = 0.0625 * x36 * r162 * r54
+    r54 = 0.0625 * x37 * r162 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x33 * r128 * r54
-    r128 = k.pow(x33, 2.0)
+    r54 = 96.0 * x6 * x15 * x34 * r128 * r54
+    r128 = k.pow(x34, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r128
-    r75 = x23 == 1.0
+    r75 = x24 == 1.0
     r128 = 4.0 * x6 * x15 * x11 * x10 * r128
     r128 = k.where(r75, r128, 0.0)
-    r160 = 0.3333333333333333 * x6 * x33 * r36
+    r160 = 0.3333333333333333 * x6 * x34 * r36
     r128 = k.where(r60, r160, r128)
     r128 = r116 + r53 + r128
     r53 = k.where(r60, 1.0, 0.0)
     r53 = 1.0 + r53
     r160 = k.recip(x9)
     r38 = k.recip(x18)
-    r58 = x36 * x12 * r16
-    r110 = x19 * x12 * x33 * r30
-    r59 = x36 * x19 * x33 * r30 * r16
+    r58 = x37 * x12 * r16
+    r110 = x19 * x12 * x34 * r30
+    r59 = x37 * x19 * x34 * r30 * r16
     r59 = r58 + r110 + r59
     r58 = 2.0 * r160 * r38 * r59
-    r92 = k.recip(x21)
+    r92 = k.recip(x22)
     r34 = k.recip(x17)
-    r84 = 2.0 * x36 * x19 * x12 * x33 * r92 * r30 * r34 * r16
+    r84 = 2.0 * x37 * x19 * x12 * x34 * r92 * r30 * r34 * r16
     r84 = r58 + r84
     r84 = r53 * r84
     r59 = 4.0 * r160 * r38 * r59
-    r58 = 4.0 * x36 * x19 * x12 * x33 * r92 * r30 * r34 * r16
+    r58 = 4.0 * x37 * x19 * x12 * x34 * r92 * r30 * r34 * r16
     r58 = r84 + r59 + r58
     r58 = r11 * r58
     r59 = x11 * x10 * x12 * r16
-    r84 = x11 * x19 * x10 * x33 * r30 * r16
+    r84 = x11 * x19 * x10 * x34 * r30 * r16
     r84 = r59 + r110 + r84
     r59 = 2.0 * r160 * r38 * r84
-    r85 = 2.0 * x11 * x19 * x10 * x12 * x33 * r92 * r30 * r34 * r16
+    r85 = 2.0 * x11 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16
     r85 = r59 + r85
     r85 = r53 * r85
     r59 = x10 * x12 * r16 * r14
-    r72 = x19 * x10 * x33 * r30 * r16 * r14
+    r72 = x19 * x10 * x34 * r30 * r16 * r14
     r72 = r110 + r59 + r72
     r59 = 2.0 * r160 * r38 * r72
-    r148 = 2.0 * x19 * x10 * x12 * x33 * r92 * r30 * r34 * r16 * r14
+    r148 = 2.0 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16 * r14
     r148 = r59 + r148
     r148 = r53 * r148
     r59 = x12 * x5 * r16
-    r369 = x19 * x5 * x33 * r30 * r16
-    r369 = r59 + r110 + r369
-    r110 = 2.0 * r160 * r38 * r369
-    r59 = 2.0 * x19 * x12 * x5 * x33 * r92 * r30 * r34 * r16
+    r370 = x19 * x5 * x34 * r30 * r16
+    r370 = r59 + r110 + r370
+    r110 = 2.0 * r160 * r38 * r370
+    r59 = 2.0 * x19 * x12 * x5 * x34 * r92 * r30 * r34 * r16
     r59 = r110 + r59
     r59 = 2.0 * r53 * r59
     r84 = 4.0 * r160 * r38 * r84
     r72 = 4.0 * r160 * r38 * r72
-    r369 = 8.0 * r160 * r38 * r369
-    r110 = 8.0 * x19 * x12 * x5 * x33 * r92 * r30 * r34 * r16
-    r379 = 4.0 * x11 * x19 * x10 * x12 * x33 * r92 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r92 * r30 * r34 * r16 * r14
-    r14 = r85 + r148 + r59 + r84 + r72 + r369 + r110 + r379 + r14
+    r370 = 8.0 * r160 * r38 * r370
+    r110 = 8.0 * x19 * x12 * x5 * x34 * r92 * r30 * r34 * r16
+    r380 = 4.0 * x11 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r92 * r30 * r34 * r16 * r14
+    r14 = r85 + r148 + r59 + r84 + r72 + r370 + r110 + r380 + r14
     r14 = x15 * r11 * r14
     r14 = r58 + r14
     r58 = x6 * r4 * r5 * r14
-    r379 = 3.0 * x5
+    r380 = 3.0 * x5
     r110 = 2.0 * x5 * r53
-    r110 = r379 + r110
-    r110 = x19 * x33 * r30 * r16 * r110
-    r379 = 10.0 * x12 * r53
-    r379 = r151 + r379
-    r379 = x19 * x33 * r30 * r16 * r379
-    r379 = r110 + r379
-    r379 = x15 * r11 * r379
-    r110 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r110 = r379 + r110
-    r379 = x6 * x4 * r160 * r4 * r5 * r38 * r110
+    r110 = r380 + r110
+    r110 = x19 * x34 * r30 * r16 * r110
+    r380 = 10.0 * x12 * r53
+    r380 = r151 + r380
+    r380 = x19 * x34 * r30 * r16 * r380
+    r380 = r110 + r380
+    r380 = x15 * r11 * r380
+    r110 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r110 = r380 + r110
+    r380 = x6 * x4 * r160 * r4 * r5 * r38 * r110
     r151 = k.recip(x0)
-    r369 = x11 * x10 * x33
+    r370 = x11 * x10 * x34
     r75 = k.or_(r75, r60)
     r75 = k.where(r75, 1.0, 0.0)
     r75 = 3.0 + r75
-    r75 = 2.0 * x11 * x10 * x33 * r75
-    r75 = r369 + r75
-    r369 = x6 * x15 * x33 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
-    r72 = r58 + r379 + r369
+    r75 = 2.0 * x11 * x10 * x34 * r75
+    r75 = r370 + r75
+    r370 = x6 * x15 * x34 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r72 = r58 + r380 + r370
     r84 = k.recip(r72)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r59 = k.recip(x6)
     r148 = 0.3333333333333333 * x3 * x19 * r59 * r83 * r72
-    r85 = 0.6666666666666666 * x3 * x19 * x22 * r59 * r72
+    r85 = 0.6666666666666666 * x3 * x19 * x23 * r59 * r72
     r110 = -1.0 * x6 * x4 * r160 * r4 * r5 * r38 * r110
-    r75 = -1.0 * x6 * x15 * x33 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r75 = -1.0 * x6 * x15 * x34 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
     r85 = r14 + r148 + r85 + r110 + r75
     r85 = k.max(0.0, r85)
-    r148 = 0.5 * x22
+    r148 = 0.5 * x23
     r148 = -1.0 + r148
     r148 = 0.6666666666666666 * x3 * x19 * r59 * r83 * r148 * r72
     r148 = k.where(r55, 0.0, r148)
@@ -436,255 +437,255 @@ def quantities(x, k):
     r148 = k.max(r85, r148)
     r84 = r84 * r148
     r38 = 28.0 * r160 * r38 * r31
-    r160 = r38 + r58 + r379 + r369
-    r85 = -1.0 * x20
+    r160 = r38 + r58 + r380 + r370
+    r85 = -1.0 * x21
     r85 = 1.0 + r85
-    r112 = x22 * x37
+    r112 = x23 * x38
     r112 = -1.0 + r112
-    r83 = k.recip(x25)
-    r76 = k.recip(x26)
-    r55 = x19 * x4 * x12 * x33 * r83 * r30 * r76 * r16
-    r55 = x27 + r55
-    r77 = 2.0 * x3 * x2 * x35
-    r77 = x29 >= r77
-    r151 = k.recip(x28)
-    r34 = k.recip(x30)
-    r440 = x19 * x4 * x12 * x33 * r151 * r30 * r34 * r16
-    r440 = x31 + r440
-    r55 = k.where(r77, r440, r55)
+    r83 = k.recip(x26)
+    r76 = k.recip(x27)
+    r55 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16
+    r55 = x28 + r55
+    r77 = 2.0 * x3 * x2 * x36
+    r77 = x30 >= r77
+    r151 = k.recip(x29)
+    r34 = k.recip(x31)
+    r441 = x19 * x4 * x12 * x34 * r151 * r30 * r34 * r16
+    r441 = x32 + r441
+    r55 = k.where(r77, r441, r55)
     r55 = 2.0 * x6 * r4 * r5 * r11 * r112 * r55
     r55 = k.where(r37, 0.0, r55)
     r85 = r85 * r55
-    r440 = x3 * x19 * r59 * r72
-    r77 = x22 <= 1.0
+    r441 = x3 * x19 * r59 * r72
+    r77 = x23 <= 1.0
     r96 = k.and_(r96, r77)
-    r440 = k.where(r96, r72, r440)
-    r440 = -1.0 * x20 * r440
+    r441 = k.where(r96, r72, r441)
+    r441 = -1.0 * x21 * r441
     r72 = x3 * x2
-    r452 = -1.0 + r72
-    r453 = k.recip(r452)
-    r454 = 2.0 * x3 * x2
-    r454 = -2.0 + r454
-    r456 = x29 * r16
-    r457 = k.gcd(r72, r456)
-    r458 = k.recip(r457)
-    r459 = x3 * x2 * r458
-    r459 = -1.0 + r459
-    r459 = x27 * r459
-    r462 = -1.0 * x3 * x2 * r458
-    r462 = r72 + r462
-    r462 = x31 * r462
-    r465 = r459 + r462
-    r465 = r453 * r454 * r465
-    r453 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r458 * r454 * r25
-    r457 = -1.0 + r457
-    r469 = x4 * x22 * r151 * r162 * r4 * r30 * r34 * r458 * r457 * r454 * r25
-    r469 = k.max(r453, r469)
-    r469 = r465 + r469
-    r465 = x29 <= x35
-    r453 = x27 * r454
-    r474 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r454 * r25
-    r474 = r453 + r474
-    r469 = k.where(r465, r474, r469)
-    r474 = x3 * x2 * x35
-    r474 = x29 >= r474
-    r453 = x31 * r454
-    r480 = x4 * x22 * r151 * r162 * r4 * r30 * r34 * r454 * r25
-    r480 = r453 + r480
-    r469 = k.where(r474, r480, r469)
-    r469 = x15 * r11 * r469
-    r480 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r458 * r452 * r25
-    r457 = x4 * x22 * r151 * r162 * r4 * r30 * r34 * r458 * r452 * r457 * r25
-    r457 = k.max(r480, r457)
-    r457 = r459 + r462 + r457
-    r462 = x27 * r452
-    r459 = x4 * x22 * r83 * r162 * r4 * r30 * r76 * r452 * r25
-    r459 = r462 + r459
-    r457 = k.where(r465, r459, r457)
-    r459 = x31 * r452
-    r162 = x4 * x22 * r151 * r162 * r4 * r30 * r34 * r452 * r25
-    r162 = r459 + r162
-    r457 = k.where(r474, r162, r457)
-    r162 = 2.0 * x15 * r11 * r457
-    r469 = k.where(r27, r162, r469)
-    r162 = x15 * r11 * r457
-    r474 = x6 * x15 * r4 * r5 * r11 * r457
-    r474 = r162 + r474
-    r469 = k.where(r96, r474, r469)
+    r453 = -1.0 + r72
+    r454 = k.recip(r453)
+    r455 = 2.0 * x3 * x2
+    r455 = -2.0 + r455
+    r457 = x30 * r16
+    r458 = k.gcd(r72, r457)
+    r459 = k.recip(r458)
+    r460 = x3 * x2 * r459
+    r460 = -1.0 + r460
+    r460 = x28 * r460
+    r463 = -1.0 * x3 * x2 * r459
+    r463 = r72 + r463
+    r463 = x32 * r463
+    r466 = r460 + r463
+    r466 = r454 * r455 * r466
+    r454 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r459 * r455 * r25
+    r458 = -1.0 + r458
+    r470 = x4 * x23 * r151 * r162 * r4 * r30 * r34 * r459 * r458 * r455 * r25
+    r470 = k.max(r454, r470)
+    r470 = r466 + r470
+    r466 = x30 <= x36
+    r454 = x28 * r455
+    r475 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r455 * r25
+    r475 = r454 + r475
+    r470 = k.where(r466, r475, r470)
+    r475 = x3 * x2 * x36
+    r475 = x30 >= r475
+    r454 = x32 * r455
+    r481 = x4 * x23 * r151 * r162 * r4 * r30 * r34 * r455 * r25
+    r481 = r454 + r481
+    r470 = k.where(r475, r481, r470)
+    r470 = x15 * r11 * r470
+    r481 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r459 * r453 * r25
+    r458 = x4 * x23 * r151 * r162 * r4 * r30 * r34 * r459 * r453 * r458 * r25
+    r458 = k.max(r481, r458)
+    r458 = r460 + r463 + r458
+    r463 = x28 * r453
+    r460 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r453 * r25
+    r460 = r463 + r460
+    r458 = k.where(r466, r460, r458)
+    r460 = x32 * r453
+    r162 = x4 * x23 * r151 * r162 * r4 * r30 * r34 * r453 * r25
+    r162 = r460 + r162
+    r458 = k.where(r475, r162, r458)
+    r162 = 2.0 * x15 * r11 * r458
+    r470 = k.where(r27, r162, r470)
+    r162 = x15 * r11 * r458
+    r475 = x6 * x15 * r4 * r5 * r11 * r458
+    r475 = r162 + r475
+    r470 = k.where(r96, r475, r470)
     r77 = k.and_(r51, r77)
-    r457 = 3.0 * x6 * x15 * r4 * r5 * r11 * r457
-    r469 = k.where(r77, r457, r469)
+    r458 = 3.0 * x6 * x15 * r4 * r5 * r11 * r458
+    r470 = k.where(r77, r458, r470)
     r72 = r72 == 1.0
-    r469 = k.where(r72, 0.0, r469)
-    r440 = r440 + r469
-    r440 = k.max(0.0, r440)
-    r456 = k.gcd(x2, r456)
-    r457 = k.recip(r456)
-    r51 = x2 * r457
+    r470 = k.where(r72, 0.0, r470)
+    r441 = r441 + r470
+    r441 = k.max(0.0, r441)
+    r457 = k.gcd(x2, r457)
+    r458 = k.recip(r457)
+    r51 = x2 * r458
     r51 = -1.0 + r51
-    r51 = x27 * r51
-    r474 = -1.0 * x2 * r457
-    r474 = x2 + r474
-    r474 = x31 * r474
+    r51 = x28 * r51
+    r475 = -1.0 * x2 * r458
+    r475 = x2 + r475
+    r475 = x32 * r475
     r162 = -1.0 + x2
-    r459 = 2.0 * x14 * x19 * x10 * x4 * x33 * r83 * r30 * r76 * r16 * r457 * r162
-    r456 = -1.0 + r456
-    r456 = 2.0 * x14 * x19 * x10 * x4 * x33 * r151 * r30 * r34 * r16 * r457 * r162 * r456
-    r456 = k.max(r459, r456)
-    r456 = r51 + r474 + r456
-    r474 = x27 * r162
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x33 * r83 * r30 * r76 * r16 * r162
-    r51 = r474 + r51
-    r456 = k.where(r465, r51, r456)
-    r51 = x2 * x35
-    r51 = x29 >= r51
-    r465 = x31 * r162
-    r474 = 2.0 * x14 * x19 * x10 * x4 * x33 * r151 * r30 * r34 * r16 * r162
-    r474 = r465 + r474
-    r456 = k.where(r51, r474, r456)
-    r474 = x6 * x15 * r4 * r5 * r11 * r456
-    r456 = x6 * x15 * r4 * r5 * r11 * r53 * r456
-    r456 = r474 + r456
-    r474 = x2 == 1.0
-    r456 = k.where(r474, 0.0, r456)
+    r460 = 2.0 * x14 * x19 * x10 * x4 * x34 * r83 * r30 * r76 * r16 * r458 * r162
+    r457 = -1.0 + r457
+    r457 = 2.0 * x14 * x19 * x10 * x4 * x34 * r151 * r30 * r34 * r16 * r458 * r162 * r457
+    r457 = k.max(r460, r457)
+    r457 = r51 + r475 + r457
+    r475 = x28 * r162
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x34 * r83 * r30 * r76 * r16 * r162
+    r51 = r475 + r51
+    r457 = k.where(r466, r51, r457)
+    r51 = x2 * x36
+    r51 = x30 >= r51
+    r466 = x32 * r162
+    r475 = 2.0 * x14 * x19 * x10 * x4 * x34 * r151 * r30 * r34 * r16 * r162
+    r475 = r466 + r475
+    r457 = k.where(r51, r475, r457)
+    r475 = x6 * x15 * r4 * r5 * r11 * r457
+    r457 = x6 * x15 * r4 * r5 * r11 * r53 * r457
+    r457 = r475 + r457
+    r475 = x2 == 1.0
+    r457 = k.where(r475, 0.0, r457)
     r60 = k.where(r60, 2.0, 0.0)
     r60 = 4.0 + r60
-    r51 = k.gcd(x35, x29)
-    r465 = k.recip(r51)
-    r459 = x35 * r465
-    r459 = -1.0 + r459
-    r459 = x27 * r459
-    r457 = -1.0 * x35 * r465
-    r457 = x35 + r457
-    r457 = x31 * r457
-    r462 = -1.0 + x35
-    r480 = x19 * x4 * x12 * x33 * r83 * r30 * r76 * r16 * r465 * r462
+    r51 = k.gcd(x36, x30)
+    r466 = k.recip(r51)
+    r460 = x36 * r466
+    r460 = -1.0 + r460
+    r460 = x28 * r460
+    r458 = -1.0 * x36 * r466
+    r458 = x36 + r458
+    r458 = x32 * r458
+    r463 = -1.0 + x36
+    r481 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16 * r466 * r463
     r51 = -1.0 + r51
-    r51 = x19 * x4 * x12 * x33 * r151 * r30 * r34 * r16 * r465 * r462 * r51
-    r51 = k.max(r480, r51)
-    r51 = r459 + r457 + r51
-    r457 = x29 <= 1.0
-    r459 = x27 * r462
-    r76 = x19 * x4 * x12 * x33 * r83 * r30 * r76 * r16 * r462
-    r76 = r459 + r76
-    r51 = k.where(r457, r76, r51)
-    r76 = x29 >= x35
-    r457 = x31 * r462
-    r34 = x19 * x4 * x12 * x33 * r151 * r30 * r34 * r16 * r462
-    r34 = r457 + r34
+    r51 = x19 * x4 * x12 * x34 * r151 * r30 * r34 * r16 * r466 * r463 * r51
+    r51 = k.max(r481, r51)
+    r51 = r460 + r458 + r51
+    r458 = x30 <= 1.0
+    r460 = x28 * r463
+    r76 = x19 * x4 * x12 * x34 * r83 * r30 * r76 * r16 * r463
+    r76 = r460 + r76
+    r51 = k.where(r458, r76, r51)
+    r76 = x30 >= x36
+    r458 = x32 * r463
+    r34 = x19 * x4 * x12 * x34 * r151 * r30 * r34 * r16 * r463
+    r34 = r458 + r34
     r51 = k.where(r76, r34, r51)
     r51 = 2.0 * x6 * x15 * r4 * r5 * r11 * r60 * r51
-    r34 = x35 == 1.0
+    r34 = x36 == 1.0
     r51 = k.where(r34, 0.0, r51)
     r75 = r14 + r110 + r75
     r75 = k.max(0.0, r75)
     r75 = k.where(r26, r75, 0.0)
-    r26 = r85 + r38 + r58 + r379 + r369 + r440 + r148 + r456 + r51 + r75
+    r26 = r85 + r38 + r58 + r380 + r370 + r441 + r148 + r457 + r51 + r75
     r110 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r92 * r4 * r30 * r11 * r16 * r110 * r15
-    r36 = x6 * x33 * r92 * r4 * r30 * r11 * r16 * r110 * r36
-    r110 = x19 * x4 * x12 * x33 * r30
-    r92 = x19 * x4 * x12 * x33 * r83 * r30
-    r454 = x4 * r4 * r30 * r454 * r25
-    r76 = 2.0 * x4 * r4 * r30 * r452 * r25
-    r454 = k.where(r27, r76, r454)
-    r76 = x4 * r4 * r30 * r452 * r25
+    r14 = 6.0 * x6 * x34 * r92 * r4 * r30 * r11 * r16 * r110 * r15
+    r36 = x6 * x34 * r92 * r4 * r30 * r11 * r16 * r110 * r36
+    r110 = x19 * x4 * x12 * x34 * r30
+    r92 = x19 * x4 * x12 * x34 * r83 * r30
+    r455 = x4 * r4 * r30 * r455 * r25
+    r76 = 2.0 * x4 * r4 * r30 * r453 * r25
+    r455 = k.where(r27, r76, r455)
+    r76 = x4 * r4 * r30 * r453 * r25
     r27 = k.pow(x3, -2.0)
-    r457 = x6 * x4 * r27 * r5 * r30 * r452 * r25
-    r457 = r76 + r457
-    r454 = k.where(r96, r457, r454)
-    r452 = 3.0 * x6 * x4 * r27 * r5 * r30 * r452 * r25
-    r454 = k.where(r77, r452, r454)
-    r454 = k.where(r72, 0.0, r454)
-    r72 = r83 * r454
-    r83 = x28 * r83
-    r452 = k.recip(x33)
-    r77 = x34 * r59 * r452
+    r458 = x6 * x4 * r27 * r5 * r30 * r453 * r25
+    r458 = r76 + r458
+    r455 = k.where(r96, r458, r455)
+    r453 = 3.0 * x6 * x4 * r27 * r5 * r30 * r453 * r25
+    r455 = k.where(r77, r453, r455)
+    r455 = k.where(r72, 0.0, r455)
+    r72 = r83 * r455
+    r83 = x29 * r83
+    r453 = k.recip(x34)
+    r77 = x35 * r59 * r453
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r457 = 1.6e-11 * x12
+    r458 = 1.6e-11 * x12
     r96 = 8e-12 * x15 * r9
     r76 = 8e-12 * x15 * r13
-    r151 = 8e-12 * x36 * x12
-    r459 = r457 + r96 + r76 + r151
-    r480 = 8e-12 * x12
-    r465 = 4e-12 * x15 * r9
-    r458 = 4e-12 * x15 * r13
-    r453 = 4e-12 * x36 * x12
-    r453 = r480 + r465 + r458 + r453
-    r453 = r27 > r453
-    r458 = -1.6e-11 * x12
+    r151 = 8e-12 * x37 * x12
+    r460 = r458 + r96 + r76 + r151
+    r481 = 8e-12 * x12
+    r466 = 4e-12 * x15 * r9
+    r459 = 4e-12 * x15 * r13
+    r454 = 4e-12 * x37 * x12
+    r454 = r481 + r466 + r459 + r454
+    r454 = r27 > r454
+    r459 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r465 = -8e-12 * x36 * x12
-    r480 = k.sqrt(2.0)
-    r609 = k.sqrt(x3)
-    r609 = k.recip(r609)
-    r611 = k.sqrt(x2)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x13)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(x22)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(x35)
-    r617 = k.recip(r617)
-    r619 = k.sqrt(r459)
-    r620 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r459
-    r621 = k.sqrt(x3)
-    r622 = k.sqrt(x2)
-    r623 = k.sqrt(x13)
-    r624 = k.sqrt(x22)
-    r625 = k.sqrt(x35)
-    r625 = 0.16666666666666666 * r480 * r621 * r622 * r623 * r624 * r625 * r619
-    r625 = 1.0 + r620 + r625
-    r625 = r480 * r609 * r611 * r613 * r615 * r617 * r619 * r625
-    r625 = r458 + r9 + r13 + r465 + r625
-    r465 = k.where(r453, r625, r27)
-    r151 = r457 + r96 + r76 + r151 + r465
-    r151 = x3 * x2 * x13 * x22 * x35 * r151
+    r466 = -8e-12 * x37 * x12
+    r481 = k.sqrt(2.0)
+    r610 = k.sqrt(x3)
+    r610 = k.recip(r610)
+    r612 = k.sqrt(x2)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x13)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(x23)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(x36)
+    r618 = k.recip(r618)
+    r620 = k.sqrt(r460)
+    r621 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r460
+    r622 = k.sqrt(x3)
+    r623 = k.sqrt(x2)
+    r624 = k.sqrt(x13)
+    r625 = k.sqrt(x23)
+    r626 = k.sqrt(x36)
+    r626 = 0.16666666666666666 * r481 * r622 * r623 * r624 * r625 * r626 * r620
+    r626 = 1.0 + r621 + r626
+    r626 = r481 * r610 * r612 * r614 * r616 * r618 * r620 * r626
+    r626 = r459 + r9 + r13 + r466 + r626
+    r466 = k.where(r454, r626, r27)
+    r151 = r458 + r96 + r76 + r151 + r466
+    r151 = x3 * x2 * x13 * x23 * x36 * r151
     r151 = k.exp(r151)
     r151 = -1.0 + r151
     r76 = k.recip(r151)
-    r96 = x24 + x1
-    r457 = -1.0 * x3 * x2 * x13 * x22 * x35 * r96
-    r457 = k.exp(r457)
-    r457 = x3 * x2 * x13 * x22 * x35 * r76 * r465 * r457
-    r76 = x3 * x2 * x13 * x22 * x35
-    r625 = k.recip(r625)
-    r76 = k.where(r453, r625, r76)
-    r96 = x3 * x2 * x13 * x22 * x35 * r96
+    r96 = x25 + x1
+    r458 = -1.0 * x3 * x2 * x13 * x23 * x36 * r96
+    r458 = k.exp(r458)
+    r458 = x3 * x2 * x13 * x23 * x36 * r76 * r466 * r458
+    r76 = x3 * x2 * x13 * x23 * x36
+    r626 = k.recip(r626)
+    r76 = k.where(r454, r626, r76)
+    r96 = x3 * x2 * x13 * x23 * x36 * r96
     r96 = k.exp(r96)
-    r5 = x34 * r59 * r4 * r30 * r5 * r11 * r452 * r16 * r151 * r26 * r76 * r96
-    r96 = x34 * r59 * r452 * r151 * r26 * r76 * r96
-    r60 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r462 * r60
+    r5 = x35 * r59 * r4 * r30 * r5 * r11 * r453 * r16 * r151 * r26 * r76 * r96
+    r96 = x35 * r59 * r453 * r151 * r26 * r76 * r96
+    r60 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r463 * r60
     r60 = k.where(r34, 0.0, r60)
-    r34 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r162
-    r162 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r53 * r162
+    r34 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r162
+    r162 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r53 * r162
     r162 = r34 + r162
-    r162 = k.where(r474, 0.0, r162)
-    r112 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r112
+    r162 = k.where(r475, 0.0, r162)
+    r112 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r112
     r112 = k.where(r37, 0.0, r112)
-    r8 = r8 < x22
-    r37 = x32 != 2.0
+    r8 = r8 < x23
+    r37 = x33 != 2.0
     r79 = k.and_(r79, r37)
     r79 = k.not_(r79)
     r79 = k.or_(r8, r79)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r78 = k.and_(r16, r37, r78)
     r78 = k.not_(r78)
     r78 = k.or_(r8, r78)
     r78 = k.and_(r79, r78)
-    r79 = x22 >= 2.0
-    r8 = x32 != 3.0
-    r37 = x32 != 4.0
+    r79 = x23 >= 2.0
+    r8 = x33 != 3.0
+    r37 = x33 != 4.0
     r87 = k.not_(r87)
     r87 = k.and_(r8, r37, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r79, r87)
-    r79 = x21 * x3 * x2 * x22 * x35 * r26
-    r37 = r71 <= r79
+    r79 = x22 * x3 * x2 * x23 * x36 * r26
+    r37 = r39 <= r79
     r79 = r116 <= r79
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r39, r71, r71, r116, r54, r128, r84, r160, r148, r26, r14, r36, r110, r92, r72, r83, 0.0, r77, r27, r459, r465, r457, r5, r96, r58, r369, r379, r38, r60, r51, r51, r162, r456, r456, r454, r469, r440, r112, r55, r85, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r71, r39, r39, r116, r54, r128, r84, r160, r148, r26, r14, r36, r110, r92, r72, r83, 0.0, r77, r27, r460, r466, r458, r5, r96, r58, r370, r380, r38, r60, r51, r51, r162, r457, r457, r455, r470, r441, r112, r55, r85, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1374,9 +1375,9 @@ def search(x, k):
     return (r87, r97, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (36, 43, 44, 45, 46, 47, 48), (34, 43, 44, 45, 46, 47, 48), (35, 43, 44, 45, 46, 47, 48), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (37, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48, 74, 75), (37, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 42), (10, 70), (11, 70), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 29), (16, 30), (16, 31), (16, 33), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,25 +47,25 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x23 == 1.0
+    r38 = x24 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x39 >= 2.0
+    r53 = x40 >= 2.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
-    r56 = x39 >= 3.0
+    r56 = x40 >= 3.0
     r8 = k.where(r56, r54, r8)
     r54 = 12.0 * r40
     r59 = 12.0 * r4 * r31 * r40
@@ -78,51 +78,51 @@ def quantities(x, k):
     r65 = r62 + r63 + r64 + r65
     r65 = r25 * r65
     r65 = r59 + r65
-    r65 = x20 * x34 * r31 * r65
-    r59 = x24 == 1.0
+    r65 = x20 * x35 * r31 * r65
+    r59 = x25 == 1.0
     r63 = 4.0 * x12
     r72 = 2.0 * x5
     r73 = 2.0 * x14 * x10
     r64 = r72 + r62 + r73 + r64
     r64 = r25 * r64
     r64 = r63 + r64
-    r64 = x20 * x34 * r31 * r64
+    r64 = x20 * x35 * r31 * r64
     r65 = k.where(r59, r64, r65)
-    r64 = x24 == 2.0
-    r63 = 2.0 * x20 * x12 * x34 * r31
+    r64 = x25 == 2.0
+    r63 = 2.0 * x20 * x12 * x35 * r31
     r63 = k.where(r64, r63, r65)
-    r73 = 1.0 + x23
+    r73 = 1.0 + x24
     r73 = k.min(r73, r6)
     r73 = r73 * r35
-    r62 = x33 == 4.0
-    r72 = 2.0 * x23
+    r62 = x34 == 4.0
+    r72 = 2.0 * x24
     r87 = -1.0 + r72
     r87 = k.min(r87, r6)
     r87 = r87 * r35
     r90 = k.where(r62, r87, r73)
-    r91 = x33 == 0.0
-    r92 = x33 == 3.0
+    r91 = x34 == 0.0
+    r92 = x34 == 3.0
     r93 = k.or_(r91, r92)
-    r94 = k.min(x23, r6)
+    r94 = k.min(x24, r6)
     r94 = r94 * r35
     r90 = k.where(r93, r94, r90)
-    r94 = x33 == 1.0
-    r98 = k.recip(x38)
-    r99 = x6 * x38 * r4 * r5
-    r100 = -1.0 + x38
-    r100 = x23 * r100
+    r94 = x34 == 1.0
+    r98 = k.recip(x39)
+    r99 = x6 * x39 * r4 * r5
+    r100 = -1.0 + x39
+    r100 = x24 * r100
     r102 = -1.0 + r72 + r100
     r102 = k.min(r99, r102)
     r102 = r98 * r102 * r35
     r90 = k.where(r94, r102, r90)
-    r102 = x33 == 2.0
+    r102 = x34 == 2.0
     r107 = x6 * r4 * r5 * r35
     r90 = k.where(r102, r107, r90)
     r90 = r63 * r90
     r110 = k.where(r64, r65, 0.0)
     r111 = k.or_(r27, r38)
-    r112 = 4.0 * x20 * x12 * x34 * r31
-    r113 = x37 * x20 * x16 * x34 * r31 * r25
+    r112 = 4.0 * x20 * x12 * x35 * r31
+    r113 = x38 * x20 * x16 * x35 * r31 * r25
     r112 = r112 + r113
     r112 = k.max(r112, r110)
     r111 = k.where(r111, r112, r110)
@@ -131,7 +131,7 @@ def quantities(x, k):
     r117 = k.where(r27, r118, r117)
     r118 = 3.0 * x4 * r117 * r40
     r118 = k.where(r56, r118, 0.0)
-    r122 = x23 > 1.0
+    r122 = x24 > 1.0
     r122 = k.and_(r56, r122)
     r124 = 6.0 * r40
     r118 = k.where(r122, r124, r118)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r40 = r124 == r40
     r118 = k.where(r40, r118, 0.0)
     r40 = r55 + r8 + r54 + r127 + r111 + r118
-    r124 = -1.0 + x23
+    r124 = -1.0 + x24
     r90 = k.min(1.0, r124)
     r143 = r90 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
     r143 = r16 * r143
     r146 = 1.0 + r90
-    r146 = x23 == r146
+    r146 = x24 == r146
     r148 = k.where(r146, 1.0, 0.0)
     r148 = 2.0 * x12 * r148
     r150 = r90 != 0.0
     r150 = k.and_(r150, r146)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r150 = r143 + r36 + r37 + r148 + r150
     r150 = r25 * r150
     r148 = -1.0 * r90
-    r148 = x23 + r148
+    r148 = x24 + r148
     r143 = r148 == 1.0
     r143 = k.where(r143, 1.0, 0.0)
     r143 = r16 * r143
-    r16 = x23 == r148
+    r16 = x24 == r148
     r162 = k.where(r16, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r148 != 1.0
     r164 = k.and_(r16, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r164 = r143 + r36 + r37 + r162 + r164
     r164 = r25 * r164
     r164 = r164 + r150
@@ -288,399 +288,400 @@ def quantities(x, k):
     r122 = k.where(r54, r72, r122)
     r118 = r40 == r118
     r122 = k.where(r118, r127, r122)
-    r127 = x37 * x20 * x4 * x34 * r31 * r25
-    r118 = x37 * x20 * x4 * x34 * r31
+    r127 = x38 * x20 * x4 * x35 * r31 * r25
+    r118 = x38 * x20 * x4 * x35 * r31
     r72 = k.max(r40, r150, r12)
     r54 = r150 == r72
     r12 = k.where(r54, r150, r12)
     r72 = r40 == r72
     r12 = k.where(r72, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r72 = 6.0 * x6 * x34 * r15
+    r40 = -1.0 * x21
+    r72 = -1.0 * r12
+    r72 = x8 + r40 + r72
+    r40 = 6.0 * x6 * x35 * r15
     r150 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r55 = 6.0 * x37 * x12
+    r55 = 6.0 * x38 * x12
     r162 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r150 + r54 + r16 + r55 + r162 + r8
-    r162 = x6 * x34 * r8
+    r162 = x6 * x35 * r8
     r55 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r54 = 0.16666666666666666 * x34 * r16
+    r54 = 0.16666666666666666 * x35 * r16
     r37 = k.recip(x15)
-    r16 = 0.0625 * x37 * r37 * r16
+    r16 = 0.0625 * x38 * r37 * r16
     r16 = 1.0 + r54 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r55 * r16
-    r55 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r55 * r16
+    r55 = k.pow(x35, 2.0)
     r55 = 2.0 * x6 * x15 * x11 * x10 * r55
     r54 = x11 * x10
     r63 = x14 * x10
     r63 = x5 + r54 + r63
-    r63 = 2.0 * x6 * x15 * x12 * x34 * r63
+    r63 = 2.0 * x6 * x15 * x12 * x35 * r63
     r63 = k.where(r59, r63, 0.0)
-    r54 = 0.3333333333333333 * x6 * x34 * r8
+    r54 = 0.3333333333333333 * x6 * x35 * r8
     r63 = k.where(r64, r54, r63)
     r63 = r162 + r55 + r63
     r55 = k.where(r64, 1.0, 0.0)
     r54 = 1.0 + r55
     r164 = k.recip(x9)
     r73 = k.recip(x19)
-    r107 = x37 * x12 * r25
-    r35 = x20 * x12 * x34 * r31
-    r99 = x37 * x20 * x34 * r31 * r25
+    r107 = x38 * x12 * r25
+    r35 = x20 * x12 * x35 * r31
+    r99 = x38 * x20 * x35 * r31 * r25
     r99 = r107 + r35 + r99
     r107 = 2.0 * r164 * r73 * r99
-    r100 = k.recip(x22)
+    r100 = k.recip(x23)
     r87 = k.recip(x17)
-    r148 = 2.0 * x37 * x20 * x12 * x34 * r100 * r31 * r87 * r25
+    r148 = 2.0 * x38 * x20 * x12 * x35 * r100 * r31 * r87 * r25
     r148 = r107 + r148
     r148 = r54 * r148
     r99 = 4.0 * r164 * r73 * r99
-    r107 = 4.0 * x37 * x20 * x12 * x34 * r100 * r31 * r87 * r25
+    r107 = 4.0 * x38 * x20 * x12 * x35 * r100 * r31 * r87 * r25
     r107 = r148 + r99 + r107
     r107 = r11 * r107
     r99 = x11 * x10 * x12 * r25
-    r148 = x11 * x20 * x10 * x34 * r31 * r25
+    r148 = x11 * x20 * x10 * x35 * r31 * r25
     r148 = r99 + r35 + r148
     r99 = 2.0 * r164 * r73 * r148
-    r143 = 2.0 * x11 * x20 * x10 * x12 * x34 * r100 * r31 * r87 * r25
+    r143 = 2.0 * x11 * x20 * x10 * x12 * x35 * r100 * r31 * r87 * r25
     r143 = r99 + r143
     r143 = r54 * r143
     r99 = x10 * x12 * r25 * r14
-    r340 = x20 * x10 * x34 * r31 * r25 * r14
-    r340 = r35 + r99 + r340
-    r99 = 2.0 * r164 * r73 * r340
-    r343 = 2.0 * x20 * x10 * x12 * x34 * r100 * r31 * r87 * r25 * r14
-    r343 = r99 + r343
-    r343 = r54 * r343
+    r341 = x20 * x10 * x35 * r31 * r25 * r14
+    r341 = r35 + r99 + r341
+    r99 = 2.0 * r164 * r73 * r341
+    r344 = 2.0 * x20 * x10 * x12 * x35 * r100 * r31 * r87 * r25 * r14
+    r344 = r99 + r344
+    r344 = r54 * r344
     r99 = x12 * x5 * r25
-    r347 = x20 * x5 * x34 * r31 * r25
-    r347 = r99 + r35 + r347
-    r99 = 2.0 * r164 * r73 * r347
-    r350 = 2.0 * x20 * x12 * x5 * x34 * r100 * r31 * r87 * r25
-    r350 = r99 + r350
-    r99 = r54 * r350
-    r353 = x14 * x10 * x12 * r25
-    r354 = x14 * x20 * x10 * x34 * r31 * r25
-    r354 = r353 + r35 + r354
-    r354 = 2.0 * r164 * r73 * r354
-    r35 = 2.0 * x14 * x20 * x10 * x12 * x34 * r100 * r31 * r87 * r25
-    r35 = r354 + r35
+    r348 = x20 * x5 * x35 * r31 * r25
+    r348 = r99 + r35 + r348
+    r99 = 2.0 * r164 * r73 * r348
+    r351 = 2.0 * x20 * x12 * x5 * x35 * r100 * r31 * r87 * r25
+    r351 = r99 + r351
+    r99 = r54 * r351
+    r354 = x14 * x10 * x12 * r25
+    r355 = x14 * x20 * x10 * x35 * r31 * r25
+    r355 = r354 + r35 + r355
+    r355 = 2.0 * r164 * r73 * r355
+    r35 = 2.0 * x14 * x20 * x10 * x12 * x35 * r100 * r31 * r87 * r25
+    r35 = r355 + r35
     r35 = r54 * r35
     r35 = r99 + r143 + r35
     r59 = k.where(r59, 1.0, 0.0)
     r35 = r35 * r59
-    r350 = 2.0 * r54 * r350
+    r351 = 2.0 * r54 * r351
     r148 = 4.0 * r164 * r73 * r148
-    r340 = 4.0 * r164 * r73 * r340
-    r347 = 8.0 * r164 * r73 * r347
-    r99 = 8.0 * x20 * x12 * x5 * x34 * r100 * r31 * r87 * r25
-    r354 = 4.0 * x11 * x20 * x10 * x12 * x34 * r100 * r31 * r87 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r100 * r31 * r87 * r25 * r14
-    r14 = r143 + r343 + r35 + r350 + r148 + r340 + r347 + r99 + r354 + r14
+    r341 = 4.0 * r164 * r73 * r341
+    r348 = 8.0 * r164 * r73 * r348
+    r99 = 8.0 * x20 * x12 * x5 * x35 * r100 * r31 * r87 * r25
+    r355 = 4.0 * x11 * x20 * x10 * x12 * x35 * r100 * r31 * r87 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r100 * r31 * r87 * r25 * r14
+    r14 = r143 + r344 + r35 + r351 + r148 + r341 + r348 + r99 + r355 + r14
     r14 = x15 * r11 * r14
     r14 = r107 + r14
     r107 = x6 * r4 * r5 * r14
     r59 = 1.0 + r59 + r55
-    r354 = 10.0 * x12 * r59
-    r354 = r150 + r354
-    r354 = x20 * x34 * r31 * r354
+    r355 = 10.0 * x12 * r59
+    r355 = r150 + r355
+    r355 = x20 * x35 * r31 * r355
     r150 = 3.0 * x5
     r59 = 2.0 * x5 * r59
     r59 = r150 + r59
-    r59 = x20 * x34 * r31 * r25 * r59
-    r59 = r354 + r59
+    r59 = x20 * x35 * r31 * r25 * r59
+    r59 = r355 + r59
     r59 = x15 * r11 * r59
-    r354 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r354 = r59 + r354
-    r59 = x6 * x4 * r164 * r4 * r5 * r73 * r354
+    r355 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r355 = r59 + r355
+    r59 = x6 * x4 * r164 * r4 * r5 * r73 * r355
     r150 = k.recip(x0)
-    r99 = x11 * x10 * x34
+    r99 = x11 * x10 * x35
     r55 = 3.0 + r55
-    r55 = 2.0 * x11 * x10 * x34 * r55
+    r55 = 2.0 * x11 * x10 * x35 * r55
     r55 = r99 + r55
-    r99 = x6 * x15 * x34 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
-    r347 = r107 + r59 + r99
-    r340 = k.recip(r347)
+    r99 = x6 * x15 * x35 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
+    r348 = r107 + r59 + r99
+    r341 = k.recip(r348)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r148 = k.recip(x6)
-    r350 = 0.3333333333333333 * x3 * x20 * r148 * r98 * r347
-    r35 = 0.6666666666666666 * x3 * x20 * x23 * r148 * r347
-    r354 = -1.0 * x6 * x4 * r164 * r4 * r5 * r73 * r354
-    r55 = -1.0 * x6 * x15 * x34 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
-    r35 = r14 + r350 + r35 + r354 + r55
+    r351 = 0.3333333333333333 * x3 * x20 * r148 * r98 * r348
+    r35 = 0.6666666666666666 * x3 * x20 * x24 * r148 * r348
+    r355 = -1.0 * x6 * x4 * r164 * r4 * r5 * r73 * r355
+    r55 = -1.0 * x6 * x15 * x35 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
+    r35 = r14 + r351 + r35 + r355 + r55
     r35 = k.max(0.0, r35)
-    r350 = 0.5 * x23
-    r350 = -1.0 + r350
-    r350 = 0.6666666666666666 * x3 * x20 * r148 * r98 * r350 * r347
-    r350 = k.where(r62, 0.0, r350)
-    r62 = 0.3333333333333333 * x3 * x20 * r148 * r98 * r124 * r347
-    r350 = k.where(r92, r62, r350)
+    r351 = 0.5 * x24
+    r351 = -1.0 + r351
+    r351 = 0.6666666666666666 * x3 * x20 * r148 * r98 * r351 * r348
+    r351 = k.where(r62, 0.0, r351)
+    r62 = 0.3333333333333333 * x3 * x20 * r148 * r98 * r124 * r348
+    r351 = k.where(r92, r62, r351)
     r102 = k.or_(r91, r94, r102)
-    r124 = x3 * x20 * r148 * r98 * r124 * r347
-    r350 = k.where(r102, r124, r350)
-    r350 = k.max(r35, r350)
-    r340 = r340 * r350
+    r124 = x3 * x20 * r148 * r98 * r124 * r348
+    r351 = k.where(r102, r124, r351)
+    r351 = k.max(r35, r351)
+    r341 = r341 * r351
     r73 = 28.0 * r164 * r73 * r32
     r164 = r73 + r107 + r59 + r99
-    r35 = -1.0 * x21
+    r35 = -1.0 * x22
     r35 = 1.0 + r35
-    r124 = x23 * x38
+    r124 = x24 * x39
     r124 = -1.0 + r124
-    r98 = k.recip(x26)
-    r91 = k.recip(x27)
-    r62 = x20 * x4 * x12 * x34 * r98 * r31 * r91 * r25
-    r62 = x28 + r62
-    r92 = 2.0 * x3 * x2 * x36
-    r92 = x30 >= r92
-    r150 = k.recip(x29)
-    r87 = k.recip(x31)
-    r343 = x20 * x4 * x12 * x34 * r150 * r31 * r87 * r25
-    r343 = x32 + r343
-    r62 = k.where(r92, r343, r62)
+    r98 = k.recip(x27)
+    r91 = k.recip(x28)
+    r62 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25
+    r62 = x29 + r62
+    r92 = 2.0 * x3 * x2 * x37
+    r92 = x31 >= r92
+    r150 = k.recip(x30)
+    r87 = k.recip(x32)
+    r344 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25
+    r344 = x33 + r344
+    r62 = k.where(r92, r344, r62)
     r62 = 2.0 * x6 * r4 * r5 * r11 * r124 * r62
     r62 = k.where(r38, 0.0, r62)
     r35 = r35 * r62
-    r343 = x3 * x20 * r148 * r347
-    r92 = x23 <= 1.0
+    r344 = x3 * x20 * r148 * r348
+    r92 = x24 <= 1.0
     r53 = k.and_(r53, r92)
-    r343 = k.where(r53, r347, r343)
-    r343 = -1.0 * x21 * r343
-    r347 = x3 * x2
-    r143 = -1.0 + r347
-    r353 = k.recip(r143)
-    r442 = 2.0 * x3 * x2
-    r442 = -2.0 + r442
-    r444 = x30 * r25
-    r445 = k.gcd(r347, r444)
-    r446 = k.recip(r445)
-    r447 = x3 * x2 * r446
-    r447 = -1.0 + r447
-    r447 = x28 * r447
-    r450 = -1.0 * x3 * x2 * r446
-    r450 = r347 + r450
-    r450 = x32 * r450
-    r453 = r447 + r450
-    r453 = r353 * r442 * r453
-    r353 = x4 * x23 * r98 * r37 * r4 * r31 * r91 * r446 * r442 * r26
-    r445 = -1.0 + r445
-    r457 = x4 * x23 * r150 * r37 * r4 * r31 * r87 * r446 * r445 * r442 * r26
-    r457 = k.max(r353, r457)
-    r457 = r453 + r457
-    r453 = x30 <= x36
-    r353 = x28 * r442
-    r462 = x4 * x23 * r98 * r37 * r4 * r31 * r91 * r442 * r26
-    r462 = r353 + r462
-    r457 = k.where(r453, r462, r457)
-    r462 = x3 * x2 * x36
-    r462 = x30 >= r462
-    r353 = x32 * r442
-    r468 = x4 * x23 * r150 * r37 * r4 * r31 * r87 * r442 * r26
-    r468 = r353 + r468
-    r457 = k.where(r462, r468, r457)
-    r457 = x15 * r11 * r457
-    r468 = x4 * x23 * r98 * r37 * r4 * r31 * r91 * r446 * r143 * r26
-    r445 = x4 * x23 * r150 * r37 * r4 * r31 * r87 * r446 * r143 * r445 * r26
-    r445 = k.max(r468, r445)
-    r445 = r447 + r450 + r445
-    r450 = x28 * r143
-    r447 = x4 * x23 * r98 * r37 * r4 * r31 * r91 * r143 * r26
-    r447 = r450 + r447
-    r445 = k.where(r453, r447, r445)
-    r447 = x32 * r143
-    r37 = x4 * x23 * r150 * r37 * r4 * r31 * r87 * r143 * r26
-    r37 = r447 + r37
-    r445 = k.where(r462, r37, r445)
-    r37 = 2.0 * x15 * r11 * r445
-    r457 = k.where(r28, r37, r457)
-    r37 = x15 * r11 * r445
-    r462 = x6 * x15 * r4 * r5 * r11 * r445
-    r462 = r37 + r462
-    r457 = k.where(r53, r462, r457)
+    r344 = k.where(r53, r348, r344)
+    r344 = -1.0 * x22 * r344
+    r348 = x3 * x2
+    r143 = -1.0 + r348
+    r354 = k.recip(r143)
+    r443 = 2.0 * x3 * x2
+    r443 = -2.0 + r443
+    r445 = x31 * r25
+    r446 = k.gcd(r348, r445)
+    r447 = k.recip(r446)
+    r448 = x3 * x2 * r447
+    r448 = -1.0 + r448
+    r448 = x29 * r448
+    r451 = -1.0 * x3 * x2 * r447
+    r451 = r348 + r451
+    r451 = x33 * r451
+    r454 = r448 + r451
+    r454 = r354 * r443 * r454
+    r354 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r447 * r443 * r26
+    r446 = -1.0 + r446
+    r458 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r447 * r446 * r443 * r26
+    r458 = k.max(r354, r458)
+    r458 = r454 + r458
+    r454 = x31 <= x37
+    r354 = x29 * r443
+    r463 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r443 * r26
+    r463 = r354 + r463
+    r458 = k.where(r454, r463, r458)
+    r463 = x3 * x2 * x37
+    r463 = x31 >= r463
+    r354 = x33 * r443
+    r469 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r443 * r26
+    r469 = r354 + r469
+    r458 = k.where(r463, r469, r458)
+    r458 = x15 * r11 * r458
+    r469 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r447 * r143 * r26
+    r446 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r447 * r143 * r446 * r26
+    r446 = k.max(r469, r446)
+    r446 = r448 + r451 + r446
+    r451 = x29 * r143
+    r448 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r143 * r26
+    r448 = r451 + r448
+    r446 = k.where(r454, r448, r446)
+    r448 = x33 * r143
+    r37 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r143 * r26
+    r37 = r448 + r37
+    r446 = k.where(r463, r37, r446)
+    r37 = 2.0 * x15 * r11 * r446
+    r458 = k.where(r28, r37, r458)
+    r37 = x15 * r11 * r446
+    r463 = x6 * x15 * r4 * r5 * r11 * r446
+    r463 = r37 + r463
+    r458 = k.where(r53, r463, r458)
     r92 = k.and_(r56, r92)
-    r445 = 3.0 * x6 * x15 * r4 * r5 * r11 * r445
-    r457 = k.where(r92, r445, r457)
-    r347 = r347 == 1.0
-    r457 = k.where(r347, 0.0, r457)
-    r343 = r343 + r457
-    r343 = k.max(0.0, r343)
-    r444 = k.gcd(x2, r444)
-    r445 = k.recip(r444)
-    r56 = x2 * r445
+    r446 = 3.0 * x6 * x15 * r4 * r5 * r11 * r446
+    r458 = k.where(r92, r446, r458)
+    r348 = r348 == 1.0
+    r458 = k.where(r348, 0.0, r458)
+    r344 = r344 + r458
+    r344 = k.max(0.0, r344)
+    r445 = k.gcd(x2, r445)
+    r446 = k.recip(r445)
+    r56 = x2 * r446
     r56 = -1.0 + r56
-    r56 = x28 * r56
-    r462 = -1.0 * x2 * r445
-    r462 = x2 + r462
-    r462 = x32 * r462
+    r56 = x29 * r56
+    r463 = -1.0 * x2 * r446
+    r463 = x2 + r463
+    r463 = x33 * r463
     r37 = -1.0 + x2
-    r447 = 2.0 * x14 * x20 * x10 * x4 * x34 * r98 * r31 * r91 * r25 * r445 * r37
-    r444 = -1.0 + r444
-    r444 = 2.0 * x14 * x20 * x10 * x4 * x34 * r150 * r31 * r87 * r25 * r445 * r37 * r444
-    r444 = k.max(r447, r444)
-    r444 = r56 + r462 + r444
-    r462 = x28 * r37
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x34 * r98 * r31 * r91 * r25 * r37
-    r56 = r462 + r56
-    r444 = k.where(r453, r56, r444)
-    r56 = x2 * x36
-    r56 = x30 >= r56
-    r453 = x32 * r37
-    r462 = 2.0 * x14 * x20 * x10 * x4 * x34 * r150 * r31 * r87 * r25 * r37
-    r462 = r453 + r462
-    r444 = k.where(r56, r462, r444)
-    r462 = x6 * x15 * r4 * r5 * r11 * r444
-    r444 = x6 * x15 * r4 * r5 * r11 * r54 * r444
-    r444 = r462 + r444
-    r462 = x2 == 1.0
-    r444 = k.where(r462, 0.0, r444)
+    r448 = 2.0 * x14 * x20 * x10 * x4 * x35 * r98 * r31 * r91 * r25 * r446 * r37
+    r445 = -1.0 + r445
+    r445 = 2.0 * x14 * x20 * x10 * x4 * x35 * r150 * r31 * r87 * r25 * r446 * r37 * r445
+    r445 = k.max(r448, r445)
+    r445 = r56 + r463 + r445
+    r463 = x29 * r37
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r98 * r31 * r91 * r25 * r37
+    r56 = r463 + r56
+    r445 = k.where(r454, r56, r445)
+    r56 = x2 * x37
+    r56 = x31 >= r56
+    r454 = x33 * r37
+    r463 = 2.0 * x14 * x20 * x10 * x4 * x35 * r150 * r31 * r87 * r25 * r37
+    r463 = r454 + r463
+    r445 = k.where(r56, r463, r445)
+    r463 = x6 * x15 * r4 * r5 * r11 * r445
+    r445 = x6 * x15 * r4 * r5 * r11 * r54 * r445
+    r445 = r463 + r445
+    r463 = x2 == 1.0
+    r445 = k.where(r463, 0.0, r445)
     r64 = k.where(r64, 2.0, 0.0)
     r64 = 4.0 + r64
-    r56 = -1.0 + x36
+    r56 = -1.0 + x37
     r56 = k.recip(r56)
-    r453 = 2.0 * x36
-    r453 = -2.0 + r453
-    r447 = k.gcd(x36, x30)
-    r445 = k.recip(r447)
-    r450 = x36 * r445
-    r450 = -1.0 + r450
-    r450 = x28 * r450
-    r468 = -1.0 * x36 * r445
-    r468 = x36 + r468
-    r468 = x32 * r468
-    r468 = r450 + r468
-    r468 = r56 * r453 * r468
-    r56 = x20 * x4 * x12 * x34 * r98 * r31 * r91 * r25 * r445 * r453
-    r447 = -1.0 + r447
-    r447 = x20 * x4 * x12 * x34 * r150 * r31 * r87 * r25 * r445 * r447 * r453
-    r447 = k.max(r56, r447)
-    r447 = r468 + r447
-    r468 = x30 <= 1.0
-    r56 = x28 * r453
-    r91 = x20 * x4 * x12 * x34 * r98 * r31 * r91 * r25 * r453
+    r454 = 2.0 * x37
+    r454 = -2.0 + r454
+    r448 = k.gcd(x37, x31)
+    r446 = k.recip(r448)
+    r451 = x37 * r446
+    r451 = -1.0 + r451
+    r451 = x29 * r451
+    r469 = -1.0 * x37 * r446
+    r469 = x37 + r469
+    r469 = x33 * r469
+    r469 = r451 + r469
+    r469 = r56 * r454 * r469
+    r56 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25 * r446 * r454
+    r448 = -1.0 + r448
+    r448 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25 * r446 * r448 * r454
+    r448 = k.max(r56, r448)
+    r448 = r469 + r448
+    r469 = x31 <= 1.0
+    r56 = x29 * r454
+    r91 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25 * r454
     r91 = r56 + r91
-    r447 = k.where(r468, r91, r447)
-    r91 = x30 >= x36
-    r468 = x32 * r453
-    r87 = x20 * x4 * x12 * x34 * r150 * r31 * r87 * r25 * r453
-    r87 = r468 + r87
-    r447 = k.where(r91, r87, r447)
-    r447 = x6 * x15 * r4 * r5 * r11 * r64 * r447
-    r87 = x36 == 1.0
-    r447 = k.where(r87, 0.0, r447)
-    r55 = r14 + r354 + r55
+    r448 = k.where(r469, r91, r448)
+    r91 = x31 >= x37
+    r469 = x33 * r454
+    r87 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25 * r454
+    r87 = r469 + r87
+    r448 = k.where(r91, r87, r448)
+    r448 = x6 * x15 * r4 * r5 * r11 * r64 * r448
+    r87 = x37 == 1.0
+    r448 = k.where(r87, 0.0, r448)
+    r55 = r14 + r355 + r55
     r55 = k.max(0.0, r55)
     r55 = k.where(r27, r55, 0.0)
-    r27 = r35 + r73 + r107 + r59 + r99 + r343 + r350 + r444 + r447 + r55
-    r354 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r100 * r4 * r31 * r11 * r25 * r354 * r15
-    r8 = x6 * x34 * r100 * r4 * r31 * r11 * r25 * r354 * r8
-    r354 = x20 * x4 * x12 * x34 * r31
-    r100 = x20 * x4 * x12 * x34 * r98 * r31
-    r442 = x4 * r4 * r31 * r442 * r26
+    r27 = r35 + r73 + r107 + r59 + r99 + r344 + r351 + r445 + r448 + r55
+    r355 = k.recip(r27)
+    r14 = 6.0 * x6 * x35 * r100 * r4 * r31 * r11 * r25 * r355 * r15
+    r8 = x6 * x35 * r100 * r4 * r31 * r11 * r25 * r355 * r8
+    r355 = x20 * x4 * x12 * x35 * r31
+    r100 = x20 * x4 * x12 * x35 * r98 * r31
+    r443 = x4 * r4 * r31 * r443 * r26
     r91 = 2.0 * x4 * r4 * r31 * r143 * r26
-    r442 = k.where(r28, r91, r442)
+    r443 = k.where(r28, r91, r443)
     r91 = x4 * r4 * r31 * r143 * r26
     r28 = k.pow(x3, -2.0)
-    r468 = x6 * x4 * r28 * r5 * r31 * r143 * r26
-    r468 = r91 + r468
-    r442 = k.where(r53, r468, r442)
+    r469 = x6 * x4 * r28 * r5 * r31 * r143 * r26
+    r469 = r91 + r469
+    r443 = k.where(r53, r469, r443)
     r143 = 3.0 * x6 * x4 * r28 * r5 * r31 * r143 * r26
-    r442 = k.where(r92, r143, r442)
-    r442 = k.where(r347, 0.0, r442)
-    r347 = r98 * r442
-    r98 = x29 * r98
-    r143 = k.recip(x34)
-    r92 = x35 * r148 * r143
+    r443 = k.where(r92, r143, r443)
+    r443 = k.where(r348, 0.0, r443)
+    r348 = r98 * r443
+    r98 = x30 * r98
+    r143 = k.recip(x35)
+    r92 = x36 * r148 * r143
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r468 = 1.6e-11 * x12
+    r469 = 1.6e-11 * x12
     r53 = 8e-12 * x15 * r9
     r91 = 8e-12 * x15 * r13
-    r150 = 8e-12 * x37 * x12
+    r150 = 8e-12 * x38 * x12
     r56 = 8e-12 * x12 * x18
-    r445 = r468 + r53 + r91 + r150 + r56
-    r450 = 8e-12 * x12
-    r446 = 4e-12 * x15 * r9
-    r353 = 4e-12 * x15 * r13
-    r595 = 4e-12 * x37 * x12
-    r596 = 4e-12 * x12 * x18
-    r596 = r450 + r446 + r353 + r595 + r596
-    r596 = r28 > r596
-    r595 = -1.6e-11 * x12
+    r446 = r469 + r53 + r91 + r150 + r56
+    r451 = 8e-12 * x12
+    r447 = 4e-12 * x15 * r9
+    r354 = 4e-12 * x15 * r13
+    r596 = 4e-12 * x38 * x12
+    r597 = 4e-12 * x12 * x18
+    r597 = r451 + r447 + r354 + r596 + r597
+    r597 = r28 > r597
+    r596 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r353 = -8e-12 * x37 * x12
-    r446 = -8e-12 * x12 * x18
-    r450 = k.sqrt(2.0)
-    r605 = k.sqrt(x3)
-    r605 = k.recip(r605)
-    r607 = k.sqrt(x2)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(x13)
-    r609 = k.recip(r609)
-    r611 = k.sqrt(x23)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x36)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(r445)
-    r616 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r445
-    r617 = k.sqrt(x3)
-    r618 = k.sqrt(x2)
-    r619 = k.sqrt(x13)
-    r620 = k.sqrt(x23)
-    r621 = k.sqrt(x36)
-    r621 = 0.16666666666666666 * r450 * r617 * r618 * r619 * r620 * r621 * r615
-    r621 = 1.0 + r616 + r621
-    r621 = r450 * r605 * r607 * r609 * r611 * r613 * r615 * r621
-    r621 = r595 + r9 + r13 + r353 + r446 + r621
-    r446 = k.where(r596, r621, r28)
-    r56 = r468 + r53 + r91 + r150 + r56 + r446
-    r56 = x3 * x2 * x13 * x23 * x36 * r56
+    r354 = -8e-12 * x38 * x12
+    r447 = -8e-12 * x12 * x18
+    r451 = k.sqrt(2.0)
+    r606 = k.sqrt(x3)
+    r606 = k.recip(r606)
+    r608 = k.sqrt(x2)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(x13)
+    r610 = k.recip(r610)
+    r612 = k.sqrt(x24)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x37)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(r446)
+    r617 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r446
+    r618 = k.sqrt(x3)
+    r619 = k.sqrt(x2)
+    r620 = k.sqrt(x13)
+    r621 = k.sqrt(x24)
+    r622 = k.sqrt(x37)
+    r622 = 0.16666666666666666 * r451 * r618 * r619 * r620 * r621 * r622 * r616
+    r622 = 1.0 + r617 + r622
+    r622 = r451 * r606 * r608 * r610 * r612 * r614 * r616 * r622
+    r622 = r596 + r9 + r13 + r354 + r447 + r622
+    r447 = k.where(r597, r622, r28)
+    r56 = r469 + r53 + r91 + r150 + r56 + r447
+    r56 = x3 * x2 * x13 * x24 * x37 * r56
     r56 = k.exp(r56)
     r56 = -1.0 + r56
     r150 = k.recip(r56)
-    r91 = x25 + x1
-    r53 = -1.0 * x3 * x2 * x13 * x23 * x36 * r91
+    r91 = x26 + x1
+    r53 = -1.0 * x3 * x2 * x13 * x24 * x37 * r91
     r53 = k.exp(r53)
-    r53 = x3 * x2 * x13 * x23 * x36 * r150 * r446 * r53
-    r150 = x3 * x2 * x13 * x23 * x36
-    r621 = k.recip(r621)
-    r150 = k.where(r596, r621, r150)
-    r91 = x3 * x2 * x13 * x23 * x36 * r91
+    r53 = x3 * x2 * x13 * x24 * x37 * r150 * r447 * r53
+    r150 = x3 * x2 * x13 * x24 * x37
+    r622 = k.recip(r622)
+    r150 = k.where(r597, r622, r150)
+    r91 = x3 * x2 * x13 * x24 * x37 * r91
     r91 = k.exp(r91)
-    r5 = x35 * r148 * r4 * r31 * r5 * r11 * r143 * r25 * r56 * r27 * r150 * r91
-    r91 = x35 * r148 * r143 * r56 * r27 * r150 * r91
-    r64 = x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r453 * r64
+    r5 = x36 * r148 * r4 * r31 * r5 * r11 * r143 * r25 * r56 * r27 * r150 * r91
+    r91 = x36 * r148 * r143 * r56 * r27 * r150 * r91
+    r64 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r454 * r64
     r64 = k.where(r87, 0.0, r64)
-    r87 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r37
-    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r54 * r37
+    r87 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r37
+    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r54 * r37
     r37 = r87 + r37
-    r37 = k.where(r462, 0.0, r37)
-    r124 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r124
+    r37 = k.where(r463, 0.0, r37)
+    r124 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r124
     r124 = k.where(r38, 0.0, r124)
-    r90 = r90 < x23
-    r38 = x33 != 2.0
+    r90 = r90 < x24
+    r38 = x34 != 2.0
     r94 = k.and_(r94, r38)
     r94 = k.not_(r94)
     r94 = k.or_(r90, r94)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r93 = k.and_(r25, r38, r93)
     r93 = k.not_(r93)
     r93 = k.or_(r90, r93)
     r93 = k.and_(r94, r93)
-    r94 = x23 >= 2.0
-    r90 = x33 != 3.0
-    r38 = x33 != 4.0
+    r94 = x24 >= 2.0
+    r90 = x34 != 3.0
+    r38 = x34 != 4.0
     r102 = k.not_(r102)
     r102 = k.and_(r90, r38, r102)
     r102 = k.not_(r102)
     r102 = k.or_(r94, r102)
-    r94 = x22 * x3 * x2 * x23 * x36 * r27
-    r38 = r72 <= r94
+    r94 = x23 * x3 * x2 * x24 * x37 * r27
+    r38 = r40 <= r94
     r94 = r162 <= r94
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r146, r117, r110, r122, 0.0, r111, r112, r65, r127, r118, r113, r12, r40, r72, r72, r162, r16, r63, r340, r164, r350, r27, r14, r8, r354, r100, r347, r98, 0.0, r92, r28, r445, r446, r53, r5, r91, r107, r99, r59, r73, r64, r447, r447, r37, r444, r444, r442, r457, r343, r124, r62, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r38, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r146, r117, r110, r122, 0.0, r111, r112, r65, r127, r118, r113, r12, r72, r40, r40, r162, r16, r63, r341, r164, r351, r27, r14, r8, r355, r100, r348, r98, 0.0, r92, r28, r446, r447, r53, r5, r91, r107, r99, r59, r73, r64, r448, r448, r37, r445, r445, r443, r458, r344, r124, r62, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r38, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1359,9 +1360,9 @@ def search(x, k):
     return (r99, r3, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (38, 43, 44, 45, 46, 47, 48, 49), (36, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49), (), (30, 35), (40, 43, 44, 45, 46, 47, 48, 49), (), (), (30, 35), (), (34,), (34,), (35,), (30, 35, 36, 37, 38, 40, 43, 44, 45, 46, 47, 48, 49), (30, 35, 36, 37, 38, 40, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (39, 43, 44, 45, 46, 47, 48, 49), (39, 43, 44, 45, 46, 47, 48, 49, 75, 76), (39, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 32), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 32), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 32), (23, 33), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 27), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (39, 44, 45, 46, 47, 48, 49, 50), (37, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50), (), (30, 36), (41, 44, 45, 46, 47, 48, 49, 50), (), (), (30, 36), (), (35,), (35,), (36,), (30, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49, 50), (30, 34, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (40, 44, 45, 46, 47, 48, 49, 50), (40, 44, 45, 46, 47, 48, 49, 50, 76, 77), (40, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 32), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 32), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 32), (23, 33), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 27), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,24 +46,24 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x36 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x37 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x38 >= 2.0
+    r51 = x39 >= 2.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
-    r54 = x38 >= 3.0
+    r54 = x39 >= 3.0
     r8 = k.where(r54, r52, r8)
     r52 = 12.0 * r39
     r57 = 12.0 * r4 * r30 * r39
@@ -76,51 +76,51 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r16 * r63
     r63 = r57 + r63
-    r63 = x19 * x33 * r30 * r63
-    r57 = x23 == 1.0
+    r63 = x19 * x34 * r30 * r63
+    r57 = x24 == 1.0
     r61 = 4.0 * x12
     r70 = 2.0 * x5
     r71 = 2.0 * x14 * x10
     r62 = r70 + r60 + r71 + r62
     r62 = r16 * r62
     r62 = r61 + r62
-    r62 = x19 * x33 * r30 * r62
+    r62 = x19 * x34 * r30 * r62
     r63 = k.where(r57, r62, r63)
-    r62 = x23 == 2.0
-    r61 = 2.0 * x19 * x12 * x33 * r30
+    r62 = x24 == 2.0
+    r61 = 2.0 * x19 * x12 * x34 * r30
     r61 = k.where(r62, r61, r63)
-    r71 = 1.0 + x22
+    r71 = 1.0 + x23
     r71 = k.min(r71, r6)
     r71 = r71 * r34
-    r60 = x32 == 4.0
-    r70 = 2.0 * x22
+    r60 = x33 == 4.0
+    r70 = 2.0 * x23
     r85 = -1.0 + r70
     r85 = k.min(r85, r6)
     r85 = r85 * r34
     r88 = k.where(r60, r85, r71)
-    r89 = x32 == 0.0
-    r90 = x32 == 3.0
+    r89 = x33 == 0.0
+    r90 = x33 == 3.0
     r91 = k.or_(r89, r90)
-    r92 = k.min(x22, r6)
+    r92 = k.min(x23, r6)
     r92 = r92 * r34
     r88 = k.where(r91, r92, r88)
-    r92 = x32 == 1.0
-    r96 = k.recip(x37)
-    r97 = x6 * x37 * r4 * r5
-    r98 = -1.0 + x37
-    r98 = x22 * r98
+    r92 = x33 == 1.0
+    r96 = k.recip(x38)
+    r97 = x6 * x38 * r4 * r5
+    r98 = -1.0 + x38
+    r98 = x23 * r98
     r100 = -1.0 + r70 + r98
     r100 = k.min(r97, r100)
     r100 = r96 * r100 * r34
     r88 = k.where(r92, r100, r88)
-    r100 = x32 == 2.0
+    r100 = x33 == 2.0
     r105 = x6 * r4 * r5 * r34
     r88 = k.where(r100, r105, r88)
     r88 = r61 * r88
     r108 = k.where(r62, r63, 0.0)
     r109 = k.or_(r26, r37)
-    r110 = 4.0 * x19 * x12 * x33 * r30
-    r111 = x36 * x19 * x16 * x33 * r30 * r16
+    r110 = 4.0 * x19 * x12 * x34 * r30
+    r111 = x37 * x19 * x16 * x34 * r30 * r16
     r110 = r110 + r111
     r110 = k.max(r110, r108)
     r109 = k.where(r109, r110, r108)
@@ -129,7 +129,7 @@ def quantities(x, k):
     r115 = k.where(r26, r116, r115)
     r116 = 3.0 * x4 * r115 * r39
     r116 = k.where(r54, r116, 0.0)
-    r120 = x22 > 1.0
+    r120 = x23 > 1.0
     r120 = k.and_(r54, r120)
     r122 = 6.0 * r39
     r116 = k.where(r120, r122, r116)
@@ -148,33 +148,33 @@ def quantities(x, k):
     r39 = r122 == r39
     r116 = k.where(r39, r116, 0.0)
     r39 = r53 + r8 + r52 + r125 + r109 + r116
-    r122 = -1.0 + x22
+    r122 = -1.0 + x23
     r88 = k.min(1.0, r122)
     r141 = 1.0 + r88
-    r141 = x22 == r141
+    r141 = x23 == r141
     r143 = k.where(r141, 1.0, 0.0)
     r143 = 2.0 * x12 * r143
     r145 = r88 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x36 * x12 * r145
+    r145 = x37 * x12 * r145
     r148 = r88 != 0.0
     r148 = k.and_(r148, r141)
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x36 * x12 * r148
+    r148 = x37 * x12 * r148
     r148 = r35 + r36 + r143 + r145 + r148
     r148 = r16 * r148
     r145 = -1.0 * r88
-    r145 = x22 + r145
-    r143 = x22 == r145
+    r145 = x23 + r145
+    r143 = x23 == r145
     r157 = k.where(r143, 1.0, 0.0)
     r157 = 2.0 * x12 * r157
     r159 = r145 == 1.0
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x36 * x12 * r159
+    r159 = x37 * x12 * r159
     r162 = r145 != 1.0
     r162 = k.and_(r143, r162)
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x36 * x12 * r162
+    r162 = x37 * x12 * r162
     r162 = r35 + r36 + r157 + r159 + r162
     r162 = r16 * r162
     r162 = r148 + r162
@@ -286,395 +286,396 @@ def quantities(x, k):
     r120 = k.where(r52, r70, r120)
     r116 = r39 == r116
     r120 = k.where(r116, r125, r120)
-    r125 = x36 * x19 * x4 * x33 * r30 * r16
-    r116 = x36 * x19 * x4 * x33 * r30
+    r125 = x37 * x19 * x4 * x34 * r30 * r16
+    r116 = x37 * x19 * x4 * x34 * r30
     r70 = k.max(r39, r148, r12)
     r52 = r148 == r70
     r12 = k.where(r52, r148, r12)
     r70 = r39 == r70
     r12 = k.where(r70, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r70 = 6.0 * x6 * x33 * r15
+    r39 = -1.0 * x20
+    r70 = -1.0 * r12
+    r70 = x8 + r39 + r70
+    r39 = 6.0 * x6 * x34 * r15
     r148 = 12.0 * x12
     r52 = 6.0 * x15 * r9
     r143 = 6.0 * x15 * r13
-    r53 = 6.0 * x36 * x12
-    r159 = 12.0 * x15 * x11 * x10 * x33
+    r53 = 6.0 * x37 * x12
+    r159 = 12.0 * x15 * x11 * x10 * x34
     r159 = r148 + r52 + r143 + r53 + r159
-    r53 = x6 * x33 * r159
+    r53 = x6 * x34 * r159
     r143 = k.pow(x12, 2.0)
     r52 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r52
+    r8 = 0.16666666666666666 * x34 * r52
     r157 = k.recip(x15)
-    r52 = 0.0625 * x36 * r157 * r52
+    r52 = 0.0625 * x37 * r157 * r52
     r52 = 1.0 + r8 + r52
-    r52 = 96.0 * x6 * x15 * x33 * r143 * r52
-    r143 = k.pow(x33, 2.0)
+    r52 = 96.0 * x6 * x15 * x34 * r143 * r52
+    r143 = k.pow(x34, 2.0)
     r143 = 2.0 * x6 * x15 * x11 * x10 * r143
     r8 = x11 * x10
     r61 = x14 * x10
     r61 = x5 + r8 + r61
-    r61 = 2.0 * x6 * x15 * x12 * x33 * r61
+    r61 = 2.0 * x6 * x15 * x12 * x34 * r61
     r61 = k.where(r57, r61, 0.0)
-    r8 = 0.3333333333333333 * x6 * x33 * r159
+    r8 = 0.3333333333333333 * x6 * x34 * r159
     r61 = k.where(r62, r8, r61)
     r61 = r53 + r143 + r61
     r143 = k.where(r62, 1.0, 0.0)
     r8 = 1.0 + r143
     r162 = k.recip(x9)
     r71 = k.recip(x18)
-    r105 = x36 * x12 * r16
-    r34 = x19 * x12 * x33 * r30
-    r97 = x36 * x19 * x33 * r30 * r16
+    r105 = x37 * x12 * r16
+    r34 = x19 * x12 * x34 * r30
+    r97 = x37 * x19 * x34 * r30 * r16
     r97 = r105 + r34 + r97
     r105 = 2.0 * r162 * r71 * r97
-    r98 = k.recip(x21)
+    r98 = k.recip(x22)
     r85 = k.recip(x17)
-    r145 = 2.0 * x36 * x19 * x12 * x33 * r98 * r30 * r85 * r16
+    r145 = 2.0 * x37 * x19 * x12 * x34 * r98 * r30 * r85 * r16
     r145 = r105 + r145
     r145 = r8 * r145
     r97 = 4.0 * r162 * r71 * r97
-    r105 = 4.0 * x36 * x19 * x12 * x33 * r98 * r30 * r85 * r16
+    r105 = 4.0 * x37 * x19 * x12 * x34 * r98 * r30 * r85 * r16
     r105 = r145 + r97 + r105
     r105 = r11 * r105
     r97 = x11 * x10 * x12 * r16
-    r145 = x11 * x19 * x10 * x33 * r30 * r16
+    r145 = x11 * x19 * x10 * x34 * r30 * r16
     r145 = r97 + r34 + r145
     r97 = 2.0 * r162 * r71 * r145
-    r35 = 2.0 * x11 * x19 * x10 * x12 * x33 * r98 * r30 * r85 * r16
+    r35 = 2.0 * x11 * x19 * x10 * x12 * x34 * r98 * r30 * r85 * r16
     r35 = r97 + r35
     r35 = r8 * r35
     r97 = x10 * x12 * r16 * r14
-    r337 = x19 * x10 * x33 * r30 * r16 * r14
-    r337 = r34 + r97 + r337
-    r97 = 2.0 * r162 * r71 * r337
-    r340 = 2.0 * x19 * x10 * x12 * x33 * r98 * r30 * r85 * r16 * r14
-    r340 = r97 + r340
-    r340 = r8 * r340
+    r338 = x19 * x10 * x34 * r30 * r16 * r14
+    r338 = r34 + r97 + r338
+    r97 = 2.0 * r162 * r71 * r338
+    r341 = 2.0 * x19 * x10 * x12 * x34 * r98 * r30 * r85 * r16 * r14
+    r341 = r97 + r341
+    r341 = r8 * r341
     r97 = x12 * x5 * r16
-    r344 = x19 * x5 * x33 * r30 * r16
-    r344 = r97 + r34 + r344
-    r97 = 2.0 * r162 * r71 * r344
-    r347 = 2.0 * x19 * x12 * x5 * x33 * r98 * r30 * r85 * r16
-    r347 = r97 + r347
-    r97 = r8 * r347
-    r350 = x14 * x10 * x12 * r16
-    r351 = x14 * x19 * x10 * x33 * r30 * r16
-    r351 = r350 + r34 + r351
-    r351 = 2.0 * r162 * r71 * r351
-    r34 = 2.0 * x14 * x19 * x10 * x12 * x33 * r98 * r30 * r85 * r16
-    r34 = r351 + r34
+    r345 = x19 * x5 * x34 * r30 * r16
+    r345 = r97 + r34 + r345
+    r97 = 2.0 * r162 * r71 * r345
+    r348 = 2.0 * x19 * x12 * x5 * x34 * r98 * r30 * r85 * r16
+    r348 = r97 + r348
+    r97 = r8 * r348
+    r351 = x14 * x10 * x12 * r16
+    r352 = x14 * x19 * x10 * x34 * r30 * r16
+    r352 = r351 + r34 + r352
+    r352 = 2.0 * r162 * r71 * r352
+    r34 = 2.0 * x14 * x19 * x10 * x12 * x34 * r98 * r30 * r85 * r16
+    r34 = r352 + r34
     r34 = r8 * r34
     r34 = r97 + r35 + r34
     r57 = k.where(r57, 1.0, 0.0)
     r34 = r34 * r57
-    r347 = 2.0 * r8 * r347
+    r348 = 2.0 * r8 * r348
     r145 = 4.0 * r162 * r71 * r145
-    r337 = 4.0 * r162 * r71 * r337
-    r344 = 8.0 * r162 * r71 * r344
-    r97 = 8.0 * x19 * x12 * x5 * x33 * r98 * r30 * r85 * r16
-    r351 = 4.0 * x11 * x19 * x10 * x12 * x33 * r98 * r30 * r85 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r98 * r30 * r85 * r16 * r14
-    r14 = r35 + r340 + r34 + r347 + r145 + r337 + r344 + r97 + r351 + r14
+    r338 = 4.0 * r162 * r71 * r338
+    r345 = 8.0 * r162 * r71 * r345
+    r97 = 8.0 * x19 * x12 * x5 * x34 * r98 * r30 * r85 * r16
+    r352 = 4.0 * x11 * x19 * x10 * x12 * x34 * r98 * r30 * r85 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r98 * r30 * r85 * r16 * r14
+    r14 = r35 + r341 + r34 + r348 + r145 + r338 + r345 + r97 + r352 + r14
     r14 = x15 * r11 * r14
     r14 = r105 + r14
     r105 = x6 * r4 * r5 * r14
     r57 = 1.0 + r57 + r143
-    r351 = 10.0 * x12 * r57
-    r351 = r148 + r351
-    r351 = x19 * x33 * r30 * r351
+    r352 = 10.0 * x12 * r57
+    r352 = r148 + r352
+    r352 = x19 * x34 * r30 * r352
     r148 = 3.0 * x5
     r57 = 2.0 * x5 * r57
     r57 = r148 + r57
-    r57 = x19 * x33 * r30 * r16 * r57
-    r57 = r351 + r57
+    r57 = x19 * x34 * r30 * r16 * r57
+    r57 = r352 + r57
     r57 = x15 * r11 * r57
-    r351 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r351 = r57 + r351
-    r57 = x6 * x4 * r162 * r4 * r5 * r71 * r351
+    r352 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r352 = r57 + r352
+    r57 = x6 * x4 * r162 * r4 * r5 * r71 * r352
     r148 = k.recip(x0)
-    r97 = x11 * x10 * x33
+    r97 = x11 * x10 * x34
     r143 = 3.0 + r143
-    r143 = 2.0 * x11 * x10 * x33 * r143
+    r143 = 2.0 * x11 * x10 * x34 * r143
     r143 = r97 + r143
-    r97 = x6 * x15 * x33 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
-    r344 = r105 + r57 + r97
-    r337 = k.recip(r344)
+    r97 = x6 * x15 * x34 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
+    r345 = r105 + r57 + r97
+    r338 = k.recip(r345)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r145 = k.recip(x6)
-    r347 = 0.3333333333333333 * x3 * x19 * r145 * r96 * r344
-    r34 = 0.6666666666666666 * x3 * x19 * x22 * r145 * r344
-    r351 = -1.0 * x6 * x4 * r162 * r4 * r5 * r71 * r351
-    r143 = -1.0 * x6 * x15 * x33 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
-    r34 = r14 + r347 + r34 + r351 + r143
+    r348 = 0.3333333333333333 * x3 * x19 * r145 * r96 * r345
+    r34 = 0.6666666666666666 * x3 * x19 * x23 * r145 * r345
+    r352 = -1.0 * x6 * x4 * r162 * r4 * r5 * r71 * r352
+    r143 = -1.0 * x6 * x15 * x34 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
+    r34 = r14 + r348 + r34 + r352 + r143
     r34 = k.max(0.0, r34)
-    r347 = 0.5 * x22
-    r347 = -1.0 + r347
-    r347 = 0.6666666666666666 * x3 * x19 * r145 * r96 * r347 * r344
-    r347 = k.where(r60, 0.0, r347)
-    r60 = 0.3333333333333333 * x3 * x19 * r145 * r96 * r122 * r344
-    r347 = k.where(r90, r60, r347)
+    r348 = 0.5 * x23
+    r348 = -1.0 + r348
+    r348 = 0.6666666666666666 * x3 * x19 * r145 * r96 * r348 * r345
+    r348 = k.where(r60, 0.0, r348)
+    r60 = 0.3333333333333333 * x3 * x19 * r145 * r96 * r122 * r345
+    r348 = k.where(r90, r60, r348)
     r100 = k.or_(r89, r92, r100)
-    r122 = x3 * x19 * r145 * r96 * r122 * r344
-    r347 = k.where(r100, r122, r347)
-    r347 = k.max(r34, r347)
-    r337 = r337 * r347
+    r122 = x3 * x19 * r145 * r96 * r122 * r345
+    r348 = k.where(r100, r122, r348)
+    r348 = k.max(r34, r348)
+    r338 = r338 * r348
     r71 = 28.0 * r162 * r71 * r31
     r162 = r71 + r105 + r57 + r97
-    r34 = -1.0 * x20
+    r34 = -1.0 * x21
     r34 = 1.0 + r34
-    r122 = x22 * x37
+    r122 = x23 * x38
     r122 = -1.0 + r122
-    r96 = k.recip(x25)
-    r89 = k.recip(x26)
-    r60 = x19 * x4 * x12 * x33 * r96 * r30 * r89 * r16
-    r60 = x27 + r60
-    r90 = 2.0 * x3 * x2 * x35
-    r90 = x29 >= r90
-    r148 = k.recip(x28)
-    r85 = k.recip(x30)
-    r340 = x19 * x4 * x12 * x33 * r148 * r30 * r85 * r16
-    r340 = x31 + r340
-    r60 = k.where(r90, r340, r60)
+    r96 = k.recip(x26)
+    r89 = k.recip(x27)
+    r60 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16
+    r60 = x28 + r60
+    r90 = 2.0 * x3 * x2 * x36
+    r90 = x30 >= r90
+    r148 = k.recip(x29)
+    r85 = k.recip(x31)
+    r341 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16
+    r341 = x32 + r341
+    r60 = k.where(r90, r341, r60)
     r60 = 2.0 * x6 * r4 * r5 * r11 * r122 * r60
     r60 = k.where(r37, 0.0, r60)
     r34 = r34 * r60
-    r340 = x3 * x19 * r145 * r344
-    r90 = x22 <= 1.0
+    r341 = x3 * x19 * r145 * r345
+    r90 = x23 <= 1.0
     r51 = k.and_(r51, r90)
-    r340 = k.where(r51, r344, r340)
-    r340 = -1.0 * x20 * r340
-    r344 = x3 * x2
-    r35 = -1.0 + r344
-    r350 = k.recip(r35)
-    r439 = 2.0 * x3 * x2
-    r439 = -2.0 + r439
-    r441 = x29 * r16
-    r442 = k.gcd(r344, r441)
-    r443 = k.recip(r442)
-    r444 = x3 * x2 * r443
-    r444 = -1.0 + r444
-    r444 = x27 * r444
-    r447 = -1.0 * x3 * x2 * r443
-    r447 = r344 + r447
-    r447 = x31 * r447
-    r450 = r444 + r447
-    r450 = r350 * r439 * r450
-    r350 = x4 * x22 * r96 * r157 * r4 * r30 * r89 * r443 * r439 * r25
-    r442 = -1.0 + r442
-    r454 = x4 * x22 * r148 * r157 * r4 * r30 * r85 * r443 * r442 * r439 * r25
-    r454 = k.max(r350, r454)
-    r454 = r450 + r454
-    r450 = x29 <= x35
-    r350 = x27 * r439
-    r459 = x4 * x22 * r96 * r157 * r4 * r30 * r89 * r439 * r25
-    r459 = r350 + r459
-    r454 = k.where(r450, r459, r454)
-    r459 = x3 * x2 * x35
-    r459 = x29 >= r459
-    r350 = x31 * r439
-    r465 = x4 * x22 * r148 * r157 * r4 * r30 * r85 * r439 * r25
-    r465 = r350 + r465
-    r454 = k.where(r459, r465, r454)
-    r454 = x15 * r11 * r454
-    r465 = x4 * x22 * r96 * r157 * r4 * r30 * r89 * r443 * r35 * r25
-    r442 = x4 * x22 * r148 * r157 * r4 * r30 * r85 * r443 * r35 * r442 * r25
-    r442 = k.max(r465, r442)
-    r442 = r444 + r447 + r442
-    r447 = x27 * r35
-    r444 = x4 * x22 * r96 * r157 * r4 * r30 * r89 * r35 * r25
-    r444 = r447 + r444
-    r442 = k.where(r450, r444, r442)
-    r444 = x31 * r35
-    r157 = x4 * x22 * r148 * r157 * r4 * r30 * r85 * r35 * r25
-    r157 = r444 + r157
-    r442 = k.where(r459, r157, r442)
-    r157 = 2.0 * x15 * r11 * r442
-    r454 = k.where(r27, r157, r454)
-    r157 = x15 * r11 * r442
-    r459 = x6 * x15 * r4 * r5 * r11 * r442
-    r459 = r157 + r459
-    r454 = k.where(r51, r459, r454)
+    r341 = k.where(r51, r345, r341)
+    r341 = -1.0 * x21 * r341
+    r345 = x3 * x2
+    r35 = -1.0 + r345
+    r351 = k.recip(r35)
+    r440 = 2.0 * x3 * x2
+    r440 = -2.0 + r440
+    r442 = x30 * r16
+    r443 = k.gcd(r345, r442)
+    r444 = k.recip(r443)
+    r445 = x3 * x2 * r444
+    r445 = -1.0 + r445
+    r445 = x28 * r445
+    r448 = -1.0 * x3 * x2 * r444
+    r448 = r345 + r448
+    r448 = x32 * r448
+    r451 = r445 + r448
+    r451 = r351 * r440 * r451
+    r351 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r444 * r440 * r25
+    r443 = -1.0 + r443
+    r455 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r444 * r443 * r440 * r25
+    r455 = k.max(r351, r455)
+    r455 = r451 + r455
+    r451 = x30 <= x36
+    r351 = x28 * r440
+    r460 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r440 * r25
+    r460 = r351 + r460
+    r455 = k.where(r451, r460, r455)
+    r460 = x3 * x2 * x36
+    r460 = x30 >= r460
+    r351 = x32 * r440
+    r466 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r440 * r25
+    r466 = r351 + r466
+    r455 = k.where(r460, r466, r455)
+    r455 = x15 * r11 * r455
+    r466 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r444 * r35 * r25
+    r443 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r444 * r35 * r443 * r25
+    r443 = k.max(r466, r443)
+    r443 = r445 + r448 + r443
+    r448 = x28 * r35
+    r445 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r35 * r25
+    r445 = r448 + r445
+    r443 = k.where(r451, r445, r443)
+    r445 = x32 * r35
+    r157 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r35 * r25
+    r157 = r445 + r157
+    r443 = k.where(r460, r157, r443)
+    r157 = 2.0 * x15 * r11 * r443
+    r455 = k.where(r27, r157, r455)
+    r157 = x15 * r11 * r443
+    r460 = x6 * x15 * r4 * r5 * r11 * r443
+    r460 = r157 + r460
+    r455 = k.where(r51, r460, r455)
     r90 = k.and_(r54, r90)
-    r442 = 3.0 * x6 * x15 * r4 * r5 * r11 * r442
-    r454 = k.where(r90, r442, r454)
-    r344 = r344 == 1.0
-    r454 = k.where(r344, 0.0, r454)
-    r340 = r340 + r454
-    r340 = k.max(0.0, r340)
-    r441 = k.gcd(x2, r441)
-    r442 = k.recip(r441)
-    r54 = x2 * r442
+    r443 = 3.0 * x6 * x15 * r4 * r5 * r11 * r443
+    r455 = k.where(r90, r443, r455)
+    r345 = r345 == 1.0
+    r455 = k.where(r345, 0.0, r455)
+    r341 = r341 + r455
+    r341 = k.max(0.0, r341)
+    r442 = k.gcd(x2, r442)
+    r443 = k.recip(r442)
+    r54 = x2 * r443
     r54 = -1.0 + r54
-    r54 = x27 * r54
-    r459 = -1.0 * x2 * r442
-    r459 = x2 + r459
-    r459 = x31 * r459
+    r54 = x28 * r54
+    r460 = -1.0 * x2 * r443
+    r460 = x2 + r460
+    r460 = x32 * r460
     r157 = -1.0 + x2
-    r444 = 2.0 * x14 * x19 * x10 * x4 * x33 * r96 * r30 * r89 * r16 * r442 * r157
-    r441 = -1.0 + r441
-    r441 = 2.0 * x14 * x19 * x10 * x4 * x33 * r148 * r30 * r85 * r16 * r442 * r157 * r441
-    r441 = k.max(r444, r441)
-    r441 = r54 + r459 + r441
-    r459 = x27 * r157
-    r54 = 2.0 * x14 * x19 * x10 * x4 * x33 * r96 * r30 * r89 * r16 * r157
-    r54 = r459 + r54
-    r441 = k.where(r450, r54, r441)
-    r54 = x2 * x35
-    r54 = x29 >= r54
-    r450 = x31 * r157
-    r459 = 2.0 * x14 * x19 * x10 * x4 * x33 * r148 * r30 * r85 * r16 * r157
-    r459 = r450 + r459
-    r441 = k.where(r54, r459, r441)
-    r459 = x6 * x15 * r4 * r5 * r11 * r441
-    r441 = x6 * x15 * r4 * r5 * r11 * r8 * r441
-    r441 = r459 + r441
-    r459 = x2 == 1.0
-    r441 = k.where(r459, 0.0, r441)
+    r445 = 2.0 * x14 * x19 * x10 * x4 * x34 * r96 * r30 * r89 * r16 * r443 * r157
+    r442 = -1.0 + r442
+    r442 = 2.0 * x14 * x19 * x10 * x4 * x34 * r148 * r30 * r85 * r16 * r443 * r157 * r442
+    r442 = k.max(r445, r442)
+    r442 = r54 + r460 + r442
+    r460 = x28 * r157
+    r54 = 2.0 * x14 * x19 * x10 * x4 * x34 * r96 * r30 * r89 * r16 * r157
+    r54 = r460 + r54
+    r442 = k.where(r451, r54, r442)
+    r54 = x2 * x36
+    r54 = x30 >= r54
+    r451 = x32 * r157
+    r460 = 2.0 * x14 * x19 * x10 * x4 * x34 * r148 * r30 * r85 * r16 * r157
+    r460 = r451 + r460
+    r442 = k.where(r54, r460, r442)
+    r460 = x6 * x15 * r4 * r5 * r11 * r442
+    r442 = x6 * x15 * r4 * r5 * r11 * r8 * r442
+    r442 = r460 + r442
+    r460 = x2 == 1.0
+    r442 = k.where(r460, 0.0, r442)
     r62 = k.where(r62, 2.0, 0.0)
     r62 = 4.0 + r62
-    r54 = -1.0 + x35
+    r54 = -1.0 + x36
     r54 = k.recip(r54)
-    r450 = 2.0 * x35
-    r450 = -2.0 + r450
-    r444 = k.gcd(x35, x29)
-    r442 = k.recip(r444)
-    r447 = x35 * r442
-    r447 = -1.0 + r447
-    r447 = x27 * r447
-    r465 = -1.0 * x35 * r442
-    r465 = x35 + r465
-    r465 = x31 * r465
-    r465 = r447 + r465
-    r465 = r54 * r450 * r465
-    r54 = x19 * x4 * x12 * x33 * r96 * r30 * r89 * r16 * r442 * r450
-    r444 = -1.0 + r444
-    r444 = x19 * x4 * x12 * x33 * r148 * r30 * r85 * r16 * r442 * r444 * r450
-    r444 = k.max(r54, r444)
-    r444 = r465 + r444
-    r465 = x29 <= 1.0
-    r54 = x27 * r450
-    r89 = x19 * x4 * x12 * x33 * r96 * r30 * r89 * r16 * r450
+    r451 = 2.0 * x36
+    r451 = -2.0 + r451
+    r445 = k.gcd(x36, x30)
+    r443 = k.recip(r445)
+    r448 = x36 * r443
+    r448 = -1.0 + r448
+    r448 = x28 * r448
+    r466 = -1.0 * x36 * r443
+    r466 = x36 + r466
+    r466 = x32 * r466
+    r466 = r448 + r466
+    r466 = r54 * r451 * r466
+    r54 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16 * r443 * r451
+    r445 = -1.0 + r445
+    r445 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16 * r443 * r445 * r451
+    r445 = k.max(r54, r445)
+    r445 = r466 + r445
+    r466 = x30 <= 1.0
+    r54 = x28 * r451
+    r89 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16 * r451
     r89 = r54 + r89
-    r444 = k.where(r465, r89, r444)
-    r89 = x29 >= x35
-    r465 = x31 * r450
-    r85 = x19 * x4 * x12 * x33 * r148 * r30 * r85 * r16 * r450
-    r85 = r465 + r85
-    r444 = k.where(r89, r85, r444)
-    r444 = x6 * x15 * r4 * r5 * r11 * r62 * r444
-    r85 = x35 == 1.0
-    r444 = k.where(r85, 0.0, r444)
-    r143 = r14 + r351 + r143
+    r445 = k.where(r466, r89, r445)
+    r89 = x30 >= x36
+    r466 = x32 * r451
+    r85 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16 * r451
+    r85 = r466 + r85
+    r445 = k.where(r89, r85, r445)
+    r445 = x6 * x15 * r4 * r5 * r11 * r62 * r445
+    r85 = x36 == 1.0
+    r445 = k.where(r85, 0.0, r445)
+    r143 = r14 + r352 + r143
     r143 = k.max(0.0, r143)
     r143 = k.where(r26, r143, 0.0)
-    r26 = r34 + r71 + r105 + r57 + r97 + r340 + r347 + r441 + r444 + r143
-    r351 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r98 * r4 * r30 * r11 * r16 * r351 * r15
-    r159 = x6 * x33 * r98 * r4 * r30 * r11 * r16 * r351 * r159
-    r351 = x19 * x4 * x12 * x33 * r30
-    r98 = x19 * x4 * x12 * x33 * r96 * r30
-    r439 = x4 * r4 * r30 * r439 * r25
+    r26 = r34 + r71 + r105 + r57 + r97 + r341 + r348 + r442 + r445 + r143
+    r352 = k.recip(r26)
+    r14 = 6.0 * x6 * x34 * r98 * r4 * r30 * r11 * r16 * r352 * r15
+    r159 = x6 * x34 * r98 * r4 * r30 * r11 * r16 * r352 * r159
+    r352 = x19 * x4 * x12 * x34 * r30
+    r98 = x19 * x4 * x12 * x34 * r96 * r30
+    r440 = x4 * r4 * r30 * r440 * r25
     r89 = 2.0 * x4 * r4 * r30 * r35 * r25
-    r439 = k.where(r27, r89, r439)
+    r440 = k.where(r27, r89, r440)
     r89 = x4 * r4 * r30 * r35 * r25
     r27 = k.pow(x3, -2.0)
-    r465 = x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r465 = r89 + r465
-    r439 = k.where(r51, r465, r439)
+    r466 = x6 * x4 * r27 * r5 * r30 * r35 * r25
+    r466 = r89 + r466
+    r440 = k.where(r51, r466, r440)
     r35 = 3.0 * x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r439 = k.where(r90, r35, r439)
-    r439 = k.where(r344, 0.0, r439)
-    r344 = r96 * r439
-    r96 = x28 * r96
-    r35 = k.recip(x33)
-    r90 = x34 * r145 * r35
+    r440 = k.where(r90, r35, r440)
+    r440 = k.where(r345, 0.0, r440)
+    r345 = r96 * r440
+    r96 = x29 * r96
+    r35 = k.recip(x34)
+    r90 = x35 * r145 * r35
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r465 = 1.6e-11 * x12
+    r466 = 1.6e-11 * x12
     r51 = 8e-12 * x15 * r9
     r89 = 8e-12 * x15 * r13
-    r148 = 8e-12 * x36 * x12
-    r54 = r465 + r51 + r89 + r148
-    r442 = 8e-12 * x12
-    r447 = 4e-12 * x15 * r9
-    r443 = 4e-12 * x15 * r13
-    r350 = 4e-12 * x36 * x12
-    r350 = r442 + r447 + r443 + r350
-    r350 = r27 > r350
-    r443 = -1.6e-11 * x12
+    r148 = 8e-12 * x37 * x12
+    r54 = r466 + r51 + r89 + r148
+    r443 = 8e-12 * x12
+    r448 = 4e-12 * x15 * r9
+    r444 = 4e-12 * x15 * r13
+    r351 = 4e-12 * x37 * x12
+    r351 = r443 + r448 + r444 + r351
+    r351 = r27 > r351
+    r444 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r447 = -8e-12 * x36 * x12
-    r442 = k.sqrt(2.0)
-    r599 = k.sqrt(x3)
-    r599 = k.recip(r599)
-    r601 = k.sqrt(x2)
-    r601 = k.recip(r601)
-    r603 = k.sqrt(x13)
-    r603 = k.recip(r603)
-    r605 = k.sqrt(x22)
-    r605 = k.recip(r605)
-    r607 = k.sqrt(x35)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(r54)
-    r610 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r54
-    r611 = k.sqrt(x3)
-    r612 = k.sqrt(x2)
-    r613 = k.sqrt(x13)
-    r614 = k.sqrt(x22)
-    r615 = k.sqrt(x35)
-    r615 = 0.16666666666666666 * r442 * r611 * r612 * r613 * r614 * r615 * r609
-    r615 = 1.0 + r610 + r615
-    r615 = r442 * r599 * r601 * r603 * r605 * r607 * r609 * r615
-    r615 = r443 + r9 + r13 + r447 + r615
-    r447 = k.where(r350, r615, r27)
-    r148 = r465 + r51 + r89 + r148 + r447
-    r148 = x3 * x2 * x13 * x22 * x35 * r148
+    r448 = -8e-12 * x37 * x12
+    r443 = k.sqrt(2.0)
+    r600 = k.sqrt(x3)
+    r600 = k.recip(r600)
+    r602 = k.sqrt(x2)
+    r602 = k.recip(r602)
+    r604 = k.sqrt(x13)
+    r604 = k.recip(r604)
+    r606 = k.sqrt(x23)
+    r606 = k.recip(r606)
+    r608 = k.sqrt(x36)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(r54)
+    r611 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r54
+    r612 = k.sqrt(x3)
+    r613 = k.sqrt(x2)
+    r614 = k.sqrt(x13)
+    r615 = k.sqrt(x23)
+    r616 = k.sqrt(x36)
+    r616 = 0.16666666666666666 * r443 * r612 * r613 * r614 * r615 * r616 * r610
+    r616 = 1.0 + r611 + r616
+    r616 = r443 * r600 * r602 * r604 * r606 * r608 * r610 * r616
+    r616 = r444 + r9 + r13 + r448 + r616
+    r448 = k.where(r351, r616, r27)
+    r148 = r466 + r51 + r89 + r148 + r448
+    r148 = x3 * x2 * x13 * x23 * x36 * r148
     r148 = k.exp(r148)
     r148 = -1.0 + r148
     r89 = k.recip(r148)
-    r51 = x24 + x1
-    r465 = -1.0 * x3 * x2 * x13 * x22 * x35 * r51
-    r465 = k.exp(r465)
-    r465 = x3 * x2 * x13 * x22 * x35 * r89 * r447 * r465
-    r89 = x3 * x2 * x13 * x22 * x35
-    r615 = k.recip(r615)
-    r89 = k.where(r350, r615, r89)
-    r51 = x3 * x2 * x13 * x22 * x35 * r51
+    r51 = x25 + x1
+    r466 = -1.0 * x3 * x2 * x13 * x23 * x36 * r51
+    r466 = k.exp(r466)
+    r466 = x3 * x2 * x13 * x23 * x36 * r89 * r448 * r466
+    r89 = x3 * x2 * x13 * x23 * x36
+    r616 = k.recip(r616)
+    r89 = k.where(r351, r616, r89)
+    r51 = x3 * x2 * x13 * x23 * x36 * r51
     r51 = k.exp(r51)
-    r5 = x34 * r145 * r4 * r30 * r5 * r11 * r35 * r16 * r148 * r26 * r89 * r51
-    r51 = x34 * r145 * r35 * r148 * r26 * r89 * r51
-    r62 = x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r450 * r62
+    r5 = x35 * r145 * r4 * r30 * r5 * r11 * r35 * r16 * r148 * r26 * r89 * r51
+    r51 = x35 * r145 * r35 * r148 * r26 * r89 * r51
+    r62 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r451 * r62
     r62 = k.where(r85, 0.0, r62)
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r157
-    r157 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r157
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r157
+    r157 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r157
     r157 = r85 + r157
-    r157 = k.where(r459, 0.0, r157)
-    r122 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r122
+    r157 = k.where(r460, 0.0, r157)
+    r122 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r122
     r122 = k.where(r37, 0.0, r122)
-    r88 = r88 < x22
-    r37 = x32 != 2.0
+    r88 = r88 < x23
+    r37 = x33 != 2.0
     r92 = k.and_(r92, r37)
     r92 = k.not_(r92)
     r92 = k.or_(r88, r92)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r91 = k.and_(r16, r37, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r88, r91)
     r91 = k.and_(r92, r91)
-    r92 = x22 >= 2.0
-    r88 = x32 != 3.0
-    r37 = x32 != 4.0
+    r92 = x23 >= 2.0
+    r88 = x33 != 3.0
+    r37 = x33 != 4.0
     r100 = k.not_(r100)
     r100 = k.and_(r88, r37, r100)
     r100 = k.not_(r100)
     r100 = k.or_(r92, r100)
-    r92 = x21 * x3 * x2 * x22 * x35 * r26
-    r37 = r70 <= r92
+    r92 = x22 * x3 * x2 * x23 * x36 * r26
+    r37 = r39 <= r92
     r92 = r53 <= r92
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r141, r115, r108, r120, 0.0, r109, r110, r63, r125, r116, r111, r12, r39, r70, r70, r53, r52, r61, r337, r162, r347, r26, r14, r159, r351, r98, r344, r96, 0.0, r90, r27, r54, r447, r465, r5, r51, r105, r97, r57, r71, r62, r444, r444, r157, r441, r441, r439, r454, r340, r122, r60, r34, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, r100, 1.0, r100, r100, r37, r92, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, r100, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r141, r115, r108, r120, 0.0, r109, r110, r63, r125, r116, r111, r12, r70, r39, r39, r53, r52, r61, r338, r162, r348, r26, r14, r159, r352, r98, r345, r96, 0.0, r90, r27, r54, r448, r466, r5, r51, r105, r97, r57, r71, r62, r445, r445, r157, r442, r442, r440, r455, r341, r122, r60, r34, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, 1.0, r100, r100, r37, r92, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, r100, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1348,9 +1349,9 @@ def search(x, k):
     return (r97, r23, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (38, 43, 44, 45, 46, 47, 48), (36, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48), (), (30, 35), (40, 43, 44, 45, 46, 47, 48), (), (), (30, 35), (), (34,), (34,), (35,), (30, 35, 36, 37, 38, 40, 43, 44, 45, 46, 47, 48), (30, 35, 36, 37, 38, 40, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 43, 44, 45, 46, 47, 48), (39, 43, 44, 45, 46, 47, 48, 74, 75), (39, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 32), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 32), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 32), (23, 33), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 27), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (39, 44, 45, 46, 47, 48, 49), (37, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49), (), (30, 36), (41, 44, 45, 46, 47, 48, 49), (), (), (30, 36), (), (35,), (35,), (36,), (30, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49), (30, 34, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 44, 45, 46, 47, 48, 49), (40, 44, 45, 46, 47, 48, 49, 75, 76), (40, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 32), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 32), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 32), (23, 33), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 27), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

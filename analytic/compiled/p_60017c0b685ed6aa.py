@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
-    r0 = x3 * x2 * x24 * x38
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42 = x
+    r0 = x3 * x2 * x25 * x39
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x38 * r1
+    r1 = x3 * x2 * x25 * x39 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x36
+    r7 = x6 * x37
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x39 * x12
+    r12 = x40 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x38)
+    r11 = k.recip(x25)
+    r25 = k.recip(x39)
     r26 = r11 * r25 * r15
-    r27 = x35 == 5.0
+    r27 = x36 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x41 >= 1.0
+    r28 = x42 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x39 * x12 * r12
+    r12 = x40 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x41 >= 3.0
+    r53 = x42 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -76,45 +76,45 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r25 * r63
     r63 = r57 + r63
-    r63 = x20 * x36 * r31 * r63
-    r57 = x25 == 2.0
-    r62 = 2.0 * x20 * x12 * x36 * r31
+    r63 = x20 * x37 * r31 * r63
+    r57 = x26 == 2.0
+    r62 = 2.0 * x20 * x12 * x37 * r31
     r62 = k.where(r57, r62, r63)
-    r61 = 1.0 + x24
+    r61 = 1.0 + x25
     r61 = k.min(r61, r6)
     r61 = r61 * r35
-    r60 = x35 == 4.0
-    r75 = 2.0 * x24
+    r60 = x36 == 4.0
+    r75 = 2.0 * x25
     r76 = -1.0 + r75
     r76 = k.min(r76, r6)
     r76 = r76 * r35
     r79 = k.where(r60, r76, r61)
-    r80 = x35 == 0.0
-    r81 = x35 == 3.0
+    r80 = x36 == 0.0
+    r81 = x36 == 3.0
     r82 = k.or_(r80, r81)
-    r83 = k.min(x24, r6)
+    r83 = k.min(x25, r6)
     r83 = r83 * r35
     r79 = k.where(r82, r83, r79)
-    r83 = x35 == 1.0
-    r87 = k.recip(x40)
-    r88 = x6 * x40 * r4 * r5
-    r89 = -1.0 + x40
-    r89 = x24 * r89
+    r83 = x36 == 1.0
+    r87 = k.recip(x41)
+    r88 = x6 * x41 * r4 * r5
+    r89 = -1.0 + x41
+    r89 = x25 * r89
     r91 = -1.0 + r75 + r89
     r91 = k.min(r88, r91)
     r91 = r87 * r91 * r35
     r79 = k.where(r83, r91, r79)
-    r91 = x35 == 2.0
+    r91 = x36 == 2.0
     r96 = x6 * r4 * r5 * r35
     r79 = k.where(r91, r96, r79)
     r79 = r62 * r79
     r99 = k.where(r28, 1000000000.0, 0.0)
-    r100 = x41 >= 2.0
+    r100 = x42 >= 2.0
     r8 = k.where(r100, r54, r8)
     r54 = k.where(r57, r63, 0.0)
     r103 = k.or_(r27, r38)
-    r104 = 4.0 * x20 * x12 * x36 * r31
-    r105 = x39 * x20 * x16 * x36 * r31 * r25
+    r104 = 4.0 * x20 * x12 * x37 * r31
+    r105 = x40 * x20 * x16 * x37 * r31 * r25
     r104 = r104 + r105
     r104 = k.max(r104, r54)
     r103 = k.where(r103, r104, r54)
@@ -123,7 +123,7 @@ def quantities(x, k):
     r109 = k.where(r27, r110, r109)
     r110 = 3.0 * x4 * r109 * r40
     r110 = k.where(r53, r110, 0.0)
-    r114 = x24 > 1.0
+    r114 = x25 > 1.0
     r114 = k.and_(r53, r114)
     r116 = 2.0 * x4 * r40
     r110 = k.where(r114, r116, r110)
@@ -155,33 +155,33 @@ def quantities(x, k):
     r40 = r116 == r40
     r110 = k.where(r40, r110, 0.0)
     r40 = r55 + r56 + r126 + r103 + r120 + r110
-    r116 = -1.0 + x24
+    r116 = -1.0 + x25
     r8 = k.min(1.0, r116)
     r79 = r8 == 0.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
     r132 = 1.0 + r8
-    r132 = x24 == r132
+    r132 = x25 == r132
     r153 = k.where(r132, 1.0, 0.0)
     r153 = 2.0 * x12 * r153
     r155 = r8 != 0.0
     r155 = k.and_(r155, r132)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x39 * x12 * r155
+    r155 = x40 * x12 * r155
     r155 = r79 + r36 + r37 + r153 + r155
     r155 = r25 * r155
     r153 = -1.0 * r8
-    r153 = x24 + r153
+    r153 = x25 + r153
     r79 = r153 == 1.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
-    r16 = x24 == r153
+    r16 = x25 == r153
     r167 = k.where(r16, 1.0, 0.0)
     r167 = 2.0 * x12 * r167
     r169 = r153 != 1.0
     r169 = k.and_(r16, r169)
     r169 = k.where(r169, 1.0, 0.0)
-    r169 = x39 * x12 * r169
+    r169 = x40 * x12 * r169
     r169 = r79 + r36 + r37 + r167 + r169
     r169 = r25 * r169
     r169 = r169 + r155
@@ -317,417 +317,418 @@ def quantities(x, k):
     r99 = k.where(r56, r75, r99)
     r110 = r40 == r110
     r99 = k.where(r110, r126, r99)
-    r126 = x39 * x20 * x4 * x36 * r31 * r25
-    r110 = x39 * x20 * x4 * x36 * r31
+    r126 = x40 * x20 * x4 * x37 * r31 * r25
+    r110 = x40 * x20 * x4 * x37 * r31
     r75 = k.max(r40, r155, r12)
     r56 = r155 == r75
     r12 = k.where(r56, r155, r12)
     r75 = r40 == r75
     r12 = k.where(r75, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r75 = 6.0 * x6 * x36 * r15
+    r40 = -1.0 * x21
+    r75 = -1.0 * r12
+    r75 = x8 + r40 + r75
+    r40 = 6.0 * x6 * x37 * r15
     r155 = 12.0 * x12
     r56 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r120 = 6.0 * x39 * x12
+    r120 = 6.0 * x40 * x12
     r36 = 6.0 * x12 * x18
-    r55 = 12.0 * x15 * x11 * x10 * x36
+    r55 = 12.0 * x15 * x11 * x10 * x37
     r55 = r155 + r56 + r16 + r120 + r36 + r55
-    r36 = x6 * x36 * r55
+    r36 = x6 * x37 * r55
     r120 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r56 = 0.16666666666666666 * x36 * r16
+    r56 = 0.16666666666666666 * x37 * r16
     r167 = k.recip(x15)
-    r16 = 0.0625 * x39 * r167 * r16
+    r16 = 0.0625 * x40 * r167 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x6 * x15 * x36 * r120 * r16
-    r120 = k.pow(x36, 2.0)
+    r16 = 96.0 * x6 * x15 * x37 * r120 * r16
+    r120 = k.pow(x37, 2.0)
     r56 = 2.0 * x6 * x15 * x11 * x10 * r120
-    r132 = x25 == 1.0
+    r132 = x26 == 1.0
     r120 = 4.0 * x6 * x15 * x11 * x10 * r120
     r120 = k.where(r132, r120, 0.0)
-    r37 = 0.3333333333333333 * x6 * x36 * r55
+    r37 = 0.3333333333333333 * x6 * x37 * r55
     r120 = k.where(r57, r37, r120)
     r120 = r36 + r56 + r120
     r56 = k.where(r57, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x9)
     r39 = k.recip(x19)
-    r61 = x39 * x12 * r25
-    r114 = x20 * x12 * x36 * r31
-    r62 = x39 * x20 * x36 * r31 * r25
+    r61 = x40 * x12 * r25
+    r114 = x20 * x12 * x37 * r31
+    r62 = x40 * x20 * x37 * r31 * r25
     r62 = r61 + r114 + r62
     r61 = 2.0 * r37 * r39 * r62
-    r96 = k.recip(x23)
+    r96 = k.recip(x24)
     r35 = k.recip(x17)
-    r88 = 2.0 * x39 * x20 * x12 * x36 * r96 * r31 * r35 * r25
+    r88 = 2.0 * x40 * x20 * x12 * x37 * r96 * r31 * r35 * r25
     r88 = r61 + r88
     r88 = r56 * r88
     r62 = 4.0 * r37 * r39 * r62
-    r61 = 4.0 * x39 * x20 * x12 * x36 * r96 * r31 * r35 * r25
+    r61 = 4.0 * x40 * x20 * x12 * x37 * r96 * r31 * r35 * r25
     r61 = r88 + r62 + r61
     r61 = r11 * r61
     r62 = x11 * x10 * x12 * r25
-    r88 = x11 * x20 * x10 * x36 * r31 * r25
+    r88 = x11 * x20 * x10 * x37 * r31 * r25
     r88 = r62 + r114 + r88
     r62 = r37 * r39 * r88
-    r89 = k.recip(x22)
-    r76 = 2.0 * x11 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25
+    r89 = k.recip(x23)
+    r76 = 2.0 * x11 * x20 * x10 * x12 * x37 * r89 * r31 * r35 * r25
     r76 = r62 + r76
     r76 = r56 * r76
     r62 = x10 * x12 * r25 * r14
-    r153 = x20 * x10 * x36 * r31 * r25 * r14
+    r153 = x20 * x10 * x37 * r31 * r25 * r14
     r153 = r114 + r62 + r153
     r62 = r37 * r39 * r153
-    r371 = 2.0 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25 * r14
-    r371 = r62 + r371
-    r371 = r56 * r371
+    r372 = 2.0 * x20 * x10 * x12 * x37 * r89 * r31 * r35 * r25 * r14
+    r372 = r62 + r372
+    r372 = r56 * r372
     r62 = x12 * x5 * r25
-    r375 = x20 * x5 * x36 * r31 * r25
-    r375 = r62 + r114 + r375
-    r114 = r37 * r39 * r375
-    r62 = 2.0 * x20 * x12 * x5 * x36 * r89 * r31 * r35 * r25
+    r376 = x20 * x5 * x37 * r31 * r25
+    r376 = r62 + r114 + r376
+    r114 = r37 * r39 * r376
+    r62 = 2.0 * x20 * x12 * x5 * x37 * r89 * r31 * r35 * r25
     r62 = r114 + r62
     r62 = 2.0 * r56 * r62
     r88 = 2.0 * r37 * r39 * r88
     r153 = 2.0 * r37 * r39 * r153
-    r375 = 4.0 * r37 * r39 * r375
+    r376 = 4.0 * r37 * r39 * r376
     r114 = x11 * x10 * r25
     r114 = x12 + r114
-    r114 = 4.0 * x20 * x36 * r37 * r31 * r39 * r114
-    r387 = x10 * r25 * r14
-    r387 = x12 + r387
-    r387 = 4.0 * x20 * x36 * r37 * r31 * r39 * r387
-    r390 = x5 * r25
-    r390 = x12 + r390
-    r390 = 8.0 * x20 * x36 * r37 * r31 * r39 * r390
-    r393 = 8.0 * x20 * x12 * x5 * x36 * r89 * r31 * r35 * r25
-    r394 = 4.0 * x11 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25 * r14
-    r14 = r76 + r371 + r62 + r88 + r153 + r375 + r114 + r387 + r390 + r393 + r394 + r14
+    r114 = 4.0 * x20 * x37 * r37 * r31 * r39 * r114
+    r388 = x10 * r25 * r14
+    r388 = x12 + r388
+    r388 = 4.0 * x20 * x37 * r37 * r31 * r39 * r388
+    r391 = x5 * r25
+    r391 = x12 + r391
+    r391 = 8.0 * x20 * x37 * r37 * r31 * r39 * r391
+    r394 = 8.0 * x20 * x12 * x5 * x37 * r89 * r31 * r35 * r25
+    r395 = 4.0 * x11 * x20 * x10 * x12 * x37 * r89 * r31 * r35 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x37 * r89 * r31 * r35 * r25 * r14
+    r14 = r76 + r372 + r62 + r88 + r153 + r376 + r114 + r388 + r391 + r394 + r395 + r14
     r14 = x15 * r11 * r14
     r14 = r61 + r14
     r61 = x6 * r4 * r5 * r14
-    r394 = 10.0 * x12 * r56
-    r394 = r155 + r394
-    r394 = x20 * x36 * r31 * r394
+    r395 = 10.0 * x12 * r56
+    r395 = r155 + r395
+    r395 = x20 * x37 * r31 * r395
     r155 = 3.0 * x5
-    r393 = 2.0 * x5 * r56
-    r393 = r155 + r393
-    r393 = x20 * x36 * r31 * r25 * r393
-    r393 = r394 + r393
-    r393 = x15 * r11 * r393
-    r394 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
-    r394 = r393 + r394
-    r393 = x6 * x4 * r37 * r4 * r5 * r39 * r394
+    r394 = 2.0 * x5 * r56
+    r394 = r155 + r394
+    r394 = x20 * x37 * r31 * r25 * r394
+    r394 = r395 + r394
+    r394 = x15 * r11 * r394
+    r395 = 3.0 * x40 * x20 * x37 * r31 * r11 * r25
+    r395 = r394 + r395
+    r394 = x6 * x4 * r37 * r4 * r5 * r39 * r395
     r155 = k.recip(x0)
-    r390 = x11 * x10 * x36
+    r391 = x11 * x10 * x37
     r132 = k.or_(r132, r57)
     r132 = k.where(r132, 1.0, 0.0)
     r132 = 3.0 + r132
-    r132 = 2.0 * x11 * x10 * x36 * r132
-    r132 = r390 + r132
-    r390 = x6 * x15 * x36 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r387 = r61 + r393 + r390
-    r114 = k.recip(r387)
+    r132 = 2.0 * x11 * x10 * x37 * r132
+    r132 = r391 + r132
+    r391 = x6 * x15 * x37 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r388 = r61 + r394 + r391
+    r114 = k.recip(r388)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r375 = k.recip(x6)
-    r153 = 0.3333333333333333 * x3 * x20 * r375 * r87 * r387
-    r88 = 0.6666666666666666 * x3 * x20 * x24 * r375 * r387
-    r394 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r394
-    r132 = -1.0 * x6 * x15 * x36 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r88 = r14 + r153 + r88 + r394 + r132
+    r376 = k.recip(x6)
+    r153 = 0.3333333333333333 * x3 * x20 * r376 * r87 * r388
+    r88 = 0.6666666666666666 * x3 * x20 * x25 * r376 * r388
+    r395 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r395
+    r132 = -1.0 * x6 * x15 * x37 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r88 = r14 + r153 + r88 + r395 + r132
     r88 = k.max(0.0, r88)
-    r153 = 0.5 * x24
+    r153 = 0.5 * x25
     r153 = -1.0 + r153
-    r153 = 0.6666666666666666 * x3 * x20 * r375 * r87 * r153 * r387
+    r153 = 0.6666666666666666 * x3 * x20 * r376 * r87 * r153 * r388
     r153 = k.where(r60, 0.0, r153)
-    r60 = 0.3333333333333333 * x3 * x20 * r375 * r87 * r116 * r387
+    r60 = 0.3333333333333333 * x3 * x20 * r376 * r87 * r116 * r388
     r153 = k.where(r81, r60, r153)
     r91 = k.or_(r80, r83, r91)
-    r116 = x3 * x20 * r375 * r87 * r116 * r387
+    r116 = x3 * x20 * r376 * r87 * r116 * r388
     r153 = k.where(r91, r116, r153)
     r153 = k.max(r88, r153)
     r114 = r114 * r153
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r61 + r393 + r390
-    r88 = -1.0 * x21
+    r37 = r39 + r61 + r394 + r391
+    r88 = -1.0 * x22
     r88 = 1.0 + r88
-    r116 = x24 * x40
+    r116 = x25 * x41
     r116 = -1.0 + r116
-    r87 = k.recip(x27)
-    r80 = k.recip(x28)
-    r60 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25
-    r60 = x29 + r60
-    r81 = 2.0 * x3 * x2 * x38
-    r81 = x31 >= r81
-    r155 = k.recip(x30)
-    r35 = k.recip(x32)
-    r96 = k.min(1.0, x34)
+    r87 = k.recip(x28)
+    r80 = k.recip(x29)
+    r60 = x20 * x4 * x12 * x37 * r87 * r31 * r80 * r25
+    r60 = x30 + r60
+    r81 = 2.0 * x3 * x2 * x39
+    r81 = x32 >= r81
+    r155 = k.recip(x31)
+    r35 = k.recip(x33)
+    r96 = k.min(1.0, x35)
     r96 = k.recip(r96)
-    r96 = x20 * x4 * x12 * x34 * x36 * r155 * r31 * r35 * r25 * r96
-    r96 = x33 + r96
+    r96 = x20 * x4 * x12 * x35 * x37 * r155 * r31 * r35 * r25 * r96
+    r96 = x34 + r96
     r60 = k.where(r81, r96, r60)
     r60 = 2.0 * x6 * r4 * r5 * r11 * r116 * r60
     r60 = k.where(r38, 0.0, r60)
     r88 = r88 * r60
-    r96 = x3 * x20 * r375 * r387
-    r81 = x24 <= 1.0
+    r96 = x3 * x20 * r376 * r388
+    r81 = x25 <= 1.0
     r100 = k.and_(r100, r81)
-    r96 = k.where(r100, r387, r96)
-    r96 = -1.0 * x21 * r96
-    r387 = x3 * x2
-    r62 = -1.0 + r387
-    r371 = k.recip(r62)
+    r96 = k.where(r100, r388, r96)
+    r96 = -1.0 * x22 * r96
+    r388 = x3 * x2
+    r62 = -1.0 + r388
+    r372 = k.recip(r62)
     r76 = 2.0 * x3 * x2
     r76 = -2.0 + r76
-    r473 = x31 * r25
-    r474 = k.gcd(r387, r473)
-    r475 = k.recip(r474)
-    r476 = x3 * x2 * r475
-    r476 = -1.0 + r476
-    r476 = x29 * r476
-    r479 = -1.0 * x3 * x2 * r475
-    r479 = r387 + r479
-    r479 = x33 * r479
-    r482 = r476 + r479
-    r482 = r371 * r76 * r482
-    r371 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r475 * r76 * r26
-    r474 = -1.0 + r474
-    r486 = k.max(1.0, r474)
-    r486 = k.min(x34, r486)
-    r486 = k.recip(r486)
-    r489 = x4 * x34 * x24 * r155 * r167 * r4 * r31 * r35 * r486 * r475 * r474 * r76 * r26
-    r489 = k.max(r371, r489)
-    r489 = r482 + r489
-    r482 = x31 <= x38
-    r371 = x29 * r76
-    r494 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r76 * r26
-    r494 = r371 + r494
-    r489 = k.where(r482, r494, r489)
-    r494 = x3 * x2 * x38
-    r494 = x31 >= r494
-    r371 = x33 * r76
-    r500 = k.max(1.0, r62)
-    r500 = k.min(x34, r500)
-    r500 = k.recip(r500)
-    r503 = x4 * x34 * x24 * r155 * r167 * r4 * r31 * r35 * r500 * r76 * r26
-    r503 = r371 + r503
-    r489 = k.where(r494, r503, r489)
-    r489 = x15 * r11 * r489
-    r503 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r475 * r62 * r26
-    r474 = x4 * x34 * x24 * r155 * r167 * r4 * r31 * r35 * r486 * r475 * r62 * r474 * r26
-    r474 = k.max(r503, r474)
-    r474 = r476 + r479 + r474
-    r479 = x29 * r62
-    r476 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r62 * r26
-    r476 = r479 + r476
-    r474 = k.where(r482, r476, r474)
-    r476 = x33 * r62
-    r500 = x4 * x34 * x24 * r155 * r167 * r4 * r31 * r35 * r500 * r62 * r26
-    r500 = r476 + r500
-    r474 = k.where(r494, r500, r474)
-    r500 = 2.0 * x15 * r11 * r474
-    r489 = k.where(r28, r500, r489)
-    r500 = x15 * r11 * r474
-    r494 = x6 * x15 * r4 * r5 * r11 * r474
-    r494 = r500 + r494
-    r489 = k.where(r100, r494, r489)
+    r474 = x32 * r25
+    r475 = k.gcd(r388, r474)
+    r476 = k.recip(r475)
+    r477 = x3 * x2 * r476
+    r477 = -1.0 + r477
+    r477 = x30 * r477
+    r480 = -1.0 * x3 * x2 * r476
+    r480 = r388 + r480
+    r480 = x34 * r480
+    r483 = r477 + r480
+    r483 = r372 * r76 * r483
+    r372 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r476 * r76 * r26
+    r475 = -1.0 + r475
+    r487 = k.max(1.0, r475)
+    r487 = k.min(x35, r487)
+    r487 = k.recip(r487)
+    r490 = x4 * x35 * x25 * r155 * r167 * r4 * r31 * r35 * r487 * r476 * r475 * r76 * r26
+    r490 = k.max(r372, r490)
+    r490 = r483 + r490
+    r483 = x32 <= x39
+    r372 = x30 * r76
+    r495 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r76 * r26
+    r495 = r372 + r495
+    r490 = k.where(r483, r495, r490)
+    r495 = x3 * x2 * x39
+    r495 = x32 >= r495
+    r372 = x34 * r76
+    r501 = k.max(1.0, r62)
+    r501 = k.min(x35, r501)
+    r501 = k.recip(r501)
+    r504 = x4 * x35 * x25 * r155 * r167 * r4 * r31 * r35 * r501 * r76 * r26
+    r504 = r372 + r504
+    r490 = k.where(r495, r504, r490)
+    r490 = x15 * r11 * r490
+    r504 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r476 * r62 * r26
+    r475 = x4 * x35 * x25 * r155 * r167 * r4 * r31 * r35 * r487 * r476 * r62 * r475 * r26
+    r475 = k.max(r504, r475)
+    r475 = r477 + r480 + r475
+    r480 = x30 * r62
+    r477 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r62 * r26
+    r477 = r480 + r477
+    r475 = k.where(r483, r477, r475)
+    r477 = x34 * r62
+    r501 = x4 * x35 * x25 * r155 * r167 * r4 * r31 * r35 * r501 * r62 * r26
+    r501 = r477 + r501
+    r475 = k.where(r495, r501, r475)
+    r501 = 2.0 * x15 * r11 * r475
+    r490 = k.where(r28, r501, r490)
+    r501 = x15 * r11 * r475
+    r495 = x6 * x15 * r4 * r5 * r11 * r475
+    r495 = r501 + r495
+    r490 = k.where(r100, r495, r490)
     r81 = k.and_(r53, r81)
-    r474 = 3.0 * x6 * x15 * r4 * r5 * r11 * r474
-    r489 = k.where(r81, r474, r489)
-    r387 = r387 == 1.0
-    r489 = k.where(r387, 0.0, r489)
-    r96 = r96 + r489
+    r475 = 3.0 * x6 * x15 * r4 * r5 * r11 * r475
+    r490 = k.where(r81, r475, r490)
+    r388 = r388 == 1.0
+    r490 = k.where(r388, 0.0, r490)
+    r96 = r96 + r490
     r96 = k.max(0.0, r96)
-    r473 = k.gcd(x2, r473)
-    r474 = k.recip(r473)
-    r53 = x2 * r474
+    r474 = k.gcd(x2, r474)
+    r475 = k.recip(r474)
+    r53 = x2 * r475
     r53 = -1.0 + r53
-    r53 = x29 * r53
-    r494 = -1.0 * x2 * r474
-    r494 = x2 + r494
-    r494 = x33 * r494
-    r500 = -1.0 + x2
-    r476 = 2.0 * x14 * x20 * x10 * x4 * x36 * r87 * r31 * r80 * r25 * r474 * r500
-    r473 = -1.0 + r473
-    r167 = k.max(1.0, r473)
-    r167 = k.min(x34, r167)
+    r53 = x30 * r53
+    r495 = -1.0 * x2 * r475
+    r495 = x2 + r495
+    r495 = x34 * r495
+    r501 = -1.0 + x2
+    r477 = 2.0 * x14 * x20 * x10 * x4 * x37 * r87 * r31 * r80 * r25 * r475 * r501
+    r474 = -1.0 + r474
+    r167 = k.max(1.0, r474)
+    r167 = k.min(x35, r167)
     r167 = k.recip(r167)
-    r473 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r155 * r31 * r35 * r25 * r167 * r474 * r500 * r473
-    r473 = k.max(r476, r473)
-    r473 = r53 + r494 + r473
-    r494 = x29 * r500
-    r53 = 2.0 * x14 * x20 * x10 * x4 * x36 * r87 * r31 * r80 * r25 * r500
-    r53 = r494 + r53
-    r473 = k.where(r482, r53, r473)
-    r53 = x2 * x38
-    r53 = x31 >= r53
-    r482 = x33 * r500
-    r494 = k.max(1.0, r500)
-    r494 = k.min(x34, r494)
-    r494 = k.recip(r494)
-    r494 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r155 * r31 * r35 * r25 * r494 * r500
-    r494 = r482 + r494
-    r473 = k.where(r53, r494, r473)
-    r494 = x6 * x15 * r4 * r5 * r11 * r473
-    r473 = x6 * x15 * r4 * r5 * r11 * r56 * r473
-    r473 = r494 + r473
-    r494 = x2 == 1.0
-    r473 = k.where(r494, 0.0, r473)
+    r474 = 2.0 * x14 * x20 * x10 * x4 * x35 * x37 * r155 * r31 * r35 * r25 * r167 * r475 * r501 * r474
+    r474 = k.max(r477, r474)
+    r474 = r53 + r495 + r474
+    r495 = x30 * r501
+    r53 = 2.0 * x14 * x20 * x10 * x4 * x37 * r87 * r31 * r80 * r25 * r501
+    r53 = r495 + r53
+    r474 = k.where(r483, r53, r474)
+    r53 = x2 * x39
+    r53 = x32 >= r53
+    r483 = x34 * r501
+    r495 = k.max(1.0, r501)
+    r495 = k.min(x35, r495)
+    r495 = k.recip(r495)
+    r495 = 2.0 * x14 * x20 * x10 * x4 * x35 * x37 * r155 * r31 * r35 * r25 * r495 * r501
+    r495 = r483 + r495
+    r474 = k.where(r53, r495, r474)
+    r495 = x6 * x15 * r4 * r5 * r11 * r474
+    r474 = x6 * x15 * r4 * r5 * r11 * r56 * r474
+    r474 = r495 + r474
+    r495 = x2 == 1.0
+    r474 = k.where(r495, 0.0, r474)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r53 = -1.0 + x38
-    r482 = k.recip(r53)
-    r476 = 2.0 * x38
-    r476 = -2.0 + r476
-    r474 = k.gcd(x38, x31)
-    r167 = k.recip(r474)
-    r479 = x38 * r167
-    r479 = -1.0 + r479
-    r479 = x29 * r479
-    r503 = -1.0 * x38 * r167
-    r503 = x38 + r503
-    r503 = x33 * r503
-    r503 = r479 + r503
-    r503 = r482 * r476 * r503
-    r482 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25 * r167 * r476
-    r474 = -1.0 + r474
-    r479 = k.max(1.0, r474)
-    r479 = k.min(x34, r479)
-    r479 = k.recip(r479)
-    r474 = x20 * x4 * x12 * x34 * x36 * r155 * r31 * r35 * r25 * r479 * r167 * r474 * r476
-    r474 = k.max(r482, r474)
-    r474 = r503 + r474
-    r503 = x31 <= 1.0
-    r482 = x29 * r476
-    r80 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25 * r476
-    r80 = r482 + r80
-    r474 = k.where(r503, r80, r474)
-    r80 = x31 >= x38
-    r503 = x33 * r476
+    r53 = -1.0 + x39
+    r483 = k.recip(r53)
+    r477 = 2.0 * x39
+    r477 = -2.0 + r477
+    r475 = k.gcd(x39, x32)
+    r167 = k.recip(r475)
+    r480 = x39 * r167
+    r480 = -1.0 + r480
+    r480 = x30 * r480
+    r504 = -1.0 * x39 * r167
+    r504 = x39 + r504
+    r504 = x34 * r504
+    r504 = r480 + r504
+    r504 = r483 * r477 * r504
+    r483 = x20 * x4 * x12 * x37 * r87 * r31 * r80 * r25 * r167 * r477
+    r475 = -1.0 + r475
+    r480 = k.max(1.0, r475)
+    r480 = k.min(x35, r480)
+    r480 = k.recip(r480)
+    r475 = x20 * x4 * x12 * x35 * x37 * r155 * r31 * r35 * r25 * r480 * r167 * r475 * r477
+    r475 = k.max(r483, r475)
+    r475 = r504 + r475
+    r504 = x32 <= 1.0
+    r483 = x30 * r477
+    r80 = x20 * x4 * x12 * x37 * r87 * r31 * r80 * r25 * r477
+    r80 = r483 + r80
+    r475 = k.where(r504, r80, r475)
+    r80 = x32 >= x39
+    r504 = x34 * r477
     r53 = k.max(1.0, r53)
-    r53 = k.min(x34, r53)
+    r53 = k.min(x35, r53)
     r53 = k.recip(r53)
-    r53 = x20 * x4 * x12 * x34 * x36 * r155 * r31 * r35 * r25 * r53 * r476
-    r53 = r503 + r53
-    r474 = k.where(r80, r53, r474)
-    r474 = x6 * x15 * r4 * r5 * r11 * r57 * r474
-    r53 = x38 == 1.0
-    r474 = k.where(r53, 0.0, r474)
-    r132 = r14 + r394 + r132
+    r53 = x20 * x4 * x12 * x35 * x37 * r155 * r31 * r35 * r25 * r53 * r477
+    r53 = r504 + r53
+    r475 = k.where(r80, r53, r475)
+    r475 = x6 * x15 * r4 * r5 * r11 * r57 * r475
+    r53 = x39 == 1.0
+    r475 = k.where(r53, 0.0, r475)
+    r132 = r14 + r395 + r132
     r132 = k.max(0.0, r132)
     r132 = k.where(r27, r132, 0.0)
-    r27 = r88 + r39 + r61 + r393 + r390 + r96 + r153 + r473 + r474 + r132
-    r394 = k.recip(r27)
-    r14 = 6.0 * x6 * x36 * r89 * r4 * r31 * r11 * r25 * r394 * r15
-    r55 = x6 * x36 * r89 * r4 * r31 * r11 * r25 * r394 * r55
-    r394 = x20 * x4 * x12 * x36 * r31
-    r89 = x20 * x4 * x12 * x36 * r87 * r31
+    r27 = r88 + r39 + r61 + r394 + r391 + r96 + r153 + r474 + r475 + r132
+    r395 = k.recip(r27)
+    r14 = 6.0 * x6 * x37 * r89 * r4 * r31 * r11 * r25 * r395 * r15
+    r55 = x6 * x37 * r89 * r4 * r31 * r11 * r25 * r395 * r55
+    r395 = x20 * x4 * x12 * x37 * r31
+    r89 = x20 * x4 * x12 * x37 * r87 * r31
     r76 = x4 * r4 * r31 * r76 * r26
     r80 = 2.0 * x4 * r4 * r31 * r62 * r26
     r76 = k.where(r28, r80, r76)
     r80 = x4 * r4 * r31 * r62 * r26
     r28 = k.pow(x3, -2.0)
-    r503 = x6 * x4 * r28 * r5 * r31 * r62 * r26
-    r503 = r80 + r503
-    r76 = k.where(r100, r503, r76)
+    r504 = x6 * x4 * r28 * r5 * r31 * r62 * r26
+    r504 = r80 + r504
+    r76 = k.where(r100, r504, r76)
     r62 = 3.0 * x6 * x4 * r28 * r5 * r31 * r62 * r26
     r76 = k.where(r81, r62, r76)
-    r76 = k.where(r387, 0.0, r76)
-    r387 = r87 * r76
-    r87 = x30 * r87
-    r62 = k.recip(x36)
-    r81 = x37 * r375 * r62
+    r76 = k.where(r388, 0.0, r76)
+    r388 = r87 * r76
+    r87 = x31 * r87
+    r62 = k.recip(x37)
+    r81 = x38 * r376 * r62
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r503 = 1.6e-11 * x12
+    r504 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
     r80 = 8e-12 * x15 * r13
-    r35 = 8e-12 * x39 * x12
+    r35 = 8e-12 * x40 * x12
     r155 = 8e-12 * x12 * x18
-    r482 = r503 + r100 + r80 + r35 + r155
+    r483 = r504 + r100 + r80 + r35 + r155
     r167 = 8e-12 * x12
-    r479 = 4e-12 * x15 * r9
-    r475 = 4e-12 * x15 * r13
-    r486 = 4e-12 * x39 * x12
-    r371 = 4e-12 * x12 * x18
-    r371 = r167 + r479 + r475 + r486 + r371
-    r371 = r28 > r371
-    r486 = -1.6e-11 * x12
+    r480 = 4e-12 * x15 * r9
+    r476 = 4e-12 * x15 * r13
+    r487 = 4e-12 * x40 * x12
+    r372 = 4e-12 * x12 * x18
+    r372 = r167 + r480 + r476 + r487 + r372
+    r372 = r28 > r372
+    r487 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r475 = -8e-12 * x39 * x12
-    r479 = -8e-12 * x12 * x18
+    r476 = -8e-12 * x40 * x12
+    r480 = -8e-12 * x12 * x18
     r167 = k.sqrt(2.0)
-    r652 = k.sqrt(x3)
-    r652 = k.recip(r652)
-    r654 = k.sqrt(x2)
-    r654 = k.recip(r654)
-    r656 = k.sqrt(x13)
-    r656 = k.recip(r656)
-    r658 = k.sqrt(x24)
-    r658 = k.recip(r658)
-    r660 = k.sqrt(x38)
-    r660 = k.recip(r660)
-    r662 = k.sqrt(r482)
-    r663 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r482
-    r664 = k.sqrt(x3)
-    r665 = k.sqrt(x2)
-    r666 = k.sqrt(x13)
-    r667 = k.sqrt(x24)
-    r668 = k.sqrt(x38)
-    r668 = 0.16666666666666666 * r167 * r664 * r665 * r666 * r667 * r668 * r662
-    r668 = 1.0 + r663 + r668
-    r668 = r167 * r652 * r654 * r656 * r658 * r660 * r662 * r668
-    r668 = r486 + r9 + r13 + r475 + r479 + r668
-    r479 = k.where(r371, r668, r28)
-    r155 = r503 + r100 + r80 + r35 + r155 + r479
-    r155 = x3 * x2 * x13 * x24 * x38 * r155
+    r653 = k.sqrt(x3)
+    r653 = k.recip(r653)
+    r655 = k.sqrt(x2)
+    r655 = k.recip(r655)
+    r657 = k.sqrt(x13)
+    r657 = k.recip(r657)
+    r659 = k.sqrt(x25)
+    r659 = k.recip(r659)
+    r661 = k.sqrt(x39)
+    r661 = k.recip(r661)
+    r663 = k.sqrt(r483)
+    r664 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x39 * r483
+    r665 = k.sqrt(x3)
+    r666 = k.sqrt(x2)
+    r667 = k.sqrt(x13)
+    r668 = k.sqrt(x25)
+    r669 = k.sqrt(x39)
+    r669 = 0.16666666666666666 * r167 * r665 * r666 * r667 * r668 * r669 * r663
+    r669 = 1.0 + r664 + r669
+    r669 = r167 * r653 * r655 * r657 * r659 * r661 * r663 * r669
+    r669 = r487 + r9 + r13 + r476 + r480 + r669
+    r480 = k.where(r372, r669, r28)
+    r155 = r504 + r100 + r80 + r35 + r155 + r480
+    r155 = x3 * x2 * x13 * x25 * x39 * r155
     r155 = k.exp(r155)
     r155 = -1.0 + r155
     r35 = k.recip(r155)
-    r80 = x26 + x1
-    r100 = -1.0 * x3 * x2 * x13 * x24 * x38 * r80
+    r80 = x27 + x1
+    r100 = -1.0 * x3 * x2 * x13 * x25 * x39 * r80
     r100 = k.exp(r100)
-    r100 = x3 * x2 * x13 * x24 * x38 * r35 * r479 * r100
-    r35 = x3 * x2 * x13 * x24 * x38
-    r668 = k.recip(r668)
-    r35 = k.where(r371, r668, r35)
-    r80 = x3 * x2 * x13 * x24 * x38 * r80
+    r100 = x3 * x2 * x13 * x25 * x39 * r35 * r480 * r100
+    r35 = x3 * x2 * x13 * x25 * x39
+    r669 = k.recip(r669)
+    r35 = k.where(r372, r669, r35)
+    r80 = x3 * x2 * x13 * x25 * x39 * r80
     r80 = k.exp(r80)
-    r5 = x37 * r375 * r4 * r31 * r5 * r11 * r62 * r25 * r155 * r27 * r35 * r80
-    r80 = x37 * r375 * r62 * r155 * r27 * r35 * r80
-    r57 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r476 * r57
+    r5 = x38 * r376 * r4 * r31 * r5 * r11 * r62 * r25 * r155 * r27 * r35 * r80
+    r80 = x38 * r376 * r62 * r155 * r27 * r35 * r80
+    r57 = x6 * x15 * x4 * x12 * x37 * r4 * r31 * r11 * r25 * r477 * r57
     r57 = k.where(r53, 0.0, r57)
-    r53 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r500
-    r500 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r56 * r500
-    r500 = r53 + r500
-    r500 = k.where(r494, 0.0, r500)
-    r116 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r116
+    r53 = 2.0 * x6 * x15 * x14 * x10 * x4 * x37 * r4 * r31 * r11 * r25 * r501
+    r501 = 2.0 * x6 * x15 * x14 * x10 * x4 * x37 * r4 * r31 * r11 * r25 * r56 * r501
+    r501 = r53 + r501
+    r501 = k.where(r495, 0.0, r501)
+    r116 = 2.0 * x6 * x4 * x12 * x37 * r4 * r31 * r11 * r25 * r116
     r116 = k.where(r38, 0.0, r116)
-    r8 = r8 < x24
-    r38 = x35 != 2.0
+    r8 = r8 < x25
+    r38 = x36 != 2.0
     r83 = k.and_(r83, r38)
     r83 = k.not_(r83)
     r83 = k.or_(r8, r83)
-    r25 = x35 != 1.0
+    r25 = x36 != 1.0
     r82 = k.and_(r25, r38, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r8, r82)
     r82 = k.and_(r83, r82)
-    r83 = x24 >= 2.0
-    r8 = x35 != 3.0
-    r38 = x35 != 4.0
+    r83 = x25 >= 2.0
+    r8 = x36 != 3.0
+    r38 = x36 != 4.0
     r91 = k.not_(r91)
     r91 = k.and_(r8, r38, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r83, r91)
-    r83 = x22 * x3 * x2 * x24 * x38 * r27
-    r38 = r75 <= r83
+    r83 = x23 * x3 * x2 * x25 * x39 * r27
+    r38 = r40 <= r83
     r83 = r36 <= r83
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r40, r75, r75, r36, r16, r120, r114, r37, r153, r27, r14, r55, r394, r89, r387, r87, 0.0, r81, r28, r482, r479, r100, r5, r80, r61, r390, r393, r39, r57, r474, r474, r500, r473, r473, r76, r489, r96, r116, r60, r88, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r75, r40, r40, r36, r16, r120, r114, r37, r153, r27, r14, r55, r395, r89, r388, r87, 0.0, r81, r28, r483, r480, r100, r5, r80, r61, r391, r394, r39, r57, r475, r475, r501, r474, r474, r76, r490, r96, r116, r60, r88, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1461,9 +1462,9 @@ def search(x, k):
     return (r91, r110, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (38, 45, 46, 47, 48, 49, 50, 51), (36, 45, 46, 47, 48, 49, 50, 51), (37, 45, 46, 47, 48, 49, 50, 51), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (16, 45, 46, 47, 48, 49, 50, 51), (19,), (15, 16, 45, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (39, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51, 77, 78), (39, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 44), (10, 73), (11, 73), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 33), (13, 69), (13, 70), (13, 71), (13, 72), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 31), (16, 32), (16, 33), (16, 35), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 69), (17, 70), (17, 71), (17, 72), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 5), (52, 7), (52, 9), (52, 61), (52, 62), (52, 63), (53, 3), (53, 5), (53, 7), (53, 9), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (), (39, 46, 47, 48, 49, 50, 51, 52), (37, 46, 47, 48, 49, 50, 51, 52), (38, 46, 47, 48, 49, 50, 51, 52), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51, 52), (31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (16, 46, 47, 48, 49, 50, 51, 52), (19,), (15, 16, 46, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 50, 51, 52, 66), (62,), (12, 60), (12,), (59,), (58,), (29,), (79,), (40, 46, 47, 48, 49, 50, 51, 52), (40, 46, 47, 48, 49, 50, 51, 52, 78, 79), (40, 46, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 45), (10, 74), (11, 74), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 33), (13, 70), (13, 71), (13, 72), (13, 73), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 52), (14, 74), (16, 31), (16, 32), (16, 33), (16, 36), (16, 70), (16, 71), (16, 72), (16, 73), (17, 33), (17, 70), (17, 71), (17, 72), (17, 73), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 14), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 2), (51, 62), (51, 63), (51, 64), (52, 3), (52, 5), (52, 7), (52, 9), (52, 62), (52, 63), (52, 64), (53, 3), (53, 5), (53, 7), (53, 9), (53, 62), (53, 63), (53, 64), (54, 0), (54, 10), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 5), (61, 60), (61, 61), (62, 4), (62, 5), (62, 60), (62, 61), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

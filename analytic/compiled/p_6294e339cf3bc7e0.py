@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x40 >= 3.0
+    r53 = x41 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -76,45 +76,45 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r25 * r63
     r63 = r57 + r63
-    r63 = x20 * x35 * r31 * r63
-    r57 = x25 == 2.0
-    r62 = 2.0 * x20 * x12 * x35 * r31
+    r63 = x20 * x36 * r31 * r63
+    r57 = x26 == 2.0
+    r62 = 2.0 * x20 * x12 * x36 * r31
     r62 = k.where(r57, r62, r63)
-    r61 = 1.0 + x24
+    r61 = 1.0 + x25
     r61 = k.min(r61, r6)
     r61 = r61 * r35
-    r60 = x34 == 4.0
-    r75 = 2.0 * x24
+    r60 = x35 == 4.0
+    r75 = 2.0 * x25
     r76 = -1.0 + r75
     r76 = k.min(r76, r6)
     r76 = r76 * r35
     r79 = k.where(r60, r76, r61)
-    r80 = x34 == 0.0
-    r81 = x34 == 3.0
+    r80 = x35 == 0.0
+    r81 = x35 == 3.0
     r82 = k.or_(r80, r81)
-    r83 = k.min(x24, r6)
+    r83 = k.min(x25, r6)
     r83 = r83 * r35
     r79 = k.where(r82, r83, r79)
-    r83 = x34 == 1.0
-    r87 = k.recip(x39)
-    r88 = x6 * x39 * r4 * r5
-    r89 = -1.0 + x39
-    r89 = x24 * r89
+    r83 = x35 == 1.0
+    r87 = k.recip(x40)
+    r88 = x6 * x40 * r4 * r5
+    r89 = -1.0 + x40
+    r89 = x25 * r89
     r91 = -1.0 + r75 + r89
     r91 = k.min(r88, r91)
     r91 = r87 * r91 * r35
     r79 = k.where(r83, r91, r79)
-    r91 = x34 == 2.0
+    r91 = x35 == 2.0
     r96 = x6 * r4 * r5 * r35
     r79 = k.where(r91, r96, r79)
     r79 = r62 * r79
     r99 = k.where(r28, 1000000000.0, 0.0)
-    r100 = x40 >= 2.0
+    r100 = x41 >= 2.0
     r8 = k.where(r100, r54, r8)
     r54 = k.where(r57, r63, 0.0)
     r103 = k.or_(r27, r38)
-    r104 = 4.0 * x20 * x12 * x35 * r31
-    r105 = x38 * x20 * x16 * x35 * r31 * r25
+    r104 = 4.0 * x20 * x12 * x36 * r31
+    r105 = x39 * x20 * x16 * x36 * r31 * r25
     r104 = r104 + r105
     r104 = k.max(r104, r54)
     r103 = k.where(r103, r104, r54)
@@ -123,7 +123,7 @@ def quantities(x, k):
     r109 = k.where(r27, r110, r109)
     r110 = 3.0 * x4 * r109 * r40
     r110 = k.where(r53, r110, 0.0)
-    r114 = x24 > 1.0
+    r114 = x25 > 1.0
     r114 = k.and_(r53, r114)
     r116 = 2.0 * x4 * r40
     r110 = k.where(r114, r116, r110)
@@ -155,33 +155,33 @@ def quantities(x, k):
     r40 = r116 == r40
     r110 = k.where(r40, r110, 0.0)
     r40 = r55 + r56 + r126 + r103 + r120 + r110
-    r116 = -1.0 + x24
+    r116 = -1.0 + x25
     r8 = k.min(1.0, r116)
     r79 = r8 == 0.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
     r132 = 1.0 + r8
-    r132 = x24 == r132
+    r132 = x25 == r132
     r153 = k.where(r132, 1.0, 0.0)
     r153 = 2.0 * x12 * r153
     r155 = r8 != 0.0
     r155 = k.and_(r155, r132)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x38 * x12 * r155
+    r155 = x39 * x12 * r155
     r155 = r79 + r36 + r37 + r153 + r155
     r155 = r25 * r155
     r153 = -1.0 * r8
-    r153 = x24 + r153
+    r153 = x25 + r153
     r79 = r153 == 1.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
-    r16 = x24 == r153
+    r16 = x25 == r153
     r167 = k.where(r16, 1.0, 0.0)
     r167 = 2.0 * x12 * r167
     r169 = r153 != 1.0
     r169 = k.and_(r16, r169)
     r169 = k.where(r169, 1.0, 0.0)
-    r169 = x38 * x12 * r169
+    r169 = x39 * x12 * r169
     r169 = r79 + r36 + r37 + r167 + r169
     r169 = r25 * r169
     r169 = r169 + r155
@@ -317,397 +317,398 @@ def quantities(x, k):
     r99 = k.where(r56, r75, r99)
     r110 = r40 == r110
     r99 = k.where(r110, r126, r99)
-    r126 = x38 * x20 * x4 * x35 * r31 * r25
-    r110 = x38 * x20 * x4 * x35 * r31
+    r126 = x39 * x20 * x4 * x36 * r31 * r25
+    r110 = x39 * x20 * x4 * x36 * r31
     r75 = k.max(r40, r155, r12)
     r56 = r155 == r75
     r12 = k.where(r56, r155, r12)
     r75 = r40 == r75
     r12 = k.where(r75, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r75 = 6.0 * x6 * x35 * r15
+    r40 = -1.0 * x21
+    r75 = -1.0 * r12
+    r75 = x8 + r40 + r75
+    r40 = 6.0 * x6 * x36 * r15
     r155 = 12.0 * x12
     r56 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r120 = 6.0 * x38 * x12
+    r120 = 6.0 * x39 * x12
     r36 = 6.0 * x12 * x18
-    r55 = 12.0 * x15 * x11 * x10 * x35
+    r55 = 12.0 * x15 * x11 * x10 * x36
     r55 = r155 + r56 + r16 + r120 + r36 + r55
-    r36 = x6 * x35 * r55
+    r36 = x6 * x36 * r55
     r120 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r56 = 0.16666666666666666 * x35 * r16
+    r56 = 0.16666666666666666 * x36 * r16
     r167 = k.recip(x15)
-    r16 = 0.0625 * x38 * r167 * r16
+    r16 = 0.0625 * x39 * r167 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r120 * r16
-    r120 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r120 * r16
+    r120 = k.pow(x36, 2.0)
     r56 = 2.0 * x6 * x15 * x11 * x10 * r120
-    r132 = x25 == 1.0
+    r132 = x26 == 1.0
     r120 = 4.0 * x6 * x15 * x11 * x10 * r120
     r120 = k.where(r132, r120, 0.0)
-    r37 = 0.3333333333333333 * x6 * x35 * r55
+    r37 = 0.3333333333333333 * x6 * x36 * r55
     r120 = k.where(r57, r37, r120)
     r120 = r36 + r56 + r120
     r56 = k.where(r57, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x9)
     r39 = k.recip(x19)
-    r61 = x38 * x12 * r25
-    r114 = x20 * x12 * x35 * r31
-    r62 = x38 * x20 * x35 * r31 * r25
+    r61 = x39 * x12 * r25
+    r114 = x20 * x12 * x36 * r31
+    r62 = x39 * x20 * x36 * r31 * r25
     r62 = r61 + r114 + r62
     r61 = 2.0 * r37 * r39 * r62
-    r96 = k.recip(x23)
+    r96 = k.recip(x24)
     r35 = k.recip(x17)
-    r88 = 2.0 * x38 * x20 * x12 * x35 * r96 * r31 * r35 * r25
+    r88 = 2.0 * x39 * x20 * x12 * x36 * r96 * r31 * r35 * r25
     r88 = r61 + r88
     r88 = r56 * r88
     r62 = 4.0 * r37 * r39 * r62
-    r61 = 4.0 * x38 * x20 * x12 * x35 * r96 * r31 * r35 * r25
+    r61 = 4.0 * x39 * x20 * x12 * x36 * r96 * r31 * r35 * r25
     r61 = r88 + r62 + r61
     r61 = r11 * r61
     r62 = x11 * x10 * x12 * r25
-    r88 = x11 * x20 * x10 * x35 * r31 * r25
+    r88 = x11 * x20 * x10 * x36 * r31 * r25
     r88 = r62 + r114 + r88
     r62 = r37 * r39 * r88
-    r89 = k.recip(x22)
-    r76 = 2.0 * x11 * x20 * x10 * x12 * x35 * r89 * r31 * r35 * r25
+    r89 = k.recip(x23)
+    r76 = 2.0 * x11 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25
     r76 = r62 + r76
     r76 = r56 * r76
     r62 = x10 * x12 * r25 * r14
-    r153 = x20 * x10 * x35 * r31 * r25 * r14
+    r153 = x20 * x10 * x36 * r31 * r25 * r14
     r153 = r114 + r62 + r153
     r62 = r37 * r39 * r153
-    r371 = 2.0 * x20 * x10 * x12 * x35 * r89 * r31 * r35 * r25 * r14
-    r371 = r62 + r371
-    r371 = r56 * r371
+    r372 = 2.0 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25 * r14
+    r372 = r62 + r372
+    r372 = r56 * r372
     r62 = x12 * x5 * r25
-    r375 = x20 * x5 * x35 * r31 * r25
-    r375 = r62 + r114 + r375
-    r114 = r37 * r39 * r375
-    r62 = 2.0 * x20 * x12 * x5 * x35 * r89 * r31 * r35 * r25
+    r376 = x20 * x5 * x36 * r31 * r25
+    r376 = r62 + r114 + r376
+    r114 = r37 * r39 * r376
+    r62 = 2.0 * x20 * x12 * x5 * x36 * r89 * r31 * r35 * r25
     r62 = r114 + r62
     r62 = 2.0 * r56 * r62
     r88 = 2.0 * r37 * r39 * r88
     r153 = 2.0 * r37 * r39 * r153
-    r375 = 4.0 * r37 * r39 * r375
+    r376 = 4.0 * r37 * r39 * r376
     r114 = x11 * x10 * r25
     r114 = x12 + r114
-    r114 = 4.0 * x20 * x35 * r37 * r31 * r39 * r114
-    r387 = x10 * r25 * r14
-    r387 = x12 + r387
-    r387 = 4.0 * x20 * x35 * r37 * r31 * r39 * r387
-    r390 = x5 * r25
-    r390 = x12 + r390
-    r390 = 8.0 * x20 * x35 * r37 * r31 * r39 * r390
-    r393 = 8.0 * x20 * x12 * x5 * x35 * r89 * r31 * r35 * r25
-    r394 = 4.0 * x11 * x20 * x10 * x12 * x35 * r89 * r31 * r35 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r89 * r31 * r35 * r25 * r14
-    r14 = r76 + r371 + r62 + r88 + r153 + r375 + r114 + r387 + r390 + r393 + r394 + r14
+    r114 = 4.0 * x20 * x36 * r37 * r31 * r39 * r114
+    r388 = x10 * r25 * r14
+    r388 = x12 + r388
+    r388 = 4.0 * x20 * x36 * r37 * r31 * r39 * r388
+    r391 = x5 * r25
+    r391 = x12 + r391
+    r391 = 8.0 * x20 * x36 * r37 * r31 * r39 * r391
+    r394 = 8.0 * x20 * x12 * x5 * x36 * r89 * r31 * r35 * r25
+    r395 = 4.0 * x11 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r89 * r31 * r35 * r25 * r14
+    r14 = r76 + r372 + r62 + r88 + r153 + r376 + r114 + r388 + r391 + r394 + r395 + r14
     r14 = x15 * r11 * r14
     r14 = r61 + r14
     r61 = x6 * r4 * r5 * r14
-    r394 = 10.0 * x12 * r56
-    r394 = r155 + r394
-    r394 = x20 * x35 * r31 * r394
+    r395 = 10.0 * x12 * r56
+    r395 = r155 + r395
+    r395 = x20 * x36 * r31 * r395
     r155 = 3.0 * x5
-    r393 = 2.0 * x5 * r56
-    r393 = r155 + r393
-    r393 = x20 * x35 * r31 * r25 * r393
-    r393 = r394 + r393
-    r393 = x15 * r11 * r393
-    r394 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r394 = r393 + r394
-    r393 = x6 * x4 * r37 * r4 * r5 * r39 * r394
+    r394 = 2.0 * x5 * r56
+    r394 = r155 + r394
+    r394 = x20 * x36 * r31 * r25 * r394
+    r394 = r395 + r394
+    r394 = x15 * r11 * r394
+    r395 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r395 = r394 + r395
+    r394 = x6 * x4 * r37 * r4 * r5 * r39 * r395
     r155 = k.recip(x0)
-    r390 = x11 * x10 * x35
+    r391 = x11 * x10 * x36
     r132 = k.or_(r132, r57)
     r132 = k.where(r132, 1.0, 0.0)
     r132 = 3.0 + r132
-    r132 = 2.0 * x11 * x10 * x35 * r132
-    r132 = r390 + r132
-    r390 = x6 * x15 * x35 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r387 = r61 + r393 + r390
-    r114 = k.recip(r387)
+    r132 = 2.0 * x11 * x10 * x36 * r132
+    r132 = r391 + r132
+    r391 = x6 * x15 * x36 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r388 = r61 + r394 + r391
+    r114 = k.recip(r388)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r375 = k.recip(x6)
-    r153 = 0.3333333333333333 * x3 * x20 * r375 * r87 * r387
-    r88 = 0.6666666666666666 * x3 * x20 * x24 * r375 * r387
-    r394 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r394
-    r132 = -1.0 * x6 * x15 * x35 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
-    r88 = r14 + r153 + r88 + r394 + r132
+    r376 = k.recip(x6)
+    r153 = 0.3333333333333333 * x3 * x20 * r376 * r87 * r388
+    r88 = 0.6666666666666666 * x3 * x20 * x25 * r376 * r388
+    r395 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r395
+    r132 = -1.0 * x6 * x15 * x36 * r96 * r4 * r31 * r35 * r155 * r11 * r25 * r132
+    r88 = r14 + r153 + r88 + r395 + r132
     r88 = k.max(0.0, r88)
-    r153 = 0.5 * x24
+    r153 = 0.5 * x25
     r153 = -1.0 + r153
-    r153 = 0.6666666666666666 * x3 * x20 * r375 * r87 * r153 * r387
+    r153 = 0.6666666666666666 * x3 * x20 * r376 * r87 * r153 * r388
     r153 = k.where(r60, 0.0, r153)
-    r60 = 0.3333333333333333 * x3 * x20 * r375 * r87 * r116 * r387
+    r60 = 0.3333333333333333 * x3 * x20 * r376 * r87 * r116 * r388
     r153 = k.where(r81, r60, r153)
     r91 = k.or_(r80, r83, r91)
-    r116 = x3 * x20 * r375 * r87 * r116 * r387
+    r116 = x3 * x20 * r376 * r87 * r116 * r388
     r153 = k.where(r91, r116, r153)
     r153 = k.max(r88, r153)
     r114 = r114 * r153
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r61 + r393 + r390
-    r88 = -1.0 * x21
+    r37 = r39 + r61 + r394 + r391
+    r88 = -1.0 * x22
     r88 = 1.0 + r88
-    r116 = x24 * x39
+    r116 = x25 * x40
     r116 = -1.0 + r116
-    r87 = k.recip(x27)
-    r80 = k.recip(x28)
-    r60 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25
-    r60 = x29 + r60
-    r81 = 2.0 * x3 * x2 * x37
-    r81 = x31 >= r81
-    r155 = k.recip(x30)
-    r35 = k.recip(x32)
-    r96 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25
-    r96 = x33 + r96
+    r87 = k.recip(x28)
+    r80 = k.recip(x29)
+    r60 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25
+    r60 = x30 + r60
+    r81 = 2.0 * x3 * x2 * x38
+    r81 = x32 >= r81
+    r155 = k.recip(x31)
+    r35 = k.recip(x33)
+    r96 = x20 * x4 * x12 * x36 * r155 * r31 * r35 * r25
+    r96 = x34 + r96
     r60 = k.where(r81, r96, r60)
     r60 = 2.0 * x6 * r4 * r5 * r11 * r116 * r60
     r60 = k.where(r38, 0.0, r60)
     r88 = r88 * r60
-    r96 = x3 * x20 * r375 * r387
-    r81 = x24 <= 1.0
+    r96 = x3 * x20 * r376 * r388
+    r81 = x25 <= 1.0
     r100 = k.and_(r100, r81)
-    r96 = k.where(r100, r387, r96)
-    r96 = -1.0 * x21 * r96
-    r387 = x3 * x2
-    r62 = -1.0 + r387
-    r371 = k.recip(r62)
+    r96 = k.where(r100, r388, r96)
+    r96 = -1.0 * x22 * r96
+    r388 = x3 * x2
+    r62 = -1.0 + r388
+    r372 = k.recip(r62)
     r76 = 2.0 * x3 * x2
     r76 = -2.0 + r76
-    r471 = x31 * r25
-    r472 = k.gcd(r387, r471)
-    r473 = k.recip(r472)
-    r474 = x3 * x2 * r473
-    r474 = -1.0 + r474
-    r474 = x29 * r474
-    r477 = -1.0 * x3 * x2 * r473
-    r477 = r387 + r477
-    r477 = x33 * r477
-    r480 = r474 + r477
-    r480 = r371 * r76 * r480
-    r371 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r473 * r76 * r26
-    r472 = -1.0 + r472
-    r484 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r473 * r472 * r76 * r26
-    r484 = k.max(r371, r484)
-    r484 = r480 + r484
-    r480 = x31 <= x37
-    r371 = x29 * r76
-    r489 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r76 * r26
-    r489 = r371 + r489
-    r484 = k.where(r480, r489, r484)
-    r489 = x3 * x2 * x37
-    r489 = x31 >= r489
-    r371 = x33 * r76
-    r495 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r76 * r26
-    r495 = r371 + r495
-    r484 = k.where(r489, r495, r484)
-    r484 = x15 * r11 * r484
-    r495 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r473 * r62 * r26
-    r472 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r473 * r62 * r472 * r26
-    r472 = k.max(r495, r472)
-    r472 = r474 + r477 + r472
-    r477 = x29 * r62
-    r474 = x4 * x24 * r87 * r167 * r4 * r31 * r80 * r62 * r26
-    r474 = r477 + r474
-    r472 = k.where(r480, r474, r472)
-    r474 = x33 * r62
-    r167 = x4 * x24 * r155 * r167 * r4 * r31 * r35 * r62 * r26
-    r167 = r474 + r167
-    r472 = k.where(r489, r167, r472)
-    r167 = 2.0 * x15 * r11 * r472
-    r484 = k.where(r28, r167, r484)
-    r167 = x15 * r11 * r472
-    r489 = x6 * x15 * r4 * r5 * r11 * r472
-    r489 = r167 + r489
-    r484 = k.where(r100, r489, r484)
+    r472 = x32 * r25
+    r473 = k.gcd(r388, r472)
+    r474 = k.recip(r473)
+    r475 = x3 * x2 * r474
+    r475 = -1.0 + r475
+    r475 = x30 * r475
+    r478 = -1.0 * x3 * x2 * r474
+    r478 = r388 + r478
+    r478 = x34 * r478
+    r481 = r475 + r478
+    r481 = r372 * r76 * r481
+    r372 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r474 * r76 * r26
+    r473 = -1.0 + r473
+    r485 = x4 * x25 * r155 * r167 * r4 * r31 * r35 * r474 * r473 * r76 * r26
+    r485 = k.max(r372, r485)
+    r485 = r481 + r485
+    r481 = x32 <= x38
+    r372 = x30 * r76
+    r490 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r76 * r26
+    r490 = r372 + r490
+    r485 = k.where(r481, r490, r485)
+    r490 = x3 * x2 * x38
+    r490 = x32 >= r490
+    r372 = x34 * r76
+    r496 = x4 * x25 * r155 * r167 * r4 * r31 * r35 * r76 * r26
+    r496 = r372 + r496
+    r485 = k.where(r490, r496, r485)
+    r485 = x15 * r11 * r485
+    r496 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r474 * r62 * r26
+    r473 = x4 * x25 * r155 * r167 * r4 * r31 * r35 * r474 * r62 * r473 * r26
+    r473 = k.max(r496, r473)
+    r473 = r475 + r478 + r473
+    r478 = x30 * r62
+    r475 = x4 * x25 * r87 * r167 * r4 * r31 * r80 * r62 * r26
+    r475 = r478 + r475
+    r473 = k.where(r481, r475, r473)
+    r475 = x34 * r62
+    r167 = x4 * x25 * r155 * r167 * r4 * r31 * r35 * r62 * r26
+    r167 = r475 + r167
+    r473 = k.where(r490, r167, r473)
+    r167 = 2.0 * x15 * r11 * r473
+    r485 = k.where(r28, r167, r485)
+    r167 = x15 * r11 * r473
+    r490 = x6 * x15 * r4 * r5 * r11 * r473
+    r490 = r167 + r490
+    r485 = k.where(r100, r490, r485)
     r81 = k.and_(r53, r81)
-    r472 = 3.0 * x6 * x15 * r4 * r5 * r11 * r472
-    r484 = k.where(r81, r472, r484)
-    r387 = r387 == 1.0
-    r484 = k.where(r387, 0.0, r484)
-    r96 = r96 + r484
+    r473 = 3.0 * x6 * x15 * r4 * r5 * r11 * r473
+    r485 = k.where(r81, r473, r485)
+    r388 = r388 == 1.0
+    r485 = k.where(r388, 0.0, r485)
+    r96 = r96 + r485
     r96 = k.max(0.0, r96)
-    r471 = k.gcd(x2, r471)
-    r472 = k.recip(r471)
-    r53 = x2 * r472
+    r472 = k.gcd(x2, r472)
+    r473 = k.recip(r472)
+    r53 = x2 * r473
     r53 = -1.0 + r53
-    r53 = x29 * r53
-    r489 = -1.0 * x2 * r472
-    r489 = x2 + r489
-    r489 = x33 * r489
+    r53 = x30 * r53
+    r490 = -1.0 * x2 * r473
+    r490 = x2 + r490
+    r490 = x34 * r490
     r167 = -1.0 + x2
-    r474 = 2.0 * x14 * x20 * x10 * x4 * x35 * r87 * r31 * r80 * r25 * r472 * r167
-    r471 = -1.0 + r471
-    r471 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r35 * r25 * r472 * r167 * r471
-    r471 = k.max(r474, r471)
-    r471 = r53 + r489 + r471
-    r489 = x29 * r167
-    r53 = 2.0 * x14 * x20 * x10 * x4 * x35 * r87 * r31 * r80 * r25 * r167
-    r53 = r489 + r53
-    r471 = k.where(r480, r53, r471)
-    r53 = x2 * x37
-    r53 = x31 >= r53
-    r480 = x33 * r167
-    r489 = 2.0 * x14 * x20 * x10 * x4 * x35 * r155 * r31 * r35 * r25 * r167
-    r489 = r480 + r489
-    r471 = k.where(r53, r489, r471)
-    r489 = x6 * x15 * r4 * r5 * r11 * r471
-    r471 = x6 * x15 * r4 * r5 * r11 * r56 * r471
-    r471 = r489 + r471
-    r489 = x2 == 1.0
-    r471 = k.where(r489, 0.0, r471)
+    r475 = 2.0 * x14 * x20 * x10 * x4 * x36 * r87 * r31 * r80 * r25 * r473 * r167
+    r472 = -1.0 + r472
+    r472 = 2.0 * x14 * x20 * x10 * x4 * x36 * r155 * r31 * r35 * r25 * r473 * r167 * r472
+    r472 = k.max(r475, r472)
+    r472 = r53 + r490 + r472
+    r490 = x30 * r167
+    r53 = 2.0 * x14 * x20 * x10 * x4 * x36 * r87 * r31 * r80 * r25 * r167
+    r53 = r490 + r53
+    r472 = k.where(r481, r53, r472)
+    r53 = x2 * x38
+    r53 = x32 >= r53
+    r481 = x34 * r167
+    r490 = 2.0 * x14 * x20 * x10 * x4 * x36 * r155 * r31 * r35 * r25 * r167
+    r490 = r481 + r490
+    r472 = k.where(r53, r490, r472)
+    r490 = x6 * x15 * r4 * r5 * r11 * r472
+    r472 = x6 * x15 * r4 * r5 * r11 * r56 * r472
+    r472 = r490 + r472
+    r490 = x2 == 1.0
+    r472 = k.where(r490, 0.0, r472)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r53 = -1.0 + x37
+    r53 = -1.0 + x38
     r53 = k.recip(r53)
-    r480 = 2.0 * x37
-    r480 = -2.0 + r480
-    r474 = k.gcd(x37, x31)
-    r472 = k.recip(r474)
-    r477 = x37 * r472
-    r477 = -1.0 + r477
-    r477 = x29 * r477
-    r495 = -1.0 * x37 * r472
-    r495 = x37 + r495
-    r495 = x33 * r495
-    r495 = r477 + r495
-    r495 = r53 * r480 * r495
-    r53 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25 * r472 * r480
-    r474 = -1.0 + r474
-    r474 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25 * r472 * r474 * r480
-    r474 = k.max(r53, r474)
-    r474 = r495 + r474
-    r495 = x31 <= 1.0
-    r53 = x29 * r480
-    r80 = x20 * x4 * x12 * x35 * r87 * r31 * r80 * r25 * r480
+    r481 = 2.0 * x38
+    r481 = -2.0 + r481
+    r475 = k.gcd(x38, x32)
+    r473 = k.recip(r475)
+    r478 = x38 * r473
+    r478 = -1.0 + r478
+    r478 = x30 * r478
+    r496 = -1.0 * x38 * r473
+    r496 = x38 + r496
+    r496 = x34 * r496
+    r496 = r478 + r496
+    r496 = r53 * r481 * r496
+    r53 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25 * r473 * r481
+    r475 = -1.0 + r475
+    r475 = x20 * x4 * x12 * x36 * r155 * r31 * r35 * r25 * r473 * r475 * r481
+    r475 = k.max(r53, r475)
+    r475 = r496 + r475
+    r496 = x32 <= 1.0
+    r53 = x30 * r481
+    r80 = x20 * x4 * x12 * x36 * r87 * r31 * r80 * r25 * r481
     r80 = r53 + r80
-    r474 = k.where(r495, r80, r474)
-    r80 = x31 >= x37
-    r495 = x33 * r480
-    r35 = x20 * x4 * x12 * x35 * r155 * r31 * r35 * r25 * r480
-    r35 = r495 + r35
-    r474 = k.where(r80, r35, r474)
-    r474 = x6 * x15 * r4 * r5 * r11 * r57 * r474
-    r35 = x37 == 1.0
-    r474 = k.where(r35, 0.0, r474)
-    r132 = r14 + r394 + r132
+    r475 = k.where(r496, r80, r475)
+    r80 = x32 >= x38
+    r496 = x34 * r481
+    r35 = x20 * x4 * x12 * x36 * r155 * r31 * r35 * r25 * r481
+    r35 = r496 + r35
+    r475 = k.where(r80, r35, r475)
+    r475 = x6 * x15 * r4 * r5 * r11 * r57 * r475
+    r35 = x38 == 1.0
+    r475 = k.where(r35, 0.0, r475)
+    r132 = r14 + r395 + r132
     r132 = k.max(0.0, r132)
     r132 = k.where(r27, r132, 0.0)
-    r27 = r88 + r39 + r61 + r393 + r390 + r96 + r153 + r471 + r474 + r132
-    r394 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r89 * r4 * r31 * r11 * r25 * r394 * r15
-    r55 = x6 * x35 * r89 * r4 * r31 * r11 * r25 * r394 * r55
-    r394 = x20 * x4 * x12 * x35 * r31
-    r89 = x20 * x4 * x12 * x35 * r87 * r31
+    r27 = r88 + r39 + r61 + r394 + r391 + r96 + r153 + r472 + r475 + r132
+    r395 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r89 * r4 * r31 * r11 * r25 * r395 * r15
+    r55 = x6 * x36 * r89 * r4 * r31 * r11 * r25 * r395 * r55
+    r395 = x20 * x4 * x12 * x36 * r31
+    r89 = x20 * x4 * x12 * x36 * r87 * r31
     r76 = x4 * r4 * r31 * r76 * r26
     r80 = 2.0 * x4 * r4 * r31 * r62 * r26
     r76 = k.where(r28, r80, r76)
     r80 = x4 * r4 * r31 * r62 * r26
     r28 = k.pow(x3, -2.0)
-    r495 = x6 * x4 * r28 * r5 * r31 * r62 * r26
-    r495 = r80 + r495
-    r76 = k.where(r100, r495, r76)
+    r496 = x6 * x4 * r28 * r5 * r31 * r62 * r26
+    r496 = r80 + r496
+    r76 = k.where(r100, r496, r76)
     r62 = 3.0 * x6 * x4 * r28 * r5 * r31 * r62 * r26
     r76 = k.where(r81, r62, r76)
-    r76 = k.where(r387, 0.0, r76)
-    r387 = r87 * r76
-    r87 = x30 * r87
-    r62 = k.recip(x35)
-    r81 = x36 * r375 * r62
+    r76 = k.where(r388, 0.0, r76)
+    r388 = r87 * r76
+    r87 = x31 * r87
+    r62 = k.recip(x36)
+    r81 = x37 * r376 * r62
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r495 = 1.6e-11 * x12
+    r496 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
     r80 = 8e-12 * x15 * r13
-    r155 = 8e-12 * x38 * x12
+    r155 = 8e-12 * x39 * x12
     r53 = 8e-12 * x12 * x18
-    r472 = r495 + r100 + r80 + r155 + r53
-    r477 = 8e-12 * x12
-    r473 = 4e-12 * x15 * r9
-    r371 = 4e-12 * x15 * r13
-    r622 = 4e-12 * x38 * x12
-    r623 = 4e-12 * x12 * x18
-    r623 = r477 + r473 + r371 + r622 + r623
-    r623 = r28 > r623
-    r622 = -1.6e-11 * x12
+    r473 = r496 + r100 + r80 + r155 + r53
+    r478 = 8e-12 * x12
+    r474 = 4e-12 * x15 * r9
+    r372 = 4e-12 * x15 * r13
+    r623 = 4e-12 * x39 * x12
+    r624 = 4e-12 * x12 * x18
+    r624 = r478 + r474 + r372 + r623 + r624
+    r624 = r28 > r624
+    r623 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r371 = -8e-12 * x38 * x12
-    r473 = -8e-12 * x12 * x18
-    r477 = k.sqrt(2.0)
-    r632 = k.sqrt(x3)
-    r632 = k.recip(r632)
-    r634 = k.sqrt(x2)
-    r634 = k.recip(r634)
-    r636 = k.sqrt(x13)
-    r636 = k.recip(r636)
-    r638 = k.sqrt(x24)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(x37)
-    r640 = k.recip(r640)
-    r642 = k.sqrt(r472)
-    r643 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r472
-    r644 = k.sqrt(x3)
-    r645 = k.sqrt(x2)
-    r646 = k.sqrt(x13)
-    r647 = k.sqrt(x24)
-    r648 = k.sqrt(x37)
-    r648 = 0.16666666666666666 * r477 * r644 * r645 * r646 * r647 * r648 * r642
-    r648 = 1.0 + r643 + r648
-    r648 = r477 * r632 * r634 * r636 * r638 * r640 * r642 * r648
-    r648 = r622 + r9 + r13 + r371 + r473 + r648
-    r473 = k.where(r623, r648, r28)
-    r53 = r495 + r100 + r80 + r155 + r53 + r473
-    r53 = x3 * x2 * x13 * x24 * x37 * r53
+    r372 = -8e-12 * x39 * x12
+    r474 = -8e-12 * x12 * x18
+    r478 = k.sqrt(2.0)
+    r633 = k.sqrt(x3)
+    r633 = k.recip(r633)
+    r635 = k.sqrt(x2)
+    r635 = k.recip(r635)
+    r637 = k.sqrt(x13)
+    r637 = k.recip(r637)
+    r639 = k.sqrt(x25)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(x38)
+    r641 = k.recip(r641)
+    r643 = k.sqrt(r473)
+    r644 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r473
+    r645 = k.sqrt(x3)
+    r646 = k.sqrt(x2)
+    r647 = k.sqrt(x13)
+    r648 = k.sqrt(x25)
+    r649 = k.sqrt(x38)
+    r649 = 0.16666666666666666 * r478 * r645 * r646 * r647 * r648 * r649 * r643
+    r649 = 1.0 + r644 + r649
+    r649 = r478 * r633 * r635 * r637 * r639 * r641 * r643 * r649
+    r649 = r623 + r9 + r13 + r372 + r474 + r649
+    r474 = k.where(r624, r649, r28)
+    r53 = r496 + r100 + r80 + r155 + r53 + r474
+    r53 = x3 * x2 * x13 * x25 * x38 * r53
     r53 = k.exp(r53)
     r53 = -1.0 + r53
     r155 = k.recip(r53)
-    r80 = x26 + x1
-    r100 = -1.0 * x3 * x2 * x13 * x24 * x37 * r80
+    r80 = x27 + x1
+    r100 = -1.0 * x3 * x2 * x13 * x25 * x38 * r80
     r100 = k.exp(r100)
-    r100 = x3 * x2 * x13 * x24 * x37 * r155 * r473 * r100
-    r155 = x3 * x2 * x13 * x24 * x37
-    r648 = k.recip(r648)
-    r155 = k.where(r623, r648, r155)
-    r80 = x3 * x2 * x13 * x24 * x37 * r80
+    r100 = x3 * x2 * x13 * x25 * x38 * r155 * r474 * r100
+    r155 = x3 * x2 * x13 * x25 * x38
+    r649 = k.recip(r649)
+    r155 = k.where(r624, r649, r155)
+    r80 = x3 * x2 * x13 * x25 * x38 * r80
     r80 = k.exp(r80)
-    r5 = x36 * r375 * r4 * r31 * r5 * r11 * r62 * r25 * r53 * r27 * r155 * r80
-    r80 = x36 * r375 * r62 * r53 * r27 * r155 * r80
-    r57 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r480 * r57
+    r5 = x37 * r376 * r4 * r31 * r5 * r11 * r62 * r25 * r53 * r27 * r155 * r80
+    r80 = x37 * r376 * r62 * r53 * r27 * r155 * r80
+    r57 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r481 * r57
     r57 = k.where(r35, 0.0, r57)
-    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r167
-    r167 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r56 * r167
+    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r167
+    r167 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r56 * r167
     r167 = r35 + r167
-    r167 = k.where(r489, 0.0, r167)
-    r116 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r116
+    r167 = k.where(r490, 0.0, r167)
+    r116 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r116
     r116 = k.where(r38, 0.0, r116)
-    r8 = r8 < x24
-    r38 = x34 != 2.0
+    r8 = r8 < x25
+    r38 = x35 != 2.0
     r83 = k.and_(r83, r38)
     r83 = k.not_(r83)
     r83 = k.or_(r8, r83)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r82 = k.and_(r25, r38, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r8, r82)
     r82 = k.and_(r83, r82)
-    r83 = x24 >= 2.0
-    r8 = x34 != 3.0
-    r38 = x34 != 4.0
+    r83 = x25 >= 2.0
+    r8 = x35 != 3.0
+    r38 = x35 != 4.0
     r91 = k.not_(r91)
     r91 = k.and_(r8, r38, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r83, r91)
-    r83 = x22 * x3 * x2 * x24 * x37 * r27
-    r38 = r75 <= r83
+    r83 = x23 * x3 * x2 * x25 * x38 * r27
+    r38 = r40 <= r83
     r83 = r36 <= r83
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r40, r75, r75, r36, r16, r120, r114, r37, r153, r27, r14, r55, r394, r89, r387, r87, 0.0, r81, r28, r472, r473, r100, r5, r80, r61, r390, r393, r39, r57, r474, r474, r167, r471, r471, r76, r484, r96, r116, r60, r88, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r75, r40, r40, r36, r16, r120, r114, r37, r153, r27, r14, r55, r395, r89, r388, r87, 0.0, r81, r28, r473, r474, r100, r5, r80, r61, r391, r394, r39, r57, r475, r475, r167, r472, r472, r76, r485, r96, r116, r60, r88, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1421,9 +1422,9 @@ def search(x, k):
     return (r91, r110, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 30), (16, 31), (16, 32), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (38, 45, 46, 47, 48, 49, 50, 51), (36, 45, 46, 47, 48, 49, 50, 51), (37, 45, 46, 47, 48, 49, 50, 51), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (15, 45, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (39, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51, 77, 78), (39, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 44), (10, 73), (11, 73), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 32), (13, 69), (13, 70), (13, 71), (13, 72), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 30), (16, 31), (16, 32), (16, 35), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 69), (17, 70), (17, 71), (17, 72), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 13), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 6), (52, 8), (52, 61), (52, 62), (52, 63), (53, 3), (53, 6), (53, 8), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x36 * x12
+    r15 = 2.0 * x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x22)
-    r8 = k.recip(x35)
+    r15 = k.recip(x23)
+    r8 = k.recip(x36)
     r20 = r15 * r8 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,45 +46,45 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r8 * r33
     r33 = r29 + r33
-    r33 = x19 * x33 * r25 * r33
-    r29 = x23 == 2.0
-    r32 = 2.0 * x19 * x12 * x33 * r25
+    r33 = x19 * x34 * r25 * r33
+    r29 = x24 == 2.0
+    r32 = 2.0 * x19 * x12 * x34 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x22
+    r31 = 1.0 + x23
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x32 == 4.0
-    r46 = 2.0 * x22
+    r45 = x33 == 4.0
+    r46 = 2.0 * x23
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x32 == 0.0
-    r52 = x32 == 3.0
+    r51 = x33 == 0.0
+    r52 = x33 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x22, r6)
+    r54 = k.min(x23, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x32 == 1.0
-    r58 = k.recip(x37)
-    r59 = x6 * x37 * r4 * r5
-    r60 = -1.0 + x37
-    r60 = x22 * r60
+    r54 = x33 == 1.0
+    r58 = k.recip(x38)
+    r59 = x6 * x38 * r4 * r5
+    r60 = -1.0 + x38
+    r60 = x23 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x32 == 2.0
+    r62 = x33 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x36 * x12
-    r71 = x22 == 1.0
+    r70 = x37 * x12
+    r71 = x23 == 1.0
     r72 = k.where(r71, 1.0, 0.0)
     r73 = x12 * r72
     r74 = r12 * r30
-    r72 = x36 * x12 * r72
+    r72 = x37 * x12 * r72
     r76 = 3.0 * x12 * x5 * r30
     r73 = r70 + r73 + r74 + r72 + r76
     r73 = r8 * r73
@@ -93,20 +93,20 @@ def quantities(x, k):
     r70 = r72 + r73
     r73 = k.where(r21, r70, r73)
     r83 = 2.0 * r73
-    r84 = x38 >= 2.0
+    r84 = x39 >= 2.0
     r85 = 2.0 * r4 * r25 * r73
     r86 = k.where(r84, r85, r83)
-    r87 = x38 >= 3.0
+    r87 = x39 >= 3.0
     r83 = k.where(r87, r85, r83)
     r85 = 12.0 * r73
     r90 = 12.0 * r4 * r25 * r73
     r85 = k.where(r22, r90, r85)
-    r90 = 4.0 * x19 * x5 * x33 * r25 * r8
+    r90 = 4.0 * x19 * x5 * x34 * r25 * r8
     r93 = r33 + r90
     r90 = k.where(r29, r93, r90)
     r93 = k.or_(r21, r71)
-    r96 = 4.0 * x19 * x12 * x33 * r25
-    r97 = x36 * x19 * x16 * x33 * r25 * r8
+    r96 = 4.0 * x19 * x12 * x34 * r25
+    r97 = x37 * x19 * x16 * x34 * r25 * r8
     r96 = r96 + r97
     r96 = k.max(r96, r90)
     r93 = k.where(r93, r96, r90)
@@ -115,16 +115,16 @@ def quantities(x, k):
     r101 = k.where(r21, r102, r101)
     r102 = 3.0 * x4 * r101 * r73
     r102 = k.where(r87, r102, 0.0)
-    r106 = x22 > 1.0
+    r106 = x23 > 1.0
     r106 = k.and_(r87, r106)
     r73 = 2.0 * x4 * r73
     r102 = k.where(r106, r73, r102)
     r73 = r50 + r86 + r83 + r85 + r93 + r102
     r111 = k.where(r45, r47, r31)
-    r112 = -1.0 + x22
+    r112 = -1.0 + x23
     r113 = k.min(1.0, r112)
     r114 = -1.0 * r113
-    r114 = x22 + r114
+    r114 = x23 + r114
     r116 = k.min(r6, r114)
     r116 = r116 * r30
     r111 = k.where(r53, r116, r111)
@@ -136,22 +136,22 @@ def quantities(x, k):
     r111 = k.where(r62, r67, r111)
     r111 = r32 * r111
     r46 = 1.0 + r113
-    r46 = x22 == r46
+    r46 = x23 == r46
     r116 = k.where(r46, 1.0, 0.0)
     r129 = x12 * r116
-    r116 = x36 * x12 * r116
+    r116 = x37 * x12 * r116
     r131 = r113 == 0.0
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x36 * x12 * r131
+    r131 = x37 * x12 * r131
     r131 = r129 + r74 + r116 + r131 + r76
     r131 = r8 * r131
-    r116 = x22 == r114
+    r116 = x23 == r114
     r129 = k.where(r116, 1.0, 0.0)
     r138 = x12 * r129
-    r129 = x36 * x12 * r129
+    r129 = x37 * x12 * r129
     r114 = r114 == 1.0
     r114 = k.where(r114, 1.0, 0.0)
-    r114 = x36 * x12 * r114
+    r114 = x37 * x12 * r114
     r76 = r138 + r74 + r129 + r114 + r76
     r76 = r8 * r76
     r76 = r131 + r76
@@ -227,395 +227,396 @@ def quantities(x, k):
     r111 = k.where(r111, 0.0, 0.0)
     r31 = r73 == r31
     r111 = k.where(r31, 0.0, r111)
-    r31 = x36 * x19 * x4 * x33 * r25 * r8
-    r50 = x36 * x19 * x4 * x33 * r25
+    r31 = x37 * x19 * x4 * x34 * r25 * r8
+    r50 = x37 * x19 * x4 * x34 * r25
     r102 = k.max(r73, r131, r72)
     r85 = r131 == r102
     r72 = k.where(r85, r131, r72)
     r102 = r73 == r102
     r72 = k.where(r102, r73, r72)
-    r73 = -1.0 * r72
-    r73 = x8 + r73
-    r102 = 6.0 * x6 * x33 * r16
+    r73 = -1.0 * x20
+    r102 = -1.0 * r72
+    r102 = x8 + r73 + r102
+    r73 = 6.0 * x6 * x34 * r16
     r131 = 6.0 * x12
     r85 = 6.0 * x15 * r12
-    r116 = 12.0 * x36 * x12
+    r116 = 12.0 * x37 * x12
     r86 = 18.0 * x15 * x12 * x5
-    r114 = 12.0 * x15 * x11 * x10 * x33
+    r114 = 12.0 * x15 * x11 * x10 * x34
     r114 = r131 + r85 + r116 + r86 + r114
-    r86 = x6 * x33 * r114
+    r86 = x6 * x34 * r114
     r116 = k.pow(x12, 2.0)
     r85 = k.recip(x12)
-    r131 = 0.16666666666666666 * x33 * r85
+    r131 = 0.16666666666666666 * x34 * r85
     r83 = k.recip(x15)
-    r85 = 0.0625 * x36 * r83 * r85
+    r85 = 0.0625 * x37 * r83 * r85
     r85 = 1.0 + r131 + r85
-    r85 = 96.0 * x6 * x15 * x33 * r116 * r85
-    r116 = k.pow(x33, 2.0)
+    r85 = 96.0 * x6 * x15 * x34 * r116 * r85
+    r116 = k.pow(x34, 2.0)
     r131 = 2.0 * x6 * x15 * x11 * x10 * r116
-    r129 = x23 == 1.0
+    r129 = x24 == 1.0
     r116 = 4.0 * x6 * x15 * x11 * x10 * r116
     r116 = k.where(r129, r116, 0.0)
-    r106 = 0.3333333333333333 * x6 * x33 * r114
+    r106 = 0.3333333333333333 * x6 * x34 * r114
     r116 = k.where(r29, r106, r116)
     r116 = r86 + r131 + r116
     r131 = k.where(r29, 1.0, 0.0)
     r106 = 1.0 + r131
     r76 = k.recip(x9)
     r30 = k.recip(x18)
-    r59 = x36 * x12 * r8
-    r60 = x19 * x12 * x33 * r25
-    r47 = x36 * x19 * x33 * r25 * r8
+    r59 = x37 * x12 * r8
+    r60 = x19 * x12 * x34 * r25
+    r47 = x37 * x19 * x34 * r25 * r8
     r47 = r59 + r60 + r47
     r59 = 2.0 * r76 * r30 * r47
-    r46 = k.recip(x21)
+    r46 = k.recip(x22)
     r74 = k.recip(x17)
-    r138 = 2.0 * x36 * x19 * x12 * x33 * r46 * r25 * r74 * r8
+    r138 = 2.0 * x37 * x19 * x12 * x34 * r46 * r25 * r74 * r8
     r138 = r59 + r138
     r138 = r106 * r138
     r47 = 4.0 * r76 * r30 * r47
-    r59 = 4.0 * x36 * x19 * x12 * x33 * r46 * r25 * r74 * r8
+    r59 = 4.0 * x37 * x19 * x12 * x34 * r46 * r25 * r74 * r8
     r59 = r138 + r47 + r59
     r59 = r15 * r59
     r47 = x12 * x5 * r8
-    r138 = x19 * x5 * x33 * r25 * r8
+    r138 = x19 * x5 * x34 * r25 * r8
     r138 = r47 + r60 + r138
     r47 = 2.0 * r76 * r30 * r138
-    r272 = 2.0 * x19 * x12 * x5 * x33 * r46 * r25 * r74 * r8
-    r272 = r47 + r272
-    r272 = r106 * r272
+    r273 = 2.0 * x19 * x12 * x5 * x34 * r46 * r25 * r74 * r8
+    r273 = r47 + r273
+    r273 = r106 * r273
     r47 = 2.0 * x12 * x5 * r8
-    r276 = 2.0 * x19 * x5 * x33 * r25 * r8
-    r276 = r47 + r60 + r276
-    r47 = 2.0 * r76 * r30 * r276
-    r279 = 4.0 * x19 * x12 * x5 * x33 * r46 * r25 * r74 * r8
-    r279 = r47 + r279
-    r279 = r106 * r279
+    r277 = 2.0 * x19 * x5 * x34 * r25 * r8
+    r277 = r47 + r60 + r277
+    r47 = 2.0 * r76 * r30 * r277
+    r280 = 4.0 * x19 * x12 * x5 * x34 * r46 * r25 * r74 * r8
+    r280 = r47 + r280
+    r280 = r106 * r280
     r47 = x11 * x10 * x12 * r8
-    r283 = x11 * x19 * x10 * x33 * r25 * r8
-    r283 = r47 + r60 + r283
-    r47 = 2.0 * r76 * r30 * r283
-    r286 = 2.0 * x11 * x19 * x10 * x12 * x33 * r46 * r25 * r74 * r8
-    r286 = r47 + r286
-    r286 = r106 * r286
+    r284 = x11 * x19 * x10 * x34 * r25 * r8
+    r284 = r47 + r60 + r284
+    r47 = 2.0 * r76 * r30 * r284
+    r287 = 2.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r74 * r8
+    r287 = r47 + r287
+    r287 = r106 * r287
     r10 = x11 + r10
     r47 = x10 * x12 * r8 * r10
-    r291 = x19 * x10 * x33 * r25 * r8 * r10
-    r291 = r60 + r47 + r291
-    r47 = 2.0 * r76 * r30 * r291
-    r60 = 2.0 * x19 * x10 * x12 * x33 * r46 * r25 * r74 * r8 * r10
+    r292 = x19 * x10 * x34 * r25 * r8 * r10
+    r292 = r60 + r47 + r292
+    r47 = 2.0 * r76 * r30 * r292
+    r60 = 2.0 * x19 * x10 * x12 * x34 * r46 * r25 * r74 * r8 * r10
     r60 = r47 + r60
     r60 = r106 * r60
     r138 = 4.0 * r76 * r30 * r138
-    r276 = 4.0 * r76 * r30 * r276
-    r283 = 4.0 * r76 * r30 * r283
-    r291 = 4.0 * r76 * r30 * r291
-    r47 = 12.0 * x19 * x12 * x5 * x33 * r46 * r25 * r74 * r8
-    r302 = 4.0 * x11 * x19 * x10 * x12 * x33 * r46 * r25 * r74 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r46 * r25 * r74 * r8 * r10
-    r10 = r272 + r279 + r286 + r60 + r138 + r276 + r283 + r291 + r47 + r302 + r10
+    r277 = 4.0 * r76 * r30 * r277
+    r284 = 4.0 * r76 * r30 * r284
+    r292 = 4.0 * r76 * r30 * r292
+    r47 = 12.0 * x19 * x12 * x5 * x34 * r46 * r25 * r74 * r8
+    r303 = 4.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r74 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r46 * r25 * r74 * r8 * r10
+    r10 = r273 + r280 + r287 + r60 + r138 + r277 + r284 + r292 + r47 + r303 + r10
     r10 = x15 * r15 * r10
     r10 = r59 + r10
     r59 = x6 * r4 * r5 * r10
-    r302 = 12.0 * x12
+    r303 = 12.0 * x12
     r47 = 10.0 * x12 * r106
-    r47 = r302 + r47
-    r47 = x19 * x33 * r25 * r47
-    r302 = 5.0 * x5
-    r291 = 3.0 * x5 * r106
-    r291 = r302 + r291
-    r291 = x19 * x33 * r25 * r8 * r291
-    r291 = r47 + r291
-    r291 = x15 * r15 * r291
-    r47 = 3.0 * x36 * x19 * x33 * r25 * r15 * r8
+    r47 = r303 + r47
+    r47 = x19 * x34 * r25 * r47
+    r303 = 5.0 * x5
+    r292 = 3.0 * x5 * r106
+    r292 = r303 + r292
+    r292 = x19 * x34 * r25 * r8 * r292
+    r292 = r47 + r292
+    r292 = x15 * r15 * r292
+    r47 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
     r131 = 2.0 + r131
-    r9 = x15 * x19 * x10 * x33 * r25 * r15 * r8 * r131 * r9
-    r9 = r291 + r47 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r131 * r9
+    r9 = r292 + r47 + r9
     r47 = x6 * x4 * r76 * r4 * r5 * r30 * r9
-    r291 = k.recip(x0)
-    r131 = x11 * x10 * x33
+    r292 = k.recip(x0)
+    r131 = x11 * x10 * x34
     r129 = k.or_(r129, r29)
     r129 = k.where(r129, 1.0, 0.0)
     r129 = 3.0 + r129
-    r129 = 2.0 * x11 * x10 * x33 * r129
+    r129 = 2.0 * x11 * x10 * x34 * r129
     r129 = r131 + r129
-    r131 = x6 * x15 * x33 * r46 * r4 * r25 * r74 * r291 * r15 * r8 * r129
-    r302 = r59 + r47 + r131
-    r283 = k.recip(r302)
+    r131 = x6 * x15 * x34 * r46 * r4 * r25 * r74 * r292 * r15 * r8 * r129
+    r303 = r59 + r47 + r131
+    r284 = k.recip(r303)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r276 = k.recip(x6)
-    r138 = 0.3333333333333333 * x3 * x19 * r276 * r58 * r302
-    r60 = 0.6666666666666666 * x3 * x19 * x22 * r276 * r302
+    r277 = k.recip(x6)
+    r138 = 0.3333333333333333 * x3 * x19 * r277 * r58 * r303
+    r60 = 0.6666666666666666 * x3 * x19 * x23 * r277 * r303
     r9 = -1.0 * x6 * x4 * r76 * r4 * r5 * r30 * r9
-    r129 = -1.0 * x6 * x15 * x33 * r46 * r4 * r25 * r74 * r291 * r15 * r8 * r129
+    r129 = -1.0 * x6 * x15 * x34 * r46 * r4 * r25 * r74 * r292 * r15 * r8 * r129
     r60 = r10 + r138 + r60 + r9 + r129
     r60 = k.max(0.0, r60)
-    r138 = 0.5 * x22
+    r138 = 0.5 * x23
     r138 = -1.0 + r138
-    r138 = 0.6666666666666666 * x3 * x19 * r276 * r58 * r138 * r302
+    r138 = 0.6666666666666666 * x3 * x19 * r277 * r58 * r138 * r303
     r138 = k.where(r45, 0.0, r138)
-    r45 = 0.3333333333333333 * x3 * x19 * r276 * r58 * r112 * r302
+    r45 = 0.3333333333333333 * x3 * x19 * r277 * r58 * r112 * r303
     r138 = k.where(r52, r45, r138)
     r62 = k.or_(r51, r54, r62)
-    r112 = x3 * x19 * r276 * r58 * r112 * r302
+    r112 = x3 * x19 * r277 * r58 * r112 * r303
     r138 = k.where(r62, r112, r138)
     r138 = k.max(r60, r138)
-    r283 = r283 * r138
+    r284 = r284 * r138
     r30 = 28.0 * r76 * r30 * r26
     r76 = r30 + r59 + r47 + r131
-    r60 = -1.0 * x20
+    r60 = -1.0 * x21
     r60 = 1.0 + r60
-    r112 = x22 * x37
+    r112 = x23 * x38
     r112 = -1.0 + r112
-    r58 = k.recip(x25)
-    r51 = k.recip(x26)
-    r45 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r8
-    r45 = x27 + r45
-    r52 = 2.0 * x3 * x2 * x35
-    r52 = x29 >= r52
-    r291 = k.recip(x28)
-    r74 = k.recip(x30)
-    r286 = x19 * x4 * x12 * x33 * r291 * r25 * r74 * r8
-    r286 = x31 + r286
-    r45 = k.where(r52, r286, r45)
+    r58 = k.recip(x26)
+    r51 = k.recip(x27)
+    r45 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8
+    r45 = x28 + r45
+    r52 = 2.0 * x3 * x2 * x36
+    r52 = x30 >= r52
+    r292 = k.recip(x29)
+    r74 = k.recip(x31)
+    r287 = x19 * x4 * x12 * x34 * r292 * r25 * r74 * r8
+    r287 = x32 + r287
+    r45 = k.where(r52, r287, r45)
     r45 = 2.0 * x6 * r4 * r5 * r15 * r112 * r45
     r45 = k.where(r71, 0.0, r45)
     r60 = r60 * r45
-    r286 = x3 * x19 * r276 * r302
-    r52 = x22 <= 1.0
+    r287 = x3 * x19 * r277 * r303
+    r52 = x23 <= 1.0
     r84 = k.and_(r84, r52)
-    r286 = k.where(r84, r302, r286)
-    r286 = -1.0 * x20 * r286
-    r302 = x3 * x2
-    r279 = -1.0 + r302
-    r272 = k.recip(r279)
-    r380 = 2.0 * x3 * x2
-    r380 = -2.0 + r380
-    r382 = x29 * r8
-    r383 = k.gcd(r302, r382)
-    r384 = k.recip(r383)
-    r385 = x3 * x2 * r384
-    r385 = -1.0 + r385
-    r385 = x27 * r385
-    r388 = -1.0 * x3 * x2 * r384
-    r388 = r302 + r388
-    r388 = x31 * r388
-    r391 = r385 + r388
-    r391 = r272 * r380 * r391
-    r272 = x4 * x22 * r58 * r83 * r4 * r25 * r51 * r384 * r380 * r20
-    r383 = -1.0 + r383
-    r395 = x4 * x22 * r291 * r83 * r4 * r25 * r74 * r384 * r383 * r380 * r20
-    r395 = k.max(r272, r395)
-    r395 = r391 + r395
-    r391 = x29 <= x35
-    r272 = x27 * r380
-    r400 = x4 * x22 * r58 * r83 * r4 * r25 * r51 * r380 * r20
-    r400 = r272 + r400
-    r395 = k.where(r391, r400, r395)
-    r400 = x3 * x2 * x35
-    r400 = x29 >= r400
-    r272 = x31 * r380
-    r406 = x4 * x22 * r291 * r83 * r4 * r25 * r74 * r380 * r20
-    r406 = r272 + r406
-    r395 = k.where(r400, r406, r395)
-    r395 = x15 * r15 * r395
-    r406 = x4 * x22 * r58 * r83 * r4 * r25 * r51 * r384 * r279 * r20
-    r383 = x4 * x22 * r291 * r83 * r4 * r25 * r74 * r384 * r279 * r383 * r20
-    r383 = k.max(r406, r383)
-    r383 = r385 + r388 + r383
-    r388 = x27 * r279
-    r385 = x4 * x22 * r58 * r83 * r4 * r25 * r51 * r279 * r20
-    r385 = r388 + r385
-    r383 = k.where(r391, r385, r383)
-    r385 = x31 * r279
-    r83 = x4 * x22 * r291 * r83 * r4 * r25 * r74 * r279 * r20
-    r83 = r385 + r83
-    r383 = k.where(r400, r83, r383)
-    r83 = 2.0 * x15 * r15 * r383
-    r395 = k.where(r22, r83, r395)
-    r83 = x15 * r15 * r383
-    r400 = x6 * x15 * r4 * r5 * r15 * r383
-    r400 = r83 + r400
-    r395 = k.where(r84, r400, r395)
+    r287 = k.where(r84, r303, r287)
+    r287 = -1.0 * x21 * r287
+    r303 = x3 * x2
+    r280 = -1.0 + r303
+    r273 = k.recip(r280)
+    r381 = 2.0 * x3 * x2
+    r381 = -2.0 + r381
+    r383 = x30 * r8
+    r384 = k.gcd(r303, r383)
+    r385 = k.recip(r384)
+    r386 = x3 * x2 * r385
+    r386 = -1.0 + r386
+    r386 = x28 * r386
+    r389 = -1.0 * x3 * x2 * r385
+    r389 = r303 + r389
+    r389 = x32 * r389
+    r392 = r386 + r389
+    r392 = r273 * r381 * r392
+    r273 = x4 * x23 * r58 * r83 * r4 * r25 * r51 * r385 * r381 * r20
+    r384 = -1.0 + r384
+    r396 = x4 * x23 * r292 * r83 * r4 * r25 * r74 * r385 * r384 * r381 * r20
+    r396 = k.max(r273, r396)
+    r396 = r392 + r396
+    r392 = x30 <= x36
+    r273 = x28 * r381
+    r401 = x4 * x23 * r58 * r83 * r4 * r25 * r51 * r381 * r20
+    r401 = r273 + r401
+    r396 = k.where(r392, r401, r396)
+    r401 = x3 * x2 * x36
+    r401 = x30 >= r401
+    r273 = x32 * r381
+    r407 = x4 * x23 * r292 * r83 * r4 * r25 * r74 * r381 * r20
+    r407 = r273 + r407
+    r396 = k.where(r401, r407, r396)
+    r396 = x15 * r15 * r396
+    r407 = x4 * x23 * r58 * r83 * r4 * r25 * r51 * r385 * r280 * r20
+    r384 = x4 * x23 * r292 * r83 * r4 * r25 * r74 * r385 * r280 * r384 * r20
+    r384 = k.max(r407, r384)
+    r384 = r386 + r389 + r384
+    r389 = x28 * r280
+    r386 = x4 * x23 * r58 * r83 * r4 * r25 * r51 * r280 * r20
+    r386 = r389 + r386
+    r384 = k.where(r392, r386, r384)
+    r386 = x32 * r280
+    r83 = x4 * x23 * r292 * r83 * r4 * r25 * r74 * r280 * r20
+    r83 = r386 + r83
+    r384 = k.where(r401, r83, r384)
+    r83 = 2.0 * x15 * r15 * r384
+    r396 = k.where(r22, r83, r396)
+    r83 = x15 * r15 * r384
+    r401 = x6 * x15 * r4 * r5 * r15 * r384
+    r401 = r83 + r401
+    r396 = k.where(r84, r401, r396)
     r52 = k.and_(r87, r52)
-    r383 = 3.0 * x6 * x15 * r4 * r5 * r15 * r383
-    r395 = k.where(r52, r383, r395)
-    r302 = r302 == 1.0
-    r395 = k.where(r302, 0.0, r395)
-    r286 = r286 + r395
-    r286 = k.max(0.0, r286)
-    r382 = k.gcd(x2, r382)
-    r383 = k.recip(r382)
-    r87 = x2 * r383
+    r384 = 3.0 * x6 * x15 * r4 * r5 * r15 * r384
+    r396 = k.where(r52, r384, r396)
+    r303 = r303 == 1.0
+    r396 = k.where(r303, 0.0, r396)
+    r287 = r287 + r396
+    r287 = k.max(0.0, r287)
+    r383 = k.gcd(x2, r383)
+    r384 = k.recip(r383)
+    r87 = x2 * r384
     r87 = -1.0 + r87
-    r87 = x27 * r87
-    r400 = -1.0 * x2 * r383
-    r400 = x2 + r400
-    r400 = x31 * r400
+    r87 = x28 * r87
+    r401 = -1.0 * x2 * r384
+    r401 = x2 + r401
+    r401 = x32 * r401
     r83 = -1.0 + x2
-    r385 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r25 * r51 * r8 * r383 * r83
-    r382 = -1.0 + r382
-    r382 = 2.0 * x14 * x19 * x10 * x4 * x33 * r291 * r25 * r74 * r8 * r383 * r83 * r382
-    r382 = k.max(r385, r382)
-    r382 = r87 + r400 + r382
-    r400 = x27 * r83
-    r87 = 2.0 * x14 * x19 * x10 * x4 * x33 * r58 * r25 * r51 * r8 * r83
-    r87 = r400 + r87
-    r382 = k.where(r391, r87, r382)
-    r87 = x2 * x35
-    r87 = x29 >= r87
-    r391 = x31 * r83
-    r400 = 2.0 * x14 * x19 * x10 * x4 * x33 * r291 * r25 * r74 * r8 * r83
-    r400 = r391 + r400
-    r382 = k.where(r87, r400, r382)
-    r400 = x6 * x15 * r4 * r5 * r15 * r382
-    r382 = x6 * x15 * r4 * r5 * r15 * r106 * r382
-    r382 = r400 + r382
-    r400 = x2 == 1.0
-    r382 = k.where(r400, 0.0, r382)
+    r386 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r8 * r384 * r83
+    r383 = -1.0 + r383
+    r383 = 2.0 * x14 * x19 * x10 * x4 * x34 * r292 * r25 * r74 * r8 * r384 * r83 * r383
+    r383 = k.max(r386, r383)
+    r383 = r87 + r401 + r383
+    r401 = x28 * r83
+    r87 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r8 * r83
+    r87 = r401 + r87
+    r383 = k.where(r392, r87, r383)
+    r87 = x2 * x36
+    r87 = x30 >= r87
+    r392 = x32 * r83
+    r401 = 2.0 * x14 * x19 * x10 * x4 * x34 * r292 * r25 * r74 * r8 * r83
+    r401 = r392 + r401
+    r383 = k.where(r87, r401, r383)
+    r401 = x6 * x15 * r4 * r5 * r15 * r383
+    r383 = x6 * x15 * r4 * r5 * r15 * r106 * r383
+    r383 = r401 + r383
+    r401 = x2 == 1.0
+    r383 = k.where(r401, 0.0, r383)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r87 = -1.0 + x35
+    r87 = -1.0 + x36
     r87 = k.recip(r87)
-    r391 = 2.0 * x35
-    r391 = -2.0 + r391
-    r385 = k.gcd(x35, x29)
-    r383 = k.recip(r385)
-    r388 = x35 * r383
-    r388 = -1.0 + r388
-    r388 = x27 * r388
-    r406 = -1.0 * x35 * r383
-    r406 = x35 + r406
-    r406 = x31 * r406
-    r406 = r388 + r406
-    r406 = r87 * r391 * r406
-    r87 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r8 * r383 * r391
-    r385 = -1.0 + r385
-    r385 = x19 * x4 * x12 * x33 * r291 * r25 * r74 * r8 * r383 * r385 * r391
-    r385 = k.max(r87, r385)
-    r385 = r406 + r385
-    r406 = x29 <= 1.0
-    r87 = x27 * r391
-    r51 = x19 * x4 * x12 * x33 * r58 * r25 * r51 * r8 * r391
+    r392 = 2.0 * x36
+    r392 = -2.0 + r392
+    r386 = k.gcd(x36, x30)
+    r384 = k.recip(r386)
+    r389 = x36 * r384
+    r389 = -1.0 + r389
+    r389 = x28 * r389
+    r407 = -1.0 * x36 * r384
+    r407 = x36 + r407
+    r407 = x32 * r407
+    r407 = r389 + r407
+    r407 = r87 * r392 * r407
+    r87 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8 * r384 * r392
+    r386 = -1.0 + r386
+    r386 = x19 * x4 * x12 * x34 * r292 * r25 * r74 * r8 * r384 * r386 * r392
+    r386 = k.max(r87, r386)
+    r386 = r407 + r386
+    r407 = x30 <= 1.0
+    r87 = x28 * r392
+    r51 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8 * r392
     r51 = r87 + r51
-    r385 = k.where(r406, r51, r385)
-    r51 = x29 >= x35
-    r406 = x31 * r391
-    r74 = x19 * x4 * x12 * x33 * r291 * r25 * r74 * r8 * r391
-    r74 = r406 + r74
-    r385 = k.where(r51, r74, r385)
-    r385 = x6 * x15 * r4 * r5 * r15 * r29 * r385
-    r74 = x35 == 1.0
-    r385 = k.where(r74, 0.0, r385)
+    r386 = k.where(r407, r51, r386)
+    r51 = x30 >= x36
+    r407 = x32 * r392
+    r74 = x19 * x4 * x12 * x34 * r292 * r25 * r74 * r8 * r392
+    r74 = r407 + r74
+    r386 = k.where(r51, r74, r386)
+    r386 = x6 * x15 * r4 * r5 * r15 * r29 * r386
+    r74 = x36 == 1.0
+    r386 = k.where(r74, 0.0, r386)
     r129 = r10 + r9 + r129
     r129 = k.max(0.0, r129)
     r129 = k.where(r21, r129, 0.0)
-    r21 = r60 + r30 + r59 + r47 + r131 + r286 + r138 + r382 + r385 + r129
+    r21 = r60 + r30 + r59 + r47 + r131 + r287 + r138 + r383 + r386 + r129
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r46 * r4 * r25 * r15 * r8 * r9 * r16
-    r114 = x6 * x33 * r46 * r4 * r25 * r15 * r8 * r9 * r114
-    r9 = x19 * x4 * x12 * x33 * r25
-    r46 = x19 * x4 * x12 * x33 * r58 * r25
-    r380 = x4 * r4 * r25 * r380 * r20
-    r51 = 2.0 * x4 * r4 * r25 * r279 * r20
-    r380 = k.where(r22, r51, r380)
-    r51 = x4 * r4 * r25 * r279 * r20
+    r10 = 6.0 * x6 * x34 * r46 * r4 * r25 * r15 * r8 * r9 * r16
+    r114 = x6 * x34 * r46 * r4 * r25 * r15 * r8 * r9 * r114
+    r9 = x19 * x4 * x12 * x34 * r25
+    r46 = x19 * x4 * x12 * x34 * r58 * r25
+    r381 = x4 * r4 * r25 * r381 * r20
+    r51 = 2.0 * x4 * r4 * r25 * r280 * r20
+    r381 = k.where(r22, r51, r381)
+    r51 = x4 * r4 * r25 * r280 * r20
     r22 = k.pow(x3, -2.0)
-    r406 = x6 * x4 * r22 * r5 * r25 * r279 * r20
-    r406 = r51 + r406
-    r380 = k.where(r84, r406, r380)
-    r279 = 3.0 * x6 * x4 * r22 * r5 * r25 * r279 * r20
-    r380 = k.where(r52, r279, r380)
-    r380 = k.where(r302, 0.0, r380)
-    r302 = r58 * r380
-    r58 = x28 * r58
-    r279 = k.recip(x33)
-    r52 = x34 * r276 * r279
+    r407 = x6 * x4 * r22 * r5 * r25 * r280 * r20
+    r407 = r51 + r407
+    r381 = k.where(r84, r407, r381)
+    r280 = 3.0 * x6 * x4 * r22 * r5 * r25 * r280 * r20
+    r381 = k.where(r52, r280, r381)
+    r381 = k.where(r303, 0.0, r381)
+    r303 = r58 * r381
+    r58 = x29 * r58
+    r280 = k.recip(x34)
+    r52 = x35 * r277 * r280
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r406 = 8e-12 * x12
-    r84 = 1.6e-11 * x36 * x12
+    r407 = 8e-12 * x12
+    r84 = 1.6e-11 * x37 * x12
     r51 = 8e-12 * x15 * r12
-    r291 = 2.4e-11 * x15 * x12 * x5
-    r87 = r406 + r84 + r51 + r291
-    r383 = 4e-12 * x12
-    r388 = 8e-12 * x36 * x12
-    r384 = 4e-12 * x15 * r12
-    r272 = 1.2e-11 * x15 * x12 * x5
-    r272 = r383 + r388 + r384 + r272
-    r272 = r22 > r272
-    r384 = -8e-12 * x12
-    r388 = -1.6e-11 * x36 * x12
+    r292 = 2.4e-11 * x15 * x12 * x5
+    r87 = r407 + r84 + r51 + r292
+    r384 = 4e-12 * x12
+    r389 = 8e-12 * x37 * x12
+    r385 = 4e-12 * x15 * r12
+    r273 = 1.2e-11 * x15 * x12 * x5
+    r273 = r384 + r389 + r385 + r273
+    r273 = r22 > r273
+    r385 = -8e-12 * x12
+    r389 = -1.6e-11 * x37 * x12
     r12 = -8e-12 * x15 * r12
-    r383 = -2.4e-11 * x15 * x12 * x5
-    r539 = k.sqrt(2.0)
-    r540 = k.sqrt(x3)
-    r540 = k.recip(r540)
-    r542 = k.sqrt(x2)
-    r542 = k.recip(r542)
-    r544 = k.sqrt(x13)
-    r544 = k.recip(r544)
-    r546 = k.sqrt(x22)
-    r546 = k.recip(r546)
-    r548 = k.sqrt(x35)
-    r548 = k.recip(r548)
-    r550 = k.sqrt(r87)
-    r551 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r87
-    r552 = k.sqrt(x3)
-    r553 = k.sqrt(x2)
-    r554 = k.sqrt(x13)
-    r555 = k.sqrt(x22)
-    r556 = k.sqrt(x35)
-    r556 = 0.16666666666666666 * r539 * r552 * r553 * r554 * r555 * r556 * r550
-    r556 = 1.0 + r551 + r556
-    r556 = r539 * r540 * r542 * r544 * r546 * r548 * r550 * r556
-    r556 = r384 + r388 + r12 + r383 + r556
-    r383 = k.where(r272, r556, r22)
-    r291 = r406 + r84 + r51 + r291 + r383
-    r291 = x3 * x2 * x13 * x22 * x35 * r291
-    r291 = k.exp(r291)
-    r291 = -1.0 + r291
-    r51 = k.recip(r291)
-    r84 = x24 + x1
-    r406 = -1.0 * x3 * x2 * x13 * x22 * x35 * r84
-    r406 = k.exp(r406)
-    r406 = x3 * x2 * x13 * x22 * x35 * r51 * r383 * r406
-    r51 = x3 * x2 * x13 * x22 * x35
-    r556 = k.recip(r556)
-    r51 = k.where(r272, r556, r51)
-    r84 = x3 * x2 * x13 * x22 * x35 * r84
+    r384 = -2.4e-11 * x15 * x12 * x5
+    r540 = k.sqrt(2.0)
+    r541 = k.sqrt(x3)
+    r541 = k.recip(r541)
+    r543 = k.sqrt(x2)
+    r543 = k.recip(r543)
+    r545 = k.sqrt(x13)
+    r545 = k.recip(r545)
+    r547 = k.sqrt(x23)
+    r547 = k.recip(r547)
+    r549 = k.sqrt(x36)
+    r549 = k.recip(r549)
+    r551 = k.sqrt(r87)
+    r552 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r87
+    r553 = k.sqrt(x3)
+    r554 = k.sqrt(x2)
+    r555 = k.sqrt(x13)
+    r556 = k.sqrt(x23)
+    r557 = k.sqrt(x36)
+    r557 = 0.16666666666666666 * r540 * r553 * r554 * r555 * r556 * r557 * r551
+    r557 = 1.0 + r552 + r557
+    r557 = r540 * r541 * r543 * r545 * r547 * r549 * r551 * r557
+    r557 = r385 + r389 + r12 + r384 + r557
+    r384 = k.where(r273, r557, r22)
+    r292 = r407 + r84 + r51 + r292 + r384
+    r292 = x3 * x2 * x13 * x23 * x36 * r292
+    r292 = k.exp(r292)
+    r292 = -1.0 + r292
+    r51 = k.recip(r292)
+    r84 = x25 + x1
+    r407 = -1.0 * x3 * x2 * x13 * x23 * x36 * r84
+    r407 = k.exp(r407)
+    r407 = x3 * x2 * x13 * x23 * x36 * r51 * r384 * r407
+    r51 = x3 * x2 * x13 * x23 * x36
+    r557 = k.recip(r557)
+    r51 = k.where(r273, r557, r51)
+    r84 = x3 * x2 * x13 * x23 * x36 * r84
     r84 = k.exp(r84)
-    r5 = x34 * r276 * r4 * r25 * r5 * r15 * r279 * r8 * r291 * r21 * r51 * r84
-    r84 = x34 * r276 * r279 * r291 * r21 * r51 * r84
-    r29 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r391 * r29
+    r5 = x35 * r277 * r4 * r25 * r5 * r15 * r280 * r8 * r292 * r21 * r51 * r84
+    r84 = x35 * r277 * r280 * r292 * r21 * r51 * r84
+    r29 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r392 * r29
     r29 = k.where(r74, 0.0, r29)
-    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r83
-    r83 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r106 * r83
+    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r83
+    r83 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r106 * r83
     r83 = r74 + r83
-    r83 = k.where(r400, 0.0, r83)
-    r112 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r112
+    r83 = k.where(r401, 0.0, r83)
+    r112 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r112
     r112 = k.where(r71, 0.0, r112)
-    r113 = r113 < x22
-    r71 = x32 != 2.0
+    r113 = r113 < x23
+    r71 = x33 != 2.0
     r54 = k.and_(r54, r71)
     r54 = k.not_(r54)
     r54 = k.or_(r113, r54)
-    r8 = x32 != 1.0
+    r8 = x33 != 1.0
     r53 = k.and_(r8, r71, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r113, r53)
     r53 = k.and_(r54, r53)
-    r54 = x22 >= 2.0
-    r113 = x32 != 3.0
-    r71 = x32 != 4.0
+    r54 = x23 >= 2.0
+    r113 = x33 != 3.0
+    r71 = x33 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r113, r71, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x22 * x35 * r21
-    r71 = r102 <= r54
+    r54 = x22 * x3 * x2 * x23 * x36 * r21
+    r71 = r73 <= r54
     r54 = r86 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r70, r67, r32, r101, r90, r111, 0.0, r93, r96, r33, r31, r50, r97, r72, r73, r102, r102, r86, r85, r116, r283, r76, r138, r21, r10, r114, r9, r46, r302, r58, 0.0, r52, r22, r87, r383, r406, r5, r84, r59, r131, r47, r30, r29, r385, r385, r83, r382, r382, r380, r395, r286, r112, r45, r60, 0.0, 0.0, r129, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r70, r67, r32, r101, r90, r111, 0.0, r93, r96, r33, r31, r50, r97, r72, r102, r73, r73, r86, r85, r116, r284, r76, r138, r21, r10, r114, r9, r46, r303, r58, 0.0, r52, r22, r87, r384, r407, r5, r84, r59, r131, r47, r30, r29, r386, r386, r83, r383, r383, r381, r396, r287, r112, r45, r60, 0.0, 0.0, r129, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1199,9 +1200,9 @@ def search(x, k):
     return (r82, r52, r92)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 33), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 33), (17, 63), (17, 64), (17, 65), (17, 66), (22, 33), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 33), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 2), (51, 55), (51, 56), (51, 57), (52, 3), (52, 6), (52, 8), (52, 55), (52, 56), (52, 57), (53, 3), (53, 6), (53, 8), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 43, 44, 45, 46), (30, 31, 32, 34, 36, 37, 38, 39, 43, 44, 45, 46), (29, 43, 44, 45, 46), (29, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

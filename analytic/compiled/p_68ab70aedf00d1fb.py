@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x40 >= 3.0
+    r53 = x41 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -74,45 +74,45 @@ def quantities(x, k):
     r62 = 4.0 * x11 * x10
     r63 = 4.0 * x14 * x10
     r63 = r57 + r60 + r61 + r62 + r63
-    r63 = x20 * x35 * r31 * r25 * r63
-    r62 = x25 == 2.0
-    r61 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r63 = x20 * x36 * r31 * r25 * r63
+    r62 = x26 == 2.0
+    r61 = 2.0 * x20 * x12 * x36 * r31 * r25
     r61 = k.where(r62, r61, r63)
-    r60 = 1.0 + x24
+    r60 = 1.0 + x25
     r60 = k.min(r60, r6)
     r60 = r60 * r35
-    r57 = x34 == 4.0
-    r73 = 2.0 * x24
+    r57 = x35 == 4.0
+    r73 = 2.0 * x25
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r35
     r77 = k.where(r57, r74, r60)
-    r78 = x34 == 0.0
-    r79 = x34 == 3.0
+    r78 = x35 == 0.0
+    r79 = x35 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x24, r6)
+    r81 = k.min(x25, r6)
     r81 = r81 * r35
     r77 = k.where(r80, r81, r77)
-    r81 = x34 == 1.0
-    r85 = k.recip(x39)
-    r86 = x6 * x39 * r4 * r5
-    r87 = -1.0 + x39
-    r87 = x24 * r87
+    r81 = x35 == 1.0
+    r85 = k.recip(x40)
+    r86 = x6 * x40 * r4 * r5
+    r87 = -1.0 + x40
+    r87 = x25 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r35
     r77 = k.where(r81, r89, r77)
-    r89 = x34 == 2.0
+    r89 = x35 == 2.0
     r94 = x6 * r4 * r5 * r35
     r77 = k.where(r89, r94, r77)
     r77 = r61 * r77
     r97 = k.where(r28, 1000000000.0, 0.0)
-    r98 = x40 >= 2.0
+    r98 = x41 >= 2.0
     r8 = k.where(r98, r54, r8)
     r54 = k.where(r62, r63, 0.0)
     r101 = k.or_(r27, r38)
-    r102 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r103 = x38 * x20 * x16 * x35 * r31 * r25
+    r102 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r103 = x39 * x20 * x16 * x36 * r31 * r25
     r102 = r102 + r103
     r102 = k.max(r102, r54)
     r101 = k.where(r101, r102, r54)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r27, r108, r107)
     r108 = 3.0 * x4 * r107 * r40
     r108 = k.where(r53, r108, 0.0)
-    r112 = x24 > 1.0
+    r112 = x25 > 1.0
     r112 = k.and_(r53, r112)
     r114 = 2.0 * x4 * r40
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r40 = r114 == r40
     r108 = k.where(r40, r108, 0.0)
     r40 = r55 + r56 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x24
+    r114 = -1.0 + x25
     r8 = k.min(1.0, r114)
     r77 = r8 == 0.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
     r130 = 1.0 + r8
-    r130 = x24 == r130
+    r130 = x25 == r130
     r151 = k.where(r130, 1.0, 0.0)
     r151 = 2.0 * x12 * r151
     r153 = r8 != 0.0
     r153 = k.and_(r153, r130)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x38 * x12 * r153
+    r153 = x39 * x12 * r153
     r153 = r77 + r36 + r37 + r151 + r153
     r153 = r25 * r153
     r151 = -1.0 * r8
-    r151 = x24 + r151
+    r151 = x25 + r151
     r77 = r151 == 1.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
-    r16 = x24 == r151
+    r16 = x25 == r151
     r165 = k.where(r16, 1.0, 0.0)
     r165 = 2.0 * x12 * r165
     r167 = r151 != 1.0
     r167 = k.and_(r16, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x38 * x12 * r167
+    r167 = x39 * x12 * r167
     r167 = r77 + r36 + r37 + r165 + r167
     r167 = r25 * r167
     r167 = r167 + r153
@@ -315,406 +315,407 @@ def quantities(x, k):
     r97 = k.where(r56, r73, r97)
     r108 = r40 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x38 * x20 * x4 * x35 * r31 * r25
-    r108 = x38 * x20 * x4 * x35 * r31
+    r124 = x39 * x20 * x4 * x36 * r31 * r25
+    r108 = x39 * x20 * x4 * x36 * r31
     r73 = k.max(r40, r153, r12)
     r56 = r153 == r73
     r12 = k.where(r56, r153, r12)
     r73 = r40 == r73
     r12 = k.where(r73, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r73 = 6.0 * x6 * x35 * r15
+    r40 = -1.0 * x21
+    r73 = -1.0 * r12
+    r73 = x8 + r40 + r73
+    r40 = 6.0 * x6 * x36 * r15
     r153 = 12.0 * x12
     r56 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r118 = 6.0 * x38 * x12
+    r118 = 6.0 * x39 * x12
     r36 = 6.0 * x12 * x18
-    r55 = 12.0 * x15 * x11 * x10 * x35
+    r55 = 12.0 * x15 * x11 * x10 * x36
     r55 = r153 + r56 + r16 + r118 + r36 + r55
-    r36 = x6 * x35 * r55
+    r36 = x6 * x36 * r55
     r118 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r56 = 0.16666666666666666 * x35 * r16
+    r56 = 0.16666666666666666 * x36 * r16
     r165 = k.recip(x15)
-    r16 = 0.0625 * x38 * r165 * r16
+    r16 = 0.0625 * x39 * r165 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r118 * r16
-    r118 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r118 * r16
+    r118 = k.pow(x36, 2.0)
     r56 = 2.0 * x6 * x15 * x11 * x10 * r118
-    r130 = x25 == 1.0
+    r130 = x26 == 1.0
     r118 = 4.0 * x6 * x15 * x11 * x10 * r118
     r118 = k.where(r130, r118, 0.0)
-    r37 = 0.3333333333333333 * x6 * x35 * r55
+    r37 = 0.3333333333333333 * x6 * x36 * r55
     r118 = k.where(r62, r37, r118)
     r118 = r36 + r56 + r118
     r56 = k.where(r62, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x9)
     r39 = k.recip(x19)
-    r60 = x38 * x12 * r25
-    r112 = x20 * x12 * x35 * r31
-    r61 = x38 * x20 * x35 * r31 * r25
+    r60 = x39 * x12 * r25
+    r112 = x20 * x12 * x36 * r31
+    r61 = x39 * x20 * x36 * r31 * r25
     r61 = r60 + r112 + r61
     r60 = 2.0 * r37 * r39 * r61
-    r94 = k.recip(x23)
+    r94 = k.recip(x24)
     r35 = k.recip(x17)
-    r86 = 2.0 * x38 * x20 * x12 * x35 * r94 * r31 * r35 * r25
+    r86 = 2.0 * x39 * x20 * x12 * x36 * r94 * r31 * r35 * r25
     r86 = r60 + r86
     r86 = r56 * r86
     r61 = 4.0 * r37 * r39 * r61
-    r60 = 4.0 * x38 * x20 * x12 * x35 * r94 * r31 * r35 * r25
+    r60 = 4.0 * x39 * x20 * x12 * x36 * r94 * r31 * r35 * r25
     r60 = r86 + r61 + r60
     r60 = r11 * r60
     r61 = x11 * x10 * x12 * r25
-    r86 = x11 * x20 * x10 * x35 * r31 * r25
+    r86 = x11 * x20 * x10 * x36 * r31 * r25
     r86 = r61 + r112 + r86
     r61 = r37 * r39 * r86
-    r87 = k.recip(x22)
-    r74 = 2.0 * x11 * x20 * x10 * x12 * x35 * r87 * r31 * r35 * r25
+    r87 = k.recip(x23)
+    r74 = 2.0 * x11 * x20 * x10 * x12 * x36 * r87 * r31 * r35 * r25
     r74 = r61 + r74
     r74 = r56 * r74
     r61 = x10 * x12 * r25 * r14
-    r151 = x20 * x10 * x35 * r31 * r25 * r14
+    r151 = x20 * x10 * x36 * r31 * r25 * r14
     r151 = r112 + r61 + r151
     r61 = r37 * r39 * r151
-    r369 = 2.0 * x20 * x10 * x12 * x35 * r87 * r31 * r35 * r25 * r14
-    r369 = r61 + r369
-    r369 = r56 * r369
+    r370 = 2.0 * x20 * x10 * x12 * x36 * r87 * r31 * r35 * r25 * r14
+    r370 = r61 + r370
+    r370 = r56 * r370
     r61 = x12 * x5 * r25
-    r373 = x20 * x5 * x35 * r31 * r25
-    r373 = r61 + r112 + r373
-    r112 = r37 * r39 * r373
-    r61 = 2.0 * x20 * x12 * x5 * x35 * r87 * r31 * r35 * r25
+    r374 = x20 * x5 * x36 * r31 * r25
+    r374 = r61 + r112 + r374
+    r112 = r37 * r39 * r374
+    r61 = 2.0 * x20 * x12 * x5 * x36 * r87 * r31 * r35 * r25
     r61 = r112 + r61
     r61 = 2.0 * r56 * r61
     r86 = 2.0 * r37 * r39 * r86
     r151 = 2.0 * r37 * r39 * r151
-    r373 = 4.0 * r37 * r39 * r373
+    r374 = 4.0 * r37 * r39 * r374
     r112 = x11 * x10 * r25
     r112 = x12 + r112
-    r112 = 4.0 * x20 * x35 * r37 * r31 * r39 * r112
-    r385 = x10 * r25 * r14
-    r385 = x12 + r385
-    r385 = 4.0 * x20 * x35 * r37 * r31 * r39 * r385
-    r388 = x5 * r25
-    r388 = x12 + r388
-    r388 = 8.0 * x20 * x35 * r37 * r31 * r39 * r388
-    r391 = 8.0 * x20 * x12 * x5 * x35 * r87 * r31 * r35 * r25
-    r392 = 4.0 * x11 * x20 * x10 * x12 * x35 * r87 * r31 * r35 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r87 * r31 * r35 * r25 * r14
-    r14 = r74 + r369 + r61 + r86 + r151 + r373 + r112 + r385 + r388 + r391 + r392 + r14
+    r112 = 4.0 * x20 * x36 * r37 * r31 * r39 * r112
+    r386 = x10 * r25 * r14
+    r386 = x12 + r386
+    r386 = 4.0 * x20 * x36 * r37 * r31 * r39 * r386
+    r389 = x5 * r25
+    r389 = x12 + r389
+    r389 = 8.0 * x20 * x36 * r37 * r31 * r39 * r389
+    r392 = 8.0 * x20 * x12 * x5 * x36 * r87 * r31 * r35 * r25
+    r393 = 4.0 * x11 * x20 * x10 * x12 * x36 * r87 * r31 * r35 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r87 * r31 * r35 * r25 * r14
+    r14 = r74 + r370 + r61 + r86 + r151 + r374 + r112 + r386 + r389 + r392 + r393 + r14
     r14 = x15 * r11 * r14
     r14 = r60 + r14
     r60 = x6 * r4 * r5 * r14
-    r392 = 3.0 * x5
-    r391 = 2.0 * x5 * r56
-    r391 = r392 + r391
-    r391 = x20 * x35 * r31 * r25 * r391
-    r392 = 10.0 * x12 * r56
-    r392 = r153 + r392
-    r392 = x20 * x35 * r31 * r25 * r392
-    r392 = r391 + r392
-    r392 = x15 * r11 * r392
-    r391 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r391 = r392 + r391
-    r392 = x6 * x4 * r37 * r4 * r5 * r39 * r391
+    r393 = 3.0 * x5
+    r392 = 2.0 * x5 * r56
+    r392 = r393 + r392
+    r392 = x20 * x36 * r31 * r25 * r392
+    r393 = 10.0 * x12 * r56
+    r393 = r153 + r393
+    r393 = x20 * x36 * r31 * r25 * r393
+    r393 = r392 + r393
+    r393 = x15 * r11 * r393
+    r392 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r392 = r393 + r392
+    r393 = x6 * x4 * r37 * r4 * r5 * r39 * r392
     r153 = k.recip(x0)
-    r388 = x11 * x10 * x35
+    r389 = x11 * x10 * x36
     r130 = k.or_(r130, r62)
     r130 = k.where(r130, 1.0, 0.0)
     r130 = 3.0 + r130
-    r130 = 2.0 * x11 * x10 * x35 * r130
-    r130 = r388 + r130
-    r388 = x6 * x15 * x35 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
-    r385 = r60 + r392 + r388
-    r112 = k.recip(r385)
+    r130 = 2.0 * x11 * x10 * x36 * r130
+    r130 = r389 + r130
+    r389 = x6 * x15 * x36 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
+    r386 = r60 + r393 + r389
+    r112 = k.recip(r386)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r373 = k.recip(x6)
-    r151 = 0.3333333333333333 * x3 * x20 * r373 * r85 * r385
-    r86 = 0.6666666666666666 * x3 * x20 * x24 * r373 * r385
-    r391 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r391
-    r130 = -1.0 * x6 * x15 * x35 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
-    r86 = r14 + r151 + r86 + r391 + r130
+    r374 = k.recip(x6)
+    r151 = 0.3333333333333333 * x3 * x20 * r374 * r85 * r386
+    r86 = 0.6666666666666666 * x3 * x20 * x25 * r374 * r386
+    r392 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r392
+    r130 = -1.0 * x6 * x15 * x36 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
+    r86 = r14 + r151 + r86 + r392 + r130
     r86 = k.max(0.0, r86)
-    r151 = 0.5 * x24
+    r151 = 0.5 * x25
     r151 = -1.0 + r151
-    r151 = 0.6666666666666666 * x3 * x20 * r373 * r85 * r151 * r385
+    r151 = 0.6666666666666666 * x3 * x20 * r374 * r85 * r151 * r386
     r151 = k.where(r57, 0.0, r151)
-    r57 = 0.3333333333333333 * x3 * x20 * r373 * r85 * r114 * r385
+    r57 = 0.3333333333333333 * x3 * x20 * r374 * r85 * r114 * r386
     r151 = k.where(r79, r57, r151)
     r89 = k.or_(r78, r81, r89)
-    r114 = x3 * x20 * r373 * r85 * r114 * r385
+    r114 = x3 * x20 * r374 * r85 * r114 * r386
     r151 = k.where(r89, r114, r151)
     r151 = k.max(r86, r151)
     r112 = r112 * r151
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r60 + r392 + r388
-    r86 = -1.0 * x21
+    r37 = r39 + r60 + r393 + r389
+    r86 = -1.0 * x22
     r86 = 1.0 + r86
-    r114 = x24 * x39
+    r114 = x25 * x40
     r114 = -1.0 + r114
-    r85 = k.recip(x27)
-    r78 = k.recip(x28)
-    r57 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25
-    r57 = x29 + r57
-    r79 = 2.0 * x3 * x2 * x37
-    r79 = x31 >= r79
-    r153 = k.recip(x30)
-    r35 = k.recip(x32)
-    r94 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25
-    r94 = x33 + r94
+    r85 = k.recip(x28)
+    r78 = k.recip(x29)
+    r57 = x20 * x4 * x12 * x36 * r85 * r31 * r78 * r25
+    r57 = x30 + r57
+    r79 = 2.0 * x3 * x2 * x38
+    r79 = x32 >= r79
+    r153 = k.recip(x31)
+    r35 = k.recip(x33)
+    r94 = x20 * x4 * x12 * x36 * r153 * r31 * r35 * r25
+    r94 = x34 + r94
     r57 = k.where(r79, r94, r57)
     r57 = 2.0 * x6 * r4 * r5 * r11 * r114 * r57
     r57 = k.where(r38, 0.0, r57)
     r86 = r86 * r57
-    r94 = x3 * x20 * r373 * r385
-    r79 = x24 <= 1.0
+    r94 = x3 * x20 * r374 * r386
+    r79 = x25 <= 1.0
     r98 = k.and_(r98, r79)
-    r94 = k.where(r98, r385, r94)
-    r94 = -1.0 * x21 * r94
-    r385 = x3 * x2
-    r61 = -1.0 + r385
-    r369 = k.recip(r61)
+    r94 = k.where(r98, r386, r94)
+    r94 = -1.0 * x22 * r94
+    r386 = x3 * x2
+    r61 = -1.0 + r386
+    r370 = k.recip(r61)
     r74 = 2.0 * x3 * x2
     r74 = -2.0 + r74
-    r469 = x31 * r25
-    r470 = k.gcd(r385, r469)
-    r471 = k.recip(r470)
-    r472 = x3 * x2 * r471
-    r472 = -1.0 + r472
-    r472 = x29 * r472
-    r475 = -1.0 * x3 * x2 * r471
-    r475 = r385 + r475
-    r475 = x33 * r475
-    r478 = r472 + r475
-    r478 = r369 * r74 * r478
-    r369 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r471 * r74 * r26
-    r470 = -1.0 + r470
-    r482 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r471 * r470 * r74 * r26
-    r482 = k.max(r369, r482)
-    r482 = r478 + r482
-    r478 = x31 <= x37
-    r369 = x29 * r74
-    r487 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r74 * r26
-    r487 = r369 + r487
-    r482 = k.where(r478, r487, r482)
-    r487 = x3 * x2 * x37
-    r487 = x31 >= r487
-    r369 = x33 * r74
-    r493 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r74 * r26
-    r493 = r369 + r493
-    r482 = k.where(r487, r493, r482)
-    r482 = x15 * r11 * r482
-    r493 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r471 * r61 * r26
-    r470 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r471 * r61 * r470 * r26
-    r470 = k.max(r493, r470)
-    r470 = r472 + r475 + r470
-    r475 = x29 * r61
-    r472 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r61 * r26
-    r472 = r475 + r472
-    r470 = k.where(r478, r472, r470)
-    r472 = x33 * r61
-    r165 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r61 * r26
-    r165 = r472 + r165
-    r470 = k.where(r487, r165, r470)
-    r165 = 2.0 * x15 * r11 * r470
-    r482 = k.where(r28, r165, r482)
-    r165 = x15 * r11 * r470
-    r487 = x6 * x15 * r4 * r5 * r11 * r470
-    r487 = r165 + r487
-    r482 = k.where(r98, r487, r482)
+    r470 = x32 * r25
+    r471 = k.gcd(r386, r470)
+    r472 = k.recip(r471)
+    r473 = x3 * x2 * r472
+    r473 = -1.0 + r473
+    r473 = x30 * r473
+    r476 = -1.0 * x3 * x2 * r472
+    r476 = r386 + r476
+    r476 = x34 * r476
+    r479 = r473 + r476
+    r479 = r370 * r74 * r479
+    r370 = x4 * x25 * r85 * r165 * r4 * r31 * r78 * r472 * r74 * r26
+    r471 = -1.0 + r471
+    r483 = x4 * x25 * r153 * r165 * r4 * r31 * r35 * r472 * r471 * r74 * r26
+    r483 = k.max(r370, r483)
+    r483 = r479 + r483
+    r479 = x32 <= x38
+    r370 = x30 * r74
+    r488 = x4 * x25 * r85 * r165 * r4 * r31 * r78 * r74 * r26
+    r488 = r370 + r488
+    r483 = k.where(r479, r488, r483)
+    r488 = x3 * x2 * x38
+    r488 = x32 >= r488
+    r370 = x34 * r74
+    r494 = x4 * x25 * r153 * r165 * r4 * r31 * r35 * r74 * r26
+    r494 = r370 + r494
+    r483 = k.where(r488, r494, r483)
+    r483 = x15 * r11 * r483
+    r494 = x4 * x25 * r85 * r165 * r4 * r31 * r78 * r472 * r61 * r26
+    r471 = x4 * x25 * r153 * r165 * r4 * r31 * r35 * r472 * r61 * r471 * r26
+    r471 = k.max(r494, r471)
+    r471 = r473 + r476 + r471
+    r476 = x30 * r61
+    r473 = x4 * x25 * r85 * r165 * r4 * r31 * r78 * r61 * r26
+    r473 = r476 + r473
+    r471 = k.where(r479, r473, r471)
+    r473 = x34 * r61
+    r165 = x4 * x25 * r153 * r165 * r4 * r31 * r35 * r61 * r26
+    r165 = r473 + r165
+    r471 = k.where(r488, r165, r471)
+    r165 = 2.0 * x15 * r11 * r471
+    r483 = k.where(r28, r165, r483)
+    r165 = x15 * r11 * r471
+    r488 = x6 * x15 * r4 * r5 * r11 * r471
+    r488 = r165 + r488
+    r483 = k.where(r98, r488, r483)
     r79 = k.and_(r53, r79)
-    r470 = 3.0 * x6 * x15 * r4 * r5 * r11 * r470
-    r482 = k.where(r79, r470, r482)
-    r385 = r385 == 1.0
-    r482 = k.where(r385, 0.0, r482)
-    r94 = r94 + r482
+    r471 = 3.0 * x6 * x15 * r4 * r5 * r11 * r471
+    r483 = k.where(r79, r471, r483)
+    r386 = r386 == 1.0
+    r483 = k.where(r386, 0.0, r483)
+    r94 = r94 + r483
     r94 = k.max(0.0, r94)
-    r469 = k.gcd(x2, r469)
-    r470 = k.recip(r469)
-    r53 = x2 * r470
+    r470 = k.gcd(x2, r470)
+    r471 = k.recip(r470)
+    r53 = x2 * r471
     r53 = -1.0 + r53
-    r53 = x29 * r53
-    r487 = -1.0 * x2 * r470
-    r487 = x2 + r487
-    r487 = x33 * r487
+    r53 = x30 * r53
+    r488 = -1.0 * x2 * r471
+    r488 = x2 + r488
+    r488 = x34 * r488
     r165 = -1.0 + x2
-    r472 = 2.0 * x14 * x20 * x10 * x4 * x35 * r85 * r31 * r78 * r25 * r470 * r165
-    r469 = -1.0 + r469
-    r469 = 2.0 * x14 * x20 * x10 * x4 * x35 * r153 * r31 * r35 * r25 * r470 * r165 * r469
-    r469 = k.max(r472, r469)
-    r469 = r53 + r487 + r469
-    r487 = x29 * r165
-    r53 = 2.0 * x14 * x20 * x10 * x4 * x35 * r85 * r31 * r78 * r25 * r165
-    r53 = r487 + r53
-    r469 = k.where(r478, r53, r469)
-    r53 = x2 * x37
-    r53 = x31 >= r53
-    r478 = x33 * r165
-    r487 = 2.0 * x14 * x20 * x10 * x4 * x35 * r153 * r31 * r35 * r25 * r165
-    r487 = r478 + r487
-    r469 = k.where(r53, r487, r469)
-    r487 = x6 * x15 * r4 * r5 * r11 * r469
-    r469 = x6 * x15 * r4 * r5 * r11 * r56 * r469
-    r469 = r487 + r469
-    r487 = x2 == 1.0
-    r469 = k.where(r487, 0.0, r469)
+    r473 = 2.0 * x14 * x20 * x10 * x4 * x36 * r85 * r31 * r78 * r25 * r471 * r165
+    r470 = -1.0 + r470
+    r470 = 2.0 * x14 * x20 * x10 * x4 * x36 * r153 * r31 * r35 * r25 * r471 * r165 * r470
+    r470 = k.max(r473, r470)
+    r470 = r53 + r488 + r470
+    r488 = x30 * r165
+    r53 = 2.0 * x14 * x20 * x10 * x4 * x36 * r85 * r31 * r78 * r25 * r165
+    r53 = r488 + r53
+    r470 = k.where(r479, r53, r470)
+    r53 = x2 * x38
+    r53 = x32 >= r53
+    r479 = x34 * r165
+    r488 = 2.0 * x14 * x20 * x10 * x4 * x36 * r153 * r31 * r35 * r25 * r165
+    r488 = r479 + r488
+    r470 = k.where(r53, r488, r470)
+    r488 = x6 * x15 * r4 * r5 * r11 * r470
+    r470 = x6 * x15 * r4 * r5 * r11 * r56 * r470
+    r470 = r488 + r470
+    r488 = x2 == 1.0
+    r470 = k.where(r488, 0.0, r470)
     r62 = k.where(r62, 2.0, 0.0)
     r62 = 4.0 + r62
-    r53 = k.gcd(x37, x31)
-    r478 = k.recip(r53)
-    r472 = x37 * r478
-    r472 = -1.0 + r472
-    r472 = x29 * r472
-    r470 = -1.0 * x37 * r478
-    r470 = x37 + r470
-    r470 = x33 * r470
-    r475 = -1.0 + x37
-    r493 = x20 * x12 * x35 * r85 * r31 * r78 * r25 * r478 * r475
+    r53 = k.gcd(x38, x32)
+    r479 = k.recip(r53)
+    r473 = x38 * r479
+    r473 = -1.0 + r473
+    r473 = x30 * r473
+    r471 = -1.0 * x38 * r479
+    r471 = x38 + r471
+    r471 = x34 * r471
+    r476 = -1.0 + x38
+    r494 = x20 * x12 * x36 * r85 * r31 * r78 * r25 * r479 * r476
     r53 = -1.0 + r53
-    r471 = x20 * x12 * x35 * r153 * r31 * r35 * r25 * r478 * r475 * r53
-    r471 = k.max(r493, r471)
-    r471 = r472 + r470 + r471
-    r493 = x31 <= 1.0
-    r369 = x29 * r475
-    r569 = x20 * x12 * x35 * r85 * r31 * r78 * r25 * r475
-    r569 = r369 + r569
-    r471 = k.where(r493, r569, r471)
-    r569 = x31 >= x37
-    r573 = x33 * r475
-    r574 = x20 * x12 * x35 * r153 * r31 * r35 * r25 * r475
-    r574 = r573 + r574
-    r471 = k.where(r569, r574, r471)
-    r471 = x6 * x15 * r4 * r5 * r11 * r62 * r471
-    r574 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25 * r478 * r475
-    r53 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25 * r478 * r475 * r53
-    r53 = k.max(r574, r53)
-    r53 = r472 + r470 + r53
-    r78 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25 * r475
-    r78 = r369 + r78
-    r53 = k.where(r493, r78, r53)
-    r35 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25 * r475
-    r35 = r573 + r35
-    r53 = k.where(r569, r35, r53)
+    r472 = x20 * x12 * x36 * r153 * r31 * r35 * r25 * r479 * r476 * r53
+    r472 = k.max(r494, r472)
+    r472 = r473 + r471 + r472
+    r494 = x32 <= 1.0
+    r370 = x30 * r476
+    r570 = x20 * x12 * x36 * r85 * r31 * r78 * r25 * r476
+    r570 = r370 + r570
+    r472 = k.where(r494, r570, r472)
+    r570 = x32 >= x38
+    r574 = x34 * r476
+    r575 = x20 * x12 * x36 * r153 * r31 * r35 * r25 * r476
+    r575 = r574 + r575
+    r472 = k.where(r570, r575, r472)
+    r472 = x6 * x15 * r4 * r5 * r11 * r62 * r472
+    r575 = x20 * x4 * x12 * x36 * r85 * r31 * r78 * r25 * r479 * r476
+    r53 = x20 * x4 * x12 * x36 * r153 * r31 * r35 * r25 * r479 * r476 * r53
+    r53 = k.max(r575, r53)
+    r53 = r473 + r471 + r53
+    r78 = x20 * x4 * x12 * x36 * r85 * r31 * r78 * r25 * r476
+    r78 = r370 + r78
+    r53 = k.where(r494, r78, r53)
+    r35 = x20 * x4 * x12 * x36 * r153 * r31 * r35 * r25 * r476
+    r35 = r574 + r35
+    r53 = k.where(r570, r35, r53)
     r53 = x6 * x15 * r4 * r5 * r11 * r62 * r53
-    r53 = r471 + r53
-    r471 = x37 == 1.0
-    r53 = k.where(r471, 0.0, r53)
-    r130 = r14 + r391 + r130
+    r53 = r472 + r53
+    r472 = x38 == 1.0
+    r53 = k.where(r472, 0.0, r53)
+    r130 = r14 + r392 + r130
     r130 = k.max(0.0, r130)
     r130 = k.where(r27, r130, 0.0)
-    r27 = r86 + r39 + r60 + r392 + r388 + r94 + r151 + r469 + r53 + r130
-    r391 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r87 * r4 * r31 * r11 * r25 * r391 * r15
-    r55 = x6 * x35 * r87 * r4 * r31 * r11 * r25 * r391 * r55
-    r391 = x20 * x4 * x12 * x35 * r31
-    r87 = x20 * x4 * x12 * x35 * r85 * r31
+    r27 = r86 + r39 + r60 + r393 + r389 + r94 + r151 + r470 + r53 + r130
+    r392 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r87 * r4 * r31 * r11 * r25 * r392 * r15
+    r55 = x6 * x36 * r87 * r4 * r31 * r11 * r25 * r392 * r55
+    r392 = x20 * x4 * x12 * x36 * r31
+    r87 = x20 * x4 * x12 * x36 * r85 * r31
     r74 = x4 * r4 * r31 * r74 * r26
     r35 = 2.0 * x4 * r4 * r31 * r61 * r26
     r74 = k.where(r28, r35, r74)
     r35 = x4 * r4 * r31 * r61 * r26
     r28 = k.pow(x3, -2.0)
-    r569 = x6 * x4 * r28 * r5 * r31 * r61 * r26
-    r569 = r35 + r569
-    r74 = k.where(r98, r569, r74)
+    r570 = x6 * x4 * r28 * r5 * r31 * r61 * r26
+    r570 = r35 + r570
+    r74 = k.where(r98, r570, r74)
     r61 = 3.0 * x6 * x4 * r28 * r5 * r31 * r61 * r26
     r74 = k.where(r79, r61, r74)
-    r74 = k.where(r385, 0.0, r74)
-    r385 = r85 * r74
-    r85 = x30 * r85
-    r61 = k.recip(x35)
-    r79 = x36 * r373 * r61
+    r74 = k.where(r386, 0.0, r74)
+    r386 = r85 * r74
+    r85 = x31 * r85
+    r61 = k.recip(x36)
+    r79 = x37 * r374 * r61
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r569 = 1.6e-11 * x12
+    r570 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
     r35 = 8e-12 * x15 * r13
-    r573 = 8e-12 * x38 * x12
+    r574 = 8e-12 * x39 * x12
     r153 = 8e-12 * x12 * x18
-    r78 = r569 + r98 + r35 + r573 + r153
-    r493 = 8e-12 * x12
-    r369 = 4e-12 * x15 * r9
-    r470 = 4e-12 * x15 * r13
-    r472 = 4e-12 * x38 * x12
-    r574 = 4e-12 * x12 * x18
-    r574 = r493 + r369 + r470 + r472 + r574
-    r574 = r28 > r574
-    r472 = -1.6e-11 * x12
+    r78 = r570 + r98 + r35 + r574 + r153
+    r494 = 8e-12 * x12
+    r370 = 4e-12 * x15 * r9
+    r471 = 4e-12 * x15 * r13
+    r473 = 4e-12 * x39 * x12
+    r575 = 4e-12 * x12 * x18
+    r575 = r494 + r370 + r471 + r473 + r575
+    r575 = r28 > r575
+    r473 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r470 = -8e-12 * x38 * x12
-    r369 = -8e-12 * x12 * x18
-    r493 = k.sqrt(2.0)
-    r478 = k.sqrt(x3)
-    r478 = k.recip(r478)
-    r639 = k.sqrt(x2)
-    r639 = k.recip(r639)
-    r641 = k.sqrt(x13)
-    r641 = k.recip(r641)
-    r643 = k.sqrt(x24)
-    r643 = k.recip(r643)
-    r645 = k.sqrt(x37)
-    r645 = k.recip(r645)
-    r647 = k.sqrt(r78)
-    r648 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r78
-    r649 = k.sqrt(x3)
-    r650 = k.sqrt(x2)
-    r651 = k.sqrt(x13)
-    r652 = k.sqrt(x24)
-    r653 = k.sqrt(x37)
-    r653 = 0.16666666666666666 * r493 * r649 * r650 * r651 * r652 * r653 * r647
-    r653 = 1.0 + r648 + r653
-    r653 = r493 * r478 * r639 * r641 * r643 * r645 * r647 * r653
-    r653 = r472 + r9 + r13 + r470 + r369 + r653
-    r369 = k.where(r574, r653, r28)
-    r153 = r569 + r98 + r35 + r573 + r153 + r369
-    r153 = x3 * x2 * x13 * x24 * x37 * r153
+    r471 = -8e-12 * x39 * x12
+    r370 = -8e-12 * x12 * x18
+    r494 = k.sqrt(2.0)
+    r479 = k.sqrt(x3)
+    r479 = k.recip(r479)
+    r640 = k.sqrt(x2)
+    r640 = k.recip(r640)
+    r642 = k.sqrt(x13)
+    r642 = k.recip(r642)
+    r644 = k.sqrt(x25)
+    r644 = k.recip(r644)
+    r646 = k.sqrt(x38)
+    r646 = k.recip(r646)
+    r648 = k.sqrt(r78)
+    r649 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r78
+    r650 = k.sqrt(x3)
+    r651 = k.sqrt(x2)
+    r652 = k.sqrt(x13)
+    r653 = k.sqrt(x25)
+    r654 = k.sqrt(x38)
+    r654 = 0.16666666666666666 * r494 * r650 * r651 * r652 * r653 * r654 * r648
+    r654 = 1.0 + r649 + r654
+    r654 = r494 * r479 * r640 * r642 * r644 * r646 * r648 * r654
+    r654 = r473 + r9 + r13 + r471 + r370 + r654
+    r370 = k.where(r575, r654, r28)
+    r153 = r570 + r98 + r35 + r574 + r153 + r370
+    r153 = x3 * x2 * x13 * x25 * x38 * r153
     r153 = k.exp(r153)
     r153 = -1.0 + r153
-    r573 = k.recip(r153)
-    r35 = x26 + x1
-    r98 = -1.0 * x3 * x2 * x13 * x24 * x37 * r35
+    r574 = k.recip(r153)
+    r35 = x27 + x1
+    r98 = -1.0 * x3 * x2 * x13 * x25 * x38 * r35
     r98 = k.exp(r98)
-    r98 = x3 * x2 * x13 * x24 * x37 * r573 * r369 * r98
-    r573 = x3 * x2 * x13 * x24 * x37
-    r653 = k.recip(r653)
-    r573 = k.where(r574, r653, r573)
-    r35 = x3 * x2 * x13 * x24 * x37 * r35
+    r98 = x3 * x2 * x13 * x25 * x38 * r574 * r370 * r98
+    r574 = x3 * x2 * x13 * x25 * x38
+    r654 = k.recip(r654)
+    r574 = k.where(r575, r654, r574)
+    r35 = x3 * x2 * x13 * x25 * x38 * r35
     r35 = k.exp(r35)
-    r5 = x36 * r373 * r4 * r31 * r5 * r11 * r61 * r25 * r153 * r27 * r573 * r35
-    r35 = x36 * r373 * r61 * r153 * r27 * r573 * r35
-    r573 = x6 * x15 * x12 * x35 * r4 * r31 * r11 * r25 * r475 * r62
-    r62 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r475 * r62
-    r62 = r573 + r62
-    r62 = k.where(r471, 0.0, r62)
-    r471 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r165
-    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r56 * r165
-    r165 = r471 + r165
-    r165 = k.where(r487, 0.0, r165)
-    r114 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r114
+    r5 = x37 * r374 * r4 * r31 * r5 * r11 * r61 * r25 * r153 * r27 * r574 * r35
+    r35 = x37 * r374 * r61 * r153 * r27 * r574 * r35
+    r574 = x6 * x15 * x12 * x36 * r4 * r31 * r11 * r25 * r476 * r62
+    r62 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r476 * r62
+    r62 = r574 + r62
+    r62 = k.where(r472, 0.0, r62)
+    r472 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r165
+    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r56 * r165
+    r165 = r472 + r165
+    r165 = k.where(r488, 0.0, r165)
+    r114 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r114
     r114 = k.where(r38, 0.0, r114)
-    r8 = r8 < x24
-    r38 = x34 != 2.0
+    r8 = r8 < x25
+    r38 = x35 != 2.0
     r81 = k.and_(r81, r38)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r80 = k.and_(r25, r38, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x24 >= 2.0
-    r8 = x34 != 3.0
-    r38 = x34 != 4.0
+    r81 = x25 >= 2.0
+    r8 = x35 != 3.0
+    r38 = x35 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r38, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x22 * x3 * x2 * x24 * x37 * r27
-    r38 = r73 <= r81
+    r81 = x23 * x3 * x2 * x25 * x38 * r27
+    r38 = r40 <= r81
     r81 = r36 <= r81
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r40, r73, r73, r36, r16, r118, r112, r37, r151, r27, r14, r55, r391, r87, r385, r85, 0.0, r79, r28, r78, r369, r98, r5, r35, r60, r388, r392, r39, r62, r53, r53, r165, r469, r469, r74, r482, r94, r114, r57, r86, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r73, r40, r40, r36, r16, r118, r112, r37, r151, r27, r14, r55, r392, r87, r386, r85, 0.0, r79, r28, r78, r370, r98, r5, r35, r60, r389, r393, r39, r62, r53, r53, r165, r470, r470, r74, r483, r94, r114, r57, r86, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1431,9 +1432,9 @@ def search(x, k):
     return (r89, r108, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 30), (16, 31), (16, 32), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (38, 45, 46, 47, 48, 49, 50, 51), (36, 45, 46, 47, 48, 49, 50, 51), (37, 45, 46, 47, 48, 49, 50, 51), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (15, 45, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (39, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51, 77, 78), (39, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 44), (10, 73), (11, 73), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 32), (13, 69), (13, 70), (13, 71), (13, 72), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 30), (16, 31), (16, 32), (16, 35), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 69), (17, 70), (17, 71), (17, 72), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 13), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

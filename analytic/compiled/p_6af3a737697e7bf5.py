@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,77 +52,77 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x34 * r31 * r39
-    r35 = x24 == 1.0
+    r39 = x20 * x35 * r31 * r39
+    r35 = x25 == 1.0
     r37 = 4.0 * x12
     r46 = 2.0 * x5
     r47 = 2.0 * x14 * x10
     r38 = r46 + r36 + r47 + r38
     r38 = r25 * r38
     r38 = r37 + r38
-    r38 = x20 * x34 * r31 * r38
+    r38 = x20 * x35 * r31 * r38
     r39 = k.where(r35, r38, r39)
-    r38 = x24 == 2.0
-    r37 = 2.0 * x20 * x12 * x34 * r31
+    r38 = x25 == 2.0
+    r37 = 2.0 * x20 * x12 * x35 * r31
     r37 = k.where(r38, r37, r39)
-    r47 = 1.0 + x23
+    r47 = 1.0 + x24
     r47 = k.min(r47, r6)
     r36 = k.ceiling(r34)
     r47 = r47 * r36
-    r46 = x33 == 4.0
-    r61 = 2.0 * x23
+    r46 = x34 == 4.0
+    r61 = 2.0 * x24
     r62 = -1.0 + r61
     r62 = k.min(r62, r6)
     r62 = r62 * r36
     r65 = k.where(r46, r62, r47)
-    r66 = x33 == 0.0
-    r67 = x33 == 3.0
+    r66 = x34 == 0.0
+    r67 = x34 == 3.0
     r68 = k.or_(r66, r67)
-    r69 = k.min(x23, r6)
+    r69 = k.min(x24, r6)
     r69 = r69 * r36
     r65 = k.where(r68, r69, r65)
-    r69 = x33 == 1.0
-    r73 = k.recip(x38)
-    r74 = x6 * x38 * r4 * r5
-    r75 = -1.0 + x38
-    r75 = x23 * r75
+    r69 = x34 == 1.0
+    r73 = k.recip(x39)
+    r74 = x6 * x39 * r4 * r5
+    r75 = -1.0 + x39
+    r75 = x24 * r75
     r77 = -1.0 + r61 + r75
     r77 = k.min(r74, r77)
     r77 = r73 * r77 * r36
     r65 = k.where(r69, r77, r65)
-    r77 = x33 == 2.0
+    r77 = x34 == 2.0
     r82 = x6 * r4 * r5 * r36
     r65 = k.where(r77, r82, r65)
     r65 = r37 * r65
     r85 = r9 * r36
     r86 = r13 * r36
-    r87 = x23 == 1.0
+    r87 = x24 == 1.0
     r88 = k.where(r87, 1.0, 0.0)
     r89 = 2.0 * x12 * r88
     r89 = r12 + r16 + r85 + r86 + r89
     r89 = r25 * r89
     r16 = r12 + r16
     r88 = r16 * r88
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r88 + r85 + r86 + r12
     r12 = r25 * r12
     r88 = r12 + r89
     r89 = k.where(r27, r88, r89)
     r8 = 2.0 * r89
-    r102 = x39 >= 2.0
+    r102 = x40 >= 2.0
     r103 = 2.0 * r4 * r31 * r89
     r104 = k.where(r102, r103, r8)
-    r105 = x39 >= 3.0
+    r105 = x40 >= 3.0
     r8 = k.where(r105, r103, r8)
     r103 = 12.0 * r89
     r108 = 12.0 * r4 * r31 * r89
     r103 = k.where(r28, r108, r103)
     r108 = k.where(r38, r39, 0.0)
     r111 = k.or_(r27, r87)
-    r112 = 4.0 * x20 * x12 * x34 * r31
-    r113 = x37 * x20 * x16 * x34 * r31 * r25
+    r112 = 4.0 * x20 * x12 * x35 * r31
+    r113 = x38 * x20 * x16 * x35 * r31 * r25
     r112 = r112 + r113
     r112 = k.max(r112, r108)
     r111 = k.where(r111, r112, r108)
@@ -131,16 +131,16 @@ def quantities(x, k):
     r117 = k.where(r27, r118, r117)
     r118 = 3.0 * x4 * r117 * r89
     r118 = k.where(r105, r118, 0.0)
-    r122 = x23 > 1.0
+    r122 = x24 > 1.0
     r122 = k.and_(r105, r122)
     r89 = 6.0 * r89
     r118 = k.where(r122, r89, r118)
     r89 = r65 + r104 + r8 + r103 + r111 + r118
     r127 = k.where(r46, r62, r47)
-    r128 = -1.0 + x23
+    r128 = -1.0 + x24
     r129 = k.min(1.0, r128)
     r130 = -1.0 * r129
-    r130 = x23 + r130
+    r130 = x24 + r130
     r132 = k.min(r6, r130)
     r132 = r132 * r36
     r127 = k.where(r68, r132, r127)
@@ -155,25 +155,25 @@ def quantities(x, k):
     r61 = k.where(r61, 1.0, 0.0)
     r61 = r16 * r61
     r132 = 1.0 + r129
-    r132 = x23 == r132
+    r132 = x24 == r132
     r147 = k.where(r132, 1.0, 0.0)
     r147 = 2.0 * x12 * r147
     r149 = r129 != 0.0
     r149 = k.and_(r149, r132)
     r149 = k.where(r149, 1.0, 0.0)
-    r149 = x37 * x12 * r149
+    r149 = x38 * x12 * r149
     r149 = r61 + r85 + r86 + r147 + r149
     r149 = r25 * r149
     r147 = r130 == 1.0
     r147 = k.where(r147, 1.0, 0.0)
     r147 = r16 * r147
-    r16 = x23 == r130
+    r16 = x24 == r130
     r61 = k.where(r16, 1.0, 0.0)
     r61 = 2.0 * x12 * r61
     r130 = r130 != 1.0
     r130 = k.and_(r16, r130)
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x37 * x12 * r130
+    r130 = x38 * x12 * r130
     r130 = r147 + r85 + r86 + r61 + r130
     r130 = r25 * r130
     r130 = r130 + r149
@@ -249,399 +249,400 @@ def quantities(x, k):
     r127 = k.where(r127, 0.0, 0.0)
     r47 = r89 == r47
     r127 = k.where(r47, 0.0, r127)
-    r47 = x37 * x20 * x4 * x34 * r31 * r25
-    r65 = x37 * x20 * x4 * x34 * r31
+    r47 = x38 * x20 * x4 * x35 * r31 * r25
+    r65 = x38 * x20 * x4 * x35 * r31
     r118 = k.max(r89, r149, r12)
     r103 = r149 == r118
     r12 = k.where(r103, r149, r12)
     r118 = r89 == r118
     r12 = k.where(r118, r89, r12)
-    r89 = -1.0 * r12
-    r89 = x8 + r89
-    r118 = 6.0 * x6 * x34 * r15
+    r89 = -1.0 * x21
+    r118 = -1.0 * r12
+    r118 = x8 + r89 + r118
+    r89 = 6.0 * x6 * x35 * r15
     r149 = 12.0 * x12
     r103 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r104 = 6.0 * x37 * x12
+    r104 = 6.0 * x38 * x12
     r61 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r149 + r103 + r16 + r104 + r61 + r8
-    r61 = x6 * x34 * r8
+    r61 = x6 * x35 * r8
     r104 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r103 = 0.16666666666666666 * x34 * r16
+    r103 = 0.16666666666666666 * x35 * r16
     r86 = k.recip(x15)
-    r16 = 0.0625 * x37 * r86 * r16
+    r16 = 0.0625 * x38 * r86 * r16
     r16 = 1.0 + r103 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r104 * r16
-    r104 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r104 * r16
+    r104 = k.pow(x35, 2.0)
     r104 = 2.0 * x6 * x15 * x11 * x10 * r104
     r103 = x11 * x10
     r122 = x14 * x10
     r122 = x5 + r103 + r122
-    r122 = 2.0 * x6 * x15 * x12 * x34 * r122
+    r122 = 2.0 * x6 * x15 * x12 * x35 * r122
     r122 = k.where(r35, r122, 0.0)
-    r103 = 0.3333333333333333 * x6 * x34 * r8
+    r103 = 0.3333333333333333 * x6 * x35 * r8
     r122 = k.where(r38, r103, r122)
     r122 = r61 + r104 + r122
     r104 = k.where(r38, 1.0, 0.0)
     r103 = 1.0 + r104
     r130 = k.recip(x9)
     r36 = k.recip(x19)
-    r74 = x37 * x12 * r25
-    r75 = x20 * x12 * x34 * r31
-    r62 = x37 * x20 * x34 * r31 * r25
+    r74 = x38 * x12 * r25
+    r75 = x20 * x12 * x35 * r31
+    r62 = x38 * x20 * x35 * r31 * r25
     r62 = r74 + r75 + r62
     r74 = 2.0 * r130 * r36 * r62
-    r132 = k.recip(x22)
+    r132 = k.recip(x23)
     r85 = k.recip(x17)
-    r147 = 2.0 * x37 * x20 * x12 * x34 * r132 * r31 * r85 * r25
+    r147 = 2.0 * x38 * x20 * x12 * x35 * r132 * r31 * r85 * r25
     r147 = r74 + r147
     r147 = r103 * r147
     r62 = 4.0 * r130 * r36 * r62
-    r74 = 4.0 * x37 * x20 * x12 * x34 * r132 * r31 * r85 * r25
+    r74 = 4.0 * x38 * x20 * x12 * x35 * r132 * r31 * r85 * r25
     r74 = r147 + r62 + r74
     r74 = r11 * r74
     r62 = x11 * x10 * x12 * r25
-    r147 = x11 * x20 * x10 * x34 * r31 * r25
+    r147 = x11 * x20 * x10 * x35 * r31 * r25
     r147 = r62 + r75 + r147
     r62 = 2.0 * r130 * r36 * r147
-    r297 = 2.0 * x11 * x20 * x10 * x12 * x34 * r132 * r31 * r85 * r25
-    r297 = r62 + r297
-    r297 = r103 * r297
+    r298 = 2.0 * x11 * x20 * x10 * x12 * x35 * r132 * r31 * r85 * r25
+    r298 = r62 + r298
+    r298 = r103 * r298
     r62 = x10 * x12 * r25 * r14
-    r301 = x20 * x10 * x34 * r31 * r25 * r14
-    r301 = r75 + r62 + r301
-    r62 = 2.0 * r130 * r36 * r301
-    r304 = 2.0 * x20 * x10 * x12 * x34 * r132 * r31 * r85 * r25 * r14
-    r304 = r62 + r304
-    r304 = r103 * r304
+    r302 = x20 * x10 * x35 * r31 * r25 * r14
+    r302 = r75 + r62 + r302
+    r62 = 2.0 * r130 * r36 * r302
+    r305 = 2.0 * x20 * x10 * x12 * x35 * r132 * r31 * r85 * r25 * r14
+    r305 = r62 + r305
+    r305 = r103 * r305
     r62 = x12 * x5 * r25
-    r308 = x20 * x5 * x34 * r31 * r25
-    r308 = r62 + r75 + r308
-    r62 = 2.0 * r130 * r36 * r308
-    r311 = 2.0 * x20 * x12 * x5 * x34 * r132 * r31 * r85 * r25
-    r311 = r62 + r311
-    r62 = r103 * r311
-    r314 = x14 * x10 * x12 * r25
-    r315 = x14 * x20 * x10 * x34 * r31 * r25
-    r315 = r314 + r75 + r315
-    r315 = 2.0 * r130 * r36 * r315
-    r75 = 2.0 * x14 * x20 * x10 * x12 * x34 * r132 * r31 * r85 * r25
-    r75 = r315 + r75
+    r309 = x20 * x5 * x35 * r31 * r25
+    r309 = r62 + r75 + r309
+    r62 = 2.0 * r130 * r36 * r309
+    r312 = 2.0 * x20 * x12 * x5 * x35 * r132 * r31 * r85 * r25
+    r312 = r62 + r312
+    r62 = r103 * r312
+    r315 = x14 * x10 * x12 * r25
+    r316 = x14 * x20 * x10 * x35 * r31 * r25
+    r316 = r315 + r75 + r316
+    r316 = 2.0 * r130 * r36 * r316
+    r75 = 2.0 * x14 * x20 * x10 * x12 * x35 * r132 * r31 * r85 * r25
+    r75 = r316 + r75
     r75 = r103 * r75
-    r75 = r62 + r297 + r75
+    r75 = r62 + r298 + r75
     r35 = k.where(r35, 1.0, 0.0)
     r75 = r75 * r35
-    r311 = 2.0 * r103 * r311
+    r312 = 2.0 * r103 * r312
     r147 = 4.0 * r130 * r36 * r147
-    r301 = 4.0 * r130 * r36 * r301
-    r308 = 8.0 * r130 * r36 * r308
-    r62 = 8.0 * x20 * x12 * x5 * x34 * r132 * r31 * r85 * r25
-    r315 = 4.0 * x11 * x20 * x10 * x12 * x34 * r132 * r31 * r85 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r132 * r31 * r85 * r25 * r14
-    r14 = r297 + r304 + r75 + r311 + r147 + r301 + r308 + r62 + r315 + r14
+    r302 = 4.0 * r130 * r36 * r302
+    r309 = 8.0 * r130 * r36 * r309
+    r62 = 8.0 * x20 * x12 * x5 * x35 * r132 * r31 * r85 * r25
+    r316 = 4.0 * x11 * x20 * x10 * x12 * x35 * r132 * r31 * r85 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r132 * r31 * r85 * r25 * r14
+    r14 = r298 + r305 + r75 + r312 + r147 + r302 + r309 + r62 + r316 + r14
     r14 = x15 * r11 * r14
     r14 = r74 + r14
     r74 = x6 * r4 * r5 * r14
     r35 = 1.0 + r35 + r104
-    r315 = 10.0 * x12 * r35
-    r315 = r149 + r315
-    r315 = x20 * x34 * r31 * r315
+    r316 = 10.0 * x12 * r35
+    r316 = r149 + r316
+    r316 = x20 * x35 * r31 * r316
     r149 = 3.0 * x5
     r35 = 2.0 * x5 * r35
     r35 = r149 + r35
-    r35 = x20 * x34 * r31 * r25 * r35
-    r35 = r315 + r35
+    r35 = x20 * x35 * r31 * r25 * r35
+    r35 = r316 + r35
     r35 = x15 * r11 * r35
-    r315 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r315 = r35 + r315
-    r35 = x6 * x4 * r130 * r4 * r5 * r36 * r315
+    r316 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r316 = r35 + r316
+    r35 = x6 * x4 * r130 * r4 * r5 * r36 * r316
     r149 = k.recip(x0)
-    r62 = x11 * x10 * x34
+    r62 = x11 * x10 * x35
     r104 = 3.0 + r104
-    r104 = 2.0 * x11 * x10 * x34 * r104
+    r104 = 2.0 * x11 * x10 * x35 * r104
     r104 = r62 + r104
-    r62 = x6 * x15 * x34 * r132 * r4 * r31 * r85 * r149 * r11 * r25 * r104
-    r308 = r74 + r35 + r62
-    r301 = k.recip(r308)
+    r62 = x6 * x15 * x35 * r132 * r4 * r31 * r85 * r149 * r11 * r25 * r104
+    r309 = r74 + r35 + r62
+    r302 = k.recip(r309)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r147 = k.recip(x6)
-    r311 = 0.3333333333333333 * x3 * x20 * r147 * r73 * r308
-    r75 = 0.6666666666666666 * x3 * x20 * x23 * r147 * r308
-    r315 = -1.0 * x6 * x4 * r130 * r4 * r5 * r36 * r315
-    r104 = -1.0 * x6 * x15 * x34 * r132 * r4 * r31 * r85 * r149 * r11 * r25 * r104
-    r75 = r14 + r311 + r75 + r315 + r104
+    r312 = 0.3333333333333333 * x3 * x20 * r147 * r73 * r309
+    r75 = 0.6666666666666666 * x3 * x20 * x24 * r147 * r309
+    r316 = -1.0 * x6 * x4 * r130 * r4 * r5 * r36 * r316
+    r104 = -1.0 * x6 * x15 * x35 * r132 * r4 * r31 * r85 * r149 * r11 * r25 * r104
+    r75 = r14 + r312 + r75 + r316 + r104
     r75 = k.max(0.0, r75)
-    r311 = 0.5 * x23
-    r311 = -1.0 + r311
-    r311 = 0.6666666666666666 * x3 * x20 * r147 * r73 * r311 * r308
-    r311 = k.where(r46, 0.0, r311)
-    r46 = 0.3333333333333333 * x3 * x20 * r147 * r73 * r128 * r308
-    r311 = k.where(r67, r46, r311)
+    r312 = 0.5 * x24
+    r312 = -1.0 + r312
+    r312 = 0.6666666666666666 * x3 * x20 * r147 * r73 * r312 * r309
+    r312 = k.where(r46, 0.0, r312)
+    r46 = 0.3333333333333333 * x3 * x20 * r147 * r73 * r128 * r309
+    r312 = k.where(r67, r46, r312)
     r77 = k.or_(r66, r69, r77)
-    r128 = x3 * x20 * r147 * r73 * r128 * r308
-    r311 = k.where(r77, r128, r311)
-    r311 = k.max(r75, r311)
-    r301 = r301 * r311
+    r128 = x3 * x20 * r147 * r73 * r128 * r309
+    r312 = k.where(r77, r128, r312)
+    r312 = k.max(r75, r312)
+    r302 = r302 * r312
     r36 = 28.0 * r130 * r36 * r32
     r130 = r36 + r74 + r35 + r62
-    r75 = -1.0 * x21
+    r75 = -1.0 * x22
     r75 = 1.0 + r75
-    r128 = x23 * x38
+    r128 = x24 * x39
     r128 = -1.0 + r128
-    r73 = k.recip(x26)
-    r66 = k.recip(x27)
-    r46 = x20 * x4 * x12 * x34 * r73 * r31 * r66 * r25
-    r46 = x28 + r46
-    r67 = 2.0 * x3 * x2 * x36
-    r67 = x30 >= r67
-    r149 = k.recip(x29)
-    r85 = k.recip(x31)
-    r304 = x20 * x4 * x12 * x34 * r149 * r31 * r85 * r25
-    r304 = x32 + r304
-    r46 = k.where(r67, r304, r46)
+    r73 = k.recip(x27)
+    r66 = k.recip(x28)
+    r46 = x20 * x4 * x12 * x35 * r73 * r31 * r66 * r25
+    r46 = x29 + r46
+    r67 = 2.0 * x3 * x2 * x37
+    r67 = x31 >= r67
+    r149 = k.recip(x30)
+    r85 = k.recip(x32)
+    r305 = x20 * x4 * x12 * x35 * r149 * r31 * r85 * r25
+    r305 = x33 + r305
+    r46 = k.where(r67, r305, r46)
     r46 = 2.0 * x6 * r4 * r5 * r11 * r128 * r46
     r46 = k.where(r87, 0.0, r46)
     r75 = r75 * r46
-    r304 = x3 * x20 * r147 * r308
-    r67 = x23 <= 1.0
+    r305 = x3 * x20 * r147 * r309
+    r67 = x24 <= 1.0
     r102 = k.and_(r102, r67)
-    r304 = k.where(r102, r308, r304)
-    r304 = -1.0 * x21 * r304
-    r308 = x3 * x2
-    r297 = -1.0 + r308
-    r314 = k.recip(r297)
-    r403 = 2.0 * x3 * x2
-    r403 = -2.0 + r403
-    r405 = x30 * r25
-    r406 = k.gcd(r308, r405)
-    r407 = k.recip(r406)
-    r408 = x3 * x2 * r407
-    r408 = -1.0 + r408
-    r408 = x28 * r408
-    r411 = -1.0 * x3 * x2 * r407
-    r411 = r308 + r411
-    r411 = x32 * r411
-    r414 = r408 + r411
-    r414 = r314 * r403 * r414
-    r314 = x4 * x23 * r73 * r86 * r4 * r31 * r66 * r407 * r403 * r26
-    r406 = -1.0 + r406
-    r418 = x4 * x23 * r149 * r86 * r4 * r31 * r85 * r407 * r406 * r403 * r26
-    r418 = k.max(r314, r418)
-    r418 = r414 + r418
-    r414 = x30 <= x36
-    r314 = x28 * r403
-    r423 = x4 * x23 * r73 * r86 * r4 * r31 * r66 * r403 * r26
-    r423 = r314 + r423
-    r418 = k.where(r414, r423, r418)
-    r423 = x3 * x2 * x36
-    r423 = x30 >= r423
-    r314 = x32 * r403
-    r429 = x4 * x23 * r149 * r86 * r4 * r31 * r85 * r403 * r26
-    r429 = r314 + r429
-    r418 = k.where(r423, r429, r418)
-    r418 = x15 * r11 * r418
-    r429 = x4 * x23 * r73 * r86 * r4 * r31 * r66 * r407 * r297 * r26
-    r406 = x4 * x23 * r149 * r86 * r4 * r31 * r85 * r407 * r297 * r406 * r26
-    r406 = k.max(r429, r406)
-    r406 = r408 + r411 + r406
-    r411 = x28 * r297
-    r408 = x4 * x23 * r73 * r86 * r4 * r31 * r66 * r297 * r26
-    r408 = r411 + r408
-    r406 = k.where(r414, r408, r406)
-    r408 = x32 * r297
-    r86 = x4 * x23 * r149 * r86 * r4 * r31 * r85 * r297 * r26
-    r86 = r408 + r86
-    r406 = k.where(r423, r86, r406)
-    r86 = 2.0 * x15 * r11 * r406
-    r418 = k.where(r28, r86, r418)
-    r86 = x15 * r11 * r406
-    r423 = x6 * x15 * r4 * r5 * r11 * r406
-    r423 = r86 + r423
-    r418 = k.where(r102, r423, r418)
+    r305 = k.where(r102, r309, r305)
+    r305 = -1.0 * x22 * r305
+    r309 = x3 * x2
+    r298 = -1.0 + r309
+    r315 = k.recip(r298)
+    r404 = 2.0 * x3 * x2
+    r404 = -2.0 + r404
+    r406 = x31 * r25
+    r407 = k.gcd(r309, r406)
+    r408 = k.recip(r407)
+    r409 = x3 * x2 * r408
+    r409 = -1.0 + r409
+    r409 = x29 * r409
+    r412 = -1.0 * x3 * x2 * r408
+    r412 = r309 + r412
+    r412 = x33 * r412
+    r415 = r409 + r412
+    r415 = r315 * r404 * r415
+    r315 = x4 * x24 * r73 * r86 * r4 * r31 * r66 * r408 * r404 * r26
+    r407 = -1.0 + r407
+    r419 = x4 * x24 * r149 * r86 * r4 * r31 * r85 * r408 * r407 * r404 * r26
+    r419 = k.max(r315, r419)
+    r419 = r415 + r419
+    r415 = x31 <= x37
+    r315 = x29 * r404
+    r424 = x4 * x24 * r73 * r86 * r4 * r31 * r66 * r404 * r26
+    r424 = r315 + r424
+    r419 = k.where(r415, r424, r419)
+    r424 = x3 * x2 * x37
+    r424 = x31 >= r424
+    r315 = x33 * r404
+    r430 = x4 * x24 * r149 * r86 * r4 * r31 * r85 * r404 * r26
+    r430 = r315 + r430
+    r419 = k.where(r424, r430, r419)
+    r419 = x15 * r11 * r419
+    r430 = x4 * x24 * r73 * r86 * r4 * r31 * r66 * r408 * r298 * r26
+    r407 = x4 * x24 * r149 * r86 * r4 * r31 * r85 * r408 * r298 * r407 * r26
+    r407 = k.max(r430, r407)
+    r407 = r409 + r412 + r407
+    r412 = x29 * r298
+    r409 = x4 * x24 * r73 * r86 * r4 * r31 * r66 * r298 * r26
+    r409 = r412 + r409
+    r407 = k.where(r415, r409, r407)
+    r409 = x33 * r298
+    r86 = x4 * x24 * r149 * r86 * r4 * r31 * r85 * r298 * r26
+    r86 = r409 + r86
+    r407 = k.where(r424, r86, r407)
+    r86 = 2.0 * x15 * r11 * r407
+    r419 = k.where(r28, r86, r419)
+    r86 = x15 * r11 * r407
+    r424 = x6 * x15 * r4 * r5 * r11 * r407
+    r424 = r86 + r424
+    r419 = k.where(r102, r424, r419)
     r67 = k.and_(r105, r67)
-    r406 = 3.0 * x6 * x15 * r4 * r5 * r11 * r406
-    r418 = k.where(r67, r406, r418)
-    r308 = r308 == 1.0
-    r418 = k.where(r308, 0.0, r418)
-    r304 = r304 + r418
-    r304 = k.max(0.0, r304)
-    r405 = k.gcd(x2, r405)
-    r406 = k.recip(r405)
-    r105 = x2 * r406
+    r407 = 3.0 * x6 * x15 * r4 * r5 * r11 * r407
+    r419 = k.where(r67, r407, r419)
+    r309 = r309 == 1.0
+    r419 = k.where(r309, 0.0, r419)
+    r305 = r305 + r419
+    r305 = k.max(0.0, r305)
+    r406 = k.gcd(x2, r406)
+    r407 = k.recip(r406)
+    r105 = x2 * r407
     r105 = -1.0 + r105
-    r105 = x28 * r105
-    r423 = -1.0 * x2 * r406
-    r423 = x2 + r423
-    r423 = x32 * r423
+    r105 = x29 * r105
+    r424 = -1.0 * x2 * r407
+    r424 = x2 + r424
+    r424 = x33 * r424
     r86 = -1.0 + x2
-    r408 = 2.0 * x14 * x20 * x10 * x4 * x34 * r73 * r31 * r66 * r25 * r406 * r86
-    r405 = -1.0 + r405
-    r405 = 2.0 * x14 * x20 * x10 * x4 * x34 * r149 * r31 * r85 * r25 * r406 * r86 * r405
-    r405 = k.max(r408, r405)
-    r405 = r105 + r423 + r405
-    r423 = x28 * r86
-    r105 = 2.0 * x14 * x20 * x10 * x4 * x34 * r73 * r31 * r66 * r25 * r86
-    r105 = r423 + r105
-    r405 = k.where(r414, r105, r405)
-    r105 = x2 * x36
-    r105 = x30 >= r105
-    r414 = x32 * r86
-    r423 = 2.0 * x14 * x20 * x10 * x4 * x34 * r149 * r31 * r85 * r25 * r86
-    r423 = r414 + r423
-    r405 = k.where(r105, r423, r405)
-    r423 = x6 * x15 * r4 * r5 * r11 * r405
-    r405 = x6 * x15 * r4 * r5 * r11 * r103 * r405
-    r405 = r423 + r405
-    r423 = x2 == 1.0
-    r405 = k.where(r423, 0.0, r405)
+    r409 = 2.0 * x14 * x20 * x10 * x4 * x35 * r73 * r31 * r66 * r25 * r407 * r86
+    r406 = -1.0 + r406
+    r406 = 2.0 * x14 * x20 * x10 * x4 * x35 * r149 * r31 * r85 * r25 * r407 * r86 * r406
+    r406 = k.max(r409, r406)
+    r406 = r105 + r424 + r406
+    r424 = x29 * r86
+    r105 = 2.0 * x14 * x20 * x10 * x4 * x35 * r73 * r31 * r66 * r25 * r86
+    r105 = r424 + r105
+    r406 = k.where(r415, r105, r406)
+    r105 = x2 * x37
+    r105 = x31 >= r105
+    r415 = x33 * r86
+    r424 = 2.0 * x14 * x20 * x10 * x4 * x35 * r149 * r31 * r85 * r25 * r86
+    r424 = r415 + r424
+    r406 = k.where(r105, r424, r406)
+    r424 = x6 * x15 * r4 * r5 * r11 * r406
+    r406 = x6 * x15 * r4 * r5 * r11 * r103 * r406
+    r406 = r424 + r406
+    r424 = x2 == 1.0
+    r406 = k.where(r424, 0.0, r406)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r105 = -1.0 + x36
+    r105 = -1.0 + x37
     r105 = k.recip(r105)
-    r414 = 2.0 * x36
-    r414 = -2.0 + r414
-    r408 = k.gcd(x36, x30)
-    r406 = k.recip(r408)
-    r411 = x36 * r406
-    r411 = -1.0 + r411
-    r411 = x28 * r411
-    r429 = -1.0 * x36 * r406
-    r429 = x36 + r429
-    r429 = x32 * r429
-    r429 = r411 + r429
-    r429 = r105 * r414 * r429
-    r105 = x20 * x4 * x12 * x34 * r73 * r31 * r66 * r25 * r406 * r414
-    r408 = -1.0 + r408
-    r408 = x20 * x4 * x12 * x34 * r149 * r31 * r85 * r25 * r406 * r408 * r414
-    r408 = k.max(r105, r408)
-    r408 = r429 + r408
-    r429 = x30 <= 1.0
-    r105 = x28 * r414
-    r66 = x20 * x4 * x12 * x34 * r73 * r31 * r66 * r25 * r414
+    r415 = 2.0 * x37
+    r415 = -2.0 + r415
+    r409 = k.gcd(x37, x31)
+    r407 = k.recip(r409)
+    r412 = x37 * r407
+    r412 = -1.0 + r412
+    r412 = x29 * r412
+    r430 = -1.0 * x37 * r407
+    r430 = x37 + r430
+    r430 = x33 * r430
+    r430 = r412 + r430
+    r430 = r105 * r415 * r430
+    r105 = x20 * x4 * x12 * x35 * r73 * r31 * r66 * r25 * r407 * r415
+    r409 = -1.0 + r409
+    r409 = x20 * x4 * x12 * x35 * r149 * r31 * r85 * r25 * r407 * r409 * r415
+    r409 = k.max(r105, r409)
+    r409 = r430 + r409
+    r430 = x31 <= 1.0
+    r105 = x29 * r415
+    r66 = x20 * x4 * x12 * x35 * r73 * r31 * r66 * r25 * r415
     r66 = r105 + r66
-    r408 = k.where(r429, r66, r408)
-    r66 = x30 >= x36
-    r429 = x32 * r414
-    r85 = x20 * x4 * x12 * x34 * r149 * r31 * r85 * r25 * r414
-    r85 = r429 + r85
-    r408 = k.where(r66, r85, r408)
-    r408 = x6 * x15 * r4 * r5 * r11 * r38 * r408
-    r85 = x36 == 1.0
-    r408 = k.where(r85, 0.0, r408)
-    r104 = r14 + r315 + r104
+    r409 = k.where(r430, r66, r409)
+    r66 = x31 >= x37
+    r430 = x33 * r415
+    r85 = x20 * x4 * x12 * x35 * r149 * r31 * r85 * r25 * r415
+    r85 = r430 + r85
+    r409 = k.where(r66, r85, r409)
+    r409 = x6 * x15 * r4 * r5 * r11 * r38 * r409
+    r85 = x37 == 1.0
+    r409 = k.where(r85, 0.0, r409)
+    r104 = r14 + r316 + r104
     r104 = k.max(0.0, r104)
     r104 = k.where(r27, r104, 0.0)
-    r27 = r75 + r36 + r74 + r35 + r62 + r304 + r311 + r405 + r408 + r104
-    r315 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r132 * r4 * r31 * r11 * r25 * r315 * r15
-    r8 = x6 * x34 * r132 * r4 * r31 * r11 * r25 * r315 * r8
-    r315 = x20 * x4 * x12 * x34 * r31
-    r132 = x20 * x4 * x12 * x34 * r73 * r31
-    r403 = x4 * r4 * r31 * r403 * r26
-    r66 = 2.0 * x4 * r4 * r31 * r297 * r26
-    r403 = k.where(r28, r66, r403)
-    r66 = x4 * r4 * r31 * r297 * r26
+    r27 = r75 + r36 + r74 + r35 + r62 + r305 + r312 + r406 + r409 + r104
+    r316 = k.recip(r27)
+    r14 = 6.0 * x6 * x35 * r132 * r4 * r31 * r11 * r25 * r316 * r15
+    r8 = x6 * x35 * r132 * r4 * r31 * r11 * r25 * r316 * r8
+    r316 = x20 * x4 * x12 * x35 * r31
+    r132 = x20 * x4 * x12 * x35 * r73 * r31
+    r404 = x4 * r4 * r31 * r404 * r26
+    r66 = 2.0 * x4 * r4 * r31 * r298 * r26
+    r404 = k.where(r28, r66, r404)
+    r66 = x4 * r4 * r31 * r298 * r26
     r28 = k.pow(x3, -2.0)
-    r429 = x6 * x4 * r28 * r5 * r31 * r297 * r26
-    r429 = r66 + r429
-    r403 = k.where(r102, r429, r403)
-    r297 = 3.0 * x6 * x4 * r28 * r5 * r31 * r297 * r26
-    r403 = k.where(r67, r297, r403)
-    r403 = k.where(r308, 0.0, r403)
-    r308 = r73 * r403
-    r73 = x29 * r73
-    r297 = k.recip(x34)
-    r67 = x35 * r147 * r297
+    r430 = x6 * x4 * r28 * r5 * r31 * r298 * r26
+    r430 = r66 + r430
+    r404 = k.where(r102, r430, r404)
+    r298 = 3.0 * x6 * x4 * r28 * r5 * r31 * r298 * r26
+    r404 = k.where(r67, r298, r404)
+    r404 = k.where(r309, 0.0, r404)
+    r309 = r73 * r404
+    r73 = x30 * r73
+    r298 = k.recip(x35)
+    r67 = x36 * r147 * r298
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r429 = 1.6e-11 * x12
+    r430 = 1.6e-11 * x12
     r102 = 8e-12 * x15 * r9
     r66 = 8e-12 * x15 * r13
-    r149 = 8e-12 * x37 * x12
+    r149 = 8e-12 * x38 * x12
     r105 = 8e-12 * x12 * x18
-    r406 = r429 + r102 + r66 + r149 + r105
-    r411 = 8e-12 * x12
-    r407 = 4e-12 * x15 * r9
-    r314 = 4e-12 * x15 * r13
-    r556 = 4e-12 * x37 * x12
-    r557 = 4e-12 * x12 * x18
-    r557 = r411 + r407 + r314 + r556 + r557
-    r557 = r28 > r557
-    r556 = -1.6e-11 * x12
+    r407 = r430 + r102 + r66 + r149 + r105
+    r412 = 8e-12 * x12
+    r408 = 4e-12 * x15 * r9
+    r315 = 4e-12 * x15 * r13
+    r557 = 4e-12 * x38 * x12
+    r558 = 4e-12 * x12 * x18
+    r558 = r412 + r408 + r315 + r557 + r558
+    r558 = r28 > r558
+    r557 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r314 = -8e-12 * x37 * x12
-    r407 = -8e-12 * x12 * x18
-    r411 = k.sqrt(2.0)
-    r566 = k.sqrt(x3)
-    r566 = k.recip(r566)
-    r568 = k.sqrt(x2)
-    r568 = k.recip(r568)
-    r570 = k.sqrt(x13)
-    r570 = k.recip(r570)
-    r572 = k.sqrt(x23)
-    r572 = k.recip(r572)
-    r574 = k.sqrt(x36)
-    r574 = k.recip(r574)
-    r576 = k.sqrt(r406)
-    r577 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r406
-    r578 = k.sqrt(x3)
-    r579 = k.sqrt(x2)
-    r580 = k.sqrt(x13)
-    r581 = k.sqrt(x23)
-    r582 = k.sqrt(x36)
-    r582 = 0.16666666666666666 * r411 * r578 * r579 * r580 * r581 * r582 * r576
-    r582 = 1.0 + r577 + r582
-    r582 = r411 * r566 * r568 * r570 * r572 * r574 * r576 * r582
-    r582 = r556 + r9 + r13 + r314 + r407 + r582
-    r407 = k.where(r557, r582, r28)
-    r105 = r429 + r102 + r66 + r149 + r105 + r407
-    r105 = x3 * x2 * x13 * x23 * x36 * r105
+    r315 = -8e-12 * x38 * x12
+    r408 = -8e-12 * x12 * x18
+    r412 = k.sqrt(2.0)
+    r567 = k.sqrt(x3)
+    r567 = k.recip(r567)
+    r569 = k.sqrt(x2)
+    r569 = k.recip(r569)
+    r571 = k.sqrt(x13)
+    r571 = k.recip(r571)
+    r573 = k.sqrt(x24)
+    r573 = k.recip(r573)
+    r575 = k.sqrt(x37)
+    r575 = k.recip(r575)
+    r577 = k.sqrt(r407)
+    r578 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r407
+    r579 = k.sqrt(x3)
+    r580 = k.sqrt(x2)
+    r581 = k.sqrt(x13)
+    r582 = k.sqrt(x24)
+    r583 = k.sqrt(x37)
+    r583 = 0.16666666666666666 * r412 * r579 * r580 * r581 * r582 * r583 * r577
+    r583 = 1.0 + r578 + r583
+    r583 = r412 * r567 * r569 * r571 * r573 * r575 * r577 * r583
+    r583 = r557 + r9 + r13 + r315 + r408 + r583
+    r408 = k.where(r558, r583, r28)
+    r105 = r430 + r102 + r66 + r149 + r105 + r408
+    r105 = x3 * x2 * x13 * x24 * x37 * r105
     r105 = k.exp(r105)
     r105 = -1.0 + r105
     r149 = k.recip(r105)
-    r66 = x25 + x1
-    r102 = -1.0 * x3 * x2 * x13 * x23 * x36 * r66
+    r66 = x26 + x1
+    r102 = -1.0 * x3 * x2 * x13 * x24 * x37 * r66
     r102 = k.exp(r102)
-    r102 = x3 * x2 * x13 * x23 * x36 * r149 * r407 * r102
-    r149 = x3 * x2 * x13 * x23 * x36
-    r582 = k.recip(r582)
-    r149 = k.where(r557, r582, r149)
-    r66 = x3 * x2 * x13 * x23 * x36 * r66
+    r102 = x3 * x2 * x13 * x24 * x37 * r149 * r408 * r102
+    r149 = x3 * x2 * x13 * x24 * x37
+    r583 = k.recip(r583)
+    r149 = k.where(r558, r583, r149)
+    r66 = x3 * x2 * x13 * x24 * x37 * r66
     r66 = k.exp(r66)
-    r5 = x35 * r147 * r4 * r31 * r5 * r11 * r297 * r25 * r105 * r27 * r149 * r66
-    r66 = x35 * r147 * r297 * r105 * r27 * r149 * r66
-    r38 = x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r414 * r38
+    r5 = x36 * r147 * r4 * r31 * r5 * r11 * r298 * r25 * r105 * r27 * r149 * r66
+    r66 = x36 * r147 * r298 * r105 * r27 * r149 * r66
+    r38 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r415 * r38
     r38 = k.where(r85, 0.0, r38)
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r86
-    r86 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r103 * r86
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r86
+    r86 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r103 * r86
     r86 = r85 + r86
-    r86 = k.where(r423, 0.0, r86)
-    r128 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r128
+    r86 = k.where(r424, 0.0, r86)
+    r128 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r128
     r128 = k.where(r87, 0.0, r128)
-    r129 = r129 < x23
-    r87 = x33 != 2.0
+    r129 = r129 < x24
+    r87 = x34 != 2.0
     r69 = k.and_(r69, r87)
     r69 = k.not_(r69)
     r69 = k.or_(r129, r69)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r68 = k.and_(r25, r87, r68)
     r68 = k.not_(r68)
     r68 = k.or_(r129, r68)
     r68 = k.and_(r69, r68)
-    r69 = x23 >= 2.0
-    r129 = x33 != 3.0
-    r87 = x33 != 4.0
+    r69 = x24 >= 2.0
+    r129 = x34 != 3.0
+    r87 = x34 != 4.0
     r77 = k.not_(r77)
     r77 = k.and_(r129, r87, r77)
     r77 = k.not_(r77)
     r77 = k.or_(r69, r77)
-    r69 = x22 * x3 * x2 * x23 * x36 * r27
-    r87 = r118 <= r69
+    r69 = x23 * x3 * x2 * x24 * x37 * r27
+    r87 = r89 <= r69
     r69 = r61 <= r69
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r88, r82, r37, r117, r108, r127, 0.0, r111, r112, r39, r47, r65, r113, r12, r89, r118, r118, r61, r16, r122, r301, r130, r311, r27, r14, r8, r315, r132, r308, r73, 0.0, r67, r28, r406, r407, r102, r5, r66, r74, r62, r35, r36, r38, r408, r408, r86, r405, r405, r403, r418, r304, r128, r46, r75, 0.0, 0.0, r104, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, r68, 1.0, 1.0, 1.0, 1.0, 1.0, r77, 1.0, r77, r77, r87, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r77, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r88, r82, r37, r117, r108, r127, 0.0, r111, r112, r39, r47, r65, r113, r12, r118, r89, r89, r61, r16, r122, r302, r130, r312, r27, r14, r8, r316, r132, r309, r73, 0.0, r67, r28, r407, r408, r102, r5, r66, r74, r62, r35, r36, r38, r409, r409, r86, r406, r406, r404, r419, r305, r128, r46, r75, 0.0, 0.0, r104, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r77, 1.0, r77, r77, r87, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r77, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1265,9 +1266,9 @@ def search(x, k):
     return (r99, r59, r58)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (36, 42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (30, 35), (), (), (), (30, 35), (), (34,), (34,), (35,), (30, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (30, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (15, 42, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 32), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 32), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 32), (23, 33), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 27), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (39, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49), (38, 43, 44, 45, 46, 47, 48, 49), (), (30, 36), (), (), (), (30, 36), (), (35,), (35,), (36,), (30, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48, 49), (30, 34, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 43, 44, 45, 46, 47, 48, 49), (40, 43, 44, 45, 46, 47, 48, 49, 75, 76), (40, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 32), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 32), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 32), (23, 33), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 27), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

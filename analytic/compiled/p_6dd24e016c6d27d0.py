@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=True;attention_efficiency=True;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42 = x
-    r0 = x4 * x3 * x23 * x39
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43 = x
+    r0 = x4 * x3 * x24 * x40
     r1 = k.recip(x8)
-    r1 = x4 * x3 * x23 * x39 * r1
+    r1 = x4 * x3 * x24 * x40 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x4)
     r5 = k.recip(x20)
     r6 = x7 * r4 * r5
-    r7 = x7 * x34
+    r7 = x7 * x35
     r8 = 2.0 * x13
     r9 = 2.0 * x13 * x6
     r9 = x13 + x6 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x11 * x13 * r13
     r13 = r12 + r15 + r13
     r15 = x16 * r13
-    r12 = x40 * x13
+    r12 = x41 * x13
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x39)
+    r11 = k.recip(x24)
+    r16 = k.recip(x40)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x42 >= 1.0
+    r27 = x43 >= 1.0
     r30 = k.recip(x3)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x13 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x40 * x13 * r38
-    r12 = x23 != 1.0
+    r38 = x41 * x13 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x40 * x13 * r12
+    r12 = x41 * x13 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x42 >= 3.0
+    r51 = x43 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -74,45 +74,45 @@ def quantities(x, k):
     r61 = r58 + r59 + r60 + r61
     r61 = r16 * r61
     r61 = r55 + r61
-    r61 = x20 * x34 * r30 * r61
-    r55 = x24 == 2.0
-    r60 = 2.0 * x20 * x13 * x34 * r30
+    r61 = x20 * x35 * r30 * r61
+    r55 = x25 == 2.0
+    r60 = 2.0 * x20 * x13 * x35 * r30
     r60 = k.where(r55, r60, r61)
-    r59 = 1.0 + x23
+    r59 = 1.0 + x24
     r59 = k.min(r59, r6)
     r59 = r59 * r34
-    r58 = x33 == 4.0
-    r73 = 2.0 * x23
+    r58 = x34 == 4.0
+    r73 = 2.0 * x24
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r34
     r77 = k.where(r58, r74, r59)
-    r78 = x33 == 0.0
-    r79 = x33 == 3.0
+    r78 = x34 == 0.0
+    r79 = x34 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x23, r6)
+    r81 = k.min(x24, r6)
     r81 = r81 * r34
     r77 = k.where(r80, r81, r77)
-    r81 = x33 == 1.0
-    r85 = k.recip(x41)
-    r86 = x7 * x41 * r4 * r5
-    r87 = -1.0 + x41
-    r87 = x23 * r87
+    r81 = x34 == 1.0
+    r85 = k.recip(x42)
+    r86 = x7 * x42 * r4 * r5
+    r87 = -1.0 + x42
+    r87 = x24 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r34
     r77 = k.where(r81, r89, r77)
-    r89 = x33 == 2.0
+    r89 = x34 == 2.0
     r94 = x7 * r4 * r5 * r34
     r77 = k.where(r89, r94, r77)
     r77 = r60 * r77
     r97 = k.where(r27, 1000000000.0, 0.0)
-    r98 = x42 >= 2.0
+    r98 = x43 >= 2.0
     r8 = k.where(r98, r52, r8)
     r52 = k.where(r55, r61, 0.0)
     r101 = k.or_(r26, r37)
-    r102 = 4.0 * x20 * x13 * x34 * r30
-    r103 = x40 * x20 * x17 * x34 * r30 * r16
+    r102 = 4.0 * x20 * x13 * x35 * r30
+    r103 = x41 * x20 * x17 * x35 * r30 * r16
     r102 = r102 + r103
     r102 = k.max(r102, r52)
     r101 = k.where(r101, r102, r52)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r26, r108, r107)
     r108 = 3.0 * x5 * r107 * r39
     r108 = k.where(r51, r108, 0.0)
-    r112 = x23 > 1.0
+    r112 = x24 > 1.0
     r112 = k.and_(r51, r112)
     r114 = 2.0 * x5 * r39
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r39 = r114 == r39
     r108 = k.where(r39, r108, 0.0)
     r39 = r53 + r54 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x23
+    r114 = -1.0 + x24
     r8 = k.min(1.0, r114)
     r77 = 1.0 + r8
-    r77 = x23 == r77
+    r77 = x24 == r77
     r130 = k.where(r77, 1.0, 0.0)
     r130 = 2.0 * x13 * r130
     r150 = r8 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x40 * x13 * r150
+    r150 = x41 * x13 * r150
     r153 = r8 != 0.0
     r153 = k.and_(r153, r77)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x40 * x13 * r153
+    r153 = x41 * x13 * r153
     r153 = r35 + r36 + r130 + r150 + r153
     r153 = r16 * r153
     r150 = -1.0 * r8
-    r150 = x23 + r150
-    r130 = x23 == r150
+    r150 = x24 + r150
+    r130 = x24 == r150
     r162 = k.where(r130, 1.0, 0.0)
     r162 = 2.0 * x13 * r162
     r164 = r150 == 1.0
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x40 * x13 * r164
+    r164 = x41 * x13 * r164
     r167 = r150 != 1.0
     r167 = k.and_(r130, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x40 * x13 * r167
+    r167 = x41 * x13 * r167
     r167 = r35 + r36 + r162 + r164 + r167
     r167 = r16 * r167
     r167 = r153 + r167
@@ -315,432 +315,433 @@ def quantities(x, k):
     r97 = k.where(r54, r73, r97)
     r108 = r39 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x40 * x20 * x5 * x34 * r30 * r16
-    r108 = x40 * x20 * x5 * x34 * r30
+    r124 = x41 * x20 * x5 * x35 * r30 * r16
+    r108 = x41 * x20 * x5 * x35 * r30
     r73 = k.max(r39, r153, r12)
     r54 = r153 == r73
     r12 = k.where(r54, r153, r12)
     r73 = r39 == r73
     r12 = k.where(r73, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x9 + r39
-    r73 = 6.0 * x7 * x34 * r15
+    r39 = -1.0 * x21
+    r73 = -1.0 * r12
+    r73 = x9 + r39 + r73
+    r39 = 6.0 * x7 * x35 * r15
     r153 = 12.0 * x13
     r54 = 6.0 * x16 * r9
     r130 = 6.0 * x16 * r13
-    r118 = 6.0 * x40 * x13
-    r36 = 12.0 * x16 * x12 * x11 * x34
+    r118 = 6.0 * x41 * x13
+    r36 = 12.0 * x16 * x12 * x11 * x35
     r36 = r153 + r54 + r130 + r118 + r36
-    r118 = x7 * x34 * r36
+    r118 = x7 * x35 * r36
     r130 = k.pow(x13, 2.0)
     r54 = k.recip(x13)
-    r53 = 0.16666666666666666 * x34 * r54
+    r53 = 0.16666666666666666 * x35 * r54
     r164 = k.recip(x16)
-    r54 = 0.0625 * x40 * r164 * r54
+    r54 = 0.0625 * x41 * r164 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x7 * x16 * x34 * r130 * r54
-    r130 = k.pow(x34, 2.0)
+    r54 = 96.0 * x7 * x16 * x35 * r130 * r54
+    r130 = k.pow(x35, 2.0)
     r53 = 2.0 * x7 * x16 * x12 * x11 * r130
-    r77 = x24 == 1.0
+    r77 = x25 == 1.0
     r130 = 4.0 * x7 * x16 * x12 * x11 * r130
     r130 = k.where(r77, r130, 0.0)
-    r162 = 0.3333333333333333 * x7 * x34 * r36
+    r162 = 0.3333333333333333 * x7 * x35 * r36
     r130 = k.where(r55, r162, r130)
     r130 = r118 + r53 + r130
     r53 = k.where(r55, 1.0, 0.0)
     r53 = 1.0 + r53
     r162 = k.recip(x10)
     r38 = k.recip(x19)
-    r59 = x40 * x13 * r16
-    r112 = x20 * x13 * x34 * r30
-    r60 = x40 * x20 * x34 * r30 * r16
+    r59 = x41 * x13 * r16
+    r112 = x20 * x13 * x35 * r30
+    r60 = x41 * x20 * x35 * r30 * r16
     r60 = r59 + r112 + r60
     r59 = 2.0 * r162 * r38 * r60
-    r94 = k.recip(x22)
+    r94 = k.recip(x23)
     r34 = k.recip(x18)
-    r86 = k.recip(x35)
-    r87 = k.recip(x37)
-    r74 = x40 * r87 * r16
+    r86 = k.recip(x36)
+    r87 = k.recip(x38)
+    r74 = x41 * r87 * r16
     r74 = k.ceiling(r74)
-    r150 = k.recip(x36)
-    r354 = x20 * x34 * r150 * r30
-    r354 = k.ceiling(r354)
-    r356 = r86 * r74 * r354
-    r356 = k.ceiling(r356)
-    r356 = 2.0 * x35 * x36 * x37 * x13 * r94 * r34 * r356
-    r356 = r59 + r356
-    r356 = r53 * r356
+    r150 = k.recip(x37)
+    r355 = x20 * x35 * r150 * r30
+    r355 = k.ceiling(r355)
+    r357 = r86 * r74 * r355
+    r357 = k.ceiling(r357)
+    r357 = 2.0 * x36 * x37 * x38 * x13 * r94 * r34 * r357
+    r357 = r59 + r357
+    r357 = r53 * r357
     r60 = 4.0 * r162 * r38 * r60
     r59 = x13 * r87
     r59 = k.ceiling(r59)
-    r364 = r86 * r59 * r354
-    r364 = k.ceiling(r364)
-    r366 = 2.0 * x35 * x36 * x37 * x40 * r94 * r34 * r16 * r364
-    r367 = x13 * r150
-    r367 = k.ceiling(r367)
-    r74 = r86 * r367 * r74
+    r365 = r86 * r59 * r355
+    r365 = k.ceiling(r365)
+    r367 = 2.0 * x36 * x37 * x38 * x41 * r94 * r34 * r16 * r365
+    r368 = x13 * r150
+    r368 = k.ceiling(r368)
+    r74 = r86 * r368 * r74
     r74 = k.ceiling(r74)
-    r74 = 2.0 * x35 * x36 * x37 * x20 * x34 * r94 * r30 * r34 * r74
-    r74 = r356 + r60 + r366 + r74
+    r74 = 2.0 * x36 * x37 * x38 * x20 * x35 * r94 * r30 * r34 * r74
+    r74 = r357 + r60 + r367 + r74
     r74 = r11 * r74
-    r366 = x13 * x6 * r16
-    r60 = x20 * x6 * x34 * r30 * r16
-    r60 = r366 + r112 + r60
-    r366 = 2.0 * r162 * r38 * r60
-    r356 = x6 * r87 * r16
-    r356 = k.ceiling(r356)
-    r380 = r86 * r356 * r354
-    r380 = k.ceiling(r380)
-    r380 = 2.0 * x35 * x36 * x37 * x13 * r94 * r34 * r380
-    r383 = r366 + r380
-    r383 = r53 * r383
-    r385 = 2.0 * x35 * x36 * x37 * x6 * r94 * r34 * r16 * r364
-    r366 = r366 + r385
-    r366 = r53 * r366
-    r388 = x12 * x11 * x13 * r16
-    r389 = x12 * x20 * x11 * x34 * r30 * r16
-    r389 = r388 + r112 + r389
-    r388 = 2.0 * r162 * r38 * r389
-    r392 = 2.0 * x35 * x36 * x37 * x12 * x11 * r94 * r34 * r16 * r364
-    r392 = r388 + r392
-    r392 = r53 * r392
-    r388 = x11 * x13 * r16 * r14
-    r396 = x20 * x11 * x34 * r30 * r16 * r14
-    r396 = r112 + r388 + r396
-    r388 = 2.0 * r162 * r38 * r396
+    r367 = x13 * x6 * r16
+    r60 = x20 * x6 * x35 * r30 * r16
+    r60 = r367 + r112 + r60
+    r367 = 2.0 * r162 * r38 * r60
+    r357 = x6 * r87 * r16
+    r357 = k.ceiling(r357)
+    r381 = r86 * r357 * r355
+    r381 = k.ceiling(r381)
+    r381 = 2.0 * x36 * x37 * x38 * x13 * r94 * r34 * r381
+    r384 = r367 + r381
+    r384 = r53 * r384
+    r386 = 2.0 * x36 * x37 * x38 * x6 * r94 * r34 * r16 * r365
+    r367 = r367 + r386
+    r367 = r53 * r367
+    r389 = x12 * x11 * x13 * r16
+    r390 = x12 * x20 * x11 * x35 * r30 * r16
+    r390 = r389 + r112 + r390
+    r389 = 2.0 * r162 * r38 * r390
+    r393 = 2.0 * x36 * x37 * x38 * x12 * x11 * r94 * r34 * r16 * r365
+    r393 = r389 + r393
+    r393 = r53 * r393
+    r389 = x11 * x13 * r16 * r14
+    r397 = x20 * x11 * x35 * r30 * r16 * r14
+    r397 = r112 + r389 + r397
+    r389 = 2.0 * r162 * r38 * r397
     r112 = x11 * r87 * r16 * r14
     r112 = k.ceiling(r112)
-    r401 = r86 * r354 * r112
-    r401 = k.ceiling(r401)
-    r401 = 2.0 * x35 * x36 * x37 * x13 * r94 * r34 * r401
-    r401 = r388 + r401
-    r401 = r53 * r401
-    r389 = 4.0 * r162 * r38 * r389
-    r396 = 4.0 * r162 * r38 * r396
+    r402 = r86 * r355 * r112
+    r402 = k.ceiling(r402)
+    r402 = 2.0 * x36 * x37 * x38 * x13 * r94 * r34 * r402
+    r402 = r389 + r402
+    r402 = r53 * r402
+    r390 = 4.0 * r162 * r38 * r390
+    r397 = 4.0 * r162 * r38 * r397
     r60 = 8.0 * r162 * r38 * r60
     r87 = x12 * x11 * r87 * r16
     r87 = k.ceiling(r87)
-    r354 = r86 * r87 * r354
-    r354 = k.ceiling(r354)
-    r354 = 2.0 * x35 * x36 * x37 * x13 * r94 * r34 * r354
-    r356 = r86 * r367 * r356
-    r356 = k.ceiling(r356)
-    r356 = 2.0 * x35 * x36 * x37 * x20 * x34 * r94 * r30 * r34 * r356
-    r112 = r86 * r367 * r112
+    r355 = r86 * r87 * r355
+    r355 = k.ceiling(r355)
+    r355 = 2.0 * x36 * x37 * x38 * x13 * r94 * r34 * r355
+    r357 = r86 * r368 * r357
+    r357 = k.ceiling(r357)
+    r357 = 2.0 * x36 * x37 * x38 * x20 * x35 * r94 * r30 * r34 * r357
+    r112 = r86 * r368 * r112
     r112 = k.ceiling(r112)
-    r112 = 2.0 * x35 * x36 * x37 * x20 * x34 * r94 * r30 * r34 * r112
-    r367 = x6 * r150 * r16
-    r367 = k.ceiling(r367)
-    r367 = r86 * r59 * r367
-    r367 = k.ceiling(r367)
-    r367 = 2.0 * x35 * x36 * x37 * x20 * x34 * r94 * r30 * r34 * r367
+    r112 = 2.0 * x36 * x37 * x38 * x20 * x35 * r94 * r30 * r34 * r112
+    r368 = x6 * r150 * r16
+    r368 = k.ceiling(r368)
+    r368 = r86 * r59 * r368
+    r368 = k.ceiling(r368)
+    r368 = 2.0 * x36 * x37 * x38 * x20 * x35 * r94 * r30 * r34 * r368
     r150 = x12 * x11 * r150 * r16
     r150 = k.ceiling(r150)
     r150 = r86 * r59 * r150
     r150 = k.ceiling(r150)
-    r150 = 2.0 * x35 * x36 * x37 * x20 * x34 * r94 * r30 * r34 * r150
-    r364 = 2.0 * x35 * x36 * x37 * x11 * r94 * r34 * r16 * r14 * r364
-    r364 = r383 + r366 + r392 + r401 + r389 + r396 + r60 + r380 + r354 + r385 + r356 + r112 + r367 + r150 + r364
-    r364 = x16 * r11 * r364
-    r364 = r74 + r364
-    r74 = x7 * r4 * r5 * r364
+    r150 = 2.0 * x36 * x37 * x38 * x20 * x35 * r94 * r30 * r34 * r150
+    r365 = 2.0 * x36 * x37 * x38 * x11 * r94 * r34 * r16 * r14 * r365
+    r365 = r384 + r367 + r393 + r402 + r390 + r397 + r60 + r381 + r355 + r386 + r357 + r112 + r368 + r150 + r365
+    r365 = x16 * r11 * r365
+    r365 = r74 + r365
+    r74 = x7 * r4 * r5 * r365
     r150 = 10.0 * x13 * r53
     r150 = r153 + r150
-    r150 = x20 * x34 * r30 * r150
+    r150 = x20 * x35 * r30 * r150
     r153 = 3.0 * x6
-    r367 = 2.0 * x6 * r53
-    r367 = r153 + r367
-    r367 = x20 * x34 * r30 * r16 * r367
-    r367 = r150 + r367
-    r367 = x16 * r11 * r367
-    r150 = 3.0 * x40 * x20 * x34 * r30 * r11 * r16
-    r150 = r367 + r150
-    r367 = x7 * x5 * r162 * r4 * r5 * r38 * r150
+    r368 = 2.0 * x6 * r53
+    r368 = r153 + r368
+    r368 = x20 * x35 * r30 * r16 * r368
+    r368 = r150 + r368
+    r368 = x16 * r11 * r368
+    r150 = 3.0 * x41 * x20 * x35 * r30 * r11 * r16
+    r150 = r368 + r150
+    r368 = x7 * x5 * r162 * r4 * r5 * r38 * r150
     r153 = k.recip(x0)
     r112 = k.recip(x1)
-    r356 = x12 * x11 * x34
+    r357 = x12 * x11 * x35
     r77 = k.or_(r77, r55)
     r77 = k.where(r77, 1.0, 0.0)
     r77 = 3.0 + r77
-    r77 = 2.0 * x12 * x11 * x34 * r77
-    r77 = r356 + r77
-    r356 = x7 * x16 * x34 * r94 * r4 * r30 * r153 * r112 * r11 * r16 * r77
-    r385 = r74 + r367 + r356
-    r354 = k.recip(r385)
-    r364 = -1.0 * x7 * r4 * r5 * r364
-    r380 = k.recip(x7)
-    r60 = 0.3333333333333333 * x4 * x20 * r380 * r85 * r385
-    r396 = 0.6666666666666666 * x4 * x20 * x23 * r380 * r385
+    r77 = 2.0 * x12 * x11 * x35 * r77
+    r77 = r357 + r77
+    r357 = x7 * x16 * x35 * r94 * r4 * r30 * r153 * r112 * r11 * r16 * r77
+    r386 = r74 + r368 + r357
+    r355 = k.recip(r386)
+    r365 = -1.0 * x7 * r4 * r5 * r365
+    r381 = k.recip(x7)
+    r60 = 0.3333333333333333 * x4 * x20 * r381 * r85 * r386
+    r397 = 0.6666666666666666 * x4 * x20 * x24 * r381 * r386
     r150 = -1.0 * x7 * x5 * r162 * r4 * r5 * r38 * r150
-    r77 = -1.0 * x7 * x16 * x34 * r94 * r4 * r30 * r153 * r112 * r11 * r16 * r77
-    r396 = r364 + r60 + r396 + r150 + r77
-    r396 = k.max(0.0, r396)
-    r60 = 0.5 * x23
+    r77 = -1.0 * x7 * x16 * x35 * r94 * r4 * r30 * r153 * r112 * r11 * r16 * r77
+    r397 = r365 + r60 + r397 + r150 + r77
+    r397 = k.max(0.0, r397)
+    r60 = 0.5 * x24
     r60 = -1.0 + r60
-    r60 = 0.6666666666666666 * x4 * x20 * r380 * r85 * r60 * r385
+    r60 = 0.6666666666666666 * x4 * x20 * r381 * r85 * r60 * r386
     r60 = k.where(r58, 0.0, r60)
-    r58 = 0.3333333333333333 * x4 * x20 * r380 * r85 * r114 * r385
+    r58 = 0.3333333333333333 * x4 * x20 * r381 * r85 * r114 * r386
     r60 = k.where(r79, r58, r60)
     r89 = k.or_(r78, r81, r89)
-    r114 = x4 * x20 * r380 * r85 * r114 * r385
+    r114 = x4 * x20 * r381 * r85 * r114 * r386
     r60 = k.where(r89, r114, r60)
-    r60 = k.max(r396, r60)
-    r354 = r354 * r60
+    r60 = k.max(r397, r60)
+    r355 = r355 * r60
     r38 = 28.0 * r162 * r38 * r31
-    r162 = r38 + r74 + r367 + r356
-    r396 = -1.0 * x21
-    r396 = 1.0 + r396
-    r114 = x23 * x41
+    r162 = r38 + r74 + r368 + r357
+    r397 = -1.0 * x22
+    r397 = 1.0 + r397
+    r114 = x24 * x42
     r114 = -1.0 + r114
-    r85 = k.recip(x26)
-    r78 = k.recip(x27)
-    r58 = x20 * x5 * x13 * x34 * r85 * r30 * r78 * r16
-    r58 = x28 + r58
-    r79 = 2.0 * x4 * x3 * x39
-    r79 = x30 >= r79
-    r112 = k.recip(x29)
-    r153 = k.recip(x31)
-    r389 = x20 * x5 * x13 * x34 * r112 * r30 * r153 * r16
-    r389 = x32 + r389
-    r58 = k.where(r79, r389, r58)
+    r85 = k.recip(x27)
+    r78 = k.recip(x28)
+    r58 = x20 * x5 * x13 * x35 * r85 * r30 * r78 * r16
+    r58 = x29 + r58
+    r79 = 2.0 * x4 * x3 * x40
+    r79 = x31 >= r79
+    r112 = k.recip(x30)
+    r153 = k.recip(x32)
+    r390 = x20 * x5 * x13 * x35 * r112 * r30 * r153 * r16
+    r390 = x33 + r390
+    r58 = k.where(r79, r390, r58)
     r58 = 2.0 * x7 * r4 * r5 * r11 * r114 * r58
     r58 = k.where(r37, 0.0, r58)
-    r396 = r396 * r58
-    r389 = x4 * x20 * r380 * r385
-    r79 = x23 <= 1.0
+    r397 = r397 * r58
+    r390 = x4 * x20 * r381 * r386
+    r79 = x24 <= 1.0
     r98 = k.and_(r98, r79)
-    r389 = k.where(r98, r385, r389)
-    r389 = -1.0 * x21 * r389
-    r385 = x4 * x3
-    r401 = -1.0 + r385
-    r392 = k.recip(r401)
-    r366 = 2.0 * x4 * x3
-    r366 = -2.0 + r366
-    r383 = x30 * r16
-    r14 = k.gcd(r385, r383)
+    r390 = k.where(r98, r386, r390)
+    r390 = -1.0 * x22 * r390
+    r386 = x4 * x3
+    r402 = -1.0 + r386
+    r393 = k.recip(r402)
+    r367 = 2.0 * x4 * x3
+    r367 = -2.0 + r367
+    r384 = x31 * r16
+    r14 = k.gcd(r386, r384)
     r34 = k.recip(r14)
     r59 = x4 * x3 * r34
     r59 = -1.0 + r59
-    r59 = x28 * r59
+    r59 = x29 * r59
     r86 = -1.0 * x4 * x3 * r34
-    r86 = r385 + r86
-    r86 = x32 * r86
+    r86 = r386 + r86
+    r86 = x33 * r86
     r87 = r59 + r86
-    r87 = r392 * r366 * r87
-    r392 = x5 * x23 * r85 * r164 * r4 * r30 * r78 * r34 * r366 * r25
+    r87 = r393 * r367 * r87
+    r393 = x5 * x24 * r85 * r164 * r4 * r30 * r78 * r34 * r367 * r25
     r14 = -1.0 + r14
-    r388 = x5 * x23 * r112 * r164 * r4 * r30 * r153 * r34 * r14 * r366 * r25
-    r388 = k.max(r392, r388)
-    r388 = r87 + r388
-    r87 = x30 <= x39
-    r392 = x28 * r366
-    r525 = x5 * x23 * r85 * r164 * r4 * r30 * r78 * r366 * r25
-    r525 = r392 + r525
-    r388 = k.where(r87, r525, r388)
-    r525 = x4 * x3 * x39
-    r525 = x30 >= r525
-    r392 = x32 * r366
-    r531 = x5 * x23 * r112 * r164 * r4 * r30 * r153 * r366 * r25
-    r531 = r392 + r531
-    r388 = k.where(r525, r531, r388)
-    r388 = x16 * r11 * r388
-    r531 = x5 * x23 * r85 * r164 * r4 * r30 * r78 * r34 * r401 * r25
-    r14 = x5 * x23 * r112 * r164 * r4 * r30 * r153 * r34 * r401 * r14 * r25
-    r14 = k.max(r531, r14)
+    r389 = x5 * x24 * r112 * r164 * r4 * r30 * r153 * r34 * r14 * r367 * r25
+    r389 = k.max(r393, r389)
+    r389 = r87 + r389
+    r87 = x31 <= x40
+    r393 = x29 * r367
+    r526 = x5 * x24 * r85 * r164 * r4 * r30 * r78 * r367 * r25
+    r526 = r393 + r526
+    r389 = k.where(r87, r526, r389)
+    r526 = x4 * x3 * x40
+    r526 = x31 >= r526
+    r393 = x33 * r367
+    r532 = x5 * x24 * r112 * r164 * r4 * r30 * r153 * r367 * r25
+    r532 = r393 + r532
+    r389 = k.where(r526, r532, r389)
+    r389 = x16 * r11 * r389
+    r532 = x5 * x24 * r85 * r164 * r4 * r30 * r78 * r34 * r402 * r25
+    r14 = x5 * x24 * r112 * r164 * r4 * r30 * r153 * r34 * r402 * r14 * r25
+    r14 = k.max(r532, r14)
     r14 = r59 + r86 + r14
-    r86 = x28 * r401
-    r59 = x5 * x23 * r85 * r164 * r4 * r30 * r78 * r401 * r25
+    r86 = x29 * r402
+    r59 = x5 * x24 * r85 * r164 * r4 * r30 * r78 * r402 * r25
     r59 = r86 + r59
     r14 = k.where(r87, r59, r14)
-    r59 = x32 * r401
-    r164 = x5 * x23 * r112 * r164 * r4 * r30 * r153 * r401 * r25
+    r59 = x33 * r402
+    r164 = x5 * x24 * r112 * r164 * r4 * r30 * r153 * r402 * r25
     r164 = r59 + r164
-    r14 = k.where(r525, r164, r14)
+    r14 = k.where(r526, r164, r14)
     r164 = 2.0 * x16 * r11 * r14
-    r388 = k.where(r27, r164, r388)
+    r389 = k.where(r27, r164, r389)
     r164 = x16 * r11 * r14
-    r525 = x7 * x16 * r4 * r5 * r11 * r14
-    r525 = r164 + r525
-    r388 = k.where(r98, r525, r388)
+    r526 = x7 * x16 * r4 * r5 * r11 * r14
+    r526 = r164 + r526
+    r389 = k.where(r98, r526, r389)
     r79 = k.and_(r51, r79)
     r14 = 3.0 * x7 * x16 * r4 * r5 * r11 * r14
-    r388 = k.where(r79, r14, r388)
-    r385 = r385 == 1.0
-    r388 = k.where(r385, 0.0, r388)
-    r389 = r389 + r388
-    r389 = k.max(0.0, r389)
-    r383 = k.gcd(x3, r383)
-    r14 = k.recip(r383)
+    r389 = k.where(r79, r14, r389)
+    r386 = r386 == 1.0
+    r389 = k.where(r386, 0.0, r389)
+    r390 = r390 + r389
+    r390 = k.max(0.0, r390)
+    r384 = k.gcd(x3, r384)
+    r14 = k.recip(r384)
     r51 = x3 * r14
     r51 = -1.0 + r51
-    r51 = x28 * r51
-    r525 = -1.0 * x3 * r14
-    r525 = x3 + r525
-    r525 = x32 * r525
+    r51 = x29 * r51
+    r526 = -1.0 * x3 * r14
+    r526 = x3 + r526
+    r526 = x33 * r526
     r164 = -1.0 + x3
-    r59 = 2.0 * x15 * x20 * x11 * x5 * x34 * r85 * r30 * r78 * r16 * r14 * r164
-    r383 = -1.0 + r383
-    r383 = 2.0 * x15 * x20 * x11 * x5 * x34 * r112 * r30 * r153 * r16 * r14 * r164 * r383
-    r383 = k.max(r59, r383)
-    r383 = r51 + r525 + r383
-    r525 = x28 * r164
-    r51 = 2.0 * x15 * x20 * x11 * x5 * x34 * r85 * r30 * r78 * r16 * r164
-    r51 = r525 + r51
-    r383 = k.where(r87, r51, r383)
-    r51 = x3 * x39
-    r51 = x30 >= r51
-    r87 = x32 * r164
-    r525 = 2.0 * x15 * x20 * x11 * x5 * x34 * r112 * r30 * r153 * r16 * r164
-    r525 = r87 + r525
-    r383 = k.where(r51, r525, r383)
-    r525 = x7 * x16 * r4 * r5 * r11 * r383
-    r383 = x7 * x16 * r4 * r5 * r11 * r53 * r383
-    r383 = r525 + r383
-    r525 = x3 == 1.0
-    r383 = k.where(r525, 0.0, r383)
+    r59 = 2.0 * x15 * x20 * x11 * x5 * x35 * r85 * r30 * r78 * r16 * r14 * r164
+    r384 = -1.0 + r384
+    r384 = 2.0 * x15 * x20 * x11 * x5 * x35 * r112 * r30 * r153 * r16 * r14 * r164 * r384
+    r384 = k.max(r59, r384)
+    r384 = r51 + r526 + r384
+    r526 = x29 * r164
+    r51 = 2.0 * x15 * x20 * x11 * x5 * x35 * r85 * r30 * r78 * r16 * r164
+    r51 = r526 + r51
+    r384 = k.where(r87, r51, r384)
+    r51 = x3 * x40
+    r51 = x31 >= r51
+    r87 = x33 * r164
+    r526 = 2.0 * x15 * x20 * x11 * x5 * x35 * r112 * r30 * r153 * r16 * r164
+    r526 = r87 + r526
+    r384 = k.where(r51, r526, r384)
+    r526 = x7 * x16 * r4 * r5 * r11 * r384
+    r384 = x7 * x16 * r4 * r5 * r11 * r53 * r384
+    r384 = r526 + r384
+    r526 = x3 == 1.0
+    r384 = k.where(r526, 0.0, r384)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r51 = -1.0 + x39
+    r51 = -1.0 + x40
     r51 = k.recip(r51)
-    r87 = 2.0 * x39
+    r87 = 2.0 * x40
     r87 = -2.0 + r87
-    r59 = k.gcd(x39, x30)
+    r59 = k.gcd(x40, x31)
     r14 = k.recip(r59)
-    r86 = x39 * r14
+    r86 = x40 * r14
     r86 = -1.0 + r86
-    r86 = x28 * r86
-    r531 = -1.0 * x39 * r14
-    r531 = x39 + r531
-    r531 = x32 * r531
-    r531 = r86 + r531
-    r531 = r51 * r87 * r531
-    r51 = x20 * x5 * x13 * x34 * r85 * r30 * r78 * r16 * r14 * r87
+    r86 = x29 * r86
+    r532 = -1.0 * x40 * r14
+    r532 = x40 + r532
+    r532 = x33 * r532
+    r532 = r86 + r532
+    r532 = r51 * r87 * r532
+    r51 = x20 * x5 * x13 * x35 * r85 * r30 * r78 * r16 * r14 * r87
     r59 = -1.0 + r59
-    r59 = x20 * x5 * x13 * x34 * r112 * r30 * r153 * r16 * r14 * r59 * r87
+    r59 = x20 * x5 * x13 * x35 * r112 * r30 * r153 * r16 * r14 * r59 * r87
     r59 = k.max(r51, r59)
-    r59 = r531 + r59
-    r531 = x30 <= 1.0
-    r51 = x28 * r87
-    r78 = x20 * x5 * x13 * x34 * r85 * r30 * r78 * r16 * r87
+    r59 = r532 + r59
+    r532 = x31 <= 1.0
+    r51 = x29 * r87
+    r78 = x20 * x5 * x13 * x35 * r85 * r30 * r78 * r16 * r87
     r78 = r51 + r78
-    r59 = k.where(r531, r78, r59)
-    r78 = x30 >= x39
-    r531 = x32 * r87
-    r153 = x20 * x5 * x13 * x34 * r112 * r30 * r153 * r16 * r87
-    r153 = r531 + r153
+    r59 = k.where(r532, r78, r59)
+    r78 = x31 >= x40
+    r532 = x33 * r87
+    r153 = x20 * x5 * x13 * x35 * r112 * r30 * r153 * r16 * r87
+    r153 = r532 + r153
     r59 = k.where(r78, r153, r59)
     r59 = x7 * x16 * r4 * r5 * r11 * r55 * r59
-    r153 = x39 == 1.0
+    r153 = x40 == 1.0
     r59 = k.where(r153, 0.0, r59)
-    r77 = r364 + r150 + r77
+    r77 = r365 + r150 + r77
     r77 = k.max(0.0, r77)
     r77 = k.where(r26, r77, 0.0)
-    r26 = r396 + r38 + r74 + r367 + r356 + r389 + r60 + r383 + r59 + r77
+    r26 = r397 + r38 + r74 + r368 + r357 + r390 + r60 + r384 + r59 + r77
     r150 = k.recip(r26)
-    r364 = 6.0 * x7 * x34 * r94 * r4 * r30 * r11 * r16 * r150 * r15
-    r36 = x7 * x34 * r94 * r4 * r30 * r11 * r16 * r150 * r36
-    r150 = x20 * x5 * x13 * x34 * r30
-    r94 = x20 * x5 * x13 * x34 * r85 * r30
-    r366 = x5 * r4 * r30 * r366 * r25
-    r78 = 2.0 * x5 * r4 * r30 * r401 * r25
-    r366 = k.where(r27, r78, r366)
-    r78 = x5 * r4 * r30 * r401 * r25
+    r365 = 6.0 * x7 * x35 * r94 * r4 * r30 * r11 * r16 * r150 * r15
+    r36 = x7 * x35 * r94 * r4 * r30 * r11 * r16 * r150 * r36
+    r150 = x20 * x5 * x13 * x35 * r30
+    r94 = x20 * x5 * x13 * x35 * r85 * r30
+    r367 = x5 * r4 * r30 * r367 * r25
+    r78 = 2.0 * x5 * r4 * r30 * r402 * r25
+    r367 = k.where(r27, r78, r367)
+    r78 = x5 * r4 * r30 * r402 * r25
     r27 = k.pow(x4, -2.0)
-    r531 = x7 * x5 * r27 * r5 * r30 * r401 * r25
-    r531 = r78 + r531
-    r366 = k.where(r98, r531, r366)
-    r401 = 3.0 * x7 * x5 * r27 * r5 * r30 * r401 * r25
-    r366 = k.where(r79, r401, r366)
-    r366 = k.where(r385, 0.0, r366)
-    r385 = r85 * r366
-    r85 = x29 * r85
-    r401 = k.recip(x34)
-    r79 = x38 * r380 * r401
+    r532 = x7 * x5 * r27 * r5 * r30 * r402 * r25
+    r532 = r78 + r532
+    r367 = k.where(r98, r532, r367)
+    r402 = 3.0 * x7 * x5 * r27 * r5 * r30 * r402 * r25
+    r367 = k.where(r79, r402, r367)
+    r367 = k.where(r386, 0.0, r367)
+    r386 = r85 * r367
+    r85 = x30 * r85
+    r402 = k.recip(x35)
+    r79 = x39 * r381 * r402
     r5 = k.recip(x14)
     r27 = r4 * r30 * r5 * r11 * r16
-    r531 = 1.6e-11 * x13
+    r532 = 1.6e-11 * x13
     r98 = 8e-12 * x16 * r9
     r78 = 8e-12 * x16 * r13
-    r112 = 8e-12 * x40 * x13
-    r51 = r531 + r98 + r78 + r112
+    r112 = 8e-12 * x41 * x13
+    r51 = r532 + r98 + r78 + r112
     r14 = 8e-12 * x13
     r86 = 4e-12 * x16 * r9
     r34 = 4e-12 * x16 * r13
-    r392 = 4e-12 * x40 * x13
-    r392 = r14 + r86 + r34 + r392
-    r392 = r27 > r392
+    r393 = 4e-12 * x41 * x13
+    r393 = r14 + r86 + r34 + r393
+    r393 = r27 > r393
     r34 = -1.6e-11 * x13
     r9 = -8e-12 * x16 * r9
     r13 = -8e-12 * x16 * r13
-    r86 = -8e-12 * x40 * x13
+    r86 = -8e-12 * x41 * x13
     r14 = k.sqrt(2.0)
-    r665 = k.sqrt(x4)
-    r665 = k.recip(r665)
-    r667 = k.sqrt(x3)
-    r667 = k.recip(r667)
-    r669 = k.sqrt(x14)
-    r669 = k.recip(r669)
-    r671 = k.sqrt(x23)
-    r671 = k.recip(r671)
-    r673 = k.sqrt(x39)
-    r673 = k.recip(r673)
-    r675 = k.sqrt(r51)
-    r676 = 0.05555555555555555 * x4 * x3 * x14 * x23 * x39 * r51
-    r677 = k.sqrt(x4)
-    r678 = k.sqrt(x3)
-    r679 = k.sqrt(x14)
-    r680 = k.sqrt(x23)
-    r681 = k.sqrt(x39)
-    r681 = 0.16666666666666666 * r14 * r677 * r678 * r679 * r680 * r681 * r675
-    r681 = 1.0 + r676 + r681
-    r681 = r14 * r665 * r667 * r669 * r671 * r673 * r675 * r681
-    r681 = r34 + r9 + r13 + r86 + r681
-    r86 = k.where(r392, r681, r27)
-    r112 = r531 + r98 + r78 + r112 + r86
-    r112 = x4 * x3 * x14 * x23 * x39 * r112
+    r666 = k.sqrt(x4)
+    r666 = k.recip(r666)
+    r668 = k.sqrt(x3)
+    r668 = k.recip(r668)
+    r670 = k.sqrt(x14)
+    r670 = k.recip(r670)
+    r672 = k.sqrt(x24)
+    r672 = k.recip(r672)
+    r674 = k.sqrt(x40)
+    r674 = k.recip(r674)
+    r676 = k.sqrt(r51)
+    r677 = 0.05555555555555555 * x4 * x3 * x14 * x24 * x40 * r51
+    r678 = k.sqrt(x4)
+    r679 = k.sqrt(x3)
+    r680 = k.sqrt(x14)
+    r681 = k.sqrt(x24)
+    r682 = k.sqrt(x40)
+    r682 = 0.16666666666666666 * r14 * r678 * r679 * r680 * r681 * r682 * r676
+    r682 = 1.0 + r677 + r682
+    r682 = r14 * r666 * r668 * r670 * r672 * r674 * r676 * r682
+    r682 = r34 + r9 + r13 + r86 + r682
+    r86 = k.where(r393, r682, r27)
+    r112 = r532 + r98 + r78 + r112 + r86
+    r112 = x4 * x3 * x14 * x24 * x40 * r112
     r112 = k.exp(r112)
     r112 = -1.0 + r112
     r78 = k.recip(r112)
-    r98 = x25 + x2
-    r531 = -1.0 * x4 * x3 * x14 * x23 * x39 * r98
-    r531 = k.exp(r531)
-    r531 = x4 * x3 * x14 * x23 * x39 * r78 * r86 * r531
-    r78 = x4 * x3 * x14 * x23 * x39
-    r681 = k.recip(r681)
-    r78 = k.where(r392, r681, r78)
-    r98 = x4 * x3 * x14 * x23 * x39 * r98
+    r98 = x26 + x2
+    r532 = -1.0 * x4 * x3 * x14 * x24 * x40 * r98
+    r532 = k.exp(r532)
+    r532 = x4 * x3 * x14 * x24 * x40 * r78 * r86 * r532
+    r78 = x4 * x3 * x14 * x24 * x40
+    r682 = k.recip(r682)
+    r78 = k.where(r393, r682, r78)
+    r98 = x4 * x3 * x14 * x24 * x40 * r98
     r98 = k.exp(r98)
-    r5 = x38 * r380 * r4 * r30 * r5 * r11 * r401 * r16 * r112 * r26 * r78 * r98
-    r98 = x38 * r380 * r401 * r112 * r26 * r78 * r98
-    r55 = x7 * x16 * x5 * x13 * x34 * r4 * r30 * r11 * r16 * r87 * r55
+    r5 = x39 * r381 * r4 * r30 * r5 * r11 * r402 * r16 * r112 * r26 * r78 * r98
+    r98 = x39 * r381 * r402 * r112 * r26 * r78 * r98
+    r55 = x7 * x16 * x5 * x13 * x35 * r4 * r30 * r11 * r16 * r87 * r55
     r55 = k.where(r153, 0.0, r55)
-    r153 = 2.0 * x7 * x16 * x15 * x11 * x5 * x34 * r4 * r30 * r11 * r16 * r164
-    r164 = 2.0 * x7 * x16 * x15 * x11 * x5 * x34 * r4 * r30 * r11 * r16 * r53 * r164
+    r153 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r30 * r11 * r16 * r164
+    r164 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r30 * r11 * r16 * r53 * r164
     r164 = r153 + r164
-    r164 = k.where(r525, 0.0, r164)
-    r114 = 2.0 * x7 * x5 * x13 * x34 * r4 * r30 * r11 * r16 * r114
+    r164 = k.where(r526, 0.0, r164)
+    r114 = 2.0 * x7 * x5 * x13 * x35 * r4 * r30 * r11 * r16 * r114
     r114 = k.where(r37, 0.0, r114)
-    r8 = r8 < x23
-    r37 = x33 != 2.0
+    r8 = r8 < x24
+    r37 = x34 != 2.0
     r81 = k.and_(r81, r37)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r80 = k.and_(r16, r37, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x23 >= 2.0
-    r8 = x33 != 3.0
-    r37 = x33 != 4.0
+    r81 = x24 >= 2.0
+    r8 = x34 != 3.0
+    r37 = x34 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r37, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x22 * x4 * x3 * x23 * x39 * r26
-    r37 = r73 <= r81
+    r81 = x23 * x4 * x3 * x24 * x40 * r26
+    r37 = r39 <= r81
     r81 = r118 <= r81
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r39, r73, r73, r118, r54, r130, r354, r162, r60, r26, r364, r36, r150, r94, r385, r85, 0.0, r79, r27, r51, r86, r531, r5, r98, r74, r356, r367, r38, r55, r59, r59, r164, r383, r383, r366, r388, r389, r114, r58, r396, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r73, r39, r39, r118, r54, r130, r355, r162, r60, r26, r365, r36, r150, r94, r386, r85, 0.0, r79, r27, r51, r86, r532, r5, r98, r74, r357, r368, r38, r55, r59, r59, r164, r384, r384, r367, r389, r390, r114, r58, r397, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1488,9 +1489,9 @@ def search(x, k):
     return (r89, r73, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (36, 43, 44, 45, 46, 47, 48), (34, 43, 44, 45, 46, 47, 48), (35, 43, 44, 45, 46, 47, 48), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (37, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48, 74, 75), (37, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 42), (10, 70), (11, 70), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 29), (16, 30), (16, 31), (16, 33), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

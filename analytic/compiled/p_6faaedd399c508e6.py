@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,46 +49,46 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x34 * r30 * r16 * r38
-    r37 = x24 == 2.0
-    r36 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r38 = x19 * x35 * r30 * r16 * r38
+    r37 = x25 == 2.0
+    r36 = 2.0 * x19 * x12 * x35 * r30 * r16
     r36 = k.where(r37, r36, r38)
-    r35 = 1.0 + x23
+    r35 = 1.0 + x24
     r35 = k.min(r35, r6)
     r34 = k.ceiling(r33)
     r35 = r35 * r34
-    r48 = x33 == 4.0
-    r49 = 2.0 * x23
+    r48 = x34 == 4.0
+    r49 = 2.0 * x24
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r34
     r53 = k.where(r48, r50, r35)
-    r54 = x33 == 0.0
-    r55 = x33 == 3.0
+    r54 = x34 == 0.0
+    r55 = x34 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x23, r6)
+    r57 = k.min(x24, r6)
     r57 = r57 * r34
     r53 = k.where(r56, r57, r53)
-    r57 = x33 == 1.0
-    r61 = k.recip(x38)
-    r62 = x6 * x38 * r4 * r5
-    r63 = -1.0 + x38
-    r63 = x23 * r63
+    r57 = x34 == 1.0
+    r61 = k.recip(x39)
+    r62 = x6 * x39 * r4 * r5
+    r63 = -1.0 + x39
+    r63 = x24 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r34
     r53 = k.where(r57, r65, r53)
-    r65 = x33 == 2.0
+    r65 = x34 == 2.0
     r70 = x6 * r4 * r5 * r34
     r53 = k.where(r65, r70, r53)
     r53 = r36 * r53
-    r73 = x37 * x12 * r16
-    r74 = x23 == 1.0
+    r73 = x38 * x12 * r16
+    r74 = x24 == 1.0
     r75 = k.where(r74, 1.0, 0.0)
-    r76 = x37 * x12 * r75
-    r77 = x23 != 1.0
+    r76 = x38 * x12 * r75
+    r77 = x24 != 1.0
     r77 = k.where(r77, 1.0, 0.0)
-    r77 = x37 * x12 * r77
+    r77 = x38 * x12 * r77
     r80 = r76 + r77
     r80 = r16 * r80
     r82 = r80 + r73
@@ -105,12 +105,12 @@ def quantities(x, k):
     r75 = k.where(r26, r76, r75)
     r8 = 2.0 * r75
     r83 = r83 + r8
-    r12 = x39 >= 3.0
+    r12 = x40 >= 3.0
     r83 = k.where(r12, 0.0, r83)
-    r98 = x39 <= 2.0
+    r98 = x40 <= 2.0
     r99 = 4.0 * r75
     r99 = k.where(r98, r99, r8)
-    r101 = x39 >= 2.0
+    r101 = x40 >= 2.0
     r102 = r4 * r30 * r99
     r99 = k.where(r101, r102, r99)
     r102 = 2.0 * r4 * r30 * r75
@@ -120,8 +120,8 @@ def quantities(x, k):
     r102 = k.where(r27, r107, r102)
     r107 = k.where(r37, r38, 0.0)
     r110 = k.or_(r26, r74)
-    r111 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r112 = x37 * x19 * x16 * x34 * r30 * r16
+    r111 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r112 = x38 * x19 * x16 * x35 * r30 * r16
     r111 = r111 + r112
     r111 = k.max(r111, r107)
     r110 = k.where(r110, r111, r107)
@@ -130,16 +130,16 @@ def quantities(x, k):
     r116 = k.where(r26, r117, r116)
     r117 = 3.0 * x4 * r116 * r75
     r117 = k.where(r12, r117, 0.0)
-    r121 = x23 > 1.0
+    r121 = x24 > 1.0
     r121 = k.and_(r12, r121)
     r75 = 2.0 * x4 * r75
     r117 = k.where(r121, r75, r117)
     r75 = r53 + r83 + r99 + r8 + r102 + r110 + r117
     r126 = k.where(r48, r50, r35)
-    r127 = -1.0 + x23
+    r127 = -1.0 + x24
     r128 = k.min(1.0, r127)
     r129 = -1.0 * r128
-    r129 = x23 + r129
+    r129 = x24 + r129
     r131 = k.min(r6, r129)
     r131 = r131 * r34
     r126 = k.where(r56, r131, r126)
@@ -152,23 +152,23 @@ def quantities(x, k):
     r126 = r36 * r126
     r49 = r128 == 0.0
     r49 = k.where(r49, 1.0, 0.0)
-    r49 = x37 * x12 * r49
+    r49 = x38 * x12 * r49
     r131 = r128 != 0.0
     r145 = 1.0 + r128
-    r145 = x23 == r145
+    r145 = x24 == r145
     r131 = k.and_(r131, r145)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x37 * x12 * r131
+    r131 = x38 * x12 * r131
     r150 = r49 + r131
     r150 = r16 * r150
     r152 = r129 == 1.0
     r152 = k.where(r152, 1.0, 0.0)
-    r152 = x37 * x12 * r152
-    r155 = x23 == r129
+    r152 = x38 * x12 * r152
+    r155 = x24 == r129
     r129 = r129 != 1.0
     r129 = k.and_(r155, r129)
     r129 = k.where(r129, 1.0, 0.0)
-    r129 = x37 * x12 * r129
+    r129 = x38 * x12 * r129
     r160 = r152 + r129
     r160 = r16 * r160
     r160 = r160 + r150
@@ -270,75 +270,76 @@ def quantities(x, k):
     r126 = k.where(r126, 0.0, 0.0)
     r35 = r75 == r35
     r126 = k.where(r35, 0.0, r126)
-    r35 = x37 * x19 * x4 * x34 * r30 * r16
-    r53 = x37 * x19 * x4 * x34 * r30
+    r35 = x38 * x19 * x4 * x35 * r30 * r16
+    r53 = x38 * x19 * x4 * x35 * r30
     r117 = k.max(r75, r131, r77)
     r102 = r131 == r117
     r77 = k.where(r102, r131, r77)
     r117 = r75 == r117
     r77 = k.where(r117, r75, r77)
-    r75 = -1.0 * r77
-    r75 = x8 + r75
-    r117 = 6.0 * x6 * x34 * r15
+    r75 = -1.0 * x20
+    r117 = -1.0 * r77
+    r117 = x8 + r75 + r117
+    r75 = 6.0 * x6 * x35 * r15
     r131 = 12.0 * x12
     r102 = 6.0 * x15 * r9
     r155 = 6.0 * x15 * r13
-    r99 = 6.0 * x37 * x12
-    r49 = 12.0 * x15 * x11 * x10 * x34
+    r99 = 6.0 * x38 * x12
+    r49 = 12.0 * x15 * x11 * x10 * x35
     r49 = r131 + r102 + r155 + r99 + r49
-    r99 = x6 * x34 * r49
+    r99 = x6 * x35 * r49
     r155 = k.pow(x12, 2.0)
     r102 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r102
+    r8 = 0.16666666666666666 * x35 * r102
     r152 = k.recip(x15)
-    r102 = 0.0625 * x37 * r152 * r102
+    r102 = 0.0625 * x38 * r152 * r102
     r102 = 1.0 + r8 + r102
-    r102 = 96.0 * x6 * x15 * x34 * r155 * r102
-    r155 = k.pow(x34, 2.0)
+    r102 = 96.0 * x6 * x15 * x35 * r155 * r102
+    r155 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r155
-    r80 = x24 == 1.0
+    r80 = x25 == 1.0
     r155 = 4.0 * x6 * x15 * x11 * x10 * r155
     r155 = k.where(r80, r155, 0.0)
-    r129 = 0.3333333333333333 * x6 * x34 * r49
+    r129 = 0.3333333333333333 * x6 * x35 * r49
     r155 = k.where(r37, r129, r155)
     r155 = r99 + r8 + r155
     r8 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r8
     r129 = k.recip(x9)
     r150 = k.recip(x18)
-    r83 = x19 * x12 * x34 * r30
-    r121 = x37 * x19 * x34 * r30 * r16
+    r83 = x19 * x12 * x35 * r30
+    r121 = x38 * x19 * x35 * r30 * r16
     r121 = r73 + r83 + r121
     r73 = 2.0 * r129 * r150 * r121
-    r70 = k.recip(x22)
+    r70 = k.recip(x23)
     r34 = k.recip(x17)
-    r62 = 2.0 * x37 * x19 * x12 * x34 * r70 * r30 * r34 * r16
+    r62 = 2.0 * x38 * x19 * x12 * x35 * r70 * r30 * r34 * r16
     r62 = r73 + r62
     r62 = r8 * r62
     r121 = 4.0 * r129 * r150 * r121
-    r73 = 4.0 * x37 * x19 * x12 * x34 * r70 * r30 * r34 * r16
+    r73 = 4.0 * x38 * x19 * x12 * x35 * r70 * r30 * r34 * r16
     r73 = r62 + r121 + r73
     r73 = r11 * r73
     r121 = x11 * x10 * x12 * r16
-    r62 = x11 * x19 * x10 * x34 * r30 * r16
+    r62 = x11 * x19 * x10 * x35 * r30 * r16
     r62 = r121 + r83 + r62
     r121 = r129 * r150 * r62
-    r63 = k.recip(x21)
-    r50 = 2.0 * x11 * x19 * x10 * x12 * x34 * r63 * r30 * r34 * r16
+    r63 = k.recip(x22)
+    r50 = 2.0 * x11 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16
     r50 = r121 + r50
     r50 = r8 * r50
     r121 = x10 * x12 * r16 * r14
-    r145 = x19 * x10 * x34 * r30 * r16 * r14
+    r145 = x19 * x10 * x35 * r30 * r16 * r14
     r145 = r83 + r121 + r145
     r121 = r129 * r150 * r145
-    r86 = 2.0 * x19 * x10 * x12 * x34 * r63 * r30 * r34 * r16 * r14
+    r86 = 2.0 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16 * r14
     r86 = r121 + r86
     r86 = r8 * r86
     r121 = x12 * x5 * r16
-    r85 = x19 * x5 * x34 * r30 * r16
+    r85 = x19 * x5 * x35 * r30 * r16
     r85 = r121 + r83 + r85
     r83 = r129 * r150 * r85
-    r121 = 2.0 * x19 * x12 * x5 * x34 * r63 * r30 * r34 * r16
+    r121 = 2.0 * x19 * x12 * x5 * x35 * r63 * r30 * r34 * r16
     r121 = r83 + r121
     r121 = 2.0 * r8 * r121
     r62 = 2.0 * r129 * r150 * r62
@@ -346,51 +347,51 @@ def quantities(x, k):
     r85 = 4.0 * r129 * r150 * r85
     r83 = x11 * x10 * r16
     r83 = x12 + r83
-    r83 = 4.0 * x19 * x34 * r129 * r30 * r150 * r83
+    r83 = 4.0 * x19 * x35 * r129 * r30 * r150 * r83
     r160 = x10 * r16 * r14
     r160 = x12 + r160
-    r160 = 4.0 * x19 * x34 * r129 * r30 * r150 * r160
-    r341 = x5 * r16
-    r341 = x12 + r341
-    r341 = 8.0 * x19 * x34 * r129 * r30 * r150 * r341
-    r344 = 8.0 * x19 * x12 * x5 * x34 * r63 * r30 * r34 * r16
-    r345 = 4.0 * x11 * x19 * x10 * x12 * x34 * r63 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r63 * r30 * r34 * r16 * r14
-    r14 = r50 + r86 + r121 + r62 + r145 + r85 + r83 + r160 + r341 + r344 + r345 + r14
+    r160 = 4.0 * x19 * x35 * r129 * r30 * r150 * r160
+    r342 = x5 * r16
+    r342 = x12 + r342
+    r342 = 8.0 * x19 * x35 * r129 * r30 * r150 * r342
+    r345 = 8.0 * x19 * x12 * x5 * x35 * r63 * r30 * r34 * r16
+    r346 = 4.0 * x11 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16 * r14
+    r14 = r50 + r86 + r121 + r62 + r145 + r85 + r83 + r160 + r342 + r345 + r346 + r14
     r14 = x15 * r11 * r14
     r14 = r73 + r14
     r73 = x6 * r4 * r5 * r14
-    r345 = 3.0 * x5
-    r344 = 2.0 * x5 * r8
-    r344 = r345 + r344
-    r344 = x19 * x34 * r30 * r16 * r344
-    r345 = 10.0 * x12 * r8
-    r345 = r131 + r345
-    r345 = x19 * x34 * r30 * r16 * r345
-    r345 = r344 + r345
-    r345 = x15 * r11 * r345
-    r344 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r344 = r345 + r344
-    r345 = x6 * x4 * r129 * r4 * r5 * r150 * r344
+    r346 = 3.0 * x5
+    r345 = 2.0 * x5 * r8
+    r345 = r346 + r345
+    r345 = x19 * x35 * r30 * r16 * r345
+    r346 = 10.0 * x12 * r8
+    r346 = r131 + r346
+    r346 = x19 * x35 * r30 * r16 * r346
+    r346 = r345 + r346
+    r346 = x15 * r11 * r346
+    r345 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r345 = r346 + r345
+    r346 = x6 * x4 * r129 * r4 * r5 * r150 * r345
     r131 = k.recip(x0)
-    r341 = x11 * x10 * x34
+    r342 = x11 * x10 * x35
     r80 = k.or_(r80, r37)
     r80 = k.where(r80, 1.0, 0.0)
     r80 = 3.0 + r80
-    r80 = 2.0 * x11 * x10 * x34 * r80
-    r80 = r341 + r80
-    r341 = x6 * x15 * x34 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
-    r160 = r73 + r345 + r341
+    r80 = 2.0 * x11 * x10 * x35 * r80
+    r80 = r342 + r80
+    r342 = x6 * x15 * x35 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
+    r160 = r73 + r346 + r342
     r83 = k.recip(r160)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r85 = k.recip(x6)
     r145 = 0.3333333333333333 * x3 * x19 * r85 * r61 * r160
-    r62 = 0.6666666666666666 * x3 * x19 * x23 * r85 * r160
-    r344 = -1.0 * x6 * x4 * r129 * r4 * r5 * r150 * r344
-    r80 = -1.0 * x6 * x15 * x34 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
-    r62 = r14 + r145 + r62 + r344 + r80
+    r62 = 0.6666666666666666 * x3 * x19 * x24 * r85 * r160
+    r345 = -1.0 * x6 * x4 * r129 * r4 * r5 * r150 * r345
+    r80 = -1.0 * x6 * x15 * x35 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
+    r62 = r14 + r145 + r62 + r345 + r80
     r62 = k.max(0.0, r62)
-    r145 = 0.5 * x23
+    r145 = 0.5 * x24
     r145 = -1.0 + r145
     r145 = 0.6666666666666666 * x3 * x19 * r85 * r61 * r145 * r160
     r145 = k.where(r48, 0.0, r145)
@@ -404,309 +405,309 @@ def quantities(x, k):
     r62 = k.where(r98, 4.0, 2.0)
     r62 = 26.0 + r62
     r62 = r129 * r150 * r62 * r31
-    r150 = r73 + r62 + r345 + r341
-    r129 = -1.0 * x20
+    r150 = r73 + r62 + r346 + r342
+    r129 = -1.0 * x21
     r129 = 1.0 + r129
-    r127 = x23 * x38
+    r127 = x24 * x39
     r127 = -1.0 + r127
-    r61 = k.recip(x26)
-    r54 = k.recip(x27)
-    r48 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16
-    r48 = x28 + r48
-    r55 = 2.0 * x3 * x2 * x36
-    r55 = x30 >= r55
-    r131 = k.recip(x29)
-    r34 = k.recip(x31)
-    r70 = x19 * x4 * x12 * x34 * r131 * r30 * r34 * r16
-    r70 = x32 + r70
+    r61 = k.recip(x27)
+    r54 = k.recip(x28)
+    r48 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16
+    r48 = x29 + r48
+    r55 = 2.0 * x3 * x2 * x37
+    r55 = x31 >= r55
+    r131 = k.recip(x30)
+    r34 = k.recip(x32)
+    r70 = x19 * x4 * x12 * x35 * r131 * r30 * r34 * r16
+    r70 = x33 + r70
     r48 = k.where(r55, r70, r48)
     r48 = 2.0 * x6 * r4 * r5 * r11 * r127 * r48
     r48 = k.where(r74, 0.0, r48)
     r129 = r129 * r48
     r70 = x3 * x2
-    r55 = x30 * r16
+    r55 = x31 * r16
     r121 = k.gcd(r70, r55)
     r86 = k.recip(r121)
     r50 = x3 * x2 * r86
     r50 = -1.0 + r50
-    r50 = x28 * r50
-    r421 = -1.0 * x3 * x2 * r86
-    r421 = r70 + r421
-    r421 = x32 * r421
-    r424 = -1.0 + r70
-    r425 = 0.08333333333333333 * x4 * x23 * r61 * r152 * r4 * r30 * r54 * r86 * r424 * r25
+    r50 = x29 * r50
+    r422 = -1.0 * x3 * x2 * r86
+    r422 = r70 + r422
+    r422 = x33 * r422
+    r425 = -1.0 + r70
+    r426 = 0.08333333333333333 * x4 * x24 * r61 * r152 * r4 * r30 * r54 * r86 * r425 * r25
     r121 = -1.0 + r121
-    r427 = 0.08333333333333333 * x4 * x23 * r131 * r152 * r4 * r30 * r34 * r86 * r424 * r121 * r25
-    r427 = k.max(r425, r427)
-    r427 = r50 + r421 + r427
-    r425 = x30 <= x36
-    r431 = x28 * r424
-    r432 = 0.08333333333333333 * x4 * x23 * r61 * r152 * r4 * r30 * r54 * r424 * r25
-    r432 = r431 + r432
-    r427 = k.where(r425, r432, r427)
-    r432 = x3 * x2 * x36
-    r432 = x30 >= r432
-    r437 = x32 * r424
-    r438 = 0.08333333333333333 * x4 * x23 * r131 * r152 * r4 * r30 * r34 * r424 * r25
-    r438 = r437 + r438
-    r427 = k.where(r432, r438, r427)
-    r438 = 12.0 * x15 * r11 * r427
-    r442 = k.where(r12, r438, 0.0)
-    r442 = k.where(r27, r442, 0.0)
-    r444 = x23 <= 1.0
-    r101 = k.and_(r101, r444)
-    r442 = k.where(r101, 0.0, r442)
-    r444 = k.and_(r12, r444)
-    r448 = k.where(r37, 3.0, 2.0)
-    r449 = 12.0 * x6 * x15 * r4 * r5 * r11 * r448 * r427
-    r442 = k.where(r444, r449, r442)
+    r428 = 0.08333333333333333 * x4 * x24 * r131 * r152 * r4 * r30 * r34 * r86 * r425 * r121 * r25
+    r428 = k.max(r426, r428)
+    r428 = r50 + r422 + r428
+    r426 = x31 <= x37
+    r432 = x29 * r425
+    r433 = 0.08333333333333333 * x4 * x24 * r61 * r152 * r4 * r30 * r54 * r425 * r25
+    r433 = r432 + r433
+    r428 = k.where(r426, r433, r428)
+    r433 = x3 * x2 * x37
+    r433 = x31 >= r433
+    r438 = x33 * r425
+    r439 = 0.08333333333333333 * x4 * x24 * r131 * r152 * r4 * r30 * r34 * r425 * r25
+    r439 = r438 + r439
+    r428 = k.where(r433, r439, r428)
+    r439 = 12.0 * x15 * r11 * r428
+    r443 = k.where(r12, r439, 0.0)
+    r443 = k.where(r27, r443, 0.0)
+    r445 = x24 <= 1.0
+    r101 = k.and_(r101, r445)
+    r443 = k.where(r101, 0.0, r443)
+    r445 = k.and_(r12, r445)
+    r449 = k.where(r37, 3.0, 2.0)
+    r450 = 12.0 * x6 * x15 * r4 * r5 * r11 * r449 * r428
+    r443 = k.where(r445, r450, r443)
     r70 = r70 == 1.0
-    r442 = k.where(r70, 0.0, r442)
-    r449 = -1.0 * r442
-    r454 = x3 * x19 * r85 * r160
-    r454 = k.where(r101, r160, r454)
-    r454 = -1.0 * x20 * r454
-    r160 = k.recip(r424)
-    r458 = 2.0 * x3 * x2
-    r458 = -2.0 + r458
-    r460 = r50 + r421
-    r460 = r160 * r458 * r460
+    r443 = k.where(r70, 0.0, r443)
+    r450 = -1.0 * r443
+    r455 = x3 * x19 * r85 * r160
+    r455 = k.where(r101, r160, r455)
+    r455 = -1.0 * x21 * r455
+    r160 = k.recip(r425)
+    r459 = 2.0 * x3 * x2
+    r459 = -2.0 + r459
+    r461 = r50 + r422
+    r461 = r160 * r459 * r461
     r160 = x4 * r25
-    r463 = 4.0 * r25
-    r160 = k.where(r98, r463, r160)
-    r463 = x23 * r61 * r152 * r4 * r30 * r54 * r86 * r458 * r160
-    r98 = x23 * r131 * r152 * r4 * r30 * r34 * r86 * r121 * r458 * r160
-    r98 = k.max(r463, r98)
-    r98 = r460 + r98
-    r460 = x28 * r458
-    r463 = x23 * r61 * r152 * r4 * r30 * r54 * r458 * r160
-    r463 = r460 + r463
-    r98 = k.where(r425, r463, r98)
-    r463 = x32 * r458
-    r460 = x23 * r131 * r152 * r4 * r30 * r34 * r458 * r160
-    r460 = r463 + r460
-    r98 = k.where(r432, r460, r98)
+    r464 = 4.0 * r25
+    r160 = k.where(r98, r464, r160)
+    r464 = x24 * r61 * r152 * r4 * r30 * r54 * r86 * r459 * r160
+    r98 = x24 * r131 * r152 * r4 * r30 * r34 * r86 * r121 * r459 * r160
+    r98 = k.max(r464, r98)
+    r98 = r461 + r98
+    r461 = x29 * r459
+    r464 = x24 * r61 * r152 * r4 * r30 * r54 * r459 * r160
+    r464 = r461 + r464
+    r98 = k.where(r426, r464, r98)
+    r464 = x33 * r459
+    r461 = x24 * r131 * r152 * r4 * r30 * r34 * r459 * r160
+    r461 = r464 + r461
+    r98 = k.where(r433, r461, r98)
     r98 = x15 * r11 * r98
-    r460 = x23 * r61 * r152 * r4 * r30 * r54 * r86 * r424 * r160
-    r463 = x23 * r131 * r152 * r4 * r30 * r34 * r86 * r424 * r121 * r160
-    r463 = k.max(r460, r463)
-    r463 = r50 + r421 + r463
-    r460 = x23 * r61 * r152 * r4 * r30 * r54 * r424 * r160
-    r460 = r431 + r460
-    r463 = k.where(r425, r460, r463)
-    r460 = x23 * r131 * r152 * r4 * r30 * r34 * r424 * r160
-    r460 = r437 + r460
-    r463 = k.where(r432, r460, r463)
-    r460 = x15 * r11 * r463
-    r489 = x4 * x23 * r61 * r152 * r4 * r30 * r54 * r86 * r424 * r25
-    r121 = x4 * x23 * r131 * r152 * r4 * r30 * r34 * r86 * r424 * r121 * r25
-    r121 = k.max(r489, r121)
-    r121 = r50 + r421 + r121
-    r421 = x4 * x23 * r61 * r152 * r4 * r30 * r54 * r424 * r25
-    r421 = r431 + r421
-    r121 = k.where(r425, r421, r121)
-    r152 = x4 * x23 * r131 * r152 * r4 * r30 * r34 * r424 * r25
-    r152 = r437 + r152
-    r121 = k.where(r432, r152, r121)
+    r461 = x24 * r61 * r152 * r4 * r30 * r54 * r86 * r425 * r160
+    r464 = x24 * r131 * r152 * r4 * r30 * r34 * r86 * r425 * r121 * r160
+    r464 = k.max(r461, r464)
+    r464 = r50 + r422 + r464
+    r461 = x24 * r61 * r152 * r4 * r30 * r54 * r425 * r160
+    r461 = r432 + r461
+    r464 = k.where(r426, r461, r464)
+    r461 = x24 * r131 * r152 * r4 * r30 * r34 * r425 * r160
+    r461 = r438 + r461
+    r464 = k.where(r433, r461, r464)
+    r461 = x15 * r11 * r464
+    r490 = x4 * x24 * r61 * r152 * r4 * r30 * r54 * r86 * r425 * r25
+    r121 = x4 * x24 * r131 * r152 * r4 * r30 * r34 * r86 * r425 * r121 * r25
+    r121 = k.max(r490, r121)
+    r121 = r50 + r422 + r121
+    r422 = x4 * x24 * r61 * r152 * r4 * r30 * r54 * r425 * r25
+    r422 = r432 + r422
+    r121 = k.where(r426, r422, r121)
+    r152 = x4 * x24 * r131 * r152 * r4 * r30 * r34 * r425 * r25
+    r152 = r438 + r152
+    r121 = k.where(r433, r152, r121)
     r121 = x15 * r11 * r121
-    r438 = k.where(r12, r438, r121)
-    r438 = r460 + r438
-    r98 = k.where(r27, r438, r98)
-    r463 = x6 * x15 * r4 * r5 * r11 * r463
-    r463 = r121 + r463
-    r98 = k.where(r101, r463, r98)
-    r427 = 12.0 * x15 * r11 * r448 * r427
-    r427 = r460 + r427
-    r427 = x6 * r4 * r5 * r427
-    r98 = k.where(r444, r427, r98)
+    r439 = k.where(r12, r439, r121)
+    r439 = r461 + r439
+    r98 = k.where(r27, r439, r98)
+    r464 = x6 * x15 * r4 * r5 * r11 * r464
+    r464 = r121 + r464
+    r98 = k.where(r101, r464, r98)
+    r428 = 12.0 * x15 * r11 * r449 * r428
+    r428 = r461 + r428
+    r428 = x6 * r4 * r5 * r428
+    r98 = k.where(r445, r428, r98)
     r98 = k.where(r70, 0.0, r98)
-    r454 = r449 + r454 + r98
-    r454 = k.max(0.0, r454)
+    r455 = r450 + r455 + r98
+    r455 = k.max(0.0, r455)
     r55 = k.gcd(x2, r55)
-    r449 = k.recip(r55)
-    r427 = x2 * r449
-    r427 = -1.0 + r427
-    r427 = x28 * r427
-    r460 = -1.0 * x2 * r449
-    r460 = x2 + r460
-    r460 = x32 * r460
-    r463 = -1.0 + x2
-    r121 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r449 * r463
+    r450 = k.recip(r55)
+    r428 = x2 * r450
+    r428 = -1.0 + r428
+    r428 = x29 * r428
+    r461 = -1.0 * x2 * r450
+    r461 = x2 + r461
+    r461 = x33 * r461
+    r464 = -1.0 + x2
+    r121 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r450 * r464
     r55 = -1.0 + r55
-    r55 = 2.0 * x14 * x19 * x10 * x4 * x34 * r131 * r30 * r34 * r16 * r449 * r463 * r55
+    r55 = 2.0 * x14 * x19 * x10 * x4 * x35 * r131 * r30 * r34 * r16 * r450 * r464 * r55
     r55 = k.max(r121, r55)
-    r55 = r427 + r460 + r55
-    r460 = x28 * r463
-    r427 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r463
-    r427 = r460 + r427
-    r55 = k.where(r425, r427, r55)
-    r427 = x2 * x36
-    r427 = x30 >= r427
-    r425 = x32 * r463
-    r460 = 2.0 * x14 * x19 * x10 * x4 * x34 * r131 * r30 * r34 * r16 * r463
-    r460 = r425 + r460
-    r55 = k.where(r427, r460, r55)
-    r460 = x6 * x15 * r4 * r5 * r11 * r55
+    r55 = r428 + r461 + r55
+    r461 = x29 * r464
+    r428 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r464
+    r428 = r461 + r428
+    r55 = k.where(r426, r428, r55)
+    r428 = x2 * x37
+    r428 = x31 >= r428
+    r426 = x33 * r464
+    r461 = 2.0 * x14 * x19 * x10 * x4 * x35 * r131 * r30 * r34 * r16 * r464
+    r461 = r426 + r461
+    r55 = k.where(r428, r461, r55)
+    r461 = x6 * x15 * r4 * r5 * r11 * r55
     r55 = x6 * x15 * r4 * r5 * r11 * r8 * r55
-    r55 = r460 + r55
-    r460 = x2 == 1.0
-    r55 = k.where(r460, 0.0, r55)
+    r55 = r461 + r55
+    r461 = x2 == 1.0
+    r55 = k.where(r461, 0.0, r55)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r427 = k.gcd(x36, x30)
-    r425 = k.recip(r427)
-    r121 = x36 * r425
+    r428 = k.gcd(x37, x31)
+    r426 = k.recip(r428)
+    r121 = x37 * r426
     r121 = -1.0 + r121
-    r121 = x28 * r121
-    r449 = -1.0 * x36 * r425
-    r449 = x36 + r449
-    r449 = x32 * r449
-    r438 = -1.0 + x36
-    r12 = x19 * x12 * x34 * r61 * r30 * r54 * r16 * r425 * r438
-    r427 = -1.0 + r427
-    r152 = x19 * x12 * x34 * r131 * r30 * r34 * r16 * r425 * r438 * r427
+    r121 = x29 * r121
+    r450 = -1.0 * x37 * r426
+    r450 = x37 + r450
+    r450 = x33 * r450
+    r439 = -1.0 + x37
+    r12 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r426 * r439
+    r428 = -1.0 + r428
+    r152 = x19 * x12 * x35 * r131 * r30 * r34 * r16 * r426 * r439 * r428
     r152 = k.max(r12, r152)
-    r152 = r121 + r449 + r152
-    r12 = x30 <= 1.0
-    r432 = x28 * r438
-    r437 = x19 * x12 * x34 * r61 * r30 * r54 * r16 * r438
-    r437 = r432 + r437
-    r152 = k.where(r12, r437, r152)
-    r437 = x30 >= x36
-    r421 = x32 * r438
-    r431 = x19 * x12 * x34 * r131 * r30 * r34 * r16 * r438
-    r431 = r421 + r431
-    r152 = k.where(r437, r431, r152)
+    r152 = r121 + r450 + r152
+    r12 = x31 <= 1.0
+    r433 = x29 * r439
+    r438 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r439
+    r438 = r433 + r438
+    r152 = k.where(r12, r438, r152)
+    r438 = x31 >= x37
+    r422 = x33 * r439
+    r432 = x19 * x12 * x35 * r131 * r30 * r34 * r16 * r439
+    r432 = r422 + r432
+    r152 = k.where(r438, r432, r152)
     r152 = x6 * x15 * r4 * r5 * r11 * r37 * r152
-    r431 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r425 * r438
-    r427 = x19 * x4 * x12 * x34 * r131 * r30 * r34 * r16 * r425 * r438 * r427
-    r427 = k.max(r431, r427)
-    r427 = r121 + r449 + r427
-    r54 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r438
-    r54 = r432 + r54
-    r427 = k.where(r12, r54, r427)
-    r34 = x19 * x4 * x12 * x34 * r131 * r30 * r34 * r16 * r438
-    r34 = r421 + r34
-    r427 = k.where(r437, r34, r427)
-    r427 = x6 * x15 * r4 * r5 * r11 * r37 * r427
-    r427 = r152 + r427
-    r152 = x36 == 1.0
-    r427 = k.where(r152, 0.0, r427)
-    r80 = r14 + r344 + r80
+    r432 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r426 * r439
+    r428 = x19 * x4 * x12 * x35 * r131 * r30 * r34 * r16 * r426 * r439 * r428
+    r428 = k.max(r432, r428)
+    r428 = r121 + r450 + r428
+    r54 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r439
+    r54 = r433 + r54
+    r428 = k.where(r12, r54, r428)
+    r34 = x19 * x4 * x12 * x35 * r131 * r30 * r34 * r16 * r439
+    r34 = r422 + r34
+    r428 = k.where(r438, r34, r428)
+    r428 = x6 * x15 * r4 * r5 * r11 * r37 * r428
+    r428 = r152 + r428
+    r152 = x37 == 1.0
+    r428 = k.where(r152, 0.0, r428)
+    r80 = r14 + r345 + r80
     r80 = k.max(0.0, r80)
     r80 = k.where(r26, r80, 0.0)
-    r26 = r129 + r73 + r62 + r345 + r341 + r454 + r145 + r55 + r427 + r442 + r80
-    r344 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r63 * r4 * r30 * r11 * r16 * r344 * r15
-    r49 = x6 * x34 * r63 * r4 * r30 * r11 * r16 * r344 * r49
-    r344 = x19 * x4 * x12 * x34 * r30
-    r63 = x19 * x4 * x12 * x34 * r61 * r30
-    r458 = r4 * r30 * r458 * r160
-    r34 = r4 * r30 * r424 * r160
-    r437 = x4 * r4 * r30 * r424 * r25
-    r421 = r34 + r437
-    r458 = k.where(r27, r421, r458)
-    r421 = k.pow(x3, -2.0)
-    r160 = x6 * r421 * r5 * r30 * r424 * r160
-    r160 = r437 + r160
-    r458 = k.where(r101, r160, r458)
-    r448 = x4 * r4 * r30 * r424 * r448 * r25
-    r448 = r34 + r448
-    r448 = x6 * r4 * r5 * r448
-    r458 = k.where(r444, r448, r458)
-    r458 = k.where(r70, 0.0, r458)
-    r70 = r61 * r458
-    r61 = x29 * r61
-    r448 = k.recip(x34)
-    r444 = x35 * r85 * r448
+    r26 = r129 + r73 + r62 + r346 + r342 + r455 + r145 + r55 + r428 + r443 + r80
+    r345 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r63 * r4 * r30 * r11 * r16 * r345 * r15
+    r49 = x6 * x35 * r63 * r4 * r30 * r11 * r16 * r345 * r49
+    r345 = x19 * x4 * x12 * x35 * r30
+    r63 = x19 * x4 * x12 * x35 * r61 * r30
+    r459 = r4 * r30 * r459 * r160
+    r34 = r4 * r30 * r425 * r160
+    r438 = x4 * r4 * r30 * r425 * r25
+    r422 = r34 + r438
+    r459 = k.where(r27, r422, r459)
+    r422 = k.pow(x3, -2.0)
+    r160 = x6 * r422 * r5 * r30 * r425 * r160
+    r160 = r438 + r160
+    r459 = k.where(r101, r160, r459)
+    r449 = x4 * r4 * r30 * r425 * r449 * r25
+    r449 = r34 + r449
+    r449 = x6 * r4 * r5 * r449
+    r459 = k.where(r445, r449, r459)
+    r459 = k.where(r70, 0.0, r459)
+    r70 = r61 * r459
+    r61 = x30 * r61
+    r449 = k.recip(x35)
+    r445 = x36 * r85 * r449
     r5 = k.recip(x13)
     r34 = r4 * r30 * r5 * r11 * r16
-    r424 = 1.6e-11 * x12
+    r425 = 1.6e-11 * x12
     r160 = 8e-12 * x15 * r9
     r101 = 8e-12 * x15 * r13
-    r437 = 8e-12 * x37 * x12
-    r421 = r424 + r160 + r101 + r437
+    r438 = 8e-12 * x38 * x12
+    r422 = r425 + r160 + r101 + r438
     r27 = 8e-12 * x12
     r131 = 4e-12 * x15 * r9
     r54 = 4e-12 * x15 * r13
-    r12 = 4e-12 * x37 * x12
+    r12 = 4e-12 * x38 * x12
     r12 = r27 + r131 + r54 + r12
     r12 = r34 > r12
     r54 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r131 = -8e-12 * x37 * x12
+    r131 = -8e-12 * x38 * x12
     r27 = k.sqrt(2.0)
-    r432 = k.sqrt(x3)
-    r432 = k.recip(r432)
-    r449 = k.sqrt(x2)
-    r449 = k.recip(r449)
+    r433 = k.sqrt(x3)
+    r433 = k.recip(r433)
+    r450 = k.sqrt(x2)
+    r450 = k.recip(r450)
     r121 = k.sqrt(x13)
     r121 = k.recip(r121)
-    r431 = k.sqrt(x23)
-    r431 = k.recip(r431)
-    r425 = k.sqrt(x36)
-    r425 = k.recip(r425)
-    r50 = k.sqrt(r421)
-    r489 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r421
+    r432 = k.sqrt(x24)
+    r432 = k.recip(r432)
+    r426 = k.sqrt(x37)
+    r426 = k.recip(r426)
+    r50 = k.sqrt(r422)
+    r490 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r422
     r86 = k.sqrt(x3)
-    r641 = k.sqrt(x2)
-    r642 = k.sqrt(x13)
-    r643 = k.sqrt(x23)
-    r644 = k.sqrt(x36)
-    r644 = 0.16666666666666666 * r27 * r86 * r641 * r642 * r643 * r644 * r50
-    r644 = 1.0 + r489 + r644
-    r644 = r27 * r432 * r449 * r121 * r431 * r425 * r50 * r644
-    r644 = r54 + r9 + r13 + r131 + r644
-    r131 = k.where(r12, r644, r34)
-    r437 = r424 + r160 + r101 + r437 + r131
-    r437 = x3 * x2 * x13 * x23 * x36 * r437
-    r437 = k.exp(r437)
-    r437 = -1.0 + r437
-    r101 = k.recip(r437)
-    r160 = x25 + x1
-    r424 = -1.0 * x3 * x2 * x13 * x23 * x36 * r160
-    r424 = k.exp(r424)
-    r424 = x3 * x2 * x13 * x23 * x36 * r101 * r131 * r424
-    r101 = x3 * x2 * x13 * x23 * x36
-    r644 = k.recip(r644)
-    r101 = k.where(r12, r644, r101)
-    r160 = x3 * x2 * x13 * x23 * x36 * r160
+    r642 = k.sqrt(x2)
+    r643 = k.sqrt(x13)
+    r644 = k.sqrt(x24)
+    r645 = k.sqrt(x37)
+    r645 = 0.16666666666666666 * r27 * r86 * r642 * r643 * r644 * r645 * r50
+    r645 = 1.0 + r490 + r645
+    r645 = r27 * r433 * r450 * r121 * r432 * r426 * r50 * r645
+    r645 = r54 + r9 + r13 + r131 + r645
+    r131 = k.where(r12, r645, r34)
+    r438 = r425 + r160 + r101 + r438 + r131
+    r438 = x3 * x2 * x13 * x24 * x37 * r438
+    r438 = k.exp(r438)
+    r438 = -1.0 + r438
+    r101 = k.recip(r438)
+    r160 = x26 + x1
+    r425 = -1.0 * x3 * x2 * x13 * x24 * x37 * r160
+    r425 = k.exp(r425)
+    r425 = x3 * x2 * x13 * x24 * x37 * r101 * r131 * r425
+    r101 = x3 * x2 * x13 * x24 * x37
+    r645 = k.recip(r645)
+    r101 = k.where(r12, r645, r101)
+    r160 = x3 * x2 * x13 * x24 * x37 * r160
     r160 = k.exp(r160)
-    r5 = x35 * r85 * r4 * r30 * r5 * r11 * r448 * r16 * r437 * r26 * r101 * r160
-    r160 = x35 * r85 * r448 * r437 * r26 * r101 * r160
-    r101 = x6 * x15 * x12 * x34 * r4 * r30 * r11 * r16 * r438 * r37
-    r37 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r438 * r37
+    r5 = x36 * r85 * r4 * r30 * r5 * r11 * r449 * r16 * r438 * r26 * r101 * r160
+    r160 = x36 * r85 * r449 * r438 * r26 * r101 * r160
+    r101 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r439 * r37
+    r37 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r439 * r37
     r37 = r101 + r37
     r37 = k.where(r152, 0.0, r37)
-    r152 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r463
-    r463 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r463
-    r463 = r152 + r463
-    r463 = k.where(r460, 0.0, r463)
-    r442 = r454 + r442
-    r127 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r127
+    r152 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r464
+    r464 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r464
+    r464 = r152 + r464
+    r464 = k.where(r461, 0.0, r464)
+    r443 = r455 + r443
+    r127 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r127
     r127 = k.where(r74, 0.0, r127)
-    r128 = r128 < x23
-    r74 = x33 != 2.0
+    r128 = r128 < x24
+    r74 = x34 != 2.0
     r57 = k.and_(r57, r74)
     r57 = k.not_(r57)
     r57 = k.or_(r128, r57)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r56 = k.and_(r16, r74, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r128, r56)
     r56 = k.and_(r57, r56)
-    r57 = x23 >= 2.0
-    r128 = x33 != 3.0
-    r74 = x33 != 4.0
+    r57 = x24 >= 2.0
+    r128 = x34 != 3.0
+    r74 = x34 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r128, r74, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x23 * x36 * r26
-    r74 = r117 <= r57
+    r57 = x22 * x3 * x2 * x24 * x37 * r26
+    r74 = r75 <= r57
     r57 = r99 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r82, r36, r116, r107, r126, 0.0, r110, r111, r38, r35, r53, r112, r77, r75, r117, r117, r99, r102, r155, r83, r150, r145, r26, r14, r49, r344, r63, r70, r61, 0.0, r444, r34, r421, r131, r424, r5, r160, r73, r341, r345, r62, r37, r427, r427, r463, r55, r55, r458, r98, r442, r127, r48, r129, 0.0, 0.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r74, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r82, r36, r116, r107, r126, 0.0, r110, r111, r38, r35, r53, r112, r77, r117, r75, r75, r99, r102, r155, r83, r150, r145, r26, r14, r49, r345, r63, r70, r61, 0.0, r445, r34, r422, r131, r425, r5, r160, r73, r342, r346, r62, r37, r428, r428, r464, r55, r55, r459, r98, r443, r127, r48, r129, 0.0, 0.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r74, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1393,9 +1394,9 @@ def search(x, k):
     return (r98, r6, r59)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 47, 48, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 47, 48, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 75, 76), (40, 43, 44, 45, 46, 47, 48, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 33), (9, 71), (10, 36), (10, 37), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 35), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 33), (22, 36), (22, 37), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 33), (23, 36), (23, 37), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (30, 31, 36), (), (), (), (30, 31, 36), (31,), (35,), (35,), (36,), (30, 31, 36, 39, 40, 44, 45, 46, 47, 48, 49), (30, 31, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (29, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 76, 77), (41, 44, 45, 46, 47, 48, 49, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 33), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 33), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 33), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

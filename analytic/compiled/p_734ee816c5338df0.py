@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x37)
+    r11 = k.recip(x24)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,25 +47,25 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x23 == 1.0
+    r38 = x24 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r52 = 2.0 * r40
-    r53 = x40 >= 2.0
+    r53 = x41 >= 2.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r52)
-    r56 = x40 >= 3.0
+    r56 = x41 >= 3.0
     r52 = k.where(r56, r54, r52)
     r54 = 12.0 * r40
     r59 = 12.0 * r4 * r31 * r40
@@ -73,52 +73,52 @@ def quantities(x, k):
     r59 = 4.0 * x12
     r62 = -4.0 * x12 * r25
     r62 = r59 + r62
-    r62 = x20 * x35 * r31 * r62
+    r62 = x20 * x36 * r31 * r62
     r59 = 4.0 * x11
     r66 = 4.0 * x5
     r67 = 8.0 * x12
     r68 = 4.0 * x11 * x10
     r69 = 4.0 * x14 * x10
     r69 = r59 + r66 + r67 + r68 + r69
-    r69 = x20 * x35 * r31 * r25 * r69
+    r69 = x20 * x36 * r31 * r25 * r69
     r69 = r62 + r69
-    r62 = x24 == 1.0
+    r62 = x25 == 1.0
     r67 = 2.0 * x5
     r66 = 6.0 * x12
     r76 = 2.0 * x14 * x10
     r68 = r67 + r59 + r66 + r76 + r68
     r68 = r25 * r68
     r68 = r8 + r68
-    r68 = x20 * x35 * r31 * r68
+    r68 = x20 * x36 * r31 * r68
     r69 = k.where(r62, r68, r69)
-    r68 = x24 == 2.0
-    r76 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r68 = x25 == 2.0
+    r76 = 2.0 * x20 * x12 * x36 * r31 * r25
     r76 = k.where(r68, r76, r69)
-    r66 = 1.0 + x23
+    r66 = 1.0 + x24
     r66 = k.min(r66, r6)
     r66 = r66 * r35
-    r59 = x34 == 4.0
-    r67 = 2.0 * x23
+    r59 = x35 == 4.0
+    r67 = 2.0 * x24
     r90 = -1.0 + r67
     r90 = k.min(r90, r6)
     r90 = r90 * r35
     r93 = k.where(r59, r90, r66)
-    r94 = x34 == 0.0
-    r95 = x34 == 3.0
+    r94 = x35 == 0.0
+    r95 = x35 == 3.0
     r96 = k.or_(r94, r95)
-    r97 = k.min(x23, r6)
+    r97 = k.min(x24, r6)
     r97 = r97 * r35
     r93 = k.where(r96, r97, r93)
-    r97 = x34 == 1.0
-    r101 = k.recip(x39)
-    r102 = x6 * x39 * r4 * r5
-    r103 = -1.0 + x39
-    r103 = x23 * r103
+    r97 = x35 == 1.0
+    r101 = k.recip(x40)
+    r102 = x6 * x40 * r4 * r5
+    r103 = -1.0 + x40
+    r103 = x24 * r103
     r105 = -1.0 + r67 + r103
     r105 = k.min(r102, r105)
     r105 = r101 * r105 * r35
     r93 = k.where(r97, r105, r93)
-    r105 = x34 == 2.0
+    r105 = x35 == 2.0
     r110 = x6 * r4 * r5 * r35
     r93 = k.where(r105, r110, r93)
     r93 = r76 * r93
@@ -126,9 +126,9 @@ def quantities(x, k):
     r114 = k.or_(r27, r38)
     r115 = -2.0 * x12 * r25
     r115 = r8 + r115
-    r115 = x20 * x35 * r31 * r115
-    r8 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r119 = x38 * x20 * x16 * x35 * r31 * r25
+    r115 = x20 * x36 * r31 * r115
+    r8 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r119 = x39 * x20 * x16 * x36 * r31 * r25
     r8 = r115 + r8 + r119
     r8 = k.max(r8, r113)
     r114 = k.where(r114, r8, r113)
@@ -137,7 +137,7 @@ def quantities(x, k):
     r115 = k.where(r27, r124, r115)
     r124 = 3.0 * x4 * r115 * r40
     r124 = k.where(r56, r124, 0.0)
-    r128 = x23 > 1.0
+    r128 = x24 > 1.0
     r128 = k.and_(r56, r128)
     r130 = 6.0 * r40
     r124 = k.where(r128, r130, r124)
@@ -156,33 +156,33 @@ def quantities(x, k):
     r40 = r130 == r40
     r124 = k.where(r40, r124, 0.0)
     r40 = r55 + r52 + r54 + r133 + r114 + r124
-    r130 = -1.0 + x23
+    r130 = -1.0 + x24
     r93 = k.min(1.0, r130)
     r149 = r93 == 0.0
     r149 = k.where(r149, 1.0, 0.0)
     r149 = r16 * r149
     r152 = 1.0 + r93
-    r152 = x23 == r152
+    r152 = x24 == r152
     r154 = k.where(r152, 1.0, 0.0)
     r154 = 2.0 * x12 * r154
     r156 = r93 != 0.0
     r156 = k.and_(r156, r152)
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x38 * x12 * r156
+    r156 = x39 * x12 * r156
     r156 = r149 + r36 + r37 + r154 + r156
     r156 = r25 * r156
     r154 = -1.0 * r93
-    r154 = x23 + r154
+    r154 = x24 + r154
     r149 = r154 == 1.0
     r149 = k.where(r149, 1.0, 0.0)
     r149 = r16 * r149
-    r16 = x23 == r154
+    r16 = x24 == r154
     r168 = k.where(r16, 1.0, 0.0)
     r168 = 2.0 * x12 * r168
     r170 = r154 != 1.0
     r170 = k.and_(r16, r170)
     r170 = k.where(r170, 1.0, 0.0)
-    r170 = x38 * x12 * r170
+    r170 = x39 * x12 * r170
     r170 = r149 + r36 + r37 + r168 + r170
     r170 = r25 * r170
     r170 = r170 + r156
@@ -294,414 +294,415 @@ def quantities(x, k):
     r128 = k.where(r54, r67, r128)
     r124 = r40 == r124
     r128 = k.where(r124, r133, r128)
-    r133 = x38 * x20 * x4 * x35 * r31 * r25
-    r124 = x38 * x20 * x4 * x35 * r31
+    r133 = x39 * x20 * x4 * x36 * r31 * r25
+    r124 = x39 * x20 * x4 * x36 * r31
     r67 = k.max(r40, r156, r12)
     r54 = r156 == r67
     r12 = k.where(r54, r156, r12)
     r67 = r40 == r67
     r12 = k.where(r67, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r67 = 6.0 * x6 * x35 * r15
+    r40 = -1.0 * x21
+    r67 = -1.0 * r12
+    r67 = x8 + r40 + r67
+    r40 = 6.0 * x6 * x36 * r15
     r156 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r55 = 6.0 * x38 * x12
+    r55 = 6.0 * x39 * x12
     r168 = 6.0 * x12 * x18
-    r52 = 12.0 * x15 * x11 * x10 * x35
+    r52 = 12.0 * x15 * x11 * x10 * x36
     r52 = r156 + r54 + r16 + r55 + r168 + r52
-    r168 = x6 * x35 * r52
+    r168 = x6 * x36 * r52
     r55 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r54 = 0.16666666666666666 * x35 * r16
+    r54 = 0.16666666666666666 * x36 * r16
     r37 = k.recip(x15)
-    r16 = 0.0625 * x38 * r37 * r16
+    r16 = 0.0625 * x39 * r37 * r16
     r16 = 1.0 + r54 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r55 * r16
-    r55 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r55 * r16
+    r55 = k.pow(x36, 2.0)
     r55 = 2.0 * x6 * x15 * x11 * x10 * r55
     r54 = x11 * x10
     r76 = x14 * x10
     r76 = x5 + r54 + r76
-    r76 = 2.0 * x6 * x15 * x12 * x35 * r76
+    r76 = 2.0 * x6 * x15 * x12 * x36 * r76
     r76 = k.where(r62, r76, 0.0)
-    r54 = 0.3333333333333333 * x6 * x35 * r52
+    r54 = 0.3333333333333333 * x6 * x36 * r52
     r76 = k.where(r68, r54, r76)
     r76 = r168 + r55 + r76
     r55 = k.where(r68, 1.0, 0.0)
     r54 = 1.0 + r55
     r170 = k.recip(x9)
     r66 = k.recip(x19)
-    r110 = x38 * x12 * r25
-    r35 = x20 * x12 * x35 * r31
-    r102 = x38 * x20 * x35 * r31 * r25
+    r110 = x39 * x12 * r25
+    r35 = x20 * x12 * x36 * r31
+    r102 = x39 * x20 * x36 * r31 * r25
     r102 = r110 + r35 + r102
     r110 = 2.0 * r170 * r66 * r102
-    r103 = k.recip(x22)
+    r103 = k.recip(x23)
     r90 = k.recip(x17)
-    r154 = 2.0 * x38 * x20 * x12 * x35 * r103 * r31 * r90 * r25
+    r154 = 2.0 * x39 * x20 * x12 * x36 * r103 * r31 * r90 * r25
     r154 = r110 + r154
     r154 = r54 * r154
     r102 = 4.0 * r170 * r66 * r102
-    r110 = 4.0 * x38 * x20 * x12 * x35 * r103 * r31 * r90 * r25
+    r110 = 4.0 * x39 * x20 * x12 * x36 * r103 * r31 * r90 * r25
     r110 = r154 + r102 + r110
     r110 = r11 * r110
     r102 = x11 * x10 * x12 * r25
-    r154 = x11 * x20 * x10 * x35 * r31 * r25
+    r154 = x11 * x20 * x10 * x36 * r31 * r25
     r154 = r102 + r35 + r154
     r102 = 2.0 * r170 * r66 * r154
-    r149 = 2.0 * x11 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
+    r149 = 2.0 * x11 * x20 * x10 * x12 * x36 * r103 * r31 * r90 * r25
     r149 = r102 + r149
     r149 = r54 * r149
     r102 = x10 * x12 * r25 * r14
-    r346 = x20 * x10 * x35 * r31 * r25 * r14
-    r346 = r35 + r102 + r346
-    r102 = 2.0 * r170 * r66 * r346
-    r349 = 2.0 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25 * r14
-    r349 = r102 + r349
-    r349 = r54 * r349
+    r347 = x20 * x10 * x36 * r31 * r25 * r14
+    r347 = r35 + r102 + r347
+    r102 = 2.0 * r170 * r66 * r347
+    r350 = 2.0 * x20 * x10 * x12 * x36 * r103 * r31 * r90 * r25 * r14
+    r350 = r102 + r350
+    r350 = r54 * r350
     r102 = x12 * x5 * r25
-    r353 = x20 * x5 * x35 * r31 * r25
-    r353 = r102 + r35 + r353
-    r102 = 2.0 * r170 * r66 * r353
-    r356 = 2.0 * x20 * x12 * x5 * x35 * r103 * r31 * r90 * r25
-    r356 = r102 + r356
-    r102 = r54 * r356
-    r359 = x14 * x10 * x12 * r25
-    r360 = x14 * x20 * x10 * x35 * r31 * r25
-    r360 = r359 + r35 + r360
-    r360 = 2.0 * r170 * r66 * r360
-    r35 = 2.0 * x14 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
-    r35 = r360 + r35
+    r354 = x20 * x5 * x36 * r31 * r25
+    r354 = r102 + r35 + r354
+    r102 = 2.0 * r170 * r66 * r354
+    r357 = 2.0 * x20 * x12 * x5 * x36 * r103 * r31 * r90 * r25
+    r357 = r102 + r357
+    r102 = r54 * r357
+    r360 = x14 * x10 * x12 * r25
+    r361 = x14 * x20 * x10 * x36 * r31 * r25
+    r361 = r360 + r35 + r361
+    r361 = 2.0 * r170 * r66 * r361
+    r35 = 2.0 * x14 * x20 * x10 * x12 * x36 * r103 * r31 * r90 * r25
+    r35 = r361 + r35
     r35 = r54 * r35
     r35 = r102 + r149 + r35
     r62 = k.where(r62, 1.0, 0.0)
     r35 = r35 * r62
-    r356 = 2.0 * r54 * r356
+    r357 = 2.0 * r54 * r357
     r154 = 4.0 * r170 * r66 * r154
-    r346 = 4.0 * r170 * r66 * r346
-    r353 = 8.0 * r170 * r66 * r353
-    r102 = 8.0 * x20 * x12 * x5 * x35 * r103 * r31 * r90 * r25
-    r360 = 4.0 * x11 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25 * r14
-    r14 = r149 + r349 + r35 + r356 + r154 + r346 + r353 + r102 + r360 + r14
+    r347 = 4.0 * r170 * r66 * r347
+    r354 = 8.0 * r170 * r66 * r354
+    r102 = 8.0 * x20 * x12 * x5 * x36 * r103 * r31 * r90 * r25
+    r361 = 4.0 * x11 * x20 * x10 * x12 * x36 * r103 * r31 * r90 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r103 * r31 * r90 * r25 * r14
+    r14 = r149 + r350 + r35 + r357 + r154 + r347 + r354 + r102 + r361 + r14
     r14 = x15 * r11 * r14
     r14 = r110 + r14
     r110 = x6 * r4 * r5 * r14
-    r360 = 3.0 * x5
+    r361 = 3.0 * x5
     r62 = 1.0 + r62 + r55
     r102 = 2.0 * x5 * r62
-    r102 = r360 + r102
-    r102 = x20 * x35 * r31 * r25 * r102
+    r102 = r361 + r102
+    r102 = x20 * x36 * r31 * r25 * r102
     r62 = 10.0 * x12 * r62
     r62 = r156 + r62
-    r62 = x20 * x35 * r31 * r25 * r62
+    r62 = x20 * x36 * r31 * r25 * r62
     r62 = r102 + r62
     r62 = x15 * r11 * r62
-    r102 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r102 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
     r102 = r62 + r102
     r62 = x6 * x4 * r170 * r4 * r5 * r66 * r102
     r156 = k.recip(x0)
-    r360 = x11 * x10 * x35
+    r361 = x11 * x10 * x36
     r55 = 3.0 + r55
-    r55 = 2.0 * x11 * x10 * x35 * r55
-    r55 = r360 + r55
-    r360 = x6 * x15 * x35 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
-    r353 = r110 + r62 + r360
-    r346 = k.recip(r353)
+    r55 = 2.0 * x11 * x10 * x36 * r55
+    r55 = r361 + r55
+    r361 = x6 * x15 * x36 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
+    r354 = r110 + r62 + r361
+    r347 = k.recip(r354)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r154 = k.recip(x6)
-    r356 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r353
-    r35 = 0.6666666666666666 * x3 * x20 * x23 * r154 * r353
+    r357 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r354
+    r35 = 0.6666666666666666 * x3 * x20 * x24 * r154 * r354
     r102 = -1.0 * x6 * x4 * r170 * r4 * r5 * r66 * r102
-    r55 = -1.0 * x6 * x15 * x35 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
-    r35 = r14 + r356 + r35 + r102 + r55
+    r55 = -1.0 * x6 * x15 * x36 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
+    r35 = r14 + r357 + r35 + r102 + r55
     r35 = k.max(0.0, r35)
-    r356 = 0.5 * x23
-    r356 = -1.0 + r356
-    r356 = 0.6666666666666666 * x3 * x20 * r154 * r101 * r356 * r353
-    r356 = k.where(r59, 0.0, r356)
-    r59 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r130 * r353
-    r356 = k.where(r95, r59, r356)
+    r357 = 0.5 * x24
+    r357 = -1.0 + r357
+    r357 = 0.6666666666666666 * x3 * x20 * r154 * r101 * r357 * r354
+    r357 = k.where(r59, 0.0, r357)
+    r59 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r130 * r354
+    r357 = k.where(r95, r59, r357)
     r105 = k.or_(r94, r97, r105)
-    r130 = x3 * x20 * r154 * r101 * r130 * r353
-    r356 = k.where(r105, r130, r356)
-    r356 = k.max(r35, r356)
-    r346 = r346 * r356
+    r130 = x3 * x20 * r154 * r101 * r130 * r354
+    r357 = k.where(r105, r130, r357)
+    r357 = k.max(r35, r357)
+    r347 = r347 * r357
     r66 = 28.0 * r170 * r66 * r32
-    r170 = r66 + r110 + r62 + r360
-    r35 = -1.0 * x21
+    r170 = r66 + r110 + r62 + r361
+    r35 = -1.0 * x22
     r35 = 1.0 + r35
-    r130 = x23 * x39
+    r130 = x24 * x40
     r130 = -1.0 + r130
-    r101 = k.recip(x26)
-    r94 = k.recip(x27)
-    r59 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25
-    r59 = x28 + r59
-    r95 = 2.0 * x3 * x2 * x37
-    r95 = x30 >= r95
-    r156 = k.recip(x29)
-    r90 = k.recip(x31)
-    r349 = k.min(1.0, x33)
-    r349 = k.recip(r349)
-    r349 = x20 * x4 * x12 * x33 * x35 * r156 * r31 * r90 * r25 * r349
-    r349 = x32 + r349
-    r59 = k.where(r95, r349, r59)
+    r101 = k.recip(x27)
+    r94 = k.recip(x28)
+    r59 = x20 * x4 * x12 * x36 * r101 * r31 * r94 * r25
+    r59 = x29 + r59
+    r95 = 2.0 * x3 * x2 * x38
+    r95 = x31 >= r95
+    r156 = k.recip(x30)
+    r90 = k.recip(x32)
+    r350 = k.min(1.0, x34)
+    r350 = k.recip(r350)
+    r350 = x20 * x4 * x12 * x34 * x36 * r156 * r31 * r90 * r25 * r350
+    r350 = x33 + r350
+    r59 = k.where(r95, r350, r59)
     r59 = 2.0 * x6 * r4 * r5 * r11 * r130 * r59
     r59 = k.where(r38, 0.0, r59)
     r35 = r35 * r59
-    r349 = x3 * x20 * r154 * r353
-    r95 = x23 <= 1.0
+    r350 = x3 * x20 * r154 * r354
+    r95 = x24 <= 1.0
     r53 = k.and_(r53, r95)
-    r349 = k.where(r53, r353, r349)
-    r349 = -1.0 * x21 * r349
-    r353 = x3 * x2
-    r149 = -1.0 + r353
-    r359 = k.recip(r149)
-    r450 = 2.0 * x3 * x2
-    r450 = -2.0 + r450
-    r452 = x30 * r25
-    r453 = k.gcd(r353, r452)
-    r454 = k.recip(r453)
-    r455 = x3 * x2 * r454
-    r455 = -1.0 + r455
-    r455 = x28 * r455
-    r458 = -1.0 * x3 * x2 * r454
-    r458 = r353 + r458
-    r458 = x32 * r458
-    r461 = r455 + r458
-    r461 = r359 * r450 * r461
-    r359 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r454 * r450 * r26
-    r453 = -1.0 + r453
-    r465 = k.max(1.0, r453)
-    r465 = k.min(x33, r465)
-    r465 = k.recip(r465)
-    r468 = x4 * x33 * x23 * r156 * r37 * r4 * r31 * r90 * r465 * r454 * r453 * r450 * r26
-    r468 = k.max(r359, r468)
-    r468 = r461 + r468
-    r461 = x30 <= x37
-    r359 = x28 * r450
-    r473 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r450 * r26
-    r473 = r359 + r473
-    r468 = k.where(r461, r473, r468)
-    r473 = x3 * x2 * x37
-    r473 = x30 >= r473
-    r359 = x32 * r450
-    r479 = k.max(1.0, r149)
-    r479 = k.min(x33, r479)
-    r479 = k.recip(r479)
-    r482 = x4 * x33 * x23 * r156 * r37 * r4 * r31 * r90 * r479 * r450 * r26
-    r482 = r359 + r482
-    r468 = k.where(r473, r482, r468)
-    r468 = x15 * r11 * r468
-    r482 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r454 * r149 * r26
-    r453 = x4 * x33 * x23 * r156 * r37 * r4 * r31 * r90 * r465 * r454 * r149 * r453 * r26
-    r453 = k.max(r482, r453)
-    r453 = r455 + r458 + r453
-    r458 = x28 * r149
-    r455 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r149 * r26
-    r455 = r458 + r455
-    r453 = k.where(r461, r455, r453)
-    r455 = x32 * r149
-    r479 = x4 * x33 * x23 * r156 * r37 * r4 * r31 * r90 * r479 * r149 * r26
-    r479 = r455 + r479
-    r453 = k.where(r473, r479, r453)
-    r479 = 2.0 * x15 * r11 * r453
-    r468 = k.where(r28, r479, r468)
-    r479 = x15 * r11 * r453
-    r473 = x6 * x15 * r4 * r5 * r11 * r453
-    r473 = r479 + r473
-    r468 = k.where(r53, r473, r468)
+    r350 = k.where(r53, r354, r350)
+    r350 = -1.0 * x22 * r350
+    r354 = x3 * x2
+    r149 = -1.0 + r354
+    r360 = k.recip(r149)
+    r451 = 2.0 * x3 * x2
+    r451 = -2.0 + r451
+    r453 = x31 * r25
+    r454 = k.gcd(r354, r453)
+    r455 = k.recip(r454)
+    r456 = x3 * x2 * r455
+    r456 = -1.0 + r456
+    r456 = x29 * r456
+    r459 = -1.0 * x3 * x2 * r455
+    r459 = r354 + r459
+    r459 = x33 * r459
+    r462 = r456 + r459
+    r462 = r360 * r451 * r462
+    r360 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r455 * r451 * r26
+    r454 = -1.0 + r454
+    r466 = k.max(1.0, r454)
+    r466 = k.min(x34, r466)
+    r466 = k.recip(r466)
+    r469 = x4 * x34 * x24 * r156 * r37 * r4 * r31 * r90 * r466 * r455 * r454 * r451 * r26
+    r469 = k.max(r360, r469)
+    r469 = r462 + r469
+    r462 = x31 <= x38
+    r360 = x29 * r451
+    r474 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r451 * r26
+    r474 = r360 + r474
+    r469 = k.where(r462, r474, r469)
+    r474 = x3 * x2 * x38
+    r474 = x31 >= r474
+    r360 = x33 * r451
+    r480 = k.max(1.0, r149)
+    r480 = k.min(x34, r480)
+    r480 = k.recip(r480)
+    r483 = x4 * x34 * x24 * r156 * r37 * r4 * r31 * r90 * r480 * r451 * r26
+    r483 = r360 + r483
+    r469 = k.where(r474, r483, r469)
+    r469 = x15 * r11 * r469
+    r483 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r455 * r149 * r26
+    r454 = x4 * x34 * x24 * r156 * r37 * r4 * r31 * r90 * r466 * r455 * r149 * r454 * r26
+    r454 = k.max(r483, r454)
+    r454 = r456 + r459 + r454
+    r459 = x29 * r149
+    r456 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r149 * r26
+    r456 = r459 + r456
+    r454 = k.where(r462, r456, r454)
+    r456 = x33 * r149
+    r480 = x4 * x34 * x24 * r156 * r37 * r4 * r31 * r90 * r480 * r149 * r26
+    r480 = r456 + r480
+    r454 = k.where(r474, r480, r454)
+    r480 = 2.0 * x15 * r11 * r454
+    r469 = k.where(r28, r480, r469)
+    r480 = x15 * r11 * r454
+    r474 = x6 * x15 * r4 * r5 * r11 * r454
+    r474 = r480 + r474
+    r469 = k.where(r53, r474, r469)
     r95 = k.and_(r56, r95)
-    r453 = 3.0 * x6 * x15 * r4 * r5 * r11 * r453
-    r468 = k.where(r95, r453, r468)
-    r353 = r353 == 1.0
-    r468 = k.where(r353, 0.0, r468)
-    r349 = r349 + r468
-    r349 = k.max(0.0, r349)
-    r452 = k.gcd(x2, r452)
-    r453 = k.recip(r452)
-    r56 = x2 * r453
+    r454 = 3.0 * x6 * x15 * r4 * r5 * r11 * r454
+    r469 = k.where(r95, r454, r469)
+    r354 = r354 == 1.0
+    r469 = k.where(r354, 0.0, r469)
+    r350 = r350 + r469
+    r350 = k.max(0.0, r350)
+    r453 = k.gcd(x2, r453)
+    r454 = k.recip(r453)
+    r56 = x2 * r454
     r56 = -1.0 + r56
-    r56 = x28 * r56
-    r473 = -1.0 * x2 * r453
-    r473 = x2 + r473
-    r473 = x32 * r473
-    r479 = -1.0 + x2
-    r455 = 2.0 * x14 * x20 * x10 * x4 * x35 * r101 * r31 * r94 * r25 * r453 * r479
-    r452 = -1.0 + r452
-    r37 = k.max(1.0, r452)
-    r37 = k.min(x33, r37)
+    r56 = x29 * r56
+    r474 = -1.0 * x2 * r454
+    r474 = x2 + r474
+    r474 = x33 * r474
+    r480 = -1.0 + x2
+    r456 = 2.0 * x14 * x20 * x10 * x4 * x36 * r101 * r31 * r94 * r25 * r454 * r480
+    r453 = -1.0 + r453
+    r37 = k.max(1.0, r453)
+    r37 = k.min(x34, r37)
     r37 = k.recip(r37)
-    r452 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r156 * r31 * r90 * r25 * r37 * r453 * r479 * r452
-    r452 = k.max(r455, r452)
-    r452 = r56 + r473 + r452
-    r473 = x28 * r479
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r101 * r31 * r94 * r25 * r479
-    r56 = r473 + r56
-    r452 = k.where(r461, r56, r452)
-    r56 = x2 * x37
-    r56 = x30 >= r56
-    r461 = x32 * r479
-    r473 = k.max(1.0, r479)
-    r473 = k.min(x33, r473)
-    r473 = k.recip(r473)
-    r473 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r156 * r31 * r90 * r25 * r473 * r479
-    r473 = r461 + r473
-    r452 = k.where(r56, r473, r452)
-    r473 = x6 * x15 * r4 * r5 * r11 * r452
-    r452 = x6 * x15 * r4 * r5 * r11 * r54 * r452
-    r452 = r473 + r452
-    r473 = x2 == 1.0
-    r452 = k.where(r473, 0.0, r452)
+    r453 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r156 * r31 * r90 * r25 * r37 * r454 * r480 * r453
+    r453 = k.max(r456, r453)
+    r453 = r56 + r474 + r453
+    r474 = x29 * r480
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x36 * r101 * r31 * r94 * r25 * r480
+    r56 = r474 + r56
+    r453 = k.where(r462, r56, r453)
+    r56 = x2 * x38
+    r56 = x31 >= r56
+    r462 = x33 * r480
+    r474 = k.max(1.0, r480)
+    r474 = k.min(x34, r474)
+    r474 = k.recip(r474)
+    r474 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r156 * r31 * r90 * r25 * r474 * r480
+    r474 = r462 + r474
+    r453 = k.where(r56, r474, r453)
+    r474 = x6 * x15 * r4 * r5 * r11 * r453
+    r453 = x6 * x15 * r4 * r5 * r11 * r54 * r453
+    r453 = r474 + r453
+    r474 = x2 == 1.0
+    r453 = k.where(r474, 0.0, r453)
     r68 = k.where(r68, 2.0, 0.0)
     r68 = 4.0 + r68
-    r56 = k.gcd(x37, x30)
-    r461 = k.recip(r56)
-    r455 = x37 * r461
-    r455 = -1.0 + r455
-    r455 = x28 * r455
-    r453 = -1.0 * x37 * r461
-    r453 = x37 + r453
-    r453 = x32 * r453
-    r37 = -1.0 + x37
-    r458 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25 * r461 * r37
+    r56 = k.gcd(x38, x31)
+    r462 = k.recip(r56)
+    r456 = x38 * r462
+    r456 = -1.0 + r456
+    r456 = x29 * r456
+    r454 = -1.0 * x38 * r462
+    r454 = x38 + r454
+    r454 = x33 * r454
+    r37 = -1.0 + x38
+    r459 = x20 * x4 * x12 * x36 * r101 * r31 * r94 * r25 * r462 * r37
     r56 = -1.0 + r56
-    r482 = k.max(1.0, r56)
-    r482 = k.min(x33, r482)
-    r482 = k.recip(r482)
-    r56 = x20 * x4 * x12 * x33 * x35 * r156 * r31 * r90 * r25 * r482 * r461 * r37 * r56
-    r56 = k.max(r458, r56)
-    r56 = r455 + r453 + r56
-    r453 = x30 <= 1.0
-    r455 = x28 * r37
-    r94 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25 * r37
-    r94 = r455 + r94
-    r56 = k.where(r453, r94, r56)
-    r94 = x30 >= x37
-    r453 = x32 * r37
-    r455 = k.max(1.0, r37)
-    r455 = k.min(x33, r455)
-    r455 = k.recip(r455)
-    r455 = x20 * x4 * x12 * x33 * x35 * r156 * r31 * r90 * r25 * r455 * r37
-    r455 = r453 + r455
-    r56 = k.where(r94, r455, r56)
+    r483 = k.max(1.0, r56)
+    r483 = k.min(x34, r483)
+    r483 = k.recip(r483)
+    r56 = x20 * x4 * x12 * x34 * x36 * r156 * r31 * r90 * r25 * r483 * r462 * r37 * r56
+    r56 = k.max(r459, r56)
+    r56 = r456 + r454 + r56
+    r454 = x31 <= 1.0
+    r456 = x29 * r37
+    r94 = x20 * x4 * x12 * x36 * r101 * r31 * r94 * r25 * r37
+    r94 = r456 + r94
+    r56 = k.where(r454, r94, r56)
+    r94 = x31 >= x38
+    r454 = x33 * r37
+    r456 = k.max(1.0, r37)
+    r456 = k.min(x34, r456)
+    r456 = k.recip(r456)
+    r456 = x20 * x4 * x12 * x34 * x36 * r156 * r31 * r90 * r25 * r456 * r37
+    r456 = r454 + r456
+    r56 = k.where(r94, r456, r56)
     r56 = 2.0 * x6 * x15 * r4 * r5 * r11 * r68 * r56
-    r455 = x37 == 1.0
-    r56 = k.where(r455, 0.0, r56)
+    r456 = x38 == 1.0
+    r56 = k.where(r456, 0.0, r56)
     r55 = r14 + r102 + r55
     r55 = k.max(0.0, r55)
     r55 = k.where(r27, r55, 0.0)
-    r27 = r35 + r66 + r110 + r62 + r360 + r349 + r356 + r452 + r56 + r55
+    r27 = r35 + r66 + r110 + r62 + r361 + r350 + r357 + r453 + r56 + r55
     r102 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r103 * r4 * r31 * r11 * r25 * r102 * r15
-    r52 = x6 * x35 * r103 * r4 * r31 * r11 * r25 * r102 * r52
-    r102 = x20 * x4 * x12 * x35 * r31
-    r103 = x20 * x4 * x12 * x35 * r101 * r31
-    r450 = x4 * r4 * r31 * r450 * r26
+    r14 = 6.0 * x6 * x36 * r103 * r4 * r31 * r11 * r25 * r102 * r15
+    r52 = x6 * x36 * r103 * r4 * r31 * r11 * r25 * r102 * r52
+    r102 = x20 * x4 * x12 * x36 * r31
+    r103 = x20 * x4 * x12 * x36 * r101 * r31
+    r451 = x4 * r4 * r31 * r451 * r26
     r94 = 2.0 * x4 * r4 * r31 * r149 * r26
-    r450 = k.where(r28, r94, r450)
+    r451 = k.where(r28, r94, r451)
     r94 = x4 * r4 * r31 * r149 * r26
     r28 = k.pow(x3, -2.0)
-    r453 = x6 * x4 * r28 * r5 * r31 * r149 * r26
-    r453 = r94 + r453
-    r450 = k.where(r53, r453, r450)
+    r454 = x6 * x4 * r28 * r5 * r31 * r149 * r26
+    r454 = r94 + r454
+    r451 = k.where(r53, r454, r451)
     r149 = 3.0 * x6 * x4 * r28 * r5 * r31 * r149 * r26
-    r450 = k.where(r95, r149, r450)
-    r450 = k.where(r353, 0.0, r450)
-    r353 = r101 * r450
-    r101 = x29 * r101
-    r149 = k.recip(x35)
-    r95 = x36 * r154 * r149
+    r451 = k.where(r95, r149, r451)
+    r451 = k.where(r354, 0.0, r451)
+    r354 = r101 * r451
+    r101 = x30 * r101
+    r149 = k.recip(x36)
+    r95 = x37 * r154 * r149
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r453 = 1.6e-11 * x12
+    r454 = 1.6e-11 * x12
     r53 = 8e-12 * x15 * r9
     r94 = 8e-12 * x15 * r13
-    r90 = 8e-12 * x38 * x12
+    r90 = 8e-12 * x39 * x12
     r156 = 8e-12 * x12 * x18
-    r458 = r453 + r53 + r94 + r90 + r156
-    r461 = 8e-12 * x12
-    r482 = 4e-12 * x15 * r9
-    r454 = 4e-12 * x15 * r13
-    r465 = 4e-12 * x38 * x12
-    r359 = 4e-12 * x12 * x18
-    r359 = r461 + r482 + r454 + r465 + r359
-    r359 = r28 > r359
-    r465 = -1.6e-11 * x12
+    r459 = r454 + r53 + r94 + r90 + r156
+    r462 = 8e-12 * x12
+    r483 = 4e-12 * x15 * r9
+    r455 = 4e-12 * x15 * r13
+    r466 = 4e-12 * x39 * x12
+    r360 = 4e-12 * x12 * x18
+    r360 = r462 + r483 + r455 + r466 + r360
+    r360 = r28 > r360
+    r466 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r454 = -8e-12 * x38 * x12
-    r482 = -8e-12 * x12 * x18
-    r461 = k.sqrt(2.0)
-    r626 = k.sqrt(x3)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(x2)
-    r628 = k.recip(r628)
-    r630 = k.sqrt(x13)
-    r630 = k.recip(r630)
-    r632 = k.sqrt(x23)
-    r632 = k.recip(r632)
-    r634 = k.sqrt(x37)
-    r634 = k.recip(r634)
-    r636 = k.sqrt(r458)
-    r637 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r458
-    r638 = k.sqrt(x3)
-    r639 = k.sqrt(x2)
-    r640 = k.sqrt(x13)
-    r641 = k.sqrt(x23)
-    r642 = k.sqrt(x37)
-    r642 = 0.16666666666666666 * r461 * r638 * r639 * r640 * r641 * r642 * r636
-    r642 = 1.0 + r637 + r642
-    r642 = r461 * r626 * r628 * r630 * r632 * r634 * r636 * r642
-    r642 = r465 + r9 + r13 + r454 + r482 + r642
-    r482 = k.where(r359, r642, r28)
-    r156 = r453 + r53 + r94 + r90 + r156 + r482
-    r156 = x3 * x2 * x13 * x23 * x37 * r156
+    r455 = -8e-12 * x39 * x12
+    r483 = -8e-12 * x12 * x18
+    r462 = k.sqrt(2.0)
+    r627 = k.sqrt(x3)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(x2)
+    r629 = k.recip(r629)
+    r631 = k.sqrt(x13)
+    r631 = k.recip(r631)
+    r633 = k.sqrt(x24)
+    r633 = k.recip(r633)
+    r635 = k.sqrt(x38)
+    r635 = k.recip(r635)
+    r637 = k.sqrt(r459)
+    r638 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r459
+    r639 = k.sqrt(x3)
+    r640 = k.sqrt(x2)
+    r641 = k.sqrt(x13)
+    r642 = k.sqrt(x24)
+    r643 = k.sqrt(x38)
+    r643 = 0.16666666666666666 * r462 * r639 * r640 * r641 * r642 * r643 * r637
+    r643 = 1.0 + r638 + r643
+    r643 = r462 * r627 * r629 * r631 * r633 * r635 * r637 * r643
+    r643 = r466 + r9 + r13 + r455 + r483 + r643
+    r483 = k.where(r360, r643, r28)
+    r156 = r454 + r53 + r94 + r90 + r156 + r483
+    r156 = x3 * x2 * x13 * x24 * x38 * r156
     r156 = k.exp(r156)
     r156 = -1.0 + r156
     r90 = k.recip(r156)
-    r94 = x25 + x1
-    r53 = -1.0 * x3 * x2 * x13 * x23 * x37 * r94
+    r94 = x26 + x1
+    r53 = -1.0 * x3 * x2 * x13 * x24 * x38 * r94
     r53 = k.exp(r53)
-    r53 = x3 * x2 * x13 * x23 * x37 * r90 * r482 * r53
-    r90 = x3 * x2 * x13 * x23 * x37
-    r642 = k.recip(r642)
-    r90 = k.where(r359, r642, r90)
-    r94 = x3 * x2 * x13 * x23 * x37 * r94
+    r53 = x3 * x2 * x13 * x24 * x38 * r90 * r483 * r53
+    r90 = x3 * x2 * x13 * x24 * x38
+    r643 = k.recip(r643)
+    r90 = k.where(r360, r643, r90)
+    r94 = x3 * x2 * x13 * x24 * x38 * r94
     r94 = k.exp(r94)
-    r5 = x36 * r154 * r4 * r31 * r5 * r11 * r149 * r25 * r156 * r27 * r90 * r94
-    r94 = x36 * r154 * r149 * r156 * r27 * r90 * r94
-    r68 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r37 * r68
-    r68 = k.where(r455, 0.0, r68)
-    r455 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r479
-    r479 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r54 * r479
-    r479 = r455 + r479
-    r479 = k.where(r473, 0.0, r479)
-    r130 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r130
+    r5 = x37 * r154 * r4 * r31 * r5 * r11 * r149 * r25 * r156 * r27 * r90 * r94
+    r94 = x37 * r154 * r149 * r156 * r27 * r90 * r94
+    r68 = 2.0 * x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r37 * r68
+    r68 = k.where(r456, 0.0, r68)
+    r456 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r480
+    r480 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r54 * r480
+    r480 = r456 + r480
+    r480 = k.where(r474, 0.0, r480)
+    r130 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r130
     r130 = k.where(r38, 0.0, r130)
-    r93 = r93 < x23
-    r38 = x34 != 2.0
+    r93 = r93 < x24
+    r38 = x35 != 2.0
     r97 = k.and_(r97, r38)
     r97 = k.not_(r97)
     r97 = k.or_(r93, r97)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r96 = k.and_(r25, r38, r96)
     r96 = k.not_(r96)
     r96 = k.or_(r93, r96)
     r96 = k.and_(r97, r96)
-    r97 = x23 >= 2.0
-    r93 = x34 != 3.0
-    r38 = x34 != 4.0
+    r97 = x24 >= 2.0
+    r93 = x35 != 3.0
+    r38 = x35 != 4.0
     r105 = k.not_(r105)
     r105 = k.and_(r93, r38, r105)
     r105 = k.not_(r105)
     r105 = k.or_(r97, r105)
-    r97 = x22 * x3 * x2 * x23 * x37 * r27
-    r38 = r67 <= r97
+    r97 = x23 * x3 * x2 * x24 * x38 * r27
+    r38 = r40 <= r97
     r97 = r168 <= r97
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r152, r115, r113, r128, 0.0, r114, r8, r69, r133, r124, r119, r12, r40, r67, r67, r168, r16, r76, r346, r170, r356, r27, r14, r52, r102, r103, r353, r101, 0.0, r95, r28, r458, r482, r53, r5, r94, r110, r360, r62, r66, r68, r56, r56, r479, r452, r452, r450, r468, r349, r130, r59, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, r105, 1.0, r105, r105, r38, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r152, r115, r113, r128, 0.0, r114, r8, r69, r133, r124, r119, r12, r67, r40, r40, r168, r16, r76, r347, r170, r357, r27, r14, r52, r102, r103, r354, r101, 0.0, r95, r28, r459, r483, r53, r5, r94, r110, r361, r62, r66, r68, r56, r56, r480, r453, r453, r451, r469, r350, r130, r59, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, 1.0, r105, r105, r38, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1408,9 +1409,9 @@ def search(x, k):
     return (r105, r3, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (), (41, 46, 47, 48, 49, 50, 51, 52), (39, 46, 47, 48, 49, 50, 51, 52), (40, 46, 47, 48, 49, 50, 51, 52), (), (32, 33, 38), (43, 46, 47, 48, 49, 50, 51, 52), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (16, 46, 47, 48, 49, 50, 51, 52), (19,), (15, 16, 46, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 52), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 50, 51, 52, 66), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 50, 51, 52, 66), (62,), (12, 60), (12,), (59,), (58,), (29,), (79,), (42, 46, 47, 48, 49, 50, 51, 52), (42, 46, 47, 48, 49, 50, 51, 52, 78, 79), (42, 46, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 31), (13, 34), (13, 35), (13, 36), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 70), (16, 71), (16, 72), (16, 73), (17, 31), (17, 34), (17, 35), (17, 36), (17, 70), (17, 71), (17, 72), (17, 73), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 28), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 10), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 62), (53, 63), (53, 64), (54, 0), (54, 10), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 5), (61, 60), (61, 61), (62, 4), (62, 5), (62, 60), (62, 61), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (), (42, 47, 48, 49, 50, 51, 52, 53), (40, 47, 48, 49, 50, 51, 52, 53), (41, 47, 48, 49, 50, 51, 52, 53), (), (32, 33, 39), (44, 47, 48, 49, 50, 51, 52, 53), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52, 53), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52, 53), (30, 47, 48, 49, 50, 51, 52, 53), (30, 47, 48, 49, 50, 51, 52, 53), (16, 47, 48, 49, 50, 51, 52, 53), (19,), (15, 16, 47, 48, 49, 50, 51, 52, 53), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 67), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 53), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 67), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 53, 67), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 51, 52, 53, 67), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 51, 52, 53, 67), (63,), (12, 61), (12,), (60,), (59,), (29,), (80,), (43, 47, 48, 49, 50, 51, 52, 53), (43, 47, 48, 49, 50, 51, 52, 53, 79, 80), (43, 47, 48, 49, 50, 51, 52, 53, 77, 78, 79, 80), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 53, 67, 77, 78, 79, 80), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 53, 67, 77, 78, 79, 80), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50, 51, 52, 53), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 76), (7, 76), (9, 75), (10, 75), (11, 75), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 53), (12, 75), (13, 31), (13, 34), (13, 35), (13, 36), (13, 71), (13, 72), (13, 73), (13, 74), (14, 75), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 71), (16, 72), (16, 73), (16, 74), (17, 31), (17, 34), (17, 35), (17, 36), (17, 71), (17, 72), (17, 73), (17, 74), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 71), (22, 72), (22, 73), (22, 74), (22, 75), (23, 31), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 71), (23, 72), (23, 73), (23, 74), (23, 75), (28, 28), (29, 66), (29, 68), (29, 69), (29, 70), (30, 76), (31, 66), (31, 68), (31, 69), (31, 70), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 66), (32, 68), (32, 69), (32, 70), (32, 76), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 66), (33, 68), (33, 69), (33, 70), (33, 76), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 66), (34, 68), (34, 69), (34, 70), (34, 76), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 53), (37, 57), (37, 58), (37, 76), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 66), (45, 68), (45, 69), (45, 70), (45, 76), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 66), (46, 68), (46, 69), (46, 70), (46, 76), (50, 76), (51, 0), (51, 10), (51, 63), (51, 64), (51, 65), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 63), (52, 64), (52, 65), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 63), (53, 64), (53, 65), (54, 0), (54, 10), (54, 54), (54, 55), (54, 56), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 54), (55, 55), (55, 56), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 54), (56, 55), (56, 56), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 53), (57, 57), (57, 58), (57, 76), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 53), (58, 57), (58, 58), (58, 76), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 53), (59, 57), (59, 58), (59, 76), (60, 61), (60, 62), (61, 4), (61, 5), (61, 61), (61, 62), (62, 4), (62, 5), (62, 61), (62, 62), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

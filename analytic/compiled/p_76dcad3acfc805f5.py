@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r14 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r14 + r15 + r16
-    r14 = k.recip(x22)
-    r19 = k.recip(x35)
+    r14 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r14 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r14 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -41,89 +41,89 @@ def quantities(x, k):
     r29 = 4.0 * x12
     r30 = -4.0 * x12 * r19
     r30 = r29 + r30
-    r30 = x19 * x33 * r25 * r30
+    r30 = x19 * x34 * r25 * r30
     r29 = 4.0 * x11
     r34 = 6.0 * x5
     r35 = 8.0 * x12
     r36 = 4.0 * x11 * x10
     r37 = 4.0 * x14 * x10
     r37 = r29 + r34 + r35 + r36 + r37
-    r37 = x19 * x33 * r25 * r19 * r37
+    r37 = x19 * x34 * r25 * r19 * r37
     r37 = r30 + r37
-    r30 = x23 == 1.0
+    r30 = x24 == 1.0
     r35 = 2.0 * x5
     r34 = 6.0 * x12
     r44 = 2.0 * x14 * x10
     r36 = r35 + r29 + r34 + r44 + r36
     r36 = r19 * r36
     r36 = r8 + r36
-    r36 = x19 * x33 * r25 * r36
+    r36 = x19 * x34 * r25 * r36
     r37 = k.where(r30, r36, r37)
-    r36 = x23 == 2.0
-    r44 = 2.0 * x19 * x12 * x33 * r25 * r19
+    r36 = x24 == 2.0
+    r44 = 2.0 * x19 * x12 * x34 * r25 * r19
     r44 = k.where(r36, r44, r37)
-    r29 = 1.0 + x22
+    r29 = 1.0 + x23
     r29 = k.min(r29, r6)
     r35 = k.ceiling(r28)
     r29 = r29 * r35
-    r57 = x32 == 4.0
-    r58 = 2.0 * x22
+    r57 = x33 == 4.0
+    r58 = 2.0 * x23
     r59 = -1.0 + r58
     r59 = k.min(r59, r6)
     r59 = r59 * r35
     r62 = k.where(r57, r59, r29)
-    r63 = x32 == 0.0
-    r64 = x32 == 3.0
+    r63 = x33 == 0.0
+    r64 = x33 == 3.0
     r65 = k.or_(r63, r64)
-    r66 = k.min(x22, r6)
+    r66 = k.min(x23, r6)
     r66 = r66 * r35
     r62 = k.where(r65, r66, r62)
-    r66 = x32 == 1.0
-    r70 = k.recip(x37)
-    r71 = x6 * x37 * r4 * r5
-    r72 = -1.0 + x37
-    r72 = x22 * r72
+    r66 = x33 == 1.0
+    r70 = k.recip(x38)
+    r71 = x6 * x38 * r4 * r5
+    r72 = -1.0 + x38
+    r72 = x23 * r72
     r74 = -1.0 + r58 + r72
     r74 = k.min(r71, r74)
     r74 = r70 * r74 * r35
     r62 = k.where(r66, r74, r62)
-    r74 = x32 == 2.0
+    r74 = x33 == 2.0
     r79 = x6 * r4 * r5 * r35
     r62 = k.where(r74, r79, r62)
     r62 = r44 * r62
-    r82 = x22 == 1.0
+    r82 = x23 == 1.0
     r83 = k.where(r82, 1.0, 0.0)
     r84 = x12 * r83
     r85 = r12 * r35
     r86 = 3.0 * x12 * x5 * r35
     r84 = r15 + r84 + r85 + r86
     r84 = r19 * r84
-    r83 = x36 * x12 * r83
-    r15 = x22 != 1.0
+    r83 = x37 * x12 * r83
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r85 + r83 + r15 + r86
     r15 = r19 * r15
     r83 = r84 + r15
     r84 = k.where(r21, r83, r84)
     r97 = 2.0 * r84
-    r98 = x38 >= 2.0
+    r98 = x39 >= 2.0
     r99 = 2.0 * r4 * r25 * r84
     r100 = k.where(r98, r99, r97)
-    r101 = x38 >= 3.0
+    r101 = x39 >= 3.0
     r97 = k.where(r101, r99, r97)
     r99 = 12.0 * r84
     r104 = 12.0 * r4 * r25 * r84
     r99 = k.where(r22, r104, r99)
-    r104 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r104 = 4.0 * x19 * x5 * x34 * r25 * r19
     r107 = r104 + r37
     r104 = k.where(r36, r107, r104)
     r107 = k.or_(r21, r82)
     r110 = -2.0 * x12 * r19
     r110 = r8 + r110
-    r110 = x19 * x33 * r25 * r110
-    r8 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r114 = x36 * x19 * x16 * x33 * r25 * r19
+    r110 = x19 * x34 * r25 * r110
+    r8 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r114 = x37 * x19 * x16 * x34 * r25 * r19
     r8 = r110 + r8 + r114
     r8 = k.max(r8, r104)
     r107 = k.where(r107, r8, r104)
@@ -132,16 +132,16 @@ def quantities(x, k):
     r110 = k.where(r21, r119, r110)
     r119 = 3.0 * x4 * r110 * r84
     r119 = k.where(r101, r119, 0.0)
-    r123 = x22 > 1.0
+    r123 = x23 > 1.0
     r123 = k.and_(r101, r123)
     r84 = 6.0 * r84
     r119 = k.where(r123, r84, r119)
     r84 = r62 + r100 + r97 + r99 + r107 + r119
     r128 = k.where(r57, r59, r29)
-    r129 = -1.0 + x22
+    r129 = -1.0 + x23
     r130 = k.min(1.0, r129)
     r131 = -1.0 * r130
-    r131 = x22 + r131
+    r131 = x23 + r131
     r133 = k.min(r6, r131)
     r133 = r133 * r35
     r128 = k.where(r65, r133, r128)
@@ -153,28 +153,28 @@ def quantities(x, k):
     r128 = k.where(r74, r79, r128)
     r128 = r44 * r128
     r58 = 1.0 + r130
-    r58 = x22 == r58
+    r58 = x23 == r58
     r133 = k.where(r58, 1.0, 0.0)
     r133 = x12 * r133
     r147 = r130 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x36 * x12 * r147
+    r147 = x37 * x12 * r147
     r150 = r130 != 0.0
     r150 = k.and_(r150, r58)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x36 * x12 * r150
+    r150 = x37 * x12 * r150
     r150 = r133 + r85 + r147 + r150 + r86
     r150 = r19 * r150
-    r147 = x22 == r131
+    r147 = x23 == r131
     r133 = k.where(r147, 1.0, 0.0)
     r133 = x12 * r133
     r159 = r131 == 1.0
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x36 * x12 * r159
+    r159 = x37 * x12 * r159
     r131 = r131 != 1.0
     r131 = k.and_(r147, r131)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x36 * x12 * r131
+    r131 = x37 * x12 * r131
     r86 = r133 + r85 + r159 + r131 + r86
     r86 = r19 * r86
     r86 = r150 + r86
@@ -250,140 +250,141 @@ def quantities(x, k):
     r128 = k.where(r128, 0.0, 0.0)
     r29 = r84 == r29
     r128 = k.where(r29, 0.0, r128)
-    r29 = x36 * x19 * x4 * x33 * r25 * r19
-    r62 = x36 * x19 * x4 * x33 * r25
+    r29 = x37 * x19 * x4 * x34 * r25 * r19
+    r62 = x37 * x19 * x4 * x34 * r25
     r119 = k.max(r84, r150, r15)
     r99 = r150 == r119
     r15 = k.where(r99, r150, r15)
     r119 = r84 == r119
     r15 = k.where(r119, r84, r15)
-    r84 = -1.0 * r15
-    r84 = x8 + r84
-    r119 = 6.0 * x6 * x33 * r16
+    r84 = -1.0 * x20
+    r119 = -1.0 * r15
+    r119 = x8 + r84 + r119
+    r84 = 6.0 * x6 * x34 * r16
     r150 = 6.0 * x15 * r12
-    r99 = 6.0 * x36 * x12
+    r99 = 6.0 * x37 * x12
     r147 = 18.0 * x15 * x12 * x5
-    r100 = 12.0 * x15 * x11 * x10 * x33
+    r100 = 12.0 * x15 * x11 * x10 * x34
     r100 = r34 + r150 + r99 + r147 + r100
-    r147 = x6 * x33 * r100
+    r147 = x6 * x34 * r100
     r99 = k.pow(x12, 2.0)
     r150 = k.recip(x12)
-    r34 = 0.16666666666666666 * x33 * r150
+    r34 = 0.16666666666666666 * x34 * r150
     r131 = k.recip(x15)
-    r150 = 0.0625 * x36 * r131 * r150
+    r150 = 0.0625 * x37 * r131 * r150
     r150 = 1.0 + r34 + r150
-    r150 = 96.0 * x6 * x15 * x33 * r99 * r150
-    r99 = k.pow(x33, 2.0)
+    r150 = 96.0 * x6 * x15 * x34 * r99 * r150
+    r99 = k.pow(x34, 2.0)
     r99 = 2.0 * x6 * x15 * x11 * x10 * r99
     r34 = x11 * x10
     r97 = x14 * x10
     r97 = x5 + r34 + r97
-    r97 = 2.0 * x6 * x15 * x12 * x33 * r97
+    r97 = 2.0 * x6 * x15 * x12 * x34 * r97
     r97 = k.where(r30, r97, 0.0)
-    r34 = 0.3333333333333333 * x6 * x33 * r100
+    r34 = 0.3333333333333333 * x6 * x34 * r100
     r97 = k.where(r36, r34, r97)
     r97 = r147 + r99 + r97
     r99 = k.where(r36, 1.0, 0.0)
     r34 = 1.0 + r99
     r159 = k.recip(x9)
     r123 = k.recip(x18)
-    r86 = x36 * x12 * r19
-    r35 = x19 * x12 * x33 * r25
-    r71 = x36 * x19 * x33 * r25 * r19
+    r86 = x37 * x12 * r19
+    r35 = x19 * x12 * x34 * r25
+    r71 = x37 * x19 * x34 * r25 * r19
     r71 = r86 + r35 + r71
     r86 = 2.0 * r159 * r123 * r71
-    r72 = k.recip(x21)
+    r72 = k.recip(x22)
     r59 = k.recip(x17)
-    r58 = 2.0 * x36 * x19 * x12 * x33 * r72 * r25 * r59 * r19
+    r58 = 2.0 * x37 * x19 * x12 * x34 * r72 * r25 * r59 * r19
     r58 = r86 + r58
     r58 = r34 * r58
     r71 = 4.0 * r159 * r123 * r71
-    r86 = 4.0 * x36 * x19 * x12 * x33 * r72 * r25 * r59 * r19
+    r86 = 4.0 * x37 * x19 * x12 * x34 * r72 * r25 * r59 * r19
     r86 = r58 + r71 + r86
     r86 = r14 * r86
     r71 = x12 * x5 * r19
-    r58 = x19 * x5 * x33 * r25 * r19
+    r58 = x19 * x5 * x34 * r25 * r19
     r58 = r71 + r35 + r58
     r71 = 2.0 * r159 * r123 * r58
-    r85 = 2.0 * x19 * x12 * x5 * x33 * r72 * r25 * r59 * r19
+    r85 = 2.0 * x19 * x12 * x5 * x34 * r72 * r25 * r59 * r19
     r85 = r71 + r85
     r85 = r34 * r85
     r71 = 2.0 * x12 * x5 * r19
-    r133 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r133 = 2.0 * x19 * x5 * x34 * r25 * r19
     r133 = r71 + r35 + r133
     r71 = 2.0 * r159 * r123 * r133
-    r303 = 4.0 * x19 * x12 * x5 * x33 * r72 * r25 * r59 * r19
-    r303 = r71 + r303
-    r303 = r34 * r303
+    r304 = 4.0 * x19 * x12 * x5 * x34 * r72 * r25 * r59 * r19
+    r304 = r71 + r304
+    r304 = r34 * r304
     r71 = x11 * x10 * x12 * r19
-    r307 = x11 * x19 * x10 * x33 * r25 * r19
-    r307 = r71 + r35 + r307
-    r71 = 2.0 * r159 * r123 * r307
-    r310 = 2.0 * x11 * x19 * x10 * x12 * x33 * r72 * r25 * r59 * r19
-    r310 = r71 + r310
-    r310 = r34 * r310
+    r308 = x11 * x19 * x10 * x34 * r25 * r19
+    r308 = r71 + r35 + r308
+    r71 = 2.0 * r159 * r123 * r308
+    r311 = 2.0 * x11 * x19 * x10 * x12 * x34 * r72 * r25 * r59 * r19
+    r311 = r71 + r311
+    r311 = r34 * r311
     r10 = x11 + r10
     r71 = x10 * x12 * r19 * r10
-    r315 = x19 * x10 * x33 * r25 * r19 * r10
-    r315 = r35 + r71 + r315
-    r71 = 2.0 * r159 * r123 * r315
-    r318 = 2.0 * x19 * x10 * x12 * x33 * r72 * r25 * r59 * r19 * r10
-    r318 = r71 + r318
-    r318 = r34 * r318
+    r316 = x19 * x10 * x34 * r25 * r19 * r10
+    r316 = r35 + r71 + r316
+    r71 = 2.0 * r159 * r123 * r316
+    r319 = 2.0 * x19 * x10 * x12 * x34 * r72 * r25 * r59 * r19 * r10
+    r319 = r71 + r319
+    r319 = r34 * r319
     r71 = x14 * x10 * x12 * r19
-    r322 = x14 * x19 * x10 * x33 * r25 * r19
-    r322 = r71 + r35 + r322
-    r322 = 2.0 * r159 * r123 * r322
-    r35 = 2.0 * x14 * x19 * x10 * x12 * x33 * r72 * r25 * r59 * r19
-    r35 = r322 + r35
+    r323 = x14 * x19 * x10 * x34 * r25 * r19
+    r323 = r71 + r35 + r323
+    r323 = 2.0 * r159 * r123 * r323
+    r35 = 2.0 * x14 * x19 * x10 * x12 * x34 * r72 * r25 * r59 * r19
+    r35 = r323 + r35
     r35 = r34 * r35
-    r35 = r85 + r310 + r35
+    r35 = r85 + r311 + r35
     r30 = k.where(r30, 1.0, 0.0)
     r35 = r35 * r30
     r58 = 4.0 * r159 * r123 * r58
     r133 = 4.0 * r159 * r123 * r133
-    r307 = 4.0 * r159 * r123 * r307
-    r315 = 4.0 * r159 * r123 * r315
-    r322 = 12.0 * x19 * x12 * x5 * x33 * r72 * r25 * r59 * r19
-    r71 = 4.0 * x11 * x19 * x10 * x12 * x33 * r72 * r25 * r59 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r72 * r25 * r59 * r19 * r10
-    r10 = r85 + r303 + r310 + r318 + r35 + r58 + r133 + r307 + r315 + r322 + r71 + r10
+    r308 = 4.0 * r159 * r123 * r308
+    r316 = 4.0 * r159 * r123 * r316
+    r323 = 12.0 * x19 * x12 * x5 * x34 * r72 * r25 * r59 * r19
+    r71 = 4.0 * x11 * x19 * x10 * x12 * x34 * r72 * r25 * r59 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r72 * r25 * r59 * r19 * r10
+    r10 = r85 + r304 + r311 + r319 + r35 + r58 + r133 + r308 + r316 + r323 + r71 + r10
     r10 = x15 * r14 * r10
     r10 = r86 + r10
     r86 = x6 * r4 * r5 * r10
     r71 = 5.0 * x5
-    r322 = 1.0 + r30 + r99
-    r315 = 3.0 * x5 * r322
-    r315 = r71 + r315
-    r315 = x19 * x33 * r25 * r19 * r315
+    r323 = 1.0 + r30 + r99
+    r316 = 3.0 * x5 * r323
+    r316 = r71 + r316
+    r316 = x19 * x34 * r25 * r19 * r316
     r71 = 12.0 * x12
-    r322 = 10.0 * x12 * r322
-    r322 = r71 + r322
-    r322 = x19 * x33 * r25 * r19 * r322
-    r322 = r315 + r322
-    r322 = x15 * r14 * r322
-    r315 = 3.0 * x36 * x19 * x33 * r25 * r14 * r19
+    r323 = 10.0 * x12 * r323
+    r323 = r71 + r323
+    r323 = x19 * x34 * r25 * r19 * r323
+    r323 = r316 + r323
+    r323 = x15 * r14 * r323
+    r316 = 3.0 * x37 * x19 * x34 * r25 * r14 * r19
     r30 = 2.0 + r30 + r99
-    r30 = x15 * x19 * x10 * x33 * r25 * r14 * r19 * r9 * r30
-    r30 = r322 + r315 + r30
-    r315 = x6 * x4 * r159 * r4 * r5 * r123 * r30
-    r322 = k.recip(x0)
-    r9 = x11 * x10 * x33
+    r30 = x15 * x19 * x10 * x34 * r25 * r14 * r19 * r9 * r30
+    r30 = r323 + r316 + r30
+    r316 = x6 * x4 * r159 * r4 * r5 * r123 * r30
+    r323 = k.recip(x0)
+    r9 = x11 * x10 * x34
     r99 = 3.0 + r99
-    r99 = 2.0 * x11 * x10 * x33 * r99
+    r99 = 2.0 * x11 * x10 * x34 * r99
     r99 = r9 + r99
-    r9 = x6 * x15 * x33 * r72 * r4 * r25 * r59 * r322 * r14 * r19 * r99
-    r71 = r86 + r315 + r9
-    r307 = k.recip(r71)
+    r9 = x6 * x15 * x34 * r72 * r4 * r25 * r59 * r323 * r14 * r19 * r99
+    r71 = r86 + r316 + r9
+    r308 = k.recip(r71)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r133 = k.recip(x6)
     r58 = 0.3333333333333333 * x3 * x19 * r133 * r70 * r71
-    r35 = 0.6666666666666666 * x3 * x19 * x22 * r133 * r71
+    r35 = 0.6666666666666666 * x3 * x19 * x23 * r133 * r71
     r30 = -1.0 * x6 * x4 * r159 * r4 * r5 * r123 * r30
-    r99 = -1.0 * x6 * x15 * x33 * r72 * r4 * r25 * r59 * r322 * r14 * r19 * r99
+    r99 = -1.0 * x6 * x15 * x34 * r72 * r4 * r25 * r59 * r323 * r14 * r19 * r99
     r35 = r10 + r58 + r35 + r30 + r99
     r35 = k.max(0.0, r35)
-    r58 = 0.5 * x22
+    r58 = 0.5 * x23
     r58 = -1.0 + r58
     r58 = 0.6666666666666666 * x3 * x19 * r133 * r70 * r58 * r71
     r58 = k.where(r57, 0.0, r58)
@@ -393,257 +394,257 @@ def quantities(x, k):
     r129 = x3 * x19 * r133 * r70 * r129 * r71
     r58 = k.where(r74, r129, r58)
     r58 = k.max(r35, r58)
-    r307 = r307 * r58
+    r308 = r308 * r58
     r123 = 28.0 * r159 * r123 * r26
-    r159 = r123 + r86 + r315 + r9
-    r35 = -1.0 * x20
+    r159 = r123 + r86 + r316 + r9
+    r35 = -1.0 * x21
     r35 = 1.0 + r35
-    r129 = x22 * x37
+    r129 = x23 * x38
     r129 = -1.0 + r129
-    r70 = k.recip(x25)
-    r63 = k.recip(x26)
-    r57 = x19 * x4 * x12 * x33 * r70 * r25 * r63 * r19
-    r57 = x27 + r57
-    r64 = 2.0 * x3 * x2 * x35
-    r64 = x29 >= r64
-    r322 = k.recip(x28)
-    r59 = k.recip(x30)
-    r318 = x19 * x4 * x12 * x33 * r322 * r25 * r59 * r19
-    r318 = x31 + r318
-    r57 = k.where(r64, r318, r57)
+    r70 = k.recip(x26)
+    r63 = k.recip(x27)
+    r57 = x19 * x4 * x12 * x34 * r70 * r25 * r63 * r19
+    r57 = x28 + r57
+    r64 = 2.0 * x3 * x2 * x36
+    r64 = x30 >= r64
+    r323 = k.recip(x29)
+    r59 = k.recip(x31)
+    r319 = x19 * x4 * x12 * x34 * r323 * r25 * r59 * r19
+    r319 = x32 + r319
+    r57 = k.where(r64, r319, r57)
     r57 = 2.0 * x6 * r4 * r5 * r14 * r129 * r57
     r57 = k.where(r82, 0.0, r57)
     r35 = r35 * r57
-    r318 = x3 * x19 * r133 * r71
-    r64 = x22 <= 1.0
+    r319 = x3 * x19 * r133 * r71
+    r64 = x23 <= 1.0
     r98 = k.and_(r98, r64)
-    r318 = k.where(r98, r71, r318)
-    r318 = -1.0 * x20 * r318
+    r319 = k.where(r98, r71, r319)
+    r319 = -1.0 * x21 * r319
     r71 = x3 * x2
-    r310 = -1.0 + r71
-    r303 = k.recip(r310)
+    r311 = -1.0 + r71
+    r304 = k.recip(r311)
     r85 = 2.0 * x3 * x2
     r85 = -2.0 + r85
-    r415 = x29 * r19
-    r416 = k.gcd(r71, r415)
-    r417 = k.recip(r416)
-    r418 = x3 * x2 * r417
-    r418 = -1.0 + r418
-    r418 = x27 * r418
-    r421 = -1.0 * x3 * x2 * r417
-    r421 = r71 + r421
-    r421 = x31 * r421
-    r424 = r418 + r421
-    r424 = r303 * r85 * r424
-    r303 = x4 * x22 * r70 * r131 * r4 * r25 * r63 * r417 * r85 * r20
-    r416 = -1.0 + r416
-    r428 = x4 * x22 * r322 * r131 * r4 * r25 * r59 * r417 * r416 * r85 * r20
-    r428 = k.max(r303, r428)
-    r428 = r424 + r428
-    r424 = x29 <= x35
-    r303 = x27 * r85
-    r433 = x4 * x22 * r70 * r131 * r4 * r25 * r63 * r85 * r20
-    r433 = r303 + r433
-    r428 = k.where(r424, r433, r428)
-    r433 = x3 * x2 * x35
-    r433 = x29 >= r433
-    r303 = x31 * r85
-    r439 = x4 * x22 * r322 * r131 * r4 * r25 * r59 * r85 * r20
-    r439 = r303 + r439
-    r428 = k.where(r433, r439, r428)
-    r428 = x15 * r14 * r428
-    r439 = x4 * x22 * r70 * r131 * r4 * r25 * r63 * r417 * r310 * r20
-    r416 = x4 * x22 * r322 * r131 * r4 * r25 * r59 * r417 * r310 * r416 * r20
-    r416 = k.max(r439, r416)
-    r416 = r418 + r421 + r416
-    r421 = x27 * r310
-    r418 = x4 * x22 * r70 * r131 * r4 * r25 * r63 * r310 * r20
-    r418 = r421 + r418
-    r416 = k.where(r424, r418, r416)
-    r418 = x31 * r310
-    r131 = x4 * x22 * r322 * r131 * r4 * r25 * r59 * r310 * r20
-    r131 = r418 + r131
-    r416 = k.where(r433, r131, r416)
-    r131 = 2.0 * x15 * r14 * r416
-    r428 = k.where(r22, r131, r428)
-    r131 = x15 * r14 * r416
-    r433 = x6 * x15 * r4 * r5 * r14 * r416
-    r433 = r131 + r433
-    r428 = k.where(r98, r433, r428)
+    r416 = x30 * r19
+    r417 = k.gcd(r71, r416)
+    r418 = k.recip(r417)
+    r419 = x3 * x2 * r418
+    r419 = -1.0 + r419
+    r419 = x28 * r419
+    r422 = -1.0 * x3 * x2 * r418
+    r422 = r71 + r422
+    r422 = x32 * r422
+    r425 = r419 + r422
+    r425 = r304 * r85 * r425
+    r304 = x4 * x23 * r70 * r131 * r4 * r25 * r63 * r418 * r85 * r20
+    r417 = -1.0 + r417
+    r429 = x4 * x23 * r323 * r131 * r4 * r25 * r59 * r418 * r417 * r85 * r20
+    r429 = k.max(r304, r429)
+    r429 = r425 + r429
+    r425 = x30 <= x36
+    r304 = x28 * r85
+    r434 = x4 * x23 * r70 * r131 * r4 * r25 * r63 * r85 * r20
+    r434 = r304 + r434
+    r429 = k.where(r425, r434, r429)
+    r434 = x3 * x2 * x36
+    r434 = x30 >= r434
+    r304 = x32 * r85
+    r440 = x4 * x23 * r323 * r131 * r4 * r25 * r59 * r85 * r20
+    r440 = r304 + r440
+    r429 = k.where(r434, r440, r429)
+    r429 = x15 * r14 * r429
+    r440 = x4 * x23 * r70 * r131 * r4 * r25 * r63 * r418 * r311 * r20
+    r417 = x4 * x23 * r323 * r131 * r4 * r25 * r59 * r418 * r311 * r417 * r20
+    r417 = k.max(r440, r417)
+    r417 = r419 + r422 + r417
+    r422 = x28 * r311
+    r419 = x4 * x23 * r70 * r131 * r4 * r25 * r63 * r311 * r20
+    r419 = r422 + r419
+    r417 = k.where(r425, r419, r417)
+    r419 = x32 * r311
+    r131 = x4 * x23 * r323 * r131 * r4 * r25 * r59 * r311 * r20
+    r131 = r419 + r131
+    r417 = k.where(r434, r131, r417)
+    r131 = 2.0 * x15 * r14 * r417
+    r429 = k.where(r22, r131, r429)
+    r131 = x15 * r14 * r417
+    r434 = x6 * x15 * r4 * r5 * r14 * r417
+    r434 = r131 + r434
+    r429 = k.where(r98, r434, r429)
     r64 = k.and_(r101, r64)
-    r416 = 3.0 * x6 * x15 * r4 * r5 * r14 * r416
-    r428 = k.where(r64, r416, r428)
+    r417 = 3.0 * x6 * x15 * r4 * r5 * r14 * r417
+    r429 = k.where(r64, r417, r429)
     r71 = r71 == 1.0
-    r428 = k.where(r71, 0.0, r428)
-    r318 = r318 + r428
-    r318 = k.max(0.0, r318)
-    r415 = k.gcd(x2, r415)
-    r416 = k.recip(r415)
-    r101 = x2 * r416
+    r429 = k.where(r71, 0.0, r429)
+    r319 = r319 + r429
+    r319 = k.max(0.0, r319)
+    r416 = k.gcd(x2, r416)
+    r417 = k.recip(r416)
+    r101 = x2 * r417
     r101 = -1.0 + r101
-    r101 = x27 * r101
-    r433 = -1.0 * x2 * r416
-    r433 = x2 + r433
-    r433 = x31 * r433
+    r101 = x28 * r101
+    r434 = -1.0 * x2 * r417
+    r434 = x2 + r434
+    r434 = x32 * r434
     r131 = -1.0 + x2
-    r418 = 2.0 * x14 * x19 * x10 * x4 * x33 * r70 * r25 * r63 * r19 * r416 * r131
-    r415 = -1.0 + r415
-    r415 = 2.0 * x14 * x19 * x10 * x4 * x33 * r322 * r25 * r59 * r19 * r416 * r131 * r415
-    r415 = k.max(r418, r415)
-    r415 = r101 + r433 + r415
-    r433 = x27 * r131
-    r101 = 2.0 * x14 * x19 * x10 * x4 * x33 * r70 * r25 * r63 * r19 * r131
-    r101 = r433 + r101
-    r415 = k.where(r424, r101, r415)
-    r101 = x2 * x35
-    r101 = x29 >= r101
-    r424 = x31 * r131
-    r433 = 2.0 * x14 * x19 * x10 * x4 * x33 * r322 * r25 * r59 * r19 * r131
-    r433 = r424 + r433
-    r415 = k.where(r101, r433, r415)
-    r433 = x6 * x15 * r4 * r5 * r14 * r415
-    r415 = x6 * x15 * r4 * r5 * r14 * r34 * r415
-    r415 = r433 + r415
-    r433 = x2 == 1.0
-    r415 = k.where(r433, 0.0, r415)
+    r419 = 2.0 * x14 * x19 * x10 * x4 * x34 * r70 * r25 * r63 * r19 * r417 * r131
+    r416 = -1.0 + r416
+    r416 = 2.0 * x14 * x19 * x10 * x4 * x34 * r323 * r25 * r59 * r19 * r417 * r131 * r416
+    r416 = k.max(r419, r416)
+    r416 = r101 + r434 + r416
+    r434 = x28 * r131
+    r101 = 2.0 * x14 * x19 * x10 * x4 * x34 * r70 * r25 * r63 * r19 * r131
+    r101 = r434 + r101
+    r416 = k.where(r425, r101, r416)
+    r101 = x2 * x36
+    r101 = x30 >= r101
+    r425 = x32 * r131
+    r434 = 2.0 * x14 * x19 * x10 * x4 * x34 * r323 * r25 * r59 * r19 * r131
+    r434 = r425 + r434
+    r416 = k.where(r101, r434, r416)
+    r434 = x6 * x15 * r4 * r5 * r14 * r416
+    r416 = x6 * x15 * r4 * r5 * r14 * r34 * r416
+    r416 = r434 + r416
+    r434 = x2 == 1.0
+    r416 = k.where(r434, 0.0, r416)
     r36 = k.where(r36, 2.0, 0.0)
     r36 = 4.0 + r36
-    r101 = k.gcd(x35, x29)
-    r424 = k.recip(r101)
-    r418 = x35 * r424
-    r418 = -1.0 + r418
-    r418 = x27 * r418
-    r416 = -1.0 * x35 * r424
-    r416 = x35 + r416
-    r416 = x31 * r416
-    r421 = -1.0 + x35
-    r439 = x19 * x4 * x12 * x33 * r70 * r25 * r63 * r19 * r424 * r421
+    r101 = k.gcd(x36, x30)
+    r425 = k.recip(r101)
+    r419 = x36 * r425
+    r419 = -1.0 + r419
+    r419 = x28 * r419
+    r417 = -1.0 * x36 * r425
+    r417 = x36 + r417
+    r417 = x32 * r417
+    r422 = -1.0 + x36
+    r440 = x19 * x4 * x12 * x34 * r70 * r25 * r63 * r19 * r425 * r422
     r101 = -1.0 + r101
-    r101 = x19 * x4 * x12 * x33 * r322 * r25 * r59 * r19 * r424 * r421 * r101
-    r101 = k.max(r439, r101)
-    r101 = r418 + r416 + r101
-    r416 = x29 <= 1.0
-    r418 = x27 * r421
-    r63 = x19 * x4 * x12 * x33 * r70 * r25 * r63 * r19 * r421
-    r63 = r418 + r63
-    r101 = k.where(r416, r63, r101)
-    r63 = x29 >= x35
-    r416 = x31 * r421
-    r59 = x19 * x4 * x12 * x33 * r322 * r25 * r59 * r19 * r421
-    r59 = r416 + r59
+    r101 = x19 * x4 * x12 * x34 * r323 * r25 * r59 * r19 * r425 * r422 * r101
+    r101 = k.max(r440, r101)
+    r101 = r419 + r417 + r101
+    r417 = x30 <= 1.0
+    r419 = x28 * r422
+    r63 = x19 * x4 * x12 * x34 * r70 * r25 * r63 * r19 * r422
+    r63 = r419 + r63
+    r101 = k.where(r417, r63, r101)
+    r63 = x30 >= x36
+    r417 = x32 * r422
+    r59 = x19 * x4 * x12 * x34 * r323 * r25 * r59 * r19 * r422
+    r59 = r417 + r59
     r101 = k.where(r63, r59, r101)
     r101 = 2.0 * x6 * x15 * r4 * r5 * r14 * r36 * r101
-    r59 = x35 == 1.0
+    r59 = x36 == 1.0
     r101 = k.where(r59, 0.0, r101)
     r99 = r10 + r30 + r99
     r99 = k.max(0.0, r99)
     r99 = k.where(r21, r99, 0.0)
-    r21 = r35 + r123 + r86 + r315 + r9 + r318 + r58 + r415 + r101 + r99
+    r21 = r35 + r123 + r86 + r316 + r9 + r319 + r58 + r416 + r101 + r99
     r30 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r72 * r4 * r25 * r14 * r19 * r30 * r16
-    r100 = x6 * x33 * r72 * r4 * r25 * r14 * r19 * r30 * r100
-    r30 = x19 * x4 * x12 * x33 * r25
-    r72 = x19 * x4 * x12 * x33 * r70 * r25
+    r10 = 6.0 * x6 * x34 * r72 * r4 * r25 * r14 * r19 * r30 * r16
+    r100 = x6 * x34 * r72 * r4 * r25 * r14 * r19 * r30 * r100
+    r30 = x19 * x4 * x12 * x34 * r25
+    r72 = x19 * x4 * x12 * x34 * r70 * r25
     r85 = x4 * r4 * r25 * r85 * r20
-    r63 = 2.0 * x4 * r4 * r25 * r310 * r20
+    r63 = 2.0 * x4 * r4 * r25 * r311 * r20
     r85 = k.where(r22, r63, r85)
-    r63 = x4 * r4 * r25 * r310 * r20
+    r63 = x4 * r4 * r25 * r311 * r20
     r22 = k.pow(x3, -2.0)
-    r416 = x6 * x4 * r22 * r5 * r25 * r310 * r20
-    r416 = r63 + r416
-    r85 = k.where(r98, r416, r85)
-    r310 = 3.0 * x6 * x4 * r22 * r5 * r25 * r310 * r20
-    r85 = k.where(r64, r310, r85)
+    r417 = x6 * x4 * r22 * r5 * r25 * r311 * r20
+    r417 = r63 + r417
+    r85 = k.where(r98, r417, r85)
+    r311 = 3.0 * x6 * x4 * r22 * r5 * r25 * r311 * r20
+    r85 = k.where(r64, r311, r85)
     r85 = k.where(r71, 0.0, r85)
     r71 = r70 * r85
-    r70 = x28 * r70
-    r310 = k.recip(x33)
-    r64 = x34 * r133 * r310
+    r70 = x29 * r70
+    r311 = k.recip(x34)
+    r64 = x35 * r133 * r311
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r14 * r19
-    r416 = 8e-12 * x12
+    r417 = 8e-12 * x12
     r98 = 8e-12 * x15 * r12
-    r63 = 8e-12 * x36 * x12
-    r322 = 2.4e-11 * x15 * x12 * x5
-    r418 = r416 + r98 + r63 + r322
-    r439 = 4e-12 * x12
-    r424 = 4e-12 * x15 * r12
-    r417 = 4e-12 * x36 * x12
-    r303 = 1.2e-11 * x15 * x12 * x5
-    r303 = r439 + r424 + r417 + r303
-    r303 = r22 > r303
-    r417 = -8e-12 * x12
+    r63 = 8e-12 * x37 * x12
+    r323 = 2.4e-11 * x15 * x12 * x5
+    r419 = r417 + r98 + r63 + r323
+    r440 = 4e-12 * x12
+    r425 = 4e-12 * x15 * r12
+    r418 = 4e-12 * x37 * x12
+    r304 = 1.2e-11 * x15 * x12 * x5
+    r304 = r440 + r425 + r418 + r304
+    r304 = r22 > r304
+    r418 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r424 = -8e-12 * x36 * x12
-    r439 = -2.4e-11 * x15 * x12 * x5
-    r567 = k.sqrt(2.0)
-    r568 = k.sqrt(x3)
-    r568 = k.recip(r568)
-    r570 = k.sqrt(x2)
-    r570 = k.recip(r570)
-    r572 = k.sqrt(x13)
-    r572 = k.recip(r572)
-    r574 = k.sqrt(x22)
-    r574 = k.recip(r574)
-    r576 = k.sqrt(x35)
-    r576 = k.recip(r576)
-    r578 = k.sqrt(r418)
-    r579 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r418
-    r580 = k.sqrt(x3)
-    r581 = k.sqrt(x2)
-    r582 = k.sqrt(x13)
-    r583 = k.sqrt(x22)
-    r584 = k.sqrt(x35)
-    r584 = 0.16666666666666666 * r567 * r580 * r581 * r582 * r583 * r584 * r578
-    r584 = 1.0 + r579 + r584
-    r584 = r567 * r568 * r570 * r572 * r574 * r576 * r578 * r584
-    r584 = r417 + r12 + r424 + r439 + r584
-    r439 = k.where(r303, r584, r22)
-    r322 = r416 + r98 + r63 + r322 + r439
-    r322 = x3 * x2 * x13 * x22 * x35 * r322
-    r322 = k.exp(r322)
-    r322 = -1.0 + r322
-    r63 = k.recip(r322)
-    r98 = x24 + x1
-    r416 = -1.0 * x3 * x2 * x13 * x22 * x35 * r98
-    r416 = k.exp(r416)
-    r416 = x3 * x2 * x13 * x22 * x35 * r63 * r439 * r416
-    r63 = x3 * x2 * x13 * x22 * x35
-    r584 = k.recip(r584)
-    r63 = k.where(r303, r584, r63)
-    r98 = x3 * x2 * x13 * x22 * x35 * r98
+    r425 = -8e-12 * x37 * x12
+    r440 = -2.4e-11 * x15 * x12 * x5
+    r568 = k.sqrt(2.0)
+    r569 = k.sqrt(x3)
+    r569 = k.recip(r569)
+    r571 = k.sqrt(x2)
+    r571 = k.recip(r571)
+    r573 = k.sqrt(x13)
+    r573 = k.recip(r573)
+    r575 = k.sqrt(x23)
+    r575 = k.recip(r575)
+    r577 = k.sqrt(x36)
+    r577 = k.recip(r577)
+    r579 = k.sqrt(r419)
+    r580 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r419
+    r581 = k.sqrt(x3)
+    r582 = k.sqrt(x2)
+    r583 = k.sqrt(x13)
+    r584 = k.sqrt(x23)
+    r585 = k.sqrt(x36)
+    r585 = 0.16666666666666666 * r568 * r581 * r582 * r583 * r584 * r585 * r579
+    r585 = 1.0 + r580 + r585
+    r585 = r568 * r569 * r571 * r573 * r575 * r577 * r579 * r585
+    r585 = r418 + r12 + r425 + r440 + r585
+    r440 = k.where(r304, r585, r22)
+    r323 = r417 + r98 + r63 + r323 + r440
+    r323 = x3 * x2 * x13 * x23 * x36 * r323
+    r323 = k.exp(r323)
+    r323 = -1.0 + r323
+    r63 = k.recip(r323)
+    r98 = x25 + x1
+    r417 = -1.0 * x3 * x2 * x13 * x23 * x36 * r98
+    r417 = k.exp(r417)
+    r417 = x3 * x2 * x13 * x23 * x36 * r63 * r440 * r417
+    r63 = x3 * x2 * x13 * x23 * x36
+    r585 = k.recip(r585)
+    r63 = k.where(r304, r585, r63)
+    r98 = x3 * x2 * x13 * x23 * x36 * r98
     r98 = k.exp(r98)
-    r5 = x34 * r133 * r4 * r25 * r5 * r14 * r310 * r19 * r322 * r21 * r63 * r98
-    r98 = x34 * r133 * r310 * r322 * r21 * r63 * r98
-    r36 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r14 * r19 * r421 * r36
+    r5 = x35 * r133 * r4 * r25 * r5 * r14 * r311 * r19 * r323 * r21 * r63 * r98
+    r98 = x35 * r133 * r311 * r323 * r21 * r63 * r98
+    r36 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r422 * r36
     r36 = k.where(r59, 0.0, r36)
-    r59 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r14 * r19 * r131
-    r131 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r14 * r19 * r34 * r131
+    r59 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r131
+    r131 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r34 * r131
     r131 = r59 + r131
-    r131 = k.where(r433, 0.0, r131)
-    r129 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r14 * r19 * r129
+    r131 = k.where(r434, 0.0, r131)
+    r129 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r129
     r129 = k.where(r82, 0.0, r129)
-    r130 = r130 < x22
-    r82 = x32 != 2.0
+    r130 = r130 < x23
+    r82 = x33 != 2.0
     r66 = k.and_(r66, r82)
     r66 = k.not_(r66)
     r66 = k.or_(r130, r66)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r65 = k.and_(r19, r82, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r130, r65)
     r65 = k.and_(r66, r65)
-    r66 = x22 >= 2.0
-    r130 = x32 != 3.0
-    r82 = x32 != 4.0
+    r66 = x23 >= 2.0
+    r130 = x33 != 3.0
+    r82 = x33 != 4.0
     r74 = k.not_(r74)
     r74 = k.and_(r130, r82, r74)
     r74 = k.not_(r74)
     r74 = k.or_(r66, r74)
-    r66 = x21 * x3 * x2 * x22 * x35 * r21
-    r82 = r119 <= r66
+    r66 = x22 * x3 * x2 * x23 * x36 * r21
+    r82 = r84 <= r66
     r66 = r147 <= r66
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r83, r79, r44, r110, r104, r128, 0.0, r107, r8, r37, r29, r62, r114, r15, r84, r119, r119, r147, r150, r97, r307, r159, r58, r21, r10, r100, r30, r72, r71, r70, 0.0, r64, r22, r418, r439, r416, r5, r98, r86, r9, r315, r123, r36, r101, r101, r131, r415, r415, r85, r428, r318, r129, r57, r35, 0.0, 0.0, r99, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, r74, r74, r82, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r83, r79, r44, r110, r104, r128, 0.0, r107, r8, r37, r29, r62, r114, r15, r119, r84, r84, r147, r150, r97, r308, r159, r58, r21, r10, r100, r30, r72, r71, r70, 0.0, r64, r22, r419, r440, r417, r5, r98, r86, r9, r316, r123, r36, r101, r101, r131, r416, r416, r85, r429, r319, r129, r57, r35, 0.0, 0.0, r99, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, r74, r74, r82, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1274,9 +1275,9 @@ def search(x, k):
     return (r8, r110, r18)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (40, 46, 47, 48, 49), (41, 46, 47, 48, 49), (), (31, 33, 34, 39), (), (), (), (31, 33, 34, 39), (), (38,), (38,), (39,), (31, 33, 34, 39, 40, 41, 42, 46, 47, 48, 49), (31, 33, 34, 39, 40, 41, 42, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 35), (13, 36), (13, 37), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 39), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 35), (17, 36), (17, 37), (17, 67), (17, 68), (17, 69), (17, 70), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 35), (23, 36), (23, 37), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (43, 47, 48, 49, 50), (41, 47, 48, 49, 50), (42, 47, 48, 49, 50), (), (31, 33, 34, 40), (), (), (), (31, 33, 34, 40), (), (39,), (39,), (40,), (31, 33, 34, 40, 41, 42, 43, 47, 48, 49, 50), (31, 33, 34, 38, 40, 41, 42, 43, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (44, 47, 48, 49, 50), (44, 47, 48, 49, 50, 76, 77), (44, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 35), (13, 36), (13, 37), (13, 68), (13, 69), (13, 70), (13, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 40), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 35), (17, 36), (17, 37), (17, 68), (17, 69), (17, 70), (17, 71), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 35), (23, 36), (23, 37), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

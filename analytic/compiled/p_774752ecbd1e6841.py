@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,24 +46,24 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x36 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x37 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r50 = 2.0 * r39
-    r51 = x38 >= 2.0
+    r51 = x39 >= 2.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r50)
-    r54 = x38 >= 3.0
+    r54 = x39 >= 3.0
     r50 = k.where(r54, r52, r50)
     r52 = 12.0 * r39
     r57 = 12.0 * r4 * r30 * r39
@@ -71,52 +71,52 @@ def quantities(x, k):
     r57 = 4.0 * x12
     r60 = -4.0 * x12 * r16
     r60 = r57 + r60
-    r60 = x19 * x33 * r30 * r60
+    r60 = x19 * x34 * r30 * r60
     r57 = 4.0 * x11
     r64 = 4.0 * x5
     r65 = 8.0 * x12
     r66 = 4.0 * x11 * x10
     r67 = 4.0 * x14 * x10
     r67 = r57 + r64 + r65 + r66 + r67
-    r67 = x19 * x33 * r30 * r16 * r67
+    r67 = x19 * x34 * r30 * r16 * r67
     r67 = r60 + r67
-    r60 = x23 == 1.0
+    r60 = x24 == 1.0
     r65 = 2.0 * x5
     r64 = 6.0 * x12
     r74 = 2.0 * x14 * x10
     r66 = r65 + r57 + r64 + r74 + r66
     r66 = r16 * r66
     r66 = r8 + r66
-    r66 = x19 * x33 * r30 * r66
+    r66 = x19 * x34 * r30 * r66
     r67 = k.where(r60, r66, r67)
-    r66 = x23 == 2.0
-    r74 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r66 = x24 == 2.0
+    r74 = 2.0 * x19 * x12 * x34 * r30 * r16
     r74 = k.where(r66, r74, r67)
-    r64 = 1.0 + x22
+    r64 = 1.0 + x23
     r64 = k.min(r64, r6)
     r64 = r64 * r34
-    r57 = x32 == 4.0
-    r65 = 2.0 * x22
+    r57 = x33 == 4.0
+    r65 = 2.0 * x23
     r88 = -1.0 + r65
     r88 = k.min(r88, r6)
     r88 = r88 * r34
     r91 = k.where(r57, r88, r64)
-    r92 = x32 == 0.0
-    r93 = x32 == 3.0
+    r92 = x33 == 0.0
+    r93 = x33 == 3.0
     r94 = k.or_(r92, r93)
-    r95 = k.min(x22, r6)
+    r95 = k.min(x23, r6)
     r95 = r95 * r34
     r91 = k.where(r94, r95, r91)
-    r95 = x32 == 1.0
-    r99 = k.recip(x37)
-    r100 = x6 * x37 * r4 * r5
-    r101 = -1.0 + x37
-    r101 = x22 * r101
+    r95 = x33 == 1.0
+    r99 = k.recip(x38)
+    r100 = x6 * x38 * r4 * r5
+    r101 = -1.0 + x38
+    r101 = x23 * r101
     r103 = -1.0 + r65 + r101
     r103 = k.min(r100, r103)
     r103 = r99 * r103 * r34
     r91 = k.where(r95, r103, r91)
-    r103 = x32 == 2.0
+    r103 = x33 == 2.0
     r108 = x6 * r4 * r5 * r34
     r91 = k.where(r103, r108, r91)
     r91 = r74 * r91
@@ -124,9 +124,9 @@ def quantities(x, k):
     r112 = k.or_(r26, r37)
     r113 = -2.0 * x12 * r16
     r113 = r8 + r113
-    r113 = x19 * x33 * r30 * r113
-    r8 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r117 = x36 * x19 * x16 * x33 * r30 * r16
+    r113 = x19 * x34 * r30 * r113
+    r8 = 4.0 * x19 * x12 * x34 * r30 * r16
+    r117 = x37 * x19 * x16 * x34 * r30 * r16
     r8 = r113 + r8 + r117
     r8 = k.max(r8, r111)
     r112 = k.where(r112, r8, r111)
@@ -135,7 +135,7 @@ def quantities(x, k):
     r113 = k.where(r26, r122, r113)
     r122 = 3.0 * x4 * r113 * r39
     r122 = k.where(r54, r122, 0.0)
-    r126 = x22 > 1.0
+    r126 = x23 > 1.0
     r126 = k.and_(r54, r126)
     r128 = 6.0 * r39
     r122 = k.where(r126, r128, r122)
@@ -154,33 +154,33 @@ def quantities(x, k):
     r39 = r128 == r39
     r122 = k.where(r39, r122, 0.0)
     r39 = r53 + r50 + r52 + r131 + r112 + r122
-    r128 = -1.0 + x22
+    r128 = -1.0 + x23
     r91 = k.min(1.0, r128)
     r147 = 1.0 + r91
-    r147 = x22 == r147
+    r147 = x23 == r147
     r149 = k.where(r147, 1.0, 0.0)
     r149 = 2.0 * x12 * r149
     r151 = r91 == 0.0
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x36 * x12 * r151
+    r151 = x37 * x12 * r151
     r154 = r91 != 0.0
     r154 = k.and_(r154, r147)
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x36 * x12 * r154
+    r154 = x37 * x12 * r154
     r154 = r35 + r36 + r149 + r151 + r154
     r154 = r16 * r154
     r151 = -1.0 * r91
-    r151 = x22 + r151
-    r149 = x22 == r151
+    r151 = x23 + r151
+    r149 = x23 == r151
     r163 = k.where(r149, 1.0, 0.0)
     r163 = 2.0 * x12 * r163
     r165 = r151 == 1.0
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x36 * x12 * r165
+    r165 = x37 * x12 * r165
     r168 = r151 != 1.0
     r168 = k.and_(r149, r168)
     r168 = k.where(r168, 1.0, 0.0)
-    r168 = x36 * x12 * r168
+    r168 = x37 * x12 * r168
     r168 = r35 + r36 + r163 + r165 + r168
     r168 = r16 * r168
     r168 = r154 + r168
@@ -292,390 +292,391 @@ def quantities(x, k):
     r126 = k.where(r52, r65, r126)
     r122 = r39 == r122
     r126 = k.where(r122, r131, r126)
-    r131 = x36 * x19 * x4 * x33 * r30 * r16
-    r122 = x36 * x19 * x4 * x33 * r30
+    r131 = x37 * x19 * x4 * x34 * r30 * r16
+    r122 = x37 * x19 * x4 * x34 * r30
     r65 = k.max(r39, r154, r12)
     r52 = r154 == r65
     r12 = k.where(r52, r154, r12)
     r65 = r39 == r65
     r12 = k.where(r65, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r65 = 6.0 * x6 * x33 * r15
+    r39 = -1.0 * x20
+    r65 = -1.0 * r12
+    r65 = x8 + r39 + r65
+    r39 = 6.0 * x6 * x34 * r15
     r154 = 12.0 * x12
     r52 = 6.0 * x15 * r9
     r149 = 6.0 * x15 * r13
-    r53 = 6.0 * x36 * x12
-    r165 = 12.0 * x15 * x11 * x10 * x33
+    r53 = 6.0 * x37 * x12
+    r165 = 12.0 * x15 * x11 * x10 * x34
     r165 = r154 + r52 + r149 + r53 + r165
-    r53 = x6 * x33 * r165
+    r53 = x6 * x34 * r165
     r149 = k.pow(x12, 2.0)
     r52 = k.recip(x12)
-    r50 = 0.16666666666666666 * x33 * r52
+    r50 = 0.16666666666666666 * x34 * r52
     r163 = k.recip(x15)
-    r52 = 0.0625 * x36 * r163 * r52
+    r52 = 0.0625 * x37 * r163 * r52
     r52 = 1.0 + r50 + r52
-    r52 = 96.0 * x6 * x15 * x33 * r149 * r52
-    r149 = k.pow(x33, 2.0)
+    r52 = 96.0 * x6 * x15 * x34 * r149 * r52
+    r149 = k.pow(x34, 2.0)
     r149 = 2.0 * x6 * x15 * x11 * x10 * r149
     r50 = x11 * x10
     r74 = x14 * x10
     r74 = x5 + r50 + r74
-    r74 = 2.0 * x6 * x15 * x12 * x33 * r74
+    r74 = 2.0 * x6 * x15 * x12 * x34 * r74
     r74 = k.where(r60, r74, 0.0)
-    r50 = 0.3333333333333333 * x6 * x33 * r165
+    r50 = 0.3333333333333333 * x6 * x34 * r165
     r74 = k.where(r66, r50, r74)
     r74 = r53 + r149 + r74
     r149 = k.where(r66, 1.0, 0.0)
     r50 = 1.0 + r149
     r168 = k.recip(x9)
     r64 = k.recip(x18)
-    r108 = x36 * x12 * r16
-    r34 = x19 * x12 * x33 * r30
-    r100 = x36 * x19 * x33 * r30 * r16
+    r108 = x37 * x12 * r16
+    r34 = x19 * x12 * x34 * r30
+    r100 = x37 * x19 * x34 * r30 * r16
     r100 = r108 + r34 + r100
     r108 = 2.0 * r168 * r64 * r100
-    r101 = k.recip(x21)
+    r101 = k.recip(x22)
     r88 = k.recip(x17)
-    r151 = 2.0 * x36 * x19 * x12 * x33 * r101 * r30 * r88 * r16
+    r151 = 2.0 * x37 * x19 * x12 * x34 * r101 * r30 * r88 * r16
     r151 = r108 + r151
     r151 = r50 * r151
     r100 = 4.0 * r168 * r64 * r100
-    r108 = 4.0 * x36 * x19 * x12 * x33 * r101 * r30 * r88 * r16
+    r108 = 4.0 * x37 * x19 * x12 * x34 * r101 * r30 * r88 * r16
     r108 = r151 + r100 + r108
     r108 = r11 * r108
     r100 = x11 * x10 * x12 * r16
-    r151 = x11 * x19 * x10 * x33 * r30 * r16
+    r151 = x11 * x19 * x10 * x34 * r30 * r16
     r151 = r100 + r34 + r151
     r100 = 2.0 * r168 * r64 * r151
-    r35 = 2.0 * x11 * x19 * x10 * x12 * x33 * r101 * r30 * r88 * r16
+    r35 = 2.0 * x11 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
     r35 = r100 + r35
     r35 = r50 * r35
     r100 = x10 * x12 * r16 * r14
-    r343 = x19 * x10 * x33 * r30 * r16 * r14
-    r343 = r34 + r100 + r343
-    r100 = 2.0 * r168 * r64 * r343
-    r346 = 2.0 * x19 * x10 * x12 * x33 * r101 * r30 * r88 * r16 * r14
-    r346 = r100 + r346
-    r346 = r50 * r346
+    r344 = x19 * x10 * x34 * r30 * r16 * r14
+    r344 = r34 + r100 + r344
+    r100 = 2.0 * r168 * r64 * r344
+    r347 = 2.0 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16 * r14
+    r347 = r100 + r347
+    r347 = r50 * r347
     r100 = x12 * x5 * r16
-    r350 = x19 * x5 * x33 * r30 * r16
-    r350 = r100 + r34 + r350
-    r100 = 2.0 * r168 * r64 * r350
-    r353 = 2.0 * x19 * x12 * x5 * x33 * r101 * r30 * r88 * r16
-    r353 = r100 + r353
-    r100 = r50 * r353
-    r356 = x14 * x10 * x12 * r16
-    r357 = x14 * x19 * x10 * x33 * r30 * r16
-    r357 = r356 + r34 + r357
-    r357 = 2.0 * r168 * r64 * r357
-    r34 = 2.0 * x14 * x19 * x10 * x12 * x33 * r101 * r30 * r88 * r16
-    r34 = r357 + r34
+    r351 = x19 * x5 * x34 * r30 * r16
+    r351 = r100 + r34 + r351
+    r100 = 2.0 * r168 * r64 * r351
+    r354 = 2.0 * x19 * x12 * x5 * x34 * r101 * r30 * r88 * r16
+    r354 = r100 + r354
+    r100 = r50 * r354
+    r357 = x14 * x10 * x12 * r16
+    r358 = x14 * x19 * x10 * x34 * r30 * r16
+    r358 = r357 + r34 + r358
+    r358 = 2.0 * r168 * r64 * r358
+    r34 = 2.0 * x14 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
+    r34 = r358 + r34
     r34 = r50 * r34
     r34 = r100 + r35 + r34
     r60 = k.where(r60, 1.0, 0.0)
     r34 = r34 * r60
-    r353 = 2.0 * r50 * r353
+    r354 = 2.0 * r50 * r354
     r151 = 4.0 * r168 * r64 * r151
-    r343 = 4.0 * r168 * r64 * r343
-    r350 = 8.0 * r168 * r64 * r350
-    r100 = 8.0 * x19 * x12 * x5 * x33 * r101 * r30 * r88 * r16
-    r357 = 4.0 * x11 * x19 * x10 * x12 * x33 * r101 * r30 * r88 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r101 * r30 * r88 * r16 * r14
-    r14 = r35 + r346 + r34 + r353 + r151 + r343 + r350 + r100 + r357 + r14
+    r344 = 4.0 * r168 * r64 * r344
+    r351 = 8.0 * r168 * r64 * r351
+    r100 = 8.0 * x19 * x12 * x5 * x34 * r101 * r30 * r88 * r16
+    r358 = 4.0 * x11 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r101 * r30 * r88 * r16 * r14
+    r14 = r35 + r347 + r34 + r354 + r151 + r344 + r351 + r100 + r358 + r14
     r14 = x15 * r11 * r14
     r14 = r108 + r14
     r108 = x6 * r4 * r5 * r14
-    r357 = 3.0 * x5
+    r358 = 3.0 * x5
     r60 = 1.0 + r60 + r149
     r100 = 2.0 * x5 * r60
-    r100 = r357 + r100
-    r100 = x19 * x33 * r30 * r16 * r100
+    r100 = r358 + r100
+    r100 = x19 * x34 * r30 * r16 * r100
     r60 = 10.0 * x12 * r60
     r60 = r154 + r60
-    r60 = x19 * x33 * r30 * r16 * r60
+    r60 = x19 * x34 * r30 * r16 * r60
     r60 = r100 + r60
     r60 = x15 * r11 * r60
-    r100 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
+    r100 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
     r100 = r60 + r100
     r60 = x6 * x4 * r168 * r4 * r5 * r64 * r100
     r154 = k.recip(x0)
-    r357 = x11 * x10 * x33
+    r358 = x11 * x10 * x34
     r149 = 3.0 + r149
-    r149 = 2.0 * x11 * x10 * x33 * r149
-    r149 = r357 + r149
-    r357 = x6 * x15 * x33 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
-    r350 = r108 + r60 + r357
-    r343 = k.recip(r350)
+    r149 = 2.0 * x11 * x10 * x34 * r149
+    r149 = r358 + r149
+    r358 = x6 * x15 * x34 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
+    r351 = r108 + r60 + r358
+    r344 = k.recip(r351)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r151 = k.recip(x6)
-    r353 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r350
-    r34 = 0.6666666666666666 * x3 * x19 * x22 * r151 * r350
+    r354 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r351
+    r34 = 0.6666666666666666 * x3 * x19 * x23 * r151 * r351
     r100 = -1.0 * x6 * x4 * r168 * r4 * r5 * r64 * r100
-    r149 = -1.0 * x6 * x15 * x33 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
-    r34 = r14 + r353 + r34 + r100 + r149
+    r149 = -1.0 * x6 * x15 * x34 * r101 * r4 * r30 * r88 * r154 * r11 * r16 * r149
+    r34 = r14 + r354 + r34 + r100 + r149
     r34 = k.max(0.0, r34)
-    r353 = 0.5 * x22
-    r353 = -1.0 + r353
-    r353 = 0.6666666666666666 * x3 * x19 * r151 * r99 * r353 * r350
-    r353 = k.where(r57, 0.0, r353)
-    r57 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r128 * r350
-    r353 = k.where(r93, r57, r353)
+    r354 = 0.5 * x23
+    r354 = -1.0 + r354
+    r354 = 0.6666666666666666 * x3 * x19 * r151 * r99 * r354 * r351
+    r354 = k.where(r57, 0.0, r354)
+    r57 = 0.3333333333333333 * x3 * x19 * r151 * r99 * r128 * r351
+    r354 = k.where(r93, r57, r354)
     r103 = k.or_(r92, r95, r103)
-    r128 = x3 * x19 * r151 * r99 * r128 * r350
-    r353 = k.where(r103, r128, r353)
-    r353 = k.max(r34, r353)
-    r343 = r343 * r353
+    r128 = x3 * x19 * r151 * r99 * r128 * r351
+    r354 = k.where(r103, r128, r354)
+    r354 = k.max(r34, r354)
+    r344 = r344 * r354
     r64 = 28.0 * r168 * r64 * r31
-    r168 = r64 + r108 + r60 + r357
-    r34 = -1.0 * x20
+    r168 = r64 + r108 + r60 + r358
+    r34 = -1.0 * x21
     r34 = 1.0 + r34
-    r128 = x22 * x37
+    r128 = x23 * x38
     r128 = -1.0 + r128
-    r99 = k.recip(x25)
-    r92 = k.recip(x26)
-    r57 = x19 * x4 * x12 * x33 * r99 * r30 * r92 * r16
-    r57 = x27 + r57
-    r93 = 2.0 * x3 * x2 * x35
-    r93 = x29 >= r93
-    r154 = k.recip(x28)
-    r88 = k.recip(x30)
-    r346 = x19 * x4 * x12 * x33 * r154 * r30 * r88 * r16
-    r346 = x31 + r346
-    r57 = k.where(r93, r346, r57)
+    r99 = k.recip(x26)
+    r92 = k.recip(x27)
+    r57 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16
+    r57 = x28 + r57
+    r93 = 2.0 * x3 * x2 * x36
+    r93 = x30 >= r93
+    r154 = k.recip(x29)
+    r88 = k.recip(x31)
+    r347 = x19 * x4 * x12 * x34 * r154 * r30 * r88 * r16
+    r347 = x32 + r347
+    r57 = k.where(r93, r347, r57)
     r57 = 2.0 * x6 * r4 * r5 * r11 * r128 * r57
     r57 = k.where(r37, 0.0, r57)
     r34 = r34 * r57
-    r346 = x3 * x19 * r151 * r350
-    r93 = x22 <= 1.0
+    r347 = x3 * x19 * r151 * r351
+    r93 = x23 <= 1.0
     r51 = k.and_(r51, r93)
-    r346 = k.where(r51, r350, r346)
-    r346 = -1.0 * x20 * r346
-    r350 = x3 * x2
-    r35 = -1.0 + r350
-    r356 = k.recip(r35)
-    r445 = 2.0 * x3 * x2
-    r445 = -2.0 + r445
-    r447 = x29 * r16
-    r448 = k.gcd(r350, r447)
-    r449 = k.recip(r448)
-    r450 = x3 * x2 * r449
-    r450 = -1.0 + r450
-    r450 = x27 * r450
-    r453 = -1.0 * x3 * x2 * r449
-    r453 = r350 + r453
-    r453 = x31 * r453
-    r456 = r450 + r453
-    r456 = r356 * r445 * r456
-    r356 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r449 * r445 * r25
-    r448 = -1.0 + r448
-    r460 = x4 * x22 * r154 * r163 * r4 * r30 * r88 * r449 * r448 * r445 * r25
-    r460 = k.max(r356, r460)
-    r460 = r456 + r460
-    r456 = x29 <= x35
-    r356 = x27 * r445
-    r465 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r445 * r25
-    r465 = r356 + r465
-    r460 = k.where(r456, r465, r460)
-    r465 = x3 * x2 * x35
-    r465 = x29 >= r465
-    r356 = x31 * r445
-    r471 = x4 * x22 * r154 * r163 * r4 * r30 * r88 * r445 * r25
-    r471 = r356 + r471
-    r460 = k.where(r465, r471, r460)
-    r460 = x15 * r11 * r460
-    r471 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r449 * r35 * r25
-    r448 = x4 * x22 * r154 * r163 * r4 * r30 * r88 * r449 * r35 * r448 * r25
-    r448 = k.max(r471, r448)
-    r448 = r450 + r453 + r448
-    r453 = x27 * r35
-    r450 = x4 * x22 * r99 * r163 * r4 * r30 * r92 * r35 * r25
-    r450 = r453 + r450
-    r448 = k.where(r456, r450, r448)
-    r450 = x31 * r35
-    r163 = x4 * x22 * r154 * r163 * r4 * r30 * r88 * r35 * r25
-    r163 = r450 + r163
-    r448 = k.where(r465, r163, r448)
-    r163 = 2.0 * x15 * r11 * r448
-    r460 = k.where(r27, r163, r460)
-    r163 = x15 * r11 * r448
-    r465 = x6 * x15 * r4 * r5 * r11 * r448
-    r465 = r163 + r465
-    r460 = k.where(r51, r465, r460)
+    r347 = k.where(r51, r351, r347)
+    r347 = -1.0 * x21 * r347
+    r351 = x3 * x2
+    r35 = -1.0 + r351
+    r357 = k.recip(r35)
+    r446 = 2.0 * x3 * x2
+    r446 = -2.0 + r446
+    r448 = x30 * r16
+    r449 = k.gcd(r351, r448)
+    r450 = k.recip(r449)
+    r451 = x3 * x2 * r450
+    r451 = -1.0 + r451
+    r451 = x28 * r451
+    r454 = -1.0 * x3 * x2 * r450
+    r454 = r351 + r454
+    r454 = x32 * r454
+    r457 = r451 + r454
+    r457 = r357 * r446 * r457
+    r357 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r450 * r446 * r25
+    r449 = -1.0 + r449
+    r461 = x4 * x23 * r154 * r163 * r4 * r30 * r88 * r450 * r449 * r446 * r25
+    r461 = k.max(r357, r461)
+    r461 = r457 + r461
+    r457 = x30 <= x36
+    r357 = x28 * r446
+    r466 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r446 * r25
+    r466 = r357 + r466
+    r461 = k.where(r457, r466, r461)
+    r466 = x3 * x2 * x36
+    r466 = x30 >= r466
+    r357 = x32 * r446
+    r472 = x4 * x23 * r154 * r163 * r4 * r30 * r88 * r446 * r25
+    r472 = r357 + r472
+    r461 = k.where(r466, r472, r461)
+    r461 = x15 * r11 * r461
+    r472 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r450 * r35 * r25
+    r449 = x4 * x23 * r154 * r163 * r4 * r30 * r88 * r450 * r35 * r449 * r25
+    r449 = k.max(r472, r449)
+    r449 = r451 + r454 + r449
+    r454 = x28 * r35
+    r451 = x4 * x23 * r99 * r163 * r4 * r30 * r92 * r35 * r25
+    r451 = r454 + r451
+    r449 = k.where(r457, r451, r449)
+    r451 = x32 * r35
+    r163 = x4 * x23 * r154 * r163 * r4 * r30 * r88 * r35 * r25
+    r163 = r451 + r163
+    r449 = k.where(r466, r163, r449)
+    r163 = 2.0 * x15 * r11 * r449
+    r461 = k.where(r27, r163, r461)
+    r163 = x15 * r11 * r449
+    r466 = x6 * x15 * r4 * r5 * r11 * r449
+    r466 = r163 + r466
+    r461 = k.where(r51, r466, r461)
     r93 = k.and_(r54, r93)
-    r448 = 3.0 * x6 * x15 * r4 * r5 * r11 * r448
-    r460 = k.where(r93, r448, r460)
-    r350 = r350 == 1.0
-    r460 = k.where(r350, 0.0, r460)
-    r346 = r346 + r460
-    r346 = k.max(0.0, r346)
-    r447 = k.gcd(x2, r447)
-    r448 = k.recip(r447)
-    r54 = x2 * r448
+    r449 = 3.0 * x6 * x15 * r4 * r5 * r11 * r449
+    r461 = k.where(r93, r449, r461)
+    r351 = r351 == 1.0
+    r461 = k.where(r351, 0.0, r461)
+    r347 = r347 + r461
+    r347 = k.max(0.0, r347)
+    r448 = k.gcd(x2, r448)
+    r449 = k.recip(r448)
+    r54 = x2 * r449
     r54 = -1.0 + r54
-    r54 = x27 * r54
-    r465 = -1.0 * x2 * r448
-    r465 = x2 + r465
-    r465 = x31 * r465
+    r54 = x28 * r54
+    r466 = -1.0 * x2 * r449
+    r466 = x2 + r466
+    r466 = x32 * r466
     r163 = -1.0 + x2
-    r450 = 2.0 * x14 * x19 * x10 * x4 * x33 * r99 * r30 * r92 * r16 * r448 * r163
-    r447 = -1.0 + r447
-    r447 = 2.0 * x14 * x19 * x10 * x4 * x33 * r154 * r30 * r88 * r16 * r448 * r163 * r447
-    r447 = k.max(r450, r447)
-    r447 = r54 + r465 + r447
-    r465 = x27 * r163
-    r54 = 2.0 * x14 * x19 * x10 * x4 * x33 * r99 * r30 * r92 * r16 * r163
-    r54 = r465 + r54
-    r447 = k.where(r456, r54, r447)
-    r54 = x2 * x35
-    r54 = x29 >= r54
-    r456 = x31 * r163
-    r465 = 2.0 * x14 * x19 * x10 * x4 * x33 * r154 * r30 * r88 * r16 * r163
-    r465 = r456 + r465
-    r447 = k.where(r54, r465, r447)
-    r465 = x6 * x15 * r4 * r5 * r11 * r447
-    r447 = x6 * x15 * r4 * r5 * r11 * r50 * r447
-    r447 = r465 + r447
-    r465 = x2 == 1.0
-    r447 = k.where(r465, 0.0, r447)
+    r451 = 2.0 * x14 * x19 * x10 * x4 * x34 * r99 * r30 * r92 * r16 * r449 * r163
+    r448 = -1.0 + r448
+    r448 = 2.0 * x14 * x19 * x10 * x4 * x34 * r154 * r30 * r88 * r16 * r449 * r163 * r448
+    r448 = k.max(r451, r448)
+    r448 = r54 + r466 + r448
+    r466 = x28 * r163
+    r54 = 2.0 * x14 * x19 * x10 * x4 * x34 * r99 * r30 * r92 * r16 * r163
+    r54 = r466 + r54
+    r448 = k.where(r457, r54, r448)
+    r54 = x2 * x36
+    r54 = x30 >= r54
+    r457 = x32 * r163
+    r466 = 2.0 * x14 * x19 * x10 * x4 * x34 * r154 * r30 * r88 * r16 * r163
+    r466 = r457 + r466
+    r448 = k.where(r54, r466, r448)
+    r466 = x6 * x15 * r4 * r5 * r11 * r448
+    r448 = x6 * x15 * r4 * r5 * r11 * r50 * r448
+    r448 = r466 + r448
+    r466 = x2 == 1.0
+    r448 = k.where(r466, 0.0, r448)
     r66 = k.where(r66, 2.0, 0.0)
     r66 = 4.0 + r66
-    r54 = k.gcd(x35, x29)
-    r456 = k.recip(r54)
-    r450 = x35 * r456
-    r450 = -1.0 + r450
-    r450 = x27 * r450
-    r448 = -1.0 * x35 * r456
-    r448 = x35 + r448
-    r448 = x31 * r448
-    r453 = -1.0 + x35
-    r471 = x19 * x4 * x12 * x33 * r99 * r30 * r92 * r16 * r456 * r453
+    r54 = k.gcd(x36, x30)
+    r457 = k.recip(r54)
+    r451 = x36 * r457
+    r451 = -1.0 + r451
+    r451 = x28 * r451
+    r449 = -1.0 * x36 * r457
+    r449 = x36 + r449
+    r449 = x32 * r449
+    r454 = -1.0 + x36
+    r472 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16 * r457 * r454
     r54 = -1.0 + r54
-    r54 = x19 * x4 * x12 * x33 * r154 * r30 * r88 * r16 * r456 * r453 * r54
-    r54 = k.max(r471, r54)
-    r54 = r450 + r448 + r54
-    r448 = x29 <= 1.0
-    r450 = x27 * r453
-    r92 = x19 * x4 * x12 * x33 * r99 * r30 * r92 * r16 * r453
-    r92 = r450 + r92
-    r54 = k.where(r448, r92, r54)
-    r92 = x29 >= x35
-    r448 = x31 * r453
-    r88 = x19 * x4 * x12 * x33 * r154 * r30 * r88 * r16 * r453
-    r88 = r448 + r88
+    r54 = x19 * x4 * x12 * x34 * r154 * r30 * r88 * r16 * r457 * r454 * r54
+    r54 = k.max(r472, r54)
+    r54 = r451 + r449 + r54
+    r449 = x30 <= 1.0
+    r451 = x28 * r454
+    r92 = x19 * x4 * x12 * x34 * r99 * r30 * r92 * r16 * r454
+    r92 = r451 + r92
+    r54 = k.where(r449, r92, r54)
+    r92 = x30 >= x36
+    r449 = x32 * r454
+    r88 = x19 * x4 * x12 * x34 * r154 * r30 * r88 * r16 * r454
+    r88 = r449 + r88
     r54 = k.where(r92, r88, r54)
     r54 = 2.0 * x6 * x15 * r4 * r5 * r11 * r66 * r54
-    r88 = x35 == 1.0
+    r88 = x36 == 1.0
     r54 = k.where(r88, 0.0, r54)
     r149 = r14 + r100 + r149
     r149 = k.max(0.0, r149)
     r149 = k.where(r26, r149, 0.0)
-    r26 = r34 + r64 + r108 + r60 + r357 + r346 + r353 + r447 + r54 + r149
+    r26 = r34 + r64 + r108 + r60 + r358 + r347 + r354 + r448 + r54 + r149
     r100 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r101 * r4 * r30 * r11 * r16 * r100 * r15
-    r165 = x6 * x33 * r101 * r4 * r30 * r11 * r16 * r100 * r165
-    r100 = x19 * x4 * x12 * x33 * r30
-    r101 = x19 * x4 * x12 * x33 * r99 * r30
-    r445 = x4 * r4 * r30 * r445 * r25
+    r14 = 6.0 * x6 * x34 * r101 * r4 * r30 * r11 * r16 * r100 * r15
+    r165 = x6 * x34 * r101 * r4 * r30 * r11 * r16 * r100 * r165
+    r100 = x19 * x4 * x12 * x34 * r30
+    r101 = x19 * x4 * x12 * x34 * r99 * r30
+    r446 = x4 * r4 * r30 * r446 * r25
     r92 = 2.0 * x4 * r4 * r30 * r35 * r25
-    r445 = k.where(r27, r92, r445)
+    r446 = k.where(r27, r92, r446)
     r92 = x4 * r4 * r30 * r35 * r25
     r27 = k.pow(x3, -2.0)
-    r448 = x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r448 = r92 + r448
-    r445 = k.where(r51, r448, r445)
+    r449 = x6 * x4 * r27 * r5 * r30 * r35 * r25
+    r449 = r92 + r449
+    r446 = k.where(r51, r449, r446)
     r35 = 3.0 * x6 * x4 * r27 * r5 * r30 * r35 * r25
-    r445 = k.where(r93, r35, r445)
-    r445 = k.where(r350, 0.0, r445)
-    r350 = r99 * r445
-    r99 = x28 * r99
-    r35 = k.recip(x33)
-    r93 = x34 * r151 * r35
+    r446 = k.where(r93, r35, r446)
+    r446 = k.where(r351, 0.0, r446)
+    r351 = r99 * r446
+    r99 = x29 * r99
+    r35 = k.recip(x34)
+    r93 = x35 * r151 * r35
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r448 = 1.6e-11 * x12
+    r449 = 1.6e-11 * x12
     r51 = 8e-12 * x15 * r9
     r92 = 8e-12 * x15 * r13
-    r154 = 8e-12 * x36 * x12
-    r450 = r448 + r51 + r92 + r154
-    r471 = 8e-12 * x12
-    r456 = 4e-12 * x15 * r9
-    r449 = 4e-12 * x15 * r13
-    r356 = 4e-12 * x36 * x12
-    r356 = r471 + r456 + r449 + r356
-    r356 = r27 > r356
-    r449 = -1.6e-11 * x12
+    r154 = 8e-12 * x37 * x12
+    r451 = r449 + r51 + r92 + r154
+    r472 = 8e-12 * x12
+    r457 = 4e-12 * x15 * r9
+    r450 = 4e-12 * x15 * r13
+    r357 = 4e-12 * x37 * x12
+    r357 = r472 + r457 + r450 + r357
+    r357 = r27 > r357
+    r450 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r456 = -8e-12 * x36 * x12
-    r471 = k.sqrt(2.0)
-    r600 = k.sqrt(x3)
-    r600 = k.recip(r600)
-    r602 = k.sqrt(x2)
-    r602 = k.recip(r602)
-    r604 = k.sqrt(x13)
-    r604 = k.recip(r604)
-    r606 = k.sqrt(x22)
-    r606 = k.recip(r606)
-    r608 = k.sqrt(x35)
-    r608 = k.recip(r608)
-    r610 = k.sqrt(r450)
-    r611 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r450
-    r612 = k.sqrt(x3)
-    r613 = k.sqrt(x2)
-    r614 = k.sqrt(x13)
-    r615 = k.sqrt(x22)
-    r616 = k.sqrt(x35)
-    r616 = 0.16666666666666666 * r471 * r612 * r613 * r614 * r615 * r616 * r610
-    r616 = 1.0 + r611 + r616
-    r616 = r471 * r600 * r602 * r604 * r606 * r608 * r610 * r616
-    r616 = r449 + r9 + r13 + r456 + r616
-    r456 = k.where(r356, r616, r27)
-    r154 = r448 + r51 + r92 + r154 + r456
-    r154 = x3 * x2 * x13 * x22 * x35 * r154
+    r457 = -8e-12 * x37 * x12
+    r472 = k.sqrt(2.0)
+    r601 = k.sqrt(x3)
+    r601 = k.recip(r601)
+    r603 = k.sqrt(x2)
+    r603 = k.recip(r603)
+    r605 = k.sqrt(x13)
+    r605 = k.recip(r605)
+    r607 = k.sqrt(x23)
+    r607 = k.recip(r607)
+    r609 = k.sqrt(x36)
+    r609 = k.recip(r609)
+    r611 = k.sqrt(r451)
+    r612 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r451
+    r613 = k.sqrt(x3)
+    r614 = k.sqrt(x2)
+    r615 = k.sqrt(x13)
+    r616 = k.sqrt(x23)
+    r617 = k.sqrt(x36)
+    r617 = 0.16666666666666666 * r472 * r613 * r614 * r615 * r616 * r617 * r611
+    r617 = 1.0 + r612 + r617
+    r617 = r472 * r601 * r603 * r605 * r607 * r609 * r611 * r617
+    r617 = r450 + r9 + r13 + r457 + r617
+    r457 = k.where(r357, r617, r27)
+    r154 = r449 + r51 + r92 + r154 + r457
+    r154 = x3 * x2 * x13 * x23 * x36 * r154
     r154 = k.exp(r154)
     r154 = -1.0 + r154
     r92 = k.recip(r154)
-    r51 = x24 + x1
-    r448 = -1.0 * x3 * x2 * x13 * x22 * x35 * r51
-    r448 = k.exp(r448)
-    r448 = x3 * x2 * x13 * x22 * x35 * r92 * r456 * r448
-    r92 = x3 * x2 * x13 * x22 * x35
-    r616 = k.recip(r616)
-    r92 = k.where(r356, r616, r92)
-    r51 = x3 * x2 * x13 * x22 * x35 * r51
+    r51 = x25 + x1
+    r449 = -1.0 * x3 * x2 * x13 * x23 * x36 * r51
+    r449 = k.exp(r449)
+    r449 = x3 * x2 * x13 * x23 * x36 * r92 * r457 * r449
+    r92 = x3 * x2 * x13 * x23 * x36
+    r617 = k.recip(r617)
+    r92 = k.where(r357, r617, r92)
+    r51 = x3 * x2 * x13 * x23 * x36 * r51
     r51 = k.exp(r51)
-    r5 = x34 * r151 * r4 * r30 * r5 * r11 * r35 * r16 * r154 * r26 * r92 * r51
-    r51 = x34 * r151 * r35 * r154 * r26 * r92 * r51
-    r66 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r453 * r66
+    r5 = x35 * r151 * r4 * r30 * r5 * r11 * r35 * r16 * r154 * r26 * r92 * r51
+    r51 = x35 * r151 * r35 * r154 * r26 * r92 * r51
+    r66 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r454 * r66
     r66 = k.where(r88, 0.0, r66)
-    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r163
-    r163 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r50 * r163
+    r88 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r163
+    r163 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r50 * r163
     r163 = r88 + r163
-    r163 = k.where(r465, 0.0, r163)
-    r128 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r128
+    r163 = k.where(r466, 0.0, r163)
+    r128 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r128
     r128 = k.where(r37, 0.0, r128)
-    r91 = r91 < x22
-    r37 = x32 != 2.0
+    r91 = r91 < x23
+    r37 = x33 != 2.0
     r95 = k.and_(r95, r37)
     r95 = k.not_(r95)
     r95 = k.or_(r91, r95)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r94 = k.and_(r16, r37, r94)
     r94 = k.not_(r94)
     r94 = k.or_(r91, r94)
     r94 = k.and_(r95, r94)
-    r95 = x22 >= 2.0
-    r91 = x32 != 3.0
-    r37 = x32 != 4.0
+    r95 = x23 >= 2.0
+    r91 = x33 != 3.0
+    r37 = x33 != 4.0
     r103 = k.not_(r103)
     r103 = k.and_(r91, r37, r103)
     r103 = k.not_(r103)
     r103 = k.or_(r95, r103)
-    r95 = x21 * x3 * x2 * x22 * x35 * r26
-    r37 = r65 <= r95
+    r95 = x22 * x3 * x2 * x23 * x36 * r26
+    r37 = r39 <= r95
     r95 = r53 <= r95
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r147, r113, r111, r126, 0.0, r112, r8, r67, r131, r122, r117, r12, r39, r65, r65, r53, r52, r74, r343, r168, r353, r26, r14, r165, r100, r101, r350, r99, 0.0, r93, r27, r450, r456, r448, r5, r51, r108, r357, r60, r64, r66, r54, r54, r163, r447, r447, r445, r460, r346, r128, r57, r34, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, r94, 1.0, 1.0, 1.0, 1.0, 1.0, r103, 1.0, r103, r103, r37, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r147, r113, r111, r126, 0.0, r112, r8, r67, r131, r122, r117, r12, r65, r39, r39, r53, r52, r74, r344, r168, r354, r26, r14, r165, r100, r101, r351, r99, 0.0, r93, r27, r451, r457, r449, r5, r51, r108, r358, r60, r64, r66, r54, r54, r163, r448, r448, r446, r461, r347, r128, r57, r34, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, 1.0, r103, r103, r37, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r103, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1357,9 +1358,9 @@ def search(x, k):
     return (r103, r23, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (40, 45, 46, 47, 48, 49, 50), (38, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50), (), (31, 32, 37), (42, 45, 46, 47, 48, 49, 50), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (29, 45, 46, 47, 48, 49, 50), (15, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (41, 45, 46, 47, 48, 49, 50), (41, 45, 46, 47, 48, 49, 50, 76, 77), (41, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 30), (13, 33), (13, 34), (13, 35), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 30), (17, 33), (17, 34), (17, 35), (17, 68), (17, 69), (17, 70), (17, 71), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 30), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 27), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (41, 46, 47, 48, 49, 50, 51), (39, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51), (), (31, 32, 38), (43, 46, 47, 48, 49, 50, 51), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (31, 32, 36, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (29, 46, 47, 48, 49, 50, 51), (29, 46, 47, 48, 49, 50, 51), (15, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (42, 46, 47, 48, 49, 50, 51), (42, 46, 47, 48, 49, 50, 51, 77, 78), (42, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 30), (13, 33), (13, 34), (13, 35), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 69), (16, 70), (16, 71), (16, 72), (17, 30), (17, 33), (17, 34), (17, 35), (17, 69), (17, 70), (17, 71), (17, 72), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 30), (23, 33), (23, 34), (23, 35), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 27), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x36)
+    r11 = k.recip(x23)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,67 +51,67 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x34 * r30 * r38
-    r34 = x23 == 2.0
-    r37 = 2.0 * x19 * x12 * x34 * r30
+    r38 = x19 * x35 * r30 * r38
+    r34 = x24 == 2.0
+    r37 = 2.0 * x19 * x12 * x35 * r30
     r37 = k.where(r34, r37, r38)
-    r36 = 1.0 + x22
+    r36 = 1.0 + x23
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r33)
     r36 = r36 * r35
-    r50 = x33 == 4.0
-    r51 = 2.0 * x22
+    r50 = x34 == 4.0
+    r51 = 2.0 * x23
     r52 = -1.0 + r51
     r52 = k.min(r52, r6)
     r52 = r52 * r35
     r55 = k.where(r50, r52, r36)
-    r56 = x33 == 0.0
-    r57 = x33 == 3.0
+    r56 = x34 == 0.0
+    r57 = x34 == 3.0
     r58 = k.or_(r56, r57)
-    r59 = k.min(x22, r6)
+    r59 = k.min(x23, r6)
     r59 = r59 * r35
     r55 = k.where(r58, r59, r55)
-    r59 = x33 == 1.0
-    r63 = k.recip(x38)
-    r64 = x6 * x38 * r4 * r5
-    r65 = -1.0 + x38
-    r65 = x22 * r65
+    r59 = x34 == 1.0
+    r63 = k.recip(x39)
+    r64 = x6 * x39 * r4 * r5
+    r65 = -1.0 + x39
+    r65 = x23 * r65
     r67 = -1.0 + r51 + r65
     r67 = k.min(r64, r67)
     r67 = r63 * r67 * r35
     r55 = k.where(r59, r67, r55)
-    r67 = x33 == 2.0
+    r67 = x34 == 2.0
     r72 = x6 * r4 * r5 * r35
     r55 = k.where(r67, r72, r55)
     r55 = r37 * r55
     r75 = r9 * r35
     r76 = r13 * r35
-    r77 = x22 == 1.0
+    r77 = x23 == 1.0
     r78 = k.where(r77, 1.0, 0.0)
     r79 = 2.0 * x12 * r78
     r79 = r12 + r75 + r76 + r79
     r79 = r16 * r79
-    r78 = x37 * x12 * r78
-    r12 = x22 != 1.0
+    r78 = x38 * x12 * r78
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r75 + r76 + r78 + r12
     r12 = r16 * r12
     r78 = r79 + r12
     r79 = k.where(r26, r78, r79)
     r8 = 2.0 * r79
-    r91 = x39 >= 2.0
+    r91 = x40 >= 2.0
     r92 = 2.0 * r4 * r30 * r79
     r93 = k.where(r91, r92, r8)
-    r94 = x39 >= 3.0
+    r94 = x40 >= 3.0
     r8 = k.where(r94, r92, r8)
     r92 = 12.0 * r79
     r97 = 12.0 * r4 * r30 * r79
     r92 = k.where(r27, r97, r92)
     r97 = k.where(r34, r38, 0.0)
     r100 = k.or_(r26, r77)
-    r101 = 4.0 * x19 * x12 * x34 * r30
-    r102 = x37 * x19 * x16 * x34 * r30 * r16
+    r101 = 4.0 * x19 * x12 * x35 * r30
+    r102 = x38 * x19 * x16 * x35 * r30 * r16
     r101 = r101 + r102
     r101 = k.max(r101, r97)
     r100 = k.where(r100, r101, r97)
@@ -120,16 +120,16 @@ def quantities(x, k):
     r106 = k.where(r26, r107, r106)
     r107 = 3.0 * x4 * r106 * r79
     r107 = k.where(r94, r107, 0.0)
-    r111 = x22 > 1.0
+    r111 = x23 > 1.0
     r111 = k.and_(r94, r111)
     r79 = 2.0 * x4 * r79
     r107 = k.where(r111, r79, r107)
     r79 = r55 + r93 + r8 + r92 + r100 + r107
     r116 = k.where(r50, r52, r36)
-    r117 = -1.0 + x22
+    r117 = -1.0 + x23
     r118 = k.min(1.0, r117)
     r119 = -1.0 * r118
-    r119 = x22 + r119
+    r119 = x23 + r119
     r121 = k.min(r6, r119)
     r121 = r121 * r35
     r116 = k.where(r58, r121, r116)
@@ -141,28 +141,28 @@ def quantities(x, k):
     r116 = k.where(r67, r72, r116)
     r116 = r37 * r116
     r51 = 1.0 + r118
-    r51 = x22 == r51
+    r51 = x23 == r51
     r121 = k.where(r51, 1.0, 0.0)
     r121 = 2.0 * x12 * r121
     r135 = r118 == 0.0
     r135 = k.where(r135, 1.0, 0.0)
-    r135 = x37 * x12 * r135
+    r135 = x38 * x12 * r135
     r138 = r118 != 0.0
     r138 = k.and_(r138, r51)
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x37 * x12 * r138
+    r138 = x38 * x12 * r138
     r138 = r75 + r76 + r121 + r135 + r138
     r138 = r16 * r138
-    r135 = x22 == r119
+    r135 = x23 == r119
     r121 = k.where(r135, 1.0, 0.0)
     r121 = 2.0 * x12 * r121
     r147 = r119 == 1.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r119 = r119 != 1.0
     r119 = k.and_(r135, r119)
     r119 = k.where(r119, 1.0, 0.0)
-    r119 = x37 * x12 * r119
+    r119 = x38 * x12 * r119
     r119 = r75 + r76 + r121 + r147 + r119
     r119 = r16 * r119
     r119 = r138 + r119
@@ -238,403 +238,404 @@ def quantities(x, k):
     r116 = k.where(r116, 0.0, 0.0)
     r36 = r79 == r36
     r116 = k.where(r36, 0.0, r116)
-    r36 = x37 * x19 * x4 * x34 * r30 * r16
-    r55 = x37 * x19 * x4 * x34 * r30
+    r36 = x38 * x19 * x4 * x35 * r30 * r16
+    r55 = x38 * x19 * x4 * x35 * r30
     r107 = k.max(r79, r138, r12)
     r92 = r138 == r107
     r12 = k.where(r92, r138, r12)
     r107 = r79 == r107
     r12 = k.where(r107, r79, r12)
-    r79 = -1.0 * r12
-    r79 = x8 + r79
-    r107 = 6.0 * x6 * x34 * r15
+    r79 = -1.0 * x20
+    r107 = -1.0 * r12
+    r107 = x8 + r79 + r107
+    r79 = 6.0 * x6 * x35 * r15
     r138 = 12.0 * x12
     r92 = 6.0 * x15 * r9
     r135 = 6.0 * x15 * r13
-    r93 = 6.0 * x37 * x12
-    r147 = 12.0 * x15 * x11 * x10 * x34
+    r93 = 6.0 * x38 * x12
+    r147 = 12.0 * x15 * x11 * x10 * x35
     r147 = r138 + r92 + r135 + r93 + r147
-    r93 = x6 * x34 * r147
+    r93 = x6 * x35 * r147
     r135 = k.pow(x12, 2.0)
     r92 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r92
+    r8 = 0.16666666666666666 * x35 * r92
     r121 = k.recip(x15)
-    r92 = 0.0625 * x37 * r121 * r92
+    r92 = 0.0625 * x38 * r121 * r92
     r92 = 1.0 + r8 + r92
-    r92 = 96.0 * x6 * x15 * x34 * r135 * r92
-    r135 = k.pow(x34, 2.0)
+    r92 = 96.0 * x6 * x15 * x35 * r135 * r92
+    r135 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r135
-    r111 = x23 == 1.0
+    r111 = x24 == 1.0
     r135 = 4.0 * x6 * x15 * x11 * x10 * r135
     r135 = k.where(r111, r135, 0.0)
-    r119 = 0.3333333333333333 * x6 * x34 * r147
+    r119 = 0.3333333333333333 * x6 * x35 * r147
     r135 = k.where(r34, r119, r135)
     r135 = r93 + r8 + r135
     r8 = k.where(r34, 1.0, 0.0)
     r8 = 1.0 + r8
     r119 = k.recip(x9)
     r35 = k.recip(x18)
-    r64 = x37 * x12 * r16
-    r65 = x19 * x12 * x34 * r30
-    r52 = x37 * x19 * x34 * r30 * r16
+    r64 = x38 * x12 * r16
+    r65 = x19 * x12 * x35 * r30
+    r52 = x38 * x19 * x35 * r30 * r16
     r52 = r64 + r65 + r52
     r64 = 2.0 * r119 * r35 * r52
-    r51 = k.recip(x21)
+    r51 = k.recip(x22)
     r76 = k.recip(x17)
-    r75 = 2.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
+    r75 = 2.0 * x38 * x19 * x12 * x35 * r51 * r30 * r76 * r16
     r75 = r64 + r75
     r75 = r8 * r75
     r52 = 4.0 * r119 * r35 * r52
-    r64 = 4.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
+    r64 = 4.0 * x38 * x19 * x12 * x35 * r51 * r30 * r76 * r16
     r64 = r75 + r52 + r64
     r64 = r11 * r64
     r52 = x11 * x10 * x12 * r16
-    r75 = x11 * x19 * x10 * x34 * r30 * r16
+    r75 = x11 * x19 * x10 * x35 * r30 * r16
     r75 = r52 + r65 + r75
     r52 = 2.0 * r119 * r35 * r75
-    r283 = 2.0 * x11 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16
-    r283 = r52 + r283
-    r283 = r8 * r283
+    r284 = 2.0 * x11 * x19 * x10 * x12 * x35 * r51 * r30 * r76 * r16
+    r284 = r52 + r284
+    r284 = r8 * r284
     r52 = x10 * x12 * r16 * r14
-    r287 = x19 * x10 * x34 * r30 * r16 * r14
-    r287 = r65 + r52 + r287
-    r52 = 2.0 * r119 * r35 * r287
-    r290 = 2.0 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16 * r14
-    r290 = r52 + r290
-    r290 = r8 * r290
+    r288 = x19 * x10 * x35 * r30 * r16 * r14
+    r288 = r65 + r52 + r288
+    r52 = 2.0 * r119 * r35 * r288
+    r291 = 2.0 * x19 * x10 * x12 * x35 * r51 * r30 * r76 * r16 * r14
+    r291 = r52 + r291
+    r291 = r8 * r291
     r52 = x12 * x5 * r16
-    r294 = x19 * x5 * x34 * r30 * r16
-    r294 = r52 + r65 + r294
-    r65 = 2.0 * r119 * r35 * r294
-    r52 = 2.0 * x19 * x12 * x5 * x34 * r51 * r30 * r76 * r16
+    r295 = x19 * x5 * x35 * r30 * r16
+    r295 = r52 + r65 + r295
+    r65 = 2.0 * r119 * r35 * r295
+    r52 = 2.0 * x19 * x12 * x5 * x35 * r51 * r30 * r76 * r16
     r52 = r65 + r52
     r52 = 2.0 * r8 * r52
     r75 = 4.0 * r119 * r35 * r75
-    r287 = 4.0 * r119 * r35 * r287
-    r294 = 8.0 * r119 * r35 * r294
-    r65 = 8.0 * x19 * x12 * x5 * x34 * r51 * r30 * r76 * r16
-    r304 = 4.0 * x11 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16 * r14
-    r14 = r283 + r290 + r52 + r75 + r287 + r294 + r65 + r304 + r14
+    r288 = 4.0 * r119 * r35 * r288
+    r295 = 8.0 * r119 * r35 * r295
+    r65 = 8.0 * x19 * x12 * x5 * x35 * r51 * r30 * r76 * r16
+    r305 = 4.0 * x11 * x19 * x10 * x12 * x35 * r51 * r30 * r76 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r51 * r30 * r76 * r16 * r14
+    r14 = r284 + r291 + r52 + r75 + r288 + r295 + r65 + r305 + r14
     r14 = x15 * r11 * r14
     r14 = r64 + r14
     r64 = x6 * r4 * r5 * r14
-    r304 = 10.0 * x12 * r8
-    r304 = r138 + r304
-    r304 = x19 * x34 * r30 * r304
+    r305 = 10.0 * x12 * r8
+    r305 = r138 + r305
+    r305 = x19 * x35 * r30 * r305
     r138 = 3.0 * x5
     r65 = 2.0 * x5 * r8
     r65 = r138 + r65
-    r65 = x19 * x34 * r30 * r16 * r65
-    r65 = r304 + r65
+    r65 = x19 * x35 * r30 * r16 * r65
+    r65 = r305 + r65
     r65 = x15 * r11 * r65
-    r304 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r304 = r65 + r304
-    r65 = x6 * x4 * r119 * r4 * r5 * r35 * r304
+    r305 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r305 = r65 + r305
+    r65 = x6 * x4 * r119 * r4 * r5 * r35 * r305
     r138 = k.recip(x0)
-    r294 = x11 * x10 * x34
+    r295 = x11 * x10 * x35
     r111 = k.or_(r111, r34)
     r111 = k.where(r111, 1.0, 0.0)
     r111 = 3.0 + r111
-    r111 = 2.0 * x11 * x10 * x34 * r111
-    r111 = r294 + r111
-    r294 = x6 * x15 * x34 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
-    r287 = r64 + r65 + r294
-    r75 = k.recip(r287)
+    r111 = 2.0 * x11 * x10 * x35 * r111
+    r111 = r295 + r111
+    r295 = x6 * x15 * x35 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
+    r288 = r64 + r65 + r295
+    r75 = k.recip(r288)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r52 = k.recip(x6)
-    r290 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r287
-    r283 = 0.6666666666666666 * x3 * x19 * x22 * r52 * r287
-    r304 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r304
-    r111 = -1.0 * x6 * x15 * x34 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
-    r283 = r14 + r290 + r283 + r304 + r111
-    r283 = k.max(0.0, r283)
-    r290 = 0.5 * x22
-    r290 = -1.0 + r290
-    r290 = 0.6666666666666666 * x3 * x19 * r52 * r63 * r290 * r287
-    r290 = k.where(r50, 0.0, r290)
-    r50 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r117 * r287
-    r290 = k.where(r57, r50, r290)
+    r291 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r288
+    r284 = 0.6666666666666666 * x3 * x19 * x23 * r52 * r288
+    r305 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r305
+    r111 = -1.0 * x6 * x15 * x35 * r51 * r4 * r30 * r76 * r138 * r11 * r16 * r111
+    r284 = r14 + r291 + r284 + r305 + r111
+    r284 = k.max(0.0, r284)
+    r291 = 0.5 * x23
+    r291 = -1.0 + r291
+    r291 = 0.6666666666666666 * x3 * x19 * r52 * r63 * r291 * r288
+    r291 = k.where(r50, 0.0, r291)
+    r50 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r117 * r288
+    r291 = k.where(r57, r50, r291)
     r67 = k.or_(r56, r59, r67)
-    r117 = x3 * x19 * r52 * r63 * r117 * r287
-    r290 = k.where(r67, r117, r290)
-    r290 = k.max(r283, r290)
-    r75 = r75 * r290
+    r117 = x3 * x19 * r52 * r63 * r117 * r288
+    r291 = k.where(r67, r117, r291)
+    r291 = k.max(r284, r291)
+    r75 = r75 * r291
     r35 = 28.0 * r119 * r35 * r31
-    r119 = r35 + r64 + r65 + r294
-    r283 = -1.0 * x20
-    r283 = 1.0 + r283
-    r117 = x22 * x38
+    r119 = r35 + r64 + r65 + r295
+    r284 = -1.0 * x21
+    r284 = 1.0 + r284
+    r117 = x23 * x39
     r117 = -1.0 + r117
-    r63 = k.recip(x25)
-    r56 = k.recip(x26)
-    r50 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16
-    r50 = x27 + r50
-    r57 = 2.0 * x3 * x2 * x36
-    r57 = x29 >= r57
-    r138 = k.recip(x28)
-    r76 = k.recip(x30)
-    r365 = k.min(1.0, x32)
-    r365 = k.recip(r365)
-    r365 = x19 * x4 * x12 * x32 * x34 * r138 * r30 * r76 * r16 * r365
-    r365 = x31 + r365
-    r50 = k.where(r57, r365, r50)
+    r63 = k.recip(x26)
+    r56 = k.recip(x27)
+    r50 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16
+    r50 = x28 + r50
+    r57 = 2.0 * x3 * x2 * x37
+    r57 = x30 >= r57
+    r138 = k.recip(x29)
+    r76 = k.recip(x31)
+    r366 = k.min(1.0, x33)
+    r366 = k.recip(r366)
+    r366 = x19 * x4 * x12 * x33 * x35 * r138 * r30 * r76 * r16 * r366
+    r366 = x32 + r366
+    r50 = k.where(r57, r366, r50)
     r50 = 2.0 * x6 * r4 * r5 * r11 * r117 * r50
     r50 = k.where(r77, 0.0, r50)
-    r283 = r283 * r50
-    r365 = x3 * x19 * r52 * r287
-    r57 = x22 <= 1.0
+    r284 = r284 * r50
+    r366 = x3 * x19 * r52 * r288
+    r57 = x23 <= 1.0
     r91 = k.and_(r91, r57)
-    r365 = k.where(r91, r287, r365)
-    r365 = -1.0 * x20 * r365
-    r287 = x3 * x2
-    r379 = -1.0 + r287
-    r380 = k.recip(r379)
-    r381 = 2.0 * x3 * x2
-    r381 = -2.0 + r381
-    r383 = x29 * r16
-    r384 = k.gcd(r287, r383)
-    r385 = k.recip(r384)
-    r386 = x3 * x2 * r385
-    r386 = -1.0 + r386
-    r386 = x27 * r386
-    r389 = -1.0 * x3 * x2 * r385
-    r389 = r287 + r389
-    r389 = x31 * r389
-    r392 = r386 + r389
-    r392 = r380 * r381 * r392
-    r380 = x4 * x22 * r63 * r121 * r4 * r30 * r56 * r385 * r381 * r25
-    r384 = -1.0 + r384
-    r396 = k.max(1.0, r384)
-    r396 = k.min(x32, r396)
-    r396 = k.recip(r396)
-    r399 = x4 * x32 * x22 * r138 * r121 * r4 * r30 * r76 * r396 * r385 * r384 * r381 * r25
-    r399 = k.max(r380, r399)
-    r399 = r392 + r399
-    r392 = x29 <= x36
-    r380 = x27 * r381
-    r404 = x4 * x22 * r63 * r121 * r4 * r30 * r56 * r381 * r25
-    r404 = r380 + r404
-    r399 = k.where(r392, r404, r399)
-    r404 = x3 * x2 * x36
-    r404 = x29 >= r404
-    r380 = x31 * r381
-    r410 = k.max(1.0, r379)
-    r410 = k.min(x32, r410)
-    r410 = k.recip(r410)
-    r413 = x4 * x32 * x22 * r138 * r121 * r4 * r30 * r76 * r410 * r381 * r25
-    r413 = r380 + r413
-    r399 = k.where(r404, r413, r399)
-    r399 = x15 * r11 * r399
-    r413 = x4 * x22 * r63 * r121 * r4 * r30 * r56 * r385 * r379 * r25
-    r384 = x4 * x32 * x22 * r138 * r121 * r4 * r30 * r76 * r396 * r385 * r379 * r384 * r25
-    r384 = k.max(r413, r384)
-    r384 = r386 + r389 + r384
-    r389 = x27 * r379
-    r386 = x4 * x22 * r63 * r121 * r4 * r30 * r56 * r379 * r25
-    r386 = r389 + r386
-    r384 = k.where(r392, r386, r384)
-    r386 = x31 * r379
-    r410 = x4 * x32 * x22 * r138 * r121 * r4 * r30 * r76 * r410 * r379 * r25
-    r410 = r386 + r410
-    r384 = k.where(r404, r410, r384)
-    r410 = 2.0 * x15 * r11 * r384
-    r399 = k.where(r27, r410, r399)
-    r410 = x15 * r11 * r384
-    r404 = x6 * x15 * r4 * r5 * r11 * r384
-    r404 = r410 + r404
-    r399 = k.where(r91, r404, r399)
+    r366 = k.where(r91, r288, r366)
+    r366 = -1.0 * x21 * r366
+    r288 = x3 * x2
+    r380 = -1.0 + r288
+    r381 = k.recip(r380)
+    r382 = 2.0 * x3 * x2
+    r382 = -2.0 + r382
+    r384 = x30 * r16
+    r385 = k.gcd(r288, r384)
+    r386 = k.recip(r385)
+    r387 = x3 * x2 * r386
+    r387 = -1.0 + r387
+    r387 = x28 * r387
+    r390 = -1.0 * x3 * x2 * r386
+    r390 = r288 + r390
+    r390 = x32 * r390
+    r393 = r387 + r390
+    r393 = r381 * r382 * r393
+    r381 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r386 * r382 * r25
+    r385 = -1.0 + r385
+    r397 = k.max(1.0, r385)
+    r397 = k.min(x33, r397)
+    r397 = k.recip(r397)
+    r400 = x4 * x33 * x23 * r138 * r121 * r4 * r30 * r76 * r397 * r386 * r385 * r382 * r25
+    r400 = k.max(r381, r400)
+    r400 = r393 + r400
+    r393 = x30 <= x37
+    r381 = x28 * r382
+    r405 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r382 * r25
+    r405 = r381 + r405
+    r400 = k.where(r393, r405, r400)
+    r405 = x3 * x2 * x37
+    r405 = x30 >= r405
+    r381 = x32 * r382
+    r411 = k.max(1.0, r380)
+    r411 = k.min(x33, r411)
+    r411 = k.recip(r411)
+    r414 = x4 * x33 * x23 * r138 * r121 * r4 * r30 * r76 * r411 * r382 * r25
+    r414 = r381 + r414
+    r400 = k.where(r405, r414, r400)
+    r400 = x15 * r11 * r400
+    r414 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r386 * r380 * r25
+    r385 = x4 * x33 * x23 * r138 * r121 * r4 * r30 * r76 * r397 * r386 * r380 * r385 * r25
+    r385 = k.max(r414, r385)
+    r385 = r387 + r390 + r385
+    r390 = x28 * r380
+    r387 = x4 * x23 * r63 * r121 * r4 * r30 * r56 * r380 * r25
+    r387 = r390 + r387
+    r385 = k.where(r393, r387, r385)
+    r387 = x32 * r380
+    r411 = x4 * x33 * x23 * r138 * r121 * r4 * r30 * r76 * r411 * r380 * r25
+    r411 = r387 + r411
+    r385 = k.where(r405, r411, r385)
+    r411 = 2.0 * x15 * r11 * r385
+    r400 = k.where(r27, r411, r400)
+    r411 = x15 * r11 * r385
+    r405 = x6 * x15 * r4 * r5 * r11 * r385
+    r405 = r411 + r405
+    r400 = k.where(r91, r405, r400)
     r57 = k.and_(r94, r57)
-    r384 = 3.0 * x6 * x15 * r4 * r5 * r11 * r384
-    r399 = k.where(r57, r384, r399)
-    r287 = r287 == 1.0
-    r399 = k.where(r287, 0.0, r399)
-    r365 = r365 + r399
-    r365 = k.max(0.0, r365)
-    r383 = k.gcd(x2, r383)
-    r384 = k.recip(r383)
-    r94 = x2 * r384
+    r385 = 3.0 * x6 * x15 * r4 * r5 * r11 * r385
+    r400 = k.where(r57, r385, r400)
+    r288 = r288 == 1.0
+    r400 = k.where(r288, 0.0, r400)
+    r366 = r366 + r400
+    r366 = k.max(0.0, r366)
+    r384 = k.gcd(x2, r384)
+    r385 = k.recip(r384)
+    r94 = x2 * r385
     r94 = -1.0 + r94
-    r94 = x27 * r94
-    r404 = -1.0 * x2 * r384
-    r404 = x2 + r404
-    r404 = x31 * r404
-    r410 = -1.0 + x2
-    r386 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r384 * r410
-    r383 = -1.0 + r383
-    r121 = k.max(1.0, r383)
-    r121 = k.min(x32, r121)
+    r94 = x28 * r94
+    r405 = -1.0 * x2 * r385
+    r405 = x2 + r405
+    r405 = x32 * r405
+    r411 = -1.0 + x2
+    r387 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r385 * r411
+    r384 = -1.0 + r384
+    r121 = k.max(1.0, r384)
+    r121 = k.min(x33, r121)
     r121 = k.recip(r121)
-    r383 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r138 * r30 * r76 * r16 * r121 * r384 * r410 * r383
-    r383 = k.max(r386, r383)
-    r383 = r94 + r404 + r383
-    r404 = x27 * r410
-    r94 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r410
-    r94 = r404 + r94
-    r383 = k.where(r392, r94, r383)
-    r94 = x2 * x36
-    r94 = x29 >= r94
-    r392 = x31 * r410
-    r404 = k.max(1.0, r410)
-    r404 = k.min(x32, r404)
-    r404 = k.recip(r404)
-    r404 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r138 * r30 * r76 * r16 * r404 * r410
-    r404 = r392 + r404
-    r383 = k.where(r94, r404, r383)
-    r404 = x6 * x15 * r4 * r5 * r11 * r383
-    r383 = x6 * x15 * r4 * r5 * r11 * r8 * r383
-    r383 = r404 + r383
-    r404 = x2 == 1.0
-    r383 = k.where(r404, 0.0, r383)
+    r384 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r138 * r30 * r76 * r16 * r121 * r385 * r411 * r384
+    r384 = k.max(r387, r384)
+    r384 = r94 + r405 + r384
+    r405 = x28 * r411
+    r94 = 2.0 * x14 * x19 * x10 * x4 * x35 * r63 * r30 * r56 * r16 * r411
+    r94 = r405 + r94
+    r384 = k.where(r393, r94, r384)
+    r94 = x2 * x37
+    r94 = x30 >= r94
+    r393 = x32 * r411
+    r405 = k.max(1.0, r411)
+    r405 = k.min(x33, r405)
+    r405 = k.recip(r405)
+    r405 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r138 * r30 * r76 * r16 * r405 * r411
+    r405 = r393 + r405
+    r384 = k.where(r94, r405, r384)
+    r405 = x6 * x15 * r4 * r5 * r11 * r384
+    r384 = x6 * x15 * r4 * r5 * r11 * r8 * r384
+    r384 = r405 + r384
+    r405 = x2 == 1.0
+    r384 = k.where(r405, 0.0, r384)
     r34 = k.where(r34, 2.0, 0.0)
     r34 = 4.0 + r34
-    r94 = -1.0 + x36
-    r392 = k.recip(r94)
-    r386 = 2.0 * x36
-    r386 = -2.0 + r386
-    r384 = k.gcd(x36, x29)
-    r121 = k.recip(r384)
-    r389 = x36 * r121
-    r389 = -1.0 + r389
-    r389 = x27 * r389
-    r413 = -1.0 * x36 * r121
-    r413 = x36 + r413
-    r413 = x31 * r413
-    r413 = r389 + r413
-    r413 = r392 * r386 * r413
-    r392 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r121 * r386
-    r384 = -1.0 + r384
-    r389 = k.max(1.0, r384)
-    r389 = k.min(x32, r389)
-    r389 = k.recip(r389)
-    r384 = x19 * x4 * x12 * x32 * x34 * r138 * r30 * r76 * r16 * r389 * r121 * r384 * r386
-    r384 = k.max(r392, r384)
-    r384 = r413 + r384
-    r413 = x29 <= 1.0
-    r392 = x27 * r386
-    r56 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r386
-    r56 = r392 + r56
-    r384 = k.where(r413, r56, r384)
-    r56 = x29 >= x36
-    r413 = x31 * r386
+    r94 = -1.0 + x37
+    r393 = k.recip(r94)
+    r387 = 2.0 * x37
+    r387 = -2.0 + r387
+    r385 = k.gcd(x37, x30)
+    r121 = k.recip(r385)
+    r390 = x37 * r121
+    r390 = -1.0 + r390
+    r390 = x28 * r390
+    r414 = -1.0 * x37 * r121
+    r414 = x37 + r414
+    r414 = x32 * r414
+    r414 = r390 + r414
+    r414 = r393 * r387 * r414
+    r393 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r121 * r387
+    r385 = -1.0 + r385
+    r390 = k.max(1.0, r385)
+    r390 = k.min(x33, r390)
+    r390 = k.recip(r390)
+    r385 = x19 * x4 * x12 * x33 * x35 * r138 * r30 * r76 * r16 * r390 * r121 * r385 * r387
+    r385 = k.max(r393, r385)
+    r385 = r414 + r385
+    r414 = x30 <= 1.0
+    r393 = x28 * r387
+    r56 = x19 * x4 * x12 * x35 * r63 * r30 * r56 * r16 * r387
+    r56 = r393 + r56
+    r385 = k.where(r414, r56, r385)
+    r56 = x30 >= x37
+    r414 = x32 * r387
     r94 = k.max(1.0, r94)
-    r94 = k.min(x32, r94)
+    r94 = k.min(x33, r94)
     r94 = k.recip(r94)
-    r94 = x19 * x4 * x12 * x32 * x34 * r138 * r30 * r76 * r16 * r94 * r386
-    r94 = r413 + r94
-    r384 = k.where(r56, r94, r384)
-    r384 = x6 * x15 * r4 * r5 * r11 * r34 * r384
-    r94 = x36 == 1.0
-    r384 = k.where(r94, 0.0, r384)
-    r111 = r14 + r304 + r111
+    r94 = x19 * x4 * x12 * x33 * x35 * r138 * r30 * r76 * r16 * r94 * r387
+    r94 = r414 + r94
+    r385 = k.where(r56, r94, r385)
+    r385 = x6 * x15 * r4 * r5 * r11 * r34 * r385
+    r94 = x37 == 1.0
+    r385 = k.where(r94, 0.0, r385)
+    r111 = r14 + r305 + r111
     r111 = k.max(0.0, r111)
     r111 = k.where(r26, r111, 0.0)
-    r26 = r283 + r35 + r64 + r65 + r294 + r365 + r290 + r383 + r384 + r111
-    r304 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r51 * r4 * r30 * r11 * r16 * r304 * r15
-    r147 = x6 * x34 * r51 * r4 * r30 * r11 * r16 * r304 * r147
-    r304 = x19 * x4 * x12 * x34 * r30
-    r51 = x19 * x4 * x12 * x34 * r63 * r30
-    r381 = x4 * r4 * r30 * r381 * r25
-    r56 = 2.0 * x4 * r4 * r30 * r379 * r25
-    r381 = k.where(r27, r56, r381)
-    r56 = x4 * r4 * r30 * r379 * r25
+    r26 = r284 + r35 + r64 + r65 + r295 + r366 + r291 + r384 + r385 + r111
+    r305 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r51 * r4 * r30 * r11 * r16 * r305 * r15
+    r147 = x6 * x35 * r51 * r4 * r30 * r11 * r16 * r305 * r147
+    r305 = x19 * x4 * x12 * x35 * r30
+    r51 = x19 * x4 * x12 * x35 * r63 * r30
+    r382 = x4 * r4 * r30 * r382 * r25
+    r56 = 2.0 * x4 * r4 * r30 * r380 * r25
+    r382 = k.where(r27, r56, r382)
+    r56 = x4 * r4 * r30 * r380 * r25
     r27 = k.pow(x3, -2.0)
-    r413 = x6 * x4 * r27 * r5 * r30 * r379 * r25
-    r413 = r56 + r413
-    r381 = k.where(r91, r413, r381)
-    r379 = 3.0 * x6 * x4 * r27 * r5 * r30 * r379 * r25
-    r381 = k.where(r57, r379, r381)
-    r381 = k.where(r287, 0.0, r381)
-    r287 = r63 * r381
-    r63 = x28 * r63
-    r379 = k.recip(x34)
-    r57 = x35 * r52 * r379
+    r414 = x6 * x4 * r27 * r5 * r30 * r380 * r25
+    r414 = r56 + r414
+    r382 = k.where(r91, r414, r382)
+    r380 = 3.0 * x6 * x4 * r27 * r5 * r30 * r380 * r25
+    r382 = k.where(r57, r380, r382)
+    r382 = k.where(r288, 0.0, r382)
+    r288 = r63 * r382
+    r63 = x29 * r63
+    r380 = k.recip(x35)
+    r57 = x36 * r52 * r380
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r413 = 1.6e-11 * x12
+    r414 = 1.6e-11 * x12
     r91 = 8e-12 * x15 * r9
     r56 = 8e-12 * x15 * r13
-    r76 = 8e-12 * x37 * x12
-    r138 = r413 + r91 + r56 + r76
-    r392 = 8e-12 * x12
+    r76 = 8e-12 * x38 * x12
+    r138 = r414 + r91 + r56 + r76
+    r393 = 8e-12 * x12
     r121 = 4e-12 * x15 * r9
-    r389 = 4e-12 * x15 * r13
-    r385 = 4e-12 * x37 * x12
-    r385 = r392 + r121 + r389 + r385
-    r385 = r27 > r385
-    r389 = -1.6e-11 * x12
+    r390 = 4e-12 * x15 * r13
+    r386 = 4e-12 * x38 * x12
+    r386 = r393 + r121 + r390 + r386
+    r386 = r27 > r386
+    r390 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r121 = -8e-12 * x37 * x12
-    r392 = k.sqrt(2.0)
-    r396 = k.sqrt(x3)
-    r396 = k.recip(r396)
-    r380 = k.sqrt(x2)
-    r380 = k.recip(r380)
-    r563 = k.sqrt(x13)
-    r563 = k.recip(r563)
-    r565 = k.sqrt(x22)
-    r565 = k.recip(r565)
-    r567 = k.sqrt(x36)
-    r567 = k.recip(r567)
-    r569 = k.sqrt(r138)
-    r570 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r138
-    r571 = k.sqrt(x3)
-    r572 = k.sqrt(x2)
-    r573 = k.sqrt(x13)
-    r574 = k.sqrt(x22)
-    r575 = k.sqrt(x36)
-    r575 = 0.16666666666666666 * r392 * r571 * r572 * r573 * r574 * r575 * r569
-    r575 = 1.0 + r570 + r575
-    r575 = r392 * r396 * r380 * r563 * r565 * r567 * r569 * r575
-    r575 = r389 + r9 + r13 + r121 + r575
-    r121 = k.where(r385, r575, r27)
-    r76 = r413 + r91 + r56 + r76 + r121
-    r76 = x3 * x2 * x13 * x22 * x36 * r76
+    r121 = -8e-12 * x38 * x12
+    r393 = k.sqrt(2.0)
+    r397 = k.sqrt(x3)
+    r397 = k.recip(r397)
+    r381 = k.sqrt(x2)
+    r381 = k.recip(r381)
+    r564 = k.sqrt(x13)
+    r564 = k.recip(r564)
+    r566 = k.sqrt(x23)
+    r566 = k.recip(r566)
+    r568 = k.sqrt(x37)
+    r568 = k.recip(r568)
+    r570 = k.sqrt(r138)
+    r571 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r138
+    r572 = k.sqrt(x3)
+    r573 = k.sqrt(x2)
+    r574 = k.sqrt(x13)
+    r575 = k.sqrt(x23)
+    r576 = k.sqrt(x37)
+    r576 = 0.16666666666666666 * r393 * r572 * r573 * r574 * r575 * r576 * r570
+    r576 = 1.0 + r571 + r576
+    r576 = r393 * r397 * r381 * r564 * r566 * r568 * r570 * r576
+    r576 = r390 + r9 + r13 + r121 + r576
+    r121 = k.where(r386, r576, r27)
+    r76 = r414 + r91 + r56 + r76 + r121
+    r76 = x3 * x2 * x13 * x23 * x37 * r76
     r76 = k.exp(r76)
     r76 = -1.0 + r76
     r56 = k.recip(r76)
-    r91 = x24 + x1
-    r413 = -1.0 * x3 * x2 * x13 * x22 * x36 * r91
-    r413 = k.exp(r413)
-    r413 = x3 * x2 * x13 * x22 * x36 * r56 * r121 * r413
-    r56 = x3 * x2 * x13 * x22 * x36
-    r575 = k.recip(r575)
-    r56 = k.where(r385, r575, r56)
-    r91 = x3 * x2 * x13 * x22 * x36 * r91
+    r91 = x25 + x1
+    r414 = -1.0 * x3 * x2 * x13 * x23 * x37 * r91
+    r414 = k.exp(r414)
+    r414 = x3 * x2 * x13 * x23 * x37 * r56 * r121 * r414
+    r56 = x3 * x2 * x13 * x23 * x37
+    r576 = k.recip(r576)
+    r56 = k.where(r386, r576, r56)
+    r91 = x3 * x2 * x13 * x23 * x37 * r91
     r91 = k.exp(r91)
-    r5 = x35 * r52 * r4 * r30 * r5 * r11 * r379 * r16 * r76 * r26 * r56 * r91
-    r91 = x35 * r52 * r379 * r76 * r26 * r56 * r91
-    r34 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r386 * r34
+    r5 = x36 * r52 * r4 * r30 * r5 * r11 * r380 * r16 * r76 * r26 * r56 * r91
+    r91 = x36 * r52 * r380 * r76 * r26 * r56 * r91
+    r34 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r387 * r34
     r34 = k.where(r94, 0.0, r34)
-    r94 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r410
-    r410 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r410
-    r410 = r94 + r410
-    r410 = k.where(r404, 0.0, r410)
-    r117 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r117
+    r94 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r411
+    r411 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r411
+    r411 = r94 + r411
+    r411 = k.where(r405, 0.0, r411)
+    r117 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r117
     r117 = k.where(r77, 0.0, r117)
-    r118 = r118 < x22
-    r77 = x33 != 2.0
+    r118 = r118 < x23
+    r77 = x34 != 2.0
     r59 = k.and_(r59, r77)
     r59 = k.not_(r59)
     r59 = k.or_(r118, r59)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r58 = k.and_(r16, r77, r58)
     r58 = k.not_(r58)
     r58 = k.or_(r118, r58)
     r58 = k.and_(r59, r58)
-    r59 = x22 >= 2.0
-    r118 = x33 != 3.0
-    r77 = x33 != 4.0
+    r59 = x23 >= 2.0
+    r118 = x34 != 3.0
+    r77 = x34 != 4.0
     r67 = k.not_(r67)
     r67 = k.and_(r118, r77, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r59, r67)
-    r59 = x21 * x3 * x2 * x22 * x36 * r26
-    r77 = r107 <= r59
+    r59 = x22 * x3 * x2 * x23 * x37 * r26
+    r77 = r79 <= r59
     r59 = r93 <= r59
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r72, r37, r106, r97, r116, 0.0, r100, r101, r38, r36, r55, r102, r12, r79, r107, r107, r93, r92, r135, r75, r119, r290, r26, r14, r147, r304, r51, r287, r63, 0.0, r57, r27, r138, r121, r413, r5, r91, r64, r294, r65, r35, r34, r384, r384, r410, r383, r383, r381, r399, r365, r117, r50, r283, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, r58, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r72, r37, r106, r97, r116, 0.0, r100, r101, r38, r36, r55, r102, r12, r107, r79, r79, r93, r92, r135, r75, r119, r291, r26, r14, r147, r305, r51, r288, r63, 0.0, r57, r27, r138, r121, r414, r5, r91, r64, r295, r65, r35, r34, r385, r385, r411, r384, r384, r382, r400, r366, r117, r50, r284, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1246,9 +1247,9 @@ def search(x, k):
     return (r88, r38, r48)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (35, 41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (16, 41, 42, 43, 44, 45, 46), (19,), (15, 16, 41, 42, 43, 44, 45, 46), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 60), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 60), (56,), (12, 54), (12,), (53,), (52,), (28,), (73,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 72, 73), (38, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 32), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 34), (16, 64), (16, 65), (16, 66), (16, 67), (17, 32), (17, 64), (17, 65), (17, 66), (17, 67), (22, 32), (22, 39), (22, 40), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 32), (23, 39), (23, 40), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 14), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 10), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 5), (52, 7), (52, 9), (52, 56), (52, 57), (52, 58), (53, 3), (53, 5), (53, 7), (53, 9), (53, 56), (53, 57), (53, 58), (54, 0), (54, 10), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 10), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 5), (61, 54), (61, 55), (62, 4), (62, 5), (62, 54), (62, 55), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (36, 42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (16, 42, 43, 44, 45, 46, 47), (19,), (15, 16, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 61), (57,), (12, 55), (12,), (54,), (53,), (28,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 35), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 14), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 10), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 5), (52, 7), (52, 9), (52, 57), (52, 58), (52, 59), (53, 3), (53, 5), (53, 7), (53, 9), (53, 57), (53, 58), (53, 59), (54, 0), (54, 10), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 10), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 5), (61, 55), (61, 56), (62, 4), (62, 5), (62, 55), (62, 56), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

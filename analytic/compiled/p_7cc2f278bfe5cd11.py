@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -52,67 +52,67 @@ def quantities(x, k):
     r39 = r36 + r37 + r38 + r39
     r39 = r25 * r39
     r39 = r35 + r39
-    r39 = x20 * x34 * r31 * r39
-    r35 = 2.0 * x20 * x12 * x34 * r31
+    r39 = x20 * x35 * r31 * r39
+    r35 = 2.0 * x20 * x12 * x35 * r31
     r38 = x20 > 1.0
-    r37 = 2.0 * x11 * x20 * x10 * x34 * r31 * r25
+    r37 = 2.0 * x11 * x20 * x10 * x35 * r31 * r25
     r37 = k.where(r38, r37, 0.0)
     r37 = r39 + r35 + r37
-    r39 = x24 == 2.0
+    r39 = x25 == 2.0
     r35 = k.where(r39, r35, r37)
-    r38 = 1.0 + x23
+    r38 = 1.0 + x24
     r38 = k.min(r38, r6)
     r36 = k.ceiling(r34)
     r38 = r38 * r36
-    r55 = x33 == 4.0
-    r56 = 2.0 * x23
+    r55 = x34 == 4.0
+    r56 = 2.0 * x24
     r57 = -1.0 + r56
     r57 = k.min(r57, r6)
     r57 = r57 * r36
     r60 = k.where(r55, r57, r38)
-    r61 = x33 == 0.0
-    r62 = x33 == 3.0
+    r61 = x34 == 0.0
+    r62 = x34 == 3.0
     r63 = k.or_(r61, r62)
-    r64 = k.min(x23, r6)
+    r64 = k.min(x24, r6)
     r64 = r64 * r36
     r60 = k.where(r63, r64, r60)
-    r64 = x33 == 1.0
-    r68 = k.recip(x38)
-    r69 = x6 * x38 * r4 * r5
-    r70 = -1.0 + x38
-    r70 = x23 * r70
+    r64 = x34 == 1.0
+    r68 = k.recip(x39)
+    r69 = x6 * x39 * r4 * r5
+    r70 = -1.0 + x39
+    r70 = x24 * r70
     r72 = -1.0 + r56 + r70
     r72 = k.min(r69, r72)
     r72 = r68 * r72 * r36
     r60 = k.where(r64, r72, r60)
-    r72 = x33 == 2.0
+    r72 = x34 == 2.0
     r77 = x6 * r4 * r5 * r36
     r60 = k.where(r72, r77, r60)
     r60 = r35 * r60
     r80 = r9 * r36
     r81 = r13 * r36
-    r82 = x23 == 1.0
+    r82 = x24 == 1.0
     r83 = k.where(r82, 1.0, 0.0)
     r84 = 2.0 * x12 * r83
     r84 = r12 + r16 + r80 + r81 + r84
     r84 = r25 * r84
     r16 = r12 + r16
     r83 = r16 * r83
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r83 + r80 + r81 + r12
     r12 = r25 * r12
     r83 = r12 + r84
     r84 = k.where(r27, r83, r84)
     r8 = 2.0 * r84
-    r97 = x39 <= 2.0
+    r97 = x40 <= 2.0
     r98 = 4.0 * r84
     r98 = k.where(r97, r98, r8)
-    r100 = x39 >= 2.0
+    r100 = x40 >= 2.0
     r101 = r4 * r31 * r98
     r98 = k.where(r100, r101, r98)
-    r101 = x39 >= 3.0
+    r101 = x40 >= 3.0
     r104 = 2.0 * r4 * r31 * r84
     r8 = k.where(r101, r104, r8)
     r104 = 12.0 * r84
@@ -120,8 +120,8 @@ def quantities(x, k):
     r104 = k.where(r28, r107, r104)
     r107 = k.where(r39, r37, 0.0)
     r110 = k.or_(r27, r82)
-    r111 = 4.0 * x20 * x12 * x34 * r31
-    r112 = x37 * x20 * x16 * x34 * r31 * r25
+    r111 = 4.0 * x20 * x12 * x35 * r31
+    r112 = x38 * x20 * x16 * x35 * r31 * r25
     r111 = r111 + r112
     r111 = k.max(r111, r107)
     r110 = k.where(r110, r111, r107)
@@ -130,16 +130,16 @@ def quantities(x, k):
     r116 = k.where(r27, r117, r116)
     r117 = 3.0 * x4 * r116 * r84
     r117 = k.where(r101, r117, 0.0)
-    r121 = x23 > 1.0
+    r121 = x24 > 1.0
     r121 = k.and_(r101, r121)
     r84 = 2.0 * x4 * r84
     r117 = k.where(r121, r84, r117)
     r84 = r60 + r98 + r8 + r104 + r110 + r117
     r126 = k.where(r55, r57, r38)
-    r127 = -1.0 + x23
+    r127 = -1.0 + x24
     r128 = k.min(1.0, r127)
     r129 = -1.0 * r128
-    r129 = x23 + r129
+    r129 = x24 + r129
     r131 = k.min(r6, r129)
     r131 = r131 * r36
     r126 = k.where(r63, r131, r126)
@@ -154,25 +154,25 @@ def quantities(x, k):
     r56 = k.where(r56, 1.0, 0.0)
     r56 = r16 * r56
     r131 = 1.0 + r128
-    r131 = x23 == r131
+    r131 = x24 == r131
     r146 = k.where(r131, 1.0, 0.0)
     r146 = 2.0 * x12 * r146
     r148 = r128 != 0.0
     r148 = k.and_(r148, r131)
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x37 * x12 * r148
+    r148 = x38 * x12 * r148
     r148 = r56 + r80 + r81 + r146 + r148
     r148 = r25 * r148
     r146 = r129 == 1.0
     r146 = k.where(r146, 1.0, 0.0)
     r146 = r16 * r146
-    r16 = x23 == r129
+    r16 = x24 == r129
     r56 = k.where(r16, 1.0, 0.0)
     r56 = 2.0 * x12 * r56
     r129 = r129 != 1.0
     r129 = k.and_(r16, r129)
     r129 = k.where(r129, 1.0, 0.0)
-    r129 = x37 * x12 * r129
+    r129 = x38 * x12 * r129
     r129 = r146 + r80 + r81 + r56 + r129
     r129 = r25 * r129
     r129 = r129 + r148
@@ -254,408 +254,409 @@ def quantities(x, k):
     r126 = k.where(r126, 0.0, 0.0)
     r38 = r84 == r38
     r126 = k.where(r38, 0.0, r126)
-    r38 = x37 * x20 * x4 * x34 * r31 * r25
-    r60 = x37 * x20 * x4 * x34 * r31
+    r38 = x38 * x20 * x4 * x35 * r31 * r25
+    r60 = x38 * x20 * x4 * x35 * r31
     r117 = k.max(r84, r148, r12)
     r104 = r148 == r117
     r12 = k.where(r104, r148, r12)
     r117 = r84 == r117
     r12 = k.where(r117, r84, r12)
-    r84 = -1.0 * r12
-    r84 = x8 + r84
-    r117 = 6.0 * x6 * x34 * r15
+    r84 = -1.0 * x21
+    r117 = -1.0 * r12
+    r117 = x8 + r84 + r117
+    r84 = 6.0 * x6 * x35 * r15
     r148 = 12.0 * x12
     r104 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r98 = 6.0 * x37 * x12
+    r98 = 6.0 * x38 * x12
     r81 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r148 + r104 + r16 + r98 + r81 + r8
-    r81 = x6 * x34 * r8
+    r81 = x6 * x35 * r8
     r98 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r104 = 0.16666666666666666 * x34 * r16
+    r104 = 0.16666666666666666 * x35 * r16
     r56 = k.recip(x15)
-    r16 = 0.0625 * x37 * r56 * r16
+    r16 = 0.0625 * x38 * r56 * r16
     r16 = 1.0 + r104 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r98 * r16
-    r98 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r98 * r16
+    r98 = k.pow(x35, 2.0)
     r104 = 2.0 * x6 * x15 * x11 * x10 * r98
-    r121 = x24 == 1.0
+    r121 = x25 == 1.0
     r98 = 4.0 * x6 * x15 * x11 * x10 * r98
     r98 = k.where(r121, r98, 0.0)
-    r129 = 0.3333333333333333 * x6 * x34 * r8
+    r129 = 0.3333333333333333 * x6 * x35 * r8
     r98 = k.where(r39, r129, r98)
     r98 = r81 + r104 + r98
     r104 = k.where(r39, 1.0, 0.0)
     r104 = 1.0 + r104
     r129 = k.recip(x9)
     r36 = k.recip(x19)
-    r69 = x37 * x12 * r25
-    r70 = x20 * x12 * x34 * r31
-    r57 = x37 * x20 * x34 * r31 * r25
+    r69 = x38 * x12 * r25
+    r70 = x20 * x12 * x35 * r31
+    r57 = x38 * x20 * x35 * r31 * r25
     r57 = r69 + r70 + r57
     r69 = 2.0 * r129 * r36 * r57
-    r131 = k.recip(x22)
+    r131 = k.recip(x23)
     r80 = k.recip(x17)
-    r146 = 2.0 * x37 * x20 * x12 * x34 * r131 * r31 * r80 * r25
+    r146 = 2.0 * x38 * x20 * x12 * x35 * r131 * r31 * r80 * r25
     r146 = r69 + r146
     r146 = r104 * r146
     r57 = 4.0 * r129 * r36 * r57
-    r69 = 4.0 * x37 * x20 * x12 * x34 * r131 * r31 * r80 * r25
+    r69 = 4.0 * x38 * x20 * x12 * x35 * r131 * r31 * r80 * r25
     r69 = r146 + r57 + r69
     r69 = r11 * r69
     r57 = x11 * x10 * x12 * r25
-    r146 = x11 * x20 * x10 * x34 * r31 * r25
+    r146 = x11 * x20 * x10 * x35 * r31 * r25
     r146 = r57 + r70 + r146
     r57 = 2.0 * r129 * r36 * r146
-    r300 = 2.0 * x11 * x20 * x10 * x12 * x34 * r131 * r31 * r80 * r25
-    r300 = r57 + r300
-    r300 = r104 * r300
+    r301 = 2.0 * x11 * x20 * x10 * x12 * x35 * r131 * r31 * r80 * r25
+    r301 = r57 + r301
+    r301 = r104 * r301
     r57 = x10 * x12 * r25 * r14
-    r304 = x20 * x10 * x34 * r31 * r25 * r14
-    r304 = r70 + r57 + r304
-    r57 = 2.0 * r129 * r36 * r304
-    r307 = 2.0 * x20 * x10 * x12 * x34 * r131 * r31 * r80 * r25 * r14
-    r307 = r57 + r307
-    r307 = r104 * r307
+    r305 = x20 * x10 * x35 * r31 * r25 * r14
+    r305 = r70 + r57 + r305
+    r57 = 2.0 * r129 * r36 * r305
+    r308 = 2.0 * x20 * x10 * x12 * x35 * r131 * r31 * r80 * r25 * r14
+    r308 = r57 + r308
+    r308 = r104 * r308
     r57 = x12 * x5 * r25
-    r311 = x20 * x5 * x34 * r31 * r25
-    r311 = r57 + r70 + r311
-    r70 = 2.0 * r129 * r36 * r311
-    r57 = 2.0 * x20 * x12 * x5 * x34 * r131 * r31 * r80 * r25
+    r312 = x20 * x5 * x35 * r31 * r25
+    r312 = r57 + r70 + r312
+    r70 = 2.0 * r129 * r36 * r312
+    r57 = 2.0 * x20 * x12 * x5 * x35 * r131 * r31 * r80 * r25
     r57 = r70 + r57
     r57 = 2.0 * r104 * r57
     r146 = 4.0 * r129 * r36 * r146
-    r304 = 4.0 * r129 * r36 * r304
-    r311 = 8.0 * r129 * r36 * r311
-    r70 = 8.0 * x20 * x12 * x5 * x34 * r131 * r31 * r80 * r25
-    r321 = 4.0 * x11 * x20 * x10 * x12 * x34 * r131 * r31 * r80 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r131 * r31 * r80 * r25 * r14
-    r14 = r300 + r307 + r57 + r146 + r304 + r311 + r70 + r321 + r14
+    r305 = 4.0 * r129 * r36 * r305
+    r312 = 8.0 * r129 * r36 * r312
+    r70 = 8.0 * x20 * x12 * x5 * x35 * r131 * r31 * r80 * r25
+    r322 = 4.0 * x11 * x20 * x10 * x12 * x35 * r131 * r31 * r80 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r131 * r31 * r80 * r25 * r14
+    r14 = r301 + r308 + r57 + r146 + r305 + r312 + r70 + r322 + r14
     r14 = x15 * r11 * r14
     r14 = r69 + r14
     r69 = x6 * r4 * r5 * r14
-    r321 = 10.0 * x12 * r104
-    r321 = r148 + r321
-    r321 = x20 * x34 * r31 * r321
+    r322 = 10.0 * x12 * r104
+    r322 = r148 + r322
+    r322 = x20 * x35 * r31 * r322
     r148 = 3.0 * x5
     r70 = 2.0 * x5 * r104
     r70 = r148 + r70
-    r70 = x20 * x34 * r31 * r25 * r70
-    r70 = r321 + r70
+    r70 = x20 * x35 * r31 * r25 * r70
+    r70 = r322 + r70
     r70 = x15 * r11 * r70
-    r321 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r321 = r70 + r321
-    r70 = x6 * x4 * r129 * r4 * r5 * r36 * r321
+    r322 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r322 = r70 + r322
+    r70 = x6 * x4 * r129 * r4 * r5 * r36 * r322
     r148 = k.recip(x0)
-    r311 = x11 * x10 * x34
+    r312 = x11 * x10 * x35
     r121 = k.or_(r121, r39)
     r121 = k.where(r121, 1.0, 0.0)
     r121 = 3.0 + r121
-    r121 = 2.0 * x11 * x10 * x34 * r121
-    r121 = r311 + r121
-    r311 = x6 * x15 * x34 * r131 * r4 * r31 * r80 * r148 * r11 * r25 * r121
-    r304 = r69 + r70 + r311
-    r146 = k.recip(r304)
+    r121 = 2.0 * x11 * x10 * x35 * r121
+    r121 = r312 + r121
+    r312 = x6 * x15 * x35 * r131 * r4 * r31 * r80 * r148 * r11 * r25 * r121
+    r305 = r69 + r70 + r312
+    r146 = k.recip(r305)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r57 = k.recip(x6)
-    r307 = 0.3333333333333333 * x3 * x20 * r57 * r68 * r304
-    r300 = 0.6666666666666666 * x3 * x20 * x23 * r57 * r304
-    r321 = -1.0 * x6 * x4 * r129 * r4 * r5 * r36 * r321
-    r121 = -1.0 * x6 * x15 * x34 * r131 * r4 * r31 * r80 * r148 * r11 * r25 * r121
-    r300 = r14 + r307 + r300 + r321 + r121
-    r300 = k.max(0.0, r300)
-    r307 = 0.5 * x23
-    r307 = -1.0 + r307
-    r307 = 0.6666666666666666 * x3 * x20 * r57 * r68 * r307 * r304
-    r307 = k.where(r55, 0.0, r307)
-    r55 = 0.3333333333333333 * x3 * x20 * r57 * r68 * r127 * r304
-    r307 = k.where(r62, r55, r307)
+    r308 = 0.3333333333333333 * x3 * x20 * r57 * r68 * r305
+    r301 = 0.6666666666666666 * x3 * x20 * x24 * r57 * r305
+    r322 = -1.0 * x6 * x4 * r129 * r4 * r5 * r36 * r322
+    r121 = -1.0 * x6 * x15 * x35 * r131 * r4 * r31 * r80 * r148 * r11 * r25 * r121
+    r301 = r14 + r308 + r301 + r322 + r121
+    r301 = k.max(0.0, r301)
+    r308 = 0.5 * x24
+    r308 = -1.0 + r308
+    r308 = 0.6666666666666666 * x3 * x20 * r57 * r68 * r308 * r305
+    r308 = k.where(r55, 0.0, r308)
+    r55 = 0.3333333333333333 * x3 * x20 * r57 * r68 * r127 * r305
+    r308 = k.where(r62, r55, r308)
     r72 = k.or_(r61, r64, r72)
-    r127 = x3 * x20 * r57 * r68 * r127 * r304
-    r307 = k.where(r72, r127, r307)
-    r307 = k.max(r300, r307)
-    r146 = r146 * r307
-    r300 = k.where(r97, 4.0, 2.0)
-    r300 = 26.0 + r300
-    r300 = r129 * r36 * r300 * r32
-    r36 = r69 + r300 + r70 + r311
-    r129 = -1.0 * x21
+    r127 = x3 * x20 * r57 * r68 * r127 * r305
+    r308 = k.where(r72, r127, r308)
+    r308 = k.max(r301, r308)
+    r146 = r146 * r308
+    r301 = k.where(r97, 4.0, 2.0)
+    r301 = 26.0 + r301
+    r301 = r129 * r36 * r301 * r32
+    r36 = r69 + r301 + r70 + r312
+    r129 = -1.0 * x22
     r129 = 1.0 + r129
-    r127 = x23 * x38
+    r127 = x24 * x39
     r127 = -1.0 + r127
-    r68 = k.recip(x26)
-    r61 = k.recip(x27)
-    r55 = x20 * x4 * x12 * x34 * r68 * r31 * r61 * r25
-    r55 = x28 + r55
-    r62 = 2.0 * x3 * x2 * x36
-    r62 = x30 >= r62
-    r148 = k.recip(x29)
-    r80 = k.recip(x31)
-    r384 = x20 * x4 * x12 * x34 * r148 * r31 * r80 * r25
-    r384 = x32 + r384
-    r55 = k.where(r62, r384, r55)
+    r68 = k.recip(x27)
+    r61 = k.recip(x28)
+    r55 = x20 * x4 * x12 * x35 * r68 * r31 * r61 * r25
+    r55 = x29 + r55
+    r62 = 2.0 * x3 * x2 * x37
+    r62 = x31 >= r62
+    r148 = k.recip(x30)
+    r80 = k.recip(x32)
+    r385 = x20 * x4 * x12 * x35 * r148 * r31 * r80 * r25
+    r385 = x33 + r385
+    r55 = k.where(r62, r385, r55)
     r55 = 2.0 * x6 * r4 * r5 * r11 * r127 * r55
     r55 = k.where(r82, 0.0, r55)
     r129 = r129 * r55
-    r384 = x3 * x20 * r57 * r304
-    r62 = x23 <= 1.0
+    r385 = x3 * x20 * r57 * r305
+    r62 = x24 <= 1.0
     r100 = k.and_(r100, r62)
-    r384 = k.where(r100, r304, r384)
-    r384 = -1.0 * x21 * r384
-    r304 = x3 * x2
-    r396 = -1.0 + r304
-    r397 = k.recip(r396)
-    r398 = 2.0 * x3 * x2
-    r398 = -2.0 + r398
-    r400 = x30 * r25
-    r401 = k.gcd(r304, r400)
-    r402 = k.recip(r401)
-    r403 = x3 * x2 * r402
-    r403 = -1.0 + r403
-    r403 = x28 * r403
-    r406 = -1.0 * x3 * x2 * r402
-    r406 = r304 + r406
-    r406 = x32 * r406
-    r409 = r403 + r406
-    r409 = r397 * r398 * r409
-    r397 = x4 * r26
-    r412 = 4.0 * r26
-    r397 = k.where(r97, r412, r397)
-    r412 = x23 * r68 * r56 * r4 * r31 * r61 * r402 * r398 * r397
-    r401 = -1.0 + r401
-    r97 = x23 * r148 * r56 * r4 * r31 * r80 * r402 * r401 * r398 * r397
-    r97 = k.max(r412, r97)
-    r97 = r409 + r97
-    r409 = x30 <= x36
-    r412 = x28 * r398
-    r421 = x23 * r68 * r56 * r4 * r31 * r61 * r398 * r397
-    r421 = r412 + r421
-    r97 = k.where(r409, r421, r97)
-    r421 = x3 * x2 * x36
-    r421 = x30 >= r421
-    r412 = x32 * r398
-    r427 = x23 * r148 * r56 * r4 * r31 * r80 * r398 * r397
-    r427 = r412 + r427
-    r97 = k.where(r421, r427, r97)
+    r385 = k.where(r100, r305, r385)
+    r385 = -1.0 * x22 * r385
+    r305 = x3 * x2
+    r397 = -1.0 + r305
+    r398 = k.recip(r397)
+    r399 = 2.0 * x3 * x2
+    r399 = -2.0 + r399
+    r401 = x31 * r25
+    r402 = k.gcd(r305, r401)
+    r403 = k.recip(r402)
+    r404 = x3 * x2 * r403
+    r404 = -1.0 + r404
+    r404 = x29 * r404
+    r407 = -1.0 * x3 * x2 * r403
+    r407 = r305 + r407
+    r407 = x33 * r407
+    r410 = r404 + r407
+    r410 = r398 * r399 * r410
+    r398 = x4 * r26
+    r413 = 4.0 * r26
+    r398 = k.where(r97, r413, r398)
+    r413 = x24 * r68 * r56 * r4 * r31 * r61 * r403 * r399 * r398
+    r402 = -1.0 + r402
+    r97 = x24 * r148 * r56 * r4 * r31 * r80 * r403 * r402 * r399 * r398
+    r97 = k.max(r413, r97)
+    r97 = r410 + r97
+    r410 = x31 <= x37
+    r413 = x29 * r399
+    r422 = x24 * r68 * r56 * r4 * r31 * r61 * r399 * r398
+    r422 = r413 + r422
+    r97 = k.where(r410, r422, r97)
+    r422 = x3 * x2 * x37
+    r422 = x31 >= r422
+    r413 = x33 * r399
+    r428 = x24 * r148 * r56 * r4 * r31 * r80 * r399 * r398
+    r428 = r413 + r428
+    r97 = k.where(r422, r428, r97)
     r97 = x15 * r11 * r97
-    r427 = x23 * r68 * r56 * r4 * r31 * r61 * r402 * r396 * r397
-    r412 = x23 * r148 * r56 * r4 * r31 * r80 * r402 * r396 * r401 * r397
-    r412 = k.max(r427, r412)
-    r412 = r403 + r406 + r412
-    r427 = x28 * r396
-    r436 = x23 * r68 * r56 * r4 * r31 * r61 * r396 * r397
-    r436 = r427 + r436
-    r412 = k.where(r409, r436, r412)
-    r436 = x32 * r396
-    r440 = x23 * r148 * r56 * r4 * r31 * r80 * r396 * r397
-    r440 = r436 + r440
-    r412 = k.where(r421, r440, r412)
-    r440 = x15 * r11 * r412
-    r444 = x4 * x23 * r68 * r56 * r4 * r31 * r61 * r402 * r396 * r26
-    r401 = x4 * x23 * r148 * r56 * r4 * r31 * r80 * r402 * r396 * r401 * r26
-    r401 = k.max(r444, r401)
-    r401 = r403 + r406 + r401
-    r406 = x4 * x23 * r68 * r56 * r4 * r31 * r61 * r396 * r26
-    r406 = r427 + r406
-    r401 = k.where(r409, r406, r401)
-    r56 = x4 * x23 * r148 * r56 * r4 * r31 * r80 * r396 * r26
-    r56 = r436 + r56
-    r401 = k.where(r421, r56, r401)
-    r56 = x15 * r11 * r401
-    r421 = r440 + r56
-    r97 = k.where(r28, r421, r97)
-    r412 = x6 * x15 * r4 * r5 * r11 * r412
-    r412 = r56 + r412
-    r97 = k.where(r100, r412, r97)
+    r428 = x24 * r68 * r56 * r4 * r31 * r61 * r403 * r397 * r398
+    r413 = x24 * r148 * r56 * r4 * r31 * r80 * r403 * r397 * r402 * r398
+    r413 = k.max(r428, r413)
+    r413 = r404 + r407 + r413
+    r428 = x29 * r397
+    r437 = x24 * r68 * r56 * r4 * r31 * r61 * r397 * r398
+    r437 = r428 + r437
+    r413 = k.where(r410, r437, r413)
+    r437 = x33 * r397
+    r441 = x24 * r148 * r56 * r4 * r31 * r80 * r397 * r398
+    r441 = r437 + r441
+    r413 = k.where(r422, r441, r413)
+    r441 = x15 * r11 * r413
+    r445 = x4 * x24 * r68 * r56 * r4 * r31 * r61 * r403 * r397 * r26
+    r402 = x4 * x24 * r148 * r56 * r4 * r31 * r80 * r403 * r397 * r402 * r26
+    r402 = k.max(r445, r402)
+    r402 = r404 + r407 + r402
+    r407 = x4 * x24 * r68 * r56 * r4 * r31 * r61 * r397 * r26
+    r407 = r428 + r407
+    r402 = k.where(r410, r407, r402)
+    r56 = x4 * x24 * r148 * r56 * r4 * r31 * r80 * r397 * r26
+    r56 = r437 + r56
+    r402 = k.where(r422, r56, r402)
+    r56 = x15 * r11 * r402
+    r422 = r441 + r56
+    r97 = k.where(r28, r422, r97)
+    r413 = x6 * x15 * r4 * r5 * r11 * r413
+    r413 = r56 + r413
+    r97 = k.where(r100, r413, r97)
     r62 = k.and_(r101, r62)
-    r401 = 2.0 * x15 * r11 * r401
-    r401 = r440 + r401
-    r401 = x6 * r4 * r5 * r401
-    r97 = k.where(r62, r401, r97)
-    r304 = r304 == 1.0
-    r97 = k.where(r304, 0.0, r97)
-    r384 = r384 + r97
-    r384 = k.max(0.0, r384)
-    r400 = k.gcd(x2, r400)
-    r401 = k.recip(r400)
-    r440 = x2 * r401
-    r440 = -1.0 + r440
-    r440 = x28 * r440
-    r101 = -1.0 * x2 * r401
+    r402 = 2.0 * x15 * r11 * r402
+    r402 = r441 + r402
+    r402 = x6 * r4 * r5 * r402
+    r97 = k.where(r62, r402, r97)
+    r305 = r305 == 1.0
+    r97 = k.where(r305, 0.0, r97)
+    r385 = r385 + r97
+    r385 = k.max(0.0, r385)
+    r401 = k.gcd(x2, r401)
+    r402 = k.recip(r401)
+    r441 = x2 * r402
+    r441 = -1.0 + r441
+    r441 = x29 * r441
+    r101 = -1.0 * x2 * r402
     r101 = x2 + r101
-    r101 = x32 * r101
-    r412 = -1.0 + x2
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x34 * r68 * r31 * r61 * r25 * r401 * r412
-    r400 = -1.0 + r400
-    r400 = 2.0 * x14 * x20 * x10 * x4 * x34 * r148 * r31 * r80 * r25 * r401 * r412 * r400
-    r400 = k.max(r56, r400)
-    r400 = r440 + r101 + r400
-    r101 = x28 * r412
-    r440 = 2.0 * x14 * x20 * x10 * x4 * x34 * r68 * r31 * r61 * r25 * r412
-    r440 = r101 + r440
-    r400 = k.where(r409, r440, r400)
-    r440 = x2 * x36
-    r440 = x30 >= r440
-    r409 = x32 * r412
-    r101 = 2.0 * x14 * x20 * x10 * x4 * x34 * r148 * r31 * r80 * r25 * r412
-    r101 = r409 + r101
-    r400 = k.where(r440, r101, r400)
-    r101 = x6 * x15 * r4 * r5 * r11 * r400
-    r400 = x6 * x15 * r4 * r5 * r11 * r104 * r400
-    r400 = r101 + r400
+    r101 = x33 * r101
+    r413 = -1.0 + x2
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r68 * r31 * r61 * r25 * r402 * r413
+    r401 = -1.0 + r401
+    r401 = 2.0 * x14 * x20 * x10 * x4 * x35 * r148 * r31 * r80 * r25 * r402 * r413 * r401
+    r401 = k.max(r56, r401)
+    r401 = r441 + r101 + r401
+    r101 = x29 * r413
+    r441 = 2.0 * x14 * x20 * x10 * x4 * x35 * r68 * r31 * r61 * r25 * r413
+    r441 = r101 + r441
+    r401 = k.where(r410, r441, r401)
+    r441 = x2 * x37
+    r441 = x31 >= r441
+    r410 = x33 * r413
+    r101 = 2.0 * x14 * x20 * x10 * x4 * x35 * r148 * r31 * r80 * r25 * r413
+    r101 = r410 + r101
+    r401 = k.where(r441, r101, r401)
+    r101 = x6 * x15 * r4 * r5 * r11 * r401
+    r401 = x6 * x15 * r4 * r5 * r11 * r104 * r401
+    r401 = r101 + r401
     r101 = x2 == 1.0
-    r400 = k.where(r101, 0.0, r400)
+    r401 = k.where(r101, 0.0, r401)
     r39 = k.where(r39, 2.0, 0.0)
     r39 = 4.0 + r39
-    r440 = -1.0 + x36
-    r440 = k.recip(r440)
-    r409 = 2.0 * x36
-    r409 = -2.0 + r409
-    r56 = k.gcd(x36, x30)
-    r401 = k.recip(r56)
-    r421 = x36 * r401
-    r421 = -1.0 + r421
-    r421 = x28 * r421
-    r436 = -1.0 * x36 * r401
-    r436 = x36 + r436
-    r436 = x32 * r436
-    r436 = r421 + r436
-    r436 = r440 * r409 * r436
-    r440 = x20 * x4 * x12 * x34 * r68 * r31 * r61 * r25 * r401 * r409
+    r441 = -1.0 + x37
+    r441 = k.recip(r441)
+    r410 = 2.0 * x37
+    r410 = -2.0 + r410
+    r56 = k.gcd(x37, x31)
+    r402 = k.recip(r56)
+    r422 = x37 * r402
+    r422 = -1.0 + r422
+    r422 = x29 * r422
+    r437 = -1.0 * x37 * r402
+    r437 = x37 + r437
+    r437 = x33 * r437
+    r437 = r422 + r437
+    r437 = r441 * r410 * r437
+    r441 = x20 * x4 * x12 * x35 * r68 * r31 * r61 * r25 * r402 * r410
     r56 = -1.0 + r56
-    r56 = x20 * x4 * x12 * x34 * r148 * r31 * r80 * r25 * r401 * r56 * r409
-    r56 = k.max(r440, r56)
-    r56 = r436 + r56
-    r436 = x30 <= 1.0
-    r440 = x28 * r409
-    r61 = x20 * x4 * x12 * x34 * r68 * r31 * r61 * r25 * r409
-    r61 = r440 + r61
-    r56 = k.where(r436, r61, r56)
-    r61 = x30 >= x36
-    r436 = x32 * r409
-    r80 = x20 * x4 * x12 * x34 * r148 * r31 * r80 * r25 * r409
-    r80 = r436 + r80
+    r56 = x20 * x4 * x12 * x35 * r148 * r31 * r80 * r25 * r402 * r56 * r410
+    r56 = k.max(r441, r56)
+    r56 = r437 + r56
+    r437 = x31 <= 1.0
+    r441 = x29 * r410
+    r61 = x20 * x4 * x12 * x35 * r68 * r31 * r61 * r25 * r410
+    r61 = r441 + r61
+    r56 = k.where(r437, r61, r56)
+    r61 = x31 >= x37
+    r437 = x33 * r410
+    r80 = x20 * x4 * x12 * x35 * r148 * r31 * r80 * r25 * r410
+    r80 = r437 + r80
     r56 = k.where(r61, r80, r56)
     r56 = x6 * x15 * r4 * r5 * r11 * r39 * r56
-    r80 = x36 == 1.0
+    r80 = x37 == 1.0
     r56 = k.where(r80, 0.0, r56)
-    r121 = r14 + r321 + r121
+    r121 = r14 + r322 + r121
     r121 = k.max(0.0, r121)
     r121 = k.where(r27, r121, 0.0)
-    r27 = r129 + r69 + r300 + r70 + r311 + r384 + r307 + r400 + r56 + r121
-    r321 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r131 * r4 * r31 * r11 * r25 * r321 * r15
-    r8 = x6 * x34 * r131 * r4 * r31 * r11 * r25 * r321 * r8
-    r321 = x20 * x4 * x12 * x34 * r31
-    r131 = x20 * x4 * x12 * x34 * r68 * r31
-    r398 = r4 * r31 * r398 * r397
-    r61 = r4 * r31 * r396 * r397
-    r436 = x4 * r4 * r31 * r396 * r26
-    r148 = r61 + r436
-    r398 = k.where(r28, r148, r398)
+    r27 = r129 + r69 + r301 + r70 + r312 + r385 + r308 + r401 + r56 + r121
+    r322 = k.recip(r27)
+    r14 = 6.0 * x6 * x35 * r131 * r4 * r31 * r11 * r25 * r322 * r15
+    r8 = x6 * x35 * r131 * r4 * r31 * r11 * r25 * r322 * r8
+    r322 = x20 * x4 * x12 * x35 * r31
+    r131 = x20 * x4 * x12 * x35 * r68 * r31
+    r399 = r4 * r31 * r399 * r398
+    r61 = r4 * r31 * r397 * r398
+    r437 = x4 * r4 * r31 * r397 * r26
+    r148 = r61 + r437
+    r399 = k.where(r28, r148, r399)
     r148 = k.pow(x3, -2.0)
-    r397 = x6 * r148 * r5 * r31 * r396 * r397
-    r397 = r436 + r397
-    r398 = k.where(r100, r397, r398)
-    r396 = 2.0 * x4 * r4 * r31 * r396 * r26
-    r396 = r61 + r396
-    r396 = x6 * r4 * r5 * r396
-    r398 = k.where(r62, r396, r398)
-    r398 = k.where(r304, 0.0, r398)
-    r304 = r68 * r398
-    r68 = x29 * r68
-    r396 = k.recip(x34)
-    r62 = x35 * r57 * r396
+    r398 = x6 * r148 * r5 * r31 * r397 * r398
+    r398 = r437 + r398
+    r399 = k.where(r100, r398, r399)
+    r397 = 2.0 * x4 * r4 * r31 * r397 * r26
+    r397 = r61 + r397
+    r397 = x6 * r4 * r5 * r397
+    r399 = k.where(r62, r397, r399)
+    r399 = k.where(r305, 0.0, r399)
+    r305 = r68 * r399
+    r68 = x30 * r68
+    r397 = k.recip(x35)
+    r62 = x36 * r57 * r397
     r5 = k.recip(x13)
     r61 = r4 * r31 * r5 * r11 * r25
-    r397 = 1.6e-11 * x12
+    r398 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
-    r436 = 8e-12 * x15 * r13
-    r148 = 8e-12 * x37 * x12
+    r437 = 8e-12 * x15 * r13
+    r148 = 8e-12 * x38 * x12
     r28 = 8e-12 * x12 * x18
-    r440 = r397 + r100 + r436 + r148 + r28
-    r401 = 8e-12 * x12
-    r421 = 4e-12 * x15 * r9
-    r406 = 4e-12 * x15 * r13
-    r427 = 4e-12 * x37 * x12
-    r403 = 4e-12 * x12 * x18
-    r403 = r401 + r421 + r406 + r427 + r403
-    r403 = r61 > r403
-    r427 = -1.6e-11 * x12
+    r441 = r398 + r100 + r437 + r148 + r28
+    r402 = 8e-12 * x12
+    r422 = 4e-12 * x15 * r9
+    r407 = 4e-12 * x15 * r13
+    r428 = 4e-12 * x38 * x12
+    r404 = 4e-12 * x12 * x18
+    r404 = r402 + r422 + r407 + r428 + r404
+    r404 = r61 > r404
+    r428 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r406 = -8e-12 * x37 * x12
-    r421 = -8e-12 * x12 * x18
-    r401 = k.sqrt(2.0)
-    r444 = k.sqrt(x3)
-    r444 = k.recip(r444)
-    r402 = k.sqrt(x2)
-    r402 = k.recip(r402)
-    r584 = k.sqrt(x13)
-    r584 = k.recip(r584)
-    r586 = k.sqrt(x23)
-    r586 = k.recip(r586)
-    r588 = k.sqrt(x36)
-    r588 = k.recip(r588)
-    r590 = k.sqrt(r440)
-    r591 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r440
-    r592 = k.sqrt(x3)
-    r593 = k.sqrt(x2)
-    r594 = k.sqrt(x13)
-    r595 = k.sqrt(x23)
-    r596 = k.sqrt(x36)
-    r596 = 0.16666666666666666 * r401 * r592 * r593 * r594 * r595 * r596 * r590
-    r596 = 1.0 + r591 + r596
-    r596 = r401 * r444 * r402 * r584 * r586 * r588 * r590 * r596
-    r596 = r427 + r9 + r13 + r406 + r421 + r596
-    r421 = k.where(r403, r596, r61)
-    r28 = r397 + r100 + r436 + r148 + r28 + r421
-    r28 = x3 * x2 * x13 * x23 * x36 * r28
+    r407 = -8e-12 * x38 * x12
+    r422 = -8e-12 * x12 * x18
+    r402 = k.sqrt(2.0)
+    r445 = k.sqrt(x3)
+    r445 = k.recip(r445)
+    r403 = k.sqrt(x2)
+    r403 = k.recip(r403)
+    r585 = k.sqrt(x13)
+    r585 = k.recip(r585)
+    r587 = k.sqrt(x24)
+    r587 = k.recip(r587)
+    r589 = k.sqrt(x37)
+    r589 = k.recip(r589)
+    r591 = k.sqrt(r441)
+    r592 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r441
+    r593 = k.sqrt(x3)
+    r594 = k.sqrt(x2)
+    r595 = k.sqrt(x13)
+    r596 = k.sqrt(x24)
+    r597 = k.sqrt(x37)
+    r597 = 0.16666666666666666 * r402 * r593 * r594 * r595 * r596 * r597 * r591
+    r597 = 1.0 + r592 + r597
+    r597 = r402 * r445 * r403 * r585 * r587 * r589 * r591 * r597
+    r597 = r428 + r9 + r13 + r407 + r422 + r597
+    r422 = k.where(r404, r597, r61)
+    r28 = r398 + r100 + r437 + r148 + r28 + r422
+    r28 = x3 * x2 * x13 * x24 * x37 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
     r148 = k.recip(r28)
-    r436 = x25 + x1
-    r100 = -1.0 * x3 * x2 * x13 * x23 * x36 * r436
+    r437 = x26 + x1
+    r100 = -1.0 * x3 * x2 * x13 * x24 * x37 * r437
     r100 = k.exp(r100)
-    r100 = x3 * x2 * x13 * x23 * x36 * r148 * r421 * r100
-    r148 = x3 * x2 * x13 * x23 * x36
-    r596 = k.recip(r596)
-    r148 = k.where(r403, r596, r148)
-    r436 = x3 * x2 * x13 * x23 * x36 * r436
-    r436 = k.exp(r436)
-    r5 = x35 * r57 * r4 * r31 * r5 * r11 * r396 * r25 * r28 * r27 * r148 * r436
-    r436 = x35 * r57 * r396 * r28 * r27 * r148 * r436
-    r39 = x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r409 * r39
+    r100 = x3 * x2 * x13 * x24 * x37 * r148 * r422 * r100
+    r148 = x3 * x2 * x13 * x24 * x37
+    r597 = k.recip(r597)
+    r148 = k.where(r404, r597, r148)
+    r437 = x3 * x2 * x13 * x24 * x37 * r437
+    r437 = k.exp(r437)
+    r5 = x36 * r57 * r4 * r31 * r5 * r11 * r397 * r25 * r28 * r27 * r148 * r437
+    r437 = x36 * r57 * r397 * r28 * r27 * r148 * r437
+    r39 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r410 * r39
     r39 = k.where(r80, 0.0, r39)
-    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r412
-    r412 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r104 * r412
-    r412 = r80 + r412
-    r412 = k.where(r101, 0.0, r412)
-    r127 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r127
+    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r413
+    r413 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r104 * r413
+    r413 = r80 + r413
+    r413 = k.where(r101, 0.0, r413)
+    r127 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r127
     r127 = k.where(r82, 0.0, r127)
-    r128 = r128 < x23
-    r82 = x33 != 2.0
+    r128 = r128 < x24
+    r82 = x34 != 2.0
     r64 = k.and_(r64, r82)
     r64 = k.not_(r64)
     r64 = k.or_(r128, r64)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r63 = k.and_(r25, r82, r63)
     r63 = k.not_(r63)
     r63 = k.or_(r128, r63)
     r63 = k.and_(r64, r63)
-    r64 = x23 >= 2.0
-    r128 = x33 != 3.0
-    r82 = x33 != 4.0
+    r64 = x24 >= 2.0
+    r128 = x34 != 3.0
+    r82 = x34 != 4.0
     r72 = k.not_(r72)
     r72 = k.and_(r128, r82, r72)
     r72 = k.not_(r72)
     r72 = k.or_(r64, r72)
-    r64 = x22 * x3 * x2 * x23 * x36 * r27
-    r82 = r117 <= r64
+    r64 = x23 * x3 * x2 * x24 * x37 * r27
+    r82 = r84 <= r64
     r64 = r81 <= r64
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r83, r35, r77, r116, r107, r126, 0.0, r110, r111, r37, r38, r60, r112, r12, r84, r117, r117, r81, r16, r98, r146, r36, r307, r27, r14, r8, r321, r131, r304, r68, 0.0, r62, r61, r440, r421, r100, r5, r436, r69, r311, r70, r300, r39, r56, r56, r412, r400, r400, r398, r97, r384, r127, r55, r129, 0.0, 0.0, r121, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, r72, r72, r82, r64, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r83, r35, r77, r116, r107, r126, 0.0, r110, r111, r37, r38, r60, r112, r12, r117, r84, r84, r81, r16, r98, r146, r36, r308, r27, r14, r8, r322, r131, r305, r68, 0.0, r62, r61, r441, r422, r100, r5, r437, r69, r312, r70, r301, r39, r56, r56, r413, r401, r401, r399, r97, r385, r127, r55, r129, 0.0, 0.0, r121, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, r72, r72, r82, r64, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1292,9 +1293,9 @@ def search(x, k):
     return (r98, r60, r53)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (39, 43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (38, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 32, 33, 35), (), (), (), (29, 30, 32, 33, 35), (30, 32, 33), (34,), (34,), (35,), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (40, 43, 44, 45, 46, 47, 48, 49), (40, 43, 44, 45, 46, 47, 48, 49, 75, 76), (40, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 36), (10, 37), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 36), (22, 37), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 36), (23, 37), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 32, 33, 36), (), (), (), (29, 30, 32, 33, 36), (30, 32, 33), (35,), (35,), (36,), (29, 30, 32, 33, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 76, 77), (41, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,66 +51,66 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x33 * r30 * r38
-    r34 = 2.0 * x19 * x12 * x33 * r30
+    r38 = x19 * x34 * r30 * r38
+    r34 = 2.0 * x19 * x12 * x34 * r30
     r37 = x19 > 1.0
-    r36 = 2.0 * x11 * x19 * x10 * x33 * r30 * r16
+    r36 = 2.0 * x11 * x19 * x10 * x34 * r30 * r16
     r36 = k.where(r37, r36, 0.0)
     r36 = r38 + r34 + r36
-    r38 = x23 == 2.0
+    r38 = x24 == 2.0
     r34 = k.where(r38, r34, r36)
-    r37 = 1.0 + x22
+    r37 = 1.0 + x23
     r37 = k.min(r37, r6)
     r35 = k.ceiling(r33)
     r37 = r37 * r35
-    r54 = x32 == 4.0
-    r55 = 2.0 * x22
+    r54 = x33 == 4.0
+    r55 = 2.0 * x23
     r56 = -1.0 + r55
     r56 = k.min(r56, r6)
     r56 = r56 * r35
     r59 = k.where(r54, r56, r37)
-    r60 = x32 == 0.0
-    r61 = x32 == 3.0
+    r60 = x33 == 0.0
+    r61 = x33 == 3.0
     r62 = k.or_(r60, r61)
-    r63 = k.min(x22, r6)
+    r63 = k.min(x23, r6)
     r63 = r63 * r35
     r59 = k.where(r62, r63, r59)
-    r63 = x32 == 1.0
-    r67 = k.recip(x37)
-    r68 = x6 * x37 * r4 * r5
-    r69 = -1.0 + x37
-    r69 = x22 * r69
+    r63 = x33 == 1.0
+    r67 = k.recip(x38)
+    r68 = x6 * x38 * r4 * r5
+    r69 = -1.0 + x38
+    r69 = x23 * r69
     r71 = -1.0 + r55 + r69
     r71 = k.min(r68, r71)
     r71 = r67 * r71 * r35
     r59 = k.where(r63, r71, r59)
-    r71 = x32 == 2.0
+    r71 = x33 == 2.0
     r76 = x6 * r4 * r5 * r35
     r59 = k.where(r71, r76, r59)
     r59 = r34 * r59
     r79 = r9 * r35
     r80 = r13 * r35
-    r81 = x22 == 1.0
+    r81 = x23 == 1.0
     r82 = k.where(r81, 1.0, 0.0)
     r83 = 2.0 * x12 * r82
     r83 = r12 + r79 + r80 + r83
     r83 = r16 * r83
-    r82 = x36 * x12 * r82
-    r12 = x22 != 1.0
+    r82 = x37 * x12 * r82
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r79 + r80 + r82 + r12
     r12 = r16 * r12
     r82 = r83 + r12
     r83 = k.where(r26, r82, r83)
     r8 = 2.0 * r83
-    r95 = x38 <= 2.0
+    r95 = x39 <= 2.0
     r96 = 4.0 * r83
     r96 = k.where(r95, r96, r8)
-    r98 = x38 >= 2.0
+    r98 = x39 >= 2.0
     r99 = r4 * r30 * r96
     r96 = k.where(r98, r99, r96)
-    r99 = x38 >= 3.0
+    r99 = x39 >= 3.0
     r102 = 2.0 * r4 * r30 * r83
     r8 = k.where(r99, r102, r8)
     r102 = 12.0 * r83
@@ -118,8 +118,8 @@ def quantities(x, k):
     r102 = k.where(r27, r105, r102)
     r105 = k.where(r38, r36, 0.0)
     r108 = k.or_(r26, r81)
-    r109 = 4.0 * x19 * x12 * x33 * r30
-    r110 = x36 * x19 * x16 * x33 * r30 * r16
+    r109 = 4.0 * x19 * x12 * x34 * r30
+    r110 = x37 * x19 * x16 * x34 * r30 * r16
     r109 = r109 + r110
     r109 = k.max(r109, r105)
     r108 = k.where(r108, r109, r105)
@@ -128,16 +128,16 @@ def quantities(x, k):
     r114 = k.where(r26, r115, r114)
     r115 = 3.0 * x4 * r114 * r83
     r115 = k.where(r99, r115, 0.0)
-    r119 = x22 > 1.0
+    r119 = x23 > 1.0
     r119 = k.and_(r99, r119)
     r83 = 2.0 * x4 * r83
     r115 = k.where(r119, r83, r115)
     r83 = r59 + r96 + r8 + r102 + r108 + r115
     r124 = k.where(r54, r56, r37)
-    r125 = -1.0 + x22
+    r125 = -1.0 + x23
     r126 = k.min(1.0, r125)
     r127 = -1.0 * r126
-    r127 = x22 + r127
+    r127 = x23 + r127
     r129 = k.min(r6, r127)
     r129 = r129 * r35
     r124 = k.where(r62, r129, r124)
@@ -149,28 +149,28 @@ def quantities(x, k):
     r124 = k.where(r71, r76, r124)
     r124 = r34 * r124
     r55 = 1.0 + r126
-    r55 = x22 == r55
+    r55 = x23 == r55
     r129 = k.where(r55, 1.0, 0.0)
     r129 = 2.0 * x12 * r129
     r143 = r126 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
-    r143 = x36 * x12 * r143
+    r143 = x37 * x12 * r143
     r146 = r126 != 0.0
     r146 = k.and_(r146, r55)
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x36 * x12 * r146
+    r146 = x37 * x12 * r146
     r146 = r79 + r80 + r129 + r143 + r146
     r146 = r16 * r146
-    r143 = x22 == r127
+    r143 = x23 == r127
     r129 = k.where(r143, 1.0, 0.0)
     r129 = 2.0 * x12 * r129
     r155 = r127 == 1.0
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x36 * x12 * r155
+    r155 = x37 * x12 * r155
     r127 = r127 != 1.0
     r127 = k.and_(r143, r127)
     r127 = k.where(r127, 1.0, 0.0)
-    r127 = x36 * x12 * r127
+    r127 = x37 * x12 * r127
     r127 = r79 + r80 + r129 + r155 + r127
     r127 = r16 * r127
     r127 = r146 + r127
@@ -252,404 +252,405 @@ def quantities(x, k):
     r124 = k.where(r124, 0.0, 0.0)
     r37 = r83 == r37
     r124 = k.where(r37, 0.0, r124)
-    r37 = x36 * x19 * x4 * x33 * r30 * r16
-    r59 = x36 * x19 * x4 * x33 * r30
+    r37 = x37 * x19 * x4 * x34 * r30 * r16
+    r59 = x37 * x19 * x4 * x34 * r30
     r115 = k.max(r83, r146, r12)
     r102 = r146 == r115
     r12 = k.where(r102, r146, r12)
     r115 = r83 == r115
     r12 = k.where(r115, r83, r12)
-    r83 = -1.0 * r12
-    r83 = x8 + r83
-    r115 = 6.0 * x6 * x33 * r15
+    r83 = -1.0 * x20
+    r115 = -1.0 * r12
+    r115 = x8 + r83 + r115
+    r83 = 6.0 * x6 * x34 * r15
     r146 = 12.0 * x12
     r102 = 6.0 * x15 * r9
     r143 = 6.0 * x15 * r13
-    r96 = 6.0 * x36 * x12
-    r129 = 12.0 * x15 * x11 * x10 * x33
+    r96 = 6.0 * x37 * x12
+    r129 = 12.0 * x15 * x11 * x10 * x34
     r129 = r146 + r102 + r143 + r96 + r129
-    r96 = x6 * x33 * r129
+    r96 = x6 * x34 * r129
     r143 = k.pow(x12, 2.0)
     r102 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r102
+    r8 = 0.16666666666666666 * x34 * r102
     r155 = k.recip(x15)
-    r102 = 0.0625 * x36 * r155 * r102
+    r102 = 0.0625 * x37 * r155 * r102
     r102 = 1.0 + r8 + r102
-    r102 = 96.0 * x6 * x15 * x33 * r143 * r102
-    r143 = k.pow(x33, 2.0)
+    r102 = 96.0 * x6 * x15 * x34 * r143 * r102
+    r143 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r143
-    r119 = x23 == 1.0
+    r119 = x24 == 1.0
     r143 = 4.0 * x6 * x15 * x11 * x10 * r143
     r143 = k.where(r119, r143, 0.0)
-    r127 = 0.3333333333333333 * x6 * x33 * r129
+    r127 = 0.3333333333333333 * x6 * x34 * r129
     r143 = k.where(r38, r127, r143)
     r143 = r96 + r8 + r143
     r8 = k.where(r38, 1.0, 0.0)
     r8 = 1.0 + r8
     r127 = k.recip(x9)
     r35 = k.recip(x18)
-    r68 = x36 * x12 * r16
-    r69 = x19 * x12 * x33 * r30
-    r56 = x36 * x19 * x33 * r30 * r16
+    r68 = x37 * x12 * r16
+    r69 = x19 * x12 * x34 * r30
+    r56 = x37 * x19 * x34 * r30 * r16
     r56 = r68 + r69 + r56
     r68 = 2.0 * r127 * r35 * r56
-    r55 = k.recip(x21)
+    r55 = k.recip(x22)
     r80 = k.recip(x17)
-    r79 = 2.0 * x36 * x19 * x12 * x33 * r55 * r30 * r80 * r16
+    r79 = 2.0 * x37 * x19 * x12 * x34 * r55 * r30 * r80 * r16
     r79 = r68 + r79
     r79 = r8 * r79
     r56 = 4.0 * r127 * r35 * r56
-    r68 = 4.0 * x36 * x19 * x12 * x33 * r55 * r30 * r80 * r16
+    r68 = 4.0 * x37 * x19 * x12 * x34 * r55 * r30 * r80 * r16
     r68 = r79 + r56 + r68
     r68 = r11 * r68
     r56 = x11 * x10 * x12 * r16
-    r79 = x11 * x19 * x10 * x33 * r30 * r16
+    r79 = x11 * x19 * x10 * x34 * r30 * r16
     r79 = r56 + r69 + r79
     r56 = 2.0 * r127 * r35 * r79
-    r297 = 2.0 * x11 * x19 * x10 * x12 * x33 * r55 * r30 * r80 * r16
-    r297 = r56 + r297
-    r297 = r8 * r297
+    r298 = 2.0 * x11 * x19 * x10 * x12 * x34 * r55 * r30 * r80 * r16
+    r298 = r56 + r298
+    r298 = r8 * r298
     r56 = x10 * x12 * r16 * r14
-    r301 = x19 * x10 * x33 * r30 * r16 * r14
-    r301 = r69 + r56 + r301
-    r56 = 2.0 * r127 * r35 * r301
-    r304 = 2.0 * x19 * x10 * x12 * x33 * r55 * r30 * r80 * r16 * r14
-    r304 = r56 + r304
-    r304 = r8 * r304
+    r302 = x19 * x10 * x34 * r30 * r16 * r14
+    r302 = r69 + r56 + r302
+    r56 = 2.0 * r127 * r35 * r302
+    r305 = 2.0 * x19 * x10 * x12 * x34 * r55 * r30 * r80 * r16 * r14
+    r305 = r56 + r305
+    r305 = r8 * r305
     r56 = x12 * x5 * r16
-    r308 = x19 * x5 * x33 * r30 * r16
-    r308 = r56 + r69 + r308
-    r69 = 2.0 * r127 * r35 * r308
-    r56 = 2.0 * x19 * x12 * x5 * x33 * r55 * r30 * r80 * r16
+    r309 = x19 * x5 * x34 * r30 * r16
+    r309 = r56 + r69 + r309
+    r69 = 2.0 * r127 * r35 * r309
+    r56 = 2.0 * x19 * x12 * x5 * x34 * r55 * r30 * r80 * r16
     r56 = r69 + r56
     r56 = 2.0 * r8 * r56
     r79 = 4.0 * r127 * r35 * r79
-    r301 = 4.0 * r127 * r35 * r301
-    r308 = 8.0 * r127 * r35 * r308
-    r69 = 8.0 * x19 * x12 * x5 * x33 * r55 * r30 * r80 * r16
-    r318 = 4.0 * x11 * x19 * x10 * x12 * x33 * r55 * r30 * r80 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r55 * r30 * r80 * r16 * r14
-    r14 = r297 + r304 + r56 + r79 + r301 + r308 + r69 + r318 + r14
+    r302 = 4.0 * r127 * r35 * r302
+    r309 = 8.0 * r127 * r35 * r309
+    r69 = 8.0 * x19 * x12 * x5 * x34 * r55 * r30 * r80 * r16
+    r319 = 4.0 * x11 * x19 * x10 * x12 * x34 * r55 * r30 * r80 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r55 * r30 * r80 * r16 * r14
+    r14 = r298 + r305 + r56 + r79 + r302 + r309 + r69 + r319 + r14
     r14 = x15 * r11 * r14
     r14 = r68 + r14
     r68 = x6 * r4 * r5 * r14
-    r318 = 10.0 * x12 * r8
-    r318 = r146 + r318
-    r318 = x19 * x33 * r30 * r318
+    r319 = 10.0 * x12 * r8
+    r319 = r146 + r319
+    r319 = x19 * x34 * r30 * r319
     r146 = 3.0 * x5
     r69 = 2.0 * x5 * r8
     r69 = r146 + r69
-    r69 = x19 * x33 * r30 * r16 * r69
-    r69 = r318 + r69
+    r69 = x19 * x34 * r30 * r16 * r69
+    r69 = r319 + r69
     r69 = x15 * r11 * r69
-    r318 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r318 = r69 + r318
-    r69 = x6 * x4 * r127 * r4 * r5 * r35 * r318
+    r319 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r319 = r69 + r319
+    r69 = x6 * x4 * r127 * r4 * r5 * r35 * r319
     r146 = k.recip(x0)
-    r308 = x11 * x10 * x33
+    r309 = x11 * x10 * x34
     r119 = k.or_(r119, r38)
     r119 = k.where(r119, 1.0, 0.0)
     r119 = 3.0 + r119
-    r119 = 2.0 * x11 * x10 * x33 * r119
-    r119 = r308 + r119
-    r308 = x6 * x15 * x33 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
-    r301 = r68 + r69 + r308
-    r79 = k.recip(r301)
+    r119 = 2.0 * x11 * x10 * x34 * r119
+    r119 = r309 + r119
+    r309 = x6 * x15 * x34 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
+    r302 = r68 + r69 + r309
+    r79 = k.recip(r302)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r56 = k.recip(x6)
-    r304 = 0.3333333333333333 * x3 * x19 * r56 * r67 * r301
-    r297 = 0.6666666666666666 * x3 * x19 * x22 * r56 * r301
-    r318 = -1.0 * x6 * x4 * r127 * r4 * r5 * r35 * r318
-    r119 = -1.0 * x6 * x15 * x33 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
-    r297 = r14 + r304 + r297 + r318 + r119
-    r297 = k.max(0.0, r297)
-    r304 = 0.5 * x22
-    r304 = -1.0 + r304
-    r304 = 0.6666666666666666 * x3 * x19 * r56 * r67 * r304 * r301
-    r304 = k.where(r54, 0.0, r304)
-    r54 = 0.3333333333333333 * x3 * x19 * r56 * r67 * r125 * r301
-    r304 = k.where(r61, r54, r304)
+    r305 = 0.3333333333333333 * x3 * x19 * r56 * r67 * r302
+    r298 = 0.6666666666666666 * x3 * x19 * x23 * r56 * r302
+    r319 = -1.0 * x6 * x4 * r127 * r4 * r5 * r35 * r319
+    r119 = -1.0 * x6 * x15 * x34 * r55 * r4 * r30 * r80 * r146 * r11 * r16 * r119
+    r298 = r14 + r305 + r298 + r319 + r119
+    r298 = k.max(0.0, r298)
+    r305 = 0.5 * x23
+    r305 = -1.0 + r305
+    r305 = 0.6666666666666666 * x3 * x19 * r56 * r67 * r305 * r302
+    r305 = k.where(r54, 0.0, r305)
+    r54 = 0.3333333333333333 * x3 * x19 * r56 * r67 * r125 * r302
+    r305 = k.where(r61, r54, r305)
     r71 = k.or_(r60, r63, r71)
-    r125 = x3 * x19 * r56 * r67 * r125 * r301
-    r304 = k.where(r71, r125, r304)
-    r304 = k.max(r297, r304)
-    r79 = r79 * r304
-    r297 = k.where(r95, 4.0, 2.0)
-    r297 = 26.0 + r297
-    r297 = r127 * r35 * r297 * r31
-    r35 = r68 + r297 + r69 + r308
-    r127 = -1.0 * x20
+    r125 = x3 * x19 * r56 * r67 * r125 * r302
+    r305 = k.where(r71, r125, r305)
+    r305 = k.max(r298, r305)
+    r79 = r79 * r305
+    r298 = k.where(r95, 4.0, 2.0)
+    r298 = 26.0 + r298
+    r298 = r127 * r35 * r298 * r31
+    r35 = r68 + r298 + r69 + r309
+    r127 = -1.0 * x21
     r127 = 1.0 + r127
-    r125 = x22 * x37
+    r125 = x23 * x38
     r125 = -1.0 + r125
-    r67 = k.recip(x25)
-    r60 = k.recip(x26)
-    r54 = x19 * x4 * x12 * x33 * r67 * r30 * r60 * r16
-    r54 = x27 + r54
-    r61 = 2.0 * x3 * x2 * x35
-    r61 = x29 >= r61
-    r146 = k.recip(x28)
-    r80 = k.recip(x30)
-    r381 = x19 * x4 * x12 * x33 * r146 * r30 * r80 * r16
-    r381 = x31 + r381
-    r54 = k.where(r61, r381, r54)
+    r67 = k.recip(x26)
+    r60 = k.recip(x27)
+    r54 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16
+    r54 = x28 + r54
+    r61 = 2.0 * x3 * x2 * x36
+    r61 = x30 >= r61
+    r146 = k.recip(x29)
+    r80 = k.recip(x31)
+    r382 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16
+    r382 = x32 + r382
+    r54 = k.where(r61, r382, r54)
     r54 = 2.0 * x6 * r4 * r5 * r11 * r125 * r54
     r54 = k.where(r81, 0.0, r54)
     r127 = r127 * r54
-    r381 = x3 * x19 * r56 * r301
-    r61 = x22 <= 1.0
+    r382 = x3 * x19 * r56 * r302
+    r61 = x23 <= 1.0
     r98 = k.and_(r98, r61)
-    r381 = k.where(r98, r301, r381)
-    r381 = -1.0 * x20 * r381
-    r301 = x3 * x2
-    r393 = -1.0 + r301
-    r394 = k.recip(r393)
-    r395 = 2.0 * x3 * x2
-    r395 = -2.0 + r395
-    r397 = x29 * r16
-    r398 = k.gcd(r301, r397)
-    r399 = k.recip(r398)
-    r400 = x3 * x2 * r399
-    r400 = -1.0 + r400
-    r400 = x27 * r400
-    r403 = -1.0 * x3 * x2 * r399
-    r403 = r301 + r403
-    r403 = x31 * r403
-    r406 = r400 + r403
-    r406 = r394 * r395 * r406
-    r394 = x4 * r25
-    r409 = 4.0 * r25
-    r394 = k.where(r95, r409, r394)
-    r409 = x22 * r67 * r155 * r4 * r30 * r60 * r399 * r395 * r394
-    r398 = -1.0 + r398
-    r95 = x22 * r146 * r155 * r4 * r30 * r80 * r399 * r398 * r395 * r394
-    r95 = k.max(r409, r95)
-    r95 = r406 + r95
-    r406 = x29 <= x35
-    r409 = x27 * r395
-    r418 = x22 * r67 * r155 * r4 * r30 * r60 * r395 * r394
-    r418 = r409 + r418
-    r95 = k.where(r406, r418, r95)
-    r418 = x3 * x2 * x35
-    r418 = x29 >= r418
-    r409 = x31 * r395
-    r424 = x22 * r146 * r155 * r4 * r30 * r80 * r395 * r394
-    r424 = r409 + r424
-    r95 = k.where(r418, r424, r95)
+    r382 = k.where(r98, r302, r382)
+    r382 = -1.0 * x21 * r382
+    r302 = x3 * x2
+    r394 = -1.0 + r302
+    r395 = k.recip(r394)
+    r396 = 2.0 * x3 * x2
+    r396 = -2.0 + r396
+    r398 = x30 * r16
+    r399 = k.gcd(r302, r398)
+    r400 = k.recip(r399)
+    r401 = x3 * x2 * r400
+    r401 = -1.0 + r401
+    r401 = x28 * r401
+    r404 = -1.0 * x3 * x2 * r400
+    r404 = r302 + r404
+    r404 = x32 * r404
+    r407 = r401 + r404
+    r407 = r395 * r396 * r407
+    r395 = x4 * r25
+    r410 = 4.0 * r25
+    r395 = k.where(r95, r410, r395)
+    r410 = x23 * r67 * r155 * r4 * r30 * r60 * r400 * r396 * r395
+    r399 = -1.0 + r399
+    r95 = x23 * r146 * r155 * r4 * r30 * r80 * r400 * r399 * r396 * r395
+    r95 = k.max(r410, r95)
+    r95 = r407 + r95
+    r407 = x30 <= x36
+    r410 = x28 * r396
+    r419 = x23 * r67 * r155 * r4 * r30 * r60 * r396 * r395
+    r419 = r410 + r419
+    r95 = k.where(r407, r419, r95)
+    r419 = x3 * x2 * x36
+    r419 = x30 >= r419
+    r410 = x32 * r396
+    r425 = x23 * r146 * r155 * r4 * r30 * r80 * r396 * r395
+    r425 = r410 + r425
+    r95 = k.where(r419, r425, r95)
     r95 = x15 * r11 * r95
-    r424 = x22 * r67 * r155 * r4 * r30 * r60 * r399 * r393 * r394
-    r409 = x22 * r146 * r155 * r4 * r30 * r80 * r399 * r393 * r398 * r394
-    r409 = k.max(r424, r409)
-    r409 = r400 + r403 + r409
-    r424 = x27 * r393
-    r433 = x22 * r67 * r155 * r4 * r30 * r60 * r393 * r394
-    r433 = r424 + r433
-    r409 = k.where(r406, r433, r409)
-    r433 = x31 * r393
-    r437 = x22 * r146 * r155 * r4 * r30 * r80 * r393 * r394
-    r437 = r433 + r437
-    r409 = k.where(r418, r437, r409)
-    r437 = x15 * r11 * r409
-    r441 = x4 * x22 * r67 * r155 * r4 * r30 * r60 * r399 * r393 * r25
-    r398 = x4 * x22 * r146 * r155 * r4 * r30 * r80 * r399 * r393 * r398 * r25
-    r398 = k.max(r441, r398)
-    r398 = r400 + r403 + r398
-    r403 = x4 * x22 * r67 * r155 * r4 * r30 * r60 * r393 * r25
-    r403 = r424 + r403
-    r398 = k.where(r406, r403, r398)
-    r155 = x4 * x22 * r146 * r155 * r4 * r30 * r80 * r393 * r25
-    r155 = r433 + r155
-    r398 = k.where(r418, r155, r398)
-    r155 = x15 * r11 * r398
-    r418 = r437 + r155
-    r95 = k.where(r27, r418, r95)
-    r409 = x6 * x15 * r4 * r5 * r11 * r409
-    r409 = r155 + r409
-    r95 = k.where(r98, r409, r95)
+    r425 = x23 * r67 * r155 * r4 * r30 * r60 * r400 * r394 * r395
+    r410 = x23 * r146 * r155 * r4 * r30 * r80 * r400 * r394 * r399 * r395
+    r410 = k.max(r425, r410)
+    r410 = r401 + r404 + r410
+    r425 = x28 * r394
+    r434 = x23 * r67 * r155 * r4 * r30 * r60 * r394 * r395
+    r434 = r425 + r434
+    r410 = k.where(r407, r434, r410)
+    r434 = x32 * r394
+    r438 = x23 * r146 * r155 * r4 * r30 * r80 * r394 * r395
+    r438 = r434 + r438
+    r410 = k.where(r419, r438, r410)
+    r438 = x15 * r11 * r410
+    r442 = x4 * x23 * r67 * r155 * r4 * r30 * r60 * r400 * r394 * r25
+    r399 = x4 * x23 * r146 * r155 * r4 * r30 * r80 * r400 * r394 * r399 * r25
+    r399 = k.max(r442, r399)
+    r399 = r401 + r404 + r399
+    r404 = x4 * x23 * r67 * r155 * r4 * r30 * r60 * r394 * r25
+    r404 = r425 + r404
+    r399 = k.where(r407, r404, r399)
+    r155 = x4 * x23 * r146 * r155 * r4 * r30 * r80 * r394 * r25
+    r155 = r434 + r155
+    r399 = k.where(r419, r155, r399)
+    r155 = x15 * r11 * r399
+    r419 = r438 + r155
+    r95 = k.where(r27, r419, r95)
+    r410 = x6 * x15 * r4 * r5 * r11 * r410
+    r410 = r155 + r410
+    r95 = k.where(r98, r410, r95)
     r61 = k.and_(r99, r61)
-    r398 = 2.0 * x15 * r11 * r398
-    r398 = r437 + r398
-    r398 = x6 * r4 * r5 * r398
-    r95 = k.where(r61, r398, r95)
-    r301 = r301 == 1.0
-    r95 = k.where(r301, 0.0, r95)
-    r381 = r381 + r95
-    r381 = k.max(0.0, r381)
-    r397 = k.gcd(x2, r397)
-    r398 = k.recip(r397)
-    r437 = x2 * r398
-    r437 = -1.0 + r437
-    r437 = x27 * r437
-    r99 = -1.0 * x2 * r398
+    r399 = 2.0 * x15 * r11 * r399
+    r399 = r438 + r399
+    r399 = x6 * r4 * r5 * r399
+    r95 = k.where(r61, r399, r95)
+    r302 = r302 == 1.0
+    r95 = k.where(r302, 0.0, r95)
+    r382 = r382 + r95
+    r382 = k.max(0.0, r382)
+    r398 = k.gcd(x2, r398)
+    r399 = k.recip(r398)
+    r438 = x2 * r399
+    r438 = -1.0 + r438
+    r438 = x28 * r438
+    r99 = -1.0 * x2 * r399
     r99 = x2 + r99
-    r99 = x31 * r99
-    r409 = -1.0 + x2
-    r155 = 2.0 * x14 * x19 * x10 * x4 * x33 * r67 * r30 * r60 * r16 * r398 * r409
-    r397 = -1.0 + r397
-    r397 = 2.0 * x14 * x19 * x10 * x4 * x33 * r146 * r30 * r80 * r16 * r398 * r409 * r397
-    r397 = k.max(r155, r397)
-    r397 = r437 + r99 + r397
-    r99 = x27 * r409
-    r437 = 2.0 * x14 * x19 * x10 * x4 * x33 * r67 * r30 * r60 * r16 * r409
-    r437 = r99 + r437
-    r397 = k.where(r406, r437, r397)
-    r437 = x2 * x35
-    r437 = x29 >= r437
-    r406 = x31 * r409
-    r99 = 2.0 * x14 * x19 * x10 * x4 * x33 * r146 * r30 * r80 * r16 * r409
-    r99 = r406 + r99
-    r397 = k.where(r437, r99, r397)
-    r99 = x6 * x15 * r4 * r5 * r11 * r397
-    r397 = x6 * x15 * r4 * r5 * r11 * r8 * r397
-    r397 = r99 + r397
+    r99 = x32 * r99
+    r410 = -1.0 + x2
+    r155 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r60 * r16 * r399 * r410
+    r398 = -1.0 + r398
+    r398 = 2.0 * x14 * x19 * x10 * x4 * x34 * r146 * r30 * r80 * r16 * r399 * r410 * r398
+    r398 = k.max(r155, r398)
+    r398 = r438 + r99 + r398
+    r99 = x28 * r410
+    r438 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r60 * r16 * r410
+    r438 = r99 + r438
+    r398 = k.where(r407, r438, r398)
+    r438 = x2 * x36
+    r438 = x30 >= r438
+    r407 = x32 * r410
+    r99 = 2.0 * x14 * x19 * x10 * x4 * x34 * r146 * r30 * r80 * r16 * r410
+    r99 = r407 + r99
+    r398 = k.where(r438, r99, r398)
+    r99 = x6 * x15 * r4 * r5 * r11 * r398
+    r398 = x6 * x15 * r4 * r5 * r11 * r8 * r398
+    r398 = r99 + r398
     r99 = x2 == 1.0
-    r397 = k.where(r99, 0.0, r397)
+    r398 = k.where(r99, 0.0, r398)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r437 = -1.0 + x35
-    r437 = k.recip(r437)
-    r406 = 2.0 * x35
-    r406 = -2.0 + r406
-    r155 = k.gcd(x35, x29)
-    r398 = k.recip(r155)
-    r418 = x35 * r398
-    r418 = -1.0 + r418
-    r418 = x27 * r418
-    r433 = -1.0 * x35 * r398
-    r433 = x35 + r433
-    r433 = x31 * r433
-    r433 = r418 + r433
-    r433 = r437 * r406 * r433
-    r437 = x19 * x4 * x12 * x33 * r67 * r30 * r60 * r16 * r398 * r406
+    r438 = -1.0 + x36
+    r438 = k.recip(r438)
+    r407 = 2.0 * x36
+    r407 = -2.0 + r407
+    r155 = k.gcd(x36, x30)
+    r399 = k.recip(r155)
+    r419 = x36 * r399
+    r419 = -1.0 + r419
+    r419 = x28 * r419
+    r434 = -1.0 * x36 * r399
+    r434 = x36 + r434
+    r434 = x32 * r434
+    r434 = r419 + r434
+    r434 = r438 * r407 * r434
+    r438 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16 * r399 * r407
     r155 = -1.0 + r155
-    r155 = x19 * x4 * x12 * x33 * r146 * r30 * r80 * r16 * r398 * r155 * r406
-    r155 = k.max(r437, r155)
-    r155 = r433 + r155
-    r433 = x29 <= 1.0
-    r437 = x27 * r406
-    r60 = x19 * x4 * x12 * x33 * r67 * r30 * r60 * r16 * r406
-    r60 = r437 + r60
-    r155 = k.where(r433, r60, r155)
-    r60 = x29 >= x35
-    r433 = x31 * r406
-    r80 = x19 * x4 * x12 * x33 * r146 * r30 * r80 * r16 * r406
-    r80 = r433 + r80
+    r155 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16 * r399 * r155 * r407
+    r155 = k.max(r438, r155)
+    r155 = r434 + r155
+    r434 = x30 <= 1.0
+    r438 = x28 * r407
+    r60 = x19 * x4 * x12 * x34 * r67 * r30 * r60 * r16 * r407
+    r60 = r438 + r60
+    r155 = k.where(r434, r60, r155)
+    r60 = x30 >= x36
+    r434 = x32 * r407
+    r80 = x19 * x4 * x12 * x34 * r146 * r30 * r80 * r16 * r407
+    r80 = r434 + r80
     r155 = k.where(r60, r80, r155)
     r155 = x6 * x15 * r4 * r5 * r11 * r38 * r155
-    r80 = x35 == 1.0
+    r80 = x36 == 1.0
     r155 = k.where(r80, 0.0, r155)
-    r119 = r14 + r318 + r119
+    r119 = r14 + r319 + r119
     r119 = k.max(0.0, r119)
     r119 = k.where(r26, r119, 0.0)
-    r26 = r127 + r68 + r297 + r69 + r308 + r381 + r304 + r397 + r155 + r119
-    r318 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r55 * r4 * r30 * r11 * r16 * r318 * r15
-    r129 = x6 * x33 * r55 * r4 * r30 * r11 * r16 * r318 * r129
-    r318 = x19 * x4 * x12 * x33 * r30
-    r55 = x19 * x4 * x12 * x33 * r67 * r30
-    r395 = r4 * r30 * r395 * r394
-    r60 = r4 * r30 * r393 * r394
-    r433 = x4 * r4 * r30 * r393 * r25
-    r146 = r60 + r433
-    r395 = k.where(r27, r146, r395)
+    r26 = r127 + r68 + r298 + r69 + r309 + r382 + r305 + r398 + r155 + r119
+    r319 = k.recip(r26)
+    r14 = 6.0 * x6 * x34 * r55 * r4 * r30 * r11 * r16 * r319 * r15
+    r129 = x6 * x34 * r55 * r4 * r30 * r11 * r16 * r319 * r129
+    r319 = x19 * x4 * x12 * x34 * r30
+    r55 = x19 * x4 * x12 * x34 * r67 * r30
+    r396 = r4 * r30 * r396 * r395
+    r60 = r4 * r30 * r394 * r395
+    r434 = x4 * r4 * r30 * r394 * r25
+    r146 = r60 + r434
+    r396 = k.where(r27, r146, r396)
     r146 = k.pow(x3, -2.0)
-    r394 = x6 * r146 * r5 * r30 * r393 * r394
-    r394 = r433 + r394
-    r395 = k.where(r98, r394, r395)
-    r393 = 2.0 * x4 * r4 * r30 * r393 * r25
-    r393 = r60 + r393
-    r393 = x6 * r4 * r5 * r393
-    r395 = k.where(r61, r393, r395)
-    r395 = k.where(r301, 0.0, r395)
-    r301 = r67 * r395
-    r67 = x28 * r67
-    r393 = k.recip(x33)
-    r61 = x34 * r56 * r393
+    r395 = x6 * r146 * r5 * r30 * r394 * r395
+    r395 = r434 + r395
+    r396 = k.where(r98, r395, r396)
+    r394 = 2.0 * x4 * r4 * r30 * r394 * r25
+    r394 = r60 + r394
+    r394 = x6 * r4 * r5 * r394
+    r396 = k.where(r61, r394, r396)
+    r396 = k.where(r302, 0.0, r396)
+    r302 = r67 * r396
+    r67 = x29 * r67
+    r394 = k.recip(x34)
+    r61 = x35 * r56 * r394
     r5 = k.recip(x13)
     r60 = r4 * r30 * r5 * r11 * r16
-    r394 = 1.6e-11 * x12
+    r395 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
-    r433 = 8e-12 * x15 * r13
-    r146 = 8e-12 * x36 * x12
-    r27 = r394 + r98 + r433 + r146
-    r437 = 8e-12 * x12
-    r398 = 4e-12 * x15 * r9
-    r418 = 4e-12 * x15 * r13
-    r403 = 4e-12 * x36 * x12
-    r403 = r437 + r398 + r418 + r403
-    r403 = r60 > r403
-    r418 = -1.6e-11 * x12
+    r434 = 8e-12 * x15 * r13
+    r146 = 8e-12 * x37 * x12
+    r27 = r395 + r98 + r434 + r146
+    r438 = 8e-12 * x12
+    r399 = 4e-12 * x15 * r9
+    r419 = 4e-12 * x15 * r13
+    r404 = 4e-12 * x37 * x12
+    r404 = r438 + r399 + r419 + r404
+    r404 = r60 > r404
+    r419 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r398 = -8e-12 * x36 * x12
-    r437 = k.sqrt(2.0)
-    r424 = k.sqrt(x3)
-    r424 = k.recip(r424)
-    r400 = k.sqrt(x2)
+    r399 = -8e-12 * x37 * x12
+    r438 = k.sqrt(2.0)
+    r425 = k.sqrt(x3)
+    r425 = k.recip(r425)
+    r401 = k.sqrt(x2)
+    r401 = k.recip(r401)
+    r442 = k.sqrt(x13)
+    r442 = k.recip(r442)
+    r400 = k.sqrt(x23)
     r400 = k.recip(r400)
-    r441 = k.sqrt(x13)
-    r441 = k.recip(r441)
-    r399 = k.sqrt(x22)
-    r399 = k.recip(r399)
-    r582 = k.sqrt(x35)
-    r582 = k.recip(r582)
-    r584 = k.sqrt(r27)
-    r585 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r27
-    r586 = k.sqrt(x3)
-    r587 = k.sqrt(x2)
-    r588 = k.sqrt(x13)
-    r589 = k.sqrt(x22)
-    r590 = k.sqrt(x35)
-    r590 = 0.16666666666666666 * r437 * r586 * r587 * r588 * r589 * r590 * r584
-    r590 = 1.0 + r585 + r590
-    r590 = r437 * r424 * r400 * r441 * r399 * r582 * r584 * r590
-    r590 = r418 + r9 + r13 + r398 + r590
-    r398 = k.where(r403, r590, r60)
-    r146 = r394 + r98 + r433 + r146 + r398
-    r146 = x3 * x2 * x13 * x22 * x35 * r146
+    r583 = k.sqrt(x36)
+    r583 = k.recip(r583)
+    r585 = k.sqrt(r27)
+    r586 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r27
+    r587 = k.sqrt(x3)
+    r588 = k.sqrt(x2)
+    r589 = k.sqrt(x13)
+    r590 = k.sqrt(x23)
+    r591 = k.sqrt(x36)
+    r591 = 0.16666666666666666 * r438 * r587 * r588 * r589 * r590 * r591 * r585
+    r591 = 1.0 + r586 + r591
+    r591 = r438 * r425 * r401 * r442 * r400 * r583 * r585 * r591
+    r591 = r419 + r9 + r13 + r399 + r591
+    r399 = k.where(r404, r591, r60)
+    r146 = r395 + r98 + r434 + r146 + r399
+    r146 = x3 * x2 * x13 * x23 * x36 * r146
     r146 = k.exp(r146)
     r146 = -1.0 + r146
-    r433 = k.recip(r146)
-    r98 = x24 + x1
-    r394 = -1.0 * x3 * x2 * x13 * x22 * x35 * r98
-    r394 = k.exp(r394)
-    r394 = x3 * x2 * x13 * x22 * x35 * r433 * r398 * r394
-    r433 = x3 * x2 * x13 * x22 * x35
-    r590 = k.recip(r590)
-    r433 = k.where(r403, r590, r433)
-    r98 = x3 * x2 * x13 * x22 * x35 * r98
+    r434 = k.recip(r146)
+    r98 = x25 + x1
+    r395 = -1.0 * x3 * x2 * x13 * x23 * x36 * r98
+    r395 = k.exp(r395)
+    r395 = x3 * x2 * x13 * x23 * x36 * r434 * r399 * r395
+    r434 = x3 * x2 * x13 * x23 * x36
+    r591 = k.recip(r591)
+    r434 = k.where(r404, r591, r434)
+    r98 = x3 * x2 * x13 * x23 * x36 * r98
     r98 = k.exp(r98)
-    r5 = x34 * r56 * r4 * r30 * r5 * r11 * r393 * r16 * r146 * r26 * r433 * r98
-    r98 = x34 * r56 * r393 * r146 * r26 * r433 * r98
-    r38 = x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r406 * r38
+    r5 = x35 * r56 * r4 * r30 * r5 * r11 * r394 * r16 * r146 * r26 * r434 * r98
+    r98 = x35 * r56 * r394 * r146 * r26 * r434 * r98
+    r38 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r407 * r38
     r38 = k.where(r80, 0.0, r38)
-    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r409
-    r409 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r409
-    r409 = r80 + r409
-    r409 = k.where(r99, 0.0, r409)
-    r125 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r125
+    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r410
+    r410 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r410
+    r410 = r80 + r410
+    r410 = k.where(r99, 0.0, r410)
+    r125 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r125
     r125 = k.where(r81, 0.0, r125)
-    r126 = r126 < x22
-    r81 = x32 != 2.0
+    r126 = r126 < x23
+    r81 = x33 != 2.0
     r63 = k.and_(r63, r81)
     r63 = k.not_(r63)
     r63 = k.or_(r126, r63)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r62 = k.and_(r16, r81, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r126, r62)
     r62 = k.and_(r63, r62)
-    r63 = x22 >= 2.0
-    r126 = x32 != 3.0
-    r81 = x32 != 4.0
+    r63 = x23 >= 2.0
+    r126 = x33 != 3.0
+    r81 = x33 != 4.0
     r71 = k.not_(r71)
     r71 = k.and_(r126, r81, r71)
     r71 = k.not_(r71)
     r71 = k.or_(r63, r71)
-    r63 = x21 * x3 * x2 * x22 * x35 * r26
-    r81 = r115 <= r63
+    r63 = x22 * x3 * x2 * x23 * x36 * r26
+    r81 = r83 <= r63
     r63 = r96 <= r63
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r82, r34, r76, r114, r105, r124, 0.0, r108, r109, r36, r37, r59, r110, r12, r83, r115, r115, r96, r102, r143, r79, r35, r304, r26, r14, r129, r318, r55, r301, r67, 0.0, r61, r60, r27, r398, r394, r5, r98, r68, r308, r69, r297, r38, r155, r155, r409, r397, r397, r395, r95, r381, r125, r54, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, r71, r71, r81, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r82, r34, r76, r114, r105, r124, 0.0, r108, r109, r36, r37, r59, r110, r12, r115, r83, r83, r96, r102, r143, r79, r35, r305, r26, r14, r129, r319, r55, r302, r67, 0.0, r61, r60, r27, r399, r395, r5, r98, r68, r309, r69, r298, r38, r155, r155, r410, r398, r398, r396, r95, r382, r125, r54, r127, 0.0, 0.0, r119, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, r71, r71, r81, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1281,9 +1282,9 @@ def search(x, k):
     return (r96, r29, r52)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (29, 30, 32, 33, 35), (), (), (), (29, 30, 32, 33, 35), (30, 32, 33), (34,), (34,), (35,), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48), (29, 30, 32, 33, 35, 38, 39, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 74, 75), (40, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 36), (10, 37), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 36), (22, 37), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 36), (23, 37), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (29, 30, 32, 33, 36), (), (), (), (29, 30, 32, 33, 36), (30, 32, 33), (35,), (35,), (36,), (29, 30, 32, 33, 36, 39, 40, 44, 45, 46, 47, 48, 49), (29, 30, 32, 33, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 37), (10, 38), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (16, 29), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 37), (22, 38), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 37), (23, 38), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

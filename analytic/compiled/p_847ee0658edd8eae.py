@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -44,73 +44,73 @@ def quantities(x, k):
     r32 = 4.0 * x11 * x10
     r33 = 4.0 * x14 * x10
     r33 = r29 + r30 + r31 + r32 + r33
-    r33 = x19 * x33 * r25 * r19 * r33
-    r32 = x23 == 2.0
-    r31 = 2.0 * x19 * x12 * x33 * r25 * r19
+    r33 = x19 * x34 * r25 * r19 * r33
+    r32 = x24 == 2.0
+    r31 = 2.0 * x19 * x12 * x34 * r25 * r19
     r31 = k.where(r32, r31, r33)
-    r30 = 1.0 + x22
+    r30 = 1.0 + x23
     r30 = k.min(r30, r6)
     r29 = k.ceiling(r28)
     r30 = r30 * r29
-    r43 = x32 == 4.0
-    r44 = 2.0 * x22
+    r43 = x33 == 4.0
+    r44 = 2.0 * x23
     r45 = -1.0 + r44
     r45 = k.min(r45, r6)
     r45 = r45 * r29
     r48 = k.where(r43, r45, r30)
-    r49 = x32 == 0.0
-    r50 = x32 == 3.0
+    r49 = x33 == 0.0
+    r50 = x33 == 3.0
     r51 = k.or_(r49, r50)
-    r52 = k.min(x22, r6)
+    r52 = k.min(x23, r6)
     r52 = r52 * r29
     r48 = k.where(r51, r52, r48)
-    r52 = x32 == 1.0
-    r56 = k.recip(x37)
-    r57 = x6 * x37 * r4 * r5
-    r58 = -1.0 + x37
-    r58 = x22 * r58
+    r52 = x33 == 1.0
+    r56 = k.recip(x38)
+    r57 = x6 * x38 * r4 * r5
+    r58 = -1.0 + x38
+    r58 = x23 * r58
     r60 = -1.0 + r44 + r58
     r60 = k.min(r57, r60)
     r60 = r56 * r60 * r29
     r48 = k.where(r52, r60, r48)
-    r60 = x32 == 2.0
+    r60 = x33 == 2.0
     r65 = x6 * r4 * r5 * r29
     r48 = k.where(r60, r65, r48)
     r48 = r31 * r48
-    r68 = x22 == 1.0
+    r68 = x23 == 1.0
     r69 = k.where(r68, 1.0, 0.0)
     r70 = x12 * r69
     r71 = r12 * r29
     r72 = 3.0 * x12 * x5 * r29
     r70 = r15 + r70 + r71 + r72
     r70 = r19 * r70
-    r69 = x36 * x12 * r69
-    r15 = x22 != 1.0
+    r69 = x37 * x12 * r69
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r71 + r69 + r15 + r72
     r15 = r19 * r15
     r69 = r70 + r15
     r70 = k.where(r21, r69, r70)
     r83 = 2.0 * r70
-    r84 = x38 <= 2.0
+    r84 = x39 <= 2.0
     r85 = 4.0 * r70
     r85 = k.where(r84, r85, r83)
-    r87 = x38 >= 2.0
+    r87 = x39 >= 2.0
     r88 = r4 * r25 * r85
     r85 = k.where(r87, r88, r85)
-    r88 = x38 >= 3.0
+    r88 = x39 >= 3.0
     r91 = 2.0 * r4 * r25 * r70
     r83 = k.where(r88, r91, r83)
     r91 = 12.0 * r70
     r94 = 12.0 * r4 * r25 * r70
     r91 = k.where(r22, r94, r91)
-    r94 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r94 = 4.0 * x19 * x5 * x34 * r25 * r19
     r97 = r33 + r94
     r94 = k.where(r32, r97, r94)
     r97 = k.or_(r21, r68)
-    r100 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r101 = x36 * x19 * x16 * x33 * r25 * r19
+    r100 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r101 = x37 * x19 * x16 * x34 * r25 * r19
     r100 = r100 + r101
     r100 = k.max(r100, r94)
     r97 = k.where(r97, r100, r94)
@@ -119,16 +119,16 @@ def quantities(x, k):
     r105 = k.where(r21, r106, r105)
     r106 = 3.0 * x4 * r105 * r70
     r106 = k.where(r88, r106, 0.0)
-    r110 = x22 > 1.0
+    r110 = x23 > 1.0
     r110 = k.and_(r88, r110)
     r70 = 2.0 * x4 * r70
     r106 = k.where(r110, r70, r106)
     r70 = r48 + r85 + r83 + r91 + r97 + r106
     r115 = k.where(r43, r45, r30)
-    r116 = -1.0 + x22
+    r116 = -1.0 + x23
     r117 = k.min(1.0, r116)
     r118 = -1.0 * r117
-    r118 = x22 + r118
+    r118 = x23 + r118
     r120 = k.min(r6, r118)
     r120 = r120 * r29
     r115 = k.where(r51, r120, r115)
@@ -140,28 +140,28 @@ def quantities(x, k):
     r115 = k.where(r60, r65, r115)
     r115 = r31 * r115
     r44 = 1.0 + r117
-    r44 = x22 == r44
+    r44 = x23 == r44
     r120 = k.where(r44, 1.0, 0.0)
     r120 = x12 * r120
     r134 = r117 == 0.0
     r134 = k.where(r134, 1.0, 0.0)
-    r134 = x36 * x12 * r134
+    r134 = x37 * x12 * r134
     r137 = r117 != 0.0
     r137 = k.and_(r137, r44)
     r137 = k.where(r137, 1.0, 0.0)
-    r137 = x36 * x12 * r137
+    r137 = x37 * x12 * r137
     r137 = r120 + r71 + r134 + r137 + r72
     r137 = r19 * r137
-    r134 = x22 == r118
+    r134 = x23 == r118
     r120 = k.where(r134, 1.0, 0.0)
     r120 = x12 * r120
     r146 = r118 == 1.0
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x36 * x12 * r146
+    r146 = x37 * x12 * r146
     r118 = r118 != 1.0
     r118 = k.and_(r134, r118)
     r118 = k.where(r118, 1.0, 0.0)
-    r118 = x36 * x12 * r118
+    r118 = x37 * x12 * r118
     r72 = r120 + r71 + r146 + r118 + r72
     r72 = r19 * r72
     r72 = r137 + r72
@@ -243,411 +243,412 @@ def quantities(x, k):
     r115 = k.where(r115, 0.0, 0.0)
     r30 = r70 == r30
     r115 = k.where(r30, 0.0, r115)
-    r30 = x36 * x19 * x4 * x33 * r25 * r19
-    r48 = x36 * x19 * x4 * x33 * r25
+    r30 = x37 * x19 * x4 * x34 * r25 * r19
+    r48 = x37 * x19 * x4 * x34 * r25
     r106 = k.max(r70, r137, r15)
     r91 = r137 == r106
     r15 = k.where(r91, r137, r15)
     r106 = r70 == r106
     r15 = k.where(r106, r70, r15)
-    r70 = -1.0 * r15
-    r70 = x8 + r70
-    r106 = 6.0 * x6 * x33 * r16
+    r70 = -1.0 * x20
+    r106 = -1.0 * r15
+    r106 = x8 + r70 + r106
+    r70 = 6.0 * x6 * x34 * r16
     r137 = 6.0 * x12
     r91 = 6.0 * x15 * r12
-    r134 = 6.0 * x36 * x12
+    r134 = 6.0 * x37 * x12
     r85 = 18.0 * x15 * x12 * x5
-    r146 = 12.0 * x15 * x11 * x10 * x33
+    r146 = 12.0 * x15 * x11 * x10 * x34
     r146 = r137 + r91 + r134 + r85 + r146
-    r85 = x6 * x33 * r146
+    r85 = x6 * x34 * r146
     r134 = k.pow(x12, 2.0)
     r91 = k.recip(x12)
-    r137 = 0.16666666666666666 * x33 * r91
+    r137 = 0.16666666666666666 * x34 * r91
     r83 = k.recip(x15)
-    r91 = 0.0625 * x36 * r83 * r91
+    r91 = 0.0625 * x37 * r83 * r91
     r91 = 1.0 + r137 + r91
-    r91 = 96.0 * x6 * x15 * x33 * r134 * r91
-    r134 = k.pow(x33, 2.0)
+    r91 = 96.0 * x6 * x15 * x34 * r134 * r91
+    r134 = k.pow(x34, 2.0)
     r137 = 2.0 * x6 * x15 * x11 * x10 * r134
-    r118 = x23 == 1.0
+    r118 = x24 == 1.0
     r134 = 4.0 * x6 * x15 * x11 * x10 * r134
     r134 = k.where(r118, r134, 0.0)
-    r110 = 0.3333333333333333 * x6 * x33 * r146
+    r110 = 0.3333333333333333 * x6 * x34 * r146
     r134 = k.where(r32, r110, r134)
     r134 = r85 + r137 + r134
     r137 = k.where(r32, 1.0, 0.0)
     r110 = 1.0 + r137
     r72 = k.recip(x9)
     r29 = k.recip(x18)
-    r57 = x36 * x12 * r19
-    r58 = x19 * x12 * x33 * r25
-    r45 = x36 * x19 * x33 * r25 * r19
+    r57 = x37 * x12 * r19
+    r58 = x19 * x12 * x34 * r25
+    r45 = x37 * x19 * x34 * r25 * r19
     r45 = r57 + r58 + r45
     r57 = 2.0 * r72 * r29 * r45
-    r44 = k.recip(x21)
+    r44 = k.recip(x22)
     r71 = k.recip(x17)
-    r120 = 2.0 * x36 * x19 * x12 * x33 * r44 * r25 * r71 * r19
+    r120 = 2.0 * x37 * x19 * x12 * x34 * r44 * r25 * r71 * r19
     r120 = r57 + r120
     r120 = r110 * r120
     r45 = 4.0 * r72 * r29 * r45
-    r57 = 4.0 * x36 * x19 * x12 * x33 * r44 * r25 * r71 * r19
+    r57 = 4.0 * x37 * x19 * x12 * x34 * r44 * r25 * r71 * r19
     r57 = r120 + r45 + r57
     r57 = r8 * r57
     r45 = x12 * x5 * r19
-    r120 = x19 * x5 * x33 * r25 * r19
+    r120 = x19 * x5 * x34 * r25 * r19
     r120 = r45 + r58 + r120
     r45 = 2.0 * r72 * r29 * r120
-    r288 = 2.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r288 = r45 + r288
-    r288 = r110 * r288
+    r289 = 2.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r289 = r45 + r289
+    r289 = r110 * r289
     r45 = 2.0 * x12 * x5 * r19
-    r292 = 2.0 * x19 * x5 * x33 * r25 * r19
-    r292 = r45 + r58 + r292
-    r45 = 2.0 * r72 * r29 * r292
-    r295 = 4.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r295 = r45 + r295
-    r295 = r110 * r295
+    r293 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r293 = r45 + r58 + r293
+    r45 = 2.0 * r72 * r29 * r293
+    r296 = 4.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r296 = r45 + r296
+    r296 = r110 * r296
     r45 = x11 * x10 * x12 * r19
-    r299 = x11 * x19 * x10 * x33 * r25 * r19
-    r299 = r45 + r58 + r299
-    r45 = 2.0 * r72 * r29 * r299
-    r302 = 2.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19
-    r302 = r45 + r302
-    r302 = r110 * r302
+    r300 = x11 * x19 * x10 * x34 * r25 * r19
+    r300 = r45 + r58 + r300
+    r45 = 2.0 * r72 * r29 * r300
+    r303 = 2.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19
+    r303 = r45 + r303
+    r303 = r110 * r303
     r10 = x11 + r10
     r45 = x10 * x12 * r19 * r10
-    r307 = x19 * x10 * x33 * r25 * r19 * r10
-    r307 = r58 + r45 + r307
-    r45 = 2.0 * r72 * r29 * r307
-    r58 = 2.0 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19 * r10
+    r308 = x19 * x10 * x34 * r25 * r19 * r10
+    r308 = r58 + r45 + r308
+    r45 = 2.0 * r72 * r29 * r308
+    r58 = 2.0 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19 * r10
     r58 = r45 + r58
     r58 = r110 * r58
     r120 = 4.0 * r72 * r29 * r120
-    r292 = 4.0 * r72 * r29 * r292
-    r299 = 4.0 * r72 * r29 * r299
-    r307 = 4.0 * r72 * r29 * r307
-    r45 = 12.0 * x19 * x12 * x5 * x33 * r44 * r25 * r71 * r19
-    r318 = 4.0 * x11 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r44 * r25 * r71 * r19 * r10
-    r10 = r288 + r295 + r302 + r58 + r120 + r292 + r299 + r307 + r45 + r318 + r10
+    r293 = 4.0 * r72 * r29 * r293
+    r300 = 4.0 * r72 * r29 * r300
+    r308 = 4.0 * r72 * r29 * r308
+    r45 = 12.0 * x19 * x12 * x5 * x34 * r44 * r25 * r71 * r19
+    r319 = 4.0 * x11 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r44 * r25 * r71 * r19 * r10
+    r10 = r289 + r296 + r303 + r58 + r120 + r293 + r300 + r308 + r45 + r319 + r10
     r10 = x15 * r8 * r10
     r10 = r57 + r10
     r57 = x6 * r4 * r5 * r10
-    r318 = 5.0 * x5
+    r319 = 5.0 * x5
     r45 = 3.0 * x5 * r110
-    r45 = r318 + r45
-    r45 = x19 * x33 * r25 * r19 * r45
-    r318 = 12.0 * x12
-    r307 = 10.0 * x12 * r110
-    r307 = r318 + r307
-    r307 = x19 * x33 * r25 * r19 * r307
-    r307 = r45 + r307
-    r307 = x15 * r8 * r307
-    r45 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r45 = r319 + r45
+    r45 = x19 * x34 * r25 * r19 * r45
+    r319 = 12.0 * x12
+    r308 = 10.0 * x12 * r110
+    r308 = r319 + r308
+    r308 = x19 * x34 * r25 * r19 * r308
+    r308 = r45 + r308
+    r308 = x15 * r8 * r308
+    r45 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r137 = 2.0 + r137
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r137 * r9
-    r9 = r307 + r45 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r137 * r9
+    r9 = r308 + r45 + r9
     r45 = x6 * x4 * r72 * r4 * r5 * r29 * r9
-    r307 = k.recip(x0)
-    r137 = x11 * x10 * x33
+    r308 = k.recip(x0)
+    r137 = x11 * x10 * x34
     r118 = k.or_(r118, r32)
     r118 = k.where(r118, 1.0, 0.0)
     r118 = 3.0 + r118
-    r118 = 2.0 * x11 * x10 * x33 * r118
+    r118 = 2.0 * x11 * x10 * x34 * r118
     r118 = r137 + r118
-    r137 = x6 * x15 * x33 * r44 * r4 * r25 * r71 * r307 * r8 * r19 * r118
-    r318 = r57 + r45 + r137
-    r299 = k.recip(r318)
+    r137 = x6 * x15 * x34 * r44 * r4 * r25 * r71 * r308 * r8 * r19 * r118
+    r319 = r57 + r45 + r137
+    r300 = k.recip(r319)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r292 = k.recip(x6)
-    r120 = 0.3333333333333333 * x3 * x19 * r292 * r56 * r318
-    r58 = 0.6666666666666666 * x3 * x19 * x22 * r292 * r318
+    r293 = k.recip(x6)
+    r120 = 0.3333333333333333 * x3 * x19 * r293 * r56 * r319
+    r58 = 0.6666666666666666 * x3 * x19 * x23 * r293 * r319
     r9 = -1.0 * x6 * x4 * r72 * r4 * r5 * r29 * r9
-    r118 = -1.0 * x6 * x15 * x33 * r44 * r4 * r25 * r71 * r307 * r8 * r19 * r118
+    r118 = -1.0 * x6 * x15 * x34 * r44 * r4 * r25 * r71 * r308 * r8 * r19 * r118
     r58 = r10 + r120 + r58 + r9 + r118
     r58 = k.max(0.0, r58)
-    r120 = 0.5 * x22
+    r120 = 0.5 * x23
     r120 = -1.0 + r120
-    r120 = 0.6666666666666666 * x3 * x19 * r292 * r56 * r120 * r318
+    r120 = 0.6666666666666666 * x3 * x19 * r293 * r56 * r120 * r319
     r120 = k.where(r43, 0.0, r120)
-    r43 = 0.3333333333333333 * x3 * x19 * r292 * r56 * r116 * r318
+    r43 = 0.3333333333333333 * x3 * x19 * r293 * r56 * r116 * r319
     r120 = k.where(r50, r43, r120)
     r60 = k.or_(r49, r52, r60)
-    r116 = x3 * x19 * r292 * r56 * r116 * r318
+    r116 = x3 * x19 * r293 * r56 * r116 * r319
     r120 = k.where(r60, r116, r120)
     r120 = k.max(r58, r120)
-    r299 = r299 * r120
+    r300 = r300 * r120
     r58 = k.where(r84, 4.0, 2.0)
     r58 = 26.0 + r58
     r58 = r72 * r29 * r58 * r26
     r29 = r57 + r58 + r45 + r137
-    r72 = -1.0 * x20
+    r72 = -1.0 * x21
     r72 = 1.0 + r72
-    r116 = x22 * x37
+    r116 = x23 * x38
     r116 = -1.0 + r116
-    r56 = k.recip(x25)
-    r49 = k.recip(x26)
-    r43 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19
-    r43 = x27 + r43
-    r50 = 2.0 * x3 * x2 * x35
-    r50 = x29 >= r50
-    r307 = k.recip(x28)
-    r71 = k.recip(x30)
-    r302 = x19 * x4 * x12 * x33 * r307 * r25 * r71 * r19
-    r302 = x31 + r302
-    r43 = k.where(r50, r302, r43)
+    r56 = k.recip(x26)
+    r49 = k.recip(x27)
+    r43 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19
+    r43 = x28 + r43
+    r50 = 2.0 * x3 * x2 * x36
+    r50 = x30 >= r50
+    r308 = k.recip(x29)
+    r71 = k.recip(x31)
+    r303 = x19 * x4 * x12 * x34 * r308 * r25 * r71 * r19
+    r303 = x32 + r303
+    r43 = k.where(r50, r303, r43)
     r43 = 2.0 * x6 * r4 * r5 * r8 * r116 * r43
     r43 = k.where(r68, 0.0, r43)
     r72 = r72 * r43
-    r302 = x3 * x19 * r292 * r318
-    r50 = x22 <= 1.0
+    r303 = x3 * x19 * r293 * r319
+    r50 = x23 <= 1.0
     r87 = k.and_(r87, r50)
-    r302 = k.where(r87, r318, r302)
-    r302 = -1.0 * x20 * r302
-    r318 = x3 * x2
-    r295 = -1.0 + r318
-    r288 = k.recip(r295)
-    r398 = 2.0 * x3 * x2
-    r398 = -2.0 + r398
-    r400 = x29 * r19
-    r401 = k.gcd(r318, r400)
-    r402 = k.recip(r401)
-    r403 = x3 * x2 * r402
-    r403 = -1.0 + r403
-    r403 = x27 * r403
-    r406 = -1.0 * x3 * x2 * r402
-    r406 = r318 + r406
-    r406 = x31 * r406
-    r409 = r403 + r406
-    r409 = r288 * r398 * r409
-    r288 = x4 * r20
-    r412 = 4.0 * r20
-    r288 = k.where(r84, r412, r288)
-    r412 = x22 * r56 * r83 * r4 * r25 * r49 * r402 * r398 * r288
-    r401 = -1.0 + r401
-    r84 = x22 * r307 * r83 * r4 * r25 * r71 * r402 * r401 * r398 * r288
-    r84 = k.max(r412, r84)
-    r84 = r409 + r84
-    r409 = x29 <= x35
-    r412 = x27 * r398
-    r421 = x22 * r56 * r83 * r4 * r25 * r49 * r398 * r288
-    r421 = r412 + r421
-    r84 = k.where(r409, r421, r84)
-    r421 = x3 * x2 * x35
-    r421 = x29 >= r421
-    r412 = x31 * r398
-    r427 = x22 * r307 * r83 * r4 * r25 * r71 * r398 * r288
-    r427 = r412 + r427
-    r84 = k.where(r421, r427, r84)
+    r303 = k.where(r87, r319, r303)
+    r303 = -1.0 * x21 * r303
+    r319 = x3 * x2
+    r296 = -1.0 + r319
+    r289 = k.recip(r296)
+    r399 = 2.0 * x3 * x2
+    r399 = -2.0 + r399
+    r401 = x30 * r19
+    r402 = k.gcd(r319, r401)
+    r403 = k.recip(r402)
+    r404 = x3 * x2 * r403
+    r404 = -1.0 + r404
+    r404 = x28 * r404
+    r407 = -1.0 * x3 * x2 * r403
+    r407 = r319 + r407
+    r407 = x32 * r407
+    r410 = r404 + r407
+    r410 = r289 * r399 * r410
+    r289 = x4 * r20
+    r413 = 4.0 * r20
+    r289 = k.where(r84, r413, r289)
+    r413 = x23 * r56 * r83 * r4 * r25 * r49 * r403 * r399 * r289
+    r402 = -1.0 + r402
+    r84 = x23 * r308 * r83 * r4 * r25 * r71 * r403 * r402 * r399 * r289
+    r84 = k.max(r413, r84)
+    r84 = r410 + r84
+    r410 = x30 <= x36
+    r413 = x28 * r399
+    r422 = x23 * r56 * r83 * r4 * r25 * r49 * r399 * r289
+    r422 = r413 + r422
+    r84 = k.where(r410, r422, r84)
+    r422 = x3 * x2 * x36
+    r422 = x30 >= r422
+    r413 = x32 * r399
+    r428 = x23 * r308 * r83 * r4 * r25 * r71 * r399 * r289
+    r428 = r413 + r428
+    r84 = k.where(r422, r428, r84)
     r84 = x15 * r8 * r84
-    r427 = x22 * r56 * r83 * r4 * r25 * r49 * r402 * r295 * r288
-    r412 = x22 * r307 * r83 * r4 * r25 * r71 * r402 * r295 * r401 * r288
-    r412 = k.max(r427, r412)
-    r412 = r403 + r406 + r412
-    r427 = x27 * r295
-    r436 = x22 * r56 * r83 * r4 * r25 * r49 * r295 * r288
-    r436 = r427 + r436
-    r412 = k.where(r409, r436, r412)
-    r436 = x31 * r295
-    r440 = x22 * r307 * r83 * r4 * r25 * r71 * r295 * r288
-    r440 = r436 + r440
-    r412 = k.where(r421, r440, r412)
-    r440 = x15 * r8 * r412
-    r444 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r402 * r295 * r20
-    r401 = x4 * x22 * r307 * r83 * r4 * r25 * r71 * r402 * r295 * r401 * r20
-    r401 = k.max(r444, r401)
-    r401 = r403 + r406 + r401
-    r406 = x4 * x22 * r56 * r83 * r4 * r25 * r49 * r295 * r20
-    r406 = r427 + r406
-    r401 = k.where(r409, r406, r401)
-    r83 = x4 * x22 * r307 * r83 * r4 * r25 * r71 * r295 * r20
-    r83 = r436 + r83
-    r401 = k.where(r421, r83, r401)
-    r83 = x15 * r8 * r401
-    r421 = r440 + r83
-    r84 = k.where(r22, r421, r84)
-    r412 = x6 * x15 * r4 * r5 * r8 * r412
-    r412 = r83 + r412
-    r84 = k.where(r87, r412, r84)
+    r428 = x23 * r56 * r83 * r4 * r25 * r49 * r403 * r296 * r289
+    r413 = x23 * r308 * r83 * r4 * r25 * r71 * r403 * r296 * r402 * r289
+    r413 = k.max(r428, r413)
+    r413 = r404 + r407 + r413
+    r428 = x28 * r296
+    r437 = x23 * r56 * r83 * r4 * r25 * r49 * r296 * r289
+    r437 = r428 + r437
+    r413 = k.where(r410, r437, r413)
+    r437 = x32 * r296
+    r441 = x23 * r308 * r83 * r4 * r25 * r71 * r296 * r289
+    r441 = r437 + r441
+    r413 = k.where(r422, r441, r413)
+    r441 = x15 * r8 * r413
+    r445 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r403 * r296 * r20
+    r402 = x4 * x23 * r308 * r83 * r4 * r25 * r71 * r403 * r296 * r402 * r20
+    r402 = k.max(r445, r402)
+    r402 = r404 + r407 + r402
+    r407 = x4 * x23 * r56 * r83 * r4 * r25 * r49 * r296 * r20
+    r407 = r428 + r407
+    r402 = k.where(r410, r407, r402)
+    r83 = x4 * x23 * r308 * r83 * r4 * r25 * r71 * r296 * r20
+    r83 = r437 + r83
+    r402 = k.where(r422, r83, r402)
+    r83 = x15 * r8 * r402
+    r422 = r441 + r83
+    r84 = k.where(r22, r422, r84)
+    r413 = x6 * x15 * r4 * r5 * r8 * r413
+    r413 = r83 + r413
+    r84 = k.where(r87, r413, r84)
     r50 = k.and_(r88, r50)
-    r401 = 2.0 * x15 * r8 * r401
-    r401 = r440 + r401
-    r401 = x6 * r4 * r5 * r401
-    r84 = k.where(r50, r401, r84)
-    r318 = r318 == 1.0
-    r84 = k.where(r318, 0.0, r84)
-    r302 = r302 + r84
-    r302 = k.max(0.0, r302)
-    r400 = k.gcd(x2, r400)
-    r401 = k.recip(r400)
-    r440 = x2 * r401
-    r440 = -1.0 + r440
-    r440 = x27 * r440
-    r88 = -1.0 * x2 * r401
+    r402 = 2.0 * x15 * r8 * r402
+    r402 = r441 + r402
+    r402 = x6 * r4 * r5 * r402
+    r84 = k.where(r50, r402, r84)
+    r319 = r319 == 1.0
+    r84 = k.where(r319, 0.0, r84)
+    r303 = r303 + r84
+    r303 = k.max(0.0, r303)
+    r401 = k.gcd(x2, r401)
+    r402 = k.recip(r401)
+    r441 = x2 * r402
+    r441 = -1.0 + r441
+    r441 = x28 * r441
+    r88 = -1.0 * x2 * r402
     r88 = x2 + r88
-    r88 = x31 * r88
-    r412 = -1.0 + x2
-    r83 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r19 * r401 * r412
-    r400 = -1.0 + r400
-    r400 = 2.0 * x14 * x19 * x10 * x4 * x33 * r307 * r25 * r71 * r19 * r401 * r412 * r400
-    r400 = k.max(r83, r400)
-    r400 = r440 + r88 + r400
-    r88 = x27 * r412
-    r440 = 2.0 * x14 * x19 * x10 * x4 * x33 * r56 * r25 * r49 * r19 * r412
-    r440 = r88 + r440
-    r400 = k.where(r409, r440, r400)
-    r440 = x2 * x35
-    r440 = x29 >= r440
-    r409 = x31 * r412
-    r88 = 2.0 * x14 * x19 * x10 * x4 * x33 * r307 * r25 * r71 * r19 * r412
-    r88 = r409 + r88
-    r400 = k.where(r440, r88, r400)
-    r88 = x6 * x15 * r4 * r5 * r8 * r400
-    r400 = x6 * x15 * r4 * r5 * r8 * r110 * r400
-    r400 = r88 + r400
+    r88 = x32 * r88
+    r413 = -1.0 + x2
+    r83 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r402 * r413
+    r401 = -1.0 + r401
+    r401 = 2.0 * x14 * x19 * x10 * x4 * x34 * r308 * r25 * r71 * r19 * r402 * r413 * r401
+    r401 = k.max(r83, r401)
+    r401 = r441 + r88 + r401
+    r88 = x28 * r413
+    r441 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r413
+    r441 = r88 + r441
+    r401 = k.where(r410, r441, r401)
+    r441 = x2 * x36
+    r441 = x30 >= r441
+    r410 = x32 * r413
+    r88 = 2.0 * x14 * x19 * x10 * x4 * x34 * r308 * r25 * r71 * r19 * r413
+    r88 = r410 + r88
+    r401 = k.where(r441, r88, r401)
+    r88 = x6 * x15 * r4 * r5 * r8 * r401
+    r401 = x6 * x15 * r4 * r5 * r8 * r110 * r401
+    r401 = r88 + r401
     r88 = x2 == 1.0
-    r400 = k.where(r88, 0.0, r400)
+    r401 = k.where(r88, 0.0, r401)
     r32 = k.where(r32, 2.0, 0.0)
     r32 = 4.0 + r32
-    r440 = k.gcd(x35, x29)
-    r409 = k.recip(r440)
-    r83 = x35 * r409
+    r441 = k.gcd(x36, x30)
+    r410 = k.recip(r441)
+    r83 = x36 * r410
     r83 = -1.0 + r83
-    r83 = x27 * r83
-    r401 = -1.0 * x35 * r409
-    r401 = x35 + r401
-    r401 = x31 * r401
-    r421 = -1.0 + x35
-    r436 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19 * r409 * r421
-    r440 = -1.0 + r440
-    r440 = x19 * x4 * x12 * x33 * r307 * r25 * r71 * r19 * r409 * r421 * r440
-    r440 = k.max(r436, r440)
-    r440 = r83 + r401 + r440
-    r401 = x29 <= 1.0
-    r83 = x27 * r421
-    r49 = x19 * x4 * x12 * x33 * r56 * r25 * r49 * r19 * r421
+    r83 = x28 * r83
+    r402 = -1.0 * x36 * r410
+    r402 = x36 + r402
+    r402 = x32 * r402
+    r422 = -1.0 + x36
+    r437 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r410 * r422
+    r441 = -1.0 + r441
+    r441 = x19 * x4 * x12 * x34 * r308 * r25 * r71 * r19 * r410 * r422 * r441
+    r441 = k.max(r437, r441)
+    r441 = r83 + r402 + r441
+    r402 = x30 <= 1.0
+    r83 = x28 * r422
+    r49 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r422
     r49 = r83 + r49
-    r440 = k.where(r401, r49, r440)
-    r49 = x29 >= x35
-    r401 = x31 * r421
-    r71 = x19 * x4 * x12 * x33 * r307 * r25 * r71 * r19 * r421
-    r71 = r401 + r71
-    r440 = k.where(r49, r71, r440)
-    r440 = 2.0 * x6 * x15 * r4 * r5 * r8 * r32 * r440
-    r71 = x35 == 1.0
-    r440 = k.where(r71, 0.0, r440)
+    r441 = k.where(r402, r49, r441)
+    r49 = x30 >= x36
+    r402 = x32 * r422
+    r71 = x19 * x4 * x12 * x34 * r308 * r25 * r71 * r19 * r422
+    r71 = r402 + r71
+    r441 = k.where(r49, r71, r441)
+    r441 = 2.0 * x6 * x15 * r4 * r5 * r8 * r32 * r441
+    r71 = x36 == 1.0
+    r441 = k.where(r71, 0.0, r441)
     r118 = r10 + r9 + r118
     r118 = k.max(0.0, r118)
     r118 = k.where(r21, r118, 0.0)
-    r21 = r72 + r57 + r58 + r45 + r137 + r302 + r120 + r400 + r440 + r118
+    r21 = r72 + r57 + r58 + r45 + r137 + r303 + r120 + r401 + r441 + r118
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r44 * r4 * r25 * r8 * r19 * r9 * r16
-    r146 = x6 * x33 * r44 * r4 * r25 * r8 * r19 * r9 * r146
-    r9 = x19 * x4 * x12 * x33 * r25
-    r44 = x19 * x4 * x12 * x33 * r56 * r25
-    r398 = r4 * r25 * r398 * r288
-    r49 = r4 * r25 * r295 * r288
-    r401 = x4 * r4 * r25 * r295 * r20
-    r307 = r49 + r401
-    r398 = k.where(r22, r307, r398)
-    r307 = k.pow(x3, -2.0)
-    r288 = x6 * r307 * r5 * r25 * r295 * r288
-    r288 = r401 + r288
-    r398 = k.where(r87, r288, r398)
-    r295 = 2.0 * x4 * r4 * r25 * r295 * r20
-    r295 = r49 + r295
-    r295 = x6 * r4 * r5 * r295
-    r398 = k.where(r50, r295, r398)
-    r398 = k.where(r318, 0.0, r398)
-    r318 = r56 * r398
-    r56 = x28 * r56
-    r295 = k.recip(x33)
-    r50 = x34 * r292 * r295
+    r10 = 6.0 * x6 * x34 * r44 * r4 * r25 * r8 * r19 * r9 * r16
+    r146 = x6 * x34 * r44 * r4 * r25 * r8 * r19 * r9 * r146
+    r9 = x19 * x4 * x12 * x34 * r25
+    r44 = x19 * x4 * x12 * x34 * r56 * r25
+    r399 = r4 * r25 * r399 * r289
+    r49 = r4 * r25 * r296 * r289
+    r402 = x4 * r4 * r25 * r296 * r20
+    r308 = r49 + r402
+    r399 = k.where(r22, r308, r399)
+    r308 = k.pow(x3, -2.0)
+    r289 = x6 * r308 * r5 * r25 * r296 * r289
+    r289 = r402 + r289
+    r399 = k.where(r87, r289, r399)
+    r296 = 2.0 * x4 * r4 * r25 * r296 * r20
+    r296 = r49 + r296
+    r296 = x6 * r4 * r5 * r296
+    r399 = k.where(r50, r296, r399)
+    r399 = k.where(r319, 0.0, r399)
+    r319 = r56 * r399
+    r56 = x29 * r56
+    r296 = k.recip(x34)
+    r50 = x35 * r293 * r296
     r5 = k.recip(x13)
     r49 = r4 * r25 * r5 * r8 * r19
-    r288 = 8e-12 * x12
+    r289 = 8e-12 * x12
     r87 = 8e-12 * x15 * r12
-    r401 = 8e-12 * x36 * x12
-    r307 = 2.4e-11 * x15 * x12 * x5
-    r22 = r288 + r87 + r401 + r307
+    r402 = 8e-12 * x37 * x12
+    r308 = 2.4e-11 * x15 * x12 * x5
+    r22 = r289 + r87 + r402 + r308
     r83 = 4e-12 * x12
-    r436 = 4e-12 * x15 * r12
-    r409 = 4e-12 * x36 * x12
-    r406 = 1.2e-11 * x15 * x12 * x5
-    r406 = r83 + r436 + r409 + r406
-    r406 = r49 > r406
-    r409 = -8e-12 * x12
+    r437 = 4e-12 * x15 * r12
+    r410 = 4e-12 * x37 * x12
+    r407 = 1.2e-11 * x15 * x12 * x5
+    r407 = r83 + r437 + r410 + r407
+    r407 = r49 > r407
+    r410 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r436 = -8e-12 * x36 * x12
+    r437 = -8e-12 * x37 * x12
     r83 = -2.4e-11 * x15 * x12 * x5
-    r427 = k.sqrt(2.0)
-    r403 = k.sqrt(x3)
+    r428 = k.sqrt(2.0)
+    r404 = k.sqrt(x3)
+    r404 = k.recip(r404)
+    r445 = k.sqrt(x2)
+    r445 = k.recip(r445)
+    r403 = k.sqrt(x13)
     r403 = k.recip(r403)
-    r444 = k.sqrt(x2)
-    r444 = k.recip(r444)
-    r402 = k.sqrt(x13)
-    r402 = k.recip(r402)
-    r578 = k.sqrt(x22)
-    r578 = k.recip(r578)
-    r580 = k.sqrt(x35)
-    r580 = k.recip(r580)
-    r582 = k.sqrt(r22)
-    r583 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r22
-    r584 = k.sqrt(x3)
-    r585 = k.sqrt(x2)
-    r586 = k.sqrt(x13)
-    r587 = k.sqrt(x22)
-    r588 = k.sqrt(x35)
-    r588 = 0.16666666666666666 * r427 * r584 * r585 * r586 * r587 * r588 * r582
-    r588 = 1.0 + r583 + r588
-    r588 = r427 * r403 * r444 * r402 * r578 * r580 * r582 * r588
-    r588 = r409 + r12 + r436 + r83 + r588
-    r83 = k.where(r406, r588, r49)
-    r307 = r288 + r87 + r401 + r307 + r83
-    r307 = x3 * x2 * x13 * x22 * x35 * r307
-    r307 = k.exp(r307)
-    r307 = -1.0 + r307
-    r401 = k.recip(r307)
-    r87 = x24 + x1
-    r288 = -1.0 * x3 * x2 * x13 * x22 * x35 * r87
-    r288 = k.exp(r288)
-    r288 = x3 * x2 * x13 * x22 * x35 * r401 * r83 * r288
-    r401 = x3 * x2 * x13 * x22 * x35
-    r588 = k.recip(r588)
-    r401 = k.where(r406, r588, r401)
-    r87 = x3 * x2 * x13 * x22 * x35 * r87
+    r579 = k.sqrt(x23)
+    r579 = k.recip(r579)
+    r581 = k.sqrt(x36)
+    r581 = k.recip(r581)
+    r583 = k.sqrt(r22)
+    r584 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r22
+    r585 = k.sqrt(x3)
+    r586 = k.sqrt(x2)
+    r587 = k.sqrt(x13)
+    r588 = k.sqrt(x23)
+    r589 = k.sqrt(x36)
+    r589 = 0.16666666666666666 * r428 * r585 * r586 * r587 * r588 * r589 * r583
+    r589 = 1.0 + r584 + r589
+    r589 = r428 * r404 * r445 * r403 * r579 * r581 * r583 * r589
+    r589 = r410 + r12 + r437 + r83 + r589
+    r83 = k.where(r407, r589, r49)
+    r308 = r289 + r87 + r402 + r308 + r83
+    r308 = x3 * x2 * x13 * x23 * x36 * r308
+    r308 = k.exp(r308)
+    r308 = -1.0 + r308
+    r402 = k.recip(r308)
+    r87 = x25 + x1
+    r289 = -1.0 * x3 * x2 * x13 * x23 * x36 * r87
+    r289 = k.exp(r289)
+    r289 = x3 * x2 * x13 * x23 * x36 * r402 * r83 * r289
+    r402 = x3 * x2 * x13 * x23 * x36
+    r589 = k.recip(r589)
+    r402 = k.where(r407, r589, r402)
+    r87 = x3 * x2 * x13 * x23 * x36 * r87
     r87 = k.exp(r87)
-    r5 = x34 * r292 * r4 * r25 * r5 * r8 * r295 * r19 * r307 * r21 * r401 * r87
-    r87 = x34 * r292 * r295 * r307 * r21 * r401 * r87
-    r32 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r421 * r32
+    r5 = x35 * r293 * r4 * r25 * r5 * r8 * r296 * r19 * r308 * r21 * r402 * r87
+    r87 = x35 * r293 * r296 * r308 * r21 * r402 * r87
+    r32 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r422 * r32
     r32 = k.where(r71, 0.0, r32)
-    r71 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r412
-    r412 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r110 * r412
-    r412 = r71 + r412
-    r412 = k.where(r88, 0.0, r412)
-    r116 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r116
+    r71 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r413
+    r413 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r110 * r413
+    r413 = r71 + r413
+    r413 = k.where(r88, 0.0, r413)
+    r116 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r116
     r116 = k.where(r68, 0.0, r116)
-    r117 = r117 < x22
-    r68 = x32 != 2.0
+    r117 = r117 < x23
+    r68 = x33 != 2.0
     r52 = k.and_(r52, r68)
     r52 = k.not_(r52)
     r52 = k.or_(r117, r52)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r51 = k.and_(r19, r68, r51)
     r51 = k.not_(r51)
     r51 = k.or_(r117, r51)
     r51 = k.and_(r52, r51)
-    r52 = x22 >= 2.0
-    r117 = x32 != 3.0
-    r68 = x32 != 4.0
+    r52 = x23 >= 2.0
+    r117 = x33 != 3.0
+    r68 = x33 != 4.0
     r60 = k.not_(r60)
     r60 = k.and_(r117, r68, r60)
     r60 = k.not_(r60)
     r60 = k.or_(r52, r60)
-    r52 = x21 * x3 * x2 * x22 * x35 * r21
-    r68 = r106 <= r52
+    r52 = x22 * x3 * x2 * x23 * x36 * r21
+    r68 = r70 <= r52
     r52 = r85 <= r52
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r69, r31, r65, r105, r94, r115, 0.0, r97, r100, r33, r30, r48, r101, r15, r70, r106, r106, r85, r91, r134, r299, r29, r120, r21, r10, r146, r9, r44, r318, r56, 0.0, r50, r49, r22, r83, r288, r5, r87, r57, r137, r45, r58, r32, r440, r440, r412, r400, r400, r398, r84, r302, r116, r43, r72, 0.0, 0.0, r118, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, r51, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r68, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r69, r31, r65, r105, r94, r115, 0.0, r97, r100, r33, r30, r48, r101, r15, r106, r70, r70, r85, r91, r134, r300, r29, r120, r21, r10, r146, r9, r44, r319, r56, 0.0, r50, r49, r22, r83, r289, r5, r87, r57, r137, r45, r58, r32, r441, r441, r413, r401, r401, r399, r84, r303, r116, r43, r72, 0.0, 0.0, r118, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r68, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1268,9 +1269,9 @@ def search(x, k):
     return (r87, r69, r35)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (43, 44, 45, 46), (38, 43, 44, 45, 46), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 38, 39, 43, 44, 45, 46), (30, 31, 32, 35, 38, 39, 43, 44, 45, 46), (29, 43, 44, 45, 46), (29, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 36), (10, 37), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 36), (22, 37), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 36), (23, 37), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 9), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (40, 44, 45, 46, 47), (44, 45, 46, 47), (39, 44, 45, 46, 47), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 39, 40, 44, 45, 46, 47), (30, 31, 32, 34, 36, 39, 40, 44, 45, 46, 47), (29, 44, 45, 46, 47), (29, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (41, 44, 45, 46, 47), (41, 44, 45, 46, 47, 73, 74), (41, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 37), (10, 38), (10, 69), (11, 69), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 33), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 65), (16, 66), (16, 67), (16, 68), (17, 33), (17, 65), (17, 66), (17, 67), (17, 68), (22, 33), (22, 37), (22, 38), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 33), (23, 37), (23, 38), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

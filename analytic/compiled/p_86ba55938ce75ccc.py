@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x22 == 1.0
+    r37 = x23 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x36 * x12 * r38
-    r12 = x22 != 1.0
+    r38 = x37 * x12 * r38
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x38 >= 3.0
+    r51 = x39 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -74,45 +74,45 @@ def quantities(x, k):
     r61 = r58 + r59 + r60 + r61
     r61 = r16 * r61
     r61 = r55 + r61
-    r61 = x19 * x33 * r30 * r61
-    r55 = x23 == 2.0
-    r60 = 2.0 * x19 * x12 * x33 * r30
+    r61 = x19 * x34 * r30 * r61
+    r55 = x24 == 2.0
+    r60 = 2.0 * x19 * x12 * x34 * r30
     r60 = k.where(r55, r60, r61)
-    r59 = 1.0 + x22
+    r59 = 1.0 + x23
     r59 = k.min(r59, r6)
     r59 = r59 * r34
-    r58 = x32 == 4.0
-    r73 = 2.0 * x22
+    r58 = x33 == 4.0
+    r73 = 2.0 * x23
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r34
     r77 = k.where(r58, r74, r59)
-    r78 = x32 == 0.0
-    r79 = x32 == 3.0
+    r78 = x33 == 0.0
+    r79 = x33 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x22, r6)
+    r81 = k.min(x23, r6)
     r81 = r81 * r34
     r77 = k.where(r80, r81, r77)
-    r81 = x32 == 1.0
-    r85 = k.recip(x37)
-    r86 = x6 * x37 * r4 * r5
-    r87 = -1.0 + x37
-    r87 = x22 * r87
+    r81 = x33 == 1.0
+    r85 = k.recip(x38)
+    r86 = x6 * x38 * r4 * r5
+    r87 = -1.0 + x38
+    r87 = x23 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r34
     r77 = k.where(r81, r89, r77)
-    r89 = x32 == 2.0
+    r89 = x33 == 2.0
     r94 = x6 * r4 * r5 * r34
     r77 = k.where(r89, r94, r77)
     r77 = r60 * r77
     r97 = k.where(r27, 1000000000.0, 0.0)
-    r98 = x38 >= 2.0
+    r98 = x39 >= 2.0
     r8 = k.where(r98, r52, r8)
     r52 = k.where(r55, r61, 0.0)
     r101 = k.or_(r26, r37)
-    r102 = 4.0 * x19 * x12 * x33 * r30
-    r103 = x36 * x19 * x16 * x33 * r30 * r16
+    r102 = 4.0 * x19 * x12 * x34 * r30
+    r103 = x37 * x19 * x16 * x34 * r30 * r16
     r102 = r102 + r103
     r102 = k.max(r102, r52)
     r101 = k.where(r101, r102, r52)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r26, r108, r107)
     r108 = 3.0 * x4 * r107 * r39
     r108 = k.where(r51, r108, 0.0)
-    r112 = x22 > 1.0
+    r112 = x23 > 1.0
     r112 = k.and_(r51, r112)
     r114 = 2.0 * x4 * r39
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r39 = r114 == r39
     r108 = k.where(r39, r108, 0.0)
     r39 = r53 + r54 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x22
+    r114 = -1.0 + x23
     r8 = k.min(1.0, r114)
     r77 = 1.0 + r8
-    r77 = x22 == r77
+    r77 = x23 == r77
     r130 = k.where(r77, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r150 = r8 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x36 * x12 * r150
+    r150 = x37 * x12 * r150
     r153 = r8 != 0.0
     r153 = k.and_(r153, r77)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x36 * x12 * r153
+    r153 = x37 * x12 * r153
     r153 = r35 + r36 + r130 + r150 + r153
     r153 = r16 * r153
     r150 = -1.0 * r8
-    r150 = x22 + r150
-    r130 = x22 == r150
+    r150 = x23 + r150
+    r130 = x23 == r150
     r162 = k.where(r130, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r150 == 1.0
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x36 * x12 * r164
+    r164 = x37 * x12 * r164
     r167 = r150 != 1.0
     r167 = k.and_(r130, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x36 * x12 * r167
+    r167 = x37 * x12 * r167
     r167 = r35 + r36 + r162 + r164 + r167
     r167 = r16 * r167
     r167 = r153 + r167
@@ -315,118 +315,119 @@ def quantities(x, k):
     r97 = k.where(r54, r73, r97)
     r108 = r39 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x36 * x19 * x4 * x33 * r30 * r16
-    r108 = x36 * x19 * x4 * x33 * r30
+    r124 = x37 * x19 * x4 * x34 * r30 * r16
+    r108 = x37 * x19 * x4 * x34 * r30
     r73 = k.max(r39, r153, r12)
     r54 = r153 == r73
     r12 = k.where(r54, r153, r12)
     r73 = r39 == r73
     r12 = k.where(r73, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r73 = 6.0 * x6 * x33 * r15
+    r39 = -1.0 * x20
+    r73 = -1.0 * r12
+    r73 = x8 + r39 + r73
+    r39 = 6.0 * x6 * x34 * r15
     r153 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r130 = 6.0 * x15 * r13
-    r118 = 6.0 * x36 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x33
+    r118 = 6.0 * x37 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x34
     r36 = r153 + r54 + r130 + r118 + r36
-    r118 = x6 * x33 * r36
+    r118 = x6 * x34 * r36
     r130 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x33 * r54
+    r53 = 0.16666666666666666 * x34 * r54
     r164 = k.recip(x15)
-    r54 = 0.0625 * x36 * r164 * r54
+    r54 = 0.0625 * x37 * r164 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x33 * r130 * r54
-    r130 = k.pow(x33, 2.0)
+    r54 = 96.0 * x6 * x15 * x34 * r130 * r54
+    r130 = k.pow(x34, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r130
-    r77 = x23 == 1.0
+    r77 = x24 == 1.0
     r130 = 4.0 * x6 * x15 * x11 * x10 * r130
     r130 = k.where(r77, r130, 0.0)
-    r162 = 0.3333333333333333 * x6 * x33 * r36
+    r162 = 0.3333333333333333 * x6 * x34 * r36
     r130 = k.where(r55, r162, r130)
     r130 = r118 + r53 + r130
     r53 = k.where(r55, 1.0, 0.0)
     r53 = 1.0 + r53
     r162 = k.recip(x9)
     r38 = k.recip(x18)
-    r59 = x36 * x12 * r16
-    r112 = x19 * x12 * x33 * r30
-    r60 = x36 * x19 * x33 * r30 * r16
+    r59 = x37 * x12 * r16
+    r112 = x19 * x12 * x34 * r30
+    r60 = x37 * x19 * x34 * r30 * r16
     r60 = r59 + r112 + r60
     r59 = 2.0 * r162 * r38 * r60
-    r94 = k.recip(x21)
+    r94 = k.recip(x22)
     r34 = k.recip(x17)
-    r86 = 2.0 * x36 * x19 * x12 * x33 * r94 * r30 * r34 * r16
+    r86 = 2.0 * x37 * x19 * x12 * x34 * r94 * r30 * r34 * r16
     r86 = r59 + r86
     r86 = r53 * r86
     r60 = 4.0 * r162 * r38 * r60
-    r59 = 4.0 * x36 * x19 * x12 * x33 * r94 * r30 * r34 * r16
+    r59 = 4.0 * x37 * x19 * x12 * x34 * r94 * r30 * r34 * r16
     r59 = r86 + r60 + r59
     r59 = r11 * r59
     r60 = x11 * x10 * x12 * r16
-    r86 = x11 * x19 * x10 * x33 * r30 * r16
+    r86 = x11 * x19 * x10 * x34 * r30 * r16
     r86 = r60 + r112 + r86
     r60 = 2.0 * r162 * r38 * r86
-    r87 = 2.0 * x11 * x19 * x10 * x12 * x33 * r94 * r30 * r34 * r16
+    r87 = 2.0 * x11 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16
     r87 = r60 + r87
     r87 = r53 * r87
     r60 = x10 * x12 * r16 * r14
-    r74 = x19 * x10 * x33 * r30 * r16 * r14
+    r74 = x19 * x10 * x34 * r30 * r16 * r14
     r74 = r112 + r60 + r74
     r60 = 2.0 * r162 * r38 * r74
-    r150 = 2.0 * x19 * x10 * x12 * x33 * r94 * r30 * r34 * r16 * r14
+    r150 = 2.0 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16 * r14
     r150 = r60 + r150
     r150 = r53 * r150
     r60 = x12 * x5 * r16
-    r371 = x19 * x5 * x33 * r30 * r16
-    r371 = r60 + r112 + r371
-    r112 = 2.0 * r162 * r38 * r371
-    r60 = 2.0 * x19 * x12 * x5 * x33 * r94 * r30 * r34 * r16
+    r372 = x19 * x5 * x34 * r30 * r16
+    r372 = r60 + r112 + r372
+    r112 = 2.0 * r162 * r38 * r372
+    r60 = 2.0 * x19 * x12 * x5 * x34 * r94 * r30 * r34 * r16
     r60 = r112 + r60
     r60 = 2.0 * r53 * r60
     r86 = 4.0 * r162 * r38 * r86
     r74 = 4.0 * r162 * r38 * r74
-    r371 = 8.0 * r162 * r38 * r371
-    r112 = 8.0 * x19 * x12 * x5 * x33 * r94 * r30 * r34 * r16
-    r381 = 4.0 * x11 * x19 * x10 * x12 * x33 * r94 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r94 * r30 * r34 * r16 * r14
-    r14 = r87 + r150 + r60 + r86 + r74 + r371 + r112 + r381 + r14
+    r372 = 8.0 * r162 * r38 * r372
+    r112 = 8.0 * x19 * x12 * x5 * x34 * r94 * r30 * r34 * r16
+    r382 = 4.0 * x11 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r94 * r30 * r34 * r16 * r14
+    r14 = r87 + r150 + r60 + r86 + r74 + r372 + r112 + r382 + r14
     r14 = x15 * r11 * r14
     r14 = r59 + r14
     r59 = x6 * r4 * r5 * r14
-    r381 = 10.0 * x12 * r53
-    r381 = r153 + r381
-    r381 = x19 * x33 * r30 * r381
+    r382 = 10.0 * x12 * r53
+    r382 = r153 + r382
+    r382 = x19 * x34 * r30 * r382
     r153 = 3.0 * x5
     r112 = 2.0 * x5 * r53
     r112 = r153 + r112
-    r112 = x19 * x33 * r30 * r16 * r112
-    r112 = r381 + r112
+    r112 = x19 * x34 * r30 * r16 * r112
+    r112 = r382 + r112
     r112 = x15 * r11 * r112
-    r381 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r381 = r112 + r381
-    r112 = x6 * x4 * r162 * r4 * r5 * r38 * r381
+    r382 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r382 = r112 + r382
+    r112 = x6 * x4 * r162 * r4 * r5 * r38 * r382
     r153 = k.recip(x0)
-    r371 = x11 * x10 * x33
+    r372 = x11 * x10 * x34
     r77 = k.or_(r77, r55)
     r77 = k.where(r77, 1.0, 0.0)
     r77 = 3.0 + r77
-    r77 = 2.0 * x11 * x10 * x33 * r77
-    r77 = r371 + r77
-    r371 = x6 * x15 * x33 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r74 = r59 + r112 + r371
+    r77 = 2.0 * x11 * x10 * x34 * r77
+    r77 = r372 + r77
+    r372 = x6 * x15 * x34 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r74 = r59 + r112 + r372
     r86 = k.recip(r74)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r60 = k.recip(x6)
     r150 = 0.3333333333333333 * x3 * x19 * r60 * r85 * r74
-    r87 = 0.6666666666666666 * x3 * x19 * x22 * r60 * r74
-    r381 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r381
-    r77 = -1.0 * x6 * x15 * x33 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r87 = r14 + r150 + r87 + r381 + r77
+    r87 = 0.6666666666666666 * x3 * x19 * x23 * r60 * r74
+    r382 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r382
+    r77 = -1.0 * x6 * x15 * x34 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r87 = r14 + r150 + r87 + r382 + r77
     r87 = k.max(0.0, r87)
-    r150 = 0.5 * x22
+    r150 = 0.5 * x23
     r150 = -1.0 + r150
     r150 = 0.6666666666666666 * x3 * x19 * r60 * r85 * r150 * r74
     r150 = k.where(r58, 0.0, r150)
@@ -438,260 +439,260 @@ def quantities(x, k):
     r150 = k.max(r87, r150)
     r86 = r86 * r150
     r38 = 28.0 * r162 * r38 * r31
-    r162 = r38 + r59 + r112 + r371
-    r87 = -1.0 * x20
+    r162 = r38 + r59 + r112 + r372
+    r87 = -1.0 * x21
     r87 = 1.0 + r87
-    r114 = x22 * x37
+    r114 = x23 * x38
     r114 = -1.0 + r114
-    r85 = k.recip(x25)
-    r78 = k.recip(x26)
-    r58 = x19 * x4 * x12 * x33 * r85 * r30 * r78 * r16
-    r58 = x27 + r58
-    r79 = 2.0 * x3 * x2 * x35
-    r79 = x29 >= r79
-    r153 = k.recip(x28)
-    r34 = k.recip(x30)
-    r442 = x19 * x4 * x12 * x33 * r153 * r30 * r34 * r16
-    r442 = x31 + r442
-    r58 = k.where(r79, r442, r58)
+    r85 = k.recip(x26)
+    r78 = k.recip(x27)
+    r58 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16
+    r58 = x28 + r58
+    r79 = 2.0 * x3 * x2 * x36
+    r79 = x30 >= r79
+    r153 = k.recip(x29)
+    r34 = k.recip(x31)
+    r443 = x19 * x4 * x12 * x34 * r153 * r30 * r34 * r16
+    r443 = x32 + r443
+    r58 = k.where(r79, r443, r58)
     r58 = 2.0 * x6 * r4 * r5 * r11 * r114 * r58
     r58 = k.where(r37, 0.0, r58)
     r87 = r87 * r58
-    r442 = x3 * x19 * r60 * r74
-    r79 = x22 <= 1.0
+    r443 = x3 * x19 * r60 * r74
+    r79 = x23 <= 1.0
     r98 = k.and_(r98, r79)
-    r442 = k.where(r98, r74, r442)
-    r442 = -1.0 * x20 * r442
+    r443 = k.where(r98, r74, r443)
+    r443 = -1.0 * x21 * r443
     r74 = x3 * x2
-    r454 = -1.0 + r74
-    r455 = k.recip(r454)
-    r456 = 2.0 * x3 * x2
-    r456 = -2.0 + r456
-    r458 = x29 * r16
-    r459 = k.gcd(r74, r458)
-    r460 = k.recip(r459)
-    r461 = x3 * x2 * r460
-    r461 = -1.0 + r461
-    r461 = x27 * r461
-    r464 = -1.0 * x3 * x2 * r460
-    r464 = r74 + r464
-    r464 = x31 * r464
-    r467 = r461 + r464
-    r467 = r455 * r456 * r467
-    r455 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r460 * r456 * r25
-    r459 = -1.0 + r459
-    r471 = x4 * x22 * r153 * r164 * r4 * r30 * r34 * r460 * r459 * r456 * r25
-    r471 = k.max(r455, r471)
-    r471 = r467 + r471
-    r467 = x29 <= x35
-    r455 = x27 * r456
-    r476 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r456 * r25
-    r476 = r455 + r476
-    r471 = k.where(r467, r476, r471)
-    r476 = x3 * x2 * x35
-    r476 = x29 >= r476
-    r455 = x31 * r456
-    r482 = x4 * x22 * r153 * r164 * r4 * r30 * r34 * r456 * r25
-    r482 = r455 + r482
-    r471 = k.where(r476, r482, r471)
-    r471 = x15 * r11 * r471
-    r482 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r460 * r454 * r25
-    r459 = x4 * x22 * r153 * r164 * r4 * r30 * r34 * r460 * r454 * r459 * r25
-    r459 = k.max(r482, r459)
-    r459 = r461 + r464 + r459
-    r464 = x27 * r454
-    r461 = x4 * x22 * r85 * r164 * r4 * r30 * r78 * r454 * r25
-    r461 = r464 + r461
-    r459 = k.where(r467, r461, r459)
-    r461 = x31 * r454
-    r164 = x4 * x22 * r153 * r164 * r4 * r30 * r34 * r454 * r25
-    r164 = r461 + r164
-    r459 = k.where(r476, r164, r459)
-    r164 = 2.0 * x15 * r11 * r459
-    r471 = k.where(r27, r164, r471)
-    r164 = x15 * r11 * r459
-    r476 = x6 * x15 * r4 * r5 * r11 * r459
-    r476 = r164 + r476
-    r471 = k.where(r98, r476, r471)
+    r455 = -1.0 + r74
+    r456 = k.recip(r455)
+    r457 = 2.0 * x3 * x2
+    r457 = -2.0 + r457
+    r459 = x30 * r16
+    r460 = k.gcd(r74, r459)
+    r461 = k.recip(r460)
+    r462 = x3 * x2 * r461
+    r462 = -1.0 + r462
+    r462 = x28 * r462
+    r465 = -1.0 * x3 * x2 * r461
+    r465 = r74 + r465
+    r465 = x32 * r465
+    r468 = r462 + r465
+    r468 = r456 * r457 * r468
+    r456 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r461 * r457 * r25
+    r460 = -1.0 + r460
+    r472 = x4 * x23 * r153 * r164 * r4 * r30 * r34 * r461 * r460 * r457 * r25
+    r472 = k.max(r456, r472)
+    r472 = r468 + r472
+    r468 = x30 <= x36
+    r456 = x28 * r457
+    r477 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r457 * r25
+    r477 = r456 + r477
+    r472 = k.where(r468, r477, r472)
+    r477 = x3 * x2 * x36
+    r477 = x30 >= r477
+    r456 = x32 * r457
+    r483 = x4 * x23 * r153 * r164 * r4 * r30 * r34 * r457 * r25
+    r483 = r456 + r483
+    r472 = k.where(r477, r483, r472)
+    r472 = x15 * r11 * r472
+    r483 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r461 * r455 * r25
+    r460 = x4 * x23 * r153 * r164 * r4 * r30 * r34 * r461 * r455 * r460 * r25
+    r460 = k.max(r483, r460)
+    r460 = r462 + r465 + r460
+    r465 = x28 * r455
+    r462 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r455 * r25
+    r462 = r465 + r462
+    r460 = k.where(r468, r462, r460)
+    r462 = x32 * r455
+    r164 = x4 * x23 * r153 * r164 * r4 * r30 * r34 * r455 * r25
+    r164 = r462 + r164
+    r460 = k.where(r477, r164, r460)
+    r164 = 2.0 * x15 * r11 * r460
+    r472 = k.where(r27, r164, r472)
+    r164 = x15 * r11 * r460
+    r477 = x6 * x15 * r4 * r5 * r11 * r460
+    r477 = r164 + r477
+    r472 = k.where(r98, r477, r472)
     r79 = k.and_(r51, r79)
-    r459 = 3.0 * x6 * x15 * r4 * r5 * r11 * r459
-    r471 = k.where(r79, r459, r471)
+    r460 = 3.0 * x6 * x15 * r4 * r5 * r11 * r460
+    r472 = k.where(r79, r460, r472)
     r74 = r74 == 1.0
-    r471 = k.where(r74, 0.0, r471)
-    r442 = r442 + r471
-    r442 = k.max(0.0, r442)
-    r458 = k.gcd(x2, r458)
-    r459 = k.recip(r458)
-    r51 = x2 * r459
+    r472 = k.where(r74, 0.0, r472)
+    r443 = r443 + r472
+    r443 = k.max(0.0, r443)
+    r459 = k.gcd(x2, r459)
+    r460 = k.recip(r459)
+    r51 = x2 * r460
     r51 = -1.0 + r51
-    r51 = x27 * r51
-    r476 = -1.0 * x2 * r459
-    r476 = x2 + r476
-    r476 = x31 * r476
+    r51 = x28 * r51
+    r477 = -1.0 * x2 * r460
+    r477 = x2 + r477
+    r477 = x32 * r477
     r164 = -1.0 + x2
-    r461 = 2.0 * x14 * x19 * x10 * x4 * x33 * r85 * r30 * r78 * r16 * r459 * r164
-    r458 = -1.0 + r458
-    r458 = 2.0 * x14 * x19 * x10 * x4 * x33 * r153 * r30 * r34 * r16 * r459 * r164 * r458
-    r458 = k.max(r461, r458)
-    r458 = r51 + r476 + r458
-    r476 = x27 * r164
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x33 * r85 * r30 * r78 * r16 * r164
-    r51 = r476 + r51
-    r458 = k.where(r467, r51, r458)
-    r51 = x2 * x35
-    r51 = x29 >= r51
-    r467 = x31 * r164
-    r476 = 2.0 * x14 * x19 * x10 * x4 * x33 * r153 * r30 * r34 * r16 * r164
-    r476 = r467 + r476
-    r458 = k.where(r51, r476, r458)
-    r476 = x6 * x15 * r4 * r5 * r11 * r458
-    r458 = x6 * x15 * r4 * r5 * r11 * r53 * r458
-    r458 = r476 + r458
-    r476 = x2 == 1.0
-    r458 = k.where(r476, 0.0, r458)
+    r462 = 2.0 * x14 * x19 * x10 * x4 * x34 * r85 * r30 * r78 * r16 * r460 * r164
+    r459 = -1.0 + r459
+    r459 = 2.0 * x14 * x19 * x10 * x4 * x34 * r153 * r30 * r34 * r16 * r460 * r164 * r459
+    r459 = k.max(r462, r459)
+    r459 = r51 + r477 + r459
+    r477 = x28 * r164
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x34 * r85 * r30 * r78 * r16 * r164
+    r51 = r477 + r51
+    r459 = k.where(r468, r51, r459)
+    r51 = x2 * x36
+    r51 = x30 >= r51
+    r468 = x32 * r164
+    r477 = 2.0 * x14 * x19 * x10 * x4 * x34 * r153 * r30 * r34 * r16 * r164
+    r477 = r468 + r477
+    r459 = k.where(r51, r477, r459)
+    r477 = x6 * x15 * r4 * r5 * r11 * r459
+    r459 = x6 * x15 * r4 * r5 * r11 * r53 * r459
+    r459 = r477 + r459
+    r477 = x2 == 1.0
+    r459 = k.where(r477, 0.0, r459)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r51 = -1.0 + x35
+    r51 = -1.0 + x36
     r51 = k.recip(r51)
-    r467 = 2.0 * x35
-    r467 = -2.0 + r467
-    r461 = k.gcd(x35, x29)
-    r459 = k.recip(r461)
-    r464 = x35 * r459
-    r464 = -1.0 + r464
-    r464 = x27 * r464
-    r482 = -1.0 * x35 * r459
-    r482 = x35 + r482
-    r482 = x31 * r482
-    r482 = r464 + r482
-    r482 = r51 * r467 * r482
-    r51 = x19 * x4 * x12 * x33 * r85 * r30 * r78 * r16 * r459 * r467
-    r461 = -1.0 + r461
-    r461 = x19 * x4 * x12 * x33 * r153 * r30 * r34 * r16 * r459 * r461 * r467
-    r461 = k.max(r51, r461)
-    r461 = r482 + r461
-    r482 = x29 <= 1.0
-    r51 = x27 * r467
-    r78 = x19 * x4 * x12 * x33 * r85 * r30 * r78 * r16 * r467
+    r468 = 2.0 * x36
+    r468 = -2.0 + r468
+    r462 = k.gcd(x36, x30)
+    r460 = k.recip(r462)
+    r465 = x36 * r460
+    r465 = -1.0 + r465
+    r465 = x28 * r465
+    r483 = -1.0 * x36 * r460
+    r483 = x36 + r483
+    r483 = x32 * r483
+    r483 = r465 + r483
+    r483 = r51 * r468 * r483
+    r51 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16 * r460 * r468
+    r462 = -1.0 + r462
+    r462 = x19 * x4 * x12 * x34 * r153 * r30 * r34 * r16 * r460 * r462 * r468
+    r462 = k.max(r51, r462)
+    r462 = r483 + r462
+    r483 = x30 <= 1.0
+    r51 = x28 * r468
+    r78 = x19 * x4 * x12 * x34 * r85 * r30 * r78 * r16 * r468
     r78 = r51 + r78
-    r461 = k.where(r482, r78, r461)
-    r78 = x29 >= x35
-    r482 = x31 * r467
-    r34 = x19 * x4 * x12 * x33 * r153 * r30 * r34 * r16 * r467
-    r34 = r482 + r34
-    r461 = k.where(r78, r34, r461)
-    r461 = x6 * x15 * r4 * r5 * r11 * r55 * r461
-    r34 = x35 == 1.0
-    r461 = k.where(r34, 0.0, r461)
-    r77 = r14 + r381 + r77
+    r462 = k.where(r483, r78, r462)
+    r78 = x30 >= x36
+    r483 = x32 * r468
+    r34 = x19 * x4 * x12 * x34 * r153 * r30 * r34 * r16 * r468
+    r34 = r483 + r34
+    r462 = k.where(r78, r34, r462)
+    r462 = x6 * x15 * r4 * r5 * r11 * r55 * r462
+    r34 = x36 == 1.0
+    r462 = k.where(r34, 0.0, r462)
+    r77 = r14 + r382 + r77
     r77 = k.max(0.0, r77)
     r77 = k.where(r26, r77, 0.0)
-    r26 = r87 + r38 + r59 + r112 + r371 + r442 + r150 + r458 + r461 + r77
-    r381 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r94 * r4 * r30 * r11 * r16 * r381 * r15
-    r36 = x6 * x33 * r94 * r4 * r30 * r11 * r16 * r381 * r36
-    r381 = x19 * x4 * x12 * x33 * r30
-    r94 = x19 * x4 * x12 * x33 * r85 * r30
-    r456 = x4 * r4 * r30 * r456 * r25
-    r78 = 2.0 * x4 * r4 * r30 * r454 * r25
-    r456 = k.where(r27, r78, r456)
-    r78 = x4 * r4 * r30 * r454 * r25
+    r26 = r87 + r38 + r59 + r112 + r372 + r443 + r150 + r459 + r462 + r77
+    r382 = k.recip(r26)
+    r14 = 6.0 * x6 * x34 * r94 * r4 * r30 * r11 * r16 * r382 * r15
+    r36 = x6 * x34 * r94 * r4 * r30 * r11 * r16 * r382 * r36
+    r382 = x19 * x4 * x12 * x34 * r30
+    r94 = x19 * x4 * x12 * x34 * r85 * r30
+    r457 = x4 * r4 * r30 * r457 * r25
+    r78 = 2.0 * x4 * r4 * r30 * r455 * r25
+    r457 = k.where(r27, r78, r457)
+    r78 = x4 * r4 * r30 * r455 * r25
     r27 = k.pow(x3, -2.0)
-    r482 = x6 * x4 * r27 * r5 * r30 * r454 * r25
-    r482 = r78 + r482
-    r456 = k.where(r98, r482, r456)
-    r454 = 3.0 * x6 * x4 * r27 * r5 * r30 * r454 * r25
-    r456 = k.where(r79, r454, r456)
-    r456 = k.where(r74, 0.0, r456)
-    r74 = r85 * r456
-    r85 = x28 * r85
-    r454 = k.recip(x33)
-    r79 = x34 * r60 * r454
+    r483 = x6 * x4 * r27 * r5 * r30 * r455 * r25
+    r483 = r78 + r483
+    r457 = k.where(r98, r483, r457)
+    r455 = 3.0 * x6 * x4 * r27 * r5 * r30 * r455 * r25
+    r457 = k.where(r79, r455, r457)
+    r457 = k.where(r74, 0.0, r457)
+    r74 = r85 * r457
+    r85 = x29 * r85
+    r455 = k.recip(x34)
+    r79 = x35 * r60 * r455
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r482 = 1.6e-11 * x12
+    r483 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
     r78 = 8e-12 * x15 * r13
-    r153 = 8e-12 * x36 * x12
-    r51 = r482 + r98 + r78 + r153
-    r459 = 8e-12 * x12
-    r464 = 4e-12 * x15 * r9
-    r460 = 4e-12 * x15 * r13
-    r455 = 4e-12 * x36 * x12
-    r455 = r459 + r464 + r460 + r455
-    r455 = r27 > r455
-    r460 = -1.6e-11 * x12
+    r153 = 8e-12 * x37 * x12
+    r51 = r483 + r98 + r78 + r153
+    r460 = 8e-12 * x12
+    r465 = 4e-12 * x15 * r9
+    r461 = 4e-12 * x15 * r13
+    r456 = 4e-12 * x37 * x12
+    r456 = r460 + r465 + r461 + r456
+    r456 = r27 > r456
+    r461 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r464 = -8e-12 * x36 * x12
-    r459 = k.sqrt(2.0)
-    r616 = k.sqrt(x3)
-    r616 = k.recip(r616)
-    r618 = k.sqrt(x2)
-    r618 = k.recip(r618)
-    r620 = k.sqrt(x13)
-    r620 = k.recip(r620)
-    r622 = k.sqrt(x22)
-    r622 = k.recip(r622)
-    r624 = k.sqrt(x35)
-    r624 = k.recip(r624)
-    r626 = k.sqrt(r51)
-    r627 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r51
-    r628 = k.sqrt(x3)
-    r629 = k.sqrt(x2)
-    r630 = k.sqrt(x13)
-    r631 = k.sqrt(x22)
-    r632 = k.sqrt(x35)
-    r632 = 0.16666666666666666 * r459 * r628 * r629 * r630 * r631 * r632 * r626
-    r632 = 1.0 + r627 + r632
-    r632 = r459 * r616 * r618 * r620 * r622 * r624 * r626 * r632
-    r632 = r460 + r9 + r13 + r464 + r632
-    r464 = k.where(r455, r632, r27)
-    r153 = r482 + r98 + r78 + r153 + r464
-    r153 = x3 * x2 * x13 * x22 * x35 * r153
+    r465 = -8e-12 * x37 * x12
+    r460 = k.sqrt(2.0)
+    r617 = k.sqrt(x3)
+    r617 = k.recip(r617)
+    r619 = k.sqrt(x2)
+    r619 = k.recip(r619)
+    r621 = k.sqrt(x13)
+    r621 = k.recip(r621)
+    r623 = k.sqrt(x23)
+    r623 = k.recip(r623)
+    r625 = k.sqrt(x36)
+    r625 = k.recip(r625)
+    r627 = k.sqrt(r51)
+    r628 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r51
+    r629 = k.sqrt(x3)
+    r630 = k.sqrt(x2)
+    r631 = k.sqrt(x13)
+    r632 = k.sqrt(x23)
+    r633 = k.sqrt(x36)
+    r633 = 0.16666666666666666 * r460 * r629 * r630 * r631 * r632 * r633 * r627
+    r633 = 1.0 + r628 + r633
+    r633 = r460 * r617 * r619 * r621 * r623 * r625 * r627 * r633
+    r633 = r461 + r9 + r13 + r465 + r633
+    r465 = k.where(r456, r633, r27)
+    r153 = r483 + r98 + r78 + r153 + r465
+    r153 = x3 * x2 * x13 * x23 * x36 * r153
     r153 = k.exp(r153)
     r153 = -1.0 + r153
     r78 = k.recip(r153)
-    r98 = x24 + x1
-    r482 = -1.0 * x3 * x2 * x13 * x22 * x35 * r98
-    r482 = k.exp(r482)
-    r482 = x3 * x2 * x13 * x22 * x35 * r78 * r464 * r482
-    r78 = x3 * x2 * x13 * x22 * x35
-    r632 = k.recip(r632)
-    r78 = k.where(r455, r632, r78)
-    r98 = x3 * x2 * x13 * x22 * x35 * r98
+    r98 = x25 + x1
+    r483 = -1.0 * x3 * x2 * x13 * x23 * x36 * r98
+    r483 = k.exp(r483)
+    r483 = x3 * x2 * x13 * x23 * x36 * r78 * r465 * r483
+    r78 = x3 * x2 * x13 * x23 * x36
+    r633 = k.recip(r633)
+    r78 = k.where(r456, r633, r78)
+    r98 = x3 * x2 * x13 * x23 * x36 * r98
     r98 = k.exp(r98)
-    r5 = x34 * r60 * r4 * r30 * r5 * r11 * r454 * r16 * r153 * r26 * r78 * r98
-    r98 = x34 * r60 * r454 * r153 * r26 * r78 * r98
-    r55 = x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r467 * r55
+    r5 = x35 * r60 * r4 * r30 * r5 * r11 * r455 * r16 * r153 * r26 * r78 * r98
+    r98 = x35 * r60 * r455 * r153 * r26 * r78 * r98
+    r55 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r468 * r55
     r55 = k.where(r34, 0.0, r55)
-    r34 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r164
-    r164 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r53 * r164
+    r34 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r164
+    r164 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r53 * r164
     r164 = r34 + r164
-    r164 = k.where(r476, 0.0, r164)
-    r114 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r114
+    r164 = k.where(r477, 0.0, r164)
+    r114 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r114
     r114 = k.where(r37, 0.0, r114)
-    r8 = r8 < x22
-    r37 = x32 != 2.0
+    r8 = r8 < x23
+    r37 = x33 != 2.0
     r81 = k.and_(r81, r37)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r80 = k.and_(r16, r37, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x22 >= 2.0
-    r8 = x32 != 3.0
-    r37 = x32 != 4.0
+    r81 = x23 >= 2.0
+    r8 = x33 != 3.0
+    r37 = x33 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r37, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x21 * x3 * x2 * x22 * x35 * r26
-    r37 = r73 <= r81
+    r81 = x22 * x3 * x2 * x23 * x36 * r26
+    r37 = r39 <= r81
     r81 = r118 <= r81
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r39, r73, r73, r118, r54, r130, r86, r162, r150, r26, r14, r36, r381, r94, r74, r85, 0.0, r79, r27, r51, r464, r482, r5, r98, r59, r371, r112, r38, r55, r461, r461, r164, r458, r458, r456, r471, r442, r114, r58, r87, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r73, r39, r39, r118, r54, r130, r86, r162, r150, r26, r14, r36, r382, r94, r74, r85, 0.0, r79, r27, r51, r465, r483, r5, r98, r59, r372, r112, r38, r55, r462, r462, r164, r459, r459, r457, r472, r443, r114, r58, r87, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1390,9 +1391,9 @@ def search(x, k):
     return (r89, r99, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (36, 43, 44, 45, 46, 47, 48), (34, 43, 44, 45, 46, 47, 48), (35, 43, 44, 45, 46, 47, 48), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (28, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (37, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48, 74, 75), (37, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 42), (10, 70), (11, 70), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 29), (16, 30), (16, 31), (16, 33), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (37, 44, 45, 46, 47, 48, 49), (35, 44, 45, 46, 47, 48, 49), (36, 44, 45, 46, 47, 48, 49), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (28, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (38, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49, 75, 76), (38, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 43), (10, 71), (11, 71), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 34), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

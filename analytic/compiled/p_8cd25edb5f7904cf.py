@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x22)
-    r9 = k.recip(x35)
+    r16 = k.recip(x23)
+    r9 = k.recip(x36)
     r21 = r16 * r9 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x36 * x12
+    r30 = x37 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x22 == 1.0
+    r33 = x23 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x36 * x12 * r34
+    r34 = x37 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r9 * r35
@@ -54,7 +54,7 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r8 = 2.0 * r35
-    r45 = x38 >= 3.0
+    r45 = x39 >= 3.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r8)
     r48 = 12.0 * r35
@@ -66,45 +66,45 @@ def quantities(x, k):
     r54 = 4.0 * x11 * x10
     r55 = 4.0 * x14 * x10
     r55 = r49 + r52 + r53 + r54 + r55
-    r55 = x19 * x33 * r26 * r9 * r55
-    r54 = x23 == 2.0
-    r53 = 2.0 * x19 * x12 * x33 * r26 * r9
+    r55 = x19 * x34 * r26 * r9 * r55
+    r54 = x24 == 2.0
+    r53 = 2.0 * x19 * x12 * x34 * r26 * r9
     r53 = k.where(r54, r53, r55)
-    r52 = 1.0 + x22
+    r52 = 1.0 + x23
     r52 = k.min(r52, r6)
     r52 = r52 * r31
-    r49 = x32 == 4.0
-    r65 = 2.0 * x22
+    r49 = x33 == 4.0
+    r65 = 2.0 * x23
     r66 = -1.0 + r65
     r66 = k.min(r66, r6)
     r66 = r66 * r31
     r69 = k.where(r49, r66, r52)
-    r70 = x32 == 0.0
-    r71 = x32 == 3.0
+    r70 = x33 == 0.0
+    r71 = x33 == 3.0
     r72 = k.or_(r70, r71)
-    r73 = k.min(x22, r6)
+    r73 = k.min(x23, r6)
     r73 = r73 * r31
     r69 = k.where(r72, r73, r69)
-    r73 = x32 == 1.0
-    r77 = k.recip(x37)
-    r78 = x6 * x37 * r4 * r5
-    r79 = -1.0 + x37
-    r79 = x22 * r79
+    r73 = x33 == 1.0
+    r77 = k.recip(x38)
+    r78 = x6 * x38 * r4 * r5
+    r79 = -1.0 + x38
+    r79 = x23 * r79
     r81 = -1.0 + r65 + r79
     r81 = k.min(r78, r81)
     r81 = r77 * r81 * r31
     r69 = k.where(r73, r81, r69)
-    r81 = x32 == 2.0
+    r81 = x33 == 2.0
     r86 = x6 * r4 * r5 * r31
     r69 = k.where(r81, r86, r69)
     r69 = r53 * r69
     r89 = k.where(r23, 1000000000.0, 0.0)
-    r90 = x38 >= 2.0
+    r90 = x39 >= 2.0
     r8 = k.where(r90, r46, r8)
     r46 = k.where(r54, r55, 0.0)
     r93 = k.or_(r22, r33)
-    r94 = 4.0 * x19 * x12 * x33 * r26 * r9
-    r95 = x36 * x19 * x16 * x33 * r26 * r9
+    r94 = 4.0 * x19 * x12 * x34 * r26 * r9
+    r95 = x37 * x19 * x16 * x34 * r26 * r9
     r94 = r94 + r95
     r94 = k.max(r94, r46)
     r93 = k.where(r93, r94, r46)
@@ -113,7 +113,7 @@ def quantities(x, k):
     r99 = k.where(r22, r100, r99)
     r100 = 3.0 * x4 * r99 * r35
     r100 = k.where(r45, r100, 0.0)
-    r104 = x22 > 1.0
+    r104 = x23 > 1.0
     r104 = k.and_(r45, r104)
     r106 = 2.0 * x4 * r35
     r100 = k.where(r104, r106, r100)
@@ -145,27 +145,27 @@ def quantities(x, k):
     r35 = r106 == r35
     r100 = k.where(r35, r100, 0.0)
     r35 = r47 + r48 + r116 + r93 + r110 + r100
-    r106 = -1.0 + x22
+    r106 = -1.0 + x23
     r8 = k.min(1.0, r106)
     r69 = 1.0 + r8
-    r69 = x22 == r69
+    r69 = x23 == r69
     r122 = k.where(r69, 1.0, 0.0)
     r141 = 2.0 * x12 * r122
-    r122 = x36 * x12 * r122
+    r122 = x37 * x12 * r122
     r143 = r8 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
-    r143 = x36 * x12 * r143
+    r143 = x37 * x12 * r143
     r143 = r32 + r141 + r122 + r143 + r37
     r143 = r9 * r143
     r122 = -1.0 * r8
-    r122 = x22 + r122
-    r141 = x22 == r122
+    r122 = x23 + r122
+    r141 = x23 == r122
     r151 = k.where(r141, 1.0, 0.0)
     r152 = 2.0 * x12 * r151
-    r151 = x36 * x12 * r151
+    r151 = x37 * x12 * r151
     r154 = r122 == 1.0
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x36 * x12 * r154
+    r154 = x37 * x12 * r154
     r37 = r32 + r152 + r151 + r154 + r37
     r37 = r9 * r37
     r37 = r143 + r37
@@ -301,121 +301,122 @@ def quantities(x, k):
     r89 = k.where(r48, r65, r89)
     r100 = r35 == r100
     r89 = k.where(r100, r116, r89)
-    r116 = x36 * x19 * x4 * x33 * r26 * r9
-    r100 = x36 * x19 * x4 * x33 * r26
+    r116 = x37 * x19 * x4 * x34 * r26 * r9
+    r100 = x37 * x19 * x4 * x34 * r26
     r65 = k.max(r35, r143, r34)
     r48 = r143 == r65
     r34 = k.where(r48, r143, r34)
     r65 = r35 == r65
     r34 = k.where(r65, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r65 = 6.0 * x6 * x33 * r17
+    r35 = -1.0 * x20
+    r65 = -1.0 * r34
+    r65 = x8 + r35 + r65
+    r35 = 6.0 * x6 * x34 * r17
     r143 = 12.0 * x12
     r48 = 6.0 * x15 * r13
-    r141 = 12.0 * x36 * x12
+    r141 = 12.0 * x37 * x12
     r110 = 12.0 * x15 * x12 * x5
-    r152 = 12.0 * x15 * x11 * x10 * x33
+    r152 = 12.0 * x15 * x11 * x10 * x34
     r152 = r143 + r48 + r141 + r110 + r152
-    r110 = x6 * x33 * r152
+    r110 = x6 * x34 * r152
     r141 = k.pow(x12, 2.0)
     r48 = k.recip(x12)
-    r47 = 0.16666666666666666 * x33 * r48
+    r47 = 0.16666666666666666 * x34 * r48
     r154 = k.recip(x15)
-    r48 = 0.0625 * x36 * r154 * r48
+    r48 = 0.0625 * x37 * r154 * r48
     r48 = 1.0 + r47 + r48
-    r48 = 96.0 * x6 * x15 * x33 * r141 * r48
-    r141 = k.pow(x33, 2.0)
+    r48 = 96.0 * x6 * x15 * x34 * r141 * r48
+    r141 = k.pow(x34, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r141
-    r69 = x23 == 1.0
+    r69 = x24 == 1.0
     r141 = 4.0 * x6 * x15 * x11 * x10 * r141
     r141 = k.where(r69, r141, 0.0)
-    r151 = 0.3333333333333333 * x6 * x33 * r152
+    r151 = 0.3333333333333333 * x6 * x34 * r152
     r141 = k.where(r54, r151, r141)
     r141 = r110 + r47 + r141
     r47 = k.where(r54, 1.0, 0.0)
     r151 = 1.0 + r47
     r30 = k.recip(x9)
     r52 = k.recip(x18)
-    r104 = x36 * x12 * r9
-    r53 = x19 * x12 * x33 * r26
-    r86 = x36 * x19 * x33 * r26 * r9
+    r104 = x37 * x12 * r9
+    r53 = x19 * x12 * x34 * r26
+    r86 = x37 * x19 * x34 * r26 * r9
     r86 = r104 + r53 + r86
     r104 = 2.0 * r30 * r52 * r86
-    r31 = k.recip(x21)
+    r31 = k.recip(x22)
     r78 = k.recip(x17)
-    r79 = 2.0 * x36 * x19 * x12 * x33 * r31 * r26 * r78 * r9
+    r79 = 2.0 * x37 * x19 * x12 * x34 * r31 * r26 * r78 * r9
     r79 = r104 + r79
     r79 = r151 * r79
     r86 = 4.0 * r30 * r52 * r86
-    r104 = 4.0 * x36 * x19 * x12 * x33 * r31 * r26 * r78 * r9
+    r104 = 4.0 * x37 * x19 * x12 * x34 * r31 * r26 * r78 * r9
     r104 = r79 + r86 + r104
     r104 = r16 * r104
     r86 = x11 * x10 * x12 * r9
-    r79 = x11 * x19 * x10 * x33 * r26 * r9
+    r79 = x11 * x19 * x10 * x34 * r26 * r9
     r79 = r86 + r53 + r79
     r86 = 2.0 * r30 * r52 * r79
-    r66 = 2.0 * x11 * x19 * x10 * x12 * x33 * r31 * r26 * r78 * r9
+    r66 = 2.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9
     r66 = r86 + r66
     r66 = r151 * r66
     r11 = x11 + r11
     r86 = x10 * x12 * r9 * r11
-    r122 = x19 * x10 * x33 * r26 * r9 * r11
+    r122 = x19 * x10 * x34 * r26 * r9 * r11
     r122 = r53 + r86 + r122
     r86 = 2.0 * r30 * r52 * r122
-    r354 = 2.0 * x19 * x10 * x12 * x33 * r31 * r26 * r78 * r9 * r11
-    r354 = r86 + r354
-    r354 = r151 * r354
+    r355 = 2.0 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9 * r11
+    r355 = r86 + r355
+    r355 = r151 * r355
     r86 = x12 * x5 * r9
-    r358 = x19 * x5 * x33 * r26 * r9
-    r358 = r86 + r53 + r358
-    r53 = 2.0 * r30 * r52 * r358
-    r86 = 2.0 * x19 * x12 * x5 * x33 * r31 * r26 * r78 * r9
+    r359 = x19 * x5 * x34 * r26 * r9
+    r359 = r86 + r53 + r359
+    r53 = 2.0 * r30 * r52 * r359
+    r86 = 2.0 * x19 * x12 * x5 * x34 * r31 * r26 * r78 * r9
     r86 = r53 + r86
     r86 = 2.0 * r151 * r86
     r79 = 4.0 * r30 * r52 * r79
     r122 = 4.0 * r30 * r52 * r122
-    r358 = 8.0 * r30 * r52 * r358
-    r53 = 8.0 * x19 * x12 * x5 * x33 * r31 * r26 * r78 * r9
-    r368 = 4.0 * x11 * x19 * x10 * x12 * x33 * r31 * r26 * r78 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r31 * r26 * r78 * r9 * r11
-    r11 = r66 + r354 + r86 + r79 + r122 + r358 + r53 + r368 + r11
+    r359 = 8.0 * r30 * r52 * r359
+    r53 = 8.0 * x19 * x12 * x5 * x34 * r31 * r26 * r78 * r9
+    r369 = 4.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9 * r11
+    r11 = r66 + r355 + r86 + r79 + r122 + r359 + r53 + r369 + r11
     r11 = x15 * r16 * r11
     r11 = r104 + r11
     r104 = x6 * r4 * r5 * r11
-    r368 = 3.0 * x5
+    r369 = 3.0 * x5
     r53 = 2.0 * x5 * r151
-    r53 = r368 + r53
-    r53 = x19 * x33 * r26 * r9 * r53
-    r368 = 10.0 * x12 * r151
-    r368 = r143 + r368
-    r368 = x19 * x33 * r26 * r9 * r368
-    r368 = r53 + r368
-    r368 = x15 * r16 * r368
-    r53 = 3.0 * x36 * x19 * x33 * r26 * r16 * r9
+    r53 = r369 + r53
+    r53 = x19 * x34 * r26 * r9 * r53
+    r369 = 10.0 * x12 * r151
+    r369 = r143 + r369
+    r369 = x19 * x34 * r26 * r9 * r369
+    r369 = r53 + r369
+    r369 = x15 * r16 * r369
+    r53 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
     r47 = 2.0 + r47
-    r10 = x15 * x19 * x10 * x33 * r26 * r16 * r9 * r47 * r10
-    r10 = r368 + r53 + r10
+    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r47 * r10
+    r10 = r369 + r53 + r10
     r53 = x6 * x4 * r30 * r4 * r5 * r52 * r10
-    r368 = k.recip(x0)
-    r47 = x11 * x10 * x33
+    r369 = k.recip(x0)
+    r47 = x11 * x10 * x34
     r69 = k.or_(r69, r54)
     r69 = k.where(r69, 1.0, 0.0)
     r69 = 3.0 + r69
-    r69 = 2.0 * x11 * x10 * x33 * r69
+    r69 = 2.0 * x11 * x10 * x34 * r69
     r69 = r47 + r69
-    r47 = x6 * x15 * x33 * r31 * r4 * r26 * r78 * r368 * r16 * r9 * r69
+    r47 = x6 * x15 * x34 * r31 * r4 * r26 * r78 * r369 * r16 * r9 * r69
     r143 = r104 + r53 + r47
-    r358 = k.recip(r143)
+    r359 = k.recip(r143)
     r11 = -1.0 * x6 * r4 * r5 * r11
     r122 = k.recip(x6)
     r79 = 0.3333333333333333 * x3 * x19 * r122 * r77 * r143
-    r86 = 0.6666666666666666 * x3 * x19 * x22 * r122 * r143
+    r86 = 0.6666666666666666 * x3 * x19 * x23 * r122 * r143
     r10 = -1.0 * x6 * x4 * r30 * r4 * r5 * r52 * r10
-    r69 = -1.0 * x6 * x15 * x33 * r31 * r4 * r26 * r78 * r368 * r16 * r9 * r69
+    r69 = -1.0 * x6 * x15 * x34 * r31 * r4 * r26 * r78 * r369 * r16 * r9 * r69
     r86 = r11 + r79 + r86 + r10 + r69
     r86 = k.max(0.0, r86)
-    r79 = 0.5 * x22
+    r79 = 0.5 * x23
     r79 = -1.0 + r79
     r79 = 0.6666666666666666 * x3 * x19 * r122 * r77 * r79 * r143
     r79 = k.where(r49, 0.0, r79)
@@ -425,257 +426,257 @@ def quantities(x, k):
     r106 = x3 * x19 * r122 * r77 * r106 * r143
     r79 = k.where(r81, r106, r79)
     r79 = k.max(r86, r79)
-    r358 = r358 * r79
+    r359 = r359 * r79
     r52 = 28.0 * r30 * r52 * r27
     r30 = r52 + r104 + r53 + r47
-    r86 = -1.0 * x20
+    r86 = -1.0 * x21
     r86 = 1.0 + r86
-    r106 = x22 * x37
+    r106 = x23 * x38
     r106 = -1.0 + r106
-    r77 = k.recip(x25)
-    r70 = k.recip(x26)
-    r49 = x19 * x4 * x12 * x33 * r77 * r26 * r70 * r9
-    r49 = x27 + r49
-    r71 = 2.0 * x3 * x2 * x35
-    r71 = x29 >= r71
-    r368 = k.recip(x28)
-    r78 = k.recip(x30)
-    r354 = x19 * x4 * x12 * x33 * r368 * r26 * r78 * r9
-    r354 = x31 + r354
-    r49 = k.where(r71, r354, r49)
+    r77 = k.recip(x26)
+    r70 = k.recip(x27)
+    r49 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9
+    r49 = x28 + r49
+    r71 = 2.0 * x3 * x2 * x36
+    r71 = x30 >= r71
+    r369 = k.recip(x29)
+    r78 = k.recip(x31)
+    r355 = x19 * x4 * x12 * x34 * r369 * r26 * r78 * r9
+    r355 = x32 + r355
+    r49 = k.where(r71, r355, r49)
     r49 = 2.0 * x6 * r4 * r5 * r16 * r106 * r49
     r49 = k.where(r33, 0.0, r49)
     r86 = r86 * r49
-    r354 = x3 * x19 * r122 * r143
-    r71 = x22 <= 1.0
+    r355 = x3 * x19 * r122 * r143
+    r71 = x23 <= 1.0
     r90 = k.and_(r90, r71)
-    r354 = k.where(r90, r143, r354)
-    r354 = -1.0 * x20 * r354
+    r355 = k.where(r90, r143, r355)
+    r355 = -1.0 * x21 * r355
     r143 = x3 * x2
     r66 = -1.0 + r143
-    r444 = k.recip(r66)
-    r445 = 2.0 * x3 * x2
-    r445 = -2.0 + r445
-    r447 = x29 * r9
-    r448 = k.gcd(r143, r447)
-    r449 = k.recip(r448)
-    r450 = x3 * x2 * r449
-    r450 = -1.0 + r450
-    r450 = x27 * r450
-    r453 = -1.0 * x3 * x2 * r449
-    r453 = r143 + r453
-    r453 = x31 * r453
-    r456 = r450 + r453
-    r456 = r444 * r445 * r456
-    r444 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r449 * r445 * r21
-    r448 = -1.0 + r448
-    r460 = x4 * x22 * r368 * r154 * r4 * r26 * r78 * r449 * r448 * r445 * r21
-    r460 = k.max(r444, r460)
-    r460 = r456 + r460
-    r456 = x29 <= x35
-    r444 = x27 * r445
-    r465 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r445 * r21
-    r465 = r444 + r465
-    r460 = k.where(r456, r465, r460)
-    r465 = x3 * x2 * x35
-    r465 = x29 >= r465
-    r444 = x31 * r445
-    r471 = x4 * x22 * r368 * r154 * r4 * r26 * r78 * r445 * r21
-    r471 = r444 + r471
-    r460 = k.where(r465, r471, r460)
-    r460 = x15 * r16 * r460
-    r471 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r449 * r66 * r21
-    r448 = x4 * x22 * r368 * r154 * r4 * r26 * r78 * r449 * r66 * r448 * r21
-    r448 = k.max(r471, r448)
-    r448 = r450 + r453 + r448
-    r453 = x27 * r66
-    r450 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r66 * r21
-    r450 = r453 + r450
-    r448 = k.where(r456, r450, r448)
-    r450 = x31 * r66
-    r154 = x4 * x22 * r368 * r154 * r4 * r26 * r78 * r66 * r21
-    r154 = r450 + r154
-    r448 = k.where(r465, r154, r448)
-    r154 = 2.0 * x15 * r16 * r448
-    r460 = k.where(r23, r154, r460)
-    r154 = x15 * r16 * r448
-    r465 = x6 * x15 * r4 * r5 * r16 * r448
-    r465 = r154 + r465
-    r460 = k.where(r90, r465, r460)
+    r445 = k.recip(r66)
+    r446 = 2.0 * x3 * x2
+    r446 = -2.0 + r446
+    r448 = x30 * r9
+    r449 = k.gcd(r143, r448)
+    r450 = k.recip(r449)
+    r451 = x3 * x2 * r450
+    r451 = -1.0 + r451
+    r451 = x28 * r451
+    r454 = -1.0 * x3 * x2 * r450
+    r454 = r143 + r454
+    r454 = x32 * r454
+    r457 = r451 + r454
+    r457 = r445 * r446 * r457
+    r445 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r450 * r446 * r21
+    r449 = -1.0 + r449
+    r461 = x4 * x23 * r369 * r154 * r4 * r26 * r78 * r450 * r449 * r446 * r21
+    r461 = k.max(r445, r461)
+    r461 = r457 + r461
+    r457 = x30 <= x36
+    r445 = x28 * r446
+    r466 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r446 * r21
+    r466 = r445 + r466
+    r461 = k.where(r457, r466, r461)
+    r466 = x3 * x2 * x36
+    r466 = x30 >= r466
+    r445 = x32 * r446
+    r472 = x4 * x23 * r369 * r154 * r4 * r26 * r78 * r446 * r21
+    r472 = r445 + r472
+    r461 = k.where(r466, r472, r461)
+    r461 = x15 * r16 * r461
+    r472 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r450 * r66 * r21
+    r449 = x4 * x23 * r369 * r154 * r4 * r26 * r78 * r450 * r66 * r449 * r21
+    r449 = k.max(r472, r449)
+    r449 = r451 + r454 + r449
+    r454 = x28 * r66
+    r451 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r66 * r21
+    r451 = r454 + r451
+    r449 = k.where(r457, r451, r449)
+    r451 = x32 * r66
+    r154 = x4 * x23 * r369 * r154 * r4 * r26 * r78 * r66 * r21
+    r154 = r451 + r154
+    r449 = k.where(r466, r154, r449)
+    r154 = 2.0 * x15 * r16 * r449
+    r461 = k.where(r23, r154, r461)
+    r154 = x15 * r16 * r449
+    r466 = x6 * x15 * r4 * r5 * r16 * r449
+    r466 = r154 + r466
+    r461 = k.where(r90, r466, r461)
     r71 = k.and_(r45, r71)
-    r448 = 3.0 * x6 * x15 * r4 * r5 * r16 * r448
-    r460 = k.where(r71, r448, r460)
+    r449 = 3.0 * x6 * x15 * r4 * r5 * r16 * r449
+    r461 = k.where(r71, r449, r461)
     r143 = r143 == 1.0
-    r460 = k.where(r143, 0.0, r460)
-    r354 = r354 + r460
-    r354 = k.max(0.0, r354)
-    r447 = k.gcd(x2, r447)
-    r448 = k.recip(r447)
-    r45 = x2 * r448
+    r461 = k.where(r143, 0.0, r461)
+    r355 = r355 + r461
+    r355 = k.max(0.0, r355)
+    r448 = k.gcd(x2, r448)
+    r449 = k.recip(r448)
+    r45 = x2 * r449
     r45 = -1.0 + r45
-    r45 = x27 * r45
-    r465 = -1.0 * x2 * r448
-    r465 = x2 + r465
-    r465 = x31 * r465
+    r45 = x28 * r45
+    r466 = -1.0 * x2 * r449
+    r466 = x2 + r466
+    r466 = x32 * r466
     r154 = -1.0 + x2
-    r450 = 2.0 * x14 * x19 * x10 * x4 * x33 * r77 * r26 * r70 * r9 * r448 * r154
-    r447 = -1.0 + r447
-    r447 = 2.0 * x14 * x19 * x10 * x4 * x33 * r368 * r26 * r78 * r9 * r448 * r154 * r447
-    r447 = k.max(r450, r447)
-    r447 = r45 + r465 + r447
-    r465 = x27 * r154
-    r45 = 2.0 * x14 * x19 * x10 * x4 * x33 * r77 * r26 * r70 * r9 * r154
-    r45 = r465 + r45
-    r447 = k.where(r456, r45, r447)
-    r45 = x2 * x35
-    r45 = x29 >= r45
-    r456 = x31 * r154
-    r465 = 2.0 * x14 * x19 * x10 * x4 * x33 * r368 * r26 * r78 * r9 * r154
-    r465 = r456 + r465
-    r447 = k.where(r45, r465, r447)
-    r465 = x6 * x15 * r4 * r5 * r16 * r447
-    r447 = x6 * x15 * r4 * r5 * r16 * r151 * r447
-    r447 = r465 + r447
-    r465 = x2 == 1.0
-    r447 = k.where(r465, 0.0, r447)
+    r451 = 2.0 * x14 * x19 * x10 * x4 * x34 * r77 * r26 * r70 * r9 * r449 * r154
+    r448 = -1.0 + r448
+    r448 = 2.0 * x14 * x19 * x10 * x4 * x34 * r369 * r26 * r78 * r9 * r449 * r154 * r448
+    r448 = k.max(r451, r448)
+    r448 = r45 + r466 + r448
+    r466 = x28 * r154
+    r45 = 2.0 * x14 * x19 * x10 * x4 * x34 * r77 * r26 * r70 * r9 * r154
+    r45 = r466 + r45
+    r448 = k.where(r457, r45, r448)
+    r45 = x2 * x36
+    r45 = x30 >= r45
+    r457 = x32 * r154
+    r466 = 2.0 * x14 * x19 * x10 * x4 * x34 * r369 * r26 * r78 * r9 * r154
+    r466 = r457 + r466
+    r448 = k.where(r45, r466, r448)
+    r466 = x6 * x15 * r4 * r5 * r16 * r448
+    r448 = x6 * x15 * r4 * r5 * r16 * r151 * r448
+    r448 = r466 + r448
+    r466 = x2 == 1.0
+    r448 = k.where(r466, 0.0, r448)
     r54 = k.where(r54, 2.0, 0.0)
     r54 = 4.0 + r54
-    r45 = k.gcd(x35, x29)
-    r456 = k.recip(r45)
-    r450 = x35 * r456
-    r450 = -1.0 + r450
-    r450 = x27 * r450
-    r448 = -1.0 * x35 * r456
-    r448 = x35 + r448
-    r448 = x31 * r448
-    r453 = -1.0 + x35
-    r471 = x19 * x4 * x12 * x33 * r77 * r26 * r70 * r9 * r456 * r453
+    r45 = k.gcd(x36, x30)
+    r457 = k.recip(r45)
+    r451 = x36 * r457
+    r451 = -1.0 + r451
+    r451 = x28 * r451
+    r449 = -1.0 * x36 * r457
+    r449 = x36 + r449
+    r449 = x32 * r449
+    r454 = -1.0 + x36
+    r472 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9 * r457 * r454
     r45 = -1.0 + r45
-    r45 = x19 * x4 * x12 * x33 * r368 * r26 * r78 * r9 * r456 * r453 * r45
-    r45 = k.max(r471, r45)
-    r45 = r450 + r448 + r45
-    r448 = x29 <= 1.0
-    r450 = x27 * r453
-    r70 = x19 * x4 * x12 * x33 * r77 * r26 * r70 * r9 * r453
-    r70 = r450 + r70
-    r45 = k.where(r448, r70, r45)
-    r70 = x29 >= x35
-    r448 = x31 * r453
-    r78 = x19 * x4 * x12 * x33 * r368 * r26 * r78 * r9 * r453
-    r78 = r448 + r78
+    r45 = x19 * x4 * x12 * x34 * r369 * r26 * r78 * r9 * r457 * r454 * r45
+    r45 = k.max(r472, r45)
+    r45 = r451 + r449 + r45
+    r449 = x30 <= 1.0
+    r451 = x28 * r454
+    r70 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9 * r454
+    r70 = r451 + r70
+    r45 = k.where(r449, r70, r45)
+    r70 = x30 >= x36
+    r449 = x32 * r454
+    r78 = x19 * x4 * x12 * x34 * r369 * r26 * r78 * r9 * r454
+    r78 = r449 + r78
     r45 = k.where(r70, r78, r45)
     r45 = 2.0 * x6 * x15 * r4 * r5 * r16 * r54 * r45
-    r78 = x35 == 1.0
+    r78 = x36 == 1.0
     r45 = k.where(r78, 0.0, r45)
     r69 = r11 + r10 + r69
     r69 = k.max(0.0, r69)
     r69 = k.where(r22, r69, 0.0)
-    r22 = r86 + r52 + r104 + r53 + r47 + r354 + r79 + r447 + r45 + r69
+    r22 = r86 + r52 + r104 + r53 + r47 + r355 + r79 + r448 + r45 + r69
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r31 * r4 * r26 * r16 * r9 * r10 * r17
-    r152 = x6 * x33 * r31 * r4 * r26 * r16 * r9 * r10 * r152
-    r10 = x19 * x4 * x12 * x33 * r26
-    r31 = x19 * x4 * x12 * x33 * r77 * r26
-    r445 = x4 * r4 * r26 * r445 * r21
+    r11 = 6.0 * x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r17
+    r152 = x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r152
+    r10 = x19 * x4 * x12 * x34 * r26
+    r31 = x19 * x4 * x12 * x34 * r77 * r26
+    r446 = x4 * r4 * r26 * r446 * r21
     r70 = 2.0 * x4 * r4 * r26 * r66 * r21
-    r445 = k.where(r23, r70, r445)
+    r446 = k.where(r23, r70, r446)
     r70 = x4 * r4 * r26 * r66 * r21
     r23 = k.pow(x3, -2.0)
-    r448 = x6 * x4 * r23 * r5 * r26 * r66 * r21
-    r448 = r70 + r448
-    r445 = k.where(r90, r448, r445)
+    r449 = x6 * x4 * r23 * r5 * r26 * r66 * r21
+    r449 = r70 + r449
+    r446 = k.where(r90, r449, r446)
     r66 = 3.0 * x6 * x4 * r23 * r5 * r26 * r66 * r21
-    r445 = k.where(r71, r66, r445)
-    r445 = k.where(r143, 0.0, r445)
-    r143 = r77 * r445
-    r77 = x28 * r77
-    r66 = k.recip(x33)
-    r71 = x34 * r122 * r66
+    r446 = k.where(r71, r66, r446)
+    r446 = k.where(r143, 0.0, r446)
+    r143 = r77 * r446
+    r77 = x29 * r77
+    r66 = k.recip(x34)
+    r71 = x35 * r122 * r66
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r448 = 1.6e-11 * x12
-    r90 = 1.6e-11 * x36 * x12
+    r449 = 1.6e-11 * x12
+    r90 = 1.6e-11 * x37 * x12
     r70 = 8e-12 * x15 * r13
-    r368 = 1.6e-11 * x15 * x12 * x5
-    r450 = r448 + r90 + r70 + r368
-    r471 = 8e-12 * x12
-    r456 = 8e-12 * x36 * x12
-    r449 = 4e-12 * x15 * r13
-    r444 = 8e-12 * x15 * x12 * x5
-    r444 = r471 + r456 + r449 + r444
-    r444 = r23 > r444
-    r449 = -1.6e-11 * x12
-    r456 = -1.6e-11 * x36 * x12
+    r369 = 1.6e-11 * x15 * x12 * x5
+    r451 = r449 + r90 + r70 + r369
+    r472 = 8e-12 * x12
+    r457 = 8e-12 * x37 * x12
+    r450 = 4e-12 * x15 * r13
+    r445 = 8e-12 * x15 * x12 * x5
+    r445 = r472 + r457 + r450 + r445
+    r445 = r23 > r445
+    r450 = -1.6e-11 * x12
+    r457 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r471 = -1.6e-11 * x15 * x12 * x5
-    r599 = k.sqrt(2.0)
-    r600 = k.sqrt(x3)
-    r600 = k.recip(r600)
-    r602 = k.sqrt(x2)
-    r602 = k.recip(r602)
-    r604 = k.sqrt(x13)
-    r604 = k.recip(r604)
-    r606 = k.sqrt(x22)
-    r606 = k.recip(r606)
-    r608 = k.sqrt(x35)
-    r608 = k.recip(r608)
-    r610 = k.sqrt(r450)
-    r611 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r450
-    r612 = k.sqrt(x3)
-    r613 = k.sqrt(x2)
-    r614 = k.sqrt(x13)
-    r615 = k.sqrt(x22)
-    r616 = k.sqrt(x35)
-    r616 = 0.16666666666666666 * r599 * r612 * r613 * r614 * r615 * r616 * r610
-    r616 = 1.0 + r611 + r616
-    r616 = r599 * r600 * r602 * r604 * r606 * r608 * r610 * r616
-    r616 = r449 + r456 + r13 + r471 + r616
-    r471 = k.where(r444, r616, r23)
-    r368 = r448 + r90 + r70 + r368 + r471
-    r368 = x3 * x2 * x13 * x22 * x35 * r368
-    r368 = k.exp(r368)
-    r368 = -1.0 + r368
-    r70 = k.recip(r368)
-    r90 = x24 + x1
-    r448 = -1.0 * x3 * x2 * x13 * x22 * x35 * r90
-    r448 = k.exp(r448)
-    r448 = x3 * x2 * x13 * x22 * x35 * r70 * r471 * r448
-    r70 = x3 * x2 * x13 * x22 * x35
-    r616 = k.recip(r616)
-    r70 = k.where(r444, r616, r70)
-    r90 = x3 * x2 * x13 * x22 * x35 * r90
+    r472 = -1.6e-11 * x15 * x12 * x5
+    r600 = k.sqrt(2.0)
+    r601 = k.sqrt(x3)
+    r601 = k.recip(r601)
+    r603 = k.sqrt(x2)
+    r603 = k.recip(r603)
+    r605 = k.sqrt(x13)
+    r605 = k.recip(r605)
+    r607 = k.sqrt(x23)
+    r607 = k.recip(r607)
+    r609 = k.sqrt(x36)
+    r609 = k.recip(r609)
+    r611 = k.sqrt(r451)
+    r612 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r451
+    r613 = k.sqrt(x3)
+    r614 = k.sqrt(x2)
+    r615 = k.sqrt(x13)
+    r616 = k.sqrt(x23)
+    r617 = k.sqrt(x36)
+    r617 = 0.16666666666666666 * r600 * r613 * r614 * r615 * r616 * r617 * r611
+    r617 = 1.0 + r612 + r617
+    r617 = r600 * r601 * r603 * r605 * r607 * r609 * r611 * r617
+    r617 = r450 + r457 + r13 + r472 + r617
+    r472 = k.where(r445, r617, r23)
+    r369 = r449 + r90 + r70 + r369 + r472
+    r369 = x3 * x2 * x13 * x23 * x36 * r369
+    r369 = k.exp(r369)
+    r369 = -1.0 + r369
+    r70 = k.recip(r369)
+    r90 = x25 + x1
+    r449 = -1.0 * x3 * x2 * x13 * x23 * x36 * r90
+    r449 = k.exp(r449)
+    r449 = x3 * x2 * x13 * x23 * x36 * r70 * r472 * r449
+    r70 = x3 * x2 * x13 * x23 * x36
+    r617 = k.recip(r617)
+    r70 = k.where(r445, r617, r70)
+    r90 = x3 * x2 * x13 * x23 * x36 * r90
     r90 = k.exp(r90)
-    r5 = x34 * r122 * r4 * r26 * r5 * r16 * r66 * r9 * r368 * r22 * r70 * r90
-    r90 = x34 * r122 * r66 * r368 * r22 * r70 * r90
-    r54 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r453 * r54
+    r5 = x35 * r122 * r4 * r26 * r5 * r16 * r66 * r9 * r369 * r22 * r70 * r90
+    r90 = x35 * r122 * r66 * r369 * r22 * r70 * r90
+    r54 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r454 * r54
     r54 = k.where(r78, 0.0, r54)
-    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r154
-    r154 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r151 * r154
+    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r154
+    r154 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r151 * r154
     r154 = r78 + r154
-    r154 = k.where(r465, 0.0, r154)
-    r106 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r106
+    r154 = k.where(r466, 0.0, r154)
+    r106 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r106
     r106 = k.where(r33, 0.0, r106)
-    r8 = r8 < x22
-    r33 = x32 != 2.0
+    r8 = r8 < x23
+    r33 = x33 != 2.0
     r73 = k.and_(r73, r33)
     r73 = k.not_(r73)
     r73 = k.or_(r8, r73)
-    r9 = x32 != 1.0
+    r9 = x33 != 1.0
     r72 = k.and_(r9, r33, r72)
     r72 = k.not_(r72)
     r72 = k.or_(r8, r72)
     r72 = k.and_(r73, r72)
-    r73 = x22 >= 2.0
-    r8 = x32 != 3.0
-    r33 = x32 != 4.0
+    r73 = x23 >= 2.0
+    r8 = x33 != 3.0
+    r33 = x33 != 4.0
     r81 = k.not_(r81)
     r81 = k.and_(r8, r33, r81)
     r81 = k.not_(r81)
     r81 = k.or_(r73, r81)
-    r73 = x21 * x3 * x2 * x22 * x35 * r22
-    r33 = r65 <= r73
+    r73 = x22 * x3 * x2 * x23 * x36 * r22
+    r33 = r35 <= r73
     r73 = r110 <= r73
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r113, r32, r99, r46, r89, 0.0, r93, r94, r55, r116, r100, r95, r34, r35, r65, r65, r110, r48, r141, r358, r30, r79, r22, r11, r152, r10, r31, r143, r77, 0.0, r71, r23, r450, r471, r448, r5, r90, r104, r47, r53, r52, r54, r45, r45, r154, r447, r447, r445, r460, r354, r106, r49, r86, 0.0, 0.0, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, r72, 1.0, 1.0, 1.0, 1.0, 1.0, r81, 1.0, r81, r81, r33, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r113, r32, r99, r46, r89, 0.0, r93, r94, r55, r116, r100, r95, r34, r65, r35, r35, r110, r48, r141, r359, r30, r79, r22, r11, r152, r10, r31, r143, r77, 0.0, r71, r23, r451, r472, r449, r5, r90, r104, r47, r53, r52, r54, r45, r45, r154, r448, r448, r446, r461, r355, r106, r49, r86, 0.0, 0.0, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, 1.0, r81, r81, r33, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1346,9 +1347,9 @@ def search(x, k):
     return (r80, r52, r55)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (37, 44, 45, 46, 47), (35, 44, 45, 46, 47), (36, 44, 45, 46, 47), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47), (29, 44, 45, 46, 47), (29, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (38, 44, 45, 46, 47), (38, 44, 45, 46, 47, 73, 74), (38, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 43), (10, 69), (11, 69), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 69), (16, 30), (16, 31), (16, 32), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48), (29, 45, 46, 47, 48), (29, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,63 +50,63 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x34 * r31 * r25 * r39
-    r38 = x24 == 2.0
-    r37 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r39 = x20 * x35 * r31 * r25 * r39
+    r38 = x25 == 2.0
+    r37 = 2.0 * x20 * x12 * x35 * r31 * r25
     r37 = k.where(r38, r37, r39)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r34)
     r36 = r36 * r35
-    r49 = x33 == 4.0
-    r50 = 2.0 * x23
+    r49 = x34 == 4.0
+    r50 = 2.0 * x24
     r51 = -1.0 + r50
     r51 = k.min(r51, r6)
     r51 = r51 * r35
     r54 = k.where(r49, r51, r36)
-    r55 = x33 == 0.0
-    r56 = x33 == 3.0
+    r55 = x34 == 0.0
+    r56 = x34 == 3.0
     r57 = k.or_(r55, r56)
-    r58 = k.min(x23, r6)
+    r58 = k.min(x24, r6)
     r58 = r58 * r35
     r54 = k.where(r57, r58, r54)
-    r58 = x33 == 1.0
-    r62 = k.recip(x38)
-    r63 = x6 * x38 * r4 * r5
-    r64 = -1.0 + x38
-    r64 = x23 * r64
+    r58 = x34 == 1.0
+    r62 = k.recip(x39)
+    r63 = x6 * x39 * r4 * r5
+    r64 = -1.0 + x39
+    r64 = x24 * r64
     r66 = -1.0 + r50 + r64
     r66 = k.min(r63, r66)
     r66 = r62 * r66 * r35
     r54 = k.where(r58, r66, r54)
-    r66 = x33 == 2.0
+    r66 = x34 == 2.0
     r71 = x6 * r4 * r5 * r35
     r54 = k.where(r66, r71, r54)
     r54 = r37 * r54
     r74 = r9 * r35
     r75 = r13 * r35
-    r76 = x23 == 1.0
+    r76 = x24 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
     r78 = 2.0 * x12 * r77
     r78 = r12 + r16 + r74 + r75 + r78
     r78 = r25 * r78
     r16 = r12 + r16
     r77 = r16 * r77
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r77 + r74 + r75 + r12
     r12 = r25 * r12
     r77 = r12 + r78
     r78 = k.where(r27, r77, r78)
     r8 = 2.0 * r78
-    r91 = x39 <= 2.0
+    r91 = x40 <= 2.0
     r92 = 4.0 * r78
     r92 = k.where(r91, r92, r8)
-    r94 = x39 >= 2.0
+    r94 = x40 >= 2.0
     r95 = r4 * r31 * r92
     r92 = k.where(r94, r95, r92)
-    r95 = x39 >= 3.0
+    r95 = x40 >= 3.0
     r98 = 2.0 * r4 * r31 * r78
     r8 = k.where(r95, r98, r8)
     r98 = 12.0 * r78
@@ -114,8 +114,8 @@ def quantities(x, k):
     r98 = k.where(r28, r101, r98)
     r101 = k.where(r38, r39, 0.0)
     r104 = k.or_(r27, r76)
-    r105 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r106 = x37 * x20 * x16 * x34 * r31 * r25
+    r105 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r106 = x38 * x20 * x16 * x35 * r31 * r25
     r105 = r105 + r106
     r105 = k.max(r105, r101)
     r104 = k.where(r104, r105, r101)
@@ -124,16 +124,16 @@ def quantities(x, k):
     r110 = k.where(r27, r111, r110)
     r111 = 3.0 * x4 * r110 * r78
     r111 = k.where(r95, r111, 0.0)
-    r115 = x23 > 1.0
+    r115 = x24 > 1.0
     r115 = k.and_(r95, r115)
     r78 = 2.0 * x4 * r78
     r111 = k.where(r115, r78, r111)
     r78 = r54 + r92 + r8 + r98 + r104 + r111
     r120 = k.where(r49, r51, r36)
-    r121 = -1.0 + x23
+    r121 = -1.0 + x24
     r122 = k.min(1.0, r121)
     r123 = -1.0 * r122
-    r123 = x23 + r123
+    r123 = x24 + r123
     r125 = k.min(r6, r123)
     r125 = r125 * r35
     r120 = k.where(r57, r125, r120)
@@ -148,25 +148,25 @@ def quantities(x, k):
     r50 = k.where(r50, 1.0, 0.0)
     r50 = r16 * r50
     r125 = 1.0 + r122
-    r125 = x23 == r125
+    r125 = x24 == r125
     r140 = k.where(r125, 1.0, 0.0)
     r140 = 2.0 * x12 * r140
     r142 = r122 != 0.0
     r142 = k.and_(r142, r125)
     r142 = k.where(r142, 1.0, 0.0)
-    r142 = x37 * x12 * r142
+    r142 = x38 * x12 * r142
     r142 = r50 + r74 + r75 + r140 + r142
     r142 = r25 * r142
     r140 = r123 == 1.0
     r140 = k.where(r140, 1.0, 0.0)
     r140 = r16 * r140
-    r16 = x23 == r123
+    r16 = x24 == r123
     r50 = k.where(r16, 1.0, 0.0)
     r50 = 2.0 * x12 * r50
     r123 = r123 != 1.0
     r123 = k.and_(r16, r123)
     r123 = k.where(r123, 1.0, 0.0)
-    r123 = x37 * x12 * r123
+    r123 = x38 * x12 * r123
     r123 = r140 + r74 + r75 + r50 + r123
     r123 = r25 * r123
     r123 = r123 + r142
@@ -248,403 +248,404 @@ def quantities(x, k):
     r120 = k.where(r120, 0.0, 0.0)
     r36 = r78 == r36
     r120 = k.where(r36, 0.0, r120)
-    r36 = x37 * x20 * x4 * x34 * r31 * r25
-    r54 = x37 * x20 * x4 * x34 * r31
+    r36 = x38 * x20 * x4 * x35 * r31 * r25
+    r54 = x38 * x20 * x4 * x35 * r31
     r111 = k.max(r78, r142, r12)
     r98 = r142 == r111
     r12 = k.where(r98, r142, r12)
     r111 = r78 == r111
     r12 = k.where(r111, r78, r12)
-    r78 = -1.0 * r12
-    r78 = x8 + r78
-    r111 = 6.0 * x6 * x34 * r15
+    r78 = -1.0 * x21
+    r111 = -1.0 * r12
+    r111 = x8 + r78 + r111
+    r78 = 6.0 * x6 * x35 * r15
     r142 = 12.0 * x12
     r98 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r92 = 6.0 * x37 * x12
+    r92 = 6.0 * x38 * x12
     r75 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x34
+    r8 = 12.0 * x15 * x11 * x10 * x35
     r8 = r142 + r98 + r16 + r92 + r75 + r8
-    r75 = x6 * x34 * r8
+    r75 = x6 * x35 * r8
     r92 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r98 = 0.16666666666666666 * x34 * r16
+    r98 = 0.16666666666666666 * x35 * r16
     r50 = k.recip(x15)
-    r16 = 0.0625 * x37 * r50 * r16
+    r16 = 0.0625 * x38 * r50 * r16
     r16 = 1.0 + r98 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r92 * r16
-    r92 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r92 * r16
+    r92 = k.pow(x35, 2.0)
     r98 = 2.0 * x6 * x15 * x11 * x10 * r92
-    r115 = x24 == 1.0
+    r115 = x25 == 1.0
     r92 = 4.0 * x6 * x15 * x11 * x10 * r92
     r92 = k.where(r115, r92, 0.0)
-    r123 = 0.3333333333333333 * x6 * x34 * r8
+    r123 = 0.3333333333333333 * x6 * x35 * r8
     r92 = k.where(r38, r123, r92)
     r92 = r75 + r98 + r92
     r98 = k.where(r38, 1.0, 0.0)
     r98 = 1.0 + r98
     r123 = k.recip(x9)
     r35 = k.recip(x19)
-    r63 = x37 * x12 * r25
-    r64 = x20 * x12 * x34 * r31
-    r51 = x37 * x20 * x34 * r31 * r25
+    r63 = x38 * x12 * r25
+    r64 = x20 * x12 * x35 * r31
+    r51 = x38 * x20 * x35 * r31 * r25
     r51 = r63 + r64 + r51
     r63 = 2.0 * r123 * r35 * r51
-    r125 = k.recip(x22)
+    r125 = k.recip(x23)
     r74 = k.recip(x17)
-    r140 = 2.0 * x37 * x20 * x12 * x34 * r125 * r31 * r74 * r25
+    r140 = 2.0 * x38 * x20 * x12 * x35 * r125 * r31 * r74 * r25
     r140 = r63 + r140
     r140 = r98 * r140
     r51 = 4.0 * r123 * r35 * r51
-    r63 = 4.0 * x37 * x20 * x12 * x34 * r125 * r31 * r74 * r25
+    r63 = 4.0 * x38 * x20 * x12 * x35 * r125 * r31 * r74 * r25
     r63 = r140 + r51 + r63
     r63 = r11 * r63
     r51 = x11 * x10 * x12 * r25
-    r140 = x11 * x20 * x10 * x34 * r31 * r25
+    r140 = x11 * x20 * x10 * x35 * r31 * r25
     r140 = r51 + r64 + r140
     r51 = 2.0 * r123 * r35 * r140
-    r294 = 2.0 * x11 * x20 * x10 * x12 * x34 * r125 * r31 * r74 * r25
-    r294 = r51 + r294
-    r294 = r98 * r294
+    r295 = 2.0 * x11 * x20 * x10 * x12 * x35 * r125 * r31 * r74 * r25
+    r295 = r51 + r295
+    r295 = r98 * r295
     r51 = x10 * x12 * r25 * r14
-    r298 = x20 * x10 * x34 * r31 * r25 * r14
-    r298 = r64 + r51 + r298
-    r51 = 2.0 * r123 * r35 * r298
-    r301 = 2.0 * x20 * x10 * x12 * x34 * r125 * r31 * r74 * r25 * r14
-    r301 = r51 + r301
-    r301 = r98 * r301
+    r299 = x20 * x10 * x35 * r31 * r25 * r14
+    r299 = r64 + r51 + r299
+    r51 = 2.0 * r123 * r35 * r299
+    r302 = 2.0 * x20 * x10 * x12 * x35 * r125 * r31 * r74 * r25 * r14
+    r302 = r51 + r302
+    r302 = r98 * r302
     r51 = x12 * x5 * r25
-    r305 = x20 * x5 * x34 * r31 * r25
-    r305 = r51 + r64 + r305
-    r64 = 2.0 * r123 * r35 * r305
-    r51 = 2.0 * x20 * x12 * x5 * x34 * r125 * r31 * r74 * r25
+    r306 = x20 * x5 * x35 * r31 * r25
+    r306 = r51 + r64 + r306
+    r64 = 2.0 * r123 * r35 * r306
+    r51 = 2.0 * x20 * x12 * x5 * x35 * r125 * r31 * r74 * r25
     r51 = r64 + r51
     r51 = 2.0 * r98 * r51
     r140 = 4.0 * r123 * r35 * r140
-    r298 = 4.0 * r123 * r35 * r298
-    r305 = 8.0 * r123 * r35 * r305
-    r64 = 8.0 * x20 * x12 * x5 * x34 * r125 * r31 * r74 * r25
-    r315 = 4.0 * x11 * x20 * x10 * x12 * x34 * r125 * r31 * r74 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r125 * r31 * r74 * r25 * r14
-    r14 = r294 + r301 + r51 + r140 + r298 + r305 + r64 + r315 + r14
+    r299 = 4.0 * r123 * r35 * r299
+    r306 = 8.0 * r123 * r35 * r306
+    r64 = 8.0 * x20 * x12 * x5 * x35 * r125 * r31 * r74 * r25
+    r316 = 4.0 * x11 * x20 * x10 * x12 * x35 * r125 * r31 * r74 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r125 * r31 * r74 * r25 * r14
+    r14 = r295 + r302 + r51 + r140 + r299 + r306 + r64 + r316 + r14
     r14 = x15 * r11 * r14
     r14 = r63 + r14
     r63 = x6 * r4 * r5 * r14
-    r315 = 3.0 * x5
+    r316 = 3.0 * x5
     r64 = 2.0 * x5 * r98
-    r64 = r315 + r64
-    r64 = x20 * x34 * r31 * r25 * r64
-    r315 = 10.0 * x12 * r98
-    r315 = r142 + r315
-    r315 = x20 * x34 * r31 * r25 * r315
-    r315 = r64 + r315
-    r315 = x15 * r11 * r315
-    r64 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r64 = r315 + r64
-    r315 = x6 * x4 * r123 * r4 * r5 * r35 * r64
+    r64 = r316 + r64
+    r64 = x20 * x35 * r31 * r25 * r64
+    r316 = 10.0 * x12 * r98
+    r316 = r142 + r316
+    r316 = x20 * x35 * r31 * r25 * r316
+    r316 = r64 + r316
+    r316 = x15 * r11 * r316
+    r64 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r64 = r316 + r64
+    r316 = x6 * x4 * r123 * r4 * r5 * r35 * r64
     r142 = k.recip(x0)
-    r305 = x11 * x10 * x34
+    r306 = x11 * x10 * x35
     r115 = k.or_(r115, r38)
     r115 = k.where(r115, 1.0, 0.0)
     r115 = 3.0 + r115
-    r115 = 2.0 * x11 * x10 * x34 * r115
-    r115 = r305 + r115
-    r305 = x6 * x15 * x34 * r125 * r4 * r31 * r74 * r142 * r11 * r25 * r115
-    r298 = r63 + r315 + r305
-    r140 = k.recip(r298)
+    r115 = 2.0 * x11 * x10 * x35 * r115
+    r115 = r306 + r115
+    r306 = x6 * x15 * x35 * r125 * r4 * r31 * r74 * r142 * r11 * r25 * r115
+    r299 = r63 + r316 + r306
+    r140 = k.recip(r299)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r51 = k.recip(x6)
-    r301 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r298
-    r294 = 0.6666666666666666 * x3 * x20 * x23 * r51 * r298
+    r302 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r299
+    r295 = 0.6666666666666666 * x3 * x20 * x24 * r51 * r299
     r64 = -1.0 * x6 * x4 * r123 * r4 * r5 * r35 * r64
-    r115 = -1.0 * x6 * x15 * x34 * r125 * r4 * r31 * r74 * r142 * r11 * r25 * r115
-    r294 = r14 + r301 + r294 + r64 + r115
-    r294 = k.max(0.0, r294)
-    r301 = 0.5 * x23
-    r301 = -1.0 + r301
-    r301 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r301 * r298
-    r301 = k.where(r49, 0.0, r301)
-    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r121 * r298
-    r301 = k.where(r56, r49, r301)
+    r115 = -1.0 * x6 * x15 * x35 * r125 * r4 * r31 * r74 * r142 * r11 * r25 * r115
+    r295 = r14 + r302 + r295 + r64 + r115
+    r295 = k.max(0.0, r295)
+    r302 = 0.5 * x24
+    r302 = -1.0 + r302
+    r302 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r302 * r299
+    r302 = k.where(r49, 0.0, r302)
+    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r121 * r299
+    r302 = k.where(r56, r49, r302)
     r66 = k.or_(r55, r58, r66)
-    r121 = x3 * x20 * r51 * r62 * r121 * r298
-    r301 = k.where(r66, r121, r301)
-    r301 = k.max(r294, r301)
-    r140 = r140 * r301
-    r294 = k.where(r91, 4.0, 2.0)
-    r294 = 26.0 + r294
-    r294 = r123 * r35 * r294 * r32
-    r35 = r63 + r294 + r315 + r305
-    r123 = -1.0 * x21
+    r121 = x3 * x20 * r51 * r62 * r121 * r299
+    r302 = k.where(r66, r121, r302)
+    r302 = k.max(r295, r302)
+    r140 = r140 * r302
+    r295 = k.where(r91, 4.0, 2.0)
+    r295 = 26.0 + r295
+    r295 = r123 * r35 * r295 * r32
+    r35 = r63 + r295 + r316 + r306
+    r123 = -1.0 * x22
     r123 = 1.0 + r123
-    r121 = x23 * x38
+    r121 = x24 * x39
     r121 = -1.0 + r121
-    r62 = k.recip(x26)
-    r55 = k.recip(x27)
-    r49 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25
-    r49 = x28 + r49
-    r56 = 2.0 * x3 * x2 * x36
-    r56 = x30 >= r56
-    r142 = k.recip(x29)
-    r74 = k.recip(x31)
-    r378 = x20 * x4 * x12 * x34 * r142 * r31 * r74 * r25
-    r378 = x32 + r378
-    r49 = k.where(r56, r378, r49)
+    r62 = k.recip(x27)
+    r55 = k.recip(x28)
+    r49 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25
+    r49 = x29 + r49
+    r56 = 2.0 * x3 * x2 * x37
+    r56 = x31 >= r56
+    r142 = k.recip(x30)
+    r74 = k.recip(x32)
+    r379 = x20 * x4 * x12 * x35 * r142 * r31 * r74 * r25
+    r379 = x33 + r379
+    r49 = k.where(r56, r379, r49)
     r49 = 2.0 * x6 * r4 * r5 * r11 * r121 * r49
     r49 = k.where(r76, 0.0, r49)
     r123 = r123 * r49
-    r378 = x3 * x20 * r51 * r298
-    r56 = x23 <= 1.0
+    r379 = x3 * x20 * r51 * r299
+    r56 = x24 <= 1.0
     r94 = k.and_(r94, r56)
-    r378 = k.where(r94, r298, r378)
-    r378 = -1.0 * x21 * r378
-    r298 = x3 * x2
-    r390 = -1.0 + r298
-    r391 = k.recip(r390)
-    r392 = 2.0 * x3 * x2
-    r392 = -2.0 + r392
-    r394 = x30 * r25
-    r395 = k.gcd(r298, r394)
-    r396 = k.recip(r395)
-    r397 = x3 * x2 * r396
-    r397 = -1.0 + r397
-    r397 = x28 * r397
-    r400 = -1.0 * x3 * x2 * r396
-    r400 = r298 + r400
-    r400 = x32 * r400
-    r403 = r397 + r400
-    r403 = r391 * r392 * r403
-    r391 = x4 * r26
-    r406 = 4.0 * r26
-    r391 = k.where(r91, r406, r391)
-    r406 = x23 * r62 * r50 * r4 * r31 * r55 * r396 * r392 * r391
-    r395 = -1.0 + r395
-    r91 = x23 * r142 * r50 * r4 * r31 * r74 * r396 * r395 * r392 * r391
-    r91 = k.max(r406, r91)
-    r91 = r403 + r91
-    r403 = x30 <= x36
-    r406 = x28 * r392
-    r415 = x23 * r62 * r50 * r4 * r31 * r55 * r392 * r391
-    r415 = r406 + r415
-    r91 = k.where(r403, r415, r91)
-    r415 = x3 * x2 * x36
-    r415 = x30 >= r415
-    r406 = x32 * r392
-    r421 = x23 * r142 * r50 * r4 * r31 * r74 * r392 * r391
-    r421 = r406 + r421
-    r91 = k.where(r415, r421, r91)
+    r379 = k.where(r94, r299, r379)
+    r379 = -1.0 * x22 * r379
+    r299 = x3 * x2
+    r391 = -1.0 + r299
+    r392 = k.recip(r391)
+    r393 = 2.0 * x3 * x2
+    r393 = -2.0 + r393
+    r395 = x31 * r25
+    r396 = k.gcd(r299, r395)
+    r397 = k.recip(r396)
+    r398 = x3 * x2 * r397
+    r398 = -1.0 + r398
+    r398 = x29 * r398
+    r401 = -1.0 * x3 * x2 * r397
+    r401 = r299 + r401
+    r401 = x33 * r401
+    r404 = r398 + r401
+    r404 = r392 * r393 * r404
+    r392 = x4 * r26
+    r407 = 4.0 * r26
+    r392 = k.where(r91, r407, r392)
+    r407 = x24 * r62 * r50 * r4 * r31 * r55 * r397 * r393 * r392
+    r396 = -1.0 + r396
+    r91 = x24 * r142 * r50 * r4 * r31 * r74 * r397 * r396 * r393 * r392
+    r91 = k.max(r407, r91)
+    r91 = r404 + r91
+    r404 = x31 <= x37
+    r407 = x29 * r393
+    r416 = x24 * r62 * r50 * r4 * r31 * r55 * r393 * r392
+    r416 = r407 + r416
+    r91 = k.where(r404, r416, r91)
+    r416 = x3 * x2 * x37
+    r416 = x31 >= r416
+    r407 = x33 * r393
+    r422 = x24 * r142 * r50 * r4 * r31 * r74 * r393 * r392
+    r422 = r407 + r422
+    r91 = k.where(r416, r422, r91)
     r91 = x15 * r11 * r91
-    r421 = x23 * r62 * r50 * r4 * r31 * r55 * r396 * r390 * r391
-    r406 = x23 * r142 * r50 * r4 * r31 * r74 * r396 * r390 * r395 * r391
-    r406 = k.max(r421, r406)
-    r406 = r397 + r400 + r406
-    r421 = x28 * r390
-    r430 = x23 * r62 * r50 * r4 * r31 * r55 * r390 * r391
-    r430 = r421 + r430
-    r406 = k.where(r403, r430, r406)
-    r430 = x32 * r390
-    r434 = x23 * r142 * r50 * r4 * r31 * r74 * r390 * r391
-    r434 = r430 + r434
-    r406 = k.where(r415, r434, r406)
-    r434 = x15 * r11 * r406
-    r438 = x4 * x23 * r62 * r50 * r4 * r31 * r55 * r396 * r390 * r26
-    r395 = x4 * x23 * r142 * r50 * r4 * r31 * r74 * r396 * r390 * r395 * r26
-    r395 = k.max(r438, r395)
-    r395 = r397 + r400 + r395
-    r400 = x4 * x23 * r62 * r50 * r4 * r31 * r55 * r390 * r26
-    r400 = r421 + r400
-    r395 = k.where(r403, r400, r395)
-    r50 = x4 * x23 * r142 * r50 * r4 * r31 * r74 * r390 * r26
-    r50 = r430 + r50
-    r395 = k.where(r415, r50, r395)
-    r50 = x15 * r11 * r395
-    r415 = r434 + r50
-    r91 = k.where(r28, r415, r91)
-    r406 = x6 * x15 * r4 * r5 * r11 * r406
-    r406 = r50 + r406
-    r91 = k.where(r94, r406, r91)
+    r422 = x24 * r62 * r50 * r4 * r31 * r55 * r397 * r391 * r392
+    r407 = x24 * r142 * r50 * r4 * r31 * r74 * r397 * r391 * r396 * r392
+    r407 = k.max(r422, r407)
+    r407 = r398 + r401 + r407
+    r422 = x29 * r391
+    r431 = x24 * r62 * r50 * r4 * r31 * r55 * r391 * r392
+    r431 = r422 + r431
+    r407 = k.where(r404, r431, r407)
+    r431 = x33 * r391
+    r435 = x24 * r142 * r50 * r4 * r31 * r74 * r391 * r392
+    r435 = r431 + r435
+    r407 = k.where(r416, r435, r407)
+    r435 = x15 * r11 * r407
+    r439 = x4 * x24 * r62 * r50 * r4 * r31 * r55 * r397 * r391 * r26
+    r396 = x4 * x24 * r142 * r50 * r4 * r31 * r74 * r397 * r391 * r396 * r26
+    r396 = k.max(r439, r396)
+    r396 = r398 + r401 + r396
+    r401 = x4 * x24 * r62 * r50 * r4 * r31 * r55 * r391 * r26
+    r401 = r422 + r401
+    r396 = k.where(r404, r401, r396)
+    r50 = x4 * x24 * r142 * r50 * r4 * r31 * r74 * r391 * r26
+    r50 = r431 + r50
+    r396 = k.where(r416, r50, r396)
+    r50 = x15 * r11 * r396
+    r416 = r435 + r50
+    r91 = k.where(r28, r416, r91)
+    r407 = x6 * x15 * r4 * r5 * r11 * r407
+    r407 = r50 + r407
+    r91 = k.where(r94, r407, r91)
     r56 = k.and_(r95, r56)
-    r395 = 2.0 * x15 * r11 * r395
-    r395 = r434 + r395
-    r395 = x6 * r4 * r5 * r395
-    r91 = k.where(r56, r395, r91)
-    r298 = r298 == 1.0
-    r91 = k.where(r298, 0.0, r91)
-    r378 = r378 + r91
-    r378 = k.max(0.0, r378)
-    r394 = k.gcd(x2, r394)
-    r395 = k.recip(r394)
-    r434 = x2 * r395
-    r434 = -1.0 + r434
-    r434 = x28 * r434
-    r95 = -1.0 * x2 * r395
+    r396 = 2.0 * x15 * r11 * r396
+    r396 = r435 + r396
+    r396 = x6 * r4 * r5 * r396
+    r91 = k.where(r56, r396, r91)
+    r299 = r299 == 1.0
+    r91 = k.where(r299, 0.0, r91)
+    r379 = r379 + r91
+    r379 = k.max(0.0, r379)
+    r395 = k.gcd(x2, r395)
+    r396 = k.recip(r395)
+    r435 = x2 * r396
+    r435 = -1.0 + r435
+    r435 = x29 * r435
+    r95 = -1.0 * x2 * r396
     r95 = x2 + r95
-    r95 = x32 * r95
-    r406 = -1.0 + x2
-    r50 = 2.0 * x14 * x20 * x10 * x4 * x34 * r62 * r31 * r55 * r25 * r395 * r406
-    r394 = -1.0 + r394
-    r394 = 2.0 * x14 * x20 * x10 * x4 * x34 * r142 * r31 * r74 * r25 * r395 * r406 * r394
-    r394 = k.max(r50, r394)
-    r394 = r434 + r95 + r394
-    r95 = x28 * r406
-    r434 = 2.0 * x14 * x20 * x10 * x4 * x34 * r62 * r31 * r55 * r25 * r406
-    r434 = r95 + r434
-    r394 = k.where(r403, r434, r394)
-    r434 = x2 * x36
-    r434 = x30 >= r434
-    r403 = x32 * r406
-    r95 = 2.0 * x14 * x20 * x10 * x4 * x34 * r142 * r31 * r74 * r25 * r406
-    r95 = r403 + r95
-    r394 = k.where(r434, r95, r394)
-    r95 = x6 * x15 * r4 * r5 * r11 * r394
-    r394 = x6 * x15 * r4 * r5 * r11 * r98 * r394
-    r394 = r95 + r394
+    r95 = x33 * r95
+    r407 = -1.0 + x2
+    r50 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r396 * r407
+    r395 = -1.0 + r395
+    r395 = 2.0 * x14 * x20 * x10 * x4 * x35 * r142 * r31 * r74 * r25 * r396 * r407 * r395
+    r395 = k.max(r50, r395)
+    r395 = r435 + r95 + r395
+    r95 = x29 * r407
+    r435 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r407
+    r435 = r95 + r435
+    r395 = k.where(r404, r435, r395)
+    r435 = x2 * x37
+    r435 = x31 >= r435
+    r404 = x33 * r407
+    r95 = 2.0 * x14 * x20 * x10 * x4 * x35 * r142 * r31 * r74 * r25 * r407
+    r95 = r404 + r95
+    r395 = k.where(r435, r95, r395)
+    r95 = x6 * x15 * r4 * r5 * r11 * r395
+    r395 = x6 * x15 * r4 * r5 * r11 * r98 * r395
+    r395 = r95 + r395
     r95 = x2 == 1.0
-    r394 = k.where(r95, 0.0, r394)
+    r395 = k.where(r95, 0.0, r395)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r434 = k.gcd(x36, x30)
-    r403 = k.recip(r434)
-    r50 = x36 * r403
+    r435 = k.gcd(x37, x31)
+    r404 = k.recip(r435)
+    r50 = x37 * r404
     r50 = -1.0 + r50
-    r50 = x28 * r50
-    r395 = -1.0 * x36 * r403
-    r395 = x36 + r395
-    r395 = x32 * r395
-    r415 = -1.0 + x36
-    r430 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25 * r403 * r415
-    r434 = -1.0 + r434
-    r434 = x20 * x4 * x12 * x34 * r142 * r31 * r74 * r25 * r403 * r415 * r434
-    r434 = k.max(r430, r434)
-    r434 = r50 + r395 + r434
-    r395 = x30 <= 1.0
-    r50 = x28 * r415
-    r55 = x20 * x4 * x12 * x34 * r62 * r31 * r55 * r25 * r415
+    r50 = x29 * r50
+    r396 = -1.0 * x37 * r404
+    r396 = x37 + r396
+    r396 = x33 * r396
+    r416 = -1.0 + x37
+    r431 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r404 * r416
+    r435 = -1.0 + r435
+    r435 = x20 * x4 * x12 * x35 * r142 * r31 * r74 * r25 * r404 * r416 * r435
+    r435 = k.max(r431, r435)
+    r435 = r50 + r396 + r435
+    r396 = x31 <= 1.0
+    r50 = x29 * r416
+    r55 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r416
     r55 = r50 + r55
-    r434 = k.where(r395, r55, r434)
-    r55 = x30 >= x36
-    r395 = x32 * r415
-    r74 = x20 * x4 * x12 * x34 * r142 * r31 * r74 * r25 * r415
-    r74 = r395 + r74
-    r434 = k.where(r55, r74, r434)
-    r434 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r434
-    r74 = x36 == 1.0
-    r434 = k.where(r74, 0.0, r434)
+    r435 = k.where(r396, r55, r435)
+    r55 = x31 >= x37
+    r396 = x33 * r416
+    r74 = x20 * x4 * x12 * x35 * r142 * r31 * r74 * r25 * r416
+    r74 = r396 + r74
+    r435 = k.where(r55, r74, r435)
+    r435 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r435
+    r74 = x37 == 1.0
+    r435 = k.where(r74, 0.0, r435)
     r115 = r14 + r64 + r115
     r115 = k.max(0.0, r115)
     r115 = k.where(r27, r115, 0.0)
-    r27 = r123 + r63 + r294 + r315 + r305 + r378 + r301 + r394 + r434 + r115
+    r27 = r123 + r63 + r295 + r316 + r306 + r379 + r302 + r395 + r435 + r115
     r64 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r125 * r4 * r31 * r11 * r25 * r64 * r15
-    r8 = x6 * x34 * r125 * r4 * r31 * r11 * r25 * r64 * r8
-    r64 = x20 * x4 * x12 * x34 * r31
-    r125 = x20 * x4 * x12 * x34 * r62 * r31
-    r392 = r4 * r31 * r392 * r391
-    r55 = r4 * r31 * r390 * r391
-    r395 = x4 * r4 * r31 * r390 * r26
-    r142 = r55 + r395
-    r392 = k.where(r28, r142, r392)
+    r14 = 6.0 * x6 * x35 * r125 * r4 * r31 * r11 * r25 * r64 * r15
+    r8 = x6 * x35 * r125 * r4 * r31 * r11 * r25 * r64 * r8
+    r64 = x20 * x4 * x12 * x35 * r31
+    r125 = x20 * x4 * x12 * x35 * r62 * r31
+    r393 = r4 * r31 * r393 * r392
+    r55 = r4 * r31 * r391 * r392
+    r396 = x4 * r4 * r31 * r391 * r26
+    r142 = r55 + r396
+    r393 = k.where(r28, r142, r393)
     r142 = k.pow(x3, -2.0)
-    r391 = x6 * r142 * r5 * r31 * r390 * r391
-    r391 = r395 + r391
-    r392 = k.where(r94, r391, r392)
-    r390 = 2.0 * x4 * r4 * r31 * r390 * r26
-    r390 = r55 + r390
-    r390 = x6 * r4 * r5 * r390
-    r392 = k.where(r56, r390, r392)
-    r392 = k.where(r298, 0.0, r392)
-    r298 = r62 * r392
-    r62 = x29 * r62
-    r390 = k.recip(x34)
-    r56 = x35 * r51 * r390
+    r392 = x6 * r142 * r5 * r31 * r391 * r392
+    r392 = r396 + r392
+    r393 = k.where(r94, r392, r393)
+    r391 = 2.0 * x4 * r4 * r31 * r391 * r26
+    r391 = r55 + r391
+    r391 = x6 * r4 * r5 * r391
+    r393 = k.where(r56, r391, r393)
+    r393 = k.where(r299, 0.0, r393)
+    r299 = r62 * r393
+    r62 = x30 * r62
+    r391 = k.recip(x35)
+    r56 = x36 * r51 * r391
     r5 = k.recip(x13)
     r55 = r4 * r31 * r5 * r11 * r25
-    r391 = 1.6e-11 * x12
+    r392 = 1.6e-11 * x12
     r94 = 8e-12 * x15 * r9
-    r395 = 8e-12 * x15 * r13
-    r142 = 8e-12 * x37 * x12
+    r396 = 8e-12 * x15 * r13
+    r142 = 8e-12 * x38 * x12
     r28 = 8e-12 * x12 * x18
-    r50 = r391 + r94 + r395 + r142 + r28
-    r430 = 8e-12 * x12
-    r403 = 4e-12 * x15 * r9
-    r400 = 4e-12 * x15 * r13
-    r421 = 4e-12 * x37 * x12
-    r397 = 4e-12 * x12 * x18
-    r397 = r430 + r403 + r400 + r421 + r397
-    r397 = r55 > r397
-    r421 = -1.6e-11 * x12
+    r50 = r392 + r94 + r396 + r142 + r28
+    r431 = 8e-12 * x12
+    r404 = 4e-12 * x15 * r9
+    r401 = 4e-12 * x15 * r13
+    r422 = 4e-12 * x38 * x12
+    r398 = 4e-12 * x12 * x18
+    r398 = r431 + r404 + r401 + r422 + r398
+    r398 = r55 > r398
+    r422 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r400 = -8e-12 * x37 * x12
-    r403 = -8e-12 * x12 * x18
-    r430 = k.sqrt(2.0)
-    r438 = k.sqrt(x3)
-    r438 = k.recip(r438)
-    r396 = k.sqrt(x2)
-    r396 = k.recip(r396)
-    r573 = k.sqrt(x13)
-    r573 = k.recip(r573)
-    r575 = k.sqrt(x23)
-    r575 = k.recip(r575)
-    r577 = k.sqrt(x36)
-    r577 = k.recip(r577)
-    r579 = k.sqrt(r50)
-    r580 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r50
-    r581 = k.sqrt(x3)
-    r582 = k.sqrt(x2)
-    r583 = k.sqrt(x13)
-    r584 = k.sqrt(x23)
-    r585 = k.sqrt(x36)
-    r585 = 0.16666666666666666 * r430 * r581 * r582 * r583 * r584 * r585 * r579
-    r585 = 1.0 + r580 + r585
-    r585 = r430 * r438 * r396 * r573 * r575 * r577 * r579 * r585
-    r585 = r421 + r9 + r13 + r400 + r403 + r585
-    r403 = k.where(r397, r585, r55)
-    r28 = r391 + r94 + r395 + r142 + r28 + r403
-    r28 = x3 * x2 * x13 * x23 * x36 * r28
+    r401 = -8e-12 * x38 * x12
+    r404 = -8e-12 * x12 * x18
+    r431 = k.sqrt(2.0)
+    r439 = k.sqrt(x3)
+    r439 = k.recip(r439)
+    r397 = k.sqrt(x2)
+    r397 = k.recip(r397)
+    r574 = k.sqrt(x13)
+    r574 = k.recip(r574)
+    r576 = k.sqrt(x24)
+    r576 = k.recip(r576)
+    r578 = k.sqrt(x37)
+    r578 = k.recip(r578)
+    r580 = k.sqrt(r50)
+    r581 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r50
+    r582 = k.sqrt(x3)
+    r583 = k.sqrt(x2)
+    r584 = k.sqrt(x13)
+    r585 = k.sqrt(x24)
+    r586 = k.sqrt(x37)
+    r586 = 0.16666666666666666 * r431 * r582 * r583 * r584 * r585 * r586 * r580
+    r586 = 1.0 + r581 + r586
+    r586 = r431 * r439 * r397 * r574 * r576 * r578 * r580 * r586
+    r586 = r422 + r9 + r13 + r401 + r404 + r586
+    r404 = k.where(r398, r586, r55)
+    r28 = r392 + r94 + r396 + r142 + r28 + r404
+    r28 = x3 * x2 * x13 * x24 * x37 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
     r142 = k.recip(r28)
-    r395 = x25 + x1
-    r94 = -1.0 * x3 * x2 * x13 * x23 * x36 * r395
+    r396 = x26 + x1
+    r94 = -1.0 * x3 * x2 * x13 * x24 * x37 * r396
     r94 = k.exp(r94)
-    r94 = x3 * x2 * x13 * x23 * x36 * r142 * r403 * r94
-    r142 = x3 * x2 * x13 * x23 * x36
-    r585 = k.recip(r585)
-    r142 = k.where(r397, r585, r142)
-    r395 = x3 * x2 * x13 * x23 * x36 * r395
-    r395 = k.exp(r395)
-    r5 = x35 * r51 * r4 * r31 * r5 * r11 * r390 * r25 * r28 * r27 * r142 * r395
-    r395 = x35 * r51 * r390 * r28 * r27 * r142 * r395
-    r38 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r415 * r38
+    r94 = x3 * x2 * x13 * x24 * x37 * r142 * r404 * r94
+    r142 = x3 * x2 * x13 * x24 * x37
+    r586 = k.recip(r586)
+    r142 = k.where(r398, r586, r142)
+    r396 = x3 * x2 * x13 * x24 * x37 * r396
+    r396 = k.exp(r396)
+    r5 = x36 * r51 * r4 * r31 * r5 * r11 * r391 * r25 * r28 * r27 * r142 * r396
+    r396 = x36 * r51 * r391 * r28 * r27 * r142 * r396
+    r38 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r416 * r38
     r38 = k.where(r74, 0.0, r38)
-    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r406
-    r406 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r98 * r406
-    r406 = r74 + r406
-    r406 = k.where(r95, 0.0, r406)
-    r121 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r121
+    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r407
+    r407 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r98 * r407
+    r407 = r74 + r407
+    r407 = k.where(r95, 0.0, r407)
+    r121 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r121
     r121 = k.where(r76, 0.0, r121)
-    r122 = r122 < x23
-    r76 = x33 != 2.0
+    r122 = r122 < x24
+    r76 = x34 != 2.0
     r58 = k.and_(r58, r76)
     r58 = k.not_(r58)
     r58 = k.or_(r122, r58)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r57 = k.and_(r25, r76, r57)
     r57 = k.not_(r57)
     r57 = k.or_(r122, r57)
     r57 = k.and_(r58, r57)
-    r58 = x23 >= 2.0
-    r122 = x33 != 3.0
-    r76 = x33 != 4.0
+    r58 = x24 >= 2.0
+    r122 = x34 != 3.0
+    r76 = x34 != 4.0
     r66 = k.not_(r66)
     r66 = k.and_(r122, r76, r66)
     r66 = k.not_(r66)
     r66 = k.or_(r58, r66)
-    r58 = x22 * x3 * x2 * x23 * x36 * r27
-    r76 = r111 <= r58
+    r58 = x23 * x3 * x2 * x24 * x37 * r27
+    r76 = r78 <= r58
     r58 = r75 <= r58
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r37, r71, r110, r101, r120, 0.0, r104, r105, r39, r36, r54, r106, r12, r78, r111, r111, r75, r16, r92, r140, r35, r301, r27, r14, r8, r64, r125, r298, r62, 0.0, r56, r55, r50, r403, r94, r5, r395, r63, r305, r315, r294, r38, r434, r434, r406, r394, r394, r392, r91, r378, r121, r49, r123, 0.0, 0.0, r115, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, r57, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r37, r71, r110, r101, r120, 0.0, r104, r105, r39, r36, r54, r106, r12, r111, r78, r78, r75, r16, r92, r140, r35, r302, r27, r14, r8, r64, r125, r299, r62, 0.0, r56, r55, r50, r404, r94, r5, r396, r63, r306, r316, r295, r38, r435, r435, r407, r395, r395, r393, r91, r379, r121, r49, r123, 0.0, 0.0, r115, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1264,9 +1265,9 @@ def search(x, k):
     return (r92, r54, r47)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (28, 41, 42, 43, 44, 45, 46, 47), (15, 41, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (27,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 34), (10, 35), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 31), (13, 65), (13, 66), (13, 67), (13, 68), (16, 29), (16, 30), (16, 31), (16, 33), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 65), (17, 66), (17, 67), (17, 68), (22, 31), (22, 34), (22, 35), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 34), (23, 35), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 30, 32, 34, 37, 38, 42, 43, 44, 45, 46, 47, 48), (28, 42, 43, 44, 45, 46, 47, 48), (28, 42, 43, 44, 45, 46, 47, 48), (15, 42, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 35), (10, 36), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (16, 29), (16, 30), (16, 31), (16, 34), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 35), (22, 36), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 35), (23, 36), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

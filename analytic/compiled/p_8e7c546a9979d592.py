@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r14 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r14 + r15 + r16
-    r14 = k.recip(x23)
-    r19 = k.recip(x36)
+    r14 = k.recip(x24)
+    r19 = k.recip(x37)
     r20 = r14 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r14 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r14
-    r29 = x23 == 1.0
+    r29 = x24 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,83 +46,83 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x37 * x12 * r30
-    r15 = x23 != 1.0
+    r30 = x38 * x12 * r30
+    r15 = x24 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x39 >= 2.0
+    r46 = x40 >= 2.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
-    r49 = x39 >= 3.0
+    r49 = x40 >= 3.0
     r45 = k.where(r49, r47, r45)
     r47 = 12.0 * r31
     r52 = 12.0 * r4 * r25 * r31
     r47 = k.where(r22, r52, r47)
     r52 = -4.0 * x12 * r19
     r52 = r8 + r52
-    r52 = x19 * x34 * r25 * r52
+    r52 = x19 * x35 * r25 * r52
     r57 = 4.0 * x11
     r58 = 6.0 * x5
     r59 = 8.0 * x12
     r60 = 4.0 * x11 * x10
     r61 = 4.0 * x14 * x10
     r61 = r57 + r58 + r59 + r60 + r61
-    r61 = x19 * x34 * r25 * r19 * r61
+    r61 = x19 * x35 * r25 * r19 * r61
     r61 = r52 + r61
-    r52 = x24 == 1.0
+    r52 = x25 == 1.0
     r59 = 2.0 * x5
     r58 = 6.0 * x12
     r68 = 2.0 * x14 * x10
     r60 = r59 + r57 + r58 + r68 + r60
     r60 = r19 * r60
     r60 = r8 + r60
-    r60 = x19 * x34 * r25 * r60
+    r60 = x19 * x35 * r25 * r60
     r61 = k.where(r52, r60, r61)
-    r60 = x24 == 2.0
-    r68 = 2.0 * x19 * x12 * x34 * r25 * r19
+    r60 = x25 == 2.0
+    r68 = 2.0 * x19 * x12 * x35 * r25 * r19
     r68 = k.where(r60, r68, r61)
-    r57 = 1.0 + x23
+    r57 = 1.0 + x24
     r57 = k.min(r57, r6)
     r57 = r57 * r32
-    r59 = x33 == 4.0
-    r81 = 2.0 * x23
+    r59 = x34 == 4.0
+    r81 = 2.0 * x24
     r82 = -1.0 + r81
     r82 = k.min(r82, r6)
     r82 = r82 * r32
     r85 = k.where(r59, r82, r57)
-    r86 = x33 == 0.0
-    r87 = x33 == 3.0
+    r86 = x34 == 0.0
+    r87 = x34 == 3.0
     r88 = k.or_(r86, r87)
-    r89 = k.min(x23, r6)
+    r89 = k.min(x24, r6)
     r89 = r89 * r32
     r85 = k.where(r88, r89, r85)
-    r89 = x33 == 1.0
-    r93 = k.recip(x38)
-    r94 = x6 * x38 * r4 * r5
-    r95 = -1.0 + x38
-    r95 = x23 * r95
+    r89 = x34 == 1.0
+    r93 = k.recip(x39)
+    r94 = x6 * x39 * r4 * r5
+    r95 = -1.0 + x39
+    r95 = x24 * r95
     r97 = -1.0 + r81 + r95
     r97 = k.min(r94, r97)
     r97 = r93 * r97 * r32
     r85 = k.where(r89, r97, r85)
-    r97 = x33 == 2.0
+    r97 = x34 == 2.0
     r102 = x6 * r4 * r5 * r32
     r85 = k.where(r97, r102, r85)
     r85 = r68 * r85
-    r105 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r105 = 4.0 * x19 * x5 * x35 * r25 * r19
     r106 = r105 + r61
     r105 = k.where(r60, r106, r105)
     r106 = k.or_(r21, r29)
     r109 = -2.0 * x12 * r19
     r109 = r8 + r109
-    r109 = x19 * x34 * r25 * r109
-    r8 = 4.0 * x19 * x12 * x34 * r25 * r19
-    r113 = x37 * x19 * x16 * x34 * r25 * r19
+    r109 = x19 * x35 * r25 * r109
+    r8 = 4.0 * x19 * x12 * x35 * r25 * r19
+    r113 = x38 * x19 * x16 * x35 * r25 * r19
     r8 = r109 + r8 + r113
     r8 = k.max(r8, r105)
     r106 = k.where(r106, r8, r105)
@@ -131,7 +131,7 @@ def quantities(x, k):
     r109 = k.where(r21, r118, r109)
     r118 = 3.0 * x4 * r109 * r31
     r118 = k.where(r49, r118, 0.0)
-    r122 = x23 > 1.0
+    r122 = x24 > 1.0
     r122 = k.and_(r49, r122)
     r124 = 6.0 * r31
     r118 = k.where(r122, r124, r118)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r31 = r124 == r31
     r118 = k.where(r31, r118, 0.0)
     r31 = r48 + r45 + r47 + r127 + r106 + r118
-    r124 = -1.0 + x23
+    r124 = -1.0 + x24
     r85 = k.min(1.0, r124)
     r143 = 1.0 + r85
-    r143 = x23 == r143
+    r143 = x24 == r143
     r145 = k.where(r143, 1.0, 0.0)
     r145 = x12 * r145
     r147 = r85 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r150 = r85 != 0.0
     r150 = k.and_(r150, r143)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r150 = r145 + r33 + r147 + r150 + r34
     r150 = r19 * r150
     r147 = -1.0 * r85
-    r145 = x23 + r147
-    r158 = x23 == r145
+    r145 = x24 + r147
+    r158 = x24 == r145
     r159 = k.where(r158, 1.0, 0.0)
     r159 = x12 * r159
     r161 = r145 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x37 * x12 * r161
+    r161 = x38 * x12 * r161
     r164 = r145 != 1.0
     r164 = k.and_(r158, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r34 = r159 + r33 + r161 + r164 + r34
     r34 = r19 * r34
     r34 = r150 + r34
@@ -288,450 +288,451 @@ def quantities(x, k):
     r122 = k.where(r47, r81, r122)
     r118 = r31 == r118
     r122 = k.where(r118, r127, r122)
-    r127 = x37 * x19 * x4 * x34 * r25 * r19
-    r118 = x37 * x19 * x4 * x34 * r25
+    r127 = x38 * x19 * x4 * x35 * r25 * r19
+    r118 = x38 * x19 * x4 * x35 * r25
     r81 = k.max(r31, r150, r15)
     r47 = r150 == r81
     r15 = k.where(r47, r150, r15)
     r81 = r31 == r81
     r15 = k.where(r81, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r81 = 6.0 * x6 * x34 * r16
+    r31 = -1.0 * x20
+    r81 = -1.0 * r15
+    r81 = x8 + r31 + r81
+    r31 = 6.0 * x6 * x35 * r16
     r150 = 6.0 * x15 * r12
-    r47 = 6.0 * x37 * x12
+    r47 = 6.0 * x38 * x12
     r158 = 18.0 * x15 * x12 * x5
-    r48 = 12.0 * x15 * x11 * x10 * x34
+    r48 = 12.0 * x15 * x11 * x10 * x35
     r48 = r58 + r150 + r47 + r158 + r48
-    r158 = x6 * x34 * r48
+    r158 = x6 * x35 * r48
     r47 = k.pow(x12, 2.0)
     r150 = k.recip(x12)
-    r58 = 0.16666666666666666 * x34 * r150
+    r58 = 0.16666666666666666 * x35 * r150
     r164 = k.recip(x15)
-    r150 = 0.0625 * x37 * r164 * r150
+    r150 = 0.0625 * x38 * r164 * r150
     r150 = 1.0 + r58 + r150
-    r150 = 96.0 * x6 * x15 * x34 * r47 * r150
-    r47 = k.pow(x34, 2.0)
+    r150 = 96.0 * x6 * x15 * x35 * r47 * r150
+    r47 = k.pow(x35, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r47
     r58 = x11 * x10
     r45 = x14 * x10
     r45 = x5 + r58 + r45
-    r45 = 2.0 * x6 * x15 * x12 * x34 * r45
+    r45 = 2.0 * x6 * x15 * x12 * x35 * r45
     r45 = k.where(r52, r45, 0.0)
-    r58 = 0.3333333333333333 * x6 * x34 * r48
+    r58 = 0.3333333333333333 * x6 * x35 * r48
     r45 = k.where(r60, r58, r45)
     r45 = r158 + r47 + r45
     r47 = k.where(r60, 1.0, 0.0)
     r58 = 1.0 + r47
     r161 = k.recip(x9)
     r68 = k.recip(x18)
-    r34 = x37 * x12 * r19
-    r57 = x19 * x12 * x34 * r25
-    r102 = x37 * x19 * x34 * r25 * r19
+    r34 = x38 * x12 * r19
+    r57 = x19 * x12 * x35 * r25
+    r102 = x38 * x19 * x35 * r25 * r19
     r102 = r34 + r57 + r102
     r34 = 2.0 * r161 * r68 * r102
-    r32 = k.recip(x22)
+    r32 = k.recip(x23)
     r94 = k.recip(x17)
-    r95 = 2.0 * x37 * x19 * x12 * x34 * r32 * r25 * r94 * r19
+    r95 = 2.0 * x38 * x19 * x12 * x35 * r32 * r25 * r94 * r19
     r95 = r34 + r95
     r95 = r58 * r95
     r102 = 4.0 * r161 * r68 * r102
-    r34 = 4.0 * x37 * x19 * x12 * x34 * r32 * r25 * r94 * r19
+    r34 = 4.0 * x38 * x19 * x12 * x35 * r32 * r25 * r94 * r19
     r34 = r95 + r102 + r34
     r34 = r14 * r34
     r102 = x12 * x5 * r19
-    r95 = x19 * x5 * x34 * r25 * r19
+    r95 = x19 * x5 * x35 * r25 * r19
     r95 = r102 + r57 + r95
     r102 = r161 * r68 * r95
-    r82 = k.recip(x21)
-    r145 = 2.0 * x19 * x12 * x5 * x34 * r82 * r25 * r94 * r19
+    r82 = k.recip(x22)
+    r145 = 2.0 * x19 * x12 * x5 * x35 * r82 * r25 * r94 * r19
     r145 = r102 + r145
     r145 = r58 * r145
     r102 = 2.0 * x12 * x5 * r19
-    r159 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r159 = 2.0 * x19 * x5 * x35 * r25 * r19
     r159 = r102 + r57 + r159
     r102 = r161 * r68 * r159
-    r342 = 4.0 * x19 * x12 * x5 * x34 * r82 * r25 * r94 * r19
-    r342 = r102 + r342
-    r342 = r58 * r342
+    r343 = 4.0 * x19 * x12 * x5 * x35 * r82 * r25 * r94 * r19
+    r343 = r102 + r343
+    r343 = r58 * r343
     r102 = x11 * x10 * x12 * r19
-    r346 = x11 * x19 * x10 * x34 * r25 * r19
-    r346 = r102 + r57 + r346
-    r102 = r161 * r68 * r346
-    r349 = 2.0 * x11 * x19 * x10 * x12 * x34 * r82 * r25 * r94 * r19
-    r349 = r102 + r349
-    r349 = r58 * r349
+    r347 = x11 * x19 * x10 * x35 * r25 * r19
+    r347 = r102 + r57 + r347
+    r102 = r161 * r68 * r347
+    r350 = 2.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r94 * r19
+    r350 = r102 + r350
+    r350 = r58 * r350
     r10 = x11 + r10
     r102 = x10 * x12 * r19 * r10
-    r354 = x19 * x10 * x34 * r25 * r19 * r10
-    r354 = r57 + r102 + r354
-    r102 = r161 * r68 * r354
-    r357 = 2.0 * x19 * x10 * x12 * x34 * r82 * r25 * r94 * r19 * r10
-    r357 = r102 + r357
-    r357 = r58 * r357
+    r355 = x19 * x10 * x35 * r25 * r19 * r10
+    r355 = r57 + r102 + r355
+    r102 = r161 * r68 * r355
+    r358 = 2.0 * x19 * x10 * x12 * x35 * r82 * r25 * r94 * r19 * r10
+    r358 = r102 + r358
+    r358 = r58 * r358
     r102 = x14 * x10 * x12 * r19
-    r361 = x14 * x19 * x10 * x34 * r25 * r19
-    r361 = r102 + r57 + r361
-    r361 = r161 * r68 * r361
-    r57 = 2.0 * x14 * x19 * x10 * x12 * x34 * r82 * r25 * r94 * r19
-    r57 = r361 + r57
+    r362 = x14 * x19 * x10 * x35 * r25 * r19
+    r362 = r102 + r57 + r362
+    r362 = r161 * r68 * r362
+    r57 = 2.0 * x14 * x19 * x10 * x12 * x35 * r82 * r25 * r94 * r19
+    r57 = r362 + r57
     r57 = r58 * r57
-    r361 = x5 * r19
-    r361 = x12 + r361
-    r361 = 4.0 * x19 * x34 * r161 * r25 * r68 * r361
+    r362 = x5 * r19
+    r362 = x12 + r362
+    r362 = 4.0 * x19 * x35 * r161 * r25 * r68 * r362
     r102 = x11 * x10 * r19
     r102 = x12 + r102
-    r102 = 4.0 * x19 * x34 * r161 * r25 * r68 * r102
-    r373 = x14 * x10 * r19
-    r373 = x12 + r373
-    r373 = 4.0 * x19 * x34 * r161 * r25 * r68 * r373
-    r373 = r145 + r349 + r57 + r361 + r102 + r373
+    r102 = 4.0 * x19 * x35 * r161 * r25 * r68 * r102
+    r374 = x14 * x10 * r19
+    r374 = x12 + r374
+    r374 = 4.0 * x19 * x35 * r161 * r25 * r68 * r374
+    r374 = r145 + r350 + r57 + r362 + r102 + r374
     r57 = k.where(r52, 1.0, 0.0)
-    r373 = r373 * r57
+    r374 = r374 * r57
     r95 = 2.0 * r161 * r68 * r95
     r159 = 2.0 * r161 * r68 * r159
-    r346 = 2.0 * r161 * r68 * r346
-    r354 = 2.0 * r161 * r68 * r354
-    r383 = 2.0 * x5 * r19
-    r383 = x12 + r383
-    r383 = 4.0 * x19 * x34 * r161 * r25 * r68 * r383
-    r386 = x10 * r19 * r10
-    r386 = x12 + r386
-    r386 = 4.0 * x19 * x34 * r161 * r25 * r68 * r386
-    r389 = 12.0 * x19 * x12 * x5 * x34 * r82 * r25 * r94 * r19
-    r390 = 4.0 * x11 * x19 * x10 * x12 * x34 * r82 * r25 * r94 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r82 * r25 * r94 * r19 * r10
-    r10 = r145 + r342 + r349 + r357 + r373 + r95 + r159 + r346 + r354 + r361 + r383 + r102 + r386 + r389 + r390 + r10
+    r347 = 2.0 * r161 * r68 * r347
+    r355 = 2.0 * r161 * r68 * r355
+    r384 = 2.0 * x5 * r19
+    r384 = x12 + r384
+    r384 = 4.0 * x19 * x35 * r161 * r25 * r68 * r384
+    r387 = x10 * r19 * r10
+    r387 = x12 + r387
+    r387 = 4.0 * x19 * x35 * r161 * r25 * r68 * r387
+    r390 = 12.0 * x19 * x12 * x5 * x35 * r82 * r25 * r94 * r19
+    r391 = 4.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r94 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r82 * r25 * r94 * r19 * r10
+    r10 = r145 + r343 + r350 + r358 + r374 + r95 + r159 + r347 + r355 + r362 + r384 + r102 + r387 + r390 + r391 + r10
     r10 = x15 * r14 * r10
     r10 = r34 + r10
     r34 = x6 * r4 * r5 * r10
-    r390 = 5.0 * x5
-    r389 = 1.0 + r57 + r47
-    r386 = 3.0 * x5 * r389
-    r386 = r390 + r386
-    r386 = x19 * x34 * r25 * r19 * r386
-    r390 = 12.0 * x12
-    r389 = 10.0 * x12 * r389
-    r389 = r390 + r389
-    r389 = x19 * x34 * r25 * r19 * r389
-    r389 = r386 + r389
-    r389 = x15 * r14 * r389
-    r386 = 3.0 * x37 * x19 * x34 * r25 * r14 * r19
+    r391 = 5.0 * x5
+    r390 = 1.0 + r57 + r47
+    r387 = 3.0 * x5 * r390
+    r387 = r391 + r387
+    r387 = x19 * x35 * r25 * r19 * r387
+    r391 = 12.0 * x12
+    r390 = 10.0 * x12 * r390
+    r390 = r391 + r390
+    r390 = x19 * x35 * r25 * r19 * r390
+    r390 = r387 + r390
+    r390 = x15 * r14 * r390
+    r387 = 3.0 * x38 * x19 * x35 * r25 * r14 * r19
     r57 = 2.0 + r57 + r47
-    r57 = x15 * x19 * x10 * x34 * r25 * r14 * r19 * r9 * r57
-    r57 = r389 + r386 + r57
-    r386 = x6 * x4 * r161 * r4 * r5 * r68 * r57
-    r389 = k.recip(x0)
-    r9 = x11 * x10 * x34
+    r57 = x15 * x19 * x10 * x35 * r25 * r14 * r19 * r9 * r57
+    r57 = r390 + r387 + r57
+    r387 = x6 * x4 * r161 * r4 * r5 * r68 * r57
+    r390 = k.recip(x0)
+    r9 = x11 * x10 * x35
     r47 = 3.0 + r47
-    r47 = 2.0 * x11 * x10 * x34 * r47
+    r47 = 2.0 * x11 * x10 * x35 * r47
     r47 = r9 + r47
-    r9 = x6 * x15 * x34 * r32 * r4 * r25 * r94 * r389 * r14 * r19 * r47
-    r390 = r34 + r386 + r9
-    r102 = k.recip(r390)
+    r9 = x6 * x15 * x35 * r32 * r4 * r25 * r94 * r390 * r14 * r19 * r47
+    r391 = r34 + r387 + r9
+    r102 = k.recip(r391)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r383 = k.recip(x6)
-    r361 = 0.3333333333333333 * x3 * x19 * r383 * r93 * r390
-    r354 = 0.6666666666666666 * x3 * x19 * x23 * r383 * r390
+    r384 = k.recip(x6)
+    r362 = 0.3333333333333333 * x3 * x19 * r384 * r93 * r391
+    r355 = 0.6666666666666666 * x3 * x19 * x24 * r384 * r391
     r57 = -1.0 * x6 * x4 * r161 * r4 * r5 * r68 * r57
-    r47 = -1.0 * x6 * x15 * x34 * r32 * r4 * r25 * r94 * r389 * r14 * r19 * r47
-    r354 = r10 + r361 + r354 + r57 + r47
-    r354 = k.max(0.0, r354)
-    r361 = 0.5 * x23
-    r361 = -1.0 + r361
-    r361 = 0.6666666666666666 * x3 * x19 * r383 * r93 * r361 * r390
-    r361 = k.where(r59, 0.0, r361)
-    r59 = 0.3333333333333333 * x3 * x19 * r383 * r93 * r124 * r390
-    r361 = k.where(r87, r59, r361)
+    r47 = -1.0 * x6 * x15 * x35 * r32 * r4 * r25 * r94 * r390 * r14 * r19 * r47
+    r355 = r10 + r362 + r355 + r57 + r47
+    r355 = k.max(0.0, r355)
+    r362 = 0.5 * x24
+    r362 = -1.0 + r362
+    r362 = 0.6666666666666666 * x3 * x19 * r384 * r93 * r362 * r391
+    r362 = k.where(r59, 0.0, r362)
+    r59 = 0.3333333333333333 * x3 * x19 * r384 * r93 * r124 * r391
+    r362 = k.where(r87, r59, r362)
     r97 = k.or_(r86, r89, r97)
-    r93 = x3 * x19 * r383 * r93 * r124 * r390
-    r361 = k.where(r97, r93, r361)
-    r361 = k.max(r354, r361)
-    r102 = r102 * r361
+    r93 = x3 * x19 * r384 * r93 * r124 * r391
+    r362 = k.where(r97, r93, r362)
+    r362 = k.max(r355, r362)
+    r102 = r102 * r362
     r68 = 28.0 * r161 * r68 * r26
-    r161 = r68 + r34 + r386 + r9
-    r354 = -1.0 * x20
-    r354 = 1.0 + r354
-    r93 = x23 * x38
+    r161 = r68 + r34 + r387 + r9
+    r355 = -1.0 * x21
+    r355 = 1.0 + r355
+    r93 = x24 * x39
     r93 = -1.0 + r93
-    r86 = k.recip(x26)
-    r59 = k.recip(x27)
-    r87 = x19 * x4 * x12 * x34 * r86 * r25 * r59 * r19
-    r87 = x28 + r87
-    r389 = 2.0 * x3 * x2 * x36
-    r389 = x30 >= r389
-    r94 = k.recip(x29)
-    r32 = k.recip(x31)
-    r346 = x19 * x4 * x12 * x34 * r94 * r25 * r32 * r19
-    r346 = x32 + r346
-    r87 = k.where(r389, r346, r87)
+    r86 = k.recip(x27)
+    r59 = k.recip(x28)
+    r87 = x19 * x4 * x12 * x35 * r86 * r25 * r59 * r19
+    r87 = x29 + r87
+    r390 = 2.0 * x3 * x2 * x37
+    r390 = x31 >= r390
+    r94 = k.recip(x30)
+    r32 = k.recip(x32)
+    r347 = x19 * x4 * x12 * x35 * r94 * r25 * r32 * r19
+    r347 = x33 + r347
+    r87 = k.where(r390, r347, r87)
     r87 = 2.0 * x6 * r4 * r5 * r14 * r93 * r87
     r87 = k.where(r29, 0.0, r87)
-    r354 = r354 * r87
-    r346 = x3 * x19 * r383 * r390
-    r389 = x23 <= 1.0
-    r46 = k.and_(r46, r389)
-    r346 = k.where(r46, r390, r346)
-    r346 = -1.0 * x20 * r346
-    r390 = x3 * x2
-    r159 = -1.0 + r390
+    r355 = r355 * r87
+    r347 = x3 * x19 * r384 * r391
+    r390 = x24 <= 1.0
+    r46 = k.and_(r46, r390)
+    r347 = k.where(r46, r391, r347)
+    r347 = -1.0 * x21 * r347
+    r391 = x3 * x2
+    r159 = -1.0 + r391
     r95 = k.recip(r159)
-    r373 = 2.0 * x3 * x2
-    r373 = -2.0 + r373
-    r357 = x30 * r19
-    r349 = k.gcd(r390, r357)
-    r342 = k.recip(r349)
-    r145 = x3 * x2 * r342
+    r374 = 2.0 * x3 * x2
+    r374 = -2.0 + r374
+    r358 = x31 * r19
+    r350 = k.gcd(r391, r358)
+    r343 = k.recip(r350)
+    r145 = x3 * x2 * r343
     r145 = -1.0 + r145
-    r145 = x28 * r145
-    r475 = -1.0 * x3 * x2 * r342
-    r475 = r390 + r475
-    r475 = x32 * r475
-    r478 = r145 + r475
-    r478 = r95 * r373 * r478
-    r95 = x4 * x23 * r86 * r164 * r4 * r25 * r59 * r342 * r373 * r20
-    r349 = -1.0 + r349
-    r482 = x4 * x23 * r94 * r164 * r4 * r25 * r32 * r342 * r349 * r373 * r20
-    r482 = k.max(r95, r482)
-    r482 = r478 + r482
-    r478 = x30 <= x36
-    r95 = x28 * r373
-    r487 = x4 * x23 * r86 * r164 * r4 * r25 * r59 * r373 * r20
-    r487 = r95 + r487
-    r482 = k.where(r478, r487, r482)
-    r487 = x3 * x2 * x36
-    r487 = x30 >= r487
-    r95 = x32 * r373
-    r493 = x4 * x23 * r94 * r164 * r4 * r25 * r32 * r373 * r20
-    r493 = r95 + r493
-    r482 = k.where(r487, r493, r482)
-    r482 = x15 * r14 * r482
-    r493 = x4 * x23 * r86 * r164 * r4 * r25 * r59 * r342 * r159 * r20
-    r349 = x4 * x23 * r94 * r164 * r4 * r25 * r32 * r342 * r159 * r349 * r20
-    r349 = k.max(r493, r349)
-    r349 = r145 + r475 + r349
-    r475 = x28 * r159
-    r145 = x4 * x23 * r86 * r164 * r4 * r25 * r59 * r159 * r20
-    r145 = r475 + r145
-    r349 = k.where(r478, r145, r349)
-    r145 = x32 * r159
-    r164 = x4 * x23 * r94 * r164 * r4 * r25 * r32 * r159 * r20
+    r145 = x29 * r145
+    r476 = -1.0 * x3 * x2 * r343
+    r476 = r391 + r476
+    r476 = x33 * r476
+    r479 = r145 + r476
+    r479 = r95 * r374 * r479
+    r95 = x4 * x24 * r86 * r164 * r4 * r25 * r59 * r343 * r374 * r20
+    r350 = -1.0 + r350
+    r483 = x4 * x24 * r94 * r164 * r4 * r25 * r32 * r343 * r350 * r374 * r20
+    r483 = k.max(r95, r483)
+    r483 = r479 + r483
+    r479 = x31 <= x37
+    r95 = x29 * r374
+    r488 = x4 * x24 * r86 * r164 * r4 * r25 * r59 * r374 * r20
+    r488 = r95 + r488
+    r483 = k.where(r479, r488, r483)
+    r488 = x3 * x2 * x37
+    r488 = x31 >= r488
+    r95 = x33 * r374
+    r494 = x4 * x24 * r94 * r164 * r4 * r25 * r32 * r374 * r20
+    r494 = r95 + r494
+    r483 = k.where(r488, r494, r483)
+    r483 = x15 * r14 * r483
+    r494 = x4 * x24 * r86 * r164 * r4 * r25 * r59 * r343 * r159 * r20
+    r350 = x4 * x24 * r94 * r164 * r4 * r25 * r32 * r343 * r159 * r350 * r20
+    r350 = k.max(r494, r350)
+    r350 = r145 + r476 + r350
+    r476 = x29 * r159
+    r145 = x4 * x24 * r86 * r164 * r4 * r25 * r59 * r159 * r20
+    r145 = r476 + r145
+    r350 = k.where(r479, r145, r350)
+    r145 = x33 * r159
+    r164 = x4 * x24 * r94 * r164 * r4 * r25 * r32 * r159 * r20
     r164 = r145 + r164
-    r349 = k.where(r487, r164, r349)
-    r164 = 2.0 * x15 * r14 * r349
-    r482 = k.where(r22, r164, r482)
-    r164 = x15 * r14 * r349
-    r487 = x6 * x15 * r4 * r5 * r14 * r349
-    r487 = r164 + r487
-    r482 = k.where(r46, r487, r482)
-    r389 = k.and_(r49, r389)
-    r349 = 3.0 * x6 * x15 * r4 * r5 * r14 * r349
-    r482 = k.where(r389, r349, r482)
-    r390 = r390 == 1.0
-    r482 = k.where(r390, 0.0, r482)
-    r346 = r346 + r482
-    r346 = k.max(0.0, r346)
-    r357 = k.gcd(x2, r357)
-    r349 = k.recip(r357)
-    r49 = x2 * r349
+    r350 = k.where(r488, r164, r350)
+    r164 = 2.0 * x15 * r14 * r350
+    r483 = k.where(r22, r164, r483)
+    r164 = x15 * r14 * r350
+    r488 = x6 * x15 * r4 * r5 * r14 * r350
+    r488 = r164 + r488
+    r483 = k.where(r46, r488, r483)
+    r390 = k.and_(r49, r390)
+    r350 = 3.0 * x6 * x15 * r4 * r5 * r14 * r350
+    r483 = k.where(r390, r350, r483)
+    r391 = r391 == 1.0
+    r483 = k.where(r391, 0.0, r483)
+    r347 = r347 + r483
+    r347 = k.max(0.0, r347)
+    r358 = k.gcd(x2, r358)
+    r350 = k.recip(r358)
+    r49 = x2 * r350
     r49 = -1.0 + r49
-    r49 = x28 * r49
-    r487 = -1.0 * x2 * r349
-    r487 = x2 + r487
-    r487 = x32 * r487
+    r49 = x29 * r49
+    r488 = -1.0 * x2 * r350
+    r488 = x2 + r488
+    r488 = x33 * r488
     r164 = -1.0 + x2
-    r145 = 2.0 * x14 * x19 * x10 * x4 * x34 * r86 * r25 * r59 * r19 * r349 * r164
-    r357 = -1.0 + r357
-    r357 = 2.0 * x14 * x19 * x10 * x4 * x34 * r94 * r25 * r32 * r19 * r349 * r164 * r357
-    r357 = k.max(r145, r357)
-    r357 = r49 + r487 + r357
-    r487 = x28 * r164
-    r49 = 2.0 * x14 * x19 * x10 * x4 * x34 * r86 * r25 * r59 * r19 * r164
-    r49 = r487 + r49
-    r357 = k.where(r478, r49, r357)
-    r49 = x2 * x36
-    r49 = x30 >= r49
-    r478 = x32 * r164
-    r487 = 2.0 * x14 * x19 * x10 * x4 * x34 * r94 * r25 * r32 * r19 * r164
-    r487 = r478 + r487
-    r357 = k.where(r49, r487, r357)
-    r487 = x6 * x15 * r4 * r5 * r14 * r357
-    r357 = x6 * x15 * r4 * r5 * r14 * r58 * r357
-    r357 = r487 + r357
-    r487 = x2 == 1.0
-    r357 = k.where(r487, 0.0, r357)
+    r145 = 2.0 * x14 * x19 * x10 * x4 * x35 * r86 * r25 * r59 * r19 * r350 * r164
+    r358 = -1.0 + r358
+    r358 = 2.0 * x14 * x19 * x10 * x4 * x35 * r94 * r25 * r32 * r19 * r350 * r164 * r358
+    r358 = k.max(r145, r358)
+    r358 = r49 + r488 + r358
+    r488 = x29 * r164
+    r49 = 2.0 * x14 * x19 * x10 * x4 * x35 * r86 * r25 * r59 * r19 * r164
+    r49 = r488 + r49
+    r358 = k.where(r479, r49, r358)
+    r49 = x2 * x37
+    r49 = x31 >= r49
+    r479 = x33 * r164
+    r488 = 2.0 * x14 * x19 * x10 * x4 * x35 * r94 * r25 * r32 * r19 * r164
+    r488 = r479 + r488
+    r358 = k.where(r49, r488, r358)
+    r488 = x6 * x15 * r4 * r5 * r14 * r358
+    r358 = x6 * x15 * r4 * r5 * r14 * r58 * r358
+    r358 = r488 + r358
+    r488 = x2 == 1.0
+    r358 = k.where(r488, 0.0, r358)
     r49 = k.where(r60, 2.0, 0.0)
     r49 = 4.0 + r49
-    r478 = k.gcd(x36, x30)
-    r145 = k.recip(r478)
-    r349 = x36 * r145
-    r349 = -1.0 + r349
-    r349 = x28 * r349
-    r475 = -1.0 * x36 * r145
-    r475 = x36 + r475
-    r475 = x32 * r475
-    r493 = -1.0 + x36
-    r342 = x19 * x12 * x34 * r86 * r25 * r59 * r19 * r145 * r493
-    r478 = -1.0 + r478
-    r95 = x19 * x12 * x34 * r94 * r25 * r32 * r19 * r145 * r493 * r478
-    r95 = k.max(r342, r95)
-    r95 = r349 + r475 + r95
-    r342 = x30 <= 1.0
-    r568 = x28 * r493
-    r569 = x19 * x12 * x34 * r86 * r25 * r59 * r19 * r493
-    r569 = r568 + r569
-    r95 = k.where(r342, r569, r95)
-    r569 = x30 >= x36
-    r573 = x32 * r493
-    r574 = x19 * x12 * x34 * r94 * r25 * r32 * r19 * r493
-    r574 = r573 + r574
-    r95 = k.where(r569, r574, r95)
+    r479 = k.gcd(x37, x31)
+    r145 = k.recip(r479)
+    r350 = x37 * r145
+    r350 = -1.0 + r350
+    r350 = x29 * r350
+    r476 = -1.0 * x37 * r145
+    r476 = x37 + r476
+    r476 = x33 * r476
+    r494 = -1.0 + x37
+    r343 = x19 * x12 * x35 * r86 * r25 * r59 * r19 * r145 * r494
+    r479 = -1.0 + r479
+    r95 = x19 * x12 * x35 * r94 * r25 * r32 * r19 * r145 * r494 * r479
+    r95 = k.max(r343, r95)
+    r95 = r350 + r476 + r95
+    r343 = x31 <= 1.0
+    r569 = x29 * r494
+    r570 = x19 * x12 * x35 * r86 * r25 * r59 * r19 * r494
+    r570 = r569 + r570
+    r95 = k.where(r343, r570, r95)
+    r570 = x31 >= x37
+    r574 = x33 * r494
+    r575 = x19 * x12 * x35 * r94 * r25 * r32 * r19 * r494
+    r575 = r574 + r575
+    r95 = k.where(r570, r575, r95)
     r95 = x6 * x15 * r4 * r5 * r14 * r49 * r95
-    r574 = x19 * x4 * x12 * x34 * r86 * r25 * r59 * r19 * r145 * r493
-    r478 = x19 * x4 * x12 * x34 * r94 * r25 * r32 * r19 * r145 * r493 * r478
-    r478 = k.max(r574, r478)
-    r478 = r349 + r475 + r478
-    r59 = x19 * x4 * x12 * x34 * r86 * r25 * r59 * r19 * r493
-    r59 = r568 + r59
-    r478 = k.where(r342, r59, r478)
-    r32 = x19 * x4 * x12 * x34 * r94 * r25 * r32 * r19 * r493
-    r32 = r573 + r32
-    r478 = k.where(r569, r32, r478)
-    r478 = x6 * x15 * r4 * r5 * r14 * r49 * r478
-    r478 = r95 + r478
-    r95 = x36 == 1.0
-    r478 = k.where(r95, 0.0, r478)
+    r575 = x19 * x4 * x12 * x35 * r86 * r25 * r59 * r19 * r145 * r494
+    r479 = x19 * x4 * x12 * x35 * r94 * r25 * r32 * r19 * r145 * r494 * r479
+    r479 = k.max(r575, r479)
+    r479 = r350 + r476 + r479
+    r59 = x19 * x4 * x12 * x35 * r86 * r25 * r59 * r19 * r494
+    r59 = r569 + r59
+    r479 = k.where(r343, r59, r479)
+    r32 = x19 * x4 * x12 * x35 * r94 * r25 * r32 * r19 * r494
+    r32 = r574 + r32
+    r479 = k.where(r570, r32, r479)
+    r479 = x6 * x15 * r4 * r5 * r14 * r49 * r479
+    r479 = r95 + r479
+    r95 = x37 == 1.0
+    r479 = k.where(r95, 0.0, r479)
     r47 = r10 + r57 + r47
     r47 = k.max(0.0, r47)
     r47 = k.where(r21, r47, 0.0)
-    r57 = r354 + r68 + r34 + r386 + r9 + r346 + r361 + r357 + r478 + r47
+    r57 = r355 + r68 + r34 + r387 + r9 + r347 + r362 + r358 + r479 + r47
     r10 = k.recip(r57)
-    r32 = 6.0 * x6 * x34 * r82 * r4 * r25 * r14 * r19 * r10 * r16
-    r48 = x6 * x34 * r82 * r4 * r25 * r14 * r19 * r10 * r48
-    r10 = x19 * x4 * x12 * x34 * r25
-    r82 = x19 * x4 * x12 * x34 * r86 * r25
-    r373 = x4 * r4 * r25 * r373 * r20
-    r569 = 2.0 * x4 * r4 * r25 * r159 * r20
-    r373 = k.where(r22, r569, r373)
-    r569 = x4 * r4 * r25 * r159 * r20
+    r32 = 6.0 * x6 * x35 * r82 * r4 * r25 * r14 * r19 * r10 * r16
+    r48 = x6 * x35 * r82 * r4 * r25 * r14 * r19 * r10 * r48
+    r10 = x19 * x4 * x12 * x35 * r25
+    r82 = x19 * x4 * x12 * x35 * r86 * r25
+    r374 = x4 * r4 * r25 * r374 * r20
+    r570 = 2.0 * x4 * r4 * r25 * r159 * r20
+    r374 = k.where(r22, r570, r374)
+    r570 = x4 * r4 * r25 * r159 * r20
     r22 = k.pow(x3, -2.0)
-    r573 = x6 * x4 * r22 * r5 * r25 * r159 * r20
-    r573 = r569 + r573
-    r373 = k.where(r46, r573, r373)
+    r574 = x6 * x4 * r22 * r5 * r25 * r159 * r20
+    r574 = r570 + r574
+    r374 = k.where(r46, r574, r374)
     r159 = 3.0 * x6 * x4 * r22 * r5 * r25 * r159 * r20
-    r373 = k.where(r389, r159, r373)
-    r373 = k.where(r390, 0.0, r373)
-    r390 = r86 * r373
-    r86 = x29 * r86
-    r159 = k.recip(x34)
-    r389 = x35 * r383 * r159
+    r374 = k.where(r390, r159, r374)
+    r374 = k.where(r391, 0.0, r374)
+    r391 = r86 * r374
+    r86 = x30 * r86
+    r159 = k.recip(x35)
+    r390 = x36 * r384 * r159
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r14 * r19
-    r573 = 8e-12 * x12
+    r574 = 8e-12 * x12
     r46 = 8e-12 * x15 * r12
-    r569 = 8e-12 * x37 * x12
+    r570 = 8e-12 * x38 * x12
     r94 = 2.4e-11 * x15 * x12 * x5
-    r59 = r573 + r46 + r569 + r94
-    r342 = 4e-12 * x12
-    r568 = 4e-12 * x15 * r12
-    r475 = 4e-12 * x37 * x12
-    r349 = 1.2e-11 * x15 * x12 * x5
-    r349 = r342 + r568 + r475 + r349
-    r349 = r22 > r349
-    r475 = -8e-12 * x12
+    r59 = r574 + r46 + r570 + r94
+    r343 = 4e-12 * x12
+    r569 = 4e-12 * x15 * r12
+    r476 = 4e-12 * x38 * x12
+    r350 = 1.2e-11 * x15 * x12 * x5
+    r350 = r343 + r569 + r476 + r350
+    r350 = r22 > r350
+    r476 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r568 = -8e-12 * x37 * x12
-    r342 = -2.4e-11 * x15 * x12 * x5
-    r574 = k.sqrt(2.0)
+    r569 = -8e-12 * x38 * x12
+    r343 = -2.4e-11 * x15 * x12 * x5
+    r575 = k.sqrt(2.0)
     r145 = k.sqrt(x3)
     r145 = k.recip(r145)
-    r636 = k.sqrt(x2)
-    r636 = k.recip(r636)
-    r638 = k.sqrt(x13)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(x23)
-    r640 = k.recip(r640)
-    r642 = k.sqrt(x36)
-    r642 = k.recip(r642)
-    r644 = k.sqrt(r59)
-    r645 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r59
-    r646 = k.sqrt(x3)
-    r647 = k.sqrt(x2)
-    r648 = k.sqrt(x13)
-    r649 = k.sqrt(x23)
-    r650 = k.sqrt(x36)
-    r650 = 0.16666666666666666 * r574 * r646 * r647 * r648 * r649 * r650 * r644
-    r650 = 1.0 + r645 + r650
-    r650 = r574 * r145 * r636 * r638 * r640 * r642 * r644 * r650
-    r650 = r475 + r12 + r568 + r342 + r650
-    r342 = k.where(r349, r650, r22)
-    r94 = r573 + r46 + r569 + r94 + r342
-    r94 = x3 * x2 * x13 * x23 * x36 * r94
+    r637 = k.sqrt(x2)
+    r637 = k.recip(r637)
+    r639 = k.sqrt(x13)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(x24)
+    r641 = k.recip(r641)
+    r643 = k.sqrt(x37)
+    r643 = k.recip(r643)
+    r645 = k.sqrt(r59)
+    r646 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r59
+    r647 = k.sqrt(x3)
+    r648 = k.sqrt(x2)
+    r649 = k.sqrt(x13)
+    r650 = k.sqrt(x24)
+    r651 = k.sqrt(x37)
+    r651 = 0.16666666666666666 * r575 * r647 * r648 * r649 * r650 * r651 * r645
+    r651 = 1.0 + r646 + r651
+    r651 = r575 * r145 * r637 * r639 * r641 * r643 * r645 * r651
+    r651 = r476 + r12 + r569 + r343 + r651
+    r343 = k.where(r350, r651, r22)
+    r94 = r574 + r46 + r570 + r94 + r343
+    r94 = x3 * x2 * x13 * x24 * x37 * r94
     r94 = k.exp(r94)
     r94 = -1.0 + r94
-    r569 = k.recip(r94)
-    r46 = x25 + x1
-    r573 = -1.0 * x3 * x2 * x13 * x23 * x36 * r46
-    r573 = k.exp(r573)
-    r573 = x3 * x2 * x13 * x23 * x36 * r569 * r342 * r573
-    r569 = x3 * x2 * x13 * x23 * x36
-    r650 = k.recip(r650)
-    r569 = k.where(r349, r650, r569)
-    r46 = x3 * x2 * x13 * x23 * x36 * r46
+    r570 = k.recip(r94)
+    r46 = x26 + x1
+    r574 = -1.0 * x3 * x2 * x13 * x24 * x37 * r46
+    r574 = k.exp(r574)
+    r574 = x3 * x2 * x13 * x24 * x37 * r570 * r343 * r574
+    r570 = x3 * x2 * x13 * x24 * x37
+    r651 = k.recip(r651)
+    r570 = k.where(r350, r651, r570)
+    r46 = x3 * x2 * x13 * x24 * x37 * r46
     r46 = k.exp(r46)
-    r5 = x35 * r383 * r4 * r25 * r5 * r14 * r159 * r19 * r94 * r57 * r569 * r46
-    r46 = x35 * r383 * r159 * r94 * r57 * r569 * r46
-    r569 = x6 * x15 * x12 * x34 * r4 * r25 * r14 * r19 * r493 * r49
-    r49 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r493 * r49
-    r49 = r569 + r49
+    r5 = x36 * r384 * r4 * r25 * r5 * r14 * r159 * r19 * r94 * r57 * r570 * r46
+    r46 = x36 * r384 * r159 * r94 * r57 * r570 * r46
+    r570 = x6 * x15 * x12 * x35 * r4 * r25 * r14 * r19 * r494 * r49
+    r49 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r14 * r19 * r494 * r49
+    r49 = r570 + r49
     r49 = k.where(r95, 0.0, r49)
-    r95 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r164
-    r164 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r58 * r164
+    r95 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r14 * r19 * r164
+    r164 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r14 * r19 * r58 * r164
     r164 = r95 + r164
-    r164 = k.where(r487, 0.0, r164)
-    r93 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r93
+    r164 = k.where(r488, 0.0, r164)
+    r93 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r14 * r19 * r93
     r93 = k.where(r29, 0.0, r93)
-    r29 = x36 >= 2.0
+    r29 = x37 >= 2.0
     r60 = k.or_(r52, r60, r29)
-    r19 = x24 != 2.0
+    r19 = x25 != 2.0
     r14 = k.or_(r52, r29, r19)
-    r25 = r85 < x23
-    r4 = x33 != 2.0
+    r25 = r85 < x24
+    r4 = x34 != 2.0
     r89 = k.and_(r89, r4)
     r89 = k.not_(r89)
     r89 = k.or_(r25, r89)
-    r487 = 0.0 == r124
-    r95 = k.or_(r21, r52, r29, r19, r487)
-    r487 = k.or_(r21, r487)
-    r487 = k.not_(r487)
-    r487 = k.or_(r52, r29, r19, r487)
-    r58 = x33 != 1.0
+    r488 = 0.0 == r124
+    r95 = k.or_(r21, r52, r29, r19, r488)
+    r488 = k.or_(r21, r488)
+    r488 = k.not_(r488)
+    r488 = k.or_(r52, r29, r19, r488)
+    r58 = x34 != 1.0
     r88 = k.and_(r58, r4, r88)
     r88 = k.not_(r88)
     r88 = k.or_(r25, r88)
     r85 = r85 == r124
-    r147 = -1.0 + x23 + r147
+    r147 = -1.0 + x24 + r147
     r124 = r147 == r124
     r124 = k.and_(r21, r124)
     r21 = k.or_(r52, r29, r19, r85, r124)
     r124 = k.or_(r85, r124)
     r124 = k.not_(r124)
     r124 = k.or_(r52, r29, r19, r124)
-    r124 = k.and_(r60, r14, r89, r95, r487, r88, r21, r124)
-    r487 = k.and_(r60, r95, r487)
+    r124 = k.and_(r60, r14, r89, r95, r488, r88, r21, r124)
+    r488 = k.and_(r60, r95, r488)
     r14 = k.and_(r60, r14)
     r29 = k.or_(r52, r29)
-    r52 = x23 >= 2.0
-    r60 = x33 != 3.0
-    r95 = x33 != 4.0
+    r52 = x24 >= 2.0
+    r60 = x34 != 3.0
+    r95 = x34 != 4.0
     r97 = k.not_(r97)
     r97 = k.and_(r60, r95, r97)
     r97 = k.not_(r97)
     r97 = k.or_(r52, r97)
-    r52 = x21 * x3 * x2 * x23 * x36 * r57
-    r95 = r81 <= r52
+    r52 = x22 * x3 * x2 * x24 * x37 * r57
+    r95 = r31 <= r52
     r52 = r158 <= r52
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r143, r109, r105, r122, 0.0, r106, r8, r61, r127, r118, r113, r15, r31, r81, r81, r158, r150, r45, r102, r161, r361, r57, r32, r48, r10, r82, r390, r86, 0.0, r389, r22, r59, r342, r573, r5, r46, r34, r9, r386, r68, r49, r478, r478, r164, r357, r357, r373, r482, r346, r93, r87, r354, 0.0, 0.0, r47, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r124, 1.0, 1.0, r487, r14, r29, 1.0, 1.0, 1.0, r124, r124, 1.0, 1.0, 1.0, 1.0, 1.0, r97, 1.0, r97, r97, r95, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r97, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r143, r109, r105, r122, 0.0, r106, r8, r61, r127, r118, r113, r15, r81, r31, r31, r158, r150, r45, r102, r161, r362, r57, r32, r48, r10, r82, r391, r86, 0.0, r390, r22, r59, r343, r574, r5, r46, r34, r9, r387, r68, r49, r479, r479, r164, r358, r358, r374, r483, r347, r93, r87, r355, 0.0, 0.0, r47, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r124, 1.0, 1.0, r488, r14, r29, 1.0, 1.0, 1.0, r124, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r97, 1.0, r97, r97, r95, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r97, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1453,9 +1454,9 @@ def search(x, k):
     return (r5, r53, r100)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (), (43, 48, 49, 50, 51), (41, 48, 49, 50, 51), (42, 48, 49, 50, 51), (), (32, 34, 35, 40), (45, 48, 49, 50, 51), (), (), (32, 34, 35, 40), (), (39,), (39,), (40,), (32, 34, 35, 40, 41, 42, 43, 45, 48, 49, 50, 51), (32, 34, 35, 40, 41, 42, 43, 45, 48, 49, 50, 51), (31, 48, 49, 50, 51), (31, 48, 49, 50, 51), (15, 48, 49, 50, 51), (18,), (14, 15, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (30,), (78,), (44, 48, 49, 50, 51), (44, 48, 49, 50, 51, 77, 78), (44, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 30, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 30, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 33), (13, 36), (13, 37), (13, 38), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 38), (16, 40), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 36), (17, 37), (17, 38), (17, 69), (17, 70), (17, 71), (17, 72), (18, 33), (18, 36), (18, 37), (22, 33), (22, 36), (22, 37), (22, 38), (22, 46), (22, 47), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 36), (23, 37), (23, 38), (23, 46), (23, 47), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 29), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (49, 50, 51, 52), (49, 50, 51, 52), (49, 50, 51, 52), (49, 50, 51, 52), (), (44, 49, 50, 51, 52), (42, 49, 50, 51, 52), (43, 49, 50, 51, 52), (), (32, 34, 35, 41), (46, 49, 50, 51, 52), (), (), (32, 34, 35, 41), (), (40,), (40,), (41,), (32, 34, 35, 41, 42, 43, 44, 46, 49, 50, 51, 52), (32, 34, 35, 39, 41, 42, 43, 44, 46, 49, 50, 51, 52), (31, 49, 50, 51, 52), (31, 49, 50, 51, 52), (15, 49, 50, 51, 52), (18,), (14, 15, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 49, 50, 51, 52, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 49, 50, 51, 52, 66), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 49, 50, 51, 52, 66), (62,), (11, 60), (11,), (59,), (58,), (30,), (79,), (45, 49, 50, 51, 52), (45, 49, 50, 51, 52, 78, 79), (45, 49, 50, 51, 52, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 30, 45, 49, 50, 51, 52, 66, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 30, 45, 49, 50, 51, 52, 66, 76, 77, 78, 79), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 33), (13, 36), (13, 37), (13, 38), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 38), (16, 41), (16, 70), (16, 71), (16, 72), (16, 73), (17, 33), (17, 36), (17, 37), (17, 38), (17, 70), (17, 71), (17, 72), (17, 73), (18, 33), (18, 36), (18, 37), (22, 33), (22, 36), (22, 37), (22, 38), (22, 47), (22, 48), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 33), (23, 36), (23, 37), (23, 38), (23, 47), (23, 48), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 29), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 9), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 9), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 62), (53, 63), (53, 64), (54, 0), (54, 9), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 9), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 60), (61, 61), (62, 4), (62, 60), (62, 61), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,76 +51,76 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x33 * r30 * r38
-    r34 = x23 == 1.0
+    r38 = x19 * x34 * r30 * r38
+    r34 = x24 == 1.0
     r36 = 4.0 * x12
     r45 = 2.0 * x5
     r46 = 2.0 * x14 * x10
     r37 = r45 + r35 + r46 + r37
     r37 = r16 * r37
     r37 = r36 + r37
-    r37 = x19 * x33 * r30 * r37
+    r37 = x19 * x34 * r30 * r37
     r38 = k.where(r34, r37, r38)
-    r37 = x23 == 2.0
-    r36 = 2.0 * x19 * x12 * x33 * r30
+    r37 = x24 == 2.0
+    r36 = 2.0 * x19 * x12 * x34 * r30
     r36 = k.where(r37, r36, r38)
-    r46 = 1.0 + x22
+    r46 = 1.0 + x23
     r46 = k.min(r46, r6)
     r35 = k.ceiling(r33)
     r46 = r46 * r35
-    r45 = x32 == 4.0
-    r60 = 2.0 * x22
+    r45 = x33 == 4.0
+    r60 = 2.0 * x23
     r61 = -1.0 + r60
     r61 = k.min(r61, r6)
     r61 = r61 * r35
     r64 = k.where(r45, r61, r46)
-    r65 = x32 == 0.0
-    r66 = x32 == 3.0
+    r65 = x33 == 0.0
+    r66 = x33 == 3.0
     r67 = k.or_(r65, r66)
-    r68 = k.min(x22, r6)
+    r68 = k.min(x23, r6)
     r68 = r68 * r35
     r64 = k.where(r67, r68, r64)
-    r68 = x32 == 1.0
-    r72 = k.recip(x37)
-    r73 = x6 * x37 * r4 * r5
-    r74 = -1.0 + x37
-    r74 = x22 * r74
+    r68 = x33 == 1.0
+    r72 = k.recip(x38)
+    r73 = x6 * x38 * r4 * r5
+    r74 = -1.0 + x38
+    r74 = x23 * r74
     r76 = -1.0 + r60 + r74
     r76 = k.min(r73, r76)
     r76 = r72 * r76 * r35
     r64 = k.where(r68, r76, r64)
-    r76 = x32 == 2.0
+    r76 = x33 == 2.0
     r81 = x6 * r4 * r5 * r35
     r64 = k.where(r76, r81, r64)
     r64 = r36 * r64
     r84 = r9 * r35
     r85 = r13 * r35
-    r86 = x22 == 1.0
+    r86 = x23 == 1.0
     r87 = k.where(r86, 1.0, 0.0)
     r88 = 2.0 * x12 * r87
     r88 = r12 + r84 + r85 + r88
     r88 = r16 * r88
-    r87 = x36 * x12 * r87
-    r12 = x22 != 1.0
+    r87 = x37 * x12 * r87
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r84 + r85 + r87 + r12
     r12 = r16 * r12
     r87 = r88 + r12
     r88 = k.where(r26, r87, r88)
     r8 = 2.0 * r88
-    r100 = x38 >= 2.0
+    r100 = x39 >= 2.0
     r101 = 2.0 * r4 * r30 * r88
     r102 = k.where(r100, r101, r8)
-    r103 = x38 >= 3.0
+    r103 = x39 >= 3.0
     r8 = k.where(r103, r101, r8)
     r101 = 12.0 * r88
     r106 = 12.0 * r4 * r30 * r88
     r101 = k.where(r27, r106, r101)
     r106 = k.where(r37, r38, 0.0)
     r109 = k.or_(r26, r86)
-    r110 = 4.0 * x19 * x12 * x33 * r30
-    r111 = x36 * x19 * x16 * x33 * r30 * r16
+    r110 = 4.0 * x19 * x12 * x34 * r30
+    r111 = x37 * x19 * x16 * x34 * r30 * r16
     r110 = r110 + r111
     r110 = k.max(r110, r106)
     r109 = k.where(r109, r110, r106)
@@ -129,16 +129,16 @@ def quantities(x, k):
     r115 = k.where(r26, r116, r115)
     r116 = 3.0 * x4 * r115 * r88
     r116 = k.where(r103, r116, 0.0)
-    r120 = x22 > 1.0
+    r120 = x23 > 1.0
     r120 = k.and_(r103, r120)
     r88 = 6.0 * r88
     r116 = k.where(r120, r88, r116)
     r88 = r64 + r102 + r8 + r101 + r109 + r116
     r125 = k.where(r45, r61, r46)
-    r126 = -1.0 + x22
+    r126 = -1.0 + x23
     r127 = k.min(1.0, r126)
     r128 = -1.0 * r127
-    r128 = x22 + r128
+    r128 = x23 + r128
     r130 = k.min(r6, r128)
     r130 = r130 * r35
     r125 = k.where(r67, r130, r125)
@@ -150,28 +150,28 @@ def quantities(x, k):
     r125 = k.where(r76, r81, r125)
     r125 = r36 * r125
     r60 = 1.0 + r127
-    r60 = x22 == r60
+    r60 = x23 == r60
     r130 = k.where(r60, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r144 = r127 == 0.0
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x36 * x12 * r144
+    r144 = x37 * x12 * r144
     r147 = r127 != 0.0
     r147 = k.and_(r147, r60)
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x36 * x12 * r147
+    r147 = x37 * x12 * r147
     r147 = r84 + r85 + r130 + r144 + r147
     r147 = r16 * r147
-    r144 = x22 == r128
+    r144 = x23 == r128
     r130 = k.where(r144, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r156 = r128 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x36 * x12 * r156
+    r156 = x37 * x12 * r156
     r128 = r128 != 1.0
     r128 = k.and_(r144, r128)
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x36 * x12 * r128
+    r128 = x37 * x12 * r128
     r128 = r84 + r85 + r130 + r156 + r128
     r128 = r16 * r128
     r128 = r147 + r128
@@ -247,395 +247,396 @@ def quantities(x, k):
     r125 = k.where(r125, 0.0, 0.0)
     r46 = r88 == r46
     r125 = k.where(r46, 0.0, r125)
-    r46 = x36 * x19 * x4 * x33 * r30 * r16
-    r64 = x36 * x19 * x4 * x33 * r30
+    r46 = x37 * x19 * x4 * x34 * r30 * r16
+    r64 = x37 * x19 * x4 * x34 * r30
     r116 = k.max(r88, r147, r12)
     r101 = r147 == r116
     r12 = k.where(r101, r147, r12)
     r116 = r88 == r116
     r12 = k.where(r116, r88, r12)
-    r88 = -1.0 * r12
-    r88 = x8 + r88
-    r116 = 6.0 * x6 * x33 * r15
+    r88 = -1.0 * x20
+    r116 = -1.0 * r12
+    r116 = x8 + r88 + r116
+    r88 = 6.0 * x6 * x34 * r15
     r147 = 12.0 * x12
     r101 = 6.0 * x15 * r9
     r144 = 6.0 * x15 * r13
-    r102 = 6.0 * x36 * x12
-    r156 = 12.0 * x15 * x11 * x10 * x33
+    r102 = 6.0 * x37 * x12
+    r156 = 12.0 * x15 * x11 * x10 * x34
     r156 = r147 + r101 + r144 + r102 + r156
-    r102 = x6 * x33 * r156
+    r102 = x6 * x34 * r156
     r144 = k.pow(x12, 2.0)
     r101 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r101
+    r8 = 0.16666666666666666 * x34 * r101
     r130 = k.recip(x15)
-    r101 = 0.0625 * x36 * r130 * r101
+    r101 = 0.0625 * x37 * r130 * r101
     r101 = 1.0 + r8 + r101
-    r101 = 96.0 * x6 * x15 * x33 * r144 * r101
-    r144 = k.pow(x33, 2.0)
+    r101 = 96.0 * x6 * x15 * x34 * r144 * r101
+    r144 = k.pow(x34, 2.0)
     r144 = 2.0 * x6 * x15 * x11 * x10 * r144
     r8 = x11 * x10
     r120 = x14 * x10
     r120 = x5 + r8 + r120
-    r120 = 2.0 * x6 * x15 * x12 * x33 * r120
+    r120 = 2.0 * x6 * x15 * x12 * x34 * r120
     r120 = k.where(r34, r120, 0.0)
-    r8 = 0.3333333333333333 * x6 * x33 * r156
+    r8 = 0.3333333333333333 * x6 * x34 * r156
     r120 = k.where(r37, r8, r120)
     r120 = r102 + r144 + r120
     r144 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r144
     r128 = k.recip(x9)
     r35 = k.recip(x18)
-    r73 = x36 * x12 * r16
-    r74 = x19 * x12 * x33 * r30
-    r61 = x36 * x19 * x33 * r30 * r16
+    r73 = x37 * x12 * r16
+    r74 = x19 * x12 * x34 * r30
+    r61 = x37 * x19 * x34 * r30 * r16
     r61 = r73 + r74 + r61
     r73 = 2.0 * r128 * r35 * r61
-    r60 = k.recip(x21)
+    r60 = k.recip(x22)
     r85 = k.recip(x17)
-    r84 = 2.0 * x36 * x19 * x12 * x33 * r60 * r30 * r85 * r16
+    r84 = 2.0 * x37 * x19 * x12 * x34 * r60 * r30 * r85 * r16
     r84 = r73 + r84
     r84 = r8 * r84
     r61 = 4.0 * r128 * r35 * r61
-    r73 = 4.0 * x36 * x19 * x12 * x33 * r60 * r30 * r85 * r16
+    r73 = 4.0 * x37 * x19 * x12 * x34 * r60 * r30 * r85 * r16
     r73 = r84 + r61 + r73
     r73 = r11 * r73
     r61 = x11 * x10 * x12 * r16
-    r84 = x11 * x19 * x10 * x33 * r30 * r16
+    r84 = x11 * x19 * x10 * x34 * r30 * r16
     r84 = r61 + r74 + r84
     r61 = 2.0 * r128 * r35 * r84
-    r294 = 2.0 * x11 * x19 * x10 * x12 * x33 * r60 * r30 * r85 * r16
-    r294 = r61 + r294
-    r294 = r8 * r294
+    r295 = 2.0 * x11 * x19 * x10 * x12 * x34 * r60 * r30 * r85 * r16
+    r295 = r61 + r295
+    r295 = r8 * r295
     r61 = x10 * x12 * r16 * r14
-    r298 = x19 * x10 * x33 * r30 * r16 * r14
-    r298 = r74 + r61 + r298
-    r61 = 2.0 * r128 * r35 * r298
-    r301 = 2.0 * x19 * x10 * x12 * x33 * r60 * r30 * r85 * r16 * r14
-    r301 = r61 + r301
-    r301 = r8 * r301
+    r299 = x19 * x10 * x34 * r30 * r16 * r14
+    r299 = r74 + r61 + r299
+    r61 = 2.0 * r128 * r35 * r299
+    r302 = 2.0 * x19 * x10 * x12 * x34 * r60 * r30 * r85 * r16 * r14
+    r302 = r61 + r302
+    r302 = r8 * r302
     r61 = x12 * x5 * r16
-    r305 = x19 * x5 * x33 * r30 * r16
-    r305 = r61 + r74 + r305
-    r61 = 2.0 * r128 * r35 * r305
-    r308 = 2.0 * x19 * x12 * x5 * x33 * r60 * r30 * r85 * r16
-    r308 = r61 + r308
-    r61 = r8 * r308
-    r311 = x14 * x10 * x12 * r16
-    r312 = x14 * x19 * x10 * x33 * r30 * r16
-    r312 = r311 + r74 + r312
-    r312 = 2.0 * r128 * r35 * r312
-    r74 = 2.0 * x14 * x19 * x10 * x12 * x33 * r60 * r30 * r85 * r16
-    r74 = r312 + r74
+    r306 = x19 * x5 * x34 * r30 * r16
+    r306 = r61 + r74 + r306
+    r61 = 2.0 * r128 * r35 * r306
+    r309 = 2.0 * x19 * x12 * x5 * x34 * r60 * r30 * r85 * r16
+    r309 = r61 + r309
+    r61 = r8 * r309
+    r312 = x14 * x10 * x12 * r16
+    r313 = x14 * x19 * x10 * x34 * r30 * r16
+    r313 = r312 + r74 + r313
+    r313 = 2.0 * r128 * r35 * r313
+    r74 = 2.0 * x14 * x19 * x10 * x12 * x34 * r60 * r30 * r85 * r16
+    r74 = r313 + r74
     r74 = r8 * r74
-    r74 = r61 + r294 + r74
+    r74 = r61 + r295 + r74
     r34 = k.where(r34, 1.0, 0.0)
     r74 = r74 * r34
-    r308 = 2.0 * r8 * r308
+    r309 = 2.0 * r8 * r309
     r84 = 4.0 * r128 * r35 * r84
-    r298 = 4.0 * r128 * r35 * r298
-    r305 = 8.0 * r128 * r35 * r305
-    r61 = 8.0 * x19 * x12 * x5 * x33 * r60 * r30 * r85 * r16
-    r312 = 4.0 * x11 * x19 * x10 * x12 * x33 * r60 * r30 * r85 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r60 * r30 * r85 * r16 * r14
-    r14 = r294 + r301 + r74 + r308 + r84 + r298 + r305 + r61 + r312 + r14
+    r299 = 4.0 * r128 * r35 * r299
+    r306 = 8.0 * r128 * r35 * r306
+    r61 = 8.0 * x19 * x12 * x5 * x34 * r60 * r30 * r85 * r16
+    r313 = 4.0 * x11 * x19 * x10 * x12 * x34 * r60 * r30 * r85 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r60 * r30 * r85 * r16 * r14
+    r14 = r295 + r302 + r74 + r309 + r84 + r299 + r306 + r61 + r313 + r14
     r14 = x15 * r11 * r14
     r14 = r73 + r14
     r73 = x6 * r4 * r5 * r14
     r34 = 1.0 + r34 + r144
-    r312 = 10.0 * x12 * r34
-    r312 = r147 + r312
-    r312 = x19 * x33 * r30 * r312
+    r313 = 10.0 * x12 * r34
+    r313 = r147 + r313
+    r313 = x19 * x34 * r30 * r313
     r147 = 3.0 * x5
     r34 = 2.0 * x5 * r34
     r34 = r147 + r34
-    r34 = x19 * x33 * r30 * r16 * r34
-    r34 = r312 + r34
+    r34 = x19 * x34 * r30 * r16 * r34
+    r34 = r313 + r34
     r34 = x15 * r11 * r34
-    r312 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r312 = r34 + r312
-    r34 = x6 * x4 * r128 * r4 * r5 * r35 * r312
+    r313 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r313 = r34 + r313
+    r34 = x6 * x4 * r128 * r4 * r5 * r35 * r313
     r147 = k.recip(x0)
-    r61 = x11 * x10 * x33
+    r61 = x11 * x10 * x34
     r144 = 3.0 + r144
-    r144 = 2.0 * x11 * x10 * x33 * r144
+    r144 = 2.0 * x11 * x10 * x34 * r144
     r144 = r61 + r144
-    r61 = x6 * x15 * x33 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
-    r305 = r73 + r34 + r61
-    r298 = k.recip(r305)
+    r61 = x6 * x15 * x34 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
+    r306 = r73 + r34 + r61
+    r299 = k.recip(r306)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r84 = k.recip(x6)
-    r308 = 0.3333333333333333 * x3 * x19 * r84 * r72 * r305
-    r74 = 0.6666666666666666 * x3 * x19 * x22 * r84 * r305
-    r312 = -1.0 * x6 * x4 * r128 * r4 * r5 * r35 * r312
-    r144 = -1.0 * x6 * x15 * x33 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
-    r74 = r14 + r308 + r74 + r312 + r144
+    r309 = 0.3333333333333333 * x3 * x19 * r84 * r72 * r306
+    r74 = 0.6666666666666666 * x3 * x19 * x23 * r84 * r306
+    r313 = -1.0 * x6 * x4 * r128 * r4 * r5 * r35 * r313
+    r144 = -1.0 * x6 * x15 * x34 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
+    r74 = r14 + r309 + r74 + r313 + r144
     r74 = k.max(0.0, r74)
-    r308 = 0.5 * x22
-    r308 = -1.0 + r308
-    r308 = 0.6666666666666666 * x3 * x19 * r84 * r72 * r308 * r305
-    r308 = k.where(r45, 0.0, r308)
-    r45 = 0.3333333333333333 * x3 * x19 * r84 * r72 * r126 * r305
-    r308 = k.where(r66, r45, r308)
+    r309 = 0.5 * x23
+    r309 = -1.0 + r309
+    r309 = 0.6666666666666666 * x3 * x19 * r84 * r72 * r309 * r306
+    r309 = k.where(r45, 0.0, r309)
+    r45 = 0.3333333333333333 * x3 * x19 * r84 * r72 * r126 * r306
+    r309 = k.where(r66, r45, r309)
     r76 = k.or_(r65, r68, r76)
-    r126 = x3 * x19 * r84 * r72 * r126 * r305
-    r308 = k.where(r76, r126, r308)
-    r308 = k.max(r74, r308)
-    r298 = r298 * r308
+    r126 = x3 * x19 * r84 * r72 * r126 * r306
+    r309 = k.where(r76, r126, r309)
+    r309 = k.max(r74, r309)
+    r299 = r299 * r309
     r35 = 28.0 * r128 * r35 * r31
     r128 = r35 + r73 + r34 + r61
-    r74 = -1.0 * x20
+    r74 = -1.0 * x21
     r74 = 1.0 + r74
-    r126 = x22 * x37
+    r126 = x23 * x38
     r126 = -1.0 + r126
-    r72 = k.recip(x25)
-    r65 = k.recip(x26)
-    r45 = x19 * x4 * x12 * x33 * r72 * r30 * r65 * r16
-    r45 = x27 + r45
-    r66 = 2.0 * x3 * x2 * x35
-    r66 = x29 >= r66
-    r147 = k.recip(x28)
-    r85 = k.recip(x30)
-    r301 = x19 * x4 * x12 * x33 * r147 * r30 * r85 * r16
-    r301 = x31 + r301
-    r45 = k.where(r66, r301, r45)
+    r72 = k.recip(x26)
+    r65 = k.recip(x27)
+    r45 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16
+    r45 = x28 + r45
+    r66 = 2.0 * x3 * x2 * x36
+    r66 = x30 >= r66
+    r147 = k.recip(x29)
+    r85 = k.recip(x31)
+    r302 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16
+    r302 = x32 + r302
+    r45 = k.where(r66, r302, r45)
     r45 = 2.0 * x6 * r4 * r5 * r11 * r126 * r45
     r45 = k.where(r86, 0.0, r45)
     r74 = r74 * r45
-    r301 = x3 * x19 * r84 * r305
-    r66 = x22 <= 1.0
+    r302 = x3 * x19 * r84 * r306
+    r66 = x23 <= 1.0
     r100 = k.and_(r100, r66)
-    r301 = k.where(r100, r305, r301)
-    r301 = -1.0 * x20 * r301
-    r305 = x3 * x2
-    r294 = -1.0 + r305
-    r311 = k.recip(r294)
-    r400 = 2.0 * x3 * x2
-    r400 = -2.0 + r400
-    r402 = x29 * r16
-    r403 = k.gcd(r305, r402)
-    r404 = k.recip(r403)
-    r405 = x3 * x2 * r404
-    r405 = -1.0 + r405
-    r405 = x27 * r405
-    r408 = -1.0 * x3 * x2 * r404
-    r408 = r305 + r408
-    r408 = x31 * r408
-    r411 = r405 + r408
-    r411 = r311 * r400 * r411
-    r311 = x4 * x22 * r72 * r130 * r4 * r30 * r65 * r404 * r400 * r25
-    r403 = -1.0 + r403
-    r415 = x4 * x22 * r147 * r130 * r4 * r30 * r85 * r404 * r403 * r400 * r25
-    r415 = k.max(r311, r415)
-    r415 = r411 + r415
-    r411 = x29 <= x35
-    r311 = x27 * r400
-    r420 = x4 * x22 * r72 * r130 * r4 * r30 * r65 * r400 * r25
-    r420 = r311 + r420
-    r415 = k.where(r411, r420, r415)
-    r420 = x3 * x2 * x35
-    r420 = x29 >= r420
-    r311 = x31 * r400
-    r426 = x4 * x22 * r147 * r130 * r4 * r30 * r85 * r400 * r25
-    r426 = r311 + r426
-    r415 = k.where(r420, r426, r415)
-    r415 = x15 * r11 * r415
-    r426 = x4 * x22 * r72 * r130 * r4 * r30 * r65 * r404 * r294 * r25
-    r403 = x4 * x22 * r147 * r130 * r4 * r30 * r85 * r404 * r294 * r403 * r25
-    r403 = k.max(r426, r403)
-    r403 = r405 + r408 + r403
-    r408 = x27 * r294
-    r405 = x4 * x22 * r72 * r130 * r4 * r30 * r65 * r294 * r25
-    r405 = r408 + r405
-    r403 = k.where(r411, r405, r403)
-    r405 = x31 * r294
-    r130 = x4 * x22 * r147 * r130 * r4 * r30 * r85 * r294 * r25
-    r130 = r405 + r130
-    r403 = k.where(r420, r130, r403)
-    r130 = 2.0 * x15 * r11 * r403
-    r415 = k.where(r27, r130, r415)
-    r130 = x15 * r11 * r403
-    r420 = x6 * x15 * r4 * r5 * r11 * r403
-    r420 = r130 + r420
-    r415 = k.where(r100, r420, r415)
+    r302 = k.where(r100, r306, r302)
+    r302 = -1.0 * x21 * r302
+    r306 = x3 * x2
+    r295 = -1.0 + r306
+    r312 = k.recip(r295)
+    r401 = 2.0 * x3 * x2
+    r401 = -2.0 + r401
+    r403 = x30 * r16
+    r404 = k.gcd(r306, r403)
+    r405 = k.recip(r404)
+    r406 = x3 * x2 * r405
+    r406 = -1.0 + r406
+    r406 = x28 * r406
+    r409 = -1.0 * x3 * x2 * r405
+    r409 = r306 + r409
+    r409 = x32 * r409
+    r412 = r406 + r409
+    r412 = r312 * r401 * r412
+    r312 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r405 * r401 * r25
+    r404 = -1.0 + r404
+    r416 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r405 * r404 * r401 * r25
+    r416 = k.max(r312, r416)
+    r416 = r412 + r416
+    r412 = x30 <= x36
+    r312 = x28 * r401
+    r421 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r401 * r25
+    r421 = r312 + r421
+    r416 = k.where(r412, r421, r416)
+    r421 = x3 * x2 * x36
+    r421 = x30 >= r421
+    r312 = x32 * r401
+    r427 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r401 * r25
+    r427 = r312 + r427
+    r416 = k.where(r421, r427, r416)
+    r416 = x15 * r11 * r416
+    r427 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r405 * r295 * r25
+    r404 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r405 * r295 * r404 * r25
+    r404 = k.max(r427, r404)
+    r404 = r406 + r409 + r404
+    r409 = x28 * r295
+    r406 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r295 * r25
+    r406 = r409 + r406
+    r404 = k.where(r412, r406, r404)
+    r406 = x32 * r295
+    r130 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r295 * r25
+    r130 = r406 + r130
+    r404 = k.where(r421, r130, r404)
+    r130 = 2.0 * x15 * r11 * r404
+    r416 = k.where(r27, r130, r416)
+    r130 = x15 * r11 * r404
+    r421 = x6 * x15 * r4 * r5 * r11 * r404
+    r421 = r130 + r421
+    r416 = k.where(r100, r421, r416)
     r66 = k.and_(r103, r66)
-    r403 = 3.0 * x6 * x15 * r4 * r5 * r11 * r403
-    r415 = k.where(r66, r403, r415)
-    r305 = r305 == 1.0
-    r415 = k.where(r305, 0.0, r415)
-    r301 = r301 + r415
-    r301 = k.max(0.0, r301)
-    r402 = k.gcd(x2, r402)
-    r403 = k.recip(r402)
-    r103 = x2 * r403
+    r404 = 3.0 * x6 * x15 * r4 * r5 * r11 * r404
+    r416 = k.where(r66, r404, r416)
+    r306 = r306 == 1.0
+    r416 = k.where(r306, 0.0, r416)
+    r302 = r302 + r416
+    r302 = k.max(0.0, r302)
+    r403 = k.gcd(x2, r403)
+    r404 = k.recip(r403)
+    r103 = x2 * r404
     r103 = -1.0 + r103
-    r103 = x27 * r103
-    r420 = -1.0 * x2 * r403
-    r420 = x2 + r420
-    r420 = x31 * r420
+    r103 = x28 * r103
+    r421 = -1.0 * x2 * r404
+    r421 = x2 + r421
+    r421 = x32 * r421
     r130 = -1.0 + x2
-    r405 = 2.0 * x14 * x19 * x10 * x4 * x33 * r72 * r30 * r65 * r16 * r403 * r130
-    r402 = -1.0 + r402
-    r402 = 2.0 * x14 * x19 * x10 * x4 * x33 * r147 * r30 * r85 * r16 * r403 * r130 * r402
-    r402 = k.max(r405, r402)
-    r402 = r103 + r420 + r402
-    r420 = x27 * r130
-    r103 = 2.0 * x14 * x19 * x10 * x4 * x33 * r72 * r30 * r65 * r16 * r130
-    r103 = r420 + r103
-    r402 = k.where(r411, r103, r402)
-    r103 = x2 * x35
-    r103 = x29 >= r103
-    r411 = x31 * r130
-    r420 = 2.0 * x14 * x19 * x10 * x4 * x33 * r147 * r30 * r85 * r16 * r130
-    r420 = r411 + r420
-    r402 = k.where(r103, r420, r402)
-    r420 = x6 * x15 * r4 * r5 * r11 * r402
-    r402 = x6 * x15 * r4 * r5 * r11 * r8 * r402
-    r402 = r420 + r402
-    r420 = x2 == 1.0
-    r402 = k.where(r420, 0.0, r402)
+    r406 = 2.0 * x14 * x19 * x10 * x4 * x34 * r72 * r30 * r65 * r16 * r404 * r130
+    r403 = -1.0 + r403
+    r403 = 2.0 * x14 * x19 * x10 * x4 * x34 * r147 * r30 * r85 * r16 * r404 * r130 * r403
+    r403 = k.max(r406, r403)
+    r403 = r103 + r421 + r403
+    r421 = x28 * r130
+    r103 = 2.0 * x14 * x19 * x10 * x4 * x34 * r72 * r30 * r65 * r16 * r130
+    r103 = r421 + r103
+    r403 = k.where(r412, r103, r403)
+    r103 = x2 * x36
+    r103 = x30 >= r103
+    r412 = x32 * r130
+    r421 = 2.0 * x14 * x19 * x10 * x4 * x34 * r147 * r30 * r85 * r16 * r130
+    r421 = r412 + r421
+    r403 = k.where(r103, r421, r403)
+    r421 = x6 * x15 * r4 * r5 * r11 * r403
+    r403 = x6 * x15 * r4 * r5 * r11 * r8 * r403
+    r403 = r421 + r403
+    r421 = x2 == 1.0
+    r403 = k.where(r421, 0.0, r403)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r103 = -1.0 + x35
+    r103 = -1.0 + x36
     r103 = k.recip(r103)
-    r411 = 2.0 * x35
-    r411 = -2.0 + r411
-    r405 = k.gcd(x35, x29)
-    r403 = k.recip(r405)
-    r408 = x35 * r403
-    r408 = -1.0 + r408
-    r408 = x27 * r408
-    r426 = -1.0 * x35 * r403
-    r426 = x35 + r426
-    r426 = x31 * r426
-    r426 = r408 + r426
-    r426 = r103 * r411 * r426
-    r103 = x19 * x4 * x12 * x33 * r72 * r30 * r65 * r16 * r403 * r411
-    r405 = -1.0 + r405
-    r405 = x19 * x4 * x12 * x33 * r147 * r30 * r85 * r16 * r403 * r405 * r411
-    r405 = k.max(r103, r405)
-    r405 = r426 + r405
-    r426 = x29 <= 1.0
-    r103 = x27 * r411
-    r65 = x19 * x4 * x12 * x33 * r72 * r30 * r65 * r16 * r411
+    r412 = 2.0 * x36
+    r412 = -2.0 + r412
+    r406 = k.gcd(x36, x30)
+    r404 = k.recip(r406)
+    r409 = x36 * r404
+    r409 = -1.0 + r409
+    r409 = x28 * r409
+    r427 = -1.0 * x36 * r404
+    r427 = x36 + r427
+    r427 = x32 * r427
+    r427 = r409 + r427
+    r427 = r103 * r412 * r427
+    r103 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16 * r404 * r412
+    r406 = -1.0 + r406
+    r406 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16 * r404 * r406 * r412
+    r406 = k.max(r103, r406)
+    r406 = r427 + r406
+    r427 = x30 <= 1.0
+    r103 = x28 * r412
+    r65 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16 * r412
     r65 = r103 + r65
-    r405 = k.where(r426, r65, r405)
-    r65 = x29 >= x35
-    r426 = x31 * r411
-    r85 = x19 * x4 * x12 * x33 * r147 * r30 * r85 * r16 * r411
-    r85 = r426 + r85
-    r405 = k.where(r65, r85, r405)
-    r405 = x6 * x15 * r4 * r5 * r11 * r37 * r405
-    r85 = x35 == 1.0
-    r405 = k.where(r85, 0.0, r405)
-    r144 = r14 + r312 + r144
+    r406 = k.where(r427, r65, r406)
+    r65 = x30 >= x36
+    r427 = x32 * r412
+    r85 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16 * r412
+    r85 = r427 + r85
+    r406 = k.where(r65, r85, r406)
+    r406 = x6 * x15 * r4 * r5 * r11 * r37 * r406
+    r85 = x36 == 1.0
+    r406 = k.where(r85, 0.0, r406)
+    r144 = r14 + r313 + r144
     r144 = k.max(0.0, r144)
     r144 = k.where(r26, r144, 0.0)
-    r26 = r74 + r35 + r73 + r34 + r61 + r301 + r308 + r402 + r405 + r144
-    r312 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r60 * r4 * r30 * r11 * r16 * r312 * r15
-    r156 = x6 * x33 * r60 * r4 * r30 * r11 * r16 * r312 * r156
-    r312 = x19 * x4 * x12 * x33 * r30
-    r60 = x19 * x4 * x12 * x33 * r72 * r30
-    r400 = x4 * r4 * r30 * r400 * r25
-    r65 = 2.0 * x4 * r4 * r30 * r294 * r25
-    r400 = k.where(r27, r65, r400)
-    r65 = x4 * r4 * r30 * r294 * r25
+    r26 = r74 + r35 + r73 + r34 + r61 + r302 + r309 + r403 + r406 + r144
+    r313 = k.recip(r26)
+    r14 = 6.0 * x6 * x34 * r60 * r4 * r30 * r11 * r16 * r313 * r15
+    r156 = x6 * x34 * r60 * r4 * r30 * r11 * r16 * r313 * r156
+    r313 = x19 * x4 * x12 * x34 * r30
+    r60 = x19 * x4 * x12 * x34 * r72 * r30
+    r401 = x4 * r4 * r30 * r401 * r25
+    r65 = 2.0 * x4 * r4 * r30 * r295 * r25
+    r401 = k.where(r27, r65, r401)
+    r65 = x4 * r4 * r30 * r295 * r25
     r27 = k.pow(x3, -2.0)
-    r426 = x6 * x4 * r27 * r5 * r30 * r294 * r25
-    r426 = r65 + r426
-    r400 = k.where(r100, r426, r400)
-    r294 = 3.0 * x6 * x4 * r27 * r5 * r30 * r294 * r25
-    r400 = k.where(r66, r294, r400)
-    r400 = k.where(r305, 0.0, r400)
-    r305 = r72 * r400
-    r72 = x28 * r72
-    r294 = k.recip(x33)
-    r66 = x34 * r84 * r294
+    r427 = x6 * x4 * r27 * r5 * r30 * r295 * r25
+    r427 = r65 + r427
+    r401 = k.where(r100, r427, r401)
+    r295 = 3.0 * x6 * x4 * r27 * r5 * r30 * r295 * r25
+    r401 = k.where(r66, r295, r401)
+    r401 = k.where(r306, 0.0, r401)
+    r306 = r72 * r401
+    r72 = x29 * r72
+    r295 = k.recip(x34)
+    r66 = x35 * r84 * r295
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r426 = 1.6e-11 * x12
+    r427 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
     r65 = 8e-12 * x15 * r13
-    r147 = 8e-12 * x36 * x12
-    r103 = r426 + r100 + r65 + r147
-    r403 = 8e-12 * x12
-    r408 = 4e-12 * x15 * r9
-    r404 = 4e-12 * x15 * r13
-    r311 = 4e-12 * x36 * x12
-    r311 = r403 + r408 + r404 + r311
-    r311 = r27 > r311
-    r404 = -1.6e-11 * x12
+    r147 = 8e-12 * x37 * x12
+    r103 = r427 + r100 + r65 + r147
+    r404 = 8e-12 * x12
+    r409 = 4e-12 * x15 * r9
+    r405 = 4e-12 * x15 * r13
+    r312 = 4e-12 * x37 * x12
+    r312 = r404 + r409 + r405 + r312
+    r312 = r27 > r312
+    r405 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r408 = -8e-12 * x36 * x12
-    r403 = k.sqrt(2.0)
-    r560 = k.sqrt(x3)
-    r560 = k.recip(r560)
-    r562 = k.sqrt(x2)
-    r562 = k.recip(r562)
-    r564 = k.sqrt(x13)
-    r564 = k.recip(r564)
-    r566 = k.sqrt(x22)
-    r566 = k.recip(r566)
-    r568 = k.sqrt(x35)
-    r568 = k.recip(r568)
-    r570 = k.sqrt(r103)
-    r571 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r103
-    r572 = k.sqrt(x3)
-    r573 = k.sqrt(x2)
-    r574 = k.sqrt(x13)
-    r575 = k.sqrt(x22)
-    r576 = k.sqrt(x35)
-    r576 = 0.16666666666666666 * r403 * r572 * r573 * r574 * r575 * r576 * r570
-    r576 = 1.0 + r571 + r576
-    r576 = r403 * r560 * r562 * r564 * r566 * r568 * r570 * r576
-    r576 = r404 + r9 + r13 + r408 + r576
-    r408 = k.where(r311, r576, r27)
-    r147 = r426 + r100 + r65 + r147 + r408
-    r147 = x3 * x2 * x13 * x22 * x35 * r147
+    r409 = -8e-12 * x37 * x12
+    r404 = k.sqrt(2.0)
+    r561 = k.sqrt(x3)
+    r561 = k.recip(r561)
+    r563 = k.sqrt(x2)
+    r563 = k.recip(r563)
+    r565 = k.sqrt(x13)
+    r565 = k.recip(r565)
+    r567 = k.sqrt(x23)
+    r567 = k.recip(r567)
+    r569 = k.sqrt(x36)
+    r569 = k.recip(r569)
+    r571 = k.sqrt(r103)
+    r572 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r103
+    r573 = k.sqrt(x3)
+    r574 = k.sqrt(x2)
+    r575 = k.sqrt(x13)
+    r576 = k.sqrt(x23)
+    r577 = k.sqrt(x36)
+    r577 = 0.16666666666666666 * r404 * r573 * r574 * r575 * r576 * r577 * r571
+    r577 = 1.0 + r572 + r577
+    r577 = r404 * r561 * r563 * r565 * r567 * r569 * r571 * r577
+    r577 = r405 + r9 + r13 + r409 + r577
+    r409 = k.where(r312, r577, r27)
+    r147 = r427 + r100 + r65 + r147 + r409
+    r147 = x3 * x2 * x13 * x23 * x36 * r147
     r147 = k.exp(r147)
     r147 = -1.0 + r147
     r65 = k.recip(r147)
-    r100 = x24 + x1
-    r426 = -1.0 * x3 * x2 * x13 * x22 * x35 * r100
-    r426 = k.exp(r426)
-    r426 = x3 * x2 * x13 * x22 * x35 * r65 * r408 * r426
-    r65 = x3 * x2 * x13 * x22 * x35
-    r576 = k.recip(r576)
-    r65 = k.where(r311, r576, r65)
-    r100 = x3 * x2 * x13 * x22 * x35 * r100
+    r100 = x25 + x1
+    r427 = -1.0 * x3 * x2 * x13 * x23 * x36 * r100
+    r427 = k.exp(r427)
+    r427 = x3 * x2 * x13 * x23 * x36 * r65 * r409 * r427
+    r65 = x3 * x2 * x13 * x23 * x36
+    r577 = k.recip(r577)
+    r65 = k.where(r312, r577, r65)
+    r100 = x3 * x2 * x13 * x23 * x36 * r100
     r100 = k.exp(r100)
-    r5 = x34 * r84 * r4 * r30 * r5 * r11 * r294 * r16 * r147 * r26 * r65 * r100
-    r100 = x34 * r84 * r294 * r147 * r26 * r65 * r100
-    r37 = x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r411 * r37
+    r5 = x35 * r84 * r4 * r30 * r5 * r11 * r295 * r16 * r147 * r26 * r65 * r100
+    r100 = x35 * r84 * r295 * r147 * r26 * r65 * r100
+    r37 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r412 * r37
     r37 = k.where(r85, 0.0, r37)
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r130
-    r130 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r130
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r130
+    r130 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r130
     r130 = r85 + r130
-    r130 = k.where(r420, 0.0, r130)
-    r126 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r126
+    r130 = k.where(r421, 0.0, r130)
+    r126 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r126
     r126 = k.where(r86, 0.0, r126)
-    r127 = r127 < x22
-    r86 = x32 != 2.0
+    r127 = r127 < x23
+    r86 = x33 != 2.0
     r68 = k.and_(r68, r86)
     r68 = k.not_(r68)
     r68 = k.or_(r127, r68)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r67 = k.and_(r16, r86, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r127, r67)
     r67 = k.and_(r68, r67)
-    r68 = x22 >= 2.0
-    r127 = x32 != 3.0
-    r86 = x32 != 4.0
+    r68 = x23 >= 2.0
+    r127 = x33 != 3.0
+    r86 = x33 != 4.0
     r76 = k.not_(r76)
     r76 = k.and_(r127, r86, r76)
     r76 = k.not_(r76)
     r76 = k.or_(r68, r76)
-    r68 = x21 * x3 * x2 * x22 * x35 * r26
-    r86 = r116 <= r68
+    r68 = x22 * x3 * x2 * x23 * x36 * r26
+    r86 = r88 <= r68
     r68 = r102 <= r68
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r87, r81, r36, r115, r106, r125, 0.0, r109, r110, r38, r46, r64, r111, r12, r88, r116, r116, r102, r101, r120, r298, r128, r308, r26, r14, r156, r312, r60, r305, r72, 0.0, r66, r27, r103, r408, r426, r5, r100, r73, r61, r34, r35, r37, r405, r405, r130, r402, r402, r400, r415, r301, r126, r45, r74, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, r76, 1.0, r76, r76, r86, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r87, r81, r36, r115, r106, r125, 0.0, r109, r110, r38, r46, r64, r111, r12, r116, r88, r88, r102, r101, r120, r299, r128, r309, r26, r14, r156, r313, r60, r306, r72, 0.0, r66, r27, r103, r409, r427, r5, r100, r73, r61, r34, r35, r37, r406, r406, r130, r403, r403, r401, r416, r302, r126, r45, r74, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, 1.0, r76, r76, r86, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1254,9 +1255,9 @@ def search(x, k):
     return (r97, r76, r57)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (36, 42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (30, 35), (), (), (), (30, 35), (), (34,), (34,), (35,), (30, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (30, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (15, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 31), (13, 32), (13, 33), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 32), (17, 33), (17, 65), (17, 66), (17, 67), (17, 68), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 32), (23, 33), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 27), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (30, 36), (), (), (), (30, 36), (), (35,), (35,), (36,), (30, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48), (30, 34, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (29, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 74, 75), (40, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 31), (13, 32), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 32), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (18, 31), (18, 32), (22, 31), (22, 32), (22, 33), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 32), (23, 33), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 27), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

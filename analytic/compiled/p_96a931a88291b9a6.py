@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,76 +46,76 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x37 * x12 * r38
-    r12 = x23 != 1.0
+    r38 = x38 * x12 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r50 = 2.0 * r39
-    r51 = x39 >= 2.0
+    r51 = x40 >= 2.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r50)
-    r54 = x39 >= 3.0
+    r54 = x40 >= 3.0
     r50 = k.where(r54, r52, r50)
     r52 = 12.0 * r39
     r57 = 12.0 * r4 * r30 * r39
     r52 = k.where(r27, r57, r52)
     r57 = -4.0 * x12 * r16
     r57 = r8 + r57
-    r57 = x19 * x34 * r30 * r57
+    r57 = x19 * x35 * r30 * r57
     r62 = 4.0 * x11
     r63 = 4.0 * x5
     r64 = 8.0 * x12
     r65 = 4.0 * x11 * x10
     r66 = 4.0 * x14 * x10
     r66 = r62 + r63 + r64 + r65 + r66
-    r66 = x19 * x34 * r30 * r16 * r66
+    r66 = x19 * x35 * r30 * r16 * r66
     r66 = r57 + r66
-    r57 = x24 == 1.0
+    r57 = x25 == 1.0
     r64 = 2.0 * x5
     r63 = 6.0 * x12
     r73 = 2.0 * x14 * x10
     r65 = r64 + r62 + r63 + r73 + r65
     r65 = r16 * r65
     r65 = r8 + r65
-    r65 = x19 * x34 * r30 * r65
+    r65 = x19 * x35 * r30 * r65
     r66 = k.where(r57, r65, r66)
-    r65 = x24 == 2.0
-    r73 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r65 = x25 == 2.0
+    r73 = 2.0 * x19 * x12 * x35 * r30 * r16
     r73 = k.where(r65, r73, r66)
-    r63 = 1.0 + x23
+    r63 = 1.0 + x24
     r63 = k.min(r63, r6)
     r63 = r63 * r34
-    r62 = x33 == 4.0
-    r64 = 2.0 * x23
+    r62 = x34 == 4.0
+    r64 = 2.0 * x24
     r87 = -1.0 + r64
     r87 = k.min(r87, r6)
     r87 = r87 * r34
     r90 = k.where(r62, r87, r63)
-    r91 = x33 == 0.0
-    r92 = x33 == 3.0
+    r91 = x34 == 0.0
+    r92 = x34 == 3.0
     r93 = k.or_(r91, r92)
-    r94 = k.min(x23, r6)
+    r94 = k.min(x24, r6)
     r94 = r94 * r34
     r90 = k.where(r93, r94, r90)
-    r94 = x33 == 1.0
-    r98 = k.recip(x38)
-    r99 = x6 * x38 * r4 * r5
-    r100 = -1.0 + x38
-    r100 = x23 * r100
+    r94 = x34 == 1.0
+    r98 = k.recip(x39)
+    r99 = x6 * x39 * r4 * r5
+    r100 = -1.0 + x39
+    r100 = x24 * r100
     r102 = -1.0 + r64 + r100
     r102 = k.min(r99, r102)
     r102 = r98 * r102 * r34
     r90 = k.where(r94, r102, r90)
-    r102 = x33 == 2.0
+    r102 = x34 == 2.0
     r107 = x6 * r4 * r5 * r34
     r90 = k.where(r102, r107, r90)
     r90 = r73 * r90
@@ -123,9 +123,9 @@ def quantities(x, k):
     r111 = k.or_(r26, r37)
     r112 = -2.0 * x12 * r16
     r112 = r8 + r112
-    r112 = x19 * x34 * r30 * r112
-    r8 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r116 = x37 * x19 * x16 * x34 * r30 * r16
+    r112 = x19 * x35 * r30 * r112
+    r8 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r116 = x38 * x19 * x16 * x35 * r30 * r16
     r8 = r112 + r8 + r116
     r8 = k.max(r8, r110)
     r111 = k.where(r111, r8, r110)
@@ -134,7 +134,7 @@ def quantities(x, k):
     r112 = k.where(r26, r121, r112)
     r121 = 3.0 * x4 * r112 * r39
     r121 = k.where(r54, r121, 0.0)
-    r125 = x23 > 1.0
+    r125 = x24 > 1.0
     r125 = k.and_(r54, r125)
     r127 = 6.0 * r39
     r121 = k.where(r125, r127, r121)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r39 = r127 == r39
     r121 = k.where(r39, r121, 0.0)
     r39 = r53 + r50 + r52 + r130 + r111 + r121
-    r127 = -1.0 + x23
+    r127 = -1.0 + x24
     r90 = k.min(1.0, r127)
     r146 = 1.0 + r90
-    r146 = x23 == r146
+    r146 = x24 == r146
     r148 = k.where(r146, 1.0, 0.0)
     r148 = 2.0 * x12 * r148
     r150 = r90 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r153 = r90 != 0.0
     r153 = k.and_(r153, r146)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x37 * x12 * r153
+    r153 = x38 * x12 * r153
     r153 = r35 + r36 + r148 + r150 + r153
     r153 = r16 * r153
     r150 = -1.0 * r90
-    r148 = x23 + r150
-    r161 = x23 == r148
+    r148 = x24 + r150
+    r161 = x24 == r148
     r162 = k.where(r161, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r148 == 1.0
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r167 = r148 != 1.0
     r167 = k.and_(r161, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x37 * x12 * r167
+    r167 = x38 * x12 * r167
     r167 = r35 + r36 + r162 + r164 + r167
     r167 = r16 * r167
     r167 = r153 + r167
@@ -291,438 +291,439 @@ def quantities(x, k):
     r125 = k.where(r52, r64, r125)
     r121 = r39 == r121
     r125 = k.where(r121, r130, r125)
-    r130 = x37 * x19 * x4 * x34 * r30 * r16
-    r121 = x37 * x19 * x4 * x34 * r30
+    r130 = x38 * x19 * x4 * x35 * r30 * r16
+    r121 = x38 * x19 * x4 * x35 * r30
     r64 = k.max(r39, r153, r12)
     r52 = r153 == r64
     r12 = k.where(r52, r153, r12)
     r64 = r39 == r64
     r12 = k.where(r64, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r64 = 6.0 * x6 * x34 * r15
+    r39 = -1.0 * x20
+    r64 = -1.0 * r12
+    r64 = x8 + r39 + r64
+    r39 = 6.0 * x6 * x35 * r15
     r153 = 12.0 * x12
     r52 = 6.0 * x15 * r9
     r161 = 6.0 * x15 * r13
-    r53 = 6.0 * x37 * x12
-    r164 = 12.0 * x15 * x11 * x10 * x34
+    r53 = 6.0 * x38 * x12
+    r164 = 12.0 * x15 * x11 * x10 * x35
     r164 = r153 + r52 + r161 + r53 + r164
-    r53 = x6 * x34 * r164
+    r53 = x6 * x35 * r164
     r161 = k.pow(x12, 2.0)
     r52 = k.recip(x12)
-    r50 = 0.16666666666666666 * x34 * r52
+    r50 = 0.16666666666666666 * x35 * r52
     r162 = k.recip(x15)
-    r52 = 0.0625 * x37 * r162 * r52
+    r52 = 0.0625 * x38 * r162 * r52
     r52 = 1.0 + r50 + r52
-    r52 = 96.0 * x6 * x15 * x34 * r161 * r52
-    r161 = k.pow(x34, 2.0)
+    r52 = 96.0 * x6 * x15 * x35 * r161 * r52
+    r161 = k.pow(x35, 2.0)
     r161 = 2.0 * x6 * x15 * x11 * x10 * r161
     r50 = x11 * x10
     r73 = x14 * x10
     r73 = x5 + r50 + r73
-    r73 = 2.0 * x6 * x15 * x12 * x34 * r73
+    r73 = 2.0 * x6 * x15 * x12 * x35 * r73
     r73 = k.where(r57, r73, 0.0)
-    r50 = 0.3333333333333333 * x6 * x34 * r164
+    r50 = 0.3333333333333333 * x6 * x35 * r164
     r73 = k.where(r65, r50, r73)
     r73 = r53 + r161 + r73
     r161 = k.where(r65, 1.0, 0.0)
     r50 = 1.0 + r161
     r167 = k.recip(x9)
     r63 = k.recip(x18)
-    r107 = x37 * x12 * r16
-    r34 = x19 * x12 * x34 * r30
-    r99 = x37 * x19 * x34 * r30 * r16
+    r107 = x38 * x12 * r16
+    r34 = x19 * x12 * x35 * r30
+    r99 = x38 * x19 * x35 * r30 * r16
     r99 = r107 + r34 + r99
     r107 = 2.0 * r167 * r63 * r99
-    r100 = k.recip(x22)
+    r100 = k.recip(x23)
     r87 = k.recip(x17)
-    r148 = 2.0 * x37 * x19 * x12 * x34 * r100 * r30 * r87 * r16
+    r148 = 2.0 * x38 * x19 * x12 * x35 * r100 * r30 * r87 * r16
     r148 = r107 + r148
     r148 = r50 * r148
     r99 = 4.0 * r167 * r63 * r99
-    r107 = 4.0 * x37 * x19 * x12 * x34 * r100 * r30 * r87 * r16
+    r107 = 4.0 * x38 * x19 * x12 * x35 * r100 * r30 * r87 * r16
     r107 = r148 + r99 + r107
     r107 = r11 * r107
     r99 = x11 * x10 * x12 * r16
-    r148 = x11 * x19 * x10 * x34 * r30 * r16
+    r148 = x11 * x19 * x10 * x35 * r30 * r16
     r148 = r99 + r34 + r148
     r99 = r167 * r63 * r148
-    r35 = k.recip(x21)
-    r339 = 2.0 * x11 * x19 * x10 * x12 * x34 * r35 * r30 * r87 * r16
-    r339 = r99 + r339
-    r339 = r50 * r339
+    r35 = k.recip(x22)
+    r340 = 2.0 * x11 * x19 * x10 * x12 * x35 * r35 * r30 * r87 * r16
+    r340 = r99 + r340
+    r340 = r50 * r340
     r99 = x10 * x12 * r16 * r14
-    r343 = x19 * x10 * x34 * r30 * r16 * r14
-    r343 = r34 + r99 + r343
-    r99 = r167 * r63 * r343
-    r346 = 2.0 * x19 * x10 * x12 * x34 * r35 * r30 * r87 * r16 * r14
-    r346 = r99 + r346
-    r346 = r50 * r346
+    r344 = x19 * x10 * x35 * r30 * r16 * r14
+    r344 = r34 + r99 + r344
+    r99 = r167 * r63 * r344
+    r347 = 2.0 * x19 * x10 * x12 * x35 * r35 * r30 * r87 * r16 * r14
+    r347 = r99 + r347
+    r347 = r50 * r347
     r99 = x12 * x5 * r16
-    r350 = x19 * x5 * x34 * r30 * r16
-    r350 = r99 + r34 + r350
-    r99 = r167 * r63 * r350
-    r353 = 2.0 * x19 * x12 * x5 * x34 * r35 * r30 * r87 * r16
-    r353 = r99 + r353
-    r99 = r50 * r353
-    r356 = x14 * x10 * x12 * r16
-    r357 = x14 * x19 * x10 * x34 * r30 * r16
-    r357 = r356 + r34 + r357
-    r357 = r167 * r63 * r357
-    r34 = 2.0 * x14 * x19 * x10 * x12 * x34 * r35 * r30 * r87 * r16
-    r34 = r357 + r34
+    r351 = x19 * x5 * x35 * r30 * r16
+    r351 = r99 + r34 + r351
+    r99 = r167 * r63 * r351
+    r354 = 2.0 * x19 * x12 * x5 * x35 * r35 * r30 * r87 * r16
+    r354 = r99 + r354
+    r99 = r50 * r354
+    r357 = x14 * x10 * x12 * r16
+    r358 = x14 * x19 * x10 * x35 * r30 * r16
+    r358 = r357 + r34 + r358
+    r358 = r167 * r63 * r358
+    r34 = 2.0 * x14 * x19 * x10 * x12 * x35 * r35 * r30 * r87 * r16
+    r34 = r358 + r34
     r34 = r50 * r34
-    r357 = x5 * r16
-    r357 = x12 + r357
-    r356 = 4.0 * x19 * x34 * r167 * r30 * r63 * r357
-    r366 = x11 * x10 * r16
-    r366 = x12 + r366
-    r366 = 4.0 * x19 * x34 * r167 * r30 * r63 * r366
-    r369 = x14 * x10 * r16
-    r369 = x12 + r369
-    r369 = 4.0 * x19 * x34 * r167 * r30 * r63 * r369
-    r369 = r99 + r339 + r34 + r356 + r366 + r369
-    r356 = k.where(r57, 1.0, 0.0)
-    r369 = r369 * r356
-    r353 = 2.0 * r50 * r353
+    r358 = x5 * r16
+    r358 = x12 + r358
+    r357 = 4.0 * x19 * x35 * r167 * r30 * r63 * r358
+    r367 = x11 * x10 * r16
+    r367 = x12 + r367
+    r367 = 4.0 * x19 * x35 * r167 * r30 * r63 * r367
+    r370 = x14 * x10 * r16
+    r370 = x12 + r370
+    r370 = 4.0 * x19 * x35 * r167 * r30 * r63 * r370
+    r370 = r99 + r340 + r34 + r357 + r367 + r370
+    r357 = k.where(r57, 1.0, 0.0)
+    r370 = r370 * r357
+    r354 = 2.0 * r50 * r354
     r148 = 2.0 * r167 * r63 * r148
-    r343 = 2.0 * r167 * r63 * r343
-    r350 = 4.0 * r167 * r63 * r350
+    r344 = 2.0 * r167 * r63 * r344
+    r351 = 4.0 * r167 * r63 * r351
     r34 = x10 * r16 * r14
     r34 = x12 + r34
-    r34 = 4.0 * x19 * x34 * r167 * r30 * r63 * r34
-    r357 = 8.0 * x19 * x34 * r167 * r30 * r63 * r357
-    r99 = 8.0 * x19 * x12 * x5 * x34 * r35 * r30 * r87 * r16
-    r384 = 4.0 * x11 * x19 * x10 * x12 * x34 * r35 * r30 * r87 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r35 * r30 * r87 * r16 * r14
-    r14 = r339 + r346 + r369 + r353 + r148 + r343 + r350 + r366 + r34 + r357 + r99 + r384 + r14
+    r34 = 4.0 * x19 * x35 * r167 * r30 * r63 * r34
+    r358 = 8.0 * x19 * x35 * r167 * r30 * r63 * r358
+    r99 = 8.0 * x19 * x12 * x5 * x35 * r35 * r30 * r87 * r16
+    r385 = 4.0 * x11 * x19 * x10 * x12 * x35 * r35 * r30 * r87 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r35 * r30 * r87 * r16 * r14
+    r14 = r340 + r347 + r370 + r354 + r148 + r344 + r351 + r367 + r34 + r358 + r99 + r385 + r14
     r14 = x15 * r11 * r14
     r14 = r107 + r14
     r107 = x6 * r4 * r5 * r14
-    r384 = 3.0 * x5
-    r356 = 1.0 + r356 + r161
-    r99 = 2.0 * x5 * r356
-    r99 = r384 + r99
-    r99 = x19 * x34 * r30 * r16 * r99
-    r356 = 10.0 * x12 * r356
-    r356 = r153 + r356
-    r356 = x19 * x34 * r30 * r16 * r356
-    r356 = r99 + r356
-    r356 = x15 * r11 * r356
-    r99 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r99 = r356 + r99
-    r356 = x6 * x4 * r167 * r4 * r5 * r63 * r99
+    r385 = 3.0 * x5
+    r357 = 1.0 + r357 + r161
+    r99 = 2.0 * x5 * r357
+    r99 = r385 + r99
+    r99 = x19 * x35 * r30 * r16 * r99
+    r357 = 10.0 * x12 * r357
+    r357 = r153 + r357
+    r357 = x19 * x35 * r30 * r16 * r357
+    r357 = r99 + r357
+    r357 = x15 * r11 * r357
+    r99 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r99 = r357 + r99
+    r357 = x6 * x4 * r167 * r4 * r5 * r63 * r99
     r153 = k.recip(x0)
-    r384 = x11 * x10 * x34
+    r385 = x11 * x10 * x35
     r161 = 3.0 + r161
-    r161 = 2.0 * x11 * x10 * x34 * r161
-    r161 = r384 + r161
-    r384 = x6 * x15 * x34 * r100 * r4 * r30 * r87 * r153 * r11 * r16 * r161
-    r357 = r107 + r356 + r384
-    r34 = k.recip(r357)
+    r161 = 2.0 * x11 * x10 * x35 * r161
+    r161 = r385 + r161
+    r385 = x6 * x15 * x35 * r100 * r4 * r30 * r87 * r153 * r11 * r16 * r161
+    r358 = r107 + r357 + r385
+    r34 = k.recip(r358)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r366 = k.recip(x6)
-    r350 = 0.3333333333333333 * x3 * x19 * r366 * r98 * r357
-    r343 = 0.6666666666666666 * x3 * x19 * x23 * r366 * r357
+    r367 = k.recip(x6)
+    r351 = 0.3333333333333333 * x3 * x19 * r367 * r98 * r358
+    r344 = 0.6666666666666666 * x3 * x19 * x24 * r367 * r358
     r99 = -1.0 * x6 * x4 * r167 * r4 * r5 * r63 * r99
-    r161 = -1.0 * x6 * x15 * x34 * r100 * r4 * r30 * r87 * r153 * r11 * r16 * r161
-    r343 = r14 + r350 + r343 + r99 + r161
-    r343 = k.max(0.0, r343)
-    r350 = 0.5 * x23
-    r350 = -1.0 + r350
-    r350 = 0.6666666666666666 * x3 * x19 * r366 * r98 * r350 * r357
-    r350 = k.where(r62, 0.0, r350)
-    r62 = 0.3333333333333333 * x3 * x19 * r366 * r98 * r127 * r357
-    r350 = k.where(r92, r62, r350)
+    r161 = -1.0 * x6 * x15 * x35 * r100 * r4 * r30 * r87 * r153 * r11 * r16 * r161
+    r344 = r14 + r351 + r344 + r99 + r161
+    r344 = k.max(0.0, r344)
+    r351 = 0.5 * x24
+    r351 = -1.0 + r351
+    r351 = 0.6666666666666666 * x3 * x19 * r367 * r98 * r351 * r358
+    r351 = k.where(r62, 0.0, r351)
+    r62 = 0.3333333333333333 * x3 * x19 * r367 * r98 * r127 * r358
+    r351 = k.where(r92, r62, r351)
     r102 = k.or_(r91, r94, r102)
-    r98 = x3 * x19 * r366 * r98 * r127 * r357
-    r350 = k.where(r102, r98, r350)
-    r350 = k.max(r343, r350)
-    r34 = r34 * r350
+    r98 = x3 * x19 * r367 * r98 * r127 * r358
+    r351 = k.where(r102, r98, r351)
+    r351 = k.max(r344, r351)
+    r34 = r34 * r351
     r63 = 28.0 * r167 * r63 * r31
-    r167 = r63 + r107 + r356 + r384
-    r343 = -1.0 * x20
-    r343 = 1.0 + r343
-    r98 = x23 * x38
+    r167 = r63 + r107 + r357 + r385
+    r344 = -1.0 * x21
+    r344 = 1.0 + r344
+    r98 = x24 * x39
     r98 = -1.0 + r98
-    r91 = k.recip(x26)
-    r62 = k.recip(x27)
-    r92 = x19 * x4 * x12 * x34 * r91 * r30 * r62 * r16
-    r92 = x28 + r92
-    r153 = 2.0 * x3 * x2 * x36
-    r153 = x30 >= r153
-    r87 = k.recip(x29)
-    r100 = k.recip(x31)
-    r148 = x19 * x4 * x12 * x34 * r87 * r30 * r100 * r16
-    r148 = x32 + r148
+    r91 = k.recip(x27)
+    r62 = k.recip(x28)
+    r92 = x19 * x4 * x12 * x35 * r91 * r30 * r62 * r16
+    r92 = x29 + r92
+    r153 = 2.0 * x3 * x2 * x37
+    r153 = x31 >= r153
+    r87 = k.recip(x30)
+    r100 = k.recip(x32)
+    r148 = x19 * x4 * x12 * x35 * r87 * r30 * r100 * r16
+    r148 = x33 + r148
     r92 = k.where(r153, r148, r92)
     r92 = 2.0 * x6 * r4 * r5 * r11 * r98 * r92
     r92 = k.where(r37, 0.0, r92)
-    r343 = r343 * r92
-    r148 = x3 * x19 * r366 * r357
-    r153 = x23 <= 1.0
+    r344 = r344 * r92
+    r148 = x3 * x19 * r367 * r358
+    r153 = x24 <= 1.0
     r51 = k.and_(r51, r153)
-    r148 = k.where(r51, r357, r148)
-    r148 = -1.0 * x20 * r148
-    r357 = x3 * x2
-    r353 = -1.0 + r357
-    r369 = k.recip(r353)
-    r346 = 2.0 * x3 * x2
-    r346 = -2.0 + r346
-    r339 = x30 * r16
-    r461 = k.gcd(r357, r339)
-    r462 = k.recip(r461)
-    r463 = x3 * x2 * r462
-    r463 = -1.0 + r463
-    r463 = x28 * r463
-    r466 = -1.0 * x3 * x2 * r462
-    r466 = r357 + r466
-    r466 = x32 * r466
-    r469 = r463 + r466
-    r469 = r369 * r346 * r469
-    r369 = x4 * x23 * r91 * r162 * r4 * r30 * r62 * r462 * r346 * r25
-    r461 = -1.0 + r461
-    r473 = x4 * x23 * r87 * r162 * r4 * r30 * r100 * r462 * r461 * r346 * r25
-    r473 = k.max(r369, r473)
-    r473 = r469 + r473
-    r469 = x30 <= x36
-    r369 = x28 * r346
-    r478 = x4 * x23 * r91 * r162 * r4 * r30 * r62 * r346 * r25
-    r478 = r369 + r478
-    r473 = k.where(r469, r478, r473)
-    r478 = x3 * x2 * x36
-    r478 = x30 >= r478
-    r369 = x32 * r346
-    r484 = x4 * x23 * r87 * r162 * r4 * r30 * r100 * r346 * r25
-    r484 = r369 + r484
-    r473 = k.where(r478, r484, r473)
-    r473 = x15 * r11 * r473
-    r484 = x4 * x23 * r91 * r162 * r4 * r30 * r62 * r462 * r353 * r25
-    r461 = x4 * x23 * r87 * r162 * r4 * r30 * r100 * r462 * r353 * r461 * r25
-    r461 = k.max(r484, r461)
-    r461 = r463 + r466 + r461
-    r466 = x28 * r353
-    r463 = x4 * x23 * r91 * r162 * r4 * r30 * r62 * r353 * r25
-    r463 = r466 + r463
-    r461 = k.where(r469, r463, r461)
-    r463 = x32 * r353
-    r162 = x4 * x23 * r87 * r162 * r4 * r30 * r100 * r353 * r25
-    r162 = r463 + r162
-    r461 = k.where(r478, r162, r461)
-    r162 = 2.0 * x15 * r11 * r461
-    r473 = k.where(r27, r162, r473)
-    r162 = x15 * r11 * r461
-    r478 = x6 * x15 * r4 * r5 * r11 * r461
-    r478 = r162 + r478
-    r473 = k.where(r51, r478, r473)
+    r148 = k.where(r51, r358, r148)
+    r148 = -1.0 * x21 * r148
+    r358 = x3 * x2
+    r354 = -1.0 + r358
+    r370 = k.recip(r354)
+    r347 = 2.0 * x3 * x2
+    r347 = -2.0 + r347
+    r340 = x31 * r16
+    r462 = k.gcd(r358, r340)
+    r463 = k.recip(r462)
+    r464 = x3 * x2 * r463
+    r464 = -1.0 + r464
+    r464 = x29 * r464
+    r467 = -1.0 * x3 * x2 * r463
+    r467 = r358 + r467
+    r467 = x33 * r467
+    r470 = r464 + r467
+    r470 = r370 * r347 * r470
+    r370 = x4 * x24 * r91 * r162 * r4 * r30 * r62 * r463 * r347 * r25
+    r462 = -1.0 + r462
+    r474 = x4 * x24 * r87 * r162 * r4 * r30 * r100 * r463 * r462 * r347 * r25
+    r474 = k.max(r370, r474)
+    r474 = r470 + r474
+    r470 = x31 <= x37
+    r370 = x29 * r347
+    r479 = x4 * x24 * r91 * r162 * r4 * r30 * r62 * r347 * r25
+    r479 = r370 + r479
+    r474 = k.where(r470, r479, r474)
+    r479 = x3 * x2 * x37
+    r479 = x31 >= r479
+    r370 = x33 * r347
+    r485 = x4 * x24 * r87 * r162 * r4 * r30 * r100 * r347 * r25
+    r485 = r370 + r485
+    r474 = k.where(r479, r485, r474)
+    r474 = x15 * r11 * r474
+    r485 = x4 * x24 * r91 * r162 * r4 * r30 * r62 * r463 * r354 * r25
+    r462 = x4 * x24 * r87 * r162 * r4 * r30 * r100 * r463 * r354 * r462 * r25
+    r462 = k.max(r485, r462)
+    r462 = r464 + r467 + r462
+    r467 = x29 * r354
+    r464 = x4 * x24 * r91 * r162 * r4 * r30 * r62 * r354 * r25
+    r464 = r467 + r464
+    r462 = k.where(r470, r464, r462)
+    r464 = x33 * r354
+    r162 = x4 * x24 * r87 * r162 * r4 * r30 * r100 * r354 * r25
+    r162 = r464 + r162
+    r462 = k.where(r479, r162, r462)
+    r162 = 2.0 * x15 * r11 * r462
+    r474 = k.where(r27, r162, r474)
+    r162 = x15 * r11 * r462
+    r479 = x6 * x15 * r4 * r5 * r11 * r462
+    r479 = r162 + r479
+    r474 = k.where(r51, r479, r474)
     r153 = k.and_(r54, r153)
-    r461 = 3.0 * x6 * x15 * r4 * r5 * r11 * r461
-    r473 = k.where(r153, r461, r473)
-    r357 = r357 == 1.0
-    r473 = k.where(r357, 0.0, r473)
-    r148 = r148 + r473
+    r462 = 3.0 * x6 * x15 * r4 * r5 * r11 * r462
+    r474 = k.where(r153, r462, r474)
+    r358 = r358 == 1.0
+    r474 = k.where(r358, 0.0, r474)
+    r148 = r148 + r474
     r148 = k.max(0.0, r148)
-    r339 = k.gcd(x2, r339)
-    r461 = k.recip(r339)
-    r54 = x2 * r461
+    r340 = k.gcd(x2, r340)
+    r462 = k.recip(r340)
+    r54 = x2 * r462
     r54 = -1.0 + r54
-    r54 = x28 * r54
-    r478 = -1.0 * x2 * r461
-    r478 = x2 + r478
-    r478 = x32 * r478
+    r54 = x29 * r54
+    r479 = -1.0 * x2 * r462
+    r479 = x2 + r479
+    r479 = x33 * r479
     r162 = -1.0 + x2
-    r463 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r30 * r62 * r16 * r461 * r162
-    r339 = -1.0 + r339
-    r339 = 2.0 * x14 * x19 * x10 * x4 * x34 * r87 * r30 * r100 * r16 * r461 * r162 * r339
-    r339 = k.max(r463, r339)
-    r339 = r54 + r478 + r339
-    r478 = x28 * r162
-    r54 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r30 * r62 * r16 * r162
-    r54 = r478 + r54
-    r339 = k.where(r469, r54, r339)
-    r54 = x2 * x36
-    r54 = x30 >= r54
-    r469 = x32 * r162
-    r478 = 2.0 * x14 * x19 * x10 * x4 * x34 * r87 * r30 * r100 * r16 * r162
-    r478 = r469 + r478
-    r339 = k.where(r54, r478, r339)
-    r478 = x6 * x15 * r4 * r5 * r11 * r339
-    r339 = x6 * x15 * r4 * r5 * r11 * r50 * r339
-    r339 = r478 + r339
-    r478 = x2 == 1.0
-    r339 = k.where(r478, 0.0, r339)
+    r464 = 2.0 * x14 * x19 * x10 * x4 * x35 * r91 * r30 * r62 * r16 * r462 * r162
+    r340 = -1.0 + r340
+    r340 = 2.0 * x14 * x19 * x10 * x4 * x35 * r87 * r30 * r100 * r16 * r462 * r162 * r340
+    r340 = k.max(r464, r340)
+    r340 = r54 + r479 + r340
+    r479 = x29 * r162
+    r54 = 2.0 * x14 * x19 * x10 * x4 * x35 * r91 * r30 * r62 * r16 * r162
+    r54 = r479 + r54
+    r340 = k.where(r470, r54, r340)
+    r54 = x2 * x37
+    r54 = x31 >= r54
+    r470 = x33 * r162
+    r479 = 2.0 * x14 * x19 * x10 * x4 * x35 * r87 * r30 * r100 * r16 * r162
+    r479 = r470 + r479
+    r340 = k.where(r54, r479, r340)
+    r479 = x6 * x15 * r4 * r5 * r11 * r340
+    r340 = x6 * x15 * r4 * r5 * r11 * r50 * r340
+    r340 = r479 + r340
+    r479 = x2 == 1.0
+    r340 = k.where(r479, 0.0, r340)
     r54 = k.where(r65, 2.0, 0.0)
     r54 = 4.0 + r54
-    r469 = k.gcd(x36, x30)
-    r463 = k.recip(r469)
-    r461 = x36 * r463
-    r461 = -1.0 + r461
-    r461 = x28 * r461
-    r466 = -1.0 * x36 * r463
-    r466 = x36 + r466
-    r466 = x32 * r466
-    r484 = -1.0 + x36
-    r462 = x19 * x12 * x34 * r91 * r30 * r62 * r16 * r463 * r484
-    r469 = -1.0 + r469
-    r369 = x19 * x12 * x34 * r87 * r30 * r100 * r16 * r463 * r484 * r469
-    r369 = k.max(r462, r369)
-    r369 = r461 + r466 + r369
-    r462 = x30 <= 1.0
-    r559 = x28 * r484
-    r560 = x19 * x12 * x34 * r91 * r30 * r62 * r16 * r484
-    r560 = r559 + r560
-    r369 = k.where(r462, r560, r369)
-    r560 = x30 >= x36
-    r564 = x32 * r484
-    r565 = x19 * x12 * x34 * r87 * r30 * r100 * r16 * r484
-    r565 = r564 + r565
-    r369 = k.where(r560, r565, r369)
-    r369 = x6 * x15 * r4 * r5 * r11 * r54 * r369
-    r565 = x19 * x4 * x12 * x34 * r91 * r30 * r62 * r16 * r463 * r484
-    r469 = x19 * x4 * x12 * x34 * r87 * r30 * r100 * r16 * r463 * r484 * r469
-    r469 = k.max(r565, r469)
-    r469 = r461 + r466 + r469
-    r62 = x19 * x4 * x12 * x34 * r91 * r30 * r62 * r16 * r484
-    r62 = r559 + r62
-    r469 = k.where(r462, r62, r469)
-    r100 = x19 * x4 * x12 * x34 * r87 * r30 * r100 * r16 * r484
-    r100 = r564 + r100
-    r469 = k.where(r560, r100, r469)
-    r469 = x6 * x15 * r4 * r5 * r11 * r54 * r469
-    r469 = r369 + r469
-    r369 = x36 == 1.0
-    r469 = k.where(r369, 0.0, r469)
+    r470 = k.gcd(x37, x31)
+    r464 = k.recip(r470)
+    r462 = x37 * r464
+    r462 = -1.0 + r462
+    r462 = x29 * r462
+    r467 = -1.0 * x37 * r464
+    r467 = x37 + r467
+    r467 = x33 * r467
+    r485 = -1.0 + x37
+    r463 = x19 * x12 * x35 * r91 * r30 * r62 * r16 * r464 * r485
+    r470 = -1.0 + r470
+    r370 = x19 * x12 * x35 * r87 * r30 * r100 * r16 * r464 * r485 * r470
+    r370 = k.max(r463, r370)
+    r370 = r462 + r467 + r370
+    r463 = x31 <= 1.0
+    r560 = x29 * r485
+    r561 = x19 * x12 * x35 * r91 * r30 * r62 * r16 * r485
+    r561 = r560 + r561
+    r370 = k.where(r463, r561, r370)
+    r561 = x31 >= x37
+    r565 = x33 * r485
+    r566 = x19 * x12 * x35 * r87 * r30 * r100 * r16 * r485
+    r566 = r565 + r566
+    r370 = k.where(r561, r566, r370)
+    r370 = x6 * x15 * r4 * r5 * r11 * r54 * r370
+    r566 = x19 * x4 * x12 * x35 * r91 * r30 * r62 * r16 * r464 * r485
+    r470 = x19 * x4 * x12 * x35 * r87 * r30 * r100 * r16 * r464 * r485 * r470
+    r470 = k.max(r566, r470)
+    r470 = r462 + r467 + r470
+    r62 = x19 * x4 * x12 * x35 * r91 * r30 * r62 * r16 * r485
+    r62 = r560 + r62
+    r470 = k.where(r463, r62, r470)
+    r100 = x19 * x4 * x12 * x35 * r87 * r30 * r100 * r16 * r485
+    r100 = r565 + r100
+    r470 = k.where(r561, r100, r470)
+    r470 = x6 * x15 * r4 * r5 * r11 * r54 * r470
+    r470 = r370 + r470
+    r370 = x37 == 1.0
+    r470 = k.where(r370, 0.0, r470)
     r161 = r14 + r99 + r161
     r161 = k.max(0.0, r161)
     r161 = k.where(r26, r161, 0.0)
-    r99 = r343 + r63 + r107 + r356 + r384 + r148 + r350 + r339 + r469 + r161
+    r99 = r344 + r63 + r107 + r357 + r385 + r148 + r351 + r340 + r470 + r161
     r14 = k.recip(r99)
-    r100 = 6.0 * x6 * x34 * r35 * r4 * r30 * r11 * r16 * r14 * r15
-    r164 = x6 * x34 * r35 * r4 * r30 * r11 * r16 * r14 * r164
-    r14 = x19 * x4 * x12 * x34 * r30
-    r35 = x19 * x4 * x12 * x34 * r91 * r30
-    r346 = x4 * r4 * r30 * r346 * r25
-    r560 = 2.0 * x4 * r4 * r30 * r353 * r25
-    r346 = k.where(r27, r560, r346)
-    r560 = x4 * r4 * r30 * r353 * r25
+    r100 = 6.0 * x6 * x35 * r35 * r4 * r30 * r11 * r16 * r14 * r15
+    r164 = x6 * x35 * r35 * r4 * r30 * r11 * r16 * r14 * r164
+    r14 = x19 * x4 * x12 * x35 * r30
+    r35 = x19 * x4 * x12 * x35 * r91 * r30
+    r347 = x4 * r4 * r30 * r347 * r25
+    r561 = 2.0 * x4 * r4 * r30 * r354 * r25
+    r347 = k.where(r27, r561, r347)
+    r561 = x4 * r4 * r30 * r354 * r25
     r27 = k.pow(x3, -2.0)
-    r564 = x6 * x4 * r27 * r5 * r30 * r353 * r25
-    r564 = r560 + r564
-    r346 = k.where(r51, r564, r346)
-    r353 = 3.0 * x6 * x4 * r27 * r5 * r30 * r353 * r25
-    r346 = k.where(r153, r353, r346)
-    r346 = k.where(r357, 0.0, r346)
-    r357 = r91 * r346
-    r91 = x29 * r91
-    r353 = k.recip(x34)
-    r153 = x35 * r366 * r353
+    r565 = x6 * x4 * r27 * r5 * r30 * r354 * r25
+    r565 = r561 + r565
+    r347 = k.where(r51, r565, r347)
+    r354 = 3.0 * x6 * x4 * r27 * r5 * r30 * r354 * r25
+    r347 = k.where(r153, r354, r347)
+    r347 = k.where(r358, 0.0, r347)
+    r358 = r91 * r347
+    r91 = x30 * r91
+    r354 = k.recip(x35)
+    r153 = x36 * r367 * r354
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r564 = 1.6e-11 * x12
+    r565 = 1.6e-11 * x12
     r51 = 8e-12 * x15 * r9
-    r560 = 8e-12 * x15 * r13
-    r87 = 8e-12 * x37 * x12
-    r62 = r564 + r51 + r560 + r87
-    r462 = 8e-12 * x12
-    r559 = 4e-12 * x15 * r9
-    r466 = 4e-12 * x15 * r13
-    r461 = 4e-12 * x37 * x12
-    r461 = r462 + r559 + r466 + r461
-    r461 = r27 > r461
-    r466 = -1.6e-11 * x12
+    r561 = 8e-12 * x15 * r13
+    r87 = 8e-12 * x38 * x12
+    r62 = r565 + r51 + r561 + r87
+    r463 = 8e-12 * x12
+    r560 = 4e-12 * x15 * r9
+    r467 = 4e-12 * x15 * r13
+    r462 = 4e-12 * x38 * x12
+    r462 = r463 + r560 + r467 + r462
+    r462 = r27 > r462
+    r467 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r559 = -8e-12 * x37 * x12
-    r462 = k.sqrt(2.0)
-    r565 = k.sqrt(x3)
-    r565 = k.recip(r565)
-    r463 = k.sqrt(x2)
-    r463 = k.recip(r463)
-    r629 = k.sqrt(x13)
-    r629 = k.recip(r629)
-    r631 = k.sqrt(x23)
-    r631 = k.recip(r631)
-    r633 = k.sqrt(x36)
-    r633 = k.recip(r633)
-    r635 = k.sqrt(r62)
-    r636 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r62
-    r637 = k.sqrt(x3)
-    r638 = k.sqrt(x2)
-    r639 = k.sqrt(x13)
-    r640 = k.sqrt(x23)
-    r641 = k.sqrt(x36)
-    r641 = 0.16666666666666666 * r462 * r637 * r638 * r639 * r640 * r641 * r635
-    r641 = 1.0 + r636 + r641
-    r641 = r462 * r565 * r463 * r629 * r631 * r633 * r635 * r641
-    r641 = r466 + r9 + r13 + r559 + r641
-    r559 = k.where(r461, r641, r27)
-    r87 = r564 + r51 + r560 + r87 + r559
-    r87 = x3 * x2 * x13 * x23 * x36 * r87
+    r560 = -8e-12 * x38 * x12
+    r463 = k.sqrt(2.0)
+    r566 = k.sqrt(x3)
+    r566 = k.recip(r566)
+    r464 = k.sqrt(x2)
+    r464 = k.recip(r464)
+    r630 = k.sqrt(x13)
+    r630 = k.recip(r630)
+    r632 = k.sqrt(x24)
+    r632 = k.recip(r632)
+    r634 = k.sqrt(x37)
+    r634 = k.recip(r634)
+    r636 = k.sqrt(r62)
+    r637 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r62
+    r638 = k.sqrt(x3)
+    r639 = k.sqrt(x2)
+    r640 = k.sqrt(x13)
+    r641 = k.sqrt(x24)
+    r642 = k.sqrt(x37)
+    r642 = 0.16666666666666666 * r463 * r638 * r639 * r640 * r641 * r642 * r636
+    r642 = 1.0 + r637 + r642
+    r642 = r463 * r566 * r464 * r630 * r632 * r634 * r636 * r642
+    r642 = r467 + r9 + r13 + r560 + r642
+    r560 = k.where(r462, r642, r27)
+    r87 = r565 + r51 + r561 + r87 + r560
+    r87 = x3 * x2 * x13 * x24 * x37 * r87
     r87 = k.exp(r87)
     r87 = -1.0 + r87
-    r560 = k.recip(r87)
-    r51 = x25 + x1
-    r564 = -1.0 * x3 * x2 * x13 * x23 * x36 * r51
-    r564 = k.exp(r564)
-    r564 = x3 * x2 * x13 * x23 * x36 * r560 * r559 * r564
-    r560 = x3 * x2 * x13 * x23 * x36
-    r641 = k.recip(r641)
-    r560 = k.where(r461, r641, r560)
-    r51 = x3 * x2 * x13 * x23 * x36 * r51
+    r561 = k.recip(r87)
+    r51 = x26 + x1
+    r565 = -1.0 * x3 * x2 * x13 * x24 * x37 * r51
+    r565 = k.exp(r565)
+    r565 = x3 * x2 * x13 * x24 * x37 * r561 * r560 * r565
+    r561 = x3 * x2 * x13 * x24 * x37
+    r642 = k.recip(r642)
+    r561 = k.where(r462, r642, r561)
+    r51 = x3 * x2 * x13 * x24 * x37 * r51
     r51 = k.exp(r51)
-    r5 = x35 * r366 * r4 * r30 * r5 * r11 * r353 * r16 * r87 * r99 * r560 * r51
-    r51 = x35 * r366 * r353 * r87 * r99 * r560 * r51
-    r560 = x6 * x15 * x12 * x34 * r4 * r30 * r11 * r16 * r484 * r54
-    r54 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r484 * r54
-    r54 = r560 + r54
-    r54 = k.where(r369, 0.0, r54)
-    r369 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r162
-    r162 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r50 * r162
-    r162 = r369 + r162
-    r162 = k.where(r478, 0.0, r162)
-    r98 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r98
+    r5 = x36 * r367 * r4 * r30 * r5 * r11 * r354 * r16 * r87 * r99 * r561 * r51
+    r51 = x36 * r367 * r354 * r87 * r99 * r561 * r51
+    r561 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r485 * r54
+    r54 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r485 * r54
+    r54 = r561 + r54
+    r54 = k.where(r370, 0.0, r54)
+    r370 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r162
+    r162 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r50 * r162
+    r162 = r370 + r162
+    r162 = k.where(r479, 0.0, r162)
+    r98 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r98
     r98 = k.where(r37, 0.0, r98)
-    r37 = x36 >= 2.0
+    r37 = x37 >= 2.0
     r65 = k.or_(r57, r65, r37)
-    r16 = x24 != 2.0
+    r16 = x25 != 2.0
     r11 = k.or_(r57, r37, r16)
-    r30 = r90 < x23
-    r4 = x33 != 2.0
+    r30 = r90 < x24
+    r4 = x34 != 2.0
     r94 = k.and_(r94, r4)
     r94 = k.not_(r94)
     r94 = k.or_(r30, r94)
-    r478 = 0.0 == r127
-    r369 = k.or_(r26, r57, r37, r16, r478)
-    r478 = k.or_(r26, r478)
-    r478 = k.not_(r478)
-    r478 = k.or_(r57, r37, r16, r478)
-    r50 = x33 != 1.0
+    r479 = 0.0 == r127
+    r370 = k.or_(r26, r57, r37, r16, r479)
+    r479 = k.or_(r26, r479)
+    r479 = k.not_(r479)
+    r479 = k.or_(r57, r37, r16, r479)
+    r50 = x34 != 1.0
     r93 = k.and_(r50, r4, r93)
     r93 = k.not_(r93)
     r93 = k.or_(r30, r93)
     r90 = r90 == r127
-    r150 = -1.0 + x23 + r150
+    r150 = -1.0 + x24 + r150
     r127 = r150 == r127
     r127 = k.and_(r26, r127)
     r26 = k.or_(r57, r37, r16, r90, r127)
     r127 = k.or_(r90, r127)
     r127 = k.not_(r127)
     r127 = k.or_(r57, r37, r16, r127)
-    r127 = k.and_(r65, r11, r94, r369, r478, r93, r26, r127)
-    r478 = k.and_(r65, r369, r478)
+    r127 = k.and_(r65, r11, r94, r370, r479, r93, r26, r127)
+    r479 = k.and_(r65, r370, r479)
     r11 = k.and_(r65, r11)
     r37 = k.or_(r57, r37)
-    r57 = x23 >= 2.0
-    r65 = x33 != 3.0
-    r369 = x33 != 4.0
+    r57 = x24 >= 2.0
+    r65 = x34 != 3.0
+    r370 = x34 != 4.0
     r102 = k.not_(r102)
-    r102 = k.and_(r65, r369, r102)
+    r102 = k.and_(r65, r370, r102)
     r102 = k.not_(r102)
     r102 = k.or_(r57, r102)
-    r57 = x21 * x3 * x2 * x23 * x36 * r99
-    r369 = r64 <= r57
+    r57 = x22 * x3 * x2 * x24 * x37 * r99
+    r370 = r39 <= r57
     r57 = r53 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r146, r112, r110, r125, 0.0, r111, r8, r66, r130, r121, r116, r12, r39, r64, r64, r53, r52, r73, r34, r167, r350, r99, r100, r164, r14, r35, r357, r91, 0.0, r153, r27, r62, r559, r564, r5, r51, r107, r384, r356, r63, r54, r469, r469, r162, r339, r339, r346, r473, r148, r98, r92, r343, 0.0, 0.0, r161, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r127, 1.0, 1.0, r478, r11, r37, 1.0, 1.0, 1.0, r127, r127, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r369, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r146, r112, r110, r125, 0.0, r111, r8, r66, r130, r121, r116, r12, r64, r39, r39, r53, r52, r73, r34, r167, r351, r99, r100, r164, r14, r35, r358, r91, 0.0, r153, r27, r62, r560, r565, r5, r51, r107, r385, r357, r63, r54, r470, r470, r162, r340, r340, r347, r474, r148, r98, r92, r344, 0.0, 0.0, r161, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r127, 1.0, 1.0, r479, r11, r37, 1.0, 1.0, 1.0, r127, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r370, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1438,9 +1439,9 @@ def search(x, k):
     return (r102, r23, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (41, 46, 47, 48, 49, 50, 51), (39, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51), (), (32, 33, 38), (43, 46, 47, 48, 49, 50, 51), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (15, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (29,), (78,), (42, 46, 47, 48, 49, 50, 51), (42, 46, 47, 48, 49, 50, 51, 77, 78), (42, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 31), (13, 34), (13, 35), (13, 36), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 69), (16, 70), (16, 71), (16, 72), (17, 31), (17, 34), (17, 35), (17, 36), (17, 69), (17, 70), (17, 71), (17, 72), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (47, 48, 49, 50, 51, 52), (), (42, 47, 48, 49, 50, 51, 52), (40, 47, 48, 49, 50, 51, 52), (41, 47, 48, 49, 50, 51, 52), (), (32, 33, 39), (44, 47, 48, 49, 50, 51, 52), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52), (30, 47, 48, 49, 50, 51, 52), (30, 47, 48, 49, 50, 51, 52), (15, 47, 48, 49, 50, 51, 52), (18,), (14, 15, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 51, 52, 66), (62,), (11, 60), (11,), (59,), (58,), (29,), (79,), (43, 47, 48, 49, 50, 51, 52), (43, 47, 48, 49, 50, 51, 52, 78, 79), (43, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 31), (13, 34), (13, 35), (13, 36), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 70), (16, 71), (16, 72), (16, 73), (17, 31), (17, 34), (17, 35), (17, 36), (17, 70), (17, 71), (17, 72), (17, 73), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 31), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 28), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 9), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 62), (53, 63), (53, 64), (54, 0), (54, 9), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 60), (61, 61), (62, 4), (62, 60), (62, 61), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=True;attention_efficiency=True;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43 = x
-    r0 = x4 * x3 * x24 * x40
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44 = x
+    r0 = x4 * x3 * x25 * x41
     r1 = k.recip(x8)
-    r1 = x4 * x3 * x24 * x40 * r1
+    r1 = x4 * x3 * x25 * x41 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x4)
     r5 = k.recip(x21)
     r6 = x7 * r4 * r5
-    r7 = x7 * x35
+    r7 = x7 * x36
     r8 = 2.0 * x13
     r9 = 2.0 * x13 * x6
     r9 = x13 + x6 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x11 * x13 * r13
     r13 = r12 + r15 + r13
     r15 = x16 * r13
-    r12 = x41 * x13
+    r12 = x42 * x13
     r16 = x13 * x19
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x40)
+    r11 = k.recip(x25)
+    r25 = k.recip(x41)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x43 >= 1.0
+    r28 = x44 >= 1.0
     r31 = k.recip(x3)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x13 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x41 * x13 * r12
+    r12 = x42 * x13 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x43 >= 3.0
+    r53 = x44 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -74,45 +74,45 @@ def quantities(x, k):
     r62 = 4.0 * x12 * x11
     r63 = 4.0 * x15 * x11
     r63 = r57 + r60 + r61 + r62 + r63
-    r63 = x21 * x35 * r31 * r25 * r63
-    r62 = x25 == 2.0
-    r61 = 2.0 * x21 * x13 * x35 * r31 * r25
+    r63 = x21 * x36 * r31 * r25 * r63
+    r62 = x26 == 2.0
+    r61 = 2.0 * x21 * x13 * x36 * r31 * r25
     r61 = k.where(r62, r61, r63)
-    r60 = 1.0 + x24
+    r60 = 1.0 + x25
     r60 = k.min(r60, r6)
     r60 = r60 * r35
-    r57 = x34 == 4.0
-    r73 = 2.0 * x24
+    r57 = x35 == 4.0
+    r73 = 2.0 * x25
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r35
     r77 = k.where(r57, r74, r60)
-    r78 = x34 == 0.0
-    r79 = x34 == 3.0
+    r78 = x35 == 0.0
+    r79 = x35 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x24, r6)
+    r81 = k.min(x25, r6)
     r81 = r81 * r35
     r77 = k.where(r80, r81, r77)
-    r81 = x34 == 1.0
-    r85 = k.recip(x42)
-    r86 = x7 * x42 * r4 * r5
-    r87 = -1.0 + x42
-    r87 = x24 * r87
+    r81 = x35 == 1.0
+    r85 = k.recip(x43)
+    r86 = x7 * x43 * r4 * r5
+    r87 = -1.0 + x43
+    r87 = x25 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r35
     r77 = k.where(r81, r89, r77)
-    r89 = x34 == 2.0
+    r89 = x35 == 2.0
     r94 = x7 * r4 * r5 * r35
     r77 = k.where(r89, r94, r77)
     r77 = r61 * r77
     r97 = k.where(r28, 1000000000.0, 0.0)
-    r98 = x43 >= 2.0
+    r98 = x44 >= 2.0
     r8 = k.where(r98, r54, r8)
     r54 = k.where(r62, r63, 0.0)
     r101 = k.or_(r27, r38)
-    r102 = 4.0 * x21 * x13 * x35 * r31 * r25
-    r103 = x41 * x21 * x17 * x35 * r31 * r25
+    r102 = 4.0 * x21 * x13 * x36 * r31 * r25
+    r103 = x42 * x21 * x17 * x36 * r31 * r25
     r102 = r102 + r103
     r102 = k.max(r102, r54)
     r101 = k.where(r101, r102, r54)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r27, r108, r107)
     r108 = 3.0 * x5 * r107 * r40
     r108 = k.where(r53, r108, 0.0)
-    r112 = x24 > 1.0
+    r112 = x25 > 1.0
     r112 = k.and_(r53, r112)
     r114 = 2.0 * x5 * r40
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r40 = r114 == r40
     r108 = k.where(r40, r108, 0.0)
     r40 = r55 + r56 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x24
+    r114 = -1.0 + x25
     r8 = k.min(1.0, r114)
     r77 = r8 == 0.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
     r130 = 1.0 + r8
-    r130 = x24 == r130
+    r130 = x25 == r130
     r151 = k.where(r130, 1.0, 0.0)
     r151 = 2.0 * x13 * r151
     r153 = r8 != 0.0
     r153 = k.and_(r153, r130)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x41 * x13 * r153
+    r153 = x42 * x13 * r153
     r153 = r77 + r36 + r37 + r151 + r153
     r153 = r25 * r153
     r151 = -1.0 * r8
-    r151 = x24 + r151
+    r151 = x25 + r151
     r77 = r151 == 1.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
-    r16 = x24 == r151
+    r16 = x25 == r151
     r165 = k.where(r16, 1.0, 0.0)
     r165 = 2.0 * x13 * r165
     r167 = r151 != 1.0
     r167 = k.and_(r16, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x41 * x13 * r167
+    r167 = x42 * x13 * r167
     r167 = r77 + r36 + r37 + r165 + r167
     r167 = r25 * r167
     r167 = r167 + r153
@@ -315,431 +315,432 @@ def quantities(x, k):
     r97 = k.where(r56, r73, r97)
     r108 = r40 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x41 * x21 * x5 * x35 * r31 * r25
-    r108 = x41 * x21 * x5 * x35 * r31
+    r124 = x42 * x21 * x5 * x36 * r31 * r25
+    r108 = x42 * x21 * x5 * x36 * r31
     r73 = k.max(r40, r153, r12)
     r56 = r153 == r73
     r12 = k.where(r56, r153, r12)
     r73 = r40 == r73
     r12 = k.where(r73, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x9 + r40
-    r73 = 6.0 * x7 * x35 * r15
+    r40 = -1.0 * x22
+    r73 = -1.0 * r12
+    r73 = x9 + r40 + r73
+    r40 = 6.0 * x7 * x36 * r15
     r153 = 12.0 * x13
     r56 = 6.0 * x16 * r9
     r16 = 6.0 * x16 * r13
-    r118 = 6.0 * x41 * x13
+    r118 = 6.0 * x42 * x13
     r36 = 6.0 * x13 * x19
-    r55 = 12.0 * x16 * x12 * x11 * x35
+    r55 = 12.0 * x16 * x12 * x11 * x36
     r55 = r153 + r56 + r16 + r118 + r36 + r55
-    r36 = x7 * x35 * r55
+    r36 = x7 * x36 * r55
     r118 = k.pow(x13, 2.0)
     r16 = k.recip(x13)
-    r56 = 0.16666666666666666 * x35 * r16
+    r56 = 0.16666666666666666 * x36 * r16
     r165 = k.recip(x16)
-    r16 = 0.0625 * x41 * r165 * r16
+    r16 = 0.0625 * x42 * r165 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x7 * x16 * x35 * r118 * r16
-    r118 = k.pow(x35, 2.0)
+    r16 = 96.0 * x7 * x16 * x36 * r118 * r16
+    r118 = k.pow(x36, 2.0)
     r56 = 2.0 * x7 * x16 * x12 * x11 * r118
-    r130 = x25 == 1.0
+    r130 = x26 == 1.0
     r118 = 4.0 * x7 * x16 * x12 * x11 * r118
     r118 = k.where(r130, r118, 0.0)
-    r37 = 0.3333333333333333 * x7 * x35 * r55
+    r37 = 0.3333333333333333 * x7 * x36 * r55
     r118 = k.where(r62, r37, r118)
     r118 = r36 + r56 + r118
     r56 = k.where(r62, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x10)
     r39 = k.recip(x20)
-    r60 = x41 * x13 * r25
-    r112 = x21 * x13 * x35 * r31
-    r61 = x41 * x21 * x35 * r31 * r25
+    r60 = x42 * x13 * r25
+    r112 = x21 * x13 * x36 * r31
+    r61 = x42 * x21 * x36 * r31 * r25
     r61 = r60 + r112 + r61
     r60 = 2.0 * r37 * r39 * r61
-    r94 = k.recip(x23)
+    r94 = k.recip(x24)
     r35 = k.recip(x18)
-    r86 = k.recip(x36)
-    r87 = k.recip(x38)
-    r74 = x41 * r87 * r25
+    r86 = k.recip(x37)
+    r87 = k.recip(x39)
+    r74 = x42 * r87 * r25
     r74 = k.ceiling(r74)
-    r151 = k.recip(x37)
-    r355 = x21 * x35 * r151 * r31
-    r355 = k.ceiling(r355)
-    r357 = r86 * r74 * r355
-    r357 = k.ceiling(r357)
-    r357 = 2.0 * x36 * x37 * x38 * x13 * r94 * r35 * r357
-    r357 = r60 + r357
-    r357 = r56 * r357
+    r151 = k.recip(x38)
+    r356 = x21 * x36 * r151 * r31
+    r356 = k.ceiling(r356)
+    r358 = r86 * r74 * r356
+    r358 = k.ceiling(r358)
+    r358 = 2.0 * x37 * x38 * x39 * x13 * r94 * r35 * r358
+    r358 = r60 + r358
+    r358 = r56 * r358
     r61 = 4.0 * r37 * r39 * r61
     r60 = x13 * r87
     r60 = k.ceiling(r60)
-    r365 = r86 * r60 * r355
-    r365 = k.ceiling(r365)
-    r367 = 2.0 * x36 * x37 * x38 * x41 * r94 * r35 * r25 * r365
-    r368 = x13 * r151
-    r368 = k.ceiling(r368)
-    r74 = r86 * r368 * r74
+    r366 = r86 * r60 * r356
+    r366 = k.ceiling(r366)
+    r368 = 2.0 * x37 * x38 * x39 * x42 * r94 * r35 * r25 * r366
+    r369 = x13 * r151
+    r369 = k.ceiling(r369)
+    r74 = r86 * r369 * r74
     r74 = k.ceiling(r74)
-    r74 = 2.0 * x36 * x37 * x38 * x21 * x35 * r94 * r31 * r35 * r74
-    r74 = r357 + r61 + r367 + r74
+    r74 = 2.0 * x37 * x38 * x39 * x21 * x36 * r94 * r31 * r35 * r74
+    r74 = r358 + r61 + r368 + r74
     r74 = r11 * r74
-    r367 = x13 * x6 * r25
-    r61 = x21 * x6 * x35 * r31 * r25
-    r61 = r367 + r112 + r61
-    r367 = 2.0 * r37 * r39 * r61
-    r357 = x6 * r87 * r25
-    r357 = k.ceiling(r357)
-    r381 = r86 * r357 * r355
-    r381 = k.ceiling(r381)
-    r381 = 2.0 * x36 * x37 * x38 * x13 * r94 * r35 * r381
-    r384 = r367 + r381
-    r384 = r56 * r384
-    r386 = 2.0 * x36 * x37 * x38 * x6 * r94 * r35 * r25 * r365
-    r367 = r367 + r386
-    r367 = r56 * r367
-    r389 = x12 * x11 * x13 * r25
-    r390 = x12 * x21 * x11 * x35 * r31 * r25
-    r390 = r389 + r112 + r390
-    r389 = 2.0 * r37 * r39 * r390
-    r393 = 2.0 * x36 * x37 * x38 * x12 * x11 * r94 * r35 * r25 * r365
-    r393 = r389 + r393
-    r393 = r56 * r393
-    r389 = x11 * x13 * r25 * r14
-    r397 = x21 * x11 * x35 * r31 * r25 * r14
-    r397 = r112 + r389 + r397
-    r389 = 2.0 * r37 * r39 * r397
+    r368 = x13 * x6 * r25
+    r61 = x21 * x6 * x36 * r31 * r25
+    r61 = r368 + r112 + r61
+    r368 = 2.0 * r37 * r39 * r61
+    r358 = x6 * r87 * r25
+    r358 = k.ceiling(r358)
+    r382 = r86 * r358 * r356
+    r382 = k.ceiling(r382)
+    r382 = 2.0 * x37 * x38 * x39 * x13 * r94 * r35 * r382
+    r385 = r368 + r382
+    r385 = r56 * r385
+    r387 = 2.0 * x37 * x38 * x39 * x6 * r94 * r35 * r25 * r366
+    r368 = r368 + r387
+    r368 = r56 * r368
+    r390 = x12 * x11 * x13 * r25
+    r391 = x12 * x21 * x11 * x36 * r31 * r25
+    r391 = r390 + r112 + r391
+    r390 = 2.0 * r37 * r39 * r391
+    r394 = 2.0 * x37 * x38 * x39 * x12 * x11 * r94 * r35 * r25 * r366
+    r394 = r390 + r394
+    r394 = r56 * r394
+    r390 = x11 * x13 * r25 * r14
+    r398 = x21 * x11 * x36 * r31 * r25 * r14
+    r398 = r112 + r390 + r398
+    r390 = 2.0 * r37 * r39 * r398
     r112 = x11 * r87 * r25 * r14
     r112 = k.ceiling(r112)
-    r402 = r86 * r355 * r112
-    r402 = k.ceiling(r402)
-    r402 = 2.0 * x36 * x37 * x38 * x13 * r94 * r35 * r402
-    r402 = r389 + r402
-    r402 = r56 * r402
-    r390 = 4.0 * r37 * r39 * r390
-    r397 = 4.0 * r37 * r39 * r397
+    r403 = r86 * r356 * r112
+    r403 = k.ceiling(r403)
+    r403 = 2.0 * x37 * x38 * x39 * x13 * r94 * r35 * r403
+    r403 = r390 + r403
+    r403 = r56 * r403
+    r391 = 4.0 * r37 * r39 * r391
+    r398 = 4.0 * r37 * r39 * r398
     r61 = 8.0 * r37 * r39 * r61
     r87 = x12 * x11 * r87 * r25
     r87 = k.ceiling(r87)
-    r355 = r86 * r87 * r355
-    r355 = k.ceiling(r355)
-    r355 = 2.0 * x36 * x37 * x38 * x13 * r94 * r35 * r355
-    r357 = r86 * r368 * r357
-    r357 = k.ceiling(r357)
-    r357 = 2.0 * x36 * x37 * x38 * x21 * x35 * r94 * r31 * r35 * r357
-    r112 = r86 * r368 * r112
+    r356 = r86 * r87 * r356
+    r356 = k.ceiling(r356)
+    r356 = 2.0 * x37 * x38 * x39 * x13 * r94 * r35 * r356
+    r358 = r86 * r369 * r358
+    r358 = k.ceiling(r358)
+    r358 = 2.0 * x37 * x38 * x39 * x21 * x36 * r94 * r31 * r35 * r358
+    r112 = r86 * r369 * r112
     r112 = k.ceiling(r112)
-    r112 = 2.0 * x36 * x37 * x38 * x21 * x35 * r94 * r31 * r35 * r112
-    r368 = x6 * r151 * r25
-    r368 = k.ceiling(r368)
-    r368 = r86 * r60 * r368
-    r368 = k.ceiling(r368)
-    r368 = 2.0 * x36 * x37 * x38 * x21 * x35 * r94 * r31 * r35 * r368
+    r112 = 2.0 * x37 * x38 * x39 * x21 * x36 * r94 * r31 * r35 * r112
+    r369 = x6 * r151 * r25
+    r369 = k.ceiling(r369)
+    r369 = r86 * r60 * r369
+    r369 = k.ceiling(r369)
+    r369 = 2.0 * x37 * x38 * x39 * x21 * x36 * r94 * r31 * r35 * r369
     r151 = x12 * x11 * r151 * r25
     r151 = k.ceiling(r151)
     r151 = r86 * r60 * r151
     r151 = k.ceiling(r151)
-    r151 = 2.0 * x36 * x37 * x38 * x21 * x35 * r94 * r31 * r35 * r151
-    r365 = 2.0 * x36 * x37 * x38 * x11 * r94 * r35 * r25 * r14 * r365
-    r365 = r384 + r367 + r393 + r402 + r390 + r397 + r61 + r381 + r355 + r386 + r357 + r112 + r368 + r151 + r365
-    r365 = x16 * r11 * r365
-    r365 = r74 + r365
-    r74 = x7 * r4 * r5 * r365
+    r151 = 2.0 * x37 * x38 * x39 * x21 * x36 * r94 * r31 * r35 * r151
+    r366 = 2.0 * x37 * x38 * x39 * x11 * r94 * r35 * r25 * r14 * r366
+    r366 = r385 + r368 + r394 + r403 + r391 + r398 + r61 + r382 + r356 + r387 + r358 + r112 + r369 + r151 + r366
+    r366 = x16 * r11 * r366
+    r366 = r74 + r366
+    r74 = x7 * r4 * r5 * r366
     r151 = 3.0 * x6
-    r368 = 2.0 * x6 * r56
-    r368 = r151 + r368
-    r368 = x21 * x35 * r31 * r25 * r368
+    r369 = 2.0 * x6 * r56
+    r369 = r151 + r369
+    r369 = x21 * x36 * r31 * r25 * r369
     r151 = 10.0 * x13 * r56
     r151 = r153 + r151
-    r151 = x21 * x35 * r31 * r25 * r151
-    r151 = r368 + r151
+    r151 = x21 * x36 * r31 * r25 * r151
+    r151 = r369 + r151
     r151 = x16 * r11 * r151
-    r368 = 3.0 * x41 * x21 * x35 * r31 * r11 * r25
-    r368 = r151 + r368
-    r151 = x7 * x5 * r37 * r4 * r5 * r39 * r368
+    r369 = 3.0 * x42 * x21 * x36 * r31 * r11 * r25
+    r369 = r151 + r369
+    r151 = x7 * x5 * r37 * r4 * r5 * r39 * r369
     r153 = k.recip(x0)
     r112 = k.recip(x1)
-    r357 = x12 * x11 * x35
+    r358 = x12 * x11 * x36
     r130 = k.or_(r130, r62)
     r130 = k.where(r130, 1.0, 0.0)
     r130 = 3.0 + r130
-    r130 = 2.0 * x12 * x11 * x35 * r130
-    r130 = r357 + r130
-    r357 = x7 * x16 * x35 * r94 * r4 * r31 * r153 * r112 * r11 * r25 * r130
-    r386 = r74 + r151 + r357
-    r355 = k.recip(r386)
-    r365 = -1.0 * x7 * r4 * r5 * r365
-    r381 = k.recip(x7)
-    r61 = 0.3333333333333333 * x4 * x21 * r381 * r85 * r386
-    r397 = 0.6666666666666666 * x4 * x21 * x24 * r381 * r386
-    r368 = -1.0 * x7 * x5 * r37 * r4 * r5 * r39 * r368
-    r130 = -1.0 * x7 * x16 * x35 * r94 * r4 * r31 * r153 * r112 * r11 * r25 * r130
-    r397 = r365 + r61 + r397 + r368 + r130
-    r397 = k.max(0.0, r397)
-    r61 = 0.5 * x24
+    r130 = 2.0 * x12 * x11 * x36 * r130
+    r130 = r358 + r130
+    r358 = x7 * x16 * x36 * r94 * r4 * r31 * r153 * r112 * r11 * r25 * r130
+    r387 = r74 + r151 + r358
+    r356 = k.recip(r387)
+    r366 = -1.0 * x7 * r4 * r5 * r366
+    r382 = k.recip(x7)
+    r61 = 0.3333333333333333 * x4 * x21 * r382 * r85 * r387
+    r398 = 0.6666666666666666 * x4 * x21 * x25 * r382 * r387
+    r369 = -1.0 * x7 * x5 * r37 * r4 * r5 * r39 * r369
+    r130 = -1.0 * x7 * x16 * x36 * r94 * r4 * r31 * r153 * r112 * r11 * r25 * r130
+    r398 = r366 + r61 + r398 + r369 + r130
+    r398 = k.max(0.0, r398)
+    r61 = 0.5 * x25
     r61 = -1.0 + r61
-    r61 = 0.6666666666666666 * x4 * x21 * r381 * r85 * r61 * r386
+    r61 = 0.6666666666666666 * x4 * x21 * r382 * r85 * r61 * r387
     r61 = k.where(r57, 0.0, r61)
-    r57 = 0.3333333333333333 * x4 * x21 * r381 * r85 * r114 * r386
+    r57 = 0.3333333333333333 * x4 * x21 * r382 * r85 * r114 * r387
     r61 = k.where(r79, r57, r61)
     r89 = k.or_(r78, r81, r89)
-    r114 = x4 * x21 * r381 * r85 * r114 * r386
+    r114 = x4 * x21 * r382 * r85 * r114 * r387
     r61 = k.where(r89, r114, r61)
-    r61 = k.max(r397, r61)
-    r355 = r355 * r61
+    r61 = k.max(r398, r61)
+    r356 = r356 * r61
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r74 + r151 + r357
-    r397 = -1.0 * x22
-    r397 = 1.0 + r397
-    r114 = x24 * x42
+    r37 = r39 + r74 + r151 + r358
+    r398 = -1.0 * x23
+    r398 = 1.0 + r398
+    r114 = x25 * x43
     r114 = -1.0 + r114
-    r85 = k.recip(x27)
-    r78 = k.recip(x28)
-    r57 = x21 * x5 * x13 * x35 * r85 * r31 * r78 * r25
-    r57 = x29 + r57
-    r79 = 2.0 * x4 * x3 * x40
-    r79 = x31 >= r79
-    r112 = k.recip(x30)
-    r153 = k.recip(x32)
-    r390 = x21 * x5 * x13 * x35 * r112 * r31 * r153 * r25
-    r390 = x33 + r390
-    r57 = k.where(r79, r390, r57)
+    r85 = k.recip(x28)
+    r78 = k.recip(x29)
+    r57 = x21 * x5 * x13 * x36 * r85 * r31 * r78 * r25
+    r57 = x30 + r57
+    r79 = 2.0 * x4 * x3 * x41
+    r79 = x32 >= r79
+    r112 = k.recip(x31)
+    r153 = k.recip(x33)
+    r391 = x21 * x5 * x13 * x36 * r112 * r31 * r153 * r25
+    r391 = x34 + r391
+    r57 = k.where(r79, r391, r57)
     r57 = 2.0 * x7 * r4 * r5 * r11 * r114 * r57
     r57 = k.where(r38, 0.0, r57)
-    r397 = r397 * r57
-    r390 = x4 * x21 * r381 * r386
-    r79 = x24 <= 1.0
+    r398 = r398 * r57
+    r391 = x4 * x21 * r382 * r387
+    r79 = x25 <= 1.0
     r98 = k.and_(r98, r79)
-    r390 = k.where(r98, r386, r390)
-    r390 = -1.0 * x22 * r390
-    r386 = x4 * x3
-    r402 = -1.0 + r386
-    r393 = k.recip(r402)
-    r367 = 2.0 * x4 * x3
-    r367 = -2.0 + r367
-    r384 = x31 * r25
-    r14 = k.gcd(r386, r384)
+    r391 = k.where(r98, r387, r391)
+    r391 = -1.0 * x23 * r391
+    r387 = x4 * x3
+    r403 = -1.0 + r387
+    r394 = k.recip(r403)
+    r368 = 2.0 * x4 * x3
+    r368 = -2.0 + r368
+    r385 = x32 * r25
+    r14 = k.gcd(r387, r385)
     r35 = k.recip(r14)
     r60 = x4 * x3 * r35
     r60 = -1.0 + r60
-    r60 = x29 * r60
+    r60 = x30 * r60
     r86 = -1.0 * x4 * x3 * r35
-    r86 = r386 + r86
-    r86 = x33 * r86
+    r86 = r387 + r86
+    r86 = x34 * r86
     r87 = r60 + r86
-    r87 = r393 * r367 * r87
-    r393 = x5 * x24 * r85 * r165 * r4 * r31 * r78 * r35 * r367 * r26
+    r87 = r394 * r368 * r87
+    r394 = x5 * x25 * r85 * r165 * r4 * r31 * r78 * r35 * r368 * r26
     r14 = -1.0 + r14
-    r389 = x5 * x24 * r112 * r165 * r4 * r31 * r153 * r35 * r14 * r367 * r26
-    r389 = k.max(r393, r389)
-    r389 = r87 + r389
-    r87 = x31 <= x40
-    r393 = x29 * r367
-    r526 = x5 * x24 * r85 * r165 * r4 * r31 * r78 * r367 * r26
-    r526 = r393 + r526
-    r389 = k.where(r87, r526, r389)
-    r526 = x4 * x3 * x40
-    r526 = x31 >= r526
-    r393 = x33 * r367
-    r532 = x5 * x24 * r112 * r165 * r4 * r31 * r153 * r367 * r26
-    r532 = r393 + r532
-    r389 = k.where(r526, r532, r389)
-    r389 = x16 * r11 * r389
-    r532 = x5 * x24 * r85 * r165 * r4 * r31 * r78 * r35 * r402 * r26
-    r14 = x5 * x24 * r112 * r165 * r4 * r31 * r153 * r35 * r402 * r14 * r26
-    r14 = k.max(r532, r14)
+    r390 = x5 * x25 * r112 * r165 * r4 * r31 * r153 * r35 * r14 * r368 * r26
+    r390 = k.max(r394, r390)
+    r390 = r87 + r390
+    r87 = x32 <= x41
+    r394 = x30 * r368
+    r527 = x5 * x25 * r85 * r165 * r4 * r31 * r78 * r368 * r26
+    r527 = r394 + r527
+    r390 = k.where(r87, r527, r390)
+    r527 = x4 * x3 * x41
+    r527 = x32 >= r527
+    r394 = x34 * r368
+    r533 = x5 * x25 * r112 * r165 * r4 * r31 * r153 * r368 * r26
+    r533 = r394 + r533
+    r390 = k.where(r527, r533, r390)
+    r390 = x16 * r11 * r390
+    r533 = x5 * x25 * r85 * r165 * r4 * r31 * r78 * r35 * r403 * r26
+    r14 = x5 * x25 * r112 * r165 * r4 * r31 * r153 * r35 * r403 * r14 * r26
+    r14 = k.max(r533, r14)
     r14 = r60 + r86 + r14
-    r86 = x29 * r402
-    r60 = x5 * x24 * r85 * r165 * r4 * r31 * r78 * r402 * r26
+    r86 = x30 * r403
+    r60 = x5 * x25 * r85 * r165 * r4 * r31 * r78 * r403 * r26
     r60 = r86 + r60
     r14 = k.where(r87, r60, r14)
-    r60 = x33 * r402
-    r165 = x5 * x24 * r112 * r165 * r4 * r31 * r153 * r402 * r26
+    r60 = x34 * r403
+    r165 = x5 * x25 * r112 * r165 * r4 * r31 * r153 * r403 * r26
     r165 = r60 + r165
-    r14 = k.where(r526, r165, r14)
+    r14 = k.where(r527, r165, r14)
     r165 = 2.0 * x16 * r11 * r14
-    r389 = k.where(r28, r165, r389)
+    r390 = k.where(r28, r165, r390)
     r165 = x16 * r11 * r14
-    r526 = x7 * x16 * r4 * r5 * r11 * r14
-    r526 = r165 + r526
-    r389 = k.where(r98, r526, r389)
+    r527 = x7 * x16 * r4 * r5 * r11 * r14
+    r527 = r165 + r527
+    r390 = k.where(r98, r527, r390)
     r79 = k.and_(r53, r79)
     r14 = 3.0 * x7 * x16 * r4 * r5 * r11 * r14
-    r389 = k.where(r79, r14, r389)
-    r386 = r386 == 1.0
-    r389 = k.where(r386, 0.0, r389)
-    r390 = r390 + r389
-    r390 = k.max(0.0, r390)
-    r384 = k.gcd(x3, r384)
-    r14 = k.recip(r384)
+    r390 = k.where(r79, r14, r390)
+    r387 = r387 == 1.0
+    r390 = k.where(r387, 0.0, r390)
+    r391 = r391 + r390
+    r391 = k.max(0.0, r391)
+    r385 = k.gcd(x3, r385)
+    r14 = k.recip(r385)
     r53 = x3 * r14
     r53 = -1.0 + r53
-    r53 = x29 * r53
-    r526 = -1.0 * x3 * r14
-    r526 = x3 + r526
-    r526 = x33 * r526
+    r53 = x30 * r53
+    r527 = -1.0 * x3 * r14
+    r527 = x3 + r527
+    r527 = x34 * r527
     r165 = -1.0 + x3
-    r60 = 2.0 * x15 * x21 * x11 * x5 * x35 * r85 * r31 * r78 * r25 * r14 * r165
-    r384 = -1.0 + r384
-    r384 = 2.0 * x15 * x21 * x11 * x5 * x35 * r112 * r31 * r153 * r25 * r14 * r165 * r384
-    r384 = k.max(r60, r384)
-    r384 = r53 + r526 + r384
-    r526 = x29 * r165
-    r53 = 2.0 * x15 * x21 * x11 * x5 * x35 * r85 * r31 * r78 * r25 * r165
-    r53 = r526 + r53
-    r384 = k.where(r87, r53, r384)
-    r53 = x3 * x40
-    r53 = x31 >= r53
-    r87 = x33 * r165
-    r526 = 2.0 * x15 * x21 * x11 * x5 * x35 * r112 * r31 * r153 * r25 * r165
-    r526 = r87 + r526
-    r384 = k.where(r53, r526, r384)
-    r526 = x7 * x16 * r4 * r5 * r11 * r384
-    r384 = x7 * x16 * r4 * r5 * r11 * r56 * r384
-    r384 = r526 + r384
-    r526 = x3 == 1.0
-    r384 = k.where(r526, 0.0, r384)
+    r60 = 2.0 * x15 * x21 * x11 * x5 * x36 * r85 * r31 * r78 * r25 * r14 * r165
+    r385 = -1.0 + r385
+    r385 = 2.0 * x15 * x21 * x11 * x5 * x36 * r112 * r31 * r153 * r25 * r14 * r165 * r385
+    r385 = k.max(r60, r385)
+    r385 = r53 + r527 + r385
+    r527 = x30 * r165
+    r53 = 2.0 * x15 * x21 * x11 * x5 * x36 * r85 * r31 * r78 * r25 * r165
+    r53 = r527 + r53
+    r385 = k.where(r87, r53, r385)
+    r53 = x3 * x41
+    r53 = x32 >= r53
+    r87 = x34 * r165
+    r527 = 2.0 * x15 * x21 * x11 * x5 * x36 * r112 * r31 * r153 * r25 * r165
+    r527 = r87 + r527
+    r385 = k.where(r53, r527, r385)
+    r527 = x7 * x16 * r4 * r5 * r11 * r385
+    r385 = x7 * x16 * r4 * r5 * r11 * r56 * r385
+    r385 = r527 + r385
+    r527 = x3 == 1.0
+    r385 = k.where(r527, 0.0, r385)
     r62 = k.where(r62, 2.0, 0.0)
     r62 = 4.0 + r62
-    r53 = k.gcd(x40, x31)
+    r53 = k.gcd(x41, x32)
     r87 = k.recip(r53)
-    r60 = x40 * r87
+    r60 = x41 * r87
     r60 = -1.0 + r60
-    r60 = x29 * r60
-    r14 = -1.0 * x40 * r87
-    r14 = x40 + r14
-    r14 = x33 * r14
-    r86 = -1.0 + x40
-    r532 = x21 * x5 * x13 * x35 * r85 * r31 * r78 * r25 * r87 * r86
+    r60 = x30 * r60
+    r14 = -1.0 * x41 * r87
+    r14 = x41 + r14
+    r14 = x34 * r14
+    r86 = -1.0 + x41
+    r533 = x21 * x5 * x13 * x36 * r85 * r31 * r78 * r25 * r87 * r86
     r53 = -1.0 + r53
-    r53 = x21 * x5 * x13 * x35 * r112 * r31 * r153 * r25 * r87 * r86 * r53
-    r53 = k.max(r532, r53)
+    r53 = x21 * x5 * x13 * x36 * r112 * r31 * r153 * r25 * r87 * r86 * r53
+    r53 = k.max(r533, r53)
     r53 = r60 + r14 + r53
-    r14 = x31 <= 1.0
-    r60 = x29 * r86
-    r78 = x21 * x5 * x13 * x35 * r85 * r31 * r78 * r25 * r86
+    r14 = x32 <= 1.0
+    r60 = x30 * r86
+    r78 = x21 * x5 * x13 * x36 * r85 * r31 * r78 * r25 * r86
     r78 = r60 + r78
     r53 = k.where(r14, r78, r53)
-    r78 = x31 >= x40
-    r14 = x33 * r86
-    r153 = x21 * x5 * x13 * x35 * r112 * r31 * r153 * r25 * r86
+    r78 = x32 >= x41
+    r14 = x34 * r86
+    r153 = x21 * x5 * x13 * x36 * r112 * r31 * r153 * r25 * r86
     r153 = r14 + r153
     r53 = k.where(r78, r153, r53)
     r53 = 2.0 * x7 * x16 * r4 * r5 * r11 * r62 * r53
-    r153 = x40 == 1.0
+    r153 = x41 == 1.0
     r53 = k.where(r153, 0.0, r53)
-    r130 = r365 + r368 + r130
+    r130 = r366 + r369 + r130
     r130 = k.max(0.0, r130)
     r130 = k.where(r27, r130, 0.0)
-    r27 = r397 + r39 + r74 + r151 + r357 + r390 + r61 + r384 + r53 + r130
-    r368 = k.recip(r27)
-    r365 = 6.0 * x7 * x35 * r94 * r4 * r31 * r11 * r25 * r368 * r15
-    r55 = x7 * x35 * r94 * r4 * r31 * r11 * r25 * r368 * r55
-    r368 = x21 * x5 * x13 * x35 * r31
-    r94 = x21 * x5 * x13 * x35 * r85 * r31
-    r367 = x5 * r4 * r31 * r367 * r26
-    r78 = 2.0 * x5 * r4 * r31 * r402 * r26
-    r367 = k.where(r28, r78, r367)
-    r78 = x5 * r4 * r31 * r402 * r26
+    r27 = r398 + r39 + r74 + r151 + r358 + r391 + r61 + r385 + r53 + r130
+    r369 = k.recip(r27)
+    r366 = 6.0 * x7 * x36 * r94 * r4 * r31 * r11 * r25 * r369 * r15
+    r55 = x7 * x36 * r94 * r4 * r31 * r11 * r25 * r369 * r55
+    r369 = x21 * x5 * x13 * x36 * r31
+    r94 = x21 * x5 * x13 * x36 * r85 * r31
+    r368 = x5 * r4 * r31 * r368 * r26
+    r78 = 2.0 * x5 * r4 * r31 * r403 * r26
+    r368 = k.where(r28, r78, r368)
+    r78 = x5 * r4 * r31 * r403 * r26
     r28 = k.pow(x4, -2.0)
-    r14 = x7 * x5 * r28 * r5 * r31 * r402 * r26
+    r14 = x7 * x5 * r28 * r5 * r31 * r403 * r26
     r14 = r78 + r14
-    r367 = k.where(r98, r14, r367)
-    r402 = 3.0 * x7 * x5 * r28 * r5 * r31 * r402 * r26
-    r367 = k.where(r79, r402, r367)
-    r367 = k.where(r386, 0.0, r367)
-    r386 = r85 * r367
-    r85 = x30 * r85
-    r402 = k.recip(x35)
-    r79 = x39 * r381 * r402
+    r368 = k.where(r98, r14, r368)
+    r403 = 3.0 * x7 * x5 * r28 * r5 * r31 * r403 * r26
+    r368 = k.where(r79, r403, r368)
+    r368 = k.where(r387, 0.0, r368)
+    r387 = r85 * r368
+    r85 = x31 * r85
+    r403 = k.recip(x36)
+    r79 = x40 * r382 * r403
     r5 = k.recip(x14)
     r28 = r4 * r31 * r5 * r11 * r25
     r14 = 1.6e-11 * x13
     r98 = 8e-12 * x16 * r9
     r78 = 8e-12 * x16 * r13
-    r112 = 8e-12 * x41 * x13
+    r112 = 8e-12 * x42 * x13
     r60 = 8e-12 * x13 * x19
-    r532 = r14 + r98 + r78 + r112 + r60
+    r533 = r14 + r98 + r78 + r112 + r60
     r87 = 8e-12 * x13
     r35 = 4e-12 * x16 * r9
-    r393 = 4e-12 * x16 * r13
-    r654 = 4e-12 * x41 * x13
-    r655 = 4e-12 * x13 * x19
-    r655 = r87 + r35 + r393 + r654 + r655
-    r655 = r28 > r655
-    r654 = -1.6e-11 * x13
+    r394 = 4e-12 * x16 * r13
+    r655 = 4e-12 * x42 * x13
+    r656 = 4e-12 * x13 * x19
+    r656 = r87 + r35 + r394 + r655 + r656
+    r656 = r28 > r656
+    r655 = -1.6e-11 * x13
     r9 = -8e-12 * x16 * r9
     r13 = -8e-12 * x16 * r13
-    r393 = -8e-12 * x41 * x13
+    r394 = -8e-12 * x42 * x13
     r35 = -8e-12 * x13 * x19
     r87 = k.sqrt(2.0)
-    r664 = k.sqrt(x4)
-    r664 = k.recip(r664)
-    r666 = k.sqrt(x3)
-    r666 = k.recip(r666)
-    r668 = k.sqrt(x14)
-    r668 = k.recip(r668)
-    r670 = k.sqrt(x24)
-    r670 = k.recip(r670)
-    r672 = k.sqrt(x40)
-    r672 = k.recip(r672)
-    r674 = k.sqrt(r532)
-    r675 = 0.05555555555555555 * x4 * x3 * x14 * x24 * x40 * r532
-    r676 = k.sqrt(x4)
-    r677 = k.sqrt(x3)
-    r678 = k.sqrt(x14)
-    r679 = k.sqrt(x24)
-    r680 = k.sqrt(x40)
-    r680 = 0.16666666666666666 * r87 * r676 * r677 * r678 * r679 * r680 * r674
-    r680 = 1.0 + r675 + r680
-    r680 = r87 * r664 * r666 * r668 * r670 * r672 * r674 * r680
-    r680 = r654 + r9 + r13 + r393 + r35 + r680
-    r35 = k.where(r655, r680, r28)
+    r665 = k.sqrt(x4)
+    r665 = k.recip(r665)
+    r667 = k.sqrt(x3)
+    r667 = k.recip(r667)
+    r669 = k.sqrt(x14)
+    r669 = k.recip(r669)
+    r671 = k.sqrt(x25)
+    r671 = k.recip(r671)
+    r673 = k.sqrt(x41)
+    r673 = k.recip(r673)
+    r675 = k.sqrt(r533)
+    r676 = 0.05555555555555555 * x4 * x3 * x14 * x25 * x41 * r533
+    r677 = k.sqrt(x4)
+    r678 = k.sqrt(x3)
+    r679 = k.sqrt(x14)
+    r680 = k.sqrt(x25)
+    r681 = k.sqrt(x41)
+    r681 = 0.16666666666666666 * r87 * r677 * r678 * r679 * r680 * r681 * r675
+    r681 = 1.0 + r676 + r681
+    r681 = r87 * r665 * r667 * r669 * r671 * r673 * r675 * r681
+    r681 = r655 + r9 + r13 + r394 + r35 + r681
+    r35 = k.where(r656, r681, r28)
     r60 = r14 + r98 + r78 + r112 + r60 + r35
-    r60 = x4 * x3 * x14 * x24 * x40 * r60
+    r60 = x4 * x3 * x14 * x25 * x41 * r60
     r60 = k.exp(r60)
     r60 = -1.0 + r60
     r112 = k.recip(r60)
-    r78 = x26 + x2
-    r98 = -1.0 * x4 * x3 * x14 * x24 * x40 * r78
+    r78 = x27 + x2
+    r98 = -1.0 * x4 * x3 * x14 * x25 * x41 * r78
     r98 = k.exp(r98)
-    r98 = x4 * x3 * x14 * x24 * x40 * r112 * r35 * r98
-    r112 = x4 * x3 * x14 * x24 * x40
-    r680 = k.recip(r680)
-    r112 = k.where(r655, r680, r112)
-    r78 = x4 * x3 * x14 * x24 * x40 * r78
+    r98 = x4 * x3 * x14 * x25 * x41 * r112 * r35 * r98
+    r112 = x4 * x3 * x14 * x25 * x41
+    r681 = k.recip(r681)
+    r112 = k.where(r656, r681, r112)
+    r78 = x4 * x3 * x14 * x25 * x41 * r78
     r78 = k.exp(r78)
-    r5 = x39 * r381 * r4 * r31 * r5 * r11 * r402 * r25 * r60 * r27 * r112 * r78
-    r78 = x39 * r381 * r402 * r60 * r27 * r112 * r78
-    r62 = 2.0 * x7 * x16 * x5 * x13 * x35 * r4 * r31 * r11 * r25 * r86 * r62
+    r5 = x40 * r382 * r4 * r31 * r5 * r11 * r403 * r25 * r60 * r27 * r112 * r78
+    r78 = x40 * r382 * r403 * r60 * r27 * r112 * r78
+    r62 = 2.0 * x7 * x16 * x5 * x13 * x36 * r4 * r31 * r11 * r25 * r86 * r62
     r62 = k.where(r153, 0.0, r62)
-    r153 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r31 * r11 * r25 * r165
-    r165 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r31 * r11 * r25 * r56 * r165
+    r153 = 2.0 * x7 * x16 * x15 * x11 * x5 * x36 * r4 * r31 * r11 * r25 * r165
+    r165 = 2.0 * x7 * x16 * x15 * x11 * x5 * x36 * r4 * r31 * r11 * r25 * r56 * r165
     r165 = r153 + r165
-    r165 = k.where(r526, 0.0, r165)
-    r114 = 2.0 * x7 * x5 * x13 * x35 * r4 * r31 * r11 * r25 * r114
+    r165 = k.where(r527, 0.0, r165)
+    r114 = 2.0 * x7 * x5 * x13 * x36 * r4 * r31 * r11 * r25 * r114
     r114 = k.where(r38, 0.0, r114)
-    r8 = r8 < x24
-    r38 = x34 != 2.0
+    r8 = r8 < x25
+    r38 = x35 != 2.0
     r81 = k.and_(r81, r38)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r80 = k.and_(r25, r38, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x24 >= 2.0
-    r8 = x34 != 3.0
-    r38 = x34 != 4.0
+    r81 = x25 >= 2.0
+    r8 = x35 != 3.0
+    r38 = x35 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r38, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x23 * x4 * x3 * x24 * x40 * r27
-    r38 = r73 <= r81
+    r81 = x24 * x4 * x3 * x25 * x41 * r27
+    r38 = r40 <= r81
     r81 = r36 <= r81
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r40, r73, r73, r36, r16, r118, r355, r37, r61, r27, r365, r55, r368, r94, r386, r85, 0.0, r79, r28, r532, r35, r98, r5, r78, r74, r357, r151, r39, r62, r53, r53, r165, r384, r384, r367, r389, r390, r114, r57, r397, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r73, r40, r40, r36, r16, r118, r356, r37, r61, r27, r366, r55, r369, r94, r387, r85, 0.0, r79, r28, r533, r35, r98, r5, r78, r74, r358, r151, r39, r62, r53, r53, r165, r385, r385, r368, r390, r391, r114, r57, r398, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1483,9 +1484,9 @@ def search(x, k):
     return (r89, r6, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (36, 43, 44, 45, 46, 47, 48, 49), (34, 43, 44, 45, 46, 47, 48, 49), (35, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (37, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49, 75, 76), (37, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 42), (10, 71), (11, 71), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 33), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 29), (16, 30), (16, 31), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

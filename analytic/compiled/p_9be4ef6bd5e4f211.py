@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x23 == 1.0
+    r38 = x24 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x39 >= 3.0
+    r53 = x40 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -74,45 +74,45 @@ def quantities(x, k):
     r62 = 4.0 * x11 * x10
     r63 = 4.0 * x14 * x10
     r63 = r57 + r60 + r61 + r62 + r63
-    r63 = x20 * x34 * r31 * r25 * r63
-    r62 = x24 == 2.0
-    r61 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r63 = x20 * x35 * r31 * r25 * r63
+    r62 = x25 == 2.0
+    r61 = 2.0 * x20 * x12 * x35 * r31 * r25
     r61 = k.where(r62, r61, r63)
-    r60 = 1.0 + x23
+    r60 = 1.0 + x24
     r60 = k.min(r60, r6)
     r60 = r60 * r35
-    r57 = x33 == 4.0
-    r73 = 2.0 * x23
+    r57 = x34 == 4.0
+    r73 = 2.0 * x24
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r35
     r77 = k.where(r57, r74, r60)
-    r78 = x33 == 0.0
-    r79 = x33 == 3.0
+    r78 = x34 == 0.0
+    r79 = x34 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x23, r6)
+    r81 = k.min(x24, r6)
     r81 = r81 * r35
     r77 = k.where(r80, r81, r77)
-    r81 = x33 == 1.0
-    r85 = k.recip(x38)
-    r86 = x6 * x38 * r4 * r5
-    r87 = -1.0 + x38
-    r87 = x23 * r87
+    r81 = x34 == 1.0
+    r85 = k.recip(x39)
+    r86 = x6 * x39 * r4 * r5
+    r87 = -1.0 + x39
+    r87 = x24 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r35
     r77 = k.where(r81, r89, r77)
-    r89 = x33 == 2.0
+    r89 = x34 == 2.0
     r94 = x6 * r4 * r5 * r35
     r77 = k.where(r89, r94, r77)
     r77 = r61 * r77
     r97 = k.where(r28, 1000000000.0, 0.0)
-    r98 = x39 >= 2.0
+    r98 = x40 >= 2.0
     r8 = k.where(r98, r54, r8)
     r54 = k.where(r62, r63, 0.0)
     r101 = k.or_(r27, r38)
-    r102 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r103 = x37 * x20 * x16 * x34 * r31 * r25
+    r102 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r103 = x38 * x20 * x16 * x35 * r31 * r25
     r102 = r102 + r103
     r102 = k.max(r102, r54)
     r101 = k.where(r101, r102, r54)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r27, r108, r107)
     r108 = 3.0 * x4 * r107 * r40
     r108 = k.where(r53, r108, 0.0)
-    r112 = x23 > 1.0
+    r112 = x24 > 1.0
     r112 = k.and_(r53, r112)
     r114 = 2.0 * x4 * r40
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r40 = r114 == r40
     r108 = k.where(r40, r108, 0.0)
     r40 = r55 + r56 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x23
+    r114 = -1.0 + x24
     r8 = k.min(1.0, r114)
     r77 = r8 == 0.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
     r130 = 1.0 + r8
-    r130 = x23 == r130
+    r130 = x24 == r130
     r151 = k.where(r130, 1.0, 0.0)
     r151 = 2.0 * x12 * r151
     r153 = r8 != 0.0
     r153 = k.and_(r153, r130)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x37 * x12 * r153
+    r153 = x38 * x12 * r153
     r153 = r77 + r36 + r37 + r151 + r153
     r153 = r25 * r153
     r151 = -1.0 * r8
-    r151 = x23 + r151
+    r151 = x24 + r151
     r77 = r151 == 1.0
     r77 = k.where(r77, 1.0, 0.0)
     r77 = r16 * r77
-    r16 = x23 == r151
+    r16 = x24 == r151
     r165 = k.where(r16, 1.0, 0.0)
     r165 = 2.0 * x12 * r165
     r167 = r151 != 1.0
     r167 = k.and_(r16, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x37 * x12 * r167
+    r167 = x38 * x12 * r167
     r167 = r77 + r36 + r37 + r165 + r167
     r167 = r25 * r167
     r167 = r167 + r153
@@ -315,119 +315,120 @@ def quantities(x, k):
     r97 = k.where(r56, r73, r97)
     r108 = r40 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x37 * x20 * x4 * x34 * r31 * r25
-    r108 = x37 * x20 * x4 * x34 * r31
+    r124 = x38 * x20 * x4 * x35 * r31 * r25
+    r108 = x38 * x20 * x4 * x35 * r31
     r73 = k.max(r40, r153, r12)
     r56 = r153 == r73
     r12 = k.where(r56, r153, r12)
     r73 = r40 == r73
     r12 = k.where(r73, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r73 = 6.0 * x6 * x34 * r15
+    r40 = -1.0 * x21
+    r73 = -1.0 * r12
+    r73 = x8 + r40 + r73
+    r40 = 6.0 * x6 * x35 * r15
     r153 = 12.0 * x12
     r56 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r118 = 6.0 * x37 * x12
+    r118 = 6.0 * x38 * x12
     r36 = 6.0 * x12 * x18
-    r55 = 12.0 * x15 * x11 * x10 * x34
+    r55 = 12.0 * x15 * x11 * x10 * x35
     r55 = r153 + r56 + r16 + r118 + r36 + r55
-    r36 = x6 * x34 * r55
+    r36 = x6 * x35 * r55
     r118 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r56 = 0.16666666666666666 * x34 * r16
+    r56 = 0.16666666666666666 * x35 * r16
     r165 = k.recip(x15)
-    r16 = 0.0625 * x37 * r165 * r16
+    r16 = 0.0625 * x38 * r165 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r118 * r16
-    r118 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r118 * r16
+    r118 = k.pow(x35, 2.0)
     r56 = 2.0 * x6 * x15 * x11 * x10 * r118
-    r130 = x24 == 1.0
+    r130 = x25 == 1.0
     r118 = 4.0 * x6 * x15 * x11 * x10 * r118
     r118 = k.where(r130, r118, 0.0)
-    r37 = 0.3333333333333333 * x6 * x34 * r55
+    r37 = 0.3333333333333333 * x6 * x35 * r55
     r118 = k.where(r62, r37, r118)
     r118 = r36 + r56 + r118
     r56 = k.where(r62, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x9)
     r39 = k.recip(x19)
-    r60 = x37 * x12 * r25
-    r112 = x20 * x12 * x34 * r31
-    r61 = x37 * x20 * x34 * r31 * r25
+    r60 = x38 * x12 * r25
+    r112 = x20 * x12 * x35 * r31
+    r61 = x38 * x20 * x35 * r31 * r25
     r61 = r60 + r112 + r61
     r60 = 2.0 * r37 * r39 * r61
-    r94 = k.recip(x22)
+    r94 = k.recip(x23)
     r35 = k.recip(x17)
-    r86 = 2.0 * x37 * x20 * x12 * x34 * r94 * r31 * r35 * r25
+    r86 = 2.0 * x38 * x20 * x12 * x35 * r94 * r31 * r35 * r25
     r86 = r60 + r86
     r86 = r56 * r86
     r61 = 4.0 * r37 * r39 * r61
-    r60 = 4.0 * x37 * x20 * x12 * x34 * r94 * r31 * r35 * r25
+    r60 = 4.0 * x38 * x20 * x12 * x35 * r94 * r31 * r35 * r25
     r60 = r86 + r61 + r60
     r60 = r11 * r60
     r61 = x11 * x10 * x12 * r25
-    r86 = x11 * x20 * x10 * x34 * r31 * r25
+    r86 = x11 * x20 * x10 * x35 * r31 * r25
     r86 = r61 + r112 + r86
     r61 = 2.0 * r37 * r39 * r86
-    r87 = 2.0 * x11 * x20 * x10 * x12 * x34 * r94 * r31 * r35 * r25
+    r87 = 2.0 * x11 * x20 * x10 * x12 * x35 * r94 * r31 * r35 * r25
     r87 = r61 + r87
     r87 = r56 * r87
     r61 = x10 * x12 * r25 * r14
-    r74 = x20 * x10 * x34 * r31 * r25 * r14
+    r74 = x20 * x10 * x35 * r31 * r25 * r14
     r74 = r112 + r61 + r74
     r61 = 2.0 * r37 * r39 * r74
-    r151 = 2.0 * x20 * x10 * x12 * x34 * r94 * r31 * r35 * r25 * r14
+    r151 = 2.0 * x20 * x10 * x12 * x35 * r94 * r31 * r35 * r25 * r14
     r151 = r61 + r151
     r151 = r56 * r151
     r61 = x12 * x5 * r25
-    r372 = x20 * x5 * x34 * r31 * r25
-    r372 = r61 + r112 + r372
-    r112 = 2.0 * r37 * r39 * r372
-    r61 = 2.0 * x20 * x12 * x5 * x34 * r94 * r31 * r35 * r25
+    r373 = x20 * x5 * x35 * r31 * r25
+    r373 = r61 + r112 + r373
+    r112 = 2.0 * r37 * r39 * r373
+    r61 = 2.0 * x20 * x12 * x5 * x35 * r94 * r31 * r35 * r25
     r61 = r112 + r61
     r61 = 2.0 * r56 * r61
     r86 = 4.0 * r37 * r39 * r86
     r74 = 4.0 * r37 * r39 * r74
-    r372 = 8.0 * r37 * r39 * r372
-    r112 = 8.0 * x20 * x12 * x5 * x34 * r94 * r31 * r35 * r25
-    r382 = 4.0 * x11 * x20 * x10 * x12 * x34 * r94 * r31 * r35 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r94 * r31 * r35 * r25 * r14
-    r14 = r87 + r151 + r61 + r86 + r74 + r372 + r112 + r382 + r14
+    r373 = 8.0 * r37 * r39 * r373
+    r112 = 8.0 * x20 * x12 * x5 * x35 * r94 * r31 * r35 * r25
+    r383 = 4.0 * x11 * x20 * x10 * x12 * x35 * r94 * r31 * r35 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r94 * r31 * r35 * r25 * r14
+    r14 = r87 + r151 + r61 + r86 + r74 + r373 + r112 + r383 + r14
     r14 = x15 * r11 * r14
     r14 = r60 + r14
     r60 = x6 * r4 * r5 * r14
-    r382 = 3.0 * x5
+    r383 = 3.0 * x5
     r112 = 2.0 * x5 * r56
-    r112 = r382 + r112
-    r112 = x20 * x34 * r31 * r25 * r112
-    r382 = 10.0 * x12 * r56
-    r382 = r153 + r382
-    r382 = x20 * x34 * r31 * r25 * r382
-    r382 = r112 + r382
-    r382 = x15 * r11 * r382
-    r112 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
-    r112 = r382 + r112
-    r382 = x6 * x4 * r37 * r4 * r5 * r39 * r112
+    r112 = r383 + r112
+    r112 = x20 * x35 * r31 * r25 * r112
+    r383 = 10.0 * x12 * r56
+    r383 = r153 + r383
+    r383 = x20 * x35 * r31 * r25 * r383
+    r383 = r112 + r383
+    r383 = x15 * r11 * r383
+    r112 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r112 = r383 + r112
+    r383 = x6 * x4 * r37 * r4 * r5 * r39 * r112
     r153 = k.recip(x0)
-    r372 = x11 * x10 * x34
+    r373 = x11 * x10 * x35
     r130 = k.or_(r130, r62)
     r130 = k.where(r130, 1.0, 0.0)
     r130 = 3.0 + r130
-    r130 = 2.0 * x11 * x10 * x34 * r130
-    r130 = r372 + r130
-    r372 = x6 * x15 * x34 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
-    r74 = r60 + r382 + r372
+    r130 = 2.0 * x11 * x10 * x35 * r130
+    r130 = r373 + r130
+    r373 = x6 * x15 * x35 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
+    r74 = r60 + r383 + r373
     r86 = k.recip(r74)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r61 = k.recip(x6)
     r151 = 0.3333333333333333 * x3 * x20 * r61 * r85 * r74
-    r87 = 0.6666666666666666 * x3 * x20 * x23 * r61 * r74
+    r87 = 0.6666666666666666 * x3 * x20 * x24 * r61 * r74
     r112 = -1.0 * x6 * x4 * r37 * r4 * r5 * r39 * r112
-    r130 = -1.0 * x6 * x15 * x34 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
+    r130 = -1.0 * x6 * x15 * x35 * r94 * r4 * r31 * r35 * r153 * r11 * r25 * r130
     r87 = r14 + r151 + r87 + r112 + r130
     r87 = k.max(0.0, r87)
-    r151 = 0.5 * x23
+    r151 = 0.5 * x24
     r151 = -1.0 + r151
     r151 = 0.6666666666666666 * x3 * x20 * r61 * r85 * r151 * r74
     r151 = k.where(r57, 0.0, r151)
@@ -439,258 +440,258 @@ def quantities(x, k):
     r151 = k.max(r87, r151)
     r86 = r86 * r151
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r60 + r382 + r372
-    r87 = -1.0 * x21
+    r37 = r39 + r60 + r383 + r373
+    r87 = -1.0 * x22
     r87 = 1.0 + r87
-    r114 = x23 * x38
+    r114 = x24 * x39
     r114 = -1.0 + r114
-    r85 = k.recip(x26)
-    r78 = k.recip(x27)
-    r57 = x20 * x4 * x12 * x34 * r85 * r31 * r78 * r25
-    r57 = x28 + r57
-    r79 = 2.0 * x3 * x2 * x36
-    r79 = x30 >= r79
-    r153 = k.recip(x29)
-    r35 = k.recip(x31)
-    r443 = x20 * x4 * x12 * x34 * r153 * r31 * r35 * r25
-    r443 = x32 + r443
-    r57 = k.where(r79, r443, r57)
+    r85 = k.recip(x27)
+    r78 = k.recip(x28)
+    r57 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25
+    r57 = x29 + r57
+    r79 = 2.0 * x3 * x2 * x37
+    r79 = x31 >= r79
+    r153 = k.recip(x30)
+    r35 = k.recip(x32)
+    r444 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25
+    r444 = x33 + r444
+    r57 = k.where(r79, r444, r57)
     r57 = 2.0 * x6 * r4 * r5 * r11 * r114 * r57
     r57 = k.where(r38, 0.0, r57)
     r87 = r87 * r57
-    r443 = x3 * x20 * r61 * r74
-    r79 = x23 <= 1.0
+    r444 = x3 * x20 * r61 * r74
+    r79 = x24 <= 1.0
     r98 = k.and_(r98, r79)
-    r443 = k.where(r98, r74, r443)
-    r443 = -1.0 * x21 * r443
+    r444 = k.where(r98, r74, r444)
+    r444 = -1.0 * x22 * r444
     r74 = x3 * x2
-    r455 = -1.0 + r74
-    r456 = k.recip(r455)
-    r457 = 2.0 * x3 * x2
-    r457 = -2.0 + r457
-    r459 = x30 * r25
-    r460 = k.gcd(r74, r459)
-    r461 = k.recip(r460)
-    r462 = x3 * x2 * r461
-    r462 = -1.0 + r462
-    r462 = x28 * r462
-    r465 = -1.0 * x3 * x2 * r461
-    r465 = r74 + r465
-    r465 = x32 * r465
-    r468 = r462 + r465
-    r468 = r456 * r457 * r468
-    r456 = x4 * x23 * r85 * r165 * r4 * r31 * r78 * r461 * r457 * r26
-    r460 = -1.0 + r460
-    r472 = x4 * x23 * r153 * r165 * r4 * r31 * r35 * r461 * r460 * r457 * r26
-    r472 = k.max(r456, r472)
-    r472 = r468 + r472
-    r468 = x30 <= x36
-    r456 = x28 * r457
-    r477 = x4 * x23 * r85 * r165 * r4 * r31 * r78 * r457 * r26
-    r477 = r456 + r477
-    r472 = k.where(r468, r477, r472)
-    r477 = x3 * x2 * x36
-    r477 = x30 >= r477
-    r456 = x32 * r457
-    r483 = x4 * x23 * r153 * r165 * r4 * r31 * r35 * r457 * r26
-    r483 = r456 + r483
-    r472 = k.where(r477, r483, r472)
-    r472 = x15 * r11 * r472
-    r483 = x4 * x23 * r85 * r165 * r4 * r31 * r78 * r461 * r455 * r26
-    r460 = x4 * x23 * r153 * r165 * r4 * r31 * r35 * r461 * r455 * r460 * r26
-    r460 = k.max(r483, r460)
-    r460 = r462 + r465 + r460
-    r465 = x28 * r455
-    r462 = x4 * x23 * r85 * r165 * r4 * r31 * r78 * r455 * r26
-    r462 = r465 + r462
-    r460 = k.where(r468, r462, r460)
-    r462 = x32 * r455
-    r165 = x4 * x23 * r153 * r165 * r4 * r31 * r35 * r455 * r26
-    r165 = r462 + r165
-    r460 = k.where(r477, r165, r460)
-    r165 = 2.0 * x15 * r11 * r460
-    r472 = k.where(r28, r165, r472)
-    r165 = x15 * r11 * r460
-    r477 = x6 * x15 * r4 * r5 * r11 * r460
-    r477 = r165 + r477
-    r472 = k.where(r98, r477, r472)
+    r456 = -1.0 + r74
+    r457 = k.recip(r456)
+    r458 = 2.0 * x3 * x2
+    r458 = -2.0 + r458
+    r460 = x31 * r25
+    r461 = k.gcd(r74, r460)
+    r462 = k.recip(r461)
+    r463 = x3 * x2 * r462
+    r463 = -1.0 + r463
+    r463 = x29 * r463
+    r466 = -1.0 * x3 * x2 * r462
+    r466 = r74 + r466
+    r466 = x33 * r466
+    r469 = r463 + r466
+    r469 = r457 * r458 * r469
+    r457 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r462 * r458 * r26
+    r461 = -1.0 + r461
+    r473 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r462 * r461 * r458 * r26
+    r473 = k.max(r457, r473)
+    r473 = r469 + r473
+    r469 = x31 <= x37
+    r457 = x29 * r458
+    r478 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r458 * r26
+    r478 = r457 + r478
+    r473 = k.where(r469, r478, r473)
+    r478 = x3 * x2 * x37
+    r478 = x31 >= r478
+    r457 = x33 * r458
+    r484 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r458 * r26
+    r484 = r457 + r484
+    r473 = k.where(r478, r484, r473)
+    r473 = x15 * r11 * r473
+    r484 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r462 * r456 * r26
+    r461 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r462 * r456 * r461 * r26
+    r461 = k.max(r484, r461)
+    r461 = r463 + r466 + r461
+    r466 = x29 * r456
+    r463 = x4 * x24 * r85 * r165 * r4 * r31 * r78 * r456 * r26
+    r463 = r466 + r463
+    r461 = k.where(r469, r463, r461)
+    r463 = x33 * r456
+    r165 = x4 * x24 * r153 * r165 * r4 * r31 * r35 * r456 * r26
+    r165 = r463 + r165
+    r461 = k.where(r478, r165, r461)
+    r165 = 2.0 * x15 * r11 * r461
+    r473 = k.where(r28, r165, r473)
+    r165 = x15 * r11 * r461
+    r478 = x6 * x15 * r4 * r5 * r11 * r461
+    r478 = r165 + r478
+    r473 = k.where(r98, r478, r473)
     r79 = k.and_(r53, r79)
-    r460 = 3.0 * x6 * x15 * r4 * r5 * r11 * r460
-    r472 = k.where(r79, r460, r472)
+    r461 = 3.0 * x6 * x15 * r4 * r5 * r11 * r461
+    r473 = k.where(r79, r461, r473)
     r74 = r74 == 1.0
-    r472 = k.where(r74, 0.0, r472)
-    r443 = r443 + r472
-    r443 = k.max(0.0, r443)
-    r459 = k.gcd(x2, r459)
-    r460 = k.recip(r459)
-    r53 = x2 * r460
+    r473 = k.where(r74, 0.0, r473)
+    r444 = r444 + r473
+    r444 = k.max(0.0, r444)
+    r460 = k.gcd(x2, r460)
+    r461 = k.recip(r460)
+    r53 = x2 * r461
     r53 = -1.0 + r53
-    r53 = x28 * r53
-    r477 = -1.0 * x2 * r460
-    r477 = x2 + r477
-    r477 = x32 * r477
+    r53 = x29 * r53
+    r478 = -1.0 * x2 * r461
+    r478 = x2 + r478
+    r478 = x33 * r478
     r165 = -1.0 + x2
-    r462 = 2.0 * x14 * x20 * x10 * x4 * x34 * r85 * r31 * r78 * r25 * r460 * r165
-    r459 = -1.0 + r459
-    r459 = 2.0 * x14 * x20 * x10 * x4 * x34 * r153 * r31 * r35 * r25 * r460 * r165 * r459
-    r459 = k.max(r462, r459)
-    r459 = r53 + r477 + r459
-    r477 = x28 * r165
-    r53 = 2.0 * x14 * x20 * x10 * x4 * x34 * r85 * r31 * r78 * r25 * r165
-    r53 = r477 + r53
-    r459 = k.where(r468, r53, r459)
-    r53 = x2 * x36
-    r53 = x30 >= r53
-    r468 = x32 * r165
-    r477 = 2.0 * x14 * x20 * x10 * x4 * x34 * r153 * r31 * r35 * r25 * r165
-    r477 = r468 + r477
-    r459 = k.where(r53, r477, r459)
-    r477 = x6 * x15 * r4 * r5 * r11 * r459
-    r459 = x6 * x15 * r4 * r5 * r11 * r56 * r459
-    r459 = r477 + r459
-    r477 = x2 == 1.0
-    r459 = k.where(r477, 0.0, r459)
+    r463 = 2.0 * x14 * x20 * x10 * x4 * x35 * r85 * r31 * r78 * r25 * r461 * r165
+    r460 = -1.0 + r460
+    r460 = 2.0 * x14 * x20 * x10 * x4 * x35 * r153 * r31 * r35 * r25 * r461 * r165 * r460
+    r460 = k.max(r463, r460)
+    r460 = r53 + r478 + r460
+    r478 = x29 * r165
+    r53 = 2.0 * x14 * x20 * x10 * x4 * x35 * r85 * r31 * r78 * r25 * r165
+    r53 = r478 + r53
+    r460 = k.where(r469, r53, r460)
+    r53 = x2 * x37
+    r53 = x31 >= r53
+    r469 = x33 * r165
+    r478 = 2.0 * x14 * x20 * x10 * x4 * x35 * r153 * r31 * r35 * r25 * r165
+    r478 = r469 + r478
+    r460 = k.where(r53, r478, r460)
+    r478 = x6 * x15 * r4 * r5 * r11 * r460
+    r460 = x6 * x15 * r4 * r5 * r11 * r56 * r460
+    r460 = r478 + r460
+    r478 = x2 == 1.0
+    r460 = k.where(r478, 0.0, r460)
     r62 = k.where(r62, 2.0, 0.0)
     r62 = 4.0 + r62
-    r53 = k.gcd(x36, x30)
-    r468 = k.recip(r53)
-    r462 = x36 * r468
-    r462 = -1.0 + r462
-    r462 = x28 * r462
-    r460 = -1.0 * x36 * r468
-    r460 = x36 + r460
-    r460 = x32 * r460
-    r465 = -1.0 + x36
-    r483 = x20 * x4 * x12 * x34 * r85 * r31 * r78 * r25 * r468 * r465
+    r53 = k.gcd(x37, x31)
+    r469 = k.recip(r53)
+    r463 = x37 * r469
+    r463 = -1.0 + r463
+    r463 = x29 * r463
+    r461 = -1.0 * x37 * r469
+    r461 = x37 + r461
+    r461 = x33 * r461
+    r466 = -1.0 + x37
+    r484 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25 * r469 * r466
     r53 = -1.0 + r53
-    r53 = x20 * x4 * x12 * x34 * r153 * r31 * r35 * r25 * r468 * r465 * r53
-    r53 = k.max(r483, r53)
-    r53 = r462 + r460 + r53
-    r460 = x30 <= 1.0
-    r462 = x28 * r465
-    r78 = x20 * x4 * x12 * x34 * r85 * r31 * r78 * r25 * r465
-    r78 = r462 + r78
-    r53 = k.where(r460, r78, r53)
-    r78 = x30 >= x36
-    r460 = x32 * r465
-    r35 = x20 * x4 * x12 * x34 * r153 * r31 * r35 * r25 * r465
-    r35 = r460 + r35
+    r53 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25 * r469 * r466 * r53
+    r53 = k.max(r484, r53)
+    r53 = r463 + r461 + r53
+    r461 = x31 <= 1.0
+    r463 = x29 * r466
+    r78 = x20 * x4 * x12 * x35 * r85 * r31 * r78 * r25 * r466
+    r78 = r463 + r78
+    r53 = k.where(r461, r78, r53)
+    r78 = x31 >= x37
+    r461 = x33 * r466
+    r35 = x20 * x4 * x12 * x35 * r153 * r31 * r35 * r25 * r466
+    r35 = r461 + r35
     r53 = k.where(r78, r35, r53)
     r53 = 2.0 * x6 * x15 * r4 * r5 * r11 * r62 * r53
-    r35 = x36 == 1.0
+    r35 = x37 == 1.0
     r53 = k.where(r35, 0.0, r53)
     r130 = r14 + r112 + r130
     r130 = k.max(0.0, r130)
     r130 = k.where(r27, r130, 0.0)
-    r27 = r87 + r39 + r60 + r382 + r372 + r443 + r151 + r459 + r53 + r130
+    r27 = r87 + r39 + r60 + r383 + r373 + r444 + r151 + r460 + r53 + r130
     r112 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r94 * r4 * r31 * r11 * r25 * r112 * r15
-    r55 = x6 * x34 * r94 * r4 * r31 * r11 * r25 * r112 * r55
-    r112 = x20 * x4 * x12 * x34 * r31
-    r94 = x20 * x4 * x12 * x34 * r85 * r31
-    r457 = x4 * r4 * r31 * r457 * r26
-    r78 = 2.0 * x4 * r4 * r31 * r455 * r26
-    r457 = k.where(r28, r78, r457)
-    r78 = x4 * r4 * r31 * r455 * r26
+    r14 = 6.0 * x6 * x35 * r94 * r4 * r31 * r11 * r25 * r112 * r15
+    r55 = x6 * x35 * r94 * r4 * r31 * r11 * r25 * r112 * r55
+    r112 = x20 * x4 * x12 * x35 * r31
+    r94 = x20 * x4 * x12 * x35 * r85 * r31
+    r458 = x4 * r4 * r31 * r458 * r26
+    r78 = 2.0 * x4 * r4 * r31 * r456 * r26
+    r458 = k.where(r28, r78, r458)
+    r78 = x4 * r4 * r31 * r456 * r26
     r28 = k.pow(x3, -2.0)
-    r460 = x6 * x4 * r28 * r5 * r31 * r455 * r26
-    r460 = r78 + r460
-    r457 = k.where(r98, r460, r457)
-    r455 = 3.0 * x6 * x4 * r28 * r5 * r31 * r455 * r26
-    r457 = k.where(r79, r455, r457)
-    r457 = k.where(r74, 0.0, r457)
-    r74 = r85 * r457
-    r85 = x29 * r85
-    r455 = k.recip(x34)
-    r79 = x35 * r61 * r455
+    r461 = x6 * x4 * r28 * r5 * r31 * r456 * r26
+    r461 = r78 + r461
+    r458 = k.where(r98, r461, r458)
+    r456 = 3.0 * x6 * x4 * r28 * r5 * r31 * r456 * r26
+    r458 = k.where(r79, r456, r458)
+    r458 = k.where(r74, 0.0, r458)
+    r74 = r85 * r458
+    r85 = x30 * r85
+    r456 = k.recip(x35)
+    r79 = x36 * r61 * r456
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r460 = 1.6e-11 * x12
+    r461 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
     r78 = 8e-12 * x15 * r13
-    r153 = 8e-12 * x37 * x12
-    r462 = 8e-12 * x12 * x18
-    r483 = r460 + r98 + r78 + r153 + r462
-    r468 = 8e-12 * x12
-    r461 = 4e-12 * x15 * r9
-    r456 = 4e-12 * x15 * r13
-    r605 = 4e-12 * x37 * x12
-    r606 = 4e-12 * x12 * x18
-    r606 = r468 + r461 + r456 + r605 + r606
-    r606 = r28 > r606
-    r605 = -1.6e-11 * x12
+    r153 = 8e-12 * x38 * x12
+    r463 = 8e-12 * x12 * x18
+    r484 = r461 + r98 + r78 + r153 + r463
+    r469 = 8e-12 * x12
+    r462 = 4e-12 * x15 * r9
+    r457 = 4e-12 * x15 * r13
+    r606 = 4e-12 * x38 * x12
+    r607 = 4e-12 * x12 * x18
+    r607 = r469 + r462 + r457 + r606 + r607
+    r607 = r28 > r607
+    r606 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r456 = -8e-12 * x37 * x12
-    r461 = -8e-12 * x12 * x18
-    r468 = k.sqrt(2.0)
-    r615 = k.sqrt(x3)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(x2)
-    r617 = k.recip(r617)
-    r619 = k.sqrt(x13)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x23)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x36)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(r483)
-    r626 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r483
-    r627 = k.sqrt(x3)
-    r628 = k.sqrt(x2)
-    r629 = k.sqrt(x13)
-    r630 = k.sqrt(x23)
-    r631 = k.sqrt(x36)
-    r631 = 0.16666666666666666 * r468 * r627 * r628 * r629 * r630 * r631 * r625
-    r631 = 1.0 + r626 + r631
-    r631 = r468 * r615 * r617 * r619 * r621 * r623 * r625 * r631
-    r631 = r605 + r9 + r13 + r456 + r461 + r631
-    r461 = k.where(r606, r631, r28)
-    r462 = r460 + r98 + r78 + r153 + r462 + r461
-    r462 = x3 * x2 * x13 * x23 * x36 * r462
-    r462 = k.exp(r462)
-    r462 = -1.0 + r462
-    r153 = k.recip(r462)
-    r78 = x25 + x1
-    r98 = -1.0 * x3 * x2 * x13 * x23 * x36 * r78
+    r457 = -8e-12 * x38 * x12
+    r462 = -8e-12 * x12 * x18
+    r469 = k.sqrt(2.0)
+    r616 = k.sqrt(x3)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(x2)
+    r618 = k.recip(r618)
+    r620 = k.sqrt(x13)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x24)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x37)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(r484)
+    r627 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r484
+    r628 = k.sqrt(x3)
+    r629 = k.sqrt(x2)
+    r630 = k.sqrt(x13)
+    r631 = k.sqrt(x24)
+    r632 = k.sqrt(x37)
+    r632 = 0.16666666666666666 * r469 * r628 * r629 * r630 * r631 * r632 * r626
+    r632 = 1.0 + r627 + r632
+    r632 = r469 * r616 * r618 * r620 * r622 * r624 * r626 * r632
+    r632 = r606 + r9 + r13 + r457 + r462 + r632
+    r462 = k.where(r607, r632, r28)
+    r463 = r461 + r98 + r78 + r153 + r463 + r462
+    r463 = x3 * x2 * x13 * x24 * x37 * r463
+    r463 = k.exp(r463)
+    r463 = -1.0 + r463
+    r153 = k.recip(r463)
+    r78 = x26 + x1
+    r98 = -1.0 * x3 * x2 * x13 * x24 * x37 * r78
     r98 = k.exp(r98)
-    r98 = x3 * x2 * x13 * x23 * x36 * r153 * r461 * r98
-    r153 = x3 * x2 * x13 * x23 * x36
-    r631 = k.recip(r631)
-    r153 = k.where(r606, r631, r153)
-    r78 = x3 * x2 * x13 * x23 * x36 * r78
+    r98 = x3 * x2 * x13 * x24 * x37 * r153 * r462 * r98
+    r153 = x3 * x2 * x13 * x24 * x37
+    r632 = k.recip(r632)
+    r153 = k.where(r607, r632, r153)
+    r78 = x3 * x2 * x13 * x24 * x37 * r78
     r78 = k.exp(r78)
-    r5 = x35 * r61 * r4 * r31 * r5 * r11 * r455 * r25 * r462 * r27 * r153 * r78
-    r78 = x35 * r61 * r455 * r462 * r27 * r153 * r78
-    r62 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r465 * r62
+    r5 = x36 * r61 * r4 * r31 * r5 * r11 * r456 * r25 * r463 * r27 * r153 * r78
+    r78 = x36 * r61 * r456 * r463 * r27 * r153 * r78
+    r62 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r466 * r62
     r62 = k.where(r35, 0.0, r62)
-    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r165
-    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r56 * r165
+    r35 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r165
+    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r56 * r165
     r165 = r35 + r165
-    r165 = k.where(r477, 0.0, r165)
-    r114 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r114
+    r165 = k.where(r478, 0.0, r165)
+    r114 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r114
     r114 = k.where(r38, 0.0, r114)
-    r8 = r8 < x23
-    r38 = x33 != 2.0
+    r8 = r8 < x24
+    r38 = x34 != 2.0
     r81 = k.and_(r81, r38)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r80 = k.and_(r25, r38, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x23 >= 2.0
-    r8 = x33 != 3.0
-    r38 = x33 != 4.0
+    r81 = x24 >= 2.0
+    r8 = x34 != 3.0
+    r38 = x34 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r38, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x22 * x3 * x2 * x23 * x36 * r27
-    r38 = r73 <= r81
+    r81 = x23 * x3 * x2 * x24 * x37 * r27
+    r38 = r40 <= r81
     r81 = r36 <= r81
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r40, r73, r73, r36, r16, r118, r86, r37, r151, r27, r14, r55, r112, r94, r74, r85, 0.0, r79, r28, r483, r461, r98, r5, r78, r60, r372, r382, r39, r62, r53, r53, r165, r459, r459, r457, r472, r443, r114, r57, r87, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r167, r121, r77, r107, r54, r97, 0.0, r101, r102, r63, r124, r108, r103, r12, r73, r40, r40, r36, r16, r118, r86, r37, r151, r27, r14, r55, r112, r94, r74, r85, 0.0, r79, r28, r484, r462, r98, r5, r78, r60, r373, r383, r39, r62, r53, r53, r165, r460, r460, r458, r473, r444, r114, r57, r87, 0.0, 0.0, r130, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r38, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1385,9 +1386,9 @@ def search(x, k):
     return (r89, r45, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (36, 43, 44, 45, 46, 47, 48, 49), (34, 43, 44, 45, 46, 47, 48, 49), (35, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (37, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49, 75, 76), (37, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 42), (10, 71), (11, 71), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 33), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 29), (16, 30), (16, 31), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,16 +25,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x37 * x12
+    r16 = 2.0 * x38 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x23)
-    r9 = k.recip(x36)
+    r16 = k.recip(x24)
+    r9 = k.recip(x37)
     r21 = r16 * r9 * r17
-    r22 = x33 == 5.0
+    r22 = x34 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x39 >= 1.0
+    r23 = x40 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
@@ -45,43 +45,43 @@ def quantities(x, k):
     r33 = 4.0 * x11 * x10
     r34 = 4.0 * x14 * x10
     r34 = r30 + r31 + r32 + r33 + r34
-    r34 = x19 * x34 * r26 * r9 * r34
-    r33 = x24 == 2.0
-    r32 = 2.0 * x19 * x12 * x34 * r26 * r9
+    r34 = x19 * x35 * r26 * r9 * r34
+    r33 = x25 == 2.0
+    r32 = 2.0 * x19 * x12 * x35 * r26 * r9
     r32 = k.where(r33, r32, r34)
-    r31 = 1.0 + x23
+    r31 = 1.0 + x24
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r29)
     r31 = r31 * r30
-    r44 = x33 == 4.0
-    r45 = 2.0 * x23
+    r44 = x34 == 4.0
+    r45 = 2.0 * x24
     r46 = -1.0 + r45
     r46 = k.min(r46, r6)
     r46 = r46 * r30
     r49 = k.where(r44, r46, r31)
-    r50 = x33 == 0.0
-    r51 = x33 == 3.0
+    r50 = x34 == 0.0
+    r51 = x34 == 3.0
     r52 = k.or_(r50, r51)
-    r53 = k.min(x23, r6)
+    r53 = k.min(x24, r6)
     r53 = r53 * r30
     r49 = k.where(r52, r53, r49)
-    r53 = x33 == 1.0
-    r57 = k.recip(x38)
-    r58 = x6 * x38 * r4 * r5
-    r59 = -1.0 + x38
-    r59 = x23 * r59
+    r53 = x34 == 1.0
+    r57 = k.recip(x39)
+    r58 = x6 * x39 * r4 * r5
+    r59 = -1.0 + x39
+    r59 = x24 * r59
     r61 = -1.0 + r45 + r59
     r61 = k.min(r58, r61)
     r61 = r57 * r61 * r30
     r49 = k.where(r53, r61, r49)
-    r61 = x33 == 2.0
+    r61 = x34 == 2.0
     r66 = x6 * r4 * r5 * r30
     r49 = k.where(r61, r66, r49)
     r49 = r32 * r49
-    r69 = x37 * x12
-    r70 = x23 == 1.0
+    r69 = x38 * x12
+    r70 = x24 == 1.0
     r71 = k.where(r70, 1.0, 0.0)
-    r72 = x37 * x12 * r71
+    r72 = x38 * x12 * r71
     r73 = r69 + r72
     r74 = r9 * r73
     r73 = 2.0 * r9 * r73
@@ -98,12 +98,12 @@ def quantities(x, k):
     r71 = k.where(r22, r69, r71)
     r8 = 2.0 * r71
     r88 = r74 + r8
-    r89 = x39 >= 3.0
+    r89 = x40 >= 3.0
     r88 = k.where(r89, 0.0, r88)
-    r91 = x39 <= 2.0
+    r91 = x40 <= 2.0
     r92 = 4.0 * r71
     r92 = k.where(r91, r92, r8)
-    r94 = x39 >= 2.0
+    r94 = x40 >= 2.0
     r95 = r4 * r26 * r92
     r92 = k.where(r94, r95, r92)
     r95 = 2.0 * r4 * r26 * r71
@@ -113,8 +113,8 @@ def quantities(x, k):
     r95 = k.where(r23, r100, r95)
     r100 = k.where(r33, r34, 0.0)
     r103 = k.or_(r22, r70)
-    r104 = 4.0 * x19 * x12 * x34 * r26 * r9
-    r105 = x37 * x19 * x16 * x34 * r26 * r9
+    r104 = 4.0 * x19 * x12 * x35 * r26 * r9
+    r105 = x38 * x19 * x16 * x35 * r26 * r9
     r104 = r104 + r105
     r104 = k.max(r104, r100)
     r103 = k.where(r103, r104, r100)
@@ -123,16 +123,16 @@ def quantities(x, k):
     r109 = k.where(r22, r110, r109)
     r110 = 3.0 * x4 * r109 * r71
     r110 = k.where(r89, r110, 0.0)
-    r114 = x23 > 1.0
+    r114 = x24 > 1.0
     r114 = k.and_(r89, r114)
     r71 = 2.0 * x4 * r71
     r110 = k.where(r114, r71, r110)
     r71 = r49 + r88 + r92 + r8 + r95 + r103 + r110
     r119 = k.where(r44, r46, r31)
-    r120 = -1.0 + x23
+    r120 = -1.0 + x24
     r121 = k.min(1.0, r120)
     r122 = -1.0 * r121
-    r122 = x23 + r122
+    r122 = x24 + r122
     r124 = k.min(r6, r122)
     r124 = r124 * r30
     r119 = k.where(r52, r124, r119)
@@ -144,20 +144,20 @@ def quantities(x, k):
     r119 = k.where(r61, r66, r119)
     r119 = r32 * r119
     r45 = 1.0 + r121
-    r45 = x23 == r45
+    r45 = x24 == r45
     r124 = k.where(r45, 1.0, 0.0)
-    r137 = x37 * x12 * r124
+    r137 = x38 * x12 * r124
     r138 = r121 == 0.0
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x37 * x12 * r138
+    r138 = x38 * x12 * r138
     r141 = r137 + r138
     r141 = r9 * r141
-    r143 = x23 == r122
+    r143 = x24 == r122
     r144 = k.where(r143, 1.0, 0.0)
-    r145 = x37 * x12 * r144
+    r145 = x38 * x12 * r144
     r122 = r122 == 1.0
     r122 = k.where(r122, 1.0, 0.0)
-    r122 = x37 * x12 * r122
+    r122 = x38 * x12 * r122
     r149 = r145 + r122
     r149 = r9 * r149
     r149 = r141 + r149
@@ -255,77 +255,78 @@ def quantities(x, k):
     r119 = k.where(r119, 0.0, 0.0)
     r31 = r71 == r31
     r119 = k.where(r31, 0.0, r119)
-    r31 = x37 * x19 * x4 * x34 * r26 * r9
-    r49 = x37 * x19 * x4 * x34 * r26
+    r31 = x38 * x19 * x4 * x35 * r26 * r9
+    r49 = x38 * x19 * x4 * x35 * r26
     r110 = k.max(r71, r138, r72)
     r95 = r138 == r110
     r72 = k.where(r95, r138, r72)
     r110 = r71 == r110
     r72 = k.where(r110, r71, r72)
-    r71 = -1.0 * r72
-    r71 = x8 + r71
-    r110 = 6.0 * x6 * x34 * r17
+    r71 = -1.0 * x20
+    r110 = -1.0 * r72
+    r110 = x8 + r71 + r110
+    r71 = 6.0 * x6 * x35 * r17
     r138 = 12.0 * x12
     r95 = 6.0 * x15 * r13
-    r143 = 12.0 * x37 * x12
+    r143 = 12.0 * x38 * x12
     r92 = 12.0 * x15 * x12 * x5
-    r145 = 12.0 * x15 * x11 * x10 * x34
+    r145 = 12.0 * x15 * x11 * x10 * x35
     r145 = r138 + r95 + r143 + r92 + r145
-    r92 = x6 * x34 * r145
+    r92 = x6 * x35 * r145
     r143 = k.pow(x12, 2.0)
     r95 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r95
+    r8 = 0.16666666666666666 * x35 * r95
     r122 = k.recip(x15)
-    r95 = 0.0625 * x37 * r122 * r95
+    r95 = 0.0625 * x38 * r122 * r95
     r95 = 1.0 + r8 + r95
-    r95 = 96.0 * x6 * x15 * x34 * r143 * r95
-    r143 = k.pow(x34, 2.0)
+    r95 = 96.0 * x6 * x15 * x35 * r143 * r95
+    r143 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r143
-    r74 = x24 == 1.0
+    r74 = x25 == 1.0
     r143 = 4.0 * x6 * x15 * x11 * x10 * r143
     r143 = k.where(r74, r143, 0.0)
-    r80 = 0.3333333333333333 * x6 * x34 * r145
+    r80 = 0.3333333333333333 * x6 * x35 * r145
     r143 = k.where(r33, r80, r143)
     r143 = r92 + r8 + r143
     r8 = k.where(r33, 1.0, 0.0)
     r80 = 1.0 + r8
     r141 = k.recip(x9)
     r88 = k.recip(x18)
-    r114 = x37 * x12 * r9
-    r30 = x19 * x12 * x34 * r26
-    r58 = x37 * x19 * x34 * r26 * r9
+    r114 = x38 * x12 * r9
+    r30 = x19 * x12 * x35 * r26
+    r58 = x38 * x19 * x35 * r26 * r9
     r58 = r114 + r30 + r58
     r114 = 2.0 * r141 * r88 * r58
-    r59 = k.recip(x22)
+    r59 = k.recip(x23)
     r46 = k.recip(x17)
-    r45 = 2.0 * x37 * x19 * x12 * x34 * r59 * r26 * r46 * r9
+    r45 = 2.0 * x38 * x19 * x12 * x35 * r59 * r26 * r46 * r9
     r45 = r114 + r45
     r45 = r80 * r45
     r58 = 4.0 * r141 * r88 * r58
-    r114 = 4.0 * x37 * x19 * x12 * x34 * r59 * r26 * r46 * r9
+    r114 = 4.0 * x38 * x19 * x12 * x35 * r59 * r26 * r46 * r9
     r114 = r45 + r58 + r114
     r114 = r16 * r114
     r58 = x11 * x10 * x12 * r9
-    r45 = x11 * x19 * x10 * x34 * r26 * r9
+    r45 = x11 * x19 * x10 * x35 * r26 * r9
     r45 = r58 + r30 + r45
     r58 = r141 * r88 * r45
-    r144 = k.recip(x21)
-    r73 = 2.0 * x11 * x19 * x10 * x12 * x34 * r144 * r26 * r46 * r9
+    r144 = k.recip(x22)
+    r73 = 2.0 * x11 * x19 * x10 * x12 * x35 * r144 * r26 * r46 * r9
     r73 = r58 + r73
     r73 = r80 * r73
     r11 = x11 + r11
     r58 = x10 * x12 * r9 * r11
-    r137 = x19 * x10 * x34 * r26 * r9 * r11
+    r137 = x19 * x10 * x35 * r26 * r9 * r11
     r137 = r30 + r58 + r137
     r58 = r141 * r88 * r137
-    r124 = 2.0 * x19 * x10 * x12 * x34 * r144 * r26 * r46 * r9 * r11
+    r124 = 2.0 * x19 * x10 * x12 * x35 * r144 * r26 * r46 * r9 * r11
     r124 = r58 + r124
     r124 = r80 * r124
     r58 = x12 * x5 * r9
-    r149 = x19 * x5 * x34 * r26 * r9
+    r149 = x19 * x5 * x35 * r26 * r9
     r149 = r58 + r30 + r149
     r30 = r141 * r88 * r149
-    r58 = 2.0 * x19 * x12 * x5 * x34 * r144 * r26 * r46 * r9
+    r58 = 2.0 * x19 * x12 * x5 * x35 * r144 * r26 * r46 * r9
     r58 = r30 + r58
     r58 = 2.0 * r80 * r58
     r45 = 2.0 * r141 * r88 * r45
@@ -333,158 +334,158 @@ def quantities(x, k):
     r149 = 4.0 * r141 * r88 * r149
     r30 = x11 * x10 * r9
     r30 = x12 + r30
-    r30 = 4.0 * x19 * x34 * r141 * r26 * r88 * r30
-    r325 = x10 * r9 * r11
-    r325 = x12 + r325
-    r325 = 4.0 * x19 * x34 * r141 * r26 * r88 * r325
-    r328 = x5 * r9
-    r328 = x12 + r328
-    r328 = 8.0 * x19 * x34 * r141 * r26 * r88 * r328
-    r331 = 8.0 * x19 * x12 * x5 * x34 * r144 * r26 * r46 * r9
-    r332 = 4.0 * x11 * x19 * x10 * x12 * x34 * r144 * r26 * r46 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x34 * r144 * r26 * r46 * r9 * r11
-    r11 = r73 + r124 + r58 + r45 + r137 + r149 + r30 + r325 + r328 + r331 + r332 + r11
+    r30 = 4.0 * x19 * x35 * r141 * r26 * r88 * r30
+    r326 = x10 * r9 * r11
+    r326 = x12 + r326
+    r326 = 4.0 * x19 * x35 * r141 * r26 * r88 * r326
+    r329 = x5 * r9
+    r329 = x12 + r329
+    r329 = 8.0 * x19 * x35 * r141 * r26 * r88 * r329
+    r332 = 8.0 * x19 * x12 * x5 * x35 * r144 * r26 * r46 * r9
+    r333 = 4.0 * x11 * x19 * x10 * x12 * x35 * r144 * r26 * r46 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x35 * r144 * r26 * r46 * r9 * r11
+    r11 = r73 + r124 + r58 + r45 + r137 + r149 + r30 + r326 + r329 + r332 + r333 + r11
     r11 = x15 * r16 * r11
     r11 = r114 + r11
     r114 = x6 * r4 * r5 * r11
-    r332 = 3.0 * x5
-    r331 = 2.0 * x5 * r80
-    r331 = r332 + r331
-    r331 = x19 * x34 * r26 * r9 * r331
-    r332 = 10.0 * x12 * r80
-    r332 = r138 + r332
-    r332 = x19 * x34 * r26 * r9 * r332
-    r332 = r331 + r332
-    r332 = x15 * r16 * r332
-    r331 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
+    r333 = 3.0 * x5
+    r332 = 2.0 * x5 * r80
+    r332 = r333 + r332
+    r332 = x19 * x35 * r26 * r9 * r332
+    r333 = 10.0 * x12 * r80
+    r333 = r138 + r333
+    r333 = x19 * x35 * r26 * r9 * r333
+    r333 = r332 + r333
+    r333 = x15 * r16 * r333
+    r332 = 3.0 * x38 * x19 * x35 * r26 * r16 * r9
     r8 = 2.0 + r8
-    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r8 * r10
-    r10 = r332 + r331 + r10
-    r331 = x6 * x4 * r141 * r4 * r5 * r88 * r10
-    r332 = k.recip(x0)
-    r8 = x11 * x10 * x34
+    r10 = x15 * x19 * x10 * x35 * r26 * r16 * r9 * r8 * r10
+    r10 = r333 + r332 + r10
+    r332 = x6 * x4 * r141 * r4 * r5 * r88 * r10
+    r333 = k.recip(x0)
+    r8 = x11 * x10 * x35
     r74 = k.or_(r74, r33)
     r74 = k.where(r74, 1.0, 0.0)
     r74 = 3.0 + r74
-    r74 = 2.0 * x11 * x10 * x34 * r74
+    r74 = 2.0 * x11 * x10 * x35 * r74
     r74 = r8 + r74
-    r8 = x6 * x15 * x34 * r59 * r4 * r26 * r46 * r332 * r16 * r9 * r74
-    r138 = r114 + r331 + r8
-    r328 = k.recip(r138)
+    r8 = x6 * x15 * x35 * r59 * r4 * r26 * r46 * r333 * r16 * r9 * r74
+    r138 = r114 + r332 + r8
+    r329 = k.recip(r138)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r325 = k.recip(x6)
-    r30 = 0.3333333333333333 * x3 * x19 * r325 * r57 * r138
-    r149 = 0.6666666666666666 * x3 * x19 * x23 * r325 * r138
+    r326 = k.recip(x6)
+    r30 = 0.3333333333333333 * x3 * x19 * r326 * r57 * r138
+    r149 = 0.6666666666666666 * x3 * x19 * x24 * r326 * r138
     r10 = -1.0 * x6 * x4 * r141 * r4 * r5 * r88 * r10
-    r74 = -1.0 * x6 * x15 * x34 * r59 * r4 * r26 * r46 * r332 * r16 * r9 * r74
+    r74 = -1.0 * x6 * x15 * x35 * r59 * r4 * r26 * r46 * r333 * r16 * r9 * r74
     r149 = r11 + r30 + r149 + r10 + r74
     r149 = k.max(0.0, r149)
-    r30 = 0.5 * x23
+    r30 = 0.5 * x24
     r30 = -1.0 + r30
-    r30 = 0.6666666666666666 * x3 * x19 * r325 * r57 * r30 * r138
+    r30 = 0.6666666666666666 * x3 * x19 * r326 * r57 * r30 * r138
     r30 = k.where(r44, 0.0, r30)
-    r44 = 0.3333333333333333 * x3 * x19 * r325 * r57 * r120 * r138
+    r44 = 0.3333333333333333 * x3 * x19 * r326 * r57 * r120 * r138
     r30 = k.where(r51, r44, r30)
     r61 = k.or_(r50, r53, r61)
-    r120 = x3 * x19 * r325 * r57 * r120 * r138
+    r120 = x3 * x19 * r326 * r57 * r120 * r138
     r30 = k.where(r61, r120, r30)
     r30 = k.max(r149, r30)
-    r328 = r328 * r30
+    r329 = r329 * r30
     r149 = k.where(r91, 4.0, 2.0)
     r149 = 26.0 + r149
     r149 = r141 * r88 * r149 * r27
-    r88 = r114 + r149 + r331 + r8
-    r141 = -1.0 * x20
+    r88 = r114 + r149 + r332 + r8
+    r141 = -1.0 * x21
     r141 = 1.0 + r141
-    r120 = x23 * x38
+    r120 = x24 * x39
     r120 = -1.0 + r120
-    r57 = k.recip(x26)
-    r50 = k.recip(x27)
-    r44 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9
-    r44 = x28 + r44
-    r51 = 2.0 * x3 * x2 * x36
-    r51 = x30 >= r51
-    r332 = k.recip(x29)
-    r46 = k.recip(x31)
-    r59 = x19 * x4 * x12 * x34 * r332 * r26 * r46 * r9
-    r59 = x32 + r59
+    r57 = k.recip(x27)
+    r50 = k.recip(x28)
+    r44 = x19 * x4 * x12 * x35 * r57 * r26 * r50 * r9
+    r44 = x29 + r44
+    r51 = 2.0 * x3 * x2 * x37
+    r51 = x31 >= r51
+    r333 = k.recip(x30)
+    r46 = k.recip(x32)
+    r59 = x19 * x4 * x12 * x35 * r333 * r26 * r46 * r9
+    r59 = x33 + r59
     r44 = k.where(r51, r59, r44)
     r44 = 2.0 * x6 * r4 * r5 * r16 * r120 * r44
     r44 = k.where(r70, 0.0, r44)
     r141 = r141 * r44
-    r59 = x3 * x19 * r325 * r138
-    r51 = x23 <= 1.0
+    r59 = x3 * x19 * r326 * r138
+    r51 = x24 <= 1.0
     r94 = k.and_(r94, r51)
     r59 = k.where(r94, r138, r59)
-    r59 = -1.0 * x20 * r59
+    r59 = -1.0 * x21 * r59
     r138 = x3 * x2
     r137 = -1.0 + r138
     r45 = k.recip(r137)
     r58 = 2.0 * x3 * x2
     r58 = -2.0 + r58
-    r124 = x30 * r9
+    r124 = x31 * r9
     r73 = k.gcd(r138, r124)
-    r415 = k.recip(r73)
-    r416 = x3 * x2 * r415
-    r416 = -1.0 + r416
-    r416 = x28 * r416
-    r419 = -1.0 * x3 * x2 * r415
-    r419 = r138 + r419
-    r419 = x32 * r419
-    r422 = r416 + r419
-    r422 = r45 * r58 * r422
+    r416 = k.recip(r73)
+    r417 = x3 * x2 * r416
+    r417 = -1.0 + r417
+    r417 = x29 * r417
+    r420 = -1.0 * x3 * x2 * r416
+    r420 = r138 + r420
+    r420 = x33 * r420
+    r423 = r417 + r420
+    r423 = r45 * r58 * r423
     r45 = x4 * r21
-    r425 = 4.0 * r21
-    r45 = k.where(r91, r425, r45)
-    r425 = x23 * r57 * r122 * r4 * r26 * r50 * r415 * r58 * r45
+    r426 = 4.0 * r21
+    r45 = k.where(r91, r426, r45)
+    r426 = x24 * r57 * r122 * r4 * r26 * r50 * r416 * r58 * r45
     r73 = -1.0 + r73
-    r91 = x23 * r332 * r122 * r4 * r26 * r46 * r415 * r73 * r58 * r45
-    r91 = k.max(r425, r91)
-    r91 = r422 + r91
-    r422 = x30 <= x36
-    r425 = x28 * r58
-    r434 = x23 * r57 * r122 * r4 * r26 * r50 * r58 * r45
-    r434 = r425 + r434
-    r91 = k.where(r422, r434, r91)
-    r434 = x3 * x2 * x36
-    r434 = x30 >= r434
-    r425 = x32 * r58
-    r440 = x23 * r332 * r122 * r4 * r26 * r46 * r58 * r45
-    r440 = r425 + r440
-    r91 = k.where(r434, r440, r91)
+    r91 = x24 * r333 * r122 * r4 * r26 * r46 * r416 * r73 * r58 * r45
+    r91 = k.max(r426, r91)
+    r91 = r423 + r91
+    r423 = x31 <= x37
+    r426 = x29 * r58
+    r435 = x24 * r57 * r122 * r4 * r26 * r50 * r58 * r45
+    r435 = r426 + r435
+    r91 = k.where(r423, r435, r91)
+    r435 = x3 * x2 * x37
+    r435 = x31 >= r435
+    r426 = x33 * r58
+    r441 = x24 * r333 * r122 * r4 * r26 * r46 * r58 * r45
+    r441 = r426 + r441
+    r91 = k.where(r435, r441, r91)
     r91 = x15 * r16 * r91
-    r440 = x23 * r57 * r122 * r4 * r26 * r50 * r415 * r137 * r45
-    r425 = x23 * r332 * r122 * r4 * r26 * r46 * r415 * r137 * r73 * r45
-    r425 = k.max(r440, r425)
-    r425 = r416 + r419 + r425
-    r440 = x28 * r137
-    r449 = x23 * r57 * r122 * r4 * r26 * r50 * r137 * r45
-    r449 = r440 + r449
-    r425 = k.where(r422, r449, r425)
-    r449 = x32 * r137
-    r453 = x23 * r332 * r122 * r4 * r26 * r46 * r137 * r45
-    r453 = r449 + r453
-    r425 = k.where(r434, r453, r425)
-    r453 = x15 * r16 * r425
-    r457 = x4 * x23 * r57 * r122 * r4 * r26 * r50 * r415 * r137 * r21
-    r73 = x4 * x23 * r332 * r122 * r4 * r26 * r46 * r415 * r137 * r73 * r21
-    r73 = k.max(r457, r73)
-    r73 = r416 + r419 + r73
-    r419 = x4 * x23 * r57 * r122 * r4 * r26 * r50 * r137 * r21
-    r419 = r440 + r419
-    r73 = k.where(r422, r419, r73)
-    r122 = x4 * x23 * r332 * r122 * r4 * r26 * r46 * r137 * r21
-    r122 = r449 + r122
-    r73 = k.where(r434, r122, r73)
+    r441 = x24 * r57 * r122 * r4 * r26 * r50 * r416 * r137 * r45
+    r426 = x24 * r333 * r122 * r4 * r26 * r46 * r416 * r137 * r73 * r45
+    r426 = k.max(r441, r426)
+    r426 = r417 + r420 + r426
+    r441 = x29 * r137
+    r450 = x24 * r57 * r122 * r4 * r26 * r50 * r137 * r45
+    r450 = r441 + r450
+    r426 = k.where(r423, r450, r426)
+    r450 = x33 * r137
+    r454 = x24 * r333 * r122 * r4 * r26 * r46 * r137 * r45
+    r454 = r450 + r454
+    r426 = k.where(r435, r454, r426)
+    r454 = x15 * r16 * r426
+    r458 = x4 * x24 * r57 * r122 * r4 * r26 * r50 * r416 * r137 * r21
+    r73 = x4 * x24 * r333 * r122 * r4 * r26 * r46 * r416 * r137 * r73 * r21
+    r73 = k.max(r458, r73)
+    r73 = r417 + r420 + r73
+    r420 = x4 * x24 * r57 * r122 * r4 * r26 * r50 * r137 * r21
+    r420 = r441 + r420
+    r73 = k.where(r423, r420, r73)
+    r122 = x4 * x24 * r333 * r122 * r4 * r26 * r46 * r137 * r21
+    r122 = r450 + r122
+    r73 = k.where(r435, r122, r73)
     r122 = x15 * r16 * r73
-    r434 = r453 + r122
-    r91 = k.where(r23, r434, r91)
-    r425 = x6 * x15 * r4 * r5 * r16 * r425
-    r425 = r122 + r425
-    r91 = k.where(r94, r425, r91)
+    r435 = r454 + r122
+    r91 = k.where(r23, r435, r91)
+    r426 = x6 * x15 * r4 * r5 * r16 * r426
+    r426 = r122 + r426
+    r91 = k.where(r94, r426, r91)
     r51 = k.and_(r89, r51)
     r73 = 2.0 * x15 * r16 * r73
-    r73 = r453 + r73
+    r73 = r454 + r73
     r73 = x6 * r4 * r5 * r73
     r91 = k.where(r51, r73, r91)
     r138 = r138 == 1.0
@@ -493,28 +494,28 @@ def quantities(x, k):
     r59 = k.max(0.0, r59)
     r124 = k.gcd(x2, r124)
     r73 = k.recip(r124)
-    r453 = x2 * r73
-    r453 = -1.0 + r453
-    r453 = x28 * r453
+    r454 = x2 * r73
+    r454 = -1.0 + r454
+    r454 = x29 * r454
     r89 = -1.0 * x2 * r73
     r89 = x2 + r89
-    r89 = x32 * r89
-    r425 = -1.0 + x2
-    r122 = 2.0 * x14 * x19 * x10 * x4 * x34 * r57 * r26 * r50 * r9 * r73 * r425
+    r89 = x33 * r89
+    r426 = -1.0 + x2
+    r122 = 2.0 * x14 * x19 * x10 * x4 * x35 * r57 * r26 * r50 * r9 * r73 * r426
     r124 = -1.0 + r124
-    r124 = 2.0 * x14 * x19 * x10 * x4 * x34 * r332 * r26 * r46 * r9 * r73 * r425 * r124
+    r124 = 2.0 * x14 * x19 * x10 * x4 * x35 * r333 * r26 * r46 * r9 * r73 * r426 * r124
     r124 = k.max(r122, r124)
-    r124 = r453 + r89 + r124
-    r89 = x28 * r425
-    r453 = 2.0 * x14 * x19 * x10 * x4 * x34 * r57 * r26 * r50 * r9 * r425
-    r453 = r89 + r453
-    r124 = k.where(r422, r453, r124)
-    r453 = x2 * x36
-    r453 = x30 >= r453
-    r422 = x32 * r425
-    r89 = 2.0 * x14 * x19 * x10 * x4 * x34 * r332 * r26 * r46 * r9 * r425
-    r89 = r422 + r89
-    r124 = k.where(r453, r89, r124)
+    r124 = r454 + r89 + r124
+    r89 = x29 * r426
+    r454 = 2.0 * x14 * x19 * x10 * x4 * x35 * r57 * r26 * r50 * r9 * r426
+    r454 = r89 + r454
+    r124 = k.where(r423, r454, r124)
+    r454 = x2 * x37
+    r454 = x31 >= r454
+    r423 = x33 * r426
+    r89 = 2.0 * x14 * x19 * x10 * x4 * x35 * r333 * r26 * r46 * r9 * r426
+    r89 = r423 + r89
+    r124 = k.where(r454, r89, r124)
     r89 = x6 * x15 * r4 * r5 * r16 * r124
     r124 = x6 * x15 * r4 * r5 * r16 * r80 * r124
     r124 = r89 + r124
@@ -522,62 +523,62 @@ def quantities(x, k):
     r124 = k.where(r89, 0.0, r124)
     r33 = k.where(r33, 2.0, 0.0)
     r33 = 4.0 + r33
-    r453 = k.gcd(x36, x30)
-    r422 = k.recip(r453)
-    r122 = x36 * r422
+    r454 = k.gcd(x37, x31)
+    r423 = k.recip(r454)
+    r122 = x37 * r423
     r122 = -1.0 + r122
-    r122 = x28 * r122
-    r73 = -1.0 * x36 * r422
-    r73 = x36 + r73
-    r73 = x32 * r73
-    r434 = -1.0 + x36
-    r449 = x19 * x12 * x34 * r57 * r26 * r50 * r9 * r422 * r434
-    r453 = -1.0 + r453
-    r419 = x19 * x12 * x34 * r332 * r26 * r46 * r9 * r422 * r434 * r453
-    r419 = k.max(r449, r419)
-    r419 = r122 + r73 + r419
-    r449 = x30 <= 1.0
-    r440 = x28 * r434
-    r416 = x19 * x12 * x34 * r57 * r26 * r50 * r9 * r434
-    r416 = r440 + r416
-    r419 = k.where(r449, r416, r419)
-    r416 = x30 >= x36
-    r457 = x32 * r434
-    r415 = x19 * x12 * x34 * r332 * r26 * r46 * r9 * r434
-    r415 = r457 + r415
-    r419 = k.where(r416, r415, r419)
-    r419 = x6 * x15 * r4 * r5 * r16 * r33 * r419
-    r415 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9 * r422 * r434
-    r453 = x19 * x4 * x12 * x34 * r332 * r26 * r46 * r9 * r422 * r434 * r453
-    r453 = k.max(r415, r453)
-    r453 = r122 + r73 + r453
-    r50 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9 * r434
-    r50 = r440 + r50
-    r453 = k.where(r449, r50, r453)
-    r46 = x19 * x4 * x12 * x34 * r332 * r26 * r46 * r9 * r434
-    r46 = r457 + r46
-    r453 = k.where(r416, r46, r453)
-    r453 = x6 * x15 * r4 * r5 * r16 * r33 * r453
-    r453 = r419 + r453
-    r419 = x36 == 1.0
-    r453 = k.where(r419, 0.0, r453)
+    r122 = x29 * r122
+    r73 = -1.0 * x37 * r423
+    r73 = x37 + r73
+    r73 = x33 * r73
+    r435 = -1.0 + x37
+    r450 = x19 * x12 * x35 * r57 * r26 * r50 * r9 * r423 * r435
+    r454 = -1.0 + r454
+    r420 = x19 * x12 * x35 * r333 * r26 * r46 * r9 * r423 * r435 * r454
+    r420 = k.max(r450, r420)
+    r420 = r122 + r73 + r420
+    r450 = x31 <= 1.0
+    r441 = x29 * r435
+    r417 = x19 * x12 * x35 * r57 * r26 * r50 * r9 * r435
+    r417 = r441 + r417
+    r420 = k.where(r450, r417, r420)
+    r417 = x31 >= x37
+    r458 = x33 * r435
+    r416 = x19 * x12 * x35 * r333 * r26 * r46 * r9 * r435
+    r416 = r458 + r416
+    r420 = k.where(r417, r416, r420)
+    r420 = x6 * x15 * r4 * r5 * r16 * r33 * r420
+    r416 = x19 * x4 * x12 * x35 * r57 * r26 * r50 * r9 * r423 * r435
+    r454 = x19 * x4 * x12 * x35 * r333 * r26 * r46 * r9 * r423 * r435 * r454
+    r454 = k.max(r416, r454)
+    r454 = r122 + r73 + r454
+    r50 = x19 * x4 * x12 * x35 * r57 * r26 * r50 * r9 * r435
+    r50 = r441 + r50
+    r454 = k.where(r450, r50, r454)
+    r46 = x19 * x4 * x12 * x35 * r333 * r26 * r46 * r9 * r435
+    r46 = r458 + r46
+    r454 = k.where(r417, r46, r454)
+    r454 = x6 * x15 * r4 * r5 * r16 * r33 * r454
+    r454 = r420 + r454
+    r420 = x37 == 1.0
+    r454 = k.where(r420, 0.0, r454)
     r74 = r11 + r10 + r74
     r74 = k.max(0.0, r74)
     r74 = k.where(r22, r74, 0.0)
-    r22 = r141 + r114 + r149 + r331 + r8 + r59 + r30 + r124 + r453 + r74
+    r22 = r141 + r114 + r149 + r332 + r8 + r59 + r30 + r124 + r454 + r74
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x34 * r144 * r4 * r26 * r16 * r9 * r10 * r17
-    r145 = x6 * x34 * r144 * r4 * r26 * r16 * r9 * r10 * r145
-    r10 = x19 * x4 * x12 * x34 * r26
-    r144 = x19 * x4 * x12 * x34 * r57 * r26
+    r11 = 6.0 * x6 * x35 * r144 * r4 * r26 * r16 * r9 * r10 * r17
+    r145 = x6 * x35 * r144 * r4 * r26 * r16 * r9 * r10 * r145
+    r10 = x19 * x4 * x12 * x35 * r26
+    r144 = x19 * x4 * x12 * x35 * r57 * r26
     r58 = r4 * r26 * r58 * r45
     r46 = r4 * r26 * r137 * r45
-    r416 = x4 * r4 * r26 * r137 * r21
-    r457 = r46 + r416
-    r58 = k.where(r23, r457, r58)
-    r457 = k.pow(x3, -2.0)
-    r45 = x6 * r457 * r5 * r26 * r137 * r45
-    r45 = r416 + r45
+    r417 = x4 * r4 * r26 * r137 * r21
+    r458 = r46 + r417
+    r58 = k.where(r23, r458, r58)
+    r458 = k.pow(x3, -2.0)
+    r45 = x6 * r458 * r5 * r26 * r137 * r45
+    r45 = r417 + r45
     r58 = k.where(r94, r45, r58)
     r137 = 2.0 * x4 * r4 * r26 * r137 * r21
     r137 = r46 + r137
@@ -585,96 +586,96 @@ def quantities(x, k):
     r58 = k.where(r51, r137, r58)
     r58 = k.where(r138, 0.0, r58)
     r138 = r57 * r58
-    r57 = x29 * r57
-    r137 = k.recip(x34)
-    r51 = x35 * r325 * r137
+    r57 = x30 * r57
+    r137 = k.recip(x35)
+    r51 = x36 * r326 * r137
     r5 = k.recip(x13)
     r46 = r4 * r26 * r5 * r16 * r9
     r45 = 1.6e-11 * x12
-    r94 = 1.6e-11 * x37 * x12
-    r416 = 8e-12 * x15 * r13
-    r457 = 1.6e-11 * x15 * x12 * x5
-    r23 = r45 + r94 + r416 + r457
-    r332 = 8e-12 * x12
-    r50 = 8e-12 * x37 * x12
-    r449 = 4e-12 * x15 * r13
-    r440 = 8e-12 * x15 * x12 * x5
-    r440 = r332 + r50 + r449 + r440
-    r440 = r46 > r440
-    r449 = -1.6e-11 * x12
-    r50 = -1.6e-11 * x37 * x12
+    r94 = 1.6e-11 * x38 * x12
+    r417 = 8e-12 * x15 * r13
+    r458 = 1.6e-11 * x15 * x12 * x5
+    r23 = r45 + r94 + r417 + r458
+    r333 = 8e-12 * x12
+    r50 = 8e-12 * x38 * x12
+    r450 = 4e-12 * x15 * r13
+    r441 = 8e-12 * x15 * x12 * x5
+    r441 = r333 + r50 + r450 + r441
+    r441 = r46 > r441
+    r450 = -1.6e-11 * x12
+    r50 = -1.6e-11 * x38 * x12
     r13 = -8e-12 * x15 * r13
-    r332 = -1.6e-11 * x15 * x12 * x5
+    r333 = -1.6e-11 * x15 * x12 * x5
     r73 = k.sqrt(2.0)
     r122 = k.sqrt(x3)
     r122 = k.recip(r122)
-    r415 = k.sqrt(x2)
-    r415 = k.recip(r415)
-    r422 = k.sqrt(x13)
-    r422 = k.recip(r422)
-    r603 = k.sqrt(x23)
-    r603 = k.recip(r603)
-    r605 = k.sqrt(x36)
-    r605 = k.recip(r605)
-    r607 = k.sqrt(r23)
-    r608 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r23
-    r609 = k.sqrt(x3)
-    r610 = k.sqrt(x2)
-    r611 = k.sqrt(x13)
-    r612 = k.sqrt(x23)
-    r613 = k.sqrt(x36)
-    r613 = 0.16666666666666666 * r73 * r609 * r610 * r611 * r612 * r613 * r607
-    r613 = 1.0 + r608 + r613
-    r613 = r73 * r122 * r415 * r422 * r603 * r605 * r607 * r613
-    r613 = r449 + r50 + r13 + r332 + r613
-    r332 = k.where(r440, r613, r46)
-    r457 = r45 + r94 + r416 + r457 + r332
-    r457 = x3 * x2 * x13 * x23 * x36 * r457
-    r457 = k.exp(r457)
-    r457 = -1.0 + r457
-    r416 = k.recip(r457)
-    r94 = x25 + x1
-    r45 = -1.0 * x3 * x2 * x13 * x23 * x36 * r94
+    r416 = k.sqrt(x2)
+    r416 = k.recip(r416)
+    r423 = k.sqrt(x13)
+    r423 = k.recip(r423)
+    r604 = k.sqrt(x24)
+    r604 = k.recip(r604)
+    r606 = k.sqrt(x37)
+    r606 = k.recip(r606)
+    r608 = k.sqrt(r23)
+    r609 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r23
+    r610 = k.sqrt(x3)
+    r611 = k.sqrt(x2)
+    r612 = k.sqrt(x13)
+    r613 = k.sqrt(x24)
+    r614 = k.sqrt(x37)
+    r614 = 0.16666666666666666 * r73 * r610 * r611 * r612 * r613 * r614 * r608
+    r614 = 1.0 + r609 + r614
+    r614 = r73 * r122 * r416 * r423 * r604 * r606 * r608 * r614
+    r614 = r450 + r50 + r13 + r333 + r614
+    r333 = k.where(r441, r614, r46)
+    r458 = r45 + r94 + r417 + r458 + r333
+    r458 = x3 * x2 * x13 * x24 * x37 * r458
+    r458 = k.exp(r458)
+    r458 = -1.0 + r458
+    r417 = k.recip(r458)
+    r94 = x26 + x1
+    r45 = -1.0 * x3 * x2 * x13 * x24 * x37 * r94
     r45 = k.exp(r45)
-    r45 = x3 * x2 * x13 * x23 * x36 * r416 * r332 * r45
-    r416 = x3 * x2 * x13 * x23 * x36
-    r613 = k.recip(r613)
-    r416 = k.where(r440, r613, r416)
-    r94 = x3 * x2 * x13 * x23 * x36 * r94
+    r45 = x3 * x2 * x13 * x24 * x37 * r417 * r333 * r45
+    r417 = x3 * x2 * x13 * x24 * x37
+    r614 = k.recip(r614)
+    r417 = k.where(r441, r614, r417)
+    r94 = x3 * x2 * x13 * x24 * x37 * r94
     r94 = k.exp(r94)
-    r5 = x35 * r325 * r4 * r26 * r5 * r16 * r137 * r9 * r457 * r22 * r416 * r94
-    r94 = x35 * r325 * r137 * r457 * r22 * r416 * r94
-    r416 = x6 * x15 * x12 * x34 * r4 * r26 * r16 * r9 * r434 * r33
-    r33 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r434 * r33
-    r33 = r416 + r33
-    r33 = k.where(r419, 0.0, r33)
-    r419 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r425
-    r425 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r80 * r425
-    r425 = r419 + r425
-    r425 = k.where(r89, 0.0, r425)
-    r120 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r120
+    r5 = x36 * r326 * r4 * r26 * r5 * r16 * r137 * r9 * r458 * r22 * r417 * r94
+    r94 = x36 * r326 * r137 * r458 * r22 * r417 * r94
+    r417 = x6 * x15 * x12 * x35 * r4 * r26 * r16 * r9 * r435 * r33
+    r33 = x6 * x15 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r435 * r33
+    r33 = r417 + r33
+    r33 = k.where(r420, 0.0, r33)
+    r420 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r426
+    r426 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r80 * r426
+    r426 = r420 + r426
+    r426 = k.where(r89, 0.0, r426)
+    r120 = 2.0 * x6 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r120
     r120 = k.where(r70, 0.0, r120)
-    r121 = r121 < x23
-    r70 = x33 != 2.0
+    r121 = r121 < x24
+    r70 = x34 != 2.0
     r53 = k.and_(r53, r70)
     r53 = k.not_(r53)
     r53 = k.or_(r121, r53)
-    r9 = x33 != 1.0
+    r9 = x34 != 1.0
     r52 = k.and_(r9, r70, r52)
     r52 = k.not_(r52)
     r52 = k.or_(r121, r52)
     r52 = k.and_(r53, r52)
-    r53 = x23 >= 2.0
-    r121 = x33 != 3.0
-    r70 = x33 != 4.0
+    r53 = x24 >= 2.0
+    r121 = x34 != 3.0
+    r70 = x34 != 4.0
     r61 = k.not_(r61)
     r61 = k.and_(r121, r70, r61)
     r61 = k.not_(r61)
     r61 = k.or_(r53, r61)
-    r53 = x21 * x3 * x2 * x23 * x36 * r22
-    r70 = r110 <= r53
+    r53 = x22 * x3 * x2 * x24 * x37 * r22
+    r70 = r71 <= r53
     r53 = r92 <= r53
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r69, r32, r66, r109, r100, r119, 0.0, r103, r104, r34, r31, r49, r105, r72, r71, r110, r110, r92, r95, r143, r328, r88, r30, r22, r11, r145, r10, r144, r138, r57, 0.0, r51, r46, r23, r332, r45, r5, r94, r114, r8, r331, r149, r33, r453, r453, r425, r124, r124, r58, r91, r59, r120, r44, r141, 0.0, 0.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, r52, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, r61, r61, r70, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r69, r32, r66, r109, r100, r119, 0.0, r103, r104, r34, r31, r49, r105, r72, r110, r71, r71, r92, r95, r143, r329, r88, r30, r22, r11, r145, r10, r144, r138, r57, 0.0, r51, r46, r23, r333, r45, r5, r94, r114, r8, r332, r149, r33, r454, r454, r426, r124, r124, r58, r91, r59, r120, r44, r141, 0.0, 0.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, r61, r61, r70, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1320,9 +1321,9 @@ def search(x, k):
     return (r90, r72, r48)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (40, 44, 45, 46, 47), (44, 45, 46, 47), (39, 44, 45, 46, 47), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 39, 40, 44, 45, 46, 47), (31, 32, 36, 39, 40, 44, 45, 46, 47), (30, 44, 45, 46, 47), (30, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (29,), (74,), (41, 44, 45, 46, 47), (41, 44, 45, 46, 47, 73, 74), (41, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 34), (9, 69), (10, 37), (10, 38), (10, 69), (11, 69), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 33), (13, 65), (13, 66), (13, 67), (13, 68), (16, 31), (16, 32), (16, 33), (16, 36), (16, 65), (16, 66), (16, 67), (16, 68), (17, 33), (17, 65), (17, 66), (17, 67), (17, 68), (22, 33), (22, 34), (22, 37), (22, 38), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 33), (23, 34), (23, 37), (23, 38), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (41, 45, 46, 47, 48), (45, 46, 47, 48), (40, 45, 46, 47, 48), (), (31, 32, 37), (), (), (), (31, 32, 37), (32,), (36,), (36,), (37,), (31, 32, 37, 40, 41, 45, 46, 47, 48), (31, 32, 35, 37, 40, 41, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (42, 45, 46, 47, 48), (42, 45, 46, 47, 48, 74, 75), (42, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 34), (9, 70), (10, 38), (10, 39), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 34), (22, 38), (22, 39), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 34), (23, 38), (23, 39), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,16 +25,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x22)
-    r9 = k.recip(x35)
+    r16 = k.recip(x23)
+    r9 = k.recip(x36)
     r21 = r16 * r9 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
@@ -47,45 +47,45 @@ def quantities(x, k):
     r34 = r31 + r32 + r33 + r34
     r34 = r9 * r34
     r34 = r30 + r34
-    r34 = x19 * x33 * r26 * r34
-    r30 = x23 == 2.0
-    r33 = 2.0 * x19 * x12 * x33 * r26
+    r34 = x19 * x34 * r26 * r34
+    r30 = x24 == 2.0
+    r33 = 2.0 * x19 * x12 * x34 * r26
     r33 = k.where(r30, r33, r34)
-    r32 = 1.0 + x22
+    r32 = 1.0 + x23
     r32 = k.min(r32, r6)
     r31 = k.ceiling(r29)
     r32 = r32 * r31
-    r46 = x32 == 4.0
-    r47 = 2.0 * x22
+    r46 = x33 == 4.0
+    r47 = 2.0 * x23
     r48 = -1.0 + r47
     r48 = k.min(r48, r6)
     r48 = r48 * r31
     r51 = k.where(r46, r48, r32)
-    r52 = x32 == 0.0
-    r53 = x32 == 3.0
+    r52 = x33 == 0.0
+    r53 = x33 == 3.0
     r54 = k.or_(r52, r53)
-    r55 = k.min(x22, r6)
+    r55 = k.min(x23, r6)
     r55 = r55 * r31
     r51 = k.where(r54, r55, r51)
-    r55 = x32 == 1.0
-    r59 = k.recip(x37)
-    r60 = x6 * x37 * r4 * r5
-    r61 = -1.0 + x37
-    r61 = x22 * r61
+    r55 = x33 == 1.0
+    r59 = k.recip(x38)
+    r60 = x6 * x38 * r4 * r5
+    r61 = -1.0 + x38
+    r61 = x23 * r61
     r63 = -1.0 + r47 + r61
     r63 = k.min(r60, r63)
     r63 = r59 * r63 * r31
     r51 = k.where(r55, r63, r51)
-    r63 = x32 == 2.0
+    r63 = x33 == 2.0
     r68 = x6 * r4 * r5 * r31
     r51 = k.where(r63, r68, r51)
     r51 = r33 * r51
-    r71 = x36 * x12
+    r71 = x37 * x12
     r72 = r13 * r31
-    r73 = x22 == 1.0
+    r73 = x23 == 1.0
     r74 = k.where(r73, 1.0, 0.0)
     r75 = 2.0 * x12 * r74
-    r74 = x36 * x12 * r74
+    r74 = x37 * x12 * r74
     r77 = 2.0 * x12 * x5 * r31
     r75 = r71 + r72 + r75 + r74 + r77
     r75 = r9 * r75
@@ -94,18 +94,18 @@ def quantities(x, k):
     r71 = r74 + r75
     r75 = k.where(r22, r71, r75)
     r8 = 2.0 * r75
-    r85 = x38 >= 2.0
+    r85 = x39 >= 2.0
     r86 = 2.0 * r4 * r26 * r75
     r87 = k.where(r85, r86, r8)
-    r88 = x38 >= 3.0
+    r88 = x39 >= 3.0
     r8 = k.where(r88, r86, r8)
     r86 = 12.0 * r75
     r91 = 12.0 * r4 * r26 * r75
     r86 = k.where(r23, r91, r86)
     r91 = k.where(r30, r34, 0.0)
     r94 = k.or_(r22, r73)
-    r95 = 4.0 * x19 * x12 * x33 * r26
-    r96 = x36 * x19 * x16 * x33 * r26 * r9
+    r95 = 4.0 * x19 * x12 * x34 * r26
+    r96 = x37 * x19 * x16 * x34 * r26 * r9
     r95 = r95 + r96
     r95 = k.max(r95, r91)
     r94 = k.where(r94, r95, r91)
@@ -114,16 +114,16 @@ def quantities(x, k):
     r100 = k.where(r22, r101, r100)
     r101 = 3.0 * x4 * r100 * r75
     r101 = k.where(r88, r101, 0.0)
-    r105 = x22 > 1.0
+    r105 = x23 > 1.0
     r105 = k.and_(r88, r105)
     r75 = 2.0 * x4 * r75
     r101 = k.where(r105, r75, r101)
     r75 = r51 + r87 + r8 + r86 + r94 + r101
     r110 = k.where(r46, r48, r32)
-    r111 = -1.0 + x22
+    r111 = -1.0 + x23
     r112 = k.min(1.0, r111)
     r113 = -1.0 * r112
-    r113 = x22 + r113
+    r113 = x23 + r113
     r115 = k.min(r6, r113)
     r115 = r115 * r31
     r110 = k.where(r54, r115, r110)
@@ -135,22 +135,22 @@ def quantities(x, k):
     r110 = k.where(r63, r68, r110)
     r110 = r33 * r110
     r47 = 1.0 + r112
-    r47 = x22 == r47
+    r47 = x23 == r47
     r115 = k.where(r47, 1.0, 0.0)
     r128 = 2.0 * x12 * r115
-    r115 = x36 * x12 * r115
+    r115 = x37 * x12 * r115
     r130 = r112 == 0.0
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x36 * x12 * r130
+    r130 = x37 * x12 * r130
     r130 = r72 + r128 + r115 + r130 + r77
     r130 = r9 * r130
-    r115 = x22 == r113
+    r115 = x23 == r113
     r128 = k.where(r115, 1.0, 0.0)
     r137 = 2.0 * x12 * r128
-    r128 = x36 * x12 * r128
+    r128 = x37 * x12 * r128
     r113 = r113 == 1.0
     r113 = k.where(r113, 1.0, 0.0)
-    r113 = x36 * x12 * r113
+    r113 = x37 * x12 * r113
     r77 = r72 + r137 + r128 + r113 + r77
     r77 = r9 * r77
     r77 = r130 + r77
@@ -226,386 +226,387 @@ def quantities(x, k):
     r110 = k.where(r110, 0.0, 0.0)
     r32 = r75 == r32
     r110 = k.where(r32, 0.0, r110)
-    r32 = x36 * x19 * x4 * x33 * r26 * r9
-    r51 = x36 * x19 * x4 * x33 * r26
+    r32 = x37 * x19 * x4 * x34 * r26 * r9
+    r51 = x37 * x19 * x4 * x34 * r26
     r101 = k.max(r75, r130, r74)
     r86 = r130 == r101
     r74 = k.where(r86, r130, r74)
     r101 = r75 == r101
     r74 = k.where(r101, r75, r74)
-    r75 = -1.0 * r74
-    r75 = x8 + r75
-    r101 = 6.0 * x6 * x33 * r17
+    r75 = -1.0 * x20
+    r101 = -1.0 * r74
+    r101 = x8 + r75 + r101
+    r75 = 6.0 * x6 * x34 * r17
     r130 = 12.0 * x12
     r86 = 6.0 * x15 * r13
-    r115 = 12.0 * x36 * x12
+    r115 = 12.0 * x37 * x12
     r87 = 12.0 * x15 * x12 * x5
-    r113 = 12.0 * x15 * x11 * x10 * x33
+    r113 = 12.0 * x15 * x11 * x10 * x34
     r113 = r130 + r86 + r115 + r87 + r113
-    r87 = x6 * x33 * r113
+    r87 = x6 * x34 * r113
     r115 = k.pow(x12, 2.0)
     r86 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r86
+    r8 = 0.16666666666666666 * x34 * r86
     r128 = k.recip(x15)
-    r86 = 0.0625 * x36 * r128 * r86
+    r86 = 0.0625 * x37 * r128 * r86
     r86 = 1.0 + r8 + r86
-    r86 = 96.0 * x6 * x15 * x33 * r115 * r86
-    r115 = k.pow(x33, 2.0)
+    r86 = 96.0 * x6 * x15 * x34 * r115 * r86
+    r115 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r115
-    r105 = x23 == 1.0
+    r105 = x24 == 1.0
     r115 = 4.0 * x6 * x15 * x11 * x10 * r115
     r115 = k.where(r105, r115, 0.0)
-    r77 = 0.3333333333333333 * x6 * x33 * r113
+    r77 = 0.3333333333333333 * x6 * x34 * r113
     r115 = k.where(r30, r77, r115)
     r115 = r87 + r8 + r115
     r8 = k.where(r30, 1.0, 0.0)
     r77 = 1.0 + r8
     r31 = k.recip(x9)
     r60 = k.recip(x18)
-    r61 = x36 * x12 * r9
-    r48 = x19 * x12 * x33 * r26
-    r47 = x36 * x19 * x33 * r26 * r9
+    r61 = x37 * x12 * r9
+    r48 = x19 * x12 * x34 * r26
+    r47 = x37 * x19 * x34 * r26 * r9
     r47 = r61 + r48 + r47
     r61 = 2.0 * r31 * r60 * r47
-    r137 = k.recip(x21)
+    r137 = k.recip(x22)
     r72 = k.recip(x17)
-    r260 = 2.0 * x36 * x19 * x12 * x33 * r137 * r26 * r72 * r9
-    r260 = r61 + r260
-    r260 = r77 * r260
+    r261 = 2.0 * x37 * x19 * x12 * x34 * r137 * r26 * r72 * r9
+    r261 = r61 + r261
+    r261 = r77 * r261
     r47 = 4.0 * r31 * r60 * r47
-    r61 = 4.0 * x36 * x19 * x12 * x33 * r137 * r26 * r72 * r9
-    r61 = r260 + r47 + r61
+    r61 = 4.0 * x37 * x19 * x12 * x34 * r137 * r26 * r72 * r9
+    r61 = r261 + r47 + r61
     r61 = r16 * r61
     r47 = x11 * x10 * x12 * r9
-    r260 = x11 * x19 * x10 * x33 * r26 * r9
-    r260 = r47 + r48 + r260
-    r47 = 2.0 * r31 * r60 * r260
-    r271 = 2.0 * x11 * x19 * x10 * x12 * x33 * r137 * r26 * r72 * r9
-    r271 = r47 + r271
-    r271 = r77 * r271
+    r261 = x11 * x19 * x10 * x34 * r26 * r9
+    r261 = r47 + r48 + r261
+    r47 = 2.0 * r31 * r60 * r261
+    r272 = 2.0 * x11 * x19 * x10 * x12 * x34 * r137 * r26 * r72 * r9
+    r272 = r47 + r272
+    r272 = r77 * r272
     r11 = x11 + r11
     r47 = x10 * x12 * r9 * r11
-    r276 = x19 * x10 * x33 * r26 * r9 * r11
-    r276 = r48 + r47 + r276
-    r47 = 2.0 * r31 * r60 * r276
-    r279 = 2.0 * x19 * x10 * x12 * x33 * r137 * r26 * r72 * r9 * r11
-    r279 = r47 + r279
-    r279 = r77 * r279
+    r277 = x19 * x10 * x34 * r26 * r9 * r11
+    r277 = r48 + r47 + r277
+    r47 = 2.0 * r31 * r60 * r277
+    r280 = 2.0 * x19 * x10 * x12 * x34 * r137 * r26 * r72 * r9 * r11
+    r280 = r47 + r280
+    r280 = r77 * r280
     r47 = x12 * x5 * r9
-    r283 = x19 * x5 * x33 * r26 * r9
-    r283 = r47 + r48 + r283
-    r48 = 2.0 * r31 * r60 * r283
-    r47 = 2.0 * x19 * x12 * x5 * x33 * r137 * r26 * r72 * r9
+    r284 = x19 * x5 * x34 * r26 * r9
+    r284 = r47 + r48 + r284
+    r48 = 2.0 * r31 * r60 * r284
+    r47 = 2.0 * x19 * x12 * x5 * x34 * r137 * r26 * r72 * r9
     r47 = r48 + r47
     r47 = 2.0 * r77 * r47
-    r260 = 4.0 * r31 * r60 * r260
-    r276 = 4.0 * r31 * r60 * r276
-    r283 = 8.0 * r31 * r60 * r283
-    r48 = 8.0 * x19 * x12 * x5 * x33 * r137 * r26 * r72 * r9
-    r293 = 4.0 * x11 * x19 * x10 * x12 * x33 * r137 * r26 * r72 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r137 * r26 * r72 * r9 * r11
-    r11 = r271 + r279 + r47 + r260 + r276 + r283 + r48 + r293 + r11
+    r261 = 4.0 * r31 * r60 * r261
+    r277 = 4.0 * r31 * r60 * r277
+    r284 = 8.0 * r31 * r60 * r284
+    r48 = 8.0 * x19 * x12 * x5 * x34 * r137 * r26 * r72 * r9
+    r294 = 4.0 * x11 * x19 * x10 * x12 * x34 * r137 * r26 * r72 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r137 * r26 * r72 * r9 * r11
+    r11 = r272 + r280 + r47 + r261 + r277 + r284 + r48 + r294 + r11
     r11 = x15 * r16 * r11
     r11 = r61 + r11
     r61 = x6 * r4 * r5 * r11
-    r293 = 10.0 * x12 * r77
-    r293 = r130 + r293
-    r293 = x19 * x33 * r26 * r293
+    r294 = 10.0 * x12 * r77
+    r294 = r130 + r294
+    r294 = x19 * x34 * r26 * r294
     r130 = 3.0 * x5
     r48 = 2.0 * x5 * r77
     r48 = r130 + r48
-    r48 = x19 * x33 * r26 * r9 * r48
-    r48 = r293 + r48
+    r48 = x19 * x34 * r26 * r9 * r48
+    r48 = r294 + r48
     r48 = x15 * r16 * r48
-    r293 = 3.0 * x36 * x19 * x33 * r26 * r16 * r9
+    r294 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
     r8 = 2.0 + r8
-    r10 = x15 * x19 * x10 * x33 * r26 * r16 * r9 * r8 * r10
-    r10 = r48 + r293 + r10
-    r293 = x6 * x4 * r31 * r4 * r5 * r60 * r10
+    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r8 * r10
+    r10 = r48 + r294 + r10
+    r294 = x6 * x4 * r31 * r4 * r5 * r60 * r10
     r48 = k.recip(x0)
-    r8 = x11 * x10 * x33
+    r8 = x11 * x10 * x34
     r105 = k.or_(r105, r30)
     r105 = k.where(r105, 1.0, 0.0)
     r105 = 3.0 + r105
-    r105 = 2.0 * x11 * x10 * x33 * r105
+    r105 = 2.0 * x11 * x10 * x34 * r105
     r105 = r8 + r105
-    r8 = x6 * x15 * x33 * r137 * r4 * r26 * r72 * r48 * r16 * r9 * r105
-    r130 = r61 + r293 + r8
-    r283 = k.recip(r130)
+    r8 = x6 * x15 * x34 * r137 * r4 * r26 * r72 * r48 * r16 * r9 * r105
+    r130 = r61 + r294 + r8
+    r284 = k.recip(r130)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r276 = k.recip(x6)
-    r260 = 0.3333333333333333 * x3 * x19 * r276 * r59 * r130
-    r47 = 0.6666666666666666 * x3 * x19 * x22 * r276 * r130
+    r277 = k.recip(x6)
+    r261 = 0.3333333333333333 * x3 * x19 * r277 * r59 * r130
+    r47 = 0.6666666666666666 * x3 * x19 * x23 * r277 * r130
     r10 = -1.0 * x6 * x4 * r31 * r4 * r5 * r60 * r10
-    r105 = -1.0 * x6 * x15 * x33 * r137 * r4 * r26 * r72 * r48 * r16 * r9 * r105
-    r47 = r11 + r260 + r47 + r10 + r105
+    r105 = -1.0 * x6 * x15 * x34 * r137 * r4 * r26 * r72 * r48 * r16 * r9 * r105
+    r47 = r11 + r261 + r47 + r10 + r105
     r47 = k.max(0.0, r47)
-    r260 = 0.5 * x22
-    r260 = -1.0 + r260
-    r260 = 0.6666666666666666 * x3 * x19 * r276 * r59 * r260 * r130
-    r260 = k.where(r46, 0.0, r260)
-    r46 = 0.3333333333333333 * x3 * x19 * r276 * r59 * r111 * r130
-    r260 = k.where(r53, r46, r260)
+    r261 = 0.5 * x23
+    r261 = -1.0 + r261
+    r261 = 0.6666666666666666 * x3 * x19 * r277 * r59 * r261 * r130
+    r261 = k.where(r46, 0.0, r261)
+    r46 = 0.3333333333333333 * x3 * x19 * r277 * r59 * r111 * r130
+    r261 = k.where(r53, r46, r261)
     r63 = k.or_(r52, r55, r63)
-    r111 = x3 * x19 * r276 * r59 * r111 * r130
-    r260 = k.where(r63, r111, r260)
-    r260 = k.max(r47, r260)
-    r283 = r283 * r260
+    r111 = x3 * x19 * r277 * r59 * r111 * r130
+    r261 = k.where(r63, r111, r261)
+    r261 = k.max(r47, r261)
+    r284 = r284 * r261
     r60 = 28.0 * r31 * r60 * r27
-    r31 = r60 + r61 + r293 + r8
-    r47 = -1.0 * x20
+    r31 = r60 + r61 + r294 + r8
+    r47 = -1.0 * x21
     r47 = 1.0 + r47
-    r111 = x22 * x37
+    r111 = x23 * x38
     r111 = -1.0 + r111
-    r59 = k.recip(x25)
-    r52 = k.recip(x26)
-    r46 = x19 * x4 * x12 * x33 * r59 * r26 * r52 * r9
-    r46 = x27 + r46
-    r53 = 2.0 * x3 * x2 * x35
-    r53 = x29 >= r53
-    r48 = k.recip(x28)
-    r72 = k.recip(x30)
-    r279 = x19 * x4 * x12 * x33 * r48 * r26 * r72 * r9
-    r279 = x31 + r279
-    r46 = k.where(r53, r279, r46)
+    r59 = k.recip(x26)
+    r52 = k.recip(x27)
+    r46 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9
+    r46 = x28 + r46
+    r53 = 2.0 * x3 * x2 * x36
+    r53 = x30 >= r53
+    r48 = k.recip(x29)
+    r72 = k.recip(x31)
+    r280 = x19 * x4 * x12 * x34 * r48 * r26 * r72 * r9
+    r280 = x32 + r280
+    r46 = k.where(r53, r280, r46)
     r46 = 2.0 * x6 * r4 * r5 * r16 * r111 * r46
     r46 = k.where(r73, 0.0, r46)
     r47 = r47 * r46
-    r279 = x3 * x19 * r276 * r130
-    r53 = x22 <= 1.0
+    r280 = x3 * x19 * r277 * r130
+    r53 = x23 <= 1.0
     r85 = k.and_(r85, r53)
-    r279 = k.where(r85, r130, r279)
-    r279 = -1.0 * x20 * r279
+    r280 = k.where(r85, r130, r280)
+    r280 = -1.0 * x21 * r280
     r130 = x3 * x2
-    r271 = -1.0 + r130
-    r369 = k.recip(r271)
-    r370 = 2.0 * x3 * x2
-    r370 = -2.0 + r370
-    r372 = x29 * r9
-    r373 = k.gcd(r130, r372)
-    r374 = k.recip(r373)
-    r375 = x3 * x2 * r374
-    r375 = -1.0 + r375
-    r375 = x27 * r375
-    r378 = -1.0 * x3 * x2 * r374
-    r378 = r130 + r378
-    r378 = x31 * r378
-    r381 = r375 + r378
-    r381 = r369 * r370 * r381
-    r369 = x4 * x22 * r59 * r128 * r4 * r26 * r52 * r374 * r370 * r21
-    r373 = -1.0 + r373
-    r385 = x4 * x22 * r48 * r128 * r4 * r26 * r72 * r374 * r373 * r370 * r21
-    r385 = k.max(r369, r385)
-    r385 = r381 + r385
-    r381 = x29 <= x35
-    r369 = x27 * r370
-    r390 = x4 * x22 * r59 * r128 * r4 * r26 * r52 * r370 * r21
-    r390 = r369 + r390
-    r385 = k.where(r381, r390, r385)
-    r390 = x3 * x2 * x35
-    r390 = x29 >= r390
-    r369 = x31 * r370
-    r396 = x4 * x22 * r48 * r128 * r4 * r26 * r72 * r370 * r21
-    r396 = r369 + r396
-    r385 = k.where(r390, r396, r385)
-    r385 = x15 * r16 * r385
-    r396 = x4 * x22 * r59 * r128 * r4 * r26 * r52 * r374 * r271 * r21
-    r373 = x4 * x22 * r48 * r128 * r4 * r26 * r72 * r374 * r271 * r373 * r21
-    r373 = k.max(r396, r373)
-    r373 = r375 + r378 + r373
-    r378 = x27 * r271
-    r375 = x4 * x22 * r59 * r128 * r4 * r26 * r52 * r271 * r21
-    r375 = r378 + r375
-    r373 = k.where(r381, r375, r373)
-    r375 = x31 * r271
-    r128 = x4 * x22 * r48 * r128 * r4 * r26 * r72 * r271 * r21
-    r128 = r375 + r128
-    r373 = k.where(r390, r128, r373)
-    r128 = 2.0 * x15 * r16 * r373
-    r385 = k.where(r23, r128, r385)
-    r128 = x15 * r16 * r373
-    r390 = x6 * x15 * r4 * r5 * r16 * r373
-    r390 = r128 + r390
-    r385 = k.where(r85, r390, r385)
+    r272 = -1.0 + r130
+    r370 = k.recip(r272)
+    r371 = 2.0 * x3 * x2
+    r371 = -2.0 + r371
+    r373 = x30 * r9
+    r374 = k.gcd(r130, r373)
+    r375 = k.recip(r374)
+    r376 = x3 * x2 * r375
+    r376 = -1.0 + r376
+    r376 = x28 * r376
+    r379 = -1.0 * x3 * x2 * r375
+    r379 = r130 + r379
+    r379 = x32 * r379
+    r382 = r376 + r379
+    r382 = r370 * r371 * r382
+    r370 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r375 * r371 * r21
+    r374 = -1.0 + r374
+    r386 = x4 * x23 * r48 * r128 * r4 * r26 * r72 * r375 * r374 * r371 * r21
+    r386 = k.max(r370, r386)
+    r386 = r382 + r386
+    r382 = x30 <= x36
+    r370 = x28 * r371
+    r391 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r371 * r21
+    r391 = r370 + r391
+    r386 = k.where(r382, r391, r386)
+    r391 = x3 * x2 * x36
+    r391 = x30 >= r391
+    r370 = x32 * r371
+    r397 = x4 * x23 * r48 * r128 * r4 * r26 * r72 * r371 * r21
+    r397 = r370 + r397
+    r386 = k.where(r391, r397, r386)
+    r386 = x15 * r16 * r386
+    r397 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r375 * r272 * r21
+    r374 = x4 * x23 * r48 * r128 * r4 * r26 * r72 * r375 * r272 * r374 * r21
+    r374 = k.max(r397, r374)
+    r374 = r376 + r379 + r374
+    r379 = x28 * r272
+    r376 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r272 * r21
+    r376 = r379 + r376
+    r374 = k.where(r382, r376, r374)
+    r376 = x32 * r272
+    r128 = x4 * x23 * r48 * r128 * r4 * r26 * r72 * r272 * r21
+    r128 = r376 + r128
+    r374 = k.where(r391, r128, r374)
+    r128 = 2.0 * x15 * r16 * r374
+    r386 = k.where(r23, r128, r386)
+    r128 = x15 * r16 * r374
+    r391 = x6 * x15 * r4 * r5 * r16 * r374
+    r391 = r128 + r391
+    r386 = k.where(r85, r391, r386)
     r53 = k.and_(r88, r53)
-    r373 = 3.0 * x6 * x15 * r4 * r5 * r16 * r373
-    r385 = k.where(r53, r373, r385)
+    r374 = 3.0 * x6 * x15 * r4 * r5 * r16 * r374
+    r386 = k.where(r53, r374, r386)
     r130 = r130 == 1.0
-    r385 = k.where(r130, 0.0, r385)
-    r279 = r279 + r385
-    r279 = k.max(0.0, r279)
-    r372 = k.gcd(x2, r372)
-    r373 = k.recip(r372)
-    r88 = x2 * r373
+    r386 = k.where(r130, 0.0, r386)
+    r280 = r280 + r386
+    r280 = k.max(0.0, r280)
+    r373 = k.gcd(x2, r373)
+    r374 = k.recip(r373)
+    r88 = x2 * r374
     r88 = -1.0 + r88
-    r88 = x27 * r88
-    r390 = -1.0 * x2 * r373
-    r390 = x2 + r390
-    r390 = x31 * r390
+    r88 = x28 * r88
+    r391 = -1.0 * x2 * r374
+    r391 = x2 + r391
+    r391 = x32 * r391
     r128 = -1.0 + x2
-    r375 = 2.0 * x14 * x19 * x10 * x4 * x33 * r59 * r26 * r52 * r9 * r373 * r128
-    r372 = -1.0 + r372
-    r372 = 2.0 * x14 * x19 * x10 * x4 * x33 * r48 * r26 * r72 * r9 * r373 * r128 * r372
-    r372 = k.max(r375, r372)
-    r372 = r88 + r390 + r372
-    r390 = x27 * r128
-    r88 = 2.0 * x14 * x19 * x10 * x4 * x33 * r59 * r26 * r52 * r9 * r128
-    r88 = r390 + r88
-    r372 = k.where(r381, r88, r372)
-    r88 = x2 * x35
-    r88 = x29 >= r88
-    r381 = x31 * r128
-    r390 = 2.0 * x14 * x19 * x10 * x4 * x33 * r48 * r26 * r72 * r9 * r128
-    r390 = r381 + r390
-    r372 = k.where(r88, r390, r372)
-    r390 = x6 * x15 * r4 * r5 * r16 * r372
-    r372 = x6 * x15 * r4 * r5 * r16 * r77 * r372
-    r372 = r390 + r372
-    r390 = x2 == 1.0
-    r372 = k.where(r390, 0.0, r372)
+    r376 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r374 * r128
+    r373 = -1.0 + r373
+    r373 = 2.0 * x14 * x19 * x10 * x4 * x34 * r48 * r26 * r72 * r9 * r374 * r128 * r373
+    r373 = k.max(r376, r373)
+    r373 = r88 + r391 + r373
+    r391 = x28 * r128
+    r88 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r128
+    r88 = r391 + r88
+    r373 = k.where(r382, r88, r373)
+    r88 = x2 * x36
+    r88 = x30 >= r88
+    r382 = x32 * r128
+    r391 = 2.0 * x14 * x19 * x10 * x4 * x34 * r48 * r26 * r72 * r9 * r128
+    r391 = r382 + r391
+    r373 = k.where(r88, r391, r373)
+    r391 = x6 * x15 * r4 * r5 * r16 * r373
+    r373 = x6 * x15 * r4 * r5 * r16 * r77 * r373
+    r373 = r391 + r373
+    r391 = x2 == 1.0
+    r373 = k.where(r391, 0.0, r373)
     r30 = k.where(r30, 2.0, 0.0)
     r30 = 4.0 + r30
-    r88 = -1.0 + x35
+    r88 = -1.0 + x36
     r88 = k.recip(r88)
-    r381 = 2.0 * x35
-    r381 = -2.0 + r381
-    r375 = k.gcd(x35, x29)
-    r373 = k.recip(r375)
-    r378 = x35 * r373
-    r378 = -1.0 + r378
-    r378 = x27 * r378
-    r396 = -1.0 * x35 * r373
-    r396 = x35 + r396
-    r396 = x31 * r396
-    r396 = r378 + r396
-    r396 = r88 * r381 * r396
-    r88 = x19 * x4 * x12 * x33 * r59 * r26 * r52 * r9 * r373 * r381
-    r375 = -1.0 + r375
-    r375 = x19 * x4 * x12 * x33 * r48 * r26 * r72 * r9 * r373 * r375 * r381
-    r375 = k.max(r88, r375)
-    r375 = r396 + r375
-    r396 = x29 <= 1.0
-    r88 = x27 * r381
-    r52 = x19 * x4 * x12 * x33 * r59 * r26 * r52 * r9 * r381
+    r382 = 2.0 * x36
+    r382 = -2.0 + r382
+    r376 = k.gcd(x36, x30)
+    r374 = k.recip(r376)
+    r379 = x36 * r374
+    r379 = -1.0 + r379
+    r379 = x28 * r379
+    r397 = -1.0 * x36 * r374
+    r397 = x36 + r397
+    r397 = x32 * r397
+    r397 = r379 + r397
+    r397 = r88 * r382 * r397
+    r88 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r374 * r382
+    r376 = -1.0 + r376
+    r376 = x19 * x4 * x12 * x34 * r48 * r26 * r72 * r9 * r374 * r376 * r382
+    r376 = k.max(r88, r376)
+    r376 = r397 + r376
+    r397 = x30 <= 1.0
+    r88 = x28 * r382
+    r52 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r382
     r52 = r88 + r52
-    r375 = k.where(r396, r52, r375)
-    r52 = x29 >= x35
-    r396 = x31 * r381
-    r72 = x19 * x4 * x12 * x33 * r48 * r26 * r72 * r9 * r381
-    r72 = r396 + r72
-    r375 = k.where(r52, r72, r375)
-    r375 = x6 * x15 * r4 * r5 * r16 * r30 * r375
-    r72 = x35 == 1.0
-    r375 = k.where(r72, 0.0, r375)
+    r376 = k.where(r397, r52, r376)
+    r52 = x30 >= x36
+    r397 = x32 * r382
+    r72 = x19 * x4 * x12 * x34 * r48 * r26 * r72 * r9 * r382
+    r72 = r397 + r72
+    r376 = k.where(r52, r72, r376)
+    r376 = x6 * x15 * r4 * r5 * r16 * r30 * r376
+    r72 = x36 == 1.0
+    r376 = k.where(r72, 0.0, r376)
     r105 = r11 + r10 + r105
     r105 = k.max(0.0, r105)
     r105 = k.where(r22, r105, 0.0)
-    r22 = r47 + r60 + r61 + r293 + r8 + r279 + r260 + r372 + r375 + r105
+    r22 = r47 + r60 + r61 + r294 + r8 + r280 + r261 + r373 + r376 + r105
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r137 * r4 * r26 * r16 * r9 * r10 * r17
-    r113 = x6 * x33 * r137 * r4 * r26 * r16 * r9 * r10 * r113
-    r10 = x19 * x4 * x12 * x33 * r26
-    r137 = x19 * x4 * x12 * x33 * r59 * r26
-    r370 = x4 * r4 * r26 * r370 * r21
-    r52 = 2.0 * x4 * r4 * r26 * r271 * r21
-    r370 = k.where(r23, r52, r370)
-    r52 = x4 * r4 * r26 * r271 * r21
+    r11 = 6.0 * x6 * x34 * r137 * r4 * r26 * r16 * r9 * r10 * r17
+    r113 = x6 * x34 * r137 * r4 * r26 * r16 * r9 * r10 * r113
+    r10 = x19 * x4 * x12 * x34 * r26
+    r137 = x19 * x4 * x12 * x34 * r59 * r26
+    r371 = x4 * r4 * r26 * r371 * r21
+    r52 = 2.0 * x4 * r4 * r26 * r272 * r21
+    r371 = k.where(r23, r52, r371)
+    r52 = x4 * r4 * r26 * r272 * r21
     r23 = k.pow(x3, -2.0)
-    r396 = x6 * x4 * r23 * r5 * r26 * r271 * r21
-    r396 = r52 + r396
-    r370 = k.where(r85, r396, r370)
-    r271 = 3.0 * x6 * x4 * r23 * r5 * r26 * r271 * r21
-    r370 = k.where(r53, r271, r370)
-    r370 = k.where(r130, 0.0, r370)
-    r130 = r59 * r370
-    r59 = x28 * r59
-    r271 = k.recip(x33)
-    r53 = x34 * r276 * r271
+    r397 = x6 * x4 * r23 * r5 * r26 * r272 * r21
+    r397 = r52 + r397
+    r371 = k.where(r85, r397, r371)
+    r272 = 3.0 * x6 * x4 * r23 * r5 * r26 * r272 * r21
+    r371 = k.where(r53, r272, r371)
+    r371 = k.where(r130, 0.0, r371)
+    r130 = r59 * r371
+    r59 = x29 * r59
+    r272 = k.recip(x34)
+    r53 = x35 * r277 * r272
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r396 = 1.6e-11 * x12
-    r85 = 1.6e-11 * x36 * x12
+    r397 = 1.6e-11 * x12
+    r85 = 1.6e-11 * x37 * x12
     r52 = 8e-12 * x15 * r13
     r48 = 1.6e-11 * x15 * x12 * x5
-    r88 = r396 + r85 + r52 + r48
-    r373 = 8e-12 * x12
-    r378 = 8e-12 * x36 * x12
-    r374 = 4e-12 * x15 * r13
-    r369 = 8e-12 * x15 * x12 * x5
-    r369 = r373 + r378 + r374 + r369
-    r369 = r23 > r369
-    r374 = -1.6e-11 * x12
-    r378 = -1.6e-11 * x36 * x12
+    r88 = r397 + r85 + r52 + r48
+    r374 = 8e-12 * x12
+    r379 = 8e-12 * x37 * x12
+    r375 = 4e-12 * x15 * r13
+    r370 = 8e-12 * x15 * x12 * x5
+    r370 = r374 + r379 + r375 + r370
+    r370 = r23 > r370
+    r375 = -1.6e-11 * x12
+    r379 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r373 = -1.6e-11 * x15 * x12 * x5
-    r529 = k.sqrt(2.0)
-    r530 = k.sqrt(x3)
-    r530 = k.recip(r530)
-    r532 = k.sqrt(x2)
-    r532 = k.recip(r532)
-    r534 = k.sqrt(x13)
-    r534 = k.recip(r534)
-    r536 = k.sqrt(x22)
-    r536 = k.recip(r536)
-    r538 = k.sqrt(x35)
-    r538 = k.recip(r538)
-    r540 = k.sqrt(r88)
-    r541 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r88
-    r542 = k.sqrt(x3)
-    r543 = k.sqrt(x2)
-    r544 = k.sqrt(x13)
-    r545 = k.sqrt(x22)
-    r546 = k.sqrt(x35)
-    r546 = 0.16666666666666666 * r529 * r542 * r543 * r544 * r545 * r546 * r540
-    r546 = 1.0 + r541 + r546
-    r546 = r529 * r530 * r532 * r534 * r536 * r538 * r540 * r546
-    r546 = r374 + r378 + r13 + r373 + r546
-    r373 = k.where(r369, r546, r23)
-    r48 = r396 + r85 + r52 + r48 + r373
-    r48 = x3 * x2 * x13 * x22 * x35 * r48
+    r374 = -1.6e-11 * x15 * x12 * x5
+    r530 = k.sqrt(2.0)
+    r531 = k.sqrt(x3)
+    r531 = k.recip(r531)
+    r533 = k.sqrt(x2)
+    r533 = k.recip(r533)
+    r535 = k.sqrt(x13)
+    r535 = k.recip(r535)
+    r537 = k.sqrt(x23)
+    r537 = k.recip(r537)
+    r539 = k.sqrt(x36)
+    r539 = k.recip(r539)
+    r541 = k.sqrt(r88)
+    r542 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r88
+    r543 = k.sqrt(x3)
+    r544 = k.sqrt(x2)
+    r545 = k.sqrt(x13)
+    r546 = k.sqrt(x23)
+    r547 = k.sqrt(x36)
+    r547 = 0.16666666666666666 * r530 * r543 * r544 * r545 * r546 * r547 * r541
+    r547 = 1.0 + r542 + r547
+    r547 = r530 * r531 * r533 * r535 * r537 * r539 * r541 * r547
+    r547 = r375 + r379 + r13 + r374 + r547
+    r374 = k.where(r370, r547, r23)
+    r48 = r397 + r85 + r52 + r48 + r374
+    r48 = x3 * x2 * x13 * x23 * x36 * r48
     r48 = k.exp(r48)
     r48 = -1.0 + r48
     r52 = k.recip(r48)
-    r85 = x24 + x1
-    r396 = -1.0 * x3 * x2 * x13 * x22 * x35 * r85
-    r396 = k.exp(r396)
-    r396 = x3 * x2 * x13 * x22 * x35 * r52 * r373 * r396
-    r52 = x3 * x2 * x13 * x22 * x35
-    r546 = k.recip(r546)
-    r52 = k.where(r369, r546, r52)
-    r85 = x3 * x2 * x13 * x22 * x35 * r85
+    r85 = x25 + x1
+    r397 = -1.0 * x3 * x2 * x13 * x23 * x36 * r85
+    r397 = k.exp(r397)
+    r397 = x3 * x2 * x13 * x23 * x36 * r52 * r374 * r397
+    r52 = x3 * x2 * x13 * x23 * x36
+    r547 = k.recip(r547)
+    r52 = k.where(r370, r547, r52)
+    r85 = x3 * x2 * x13 * x23 * x36 * r85
     r85 = k.exp(r85)
-    r5 = x34 * r276 * r4 * r26 * r5 * r16 * r271 * r9 * r48 * r22 * r52 * r85
-    r85 = x34 * r276 * r271 * r48 * r22 * r52 * r85
-    r30 = x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r381 * r30
+    r5 = x35 * r277 * r4 * r26 * r5 * r16 * r272 * r9 * r48 * r22 * r52 * r85
+    r85 = x35 * r277 * r272 * r48 * r22 * r52 * r85
+    r30 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r382 * r30
     r30 = k.where(r72, 0.0, r30)
-    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r128
-    r128 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r77 * r128
+    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r128
+    r128 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r77 * r128
     r128 = r72 + r128
-    r128 = k.where(r390, 0.0, r128)
-    r111 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r111
+    r128 = k.where(r391, 0.0, r128)
+    r111 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r111
     r111 = k.where(r73, 0.0, r111)
-    r112 = r112 < x22
-    r73 = x32 != 2.0
+    r112 = r112 < x23
+    r73 = x33 != 2.0
     r55 = k.and_(r55, r73)
     r55 = k.not_(r55)
     r55 = k.or_(r112, r55)
-    r9 = x32 != 1.0
+    r9 = x33 != 1.0
     r54 = k.and_(r9, r73, r54)
     r54 = k.not_(r54)
     r54 = k.or_(r112, r54)
     r54 = k.and_(r55, r54)
-    r55 = x22 >= 2.0
-    r112 = x32 != 3.0
-    r73 = x32 != 4.0
+    r55 = x23 >= 2.0
+    r112 = x33 != 3.0
+    r73 = x33 != 4.0
     r63 = k.not_(r63)
     r63 = k.and_(r112, r73, r63)
     r63 = k.not_(r63)
     r63 = k.or_(r55, r63)
-    r55 = x21 * x3 * x2 * x22 * x35 * r22
-    r73 = r101 <= r55
+    r55 = x22 * x3 * x2 * x23 * x36 * r22
+    r73 = r75 <= r55
     r55 = r87 <= r55
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r68, r33, r100, r91, r110, 0.0, r94, r95, r34, r32, r51, r96, r74, r75, r101, r101, r87, r86, r115, r283, r31, r260, r22, r11, r113, r10, r137, r130, r59, 0.0, r53, r23, r88, r373, r396, r5, r85, r61, r8, r293, r60, r30, r375, r375, r128, r372, r372, r370, r385, r279, r111, r46, r47, 0.0, 0.0, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, r54, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r73, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r68, r33, r100, r91, r110, 0.0, r94, r95, r34, r32, r51, r96, r74, r101, r75, r75, r87, r86, r115, r284, r31, r261, r22, r11, r113, r10, r137, r130, r59, 0.0, r53, r23, r88, r374, r397, r5, r85, r61, r8, r294, r60, r30, r376, r376, r128, r373, r373, r371, r386, r280, r111, r46, r47, 0.0, 0.0, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r73, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1178,9 +1179,9 @@ def search(x, k):
     return (r81, r77, r91)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44), (41, 42, 43, 44), (41, 42, 43, 44), (41, 42, 43, 44), (), (37, 41, 42, 43, 44), (35, 41, 42, 43, 44), (36, 41, 42, 43, 44), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44), (29, 41, 42, 43, 44), (29, 41, 42, 43, 44), (15, 41, 42, 43, 44), (18,), (14, 15, 41, 42, 43, 44), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 58), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 58), (54,), (11, 52), (11,), (51,), (50,), (28,), (71,), (38, 41, 42, 43, 44), (38, 41, 42, 43, 44, 70, 71), (38, 41, 42, 43, 44, 68, 69, 70, 71), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 58, 68, 69, 70, 71), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 58, 68, 69, 70, 71), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 67), (7, 67), (9, 66), (10, 66), (11, 66), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 66), (13, 32), (13, 62), (13, 63), (13, 64), (13, 65), (16, 30), (16, 31), (16, 32), (16, 34), (16, 62), (16, 63), (16, 64), (16, 65), (17, 32), (17, 62), (17, 63), (17, 64), (17, 65), (22, 32), (22, 39), (22, 40), (22, 62), (22, 63), (22, 64), (22, 65), (22, 66), (23, 32), (23, 39), (23, 40), (23, 62), (23, 63), (23, 64), (23, 65), (23, 66), (28, 13), (29, 57), (29, 59), (29, 60), (29, 61), (30, 67), (31, 57), (31, 59), (31, 60), (31, 61), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 45), (32, 46), (32, 47), (32, 48), (32, 49), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 59), (32, 60), (32, 61), (32, 67), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 45), (33, 46), (33, 47), (33, 48), (33, 49), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 59), (33, 60), (33, 61), (33, 67), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 45), (34, 46), (34, 47), (34, 48), (34, 49), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 59), (34, 60), (34, 61), (34, 67), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 48), (37, 49), (37, 67), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 45), (45, 46), (45, 47), (45, 48), (45, 49), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 59), (45, 60), (45, 61), (45, 67), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 45), (46, 46), (46, 47), (46, 48), (46, 49), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 59), (46, 60), (46, 61), (46, 67), (50, 67), (51, 2), (51, 54), (51, 55), (51, 56), (52, 3), (52, 6), (52, 8), (52, 54), (52, 55), (52, 56), (53, 3), (53, 6), (53, 8), (53, 54), (53, 55), (53, 56), (54, 0), (54, 9), (54, 45), (54, 46), (54, 47), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 45), (55, 46), (55, 47), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 45), (56, 46), (56, 47), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 48), (57, 49), (57, 67), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 48), (58, 49), (58, 67), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 48), (59, 49), (59, 67), (60, 52), (60, 53), (61, 4), (61, 52), (61, 53), (62, 4), (62, 52), (62, 53), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 32), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 32), (17, 63), (17, 64), (17, 65), (17, 66), (22, 32), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 32), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 2), (51, 55), (51, 56), (51, 57), (52, 3), (52, 6), (52, 8), (52, 55), (52, 56), (52, 57), (53, 3), (53, 6), (53, 8), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x36)
+    r8 = k.recip(x24)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,46 +46,46 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r19 * r33
     r33 = r29 + r33
-    r33 = x19 * x34 * r25 * r33
-    r29 = x24 == 2.0
-    r32 = 2.0 * x19 * x12 * x34 * r25
+    r33 = x19 * x35 * r25 * r33
+    r29 = x25 == 2.0
+    r32 = 2.0 * x19 * x12 * x35 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x23
+    r31 = 1.0 + x24
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x33 == 4.0
-    r46 = 2.0 * x23
+    r45 = x34 == 4.0
+    r46 = 2.0 * x24
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x33 == 0.0
-    r52 = x33 == 3.0
+    r51 = x34 == 0.0
+    r52 = x34 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x23, r6)
+    r54 = k.min(x24, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x33 == 1.0
-    r58 = k.recip(x38)
-    r59 = x6 * x38 * r4 * r5
-    r60 = -1.0 + x38
-    r60 = x23 * r60
+    r54 = x34 == 1.0
+    r58 = k.recip(x39)
+    r59 = x6 * x39 * r4 * r5
+    r60 = -1.0 + x39
+    r60 = x24 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x33 == 2.0
+    r62 = x34 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x37 * x12 * r19
-    r71 = x23 == 1.0
+    r70 = x38 * x12 * r19
+    r71 = x24 == 1.0
     r72 = k.where(r71, 1.0, 0.0)
-    r73 = x37 * x12 * r72
-    r74 = x23 != 1.0
+    r73 = x38 * x12 * r72
+    r74 = x24 != 1.0
     r74 = k.where(r74, 1.0, 0.0)
-    r74 = x37 * x12 * r74
+    r74 = x38 * x12 * r74
     r77 = r73 + r74
     r77 = r19 * r77
     r79 = r77 + r70
@@ -102,12 +102,12 @@ def quantities(x, k):
     r72 = k.where(r21, r73, r72)
     r15 = 2.0 * r72
     r80 = r80 + r15
-    r93 = x39 >= 3.0
+    r93 = x40 >= 3.0
     r80 = k.where(r93, 0.0, r80)
-    r95 = x39 <= 2.0
+    r95 = x40 <= 2.0
     r96 = 4.0 * r72
     r96 = k.where(r95, r96, r15)
-    r98 = x39 >= 2.0
+    r98 = x40 >= 2.0
     r99 = r4 * r25 * r96
     r96 = k.where(r98, r99, r96)
     r99 = 2.0 * r4 * r25 * r72
@@ -115,12 +115,12 @@ def quantities(x, k):
     r99 = 12.0 * r72
     r104 = 12.0 * r4 * r25 * r72
     r99 = k.where(r22, r104, r99)
-    r104 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r104 = 4.0 * x19 * x5 * x35 * r25 * r19
     r107 = r33 + r104
     r104 = k.where(r29, r107, r104)
     r107 = k.or_(r21, r71)
-    r110 = 4.0 * x19 * x12 * x34 * r25
-    r111 = x37 * x19 * x16 * x34 * r25 * r19
+    r110 = 4.0 * x19 * x12 * x35 * r25
+    r111 = x38 * x19 * x16 * x35 * r25 * r19
     r110 = r110 + r111
     r110 = k.max(r110, r104)
     r107 = k.where(r107, r110, r104)
@@ -129,16 +129,16 @@ def quantities(x, k):
     r115 = k.where(r21, r116, r115)
     r116 = 3.0 * x4 * r115 * r72
     r116 = k.where(r93, r116, 0.0)
-    r120 = x23 > 1.0
+    r120 = x24 > 1.0
     r120 = k.and_(r93, r120)
     r72 = 2.0 * x4 * r72
     r116 = k.where(r120, r72, r116)
     r72 = r50 + r80 + r96 + r15 + r99 + r107 + r116
     r125 = k.where(r45, r47, r31)
-    r126 = -1.0 + x23
+    r126 = -1.0 + x24
     r127 = k.min(1.0, r126)
     r128 = -1.0 * r127
-    r128 = x23 + r128
+    r128 = x24 + r128
     r130 = k.min(r6, r128)
     r130 = r130 * r30
     r125 = k.where(r53, r130, r125)
@@ -151,23 +151,23 @@ def quantities(x, k):
     r125 = r32 * r125
     r46 = r127 == 0.0
     r46 = k.where(r46, 1.0, 0.0)
-    r46 = x37 * x12 * r46
+    r46 = x38 * x12 * r46
     r130 = r127 != 0.0
     r144 = 1.0 + r127
-    r144 = x23 == r144
+    r144 = x24 == r144
     r130 = k.and_(r130, r144)
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x37 * x12 * r130
+    r130 = x38 * x12 * r130
     r149 = r46 + r130
     r149 = r19 * r149
     r151 = r128 == 1.0
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x37 * x12 * r151
-    r154 = x23 == r128
+    r151 = x38 * x12 * r151
+    r154 = x24 == r128
     r128 = r128 != 1.0
     r128 = k.and_(r154, r128)
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x37 * x12 * r128
+    r128 = x38 * x12 * r128
     r159 = r151 + r128
     r159 = r19 * r159
     r159 = r159 + r149
@@ -269,277 +269,278 @@ def quantities(x, k):
     r125 = k.where(r125, 0.0, 0.0)
     r31 = r72 == r31
     r125 = k.where(r31, 0.0, r125)
-    r31 = x37 * x19 * x4 * x34 * r25 * r19
-    r50 = x37 * x19 * x4 * x34 * r25
+    r31 = x38 * x19 * x4 * x35 * r25 * r19
+    r50 = x38 * x19 * x4 * x35 * r25
     r116 = k.max(r72, r130, r74)
     r99 = r130 == r116
     r74 = k.where(r99, r130, r74)
     r116 = r72 == r116
     r74 = k.where(r116, r72, r74)
-    r72 = -1.0 * r74
-    r72 = x8 + r72
-    r116 = 6.0 * x6 * x34 * r16
+    r72 = -1.0 * x20
+    r116 = -1.0 * r74
+    r116 = x8 + r72 + r116
+    r72 = 6.0 * x6 * x35 * r16
     r130 = 6.0 * x12
     r99 = 6.0 * x15 * r12
-    r154 = 6.0 * x37 * x12
+    r154 = 6.0 * x38 * x12
     r96 = 18.0 * x15 * x12 * x5
-    r151 = 12.0 * x15 * x11 * x10 * x34
+    r151 = 12.0 * x15 * x11 * x10 * x35
     r151 = r130 + r99 + r154 + r96 + r151
-    r96 = x6 * x34 * r151
+    r96 = x6 * x35 * r151
     r154 = k.pow(x12, 2.0)
     r99 = k.recip(x12)
-    r130 = 0.16666666666666666 * x34 * r99
+    r130 = 0.16666666666666666 * x35 * r99
     r15 = k.recip(x15)
-    r99 = 0.0625 * x37 * r15 * r99
+    r99 = 0.0625 * x38 * r15 * r99
     r99 = 1.0 + r130 + r99
-    r99 = 96.0 * x6 * x15 * x34 * r154 * r99
-    r154 = k.pow(x34, 2.0)
+    r99 = 96.0 * x6 * x15 * x35 * r154 * r99
+    r154 = k.pow(x35, 2.0)
     r130 = 2.0 * x6 * x15 * x11 * x10 * r154
-    r128 = x24 == 1.0
+    r128 = x25 == 1.0
     r154 = 4.0 * x6 * x15 * x11 * x10 * r154
     r154 = k.where(r128, r154, 0.0)
-    r77 = 0.3333333333333333 * x6 * x34 * r151
+    r77 = 0.3333333333333333 * x6 * x35 * r151
     r154 = k.where(r29, r77, r154)
     r154 = r96 + r130 + r154
     r130 = k.where(r29, 1.0, 0.0)
     r77 = 1.0 + r130
     r84 = k.recip(x9)
     r149 = k.recip(x18)
-    r80 = x19 * x12 * x34 * r25
-    r120 = x37 * x19 * x34 * r25 * r19
+    r80 = x19 * x12 * x35 * r25
+    r120 = x38 * x19 * x35 * r25 * r19
     r120 = r70 + r80 + r120
     r70 = 2.0 * r84 * r149 * r120
-    r67 = k.recip(x22)
+    r67 = k.recip(x23)
     r30 = k.recip(x17)
-    r59 = 2.0 * x37 * x19 * x12 * x34 * r67 * r25 * r30 * r19
+    r59 = 2.0 * x38 * x19 * x12 * x35 * r67 * r25 * r30 * r19
     r59 = r70 + r59
     r59 = r77 * r59
     r120 = 4.0 * r84 * r149 * r120
-    r70 = 4.0 * x37 * x19 * x12 * x34 * r67 * r25 * r30 * r19
+    r70 = 4.0 * x38 * x19 * x12 * x35 * r67 * r25 * r30 * r19
     r70 = r59 + r120 + r70
     r70 = r8 * r70
     r120 = x12 * x5 * r19
-    r59 = x19 * x5 * x34 * r25 * r19
+    r59 = x19 * x5 * x35 * r25 * r19
     r59 = r120 + r80 + r59
     r120 = r84 * r149 * r59
-    r60 = k.recip(x21)
-    r47 = 2.0 * x19 * x12 * x5 * x34 * r60 * r25 * r30 * r19
+    r60 = k.recip(x22)
+    r47 = 2.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
     r47 = r120 + r47
     r47 = r77 * r47
     r120 = 2.0 * x12 * x5 * r19
-    r144 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r144 = 2.0 * x19 * x5 * x35 * r25 * r19
     r144 = r120 + r80 + r144
     r120 = r84 * r149 * r144
-    r83 = 4.0 * x19 * x12 * x5 * x34 * r60 * r25 * r30 * r19
+    r83 = 4.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
     r83 = r120 + r83
     r83 = r77 * r83
     r120 = x11 * x10 * x12 * r19
-    r46 = x11 * x19 * x10 * x34 * r25 * r19
+    r46 = x11 * x19 * x10 * x35 * r25 * r19
     r46 = r120 + r80 + r46
     r120 = r84 * r149 * r46
-    r159 = 2.0 * x11 * x19 * x10 * x12 * x34 * r60 * r25 * r30 * r19
+    r159 = 2.0 * x11 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19
     r159 = r120 + r159
     r159 = r77 * r159
     r10 = x11 + r10
     r120 = x10 * x12 * r19 * r10
-    r333 = x19 * x10 * x34 * r25 * r19 * r10
-    r333 = r80 + r120 + r333
-    r120 = r84 * r149 * r333
-    r80 = 2.0 * x19 * x10 * x12 * x34 * r60 * r25 * r30 * r19 * r10
+    r334 = x19 * x10 * x35 * r25 * r19 * r10
+    r334 = r80 + r120 + r334
+    r120 = r84 * r149 * r334
+    r80 = 2.0 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19 * r10
     r80 = r120 + r80
     r80 = r77 * r80
     r59 = 2.0 * r84 * r149 * r59
     r144 = 2.0 * r84 * r149 * r144
     r46 = 2.0 * r84 * r149 * r46
-    r333 = 2.0 * r84 * r149 * r333
+    r334 = 2.0 * r84 * r149 * r334
     r120 = x5 * r19
     r120 = x12 + r120
-    r120 = 4.0 * x19 * x34 * r84 * r25 * r149 * r120
-    r346 = 2.0 * x5 * r19
-    r346 = x12 + r346
-    r346 = 4.0 * x19 * x34 * r84 * r25 * r149 * r346
-    r349 = x11 * x10 * r19
-    r349 = x12 + r349
-    r349 = 4.0 * x19 * x34 * r84 * r25 * r149 * r349
-    r352 = x10 * r19 * r10
-    r352 = x12 + r352
-    r352 = 4.0 * x19 * x34 * r84 * r25 * r149 * r352
-    r355 = 12.0 * x19 * x12 * x5 * x34 * r60 * r25 * r30 * r19
-    r356 = 4.0 * x11 * x19 * x10 * x12 * x34 * r60 * r25 * r30 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r60 * r25 * r30 * r19 * r10
-    r10 = r47 + r83 + r159 + r80 + r59 + r144 + r46 + r333 + r120 + r346 + r349 + r352 + r355 + r356 + r10
+    r120 = 4.0 * x19 * x35 * r84 * r25 * r149 * r120
+    r347 = 2.0 * x5 * r19
+    r347 = x12 + r347
+    r347 = 4.0 * x19 * x35 * r84 * r25 * r149 * r347
+    r350 = x11 * x10 * r19
+    r350 = x12 + r350
+    r350 = 4.0 * x19 * x35 * r84 * r25 * r149 * r350
+    r353 = x10 * r19 * r10
+    r353 = x12 + r353
+    r353 = 4.0 * x19 * x35 * r84 * r25 * r149 * r353
+    r356 = 12.0 * x19 * x12 * x5 * x35 * r60 * r25 * r30 * r19
+    r357 = 4.0 * x11 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r60 * r25 * r30 * r19 * r10
+    r10 = r47 + r83 + r159 + r80 + r59 + r144 + r46 + r334 + r120 + r347 + r350 + r353 + r356 + r357 + r10
     r10 = x15 * r8 * r10
     r10 = r70 + r10
     r70 = x6 * r4 * r5 * r10
-    r356 = 12.0 * x12
-    r355 = 10.0 * x12 * r77
-    r355 = r356 + r355
-    r355 = x19 * x34 * r25 * r355
-    r356 = 5.0 * x5
-    r352 = 3.0 * x5 * r77
-    r352 = r356 + r352
-    r352 = x19 * x34 * r25 * r19 * r352
-    r352 = r355 + r352
-    r352 = x15 * r8 * r352
-    r355 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r357 = 12.0 * x12
+    r356 = 10.0 * x12 * r77
+    r356 = r357 + r356
+    r356 = x19 * x35 * r25 * r356
+    r357 = 5.0 * x5
+    r353 = 3.0 * x5 * r77
+    r353 = r357 + r353
+    r353 = x19 * x35 * r25 * r19 * r353
+    r353 = r356 + r353
+    r353 = x15 * r8 * r353
+    r356 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r130 = 2.0 + r130
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r130 * r9
-    r9 = r352 + r355 + r9
-    r355 = x6 * x4 * r84 * r4 * r5 * r149 * r9
-    r352 = k.recip(x0)
-    r130 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r130 * r9
+    r9 = r353 + r356 + r9
+    r356 = x6 * x4 * r84 * r4 * r5 * r149 * r9
+    r353 = k.recip(x0)
+    r130 = x11 * x10 * x35
     r128 = k.or_(r128, r29)
     r128 = k.where(r128, 1.0, 0.0)
     r128 = 3.0 + r128
-    r128 = 2.0 * x11 * x10 * x34 * r128
+    r128 = 2.0 * x11 * x10 * x35 * r128
     r128 = r130 + r128
-    r130 = x6 * x15 * x34 * r67 * r4 * r25 * r30 * r352 * r8 * r19 * r128
-    r356 = r70 + r355 + r130
-    r349 = k.recip(r356)
+    r130 = x6 * x15 * x35 * r67 * r4 * r25 * r30 * r353 * r8 * r19 * r128
+    r357 = r70 + r356 + r130
+    r350 = k.recip(r357)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r346 = k.recip(x6)
-    r120 = 0.3333333333333333 * x3 * x19 * r346 * r58 * r356
-    r333 = 0.6666666666666666 * x3 * x19 * x23 * r346 * r356
+    r347 = k.recip(x6)
+    r120 = 0.3333333333333333 * x3 * x19 * r347 * r58 * r357
+    r334 = 0.6666666666666666 * x3 * x19 * x24 * r347 * r357
     r9 = -1.0 * x6 * x4 * r84 * r4 * r5 * r149 * r9
-    r128 = -1.0 * x6 * x15 * x34 * r67 * r4 * r25 * r30 * r352 * r8 * r19 * r128
-    r333 = r10 + r120 + r333 + r9 + r128
-    r333 = k.max(0.0, r333)
-    r120 = 0.5 * x23
+    r128 = -1.0 * x6 * x15 * x35 * r67 * r4 * r25 * r30 * r353 * r8 * r19 * r128
+    r334 = r10 + r120 + r334 + r9 + r128
+    r334 = k.max(0.0, r334)
+    r120 = 0.5 * x24
     r120 = -1.0 + r120
-    r120 = 0.6666666666666666 * x3 * x19 * r346 * r58 * r120 * r356
+    r120 = 0.6666666666666666 * x3 * x19 * r347 * r58 * r120 * r357
     r120 = k.where(r45, 0.0, r120)
-    r45 = 0.3333333333333333 * x3 * x19 * r346 * r58 * r126 * r356
+    r45 = 0.3333333333333333 * x3 * x19 * r347 * r58 * r126 * r357
     r120 = k.where(r52, r45, r120)
     r62 = k.or_(r51, r54, r62)
-    r126 = x3 * x19 * r346 * r58 * r126 * r356
+    r126 = x3 * x19 * r347 * r58 * r126 * r357
     r120 = k.where(r62, r126, r120)
-    r120 = k.max(r333, r120)
-    r349 = r349 * r120
-    r333 = k.where(r95, 4.0, 2.0)
-    r333 = 26.0 + r333
-    r333 = r84 * r149 * r333 * r26
-    r149 = r70 + r333 + r355 + r130
-    r84 = -1.0 * x20
+    r120 = k.max(r334, r120)
+    r350 = r350 * r120
+    r334 = k.where(r95, 4.0, 2.0)
+    r334 = 26.0 + r334
+    r334 = r84 * r149 * r334 * r26
+    r149 = r70 + r334 + r356 + r130
+    r84 = -1.0 * x21
     r84 = 1.0 + r84
-    r126 = x23 * x38
+    r126 = x24 * x39
     r126 = -1.0 + r126
-    r58 = k.recip(x26)
-    r51 = k.recip(x27)
-    r45 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19
-    r45 = x28 + r45
-    r52 = 2.0 * x3 * x2 * x36
-    r52 = x30 >= r52
-    r352 = k.recip(x29)
-    r30 = k.recip(x31)
-    r67 = x19 * x4 * x12 * x34 * r352 * r25 * r30 * r19
-    r67 = x32 + r67
+    r58 = k.recip(x27)
+    r51 = k.recip(x28)
+    r45 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19
+    r45 = x29 + r45
+    r52 = 2.0 * x3 * x2 * x37
+    r52 = x31 >= r52
+    r353 = k.recip(x30)
+    r30 = k.recip(x32)
+    r67 = x19 * x4 * x12 * x35 * r353 * r25 * r30 * r19
+    r67 = x33 + r67
     r45 = k.where(r52, r67, r45)
     r45 = 2.0 * x6 * r4 * r5 * r8 * r126 * r45
     r45 = k.where(r71, 0.0, r45)
     r84 = r84 * r45
-    r67 = x3 * x19 * r346 * r356
-    r52 = x23 <= 1.0
+    r67 = x3 * x19 * r347 * r357
+    r52 = x24 <= 1.0
     r98 = k.and_(r98, r52)
-    r67 = k.where(r98, r356, r67)
-    r67 = -1.0 * x20 * r67
-    r356 = x3 * x2
-    r46 = -1.0 + r356
+    r67 = k.where(r98, r357, r67)
+    r67 = -1.0 * x21 * r67
+    r357 = x3 * x2
+    r46 = -1.0 + r357
     r144 = k.recip(r46)
     r59 = 2.0 * x3 * x2
     r59 = -2.0 + r59
-    r80 = x30 * r19
-    r159 = k.gcd(r356, r80)
+    r80 = x31 * r19
+    r159 = k.gcd(r357, r80)
     r83 = k.recip(r159)
     r47 = x3 * x2 * r83
     r47 = -1.0 + r47
-    r47 = x28 * r47
-    r444 = -1.0 * x3 * x2 * r83
-    r444 = r356 + r444
-    r444 = x32 * r444
-    r447 = r47 + r444
-    r447 = r144 * r59 * r447
+    r47 = x29 * r47
+    r445 = -1.0 * x3 * x2 * r83
+    r445 = r357 + r445
+    r445 = x33 * r445
+    r448 = r47 + r445
+    r448 = r144 * r59 * r448
     r144 = x4 * r20
-    r450 = 4.0 * r20
-    r144 = k.where(r95, r450, r144)
-    r450 = x23 * r58 * r15 * r4 * r25 * r51 * r83 * r59 * r144
+    r451 = 4.0 * r20
+    r144 = k.where(r95, r451, r144)
+    r451 = x24 * r58 * r15 * r4 * r25 * r51 * r83 * r59 * r144
     r159 = -1.0 + r159
-    r95 = x23 * r352 * r15 * r4 * r25 * r30 * r83 * r159 * r59 * r144
-    r95 = k.max(r450, r95)
-    r95 = r447 + r95
-    r447 = x30 <= x36
-    r450 = x28 * r59
-    r459 = x23 * r58 * r15 * r4 * r25 * r51 * r59 * r144
-    r459 = r450 + r459
-    r95 = k.where(r447, r459, r95)
-    r459 = x3 * x2 * x36
-    r459 = x30 >= r459
-    r450 = x32 * r59
-    r465 = x23 * r352 * r15 * r4 * r25 * r30 * r59 * r144
-    r465 = r450 + r465
-    r95 = k.where(r459, r465, r95)
+    r95 = x24 * r353 * r15 * r4 * r25 * r30 * r83 * r159 * r59 * r144
+    r95 = k.max(r451, r95)
+    r95 = r448 + r95
+    r448 = x31 <= x37
+    r451 = x29 * r59
+    r460 = x24 * r58 * r15 * r4 * r25 * r51 * r59 * r144
+    r460 = r451 + r460
+    r95 = k.where(r448, r460, r95)
+    r460 = x3 * x2 * x37
+    r460 = x31 >= r460
+    r451 = x33 * r59
+    r466 = x24 * r353 * r15 * r4 * r25 * r30 * r59 * r144
+    r466 = r451 + r466
+    r95 = k.where(r460, r466, r95)
     r95 = x15 * r8 * r95
-    r465 = x23 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r144
-    r450 = x23 * r352 * r15 * r4 * r25 * r30 * r83 * r46 * r159 * r144
-    r450 = k.max(r465, r450)
-    r450 = r47 + r444 + r450
-    r465 = x28 * r46
-    r474 = x23 * r58 * r15 * r4 * r25 * r51 * r46 * r144
-    r474 = r465 + r474
-    r450 = k.where(r447, r474, r450)
-    r474 = x32 * r46
-    r478 = x23 * r352 * r15 * r4 * r25 * r30 * r46 * r144
-    r478 = r474 + r478
-    r450 = k.where(r459, r478, r450)
-    r478 = x15 * r8 * r450
-    r482 = x4 * x23 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r20
-    r159 = x4 * x23 * r352 * r15 * r4 * r25 * r30 * r83 * r46 * r159 * r20
-    r159 = k.max(r482, r159)
-    r159 = r47 + r444 + r159
-    r444 = x4 * x23 * r58 * r15 * r4 * r25 * r51 * r46 * r20
-    r444 = r465 + r444
-    r159 = k.where(r447, r444, r159)
-    r15 = x4 * x23 * r352 * r15 * r4 * r25 * r30 * r46 * r20
-    r15 = r474 + r15
-    r159 = k.where(r459, r15, r159)
+    r466 = x24 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r144
+    r451 = x24 * r353 * r15 * r4 * r25 * r30 * r83 * r46 * r159 * r144
+    r451 = k.max(r466, r451)
+    r451 = r47 + r445 + r451
+    r466 = x29 * r46
+    r475 = x24 * r58 * r15 * r4 * r25 * r51 * r46 * r144
+    r475 = r466 + r475
+    r451 = k.where(r448, r475, r451)
+    r475 = x33 * r46
+    r479 = x24 * r353 * r15 * r4 * r25 * r30 * r46 * r144
+    r479 = r475 + r479
+    r451 = k.where(r460, r479, r451)
+    r479 = x15 * r8 * r451
+    r483 = x4 * x24 * r58 * r15 * r4 * r25 * r51 * r83 * r46 * r20
+    r159 = x4 * x24 * r353 * r15 * r4 * r25 * r30 * r83 * r46 * r159 * r20
+    r159 = k.max(r483, r159)
+    r159 = r47 + r445 + r159
+    r445 = x4 * x24 * r58 * r15 * r4 * r25 * r51 * r46 * r20
+    r445 = r466 + r445
+    r159 = k.where(r448, r445, r159)
+    r15 = x4 * x24 * r353 * r15 * r4 * r25 * r30 * r46 * r20
+    r15 = r475 + r15
+    r159 = k.where(r460, r15, r159)
     r15 = x15 * r8 * r159
-    r459 = r478 + r15
-    r95 = k.where(r22, r459, r95)
-    r450 = x6 * x15 * r4 * r5 * r8 * r450
-    r450 = r15 + r450
-    r95 = k.where(r98, r450, r95)
+    r460 = r479 + r15
+    r95 = k.where(r22, r460, r95)
+    r451 = x6 * x15 * r4 * r5 * r8 * r451
+    r451 = r15 + r451
+    r95 = k.where(r98, r451, r95)
     r52 = k.and_(r93, r52)
     r159 = 2.0 * x15 * r8 * r159
-    r159 = r478 + r159
+    r159 = r479 + r159
     r159 = x6 * r4 * r5 * r159
     r95 = k.where(r52, r159, r95)
-    r356 = r356 == 1.0
-    r95 = k.where(r356, 0.0, r95)
+    r357 = r357 == 1.0
+    r95 = k.where(r357, 0.0, r95)
     r67 = r67 + r95
     r67 = k.max(0.0, r67)
     r80 = k.gcd(x2, r80)
     r159 = k.recip(r80)
-    r478 = x2 * r159
-    r478 = -1.0 + r478
-    r478 = x28 * r478
+    r479 = x2 * r159
+    r479 = -1.0 + r479
+    r479 = x29 * r479
     r93 = -1.0 * x2 * r159
     r93 = x2 + r93
-    r93 = x32 * r93
-    r450 = -1.0 + x2
-    r15 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r159 * r450
+    r93 = x33 * r93
+    r451 = -1.0 + x2
+    r15 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r159 * r451
     r80 = -1.0 + r80
-    r80 = 2.0 * x14 * x19 * x10 * x4 * x34 * r352 * r25 * r30 * r19 * r159 * r450 * r80
+    r80 = 2.0 * x14 * x19 * x10 * x4 * x35 * r353 * r25 * r30 * r19 * r159 * r451 * r80
     r80 = k.max(r15, r80)
-    r80 = r478 + r93 + r80
-    r93 = x28 * r450
-    r478 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r19 * r450
-    r478 = r93 + r478
-    r80 = k.where(r447, r478, r80)
-    r478 = x2 * x36
-    r478 = x30 >= r478
-    r447 = x32 * r450
-    r93 = 2.0 * x14 * x19 * x10 * x4 * x34 * r352 * r25 * r30 * r19 * r450
-    r93 = r447 + r93
-    r80 = k.where(r478, r93, r80)
+    r80 = r479 + r93 + r80
+    r93 = x29 * r451
+    r479 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r19 * r451
+    r479 = r93 + r479
+    r80 = k.where(r448, r479, r80)
+    r479 = x2 * x37
+    r479 = x31 >= r479
+    r448 = x33 * r451
+    r93 = 2.0 * x14 * x19 * x10 * x4 * x35 * r353 * r25 * r30 * r19 * r451
+    r93 = r448 + r93
+    r80 = k.where(r479, r93, r80)
     r93 = x6 * x15 * r4 * r5 * r8 * r80
     r80 = x6 * x15 * r4 * r5 * r8 * r77 * r80
     r80 = r93 + r80
@@ -547,150 +548,150 @@ def quantities(x, k):
     r80 = k.where(r93, 0.0, r80)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r478 = -1.0 + x36
-    r478 = k.recip(r478)
-    r447 = 2.0 * x36
-    r447 = -2.0 + r447
-    r15 = k.gcd(x36, x30)
+    r479 = -1.0 + x37
+    r479 = k.recip(r479)
+    r448 = 2.0 * x37
+    r448 = -2.0 + r448
+    r15 = k.gcd(x37, x31)
     r159 = k.recip(r15)
-    r459 = x36 * r159
-    r459 = -1.0 + r459
-    r459 = x28 * r459
-    r474 = -1.0 * x36 * r159
-    r474 = x36 + r474
-    r474 = x32 * r474
-    r474 = r459 + r474
-    r474 = r478 * r447 * r474
-    r478 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r159 * r447
+    r460 = x37 * r159
+    r460 = -1.0 + r460
+    r460 = x29 * r460
+    r475 = -1.0 * x37 * r159
+    r475 = x37 + r475
+    r475 = x33 * r475
+    r475 = r460 + r475
+    r475 = r479 * r448 * r475
+    r479 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r159 * r448
     r15 = -1.0 + r15
-    r15 = x19 * x4 * x12 * x34 * r352 * r25 * r30 * r19 * r159 * r15 * r447
-    r15 = k.max(r478, r15)
-    r15 = r474 + r15
-    r474 = x30 <= 1.0
-    r478 = x28 * r447
-    r51 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r19 * r447
-    r51 = r478 + r51
-    r15 = k.where(r474, r51, r15)
-    r51 = x30 >= x36
-    r474 = x32 * r447
-    r30 = x19 * x4 * x12 * x34 * r352 * r25 * r30 * r19 * r447
-    r30 = r474 + r30
+    r15 = x19 * x4 * x12 * x35 * r353 * r25 * r30 * r19 * r159 * r15 * r448
+    r15 = k.max(r479, r15)
+    r15 = r475 + r15
+    r475 = x31 <= 1.0
+    r479 = x29 * r448
+    r51 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r19 * r448
+    r51 = r479 + r51
+    r15 = k.where(r475, r51, r15)
+    r51 = x31 >= x37
+    r475 = x33 * r448
+    r30 = x19 * x4 * x12 * x35 * r353 * r25 * r30 * r19 * r448
+    r30 = r475 + r30
     r15 = k.where(r51, r30, r15)
     r15 = x6 * x15 * r4 * r5 * r8 * r29 * r15
-    r30 = x36 == 1.0
+    r30 = x37 == 1.0
     r15 = k.where(r30, 0.0, r15)
     r128 = r10 + r9 + r128
     r128 = k.max(0.0, r128)
     r128 = k.where(r21, r128, 0.0)
-    r21 = r84 + r70 + r333 + r355 + r130 + r67 + r120 + r80 + r15 + r128
+    r21 = r84 + r70 + r334 + r356 + r130 + r67 + r120 + r80 + r15 + r128
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r60 * r4 * r25 * r8 * r19 * r9 * r16
-    r151 = x6 * x34 * r60 * r4 * r25 * r8 * r19 * r9 * r151
-    r9 = x19 * x4 * x12 * x34 * r25
-    r60 = x19 * x4 * x12 * x34 * r58 * r25
+    r10 = 6.0 * x6 * x35 * r60 * r4 * r25 * r8 * r19 * r9 * r16
+    r151 = x6 * x35 * r60 * r4 * r25 * r8 * r19 * r9 * r151
+    r9 = x19 * x4 * x12 * x35 * r25
+    r60 = x19 * x4 * x12 * x35 * r58 * r25
     r59 = r4 * r25 * r59 * r144
     r51 = r4 * r25 * r46 * r144
-    r474 = x4 * r4 * r25 * r46 * r20
-    r352 = r51 + r474
-    r59 = k.where(r22, r352, r59)
-    r352 = k.pow(x3, -2.0)
-    r144 = x6 * r352 * r5 * r25 * r46 * r144
-    r144 = r474 + r144
+    r475 = x4 * r4 * r25 * r46 * r20
+    r353 = r51 + r475
+    r59 = k.where(r22, r353, r59)
+    r353 = k.pow(x3, -2.0)
+    r144 = x6 * r353 * r5 * r25 * r46 * r144
+    r144 = r475 + r144
     r59 = k.where(r98, r144, r59)
     r46 = 2.0 * x4 * r4 * r25 * r46 * r20
     r46 = r51 + r46
     r46 = x6 * r4 * r5 * r46
     r59 = k.where(r52, r46, r59)
-    r59 = k.where(r356, 0.0, r59)
-    r356 = r58 * r59
-    r58 = x29 * r58
-    r46 = k.recip(x34)
-    r52 = x35 * r346 * r46
+    r59 = k.where(r357, 0.0, r59)
+    r357 = r58 * r59
+    r58 = x30 * r58
+    r46 = k.recip(x35)
+    r52 = x36 * r347 * r46
     r5 = k.recip(x13)
     r51 = r4 * r25 * r5 * r8 * r19
     r144 = 8e-12 * x12
     r98 = 8e-12 * x15 * r12
-    r474 = 8e-12 * x37 * x12
-    r352 = 2.4e-11 * x15 * x12 * x5
-    r22 = r144 + r98 + r474 + r352
-    r478 = 4e-12 * x12
+    r475 = 8e-12 * x38 * x12
+    r353 = 2.4e-11 * x15 * x12 * x5
+    r22 = r144 + r98 + r475 + r353
+    r479 = 4e-12 * x12
     r159 = 4e-12 * x15 * r12
-    r459 = 4e-12 * x37 * x12
-    r444 = 1.2e-11 * x15 * x12 * x5
-    r444 = r478 + r159 + r459 + r444
-    r444 = r51 > r444
-    r459 = -8e-12 * x12
+    r460 = 4e-12 * x38 * x12
+    r445 = 1.2e-11 * x15 * x12 * x5
+    r445 = r479 + r159 + r460 + r445
+    r445 = r51 > r445
+    r460 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r159 = -8e-12 * x37 * x12
-    r478 = -2.4e-11 * x15 * x12 * x5
-    r465 = k.sqrt(2.0)
+    r159 = -8e-12 * x38 * x12
+    r479 = -2.4e-11 * x15 * x12 * x5
+    r466 = k.sqrt(2.0)
     r47 = k.sqrt(x3)
     r47 = k.recip(r47)
-    r482 = k.sqrt(x2)
-    r482 = k.recip(r482)
+    r483 = k.sqrt(x2)
+    r483 = k.recip(r483)
     r83 = k.sqrt(x13)
     r83 = k.recip(r83)
-    r621 = k.sqrt(x23)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x36)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(r22)
-    r626 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r22
-    r627 = k.sqrt(x3)
-    r628 = k.sqrt(x2)
-    r629 = k.sqrt(x13)
-    r630 = k.sqrt(x23)
-    r631 = k.sqrt(x36)
-    r631 = 0.16666666666666666 * r465 * r627 * r628 * r629 * r630 * r631 * r625
-    r631 = 1.0 + r626 + r631
-    r631 = r465 * r47 * r482 * r83 * r621 * r623 * r625 * r631
-    r631 = r459 + r12 + r159 + r478 + r631
-    r478 = k.where(r444, r631, r51)
-    r352 = r144 + r98 + r474 + r352 + r478
-    r352 = x3 * x2 * x13 * x23 * x36 * r352
-    r352 = k.exp(r352)
-    r352 = -1.0 + r352
-    r474 = k.recip(r352)
-    r98 = x25 + x1
-    r144 = -1.0 * x3 * x2 * x13 * x23 * x36 * r98
+    r622 = k.sqrt(x24)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x37)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(r22)
+    r627 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r22
+    r628 = k.sqrt(x3)
+    r629 = k.sqrt(x2)
+    r630 = k.sqrt(x13)
+    r631 = k.sqrt(x24)
+    r632 = k.sqrt(x37)
+    r632 = 0.16666666666666666 * r466 * r628 * r629 * r630 * r631 * r632 * r626
+    r632 = 1.0 + r627 + r632
+    r632 = r466 * r47 * r483 * r83 * r622 * r624 * r626 * r632
+    r632 = r460 + r12 + r159 + r479 + r632
+    r479 = k.where(r445, r632, r51)
+    r353 = r144 + r98 + r475 + r353 + r479
+    r353 = x3 * x2 * x13 * x24 * x37 * r353
+    r353 = k.exp(r353)
+    r353 = -1.0 + r353
+    r475 = k.recip(r353)
+    r98 = x26 + x1
+    r144 = -1.0 * x3 * x2 * x13 * x24 * x37 * r98
     r144 = k.exp(r144)
-    r144 = x3 * x2 * x13 * x23 * x36 * r474 * r478 * r144
-    r474 = x3 * x2 * x13 * x23 * x36
-    r631 = k.recip(r631)
-    r474 = k.where(r444, r631, r474)
-    r98 = x3 * x2 * x13 * x23 * x36 * r98
+    r144 = x3 * x2 * x13 * x24 * x37 * r475 * r479 * r144
+    r475 = x3 * x2 * x13 * x24 * x37
+    r632 = k.recip(r632)
+    r475 = k.where(r445, r632, r475)
+    r98 = x3 * x2 * x13 * x24 * x37 * r98
     r98 = k.exp(r98)
-    r5 = x35 * r346 * r4 * r25 * r5 * r8 * r46 * r19 * r352 * r21 * r474 * r98
-    r98 = x35 * r346 * r46 * r352 * r21 * r474 * r98
-    r29 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r447 * r29
+    r5 = x36 * r347 * r4 * r25 * r5 * r8 * r46 * r19 * r353 * r21 * r475 * r98
+    r98 = x36 * r347 * r46 * r353 * r21 * r475 * r98
+    r29 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r448 * r29
     r29 = k.where(r30, 0.0, r29)
-    r30 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r450
-    r450 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r77 * r450
-    r450 = r30 + r450
-    r450 = k.where(r93, 0.0, r450)
-    r126 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r126
+    r30 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r451
+    r451 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r77 * r451
+    r451 = r30 + r451
+    r451 = k.where(r93, 0.0, r451)
+    r126 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r126
     r126 = k.where(r71, 0.0, r126)
-    r127 = r127 < x23
-    r71 = x33 != 2.0
+    r127 = r127 < x24
+    r71 = x34 != 2.0
     r54 = k.and_(r54, r71)
     r54 = k.not_(r54)
     r54 = k.or_(r127, r54)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r53 = k.and_(r19, r71, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r127, r53)
     r53 = k.and_(r54, r53)
-    r54 = x23 >= 2.0
-    r127 = x33 != 3.0
-    r71 = x33 != 4.0
+    r54 = x24 >= 2.0
+    r127 = x34 != 3.0
+    r71 = x34 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r127, r71, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x23 * x36 * r21
-    r71 = r116 <= r54
+    r54 = x22 * x3 * x2 * x24 * x37 * r21
+    r71 = r72 <= r54
     r54 = r96 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r73, r79, r32, r115, r104, r125, 0.0, r107, r110, r33, r31, r50, r111, r74, r72, r116, r116, r96, r99, r154, r349, r149, r120, r21, r10, r151, r9, r60, r356, r58, 0.0, r52, r51, r22, r478, r144, r5, r98, r70, r130, r355, r333, r29, r15, r15, r450, r80, r80, r59, r95, r67, r126, r45, r84, 0.0, 0.0, r128, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r73, r79, r32, r115, r104, r125, 0.0, r107, r110, r33, r31, r50, r111, r74, r116, r72, r72, r96, r99, r154, r350, r149, r120, r21, r10, r151, r9, r60, r357, r58, 0.0, r52, r51, r22, r479, r144, r5, r98, r70, r130, r356, r334, r29, r15, r15, r451, r80, r80, r59, r95, r67, r126, r45, r84, 0.0, 0.0, r128, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1363,9 +1364,9 @@ def search(x, k):
     return (r97, r77, r59)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (41, 45, 46, 47, 48), (45, 46, 47, 48), (40, 45, 46, 47, 48), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (42, 45, 46, 47, 48), (42, 45, 46, 47, 48, 74, 75), (42, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 35), (9, 70), (10, 38), (10, 39), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 34), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 34), (17, 66), (17, 67), (17, 68), (17, 69), (22, 34), (22, 35), (22, 38), (22, 39), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 34), (23, 35), (23, 38), (23, 39), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (46, 47, 48, 49), (41, 46, 47, 48, 49), (), (31, 32, 33, 38), (), (), (), (31, 32, 33, 38), (33,), (37,), (37,), (38,), (31, 32, 33, 38, 41, 42, 46, 47, 48, 49), (31, 32, 33, 36, 38, 41, 42, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 35), (9, 71), (10, 39), (10, 40), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 35), (22, 39), (22, 40), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 35), (23, 39), (23, 40), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

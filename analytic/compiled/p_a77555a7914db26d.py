@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,47 +50,47 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x35 * r31 * r25 * r39
-    r38 = x25 == 2.0
-    r37 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r39 = x20 * x36 * r31 * r25 * r39
+    r38 = x26 == 2.0
+    r37 = 2.0 * x20 * x12 * x36 * r31 * r25
     r37 = k.where(r38, r37, r39)
-    r36 = 1.0 + x24
+    r36 = 1.0 + x25
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r34)
     r36 = r36 * r35
-    r49 = x34 == 4.0
-    r50 = 2.0 * x24
+    r49 = x35 == 4.0
+    r50 = 2.0 * x25
     r51 = -1.0 + r50
     r51 = k.min(r51, r6)
     r51 = r51 * r35
     r54 = k.where(r49, r51, r36)
-    r55 = x34 == 0.0
-    r56 = x34 == 3.0
+    r55 = x35 == 0.0
+    r56 = x35 == 3.0
     r57 = k.or_(r55, r56)
-    r58 = k.min(x24, r6)
+    r58 = k.min(x25, r6)
     r58 = r58 * r35
     r54 = k.where(r57, r58, r54)
-    r58 = x34 == 1.0
-    r62 = k.recip(x39)
-    r63 = x6 * x39 * r4 * r5
-    r64 = -1.0 + x39
-    r64 = x24 * r64
+    r58 = x35 == 1.0
+    r62 = k.recip(x40)
+    r63 = x6 * x40 * r4 * r5
+    r64 = -1.0 + x40
+    r64 = x25 * r64
     r66 = -1.0 + r50 + r64
     r66 = k.min(r63, r66)
     r66 = r62 * r66 * r35
     r54 = k.where(r58, r66, r54)
-    r66 = x34 == 2.0
+    r66 = x35 == 2.0
     r71 = x6 * r4 * r5 * r35
     r54 = k.where(r66, r71, r54)
     r54 = r37 * r54
     r74 = r12 + r16
     r75 = r25 * r74
-    r76 = x24 == 1.0
+    r76 = x25 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
     r78 = r74 * r77
-    r79 = x24 != 1.0
+    r79 = x25 != 1.0
     r79 = k.where(r79, 1.0, 0.0)
-    r79 = x38 * x12 * r79
+    r79 = x39 * x12 * r79
     r82 = r78 + r79
     r82 = r25 * r82
     r84 = r75 + r82
@@ -107,12 +107,12 @@ def quantities(x, k):
     r77 = k.where(r27, r78, r77)
     r8 = 2.0 * r77
     r75 = r75 + r8
-    r16 = x40 >= 3.0
+    r16 = x41 >= 3.0
     r75 = k.where(r16, 0.0, r75)
-    r12 = x40 <= 2.0
+    r12 = x41 <= 2.0
     r101 = 4.0 * r77
     r101 = k.where(r12, r101, r8)
-    r103 = x40 >= 2.0
+    r103 = x41 >= 2.0
     r104 = r4 * r31 * r101
     r101 = k.where(r103, r104, r101)
     r104 = 2.0 * r4 * r31 * r77
@@ -122,8 +122,8 @@ def quantities(x, k):
     r104 = k.where(r28, r109, r104)
     r109 = k.where(r38, r39, 0.0)
     r112 = k.or_(r27, r76)
-    r113 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r114 = x38 * x20 * x16 * x35 * r31 * r25
+    r113 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r114 = x39 * x20 * x16 * x36 * r31 * r25
     r113 = r113 + r114
     r113 = k.max(r113, r109)
     r112 = k.where(r112, r113, r109)
@@ -132,16 +132,16 @@ def quantities(x, k):
     r118 = k.where(r27, r119, r118)
     r119 = 3.0 * x4 * r118 * r77
     r119 = k.where(r16, r119, 0.0)
-    r123 = x24 > 1.0
+    r123 = x25 > 1.0
     r123 = k.and_(r16, r123)
     r77 = 2.0 * x4 * r77
     r119 = k.where(r123, r77, r119)
     r77 = r54 + r75 + r101 + r8 + r104 + r112 + r119
     r128 = k.where(r49, r51, r36)
-    r129 = -1.0 + x24
+    r129 = -1.0 + x25
     r130 = k.min(1.0, r129)
     r131 = -1.0 * r130
-    r131 = x24 + r131
+    r131 = x25 + r131
     r133 = k.min(r6, r131)
     r133 = r133 * r35
     r128 = k.where(r57, r133, r128)
@@ -157,20 +157,20 @@ def quantities(x, k):
     r50 = r74 * r50
     r133 = r130 != 0.0
     r147 = 1.0 + r130
-    r147 = x24 == r147
+    r147 = x25 == r147
     r133 = k.and_(r133, r147)
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x38 * x12 * r133
+    r133 = x39 * x12 * r133
     r152 = r50 + r133
     r152 = r25 * r152
     r154 = r131 == 1.0
     r154 = k.where(r154, 1.0, 0.0)
     r154 = r74 * r154
-    r74 = x24 == r131
+    r74 = x25 == r131
     r131 = r131 != 1.0
     r131 = k.and_(r74, r131)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x38 * x12 * r131
+    r131 = x39 * x12 * r131
     r162 = r154 + r131
     r162 = r25 * r162
     r162 = r162 + r152
@@ -272,77 +272,78 @@ def quantities(x, k):
     r128 = k.where(r128, 0.0, 0.0)
     r36 = r77 == r36
     r128 = k.where(r36, 0.0, r128)
-    r36 = x38 * x20 * x4 * x35 * r31 * r25
-    r54 = x38 * x20 * x4 * x35 * r31
+    r36 = x39 * x20 * x4 * x36 * r31 * r25
+    r54 = x39 * x20 * x4 * x36 * r31
     r119 = k.max(r77, r133, r79)
     r104 = r133 == r119
     r79 = k.where(r104, r133, r79)
     r119 = r77 == r119
     r79 = k.where(r119, r77, r79)
-    r77 = -1.0 * r79
-    r77 = x8 + r77
-    r119 = 6.0 * x6 * x35 * r15
+    r77 = -1.0 * x21
+    r119 = -1.0 * r79
+    r119 = x8 + r77 + r119
+    r77 = 6.0 * x6 * x36 * r15
     r133 = 12.0 * x12
     r104 = 6.0 * x15 * r9
     r74 = 6.0 * x15 * r13
-    r101 = 6.0 * x38 * x12
+    r101 = 6.0 * x39 * x12
     r88 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r133 + r104 + r74 + r101 + r88 + r8
-    r88 = x6 * x35 * r8
+    r88 = x6 * x36 * r8
     r101 = k.pow(x12, 2.0)
     r74 = k.recip(x12)
-    r104 = 0.16666666666666666 * x35 * r74
+    r104 = 0.16666666666666666 * x36 * r74
     r162 = k.recip(x15)
-    r74 = 0.0625 * x38 * r162 * r74
+    r74 = 0.0625 * x39 * r162 * r74
     r74 = 1.0 + r104 + r74
-    r74 = 96.0 * x6 * x15 * x35 * r101 * r74
-    r101 = k.pow(x35, 2.0)
+    r74 = 96.0 * x6 * x15 * x36 * r101 * r74
+    r101 = k.pow(x36, 2.0)
     r104 = 2.0 * x6 * x15 * x11 * x10 * r101
-    r82 = x25 == 1.0
+    r82 = x26 == 1.0
     r101 = 4.0 * x6 * x15 * x11 * x10 * r101
     r101 = k.where(r82, r101, 0.0)
-    r131 = 0.3333333333333333 * x6 * x35 * r8
+    r131 = 0.3333333333333333 * x6 * x36 * r8
     r101 = k.where(r38, r131, r101)
     r101 = r88 + r104 + r101
     r104 = k.where(r38, 1.0, 0.0)
     r104 = 1.0 + r104
     r131 = k.recip(x9)
     r152 = k.recip(x19)
-    r75 = x38 * x12 * r25
-    r123 = x20 * x12 * x35 * r31
-    r71 = x38 * x20 * x35 * r31 * r25
+    r75 = x39 * x12 * r25
+    r123 = x20 * x12 * x36 * r31
+    r71 = x39 * x20 * x36 * r31 * r25
     r71 = r75 + r123 + r71
     r75 = 2.0 * r131 * r152 * r71
-    r35 = k.recip(x23)
+    r35 = k.recip(x24)
     r63 = k.recip(x17)
-    r64 = 2.0 * x38 * x20 * x12 * x35 * r35 * r31 * r63 * r25
+    r64 = 2.0 * x39 * x20 * x12 * x36 * r35 * r31 * r63 * r25
     r64 = r75 + r64
     r64 = r104 * r64
     r71 = 4.0 * r131 * r152 * r71
-    r75 = 4.0 * x38 * x20 * x12 * x35 * r35 * r31 * r63 * r25
+    r75 = 4.0 * x39 * x20 * x12 * x36 * r35 * r31 * r63 * r25
     r75 = r64 + r71 + r75
     r75 = r11 * r75
     r71 = x11 * x10 * x12 * r25
-    r64 = x11 * x20 * x10 * x35 * r31 * r25
+    r64 = x11 * x20 * x10 * x36 * r31 * r25
     r64 = r71 + r123 + r64
     r71 = r131 * r152 * r64
-    r51 = k.recip(x22)
-    r147 = 2.0 * x11 * x20 * x10 * x12 * x35 * r51 * r31 * r63 * r25
+    r51 = k.recip(x23)
+    r147 = 2.0 * x11 * x20 * x10 * x12 * x36 * r51 * r31 * r63 * r25
     r147 = r71 + r147
     r147 = r104 * r147
     r71 = x10 * x12 * r25 * r14
-    r87 = x20 * x10 * x35 * r31 * r25 * r14
+    r87 = x20 * x10 * x36 * r31 * r25 * r14
     r87 = r123 + r71 + r87
     r71 = r131 * r152 * r87
-    r154 = 2.0 * x20 * x10 * x12 * x35 * r51 * r31 * r63 * r25 * r14
+    r154 = 2.0 * x20 * x10 * x12 * x36 * r51 * r31 * r63 * r25 * r14
     r154 = r71 + r154
     r154 = r104 * r154
     r71 = x12 * x5 * r25
-    r50 = x20 * x5 * x35 * r31 * r25
+    r50 = x20 * x5 * x36 * r31 * r25
     r50 = r71 + r123 + r50
     r123 = r131 * r152 * r50
-    r71 = 2.0 * x20 * x12 * x5 * x35 * r51 * r31 * r63 * r25
+    r71 = 2.0 * x20 * x12 * x5 * x36 * r51 * r31 * r63 * r25
     r71 = r123 + r71
     r71 = 2.0 * r104 * r71
     r64 = 2.0 * r131 * r152 * r64
@@ -350,349 +351,349 @@ def quantities(x, k):
     r50 = 4.0 * r131 * r152 * r50
     r123 = x11 * x10 * r25
     r123 = x12 + r123
-    r123 = 4.0 * x20 * x35 * r131 * r31 * r152 * r123
-    r342 = x10 * r25 * r14
-    r342 = x12 + r342
-    r342 = 4.0 * x20 * x35 * r131 * r31 * r152 * r342
-    r345 = x5 * r25
-    r345 = x12 + r345
-    r345 = 8.0 * x20 * x35 * r131 * r31 * r152 * r345
-    r348 = 8.0 * x20 * x12 * x5 * x35 * r51 * r31 * r63 * r25
-    r349 = 4.0 * x11 * x20 * x10 * x12 * x35 * r51 * r31 * r63 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r51 * r31 * r63 * r25 * r14
-    r14 = r147 + r154 + r71 + r64 + r87 + r50 + r123 + r342 + r345 + r348 + r349 + r14
+    r123 = 4.0 * x20 * x36 * r131 * r31 * r152 * r123
+    r343 = x10 * r25 * r14
+    r343 = x12 + r343
+    r343 = 4.0 * x20 * x36 * r131 * r31 * r152 * r343
+    r346 = x5 * r25
+    r346 = x12 + r346
+    r346 = 8.0 * x20 * x36 * r131 * r31 * r152 * r346
+    r349 = 8.0 * x20 * x12 * x5 * x36 * r51 * r31 * r63 * r25
+    r350 = 4.0 * x11 * x20 * x10 * x12 * x36 * r51 * r31 * r63 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r51 * r31 * r63 * r25 * r14
+    r14 = r147 + r154 + r71 + r64 + r87 + r50 + r123 + r343 + r346 + r349 + r350 + r14
     r14 = x15 * r11 * r14
     r14 = r75 + r14
     r75 = x6 * r4 * r5 * r14
-    r349 = 3.0 * x5
-    r348 = 2.0 * x5 * r104
-    r348 = r349 + r348
-    r348 = x20 * x35 * r31 * r25 * r348
-    r349 = 10.0 * x12 * r104
-    r349 = r133 + r349
-    r349 = x20 * x35 * r31 * r25 * r349
-    r349 = r348 + r349
-    r349 = x15 * r11 * r349
-    r348 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r348 = r349 + r348
-    r349 = x6 * x4 * r131 * r4 * r5 * r152 * r348
+    r350 = 3.0 * x5
+    r349 = 2.0 * x5 * r104
+    r349 = r350 + r349
+    r349 = x20 * x36 * r31 * r25 * r349
+    r350 = 10.0 * x12 * r104
+    r350 = r133 + r350
+    r350 = x20 * x36 * r31 * r25 * r350
+    r350 = r349 + r350
+    r350 = x15 * r11 * r350
+    r349 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r349 = r350 + r349
+    r350 = x6 * x4 * r131 * r4 * r5 * r152 * r349
     r133 = k.recip(x0)
-    r345 = x11 * x10 * x35
+    r346 = x11 * x10 * x36
     r82 = k.or_(r82, r38)
     r82 = k.where(r82, 1.0, 0.0)
     r82 = 3.0 + r82
-    r82 = 2.0 * x11 * x10 * x35 * r82
-    r82 = r345 + r82
-    r345 = x6 * x15 * x35 * r35 * r4 * r31 * r63 * r133 * r11 * r25 * r82
-    r342 = r75 + r349 + r345
-    r123 = k.recip(r342)
+    r82 = 2.0 * x11 * x10 * x36 * r82
+    r82 = r346 + r82
+    r346 = x6 * x15 * x36 * r35 * r4 * r31 * r63 * r133 * r11 * r25 * r82
+    r343 = r75 + r350 + r346
+    r123 = k.recip(r343)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r50 = k.recip(x6)
-    r87 = 0.3333333333333333 * x3 * x20 * r50 * r62 * r342
-    r64 = 0.6666666666666666 * x3 * x20 * x24 * r50 * r342
-    r348 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r348
-    r82 = -1.0 * x6 * x15 * x35 * r35 * r4 * r31 * r63 * r133 * r11 * r25 * r82
-    r64 = r14 + r87 + r64 + r348 + r82
+    r87 = 0.3333333333333333 * x3 * x20 * r50 * r62 * r343
+    r64 = 0.6666666666666666 * x3 * x20 * x25 * r50 * r343
+    r349 = -1.0 * x6 * x4 * r131 * r4 * r5 * r152 * r349
+    r82 = -1.0 * x6 * x15 * x36 * r35 * r4 * r31 * r63 * r133 * r11 * r25 * r82
+    r64 = r14 + r87 + r64 + r349 + r82
     r64 = k.max(0.0, r64)
-    r87 = 0.5 * x24
+    r87 = 0.5 * x25
     r87 = -1.0 + r87
-    r87 = 0.6666666666666666 * x3 * x20 * r50 * r62 * r87 * r342
+    r87 = 0.6666666666666666 * x3 * x20 * r50 * r62 * r87 * r343
     r87 = k.where(r49, 0.0, r87)
-    r49 = 0.3333333333333333 * x3 * x20 * r50 * r62 * r129 * r342
+    r49 = 0.3333333333333333 * x3 * x20 * r50 * r62 * r129 * r343
     r87 = k.where(r56, r49, r87)
     r66 = k.or_(r55, r58, r66)
-    r129 = x3 * x20 * r50 * r62 * r129 * r342
+    r129 = x3 * x20 * r50 * r62 * r129 * r343
     r87 = k.where(r66, r129, r87)
     r87 = k.max(r64, r87)
     r123 = r123 * r87
     r64 = k.where(r12, 4.0, 2.0)
     r64 = 26.0 + r64
     r64 = r131 * r152 * r64 * r32
-    r152 = r75 + r64 + r349 + r345
-    r131 = -1.0 * x21
+    r152 = r75 + r64 + r350 + r346
+    r131 = -1.0 * x22
     r131 = 1.0 + r131
-    r129 = x24 * x39
+    r129 = x25 * x40
     r129 = -1.0 + r129
-    r62 = k.recip(x27)
-    r55 = k.recip(x28)
-    r49 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25
-    r49 = x29 + r49
-    r56 = 2.0 * x3 * x2 * x37
-    r56 = x31 >= r56
-    r133 = k.recip(x30)
-    r63 = k.recip(x32)
-    r35 = x20 * x4 * x12 * x35 * r133 * r31 * r63 * r25
-    r35 = x33 + r35
+    r62 = k.recip(x28)
+    r55 = k.recip(x29)
+    r49 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25
+    r49 = x30 + r49
+    r56 = 2.0 * x3 * x2 * x38
+    r56 = x32 >= r56
+    r133 = k.recip(x31)
+    r63 = k.recip(x33)
+    r35 = x20 * x4 * x12 * x36 * r133 * r31 * r63 * r25
+    r35 = x34 + r35
     r49 = k.where(r56, r35, r49)
     r49 = 2.0 * x6 * r4 * r5 * r11 * r129 * r49
     r49 = k.where(r76, 0.0, r49)
     r131 = r131 * r49
-    r35 = x3 * x20 * r50 * r342
-    r56 = x24 <= 1.0
+    r35 = x3 * x20 * r50 * r343
+    r56 = x25 <= 1.0
     r103 = k.and_(r103, r56)
-    r35 = k.where(r103, r342, r35)
-    r35 = -1.0 * x21 * r35
-    r342 = x3 * x2
-    r71 = -1.0 + r342
+    r35 = k.where(r103, r343, r35)
+    r35 = -1.0 * x22 * r35
+    r343 = x3 * x2
+    r71 = -1.0 + r343
     r154 = k.recip(r71)
     r147 = 2.0 * x3 * x2
     r147 = -2.0 + r147
-    r428 = x31 * r25
-    r429 = k.gcd(r342, r428)
-    r430 = k.recip(r429)
-    r431 = x3 * x2 * r430
-    r431 = -1.0 + r431
-    r431 = x29 * r431
-    r434 = -1.0 * x3 * x2 * r430
-    r434 = r342 + r434
-    r434 = x33 * r434
-    r437 = r431 + r434
-    r437 = r154 * r147 * r437
+    r429 = x32 * r25
+    r430 = k.gcd(r343, r429)
+    r431 = k.recip(r430)
+    r432 = x3 * x2 * r431
+    r432 = -1.0 + r432
+    r432 = x30 * r432
+    r435 = -1.0 * x3 * x2 * r431
+    r435 = r343 + r435
+    r435 = x34 * r435
+    r438 = r432 + r435
+    r438 = r154 * r147 * r438
     r154 = x4 * r26
-    r440 = 4.0 * r26
-    r154 = k.where(r12, r440, r154)
-    r440 = x24 * r62 * r162 * r4 * r31 * r55 * r430 * r147 * r154
-    r429 = -1.0 + r429
-    r12 = x24 * r133 * r162 * r4 * r31 * r63 * r430 * r429 * r147 * r154
-    r12 = k.max(r440, r12)
-    r12 = r437 + r12
-    r437 = x31 <= x37
-    r440 = x29 * r147
-    r449 = x24 * r62 * r162 * r4 * r31 * r55 * r147 * r154
-    r449 = r440 + r449
-    r12 = k.where(r437, r449, r12)
-    r449 = x3 * x2 * x37
-    r449 = x31 >= r449
-    r440 = x33 * r147
-    r455 = x24 * r133 * r162 * r4 * r31 * r63 * r147 * r154
-    r455 = r440 + r455
-    r12 = k.where(r449, r455, r12)
+    r441 = 4.0 * r26
+    r154 = k.where(r12, r441, r154)
+    r441 = x25 * r62 * r162 * r4 * r31 * r55 * r431 * r147 * r154
+    r430 = -1.0 + r430
+    r12 = x25 * r133 * r162 * r4 * r31 * r63 * r431 * r430 * r147 * r154
+    r12 = k.max(r441, r12)
+    r12 = r438 + r12
+    r438 = x32 <= x38
+    r441 = x30 * r147
+    r450 = x25 * r62 * r162 * r4 * r31 * r55 * r147 * r154
+    r450 = r441 + r450
+    r12 = k.where(r438, r450, r12)
+    r450 = x3 * x2 * x38
+    r450 = x32 >= r450
+    r441 = x34 * r147
+    r456 = x25 * r133 * r162 * r4 * r31 * r63 * r147 * r154
+    r456 = r441 + r456
+    r12 = k.where(r450, r456, r12)
     r12 = x15 * r11 * r12
-    r455 = x24 * r62 * r162 * r4 * r31 * r55 * r430 * r71 * r154
-    r440 = x24 * r133 * r162 * r4 * r31 * r63 * r430 * r71 * r429 * r154
-    r440 = k.max(r455, r440)
-    r440 = r431 + r434 + r440
-    r455 = x29 * r71
-    r464 = x24 * r62 * r162 * r4 * r31 * r55 * r71 * r154
-    r464 = r455 + r464
-    r440 = k.where(r437, r464, r440)
-    r464 = x33 * r71
-    r468 = x24 * r133 * r162 * r4 * r31 * r63 * r71 * r154
-    r468 = r464 + r468
-    r440 = k.where(r449, r468, r440)
-    r468 = x15 * r11 * r440
-    r472 = x4 * x24 * r62 * r162 * r4 * r31 * r55 * r430 * r71 * r26
-    r429 = x4 * x24 * r133 * r162 * r4 * r31 * r63 * r430 * r71 * r429 * r26
-    r429 = k.max(r472, r429)
-    r429 = r431 + r434 + r429
-    r434 = x4 * x24 * r62 * r162 * r4 * r31 * r55 * r71 * r26
-    r434 = r455 + r434
-    r429 = k.where(r437, r434, r429)
-    r162 = x4 * x24 * r133 * r162 * r4 * r31 * r63 * r71 * r26
-    r162 = r464 + r162
-    r429 = k.where(r449, r162, r429)
-    r162 = x15 * r11 * r429
-    r449 = r468 + r162
-    r12 = k.where(r28, r449, r12)
-    r440 = x6 * x15 * r4 * r5 * r11 * r440
-    r440 = r162 + r440
-    r12 = k.where(r103, r440, r12)
+    r456 = x25 * r62 * r162 * r4 * r31 * r55 * r431 * r71 * r154
+    r441 = x25 * r133 * r162 * r4 * r31 * r63 * r431 * r71 * r430 * r154
+    r441 = k.max(r456, r441)
+    r441 = r432 + r435 + r441
+    r456 = x30 * r71
+    r465 = x25 * r62 * r162 * r4 * r31 * r55 * r71 * r154
+    r465 = r456 + r465
+    r441 = k.where(r438, r465, r441)
+    r465 = x34 * r71
+    r469 = x25 * r133 * r162 * r4 * r31 * r63 * r71 * r154
+    r469 = r465 + r469
+    r441 = k.where(r450, r469, r441)
+    r469 = x15 * r11 * r441
+    r473 = x4 * x25 * r62 * r162 * r4 * r31 * r55 * r431 * r71 * r26
+    r430 = x4 * x25 * r133 * r162 * r4 * r31 * r63 * r431 * r71 * r430 * r26
+    r430 = k.max(r473, r430)
+    r430 = r432 + r435 + r430
+    r435 = x4 * x25 * r62 * r162 * r4 * r31 * r55 * r71 * r26
+    r435 = r456 + r435
+    r430 = k.where(r438, r435, r430)
+    r162 = x4 * x25 * r133 * r162 * r4 * r31 * r63 * r71 * r26
+    r162 = r465 + r162
+    r430 = k.where(r450, r162, r430)
+    r162 = x15 * r11 * r430
+    r450 = r469 + r162
+    r12 = k.where(r28, r450, r12)
+    r441 = x6 * x15 * r4 * r5 * r11 * r441
+    r441 = r162 + r441
+    r12 = k.where(r103, r441, r12)
     r56 = k.and_(r16, r56)
-    r429 = 2.0 * x15 * r11 * r429
-    r429 = r468 + r429
-    r429 = x6 * r4 * r5 * r429
-    r12 = k.where(r56, r429, r12)
-    r342 = r342 == 1.0
-    r12 = k.where(r342, 0.0, r12)
+    r430 = 2.0 * x15 * r11 * r430
+    r430 = r469 + r430
+    r430 = x6 * r4 * r5 * r430
+    r12 = k.where(r56, r430, r12)
+    r343 = r343 == 1.0
+    r12 = k.where(r343, 0.0, r12)
     r35 = r35 + r12
     r35 = k.max(0.0, r35)
-    r428 = k.gcd(x2, r428)
-    r429 = k.recip(r428)
-    r468 = x2 * r429
-    r468 = -1.0 + r468
-    r468 = x29 * r468
-    r16 = -1.0 * x2 * r429
+    r429 = k.gcd(x2, r429)
+    r430 = k.recip(r429)
+    r469 = x2 * r430
+    r469 = -1.0 + r469
+    r469 = x30 * r469
+    r16 = -1.0 * x2 * r430
     r16 = x2 + r16
-    r16 = x33 * r16
-    r440 = -1.0 + x2
-    r162 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r429 * r440
-    r428 = -1.0 + r428
-    r428 = 2.0 * x14 * x20 * x10 * x4 * x35 * r133 * r31 * r63 * r25 * r429 * r440 * r428
-    r428 = k.max(r162, r428)
-    r428 = r468 + r16 + r428
-    r16 = x29 * r440
-    r468 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r440
-    r468 = r16 + r468
-    r428 = k.where(r437, r468, r428)
-    r468 = x2 * x37
-    r468 = x31 >= r468
-    r437 = x33 * r440
-    r16 = 2.0 * x14 * x20 * x10 * x4 * x35 * r133 * r31 * r63 * r25 * r440
-    r16 = r437 + r16
-    r428 = k.where(r468, r16, r428)
-    r16 = x6 * x15 * r4 * r5 * r11 * r428
-    r428 = x6 * x15 * r4 * r5 * r11 * r104 * r428
-    r428 = r16 + r428
+    r16 = x34 * r16
+    r441 = -1.0 + x2
+    r162 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r430 * r441
+    r429 = -1.0 + r429
+    r429 = 2.0 * x14 * x20 * x10 * x4 * x36 * r133 * r31 * r63 * r25 * r430 * r441 * r429
+    r429 = k.max(r162, r429)
+    r429 = r469 + r16 + r429
+    r16 = x30 * r441
+    r469 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r441
+    r469 = r16 + r469
+    r429 = k.where(r438, r469, r429)
+    r469 = x2 * x38
+    r469 = x32 >= r469
+    r438 = x34 * r441
+    r16 = 2.0 * x14 * x20 * x10 * x4 * x36 * r133 * r31 * r63 * r25 * r441
+    r16 = r438 + r16
+    r429 = k.where(r469, r16, r429)
+    r16 = x6 * x15 * r4 * r5 * r11 * r429
+    r429 = x6 * x15 * r4 * r5 * r11 * r104 * r429
+    r429 = r16 + r429
     r16 = x2 == 1.0
-    r428 = k.where(r16, 0.0, r428)
+    r429 = k.where(r16, 0.0, r429)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r468 = k.gcd(x37, x31)
-    r437 = k.recip(r468)
-    r162 = x37 * r437
+    r469 = k.gcd(x38, x32)
+    r438 = k.recip(r469)
+    r162 = x38 * r438
     r162 = -1.0 + r162
-    r162 = x29 * r162
-    r429 = -1.0 * x37 * r437
-    r429 = x37 + r429
-    r429 = x33 * r429
-    r449 = -1.0 + x37
-    r464 = x20 * x12 * x35 * r62 * r31 * r55 * r25 * r437 * r449
-    r468 = -1.0 + r468
-    r434 = x20 * x12 * x35 * r133 * r31 * r63 * r25 * r437 * r449 * r468
-    r434 = k.max(r464, r434)
-    r434 = r162 + r429 + r434
-    r464 = x31 <= 1.0
-    r455 = x29 * r449
-    r431 = x20 * x12 * x35 * r62 * r31 * r55 * r25 * r449
-    r431 = r455 + r431
-    r434 = k.where(r464, r431, r434)
-    r431 = x31 >= x37
-    r472 = x33 * r449
-    r430 = x20 * x12 * x35 * r133 * r31 * r63 * r25 * r449
-    r430 = r472 + r430
-    r434 = k.where(r431, r430, r434)
-    r434 = x6 * x15 * r4 * r5 * r11 * r38 * r434
-    r430 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r437 * r449
-    r468 = x20 * x4 * x12 * x35 * r133 * r31 * r63 * r25 * r437 * r449 * r468
-    r468 = k.max(r430, r468)
-    r468 = r162 + r429 + r468
-    r55 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r449
-    r55 = r455 + r55
-    r468 = k.where(r464, r55, r468)
-    r63 = x20 * x4 * x12 * x35 * r133 * r31 * r63 * r25 * r449
-    r63 = r472 + r63
-    r468 = k.where(r431, r63, r468)
-    r468 = x6 * x15 * r4 * r5 * r11 * r38 * r468
-    r468 = r434 + r468
-    r434 = x37 == 1.0
-    r468 = k.where(r434, 0.0, r468)
-    r82 = r14 + r348 + r82
+    r162 = x30 * r162
+    r430 = -1.0 * x38 * r438
+    r430 = x38 + r430
+    r430 = x34 * r430
+    r450 = -1.0 + x38
+    r465 = x20 * x12 * x36 * r62 * r31 * r55 * r25 * r438 * r450
+    r469 = -1.0 + r469
+    r435 = x20 * x12 * x36 * r133 * r31 * r63 * r25 * r438 * r450 * r469
+    r435 = k.max(r465, r435)
+    r435 = r162 + r430 + r435
+    r465 = x32 <= 1.0
+    r456 = x30 * r450
+    r432 = x20 * x12 * x36 * r62 * r31 * r55 * r25 * r450
+    r432 = r456 + r432
+    r435 = k.where(r465, r432, r435)
+    r432 = x32 >= x38
+    r473 = x34 * r450
+    r431 = x20 * x12 * x36 * r133 * r31 * r63 * r25 * r450
+    r431 = r473 + r431
+    r435 = k.where(r432, r431, r435)
+    r435 = x6 * x15 * r4 * r5 * r11 * r38 * r435
+    r431 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r438 * r450
+    r469 = x20 * x4 * x12 * x36 * r133 * r31 * r63 * r25 * r438 * r450 * r469
+    r469 = k.max(r431, r469)
+    r469 = r162 + r430 + r469
+    r55 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r450
+    r55 = r456 + r55
+    r469 = k.where(r465, r55, r469)
+    r63 = x20 * x4 * x12 * x36 * r133 * r31 * r63 * r25 * r450
+    r63 = r473 + r63
+    r469 = k.where(r432, r63, r469)
+    r469 = x6 * x15 * r4 * r5 * r11 * r38 * r469
+    r469 = r435 + r469
+    r435 = x38 == 1.0
+    r469 = k.where(r435, 0.0, r469)
+    r82 = r14 + r349 + r82
     r82 = k.max(0.0, r82)
     r82 = k.where(r27, r82, 0.0)
-    r27 = r131 + r75 + r64 + r349 + r345 + r35 + r87 + r428 + r468 + r82
-    r348 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r51 * r4 * r31 * r11 * r25 * r348 * r15
-    r8 = x6 * x35 * r51 * r4 * r31 * r11 * r25 * r348 * r8
-    r348 = x20 * x4 * x12 * x35 * r31
-    r51 = x20 * x4 * x12 * x35 * r62 * r31
+    r27 = r131 + r75 + r64 + r350 + r346 + r35 + r87 + r429 + r469 + r82
+    r349 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r51 * r4 * r31 * r11 * r25 * r349 * r15
+    r8 = x6 * x36 * r51 * r4 * r31 * r11 * r25 * r349 * r8
+    r349 = x20 * x4 * x12 * x36 * r31
+    r51 = x20 * x4 * x12 * x36 * r62 * r31
     r147 = r4 * r31 * r147 * r154
     r63 = r4 * r31 * r71 * r154
-    r431 = x4 * r4 * r31 * r71 * r26
-    r472 = r63 + r431
-    r147 = k.where(r28, r472, r147)
-    r472 = k.pow(x3, -2.0)
-    r154 = x6 * r472 * r5 * r31 * r71 * r154
-    r154 = r431 + r154
+    r432 = x4 * r4 * r31 * r71 * r26
+    r473 = r63 + r432
+    r147 = k.where(r28, r473, r147)
+    r473 = k.pow(x3, -2.0)
+    r154 = x6 * r473 * r5 * r31 * r71 * r154
+    r154 = r432 + r154
     r147 = k.where(r103, r154, r147)
     r71 = 2.0 * x4 * r4 * r31 * r71 * r26
     r71 = r63 + r71
     r71 = x6 * r4 * r5 * r71
     r147 = k.where(r56, r71, r147)
-    r147 = k.where(r342, 0.0, r147)
-    r342 = r62 * r147
-    r62 = x30 * r62
-    r71 = k.recip(x35)
-    r56 = x36 * r50 * r71
+    r147 = k.where(r343, 0.0, r147)
+    r343 = r62 * r147
+    r62 = x31 * r62
+    r71 = k.recip(x36)
+    r56 = x37 * r50 * r71
     r5 = k.recip(x13)
     r63 = r4 * r31 * r5 * r11 * r25
     r154 = 1.6e-11 * x12
     r103 = 8e-12 * x15 * r9
-    r431 = 8e-12 * x15 * r13
-    r472 = 8e-12 * x38 * x12
+    r432 = 8e-12 * x15 * r13
+    r473 = 8e-12 * x39 * x12
     r28 = 8e-12 * x12 * x18
-    r133 = r154 + r103 + r431 + r472 + r28
+    r133 = r154 + r103 + r432 + r473 + r28
     r55 = 8e-12 * x12
-    r464 = 4e-12 * x15 * r9
-    r455 = 4e-12 * x15 * r13
-    r429 = 4e-12 * x38 * x12
+    r465 = 4e-12 * x15 * r9
+    r456 = 4e-12 * x15 * r13
+    r430 = 4e-12 * x39 * x12
     r162 = 4e-12 * x12 * x18
-    r162 = r55 + r464 + r455 + r429 + r162
+    r162 = r55 + r465 + r456 + r430 + r162
     r162 = r63 > r162
-    r429 = -1.6e-11 * x12
+    r430 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r455 = -8e-12 * x38 * x12
-    r464 = -8e-12 * x12 * x18
+    r456 = -8e-12 * x39 * x12
+    r465 = -8e-12 * x12 * x18
     r55 = k.sqrt(2.0)
-    r430 = k.sqrt(x3)
-    r430 = k.recip(r430)
-    r437 = k.sqrt(x2)
-    r437 = k.recip(r437)
-    r619 = k.sqrt(x13)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x24)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x37)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(r133)
-    r626 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r133
-    r627 = k.sqrt(x3)
-    r628 = k.sqrt(x2)
-    r629 = k.sqrt(x13)
-    r630 = k.sqrt(x24)
-    r631 = k.sqrt(x37)
-    r631 = 0.16666666666666666 * r55 * r627 * r628 * r629 * r630 * r631 * r625
-    r631 = 1.0 + r626 + r631
-    r631 = r55 * r430 * r437 * r619 * r621 * r623 * r625 * r631
-    r631 = r429 + r9 + r13 + r455 + r464 + r631
-    r464 = k.where(r162, r631, r63)
-    r28 = r154 + r103 + r431 + r472 + r28 + r464
-    r28 = x3 * x2 * x13 * x24 * x37 * r28
+    r431 = k.sqrt(x3)
+    r431 = k.recip(r431)
+    r438 = k.sqrt(x2)
+    r438 = k.recip(r438)
+    r620 = k.sqrt(x13)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x25)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x38)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(r133)
+    r627 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r133
+    r628 = k.sqrt(x3)
+    r629 = k.sqrt(x2)
+    r630 = k.sqrt(x13)
+    r631 = k.sqrt(x25)
+    r632 = k.sqrt(x38)
+    r632 = 0.16666666666666666 * r55 * r628 * r629 * r630 * r631 * r632 * r626
+    r632 = 1.0 + r627 + r632
+    r632 = r55 * r431 * r438 * r620 * r622 * r624 * r626 * r632
+    r632 = r430 + r9 + r13 + r456 + r465 + r632
+    r465 = k.where(r162, r632, r63)
+    r28 = r154 + r103 + r432 + r473 + r28 + r465
+    r28 = x3 * x2 * x13 * x25 * x38 * r28
     r28 = k.exp(r28)
     r28 = -1.0 + r28
-    r472 = k.recip(r28)
-    r431 = x26 + x1
-    r103 = -1.0 * x3 * x2 * x13 * x24 * x37 * r431
+    r473 = k.recip(r28)
+    r432 = x27 + x1
+    r103 = -1.0 * x3 * x2 * x13 * x25 * x38 * r432
     r103 = k.exp(r103)
-    r103 = x3 * x2 * x13 * x24 * x37 * r472 * r464 * r103
-    r472 = x3 * x2 * x13 * x24 * x37
-    r631 = k.recip(r631)
-    r472 = k.where(r162, r631, r472)
-    r431 = x3 * x2 * x13 * x24 * x37 * r431
-    r431 = k.exp(r431)
-    r5 = x36 * r50 * r4 * r31 * r5 * r11 * r71 * r25 * r28 * r27 * r472 * r431
-    r431 = x36 * r50 * r71 * r28 * r27 * r472 * r431
-    r472 = x6 * x15 * x12 * x35 * r4 * r31 * r11 * r25 * r449 * r38
-    r38 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r449 * r38
-    r38 = r472 + r38
-    r38 = k.where(r434, 0.0, r38)
-    r434 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r440
-    r440 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r104 * r440
-    r440 = r434 + r440
-    r440 = k.where(r16, 0.0, r440)
-    r129 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r129
+    r103 = x3 * x2 * x13 * x25 * x38 * r473 * r465 * r103
+    r473 = x3 * x2 * x13 * x25 * x38
+    r632 = k.recip(r632)
+    r473 = k.where(r162, r632, r473)
+    r432 = x3 * x2 * x13 * x25 * x38 * r432
+    r432 = k.exp(r432)
+    r5 = x37 * r50 * r4 * r31 * r5 * r11 * r71 * r25 * r28 * r27 * r473 * r432
+    r432 = x37 * r50 * r71 * r28 * r27 * r473 * r432
+    r473 = x6 * x15 * x12 * x36 * r4 * r31 * r11 * r25 * r450 * r38
+    r38 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r450 * r38
+    r38 = r473 + r38
+    r38 = k.where(r435, 0.0, r38)
+    r435 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r441
+    r441 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r104 * r441
+    r441 = r435 + r441
+    r441 = k.where(r16, 0.0, r441)
+    r129 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r129
     r129 = k.where(r76, 0.0, r129)
-    r130 = r130 < x24
-    r76 = x34 != 2.0
+    r130 = r130 < x25
+    r76 = x35 != 2.0
     r58 = k.and_(r58, r76)
     r58 = k.not_(r58)
     r58 = k.or_(r130, r58)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r57 = k.and_(r25, r76, r57)
     r57 = k.not_(r57)
     r57 = k.or_(r130, r57)
     r57 = k.and_(r58, r57)
-    r58 = x24 >= 2.0
-    r130 = x34 != 3.0
-    r76 = x34 != 4.0
+    r58 = x25 >= 2.0
+    r130 = x35 != 3.0
+    r76 = x35 != 4.0
     r66 = k.not_(r66)
     r66 = k.and_(r130, r76, r66)
     r66 = k.not_(r66)
     r66 = k.or_(r58, r66)
-    r58 = x22 * x3 * x2 * x24 * x37 * r27
-    r76 = r119 <= r58
+    r58 = x23 * x3 * x2 * x25 * x38 * r27
+    r76 = r77 <= r58
     r58 = r88 <= r58
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r39, r36, r54, r114, r79, r77, r119, r119, r88, r74, r101, r123, r152, r87, r27, r14, r8, r348, r51, r342, r62, 0.0, r56, r63, r133, r464, r103, r5, r431, r75, r345, r349, r64, r38, r468, r468, r440, r428, r428, r147, r12, r35, r129, r49, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, r57, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r78, r84, r37, r118, r109, r128, 0.0, r112, r113, r39, r36, r54, r114, r79, r119, r77, r77, r88, r74, r101, r123, r152, r87, r27, r14, r8, r349, r51, r343, r62, 0.0, r56, r63, r133, r465, r103, r5, r432, r75, r346, r350, r64, r38, r469, r469, r441, r429, r429, r147, r12, r35, r129, r49, r131, 0.0, 0.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1365,9 +1366,9 @@ def search(x, k):
     return (r100, r87, r47)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (39, 43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (38, 43, 44, 45, 46, 47, 48, 49), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (30, 31, 35, 38, 39, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (29, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 43, 44, 45, 46, 47, 48, 49), (40, 43, 44, 45, 46, 47, 48, 49, 75, 76), (40, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 33), (9, 71), (10, 36), (10, 37), (10, 71), (11, 71), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 35), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 67), (17, 68), (17, 69), (17, 70), (22, 32), (22, 33), (22, 36), (22, 37), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 33), (23, 36), (23, 37), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (40, 44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (39, 44, 45, 46, 47, 48, 49, 50), (), (30, 31, 36), (), (), (), (30, 31, 36), (31,), (35,), (35,), (36,), (30, 31, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (30, 31, 34, 36, 39, 40, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (29, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (41, 44, 45, 46, 47, 48, 49, 50), (41, 44, 45, 46, 47, 48, 49, 50, 76, 77), (41, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 41, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 33), (9, 72), (10, 37), (10, 38), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 68), (17, 69), (17, 70), (17, 71), (22, 32), (22, 33), (22, 37), (22, 38), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 33), (23, 37), (23, 38), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,76 +51,76 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x34 * r30 * r38
-    r34 = x24 == 1.0
+    r38 = x19 * x35 * r30 * r38
+    r34 = x25 == 1.0
     r36 = 4.0 * x12
     r45 = 2.0 * x5
     r46 = 2.0 * x14 * x10
     r37 = r45 + r35 + r46 + r37
     r37 = r16 * r37
     r37 = r36 + r37
-    r37 = x19 * x34 * r30 * r37
+    r37 = x19 * x35 * r30 * r37
     r38 = k.where(r34, r37, r38)
-    r37 = x24 == 2.0
-    r36 = 2.0 * x19 * x12 * x34 * r30
+    r37 = x25 == 2.0
+    r36 = 2.0 * x19 * x12 * x35 * r30
     r36 = k.where(r37, r36, r38)
-    r46 = 1.0 + x23
+    r46 = 1.0 + x24
     r46 = k.min(r46, r6)
     r35 = k.ceiling(r33)
     r46 = r46 * r35
-    r45 = x33 == 4.0
-    r60 = 2.0 * x23
+    r45 = x34 == 4.0
+    r60 = 2.0 * x24
     r61 = -1.0 + r60
     r61 = k.min(r61, r6)
     r61 = r61 * r35
     r64 = k.where(r45, r61, r46)
-    r65 = x33 == 0.0
-    r66 = x33 == 3.0
+    r65 = x34 == 0.0
+    r66 = x34 == 3.0
     r67 = k.or_(r65, r66)
-    r68 = k.min(x23, r6)
+    r68 = k.min(x24, r6)
     r68 = r68 * r35
     r64 = k.where(r67, r68, r64)
-    r68 = x33 == 1.0
-    r72 = k.recip(x38)
-    r73 = x6 * x38 * r4 * r5
-    r74 = -1.0 + x38
-    r74 = x23 * r74
+    r68 = x34 == 1.0
+    r72 = k.recip(x39)
+    r73 = x6 * x39 * r4 * r5
+    r74 = -1.0 + x39
+    r74 = x24 * r74
     r76 = -1.0 + r60 + r74
     r76 = k.min(r73, r76)
     r76 = r72 * r76 * r35
     r64 = k.where(r68, r76, r64)
-    r76 = x33 == 2.0
+    r76 = x34 == 2.0
     r81 = x6 * r4 * r5 * r35
     r64 = k.where(r76, r81, r64)
     r64 = r36 * r64
     r84 = r9 * r35
     r85 = r13 * r35
-    r86 = x23 == 1.0
+    r86 = x24 == 1.0
     r87 = k.where(r86, 1.0, 0.0)
     r88 = 2.0 * x12 * r87
     r88 = r12 + r84 + r85 + r88
     r88 = r16 * r88
-    r87 = x37 * x12 * r87
-    r12 = x23 != 1.0
+    r87 = x38 * x12 * r87
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r84 + r85 + r87 + r12
     r12 = r16 * r12
     r87 = r88 + r12
     r88 = k.where(r26, r87, r88)
     r8 = 2.0 * r88
-    r100 = x39 >= 2.0
+    r100 = x40 >= 2.0
     r101 = 2.0 * r4 * r30 * r88
     r102 = k.where(r100, r101, r8)
-    r103 = x39 >= 3.0
+    r103 = x40 >= 3.0
     r8 = k.where(r103, r101, r8)
     r101 = 12.0 * r88
     r106 = 12.0 * r4 * r30 * r88
     r101 = k.where(r27, r106, r101)
     r106 = k.where(r37, r38, 0.0)
     r109 = k.or_(r26, r86)
-    r110 = 4.0 * x19 * x12 * x34 * r30
-    r111 = x37 * x19 * x16 * x34 * r30 * r16
+    r110 = 4.0 * x19 * x12 * x35 * r30
+    r111 = x38 * x19 * x16 * x35 * r30 * r16
     r110 = r110 + r111
     r110 = k.max(r110, r106)
     r109 = k.where(r109, r110, r106)
@@ -129,16 +129,16 @@ def quantities(x, k):
     r115 = k.where(r26, r116, r115)
     r116 = 3.0 * x4 * r115 * r88
     r116 = k.where(r103, r116, 0.0)
-    r120 = x23 > 1.0
+    r120 = x24 > 1.0
     r120 = k.and_(r103, r120)
     r88 = 6.0 * r88
     r116 = k.where(r120, r88, r116)
     r88 = r64 + r102 + r8 + r101 + r109 + r116
     r125 = k.where(r45, r61, r46)
-    r126 = -1.0 + x23
+    r126 = -1.0 + x24
     r127 = k.min(1.0, r126)
     r128 = -1.0 * r127
-    r128 = x23 + r128
+    r128 = x24 + r128
     r130 = k.min(r6, r128)
     r130 = r130 * r35
     r125 = k.where(r67, r130, r125)
@@ -150,28 +150,28 @@ def quantities(x, k):
     r125 = k.where(r76, r81, r125)
     r125 = r36 * r125
     r60 = 1.0 + r127
-    r60 = x23 == r60
+    r60 = x24 == r60
     r130 = k.where(r60, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r144 = r127 == 0.0
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x37 * x12 * r144
+    r144 = x38 * x12 * r144
     r147 = r127 != 0.0
     r147 = k.and_(r147, r60)
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r147 = r84 + r85 + r130 + r144 + r147
     r147 = r16 * r147
-    r144 = x23 == r128
+    r144 = x24 == r128
     r130 = k.where(r144, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r156 = r128 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x37 * x12 * r156
+    r156 = x38 * x12 * r156
     r128 = r128 != 1.0
     r128 = k.and_(r144, r128)
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x37 * x12 * r128
+    r128 = x38 * x12 * r128
     r128 = r84 + r85 + r130 + r156 + r128
     r128 = r16 * r128
     r128 = r147 + r128
@@ -247,409 +247,410 @@ def quantities(x, k):
     r125 = k.where(r125, 0.0, 0.0)
     r46 = r88 == r46
     r125 = k.where(r46, 0.0, r125)
-    r46 = x37 * x19 * x4 * x34 * r30 * r16
-    r64 = x37 * x19 * x4 * x34 * r30
+    r46 = x38 * x19 * x4 * x35 * r30 * r16
+    r64 = x38 * x19 * x4 * x35 * r30
     r116 = k.max(r88, r147, r12)
     r101 = r147 == r116
     r12 = k.where(r101, r147, r12)
     r116 = r88 == r116
     r12 = k.where(r116, r88, r12)
-    r88 = -1.0 * r12
-    r88 = x8 + r88
-    r116 = 6.0 * x6 * x34 * r15
+    r88 = -1.0 * x20
+    r116 = -1.0 * r12
+    r116 = x8 + r88 + r116
+    r88 = 6.0 * x6 * x35 * r15
     r147 = 12.0 * x12
     r101 = 6.0 * x15 * r9
     r144 = 6.0 * x15 * r13
-    r102 = 6.0 * x37 * x12
-    r156 = 12.0 * x15 * x11 * x10 * x34
+    r102 = 6.0 * x38 * x12
+    r156 = 12.0 * x15 * x11 * x10 * x35
     r156 = r147 + r101 + r144 + r102 + r156
-    r102 = x6 * x34 * r156
+    r102 = x6 * x35 * r156
     r144 = k.pow(x12, 2.0)
     r101 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r101
+    r8 = 0.16666666666666666 * x35 * r101
     r130 = k.recip(x15)
-    r101 = 0.0625 * x37 * r130 * r101
+    r101 = 0.0625 * x38 * r130 * r101
     r101 = 1.0 + r8 + r101
-    r101 = 96.0 * x6 * x15 * x34 * r144 * r101
-    r144 = k.pow(x34, 2.0)
+    r101 = 96.0 * x6 * x15 * x35 * r144 * r101
+    r144 = k.pow(x35, 2.0)
     r144 = 2.0 * x6 * x15 * x11 * x10 * r144
     r8 = x11 * x10
     r120 = x14 * x10
     r120 = x5 + r8 + r120
-    r120 = 2.0 * x6 * x15 * x12 * x34 * r120
+    r120 = 2.0 * x6 * x15 * x12 * x35 * r120
     r120 = k.where(r34, r120, 0.0)
-    r8 = 0.3333333333333333 * x6 * x34 * r156
+    r8 = 0.3333333333333333 * x6 * x35 * r156
     r120 = k.where(r37, r8, r120)
     r120 = r102 + r144 + r120
     r144 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r144
     r128 = k.recip(x9)
     r35 = k.recip(x18)
-    r73 = x37 * x12 * r16
-    r74 = x19 * x12 * x34 * r30
-    r61 = x37 * x19 * x34 * r30 * r16
+    r73 = x38 * x12 * r16
+    r74 = x19 * x12 * x35 * r30
+    r61 = x38 * x19 * x35 * r30 * r16
     r61 = r73 + r74 + r61
     r73 = 2.0 * r128 * r35 * r61
-    r60 = k.recip(x22)
+    r60 = k.recip(x23)
     r85 = k.recip(x17)
-    r84 = 2.0 * x37 * x19 * x12 * x34 * r60 * r30 * r85 * r16
+    r84 = 2.0 * x38 * x19 * x12 * x35 * r60 * r30 * r85 * r16
     r84 = r73 + r84
     r84 = r8 * r84
     r61 = 4.0 * r128 * r35 * r61
-    r73 = 4.0 * x37 * x19 * x12 * x34 * r60 * r30 * r85 * r16
+    r73 = 4.0 * x38 * x19 * x12 * x35 * r60 * r30 * r85 * r16
     r73 = r84 + r61 + r73
     r73 = r11 * r73
     r61 = x11 * x10 * x12 * r16
-    r84 = x11 * x19 * x10 * x34 * r30 * r16
+    r84 = x11 * x19 * x10 * x35 * r30 * r16
     r84 = r61 + r74 + r84
     r61 = r128 * r35 * r84
-    r294 = k.recip(x21)
-    r295 = 2.0 * x11 * x19 * x10 * x12 * x34 * r294 * r30 * r85 * r16
-    r295 = r61 + r295
-    r295 = r8 * r295
+    r295 = k.recip(x22)
+    r296 = 2.0 * x11 * x19 * x10 * x12 * x35 * r295 * r30 * r85 * r16
+    r296 = r61 + r296
+    r296 = r8 * r296
     r61 = x10 * x12 * r16 * r14
-    r299 = x19 * x10 * x34 * r30 * r16 * r14
-    r299 = r74 + r61 + r299
-    r61 = r128 * r35 * r299
-    r302 = 2.0 * x19 * x10 * x12 * x34 * r294 * r30 * r85 * r16 * r14
-    r302 = r61 + r302
-    r302 = r8 * r302
+    r300 = x19 * x10 * x35 * r30 * r16 * r14
+    r300 = r74 + r61 + r300
+    r61 = r128 * r35 * r300
+    r303 = 2.0 * x19 * x10 * x12 * x35 * r295 * r30 * r85 * r16 * r14
+    r303 = r61 + r303
+    r303 = r8 * r303
     r61 = x12 * x5 * r16
-    r306 = x19 * x5 * x34 * r30 * r16
-    r306 = r61 + r74 + r306
-    r61 = r128 * r35 * r306
-    r309 = 2.0 * x19 * x12 * x5 * x34 * r294 * r30 * r85 * r16
-    r309 = r61 + r309
-    r61 = r8 * r309
-    r312 = x14 * x10 * x12 * r16
-    r313 = x14 * x19 * x10 * x34 * r30 * r16
-    r313 = r312 + r74 + r313
-    r313 = r128 * r35 * r313
-    r74 = 2.0 * x14 * x19 * x10 * x12 * x34 * r294 * r30 * r85 * r16
-    r74 = r313 + r74
+    r307 = x19 * x5 * x35 * r30 * r16
+    r307 = r61 + r74 + r307
+    r61 = r128 * r35 * r307
+    r310 = 2.0 * x19 * x12 * x5 * x35 * r295 * r30 * r85 * r16
+    r310 = r61 + r310
+    r61 = r8 * r310
+    r313 = x14 * x10 * x12 * r16
+    r314 = x14 * x19 * x10 * x35 * r30 * r16
+    r314 = r313 + r74 + r314
+    r314 = r128 * r35 * r314
+    r74 = 2.0 * x14 * x19 * x10 * x12 * x35 * r295 * r30 * r85 * r16
+    r74 = r314 + r74
     r74 = r8 * r74
-    r313 = x5 * r16
-    r313 = x12 + r313
-    r312 = 4.0 * x19 * x34 * r128 * r30 * r35 * r313
-    r322 = x11 * x10 * r16
-    r322 = x12 + r322
-    r322 = 4.0 * x19 * x34 * r128 * r30 * r35 * r322
-    r325 = x14 * x10 * r16
-    r325 = x12 + r325
-    r325 = 4.0 * x19 * x34 * r128 * r30 * r35 * r325
-    r325 = r61 + r295 + r74 + r312 + r322 + r325
+    r314 = x5 * r16
+    r314 = x12 + r314
+    r313 = 4.0 * x19 * x35 * r128 * r30 * r35 * r314
+    r323 = x11 * x10 * r16
+    r323 = x12 + r323
+    r323 = 4.0 * x19 * x35 * r128 * r30 * r35 * r323
+    r326 = x14 * x10 * r16
+    r326 = x12 + r326
+    r326 = 4.0 * x19 * x35 * r128 * r30 * r35 * r326
+    r326 = r61 + r296 + r74 + r313 + r323 + r326
     r34 = k.where(r34, 1.0, 0.0)
-    r325 = r325 * r34
-    r309 = 2.0 * r8 * r309
+    r326 = r326 * r34
+    r310 = 2.0 * r8 * r310
     r84 = 2.0 * r128 * r35 * r84
-    r299 = 2.0 * r128 * r35 * r299
-    r306 = 4.0 * r128 * r35 * r306
-    r312 = x10 * r16 * r14
-    r312 = x12 + r312
-    r312 = 4.0 * x19 * x34 * r128 * r30 * r35 * r312
-    r313 = 8.0 * x19 * x34 * r128 * r30 * r35 * r313
-    r74 = 8.0 * x19 * x12 * x5 * x34 * r294 * r30 * r85 * r16
-    r61 = 4.0 * x11 * x19 * x10 * x12 * x34 * r294 * r30 * r85 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r294 * r30 * r85 * r16 * r14
-    r14 = r295 + r302 + r325 + r309 + r84 + r299 + r306 + r322 + r312 + r313 + r74 + r61 + r14
+    r300 = 2.0 * r128 * r35 * r300
+    r307 = 4.0 * r128 * r35 * r307
+    r313 = x10 * r16 * r14
+    r313 = x12 + r313
+    r313 = 4.0 * x19 * x35 * r128 * r30 * r35 * r313
+    r314 = 8.0 * x19 * x35 * r128 * r30 * r35 * r314
+    r74 = 8.0 * x19 * x12 * x5 * x35 * r295 * r30 * r85 * r16
+    r61 = 4.0 * x11 * x19 * x10 * x12 * x35 * r295 * r30 * r85 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r295 * r30 * r85 * r16 * r14
+    r14 = r296 + r303 + r326 + r310 + r84 + r300 + r307 + r323 + r313 + r314 + r74 + r61 + r14
     r14 = x15 * r11 * r14
     r14 = r73 + r14
     r73 = x6 * r4 * r5 * r14
     r34 = 1.0 + r34 + r144
     r61 = 10.0 * x12 * r34
     r61 = r147 + r61
-    r61 = x19 * x34 * r30 * r61
+    r61 = x19 * x35 * r30 * r61
     r147 = 3.0 * x5
     r34 = 2.0 * x5 * r34
     r34 = r147 + r34
-    r34 = x19 * x34 * r30 * r16 * r34
+    r34 = x19 * x35 * r30 * r16 * r34
     r34 = r61 + r34
     r34 = x15 * r11 * r34
-    r61 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r61 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
     r61 = r34 + r61
     r34 = x6 * x4 * r128 * r4 * r5 * r35 * r61
     r147 = k.recip(x0)
-    r74 = x11 * x10 * x34
+    r74 = x11 * x10 * x35
     r144 = 3.0 + r144
-    r144 = 2.0 * x11 * x10 * x34 * r144
+    r144 = 2.0 * x11 * x10 * x35 * r144
     r144 = r74 + r144
-    r74 = x6 * x15 * x34 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
-    r313 = r73 + r34 + r74
-    r312 = k.recip(r313)
+    r74 = x6 * x15 * x35 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
+    r314 = r73 + r34 + r74
+    r313 = k.recip(r314)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r322 = k.recip(x6)
-    r306 = 0.3333333333333333 * x3 * x19 * r322 * r72 * r313
-    r299 = 0.6666666666666666 * x3 * x19 * x23 * r322 * r313
+    r323 = k.recip(x6)
+    r307 = 0.3333333333333333 * x3 * x19 * r323 * r72 * r314
+    r300 = 0.6666666666666666 * x3 * x19 * x24 * r323 * r314
     r61 = -1.0 * x6 * x4 * r128 * r4 * r5 * r35 * r61
-    r144 = -1.0 * x6 * x15 * x34 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
-    r299 = r14 + r306 + r299 + r61 + r144
-    r299 = k.max(0.0, r299)
-    r306 = 0.5 * x23
-    r306 = -1.0 + r306
-    r306 = 0.6666666666666666 * x3 * x19 * r322 * r72 * r306 * r313
-    r306 = k.where(r45, 0.0, r306)
-    r45 = 0.3333333333333333 * x3 * x19 * r322 * r72 * r126 * r313
-    r306 = k.where(r66, r45, r306)
+    r144 = -1.0 * x6 * x15 * x35 * r60 * r4 * r30 * r85 * r147 * r11 * r16 * r144
+    r300 = r14 + r307 + r300 + r61 + r144
+    r300 = k.max(0.0, r300)
+    r307 = 0.5 * x24
+    r307 = -1.0 + r307
+    r307 = 0.6666666666666666 * x3 * x19 * r323 * r72 * r307 * r314
+    r307 = k.where(r45, 0.0, r307)
+    r45 = 0.3333333333333333 * x3 * x19 * r323 * r72 * r126 * r314
+    r307 = k.where(r66, r45, r307)
     r76 = k.or_(r65, r68, r76)
-    r126 = x3 * x19 * r322 * r72 * r126 * r313
-    r306 = k.where(r76, r126, r306)
-    r306 = k.max(r299, r306)
-    r312 = r312 * r306
+    r126 = x3 * x19 * r323 * r72 * r126 * r314
+    r307 = k.where(r76, r126, r307)
+    r307 = k.max(r300, r307)
+    r313 = r313 * r307
     r35 = 28.0 * r128 * r35 * r31
     r128 = r35 + r73 + r34 + r74
-    r299 = -1.0 * x20
-    r299 = 1.0 + r299
-    r126 = x23 * x38
+    r300 = -1.0 * x21
+    r300 = 1.0 + r300
+    r126 = x24 * x39
     r126 = -1.0 + r126
-    r72 = k.recip(x26)
-    r65 = k.recip(x27)
-    r45 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16
-    r45 = x28 + r45
-    r66 = 2.0 * x3 * x2 * x36
-    r66 = x30 >= r66
-    r147 = k.recip(x29)
-    r85 = k.recip(x31)
-    r60 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16
-    r60 = x32 + r60
+    r72 = k.recip(x27)
+    r65 = k.recip(x28)
+    r45 = x19 * x4 * x12 * x35 * r72 * r30 * r65 * r16
+    r45 = x29 + r45
+    r66 = 2.0 * x3 * x2 * x37
+    r66 = x31 >= r66
+    r147 = k.recip(x30)
+    r85 = k.recip(x32)
+    r60 = x19 * x4 * x12 * x35 * r147 * r30 * r85 * r16
+    r60 = x33 + r60
     r45 = k.where(r66, r60, r45)
     r45 = 2.0 * x6 * r4 * r5 * r11 * r126 * r45
     r45 = k.where(r86, 0.0, r45)
-    r299 = r299 * r45
-    r60 = x3 * x19 * r322 * r313
-    r66 = x23 <= 1.0
+    r300 = r300 * r45
+    r60 = x3 * x19 * r323 * r314
+    r66 = x24 <= 1.0
     r100 = k.and_(r100, r66)
-    r60 = k.where(r100, r313, r60)
-    r60 = -1.0 * x20 * r60
-    r313 = x3 * x2
-    r84 = -1.0 + r313
-    r309 = k.recip(r84)
-    r325 = 2.0 * x3 * x2
-    r325 = -2.0 + r325
-    r302 = x30 * r16
-    r295 = k.gcd(r313, r302)
-    r418 = k.recip(r295)
-    r419 = x3 * x2 * r418
-    r419 = -1.0 + r419
-    r419 = x28 * r419
-    r422 = -1.0 * x3 * x2 * r418
-    r422 = r313 + r422
-    r422 = x32 * r422
-    r425 = r419 + r422
-    r425 = r309 * r325 * r425
-    r309 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r418 * r325 * r25
-    r295 = -1.0 + r295
-    r429 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r418 * r295 * r325 * r25
-    r429 = k.max(r309, r429)
-    r429 = r425 + r429
-    r425 = x30 <= x36
-    r309 = x28 * r325
-    r434 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r325 * r25
-    r434 = r309 + r434
-    r429 = k.where(r425, r434, r429)
-    r434 = x3 * x2 * x36
-    r434 = x30 >= r434
-    r309 = x32 * r325
-    r440 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r325 * r25
-    r440 = r309 + r440
-    r429 = k.where(r434, r440, r429)
-    r429 = x15 * r11 * r429
-    r440 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r418 * r84 * r25
-    r295 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r418 * r84 * r295 * r25
-    r295 = k.max(r440, r295)
-    r295 = r419 + r422 + r295
-    r422 = x28 * r84
-    r419 = x4 * x23 * r72 * r130 * r4 * r30 * r65 * r84 * r25
-    r419 = r422 + r419
-    r295 = k.where(r425, r419, r295)
-    r419 = x32 * r84
-    r130 = x4 * x23 * r147 * r130 * r4 * r30 * r85 * r84 * r25
-    r130 = r419 + r130
-    r295 = k.where(r434, r130, r295)
-    r130 = 2.0 * x15 * r11 * r295
-    r429 = k.where(r27, r130, r429)
-    r130 = x15 * r11 * r295
-    r434 = x6 * x15 * r4 * r5 * r11 * r295
-    r434 = r130 + r434
-    r429 = k.where(r100, r434, r429)
+    r60 = k.where(r100, r314, r60)
+    r60 = -1.0 * x21 * r60
+    r314 = x3 * x2
+    r84 = -1.0 + r314
+    r310 = k.recip(r84)
+    r326 = 2.0 * x3 * x2
+    r326 = -2.0 + r326
+    r303 = x31 * r16
+    r296 = k.gcd(r314, r303)
+    r419 = k.recip(r296)
+    r420 = x3 * x2 * r419
+    r420 = -1.0 + r420
+    r420 = x29 * r420
+    r423 = -1.0 * x3 * x2 * r419
+    r423 = r314 + r423
+    r423 = x33 * r423
+    r426 = r420 + r423
+    r426 = r310 * r326 * r426
+    r310 = x4 * x24 * r72 * r130 * r4 * r30 * r65 * r419 * r326 * r25
+    r296 = -1.0 + r296
+    r430 = x4 * x24 * r147 * r130 * r4 * r30 * r85 * r419 * r296 * r326 * r25
+    r430 = k.max(r310, r430)
+    r430 = r426 + r430
+    r426 = x31 <= x37
+    r310 = x29 * r326
+    r435 = x4 * x24 * r72 * r130 * r4 * r30 * r65 * r326 * r25
+    r435 = r310 + r435
+    r430 = k.where(r426, r435, r430)
+    r435 = x3 * x2 * x37
+    r435 = x31 >= r435
+    r310 = x33 * r326
+    r441 = x4 * x24 * r147 * r130 * r4 * r30 * r85 * r326 * r25
+    r441 = r310 + r441
+    r430 = k.where(r435, r441, r430)
+    r430 = x15 * r11 * r430
+    r441 = x4 * x24 * r72 * r130 * r4 * r30 * r65 * r419 * r84 * r25
+    r296 = x4 * x24 * r147 * r130 * r4 * r30 * r85 * r419 * r84 * r296 * r25
+    r296 = k.max(r441, r296)
+    r296 = r420 + r423 + r296
+    r423 = x29 * r84
+    r420 = x4 * x24 * r72 * r130 * r4 * r30 * r65 * r84 * r25
+    r420 = r423 + r420
+    r296 = k.where(r426, r420, r296)
+    r420 = x33 * r84
+    r130 = x4 * x24 * r147 * r130 * r4 * r30 * r85 * r84 * r25
+    r130 = r420 + r130
+    r296 = k.where(r435, r130, r296)
+    r130 = 2.0 * x15 * r11 * r296
+    r430 = k.where(r27, r130, r430)
+    r130 = x15 * r11 * r296
+    r435 = x6 * x15 * r4 * r5 * r11 * r296
+    r435 = r130 + r435
+    r430 = k.where(r100, r435, r430)
     r66 = k.and_(r103, r66)
-    r295 = 3.0 * x6 * x15 * r4 * r5 * r11 * r295
-    r429 = k.where(r66, r295, r429)
-    r313 = r313 == 1.0
-    r429 = k.where(r313, 0.0, r429)
-    r60 = r60 + r429
+    r296 = 3.0 * x6 * x15 * r4 * r5 * r11 * r296
+    r430 = k.where(r66, r296, r430)
+    r314 = r314 == 1.0
+    r430 = k.where(r314, 0.0, r430)
+    r60 = r60 + r430
     r60 = k.max(0.0, r60)
-    r302 = k.gcd(x2, r302)
-    r295 = k.recip(r302)
-    r103 = x2 * r295
+    r303 = k.gcd(x2, r303)
+    r296 = k.recip(r303)
+    r103 = x2 * r296
     r103 = -1.0 + r103
-    r103 = x28 * r103
-    r434 = -1.0 * x2 * r295
-    r434 = x2 + r434
-    r434 = x32 * r434
+    r103 = x29 * r103
+    r435 = -1.0 * x2 * r296
+    r435 = x2 + r435
+    r435 = x33 * r435
     r130 = -1.0 + x2
-    r419 = 2.0 * x14 * x19 * x10 * x4 * x34 * r72 * r30 * r65 * r16 * r295 * r130
-    r302 = -1.0 + r302
-    r302 = 2.0 * x14 * x19 * x10 * x4 * x34 * r147 * r30 * r85 * r16 * r295 * r130 * r302
-    r302 = k.max(r419, r302)
-    r302 = r103 + r434 + r302
-    r434 = x28 * r130
-    r103 = 2.0 * x14 * x19 * x10 * x4 * x34 * r72 * r30 * r65 * r16 * r130
-    r103 = r434 + r103
-    r302 = k.where(r425, r103, r302)
-    r103 = x2 * x36
-    r103 = x30 >= r103
-    r425 = x32 * r130
-    r434 = 2.0 * x14 * x19 * x10 * x4 * x34 * r147 * r30 * r85 * r16 * r130
-    r434 = r425 + r434
-    r302 = k.where(r103, r434, r302)
-    r434 = x6 * x15 * r4 * r5 * r11 * r302
-    r302 = x6 * x15 * r4 * r5 * r11 * r8 * r302
-    r302 = r434 + r302
-    r434 = x2 == 1.0
-    r302 = k.where(r434, 0.0, r302)
+    r420 = 2.0 * x14 * x19 * x10 * x4 * x35 * r72 * r30 * r65 * r16 * r296 * r130
+    r303 = -1.0 + r303
+    r303 = 2.0 * x14 * x19 * x10 * x4 * x35 * r147 * r30 * r85 * r16 * r296 * r130 * r303
+    r303 = k.max(r420, r303)
+    r303 = r103 + r435 + r303
+    r435 = x29 * r130
+    r103 = 2.0 * x14 * x19 * x10 * x4 * x35 * r72 * r30 * r65 * r16 * r130
+    r103 = r435 + r103
+    r303 = k.where(r426, r103, r303)
+    r103 = x2 * x37
+    r103 = x31 >= r103
+    r426 = x33 * r130
+    r435 = 2.0 * x14 * x19 * x10 * x4 * x35 * r147 * r30 * r85 * r16 * r130
+    r435 = r426 + r435
+    r303 = k.where(r103, r435, r303)
+    r435 = x6 * x15 * r4 * r5 * r11 * r303
+    r303 = x6 * x15 * r4 * r5 * r11 * r8 * r303
+    r303 = r435 + r303
+    r435 = x2 == 1.0
+    r303 = k.where(r435, 0.0, r303)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r103 = -1.0 + x36
+    r103 = -1.0 + x37
     r103 = k.recip(r103)
-    r425 = 2.0 * x36
-    r425 = -2.0 + r425
-    r419 = k.gcd(x36, x30)
-    r295 = k.recip(r419)
-    r422 = x36 * r295
-    r422 = -1.0 + r422
-    r422 = x28 * r422
-    r440 = -1.0 * x36 * r295
-    r440 = x36 + r440
-    r440 = x32 * r440
-    r440 = r422 + r440
-    r440 = r103 * r425 * r440
-    r103 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16 * r295 * r425
-    r419 = -1.0 + r419
-    r419 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16 * r295 * r419 * r425
-    r419 = k.max(r103, r419)
-    r419 = r440 + r419
-    r440 = x30 <= 1.0
-    r103 = x28 * r425
-    r65 = x19 * x4 * x12 * x34 * r72 * r30 * r65 * r16 * r425
+    r426 = 2.0 * x37
+    r426 = -2.0 + r426
+    r420 = k.gcd(x37, x31)
+    r296 = k.recip(r420)
+    r423 = x37 * r296
+    r423 = -1.0 + r423
+    r423 = x29 * r423
+    r441 = -1.0 * x37 * r296
+    r441 = x37 + r441
+    r441 = x33 * r441
+    r441 = r423 + r441
+    r441 = r103 * r426 * r441
+    r103 = x19 * x4 * x12 * x35 * r72 * r30 * r65 * r16 * r296 * r426
+    r420 = -1.0 + r420
+    r420 = x19 * x4 * x12 * x35 * r147 * r30 * r85 * r16 * r296 * r420 * r426
+    r420 = k.max(r103, r420)
+    r420 = r441 + r420
+    r441 = x31 <= 1.0
+    r103 = x29 * r426
+    r65 = x19 * x4 * x12 * x35 * r72 * r30 * r65 * r16 * r426
     r65 = r103 + r65
-    r419 = k.where(r440, r65, r419)
-    r65 = x30 >= x36
-    r440 = x32 * r425
-    r85 = x19 * x4 * x12 * x34 * r147 * r30 * r85 * r16 * r425
-    r85 = r440 + r85
-    r419 = k.where(r65, r85, r419)
-    r419 = x6 * x15 * r4 * r5 * r11 * r37 * r419
-    r85 = x36 == 1.0
-    r419 = k.where(r85, 0.0, r419)
+    r420 = k.where(r441, r65, r420)
+    r65 = x31 >= x37
+    r441 = x33 * r426
+    r85 = x19 * x4 * x12 * x35 * r147 * r30 * r85 * r16 * r426
+    r85 = r441 + r85
+    r420 = k.where(r65, r85, r420)
+    r420 = x6 * x15 * r4 * r5 * r11 * r37 * r420
+    r85 = x37 == 1.0
+    r420 = k.where(r85, 0.0, r420)
     r144 = r14 + r61 + r144
     r144 = k.max(0.0, r144)
     r144 = k.where(r26, r144, 0.0)
-    r26 = r299 + r35 + r73 + r34 + r74 + r60 + r306 + r302 + r419 + r144
+    r26 = r300 + r35 + r73 + r34 + r74 + r60 + r307 + r303 + r420 + r144
     r61 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r294 * r4 * r30 * r11 * r16 * r61 * r15
-    r156 = x6 * x34 * r294 * r4 * r30 * r11 * r16 * r61 * r156
-    r61 = x19 * x4 * x12 * x34 * r30
-    r294 = x19 * x4 * x12 * x34 * r72 * r30
-    r325 = x4 * r4 * r30 * r325 * r25
+    r14 = 6.0 * x6 * x35 * r295 * r4 * r30 * r11 * r16 * r61 * r15
+    r156 = x6 * x35 * r295 * r4 * r30 * r11 * r16 * r61 * r156
+    r61 = x19 * x4 * x12 * x35 * r30
+    r295 = x19 * x4 * x12 * x35 * r72 * r30
+    r326 = x4 * r4 * r30 * r326 * r25
     r65 = 2.0 * x4 * r4 * r30 * r84 * r25
-    r325 = k.where(r27, r65, r325)
+    r326 = k.where(r27, r65, r326)
     r65 = x4 * r4 * r30 * r84 * r25
     r27 = k.pow(x3, -2.0)
-    r440 = x6 * x4 * r27 * r5 * r30 * r84 * r25
-    r440 = r65 + r440
-    r325 = k.where(r100, r440, r325)
+    r441 = x6 * x4 * r27 * r5 * r30 * r84 * r25
+    r441 = r65 + r441
+    r326 = k.where(r100, r441, r326)
     r84 = 3.0 * x6 * x4 * r27 * r5 * r30 * r84 * r25
-    r325 = k.where(r66, r84, r325)
-    r325 = k.where(r313, 0.0, r325)
-    r313 = r72 * r325
-    r72 = x29 * r72
-    r84 = k.recip(x34)
-    r66 = x35 * r322 * r84
+    r326 = k.where(r66, r84, r326)
+    r326 = k.where(r314, 0.0, r326)
+    r314 = r72 * r326
+    r72 = x30 * r72
+    r84 = k.recip(x35)
+    r66 = x36 * r323 * r84
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r440 = 1.6e-11 * x12
+    r441 = 1.6e-11 * x12
     r100 = 8e-12 * x15 * r9
     r65 = 8e-12 * x15 * r13
-    r147 = 8e-12 * x37 * x12
-    r103 = r440 + r100 + r65 + r147
-    r295 = 8e-12 * x12
-    r422 = 4e-12 * x15 * r9
-    r418 = 4e-12 * x15 * r13
-    r309 = 4e-12 * x37 * x12
-    r309 = r295 + r422 + r418 + r309
-    r309 = r27 > r309
-    r418 = -1.6e-11 * x12
+    r147 = 8e-12 * x38 * x12
+    r103 = r441 + r100 + r65 + r147
+    r296 = 8e-12 * x12
+    r423 = 4e-12 * x15 * r9
+    r419 = 4e-12 * x15 * r13
+    r310 = 4e-12 * x38 * x12
+    r310 = r296 + r423 + r419 + r310
+    r310 = r27 > r310
+    r419 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r422 = -8e-12 * x37 * x12
-    r295 = k.sqrt(2.0)
-    r574 = k.sqrt(x3)
-    r574 = k.recip(r574)
-    r576 = k.sqrt(x2)
-    r576 = k.recip(r576)
-    r578 = k.sqrt(x13)
-    r578 = k.recip(r578)
-    r580 = k.sqrt(x23)
-    r580 = k.recip(r580)
-    r582 = k.sqrt(x36)
-    r582 = k.recip(r582)
-    r584 = k.sqrt(r103)
-    r585 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r103
-    r586 = k.sqrt(x3)
-    r587 = k.sqrt(x2)
-    r588 = k.sqrt(x13)
-    r589 = k.sqrt(x23)
-    r590 = k.sqrt(x36)
-    r590 = 0.16666666666666666 * r295 * r586 * r587 * r588 * r589 * r590 * r584
-    r590 = 1.0 + r585 + r590
-    r590 = r295 * r574 * r576 * r578 * r580 * r582 * r584 * r590
-    r590 = r418 + r9 + r13 + r422 + r590
-    r422 = k.where(r309, r590, r27)
-    r147 = r440 + r100 + r65 + r147 + r422
-    r147 = x3 * x2 * x13 * x23 * x36 * r147
+    r423 = -8e-12 * x38 * x12
+    r296 = k.sqrt(2.0)
+    r575 = k.sqrt(x3)
+    r575 = k.recip(r575)
+    r577 = k.sqrt(x2)
+    r577 = k.recip(r577)
+    r579 = k.sqrt(x13)
+    r579 = k.recip(r579)
+    r581 = k.sqrt(x24)
+    r581 = k.recip(r581)
+    r583 = k.sqrt(x37)
+    r583 = k.recip(r583)
+    r585 = k.sqrt(r103)
+    r586 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r103
+    r587 = k.sqrt(x3)
+    r588 = k.sqrt(x2)
+    r589 = k.sqrt(x13)
+    r590 = k.sqrt(x24)
+    r591 = k.sqrt(x37)
+    r591 = 0.16666666666666666 * r296 * r587 * r588 * r589 * r590 * r591 * r585
+    r591 = 1.0 + r586 + r591
+    r591 = r296 * r575 * r577 * r579 * r581 * r583 * r585 * r591
+    r591 = r419 + r9 + r13 + r423 + r591
+    r423 = k.where(r310, r591, r27)
+    r147 = r441 + r100 + r65 + r147 + r423
+    r147 = x3 * x2 * x13 * x24 * x37 * r147
     r147 = k.exp(r147)
     r147 = -1.0 + r147
     r65 = k.recip(r147)
-    r100 = x25 + x1
-    r440 = -1.0 * x3 * x2 * x13 * x23 * x36 * r100
-    r440 = k.exp(r440)
-    r440 = x3 * x2 * x13 * x23 * x36 * r65 * r422 * r440
-    r65 = x3 * x2 * x13 * x23 * x36
-    r590 = k.recip(r590)
-    r65 = k.where(r309, r590, r65)
-    r100 = x3 * x2 * x13 * x23 * x36 * r100
+    r100 = x26 + x1
+    r441 = -1.0 * x3 * x2 * x13 * x24 * x37 * r100
+    r441 = k.exp(r441)
+    r441 = x3 * x2 * x13 * x24 * x37 * r65 * r423 * r441
+    r65 = x3 * x2 * x13 * x24 * x37
+    r591 = k.recip(r591)
+    r65 = k.where(r310, r591, r65)
+    r100 = x3 * x2 * x13 * x24 * x37 * r100
     r100 = k.exp(r100)
-    r5 = x35 * r322 * r4 * r30 * r5 * r11 * r84 * r16 * r147 * r26 * r65 * r100
-    r100 = x35 * r322 * r84 * r147 * r26 * r65 * r100
-    r37 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r425 * r37
+    r5 = x36 * r323 * r4 * r30 * r5 * r11 * r84 * r16 * r147 * r26 * r65 * r100
+    r100 = x36 * r323 * r84 * r147 * r26 * r65 * r100
+    r37 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r426 * r37
     r37 = k.where(r85, 0.0, r37)
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r130
-    r130 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r130
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r130
+    r130 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r130
     r130 = r85 + r130
-    r130 = k.where(r434, 0.0, r130)
-    r126 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r126
+    r130 = k.where(r435, 0.0, r130)
+    r126 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r126
     r126 = k.where(r86, 0.0, r126)
-    r127 = r127 < x23
-    r86 = x33 != 2.0
+    r127 = r127 < x24
+    r86 = x34 != 2.0
     r68 = k.and_(r68, r86)
     r68 = k.not_(r68)
     r68 = k.or_(r127, r68)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r67 = k.and_(r16, r86, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r127, r67)
     r67 = k.and_(r68, r67)
-    r68 = x23 >= 2.0
-    r127 = x33 != 3.0
-    r86 = x33 != 4.0
+    r68 = x24 >= 2.0
+    r127 = x34 != 3.0
+    r86 = x34 != 4.0
     r76 = k.not_(r76)
     r76 = k.and_(r127, r86, r76)
     r76 = k.not_(r76)
     r76 = k.or_(r68, r76)
-    r68 = x21 * x3 * x2 * x23 * x36 * r26
-    r86 = r116 <= r68
+    r68 = x22 * x3 * x2 * x24 * x37 * r26
+    r86 = r88 <= r68
     r68 = r102 <= r68
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r87, r81, r36, r115, r106, r125, 0.0, r109, r110, r38, r46, r64, r111, r12, r88, r116, r116, r102, r101, r120, r312, r128, r306, r26, r14, r156, r61, r294, r313, r72, 0.0, r66, r27, r103, r422, r440, r5, r100, r73, r74, r34, r35, r37, r419, r419, r130, r302, r302, r325, r429, r60, r126, r45, r299, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, r76, 1.0, r76, r76, r86, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r87, r81, r36, r115, r106, r125, 0.0, r109, r110, r38, r46, r64, r111, r12, r116, r88, r88, r102, r101, r120, r313, r128, r307, r26, r14, r156, r61, r295, r314, r72, 0.0, r66, r27, r103, r423, r441, r5, r100, r73, r74, r34, r35, r37, r420, r420, r130, r303, r303, r326, r430, r60, r126, r45, r300, 0.0, 0.0, r144, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, 1.0, r76, r76, r86, r68, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r76, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1282,9 +1283,9 @@ def search(x, k):
     return (r97, r76, r57)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (43, 44, 45, 46, 47, 48), (), (39, 43, 44, 45, 46, 47, 48), (37, 43, 44, 45, 46, 47, 48), (38, 43, 44, 45, 46, 47, 48), (), (31, 36), (), (), (), (31, 36), (), (35,), (35,), (36,), (31, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48), (31, 36, 37, 38, 39, 43, 44, 45, 46, 47, 48), (30, 43, 44, 45, 46, 47, 48), (30, 43, 44, 45, 46, 47, 48), (15, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (40, 43, 44, 45, 46, 47, 48), (40, 43, 44, 45, 46, 47, 48, 74, 75), (40, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 33), (13, 34), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 33), (17, 34), (17, 66), (17, 67), (17, 68), (17, 69), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 41), (22, 42), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 33), (23, 34), (23, 41), (23, 42), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 28), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (31, 37), (), (), (), (31, 37), (), (36,), (36,), (37,), (31, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49), (31, 35, 37, 38, 39, 40, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 33), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 33), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 33), (23, 34), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=dropout_masks+attention_output_copy+silu_output;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -44,79 +44,79 @@ def quantities(x, k):
     r32 = 4.0 * x11 * x10
     r33 = 4.0 * x14 * x10
     r33 = r29 + r30 + r31 + r32 + r33
-    r33 = x19 * x33 * r25 * r19 * r33
-    r32 = 2.0 * x19 * x12 * x33 * r25 * r19
-    r31 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r33 = x19 * x34 * r25 * r19 * r33
+    r32 = 2.0 * x19 * x12 * x34 * r25 * r19
+    r31 = 2.0 * x19 * x5 * x34 * r25 * r19
     r30 = x19 > 1.0
-    r29 = 2.0 * x11 * x19 * x10 * x33 * r25 * r19
+    r29 = 2.0 * x11 * x19 * x10 * x34 * r25 * r19
     r29 = k.where(r30, r29, 0.0)
     r30 = r33 + r32 + r31 + r29
-    r42 = x23 == 2.0
+    r42 = x24 == 2.0
     r43 = k.where(r42, r32, r30)
-    r44 = 1.0 + x22
+    r44 = 1.0 + x23
     r44 = k.min(r44, r6)
     r46 = k.ceiling(r28)
     r44 = r44 * r46
-    r48 = x32 == 4.0
-    r49 = 2.0 * x22
+    r48 = x33 == 4.0
+    r49 = 2.0 * x23
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r46
     r53 = k.where(r48, r50, r44)
-    r54 = x32 == 0.0
-    r55 = x32 == 3.0
+    r54 = x33 == 0.0
+    r55 = x33 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x22, r6)
+    r57 = k.min(x23, r6)
     r57 = r57 * r46
     r53 = k.where(r56, r57, r53)
-    r57 = x32 == 1.0
-    r61 = k.recip(x37)
-    r62 = x6 * x37 * r4 * r5
-    r63 = -1.0 + x37
-    r63 = x22 * r63
+    r57 = x33 == 1.0
+    r61 = k.recip(x38)
+    r62 = x6 * x38 * r4 * r5
+    r63 = -1.0 + x38
+    r63 = x23 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r46
     r53 = k.where(r57, r65, r53)
-    r65 = x32 == 2.0
+    r65 = x33 == 2.0
     r70 = x6 * r4 * r5 * r46
     r53 = k.where(r65, r70, r53)
     r53 = r43 * r53
-    r73 = x22 == 1.0
+    r73 = x23 == 1.0
     r74 = k.where(r73, 1.0, 0.0)
     r75 = x12 * r74
     r76 = r12 * r46
     r77 = 3.0 * x12 * x5 * r46
     r75 = r15 + r75 + r76 + r77
     r75 = r19 * r75
-    r74 = x36 * x12 * r74
-    r15 = x22 != 1.0
+    r74 = x37 * x12 * r74
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r76 + r74 + r15 + r77
     r15 = r19 * r15
     r74 = r75 + r15
     r75 = k.where(r21, r74, r75)
     r88 = 2.0 * r75
-    r89 = x38 <= 2.0
+    r89 = x39 <= 2.0
     r90 = 4.0 * r75
     r90 = k.where(r89, r90, r88)
-    r92 = x38 >= 2.0
+    r92 = x39 >= 2.0
     r93 = r4 * r25 * r90
     r90 = k.where(r92, r93, r90)
-    r93 = x38 >= 3.0
+    r93 = x39 >= 3.0
     r96 = 2.0 * r4 * r25 * r75
     r88 = k.where(r93, r96, r88)
     r96 = 12.0 * r75
     r99 = 12.0 * r4 * r25 * r75
     r96 = k.where(r22, r99, r96)
-    r99 = 4.0 * x19 * x5 * x33 * r25 * r19
-    r102 = 6.0 * x19 * x5 * x33 * r25 * r19
+    r99 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r102 = 6.0 * x19 * x5 * x34 * r25 * r19
     r29 = r33 + r32 + r102 + r29
     r99 = k.where(r42, r29, r99)
     r29 = k.or_(r21, r73)
-    r102 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r32 = x36 * x19 * x16 * x33 * r25 * r19
+    r102 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r32 = x37 * x19 * x16 * x34 * r25 * r19
     r102 = r102 + r32
     r102 = k.max(r102, r99)
     r29 = k.where(r29, r102, r99)
@@ -125,16 +125,16 @@ def quantities(x, k):
     r33 = k.where(r21, r112, r33)
     r112 = 3.0 * x4 * r33 * r75
     r112 = k.where(r93, r112, 0.0)
-    r116 = x22 > 1.0
+    r116 = x23 > 1.0
     r116 = k.and_(r93, r116)
     r75 = 2.0 * x4 * r75
     r112 = k.where(r116, r75, r112)
     r75 = r53 + r90 + r88 + r96 + r29 + r112
     r121 = k.where(r48, r50, r44)
-    r122 = -1.0 + x22
+    r122 = -1.0 + x23
     r123 = k.min(1.0, r122)
     r124 = -1.0 * r123
-    r124 = x22 + r124
+    r124 = x23 + r124
     r126 = k.min(r6, r124)
     r126 = r126 * r46
     r121 = k.where(r56, r126, r121)
@@ -146,28 +146,28 @@ def quantities(x, k):
     r121 = k.where(r65, r70, r121)
     r121 = r43 * r121
     r49 = 1.0 + r123
-    r49 = x22 == r49
+    r49 = x23 == r49
     r126 = k.where(r49, 1.0, 0.0)
     r126 = x12 * r126
     r140 = r123 == 0.0
     r140 = k.where(r140, 1.0, 0.0)
-    r140 = x36 * x12 * r140
+    r140 = x37 * x12 * r140
     r143 = r123 != 0.0
     r143 = k.and_(r143, r49)
     r143 = k.where(r143, 1.0, 0.0)
-    r143 = x36 * x12 * r143
+    r143 = x37 * x12 * r143
     r143 = r126 + r76 + r140 + r143 + r77
     r143 = r19 * r143
-    r140 = x22 == r124
+    r140 = x23 == r124
     r126 = k.where(r140, 1.0, 0.0)
     r126 = x12 * r126
     r152 = r124 == 1.0
     r152 = k.where(r152, 1.0, 0.0)
-    r152 = x36 * x12 * r152
+    r152 = x37 * x12 * r152
     r124 = r124 != 1.0
     r124 = k.and_(r140, r124)
     r124 = k.where(r124, 1.0, 0.0)
-    r124 = x36 * x12 * r124
+    r124 = x37 * x12 * r124
     r77 = r126 + r76 + r152 + r124 + r77
     r77 = r19 * r77
     r77 = r143 + r77
@@ -249,410 +249,411 @@ def quantities(x, k):
     r121 = k.where(r121, 0.0, 0.0)
     r44 = r75 == r44
     r121 = k.where(r44, 0.0, r121)
-    r44 = x36 * x19 * x4 * x33 * r25 * r19
-    r53 = x36 * x19 * x4 * x33 * r25
+    r44 = x37 * x19 * x4 * x34 * r25 * r19
+    r53 = x37 * x19 * x4 * x34 * r25
     r112 = k.max(r75, r143, r15)
     r96 = r143 == r112
     r15 = k.where(r96, r143, r15)
     r112 = r75 == r112
     r15 = k.where(r112, r75, r15)
-    r75 = -1.0 * r15
-    r75 = x8 + r75
-    r112 = 6.0 * x6 * x33 * r16
+    r75 = -1.0 * x20
+    r112 = -1.0 * r15
+    r112 = x8 + r75 + r112
+    r75 = 6.0 * x6 * x34 * r16
     r143 = 6.0 * x12
     r96 = 6.0 * x15 * r12
-    r140 = 6.0 * x36 * x12
+    r140 = 6.0 * x37 * x12
     r90 = 18.0 * x15 * x12 * x5
-    r152 = 12.0 * x15 * x11 * x10 * x33
+    r152 = 12.0 * x15 * x11 * x10 * x34
     r152 = r143 + r96 + r140 + r90 + r152
-    r90 = x6 * x33 * r152
+    r90 = x6 * x34 * r152
     r140 = k.pow(x12, 2.0)
     r96 = k.recip(x12)
-    r143 = 0.16666666666666666 * x33 * r96
+    r143 = 0.16666666666666666 * x34 * r96
     r88 = k.recip(x15)
-    r96 = 0.0625 * x36 * r88 * r96
+    r96 = 0.0625 * x37 * r88 * r96
     r96 = 1.0 + r143 + r96
-    r96 = 96.0 * x6 * x15 * x33 * r140 * r96
-    r140 = k.pow(x33, 2.0)
+    r96 = 96.0 * x6 * x15 * x34 * r140 * r96
+    r140 = k.pow(x34, 2.0)
     r143 = 2.0 * x6 * x15 * x11 * x10 * r140
-    r124 = x23 == 1.0
+    r124 = x24 == 1.0
     r140 = 4.0 * x6 * x15 * x11 * x10 * r140
     r140 = k.where(r124, r140, 0.0)
-    r116 = 0.3333333333333333 * x6 * x33 * r152
+    r116 = 0.3333333333333333 * x6 * x34 * r152
     r140 = k.where(r42, r116, r140)
     r140 = r90 + r143 + r140
     r143 = k.where(r42, 1.0, 0.0)
     r116 = 1.0 + r143
     r77 = k.recip(x9)
     r46 = k.recip(x18)
-    r62 = x36 * x12 * r19
-    r63 = x19 * x12 * x33 * r25
-    r50 = x36 * x19 * x33 * r25 * r19
+    r62 = x37 * x12 * r19
+    r63 = x19 * x12 * x34 * r25
+    r50 = x37 * x19 * x34 * r25 * r19
     r50 = r62 + r63 + r50
     r62 = 2.0 * r77 * r46 * r50
-    r49 = k.recip(x21)
+    r49 = k.recip(x22)
     r76 = k.recip(x17)
-    r126 = 2.0 * x36 * x19 * x12 * x33 * r49 * r25 * r76 * r19
+    r126 = 2.0 * x37 * x19 * x12 * x34 * r49 * r25 * r76 * r19
     r126 = r62 + r126
     r126 = r116 * r126
     r50 = 4.0 * r77 * r46 * r50
-    r62 = 4.0 * x36 * x19 * x12 * x33 * r49 * r25 * r76 * r19
+    r62 = 4.0 * x37 * x19 * x12 * x34 * r49 * r25 * r76 * r19
     r62 = r126 + r50 + r62
     r62 = r8 * r62
     r50 = x12 * x5 * r19
-    r126 = x19 * x5 * x33 * r25 * r19
+    r126 = x19 * x5 * x34 * r25 * r19
     r126 = r50 + r63 + r126
     r50 = 2.0 * r77 * r46 * r126
-    r294 = 2.0 * x19 * x12 * x5 * x33 * r49 * r25 * r76 * r19
-    r294 = r50 + r294
-    r294 = r116 * r294
+    r295 = 2.0 * x19 * x12 * x5 * x34 * r49 * r25 * r76 * r19
+    r295 = r50 + r295
+    r295 = r116 * r295
     r50 = 2.0 * x12 * x5 * r19
     r31 = r50 + r63 + r31
     r50 = 2.0 * r77 * r46 * r31
-    r300 = 4.0 * x19 * x12 * x5 * x33 * r49 * r25 * r76 * r19
-    r300 = r50 + r300
-    r300 = r116 * r300
+    r301 = 4.0 * x19 * x12 * x5 * x34 * r49 * r25 * r76 * r19
+    r301 = r50 + r301
+    r301 = r116 * r301
     r50 = x11 * x10 * x12 * r19
-    r304 = x11 * x19 * x10 * x33 * r25 * r19
-    r304 = r50 + r63 + r304
-    r50 = 2.0 * r77 * r46 * r304
-    r307 = 2.0 * x11 * x19 * x10 * x12 * x33 * r49 * r25 * r76 * r19
-    r307 = r50 + r307
-    r307 = r116 * r307
+    r305 = x11 * x19 * x10 * x34 * r25 * r19
+    r305 = r50 + r63 + r305
+    r50 = 2.0 * r77 * r46 * r305
+    r308 = 2.0 * x11 * x19 * x10 * x12 * x34 * r49 * r25 * r76 * r19
+    r308 = r50 + r308
+    r308 = r116 * r308
     r10 = x11 + r10
     r50 = x10 * x12 * r19 * r10
-    r312 = x19 * x10 * x33 * r25 * r19 * r10
-    r312 = r63 + r50 + r312
-    r50 = 2.0 * r77 * r46 * r312
-    r63 = 2.0 * x19 * x10 * x12 * x33 * r49 * r25 * r76 * r19 * r10
+    r313 = x19 * x10 * x34 * r25 * r19 * r10
+    r313 = r63 + r50 + r313
+    r50 = 2.0 * r77 * r46 * r313
+    r63 = 2.0 * x19 * x10 * x12 * x34 * r49 * r25 * r76 * r19 * r10
     r63 = r50 + r63
     r63 = r116 * r63
     r126 = 4.0 * r77 * r46 * r126
     r31 = 4.0 * r77 * r46 * r31
-    r304 = 4.0 * r77 * r46 * r304
-    r312 = 4.0 * r77 * r46 * r312
-    r50 = 12.0 * x19 * x12 * x5 * x33 * r49 * r25 * r76 * r19
-    r323 = 4.0 * x11 * x19 * x10 * x12 * x33 * r49 * r25 * r76 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r49 * r25 * r76 * r19 * r10
-    r10 = r294 + r300 + r307 + r63 + r126 + r31 + r304 + r312 + r50 + r323 + r10
+    r305 = 4.0 * r77 * r46 * r305
+    r313 = 4.0 * r77 * r46 * r313
+    r50 = 12.0 * x19 * x12 * x5 * x34 * r49 * r25 * r76 * r19
+    r324 = 4.0 * x11 * x19 * x10 * x12 * x34 * r49 * r25 * r76 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r49 * r25 * r76 * r19 * r10
+    r10 = r295 + r301 + r308 + r63 + r126 + r31 + r305 + r313 + r50 + r324 + r10
     r10 = x15 * r8 * r10
     r10 = r62 + r10
     r62 = x6 * r4 * r5 * r10
-    r323 = 5.0 * x5
+    r324 = 5.0 * x5
     r50 = 3.0 * x5 * r116
-    r50 = r323 + r50
-    r50 = x19 * x33 * r25 * r19 * r50
-    r323 = 12.0 * x12
-    r312 = 10.0 * x12 * r116
-    r312 = r323 + r312
-    r312 = x19 * x33 * r25 * r19 * r312
-    r312 = r50 + r312
-    r312 = x15 * r8 * r312
-    r50 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r50 = r324 + r50
+    r50 = x19 * x34 * r25 * r19 * r50
+    r324 = 12.0 * x12
+    r313 = 10.0 * x12 * r116
+    r313 = r324 + r313
+    r313 = x19 * x34 * r25 * r19 * r313
+    r313 = r50 + r313
+    r313 = x15 * r8 * r313
+    r50 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r143 = 2.0 + r143
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r143 * r9
-    r9 = r312 + r50 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r143 * r9
+    r9 = r313 + r50 + r9
     r50 = x6 * x4 * r77 * r4 * r5 * r46 * r9
-    r312 = k.recip(x0)
-    r143 = x11 * x10 * x33
+    r313 = k.recip(x0)
+    r143 = x11 * x10 * x34
     r124 = k.or_(r124, r42)
     r124 = k.where(r124, 1.0, 0.0)
     r124 = 3.0 + r124
-    r124 = 2.0 * x11 * x10 * x33 * r124
+    r124 = 2.0 * x11 * x10 * x34 * r124
     r124 = r143 + r124
-    r143 = x6 * x15 * x33 * r49 * r4 * r25 * r76 * r312 * r8 * r19 * r124
-    r323 = r62 + r50 + r143
-    r304 = k.recip(r323)
+    r143 = x6 * x15 * x34 * r49 * r4 * r25 * r76 * r313 * r8 * r19 * r124
+    r324 = r62 + r50 + r143
+    r305 = k.recip(r324)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r31 = k.recip(x6)
-    r126 = 0.3333333333333333 * x3 * x19 * r31 * r61 * r323
-    r63 = 0.6666666666666666 * x3 * x19 * x22 * r31 * r323
+    r126 = 0.3333333333333333 * x3 * x19 * r31 * r61 * r324
+    r63 = 0.6666666666666666 * x3 * x19 * x23 * r31 * r324
     r9 = -1.0 * x6 * x4 * r77 * r4 * r5 * r46 * r9
-    r124 = -1.0 * x6 * x15 * x33 * r49 * r4 * r25 * r76 * r312 * r8 * r19 * r124
+    r124 = -1.0 * x6 * x15 * x34 * r49 * r4 * r25 * r76 * r313 * r8 * r19 * r124
     r63 = r10 + r126 + r63 + r9 + r124
     r63 = k.max(0.0, r63)
-    r126 = 0.5 * x22
+    r126 = 0.5 * x23
     r126 = -1.0 + r126
-    r126 = 0.6666666666666666 * x3 * x19 * r31 * r61 * r126 * r323
+    r126 = 0.6666666666666666 * x3 * x19 * r31 * r61 * r126 * r324
     r126 = k.where(r48, 0.0, r126)
-    r48 = 0.3333333333333333 * x3 * x19 * r31 * r61 * r122 * r323
+    r48 = 0.3333333333333333 * x3 * x19 * r31 * r61 * r122 * r324
     r126 = k.where(r55, r48, r126)
     r65 = k.or_(r54, r57, r65)
-    r122 = x3 * x19 * r31 * r61 * r122 * r323
+    r122 = x3 * x19 * r31 * r61 * r122 * r324
     r126 = k.where(r65, r122, r126)
     r126 = k.max(r63, r126)
-    r304 = r304 * r126
+    r305 = r305 * r126
     r63 = k.where(r89, 4.0, 2.0)
     r63 = 26.0 + r63
     r63 = r77 * r46 * r63 * r26
     r46 = r62 + r63 + r50 + r143
-    r77 = -1.0 * x20
+    r77 = -1.0 * x21
     r77 = 1.0 + r77
-    r122 = x22 * x37
+    r122 = x23 * x38
     r122 = -1.0 + r122
-    r61 = k.recip(x25)
-    r54 = k.recip(x26)
-    r48 = x19 * x4 * x12 * x33 * r61 * r25 * r54 * r19
-    r48 = x27 + r48
-    r55 = 2.0 * x3 * x2 * x35
-    r55 = x29 >= r55
-    r312 = k.recip(x28)
-    r76 = k.recip(x30)
-    r307 = x19 * x4 * x12 * x33 * r312 * r25 * r76 * r19
-    r307 = x31 + r307
-    r48 = k.where(r55, r307, r48)
+    r61 = k.recip(x26)
+    r54 = k.recip(x27)
+    r48 = x19 * x4 * x12 * x34 * r61 * r25 * r54 * r19
+    r48 = x28 + r48
+    r55 = 2.0 * x3 * x2 * x36
+    r55 = x30 >= r55
+    r313 = k.recip(x29)
+    r76 = k.recip(x31)
+    r308 = x19 * x4 * x12 * x34 * r313 * r25 * r76 * r19
+    r308 = x32 + r308
+    r48 = k.where(r55, r308, r48)
     r48 = 2.0 * x6 * r4 * r5 * r8 * r122 * r48
     r48 = k.where(r73, 0.0, r48)
     r77 = r77 * r48
-    r307 = x3 * x19 * r31 * r323
-    r55 = x22 <= 1.0
+    r308 = x3 * x19 * r31 * r324
+    r55 = x23 <= 1.0
     r92 = k.and_(r92, r55)
-    r307 = k.where(r92, r323, r307)
-    r307 = -1.0 * x20 * r307
-    r323 = x3 * x2
-    r300 = -1.0 + r323
-    r294 = k.recip(r300)
-    r403 = 2.0 * x3 * x2
-    r403 = -2.0 + r403
-    r405 = x29 * r19
-    r406 = k.gcd(r323, r405)
-    r407 = k.recip(r406)
-    r408 = x3 * x2 * r407
-    r408 = -1.0 + r408
-    r408 = x27 * r408
-    r411 = -1.0 * x3 * x2 * r407
-    r411 = r323 + r411
-    r411 = x31 * r411
-    r414 = r408 + r411
-    r414 = r294 * r403 * r414
-    r294 = x4 * r20
-    r417 = 4.0 * r20
-    r294 = k.where(r89, r417, r294)
-    r417 = x22 * r61 * r88 * r4 * r25 * r54 * r407 * r403 * r294
-    r406 = -1.0 + r406
-    r89 = x22 * r312 * r88 * r4 * r25 * r76 * r407 * r406 * r403 * r294
-    r89 = k.max(r417, r89)
-    r89 = r414 + r89
-    r414 = x29 <= x35
-    r417 = x27 * r403
-    r426 = x22 * r61 * r88 * r4 * r25 * r54 * r403 * r294
-    r426 = r417 + r426
-    r89 = k.where(r414, r426, r89)
-    r426 = x3 * x2 * x35
-    r426 = x29 >= r426
-    r417 = x31 * r403
-    r432 = x22 * r312 * r88 * r4 * r25 * r76 * r403 * r294
-    r432 = r417 + r432
-    r89 = k.where(r426, r432, r89)
+    r308 = k.where(r92, r324, r308)
+    r308 = -1.0 * x21 * r308
+    r324 = x3 * x2
+    r301 = -1.0 + r324
+    r295 = k.recip(r301)
+    r404 = 2.0 * x3 * x2
+    r404 = -2.0 + r404
+    r406 = x30 * r19
+    r407 = k.gcd(r324, r406)
+    r408 = k.recip(r407)
+    r409 = x3 * x2 * r408
+    r409 = -1.0 + r409
+    r409 = x28 * r409
+    r412 = -1.0 * x3 * x2 * r408
+    r412 = r324 + r412
+    r412 = x32 * r412
+    r415 = r409 + r412
+    r415 = r295 * r404 * r415
+    r295 = x4 * r20
+    r418 = 4.0 * r20
+    r295 = k.where(r89, r418, r295)
+    r418 = x23 * r61 * r88 * r4 * r25 * r54 * r408 * r404 * r295
+    r407 = -1.0 + r407
+    r89 = x23 * r313 * r88 * r4 * r25 * r76 * r408 * r407 * r404 * r295
+    r89 = k.max(r418, r89)
+    r89 = r415 + r89
+    r415 = x30 <= x36
+    r418 = x28 * r404
+    r427 = x23 * r61 * r88 * r4 * r25 * r54 * r404 * r295
+    r427 = r418 + r427
+    r89 = k.where(r415, r427, r89)
+    r427 = x3 * x2 * x36
+    r427 = x30 >= r427
+    r418 = x32 * r404
+    r433 = x23 * r313 * r88 * r4 * r25 * r76 * r404 * r295
+    r433 = r418 + r433
+    r89 = k.where(r427, r433, r89)
     r89 = x15 * r8 * r89
-    r432 = x22 * r61 * r88 * r4 * r25 * r54 * r407 * r300 * r294
-    r417 = x22 * r312 * r88 * r4 * r25 * r76 * r407 * r300 * r406 * r294
-    r417 = k.max(r432, r417)
-    r417 = r408 + r411 + r417
-    r432 = x27 * r300
-    r441 = x22 * r61 * r88 * r4 * r25 * r54 * r300 * r294
-    r441 = r432 + r441
-    r417 = k.where(r414, r441, r417)
-    r441 = x31 * r300
-    r445 = x22 * r312 * r88 * r4 * r25 * r76 * r300 * r294
-    r445 = r441 + r445
-    r417 = k.where(r426, r445, r417)
-    r445 = x15 * r8 * r417
-    r449 = x4 * x22 * r61 * r88 * r4 * r25 * r54 * r407 * r300 * r20
-    r406 = x4 * x22 * r312 * r88 * r4 * r25 * r76 * r407 * r300 * r406 * r20
-    r406 = k.max(r449, r406)
-    r406 = r408 + r411 + r406
-    r411 = x4 * x22 * r61 * r88 * r4 * r25 * r54 * r300 * r20
-    r411 = r432 + r411
-    r406 = k.where(r414, r411, r406)
-    r88 = x4 * x22 * r312 * r88 * r4 * r25 * r76 * r300 * r20
-    r88 = r441 + r88
-    r406 = k.where(r426, r88, r406)
-    r88 = x15 * r8 * r406
-    r426 = r445 + r88
-    r89 = k.where(r22, r426, r89)
-    r417 = x6 * x15 * r4 * r5 * r8 * r417
-    r417 = r88 + r417
-    r89 = k.where(r92, r417, r89)
+    r433 = x23 * r61 * r88 * r4 * r25 * r54 * r408 * r301 * r295
+    r418 = x23 * r313 * r88 * r4 * r25 * r76 * r408 * r301 * r407 * r295
+    r418 = k.max(r433, r418)
+    r418 = r409 + r412 + r418
+    r433 = x28 * r301
+    r442 = x23 * r61 * r88 * r4 * r25 * r54 * r301 * r295
+    r442 = r433 + r442
+    r418 = k.where(r415, r442, r418)
+    r442 = x32 * r301
+    r446 = x23 * r313 * r88 * r4 * r25 * r76 * r301 * r295
+    r446 = r442 + r446
+    r418 = k.where(r427, r446, r418)
+    r446 = x15 * r8 * r418
+    r450 = x4 * x23 * r61 * r88 * r4 * r25 * r54 * r408 * r301 * r20
+    r407 = x4 * x23 * r313 * r88 * r4 * r25 * r76 * r408 * r301 * r407 * r20
+    r407 = k.max(r450, r407)
+    r407 = r409 + r412 + r407
+    r412 = x4 * x23 * r61 * r88 * r4 * r25 * r54 * r301 * r20
+    r412 = r433 + r412
+    r407 = k.where(r415, r412, r407)
+    r88 = x4 * x23 * r313 * r88 * r4 * r25 * r76 * r301 * r20
+    r88 = r442 + r88
+    r407 = k.where(r427, r88, r407)
+    r88 = x15 * r8 * r407
+    r427 = r446 + r88
+    r89 = k.where(r22, r427, r89)
+    r418 = x6 * x15 * r4 * r5 * r8 * r418
+    r418 = r88 + r418
+    r89 = k.where(r92, r418, r89)
     r55 = k.and_(r93, r55)
-    r406 = 2.0 * x15 * r8 * r406
-    r406 = r445 + r406
-    r406 = x6 * r4 * r5 * r406
-    r89 = k.where(r55, r406, r89)
-    r323 = r323 == 1.0
-    r89 = k.where(r323, 0.0, r89)
-    r307 = r307 + r89
-    r307 = k.max(0.0, r307)
-    r405 = k.gcd(x2, r405)
-    r406 = k.recip(r405)
-    r445 = x2 * r406
-    r445 = -1.0 + r445
-    r445 = x27 * r445
-    r93 = -1.0 * x2 * r406
+    r407 = 2.0 * x15 * r8 * r407
+    r407 = r446 + r407
+    r407 = x6 * r4 * r5 * r407
+    r89 = k.where(r55, r407, r89)
+    r324 = r324 == 1.0
+    r89 = k.where(r324, 0.0, r89)
+    r308 = r308 + r89
+    r308 = k.max(0.0, r308)
+    r406 = k.gcd(x2, r406)
+    r407 = k.recip(r406)
+    r446 = x2 * r407
+    r446 = -1.0 + r446
+    r446 = x28 * r446
+    r93 = -1.0 * x2 * r407
     r93 = x2 + r93
-    r93 = x31 * r93
-    r417 = -1.0 + x2
-    r88 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r25 * r54 * r19 * r406 * r417
-    r405 = -1.0 + r405
-    r405 = 2.0 * x14 * x19 * x10 * x4 * x33 * r312 * r25 * r76 * r19 * r406 * r417 * r405
-    r405 = k.max(r88, r405)
-    r405 = r445 + r93 + r405
-    r93 = x27 * r417
-    r445 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r25 * r54 * r19 * r417
-    r445 = r93 + r445
-    r405 = k.where(r414, r445, r405)
-    r445 = x2 * x35
-    r445 = x29 >= r445
-    r414 = x31 * r417
-    r93 = 2.0 * x14 * x19 * x10 * x4 * x33 * r312 * r25 * r76 * r19 * r417
-    r93 = r414 + r93
-    r405 = k.where(r445, r93, r405)
-    r93 = x6 * x15 * r4 * r5 * r8 * r405
-    r405 = x6 * x15 * r4 * r5 * r8 * r116 * r405
-    r405 = r93 + r405
+    r93 = x32 * r93
+    r418 = -1.0 + x2
+    r88 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r25 * r54 * r19 * r407 * r418
+    r406 = -1.0 + r406
+    r406 = 2.0 * x14 * x19 * x10 * x4 * x34 * r313 * r25 * r76 * r19 * r407 * r418 * r406
+    r406 = k.max(r88, r406)
+    r406 = r446 + r93 + r406
+    r93 = x28 * r418
+    r446 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r25 * r54 * r19 * r418
+    r446 = r93 + r446
+    r406 = k.where(r415, r446, r406)
+    r446 = x2 * x36
+    r446 = x30 >= r446
+    r415 = x32 * r418
+    r93 = 2.0 * x14 * x19 * x10 * x4 * x34 * r313 * r25 * r76 * r19 * r418
+    r93 = r415 + r93
+    r406 = k.where(r446, r93, r406)
+    r93 = x6 * x15 * r4 * r5 * r8 * r406
+    r406 = x6 * x15 * r4 * r5 * r8 * r116 * r406
+    r406 = r93 + r406
     r93 = x2 == 1.0
-    r405 = k.where(r93, 0.0, r405)
+    r406 = k.where(r93, 0.0, r406)
     r42 = k.where(r42, 2.0, 0.0)
     r42 = 4.0 + r42
-    r445 = k.gcd(x35, x29)
-    r414 = k.recip(r445)
-    r88 = x35 * r414
+    r446 = k.gcd(x36, x30)
+    r415 = k.recip(r446)
+    r88 = x36 * r415
     r88 = -1.0 + r88
-    r88 = x27 * r88
-    r406 = -1.0 * x35 * r414
-    r406 = x35 + r406
-    r406 = x31 * r406
-    r426 = -1.0 + x35
-    r441 = x19 * x4 * x12 * x33 * r61 * r25 * r54 * r19 * r414 * r426
-    r445 = -1.0 + r445
-    r445 = x19 * x4 * x12 * x33 * r312 * r25 * r76 * r19 * r414 * r426 * r445
-    r445 = k.max(r441, r445)
-    r445 = r88 + r406 + r445
-    r406 = x29 <= 1.0
-    r88 = x27 * r426
-    r54 = x19 * x4 * x12 * x33 * r61 * r25 * r54 * r19 * r426
+    r88 = x28 * r88
+    r407 = -1.0 * x36 * r415
+    r407 = x36 + r407
+    r407 = x32 * r407
+    r427 = -1.0 + x36
+    r442 = x19 * x4 * x12 * x34 * r61 * r25 * r54 * r19 * r415 * r427
+    r446 = -1.0 + r446
+    r446 = x19 * x4 * x12 * x34 * r313 * r25 * r76 * r19 * r415 * r427 * r446
+    r446 = k.max(r442, r446)
+    r446 = r88 + r407 + r446
+    r407 = x30 <= 1.0
+    r88 = x28 * r427
+    r54 = x19 * x4 * x12 * x34 * r61 * r25 * r54 * r19 * r427
     r54 = r88 + r54
-    r445 = k.where(r406, r54, r445)
-    r54 = x29 >= x35
-    r406 = x31 * r426
-    r76 = x19 * x4 * x12 * x33 * r312 * r25 * r76 * r19 * r426
-    r76 = r406 + r76
-    r445 = k.where(r54, r76, r445)
-    r445 = 2.0 * x6 * x15 * r4 * r5 * r8 * r42 * r445
-    r76 = x35 == 1.0
-    r445 = k.where(r76, 0.0, r445)
+    r446 = k.where(r407, r54, r446)
+    r54 = x30 >= x36
+    r407 = x32 * r427
+    r76 = x19 * x4 * x12 * x34 * r313 * r25 * r76 * r19 * r427
+    r76 = r407 + r76
+    r446 = k.where(r54, r76, r446)
+    r446 = 2.0 * x6 * x15 * r4 * r5 * r8 * r42 * r446
+    r76 = x36 == 1.0
+    r446 = k.where(r76, 0.0, r446)
     r124 = r10 + r9 + r124
     r124 = k.max(0.0, r124)
     r124 = k.where(r21, r124, 0.0)
-    r21 = r77 + r62 + r63 + r50 + r143 + r307 + r126 + r405 + r445 + r124
+    r21 = r77 + r62 + r63 + r50 + r143 + r308 + r126 + r406 + r446 + r124
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r49 * r4 * r25 * r8 * r19 * r9 * r16
-    r152 = x6 * x33 * r49 * r4 * r25 * r8 * r19 * r9 * r152
-    r9 = x19 * x4 * x12 * x33 * r25
-    r49 = x19 * x4 * x12 * x33 * r61 * r25
-    r403 = r4 * r25 * r403 * r294
-    r54 = r4 * r25 * r300 * r294
-    r406 = x4 * r4 * r25 * r300 * r20
-    r312 = r54 + r406
-    r403 = k.where(r22, r312, r403)
-    r312 = k.pow(x3, -2.0)
-    r294 = x6 * r312 * r5 * r25 * r300 * r294
-    r294 = r406 + r294
-    r403 = k.where(r92, r294, r403)
-    r300 = 2.0 * x4 * r4 * r25 * r300 * r20
-    r300 = r54 + r300
-    r300 = x6 * r4 * r5 * r300
-    r403 = k.where(r55, r300, r403)
-    r403 = k.where(r323, 0.0, r403)
-    r323 = r61 * r403
-    r61 = x28 * r61
-    r300 = k.recip(x33)
-    r55 = x34 * r31 * r300
+    r10 = 6.0 * x6 * x34 * r49 * r4 * r25 * r8 * r19 * r9 * r16
+    r152 = x6 * x34 * r49 * r4 * r25 * r8 * r19 * r9 * r152
+    r9 = x19 * x4 * x12 * x34 * r25
+    r49 = x19 * x4 * x12 * x34 * r61 * r25
+    r404 = r4 * r25 * r404 * r295
+    r54 = r4 * r25 * r301 * r295
+    r407 = x4 * r4 * r25 * r301 * r20
+    r313 = r54 + r407
+    r404 = k.where(r22, r313, r404)
+    r313 = k.pow(x3, -2.0)
+    r295 = x6 * r313 * r5 * r25 * r301 * r295
+    r295 = r407 + r295
+    r404 = k.where(r92, r295, r404)
+    r301 = 2.0 * x4 * r4 * r25 * r301 * r20
+    r301 = r54 + r301
+    r301 = x6 * r4 * r5 * r301
+    r404 = k.where(r55, r301, r404)
+    r404 = k.where(r324, 0.0, r404)
+    r324 = r61 * r404
+    r61 = x29 * r61
+    r301 = k.recip(x34)
+    r55 = x35 * r31 * r301
     r5 = k.recip(x13)
     r54 = r4 * r25 * r5 * r8 * r19
-    r294 = 8e-12 * x12
+    r295 = 8e-12 * x12
     r92 = 8e-12 * x15 * r12
-    r406 = 8e-12 * x36 * x12
-    r312 = 2.4e-11 * x15 * x12 * x5
-    r22 = r294 + r92 + r406 + r312
+    r407 = 8e-12 * x37 * x12
+    r313 = 2.4e-11 * x15 * x12 * x5
+    r22 = r295 + r92 + r407 + r313
     r88 = 4e-12 * x12
-    r441 = 4e-12 * x15 * r12
-    r414 = 4e-12 * x36 * x12
-    r411 = 1.2e-11 * x15 * x12 * x5
-    r411 = r88 + r441 + r414 + r411
-    r411 = r54 > r411
-    r414 = -8e-12 * x12
+    r442 = 4e-12 * x15 * r12
+    r415 = 4e-12 * x37 * x12
+    r412 = 1.2e-11 * x15 * x12 * x5
+    r412 = r88 + r442 + r415 + r412
+    r412 = r54 > r412
+    r415 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r441 = -8e-12 * x36 * x12
+    r442 = -8e-12 * x37 * x12
     r88 = -2.4e-11 * x15 * x12 * x5
-    r432 = k.sqrt(2.0)
-    r408 = k.sqrt(x3)
+    r433 = k.sqrt(2.0)
+    r409 = k.sqrt(x3)
+    r409 = k.recip(r409)
+    r450 = k.sqrt(x2)
+    r450 = k.recip(r450)
+    r408 = k.sqrt(x13)
     r408 = k.recip(r408)
-    r449 = k.sqrt(x2)
-    r449 = k.recip(r449)
-    r407 = k.sqrt(x13)
-    r407 = k.recip(r407)
-    r583 = k.sqrt(x22)
-    r583 = k.recip(r583)
-    r585 = k.sqrt(x35)
-    r585 = k.recip(r585)
-    r587 = k.sqrt(r22)
-    r588 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r22
-    r589 = k.sqrt(x3)
-    r590 = k.sqrt(x2)
-    r591 = k.sqrt(x13)
-    r592 = k.sqrt(x22)
-    r593 = k.sqrt(x35)
-    r593 = 0.16666666666666666 * r432 * r589 * r590 * r591 * r592 * r593 * r587
-    r593 = 1.0 + r588 + r593
-    r593 = r432 * r408 * r449 * r407 * r583 * r585 * r587 * r593
-    r593 = r414 + r12 + r441 + r88 + r593
-    r88 = k.where(r411, r593, r54)
-    r312 = r294 + r92 + r406 + r312 + r88
-    r312 = x3 * x2 * x13 * x22 * x35 * r312
-    r312 = k.exp(r312)
-    r312 = -1.0 + r312
-    r406 = k.recip(r312)
-    r92 = x24 + x1
-    r294 = -1.0 * x3 * x2 * x13 * x22 * x35 * r92
-    r294 = k.exp(r294)
-    r294 = x3 * x2 * x13 * x22 * x35 * r406 * r88 * r294
-    r406 = x3 * x2 * x13 * x22 * x35
-    r593 = k.recip(r593)
-    r406 = k.where(r411, r593, r406)
-    r92 = x3 * x2 * x13 * x22 * x35 * r92
+    r584 = k.sqrt(x23)
+    r584 = k.recip(r584)
+    r586 = k.sqrt(x36)
+    r586 = k.recip(r586)
+    r588 = k.sqrt(r22)
+    r589 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r22
+    r590 = k.sqrt(x3)
+    r591 = k.sqrt(x2)
+    r592 = k.sqrt(x13)
+    r593 = k.sqrt(x23)
+    r594 = k.sqrt(x36)
+    r594 = 0.16666666666666666 * r433 * r590 * r591 * r592 * r593 * r594 * r588
+    r594 = 1.0 + r589 + r594
+    r594 = r433 * r409 * r450 * r408 * r584 * r586 * r588 * r594
+    r594 = r415 + r12 + r442 + r88 + r594
+    r88 = k.where(r412, r594, r54)
+    r313 = r295 + r92 + r407 + r313 + r88
+    r313 = x3 * x2 * x13 * x23 * x36 * r313
+    r313 = k.exp(r313)
+    r313 = -1.0 + r313
+    r407 = k.recip(r313)
+    r92 = x25 + x1
+    r295 = -1.0 * x3 * x2 * x13 * x23 * x36 * r92
+    r295 = k.exp(r295)
+    r295 = x3 * x2 * x13 * x23 * x36 * r407 * r88 * r295
+    r407 = x3 * x2 * x13 * x23 * x36
+    r594 = k.recip(r594)
+    r407 = k.where(r412, r594, r407)
+    r92 = x3 * x2 * x13 * x23 * x36 * r92
     r92 = k.exp(r92)
-    r5 = x34 * r31 * r4 * r25 * r5 * r8 * r300 * r19 * r312 * r21 * r406 * r92
-    r92 = x34 * r31 * r300 * r312 * r21 * r406 * r92
-    r42 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r426 * r42
+    r5 = x35 * r31 * r4 * r25 * r5 * r8 * r301 * r19 * r313 * r21 * r407 * r92
+    r92 = x35 * r31 * r301 * r313 * r21 * r407 * r92
+    r42 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r427 * r42
     r42 = k.where(r76, 0.0, r42)
-    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r417
-    r417 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r116 * r417
-    r417 = r76 + r417
-    r417 = k.where(r93, 0.0, r417)
-    r122 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r122
+    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r418
+    r418 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r116 * r418
+    r418 = r76 + r418
+    r418 = k.where(r93, 0.0, r418)
+    r122 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r122
     r122 = k.where(r73, 0.0, r122)
-    r123 = r123 < x22
-    r73 = x32 != 2.0
+    r123 = r123 < x23
+    r73 = x33 != 2.0
     r57 = k.and_(r57, r73)
     r57 = k.not_(r57)
     r57 = k.or_(r123, r57)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r56 = k.and_(r19, r73, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r123, r56)
     r56 = k.and_(r57, r56)
-    r57 = x22 >= 2.0
-    r123 = x32 != 3.0
-    r73 = x32 != 4.0
+    r57 = x23 >= 2.0
+    r123 = x33 != 3.0
+    r73 = x33 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r123, r73, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x22 * x35 * r21
-    r73 = r112 <= r57
+    r57 = x22 * x3 * x2 * x23 * x36 * r21
+    r73 = r75 <= r57
     r57 = r90 <= r57
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r74, r43, r70, r33, r99, r121, 0.0, r29, r102, r30, r44, r53, r32, r15, r75, r112, r112, r90, r96, r140, r304, r46, r126, r21, r10, r152, r9, r49, r323, r61, 0.0, r55, r54, r22, r88, r294, r5, r92, r62, r143, r50, r63, r42, r445, r445, r417, r405, r405, r403, r89, r307, r122, r48, r77, 0.0, 0.0, r124, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r73, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r74, r43, r70, r33, r99, r121, 0.0, r29, r102, r30, r44, r53, r32, r15, r112, r75, r75, r90, r96, r140, r305, r46, r126, r21, r10, r152, r9, r49, r324, r61, 0.0, r55, r54, r22, r88, r295, r5, r92, r62, r143, r50, r63, r42, r446, r446, r418, r406, r406, r404, r89, r308, r122, r48, r77, 0.0, 0.0, r124, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r73, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1284,9 +1285,9 @@ def search(x, k):
     return (r89, r2, r40)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.activations.legacy.silu_output', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (46, 47, 48, 49), (41, 46, 47, 48, 49), (), (30, 31, 32, 34, 35, 36, 38), (), (), (), (30, 31, 32, 34, 35, 36, 38), (32, 34, 35, 36), (37,), (37,), (38,), (30, 31, 32, 34, 35, 36, 38, 41, 42, 46, 47, 48, 49), (30, 31, 32, 34, 35, 36, 38, 41, 42, 46, 47, 48, 49), (29, 46, 47, 48, 49), (29, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 39), (10, 40), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 39), (22, 40), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 39), (23, 40), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.activations.legacy.attention_output_copy', 'memory.activations.legacy.dropout_masks_sp', 'memory.activations.legacy.silu_output', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (43, 47, 48, 49, 50), (47, 48, 49, 50), (42, 47, 48, 49, 50), (), (30, 31, 32, 34, 35, 36, 39), (), (), (), (30, 31, 32, 34, 35, 36, 39), (32, 34, 35, 36), (38,), (38,), (39,), (30, 31, 32, 34, 35, 36, 39, 42, 43, 47, 48, 49, 50), (30, 31, 32, 34, 35, 36, 37, 39, 42, 43, 47, 48, 49, 50), (29, 47, 48, 49, 50), (29, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (28,), (77,), (44, 47, 48, 49, 50), (44, 47, 48, 49, 50, 76, 77), (44, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 44, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 40), (10, 41), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 40), (22, 41), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 40), (23, 41), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,27 +24,27 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x36 * x12
+    r15 = 2.0 * x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x22)
-    r8 = k.recip(x35)
+    r15 = k.recip(x23)
+    r8 = k.recip(x36)
     r20 = r15 * r8 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r15
-    r29 = x36 * x12
-    r30 = x22 == 1.0
+    r29 = x37 * x12
+    r30 = x23 == 1.0
     r31 = k.where(r30, 1.0, 0.0)
     r32 = x12 * r31
     r33 = k.ceiling(r28)
     r34 = r12 * r33
-    r31 = x36 * x12 * r31
+    r31 = x37 * x12 * r31
     r36 = 3.0 * x12 * x5 * r33
     r32 = r29 + r32 + r34 + r31 + r36
     r32 = r8 * r32
@@ -53,7 +53,7 @@ def quantities(x, k):
     r29 = r31 + r32
     r32 = k.where(r21, r29, r32)
     r43 = 2.0 * r32
-    r44 = x38 >= 3.0
+    r44 = x39 >= 3.0
     r45 = 2.0 * r4 * r25 * r32
     r46 = k.where(r44, r45, r43)
     r47 = 12.0 * r32
@@ -67,47 +67,47 @@ def quantities(x, k):
     r54 = r51 + r52 + r53 + r54
     r54 = r8 * r54
     r54 = r48 + r54
-    r54 = x19 * x33 * r25 * r54
-    r48 = x23 == 2.0
-    r53 = 2.0 * x19 * x12 * x33 * r25
+    r54 = x19 * x34 * r25 * r54
+    r48 = x24 == 2.0
+    r53 = 2.0 * x19 * x12 * x34 * r25
     r53 = k.where(r48, r53, r54)
-    r52 = 1.0 + x22
+    r52 = 1.0 + x23
     r52 = k.min(r52, r6)
     r52 = r52 * r33
-    r51 = x32 == 4.0
-    r66 = 2.0 * x22
+    r51 = x33 == 4.0
+    r66 = 2.0 * x23
     r67 = -1.0 + r66
     r67 = k.min(r67, r6)
     r67 = r67 * r33
     r70 = k.where(r51, r67, r52)
-    r71 = x32 == 0.0
-    r72 = x32 == 3.0
+    r71 = x33 == 0.0
+    r72 = x33 == 3.0
     r73 = k.or_(r71, r72)
-    r74 = k.min(x22, r6)
+    r74 = k.min(x23, r6)
     r74 = r74 * r33
     r70 = k.where(r73, r74, r70)
-    r74 = x32 == 1.0
-    r78 = k.recip(x37)
-    r79 = x6 * x37 * r4 * r5
-    r80 = -1.0 + x37
-    r80 = x22 * r80
+    r74 = x33 == 1.0
+    r78 = k.recip(x38)
+    r79 = x6 * x38 * r4 * r5
+    r80 = -1.0 + x38
+    r80 = x23 * r80
     r82 = -1.0 + r66 + r80
     r82 = k.min(r79, r82)
     r82 = r78 * r82 * r33
     r70 = k.where(r74, r82, r70)
-    r82 = x32 == 2.0
+    r82 = x33 == 2.0
     r87 = x6 * r4 * r5 * r33
     r70 = k.where(r82, r87, r70)
     r70 = r53 * r70
     r90 = k.where(r22, 1000000000.0, 0.0)
-    r91 = x38 >= 2.0
+    r91 = x39 >= 2.0
     r43 = k.where(r91, r45, r43)
-    r45 = 4.0 * x19 * x5 * x33 * r25 * r8
+    r45 = 4.0 * x19 * x5 * x34 * r25 * r8
     r94 = r54 + r45
     r45 = k.where(r48, r94, r45)
     r94 = k.or_(r21, r30)
-    r97 = 4.0 * x19 * x12 * x33 * r25
-    r98 = x36 * x19 * x16 * x33 * r25 * r8
+    r97 = 4.0 * x19 * x12 * x34 * r25
+    r98 = x37 * x19 * x16 * x34 * r25 * r8
     r97 = r97 + r98
     r97 = k.max(r97, r45)
     r94 = k.where(r94, r97, r45)
@@ -116,7 +116,7 @@ def quantities(x, k):
     r102 = k.where(r21, r103, r102)
     r103 = 3.0 * x4 * r102 * r32
     r103 = k.where(r44, r103, 0.0)
-    r107 = x22 > 1.0
+    r107 = x23 > 1.0
     r107 = k.and_(r44, r107)
     r109 = 2.0 * x4 * r32
     r103 = k.where(r107, r109, r103)
@@ -148,27 +148,27 @@ def quantities(x, k):
     r32 = r109 == r32
     r103 = k.where(r32, r103, 0.0)
     r32 = r46 + r47 + r119 + r94 + r113 + r103
-    r109 = -1.0 + x22
+    r109 = -1.0 + x23
     r43 = k.min(1.0, r109)
     r70 = 1.0 + r43
-    r70 = x22 == r70
+    r70 = x23 == r70
     r125 = k.where(r70, 1.0, 0.0)
     r144 = x12 * r125
-    r125 = x36 * x12 * r125
+    r125 = x37 * x12 * r125
     r146 = r43 == 0.0
     r146 = k.where(r146, 1.0, 0.0)
-    r146 = x36 * x12 * r146
+    r146 = x37 * x12 * r146
     r146 = r144 + r34 + r125 + r146 + r36
     r146 = r8 * r146
     r125 = -1.0 * r43
-    r125 = x22 + r125
-    r144 = x22 == r125
+    r125 = x23 + r125
+    r144 = x23 == r125
     r154 = k.where(r144, 1.0, 0.0)
     r155 = x12 * r154
-    r154 = x36 * x12 * r154
+    r154 = x37 * x12 * r154
     r157 = r125 == 1.0
     r157 = k.where(r157, 1.0, 0.0)
-    r157 = x36 * x12 * r157
+    r157 = x37 * x12 * r157
     r36 = r155 + r34 + r154 + r157 + r36
     r36 = r8 * r36
     r36 = r146 + r36
@@ -304,395 +304,396 @@ def quantities(x, k):
     r90 = k.where(r47, r66, r90)
     r103 = r32 == r103
     r90 = k.where(r103, r119, r90)
-    r119 = x36 * x19 * x4 * x33 * r25 * r8
-    r103 = x36 * x19 * x4 * x33 * r25
+    r119 = x37 * x19 * x4 * x34 * r25 * r8
+    r103 = x37 * x19 * x4 * x34 * r25
     r66 = k.max(r32, r146, r31)
     r47 = r146 == r66
     r31 = k.where(r47, r146, r31)
     r66 = r32 == r66
     r31 = k.where(r66, r32, r31)
-    r32 = -1.0 * r31
-    r32 = x8 + r32
-    r66 = 6.0 * x6 * x33 * r16
+    r32 = -1.0 * x20
+    r66 = -1.0 * r31
+    r66 = x8 + r32 + r66
+    r32 = 6.0 * x6 * x34 * r16
     r146 = 6.0 * x12
     r47 = 6.0 * x15 * r12
-    r144 = 12.0 * x36 * x12
+    r144 = 12.0 * x37 * x12
     r113 = 18.0 * x15 * x12 * x5
-    r34 = 12.0 * x15 * x11 * x10 * x33
+    r34 = 12.0 * x15 * x11 * x10 * x34
     r34 = r146 + r47 + r144 + r113 + r34
-    r113 = x6 * x33 * r34
+    r113 = x6 * x34 * r34
     r144 = k.pow(x12, 2.0)
     r47 = k.recip(x12)
-    r146 = 0.16666666666666666 * x33 * r47
+    r146 = 0.16666666666666666 * x34 * r47
     r46 = k.recip(x15)
-    r47 = 0.0625 * x36 * r46 * r47
+    r47 = 0.0625 * x37 * r46 * r47
     r47 = 1.0 + r146 + r47
-    r47 = 96.0 * x6 * x15 * x33 * r144 * r47
-    r144 = k.pow(x33, 2.0)
+    r47 = 96.0 * x6 * x15 * x34 * r144 * r47
+    r144 = k.pow(x34, 2.0)
     r146 = 2.0 * x6 * x15 * x11 * x10 * r144
-    r157 = x23 == 1.0
+    r157 = x24 == 1.0
     r144 = 4.0 * x6 * x15 * x11 * x10 * r144
     r144 = k.where(r157, r144, 0.0)
-    r70 = 0.3333333333333333 * x6 * x33 * r34
+    r70 = 0.3333333333333333 * x6 * x34 * r34
     r144 = k.where(r48, r70, r144)
     r144 = r113 + r146 + r144
     r146 = k.where(r48, 1.0, 0.0)
     r70 = 1.0 + r146
     r154 = k.recip(x9)
     r29 = k.recip(x18)
-    r52 = x36 * x12 * r8
-    r107 = x19 * x12 * x33 * r25
-    r53 = x36 * x19 * x33 * r25 * r8
+    r52 = x37 * x12 * r8
+    r107 = x19 * x12 * x34 * r25
+    r53 = x37 * x19 * x34 * r25 * r8
     r53 = r52 + r107 + r53
     r52 = 2.0 * r154 * r29 * r53
-    r87 = k.recip(x21)
+    r87 = k.recip(x22)
     r33 = k.recip(x17)
-    r79 = 2.0 * x36 * x19 * x12 * x33 * r87 * r25 * r33 * r8
+    r79 = 2.0 * x37 * x19 * x12 * x34 * r87 * r25 * r33 * r8
     r79 = r52 + r79
     r79 = r70 * r79
     r53 = 4.0 * r154 * r29 * r53
-    r52 = 4.0 * x36 * x19 * x12 * x33 * r87 * r25 * r33 * r8
+    r52 = 4.0 * x37 * x19 * x12 * x34 * r87 * r25 * r33 * r8
     r52 = r79 + r53 + r52
     r52 = r15 * r52
     r53 = x12 * x5 * r8
-    r79 = x19 * x5 * x33 * r25 * r8
+    r79 = x19 * x5 * x34 * r25 * r8
     r79 = r53 + r107 + r79
     r53 = 2.0 * r154 * r29 * r79
-    r80 = 2.0 * x19 * x12 * x5 * x33 * r87 * r25 * r33 * r8
+    r80 = 2.0 * x19 * x12 * x5 * x34 * r87 * r25 * r33 * r8
     r80 = r53 + r80
     r80 = r70 * r80
     r53 = 2.0 * x12 * x5 * r8
-    r67 = 2.0 * x19 * x5 * x33 * r25 * r8
+    r67 = 2.0 * x19 * x5 * x34 * r25 * r8
     r67 = r53 + r107 + r67
     r53 = 2.0 * r154 * r29 * r67
-    r125 = 4.0 * x19 * x12 * x5 * x33 * r87 * r25 * r33 * r8
+    r125 = 4.0 * x19 * x12 * x5 * x34 * r87 * r25 * r33 * r8
     r125 = r53 + r125
     r125 = r70 * r125
     r53 = x11 * x10 * x12 * r8
-    r360 = x11 * x19 * x10 * x33 * r25 * r8
-    r360 = r53 + r107 + r360
-    r53 = 2.0 * r154 * r29 * r360
-    r363 = 2.0 * x11 * x19 * x10 * x12 * x33 * r87 * r25 * r33 * r8
-    r363 = r53 + r363
-    r363 = r70 * r363
+    r361 = x11 * x19 * x10 * x34 * r25 * r8
+    r361 = r53 + r107 + r361
+    r53 = 2.0 * r154 * r29 * r361
+    r364 = 2.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r33 * r8
+    r364 = r53 + r364
+    r364 = r70 * r364
     r10 = x11 + r10
     r53 = x10 * x12 * r8 * r10
-    r368 = x19 * x10 * x33 * r25 * r8 * r10
-    r368 = r107 + r53 + r368
-    r53 = 2.0 * r154 * r29 * r368
-    r107 = 2.0 * x19 * x10 * x12 * x33 * r87 * r25 * r33 * r8 * r10
+    r369 = x19 * x10 * x34 * r25 * r8 * r10
+    r369 = r107 + r53 + r369
+    r53 = 2.0 * r154 * r29 * r369
+    r107 = 2.0 * x19 * x10 * x12 * x34 * r87 * r25 * r33 * r8 * r10
     r107 = r53 + r107
     r107 = r70 * r107
     r79 = 4.0 * r154 * r29 * r79
     r67 = 4.0 * r154 * r29 * r67
-    r360 = 4.0 * r154 * r29 * r360
-    r368 = 4.0 * r154 * r29 * r368
-    r53 = 12.0 * x19 * x12 * x5 * x33 * r87 * r25 * r33 * r8
-    r379 = 4.0 * x11 * x19 * x10 * x12 * x33 * r87 * r25 * r33 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r87 * r25 * r33 * r8 * r10
-    r10 = r80 + r125 + r363 + r107 + r79 + r67 + r360 + r368 + r53 + r379 + r10
+    r361 = 4.0 * r154 * r29 * r361
+    r369 = 4.0 * r154 * r29 * r369
+    r53 = 12.0 * x19 * x12 * x5 * x34 * r87 * r25 * r33 * r8
+    r380 = 4.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r33 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r87 * r25 * r33 * r8 * r10
+    r10 = r80 + r125 + r364 + r107 + r79 + r67 + r361 + r369 + r53 + r380 + r10
     r10 = x15 * r15 * r10
     r10 = r52 + r10
     r52 = x6 * r4 * r5 * r10
-    r379 = 12.0 * x12
+    r380 = 12.0 * x12
     r53 = 10.0 * x12 * r70
-    r53 = r379 + r53
-    r53 = x19 * x33 * r25 * r53
-    r379 = 5.0 * x5
-    r368 = 3.0 * x5 * r70
-    r368 = r379 + r368
-    r368 = x19 * x33 * r25 * r8 * r368
-    r368 = r53 + r368
-    r368 = x15 * r15 * r368
-    r53 = 3.0 * x36 * x19 * x33 * r25 * r15 * r8
+    r53 = r380 + r53
+    r53 = x19 * x34 * r25 * r53
+    r380 = 5.0 * x5
+    r369 = 3.0 * x5 * r70
+    r369 = r380 + r369
+    r369 = x19 * x34 * r25 * r8 * r369
+    r369 = r53 + r369
+    r369 = x15 * r15 * r369
+    r53 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
     r146 = 2.0 + r146
-    r9 = x15 * x19 * x10 * x33 * r25 * r15 * r8 * r146 * r9
-    r9 = r368 + r53 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r146 * r9
+    r9 = r369 + r53 + r9
     r53 = x6 * x4 * r154 * r4 * r5 * r29 * r9
-    r368 = k.recip(x0)
-    r146 = x11 * x10 * x33
+    r369 = k.recip(x0)
+    r146 = x11 * x10 * x34
     r157 = k.or_(r157, r48)
     r157 = k.where(r157, 1.0, 0.0)
     r157 = 3.0 + r157
-    r157 = 2.0 * x11 * x10 * x33 * r157
+    r157 = 2.0 * x11 * x10 * x34 * r157
     r157 = r146 + r157
-    r146 = x6 * x15 * x33 * r87 * r4 * r25 * r33 * r368 * r15 * r8 * r157
-    r379 = r52 + r53 + r146
-    r360 = k.recip(r379)
+    r146 = x6 * x15 * x34 * r87 * r4 * r25 * r33 * r369 * r15 * r8 * r157
+    r380 = r52 + r53 + r146
+    r361 = k.recip(r380)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r67 = k.recip(x6)
-    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r379
-    r107 = 0.6666666666666666 * x3 * x19 * x22 * r67 * r379
+    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r380
+    r107 = 0.6666666666666666 * x3 * x19 * x23 * r67 * r380
     r9 = -1.0 * x6 * x4 * r154 * r4 * r5 * r29 * r9
-    r157 = -1.0 * x6 * x15 * x33 * r87 * r4 * r25 * r33 * r368 * r15 * r8 * r157
+    r157 = -1.0 * x6 * x15 * x34 * r87 * r4 * r25 * r33 * r369 * r15 * r8 * r157
     r107 = r10 + r79 + r107 + r9 + r157
     r107 = k.max(0.0, r107)
-    r79 = 0.5 * x22
+    r79 = 0.5 * x23
     r79 = -1.0 + r79
-    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r379
+    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r380
     r79 = k.where(r51, 0.0, r79)
-    r51 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r379
+    r51 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r380
     r79 = k.where(r72, r51, r79)
     r82 = k.or_(r71, r74, r82)
-    r109 = x3 * x19 * r67 * r78 * r109 * r379
+    r109 = x3 * x19 * r67 * r78 * r109 * r380
     r79 = k.where(r82, r109, r79)
     r79 = k.max(r107, r79)
-    r360 = r360 * r79
+    r361 = r361 * r79
     r29 = 28.0 * r154 * r29 * r26
     r154 = r29 + r52 + r53 + r146
-    r107 = -1.0 * x20
+    r107 = -1.0 * x21
     r107 = 1.0 + r107
-    r109 = x22 * x37
+    r109 = x23 * x38
     r109 = -1.0 + r109
-    r78 = k.recip(x25)
-    r71 = k.recip(x26)
-    r51 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r8
-    r51 = x27 + r51
-    r72 = 2.0 * x3 * x2 * x35
-    r72 = x29 >= r72
-    r368 = k.recip(x28)
-    r33 = k.recip(x30)
-    r363 = x19 * x4 * x12 * x33 * r368 * r25 * r33 * r8
-    r363 = x31 + r363
-    r51 = k.where(r72, r363, r51)
+    r78 = k.recip(x26)
+    r71 = k.recip(x27)
+    r51 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8
+    r51 = x28 + r51
+    r72 = 2.0 * x3 * x2 * x36
+    r72 = x30 >= r72
+    r369 = k.recip(x29)
+    r33 = k.recip(x31)
+    r364 = x19 * x4 * x12 * x34 * r369 * r25 * r33 * r8
+    r364 = x32 + r364
+    r51 = k.where(r72, r364, r51)
     r51 = 2.0 * x6 * r4 * r5 * r15 * r109 * r51
     r51 = k.where(r30, 0.0, r51)
     r107 = r107 * r51
-    r363 = x3 * x19 * r67 * r379
-    r72 = x22 <= 1.0
+    r364 = x3 * x19 * r67 * r380
+    r72 = x23 <= 1.0
     r91 = k.and_(r91, r72)
-    r363 = k.where(r91, r379, r363)
-    r363 = -1.0 * x20 * r363
-    r379 = x3 * x2
-    r125 = -1.0 + r379
+    r364 = k.where(r91, r380, r364)
+    r364 = -1.0 * x21 * r364
+    r380 = x3 * x2
+    r125 = -1.0 + r380
     r80 = k.recip(r125)
-    r457 = 2.0 * x3 * x2
-    r457 = -2.0 + r457
-    r459 = x29 * r8
-    r460 = k.gcd(r379, r459)
-    r461 = k.recip(r460)
-    r462 = x3 * x2 * r461
-    r462 = -1.0 + r462
-    r462 = x27 * r462
-    r465 = -1.0 * x3 * x2 * r461
-    r465 = r379 + r465
-    r465 = x31 * r465
-    r468 = r462 + r465
-    r468 = r80 * r457 * r468
-    r80 = x4 * x22 * r78 * r46 * r4 * r25 * r71 * r461 * r457 * r20
-    r460 = -1.0 + r460
-    r472 = x4 * x22 * r368 * r46 * r4 * r25 * r33 * r461 * r460 * r457 * r20
-    r472 = k.max(r80, r472)
-    r472 = r468 + r472
-    r468 = x29 <= x35
-    r80 = x27 * r457
-    r477 = x4 * x22 * r78 * r46 * r4 * r25 * r71 * r457 * r20
-    r477 = r80 + r477
-    r472 = k.where(r468, r477, r472)
-    r477 = x3 * x2 * x35
-    r477 = x29 >= r477
-    r80 = x31 * r457
-    r483 = x4 * x22 * r368 * r46 * r4 * r25 * r33 * r457 * r20
-    r483 = r80 + r483
-    r472 = k.where(r477, r483, r472)
-    r472 = x15 * r15 * r472
-    r483 = x4 * x22 * r78 * r46 * r4 * r25 * r71 * r461 * r125 * r20
-    r460 = x4 * x22 * r368 * r46 * r4 * r25 * r33 * r461 * r125 * r460 * r20
-    r460 = k.max(r483, r460)
-    r460 = r462 + r465 + r460
-    r465 = x27 * r125
-    r462 = x4 * x22 * r78 * r46 * r4 * r25 * r71 * r125 * r20
-    r462 = r465 + r462
-    r460 = k.where(r468, r462, r460)
-    r462 = x31 * r125
-    r46 = x4 * x22 * r368 * r46 * r4 * r25 * r33 * r125 * r20
-    r46 = r462 + r46
-    r460 = k.where(r477, r46, r460)
-    r46 = 2.0 * x15 * r15 * r460
-    r472 = k.where(r22, r46, r472)
-    r46 = x15 * r15 * r460
-    r477 = x6 * x15 * r4 * r5 * r15 * r460
-    r477 = r46 + r477
-    r472 = k.where(r91, r477, r472)
+    r458 = 2.0 * x3 * x2
+    r458 = -2.0 + r458
+    r460 = x30 * r8
+    r461 = k.gcd(r380, r460)
+    r462 = k.recip(r461)
+    r463 = x3 * x2 * r462
+    r463 = -1.0 + r463
+    r463 = x28 * r463
+    r466 = -1.0 * x3 * x2 * r462
+    r466 = r380 + r466
+    r466 = x32 * r466
+    r469 = r463 + r466
+    r469 = r80 * r458 * r469
+    r80 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r462 * r458 * r20
+    r461 = -1.0 + r461
+    r473 = x4 * x23 * r369 * r46 * r4 * r25 * r33 * r462 * r461 * r458 * r20
+    r473 = k.max(r80, r473)
+    r473 = r469 + r473
+    r469 = x30 <= x36
+    r80 = x28 * r458
+    r478 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r458 * r20
+    r478 = r80 + r478
+    r473 = k.where(r469, r478, r473)
+    r478 = x3 * x2 * x36
+    r478 = x30 >= r478
+    r80 = x32 * r458
+    r484 = x4 * x23 * r369 * r46 * r4 * r25 * r33 * r458 * r20
+    r484 = r80 + r484
+    r473 = k.where(r478, r484, r473)
+    r473 = x15 * r15 * r473
+    r484 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r462 * r125 * r20
+    r461 = x4 * x23 * r369 * r46 * r4 * r25 * r33 * r462 * r125 * r461 * r20
+    r461 = k.max(r484, r461)
+    r461 = r463 + r466 + r461
+    r466 = x28 * r125
+    r463 = x4 * x23 * r78 * r46 * r4 * r25 * r71 * r125 * r20
+    r463 = r466 + r463
+    r461 = k.where(r469, r463, r461)
+    r463 = x32 * r125
+    r46 = x4 * x23 * r369 * r46 * r4 * r25 * r33 * r125 * r20
+    r46 = r463 + r46
+    r461 = k.where(r478, r46, r461)
+    r46 = 2.0 * x15 * r15 * r461
+    r473 = k.where(r22, r46, r473)
+    r46 = x15 * r15 * r461
+    r478 = x6 * x15 * r4 * r5 * r15 * r461
+    r478 = r46 + r478
+    r473 = k.where(r91, r478, r473)
     r72 = k.and_(r44, r72)
-    r460 = 3.0 * x6 * x15 * r4 * r5 * r15 * r460
-    r472 = k.where(r72, r460, r472)
-    r379 = r379 == 1.0
-    r472 = k.where(r379, 0.0, r472)
-    r363 = r363 + r472
-    r363 = k.max(0.0, r363)
-    r459 = k.gcd(x2, r459)
-    r460 = k.recip(r459)
-    r44 = x2 * r460
+    r461 = 3.0 * x6 * x15 * r4 * r5 * r15 * r461
+    r473 = k.where(r72, r461, r473)
+    r380 = r380 == 1.0
+    r473 = k.where(r380, 0.0, r473)
+    r364 = r364 + r473
+    r364 = k.max(0.0, r364)
+    r460 = k.gcd(x2, r460)
+    r461 = k.recip(r460)
+    r44 = x2 * r461
     r44 = -1.0 + r44
-    r44 = x27 * r44
-    r477 = -1.0 * x2 * r460
-    r477 = x2 + r477
-    r477 = x31 * r477
+    r44 = x28 * r44
+    r478 = -1.0 * x2 * r461
+    r478 = x2 + r478
+    r478 = x32 * r478
     r46 = -1.0 + x2
-    r462 = 2.0 * x14 * x19 * x10 * x4 * x33 * r78 * r25 * r71 * r8 * r460 * r46
-    r459 = -1.0 + r459
-    r459 = 2.0 * x14 * x19 * x10 * x4 * x33 * r368 * r25 * r33 * r8 * r460 * r46 * r459
-    r459 = k.max(r462, r459)
-    r459 = r44 + r477 + r459
-    r477 = x27 * r46
-    r44 = 2.0 * x14 * x19 * x10 * x4 * x33 * r78 * r25 * r71 * r8 * r46
-    r44 = r477 + r44
-    r459 = k.where(r468, r44, r459)
-    r44 = x2 * x35
-    r44 = x29 >= r44
-    r468 = x31 * r46
-    r477 = 2.0 * x14 * x19 * x10 * x4 * x33 * r368 * r25 * r33 * r8 * r46
-    r477 = r468 + r477
-    r459 = k.where(r44, r477, r459)
-    r477 = x6 * x15 * r4 * r5 * r15 * r459
-    r459 = x6 * x15 * r4 * r5 * r15 * r70 * r459
-    r459 = r477 + r459
-    r477 = x2 == 1.0
-    r459 = k.where(r477, 0.0, r459)
+    r463 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r8 * r461 * r46
+    r460 = -1.0 + r460
+    r460 = 2.0 * x14 * x19 * x10 * x4 * x34 * r369 * r25 * r33 * r8 * r461 * r46 * r460
+    r460 = k.max(r463, r460)
+    r460 = r44 + r478 + r460
+    r478 = x28 * r46
+    r44 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r8 * r46
+    r44 = r478 + r44
+    r460 = k.where(r469, r44, r460)
+    r44 = x2 * x36
+    r44 = x30 >= r44
+    r469 = x32 * r46
+    r478 = 2.0 * x14 * x19 * x10 * x4 * x34 * r369 * r25 * r33 * r8 * r46
+    r478 = r469 + r478
+    r460 = k.where(r44, r478, r460)
+    r478 = x6 * x15 * r4 * r5 * r15 * r460
+    r460 = x6 * x15 * r4 * r5 * r15 * r70 * r460
+    r460 = r478 + r460
+    r478 = x2 == 1.0
+    r460 = k.where(r478, 0.0, r460)
     r48 = k.where(r48, 2.0, 0.0)
     r48 = 4.0 + r48
-    r44 = -1.0 + x35
+    r44 = -1.0 + x36
     r44 = k.recip(r44)
-    r468 = 2.0 * x35
-    r468 = -2.0 + r468
-    r462 = k.gcd(x35, x29)
-    r460 = k.recip(r462)
-    r465 = x35 * r460
-    r465 = -1.0 + r465
-    r465 = x27 * r465
-    r483 = -1.0 * x35 * r460
-    r483 = x35 + r483
-    r483 = x31 * r483
-    r483 = r465 + r483
-    r483 = r44 * r468 * r483
-    r44 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r8 * r460 * r468
-    r462 = -1.0 + r462
-    r462 = x19 * x4 * x12 * x33 * r368 * r25 * r33 * r8 * r460 * r462 * r468
-    r462 = k.max(r44, r462)
-    r462 = r483 + r462
-    r483 = x29 <= 1.0
-    r44 = x27 * r468
-    r71 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r8 * r468
+    r469 = 2.0 * x36
+    r469 = -2.0 + r469
+    r463 = k.gcd(x36, x30)
+    r461 = k.recip(r463)
+    r466 = x36 * r461
+    r466 = -1.0 + r466
+    r466 = x28 * r466
+    r484 = -1.0 * x36 * r461
+    r484 = x36 + r484
+    r484 = x32 * r484
+    r484 = r466 + r484
+    r484 = r44 * r469 * r484
+    r44 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8 * r461 * r469
+    r463 = -1.0 + r463
+    r463 = x19 * x4 * x12 * x34 * r369 * r25 * r33 * r8 * r461 * r463 * r469
+    r463 = k.max(r44, r463)
+    r463 = r484 + r463
+    r484 = x30 <= 1.0
+    r44 = x28 * r469
+    r71 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r8 * r469
     r71 = r44 + r71
-    r462 = k.where(r483, r71, r462)
-    r71 = x29 >= x35
-    r483 = x31 * r468
-    r33 = x19 * x4 * x12 * x33 * r368 * r25 * r33 * r8 * r468
-    r33 = r483 + r33
-    r462 = k.where(r71, r33, r462)
-    r462 = x6 * x15 * r4 * r5 * r15 * r48 * r462
-    r33 = x35 == 1.0
-    r462 = k.where(r33, 0.0, r462)
+    r463 = k.where(r484, r71, r463)
+    r71 = x30 >= x36
+    r484 = x32 * r469
+    r33 = x19 * x4 * x12 * x34 * r369 * r25 * r33 * r8 * r469
+    r33 = r484 + r33
+    r463 = k.where(r71, r33, r463)
+    r463 = x6 * x15 * r4 * r5 * r15 * r48 * r463
+    r33 = x36 == 1.0
+    r463 = k.where(r33, 0.0, r463)
     r157 = r10 + r9 + r157
     r157 = k.max(0.0, r157)
     r157 = k.where(r21, r157, 0.0)
-    r21 = r107 + r29 + r52 + r53 + r146 + r363 + r79 + r459 + r462 + r157
+    r21 = r107 + r29 + r52 + r53 + r146 + r364 + r79 + r460 + r463 + r157
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r87 * r4 * r25 * r15 * r8 * r9 * r16
-    r34 = x6 * x33 * r87 * r4 * r25 * r15 * r8 * r9 * r34
-    r9 = x19 * x4 * x12 * x33 * r25
-    r87 = x19 * x4 * x12 * x33 * r78 * r25
-    r457 = x4 * r4 * r25 * r457 * r20
+    r10 = 6.0 * x6 * x34 * r87 * r4 * r25 * r15 * r8 * r9 * r16
+    r34 = x6 * x34 * r87 * r4 * r25 * r15 * r8 * r9 * r34
+    r9 = x19 * x4 * x12 * x34 * r25
+    r87 = x19 * x4 * x12 * x34 * r78 * r25
+    r458 = x4 * r4 * r25 * r458 * r20
     r71 = 2.0 * x4 * r4 * r25 * r125 * r20
-    r457 = k.where(r22, r71, r457)
+    r458 = k.where(r22, r71, r458)
     r71 = x4 * r4 * r25 * r125 * r20
     r22 = k.pow(x3, -2.0)
-    r483 = x6 * x4 * r22 * r5 * r25 * r125 * r20
-    r483 = r71 + r483
-    r457 = k.where(r91, r483, r457)
+    r484 = x6 * x4 * r22 * r5 * r25 * r125 * r20
+    r484 = r71 + r484
+    r458 = k.where(r91, r484, r458)
     r125 = 3.0 * x6 * x4 * r22 * r5 * r25 * r125 * r20
-    r457 = k.where(r72, r125, r457)
-    r457 = k.where(r379, 0.0, r457)
-    r379 = r78 * r457
-    r78 = x28 * r78
-    r125 = k.recip(x33)
-    r72 = x34 * r67 * r125
+    r458 = k.where(r72, r125, r458)
+    r458 = k.where(r380, 0.0, r458)
+    r380 = r78 * r458
+    r78 = x29 * r78
+    r125 = k.recip(x34)
+    r72 = x35 * r67 * r125
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r483 = 8e-12 * x12
-    r91 = 1.6e-11 * x36 * x12
+    r484 = 8e-12 * x12
+    r91 = 1.6e-11 * x37 * x12
     r71 = 8e-12 * x15 * r12
-    r368 = 2.4e-11 * x15 * x12 * x5
-    r44 = r483 + r91 + r71 + r368
-    r460 = 4e-12 * x12
-    r465 = 8e-12 * x36 * x12
-    r461 = 4e-12 * x15 * r12
+    r369 = 2.4e-11 * x15 * x12 * x5
+    r44 = r484 + r91 + r71 + r369
+    r461 = 4e-12 * x12
+    r466 = 8e-12 * x37 * x12
+    r462 = 4e-12 * x15 * r12
     r80 = 1.2e-11 * x15 * x12 * x5
-    r80 = r460 + r465 + r461 + r80
+    r80 = r461 + r466 + r462 + r80
     r80 = r22 > r80
-    r461 = -8e-12 * x12
-    r465 = -1.6e-11 * x36 * x12
+    r462 = -8e-12 * x12
+    r466 = -1.6e-11 * x37 * x12
     r12 = -8e-12 * x15 * r12
-    r460 = -2.4e-11 * x15 * x12 * x5
-    r616 = k.sqrt(2.0)
-    r617 = k.sqrt(x3)
-    r617 = k.recip(r617)
-    r619 = k.sqrt(x2)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x13)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x22)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(x35)
-    r625 = k.recip(r625)
-    r627 = k.sqrt(r44)
-    r628 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r44
-    r629 = k.sqrt(x3)
-    r630 = k.sqrt(x2)
-    r631 = k.sqrt(x13)
-    r632 = k.sqrt(x22)
-    r633 = k.sqrt(x35)
-    r633 = 0.16666666666666666 * r616 * r629 * r630 * r631 * r632 * r633 * r627
-    r633 = 1.0 + r628 + r633
-    r633 = r616 * r617 * r619 * r621 * r623 * r625 * r627 * r633
-    r633 = r461 + r465 + r12 + r460 + r633
-    r460 = k.where(r80, r633, r22)
-    r368 = r483 + r91 + r71 + r368 + r460
-    r368 = x3 * x2 * x13 * x22 * x35 * r368
-    r368 = k.exp(r368)
-    r368 = -1.0 + r368
-    r71 = k.recip(r368)
-    r91 = x24 + x1
-    r483 = -1.0 * x3 * x2 * x13 * x22 * x35 * r91
-    r483 = k.exp(r483)
-    r483 = x3 * x2 * x13 * x22 * x35 * r71 * r460 * r483
-    r71 = x3 * x2 * x13 * x22 * x35
-    r633 = k.recip(r633)
-    r71 = k.where(r80, r633, r71)
-    r91 = x3 * x2 * x13 * x22 * x35 * r91
+    r461 = -2.4e-11 * x15 * x12 * x5
+    r617 = k.sqrt(2.0)
+    r618 = k.sqrt(x3)
+    r618 = k.recip(r618)
+    r620 = k.sqrt(x2)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x13)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x23)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(x36)
+    r626 = k.recip(r626)
+    r628 = k.sqrt(r44)
+    r629 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r44
+    r630 = k.sqrt(x3)
+    r631 = k.sqrt(x2)
+    r632 = k.sqrt(x13)
+    r633 = k.sqrt(x23)
+    r634 = k.sqrt(x36)
+    r634 = 0.16666666666666666 * r617 * r630 * r631 * r632 * r633 * r634 * r628
+    r634 = 1.0 + r629 + r634
+    r634 = r617 * r618 * r620 * r622 * r624 * r626 * r628 * r634
+    r634 = r462 + r466 + r12 + r461 + r634
+    r461 = k.where(r80, r634, r22)
+    r369 = r484 + r91 + r71 + r369 + r461
+    r369 = x3 * x2 * x13 * x23 * x36 * r369
+    r369 = k.exp(r369)
+    r369 = -1.0 + r369
+    r71 = k.recip(r369)
+    r91 = x25 + x1
+    r484 = -1.0 * x3 * x2 * x13 * x23 * x36 * r91
+    r484 = k.exp(r484)
+    r484 = x3 * x2 * x13 * x23 * x36 * r71 * r461 * r484
+    r71 = x3 * x2 * x13 * x23 * x36
+    r634 = k.recip(r634)
+    r71 = k.where(r80, r634, r71)
+    r91 = x3 * x2 * x13 * x23 * x36 * r91
     r91 = k.exp(r91)
-    r5 = x34 * r67 * r4 * r25 * r5 * r15 * r125 * r8 * r368 * r21 * r71 * r91
-    r91 = x34 * r67 * r125 * r368 * r21 * r71 * r91
-    r48 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r468 * r48
+    r5 = x35 * r67 * r4 * r25 * r5 * r15 * r125 * r8 * r369 * r21 * r71 * r91
+    r91 = x35 * r67 * r125 * r369 * r21 * r71 * r91
+    r48 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r469 * r48
     r48 = k.where(r33, 0.0, r48)
-    r33 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r46
-    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r15 * r8 * r70 * r46
+    r33 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r46
+    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r70 * r46
     r46 = r33 + r46
-    r46 = k.where(r477, 0.0, r46)
-    r109 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r15 * r8 * r109
+    r46 = k.where(r478, 0.0, r46)
+    r109 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r109
     r109 = k.where(r30, 0.0, r109)
-    r43 = r43 < x22
-    r30 = x32 != 2.0
+    r43 = r43 < x23
+    r30 = x33 != 2.0
     r74 = k.and_(r74, r30)
     r74 = k.not_(r74)
     r74 = k.or_(r43, r74)
-    r8 = x32 != 1.0
+    r8 = x33 != 1.0
     r73 = k.and_(r8, r30, r73)
     r73 = k.not_(r73)
     r73 = k.or_(r43, r73)
     r73 = k.and_(r74, r73)
-    r74 = x22 >= 2.0
-    r43 = x32 != 3.0
-    r30 = x32 != 4.0
+    r74 = x23 >= 2.0
+    r43 = x33 != 3.0
+    r30 = x33 != 4.0
     r82 = k.not_(r82)
     r82 = k.and_(r43, r30, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r74, r82)
-    r74 = x21 * x3 * x2 * x22 * x35 * r21
-    r30 = r66 <= r74
+    r74 = x22 * x3 * x2 * x23 * x36 * r21
+    r30 = r32 <= r74
     r74 = r113 <= r74
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r116, r155, r102, r45, r90, 0.0, r94, r97, r54, r119, r103, r98, r31, r32, r66, r66, r113, r47, r144, r360, r154, r79, r21, r10, r34, r9, r87, r379, r78, 0.0, r72, r22, r44, r460, r483, r5, r91, r52, r146, r53, r29, r48, r462, r462, r46, r459, r459, r457, r472, r363, r109, r51, r107, 0.0, 0.0, r157, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, r73, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r30, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r116, r155, r102, r45, r90, 0.0, r94, r97, r54, r119, r103, r98, r31, r66, r32, r32, r113, r47, r144, r361, r154, r79, r21, r10, r34, r9, r87, r380, r78, 0.0, r72, r22, r44, r461, r484, r5, r91, r52, r146, r53, r29, r48, r463, r463, r46, r460, r460, r458, r473, r364, r109, r51, r107, 0.0, 0.0, r157, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r30, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1383,9 +1384,9 @@ def search(x, k):
     return (r83, r4, r56)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (29, 45, 46, 47, 48), (29, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 46, 47, 48, 49), (30, 31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49), (29, 46, 47, 48, 49), (29, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x37 * x12
+    r15 = 2.0 * x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x23)
-    r8 = k.recip(x36)
+    r15 = k.recip(x24)
+    r8 = k.recip(x37)
     r20 = r15 * r8 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -46,43 +46,43 @@ def quantities(x, k):
     r33 = r30 + r31 + r32 + r33
     r33 = r8 * r33
     r33 = r29 + r33
-    r33 = x19 * x34 * r25 * r33
-    r29 = x24 == 2.0
-    r32 = 2.0 * x19 * x12 * x34 * r25
+    r33 = x19 * x35 * r25 * r33
+    r29 = x25 == 2.0
+    r32 = 2.0 * x19 * x12 * x35 * r25
     r32 = k.where(r29, r32, r33)
-    r31 = 1.0 + x23
+    r31 = 1.0 + x24
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r28)
     r31 = r31 * r30
-    r45 = x33 == 4.0
-    r46 = 2.0 * x23
+    r45 = x34 == 4.0
+    r46 = 2.0 * x24
     r47 = -1.0 + r46
     r47 = k.min(r47, r6)
     r47 = r47 * r30
     r50 = k.where(r45, r47, r31)
-    r51 = x33 == 0.0
-    r52 = x33 == 3.0
+    r51 = x34 == 0.0
+    r52 = x34 == 3.0
     r53 = k.or_(r51, r52)
-    r54 = k.min(x23, r6)
+    r54 = k.min(x24, r6)
     r54 = r54 * r30
     r50 = k.where(r53, r54, r50)
-    r54 = x33 == 1.0
-    r58 = k.recip(x38)
-    r59 = x6 * x38 * r4 * r5
-    r60 = -1.0 + x38
-    r60 = x23 * r60
+    r54 = x34 == 1.0
+    r58 = k.recip(x39)
+    r59 = x6 * x39 * r4 * r5
+    r60 = -1.0 + x39
+    r60 = x24 * r60
     r62 = -1.0 + r46 + r60
     r62 = k.min(r59, r62)
     r62 = r58 * r62 * r30
     r50 = k.where(r54, r62, r50)
-    r62 = x33 == 2.0
+    r62 = x34 == 2.0
     r67 = x6 * r4 * r5 * r30
     r50 = k.where(r62, r67, r50)
     r50 = r32 * r50
-    r70 = x37 * x12
-    r71 = x23 == 1.0
+    r70 = x38 * x12
+    r71 = x24 == 1.0
     r72 = k.where(r71, 1.0, 0.0)
-    r73 = x37 * x12 * r72
+    r73 = x38 * x12 * r72
     r74 = r70 + r73
     r75 = r8 * r74
     r74 = 2.0 * r8 * r74
@@ -99,12 +99,12 @@ def quantities(x, k):
     r72 = k.where(r21, r70, r72)
     r88 = 2.0 * r72
     r89 = r75 + r88
-    r90 = x39 >= 3.0
+    r90 = x40 >= 3.0
     r89 = k.where(r90, 0.0, r89)
-    r92 = x39 <= 2.0
+    r92 = x40 <= 2.0
     r93 = 4.0 * r72
     r93 = k.where(r92, r93, r88)
-    r95 = x39 >= 2.0
+    r95 = x40 >= 2.0
     r96 = r4 * r25 * r93
     r93 = k.where(r95, r96, r93)
     r96 = 2.0 * r4 * r25 * r72
@@ -112,12 +112,12 @@ def quantities(x, k):
     r96 = 12.0 * r72
     r101 = 12.0 * r4 * r25 * r72
     r96 = k.where(r22, r101, r96)
-    r101 = 4.0 * x19 * x5 * x34 * r25 * r8
+    r101 = 4.0 * x19 * x5 * x35 * r25 * r8
     r104 = r33 + r101
     r101 = k.where(r29, r104, r101)
     r104 = k.or_(r21, r71)
-    r107 = 4.0 * x19 * x12 * x34 * r25
-    r108 = x37 * x19 * x16 * x34 * r25 * r8
+    r107 = 4.0 * x19 * x12 * x35 * r25
+    r108 = x38 * x19 * x16 * x35 * r25 * r8
     r107 = r107 + r108
     r107 = k.max(r107, r101)
     r104 = k.where(r104, r107, r101)
@@ -126,16 +126,16 @@ def quantities(x, k):
     r112 = k.where(r21, r113, r112)
     r113 = 3.0 * x4 * r112 * r72
     r113 = k.where(r90, r113, 0.0)
-    r117 = x23 > 1.0
+    r117 = x24 > 1.0
     r117 = k.and_(r90, r117)
     r72 = 2.0 * x4 * r72
     r113 = k.where(r117, r72, r113)
     r72 = r50 + r89 + r93 + r88 + r96 + r104 + r113
     r122 = k.where(r45, r47, r31)
-    r123 = -1.0 + x23
+    r123 = -1.0 + x24
     r124 = k.min(1.0, r123)
     r125 = -1.0 * r124
-    r125 = x23 + r125
+    r125 = x24 + r125
     r127 = k.min(r6, r125)
     r127 = r127 * r30
     r122 = k.where(r53, r127, r122)
@@ -147,20 +147,20 @@ def quantities(x, k):
     r122 = k.where(r62, r67, r122)
     r122 = r32 * r122
     r46 = 1.0 + r124
-    r46 = x23 == r46
+    r46 = x24 == r46
     r127 = k.where(r46, 1.0, 0.0)
-    r140 = x37 * x12 * r127
+    r140 = x38 * x12 * r127
     r141 = r124 == 0.0
     r141 = k.where(r141, 1.0, 0.0)
-    r141 = x37 * x12 * r141
+    r141 = x38 * x12 * r141
     r144 = r140 + r141
     r144 = r8 * r144
-    r146 = x23 == r125
+    r146 = x24 == r125
     r147 = k.where(r146, 1.0, 0.0)
-    r148 = x37 * x12 * r147
+    r148 = x38 * x12 * r147
     r125 = r125 == 1.0
     r125 = k.where(r125, 1.0, 0.0)
-    r125 = x37 * x12 * r125
+    r125 = x38 * x12 * r125
     r152 = r148 + r125
     r152 = r8 * r152
     r152 = r144 + r152
@@ -258,278 +258,279 @@ def quantities(x, k):
     r122 = k.where(r122, 0.0, 0.0)
     r31 = r72 == r31
     r122 = k.where(r31, 0.0, r122)
-    r31 = x37 * x19 * x4 * x34 * r25 * r8
-    r50 = x37 * x19 * x4 * x34 * r25
+    r31 = x38 * x19 * x4 * x35 * r25 * r8
+    r50 = x38 * x19 * x4 * x35 * r25
     r113 = k.max(r72, r141, r73)
     r96 = r141 == r113
     r73 = k.where(r96, r141, r73)
     r113 = r72 == r113
     r73 = k.where(r113, r72, r73)
-    r72 = -1.0 * r73
-    r72 = x8 + r72
-    r113 = 6.0 * x6 * x34 * r16
+    r72 = -1.0 * x20
+    r113 = -1.0 * r73
+    r113 = x8 + r72 + r113
+    r72 = 6.0 * x6 * x35 * r16
     r141 = 6.0 * x12
     r96 = 6.0 * x15 * r12
-    r146 = 12.0 * x37 * x12
+    r146 = 12.0 * x38 * x12
     r93 = 18.0 * x15 * x12 * x5
-    r148 = 12.0 * x15 * x11 * x10 * x34
+    r148 = 12.0 * x15 * x11 * x10 * x35
     r148 = r141 + r96 + r146 + r93 + r148
-    r93 = x6 * x34 * r148
+    r93 = x6 * x35 * r148
     r146 = k.pow(x12, 2.0)
     r96 = k.recip(x12)
-    r141 = 0.16666666666666666 * x34 * r96
+    r141 = 0.16666666666666666 * x35 * r96
     r88 = k.recip(x15)
-    r96 = 0.0625 * x37 * r88 * r96
+    r96 = 0.0625 * x38 * r88 * r96
     r96 = 1.0 + r141 + r96
-    r96 = 96.0 * x6 * x15 * x34 * r146 * r96
-    r146 = k.pow(x34, 2.0)
+    r96 = 96.0 * x6 * x15 * x35 * r146 * r96
+    r146 = k.pow(x35, 2.0)
     r141 = 2.0 * x6 * x15 * x11 * x10 * r146
-    r125 = x24 == 1.0
+    r125 = x25 == 1.0
     r146 = 4.0 * x6 * x15 * x11 * x10 * r146
     r146 = k.where(r125, r146, 0.0)
-    r75 = 0.3333333333333333 * x6 * x34 * r148
+    r75 = 0.3333333333333333 * x6 * x35 * r148
     r146 = k.where(r29, r75, r146)
     r146 = r93 + r141 + r146
     r141 = k.where(r29, 1.0, 0.0)
     r75 = 1.0 + r141
     r81 = k.recip(x9)
     r144 = k.recip(x18)
-    r89 = x37 * x12 * r8
-    r117 = x19 * x12 * x34 * r25
-    r30 = x37 * x19 * x34 * r25 * r8
+    r89 = x38 * x12 * r8
+    r117 = x19 * x12 * x35 * r25
+    r30 = x38 * x19 * x35 * r25 * r8
     r30 = r89 + r117 + r30
     r89 = 2.0 * r81 * r144 * r30
-    r59 = k.recip(x22)
+    r59 = k.recip(x23)
     r60 = k.recip(x17)
-    r47 = 2.0 * x37 * x19 * x12 * x34 * r59 * r25 * r60 * r8
+    r47 = 2.0 * x38 * x19 * x12 * x35 * r59 * r25 * r60 * r8
     r47 = r89 + r47
     r47 = r75 * r47
     r30 = 4.0 * r81 * r144 * r30
-    r89 = 4.0 * x37 * x19 * x12 * x34 * r59 * r25 * r60 * r8
+    r89 = 4.0 * x38 * x19 * x12 * x35 * r59 * r25 * r60 * r8
     r89 = r47 + r30 + r89
     r89 = r15 * r89
     r30 = x12 * x5 * r8
-    r47 = x19 * x5 * x34 * r25 * r8
+    r47 = x19 * x5 * x35 * r25 * r8
     r47 = r30 + r117 + r47
     r30 = r81 * r144 * r47
-    r46 = k.recip(x21)
-    r74 = 2.0 * x19 * x12 * x5 * x34 * r46 * r25 * r60 * r8
+    r46 = k.recip(x22)
+    r74 = 2.0 * x19 * x12 * x5 * x35 * r46 * r25 * r60 * r8
     r74 = r30 + r74
     r74 = r75 * r74
     r30 = 2.0 * x12 * x5 * r8
-    r147 = 2.0 * x19 * x5 * x34 * r25 * r8
+    r147 = 2.0 * x19 * x5 * x35 * r25 * r8
     r147 = r30 + r117 + r147
     r30 = r81 * r144 * r147
-    r140 = 4.0 * x19 * x12 * x5 * x34 * r46 * r25 * r60 * r8
+    r140 = 4.0 * x19 * x12 * x5 * x35 * r46 * r25 * r60 * r8
     r140 = r30 + r140
     r140 = r75 * r140
     r30 = x11 * x10 * x12 * r8
-    r127 = x11 * x19 * x10 * x34 * r25 * r8
+    r127 = x11 * x19 * x10 * x35 * r25 * r8
     r127 = r30 + r117 + r127
     r30 = r81 * r144 * r127
-    r152 = 2.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r60 * r8
+    r152 = 2.0 * x11 * x19 * x10 * x12 * x35 * r46 * r25 * r60 * r8
     r152 = r30 + r152
     r152 = r75 * r152
     r10 = x11 + r10
     r30 = x10 * x12 * r8 * r10
-    r323 = x19 * x10 * x34 * r25 * r8 * r10
-    r323 = r117 + r30 + r323
-    r30 = r81 * r144 * r323
-    r117 = 2.0 * x19 * x10 * x12 * x34 * r46 * r25 * r60 * r8 * r10
+    r324 = x19 * x10 * x35 * r25 * r8 * r10
+    r324 = r117 + r30 + r324
+    r30 = r81 * r144 * r324
+    r117 = 2.0 * x19 * x10 * x12 * x35 * r46 * r25 * r60 * r8 * r10
     r117 = r30 + r117
     r117 = r75 * r117
     r47 = 2.0 * r81 * r144 * r47
     r147 = 2.0 * r81 * r144 * r147
     r127 = 2.0 * r81 * r144 * r127
-    r323 = 2.0 * r81 * r144 * r323
+    r324 = 2.0 * r81 * r144 * r324
     r30 = x5 * r8
     r30 = x12 + r30
-    r30 = 4.0 * x19 * x34 * r81 * r25 * r144 * r30
-    r336 = 2.0 * x5 * r8
-    r336 = x12 + r336
-    r336 = 4.0 * x19 * x34 * r81 * r25 * r144 * r336
-    r339 = x11 * x10 * r8
-    r339 = x12 + r339
-    r339 = 4.0 * x19 * x34 * r81 * r25 * r144 * r339
-    r342 = x10 * r8 * r10
-    r342 = x12 + r342
-    r342 = 4.0 * x19 * x34 * r81 * r25 * r144 * r342
-    r345 = 12.0 * x19 * x12 * x5 * x34 * r46 * r25 * r60 * r8
-    r346 = 4.0 * x11 * x19 * x10 * x12 * x34 * r46 * r25 * r60 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r46 * r25 * r60 * r8 * r10
-    r10 = r74 + r140 + r152 + r117 + r47 + r147 + r127 + r323 + r30 + r336 + r339 + r342 + r345 + r346 + r10
+    r30 = 4.0 * x19 * x35 * r81 * r25 * r144 * r30
+    r337 = 2.0 * x5 * r8
+    r337 = x12 + r337
+    r337 = 4.0 * x19 * x35 * r81 * r25 * r144 * r337
+    r340 = x11 * x10 * r8
+    r340 = x12 + r340
+    r340 = 4.0 * x19 * x35 * r81 * r25 * r144 * r340
+    r343 = x10 * r8 * r10
+    r343 = x12 + r343
+    r343 = 4.0 * x19 * x35 * r81 * r25 * r144 * r343
+    r346 = 12.0 * x19 * x12 * x5 * x35 * r46 * r25 * r60 * r8
+    r347 = 4.0 * x11 * x19 * x10 * x12 * x35 * r46 * r25 * r60 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r46 * r25 * r60 * r8 * r10
+    r10 = r74 + r140 + r152 + r117 + r47 + r147 + r127 + r324 + r30 + r337 + r340 + r343 + r346 + r347 + r10
     r10 = x15 * r15 * r10
     r10 = r89 + r10
     r89 = x6 * r4 * r5 * r10
-    r346 = 12.0 * x12
-    r345 = 10.0 * x12 * r75
-    r345 = r346 + r345
-    r345 = x19 * x34 * r25 * r345
-    r346 = 5.0 * x5
-    r342 = 3.0 * x5 * r75
-    r342 = r346 + r342
-    r342 = x19 * x34 * r25 * r8 * r342
-    r342 = r345 + r342
-    r342 = x15 * r15 * r342
-    r345 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
+    r347 = 12.0 * x12
+    r346 = 10.0 * x12 * r75
+    r346 = r347 + r346
+    r346 = x19 * x35 * r25 * r346
+    r347 = 5.0 * x5
+    r343 = 3.0 * x5 * r75
+    r343 = r347 + r343
+    r343 = x19 * x35 * r25 * r8 * r343
+    r343 = r346 + r343
+    r343 = x15 * r15 * r343
+    r346 = 3.0 * x38 * x19 * x35 * r25 * r15 * r8
     r141 = 2.0 + r141
-    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r141 * r9
-    r9 = r342 + r345 + r9
-    r345 = x6 * x4 * r81 * r4 * r5 * r144 * r9
-    r342 = k.recip(x0)
-    r141 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r15 * r8 * r141 * r9
+    r9 = r343 + r346 + r9
+    r346 = x6 * x4 * r81 * r4 * r5 * r144 * r9
+    r343 = k.recip(x0)
+    r141 = x11 * x10 * x35
     r125 = k.or_(r125, r29)
     r125 = k.where(r125, 1.0, 0.0)
     r125 = 3.0 + r125
-    r125 = 2.0 * x11 * x10 * x34 * r125
+    r125 = 2.0 * x11 * x10 * x35 * r125
     r125 = r141 + r125
-    r141 = x6 * x15 * x34 * r59 * r4 * r25 * r60 * r342 * r15 * r8 * r125
-    r346 = r89 + r345 + r141
-    r339 = k.recip(r346)
+    r141 = x6 * x15 * x35 * r59 * r4 * r25 * r60 * r343 * r15 * r8 * r125
+    r347 = r89 + r346 + r141
+    r340 = k.recip(r347)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r336 = k.recip(x6)
-    r30 = 0.3333333333333333 * x3 * x19 * r336 * r58 * r346
-    r323 = 0.6666666666666666 * x3 * x19 * x23 * r336 * r346
+    r337 = k.recip(x6)
+    r30 = 0.3333333333333333 * x3 * x19 * r337 * r58 * r347
+    r324 = 0.6666666666666666 * x3 * x19 * x24 * r337 * r347
     r9 = -1.0 * x6 * x4 * r81 * r4 * r5 * r144 * r9
-    r125 = -1.0 * x6 * x15 * x34 * r59 * r4 * r25 * r60 * r342 * r15 * r8 * r125
-    r323 = r10 + r30 + r323 + r9 + r125
-    r323 = k.max(0.0, r323)
-    r30 = 0.5 * x23
+    r125 = -1.0 * x6 * x15 * x35 * r59 * r4 * r25 * r60 * r343 * r15 * r8 * r125
+    r324 = r10 + r30 + r324 + r9 + r125
+    r324 = k.max(0.0, r324)
+    r30 = 0.5 * x24
     r30 = -1.0 + r30
-    r30 = 0.6666666666666666 * x3 * x19 * r336 * r58 * r30 * r346
+    r30 = 0.6666666666666666 * x3 * x19 * r337 * r58 * r30 * r347
     r30 = k.where(r45, 0.0, r30)
-    r45 = 0.3333333333333333 * x3 * x19 * r336 * r58 * r123 * r346
+    r45 = 0.3333333333333333 * x3 * x19 * r337 * r58 * r123 * r347
     r30 = k.where(r52, r45, r30)
     r62 = k.or_(r51, r54, r62)
-    r123 = x3 * x19 * r336 * r58 * r123 * r346
+    r123 = x3 * x19 * r337 * r58 * r123 * r347
     r30 = k.where(r62, r123, r30)
-    r30 = k.max(r323, r30)
-    r339 = r339 * r30
-    r323 = k.where(r92, 4.0, 2.0)
-    r323 = 26.0 + r323
-    r323 = r81 * r144 * r323 * r26
-    r144 = r89 + r323 + r345 + r141
-    r81 = -1.0 * x20
+    r30 = k.max(r324, r30)
+    r340 = r340 * r30
+    r324 = k.where(r92, 4.0, 2.0)
+    r324 = 26.0 + r324
+    r324 = r81 * r144 * r324 * r26
+    r144 = r89 + r324 + r346 + r141
+    r81 = -1.0 * x21
     r81 = 1.0 + r81
-    r123 = x23 * x38
+    r123 = x24 * x39
     r123 = -1.0 + r123
-    r58 = k.recip(x26)
-    r51 = k.recip(x27)
-    r45 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8
-    r45 = x28 + r45
-    r52 = 2.0 * x3 * x2 * x36
-    r52 = x30 >= r52
-    r342 = k.recip(x29)
-    r60 = k.recip(x31)
-    r59 = x19 * x4 * x12 * x34 * r342 * r25 * r60 * r8
-    r59 = x32 + r59
+    r58 = k.recip(x27)
+    r51 = k.recip(x28)
+    r45 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r8
+    r45 = x29 + r45
+    r52 = 2.0 * x3 * x2 * x37
+    r52 = x31 >= r52
+    r343 = k.recip(x30)
+    r60 = k.recip(x32)
+    r59 = x19 * x4 * x12 * x35 * r343 * r25 * r60 * r8
+    r59 = x33 + r59
     r45 = k.where(r52, r59, r45)
     r45 = 2.0 * x6 * r4 * r5 * r15 * r123 * r45
     r45 = k.where(r71, 0.0, r45)
     r81 = r81 * r45
-    r59 = x3 * x19 * r336 * r346
-    r52 = x23 <= 1.0
+    r59 = x3 * x19 * r337 * r347
+    r52 = x24 <= 1.0
     r95 = k.and_(r95, r52)
-    r59 = k.where(r95, r346, r59)
-    r59 = -1.0 * x20 * r59
-    r346 = x3 * x2
-    r127 = -1.0 + r346
+    r59 = k.where(r95, r347, r59)
+    r59 = -1.0 * x21 * r59
+    r347 = x3 * x2
+    r127 = -1.0 + r347
     r147 = k.recip(r127)
     r47 = 2.0 * x3 * x2
     r47 = -2.0 + r47
-    r117 = x30 * r8
-    r152 = k.gcd(r346, r117)
+    r117 = x31 * r8
+    r152 = k.gcd(r347, r117)
     r140 = k.recip(r152)
     r74 = x3 * x2 * r140
     r74 = -1.0 + r74
-    r74 = x28 * r74
-    r434 = -1.0 * x3 * x2 * r140
-    r434 = r346 + r434
-    r434 = x32 * r434
-    r437 = r74 + r434
-    r437 = r147 * r47 * r437
+    r74 = x29 * r74
+    r435 = -1.0 * x3 * x2 * r140
+    r435 = r347 + r435
+    r435 = x33 * r435
+    r438 = r74 + r435
+    r438 = r147 * r47 * r438
     r147 = x4 * r20
-    r440 = 4.0 * r20
-    r147 = k.where(r92, r440, r147)
-    r440 = x23 * r58 * r88 * r4 * r25 * r51 * r140 * r47 * r147
+    r441 = 4.0 * r20
+    r147 = k.where(r92, r441, r147)
+    r441 = x24 * r58 * r88 * r4 * r25 * r51 * r140 * r47 * r147
     r152 = -1.0 + r152
-    r92 = x23 * r342 * r88 * r4 * r25 * r60 * r140 * r152 * r47 * r147
-    r92 = k.max(r440, r92)
-    r92 = r437 + r92
-    r437 = x30 <= x36
-    r440 = x28 * r47
-    r449 = x23 * r58 * r88 * r4 * r25 * r51 * r47 * r147
-    r449 = r440 + r449
-    r92 = k.where(r437, r449, r92)
-    r449 = x3 * x2 * x36
-    r449 = x30 >= r449
-    r440 = x32 * r47
-    r455 = x23 * r342 * r88 * r4 * r25 * r60 * r47 * r147
-    r455 = r440 + r455
-    r92 = k.where(r449, r455, r92)
+    r92 = x24 * r343 * r88 * r4 * r25 * r60 * r140 * r152 * r47 * r147
+    r92 = k.max(r441, r92)
+    r92 = r438 + r92
+    r438 = x31 <= x37
+    r441 = x29 * r47
+    r450 = x24 * r58 * r88 * r4 * r25 * r51 * r47 * r147
+    r450 = r441 + r450
+    r92 = k.where(r438, r450, r92)
+    r450 = x3 * x2 * x37
+    r450 = x31 >= r450
+    r441 = x33 * r47
+    r456 = x24 * r343 * r88 * r4 * r25 * r60 * r47 * r147
+    r456 = r441 + r456
+    r92 = k.where(r450, r456, r92)
     r92 = x15 * r15 * r92
-    r455 = x23 * r58 * r88 * r4 * r25 * r51 * r140 * r127 * r147
-    r440 = x23 * r342 * r88 * r4 * r25 * r60 * r140 * r127 * r152 * r147
-    r440 = k.max(r455, r440)
-    r440 = r74 + r434 + r440
-    r455 = x28 * r127
-    r464 = x23 * r58 * r88 * r4 * r25 * r51 * r127 * r147
-    r464 = r455 + r464
-    r440 = k.where(r437, r464, r440)
-    r464 = x32 * r127
-    r468 = x23 * r342 * r88 * r4 * r25 * r60 * r127 * r147
-    r468 = r464 + r468
-    r440 = k.where(r449, r468, r440)
-    r468 = x15 * r15 * r440
-    r472 = x4 * x23 * r58 * r88 * r4 * r25 * r51 * r140 * r127 * r20
-    r152 = x4 * x23 * r342 * r88 * r4 * r25 * r60 * r140 * r127 * r152 * r20
-    r152 = k.max(r472, r152)
-    r152 = r74 + r434 + r152
-    r434 = x4 * x23 * r58 * r88 * r4 * r25 * r51 * r127 * r20
-    r434 = r455 + r434
-    r152 = k.where(r437, r434, r152)
-    r88 = x4 * x23 * r342 * r88 * r4 * r25 * r60 * r127 * r20
-    r88 = r464 + r88
-    r152 = k.where(r449, r88, r152)
+    r456 = x24 * r58 * r88 * r4 * r25 * r51 * r140 * r127 * r147
+    r441 = x24 * r343 * r88 * r4 * r25 * r60 * r140 * r127 * r152 * r147
+    r441 = k.max(r456, r441)
+    r441 = r74 + r435 + r441
+    r456 = x29 * r127
+    r465 = x24 * r58 * r88 * r4 * r25 * r51 * r127 * r147
+    r465 = r456 + r465
+    r441 = k.where(r438, r465, r441)
+    r465 = x33 * r127
+    r469 = x24 * r343 * r88 * r4 * r25 * r60 * r127 * r147
+    r469 = r465 + r469
+    r441 = k.where(r450, r469, r441)
+    r469 = x15 * r15 * r441
+    r473 = x4 * x24 * r58 * r88 * r4 * r25 * r51 * r140 * r127 * r20
+    r152 = x4 * x24 * r343 * r88 * r4 * r25 * r60 * r140 * r127 * r152 * r20
+    r152 = k.max(r473, r152)
+    r152 = r74 + r435 + r152
+    r435 = x4 * x24 * r58 * r88 * r4 * r25 * r51 * r127 * r20
+    r435 = r456 + r435
+    r152 = k.where(r438, r435, r152)
+    r88 = x4 * x24 * r343 * r88 * r4 * r25 * r60 * r127 * r20
+    r88 = r465 + r88
+    r152 = k.where(r450, r88, r152)
     r88 = x15 * r15 * r152
-    r449 = r468 + r88
-    r92 = k.where(r22, r449, r92)
-    r440 = x6 * x15 * r4 * r5 * r15 * r440
-    r440 = r88 + r440
-    r92 = k.where(r95, r440, r92)
+    r450 = r469 + r88
+    r92 = k.where(r22, r450, r92)
+    r441 = x6 * x15 * r4 * r5 * r15 * r441
+    r441 = r88 + r441
+    r92 = k.where(r95, r441, r92)
     r52 = k.and_(r90, r52)
     r152 = 2.0 * x15 * r15 * r152
-    r152 = r468 + r152
+    r152 = r469 + r152
     r152 = x6 * r4 * r5 * r152
     r92 = k.where(r52, r152, r92)
-    r346 = r346 == 1.0
-    r92 = k.where(r346, 0.0, r92)
+    r347 = r347 == 1.0
+    r92 = k.where(r347, 0.0, r92)
     r59 = r59 + r92
     r59 = k.max(0.0, r59)
     r117 = k.gcd(x2, r117)
     r152 = k.recip(r117)
-    r468 = x2 * r152
-    r468 = -1.0 + r468
-    r468 = x28 * r468
+    r469 = x2 * r152
+    r469 = -1.0 + r469
+    r469 = x29 * r469
     r90 = -1.0 * x2 * r152
     r90 = x2 + r90
-    r90 = x32 * r90
-    r440 = -1.0 + x2
-    r88 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r8 * r152 * r440
+    r90 = x33 * r90
+    r441 = -1.0 + x2
+    r88 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r8 * r152 * r441
     r117 = -1.0 + r117
-    r117 = 2.0 * x14 * x19 * x10 * x4 * x34 * r342 * r25 * r60 * r8 * r152 * r440 * r117
+    r117 = 2.0 * x14 * x19 * x10 * x4 * x35 * r343 * r25 * r60 * r8 * r152 * r441 * r117
     r117 = k.max(r88, r117)
-    r117 = r468 + r90 + r117
-    r90 = x28 * r440
-    r468 = 2.0 * x14 * x19 * x10 * x4 * x34 * r58 * r25 * r51 * r8 * r440
-    r468 = r90 + r468
-    r117 = k.where(r437, r468, r117)
-    r468 = x2 * x36
-    r468 = x30 >= r468
-    r437 = x32 * r440
-    r90 = 2.0 * x14 * x19 * x10 * x4 * x34 * r342 * r25 * r60 * r8 * r440
-    r90 = r437 + r90
-    r117 = k.where(r468, r90, r117)
+    r117 = r469 + r90 + r117
+    r90 = x29 * r441
+    r469 = 2.0 * x14 * x19 * x10 * x4 * x35 * r58 * r25 * r51 * r8 * r441
+    r469 = r90 + r469
+    r117 = k.where(r438, r469, r117)
+    r469 = x2 * x37
+    r469 = x31 >= r469
+    r438 = x33 * r441
+    r90 = 2.0 * x14 * x19 * x10 * x4 * x35 * r343 * r25 * r60 * r8 * r441
+    r90 = r438 + r90
+    r117 = k.where(r469, r90, r117)
     r90 = x6 * x15 * r4 * r5 * r15 * r117
     r117 = x6 * x15 * r4 * r5 * r15 * r75 * r117
     r117 = r90 + r117
@@ -537,150 +538,150 @@ def quantities(x, k):
     r117 = k.where(r90, 0.0, r117)
     r29 = k.where(r29, 2.0, 0.0)
     r29 = 4.0 + r29
-    r468 = -1.0 + x36
-    r468 = k.recip(r468)
-    r437 = 2.0 * x36
-    r437 = -2.0 + r437
-    r88 = k.gcd(x36, x30)
+    r469 = -1.0 + x37
+    r469 = k.recip(r469)
+    r438 = 2.0 * x37
+    r438 = -2.0 + r438
+    r88 = k.gcd(x37, x31)
     r152 = k.recip(r88)
-    r449 = x36 * r152
-    r449 = -1.0 + r449
-    r449 = x28 * r449
-    r464 = -1.0 * x36 * r152
-    r464 = x36 + r464
-    r464 = x32 * r464
-    r464 = r449 + r464
-    r464 = r468 * r437 * r464
-    r468 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8 * r152 * r437
+    r450 = x37 * r152
+    r450 = -1.0 + r450
+    r450 = x29 * r450
+    r465 = -1.0 * x37 * r152
+    r465 = x37 + r465
+    r465 = x33 * r465
+    r465 = r450 + r465
+    r465 = r469 * r438 * r465
+    r469 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r8 * r152 * r438
     r88 = -1.0 + r88
-    r88 = x19 * x4 * x12 * x34 * r342 * r25 * r60 * r8 * r152 * r88 * r437
-    r88 = k.max(r468, r88)
-    r88 = r464 + r88
-    r464 = x30 <= 1.0
-    r468 = x28 * r437
-    r51 = x19 * x4 * x12 * x34 * r58 * r25 * r51 * r8 * r437
-    r51 = r468 + r51
-    r88 = k.where(r464, r51, r88)
-    r51 = x30 >= x36
-    r464 = x32 * r437
-    r60 = x19 * x4 * x12 * x34 * r342 * r25 * r60 * r8 * r437
-    r60 = r464 + r60
+    r88 = x19 * x4 * x12 * x35 * r343 * r25 * r60 * r8 * r152 * r88 * r438
+    r88 = k.max(r469, r88)
+    r88 = r465 + r88
+    r465 = x31 <= 1.0
+    r469 = x29 * r438
+    r51 = x19 * x4 * x12 * x35 * r58 * r25 * r51 * r8 * r438
+    r51 = r469 + r51
+    r88 = k.where(r465, r51, r88)
+    r51 = x31 >= x37
+    r465 = x33 * r438
+    r60 = x19 * x4 * x12 * x35 * r343 * r25 * r60 * r8 * r438
+    r60 = r465 + r60
     r88 = k.where(r51, r60, r88)
     r88 = x6 * x15 * r4 * r5 * r15 * r29 * r88
-    r60 = x36 == 1.0
+    r60 = x37 == 1.0
     r88 = k.where(r60, 0.0, r88)
     r125 = r10 + r9 + r125
     r125 = k.max(0.0, r125)
     r125 = k.where(r21, r125, 0.0)
-    r21 = r81 + r89 + r323 + r345 + r141 + r59 + r30 + r117 + r88 + r125
+    r21 = r81 + r89 + r324 + r346 + r141 + r59 + r30 + r117 + r88 + r125
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r46 * r4 * r25 * r15 * r8 * r9 * r16
-    r148 = x6 * x34 * r46 * r4 * r25 * r15 * r8 * r9 * r148
-    r9 = x19 * x4 * x12 * x34 * r25
-    r46 = x19 * x4 * x12 * x34 * r58 * r25
+    r10 = 6.0 * x6 * x35 * r46 * r4 * r25 * r15 * r8 * r9 * r16
+    r148 = x6 * x35 * r46 * r4 * r25 * r15 * r8 * r9 * r148
+    r9 = x19 * x4 * x12 * x35 * r25
+    r46 = x19 * x4 * x12 * x35 * r58 * r25
     r47 = r4 * r25 * r47 * r147
     r51 = r4 * r25 * r127 * r147
-    r464 = x4 * r4 * r25 * r127 * r20
-    r342 = r51 + r464
-    r47 = k.where(r22, r342, r47)
-    r342 = k.pow(x3, -2.0)
-    r147 = x6 * r342 * r5 * r25 * r127 * r147
-    r147 = r464 + r147
+    r465 = x4 * r4 * r25 * r127 * r20
+    r343 = r51 + r465
+    r47 = k.where(r22, r343, r47)
+    r343 = k.pow(x3, -2.0)
+    r147 = x6 * r343 * r5 * r25 * r127 * r147
+    r147 = r465 + r147
     r47 = k.where(r95, r147, r47)
     r127 = 2.0 * x4 * r4 * r25 * r127 * r20
     r127 = r51 + r127
     r127 = x6 * r4 * r5 * r127
     r47 = k.where(r52, r127, r47)
-    r47 = k.where(r346, 0.0, r47)
-    r346 = r58 * r47
-    r58 = x29 * r58
-    r127 = k.recip(x34)
-    r52 = x35 * r336 * r127
+    r47 = k.where(r347, 0.0, r47)
+    r347 = r58 * r47
+    r58 = x30 * r58
+    r127 = k.recip(x35)
+    r52 = x36 * r337 * r127
     r5 = k.recip(x13)
     r51 = r4 * r25 * r5 * r15 * r8
     r147 = 8e-12 * x12
-    r95 = 1.6e-11 * x37 * x12
-    r464 = 8e-12 * x15 * r12
-    r342 = 2.4e-11 * x15 * x12 * x5
-    r22 = r147 + r95 + r464 + r342
-    r468 = 4e-12 * x12
-    r152 = 8e-12 * x37 * x12
-    r449 = 4e-12 * x15 * r12
-    r434 = 1.2e-11 * x15 * x12 * x5
-    r434 = r468 + r152 + r449 + r434
-    r434 = r51 > r434
-    r449 = -8e-12 * x12
-    r152 = -1.6e-11 * x37 * x12
+    r95 = 1.6e-11 * x38 * x12
+    r465 = 8e-12 * x15 * r12
+    r343 = 2.4e-11 * x15 * x12 * x5
+    r22 = r147 + r95 + r465 + r343
+    r469 = 4e-12 * x12
+    r152 = 8e-12 * x38 * x12
+    r450 = 4e-12 * x15 * r12
+    r435 = 1.2e-11 * x15 * x12 * x5
+    r435 = r469 + r152 + r450 + r435
+    r435 = r51 > r435
+    r450 = -8e-12 * x12
+    r152 = -1.6e-11 * x38 * x12
     r12 = -8e-12 * x15 * r12
-    r468 = -2.4e-11 * x15 * x12 * x5
-    r455 = k.sqrt(2.0)
+    r469 = -2.4e-11 * x15 * x12 * x5
+    r456 = k.sqrt(2.0)
     r74 = k.sqrt(x3)
     r74 = k.recip(r74)
-    r472 = k.sqrt(x2)
-    r472 = k.recip(r472)
+    r473 = k.sqrt(x2)
+    r473 = k.recip(r473)
     r140 = k.sqrt(x13)
     r140 = k.recip(r140)
-    r611 = k.sqrt(x23)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x36)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(r22)
-    r616 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r22
-    r617 = k.sqrt(x3)
-    r618 = k.sqrt(x2)
-    r619 = k.sqrt(x13)
-    r620 = k.sqrt(x23)
-    r621 = k.sqrt(x36)
-    r621 = 0.16666666666666666 * r455 * r617 * r618 * r619 * r620 * r621 * r615
-    r621 = 1.0 + r616 + r621
-    r621 = r455 * r74 * r472 * r140 * r611 * r613 * r615 * r621
-    r621 = r449 + r152 + r12 + r468 + r621
-    r468 = k.where(r434, r621, r51)
-    r342 = r147 + r95 + r464 + r342 + r468
-    r342 = x3 * x2 * x13 * x23 * x36 * r342
-    r342 = k.exp(r342)
-    r342 = -1.0 + r342
-    r464 = k.recip(r342)
-    r95 = x25 + x1
-    r147 = -1.0 * x3 * x2 * x13 * x23 * x36 * r95
+    r612 = k.sqrt(x24)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x37)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(r22)
+    r617 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r22
+    r618 = k.sqrt(x3)
+    r619 = k.sqrt(x2)
+    r620 = k.sqrt(x13)
+    r621 = k.sqrt(x24)
+    r622 = k.sqrt(x37)
+    r622 = 0.16666666666666666 * r456 * r618 * r619 * r620 * r621 * r622 * r616
+    r622 = 1.0 + r617 + r622
+    r622 = r456 * r74 * r473 * r140 * r612 * r614 * r616 * r622
+    r622 = r450 + r152 + r12 + r469 + r622
+    r469 = k.where(r435, r622, r51)
+    r343 = r147 + r95 + r465 + r343 + r469
+    r343 = x3 * x2 * x13 * x24 * x37 * r343
+    r343 = k.exp(r343)
+    r343 = -1.0 + r343
+    r465 = k.recip(r343)
+    r95 = x26 + x1
+    r147 = -1.0 * x3 * x2 * x13 * x24 * x37 * r95
     r147 = k.exp(r147)
-    r147 = x3 * x2 * x13 * x23 * x36 * r464 * r468 * r147
-    r464 = x3 * x2 * x13 * x23 * x36
-    r621 = k.recip(r621)
-    r464 = k.where(r434, r621, r464)
-    r95 = x3 * x2 * x13 * x23 * x36 * r95
+    r147 = x3 * x2 * x13 * x24 * x37 * r465 * r469 * r147
+    r465 = x3 * x2 * x13 * x24 * x37
+    r622 = k.recip(r622)
+    r465 = k.where(r435, r622, r465)
+    r95 = x3 * x2 * x13 * x24 * x37 * r95
     r95 = k.exp(r95)
-    r5 = x35 * r336 * r4 * r25 * r5 * r15 * r127 * r8 * r342 * r21 * r464 * r95
-    r95 = x35 * r336 * r127 * r342 * r21 * r464 * r95
-    r29 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r437 * r29
+    r5 = x36 * r337 * r4 * r25 * r5 * r15 * r127 * r8 * r343 * r21 * r465 * r95
+    r95 = x36 * r337 * r127 * r343 * r21 * r465 * r95
+    r29 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r438 * r29
     r29 = k.where(r60, 0.0, r29)
-    r60 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r440
-    r440 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r75 * r440
-    r440 = r60 + r440
-    r440 = k.where(r90, 0.0, r440)
-    r123 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r123
+    r60 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r441
+    r441 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r75 * r441
+    r441 = r60 + r441
+    r441 = k.where(r90, 0.0, r441)
+    r123 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r123
     r123 = k.where(r71, 0.0, r123)
-    r124 = r124 < x23
-    r71 = x33 != 2.0
+    r124 = r124 < x24
+    r71 = x34 != 2.0
     r54 = k.and_(r54, r71)
     r54 = k.not_(r54)
     r54 = k.or_(r124, r54)
-    r8 = x33 != 1.0
+    r8 = x34 != 1.0
     r53 = k.and_(r8, r71, r53)
     r53 = k.not_(r53)
     r53 = k.or_(r124, r53)
     r53 = k.and_(r54, r53)
-    r54 = x23 >= 2.0
-    r124 = x33 != 3.0
-    r71 = x33 != 4.0
+    r54 = x24 >= 2.0
+    r124 = x34 != 3.0
+    r71 = x34 != 4.0
     r62 = k.not_(r62)
     r62 = k.and_(r124, r71, r62)
     r62 = k.not_(r62)
     r62 = k.or_(r54, r62)
-    r54 = x21 * x3 * x2 * x23 * x36 * r21
-    r71 = r113 <= r54
+    r54 = x22 * x3 * x2 * x24 * x37 * r21
+    r71 = r72 <= r54
     r54 = r93 <= r54
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r70, r32, r67, r112, r101, r122, 0.0, r104, r107, r33, r31, r50, r108, r73, r72, r113, r113, r93, r96, r146, r339, r144, r30, r21, r10, r148, r9, r46, r346, r58, 0.0, r52, r51, r22, r468, r147, r5, r95, r89, r141, r345, r323, r29, r88, r88, r440, r117, r117, r47, r92, r59, r123, r45, r81, 0.0, 0.0, r125, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, r53, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r70, r32, r67, r112, r101, r122, 0.0, r104, r107, r33, r31, r50, r108, r73, r113, r72, r72, r93, r96, r146, r340, r144, r30, r21, r10, r148, r9, r46, r347, r58, 0.0, r52, r51, r22, r469, r147, r5, r95, r89, r141, r346, r324, r29, r88, r88, r441, r117, r117, r47, r92, r59, r123, r45, r81, 0.0, 0.0, r125, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, 1.0, r62, r62, r71, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r62, r62, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1337,9 +1338,9 @@ def search(x, k):
     return (r93, r133, r24)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (41, 45, 46, 47, 48), (45, 46, 47, 48), (40, 45, 46, 47, 48), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (42, 45, 46, 47, 48), (42, 45, 46, 47, 48, 74, 75), (42, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 35), (9, 70), (10, 38), (10, 39), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 34), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 34), (17, 66), (17, 67), (17, 68), (17, 69), (22, 34), (22, 35), (22, 38), (22, 39), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 34), (23, 35), (23, 38), (23, 39), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (46, 47, 48, 49), (41, 46, 47, 48, 49), (), (31, 32, 33, 38), (), (), (), (31, 32, 33, 38), (33,), (37,), (37,), (38,), (31, 32, 33, 38, 41, 42, 46, 47, 48, 49), (31, 32, 33, 36, 38, 41, 42, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 35), (9, 71), (10, 39), (10, 40), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 35), (22, 39), (22, 40), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 35), (23, 39), (23, 40), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

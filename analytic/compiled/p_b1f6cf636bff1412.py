@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r14 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r14 + r15 + r16
-    r14 = k.recip(x22)
-    r19 = k.recip(x35)
+    r14 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r14 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r14 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r14
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,19 +46,19 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x36 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x37 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x38 >= 2.0
+    r46 = x39 >= 2.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
-    r49 = x38 >= 3.0
+    r49 = x39 >= 3.0
     r45 = k.where(r49, r47, r45)
     r47 = 12.0 * r31
     r52 = 12.0 * r4 * r25 * r31
@@ -66,64 +66,64 @@ def quantities(x, k):
     r52 = 4.0 * x12
     r55 = -4.0 * x12 * r19
     r55 = r52 + r55
-    r55 = x19 * x33 * r25 * r55
+    r55 = x19 * x34 * r25 * r55
     r52 = 4.0 * x11
     r59 = 6.0 * x5
     r60 = 8.0 * x12
     r61 = 4.0 * x11 * x10
     r62 = 4.0 * x14 * x10
     r62 = r52 + r59 + r60 + r61 + r62
-    r62 = x19 * x33 * r25 * r19 * r62
+    r62 = x19 * x34 * r25 * r19 * r62
     r62 = r55 + r62
-    r55 = x23 == 1.0
+    r55 = x24 == 1.0
     r60 = 2.0 * x5
     r59 = 6.0 * x12
     r69 = 2.0 * x14 * x10
     r61 = r60 + r52 + r59 + r69 + r61
     r61 = r19 * r61
     r61 = r8 + r61
-    r61 = x19 * x33 * r25 * r61
+    r61 = x19 * x34 * r25 * r61
     r62 = k.where(r55, r61, r62)
-    r61 = x23 == 2.0
-    r69 = 2.0 * x19 * x12 * x33 * r25 * r19
+    r61 = x24 == 2.0
+    r69 = 2.0 * x19 * x12 * x34 * r25 * r19
     r69 = k.where(r61, r69, r62)
-    r52 = 1.0 + x22
+    r52 = 1.0 + x23
     r52 = k.min(r52, r6)
     r52 = r52 * r32
-    r60 = x32 == 4.0
-    r82 = 2.0 * x22
+    r60 = x33 == 4.0
+    r82 = 2.0 * x23
     r83 = -1.0 + r82
     r83 = k.min(r83, r6)
     r83 = r83 * r32
     r86 = k.where(r60, r83, r52)
-    r87 = x32 == 0.0
-    r88 = x32 == 3.0
+    r87 = x33 == 0.0
+    r88 = x33 == 3.0
     r89 = k.or_(r87, r88)
-    r90 = k.min(x22, r6)
+    r90 = k.min(x23, r6)
     r90 = r90 * r32
     r86 = k.where(r89, r90, r86)
-    r90 = x32 == 1.0
-    r94 = k.recip(x37)
-    r95 = x6 * x37 * r4 * r5
-    r96 = -1.0 + x37
-    r96 = x22 * r96
+    r90 = x33 == 1.0
+    r94 = k.recip(x38)
+    r95 = x6 * x38 * r4 * r5
+    r96 = -1.0 + x38
+    r96 = x23 * r96
     r98 = -1.0 + r82 + r96
     r98 = k.min(r95, r98)
     r98 = r94 * r98 * r32
     r86 = k.where(r90, r98, r86)
-    r98 = x32 == 2.0
+    r98 = x33 == 2.0
     r103 = x6 * r4 * r5 * r32
     r86 = k.where(r98, r103, r86)
     r86 = r69 * r86
-    r106 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r106 = 4.0 * x19 * x5 * x34 * r25 * r19
     r107 = r106 + r62
     r106 = k.where(r61, r107, r106)
     r107 = k.or_(r21, r29)
     r110 = -2.0 * x12 * r19
     r110 = r8 + r110
-    r110 = x19 * x33 * r25 * r110
-    r8 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r114 = x36 * x19 * x16 * x33 * r25 * r19
+    r110 = x19 * x34 * r25 * r110
+    r8 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r114 = x37 * x19 * x16 * x34 * r25 * r19
     r8 = r110 + r8 + r114
     r8 = k.max(r8, r106)
     r107 = k.where(r107, r8, r106)
@@ -132,7 +132,7 @@ def quantities(x, k):
     r110 = k.where(r21, r119, r110)
     r119 = 3.0 * x4 * r110 * r31
     r119 = k.where(r49, r119, 0.0)
-    r123 = x22 > 1.0
+    r123 = x23 > 1.0
     r123 = k.and_(r49, r123)
     r125 = 6.0 * r31
     r119 = k.where(r123, r125, r119)
@@ -151,33 +151,33 @@ def quantities(x, k):
     r31 = r125 == r31
     r119 = k.where(r31, r119, 0.0)
     r31 = r48 + r45 + r47 + r128 + r107 + r119
-    r125 = -1.0 + x22
+    r125 = -1.0 + x23
     r86 = k.min(1.0, r125)
     r144 = 1.0 + r86
-    r144 = x22 == r144
+    r144 = x23 == r144
     r146 = k.where(r144, 1.0, 0.0)
     r146 = x12 * r146
     r148 = r86 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x36 * x12 * r148
+    r148 = x37 * x12 * r148
     r151 = r86 != 0.0
     r151 = k.and_(r151, r144)
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x36 * x12 * r151
+    r151 = x37 * x12 * r151
     r151 = r146 + r33 + r148 + r151 + r34
     r151 = r19 * r151
     r148 = -1.0 * r86
-    r148 = x22 + r148
-    r146 = x22 == r148
+    r148 = x23 + r148
+    r146 = x23 == r148
     r160 = k.where(r146, 1.0, 0.0)
     r160 = x12 * r160
     r162 = r148 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x36 * x12 * r162
+    r162 = x37 * x12 * r162
     r165 = r148 != 1.0
     r165 = k.and_(r146, r165)
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x36 * x12 * r165
+    r165 = x37 * x12 * r165
     r34 = r160 + r33 + r162 + r165 + r34
     r34 = r19 * r34
     r34 = r151 + r34
@@ -289,140 +289,141 @@ def quantities(x, k):
     r123 = k.where(r47, r82, r123)
     r119 = r31 == r119
     r123 = k.where(r119, r128, r123)
-    r128 = x36 * x19 * x4 * x33 * r25 * r19
-    r119 = x36 * x19 * x4 * x33 * r25
+    r128 = x37 * x19 * x4 * x34 * r25 * r19
+    r119 = x37 * x19 * x4 * x34 * r25
     r82 = k.max(r31, r151, r15)
     r47 = r151 == r82
     r15 = k.where(r47, r151, r15)
     r82 = r31 == r82
     r15 = k.where(r82, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r82 = 6.0 * x6 * x33 * r16
+    r31 = -1.0 * x20
+    r82 = -1.0 * r15
+    r82 = x8 + r31 + r82
+    r31 = 6.0 * x6 * x34 * r16
     r151 = 6.0 * x15 * r12
-    r47 = 6.0 * x36 * x12
+    r47 = 6.0 * x37 * x12
     r146 = 18.0 * x15 * x12 * x5
-    r48 = 12.0 * x15 * x11 * x10 * x33
+    r48 = 12.0 * x15 * x11 * x10 * x34
     r48 = r59 + r151 + r47 + r146 + r48
-    r146 = x6 * x33 * r48
+    r146 = x6 * x34 * r48
     r47 = k.pow(x12, 2.0)
     r151 = k.recip(x12)
-    r59 = 0.16666666666666666 * x33 * r151
+    r59 = 0.16666666666666666 * x34 * r151
     r165 = k.recip(x15)
-    r151 = 0.0625 * x36 * r165 * r151
+    r151 = 0.0625 * x37 * r165 * r151
     r151 = 1.0 + r59 + r151
-    r151 = 96.0 * x6 * x15 * x33 * r47 * r151
-    r47 = k.pow(x33, 2.0)
+    r151 = 96.0 * x6 * x15 * x34 * r47 * r151
+    r47 = k.pow(x34, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r47
     r59 = x11 * x10
     r45 = x14 * x10
     r45 = x5 + r59 + r45
-    r45 = 2.0 * x6 * x15 * x12 * x33 * r45
+    r45 = 2.0 * x6 * x15 * x12 * x34 * r45
     r45 = k.where(r55, r45, 0.0)
-    r59 = 0.3333333333333333 * x6 * x33 * r48
+    r59 = 0.3333333333333333 * x6 * x34 * r48
     r45 = k.where(r61, r59, r45)
     r45 = r146 + r47 + r45
     r47 = k.where(r61, 1.0, 0.0)
     r59 = 1.0 + r47
     r162 = k.recip(x9)
     r69 = k.recip(x18)
-    r34 = x36 * x12 * r19
-    r52 = x19 * x12 * x33 * r25
-    r103 = x36 * x19 * x33 * r25 * r19
+    r34 = x37 * x12 * r19
+    r52 = x19 * x12 * x34 * r25
+    r103 = x37 * x19 * x34 * r25 * r19
     r103 = r34 + r52 + r103
     r34 = 2.0 * r162 * r69 * r103
-    r32 = k.recip(x21)
+    r32 = k.recip(x22)
     r95 = k.recip(x17)
-    r96 = 2.0 * x36 * x19 * x12 * x33 * r32 * r25 * r95 * r19
+    r96 = 2.0 * x37 * x19 * x12 * x34 * r32 * r25 * r95 * r19
     r96 = r34 + r96
     r96 = r59 * r96
     r103 = 4.0 * r162 * r69 * r103
-    r34 = 4.0 * x36 * x19 * x12 * x33 * r32 * r25 * r95 * r19
+    r34 = 4.0 * x37 * x19 * x12 * x34 * r32 * r25 * r95 * r19
     r34 = r96 + r103 + r34
     r34 = r14 * r34
     r103 = x12 * x5 * r19
-    r96 = x19 * x5 * x33 * r25 * r19
+    r96 = x19 * x5 * x34 * r25 * r19
     r96 = r103 + r52 + r96
     r103 = 2.0 * r162 * r69 * r96
-    r83 = 2.0 * x19 * x12 * x5 * x33 * r32 * r25 * r95 * r19
+    r83 = 2.0 * x19 * x12 * x5 * x34 * r32 * r25 * r95 * r19
     r83 = r103 + r83
     r83 = r59 * r83
     r103 = 2.0 * x12 * x5 * r19
-    r148 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r148 = 2.0 * x19 * x5 * x34 * r25 * r19
     r148 = r103 + r52 + r148
     r103 = 2.0 * r162 * r69 * r148
-    r160 = 4.0 * x19 * x12 * x5 * x33 * r32 * r25 * r95 * r19
+    r160 = 4.0 * x19 * x12 * x5 * x34 * r32 * r25 * r95 * r19
     r160 = r103 + r160
     r160 = r59 * r160
     r103 = x11 * x10 * x12 * r19
-    r346 = x11 * x19 * x10 * x33 * r25 * r19
-    r346 = r103 + r52 + r346
-    r103 = 2.0 * r162 * r69 * r346
-    r349 = 2.0 * x11 * x19 * x10 * x12 * x33 * r32 * r25 * r95 * r19
-    r349 = r103 + r349
-    r349 = r59 * r349
+    r347 = x11 * x19 * x10 * x34 * r25 * r19
+    r347 = r103 + r52 + r347
+    r103 = 2.0 * r162 * r69 * r347
+    r350 = 2.0 * x11 * x19 * x10 * x12 * x34 * r32 * r25 * r95 * r19
+    r350 = r103 + r350
+    r350 = r59 * r350
     r10 = x11 + r10
     r103 = x10 * x12 * r19 * r10
-    r354 = x19 * x10 * x33 * r25 * r19 * r10
-    r354 = r52 + r103 + r354
-    r103 = 2.0 * r162 * r69 * r354
-    r357 = 2.0 * x19 * x10 * x12 * x33 * r32 * r25 * r95 * r19 * r10
-    r357 = r103 + r357
-    r357 = r59 * r357
+    r355 = x19 * x10 * x34 * r25 * r19 * r10
+    r355 = r52 + r103 + r355
+    r103 = 2.0 * r162 * r69 * r355
+    r358 = 2.0 * x19 * x10 * x12 * x34 * r32 * r25 * r95 * r19 * r10
+    r358 = r103 + r358
+    r358 = r59 * r358
     r103 = x14 * x10 * x12 * r19
-    r361 = x14 * x19 * x10 * x33 * r25 * r19
-    r361 = r103 + r52 + r361
-    r361 = 2.0 * r162 * r69 * r361
-    r52 = 2.0 * x14 * x19 * x10 * x12 * x33 * r32 * r25 * r95 * r19
-    r52 = r361 + r52
+    r362 = x14 * x19 * x10 * x34 * r25 * r19
+    r362 = r103 + r52 + r362
+    r362 = 2.0 * r162 * r69 * r362
+    r52 = 2.0 * x14 * x19 * x10 * x12 * x34 * r32 * r25 * r95 * r19
+    r52 = r362 + r52
     r52 = r59 * r52
-    r52 = r83 + r349 + r52
+    r52 = r83 + r350 + r52
     r55 = k.where(r55, 1.0, 0.0)
     r52 = r52 * r55
     r96 = 4.0 * r162 * r69 * r96
     r148 = 4.0 * r162 * r69 * r148
-    r346 = 4.0 * r162 * r69 * r346
-    r354 = 4.0 * r162 * r69 * r354
-    r361 = 12.0 * x19 * x12 * x5 * x33 * r32 * r25 * r95 * r19
-    r103 = 4.0 * x11 * x19 * x10 * x12 * x33 * r32 * r25 * r95 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r32 * r25 * r95 * r19 * r10
-    r10 = r83 + r160 + r349 + r357 + r52 + r96 + r148 + r346 + r354 + r361 + r103 + r10
+    r347 = 4.0 * r162 * r69 * r347
+    r355 = 4.0 * r162 * r69 * r355
+    r362 = 12.0 * x19 * x12 * x5 * x34 * r32 * r25 * r95 * r19
+    r103 = 4.0 * x11 * x19 * x10 * x12 * x34 * r32 * r25 * r95 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r32 * r25 * r95 * r19 * r10
+    r10 = r83 + r160 + r350 + r358 + r52 + r96 + r148 + r347 + r355 + r362 + r103 + r10
     r10 = x15 * r14 * r10
     r10 = r34 + r10
     r34 = x6 * r4 * r5 * r10
     r103 = 5.0 * x5
-    r361 = 1.0 + r55 + r47
-    r354 = 3.0 * x5 * r361
-    r354 = r103 + r354
-    r354 = x19 * x33 * r25 * r19 * r354
+    r362 = 1.0 + r55 + r47
+    r355 = 3.0 * x5 * r362
+    r355 = r103 + r355
+    r355 = x19 * x34 * r25 * r19 * r355
     r103 = 12.0 * x12
-    r361 = 10.0 * x12 * r361
-    r361 = r103 + r361
-    r361 = x19 * x33 * r25 * r19 * r361
-    r361 = r354 + r361
-    r361 = x15 * r14 * r361
-    r354 = 3.0 * x36 * x19 * x33 * r25 * r14 * r19
+    r362 = 10.0 * x12 * r362
+    r362 = r103 + r362
+    r362 = x19 * x34 * r25 * r19 * r362
+    r362 = r355 + r362
+    r362 = x15 * r14 * r362
+    r355 = 3.0 * x37 * x19 * x34 * r25 * r14 * r19
     r55 = 2.0 + r55 + r47
-    r55 = x15 * x19 * x10 * x33 * r25 * r14 * r19 * r9 * r55
-    r55 = r361 + r354 + r55
-    r354 = x6 * x4 * r162 * r4 * r5 * r69 * r55
-    r361 = k.recip(x0)
-    r9 = x11 * x10 * x33
+    r55 = x15 * x19 * x10 * x34 * r25 * r14 * r19 * r9 * r55
+    r55 = r362 + r355 + r55
+    r355 = x6 * x4 * r162 * r4 * r5 * r69 * r55
+    r362 = k.recip(x0)
+    r9 = x11 * x10 * x34
     r47 = 3.0 + r47
-    r47 = 2.0 * x11 * x10 * x33 * r47
+    r47 = 2.0 * x11 * x10 * x34 * r47
     r47 = r9 + r47
-    r9 = x6 * x15 * x33 * r32 * r4 * r25 * r95 * r361 * r14 * r19 * r47
-    r103 = r34 + r354 + r9
-    r346 = k.recip(r103)
+    r9 = x6 * x15 * x34 * r32 * r4 * r25 * r95 * r362 * r14 * r19 * r47
+    r103 = r34 + r355 + r9
+    r347 = k.recip(r103)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r148 = k.recip(x6)
     r96 = 0.3333333333333333 * x3 * x19 * r148 * r94 * r103
-    r52 = 0.6666666666666666 * x3 * x19 * x22 * r148 * r103
+    r52 = 0.6666666666666666 * x3 * x19 * x23 * r148 * r103
     r55 = -1.0 * x6 * x4 * r162 * r4 * r5 * r69 * r55
-    r47 = -1.0 * x6 * x15 * x33 * r32 * r4 * r25 * r95 * r361 * r14 * r19 * r47
+    r47 = -1.0 * x6 * x15 * x34 * r32 * r4 * r25 * r95 * r362 * r14 * r19 * r47
     r52 = r10 + r96 + r52 + r55 + r47
     r52 = k.max(0.0, r52)
-    r96 = 0.5 * x22
+    r96 = 0.5 * x23
     r96 = -1.0 + r96
     r96 = 0.6666666666666666 * x3 * x19 * r148 * r94 * r96 * r103
     r96 = k.where(r60, 0.0, r96)
@@ -432,257 +433,257 @@ def quantities(x, k):
     r125 = x3 * x19 * r148 * r94 * r125 * r103
     r96 = k.where(r98, r125, r96)
     r96 = k.max(r52, r96)
-    r346 = r346 * r96
+    r347 = r347 * r96
     r69 = 28.0 * r162 * r69 * r26
-    r162 = r69 + r34 + r354 + r9
-    r52 = -1.0 * x20
+    r162 = r69 + r34 + r355 + r9
+    r52 = -1.0 * x21
     r52 = 1.0 + r52
-    r125 = x22 * x37
+    r125 = x23 * x38
     r125 = -1.0 + r125
-    r94 = k.recip(x25)
-    r87 = k.recip(x26)
-    r60 = x19 * x4 * x12 * x33 * r94 * r25 * r87 * r19
-    r60 = x27 + r60
-    r88 = 2.0 * x3 * x2 * x35
-    r88 = x29 >= r88
-    r361 = k.recip(x28)
-    r95 = k.recip(x30)
-    r357 = x19 * x4 * x12 * x33 * r361 * r25 * r95 * r19
-    r357 = x31 + r357
-    r60 = k.where(r88, r357, r60)
+    r94 = k.recip(x26)
+    r87 = k.recip(x27)
+    r60 = x19 * x4 * x12 * x34 * r94 * r25 * r87 * r19
+    r60 = x28 + r60
+    r88 = 2.0 * x3 * x2 * x36
+    r88 = x30 >= r88
+    r362 = k.recip(x29)
+    r95 = k.recip(x31)
+    r358 = x19 * x4 * x12 * x34 * r362 * r25 * r95 * r19
+    r358 = x32 + r358
+    r60 = k.where(r88, r358, r60)
     r60 = 2.0 * x6 * r4 * r5 * r14 * r125 * r60
     r60 = k.where(r29, 0.0, r60)
     r52 = r52 * r60
-    r357 = x3 * x19 * r148 * r103
-    r88 = x22 <= 1.0
+    r358 = x3 * x19 * r148 * r103
+    r88 = x23 <= 1.0
     r46 = k.and_(r46, r88)
-    r357 = k.where(r46, r103, r357)
-    r357 = -1.0 * x20 * r357
+    r358 = k.where(r46, r103, r358)
+    r358 = -1.0 * x21 * r358
     r103 = x3 * x2
-    r349 = -1.0 + r103
-    r160 = k.recip(r349)
+    r350 = -1.0 + r103
+    r160 = k.recip(r350)
     r83 = 2.0 * x3 * x2
     r83 = -2.0 + r83
-    r454 = x29 * r19
-    r455 = k.gcd(r103, r454)
-    r456 = k.recip(r455)
-    r457 = x3 * x2 * r456
-    r457 = -1.0 + r457
-    r457 = x27 * r457
-    r460 = -1.0 * x3 * x2 * r456
-    r460 = r103 + r460
-    r460 = x31 * r460
-    r463 = r457 + r460
-    r463 = r160 * r83 * r463
-    r160 = x4 * x22 * r94 * r165 * r4 * r25 * r87 * r456 * r83 * r20
-    r455 = -1.0 + r455
-    r467 = x4 * x22 * r361 * r165 * r4 * r25 * r95 * r456 * r455 * r83 * r20
-    r467 = k.max(r160, r467)
-    r467 = r463 + r467
-    r463 = x29 <= x35
-    r160 = x27 * r83
-    r472 = x4 * x22 * r94 * r165 * r4 * r25 * r87 * r83 * r20
-    r472 = r160 + r472
-    r467 = k.where(r463, r472, r467)
-    r472 = x3 * x2 * x35
-    r472 = x29 >= r472
-    r160 = x31 * r83
-    r478 = x4 * x22 * r361 * r165 * r4 * r25 * r95 * r83 * r20
-    r478 = r160 + r478
-    r467 = k.where(r472, r478, r467)
-    r467 = x15 * r14 * r467
-    r478 = x4 * x22 * r94 * r165 * r4 * r25 * r87 * r456 * r349 * r20
-    r455 = x4 * x22 * r361 * r165 * r4 * r25 * r95 * r456 * r349 * r455 * r20
-    r455 = k.max(r478, r455)
-    r455 = r457 + r460 + r455
-    r460 = x27 * r349
-    r457 = x4 * x22 * r94 * r165 * r4 * r25 * r87 * r349 * r20
-    r457 = r460 + r457
-    r455 = k.where(r463, r457, r455)
-    r457 = x31 * r349
-    r165 = x4 * x22 * r361 * r165 * r4 * r25 * r95 * r349 * r20
-    r165 = r457 + r165
-    r455 = k.where(r472, r165, r455)
-    r165 = 2.0 * x15 * r14 * r455
-    r467 = k.where(r22, r165, r467)
-    r165 = x15 * r14 * r455
-    r472 = x6 * x15 * r4 * r5 * r14 * r455
-    r472 = r165 + r472
-    r467 = k.where(r46, r472, r467)
+    r455 = x30 * r19
+    r456 = k.gcd(r103, r455)
+    r457 = k.recip(r456)
+    r458 = x3 * x2 * r457
+    r458 = -1.0 + r458
+    r458 = x28 * r458
+    r461 = -1.0 * x3 * x2 * r457
+    r461 = r103 + r461
+    r461 = x32 * r461
+    r464 = r458 + r461
+    r464 = r160 * r83 * r464
+    r160 = x4 * x23 * r94 * r165 * r4 * r25 * r87 * r457 * r83 * r20
+    r456 = -1.0 + r456
+    r468 = x4 * x23 * r362 * r165 * r4 * r25 * r95 * r457 * r456 * r83 * r20
+    r468 = k.max(r160, r468)
+    r468 = r464 + r468
+    r464 = x30 <= x36
+    r160 = x28 * r83
+    r473 = x4 * x23 * r94 * r165 * r4 * r25 * r87 * r83 * r20
+    r473 = r160 + r473
+    r468 = k.where(r464, r473, r468)
+    r473 = x3 * x2 * x36
+    r473 = x30 >= r473
+    r160 = x32 * r83
+    r479 = x4 * x23 * r362 * r165 * r4 * r25 * r95 * r83 * r20
+    r479 = r160 + r479
+    r468 = k.where(r473, r479, r468)
+    r468 = x15 * r14 * r468
+    r479 = x4 * x23 * r94 * r165 * r4 * r25 * r87 * r457 * r350 * r20
+    r456 = x4 * x23 * r362 * r165 * r4 * r25 * r95 * r457 * r350 * r456 * r20
+    r456 = k.max(r479, r456)
+    r456 = r458 + r461 + r456
+    r461 = x28 * r350
+    r458 = x4 * x23 * r94 * r165 * r4 * r25 * r87 * r350 * r20
+    r458 = r461 + r458
+    r456 = k.where(r464, r458, r456)
+    r458 = x32 * r350
+    r165 = x4 * x23 * r362 * r165 * r4 * r25 * r95 * r350 * r20
+    r165 = r458 + r165
+    r456 = k.where(r473, r165, r456)
+    r165 = 2.0 * x15 * r14 * r456
+    r468 = k.where(r22, r165, r468)
+    r165 = x15 * r14 * r456
+    r473 = x6 * x15 * r4 * r5 * r14 * r456
+    r473 = r165 + r473
+    r468 = k.where(r46, r473, r468)
     r88 = k.and_(r49, r88)
-    r455 = 3.0 * x6 * x15 * r4 * r5 * r14 * r455
-    r467 = k.where(r88, r455, r467)
+    r456 = 3.0 * x6 * x15 * r4 * r5 * r14 * r456
+    r468 = k.where(r88, r456, r468)
     r103 = r103 == 1.0
-    r467 = k.where(r103, 0.0, r467)
-    r357 = r357 + r467
-    r357 = k.max(0.0, r357)
-    r454 = k.gcd(x2, r454)
-    r455 = k.recip(r454)
-    r49 = x2 * r455
+    r468 = k.where(r103, 0.0, r468)
+    r358 = r358 + r468
+    r358 = k.max(0.0, r358)
+    r455 = k.gcd(x2, r455)
+    r456 = k.recip(r455)
+    r49 = x2 * r456
     r49 = -1.0 + r49
-    r49 = x27 * r49
-    r472 = -1.0 * x2 * r455
-    r472 = x2 + r472
-    r472 = x31 * r472
+    r49 = x28 * r49
+    r473 = -1.0 * x2 * r456
+    r473 = x2 + r473
+    r473 = x32 * r473
     r165 = -1.0 + x2
-    r457 = 2.0 * x14 * x19 * x10 * x4 * x33 * r94 * r25 * r87 * r19 * r455 * r165
-    r454 = -1.0 + r454
-    r454 = 2.0 * x14 * x19 * x10 * x4 * x33 * r361 * r25 * r95 * r19 * r455 * r165 * r454
-    r454 = k.max(r457, r454)
-    r454 = r49 + r472 + r454
-    r472 = x27 * r165
-    r49 = 2.0 * x14 * x19 * x10 * x4 * x33 * r94 * r25 * r87 * r19 * r165
-    r49 = r472 + r49
-    r454 = k.where(r463, r49, r454)
-    r49 = x2 * x35
-    r49 = x29 >= r49
-    r463 = x31 * r165
-    r472 = 2.0 * x14 * x19 * x10 * x4 * x33 * r361 * r25 * r95 * r19 * r165
-    r472 = r463 + r472
-    r454 = k.where(r49, r472, r454)
-    r472 = x6 * x15 * r4 * r5 * r14 * r454
-    r454 = x6 * x15 * r4 * r5 * r14 * r59 * r454
-    r454 = r472 + r454
-    r472 = x2 == 1.0
-    r454 = k.where(r472, 0.0, r454)
+    r458 = 2.0 * x14 * x19 * x10 * x4 * x34 * r94 * r25 * r87 * r19 * r456 * r165
+    r455 = -1.0 + r455
+    r455 = 2.0 * x14 * x19 * x10 * x4 * x34 * r362 * r25 * r95 * r19 * r456 * r165 * r455
+    r455 = k.max(r458, r455)
+    r455 = r49 + r473 + r455
+    r473 = x28 * r165
+    r49 = 2.0 * x14 * x19 * x10 * x4 * x34 * r94 * r25 * r87 * r19 * r165
+    r49 = r473 + r49
+    r455 = k.where(r464, r49, r455)
+    r49 = x2 * x36
+    r49 = x30 >= r49
+    r464 = x32 * r165
+    r473 = 2.0 * x14 * x19 * x10 * x4 * x34 * r362 * r25 * r95 * r19 * r165
+    r473 = r464 + r473
+    r455 = k.where(r49, r473, r455)
+    r473 = x6 * x15 * r4 * r5 * r14 * r455
+    r455 = x6 * x15 * r4 * r5 * r14 * r59 * r455
+    r455 = r473 + r455
+    r473 = x2 == 1.0
+    r455 = k.where(r473, 0.0, r455)
     r61 = k.where(r61, 2.0, 0.0)
     r61 = 4.0 + r61
-    r49 = k.gcd(x35, x29)
-    r463 = k.recip(r49)
-    r457 = x35 * r463
-    r457 = -1.0 + r457
-    r457 = x27 * r457
-    r455 = -1.0 * x35 * r463
-    r455 = x35 + r455
-    r455 = x31 * r455
-    r460 = -1.0 + x35
-    r478 = x19 * x4 * x12 * x33 * r94 * r25 * r87 * r19 * r463 * r460
+    r49 = k.gcd(x36, x30)
+    r464 = k.recip(r49)
+    r458 = x36 * r464
+    r458 = -1.0 + r458
+    r458 = x28 * r458
+    r456 = -1.0 * x36 * r464
+    r456 = x36 + r456
+    r456 = x32 * r456
+    r461 = -1.0 + x36
+    r479 = x19 * x4 * x12 * x34 * r94 * r25 * r87 * r19 * r464 * r461
     r49 = -1.0 + r49
-    r49 = x19 * x4 * x12 * x33 * r361 * r25 * r95 * r19 * r463 * r460 * r49
-    r49 = k.max(r478, r49)
-    r49 = r457 + r455 + r49
-    r455 = x29 <= 1.0
-    r457 = x27 * r460
-    r87 = x19 * x4 * x12 * x33 * r94 * r25 * r87 * r19 * r460
-    r87 = r457 + r87
-    r49 = k.where(r455, r87, r49)
-    r87 = x29 >= x35
-    r455 = x31 * r460
-    r95 = x19 * x4 * x12 * x33 * r361 * r25 * r95 * r19 * r460
-    r95 = r455 + r95
+    r49 = x19 * x4 * x12 * x34 * r362 * r25 * r95 * r19 * r464 * r461 * r49
+    r49 = k.max(r479, r49)
+    r49 = r458 + r456 + r49
+    r456 = x30 <= 1.0
+    r458 = x28 * r461
+    r87 = x19 * x4 * x12 * x34 * r94 * r25 * r87 * r19 * r461
+    r87 = r458 + r87
+    r49 = k.where(r456, r87, r49)
+    r87 = x30 >= x36
+    r456 = x32 * r461
+    r95 = x19 * x4 * x12 * x34 * r362 * r25 * r95 * r19 * r461
+    r95 = r456 + r95
     r49 = k.where(r87, r95, r49)
     r49 = 2.0 * x6 * x15 * r4 * r5 * r14 * r61 * r49
-    r95 = x35 == 1.0
+    r95 = x36 == 1.0
     r49 = k.where(r95, 0.0, r49)
     r47 = r10 + r55 + r47
     r47 = k.max(0.0, r47)
     r47 = k.where(r21, r47, 0.0)
-    r21 = r52 + r69 + r34 + r354 + r9 + r357 + r96 + r454 + r49 + r47
+    r21 = r52 + r69 + r34 + r355 + r9 + r358 + r96 + r455 + r49 + r47
     r55 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r32 * r4 * r25 * r14 * r19 * r55 * r16
-    r48 = x6 * x33 * r32 * r4 * r25 * r14 * r19 * r55 * r48
-    r55 = x19 * x4 * x12 * x33 * r25
-    r32 = x19 * x4 * x12 * x33 * r94 * r25
+    r10 = 6.0 * x6 * x34 * r32 * r4 * r25 * r14 * r19 * r55 * r16
+    r48 = x6 * x34 * r32 * r4 * r25 * r14 * r19 * r55 * r48
+    r55 = x19 * x4 * x12 * x34 * r25
+    r32 = x19 * x4 * x12 * x34 * r94 * r25
     r83 = x4 * r4 * r25 * r83 * r20
-    r87 = 2.0 * x4 * r4 * r25 * r349 * r20
+    r87 = 2.0 * x4 * r4 * r25 * r350 * r20
     r83 = k.where(r22, r87, r83)
-    r87 = x4 * r4 * r25 * r349 * r20
+    r87 = x4 * r4 * r25 * r350 * r20
     r22 = k.pow(x3, -2.0)
-    r455 = x6 * x4 * r22 * r5 * r25 * r349 * r20
-    r455 = r87 + r455
-    r83 = k.where(r46, r455, r83)
-    r349 = 3.0 * x6 * x4 * r22 * r5 * r25 * r349 * r20
-    r83 = k.where(r88, r349, r83)
+    r456 = x6 * x4 * r22 * r5 * r25 * r350 * r20
+    r456 = r87 + r456
+    r83 = k.where(r46, r456, r83)
+    r350 = 3.0 * x6 * x4 * r22 * r5 * r25 * r350 * r20
+    r83 = k.where(r88, r350, r83)
     r83 = k.where(r103, 0.0, r83)
     r103 = r94 * r83
-    r94 = x28 * r94
-    r349 = k.recip(x33)
-    r88 = x34 * r148 * r349
+    r94 = x29 * r94
+    r350 = k.recip(x34)
+    r88 = x35 * r148 * r350
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r14 * r19
-    r455 = 8e-12 * x12
+    r456 = 8e-12 * x12
     r46 = 8e-12 * x15 * r12
-    r87 = 8e-12 * x36 * x12
-    r361 = 2.4e-11 * x15 * x12 * x5
-    r457 = r455 + r46 + r87 + r361
-    r478 = 4e-12 * x12
-    r463 = 4e-12 * x15 * r12
-    r456 = 4e-12 * x36 * x12
+    r87 = 8e-12 * x37 * x12
+    r362 = 2.4e-11 * x15 * x12 * x5
+    r458 = r456 + r46 + r87 + r362
+    r479 = 4e-12 * x12
+    r464 = 4e-12 * x15 * r12
+    r457 = 4e-12 * x37 * x12
     r160 = 1.2e-11 * x15 * x12 * x5
-    r160 = r478 + r463 + r456 + r160
+    r160 = r479 + r464 + r457 + r160
     r160 = r22 > r160
-    r456 = -8e-12 * x12
+    r457 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r463 = -8e-12 * x36 * x12
-    r478 = -2.4e-11 * x15 * x12 * x5
-    r606 = k.sqrt(2.0)
-    r607 = k.sqrt(x3)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(x2)
-    r609 = k.recip(r609)
-    r611 = k.sqrt(x13)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x22)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(x35)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(r457)
-    r618 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r457
-    r619 = k.sqrt(x3)
-    r620 = k.sqrt(x2)
-    r621 = k.sqrt(x13)
-    r622 = k.sqrt(x22)
-    r623 = k.sqrt(x35)
-    r623 = 0.16666666666666666 * r606 * r619 * r620 * r621 * r622 * r623 * r617
-    r623 = 1.0 + r618 + r623
-    r623 = r606 * r607 * r609 * r611 * r613 * r615 * r617 * r623
-    r623 = r456 + r12 + r463 + r478 + r623
-    r478 = k.where(r160, r623, r22)
-    r361 = r455 + r46 + r87 + r361 + r478
-    r361 = x3 * x2 * x13 * x22 * x35 * r361
-    r361 = k.exp(r361)
-    r361 = -1.0 + r361
-    r87 = k.recip(r361)
-    r46 = x24 + x1
-    r455 = -1.0 * x3 * x2 * x13 * x22 * x35 * r46
-    r455 = k.exp(r455)
-    r455 = x3 * x2 * x13 * x22 * x35 * r87 * r478 * r455
-    r87 = x3 * x2 * x13 * x22 * x35
-    r623 = k.recip(r623)
-    r87 = k.where(r160, r623, r87)
-    r46 = x3 * x2 * x13 * x22 * x35 * r46
+    r464 = -8e-12 * x37 * x12
+    r479 = -2.4e-11 * x15 * x12 * x5
+    r607 = k.sqrt(2.0)
+    r608 = k.sqrt(x3)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(x2)
+    r610 = k.recip(r610)
+    r612 = k.sqrt(x13)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x23)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(x36)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(r458)
+    r619 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r458
+    r620 = k.sqrt(x3)
+    r621 = k.sqrt(x2)
+    r622 = k.sqrt(x13)
+    r623 = k.sqrt(x23)
+    r624 = k.sqrt(x36)
+    r624 = 0.16666666666666666 * r607 * r620 * r621 * r622 * r623 * r624 * r618
+    r624 = 1.0 + r619 + r624
+    r624 = r607 * r608 * r610 * r612 * r614 * r616 * r618 * r624
+    r624 = r457 + r12 + r464 + r479 + r624
+    r479 = k.where(r160, r624, r22)
+    r362 = r456 + r46 + r87 + r362 + r479
+    r362 = x3 * x2 * x13 * x23 * x36 * r362
+    r362 = k.exp(r362)
+    r362 = -1.0 + r362
+    r87 = k.recip(r362)
+    r46 = x25 + x1
+    r456 = -1.0 * x3 * x2 * x13 * x23 * x36 * r46
+    r456 = k.exp(r456)
+    r456 = x3 * x2 * x13 * x23 * x36 * r87 * r479 * r456
+    r87 = x3 * x2 * x13 * x23 * x36
+    r624 = k.recip(r624)
+    r87 = k.where(r160, r624, r87)
+    r46 = x3 * x2 * x13 * x23 * x36 * r46
     r46 = k.exp(r46)
-    r5 = x34 * r148 * r4 * r25 * r5 * r14 * r349 * r19 * r361 * r21 * r87 * r46
-    r46 = x34 * r148 * r349 * r361 * r21 * r87 * r46
-    r61 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r14 * r19 * r460 * r61
+    r5 = x35 * r148 * r4 * r25 * r5 * r14 * r350 * r19 * r362 * r21 * r87 * r46
+    r46 = x35 * r148 * r350 * r362 * r21 * r87 * r46
+    r61 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r461 * r61
     r61 = k.where(r95, 0.0, r61)
-    r95 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r14 * r19 * r165
-    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r14 * r19 * r59 * r165
+    r95 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r165
+    r165 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r14 * r19 * r59 * r165
     r165 = r95 + r165
-    r165 = k.where(r472, 0.0, r165)
-    r125 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r14 * r19 * r125
+    r165 = k.where(r473, 0.0, r165)
+    r125 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r14 * r19 * r125
     r125 = k.where(r29, 0.0, r125)
-    r86 = r86 < x22
-    r29 = x32 != 2.0
+    r86 = r86 < x23
+    r29 = x33 != 2.0
     r90 = k.and_(r90, r29)
     r90 = k.not_(r90)
     r90 = k.or_(r86, r90)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r89 = k.and_(r19, r29, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r86, r89)
     r89 = k.and_(r90, r89)
-    r90 = x22 >= 2.0
-    r86 = x32 != 3.0
-    r29 = x32 != 4.0
+    r90 = x23 >= 2.0
+    r86 = x33 != 3.0
+    r29 = x33 != 4.0
     r98 = k.not_(r98)
     r98 = k.and_(r86, r29, r98)
     r98 = k.not_(r98)
     r98 = k.or_(r90, r98)
-    r90 = x21 * x3 * x2 * x22 * x35 * r21
-    r29 = r82 <= r90
+    r90 = x22 * x3 * x2 * x23 * x36 * r21
+    r29 = r31 <= r90
     r90 = r146 <= r90
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r144, r110, r106, r123, 0.0, r107, r8, r62, r128, r119, r114, r15, r31, r82, r82, r146, r151, r45, r346, r162, r96, r21, r10, r48, r55, r32, r103, r94, 0.0, r88, r22, r457, r478, r455, r5, r46, r34, r9, r354, r69, r61, r49, r49, r165, r454, r454, r83, r467, r357, r125, r60, r52, 0.0, 0.0, r47, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, r98, 1.0, r98, r98, r29, r90, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r98, r98, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r144, r110, r106, r123, 0.0, r107, r8, r62, r128, r119, r114, r15, r82, r31, r31, r146, r151, r45, r347, r162, r96, r21, r10, r48, r55, r32, r103, r94, 0.0, r88, r22, r458, r479, r456, r5, r46, r34, r9, r355, r69, r61, r49, r49, r165, r455, r455, r83, r468, r358, r125, r60, r52, 0.0, 0.0, r47, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r98, 1.0, r98, r98, r29, r90, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r98, r98, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1368,9 +1369,9 @@ def search(x, k):
     return (r5, r54, r101)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (42, 47, 48, 49, 50), (40, 47, 48, 49, 50), (41, 47, 48, 49, 50), (), (31, 33, 34, 39), (44, 47, 48, 49, 50), (), (), (31, 33, 34, 39), (), (38,), (38,), (39,), (31, 33, 34, 39, 40, 41, 42, 44, 47, 48, 49, 50), (31, 33, 34, 39, 40, 41, 42, 44, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (43, 47, 48, 49, 50), (43, 47, 48, 49, 50, 76, 77), (43, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 35), (13, 36), (13, 37), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 35), (17, 36), (17, 37), (17, 68), (17, 69), (17, 70), (17, 71), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 35), (23, 36), (23, 37), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (), (43, 48, 49, 50, 51), (41, 48, 49, 50, 51), (42, 48, 49, 50, 51), (), (31, 33, 34, 40), (45, 48, 49, 50, 51), (), (), (31, 33, 34, 40), (), (39,), (39,), (40,), (31, 33, 34, 40, 41, 42, 43, 45, 48, 49, 50, 51), (31, 33, 34, 38, 40, 41, 42, 43, 45, 48, 49, 50, 51), (30, 48, 49, 50, 51), (30, 48, 49, 50, 51), (15, 48, 49, 50, 51), (18,), (14, 15, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (29,), (78,), (44, 48, 49, 50, 51), (44, 48, 49, 50, 51, 77, 78), (44, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 44, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 32), (13, 35), (13, 36), (13, 37), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 40), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 35), (17, 36), (17, 37), (17, 69), (17, 70), (17, 71), (17, 72), (18, 32), (18, 35), (18, 36), (22, 32), (22, 35), (22, 36), (22, 37), (22, 46), (22, 47), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 35), (23, 36), (23, 37), (23, 46), (23, 47), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

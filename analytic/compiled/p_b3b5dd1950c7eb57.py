@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,19 +46,19 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x36 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x37 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x38 >= 2.0
+    r46 = x39 >= 2.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
-    r49 = x38 >= 3.0
+    r49 = x39 >= 3.0
     r45 = k.where(r49, r47, r45)
     r47 = 12.0 * r31
     r52 = 12.0 * r4 * r25 * r31
@@ -71,53 +71,53 @@ def quantities(x, k):
     r58 = r55 + r56 + r57 + r58
     r58 = r19 * r58
     r58 = r52 + r58
-    r58 = x19 * x33 * r25 * r58
-    r52 = x23 == 1.0
+    r58 = x19 * x34 * r25 * r58
+    r52 = x24 == 1.0
     r56 = 4.0 * x12
     r65 = 2.0 * x5
     r66 = 2.0 * x14 * x10
     r57 = r65 + r55 + r66 + r57
     r57 = r19 * r57
     r57 = r56 + r57
-    r57 = x19 * x33 * r25 * r57
+    r57 = x19 * x34 * r25 * r57
     r58 = k.where(r52, r57, r58)
-    r57 = x23 == 2.0
-    r56 = 2.0 * x19 * x12 * x33 * r25
+    r57 = x24 == 2.0
+    r56 = 2.0 * x19 * x12 * x34 * r25
     r56 = k.where(r57, r56, r58)
-    r66 = 1.0 + x22
+    r66 = 1.0 + x23
     r66 = k.min(r66, r6)
     r66 = r66 * r32
-    r55 = x32 == 4.0
-    r65 = 2.0 * x22
+    r55 = x33 == 4.0
+    r65 = 2.0 * x23
     r80 = -1.0 + r65
     r80 = k.min(r80, r6)
     r80 = r80 * r32
     r83 = k.where(r55, r80, r66)
-    r84 = x32 == 0.0
-    r85 = x32 == 3.0
+    r84 = x33 == 0.0
+    r85 = x33 == 3.0
     r86 = k.or_(r84, r85)
-    r87 = k.min(x22, r6)
+    r87 = k.min(x23, r6)
     r87 = r87 * r32
     r83 = k.where(r86, r87, r83)
-    r87 = x32 == 1.0
-    r91 = k.recip(x37)
-    r92 = x6 * x37 * r4 * r5
-    r93 = -1.0 + x37
-    r93 = x22 * r93
+    r87 = x33 == 1.0
+    r91 = k.recip(x38)
+    r92 = x6 * x38 * r4 * r5
+    r93 = -1.0 + x38
+    r93 = x23 * r93
     r95 = -1.0 + r65 + r93
     r95 = k.min(r92, r95)
     r95 = r91 * r95 * r32
     r83 = k.where(r87, r95, r83)
-    r95 = x32 == 2.0
+    r95 = x33 == 2.0
     r100 = x6 * r4 * r5 * r32
     r83 = k.where(r95, r100, r83)
     r83 = r56 * r83
-    r103 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r103 = 4.0 * x19 * x5 * x34 * r25 * r19
     r104 = r103 + r58
     r103 = k.where(r57, r104, r103)
     r104 = k.or_(r21, r29)
-    r107 = 4.0 * x19 * x12 * x33 * r25
-    r108 = x36 * x19 * x16 * x33 * r25 * r19
+    r107 = 4.0 * x19 * x12 * x34 * r25
+    r108 = x37 * x19 * x16 * x34 * r25 * r19
     r107 = r107 + r108
     r107 = k.max(r107, r103)
     r104 = k.where(r104, r107, r103)
@@ -126,7 +126,7 @@ def quantities(x, k):
     r112 = k.where(r21, r113, r112)
     r113 = 3.0 * x4 * r112 * r31
     r113 = k.where(r49, r113, 0.0)
-    r117 = x22 > 1.0
+    r117 = x23 > 1.0
     r117 = k.and_(r49, r117)
     r119 = 6.0 * r31
     r113 = k.where(r117, r119, r113)
@@ -145,33 +145,33 @@ def quantities(x, k):
     r31 = r119 == r31
     r113 = k.where(r31, r113, 0.0)
     r31 = r48 + r45 + r47 + r122 + r104 + r113
-    r119 = -1.0 + x22
+    r119 = -1.0 + x23
     r83 = k.min(1.0, r119)
     r138 = 1.0 + r83
-    r138 = x22 == r138
+    r138 = x23 == r138
     r140 = k.where(r138, 1.0, 0.0)
     r140 = x12 * r140
     r142 = r83 == 0.0
     r142 = k.where(r142, 1.0, 0.0)
-    r142 = x36 * x12 * r142
+    r142 = x37 * x12 * r142
     r145 = r83 != 0.0
     r145 = k.and_(r145, r138)
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x36 * x12 * r145
+    r145 = x37 * x12 * r145
     r145 = r140 + r33 + r142 + r145 + r34
     r145 = r19 * r145
     r142 = -1.0 * r83
-    r142 = x22 + r142
-    r140 = x22 == r142
+    r142 = x23 + r142
+    r140 = x23 == r142
     r154 = k.where(r140, 1.0, 0.0)
     r154 = x12 * r154
     r156 = r142 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x36 * x12 * r156
+    r156 = x37 * x12 * r156
     r159 = r142 != 1.0
     r159 = k.and_(r140, r159)
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x36 * x12 * r159
+    r159 = x37 * x12 * r159
     r34 = r154 + r33 + r156 + r159 + r34
     r34 = r19 * r34
     r34 = r145 + r34
@@ -283,141 +283,142 @@ def quantities(x, k):
     r117 = k.where(r47, r65, r117)
     r113 = r31 == r113
     r117 = k.where(r113, r122, r117)
-    r122 = x36 * x19 * x4 * x33 * r25 * r19
-    r113 = x36 * x19 * x4 * x33 * r25
+    r122 = x37 * x19 * x4 * x34 * r25 * r19
+    r113 = x37 * x19 * x4 * x34 * r25
     r65 = k.max(r31, r145, r15)
     r47 = r145 == r65
     r15 = k.where(r47, r145, r15)
     r65 = r31 == r65
     r15 = k.where(r65, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r65 = 6.0 * x6 * x33 * r16
+    r31 = -1.0 * x20
+    r65 = -1.0 * r15
+    r65 = x8 + r31 + r65
+    r31 = 6.0 * x6 * x34 * r16
     r145 = 6.0 * x12
     r47 = 6.0 * x15 * r12
-    r140 = 6.0 * x36 * x12
+    r140 = 6.0 * x37 * x12
     r48 = 18.0 * x15 * x12 * x5
-    r159 = 12.0 * x15 * x11 * x10 * x33
+    r159 = 12.0 * x15 * x11 * x10 * x34
     r159 = r145 + r47 + r140 + r48 + r159
-    r48 = x6 * x33 * r159
+    r48 = x6 * x34 * r159
     r140 = k.pow(x12, 2.0)
     r47 = k.recip(x12)
-    r145 = 0.16666666666666666 * x33 * r47
+    r145 = 0.16666666666666666 * x34 * r47
     r45 = k.recip(x15)
-    r47 = 0.0625 * x36 * r45 * r47
+    r47 = 0.0625 * x37 * r45 * r47
     r47 = 1.0 + r145 + r47
-    r47 = 96.0 * x6 * x15 * x33 * r140 * r47
-    r140 = k.pow(x33, 2.0)
+    r47 = 96.0 * x6 * x15 * x34 * r140 * r47
+    r140 = k.pow(x34, 2.0)
     r140 = 2.0 * x6 * x15 * x11 * x10 * r140
     r145 = x11 * x10
     r156 = x14 * x10
     r156 = x5 + r145 + r156
-    r156 = 2.0 * x6 * x15 * x12 * x33 * r156
+    r156 = 2.0 * x6 * x15 * x12 * x34 * r156
     r156 = k.where(r52, r156, 0.0)
-    r145 = 0.3333333333333333 * x6 * x33 * r159
+    r145 = 0.3333333333333333 * x6 * x34 * r159
     r156 = k.where(r57, r145, r156)
     r156 = r48 + r140 + r156
     r140 = k.where(r57, 1.0, 0.0)
     r145 = 1.0 + r140
     r56 = k.recip(x9)
     r34 = k.recip(x18)
-    r66 = x36 * x12 * r19
-    r100 = x19 * x12 * x33 * r25
-    r32 = x36 * x19 * x33 * r25 * r19
+    r66 = x37 * x12 * r19
+    r100 = x19 * x12 * x34 * r25
+    r32 = x37 * x19 * x34 * r25 * r19
     r32 = r66 + r100 + r32
     r66 = 2.0 * r56 * r34 * r32
-    r92 = k.recip(x21)
+    r92 = k.recip(x22)
     r93 = k.recip(x17)
-    r80 = 2.0 * x36 * x19 * x12 * x33 * r92 * r25 * r93 * r19
+    r80 = 2.0 * x37 * x19 * x12 * x34 * r92 * r25 * r93 * r19
     r80 = r66 + r80
     r80 = r145 * r80
     r32 = 4.0 * r56 * r34 * r32
-    r66 = 4.0 * x36 * x19 * x12 * x33 * r92 * r25 * r93 * r19
+    r66 = 4.0 * x37 * x19 * x12 * x34 * r92 * r25 * r93 * r19
     r66 = r80 + r32 + r66
     r66 = r8 * r66
     r32 = x12 * x5 * r19
-    r80 = x19 * x5 * x33 * r25 * r19
+    r80 = x19 * x5 * x34 * r25 * r19
     r80 = r32 + r100 + r80
     r32 = 2.0 * r56 * r34 * r80
-    r142 = 2.0 * x19 * x12 * x5 * x33 * r92 * r25 * r93 * r19
+    r142 = 2.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
     r142 = r32 + r142
     r142 = r145 * r142
     r32 = 2.0 * x12 * x5 * r19
-    r154 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r154 = 2.0 * x19 * x5 * x34 * r25 * r19
     r154 = r32 + r100 + r154
     r32 = 2.0 * r56 * r34 * r154
-    r337 = 4.0 * x19 * x12 * x5 * x33 * r92 * r25 * r93 * r19
-    r337 = r32 + r337
-    r337 = r145 * r337
+    r338 = 4.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
+    r338 = r32 + r338
+    r338 = r145 * r338
     r32 = x11 * x10 * x12 * r19
-    r341 = x11 * x19 * x10 * x33 * r25 * r19
-    r341 = r32 + r100 + r341
-    r32 = 2.0 * r56 * r34 * r341
-    r344 = 2.0 * x11 * x19 * x10 * x12 * x33 * r92 * r25 * r93 * r19
-    r344 = r32 + r344
-    r344 = r145 * r344
+    r342 = x11 * x19 * x10 * x34 * r25 * r19
+    r342 = r32 + r100 + r342
+    r32 = 2.0 * r56 * r34 * r342
+    r345 = 2.0 * x11 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
+    r345 = r32 + r345
+    r345 = r145 * r345
     r10 = x11 + r10
     r32 = x10 * x12 * r19 * r10
-    r349 = x19 * x10 * x33 * r25 * r19 * r10
-    r349 = r100 + r32 + r349
-    r32 = 2.0 * r56 * r34 * r349
-    r352 = 2.0 * x19 * x10 * x12 * x33 * r92 * r25 * r93 * r19 * r10
-    r352 = r32 + r352
-    r352 = r145 * r352
+    r350 = x19 * x10 * x34 * r25 * r19 * r10
+    r350 = r100 + r32 + r350
+    r32 = 2.0 * r56 * r34 * r350
+    r353 = 2.0 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19 * r10
+    r353 = r32 + r353
+    r353 = r145 * r353
     r32 = x14 * x10 * x12 * r19
-    r356 = x14 * x19 * x10 * x33 * r25 * r19
-    r356 = r32 + r100 + r356
-    r356 = 2.0 * r56 * r34 * r356
-    r100 = 2.0 * x14 * x19 * x10 * x12 * x33 * r92 * r25 * r93 * r19
-    r100 = r356 + r100
+    r357 = x14 * x19 * x10 * x34 * r25 * r19
+    r357 = r32 + r100 + r357
+    r357 = 2.0 * r56 * r34 * r357
+    r100 = 2.0 * x14 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
+    r100 = r357 + r100
     r100 = r145 * r100
-    r100 = r142 + r344 + r100
+    r100 = r142 + r345 + r100
     r52 = k.where(r52, 1.0, 0.0)
     r100 = r100 * r52
     r80 = 4.0 * r56 * r34 * r80
     r154 = 4.0 * r56 * r34 * r154
-    r341 = 4.0 * r56 * r34 * r341
-    r349 = 4.0 * r56 * r34 * r349
-    r356 = 12.0 * x19 * x12 * x5 * x33 * r92 * r25 * r93 * r19
-    r32 = 4.0 * x11 * x19 * x10 * x12 * x33 * r92 * r25 * r93 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r92 * r25 * r93 * r19 * r10
-    r10 = r142 + r337 + r344 + r352 + r100 + r80 + r154 + r341 + r349 + r356 + r32 + r10
+    r342 = 4.0 * r56 * r34 * r342
+    r350 = 4.0 * r56 * r34 * r350
+    r357 = 12.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
+    r32 = 4.0 * x11 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19 * r10
+    r10 = r142 + r338 + r345 + r353 + r100 + r80 + r154 + r342 + r350 + r357 + r32 + r10
     r10 = x15 * r8 * r10
     r10 = r66 + r10
     r66 = x6 * r4 * r5 * r10
     r32 = 12.0 * x12
-    r356 = 1.0 + r52 + r140
-    r349 = 10.0 * x12 * r356
-    r349 = r32 + r349
-    r349 = x19 * x33 * r25 * r349
+    r357 = 1.0 + r52 + r140
+    r350 = 10.0 * x12 * r357
+    r350 = r32 + r350
+    r350 = x19 * x34 * r25 * r350
     r32 = 5.0 * x5
-    r356 = 3.0 * x5 * r356
-    r356 = r32 + r356
-    r356 = x19 * x33 * r25 * r19 * r356
-    r356 = r349 + r356
-    r356 = x15 * r8 * r356
-    r349 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r357 = 3.0 * x5 * r357
+    r357 = r32 + r357
+    r357 = x19 * x34 * r25 * r19 * r357
+    r357 = r350 + r357
+    r357 = x15 * r8 * r357
+    r350 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r52 = 2.0 + r52 + r140
-    r52 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r9 * r52
-    r52 = r356 + r349 + r52
-    r349 = x6 * x4 * r56 * r4 * r5 * r34 * r52
-    r356 = k.recip(x0)
-    r9 = x11 * x10 * x33
+    r52 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r9 * r52
+    r52 = r357 + r350 + r52
+    r350 = x6 * x4 * r56 * r4 * r5 * r34 * r52
+    r357 = k.recip(x0)
+    r9 = x11 * x10 * x34
     r140 = 3.0 + r140
-    r140 = 2.0 * x11 * x10 * x33 * r140
+    r140 = 2.0 * x11 * x10 * x34 * r140
     r140 = r9 + r140
-    r9 = x6 * x15 * x33 * r92 * r4 * r25 * r93 * r356 * r8 * r19 * r140
-    r32 = r66 + r349 + r9
-    r341 = k.recip(r32)
+    r9 = x6 * x15 * x34 * r92 * r4 * r25 * r93 * r357 * r8 * r19 * r140
+    r32 = r66 + r350 + r9
+    r342 = k.recip(r32)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r154 = k.recip(x6)
     r80 = 0.3333333333333333 * x3 * x19 * r154 * r91 * r32
-    r100 = 0.6666666666666666 * x3 * x19 * x22 * r154 * r32
+    r100 = 0.6666666666666666 * x3 * x19 * x23 * r154 * r32
     r52 = -1.0 * x6 * x4 * r56 * r4 * r5 * r34 * r52
-    r140 = -1.0 * x6 * x15 * x33 * r92 * r4 * r25 * r93 * r356 * r8 * r19 * r140
+    r140 = -1.0 * x6 * x15 * x34 * r92 * r4 * r25 * r93 * r357 * r8 * r19 * r140
     r100 = r10 + r80 + r100 + r52 + r140
     r100 = k.max(0.0, r100)
-    r80 = 0.5 * x22
+    r80 = 0.5 * x23
     r80 = -1.0 + r80
     r80 = 0.6666666666666666 * x3 * x19 * r154 * r91 * r80 * r32
     r80 = k.where(r55, 0.0, r80)
@@ -427,262 +428,262 @@ def quantities(x, k):
     r119 = x3 * x19 * r154 * r91 * r119 * r32
     r80 = k.where(r95, r119, r80)
     r80 = k.max(r100, r80)
-    r341 = r341 * r80
+    r342 = r342 * r80
     r34 = 28.0 * r56 * r34 * r26
-    r56 = r34 + r66 + r349 + r9
-    r100 = -1.0 * x20
+    r56 = r34 + r66 + r350 + r9
+    r100 = -1.0 * x21
     r100 = 1.0 + r100
-    r119 = x22 * x37
+    r119 = x23 * x38
     r119 = -1.0 + r119
-    r91 = k.recip(x25)
-    r84 = k.recip(x26)
-    r55 = x19 * x4 * x12 * x33 * r91 * r25 * r84 * r19
-    r55 = x27 + r55
-    r85 = 2.0 * x3 * x2 * x35
-    r85 = x29 >= r85
-    r356 = k.recip(x28)
-    r93 = k.recip(x30)
-    r352 = x19 * x4 * x12 * x33 * r356 * r25 * r93 * r19
-    r352 = x31 + r352
-    r55 = k.where(r85, r352, r55)
+    r91 = k.recip(x26)
+    r84 = k.recip(x27)
+    r55 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19
+    r55 = x28 + r55
+    r85 = 2.0 * x3 * x2 * x36
+    r85 = x30 >= r85
+    r357 = k.recip(x29)
+    r93 = k.recip(x31)
+    r353 = x19 * x4 * x12 * x34 * r357 * r25 * r93 * r19
+    r353 = x32 + r353
+    r55 = k.where(r85, r353, r55)
     r55 = 2.0 * x6 * r4 * r5 * r8 * r119 * r55
     r55 = k.where(r29, 0.0, r55)
     r100 = r100 * r55
-    r352 = x3 * x19 * r154 * r32
-    r85 = x22 <= 1.0
+    r353 = x3 * x19 * r154 * r32
+    r85 = x23 <= 1.0
     r46 = k.and_(r46, r85)
-    r352 = k.where(r46, r32, r352)
-    r352 = -1.0 * x20 * r352
+    r353 = k.where(r46, r32, r353)
+    r353 = -1.0 * x21 * r353
     r32 = x3 * x2
-    r344 = -1.0 + r32
-    r337 = k.recip(r344)
+    r345 = -1.0 + r32
+    r338 = k.recip(r345)
     r142 = 2.0 * x3 * x2
     r142 = -2.0 + r142
-    r449 = x29 * r19
-    r450 = k.gcd(r32, r449)
-    r451 = k.recip(r450)
-    r452 = x3 * x2 * r451
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r455 = -1.0 * x3 * x2 * r451
-    r455 = r32 + r455
-    r455 = x31 * r455
-    r458 = r452 + r455
-    r458 = r337 * r142 * r458
-    r337 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r451 * r142 * r20
-    r450 = -1.0 + r450
-    r462 = x4 * x22 * r356 * r45 * r4 * r25 * r93 * r451 * r450 * r142 * r20
-    r462 = k.max(r337, r462)
-    r462 = r458 + r462
-    r458 = x29 <= x35
-    r337 = x27 * r142
-    r467 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r142 * r20
-    r467 = r337 + r467
-    r462 = k.where(r458, r467, r462)
-    r467 = x3 * x2 * x35
-    r467 = x29 >= r467
-    r337 = x31 * r142
-    r473 = x4 * x22 * r356 * r45 * r4 * r25 * r93 * r142 * r20
-    r473 = r337 + r473
-    r462 = k.where(r467, r473, r462)
-    r462 = x15 * r8 * r462
-    r473 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r451 * r344 * r20
-    r450 = x4 * x22 * r356 * r45 * r4 * r25 * r93 * r451 * r344 * r450 * r20
-    r450 = k.max(r473, r450)
-    r450 = r452 + r455 + r450
-    r455 = x27 * r344
-    r452 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r344 * r20
-    r452 = r455 + r452
-    r450 = k.where(r458, r452, r450)
-    r452 = x31 * r344
-    r45 = x4 * x22 * r356 * r45 * r4 * r25 * r93 * r344 * r20
-    r45 = r452 + r45
-    r450 = k.where(r467, r45, r450)
-    r45 = 2.0 * x15 * r8 * r450
-    r462 = k.where(r22, r45, r462)
-    r45 = x15 * r8 * r450
-    r467 = x6 * x15 * r4 * r5 * r8 * r450
-    r467 = r45 + r467
-    r462 = k.where(r46, r467, r462)
+    r450 = x30 * r19
+    r451 = k.gcd(r32, r450)
+    r452 = k.recip(r451)
+    r453 = x3 * x2 * r452
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r456 = -1.0 * x3 * x2 * r452
+    r456 = r32 + r456
+    r456 = x32 * r456
+    r459 = r453 + r456
+    r459 = r338 * r142 * r459
+    r338 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r452 * r142 * r20
+    r451 = -1.0 + r451
+    r463 = x4 * x23 * r357 * r45 * r4 * r25 * r93 * r452 * r451 * r142 * r20
+    r463 = k.max(r338, r463)
+    r463 = r459 + r463
+    r459 = x30 <= x36
+    r338 = x28 * r142
+    r468 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r142 * r20
+    r468 = r338 + r468
+    r463 = k.where(r459, r468, r463)
+    r468 = x3 * x2 * x36
+    r468 = x30 >= r468
+    r338 = x32 * r142
+    r474 = x4 * x23 * r357 * r45 * r4 * r25 * r93 * r142 * r20
+    r474 = r338 + r474
+    r463 = k.where(r468, r474, r463)
+    r463 = x15 * r8 * r463
+    r474 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r452 * r345 * r20
+    r451 = x4 * x23 * r357 * r45 * r4 * r25 * r93 * r452 * r345 * r451 * r20
+    r451 = k.max(r474, r451)
+    r451 = r453 + r456 + r451
+    r456 = x28 * r345
+    r453 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r345 * r20
+    r453 = r456 + r453
+    r451 = k.where(r459, r453, r451)
+    r453 = x32 * r345
+    r45 = x4 * x23 * r357 * r45 * r4 * r25 * r93 * r345 * r20
+    r45 = r453 + r45
+    r451 = k.where(r468, r45, r451)
+    r45 = 2.0 * x15 * r8 * r451
+    r463 = k.where(r22, r45, r463)
+    r45 = x15 * r8 * r451
+    r468 = x6 * x15 * r4 * r5 * r8 * r451
+    r468 = r45 + r468
+    r463 = k.where(r46, r468, r463)
     r85 = k.and_(r49, r85)
-    r450 = 3.0 * x6 * x15 * r4 * r5 * r8 * r450
-    r462 = k.where(r85, r450, r462)
+    r451 = 3.0 * x6 * x15 * r4 * r5 * r8 * r451
+    r463 = k.where(r85, r451, r463)
     r32 = r32 == 1.0
-    r462 = k.where(r32, 0.0, r462)
-    r352 = r352 + r462
-    r352 = k.max(0.0, r352)
-    r449 = k.gcd(x2, r449)
-    r450 = k.recip(r449)
-    r49 = x2 * r450
+    r463 = k.where(r32, 0.0, r463)
+    r353 = r353 + r463
+    r353 = k.max(0.0, r353)
+    r450 = k.gcd(x2, r450)
+    r451 = k.recip(r450)
+    r49 = x2 * r451
     r49 = -1.0 + r49
-    r49 = x27 * r49
-    r467 = -1.0 * x2 * r450
-    r467 = x2 + r467
-    r467 = x31 * r467
+    r49 = x28 * r49
+    r468 = -1.0 * x2 * r451
+    r468 = x2 + r468
+    r468 = x32 * r468
     r45 = -1.0 + x2
-    r452 = 2.0 * x14 * x19 * x10 * x4 * x33 * r91 * r25 * r84 * r19 * r450 * r45
-    r449 = -1.0 + r449
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x33 * r356 * r25 * r93 * r19 * r450 * r45 * r449
-    r449 = k.max(r452, r449)
-    r449 = r49 + r467 + r449
-    r467 = x27 * r45
-    r49 = 2.0 * x14 * x19 * x10 * x4 * x33 * r91 * r25 * r84 * r19 * r45
-    r49 = r467 + r49
-    r449 = k.where(r458, r49, r449)
-    r49 = x2 * x35
-    r49 = x29 >= r49
-    r458 = x31 * r45
-    r467 = 2.0 * x14 * x19 * x10 * x4 * x33 * r356 * r25 * r93 * r19 * r45
-    r467 = r458 + r467
-    r449 = k.where(r49, r467, r449)
-    r467 = x6 * x15 * r4 * r5 * r8 * r449
-    r449 = x6 * x15 * r4 * r5 * r8 * r145 * r449
-    r449 = r467 + r449
-    r467 = x2 == 1.0
-    r449 = k.where(r467, 0.0, r449)
+    r453 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r25 * r84 * r19 * r451 * r45
+    r450 = -1.0 + r450
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x34 * r357 * r25 * r93 * r19 * r451 * r45 * r450
+    r450 = k.max(r453, r450)
+    r450 = r49 + r468 + r450
+    r468 = x28 * r45
+    r49 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r25 * r84 * r19 * r45
+    r49 = r468 + r49
+    r450 = k.where(r459, r49, r450)
+    r49 = x2 * x36
+    r49 = x30 >= r49
+    r459 = x32 * r45
+    r468 = 2.0 * x14 * x19 * x10 * x4 * x34 * r357 * r25 * r93 * r19 * r45
+    r468 = r459 + r468
+    r450 = k.where(r49, r468, r450)
+    r468 = x6 * x15 * r4 * r5 * r8 * r450
+    r450 = x6 * x15 * r4 * r5 * r8 * r145 * r450
+    r450 = r468 + r450
+    r468 = x2 == 1.0
+    r450 = k.where(r468, 0.0, r450)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r49 = -1.0 + x35
+    r49 = -1.0 + x36
     r49 = k.recip(r49)
-    r458 = 2.0 * x35
-    r458 = -2.0 + r458
-    r452 = k.gcd(x35, x29)
-    r450 = k.recip(r452)
-    r455 = x35 * r450
-    r455 = -1.0 + r455
-    r455 = x27 * r455
-    r473 = -1.0 * x35 * r450
-    r473 = x35 + r473
-    r473 = x31 * r473
-    r473 = r455 + r473
-    r473 = r49 * r458 * r473
-    r49 = x19 * x4 * x12 * x33 * r91 * r25 * r84 * r19 * r450 * r458
-    r452 = -1.0 + r452
-    r452 = x19 * x4 * x12 * x33 * r356 * r25 * r93 * r19 * r450 * r452 * r458
-    r452 = k.max(r49, r452)
-    r452 = r473 + r452
-    r473 = x29 <= 1.0
-    r49 = x27 * r458
-    r84 = x19 * x4 * x12 * x33 * r91 * r25 * r84 * r19 * r458
+    r459 = 2.0 * x36
+    r459 = -2.0 + r459
+    r453 = k.gcd(x36, x30)
+    r451 = k.recip(r453)
+    r456 = x36 * r451
+    r456 = -1.0 + r456
+    r456 = x28 * r456
+    r474 = -1.0 * x36 * r451
+    r474 = x36 + r474
+    r474 = x32 * r474
+    r474 = r456 + r474
+    r474 = r49 * r459 * r474
+    r49 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19 * r451 * r459
+    r453 = -1.0 + r453
+    r453 = x19 * x4 * x12 * x34 * r357 * r25 * r93 * r19 * r451 * r453 * r459
+    r453 = k.max(r49, r453)
+    r453 = r474 + r453
+    r474 = x30 <= 1.0
+    r49 = x28 * r459
+    r84 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19 * r459
     r84 = r49 + r84
-    r452 = k.where(r473, r84, r452)
-    r84 = x29 >= x35
-    r473 = x31 * r458
-    r93 = x19 * x4 * x12 * x33 * r356 * r25 * r93 * r19 * r458
-    r93 = r473 + r93
-    r452 = k.where(r84, r93, r452)
-    r452 = x6 * x15 * r4 * r5 * r8 * r57 * r452
-    r93 = x35 == 1.0
-    r452 = k.where(r93, 0.0, r452)
+    r453 = k.where(r474, r84, r453)
+    r84 = x30 >= x36
+    r474 = x32 * r459
+    r93 = x19 * x4 * x12 * x34 * r357 * r25 * r93 * r19 * r459
+    r93 = r474 + r93
+    r453 = k.where(r84, r93, r453)
+    r453 = x6 * x15 * r4 * r5 * r8 * r57 * r453
+    r93 = x36 == 1.0
+    r453 = k.where(r93, 0.0, r453)
     r140 = r10 + r52 + r140
     r140 = k.max(0.0, r140)
     r140 = k.where(r21, r140, 0.0)
-    r21 = r100 + r34 + r66 + r349 + r9 + r352 + r80 + r449 + r452 + r140
+    r21 = r100 + r34 + r66 + r350 + r9 + r353 + r80 + r450 + r453 + r140
     r52 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r92 * r4 * r25 * r8 * r19 * r52 * r16
-    r159 = x6 * x33 * r92 * r4 * r25 * r8 * r19 * r52 * r159
-    r52 = x19 * x4 * x12 * x33 * r25
-    r92 = x19 * x4 * x12 * x33 * r91 * r25
+    r10 = 6.0 * x6 * x34 * r92 * r4 * r25 * r8 * r19 * r52 * r16
+    r159 = x6 * x34 * r92 * r4 * r25 * r8 * r19 * r52 * r159
+    r52 = x19 * x4 * x12 * x34 * r25
+    r92 = x19 * x4 * x12 * x34 * r91 * r25
     r142 = x4 * r4 * r25 * r142 * r20
-    r84 = 2.0 * x4 * r4 * r25 * r344 * r20
+    r84 = 2.0 * x4 * r4 * r25 * r345 * r20
     r142 = k.where(r22, r84, r142)
-    r84 = x4 * r4 * r25 * r344 * r20
+    r84 = x4 * r4 * r25 * r345 * r20
     r22 = k.pow(x3, -2.0)
-    r473 = x6 * x4 * r22 * r5 * r25 * r344 * r20
-    r473 = r84 + r473
-    r142 = k.where(r46, r473, r142)
-    r344 = 3.0 * x6 * x4 * r22 * r5 * r25 * r344 * r20
-    r142 = k.where(r85, r344, r142)
+    r474 = x6 * x4 * r22 * r5 * r25 * r345 * r20
+    r474 = r84 + r474
+    r142 = k.where(r46, r474, r142)
+    r345 = 3.0 * x6 * x4 * r22 * r5 * r25 * r345 * r20
+    r142 = k.where(r85, r345, r142)
     r142 = k.where(r32, 0.0, r142)
     r32 = r91 * r142
-    r91 = x28 * r91
-    r344 = k.recip(x33)
-    r85 = x34 * r154 * r344
+    r91 = x29 * r91
+    r345 = k.recip(x34)
+    r85 = x35 * r154 * r345
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r473 = 8e-12 * x12
+    r474 = 8e-12 * x12
     r46 = 8e-12 * x15 * r12
-    r84 = 8e-12 * x36 * x12
-    r356 = 2.4e-11 * x15 * x12 * x5
-    r49 = r473 + r46 + r84 + r356
-    r450 = 4e-12 * x12
-    r455 = 4e-12 * x15 * r12
-    r451 = 4e-12 * x36 * x12
-    r337 = 1.2e-11 * x15 * x12 * x5
-    r337 = r450 + r455 + r451 + r337
-    r337 = r22 > r337
-    r451 = -8e-12 * x12
+    r84 = 8e-12 * x37 * x12
+    r357 = 2.4e-11 * x15 * x12 * x5
+    r49 = r474 + r46 + r84 + r357
+    r451 = 4e-12 * x12
+    r456 = 4e-12 * x15 * r12
+    r452 = 4e-12 * x37 * x12
+    r338 = 1.2e-11 * x15 * x12 * x5
+    r338 = r451 + r456 + r452 + r338
+    r338 = r22 > r338
+    r452 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r455 = -8e-12 * x36 * x12
-    r450 = -2.4e-11 * x15 * x12 * x5
-    r606 = k.sqrt(2.0)
-    r607 = k.sqrt(x3)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(x2)
-    r609 = k.recip(r609)
-    r611 = k.sqrt(x13)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x22)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(x35)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(r49)
-    r618 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r49
-    r619 = k.sqrt(x3)
-    r620 = k.sqrt(x2)
-    r621 = k.sqrt(x13)
-    r622 = k.sqrt(x22)
-    r623 = k.sqrt(x35)
-    r623 = 0.16666666666666666 * r606 * r619 * r620 * r621 * r622 * r623 * r617
-    r623 = 1.0 + r618 + r623
-    r623 = r606 * r607 * r609 * r611 * r613 * r615 * r617 * r623
-    r623 = r451 + r12 + r455 + r450 + r623
-    r450 = k.where(r337, r623, r22)
-    r356 = r473 + r46 + r84 + r356 + r450
-    r356 = x3 * x2 * x13 * x22 * x35 * r356
-    r356 = k.exp(r356)
-    r356 = -1.0 + r356
-    r84 = k.recip(r356)
-    r46 = x24 + x1
-    r473 = -1.0 * x3 * x2 * x13 * x22 * x35 * r46
-    r473 = k.exp(r473)
-    r473 = x3 * x2 * x13 * x22 * x35 * r84 * r450 * r473
-    r84 = x3 * x2 * x13 * x22 * x35
-    r623 = k.recip(r623)
-    r84 = k.where(r337, r623, r84)
-    r46 = x3 * x2 * x13 * x22 * x35 * r46
+    r456 = -8e-12 * x37 * x12
+    r451 = -2.4e-11 * x15 * x12 * x5
+    r607 = k.sqrt(2.0)
+    r608 = k.sqrt(x3)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(x2)
+    r610 = k.recip(r610)
+    r612 = k.sqrt(x13)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x23)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(x36)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(r49)
+    r619 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r49
+    r620 = k.sqrt(x3)
+    r621 = k.sqrt(x2)
+    r622 = k.sqrt(x13)
+    r623 = k.sqrt(x23)
+    r624 = k.sqrt(x36)
+    r624 = 0.16666666666666666 * r607 * r620 * r621 * r622 * r623 * r624 * r618
+    r624 = 1.0 + r619 + r624
+    r624 = r607 * r608 * r610 * r612 * r614 * r616 * r618 * r624
+    r624 = r452 + r12 + r456 + r451 + r624
+    r451 = k.where(r338, r624, r22)
+    r357 = r474 + r46 + r84 + r357 + r451
+    r357 = x3 * x2 * x13 * x23 * x36 * r357
+    r357 = k.exp(r357)
+    r357 = -1.0 + r357
+    r84 = k.recip(r357)
+    r46 = x25 + x1
+    r474 = -1.0 * x3 * x2 * x13 * x23 * x36 * r46
+    r474 = k.exp(r474)
+    r474 = x3 * x2 * x13 * x23 * x36 * r84 * r451 * r474
+    r84 = x3 * x2 * x13 * x23 * x36
+    r624 = k.recip(r624)
+    r84 = k.where(r338, r624, r84)
+    r46 = x3 * x2 * x13 * x23 * x36 * r46
     r46 = k.exp(r46)
-    r5 = x34 * r154 * r4 * r25 * r5 * r8 * r344 * r19 * r356 * r21 * r84 * r46
-    r46 = x34 * r154 * r344 * r356 * r21 * r84 * r46
-    r57 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r458 * r57
+    r5 = x35 * r154 * r4 * r25 * r5 * r8 * r345 * r19 * r357 * r21 * r84 * r46
+    r46 = x35 * r154 * r345 * r357 * r21 * r84 * r46
+    r57 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r459 * r57
     r57 = k.where(r93, 0.0, r57)
-    r93 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r45
-    r45 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r145 * r45
+    r93 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r45
+    r45 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r145 * r45
     r45 = r93 + r45
-    r45 = k.where(r467, 0.0, r45)
-    r119 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r119
+    r45 = k.where(r468, 0.0, r45)
+    r119 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r119
     r119 = k.where(r29, 0.0, r119)
-    r83 = r83 < x22
-    r29 = x32 != 2.0
+    r83 = r83 < x23
+    r29 = x33 != 2.0
     r87 = k.and_(r87, r29)
     r87 = k.not_(r87)
     r87 = k.or_(r83, r87)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r86 = k.and_(r19, r29, r86)
     r86 = k.not_(r86)
     r86 = k.or_(r83, r86)
     r86 = k.and_(r87, r86)
-    r87 = x22 >= 2.0
-    r83 = x32 != 3.0
-    r29 = x32 != 4.0
+    r87 = x23 >= 2.0
+    r83 = x33 != 3.0
+    r29 = x33 != 4.0
     r95 = k.not_(r95)
     r95 = k.and_(r83, r29, r95)
     r95 = k.not_(r95)
     r95 = k.or_(r87, r95)
-    r87 = x21 * x3 * x2 * x22 * x35 * r21
-    r29 = r65 <= r87
+    r87 = x22 * x3 * x2 * x23 * x36 * r21
+    r29 = r31 <= r87
     r87 = r48 <= r87
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r138, r112, r103, r117, 0.0, r104, r107, r58, r122, r113, r108, r15, r31, r65, r65, r48, r47, r156, r341, r56, r80, r21, r10, r159, r52, r92, r32, r91, 0.0, r85, r22, r49, r450, r473, r5, r46, r66, r9, r349, r34, r57, r452, r452, r45, r449, r449, r142, r462, r352, r119, r55, r100, 0.0, 0.0, r140, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, r86, 1.0, 1.0, 1.0, 1.0, 1.0, r95, 1.0, r95, r95, r29, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r138, r112, r103, r117, 0.0, r104, r107, r58, r122, r113, r108, r15, r65, r31, r31, r48, r47, r156, r342, r56, r80, r21, r10, r159, r52, r92, r32, r91, 0.0, r85, r22, r49, r451, r474, r5, r46, r66, r9, r350, r34, r57, r453, r453, r45, r450, r450, r142, r463, r353, r119, r55, r100, 0.0, 0.0, r140, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, 1.0, r95, r95, r29, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1361,9 +1362,9 @@ def search(x, k):
     return (r94, r41, r95)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (40, 45, 46, 47, 48), (38, 45, 46, 47, 48), (39, 45, 46, 47, 48), (), (31, 32, 37), (42, 45, 46, 47, 48), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (41, 45, 46, 47, 48), (41, 45, 46, 47, 48, 74, 75), (41, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 34), (13, 35), (13, 66), (13, 67), (13, 68), (13, 69), (14, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 34), (17, 35), (17, 66), (17, 67), (17, 68), (17, 69), (18, 33), (18, 34), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 28), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (41, 46, 47, 48, 49), (39, 46, 47, 48, 49), (40, 46, 47, 48, 49), (), (31, 32, 38), (43, 46, 47, 48, 49), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 43, 46, 47, 48, 49), (31, 32, 36, 38, 39, 40, 41, 43, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (42, 46, 47, 48, 49), (42, 46, 47, 48, 49, 75, 76), (42, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 34), (13, 35), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 34), (17, 35), (17, 67), (17, 68), (17, 69), (17, 70), (18, 33), (18, 34), (22, 33), (22, 34), (22, 35), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 34), (23, 35), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,91 +30,91 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
     r33 = x15 * r11
     r34 = -4.0 * x12 * r16
     r34 = r8 + r34
-    r34 = x19 * x34 * r30 * r34
+    r34 = x19 * x35 * r30 * r34
     r37 = 4.0 * x11
     r38 = 4.0 * x5
     r39 = 8.0 * x12
     r40 = 4.0 * x11 * x10
     r41 = 4.0 * x14 * x10
     r41 = r37 + r38 + r39 + r40 + r41
-    r41 = x19 * x34 * r30 * r16 * r41
+    r41 = x19 * x35 * r30 * r16 * r41
     r41 = r34 + r41
-    r34 = x24 == 1.0
+    r34 = x25 == 1.0
     r39 = 2.0 * x5
     r38 = 6.0 * x12
     r48 = 2.0 * x14 * x10
     r40 = r39 + r37 + r38 + r48 + r40
     r40 = r16 * r40
     r40 = r8 + r40
-    r40 = x19 * x34 * r30 * r40
+    r40 = x19 * x35 * r30 * r40
     r41 = k.where(r34, r40, r41)
-    r40 = x24 == 2.0
-    r48 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r40 = x25 == 2.0
+    r48 = 2.0 * x19 * x12 * x35 * r30 * r16
     r48 = k.where(r40, r48, r41)
-    r38 = 1.0 + x23
+    r38 = 1.0 + x24
     r38 = k.min(r38, r6)
     r37 = k.ceiling(r33)
     r38 = r38 * r37
-    r39 = x33 == 4.0
-    r62 = 2.0 * x23
+    r39 = x34 == 4.0
+    r62 = 2.0 * x24
     r63 = -1.0 + r62
     r63 = k.min(r63, r6)
     r63 = r63 * r37
     r66 = k.where(r39, r63, r38)
-    r67 = x33 == 0.0
-    r68 = x33 == 3.0
+    r67 = x34 == 0.0
+    r68 = x34 == 3.0
     r69 = k.or_(r67, r68)
-    r70 = k.min(x23, r6)
+    r70 = k.min(x24, r6)
     r70 = r70 * r37
     r66 = k.where(r69, r70, r66)
-    r70 = x33 == 1.0
-    r74 = k.recip(x38)
-    r75 = x6 * x38 * r4 * r5
-    r76 = -1.0 + x38
-    r76 = x23 * r76
+    r70 = x34 == 1.0
+    r74 = k.recip(x39)
+    r75 = x6 * x39 * r4 * r5
+    r76 = -1.0 + x39
+    r76 = x24 * r76
     r78 = -1.0 + r62 + r76
     r78 = k.min(r75, r78)
     r78 = r74 * r78 * r37
     r66 = k.where(r70, r78, r66)
-    r78 = x33 == 2.0
+    r78 = x34 == 2.0
     r83 = x6 * r4 * r5 * r37
     r66 = k.where(r78, r83, r66)
     r66 = r48 * r66
     r86 = r9 * r37
     r87 = r13 * r37
-    r88 = x23 == 1.0
+    r88 = x24 == 1.0
     r89 = k.where(r88, 1.0, 0.0)
     r90 = 2.0 * x12 * r89
     r90 = r12 + r86 + r87 + r90
     r90 = r16 * r90
-    r89 = x37 * x12 * r89
-    r12 = x23 != 1.0
+    r89 = x38 * x12 * r89
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r86 + r87 + r89 + r12
     r12 = r16 * r12
     r89 = r90 + r12
     r90 = k.where(r26, r89, r90)
     r101 = 2.0 * r90
-    r102 = x39 >= 2.0
+    r102 = x40 >= 2.0
     r103 = 2.0 * r4 * r30 * r90
     r104 = k.where(r102, r103, r101)
-    r105 = x39 >= 3.0
+    r105 = x40 >= 3.0
     r101 = k.where(r105, r103, r101)
     r103 = 12.0 * r90
     r108 = 12.0 * r4 * r30 * r90
@@ -123,9 +123,9 @@ def quantities(x, k):
     r111 = k.or_(r26, r88)
     r112 = -2.0 * x12 * r16
     r112 = r8 + r112
-    r112 = x19 * x34 * r30 * r112
-    r8 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r116 = x37 * x19 * x16 * x34 * r30 * r16
+    r112 = x19 * x35 * r30 * r112
+    r8 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r116 = x38 * x19 * x16 * x35 * r30 * r16
     r8 = r112 + r8 + r116
     r8 = k.max(r8, r108)
     r111 = k.where(r111, r8, r108)
@@ -134,16 +134,16 @@ def quantities(x, k):
     r112 = k.where(r26, r121, r112)
     r121 = 3.0 * x4 * r112 * r90
     r121 = k.where(r105, r121, 0.0)
-    r125 = x23 > 1.0
+    r125 = x24 > 1.0
     r125 = k.and_(r105, r125)
     r90 = 6.0 * r90
     r121 = k.where(r125, r90, r121)
     r90 = r66 + r104 + r101 + r103 + r111 + r121
     r130 = k.where(r39, r63, r38)
-    r131 = -1.0 + x23
+    r131 = -1.0 + x24
     r132 = k.min(1.0, r131)
     r133 = -1.0 * r132
-    r134 = x23 + r133
+    r134 = x24 + r133
     r135 = k.min(r6, r134)
     r135 = r135 * r37
     r130 = k.where(r69, r135, r130)
@@ -155,28 +155,28 @@ def quantities(x, k):
     r130 = k.where(r78, r83, r130)
     r130 = r48 * r130
     r62 = 1.0 + r132
-    r62 = x23 == r62
+    r62 = x24 == r62
     r135 = k.where(r62, 1.0, 0.0)
     r135 = 2.0 * x12 * r135
     r149 = r132 == 0.0
     r149 = k.where(r149, 1.0, 0.0)
-    r149 = x37 * x12 * r149
+    r149 = x38 * x12 * r149
     r152 = r132 != 0.0
     r152 = k.and_(r152, r62)
     r152 = k.where(r152, 1.0, 0.0)
-    r152 = x37 * x12 * r152
+    r152 = x38 * x12 * r152
     r152 = r86 + r87 + r135 + r149 + r152
     r152 = r16 * r152
-    r149 = x23 == r134
+    r149 = x24 == r134
     r135 = k.where(r149, 1.0, 0.0)
     r135 = 2.0 * x12 * r135
     r161 = r134 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x37 * x12 * r161
+    r161 = x38 * x12 * r161
     r134 = r134 != 1.0
     r134 = k.and_(r149, r134)
     r134 = k.where(r134, 1.0, 0.0)
-    r134 = x37 * x12 * r134
+    r134 = x38 * x12 * r134
     r134 = r86 + r87 + r135 + r161 + r134
     r134 = r16 * r134
     r134 = r152 + r134
@@ -252,438 +252,439 @@ def quantities(x, k):
     r130 = k.where(r130, 0.0, 0.0)
     r38 = r90 == r38
     r130 = k.where(r38, 0.0, r130)
-    r38 = x37 * x19 * x4 * x34 * r30 * r16
-    r66 = x37 * x19 * x4 * x34 * r30
+    r38 = x38 * x19 * x4 * x35 * r30 * r16
+    r66 = x38 * x19 * x4 * x35 * r30
     r121 = k.max(r90, r152, r12)
     r103 = r152 == r121
     r12 = k.where(r103, r152, r12)
     r121 = r90 == r121
     r12 = k.where(r121, r90, r12)
-    r90 = -1.0 * r12
-    r90 = x8 + r90
-    r121 = 6.0 * x6 * x34 * r15
+    r90 = -1.0 * x20
+    r121 = -1.0 * r12
+    r121 = x8 + r90 + r121
+    r90 = 6.0 * x6 * x35 * r15
     r152 = 12.0 * x12
     r103 = 6.0 * x15 * r9
     r149 = 6.0 * x15 * r13
-    r104 = 6.0 * x37 * x12
-    r161 = 12.0 * x15 * x11 * x10 * x34
+    r104 = 6.0 * x38 * x12
+    r161 = 12.0 * x15 * x11 * x10 * x35
     r161 = r152 + r103 + r149 + r104 + r161
-    r104 = x6 * x34 * r161
+    r104 = x6 * x35 * r161
     r149 = k.pow(x12, 2.0)
     r103 = k.recip(x12)
-    r101 = 0.16666666666666666 * x34 * r103
+    r101 = 0.16666666666666666 * x35 * r103
     r135 = k.recip(x15)
-    r103 = 0.0625 * x37 * r135 * r103
+    r103 = 0.0625 * x38 * r135 * r103
     r103 = 1.0 + r101 + r103
-    r103 = 96.0 * x6 * x15 * x34 * r149 * r103
-    r149 = k.pow(x34, 2.0)
+    r103 = 96.0 * x6 * x15 * x35 * r149 * r103
+    r149 = k.pow(x35, 2.0)
     r149 = 2.0 * x6 * x15 * x11 * x10 * r149
     r101 = x11 * x10
     r125 = x14 * x10
     r125 = x5 + r101 + r125
-    r125 = 2.0 * x6 * x15 * x12 * x34 * r125
+    r125 = 2.0 * x6 * x15 * x12 * x35 * r125
     r125 = k.where(r34, r125, 0.0)
-    r101 = 0.3333333333333333 * x6 * x34 * r161
+    r101 = 0.3333333333333333 * x6 * x35 * r161
     r125 = k.where(r40, r101, r125)
     r125 = r104 + r149 + r125
     r149 = k.where(r40, 1.0, 0.0)
     r101 = 1.0 + r149
     r134 = k.recip(x9)
     r37 = k.recip(x18)
-    r75 = x37 * x12 * r16
-    r76 = x19 * x12 * x34 * r30
-    r63 = x37 * x19 * x34 * r30 * r16
+    r75 = x38 * x12 * r16
+    r76 = x19 * x12 * x35 * r30
+    r63 = x38 * x19 * x35 * r30 * r16
     r63 = r75 + r76 + r63
     r75 = 2.0 * r134 * r37 * r63
-    r62 = k.recip(x22)
+    r62 = k.recip(x23)
     r87 = k.recip(x17)
-    r86 = 2.0 * x37 * x19 * x12 * x34 * r62 * r30 * r87 * r16
+    r86 = 2.0 * x38 * x19 * x12 * x35 * r62 * r30 * r87 * r16
     r86 = r75 + r86
     r86 = r101 * r86
     r63 = 4.0 * r134 * r37 * r63
-    r75 = 4.0 * x37 * x19 * x12 * x34 * r62 * r30 * r87 * r16
+    r75 = 4.0 * x38 * x19 * x12 * x35 * r62 * r30 * r87 * r16
     r75 = r86 + r63 + r75
     r75 = r11 * r75
     r63 = x11 * x10 * x12 * r16
-    r86 = x11 * x19 * x10 * x34 * r30 * r16
+    r86 = x11 * x19 * x10 * x35 * r30 * r16
     r86 = r63 + r76 + r86
     r63 = r134 * r37 * r86
-    r299 = k.recip(x21)
-    r300 = 2.0 * x11 * x19 * x10 * x12 * x34 * r299 * r30 * r87 * r16
-    r300 = r63 + r300
-    r300 = r101 * r300
+    r300 = k.recip(x22)
+    r301 = 2.0 * x11 * x19 * x10 * x12 * x35 * r300 * r30 * r87 * r16
+    r301 = r63 + r301
+    r301 = r101 * r301
     r63 = x10 * x12 * r16 * r14
-    r304 = x19 * x10 * x34 * r30 * r16 * r14
-    r304 = r76 + r63 + r304
-    r63 = r134 * r37 * r304
-    r307 = 2.0 * x19 * x10 * x12 * x34 * r299 * r30 * r87 * r16 * r14
-    r307 = r63 + r307
-    r307 = r101 * r307
+    r305 = x19 * x10 * x35 * r30 * r16 * r14
+    r305 = r76 + r63 + r305
+    r63 = r134 * r37 * r305
+    r308 = 2.0 * x19 * x10 * x12 * x35 * r300 * r30 * r87 * r16 * r14
+    r308 = r63 + r308
+    r308 = r101 * r308
     r63 = x12 * x5 * r16
-    r311 = x19 * x5 * x34 * r30 * r16
-    r311 = r63 + r76 + r311
-    r63 = r134 * r37 * r311
-    r314 = 2.0 * x19 * x12 * x5 * x34 * r299 * r30 * r87 * r16
-    r314 = r63 + r314
-    r63 = r101 * r314
-    r317 = x14 * x10 * x12 * r16
-    r318 = x14 * x19 * x10 * x34 * r30 * r16
-    r318 = r317 + r76 + r318
-    r318 = r134 * r37 * r318
-    r76 = 2.0 * x14 * x19 * x10 * x12 * x34 * r299 * r30 * r87 * r16
-    r76 = r318 + r76
+    r312 = x19 * x5 * x35 * r30 * r16
+    r312 = r63 + r76 + r312
+    r63 = r134 * r37 * r312
+    r315 = 2.0 * x19 * x12 * x5 * x35 * r300 * r30 * r87 * r16
+    r315 = r63 + r315
+    r63 = r101 * r315
+    r318 = x14 * x10 * x12 * r16
+    r319 = x14 * x19 * x10 * x35 * r30 * r16
+    r319 = r318 + r76 + r319
+    r319 = r134 * r37 * r319
+    r76 = 2.0 * x14 * x19 * x10 * x12 * x35 * r300 * r30 * r87 * r16
+    r76 = r319 + r76
     r76 = r101 * r76
-    r318 = x5 * r16
-    r318 = x12 + r318
-    r317 = 4.0 * x19 * x34 * r134 * r30 * r37 * r318
-    r327 = x11 * x10 * r16
-    r327 = x12 + r327
-    r327 = 4.0 * x19 * x34 * r134 * r30 * r37 * r327
-    r330 = x14 * x10 * r16
-    r330 = x12 + r330
-    r330 = 4.0 * x19 * x34 * r134 * r30 * r37 * r330
-    r330 = r63 + r300 + r76 + r317 + r327 + r330
-    r317 = k.where(r34, 1.0, 0.0)
-    r330 = r330 * r317
-    r314 = 2.0 * r101 * r314
+    r319 = x5 * r16
+    r319 = x12 + r319
+    r318 = 4.0 * x19 * x35 * r134 * r30 * r37 * r319
+    r328 = x11 * x10 * r16
+    r328 = x12 + r328
+    r328 = 4.0 * x19 * x35 * r134 * r30 * r37 * r328
+    r331 = x14 * x10 * r16
+    r331 = x12 + r331
+    r331 = 4.0 * x19 * x35 * r134 * r30 * r37 * r331
+    r331 = r63 + r301 + r76 + r318 + r328 + r331
+    r318 = k.where(r34, 1.0, 0.0)
+    r331 = r331 * r318
+    r315 = 2.0 * r101 * r315
     r86 = 2.0 * r134 * r37 * r86
-    r304 = 2.0 * r134 * r37 * r304
-    r311 = 4.0 * r134 * r37 * r311
+    r305 = 2.0 * r134 * r37 * r305
+    r312 = 4.0 * r134 * r37 * r312
     r76 = x10 * r16 * r14
     r76 = x12 + r76
-    r76 = 4.0 * x19 * x34 * r134 * r30 * r37 * r76
-    r318 = 8.0 * x19 * x34 * r134 * r30 * r37 * r318
-    r63 = 8.0 * x19 * x12 * x5 * x34 * r299 * r30 * r87 * r16
-    r345 = 4.0 * x11 * x19 * x10 * x12 * x34 * r299 * r30 * r87 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r299 * r30 * r87 * r16 * r14
-    r14 = r300 + r307 + r330 + r314 + r86 + r304 + r311 + r327 + r76 + r318 + r63 + r345 + r14
+    r76 = 4.0 * x19 * x35 * r134 * r30 * r37 * r76
+    r319 = 8.0 * x19 * x35 * r134 * r30 * r37 * r319
+    r63 = 8.0 * x19 * x12 * x5 * x35 * r300 * r30 * r87 * r16
+    r346 = 4.0 * x11 * x19 * x10 * x12 * x35 * r300 * r30 * r87 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r300 * r30 * r87 * r16 * r14
+    r14 = r301 + r308 + r331 + r315 + r86 + r305 + r312 + r328 + r76 + r319 + r63 + r346 + r14
     r14 = x15 * r11 * r14
     r14 = r75 + r14
     r75 = x6 * r4 * r5 * r14
-    r345 = 3.0 * x5
-    r317 = 1.0 + r317 + r149
-    r63 = 2.0 * x5 * r317
-    r63 = r345 + r63
-    r63 = x19 * x34 * r30 * r16 * r63
-    r317 = 10.0 * x12 * r317
-    r317 = r152 + r317
-    r317 = x19 * x34 * r30 * r16 * r317
-    r317 = r63 + r317
-    r317 = x15 * r11 * r317
-    r63 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r63 = r317 + r63
-    r317 = x6 * x4 * r134 * r4 * r5 * r37 * r63
+    r346 = 3.0 * x5
+    r318 = 1.0 + r318 + r149
+    r63 = 2.0 * x5 * r318
+    r63 = r346 + r63
+    r63 = x19 * x35 * r30 * r16 * r63
+    r318 = 10.0 * x12 * r318
+    r318 = r152 + r318
+    r318 = x19 * x35 * r30 * r16 * r318
+    r318 = r63 + r318
+    r318 = x15 * r11 * r318
+    r63 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r63 = r318 + r63
+    r318 = x6 * x4 * r134 * r4 * r5 * r37 * r63
     r152 = k.recip(x0)
-    r345 = x11 * x10 * x34
+    r346 = x11 * x10 * x35
     r149 = 3.0 + r149
-    r149 = 2.0 * x11 * x10 * x34 * r149
-    r149 = r345 + r149
-    r345 = x6 * x15 * x34 * r62 * r4 * r30 * r87 * r152 * r11 * r16 * r149
-    r318 = r75 + r317 + r345
-    r76 = k.recip(r318)
+    r149 = 2.0 * x11 * x10 * x35 * r149
+    r149 = r346 + r149
+    r346 = x6 * x15 * x35 * r62 * r4 * r30 * r87 * r152 * r11 * r16 * r149
+    r319 = r75 + r318 + r346
+    r76 = k.recip(r319)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r327 = k.recip(x6)
-    r311 = 0.3333333333333333 * x3 * x19 * r327 * r74 * r318
-    r304 = 0.6666666666666666 * x3 * x19 * x23 * r327 * r318
+    r328 = k.recip(x6)
+    r312 = 0.3333333333333333 * x3 * x19 * r328 * r74 * r319
+    r305 = 0.6666666666666666 * x3 * x19 * x24 * r328 * r319
     r63 = -1.0 * x6 * x4 * r134 * r4 * r5 * r37 * r63
-    r149 = -1.0 * x6 * x15 * x34 * r62 * r4 * r30 * r87 * r152 * r11 * r16 * r149
-    r304 = r14 + r311 + r304 + r63 + r149
-    r304 = k.max(0.0, r304)
-    r311 = 0.5 * x23
-    r311 = -1.0 + r311
-    r311 = 0.6666666666666666 * x3 * x19 * r327 * r74 * r311 * r318
-    r311 = k.where(r39, 0.0, r311)
-    r39 = 0.3333333333333333 * x3 * x19 * r327 * r74 * r131 * r318
-    r311 = k.where(r68, r39, r311)
+    r149 = -1.0 * x6 * x15 * x35 * r62 * r4 * r30 * r87 * r152 * r11 * r16 * r149
+    r305 = r14 + r312 + r305 + r63 + r149
+    r305 = k.max(0.0, r305)
+    r312 = 0.5 * x24
+    r312 = -1.0 + r312
+    r312 = 0.6666666666666666 * x3 * x19 * r328 * r74 * r312 * r319
+    r312 = k.where(r39, 0.0, r312)
+    r39 = 0.3333333333333333 * x3 * x19 * r328 * r74 * r131 * r319
+    r312 = k.where(r68, r39, r312)
     r78 = k.or_(r67, r70, r78)
-    r74 = x3 * x19 * r327 * r74 * r131 * r318
-    r311 = k.where(r78, r74, r311)
-    r311 = k.max(r304, r311)
-    r76 = r76 * r311
+    r74 = x3 * x19 * r328 * r74 * r131 * r319
+    r312 = k.where(r78, r74, r312)
+    r312 = k.max(r305, r312)
+    r76 = r76 * r312
     r37 = 28.0 * r134 * r37 * r31
-    r134 = r37 + r75 + r317 + r345
-    r304 = -1.0 * x20
-    r304 = 1.0 + r304
-    r74 = x23 * x38
+    r134 = r37 + r75 + r318 + r346
+    r305 = -1.0 * x21
+    r305 = 1.0 + r305
+    r74 = x24 * x39
     r74 = -1.0 + r74
-    r67 = k.recip(x26)
-    r39 = k.recip(x27)
-    r68 = x19 * x4 * x12 * x34 * r67 * r30 * r39 * r16
-    r68 = x28 + r68
-    r152 = 2.0 * x3 * x2 * x36
-    r152 = x30 >= r152
-    r87 = k.recip(x29)
-    r62 = k.recip(x31)
-    r86 = x19 * x4 * x12 * x34 * r87 * r30 * r62 * r16
-    r86 = x32 + r86
+    r67 = k.recip(x27)
+    r39 = k.recip(x28)
+    r68 = x19 * x4 * x12 * x35 * r67 * r30 * r39 * r16
+    r68 = x29 + r68
+    r152 = 2.0 * x3 * x2 * x37
+    r152 = x31 >= r152
+    r87 = k.recip(x30)
+    r62 = k.recip(x32)
+    r86 = x19 * x4 * x12 * x35 * r87 * r30 * r62 * r16
+    r86 = x33 + r86
     r68 = k.where(r152, r86, r68)
     r68 = 2.0 * x6 * r4 * r5 * r11 * r74 * r68
     r68 = k.where(r88, 0.0, r68)
-    r304 = r304 * r68
-    r86 = x3 * x19 * r327 * r318
-    r152 = x23 <= 1.0
+    r305 = r305 * r68
+    r86 = x3 * x19 * r328 * r319
+    r152 = x24 <= 1.0
     r102 = k.and_(r102, r152)
-    r86 = k.where(r102, r318, r86)
-    r86 = -1.0 * x20 * r86
-    r318 = x3 * x2
-    r314 = -1.0 + r318
-    r330 = k.recip(r314)
-    r307 = 2.0 * x3 * x2
-    r307 = -2.0 + r307
-    r300 = x30 * r16
-    r422 = k.gcd(r318, r300)
-    r423 = k.recip(r422)
-    r424 = x3 * x2 * r423
-    r424 = -1.0 + r424
-    r424 = x28 * r424
-    r427 = -1.0 * x3 * x2 * r423
-    r427 = r318 + r427
-    r427 = x32 * r427
-    r430 = r424 + r427
-    r430 = r330 * r307 * r430
-    r330 = x4 * x23 * r67 * r135 * r4 * r30 * r39 * r423 * r307 * r25
-    r422 = -1.0 + r422
-    r434 = x4 * x23 * r87 * r135 * r4 * r30 * r62 * r423 * r422 * r307 * r25
-    r434 = k.max(r330, r434)
-    r434 = r430 + r434
-    r430 = x30 <= x36
-    r330 = x28 * r307
-    r439 = x4 * x23 * r67 * r135 * r4 * r30 * r39 * r307 * r25
-    r439 = r330 + r439
-    r434 = k.where(r430, r439, r434)
-    r439 = x3 * x2 * x36
-    r439 = x30 >= r439
-    r330 = x32 * r307
-    r445 = x4 * x23 * r87 * r135 * r4 * r30 * r62 * r307 * r25
-    r445 = r330 + r445
-    r434 = k.where(r439, r445, r434)
-    r434 = x15 * r11 * r434
-    r445 = x4 * x23 * r67 * r135 * r4 * r30 * r39 * r423 * r314 * r25
-    r422 = x4 * x23 * r87 * r135 * r4 * r30 * r62 * r423 * r314 * r422 * r25
-    r422 = k.max(r445, r422)
-    r422 = r424 + r427 + r422
-    r427 = x28 * r314
-    r424 = x4 * x23 * r67 * r135 * r4 * r30 * r39 * r314 * r25
-    r424 = r427 + r424
-    r422 = k.where(r430, r424, r422)
-    r424 = x32 * r314
-    r135 = x4 * x23 * r87 * r135 * r4 * r30 * r62 * r314 * r25
-    r135 = r424 + r135
-    r422 = k.where(r439, r135, r422)
-    r135 = 2.0 * x15 * r11 * r422
-    r434 = k.where(r27, r135, r434)
-    r135 = x15 * r11 * r422
-    r439 = x6 * x15 * r4 * r5 * r11 * r422
-    r439 = r135 + r439
-    r434 = k.where(r102, r439, r434)
+    r86 = k.where(r102, r319, r86)
+    r86 = -1.0 * x21 * r86
+    r319 = x3 * x2
+    r315 = -1.0 + r319
+    r331 = k.recip(r315)
+    r308 = 2.0 * x3 * x2
+    r308 = -2.0 + r308
+    r301 = x31 * r16
+    r423 = k.gcd(r319, r301)
+    r424 = k.recip(r423)
+    r425 = x3 * x2 * r424
+    r425 = -1.0 + r425
+    r425 = x29 * r425
+    r428 = -1.0 * x3 * x2 * r424
+    r428 = r319 + r428
+    r428 = x33 * r428
+    r431 = r425 + r428
+    r431 = r331 * r308 * r431
+    r331 = x4 * x24 * r67 * r135 * r4 * r30 * r39 * r424 * r308 * r25
+    r423 = -1.0 + r423
+    r435 = x4 * x24 * r87 * r135 * r4 * r30 * r62 * r424 * r423 * r308 * r25
+    r435 = k.max(r331, r435)
+    r435 = r431 + r435
+    r431 = x31 <= x37
+    r331 = x29 * r308
+    r440 = x4 * x24 * r67 * r135 * r4 * r30 * r39 * r308 * r25
+    r440 = r331 + r440
+    r435 = k.where(r431, r440, r435)
+    r440 = x3 * x2 * x37
+    r440 = x31 >= r440
+    r331 = x33 * r308
+    r446 = x4 * x24 * r87 * r135 * r4 * r30 * r62 * r308 * r25
+    r446 = r331 + r446
+    r435 = k.where(r440, r446, r435)
+    r435 = x15 * r11 * r435
+    r446 = x4 * x24 * r67 * r135 * r4 * r30 * r39 * r424 * r315 * r25
+    r423 = x4 * x24 * r87 * r135 * r4 * r30 * r62 * r424 * r315 * r423 * r25
+    r423 = k.max(r446, r423)
+    r423 = r425 + r428 + r423
+    r428 = x29 * r315
+    r425 = x4 * x24 * r67 * r135 * r4 * r30 * r39 * r315 * r25
+    r425 = r428 + r425
+    r423 = k.where(r431, r425, r423)
+    r425 = x33 * r315
+    r135 = x4 * x24 * r87 * r135 * r4 * r30 * r62 * r315 * r25
+    r135 = r425 + r135
+    r423 = k.where(r440, r135, r423)
+    r135 = 2.0 * x15 * r11 * r423
+    r435 = k.where(r27, r135, r435)
+    r135 = x15 * r11 * r423
+    r440 = x6 * x15 * r4 * r5 * r11 * r423
+    r440 = r135 + r440
+    r435 = k.where(r102, r440, r435)
     r152 = k.and_(r105, r152)
-    r422 = 3.0 * x6 * x15 * r4 * r5 * r11 * r422
-    r434 = k.where(r152, r422, r434)
-    r318 = r318 == 1.0
-    r434 = k.where(r318, 0.0, r434)
-    r86 = r86 + r434
+    r423 = 3.0 * x6 * x15 * r4 * r5 * r11 * r423
+    r435 = k.where(r152, r423, r435)
+    r319 = r319 == 1.0
+    r435 = k.where(r319, 0.0, r435)
+    r86 = r86 + r435
     r86 = k.max(0.0, r86)
-    r300 = k.gcd(x2, r300)
-    r422 = k.recip(r300)
-    r105 = x2 * r422
+    r301 = k.gcd(x2, r301)
+    r423 = k.recip(r301)
+    r105 = x2 * r423
     r105 = -1.0 + r105
-    r105 = x28 * r105
-    r439 = -1.0 * x2 * r422
-    r439 = x2 + r439
-    r439 = x32 * r439
+    r105 = x29 * r105
+    r440 = -1.0 * x2 * r423
+    r440 = x2 + r440
+    r440 = x33 * r440
     r135 = -1.0 + x2
-    r424 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r39 * r16 * r422 * r135
-    r300 = -1.0 + r300
-    r300 = 2.0 * x14 * x19 * x10 * x4 * x34 * r87 * r30 * r62 * r16 * r422 * r135 * r300
-    r300 = k.max(r424, r300)
-    r300 = r105 + r439 + r300
-    r439 = x28 * r135
-    r105 = 2.0 * x14 * x19 * x10 * x4 * x34 * r67 * r30 * r39 * r16 * r135
-    r105 = r439 + r105
-    r300 = k.where(r430, r105, r300)
-    r105 = x2 * x36
-    r105 = x30 >= r105
-    r430 = x32 * r135
-    r439 = 2.0 * x14 * x19 * x10 * x4 * x34 * r87 * r30 * r62 * r16 * r135
-    r439 = r430 + r439
-    r300 = k.where(r105, r439, r300)
-    r439 = x6 * x15 * r4 * r5 * r11 * r300
-    r300 = x6 * x15 * r4 * r5 * r11 * r101 * r300
-    r300 = r439 + r300
-    r439 = x2 == 1.0
-    r300 = k.where(r439, 0.0, r300)
+    r425 = 2.0 * x14 * x19 * x10 * x4 * x35 * r67 * r30 * r39 * r16 * r423 * r135
+    r301 = -1.0 + r301
+    r301 = 2.0 * x14 * x19 * x10 * x4 * x35 * r87 * r30 * r62 * r16 * r423 * r135 * r301
+    r301 = k.max(r425, r301)
+    r301 = r105 + r440 + r301
+    r440 = x29 * r135
+    r105 = 2.0 * x14 * x19 * x10 * x4 * x35 * r67 * r30 * r39 * r16 * r135
+    r105 = r440 + r105
+    r301 = k.where(r431, r105, r301)
+    r105 = x2 * x37
+    r105 = x31 >= r105
+    r431 = x33 * r135
+    r440 = 2.0 * x14 * x19 * x10 * x4 * x35 * r87 * r30 * r62 * r16 * r135
+    r440 = r431 + r440
+    r301 = k.where(r105, r440, r301)
+    r440 = x6 * x15 * r4 * r5 * r11 * r301
+    r301 = x6 * x15 * r4 * r5 * r11 * r101 * r301
+    r301 = r440 + r301
+    r440 = x2 == 1.0
+    r301 = k.where(r440, 0.0, r301)
     r105 = k.where(r40, 2.0, 0.0)
     r105 = 4.0 + r105
-    r430 = k.gcd(x36, x30)
-    r424 = k.recip(r430)
-    r422 = x36 * r424
-    r422 = -1.0 + r422
-    r422 = x28 * r422
-    r427 = -1.0 * x36 * r424
-    r427 = x36 + r427
-    r427 = x32 * r427
-    r445 = -1.0 + x36
-    r423 = x19 * x12 * x34 * r67 * r30 * r39 * r16 * r424 * r445
-    r430 = -1.0 + r430
-    r330 = x19 * x12 * x34 * r87 * r30 * r62 * r16 * r424 * r445 * r430
-    r330 = k.max(r423, r330)
-    r330 = r422 + r427 + r330
-    r423 = x30 <= 1.0
-    r520 = x28 * r445
-    r521 = x19 * x12 * x34 * r67 * r30 * r39 * r16 * r445
-    r521 = r520 + r521
-    r330 = k.where(r423, r521, r330)
-    r521 = x30 >= x36
-    r525 = x32 * r445
-    r526 = x19 * x12 * x34 * r87 * r30 * r62 * r16 * r445
-    r526 = r525 + r526
-    r330 = k.where(r521, r526, r330)
-    r330 = x6 * x15 * r4 * r5 * r11 * r105 * r330
-    r526 = x19 * x4 * x12 * x34 * r67 * r30 * r39 * r16 * r424 * r445
-    r430 = x19 * x4 * x12 * x34 * r87 * r30 * r62 * r16 * r424 * r445 * r430
-    r430 = k.max(r526, r430)
-    r430 = r422 + r427 + r430
-    r39 = x19 * x4 * x12 * x34 * r67 * r30 * r39 * r16 * r445
-    r39 = r520 + r39
-    r430 = k.where(r423, r39, r430)
-    r62 = x19 * x4 * x12 * x34 * r87 * r30 * r62 * r16 * r445
-    r62 = r525 + r62
-    r430 = k.where(r521, r62, r430)
-    r430 = x6 * x15 * r4 * r5 * r11 * r105 * r430
-    r430 = r330 + r430
-    r330 = x36 == 1.0
-    r430 = k.where(r330, 0.0, r430)
+    r431 = k.gcd(x37, x31)
+    r425 = k.recip(r431)
+    r423 = x37 * r425
+    r423 = -1.0 + r423
+    r423 = x29 * r423
+    r428 = -1.0 * x37 * r425
+    r428 = x37 + r428
+    r428 = x33 * r428
+    r446 = -1.0 + x37
+    r424 = x19 * x12 * x35 * r67 * r30 * r39 * r16 * r425 * r446
+    r431 = -1.0 + r431
+    r331 = x19 * x12 * x35 * r87 * r30 * r62 * r16 * r425 * r446 * r431
+    r331 = k.max(r424, r331)
+    r331 = r423 + r428 + r331
+    r424 = x31 <= 1.0
+    r521 = x29 * r446
+    r522 = x19 * x12 * x35 * r67 * r30 * r39 * r16 * r446
+    r522 = r521 + r522
+    r331 = k.where(r424, r522, r331)
+    r522 = x31 >= x37
+    r526 = x33 * r446
+    r527 = x19 * x12 * x35 * r87 * r30 * r62 * r16 * r446
+    r527 = r526 + r527
+    r331 = k.where(r522, r527, r331)
+    r331 = x6 * x15 * r4 * r5 * r11 * r105 * r331
+    r527 = x19 * x4 * x12 * x35 * r67 * r30 * r39 * r16 * r425 * r446
+    r431 = x19 * x4 * x12 * x35 * r87 * r30 * r62 * r16 * r425 * r446 * r431
+    r431 = k.max(r527, r431)
+    r431 = r423 + r428 + r431
+    r39 = x19 * x4 * x12 * x35 * r67 * r30 * r39 * r16 * r446
+    r39 = r521 + r39
+    r431 = k.where(r424, r39, r431)
+    r62 = x19 * x4 * x12 * x35 * r87 * r30 * r62 * r16 * r446
+    r62 = r526 + r62
+    r431 = k.where(r522, r62, r431)
+    r431 = x6 * x15 * r4 * r5 * r11 * r105 * r431
+    r431 = r331 + r431
+    r331 = x37 == 1.0
+    r431 = k.where(r331, 0.0, r431)
     r149 = r14 + r63 + r149
     r149 = k.max(0.0, r149)
     r149 = k.where(r26, r149, 0.0)
-    r63 = r304 + r37 + r75 + r317 + r345 + r86 + r311 + r300 + r430 + r149
+    r63 = r305 + r37 + r75 + r318 + r346 + r86 + r312 + r301 + r431 + r149
     r14 = k.recip(r63)
-    r62 = 6.0 * x6 * x34 * r299 * r4 * r30 * r11 * r16 * r14 * r15
-    r161 = x6 * x34 * r299 * r4 * r30 * r11 * r16 * r14 * r161
-    r14 = x19 * x4 * x12 * x34 * r30
-    r299 = x19 * x4 * x12 * x34 * r67 * r30
-    r307 = x4 * r4 * r30 * r307 * r25
-    r521 = 2.0 * x4 * r4 * r30 * r314 * r25
-    r307 = k.where(r27, r521, r307)
-    r521 = x4 * r4 * r30 * r314 * r25
+    r62 = 6.0 * x6 * x35 * r300 * r4 * r30 * r11 * r16 * r14 * r15
+    r161 = x6 * x35 * r300 * r4 * r30 * r11 * r16 * r14 * r161
+    r14 = x19 * x4 * x12 * x35 * r30
+    r300 = x19 * x4 * x12 * x35 * r67 * r30
+    r308 = x4 * r4 * r30 * r308 * r25
+    r522 = 2.0 * x4 * r4 * r30 * r315 * r25
+    r308 = k.where(r27, r522, r308)
+    r522 = x4 * r4 * r30 * r315 * r25
     r27 = k.pow(x3, -2.0)
-    r525 = x6 * x4 * r27 * r5 * r30 * r314 * r25
-    r525 = r521 + r525
-    r307 = k.where(r102, r525, r307)
-    r314 = 3.0 * x6 * x4 * r27 * r5 * r30 * r314 * r25
-    r307 = k.where(r152, r314, r307)
-    r307 = k.where(r318, 0.0, r307)
-    r318 = r67 * r307
-    r67 = x29 * r67
-    r314 = k.recip(x34)
-    r152 = x35 * r327 * r314
+    r526 = x6 * x4 * r27 * r5 * r30 * r315 * r25
+    r526 = r522 + r526
+    r308 = k.where(r102, r526, r308)
+    r315 = 3.0 * x6 * x4 * r27 * r5 * r30 * r315 * r25
+    r308 = k.where(r152, r315, r308)
+    r308 = k.where(r319, 0.0, r308)
+    r319 = r67 * r308
+    r67 = x30 * r67
+    r315 = k.recip(x35)
+    r152 = x36 * r328 * r315
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r525 = 1.6e-11 * x12
+    r526 = 1.6e-11 * x12
     r102 = 8e-12 * x15 * r9
-    r521 = 8e-12 * x15 * r13
-    r87 = 8e-12 * x37 * x12
-    r39 = r525 + r102 + r521 + r87
-    r423 = 8e-12 * x12
-    r520 = 4e-12 * x15 * r9
-    r427 = 4e-12 * x15 * r13
-    r422 = 4e-12 * x37 * x12
-    r422 = r423 + r520 + r427 + r422
-    r422 = r27 > r422
-    r427 = -1.6e-11 * x12
+    r522 = 8e-12 * x15 * r13
+    r87 = 8e-12 * x38 * x12
+    r39 = r526 + r102 + r522 + r87
+    r424 = 8e-12 * x12
+    r521 = 4e-12 * x15 * r9
+    r428 = 4e-12 * x15 * r13
+    r423 = 4e-12 * x38 * x12
+    r423 = r424 + r521 + r428 + r423
+    r423 = r27 > r423
+    r428 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r520 = -8e-12 * x37 * x12
-    r423 = k.sqrt(2.0)
-    r526 = k.sqrt(x3)
-    r526 = k.recip(r526)
-    r424 = k.sqrt(x2)
-    r424 = k.recip(r424)
-    r590 = k.sqrt(x13)
-    r590 = k.recip(r590)
-    r592 = k.sqrt(x23)
-    r592 = k.recip(r592)
-    r594 = k.sqrt(x36)
-    r594 = k.recip(r594)
-    r596 = k.sqrt(r39)
-    r597 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r39
-    r598 = k.sqrt(x3)
-    r599 = k.sqrt(x2)
-    r600 = k.sqrt(x13)
-    r601 = k.sqrt(x23)
-    r602 = k.sqrt(x36)
-    r602 = 0.16666666666666666 * r423 * r598 * r599 * r600 * r601 * r602 * r596
-    r602 = 1.0 + r597 + r602
-    r602 = r423 * r526 * r424 * r590 * r592 * r594 * r596 * r602
-    r602 = r427 + r9 + r13 + r520 + r602
-    r520 = k.where(r422, r602, r27)
-    r87 = r525 + r102 + r521 + r87 + r520
-    r87 = x3 * x2 * x13 * x23 * x36 * r87
+    r521 = -8e-12 * x38 * x12
+    r424 = k.sqrt(2.0)
+    r527 = k.sqrt(x3)
+    r527 = k.recip(r527)
+    r425 = k.sqrt(x2)
+    r425 = k.recip(r425)
+    r591 = k.sqrt(x13)
+    r591 = k.recip(r591)
+    r593 = k.sqrt(x24)
+    r593 = k.recip(r593)
+    r595 = k.sqrt(x37)
+    r595 = k.recip(r595)
+    r597 = k.sqrt(r39)
+    r598 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r39
+    r599 = k.sqrt(x3)
+    r600 = k.sqrt(x2)
+    r601 = k.sqrt(x13)
+    r602 = k.sqrt(x24)
+    r603 = k.sqrt(x37)
+    r603 = 0.16666666666666666 * r424 * r599 * r600 * r601 * r602 * r603 * r597
+    r603 = 1.0 + r598 + r603
+    r603 = r424 * r527 * r425 * r591 * r593 * r595 * r597 * r603
+    r603 = r428 + r9 + r13 + r521 + r603
+    r521 = k.where(r423, r603, r27)
+    r87 = r526 + r102 + r522 + r87 + r521
+    r87 = x3 * x2 * x13 * x24 * x37 * r87
     r87 = k.exp(r87)
     r87 = -1.0 + r87
-    r521 = k.recip(r87)
-    r102 = x25 + x1
-    r525 = -1.0 * x3 * x2 * x13 * x23 * x36 * r102
-    r525 = k.exp(r525)
-    r525 = x3 * x2 * x13 * x23 * x36 * r521 * r520 * r525
-    r521 = x3 * x2 * x13 * x23 * x36
-    r602 = k.recip(r602)
-    r521 = k.where(r422, r602, r521)
-    r102 = x3 * x2 * x13 * x23 * x36 * r102
+    r522 = k.recip(r87)
+    r102 = x26 + x1
+    r526 = -1.0 * x3 * x2 * x13 * x24 * x37 * r102
+    r526 = k.exp(r526)
+    r526 = x3 * x2 * x13 * x24 * x37 * r522 * r521 * r526
+    r522 = x3 * x2 * x13 * x24 * x37
+    r603 = k.recip(r603)
+    r522 = k.where(r423, r603, r522)
+    r102 = x3 * x2 * x13 * x24 * x37 * r102
     r102 = k.exp(r102)
-    r5 = x35 * r327 * r4 * r30 * r5 * r11 * r314 * r16 * r87 * r63 * r521 * r102
-    r102 = x35 * r327 * r314 * r87 * r63 * r521 * r102
-    r521 = x6 * x15 * x12 * x34 * r4 * r30 * r11 * r16 * r445 * r105
-    r105 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r445 * r105
-    r105 = r521 + r105
-    r105 = k.where(r330, 0.0, r105)
-    r330 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r135
-    r135 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r101 * r135
-    r135 = r330 + r135
-    r135 = k.where(r439, 0.0, r135)
-    r74 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r74
+    r5 = x36 * r328 * r4 * r30 * r5 * r11 * r315 * r16 * r87 * r63 * r522 * r102
+    r102 = x36 * r328 * r315 * r87 * r63 * r522 * r102
+    r522 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r446 * r105
+    r105 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r446 * r105
+    r105 = r522 + r105
+    r105 = k.where(r331, 0.0, r105)
+    r331 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r135
+    r135 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r101 * r135
+    r135 = r331 + r135
+    r135 = k.where(r440, 0.0, r135)
+    r74 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r74
     r74 = k.where(r88, 0.0, r74)
-    r88 = x36 >= 2.0
+    r88 = x37 >= 2.0
     r40 = k.or_(r34, r40, r88)
-    r16 = x24 != 2.0
+    r16 = x25 != 2.0
     r11 = k.or_(r34, r88, r16)
-    r30 = r132 < x23
-    r4 = x33 != 2.0
+    r30 = r132 < x24
+    r4 = x34 != 2.0
     r70 = k.and_(r70, r4)
     r70 = k.not_(r70)
     r70 = k.or_(r30, r70)
-    r439 = 0.0 == r131
-    r330 = k.or_(r26, r34, r88, r16, r439)
-    r439 = k.or_(r26, r439)
-    r439 = k.not_(r439)
-    r439 = k.or_(r34, r88, r16, r439)
-    r101 = x33 != 1.0
+    r440 = 0.0 == r131
+    r331 = k.or_(r26, r34, r88, r16, r440)
+    r440 = k.or_(r26, r440)
+    r440 = k.not_(r440)
+    r440 = k.or_(r34, r88, r16, r440)
+    r101 = x34 != 1.0
     r69 = k.and_(r101, r4, r69)
     r69 = k.not_(r69)
     r69 = k.or_(r30, r69)
     r132 = r132 == r131
-    r133 = -1.0 + x23 + r133
+    r133 = -1.0 + x24 + r133
     r131 = r133 == r131
     r131 = k.and_(r26, r131)
     r26 = k.or_(r34, r88, r16, r132, r131)
     r131 = k.or_(r132, r131)
     r131 = k.not_(r131)
     r131 = k.or_(r34, r88, r16, r131)
-    r131 = k.and_(r40, r11, r70, r330, r439, r69, r26, r131)
-    r439 = k.and_(r40, r330, r439)
+    r131 = k.and_(r40, r11, r70, r331, r440, r69, r26, r131)
+    r440 = k.and_(r40, r331, r440)
     r11 = k.and_(r40, r11)
     r88 = k.or_(r34, r88)
-    r34 = x23 >= 2.0
-    r40 = x33 != 3.0
-    r330 = x33 != 4.0
+    r34 = x24 >= 2.0
+    r40 = x34 != 3.0
+    r331 = x34 != 4.0
     r78 = k.not_(r78)
-    r78 = k.and_(r40, r330, r78)
+    r78 = k.and_(r40, r331, r78)
     r78 = k.not_(r78)
     r78 = k.or_(r34, r78)
-    r34 = x21 * x3 * x2 * x23 * x36 * r63
-    r330 = r121 <= r34
+    r34 = x22 * x3 * x2 * x24 * x37 * r63
+    r331 = r90 <= r34
     r34 = r104 <= r34
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r89, r83, r48, r112, r108, r130, 0.0, r111, r8, r41, r38, r66, r116, r12, r90, r121, r121, r104, r103, r125, r76, r134, r311, r63, r62, r161, r14, r299, r318, r67, 0.0, r152, r27, r39, r520, r525, r5, r102, r75, r345, r317, r37, r105, r430, r430, r135, r300, r300, r307, r434, r86, r74, r68, r304, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r131, 1.0, 1.0, r439, r11, r88, 1.0, 1.0, 1.0, r131, r131, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, r78, r78, r330, r34, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r89, r83, r48, r112, r108, r130, 0.0, r111, r8, r41, r38, r66, r116, r12, r121, r90, r90, r104, r103, r125, r76, r134, r312, r63, r62, r161, r14, r300, r319, r67, 0.0, r152, r27, r39, r521, r526, r5, r102, r75, r346, r318, r37, r105, r431, r431, r135, r301, r301, r308, r435, r86, r74, r68, r305, 0.0, 0.0, r149, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r131, 1.0, 1.0, r440, r11, r88, 1.0, 1.0, 1.0, r131, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, r78, r78, r331, r34, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1344,9 +1345,9 @@ def search(x, k):
     return (r102, r1, r60)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (41, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50), (40, 45, 46, 47, 48, 49, 50), (), (32, 33, 38), (), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50), (32, 33, 38, 39, 40, 41, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (15, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (42, 45, 46, 47, 48, 49, 50), (42, 45, 46, 47, 48, 49, 50, 76, 77), (42, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 34), (13, 35), (13, 36), (13, 68), (13, 69), (13, 70), (13, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 34), (17, 35), (17, 36), (17, 68), (17, 69), (17, 70), (17, 71), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 34), (23, 35), (23, 36), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (42, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51), (41, 46, 47, 48, 49, 50, 51), (), (32, 33, 39), (), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 46, 47, 48, 49, 50, 51), (32, 33, 37, 39, 40, 41, 42, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (15, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (29,), (78,), (43, 46, 47, 48, 49, 50, 51), (43, 46, 47, 48, 49, 50, 51, 77, 78), (43, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 31), (13, 34), (13, 35), (13, 36), (13, 69), (13, 70), (13, 71), (13, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 69), (16, 70), (16, 71), (16, 72), (17, 31), (17, 34), (17, 35), (17, 36), (17, 69), (17, 70), (17, 71), (17, 72), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,24 +46,24 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x37 * x12 * r38
-    r12 = x23 != 1.0
+    r38 = x38 * x12 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x39 >= 2.0
+    r51 = x40 >= 2.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
-    r54 = x39 >= 3.0
+    r54 = x40 >= 3.0
     r8 = k.where(r54, r52, r8)
     r52 = 12.0 * r39
     r57 = 12.0 * r4 * r30 * r39
@@ -76,51 +76,51 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r16 * r63
     r63 = r57 + r63
-    r63 = x19 * x34 * r30 * r63
-    r57 = x24 == 1.0
+    r63 = x19 * x35 * r30 * r63
+    r57 = x25 == 1.0
     r61 = 4.0 * x12
     r70 = 2.0 * x5
     r71 = 2.0 * x14 * x10
     r62 = r70 + r60 + r71 + r62
     r62 = r16 * r62
     r62 = r61 + r62
-    r62 = x19 * x34 * r30 * r62
+    r62 = x19 * x35 * r30 * r62
     r63 = k.where(r57, r62, r63)
-    r62 = x24 == 2.0
-    r61 = 2.0 * x19 * x12 * x34 * r30
+    r62 = x25 == 2.0
+    r61 = 2.0 * x19 * x12 * x35 * r30
     r61 = k.where(r62, r61, r63)
-    r71 = 1.0 + x23
+    r71 = 1.0 + x24
     r71 = k.min(r71, r6)
     r71 = r71 * r34
-    r60 = x33 == 4.0
-    r70 = 2.0 * x23
+    r60 = x34 == 4.0
+    r70 = 2.0 * x24
     r85 = -1.0 + r70
     r85 = k.min(r85, r6)
     r85 = r85 * r34
     r88 = k.where(r60, r85, r71)
-    r89 = x33 == 0.0
-    r90 = x33 == 3.0
+    r89 = x34 == 0.0
+    r90 = x34 == 3.0
     r91 = k.or_(r89, r90)
-    r92 = k.min(x23, r6)
+    r92 = k.min(x24, r6)
     r92 = r92 * r34
     r88 = k.where(r91, r92, r88)
-    r92 = x33 == 1.0
-    r96 = k.recip(x38)
-    r97 = x6 * x38 * r4 * r5
-    r98 = -1.0 + x38
-    r98 = x23 * r98
+    r92 = x34 == 1.0
+    r96 = k.recip(x39)
+    r97 = x6 * x39 * r4 * r5
+    r98 = -1.0 + x39
+    r98 = x24 * r98
     r100 = -1.0 + r70 + r98
     r100 = k.min(r97, r100)
     r100 = r96 * r100 * r34
     r88 = k.where(r92, r100, r88)
-    r100 = x33 == 2.0
+    r100 = x34 == 2.0
     r105 = x6 * r4 * r5 * r34
     r88 = k.where(r100, r105, r88)
     r88 = r61 * r88
     r108 = k.where(r62, r63, 0.0)
     r109 = k.or_(r26, r37)
-    r110 = 4.0 * x19 * x12 * x34 * r30
-    r111 = x37 * x19 * x16 * x34 * r30 * r16
+    r110 = 4.0 * x19 * x12 * x35 * r30
+    r111 = x38 * x19 * x16 * x35 * r30 * r16
     r110 = r110 + r111
     r110 = k.max(r110, r108)
     r109 = k.where(r109, r110, r108)
@@ -129,7 +129,7 @@ def quantities(x, k):
     r115 = k.where(r26, r116, r115)
     r116 = 3.0 * x4 * r115 * r39
     r116 = k.where(r54, r116, 0.0)
-    r120 = x23 > 1.0
+    r120 = x24 > 1.0
     r120 = k.and_(r54, r120)
     r122 = 6.0 * r39
     r116 = k.where(r120, r122, r116)
@@ -148,33 +148,33 @@ def quantities(x, k):
     r39 = r122 == r39
     r116 = k.where(r39, r116, 0.0)
     r39 = r53 + r8 + r52 + r125 + r109 + r116
-    r122 = -1.0 + x23
+    r122 = -1.0 + x24
     r88 = k.min(1.0, r122)
     r141 = 1.0 + r88
-    r141 = x23 == r141
+    r141 = x24 == r141
     r143 = k.where(r141, 1.0, 0.0)
     r143 = 2.0 * x12 * r143
     r145 = r88 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r148 = r88 != 0.0
     r148 = k.and_(r148, r141)
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x37 * x12 * r148
+    r148 = x38 * x12 * r148
     r148 = r35 + r36 + r143 + r145 + r148
     r148 = r16 * r148
     r145 = -1.0 * r88
-    r145 = x23 + r145
-    r143 = x23 == r145
+    r145 = x24 + r145
+    r143 = x24 == r145
     r157 = k.where(r143, 1.0, 0.0)
     r157 = 2.0 * x12 * r157
     r159 = r145 == 1.0
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x37 * x12 * r159
+    r159 = x38 * x12 * r159
     r162 = r145 != 1.0
     r162 = k.and_(r143, r162)
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x37 * x12 * r162
+    r162 = x38 * x12 * r162
     r162 = r35 + r36 + r157 + r159 + r162
     r162 = r16 * r162
     r162 = r148 + r162
@@ -286,409 +286,410 @@ def quantities(x, k):
     r120 = k.where(r52, r70, r120)
     r116 = r39 == r116
     r120 = k.where(r116, r125, r120)
-    r125 = x37 * x19 * x4 * x34 * r30 * r16
-    r116 = x37 * x19 * x4 * x34 * r30
+    r125 = x38 * x19 * x4 * x35 * r30 * r16
+    r116 = x38 * x19 * x4 * x35 * r30
     r70 = k.max(r39, r148, r12)
     r52 = r148 == r70
     r12 = k.where(r52, r148, r12)
     r70 = r39 == r70
     r12 = k.where(r70, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r70 = 6.0 * x6 * x34 * r15
+    r39 = -1.0 * x20
+    r70 = -1.0 * r12
+    r70 = x8 + r39 + r70
+    r39 = 6.0 * x6 * x35 * r15
     r148 = 12.0 * x12
     r52 = 6.0 * x15 * r9
     r143 = 6.0 * x15 * r13
-    r53 = 6.0 * x37 * x12
-    r159 = 12.0 * x15 * x11 * x10 * x34
+    r53 = 6.0 * x38 * x12
+    r159 = 12.0 * x15 * x11 * x10 * x35
     r159 = r148 + r52 + r143 + r53 + r159
-    r53 = x6 * x34 * r159
+    r53 = x6 * x35 * r159
     r143 = k.pow(x12, 2.0)
     r52 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r52
+    r8 = 0.16666666666666666 * x35 * r52
     r157 = k.recip(x15)
-    r52 = 0.0625 * x37 * r157 * r52
+    r52 = 0.0625 * x38 * r157 * r52
     r52 = 1.0 + r8 + r52
-    r52 = 96.0 * x6 * x15 * x34 * r143 * r52
-    r143 = k.pow(x34, 2.0)
+    r52 = 96.0 * x6 * x15 * x35 * r143 * r52
+    r143 = k.pow(x35, 2.0)
     r143 = 2.0 * x6 * x15 * x11 * x10 * r143
     r8 = x11 * x10
     r61 = x14 * x10
     r61 = x5 + r8 + r61
-    r61 = 2.0 * x6 * x15 * x12 * x34 * r61
+    r61 = 2.0 * x6 * x15 * x12 * x35 * r61
     r61 = k.where(r57, r61, 0.0)
-    r8 = 0.3333333333333333 * x6 * x34 * r159
+    r8 = 0.3333333333333333 * x6 * x35 * r159
     r61 = k.where(r62, r8, r61)
     r61 = r53 + r143 + r61
     r143 = k.where(r62, 1.0, 0.0)
     r8 = 1.0 + r143
     r162 = k.recip(x9)
     r71 = k.recip(x18)
-    r105 = x37 * x12 * r16
-    r34 = x19 * x12 * x34 * r30
-    r97 = x37 * x19 * x34 * r30 * r16
+    r105 = x38 * x12 * r16
+    r34 = x19 * x12 * x35 * r30
+    r97 = x38 * x19 * x35 * r30 * r16
     r97 = r105 + r34 + r97
     r105 = 2.0 * r162 * r71 * r97
-    r98 = k.recip(x22)
+    r98 = k.recip(x23)
     r85 = k.recip(x17)
-    r145 = 2.0 * x37 * x19 * x12 * x34 * r98 * r30 * r85 * r16
+    r145 = 2.0 * x38 * x19 * x12 * x35 * r98 * r30 * r85 * r16
     r145 = r105 + r145
     r145 = r8 * r145
     r97 = 4.0 * r162 * r71 * r97
-    r105 = 4.0 * x37 * x19 * x12 * x34 * r98 * r30 * r85 * r16
+    r105 = 4.0 * x38 * x19 * x12 * x35 * r98 * r30 * r85 * r16
     r105 = r145 + r97 + r105
     r105 = r11 * r105
     r97 = x11 * x10 * x12 * r16
-    r145 = x11 * x19 * x10 * x34 * r30 * r16
+    r145 = x11 * x19 * x10 * x35 * r30 * r16
     r145 = r97 + r34 + r145
     r97 = r162 * r71 * r145
-    r35 = k.recip(x21)
-    r334 = 2.0 * x11 * x19 * x10 * x12 * x34 * r35 * r30 * r85 * r16
-    r334 = r97 + r334
-    r334 = r8 * r334
+    r35 = k.recip(x22)
+    r335 = 2.0 * x11 * x19 * x10 * x12 * x35 * r35 * r30 * r85 * r16
+    r335 = r97 + r335
+    r335 = r8 * r335
     r97 = x10 * x12 * r16 * r14
-    r338 = x19 * x10 * x34 * r30 * r16 * r14
-    r338 = r34 + r97 + r338
-    r97 = r162 * r71 * r338
-    r341 = 2.0 * x19 * x10 * x12 * x34 * r35 * r30 * r85 * r16 * r14
-    r341 = r97 + r341
-    r341 = r8 * r341
+    r339 = x19 * x10 * x35 * r30 * r16 * r14
+    r339 = r34 + r97 + r339
+    r97 = r162 * r71 * r339
+    r342 = 2.0 * x19 * x10 * x12 * x35 * r35 * r30 * r85 * r16 * r14
+    r342 = r97 + r342
+    r342 = r8 * r342
     r97 = x12 * x5 * r16
-    r345 = x19 * x5 * x34 * r30 * r16
-    r345 = r97 + r34 + r345
-    r97 = r162 * r71 * r345
-    r348 = 2.0 * x19 * x12 * x5 * x34 * r35 * r30 * r85 * r16
-    r348 = r97 + r348
-    r97 = r8 * r348
-    r351 = x14 * x10 * x12 * r16
-    r352 = x14 * x19 * x10 * x34 * r30 * r16
-    r352 = r351 + r34 + r352
-    r352 = r162 * r71 * r352
-    r34 = 2.0 * x14 * x19 * x10 * x12 * x34 * r35 * r30 * r85 * r16
-    r34 = r352 + r34
+    r346 = x19 * x5 * x35 * r30 * r16
+    r346 = r97 + r34 + r346
+    r97 = r162 * r71 * r346
+    r349 = 2.0 * x19 * x12 * x5 * x35 * r35 * r30 * r85 * r16
+    r349 = r97 + r349
+    r97 = r8 * r349
+    r352 = x14 * x10 * x12 * r16
+    r353 = x14 * x19 * x10 * x35 * r30 * r16
+    r353 = r352 + r34 + r353
+    r353 = r162 * r71 * r353
+    r34 = 2.0 * x14 * x19 * x10 * x12 * x35 * r35 * r30 * r85 * r16
+    r34 = r353 + r34
     r34 = r8 * r34
-    r352 = x5 * r16
-    r352 = x12 + r352
-    r351 = 4.0 * x19 * x34 * r162 * r30 * r71 * r352
-    r361 = x11 * x10 * r16
-    r361 = x12 + r361
-    r361 = 4.0 * x19 * x34 * r162 * r30 * r71 * r361
-    r364 = x14 * x10 * r16
-    r364 = x12 + r364
-    r364 = 4.0 * x19 * x34 * r162 * r30 * r71 * r364
-    r364 = r97 + r334 + r34 + r351 + r361 + r364
+    r353 = x5 * r16
+    r353 = x12 + r353
+    r352 = 4.0 * x19 * x35 * r162 * r30 * r71 * r353
+    r362 = x11 * x10 * r16
+    r362 = x12 + r362
+    r362 = 4.0 * x19 * x35 * r162 * r30 * r71 * r362
+    r365 = x14 * x10 * r16
+    r365 = x12 + r365
+    r365 = 4.0 * x19 * x35 * r162 * r30 * r71 * r365
+    r365 = r97 + r335 + r34 + r352 + r362 + r365
     r57 = k.where(r57, 1.0, 0.0)
-    r364 = r364 * r57
-    r348 = 2.0 * r8 * r348
+    r365 = r365 * r57
+    r349 = 2.0 * r8 * r349
     r145 = 2.0 * r162 * r71 * r145
-    r338 = 2.0 * r162 * r71 * r338
-    r345 = 4.0 * r162 * r71 * r345
-    r351 = x10 * r16 * r14
-    r351 = x12 + r351
-    r351 = 4.0 * x19 * x34 * r162 * r30 * r71 * r351
-    r352 = 8.0 * x19 * x34 * r162 * r30 * r71 * r352
-    r34 = 8.0 * x19 * x12 * x5 * x34 * r35 * r30 * r85 * r16
-    r97 = 4.0 * x11 * x19 * x10 * x12 * x34 * r35 * r30 * r85 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r35 * r30 * r85 * r16 * r14
-    r14 = r334 + r341 + r364 + r348 + r145 + r338 + r345 + r361 + r351 + r352 + r34 + r97 + r14
+    r339 = 2.0 * r162 * r71 * r339
+    r346 = 4.0 * r162 * r71 * r346
+    r352 = x10 * r16 * r14
+    r352 = x12 + r352
+    r352 = 4.0 * x19 * x35 * r162 * r30 * r71 * r352
+    r353 = 8.0 * x19 * x35 * r162 * r30 * r71 * r353
+    r34 = 8.0 * x19 * x12 * x5 * x35 * r35 * r30 * r85 * r16
+    r97 = 4.0 * x11 * x19 * x10 * x12 * x35 * r35 * r30 * r85 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r35 * r30 * r85 * r16 * r14
+    r14 = r335 + r342 + r365 + r349 + r145 + r339 + r346 + r362 + r352 + r353 + r34 + r97 + r14
     r14 = x15 * r11 * r14
     r14 = r105 + r14
     r105 = x6 * r4 * r5 * r14
     r57 = 1.0 + r57 + r143
     r97 = 10.0 * x12 * r57
     r97 = r148 + r97
-    r97 = x19 * x34 * r30 * r97
+    r97 = x19 * x35 * r30 * r97
     r148 = 3.0 * x5
     r57 = 2.0 * x5 * r57
     r57 = r148 + r57
-    r57 = x19 * x34 * r30 * r16 * r57
+    r57 = x19 * x35 * r30 * r16 * r57
     r57 = r97 + r57
     r57 = x15 * r11 * r57
-    r97 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r97 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
     r97 = r57 + r97
     r57 = x6 * x4 * r162 * r4 * r5 * r71 * r97
     r148 = k.recip(x0)
-    r34 = x11 * x10 * x34
+    r34 = x11 * x10 * x35
     r143 = 3.0 + r143
-    r143 = 2.0 * x11 * x10 * x34 * r143
+    r143 = 2.0 * x11 * x10 * x35 * r143
     r143 = r34 + r143
-    r34 = x6 * x15 * x34 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
-    r352 = r105 + r57 + r34
-    r351 = k.recip(r352)
+    r34 = x6 * x15 * x35 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
+    r353 = r105 + r57 + r34
+    r352 = k.recip(r353)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r361 = k.recip(x6)
-    r345 = 0.3333333333333333 * x3 * x19 * r361 * r96 * r352
-    r338 = 0.6666666666666666 * x3 * x19 * x23 * r361 * r352
+    r362 = k.recip(x6)
+    r346 = 0.3333333333333333 * x3 * x19 * r362 * r96 * r353
+    r339 = 0.6666666666666666 * x3 * x19 * x24 * r362 * r353
     r97 = -1.0 * x6 * x4 * r162 * r4 * r5 * r71 * r97
-    r143 = -1.0 * x6 * x15 * x34 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
-    r338 = r14 + r345 + r338 + r97 + r143
-    r338 = k.max(0.0, r338)
-    r345 = 0.5 * x23
-    r345 = -1.0 + r345
-    r345 = 0.6666666666666666 * x3 * x19 * r361 * r96 * r345 * r352
-    r345 = k.where(r60, 0.0, r345)
-    r60 = 0.3333333333333333 * x3 * x19 * r361 * r96 * r122 * r352
-    r345 = k.where(r90, r60, r345)
+    r143 = -1.0 * x6 * x15 * x35 * r98 * r4 * r30 * r85 * r148 * r11 * r16 * r143
+    r339 = r14 + r346 + r339 + r97 + r143
+    r339 = k.max(0.0, r339)
+    r346 = 0.5 * x24
+    r346 = -1.0 + r346
+    r346 = 0.6666666666666666 * x3 * x19 * r362 * r96 * r346 * r353
+    r346 = k.where(r60, 0.0, r346)
+    r60 = 0.3333333333333333 * x3 * x19 * r362 * r96 * r122 * r353
+    r346 = k.where(r90, r60, r346)
     r100 = k.or_(r89, r92, r100)
-    r122 = x3 * x19 * r361 * r96 * r122 * r352
-    r345 = k.where(r100, r122, r345)
-    r345 = k.max(r338, r345)
-    r351 = r351 * r345
+    r122 = x3 * x19 * r362 * r96 * r122 * r353
+    r346 = k.where(r100, r122, r346)
+    r346 = k.max(r339, r346)
+    r352 = r352 * r346
     r71 = 28.0 * r162 * r71 * r31
     r162 = r71 + r105 + r57 + r34
-    r338 = -1.0 * x20
-    r338 = 1.0 + r338
-    r122 = x23 * x38
+    r339 = -1.0 * x21
+    r339 = 1.0 + r339
+    r122 = x24 * x39
     r122 = -1.0 + r122
-    r96 = k.recip(x26)
-    r89 = k.recip(x27)
-    r60 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16
-    r60 = x28 + r60
-    r90 = 2.0 * x3 * x2 * x36
-    r90 = x30 >= r90
-    r148 = k.recip(x29)
-    r85 = k.recip(x31)
-    r98 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16
-    r98 = x32 + r98
+    r96 = k.recip(x27)
+    r89 = k.recip(x28)
+    r60 = x19 * x4 * x12 * x35 * r96 * r30 * r89 * r16
+    r60 = x29 + r60
+    r90 = 2.0 * x3 * x2 * x37
+    r90 = x31 >= r90
+    r148 = k.recip(x30)
+    r85 = k.recip(x32)
+    r98 = x19 * x4 * x12 * x35 * r148 * r30 * r85 * r16
+    r98 = x33 + r98
     r60 = k.where(r90, r98, r60)
     r60 = 2.0 * x6 * r4 * r5 * r11 * r122 * r60
     r60 = k.where(r37, 0.0, r60)
-    r338 = r338 * r60
-    r98 = x3 * x19 * r361 * r352
-    r90 = x23 <= 1.0
+    r339 = r339 * r60
+    r98 = x3 * x19 * r362 * r353
+    r90 = x24 <= 1.0
     r51 = k.and_(r51, r90)
-    r98 = k.where(r51, r352, r98)
-    r98 = -1.0 * x20 * r98
-    r352 = x3 * x2
-    r145 = -1.0 + r352
-    r348 = k.recip(r145)
-    r364 = 2.0 * x3 * x2
-    r364 = -2.0 + r364
-    r341 = x30 * r16
-    r334 = k.gcd(r352, r341)
-    r457 = k.recip(r334)
-    r458 = x3 * x2 * r457
-    r458 = -1.0 + r458
-    r458 = x28 * r458
-    r461 = -1.0 * x3 * x2 * r457
-    r461 = r352 + r461
-    r461 = x32 * r461
-    r464 = r458 + r461
-    r464 = r348 * r364 * r464
-    r348 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r457 * r364 * r25
-    r334 = -1.0 + r334
-    r468 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r457 * r334 * r364 * r25
-    r468 = k.max(r348, r468)
-    r468 = r464 + r468
-    r464 = x30 <= x36
-    r348 = x28 * r364
-    r473 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r364 * r25
-    r473 = r348 + r473
-    r468 = k.where(r464, r473, r468)
-    r473 = x3 * x2 * x36
-    r473 = x30 >= r473
-    r348 = x32 * r364
-    r479 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r364 * r25
-    r479 = r348 + r479
-    r468 = k.where(r473, r479, r468)
-    r468 = x15 * r11 * r468
-    r479 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r457 * r145 * r25
-    r334 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r457 * r145 * r334 * r25
-    r334 = k.max(r479, r334)
-    r334 = r458 + r461 + r334
-    r461 = x28 * r145
-    r458 = x4 * x23 * r96 * r157 * r4 * r30 * r89 * r145 * r25
-    r458 = r461 + r458
-    r334 = k.where(r464, r458, r334)
-    r458 = x32 * r145
-    r157 = x4 * x23 * r148 * r157 * r4 * r30 * r85 * r145 * r25
-    r157 = r458 + r157
-    r334 = k.where(r473, r157, r334)
-    r157 = 2.0 * x15 * r11 * r334
-    r468 = k.where(r27, r157, r468)
-    r157 = x15 * r11 * r334
-    r473 = x6 * x15 * r4 * r5 * r11 * r334
-    r473 = r157 + r473
-    r468 = k.where(r51, r473, r468)
+    r98 = k.where(r51, r353, r98)
+    r98 = -1.0 * x21 * r98
+    r353 = x3 * x2
+    r145 = -1.0 + r353
+    r349 = k.recip(r145)
+    r365 = 2.0 * x3 * x2
+    r365 = -2.0 + r365
+    r342 = x31 * r16
+    r335 = k.gcd(r353, r342)
+    r458 = k.recip(r335)
+    r459 = x3 * x2 * r458
+    r459 = -1.0 + r459
+    r459 = x29 * r459
+    r462 = -1.0 * x3 * x2 * r458
+    r462 = r353 + r462
+    r462 = x33 * r462
+    r465 = r459 + r462
+    r465 = r349 * r365 * r465
+    r349 = x4 * x24 * r96 * r157 * r4 * r30 * r89 * r458 * r365 * r25
+    r335 = -1.0 + r335
+    r469 = x4 * x24 * r148 * r157 * r4 * r30 * r85 * r458 * r335 * r365 * r25
+    r469 = k.max(r349, r469)
+    r469 = r465 + r469
+    r465 = x31 <= x37
+    r349 = x29 * r365
+    r474 = x4 * x24 * r96 * r157 * r4 * r30 * r89 * r365 * r25
+    r474 = r349 + r474
+    r469 = k.where(r465, r474, r469)
+    r474 = x3 * x2 * x37
+    r474 = x31 >= r474
+    r349 = x33 * r365
+    r480 = x4 * x24 * r148 * r157 * r4 * r30 * r85 * r365 * r25
+    r480 = r349 + r480
+    r469 = k.where(r474, r480, r469)
+    r469 = x15 * r11 * r469
+    r480 = x4 * x24 * r96 * r157 * r4 * r30 * r89 * r458 * r145 * r25
+    r335 = x4 * x24 * r148 * r157 * r4 * r30 * r85 * r458 * r145 * r335 * r25
+    r335 = k.max(r480, r335)
+    r335 = r459 + r462 + r335
+    r462 = x29 * r145
+    r459 = x4 * x24 * r96 * r157 * r4 * r30 * r89 * r145 * r25
+    r459 = r462 + r459
+    r335 = k.where(r465, r459, r335)
+    r459 = x33 * r145
+    r157 = x4 * x24 * r148 * r157 * r4 * r30 * r85 * r145 * r25
+    r157 = r459 + r157
+    r335 = k.where(r474, r157, r335)
+    r157 = 2.0 * x15 * r11 * r335
+    r469 = k.where(r27, r157, r469)
+    r157 = x15 * r11 * r335
+    r474 = x6 * x15 * r4 * r5 * r11 * r335
+    r474 = r157 + r474
+    r469 = k.where(r51, r474, r469)
     r90 = k.and_(r54, r90)
-    r334 = 3.0 * x6 * x15 * r4 * r5 * r11 * r334
-    r468 = k.where(r90, r334, r468)
-    r352 = r352 == 1.0
-    r468 = k.where(r352, 0.0, r468)
-    r98 = r98 + r468
+    r335 = 3.0 * x6 * x15 * r4 * r5 * r11 * r335
+    r469 = k.where(r90, r335, r469)
+    r353 = r353 == 1.0
+    r469 = k.where(r353, 0.0, r469)
+    r98 = r98 + r469
     r98 = k.max(0.0, r98)
-    r341 = k.gcd(x2, r341)
-    r334 = k.recip(r341)
-    r54 = x2 * r334
+    r342 = k.gcd(x2, r342)
+    r335 = k.recip(r342)
+    r54 = x2 * r335
     r54 = -1.0 + r54
-    r54 = x28 * r54
-    r473 = -1.0 * x2 * r334
-    r473 = x2 + r473
-    r473 = x32 * r473
+    r54 = x29 * r54
+    r474 = -1.0 * x2 * r335
+    r474 = x2 + r474
+    r474 = x33 * r474
     r157 = -1.0 + x2
-    r458 = 2.0 * x14 * x19 * x10 * x4 * x34 * r96 * r30 * r89 * r16 * r334 * r157
-    r341 = -1.0 + r341
-    r341 = 2.0 * x14 * x19 * x10 * x4 * x34 * r148 * r30 * r85 * r16 * r334 * r157 * r341
-    r341 = k.max(r458, r341)
-    r341 = r54 + r473 + r341
-    r473 = x28 * r157
-    r54 = 2.0 * x14 * x19 * x10 * x4 * x34 * r96 * r30 * r89 * r16 * r157
-    r54 = r473 + r54
-    r341 = k.where(r464, r54, r341)
-    r54 = x2 * x36
-    r54 = x30 >= r54
-    r464 = x32 * r157
-    r473 = 2.0 * x14 * x19 * x10 * x4 * x34 * r148 * r30 * r85 * r16 * r157
-    r473 = r464 + r473
-    r341 = k.where(r54, r473, r341)
-    r473 = x6 * x15 * r4 * r5 * r11 * r341
-    r341 = x6 * x15 * r4 * r5 * r11 * r8 * r341
-    r341 = r473 + r341
-    r473 = x2 == 1.0
-    r341 = k.where(r473, 0.0, r341)
+    r459 = 2.0 * x14 * x19 * x10 * x4 * x35 * r96 * r30 * r89 * r16 * r335 * r157
+    r342 = -1.0 + r342
+    r342 = 2.0 * x14 * x19 * x10 * x4 * x35 * r148 * r30 * r85 * r16 * r335 * r157 * r342
+    r342 = k.max(r459, r342)
+    r342 = r54 + r474 + r342
+    r474 = x29 * r157
+    r54 = 2.0 * x14 * x19 * x10 * x4 * x35 * r96 * r30 * r89 * r16 * r157
+    r54 = r474 + r54
+    r342 = k.where(r465, r54, r342)
+    r54 = x2 * x37
+    r54 = x31 >= r54
+    r465 = x33 * r157
+    r474 = 2.0 * x14 * x19 * x10 * x4 * x35 * r148 * r30 * r85 * r16 * r157
+    r474 = r465 + r474
+    r342 = k.where(r54, r474, r342)
+    r474 = x6 * x15 * r4 * r5 * r11 * r342
+    r342 = x6 * x15 * r4 * r5 * r11 * r8 * r342
+    r342 = r474 + r342
+    r474 = x2 == 1.0
+    r342 = k.where(r474, 0.0, r342)
     r62 = k.where(r62, 2.0, 0.0)
     r62 = 4.0 + r62
-    r54 = -1.0 + x36
+    r54 = -1.0 + x37
     r54 = k.recip(r54)
-    r464 = 2.0 * x36
-    r464 = -2.0 + r464
-    r458 = k.gcd(x36, x30)
-    r334 = k.recip(r458)
-    r461 = x36 * r334
-    r461 = -1.0 + r461
-    r461 = x28 * r461
-    r479 = -1.0 * x36 * r334
-    r479 = x36 + r479
-    r479 = x32 * r479
-    r479 = r461 + r479
-    r479 = r54 * r464 * r479
-    r54 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16 * r334 * r464
-    r458 = -1.0 + r458
-    r458 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16 * r334 * r458 * r464
-    r458 = k.max(r54, r458)
-    r458 = r479 + r458
-    r479 = x30 <= 1.0
-    r54 = x28 * r464
-    r89 = x19 * x4 * x12 * x34 * r96 * r30 * r89 * r16 * r464
+    r465 = 2.0 * x37
+    r465 = -2.0 + r465
+    r459 = k.gcd(x37, x31)
+    r335 = k.recip(r459)
+    r462 = x37 * r335
+    r462 = -1.0 + r462
+    r462 = x29 * r462
+    r480 = -1.0 * x37 * r335
+    r480 = x37 + r480
+    r480 = x33 * r480
+    r480 = r462 + r480
+    r480 = r54 * r465 * r480
+    r54 = x19 * x4 * x12 * x35 * r96 * r30 * r89 * r16 * r335 * r465
+    r459 = -1.0 + r459
+    r459 = x19 * x4 * x12 * x35 * r148 * r30 * r85 * r16 * r335 * r459 * r465
+    r459 = k.max(r54, r459)
+    r459 = r480 + r459
+    r480 = x31 <= 1.0
+    r54 = x29 * r465
+    r89 = x19 * x4 * x12 * x35 * r96 * r30 * r89 * r16 * r465
     r89 = r54 + r89
-    r458 = k.where(r479, r89, r458)
-    r89 = x30 >= x36
-    r479 = x32 * r464
-    r85 = x19 * x4 * x12 * x34 * r148 * r30 * r85 * r16 * r464
-    r85 = r479 + r85
-    r458 = k.where(r89, r85, r458)
-    r458 = x6 * x15 * r4 * r5 * r11 * r62 * r458
-    r85 = x36 == 1.0
-    r458 = k.where(r85, 0.0, r458)
+    r459 = k.where(r480, r89, r459)
+    r89 = x31 >= x37
+    r480 = x33 * r465
+    r85 = x19 * x4 * x12 * x35 * r148 * r30 * r85 * r16 * r465
+    r85 = r480 + r85
+    r459 = k.where(r89, r85, r459)
+    r459 = x6 * x15 * r4 * r5 * r11 * r62 * r459
+    r85 = x37 == 1.0
+    r459 = k.where(r85, 0.0, r459)
     r143 = r14 + r97 + r143
     r143 = k.max(0.0, r143)
     r143 = k.where(r26, r143, 0.0)
-    r26 = r338 + r71 + r105 + r57 + r34 + r98 + r345 + r341 + r458 + r143
+    r26 = r339 + r71 + r105 + r57 + r34 + r98 + r346 + r342 + r459 + r143
     r97 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r35 * r4 * r30 * r11 * r16 * r97 * r15
-    r159 = x6 * x34 * r35 * r4 * r30 * r11 * r16 * r97 * r159
-    r97 = x19 * x4 * x12 * x34 * r30
-    r35 = x19 * x4 * x12 * x34 * r96 * r30
-    r364 = x4 * r4 * r30 * r364 * r25
+    r14 = 6.0 * x6 * x35 * r35 * r4 * r30 * r11 * r16 * r97 * r15
+    r159 = x6 * x35 * r35 * r4 * r30 * r11 * r16 * r97 * r159
+    r97 = x19 * x4 * x12 * x35 * r30
+    r35 = x19 * x4 * x12 * x35 * r96 * r30
+    r365 = x4 * r4 * r30 * r365 * r25
     r89 = 2.0 * x4 * r4 * r30 * r145 * r25
-    r364 = k.where(r27, r89, r364)
+    r365 = k.where(r27, r89, r365)
     r89 = x4 * r4 * r30 * r145 * r25
     r27 = k.pow(x3, -2.0)
-    r479 = x6 * x4 * r27 * r5 * r30 * r145 * r25
-    r479 = r89 + r479
-    r364 = k.where(r51, r479, r364)
+    r480 = x6 * x4 * r27 * r5 * r30 * r145 * r25
+    r480 = r89 + r480
+    r365 = k.where(r51, r480, r365)
     r145 = 3.0 * x6 * x4 * r27 * r5 * r30 * r145 * r25
-    r364 = k.where(r90, r145, r364)
-    r364 = k.where(r352, 0.0, r364)
-    r352 = r96 * r364
-    r96 = x29 * r96
-    r145 = k.recip(x34)
-    r90 = x35 * r361 * r145
+    r365 = k.where(r90, r145, r365)
+    r365 = k.where(r353, 0.0, r365)
+    r353 = r96 * r365
+    r96 = x30 * r96
+    r145 = k.recip(x35)
+    r90 = x36 * r362 * r145
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r479 = 1.6e-11 * x12
+    r480 = 1.6e-11 * x12
     r51 = 8e-12 * x15 * r9
     r89 = 8e-12 * x15 * r13
-    r148 = 8e-12 * x37 * x12
-    r54 = r479 + r51 + r89 + r148
-    r334 = 8e-12 * x12
-    r461 = 4e-12 * x15 * r9
-    r457 = 4e-12 * x15 * r13
-    r348 = 4e-12 * x37 * x12
-    r348 = r334 + r461 + r457 + r348
-    r348 = r27 > r348
-    r457 = -1.6e-11 * x12
+    r148 = 8e-12 * x38 * x12
+    r54 = r480 + r51 + r89 + r148
+    r335 = 8e-12 * x12
+    r462 = 4e-12 * x15 * r9
+    r458 = 4e-12 * x15 * r13
+    r349 = 4e-12 * x38 * x12
+    r349 = r335 + r462 + r458 + r349
+    r349 = r27 > r349
+    r458 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r461 = -8e-12 * x37 * x12
-    r334 = k.sqrt(2.0)
-    r613 = k.sqrt(x3)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(x2)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(x13)
-    r617 = k.recip(r617)
-    r619 = k.sqrt(x23)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x36)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(r54)
-    r624 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r54
-    r625 = k.sqrt(x3)
-    r626 = k.sqrt(x2)
-    r627 = k.sqrt(x13)
-    r628 = k.sqrt(x23)
-    r629 = k.sqrt(x36)
-    r629 = 0.16666666666666666 * r334 * r625 * r626 * r627 * r628 * r629 * r623
-    r629 = 1.0 + r624 + r629
-    r629 = r334 * r613 * r615 * r617 * r619 * r621 * r623 * r629
-    r629 = r457 + r9 + r13 + r461 + r629
-    r461 = k.where(r348, r629, r27)
-    r148 = r479 + r51 + r89 + r148 + r461
-    r148 = x3 * x2 * x13 * x23 * x36 * r148
+    r462 = -8e-12 * x38 * x12
+    r335 = k.sqrt(2.0)
+    r614 = k.sqrt(x3)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(x2)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(x13)
+    r618 = k.recip(r618)
+    r620 = k.sqrt(x24)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x37)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(r54)
+    r625 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r54
+    r626 = k.sqrt(x3)
+    r627 = k.sqrt(x2)
+    r628 = k.sqrt(x13)
+    r629 = k.sqrt(x24)
+    r630 = k.sqrt(x37)
+    r630 = 0.16666666666666666 * r335 * r626 * r627 * r628 * r629 * r630 * r624
+    r630 = 1.0 + r625 + r630
+    r630 = r335 * r614 * r616 * r618 * r620 * r622 * r624 * r630
+    r630 = r458 + r9 + r13 + r462 + r630
+    r462 = k.where(r349, r630, r27)
+    r148 = r480 + r51 + r89 + r148 + r462
+    r148 = x3 * x2 * x13 * x24 * x37 * r148
     r148 = k.exp(r148)
     r148 = -1.0 + r148
     r89 = k.recip(r148)
-    r51 = x25 + x1
-    r479 = -1.0 * x3 * x2 * x13 * x23 * x36 * r51
-    r479 = k.exp(r479)
-    r479 = x3 * x2 * x13 * x23 * x36 * r89 * r461 * r479
-    r89 = x3 * x2 * x13 * x23 * x36
-    r629 = k.recip(r629)
-    r89 = k.where(r348, r629, r89)
-    r51 = x3 * x2 * x13 * x23 * x36 * r51
+    r51 = x26 + x1
+    r480 = -1.0 * x3 * x2 * x13 * x24 * x37 * r51
+    r480 = k.exp(r480)
+    r480 = x3 * x2 * x13 * x24 * x37 * r89 * r462 * r480
+    r89 = x3 * x2 * x13 * x24 * x37
+    r630 = k.recip(r630)
+    r89 = k.where(r349, r630, r89)
+    r51 = x3 * x2 * x13 * x24 * x37 * r51
     r51 = k.exp(r51)
-    r5 = x35 * r361 * r4 * r30 * r5 * r11 * r145 * r16 * r148 * r26 * r89 * r51
-    r51 = x35 * r361 * r145 * r148 * r26 * r89 * r51
-    r62 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r464 * r62
+    r5 = x36 * r362 * r4 * r30 * r5 * r11 * r145 * r16 * r148 * r26 * r89 * r51
+    r51 = x36 * r362 * r145 * r148 * r26 * r89 * r51
+    r62 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r465 * r62
     r62 = k.where(r85, 0.0, r62)
-    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r157
-    r157 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r157
+    r85 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r157
+    r157 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r157
     r157 = r85 + r157
-    r157 = k.where(r473, 0.0, r157)
-    r122 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r122
+    r157 = k.where(r474, 0.0, r157)
+    r122 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r122
     r122 = k.where(r37, 0.0, r122)
-    r88 = r88 < x23
-    r37 = x33 != 2.0
+    r88 = r88 < x24
+    r37 = x34 != 2.0
     r92 = k.and_(r92, r37)
     r92 = k.not_(r92)
     r92 = k.or_(r88, r92)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r91 = k.and_(r16, r37, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r88, r91)
     r91 = k.and_(r92, r91)
-    r92 = x23 >= 2.0
-    r88 = x33 != 3.0
-    r37 = x33 != 4.0
+    r92 = x24 >= 2.0
+    r88 = x34 != 3.0
+    r37 = x34 != 4.0
     r100 = k.not_(r100)
     r100 = k.and_(r88, r37, r100)
     r100 = k.not_(r100)
     r100 = k.or_(r92, r100)
-    r92 = x21 * x3 * x2 * x23 * x36 * r26
-    r37 = r70 <= r92
+    r92 = x22 * x3 * x2 * x24 * x37 * r26
+    r37 = r39 <= r92
     r92 = r53 <= r92
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r141, r115, r108, r120, 0.0, r109, r110, r63, r125, r116, r111, r12, r39, r70, r70, r53, r52, r61, r351, r162, r345, r26, r14, r159, r97, r35, r352, r96, 0.0, r90, r27, r54, r461, r479, r5, r51, r105, r34, r57, r71, r62, r458, r458, r157, r341, r341, r364, r468, r98, r122, r60, r338, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, r100, 1.0, r100, r100, r37, r92, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, r100, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r38, r36, r141, r115, r108, r120, 0.0, r109, r110, r63, r125, r116, r111, r12, r70, r39, r39, r53, r52, r61, r352, r162, r346, r26, r14, r159, r97, r35, r353, r96, 0.0, r90, r27, r54, r462, r480, r5, r51, r105, r34, r57, r71, r62, r459, r459, r157, r342, r342, r365, r469, r98, r122, r60, r339, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, 1.0, r100, r100, r37, r92, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r100, r100, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1376,9 +1377,9 @@ def search(x, k):
     return (r97, r23, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (39, 44, 45, 46, 47, 48, 49), (37, 44, 45, 46, 47, 48, 49), (38, 44, 45, 46, 47, 48, 49), (), (31, 36), (41, 44, 45, 46, 47, 48, 49), (), (), (31, 36), (), (35,), (35,), (36,), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (15, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (40, 44, 45, 46, 47, 48, 49), (40, 44, 45, 46, 47, 48, 49, 75, 76), (40, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 32), (13, 33), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 32), (17, 33), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 32), (23, 33), (23, 34), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (40, 45, 46, 47, 48, 49, 50), (38, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50), (), (31, 37), (42, 45, 46, 47, 48, 49, 50), (), (), (31, 37), (), (36,), (36,), (37,), (31, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50), (31, 35, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (15, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (41, 45, 46, 47, 48, 49, 50), (41, 45, 46, 47, 48, 49, 50, 76, 77), (41, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 33), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 33), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 33), (23, 34), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x36 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x37 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x38 >= 3.0
+    r46 = x39 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -67,47 +67,47 @@ def quantities(x, k):
     r55 = 4.0 * x11 * x10
     r56 = 4.0 * x14 * x10
     r56 = r50 + r53 + r54 + r55 + r56
-    r56 = x19 * x33 * r25 * r19 * r56
-    r55 = x23 == 2.0
-    r54 = 2.0 * x19 * x12 * x33 * r25 * r19
+    r56 = x19 * x34 * r25 * r19 * r56
+    r55 = x24 == 2.0
+    r54 = 2.0 * x19 * x12 * x34 * r25 * r19
     r54 = k.where(r55, r54, r56)
-    r53 = 1.0 + x22
+    r53 = 1.0 + x23
     r53 = k.min(r53, r6)
     r53 = r53 * r32
-    r50 = x32 == 4.0
-    r66 = 2.0 * x22
+    r50 = x33 == 4.0
+    r66 = 2.0 * x23
     r67 = -1.0 + r66
     r67 = k.min(r67, r6)
     r67 = r67 * r32
     r70 = k.where(r50, r67, r53)
-    r71 = x32 == 0.0
-    r72 = x32 == 3.0
+    r71 = x33 == 0.0
+    r72 = x33 == 3.0
     r73 = k.or_(r71, r72)
-    r74 = k.min(x22, r6)
+    r74 = k.min(x23, r6)
     r74 = r74 * r32
     r70 = k.where(r73, r74, r70)
-    r74 = x32 == 1.0
-    r78 = k.recip(x37)
-    r79 = x6 * x37 * r4 * r5
-    r80 = -1.0 + x37
-    r80 = x22 * r80
+    r74 = x33 == 1.0
+    r78 = k.recip(x38)
+    r79 = x6 * x38 * r4 * r5
+    r80 = -1.0 + x38
+    r80 = x23 * r80
     r82 = -1.0 + r66 + r80
     r82 = k.min(r79, r82)
     r82 = r78 * r82 * r32
     r70 = k.where(r74, r82, r70)
-    r82 = x32 == 2.0
+    r82 = x33 == 2.0
     r87 = x6 * r4 * r5 * r32
     r70 = k.where(r82, r87, r70)
     r70 = r54 * r70
     r90 = k.where(r22, 1000000000.0, 0.0)
-    r91 = x38 >= 2.0
+    r91 = x39 >= 2.0
     r45 = k.where(r91, r47, r45)
-    r47 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x34 * r25 * r19
     r94 = r56 + r47
     r47 = k.where(r55, r94, r47)
     r94 = k.or_(r21, r29)
-    r97 = 4.0 * x19 * x12 * x33 * r25 * r19
-    r98 = x36 * x19 * x16 * x33 * r25 * r19
+    r97 = 4.0 * x19 * x12 * x34 * r25 * r19
+    r98 = x37 * x19 * x16 * x34 * r25 * r19
     r97 = r97 + r98
     r97 = k.max(r97, r47)
     r94 = k.where(r94, r97, r47)
@@ -116,7 +116,7 @@ def quantities(x, k):
     r102 = k.where(r21, r103, r102)
     r103 = 3.0 * x4 * r102 * r31
     r103 = k.where(r46, r103, 0.0)
-    r107 = x22 > 1.0
+    r107 = x23 > 1.0
     r107 = k.and_(r46, r107)
     r109 = 2.0 * x4 * r31
     r103 = k.where(r107, r109, r103)
@@ -148,33 +148,33 @@ def quantities(x, k):
     r31 = r109 == r31
     r103 = k.where(r31, r103, 0.0)
     r31 = r48 + r49 + r119 + r94 + r113 + r103
-    r109 = -1.0 + x22
+    r109 = -1.0 + x23
     r45 = k.min(1.0, r109)
     r70 = 1.0 + r45
-    r70 = x22 == r70
+    r70 = x23 == r70
     r125 = k.where(r70, 1.0, 0.0)
     r125 = x12 * r125
     r145 = r45 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x36 * x12 * r145
+    r145 = x37 * x12 * r145
     r148 = r45 != 0.0
     r148 = k.and_(r148, r70)
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x36 * x12 * r148
+    r148 = x37 * x12 * r148
     r148 = r125 + r33 + r145 + r148 + r34
     r148 = r19 * r148
     r145 = -1.0 * r45
-    r145 = x22 + r145
-    r125 = x22 == r145
+    r145 = x23 + r145
+    r125 = x23 == r145
     r157 = k.where(r125, 1.0, 0.0)
     r157 = x12 * r157
     r159 = r145 == 1.0
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x36 * x12 * r159
+    r159 = x37 * x12 * r159
     r162 = r145 != 1.0
     r162 = k.and_(r125, r162)
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x36 * x12 * r162
+    r162 = x37 * x12 * r162
     r34 = r157 + r33 + r159 + r162 + r34
     r34 = r19 * r34
     r34 = r148 + r34
@@ -310,390 +310,391 @@ def quantities(x, k):
     r90 = k.where(r49, r66, r90)
     r103 = r31 == r103
     r90 = k.where(r103, r119, r90)
-    r119 = x36 * x19 * x4 * x33 * r25 * r19
-    r103 = x36 * x19 * x4 * x33 * r25
+    r119 = x37 * x19 * x4 * x34 * r25 * r19
+    r103 = x37 * x19 * x4 * x34 * r25
     r66 = k.max(r31, r148, r15)
     r49 = r148 == r66
     r15 = k.where(r49, r148, r15)
     r66 = r31 == r66
     r15 = k.where(r66, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r66 = 6.0 * x6 * x33 * r16
+    r31 = -1.0 * x20
+    r66 = -1.0 * r15
+    r66 = x8 + r31 + r66
+    r31 = 6.0 * x6 * x34 * r16
     r148 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r125 = 6.0 * x36 * x12
+    r125 = 6.0 * x37 * x12
     r113 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x33
+    r33 = 12.0 * x15 * x11 * x10 * x34
     r33 = r148 + r49 + r125 + r113 + r33
-    r113 = x6 * x33 * r33
+    r113 = x6 * x34 * r33
     r125 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r148 = 0.16666666666666666 * x33 * r49
+    r148 = 0.16666666666666666 * x34 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x36 * r48 * r49
+    r49 = 0.0625 * x37 * r48 * r49
     r49 = 1.0 + r148 + r49
-    r49 = 96.0 * x6 * x15 * x33 * r125 * r49
-    r125 = k.pow(x33, 2.0)
+    r49 = 96.0 * x6 * x15 * x34 * r125 * r49
+    r125 = k.pow(x34, 2.0)
     r148 = 2.0 * x6 * x15 * x11 * x10 * r125
-    r162 = x23 == 1.0
+    r162 = x24 == 1.0
     r125 = 4.0 * x6 * x15 * x11 * x10 * r125
     r125 = k.where(r162, r125, 0.0)
-    r70 = 0.3333333333333333 * x6 * x33 * r33
+    r70 = 0.3333333333333333 * x6 * x34 * r33
     r125 = k.where(r55, r70, r125)
     r125 = r113 + r148 + r125
     r148 = k.where(r55, 1.0, 0.0)
     r70 = 1.0 + r148
     r159 = k.recip(x9)
     r30 = k.recip(x18)
-    r53 = x36 * x12 * r19
-    r107 = x19 * x12 * x33 * r25
-    r54 = x36 * x19 * x33 * r25 * r19
+    r53 = x37 * x12 * r19
+    r107 = x19 * x12 * x34 * r25
+    r54 = x37 * x19 * x34 * r25 * r19
     r54 = r53 + r107 + r54
     r53 = 2.0 * r159 * r30 * r54
-    r87 = k.recip(x21)
+    r87 = k.recip(x22)
     r32 = k.recip(x17)
-    r79 = 2.0 * x36 * x19 * x12 * x33 * r87 * r25 * r32 * r19
+    r79 = 2.0 * x37 * x19 * x12 * x34 * r87 * r25 * r32 * r19
     r79 = r53 + r79
     r79 = r70 * r79
     r54 = 4.0 * r159 * r30 * r54
-    r53 = 4.0 * x36 * x19 * x12 * x33 * r87 * r25 * r32 * r19
+    r53 = 4.0 * x37 * x19 * x12 * x34 * r87 * r25 * r32 * r19
     r53 = r79 + r54 + r53
     r53 = r8 * r53
     r54 = x12 * x5 * r19
-    r79 = x19 * x5 * x33 * r25 * r19
+    r79 = x19 * x5 * x34 * r25 * r19
     r79 = r54 + r107 + r79
     r54 = 2.0 * r159 * r30 * r79
-    r80 = 2.0 * x19 * x12 * x5 * x33 * r87 * r25 * r32 * r19
+    r80 = 2.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
     r80 = r54 + r80
     r80 = r70 * r80
     r54 = 2.0 * x12 * x5 * r19
-    r67 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r67 = 2.0 * x19 * x5 * x34 * r25 * r19
     r67 = r54 + r107 + r67
     r54 = 2.0 * r159 * r30 * r67
-    r145 = 4.0 * x19 * x12 * x5 * x33 * r87 * r25 * r32 * r19
+    r145 = 4.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
     r145 = r54 + r145
     r145 = r70 * r145
     r54 = x11 * x10 * x12 * r19
-    r366 = x11 * x19 * x10 * x33 * r25 * r19
-    r366 = r54 + r107 + r366
-    r54 = 2.0 * r159 * r30 * r366
-    r369 = 2.0 * x11 * x19 * x10 * x12 * x33 * r87 * r25 * r32 * r19
-    r369 = r54 + r369
-    r369 = r70 * r369
+    r367 = x11 * x19 * x10 * x34 * r25 * r19
+    r367 = r54 + r107 + r367
+    r54 = 2.0 * r159 * r30 * r367
+    r370 = 2.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19
+    r370 = r54 + r370
+    r370 = r70 * r370
     r10 = x11 + r10
     r54 = x10 * x12 * r19 * r10
-    r374 = x19 * x10 * x33 * r25 * r19 * r10
-    r374 = r107 + r54 + r374
-    r54 = 2.0 * r159 * r30 * r374
-    r107 = 2.0 * x19 * x10 * x12 * x33 * r87 * r25 * r32 * r19 * r10
+    r375 = x19 * x10 * x34 * r25 * r19 * r10
+    r375 = r107 + r54 + r375
+    r54 = 2.0 * r159 * r30 * r375
+    r107 = 2.0 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19 * r10
     r107 = r54 + r107
     r107 = r70 * r107
     r79 = 4.0 * r159 * r30 * r79
     r67 = 4.0 * r159 * r30 * r67
-    r366 = 4.0 * r159 * r30 * r366
-    r374 = 4.0 * r159 * r30 * r374
-    r54 = 12.0 * x19 * x12 * x5 * x33 * r87 * r25 * r32 * r19
-    r385 = 4.0 * x11 * x19 * x10 * x12 * x33 * r87 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r87 * r25 * r32 * r19 * r10
-    r10 = r80 + r145 + r369 + r107 + r79 + r67 + r366 + r374 + r54 + r385 + r10
+    r367 = 4.0 * r159 * r30 * r367
+    r375 = 4.0 * r159 * r30 * r375
+    r54 = 12.0 * x19 * x12 * x5 * x34 * r87 * r25 * r32 * r19
+    r386 = 4.0 * x11 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r87 * r25 * r32 * r19 * r10
+    r10 = r80 + r145 + r370 + r107 + r79 + r67 + r367 + r375 + r54 + r386 + r10
     r10 = x15 * r8 * r10
     r10 = r53 + r10
     r53 = x6 * r4 * r5 * r10
-    r385 = 5.0 * x5
+    r386 = 5.0 * x5
     r54 = 3.0 * x5 * r70
-    r54 = r385 + r54
-    r54 = x19 * x33 * r25 * r19 * r54
-    r385 = 12.0 * x12
-    r374 = 10.0 * x12 * r70
-    r374 = r385 + r374
-    r374 = x19 * x33 * r25 * r19 * r374
-    r374 = r54 + r374
-    r374 = x15 * r8 * r374
-    r54 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r54 = r386 + r54
+    r54 = x19 * x34 * r25 * r19 * r54
+    r386 = 12.0 * x12
+    r375 = 10.0 * x12 * r70
+    r375 = r386 + r375
+    r375 = x19 * x34 * r25 * r19 * r375
+    r375 = r54 + r375
+    r375 = x15 * r8 * r375
+    r54 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r148 = 2.0 + r148
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r148 * r9
-    r9 = r374 + r54 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r148 * r9
+    r9 = r375 + r54 + r9
     r54 = x6 * x4 * r159 * r4 * r5 * r30 * r9
-    r374 = k.recip(x0)
-    r148 = x11 * x10 * x33
+    r375 = k.recip(x0)
+    r148 = x11 * x10 * x34
     r162 = k.or_(r162, r55)
     r162 = k.where(r162, 1.0, 0.0)
     r162 = 3.0 + r162
-    r162 = 2.0 * x11 * x10 * x33 * r162
+    r162 = 2.0 * x11 * x10 * x34 * r162
     r162 = r148 + r162
-    r148 = x6 * x15 * x33 * r87 * r4 * r25 * r32 * r374 * r8 * r19 * r162
-    r385 = r53 + r54 + r148
-    r366 = k.recip(r385)
+    r148 = x6 * x15 * x34 * r87 * r4 * r25 * r32 * r375 * r8 * r19 * r162
+    r386 = r53 + r54 + r148
+    r367 = k.recip(r386)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r67 = k.recip(x6)
-    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r385
-    r107 = 0.6666666666666666 * x3 * x19 * x22 * r67 * r385
+    r79 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r386
+    r107 = 0.6666666666666666 * x3 * x19 * x23 * r67 * r386
     r9 = -1.0 * x6 * x4 * r159 * r4 * r5 * r30 * r9
-    r162 = -1.0 * x6 * x15 * x33 * r87 * r4 * r25 * r32 * r374 * r8 * r19 * r162
+    r162 = -1.0 * x6 * x15 * x34 * r87 * r4 * r25 * r32 * r375 * r8 * r19 * r162
     r107 = r10 + r79 + r107 + r9 + r162
     r107 = k.max(0.0, r107)
-    r79 = 0.5 * x22
+    r79 = 0.5 * x23
     r79 = -1.0 + r79
-    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r385
+    r79 = 0.6666666666666666 * x3 * x19 * r67 * r78 * r79 * r386
     r79 = k.where(r50, 0.0, r79)
-    r50 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r385
+    r50 = 0.3333333333333333 * x3 * x19 * r67 * r78 * r109 * r386
     r79 = k.where(r72, r50, r79)
     r82 = k.or_(r71, r74, r82)
-    r109 = x3 * x19 * r67 * r78 * r109 * r385
+    r109 = x3 * x19 * r67 * r78 * r109 * r386
     r79 = k.where(r82, r109, r79)
     r79 = k.max(r107, r79)
-    r366 = r366 * r79
+    r367 = r367 * r79
     r30 = 28.0 * r159 * r30 * r26
     r159 = r30 + r53 + r54 + r148
-    r107 = -1.0 * x20
+    r107 = -1.0 * x21
     r107 = 1.0 + r107
-    r109 = x22 * x37
+    r109 = x23 * x38
     r109 = -1.0 + r109
-    r78 = k.recip(x25)
-    r71 = k.recip(x26)
-    r50 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r19
-    r50 = x27 + r50
-    r72 = 2.0 * x3 * x2 * x35
-    r72 = x29 >= r72
-    r374 = k.recip(x28)
-    r32 = k.recip(x30)
-    r369 = x19 * x4 * x12 * x33 * r374 * r25 * r32 * r19
-    r369 = x31 + r369
-    r50 = k.where(r72, r369, r50)
+    r78 = k.recip(x26)
+    r71 = k.recip(x27)
+    r50 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19
+    r50 = x28 + r50
+    r72 = 2.0 * x3 * x2 * x36
+    r72 = x30 >= r72
+    r375 = k.recip(x29)
+    r32 = k.recip(x31)
+    r370 = x19 * x4 * x12 * x34 * r375 * r25 * r32 * r19
+    r370 = x32 + r370
+    r50 = k.where(r72, r370, r50)
     r50 = 2.0 * x6 * r4 * r5 * r8 * r109 * r50
     r50 = k.where(r29, 0.0, r50)
     r107 = r107 * r50
-    r369 = x3 * x19 * r67 * r385
-    r72 = x22 <= 1.0
+    r370 = x3 * x19 * r67 * r386
+    r72 = x23 <= 1.0
     r91 = k.and_(r91, r72)
-    r369 = k.where(r91, r385, r369)
-    r369 = -1.0 * x20 * r369
-    r385 = x3 * x2
-    r145 = -1.0 + r385
+    r370 = k.where(r91, r386, r370)
+    r370 = -1.0 * x21 * r370
+    r386 = x3 * x2
+    r145 = -1.0 + r386
     r80 = k.recip(r145)
-    r463 = 2.0 * x3 * x2
-    r463 = -2.0 + r463
-    r465 = x29 * r19
-    r466 = k.gcd(r385, r465)
-    r467 = k.recip(r466)
-    r468 = x3 * x2 * r467
-    r468 = -1.0 + r468
-    r468 = x27 * r468
-    r471 = -1.0 * x3 * x2 * r467
-    r471 = r385 + r471
-    r471 = x31 * r471
-    r474 = r468 + r471
-    r474 = r80 * r463 * r474
-    r80 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r467 * r463 * r20
-    r466 = -1.0 + r466
-    r478 = x4 * x22 * r374 * r48 * r4 * r25 * r32 * r467 * r466 * r463 * r20
-    r478 = k.max(r80, r478)
-    r478 = r474 + r478
-    r474 = x29 <= x35
-    r80 = x27 * r463
-    r483 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r463 * r20
-    r483 = r80 + r483
-    r478 = k.where(r474, r483, r478)
-    r483 = x3 * x2 * x35
-    r483 = x29 >= r483
-    r80 = x31 * r463
-    r489 = x4 * x22 * r374 * r48 * r4 * r25 * r32 * r463 * r20
-    r489 = r80 + r489
-    r478 = k.where(r483, r489, r478)
-    r478 = x15 * r8 * r478
-    r489 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r467 * r145 * r20
-    r466 = x4 * x22 * r374 * r48 * r4 * r25 * r32 * r467 * r145 * r466 * r20
-    r466 = k.max(r489, r466)
-    r466 = r468 + r471 + r466
-    r471 = x27 * r145
-    r468 = x4 * x22 * r78 * r48 * r4 * r25 * r71 * r145 * r20
-    r468 = r471 + r468
-    r466 = k.where(r474, r468, r466)
-    r468 = x31 * r145
-    r48 = x4 * x22 * r374 * r48 * r4 * r25 * r32 * r145 * r20
-    r48 = r468 + r48
-    r466 = k.where(r483, r48, r466)
-    r48 = 2.0 * x15 * r8 * r466
-    r478 = k.where(r22, r48, r478)
-    r48 = x15 * r8 * r466
-    r483 = x6 * x15 * r4 * r5 * r8 * r466
-    r483 = r48 + r483
-    r478 = k.where(r91, r483, r478)
+    r464 = 2.0 * x3 * x2
+    r464 = -2.0 + r464
+    r466 = x30 * r19
+    r467 = k.gcd(r386, r466)
+    r468 = k.recip(r467)
+    r469 = x3 * x2 * r468
+    r469 = -1.0 + r469
+    r469 = x28 * r469
+    r472 = -1.0 * x3 * x2 * r468
+    r472 = r386 + r472
+    r472 = x32 * r472
+    r475 = r469 + r472
+    r475 = r80 * r464 * r475
+    r80 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r468 * r464 * r20
+    r467 = -1.0 + r467
+    r479 = x4 * x23 * r375 * r48 * r4 * r25 * r32 * r468 * r467 * r464 * r20
+    r479 = k.max(r80, r479)
+    r479 = r475 + r479
+    r475 = x30 <= x36
+    r80 = x28 * r464
+    r484 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r464 * r20
+    r484 = r80 + r484
+    r479 = k.where(r475, r484, r479)
+    r484 = x3 * x2 * x36
+    r484 = x30 >= r484
+    r80 = x32 * r464
+    r490 = x4 * x23 * r375 * r48 * r4 * r25 * r32 * r464 * r20
+    r490 = r80 + r490
+    r479 = k.where(r484, r490, r479)
+    r479 = x15 * r8 * r479
+    r490 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r468 * r145 * r20
+    r467 = x4 * x23 * r375 * r48 * r4 * r25 * r32 * r468 * r145 * r467 * r20
+    r467 = k.max(r490, r467)
+    r467 = r469 + r472 + r467
+    r472 = x28 * r145
+    r469 = x4 * x23 * r78 * r48 * r4 * r25 * r71 * r145 * r20
+    r469 = r472 + r469
+    r467 = k.where(r475, r469, r467)
+    r469 = x32 * r145
+    r48 = x4 * x23 * r375 * r48 * r4 * r25 * r32 * r145 * r20
+    r48 = r469 + r48
+    r467 = k.where(r484, r48, r467)
+    r48 = 2.0 * x15 * r8 * r467
+    r479 = k.where(r22, r48, r479)
+    r48 = x15 * r8 * r467
+    r484 = x6 * x15 * r4 * r5 * r8 * r467
+    r484 = r48 + r484
+    r479 = k.where(r91, r484, r479)
     r72 = k.and_(r46, r72)
-    r466 = 3.0 * x6 * x15 * r4 * r5 * r8 * r466
-    r478 = k.where(r72, r466, r478)
-    r385 = r385 == 1.0
-    r478 = k.where(r385, 0.0, r478)
-    r369 = r369 + r478
-    r369 = k.max(0.0, r369)
-    r465 = k.gcd(x2, r465)
-    r466 = k.recip(r465)
-    r46 = x2 * r466
+    r467 = 3.0 * x6 * x15 * r4 * r5 * r8 * r467
+    r479 = k.where(r72, r467, r479)
+    r386 = r386 == 1.0
+    r479 = k.where(r386, 0.0, r479)
+    r370 = r370 + r479
+    r370 = k.max(0.0, r370)
+    r466 = k.gcd(x2, r466)
+    r467 = k.recip(r466)
+    r46 = x2 * r467
     r46 = -1.0 + r46
-    r46 = x27 * r46
-    r483 = -1.0 * x2 * r466
-    r483 = x2 + r483
-    r483 = x31 * r483
+    r46 = x28 * r46
+    r484 = -1.0 * x2 * r467
+    r484 = x2 + r484
+    r484 = x32 * r484
     r48 = -1.0 + x2
-    r468 = 2.0 * x14 * x19 * x10 * x4 * x33 * r78 * r25 * r71 * r19 * r466 * r48
-    r465 = -1.0 + r465
-    r465 = 2.0 * x14 * x19 * x10 * x4 * x33 * r374 * r25 * r32 * r19 * r466 * r48 * r465
-    r465 = k.max(r468, r465)
-    r465 = r46 + r483 + r465
-    r483 = x27 * r48
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x33 * r78 * r25 * r71 * r19 * r48
-    r46 = r483 + r46
-    r465 = k.where(r474, r46, r465)
-    r46 = x2 * x35
-    r46 = x29 >= r46
-    r474 = x31 * r48
-    r483 = 2.0 * x14 * x19 * x10 * x4 * x33 * r374 * r25 * r32 * r19 * r48
-    r483 = r474 + r483
-    r465 = k.where(r46, r483, r465)
-    r483 = x6 * x15 * r4 * r5 * r8 * r465
-    r465 = x6 * x15 * r4 * r5 * r8 * r70 * r465
-    r465 = r483 + r465
-    r483 = x2 == 1.0
-    r465 = k.where(r483, 0.0, r465)
+    r469 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r19 * r467 * r48
+    r466 = -1.0 + r466
+    r466 = 2.0 * x14 * x19 * x10 * x4 * x34 * r375 * r25 * r32 * r19 * r467 * r48 * r466
+    r466 = k.max(r469, r466)
+    r466 = r46 + r484 + r466
+    r484 = x28 * r48
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x34 * r78 * r25 * r71 * r19 * r48
+    r46 = r484 + r46
+    r466 = k.where(r475, r46, r466)
+    r46 = x2 * x36
+    r46 = x30 >= r46
+    r475 = x32 * r48
+    r484 = 2.0 * x14 * x19 * x10 * x4 * x34 * r375 * r25 * r32 * r19 * r48
+    r484 = r475 + r484
+    r466 = k.where(r46, r484, r466)
+    r484 = x6 * x15 * r4 * r5 * r8 * r466
+    r466 = x6 * x15 * r4 * r5 * r8 * r70 * r466
+    r466 = r484 + r466
+    r484 = x2 == 1.0
+    r466 = k.where(r484, 0.0, r466)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r46 = k.gcd(x35, x29)
-    r474 = k.recip(r46)
-    r468 = x35 * r474
-    r468 = -1.0 + r468
-    r468 = x27 * r468
-    r466 = -1.0 * x35 * r474
-    r466 = x35 + r466
-    r466 = x31 * r466
-    r471 = -1.0 + x35
-    r489 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r19 * r474 * r471
+    r46 = k.gcd(x36, x30)
+    r475 = k.recip(r46)
+    r469 = x36 * r475
+    r469 = -1.0 + r469
+    r469 = x28 * r469
+    r467 = -1.0 * x36 * r475
+    r467 = x36 + r467
+    r467 = x32 * r467
+    r472 = -1.0 + x36
+    r490 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19 * r475 * r472
     r46 = -1.0 + r46
-    r46 = x19 * x4 * x12 * x33 * r374 * r25 * r32 * r19 * r474 * r471 * r46
-    r46 = k.max(r489, r46)
-    r46 = r468 + r466 + r46
-    r466 = x29 <= 1.0
-    r468 = x27 * r471
-    r71 = x19 * x4 * x12 * x33 * r78 * r25 * r71 * r19 * r471
-    r71 = r468 + r71
-    r46 = k.where(r466, r71, r46)
-    r71 = x29 >= x35
-    r466 = x31 * r471
-    r32 = x19 * x4 * x12 * x33 * r374 * r25 * r32 * r19 * r471
-    r32 = r466 + r32
+    r46 = x19 * x4 * x12 * x34 * r375 * r25 * r32 * r19 * r475 * r472 * r46
+    r46 = k.max(r490, r46)
+    r46 = r469 + r467 + r46
+    r467 = x30 <= 1.0
+    r469 = x28 * r472
+    r71 = x19 * x4 * x12 * x34 * r78 * r25 * r71 * r19 * r472
+    r71 = r469 + r71
+    r46 = k.where(r467, r71, r46)
+    r71 = x30 >= x36
+    r467 = x32 * r472
+    r32 = x19 * x4 * x12 * x34 * r375 * r25 * r32 * r19 * r472
+    r32 = r467 + r32
     r46 = k.where(r71, r32, r46)
     r46 = 2.0 * x6 * x15 * r4 * r5 * r8 * r55 * r46
-    r32 = x35 == 1.0
+    r32 = x36 == 1.0
     r46 = k.where(r32, 0.0, r46)
     r162 = r10 + r9 + r162
     r162 = k.max(0.0, r162)
     r162 = k.where(r21, r162, 0.0)
-    r21 = r107 + r30 + r53 + r54 + r148 + r369 + r79 + r465 + r46 + r162
+    r21 = r107 + r30 + r53 + r54 + r148 + r370 + r79 + r466 + r46 + r162
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r87 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x33 * r87 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x33 * r25
-    r87 = x19 * x4 * x12 * x33 * r78 * r25
-    r463 = x4 * r4 * r25 * r463 * r20
+    r10 = 6.0 * x6 * x34 * r87 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x34 * r87 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x34 * r25
+    r87 = x19 * x4 * x12 * x34 * r78 * r25
+    r464 = x4 * r4 * r25 * r464 * r20
     r71 = 2.0 * x4 * r4 * r25 * r145 * r20
-    r463 = k.where(r22, r71, r463)
+    r464 = k.where(r22, r71, r464)
     r71 = x4 * r4 * r25 * r145 * r20
     r22 = k.pow(x3, -2.0)
-    r466 = x6 * x4 * r22 * r5 * r25 * r145 * r20
-    r466 = r71 + r466
-    r463 = k.where(r91, r466, r463)
+    r467 = x6 * x4 * r22 * r5 * r25 * r145 * r20
+    r467 = r71 + r467
+    r464 = k.where(r91, r467, r464)
     r145 = 3.0 * x6 * x4 * r22 * r5 * r25 * r145 * r20
-    r463 = k.where(r72, r145, r463)
-    r463 = k.where(r385, 0.0, r463)
-    r385 = r78 * r463
-    r78 = x28 * r78
-    r145 = k.recip(x33)
-    r72 = x34 * r67 * r145
+    r464 = k.where(r72, r145, r464)
+    r464 = k.where(r386, 0.0, r464)
+    r386 = r78 * r464
+    r78 = x29 * r78
+    r145 = k.recip(x34)
+    r72 = x35 * r67 * r145
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r466 = 8e-12 * x12
+    r467 = 8e-12 * x12
     r91 = 8e-12 * x15 * r12
-    r71 = 8e-12 * x36 * x12
-    r374 = 2.4e-11 * x15 * x12 * x5
-    r468 = r466 + r91 + r71 + r374
-    r489 = 4e-12 * x12
-    r474 = 4e-12 * x15 * r12
-    r467 = 4e-12 * x36 * x12
+    r71 = 8e-12 * x37 * x12
+    r375 = 2.4e-11 * x15 * x12 * x5
+    r469 = r467 + r91 + r71 + r375
+    r490 = 4e-12 * x12
+    r475 = 4e-12 * x15 * r12
+    r468 = 4e-12 * x37 * x12
     r80 = 1.2e-11 * x15 * x12 * x5
-    r80 = r489 + r474 + r467 + r80
+    r80 = r490 + r475 + r468 + r80
     r80 = r22 > r80
-    r467 = -8e-12 * x12
+    r468 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r474 = -8e-12 * x36 * x12
-    r489 = -2.4e-11 * x15 * x12 * x5
-    r617 = k.sqrt(2.0)
-    r618 = k.sqrt(x3)
-    r618 = k.recip(r618)
-    r620 = k.sqrt(x2)
-    r620 = k.recip(r620)
-    r622 = k.sqrt(x13)
-    r622 = k.recip(r622)
-    r624 = k.sqrt(x22)
-    r624 = k.recip(r624)
-    r626 = k.sqrt(x35)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(r468)
-    r629 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r468
-    r630 = k.sqrt(x3)
-    r631 = k.sqrt(x2)
-    r632 = k.sqrt(x13)
-    r633 = k.sqrt(x22)
-    r634 = k.sqrt(x35)
-    r634 = 0.16666666666666666 * r617 * r630 * r631 * r632 * r633 * r634 * r628
-    r634 = 1.0 + r629 + r634
-    r634 = r617 * r618 * r620 * r622 * r624 * r626 * r628 * r634
-    r634 = r467 + r12 + r474 + r489 + r634
-    r489 = k.where(r80, r634, r22)
-    r374 = r466 + r91 + r71 + r374 + r489
-    r374 = x3 * x2 * x13 * x22 * x35 * r374
-    r374 = k.exp(r374)
-    r374 = -1.0 + r374
-    r71 = k.recip(r374)
-    r91 = x24 + x1
-    r466 = -1.0 * x3 * x2 * x13 * x22 * x35 * r91
-    r466 = k.exp(r466)
-    r466 = x3 * x2 * x13 * x22 * x35 * r71 * r489 * r466
-    r71 = x3 * x2 * x13 * x22 * x35
-    r634 = k.recip(r634)
-    r71 = k.where(r80, r634, r71)
-    r91 = x3 * x2 * x13 * x22 * x35 * r91
+    r475 = -8e-12 * x37 * x12
+    r490 = -2.4e-11 * x15 * x12 * x5
+    r618 = k.sqrt(2.0)
+    r619 = k.sqrt(x3)
+    r619 = k.recip(r619)
+    r621 = k.sqrt(x2)
+    r621 = k.recip(r621)
+    r623 = k.sqrt(x13)
+    r623 = k.recip(r623)
+    r625 = k.sqrt(x23)
+    r625 = k.recip(r625)
+    r627 = k.sqrt(x36)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(r469)
+    r630 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r469
+    r631 = k.sqrt(x3)
+    r632 = k.sqrt(x2)
+    r633 = k.sqrt(x13)
+    r634 = k.sqrt(x23)
+    r635 = k.sqrt(x36)
+    r635 = 0.16666666666666666 * r618 * r631 * r632 * r633 * r634 * r635 * r629
+    r635 = 1.0 + r630 + r635
+    r635 = r618 * r619 * r621 * r623 * r625 * r627 * r629 * r635
+    r635 = r468 + r12 + r475 + r490 + r635
+    r490 = k.where(r80, r635, r22)
+    r375 = r467 + r91 + r71 + r375 + r490
+    r375 = x3 * x2 * x13 * x23 * x36 * r375
+    r375 = k.exp(r375)
+    r375 = -1.0 + r375
+    r71 = k.recip(r375)
+    r91 = x25 + x1
+    r467 = -1.0 * x3 * x2 * x13 * x23 * x36 * r91
+    r467 = k.exp(r467)
+    r467 = x3 * x2 * x13 * x23 * x36 * r71 * r490 * r467
+    r71 = x3 * x2 * x13 * x23 * x36
+    r635 = k.recip(r635)
+    r71 = k.where(r80, r635, r71)
+    r91 = x3 * x2 * x13 * x23 * x36 * r91
     r91 = k.exp(r91)
-    r5 = x34 * r67 * r4 * r25 * r5 * r8 * r145 * r19 * r374 * r21 * r71 * r91
-    r91 = x34 * r67 * r145 * r374 * r21 * r71 * r91
-    r55 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r471 * r55
+    r5 = x35 * r67 * r4 * r25 * r5 * r8 * r145 * r19 * r375 * r21 * r71 * r91
+    r91 = x35 * r67 * r145 * r375 * r21 * r71 * r91
+    r55 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r472 * r55
     r55 = k.where(r32, 0.0, r55)
-    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r48
-    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r70 * r48
+    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r48
+    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r70 * r48
     r48 = r32 + r48
-    r48 = k.where(r483, 0.0, r48)
-    r109 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r109
+    r48 = k.where(r484, 0.0, r48)
+    r109 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r109
     r109 = k.where(r29, 0.0, r109)
-    r45 = r45 < x22
-    r29 = x32 != 2.0
+    r45 = r45 < x23
+    r29 = x33 != 2.0
     r74 = k.and_(r74, r29)
     r74 = k.not_(r74)
     r74 = k.or_(r45, r74)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r73 = k.and_(r19, r29, r73)
     r73 = k.not_(r73)
     r73 = k.or_(r45, r73)
     r73 = k.and_(r74, r73)
-    r74 = x22 >= 2.0
-    r45 = x32 != 3.0
-    r29 = x32 != 4.0
+    r74 = x23 >= 2.0
+    r45 = x33 != 3.0
+    r29 = x33 != 4.0
     r82 = k.not_(r82)
     r82 = k.and_(r45, r29, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r74, r82)
-    r74 = x21 * x3 * x2 * x22 * x35 * r21
-    r29 = r66 <= r74
+    r74 = x22 * x3 * x2 * x23 * x36 * r21
+    r29 = r31 <= r74
     r74 = r113 <= r74
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r116, r157, r102, r47, r90, 0.0, r94, r97, r56, r119, r103, r98, r15, r31, r66, r66, r113, r49, r125, r366, r159, r79, r21, r10, r33, r9, r87, r385, r78, 0.0, r72, r22, r468, r489, r466, r5, r91, r53, r148, r54, r30, r55, r46, r46, r48, r465, r465, r463, r478, r369, r109, r50, r107, 0.0, 0.0, r162, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, r73, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r29, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r116, r157, r102, r47, r90, 0.0, r94, r97, r56, r119, r103, r98, r15, r66, r31, r31, r113, r49, r125, r367, r159, r79, r21, r10, r33, r9, r87, r386, r78, 0.0, r72, r22, r469, r490, r467, r5, r91, r53, r148, r54, r30, r55, r46, r46, r48, r466, r466, r464, r479, r370, r109, r50, r107, 0.0, 0.0, r162, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, r82, r82, r29, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1389,9 +1390,9 @@ def search(x, k):
     return (r84, r27, r103)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (29, 45, 46, 47, 48), (29, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 46, 47, 48, 49), (30, 31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49), (29, 46, 47, 48, 49), (29, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x37)
+    r11 = k.recip(x24)
+    r16 = k.recip(x38)
     r25 = r11 * r16 * r15
-    r26 = x34 == 5.0
+    r26 = x35 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x40 >= 1.0
+    r27 = x41 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,46 +49,46 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x35 * r30 * r16 * r38
-    r37 = x24 == 2.0
-    r36 = 2.0 * x19 * x12 * x35 * r30 * r16
+    r38 = x19 * x36 * r30 * r16 * r38
+    r37 = x25 == 2.0
+    r36 = 2.0 * x19 * x12 * x36 * r30 * r16
     r36 = k.where(r37, r36, r38)
-    r35 = 1.0 + x23
+    r35 = 1.0 + x24
     r35 = k.min(r35, r6)
     r34 = k.ceiling(r33)
     r35 = r35 * r34
-    r48 = x34 == 4.0
-    r49 = 2.0 * x23
+    r48 = x35 == 4.0
+    r49 = 2.0 * x24
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r34
     r53 = k.where(r48, r50, r35)
-    r54 = x34 == 0.0
-    r55 = x34 == 3.0
+    r54 = x35 == 0.0
+    r55 = x35 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x23, r6)
+    r57 = k.min(x24, r6)
     r57 = r57 * r34
     r53 = k.where(r56, r57, r53)
-    r57 = x34 == 1.0
-    r61 = k.recip(x39)
-    r62 = x6 * x39 * r4 * r5
-    r63 = -1.0 + x39
-    r63 = x23 * r63
+    r57 = x35 == 1.0
+    r61 = k.recip(x40)
+    r62 = x6 * x40 * r4 * r5
+    r63 = -1.0 + x40
+    r63 = x24 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r34
     r53 = k.where(r57, r65, r53)
-    r65 = x34 == 2.0
+    r65 = x35 == 2.0
     r70 = x6 * r4 * r5 * r34
     r53 = k.where(r65, r70, r53)
     r53 = r36 * r53
-    r73 = x38 * x12 * r16
-    r74 = x23 == 1.0
+    r73 = x39 * x12 * r16
+    r74 = x24 == 1.0
     r75 = k.where(r74, 1.0, 0.0)
-    r76 = x38 * x12 * r75
-    r77 = x23 != 1.0
+    r76 = x39 * x12 * r75
+    r77 = x24 != 1.0
     r77 = k.where(r77, 1.0, 0.0)
-    r77 = x38 * x12 * r77
+    r77 = x39 * x12 * r77
     r80 = r76 + r77
     r80 = r16 * r80
     r82 = r80 + r73
@@ -105,12 +105,12 @@ def quantities(x, k):
     r75 = k.where(r26, r76, r75)
     r8 = 2.0 * r75
     r83 = r83 + r8
-    r12 = x40 >= 3.0
+    r12 = x41 >= 3.0
     r83 = k.where(r12, 0.0, r83)
-    r98 = x40 <= 2.0
+    r98 = x41 <= 2.0
     r99 = 4.0 * r75
     r99 = k.where(r98, r99, r8)
-    r101 = x40 >= 2.0
+    r101 = x41 >= 2.0
     r102 = r4 * r30 * r99
     r99 = k.where(r101, r102, r99)
     r102 = 2.0 * r4 * r30 * r75
@@ -120,8 +120,8 @@ def quantities(x, k):
     r102 = k.where(r27, r107, r102)
     r107 = k.where(r37, r38, 0.0)
     r110 = k.or_(r26, r74)
-    r111 = 4.0 * x19 * x12 * x35 * r30 * r16
-    r112 = x38 * x19 * x16 * x35 * r30 * r16
+    r111 = 4.0 * x19 * x12 * x36 * r30 * r16
+    r112 = x39 * x19 * x16 * x36 * r30 * r16
     r111 = r111 + r112
     r111 = k.max(r111, r107)
     r110 = k.where(r110, r111, r107)
@@ -130,16 +130,16 @@ def quantities(x, k):
     r116 = k.where(r26, r117, r116)
     r117 = 3.0 * x4 * r116 * r75
     r117 = k.where(r12, r117, 0.0)
-    r121 = x23 > 1.0
+    r121 = x24 > 1.0
     r121 = k.and_(r12, r121)
     r75 = 2.0 * x4 * r75
     r117 = k.where(r121, r75, r117)
     r75 = r53 + r83 + r99 + r8 + r102 + r110 + r117
     r126 = k.where(r48, r50, r35)
-    r127 = -1.0 + x23
+    r127 = -1.0 + x24
     r128 = k.min(1.0, r127)
     r129 = -1.0 * r128
-    r129 = x23 + r129
+    r129 = x24 + r129
     r131 = k.min(r6, r129)
     r131 = r131 * r34
     r126 = k.where(r56, r131, r126)
@@ -152,23 +152,23 @@ def quantities(x, k):
     r126 = r36 * r126
     r49 = r128 == 0.0
     r49 = k.where(r49, 1.0, 0.0)
-    r49 = x38 * x12 * r49
+    r49 = x39 * x12 * r49
     r131 = r128 != 0.0
     r145 = 1.0 + r128
-    r145 = x23 == r145
+    r145 = x24 == r145
     r131 = k.and_(r131, r145)
     r131 = k.where(r131, 1.0, 0.0)
-    r131 = x38 * x12 * r131
+    r131 = x39 * x12 * r131
     r150 = r49 + r131
     r150 = r16 * r150
     r152 = r129 == 1.0
     r152 = k.where(r152, 1.0, 0.0)
-    r152 = x38 * x12 * r152
-    r155 = x23 == r129
+    r152 = x39 * x12 * r152
+    r155 = x24 == r129
     r129 = r129 != 1.0
     r129 = k.and_(r155, r129)
     r129 = k.where(r129, 1.0, 0.0)
-    r129 = x38 * x12 * r129
+    r129 = x39 * x12 * r129
     r160 = r152 + r129
     r160 = r16 * r160
     r160 = r160 + r150
@@ -270,75 +270,76 @@ def quantities(x, k):
     r126 = k.where(r126, 0.0, 0.0)
     r35 = r75 == r35
     r126 = k.where(r35, 0.0, r126)
-    r35 = x38 * x19 * x4 * x35 * r30 * r16
-    r53 = x38 * x19 * x4 * x35 * r30
+    r35 = x39 * x19 * x4 * x36 * r30 * r16
+    r53 = x39 * x19 * x4 * x36 * r30
     r117 = k.max(r75, r131, r77)
     r102 = r131 == r117
     r77 = k.where(r102, r131, r77)
     r117 = r75 == r117
     r77 = k.where(r117, r75, r77)
-    r75 = -1.0 * r77
-    r75 = x8 + r75
-    r117 = 6.0 * x6 * x35 * r15
+    r75 = -1.0 * x20
+    r117 = -1.0 * r77
+    r117 = x8 + r75 + r117
+    r75 = 6.0 * x6 * x36 * r15
     r131 = 12.0 * x12
     r102 = 6.0 * x15 * r9
     r155 = 6.0 * x15 * r13
-    r99 = 6.0 * x38 * x12
-    r49 = 12.0 * x15 * x11 * x10 * x35
+    r99 = 6.0 * x39 * x12
+    r49 = 12.0 * x15 * x11 * x10 * x36
     r49 = r131 + r102 + r155 + r99 + r49
-    r99 = x6 * x35 * r49
+    r99 = x6 * x36 * r49
     r155 = k.pow(x12, 2.0)
     r102 = k.recip(x12)
-    r8 = 0.16666666666666666 * x35 * r102
+    r8 = 0.16666666666666666 * x36 * r102
     r152 = k.recip(x15)
-    r102 = 0.0625 * x38 * r152 * r102
+    r102 = 0.0625 * x39 * r152 * r102
     r102 = 1.0 + r8 + r102
-    r102 = 96.0 * x6 * x15 * x35 * r155 * r102
-    r155 = k.pow(x35, 2.0)
+    r102 = 96.0 * x6 * x15 * x36 * r155 * r102
+    r155 = k.pow(x36, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r155
-    r80 = x24 == 1.0
+    r80 = x25 == 1.0
     r155 = 4.0 * x6 * x15 * x11 * x10 * r155
     r155 = k.where(r80, r155, 0.0)
-    r129 = 0.3333333333333333 * x6 * x35 * r49
+    r129 = 0.3333333333333333 * x6 * x36 * r49
     r155 = k.where(r37, r129, r155)
     r155 = r99 + r8 + r155
     r8 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r8
     r129 = k.recip(x9)
     r150 = k.recip(x18)
-    r83 = x19 * x12 * x35 * r30
-    r121 = x38 * x19 * x35 * r30 * r16
+    r83 = x19 * x12 * x36 * r30
+    r121 = x39 * x19 * x36 * r30 * r16
     r121 = r73 + r83 + r121
     r73 = 2.0 * r129 * r150 * r121
-    r70 = k.recip(x22)
+    r70 = k.recip(x23)
     r34 = k.recip(x17)
-    r62 = 2.0 * x38 * x19 * x12 * x35 * r70 * r30 * r34 * r16
+    r62 = 2.0 * x39 * x19 * x12 * x36 * r70 * r30 * r34 * r16
     r62 = r73 + r62
     r62 = r8 * r62
     r121 = 4.0 * r129 * r150 * r121
-    r73 = 4.0 * x38 * x19 * x12 * x35 * r70 * r30 * r34 * r16
+    r73 = 4.0 * x39 * x19 * x12 * x36 * r70 * r30 * r34 * r16
     r73 = r62 + r121 + r73
     r73 = r11 * r73
     r121 = x11 * x10 * x12 * r16
-    r62 = x11 * x19 * x10 * x35 * r30 * r16
+    r62 = x11 * x19 * x10 * x36 * r30 * r16
     r62 = r121 + r83 + r62
     r121 = r129 * r150 * r62
-    r63 = k.recip(x21)
-    r50 = 2.0 * x11 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16
+    r63 = k.recip(x22)
+    r50 = 2.0 * x11 * x19 * x10 * x12 * x36 * r63 * r30 * r34 * r16
     r50 = r121 + r50
     r50 = r8 * r50
     r121 = x10 * x12 * r16 * r14
-    r145 = x19 * x10 * x35 * r30 * r16 * r14
+    r145 = x19 * x10 * x36 * r30 * r16 * r14
     r145 = r83 + r121 + r145
     r121 = r129 * r150 * r145
-    r86 = 2.0 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16 * r14
+    r86 = 2.0 * x19 * x10 * x12 * x36 * r63 * r30 * r34 * r16 * r14
     r86 = r121 + r86
     r86 = r8 * r86
     r121 = x12 * x5 * r16
-    r85 = x19 * x5 * x35 * r30 * r16
+    r85 = x19 * x5 * x36 * r30 * r16
     r85 = r121 + r83 + r85
     r83 = r129 * r150 * r85
-    r121 = 2.0 * x19 * x12 * x5 * x35 * r63 * r30 * r34 * r16
+    r121 = 2.0 * x19 * x12 * x5 * x36 * r63 * r30 * r34 * r16
     r121 = r83 + r121
     r121 = 2.0 * r8 * r121
     r62 = 2.0 * r129 * r150 * r62
@@ -346,51 +347,51 @@ def quantities(x, k):
     r85 = 4.0 * r129 * r150 * r85
     r83 = x11 * x10 * r16
     r83 = x12 + r83
-    r83 = 4.0 * x19 * x35 * r129 * r30 * r150 * r83
+    r83 = 4.0 * x19 * x36 * r129 * r30 * r150 * r83
     r160 = x10 * r16 * r14
     r160 = x12 + r160
-    r160 = 4.0 * x19 * x35 * r129 * r30 * r150 * r160
-    r341 = x5 * r16
-    r341 = x12 + r341
-    r341 = 8.0 * x19 * x35 * r129 * r30 * r150 * r341
-    r344 = 8.0 * x19 * x12 * x5 * x35 * r63 * r30 * r34 * r16
-    r345 = 4.0 * x11 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x35 * r63 * r30 * r34 * r16 * r14
-    r14 = r50 + r86 + r121 + r62 + r145 + r85 + r83 + r160 + r341 + r344 + r345 + r14
+    r160 = 4.0 * x19 * x36 * r129 * r30 * r150 * r160
+    r342 = x5 * r16
+    r342 = x12 + r342
+    r342 = 8.0 * x19 * x36 * r129 * r30 * r150 * r342
+    r345 = 8.0 * x19 * x12 * x5 * x36 * r63 * r30 * r34 * r16
+    r346 = 4.0 * x11 * x19 * x10 * x12 * x36 * r63 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x36 * r63 * r30 * r34 * r16 * r14
+    r14 = r50 + r86 + r121 + r62 + r145 + r85 + r83 + r160 + r342 + r345 + r346 + r14
     r14 = x15 * r11 * r14
     r14 = r73 + r14
     r73 = x6 * r4 * r5 * r14
-    r345 = 3.0 * x5
-    r344 = 2.0 * x5 * r8
-    r344 = r345 + r344
-    r344 = x19 * x35 * r30 * r16 * r344
-    r345 = 10.0 * x12 * r8
-    r345 = r131 + r345
-    r345 = x19 * x35 * r30 * r16 * r345
-    r345 = r344 + r345
-    r345 = x15 * r11 * r345
-    r344 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
-    r344 = r345 + r344
-    r345 = x6 * x4 * r129 * r4 * r5 * r150 * r344
+    r346 = 3.0 * x5
+    r345 = 2.0 * x5 * r8
+    r345 = r346 + r345
+    r345 = x19 * x36 * r30 * r16 * r345
+    r346 = 10.0 * x12 * r8
+    r346 = r131 + r346
+    r346 = x19 * x36 * r30 * r16 * r346
+    r346 = r345 + r346
+    r346 = x15 * r11 * r346
+    r345 = 3.0 * x39 * x19 * x36 * r30 * r11 * r16
+    r345 = r346 + r345
+    r346 = x6 * x4 * r129 * r4 * r5 * r150 * r345
     r131 = k.recip(x0)
-    r341 = x11 * x10 * x35
+    r342 = x11 * x10 * x36
     r80 = k.or_(r80, r37)
     r80 = k.where(r80, 1.0, 0.0)
     r80 = 3.0 + r80
-    r80 = 2.0 * x11 * x10 * x35 * r80
-    r80 = r341 + r80
-    r341 = x6 * x15 * x35 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
-    r160 = r73 + r345 + r341
+    r80 = 2.0 * x11 * x10 * x36 * r80
+    r80 = r342 + r80
+    r342 = x6 * x15 * x36 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
+    r160 = r73 + r346 + r342
     r83 = k.recip(r160)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r85 = k.recip(x6)
     r145 = 0.3333333333333333 * x3 * x19 * r85 * r61 * r160
-    r62 = 0.6666666666666666 * x3 * x19 * x23 * r85 * r160
-    r344 = -1.0 * x6 * x4 * r129 * r4 * r5 * r150 * r344
-    r80 = -1.0 * x6 * x15 * x35 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
-    r62 = r14 + r145 + r62 + r344 + r80
+    r62 = 0.6666666666666666 * x3 * x19 * x24 * r85 * r160
+    r345 = -1.0 * x6 * x4 * r129 * r4 * r5 * r150 * r345
+    r80 = -1.0 * x6 * x15 * x36 * r70 * r4 * r30 * r34 * r131 * r11 * r16 * r80
+    r62 = r14 + r145 + r62 + r345 + r80
     r62 = k.max(0.0, r62)
-    r145 = 0.5 * x23
+    r145 = 0.5 * x24
     r145 = -1.0 + r145
     r145 = 0.6666666666666666 * x3 * x19 * r85 * r61 * r145 * r160
     r145 = k.where(r48, 0.0, r145)
@@ -404,308 +405,308 @@ def quantities(x, k):
     r62 = k.where(r98, 4.0, 2.0)
     r62 = 26.0 + r62
     r62 = r129 * r150 * r62 * r31
-    r150 = r73 + r62 + r345 + r341
-    r129 = -1.0 * x20
+    r150 = r73 + r62 + r346 + r342
+    r129 = -1.0 * x21
     r129 = 1.0 + r129
-    r127 = x23 * x39
+    r127 = x24 * x40
     r127 = -1.0 + r127
-    r61 = k.recip(x26)
-    r54 = k.recip(x27)
-    r48 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16
-    r48 = x28 + r48
-    r55 = 2.0 * x3 * x2 * x37
-    r55 = x30 >= r55
-    r131 = k.recip(x29)
-    r34 = k.recip(x31)
-    r70 = k.min(1.0, x33)
+    r61 = k.recip(x27)
+    r54 = k.recip(x28)
+    r48 = x19 * x4 * x12 * x36 * r61 * r30 * r54 * r16
+    r48 = x29 + r48
+    r55 = 2.0 * x3 * x2 * x38
+    r55 = x31 >= r55
+    r131 = k.recip(x30)
+    r34 = k.recip(x32)
+    r70 = k.min(1.0, x34)
     r70 = k.recip(r70)
-    r70 = x19 * x4 * x12 * x33 * x35 * r131 * r30 * r34 * r16 * r70
-    r70 = x32 + r70
+    r70 = x19 * x4 * x12 * x34 * x36 * r131 * r30 * r34 * r16 * r70
+    r70 = x33 + r70
     r48 = k.where(r55, r70, r48)
     r48 = 2.0 * x6 * r4 * r5 * r11 * r127 * r48
     r48 = k.where(r74, 0.0, r48)
     r129 = r129 * r48
     r70 = x3 * x19 * r85 * r160
-    r55 = x23 <= 1.0
+    r55 = x24 <= 1.0
     r101 = k.and_(r101, r55)
     r70 = k.where(r101, r160, r70)
-    r70 = -1.0 * x20 * r70
+    r70 = -1.0 * x21 * r70
     r160 = x3 * x2
     r121 = -1.0 + r160
     r86 = k.recip(r121)
     r50 = 2.0 * x3 * x2
     r50 = -2.0 + r50
-    r426 = x30 * r16
-    r427 = k.gcd(r160, r426)
-    r428 = k.recip(r427)
-    r429 = x3 * x2 * r428
-    r429 = -1.0 + r429
-    r429 = x28 * r429
-    r432 = -1.0 * x3 * x2 * r428
-    r432 = r160 + r432
-    r432 = x32 * r432
-    r435 = r429 + r432
-    r435 = r86 * r50 * r435
+    r427 = x31 * r16
+    r428 = k.gcd(r160, r427)
+    r429 = k.recip(r428)
+    r430 = x3 * x2 * r429
+    r430 = -1.0 + r430
+    r430 = x29 * r430
+    r433 = -1.0 * x3 * x2 * r429
+    r433 = r160 + r433
+    r433 = x33 * r433
+    r436 = r430 + r433
+    r436 = r86 * r50 * r436
     r86 = x4 * r25
-    r438 = 4.0 * r25
-    r86 = k.where(r98, r438, r86)
-    r438 = x23 * r61 * r152 * r4 * r30 * r54 * r428 * r50 * r86
-    r427 = -1.0 + r427
-    r98 = k.max(1.0, r427)
-    r98 = k.min(x33, r98)
+    r439 = 4.0 * r25
+    r86 = k.where(r98, r439, r86)
+    r439 = x24 * r61 * r152 * r4 * r30 * r54 * r429 * r50 * r86
+    r428 = -1.0 + r428
+    r98 = k.max(1.0, r428)
+    r98 = k.min(x34, r98)
     r98 = k.recip(r98)
-    r445 = x33 * x23 * r131 * r152 * r4 * r30 * r34 * r98 * r428 * r427 * r50 * r86
-    r445 = k.max(r438, r445)
-    r445 = r435 + r445
-    r435 = x30 <= x37
-    r438 = x28 * r50
-    r450 = x23 * r61 * r152 * r4 * r30 * r54 * r50 * r86
-    r450 = r438 + r450
-    r445 = k.where(r435, r450, r445)
-    r450 = x3 * x2 * x37
-    r450 = x30 >= r450
-    r438 = x32 * r50
-    r456 = k.max(1.0, r121)
-    r456 = k.min(x33, r456)
-    r456 = k.recip(r456)
-    r459 = x33 * x23 * r131 * r152 * r4 * r30 * r34 * r456 * r50 * r86
-    r459 = r438 + r459
-    r445 = k.where(r450, r459, r445)
-    r445 = x15 * r11 * r445
-    r459 = x23 * r61 * r152 * r4 * r30 * r54 * r428 * r121 * r86
-    r438 = x33 * x23 * r131 * r152 * r4 * r30 * r34 * r98 * r428 * r121 * r427 * r86
-    r438 = k.max(r459, r438)
-    r438 = r429 + r432 + r438
-    r459 = x28 * r121
-    r468 = x23 * r61 * r152 * r4 * r30 * r54 * r121 * r86
-    r468 = r459 + r468
-    r438 = k.where(r435, r468, r438)
-    r468 = x32 * r121
-    r472 = x33 * x23 * r131 * r152 * r4 * r30 * r34 * r456 * r121 * r86
-    r472 = r468 + r472
-    r438 = k.where(r450, r472, r438)
-    r472 = x15 * r11 * r438
-    r476 = x4 * x23 * r61 * r152 * r4 * r30 * r54 * r428 * r121 * r25
-    r427 = x4 * x33 * x23 * r131 * r152 * r4 * r30 * r34 * r98 * r428 * r121 * r427 * r25
-    r427 = k.max(r476, r427)
-    r427 = r429 + r432 + r427
-    r432 = x4 * x23 * r61 * r152 * r4 * r30 * r54 * r121 * r25
-    r432 = r459 + r432
-    r427 = k.where(r435, r432, r427)
-    r456 = x4 * x33 * x23 * r131 * r152 * r4 * r30 * r34 * r456 * r121 * r25
-    r456 = r468 + r456
-    r427 = k.where(r450, r456, r427)
-    r456 = x15 * r11 * r427
-    r450 = r472 + r456
-    r445 = k.where(r27, r450, r445)
-    r438 = x6 * x15 * r4 * r5 * r11 * r438
-    r438 = r456 + r438
-    r445 = k.where(r101, r438, r445)
+    r446 = x34 * x24 * r131 * r152 * r4 * r30 * r34 * r98 * r429 * r428 * r50 * r86
+    r446 = k.max(r439, r446)
+    r446 = r436 + r446
+    r436 = x31 <= x38
+    r439 = x29 * r50
+    r451 = x24 * r61 * r152 * r4 * r30 * r54 * r50 * r86
+    r451 = r439 + r451
+    r446 = k.where(r436, r451, r446)
+    r451 = x3 * x2 * x38
+    r451 = x31 >= r451
+    r439 = x33 * r50
+    r457 = k.max(1.0, r121)
+    r457 = k.min(x34, r457)
+    r457 = k.recip(r457)
+    r460 = x34 * x24 * r131 * r152 * r4 * r30 * r34 * r457 * r50 * r86
+    r460 = r439 + r460
+    r446 = k.where(r451, r460, r446)
+    r446 = x15 * r11 * r446
+    r460 = x24 * r61 * r152 * r4 * r30 * r54 * r429 * r121 * r86
+    r439 = x34 * x24 * r131 * r152 * r4 * r30 * r34 * r98 * r429 * r121 * r428 * r86
+    r439 = k.max(r460, r439)
+    r439 = r430 + r433 + r439
+    r460 = x29 * r121
+    r469 = x24 * r61 * r152 * r4 * r30 * r54 * r121 * r86
+    r469 = r460 + r469
+    r439 = k.where(r436, r469, r439)
+    r469 = x33 * r121
+    r473 = x34 * x24 * r131 * r152 * r4 * r30 * r34 * r457 * r121 * r86
+    r473 = r469 + r473
+    r439 = k.where(r451, r473, r439)
+    r473 = x15 * r11 * r439
+    r477 = x4 * x24 * r61 * r152 * r4 * r30 * r54 * r429 * r121 * r25
+    r428 = x4 * x34 * x24 * r131 * r152 * r4 * r30 * r34 * r98 * r429 * r121 * r428 * r25
+    r428 = k.max(r477, r428)
+    r428 = r430 + r433 + r428
+    r433 = x4 * x24 * r61 * r152 * r4 * r30 * r54 * r121 * r25
+    r433 = r460 + r433
+    r428 = k.where(r436, r433, r428)
+    r457 = x4 * x34 * x24 * r131 * r152 * r4 * r30 * r34 * r457 * r121 * r25
+    r457 = r469 + r457
+    r428 = k.where(r451, r457, r428)
+    r457 = x15 * r11 * r428
+    r451 = r473 + r457
+    r446 = k.where(r27, r451, r446)
+    r439 = x6 * x15 * r4 * r5 * r11 * r439
+    r439 = r457 + r439
+    r446 = k.where(r101, r439, r446)
     r55 = k.and_(r12, r55)
-    r427 = 2.0 * x15 * r11 * r427
-    r427 = r472 + r427
-    r427 = x6 * r4 * r5 * r427
-    r445 = k.where(r55, r427, r445)
+    r428 = 2.0 * x15 * r11 * r428
+    r428 = r473 + r428
+    r428 = x6 * r4 * r5 * r428
+    r446 = k.where(r55, r428, r446)
     r160 = r160 == 1.0
-    r445 = k.where(r160, 0.0, r445)
-    r70 = r70 + r445
+    r446 = k.where(r160, 0.0, r446)
+    r70 = r70 + r446
     r70 = k.max(0.0, r70)
-    r426 = k.gcd(x2, r426)
-    r427 = k.recip(r426)
-    r472 = x2 * r427
-    r472 = -1.0 + r472
-    r472 = x28 * r472
-    r12 = -1.0 * x2 * r427
+    r427 = k.gcd(x2, r427)
+    r428 = k.recip(r427)
+    r473 = x2 * r428
+    r473 = -1.0 + r473
+    r473 = x29 * r473
+    r12 = -1.0 * x2 * r428
     r12 = x2 + r12
-    r12 = x32 * r12
-    r438 = -1.0 + x2
-    r456 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r427 * r438
-    r426 = -1.0 + r426
-    r450 = k.max(1.0, r426)
-    r450 = k.min(x33, r450)
-    r450 = k.recip(r450)
-    r426 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r131 * r30 * r34 * r16 * r450 * r427 * r438 * r426
-    r426 = k.max(r456, r426)
-    r426 = r472 + r12 + r426
-    r12 = x28 * r438
-    r472 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r438
-    r472 = r12 + r472
-    r426 = k.where(r435, r472, r426)
-    r472 = x2 * x37
-    r472 = x30 >= r472
-    r435 = x32 * r438
-    r12 = k.max(1.0, r438)
-    r12 = k.min(x33, r12)
+    r12 = x33 * r12
+    r439 = -1.0 + x2
+    r457 = 2.0 * x14 * x19 * x10 * x4 * x36 * r61 * r30 * r54 * r16 * r428 * r439
+    r427 = -1.0 + r427
+    r451 = k.max(1.0, r427)
+    r451 = k.min(x34, r451)
+    r451 = k.recip(r451)
+    r427 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r131 * r30 * r34 * r16 * r451 * r428 * r439 * r427
+    r427 = k.max(r457, r427)
+    r427 = r473 + r12 + r427
+    r12 = x29 * r439
+    r473 = 2.0 * x14 * x19 * x10 * x4 * x36 * r61 * r30 * r54 * r16 * r439
+    r473 = r12 + r473
+    r427 = k.where(r436, r473, r427)
+    r473 = x2 * x38
+    r473 = x31 >= r473
+    r436 = x33 * r439
+    r12 = k.max(1.0, r439)
+    r12 = k.min(x34, r12)
     r12 = k.recip(r12)
-    r12 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r131 * r30 * r34 * r16 * r12 * r438
-    r12 = r435 + r12
-    r426 = k.where(r472, r12, r426)
-    r12 = x6 * x15 * r4 * r5 * r11 * r426
-    r426 = x6 * x15 * r4 * r5 * r11 * r8 * r426
-    r426 = r12 + r426
+    r12 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r131 * r30 * r34 * r16 * r12 * r439
+    r12 = r436 + r12
+    r427 = k.where(r473, r12, r427)
+    r12 = x6 * x15 * r4 * r5 * r11 * r427
+    r427 = x6 * x15 * r4 * r5 * r11 * r8 * r427
+    r427 = r12 + r427
     r12 = x2 == 1.0
-    r426 = k.where(r12, 0.0, r426)
+    r427 = k.where(r12, 0.0, r427)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r472 = k.gcd(x37, x30)
-    r435 = k.recip(r472)
-    r456 = x37 * r435
-    r456 = -1.0 + r456
-    r456 = x28 * r456
-    r427 = -1.0 * x37 * r435
-    r427 = x37 + r427
-    r427 = x32 * r427
-    r450 = -1.0 + x37
-    r468 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r435 * r450
-    r472 = -1.0 + r472
-    r152 = k.max(1.0, r472)
-    r152 = k.min(x33, r152)
+    r473 = k.gcd(x38, x31)
+    r436 = k.recip(r473)
+    r457 = x38 * r436
+    r457 = -1.0 + r457
+    r457 = x29 * r457
+    r428 = -1.0 * x38 * r436
+    r428 = x38 + r428
+    r428 = x33 * r428
+    r451 = -1.0 + x38
+    r469 = x19 * x12 * x36 * r61 * r30 * r54 * r16 * r436 * r451
+    r473 = -1.0 + r473
+    r152 = k.max(1.0, r473)
+    r152 = k.min(x34, r152)
     r152 = k.recip(r152)
-    r432 = x19 * x12 * x33 * x35 * r131 * r30 * r34 * r16 * r152 * r435 * r450 * r472
-    r432 = k.max(r468, r432)
-    r432 = r456 + r427 + r432
-    r468 = x30 <= 1.0
-    r459 = x28 * r450
-    r429 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r450
-    r429 = r459 + r429
-    r432 = k.where(r468, r429, r432)
-    r429 = x30 >= x37
-    r476 = x32 * r450
-    r428 = k.max(1.0, r450)
-    r428 = k.min(x33, r428)
-    r428 = k.recip(r428)
-    r98 = x19 * x12 * x33 * x35 * r131 * r30 * r34 * r16 * r428 * r450
-    r98 = r476 + r98
-    r432 = k.where(r429, r98, r432)
-    r432 = x6 * x15 * r4 * r5 * r11 * r37 * r432
-    r98 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r435 * r450
-    r472 = x19 * x4 * x12 * x33 * x35 * r131 * r30 * r34 * r16 * r152 * r435 * r450 * r472
-    r472 = k.max(r98, r472)
-    r472 = r456 + r427 + r472
-    r54 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r450
-    r54 = r459 + r54
-    r472 = k.where(r468, r54, r472)
-    r428 = x19 * x4 * x12 * x33 * x35 * r131 * r30 * r34 * r16 * r428 * r450
-    r428 = r476 + r428
-    r472 = k.where(r429, r428, r472)
-    r472 = x6 * x15 * r4 * r5 * r11 * r37 * r472
-    r472 = r432 + r472
-    r432 = x37 == 1.0
-    r472 = k.where(r432, 0.0, r472)
-    r80 = r14 + r344 + r80
+    r433 = x19 * x12 * x34 * x36 * r131 * r30 * r34 * r16 * r152 * r436 * r451 * r473
+    r433 = k.max(r469, r433)
+    r433 = r457 + r428 + r433
+    r469 = x31 <= 1.0
+    r460 = x29 * r451
+    r430 = x19 * x12 * x36 * r61 * r30 * r54 * r16 * r451
+    r430 = r460 + r430
+    r433 = k.where(r469, r430, r433)
+    r430 = x31 >= x38
+    r477 = x33 * r451
+    r429 = k.max(1.0, r451)
+    r429 = k.min(x34, r429)
+    r429 = k.recip(r429)
+    r98 = x19 * x12 * x34 * x36 * r131 * r30 * r34 * r16 * r429 * r451
+    r98 = r477 + r98
+    r433 = k.where(r430, r98, r433)
+    r433 = x6 * x15 * r4 * r5 * r11 * r37 * r433
+    r98 = x19 * x4 * x12 * x36 * r61 * r30 * r54 * r16 * r436 * r451
+    r473 = x19 * x4 * x12 * x34 * x36 * r131 * r30 * r34 * r16 * r152 * r436 * r451 * r473
+    r473 = k.max(r98, r473)
+    r473 = r457 + r428 + r473
+    r54 = x19 * x4 * x12 * x36 * r61 * r30 * r54 * r16 * r451
+    r54 = r460 + r54
+    r473 = k.where(r469, r54, r473)
+    r429 = x19 * x4 * x12 * x34 * x36 * r131 * r30 * r34 * r16 * r429 * r451
+    r429 = r477 + r429
+    r473 = k.where(r430, r429, r473)
+    r473 = x6 * x15 * r4 * r5 * r11 * r37 * r473
+    r473 = r433 + r473
+    r433 = x38 == 1.0
+    r473 = k.where(r433, 0.0, r473)
+    r80 = r14 + r345 + r80
     r80 = k.max(0.0, r80)
     r80 = k.where(r26, r80, 0.0)
-    r26 = r129 + r73 + r62 + r345 + r341 + r70 + r145 + r426 + r472 + r80
-    r344 = k.recip(r26)
-    r14 = 6.0 * x6 * x35 * r63 * r4 * r30 * r11 * r16 * r344 * r15
-    r49 = x6 * x35 * r63 * r4 * r30 * r11 * r16 * r344 * r49
-    r344 = x19 * x4 * x12 * x35 * r30
-    r63 = x19 * x4 * x12 * x35 * r61 * r30
+    r26 = r129 + r73 + r62 + r346 + r342 + r70 + r145 + r427 + r473 + r80
+    r345 = k.recip(r26)
+    r14 = 6.0 * x6 * x36 * r63 * r4 * r30 * r11 * r16 * r345 * r15
+    r49 = x6 * x36 * r63 * r4 * r30 * r11 * r16 * r345 * r49
+    r345 = x19 * x4 * x12 * x36 * r30
+    r63 = x19 * x4 * x12 * x36 * r61 * r30
     r50 = r4 * r30 * r50 * r86
-    r428 = r4 * r30 * r121 * r86
-    r429 = x4 * r4 * r30 * r121 * r25
-    r476 = r428 + r429
-    r50 = k.where(r27, r476, r50)
-    r476 = k.pow(x3, -2.0)
-    r86 = x6 * r476 * r5 * r30 * r121 * r86
-    r86 = r429 + r86
+    r429 = r4 * r30 * r121 * r86
+    r430 = x4 * r4 * r30 * r121 * r25
+    r477 = r429 + r430
+    r50 = k.where(r27, r477, r50)
+    r477 = k.pow(x3, -2.0)
+    r86 = x6 * r477 * r5 * r30 * r121 * r86
+    r86 = r430 + r86
     r50 = k.where(r101, r86, r50)
     r121 = 2.0 * x4 * r4 * r30 * r121 * r25
-    r121 = r428 + r121
+    r121 = r429 + r121
     r121 = x6 * r4 * r5 * r121
     r50 = k.where(r55, r121, r50)
     r50 = k.where(r160, 0.0, r50)
     r160 = r61 * r50
-    r61 = x29 * r61
-    r121 = k.recip(x35)
-    r55 = x36 * r85 * r121
+    r61 = x30 * r61
+    r121 = k.recip(x36)
+    r55 = x37 * r85 * r121
     r5 = k.recip(x13)
-    r428 = r4 * r30 * r5 * r11 * r16
+    r429 = r4 * r30 * r5 * r11 * r16
     r86 = 1.6e-11 * x12
     r101 = 8e-12 * x15 * r9
-    r429 = 8e-12 * x15 * r13
-    r476 = 8e-12 * x38 * x12
-    r27 = r86 + r101 + r429 + r476
+    r430 = 8e-12 * x15 * r13
+    r477 = 8e-12 * x39 * x12
+    r27 = r86 + r101 + r430 + r477
     r34 = 8e-12 * x12
     r131 = 4e-12 * x15 * r9
     r54 = 4e-12 * x15 * r13
-    r468 = 4e-12 * x38 * x12
-    r468 = r34 + r131 + r54 + r468
-    r468 = r428 > r468
+    r469 = 4e-12 * x39 * x12
+    r469 = r34 + r131 + r54 + r469
+    r469 = r429 > r469
     r54 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r131 = -8e-12 * x38 * x12
+    r131 = -8e-12 * x39 * x12
     r34 = k.sqrt(2.0)
-    r459 = k.sqrt(x3)
-    r459 = k.recip(r459)
-    r427 = k.sqrt(x2)
-    r427 = k.recip(r427)
-    r456 = k.sqrt(x13)
-    r456 = k.recip(r456)
-    r98 = k.sqrt(x23)
+    r460 = k.sqrt(x3)
+    r460 = k.recip(r460)
+    r428 = k.sqrt(x2)
+    r428 = k.recip(r428)
+    r457 = k.sqrt(x13)
+    r457 = k.recip(r457)
+    r98 = k.sqrt(x24)
     r98 = k.recip(r98)
-    r435 = k.sqrt(x37)
-    r435 = k.recip(r435)
+    r436 = k.sqrt(x38)
+    r436 = k.recip(r436)
     r152 = k.sqrt(r27)
-    r639 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r27
-    r640 = k.sqrt(x3)
-    r641 = k.sqrt(x2)
-    r642 = k.sqrt(x13)
-    r643 = k.sqrt(x23)
-    r644 = k.sqrt(x37)
-    r644 = 0.16666666666666666 * r34 * r640 * r641 * r642 * r643 * r644 * r152
-    r644 = 1.0 + r639 + r644
-    r644 = r34 * r459 * r427 * r456 * r98 * r435 * r152 * r644
-    r644 = r54 + r9 + r13 + r131 + r644
-    r131 = k.where(r468, r644, r428)
-    r476 = r86 + r101 + r429 + r476 + r131
-    r476 = x3 * x2 * x13 * x23 * x37 * r476
-    r476 = k.exp(r476)
-    r476 = -1.0 + r476
-    r429 = k.recip(r476)
-    r101 = x25 + x1
-    r86 = -1.0 * x3 * x2 * x13 * x23 * x37 * r101
+    r640 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r27
+    r641 = k.sqrt(x3)
+    r642 = k.sqrt(x2)
+    r643 = k.sqrt(x13)
+    r644 = k.sqrt(x24)
+    r645 = k.sqrt(x38)
+    r645 = 0.16666666666666666 * r34 * r641 * r642 * r643 * r644 * r645 * r152
+    r645 = 1.0 + r640 + r645
+    r645 = r34 * r460 * r428 * r457 * r98 * r436 * r152 * r645
+    r645 = r54 + r9 + r13 + r131 + r645
+    r131 = k.where(r469, r645, r429)
+    r477 = r86 + r101 + r430 + r477 + r131
+    r477 = x3 * x2 * x13 * x24 * x38 * r477
+    r477 = k.exp(r477)
+    r477 = -1.0 + r477
+    r430 = k.recip(r477)
+    r101 = x26 + x1
+    r86 = -1.0 * x3 * x2 * x13 * x24 * x38 * r101
     r86 = k.exp(r86)
-    r86 = x3 * x2 * x13 * x23 * x37 * r429 * r131 * r86
-    r429 = x3 * x2 * x13 * x23 * x37
-    r644 = k.recip(r644)
-    r429 = k.where(r468, r644, r429)
-    r101 = x3 * x2 * x13 * x23 * x37 * r101
+    r86 = x3 * x2 * x13 * x24 * x38 * r430 * r131 * r86
+    r430 = x3 * x2 * x13 * x24 * x38
+    r645 = k.recip(r645)
+    r430 = k.where(r469, r645, r430)
+    r101 = x3 * x2 * x13 * x24 * x38 * r101
     r101 = k.exp(r101)
-    r5 = x36 * r85 * r4 * r30 * r5 * r11 * r121 * r16 * r476 * r26 * r429 * r101
-    r101 = x36 * r85 * r121 * r476 * r26 * r429 * r101
-    r429 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r450 * r37
-    r37 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r450 * r37
-    r37 = r429 + r37
-    r37 = k.where(r432, 0.0, r37)
-    r432 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r438
-    r438 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r438
-    r438 = r432 + r438
-    r438 = k.where(r12, 0.0, r438)
-    r127 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r127
+    r5 = x37 * r85 * r4 * r30 * r5 * r11 * r121 * r16 * r477 * r26 * r430 * r101
+    r101 = x37 * r85 * r121 * r477 * r26 * r430 * r101
+    r430 = x6 * x15 * x12 * x36 * r4 * r30 * r11 * r16 * r451 * r37
+    r37 = x6 * x15 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r451 * r37
+    r37 = r430 + r37
+    r37 = k.where(r433, 0.0, r37)
+    r433 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r439
+    r439 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r8 * r439
+    r439 = r433 + r439
+    r439 = k.where(r12, 0.0, r439)
+    r127 = 2.0 * x6 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r127
     r127 = k.where(r74, 0.0, r127)
-    r128 = r128 < x23
-    r74 = x34 != 2.0
+    r128 = r128 < x24
+    r74 = x35 != 2.0
     r57 = k.and_(r57, r74)
     r57 = k.not_(r57)
     r57 = k.or_(r128, r57)
-    r16 = x34 != 1.0
+    r16 = x35 != 1.0
     r56 = k.and_(r16, r74, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r128, r56)
     r56 = k.and_(r57, r56)
-    r57 = x23 >= 2.0
-    r128 = x34 != 3.0
-    r74 = x34 != 4.0
+    r57 = x24 >= 2.0
+    r128 = x35 != 3.0
+    r74 = x35 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r128, r74, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x23 * x37 * r26
-    r74 = r117 <= r57
+    r57 = x22 * x3 * x2 * x24 * x38 * r26
+    r74 = r75 <= r57
     r57 = r99 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r82, r36, r116, r107, r126, 0.0, r110, r111, r38, r35, r53, r112, r77, r75, r117, r117, r99, r102, r155, r83, r150, r145, r26, r14, r49, r344, r63, r160, r61, 0.0, r55, r428, r27, r131, r86, r5, r101, r73, r341, r345, r62, r37, r472, r472, r438, r426, r426, r50, r445, r70, r127, r48, r129, 0.0, 0.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r74, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r82, r36, r116, r107, r126, 0.0, r110, r111, r38, r35, r53, r112, r77, r117, r75, r75, r99, r102, r155, r83, r150, r145, r26, r14, r49, r345, r63, r160, r61, 0.0, r55, r429, r27, r131, r86, r5, r101, r73, r342, r346, r62, r37, r473, r473, r439, r427, r427, r50, r446, r70, r127, r48, r129, 0.0, 0.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r74, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1392,9 +1393,9 @@ def search(x, k):
     return (r98, r6, r59)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (), (40, 44, 45, 46, 47, 48, 49), (44, 45, 46, 47, 48, 49), (39, 44, 45, 46, 47, 48, 49), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49), (31, 32, 36, 39, 40, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (30, 44, 45, 46, 47, 48, 49), (16, 44, 45, 46, 47, 48, 49), (19,), (15, 16, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (29,), (76,), (41, 44, 45, 46, 47, 48, 49), (41, 44, 45, 46, 47, 48, 49, 75, 76), (41, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 34), (9, 71), (10, 37), (10, 38), (10, 71), (11, 71), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 34), (22, 37), (22, 38), (22, 42), (22, 43), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 34), (23, 37), (23, 38), (23, 42), (23, 43), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 10), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (41, 45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (40, 45, 46, 47, 48, 49, 50), (), (31, 32, 37), (), (), (), (31, 32, 37), (32,), (36,), (36,), (37,), (31, 32, 37, 40, 41, 45, 46, 47, 48, 49, 50), (31, 32, 35, 37, 40, 41, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (42, 45, 46, 47, 48, 49, 50), (42, 45, 46, 47, 48, 49, 50, 76, 77), (42, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 34), (9, 72), (10, 38), (10, 39), (10, 72), (11, 72), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (16, 31), (16, 32), (16, 33), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 34), (22, 38), (22, 39), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 34), (23, 38), (23, 39), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 10), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,16 +25,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x37 * x12
+    r16 = 2.0 * x38 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x23)
-    r9 = k.recip(x36)
+    r16 = k.recip(x24)
+    r9 = k.recip(x37)
     r21 = r16 * r9 * r17
-    r22 = x33 == 5.0
+    r22 = x34 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x39 >= 1.0
+    r23 = x40 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
@@ -47,45 +47,45 @@ def quantities(x, k):
     r34 = r31 + r32 + r33 + r34
     r34 = r9 * r34
     r34 = r30 + r34
-    r34 = x19 * x34 * r26 * r34
-    r30 = x24 == 2.0
-    r33 = 2.0 * x19 * x12 * x34 * r26
+    r34 = x19 * x35 * r26 * r34
+    r30 = x25 == 2.0
+    r33 = 2.0 * x19 * x12 * x35 * r26
     r33 = k.where(r30, r33, r34)
-    r32 = 1.0 + x23
+    r32 = 1.0 + x24
     r32 = k.min(r32, r6)
     r31 = k.ceiling(r29)
     r32 = r32 * r31
-    r46 = x33 == 4.0
-    r47 = 2.0 * x23
+    r46 = x34 == 4.0
+    r47 = 2.0 * x24
     r48 = -1.0 + r47
     r48 = k.min(r48, r6)
     r48 = r48 * r31
     r51 = k.where(r46, r48, r32)
-    r52 = x33 == 0.0
-    r53 = x33 == 3.0
+    r52 = x34 == 0.0
+    r53 = x34 == 3.0
     r54 = k.or_(r52, r53)
-    r55 = k.min(x23, r6)
+    r55 = k.min(x24, r6)
     r55 = r55 * r31
     r51 = k.where(r54, r55, r51)
-    r55 = x33 == 1.0
-    r59 = k.recip(x38)
-    r60 = x6 * x38 * r4 * r5
-    r61 = -1.0 + x38
-    r61 = x23 * r61
+    r55 = x34 == 1.0
+    r59 = k.recip(x39)
+    r60 = x6 * x39 * r4 * r5
+    r61 = -1.0 + x39
+    r61 = x24 * r61
     r63 = -1.0 + r47 + r61
     r63 = k.min(r60, r63)
     r63 = r59 * r63 * r31
     r51 = k.where(r55, r63, r51)
-    r63 = x33 == 2.0
+    r63 = x34 == 2.0
     r68 = x6 * r4 * r5 * r31
     r51 = k.where(r63, r68, r51)
     r51 = r33 * r51
-    r71 = x37 * x12
+    r71 = x38 * x12
     r72 = r13 * r31
-    r73 = x23 == 1.0
+    r73 = x24 == 1.0
     r74 = k.where(r73, 1.0, 0.0)
     r75 = 2.0 * x12 * r74
-    r74 = x37 * x12 * r74
+    r74 = x38 * x12 * r74
     r77 = 2.0 * x12 * x5 * r31
     r75 = r71 + r72 + r75 + r74 + r77
     r75 = r9 * r75
@@ -94,18 +94,18 @@ def quantities(x, k):
     r71 = r74 + r75
     r75 = k.where(r22, r71, r75)
     r8 = 2.0 * r75
-    r85 = x39 >= 2.0
+    r85 = x40 >= 2.0
     r86 = 2.0 * r4 * r26 * r75
     r87 = k.where(r85, r86, r8)
-    r88 = x39 >= 3.0
+    r88 = x40 >= 3.0
     r8 = k.where(r88, r86, r8)
     r86 = 12.0 * r75
     r91 = 12.0 * r4 * r26 * r75
     r86 = k.where(r23, r91, r86)
     r91 = k.where(r30, r34, 0.0)
     r94 = k.or_(r22, r73)
-    r95 = 4.0 * x19 * x12 * x34 * r26
-    r96 = x37 * x19 * x16 * x34 * r26 * r9
+    r95 = 4.0 * x19 * x12 * x35 * r26
+    r96 = x38 * x19 * x16 * x35 * r26 * r9
     r95 = r95 + r96
     r95 = k.max(r95, r91)
     r94 = k.where(r94, r95, r91)
@@ -114,16 +114,16 @@ def quantities(x, k):
     r100 = k.where(r22, r101, r100)
     r101 = 3.0 * x4 * r100 * r75
     r101 = k.where(r88, r101, 0.0)
-    r105 = x23 > 1.0
+    r105 = x24 > 1.0
     r105 = k.and_(r88, r105)
     r75 = 2.0 * x4 * r75
     r101 = k.where(r105, r75, r101)
     r75 = r51 + r87 + r8 + r86 + r94 + r101
     r110 = k.where(r46, r48, r32)
-    r111 = -1.0 + x23
+    r111 = -1.0 + x24
     r112 = k.min(1.0, r111)
     r113 = -1.0 * r112
-    r113 = x23 + r113
+    r113 = x24 + r113
     r115 = k.min(r6, r113)
     r115 = r115 * r31
     r110 = k.where(r54, r115, r110)
@@ -135,22 +135,22 @@ def quantities(x, k):
     r110 = k.where(r63, r68, r110)
     r110 = r33 * r110
     r47 = 1.0 + r112
-    r47 = x23 == r47
+    r47 = x24 == r47
     r115 = k.where(r47, 1.0, 0.0)
     r128 = 2.0 * x12 * r115
-    r115 = x37 * x12 * r115
+    r115 = x38 * x12 * r115
     r130 = r112 == 0.0
     r130 = k.where(r130, 1.0, 0.0)
-    r130 = x37 * x12 * r130
+    r130 = x38 * x12 * r130
     r130 = r72 + r128 + r115 + r130 + r77
     r130 = r9 * r130
-    r115 = x23 == r113
+    r115 = x24 == r113
     r128 = k.where(r115, 1.0, 0.0)
     r137 = 2.0 * x12 * r128
-    r128 = x37 * x12 * r128
+    r128 = x38 * x12 * r128
     r113 = r113 == 1.0
     r113 = k.where(r113, 1.0, 0.0)
-    r113 = x37 * x12 * r113
+    r113 = x38 * x12 * r113
     r77 = r72 + r137 + r128 + r113 + r77
     r77 = r9 * r77
     r77 = r130 + r77
@@ -226,396 +226,397 @@ def quantities(x, k):
     r110 = k.where(r110, 0.0, 0.0)
     r32 = r75 == r32
     r110 = k.where(r32, 0.0, r110)
-    r32 = x37 * x19 * x4 * x34 * r26 * r9
-    r51 = x37 * x19 * x4 * x34 * r26
+    r32 = x38 * x19 * x4 * x35 * r26 * r9
+    r51 = x38 * x19 * x4 * x35 * r26
     r101 = k.max(r75, r130, r74)
     r86 = r130 == r101
     r74 = k.where(r86, r130, r74)
     r101 = r75 == r101
     r74 = k.where(r101, r75, r74)
-    r75 = -1.0 * r74
-    r75 = x8 + r75
-    r101 = 6.0 * x6 * x34 * r17
+    r75 = -1.0 * x20
+    r101 = -1.0 * r74
+    r101 = x8 + r75 + r101
+    r75 = 6.0 * x6 * x35 * r17
     r130 = 12.0 * x12
     r86 = 6.0 * x15 * r13
-    r115 = 12.0 * x37 * x12
+    r115 = 12.0 * x38 * x12
     r87 = 12.0 * x15 * x12 * x5
-    r113 = 12.0 * x15 * x11 * x10 * x34
+    r113 = 12.0 * x15 * x11 * x10 * x35
     r113 = r130 + r86 + r115 + r87 + r113
-    r87 = x6 * x34 * r113
+    r87 = x6 * x35 * r113
     r115 = k.pow(x12, 2.0)
     r86 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r86
+    r8 = 0.16666666666666666 * x35 * r86
     r128 = k.recip(x15)
-    r86 = 0.0625 * x37 * r128 * r86
+    r86 = 0.0625 * x38 * r128 * r86
     r86 = 1.0 + r8 + r86
-    r86 = 96.0 * x6 * x15 * x34 * r115 * r86
-    r115 = k.pow(x34, 2.0)
+    r86 = 96.0 * x6 * x15 * x35 * r115 * r86
+    r115 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r115
-    r105 = x24 == 1.0
+    r105 = x25 == 1.0
     r115 = 4.0 * x6 * x15 * x11 * x10 * r115
     r115 = k.where(r105, r115, 0.0)
-    r77 = 0.3333333333333333 * x6 * x34 * r113
+    r77 = 0.3333333333333333 * x6 * x35 * r113
     r115 = k.where(r30, r77, r115)
     r115 = r87 + r8 + r115
     r8 = k.where(r30, 1.0, 0.0)
     r77 = 1.0 + r8
     r31 = k.recip(x9)
     r60 = k.recip(x18)
-    r61 = x37 * x12 * r9
-    r48 = x19 * x12 * x34 * r26
-    r47 = x37 * x19 * x34 * r26 * r9
+    r61 = x38 * x12 * r9
+    r48 = x19 * x12 * x35 * r26
+    r47 = x38 * x19 * x35 * r26 * r9
     r47 = r61 + r48 + r47
     r61 = 2.0 * r31 * r60 * r47
-    r137 = k.recip(x22)
+    r137 = k.recip(x23)
     r72 = k.recip(x17)
-    r260 = 2.0 * x37 * x19 * x12 * x34 * r137 * r26 * r72 * r9
-    r260 = r61 + r260
-    r260 = r77 * r260
+    r261 = 2.0 * x38 * x19 * x12 * x35 * r137 * r26 * r72 * r9
+    r261 = r61 + r261
+    r261 = r77 * r261
     r47 = 4.0 * r31 * r60 * r47
-    r61 = 4.0 * x37 * x19 * x12 * x34 * r137 * r26 * r72 * r9
-    r61 = r260 + r47 + r61
+    r61 = 4.0 * x38 * x19 * x12 * x35 * r137 * r26 * r72 * r9
+    r61 = r261 + r47 + r61
     r61 = r16 * r61
     r47 = x11 * x10 * x12 * r9
-    r260 = x11 * x19 * x10 * x34 * r26 * r9
-    r260 = r47 + r48 + r260
-    r47 = r31 * r60 * r260
-    r271 = k.recip(x21)
-    r272 = 2.0 * x11 * x19 * x10 * x12 * x34 * r271 * r26 * r72 * r9
-    r272 = r47 + r272
-    r272 = r77 * r272
+    r261 = x11 * x19 * x10 * x35 * r26 * r9
+    r261 = r47 + r48 + r261
+    r47 = r31 * r60 * r261
+    r272 = k.recip(x22)
+    r273 = 2.0 * x11 * x19 * x10 * x12 * x35 * r272 * r26 * r72 * r9
+    r273 = r47 + r273
+    r273 = r77 * r273
     r11 = x11 + r11
     r47 = x10 * x12 * r9 * r11
-    r277 = x19 * x10 * x34 * r26 * r9 * r11
-    r277 = r48 + r47 + r277
-    r47 = r31 * r60 * r277
-    r280 = 2.0 * x19 * x10 * x12 * x34 * r271 * r26 * r72 * r9 * r11
-    r280 = r47 + r280
-    r280 = r77 * r280
+    r278 = x19 * x10 * x35 * r26 * r9 * r11
+    r278 = r48 + r47 + r278
+    r47 = r31 * r60 * r278
+    r281 = 2.0 * x19 * x10 * x12 * x35 * r272 * r26 * r72 * r9 * r11
+    r281 = r47 + r281
+    r281 = r77 * r281
     r47 = x12 * x5 * r9
-    r284 = x19 * x5 * x34 * r26 * r9
-    r284 = r47 + r48 + r284
-    r48 = r31 * r60 * r284
-    r47 = 2.0 * x19 * x12 * x5 * x34 * r271 * r26 * r72 * r9
+    r285 = x19 * x5 * x35 * r26 * r9
+    r285 = r47 + r48 + r285
+    r48 = r31 * r60 * r285
+    r47 = 2.0 * x19 * x12 * x5 * x35 * r272 * r26 * r72 * r9
     r47 = r48 + r47
     r47 = 2.0 * r77 * r47
-    r260 = 2.0 * r31 * r60 * r260
-    r277 = 2.0 * r31 * r60 * r277
-    r284 = 4.0 * r31 * r60 * r284
+    r261 = 2.0 * r31 * r60 * r261
+    r278 = 2.0 * r31 * r60 * r278
+    r285 = 4.0 * r31 * r60 * r285
     r48 = x11 * x10 * r9
     r48 = x12 + r48
-    r48 = 4.0 * x19 * x34 * r31 * r26 * r60 * r48
-    r296 = x10 * r9 * r11
-    r296 = x12 + r296
-    r296 = 4.0 * x19 * x34 * r31 * r26 * r60 * r296
-    r299 = x5 * r9
-    r299 = x12 + r299
-    r299 = 8.0 * x19 * x34 * r31 * r26 * r60 * r299
-    r302 = 8.0 * x19 * x12 * x5 * x34 * r271 * r26 * r72 * r9
-    r303 = 4.0 * x11 * x19 * x10 * x12 * x34 * r271 * r26 * r72 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x34 * r271 * r26 * r72 * r9 * r11
-    r11 = r272 + r280 + r47 + r260 + r277 + r284 + r48 + r296 + r299 + r302 + r303 + r11
+    r48 = 4.0 * x19 * x35 * r31 * r26 * r60 * r48
+    r297 = x10 * r9 * r11
+    r297 = x12 + r297
+    r297 = 4.0 * x19 * x35 * r31 * r26 * r60 * r297
+    r300 = x5 * r9
+    r300 = x12 + r300
+    r300 = 8.0 * x19 * x35 * r31 * r26 * r60 * r300
+    r303 = 8.0 * x19 * x12 * x5 * x35 * r272 * r26 * r72 * r9
+    r304 = 4.0 * x11 * x19 * x10 * x12 * x35 * r272 * r26 * r72 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x35 * r272 * r26 * r72 * r9 * r11
+    r11 = r273 + r281 + r47 + r261 + r278 + r285 + r48 + r297 + r300 + r303 + r304 + r11
     r11 = x15 * r16 * r11
     r11 = r61 + r11
     r61 = x6 * r4 * r5 * r11
-    r303 = 10.0 * x12 * r77
-    r303 = r130 + r303
-    r303 = x19 * x34 * r26 * r303
+    r304 = 10.0 * x12 * r77
+    r304 = r130 + r304
+    r304 = x19 * x35 * r26 * r304
     r130 = 3.0 * x5
-    r302 = 2.0 * x5 * r77
-    r302 = r130 + r302
-    r302 = x19 * x34 * r26 * r9 * r302
-    r302 = r303 + r302
-    r302 = x15 * r16 * r302
-    r303 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
+    r303 = 2.0 * x5 * r77
+    r303 = r130 + r303
+    r303 = x19 * x35 * r26 * r9 * r303
+    r303 = r304 + r303
+    r303 = x15 * r16 * r303
+    r304 = 3.0 * x38 * x19 * x35 * r26 * r16 * r9
     r8 = 2.0 + r8
-    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r8 * r10
-    r10 = r302 + r303 + r10
-    r303 = x6 * x4 * r31 * r4 * r5 * r60 * r10
-    r302 = k.recip(x0)
-    r8 = x11 * x10 * x34
+    r10 = x15 * x19 * x10 * x35 * r26 * r16 * r9 * r8 * r10
+    r10 = r303 + r304 + r10
+    r304 = x6 * x4 * r31 * r4 * r5 * r60 * r10
+    r303 = k.recip(x0)
+    r8 = x11 * x10 * x35
     r105 = k.or_(r105, r30)
     r105 = k.where(r105, 1.0, 0.0)
     r105 = 3.0 + r105
-    r105 = 2.0 * x11 * x10 * x34 * r105
+    r105 = 2.0 * x11 * x10 * x35 * r105
     r105 = r8 + r105
-    r8 = x6 * x15 * x34 * r137 * r4 * r26 * r72 * r302 * r16 * r9 * r105
-    r130 = r61 + r303 + r8
-    r299 = k.recip(r130)
+    r8 = x6 * x15 * x35 * r137 * r4 * r26 * r72 * r303 * r16 * r9 * r105
+    r130 = r61 + r304 + r8
+    r300 = k.recip(r130)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r296 = k.recip(x6)
-    r48 = 0.3333333333333333 * x3 * x19 * r296 * r59 * r130
-    r284 = 0.6666666666666666 * x3 * x19 * x23 * r296 * r130
+    r297 = k.recip(x6)
+    r48 = 0.3333333333333333 * x3 * x19 * r297 * r59 * r130
+    r285 = 0.6666666666666666 * x3 * x19 * x24 * r297 * r130
     r10 = -1.0 * x6 * x4 * r31 * r4 * r5 * r60 * r10
-    r105 = -1.0 * x6 * x15 * x34 * r137 * r4 * r26 * r72 * r302 * r16 * r9 * r105
-    r284 = r11 + r48 + r284 + r10 + r105
-    r284 = k.max(0.0, r284)
-    r48 = 0.5 * x23
+    r105 = -1.0 * x6 * x15 * x35 * r137 * r4 * r26 * r72 * r303 * r16 * r9 * r105
+    r285 = r11 + r48 + r285 + r10 + r105
+    r285 = k.max(0.0, r285)
+    r48 = 0.5 * x24
     r48 = -1.0 + r48
-    r48 = 0.6666666666666666 * x3 * x19 * r296 * r59 * r48 * r130
+    r48 = 0.6666666666666666 * x3 * x19 * r297 * r59 * r48 * r130
     r48 = k.where(r46, 0.0, r48)
-    r46 = 0.3333333333333333 * x3 * x19 * r296 * r59 * r111 * r130
+    r46 = 0.3333333333333333 * x3 * x19 * r297 * r59 * r111 * r130
     r48 = k.where(r53, r46, r48)
     r63 = k.or_(r52, r55, r63)
-    r111 = x3 * x19 * r296 * r59 * r111 * r130
+    r111 = x3 * x19 * r297 * r59 * r111 * r130
     r48 = k.where(r63, r111, r48)
-    r48 = k.max(r284, r48)
-    r299 = r299 * r48
+    r48 = k.max(r285, r48)
+    r300 = r300 * r48
     r60 = 28.0 * r31 * r60 * r27
-    r31 = r60 + r61 + r303 + r8
-    r284 = -1.0 * x20
-    r284 = 1.0 + r284
-    r111 = x23 * x38
+    r31 = r60 + r61 + r304 + r8
+    r285 = -1.0 * x21
+    r285 = 1.0 + r285
+    r111 = x24 * x39
     r111 = -1.0 + r111
-    r59 = k.recip(x26)
-    r52 = k.recip(x27)
-    r46 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9
-    r46 = x28 + r46
-    r53 = 2.0 * x3 * x2 * x36
-    r53 = x30 >= r53
-    r302 = k.recip(x29)
-    r72 = k.recip(x31)
-    r137 = x19 * x4 * x12 * x34 * r302 * r26 * r72 * r9
-    r137 = x32 + r137
+    r59 = k.recip(x27)
+    r52 = k.recip(x28)
+    r46 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9
+    r46 = x29 + r46
+    r53 = 2.0 * x3 * x2 * x37
+    r53 = x31 >= r53
+    r303 = k.recip(x30)
+    r72 = k.recip(x32)
+    r137 = x19 * x4 * x12 * x35 * r303 * r26 * r72 * r9
+    r137 = x33 + r137
     r46 = k.where(r53, r137, r46)
     r46 = 2.0 * x6 * r4 * r5 * r16 * r111 * r46
     r46 = k.where(r73, 0.0, r46)
-    r284 = r284 * r46
-    r137 = x3 * x19 * r296 * r130
-    r53 = x23 <= 1.0
+    r285 = r285 * r46
+    r137 = x3 * x19 * r297 * r130
+    r53 = x24 <= 1.0
     r85 = k.and_(r85, r53)
     r137 = k.where(r85, r130, r137)
-    r137 = -1.0 * x20 * r137
+    r137 = -1.0 * x21 * r137
     r130 = x3 * x2
-    r277 = -1.0 + r130
-    r260 = k.recip(r277)
+    r278 = -1.0 + r130
+    r261 = k.recip(r278)
     r47 = 2.0 * x3 * x2
     r47 = -2.0 + r47
-    r280 = x30 * r9
-    r272 = k.gcd(r130, r280)
-    r384 = k.recip(r272)
-    r385 = x3 * x2 * r384
-    r385 = -1.0 + r385
-    r385 = x28 * r385
-    r388 = -1.0 * x3 * x2 * r384
-    r388 = r130 + r388
-    r388 = x32 * r388
-    r391 = r385 + r388
-    r391 = r260 * r47 * r391
-    r260 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r384 * r47 * r21
-    r272 = -1.0 + r272
-    r395 = x4 * x23 * r302 * r128 * r4 * r26 * r72 * r384 * r272 * r47 * r21
-    r395 = k.max(r260, r395)
-    r395 = r391 + r395
-    r391 = x30 <= x36
-    r260 = x28 * r47
-    r400 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r47 * r21
-    r400 = r260 + r400
-    r395 = k.where(r391, r400, r395)
-    r400 = x3 * x2 * x36
-    r400 = x30 >= r400
-    r260 = x32 * r47
-    r406 = x4 * x23 * r302 * r128 * r4 * r26 * r72 * r47 * r21
-    r406 = r260 + r406
-    r395 = k.where(r400, r406, r395)
-    r395 = x15 * r16 * r395
-    r406 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r384 * r277 * r21
-    r272 = x4 * x23 * r302 * r128 * r4 * r26 * r72 * r384 * r277 * r272 * r21
-    r272 = k.max(r406, r272)
-    r272 = r385 + r388 + r272
-    r388 = x28 * r277
-    r385 = x4 * x23 * r59 * r128 * r4 * r26 * r52 * r277 * r21
-    r385 = r388 + r385
-    r272 = k.where(r391, r385, r272)
-    r385 = x32 * r277
-    r128 = x4 * x23 * r302 * r128 * r4 * r26 * r72 * r277 * r21
-    r128 = r385 + r128
-    r272 = k.where(r400, r128, r272)
-    r128 = 2.0 * x15 * r16 * r272
-    r395 = k.where(r23, r128, r395)
-    r128 = x15 * r16 * r272
-    r400 = x6 * x15 * r4 * r5 * r16 * r272
-    r400 = r128 + r400
-    r395 = k.where(r85, r400, r395)
+    r281 = x31 * r9
+    r273 = k.gcd(r130, r281)
+    r385 = k.recip(r273)
+    r386 = x3 * x2 * r385
+    r386 = -1.0 + r386
+    r386 = x29 * r386
+    r389 = -1.0 * x3 * x2 * r385
+    r389 = r130 + r389
+    r389 = x33 * r389
+    r392 = r386 + r389
+    r392 = r261 * r47 * r392
+    r261 = x4 * x24 * r59 * r128 * r4 * r26 * r52 * r385 * r47 * r21
+    r273 = -1.0 + r273
+    r396 = x4 * x24 * r303 * r128 * r4 * r26 * r72 * r385 * r273 * r47 * r21
+    r396 = k.max(r261, r396)
+    r396 = r392 + r396
+    r392 = x31 <= x37
+    r261 = x29 * r47
+    r401 = x4 * x24 * r59 * r128 * r4 * r26 * r52 * r47 * r21
+    r401 = r261 + r401
+    r396 = k.where(r392, r401, r396)
+    r401 = x3 * x2 * x37
+    r401 = x31 >= r401
+    r261 = x33 * r47
+    r407 = x4 * x24 * r303 * r128 * r4 * r26 * r72 * r47 * r21
+    r407 = r261 + r407
+    r396 = k.where(r401, r407, r396)
+    r396 = x15 * r16 * r396
+    r407 = x4 * x24 * r59 * r128 * r4 * r26 * r52 * r385 * r278 * r21
+    r273 = x4 * x24 * r303 * r128 * r4 * r26 * r72 * r385 * r278 * r273 * r21
+    r273 = k.max(r407, r273)
+    r273 = r386 + r389 + r273
+    r389 = x29 * r278
+    r386 = x4 * x24 * r59 * r128 * r4 * r26 * r52 * r278 * r21
+    r386 = r389 + r386
+    r273 = k.where(r392, r386, r273)
+    r386 = x33 * r278
+    r128 = x4 * x24 * r303 * r128 * r4 * r26 * r72 * r278 * r21
+    r128 = r386 + r128
+    r273 = k.where(r401, r128, r273)
+    r128 = 2.0 * x15 * r16 * r273
+    r396 = k.where(r23, r128, r396)
+    r128 = x15 * r16 * r273
+    r401 = x6 * x15 * r4 * r5 * r16 * r273
+    r401 = r128 + r401
+    r396 = k.where(r85, r401, r396)
     r53 = k.and_(r88, r53)
-    r272 = 3.0 * x6 * x15 * r4 * r5 * r16 * r272
-    r395 = k.where(r53, r272, r395)
+    r273 = 3.0 * x6 * x15 * r4 * r5 * r16 * r273
+    r396 = k.where(r53, r273, r396)
     r130 = r130 == 1.0
-    r395 = k.where(r130, 0.0, r395)
-    r137 = r137 + r395
+    r396 = k.where(r130, 0.0, r396)
+    r137 = r137 + r396
     r137 = k.max(0.0, r137)
-    r280 = k.gcd(x2, r280)
-    r272 = k.recip(r280)
-    r88 = x2 * r272
+    r281 = k.gcd(x2, r281)
+    r273 = k.recip(r281)
+    r88 = x2 * r273
     r88 = -1.0 + r88
-    r88 = x28 * r88
-    r400 = -1.0 * x2 * r272
-    r400 = x2 + r400
-    r400 = x32 * r400
+    r88 = x29 * r88
+    r401 = -1.0 * x2 * r273
+    r401 = x2 + r401
+    r401 = x33 * r401
     r128 = -1.0 + x2
-    r385 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r272 * r128
-    r280 = -1.0 + r280
-    r280 = 2.0 * x14 * x19 * x10 * x4 * x34 * r302 * r26 * r72 * r9 * r272 * r128 * r280
-    r280 = k.max(r385, r280)
-    r280 = r88 + r400 + r280
-    r400 = x28 * r128
-    r88 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r128
-    r88 = r400 + r88
-    r280 = k.where(r391, r88, r280)
-    r88 = x2 * x36
-    r88 = x30 >= r88
-    r391 = x32 * r128
-    r400 = 2.0 * x14 * x19 * x10 * x4 * x34 * r302 * r26 * r72 * r9 * r128
-    r400 = r391 + r400
-    r280 = k.where(r88, r400, r280)
-    r400 = x6 * x15 * r4 * r5 * r16 * r280
-    r280 = x6 * x15 * r4 * r5 * r16 * r77 * r280
-    r280 = r400 + r280
-    r400 = x2 == 1.0
-    r280 = k.where(r400, 0.0, r280)
+    r386 = 2.0 * x14 * x19 * x10 * x4 * x35 * r59 * r26 * r52 * r9 * r273 * r128
+    r281 = -1.0 + r281
+    r281 = 2.0 * x14 * x19 * x10 * x4 * x35 * r303 * r26 * r72 * r9 * r273 * r128 * r281
+    r281 = k.max(r386, r281)
+    r281 = r88 + r401 + r281
+    r401 = x29 * r128
+    r88 = 2.0 * x14 * x19 * x10 * x4 * x35 * r59 * r26 * r52 * r9 * r128
+    r88 = r401 + r88
+    r281 = k.where(r392, r88, r281)
+    r88 = x2 * x37
+    r88 = x31 >= r88
+    r392 = x33 * r128
+    r401 = 2.0 * x14 * x19 * x10 * x4 * x35 * r303 * r26 * r72 * r9 * r128
+    r401 = r392 + r401
+    r281 = k.where(r88, r401, r281)
+    r401 = x6 * x15 * r4 * r5 * r16 * r281
+    r281 = x6 * x15 * r4 * r5 * r16 * r77 * r281
+    r281 = r401 + r281
+    r401 = x2 == 1.0
+    r281 = k.where(r401, 0.0, r281)
     r30 = k.where(r30, 2.0, 0.0)
     r30 = 4.0 + r30
-    r88 = -1.0 + x36
+    r88 = -1.0 + x37
     r88 = k.recip(r88)
-    r391 = 2.0 * x36
-    r391 = -2.0 + r391
-    r385 = k.gcd(x36, x30)
-    r272 = k.recip(r385)
-    r388 = x36 * r272
-    r388 = -1.0 + r388
-    r388 = x28 * r388
-    r406 = -1.0 * x36 * r272
-    r406 = x36 + r406
-    r406 = x32 * r406
-    r406 = r388 + r406
-    r406 = r88 * r391 * r406
-    r88 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r272 * r391
-    r385 = -1.0 + r385
-    r385 = x19 * x4 * x12 * x34 * r302 * r26 * r72 * r9 * r272 * r385 * r391
-    r385 = k.max(r88, r385)
-    r385 = r406 + r385
-    r406 = x30 <= 1.0
-    r88 = x28 * r391
-    r52 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r391
+    r392 = 2.0 * x37
+    r392 = -2.0 + r392
+    r386 = k.gcd(x37, x31)
+    r273 = k.recip(r386)
+    r389 = x37 * r273
+    r389 = -1.0 + r389
+    r389 = x29 * r389
+    r407 = -1.0 * x37 * r273
+    r407 = x37 + r407
+    r407 = x33 * r407
+    r407 = r389 + r407
+    r407 = r88 * r392 * r407
+    r88 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9 * r273 * r392
+    r386 = -1.0 + r386
+    r386 = x19 * x4 * x12 * x35 * r303 * r26 * r72 * r9 * r273 * r386 * r392
+    r386 = k.max(r88, r386)
+    r386 = r407 + r386
+    r407 = x31 <= 1.0
+    r88 = x29 * r392
+    r52 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9 * r392
     r52 = r88 + r52
-    r385 = k.where(r406, r52, r385)
-    r52 = x30 >= x36
-    r406 = x32 * r391
-    r72 = x19 * x4 * x12 * x34 * r302 * r26 * r72 * r9 * r391
-    r72 = r406 + r72
-    r385 = k.where(r52, r72, r385)
-    r385 = x6 * x15 * r4 * r5 * r16 * r30 * r385
-    r72 = x36 == 1.0
-    r385 = k.where(r72, 0.0, r385)
+    r386 = k.where(r407, r52, r386)
+    r52 = x31 >= x37
+    r407 = x33 * r392
+    r72 = x19 * x4 * x12 * x35 * r303 * r26 * r72 * r9 * r392
+    r72 = r407 + r72
+    r386 = k.where(r52, r72, r386)
+    r386 = x6 * x15 * r4 * r5 * r16 * r30 * r386
+    r72 = x37 == 1.0
+    r386 = k.where(r72, 0.0, r386)
     r105 = r11 + r10 + r105
     r105 = k.max(0.0, r105)
     r105 = k.where(r22, r105, 0.0)
-    r22 = r284 + r60 + r61 + r303 + r8 + r137 + r48 + r280 + r385 + r105
+    r22 = r285 + r60 + r61 + r304 + r8 + r137 + r48 + r281 + r386 + r105
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x34 * r271 * r4 * r26 * r16 * r9 * r10 * r17
-    r113 = x6 * x34 * r271 * r4 * r26 * r16 * r9 * r10 * r113
-    r10 = x19 * x4 * x12 * x34 * r26
-    r271 = x19 * x4 * x12 * x34 * r59 * r26
+    r11 = 6.0 * x6 * x35 * r272 * r4 * r26 * r16 * r9 * r10 * r17
+    r113 = x6 * x35 * r272 * r4 * r26 * r16 * r9 * r10 * r113
+    r10 = x19 * x4 * x12 * x35 * r26
+    r272 = x19 * x4 * x12 * x35 * r59 * r26
     r47 = x4 * r4 * r26 * r47 * r21
-    r52 = 2.0 * x4 * r4 * r26 * r277 * r21
+    r52 = 2.0 * x4 * r4 * r26 * r278 * r21
     r47 = k.where(r23, r52, r47)
-    r52 = x4 * r4 * r26 * r277 * r21
+    r52 = x4 * r4 * r26 * r278 * r21
     r23 = k.pow(x3, -2.0)
-    r406 = x6 * x4 * r23 * r5 * r26 * r277 * r21
-    r406 = r52 + r406
-    r47 = k.where(r85, r406, r47)
-    r277 = 3.0 * x6 * x4 * r23 * r5 * r26 * r277 * r21
-    r47 = k.where(r53, r277, r47)
+    r407 = x6 * x4 * r23 * r5 * r26 * r278 * r21
+    r407 = r52 + r407
+    r47 = k.where(r85, r407, r47)
+    r278 = 3.0 * x6 * x4 * r23 * r5 * r26 * r278 * r21
+    r47 = k.where(r53, r278, r47)
     r47 = k.where(r130, 0.0, r47)
     r130 = r59 * r47
-    r59 = x29 * r59
-    r277 = k.recip(x34)
-    r53 = x35 * r296 * r277
+    r59 = x30 * r59
+    r278 = k.recip(x35)
+    r53 = x36 * r297 * r278
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r406 = 1.6e-11 * x12
-    r85 = 1.6e-11 * x37 * x12
+    r407 = 1.6e-11 * x12
+    r85 = 1.6e-11 * x38 * x12
     r52 = 8e-12 * x15 * r13
-    r302 = 1.6e-11 * x15 * x12 * x5
-    r88 = r406 + r85 + r52 + r302
-    r272 = 8e-12 * x12
-    r388 = 8e-12 * x37 * x12
-    r384 = 4e-12 * x15 * r13
-    r260 = 8e-12 * x15 * x12 * x5
-    r260 = r272 + r388 + r384 + r260
-    r260 = r23 > r260
-    r384 = -1.6e-11 * x12
-    r388 = -1.6e-11 * x37 * x12
+    r303 = 1.6e-11 * x15 * x12 * x5
+    r88 = r407 + r85 + r52 + r303
+    r273 = 8e-12 * x12
+    r389 = 8e-12 * x38 * x12
+    r385 = 4e-12 * x15 * r13
+    r261 = 8e-12 * x15 * x12 * x5
+    r261 = r273 + r389 + r385 + r261
+    r261 = r23 > r261
+    r385 = -1.6e-11 * x12
+    r389 = -1.6e-11 * x38 * x12
     r13 = -8e-12 * x15 * r13
-    r272 = -1.6e-11 * x15 * x12 * x5
-    r539 = k.sqrt(2.0)
-    r540 = k.sqrt(x3)
-    r540 = k.recip(r540)
-    r542 = k.sqrt(x2)
-    r542 = k.recip(r542)
-    r544 = k.sqrt(x13)
-    r544 = k.recip(r544)
-    r546 = k.sqrt(x23)
-    r546 = k.recip(r546)
-    r548 = k.sqrt(x36)
-    r548 = k.recip(r548)
-    r550 = k.sqrt(r88)
-    r551 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r88
-    r552 = k.sqrt(x3)
-    r553 = k.sqrt(x2)
-    r554 = k.sqrt(x13)
-    r555 = k.sqrt(x23)
-    r556 = k.sqrt(x36)
-    r556 = 0.16666666666666666 * r539 * r552 * r553 * r554 * r555 * r556 * r550
-    r556 = 1.0 + r551 + r556
-    r556 = r539 * r540 * r542 * r544 * r546 * r548 * r550 * r556
-    r556 = r384 + r388 + r13 + r272 + r556
-    r272 = k.where(r260, r556, r23)
-    r302 = r406 + r85 + r52 + r302 + r272
-    r302 = x3 * x2 * x13 * x23 * x36 * r302
-    r302 = k.exp(r302)
-    r302 = -1.0 + r302
-    r52 = k.recip(r302)
-    r85 = x25 + x1
-    r406 = -1.0 * x3 * x2 * x13 * x23 * x36 * r85
-    r406 = k.exp(r406)
-    r406 = x3 * x2 * x13 * x23 * x36 * r52 * r272 * r406
-    r52 = x3 * x2 * x13 * x23 * x36
-    r556 = k.recip(r556)
-    r52 = k.where(r260, r556, r52)
-    r85 = x3 * x2 * x13 * x23 * x36 * r85
+    r273 = -1.6e-11 * x15 * x12 * x5
+    r540 = k.sqrt(2.0)
+    r541 = k.sqrt(x3)
+    r541 = k.recip(r541)
+    r543 = k.sqrt(x2)
+    r543 = k.recip(r543)
+    r545 = k.sqrt(x13)
+    r545 = k.recip(r545)
+    r547 = k.sqrt(x24)
+    r547 = k.recip(r547)
+    r549 = k.sqrt(x37)
+    r549 = k.recip(r549)
+    r551 = k.sqrt(r88)
+    r552 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r88
+    r553 = k.sqrt(x3)
+    r554 = k.sqrt(x2)
+    r555 = k.sqrt(x13)
+    r556 = k.sqrt(x24)
+    r557 = k.sqrt(x37)
+    r557 = 0.16666666666666666 * r540 * r553 * r554 * r555 * r556 * r557 * r551
+    r557 = 1.0 + r552 + r557
+    r557 = r540 * r541 * r543 * r545 * r547 * r549 * r551 * r557
+    r557 = r385 + r389 + r13 + r273 + r557
+    r273 = k.where(r261, r557, r23)
+    r303 = r407 + r85 + r52 + r303 + r273
+    r303 = x3 * x2 * x13 * x24 * x37 * r303
+    r303 = k.exp(r303)
+    r303 = -1.0 + r303
+    r52 = k.recip(r303)
+    r85 = x26 + x1
+    r407 = -1.0 * x3 * x2 * x13 * x24 * x37 * r85
+    r407 = k.exp(r407)
+    r407 = x3 * x2 * x13 * x24 * x37 * r52 * r273 * r407
+    r52 = x3 * x2 * x13 * x24 * x37
+    r557 = k.recip(r557)
+    r52 = k.where(r261, r557, r52)
+    r85 = x3 * x2 * x13 * x24 * x37 * r85
     r85 = k.exp(r85)
-    r5 = x35 * r296 * r4 * r26 * r5 * r16 * r277 * r9 * r302 * r22 * r52 * r85
-    r85 = x35 * r296 * r277 * r302 * r22 * r52 * r85
-    r30 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r391 * r30
+    r5 = x36 * r297 * r4 * r26 * r5 * r16 * r278 * r9 * r303 * r22 * r52 * r85
+    r85 = x36 * r297 * r278 * r303 * r22 * r52 * r85
+    r30 = x6 * x15 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r392 * r30
     r30 = k.where(r72, 0.0, r30)
-    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r128
-    r128 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r77 * r128
+    r72 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r128
+    r128 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r77 * r128
     r128 = r72 + r128
-    r128 = k.where(r400, 0.0, r128)
-    r111 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r111
+    r128 = k.where(r401, 0.0, r128)
+    r111 = 2.0 * x6 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r111
     r111 = k.where(r73, 0.0, r111)
-    r112 = r112 < x23
-    r73 = x33 != 2.0
+    r112 = r112 < x24
+    r73 = x34 != 2.0
     r55 = k.and_(r55, r73)
     r55 = k.not_(r55)
     r55 = k.or_(r112, r55)
-    r9 = x33 != 1.0
+    r9 = x34 != 1.0
     r54 = k.and_(r9, r73, r54)
     r54 = k.not_(r54)
     r54 = k.or_(r112, r54)
     r54 = k.and_(r55, r54)
-    r55 = x23 >= 2.0
-    r112 = x33 != 3.0
-    r73 = x33 != 4.0
+    r55 = x24 >= 2.0
+    r112 = x34 != 3.0
+    r73 = x34 != 4.0
     r63 = k.not_(r63)
     r63 = k.and_(r112, r73, r63)
     r63 = k.not_(r63)
     r63 = k.or_(r55, r63)
-    r55 = x21 * x3 * x2 * x23 * x36 * r22
-    r73 = r101 <= r55
+    r55 = x22 * x3 * x2 * x24 * x37 * r22
+    r73 = r75 <= r55
     r55 = r87 <= r55
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r68, r33, r100, r91, r110, 0.0, r94, r95, r34, r32, r51, r96, r74, r75, r101, r101, r87, r86, r115, r299, r31, r48, r22, r11, r113, r10, r271, r130, r59, 0.0, r53, r23, r88, r272, r406, r5, r85, r61, r8, r303, r60, r30, r385, r385, r128, r280, r280, r47, r395, r137, r111, r46, r284, 0.0, 0.0, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, r54, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r73, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r68, r33, r100, r91, r110, 0.0, r94, r95, r34, r32, r51, r96, r74, r101, r75, r75, r87, r86, r115, r300, r31, r48, r22, r11, r113, r10, r272, r130, r59, 0.0, r53, r23, r88, r273, r407, r5, r85, r61, r8, r304, r60, r30, r386, r386, r128, r281, r281, r47, r396, r137, r111, r46, r285, 0.0, 0.0, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r73, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1198,9 +1199,9 @@ def search(x, k):
     return (r81, r49, r91)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (31, 32, 35, 36, 37, 38, 42, 43, 44, 45), (30, 42, 43, 44, 45), (30, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (29,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 33), (13, 63), (13, 64), (13, 65), (13, 66), (16, 31), (16, 32), (16, 33), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 33), (17, 63), (17, 64), (17, 65), (17, 66), (22, 33), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 33), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 2), (51, 55), (51, 56), (51, 57), (52, 3), (52, 6), (52, 8), (52, 55), (52, 56), (52, 57), (53, 3), (53, 6), (53, 8), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (43, 44, 45, 46), (), (39, 43, 44, 45, 46), (37, 43, 44, 45, 46), (38, 43, 44, 45, 46), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 43, 44, 45, 46), (31, 32, 34, 36, 37, 38, 39, 43, 44, 45, 46), (30, 43, 44, 45, 46), (30, 43, 44, 45, 46), (15, 43, 44, 45, 46), (18,), (14, 15, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (29,), (73,), (40, 43, 44, 45, 46), (40, 43, 44, 45, 46, 72, 73), (40, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 33), (13, 64), (13, 65), (13, 66), (13, 67), (16, 31), (16, 32), (16, 33), (16, 36), (16, 64), (16, 65), (16, 66), (16, 67), (17, 33), (17, 64), (17, 65), (17, 66), (17, 67), (22, 33), (22, 41), (22, 42), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 33), (23, 41), (23, 42), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

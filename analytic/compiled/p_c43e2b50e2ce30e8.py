@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x36 * x12
+    r15 = x37 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x35)
+    r8 = k.recip(x23)
+    r19 = k.recip(x36)
     r20 = r8 * r19 * r16
-    r21 = x32 == 5.0
+    r21 = x33 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x38 >= 1.0
+    r22 = x39 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x36 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x37 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x36 * x12 * r15
+    r15 = x37 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x38 >= 3.0
+    r46 = x39 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -69,47 +69,47 @@ def quantities(x, k):
     r56 = r53 + r54 + r55 + r56
     r56 = r19 * r56
     r56 = r50 + r56
-    r56 = x19 * x33 * r25 * r56
-    r50 = x23 == 2.0
-    r55 = 2.0 * x19 * x12 * x33 * r25
+    r56 = x19 * x34 * r25 * r56
+    r50 = x24 == 2.0
+    r55 = 2.0 * x19 * x12 * x34 * r25
     r55 = k.where(r50, r55, r56)
-    r54 = 1.0 + x22
+    r54 = 1.0 + x23
     r54 = k.min(r54, r6)
     r54 = r54 * r32
-    r53 = x32 == 4.0
-    r68 = 2.0 * x22
+    r53 = x33 == 4.0
+    r68 = 2.0 * x23
     r69 = -1.0 + r68
     r69 = k.min(r69, r6)
     r69 = r69 * r32
     r72 = k.where(r53, r69, r54)
-    r73 = x32 == 0.0
-    r74 = x32 == 3.0
+    r73 = x33 == 0.0
+    r74 = x33 == 3.0
     r75 = k.or_(r73, r74)
-    r76 = k.min(x22, r6)
+    r76 = k.min(x23, r6)
     r76 = r76 * r32
     r72 = k.where(r75, r76, r72)
-    r76 = x32 == 1.0
-    r80 = k.recip(x37)
-    r81 = x6 * x37 * r4 * r5
-    r82 = -1.0 + x37
-    r82 = x22 * r82
+    r76 = x33 == 1.0
+    r80 = k.recip(x38)
+    r81 = x6 * x38 * r4 * r5
+    r82 = -1.0 + x38
+    r82 = x23 * r82
     r84 = -1.0 + r68 + r82
     r84 = k.min(r81, r84)
     r84 = r80 * r84 * r32
     r72 = k.where(r76, r84, r72)
-    r84 = x32 == 2.0
+    r84 = x33 == 2.0
     r89 = x6 * r4 * r5 * r32
     r72 = k.where(r84, r89, r72)
     r72 = r55 * r72
     r92 = k.where(r22, 1000000000.0, 0.0)
-    r93 = x38 >= 2.0
+    r93 = x39 >= 2.0
     r45 = k.where(r93, r47, r45)
-    r47 = 4.0 * x19 * x5 * x33 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x34 * r25 * r19
     r96 = r56 + r47
     r47 = k.where(r50, r96, r47)
     r96 = k.or_(r21, r29)
-    r99 = 4.0 * x19 * x12 * x33 * r25
-    r100 = x36 * x19 * x16 * x33 * r25 * r19
+    r99 = 4.0 * x19 * x12 * x34 * r25
+    r100 = x37 * x19 * x16 * x34 * r25 * r19
     r99 = r99 + r100
     r99 = k.max(r99, r47)
     r96 = k.where(r96, r99, r47)
@@ -118,7 +118,7 @@ def quantities(x, k):
     r104 = k.where(r21, r105, r104)
     r105 = 3.0 * x4 * r104 * r31
     r105 = k.where(r46, r105, 0.0)
-    r109 = x22 > 1.0
+    r109 = x23 > 1.0
     r109 = k.and_(r46, r109)
     r111 = 2.0 * x4 * r31
     r105 = k.where(r109, r111, r105)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r31 = r111 == r31
     r105 = k.where(r31, r105, 0.0)
     r31 = r48 + r49 + r121 + r96 + r115 + r105
-    r111 = -1.0 + x22
+    r111 = -1.0 + x23
     r45 = k.min(1.0, r111)
     r72 = 1.0 + r45
-    r72 = x22 == r72
+    r72 = x23 == r72
     r127 = k.where(r72, 1.0, 0.0)
     r127 = x12 * r127
     r147 = r45 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x36 * x12 * r147
+    r147 = x37 * x12 * r147
     r150 = r45 != 0.0
     r150 = k.and_(r150, r72)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x36 * x12 * r150
+    r150 = x37 * x12 * r150
     r150 = r127 + r33 + r147 + r150 + r34
     r150 = r19 * r150
     r147 = -1.0 * r45
-    r147 = x22 + r147
-    r127 = x22 == r147
+    r147 = x23 + r147
+    r127 = x23 == r147
     r159 = k.where(r127, 1.0, 0.0)
     r159 = x12 * r159
     r161 = r147 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x36 * x12 * r161
+    r161 = x37 * x12 * r161
     r164 = r147 != 1.0
     r164 = k.and_(r127, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x36 * x12 * r164
+    r164 = x37 * x12 * r164
     r34 = r159 + r33 + r161 + r164 + r34
     r34 = r19 * r34
     r34 = r150 + r34
@@ -312,395 +312,396 @@ def quantities(x, k):
     r92 = k.where(r49, r68, r92)
     r105 = r31 == r105
     r92 = k.where(r105, r121, r92)
-    r121 = x36 * x19 * x4 * x33 * r25 * r19
-    r105 = x36 * x19 * x4 * x33 * r25
+    r121 = x37 * x19 * x4 * x34 * r25 * r19
+    r105 = x37 * x19 * x4 * x34 * r25
     r68 = k.max(r31, r150, r15)
     r49 = r150 == r68
     r15 = k.where(r49, r150, r15)
     r68 = r31 == r68
     r15 = k.where(r68, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r68 = 6.0 * x6 * x33 * r16
+    r31 = -1.0 * x20
+    r68 = -1.0 * r15
+    r68 = x8 + r31 + r68
+    r31 = 6.0 * x6 * x34 * r16
     r150 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r127 = 6.0 * x36 * x12
+    r127 = 6.0 * x37 * x12
     r115 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x33
+    r33 = 12.0 * x15 * x11 * x10 * x34
     r33 = r150 + r49 + r127 + r115 + r33
-    r115 = x6 * x33 * r33
+    r115 = x6 * x34 * r33
     r127 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r150 = 0.16666666666666666 * x33 * r49
+    r150 = 0.16666666666666666 * x34 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x36 * r48 * r49
+    r49 = 0.0625 * x37 * r48 * r49
     r49 = 1.0 + r150 + r49
-    r49 = 96.0 * x6 * x15 * x33 * r127 * r49
-    r127 = k.pow(x33, 2.0)
+    r49 = 96.0 * x6 * x15 * x34 * r127 * r49
+    r127 = k.pow(x34, 2.0)
     r150 = 2.0 * x6 * x15 * x11 * x10 * r127
-    r164 = x23 == 1.0
+    r164 = x24 == 1.0
     r127 = 4.0 * x6 * x15 * x11 * x10 * r127
     r127 = k.where(r164, r127, 0.0)
-    r72 = 0.3333333333333333 * x6 * x33 * r33
+    r72 = 0.3333333333333333 * x6 * x34 * r33
     r127 = k.where(r50, r72, r127)
     r127 = r115 + r150 + r127
     r150 = k.where(r50, 1.0, 0.0)
     r72 = 1.0 + r150
     r161 = k.recip(x9)
     r30 = k.recip(x18)
-    r54 = x36 * x12 * r19
-    r109 = x19 * x12 * x33 * r25
-    r55 = x36 * x19 * x33 * r25 * r19
+    r54 = x37 * x12 * r19
+    r109 = x19 * x12 * x34 * r25
+    r55 = x37 * x19 * x34 * r25 * r19
     r55 = r54 + r109 + r55
     r54 = 2.0 * r161 * r30 * r55
-    r89 = k.recip(x21)
+    r89 = k.recip(x22)
     r32 = k.recip(x17)
-    r81 = 2.0 * x36 * x19 * x12 * x33 * r89 * r25 * r32 * r19
+    r81 = 2.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
     r81 = r54 + r81
     r81 = r72 * r81
     r55 = 4.0 * r161 * r30 * r55
-    r54 = 4.0 * x36 * x19 * x12 * x33 * r89 * r25 * r32 * r19
+    r54 = 4.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
     r54 = r81 + r55 + r54
     r54 = r8 * r54
     r55 = x12 * x5 * r19
-    r81 = x19 * x5 * x33 * r25 * r19
+    r81 = x19 * x5 * x34 * r25 * r19
     r81 = r55 + r109 + r81
     r55 = 2.0 * r161 * r30 * r81
-    r82 = 2.0 * x19 * x12 * x5 * x33 * r89 * r25 * r32 * r19
+    r82 = 2.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
     r82 = r55 + r82
     r82 = r72 * r82
     r55 = 2.0 * x12 * x5 * r19
-    r69 = 2.0 * x19 * x5 * x33 * r25 * r19
+    r69 = 2.0 * x19 * x5 * x34 * r25 * r19
     r69 = r55 + r109 + r69
     r55 = 2.0 * r161 * r30 * r69
-    r147 = 4.0 * x19 * x12 * x5 * x33 * r89 * r25 * r32 * r19
+    r147 = 4.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
     r147 = r55 + r147
     r147 = r72 * r147
     r55 = x11 * x10 * x12 * r19
-    r368 = x11 * x19 * x10 * x33 * r25 * r19
-    r368 = r55 + r109 + r368
-    r55 = 2.0 * r161 * r30 * r368
-    r371 = 2.0 * x11 * x19 * x10 * x12 * x33 * r89 * r25 * r32 * r19
-    r371 = r55 + r371
-    r371 = r72 * r371
+    r369 = x11 * x19 * x10 * x34 * r25 * r19
+    r369 = r55 + r109 + r369
+    r55 = 2.0 * r161 * r30 * r369
+    r372 = 2.0 * x11 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19
+    r372 = r55 + r372
+    r372 = r72 * r372
     r10 = x11 + r10
     r55 = x10 * x12 * r19 * r10
-    r376 = x19 * x10 * x33 * r25 * r19 * r10
-    r376 = r109 + r55 + r376
-    r55 = 2.0 * r161 * r30 * r376
-    r109 = 2.0 * x19 * x10 * x12 * x33 * r89 * r25 * r32 * r19 * r10
+    r377 = x19 * x10 * x34 * r25 * r19 * r10
+    r377 = r109 + r55 + r377
+    r55 = 2.0 * r161 * r30 * r377
+    r109 = 2.0 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19 * r10
     r109 = r55 + r109
     r109 = r72 * r109
     r81 = 4.0 * r161 * r30 * r81
     r69 = 4.0 * r161 * r30 * r69
-    r368 = 4.0 * r161 * r30 * r368
-    r376 = 4.0 * r161 * r30 * r376
-    r55 = 12.0 * x19 * x12 * x5 * x33 * r89 * r25 * r32 * r19
-    r387 = 4.0 * x11 * x19 * x10 * x12 * x33 * r89 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x33 * r89 * r25 * r32 * r19 * r10
-    r10 = r82 + r147 + r371 + r109 + r81 + r69 + r368 + r376 + r55 + r387 + r10
+    r369 = 4.0 * r161 * r30 * r369
+    r377 = 4.0 * r161 * r30 * r377
+    r55 = 12.0 * x19 * x12 * x5 * x34 * r89 * r25 * r32 * r19
+    r388 = 4.0 * x11 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x34 * r89 * r25 * r32 * r19 * r10
+    r10 = r82 + r147 + r372 + r109 + r81 + r69 + r369 + r377 + r55 + r388 + r10
     r10 = x15 * r8 * r10
     r10 = r54 + r10
     r54 = x6 * r4 * r5 * r10
-    r387 = 12.0 * x12
+    r388 = 12.0 * x12
     r55 = 10.0 * x12 * r72
-    r55 = r387 + r55
-    r55 = x19 * x33 * r25 * r55
-    r387 = 5.0 * x5
-    r376 = 3.0 * x5 * r72
-    r376 = r387 + r376
-    r376 = x19 * x33 * r25 * r19 * r376
-    r376 = r55 + r376
-    r376 = x15 * r8 * r376
-    r55 = 3.0 * x36 * x19 * x33 * r25 * r8 * r19
+    r55 = r388 + r55
+    r55 = x19 * x34 * r25 * r55
+    r388 = 5.0 * x5
+    r377 = 3.0 * x5 * r72
+    r377 = r388 + r377
+    r377 = x19 * x34 * r25 * r19 * r377
+    r377 = r55 + r377
+    r377 = x15 * r8 * r377
+    r55 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
     r150 = 2.0 + r150
-    r9 = x15 * x19 * x10 * x33 * r25 * r8 * r19 * r150 * r9
-    r9 = r376 + r55 + r9
+    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r150 * r9
+    r9 = r377 + r55 + r9
     r55 = x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r376 = k.recip(x0)
-    r150 = x11 * x10 * x33
+    r377 = k.recip(x0)
+    r150 = x11 * x10 * x34
     r164 = k.or_(r164, r50)
     r164 = k.where(r164, 1.0, 0.0)
     r164 = 3.0 + r164
-    r164 = 2.0 * x11 * x10 * x33 * r164
+    r164 = 2.0 * x11 * x10 * x34 * r164
     r164 = r150 + r164
-    r150 = x6 * x15 * x33 * r89 * r4 * r25 * r32 * r376 * r8 * r19 * r164
-    r387 = r54 + r55 + r150
-    r368 = k.recip(r387)
+    r150 = x6 * x15 * x34 * r89 * r4 * r25 * r32 * r377 * r8 * r19 * r164
+    r388 = r54 + r55 + r150
+    r369 = k.recip(r388)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r69 = k.recip(x6)
-    r81 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r387
-    r109 = 0.6666666666666666 * x3 * x19 * x22 * r69 * r387
+    r81 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r388
+    r109 = 0.6666666666666666 * x3 * x19 * x23 * r69 * r388
     r9 = -1.0 * x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r164 = -1.0 * x6 * x15 * x33 * r89 * r4 * r25 * r32 * r376 * r8 * r19 * r164
+    r164 = -1.0 * x6 * x15 * x34 * r89 * r4 * r25 * r32 * r377 * r8 * r19 * r164
     r109 = r10 + r81 + r109 + r9 + r164
     r109 = k.max(0.0, r109)
-    r81 = 0.5 * x22
+    r81 = 0.5 * x23
     r81 = -1.0 + r81
-    r81 = 0.6666666666666666 * x3 * x19 * r69 * r80 * r81 * r387
+    r81 = 0.6666666666666666 * x3 * x19 * r69 * r80 * r81 * r388
     r81 = k.where(r53, 0.0, r81)
-    r53 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r111 * r387
+    r53 = 0.3333333333333333 * x3 * x19 * r69 * r80 * r111 * r388
     r81 = k.where(r74, r53, r81)
     r84 = k.or_(r73, r76, r84)
-    r111 = x3 * x19 * r69 * r80 * r111 * r387
+    r111 = x3 * x19 * r69 * r80 * r111 * r388
     r81 = k.where(r84, r111, r81)
     r81 = k.max(r109, r81)
-    r368 = r368 * r81
+    r369 = r369 * r81
     r30 = 28.0 * r161 * r30 * r26
     r161 = r30 + r54 + r55 + r150
-    r109 = -1.0 * x20
+    r109 = -1.0 * x21
     r109 = 1.0 + r109
-    r111 = x22 * x37
+    r111 = x23 * x38
     r111 = -1.0 + r111
-    r80 = k.recip(x25)
-    r73 = k.recip(x26)
-    r53 = x19 * x4 * x12 * x33 * r80 * r25 * r73 * r19
-    r53 = x27 + r53
-    r74 = 2.0 * x3 * x2 * x35
-    r74 = x29 >= r74
-    r376 = k.recip(x28)
-    r32 = k.recip(x30)
-    r371 = x19 * x4 * x12 * x33 * r376 * r25 * r32 * r19
-    r371 = x31 + r371
-    r53 = k.where(r74, r371, r53)
+    r80 = k.recip(x26)
+    r73 = k.recip(x27)
+    r53 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19
+    r53 = x28 + r53
+    r74 = 2.0 * x3 * x2 * x36
+    r74 = x30 >= r74
+    r377 = k.recip(x29)
+    r32 = k.recip(x31)
+    r372 = x19 * x4 * x12 * x34 * r377 * r25 * r32 * r19
+    r372 = x32 + r372
+    r53 = k.where(r74, r372, r53)
     r53 = 2.0 * x6 * r4 * r5 * r8 * r111 * r53
     r53 = k.where(r29, 0.0, r53)
     r109 = r109 * r53
-    r371 = x3 * x19 * r69 * r387
-    r74 = x22 <= 1.0
+    r372 = x3 * x19 * r69 * r388
+    r74 = x23 <= 1.0
     r93 = k.and_(r93, r74)
-    r371 = k.where(r93, r387, r371)
-    r371 = -1.0 * x20 * r371
-    r387 = x3 * x2
-    r147 = -1.0 + r387
+    r372 = k.where(r93, r388, r372)
+    r372 = -1.0 * x21 * r372
+    r388 = x3 * x2
+    r147 = -1.0 + r388
     r82 = k.recip(r147)
-    r465 = 2.0 * x3 * x2
-    r465 = -2.0 + r465
-    r467 = x29 * r19
-    r468 = k.gcd(r387, r467)
-    r469 = k.recip(r468)
-    r470 = x3 * x2 * r469
-    r470 = -1.0 + r470
-    r470 = x27 * r470
-    r473 = -1.0 * x3 * x2 * r469
-    r473 = r387 + r473
-    r473 = x31 * r473
-    r476 = r470 + r473
-    r476 = r82 * r465 * r476
-    r82 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r469 * r465 * r20
-    r468 = -1.0 + r468
-    r480 = x4 * x22 * r376 * r48 * r4 * r25 * r32 * r469 * r468 * r465 * r20
-    r480 = k.max(r82, r480)
-    r480 = r476 + r480
-    r476 = x29 <= x35
-    r82 = x27 * r465
-    r485 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r465 * r20
-    r485 = r82 + r485
-    r480 = k.where(r476, r485, r480)
-    r485 = x3 * x2 * x35
-    r485 = x29 >= r485
-    r82 = x31 * r465
-    r491 = x4 * x22 * r376 * r48 * r4 * r25 * r32 * r465 * r20
-    r491 = r82 + r491
-    r480 = k.where(r485, r491, r480)
-    r480 = x15 * r8 * r480
-    r491 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r469 * r147 * r20
-    r468 = x4 * x22 * r376 * r48 * r4 * r25 * r32 * r469 * r147 * r468 * r20
-    r468 = k.max(r491, r468)
-    r468 = r470 + r473 + r468
-    r473 = x27 * r147
-    r470 = x4 * x22 * r80 * r48 * r4 * r25 * r73 * r147 * r20
-    r470 = r473 + r470
-    r468 = k.where(r476, r470, r468)
-    r470 = x31 * r147
-    r48 = x4 * x22 * r376 * r48 * r4 * r25 * r32 * r147 * r20
-    r48 = r470 + r48
-    r468 = k.where(r485, r48, r468)
-    r48 = 2.0 * x15 * r8 * r468
-    r480 = k.where(r22, r48, r480)
-    r48 = x15 * r8 * r468
-    r485 = x6 * x15 * r4 * r5 * r8 * r468
-    r485 = r48 + r485
-    r480 = k.where(r93, r485, r480)
+    r466 = 2.0 * x3 * x2
+    r466 = -2.0 + r466
+    r468 = x30 * r19
+    r469 = k.gcd(r388, r468)
+    r470 = k.recip(r469)
+    r471 = x3 * x2 * r470
+    r471 = -1.0 + r471
+    r471 = x28 * r471
+    r474 = -1.0 * x3 * x2 * r470
+    r474 = r388 + r474
+    r474 = x32 * r474
+    r477 = r471 + r474
+    r477 = r82 * r466 * r477
+    r82 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r470 * r466 * r20
+    r469 = -1.0 + r469
+    r481 = x4 * x23 * r377 * r48 * r4 * r25 * r32 * r470 * r469 * r466 * r20
+    r481 = k.max(r82, r481)
+    r481 = r477 + r481
+    r477 = x30 <= x36
+    r82 = x28 * r466
+    r486 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r466 * r20
+    r486 = r82 + r486
+    r481 = k.where(r477, r486, r481)
+    r486 = x3 * x2 * x36
+    r486 = x30 >= r486
+    r82 = x32 * r466
+    r492 = x4 * x23 * r377 * r48 * r4 * r25 * r32 * r466 * r20
+    r492 = r82 + r492
+    r481 = k.where(r486, r492, r481)
+    r481 = x15 * r8 * r481
+    r492 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r470 * r147 * r20
+    r469 = x4 * x23 * r377 * r48 * r4 * r25 * r32 * r470 * r147 * r469 * r20
+    r469 = k.max(r492, r469)
+    r469 = r471 + r474 + r469
+    r474 = x28 * r147
+    r471 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r147 * r20
+    r471 = r474 + r471
+    r469 = k.where(r477, r471, r469)
+    r471 = x32 * r147
+    r48 = x4 * x23 * r377 * r48 * r4 * r25 * r32 * r147 * r20
+    r48 = r471 + r48
+    r469 = k.where(r486, r48, r469)
+    r48 = 2.0 * x15 * r8 * r469
+    r481 = k.where(r22, r48, r481)
+    r48 = x15 * r8 * r469
+    r486 = x6 * x15 * r4 * r5 * r8 * r469
+    r486 = r48 + r486
+    r481 = k.where(r93, r486, r481)
     r74 = k.and_(r46, r74)
-    r468 = 3.0 * x6 * x15 * r4 * r5 * r8 * r468
-    r480 = k.where(r74, r468, r480)
-    r387 = r387 == 1.0
-    r480 = k.where(r387, 0.0, r480)
-    r371 = r371 + r480
-    r371 = k.max(0.0, r371)
-    r467 = k.gcd(x2, r467)
-    r468 = k.recip(r467)
-    r46 = x2 * r468
+    r469 = 3.0 * x6 * x15 * r4 * r5 * r8 * r469
+    r481 = k.where(r74, r469, r481)
+    r388 = r388 == 1.0
+    r481 = k.where(r388, 0.0, r481)
+    r372 = r372 + r481
+    r372 = k.max(0.0, r372)
+    r468 = k.gcd(x2, r468)
+    r469 = k.recip(r468)
+    r46 = x2 * r469
     r46 = -1.0 + r46
-    r46 = x27 * r46
-    r485 = -1.0 * x2 * r468
-    r485 = x2 + r485
-    r485 = x31 * r485
+    r46 = x28 * r46
+    r486 = -1.0 * x2 * r469
+    r486 = x2 + r486
+    r486 = x32 * r486
     r48 = -1.0 + x2
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x33 * r80 * r25 * r73 * r19 * r468 * r48
-    r467 = -1.0 + r467
-    r467 = 2.0 * x14 * x19 * x10 * x4 * x33 * r376 * r25 * r32 * r19 * r468 * r48 * r467
-    r467 = k.max(r470, r467)
-    r467 = r46 + r485 + r467
-    r485 = x27 * r48
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x33 * r80 * r25 * r73 * r19 * r48
-    r46 = r485 + r46
-    r467 = k.where(r476, r46, r467)
-    r46 = x2 * x35
-    r46 = x29 >= r46
-    r476 = x31 * r48
-    r485 = 2.0 * x14 * x19 * x10 * x4 * x33 * r376 * r25 * r32 * r19 * r48
-    r485 = r476 + r485
-    r467 = k.where(r46, r485, r467)
-    r485 = x6 * x15 * r4 * r5 * r8 * r467
-    r467 = x6 * x15 * r4 * r5 * r8 * r72 * r467
-    r467 = r485 + r467
-    r485 = x2 == 1.0
-    r467 = k.where(r485, 0.0, r467)
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r469 * r48
+    r468 = -1.0 + r468
+    r468 = 2.0 * x14 * x19 * x10 * x4 * x34 * r377 * r25 * r32 * r19 * r469 * r48 * r468
+    r468 = k.max(r471, r468)
+    r468 = r46 + r486 + r468
+    r486 = x28 * r48
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r48
+    r46 = r486 + r46
+    r468 = k.where(r477, r46, r468)
+    r46 = x2 * x36
+    r46 = x30 >= r46
+    r477 = x32 * r48
+    r486 = 2.0 * x14 * x19 * x10 * x4 * x34 * r377 * r25 * r32 * r19 * r48
+    r486 = r477 + r486
+    r468 = k.where(r46, r486, r468)
+    r486 = x6 * x15 * r4 * r5 * r8 * r468
+    r468 = x6 * x15 * r4 * r5 * r8 * r72 * r468
+    r468 = r486 + r468
+    r486 = x2 == 1.0
+    r468 = k.where(r486, 0.0, r468)
     r50 = k.where(r50, 2.0, 0.0)
     r50 = 4.0 + r50
-    r46 = -1.0 + x35
+    r46 = -1.0 + x36
     r46 = k.recip(r46)
-    r476 = 2.0 * x35
-    r476 = -2.0 + r476
-    r470 = k.gcd(x35, x29)
-    r468 = k.recip(r470)
-    r473 = x35 * r468
-    r473 = -1.0 + r473
-    r473 = x27 * r473
-    r491 = -1.0 * x35 * r468
-    r491 = x35 + r491
-    r491 = x31 * r491
-    r491 = r473 + r491
-    r491 = r46 * r476 * r491
-    r46 = x19 * x4 * x12 * x33 * r80 * r25 * r73 * r19 * r468 * r476
-    r470 = -1.0 + r470
-    r470 = x19 * x4 * x12 * x33 * r376 * r25 * r32 * r19 * r468 * r470 * r476
-    r470 = k.max(r46, r470)
-    r470 = r491 + r470
-    r491 = x29 <= 1.0
-    r46 = x27 * r476
-    r73 = x19 * x4 * x12 * x33 * r80 * r25 * r73 * r19 * r476
+    r477 = 2.0 * x36
+    r477 = -2.0 + r477
+    r471 = k.gcd(x36, x30)
+    r469 = k.recip(r471)
+    r474 = x36 * r469
+    r474 = -1.0 + r474
+    r474 = x28 * r474
+    r492 = -1.0 * x36 * r469
+    r492 = x36 + r492
+    r492 = x32 * r492
+    r492 = r474 + r492
+    r492 = r46 * r477 * r492
+    r46 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r469 * r477
+    r471 = -1.0 + r471
+    r471 = x19 * x4 * x12 * x34 * r377 * r25 * r32 * r19 * r469 * r471 * r477
+    r471 = k.max(r46, r471)
+    r471 = r492 + r471
+    r492 = x30 <= 1.0
+    r46 = x28 * r477
+    r73 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r477
     r73 = r46 + r73
-    r470 = k.where(r491, r73, r470)
-    r73 = x29 >= x35
-    r491 = x31 * r476
-    r32 = x19 * x4 * x12 * x33 * r376 * r25 * r32 * r19 * r476
-    r32 = r491 + r32
-    r470 = k.where(r73, r32, r470)
-    r470 = x6 * x15 * r4 * r5 * r8 * r50 * r470
-    r32 = x35 == 1.0
-    r470 = k.where(r32, 0.0, r470)
+    r471 = k.where(r492, r73, r471)
+    r73 = x30 >= x36
+    r492 = x32 * r477
+    r32 = x19 * x4 * x12 * x34 * r377 * r25 * r32 * r19 * r477
+    r32 = r492 + r32
+    r471 = k.where(r73, r32, r471)
+    r471 = x6 * x15 * r4 * r5 * r8 * r50 * r471
+    r32 = x36 == 1.0
+    r471 = k.where(r32, 0.0, r471)
     r164 = r10 + r9 + r164
     r164 = k.max(0.0, r164)
     r164 = k.where(r21, r164, 0.0)
-    r21 = r109 + r30 + r54 + r55 + r150 + r371 + r81 + r467 + r470 + r164
+    r21 = r109 + r30 + r54 + r55 + r150 + r372 + r81 + r468 + r471 + r164
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x33 * r89 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x33 * r89 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x33 * r25
-    r89 = x19 * x4 * x12 * x33 * r80 * r25
-    r465 = x4 * r4 * r25 * r465 * r20
+    r10 = 6.0 * x6 * x34 * r89 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x34 * r89 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x34 * r25
+    r89 = x19 * x4 * x12 * x34 * r80 * r25
+    r466 = x4 * r4 * r25 * r466 * r20
     r73 = 2.0 * x4 * r4 * r25 * r147 * r20
-    r465 = k.where(r22, r73, r465)
+    r466 = k.where(r22, r73, r466)
     r73 = x4 * r4 * r25 * r147 * r20
     r22 = k.pow(x3, -2.0)
-    r491 = x6 * x4 * r22 * r5 * r25 * r147 * r20
-    r491 = r73 + r491
-    r465 = k.where(r93, r491, r465)
+    r492 = x6 * x4 * r22 * r5 * r25 * r147 * r20
+    r492 = r73 + r492
+    r466 = k.where(r93, r492, r466)
     r147 = 3.0 * x6 * x4 * r22 * r5 * r25 * r147 * r20
-    r465 = k.where(r74, r147, r465)
-    r465 = k.where(r387, 0.0, r465)
-    r387 = r80 * r465
-    r80 = x28 * r80
-    r147 = k.recip(x33)
-    r74 = x34 * r69 * r147
+    r466 = k.where(r74, r147, r466)
+    r466 = k.where(r388, 0.0, r466)
+    r388 = r80 * r466
+    r80 = x29 * r80
+    r147 = k.recip(x34)
+    r74 = x35 * r69 * r147
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r491 = 8e-12 * x12
+    r492 = 8e-12 * x12
     r93 = 8e-12 * x15 * r12
-    r73 = 8e-12 * x36 * x12
-    r376 = 2.4e-11 * x15 * x12 * x5
-    r46 = r491 + r93 + r73 + r376
-    r468 = 4e-12 * x12
-    r473 = 4e-12 * x15 * r12
-    r469 = 4e-12 * x36 * x12
+    r73 = 8e-12 * x37 * x12
+    r377 = 2.4e-11 * x15 * x12 * x5
+    r46 = r492 + r93 + r73 + r377
+    r469 = 4e-12 * x12
+    r474 = 4e-12 * x15 * r12
+    r470 = 4e-12 * x37 * x12
     r82 = 1.2e-11 * x15 * x12 * x5
-    r82 = r468 + r473 + r469 + r82
+    r82 = r469 + r474 + r470 + r82
     r82 = r22 > r82
-    r469 = -8e-12 * x12
+    r470 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r473 = -8e-12 * x36 * x12
-    r468 = -2.4e-11 * x15 * x12 * x5
-    r624 = k.sqrt(2.0)
-    r625 = k.sqrt(x3)
-    r625 = k.recip(r625)
-    r627 = k.sqrt(x2)
-    r627 = k.recip(r627)
-    r629 = k.sqrt(x13)
-    r629 = k.recip(r629)
-    r631 = k.sqrt(x22)
-    r631 = k.recip(r631)
-    r633 = k.sqrt(x35)
-    r633 = k.recip(r633)
-    r635 = k.sqrt(r46)
-    r636 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r46
-    r637 = k.sqrt(x3)
-    r638 = k.sqrt(x2)
-    r639 = k.sqrt(x13)
-    r640 = k.sqrt(x22)
-    r641 = k.sqrt(x35)
-    r641 = 0.16666666666666666 * r624 * r637 * r638 * r639 * r640 * r641 * r635
-    r641 = 1.0 + r636 + r641
-    r641 = r624 * r625 * r627 * r629 * r631 * r633 * r635 * r641
-    r641 = r469 + r12 + r473 + r468 + r641
-    r468 = k.where(r82, r641, r22)
-    r376 = r491 + r93 + r73 + r376 + r468
-    r376 = x3 * x2 * x13 * x22 * x35 * r376
-    r376 = k.exp(r376)
-    r376 = -1.0 + r376
-    r73 = k.recip(r376)
-    r93 = x24 + x1
-    r491 = -1.0 * x3 * x2 * x13 * x22 * x35 * r93
-    r491 = k.exp(r491)
-    r491 = x3 * x2 * x13 * x22 * x35 * r73 * r468 * r491
-    r73 = x3 * x2 * x13 * x22 * x35
-    r641 = k.recip(r641)
-    r73 = k.where(r82, r641, r73)
-    r93 = x3 * x2 * x13 * x22 * x35 * r93
+    r474 = -8e-12 * x37 * x12
+    r469 = -2.4e-11 * x15 * x12 * x5
+    r625 = k.sqrt(2.0)
+    r626 = k.sqrt(x3)
+    r626 = k.recip(r626)
+    r628 = k.sqrt(x2)
+    r628 = k.recip(r628)
+    r630 = k.sqrt(x13)
+    r630 = k.recip(r630)
+    r632 = k.sqrt(x23)
+    r632 = k.recip(r632)
+    r634 = k.sqrt(x36)
+    r634 = k.recip(r634)
+    r636 = k.sqrt(r46)
+    r637 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r46
+    r638 = k.sqrt(x3)
+    r639 = k.sqrt(x2)
+    r640 = k.sqrt(x13)
+    r641 = k.sqrt(x23)
+    r642 = k.sqrt(x36)
+    r642 = 0.16666666666666666 * r625 * r638 * r639 * r640 * r641 * r642 * r636
+    r642 = 1.0 + r637 + r642
+    r642 = r625 * r626 * r628 * r630 * r632 * r634 * r636 * r642
+    r642 = r470 + r12 + r474 + r469 + r642
+    r469 = k.where(r82, r642, r22)
+    r377 = r492 + r93 + r73 + r377 + r469
+    r377 = x3 * x2 * x13 * x23 * x36 * r377
+    r377 = k.exp(r377)
+    r377 = -1.0 + r377
+    r73 = k.recip(r377)
+    r93 = x25 + x1
+    r492 = -1.0 * x3 * x2 * x13 * x23 * x36 * r93
+    r492 = k.exp(r492)
+    r492 = x3 * x2 * x13 * x23 * x36 * r73 * r469 * r492
+    r73 = x3 * x2 * x13 * x23 * x36
+    r642 = k.recip(r642)
+    r73 = k.where(r82, r642, r73)
+    r93 = x3 * x2 * x13 * x23 * x36 * r93
     r93 = k.exp(r93)
-    r5 = x34 * r69 * r4 * r25 * r5 * r8 * r147 * r19 * r376 * r21 * r73 * r93
-    r93 = x34 * r69 * r147 * r376 * r21 * r73 * r93
-    r50 = x6 * x15 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r476 * r50
+    r5 = x35 * r69 * r4 * r25 * r5 * r8 * r147 * r19 * r377 * r21 * r73 * r93
+    r93 = x35 * r69 * r147 * r377 * r21 * r73 * r93
+    r50 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r477 * r50
     r50 = k.where(r32, 0.0, r50)
-    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r48
-    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r25 * r8 * r19 * r72 * r48
+    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r48
+    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r72 * r48
     r48 = r32 + r48
-    r48 = k.where(r485, 0.0, r48)
-    r111 = 2.0 * x6 * x4 * x12 * x33 * r4 * r25 * r8 * r19 * r111
+    r48 = k.where(r486, 0.0, r48)
+    r111 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r111
     r111 = k.where(r29, 0.0, r111)
-    r45 = r45 < x22
-    r29 = x32 != 2.0
+    r45 = r45 < x23
+    r29 = x33 != 2.0
     r76 = k.and_(r76, r29)
     r76 = k.not_(r76)
     r76 = k.or_(r45, r76)
-    r19 = x32 != 1.0
+    r19 = x33 != 1.0
     r75 = k.and_(r19, r29, r75)
     r75 = k.not_(r75)
     r75 = k.or_(r45, r75)
     r75 = k.and_(r76, r75)
-    r76 = x22 >= 2.0
-    r45 = x32 != 3.0
-    r29 = x32 != 4.0
+    r76 = x23 >= 2.0
+    r45 = x33 != 3.0
+    r29 = x33 != 4.0
     r84 = k.not_(r84)
     r84 = k.and_(r45, r29, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r76, r84)
-    r76 = x21 * x3 * x2 * x22 * x35 * r21
-    r29 = r68 <= r76
+    r76 = x22 * x3 * x2 * x23 * x36 * r21
+    r29 = r31 <= r76
     r76 = r115 <= r76
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r31, r68, r68, r115, r49, r127, r368, r161, r81, r21, r10, r33, r9, r89, r387, r80, 0.0, r74, r22, r46, r468, r491, r5, r93, r54, r150, r55, r30, r50, r470, r470, r48, r467, r467, r465, r480, r371, r111, r53, r109, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, r75, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r68, r31, r31, r115, r49, r127, r369, r161, r81, r21, r10, r33, r9, r89, r388, r80, 0.0, r74, r22, r46, r469, r492, r5, r93, r54, r150, r55, r30, r50, r471, r471, r48, r468, r468, r466, r481, r372, r111, r53, r109, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1405,9 +1406,9 @@ def search(x, k):
     return (r86, r27, r105)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (30, 31, 32, 35), (), (), (), (30, 31, 32, 35), (32,), (34,), (34,), (35,), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (30, 31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (29, 45, 46, 47, 48), (29, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 30), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (30, 31, 32, 36), (), (), (), (30, 31, 32, 36), (32,), (35,), (35,), (36,), (30, 31, 32, 36, 37, 38, 39, 46, 47, 48, 49), (30, 31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49), (29, 46, 47, 48, 49), (29, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (28,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 30), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x36)
+    r11 = k.recip(x23)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,67 +49,67 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x34 * r30 * r16 * r38
-    r37 = x23 == 2.0
-    r36 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r38 = x19 * x35 * r30 * r16 * r38
+    r37 = x24 == 2.0
+    r36 = 2.0 * x19 * x12 * x35 * r30 * r16
     r36 = k.where(r37, r36, r38)
-    r35 = 1.0 + x22
+    r35 = 1.0 + x23
     r35 = k.min(r35, r6)
     r34 = k.ceiling(r33)
     r35 = r35 * r34
-    r48 = x33 == 4.0
-    r49 = 2.0 * x22
+    r48 = x34 == 4.0
+    r49 = 2.0 * x23
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r34
     r53 = k.where(r48, r50, r35)
-    r54 = x33 == 0.0
-    r55 = x33 == 3.0
+    r54 = x34 == 0.0
+    r55 = x34 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x22, r6)
+    r57 = k.min(x23, r6)
     r57 = r57 * r34
     r53 = k.where(r56, r57, r53)
-    r57 = x33 == 1.0
-    r61 = k.recip(x38)
-    r62 = x6 * x38 * r4 * r5
-    r63 = -1.0 + x38
-    r63 = x22 * r63
+    r57 = x34 == 1.0
+    r61 = k.recip(x39)
+    r62 = x6 * x39 * r4 * r5
+    r63 = -1.0 + x39
+    r63 = x23 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r34
     r53 = k.where(r57, r65, r53)
-    r65 = x33 == 2.0
+    r65 = x34 == 2.0
     r70 = x6 * r4 * r5 * r34
     r53 = k.where(r65, r70, r53)
     r53 = r36 * r53
     r73 = r9 * r34
     r74 = r13 * r34
-    r75 = x22 == 1.0
+    r75 = x23 == 1.0
     r76 = k.where(r75, 1.0, 0.0)
     r77 = 2.0 * x12 * r76
     r77 = r12 + r73 + r74 + r77
     r77 = r16 * r77
-    r76 = x37 * x12 * r76
-    r12 = x22 != 1.0
+    r76 = x38 * x12 * r76
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r73 + r74 + r76 + r12
     r12 = r16 * r12
     r76 = r77 + r12
     r77 = k.where(r26, r76, r77)
     r8 = 2.0 * r77
-    r89 = x39 >= 2.0
+    r89 = x40 >= 2.0
     r90 = 2.0 * r4 * r30 * r77
     r91 = k.where(r89, r90, r8)
-    r92 = x39 >= 3.0
+    r92 = x40 >= 3.0
     r8 = k.where(r92, r90, r8)
     r90 = 12.0 * r77
     r95 = 12.0 * r4 * r30 * r77
     r90 = k.where(r27, r95, r90)
     r95 = k.where(r37, r38, 0.0)
     r98 = k.or_(r26, r75)
-    r99 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r100 = x37 * x19 * x16 * x34 * r30 * r16
+    r99 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r100 = x38 * x19 * x16 * x35 * r30 * r16
     r99 = r99 + r100
     r99 = k.max(r99, r95)
     r98 = k.where(r98, r99, r95)
@@ -118,16 +118,16 @@ def quantities(x, k):
     r104 = k.where(r26, r105, r104)
     r105 = 3.0 * x4 * r104 * r77
     r105 = k.where(r92, r105, 0.0)
-    r109 = x22 > 1.0
+    r109 = x23 > 1.0
     r109 = k.and_(r92, r109)
     r77 = 2.0 * x4 * r77
     r105 = k.where(r109, r77, r105)
     r77 = r53 + r91 + r8 + r90 + r98 + r105
     r114 = k.where(r48, r50, r35)
-    r115 = -1.0 + x22
+    r115 = -1.0 + x23
     r116 = k.min(1.0, r115)
     r117 = -1.0 * r116
-    r117 = x22 + r117
+    r117 = x23 + r117
     r119 = k.min(r6, r117)
     r119 = r119 * r34
     r114 = k.where(r56, r119, r114)
@@ -139,28 +139,28 @@ def quantities(x, k):
     r114 = k.where(r65, r70, r114)
     r114 = r36 * r114
     r49 = 1.0 + r116
-    r49 = x22 == r49
+    r49 = x23 == r49
     r119 = k.where(r49, 1.0, 0.0)
     r119 = 2.0 * x12 * r119
     r133 = r116 == 0.0
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x37 * x12 * r133
+    r133 = x38 * x12 * r133
     r136 = r116 != 0.0
     r136 = k.and_(r136, r49)
     r136 = k.where(r136, 1.0, 0.0)
-    r136 = x37 * x12 * r136
+    r136 = x38 * x12 * r136
     r136 = r73 + r74 + r119 + r133 + r136
     r136 = r16 * r136
-    r133 = x22 == r117
+    r133 = x23 == r117
     r119 = k.where(r133, 1.0, 0.0)
     r119 = 2.0 * x12 * r119
     r145 = r117 == 1.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r117 = r117 != 1.0
     r117 = k.and_(r133, r117)
     r117 = k.where(r117, 1.0, 0.0)
-    r117 = x37 * x12 * r117
+    r117 = x38 * x12 * r117
     r117 = r73 + r74 + r119 + r145 + r117
     r117 = r16 * r117
     r117 = r136 + r117
@@ -236,398 +236,399 @@ def quantities(x, k):
     r114 = k.where(r114, 0.0, 0.0)
     r35 = r77 == r35
     r114 = k.where(r35, 0.0, r114)
-    r35 = x37 * x19 * x4 * x34 * r30 * r16
-    r53 = x37 * x19 * x4 * x34 * r30
+    r35 = x38 * x19 * x4 * x35 * r30 * r16
+    r53 = x38 * x19 * x4 * x35 * r30
     r105 = k.max(r77, r136, r12)
     r90 = r136 == r105
     r12 = k.where(r90, r136, r12)
     r105 = r77 == r105
     r12 = k.where(r105, r77, r12)
-    r77 = -1.0 * r12
-    r77 = x8 + r77
-    r105 = 6.0 * x6 * x34 * r15
+    r77 = -1.0 * x20
+    r105 = -1.0 * r12
+    r105 = x8 + r77 + r105
+    r77 = 6.0 * x6 * x35 * r15
     r136 = 12.0 * x12
     r90 = 6.0 * x15 * r9
     r133 = 6.0 * x15 * r13
-    r91 = 6.0 * x37 * x12
-    r145 = 12.0 * x15 * x11 * x10 * x34
+    r91 = 6.0 * x38 * x12
+    r145 = 12.0 * x15 * x11 * x10 * x35
     r145 = r136 + r90 + r133 + r91 + r145
-    r91 = x6 * x34 * r145
+    r91 = x6 * x35 * r145
     r133 = k.pow(x12, 2.0)
     r90 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r90
+    r8 = 0.16666666666666666 * x35 * r90
     r119 = k.recip(x15)
-    r90 = 0.0625 * x37 * r119 * r90
+    r90 = 0.0625 * x38 * r119 * r90
     r90 = 1.0 + r8 + r90
-    r90 = 96.0 * x6 * x15 * x34 * r133 * r90
-    r133 = k.pow(x34, 2.0)
+    r90 = 96.0 * x6 * x15 * x35 * r133 * r90
+    r133 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r133
-    r109 = x23 == 1.0
+    r109 = x24 == 1.0
     r133 = 4.0 * x6 * x15 * x11 * x10 * r133
     r133 = k.where(r109, r133, 0.0)
-    r117 = 0.3333333333333333 * x6 * x34 * r145
+    r117 = 0.3333333333333333 * x6 * x35 * r145
     r133 = k.where(r37, r117, r133)
     r133 = r91 + r8 + r133
     r8 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r8
     r117 = k.recip(x9)
     r34 = k.recip(x18)
-    r62 = x37 * x12 * r16
-    r63 = x19 * x12 * x34 * r30
-    r50 = x37 * x19 * x34 * r30 * r16
+    r62 = x38 * x12 * r16
+    r63 = x19 * x12 * x35 * r30
+    r50 = x38 * x19 * x35 * r30 * r16
     r50 = r62 + r63 + r50
     r62 = 2.0 * r117 * r34 * r50
-    r49 = k.recip(x21)
+    r49 = k.recip(x22)
     r74 = k.recip(x17)
-    r73 = 2.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
+    r73 = 2.0 * x38 * x19 * x12 * x35 * r49 * r30 * r74 * r16
     r73 = r62 + r73
     r73 = r8 * r73
     r50 = 4.0 * r117 * r34 * r50
-    r62 = 4.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
+    r62 = 4.0 * x38 * x19 * x12 * x35 * r49 * r30 * r74 * r16
     r62 = r73 + r50 + r62
     r62 = r11 * r62
     r50 = x11 * x10 * x12 * r16
-    r73 = x11 * x19 * x10 * x34 * r30 * r16
+    r73 = x11 * x19 * x10 * x35 * r30 * r16
     r73 = r50 + r63 + r73
     r50 = 2.0 * r117 * r34 * r73
-    r281 = 2.0 * x11 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16
-    r281 = r50 + r281
-    r281 = r8 * r281
+    r282 = 2.0 * x11 * x19 * x10 * x12 * x35 * r49 * r30 * r74 * r16
+    r282 = r50 + r282
+    r282 = r8 * r282
     r50 = x10 * x12 * r16 * r14
-    r285 = x19 * x10 * x34 * r30 * r16 * r14
-    r285 = r63 + r50 + r285
-    r50 = 2.0 * r117 * r34 * r285
-    r288 = 2.0 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16 * r14
-    r288 = r50 + r288
-    r288 = r8 * r288
+    r286 = x19 * x10 * x35 * r30 * r16 * r14
+    r286 = r63 + r50 + r286
+    r50 = 2.0 * r117 * r34 * r286
+    r289 = 2.0 * x19 * x10 * x12 * x35 * r49 * r30 * r74 * r16 * r14
+    r289 = r50 + r289
+    r289 = r8 * r289
     r50 = x12 * x5 * r16
-    r292 = x19 * x5 * x34 * r30 * r16
-    r292 = r50 + r63 + r292
-    r63 = 2.0 * r117 * r34 * r292
-    r50 = 2.0 * x19 * x12 * x5 * x34 * r49 * r30 * r74 * r16
+    r293 = x19 * x5 * x35 * r30 * r16
+    r293 = r50 + r63 + r293
+    r63 = 2.0 * r117 * r34 * r293
+    r50 = 2.0 * x19 * x12 * x5 * x35 * r49 * r30 * r74 * r16
     r50 = r63 + r50
     r50 = 2.0 * r8 * r50
     r73 = 4.0 * r117 * r34 * r73
-    r285 = 4.0 * r117 * r34 * r285
-    r292 = 8.0 * r117 * r34 * r292
-    r63 = 8.0 * x19 * x12 * x5 * x34 * r49 * r30 * r74 * r16
-    r302 = 4.0 * x11 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16 * r14
-    r14 = r281 + r288 + r50 + r73 + r285 + r292 + r63 + r302 + r14
+    r286 = 4.0 * r117 * r34 * r286
+    r293 = 8.0 * r117 * r34 * r293
+    r63 = 8.0 * x19 * x12 * x5 * x35 * r49 * r30 * r74 * r16
+    r303 = 4.0 * x11 * x19 * x10 * x12 * x35 * r49 * r30 * r74 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r49 * r30 * r74 * r16 * r14
+    r14 = r282 + r289 + r50 + r73 + r286 + r293 + r63 + r303 + r14
     r14 = x15 * r11 * r14
     r14 = r62 + r14
     r62 = x6 * r4 * r5 * r14
-    r302 = 3.0 * x5
+    r303 = 3.0 * x5
     r63 = 2.0 * x5 * r8
-    r63 = r302 + r63
-    r63 = x19 * x34 * r30 * r16 * r63
-    r302 = 10.0 * x12 * r8
-    r302 = r136 + r302
-    r302 = x19 * x34 * r30 * r16 * r302
-    r302 = r63 + r302
-    r302 = x15 * r11 * r302
-    r63 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r63 = r302 + r63
-    r302 = x6 * x4 * r117 * r4 * r5 * r34 * r63
+    r63 = r303 + r63
+    r63 = x19 * x35 * r30 * r16 * r63
+    r303 = 10.0 * x12 * r8
+    r303 = r136 + r303
+    r303 = x19 * x35 * r30 * r16 * r303
+    r303 = r63 + r303
+    r303 = x15 * r11 * r303
+    r63 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r63 = r303 + r63
+    r303 = x6 * x4 * r117 * r4 * r5 * r34 * r63
     r136 = k.recip(x0)
-    r292 = x11 * x10 * x34
+    r293 = x11 * x10 * x35
     r109 = k.or_(r109, r37)
     r109 = k.where(r109, 1.0, 0.0)
     r109 = 3.0 + r109
-    r109 = 2.0 * x11 * x10 * x34 * r109
-    r109 = r292 + r109
-    r292 = x6 * x15 * x34 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
-    r285 = r62 + r302 + r292
-    r73 = k.recip(r285)
+    r109 = 2.0 * x11 * x10 * x35 * r109
+    r109 = r293 + r109
+    r293 = x6 * x15 * x35 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
+    r286 = r62 + r303 + r293
+    r73 = k.recip(r286)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r50 = k.recip(x6)
-    r288 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r285
-    r281 = 0.6666666666666666 * x3 * x19 * x22 * r50 * r285
+    r289 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r286
+    r282 = 0.6666666666666666 * x3 * x19 * x23 * r50 * r286
     r63 = -1.0 * x6 * x4 * r117 * r4 * r5 * r34 * r63
-    r109 = -1.0 * x6 * x15 * x34 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
-    r281 = r14 + r288 + r281 + r63 + r109
-    r281 = k.max(0.0, r281)
-    r288 = 0.5 * x22
-    r288 = -1.0 + r288
-    r288 = 0.6666666666666666 * x3 * x19 * r50 * r61 * r288 * r285
-    r288 = k.where(r48, 0.0, r288)
-    r48 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r115 * r285
-    r288 = k.where(r55, r48, r288)
+    r109 = -1.0 * x6 * x15 * x35 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
+    r282 = r14 + r289 + r282 + r63 + r109
+    r282 = k.max(0.0, r282)
+    r289 = 0.5 * x23
+    r289 = -1.0 + r289
+    r289 = 0.6666666666666666 * x3 * x19 * r50 * r61 * r289 * r286
+    r289 = k.where(r48, 0.0, r289)
+    r48 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r115 * r286
+    r289 = k.where(r55, r48, r289)
     r65 = k.or_(r54, r57, r65)
-    r115 = x3 * x19 * r50 * r61 * r115 * r285
-    r288 = k.where(r65, r115, r288)
-    r288 = k.max(r281, r288)
-    r73 = r73 * r288
+    r115 = x3 * x19 * r50 * r61 * r115 * r286
+    r289 = k.where(r65, r115, r289)
+    r289 = k.max(r282, r289)
+    r73 = r73 * r289
     r34 = 28.0 * r117 * r34 * r31
-    r117 = r34 + r62 + r302 + r292
-    r281 = -1.0 * x20
-    r281 = 1.0 + r281
-    r115 = x22 * x38
+    r117 = r34 + r62 + r303 + r293
+    r282 = -1.0 * x21
+    r282 = 1.0 + r282
+    r115 = x23 * x39
     r115 = -1.0 + r115
-    r61 = k.recip(x25)
-    r54 = k.recip(x26)
-    r48 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16
-    r48 = x27 + r48
-    r55 = 2.0 * x3 * x2 * x36
-    r55 = x29 >= r55
-    r136 = k.recip(x28)
-    r74 = k.recip(x30)
-    r363 = k.min(1.0, x32)
-    r363 = k.recip(r363)
-    r363 = x19 * x4 * x12 * x32 * x34 * r136 * r30 * r74 * r16 * r363
-    r363 = x31 + r363
-    r48 = k.where(r55, r363, r48)
+    r61 = k.recip(x26)
+    r54 = k.recip(x27)
+    r48 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16
+    r48 = x28 + r48
+    r55 = 2.0 * x3 * x2 * x37
+    r55 = x30 >= r55
+    r136 = k.recip(x29)
+    r74 = k.recip(x31)
+    r364 = k.min(1.0, x33)
+    r364 = k.recip(r364)
+    r364 = x19 * x4 * x12 * x33 * x35 * r136 * r30 * r74 * r16 * r364
+    r364 = x32 + r364
+    r48 = k.where(r55, r364, r48)
     r48 = 2.0 * x6 * r4 * r5 * r11 * r115 * r48
     r48 = k.where(r75, 0.0, r48)
-    r281 = r281 * r48
-    r363 = x3 * x19 * r50 * r285
-    r55 = x22 <= 1.0
+    r282 = r282 * r48
+    r364 = x3 * x19 * r50 * r286
+    r55 = x23 <= 1.0
     r89 = k.and_(r89, r55)
-    r363 = k.where(r89, r285, r363)
-    r363 = -1.0 * x20 * r363
-    r285 = x3 * x2
-    r377 = -1.0 + r285
-    r378 = k.recip(r377)
-    r379 = 2.0 * x3 * x2
-    r379 = -2.0 + r379
-    r381 = x29 * r16
-    r382 = k.gcd(r285, r381)
-    r383 = k.recip(r382)
-    r384 = x3 * x2 * r383
-    r384 = -1.0 + r384
-    r384 = x27 * r384
-    r387 = -1.0 * x3 * x2 * r383
-    r387 = r285 + r387
-    r387 = x31 * r387
-    r390 = r384 + r387
-    r390 = r378 * r379 * r390
-    r378 = x4 * x22 * r61 * r119 * r4 * r30 * r54 * r383 * r379 * r25
-    r382 = -1.0 + r382
-    r394 = k.max(1.0, r382)
-    r394 = k.min(x32, r394)
-    r394 = k.recip(r394)
-    r397 = x4 * x32 * x22 * r136 * r119 * r4 * r30 * r74 * r394 * r383 * r382 * r379 * r25
-    r397 = k.max(r378, r397)
-    r397 = r390 + r397
-    r390 = x29 <= x36
-    r378 = x27 * r379
-    r402 = x4 * x22 * r61 * r119 * r4 * r30 * r54 * r379 * r25
-    r402 = r378 + r402
-    r397 = k.where(r390, r402, r397)
-    r402 = x3 * x2 * x36
-    r402 = x29 >= r402
-    r378 = x31 * r379
-    r408 = k.max(1.0, r377)
-    r408 = k.min(x32, r408)
-    r408 = k.recip(r408)
-    r411 = x4 * x32 * x22 * r136 * r119 * r4 * r30 * r74 * r408 * r379 * r25
-    r411 = r378 + r411
-    r397 = k.where(r402, r411, r397)
-    r397 = x15 * r11 * r397
-    r411 = x4 * x22 * r61 * r119 * r4 * r30 * r54 * r383 * r377 * r25
-    r382 = x4 * x32 * x22 * r136 * r119 * r4 * r30 * r74 * r394 * r383 * r377 * r382 * r25
-    r382 = k.max(r411, r382)
-    r382 = r384 + r387 + r382
-    r387 = x27 * r377
-    r384 = x4 * x22 * r61 * r119 * r4 * r30 * r54 * r377 * r25
-    r384 = r387 + r384
-    r382 = k.where(r390, r384, r382)
-    r384 = x31 * r377
-    r408 = x4 * x32 * x22 * r136 * r119 * r4 * r30 * r74 * r408 * r377 * r25
-    r408 = r384 + r408
-    r382 = k.where(r402, r408, r382)
-    r408 = 2.0 * x15 * r11 * r382
-    r397 = k.where(r27, r408, r397)
-    r408 = x15 * r11 * r382
-    r402 = x6 * x15 * r4 * r5 * r11 * r382
-    r402 = r408 + r402
-    r397 = k.where(r89, r402, r397)
+    r364 = k.where(r89, r286, r364)
+    r364 = -1.0 * x21 * r364
+    r286 = x3 * x2
+    r378 = -1.0 + r286
+    r379 = k.recip(r378)
+    r380 = 2.0 * x3 * x2
+    r380 = -2.0 + r380
+    r382 = x30 * r16
+    r383 = k.gcd(r286, r382)
+    r384 = k.recip(r383)
+    r385 = x3 * x2 * r384
+    r385 = -1.0 + r385
+    r385 = x28 * r385
+    r388 = -1.0 * x3 * x2 * r384
+    r388 = r286 + r388
+    r388 = x32 * r388
+    r391 = r385 + r388
+    r391 = r379 * r380 * r391
+    r379 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r384 * r380 * r25
+    r383 = -1.0 + r383
+    r395 = k.max(1.0, r383)
+    r395 = k.min(x33, r395)
+    r395 = k.recip(r395)
+    r398 = x4 * x33 * x23 * r136 * r119 * r4 * r30 * r74 * r395 * r384 * r383 * r380 * r25
+    r398 = k.max(r379, r398)
+    r398 = r391 + r398
+    r391 = x30 <= x37
+    r379 = x28 * r380
+    r403 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r380 * r25
+    r403 = r379 + r403
+    r398 = k.where(r391, r403, r398)
+    r403 = x3 * x2 * x37
+    r403 = x30 >= r403
+    r379 = x32 * r380
+    r409 = k.max(1.0, r378)
+    r409 = k.min(x33, r409)
+    r409 = k.recip(r409)
+    r412 = x4 * x33 * x23 * r136 * r119 * r4 * r30 * r74 * r409 * r380 * r25
+    r412 = r379 + r412
+    r398 = k.where(r403, r412, r398)
+    r398 = x15 * r11 * r398
+    r412 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r384 * r378 * r25
+    r383 = x4 * x33 * x23 * r136 * r119 * r4 * r30 * r74 * r395 * r384 * r378 * r383 * r25
+    r383 = k.max(r412, r383)
+    r383 = r385 + r388 + r383
+    r388 = x28 * r378
+    r385 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r378 * r25
+    r385 = r388 + r385
+    r383 = k.where(r391, r385, r383)
+    r385 = x32 * r378
+    r409 = x4 * x33 * x23 * r136 * r119 * r4 * r30 * r74 * r409 * r378 * r25
+    r409 = r385 + r409
+    r383 = k.where(r403, r409, r383)
+    r409 = 2.0 * x15 * r11 * r383
+    r398 = k.where(r27, r409, r398)
+    r409 = x15 * r11 * r383
+    r403 = x6 * x15 * r4 * r5 * r11 * r383
+    r403 = r409 + r403
+    r398 = k.where(r89, r403, r398)
     r55 = k.and_(r92, r55)
-    r382 = 3.0 * x6 * x15 * r4 * r5 * r11 * r382
-    r397 = k.where(r55, r382, r397)
-    r285 = r285 == 1.0
-    r397 = k.where(r285, 0.0, r397)
-    r363 = r363 + r397
-    r363 = k.max(0.0, r363)
-    r381 = k.gcd(x2, r381)
-    r382 = k.recip(r381)
-    r92 = x2 * r382
+    r383 = 3.0 * x6 * x15 * r4 * r5 * r11 * r383
+    r398 = k.where(r55, r383, r398)
+    r286 = r286 == 1.0
+    r398 = k.where(r286, 0.0, r398)
+    r364 = r364 + r398
+    r364 = k.max(0.0, r364)
+    r382 = k.gcd(x2, r382)
+    r383 = k.recip(r382)
+    r92 = x2 * r383
     r92 = -1.0 + r92
-    r92 = x27 * r92
-    r402 = -1.0 * x2 * r382
-    r402 = x2 + r402
-    r402 = x31 * r402
-    r408 = -1.0 + x2
-    r384 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r382 * r408
-    r381 = -1.0 + r381
-    r119 = k.max(1.0, r381)
-    r119 = k.min(x32, r119)
+    r92 = x28 * r92
+    r403 = -1.0 * x2 * r383
+    r403 = x2 + r403
+    r403 = x32 * r403
+    r409 = -1.0 + x2
+    r385 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r383 * r409
+    r382 = -1.0 + r382
+    r119 = k.max(1.0, r382)
+    r119 = k.min(x33, r119)
     r119 = k.recip(r119)
-    r381 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r136 * r30 * r74 * r16 * r119 * r382 * r408 * r381
-    r381 = k.max(r384, r381)
-    r381 = r92 + r402 + r381
-    r402 = x27 * r408
-    r92 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r408
-    r92 = r402 + r92
-    r381 = k.where(r390, r92, r381)
-    r92 = x2 * x36
-    r92 = x29 >= r92
-    r390 = x31 * r408
-    r402 = k.max(1.0, r408)
-    r402 = k.min(x32, r402)
-    r402 = k.recip(r402)
-    r402 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r136 * r30 * r74 * r16 * r402 * r408
-    r402 = r390 + r402
-    r381 = k.where(r92, r402, r381)
-    r402 = x6 * x15 * r4 * r5 * r11 * r381
-    r381 = x6 * x15 * r4 * r5 * r11 * r8 * r381
-    r381 = r402 + r381
-    r402 = x2 == 1.0
-    r381 = k.where(r402, 0.0, r381)
+    r382 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r136 * r30 * r74 * r16 * r119 * r383 * r409 * r382
+    r382 = k.max(r385, r382)
+    r382 = r92 + r403 + r382
+    r403 = x28 * r409
+    r92 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r409
+    r92 = r403 + r92
+    r382 = k.where(r391, r92, r382)
+    r92 = x2 * x37
+    r92 = x30 >= r92
+    r391 = x32 * r409
+    r403 = k.max(1.0, r409)
+    r403 = k.min(x33, r403)
+    r403 = k.recip(r403)
+    r403 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r136 * r30 * r74 * r16 * r403 * r409
+    r403 = r391 + r403
+    r382 = k.where(r92, r403, r382)
+    r403 = x6 * x15 * r4 * r5 * r11 * r382
+    r382 = x6 * x15 * r4 * r5 * r11 * r8 * r382
+    r382 = r403 + r382
+    r403 = x2 == 1.0
+    r382 = k.where(r403, 0.0, r382)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r92 = k.gcd(x36, x29)
-    r390 = k.recip(r92)
-    r384 = x36 * r390
-    r384 = -1.0 + r384
-    r384 = x27 * r384
-    r382 = -1.0 * x36 * r390
-    r382 = x36 + r382
-    r382 = x31 * r382
-    r119 = -1.0 + x36
-    r387 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r390 * r119
+    r92 = k.gcd(x37, x30)
+    r391 = k.recip(r92)
+    r385 = x37 * r391
+    r385 = -1.0 + r385
+    r385 = x28 * r385
+    r383 = -1.0 * x37 * r391
+    r383 = x37 + r383
+    r383 = x32 * r383
+    r119 = -1.0 + x37
+    r388 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r391 * r119
     r92 = -1.0 + r92
-    r411 = k.max(1.0, r92)
-    r411 = k.min(x32, r411)
-    r411 = k.recip(r411)
-    r92 = x19 * x4 * x12 * x32 * x34 * r136 * r30 * r74 * r16 * r411 * r390 * r119 * r92
-    r92 = k.max(r387, r92)
-    r92 = r384 + r382 + r92
-    r382 = x29 <= 1.0
-    r384 = x27 * r119
-    r54 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r119
-    r54 = r384 + r54
-    r92 = k.where(r382, r54, r92)
-    r54 = x29 >= x36
-    r382 = x31 * r119
-    r384 = k.max(1.0, r119)
-    r384 = k.min(x32, r384)
-    r384 = k.recip(r384)
-    r384 = x19 * x4 * x12 * x32 * x34 * r136 * r30 * r74 * r16 * r384 * r119
-    r384 = r382 + r384
-    r92 = k.where(r54, r384, r92)
+    r412 = k.max(1.0, r92)
+    r412 = k.min(x33, r412)
+    r412 = k.recip(r412)
+    r92 = x19 * x4 * x12 * x33 * x35 * r136 * r30 * r74 * r16 * r412 * r391 * r119 * r92
+    r92 = k.max(r388, r92)
+    r92 = r385 + r383 + r92
+    r383 = x30 <= 1.0
+    r385 = x28 * r119
+    r54 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r119
+    r54 = r385 + r54
+    r92 = k.where(r383, r54, r92)
+    r54 = x30 >= x37
+    r383 = x32 * r119
+    r385 = k.max(1.0, r119)
+    r385 = k.min(x33, r385)
+    r385 = k.recip(r385)
+    r385 = x19 * x4 * x12 * x33 * x35 * r136 * r30 * r74 * r16 * r385 * r119
+    r385 = r383 + r385
+    r92 = k.where(r54, r385, r92)
     r92 = 2.0 * x6 * x15 * r4 * r5 * r11 * r37 * r92
-    r384 = x36 == 1.0
-    r92 = k.where(r384, 0.0, r92)
+    r385 = x37 == 1.0
+    r92 = k.where(r385, 0.0, r92)
     r109 = r14 + r63 + r109
     r109 = k.max(0.0, r109)
     r109 = k.where(r26, r109, 0.0)
-    r26 = r281 + r34 + r62 + r302 + r292 + r363 + r288 + r381 + r92 + r109
+    r26 = r282 + r34 + r62 + r303 + r293 + r364 + r289 + r382 + r92 + r109
     r63 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r49 * r4 * r30 * r11 * r16 * r63 * r15
-    r145 = x6 * x34 * r49 * r4 * r30 * r11 * r16 * r63 * r145
-    r63 = x19 * x4 * x12 * x34 * r30
-    r49 = x19 * x4 * x12 * x34 * r61 * r30
-    r379 = x4 * r4 * r30 * r379 * r25
-    r54 = 2.0 * x4 * r4 * r30 * r377 * r25
-    r379 = k.where(r27, r54, r379)
-    r54 = x4 * r4 * r30 * r377 * r25
+    r14 = 6.0 * x6 * x35 * r49 * r4 * r30 * r11 * r16 * r63 * r15
+    r145 = x6 * x35 * r49 * r4 * r30 * r11 * r16 * r63 * r145
+    r63 = x19 * x4 * x12 * x35 * r30
+    r49 = x19 * x4 * x12 * x35 * r61 * r30
+    r380 = x4 * r4 * r30 * r380 * r25
+    r54 = 2.0 * x4 * r4 * r30 * r378 * r25
+    r380 = k.where(r27, r54, r380)
+    r54 = x4 * r4 * r30 * r378 * r25
     r27 = k.pow(x3, -2.0)
-    r382 = x6 * x4 * r27 * r5 * r30 * r377 * r25
-    r382 = r54 + r382
-    r379 = k.where(r89, r382, r379)
-    r377 = 3.0 * x6 * x4 * r27 * r5 * r30 * r377 * r25
-    r379 = k.where(r55, r377, r379)
-    r379 = k.where(r285, 0.0, r379)
-    r285 = r61 * r379
-    r61 = x28 * r61
-    r377 = k.recip(x34)
-    r55 = x35 * r50 * r377
+    r383 = x6 * x4 * r27 * r5 * r30 * r378 * r25
+    r383 = r54 + r383
+    r380 = k.where(r89, r383, r380)
+    r378 = 3.0 * x6 * x4 * r27 * r5 * r30 * r378 * r25
+    r380 = k.where(r55, r378, r380)
+    r380 = k.where(r286, 0.0, r380)
+    r286 = r61 * r380
+    r61 = x29 * r61
+    r378 = k.recip(x35)
+    r55 = x36 * r50 * r378
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r382 = 1.6e-11 * x12
+    r383 = 1.6e-11 * x12
     r89 = 8e-12 * x15 * r9
     r54 = 8e-12 * x15 * r13
-    r74 = 8e-12 * x37 * x12
-    r136 = r382 + r89 + r54 + r74
-    r387 = 8e-12 * x12
-    r390 = 4e-12 * x15 * r9
-    r411 = 4e-12 * x15 * r13
-    r383 = 4e-12 * x37 * x12
-    r383 = r387 + r390 + r411 + r383
-    r383 = r27 > r383
-    r411 = -1.6e-11 * x12
+    r74 = 8e-12 * x38 * x12
+    r136 = r383 + r89 + r54 + r74
+    r388 = 8e-12 * x12
+    r391 = 4e-12 * x15 * r9
+    r412 = 4e-12 * x15 * r13
+    r384 = 4e-12 * x38 * x12
+    r384 = r388 + r391 + r412 + r384
+    r384 = r27 > r384
+    r412 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r390 = -8e-12 * x37 * x12
-    r387 = k.sqrt(2.0)
-    r394 = k.sqrt(x3)
-    r394 = k.recip(r394)
-    r378 = k.sqrt(x2)
-    r378 = k.recip(r378)
-    r556 = k.sqrt(x13)
-    r556 = k.recip(r556)
-    r558 = k.sqrt(x22)
-    r558 = k.recip(r558)
-    r560 = k.sqrt(x36)
-    r560 = k.recip(r560)
-    r562 = k.sqrt(r136)
-    r563 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r136
-    r564 = k.sqrt(x3)
-    r565 = k.sqrt(x2)
-    r566 = k.sqrt(x13)
-    r567 = k.sqrt(x22)
-    r568 = k.sqrt(x36)
-    r568 = 0.16666666666666666 * r387 * r564 * r565 * r566 * r567 * r568 * r562
-    r568 = 1.0 + r563 + r568
-    r568 = r387 * r394 * r378 * r556 * r558 * r560 * r562 * r568
-    r568 = r411 + r9 + r13 + r390 + r568
-    r390 = k.where(r383, r568, r27)
-    r74 = r382 + r89 + r54 + r74 + r390
-    r74 = x3 * x2 * x13 * x22 * x36 * r74
+    r391 = -8e-12 * x38 * x12
+    r388 = k.sqrt(2.0)
+    r395 = k.sqrt(x3)
+    r395 = k.recip(r395)
+    r379 = k.sqrt(x2)
+    r379 = k.recip(r379)
+    r557 = k.sqrt(x13)
+    r557 = k.recip(r557)
+    r559 = k.sqrt(x23)
+    r559 = k.recip(r559)
+    r561 = k.sqrt(x37)
+    r561 = k.recip(r561)
+    r563 = k.sqrt(r136)
+    r564 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r136
+    r565 = k.sqrt(x3)
+    r566 = k.sqrt(x2)
+    r567 = k.sqrt(x13)
+    r568 = k.sqrt(x23)
+    r569 = k.sqrt(x37)
+    r569 = 0.16666666666666666 * r388 * r565 * r566 * r567 * r568 * r569 * r563
+    r569 = 1.0 + r564 + r569
+    r569 = r388 * r395 * r379 * r557 * r559 * r561 * r563 * r569
+    r569 = r412 + r9 + r13 + r391 + r569
+    r391 = k.where(r384, r569, r27)
+    r74 = r383 + r89 + r54 + r74 + r391
+    r74 = x3 * x2 * x13 * x23 * x37 * r74
     r74 = k.exp(r74)
     r74 = -1.0 + r74
     r54 = k.recip(r74)
-    r89 = x24 + x1
-    r382 = -1.0 * x3 * x2 * x13 * x22 * x36 * r89
-    r382 = k.exp(r382)
-    r382 = x3 * x2 * x13 * x22 * x36 * r54 * r390 * r382
-    r54 = x3 * x2 * x13 * x22 * x36
-    r568 = k.recip(r568)
-    r54 = k.where(r383, r568, r54)
-    r89 = x3 * x2 * x13 * x22 * x36 * r89
+    r89 = x25 + x1
+    r383 = -1.0 * x3 * x2 * x13 * x23 * x37 * r89
+    r383 = k.exp(r383)
+    r383 = x3 * x2 * x13 * x23 * x37 * r54 * r391 * r383
+    r54 = x3 * x2 * x13 * x23 * x37
+    r569 = k.recip(r569)
+    r54 = k.where(r384, r569, r54)
+    r89 = x3 * x2 * x13 * x23 * x37 * r89
     r89 = k.exp(r89)
-    r5 = x35 * r50 * r4 * r30 * r5 * r11 * r377 * r16 * r74 * r26 * r54 * r89
-    r89 = x35 * r50 * r377 * r74 * r26 * r54 * r89
-    r37 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r119 * r37
-    r37 = k.where(r384, 0.0, r37)
-    r384 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r408
-    r408 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r408
-    r408 = r384 + r408
-    r408 = k.where(r402, 0.0, r408)
-    r115 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r115
+    r5 = x36 * r50 * r4 * r30 * r5 * r11 * r378 * r16 * r74 * r26 * r54 * r89
+    r89 = x36 * r50 * r378 * r74 * r26 * r54 * r89
+    r37 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r119 * r37
+    r37 = k.where(r385, 0.0, r37)
+    r385 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r409
+    r409 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r409
+    r409 = r385 + r409
+    r409 = k.where(r403, 0.0, r409)
+    r115 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r115
     r115 = k.where(r75, 0.0, r115)
-    r116 = r116 < x22
-    r75 = x33 != 2.0
+    r116 = r116 < x23
+    r75 = x34 != 2.0
     r57 = k.and_(r57, r75)
     r57 = k.not_(r57)
     r57 = k.or_(r116, r57)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r56 = k.and_(r16, r75, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r116, r56)
     r56 = k.and_(r57, r56)
-    r57 = x22 >= 2.0
-    r116 = x33 != 3.0
-    r75 = x33 != 4.0
+    r57 = x23 >= 2.0
+    r116 = x34 != 3.0
+    r75 = x34 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r116, r75, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x22 * x36 * r26
-    r75 = r105 <= r57
+    r57 = x22 * x3 * x2 * x23 * x37 * r26
+    r75 = r77 <= r57
     r57 = r91 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r70, r36, r104, r95, r114, 0.0, r98, r99, r38, r35, r53, r100, r12, r77, r105, r105, r91, r90, r133, r73, r117, r288, r26, r14, r145, r63, r49, r285, r61, 0.0, r55, r27, r136, r390, r382, r5, r89, r62, r292, r302, r34, r37, r92, r92, r408, r381, r381, r379, r397, r363, r115, r48, r281, 0.0, 0.0, r109, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r70, r36, r104, r95, r114, 0.0, r98, r99, r38, r35, r53, r100, r12, r105, r77, r77, r91, r90, r133, r73, r117, r289, r26, r14, r145, r63, r49, r286, r61, 0.0, r55, r27, r136, r391, r383, r5, r89, r62, r293, r303, r34, r37, r92, r92, r409, r382, r382, r380, r398, r364, r115, r48, r282, 0.0, 0.0, r109, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1230,9 +1231,9 @@ def search(x, k):
     return (r86, r36, r46)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (35, 41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (16, 41, 42, 43, 44, 45, 46), (19,), (15, 16, 41, 42, 43, 44, 45, 46), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 60), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 60), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 60), (56,), (12, 54), (12,), (53,), (52,), (28,), (73,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 72, 73), (38, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 32), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 34), (16, 64), (16, 65), (16, 66), (16, 67), (17, 32), (17, 64), (17, 65), (17, 66), (17, 67), (22, 32), (22, 39), (22, 40), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 32), (23, 39), (23, 40), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 14), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 10), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 10), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 56), (53, 57), (53, 58), (54, 0), (54, 10), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 10), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 5), (61, 54), (61, 55), (62, 4), (62, 5), (62, 54), (62, 55), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (36, 42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (16, 42, 43, 44, 45, 46, 47), (19,), (15, 16, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 61), (57,), (12, 55), (12,), (54,), (53,), (28,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 35), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 14), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 10), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 10), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 57), (53, 58), (53, 59), (54, 0), (54, 10), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 10), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 5), (61, 55), (61, 56), (62, 4), (62, 5), (62, 55), (62, 56), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x22)
-    r19 = k.recip(x36)
+    r8 = k.recip(x23)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x22 == 1.0
+    r29 = x23 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,19 +46,19 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x37 * x12 * r30
-    r15 = x22 != 1.0
+    r30 = x38 * x12 * r30
+    r15 = x23 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x39 >= 2.0
+    r46 = x40 >= 2.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
-    r49 = x39 >= 3.0
+    r49 = x40 >= 3.0
     r45 = k.where(r49, r47, r45)
     r47 = 12.0 * r31
     r52 = 12.0 * r4 * r25 * r31
@@ -71,53 +71,53 @@ def quantities(x, k):
     r58 = r55 + r56 + r57 + r58
     r58 = r19 * r58
     r58 = r52 + r58
-    r58 = x19 * x34 * r25 * r58
-    r52 = x23 == 1.0
+    r58 = x19 * x35 * r25 * r58
+    r52 = x24 == 1.0
     r56 = 4.0 * x12
     r65 = 2.0 * x5
     r66 = 2.0 * x14 * x10
     r57 = r65 + r55 + r66 + r57
     r57 = r19 * r57
     r57 = r56 + r57
-    r57 = x19 * x34 * r25 * r57
+    r57 = x19 * x35 * r25 * r57
     r58 = k.where(r52, r57, r58)
-    r57 = x23 == 2.0
-    r56 = 2.0 * x19 * x12 * x34 * r25
+    r57 = x24 == 2.0
+    r56 = 2.0 * x19 * x12 * x35 * r25
     r56 = k.where(r57, r56, r58)
-    r66 = 1.0 + x22
+    r66 = 1.0 + x23
     r66 = k.min(r66, r6)
     r66 = r66 * r32
-    r55 = x33 == 4.0
-    r65 = 2.0 * x22
+    r55 = x34 == 4.0
+    r65 = 2.0 * x23
     r80 = -1.0 + r65
     r80 = k.min(r80, r6)
     r80 = r80 * r32
     r83 = k.where(r55, r80, r66)
-    r84 = x33 == 0.0
-    r85 = x33 == 3.0
+    r84 = x34 == 0.0
+    r85 = x34 == 3.0
     r86 = k.or_(r84, r85)
-    r87 = k.min(x22, r6)
+    r87 = k.min(x23, r6)
     r87 = r87 * r32
     r83 = k.where(r86, r87, r83)
-    r87 = x33 == 1.0
-    r91 = k.recip(x38)
-    r92 = x6 * x38 * r4 * r5
-    r93 = -1.0 + x38
-    r93 = x22 * r93
+    r87 = x34 == 1.0
+    r91 = k.recip(x39)
+    r92 = x6 * x39 * r4 * r5
+    r93 = -1.0 + x39
+    r93 = x23 * r93
     r95 = -1.0 + r65 + r93
     r95 = k.min(r92, r95)
     r95 = r91 * r95 * r32
     r83 = k.where(r87, r95, r83)
-    r95 = x33 == 2.0
+    r95 = x34 == 2.0
     r100 = x6 * r4 * r5 * r32
     r83 = k.where(r95, r100, r83)
     r83 = r56 * r83
-    r103 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r103 = 4.0 * x19 * x5 * x35 * r25 * r19
     r104 = r103 + r58
     r103 = k.where(r57, r104, r103)
     r104 = k.or_(r21, r29)
-    r107 = 4.0 * x19 * x12 * x34 * r25
-    r108 = x37 * x19 * x16 * x34 * r25 * r19
+    r107 = 4.0 * x19 * x12 * x35 * r25
+    r108 = x38 * x19 * x16 * x35 * r25 * r19
     r107 = r107 + r108
     r107 = k.max(r107, r103)
     r104 = k.where(r104, r107, r103)
@@ -126,7 +126,7 @@ def quantities(x, k):
     r112 = k.where(r21, r113, r112)
     r113 = 3.0 * x4 * r112 * r31
     r113 = k.where(r49, r113, 0.0)
-    r117 = x22 > 1.0
+    r117 = x23 > 1.0
     r117 = k.and_(r49, r117)
     r119 = 6.0 * r31
     r113 = k.where(r117, r119, r113)
@@ -145,33 +145,33 @@ def quantities(x, k):
     r31 = r119 == r31
     r113 = k.where(r31, r113, 0.0)
     r31 = r48 + r45 + r47 + r122 + r104 + r113
-    r119 = -1.0 + x22
+    r119 = -1.0 + x23
     r83 = k.min(1.0, r119)
     r138 = 1.0 + r83
-    r138 = x22 == r138
+    r138 = x23 == r138
     r140 = k.where(r138, 1.0, 0.0)
     r140 = x12 * r140
     r142 = r83 == 0.0
     r142 = k.where(r142, 1.0, 0.0)
-    r142 = x37 * x12 * r142
+    r142 = x38 * x12 * r142
     r145 = r83 != 0.0
     r145 = k.and_(r145, r138)
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r145 = r140 + r33 + r142 + r145 + r34
     r145 = r19 * r145
     r142 = -1.0 * r83
-    r142 = x22 + r142
-    r140 = x22 == r142
+    r142 = x23 + r142
+    r140 = x23 == r142
     r154 = k.where(r140, 1.0, 0.0)
     r154 = x12 * r154
     r156 = r142 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x37 * x12 * r156
+    r156 = x38 * x12 * r156
     r159 = r142 != 1.0
     r159 = k.and_(r140, r159)
     r159 = k.where(r159, 1.0, 0.0)
-    r159 = x37 * x12 * r159
+    r159 = x38 * x12 * r159
     r34 = r154 + r33 + r156 + r159 + r34
     r34 = r19 * r34
     r34 = r145 + r34
@@ -283,141 +283,142 @@ def quantities(x, k):
     r117 = k.where(r47, r65, r117)
     r113 = r31 == r113
     r117 = k.where(r113, r122, r117)
-    r122 = x37 * x19 * x4 * x34 * r25 * r19
-    r113 = x37 * x19 * x4 * x34 * r25
+    r122 = x38 * x19 * x4 * x35 * r25 * r19
+    r113 = x38 * x19 * x4 * x35 * r25
     r65 = k.max(r31, r145, r15)
     r47 = r145 == r65
     r15 = k.where(r47, r145, r15)
     r65 = r31 == r65
     r15 = k.where(r65, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r65 = 6.0 * x6 * x34 * r16
+    r31 = -1.0 * x20
+    r65 = -1.0 * r15
+    r65 = x8 + r31 + r65
+    r31 = 6.0 * x6 * x35 * r16
     r145 = 6.0 * x12
     r47 = 6.0 * x15 * r12
-    r140 = 6.0 * x37 * x12
+    r140 = 6.0 * x38 * x12
     r48 = 18.0 * x15 * x12 * x5
-    r159 = 12.0 * x15 * x11 * x10 * x34
+    r159 = 12.0 * x15 * x11 * x10 * x35
     r159 = r145 + r47 + r140 + r48 + r159
-    r48 = x6 * x34 * r159
+    r48 = x6 * x35 * r159
     r140 = k.pow(x12, 2.0)
     r47 = k.recip(x12)
-    r145 = 0.16666666666666666 * x34 * r47
+    r145 = 0.16666666666666666 * x35 * r47
     r45 = k.recip(x15)
-    r47 = 0.0625 * x37 * r45 * r47
+    r47 = 0.0625 * x38 * r45 * r47
     r47 = 1.0 + r145 + r47
-    r47 = 96.0 * x6 * x15 * x34 * r140 * r47
-    r140 = k.pow(x34, 2.0)
+    r47 = 96.0 * x6 * x15 * x35 * r140 * r47
+    r140 = k.pow(x35, 2.0)
     r140 = 2.0 * x6 * x15 * x11 * x10 * r140
     r145 = x11 * x10
     r156 = x14 * x10
     r156 = x5 + r145 + r156
-    r156 = 2.0 * x6 * x15 * x12 * x34 * r156
+    r156 = 2.0 * x6 * x15 * x12 * x35 * r156
     r156 = k.where(r52, r156, 0.0)
-    r145 = 0.3333333333333333 * x6 * x34 * r159
+    r145 = 0.3333333333333333 * x6 * x35 * r159
     r156 = k.where(r57, r145, r156)
     r156 = r48 + r140 + r156
     r140 = k.where(r57, 1.0, 0.0)
     r145 = 1.0 + r140
     r56 = k.recip(x9)
     r34 = k.recip(x18)
-    r66 = x37 * x12 * r19
-    r100 = x19 * x12 * x34 * r25
-    r32 = x37 * x19 * x34 * r25 * r19
+    r66 = x38 * x12 * r19
+    r100 = x19 * x12 * x35 * r25
+    r32 = x38 * x19 * x35 * r25 * r19
     r32 = r66 + r100 + r32
     r66 = 2.0 * r56 * r34 * r32
-    r92 = k.recip(x21)
+    r92 = k.recip(x22)
     r93 = k.recip(x17)
-    r80 = 2.0 * x37 * x19 * x12 * x34 * r92 * r25 * r93 * r19
+    r80 = 2.0 * x38 * x19 * x12 * x35 * r92 * r25 * r93 * r19
     r80 = r66 + r80
     r80 = r145 * r80
     r32 = 4.0 * r56 * r34 * r32
-    r66 = 4.0 * x37 * x19 * x12 * x34 * r92 * r25 * r93 * r19
+    r66 = 4.0 * x38 * x19 * x12 * x35 * r92 * r25 * r93 * r19
     r66 = r80 + r32 + r66
     r66 = r8 * r66
     r32 = x12 * x5 * r19
-    r80 = x19 * x5 * x34 * r25 * r19
+    r80 = x19 * x5 * x35 * r25 * r19
     r80 = r32 + r100 + r80
     r32 = 2.0 * r56 * r34 * r80
-    r142 = 2.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
+    r142 = 2.0 * x19 * x12 * x5 * x35 * r92 * r25 * r93 * r19
     r142 = r32 + r142
     r142 = r145 * r142
     r32 = 2.0 * x12 * x5 * r19
-    r154 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r154 = 2.0 * x19 * x5 * x35 * r25 * r19
     r154 = r32 + r100 + r154
     r32 = 2.0 * r56 * r34 * r154
-    r337 = 4.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
-    r337 = r32 + r337
-    r337 = r145 * r337
+    r338 = 4.0 * x19 * x12 * x5 * x35 * r92 * r25 * r93 * r19
+    r338 = r32 + r338
+    r338 = r145 * r338
     r32 = x11 * x10 * x12 * r19
-    r341 = x11 * x19 * x10 * x34 * r25 * r19
-    r341 = r32 + r100 + r341
-    r32 = 2.0 * r56 * r34 * r341
-    r344 = 2.0 * x11 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
-    r344 = r32 + r344
-    r344 = r145 * r344
+    r342 = x11 * x19 * x10 * x35 * r25 * r19
+    r342 = r32 + r100 + r342
+    r32 = 2.0 * r56 * r34 * r342
+    r345 = 2.0 * x11 * x19 * x10 * x12 * x35 * r92 * r25 * r93 * r19
+    r345 = r32 + r345
+    r345 = r145 * r345
     r10 = x11 + r10
     r32 = x10 * x12 * r19 * r10
-    r349 = x19 * x10 * x34 * r25 * r19 * r10
-    r349 = r100 + r32 + r349
-    r32 = 2.0 * r56 * r34 * r349
-    r352 = 2.0 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19 * r10
-    r352 = r32 + r352
-    r352 = r145 * r352
+    r350 = x19 * x10 * x35 * r25 * r19 * r10
+    r350 = r100 + r32 + r350
+    r32 = 2.0 * r56 * r34 * r350
+    r353 = 2.0 * x19 * x10 * x12 * x35 * r92 * r25 * r93 * r19 * r10
+    r353 = r32 + r353
+    r353 = r145 * r353
     r32 = x14 * x10 * x12 * r19
-    r356 = x14 * x19 * x10 * x34 * r25 * r19
-    r356 = r32 + r100 + r356
-    r356 = 2.0 * r56 * r34 * r356
-    r100 = 2.0 * x14 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
-    r100 = r356 + r100
+    r357 = x14 * x19 * x10 * x35 * r25 * r19
+    r357 = r32 + r100 + r357
+    r357 = 2.0 * r56 * r34 * r357
+    r100 = 2.0 * x14 * x19 * x10 * x12 * x35 * r92 * r25 * r93 * r19
+    r100 = r357 + r100
     r100 = r145 * r100
-    r100 = r142 + r344 + r100
+    r100 = r142 + r345 + r100
     r52 = k.where(r52, 1.0, 0.0)
     r100 = r100 * r52
     r80 = 4.0 * r56 * r34 * r80
     r154 = 4.0 * r56 * r34 * r154
-    r341 = 4.0 * r56 * r34 * r341
-    r349 = 4.0 * r56 * r34 * r349
-    r356 = 12.0 * x19 * x12 * x5 * x34 * r92 * r25 * r93 * r19
-    r32 = 4.0 * x11 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r92 * r25 * r93 * r19 * r10
-    r10 = r142 + r337 + r344 + r352 + r100 + r80 + r154 + r341 + r349 + r356 + r32 + r10
+    r342 = 4.0 * r56 * r34 * r342
+    r350 = 4.0 * r56 * r34 * r350
+    r357 = 12.0 * x19 * x12 * x5 * x35 * r92 * r25 * r93 * r19
+    r32 = 4.0 * x11 * x19 * x10 * x12 * x35 * r92 * r25 * r93 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r92 * r25 * r93 * r19 * r10
+    r10 = r142 + r338 + r345 + r353 + r100 + r80 + r154 + r342 + r350 + r357 + r32 + r10
     r10 = x15 * r8 * r10
     r10 = r66 + r10
     r66 = x6 * r4 * r5 * r10
     r32 = 12.0 * x12
-    r356 = 1.0 + r52 + r140
-    r349 = 10.0 * x12 * r356
-    r349 = r32 + r349
-    r349 = x19 * x34 * r25 * r349
+    r357 = 1.0 + r52 + r140
+    r350 = 10.0 * x12 * r357
+    r350 = r32 + r350
+    r350 = x19 * x35 * r25 * r350
     r32 = 5.0 * x5
-    r356 = 3.0 * x5 * r356
-    r356 = r32 + r356
-    r356 = x19 * x34 * r25 * r19 * r356
-    r356 = r349 + r356
-    r356 = x15 * r8 * r356
-    r349 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r357 = 3.0 * x5 * r357
+    r357 = r32 + r357
+    r357 = x19 * x35 * r25 * r19 * r357
+    r357 = r350 + r357
+    r357 = x15 * r8 * r357
+    r350 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r52 = 2.0 + r52 + r140
-    r52 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r9 * r52
-    r52 = r356 + r349 + r52
-    r349 = x6 * x4 * r56 * r4 * r5 * r34 * r52
-    r356 = k.recip(x0)
-    r9 = x11 * x10 * x34
+    r52 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r9 * r52
+    r52 = r357 + r350 + r52
+    r350 = x6 * x4 * r56 * r4 * r5 * r34 * r52
+    r357 = k.recip(x0)
+    r9 = x11 * x10 * x35
     r140 = 3.0 + r140
-    r140 = 2.0 * x11 * x10 * x34 * r140
+    r140 = 2.0 * x11 * x10 * x35 * r140
     r140 = r9 + r140
-    r9 = x6 * x15 * x34 * r92 * r4 * r25 * r93 * r356 * r8 * r19 * r140
-    r32 = r66 + r349 + r9
-    r341 = k.recip(r32)
+    r9 = x6 * x15 * x35 * r92 * r4 * r25 * r93 * r357 * r8 * r19 * r140
+    r32 = r66 + r350 + r9
+    r342 = k.recip(r32)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r154 = k.recip(x6)
     r80 = 0.3333333333333333 * x3 * x19 * r154 * r91 * r32
-    r100 = 0.6666666666666666 * x3 * x19 * x22 * r154 * r32
+    r100 = 0.6666666666666666 * x3 * x19 * x23 * r154 * r32
     r52 = -1.0 * x6 * x4 * r56 * r4 * r5 * r34 * r52
-    r140 = -1.0 * x6 * x15 * x34 * r92 * r4 * r25 * r93 * r356 * r8 * r19 * r140
+    r140 = -1.0 * x6 * x15 * x35 * r92 * r4 * r25 * r93 * r357 * r8 * r19 * r140
     r100 = r10 + r80 + r100 + r52 + r140
     r100 = k.max(0.0, r100)
-    r80 = 0.5 * x22
+    r80 = 0.5 * x23
     r80 = -1.0 + r80
     r80 = 0.6666666666666666 * x3 * x19 * r154 * r91 * r80 * r32
     r80 = k.where(r55, 0.0, r80)
@@ -427,282 +428,282 @@ def quantities(x, k):
     r119 = x3 * x19 * r154 * r91 * r119 * r32
     r80 = k.where(r95, r119, r80)
     r80 = k.max(r100, r80)
-    r341 = r341 * r80
+    r342 = r342 * r80
     r34 = 28.0 * r56 * r34 * r26
-    r56 = r34 + r66 + r349 + r9
-    r100 = -1.0 * x20
+    r56 = r34 + r66 + r350 + r9
+    r100 = -1.0 * x21
     r100 = 1.0 + r100
-    r119 = x22 * x38
+    r119 = x23 * x39
     r119 = -1.0 + r119
-    r91 = k.recip(x25)
-    r84 = k.recip(x26)
-    r55 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19
-    r55 = x27 + r55
-    r85 = 2.0 * x3 * x2 * x36
-    r85 = x29 >= r85
-    r356 = k.recip(x28)
-    r93 = k.recip(x30)
-    r352 = k.min(1.0, x32)
-    r352 = k.recip(r352)
-    r352 = x19 * x4 * x12 * x32 * x34 * r356 * r25 * r93 * r19 * r352
-    r352 = x31 + r352
-    r55 = k.where(r85, r352, r55)
+    r91 = k.recip(x26)
+    r84 = k.recip(x27)
+    r55 = x19 * x4 * x12 * x35 * r91 * r25 * r84 * r19
+    r55 = x28 + r55
+    r85 = 2.0 * x3 * x2 * x37
+    r85 = x30 >= r85
+    r357 = k.recip(x29)
+    r93 = k.recip(x31)
+    r353 = k.min(1.0, x33)
+    r353 = k.recip(r353)
+    r353 = x19 * x4 * x12 * x33 * x35 * r357 * r25 * r93 * r19 * r353
+    r353 = x32 + r353
+    r55 = k.where(r85, r353, r55)
     r55 = 2.0 * x6 * r4 * r5 * r8 * r119 * r55
     r55 = k.where(r29, 0.0, r55)
     r100 = r100 * r55
-    r352 = x3 * x19 * r154 * r32
-    r85 = x22 <= 1.0
+    r353 = x3 * x19 * r154 * r32
+    r85 = x23 <= 1.0
     r46 = k.and_(r46, r85)
-    r352 = k.where(r46, r32, r352)
-    r352 = -1.0 * x20 * r352
+    r353 = k.where(r46, r32, r353)
+    r353 = -1.0 * x21 * r353
     r32 = x3 * x2
-    r344 = -1.0 + r32
-    r337 = k.recip(r344)
+    r345 = -1.0 + r32
+    r338 = k.recip(r345)
     r142 = 2.0 * x3 * x2
     r142 = -2.0 + r142
-    r451 = x29 * r19
-    r452 = k.gcd(r32, r451)
-    r453 = k.recip(r452)
-    r454 = x3 * x2 * r453
-    r454 = -1.0 + r454
-    r454 = x27 * r454
-    r457 = -1.0 * x3 * x2 * r453
-    r457 = r32 + r457
-    r457 = x31 * r457
-    r460 = r454 + r457
-    r460 = r337 * r142 * r460
-    r337 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r453 * r142 * r20
-    r452 = -1.0 + r452
-    r464 = k.max(1.0, r452)
-    r464 = k.min(x32, r464)
-    r464 = k.recip(r464)
-    r467 = x4 * x32 * x22 * r356 * r45 * r4 * r25 * r93 * r464 * r453 * r452 * r142 * r20
-    r467 = k.max(r337, r467)
-    r467 = r460 + r467
-    r460 = x29 <= x36
-    r337 = x27 * r142
-    r472 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r142 * r20
-    r472 = r337 + r472
-    r467 = k.where(r460, r472, r467)
-    r472 = x3 * x2 * x36
-    r472 = x29 >= r472
-    r337 = x31 * r142
-    r478 = k.max(1.0, r344)
-    r478 = k.min(x32, r478)
-    r478 = k.recip(r478)
-    r481 = x4 * x32 * x22 * r356 * r45 * r4 * r25 * r93 * r478 * r142 * r20
-    r481 = r337 + r481
-    r467 = k.where(r472, r481, r467)
-    r467 = x15 * r8 * r467
-    r481 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r453 * r344 * r20
-    r452 = x4 * x32 * x22 * r356 * r45 * r4 * r25 * r93 * r464 * r453 * r344 * r452 * r20
-    r452 = k.max(r481, r452)
-    r452 = r454 + r457 + r452
-    r457 = x27 * r344
-    r454 = x4 * x22 * r91 * r45 * r4 * r25 * r84 * r344 * r20
-    r454 = r457 + r454
-    r452 = k.where(r460, r454, r452)
-    r454 = x31 * r344
-    r478 = x4 * x32 * x22 * r356 * r45 * r4 * r25 * r93 * r478 * r344 * r20
-    r478 = r454 + r478
-    r452 = k.where(r472, r478, r452)
-    r478 = 2.0 * x15 * r8 * r452
-    r467 = k.where(r22, r478, r467)
-    r478 = x15 * r8 * r452
-    r472 = x6 * x15 * r4 * r5 * r8 * r452
-    r472 = r478 + r472
-    r467 = k.where(r46, r472, r467)
+    r452 = x30 * r19
+    r453 = k.gcd(r32, r452)
+    r454 = k.recip(r453)
+    r455 = x3 * x2 * r454
+    r455 = -1.0 + r455
+    r455 = x28 * r455
+    r458 = -1.0 * x3 * x2 * r454
+    r458 = r32 + r458
+    r458 = x32 * r458
+    r461 = r455 + r458
+    r461 = r338 * r142 * r461
+    r338 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r454 * r142 * r20
+    r453 = -1.0 + r453
+    r465 = k.max(1.0, r453)
+    r465 = k.min(x33, r465)
+    r465 = k.recip(r465)
+    r468 = x4 * x33 * x23 * r357 * r45 * r4 * r25 * r93 * r465 * r454 * r453 * r142 * r20
+    r468 = k.max(r338, r468)
+    r468 = r461 + r468
+    r461 = x30 <= x37
+    r338 = x28 * r142
+    r473 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r142 * r20
+    r473 = r338 + r473
+    r468 = k.where(r461, r473, r468)
+    r473 = x3 * x2 * x37
+    r473 = x30 >= r473
+    r338 = x32 * r142
+    r479 = k.max(1.0, r345)
+    r479 = k.min(x33, r479)
+    r479 = k.recip(r479)
+    r482 = x4 * x33 * x23 * r357 * r45 * r4 * r25 * r93 * r479 * r142 * r20
+    r482 = r338 + r482
+    r468 = k.where(r473, r482, r468)
+    r468 = x15 * r8 * r468
+    r482 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r454 * r345 * r20
+    r453 = x4 * x33 * x23 * r357 * r45 * r4 * r25 * r93 * r465 * r454 * r345 * r453 * r20
+    r453 = k.max(r482, r453)
+    r453 = r455 + r458 + r453
+    r458 = x28 * r345
+    r455 = x4 * x23 * r91 * r45 * r4 * r25 * r84 * r345 * r20
+    r455 = r458 + r455
+    r453 = k.where(r461, r455, r453)
+    r455 = x32 * r345
+    r479 = x4 * x33 * x23 * r357 * r45 * r4 * r25 * r93 * r479 * r345 * r20
+    r479 = r455 + r479
+    r453 = k.where(r473, r479, r453)
+    r479 = 2.0 * x15 * r8 * r453
+    r468 = k.where(r22, r479, r468)
+    r479 = x15 * r8 * r453
+    r473 = x6 * x15 * r4 * r5 * r8 * r453
+    r473 = r479 + r473
+    r468 = k.where(r46, r473, r468)
     r85 = k.and_(r49, r85)
-    r452 = 3.0 * x6 * x15 * r4 * r5 * r8 * r452
-    r467 = k.where(r85, r452, r467)
+    r453 = 3.0 * x6 * x15 * r4 * r5 * r8 * r453
+    r468 = k.where(r85, r453, r468)
     r32 = r32 == 1.0
-    r467 = k.where(r32, 0.0, r467)
-    r352 = r352 + r467
-    r352 = k.max(0.0, r352)
-    r451 = k.gcd(x2, r451)
-    r452 = k.recip(r451)
-    r49 = x2 * r452
+    r468 = k.where(r32, 0.0, r468)
+    r353 = r353 + r468
+    r353 = k.max(0.0, r353)
+    r452 = k.gcd(x2, r452)
+    r453 = k.recip(r452)
+    r49 = x2 * r453
     r49 = -1.0 + r49
-    r49 = x27 * r49
-    r472 = -1.0 * x2 * r452
-    r472 = x2 + r472
-    r472 = x31 * r472
-    r478 = -1.0 + x2
-    r454 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r25 * r84 * r19 * r452 * r478
-    r451 = -1.0 + r451
-    r45 = k.max(1.0, r451)
-    r45 = k.min(x32, r45)
+    r49 = x28 * r49
+    r473 = -1.0 * x2 * r453
+    r473 = x2 + r473
+    r473 = x32 * r473
+    r479 = -1.0 + x2
+    r455 = 2.0 * x14 * x19 * x10 * x4 * x35 * r91 * r25 * r84 * r19 * r453 * r479
+    r452 = -1.0 + r452
+    r45 = k.max(1.0, r452)
+    r45 = k.min(x33, r45)
     r45 = k.recip(r45)
-    r451 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r356 * r25 * r93 * r19 * r45 * r452 * r478 * r451
-    r451 = k.max(r454, r451)
-    r451 = r49 + r472 + r451
-    r472 = x27 * r478
-    r49 = 2.0 * x14 * x19 * x10 * x4 * x34 * r91 * r25 * r84 * r19 * r478
-    r49 = r472 + r49
-    r451 = k.where(r460, r49, r451)
-    r49 = x2 * x36
-    r49 = x29 >= r49
-    r460 = x31 * r478
-    r472 = k.max(1.0, r478)
-    r472 = k.min(x32, r472)
-    r472 = k.recip(r472)
-    r472 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r356 * r25 * r93 * r19 * r472 * r478
-    r472 = r460 + r472
-    r451 = k.where(r49, r472, r451)
-    r472 = x6 * x15 * r4 * r5 * r8 * r451
-    r451 = x6 * x15 * r4 * r5 * r8 * r145 * r451
-    r451 = r472 + r451
-    r472 = x2 == 1.0
-    r451 = k.where(r472, 0.0, r451)
+    r452 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r357 * r25 * r93 * r19 * r45 * r453 * r479 * r452
+    r452 = k.max(r455, r452)
+    r452 = r49 + r473 + r452
+    r473 = x28 * r479
+    r49 = 2.0 * x14 * x19 * x10 * x4 * x35 * r91 * r25 * r84 * r19 * r479
+    r49 = r473 + r49
+    r452 = k.where(r461, r49, r452)
+    r49 = x2 * x37
+    r49 = x30 >= r49
+    r461 = x32 * r479
+    r473 = k.max(1.0, r479)
+    r473 = k.min(x33, r473)
+    r473 = k.recip(r473)
+    r473 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r357 * r25 * r93 * r19 * r473 * r479
+    r473 = r461 + r473
+    r452 = k.where(r49, r473, r452)
+    r473 = x6 * x15 * r4 * r5 * r8 * r452
+    r452 = x6 * x15 * r4 * r5 * r8 * r145 * r452
+    r452 = r473 + r452
+    r473 = x2 == 1.0
+    r452 = k.where(r473, 0.0, r452)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r49 = -1.0 + x36
-    r460 = k.recip(r49)
-    r454 = 2.0 * x36
-    r454 = -2.0 + r454
-    r452 = k.gcd(x36, x29)
-    r45 = k.recip(r452)
-    r457 = x36 * r45
-    r457 = -1.0 + r457
-    r457 = x27 * r457
-    r481 = -1.0 * x36 * r45
-    r481 = x36 + r481
-    r481 = x31 * r481
-    r481 = r457 + r481
-    r481 = r460 * r454 * r481
-    r460 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19 * r45 * r454
-    r452 = -1.0 + r452
-    r457 = k.max(1.0, r452)
-    r457 = k.min(x32, r457)
-    r457 = k.recip(r457)
-    r452 = x19 * x4 * x12 * x32 * x34 * r356 * r25 * r93 * r19 * r457 * r45 * r452 * r454
-    r452 = k.max(r460, r452)
-    r452 = r481 + r452
-    r481 = x29 <= 1.0
-    r460 = x27 * r454
-    r84 = x19 * x4 * x12 * x34 * r91 * r25 * r84 * r19 * r454
-    r84 = r460 + r84
-    r452 = k.where(r481, r84, r452)
-    r84 = x29 >= x36
-    r481 = x31 * r454
+    r49 = -1.0 + x37
+    r461 = k.recip(r49)
+    r455 = 2.0 * x37
+    r455 = -2.0 + r455
+    r453 = k.gcd(x37, x30)
+    r45 = k.recip(r453)
+    r458 = x37 * r45
+    r458 = -1.0 + r458
+    r458 = x28 * r458
+    r482 = -1.0 * x37 * r45
+    r482 = x37 + r482
+    r482 = x32 * r482
+    r482 = r458 + r482
+    r482 = r461 * r455 * r482
+    r461 = x19 * x4 * x12 * x35 * r91 * r25 * r84 * r19 * r45 * r455
+    r453 = -1.0 + r453
+    r458 = k.max(1.0, r453)
+    r458 = k.min(x33, r458)
+    r458 = k.recip(r458)
+    r453 = x19 * x4 * x12 * x33 * x35 * r357 * r25 * r93 * r19 * r458 * r45 * r453 * r455
+    r453 = k.max(r461, r453)
+    r453 = r482 + r453
+    r482 = x30 <= 1.0
+    r461 = x28 * r455
+    r84 = x19 * x4 * x12 * x35 * r91 * r25 * r84 * r19 * r455
+    r84 = r461 + r84
+    r453 = k.where(r482, r84, r453)
+    r84 = x30 >= x37
+    r482 = x32 * r455
     r49 = k.max(1.0, r49)
-    r49 = k.min(x32, r49)
+    r49 = k.min(x33, r49)
     r49 = k.recip(r49)
-    r49 = x19 * x4 * x12 * x32 * x34 * r356 * r25 * r93 * r19 * r49 * r454
-    r49 = r481 + r49
-    r452 = k.where(r84, r49, r452)
-    r452 = x6 * x15 * r4 * r5 * r8 * r57 * r452
-    r49 = x36 == 1.0
-    r452 = k.where(r49, 0.0, r452)
+    r49 = x19 * x4 * x12 * x33 * x35 * r357 * r25 * r93 * r19 * r49 * r455
+    r49 = r482 + r49
+    r453 = k.where(r84, r49, r453)
+    r453 = x6 * x15 * r4 * r5 * r8 * r57 * r453
+    r49 = x37 == 1.0
+    r453 = k.where(r49, 0.0, r453)
     r140 = r10 + r52 + r140
     r140 = k.max(0.0, r140)
     r140 = k.where(r21, r140, 0.0)
-    r21 = r100 + r34 + r66 + r349 + r9 + r352 + r80 + r451 + r452 + r140
+    r21 = r100 + r34 + r66 + r350 + r9 + r353 + r80 + r452 + r453 + r140
     r52 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r92 * r4 * r25 * r8 * r19 * r52 * r16
-    r159 = x6 * x34 * r92 * r4 * r25 * r8 * r19 * r52 * r159
-    r52 = x19 * x4 * x12 * x34 * r25
-    r92 = x19 * x4 * x12 * x34 * r91 * r25
+    r10 = 6.0 * x6 * x35 * r92 * r4 * r25 * r8 * r19 * r52 * r16
+    r159 = x6 * x35 * r92 * r4 * r25 * r8 * r19 * r52 * r159
+    r52 = x19 * x4 * x12 * x35 * r25
+    r92 = x19 * x4 * x12 * x35 * r91 * r25
     r142 = x4 * r4 * r25 * r142 * r20
-    r84 = 2.0 * x4 * r4 * r25 * r344 * r20
+    r84 = 2.0 * x4 * r4 * r25 * r345 * r20
     r142 = k.where(r22, r84, r142)
-    r84 = x4 * r4 * r25 * r344 * r20
+    r84 = x4 * r4 * r25 * r345 * r20
     r22 = k.pow(x3, -2.0)
-    r481 = x6 * x4 * r22 * r5 * r25 * r344 * r20
-    r481 = r84 + r481
-    r142 = k.where(r46, r481, r142)
-    r344 = 3.0 * x6 * x4 * r22 * r5 * r25 * r344 * r20
-    r142 = k.where(r85, r344, r142)
+    r482 = x6 * x4 * r22 * r5 * r25 * r345 * r20
+    r482 = r84 + r482
+    r142 = k.where(r46, r482, r142)
+    r345 = 3.0 * x6 * x4 * r22 * r5 * r25 * r345 * r20
+    r142 = k.where(r85, r345, r142)
     r142 = k.where(r32, 0.0, r142)
     r32 = r91 * r142
-    r91 = x28 * r91
-    r344 = k.recip(x34)
-    r85 = x35 * r154 * r344
+    r91 = x29 * r91
+    r345 = k.recip(x35)
+    r85 = x36 * r154 * r345
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r481 = 8e-12 * x12
+    r482 = 8e-12 * x12
     r46 = 8e-12 * x15 * r12
-    r84 = 8e-12 * x37 * x12
+    r84 = 8e-12 * x38 * x12
     r93 = 2.4e-11 * x15 * x12 * x5
-    r356 = r481 + r46 + r84 + r93
-    r460 = 4e-12 * x12
+    r357 = r482 + r46 + r84 + r93
+    r461 = 4e-12 * x12
     r45 = 4e-12 * x15 * r12
-    r457 = 4e-12 * x37 * x12
-    r453 = 1.2e-11 * x15 * x12 * x5
-    r453 = r460 + r45 + r457 + r453
-    r453 = r22 > r453
-    r457 = -8e-12 * x12
+    r458 = 4e-12 * x38 * x12
+    r454 = 1.2e-11 * x15 * x12 * x5
+    r454 = r461 + r45 + r458 + r454
+    r454 = r22 > r454
+    r458 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r45 = -8e-12 * x37 * x12
-    r460 = -2.4e-11 * x15 * x12 * x5
-    r464 = k.sqrt(2.0)
-    r337 = k.sqrt(x3)
-    r337 = k.recip(r337)
-    r629 = k.sqrt(x2)
-    r629 = k.recip(r629)
-    r631 = k.sqrt(x13)
-    r631 = k.recip(r631)
-    r633 = k.sqrt(x22)
-    r633 = k.recip(r633)
-    r635 = k.sqrt(x36)
-    r635 = k.recip(r635)
-    r637 = k.sqrt(r356)
-    r638 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r356
-    r639 = k.sqrt(x3)
-    r640 = k.sqrt(x2)
-    r641 = k.sqrt(x13)
-    r642 = k.sqrt(x22)
-    r643 = k.sqrt(x36)
-    r643 = 0.16666666666666666 * r464 * r639 * r640 * r641 * r642 * r643 * r637
-    r643 = 1.0 + r638 + r643
-    r643 = r464 * r337 * r629 * r631 * r633 * r635 * r637 * r643
-    r643 = r457 + r12 + r45 + r460 + r643
-    r460 = k.where(r453, r643, r22)
-    r93 = r481 + r46 + r84 + r93 + r460
-    r93 = x3 * x2 * x13 * x22 * x36 * r93
+    r45 = -8e-12 * x38 * x12
+    r461 = -2.4e-11 * x15 * x12 * x5
+    r465 = k.sqrt(2.0)
+    r338 = k.sqrt(x3)
+    r338 = k.recip(r338)
+    r630 = k.sqrt(x2)
+    r630 = k.recip(r630)
+    r632 = k.sqrt(x13)
+    r632 = k.recip(r632)
+    r634 = k.sqrt(x23)
+    r634 = k.recip(r634)
+    r636 = k.sqrt(x37)
+    r636 = k.recip(r636)
+    r638 = k.sqrt(r357)
+    r639 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r357
+    r640 = k.sqrt(x3)
+    r641 = k.sqrt(x2)
+    r642 = k.sqrt(x13)
+    r643 = k.sqrt(x23)
+    r644 = k.sqrt(x37)
+    r644 = 0.16666666666666666 * r465 * r640 * r641 * r642 * r643 * r644 * r638
+    r644 = 1.0 + r639 + r644
+    r644 = r465 * r338 * r630 * r632 * r634 * r636 * r638 * r644
+    r644 = r458 + r12 + r45 + r461 + r644
+    r461 = k.where(r454, r644, r22)
+    r93 = r482 + r46 + r84 + r93 + r461
+    r93 = x3 * x2 * x13 * x23 * x37 * r93
     r93 = k.exp(r93)
     r93 = -1.0 + r93
     r84 = k.recip(r93)
-    r46 = x24 + x1
-    r481 = -1.0 * x3 * x2 * x13 * x22 * x36 * r46
-    r481 = k.exp(r481)
-    r481 = x3 * x2 * x13 * x22 * x36 * r84 * r460 * r481
-    r84 = x3 * x2 * x13 * x22 * x36
-    r643 = k.recip(r643)
-    r84 = k.where(r453, r643, r84)
-    r46 = x3 * x2 * x13 * x22 * x36 * r46
+    r46 = x25 + x1
+    r482 = -1.0 * x3 * x2 * x13 * x23 * x37 * r46
+    r482 = k.exp(r482)
+    r482 = x3 * x2 * x13 * x23 * x37 * r84 * r461 * r482
+    r84 = x3 * x2 * x13 * x23 * x37
+    r644 = k.recip(r644)
+    r84 = k.where(r454, r644, r84)
+    r46 = x3 * x2 * x13 * x23 * x37 * r46
     r46 = k.exp(r46)
-    r5 = x35 * r154 * r4 * r25 * r5 * r8 * r344 * r19 * r93 * r21 * r84 * r46
-    r46 = x35 * r154 * r344 * r93 * r21 * r84 * r46
-    r57 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r454 * r57
+    r5 = x36 * r154 * r4 * r25 * r5 * r8 * r345 * r19 * r93 * r21 * r84 * r46
+    r46 = x36 * r154 * r345 * r93 * r21 * r84 * r46
+    r57 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r455 * r57
     r57 = k.where(r49, 0.0, r57)
-    r49 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r478
-    r478 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r145 * r478
-    r478 = r49 + r478
-    r478 = k.where(r472, 0.0, r478)
-    r119 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r119
+    r49 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r479
+    r479 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r145 * r479
+    r479 = r49 + r479
+    r479 = k.where(r473, 0.0, r479)
+    r119 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r119
     r119 = k.where(r29, 0.0, r119)
-    r83 = r83 < x22
-    r29 = x33 != 2.0
+    r83 = r83 < x23
+    r29 = x34 != 2.0
     r87 = k.and_(r87, r29)
     r87 = k.not_(r87)
     r87 = k.or_(r83, r87)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r86 = k.and_(r19, r29, r86)
     r86 = k.not_(r86)
     r86 = k.or_(r83, r86)
     r86 = k.and_(r87, r86)
-    r87 = x22 >= 2.0
-    r83 = x33 != 3.0
-    r29 = x33 != 4.0
+    r87 = x23 >= 2.0
+    r83 = x34 != 3.0
+    r29 = x34 != 4.0
     r95 = k.not_(r95)
     r95 = k.and_(r83, r29, r95)
     r95 = k.not_(r95)
     r95 = k.or_(r87, r95)
-    r87 = x21 * x3 * x2 * x22 * x36 * r21
-    r29 = r65 <= r87
+    r87 = x22 * x3 * x2 * x23 * x37 * r21
+    r29 = r31 <= r87
     r87 = r48 <= r87
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r138, r112, r103, r117, 0.0, r104, r107, r58, r122, r113, r108, r15, r31, r65, r65, r48, r47, r156, r341, r56, r80, r21, r10, r159, r52, r92, r32, r91, 0.0, r85, r22, r356, r460, r481, r5, r46, r66, r9, r349, r34, r57, r452, r452, r478, r451, r451, r142, r467, r352, r119, r55, r100, 0.0, 0.0, r140, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, r86, 1.0, 1.0, 1.0, 1.0, 1.0, r95, 1.0, r95, r95, r29, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r30, r33, r138, r112, r103, r117, 0.0, r104, r107, r58, r122, r113, r108, r15, r65, r31, r31, r48, r47, r156, r342, r56, r80, r21, r10, r159, r52, r92, r32, r91, 0.0, r85, r22, r357, r461, r482, r5, r46, r66, r9, r350, r34, r57, r453, r453, r479, r452, r452, r142, r468, r353, r119, r55, r100, 0.0, 0.0, r140, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r86, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, 1.0, r95, r95, r29, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r95, r95, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1401,9 +1402,9 @@ def search(x, k):
     return (r94, r41, r95)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (41, 46, 47, 48, 49), (39, 46, 47, 48, 49), (40, 46, 47, 48, 49), (), (32, 33, 38), (43, 46, 47, 48, 49), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49), (31, 46, 47, 48, 49), (31, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (30,), (76,), (42, 46, 47, 48, 49), (42, 46, 47, 48, 49, 75, 76), (42, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 30, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 30, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 35), (13, 36), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 35), (17, 36), (17, 67), (17, 68), (17, 69), (17, 70), (18, 34), (18, 35), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 29), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 5), (52, 7), (52, 9), (52, 59), (52, 60), (52, 61), (53, 3), (53, 5), (53, 7), (53, 9), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (42, 47, 48, 49, 50), (40, 47, 48, 49, 50), (41, 47, 48, 49, 50), (), (32, 33, 39), (44, 47, 48, 49, 50), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50), (31, 47, 48, 49, 50), (31, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 31, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (30,), (77,), (43, 47, 48, 49, 50), (43, 47, 48, 49, 50, 76, 77), (43, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 30, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 30, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 35), (13, 36), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 35), (17, 36), (17, 68), (17, 69), (17, 70), (17, 71), (18, 34), (18, 35), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 29), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -51,62 +51,62 @@ def quantities(x, k):
     r38 = r35 + r36 + r37 + r38
     r38 = r16 * r38
     r38 = r34 + r38
-    r38 = x19 * x33 * r30 * r38
-    r34 = x23 == 2.0
-    r37 = 2.0 * x19 * x12 * x33 * r30
+    r38 = x19 * x34 * r30 * r38
+    r34 = x24 == 2.0
+    r37 = 2.0 * x19 * x12 * x34 * r30
     r37 = k.where(r34, r37, r38)
-    r36 = 1.0 + x22
+    r36 = 1.0 + x23
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r33)
     r36 = r36 * r35
-    r50 = x32 == 4.0
-    r51 = 2.0 * x22
+    r50 = x33 == 4.0
+    r51 = 2.0 * x23
     r52 = -1.0 + r51
     r52 = k.min(r52, r6)
     r52 = r52 * r35
     r55 = k.where(r50, r52, r36)
-    r56 = x32 == 0.0
-    r57 = x32 == 3.0
+    r56 = x33 == 0.0
+    r57 = x33 == 3.0
     r58 = k.or_(r56, r57)
-    r59 = k.min(x22, r6)
+    r59 = k.min(x23, r6)
     r59 = r59 * r35
     r55 = k.where(r58, r59, r55)
-    r59 = x32 == 1.0
-    r63 = k.recip(x37)
-    r64 = x6 * x37 * r4 * r5
-    r65 = -1.0 + x37
-    r65 = x22 * r65
+    r59 = x33 == 1.0
+    r63 = k.recip(x38)
+    r64 = x6 * x38 * r4 * r5
+    r65 = -1.0 + x38
+    r65 = x23 * r65
     r67 = -1.0 + r51 + r65
     r67 = k.min(r64, r67)
     r67 = r63 * r67 * r35
     r55 = k.where(r59, r67, r55)
-    r67 = x32 == 2.0
+    r67 = x33 == 2.0
     r72 = x6 * r4 * r5 * r35
     r55 = k.where(r67, r72, r55)
     r55 = r37 * r55
     r75 = r9 * r35
     r76 = r13 * r35
-    r77 = x22 == 1.0
+    r77 = x23 == 1.0
     r78 = k.where(r77, 1.0, 0.0)
     r79 = 2.0 * x12 * r78
     r79 = r12 + r75 + r76 + r79
     r79 = r16 * r79
-    r78 = x36 * x12 * r78
-    r12 = x22 != 1.0
+    r78 = x37 * x12 * r78
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r75 + r76 + r78 + r12
     r12 = r16 * r12
     r78 = r79 + r12
     r79 = k.where(r26, r78, r79)
     r8 = 2.0 * r79
-    r91 = x38 <= 2.0
+    r91 = x39 <= 2.0
     r92 = 4.0 * r79
     r92 = k.where(r91, r92, r8)
-    r94 = x38 >= 2.0
+    r94 = x39 >= 2.0
     r95 = r4 * r30 * r92
     r92 = k.where(r94, r95, r92)
-    r95 = x38 >= 3.0
+    r95 = x39 >= 3.0
     r98 = 2.0 * r4 * r30 * r79
     r8 = k.where(r95, r98, r8)
     r98 = 12.0 * r79
@@ -114,8 +114,8 @@ def quantities(x, k):
     r98 = k.where(r27, r101, r98)
     r101 = k.where(r34, r38, 0.0)
     r104 = k.or_(r26, r77)
-    r105 = 4.0 * x19 * x12 * x33 * r30
-    r106 = x36 * x19 * x16 * x33 * r30 * r16
+    r105 = 4.0 * x19 * x12 * x34 * r30
+    r106 = x37 * x19 * x16 * x34 * r30 * r16
     r105 = r105 + r106
     r105 = k.max(r105, r101)
     r104 = k.where(r104, r105, r101)
@@ -124,16 +124,16 @@ def quantities(x, k):
     r110 = k.where(r26, r111, r110)
     r111 = 3.0 * x4 * r110 * r79
     r111 = k.where(r95, r111, 0.0)
-    r115 = x22 > 1.0
+    r115 = x23 > 1.0
     r115 = k.and_(r95, r115)
     r79 = 2.0 * x4 * r79
     r111 = k.where(r115, r79, r111)
     r79 = r55 + r92 + r8 + r98 + r104 + r111
     r120 = k.where(r50, r52, r36)
-    r121 = -1.0 + x22
+    r121 = -1.0 + x23
     r122 = k.min(1.0, r121)
     r123 = -1.0 * r122
-    r123 = x22 + r123
+    r123 = x23 + r123
     r125 = k.min(r6, r123)
     r125 = r125 * r35
     r120 = k.where(r58, r125, r120)
@@ -145,28 +145,28 @@ def quantities(x, k):
     r120 = k.where(r67, r72, r120)
     r120 = r37 * r120
     r51 = 1.0 + r122
-    r51 = x22 == r51
+    r51 = x23 == r51
     r125 = k.where(r51, 1.0, 0.0)
     r125 = 2.0 * x12 * r125
     r139 = r122 == 0.0
     r139 = k.where(r139, 1.0, 0.0)
-    r139 = x36 * x12 * r139
+    r139 = x37 * x12 * r139
     r142 = r122 != 0.0
     r142 = k.and_(r142, r51)
     r142 = k.where(r142, 1.0, 0.0)
-    r142 = x36 * x12 * r142
+    r142 = x37 * x12 * r142
     r142 = r75 + r76 + r125 + r139 + r142
     r142 = r16 * r142
-    r139 = x22 == r123
+    r139 = x23 == r123
     r125 = k.where(r139, 1.0, 0.0)
     r125 = 2.0 * x12 * r125
     r151 = r123 == 1.0
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x36 * x12 * r151
+    r151 = x37 * x12 * r151
     r123 = r123 != 1.0
     r123 = k.and_(r139, r123)
     r123 = k.where(r123, 1.0, 0.0)
-    r123 = x36 * x12 * r123
+    r123 = x37 * x12 * r123
     r123 = r75 + r76 + r125 + r151 + r123
     r123 = r16 * r123
     r123 = r142 + r123
@@ -248,404 +248,405 @@ def quantities(x, k):
     r120 = k.where(r120, 0.0, 0.0)
     r36 = r79 == r36
     r120 = k.where(r36, 0.0, r120)
-    r36 = x36 * x19 * x4 * x33 * r30 * r16
-    r55 = x36 * x19 * x4 * x33 * r30
+    r36 = x37 * x19 * x4 * x34 * r30 * r16
+    r55 = x37 * x19 * x4 * x34 * r30
     r111 = k.max(r79, r142, r12)
     r98 = r142 == r111
     r12 = k.where(r98, r142, r12)
     r111 = r79 == r111
     r12 = k.where(r111, r79, r12)
-    r79 = -1.0 * r12
-    r79 = x8 + r79
-    r111 = 6.0 * x6 * x33 * r15
+    r79 = -1.0 * x20
+    r111 = -1.0 * r12
+    r111 = x8 + r79 + r111
+    r79 = 6.0 * x6 * x34 * r15
     r142 = 12.0 * x12
     r98 = 6.0 * x15 * r9
     r139 = 6.0 * x15 * r13
-    r92 = 6.0 * x36 * x12
-    r125 = 12.0 * x15 * x11 * x10 * x33
+    r92 = 6.0 * x37 * x12
+    r125 = 12.0 * x15 * x11 * x10 * x34
     r125 = r142 + r98 + r139 + r92 + r125
-    r92 = x6 * x33 * r125
+    r92 = x6 * x34 * r125
     r139 = k.pow(x12, 2.0)
     r98 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r98
+    r8 = 0.16666666666666666 * x34 * r98
     r151 = k.recip(x15)
-    r98 = 0.0625 * x36 * r151 * r98
+    r98 = 0.0625 * x37 * r151 * r98
     r98 = 1.0 + r8 + r98
-    r98 = 96.0 * x6 * x15 * x33 * r139 * r98
-    r139 = k.pow(x33, 2.0)
+    r98 = 96.0 * x6 * x15 * x34 * r139 * r98
+    r139 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r139
-    r115 = x23 == 1.0
+    r115 = x24 == 1.0
     r139 = 4.0 * x6 * x15 * x11 * x10 * r139
     r139 = k.where(r115, r139, 0.0)
-    r123 = 0.3333333333333333 * x6 * x33 * r125
+    r123 = 0.3333333333333333 * x6 * x34 * r125
     r139 = k.where(r34, r123, r139)
     r139 = r92 + r8 + r139
     r8 = k.where(r34, 1.0, 0.0)
     r8 = 1.0 + r8
     r123 = k.recip(x9)
     r35 = k.recip(x18)
-    r64 = x36 * x12 * r16
-    r65 = x19 * x12 * x33 * r30
-    r52 = x36 * x19 * x33 * r30 * r16
+    r64 = x37 * x12 * r16
+    r65 = x19 * x12 * x34 * r30
+    r52 = x37 * x19 * x34 * r30 * r16
     r52 = r64 + r65 + r52
     r64 = 2.0 * r123 * r35 * r52
-    r51 = k.recip(x21)
+    r51 = k.recip(x22)
     r76 = k.recip(x17)
-    r75 = 2.0 * x36 * x19 * x12 * x33 * r51 * r30 * r76 * r16
+    r75 = 2.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
     r75 = r64 + r75
     r75 = r8 * r75
     r52 = 4.0 * r123 * r35 * r52
-    r64 = 4.0 * x36 * x19 * x12 * x33 * r51 * r30 * r76 * r16
+    r64 = 4.0 * x37 * x19 * x12 * x34 * r51 * r30 * r76 * r16
     r64 = r75 + r52 + r64
     r64 = r11 * r64
     r52 = x11 * x10 * x12 * r16
-    r75 = x11 * x19 * x10 * x33 * r30 * r16
+    r75 = x11 * x19 * x10 * x34 * r30 * r16
     r75 = r52 + r65 + r75
     r52 = 2.0 * r123 * r35 * r75
-    r293 = 2.0 * x11 * x19 * x10 * x12 * x33 * r51 * r30 * r76 * r16
-    r293 = r52 + r293
-    r293 = r8 * r293
+    r294 = 2.0 * x11 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16
+    r294 = r52 + r294
+    r294 = r8 * r294
     r52 = x10 * x12 * r16 * r14
-    r297 = x19 * x10 * x33 * r30 * r16 * r14
-    r297 = r65 + r52 + r297
-    r52 = 2.0 * r123 * r35 * r297
-    r300 = 2.0 * x19 * x10 * x12 * x33 * r51 * r30 * r76 * r16 * r14
-    r300 = r52 + r300
-    r300 = r8 * r300
+    r298 = x19 * x10 * x34 * r30 * r16 * r14
+    r298 = r65 + r52 + r298
+    r52 = 2.0 * r123 * r35 * r298
+    r301 = 2.0 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16 * r14
+    r301 = r52 + r301
+    r301 = r8 * r301
     r52 = x12 * x5 * r16
-    r304 = x19 * x5 * x33 * r30 * r16
-    r304 = r52 + r65 + r304
-    r65 = 2.0 * r123 * r35 * r304
-    r52 = 2.0 * x19 * x12 * x5 * x33 * r51 * r30 * r76 * r16
+    r305 = x19 * x5 * x34 * r30 * r16
+    r305 = r52 + r65 + r305
+    r65 = 2.0 * r123 * r35 * r305
+    r52 = 2.0 * x19 * x12 * x5 * x34 * r51 * r30 * r76 * r16
     r52 = r65 + r52
     r52 = 2.0 * r8 * r52
     r75 = 4.0 * r123 * r35 * r75
-    r297 = 4.0 * r123 * r35 * r297
-    r304 = 8.0 * r123 * r35 * r304
-    r65 = 8.0 * x19 * x12 * x5 * x33 * r51 * r30 * r76 * r16
-    r314 = 4.0 * x11 * x19 * x10 * x12 * x33 * r51 * r30 * r76 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r51 * r30 * r76 * r16 * r14
-    r14 = r293 + r300 + r52 + r75 + r297 + r304 + r65 + r314 + r14
+    r298 = 4.0 * r123 * r35 * r298
+    r305 = 8.0 * r123 * r35 * r305
+    r65 = 8.0 * x19 * x12 * x5 * x34 * r51 * r30 * r76 * r16
+    r315 = 4.0 * x11 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r51 * r30 * r76 * r16 * r14
+    r14 = r294 + r301 + r52 + r75 + r298 + r305 + r65 + r315 + r14
     r14 = x15 * r11 * r14
     r14 = r64 + r14
     r64 = x6 * r4 * r5 * r14
-    r314 = 10.0 * x12 * r8
-    r314 = r142 + r314
-    r314 = x19 * x33 * r30 * r314
+    r315 = 10.0 * x12 * r8
+    r315 = r142 + r315
+    r315 = x19 * x34 * r30 * r315
     r142 = 3.0 * x5
     r65 = 2.0 * x5 * r8
     r65 = r142 + r65
-    r65 = x19 * x33 * r30 * r16 * r65
-    r65 = r314 + r65
+    r65 = x19 * x34 * r30 * r16 * r65
+    r65 = r315 + r65
     r65 = x15 * r11 * r65
-    r314 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r314 = r65 + r314
-    r65 = x6 * x4 * r123 * r4 * r5 * r35 * r314
+    r315 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r315 = r65 + r315
+    r65 = x6 * x4 * r123 * r4 * r5 * r35 * r315
     r142 = k.recip(x0)
-    r304 = x11 * x10 * x33
+    r305 = x11 * x10 * x34
     r115 = k.or_(r115, r34)
     r115 = k.where(r115, 1.0, 0.0)
     r115 = 3.0 + r115
-    r115 = 2.0 * x11 * x10 * x33 * r115
-    r115 = r304 + r115
-    r304 = x6 * x15 * x33 * r51 * r4 * r30 * r76 * r142 * r11 * r16 * r115
-    r297 = r64 + r65 + r304
-    r75 = k.recip(r297)
+    r115 = 2.0 * x11 * x10 * x34 * r115
+    r115 = r305 + r115
+    r305 = x6 * x15 * x34 * r51 * r4 * r30 * r76 * r142 * r11 * r16 * r115
+    r298 = r64 + r65 + r305
+    r75 = k.recip(r298)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r52 = k.recip(x6)
-    r300 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r297
-    r293 = 0.6666666666666666 * x3 * x19 * x22 * r52 * r297
-    r314 = -1.0 * x6 * x4 * r123 * r4 * r5 * r35 * r314
-    r115 = -1.0 * x6 * x15 * x33 * r51 * r4 * r30 * r76 * r142 * r11 * r16 * r115
-    r293 = r14 + r300 + r293 + r314 + r115
-    r293 = k.max(0.0, r293)
-    r300 = 0.5 * x22
-    r300 = -1.0 + r300
-    r300 = 0.6666666666666666 * x3 * x19 * r52 * r63 * r300 * r297
-    r300 = k.where(r50, 0.0, r300)
-    r50 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r121 * r297
-    r300 = k.where(r57, r50, r300)
+    r301 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r298
+    r294 = 0.6666666666666666 * x3 * x19 * x23 * r52 * r298
+    r315 = -1.0 * x6 * x4 * r123 * r4 * r5 * r35 * r315
+    r115 = -1.0 * x6 * x15 * x34 * r51 * r4 * r30 * r76 * r142 * r11 * r16 * r115
+    r294 = r14 + r301 + r294 + r315 + r115
+    r294 = k.max(0.0, r294)
+    r301 = 0.5 * x23
+    r301 = -1.0 + r301
+    r301 = 0.6666666666666666 * x3 * x19 * r52 * r63 * r301 * r298
+    r301 = k.where(r50, 0.0, r301)
+    r50 = 0.3333333333333333 * x3 * x19 * r52 * r63 * r121 * r298
+    r301 = k.where(r57, r50, r301)
     r67 = k.or_(r56, r59, r67)
-    r121 = x3 * x19 * r52 * r63 * r121 * r297
-    r300 = k.where(r67, r121, r300)
-    r300 = k.max(r293, r300)
-    r75 = r75 * r300
-    r293 = k.where(r91, 4.0, 2.0)
-    r293 = 26.0 + r293
-    r293 = r123 * r35 * r293 * r31
-    r35 = r64 + r293 + r65 + r304
-    r123 = -1.0 * x20
+    r121 = x3 * x19 * r52 * r63 * r121 * r298
+    r301 = k.where(r67, r121, r301)
+    r301 = k.max(r294, r301)
+    r75 = r75 * r301
+    r294 = k.where(r91, 4.0, 2.0)
+    r294 = 26.0 + r294
+    r294 = r123 * r35 * r294 * r31
+    r35 = r64 + r294 + r65 + r305
+    r123 = -1.0 * x21
     r123 = 1.0 + r123
-    r121 = x22 * x37
+    r121 = x23 * x38
     r121 = -1.0 + r121
-    r63 = k.recip(x25)
-    r56 = k.recip(x26)
-    r50 = x19 * x4 * x12 * x33 * r63 * r30 * r56 * r16
-    r50 = x27 + r50
-    r57 = 2.0 * x3 * x2 * x35
-    r57 = x29 >= r57
-    r142 = k.recip(x28)
-    r76 = k.recip(x30)
-    r377 = x19 * x4 * x12 * x33 * r142 * r30 * r76 * r16
-    r377 = x31 + r377
-    r50 = k.where(r57, r377, r50)
+    r63 = k.recip(x26)
+    r56 = k.recip(x27)
+    r50 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16
+    r50 = x28 + r50
+    r57 = 2.0 * x3 * x2 * x36
+    r57 = x30 >= r57
+    r142 = k.recip(x29)
+    r76 = k.recip(x31)
+    r378 = x19 * x4 * x12 * x34 * r142 * r30 * r76 * r16
+    r378 = x32 + r378
+    r50 = k.where(r57, r378, r50)
     r50 = 2.0 * x6 * r4 * r5 * r11 * r121 * r50
     r50 = k.where(r77, 0.0, r50)
     r123 = r123 * r50
-    r377 = x3 * x19 * r52 * r297
-    r57 = x22 <= 1.0
+    r378 = x3 * x19 * r52 * r298
+    r57 = x23 <= 1.0
     r94 = k.and_(r94, r57)
-    r377 = k.where(r94, r297, r377)
-    r377 = -1.0 * x20 * r377
-    r297 = x3 * x2
-    r389 = -1.0 + r297
-    r390 = k.recip(r389)
-    r391 = 2.0 * x3 * x2
-    r391 = -2.0 + r391
-    r393 = x29 * r16
-    r394 = k.gcd(r297, r393)
-    r395 = k.recip(r394)
-    r396 = x3 * x2 * r395
-    r396 = -1.0 + r396
-    r396 = x27 * r396
-    r399 = -1.0 * x3 * x2 * r395
-    r399 = r297 + r399
-    r399 = x31 * r399
-    r402 = r396 + r399
-    r402 = r390 * r391 * r402
-    r390 = x4 * r25
-    r405 = 4.0 * r25
-    r390 = k.where(r91, r405, r390)
-    r405 = x22 * r63 * r151 * r4 * r30 * r56 * r395 * r391 * r390
-    r394 = -1.0 + r394
-    r91 = x22 * r142 * r151 * r4 * r30 * r76 * r395 * r394 * r391 * r390
-    r91 = k.max(r405, r91)
-    r91 = r402 + r91
-    r402 = x29 <= x35
-    r405 = x27 * r391
-    r414 = x22 * r63 * r151 * r4 * r30 * r56 * r391 * r390
-    r414 = r405 + r414
-    r91 = k.where(r402, r414, r91)
-    r414 = x3 * x2 * x35
-    r414 = x29 >= r414
-    r405 = x31 * r391
-    r420 = x22 * r142 * r151 * r4 * r30 * r76 * r391 * r390
-    r420 = r405 + r420
-    r91 = k.where(r414, r420, r91)
+    r378 = k.where(r94, r298, r378)
+    r378 = -1.0 * x21 * r378
+    r298 = x3 * x2
+    r390 = -1.0 + r298
+    r391 = k.recip(r390)
+    r392 = 2.0 * x3 * x2
+    r392 = -2.0 + r392
+    r394 = x30 * r16
+    r395 = k.gcd(r298, r394)
+    r396 = k.recip(r395)
+    r397 = x3 * x2 * r396
+    r397 = -1.0 + r397
+    r397 = x28 * r397
+    r400 = -1.0 * x3 * x2 * r396
+    r400 = r298 + r400
+    r400 = x32 * r400
+    r403 = r397 + r400
+    r403 = r391 * r392 * r403
+    r391 = x4 * r25
+    r406 = 4.0 * r25
+    r391 = k.where(r91, r406, r391)
+    r406 = x23 * r63 * r151 * r4 * r30 * r56 * r396 * r392 * r391
+    r395 = -1.0 + r395
+    r91 = x23 * r142 * r151 * r4 * r30 * r76 * r396 * r395 * r392 * r391
+    r91 = k.max(r406, r91)
+    r91 = r403 + r91
+    r403 = x30 <= x36
+    r406 = x28 * r392
+    r415 = x23 * r63 * r151 * r4 * r30 * r56 * r392 * r391
+    r415 = r406 + r415
+    r91 = k.where(r403, r415, r91)
+    r415 = x3 * x2 * x36
+    r415 = x30 >= r415
+    r406 = x32 * r392
+    r421 = x23 * r142 * r151 * r4 * r30 * r76 * r392 * r391
+    r421 = r406 + r421
+    r91 = k.where(r415, r421, r91)
     r91 = x15 * r11 * r91
-    r420 = x22 * r63 * r151 * r4 * r30 * r56 * r395 * r389 * r390
-    r405 = x22 * r142 * r151 * r4 * r30 * r76 * r395 * r389 * r394 * r390
-    r405 = k.max(r420, r405)
-    r405 = r396 + r399 + r405
-    r420 = x27 * r389
-    r429 = x22 * r63 * r151 * r4 * r30 * r56 * r389 * r390
-    r429 = r420 + r429
-    r405 = k.where(r402, r429, r405)
-    r429 = x31 * r389
-    r433 = x22 * r142 * r151 * r4 * r30 * r76 * r389 * r390
-    r433 = r429 + r433
-    r405 = k.where(r414, r433, r405)
-    r433 = x15 * r11 * r405
-    r437 = x4 * x22 * r63 * r151 * r4 * r30 * r56 * r395 * r389 * r25
-    r394 = x4 * x22 * r142 * r151 * r4 * r30 * r76 * r395 * r389 * r394 * r25
-    r394 = k.max(r437, r394)
-    r394 = r396 + r399 + r394
-    r399 = x4 * x22 * r63 * r151 * r4 * r30 * r56 * r389 * r25
-    r399 = r420 + r399
-    r394 = k.where(r402, r399, r394)
-    r151 = x4 * x22 * r142 * r151 * r4 * r30 * r76 * r389 * r25
-    r151 = r429 + r151
-    r394 = k.where(r414, r151, r394)
-    r151 = x15 * r11 * r394
-    r414 = r433 + r151
-    r91 = k.where(r27, r414, r91)
-    r405 = x6 * x15 * r4 * r5 * r11 * r405
-    r405 = r151 + r405
-    r91 = k.where(r94, r405, r91)
+    r421 = x23 * r63 * r151 * r4 * r30 * r56 * r396 * r390 * r391
+    r406 = x23 * r142 * r151 * r4 * r30 * r76 * r396 * r390 * r395 * r391
+    r406 = k.max(r421, r406)
+    r406 = r397 + r400 + r406
+    r421 = x28 * r390
+    r430 = x23 * r63 * r151 * r4 * r30 * r56 * r390 * r391
+    r430 = r421 + r430
+    r406 = k.where(r403, r430, r406)
+    r430 = x32 * r390
+    r434 = x23 * r142 * r151 * r4 * r30 * r76 * r390 * r391
+    r434 = r430 + r434
+    r406 = k.where(r415, r434, r406)
+    r434 = x15 * r11 * r406
+    r438 = x4 * x23 * r63 * r151 * r4 * r30 * r56 * r396 * r390 * r25
+    r395 = x4 * x23 * r142 * r151 * r4 * r30 * r76 * r396 * r390 * r395 * r25
+    r395 = k.max(r438, r395)
+    r395 = r397 + r400 + r395
+    r400 = x4 * x23 * r63 * r151 * r4 * r30 * r56 * r390 * r25
+    r400 = r421 + r400
+    r395 = k.where(r403, r400, r395)
+    r151 = x4 * x23 * r142 * r151 * r4 * r30 * r76 * r390 * r25
+    r151 = r430 + r151
+    r395 = k.where(r415, r151, r395)
+    r151 = x15 * r11 * r395
+    r415 = r434 + r151
+    r91 = k.where(r27, r415, r91)
+    r406 = x6 * x15 * r4 * r5 * r11 * r406
+    r406 = r151 + r406
+    r91 = k.where(r94, r406, r91)
     r57 = k.and_(r95, r57)
-    r394 = 2.0 * x15 * r11 * r394
-    r394 = r433 + r394
-    r394 = x6 * r4 * r5 * r394
-    r91 = k.where(r57, r394, r91)
-    r297 = r297 == 1.0
-    r91 = k.where(r297, 0.0, r91)
-    r377 = r377 + r91
-    r377 = k.max(0.0, r377)
-    r393 = k.gcd(x2, r393)
-    r394 = k.recip(r393)
-    r433 = x2 * r394
-    r433 = -1.0 + r433
-    r433 = x27 * r433
-    r95 = -1.0 * x2 * r394
+    r395 = 2.0 * x15 * r11 * r395
+    r395 = r434 + r395
+    r395 = x6 * r4 * r5 * r395
+    r91 = k.where(r57, r395, r91)
+    r298 = r298 == 1.0
+    r91 = k.where(r298, 0.0, r91)
+    r378 = r378 + r91
+    r378 = k.max(0.0, r378)
+    r394 = k.gcd(x2, r394)
+    r395 = k.recip(r394)
+    r434 = x2 * r395
+    r434 = -1.0 + r434
+    r434 = x28 * r434
+    r95 = -1.0 * x2 * r395
     r95 = x2 + r95
-    r95 = x31 * r95
-    r405 = -1.0 + x2
-    r151 = 2.0 * x14 * x19 * x10 * x4 * x33 * r63 * r30 * r56 * r16 * r394 * r405
-    r393 = -1.0 + r393
-    r393 = 2.0 * x14 * x19 * x10 * x4 * x33 * r142 * r30 * r76 * r16 * r394 * r405 * r393
-    r393 = k.max(r151, r393)
-    r393 = r433 + r95 + r393
-    r95 = x27 * r405
-    r433 = 2.0 * x14 * x19 * x10 * x4 * x33 * r63 * r30 * r56 * r16 * r405
-    r433 = r95 + r433
-    r393 = k.where(r402, r433, r393)
-    r433 = x2 * x35
-    r433 = x29 >= r433
-    r402 = x31 * r405
-    r95 = 2.0 * x14 * x19 * x10 * x4 * x33 * r142 * r30 * r76 * r16 * r405
-    r95 = r402 + r95
-    r393 = k.where(r433, r95, r393)
-    r95 = x6 * x15 * r4 * r5 * r11 * r393
-    r393 = x6 * x15 * r4 * r5 * r11 * r8 * r393
-    r393 = r95 + r393
+    r95 = x32 * r95
+    r406 = -1.0 + x2
+    r151 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r395 * r406
+    r394 = -1.0 + r394
+    r394 = 2.0 * x14 * x19 * x10 * x4 * x34 * r142 * r30 * r76 * r16 * r395 * r406 * r394
+    r394 = k.max(r151, r394)
+    r394 = r434 + r95 + r394
+    r95 = x28 * r406
+    r434 = 2.0 * x14 * x19 * x10 * x4 * x34 * r63 * r30 * r56 * r16 * r406
+    r434 = r95 + r434
+    r394 = k.where(r403, r434, r394)
+    r434 = x2 * x36
+    r434 = x30 >= r434
+    r403 = x32 * r406
+    r95 = 2.0 * x14 * x19 * x10 * x4 * x34 * r142 * r30 * r76 * r16 * r406
+    r95 = r403 + r95
+    r394 = k.where(r434, r95, r394)
+    r95 = x6 * x15 * r4 * r5 * r11 * r394
+    r394 = x6 * x15 * r4 * r5 * r11 * r8 * r394
+    r394 = r95 + r394
     r95 = x2 == 1.0
-    r393 = k.where(r95, 0.0, r393)
+    r394 = k.where(r95, 0.0, r394)
     r34 = k.where(r34, 2.0, 0.0)
     r34 = 4.0 + r34
-    r433 = -1.0 + x35
-    r433 = k.recip(r433)
-    r402 = 2.0 * x35
-    r402 = -2.0 + r402
-    r151 = k.gcd(x35, x29)
-    r394 = k.recip(r151)
-    r414 = x35 * r394
-    r414 = -1.0 + r414
-    r414 = x27 * r414
-    r429 = -1.0 * x35 * r394
-    r429 = x35 + r429
-    r429 = x31 * r429
-    r429 = r414 + r429
-    r429 = r433 * r402 * r429
-    r433 = x19 * x4 * x12 * x33 * r63 * r30 * r56 * r16 * r394 * r402
+    r434 = -1.0 + x36
+    r434 = k.recip(r434)
+    r403 = 2.0 * x36
+    r403 = -2.0 + r403
+    r151 = k.gcd(x36, x30)
+    r395 = k.recip(r151)
+    r415 = x36 * r395
+    r415 = -1.0 + r415
+    r415 = x28 * r415
+    r430 = -1.0 * x36 * r395
+    r430 = x36 + r430
+    r430 = x32 * r430
+    r430 = r415 + r430
+    r430 = r434 * r403 * r430
+    r434 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r395 * r403
     r151 = -1.0 + r151
-    r151 = x19 * x4 * x12 * x33 * r142 * r30 * r76 * r16 * r394 * r151 * r402
-    r151 = k.max(r433, r151)
-    r151 = r429 + r151
-    r429 = x29 <= 1.0
-    r433 = x27 * r402
-    r56 = x19 * x4 * x12 * x33 * r63 * r30 * r56 * r16 * r402
-    r56 = r433 + r56
-    r151 = k.where(r429, r56, r151)
-    r56 = x29 >= x35
-    r429 = x31 * r402
-    r76 = x19 * x4 * x12 * x33 * r142 * r30 * r76 * r16 * r402
-    r76 = r429 + r76
+    r151 = x19 * x4 * x12 * x34 * r142 * r30 * r76 * r16 * r395 * r151 * r403
+    r151 = k.max(r434, r151)
+    r151 = r430 + r151
+    r430 = x30 <= 1.0
+    r434 = x28 * r403
+    r56 = x19 * x4 * x12 * x34 * r63 * r30 * r56 * r16 * r403
+    r56 = r434 + r56
+    r151 = k.where(r430, r56, r151)
+    r56 = x30 >= x36
+    r430 = x32 * r403
+    r76 = x19 * x4 * x12 * x34 * r142 * r30 * r76 * r16 * r403
+    r76 = r430 + r76
     r151 = k.where(r56, r76, r151)
     r151 = x6 * x15 * r4 * r5 * r11 * r34 * r151
-    r76 = x35 == 1.0
+    r76 = x36 == 1.0
     r151 = k.where(r76, 0.0, r151)
-    r115 = r14 + r314 + r115
+    r115 = r14 + r315 + r115
     r115 = k.max(0.0, r115)
     r115 = k.where(r26, r115, 0.0)
-    r26 = r123 + r64 + r293 + r65 + r304 + r377 + r300 + r393 + r151 + r115
-    r314 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r51 * r4 * r30 * r11 * r16 * r314 * r15
-    r125 = x6 * x33 * r51 * r4 * r30 * r11 * r16 * r314 * r125
-    r314 = x19 * x4 * x12 * x33 * r30
-    r51 = x19 * x4 * x12 * x33 * r63 * r30
-    r391 = r4 * r30 * r391 * r390
-    r56 = r4 * r30 * r389 * r390
-    r429 = x4 * r4 * r30 * r389 * r25
-    r142 = r56 + r429
-    r391 = k.where(r27, r142, r391)
+    r26 = r123 + r64 + r294 + r65 + r305 + r378 + r301 + r394 + r151 + r115
+    r315 = k.recip(r26)
+    r14 = 6.0 * x6 * x34 * r51 * r4 * r30 * r11 * r16 * r315 * r15
+    r125 = x6 * x34 * r51 * r4 * r30 * r11 * r16 * r315 * r125
+    r315 = x19 * x4 * x12 * x34 * r30
+    r51 = x19 * x4 * x12 * x34 * r63 * r30
+    r392 = r4 * r30 * r392 * r391
+    r56 = r4 * r30 * r390 * r391
+    r430 = x4 * r4 * r30 * r390 * r25
+    r142 = r56 + r430
+    r392 = k.where(r27, r142, r392)
     r142 = k.pow(x3, -2.0)
-    r390 = x6 * r142 * r5 * r30 * r389 * r390
-    r390 = r429 + r390
-    r391 = k.where(r94, r390, r391)
-    r389 = 2.0 * x4 * r4 * r30 * r389 * r25
-    r389 = r56 + r389
-    r389 = x6 * r4 * r5 * r389
-    r391 = k.where(r57, r389, r391)
-    r391 = k.where(r297, 0.0, r391)
-    r297 = r63 * r391
-    r63 = x28 * r63
-    r389 = k.recip(x33)
-    r57 = x34 * r52 * r389
+    r391 = x6 * r142 * r5 * r30 * r390 * r391
+    r391 = r430 + r391
+    r392 = k.where(r94, r391, r392)
+    r390 = 2.0 * x4 * r4 * r30 * r390 * r25
+    r390 = r56 + r390
+    r390 = x6 * r4 * r5 * r390
+    r392 = k.where(r57, r390, r392)
+    r392 = k.where(r298, 0.0, r392)
+    r298 = r63 * r392
+    r63 = x29 * r63
+    r390 = k.recip(x34)
+    r57 = x35 * r52 * r390
     r5 = k.recip(x13)
     r56 = r4 * r30 * r5 * r11 * r16
-    r390 = 1.6e-11 * x12
+    r391 = 1.6e-11 * x12
     r94 = 8e-12 * x15 * r9
-    r429 = 8e-12 * x15 * r13
-    r142 = 8e-12 * x36 * x12
-    r27 = r390 + r94 + r429 + r142
-    r433 = 8e-12 * x12
-    r394 = 4e-12 * x15 * r9
-    r414 = 4e-12 * x15 * r13
-    r399 = 4e-12 * x36 * x12
-    r399 = r433 + r394 + r414 + r399
-    r399 = r56 > r399
-    r414 = -1.6e-11 * x12
+    r430 = 8e-12 * x15 * r13
+    r142 = 8e-12 * x37 * x12
+    r27 = r391 + r94 + r430 + r142
+    r434 = 8e-12 * x12
+    r395 = 4e-12 * x15 * r9
+    r415 = 4e-12 * x15 * r13
+    r400 = 4e-12 * x37 * x12
+    r400 = r434 + r395 + r415 + r400
+    r400 = r56 > r400
+    r415 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r394 = -8e-12 * x36 * x12
-    r433 = k.sqrt(2.0)
-    r420 = k.sqrt(x3)
-    r420 = k.recip(r420)
-    r396 = k.sqrt(x2)
+    r395 = -8e-12 * x37 * x12
+    r434 = k.sqrt(2.0)
+    r421 = k.sqrt(x3)
+    r421 = k.recip(r421)
+    r397 = k.sqrt(x2)
+    r397 = k.recip(r397)
+    r438 = k.sqrt(x13)
+    r438 = k.recip(r438)
+    r396 = k.sqrt(x23)
     r396 = k.recip(r396)
-    r437 = k.sqrt(x13)
-    r437 = k.recip(r437)
-    r395 = k.sqrt(x22)
-    r395 = k.recip(r395)
-    r578 = k.sqrt(x35)
-    r578 = k.recip(r578)
-    r580 = k.sqrt(r27)
-    r581 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r27
-    r582 = k.sqrt(x3)
-    r583 = k.sqrt(x2)
-    r584 = k.sqrt(x13)
-    r585 = k.sqrt(x22)
-    r586 = k.sqrt(x35)
-    r586 = 0.16666666666666666 * r433 * r582 * r583 * r584 * r585 * r586 * r580
-    r586 = 1.0 + r581 + r586
-    r586 = r433 * r420 * r396 * r437 * r395 * r578 * r580 * r586
-    r586 = r414 + r9 + r13 + r394 + r586
-    r394 = k.where(r399, r586, r56)
-    r142 = r390 + r94 + r429 + r142 + r394
-    r142 = x3 * x2 * x13 * x22 * x35 * r142
+    r579 = k.sqrt(x36)
+    r579 = k.recip(r579)
+    r581 = k.sqrt(r27)
+    r582 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r27
+    r583 = k.sqrt(x3)
+    r584 = k.sqrt(x2)
+    r585 = k.sqrt(x13)
+    r586 = k.sqrt(x23)
+    r587 = k.sqrt(x36)
+    r587 = 0.16666666666666666 * r434 * r583 * r584 * r585 * r586 * r587 * r581
+    r587 = 1.0 + r582 + r587
+    r587 = r434 * r421 * r397 * r438 * r396 * r579 * r581 * r587
+    r587 = r415 + r9 + r13 + r395 + r587
+    r395 = k.where(r400, r587, r56)
+    r142 = r391 + r94 + r430 + r142 + r395
+    r142 = x3 * x2 * x13 * x23 * x36 * r142
     r142 = k.exp(r142)
     r142 = -1.0 + r142
-    r429 = k.recip(r142)
-    r94 = x24 + x1
-    r390 = -1.0 * x3 * x2 * x13 * x22 * x35 * r94
-    r390 = k.exp(r390)
-    r390 = x3 * x2 * x13 * x22 * x35 * r429 * r394 * r390
-    r429 = x3 * x2 * x13 * x22 * x35
-    r586 = k.recip(r586)
-    r429 = k.where(r399, r586, r429)
-    r94 = x3 * x2 * x13 * x22 * x35 * r94
+    r430 = k.recip(r142)
+    r94 = x25 + x1
+    r391 = -1.0 * x3 * x2 * x13 * x23 * x36 * r94
+    r391 = k.exp(r391)
+    r391 = x3 * x2 * x13 * x23 * x36 * r430 * r395 * r391
+    r430 = x3 * x2 * x13 * x23 * x36
+    r587 = k.recip(r587)
+    r430 = k.where(r400, r587, r430)
+    r94 = x3 * x2 * x13 * x23 * x36 * r94
     r94 = k.exp(r94)
-    r5 = x34 * r52 * r4 * r30 * r5 * r11 * r389 * r16 * r142 * r26 * r429 * r94
-    r94 = x34 * r52 * r389 * r142 * r26 * r429 * r94
-    r34 = x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r402 * r34
+    r5 = x35 * r52 * r4 * r30 * r5 * r11 * r390 * r16 * r142 * r26 * r430 * r94
+    r94 = x35 * r52 * r390 * r142 * r26 * r430 * r94
+    r34 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r403 * r34
     r34 = k.where(r76, 0.0, r34)
-    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r405
-    r405 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r405
-    r405 = r76 + r405
-    r405 = k.where(r95, 0.0, r405)
-    r121 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r121
+    r76 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r406
+    r406 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r406
+    r406 = r76 + r406
+    r406 = k.where(r95, 0.0, r406)
+    r121 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r121
     r121 = k.where(r77, 0.0, r121)
-    r122 = r122 < x22
-    r77 = x32 != 2.0
+    r122 = r122 < x23
+    r77 = x33 != 2.0
     r59 = k.and_(r59, r77)
     r59 = k.not_(r59)
     r59 = k.or_(r122, r59)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r58 = k.and_(r16, r77, r58)
     r58 = k.not_(r58)
     r58 = k.or_(r122, r58)
     r58 = k.and_(r59, r58)
-    r59 = x22 >= 2.0
-    r122 = x32 != 3.0
-    r77 = x32 != 4.0
+    r59 = x23 >= 2.0
+    r122 = x33 != 3.0
+    r77 = x33 != 4.0
     r67 = k.not_(r67)
     r67 = k.and_(r122, r77, r67)
     r67 = k.not_(r67)
     r67 = k.or_(r59, r67)
-    r59 = x21 * x3 * x2 * x22 * x35 * r26
-    r77 = r111 <= r59
+    r59 = x22 * x3 * x2 * x23 * x36 * r26
+    r77 = r79 <= r59
     r59 = r92 <= r59
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r37, r72, r110, r101, r120, 0.0, r104, r105, r38, r36, r55, r106, r12, r79, r111, r111, r92, r98, r139, r75, r35, r300, r26, r14, r125, r314, r51, r297, r63, 0.0, r57, r56, r27, r394, r390, r5, r94, r64, r304, r65, r293, r34, r151, r151, r405, r393, r393, r391, r91, r377, r121, r50, r123, 0.0, 0.0, r115, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, r58, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r78, r37, r72, r110, r101, r120, 0.0, r104, r105, r38, r36, r55, r106, r12, r111, r79, r79, r92, r98, r139, r75, r35, r301, r26, r14, r125, r315, r51, r298, r63, 0.0, r57, r56, r27, r395, r391, r5, r94, r64, r305, r65, r294, r34, r151, r151, r406, r394, r394, r392, r91, r378, r121, r50, r123, 0.0, 0.0, r115, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, 1.0, r67, r67, r77, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r67, r67, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1269,9 +1270,9 @@ def search(x, k):
     return (r92, r25, r48)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46), (28, 41, 42, 43, 44, 45, 46), (28, 41, 42, 43, 44, 45, 46), (15, 41, 42, 43, 44, 45, 46), (18,), (14, 15, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 41, 42, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (27,), (73,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 72, 73), (38, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 34), (10, 35), (10, 68), (11, 68), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 31), (13, 64), (13, 65), (13, 66), (13, 67), (16, 29), (16, 30), (16, 31), (16, 33), (16, 64), (16, 65), (16, 66), (16, 67), (17, 31), (17, 64), (17, 65), (17, 66), (17, 67), (22, 31), (22, 34), (22, 35), (22, 39), (22, 40), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 31), (23, 34), (23, 35), (23, 39), (23, 40), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 2), (51, 56), (51, 57), (51, 58), (52, 3), (52, 6), (52, 8), (52, 56), (52, 57), (52, 58), (53, 3), (53, 6), (53, 8), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 37, 38, 42, 43, 44, 45, 46, 47), (29, 30, 32, 34, 37, 38, 42, 43, 44, 45, 46, 47), (28, 42, 43, 44, 45, 46, 47), (28, 42, 43, 44, 45, 46, 47), (15, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (27,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 35), (10, 36), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 31), (13, 65), (13, 66), (13, 67), (13, 68), (16, 29), (16, 30), (16, 31), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 65), (17, 66), (17, 67), (17, 68), (22, 31), (22, 35), (22, 36), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 35), (23, 36), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

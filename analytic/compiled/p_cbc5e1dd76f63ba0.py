@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x37 * x12
+    r16 = 2.0 * x38 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x23)
-    r9 = k.recip(x36)
+    r16 = k.recip(x24)
+    r9 = k.recip(x37)
     r21 = r16 * r9 * r17
-    r22 = x33 == 5.0
+    r22 = x34 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x39 >= 1.0
+    r23 = x40 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x37 * x12
+    r30 = x38 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x23 == 1.0
+    r33 = x24 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x37 * x12 * r34
+    r34 = x38 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r9 * r35
@@ -54,7 +54,7 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r8 = 2.0 * r35
-    r45 = x39 >= 3.0
+    r45 = x40 >= 3.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r8)
     r48 = 12.0 * r35
@@ -68,45 +68,45 @@ def quantities(x, k):
     r55 = r52 + r53 + r54 + r55
     r55 = r9 * r55
     r55 = r49 + r55
-    r55 = x19 * x34 * r26 * r55
-    r49 = x24 == 2.0
-    r54 = 2.0 * x19 * x12 * x34 * r26
+    r55 = x19 * x35 * r26 * r55
+    r49 = x25 == 2.0
+    r54 = 2.0 * x19 * x12 * x35 * r26
     r54 = k.where(r49, r54, r55)
-    r53 = 1.0 + x23
+    r53 = 1.0 + x24
     r53 = k.min(r53, r6)
     r53 = r53 * r31
-    r52 = x33 == 4.0
-    r67 = 2.0 * x23
+    r52 = x34 == 4.0
+    r67 = 2.0 * x24
     r68 = -1.0 + r67
     r68 = k.min(r68, r6)
     r68 = r68 * r31
     r71 = k.where(r52, r68, r53)
-    r72 = x33 == 0.0
-    r73 = x33 == 3.0
+    r72 = x34 == 0.0
+    r73 = x34 == 3.0
     r74 = k.or_(r72, r73)
-    r75 = k.min(x23, r6)
+    r75 = k.min(x24, r6)
     r75 = r75 * r31
     r71 = k.where(r74, r75, r71)
-    r75 = x33 == 1.0
-    r79 = k.recip(x38)
-    r80 = x6 * x38 * r4 * r5
-    r81 = -1.0 + x38
-    r81 = x23 * r81
+    r75 = x34 == 1.0
+    r79 = k.recip(x39)
+    r80 = x6 * x39 * r4 * r5
+    r81 = -1.0 + x39
+    r81 = x24 * r81
     r83 = -1.0 + r67 + r81
     r83 = k.min(r80, r83)
     r83 = r79 * r83 * r31
     r71 = k.where(r75, r83, r71)
-    r83 = x33 == 2.0
+    r83 = x34 == 2.0
     r88 = x6 * r4 * r5 * r31
     r71 = k.where(r83, r88, r71)
     r71 = r54 * r71
     r91 = k.where(r23, 1000000000.0, 0.0)
-    r92 = x39 >= 2.0
+    r92 = x40 >= 2.0
     r8 = k.where(r92, r46, r8)
     r46 = k.where(r49, r55, 0.0)
     r95 = k.or_(r22, r33)
-    r96 = 4.0 * x19 * x12 * x34 * r26
-    r97 = x37 * x19 * x16 * x34 * r26 * r9
+    r96 = 4.0 * x19 * x12 * x35 * r26
+    r97 = x38 * x19 * x16 * x35 * r26 * r9
     r96 = r96 + r97
     r96 = k.max(r96, r46)
     r95 = k.where(r95, r96, r46)
@@ -115,7 +115,7 @@ def quantities(x, k):
     r101 = k.where(r22, r102, r101)
     r102 = 3.0 * x4 * r101 * r35
     r102 = k.where(r45, r102, 0.0)
-    r106 = x23 > 1.0
+    r106 = x24 > 1.0
     r106 = k.and_(r45, r106)
     r108 = 2.0 * x4 * r35
     r102 = k.where(r106, r108, r102)
@@ -147,27 +147,27 @@ def quantities(x, k):
     r35 = r108 == r35
     r102 = k.where(r35, r102, 0.0)
     r35 = r47 + r48 + r118 + r95 + r112 + r102
-    r108 = -1.0 + x23
+    r108 = -1.0 + x24
     r8 = k.min(1.0, r108)
     r71 = 1.0 + r8
-    r71 = x23 == r71
+    r71 = x24 == r71
     r124 = k.where(r71, 1.0, 0.0)
     r143 = 2.0 * x12 * r124
-    r124 = x37 * x12 * r124
+    r124 = x38 * x12 * r124
     r145 = r8 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r145 = r32 + r143 + r124 + r145 + r37
     r145 = r9 * r145
     r124 = -1.0 * r8
-    r124 = x23 + r124
-    r143 = x23 == r124
+    r124 = x24 + r124
+    r143 = x24 == r124
     r153 = k.where(r143, 1.0, 0.0)
     r154 = 2.0 * x12 * r153
-    r153 = x37 * x12 * r153
+    r153 = x38 * x12 * r153
     r156 = r124 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x37 * x12 * r156
+    r156 = x38 * x12 * r156
     r37 = r32 + r154 + r153 + r156 + r37
     r37 = r9 * r37
     r37 = r145 + r37
@@ -303,396 +303,397 @@ def quantities(x, k):
     r91 = k.where(r48, r67, r91)
     r102 = r35 == r102
     r91 = k.where(r102, r118, r91)
-    r118 = x37 * x19 * x4 * x34 * r26 * r9
-    r102 = x37 * x19 * x4 * x34 * r26
+    r118 = x38 * x19 * x4 * x35 * r26 * r9
+    r102 = x38 * x19 * x4 * x35 * r26
     r67 = k.max(r35, r145, r34)
     r48 = r145 == r67
     r34 = k.where(r48, r145, r34)
     r67 = r35 == r67
     r34 = k.where(r67, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r67 = 6.0 * x6 * x34 * r17
+    r35 = -1.0 * x20
+    r67 = -1.0 * r34
+    r67 = x8 + r35 + r67
+    r35 = 6.0 * x6 * x35 * r17
     r145 = 12.0 * x12
     r48 = 6.0 * x15 * r13
-    r143 = 12.0 * x37 * x12
+    r143 = 12.0 * x38 * x12
     r112 = 12.0 * x15 * x12 * x5
-    r154 = 12.0 * x15 * x11 * x10 * x34
+    r154 = 12.0 * x15 * x11 * x10 * x35
     r154 = r145 + r48 + r143 + r112 + r154
-    r112 = x6 * x34 * r154
+    r112 = x6 * x35 * r154
     r143 = k.pow(x12, 2.0)
     r48 = k.recip(x12)
-    r47 = 0.16666666666666666 * x34 * r48
+    r47 = 0.16666666666666666 * x35 * r48
     r156 = k.recip(x15)
-    r48 = 0.0625 * x37 * r156 * r48
+    r48 = 0.0625 * x38 * r156 * r48
     r48 = 1.0 + r47 + r48
-    r48 = 96.0 * x6 * x15 * x34 * r143 * r48
-    r143 = k.pow(x34, 2.0)
+    r48 = 96.0 * x6 * x15 * x35 * r143 * r48
+    r143 = k.pow(x35, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r143
-    r71 = x24 == 1.0
+    r71 = x25 == 1.0
     r143 = 4.0 * x6 * x15 * x11 * x10 * r143
     r143 = k.where(r71, r143, 0.0)
-    r153 = 0.3333333333333333 * x6 * x34 * r154
+    r153 = 0.3333333333333333 * x6 * x35 * r154
     r143 = k.where(r49, r153, r143)
     r143 = r112 + r47 + r143
     r47 = k.where(r49, 1.0, 0.0)
     r153 = 1.0 + r47
     r30 = k.recip(x9)
     r53 = k.recip(x18)
-    r106 = x37 * x12 * r9
-    r54 = x19 * x12 * x34 * r26
-    r88 = x37 * x19 * x34 * r26 * r9
+    r106 = x38 * x12 * r9
+    r54 = x19 * x12 * x35 * r26
+    r88 = x38 * x19 * x35 * r26 * r9
     r88 = r106 + r54 + r88
     r106 = 2.0 * r30 * r53 * r88
-    r31 = k.recip(x22)
+    r31 = k.recip(x23)
     r80 = k.recip(x17)
-    r81 = 2.0 * x37 * x19 * x12 * x34 * r31 * r26 * r80 * r9
+    r81 = 2.0 * x38 * x19 * x12 * x35 * r31 * r26 * r80 * r9
     r81 = r106 + r81
     r81 = r153 * r81
     r88 = 4.0 * r30 * r53 * r88
-    r106 = 4.0 * x37 * x19 * x12 * x34 * r31 * r26 * r80 * r9
+    r106 = 4.0 * x38 * x19 * x12 * x35 * r31 * r26 * r80 * r9
     r106 = r81 + r88 + r106
     r106 = r16 * r106
     r88 = x11 * x10 * x12 * r9
-    r81 = x11 * x19 * x10 * x34 * r26 * r9
+    r81 = x11 * x19 * x10 * x35 * r26 * r9
     r81 = r88 + r54 + r81
     r88 = r30 * r53 * r81
-    r68 = k.recip(x21)
-    r124 = 2.0 * x11 * x19 * x10 * x12 * x34 * r68 * r26 * r80 * r9
+    r68 = k.recip(x22)
+    r124 = 2.0 * x11 * x19 * x10 * x12 * x35 * r68 * r26 * r80 * r9
     r124 = r88 + r124
     r124 = r153 * r124
     r11 = x11 + r11
     r88 = x10 * x12 * r9 * r11
-    r354 = x19 * x10 * x34 * r26 * r9 * r11
-    r354 = r54 + r88 + r354
-    r88 = r30 * r53 * r354
-    r357 = 2.0 * x19 * x10 * x12 * x34 * r68 * r26 * r80 * r9 * r11
-    r357 = r88 + r357
-    r357 = r153 * r357
+    r355 = x19 * x10 * x35 * r26 * r9 * r11
+    r355 = r54 + r88 + r355
+    r88 = r30 * r53 * r355
+    r358 = 2.0 * x19 * x10 * x12 * x35 * r68 * r26 * r80 * r9 * r11
+    r358 = r88 + r358
+    r358 = r153 * r358
     r88 = x12 * x5 * r9
-    r361 = x19 * x5 * x34 * r26 * r9
-    r361 = r88 + r54 + r361
-    r54 = r30 * r53 * r361
-    r88 = 2.0 * x19 * x12 * x5 * x34 * r68 * r26 * r80 * r9
+    r362 = x19 * x5 * x35 * r26 * r9
+    r362 = r88 + r54 + r362
+    r54 = r30 * r53 * r362
+    r88 = 2.0 * x19 * x12 * x5 * x35 * r68 * r26 * r80 * r9
     r88 = r54 + r88
     r88 = 2.0 * r153 * r88
     r81 = 2.0 * r30 * r53 * r81
-    r354 = 2.0 * r30 * r53 * r354
-    r361 = 4.0 * r30 * r53 * r361
+    r355 = 2.0 * r30 * r53 * r355
+    r362 = 4.0 * r30 * r53 * r362
     r54 = x11 * x10 * r9
     r54 = x12 + r54
-    r54 = 4.0 * x19 * x34 * r30 * r26 * r53 * r54
-    r373 = x10 * r9 * r11
-    r373 = x12 + r373
-    r373 = 4.0 * x19 * x34 * r30 * r26 * r53 * r373
-    r376 = x5 * r9
-    r376 = x12 + r376
-    r376 = 8.0 * x19 * x34 * r30 * r26 * r53 * r376
-    r379 = 8.0 * x19 * x12 * x5 * x34 * r68 * r26 * r80 * r9
-    r380 = 4.0 * x11 * x19 * x10 * x12 * x34 * r68 * r26 * r80 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x34 * r68 * r26 * r80 * r9 * r11
-    r11 = r124 + r357 + r88 + r81 + r354 + r361 + r54 + r373 + r376 + r379 + r380 + r11
+    r54 = 4.0 * x19 * x35 * r30 * r26 * r53 * r54
+    r374 = x10 * r9 * r11
+    r374 = x12 + r374
+    r374 = 4.0 * x19 * x35 * r30 * r26 * r53 * r374
+    r377 = x5 * r9
+    r377 = x12 + r377
+    r377 = 8.0 * x19 * x35 * r30 * r26 * r53 * r377
+    r380 = 8.0 * x19 * x12 * x5 * x35 * r68 * r26 * r80 * r9
+    r381 = 4.0 * x11 * x19 * x10 * x12 * x35 * r68 * r26 * r80 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x35 * r68 * r26 * r80 * r9 * r11
+    r11 = r124 + r358 + r88 + r81 + r355 + r362 + r54 + r374 + r377 + r380 + r381 + r11
     r11 = x15 * r16 * r11
     r11 = r106 + r11
     r106 = x6 * r4 * r5 * r11
-    r380 = 10.0 * x12 * r153
-    r380 = r145 + r380
-    r380 = x19 * x34 * r26 * r380
+    r381 = 10.0 * x12 * r153
+    r381 = r145 + r381
+    r381 = x19 * x35 * r26 * r381
     r145 = 3.0 * x5
-    r379 = 2.0 * x5 * r153
-    r379 = r145 + r379
-    r379 = x19 * x34 * r26 * r9 * r379
-    r379 = r380 + r379
-    r379 = x15 * r16 * r379
-    r380 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
+    r380 = 2.0 * x5 * r153
+    r380 = r145 + r380
+    r380 = x19 * x35 * r26 * r9 * r380
+    r380 = r381 + r380
+    r380 = x15 * r16 * r380
+    r381 = 3.0 * x38 * x19 * x35 * r26 * r16 * r9
     r47 = 2.0 + r47
-    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r47 * r10
-    r10 = r379 + r380 + r10
-    r380 = x6 * x4 * r30 * r4 * r5 * r53 * r10
-    r379 = k.recip(x0)
-    r47 = x11 * x10 * x34
+    r10 = x15 * x19 * x10 * x35 * r26 * r16 * r9 * r47 * r10
+    r10 = r380 + r381 + r10
+    r381 = x6 * x4 * r30 * r4 * r5 * r53 * r10
+    r380 = k.recip(x0)
+    r47 = x11 * x10 * x35
     r71 = k.or_(r71, r49)
     r71 = k.where(r71, 1.0, 0.0)
     r71 = 3.0 + r71
-    r71 = 2.0 * x11 * x10 * x34 * r71
+    r71 = 2.0 * x11 * x10 * x35 * r71
     r71 = r47 + r71
-    r47 = x6 * x15 * x34 * r31 * r4 * r26 * r80 * r379 * r16 * r9 * r71
-    r145 = r106 + r380 + r47
-    r376 = k.recip(r145)
+    r47 = x6 * x15 * x35 * r31 * r4 * r26 * r80 * r380 * r16 * r9 * r71
+    r145 = r106 + r381 + r47
+    r377 = k.recip(r145)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r373 = k.recip(x6)
-    r54 = 0.3333333333333333 * x3 * x19 * r373 * r79 * r145
-    r361 = 0.6666666666666666 * x3 * x19 * x23 * r373 * r145
+    r374 = k.recip(x6)
+    r54 = 0.3333333333333333 * x3 * x19 * r374 * r79 * r145
+    r362 = 0.6666666666666666 * x3 * x19 * x24 * r374 * r145
     r10 = -1.0 * x6 * x4 * r30 * r4 * r5 * r53 * r10
-    r71 = -1.0 * x6 * x15 * x34 * r31 * r4 * r26 * r80 * r379 * r16 * r9 * r71
-    r361 = r11 + r54 + r361 + r10 + r71
-    r361 = k.max(0.0, r361)
-    r54 = 0.5 * x23
+    r71 = -1.0 * x6 * x15 * x35 * r31 * r4 * r26 * r80 * r380 * r16 * r9 * r71
+    r362 = r11 + r54 + r362 + r10 + r71
+    r362 = k.max(0.0, r362)
+    r54 = 0.5 * x24
     r54 = -1.0 + r54
-    r54 = 0.6666666666666666 * x3 * x19 * r373 * r79 * r54 * r145
+    r54 = 0.6666666666666666 * x3 * x19 * r374 * r79 * r54 * r145
     r54 = k.where(r52, 0.0, r54)
-    r52 = 0.3333333333333333 * x3 * x19 * r373 * r79 * r108 * r145
+    r52 = 0.3333333333333333 * x3 * x19 * r374 * r79 * r108 * r145
     r54 = k.where(r73, r52, r54)
     r83 = k.or_(r72, r75, r83)
-    r108 = x3 * x19 * r373 * r79 * r108 * r145
+    r108 = x3 * x19 * r374 * r79 * r108 * r145
     r54 = k.where(r83, r108, r54)
-    r54 = k.max(r361, r54)
-    r376 = r376 * r54
+    r54 = k.max(r362, r54)
+    r377 = r377 * r54
     r53 = 28.0 * r30 * r53 * r27
-    r30 = r53 + r106 + r380 + r47
-    r361 = -1.0 * x20
-    r361 = 1.0 + r361
-    r108 = x23 * x38
+    r30 = r53 + r106 + r381 + r47
+    r362 = -1.0 * x21
+    r362 = 1.0 + r362
+    r108 = x24 * x39
     r108 = -1.0 + r108
-    r79 = k.recip(x26)
-    r72 = k.recip(x27)
-    r52 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9
-    r52 = x28 + r52
-    r73 = 2.0 * x3 * x2 * x36
-    r73 = x30 >= r73
-    r379 = k.recip(x29)
-    r80 = k.recip(x31)
-    r31 = x19 * x4 * x12 * x34 * r379 * r26 * r80 * r9
-    r31 = x32 + r31
+    r79 = k.recip(x27)
+    r72 = k.recip(x28)
+    r52 = x19 * x4 * x12 * x35 * r79 * r26 * r72 * r9
+    r52 = x29 + r52
+    r73 = 2.0 * x3 * x2 * x37
+    r73 = x31 >= r73
+    r380 = k.recip(x30)
+    r80 = k.recip(x32)
+    r31 = x19 * x4 * x12 * x35 * r380 * r26 * r80 * r9
+    r31 = x33 + r31
     r52 = k.where(r73, r31, r52)
     r52 = 2.0 * x6 * r4 * r5 * r16 * r108 * r52
     r52 = k.where(r33, 0.0, r52)
-    r361 = r361 * r52
-    r31 = x3 * x19 * r373 * r145
-    r73 = x23 <= 1.0
+    r362 = r362 * r52
+    r31 = x3 * x19 * r374 * r145
+    r73 = x24 <= 1.0
     r92 = k.and_(r92, r73)
     r31 = k.where(r92, r145, r31)
-    r31 = -1.0 * x20 * r31
+    r31 = -1.0 * x21 * r31
     r145 = x3 * x2
-    r354 = -1.0 + r145
-    r81 = k.recip(r354)
+    r355 = -1.0 + r145
+    r81 = k.recip(r355)
     r88 = 2.0 * x3 * x2
     r88 = -2.0 + r88
-    r357 = x30 * r9
-    r124 = k.gcd(r145, r357)
-    r461 = k.recip(r124)
-    r462 = x3 * x2 * r461
-    r462 = -1.0 + r462
-    r462 = x28 * r462
-    r465 = -1.0 * x3 * x2 * r461
-    r465 = r145 + r465
-    r465 = x32 * r465
-    r468 = r462 + r465
-    r468 = r81 * r88 * r468
-    r81 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r461 * r88 * r21
+    r358 = x31 * r9
+    r124 = k.gcd(r145, r358)
+    r462 = k.recip(r124)
+    r463 = x3 * x2 * r462
+    r463 = -1.0 + r463
+    r463 = x29 * r463
+    r466 = -1.0 * x3 * x2 * r462
+    r466 = r145 + r466
+    r466 = x33 * r466
+    r469 = r463 + r466
+    r469 = r81 * r88 * r469
+    r81 = x4 * x24 * r79 * r156 * r4 * r26 * r72 * r462 * r88 * r21
     r124 = -1.0 + r124
-    r472 = x4 * x23 * r379 * r156 * r4 * r26 * r80 * r461 * r124 * r88 * r21
-    r472 = k.max(r81, r472)
-    r472 = r468 + r472
-    r468 = x30 <= x36
-    r81 = x28 * r88
-    r477 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r88 * r21
-    r477 = r81 + r477
-    r472 = k.where(r468, r477, r472)
-    r477 = x3 * x2 * x36
-    r477 = x30 >= r477
-    r81 = x32 * r88
-    r483 = x4 * x23 * r379 * r156 * r4 * r26 * r80 * r88 * r21
-    r483 = r81 + r483
-    r472 = k.where(r477, r483, r472)
-    r472 = x15 * r16 * r472
-    r483 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r461 * r354 * r21
-    r124 = x4 * x23 * r379 * r156 * r4 * r26 * r80 * r461 * r354 * r124 * r21
-    r124 = k.max(r483, r124)
-    r124 = r462 + r465 + r124
-    r465 = x28 * r354
-    r462 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r354 * r21
-    r462 = r465 + r462
-    r124 = k.where(r468, r462, r124)
-    r462 = x32 * r354
-    r156 = x4 * x23 * r379 * r156 * r4 * r26 * r80 * r354 * r21
-    r156 = r462 + r156
-    r124 = k.where(r477, r156, r124)
+    r473 = x4 * x24 * r380 * r156 * r4 * r26 * r80 * r462 * r124 * r88 * r21
+    r473 = k.max(r81, r473)
+    r473 = r469 + r473
+    r469 = x31 <= x37
+    r81 = x29 * r88
+    r478 = x4 * x24 * r79 * r156 * r4 * r26 * r72 * r88 * r21
+    r478 = r81 + r478
+    r473 = k.where(r469, r478, r473)
+    r478 = x3 * x2 * x37
+    r478 = x31 >= r478
+    r81 = x33 * r88
+    r484 = x4 * x24 * r380 * r156 * r4 * r26 * r80 * r88 * r21
+    r484 = r81 + r484
+    r473 = k.where(r478, r484, r473)
+    r473 = x15 * r16 * r473
+    r484 = x4 * x24 * r79 * r156 * r4 * r26 * r72 * r462 * r355 * r21
+    r124 = x4 * x24 * r380 * r156 * r4 * r26 * r80 * r462 * r355 * r124 * r21
+    r124 = k.max(r484, r124)
+    r124 = r463 + r466 + r124
+    r466 = x29 * r355
+    r463 = x4 * x24 * r79 * r156 * r4 * r26 * r72 * r355 * r21
+    r463 = r466 + r463
+    r124 = k.where(r469, r463, r124)
+    r463 = x33 * r355
+    r156 = x4 * x24 * r380 * r156 * r4 * r26 * r80 * r355 * r21
+    r156 = r463 + r156
+    r124 = k.where(r478, r156, r124)
     r156 = 2.0 * x15 * r16 * r124
-    r472 = k.where(r23, r156, r472)
+    r473 = k.where(r23, r156, r473)
     r156 = x15 * r16 * r124
-    r477 = x6 * x15 * r4 * r5 * r16 * r124
-    r477 = r156 + r477
-    r472 = k.where(r92, r477, r472)
+    r478 = x6 * x15 * r4 * r5 * r16 * r124
+    r478 = r156 + r478
+    r473 = k.where(r92, r478, r473)
     r73 = k.and_(r45, r73)
     r124 = 3.0 * x6 * x15 * r4 * r5 * r16 * r124
-    r472 = k.where(r73, r124, r472)
+    r473 = k.where(r73, r124, r473)
     r145 = r145 == 1.0
-    r472 = k.where(r145, 0.0, r472)
-    r31 = r31 + r472
+    r473 = k.where(r145, 0.0, r473)
+    r31 = r31 + r473
     r31 = k.max(0.0, r31)
-    r357 = k.gcd(x2, r357)
-    r124 = k.recip(r357)
+    r358 = k.gcd(x2, r358)
+    r124 = k.recip(r358)
     r45 = x2 * r124
     r45 = -1.0 + r45
-    r45 = x28 * r45
-    r477 = -1.0 * x2 * r124
-    r477 = x2 + r477
-    r477 = x32 * r477
+    r45 = x29 * r45
+    r478 = -1.0 * x2 * r124
+    r478 = x2 + r478
+    r478 = x33 * r478
     r156 = -1.0 + x2
-    r462 = 2.0 * x14 * x19 * x10 * x4 * x34 * r79 * r26 * r72 * r9 * r124 * r156
-    r357 = -1.0 + r357
-    r357 = 2.0 * x14 * x19 * x10 * x4 * x34 * r379 * r26 * r80 * r9 * r124 * r156 * r357
-    r357 = k.max(r462, r357)
-    r357 = r45 + r477 + r357
-    r477 = x28 * r156
-    r45 = 2.0 * x14 * x19 * x10 * x4 * x34 * r79 * r26 * r72 * r9 * r156
-    r45 = r477 + r45
-    r357 = k.where(r468, r45, r357)
-    r45 = x2 * x36
-    r45 = x30 >= r45
-    r468 = x32 * r156
-    r477 = 2.0 * x14 * x19 * x10 * x4 * x34 * r379 * r26 * r80 * r9 * r156
-    r477 = r468 + r477
-    r357 = k.where(r45, r477, r357)
-    r477 = x6 * x15 * r4 * r5 * r16 * r357
-    r357 = x6 * x15 * r4 * r5 * r16 * r153 * r357
-    r357 = r477 + r357
-    r477 = x2 == 1.0
-    r357 = k.where(r477, 0.0, r357)
+    r463 = 2.0 * x14 * x19 * x10 * x4 * x35 * r79 * r26 * r72 * r9 * r124 * r156
+    r358 = -1.0 + r358
+    r358 = 2.0 * x14 * x19 * x10 * x4 * x35 * r380 * r26 * r80 * r9 * r124 * r156 * r358
+    r358 = k.max(r463, r358)
+    r358 = r45 + r478 + r358
+    r478 = x29 * r156
+    r45 = 2.0 * x14 * x19 * x10 * x4 * x35 * r79 * r26 * r72 * r9 * r156
+    r45 = r478 + r45
+    r358 = k.where(r469, r45, r358)
+    r45 = x2 * x37
+    r45 = x31 >= r45
+    r469 = x33 * r156
+    r478 = 2.0 * x14 * x19 * x10 * x4 * x35 * r380 * r26 * r80 * r9 * r156
+    r478 = r469 + r478
+    r358 = k.where(r45, r478, r358)
+    r478 = x6 * x15 * r4 * r5 * r16 * r358
+    r358 = x6 * x15 * r4 * r5 * r16 * r153 * r358
+    r358 = r478 + r358
+    r478 = x2 == 1.0
+    r358 = k.where(r478, 0.0, r358)
     r49 = k.where(r49, 2.0, 0.0)
     r49 = 4.0 + r49
-    r45 = -1.0 + x36
+    r45 = -1.0 + x37
     r45 = k.recip(r45)
-    r468 = 2.0 * x36
-    r468 = -2.0 + r468
-    r462 = k.gcd(x36, x30)
-    r124 = k.recip(r462)
-    r465 = x36 * r124
-    r465 = -1.0 + r465
-    r465 = x28 * r465
-    r483 = -1.0 * x36 * r124
-    r483 = x36 + r483
-    r483 = x32 * r483
-    r483 = r465 + r483
-    r483 = r45 * r468 * r483
-    r45 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9 * r124 * r468
-    r462 = -1.0 + r462
-    r462 = x19 * x4 * x12 * x34 * r379 * r26 * r80 * r9 * r124 * r462 * r468
-    r462 = k.max(r45, r462)
-    r462 = r483 + r462
-    r483 = x30 <= 1.0
-    r45 = x28 * r468
-    r72 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9 * r468
+    r469 = 2.0 * x37
+    r469 = -2.0 + r469
+    r463 = k.gcd(x37, x31)
+    r124 = k.recip(r463)
+    r466 = x37 * r124
+    r466 = -1.0 + r466
+    r466 = x29 * r466
+    r484 = -1.0 * x37 * r124
+    r484 = x37 + r484
+    r484 = x33 * r484
+    r484 = r466 + r484
+    r484 = r45 * r469 * r484
+    r45 = x19 * x4 * x12 * x35 * r79 * r26 * r72 * r9 * r124 * r469
+    r463 = -1.0 + r463
+    r463 = x19 * x4 * x12 * x35 * r380 * r26 * r80 * r9 * r124 * r463 * r469
+    r463 = k.max(r45, r463)
+    r463 = r484 + r463
+    r484 = x31 <= 1.0
+    r45 = x29 * r469
+    r72 = x19 * x4 * x12 * x35 * r79 * r26 * r72 * r9 * r469
     r72 = r45 + r72
-    r462 = k.where(r483, r72, r462)
-    r72 = x30 >= x36
-    r483 = x32 * r468
-    r80 = x19 * x4 * x12 * x34 * r379 * r26 * r80 * r9 * r468
-    r80 = r483 + r80
-    r462 = k.where(r72, r80, r462)
-    r462 = x6 * x15 * r4 * r5 * r16 * r49 * r462
-    r80 = x36 == 1.0
-    r462 = k.where(r80, 0.0, r462)
+    r463 = k.where(r484, r72, r463)
+    r72 = x31 >= x37
+    r484 = x33 * r469
+    r80 = x19 * x4 * x12 * x35 * r380 * r26 * r80 * r9 * r469
+    r80 = r484 + r80
+    r463 = k.where(r72, r80, r463)
+    r463 = x6 * x15 * r4 * r5 * r16 * r49 * r463
+    r80 = x37 == 1.0
+    r463 = k.where(r80, 0.0, r463)
     r71 = r11 + r10 + r71
     r71 = k.max(0.0, r71)
     r71 = k.where(r22, r71, 0.0)
-    r22 = r361 + r53 + r106 + r380 + r47 + r31 + r54 + r357 + r462 + r71
+    r22 = r362 + r53 + r106 + r381 + r47 + r31 + r54 + r358 + r463 + r71
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x34 * r68 * r4 * r26 * r16 * r9 * r10 * r17
-    r154 = x6 * x34 * r68 * r4 * r26 * r16 * r9 * r10 * r154
-    r10 = x19 * x4 * x12 * x34 * r26
-    r68 = x19 * x4 * x12 * x34 * r79 * r26
+    r11 = 6.0 * x6 * x35 * r68 * r4 * r26 * r16 * r9 * r10 * r17
+    r154 = x6 * x35 * r68 * r4 * r26 * r16 * r9 * r10 * r154
+    r10 = x19 * x4 * x12 * x35 * r26
+    r68 = x19 * x4 * x12 * x35 * r79 * r26
     r88 = x4 * r4 * r26 * r88 * r21
-    r72 = 2.0 * x4 * r4 * r26 * r354 * r21
+    r72 = 2.0 * x4 * r4 * r26 * r355 * r21
     r88 = k.where(r23, r72, r88)
-    r72 = x4 * r4 * r26 * r354 * r21
+    r72 = x4 * r4 * r26 * r355 * r21
     r23 = k.pow(x3, -2.0)
-    r483 = x6 * x4 * r23 * r5 * r26 * r354 * r21
-    r483 = r72 + r483
-    r88 = k.where(r92, r483, r88)
-    r354 = 3.0 * x6 * x4 * r23 * r5 * r26 * r354 * r21
-    r88 = k.where(r73, r354, r88)
+    r484 = x6 * x4 * r23 * r5 * r26 * r355 * r21
+    r484 = r72 + r484
+    r88 = k.where(r92, r484, r88)
+    r355 = 3.0 * x6 * x4 * r23 * r5 * r26 * r355 * r21
+    r88 = k.where(r73, r355, r88)
     r88 = k.where(r145, 0.0, r88)
     r145 = r79 * r88
-    r79 = x29 * r79
-    r354 = k.recip(x34)
-    r73 = x35 * r373 * r354
+    r79 = x30 * r79
+    r355 = k.recip(x35)
+    r73 = x36 * r374 * r355
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r483 = 1.6e-11 * x12
-    r92 = 1.6e-11 * x37 * x12
+    r484 = 1.6e-11 * x12
+    r92 = 1.6e-11 * x38 * x12
     r72 = 8e-12 * x15 * r13
-    r379 = 1.6e-11 * x15 * x12 * x5
-    r45 = r483 + r92 + r72 + r379
+    r380 = 1.6e-11 * x15 * x12 * x5
+    r45 = r484 + r92 + r72 + r380
     r124 = 8e-12 * x12
-    r465 = 8e-12 * x37 * x12
-    r461 = 4e-12 * x15 * r13
+    r466 = 8e-12 * x38 * x12
+    r462 = 4e-12 * x15 * r13
     r81 = 8e-12 * x15 * x12 * x5
-    r81 = r124 + r465 + r461 + r81
+    r81 = r124 + r466 + r462 + r81
     r81 = r23 > r81
-    r461 = -1.6e-11 * x12
-    r465 = -1.6e-11 * x37 * x12
+    r462 = -1.6e-11 * x12
+    r466 = -1.6e-11 * x38 * x12
     r13 = -8e-12 * x15 * r13
     r124 = -1.6e-11 * x15 * x12 * x5
-    r616 = k.sqrt(2.0)
-    r617 = k.sqrt(x3)
-    r617 = k.recip(r617)
-    r619 = k.sqrt(x2)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x13)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x23)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(x36)
-    r625 = k.recip(r625)
-    r627 = k.sqrt(r45)
-    r628 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r45
-    r629 = k.sqrt(x3)
-    r630 = k.sqrt(x2)
-    r631 = k.sqrt(x13)
-    r632 = k.sqrt(x23)
-    r633 = k.sqrt(x36)
-    r633 = 0.16666666666666666 * r616 * r629 * r630 * r631 * r632 * r633 * r627
-    r633 = 1.0 + r628 + r633
-    r633 = r616 * r617 * r619 * r621 * r623 * r625 * r627 * r633
-    r633 = r461 + r465 + r13 + r124 + r633
-    r124 = k.where(r81, r633, r23)
-    r379 = r483 + r92 + r72 + r379 + r124
-    r379 = x3 * x2 * x13 * x23 * x36 * r379
-    r379 = k.exp(r379)
-    r379 = -1.0 + r379
-    r72 = k.recip(r379)
-    r92 = x25 + x1
-    r483 = -1.0 * x3 * x2 * x13 * x23 * x36 * r92
-    r483 = k.exp(r483)
-    r483 = x3 * x2 * x13 * x23 * x36 * r72 * r124 * r483
-    r72 = x3 * x2 * x13 * x23 * x36
-    r633 = k.recip(r633)
-    r72 = k.where(r81, r633, r72)
-    r92 = x3 * x2 * x13 * x23 * x36 * r92
+    r617 = k.sqrt(2.0)
+    r618 = k.sqrt(x3)
+    r618 = k.recip(r618)
+    r620 = k.sqrt(x2)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x13)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x24)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(x37)
+    r626 = k.recip(r626)
+    r628 = k.sqrt(r45)
+    r629 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r45
+    r630 = k.sqrt(x3)
+    r631 = k.sqrt(x2)
+    r632 = k.sqrt(x13)
+    r633 = k.sqrt(x24)
+    r634 = k.sqrt(x37)
+    r634 = 0.16666666666666666 * r617 * r630 * r631 * r632 * r633 * r634 * r628
+    r634 = 1.0 + r629 + r634
+    r634 = r617 * r618 * r620 * r622 * r624 * r626 * r628 * r634
+    r634 = r462 + r466 + r13 + r124 + r634
+    r124 = k.where(r81, r634, r23)
+    r380 = r484 + r92 + r72 + r380 + r124
+    r380 = x3 * x2 * x13 * x24 * x37 * r380
+    r380 = k.exp(r380)
+    r380 = -1.0 + r380
+    r72 = k.recip(r380)
+    r92 = x26 + x1
+    r484 = -1.0 * x3 * x2 * x13 * x24 * x37 * r92
+    r484 = k.exp(r484)
+    r484 = x3 * x2 * x13 * x24 * x37 * r72 * r124 * r484
+    r72 = x3 * x2 * x13 * x24 * x37
+    r634 = k.recip(r634)
+    r72 = k.where(r81, r634, r72)
+    r92 = x3 * x2 * x13 * x24 * x37 * r92
     r92 = k.exp(r92)
-    r5 = x35 * r373 * r4 * r26 * r5 * r16 * r354 * r9 * r379 * r22 * r72 * r92
-    r92 = x35 * r373 * r354 * r379 * r22 * r72 * r92
-    r49 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r468 * r49
+    r5 = x36 * r374 * r4 * r26 * r5 * r16 * r355 * r9 * r380 * r22 * r72 * r92
+    r92 = x36 * r374 * r355 * r380 * r22 * r72 * r92
+    r49 = x6 * x15 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r469 * r49
     r49 = k.where(r80, 0.0, r49)
-    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r156
-    r156 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r153 * r156
+    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r156
+    r156 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r153 * r156
     r156 = r80 + r156
-    r156 = k.where(r477, 0.0, r156)
-    r108 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r108
+    r156 = k.where(r478, 0.0, r156)
+    r108 = 2.0 * x6 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r108
     r108 = k.where(r33, 0.0, r108)
-    r8 = r8 < x23
-    r33 = x33 != 2.0
+    r8 = r8 < x24
+    r33 = x34 != 2.0
     r75 = k.and_(r75, r33)
     r75 = k.not_(r75)
     r75 = k.or_(r8, r75)
-    r9 = x33 != 1.0
+    r9 = x34 != 1.0
     r74 = k.and_(r9, r33, r74)
     r74 = k.not_(r74)
     r74 = k.or_(r8, r74)
     r74 = k.and_(r75, r74)
-    r75 = x23 >= 2.0
-    r8 = x33 != 3.0
-    r33 = x33 != 4.0
+    r75 = x24 >= 2.0
+    r8 = x34 != 3.0
+    r33 = x34 != 4.0
     r83 = k.not_(r83)
     r83 = k.and_(r8, r33, r83)
     r83 = k.not_(r83)
     r83 = k.or_(r75, r83)
-    r75 = x21 * x3 * x2 * x23 * x36 * r22
-    r33 = r67 <= r75
+    r75 = x22 * x3 * x2 * x24 * x37 * r22
+    r33 = r35 <= r75
     r75 = r112 <= r75
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r115, r32, r101, r46, r91, 0.0, r95, r96, r55, r118, r102, r97, r34, r35, r67, r67, r112, r48, r143, r376, r30, r54, r22, r11, r154, r10, r68, r145, r79, 0.0, r73, r23, r45, r124, r483, r5, r92, r106, r47, r380, r53, r49, r462, r462, r156, r357, r357, r88, r472, r31, r108, r52, r361, 0.0, 0.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, r74, 1.0, 1.0, 1.0, 1.0, 1.0, r83, 1.0, r83, r83, r33, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r115, r32, r101, r46, r91, 0.0, r95, r96, r55, r118, r102, r97, r34, r67, r35, r35, r112, r48, r143, r377, r30, r54, r22, r11, r154, r10, r68, r145, r79, 0.0, r73, r23, r45, r124, r484, r5, r92, r106, r47, r381, r53, r49, r463, r463, r156, r358, r358, r88, r473, r31, r108, r52, r362, 0.0, 0.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, 1.0, r83, r83, r33, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1382,9 +1383,9 @@ def search(x, k):
     return (r82, r104, r57)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

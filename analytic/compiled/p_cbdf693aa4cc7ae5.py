@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,16 +25,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x22)
-    r9 = k.recip(x35)
+    r16 = k.recip(x23)
+    r9 = k.recip(x36)
     r21 = r16 * r9 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
@@ -45,45 +45,45 @@ def quantities(x, k):
     r33 = 4.0 * x11 * x10
     r34 = 4.0 * x14 * x10
     r34 = r30 + r31 + r32 + r33 + r34
-    r34 = x19 * x33 * r26 * r9 * r34
-    r33 = x23 == 2.0
-    r32 = 2.0 * x19 * x12 * x33 * r26 * r9
+    r34 = x19 * x34 * r26 * r9 * r34
+    r33 = x24 == 2.0
+    r32 = 2.0 * x19 * x12 * x34 * r26 * r9
     r32 = k.where(r33, r32, r34)
-    r31 = 1.0 + x22
+    r31 = 1.0 + x23
     r31 = k.min(r31, r6)
     r30 = k.ceiling(r29)
     r31 = r31 * r30
-    r44 = x32 == 4.0
-    r45 = 2.0 * x22
+    r44 = x33 == 4.0
+    r45 = 2.0 * x23
     r46 = -1.0 + r45
     r46 = k.min(r46, r6)
     r46 = r46 * r30
     r49 = k.where(r44, r46, r31)
-    r50 = x32 == 0.0
-    r51 = x32 == 3.0
+    r50 = x33 == 0.0
+    r51 = x33 == 3.0
     r52 = k.or_(r50, r51)
-    r53 = k.min(x22, r6)
+    r53 = k.min(x23, r6)
     r53 = r53 * r30
     r49 = k.where(r52, r53, r49)
-    r53 = x32 == 1.0
-    r57 = k.recip(x37)
-    r58 = x6 * x37 * r4 * r5
-    r59 = -1.0 + x37
-    r59 = x22 * r59
+    r53 = x33 == 1.0
+    r57 = k.recip(x38)
+    r58 = x6 * x38 * r4 * r5
+    r59 = -1.0 + x38
+    r59 = x23 * r59
     r61 = -1.0 + r45 + r59
     r61 = k.min(r58, r61)
     r61 = r57 * r61 * r30
     r49 = k.where(r53, r61, r49)
-    r61 = x32 == 2.0
+    r61 = x33 == 2.0
     r66 = x6 * r4 * r5 * r30
     r49 = k.where(r61, r66, r49)
     r49 = r32 * r49
-    r69 = x36 * x12
+    r69 = x37 * x12
     r70 = r13 * r30
-    r71 = x22 == 1.0
+    r71 = x23 == 1.0
     r72 = k.where(r71, 1.0, 0.0)
     r73 = 2.0 * x12 * r72
-    r72 = x36 * x12 * r72
+    r72 = x37 * x12 * r72
     r75 = 2.0 * x12 * x5 * r30
     r73 = r69 + r70 + r73 + r72 + r75
     r73 = r9 * r73
@@ -92,18 +92,18 @@ def quantities(x, k):
     r69 = r72 + r73
     r73 = k.where(r22, r69, r73)
     r8 = 2.0 * r73
-    r83 = x38 >= 2.0
+    r83 = x39 >= 2.0
     r84 = 2.0 * r4 * r26 * r73
     r85 = k.where(r83, r84, r8)
-    r86 = x38 >= 3.0
+    r86 = x39 >= 3.0
     r8 = k.where(r86, r84, r8)
     r84 = 12.0 * r73
     r89 = 12.0 * r4 * r26 * r73
     r84 = k.where(r23, r89, r84)
     r89 = k.where(r33, r34, 0.0)
     r92 = k.or_(r22, r71)
-    r93 = 4.0 * x19 * x12 * x33 * r26 * r9
-    r94 = x36 * x19 * x16 * x33 * r26 * r9
+    r93 = 4.0 * x19 * x12 * x34 * r26 * r9
+    r94 = x37 * x19 * x16 * x34 * r26 * r9
     r93 = r93 + r94
     r93 = k.max(r93, r89)
     r92 = k.where(r92, r93, r89)
@@ -112,16 +112,16 @@ def quantities(x, k):
     r98 = k.where(r22, r99, r98)
     r99 = 3.0 * x4 * r98 * r73
     r99 = k.where(r86, r99, 0.0)
-    r103 = x22 > 1.0
+    r103 = x23 > 1.0
     r103 = k.and_(r86, r103)
     r73 = 2.0 * x4 * r73
     r99 = k.where(r103, r73, r99)
     r73 = r49 + r85 + r8 + r84 + r92 + r99
     r108 = k.where(r44, r46, r31)
-    r109 = -1.0 + x22
+    r109 = -1.0 + x23
     r110 = k.min(1.0, r109)
     r111 = -1.0 * r110
-    r111 = x22 + r111
+    r111 = x23 + r111
     r113 = k.min(r6, r111)
     r113 = r113 * r30
     r108 = k.where(r52, r113, r108)
@@ -133,22 +133,22 @@ def quantities(x, k):
     r108 = k.where(r61, r66, r108)
     r108 = r32 * r108
     r45 = 1.0 + r110
-    r45 = x22 == r45
+    r45 = x23 == r45
     r113 = k.where(r45, 1.0, 0.0)
     r126 = 2.0 * x12 * r113
-    r113 = x36 * x12 * r113
+    r113 = x37 * x12 * r113
     r128 = r110 == 0.0
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x36 * x12 * r128
+    r128 = x37 * x12 * r128
     r128 = r70 + r126 + r113 + r128 + r75
     r128 = r9 * r128
-    r113 = x22 == r111
+    r113 = x23 == r111
     r126 = k.where(r113, 1.0, 0.0)
     r135 = 2.0 * x12 * r126
-    r126 = x36 * x12 * r126
+    r126 = x37 * x12 * r126
     r111 = r111 == 1.0
     r111 = k.where(r111, 1.0, 0.0)
-    r111 = x36 * x12 * r111
+    r111 = x37 * x12 * r111
     r75 = r70 + r135 + r126 + r111 + r75
     r75 = r9 * r75
     r75 = r128 + r75
@@ -224,381 +224,382 @@ def quantities(x, k):
     r108 = k.where(r108, 0.0, 0.0)
     r31 = r73 == r31
     r108 = k.where(r31, 0.0, r108)
-    r31 = x36 * x19 * x4 * x33 * r26 * r9
-    r49 = x36 * x19 * x4 * x33 * r26
+    r31 = x37 * x19 * x4 * x34 * r26 * r9
+    r49 = x37 * x19 * x4 * x34 * r26
     r99 = k.max(r73, r128, r72)
     r84 = r128 == r99
     r72 = k.where(r84, r128, r72)
     r99 = r73 == r99
     r72 = k.where(r99, r73, r72)
-    r73 = -1.0 * r72
-    r73 = x8 + r73
-    r99 = 6.0 * x6 * x33 * r17
+    r73 = -1.0 * x20
+    r99 = -1.0 * r72
+    r99 = x8 + r73 + r99
+    r73 = 6.0 * x6 * x34 * r17
     r128 = 12.0 * x12
     r84 = 6.0 * x15 * r13
-    r113 = 12.0 * x36 * x12
+    r113 = 12.0 * x37 * x12
     r85 = 12.0 * x15 * x12 * x5
-    r111 = 12.0 * x15 * x11 * x10 * x33
+    r111 = 12.0 * x15 * x11 * x10 * x34
     r111 = r128 + r84 + r113 + r85 + r111
-    r85 = x6 * x33 * r111
+    r85 = x6 * x34 * r111
     r113 = k.pow(x12, 2.0)
     r84 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r84
+    r8 = 0.16666666666666666 * x34 * r84
     r126 = k.recip(x15)
-    r84 = 0.0625 * x36 * r126 * r84
+    r84 = 0.0625 * x37 * r126 * r84
     r84 = 1.0 + r8 + r84
-    r84 = 96.0 * x6 * x15 * x33 * r113 * r84
-    r113 = k.pow(x33, 2.0)
+    r84 = 96.0 * x6 * x15 * x34 * r113 * r84
+    r113 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r113
-    r103 = x23 == 1.0
+    r103 = x24 == 1.0
     r113 = 4.0 * x6 * x15 * x11 * x10 * r113
     r113 = k.where(r103, r113, 0.0)
-    r75 = 0.3333333333333333 * x6 * x33 * r111
+    r75 = 0.3333333333333333 * x6 * x34 * r111
     r113 = k.where(r33, r75, r113)
     r113 = r85 + r8 + r113
     r8 = k.where(r33, 1.0, 0.0)
     r75 = 1.0 + r8
     r30 = k.recip(x9)
     r58 = k.recip(x18)
-    r59 = x36 * x12 * r9
-    r46 = x19 * x12 * x33 * r26
-    r45 = x36 * x19 * x33 * r26 * r9
+    r59 = x37 * x12 * r9
+    r46 = x19 * x12 * x34 * r26
+    r45 = x37 * x19 * x34 * r26 * r9
     r45 = r59 + r46 + r45
     r59 = 2.0 * r30 * r58 * r45
-    r135 = k.recip(x21)
+    r135 = k.recip(x22)
     r70 = k.recip(x17)
-    r258 = 2.0 * x36 * x19 * x12 * x33 * r135 * r26 * r70 * r9
-    r258 = r59 + r258
-    r258 = r75 * r258
+    r259 = 2.0 * x37 * x19 * x12 * x34 * r135 * r26 * r70 * r9
+    r259 = r59 + r259
+    r259 = r75 * r259
     r45 = 4.0 * r30 * r58 * r45
-    r59 = 4.0 * x36 * x19 * x12 * x33 * r135 * r26 * r70 * r9
-    r59 = r258 + r45 + r59
+    r59 = 4.0 * x37 * x19 * x12 * x34 * r135 * r26 * r70 * r9
+    r59 = r259 + r45 + r59
     r59 = r16 * r59
     r45 = x11 * x10 * x12 * r9
-    r258 = x11 * x19 * x10 * x33 * r26 * r9
-    r258 = r45 + r46 + r258
-    r45 = 2.0 * r30 * r58 * r258
-    r269 = 2.0 * x11 * x19 * x10 * x12 * x33 * r135 * r26 * r70 * r9
-    r269 = r45 + r269
-    r269 = r75 * r269
+    r259 = x11 * x19 * x10 * x34 * r26 * r9
+    r259 = r45 + r46 + r259
+    r45 = 2.0 * r30 * r58 * r259
+    r270 = 2.0 * x11 * x19 * x10 * x12 * x34 * r135 * r26 * r70 * r9
+    r270 = r45 + r270
+    r270 = r75 * r270
     r11 = x11 + r11
     r45 = x10 * x12 * r9 * r11
-    r274 = x19 * x10 * x33 * r26 * r9 * r11
-    r274 = r46 + r45 + r274
-    r45 = 2.0 * r30 * r58 * r274
-    r277 = 2.0 * x19 * x10 * x12 * x33 * r135 * r26 * r70 * r9 * r11
-    r277 = r45 + r277
-    r277 = r75 * r277
+    r275 = x19 * x10 * x34 * r26 * r9 * r11
+    r275 = r46 + r45 + r275
+    r45 = 2.0 * r30 * r58 * r275
+    r278 = 2.0 * x19 * x10 * x12 * x34 * r135 * r26 * r70 * r9 * r11
+    r278 = r45 + r278
+    r278 = r75 * r278
     r45 = x12 * x5 * r9
-    r281 = x19 * x5 * x33 * r26 * r9
-    r281 = r45 + r46 + r281
-    r46 = 2.0 * r30 * r58 * r281
-    r45 = 2.0 * x19 * x12 * x5 * x33 * r135 * r26 * r70 * r9
+    r282 = x19 * x5 * x34 * r26 * r9
+    r282 = r45 + r46 + r282
+    r46 = 2.0 * r30 * r58 * r282
+    r45 = 2.0 * x19 * x12 * x5 * x34 * r135 * r26 * r70 * r9
     r45 = r46 + r45
     r45 = 2.0 * r75 * r45
-    r258 = 4.0 * r30 * r58 * r258
-    r274 = 4.0 * r30 * r58 * r274
-    r281 = 8.0 * r30 * r58 * r281
-    r46 = 8.0 * x19 * x12 * x5 * x33 * r135 * r26 * r70 * r9
-    r291 = 4.0 * x11 * x19 * x10 * x12 * x33 * r135 * r26 * r70 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r135 * r26 * r70 * r9 * r11
-    r11 = r269 + r277 + r45 + r258 + r274 + r281 + r46 + r291 + r11
+    r259 = 4.0 * r30 * r58 * r259
+    r275 = 4.0 * r30 * r58 * r275
+    r282 = 8.0 * r30 * r58 * r282
+    r46 = 8.0 * x19 * x12 * x5 * x34 * r135 * r26 * r70 * r9
+    r292 = 4.0 * x11 * x19 * x10 * x12 * x34 * r135 * r26 * r70 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r135 * r26 * r70 * r9 * r11
+    r11 = r270 + r278 + r45 + r259 + r275 + r282 + r46 + r292 + r11
     r11 = x15 * r16 * r11
     r11 = r59 + r11
     r59 = x6 * r4 * r5 * r11
-    r291 = 3.0 * x5
+    r292 = 3.0 * x5
     r46 = 2.0 * x5 * r75
-    r46 = r291 + r46
-    r46 = x19 * x33 * r26 * r9 * r46
-    r291 = 10.0 * x12 * r75
-    r291 = r128 + r291
-    r291 = x19 * x33 * r26 * r9 * r291
-    r291 = r46 + r291
-    r291 = x15 * r16 * r291
-    r46 = 3.0 * x36 * x19 * x33 * r26 * r16 * r9
+    r46 = r292 + r46
+    r46 = x19 * x34 * r26 * r9 * r46
+    r292 = 10.0 * x12 * r75
+    r292 = r128 + r292
+    r292 = x19 * x34 * r26 * r9 * r292
+    r292 = r46 + r292
+    r292 = x15 * r16 * r292
+    r46 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
     r8 = 2.0 + r8
-    r10 = x15 * x19 * x10 * x33 * r26 * r16 * r9 * r8 * r10
-    r10 = r291 + r46 + r10
+    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r8 * r10
+    r10 = r292 + r46 + r10
     r46 = x6 * x4 * r30 * r4 * r5 * r58 * r10
-    r291 = k.recip(x0)
-    r8 = x11 * x10 * x33
+    r292 = k.recip(x0)
+    r8 = x11 * x10 * x34
     r103 = k.or_(r103, r33)
     r103 = k.where(r103, 1.0, 0.0)
     r103 = 3.0 + r103
-    r103 = 2.0 * x11 * x10 * x33 * r103
+    r103 = 2.0 * x11 * x10 * x34 * r103
     r103 = r8 + r103
-    r8 = x6 * x15 * x33 * r135 * r4 * r26 * r70 * r291 * r16 * r9 * r103
+    r8 = x6 * x15 * x34 * r135 * r4 * r26 * r70 * r292 * r16 * r9 * r103
     r128 = r59 + r46 + r8
-    r281 = k.recip(r128)
+    r282 = k.recip(r128)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r274 = k.recip(x6)
-    r258 = 0.3333333333333333 * x3 * x19 * r274 * r57 * r128
-    r45 = 0.6666666666666666 * x3 * x19 * x22 * r274 * r128
+    r275 = k.recip(x6)
+    r259 = 0.3333333333333333 * x3 * x19 * r275 * r57 * r128
+    r45 = 0.6666666666666666 * x3 * x19 * x23 * r275 * r128
     r10 = -1.0 * x6 * x4 * r30 * r4 * r5 * r58 * r10
-    r103 = -1.0 * x6 * x15 * x33 * r135 * r4 * r26 * r70 * r291 * r16 * r9 * r103
-    r45 = r11 + r258 + r45 + r10 + r103
+    r103 = -1.0 * x6 * x15 * x34 * r135 * r4 * r26 * r70 * r292 * r16 * r9 * r103
+    r45 = r11 + r259 + r45 + r10 + r103
     r45 = k.max(0.0, r45)
-    r258 = 0.5 * x22
-    r258 = -1.0 + r258
-    r258 = 0.6666666666666666 * x3 * x19 * r274 * r57 * r258 * r128
-    r258 = k.where(r44, 0.0, r258)
-    r44 = 0.3333333333333333 * x3 * x19 * r274 * r57 * r109 * r128
-    r258 = k.where(r51, r44, r258)
+    r259 = 0.5 * x23
+    r259 = -1.0 + r259
+    r259 = 0.6666666666666666 * x3 * x19 * r275 * r57 * r259 * r128
+    r259 = k.where(r44, 0.0, r259)
+    r44 = 0.3333333333333333 * x3 * x19 * r275 * r57 * r109 * r128
+    r259 = k.where(r51, r44, r259)
     r61 = k.or_(r50, r53, r61)
-    r109 = x3 * x19 * r274 * r57 * r109 * r128
-    r258 = k.where(r61, r109, r258)
-    r258 = k.max(r45, r258)
-    r281 = r281 * r258
+    r109 = x3 * x19 * r275 * r57 * r109 * r128
+    r259 = k.where(r61, r109, r259)
+    r259 = k.max(r45, r259)
+    r282 = r282 * r259
     r58 = 28.0 * r30 * r58 * r27
     r30 = r58 + r59 + r46 + r8
-    r45 = -1.0 * x20
+    r45 = -1.0 * x21
     r45 = 1.0 + r45
-    r109 = x22 * x37
+    r109 = x23 * x38
     r109 = -1.0 + r109
-    r57 = k.recip(x25)
-    r50 = k.recip(x26)
-    r44 = x19 * x4 * x12 * x33 * r57 * r26 * r50 * r9
-    r44 = x27 + r44
-    r51 = 2.0 * x3 * x2 * x35
-    r51 = x29 >= r51
-    r291 = k.recip(x28)
-    r70 = k.recip(x30)
-    r277 = x19 * x4 * x12 * x33 * r291 * r26 * r70 * r9
-    r277 = x31 + r277
-    r44 = k.where(r51, r277, r44)
+    r57 = k.recip(x26)
+    r50 = k.recip(x27)
+    r44 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9
+    r44 = x28 + r44
+    r51 = 2.0 * x3 * x2 * x36
+    r51 = x30 >= r51
+    r292 = k.recip(x29)
+    r70 = k.recip(x31)
+    r278 = x19 * x4 * x12 * x34 * r292 * r26 * r70 * r9
+    r278 = x32 + r278
+    r44 = k.where(r51, r278, r44)
     r44 = 2.0 * x6 * r4 * r5 * r16 * r109 * r44
     r44 = k.where(r71, 0.0, r44)
     r45 = r45 * r44
-    r277 = x3 * x19 * r274 * r128
-    r51 = x22 <= 1.0
+    r278 = x3 * x19 * r275 * r128
+    r51 = x23 <= 1.0
     r83 = k.and_(r83, r51)
-    r277 = k.where(r83, r128, r277)
-    r277 = -1.0 * x20 * r277
+    r278 = k.where(r83, r128, r278)
+    r278 = -1.0 * x21 * r278
     r128 = x3 * x2
-    r269 = -1.0 + r128
-    r367 = k.recip(r269)
-    r368 = 2.0 * x3 * x2
-    r368 = -2.0 + r368
-    r370 = x29 * r9
-    r371 = k.gcd(r128, r370)
-    r372 = k.recip(r371)
-    r373 = x3 * x2 * r372
-    r373 = -1.0 + r373
-    r373 = x27 * r373
-    r376 = -1.0 * x3 * x2 * r372
-    r376 = r128 + r376
-    r376 = x31 * r376
-    r379 = r373 + r376
-    r379 = r367 * r368 * r379
-    r367 = x4 * x22 * r57 * r126 * r4 * r26 * r50 * r372 * r368 * r21
-    r371 = -1.0 + r371
-    r383 = x4 * x22 * r291 * r126 * r4 * r26 * r70 * r372 * r371 * r368 * r21
-    r383 = k.max(r367, r383)
-    r383 = r379 + r383
-    r379 = x29 <= x35
-    r367 = x27 * r368
-    r388 = x4 * x22 * r57 * r126 * r4 * r26 * r50 * r368 * r21
-    r388 = r367 + r388
-    r383 = k.where(r379, r388, r383)
-    r388 = x3 * x2 * x35
-    r388 = x29 >= r388
-    r367 = x31 * r368
-    r394 = x4 * x22 * r291 * r126 * r4 * r26 * r70 * r368 * r21
-    r394 = r367 + r394
-    r383 = k.where(r388, r394, r383)
-    r383 = x15 * r16 * r383
-    r394 = x4 * x22 * r57 * r126 * r4 * r26 * r50 * r372 * r269 * r21
-    r371 = x4 * x22 * r291 * r126 * r4 * r26 * r70 * r372 * r269 * r371 * r21
-    r371 = k.max(r394, r371)
-    r371 = r373 + r376 + r371
-    r376 = x27 * r269
-    r373 = x4 * x22 * r57 * r126 * r4 * r26 * r50 * r269 * r21
-    r373 = r376 + r373
-    r371 = k.where(r379, r373, r371)
-    r373 = x31 * r269
-    r126 = x4 * x22 * r291 * r126 * r4 * r26 * r70 * r269 * r21
-    r126 = r373 + r126
-    r371 = k.where(r388, r126, r371)
-    r126 = 2.0 * x15 * r16 * r371
-    r383 = k.where(r23, r126, r383)
-    r126 = x15 * r16 * r371
-    r388 = x6 * x15 * r4 * r5 * r16 * r371
-    r388 = r126 + r388
-    r383 = k.where(r83, r388, r383)
+    r270 = -1.0 + r128
+    r368 = k.recip(r270)
+    r369 = 2.0 * x3 * x2
+    r369 = -2.0 + r369
+    r371 = x30 * r9
+    r372 = k.gcd(r128, r371)
+    r373 = k.recip(r372)
+    r374 = x3 * x2 * r373
+    r374 = -1.0 + r374
+    r374 = x28 * r374
+    r377 = -1.0 * x3 * x2 * r373
+    r377 = r128 + r377
+    r377 = x32 * r377
+    r380 = r374 + r377
+    r380 = r368 * r369 * r380
+    r368 = x4 * x23 * r57 * r126 * r4 * r26 * r50 * r373 * r369 * r21
+    r372 = -1.0 + r372
+    r384 = x4 * x23 * r292 * r126 * r4 * r26 * r70 * r373 * r372 * r369 * r21
+    r384 = k.max(r368, r384)
+    r384 = r380 + r384
+    r380 = x30 <= x36
+    r368 = x28 * r369
+    r389 = x4 * x23 * r57 * r126 * r4 * r26 * r50 * r369 * r21
+    r389 = r368 + r389
+    r384 = k.where(r380, r389, r384)
+    r389 = x3 * x2 * x36
+    r389 = x30 >= r389
+    r368 = x32 * r369
+    r395 = x4 * x23 * r292 * r126 * r4 * r26 * r70 * r369 * r21
+    r395 = r368 + r395
+    r384 = k.where(r389, r395, r384)
+    r384 = x15 * r16 * r384
+    r395 = x4 * x23 * r57 * r126 * r4 * r26 * r50 * r373 * r270 * r21
+    r372 = x4 * x23 * r292 * r126 * r4 * r26 * r70 * r373 * r270 * r372 * r21
+    r372 = k.max(r395, r372)
+    r372 = r374 + r377 + r372
+    r377 = x28 * r270
+    r374 = x4 * x23 * r57 * r126 * r4 * r26 * r50 * r270 * r21
+    r374 = r377 + r374
+    r372 = k.where(r380, r374, r372)
+    r374 = x32 * r270
+    r126 = x4 * x23 * r292 * r126 * r4 * r26 * r70 * r270 * r21
+    r126 = r374 + r126
+    r372 = k.where(r389, r126, r372)
+    r126 = 2.0 * x15 * r16 * r372
+    r384 = k.where(r23, r126, r384)
+    r126 = x15 * r16 * r372
+    r389 = x6 * x15 * r4 * r5 * r16 * r372
+    r389 = r126 + r389
+    r384 = k.where(r83, r389, r384)
     r51 = k.and_(r86, r51)
-    r371 = 3.0 * x6 * x15 * r4 * r5 * r16 * r371
-    r383 = k.where(r51, r371, r383)
+    r372 = 3.0 * x6 * x15 * r4 * r5 * r16 * r372
+    r384 = k.where(r51, r372, r384)
     r128 = r128 == 1.0
-    r383 = k.where(r128, 0.0, r383)
-    r277 = r277 + r383
-    r277 = k.max(0.0, r277)
-    r370 = k.gcd(x2, r370)
-    r371 = k.recip(r370)
-    r86 = x2 * r371
+    r384 = k.where(r128, 0.0, r384)
+    r278 = r278 + r384
+    r278 = k.max(0.0, r278)
+    r371 = k.gcd(x2, r371)
+    r372 = k.recip(r371)
+    r86 = x2 * r372
     r86 = -1.0 + r86
-    r86 = x27 * r86
-    r388 = -1.0 * x2 * r371
-    r388 = x2 + r388
-    r388 = x31 * r388
+    r86 = x28 * r86
+    r389 = -1.0 * x2 * r372
+    r389 = x2 + r389
+    r389 = x32 * r389
     r126 = -1.0 + x2
-    r373 = 2.0 * x14 * x19 * x10 * x4 * x33 * r57 * r26 * r50 * r9 * r371 * r126
-    r370 = -1.0 + r370
-    r370 = 2.0 * x14 * x19 * x10 * x4 * x33 * r291 * r26 * r70 * r9 * r371 * r126 * r370
-    r370 = k.max(r373, r370)
-    r370 = r86 + r388 + r370
-    r388 = x27 * r126
-    r86 = 2.0 * x14 * x19 * x10 * x4 * x33 * r57 * r26 * r50 * r9 * r126
-    r86 = r388 + r86
-    r370 = k.where(r379, r86, r370)
-    r86 = x2 * x35
-    r86 = x29 >= r86
-    r379 = x31 * r126
-    r388 = 2.0 * x14 * x19 * x10 * x4 * x33 * r291 * r26 * r70 * r9 * r126
-    r388 = r379 + r388
-    r370 = k.where(r86, r388, r370)
-    r388 = x6 * x15 * r4 * r5 * r16 * r370
-    r370 = x6 * x15 * r4 * r5 * r16 * r75 * r370
-    r370 = r388 + r370
-    r388 = x2 == 1.0
-    r370 = k.where(r388, 0.0, r370)
+    r374 = 2.0 * x14 * x19 * x10 * x4 * x34 * r57 * r26 * r50 * r9 * r372 * r126
+    r371 = -1.0 + r371
+    r371 = 2.0 * x14 * x19 * x10 * x4 * x34 * r292 * r26 * r70 * r9 * r372 * r126 * r371
+    r371 = k.max(r374, r371)
+    r371 = r86 + r389 + r371
+    r389 = x28 * r126
+    r86 = 2.0 * x14 * x19 * x10 * x4 * x34 * r57 * r26 * r50 * r9 * r126
+    r86 = r389 + r86
+    r371 = k.where(r380, r86, r371)
+    r86 = x2 * x36
+    r86 = x30 >= r86
+    r380 = x32 * r126
+    r389 = 2.0 * x14 * x19 * x10 * x4 * x34 * r292 * r26 * r70 * r9 * r126
+    r389 = r380 + r389
+    r371 = k.where(r86, r389, r371)
+    r389 = x6 * x15 * r4 * r5 * r16 * r371
+    r371 = x6 * x15 * r4 * r5 * r16 * r75 * r371
+    r371 = r389 + r371
+    r389 = x2 == 1.0
+    r371 = k.where(r389, 0.0, r371)
     r33 = k.where(r33, 2.0, 0.0)
     r33 = 4.0 + r33
-    r86 = k.gcd(x35, x29)
-    r379 = k.recip(r86)
-    r373 = x35 * r379
-    r373 = -1.0 + r373
-    r373 = x27 * r373
-    r371 = -1.0 * x35 * r379
-    r371 = x35 + r371
-    r371 = x31 * r371
-    r376 = -1.0 + x35
-    r394 = x19 * x4 * x12 * x33 * r57 * r26 * r50 * r9 * r379 * r376
+    r86 = k.gcd(x36, x30)
+    r380 = k.recip(r86)
+    r374 = x36 * r380
+    r374 = -1.0 + r374
+    r374 = x28 * r374
+    r372 = -1.0 * x36 * r380
+    r372 = x36 + r372
+    r372 = x32 * r372
+    r377 = -1.0 + x36
+    r395 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9 * r380 * r377
     r86 = -1.0 + r86
-    r86 = x19 * x4 * x12 * x33 * r291 * r26 * r70 * r9 * r379 * r376 * r86
-    r86 = k.max(r394, r86)
-    r86 = r373 + r371 + r86
-    r371 = x29 <= 1.0
-    r373 = x27 * r376
-    r50 = x19 * x4 * x12 * x33 * r57 * r26 * r50 * r9 * r376
-    r50 = r373 + r50
-    r86 = k.where(r371, r50, r86)
-    r50 = x29 >= x35
-    r371 = x31 * r376
-    r70 = x19 * x4 * x12 * x33 * r291 * r26 * r70 * r9 * r376
-    r70 = r371 + r70
+    r86 = x19 * x4 * x12 * x34 * r292 * r26 * r70 * r9 * r380 * r377 * r86
+    r86 = k.max(r395, r86)
+    r86 = r374 + r372 + r86
+    r372 = x30 <= 1.0
+    r374 = x28 * r377
+    r50 = x19 * x4 * x12 * x34 * r57 * r26 * r50 * r9 * r377
+    r50 = r374 + r50
+    r86 = k.where(r372, r50, r86)
+    r50 = x30 >= x36
+    r372 = x32 * r377
+    r70 = x19 * x4 * x12 * x34 * r292 * r26 * r70 * r9 * r377
+    r70 = r372 + r70
     r86 = k.where(r50, r70, r86)
     r86 = 2.0 * x6 * x15 * r4 * r5 * r16 * r33 * r86
-    r70 = x35 == 1.0
+    r70 = x36 == 1.0
     r86 = k.where(r70, 0.0, r86)
     r103 = r11 + r10 + r103
     r103 = k.max(0.0, r103)
     r103 = k.where(r22, r103, 0.0)
-    r22 = r45 + r58 + r59 + r46 + r8 + r277 + r258 + r370 + r86 + r103
+    r22 = r45 + r58 + r59 + r46 + r8 + r278 + r259 + r371 + r86 + r103
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r135 * r4 * r26 * r16 * r9 * r10 * r17
-    r111 = x6 * x33 * r135 * r4 * r26 * r16 * r9 * r10 * r111
-    r10 = x19 * x4 * x12 * x33 * r26
-    r135 = x19 * x4 * x12 * x33 * r57 * r26
-    r368 = x4 * r4 * r26 * r368 * r21
-    r50 = 2.0 * x4 * r4 * r26 * r269 * r21
-    r368 = k.where(r23, r50, r368)
-    r50 = x4 * r4 * r26 * r269 * r21
+    r11 = 6.0 * x6 * x34 * r135 * r4 * r26 * r16 * r9 * r10 * r17
+    r111 = x6 * x34 * r135 * r4 * r26 * r16 * r9 * r10 * r111
+    r10 = x19 * x4 * x12 * x34 * r26
+    r135 = x19 * x4 * x12 * x34 * r57 * r26
+    r369 = x4 * r4 * r26 * r369 * r21
+    r50 = 2.0 * x4 * r4 * r26 * r270 * r21
+    r369 = k.where(r23, r50, r369)
+    r50 = x4 * r4 * r26 * r270 * r21
     r23 = k.pow(x3, -2.0)
-    r371 = x6 * x4 * r23 * r5 * r26 * r269 * r21
-    r371 = r50 + r371
-    r368 = k.where(r83, r371, r368)
-    r269 = 3.0 * x6 * x4 * r23 * r5 * r26 * r269 * r21
-    r368 = k.where(r51, r269, r368)
-    r368 = k.where(r128, 0.0, r368)
-    r128 = r57 * r368
-    r57 = x28 * r57
-    r269 = k.recip(x33)
-    r51 = x34 * r274 * r269
+    r372 = x6 * x4 * r23 * r5 * r26 * r270 * r21
+    r372 = r50 + r372
+    r369 = k.where(r83, r372, r369)
+    r270 = 3.0 * x6 * x4 * r23 * r5 * r26 * r270 * r21
+    r369 = k.where(r51, r270, r369)
+    r369 = k.where(r128, 0.0, r369)
+    r128 = r57 * r369
+    r57 = x29 * r57
+    r270 = k.recip(x34)
+    r51 = x35 * r275 * r270
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r371 = 1.6e-11 * x12
-    r83 = 1.6e-11 * x36 * x12
+    r372 = 1.6e-11 * x12
+    r83 = 1.6e-11 * x37 * x12
     r50 = 8e-12 * x15 * r13
-    r291 = 1.6e-11 * x15 * x12 * x5
-    r373 = r371 + r83 + r50 + r291
-    r394 = 8e-12 * x12
-    r379 = 8e-12 * x36 * x12
-    r372 = 4e-12 * x15 * r13
-    r367 = 8e-12 * x15 * x12 * x5
-    r367 = r394 + r379 + r372 + r367
-    r367 = r23 > r367
-    r372 = -1.6e-11 * x12
-    r379 = -1.6e-11 * x36 * x12
+    r292 = 1.6e-11 * x15 * x12 * x5
+    r374 = r372 + r83 + r50 + r292
+    r395 = 8e-12 * x12
+    r380 = 8e-12 * x37 * x12
+    r373 = 4e-12 * x15 * r13
+    r368 = 8e-12 * x15 * x12 * x5
+    r368 = r395 + r380 + r373 + r368
+    r368 = r23 > r368
+    r373 = -1.6e-11 * x12
+    r380 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r394 = -1.6e-11 * x15 * x12 * x5
-    r522 = k.sqrt(2.0)
-    r523 = k.sqrt(x3)
-    r523 = k.recip(r523)
-    r525 = k.sqrt(x2)
-    r525 = k.recip(r525)
-    r527 = k.sqrt(x13)
-    r527 = k.recip(r527)
-    r529 = k.sqrt(x22)
-    r529 = k.recip(r529)
-    r531 = k.sqrt(x35)
-    r531 = k.recip(r531)
-    r533 = k.sqrt(r373)
-    r534 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r373
-    r535 = k.sqrt(x3)
-    r536 = k.sqrt(x2)
-    r537 = k.sqrt(x13)
-    r538 = k.sqrt(x22)
-    r539 = k.sqrt(x35)
-    r539 = 0.16666666666666666 * r522 * r535 * r536 * r537 * r538 * r539 * r533
-    r539 = 1.0 + r534 + r539
-    r539 = r522 * r523 * r525 * r527 * r529 * r531 * r533 * r539
-    r539 = r372 + r379 + r13 + r394 + r539
-    r394 = k.where(r367, r539, r23)
-    r291 = r371 + r83 + r50 + r291 + r394
-    r291 = x3 * x2 * x13 * x22 * x35 * r291
-    r291 = k.exp(r291)
-    r291 = -1.0 + r291
-    r50 = k.recip(r291)
-    r83 = x24 + x1
-    r371 = -1.0 * x3 * x2 * x13 * x22 * x35 * r83
-    r371 = k.exp(r371)
-    r371 = x3 * x2 * x13 * x22 * x35 * r50 * r394 * r371
-    r50 = x3 * x2 * x13 * x22 * x35
-    r539 = k.recip(r539)
-    r50 = k.where(r367, r539, r50)
-    r83 = x3 * x2 * x13 * x22 * x35 * r83
+    r395 = -1.6e-11 * x15 * x12 * x5
+    r523 = k.sqrt(2.0)
+    r524 = k.sqrt(x3)
+    r524 = k.recip(r524)
+    r526 = k.sqrt(x2)
+    r526 = k.recip(r526)
+    r528 = k.sqrt(x13)
+    r528 = k.recip(r528)
+    r530 = k.sqrt(x23)
+    r530 = k.recip(r530)
+    r532 = k.sqrt(x36)
+    r532 = k.recip(r532)
+    r534 = k.sqrt(r374)
+    r535 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r374
+    r536 = k.sqrt(x3)
+    r537 = k.sqrt(x2)
+    r538 = k.sqrt(x13)
+    r539 = k.sqrt(x23)
+    r540 = k.sqrt(x36)
+    r540 = 0.16666666666666666 * r523 * r536 * r537 * r538 * r539 * r540 * r534
+    r540 = 1.0 + r535 + r540
+    r540 = r523 * r524 * r526 * r528 * r530 * r532 * r534 * r540
+    r540 = r373 + r380 + r13 + r395 + r540
+    r395 = k.where(r368, r540, r23)
+    r292 = r372 + r83 + r50 + r292 + r395
+    r292 = x3 * x2 * x13 * x23 * x36 * r292
+    r292 = k.exp(r292)
+    r292 = -1.0 + r292
+    r50 = k.recip(r292)
+    r83 = x25 + x1
+    r372 = -1.0 * x3 * x2 * x13 * x23 * x36 * r83
+    r372 = k.exp(r372)
+    r372 = x3 * x2 * x13 * x23 * x36 * r50 * r395 * r372
+    r50 = x3 * x2 * x13 * x23 * x36
+    r540 = k.recip(r540)
+    r50 = k.where(r368, r540, r50)
+    r83 = x3 * x2 * x13 * x23 * x36 * r83
     r83 = k.exp(r83)
-    r5 = x34 * r274 * r4 * r26 * r5 * r16 * r269 * r9 * r291 * r22 * r50 * r83
-    r83 = x34 * r274 * r269 * r291 * r22 * r50 * r83
-    r33 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r376 * r33
+    r5 = x35 * r275 * r4 * r26 * r5 * r16 * r270 * r9 * r292 * r22 * r50 * r83
+    r83 = x35 * r275 * r270 * r292 * r22 * r50 * r83
+    r33 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r377 * r33
     r33 = k.where(r70, 0.0, r33)
-    r70 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r126
-    r126 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r75 * r126
+    r70 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r126
+    r126 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r75 * r126
     r126 = r70 + r126
-    r126 = k.where(r388, 0.0, r126)
-    r109 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r109
+    r126 = k.where(r389, 0.0, r126)
+    r109 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r109
     r109 = k.where(r71, 0.0, r109)
-    r110 = r110 < x22
-    r71 = x32 != 2.0
+    r110 = r110 < x23
+    r71 = x33 != 2.0
     r53 = k.and_(r53, r71)
     r53 = k.not_(r53)
     r53 = k.or_(r110, r53)
-    r9 = x32 != 1.0
+    r9 = x33 != 1.0
     r52 = k.and_(r9, r71, r52)
     r52 = k.not_(r52)
     r52 = k.or_(r110, r52)
     r52 = k.and_(r53, r52)
-    r53 = x22 >= 2.0
-    r110 = x32 != 3.0
-    r71 = x32 != 4.0
+    r53 = x23 >= 2.0
+    r110 = x33 != 3.0
+    r71 = x33 != 4.0
     r61 = k.not_(r61)
     r61 = k.and_(r110, r71, r61)
     r61 = k.not_(r61)
     r61 = k.or_(r53, r61)
-    r53 = x21 * x3 * x2 * x22 * x35 * r22
-    r71 = r99 <= r53
+    r53 = x22 * x3 * x2 * x23 * x36 * r22
+    r71 = r73 <= r53
     r53 = r85 <= r53
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r69, r66, r32, r98, r89, r108, 0.0, r92, r93, r34, r31, r49, r94, r72, r73, r99, r99, r85, r84, r113, r281, r30, r258, r22, r11, r111, r10, r135, r128, r57, 0.0, r51, r23, r373, r394, r371, r5, r83, r59, r8, r46, r58, r33, r86, r86, r126, r370, r370, r368, r383, r277, r109, r44, r45, 0.0, 0.0, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, r52, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, r61, r61, r71, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r69, r66, r32, r98, r89, r108, 0.0, r92, r93, r34, r31, r49, r94, r72, r99, r73, r73, r85, r84, r113, r282, r30, r259, r22, r11, r111, r10, r135, r128, r57, 0.0, r51, r23, r374, r395, r372, r5, r83, r59, r8, r46, r58, r33, r86, r86, r126, r371, r371, r369, r384, r278, r109, r44, r45, 0.0, 0.0, r103, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, 1.0, r61, r61, r71, r53, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r61, r61, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1162,9 +1163,9 @@ def search(x, k):
     return (r79, r75, r89)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44), (41, 42, 43, 44), (41, 42, 43, 44), (41, 42, 43, 44), (), (37, 41, 42, 43, 44), (35, 41, 42, 43, 44), (36, 41, 42, 43, 44), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44), (29, 41, 42, 43, 44), (29, 41, 42, 43, 44), (15, 41, 42, 43, 44), (18,), (14, 15, 41, 42, 43, 44), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 58), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 58), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 58), (54,), (11, 52), (11,), (51,), (50,), (28,), (71,), (38, 41, 42, 43, 44), (38, 41, 42, 43, 44, 70, 71), (38, 41, 42, 43, 44, 68, 69, 70, 71), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 58, 68, 69, 70, 71), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 58, 68, 69, 70, 71), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 67), (7, 67), (9, 66), (10, 66), (11, 66), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 66), (13, 32), (13, 62), (13, 63), (13, 64), (13, 65), (16, 30), (16, 31), (16, 32), (16, 34), (16, 62), (16, 63), (16, 64), (16, 65), (17, 32), (17, 62), (17, 63), (17, 64), (17, 65), (22, 32), (22, 39), (22, 40), (22, 62), (22, 63), (22, 64), (22, 65), (22, 66), (23, 32), (23, 39), (23, 40), (23, 62), (23, 63), (23, 64), (23, 65), (23, 66), (28, 13), (29, 57), (29, 59), (29, 60), (29, 61), (30, 67), (31, 57), (31, 59), (31, 60), (31, 61), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 45), (32, 46), (32, 47), (32, 48), (32, 49), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 59), (32, 60), (32, 61), (32, 67), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 45), (33, 46), (33, 47), (33, 48), (33, 49), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 59), (33, 60), (33, 61), (33, 67), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 45), (34, 46), (34, 47), (34, 48), (34, 49), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 59), (34, 60), (34, 61), (34, 67), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 48), (37, 49), (37, 67), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 45), (45, 46), (45, 47), (45, 48), (45, 49), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 59), (45, 60), (45, 61), (45, 67), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 45), (46, 46), (46, 47), (46, 48), (46, 49), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 59), (46, 60), (46, 61), (46, 67), (50, 67), (51, 0), (51, 9), (51, 54), (51, 55), (51, 56), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 54), (52, 55), (52, 56), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 54), (53, 55), (53, 56), (54, 0), (54, 9), (54, 45), (54, 46), (54, 47), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 45), (55, 46), (55, 47), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 45), (56, 46), (56, 47), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 48), (57, 49), (57, 67), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 48), (58, 49), (58, 67), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 48), (59, 49), (59, 67), (60, 52), (60, 53), (61, 4), (61, 52), (61, 53), (62, 4), (62, 52), (62, 53), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (42, 43, 44, 45), (), (38, 42, 43, 44, 45), (36, 42, 43, 44, 45), (37, 42, 43, 44, 45), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45), (29, 42, 43, 44, 45), (29, 42, 43, 44, 45), (15, 42, 43, 44, 45), (18,), (14, 15, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 59), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 59), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 59), (55,), (11, 53), (11,), (52,), (51,), (28,), (72,), (39, 42, 43, 44, 45), (39, 42, 43, 44, 45, 71, 72), (39, 42, 43, 44, 45, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 59, 69, 70, 71, 72), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 68), (7, 68), (9, 67), (10, 67), (11, 67), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 67), (13, 32), (13, 63), (13, 64), (13, 65), (13, 66), (16, 30), (16, 31), (16, 32), (16, 35), (16, 63), (16, 64), (16, 65), (16, 66), (17, 32), (17, 63), (17, 64), (17, 65), (17, 66), (22, 32), (22, 40), (22, 41), (22, 63), (22, 64), (22, 65), (22, 66), (22, 67), (23, 32), (23, 40), (23, 41), (23, 63), (23, 64), (23, 65), (23, 66), (23, 67), (28, 13), (29, 58), (29, 60), (29, 61), (29, 62), (30, 68), (31, 58), (31, 60), (31, 61), (31, 62), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 46), (32, 47), (32, 48), (32, 49), (32, 50), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 60), (32, 61), (32, 62), (32, 68), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 46), (33, 47), (33, 48), (33, 49), (33, 50), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 60), (33, 61), (33, 62), (33, 68), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 46), (34, 47), (34, 48), (34, 49), (34, 50), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 60), (34, 61), (34, 62), (34, 68), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 49), (37, 50), (37, 68), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 46), (45, 47), (45, 48), (45, 49), (45, 50), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 60), (45, 61), (45, 62), (45, 68), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 46), (46, 47), (46, 48), (46, 49), (46, 50), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 60), (46, 61), (46, 62), (46, 68), (50, 68), (51, 0), (51, 9), (51, 55), (51, 56), (51, 57), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 55), (52, 56), (52, 57), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 55), (53, 56), (53, 57), (54, 0), (54, 9), (54, 46), (54, 47), (54, 48), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 46), (55, 47), (55, 48), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 46), (56, 47), (56, 48), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 49), (57, 50), (57, 68), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 49), (58, 50), (58, 68), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 49), (59, 50), (59, 68), (60, 53), (60, 54), (61, 4), (61, 53), (61, 54), (62, 4), (62, 53), (62, 54), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

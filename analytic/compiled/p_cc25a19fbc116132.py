@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x22)
-    r9 = k.recip(x35)
+    r16 = k.recip(x23)
+    r9 = k.recip(x36)
     r21 = r16 * r9 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x36 * x12
+    r30 = x37 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x22 == 1.0
+    r33 = x23 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x36 * x12 * r34
+    r34 = x37 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r9 * r35
@@ -54,7 +54,7 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r8 = 2.0 * r35
-    r45 = x38 >= 3.0
+    r45 = x39 >= 3.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r8)
     r48 = 12.0 * r35
@@ -68,45 +68,45 @@ def quantities(x, k):
     r55 = r52 + r53 + r54 + r55
     r55 = r9 * r55
     r55 = r49 + r55
-    r55 = x19 * x33 * r26 * r55
-    r49 = x23 == 2.0
-    r54 = 2.0 * x19 * x12 * x33 * r26
+    r55 = x19 * x34 * r26 * r55
+    r49 = x24 == 2.0
+    r54 = 2.0 * x19 * x12 * x34 * r26
     r54 = k.where(r49, r54, r55)
-    r53 = 1.0 + x22
+    r53 = 1.0 + x23
     r53 = k.min(r53, r6)
     r53 = r53 * r31
-    r52 = x32 == 4.0
-    r67 = 2.0 * x22
+    r52 = x33 == 4.0
+    r67 = 2.0 * x23
     r68 = -1.0 + r67
     r68 = k.min(r68, r6)
     r68 = r68 * r31
     r71 = k.where(r52, r68, r53)
-    r72 = x32 == 0.0
-    r73 = x32 == 3.0
+    r72 = x33 == 0.0
+    r73 = x33 == 3.0
     r74 = k.or_(r72, r73)
-    r75 = k.min(x22, r6)
+    r75 = k.min(x23, r6)
     r75 = r75 * r31
     r71 = k.where(r74, r75, r71)
-    r75 = x32 == 1.0
-    r79 = k.recip(x37)
-    r80 = x6 * x37 * r4 * r5
-    r81 = -1.0 + x37
-    r81 = x22 * r81
+    r75 = x33 == 1.0
+    r79 = k.recip(x38)
+    r80 = x6 * x38 * r4 * r5
+    r81 = -1.0 + x38
+    r81 = x23 * r81
     r83 = -1.0 + r67 + r81
     r83 = k.min(r80, r83)
     r83 = r79 * r83 * r31
     r71 = k.where(r75, r83, r71)
-    r83 = x32 == 2.0
+    r83 = x33 == 2.0
     r88 = x6 * r4 * r5 * r31
     r71 = k.where(r83, r88, r71)
     r71 = r54 * r71
     r91 = k.where(r23, 1000000000.0, 0.0)
-    r92 = x38 >= 2.0
+    r92 = x39 >= 2.0
     r8 = k.where(r92, r46, r8)
     r46 = k.where(r49, r55, 0.0)
     r95 = k.or_(r22, r33)
-    r96 = 4.0 * x19 * x12 * x33 * r26
-    r97 = x36 * x19 * x16 * x33 * r26 * r9
+    r96 = 4.0 * x19 * x12 * x34 * r26
+    r97 = x37 * x19 * x16 * x34 * r26 * r9
     r96 = r96 + r97
     r96 = k.max(r96, r46)
     r95 = k.where(r95, r96, r46)
@@ -115,7 +115,7 @@ def quantities(x, k):
     r101 = k.where(r22, r102, r101)
     r102 = 3.0 * x4 * r101 * r35
     r102 = k.where(r45, r102, 0.0)
-    r106 = x22 > 1.0
+    r106 = x23 > 1.0
     r106 = k.and_(r45, r106)
     r108 = 2.0 * x4 * r35
     r102 = k.where(r106, r108, r102)
@@ -147,27 +147,27 @@ def quantities(x, k):
     r35 = r108 == r35
     r102 = k.where(r35, r102, 0.0)
     r35 = r47 + r48 + r118 + r95 + r112 + r102
-    r108 = -1.0 + x22
+    r108 = -1.0 + x23
     r8 = k.min(1.0, r108)
     r71 = 1.0 + r8
-    r71 = x22 == r71
+    r71 = x23 == r71
     r124 = k.where(r71, 1.0, 0.0)
     r143 = 2.0 * x12 * r124
-    r124 = x36 * x12 * r124
+    r124 = x37 * x12 * r124
     r145 = r8 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x36 * x12 * r145
+    r145 = x37 * x12 * r145
     r145 = r32 + r143 + r124 + r145 + r37
     r145 = r9 * r145
     r124 = -1.0 * r8
-    r124 = x22 + r124
-    r143 = x22 == r124
+    r124 = x23 + r124
+    r143 = x23 == r124
     r153 = k.where(r143, 1.0, 0.0)
     r154 = 2.0 * x12 * r153
-    r153 = x36 * x12 * r153
+    r153 = x37 * x12 * r153
     r156 = r124 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x36 * x12 * r156
+    r156 = x37 * x12 * r156
     r37 = r32 + r154 + r153 + r156 + r37
     r37 = r9 * r37
     r37 = r145 + r37
@@ -303,121 +303,122 @@ def quantities(x, k):
     r91 = k.where(r48, r67, r91)
     r102 = r35 == r102
     r91 = k.where(r102, r118, r91)
-    r118 = x36 * x19 * x4 * x33 * r26 * r9
-    r102 = x36 * x19 * x4 * x33 * r26
+    r118 = x37 * x19 * x4 * x34 * r26 * r9
+    r102 = x37 * x19 * x4 * x34 * r26
     r67 = k.max(r35, r145, r34)
     r48 = r145 == r67
     r34 = k.where(r48, r145, r34)
     r67 = r35 == r67
     r34 = k.where(r67, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r67 = 6.0 * x6 * x33 * r17
+    r35 = -1.0 * x20
+    r67 = -1.0 * r34
+    r67 = x8 + r35 + r67
+    r35 = 6.0 * x6 * x34 * r17
     r145 = 12.0 * x12
     r48 = 6.0 * x15 * r13
-    r143 = 12.0 * x36 * x12
+    r143 = 12.0 * x37 * x12
     r112 = 12.0 * x15 * x12 * x5
-    r154 = 12.0 * x15 * x11 * x10 * x33
+    r154 = 12.0 * x15 * x11 * x10 * x34
     r154 = r145 + r48 + r143 + r112 + r154
-    r112 = x6 * x33 * r154
+    r112 = x6 * x34 * r154
     r143 = k.pow(x12, 2.0)
     r48 = k.recip(x12)
-    r47 = 0.16666666666666666 * x33 * r48
+    r47 = 0.16666666666666666 * x34 * r48
     r156 = k.recip(x15)
-    r48 = 0.0625 * x36 * r156 * r48
+    r48 = 0.0625 * x37 * r156 * r48
     r48 = 1.0 + r47 + r48
-    r48 = 96.0 * x6 * x15 * x33 * r143 * r48
-    r143 = k.pow(x33, 2.0)
+    r48 = 96.0 * x6 * x15 * x34 * r143 * r48
+    r143 = k.pow(x34, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r143
-    r71 = x23 == 1.0
+    r71 = x24 == 1.0
     r143 = 4.0 * x6 * x15 * x11 * x10 * r143
     r143 = k.where(r71, r143, 0.0)
-    r153 = 0.3333333333333333 * x6 * x33 * r154
+    r153 = 0.3333333333333333 * x6 * x34 * r154
     r143 = k.where(r49, r153, r143)
     r143 = r112 + r47 + r143
     r47 = k.where(r49, 1.0, 0.0)
     r153 = 1.0 + r47
     r30 = k.recip(x9)
     r53 = k.recip(x18)
-    r106 = x36 * x12 * r9
-    r54 = x19 * x12 * x33 * r26
-    r88 = x36 * x19 * x33 * r26 * r9
+    r106 = x37 * x12 * r9
+    r54 = x19 * x12 * x34 * r26
+    r88 = x37 * x19 * x34 * r26 * r9
     r88 = r106 + r54 + r88
     r106 = 2.0 * r30 * r53 * r88
-    r31 = k.recip(x21)
+    r31 = k.recip(x22)
     r80 = k.recip(x17)
-    r81 = 2.0 * x36 * x19 * x12 * x33 * r31 * r26 * r80 * r9
+    r81 = 2.0 * x37 * x19 * x12 * x34 * r31 * r26 * r80 * r9
     r81 = r106 + r81
     r81 = r153 * r81
     r88 = 4.0 * r30 * r53 * r88
-    r106 = 4.0 * x36 * x19 * x12 * x33 * r31 * r26 * r80 * r9
+    r106 = 4.0 * x37 * x19 * x12 * x34 * r31 * r26 * r80 * r9
     r106 = r81 + r88 + r106
     r106 = r16 * r106
     r88 = x11 * x10 * x12 * r9
-    r81 = x11 * x19 * x10 * x33 * r26 * r9
+    r81 = x11 * x19 * x10 * x34 * r26 * r9
     r81 = r88 + r54 + r81
     r88 = 2.0 * r30 * r53 * r81
-    r68 = 2.0 * x11 * x19 * x10 * x12 * x33 * r31 * r26 * r80 * r9
+    r68 = 2.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r80 * r9
     r68 = r88 + r68
     r68 = r153 * r68
     r11 = x11 + r11
     r88 = x10 * x12 * r9 * r11
-    r124 = x19 * x10 * x33 * r26 * r9 * r11
+    r124 = x19 * x10 * x34 * r26 * r9 * r11
     r124 = r54 + r88 + r124
     r88 = 2.0 * r30 * r53 * r124
-    r356 = 2.0 * x19 * x10 * x12 * x33 * r31 * r26 * r80 * r9 * r11
-    r356 = r88 + r356
-    r356 = r153 * r356
+    r357 = 2.0 * x19 * x10 * x12 * x34 * r31 * r26 * r80 * r9 * r11
+    r357 = r88 + r357
+    r357 = r153 * r357
     r88 = x12 * x5 * r9
-    r360 = x19 * x5 * x33 * r26 * r9
-    r360 = r88 + r54 + r360
-    r54 = 2.0 * r30 * r53 * r360
-    r88 = 2.0 * x19 * x12 * x5 * x33 * r31 * r26 * r80 * r9
+    r361 = x19 * x5 * x34 * r26 * r9
+    r361 = r88 + r54 + r361
+    r54 = 2.0 * r30 * r53 * r361
+    r88 = 2.0 * x19 * x12 * x5 * x34 * r31 * r26 * r80 * r9
     r88 = r54 + r88
     r88 = 2.0 * r153 * r88
     r81 = 4.0 * r30 * r53 * r81
     r124 = 4.0 * r30 * r53 * r124
-    r360 = 8.0 * r30 * r53 * r360
-    r54 = 8.0 * x19 * x12 * x5 * x33 * r31 * r26 * r80 * r9
-    r370 = 4.0 * x11 * x19 * x10 * x12 * x33 * r31 * r26 * r80 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r31 * r26 * r80 * r9 * r11
-    r11 = r68 + r356 + r88 + r81 + r124 + r360 + r54 + r370 + r11
+    r361 = 8.0 * r30 * r53 * r361
+    r54 = 8.0 * x19 * x12 * x5 * x34 * r31 * r26 * r80 * r9
+    r371 = 4.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r80 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r31 * r26 * r80 * r9 * r11
+    r11 = r68 + r357 + r88 + r81 + r124 + r361 + r54 + r371 + r11
     r11 = x15 * r16 * r11
     r11 = r106 + r11
     r106 = x6 * r4 * r5 * r11
-    r370 = 10.0 * x12 * r153
-    r370 = r145 + r370
-    r370 = x19 * x33 * r26 * r370
+    r371 = 10.0 * x12 * r153
+    r371 = r145 + r371
+    r371 = x19 * x34 * r26 * r371
     r145 = 3.0 * x5
     r54 = 2.0 * x5 * r153
     r54 = r145 + r54
-    r54 = x19 * x33 * r26 * r9 * r54
-    r54 = r370 + r54
+    r54 = x19 * x34 * r26 * r9 * r54
+    r54 = r371 + r54
     r54 = x15 * r16 * r54
-    r370 = 3.0 * x36 * x19 * x33 * r26 * r16 * r9
+    r371 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
     r47 = 2.0 + r47
-    r10 = x15 * x19 * x10 * x33 * r26 * r16 * r9 * r47 * r10
-    r10 = r54 + r370 + r10
-    r370 = x6 * x4 * r30 * r4 * r5 * r53 * r10
+    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r47 * r10
+    r10 = r54 + r371 + r10
+    r371 = x6 * x4 * r30 * r4 * r5 * r53 * r10
     r54 = k.recip(x0)
-    r47 = x11 * x10 * x33
+    r47 = x11 * x10 * x34
     r71 = k.or_(r71, r49)
     r71 = k.where(r71, 1.0, 0.0)
     r71 = 3.0 + r71
-    r71 = 2.0 * x11 * x10 * x33 * r71
+    r71 = 2.0 * x11 * x10 * x34 * r71
     r71 = r47 + r71
-    r47 = x6 * x15 * x33 * r31 * r4 * r26 * r80 * r54 * r16 * r9 * r71
-    r145 = r106 + r370 + r47
-    r360 = k.recip(r145)
+    r47 = x6 * x15 * x34 * r31 * r4 * r26 * r80 * r54 * r16 * r9 * r71
+    r145 = r106 + r371 + r47
+    r361 = k.recip(r145)
     r11 = -1.0 * x6 * r4 * r5 * r11
     r124 = k.recip(x6)
     r81 = 0.3333333333333333 * x3 * x19 * r124 * r79 * r145
-    r88 = 0.6666666666666666 * x3 * x19 * x22 * r124 * r145
+    r88 = 0.6666666666666666 * x3 * x19 * x23 * r124 * r145
     r10 = -1.0 * x6 * x4 * r30 * r4 * r5 * r53 * r10
-    r71 = -1.0 * x6 * x15 * x33 * r31 * r4 * r26 * r80 * r54 * r16 * r9 * r71
+    r71 = -1.0 * x6 * x15 * x34 * r31 * r4 * r26 * r80 * r54 * r16 * r9 * r71
     r88 = r11 + r81 + r88 + r10 + r71
     r88 = k.max(0.0, r88)
-    r81 = 0.5 * x22
+    r81 = 0.5 * x23
     r81 = -1.0 + r81
     r81 = 0.6666666666666666 * x3 * x19 * r124 * r79 * r81 * r145
     r81 = k.where(r52, 0.0, r81)
@@ -427,262 +428,262 @@ def quantities(x, k):
     r108 = x3 * x19 * r124 * r79 * r108 * r145
     r81 = k.where(r83, r108, r81)
     r81 = k.max(r88, r81)
-    r360 = r360 * r81
+    r361 = r361 * r81
     r53 = 28.0 * r30 * r53 * r27
-    r30 = r53 + r106 + r370 + r47
-    r88 = -1.0 * x20
+    r30 = r53 + r106 + r371 + r47
+    r88 = -1.0 * x21
     r88 = 1.0 + r88
-    r108 = x22 * x37
+    r108 = x23 * x38
     r108 = -1.0 + r108
-    r79 = k.recip(x25)
-    r72 = k.recip(x26)
-    r52 = x19 * x4 * x12 * x33 * r79 * r26 * r72 * r9
-    r52 = x27 + r52
-    r73 = 2.0 * x3 * x2 * x35
-    r73 = x29 >= r73
-    r54 = k.recip(x28)
-    r80 = k.recip(x30)
-    r356 = x19 * x4 * x12 * x33 * r54 * r26 * r80 * r9
-    r356 = x31 + r356
-    r52 = k.where(r73, r356, r52)
+    r79 = k.recip(x26)
+    r72 = k.recip(x27)
+    r52 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9
+    r52 = x28 + r52
+    r73 = 2.0 * x3 * x2 * x36
+    r73 = x30 >= r73
+    r54 = k.recip(x29)
+    r80 = k.recip(x31)
+    r357 = x19 * x4 * x12 * x34 * r54 * r26 * r80 * r9
+    r357 = x32 + r357
+    r52 = k.where(r73, r357, r52)
     r52 = 2.0 * x6 * r4 * r5 * r16 * r108 * r52
     r52 = k.where(r33, 0.0, r52)
     r88 = r88 * r52
-    r356 = x3 * x19 * r124 * r145
-    r73 = x22 <= 1.0
+    r357 = x3 * x19 * r124 * r145
+    r73 = x23 <= 1.0
     r92 = k.and_(r92, r73)
-    r356 = k.where(r92, r145, r356)
-    r356 = -1.0 * x20 * r356
+    r357 = k.where(r92, r145, r357)
+    r357 = -1.0 * x21 * r357
     r145 = x3 * x2
     r68 = -1.0 + r145
-    r446 = k.recip(r68)
-    r447 = 2.0 * x3 * x2
-    r447 = -2.0 + r447
-    r449 = x29 * r9
-    r450 = k.gcd(r145, r449)
-    r451 = k.recip(r450)
-    r452 = x3 * x2 * r451
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r455 = -1.0 * x3 * x2 * r451
-    r455 = r145 + r455
-    r455 = x31 * r455
-    r458 = r452 + r455
-    r458 = r446 * r447 * r458
-    r446 = x4 * x22 * r79 * r156 * r4 * r26 * r72 * r451 * r447 * r21
-    r450 = -1.0 + r450
-    r462 = x4 * x22 * r54 * r156 * r4 * r26 * r80 * r451 * r450 * r447 * r21
-    r462 = k.max(r446, r462)
-    r462 = r458 + r462
-    r458 = x29 <= x35
-    r446 = x27 * r447
-    r467 = x4 * x22 * r79 * r156 * r4 * r26 * r72 * r447 * r21
-    r467 = r446 + r467
-    r462 = k.where(r458, r467, r462)
-    r467 = x3 * x2 * x35
-    r467 = x29 >= r467
-    r446 = x31 * r447
-    r473 = x4 * x22 * r54 * r156 * r4 * r26 * r80 * r447 * r21
-    r473 = r446 + r473
-    r462 = k.where(r467, r473, r462)
-    r462 = x15 * r16 * r462
-    r473 = x4 * x22 * r79 * r156 * r4 * r26 * r72 * r451 * r68 * r21
-    r450 = x4 * x22 * r54 * r156 * r4 * r26 * r80 * r451 * r68 * r450 * r21
-    r450 = k.max(r473, r450)
-    r450 = r452 + r455 + r450
-    r455 = x27 * r68
-    r452 = x4 * x22 * r79 * r156 * r4 * r26 * r72 * r68 * r21
-    r452 = r455 + r452
-    r450 = k.where(r458, r452, r450)
-    r452 = x31 * r68
-    r156 = x4 * x22 * r54 * r156 * r4 * r26 * r80 * r68 * r21
-    r156 = r452 + r156
-    r450 = k.where(r467, r156, r450)
-    r156 = 2.0 * x15 * r16 * r450
-    r462 = k.where(r23, r156, r462)
-    r156 = x15 * r16 * r450
-    r467 = x6 * x15 * r4 * r5 * r16 * r450
-    r467 = r156 + r467
-    r462 = k.where(r92, r467, r462)
+    r447 = k.recip(r68)
+    r448 = 2.0 * x3 * x2
+    r448 = -2.0 + r448
+    r450 = x30 * r9
+    r451 = k.gcd(r145, r450)
+    r452 = k.recip(r451)
+    r453 = x3 * x2 * r452
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r456 = -1.0 * x3 * x2 * r452
+    r456 = r145 + r456
+    r456 = x32 * r456
+    r459 = r453 + r456
+    r459 = r447 * r448 * r459
+    r447 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r452 * r448 * r21
+    r451 = -1.0 + r451
+    r463 = x4 * x23 * r54 * r156 * r4 * r26 * r80 * r452 * r451 * r448 * r21
+    r463 = k.max(r447, r463)
+    r463 = r459 + r463
+    r459 = x30 <= x36
+    r447 = x28 * r448
+    r468 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r448 * r21
+    r468 = r447 + r468
+    r463 = k.where(r459, r468, r463)
+    r468 = x3 * x2 * x36
+    r468 = x30 >= r468
+    r447 = x32 * r448
+    r474 = x4 * x23 * r54 * r156 * r4 * r26 * r80 * r448 * r21
+    r474 = r447 + r474
+    r463 = k.where(r468, r474, r463)
+    r463 = x15 * r16 * r463
+    r474 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r452 * r68 * r21
+    r451 = x4 * x23 * r54 * r156 * r4 * r26 * r80 * r452 * r68 * r451 * r21
+    r451 = k.max(r474, r451)
+    r451 = r453 + r456 + r451
+    r456 = x28 * r68
+    r453 = x4 * x23 * r79 * r156 * r4 * r26 * r72 * r68 * r21
+    r453 = r456 + r453
+    r451 = k.where(r459, r453, r451)
+    r453 = x32 * r68
+    r156 = x4 * x23 * r54 * r156 * r4 * r26 * r80 * r68 * r21
+    r156 = r453 + r156
+    r451 = k.where(r468, r156, r451)
+    r156 = 2.0 * x15 * r16 * r451
+    r463 = k.where(r23, r156, r463)
+    r156 = x15 * r16 * r451
+    r468 = x6 * x15 * r4 * r5 * r16 * r451
+    r468 = r156 + r468
+    r463 = k.where(r92, r468, r463)
     r73 = k.and_(r45, r73)
-    r450 = 3.0 * x6 * x15 * r4 * r5 * r16 * r450
-    r462 = k.where(r73, r450, r462)
+    r451 = 3.0 * x6 * x15 * r4 * r5 * r16 * r451
+    r463 = k.where(r73, r451, r463)
     r145 = r145 == 1.0
-    r462 = k.where(r145, 0.0, r462)
-    r356 = r356 + r462
-    r356 = k.max(0.0, r356)
-    r449 = k.gcd(x2, r449)
-    r450 = k.recip(r449)
-    r45 = x2 * r450
+    r463 = k.where(r145, 0.0, r463)
+    r357 = r357 + r463
+    r357 = k.max(0.0, r357)
+    r450 = k.gcd(x2, r450)
+    r451 = k.recip(r450)
+    r45 = x2 * r451
     r45 = -1.0 + r45
-    r45 = x27 * r45
-    r467 = -1.0 * x2 * r450
-    r467 = x2 + r467
-    r467 = x31 * r467
+    r45 = x28 * r45
+    r468 = -1.0 * x2 * r451
+    r468 = x2 + r468
+    r468 = x32 * r468
     r156 = -1.0 + x2
-    r452 = 2.0 * x14 * x19 * x10 * x4 * x33 * r79 * r26 * r72 * r9 * r450 * r156
-    r449 = -1.0 + r449
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x33 * r54 * r26 * r80 * r9 * r450 * r156 * r449
-    r449 = k.max(r452, r449)
-    r449 = r45 + r467 + r449
-    r467 = x27 * r156
-    r45 = 2.0 * x14 * x19 * x10 * x4 * x33 * r79 * r26 * r72 * r9 * r156
-    r45 = r467 + r45
-    r449 = k.where(r458, r45, r449)
-    r45 = x2 * x35
-    r45 = x29 >= r45
-    r458 = x31 * r156
-    r467 = 2.0 * x14 * x19 * x10 * x4 * x33 * r54 * r26 * r80 * r9 * r156
-    r467 = r458 + r467
-    r449 = k.where(r45, r467, r449)
-    r467 = x6 * x15 * r4 * r5 * r16 * r449
-    r449 = x6 * x15 * r4 * r5 * r16 * r153 * r449
-    r449 = r467 + r449
-    r467 = x2 == 1.0
-    r449 = k.where(r467, 0.0, r449)
+    r453 = 2.0 * x14 * x19 * x10 * x4 * x34 * r79 * r26 * r72 * r9 * r451 * r156
+    r450 = -1.0 + r450
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x34 * r54 * r26 * r80 * r9 * r451 * r156 * r450
+    r450 = k.max(r453, r450)
+    r450 = r45 + r468 + r450
+    r468 = x28 * r156
+    r45 = 2.0 * x14 * x19 * x10 * x4 * x34 * r79 * r26 * r72 * r9 * r156
+    r45 = r468 + r45
+    r450 = k.where(r459, r45, r450)
+    r45 = x2 * x36
+    r45 = x30 >= r45
+    r459 = x32 * r156
+    r468 = 2.0 * x14 * x19 * x10 * x4 * x34 * r54 * r26 * r80 * r9 * r156
+    r468 = r459 + r468
+    r450 = k.where(r45, r468, r450)
+    r468 = x6 * x15 * r4 * r5 * r16 * r450
+    r450 = x6 * x15 * r4 * r5 * r16 * r153 * r450
+    r450 = r468 + r450
+    r468 = x2 == 1.0
+    r450 = k.where(r468, 0.0, r450)
     r49 = k.where(r49, 2.0, 0.0)
     r49 = 4.0 + r49
-    r45 = -1.0 + x35
+    r45 = -1.0 + x36
     r45 = k.recip(r45)
-    r458 = 2.0 * x35
-    r458 = -2.0 + r458
-    r452 = k.gcd(x35, x29)
-    r450 = k.recip(r452)
-    r455 = x35 * r450
-    r455 = -1.0 + r455
-    r455 = x27 * r455
-    r473 = -1.0 * x35 * r450
-    r473 = x35 + r473
-    r473 = x31 * r473
-    r473 = r455 + r473
-    r473 = r45 * r458 * r473
-    r45 = x19 * x4 * x12 * x33 * r79 * r26 * r72 * r9 * r450 * r458
-    r452 = -1.0 + r452
-    r452 = x19 * x4 * x12 * x33 * r54 * r26 * r80 * r9 * r450 * r452 * r458
-    r452 = k.max(r45, r452)
-    r452 = r473 + r452
-    r473 = x29 <= 1.0
-    r45 = x27 * r458
-    r72 = x19 * x4 * x12 * x33 * r79 * r26 * r72 * r9 * r458
+    r459 = 2.0 * x36
+    r459 = -2.0 + r459
+    r453 = k.gcd(x36, x30)
+    r451 = k.recip(r453)
+    r456 = x36 * r451
+    r456 = -1.0 + r456
+    r456 = x28 * r456
+    r474 = -1.0 * x36 * r451
+    r474 = x36 + r474
+    r474 = x32 * r474
+    r474 = r456 + r474
+    r474 = r45 * r459 * r474
+    r45 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9 * r451 * r459
+    r453 = -1.0 + r453
+    r453 = x19 * x4 * x12 * x34 * r54 * r26 * r80 * r9 * r451 * r453 * r459
+    r453 = k.max(r45, r453)
+    r453 = r474 + r453
+    r474 = x30 <= 1.0
+    r45 = x28 * r459
+    r72 = x19 * x4 * x12 * x34 * r79 * r26 * r72 * r9 * r459
     r72 = r45 + r72
-    r452 = k.where(r473, r72, r452)
-    r72 = x29 >= x35
-    r473 = x31 * r458
-    r80 = x19 * x4 * x12 * x33 * r54 * r26 * r80 * r9 * r458
-    r80 = r473 + r80
-    r452 = k.where(r72, r80, r452)
-    r452 = x6 * x15 * r4 * r5 * r16 * r49 * r452
-    r80 = x35 == 1.0
-    r452 = k.where(r80, 0.0, r452)
+    r453 = k.where(r474, r72, r453)
+    r72 = x30 >= x36
+    r474 = x32 * r459
+    r80 = x19 * x4 * x12 * x34 * r54 * r26 * r80 * r9 * r459
+    r80 = r474 + r80
+    r453 = k.where(r72, r80, r453)
+    r453 = x6 * x15 * r4 * r5 * r16 * r49 * r453
+    r80 = x36 == 1.0
+    r453 = k.where(r80, 0.0, r453)
     r71 = r11 + r10 + r71
     r71 = k.max(0.0, r71)
     r71 = k.where(r22, r71, 0.0)
-    r22 = r88 + r53 + r106 + r370 + r47 + r356 + r81 + r449 + r452 + r71
+    r22 = r88 + r53 + r106 + r371 + r47 + r357 + r81 + r450 + r453 + r71
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r31 * r4 * r26 * r16 * r9 * r10 * r17
-    r154 = x6 * x33 * r31 * r4 * r26 * r16 * r9 * r10 * r154
-    r10 = x19 * x4 * x12 * x33 * r26
-    r31 = x19 * x4 * x12 * x33 * r79 * r26
-    r447 = x4 * r4 * r26 * r447 * r21
+    r11 = 6.0 * x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r17
+    r154 = x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r154
+    r10 = x19 * x4 * x12 * x34 * r26
+    r31 = x19 * x4 * x12 * x34 * r79 * r26
+    r448 = x4 * r4 * r26 * r448 * r21
     r72 = 2.0 * x4 * r4 * r26 * r68 * r21
-    r447 = k.where(r23, r72, r447)
+    r448 = k.where(r23, r72, r448)
     r72 = x4 * r4 * r26 * r68 * r21
     r23 = k.pow(x3, -2.0)
-    r473 = x6 * x4 * r23 * r5 * r26 * r68 * r21
-    r473 = r72 + r473
-    r447 = k.where(r92, r473, r447)
+    r474 = x6 * x4 * r23 * r5 * r26 * r68 * r21
+    r474 = r72 + r474
+    r448 = k.where(r92, r474, r448)
     r68 = 3.0 * x6 * x4 * r23 * r5 * r26 * r68 * r21
-    r447 = k.where(r73, r68, r447)
-    r447 = k.where(r145, 0.0, r447)
-    r145 = r79 * r447
-    r79 = x28 * r79
-    r68 = k.recip(x33)
-    r73 = x34 * r124 * r68
+    r448 = k.where(r73, r68, r448)
+    r448 = k.where(r145, 0.0, r448)
+    r145 = r79 * r448
+    r79 = x29 * r79
+    r68 = k.recip(x34)
+    r73 = x35 * r124 * r68
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r473 = 1.6e-11 * x12
-    r92 = 1.6e-11 * x36 * x12
+    r474 = 1.6e-11 * x12
+    r92 = 1.6e-11 * x37 * x12
     r72 = 8e-12 * x15 * r13
     r54 = 1.6e-11 * x15 * x12 * x5
-    r45 = r473 + r92 + r72 + r54
-    r450 = 8e-12 * x12
-    r455 = 8e-12 * x36 * x12
-    r451 = 4e-12 * x15 * r13
-    r446 = 8e-12 * x15 * x12 * x5
-    r446 = r450 + r455 + r451 + r446
-    r446 = r23 > r446
-    r451 = -1.6e-11 * x12
-    r455 = -1.6e-11 * x36 * x12
+    r45 = r474 + r92 + r72 + r54
+    r451 = 8e-12 * x12
+    r456 = 8e-12 * x37 * x12
+    r452 = 4e-12 * x15 * r13
+    r447 = 8e-12 * x15 * x12 * x5
+    r447 = r451 + r456 + r452 + r447
+    r447 = r23 > r447
+    r452 = -1.6e-11 * x12
+    r456 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r450 = -1.6e-11 * x15 * x12 * x5
-    r606 = k.sqrt(2.0)
-    r607 = k.sqrt(x3)
-    r607 = k.recip(r607)
-    r609 = k.sqrt(x2)
-    r609 = k.recip(r609)
-    r611 = k.sqrt(x13)
-    r611 = k.recip(r611)
-    r613 = k.sqrt(x22)
-    r613 = k.recip(r613)
-    r615 = k.sqrt(x35)
-    r615 = k.recip(r615)
-    r617 = k.sqrt(r45)
-    r618 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r45
-    r619 = k.sqrt(x3)
-    r620 = k.sqrt(x2)
-    r621 = k.sqrt(x13)
-    r622 = k.sqrt(x22)
-    r623 = k.sqrt(x35)
-    r623 = 0.16666666666666666 * r606 * r619 * r620 * r621 * r622 * r623 * r617
-    r623 = 1.0 + r618 + r623
-    r623 = r606 * r607 * r609 * r611 * r613 * r615 * r617 * r623
-    r623 = r451 + r455 + r13 + r450 + r623
-    r450 = k.where(r446, r623, r23)
-    r54 = r473 + r92 + r72 + r54 + r450
-    r54 = x3 * x2 * x13 * x22 * x35 * r54
+    r451 = -1.6e-11 * x15 * x12 * x5
+    r607 = k.sqrt(2.0)
+    r608 = k.sqrt(x3)
+    r608 = k.recip(r608)
+    r610 = k.sqrt(x2)
+    r610 = k.recip(r610)
+    r612 = k.sqrt(x13)
+    r612 = k.recip(r612)
+    r614 = k.sqrt(x23)
+    r614 = k.recip(r614)
+    r616 = k.sqrt(x36)
+    r616 = k.recip(r616)
+    r618 = k.sqrt(r45)
+    r619 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r45
+    r620 = k.sqrt(x3)
+    r621 = k.sqrt(x2)
+    r622 = k.sqrt(x13)
+    r623 = k.sqrt(x23)
+    r624 = k.sqrt(x36)
+    r624 = 0.16666666666666666 * r607 * r620 * r621 * r622 * r623 * r624 * r618
+    r624 = 1.0 + r619 + r624
+    r624 = r607 * r608 * r610 * r612 * r614 * r616 * r618 * r624
+    r624 = r452 + r456 + r13 + r451 + r624
+    r451 = k.where(r447, r624, r23)
+    r54 = r474 + r92 + r72 + r54 + r451
+    r54 = x3 * x2 * x13 * x23 * x36 * r54
     r54 = k.exp(r54)
     r54 = -1.0 + r54
     r72 = k.recip(r54)
-    r92 = x24 + x1
-    r473 = -1.0 * x3 * x2 * x13 * x22 * x35 * r92
-    r473 = k.exp(r473)
-    r473 = x3 * x2 * x13 * x22 * x35 * r72 * r450 * r473
-    r72 = x3 * x2 * x13 * x22 * x35
-    r623 = k.recip(r623)
-    r72 = k.where(r446, r623, r72)
-    r92 = x3 * x2 * x13 * x22 * x35 * r92
+    r92 = x25 + x1
+    r474 = -1.0 * x3 * x2 * x13 * x23 * x36 * r92
+    r474 = k.exp(r474)
+    r474 = x3 * x2 * x13 * x23 * x36 * r72 * r451 * r474
+    r72 = x3 * x2 * x13 * x23 * x36
+    r624 = k.recip(r624)
+    r72 = k.where(r447, r624, r72)
+    r92 = x3 * x2 * x13 * x23 * x36 * r92
     r92 = k.exp(r92)
-    r5 = x34 * r124 * r4 * r26 * r5 * r16 * r68 * r9 * r54 * r22 * r72 * r92
-    r92 = x34 * r124 * r68 * r54 * r22 * r72 * r92
-    r49 = x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r458 * r49
+    r5 = x35 * r124 * r4 * r26 * r5 * r16 * r68 * r9 * r54 * r22 * r72 * r92
+    r92 = x35 * r124 * r68 * r54 * r22 * r72 * r92
+    r49 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r459 * r49
     r49 = k.where(r80, 0.0, r49)
-    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r156
-    r156 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r9 * r153 * r156
+    r80 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r156
+    r156 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r153 * r156
     r156 = r80 + r156
-    r156 = k.where(r467, 0.0, r156)
-    r108 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r9 * r108
+    r156 = k.where(r468, 0.0, r156)
+    r108 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r108
     r108 = k.where(r33, 0.0, r108)
-    r8 = r8 < x22
-    r33 = x32 != 2.0
+    r8 = r8 < x23
+    r33 = x33 != 2.0
     r75 = k.and_(r75, r33)
     r75 = k.not_(r75)
     r75 = k.or_(r8, r75)
-    r9 = x32 != 1.0
+    r9 = x33 != 1.0
     r74 = k.and_(r9, r33, r74)
     r74 = k.not_(r74)
     r74 = k.or_(r8, r74)
     r74 = k.and_(r75, r74)
-    r75 = x22 >= 2.0
-    r8 = x32 != 3.0
-    r33 = x32 != 4.0
+    r75 = x23 >= 2.0
+    r8 = x33 != 3.0
+    r33 = x33 != 4.0
     r83 = k.not_(r83)
     r83 = k.and_(r8, r33, r83)
     r83 = k.not_(r83)
     r83 = k.or_(r75, r83)
-    r75 = x21 * x3 * x2 * x22 * x35 * r22
-    r33 = r67 <= r75
+    r75 = x22 * x3 * x2 * x23 * x36 * r22
+    r33 = r35 <= r75
     r75 = r112 <= r75
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r115, r32, r101, r46, r91, 0.0, r95, r96, r55, r118, r102, r97, r34, r35, r67, r67, r112, r48, r143, r360, r30, r81, r22, r11, r154, r10, r31, r145, r79, 0.0, r73, r23, r45, r450, r473, r5, r92, r106, r47, r370, r53, r49, r452, r452, r156, r449, r449, r447, r462, r356, r108, r52, r88, 0.0, 0.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, r74, 1.0, 1.0, 1.0, 1.0, 1.0, r83, 1.0, r83, r83, r33, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r115, r32, r101, r46, r91, 0.0, r95, r96, r55, r118, r102, r97, r34, r67, r35, r35, r112, r48, r143, r361, r30, r81, r22, r11, r154, r10, r31, r145, r79, 0.0, r73, r23, r45, r451, r474, r5, r92, r106, r47, r371, r53, r49, r453, r453, r156, r450, r450, r448, r463, r357, r108, r52, r88, 0.0, 0.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r74, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, 1.0, r83, r83, r33, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r83, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1362,9 +1363,9 @@ def search(x, k):
     return (r82, r54, r57)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (37, 44, 45, 46, 47), (35, 44, 45, 46, 47), (36, 44, 45, 46, 47), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47), (30, 31, 34, 35, 36, 37, 44, 45, 46, 47), (29, 44, 45, 46, 47), (29, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (38, 44, 45, 46, 47), (38, 44, 45, 46, 47, 73, 74), (38, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 43), (10, 69), (11, 69), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 69), (16, 30), (16, 31), (16, 32), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 45, 46, 47, 48), (30, 31, 33, 35, 36, 37, 38, 45, 46, 47, 48), (29, 45, 46, 47, 48), (29, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

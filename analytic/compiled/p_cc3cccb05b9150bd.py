@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,16 +24,16 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x36)
+    r8 = k.recip(x24)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
@@ -44,46 +44,46 @@ def quantities(x, k):
     r32 = 4.0 * x11 * x10
     r33 = 4.0 * x14 * x10
     r33 = r29 + r30 + r31 + r32 + r33
-    r33 = x19 * x34 * r25 * r19 * r33
-    r32 = x24 == 2.0
-    r31 = 2.0 * x19 * x12 * x34 * r25 * r19
+    r33 = x19 * x35 * r25 * r19 * r33
+    r32 = x25 == 2.0
+    r31 = 2.0 * x19 * x12 * x35 * r25 * r19
     r31 = k.where(r32, r31, r33)
-    r30 = 1.0 + x23
+    r30 = 1.0 + x24
     r30 = k.min(r30, r6)
     r29 = k.ceiling(r28)
     r30 = r30 * r29
-    r43 = x33 == 4.0
-    r44 = 2.0 * x23
+    r43 = x34 == 4.0
+    r44 = 2.0 * x24
     r45 = -1.0 + r44
     r45 = k.min(r45, r6)
     r45 = r45 * r29
     r48 = k.where(r43, r45, r30)
-    r49 = x33 == 0.0
-    r50 = x33 == 3.0
+    r49 = x34 == 0.0
+    r50 = x34 == 3.0
     r51 = k.or_(r49, r50)
-    r52 = k.min(x23, r6)
+    r52 = k.min(x24, r6)
     r52 = r52 * r29
     r48 = k.where(r51, r52, r48)
-    r52 = x33 == 1.0
-    r56 = k.recip(x38)
-    r57 = x6 * x38 * r4 * r5
-    r58 = -1.0 + x38
-    r58 = x23 * r58
+    r52 = x34 == 1.0
+    r56 = k.recip(x39)
+    r57 = x6 * x39 * r4 * r5
+    r58 = -1.0 + x39
+    r58 = x24 * r58
     r60 = -1.0 + r44 + r58
     r60 = k.min(r57, r60)
     r60 = r56 * r60 * r29
     r48 = k.where(r52, r60, r48)
-    r60 = x33 == 2.0
+    r60 = x34 == 2.0
     r65 = x6 * r4 * r5 * r29
     r48 = k.where(r60, r65, r48)
     r48 = r31 * r48
-    r68 = x37 * x12 * r19
-    r69 = x23 == 1.0
+    r68 = x38 * x12 * r19
+    r69 = x24 == 1.0
     r70 = k.where(r69, 1.0, 0.0)
-    r71 = x37 * x12 * r70
-    r72 = x23 != 1.0
+    r71 = x38 * x12 * r70
+    r72 = x24 != 1.0
     r72 = k.where(r72, 1.0, 0.0)
-    r72 = x37 * x12 * r72
+    r72 = x38 * x12 * r72
     r75 = r71 + r72
     r75 = r19 * r75
     r77 = r75 + r68
@@ -100,12 +100,12 @@ def quantities(x, k):
     r70 = k.where(r21, r71, r70)
     r15 = 2.0 * r70
     r78 = r78 + r15
-    r91 = x39 >= 3.0
+    r91 = x40 >= 3.0
     r78 = k.where(r91, 0.0, r78)
-    r93 = x39 <= 2.0
+    r93 = x40 <= 2.0
     r94 = 4.0 * r70
     r94 = k.where(r93, r94, r15)
-    r96 = x39 >= 2.0
+    r96 = x40 >= 2.0
     r97 = r4 * r25 * r94
     r94 = k.where(r96, r97, r94)
     r97 = 2.0 * r4 * r25 * r70
@@ -113,12 +113,12 @@ def quantities(x, k):
     r97 = 12.0 * r70
     r102 = 12.0 * r4 * r25 * r70
     r97 = k.where(r22, r102, r97)
-    r102 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r102 = 4.0 * x19 * x5 * x35 * r25 * r19
     r105 = r33 + r102
     r102 = k.where(r32, r105, r102)
     r105 = k.or_(r21, r69)
-    r108 = 4.0 * x19 * x12 * x34 * r25 * r19
-    r109 = x37 * x19 * x16 * x34 * r25 * r19
+    r108 = 4.0 * x19 * x12 * x35 * r25 * r19
+    r109 = x38 * x19 * x16 * x35 * r25 * r19
     r108 = r108 + r109
     r108 = k.max(r108, r102)
     r105 = k.where(r105, r108, r102)
@@ -127,16 +127,16 @@ def quantities(x, k):
     r113 = k.where(r21, r114, r113)
     r114 = 3.0 * x4 * r113 * r70
     r114 = k.where(r91, r114, 0.0)
-    r118 = x23 > 1.0
+    r118 = x24 > 1.0
     r118 = k.and_(r91, r118)
     r70 = 2.0 * x4 * r70
     r114 = k.where(r118, r70, r114)
     r70 = r48 + r78 + r94 + r15 + r97 + r105 + r114
     r123 = k.where(r43, r45, r30)
-    r124 = -1.0 + x23
+    r124 = -1.0 + x24
     r125 = k.min(1.0, r124)
     r126 = -1.0 * r125
-    r126 = x23 + r126
+    r126 = x24 + r126
     r128 = k.min(r6, r126)
     r128 = r128 * r29
     r123 = k.where(r51, r128, r123)
@@ -149,23 +149,23 @@ def quantities(x, k):
     r123 = r31 * r123
     r44 = r125 == 0.0
     r44 = k.where(r44, 1.0, 0.0)
-    r44 = x37 * x12 * r44
+    r44 = x38 * x12 * r44
     r128 = r125 != 0.0
     r142 = 1.0 + r125
-    r142 = x23 == r142
+    r142 = x24 == r142
     r128 = k.and_(r128, r142)
     r128 = k.where(r128, 1.0, 0.0)
-    r128 = x37 * x12 * r128
+    r128 = x38 * x12 * r128
     r147 = r44 + r128
     r147 = r19 * r147
     r149 = r126 == 1.0
     r149 = k.where(r149, 1.0, 0.0)
-    r149 = x37 * x12 * r149
-    r152 = x23 == r126
+    r149 = x38 * x12 * r149
+    r152 = x24 == r126
     r126 = r126 != 1.0
     r126 = k.and_(r152, r126)
     r126 = k.where(r126, 1.0, 0.0)
-    r126 = x37 * x12 * r126
+    r126 = x38 * x12 * r126
     r157 = r149 + r126
     r157 = r19 * r157
     r157 = r157 + r147
@@ -267,277 +267,278 @@ def quantities(x, k):
     r123 = k.where(r123, 0.0, 0.0)
     r30 = r70 == r30
     r123 = k.where(r30, 0.0, r123)
-    r30 = x37 * x19 * x4 * x34 * r25 * r19
-    r48 = x37 * x19 * x4 * x34 * r25
+    r30 = x38 * x19 * x4 * x35 * r25 * r19
+    r48 = x38 * x19 * x4 * x35 * r25
     r114 = k.max(r70, r128, r72)
     r97 = r128 == r114
     r72 = k.where(r97, r128, r72)
     r114 = r70 == r114
     r72 = k.where(r114, r70, r72)
-    r70 = -1.0 * r72
-    r70 = x8 + r70
-    r114 = 6.0 * x6 * x34 * r16
+    r70 = -1.0 * x20
+    r114 = -1.0 * r72
+    r114 = x8 + r70 + r114
+    r70 = 6.0 * x6 * x35 * r16
     r128 = 6.0 * x12
     r97 = 6.0 * x15 * r12
-    r152 = 6.0 * x37 * x12
+    r152 = 6.0 * x38 * x12
     r94 = 18.0 * x15 * x12 * x5
-    r149 = 12.0 * x15 * x11 * x10 * x34
+    r149 = 12.0 * x15 * x11 * x10 * x35
     r149 = r128 + r97 + r152 + r94 + r149
-    r94 = x6 * x34 * r149
+    r94 = x6 * x35 * r149
     r152 = k.pow(x12, 2.0)
     r97 = k.recip(x12)
-    r128 = 0.16666666666666666 * x34 * r97
+    r128 = 0.16666666666666666 * x35 * r97
     r15 = k.recip(x15)
-    r97 = 0.0625 * x37 * r15 * r97
+    r97 = 0.0625 * x38 * r15 * r97
     r97 = 1.0 + r128 + r97
-    r97 = 96.0 * x6 * x15 * x34 * r152 * r97
-    r152 = k.pow(x34, 2.0)
+    r97 = 96.0 * x6 * x15 * x35 * r152 * r97
+    r152 = k.pow(x35, 2.0)
     r128 = 2.0 * x6 * x15 * x11 * x10 * r152
-    r126 = x24 == 1.0
+    r126 = x25 == 1.0
     r152 = 4.0 * x6 * x15 * x11 * x10 * r152
     r152 = k.where(r126, r152, 0.0)
-    r75 = 0.3333333333333333 * x6 * x34 * r149
+    r75 = 0.3333333333333333 * x6 * x35 * r149
     r152 = k.where(r32, r75, r152)
     r152 = r94 + r128 + r152
     r128 = k.where(r32, 1.0, 0.0)
     r75 = 1.0 + r128
     r82 = k.recip(x9)
     r147 = k.recip(x18)
-    r78 = x19 * x12 * x34 * r25
-    r118 = x37 * x19 * x34 * r25 * r19
+    r78 = x19 * x12 * x35 * r25
+    r118 = x38 * x19 * x35 * r25 * r19
     r118 = r68 + r78 + r118
     r68 = 2.0 * r82 * r147 * r118
-    r65 = k.recip(x22)
+    r65 = k.recip(x23)
     r29 = k.recip(x17)
-    r57 = 2.0 * x37 * x19 * x12 * x34 * r65 * r25 * r29 * r19
+    r57 = 2.0 * x38 * x19 * x12 * x35 * r65 * r25 * r29 * r19
     r57 = r68 + r57
     r57 = r75 * r57
     r118 = 4.0 * r82 * r147 * r118
-    r68 = 4.0 * x37 * x19 * x12 * x34 * r65 * r25 * r29 * r19
+    r68 = 4.0 * x38 * x19 * x12 * x35 * r65 * r25 * r29 * r19
     r68 = r57 + r118 + r68
     r68 = r8 * r68
     r118 = x12 * x5 * r19
-    r57 = x19 * x5 * x34 * r25 * r19
+    r57 = x19 * x5 * x35 * r25 * r19
     r57 = r118 + r78 + r57
     r118 = r82 * r147 * r57
-    r58 = k.recip(x21)
-    r45 = 2.0 * x19 * x12 * x5 * x34 * r58 * r25 * r29 * r19
+    r58 = k.recip(x22)
+    r45 = 2.0 * x19 * x12 * x5 * x35 * r58 * r25 * r29 * r19
     r45 = r118 + r45
     r45 = r75 * r45
     r118 = 2.0 * x12 * x5 * r19
-    r142 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r142 = 2.0 * x19 * x5 * x35 * r25 * r19
     r142 = r118 + r78 + r142
     r118 = r82 * r147 * r142
-    r81 = 4.0 * x19 * x12 * x5 * x34 * r58 * r25 * r29 * r19
+    r81 = 4.0 * x19 * x12 * x5 * x35 * r58 * r25 * r29 * r19
     r81 = r118 + r81
     r81 = r75 * r81
     r118 = x11 * x10 * x12 * r19
-    r44 = x11 * x19 * x10 * x34 * r25 * r19
+    r44 = x11 * x19 * x10 * x35 * r25 * r19
     r44 = r118 + r78 + r44
     r118 = r82 * r147 * r44
-    r157 = 2.0 * x11 * x19 * x10 * x12 * x34 * r58 * r25 * r29 * r19
+    r157 = 2.0 * x11 * x19 * x10 * x12 * x35 * r58 * r25 * r29 * r19
     r157 = r118 + r157
     r157 = r75 * r157
     r10 = x11 + r10
     r118 = x10 * x12 * r19 * r10
-    r331 = x19 * x10 * x34 * r25 * r19 * r10
-    r331 = r78 + r118 + r331
-    r118 = r82 * r147 * r331
-    r78 = 2.0 * x19 * x10 * x12 * x34 * r58 * r25 * r29 * r19 * r10
+    r332 = x19 * x10 * x35 * r25 * r19 * r10
+    r332 = r78 + r118 + r332
+    r118 = r82 * r147 * r332
+    r78 = 2.0 * x19 * x10 * x12 * x35 * r58 * r25 * r29 * r19 * r10
     r78 = r118 + r78
     r78 = r75 * r78
     r57 = 2.0 * r82 * r147 * r57
     r142 = 2.0 * r82 * r147 * r142
     r44 = 2.0 * r82 * r147 * r44
-    r331 = 2.0 * r82 * r147 * r331
+    r332 = 2.0 * r82 * r147 * r332
     r118 = x5 * r19
     r118 = x12 + r118
-    r118 = 4.0 * x19 * x34 * r82 * r25 * r147 * r118
-    r344 = 2.0 * x5 * r19
-    r344 = x12 + r344
-    r344 = 4.0 * x19 * x34 * r82 * r25 * r147 * r344
-    r347 = x11 * x10 * r19
-    r347 = x12 + r347
-    r347 = 4.0 * x19 * x34 * r82 * r25 * r147 * r347
-    r350 = x10 * r19 * r10
-    r350 = x12 + r350
-    r350 = 4.0 * x19 * x34 * r82 * r25 * r147 * r350
-    r353 = 12.0 * x19 * x12 * x5 * x34 * r58 * r25 * r29 * r19
-    r354 = 4.0 * x11 * x19 * x10 * x12 * x34 * r58 * r25 * r29 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r58 * r25 * r29 * r19 * r10
-    r10 = r45 + r81 + r157 + r78 + r57 + r142 + r44 + r331 + r118 + r344 + r347 + r350 + r353 + r354 + r10
+    r118 = 4.0 * x19 * x35 * r82 * r25 * r147 * r118
+    r345 = 2.0 * x5 * r19
+    r345 = x12 + r345
+    r345 = 4.0 * x19 * x35 * r82 * r25 * r147 * r345
+    r348 = x11 * x10 * r19
+    r348 = x12 + r348
+    r348 = 4.0 * x19 * x35 * r82 * r25 * r147 * r348
+    r351 = x10 * r19 * r10
+    r351 = x12 + r351
+    r351 = 4.0 * x19 * x35 * r82 * r25 * r147 * r351
+    r354 = 12.0 * x19 * x12 * x5 * x35 * r58 * r25 * r29 * r19
+    r355 = 4.0 * x11 * x19 * x10 * x12 * x35 * r58 * r25 * r29 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r58 * r25 * r29 * r19 * r10
+    r10 = r45 + r81 + r157 + r78 + r57 + r142 + r44 + r332 + r118 + r345 + r348 + r351 + r354 + r355 + r10
     r10 = x15 * r8 * r10
     r10 = r68 + r10
     r68 = x6 * r4 * r5 * r10
-    r354 = 5.0 * x5
-    r353 = 3.0 * x5 * r75
-    r353 = r354 + r353
-    r353 = x19 * x34 * r25 * r19 * r353
-    r354 = 12.0 * x12
-    r350 = 10.0 * x12 * r75
-    r350 = r354 + r350
-    r350 = x19 * x34 * r25 * r19 * r350
-    r350 = r353 + r350
-    r350 = x15 * r8 * r350
-    r353 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r355 = 5.0 * x5
+    r354 = 3.0 * x5 * r75
+    r354 = r355 + r354
+    r354 = x19 * x35 * r25 * r19 * r354
+    r355 = 12.0 * x12
+    r351 = 10.0 * x12 * r75
+    r351 = r355 + r351
+    r351 = x19 * x35 * r25 * r19 * r351
+    r351 = r354 + r351
+    r351 = x15 * r8 * r351
+    r354 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r128 = 2.0 + r128
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r128 * r9
-    r9 = r350 + r353 + r9
-    r353 = x6 * x4 * r82 * r4 * r5 * r147 * r9
-    r350 = k.recip(x0)
-    r128 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r128 * r9
+    r9 = r351 + r354 + r9
+    r354 = x6 * x4 * r82 * r4 * r5 * r147 * r9
+    r351 = k.recip(x0)
+    r128 = x11 * x10 * x35
     r126 = k.or_(r126, r32)
     r126 = k.where(r126, 1.0, 0.0)
     r126 = 3.0 + r126
-    r126 = 2.0 * x11 * x10 * x34 * r126
+    r126 = 2.0 * x11 * x10 * x35 * r126
     r126 = r128 + r126
-    r128 = x6 * x15 * x34 * r65 * r4 * r25 * r29 * r350 * r8 * r19 * r126
-    r354 = r68 + r353 + r128
-    r347 = k.recip(r354)
+    r128 = x6 * x15 * x35 * r65 * r4 * r25 * r29 * r351 * r8 * r19 * r126
+    r355 = r68 + r354 + r128
+    r348 = k.recip(r355)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r344 = k.recip(x6)
-    r118 = 0.3333333333333333 * x3 * x19 * r344 * r56 * r354
-    r331 = 0.6666666666666666 * x3 * x19 * x23 * r344 * r354
+    r345 = k.recip(x6)
+    r118 = 0.3333333333333333 * x3 * x19 * r345 * r56 * r355
+    r332 = 0.6666666666666666 * x3 * x19 * x24 * r345 * r355
     r9 = -1.0 * x6 * x4 * r82 * r4 * r5 * r147 * r9
-    r126 = -1.0 * x6 * x15 * x34 * r65 * r4 * r25 * r29 * r350 * r8 * r19 * r126
-    r331 = r10 + r118 + r331 + r9 + r126
-    r331 = k.max(0.0, r331)
-    r118 = 0.5 * x23
+    r126 = -1.0 * x6 * x15 * x35 * r65 * r4 * r25 * r29 * r351 * r8 * r19 * r126
+    r332 = r10 + r118 + r332 + r9 + r126
+    r332 = k.max(0.0, r332)
+    r118 = 0.5 * x24
     r118 = -1.0 + r118
-    r118 = 0.6666666666666666 * x3 * x19 * r344 * r56 * r118 * r354
+    r118 = 0.6666666666666666 * x3 * x19 * r345 * r56 * r118 * r355
     r118 = k.where(r43, 0.0, r118)
-    r43 = 0.3333333333333333 * x3 * x19 * r344 * r56 * r124 * r354
+    r43 = 0.3333333333333333 * x3 * x19 * r345 * r56 * r124 * r355
     r118 = k.where(r50, r43, r118)
     r60 = k.or_(r49, r52, r60)
-    r124 = x3 * x19 * r344 * r56 * r124 * r354
+    r124 = x3 * x19 * r345 * r56 * r124 * r355
     r118 = k.where(r60, r124, r118)
-    r118 = k.max(r331, r118)
-    r347 = r347 * r118
-    r331 = k.where(r93, 4.0, 2.0)
-    r331 = 26.0 + r331
-    r331 = r82 * r147 * r331 * r26
-    r147 = r68 + r331 + r353 + r128
-    r82 = -1.0 * x20
+    r118 = k.max(r332, r118)
+    r348 = r348 * r118
+    r332 = k.where(r93, 4.0, 2.0)
+    r332 = 26.0 + r332
+    r332 = r82 * r147 * r332 * r26
+    r147 = r68 + r332 + r354 + r128
+    r82 = -1.0 * x21
     r82 = 1.0 + r82
-    r124 = x23 * x38
+    r124 = x24 * x39
     r124 = -1.0 + r124
-    r56 = k.recip(x26)
-    r49 = k.recip(x27)
-    r43 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19
-    r43 = x28 + r43
-    r50 = 2.0 * x3 * x2 * x36
-    r50 = x30 >= r50
-    r350 = k.recip(x29)
-    r29 = k.recip(x31)
-    r65 = x19 * x4 * x12 * x34 * r350 * r25 * r29 * r19
-    r65 = x32 + r65
+    r56 = k.recip(x27)
+    r49 = k.recip(x28)
+    r43 = x19 * x4 * x12 * x35 * r56 * r25 * r49 * r19
+    r43 = x29 + r43
+    r50 = 2.0 * x3 * x2 * x37
+    r50 = x31 >= r50
+    r351 = k.recip(x30)
+    r29 = k.recip(x32)
+    r65 = x19 * x4 * x12 * x35 * r351 * r25 * r29 * r19
+    r65 = x33 + r65
     r43 = k.where(r50, r65, r43)
     r43 = 2.0 * x6 * r4 * r5 * r8 * r124 * r43
     r43 = k.where(r69, 0.0, r43)
     r82 = r82 * r43
-    r65 = x3 * x19 * r344 * r354
-    r50 = x23 <= 1.0
+    r65 = x3 * x19 * r345 * r355
+    r50 = x24 <= 1.0
     r96 = k.and_(r96, r50)
-    r65 = k.where(r96, r354, r65)
-    r65 = -1.0 * x20 * r65
-    r354 = x3 * x2
-    r44 = -1.0 + r354
+    r65 = k.where(r96, r355, r65)
+    r65 = -1.0 * x21 * r65
+    r355 = x3 * x2
+    r44 = -1.0 + r355
     r142 = k.recip(r44)
     r57 = 2.0 * x3 * x2
     r57 = -2.0 + r57
-    r78 = x30 * r19
-    r157 = k.gcd(r354, r78)
+    r78 = x31 * r19
+    r157 = k.gcd(r355, r78)
     r81 = k.recip(r157)
     r45 = x3 * x2 * r81
     r45 = -1.0 + r45
-    r45 = x28 * r45
-    r442 = -1.0 * x3 * x2 * r81
-    r442 = r354 + r442
-    r442 = x32 * r442
-    r445 = r45 + r442
-    r445 = r142 * r57 * r445
+    r45 = x29 * r45
+    r443 = -1.0 * x3 * x2 * r81
+    r443 = r355 + r443
+    r443 = x33 * r443
+    r446 = r45 + r443
+    r446 = r142 * r57 * r446
     r142 = x4 * r20
-    r448 = 4.0 * r20
-    r142 = k.where(r93, r448, r142)
-    r448 = x23 * r56 * r15 * r4 * r25 * r49 * r81 * r57 * r142
+    r449 = 4.0 * r20
+    r142 = k.where(r93, r449, r142)
+    r449 = x24 * r56 * r15 * r4 * r25 * r49 * r81 * r57 * r142
     r157 = -1.0 + r157
-    r93 = x23 * r350 * r15 * r4 * r25 * r29 * r81 * r157 * r57 * r142
-    r93 = k.max(r448, r93)
-    r93 = r445 + r93
-    r445 = x30 <= x36
-    r448 = x28 * r57
-    r457 = x23 * r56 * r15 * r4 * r25 * r49 * r57 * r142
-    r457 = r448 + r457
-    r93 = k.where(r445, r457, r93)
-    r457 = x3 * x2 * x36
-    r457 = x30 >= r457
-    r448 = x32 * r57
-    r463 = x23 * r350 * r15 * r4 * r25 * r29 * r57 * r142
-    r463 = r448 + r463
-    r93 = k.where(r457, r463, r93)
+    r93 = x24 * r351 * r15 * r4 * r25 * r29 * r81 * r157 * r57 * r142
+    r93 = k.max(r449, r93)
+    r93 = r446 + r93
+    r446 = x31 <= x37
+    r449 = x29 * r57
+    r458 = x24 * r56 * r15 * r4 * r25 * r49 * r57 * r142
+    r458 = r449 + r458
+    r93 = k.where(r446, r458, r93)
+    r458 = x3 * x2 * x37
+    r458 = x31 >= r458
+    r449 = x33 * r57
+    r464 = x24 * r351 * r15 * r4 * r25 * r29 * r57 * r142
+    r464 = r449 + r464
+    r93 = k.where(r458, r464, r93)
     r93 = x15 * r8 * r93
-    r463 = x23 * r56 * r15 * r4 * r25 * r49 * r81 * r44 * r142
-    r448 = x23 * r350 * r15 * r4 * r25 * r29 * r81 * r44 * r157 * r142
-    r448 = k.max(r463, r448)
-    r448 = r45 + r442 + r448
-    r463 = x28 * r44
-    r472 = x23 * r56 * r15 * r4 * r25 * r49 * r44 * r142
-    r472 = r463 + r472
-    r448 = k.where(r445, r472, r448)
-    r472 = x32 * r44
-    r476 = x23 * r350 * r15 * r4 * r25 * r29 * r44 * r142
-    r476 = r472 + r476
-    r448 = k.where(r457, r476, r448)
-    r476 = x15 * r8 * r448
-    r480 = x4 * x23 * r56 * r15 * r4 * r25 * r49 * r81 * r44 * r20
-    r157 = x4 * x23 * r350 * r15 * r4 * r25 * r29 * r81 * r44 * r157 * r20
-    r157 = k.max(r480, r157)
-    r157 = r45 + r442 + r157
-    r442 = x4 * x23 * r56 * r15 * r4 * r25 * r49 * r44 * r20
-    r442 = r463 + r442
-    r157 = k.where(r445, r442, r157)
-    r15 = x4 * x23 * r350 * r15 * r4 * r25 * r29 * r44 * r20
-    r15 = r472 + r15
-    r157 = k.where(r457, r15, r157)
+    r464 = x24 * r56 * r15 * r4 * r25 * r49 * r81 * r44 * r142
+    r449 = x24 * r351 * r15 * r4 * r25 * r29 * r81 * r44 * r157 * r142
+    r449 = k.max(r464, r449)
+    r449 = r45 + r443 + r449
+    r464 = x29 * r44
+    r473 = x24 * r56 * r15 * r4 * r25 * r49 * r44 * r142
+    r473 = r464 + r473
+    r449 = k.where(r446, r473, r449)
+    r473 = x33 * r44
+    r477 = x24 * r351 * r15 * r4 * r25 * r29 * r44 * r142
+    r477 = r473 + r477
+    r449 = k.where(r458, r477, r449)
+    r477 = x15 * r8 * r449
+    r481 = x4 * x24 * r56 * r15 * r4 * r25 * r49 * r81 * r44 * r20
+    r157 = x4 * x24 * r351 * r15 * r4 * r25 * r29 * r81 * r44 * r157 * r20
+    r157 = k.max(r481, r157)
+    r157 = r45 + r443 + r157
+    r443 = x4 * x24 * r56 * r15 * r4 * r25 * r49 * r44 * r20
+    r443 = r464 + r443
+    r157 = k.where(r446, r443, r157)
+    r15 = x4 * x24 * r351 * r15 * r4 * r25 * r29 * r44 * r20
+    r15 = r473 + r15
+    r157 = k.where(r458, r15, r157)
     r15 = x15 * r8 * r157
-    r457 = r476 + r15
-    r93 = k.where(r22, r457, r93)
-    r448 = x6 * x15 * r4 * r5 * r8 * r448
-    r448 = r15 + r448
-    r93 = k.where(r96, r448, r93)
+    r458 = r477 + r15
+    r93 = k.where(r22, r458, r93)
+    r449 = x6 * x15 * r4 * r5 * r8 * r449
+    r449 = r15 + r449
+    r93 = k.where(r96, r449, r93)
     r50 = k.and_(r91, r50)
     r157 = 2.0 * x15 * r8 * r157
-    r157 = r476 + r157
+    r157 = r477 + r157
     r157 = x6 * r4 * r5 * r157
     r93 = k.where(r50, r157, r93)
-    r354 = r354 == 1.0
-    r93 = k.where(r354, 0.0, r93)
+    r355 = r355 == 1.0
+    r93 = k.where(r355, 0.0, r93)
     r65 = r65 + r93
     r65 = k.max(0.0, r65)
     r78 = k.gcd(x2, r78)
     r157 = k.recip(r78)
-    r476 = x2 * r157
-    r476 = -1.0 + r476
-    r476 = x28 * r476
+    r477 = x2 * r157
+    r477 = -1.0 + r477
+    r477 = x29 * r477
     r91 = -1.0 * x2 * r157
     r91 = x2 + r91
-    r91 = x32 * r91
-    r448 = -1.0 + x2
-    r15 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r157 * r448
+    r91 = x33 * r91
+    r449 = -1.0 + x2
+    r15 = 2.0 * x14 * x19 * x10 * x4 * x35 * r56 * r25 * r49 * r19 * r157 * r449
     r78 = -1.0 + r78
-    r78 = 2.0 * x14 * x19 * x10 * x4 * x34 * r350 * r25 * r29 * r19 * r157 * r448 * r78
+    r78 = 2.0 * x14 * x19 * x10 * x4 * x35 * r351 * r25 * r29 * r19 * r157 * r449 * r78
     r78 = k.max(r15, r78)
-    r78 = r476 + r91 + r78
-    r91 = x28 * r448
-    r476 = 2.0 * x14 * x19 * x10 * x4 * x34 * r56 * r25 * r49 * r19 * r448
-    r476 = r91 + r476
-    r78 = k.where(r445, r476, r78)
-    r476 = x2 * x36
-    r476 = x30 >= r476
-    r445 = x32 * r448
-    r91 = 2.0 * x14 * x19 * x10 * x4 * x34 * r350 * r25 * r29 * r19 * r448
-    r91 = r445 + r91
-    r78 = k.where(r476, r91, r78)
+    r78 = r477 + r91 + r78
+    r91 = x29 * r449
+    r477 = 2.0 * x14 * x19 * x10 * x4 * x35 * r56 * r25 * r49 * r19 * r449
+    r477 = r91 + r477
+    r78 = k.where(r446, r477, r78)
+    r477 = x2 * x37
+    r477 = x31 >= r477
+    r446 = x33 * r449
+    r91 = 2.0 * x14 * x19 * x10 * x4 * x35 * r351 * r25 * r29 * r19 * r449
+    r91 = r446 + r91
+    r78 = k.where(r477, r91, r78)
     r91 = x6 * x15 * r4 * r5 * r8 * r78
     r78 = x6 * x15 * r4 * r5 * r8 * r75 * r78
     r78 = r91 + r78
@@ -545,159 +546,159 @@ def quantities(x, k):
     r78 = k.where(r91, 0.0, r78)
     r32 = k.where(r32, 2.0, 0.0)
     r32 = 4.0 + r32
-    r476 = k.gcd(x36, x30)
-    r445 = k.recip(r476)
-    r15 = x36 * r445
+    r477 = k.gcd(x37, x31)
+    r446 = k.recip(r477)
+    r15 = x37 * r446
     r15 = -1.0 + r15
-    r15 = x28 * r15
-    r157 = -1.0 * x36 * r445
-    r157 = x36 + r157
-    r157 = x32 * r157
-    r457 = -1.0 + x36
-    r472 = x19 * x12 * x34 * r56 * r25 * r49 * r19 * r445 * r457
-    r476 = -1.0 + r476
-    r442 = x19 * x12 * x34 * r350 * r25 * r29 * r19 * r445 * r457 * r476
-    r442 = k.max(r472, r442)
-    r442 = r15 + r157 + r442
-    r472 = x30 <= 1.0
-    r463 = x28 * r457
-    r45 = x19 * x12 * x34 * r56 * r25 * r49 * r19 * r457
-    r45 = r463 + r45
-    r442 = k.where(r472, r45, r442)
-    r45 = x30 >= x36
-    r480 = x32 * r457
-    r81 = x19 * x12 * x34 * r350 * r25 * r29 * r19 * r457
-    r81 = r480 + r81
-    r442 = k.where(r45, r81, r442)
-    r442 = x6 * x15 * r4 * r5 * r8 * r32 * r442
-    r81 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r445 * r457
-    r476 = x19 * x4 * x12 * x34 * r350 * r25 * r29 * r19 * r445 * r457 * r476
-    r476 = k.max(r81, r476)
-    r476 = r15 + r157 + r476
-    r49 = x19 * x4 * x12 * x34 * r56 * r25 * r49 * r19 * r457
-    r49 = r463 + r49
-    r476 = k.where(r472, r49, r476)
-    r29 = x19 * x4 * x12 * x34 * r350 * r25 * r29 * r19 * r457
-    r29 = r480 + r29
-    r476 = k.where(r45, r29, r476)
-    r476 = x6 * x15 * r4 * r5 * r8 * r32 * r476
-    r476 = r442 + r476
-    r442 = x36 == 1.0
-    r476 = k.where(r442, 0.0, r476)
+    r15 = x29 * r15
+    r157 = -1.0 * x37 * r446
+    r157 = x37 + r157
+    r157 = x33 * r157
+    r458 = -1.0 + x37
+    r473 = x19 * x12 * x35 * r56 * r25 * r49 * r19 * r446 * r458
+    r477 = -1.0 + r477
+    r443 = x19 * x12 * x35 * r351 * r25 * r29 * r19 * r446 * r458 * r477
+    r443 = k.max(r473, r443)
+    r443 = r15 + r157 + r443
+    r473 = x31 <= 1.0
+    r464 = x29 * r458
+    r45 = x19 * x12 * x35 * r56 * r25 * r49 * r19 * r458
+    r45 = r464 + r45
+    r443 = k.where(r473, r45, r443)
+    r45 = x31 >= x37
+    r481 = x33 * r458
+    r81 = x19 * x12 * x35 * r351 * r25 * r29 * r19 * r458
+    r81 = r481 + r81
+    r443 = k.where(r45, r81, r443)
+    r443 = x6 * x15 * r4 * r5 * r8 * r32 * r443
+    r81 = x19 * x4 * x12 * x35 * r56 * r25 * r49 * r19 * r446 * r458
+    r477 = x19 * x4 * x12 * x35 * r351 * r25 * r29 * r19 * r446 * r458 * r477
+    r477 = k.max(r81, r477)
+    r477 = r15 + r157 + r477
+    r49 = x19 * x4 * x12 * x35 * r56 * r25 * r49 * r19 * r458
+    r49 = r464 + r49
+    r477 = k.where(r473, r49, r477)
+    r29 = x19 * x4 * x12 * x35 * r351 * r25 * r29 * r19 * r458
+    r29 = r481 + r29
+    r477 = k.where(r45, r29, r477)
+    r477 = x6 * x15 * r4 * r5 * r8 * r32 * r477
+    r477 = r443 + r477
+    r443 = x37 == 1.0
+    r477 = k.where(r443, 0.0, r477)
     r126 = r10 + r9 + r126
     r126 = k.max(0.0, r126)
     r126 = k.where(r21, r126, 0.0)
-    r21 = r82 + r68 + r331 + r353 + r128 + r65 + r118 + r78 + r476 + r126
+    r21 = r82 + r68 + r332 + r354 + r128 + r65 + r118 + r78 + r477 + r126
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r58 * r4 * r25 * r8 * r19 * r9 * r16
-    r149 = x6 * x34 * r58 * r4 * r25 * r8 * r19 * r9 * r149
-    r9 = x19 * x4 * x12 * x34 * r25
-    r58 = x19 * x4 * x12 * x34 * r56 * r25
+    r10 = 6.0 * x6 * x35 * r58 * r4 * r25 * r8 * r19 * r9 * r16
+    r149 = x6 * x35 * r58 * r4 * r25 * r8 * r19 * r9 * r149
+    r9 = x19 * x4 * x12 * x35 * r25
+    r58 = x19 * x4 * x12 * x35 * r56 * r25
     r57 = r4 * r25 * r57 * r142
     r29 = r4 * r25 * r44 * r142
     r45 = x4 * r4 * r25 * r44 * r20
-    r480 = r29 + r45
-    r57 = k.where(r22, r480, r57)
-    r480 = k.pow(x3, -2.0)
-    r142 = x6 * r480 * r5 * r25 * r44 * r142
+    r481 = r29 + r45
+    r57 = k.where(r22, r481, r57)
+    r481 = k.pow(x3, -2.0)
+    r142 = x6 * r481 * r5 * r25 * r44 * r142
     r142 = r45 + r142
     r57 = k.where(r96, r142, r57)
     r44 = 2.0 * x4 * r4 * r25 * r44 * r20
     r44 = r29 + r44
     r44 = x6 * r4 * r5 * r44
     r57 = k.where(r50, r44, r57)
-    r57 = k.where(r354, 0.0, r57)
-    r354 = r56 * r57
-    r56 = x29 * r56
-    r44 = k.recip(x34)
-    r50 = x35 * r344 * r44
+    r57 = k.where(r355, 0.0, r57)
+    r355 = r56 * r57
+    r56 = x30 * r56
+    r44 = k.recip(x35)
+    r50 = x36 * r345 * r44
     r5 = k.recip(x13)
     r29 = r4 * r25 * r5 * r8 * r19
     r142 = 8e-12 * x12
     r96 = 8e-12 * x15 * r12
-    r45 = 8e-12 * x37 * x12
-    r480 = 2.4e-11 * x15 * x12 * x5
-    r22 = r142 + r96 + r45 + r480
-    r350 = 4e-12 * x12
+    r45 = 8e-12 * x38 * x12
+    r481 = 2.4e-11 * x15 * x12 * x5
+    r22 = r142 + r96 + r45 + r481
+    r351 = 4e-12 * x12
     r49 = 4e-12 * x15 * r12
-    r472 = 4e-12 * x37 * x12
-    r463 = 1.2e-11 * x15 * x12 * x5
-    r463 = r350 + r49 + r472 + r463
-    r463 = r29 > r463
-    r472 = -8e-12 * x12
+    r473 = 4e-12 * x38 * x12
+    r464 = 1.2e-11 * x15 * x12 * x5
+    r464 = r351 + r49 + r473 + r464
+    r464 = r29 > r464
+    r473 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r49 = -8e-12 * x37 * x12
-    r350 = -2.4e-11 * x15 * x12 * x5
+    r49 = -8e-12 * x38 * x12
+    r351 = -2.4e-11 * x15 * x12 * x5
     r157 = k.sqrt(2.0)
     r15 = k.sqrt(x3)
     r15 = k.recip(r15)
     r81 = k.sqrt(x2)
     r81 = k.recip(r81)
-    r445 = k.sqrt(x13)
-    r445 = k.recip(r445)
-    r626 = k.sqrt(x23)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(x36)
-    r628 = k.recip(r628)
-    r630 = k.sqrt(r22)
-    r631 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r22
-    r632 = k.sqrt(x3)
-    r633 = k.sqrt(x2)
-    r634 = k.sqrt(x13)
-    r635 = k.sqrt(x23)
-    r636 = k.sqrt(x36)
-    r636 = 0.16666666666666666 * r157 * r632 * r633 * r634 * r635 * r636 * r630
-    r636 = 1.0 + r631 + r636
-    r636 = r157 * r15 * r81 * r445 * r626 * r628 * r630 * r636
-    r636 = r472 + r12 + r49 + r350 + r636
-    r350 = k.where(r463, r636, r29)
-    r480 = r142 + r96 + r45 + r480 + r350
-    r480 = x3 * x2 * x13 * x23 * x36 * r480
-    r480 = k.exp(r480)
-    r480 = -1.0 + r480
-    r45 = k.recip(r480)
-    r96 = x25 + x1
-    r142 = -1.0 * x3 * x2 * x13 * x23 * x36 * r96
+    r446 = k.sqrt(x13)
+    r446 = k.recip(r446)
+    r627 = k.sqrt(x24)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(x37)
+    r629 = k.recip(r629)
+    r631 = k.sqrt(r22)
+    r632 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r22
+    r633 = k.sqrt(x3)
+    r634 = k.sqrt(x2)
+    r635 = k.sqrt(x13)
+    r636 = k.sqrt(x24)
+    r637 = k.sqrt(x37)
+    r637 = 0.16666666666666666 * r157 * r633 * r634 * r635 * r636 * r637 * r631
+    r637 = 1.0 + r632 + r637
+    r637 = r157 * r15 * r81 * r446 * r627 * r629 * r631 * r637
+    r637 = r473 + r12 + r49 + r351 + r637
+    r351 = k.where(r464, r637, r29)
+    r481 = r142 + r96 + r45 + r481 + r351
+    r481 = x3 * x2 * x13 * x24 * x37 * r481
+    r481 = k.exp(r481)
+    r481 = -1.0 + r481
+    r45 = k.recip(r481)
+    r96 = x26 + x1
+    r142 = -1.0 * x3 * x2 * x13 * x24 * x37 * r96
     r142 = k.exp(r142)
-    r142 = x3 * x2 * x13 * x23 * x36 * r45 * r350 * r142
-    r45 = x3 * x2 * x13 * x23 * x36
-    r636 = k.recip(r636)
-    r45 = k.where(r463, r636, r45)
-    r96 = x3 * x2 * x13 * x23 * x36 * r96
+    r142 = x3 * x2 * x13 * x24 * x37 * r45 * r351 * r142
+    r45 = x3 * x2 * x13 * x24 * x37
+    r637 = k.recip(r637)
+    r45 = k.where(r464, r637, r45)
+    r96 = x3 * x2 * x13 * x24 * x37 * r96
     r96 = k.exp(r96)
-    r5 = x35 * r344 * r4 * r25 * r5 * r8 * r44 * r19 * r480 * r21 * r45 * r96
-    r96 = x35 * r344 * r44 * r480 * r21 * r45 * r96
-    r45 = x6 * x15 * x12 * x34 * r4 * r25 * r8 * r19 * r457 * r32
-    r32 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r457 * r32
+    r5 = x36 * r345 * r4 * r25 * r5 * r8 * r44 * r19 * r481 * r21 * r45 * r96
+    r96 = x36 * r345 * r44 * r481 * r21 * r45 * r96
+    r45 = x6 * x15 * x12 * x35 * r4 * r25 * r8 * r19 * r458 * r32
+    r32 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r458 * r32
     r32 = r45 + r32
-    r32 = k.where(r442, 0.0, r32)
-    r442 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r448
-    r448 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r75 * r448
-    r448 = r442 + r448
-    r448 = k.where(r91, 0.0, r448)
-    r124 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r124
+    r32 = k.where(r443, 0.0, r32)
+    r443 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r449
+    r449 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r75 * r449
+    r449 = r443 + r449
+    r449 = k.where(r91, 0.0, r449)
+    r124 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r124
     r124 = k.where(r69, 0.0, r124)
-    r125 = r125 < x23
-    r69 = x33 != 2.0
+    r125 = r125 < x24
+    r69 = x34 != 2.0
     r52 = k.and_(r52, r69)
     r52 = k.not_(r52)
     r52 = k.or_(r125, r52)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r51 = k.and_(r19, r69, r51)
     r51 = k.not_(r51)
     r51 = k.or_(r125, r51)
     r51 = k.and_(r52, r51)
-    r52 = x23 >= 2.0
-    r125 = x33 != 3.0
-    r69 = x33 != 4.0
+    r52 = x24 >= 2.0
+    r125 = x34 != 3.0
+    r69 = x34 != 4.0
     r60 = k.not_(r60)
     r60 = k.and_(r125, r69, r60)
     r60 = k.not_(r60)
     r60 = k.or_(r52, r60)
-    r52 = x21 * x3 * x2 * x23 * x36 * r21
-    r69 = r114 <= r52
+    r52 = x22 * x3 * x2 * x24 * x37 * r21
+    r69 = r70 <= r52
     r52 = r94 <= r52
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r77, r31, r113, r102, r123, 0.0, r105, r108, r33, r30, r48, r109, r72, r70, r114, r114, r94, r97, r152, r347, r147, r118, r21, r10, r149, r9, r58, r354, r56, 0.0, r50, r29, r22, r350, r142, r5, r96, r68, r128, r353, r331, r32, r476, r476, r448, r78, r78, r57, r93, r65, r124, r43, r82, 0.0, 0.0, r126, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, r51, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r69, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r71, r77, r31, r113, r102, r123, 0.0, r105, r108, r33, r30, r48, r109, r72, r114, r70, r70, r94, r97, r152, r348, r147, r118, r21, r10, r149, r9, r58, r355, r56, 0.0, r50, r29, r22, r351, r142, r5, r96, r68, r128, r354, r332, r32, r477, r477, r449, r78, r78, r57, r93, r65, r124, r43, r82, 0.0, 0.0, r126, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r51, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, 1.0, r60, r60, r69, r52, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r60, r60, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1373,9 +1374,9 @@ def search(x, k):
     return (r95, r75, r57)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (41, 45, 46, 47, 48), (45, 46, 47, 48), (40, 45, 46, 47, 48), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (31, 32, 33, 37, 40, 41, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (42, 45, 46, 47, 48), (42, 45, 46, 47, 48, 74, 75), (42, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 35), (9, 70), (10, 38), (10, 39), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 34), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 34), (17, 66), (17, 67), (17, 68), (17, 69), (22, 34), (22, 35), (22, 38), (22, 39), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 34), (23, 35), (23, 38), (23, 39), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (42, 46, 47, 48, 49), (46, 47, 48, 49), (41, 46, 47, 48, 49), (), (31, 32, 33, 38), (), (), (), (31, 32, 33, 38), (33,), (37,), (37,), (38,), (31, 32, 33, 38, 41, 42, 46, 47, 48, 49), (31, 32, 33, 36, 38, 41, 42, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (43, 46, 47, 48, 49), (43, 46, 47, 48, 49, 75, 76), (43, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 43, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 35), (9, 71), (10, 39), (10, 40), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 35), (22, 39), (22, 40), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 35), (23, 39), (23, 40), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

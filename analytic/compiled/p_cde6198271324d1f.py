@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=True;attention_efficiency=True;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_efficiency', 'attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'sms', 'tile_m', 'tile_n', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43 = x
-    r0 = x4 * x3 * x24 * x40
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44 = x
+    r0 = x4 * x3 * x25 * x41
     r1 = k.recip(x8)
-    r1 = x4 * x3 * x24 * x40 * r1
+    r1 = x4 * x3 * x25 * x41 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x4)
     r5 = k.recip(x21)
     r6 = x7 * r4 * r5
-    r7 = x7 * x35
+    r7 = x7 * x36
     r8 = 2.0 * x13
     r9 = 2.0 * x13 * x6
     r9 = x13 + x6 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x11 * x13 * r13
     r13 = r12 + r15 + r13
     r15 = x16 * r13
-    r12 = x41 * x13
+    r12 = x42 * x13
     r16 = x13 * x19
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x40)
+    r11 = k.recip(x25)
+    r25 = k.recip(x41)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x43 >= 1.0
+    r28 = x44 >= 1.0
     r31 = k.recip(x3)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,22 +47,22 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x13 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x41 * x13 * r12
+    r12 = x42 * x13 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x43 >= 3.0
+    r53 = x44 >= 3.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
     r56 = 12.0 * r40
@@ -76,45 +76,45 @@ def quantities(x, k):
     r63 = r60 + r61 + r62 + r63
     r63 = r25 * r63
     r63 = r57 + r63
-    r63 = x21 * x35 * r31 * r63
-    r57 = x25 == 2.0
-    r62 = 2.0 * x21 * x13 * x35 * r31
+    r63 = x21 * x36 * r31 * r63
+    r57 = x26 == 2.0
+    r62 = 2.0 * x21 * x13 * x36 * r31
     r62 = k.where(r57, r62, r63)
-    r61 = 1.0 + x24
+    r61 = 1.0 + x25
     r61 = k.min(r61, r6)
     r61 = r61 * r35
-    r60 = x34 == 4.0
-    r75 = 2.0 * x24
+    r60 = x35 == 4.0
+    r75 = 2.0 * x25
     r76 = -1.0 + r75
     r76 = k.min(r76, r6)
     r76 = r76 * r35
     r79 = k.where(r60, r76, r61)
-    r80 = x34 == 0.0
-    r81 = x34 == 3.0
+    r80 = x35 == 0.0
+    r81 = x35 == 3.0
     r82 = k.or_(r80, r81)
-    r83 = k.min(x24, r6)
+    r83 = k.min(x25, r6)
     r83 = r83 * r35
     r79 = k.where(r82, r83, r79)
-    r83 = x34 == 1.0
-    r87 = k.recip(x42)
-    r88 = x7 * x42 * r4 * r5
-    r89 = -1.0 + x42
-    r89 = x24 * r89
+    r83 = x35 == 1.0
+    r87 = k.recip(x43)
+    r88 = x7 * x43 * r4 * r5
+    r89 = -1.0 + x43
+    r89 = x25 * r89
     r91 = -1.0 + r75 + r89
     r91 = k.min(r88, r91)
     r91 = r87 * r91 * r35
     r79 = k.where(r83, r91, r79)
-    r91 = x34 == 2.0
+    r91 = x35 == 2.0
     r96 = x7 * r4 * r5 * r35
     r79 = k.where(r91, r96, r79)
     r79 = r62 * r79
     r99 = k.where(r28, 1000000000.0, 0.0)
-    r100 = x43 >= 2.0
+    r100 = x44 >= 2.0
     r8 = k.where(r100, r54, r8)
     r54 = k.where(r57, r63, 0.0)
     r103 = k.or_(r27, r38)
-    r104 = 4.0 * x21 * x13 * x35 * r31
-    r105 = x41 * x21 * x17 * x35 * r31 * r25
+    r104 = 4.0 * x21 * x13 * x36 * r31
+    r105 = x42 * x21 * x17 * x36 * r31 * r25
     r104 = r104 + r105
     r104 = k.max(r104, r54)
     r103 = k.where(r103, r104, r54)
@@ -123,7 +123,7 @@ def quantities(x, k):
     r109 = k.where(r27, r110, r109)
     r110 = 3.0 * x5 * r109 * r40
     r110 = k.where(r53, r110, 0.0)
-    r114 = x24 > 1.0
+    r114 = x25 > 1.0
     r114 = k.and_(r53, r114)
     r116 = 2.0 * x5 * r40
     r110 = k.where(r114, r116, r110)
@@ -155,33 +155,33 @@ def quantities(x, k):
     r40 = r116 == r40
     r110 = k.where(r40, r110, 0.0)
     r40 = r55 + r56 + r126 + r103 + r120 + r110
-    r116 = -1.0 + x24
+    r116 = -1.0 + x25
     r8 = k.min(1.0, r116)
     r79 = r8 == 0.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
     r132 = 1.0 + r8
-    r132 = x24 == r132
+    r132 = x25 == r132
     r153 = k.where(r132, 1.0, 0.0)
     r153 = 2.0 * x13 * r153
     r155 = r8 != 0.0
     r155 = k.and_(r155, r132)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x41 * x13 * r155
+    r155 = x42 * x13 * r155
     r155 = r79 + r36 + r37 + r153 + r155
     r155 = r25 * r155
     r153 = -1.0 * r8
-    r153 = x24 + r153
+    r153 = x25 + r153
     r79 = r153 == 1.0
     r79 = k.where(r79, 1.0, 0.0)
     r79 = r16 * r79
-    r16 = x24 == r153
+    r16 = x25 == r153
     r167 = k.where(r16, 1.0, 0.0)
     r167 = 2.0 * x13 * r167
     r169 = r153 != 1.0
     r169 = k.and_(r16, r169)
     r169 = k.where(r169, 1.0, 0.0)
-    r169 = x41 * x13 * r169
+    r169 = x42 * x13 * r169
     r169 = r79 + r36 + r37 + r167 + r169
     r169 = r25 * r169
     r169 = r169 + r155
@@ -317,436 +317,437 @@ def quantities(x, k):
     r99 = k.where(r56, r75, r99)
     r110 = r40 == r110
     r99 = k.where(r110, r126, r99)
-    r126 = x41 * x21 * x5 * x35 * r31 * r25
-    r110 = x41 * x21 * x5 * x35 * r31
+    r126 = x42 * x21 * x5 * x36 * r31 * r25
+    r110 = x42 * x21 * x5 * x36 * r31
     r75 = k.max(r40, r155, r12)
     r56 = r155 == r75
     r12 = k.where(r56, r155, r12)
     r75 = r40 == r75
     r12 = k.where(r75, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x9 + r40
-    r75 = 6.0 * x7 * x35 * r15
+    r40 = -1.0 * x22
+    r75 = -1.0 * r12
+    r75 = x9 + r40 + r75
+    r40 = 6.0 * x7 * x36 * r15
     r155 = 12.0 * x13
     r56 = 6.0 * x16 * r9
     r16 = 6.0 * x16 * r13
-    r120 = 6.0 * x41 * x13
+    r120 = 6.0 * x42 * x13
     r36 = 6.0 * x13 * x19
-    r55 = 12.0 * x16 * x12 * x11 * x35
+    r55 = 12.0 * x16 * x12 * x11 * x36
     r55 = r155 + r56 + r16 + r120 + r36 + r55
-    r36 = x7 * x35 * r55
+    r36 = x7 * x36 * r55
     r120 = k.pow(x13, 2.0)
     r16 = k.recip(x13)
-    r56 = 0.16666666666666666 * x35 * r16
+    r56 = 0.16666666666666666 * x36 * r16
     r167 = k.recip(x16)
-    r16 = 0.0625 * x41 * r167 * r16
+    r16 = 0.0625 * x42 * r167 * r16
     r16 = 1.0 + r56 + r16
-    r16 = 96.0 * x7 * x16 * x35 * r120 * r16
-    r120 = k.pow(x35, 2.0)
+    r16 = 96.0 * x7 * x16 * x36 * r120 * r16
+    r120 = k.pow(x36, 2.0)
     r56 = 2.0 * x7 * x16 * x12 * x11 * r120
-    r132 = x25 == 1.0
+    r132 = x26 == 1.0
     r120 = 4.0 * x7 * x16 * x12 * x11 * r120
     r120 = k.where(r132, r120, 0.0)
-    r37 = 0.3333333333333333 * x7 * x35 * r55
+    r37 = 0.3333333333333333 * x7 * x36 * r55
     r120 = k.where(r57, r37, r120)
     r120 = r36 + r56 + r120
     r56 = k.where(r57, 1.0, 0.0)
     r56 = 1.0 + r56
     r37 = k.recip(x10)
     r39 = k.recip(x20)
-    r61 = x41 * x13 * r25
-    r114 = x21 * x13 * x35 * r31
-    r62 = x41 * x21 * x35 * r31 * r25
+    r61 = x42 * x13 * r25
+    r114 = x21 * x13 * x36 * r31
+    r62 = x42 * x21 * x36 * r31 * r25
     r62 = r61 + r114 + r62
     r61 = 2.0 * r37 * r39 * r62
-    r96 = k.recip(x23)
+    r96 = k.recip(x24)
     r35 = k.recip(x18)
-    r88 = k.recip(x36)
-    r89 = k.recip(x38)
-    r76 = x41 * r89 * r25
+    r88 = k.recip(x37)
+    r89 = k.recip(x39)
+    r76 = x42 * r89 * r25
     r76 = k.ceiling(r76)
-    r153 = k.recip(x37)
-    r357 = x21 * x35 * r153 * r31
-    r357 = k.ceiling(r357)
-    r359 = r88 * r76 * r357
-    r359 = k.ceiling(r359)
-    r359 = 2.0 * x36 * x37 * x38 * x13 * r96 * r35 * r359
-    r359 = r61 + r359
-    r359 = r56 * r359
+    r153 = k.recip(x38)
+    r358 = x21 * x36 * r153 * r31
+    r358 = k.ceiling(r358)
+    r360 = r88 * r76 * r358
+    r360 = k.ceiling(r360)
+    r360 = 2.0 * x37 * x38 * x39 * x13 * r96 * r35 * r360
+    r360 = r61 + r360
+    r360 = r56 * r360
     r62 = 4.0 * r37 * r39 * r62
     r61 = x13 * r89
     r61 = k.ceiling(r61)
-    r367 = r88 * r61 * r357
-    r367 = k.ceiling(r367)
-    r369 = 2.0 * x36 * x37 * x38 * x41 * r96 * r35 * r25 * r367
-    r370 = x13 * r153
-    r370 = k.ceiling(r370)
-    r76 = r88 * r370 * r76
+    r368 = r88 * r61 * r358
+    r368 = k.ceiling(r368)
+    r370 = 2.0 * x37 * x38 * x39 * x42 * r96 * r35 * r25 * r368
+    r371 = x13 * r153
+    r371 = k.ceiling(r371)
+    r76 = r88 * r371 * r76
     r76 = k.ceiling(r76)
-    r76 = 2.0 * x36 * x37 * x38 * x21 * x35 * r96 * r31 * r35 * r76
-    r76 = r359 + r62 + r369 + r76
+    r76 = 2.0 * x37 * x38 * x39 * x21 * x36 * r96 * r31 * r35 * r76
+    r76 = r360 + r62 + r370 + r76
     r76 = r11 * r76
-    r369 = x13 * x6 * r25
-    r62 = x21 * x6 * x35 * r31 * r25
-    r62 = r369 + r114 + r62
-    r369 = 2.0 * r37 * r39 * r62
-    r359 = x6 * r89 * r25
-    r359 = k.ceiling(r359)
-    r383 = r88 * r359 * r357
-    r383 = k.ceiling(r383)
-    r383 = 2.0 * x36 * x37 * x38 * x13 * r96 * r35 * r383
-    r386 = r369 + r383
-    r386 = r56 * r386
-    r388 = 2.0 * x36 * x37 * x38 * x6 * r96 * r35 * r25 * r367
-    r369 = r369 + r388
-    r369 = r56 * r369
-    r391 = x12 * x11 * x13 * r25
-    r392 = x12 * x21 * x11 * x35 * r31 * r25
-    r392 = r391 + r114 + r392
-    r391 = 2.0 * r37 * r39 * r392
-    r395 = 2.0 * x36 * x37 * x38 * x12 * x11 * r96 * r35 * r25 * r367
-    r395 = r391 + r395
-    r395 = r56 * r395
-    r391 = x11 * x13 * r25 * r14
-    r399 = x21 * x11 * x35 * r31 * r25 * r14
-    r399 = r114 + r391 + r399
-    r391 = 2.0 * r37 * r39 * r399
+    r370 = x13 * x6 * r25
+    r62 = x21 * x6 * x36 * r31 * r25
+    r62 = r370 + r114 + r62
+    r370 = 2.0 * r37 * r39 * r62
+    r360 = x6 * r89 * r25
+    r360 = k.ceiling(r360)
+    r384 = r88 * r360 * r358
+    r384 = k.ceiling(r384)
+    r384 = 2.0 * x37 * x38 * x39 * x13 * r96 * r35 * r384
+    r387 = r370 + r384
+    r387 = r56 * r387
+    r389 = 2.0 * x37 * x38 * x39 * x6 * r96 * r35 * r25 * r368
+    r370 = r370 + r389
+    r370 = r56 * r370
+    r392 = x12 * x11 * x13 * r25
+    r393 = x12 * x21 * x11 * x36 * r31 * r25
+    r393 = r392 + r114 + r393
+    r392 = 2.0 * r37 * r39 * r393
+    r396 = 2.0 * x37 * x38 * x39 * x12 * x11 * r96 * r35 * r25 * r368
+    r396 = r392 + r396
+    r396 = r56 * r396
+    r392 = x11 * x13 * r25 * r14
+    r400 = x21 * x11 * x36 * r31 * r25 * r14
+    r400 = r114 + r392 + r400
+    r392 = 2.0 * r37 * r39 * r400
     r114 = x11 * r89 * r25 * r14
     r114 = k.ceiling(r114)
-    r404 = r88 * r357 * r114
-    r404 = k.ceiling(r404)
-    r404 = 2.0 * x36 * x37 * x38 * x13 * r96 * r35 * r404
-    r404 = r391 + r404
-    r404 = r56 * r404
-    r392 = 4.0 * r37 * r39 * r392
-    r399 = 4.0 * r37 * r39 * r399
+    r405 = r88 * r358 * r114
+    r405 = k.ceiling(r405)
+    r405 = 2.0 * x37 * x38 * x39 * x13 * r96 * r35 * r405
+    r405 = r392 + r405
+    r405 = r56 * r405
+    r393 = 4.0 * r37 * r39 * r393
+    r400 = 4.0 * r37 * r39 * r400
     r62 = 8.0 * r37 * r39 * r62
     r89 = x12 * x11 * r89 * r25
     r89 = k.ceiling(r89)
-    r357 = r88 * r89 * r357
-    r357 = k.ceiling(r357)
-    r357 = 2.0 * x36 * x37 * x38 * x13 * r96 * r35 * r357
-    r359 = r88 * r370 * r359
-    r359 = k.ceiling(r359)
-    r359 = 2.0 * x36 * x37 * x38 * x21 * x35 * r96 * r31 * r35 * r359
-    r114 = r88 * r370 * r114
+    r358 = r88 * r89 * r358
+    r358 = k.ceiling(r358)
+    r358 = 2.0 * x37 * x38 * x39 * x13 * r96 * r35 * r358
+    r360 = r88 * r371 * r360
+    r360 = k.ceiling(r360)
+    r360 = 2.0 * x37 * x38 * x39 * x21 * x36 * r96 * r31 * r35 * r360
+    r114 = r88 * r371 * r114
     r114 = k.ceiling(r114)
-    r114 = 2.0 * x36 * x37 * x38 * x21 * x35 * r96 * r31 * r35 * r114
-    r370 = x6 * r153 * r25
-    r370 = k.ceiling(r370)
-    r370 = r88 * r61 * r370
-    r370 = k.ceiling(r370)
-    r370 = 2.0 * x36 * x37 * x38 * x21 * x35 * r96 * r31 * r35 * r370
+    r114 = 2.0 * x37 * x38 * x39 * x21 * x36 * r96 * r31 * r35 * r114
+    r371 = x6 * r153 * r25
+    r371 = k.ceiling(r371)
+    r371 = r88 * r61 * r371
+    r371 = k.ceiling(r371)
+    r371 = 2.0 * x37 * x38 * x39 * x21 * x36 * r96 * r31 * r35 * r371
     r153 = x12 * x11 * r153 * r25
     r153 = k.ceiling(r153)
     r153 = r88 * r61 * r153
     r153 = k.ceiling(r153)
-    r153 = 2.0 * x36 * x37 * x38 * x21 * x35 * r96 * r31 * r35 * r153
-    r367 = 2.0 * x36 * x37 * x38 * x11 * r96 * r35 * r25 * r14 * r367
-    r367 = r386 + r369 + r395 + r404 + r392 + r399 + r62 + r383 + r357 + r388 + r359 + r114 + r370 + r153 + r367
-    r367 = x16 * r11 * r367
-    r367 = r76 + r367
-    r76 = x7 * r4 * r5 * r367
+    r153 = 2.0 * x37 * x38 * x39 * x21 * x36 * r96 * r31 * r35 * r153
+    r368 = 2.0 * x37 * x38 * x39 * x11 * r96 * r35 * r25 * r14 * r368
+    r368 = r387 + r370 + r396 + r405 + r393 + r400 + r62 + r384 + r358 + r389 + r360 + r114 + r371 + r153 + r368
+    r368 = x16 * r11 * r368
+    r368 = r76 + r368
+    r76 = x7 * r4 * r5 * r368
     r153 = 10.0 * x13 * r56
     r153 = r155 + r153
-    r153 = x21 * x35 * r31 * r153
+    r153 = x21 * x36 * r31 * r153
     r155 = 3.0 * x6
-    r370 = 2.0 * x6 * r56
-    r370 = r155 + r370
-    r370 = x21 * x35 * r31 * r25 * r370
-    r370 = r153 + r370
-    r370 = x16 * r11 * r370
-    r153 = 3.0 * x41 * x21 * x35 * r31 * r11 * r25
-    r153 = r370 + r153
-    r370 = x7 * x5 * r37 * r4 * r5 * r39 * r153
+    r371 = 2.0 * x6 * r56
+    r371 = r155 + r371
+    r371 = x21 * x36 * r31 * r25 * r371
+    r371 = r153 + r371
+    r371 = x16 * r11 * r371
+    r153 = 3.0 * x42 * x21 * x36 * r31 * r11 * r25
+    r153 = r371 + r153
+    r371 = x7 * x5 * r37 * r4 * r5 * r39 * r153
     r155 = k.recip(x0)
     r114 = k.recip(x1)
-    r359 = x12 * x11 * x35
+    r360 = x12 * x11 * x36
     r132 = k.or_(r132, r57)
     r132 = k.where(r132, 1.0, 0.0)
     r132 = 3.0 + r132
-    r132 = 2.0 * x12 * x11 * x35 * r132
-    r132 = r359 + r132
-    r359 = x7 * x16 * x35 * r96 * r4 * r31 * r155 * r114 * r11 * r25 * r132
-    r388 = r76 + r370 + r359
-    r357 = k.recip(r388)
-    r367 = -1.0 * x7 * r4 * r5 * r367
-    r383 = k.recip(x7)
-    r62 = 0.3333333333333333 * x4 * x21 * r383 * r87 * r388
-    r399 = 0.6666666666666666 * x4 * x21 * x24 * r383 * r388
+    r132 = 2.0 * x12 * x11 * x36 * r132
+    r132 = r360 + r132
+    r360 = x7 * x16 * x36 * r96 * r4 * r31 * r155 * r114 * r11 * r25 * r132
+    r389 = r76 + r371 + r360
+    r358 = k.recip(r389)
+    r368 = -1.0 * x7 * r4 * r5 * r368
+    r384 = k.recip(x7)
+    r62 = 0.3333333333333333 * x4 * x21 * r384 * r87 * r389
+    r400 = 0.6666666666666666 * x4 * x21 * x25 * r384 * r389
     r153 = -1.0 * x7 * x5 * r37 * r4 * r5 * r39 * r153
-    r132 = -1.0 * x7 * x16 * x35 * r96 * r4 * r31 * r155 * r114 * r11 * r25 * r132
-    r399 = r367 + r62 + r399 + r153 + r132
-    r399 = k.max(0.0, r399)
-    r62 = 0.5 * x24
+    r132 = -1.0 * x7 * x16 * x36 * r96 * r4 * r31 * r155 * r114 * r11 * r25 * r132
+    r400 = r368 + r62 + r400 + r153 + r132
+    r400 = k.max(0.0, r400)
+    r62 = 0.5 * x25
     r62 = -1.0 + r62
-    r62 = 0.6666666666666666 * x4 * x21 * r383 * r87 * r62 * r388
+    r62 = 0.6666666666666666 * x4 * x21 * r384 * r87 * r62 * r389
     r62 = k.where(r60, 0.0, r62)
-    r60 = 0.3333333333333333 * x4 * x21 * r383 * r87 * r116 * r388
+    r60 = 0.3333333333333333 * x4 * x21 * r384 * r87 * r116 * r389
     r62 = k.where(r81, r60, r62)
     r91 = k.or_(r80, r83, r91)
-    r116 = x4 * x21 * r383 * r87 * r116 * r388
+    r116 = x4 * x21 * r384 * r87 * r116 * r389
     r62 = k.where(r91, r116, r62)
-    r62 = k.max(r399, r62)
-    r357 = r357 * r62
+    r62 = k.max(r400, r62)
+    r358 = r358 * r62
     r39 = 28.0 * r37 * r39 * r32
-    r37 = r39 + r76 + r370 + r359
-    r399 = -1.0 * x22
-    r399 = 1.0 + r399
-    r116 = x24 * x42
+    r37 = r39 + r76 + r371 + r360
+    r400 = -1.0 * x23
+    r400 = 1.0 + r400
+    r116 = x25 * x43
     r116 = -1.0 + r116
-    r87 = k.recip(x27)
-    r80 = k.recip(x28)
-    r60 = x21 * x5 * x13 * x35 * r87 * r31 * r80 * r25
-    r60 = x29 + r60
-    r81 = 2.0 * x4 * x3 * x40
-    r81 = x31 >= r81
-    r114 = k.recip(x30)
-    r155 = k.recip(x32)
-    r392 = x21 * x5 * x13 * x35 * r114 * r31 * r155 * r25
-    r392 = x33 + r392
-    r60 = k.where(r81, r392, r60)
+    r87 = k.recip(x28)
+    r80 = k.recip(x29)
+    r60 = x21 * x5 * x13 * x36 * r87 * r31 * r80 * r25
+    r60 = x30 + r60
+    r81 = 2.0 * x4 * x3 * x41
+    r81 = x32 >= r81
+    r114 = k.recip(x31)
+    r155 = k.recip(x33)
+    r393 = x21 * x5 * x13 * x36 * r114 * r31 * r155 * r25
+    r393 = x34 + r393
+    r60 = k.where(r81, r393, r60)
     r60 = 2.0 * x7 * r4 * r5 * r11 * r116 * r60
     r60 = k.where(r38, 0.0, r60)
-    r399 = r399 * r60
-    r392 = x4 * x21 * r383 * r388
-    r81 = x24 <= 1.0
+    r400 = r400 * r60
+    r393 = x4 * x21 * r384 * r389
+    r81 = x25 <= 1.0
     r100 = k.and_(r100, r81)
-    r392 = k.where(r100, r388, r392)
-    r392 = -1.0 * x22 * r392
-    r388 = x4 * x3
-    r404 = -1.0 + r388
-    r395 = k.recip(r404)
-    r369 = 2.0 * x4 * x3
-    r369 = -2.0 + r369
-    r386 = x31 * r25
-    r14 = k.gcd(r388, r386)
+    r393 = k.where(r100, r389, r393)
+    r393 = -1.0 * x23 * r393
+    r389 = x4 * x3
+    r405 = -1.0 + r389
+    r396 = k.recip(r405)
+    r370 = 2.0 * x4 * x3
+    r370 = -2.0 + r370
+    r387 = x32 * r25
+    r14 = k.gcd(r389, r387)
     r35 = k.recip(r14)
     r61 = x4 * x3 * r35
     r61 = -1.0 + r61
-    r61 = x29 * r61
+    r61 = x30 * r61
     r88 = -1.0 * x4 * x3 * r35
-    r88 = r388 + r88
-    r88 = x33 * r88
+    r88 = r389 + r88
+    r88 = x34 * r88
     r89 = r61 + r88
-    r89 = r395 * r369 * r89
-    r395 = x5 * x24 * r87 * r167 * r4 * r31 * r80 * r35 * r369 * r26
+    r89 = r396 * r370 * r89
+    r396 = x5 * x25 * r87 * r167 * r4 * r31 * r80 * r35 * r370 * r26
     r14 = -1.0 + r14
-    r391 = x5 * x24 * r114 * r167 * r4 * r31 * r155 * r35 * r14 * r369 * r26
-    r391 = k.max(r395, r391)
-    r391 = r89 + r391
-    r89 = x31 <= x40
-    r395 = x29 * r369
-    r528 = x5 * x24 * r87 * r167 * r4 * r31 * r80 * r369 * r26
-    r528 = r395 + r528
-    r391 = k.where(r89, r528, r391)
-    r528 = x4 * x3 * x40
-    r528 = x31 >= r528
-    r395 = x33 * r369
-    r534 = x5 * x24 * r114 * r167 * r4 * r31 * r155 * r369 * r26
-    r534 = r395 + r534
-    r391 = k.where(r528, r534, r391)
-    r391 = x16 * r11 * r391
-    r534 = x5 * x24 * r87 * r167 * r4 * r31 * r80 * r35 * r404 * r26
-    r14 = x5 * x24 * r114 * r167 * r4 * r31 * r155 * r35 * r404 * r14 * r26
-    r14 = k.max(r534, r14)
+    r392 = x5 * x25 * r114 * r167 * r4 * r31 * r155 * r35 * r14 * r370 * r26
+    r392 = k.max(r396, r392)
+    r392 = r89 + r392
+    r89 = x32 <= x41
+    r396 = x30 * r370
+    r529 = x5 * x25 * r87 * r167 * r4 * r31 * r80 * r370 * r26
+    r529 = r396 + r529
+    r392 = k.where(r89, r529, r392)
+    r529 = x4 * x3 * x41
+    r529 = x32 >= r529
+    r396 = x34 * r370
+    r535 = x5 * x25 * r114 * r167 * r4 * r31 * r155 * r370 * r26
+    r535 = r396 + r535
+    r392 = k.where(r529, r535, r392)
+    r392 = x16 * r11 * r392
+    r535 = x5 * x25 * r87 * r167 * r4 * r31 * r80 * r35 * r405 * r26
+    r14 = x5 * x25 * r114 * r167 * r4 * r31 * r155 * r35 * r405 * r14 * r26
+    r14 = k.max(r535, r14)
     r14 = r61 + r88 + r14
-    r88 = x29 * r404
-    r61 = x5 * x24 * r87 * r167 * r4 * r31 * r80 * r404 * r26
+    r88 = x30 * r405
+    r61 = x5 * x25 * r87 * r167 * r4 * r31 * r80 * r405 * r26
     r61 = r88 + r61
     r14 = k.where(r89, r61, r14)
-    r61 = x33 * r404
-    r167 = x5 * x24 * r114 * r167 * r4 * r31 * r155 * r404 * r26
+    r61 = x34 * r405
+    r167 = x5 * x25 * r114 * r167 * r4 * r31 * r155 * r405 * r26
     r167 = r61 + r167
-    r14 = k.where(r528, r167, r14)
+    r14 = k.where(r529, r167, r14)
     r167 = 2.0 * x16 * r11 * r14
-    r391 = k.where(r28, r167, r391)
+    r392 = k.where(r28, r167, r392)
     r167 = x16 * r11 * r14
-    r528 = x7 * x16 * r4 * r5 * r11 * r14
-    r528 = r167 + r528
-    r391 = k.where(r100, r528, r391)
+    r529 = x7 * x16 * r4 * r5 * r11 * r14
+    r529 = r167 + r529
+    r392 = k.where(r100, r529, r392)
     r81 = k.and_(r53, r81)
     r14 = 3.0 * x7 * x16 * r4 * r5 * r11 * r14
-    r391 = k.where(r81, r14, r391)
-    r388 = r388 == 1.0
-    r391 = k.where(r388, 0.0, r391)
-    r392 = r392 + r391
-    r392 = k.max(0.0, r392)
-    r386 = k.gcd(x3, r386)
-    r14 = k.recip(r386)
+    r392 = k.where(r81, r14, r392)
+    r389 = r389 == 1.0
+    r392 = k.where(r389, 0.0, r392)
+    r393 = r393 + r392
+    r393 = k.max(0.0, r393)
+    r387 = k.gcd(x3, r387)
+    r14 = k.recip(r387)
     r53 = x3 * r14
     r53 = -1.0 + r53
-    r53 = x29 * r53
-    r528 = -1.0 * x3 * r14
-    r528 = x3 + r528
-    r528 = x33 * r528
+    r53 = x30 * r53
+    r529 = -1.0 * x3 * r14
+    r529 = x3 + r529
+    r529 = x34 * r529
     r167 = -1.0 + x3
-    r61 = 2.0 * x15 * x21 * x11 * x5 * x35 * r87 * r31 * r80 * r25 * r14 * r167
-    r386 = -1.0 + r386
-    r386 = 2.0 * x15 * x21 * x11 * x5 * x35 * r114 * r31 * r155 * r25 * r14 * r167 * r386
-    r386 = k.max(r61, r386)
-    r386 = r53 + r528 + r386
-    r528 = x29 * r167
-    r53 = 2.0 * x15 * x21 * x11 * x5 * x35 * r87 * r31 * r80 * r25 * r167
-    r53 = r528 + r53
-    r386 = k.where(r89, r53, r386)
-    r53 = x3 * x40
-    r53 = x31 >= r53
-    r89 = x33 * r167
-    r528 = 2.0 * x15 * x21 * x11 * x5 * x35 * r114 * r31 * r155 * r25 * r167
-    r528 = r89 + r528
-    r386 = k.where(r53, r528, r386)
-    r528 = x7 * x16 * r4 * r5 * r11 * r386
-    r386 = x7 * x16 * r4 * r5 * r11 * r56 * r386
-    r386 = r528 + r386
-    r528 = x3 == 1.0
-    r386 = k.where(r528, 0.0, r386)
+    r61 = 2.0 * x15 * x21 * x11 * x5 * x36 * r87 * r31 * r80 * r25 * r14 * r167
+    r387 = -1.0 + r387
+    r387 = 2.0 * x15 * x21 * x11 * x5 * x36 * r114 * r31 * r155 * r25 * r14 * r167 * r387
+    r387 = k.max(r61, r387)
+    r387 = r53 + r529 + r387
+    r529 = x30 * r167
+    r53 = 2.0 * x15 * x21 * x11 * x5 * x36 * r87 * r31 * r80 * r25 * r167
+    r53 = r529 + r53
+    r387 = k.where(r89, r53, r387)
+    r53 = x3 * x41
+    r53 = x32 >= r53
+    r89 = x34 * r167
+    r529 = 2.0 * x15 * x21 * x11 * x5 * x36 * r114 * r31 * r155 * r25 * r167
+    r529 = r89 + r529
+    r387 = k.where(r53, r529, r387)
+    r529 = x7 * x16 * r4 * r5 * r11 * r387
+    r387 = x7 * x16 * r4 * r5 * r11 * r56 * r387
+    r387 = r529 + r387
+    r529 = x3 == 1.0
+    r387 = k.where(r529, 0.0, r387)
     r57 = k.where(r57, 2.0, 0.0)
     r57 = 4.0 + r57
-    r53 = -1.0 + x40
+    r53 = -1.0 + x41
     r53 = k.recip(r53)
-    r89 = 2.0 * x40
+    r89 = 2.0 * x41
     r89 = -2.0 + r89
-    r61 = k.gcd(x40, x31)
+    r61 = k.gcd(x41, x32)
     r14 = k.recip(r61)
-    r88 = x40 * r14
+    r88 = x41 * r14
     r88 = -1.0 + r88
-    r88 = x29 * r88
-    r534 = -1.0 * x40 * r14
-    r534 = x40 + r534
-    r534 = x33 * r534
-    r534 = r88 + r534
-    r534 = r53 * r89 * r534
-    r53 = x21 * x5 * x13 * x35 * r87 * r31 * r80 * r25 * r14 * r89
+    r88 = x30 * r88
+    r535 = -1.0 * x41 * r14
+    r535 = x41 + r535
+    r535 = x34 * r535
+    r535 = r88 + r535
+    r535 = r53 * r89 * r535
+    r53 = x21 * x5 * x13 * x36 * r87 * r31 * r80 * r25 * r14 * r89
     r61 = -1.0 + r61
-    r61 = x21 * x5 * x13 * x35 * r114 * r31 * r155 * r25 * r14 * r61 * r89
+    r61 = x21 * x5 * x13 * x36 * r114 * r31 * r155 * r25 * r14 * r61 * r89
     r61 = k.max(r53, r61)
-    r61 = r534 + r61
-    r534 = x31 <= 1.0
-    r53 = x29 * r89
-    r80 = x21 * x5 * x13 * x35 * r87 * r31 * r80 * r25 * r89
+    r61 = r535 + r61
+    r535 = x32 <= 1.0
+    r53 = x30 * r89
+    r80 = x21 * x5 * x13 * x36 * r87 * r31 * r80 * r25 * r89
     r80 = r53 + r80
-    r61 = k.where(r534, r80, r61)
-    r80 = x31 >= x40
-    r534 = x33 * r89
-    r155 = x21 * x5 * x13 * x35 * r114 * r31 * r155 * r25 * r89
-    r155 = r534 + r155
+    r61 = k.where(r535, r80, r61)
+    r80 = x32 >= x41
+    r535 = x34 * r89
+    r155 = x21 * x5 * x13 * x36 * r114 * r31 * r155 * r25 * r89
+    r155 = r535 + r155
     r61 = k.where(r80, r155, r61)
     r61 = x7 * x16 * r4 * r5 * r11 * r57 * r61
-    r155 = x40 == 1.0
+    r155 = x41 == 1.0
     r61 = k.where(r155, 0.0, r61)
-    r132 = r367 + r153 + r132
+    r132 = r368 + r153 + r132
     r132 = k.max(0.0, r132)
     r132 = k.where(r27, r132, 0.0)
-    r27 = r399 + r39 + r76 + r370 + r359 + r392 + r62 + r386 + r61 + r132
+    r27 = r400 + r39 + r76 + r371 + r360 + r393 + r62 + r387 + r61 + r132
     r153 = k.recip(r27)
-    r367 = 6.0 * x7 * x35 * r96 * r4 * r31 * r11 * r25 * r153 * r15
-    r55 = x7 * x35 * r96 * r4 * r31 * r11 * r25 * r153 * r55
-    r153 = x21 * x5 * x13 * x35 * r31
-    r96 = x21 * x5 * x13 * x35 * r87 * r31
-    r369 = x5 * r4 * r31 * r369 * r26
-    r80 = 2.0 * x5 * r4 * r31 * r404 * r26
-    r369 = k.where(r28, r80, r369)
-    r80 = x5 * r4 * r31 * r404 * r26
+    r368 = 6.0 * x7 * x36 * r96 * r4 * r31 * r11 * r25 * r153 * r15
+    r55 = x7 * x36 * r96 * r4 * r31 * r11 * r25 * r153 * r55
+    r153 = x21 * x5 * x13 * x36 * r31
+    r96 = x21 * x5 * x13 * x36 * r87 * r31
+    r370 = x5 * r4 * r31 * r370 * r26
+    r80 = 2.0 * x5 * r4 * r31 * r405 * r26
+    r370 = k.where(r28, r80, r370)
+    r80 = x5 * r4 * r31 * r405 * r26
     r28 = k.pow(x4, -2.0)
-    r534 = x7 * x5 * r28 * r5 * r31 * r404 * r26
-    r534 = r80 + r534
-    r369 = k.where(r100, r534, r369)
-    r404 = 3.0 * x7 * x5 * r28 * r5 * r31 * r404 * r26
-    r369 = k.where(r81, r404, r369)
-    r369 = k.where(r388, 0.0, r369)
-    r388 = r87 * r369
-    r87 = x30 * r87
-    r404 = k.recip(x35)
-    r81 = x39 * r383 * r404
+    r535 = x7 * x5 * r28 * r5 * r31 * r405 * r26
+    r535 = r80 + r535
+    r370 = k.where(r100, r535, r370)
+    r405 = 3.0 * x7 * x5 * r28 * r5 * r31 * r405 * r26
+    r370 = k.where(r81, r405, r370)
+    r370 = k.where(r389, 0.0, r370)
+    r389 = r87 * r370
+    r87 = x31 * r87
+    r405 = k.recip(x36)
+    r81 = x40 * r384 * r405
     r5 = k.recip(x14)
     r28 = r4 * r31 * r5 * r11 * r25
-    r534 = 1.6e-11 * x13
+    r535 = 1.6e-11 * x13
     r100 = 8e-12 * x16 * r9
     r80 = 8e-12 * x16 * r13
-    r114 = 8e-12 * x41 * x13
+    r114 = 8e-12 * x42 * x13
     r53 = 8e-12 * x13 * x19
-    r14 = r534 + r100 + r80 + r114 + r53
+    r14 = r535 + r100 + r80 + r114 + r53
     r88 = 8e-12 * x13
     r35 = 4e-12 * x16 * r9
-    r395 = 4e-12 * x16 * r13
-    r661 = 4e-12 * x41 * x13
-    r662 = 4e-12 * x13 * x19
-    r662 = r88 + r35 + r395 + r661 + r662
-    r662 = r28 > r662
-    r661 = -1.6e-11 * x13
+    r396 = 4e-12 * x16 * r13
+    r662 = 4e-12 * x42 * x13
+    r663 = 4e-12 * x13 * x19
+    r663 = r88 + r35 + r396 + r662 + r663
+    r663 = r28 > r663
+    r662 = -1.6e-11 * x13
     r9 = -8e-12 * x16 * r9
     r13 = -8e-12 * x16 * r13
-    r395 = -8e-12 * x41 * x13
+    r396 = -8e-12 * x42 * x13
     r35 = -8e-12 * x13 * x19
     r88 = k.sqrt(2.0)
-    r671 = k.sqrt(x4)
-    r671 = k.recip(r671)
-    r673 = k.sqrt(x3)
-    r673 = k.recip(r673)
-    r675 = k.sqrt(x14)
-    r675 = k.recip(r675)
-    r677 = k.sqrt(x24)
-    r677 = k.recip(r677)
-    r679 = k.sqrt(x40)
-    r679 = k.recip(r679)
-    r681 = k.sqrt(r14)
-    r682 = 0.05555555555555555 * x4 * x3 * x14 * x24 * x40 * r14
-    r683 = k.sqrt(x4)
-    r684 = k.sqrt(x3)
-    r685 = k.sqrt(x14)
-    r686 = k.sqrt(x24)
-    r687 = k.sqrt(x40)
-    r687 = 0.16666666666666666 * r88 * r683 * r684 * r685 * r686 * r687 * r681
-    r687 = 1.0 + r682 + r687
-    r687 = r88 * r671 * r673 * r675 * r677 * r679 * r681 * r687
-    r687 = r661 + r9 + r13 + r395 + r35 + r687
-    r35 = k.where(r662, r687, r28)
-    r53 = r534 + r100 + r80 + r114 + r53 + r35
-    r53 = x4 * x3 * x14 * x24 * x40 * r53
+    r672 = k.sqrt(x4)
+    r672 = k.recip(r672)
+    r674 = k.sqrt(x3)
+    r674 = k.recip(r674)
+    r676 = k.sqrt(x14)
+    r676 = k.recip(r676)
+    r678 = k.sqrt(x25)
+    r678 = k.recip(r678)
+    r680 = k.sqrt(x41)
+    r680 = k.recip(r680)
+    r682 = k.sqrt(r14)
+    r683 = 0.05555555555555555 * x4 * x3 * x14 * x25 * x41 * r14
+    r684 = k.sqrt(x4)
+    r685 = k.sqrt(x3)
+    r686 = k.sqrt(x14)
+    r687 = k.sqrt(x25)
+    r688 = k.sqrt(x41)
+    r688 = 0.16666666666666666 * r88 * r684 * r685 * r686 * r687 * r688 * r682
+    r688 = 1.0 + r683 + r688
+    r688 = r88 * r672 * r674 * r676 * r678 * r680 * r682 * r688
+    r688 = r662 + r9 + r13 + r396 + r35 + r688
+    r35 = k.where(r663, r688, r28)
+    r53 = r535 + r100 + r80 + r114 + r53 + r35
+    r53 = x4 * x3 * x14 * x25 * x41 * r53
     r53 = k.exp(r53)
     r53 = -1.0 + r53
     r114 = k.recip(r53)
-    r80 = x26 + x2
-    r100 = -1.0 * x4 * x3 * x14 * x24 * x40 * r80
+    r80 = x27 + x2
+    r100 = -1.0 * x4 * x3 * x14 * x25 * x41 * r80
     r100 = k.exp(r100)
-    r100 = x4 * x3 * x14 * x24 * x40 * r114 * r35 * r100
-    r114 = x4 * x3 * x14 * x24 * x40
-    r687 = k.recip(r687)
-    r114 = k.where(r662, r687, r114)
-    r80 = x4 * x3 * x14 * x24 * x40 * r80
+    r100 = x4 * x3 * x14 * x25 * x41 * r114 * r35 * r100
+    r114 = x4 * x3 * x14 * x25 * x41
+    r688 = k.recip(r688)
+    r114 = k.where(r663, r688, r114)
+    r80 = x4 * x3 * x14 * x25 * x41 * r80
     r80 = k.exp(r80)
-    r5 = x39 * r383 * r4 * r31 * r5 * r11 * r404 * r25 * r53 * r27 * r114 * r80
-    r80 = x39 * r383 * r404 * r53 * r27 * r114 * r80
-    r57 = x7 * x16 * x5 * x13 * x35 * r4 * r31 * r11 * r25 * r89 * r57
+    r5 = x40 * r384 * r4 * r31 * r5 * r11 * r405 * r25 * r53 * r27 * r114 * r80
+    r80 = x40 * r384 * r405 * r53 * r27 * r114 * r80
+    r57 = x7 * x16 * x5 * x13 * x36 * r4 * r31 * r11 * r25 * r89 * r57
     r57 = k.where(r155, 0.0, r57)
-    r155 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r31 * r11 * r25 * r167
-    r167 = 2.0 * x7 * x16 * x15 * x11 * x5 * x35 * r4 * r31 * r11 * r25 * r56 * r167
+    r155 = 2.0 * x7 * x16 * x15 * x11 * x5 * x36 * r4 * r31 * r11 * r25 * r167
+    r167 = 2.0 * x7 * x16 * x15 * x11 * x5 * x36 * r4 * r31 * r11 * r25 * r56 * r167
     r167 = r155 + r167
-    r167 = k.where(r528, 0.0, r167)
-    r116 = 2.0 * x7 * x5 * x13 * x35 * r4 * r31 * r11 * r25 * r116
+    r167 = k.where(r529, 0.0, r167)
+    r116 = 2.0 * x7 * x5 * x13 * x36 * r4 * r31 * r11 * r25 * r116
     r116 = k.where(r38, 0.0, r116)
-    r8 = r8 < x24
-    r38 = x34 != 2.0
+    r8 = r8 < x25
+    r38 = x35 != 2.0
     r83 = k.and_(r83, r38)
     r83 = k.not_(r83)
     r83 = k.or_(r8, r83)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r82 = k.and_(r25, r38, r82)
     r82 = k.not_(r82)
     r82 = k.or_(r8, r82)
     r82 = k.and_(r83, r82)
-    r83 = x24 >= 2.0
-    r8 = x34 != 3.0
-    r38 = x34 != 4.0
+    r83 = x25 >= 2.0
+    r8 = x35 != 3.0
+    r38 = x35 != 4.0
     r91 = k.not_(r91)
     r91 = k.and_(r8, r38, r91)
     r91 = k.not_(r91)
     r91 = k.or_(r83, r91)
-    r83 = x23 * x4 * x3 * x24 * x40 * r27
-    r38 = r75 <= r83
+    r83 = x24 * x4 * x3 * x25 * x41 * r27
+    r38 = r40 <= r83
     r83 = r36 <= r83
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r40, r75, r75, r36, r16, r120, r357, r37, r62, r27, r367, r55, r153, r96, r388, r87, 0.0, r81, r28, r14, r35, r100, r5, r80, r76, r359, r370, r39, r57, r61, r61, r167, r386, r386, r369, r391, r392, r116, r60, r399, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, r82, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r169, r123, r79, r109, r54, r99, 0.0, r103, r104, r63, r126, r110, r105, r12, r75, r40, r40, r36, r16, r120, r358, r37, r62, r27, r368, r55, r153, r96, r389, r87, 0.0, r81, r28, r14, r35, r100, r5, r80, r76, r360, r371, r39, r57, r61, r61, r167, r387, r387, r370, r392, r393, r116, r60, r400, 0.0, 0.0, r132, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r82, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, 1.0, r91, r91, r38, r83, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r91, r91, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1499,9 +1500,9 @@ def search(x, k):
     return (r91, r6, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (43, 44, 45, 46, 47, 48, 49), (), (36, 43, 44, 45, 46, 47, 48, 49), (34, 43, 44, 45, 46, 47, 48, 49), (35, 43, 44, 45, 46, 47, 48, 49), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (29, 30, 33, 34, 35, 36, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (28, 43, 44, 45, 46, 47, 48, 49), (15, 43, 44, 45, 46, 47, 48, 49), (18,), (14, 15, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 43, 44, 45, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 43, 44, 45, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (27,), (76,), (37, 43, 44, 45, 46, 47, 48, 49), (37, 43, 44, 45, 46, 47, 48, 49, 75, 76), (37, 43, 44, 45, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 37, 43, 44, 45, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 43, 44, 45, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 42), (10, 71), (11, 71), (12, 40), (12, 41), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 67), (13, 68), (13, 69), (13, 70), (14, 38), (14, 39), (14, 43), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 29), (16, 30), (16, 31), (16, 33), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 67), (17, 68), (17, 69), (17, 70), (22, 31), (22, 38), (22, 39), (22, 40), (22, 41), (22, 42), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 38), (23, 39), (23, 40), (23, 41), (23, 42), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (37, 44, 45, 46, 47, 48, 49, 50), (35, 44, 45, 46, 47, 48, 49, 50), (36, 44, 45, 46, 47, 48, 49, 50), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (29, 30, 32, 34, 35, 36, 37, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (28, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (27,), (77,), (38, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50, 76, 77), (38, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 43), (10, 72), (11, 72), (12, 41), (12, 42), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 68), (13, 69), (13, 70), (13, 71), (14, 39), (14, 40), (14, 44), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 29), (16, 30), (16, 31), (16, 34), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 68), (17, 69), (17, 70), (17, 71), (22, 31), (22, 39), (22, 40), (22, 41), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 39), (23, 40), (23, 41), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x36)
+    r11 = k.recip(x24)
+    r16 = k.recip(x37)
     r25 = r11 * r16 * r15
-    r26 = x33 == 5.0
+    r26 = x34 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x39 >= 1.0
+    r27 = x40 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,67 +49,67 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x34 * r30 * r16 * r38
-    r37 = x24 == 2.0
-    r36 = 2.0 * x19 * x12 * x34 * r30 * r16
+    r38 = x19 * x35 * r30 * r16 * r38
+    r37 = x25 == 2.0
+    r36 = 2.0 * x19 * x12 * x35 * r30 * r16
     r36 = k.where(r37, r36, r38)
-    r35 = 1.0 + x23
+    r35 = 1.0 + x24
     r35 = k.min(r35, r6)
     r34 = k.ceiling(r33)
     r35 = r35 * r34
-    r48 = x33 == 4.0
-    r49 = 2.0 * x23
+    r48 = x34 == 4.0
+    r49 = 2.0 * x24
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r34
     r53 = k.where(r48, r50, r35)
-    r54 = x33 == 0.0
-    r55 = x33 == 3.0
+    r54 = x34 == 0.0
+    r55 = x34 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x23, r6)
+    r57 = k.min(x24, r6)
     r57 = r57 * r34
     r53 = k.where(r56, r57, r53)
-    r57 = x33 == 1.0
-    r61 = k.recip(x38)
-    r62 = x6 * x38 * r4 * r5
-    r63 = -1.0 + x38
-    r63 = x23 * r63
+    r57 = x34 == 1.0
+    r61 = k.recip(x39)
+    r62 = x6 * x39 * r4 * r5
+    r63 = -1.0 + x39
+    r63 = x24 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r34
     r53 = k.where(r57, r65, r53)
-    r65 = x33 == 2.0
+    r65 = x34 == 2.0
     r70 = x6 * r4 * r5 * r34
     r53 = k.where(r65, r70, r53)
     r53 = r36 * r53
     r73 = r9 * r34
     r74 = r13 * r34
-    r75 = x23 == 1.0
+    r75 = x24 == 1.0
     r76 = k.where(r75, 1.0, 0.0)
     r77 = 2.0 * x12 * r76
     r77 = r12 + r73 + r74 + r77
     r77 = r16 * r77
-    r76 = x37 * x12 * r76
-    r12 = x23 != 1.0
+    r76 = x38 * x12 * r76
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r73 + r74 + r76 + r12
     r12 = r16 * r12
     r76 = r77 + r12
     r77 = k.where(r26, r76, r77)
     r8 = 2.0 * r77
-    r89 = x39 >= 2.0
+    r89 = x40 >= 2.0
     r90 = 2.0 * r4 * r30 * r77
     r91 = k.where(r89, r90, r8)
-    r92 = x39 >= 3.0
+    r92 = x40 >= 3.0
     r8 = k.where(r92, r90, r8)
     r90 = 12.0 * r77
     r95 = 12.0 * r4 * r30 * r77
     r90 = k.where(r27, r95, r90)
     r95 = k.where(r37, r38, 0.0)
     r98 = k.or_(r26, r75)
-    r99 = 4.0 * x19 * x12 * x34 * r30 * r16
-    r100 = x37 * x19 * x16 * x34 * r30 * r16
+    r99 = 4.0 * x19 * x12 * x35 * r30 * r16
+    r100 = x38 * x19 * x16 * x35 * r30 * r16
     r99 = r99 + r100
     r99 = k.max(r99, r95)
     r98 = k.where(r98, r99, r95)
@@ -118,16 +118,16 @@ def quantities(x, k):
     r104 = k.where(r26, r105, r104)
     r105 = 3.0 * x4 * r104 * r77
     r105 = k.where(r92, r105, 0.0)
-    r109 = x23 > 1.0
+    r109 = x24 > 1.0
     r109 = k.and_(r92, r109)
     r77 = 2.0 * x4 * r77
     r105 = k.where(r109, r77, r105)
     r77 = r53 + r91 + r8 + r90 + r98 + r105
     r114 = k.where(r48, r50, r35)
-    r115 = -1.0 + x23
+    r115 = -1.0 + x24
     r116 = k.min(1.0, r115)
     r117 = -1.0 * r116
-    r117 = x23 + r117
+    r117 = x24 + r117
     r119 = k.min(r6, r117)
     r119 = r119 * r34
     r114 = k.where(r56, r119, r114)
@@ -139,28 +139,28 @@ def quantities(x, k):
     r114 = k.where(r65, r70, r114)
     r114 = r36 * r114
     r49 = 1.0 + r116
-    r49 = x23 == r49
+    r49 = x24 == r49
     r119 = k.where(r49, 1.0, 0.0)
     r119 = 2.0 * x12 * r119
     r133 = r116 == 0.0
     r133 = k.where(r133, 1.0, 0.0)
-    r133 = x37 * x12 * r133
+    r133 = x38 * x12 * r133
     r136 = r116 != 0.0
     r136 = k.and_(r136, r49)
     r136 = k.where(r136, 1.0, 0.0)
-    r136 = x37 * x12 * r136
+    r136 = x38 * x12 * r136
     r136 = r73 + r74 + r119 + r133 + r136
     r136 = r16 * r136
-    r133 = x23 == r117
+    r133 = x24 == r117
     r119 = k.where(r133, 1.0, 0.0)
     r119 = 2.0 * x12 * r119
     r145 = r117 == 1.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x37 * x12 * r145
+    r145 = x38 * x12 * r145
     r117 = r117 != 1.0
     r117 = k.and_(r133, r117)
     r117 = k.where(r117, 1.0, 0.0)
-    r117 = x37 * x12 * r117
+    r117 = x38 * x12 * r117
     r117 = r73 + r74 + r119 + r145 + r117
     r117 = r16 * r117
     r117 = r136 + r117
@@ -236,402 +236,403 @@ def quantities(x, k):
     r114 = k.where(r114, 0.0, 0.0)
     r35 = r77 == r35
     r114 = k.where(r35, 0.0, r114)
-    r35 = x37 * x19 * x4 * x34 * r30 * r16
-    r53 = x37 * x19 * x4 * x34 * r30
+    r35 = x38 * x19 * x4 * x35 * r30 * r16
+    r53 = x38 * x19 * x4 * x35 * r30
     r105 = k.max(r77, r136, r12)
     r90 = r136 == r105
     r12 = k.where(r90, r136, r12)
     r105 = r77 == r105
     r12 = k.where(r105, r77, r12)
-    r77 = -1.0 * r12
-    r77 = x8 + r77
-    r105 = 6.0 * x6 * x34 * r15
+    r77 = -1.0 * x20
+    r105 = -1.0 * r12
+    r105 = x8 + r77 + r105
+    r77 = 6.0 * x6 * x35 * r15
     r136 = 12.0 * x12
     r90 = 6.0 * x15 * r9
     r133 = 6.0 * x15 * r13
-    r91 = 6.0 * x37 * x12
-    r145 = 12.0 * x15 * x11 * x10 * x34
+    r91 = 6.0 * x38 * x12
+    r145 = 12.0 * x15 * x11 * x10 * x35
     r145 = r136 + r90 + r133 + r91 + r145
-    r91 = x6 * x34 * r145
+    r91 = x6 * x35 * r145
     r133 = k.pow(x12, 2.0)
     r90 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r90
+    r8 = 0.16666666666666666 * x35 * r90
     r119 = k.recip(x15)
-    r90 = 0.0625 * x37 * r119 * r90
+    r90 = 0.0625 * x38 * r119 * r90
     r90 = 1.0 + r8 + r90
-    r90 = 96.0 * x6 * x15 * x34 * r133 * r90
-    r133 = k.pow(x34, 2.0)
+    r90 = 96.0 * x6 * x15 * x35 * r133 * r90
+    r133 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r133
-    r109 = x24 == 1.0
+    r109 = x25 == 1.0
     r133 = 4.0 * x6 * x15 * x11 * x10 * r133
     r133 = k.where(r109, r133, 0.0)
-    r117 = 0.3333333333333333 * x6 * x34 * r145
+    r117 = 0.3333333333333333 * x6 * x35 * r145
     r133 = k.where(r37, r117, r133)
     r133 = r91 + r8 + r133
     r8 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r8
     r117 = k.recip(x9)
     r34 = k.recip(x18)
-    r62 = x37 * x12 * r16
-    r63 = x19 * x12 * x34 * r30
-    r50 = x37 * x19 * x34 * r30 * r16
+    r62 = x38 * x12 * r16
+    r63 = x19 * x12 * x35 * r30
+    r50 = x38 * x19 * x35 * r30 * r16
     r50 = r62 + r63 + r50
     r62 = 2.0 * r117 * r34 * r50
-    r49 = k.recip(x22)
+    r49 = k.recip(x23)
     r74 = k.recip(x17)
-    r73 = 2.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
+    r73 = 2.0 * x38 * x19 * x12 * x35 * r49 * r30 * r74 * r16
     r73 = r62 + r73
     r73 = r8 * r73
     r50 = 4.0 * r117 * r34 * r50
-    r62 = 4.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
+    r62 = 4.0 * x38 * x19 * x12 * x35 * r49 * r30 * r74 * r16
     r62 = r73 + r50 + r62
     r62 = r11 * r62
     r50 = x11 * x10 * x12 * r16
-    r73 = x11 * x19 * x10 * x34 * r30 * r16
+    r73 = x11 * x19 * x10 * x35 * r30 * r16
     r73 = r50 + r63 + r73
     r50 = r117 * r34 * r73
-    r281 = k.recip(x21)
-    r282 = 2.0 * x11 * x19 * x10 * x12 * x34 * r281 * r30 * r74 * r16
-    r282 = r50 + r282
-    r282 = r8 * r282
+    r282 = k.recip(x22)
+    r283 = 2.0 * x11 * x19 * x10 * x12 * x35 * r282 * r30 * r74 * r16
+    r283 = r50 + r283
+    r283 = r8 * r283
     r50 = x10 * x12 * r16 * r14
-    r286 = x19 * x10 * x34 * r30 * r16 * r14
-    r286 = r63 + r50 + r286
-    r50 = r117 * r34 * r286
-    r289 = 2.0 * x19 * x10 * x12 * x34 * r281 * r30 * r74 * r16 * r14
-    r289 = r50 + r289
-    r289 = r8 * r289
+    r287 = x19 * x10 * x35 * r30 * r16 * r14
+    r287 = r63 + r50 + r287
+    r50 = r117 * r34 * r287
+    r290 = 2.0 * x19 * x10 * x12 * x35 * r282 * r30 * r74 * r16 * r14
+    r290 = r50 + r290
+    r290 = r8 * r290
     r50 = x12 * x5 * r16
-    r293 = x19 * x5 * x34 * r30 * r16
-    r293 = r50 + r63 + r293
-    r63 = r117 * r34 * r293
-    r50 = 2.0 * x19 * x12 * x5 * x34 * r281 * r30 * r74 * r16
+    r294 = x19 * x5 * x35 * r30 * r16
+    r294 = r50 + r63 + r294
+    r63 = r117 * r34 * r294
+    r50 = 2.0 * x19 * x12 * x5 * x35 * r282 * r30 * r74 * r16
     r50 = r63 + r50
     r50 = 2.0 * r8 * r50
     r73 = 2.0 * r117 * r34 * r73
-    r286 = 2.0 * r117 * r34 * r286
-    r293 = 4.0 * r117 * r34 * r293
+    r287 = 2.0 * r117 * r34 * r287
+    r294 = 4.0 * r117 * r34 * r294
     r63 = x11 * x10 * r16
     r63 = x12 + r63
-    r63 = 4.0 * x19 * x34 * r117 * r30 * r34 * r63
-    r305 = x10 * r16 * r14
-    r305 = x12 + r305
-    r305 = 4.0 * x19 * x34 * r117 * r30 * r34 * r305
-    r308 = x5 * r16
-    r308 = x12 + r308
-    r308 = 8.0 * x19 * x34 * r117 * r30 * r34 * r308
-    r311 = 8.0 * x19 * x12 * x5 * x34 * r281 * r30 * r74 * r16
-    r312 = 4.0 * x11 * x19 * x10 * x12 * x34 * r281 * r30 * r74 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x34 * r281 * r30 * r74 * r16 * r14
-    r14 = r282 + r289 + r50 + r73 + r286 + r293 + r63 + r305 + r308 + r311 + r312 + r14
+    r63 = 4.0 * x19 * x35 * r117 * r30 * r34 * r63
+    r306 = x10 * r16 * r14
+    r306 = x12 + r306
+    r306 = 4.0 * x19 * x35 * r117 * r30 * r34 * r306
+    r309 = x5 * r16
+    r309 = x12 + r309
+    r309 = 8.0 * x19 * x35 * r117 * r30 * r34 * r309
+    r312 = 8.0 * x19 * x12 * x5 * x35 * r282 * r30 * r74 * r16
+    r313 = 4.0 * x11 * x19 * x10 * x12 * x35 * r282 * r30 * r74 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x35 * r282 * r30 * r74 * r16 * r14
+    r14 = r283 + r290 + r50 + r73 + r287 + r294 + r63 + r306 + r309 + r312 + r313 + r14
     r14 = x15 * r11 * r14
     r14 = r62 + r14
     r62 = x6 * r4 * r5 * r14
-    r312 = 3.0 * x5
-    r311 = 2.0 * x5 * r8
-    r311 = r312 + r311
-    r311 = x19 * x34 * r30 * r16 * r311
-    r312 = 10.0 * x12 * r8
-    r312 = r136 + r312
-    r312 = x19 * x34 * r30 * r16 * r312
-    r312 = r311 + r312
-    r312 = x15 * r11 * r312
-    r311 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
-    r311 = r312 + r311
-    r312 = x6 * x4 * r117 * r4 * r5 * r34 * r311
+    r313 = 3.0 * x5
+    r312 = 2.0 * x5 * r8
+    r312 = r313 + r312
+    r312 = x19 * x35 * r30 * r16 * r312
+    r313 = 10.0 * x12 * r8
+    r313 = r136 + r313
+    r313 = x19 * x35 * r30 * r16 * r313
+    r313 = r312 + r313
+    r313 = x15 * r11 * r313
+    r312 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
+    r312 = r313 + r312
+    r313 = x6 * x4 * r117 * r4 * r5 * r34 * r312
     r136 = k.recip(x0)
-    r308 = x11 * x10 * x34
+    r309 = x11 * x10 * x35
     r109 = k.or_(r109, r37)
     r109 = k.where(r109, 1.0, 0.0)
     r109 = 3.0 + r109
-    r109 = 2.0 * x11 * x10 * x34 * r109
-    r109 = r308 + r109
-    r308 = x6 * x15 * x34 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
-    r305 = r62 + r312 + r308
-    r63 = k.recip(r305)
+    r109 = 2.0 * x11 * x10 * x35 * r109
+    r109 = r309 + r109
+    r309 = x6 * x15 * x35 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
+    r306 = r62 + r313 + r309
+    r63 = k.recip(r306)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r293 = k.recip(x6)
-    r286 = 0.3333333333333333 * x3 * x19 * r293 * r61 * r305
-    r73 = 0.6666666666666666 * x3 * x19 * x23 * r293 * r305
-    r311 = -1.0 * x6 * x4 * r117 * r4 * r5 * r34 * r311
-    r109 = -1.0 * x6 * x15 * x34 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
-    r73 = r14 + r286 + r73 + r311 + r109
+    r294 = k.recip(x6)
+    r287 = 0.3333333333333333 * x3 * x19 * r294 * r61 * r306
+    r73 = 0.6666666666666666 * x3 * x19 * x24 * r294 * r306
+    r312 = -1.0 * x6 * x4 * r117 * r4 * r5 * r34 * r312
+    r109 = -1.0 * x6 * x15 * x35 * r49 * r4 * r30 * r74 * r136 * r11 * r16 * r109
+    r73 = r14 + r287 + r73 + r312 + r109
     r73 = k.max(0.0, r73)
-    r286 = 0.5 * x23
-    r286 = -1.0 + r286
-    r286 = 0.6666666666666666 * x3 * x19 * r293 * r61 * r286 * r305
-    r286 = k.where(r48, 0.0, r286)
-    r48 = 0.3333333333333333 * x3 * x19 * r293 * r61 * r115 * r305
-    r286 = k.where(r55, r48, r286)
+    r287 = 0.5 * x24
+    r287 = -1.0 + r287
+    r287 = 0.6666666666666666 * x3 * x19 * r294 * r61 * r287 * r306
+    r287 = k.where(r48, 0.0, r287)
+    r48 = 0.3333333333333333 * x3 * x19 * r294 * r61 * r115 * r306
+    r287 = k.where(r55, r48, r287)
     r65 = k.or_(r54, r57, r65)
-    r115 = x3 * x19 * r293 * r61 * r115 * r305
-    r286 = k.where(r65, r115, r286)
-    r286 = k.max(r73, r286)
-    r63 = r63 * r286
+    r115 = x3 * x19 * r294 * r61 * r115 * r306
+    r287 = k.where(r65, r115, r287)
+    r287 = k.max(r73, r287)
+    r63 = r63 * r287
     r34 = 28.0 * r117 * r34 * r31
-    r117 = r34 + r62 + r312 + r308
-    r73 = -1.0 * x20
+    r117 = r34 + r62 + r313 + r309
+    r73 = -1.0 * x21
     r73 = 1.0 + r73
-    r115 = x23 * x38
+    r115 = x24 * x39
     r115 = -1.0 + r115
-    r61 = k.recip(x26)
-    r54 = k.recip(x27)
-    r48 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16
-    r48 = x28 + r48
-    r55 = 2.0 * x3 * x2 * x36
-    r55 = x30 >= r55
-    r136 = k.recip(x29)
-    r74 = k.recip(x31)
-    r49 = x19 * x4 * x12 * x34 * r136 * r30 * r74 * r16
-    r49 = x32 + r49
+    r61 = k.recip(x27)
+    r54 = k.recip(x28)
+    r48 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16
+    r48 = x29 + r48
+    r55 = 2.0 * x3 * x2 * x37
+    r55 = x31 >= r55
+    r136 = k.recip(x30)
+    r74 = k.recip(x32)
+    r49 = x19 * x4 * x12 * x35 * r136 * r30 * r74 * r16
+    r49 = x33 + r49
     r48 = k.where(r55, r49, r48)
     r48 = 2.0 * x6 * r4 * r5 * r11 * r115 * r48
     r48 = k.where(r75, 0.0, r48)
     r73 = r73 * r48
-    r49 = x3 * x19 * r293 * r305
-    r55 = x23 <= 1.0
+    r49 = x3 * x19 * r294 * r306
+    r55 = x24 <= 1.0
     r89 = k.and_(r89, r55)
-    r49 = k.where(r89, r305, r49)
-    r49 = -1.0 * x20 * r49
-    r305 = x3 * x2
-    r50 = -1.0 + r305
-    r289 = k.recip(r50)
-    r282 = 2.0 * x3 * x2
-    r282 = -2.0 + r282
-    r389 = x30 * r16
-    r390 = k.gcd(r305, r389)
-    r391 = k.recip(r390)
-    r392 = x3 * x2 * r391
-    r392 = -1.0 + r392
-    r392 = x28 * r392
-    r395 = -1.0 * x3 * x2 * r391
-    r395 = r305 + r395
-    r395 = x32 * r395
-    r398 = r392 + r395
-    r398 = r289 * r282 * r398
-    r289 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r391 * r282 * r25
-    r390 = -1.0 + r390
-    r402 = x4 * x23 * r136 * r119 * r4 * r30 * r74 * r391 * r390 * r282 * r25
-    r402 = k.max(r289, r402)
-    r402 = r398 + r402
-    r398 = x30 <= x36
-    r289 = x28 * r282
-    r407 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r282 * r25
-    r407 = r289 + r407
-    r402 = k.where(r398, r407, r402)
-    r407 = x3 * x2 * x36
-    r407 = x30 >= r407
-    r289 = x32 * r282
-    r413 = x4 * x23 * r136 * r119 * r4 * r30 * r74 * r282 * r25
-    r413 = r289 + r413
-    r402 = k.where(r407, r413, r402)
-    r402 = x15 * r11 * r402
-    r413 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r391 * r50 * r25
-    r390 = x4 * x23 * r136 * r119 * r4 * r30 * r74 * r391 * r50 * r390 * r25
-    r390 = k.max(r413, r390)
-    r390 = r392 + r395 + r390
-    r395 = x28 * r50
-    r392 = x4 * x23 * r61 * r119 * r4 * r30 * r54 * r50 * r25
-    r392 = r395 + r392
-    r390 = k.where(r398, r392, r390)
-    r392 = x32 * r50
-    r119 = x4 * x23 * r136 * r119 * r4 * r30 * r74 * r50 * r25
-    r119 = r392 + r119
-    r390 = k.where(r407, r119, r390)
-    r119 = 2.0 * x15 * r11 * r390
-    r402 = k.where(r27, r119, r402)
-    r119 = x15 * r11 * r390
-    r407 = x6 * x15 * r4 * r5 * r11 * r390
-    r407 = r119 + r407
-    r402 = k.where(r89, r407, r402)
+    r49 = k.where(r89, r306, r49)
+    r49 = -1.0 * x21 * r49
+    r306 = x3 * x2
+    r50 = -1.0 + r306
+    r290 = k.recip(r50)
+    r283 = 2.0 * x3 * x2
+    r283 = -2.0 + r283
+    r390 = x31 * r16
+    r391 = k.gcd(r306, r390)
+    r392 = k.recip(r391)
+    r393 = x3 * x2 * r392
+    r393 = -1.0 + r393
+    r393 = x29 * r393
+    r396 = -1.0 * x3 * x2 * r392
+    r396 = r306 + r396
+    r396 = x33 * r396
+    r399 = r393 + r396
+    r399 = r290 * r283 * r399
+    r290 = x4 * x24 * r61 * r119 * r4 * r30 * r54 * r392 * r283 * r25
+    r391 = -1.0 + r391
+    r403 = x4 * x24 * r136 * r119 * r4 * r30 * r74 * r392 * r391 * r283 * r25
+    r403 = k.max(r290, r403)
+    r403 = r399 + r403
+    r399 = x31 <= x37
+    r290 = x29 * r283
+    r408 = x4 * x24 * r61 * r119 * r4 * r30 * r54 * r283 * r25
+    r408 = r290 + r408
+    r403 = k.where(r399, r408, r403)
+    r408 = x3 * x2 * x37
+    r408 = x31 >= r408
+    r290 = x33 * r283
+    r414 = x4 * x24 * r136 * r119 * r4 * r30 * r74 * r283 * r25
+    r414 = r290 + r414
+    r403 = k.where(r408, r414, r403)
+    r403 = x15 * r11 * r403
+    r414 = x4 * x24 * r61 * r119 * r4 * r30 * r54 * r392 * r50 * r25
+    r391 = x4 * x24 * r136 * r119 * r4 * r30 * r74 * r392 * r50 * r391 * r25
+    r391 = k.max(r414, r391)
+    r391 = r393 + r396 + r391
+    r396 = x29 * r50
+    r393 = x4 * x24 * r61 * r119 * r4 * r30 * r54 * r50 * r25
+    r393 = r396 + r393
+    r391 = k.where(r399, r393, r391)
+    r393 = x33 * r50
+    r119 = x4 * x24 * r136 * r119 * r4 * r30 * r74 * r50 * r25
+    r119 = r393 + r119
+    r391 = k.where(r408, r119, r391)
+    r119 = 2.0 * x15 * r11 * r391
+    r403 = k.where(r27, r119, r403)
+    r119 = x15 * r11 * r391
+    r408 = x6 * x15 * r4 * r5 * r11 * r391
+    r408 = r119 + r408
+    r403 = k.where(r89, r408, r403)
     r55 = k.and_(r92, r55)
-    r390 = 3.0 * x6 * x15 * r4 * r5 * r11 * r390
-    r402 = k.where(r55, r390, r402)
-    r305 = r305 == 1.0
-    r402 = k.where(r305, 0.0, r402)
-    r49 = r49 + r402
+    r391 = 3.0 * x6 * x15 * r4 * r5 * r11 * r391
+    r403 = k.where(r55, r391, r403)
+    r306 = r306 == 1.0
+    r403 = k.where(r306, 0.0, r403)
+    r49 = r49 + r403
     r49 = k.max(0.0, r49)
-    r389 = k.gcd(x2, r389)
-    r390 = k.recip(r389)
-    r92 = x2 * r390
+    r390 = k.gcd(x2, r390)
+    r391 = k.recip(r390)
+    r92 = x2 * r391
     r92 = -1.0 + r92
-    r92 = x28 * r92
-    r407 = -1.0 * x2 * r390
-    r407 = x2 + r407
-    r407 = x32 * r407
+    r92 = x29 * r92
+    r408 = -1.0 * x2 * r391
+    r408 = x2 + r408
+    r408 = x33 * r408
     r119 = -1.0 + x2
-    r392 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r390 * r119
-    r389 = -1.0 + r389
-    r389 = 2.0 * x14 * x19 * x10 * x4 * x34 * r136 * r30 * r74 * r16 * r390 * r119 * r389
-    r389 = k.max(r392, r389)
-    r389 = r92 + r407 + r389
-    r407 = x28 * r119
-    r92 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r119
-    r92 = r407 + r92
-    r389 = k.where(r398, r92, r389)
-    r92 = x2 * x36
-    r92 = x30 >= r92
-    r398 = x32 * r119
-    r407 = 2.0 * x14 * x19 * x10 * x4 * x34 * r136 * r30 * r74 * r16 * r119
-    r407 = r398 + r407
-    r389 = k.where(r92, r407, r389)
-    r407 = x6 * x15 * r4 * r5 * r11 * r389
-    r389 = x6 * x15 * r4 * r5 * r11 * r8 * r389
-    r389 = r407 + r389
-    r407 = x2 == 1.0
-    r389 = k.where(r407, 0.0, r389)
+    r393 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r391 * r119
+    r390 = -1.0 + r390
+    r390 = 2.0 * x14 * x19 * x10 * x4 * x35 * r136 * r30 * r74 * r16 * r391 * r119 * r390
+    r390 = k.max(r393, r390)
+    r390 = r92 + r408 + r390
+    r408 = x29 * r119
+    r92 = 2.0 * x14 * x19 * x10 * x4 * x35 * r61 * r30 * r54 * r16 * r119
+    r92 = r408 + r92
+    r390 = k.where(r399, r92, r390)
+    r92 = x2 * x37
+    r92 = x31 >= r92
+    r399 = x33 * r119
+    r408 = 2.0 * x14 * x19 * x10 * x4 * x35 * r136 * r30 * r74 * r16 * r119
+    r408 = r399 + r408
+    r390 = k.where(r92, r408, r390)
+    r408 = x6 * x15 * r4 * r5 * r11 * r390
+    r390 = x6 * x15 * r4 * r5 * r11 * r8 * r390
+    r390 = r408 + r390
+    r408 = x2 == 1.0
+    r390 = k.where(r408, 0.0, r390)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r92 = k.gcd(x36, x30)
-    r398 = k.recip(r92)
-    r392 = x36 * r398
-    r392 = -1.0 + r392
-    r392 = x28 * r392
-    r390 = -1.0 * x36 * r398
-    r390 = x36 + r390
-    r390 = x32 * r390
-    r395 = -1.0 + x36
-    r413 = x19 * x12 * x34 * r61 * r30 * r54 * r16 * r398 * r395
+    r92 = k.gcd(x37, x31)
+    r399 = k.recip(r92)
+    r393 = x37 * r399
+    r393 = -1.0 + r393
+    r393 = x29 * r393
+    r391 = -1.0 * x37 * r399
+    r391 = x37 + r391
+    r391 = x33 * r391
+    r396 = -1.0 + x37
+    r414 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r399 * r396
     r92 = -1.0 + r92
-    r391 = x19 * x12 * x34 * r136 * r30 * r74 * r16 * r398 * r395 * r92
-    r391 = k.max(r413, r391)
-    r391 = r392 + r390 + r391
-    r413 = x30 <= 1.0
-    r289 = x28 * r395
-    r489 = x19 * x12 * x34 * r61 * r30 * r54 * r16 * r395
-    r489 = r289 + r489
-    r391 = k.where(r413, r489, r391)
-    r489 = x30 >= x36
-    r493 = x32 * r395
-    r494 = x19 * x12 * x34 * r136 * r30 * r74 * r16 * r395
-    r494 = r493 + r494
-    r391 = k.where(r489, r494, r391)
-    r391 = x6 * x15 * r4 * r5 * r11 * r37 * r391
-    r494 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r398 * r395
-    r92 = x19 * x4 * x12 * x34 * r136 * r30 * r74 * r16 * r398 * r395 * r92
-    r92 = k.max(r494, r92)
-    r92 = r392 + r390 + r92
-    r54 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r395
-    r54 = r289 + r54
-    r92 = k.where(r413, r54, r92)
-    r74 = x19 * x4 * x12 * x34 * r136 * r30 * r74 * r16 * r395
-    r74 = r493 + r74
-    r92 = k.where(r489, r74, r92)
+    r392 = x19 * x12 * x35 * r136 * r30 * r74 * r16 * r399 * r396 * r92
+    r392 = k.max(r414, r392)
+    r392 = r393 + r391 + r392
+    r414 = x31 <= 1.0
+    r290 = x29 * r396
+    r490 = x19 * x12 * x35 * r61 * r30 * r54 * r16 * r396
+    r490 = r290 + r490
+    r392 = k.where(r414, r490, r392)
+    r490 = x31 >= x37
+    r494 = x33 * r396
+    r495 = x19 * x12 * x35 * r136 * r30 * r74 * r16 * r396
+    r495 = r494 + r495
+    r392 = k.where(r490, r495, r392)
+    r392 = x6 * x15 * r4 * r5 * r11 * r37 * r392
+    r495 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r399 * r396
+    r92 = x19 * x4 * x12 * x35 * r136 * r30 * r74 * r16 * r399 * r396 * r92
+    r92 = k.max(r495, r92)
+    r92 = r393 + r391 + r92
+    r54 = x19 * x4 * x12 * x35 * r61 * r30 * r54 * r16 * r396
+    r54 = r290 + r54
+    r92 = k.where(r414, r54, r92)
+    r74 = x19 * x4 * x12 * x35 * r136 * r30 * r74 * r16 * r396
+    r74 = r494 + r74
+    r92 = k.where(r490, r74, r92)
     r92 = x6 * x15 * r4 * r5 * r11 * r37 * r92
-    r92 = r391 + r92
-    r391 = x36 == 1.0
-    r92 = k.where(r391, 0.0, r92)
-    r109 = r14 + r311 + r109
+    r92 = r392 + r92
+    r392 = x37 == 1.0
+    r92 = k.where(r392, 0.0, r92)
+    r109 = r14 + r312 + r109
     r109 = k.max(0.0, r109)
     r109 = k.where(r26, r109, 0.0)
-    r26 = r73 + r34 + r62 + r312 + r308 + r49 + r286 + r389 + r92 + r109
-    r311 = k.recip(r26)
-    r14 = 6.0 * x6 * x34 * r281 * r4 * r30 * r11 * r16 * r311 * r15
-    r145 = x6 * x34 * r281 * r4 * r30 * r11 * r16 * r311 * r145
-    r311 = x19 * x4 * x12 * x34 * r30
-    r281 = x19 * x4 * x12 * x34 * r61 * r30
-    r282 = x4 * r4 * r30 * r282 * r25
+    r26 = r73 + r34 + r62 + r313 + r309 + r49 + r287 + r390 + r92 + r109
+    r312 = k.recip(r26)
+    r14 = 6.0 * x6 * x35 * r282 * r4 * r30 * r11 * r16 * r312 * r15
+    r145 = x6 * x35 * r282 * r4 * r30 * r11 * r16 * r312 * r145
+    r312 = x19 * x4 * x12 * x35 * r30
+    r282 = x19 * x4 * x12 * x35 * r61 * r30
+    r283 = x4 * r4 * r30 * r283 * r25
     r74 = 2.0 * x4 * r4 * r30 * r50 * r25
-    r282 = k.where(r27, r74, r282)
+    r283 = k.where(r27, r74, r283)
     r74 = x4 * r4 * r30 * r50 * r25
     r27 = k.pow(x3, -2.0)
-    r489 = x6 * x4 * r27 * r5 * r30 * r50 * r25
-    r489 = r74 + r489
-    r282 = k.where(r89, r489, r282)
+    r490 = x6 * x4 * r27 * r5 * r30 * r50 * r25
+    r490 = r74 + r490
+    r283 = k.where(r89, r490, r283)
     r50 = 3.0 * x6 * x4 * r27 * r5 * r30 * r50 * r25
-    r282 = k.where(r55, r50, r282)
-    r282 = k.where(r305, 0.0, r282)
-    r305 = r61 * r282
-    r61 = x29 * r61
-    r50 = k.recip(x34)
-    r55 = x35 * r293 * r50
+    r283 = k.where(r55, r50, r283)
+    r283 = k.where(r306, 0.0, r283)
+    r306 = r61 * r283
+    r61 = x30 * r61
+    r50 = k.recip(x35)
+    r55 = x36 * r294 * r50
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r489 = 1.6e-11 * x12
+    r490 = 1.6e-11 * x12
     r89 = 8e-12 * x15 * r9
     r74 = 8e-12 * x15 * r13
-    r493 = 8e-12 * x37 * x12
-    r136 = r489 + r89 + r74 + r493
+    r494 = 8e-12 * x38 * x12
+    r136 = r490 + r89 + r74 + r494
     r54 = 8e-12 * x12
-    r413 = 4e-12 * x15 * r9
-    r289 = 4e-12 * x15 * r13
-    r390 = 4e-12 * x37 * x12
-    r390 = r54 + r413 + r289 + r390
-    r390 = r27 > r390
-    r289 = -1.6e-11 * x12
+    r414 = 4e-12 * x15 * r9
+    r290 = 4e-12 * x15 * r13
+    r391 = 4e-12 * x38 * x12
+    r391 = r54 + r414 + r290 + r391
+    r391 = r27 > r391
+    r290 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r413 = -8e-12 * x37 * x12
+    r414 = -8e-12 * x38 * x12
     r54 = k.sqrt(2.0)
-    r392 = k.sqrt(x3)
-    r392 = k.recip(r392)
-    r494 = k.sqrt(x2)
-    r494 = k.recip(r494)
-    r398 = k.sqrt(x13)
-    r398 = k.recip(r398)
-    r560 = k.sqrt(x23)
-    r560 = k.recip(r560)
-    r562 = k.sqrt(x36)
-    r562 = k.recip(r562)
-    r564 = k.sqrt(r136)
-    r565 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r136
-    r566 = k.sqrt(x3)
-    r567 = k.sqrt(x2)
-    r568 = k.sqrt(x13)
-    r569 = k.sqrt(x23)
-    r570 = k.sqrt(x36)
-    r570 = 0.16666666666666666 * r54 * r566 * r567 * r568 * r569 * r570 * r564
-    r570 = 1.0 + r565 + r570
-    r570 = r54 * r392 * r494 * r398 * r560 * r562 * r564 * r570
-    r570 = r289 + r9 + r13 + r413 + r570
-    r413 = k.where(r390, r570, r27)
-    r493 = r489 + r89 + r74 + r493 + r413
-    r493 = x3 * x2 * x13 * x23 * x36 * r493
-    r493 = k.exp(r493)
-    r493 = -1.0 + r493
-    r74 = k.recip(r493)
-    r89 = x25 + x1
-    r489 = -1.0 * x3 * x2 * x13 * x23 * x36 * r89
-    r489 = k.exp(r489)
-    r489 = x3 * x2 * x13 * x23 * x36 * r74 * r413 * r489
-    r74 = x3 * x2 * x13 * x23 * x36
-    r570 = k.recip(r570)
-    r74 = k.where(r390, r570, r74)
-    r89 = x3 * x2 * x13 * x23 * x36 * r89
+    r393 = k.sqrt(x3)
+    r393 = k.recip(r393)
+    r495 = k.sqrt(x2)
+    r495 = k.recip(r495)
+    r399 = k.sqrt(x13)
+    r399 = k.recip(r399)
+    r561 = k.sqrt(x24)
+    r561 = k.recip(r561)
+    r563 = k.sqrt(x37)
+    r563 = k.recip(r563)
+    r565 = k.sqrt(r136)
+    r566 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r136
+    r567 = k.sqrt(x3)
+    r568 = k.sqrt(x2)
+    r569 = k.sqrt(x13)
+    r570 = k.sqrt(x24)
+    r571 = k.sqrt(x37)
+    r571 = 0.16666666666666666 * r54 * r567 * r568 * r569 * r570 * r571 * r565
+    r571 = 1.0 + r566 + r571
+    r571 = r54 * r393 * r495 * r399 * r561 * r563 * r565 * r571
+    r571 = r290 + r9 + r13 + r414 + r571
+    r414 = k.where(r391, r571, r27)
+    r494 = r490 + r89 + r74 + r494 + r414
+    r494 = x3 * x2 * x13 * x24 * x37 * r494
+    r494 = k.exp(r494)
+    r494 = -1.0 + r494
+    r74 = k.recip(r494)
+    r89 = x26 + x1
+    r490 = -1.0 * x3 * x2 * x13 * x24 * x37 * r89
+    r490 = k.exp(r490)
+    r490 = x3 * x2 * x13 * x24 * x37 * r74 * r414 * r490
+    r74 = x3 * x2 * x13 * x24 * x37
+    r571 = k.recip(r571)
+    r74 = k.where(r391, r571, r74)
+    r89 = x3 * x2 * x13 * x24 * x37 * r89
     r89 = k.exp(r89)
-    r5 = x35 * r293 * r4 * r30 * r5 * r11 * r50 * r16 * r493 * r26 * r74 * r89
-    r89 = x35 * r293 * r50 * r493 * r26 * r74 * r89
-    r74 = x6 * x15 * x12 * x34 * r4 * r30 * r11 * r16 * r395 * r37
-    r37 = x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r395 * r37
+    r5 = x36 * r294 * r4 * r30 * r5 * r11 * r50 * r16 * r494 * r26 * r74 * r89
+    r89 = x36 * r294 * r50 * r494 * r26 * r74 * r89
+    r74 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r396 * r37
+    r37 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r396 * r37
     r37 = r74 + r37
-    r37 = k.where(r391, 0.0, r37)
-    r391 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r119
-    r119 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r119
-    r119 = r391 + r119
-    r119 = k.where(r407, 0.0, r119)
-    r115 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r115
+    r37 = k.where(r392, 0.0, r37)
+    r392 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r119
+    r119 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r8 * r119
+    r119 = r392 + r119
+    r119 = k.where(r408, 0.0, r119)
+    r115 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r115
     r115 = k.where(r75, 0.0, r115)
-    r116 = r116 < x23
-    r75 = x33 != 2.0
+    r116 = r116 < x24
+    r75 = x34 != 2.0
     r57 = k.and_(r57, r75)
     r57 = k.not_(r57)
     r57 = k.or_(r116, r57)
-    r16 = x33 != 1.0
+    r16 = x34 != 1.0
     r56 = k.and_(r16, r75, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r116, r56)
     r56 = k.and_(r57, r56)
-    r57 = x23 >= 2.0
-    r116 = x33 != 3.0
-    r75 = x33 != 4.0
+    r57 = x24 >= 2.0
+    r116 = x34 != 3.0
+    r75 = x34 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r116, r75, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x23 * x36 * r26
-    r75 = r105 <= r57
+    r57 = x22 * x3 * x2 * x24 * x37 * r26
+    r75 = r77 <= r57
     r57 = r91 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r70, r36, r104, r95, r114, 0.0, r98, r99, r38, r35, r53, r100, r12, r77, r105, r105, r91, r90, r133, r63, r117, r286, r26, r14, r145, r311, r281, r305, r61, 0.0, r55, r27, r136, r413, r489, r5, r89, r62, r308, r312, r34, r37, r92, r92, r119, r389, r389, r282, r402, r49, r115, r48, r73, 0.0, 0.0, r109, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r70, r36, r104, r95, r114, 0.0, r98, r99, r38, r35, r53, r100, r12, r105, r77, r77, r91, r90, r133, r63, r117, r287, r26, r14, r145, r312, r282, r306, r61, 0.0, r55, r27, r136, r414, r490, r5, r89, r62, r309, r313, r34, r37, r92, r92, r119, r390, r390, r283, r403, r49, r115, r48, r73, 0.0, 0.0, r109, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1236,9 +1237,9 @@ def search(x, k):
     return (r86, r96, r46)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (35, 41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (29, 41, 42, 43, 44, 45, 46), (15, 41, 42, 43, 44, 45, 46), (18,), (14, 15, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 60), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 60), (56,), (11, 54), (11,), (53,), (52,), (28,), (73,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 72, 73), (38, 41, 42, 43, 44, 45, 46, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 60, 70, 71, 72, 73), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 69), (7, 69), (9, 68), (10, 68), (11, 68), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 68), (13, 32), (13, 64), (13, 65), (13, 66), (13, 67), (16, 30), (16, 31), (16, 32), (16, 34), (16, 64), (16, 65), (16, 66), (16, 67), (17, 32), (17, 64), (17, 65), (17, 66), (17, 67), (22, 32), (22, 39), (22, 40), (22, 64), (22, 65), (22, 66), (22, 67), (22, 68), (23, 32), (23, 39), (23, 40), (23, 64), (23, 65), (23, 66), (23, 67), (23, 68), (28, 13), (29, 59), (29, 61), (29, 62), (29, 63), (30, 69), (31, 59), (31, 61), (31, 62), (31, 63), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 61), (32, 62), (32, 63), (32, 69), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 61), (33, 62), (33, 63), (33, 69), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 61), (34, 62), (34, 63), (34, 69), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 69), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 61), (45, 62), (45, 63), (45, 69), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 61), (46, 62), (46, 63), (46, 69), (50, 69), (51, 0), (51, 9), (51, 56), (51, 57), (51, 58), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 56), (52, 57), (52, 58), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 56), (53, 57), (53, 58), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 69), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 69), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 69), (60, 54), (60, 55), (61, 4), (61, 54), (61, 55), (62, 4), (62, 54), (62, 55), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (36, 42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (29, 42, 43, 44, 45, 46, 47), (15, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 73, 74), (39, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 35), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 40), (22, 41), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 40), (23, 41), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x37 * x12
+    r16 = 2.0 * x38 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x22)
-    r9 = k.recip(x36)
+    r16 = k.recip(x23)
+    r9 = k.recip(x37)
     r21 = r16 * r9 * r17
-    r22 = x33 == 5.0
+    r22 = x34 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x39 >= 1.0
+    r23 = x40 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x37 * x12
+    r30 = x38 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x22 == 1.0
+    r33 = x23 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x37 * x12 * r34
+    r34 = x38 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r9 * r35
@@ -54,7 +54,7 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r8 = 2.0 * r35
-    r45 = x39 >= 3.0
+    r45 = x40 >= 3.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r8)
     r48 = 12.0 * r35
@@ -66,45 +66,45 @@ def quantities(x, k):
     r54 = 4.0 * x11 * x10
     r55 = 4.0 * x14 * x10
     r55 = r49 + r52 + r53 + r54 + r55
-    r55 = x19 * x34 * r26 * r9 * r55
-    r54 = x23 == 2.0
-    r53 = 2.0 * x19 * x12 * x34 * r26 * r9
+    r55 = x19 * x35 * r26 * r9 * r55
+    r54 = x24 == 2.0
+    r53 = 2.0 * x19 * x12 * x35 * r26 * r9
     r53 = k.where(r54, r53, r55)
-    r52 = 1.0 + x22
+    r52 = 1.0 + x23
     r52 = k.min(r52, r6)
     r52 = r52 * r31
-    r49 = x33 == 4.0
-    r65 = 2.0 * x22
+    r49 = x34 == 4.0
+    r65 = 2.0 * x23
     r66 = -1.0 + r65
     r66 = k.min(r66, r6)
     r66 = r66 * r31
     r69 = k.where(r49, r66, r52)
-    r70 = x33 == 0.0
-    r71 = x33 == 3.0
+    r70 = x34 == 0.0
+    r71 = x34 == 3.0
     r72 = k.or_(r70, r71)
-    r73 = k.min(x22, r6)
+    r73 = k.min(x23, r6)
     r73 = r73 * r31
     r69 = k.where(r72, r73, r69)
-    r73 = x33 == 1.0
-    r77 = k.recip(x38)
-    r78 = x6 * x38 * r4 * r5
-    r79 = -1.0 + x38
-    r79 = x22 * r79
+    r73 = x34 == 1.0
+    r77 = k.recip(x39)
+    r78 = x6 * x39 * r4 * r5
+    r79 = -1.0 + x39
+    r79 = x23 * r79
     r81 = -1.0 + r65 + r79
     r81 = k.min(r78, r81)
     r81 = r77 * r81 * r31
     r69 = k.where(r73, r81, r69)
-    r81 = x33 == 2.0
+    r81 = x34 == 2.0
     r86 = x6 * r4 * r5 * r31
     r69 = k.where(r81, r86, r69)
     r69 = r53 * r69
     r89 = k.where(r23, 1000000000.0, 0.0)
-    r90 = x39 >= 2.0
+    r90 = x40 >= 2.0
     r8 = k.where(r90, r46, r8)
     r46 = k.where(r54, r55, 0.0)
     r93 = k.or_(r22, r33)
-    r94 = 4.0 * x19 * x12 * x34 * r26 * r9
-    r95 = x37 * x19 * x16 * x34 * r26 * r9
+    r94 = 4.0 * x19 * x12 * x35 * r26 * r9
+    r95 = x38 * x19 * x16 * x35 * r26 * r9
     r94 = r94 + r95
     r94 = k.max(r94, r46)
     r93 = k.where(r93, r94, r46)
@@ -113,7 +113,7 @@ def quantities(x, k):
     r99 = k.where(r22, r100, r99)
     r100 = 3.0 * x4 * r99 * r35
     r100 = k.where(r45, r100, 0.0)
-    r104 = x22 > 1.0
+    r104 = x23 > 1.0
     r104 = k.and_(r45, r104)
     r106 = 2.0 * x4 * r35
     r100 = k.where(r104, r106, r100)
@@ -145,27 +145,27 @@ def quantities(x, k):
     r35 = r106 == r35
     r100 = k.where(r35, r100, 0.0)
     r35 = r47 + r48 + r116 + r93 + r110 + r100
-    r106 = -1.0 + x22
+    r106 = -1.0 + x23
     r8 = k.min(1.0, r106)
     r69 = 1.0 + r8
-    r69 = x22 == r69
+    r69 = x23 == r69
     r122 = k.where(r69, 1.0, 0.0)
     r141 = 2.0 * x12 * r122
-    r122 = x37 * x12 * r122
+    r122 = x38 * x12 * r122
     r143 = r8 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
-    r143 = x37 * x12 * r143
+    r143 = x38 * x12 * r143
     r143 = r32 + r141 + r122 + r143 + r37
     r143 = r9 * r143
     r122 = -1.0 * r8
-    r122 = x22 + r122
-    r141 = x22 == r122
+    r122 = x23 + r122
+    r141 = x23 == r122
     r151 = k.where(r141, 1.0, 0.0)
     r152 = 2.0 * x12 * r151
-    r151 = x37 * x12 * r151
+    r151 = x38 * x12 * r151
     r154 = r122 == 1.0
     r154 = k.where(r154, 1.0, 0.0)
-    r154 = x37 * x12 * r154
+    r154 = x38 * x12 * r154
     r37 = r32 + r152 + r151 + r154 + r37
     r37 = r9 * r37
     r37 = r143 + r37
@@ -301,121 +301,122 @@ def quantities(x, k):
     r89 = k.where(r48, r65, r89)
     r100 = r35 == r100
     r89 = k.where(r100, r116, r89)
-    r116 = x37 * x19 * x4 * x34 * r26 * r9
-    r100 = x37 * x19 * x4 * x34 * r26
+    r116 = x38 * x19 * x4 * x35 * r26 * r9
+    r100 = x38 * x19 * x4 * x35 * r26
     r65 = k.max(r35, r143, r34)
     r48 = r143 == r65
     r34 = k.where(r48, r143, r34)
     r65 = r35 == r65
     r34 = k.where(r65, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r65 = 6.0 * x6 * x34 * r17
+    r35 = -1.0 * x20
+    r65 = -1.0 * r34
+    r65 = x8 + r35 + r65
+    r35 = 6.0 * x6 * x35 * r17
     r143 = 12.0 * x12
     r48 = 6.0 * x15 * r13
-    r141 = 12.0 * x37 * x12
+    r141 = 12.0 * x38 * x12
     r110 = 12.0 * x15 * x12 * x5
-    r152 = 12.0 * x15 * x11 * x10 * x34
+    r152 = 12.0 * x15 * x11 * x10 * x35
     r152 = r143 + r48 + r141 + r110 + r152
-    r110 = x6 * x34 * r152
+    r110 = x6 * x35 * r152
     r141 = k.pow(x12, 2.0)
     r48 = k.recip(x12)
-    r47 = 0.16666666666666666 * x34 * r48
+    r47 = 0.16666666666666666 * x35 * r48
     r154 = k.recip(x15)
-    r48 = 0.0625 * x37 * r154 * r48
+    r48 = 0.0625 * x38 * r154 * r48
     r48 = 1.0 + r47 + r48
-    r48 = 96.0 * x6 * x15 * x34 * r141 * r48
-    r141 = k.pow(x34, 2.0)
+    r48 = 96.0 * x6 * x15 * x35 * r141 * r48
+    r141 = k.pow(x35, 2.0)
     r47 = 2.0 * x6 * x15 * x11 * x10 * r141
-    r69 = x23 == 1.0
+    r69 = x24 == 1.0
     r141 = 4.0 * x6 * x15 * x11 * x10 * r141
     r141 = k.where(r69, r141, 0.0)
-    r151 = 0.3333333333333333 * x6 * x34 * r152
+    r151 = 0.3333333333333333 * x6 * x35 * r152
     r141 = k.where(r54, r151, r141)
     r141 = r110 + r47 + r141
     r47 = k.where(r54, 1.0, 0.0)
     r151 = 1.0 + r47
     r30 = k.recip(x9)
     r52 = k.recip(x18)
-    r104 = x37 * x12 * r9
-    r53 = x19 * x12 * x34 * r26
-    r86 = x37 * x19 * x34 * r26 * r9
+    r104 = x38 * x12 * r9
+    r53 = x19 * x12 * x35 * r26
+    r86 = x38 * x19 * x35 * r26 * r9
     r86 = r104 + r53 + r86
     r104 = 2.0 * r30 * r52 * r86
-    r31 = k.recip(x21)
+    r31 = k.recip(x22)
     r78 = k.recip(x17)
-    r79 = 2.0 * x37 * x19 * x12 * x34 * r31 * r26 * r78 * r9
+    r79 = 2.0 * x38 * x19 * x12 * x35 * r31 * r26 * r78 * r9
     r79 = r104 + r79
     r79 = r151 * r79
     r86 = 4.0 * r30 * r52 * r86
-    r104 = 4.0 * x37 * x19 * x12 * x34 * r31 * r26 * r78 * r9
+    r104 = 4.0 * x38 * x19 * x12 * x35 * r31 * r26 * r78 * r9
     r104 = r79 + r86 + r104
     r104 = r16 * r104
     r86 = x11 * x10 * x12 * r9
-    r79 = x11 * x19 * x10 * x34 * r26 * r9
+    r79 = x11 * x19 * x10 * x35 * r26 * r9
     r79 = r86 + r53 + r79
     r86 = 2.0 * r30 * r52 * r79
-    r66 = 2.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9
+    r66 = 2.0 * x11 * x19 * x10 * x12 * x35 * r31 * r26 * r78 * r9
     r66 = r86 + r66
     r66 = r151 * r66
     r11 = x11 + r11
     r86 = x10 * x12 * r9 * r11
-    r122 = x19 * x10 * x34 * r26 * r9 * r11
+    r122 = x19 * x10 * x35 * r26 * r9 * r11
     r122 = r53 + r86 + r122
     r86 = 2.0 * r30 * r52 * r122
-    r354 = 2.0 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9 * r11
-    r354 = r86 + r354
-    r354 = r151 * r354
+    r355 = 2.0 * x19 * x10 * x12 * x35 * r31 * r26 * r78 * r9 * r11
+    r355 = r86 + r355
+    r355 = r151 * r355
     r86 = x12 * x5 * r9
-    r358 = x19 * x5 * x34 * r26 * r9
-    r358 = r86 + r53 + r358
-    r53 = 2.0 * r30 * r52 * r358
-    r86 = 2.0 * x19 * x12 * x5 * x34 * r31 * r26 * r78 * r9
+    r359 = x19 * x5 * x35 * r26 * r9
+    r359 = r86 + r53 + r359
+    r53 = 2.0 * r30 * r52 * r359
+    r86 = 2.0 * x19 * x12 * x5 * x35 * r31 * r26 * r78 * r9
     r86 = r53 + r86
     r86 = 2.0 * r151 * r86
     r79 = 4.0 * r30 * r52 * r79
     r122 = 4.0 * r30 * r52 * r122
-    r358 = 8.0 * r30 * r52 * r358
-    r53 = 8.0 * x19 * x12 * x5 * x34 * r31 * r26 * r78 * r9
-    r368 = 4.0 * x11 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x34 * r31 * r26 * r78 * r9 * r11
-    r11 = r66 + r354 + r86 + r79 + r122 + r358 + r53 + r368 + r11
+    r359 = 8.0 * r30 * r52 * r359
+    r53 = 8.0 * x19 * x12 * x5 * x35 * r31 * r26 * r78 * r9
+    r369 = 4.0 * x11 * x19 * x10 * x12 * x35 * r31 * r26 * r78 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x35 * r31 * r26 * r78 * r9 * r11
+    r11 = r66 + r355 + r86 + r79 + r122 + r359 + r53 + r369 + r11
     r11 = x15 * r16 * r11
     r11 = r104 + r11
     r104 = x6 * r4 * r5 * r11
-    r368 = 3.0 * x5
+    r369 = 3.0 * x5
     r53 = 2.0 * x5 * r151
-    r53 = r368 + r53
-    r53 = x19 * x34 * r26 * r9 * r53
-    r368 = 10.0 * x12 * r151
-    r368 = r143 + r368
-    r368 = x19 * x34 * r26 * r9 * r368
-    r368 = r53 + r368
-    r368 = x15 * r16 * r368
-    r53 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
+    r53 = r369 + r53
+    r53 = x19 * x35 * r26 * r9 * r53
+    r369 = 10.0 * x12 * r151
+    r369 = r143 + r369
+    r369 = x19 * x35 * r26 * r9 * r369
+    r369 = r53 + r369
+    r369 = x15 * r16 * r369
+    r53 = 3.0 * x38 * x19 * x35 * r26 * r16 * r9
     r47 = 2.0 + r47
-    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r47 * r10
-    r10 = r368 + r53 + r10
+    r10 = x15 * x19 * x10 * x35 * r26 * r16 * r9 * r47 * r10
+    r10 = r369 + r53 + r10
     r53 = x6 * x4 * r30 * r4 * r5 * r52 * r10
-    r368 = k.recip(x0)
-    r47 = x11 * x10 * x34
+    r369 = k.recip(x0)
+    r47 = x11 * x10 * x35
     r69 = k.or_(r69, r54)
     r69 = k.where(r69, 1.0, 0.0)
     r69 = 3.0 + r69
-    r69 = 2.0 * x11 * x10 * x34 * r69
+    r69 = 2.0 * x11 * x10 * x35 * r69
     r69 = r47 + r69
-    r47 = x6 * x15 * x34 * r31 * r4 * r26 * r78 * r368 * r16 * r9 * r69
+    r47 = x6 * x15 * x35 * r31 * r4 * r26 * r78 * r369 * r16 * r9 * r69
     r143 = r104 + r53 + r47
-    r358 = k.recip(r143)
+    r359 = k.recip(r143)
     r11 = -1.0 * x6 * r4 * r5 * r11
     r122 = k.recip(x6)
     r79 = 0.3333333333333333 * x3 * x19 * r122 * r77 * r143
-    r86 = 0.6666666666666666 * x3 * x19 * x22 * r122 * r143
+    r86 = 0.6666666666666666 * x3 * x19 * x23 * r122 * r143
     r10 = -1.0 * x6 * x4 * r30 * r4 * r5 * r52 * r10
-    r69 = -1.0 * x6 * x15 * x34 * r31 * r4 * r26 * r78 * r368 * r16 * r9 * r69
+    r69 = -1.0 * x6 * x15 * x35 * r31 * r4 * r26 * r78 * r369 * r16 * r9 * r69
     r86 = r11 + r79 + r86 + r10 + r69
     r86 = k.max(0.0, r86)
-    r79 = 0.5 * x22
+    r79 = 0.5 * x23
     r79 = -1.0 + r79
     r79 = 0.6666666666666666 * x3 * x19 * r122 * r77 * r79 * r143
     r79 = k.where(r49, 0.0, r79)
@@ -425,277 +426,277 @@ def quantities(x, k):
     r106 = x3 * x19 * r122 * r77 * r106 * r143
     r79 = k.where(r81, r106, r79)
     r79 = k.max(r86, r79)
-    r358 = r358 * r79
+    r359 = r359 * r79
     r52 = 28.0 * r30 * r52 * r27
     r30 = r52 + r104 + r53 + r47
-    r86 = -1.0 * x20
+    r86 = -1.0 * x21
     r86 = 1.0 + r86
-    r106 = x22 * x38
+    r106 = x23 * x39
     r106 = -1.0 + r106
-    r77 = k.recip(x25)
-    r70 = k.recip(x26)
-    r49 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9
-    r49 = x27 + r49
-    r71 = 2.0 * x3 * x2 * x36
-    r71 = x29 >= r71
-    r368 = k.recip(x28)
-    r78 = k.recip(x30)
-    r354 = k.min(1.0, x32)
-    r354 = k.recip(r354)
-    r354 = x19 * x4 * x12 * x32 * x34 * r368 * r26 * r78 * r9 * r354
-    r354 = x31 + r354
-    r49 = k.where(r71, r354, r49)
+    r77 = k.recip(x26)
+    r70 = k.recip(x27)
+    r49 = x19 * x4 * x12 * x35 * r77 * r26 * r70 * r9
+    r49 = x28 + r49
+    r71 = 2.0 * x3 * x2 * x37
+    r71 = x30 >= r71
+    r369 = k.recip(x29)
+    r78 = k.recip(x31)
+    r355 = k.min(1.0, x33)
+    r355 = k.recip(r355)
+    r355 = x19 * x4 * x12 * x33 * x35 * r369 * r26 * r78 * r9 * r355
+    r355 = x32 + r355
+    r49 = k.where(r71, r355, r49)
     r49 = 2.0 * x6 * r4 * r5 * r16 * r106 * r49
     r49 = k.where(r33, 0.0, r49)
     r86 = r86 * r49
-    r354 = x3 * x19 * r122 * r143
-    r71 = x22 <= 1.0
+    r355 = x3 * x19 * r122 * r143
+    r71 = x23 <= 1.0
     r90 = k.and_(r90, r71)
-    r354 = k.where(r90, r143, r354)
-    r354 = -1.0 * x20 * r354
+    r355 = k.where(r90, r143, r355)
+    r355 = -1.0 * x21 * r355
     r143 = x3 * x2
     r66 = -1.0 + r143
-    r446 = k.recip(r66)
-    r447 = 2.0 * x3 * x2
-    r447 = -2.0 + r447
-    r449 = x29 * r9
-    r450 = k.gcd(r143, r449)
-    r451 = k.recip(r450)
-    r452 = x3 * x2 * r451
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r455 = -1.0 * x3 * x2 * r451
-    r455 = r143 + r455
-    r455 = x31 * r455
-    r458 = r452 + r455
-    r458 = r446 * r447 * r458
-    r446 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r451 * r447 * r21
-    r450 = -1.0 + r450
-    r462 = k.max(1.0, r450)
-    r462 = k.min(x32, r462)
-    r462 = k.recip(r462)
-    r465 = x4 * x32 * x22 * r368 * r154 * r4 * r26 * r78 * r462 * r451 * r450 * r447 * r21
-    r465 = k.max(r446, r465)
-    r465 = r458 + r465
-    r458 = x29 <= x36
-    r446 = x27 * r447
-    r470 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r447 * r21
-    r470 = r446 + r470
-    r465 = k.where(r458, r470, r465)
-    r470 = x3 * x2 * x36
-    r470 = x29 >= r470
-    r446 = x31 * r447
-    r476 = k.max(1.0, r66)
-    r476 = k.min(x32, r476)
-    r476 = k.recip(r476)
-    r479 = x4 * x32 * x22 * r368 * r154 * r4 * r26 * r78 * r476 * r447 * r21
-    r479 = r446 + r479
-    r465 = k.where(r470, r479, r465)
-    r465 = x15 * r16 * r465
-    r479 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r451 * r66 * r21
-    r450 = x4 * x32 * x22 * r368 * r154 * r4 * r26 * r78 * r462 * r451 * r66 * r450 * r21
-    r450 = k.max(r479, r450)
-    r450 = r452 + r455 + r450
-    r455 = x27 * r66
-    r452 = x4 * x22 * r77 * r154 * r4 * r26 * r70 * r66 * r21
-    r452 = r455 + r452
-    r450 = k.where(r458, r452, r450)
-    r452 = x31 * r66
-    r476 = x4 * x32 * x22 * r368 * r154 * r4 * r26 * r78 * r476 * r66 * r21
-    r476 = r452 + r476
-    r450 = k.where(r470, r476, r450)
-    r476 = 2.0 * x15 * r16 * r450
-    r465 = k.where(r23, r476, r465)
-    r476 = x15 * r16 * r450
-    r470 = x6 * x15 * r4 * r5 * r16 * r450
-    r470 = r476 + r470
-    r465 = k.where(r90, r470, r465)
+    r447 = k.recip(r66)
+    r448 = 2.0 * x3 * x2
+    r448 = -2.0 + r448
+    r450 = x30 * r9
+    r451 = k.gcd(r143, r450)
+    r452 = k.recip(r451)
+    r453 = x3 * x2 * r452
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r456 = -1.0 * x3 * x2 * r452
+    r456 = r143 + r456
+    r456 = x32 * r456
+    r459 = r453 + r456
+    r459 = r447 * r448 * r459
+    r447 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r452 * r448 * r21
+    r451 = -1.0 + r451
+    r463 = k.max(1.0, r451)
+    r463 = k.min(x33, r463)
+    r463 = k.recip(r463)
+    r466 = x4 * x33 * x23 * r369 * r154 * r4 * r26 * r78 * r463 * r452 * r451 * r448 * r21
+    r466 = k.max(r447, r466)
+    r466 = r459 + r466
+    r459 = x30 <= x37
+    r447 = x28 * r448
+    r471 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r448 * r21
+    r471 = r447 + r471
+    r466 = k.where(r459, r471, r466)
+    r471 = x3 * x2 * x37
+    r471 = x30 >= r471
+    r447 = x32 * r448
+    r477 = k.max(1.0, r66)
+    r477 = k.min(x33, r477)
+    r477 = k.recip(r477)
+    r480 = x4 * x33 * x23 * r369 * r154 * r4 * r26 * r78 * r477 * r448 * r21
+    r480 = r447 + r480
+    r466 = k.where(r471, r480, r466)
+    r466 = x15 * r16 * r466
+    r480 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r452 * r66 * r21
+    r451 = x4 * x33 * x23 * r369 * r154 * r4 * r26 * r78 * r463 * r452 * r66 * r451 * r21
+    r451 = k.max(r480, r451)
+    r451 = r453 + r456 + r451
+    r456 = x28 * r66
+    r453 = x4 * x23 * r77 * r154 * r4 * r26 * r70 * r66 * r21
+    r453 = r456 + r453
+    r451 = k.where(r459, r453, r451)
+    r453 = x32 * r66
+    r477 = x4 * x33 * x23 * r369 * r154 * r4 * r26 * r78 * r477 * r66 * r21
+    r477 = r453 + r477
+    r451 = k.where(r471, r477, r451)
+    r477 = 2.0 * x15 * r16 * r451
+    r466 = k.where(r23, r477, r466)
+    r477 = x15 * r16 * r451
+    r471 = x6 * x15 * r4 * r5 * r16 * r451
+    r471 = r477 + r471
+    r466 = k.where(r90, r471, r466)
     r71 = k.and_(r45, r71)
-    r450 = 3.0 * x6 * x15 * r4 * r5 * r16 * r450
-    r465 = k.where(r71, r450, r465)
+    r451 = 3.0 * x6 * x15 * r4 * r5 * r16 * r451
+    r466 = k.where(r71, r451, r466)
     r143 = r143 == 1.0
-    r465 = k.where(r143, 0.0, r465)
-    r354 = r354 + r465
-    r354 = k.max(0.0, r354)
-    r449 = k.gcd(x2, r449)
-    r450 = k.recip(r449)
-    r45 = x2 * r450
+    r466 = k.where(r143, 0.0, r466)
+    r355 = r355 + r466
+    r355 = k.max(0.0, r355)
+    r450 = k.gcd(x2, r450)
+    r451 = k.recip(r450)
+    r45 = x2 * r451
     r45 = -1.0 + r45
-    r45 = x27 * r45
-    r470 = -1.0 * x2 * r450
-    r470 = x2 + r470
-    r470 = x31 * r470
-    r476 = -1.0 + x2
-    r452 = 2.0 * x14 * x19 * x10 * x4 * x34 * r77 * r26 * r70 * r9 * r450 * r476
-    r449 = -1.0 + r449
-    r154 = k.max(1.0, r449)
-    r154 = k.min(x32, r154)
+    r45 = x28 * r45
+    r471 = -1.0 * x2 * r451
+    r471 = x2 + r471
+    r471 = x32 * r471
+    r477 = -1.0 + x2
+    r453 = 2.0 * x14 * x19 * x10 * x4 * x35 * r77 * r26 * r70 * r9 * r451 * r477
+    r450 = -1.0 + r450
+    r154 = k.max(1.0, r450)
+    r154 = k.min(x33, r154)
     r154 = k.recip(r154)
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r368 * r26 * r78 * r9 * r154 * r450 * r476 * r449
-    r449 = k.max(r452, r449)
-    r449 = r45 + r470 + r449
-    r470 = x27 * r476
-    r45 = 2.0 * x14 * x19 * x10 * x4 * x34 * r77 * r26 * r70 * r9 * r476
-    r45 = r470 + r45
-    r449 = k.where(r458, r45, r449)
-    r45 = x2 * x36
-    r45 = x29 >= r45
-    r458 = x31 * r476
-    r470 = k.max(1.0, r476)
-    r470 = k.min(x32, r470)
-    r470 = k.recip(r470)
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r368 * r26 * r78 * r9 * r470 * r476
-    r470 = r458 + r470
-    r449 = k.where(r45, r470, r449)
-    r470 = x6 * x15 * r4 * r5 * r16 * r449
-    r449 = x6 * x15 * r4 * r5 * r16 * r151 * r449
-    r449 = r470 + r449
-    r470 = x2 == 1.0
-    r449 = k.where(r470, 0.0, r449)
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r369 * r26 * r78 * r9 * r154 * r451 * r477 * r450
+    r450 = k.max(r453, r450)
+    r450 = r45 + r471 + r450
+    r471 = x28 * r477
+    r45 = 2.0 * x14 * x19 * x10 * x4 * x35 * r77 * r26 * r70 * r9 * r477
+    r45 = r471 + r45
+    r450 = k.where(r459, r45, r450)
+    r45 = x2 * x37
+    r45 = x30 >= r45
+    r459 = x32 * r477
+    r471 = k.max(1.0, r477)
+    r471 = k.min(x33, r471)
+    r471 = k.recip(r471)
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r369 * r26 * r78 * r9 * r471 * r477
+    r471 = r459 + r471
+    r450 = k.where(r45, r471, r450)
+    r471 = x6 * x15 * r4 * r5 * r16 * r450
+    r450 = x6 * x15 * r4 * r5 * r16 * r151 * r450
+    r450 = r471 + r450
+    r471 = x2 == 1.0
+    r450 = k.where(r471, 0.0, r450)
     r54 = k.where(r54, 2.0, 0.0)
     r54 = 4.0 + r54
-    r45 = k.gcd(x36, x29)
-    r458 = k.recip(r45)
-    r452 = x36 * r458
-    r452 = -1.0 + r452
-    r452 = x27 * r452
-    r450 = -1.0 * x36 * r458
-    r450 = x36 + r450
-    r450 = x31 * r450
-    r154 = -1.0 + x36
-    r455 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9 * r458 * r154
+    r45 = k.gcd(x37, x30)
+    r459 = k.recip(r45)
+    r453 = x37 * r459
+    r453 = -1.0 + r453
+    r453 = x28 * r453
+    r451 = -1.0 * x37 * r459
+    r451 = x37 + r451
+    r451 = x32 * r451
+    r154 = -1.0 + x37
+    r456 = x19 * x4 * x12 * x35 * r77 * r26 * r70 * r9 * r459 * r154
     r45 = -1.0 + r45
-    r479 = k.max(1.0, r45)
-    r479 = k.min(x32, r479)
-    r479 = k.recip(r479)
-    r45 = x19 * x4 * x12 * x32 * x34 * r368 * r26 * r78 * r9 * r479 * r458 * r154 * r45
-    r45 = k.max(r455, r45)
-    r45 = r452 + r450 + r45
-    r450 = x29 <= 1.0
-    r452 = x27 * r154
-    r70 = x19 * x4 * x12 * x34 * r77 * r26 * r70 * r9 * r154
-    r70 = r452 + r70
-    r45 = k.where(r450, r70, r45)
-    r70 = x29 >= x36
-    r450 = x31 * r154
-    r452 = k.max(1.0, r154)
-    r452 = k.min(x32, r452)
-    r452 = k.recip(r452)
-    r452 = x19 * x4 * x12 * x32 * x34 * r368 * r26 * r78 * r9 * r452 * r154
-    r452 = r450 + r452
-    r45 = k.where(r70, r452, r45)
+    r480 = k.max(1.0, r45)
+    r480 = k.min(x33, r480)
+    r480 = k.recip(r480)
+    r45 = x19 * x4 * x12 * x33 * x35 * r369 * r26 * r78 * r9 * r480 * r459 * r154 * r45
+    r45 = k.max(r456, r45)
+    r45 = r453 + r451 + r45
+    r451 = x30 <= 1.0
+    r453 = x28 * r154
+    r70 = x19 * x4 * x12 * x35 * r77 * r26 * r70 * r9 * r154
+    r70 = r453 + r70
+    r45 = k.where(r451, r70, r45)
+    r70 = x30 >= x37
+    r451 = x32 * r154
+    r453 = k.max(1.0, r154)
+    r453 = k.min(x33, r453)
+    r453 = k.recip(r453)
+    r453 = x19 * x4 * x12 * x33 * x35 * r369 * r26 * r78 * r9 * r453 * r154
+    r453 = r451 + r453
+    r45 = k.where(r70, r453, r45)
     r45 = 2.0 * x6 * x15 * r4 * r5 * r16 * r54 * r45
-    r452 = x36 == 1.0
-    r45 = k.where(r452, 0.0, r45)
+    r453 = x37 == 1.0
+    r45 = k.where(r453, 0.0, r45)
     r69 = r11 + r10 + r69
     r69 = k.max(0.0, r69)
     r69 = k.where(r22, r69, 0.0)
-    r22 = r86 + r52 + r104 + r53 + r47 + r354 + r79 + r449 + r45 + r69
+    r22 = r86 + r52 + r104 + r53 + r47 + r355 + r79 + r450 + r45 + r69
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r17
-    r152 = x6 * x34 * r31 * r4 * r26 * r16 * r9 * r10 * r152
-    r10 = x19 * x4 * x12 * x34 * r26
-    r31 = x19 * x4 * x12 * x34 * r77 * r26
-    r447 = x4 * r4 * r26 * r447 * r21
+    r11 = 6.0 * x6 * x35 * r31 * r4 * r26 * r16 * r9 * r10 * r17
+    r152 = x6 * x35 * r31 * r4 * r26 * r16 * r9 * r10 * r152
+    r10 = x19 * x4 * x12 * x35 * r26
+    r31 = x19 * x4 * x12 * x35 * r77 * r26
+    r448 = x4 * r4 * r26 * r448 * r21
     r70 = 2.0 * x4 * r4 * r26 * r66 * r21
-    r447 = k.where(r23, r70, r447)
+    r448 = k.where(r23, r70, r448)
     r70 = x4 * r4 * r26 * r66 * r21
     r23 = k.pow(x3, -2.0)
-    r450 = x6 * x4 * r23 * r5 * r26 * r66 * r21
-    r450 = r70 + r450
-    r447 = k.where(r90, r450, r447)
+    r451 = x6 * x4 * r23 * r5 * r26 * r66 * r21
+    r451 = r70 + r451
+    r448 = k.where(r90, r451, r448)
     r66 = 3.0 * x6 * x4 * r23 * r5 * r26 * r66 * r21
-    r447 = k.where(r71, r66, r447)
-    r447 = k.where(r143, 0.0, r447)
-    r143 = r77 * r447
-    r77 = x28 * r77
-    r66 = k.recip(x34)
-    r71 = x35 * r122 * r66
+    r448 = k.where(r71, r66, r448)
+    r448 = k.where(r143, 0.0, r448)
+    r143 = r77 * r448
+    r77 = x29 * r77
+    r66 = k.recip(x35)
+    r71 = x36 * r122 * r66
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r9
-    r450 = 1.6e-11 * x12
-    r90 = 1.6e-11 * x37 * x12
+    r451 = 1.6e-11 * x12
+    r90 = 1.6e-11 * x38 * x12
     r70 = 8e-12 * x15 * r13
     r78 = 1.6e-11 * x15 * x12 * x5
-    r368 = r450 + r90 + r70 + r78
-    r455 = 8e-12 * x12
-    r458 = 8e-12 * x37 * x12
-    r479 = 4e-12 * x15 * r13
-    r451 = 8e-12 * x15 * x12 * x5
-    r451 = r455 + r458 + r479 + r451
-    r451 = r23 > r451
-    r479 = -1.6e-11 * x12
-    r458 = -1.6e-11 * x37 * x12
+    r369 = r451 + r90 + r70 + r78
+    r456 = 8e-12 * x12
+    r459 = 8e-12 * x38 * x12
+    r480 = 4e-12 * x15 * r13
+    r452 = 8e-12 * x15 * x12 * x5
+    r452 = r456 + r459 + r480 + r452
+    r452 = r23 > r452
+    r480 = -1.6e-11 * x12
+    r459 = -1.6e-11 * x38 * x12
     r13 = -8e-12 * x15 * r13
-    r455 = -1.6e-11 * x15 * x12 * x5
-    r462 = k.sqrt(2.0)
-    r446 = k.sqrt(x3)
-    r446 = k.recip(r446)
-    r622 = k.sqrt(x2)
-    r622 = k.recip(r622)
-    r624 = k.sqrt(x13)
-    r624 = k.recip(r624)
-    r626 = k.sqrt(x22)
-    r626 = k.recip(r626)
-    r628 = k.sqrt(x36)
-    r628 = k.recip(r628)
-    r630 = k.sqrt(r368)
-    r631 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r368
-    r632 = k.sqrt(x3)
-    r633 = k.sqrt(x2)
-    r634 = k.sqrt(x13)
-    r635 = k.sqrt(x22)
-    r636 = k.sqrt(x36)
-    r636 = 0.16666666666666666 * r462 * r632 * r633 * r634 * r635 * r636 * r630
-    r636 = 1.0 + r631 + r636
-    r636 = r462 * r446 * r622 * r624 * r626 * r628 * r630 * r636
-    r636 = r479 + r458 + r13 + r455 + r636
-    r455 = k.where(r451, r636, r23)
-    r78 = r450 + r90 + r70 + r78 + r455
-    r78 = x3 * x2 * x13 * x22 * x36 * r78
+    r456 = -1.6e-11 * x15 * x12 * x5
+    r463 = k.sqrt(2.0)
+    r447 = k.sqrt(x3)
+    r447 = k.recip(r447)
+    r623 = k.sqrt(x2)
+    r623 = k.recip(r623)
+    r625 = k.sqrt(x13)
+    r625 = k.recip(r625)
+    r627 = k.sqrt(x23)
+    r627 = k.recip(r627)
+    r629 = k.sqrt(x37)
+    r629 = k.recip(r629)
+    r631 = k.sqrt(r369)
+    r632 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r369
+    r633 = k.sqrt(x3)
+    r634 = k.sqrt(x2)
+    r635 = k.sqrt(x13)
+    r636 = k.sqrt(x23)
+    r637 = k.sqrt(x37)
+    r637 = 0.16666666666666666 * r463 * r633 * r634 * r635 * r636 * r637 * r631
+    r637 = 1.0 + r632 + r637
+    r637 = r463 * r447 * r623 * r625 * r627 * r629 * r631 * r637
+    r637 = r480 + r459 + r13 + r456 + r637
+    r456 = k.where(r452, r637, r23)
+    r78 = r451 + r90 + r70 + r78 + r456
+    r78 = x3 * x2 * x13 * x23 * x37 * r78
     r78 = k.exp(r78)
     r78 = -1.0 + r78
     r70 = k.recip(r78)
-    r90 = x24 + x1
-    r450 = -1.0 * x3 * x2 * x13 * x22 * x36 * r90
-    r450 = k.exp(r450)
-    r450 = x3 * x2 * x13 * x22 * x36 * r70 * r455 * r450
-    r70 = x3 * x2 * x13 * x22 * x36
-    r636 = k.recip(r636)
-    r70 = k.where(r451, r636, r70)
-    r90 = x3 * x2 * x13 * x22 * x36 * r90
+    r90 = x25 + x1
+    r451 = -1.0 * x3 * x2 * x13 * x23 * x37 * r90
+    r451 = k.exp(r451)
+    r451 = x3 * x2 * x13 * x23 * x37 * r70 * r456 * r451
+    r70 = x3 * x2 * x13 * x23 * x37
+    r637 = k.recip(r637)
+    r70 = k.where(r452, r637, r70)
+    r90 = x3 * x2 * x13 * x23 * x37 * r90
     r90 = k.exp(r90)
-    r5 = x35 * r122 * r4 * r26 * r5 * r16 * r66 * r9 * r78 * r22 * r70 * r90
-    r90 = x35 * r122 * r66 * r78 * r22 * r70 * r90
-    r54 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r154 * r54
-    r54 = k.where(r452, 0.0, r54)
-    r452 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r476
-    r476 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r151 * r476
-    r476 = r452 + r476
-    r476 = k.where(r470, 0.0, r476)
-    r106 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r106
+    r5 = x36 * r122 * r4 * r26 * r5 * r16 * r66 * r9 * r78 * r22 * r70 * r90
+    r90 = x36 * r122 * r66 * r78 * r22 * r70 * r90
+    r54 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r154 * r54
+    r54 = k.where(r453, 0.0, r54)
+    r453 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r477
+    r477 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r151 * r477
+    r477 = r453 + r477
+    r477 = k.where(r471, 0.0, r477)
+    r106 = 2.0 * x6 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r106
     r106 = k.where(r33, 0.0, r106)
-    r8 = r8 < x22
-    r33 = x33 != 2.0
+    r8 = r8 < x23
+    r33 = x34 != 2.0
     r73 = k.and_(r73, r33)
     r73 = k.not_(r73)
     r73 = k.or_(r8, r73)
-    r9 = x33 != 1.0
+    r9 = x34 != 1.0
     r72 = k.and_(r9, r33, r72)
     r72 = k.not_(r72)
     r72 = k.or_(r8, r72)
     r72 = k.and_(r73, r72)
-    r73 = x22 >= 2.0
-    r8 = x33 != 3.0
-    r33 = x33 != 4.0
+    r73 = x23 >= 2.0
+    r8 = x34 != 3.0
+    r33 = x34 != 4.0
     r81 = k.not_(r81)
     r81 = k.and_(r8, r33, r81)
     r81 = k.not_(r81)
     r81 = k.or_(r73, r81)
-    r73 = x21 * x3 * x2 * x22 * x36 * r22
-    r33 = r65 <= r73
+    r73 = x22 * x3 * x2 * x23 * x37 * r22
+    r33 = r35 <= r73
     r73 = r110 <= r73
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r113, r32, r99, r46, r89, 0.0, r93, r94, r55, r116, r100, r95, r34, r35, r65, r65, r110, r48, r141, r358, r30, r79, r22, r11, r152, r10, r31, r143, r77, 0.0, r71, r23, r368, r455, r450, r5, r90, r104, r47, r53, r52, r54, r45, r45, r476, r449, r449, r447, r465, r354, r106, r49, r86, 0.0, 0.0, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, r72, 1.0, 1.0, 1.0, 1.0, 1.0, r81, 1.0, r81, r81, r33, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r37, r113, r32, r99, r46, r89, 0.0, r93, r94, r55, r116, r100, r95, r34, r65, r35, r35, r110, r48, r141, r359, r30, r79, r22, r11, r152, r10, r31, r143, r77, 0.0, r71, r23, r369, r456, r451, r5, r90, r104, r47, r53, r52, r54, r45, r45, r477, r450, r450, r448, r466, r355, r106, r49, r86, 0.0, 0.0, r69, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, 1.0, r81, r81, r33, r73, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r81, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1386,9 +1387,9 @@ def search(x, k):
     return (r80, r52, r55)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (38, 45, 46, 47, 48), (36, 45, 46, 47, 48), (37, 45, 46, 47, 48), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (16, 45, 46, 47, 48), (19,), (15, 16, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 62), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 62), (58,), (12, 56), (12,), (55,), (54,), (29,), (75,), (39, 45, 46, 47, 48), (39, 45, 46, 47, 48, 74, 75), (39, 45, 46, 47, 48, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 62, 72, 73, 74, 75), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 44), (10, 70), (11, 70), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 70), (16, 31), (16, 32), (16, 33), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 14), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 10), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 58), (53, 59), (53, 60), (54, 0), (54, 10), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 5), (61, 56), (61, 57), (62, 4), (62, 5), (62, 56), (62, 57), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 10), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

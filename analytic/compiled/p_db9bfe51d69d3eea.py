@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=fp8;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=transformer-engine;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,16 +25,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r9 = x15 * r13
-    r16 = 2.0 * x37 * x12
+    r16 = 2.0 * x38 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r9 + r16 + r17
-    r16 = k.recip(x23)
-    r9 = k.recip(x36)
+    r16 = k.recip(x24)
+    r9 = k.recip(x37)
     r21 = r16 * r9 * r17
-    r22 = x33 == 5.0
+    r22 = x34 == 5.0
     r23 = 2.0 * r16 * r9 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x39 >= 1.0
+    r23 = x40 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
@@ -47,43 +47,43 @@ def quantities(x, k):
     r34 = r31 + r32 + r33 + r34
     r34 = r9 * r34
     r34 = r30 + r34
-    r34 = x19 * x34 * r26 * r34
-    r30 = x24 == 2.0
-    r33 = 2.0 * x19 * x12 * x34 * r26
+    r34 = x19 * x35 * r26 * r34
+    r30 = x25 == 2.0
+    r33 = 2.0 * x19 * x12 * x35 * r26
     r33 = k.where(r30, r33, r34)
-    r32 = 1.0 + x23
+    r32 = 1.0 + x24
     r32 = k.min(r32, r6)
     r31 = k.ceiling(r29)
     r32 = r32 * r31
-    r46 = x33 == 4.0
-    r47 = 2.0 * x23
+    r46 = x34 == 4.0
+    r47 = 2.0 * x24
     r48 = -1.0 + r47
     r48 = k.min(r48, r6)
     r48 = r48 * r31
     r51 = k.where(r46, r48, r32)
-    r52 = x33 == 0.0
-    r53 = x33 == 3.0
+    r52 = x34 == 0.0
+    r53 = x34 == 3.0
     r54 = k.or_(r52, r53)
-    r55 = k.min(x23, r6)
+    r55 = k.min(x24, r6)
     r55 = r55 * r31
     r51 = k.where(r54, r55, r51)
-    r55 = x33 == 1.0
-    r59 = k.recip(x38)
-    r60 = x6 * x38 * r4 * r5
-    r61 = -1.0 + x38
-    r61 = x23 * r61
+    r55 = x34 == 1.0
+    r59 = k.recip(x39)
+    r60 = x6 * x39 * r4 * r5
+    r61 = -1.0 + x39
+    r61 = x24 * r61
     r63 = -1.0 + r47 + r61
     r63 = k.min(r60, r63)
     r63 = r59 * r63 * r31
     r51 = k.where(r55, r63, r51)
-    r63 = x33 == 2.0
+    r63 = x34 == 2.0
     r68 = x6 * r4 * r5 * r31
     r51 = k.where(r63, r68, r51)
     r51 = r33 * r51
-    r71 = x37 * x12
-    r72 = x23 == 1.0
+    r71 = x38 * x12
+    r72 = x24 == 1.0
     r73 = k.where(r72, 1.0, 0.0)
-    r74 = x37 * x12 * r73
+    r74 = x38 * x12 * r73
     r75 = r71 + r74
     r76 = r9 * r75
     r75 = 2.0 * r9 * r75
@@ -100,12 +100,12 @@ def quantities(x, k):
     r73 = k.where(r22, r71, r73)
     r8 = 2.0 * r73
     r90 = r76 + r8
-    r91 = x39 >= 3.0
+    r91 = x40 >= 3.0
     r90 = k.where(r91, 0.0, r90)
-    r93 = x39 <= 2.0
+    r93 = x40 <= 2.0
     r94 = 4.0 * r73
     r94 = k.where(r93, r94, r8)
-    r96 = x39 >= 2.0
+    r96 = x40 >= 2.0
     r97 = r4 * r26 * r94
     r94 = k.where(r96, r97, r94)
     r97 = 2.0 * r4 * r26 * r73
@@ -115,8 +115,8 @@ def quantities(x, k):
     r97 = k.where(r23, r102, r97)
     r102 = k.where(r30, r34, 0.0)
     r105 = k.or_(r22, r72)
-    r106 = 4.0 * x19 * x12 * x34 * r26
-    r107 = x37 * x19 * x16 * x34 * r26 * r9
+    r106 = 4.0 * x19 * x12 * x35 * r26
+    r107 = x38 * x19 * x16 * x35 * r26 * r9
     r106 = r106 + r107
     r106 = k.max(r106, r102)
     r105 = k.where(r105, r106, r102)
@@ -125,16 +125,16 @@ def quantities(x, k):
     r111 = k.where(r22, r112, r111)
     r112 = 3.0 * x4 * r111 * r73
     r112 = k.where(r91, r112, 0.0)
-    r116 = x23 > 1.0
+    r116 = x24 > 1.0
     r116 = k.and_(r91, r116)
     r73 = 2.0 * x4 * r73
     r112 = k.where(r116, r73, r112)
     r73 = r51 + r90 + r94 + r8 + r97 + r105 + r112
     r121 = k.where(r46, r48, r32)
-    r122 = -1.0 + x23
+    r122 = -1.0 + x24
     r123 = k.min(1.0, r122)
     r124 = -1.0 * r123
-    r124 = x23 + r124
+    r124 = x24 + r124
     r126 = k.min(r6, r124)
     r126 = r126 * r31
     r121 = k.where(r54, r126, r121)
@@ -146,20 +146,20 @@ def quantities(x, k):
     r121 = k.where(r63, r68, r121)
     r121 = r33 * r121
     r47 = 1.0 + r123
-    r47 = x23 == r47
+    r47 = x24 == r47
     r126 = k.where(r47, 1.0, 0.0)
-    r139 = x37 * x12 * r126
+    r139 = x38 * x12 * r126
     r140 = r123 == 0.0
     r140 = k.where(r140, 1.0, 0.0)
-    r140 = x37 * x12 * r140
+    r140 = x38 * x12 * r140
     r143 = r139 + r140
     r143 = r9 * r143
-    r145 = x23 == r124
+    r145 = x24 == r124
     r146 = k.where(r145, 1.0, 0.0)
-    r147 = x37 * x12 * r146
+    r147 = x38 * x12 * r146
     r124 = r124 == 1.0
     r124 = k.where(r124, 1.0, 0.0)
-    r124 = x37 * x12 * r124
+    r124 = x38 * x12 * r124
     r151 = r147 + r124
     r151 = r9 * r151
     r151 = r143 + r151
@@ -257,77 +257,78 @@ def quantities(x, k):
     r121 = k.where(r121, 0.0, 0.0)
     r32 = r73 == r32
     r121 = k.where(r32, 0.0, r121)
-    r32 = x37 * x19 * x4 * x34 * r26 * r9
-    r51 = x37 * x19 * x4 * x34 * r26
+    r32 = x38 * x19 * x4 * x35 * r26 * r9
+    r51 = x38 * x19 * x4 * x35 * r26
     r112 = k.max(r73, r140, r74)
     r97 = r140 == r112
     r74 = k.where(r97, r140, r74)
     r112 = r73 == r112
     r74 = k.where(r112, r73, r74)
-    r73 = -1.0 * r74
-    r73 = x8 + r73
-    r112 = 6.0 * x6 * x34 * r17
+    r73 = -1.0 * x20
+    r112 = -1.0 * r74
+    r112 = x8 + r73 + r112
+    r73 = 6.0 * x6 * x35 * r17
     r140 = 12.0 * x12
     r97 = 6.0 * x15 * r13
-    r145 = 12.0 * x37 * x12
+    r145 = 12.0 * x38 * x12
     r94 = 12.0 * x15 * x12 * x5
-    r147 = 12.0 * x15 * x11 * x10 * x34
+    r147 = 12.0 * x15 * x11 * x10 * x35
     r147 = r140 + r97 + r145 + r94 + r147
-    r94 = x6 * x34 * r147
+    r94 = x6 * x35 * r147
     r145 = k.pow(x12, 2.0)
     r97 = k.recip(x12)
-    r8 = 0.16666666666666666 * x34 * r97
+    r8 = 0.16666666666666666 * x35 * r97
     r124 = k.recip(x15)
-    r97 = 0.0625 * x37 * r124 * r97
+    r97 = 0.0625 * x38 * r124 * r97
     r97 = 1.0 + r8 + r97
-    r97 = 96.0 * x6 * x15 * x34 * r145 * r97
-    r145 = k.pow(x34, 2.0)
+    r97 = 96.0 * x6 * x15 * x35 * r145 * r97
+    r145 = k.pow(x35, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r145
-    r76 = x24 == 1.0
+    r76 = x25 == 1.0
     r145 = 4.0 * x6 * x15 * x11 * x10 * r145
     r145 = k.where(r76, r145, 0.0)
-    r82 = 0.3333333333333333 * x6 * x34 * r147
+    r82 = 0.3333333333333333 * x6 * x35 * r147
     r145 = k.where(r30, r82, r145)
     r145 = r94 + r8 + r145
     r8 = k.where(r30, 1.0, 0.0)
     r82 = 1.0 + r8
     r143 = k.recip(x9)
     r90 = k.recip(x18)
-    r116 = x37 * x12 * r9
-    r31 = x19 * x12 * x34 * r26
-    r60 = x37 * x19 * x34 * r26 * r9
+    r116 = x38 * x12 * r9
+    r31 = x19 * x12 * x35 * r26
+    r60 = x38 * x19 * x35 * r26 * r9
     r60 = r116 + r31 + r60
     r116 = 2.0 * r143 * r90 * r60
-    r61 = k.recip(x22)
+    r61 = k.recip(x23)
     r48 = k.recip(x17)
-    r47 = 2.0 * x37 * x19 * x12 * x34 * r61 * r26 * r48 * r9
+    r47 = 2.0 * x38 * x19 * x12 * x35 * r61 * r26 * r48 * r9
     r47 = r116 + r47
     r47 = r82 * r47
     r60 = 4.0 * r143 * r90 * r60
-    r116 = 4.0 * x37 * x19 * x12 * x34 * r61 * r26 * r48 * r9
+    r116 = 4.0 * x38 * x19 * x12 * x35 * r61 * r26 * r48 * r9
     r116 = r47 + r60 + r116
     r116 = r16 * r116
     r60 = x11 * x10 * x12 * r9
-    r47 = x11 * x19 * x10 * x34 * r26 * r9
+    r47 = x11 * x19 * x10 * x35 * r26 * r9
     r47 = r60 + r31 + r47
     r60 = r143 * r90 * r47
-    r146 = k.recip(x21)
-    r75 = 2.0 * x11 * x19 * x10 * x12 * x34 * r146 * r26 * r48 * r9
+    r146 = k.recip(x22)
+    r75 = 2.0 * x11 * x19 * x10 * x12 * x35 * r146 * r26 * r48 * r9
     r75 = r60 + r75
     r75 = r82 * r75
     r11 = x11 + r11
     r60 = x10 * x12 * r9 * r11
-    r139 = x19 * x10 * x34 * r26 * r9 * r11
+    r139 = x19 * x10 * x35 * r26 * r9 * r11
     r139 = r31 + r60 + r139
     r60 = r143 * r90 * r139
-    r126 = 2.0 * x19 * x10 * x12 * x34 * r146 * r26 * r48 * r9 * r11
+    r126 = 2.0 * x19 * x10 * x12 * x35 * r146 * r26 * r48 * r9 * r11
     r126 = r60 + r126
     r126 = r82 * r126
     r60 = x12 * x5 * r9
-    r151 = x19 * x5 * x34 * r26 * r9
+    r151 = x19 * x5 * x35 * r26 * r9
     r151 = r60 + r31 + r151
     r31 = r143 * r90 * r151
-    r60 = 2.0 * x19 * x12 * x5 * x34 * r146 * r26 * r48 * r9
+    r60 = 2.0 * x19 * x12 * x5 * x35 * r146 * r26 * r48 * r9
     r60 = r31 + r60
     r60 = 2.0 * r82 * r60
     r47 = 2.0 * r143 * r90 * r47
@@ -335,360 +336,360 @@ def quantities(x, k):
     r151 = 4.0 * r143 * r90 * r151
     r31 = x11 * x10 * r9
     r31 = x12 + r31
-    r31 = 4.0 * x19 * x34 * r143 * r26 * r90 * r31
-    r327 = x10 * r9 * r11
-    r327 = x12 + r327
-    r327 = 4.0 * x19 * x34 * r143 * r26 * r90 * r327
-    r330 = x5 * r9
-    r330 = x12 + r330
-    r330 = 8.0 * x19 * x34 * r143 * r26 * r90 * r330
-    r333 = 8.0 * x19 * x12 * x5 * x34 * r146 * r26 * r48 * r9
-    r334 = 4.0 * x11 * x19 * x10 * x12 * x34 * r146 * r26 * r48 * r9
-    r11 = 4.0 * x19 * x10 * x12 * x34 * r146 * r26 * r48 * r9 * r11
-    r11 = r75 + r126 + r60 + r47 + r139 + r151 + r31 + r327 + r330 + r333 + r334 + r11
+    r31 = 4.0 * x19 * x35 * r143 * r26 * r90 * r31
+    r328 = x10 * r9 * r11
+    r328 = x12 + r328
+    r328 = 4.0 * x19 * x35 * r143 * r26 * r90 * r328
+    r331 = x5 * r9
+    r331 = x12 + r331
+    r331 = 8.0 * x19 * x35 * r143 * r26 * r90 * r331
+    r334 = 8.0 * x19 * x12 * x5 * x35 * r146 * r26 * r48 * r9
+    r335 = 4.0 * x11 * x19 * x10 * x12 * x35 * r146 * r26 * r48 * r9
+    r11 = 4.0 * x19 * x10 * x12 * x35 * r146 * r26 * r48 * r9 * r11
+    r11 = r75 + r126 + r60 + r47 + r139 + r151 + r31 + r328 + r331 + r334 + r335 + r11
     r11 = x15 * r16 * r11
     r11 = r116 + r11
     r116 = x6 * r4 * r5 * r11
-    r334 = 10.0 * x12 * r82
-    r334 = r140 + r334
-    r334 = x19 * x34 * r26 * r334
+    r335 = 10.0 * x12 * r82
+    r335 = r140 + r335
+    r335 = x19 * x35 * r26 * r335
     r140 = 3.0 * x5
-    r333 = 2.0 * x5 * r82
-    r333 = r140 + r333
-    r333 = x19 * x34 * r26 * r9 * r333
-    r333 = r334 + r333
-    r333 = x15 * r16 * r333
-    r334 = 3.0 * x37 * x19 * x34 * r26 * r16 * r9
+    r334 = 2.0 * x5 * r82
+    r334 = r140 + r334
+    r334 = x19 * x35 * r26 * r9 * r334
+    r334 = r335 + r334
+    r334 = x15 * r16 * r334
+    r335 = 3.0 * x38 * x19 * x35 * r26 * r16 * r9
     r8 = 2.0 + r8
-    r10 = x15 * x19 * x10 * x34 * r26 * r16 * r9 * r8 * r10
-    r10 = r333 + r334 + r10
-    r334 = x6 * x4 * r143 * r4 * r5 * r90 * r10
-    r333 = k.recip(x0)
-    r8 = x11 * x10 * x34
+    r10 = x15 * x19 * x10 * x35 * r26 * r16 * r9 * r8 * r10
+    r10 = r334 + r335 + r10
+    r335 = x6 * x4 * r143 * r4 * r5 * r90 * r10
+    r334 = k.recip(x0)
+    r8 = x11 * x10 * x35
     r76 = k.or_(r76, r30)
     r76 = k.where(r76, 1.0, 0.0)
     r76 = 3.0 + r76
-    r76 = 2.0 * x11 * x10 * x34 * r76
+    r76 = 2.0 * x11 * x10 * x35 * r76
     r76 = r8 + r76
-    r8 = x6 * x15 * x34 * r61 * r4 * r26 * r48 * r333 * r16 * r9 * r76
-    r140 = r116 + r334 + r8
-    r330 = k.recip(r140)
+    r8 = x6 * x15 * x35 * r61 * r4 * r26 * r48 * r334 * r16 * r9 * r76
+    r140 = r116 + r335 + r8
+    r331 = k.recip(r140)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r327 = k.recip(x6)
-    r31 = 0.3333333333333333 * x3 * x19 * r327 * r59 * r140
-    r151 = 0.6666666666666666 * x3 * x19 * x23 * r327 * r140
+    r328 = k.recip(x6)
+    r31 = 0.3333333333333333 * x3 * x19 * r328 * r59 * r140
+    r151 = 0.6666666666666666 * x3 * x19 * x24 * r328 * r140
     r10 = -1.0 * x6 * x4 * r143 * r4 * r5 * r90 * r10
-    r76 = -1.0 * x6 * x15 * x34 * r61 * r4 * r26 * r48 * r333 * r16 * r9 * r76
+    r76 = -1.0 * x6 * x15 * x35 * r61 * r4 * r26 * r48 * r334 * r16 * r9 * r76
     r151 = r11 + r31 + r151 + r10 + r76
     r151 = k.max(0.0, r151)
-    r31 = 0.5 * x23
+    r31 = 0.5 * x24
     r31 = -1.0 + r31
-    r31 = 0.6666666666666666 * x3 * x19 * r327 * r59 * r31 * r140
+    r31 = 0.6666666666666666 * x3 * x19 * r328 * r59 * r31 * r140
     r31 = k.where(r46, 0.0, r31)
-    r46 = 0.3333333333333333 * x3 * x19 * r327 * r59 * r122 * r140
+    r46 = 0.3333333333333333 * x3 * x19 * r328 * r59 * r122 * r140
     r31 = k.where(r53, r46, r31)
     r63 = k.or_(r52, r55, r63)
-    r122 = x3 * x19 * r327 * r59 * r122 * r140
+    r122 = x3 * x19 * r328 * r59 * r122 * r140
     r31 = k.where(r63, r122, r31)
     r31 = k.max(r151, r31)
-    r330 = r330 * r31
+    r331 = r331 * r31
     r151 = k.where(r93, 4.0, 2.0)
     r151 = 26.0 + r151
     r151 = r143 * r90 * r151 * r27
-    r90 = r116 + r151 + r334 + r8
-    r143 = -1.0 * x20
+    r90 = r116 + r151 + r335 + r8
+    r143 = -1.0 * x21
     r143 = 1.0 + r143
-    r122 = x23 * x38
+    r122 = x24 * x39
     r122 = -1.0 + r122
-    r59 = k.recip(x26)
-    r52 = k.recip(x27)
-    r46 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9
-    r46 = x28 + r46
-    r53 = 2.0 * x3 * x2 * x36
-    r53 = x30 >= r53
-    r333 = k.recip(x29)
-    r48 = k.recip(x31)
-    r61 = x19 * x4 * x12 * x34 * r333 * r26 * r48 * r9
-    r61 = x32 + r61
+    r59 = k.recip(x27)
+    r52 = k.recip(x28)
+    r46 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9
+    r46 = x29 + r46
+    r53 = 2.0 * x3 * x2 * x37
+    r53 = x31 >= r53
+    r334 = k.recip(x30)
+    r48 = k.recip(x32)
+    r61 = x19 * x4 * x12 * x35 * r334 * r26 * r48 * r9
+    r61 = x33 + r61
     r46 = k.where(r53, r61, r46)
     r46 = 2.0 * x6 * r4 * r5 * r16 * r122 * r46
     r46 = k.where(r72, 0.0, r46)
     r143 = r143 * r46
     r61 = x3 * x2
-    r53 = x30 * r9
+    r53 = x31 * r9
     r139 = k.gcd(r61, r53)
     r47 = k.recip(r139)
     r60 = x3 * x2 * r47
     r60 = -1.0 + r60
-    r60 = x28 * r60
+    r60 = x29 * r60
     r126 = -1.0 * x3 * x2 * r47
     r126 = r61 + r126
-    r126 = x32 * r126
+    r126 = x33 * r126
     r75 = -1.0 + r61
-    r416 = 0.125 * x4 * x23 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r21
+    r417 = 0.125 * x4 * x24 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r21
     r139 = -1.0 + r139
-    r418 = 0.125 * x4 * x23 * r333 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r21
-    r418 = k.max(r416, r418)
-    r418 = r60 + r126 + r418
-    r416 = x30 <= x36
-    r422 = x28 * r75
-    r423 = 0.125 * x4 * x23 * r59 * r124 * r4 * r26 * r52 * r75 * r21
-    r423 = r422 + r423
-    r418 = k.where(r416, r423, r418)
-    r423 = x3 * x2 * x36
-    r423 = x30 >= r423
-    r428 = x32 * r75
-    r429 = 0.125 * x4 * x23 * r333 * r124 * r4 * r26 * r48 * r75 * r21
-    r429 = r428 + r429
-    r418 = k.where(r423, r429, r418)
-    r429 = 8.0 * x15 * r16 * r418
-    r433 = k.where(r91, r429, 0.0)
-    r433 = k.where(r23, r433, 0.0)
-    r435 = x23 <= 1.0
-    r96 = k.and_(r96, r435)
-    r433 = k.where(r96, 0.0, r433)
-    r435 = k.and_(r91, r435)
-    r439 = k.where(r30, 3.0, 2.0)
-    r440 = 8.0 * x6 * x15 * r4 * r5 * r16 * r439 * r418
-    r433 = k.where(r435, r440, r433)
+    r419 = 0.125 * x4 * x24 * r334 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r21
+    r419 = k.max(r417, r419)
+    r419 = r60 + r126 + r419
+    r417 = x31 <= x37
+    r423 = x29 * r75
+    r424 = 0.125 * x4 * x24 * r59 * r124 * r4 * r26 * r52 * r75 * r21
+    r424 = r423 + r424
+    r419 = k.where(r417, r424, r419)
+    r424 = x3 * x2 * x37
+    r424 = x31 >= r424
+    r429 = x33 * r75
+    r430 = 0.125 * x4 * x24 * r334 * r124 * r4 * r26 * r48 * r75 * r21
+    r430 = r429 + r430
+    r419 = k.where(r424, r430, r419)
+    r430 = 8.0 * x15 * r16 * r419
+    r434 = k.where(r91, r430, 0.0)
+    r434 = k.where(r23, r434, 0.0)
+    r436 = x24 <= 1.0
+    r96 = k.and_(r96, r436)
+    r434 = k.where(r96, 0.0, r434)
+    r436 = k.and_(r91, r436)
+    r440 = k.where(r30, 3.0, 2.0)
+    r441 = 8.0 * x6 * x15 * r4 * r5 * r16 * r440 * r419
+    r434 = k.where(r436, r441, r434)
     r61 = r61 == 1.0
-    r433 = k.where(r61, 0.0, r433)
-    r440 = -1.0 * r433
-    r445 = x3 * x19 * r327 * r140
-    r445 = k.where(r96, r140, r445)
-    r445 = -1.0 * x20 * r445
+    r434 = k.where(r61, 0.0, r434)
+    r441 = -1.0 * r434
+    r446 = x3 * x19 * r328 * r140
+    r446 = k.where(r96, r140, r446)
+    r446 = -1.0 * x21 * r446
     r140 = k.recip(r75)
-    r449 = 2.0 * x3 * x2
-    r449 = -2.0 + r449
-    r451 = r60 + r126
-    r451 = r140 * r449 * r451
+    r450 = 2.0 * x3 * x2
+    r450 = -2.0 + r450
+    r452 = r60 + r126
+    r452 = r140 * r450 * r452
     r140 = x4 * r21
-    r454 = 4.0 * r21
-    r140 = k.where(r93, r454, r140)
-    r454 = x23 * r59 * r124 * r4 * r26 * r52 * r47 * r449 * r140
-    r93 = x23 * r333 * r124 * r4 * r26 * r48 * r47 * r139 * r449 * r140
-    r93 = k.max(r454, r93)
-    r93 = r451 + r93
-    r451 = x28 * r449
-    r454 = x23 * r59 * r124 * r4 * r26 * r52 * r449 * r140
-    r454 = r451 + r454
-    r93 = k.where(r416, r454, r93)
-    r454 = x32 * r449
-    r451 = x23 * r333 * r124 * r4 * r26 * r48 * r449 * r140
-    r451 = r454 + r451
-    r93 = k.where(r423, r451, r93)
+    r455 = 4.0 * r21
+    r140 = k.where(r93, r455, r140)
+    r455 = x24 * r59 * r124 * r4 * r26 * r52 * r47 * r450 * r140
+    r93 = x24 * r334 * r124 * r4 * r26 * r48 * r47 * r139 * r450 * r140
+    r93 = k.max(r455, r93)
+    r93 = r452 + r93
+    r452 = x29 * r450
+    r455 = x24 * r59 * r124 * r4 * r26 * r52 * r450 * r140
+    r455 = r452 + r455
+    r93 = k.where(r417, r455, r93)
+    r455 = x33 * r450
+    r452 = x24 * r334 * r124 * r4 * r26 * r48 * r450 * r140
+    r452 = r455 + r452
+    r93 = k.where(r424, r452, r93)
     r93 = x15 * r16 * r93
-    r451 = x23 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r140
-    r454 = x23 * r333 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r140
-    r454 = k.max(r451, r454)
-    r454 = r60 + r126 + r454
-    r451 = x23 * r59 * r124 * r4 * r26 * r52 * r75 * r140
-    r451 = r422 + r451
-    r454 = k.where(r416, r451, r454)
-    r451 = x23 * r333 * r124 * r4 * r26 * r48 * r75 * r140
-    r451 = r428 + r451
-    r454 = k.where(r423, r451, r454)
-    r451 = x15 * r16 * r454
-    r480 = x4 * x23 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r21
-    r139 = x4 * x23 * r333 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r21
-    r139 = k.max(r480, r139)
+    r452 = x24 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r140
+    r455 = x24 * r334 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r140
+    r455 = k.max(r452, r455)
+    r455 = r60 + r126 + r455
+    r452 = x24 * r59 * r124 * r4 * r26 * r52 * r75 * r140
+    r452 = r423 + r452
+    r455 = k.where(r417, r452, r455)
+    r452 = x24 * r334 * r124 * r4 * r26 * r48 * r75 * r140
+    r452 = r429 + r452
+    r455 = k.where(r424, r452, r455)
+    r452 = x15 * r16 * r455
+    r481 = x4 * x24 * r59 * r124 * r4 * r26 * r52 * r47 * r75 * r21
+    r139 = x4 * x24 * r334 * r124 * r4 * r26 * r48 * r47 * r75 * r139 * r21
+    r139 = k.max(r481, r139)
     r139 = r60 + r126 + r139
-    r126 = x4 * x23 * r59 * r124 * r4 * r26 * r52 * r75 * r21
-    r126 = r422 + r126
-    r139 = k.where(r416, r126, r139)
-    r124 = x4 * x23 * r333 * r124 * r4 * r26 * r48 * r75 * r21
-    r124 = r428 + r124
-    r139 = k.where(r423, r124, r139)
+    r126 = x4 * x24 * r59 * r124 * r4 * r26 * r52 * r75 * r21
+    r126 = r423 + r126
+    r139 = k.where(r417, r126, r139)
+    r124 = x4 * x24 * r334 * r124 * r4 * r26 * r48 * r75 * r21
+    r124 = r429 + r124
+    r139 = k.where(r424, r124, r139)
     r139 = x15 * r16 * r139
-    r429 = k.where(r91, r429, r139)
-    r429 = r451 + r429
-    r93 = k.where(r23, r429, r93)
-    r454 = x6 * x15 * r4 * r5 * r16 * r454
-    r454 = r139 + r454
-    r93 = k.where(r96, r454, r93)
-    r418 = 8.0 * x15 * r16 * r439 * r418
-    r418 = r451 + r418
-    r418 = x6 * r4 * r5 * r418
-    r93 = k.where(r435, r418, r93)
+    r430 = k.where(r91, r430, r139)
+    r430 = r452 + r430
+    r93 = k.where(r23, r430, r93)
+    r455 = x6 * x15 * r4 * r5 * r16 * r455
+    r455 = r139 + r455
+    r93 = k.where(r96, r455, r93)
+    r419 = 8.0 * x15 * r16 * r440 * r419
+    r419 = r452 + r419
+    r419 = x6 * r4 * r5 * r419
+    r93 = k.where(r436, r419, r93)
     r93 = k.where(r61, 0.0, r93)
-    r445 = r440 + r445 + r93
-    r445 = k.max(0.0, r445)
+    r446 = r441 + r446 + r93
+    r446 = k.max(0.0, r446)
     r53 = k.gcd(x2, r53)
-    r440 = k.recip(r53)
-    r418 = x2 * r440
-    r418 = -1.0 + r418
-    r418 = x28 * r418
-    r451 = -1.0 * x2 * r440
-    r451 = x2 + r451
-    r451 = x32 * r451
-    r454 = -1.0 + x2
-    r139 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r440 * r454
+    r441 = k.recip(r53)
+    r419 = x2 * r441
+    r419 = -1.0 + r419
+    r419 = x29 * r419
+    r452 = -1.0 * x2 * r441
+    r452 = x2 + r452
+    r452 = x33 * r452
+    r455 = -1.0 + x2
+    r139 = 2.0 * x14 * x19 * x10 * x4 * x35 * r59 * r26 * r52 * r9 * r441 * r455
     r53 = -1.0 + r53
-    r53 = 2.0 * x14 * x19 * x10 * x4 * x34 * r333 * r26 * r48 * r9 * r440 * r454 * r53
+    r53 = 2.0 * x14 * x19 * x10 * x4 * x35 * r334 * r26 * r48 * r9 * r441 * r455 * r53
     r53 = k.max(r139, r53)
-    r53 = r418 + r451 + r53
-    r451 = x28 * r454
-    r418 = 2.0 * x14 * x19 * x10 * x4 * x34 * r59 * r26 * r52 * r9 * r454
-    r418 = r451 + r418
-    r53 = k.where(r416, r418, r53)
-    r418 = x2 * x36
-    r418 = x30 >= r418
-    r416 = x32 * r454
-    r451 = 2.0 * x14 * x19 * x10 * x4 * x34 * r333 * r26 * r48 * r9 * r454
-    r451 = r416 + r451
-    r53 = k.where(r418, r451, r53)
-    r451 = x6 * x15 * r4 * r5 * r16 * r53
+    r53 = r419 + r452 + r53
+    r452 = x29 * r455
+    r419 = 2.0 * x14 * x19 * x10 * x4 * x35 * r59 * r26 * r52 * r9 * r455
+    r419 = r452 + r419
+    r53 = k.where(r417, r419, r53)
+    r419 = x2 * x37
+    r419 = x31 >= r419
+    r417 = x33 * r455
+    r452 = 2.0 * x14 * x19 * x10 * x4 * x35 * r334 * r26 * r48 * r9 * r455
+    r452 = r417 + r452
+    r53 = k.where(r419, r452, r53)
+    r452 = x6 * x15 * r4 * r5 * r16 * r53
     r53 = x6 * x15 * r4 * r5 * r16 * r82 * r53
-    r53 = r451 + r53
-    r451 = x2 == 1.0
-    r53 = k.where(r451, 0.0, r53)
+    r53 = r452 + r53
+    r452 = x2 == 1.0
+    r53 = k.where(r452, 0.0, r53)
     r30 = k.where(r30, 2.0, 0.0)
     r30 = 4.0 + r30
-    r418 = -1.0 + x36
-    r418 = k.recip(r418)
-    r416 = 2.0 * x36
-    r416 = -2.0 + r416
-    r139 = k.gcd(x36, x30)
-    r440 = k.recip(r139)
-    r429 = x36 * r440
-    r429 = -1.0 + r429
-    r429 = x28 * r429
-    r91 = -1.0 * x36 * r440
-    r91 = x36 + r91
-    r91 = x32 * r91
-    r91 = r429 + r91
-    r91 = r418 * r416 * r91
-    r418 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r440 * r416
+    r419 = -1.0 + x37
+    r419 = k.recip(r419)
+    r417 = 2.0 * x37
+    r417 = -2.0 + r417
+    r139 = k.gcd(x37, x31)
+    r441 = k.recip(r139)
+    r430 = x37 * r441
+    r430 = -1.0 + r430
+    r430 = x29 * r430
+    r91 = -1.0 * x37 * r441
+    r91 = x37 + r91
+    r91 = x33 * r91
+    r91 = r430 + r91
+    r91 = r419 * r417 * r91
+    r419 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9 * r441 * r417
     r139 = -1.0 + r139
-    r139 = x19 * x4 * x12 * x34 * r333 * r26 * r48 * r9 * r440 * r139 * r416
-    r139 = k.max(r418, r139)
+    r139 = x19 * x4 * x12 * x35 * r334 * r26 * r48 * r9 * r441 * r139 * r417
+    r139 = k.max(r419, r139)
     r139 = r91 + r139
-    r91 = x30 <= 1.0
-    r418 = x28 * r416
-    r52 = x19 * x4 * x12 * x34 * r59 * r26 * r52 * r9 * r416
-    r52 = r418 + r52
+    r91 = x31 <= 1.0
+    r419 = x29 * r417
+    r52 = x19 * x4 * x12 * x35 * r59 * r26 * r52 * r9 * r417
+    r52 = r419 + r52
     r139 = k.where(r91, r52, r139)
-    r52 = x30 >= x36
-    r91 = x32 * r416
-    r48 = x19 * x4 * x12 * x34 * r333 * r26 * r48 * r9 * r416
+    r52 = x31 >= x37
+    r91 = x33 * r417
+    r48 = x19 * x4 * x12 * x35 * r334 * r26 * r48 * r9 * r417
     r48 = r91 + r48
     r139 = k.where(r52, r48, r139)
     r139 = x6 * x15 * r4 * r5 * r16 * r30 * r139
-    r48 = x36 == 1.0
+    r48 = x37 == 1.0
     r139 = k.where(r48, 0.0, r139)
     r76 = r11 + r10 + r76
     r76 = k.max(0.0, r76)
     r76 = k.where(r22, r76, 0.0)
-    r22 = r143 + r116 + r151 + r334 + r8 + r445 + r31 + r53 + r139 + r433 + r76
+    r22 = r143 + r116 + r151 + r335 + r8 + r446 + r31 + r53 + r139 + r434 + r76
     r10 = k.recip(r22)
-    r11 = 6.0 * x6 * x34 * r146 * r4 * r26 * r16 * r9 * r10 * r17
-    r147 = x6 * x34 * r146 * r4 * r26 * r16 * r9 * r10 * r147
-    r10 = x19 * x4 * x12 * x34 * r26
-    r146 = x19 * x4 * x12 * x34 * r59 * r26
-    r449 = r4 * r26 * r449 * r140
+    r11 = 6.0 * x6 * x35 * r146 * r4 * r26 * r16 * r9 * r10 * r17
+    r147 = x6 * x35 * r146 * r4 * r26 * r16 * r9 * r10 * r147
+    r10 = x19 * x4 * x12 * x35 * r26
+    r146 = x19 * x4 * x12 * x35 * r59 * r26
+    r450 = r4 * r26 * r450 * r140
     r52 = r4 * r26 * r75 * r140
     r91 = x4 * r4 * r26 * r75 * r21
-    r333 = r52 + r91
-    r449 = k.where(r23, r333, r449)
-    r333 = k.pow(x3, -2.0)
-    r140 = x6 * r333 * r5 * r26 * r75 * r140
+    r334 = r52 + r91
+    r450 = k.where(r23, r334, r450)
+    r334 = k.pow(x3, -2.0)
+    r140 = x6 * r334 * r5 * r26 * r75 * r140
     r140 = r91 + r140
-    r449 = k.where(r96, r140, r449)
-    r439 = x4 * r4 * r26 * r75 * r439 * r21
-    r439 = r52 + r439
-    r439 = x6 * r4 * r5 * r439
-    r449 = k.where(r435, r439, r449)
-    r449 = k.where(r61, 0.0, r449)
-    r61 = r59 * r449
-    r59 = x29 * r59
-    r439 = k.recip(x34)
-    r435 = x35 * r327 * r439
+    r450 = k.where(r96, r140, r450)
+    r440 = x4 * r4 * r26 * r75 * r440 * r21
+    r440 = r52 + r440
+    r440 = x6 * r4 * r5 * r440
+    r450 = k.where(r436, r440, r450)
+    r450 = k.where(r61, 0.0, r450)
+    r61 = r59 * r450
+    r59 = x30 * r59
+    r440 = k.recip(x35)
+    r436 = x36 * r328 * r440
     r5 = k.recip(x13)
     r52 = r4 * r26 * r5 * r16 * r9
     r75 = 1.6e-11 * x12
-    r140 = 1.6e-11 * x37 * x12
+    r140 = 1.6e-11 * x38 * x12
     r96 = 8e-12 * x15 * r13
     r91 = 1.6e-11 * x15 * x12 * x5
-    r333 = r75 + r140 + r96 + r91
+    r334 = r75 + r140 + r96 + r91
     r23 = 8e-12 * x12
-    r418 = 8e-12 * x37 * x12
-    r440 = 4e-12 * x15 * r13
-    r429 = 8e-12 * x15 * x12 * x5
-    r429 = r23 + r418 + r440 + r429
-    r429 = r52 > r429
-    r440 = -1.6e-11 * x12
-    r418 = -1.6e-11 * x37 * x12
+    r419 = 8e-12 * x38 * x12
+    r441 = 4e-12 * x15 * r13
+    r430 = 8e-12 * x15 * x12 * x5
+    r430 = r23 + r419 + r441 + r430
+    r430 = r52 > r430
+    r441 = -1.6e-11 * x12
+    r419 = -1.6e-11 * x38 * x12
     r13 = -8e-12 * x15 * r13
     r23 = -1.6e-11 * x15 * x12 * x5
     r124 = k.sqrt(2.0)
-    r423 = k.sqrt(x3)
-    r423 = k.recip(r423)
-    r428 = k.sqrt(x2)
-    r428 = k.recip(r428)
+    r424 = k.sqrt(x3)
+    r424 = k.recip(r424)
+    r429 = k.sqrt(x2)
+    r429 = k.recip(r429)
     r126 = k.sqrt(x13)
     r126 = k.recip(r126)
-    r422 = k.sqrt(x23)
-    r422 = k.recip(r422)
-    r60 = k.sqrt(x36)
+    r423 = k.sqrt(x24)
+    r423 = k.recip(r423)
+    r60 = k.sqrt(x37)
     r60 = k.recip(r60)
-    r480 = k.sqrt(r333)
-    r47 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r333
-    r624 = k.sqrt(x3)
-    r625 = k.sqrt(x2)
-    r626 = k.sqrt(x13)
-    r627 = k.sqrt(x23)
-    r628 = k.sqrt(x36)
-    r628 = 0.16666666666666666 * r124 * r624 * r625 * r626 * r627 * r628 * r480
-    r628 = 1.0 + r47 + r628
-    r628 = r124 * r423 * r428 * r126 * r422 * r60 * r480 * r628
-    r628 = r440 + r418 + r13 + r23 + r628
-    r23 = k.where(r429, r628, r52)
+    r481 = k.sqrt(r334)
+    r47 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r334
+    r625 = k.sqrt(x3)
+    r626 = k.sqrt(x2)
+    r627 = k.sqrt(x13)
+    r628 = k.sqrt(x24)
+    r629 = k.sqrt(x37)
+    r629 = 0.16666666666666666 * r124 * r625 * r626 * r627 * r628 * r629 * r481
+    r629 = 1.0 + r47 + r629
+    r629 = r124 * r424 * r429 * r126 * r423 * r60 * r481 * r629
+    r629 = r441 + r419 + r13 + r23 + r629
+    r23 = k.where(r430, r629, r52)
     r91 = r75 + r140 + r96 + r91 + r23
-    r91 = x3 * x2 * x13 * x23 * x36 * r91
+    r91 = x3 * x2 * x13 * x24 * x37 * r91
     r91 = k.exp(r91)
     r91 = -1.0 + r91
     r96 = k.recip(r91)
-    r140 = x25 + x1
-    r75 = -1.0 * x3 * x2 * x13 * x23 * x36 * r140
+    r140 = x26 + x1
+    r75 = -1.0 * x3 * x2 * x13 * x24 * x37 * r140
     r75 = k.exp(r75)
-    r75 = x3 * x2 * x13 * x23 * x36 * r96 * r23 * r75
-    r96 = x3 * x2 * x13 * x23 * x36
-    r628 = k.recip(r628)
-    r96 = k.where(r429, r628, r96)
-    r140 = x3 * x2 * x13 * x23 * x36 * r140
+    r75 = x3 * x2 * x13 * x24 * x37 * r96 * r23 * r75
+    r96 = x3 * x2 * x13 * x24 * x37
+    r629 = k.recip(r629)
+    r96 = k.where(r430, r629, r96)
+    r140 = x3 * x2 * x13 * x24 * x37 * r140
     r140 = k.exp(r140)
-    r5 = x35 * r327 * r4 * r26 * r5 * r16 * r439 * r9 * r91 * r22 * r96 * r140
-    r140 = x35 * r327 * r439 * r91 * r22 * r96 * r140
-    r30 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r416 * r30
+    r5 = x36 * r328 * r4 * r26 * r5 * r16 * r440 * r9 * r91 * r22 * r96 * r140
+    r140 = x36 * r328 * r440 * r91 * r22 * r96 * r140
+    r30 = x6 * x15 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r417 * r30
     r30 = k.where(r48, 0.0, r30)
-    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r454
-    r454 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r9 * r82 * r454
-    r454 = r48 + r454
-    r454 = k.where(r451, 0.0, r454)
-    r433 = r445 + r433
-    r122 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r9 * r122
+    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r455
+    r455 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r26 * r16 * r9 * r82 * r455
+    r455 = r48 + r455
+    r455 = k.where(r452, 0.0, r455)
+    r434 = r446 + r434
+    r122 = 2.0 * x6 * x4 * x12 * x35 * r4 * r26 * r16 * r9 * r122
     r122 = k.where(r72, 0.0, r122)
-    r123 = r123 < x23
-    r72 = x33 != 2.0
+    r123 = r123 < x24
+    r72 = x34 != 2.0
     r55 = k.and_(r55, r72)
     r55 = k.not_(r55)
     r55 = k.or_(r123, r55)
-    r9 = x33 != 1.0
+    r9 = x34 != 1.0
     r54 = k.and_(r9, r72, r54)
     r54 = k.not_(r54)
     r54 = k.or_(r123, r54)
     r54 = k.and_(r55, r54)
-    r55 = x23 >= 2.0
-    r123 = x33 != 3.0
-    r72 = x33 != 4.0
+    r55 = x24 >= 2.0
+    r123 = x34 != 3.0
+    r72 = x34 != 4.0
     r63 = k.not_(r63)
     r63 = k.and_(r123, r72, r63)
     r63 = k.not_(r63)
     r63 = k.or_(r55, r63)
-    r55 = x21 * x3 * x2 * x23 * x36 * r22
-    r72 = r112 <= r55
+    r55 = x22 * x3 * x2 * x24 * x37 * r22
+    r72 = r73 <= r55
     r55 = r94 <= r55
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r33, r68, r111, r102, r121, 0.0, r105, r106, r34, r32, r51, r107, r74, r73, r112, r112, r94, r97, r145, r330, r90, r31, r22, r11, r147, r10, r146, r61, r59, 0.0, r435, r52, r333, r23, r75, r5, r140, r116, r8, r334, r151, r30, r139, r139, r454, r53, r53, r449, r93, r433, r122, r46, r143, 0.0, 0.0, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, r54, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r72, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r71, r33, r68, r111, r102, r121, 0.0, r105, r106, r34, r32, r51, r107, r74, r112, r73, r73, r94, r97, r145, r331, r90, r31, r22, r11, r147, r10, r146, r61, r59, 0.0, r436, r52, r334, r23, r75, r5, r140, r116, r8, r335, r151, r30, r139, r139, r455, r53, r53, r450, r93, r434, r122, r46, r143, 0.0, 0.0, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r54, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, 1.0, r63, r63, r72, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r63, r63, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1351,9 +1352,9 @@ def search(x, k):
     return (r92, r74, r50)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (40, 44, 45, 46, 47), (44, 45, 46, 47), (39, 44, 45, 46, 47), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 39, 40, 44, 45, 46, 47), (31, 32, 36, 39, 40, 44, 45, 46, 47), (30, 44, 45, 46, 47), (30, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 44, 45, 46, 47, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 44, 45, 46, 47, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 44, 45, 46, 47, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (41, 44, 45, 46, 47), (41, 44, 45, 46, 47, 74, 75), (41, 44, 45, 46, 47, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 44, 45, 46, 47, 62, 72, 73, 74, 75), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 34), (9, 70), (10, 37), (10, 38), (10, 70), (11, 70), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 70), (13, 33), (13, 66), (13, 67), (13, 68), (13, 69), (16, 31), (16, 32), (16, 33), (16, 36), (16, 66), (16, 67), (16, 68), (16, 69), (17, 33), (17, 66), (17, 67), (17, 68), (17, 69), (22, 33), (22, 34), (22, 37), (22, 38), (22, 42), (22, 43), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 33), (23, 34), (23, 37), (23, 38), (23, 42), (23, 43), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.fp8_weight_cache', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (41, 45, 46, 47, 48), (45, 46, 47, 48), (40, 45, 46, 47, 48), (), (31, 32, 37), (), (), (), (31, 32, 37), (32,), (36,), (36,), (37,), (31, 32, 37, 40, 41, 45, 46, 47, 48), (31, 32, 35, 37, 40, 41, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (42, 45, 46, 47, 48), (42, 45, 46, 47, 48, 75, 76), (42, 45, 46, 47, 48, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 42, 45, 46, 47, 48, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 34), (9, 71), (10, 38), (10, 39), (10, 71), (11, 71), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 71), (13, 33), (13, 67), (13, 68), (13, 69), (13, 70), (16, 31), (16, 32), (16, 33), (16, 37), (16, 67), (16, 68), (16, 69), (16, 70), (17, 33), (17, 67), (17, 68), (17, 69), (17, 70), (22, 33), (22, 34), (22, 38), (22, 39), (22, 43), (22, 44), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 33), (23, 34), (23, 38), (23, 39), (23, 43), (23, 44), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-tensor;moe_ep=False;dtype=bf16;grad_dtype=fp32;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x36 * x12
+    r12 = x37 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x22)
-    r16 = k.recip(x35)
+    r11 = k.recip(x23)
+    r16 = k.recip(x36)
     r25 = r11 * r16 * r15
-    r26 = x32 == 5.0
+    r26 = x33 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x38 >= 1.0
+    r27 = x39 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -49,62 +49,62 @@ def quantities(x, k):
     r37 = 4.0 * x11 * x10
     r38 = 4.0 * x14 * x10
     r38 = r34 + r35 + r36 + r37 + r38
-    r38 = x19 * x33 * r30 * r16 * r38
-    r37 = x23 == 2.0
-    r36 = 2.0 * x19 * x12 * x33 * r30 * r16
+    r38 = x19 * x34 * r30 * r16 * r38
+    r37 = x24 == 2.0
+    r36 = 2.0 * x19 * x12 * x34 * r30 * r16
     r36 = k.where(r37, r36, r38)
-    r35 = 1.0 + x22
+    r35 = 1.0 + x23
     r35 = k.min(r35, r6)
     r34 = k.ceiling(r33)
     r35 = r35 * r34
-    r48 = x32 == 4.0
-    r49 = 2.0 * x22
+    r48 = x33 == 4.0
+    r49 = 2.0 * x23
     r50 = -1.0 + r49
     r50 = k.min(r50, r6)
     r50 = r50 * r34
     r53 = k.where(r48, r50, r35)
-    r54 = x32 == 0.0
-    r55 = x32 == 3.0
+    r54 = x33 == 0.0
+    r55 = x33 == 3.0
     r56 = k.or_(r54, r55)
-    r57 = k.min(x22, r6)
+    r57 = k.min(x23, r6)
     r57 = r57 * r34
     r53 = k.where(r56, r57, r53)
-    r57 = x32 == 1.0
-    r61 = k.recip(x37)
-    r62 = x6 * x37 * r4 * r5
-    r63 = -1.0 + x37
-    r63 = x22 * r63
+    r57 = x33 == 1.0
+    r61 = k.recip(x38)
+    r62 = x6 * x38 * r4 * r5
+    r63 = -1.0 + x38
+    r63 = x23 * r63
     r65 = -1.0 + r49 + r63
     r65 = k.min(r62, r65)
     r65 = r61 * r65 * r34
     r53 = k.where(r57, r65, r53)
-    r65 = x32 == 2.0
+    r65 = x33 == 2.0
     r70 = x6 * r4 * r5 * r34
     r53 = k.where(r65, r70, r53)
     r53 = r36 * r53
     r73 = r9 * r34
     r74 = r13 * r34
-    r75 = x22 == 1.0
+    r75 = x23 == 1.0
     r76 = k.where(r75, 1.0, 0.0)
     r77 = 2.0 * x12 * r76
     r77 = r12 + r73 + r74 + r77
     r77 = r16 * r77
-    r76 = x36 * x12 * r76
-    r12 = x22 != 1.0
+    r76 = x37 * x12 * r76
+    r12 = x23 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x36 * x12 * r12
+    r12 = x37 * x12 * r12
     r12 = r8 + r73 + r74 + r76 + r12
     r12 = r16 * r12
     r76 = r77 + r12
     r77 = k.where(r26, r76, r77)
     r8 = 2.0 * r77
-    r89 = x38 <= 2.0
+    r89 = x39 <= 2.0
     r90 = 4.0 * r77
     r90 = k.where(r89, r90, r8)
-    r92 = x38 >= 2.0
+    r92 = x39 >= 2.0
     r93 = r4 * r30 * r90
     r90 = k.where(r92, r93, r90)
-    r93 = x38 >= 3.0
+    r93 = x39 >= 3.0
     r96 = 2.0 * r4 * r30 * r77
     r8 = k.where(r93, r96, r8)
     r96 = 12.0 * r77
@@ -112,8 +112,8 @@ def quantities(x, k):
     r96 = k.where(r27, r99, r96)
     r99 = k.where(r37, r38, 0.0)
     r102 = k.or_(r26, r75)
-    r103 = 4.0 * x19 * x12 * x33 * r30 * r16
-    r104 = x36 * x19 * x16 * x33 * r30 * r16
+    r103 = 4.0 * x19 * x12 * x34 * r30 * r16
+    r104 = x37 * x19 * x16 * x34 * r30 * r16
     r103 = r103 + r104
     r103 = k.max(r103, r99)
     r102 = k.where(r102, r103, r99)
@@ -122,16 +122,16 @@ def quantities(x, k):
     r108 = k.where(r26, r109, r108)
     r109 = 3.0 * x4 * r108 * r77
     r109 = k.where(r93, r109, 0.0)
-    r113 = x22 > 1.0
+    r113 = x23 > 1.0
     r113 = k.and_(r93, r113)
     r77 = 2.0 * x4 * r77
     r109 = k.where(r113, r77, r109)
     r77 = r53 + r90 + r8 + r96 + r102 + r109
     r118 = k.where(r48, r50, r35)
-    r119 = -1.0 + x22
+    r119 = -1.0 + x23
     r120 = k.min(1.0, r119)
     r121 = -1.0 * r120
-    r121 = x22 + r121
+    r121 = x23 + r121
     r123 = k.min(r6, r121)
     r123 = r123 * r34
     r118 = k.where(r56, r123, r118)
@@ -143,28 +143,28 @@ def quantities(x, k):
     r118 = k.where(r65, r70, r118)
     r118 = r36 * r118
     r49 = 1.0 + r120
-    r49 = x22 == r49
+    r49 = x23 == r49
     r123 = k.where(r49, 1.0, 0.0)
     r123 = 2.0 * x12 * r123
     r137 = r120 == 0.0
     r137 = k.where(r137, 1.0, 0.0)
-    r137 = x36 * x12 * r137
+    r137 = x37 * x12 * r137
     r140 = r120 != 0.0
     r140 = k.and_(r140, r49)
     r140 = k.where(r140, 1.0, 0.0)
-    r140 = x36 * x12 * r140
+    r140 = x37 * x12 * r140
     r140 = r73 + r74 + r123 + r137 + r140
     r140 = r16 * r140
-    r137 = x22 == r121
+    r137 = x23 == r121
     r123 = k.where(r137, 1.0, 0.0)
     r123 = 2.0 * x12 * r123
     r149 = r121 == 1.0
     r149 = k.where(r149, 1.0, 0.0)
-    r149 = x36 * x12 * r149
+    r149 = x37 * x12 * r149
     r121 = r121 != 1.0
     r121 = k.and_(r137, r121)
     r121 = k.where(r121, 1.0, 0.0)
-    r121 = x36 * x12 * r121
+    r121 = x37 * x12 * r121
     r121 = r73 + r74 + r123 + r149 + r121
     r121 = r16 * r121
     r121 = r140 + r121
@@ -246,420 +246,421 @@ def quantities(x, k):
     r118 = k.where(r118, 0.0, 0.0)
     r35 = r77 == r35
     r118 = k.where(r35, 0.0, r118)
-    r35 = x36 * x19 * x4 * x33 * r30 * r16
-    r53 = x36 * x19 * x4 * x33 * r30
+    r35 = x37 * x19 * x4 * x34 * r30 * r16
+    r53 = x37 * x19 * x4 * x34 * r30
     r109 = k.max(r77, r140, r12)
     r96 = r140 == r109
     r12 = k.where(r96, r140, r12)
     r109 = r77 == r109
     r12 = k.where(r109, r77, r12)
-    r77 = -1.0 * r12
-    r77 = x8 + r77
-    r109 = 6.0 * x6 * x33 * r15
+    r77 = -1.0 * x20
+    r109 = -1.0 * r12
+    r109 = x8 + r77 + r109
+    r77 = 6.0 * x6 * x34 * r15
     r140 = 12.0 * x12
     r96 = 6.0 * x15 * r9
     r137 = 6.0 * x15 * r13
-    r90 = 6.0 * x36 * x12
-    r123 = 12.0 * x15 * x11 * x10 * x33
+    r90 = 6.0 * x37 * x12
+    r123 = 12.0 * x15 * x11 * x10 * x34
     r123 = r140 + r96 + r137 + r90 + r123
-    r90 = x6 * x33 * r123
+    r90 = x6 * x34 * r123
     r137 = k.pow(x12, 2.0)
     r96 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r96
+    r8 = 0.16666666666666666 * x34 * r96
     r149 = k.recip(x15)
-    r96 = 0.0625 * x36 * r149 * r96
+    r96 = 0.0625 * x37 * r149 * r96
     r96 = 1.0 + r8 + r96
-    r96 = 96.0 * x6 * x15 * x33 * r137 * r96
-    r137 = k.pow(x33, 2.0)
+    r96 = 96.0 * x6 * x15 * x34 * r137 * r96
+    r137 = k.pow(x34, 2.0)
     r8 = 2.0 * x6 * x15 * x11 * x10 * r137
-    r113 = x23 == 1.0
+    r113 = x24 == 1.0
     r137 = 4.0 * x6 * x15 * x11 * x10 * r137
     r137 = k.where(r113, r137, 0.0)
-    r121 = 0.3333333333333333 * x6 * x33 * r123
+    r121 = 0.3333333333333333 * x6 * x34 * r123
     r137 = k.where(r37, r121, r137)
     r137 = r90 + r8 + r137
     r8 = k.where(r37, 1.0, 0.0)
     r8 = 1.0 + r8
     r121 = k.recip(x9)
     r34 = k.recip(x18)
-    r62 = x36 * x12 * r16
-    r63 = x19 * x12 * x33 * r30
-    r50 = x36 * x19 * x33 * r30 * r16
+    r62 = x37 * x12 * r16
+    r63 = x19 * x12 * x34 * r30
+    r50 = x37 * x19 * x34 * r30 * r16
     r50 = r62 + r63 + r50
     r62 = 2.0 * r121 * r34 * r50
-    r49 = k.recip(x21)
+    r49 = k.recip(x22)
     r74 = k.recip(x17)
-    r73 = 2.0 * x36 * x19 * x12 * x33 * r49 * r30 * r74 * r16
+    r73 = 2.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
     r73 = r62 + r73
     r73 = r8 * r73
     r50 = 4.0 * r121 * r34 * r50
-    r62 = 4.0 * x36 * x19 * x12 * x33 * r49 * r30 * r74 * r16
+    r62 = 4.0 * x37 * x19 * x12 * x34 * r49 * r30 * r74 * r16
     r62 = r73 + r50 + r62
     r62 = r11 * r62
     r50 = x11 * x10 * x12 * r16
-    r73 = x11 * x19 * x10 * x33 * r30 * r16
+    r73 = x11 * x19 * x10 * x34 * r30 * r16
     r73 = r50 + r63 + r73
     r50 = 2.0 * r121 * r34 * r73
-    r291 = 2.0 * x11 * x19 * x10 * x12 * x33 * r49 * r30 * r74 * r16
-    r291 = r50 + r291
-    r291 = r8 * r291
+    r292 = 2.0 * x11 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16
+    r292 = r50 + r292
+    r292 = r8 * r292
     r50 = x10 * x12 * r16 * r14
-    r295 = x19 * x10 * x33 * r30 * r16 * r14
-    r295 = r63 + r50 + r295
-    r50 = 2.0 * r121 * r34 * r295
-    r298 = 2.0 * x19 * x10 * x12 * x33 * r49 * r30 * r74 * r16 * r14
-    r298 = r50 + r298
-    r298 = r8 * r298
+    r296 = x19 * x10 * x34 * r30 * r16 * r14
+    r296 = r63 + r50 + r296
+    r50 = 2.0 * r121 * r34 * r296
+    r299 = 2.0 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16 * r14
+    r299 = r50 + r299
+    r299 = r8 * r299
     r50 = x12 * x5 * r16
-    r302 = x19 * x5 * x33 * r30 * r16
-    r302 = r50 + r63 + r302
-    r63 = 2.0 * r121 * r34 * r302
-    r50 = 2.0 * x19 * x12 * x5 * x33 * r49 * r30 * r74 * r16
+    r303 = x19 * x5 * x34 * r30 * r16
+    r303 = r50 + r63 + r303
+    r63 = 2.0 * r121 * r34 * r303
+    r50 = 2.0 * x19 * x12 * x5 * x34 * r49 * r30 * r74 * r16
     r50 = r63 + r50
     r50 = 2.0 * r8 * r50
     r73 = 4.0 * r121 * r34 * r73
-    r295 = 4.0 * r121 * r34 * r295
-    r302 = 8.0 * r121 * r34 * r302
-    r63 = 8.0 * x19 * x12 * x5 * x33 * r49 * r30 * r74 * r16
-    r312 = 4.0 * x11 * x19 * x10 * x12 * x33 * r49 * r30 * r74 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x33 * r49 * r30 * r74 * r16 * r14
-    r14 = r291 + r298 + r50 + r73 + r295 + r302 + r63 + r312 + r14
+    r296 = 4.0 * r121 * r34 * r296
+    r303 = 8.0 * r121 * r34 * r303
+    r63 = 8.0 * x19 * x12 * x5 * x34 * r49 * r30 * r74 * r16
+    r313 = 4.0 * x11 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x34 * r49 * r30 * r74 * r16 * r14
+    r14 = r292 + r299 + r50 + r73 + r296 + r303 + r63 + r313 + r14
     r14 = x15 * r11 * r14
     r14 = r62 + r14
     r62 = x6 * r4 * r5 * r14
-    r312 = 3.0 * x5
+    r313 = 3.0 * x5
     r63 = 2.0 * x5 * r8
-    r63 = r312 + r63
-    r63 = x19 * x33 * r30 * r16 * r63
-    r312 = 10.0 * x12 * r8
-    r312 = r140 + r312
-    r312 = x19 * x33 * r30 * r16 * r312
-    r312 = r63 + r312
-    r312 = x15 * r11 * r312
-    r63 = 3.0 * x36 * x19 * x33 * r30 * r11 * r16
-    r63 = r312 + r63
-    r312 = x6 * x4 * r121 * r4 * r5 * r34 * r63
+    r63 = r313 + r63
+    r63 = x19 * x34 * r30 * r16 * r63
+    r313 = 10.0 * x12 * r8
+    r313 = r140 + r313
+    r313 = x19 * x34 * r30 * r16 * r313
+    r313 = r63 + r313
+    r313 = x15 * r11 * r313
+    r63 = 3.0 * x37 * x19 * x34 * r30 * r11 * r16
+    r63 = r313 + r63
+    r313 = x6 * x4 * r121 * r4 * r5 * r34 * r63
     r140 = k.recip(x0)
-    r302 = x11 * x10 * x33
+    r303 = x11 * x10 * x34
     r113 = k.or_(r113, r37)
     r113 = k.where(r113, 1.0, 0.0)
     r113 = 3.0 + r113
-    r113 = 2.0 * x11 * x10 * x33 * r113
-    r113 = r302 + r113
-    r302 = x6 * x15 * x33 * r49 * r4 * r30 * r74 * r140 * r11 * r16 * r113
-    r295 = r62 + r312 + r302
-    r73 = k.recip(r295)
+    r113 = 2.0 * x11 * x10 * x34 * r113
+    r113 = r303 + r113
+    r303 = x6 * x15 * x34 * r49 * r4 * r30 * r74 * r140 * r11 * r16 * r113
+    r296 = r62 + r313 + r303
+    r73 = k.recip(r296)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r50 = k.recip(x6)
-    r298 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r295
-    r291 = 0.6666666666666666 * x3 * x19 * x22 * r50 * r295
+    r299 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r296
+    r292 = 0.6666666666666666 * x3 * x19 * x23 * r50 * r296
     r63 = -1.0 * x6 * x4 * r121 * r4 * r5 * r34 * r63
-    r113 = -1.0 * x6 * x15 * x33 * r49 * r4 * r30 * r74 * r140 * r11 * r16 * r113
-    r291 = r14 + r298 + r291 + r63 + r113
-    r291 = k.max(0.0, r291)
-    r298 = 0.5 * x22
-    r298 = -1.0 + r298
-    r298 = 0.6666666666666666 * x3 * x19 * r50 * r61 * r298 * r295
-    r298 = k.where(r48, 0.0, r298)
-    r48 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r119 * r295
-    r298 = k.where(r55, r48, r298)
+    r113 = -1.0 * x6 * x15 * x34 * r49 * r4 * r30 * r74 * r140 * r11 * r16 * r113
+    r292 = r14 + r299 + r292 + r63 + r113
+    r292 = k.max(0.0, r292)
+    r299 = 0.5 * x23
+    r299 = -1.0 + r299
+    r299 = 0.6666666666666666 * x3 * x19 * r50 * r61 * r299 * r296
+    r299 = k.where(r48, 0.0, r299)
+    r48 = 0.3333333333333333 * x3 * x19 * r50 * r61 * r119 * r296
+    r299 = k.where(r55, r48, r299)
     r65 = k.or_(r54, r57, r65)
-    r119 = x3 * x19 * r50 * r61 * r119 * r295
-    r298 = k.where(r65, r119, r298)
-    r298 = k.max(r291, r298)
-    r73 = r73 * r298
-    r291 = k.where(r89, 4.0, 2.0)
-    r291 = 26.0 + r291
-    r291 = r121 * r34 * r291 * r31
-    r34 = r62 + r291 + r312 + r302
-    r121 = -1.0 * x20
+    r119 = x3 * x19 * r50 * r61 * r119 * r296
+    r299 = k.where(r65, r119, r299)
+    r299 = k.max(r292, r299)
+    r73 = r73 * r299
+    r292 = k.where(r89, 4.0, 2.0)
+    r292 = 26.0 + r292
+    r292 = r121 * r34 * r292 * r31
+    r34 = r62 + r292 + r313 + r303
+    r121 = -1.0 * x21
     r121 = 1.0 + r121
-    r119 = x22 * x37
+    r119 = x23 * x38
     r119 = -1.0 + r119
-    r61 = k.recip(x25)
-    r54 = k.recip(x26)
-    r48 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16
-    r48 = x27 + r48
-    r55 = 2.0 * x3 * x2 * x35
-    r55 = x29 >= r55
-    r140 = k.recip(x28)
-    r74 = k.recip(x30)
-    r375 = x19 * x4 * x12 * x33 * r140 * r30 * r74 * r16
-    r375 = x31 + r375
-    r48 = k.where(r55, r375, r48)
+    r61 = k.recip(x26)
+    r54 = k.recip(x27)
+    r48 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16
+    r48 = x28 + r48
+    r55 = 2.0 * x3 * x2 * x36
+    r55 = x30 >= r55
+    r140 = k.recip(x29)
+    r74 = k.recip(x31)
+    r376 = x19 * x4 * x12 * x34 * r140 * r30 * r74 * r16
+    r376 = x32 + r376
+    r48 = k.where(r55, r376, r48)
     r48 = 2.0 * x6 * r4 * r5 * r11 * r119 * r48
     r48 = k.where(r75, 0.0, r48)
     r121 = r121 * r48
-    r375 = x3 * x2
-    r55 = x29 * r16
-    r383 = k.gcd(r375, r55)
-    r384 = k.recip(r383)
-    r385 = x3 * x2 * r384
-    r385 = -1.0 + r385
-    r385 = x27 * r385
-    r388 = -1.0 * x3 * x2 * r384
-    r388 = r375 + r388
-    r388 = x31 * r388
-    r391 = -1.0 + r375
-    r392 = 0.08333333333333333 * x4 * x22 * r61 * r149 * r4 * r30 * r54 * r384 * r391 * r25
-    r383 = -1.0 + r383
-    r394 = 0.08333333333333333 * x4 * x22 * r140 * r149 * r4 * r30 * r74 * r384 * r391 * r383 * r25
-    r394 = k.max(r392, r394)
-    r394 = r385 + r388 + r394
-    r392 = x29 <= x35
-    r398 = x27 * r391
-    r399 = 0.08333333333333333 * x4 * x22 * r61 * r149 * r4 * r30 * r54 * r391 * r25
-    r399 = r398 + r399
-    r394 = k.where(r392, r399, r394)
-    r399 = x3 * x2 * x35
-    r399 = x29 >= r399
-    r404 = x31 * r391
-    r405 = 0.08333333333333333 * x4 * x22 * r140 * r149 * r4 * r30 * r74 * r391 * r25
-    r405 = r404 + r405
-    r394 = k.where(r399, r405, r394)
-    r405 = 12.0 * x15 * r11 * r394
-    r409 = k.where(r93, r405, 0.0)
-    r409 = k.where(r27, r409, 0.0)
-    r411 = x22 <= 1.0
-    r92 = k.and_(r92, r411)
-    r409 = k.where(r92, 0.0, r409)
-    r411 = k.and_(r93, r411)
-    r415 = k.where(r37, 3.0, 2.0)
-    r416 = 12.0 * x6 * x15 * r4 * r5 * r11 * r415 * r394
-    r409 = k.where(r411, r416, r409)
-    r375 = r375 == 1.0
-    r409 = k.where(r375, 0.0, r409)
-    r416 = -1.0 * r409
-    r421 = x3 * x19 * r50 * r295
-    r421 = k.where(r92, r295, r421)
-    r421 = -1.0 * x20 * r421
-    r295 = k.recip(r391)
-    r425 = 2.0 * x3 * x2
-    r425 = -2.0 + r425
-    r427 = r385 + r388
-    r427 = r295 * r425 * r427
-    r295 = x4 * r25
-    r430 = 4.0 * r25
-    r295 = k.where(r89, r430, r295)
-    r430 = x22 * r61 * r149 * r4 * r30 * r54 * r384 * r425 * r295
-    r89 = x22 * r140 * r149 * r4 * r30 * r74 * r384 * r383 * r425 * r295
-    r89 = k.max(r430, r89)
-    r89 = r427 + r89
-    r427 = x27 * r425
-    r430 = x22 * r61 * r149 * r4 * r30 * r54 * r425 * r295
-    r430 = r427 + r430
-    r89 = k.where(r392, r430, r89)
-    r430 = x31 * r425
-    r427 = x22 * r140 * r149 * r4 * r30 * r74 * r425 * r295
-    r427 = r430 + r427
-    r89 = k.where(r399, r427, r89)
+    r376 = x3 * x2
+    r55 = x30 * r16
+    r384 = k.gcd(r376, r55)
+    r385 = k.recip(r384)
+    r386 = x3 * x2 * r385
+    r386 = -1.0 + r386
+    r386 = x28 * r386
+    r389 = -1.0 * x3 * x2 * r385
+    r389 = r376 + r389
+    r389 = x32 * r389
+    r392 = -1.0 + r376
+    r393 = 0.08333333333333333 * x4 * x23 * r61 * r149 * r4 * r30 * r54 * r385 * r392 * r25
+    r384 = -1.0 + r384
+    r395 = 0.08333333333333333 * x4 * x23 * r140 * r149 * r4 * r30 * r74 * r385 * r392 * r384 * r25
+    r395 = k.max(r393, r395)
+    r395 = r386 + r389 + r395
+    r393 = x30 <= x36
+    r399 = x28 * r392
+    r400 = 0.08333333333333333 * x4 * x23 * r61 * r149 * r4 * r30 * r54 * r392 * r25
+    r400 = r399 + r400
+    r395 = k.where(r393, r400, r395)
+    r400 = x3 * x2 * x36
+    r400 = x30 >= r400
+    r405 = x32 * r392
+    r406 = 0.08333333333333333 * x4 * x23 * r140 * r149 * r4 * r30 * r74 * r392 * r25
+    r406 = r405 + r406
+    r395 = k.where(r400, r406, r395)
+    r406 = 12.0 * x15 * r11 * r395
+    r410 = k.where(r93, r406, 0.0)
+    r410 = k.where(r27, r410, 0.0)
+    r412 = x23 <= 1.0
+    r92 = k.and_(r92, r412)
+    r410 = k.where(r92, 0.0, r410)
+    r412 = k.and_(r93, r412)
+    r416 = k.where(r37, 3.0, 2.0)
+    r417 = 12.0 * x6 * x15 * r4 * r5 * r11 * r416 * r395
+    r410 = k.where(r412, r417, r410)
+    r376 = r376 == 1.0
+    r410 = k.where(r376, 0.0, r410)
+    r417 = -1.0 * r410
+    r422 = x3 * x19 * r50 * r296
+    r422 = k.where(r92, r296, r422)
+    r422 = -1.0 * x21 * r422
+    r296 = k.recip(r392)
+    r426 = 2.0 * x3 * x2
+    r426 = -2.0 + r426
+    r428 = r386 + r389
+    r428 = r296 * r426 * r428
+    r296 = x4 * r25
+    r431 = 4.0 * r25
+    r296 = k.where(r89, r431, r296)
+    r431 = x23 * r61 * r149 * r4 * r30 * r54 * r385 * r426 * r296
+    r89 = x23 * r140 * r149 * r4 * r30 * r74 * r385 * r384 * r426 * r296
+    r89 = k.max(r431, r89)
+    r89 = r428 + r89
+    r428 = x28 * r426
+    r431 = x23 * r61 * r149 * r4 * r30 * r54 * r426 * r296
+    r431 = r428 + r431
+    r89 = k.where(r393, r431, r89)
+    r431 = x32 * r426
+    r428 = x23 * r140 * r149 * r4 * r30 * r74 * r426 * r296
+    r428 = r431 + r428
+    r89 = k.where(r400, r428, r89)
     r89 = x15 * r11 * r89
-    r427 = x22 * r61 * r149 * r4 * r30 * r54 * r384 * r391 * r295
-    r430 = x22 * r140 * r149 * r4 * r30 * r74 * r384 * r391 * r383 * r295
-    r430 = k.max(r427, r430)
-    r430 = r385 + r388 + r430
-    r427 = x22 * r61 * r149 * r4 * r30 * r54 * r391 * r295
-    r427 = r398 + r427
-    r430 = k.where(r392, r427, r430)
-    r427 = x22 * r140 * r149 * r4 * r30 * r74 * r391 * r295
-    r427 = r404 + r427
-    r430 = k.where(r399, r427, r430)
-    r427 = x15 * r11 * r430
-    r456 = x4 * x22 * r61 * r149 * r4 * r30 * r54 * r384 * r391 * r25
-    r383 = x4 * x22 * r140 * r149 * r4 * r30 * r74 * r384 * r391 * r383 * r25
-    r383 = k.max(r456, r383)
-    r383 = r385 + r388 + r383
-    r388 = x4 * x22 * r61 * r149 * r4 * r30 * r54 * r391 * r25
-    r388 = r398 + r388
-    r383 = k.where(r392, r388, r383)
-    r149 = x4 * x22 * r140 * r149 * r4 * r30 * r74 * r391 * r25
-    r149 = r404 + r149
-    r383 = k.where(r399, r149, r383)
-    r383 = x15 * r11 * r383
-    r405 = k.where(r93, r405, r383)
-    r405 = r427 + r405
-    r89 = k.where(r27, r405, r89)
-    r430 = x6 * x15 * r4 * r5 * r11 * r430
-    r430 = r383 + r430
-    r89 = k.where(r92, r430, r89)
-    r394 = 12.0 * x15 * r11 * r415 * r394
-    r394 = r427 + r394
-    r394 = x6 * r4 * r5 * r394
-    r89 = k.where(r411, r394, r89)
-    r89 = k.where(r375, 0.0, r89)
-    r421 = r416 + r421 + r89
-    r421 = k.max(0.0, r421)
+    r428 = x23 * r61 * r149 * r4 * r30 * r54 * r385 * r392 * r296
+    r431 = x23 * r140 * r149 * r4 * r30 * r74 * r385 * r392 * r384 * r296
+    r431 = k.max(r428, r431)
+    r431 = r386 + r389 + r431
+    r428 = x23 * r61 * r149 * r4 * r30 * r54 * r392 * r296
+    r428 = r399 + r428
+    r431 = k.where(r393, r428, r431)
+    r428 = x23 * r140 * r149 * r4 * r30 * r74 * r392 * r296
+    r428 = r405 + r428
+    r431 = k.where(r400, r428, r431)
+    r428 = x15 * r11 * r431
+    r457 = x4 * x23 * r61 * r149 * r4 * r30 * r54 * r385 * r392 * r25
+    r384 = x4 * x23 * r140 * r149 * r4 * r30 * r74 * r385 * r392 * r384 * r25
+    r384 = k.max(r457, r384)
+    r384 = r386 + r389 + r384
+    r389 = x4 * x23 * r61 * r149 * r4 * r30 * r54 * r392 * r25
+    r389 = r399 + r389
+    r384 = k.where(r393, r389, r384)
+    r149 = x4 * x23 * r140 * r149 * r4 * r30 * r74 * r392 * r25
+    r149 = r405 + r149
+    r384 = k.where(r400, r149, r384)
+    r384 = x15 * r11 * r384
+    r406 = k.where(r93, r406, r384)
+    r406 = r428 + r406
+    r89 = k.where(r27, r406, r89)
+    r431 = x6 * x15 * r4 * r5 * r11 * r431
+    r431 = r384 + r431
+    r89 = k.where(r92, r431, r89)
+    r395 = 12.0 * x15 * r11 * r416 * r395
+    r395 = r428 + r395
+    r395 = x6 * r4 * r5 * r395
+    r89 = k.where(r412, r395, r89)
+    r89 = k.where(r376, 0.0, r89)
+    r422 = r417 + r422 + r89
+    r422 = k.max(0.0, r422)
     r55 = k.gcd(x2, r55)
-    r416 = k.recip(r55)
-    r394 = x2 * r416
-    r394 = -1.0 + r394
-    r394 = x27 * r394
-    r427 = -1.0 * x2 * r416
-    r427 = x2 + r427
-    r427 = x31 * r427
-    r430 = -1.0 + x2
-    r383 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r30 * r54 * r16 * r416 * r430
+    r417 = k.recip(r55)
+    r395 = x2 * r417
+    r395 = -1.0 + r395
+    r395 = x28 * r395
+    r428 = -1.0 * x2 * r417
+    r428 = x2 + r428
+    r428 = x32 * r428
+    r431 = -1.0 + x2
+    r384 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r417 * r431
     r55 = -1.0 + r55
-    r55 = 2.0 * x14 * x19 * x10 * x4 * x33 * r140 * r30 * r74 * r16 * r416 * r430 * r55
-    r55 = k.max(r383, r55)
-    r55 = r394 + r427 + r55
-    r427 = x27 * r430
-    r394 = 2.0 * x14 * x19 * x10 * x4 * x33 * r61 * r30 * r54 * r16 * r430
-    r394 = r427 + r394
-    r55 = k.where(r392, r394, r55)
-    r394 = x2 * x35
-    r394 = x29 >= r394
-    r392 = x31 * r430
-    r427 = 2.0 * x14 * x19 * x10 * x4 * x33 * r140 * r30 * r74 * r16 * r430
-    r427 = r392 + r427
-    r55 = k.where(r394, r427, r55)
-    r427 = x6 * x15 * r4 * r5 * r11 * r55
+    r55 = 2.0 * x14 * x19 * x10 * x4 * x34 * r140 * r30 * r74 * r16 * r417 * r431 * r55
+    r55 = k.max(r384, r55)
+    r55 = r395 + r428 + r55
+    r428 = x28 * r431
+    r395 = 2.0 * x14 * x19 * x10 * x4 * x34 * r61 * r30 * r54 * r16 * r431
+    r395 = r428 + r395
+    r55 = k.where(r393, r395, r55)
+    r395 = x2 * x36
+    r395 = x30 >= r395
+    r393 = x32 * r431
+    r428 = 2.0 * x14 * x19 * x10 * x4 * x34 * r140 * r30 * r74 * r16 * r431
+    r428 = r393 + r428
+    r55 = k.where(r395, r428, r55)
+    r428 = x6 * x15 * r4 * r5 * r11 * r55
     r55 = x6 * x15 * r4 * r5 * r11 * r8 * r55
-    r55 = r427 + r55
-    r427 = x2 == 1.0
-    r55 = k.where(r427, 0.0, r55)
+    r55 = r428 + r55
+    r428 = x2 == 1.0
+    r55 = k.where(r428, 0.0, r55)
     r37 = k.where(r37, 2.0, 0.0)
     r37 = 4.0 + r37
-    r394 = k.gcd(x35, x29)
-    r392 = k.recip(r394)
-    r383 = x35 * r392
-    r383 = -1.0 + r383
-    r383 = x27 * r383
-    r416 = -1.0 * x35 * r392
-    r416 = x35 + r416
-    r416 = x31 * r416
-    r405 = -1.0 + x35
-    r93 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16 * r392 * r405
-    r394 = -1.0 + r394
-    r394 = x19 * x4 * x12 * x33 * r140 * r30 * r74 * r16 * r392 * r405 * r394
-    r394 = k.max(r93, r394)
-    r394 = r383 + r416 + r394
-    r416 = x29 <= 1.0
-    r383 = x27 * r405
-    r54 = x19 * x4 * x12 * x33 * r61 * r30 * r54 * r16 * r405
-    r54 = r383 + r54
-    r394 = k.where(r416, r54, r394)
-    r54 = x29 >= x35
-    r416 = x31 * r405
-    r74 = x19 * x4 * x12 * x33 * r140 * r30 * r74 * r16 * r405
-    r74 = r416 + r74
-    r394 = k.where(r54, r74, r394)
-    r394 = 2.0 * x6 * x15 * r4 * r5 * r11 * r37 * r394
-    r74 = x35 == 1.0
-    r394 = k.where(r74, 0.0, r394)
+    r395 = k.gcd(x36, x30)
+    r393 = k.recip(r395)
+    r384 = x36 * r393
+    r384 = -1.0 + r384
+    r384 = x28 * r384
+    r417 = -1.0 * x36 * r393
+    r417 = x36 + r417
+    r417 = x32 * r417
+    r406 = -1.0 + x36
+    r93 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r393 * r406
+    r395 = -1.0 + r395
+    r395 = x19 * x4 * x12 * x34 * r140 * r30 * r74 * r16 * r393 * r406 * r395
+    r395 = k.max(r93, r395)
+    r395 = r384 + r417 + r395
+    r417 = x30 <= 1.0
+    r384 = x28 * r406
+    r54 = x19 * x4 * x12 * x34 * r61 * r30 * r54 * r16 * r406
+    r54 = r384 + r54
+    r395 = k.where(r417, r54, r395)
+    r54 = x30 >= x36
+    r417 = x32 * r406
+    r74 = x19 * x4 * x12 * x34 * r140 * r30 * r74 * r16 * r406
+    r74 = r417 + r74
+    r395 = k.where(r54, r74, r395)
+    r395 = 2.0 * x6 * x15 * r4 * r5 * r11 * r37 * r395
+    r74 = x36 == 1.0
+    r395 = k.where(r74, 0.0, r395)
     r113 = r14 + r63 + r113
     r113 = k.max(0.0, r113)
     r113 = k.where(r26, r113, 0.0)
-    r26 = r121 + r62 + r291 + r312 + r302 + r421 + r298 + r55 + r394 + r409 + r113
+    r26 = r121 + r62 + r292 + r313 + r303 + r422 + r299 + r55 + r395 + r410 + r113
     r63 = k.recip(r26)
-    r14 = 6.0 * x6 * x33 * r49 * r4 * r30 * r11 * r16 * r63 * r15
-    r123 = x6 * x33 * r49 * r4 * r30 * r11 * r16 * r63 * r123
-    r63 = x19 * x4 * x12 * x33 * r30
-    r49 = x19 * x4 * x12 * x33 * r61 * r30
-    r425 = r4 * r30 * r425 * r295
-    r54 = r4 * r30 * r391 * r295
-    r416 = x4 * r4 * r30 * r391 * r25
-    r140 = r54 + r416
-    r425 = k.where(r27, r140, r425)
+    r14 = 6.0 * x6 * x34 * r49 * r4 * r30 * r11 * r16 * r63 * r15
+    r123 = x6 * x34 * r49 * r4 * r30 * r11 * r16 * r63 * r123
+    r63 = x19 * x4 * x12 * x34 * r30
+    r49 = x19 * x4 * x12 * x34 * r61 * r30
+    r426 = r4 * r30 * r426 * r296
+    r54 = r4 * r30 * r392 * r296
+    r417 = x4 * r4 * r30 * r392 * r25
+    r140 = r54 + r417
+    r426 = k.where(r27, r140, r426)
     r140 = k.pow(x3, -2.0)
-    r295 = x6 * r140 * r5 * r30 * r391 * r295
-    r295 = r416 + r295
-    r425 = k.where(r92, r295, r425)
-    r415 = x4 * r4 * r30 * r391 * r415 * r25
-    r415 = r54 + r415
-    r415 = x6 * r4 * r5 * r415
-    r425 = k.where(r411, r415, r425)
-    r425 = k.where(r375, 0.0, r425)
-    r375 = r61 * r425
-    r61 = x28 * r61
-    r415 = k.recip(x33)
-    r411 = x34 * r50 * r415
+    r296 = x6 * r140 * r5 * r30 * r392 * r296
+    r296 = r417 + r296
+    r426 = k.where(r92, r296, r426)
+    r416 = x4 * r4 * r30 * r392 * r416 * r25
+    r416 = r54 + r416
+    r416 = x6 * r4 * r5 * r416
+    r426 = k.where(r412, r416, r426)
+    r426 = k.where(r376, 0.0, r426)
+    r376 = r61 * r426
+    r61 = x29 * r61
+    r416 = k.recip(x34)
+    r412 = x35 * r50 * r416
     r5 = k.recip(x13)
     r54 = r4 * r30 * r5 * r11 * r16
-    r391 = 1.6e-11 * x12
-    r295 = 8e-12 * x15 * r9
+    r392 = 1.6e-11 * x12
+    r296 = 8e-12 * x15 * r9
     r92 = 8e-12 * x15 * r13
-    r416 = 8e-12 * x36 * x12
-    r140 = r391 + r295 + r92 + r416
+    r417 = 8e-12 * x37 * x12
+    r140 = r392 + r296 + r92 + r417
     r27 = 8e-12 * x12
-    r383 = 4e-12 * x15 * r9
+    r384 = 4e-12 * x15 * r9
     r93 = 4e-12 * x15 * r13
-    r392 = 4e-12 * x36 * x12
-    r392 = r27 + r383 + r93 + r392
-    r392 = r54 > r392
+    r393 = 4e-12 * x37 * x12
+    r393 = r27 + r384 + r93 + r393
+    r393 = r54 > r393
     r93 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r383 = -8e-12 * x36 * x12
+    r384 = -8e-12 * x37 * x12
     r27 = k.sqrt(2.0)
     r149 = k.sqrt(x3)
     r149 = k.recip(r149)
-    r399 = k.sqrt(x2)
+    r400 = k.sqrt(x2)
+    r400 = k.recip(r400)
+    r405 = k.sqrt(x13)
+    r405 = k.recip(r405)
+    r389 = k.sqrt(x23)
+    r389 = k.recip(r389)
+    r399 = k.sqrt(x36)
     r399 = k.recip(r399)
-    r404 = k.sqrt(x13)
-    r404 = k.recip(r404)
-    r388 = k.sqrt(x22)
-    r388 = k.recip(r388)
-    r398 = k.sqrt(x35)
-    r398 = k.recip(r398)
-    r385 = k.sqrt(r140)
-    r456 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r140
-    r384 = k.sqrt(x3)
-    r596 = k.sqrt(x2)
-    r597 = k.sqrt(x13)
-    r598 = k.sqrt(x22)
-    r599 = k.sqrt(x35)
-    r599 = 0.16666666666666666 * r27 * r384 * r596 * r597 * r598 * r599 * r385
-    r599 = 1.0 + r456 + r599
-    r599 = r27 * r149 * r399 * r404 * r388 * r398 * r385 * r599
-    r599 = r93 + r9 + r13 + r383 + r599
-    r383 = k.where(r392, r599, r54)
-    r416 = r391 + r295 + r92 + r416 + r383
-    r416 = x3 * x2 * x13 * x22 * x35 * r416
-    r416 = k.exp(r416)
-    r416 = -1.0 + r416
-    r92 = k.recip(r416)
-    r295 = x24 + x1
-    r391 = -1.0 * x3 * x2 * x13 * x22 * x35 * r295
-    r391 = k.exp(r391)
-    r391 = x3 * x2 * x13 * x22 * x35 * r92 * r383 * r391
-    r92 = x3 * x2 * x13 * x22 * x35
-    r599 = k.recip(r599)
-    r92 = k.where(r392, r599, r92)
-    r295 = x3 * x2 * x13 * x22 * x35 * r295
-    r295 = k.exp(r295)
-    r5 = x34 * r50 * r4 * r30 * r5 * r11 * r415 * r16 * r416 * r26 * r92 * r295
-    r295 = x34 * r50 * r415 * r416 * r26 * r92 * r295
-    r37 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r405 * r37
+    r386 = k.sqrt(r140)
+    r457 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r140
+    r385 = k.sqrt(x3)
+    r597 = k.sqrt(x2)
+    r598 = k.sqrt(x13)
+    r599 = k.sqrt(x23)
+    r600 = k.sqrt(x36)
+    r600 = 0.16666666666666666 * r27 * r385 * r597 * r598 * r599 * r600 * r386
+    r600 = 1.0 + r457 + r600
+    r600 = r27 * r149 * r400 * r405 * r389 * r399 * r386 * r600
+    r600 = r93 + r9 + r13 + r384 + r600
+    r384 = k.where(r393, r600, r54)
+    r417 = r392 + r296 + r92 + r417 + r384
+    r417 = x3 * x2 * x13 * x23 * x36 * r417
+    r417 = k.exp(r417)
+    r417 = -1.0 + r417
+    r92 = k.recip(r417)
+    r296 = x25 + x1
+    r392 = -1.0 * x3 * x2 * x13 * x23 * x36 * r296
+    r392 = k.exp(r392)
+    r392 = x3 * x2 * x13 * x23 * x36 * r92 * r384 * r392
+    r92 = x3 * x2 * x13 * x23 * x36
+    r600 = k.recip(r600)
+    r92 = k.where(r393, r600, r92)
+    r296 = x3 * x2 * x13 * x23 * x36 * r296
+    r296 = k.exp(r296)
+    r5 = x35 * r50 * r4 * r30 * r5 * r11 * r416 * r16 * r417 * r26 * r92 * r296
+    r296 = x35 * r50 * r416 * r417 * r26 * r92 * r296
+    r37 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r406 * r37
     r37 = k.where(r74, 0.0, r37)
-    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r430
-    r430 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r30 * r11 * r16 * r8 * r430
-    r430 = r74 + r430
-    r430 = k.where(r427, 0.0, r430)
-    r409 = r421 + r409
-    r119 = 2.0 * x6 * x4 * x12 * x33 * r4 * r30 * r11 * r16 * r119
+    r74 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r431
+    r431 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r30 * r11 * r16 * r8 * r431
+    r431 = r74 + r431
+    r431 = k.where(r428, 0.0, r431)
+    r410 = r422 + r410
+    r119 = 2.0 * x6 * x4 * x12 * x34 * r4 * r30 * r11 * r16 * r119
     r119 = k.where(r75, 0.0, r119)
-    r120 = r120 < x22
-    r75 = x32 != 2.0
+    r120 = r120 < x23
+    r75 = x33 != 2.0
     r57 = k.and_(r57, r75)
     r57 = k.not_(r57)
     r57 = k.or_(r120, r57)
-    r16 = x32 != 1.0
+    r16 = x33 != 1.0
     r56 = k.and_(r16, r75, r56)
     r56 = k.not_(r56)
     r56 = k.or_(r120, r56)
     r56 = k.and_(r57, r56)
-    r57 = x22 >= 2.0
-    r120 = x32 != 3.0
-    r75 = x32 != 4.0
+    r57 = x23 >= 2.0
+    r120 = x33 != 3.0
+    r75 = x33 != 4.0
     r65 = k.not_(r65)
     r65 = k.and_(r120, r75, r65)
     r65 = k.not_(r65)
     r65 = k.or_(r57, r65)
-    r57 = x21 * x3 * x2 * x22 * x35 * r26
-    r75 = r109 <= r57
+    r57 = x22 * x3 * x2 * x23 * x36 * r26
+    r75 = r77 <= r57
     r57 = r90 <= r57
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r36, r70, r108, r99, r118, 0.0, r102, r103, r38, r35, r53, r104, r12, r77, r109, r109, r90, r96, r137, r73, r34, r298, r26, r14, r123, r63, r49, r375, r61, 0.0, r411, r54, r140, r383, r391, r5, r295, r62, r302, r312, r291, r37, r394, r394, r430, r55, r55, r425, r89, r409, r119, r48, r121, 0.0, 0.0, r113, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, r56, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r76, r36, r70, r108, r99, r118, 0.0, r102, r103, r38, r35, r53, r104, r12, r109, r77, r77, r90, r96, r137, r73, r34, r299, r26, r14, r123, r63, r49, r376, r61, 0.0, r412, r54, r140, r384, r392, r5, r296, r62, r303, r313, r292, r37, r395, r395, r431, r55, r55, r426, r89, r410, r119, r48, r121, 0.0, 0.0, r113, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r56, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, 1.0, r65, r65, r75, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r65, r65, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1294,9 +1295,9 @@ def search(x, k):
     return (r90, r23, r46)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (), (37, 41, 42, 43, 44, 45, 46), (41, 42, 43, 44, 45, 46), (36, 41, 42, 43, 44, 45, 46), (), (29, 30, 33), (), (), (), (29, 30, 33), (30,), (32,), (32,), (33,), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46), (29, 30, 33, 36, 37, 41, 42, 43, 44, 45, 46), (28, 41, 42, 43, 44, 45, 46), (28, 41, 42, 43, 44, 45, 46), (15, 41, 42, 43, 44, 45, 46), (18,), (14, 15, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 41, 42, 43, 44, 45, 46, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 41, 42, 43, 44, 45, 46, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 41, 42, 43, 44, 45, 46, 61), (57,), (11, 55), (11,), (54,), (53,), (27,), (74,), (38, 41, 42, 43, 44, 45, 46), (38, 41, 42, 43, 44, 45, 46, 73, 74), (38, 41, 42, 43, 44, 45, 46, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 38, 41, 42, 43, 44, 45, 46, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 41, 42, 43, 44, 45, 46), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 34), (10, 35), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 69), (13, 31), (13, 65), (13, 66), (13, 67), (13, 68), (16, 29), (16, 30), (16, 31), (16, 33), (16, 65), (16, 66), (16, 67), (16, 68), (17, 31), (17, 65), (17, 66), (17, 67), (17, 68), (22, 31), (22, 34), (22, 35), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 31), (23, 34), (23, 35), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 47), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 47), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 47), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 50), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 47), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 47), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 47), (54, 48), (54, 49), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 47), (55, 48), (55, 49), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 47), (56, 48), (56, 49), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 50), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 50), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 50), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.gradients_fp32', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (), (38, 42, 43, 44, 45, 46, 47), (42, 43, 44, 45, 46, 47), (37, 42, 43, 44, 45, 46, 47), (), (29, 30, 34), (), (), (), (29, 30, 34), (30,), (33,), (33,), (34,), (29, 30, 34, 37, 38, 42, 43, 44, 45, 46, 47), (29, 30, 32, 34, 37, 38, 42, 43, 44, 45, 46, 47), (28, 42, 43, 44, 45, 46, 47), (28, 42, 43, 44, 45, 46, 47), (15, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 42, 43, 44, 45, 46, 47, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 42, 43, 44, 45, 46, 47, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 42, 43, 44, 45, 46, 47, 62), (58,), (11, 56), (11,), (55,), (54,), (27,), (75,), (39, 42, 43, 44, 45, 46, 47), (39, 42, 43, 44, 45, 46, 47, 74, 75), (39, 42, 43, 44, 45, 46, 47, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 27, 39, 42, 43, 44, 45, 46, 47, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 35), (10, 36), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 70), (13, 31), (13, 66), (13, 67), (13, 68), (13, 69), (16, 29), (16, 30), (16, 31), (16, 34), (16, 66), (16, 67), (16, 68), (16, 69), (17, 31), (17, 66), (17, 67), (17, 68), (17, 69), (22, 31), (22, 35), (22, 36), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 31), (23, 35), (23, 36), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,68 +50,68 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x35 * r31 * r25 * r39
-    r38 = x25 == 2.0
-    r37 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r39 = x20 * x36 * r31 * r25 * r39
+    r38 = x26 == 2.0
+    r37 = 2.0 * x20 * x12 * x36 * r31 * r25
     r37 = k.where(r38, r37, r39)
-    r36 = 1.0 + x24
+    r36 = 1.0 + x25
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r34)
     r36 = r36 * r35
-    r49 = x34 == 4.0
-    r50 = 2.0 * x24
+    r49 = x35 == 4.0
+    r50 = 2.0 * x25
     r51 = -1.0 + r50
     r51 = k.min(r51, r6)
     r51 = r51 * r35
     r54 = k.where(r49, r51, r36)
-    r55 = x34 == 0.0
-    r56 = x34 == 3.0
+    r55 = x35 == 0.0
+    r56 = x35 == 3.0
     r57 = k.or_(r55, r56)
-    r58 = k.min(x24, r6)
+    r58 = k.min(x25, r6)
     r58 = r58 * r35
     r54 = k.where(r57, r58, r54)
-    r58 = x34 == 1.0
-    r62 = k.recip(x39)
-    r63 = x6 * x39 * r4 * r5
-    r64 = -1.0 + x39
-    r64 = x24 * r64
+    r58 = x35 == 1.0
+    r62 = k.recip(x40)
+    r63 = x6 * x40 * r4 * r5
+    r64 = -1.0 + x40
+    r64 = x25 * r64
     r66 = -1.0 + r50 + r64
     r66 = k.min(r63, r66)
     r66 = r62 * r66 * r35
     r54 = k.where(r58, r66, r54)
-    r66 = x34 == 2.0
+    r66 = x35 == 2.0
     r71 = x6 * r4 * r5 * r35
     r54 = k.where(r66, r71, r54)
     r54 = r37 * r54
     r74 = r9 * r35
     r75 = r13 * r35
-    r76 = x24 == 1.0
+    r76 = x25 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
     r78 = 2.0 * x12 * r77
     r78 = r12 + r16 + r74 + r75 + r78
     r78 = r25 * r78
     r16 = r12 + r16
     r77 = r16 * r77
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r77 + r74 + r75 + r12
     r12 = r25 * r12
     r77 = r12 + r78
     r78 = k.where(r27, r77, r78)
     r8 = 2.0 * r78
-    r91 = x40 >= 2.0
+    r91 = x41 >= 2.0
     r92 = 2.0 * r4 * r31 * r78
     r93 = k.where(r91, r92, r8)
-    r94 = x40 >= 3.0
+    r94 = x41 >= 3.0
     r8 = k.where(r94, r92, r8)
     r92 = 12.0 * r78
     r97 = 12.0 * r4 * r31 * r78
     r92 = k.where(r28, r97, r92)
     r97 = k.where(r38, r39, 0.0)
     r100 = k.or_(r27, r76)
-    r101 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r102 = x38 * x20 * x16 * x35 * r31 * r25
+    r101 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r102 = x39 * x20 * x16 * x36 * r31 * r25
     r101 = r101 + r102
     r101 = k.max(r101, r97)
     r100 = k.where(r100, r101, r97)
@@ -120,16 +120,16 @@ def quantities(x, k):
     r106 = k.where(r27, r107, r106)
     r107 = 3.0 * x4 * r106 * r78
     r107 = k.where(r94, r107, 0.0)
-    r111 = x24 > 1.0
+    r111 = x25 > 1.0
     r111 = k.and_(r94, r111)
     r78 = 2.0 * x4 * r78
     r107 = k.where(r111, r78, r107)
     r78 = r54 + r93 + r8 + r92 + r100 + r107
     r116 = k.where(r49, r51, r36)
-    r117 = -1.0 + x24
+    r117 = -1.0 + x25
     r118 = k.min(1.0, r117)
     r119 = -1.0 * r118
-    r119 = x24 + r119
+    r119 = x25 + r119
     r121 = k.min(r6, r119)
     r121 = r121 * r35
     r116 = k.where(r57, r121, r116)
@@ -144,25 +144,25 @@ def quantities(x, k):
     r50 = k.where(r50, 1.0, 0.0)
     r50 = r16 * r50
     r121 = 1.0 + r118
-    r121 = x24 == r121
+    r121 = x25 == r121
     r136 = k.where(r121, 1.0, 0.0)
     r136 = 2.0 * x12 * r136
     r138 = r118 != 0.0
     r138 = k.and_(r138, r121)
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x38 * x12 * r138
+    r138 = x39 * x12 * r138
     r138 = r50 + r74 + r75 + r136 + r138
     r138 = r25 * r138
     r136 = r119 == 1.0
     r136 = k.where(r136, 1.0, 0.0)
     r136 = r16 * r136
-    r16 = x24 == r119
+    r16 = x25 == r119
     r50 = k.where(r16, 1.0, 0.0)
     r50 = 2.0 * x12 * r50
     r119 = r119 != 1.0
     r119 = k.and_(r16, r119)
     r119 = k.where(r119, 1.0, 0.0)
-    r119 = x38 * x12 * r119
+    r119 = x39 * x12 * r119
     r119 = r136 + r74 + r75 + r50 + r119
     r119 = r25 * r119
     r119 = r119 + r138
@@ -238,406 +238,407 @@ def quantities(x, k):
     r116 = k.where(r116, 0.0, 0.0)
     r36 = r78 == r36
     r116 = k.where(r36, 0.0, r116)
-    r36 = x38 * x20 * x4 * x35 * r31 * r25
-    r54 = x38 * x20 * x4 * x35 * r31
+    r36 = x39 * x20 * x4 * x36 * r31 * r25
+    r54 = x39 * x20 * x4 * x36 * r31
     r107 = k.max(r78, r138, r12)
     r92 = r138 == r107
     r12 = k.where(r92, r138, r12)
     r107 = r78 == r107
     r12 = k.where(r107, r78, r12)
-    r78 = -1.0 * r12
-    r78 = x8 + r78
-    r107 = 6.0 * x6 * x35 * r15
+    r78 = -1.0 * x21
+    r107 = -1.0 * r12
+    r107 = x8 + r78 + r107
+    r78 = 6.0 * x6 * x36 * r15
     r138 = 12.0 * x12
     r92 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r93 = 6.0 * x38 * x12
+    r93 = 6.0 * x39 * x12
     r50 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r138 + r92 + r16 + r93 + r50 + r8
-    r50 = x6 * x35 * r8
+    r50 = x6 * x36 * r8
     r93 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r92 = 0.16666666666666666 * x35 * r16
+    r92 = 0.16666666666666666 * x36 * r16
     r75 = k.recip(x15)
-    r16 = 0.0625 * x38 * r75 * r16
+    r16 = 0.0625 * x39 * r75 * r16
     r16 = 1.0 + r92 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r93 * r16
-    r93 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r93 * r16
+    r93 = k.pow(x36, 2.0)
     r92 = 2.0 * x6 * x15 * x11 * x10 * r93
-    r111 = x25 == 1.0
+    r111 = x26 == 1.0
     r93 = 4.0 * x6 * x15 * x11 * x10 * r93
     r93 = k.where(r111, r93, 0.0)
-    r119 = 0.3333333333333333 * x6 * x35 * r8
+    r119 = 0.3333333333333333 * x6 * x36 * r8
     r93 = k.where(r38, r119, r93)
     r93 = r50 + r92 + r93
     r92 = k.where(r38, 1.0, 0.0)
     r92 = 1.0 + r92
     r119 = k.recip(x9)
     r35 = k.recip(x19)
-    r63 = x38 * x12 * r25
-    r64 = x20 * x12 * x35 * r31
-    r51 = x38 * x20 * x35 * r31 * r25
+    r63 = x39 * x12 * r25
+    r64 = x20 * x12 * x36 * r31
+    r51 = x39 * x20 * x36 * r31 * r25
     r51 = r63 + r64 + r51
     r63 = 2.0 * r119 * r35 * r51
-    r121 = k.recip(x23)
+    r121 = k.recip(x24)
     r74 = k.recip(x17)
-    r136 = 2.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
+    r136 = 2.0 * x39 * x20 * x12 * x36 * r121 * r31 * r74 * r25
     r136 = r63 + r136
     r136 = r92 * r136
     r51 = 4.0 * r119 * r35 * r51
-    r63 = 4.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
+    r63 = 4.0 * x39 * x20 * x12 * x36 * r121 * r31 * r74 * r25
     r63 = r136 + r51 + r63
     r63 = r11 * r63
     r51 = x11 * x10 * x12 * r25
-    r136 = x11 * x20 * x10 * x35 * r31 * r25
+    r136 = x11 * x20 * x10 * x36 * r31 * r25
     r136 = r51 + r64 + r136
     r51 = r119 * r35 * r136
-    r284 = k.recip(x22)
-    r285 = 2.0 * x11 * x20 * x10 * x12 * x35 * r284 * r31 * r74 * r25
-    r285 = r51 + r285
-    r285 = r92 * r285
+    r285 = k.recip(x23)
+    r286 = 2.0 * x11 * x20 * x10 * x12 * x36 * r285 * r31 * r74 * r25
+    r286 = r51 + r286
+    r286 = r92 * r286
     r51 = x10 * x12 * r25 * r14
-    r289 = x20 * x10 * x35 * r31 * r25 * r14
-    r289 = r64 + r51 + r289
-    r51 = r119 * r35 * r289
-    r292 = 2.0 * x20 * x10 * x12 * x35 * r284 * r31 * r74 * r25 * r14
-    r292 = r51 + r292
-    r292 = r92 * r292
+    r290 = x20 * x10 * x36 * r31 * r25 * r14
+    r290 = r64 + r51 + r290
+    r51 = r119 * r35 * r290
+    r293 = 2.0 * x20 * x10 * x12 * x36 * r285 * r31 * r74 * r25 * r14
+    r293 = r51 + r293
+    r293 = r92 * r293
     r51 = x12 * x5 * r25
-    r296 = x20 * x5 * x35 * r31 * r25
-    r296 = r51 + r64 + r296
-    r64 = r119 * r35 * r296
-    r51 = 2.0 * x20 * x12 * x5 * x35 * r284 * r31 * r74 * r25
+    r297 = x20 * x5 * x36 * r31 * r25
+    r297 = r51 + r64 + r297
+    r64 = r119 * r35 * r297
+    r51 = 2.0 * x20 * x12 * x5 * x36 * r285 * r31 * r74 * r25
     r51 = r64 + r51
     r51 = 2.0 * r92 * r51
     r136 = 2.0 * r119 * r35 * r136
-    r289 = 2.0 * r119 * r35 * r289
-    r296 = 4.0 * r119 * r35 * r296
+    r290 = 2.0 * r119 * r35 * r290
+    r297 = 4.0 * r119 * r35 * r297
     r64 = x11 * x10 * r25
     r64 = x12 + r64
-    r64 = 4.0 * x20 * x35 * r119 * r31 * r35 * r64
-    r308 = x10 * r25 * r14
-    r308 = x12 + r308
-    r308 = 4.0 * x20 * x35 * r119 * r31 * r35 * r308
-    r311 = x5 * r25
-    r311 = x12 + r311
-    r311 = 8.0 * x20 * x35 * r119 * r31 * r35 * r311
-    r314 = 8.0 * x20 * x12 * x5 * x35 * r284 * r31 * r74 * r25
-    r315 = 4.0 * x11 * x20 * x10 * x12 * x35 * r284 * r31 * r74 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r284 * r31 * r74 * r25 * r14
-    r14 = r285 + r292 + r51 + r136 + r289 + r296 + r64 + r308 + r311 + r314 + r315 + r14
+    r64 = 4.0 * x20 * x36 * r119 * r31 * r35 * r64
+    r309 = x10 * r25 * r14
+    r309 = x12 + r309
+    r309 = 4.0 * x20 * x36 * r119 * r31 * r35 * r309
+    r312 = x5 * r25
+    r312 = x12 + r312
+    r312 = 8.0 * x20 * x36 * r119 * r31 * r35 * r312
+    r315 = 8.0 * x20 * x12 * x5 * x36 * r285 * r31 * r74 * r25
+    r316 = 4.0 * x11 * x20 * x10 * x12 * x36 * r285 * r31 * r74 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r285 * r31 * r74 * r25 * r14
+    r14 = r286 + r293 + r51 + r136 + r290 + r297 + r64 + r309 + r312 + r315 + r316 + r14
     r14 = x15 * r11 * r14
     r14 = r63 + r14
     r63 = x6 * r4 * r5 * r14
-    r315 = 3.0 * x5
-    r314 = 2.0 * x5 * r92
-    r314 = r315 + r314
-    r314 = x20 * x35 * r31 * r25 * r314
-    r315 = 10.0 * x12 * r92
-    r315 = r138 + r315
-    r315 = x20 * x35 * r31 * r25 * r315
-    r315 = r314 + r315
-    r315 = x15 * r11 * r315
-    r314 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r314 = r315 + r314
-    r315 = x6 * x4 * r119 * r4 * r5 * r35 * r314
+    r316 = 3.0 * x5
+    r315 = 2.0 * x5 * r92
+    r315 = r316 + r315
+    r315 = x20 * x36 * r31 * r25 * r315
+    r316 = 10.0 * x12 * r92
+    r316 = r138 + r316
+    r316 = x20 * x36 * r31 * r25 * r316
+    r316 = r315 + r316
+    r316 = x15 * r11 * r316
+    r315 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r315 = r316 + r315
+    r316 = x6 * x4 * r119 * r4 * r5 * r35 * r315
     r138 = k.recip(x0)
-    r311 = x11 * x10 * x35
+    r312 = x11 * x10 * x36
     r111 = k.or_(r111, r38)
     r111 = k.where(r111, 1.0, 0.0)
     r111 = 3.0 + r111
-    r111 = 2.0 * x11 * x10 * x35 * r111
-    r111 = r311 + r111
-    r311 = x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r308 = r63 + r315 + r311
-    r64 = k.recip(r308)
+    r111 = 2.0 * x11 * x10 * x36 * r111
+    r111 = r312 + r111
+    r312 = x6 * x15 * x36 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r309 = r63 + r316 + r312
+    r64 = k.recip(r309)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r296 = k.recip(x6)
-    r289 = 0.3333333333333333 * x3 * x20 * r296 * r62 * r308
-    r136 = 0.6666666666666666 * x3 * x20 * x24 * r296 * r308
-    r314 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r314
-    r111 = -1.0 * x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r136 = r14 + r289 + r136 + r314 + r111
+    r297 = k.recip(x6)
+    r290 = 0.3333333333333333 * x3 * x20 * r297 * r62 * r309
+    r136 = 0.6666666666666666 * x3 * x20 * x25 * r297 * r309
+    r315 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r315
+    r111 = -1.0 * x6 * x15 * x36 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r136 = r14 + r290 + r136 + r315 + r111
     r136 = k.max(0.0, r136)
-    r289 = 0.5 * x24
-    r289 = -1.0 + r289
-    r289 = 0.6666666666666666 * x3 * x20 * r296 * r62 * r289 * r308
-    r289 = k.where(r49, 0.0, r289)
-    r49 = 0.3333333333333333 * x3 * x20 * r296 * r62 * r117 * r308
-    r289 = k.where(r56, r49, r289)
+    r290 = 0.5 * x25
+    r290 = -1.0 + r290
+    r290 = 0.6666666666666666 * x3 * x20 * r297 * r62 * r290 * r309
+    r290 = k.where(r49, 0.0, r290)
+    r49 = 0.3333333333333333 * x3 * x20 * r297 * r62 * r117 * r309
+    r290 = k.where(r56, r49, r290)
     r66 = k.or_(r55, r58, r66)
-    r117 = x3 * x20 * r296 * r62 * r117 * r308
-    r289 = k.where(r66, r117, r289)
-    r289 = k.max(r136, r289)
-    r64 = r64 * r289
+    r117 = x3 * x20 * r297 * r62 * r117 * r309
+    r290 = k.where(r66, r117, r290)
+    r290 = k.max(r136, r290)
+    r64 = r64 * r290
     r35 = 28.0 * r119 * r35 * r32
-    r119 = r35 + r63 + r315 + r311
-    r136 = -1.0 * x21
+    r119 = r35 + r63 + r316 + r312
+    r136 = -1.0 * x22
     r136 = 1.0 + r136
-    r117 = x24 * x39
+    r117 = x25 * x40
     r117 = -1.0 + r117
-    r62 = k.recip(x27)
-    r55 = k.recip(x28)
-    r49 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25
-    r49 = x29 + r49
-    r56 = 2.0 * x3 * x2 * x37
-    r56 = x31 >= r56
-    r138 = k.recip(x30)
-    r74 = k.recip(x32)
-    r121 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25
-    r121 = x33 + r121
+    r62 = k.recip(x28)
+    r55 = k.recip(x29)
+    r49 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25
+    r49 = x30 + r49
+    r56 = 2.0 * x3 * x2 * x38
+    r56 = x32 >= r56
+    r138 = k.recip(x31)
+    r74 = k.recip(x33)
+    r121 = x20 * x4 * x12 * x36 * r138 * r31 * r74 * r25
+    r121 = x34 + r121
     r49 = k.where(r56, r121, r49)
     r49 = 2.0 * x6 * r4 * r5 * r11 * r117 * r49
     r49 = k.where(r76, 0.0, r49)
     r136 = r136 * r49
-    r121 = x3 * x20 * r296 * r308
-    r56 = x24 <= 1.0
+    r121 = x3 * x20 * r297 * r309
+    r56 = x25 <= 1.0
     r91 = k.and_(r91, r56)
-    r121 = k.where(r91, r308, r121)
-    r121 = -1.0 * x21 * r121
-    r308 = x3 * x2
-    r51 = -1.0 + r308
-    r292 = k.recip(r51)
-    r285 = 2.0 * x3 * x2
-    r285 = -2.0 + r285
-    r392 = x31 * r25
-    r393 = k.gcd(r308, r392)
-    r394 = k.recip(r393)
-    r395 = x3 * x2 * r394
-    r395 = -1.0 + r395
-    r395 = x29 * r395
-    r398 = -1.0 * x3 * x2 * r394
-    r398 = r308 + r398
-    r398 = x33 * r398
-    r401 = r395 + r398
-    r401 = r292 * r285 * r401
-    r292 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r394 * r285 * r26
-    r393 = -1.0 + r393
-    r405 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r394 * r393 * r285 * r26
-    r405 = k.max(r292, r405)
-    r405 = r401 + r405
-    r401 = x31 <= x37
-    r292 = x29 * r285
-    r410 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r285 * r26
-    r410 = r292 + r410
-    r405 = k.where(r401, r410, r405)
-    r410 = x3 * x2 * x37
-    r410 = x31 >= r410
-    r292 = x33 * r285
-    r416 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r285 * r26
-    r416 = r292 + r416
-    r405 = k.where(r410, r416, r405)
-    r405 = x15 * r11 * r405
-    r416 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r394 * r51 * r26
-    r393 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r394 * r51 * r393 * r26
-    r393 = k.max(r416, r393)
-    r393 = r395 + r398 + r393
-    r398 = x29 * r51
-    r395 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r51 * r26
-    r395 = r398 + r395
-    r393 = k.where(r401, r395, r393)
-    r395 = x33 * r51
-    r75 = x4 * x24 * r138 * r75 * r4 * r31 * r74 * r51 * r26
-    r75 = r395 + r75
-    r393 = k.where(r410, r75, r393)
-    r75 = 2.0 * x15 * r11 * r393
-    r405 = k.where(r28, r75, r405)
-    r75 = x15 * r11 * r393
-    r410 = x6 * x15 * r4 * r5 * r11 * r393
-    r410 = r75 + r410
-    r405 = k.where(r91, r410, r405)
+    r121 = k.where(r91, r309, r121)
+    r121 = -1.0 * x22 * r121
+    r309 = x3 * x2
+    r51 = -1.0 + r309
+    r293 = k.recip(r51)
+    r286 = 2.0 * x3 * x2
+    r286 = -2.0 + r286
+    r393 = x32 * r25
+    r394 = k.gcd(r309, r393)
+    r395 = k.recip(r394)
+    r396 = x3 * x2 * r395
+    r396 = -1.0 + r396
+    r396 = x30 * r396
+    r399 = -1.0 * x3 * x2 * r395
+    r399 = r309 + r399
+    r399 = x34 * r399
+    r402 = r396 + r399
+    r402 = r293 * r286 * r402
+    r293 = x4 * x25 * r62 * r75 * r4 * r31 * r55 * r395 * r286 * r26
+    r394 = -1.0 + r394
+    r406 = x4 * x25 * r138 * r75 * r4 * r31 * r74 * r395 * r394 * r286 * r26
+    r406 = k.max(r293, r406)
+    r406 = r402 + r406
+    r402 = x32 <= x38
+    r293 = x30 * r286
+    r411 = x4 * x25 * r62 * r75 * r4 * r31 * r55 * r286 * r26
+    r411 = r293 + r411
+    r406 = k.where(r402, r411, r406)
+    r411 = x3 * x2 * x38
+    r411 = x32 >= r411
+    r293 = x34 * r286
+    r417 = x4 * x25 * r138 * r75 * r4 * r31 * r74 * r286 * r26
+    r417 = r293 + r417
+    r406 = k.where(r411, r417, r406)
+    r406 = x15 * r11 * r406
+    r417 = x4 * x25 * r62 * r75 * r4 * r31 * r55 * r395 * r51 * r26
+    r394 = x4 * x25 * r138 * r75 * r4 * r31 * r74 * r395 * r51 * r394 * r26
+    r394 = k.max(r417, r394)
+    r394 = r396 + r399 + r394
+    r399 = x30 * r51
+    r396 = x4 * x25 * r62 * r75 * r4 * r31 * r55 * r51 * r26
+    r396 = r399 + r396
+    r394 = k.where(r402, r396, r394)
+    r396 = x34 * r51
+    r75 = x4 * x25 * r138 * r75 * r4 * r31 * r74 * r51 * r26
+    r75 = r396 + r75
+    r394 = k.where(r411, r75, r394)
+    r75 = 2.0 * x15 * r11 * r394
+    r406 = k.where(r28, r75, r406)
+    r75 = x15 * r11 * r394
+    r411 = x6 * x15 * r4 * r5 * r11 * r394
+    r411 = r75 + r411
+    r406 = k.where(r91, r411, r406)
     r56 = k.and_(r94, r56)
-    r393 = 3.0 * x6 * x15 * r4 * r5 * r11 * r393
-    r405 = k.where(r56, r393, r405)
-    r308 = r308 == 1.0
-    r405 = k.where(r308, 0.0, r405)
-    r121 = r121 + r405
+    r394 = 3.0 * x6 * x15 * r4 * r5 * r11 * r394
+    r406 = k.where(r56, r394, r406)
+    r309 = r309 == 1.0
+    r406 = k.where(r309, 0.0, r406)
+    r121 = r121 + r406
     r121 = k.max(0.0, r121)
-    r392 = k.gcd(x2, r392)
-    r393 = k.recip(r392)
-    r94 = x2 * r393
+    r393 = k.gcd(x2, r393)
+    r394 = k.recip(r393)
+    r94 = x2 * r394
     r94 = -1.0 + r94
-    r94 = x29 * r94
-    r410 = -1.0 * x2 * r393
-    r410 = x2 + r410
-    r410 = x33 * r410
+    r94 = x30 * r94
+    r411 = -1.0 * x2 * r394
+    r411 = x2 + r411
+    r411 = x34 * r411
     r75 = -1.0 + x2
-    r395 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r393 * r75
-    r392 = -1.0 + r392
-    r392 = 2.0 * x14 * x20 * x10 * x4 * x35 * r138 * r31 * r74 * r25 * r393 * r75 * r392
-    r392 = k.max(r395, r392)
-    r392 = r94 + r410 + r392
-    r410 = x29 * r75
-    r94 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r75
-    r94 = r410 + r94
-    r392 = k.where(r401, r94, r392)
-    r94 = x2 * x37
-    r94 = x31 >= r94
-    r401 = x33 * r75
-    r410 = 2.0 * x14 * x20 * x10 * x4 * x35 * r138 * r31 * r74 * r25 * r75
-    r410 = r401 + r410
-    r392 = k.where(r94, r410, r392)
-    r410 = x6 * x15 * r4 * r5 * r11 * r392
-    r392 = x6 * x15 * r4 * r5 * r11 * r92 * r392
-    r392 = r410 + r392
-    r410 = x2 == 1.0
-    r392 = k.where(r410, 0.0, r392)
+    r396 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r394 * r75
+    r393 = -1.0 + r393
+    r393 = 2.0 * x14 * x20 * x10 * x4 * x36 * r138 * r31 * r74 * r25 * r394 * r75 * r393
+    r393 = k.max(r396, r393)
+    r393 = r94 + r411 + r393
+    r411 = x30 * r75
+    r94 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r75
+    r94 = r411 + r94
+    r393 = k.where(r402, r94, r393)
+    r94 = x2 * x38
+    r94 = x32 >= r94
+    r402 = x34 * r75
+    r411 = 2.0 * x14 * x20 * x10 * x4 * x36 * r138 * r31 * r74 * r25 * r75
+    r411 = r402 + r411
+    r393 = k.where(r94, r411, r393)
+    r411 = x6 * x15 * r4 * r5 * r11 * r393
+    r393 = x6 * x15 * r4 * r5 * r11 * r92 * r393
+    r393 = r411 + r393
+    r411 = x2 == 1.0
+    r393 = k.where(r411, 0.0, r393)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r94 = k.gcd(x37, x31)
-    r401 = k.recip(r94)
-    r395 = x37 * r401
-    r395 = -1.0 + r395
-    r395 = x29 * r395
-    r393 = -1.0 * x37 * r401
-    r393 = x37 + r393
-    r393 = x33 * r393
-    r398 = -1.0 + x37
-    r416 = x20 * x12 * x35 * r62 * r31 * r55 * r25 * r401 * r398
+    r94 = k.gcd(x38, x32)
+    r402 = k.recip(r94)
+    r396 = x38 * r402
+    r396 = -1.0 + r396
+    r396 = x30 * r396
+    r394 = -1.0 * x38 * r402
+    r394 = x38 + r394
+    r394 = x34 * r394
+    r399 = -1.0 + x38
+    r417 = x20 * x12 * x36 * r62 * r31 * r55 * r25 * r402 * r399
     r94 = -1.0 + r94
-    r394 = x20 * x12 * x35 * r138 * r31 * r74 * r25 * r401 * r398 * r94
-    r394 = k.max(r416, r394)
-    r394 = r395 + r393 + r394
-    r416 = x31 <= 1.0
-    r292 = x29 * r398
-    r492 = x20 * x12 * x35 * r62 * r31 * r55 * r25 * r398
-    r492 = r292 + r492
-    r394 = k.where(r416, r492, r394)
-    r492 = x31 >= x37
-    r496 = x33 * r398
-    r497 = x20 * x12 * x35 * r138 * r31 * r74 * r25 * r398
-    r497 = r496 + r497
-    r394 = k.where(r492, r497, r394)
-    r394 = x6 * x15 * r4 * r5 * r11 * r38 * r394
-    r497 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r401 * r398
-    r94 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25 * r401 * r398 * r94
-    r94 = k.max(r497, r94)
-    r94 = r395 + r393 + r94
-    r55 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r398
-    r55 = r292 + r55
-    r94 = k.where(r416, r55, r94)
-    r74 = x20 * x4 * x12 * x35 * r138 * r31 * r74 * r25 * r398
-    r74 = r496 + r74
-    r94 = k.where(r492, r74, r94)
+    r395 = x20 * x12 * x36 * r138 * r31 * r74 * r25 * r402 * r399 * r94
+    r395 = k.max(r417, r395)
+    r395 = r396 + r394 + r395
+    r417 = x32 <= 1.0
+    r293 = x30 * r399
+    r493 = x20 * x12 * x36 * r62 * r31 * r55 * r25 * r399
+    r493 = r293 + r493
+    r395 = k.where(r417, r493, r395)
+    r493 = x32 >= x38
+    r497 = x34 * r399
+    r498 = x20 * x12 * x36 * r138 * r31 * r74 * r25 * r399
+    r498 = r497 + r498
+    r395 = k.where(r493, r498, r395)
+    r395 = x6 * x15 * r4 * r5 * r11 * r38 * r395
+    r498 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r402 * r399
+    r94 = x20 * x4 * x12 * x36 * r138 * r31 * r74 * r25 * r402 * r399 * r94
+    r94 = k.max(r498, r94)
+    r94 = r396 + r394 + r94
+    r55 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r399
+    r55 = r293 + r55
+    r94 = k.where(r417, r55, r94)
+    r74 = x20 * x4 * x12 * x36 * r138 * r31 * r74 * r25 * r399
+    r74 = r497 + r74
+    r94 = k.where(r493, r74, r94)
     r94 = x6 * x15 * r4 * r5 * r11 * r38 * r94
-    r94 = r394 + r94
-    r394 = x37 == 1.0
-    r94 = k.where(r394, 0.0, r94)
-    r111 = r14 + r314 + r111
+    r94 = r395 + r94
+    r395 = x38 == 1.0
+    r94 = k.where(r395, 0.0, r94)
+    r111 = r14 + r315 + r111
     r111 = k.max(0.0, r111)
     r111 = k.where(r27, r111, 0.0)
-    r27 = r136 + r35 + r63 + r315 + r311 + r121 + r289 + r392 + r94 + r111
-    r314 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r284 * r4 * r31 * r11 * r25 * r314 * r15
-    r8 = x6 * x35 * r284 * r4 * r31 * r11 * r25 * r314 * r8
-    r314 = x20 * x4 * x12 * x35 * r31
-    r284 = x20 * x4 * x12 * x35 * r62 * r31
-    r285 = x4 * r4 * r31 * r285 * r26
+    r27 = r136 + r35 + r63 + r316 + r312 + r121 + r290 + r393 + r94 + r111
+    r315 = k.recip(r27)
+    r14 = 6.0 * x6 * x36 * r285 * r4 * r31 * r11 * r25 * r315 * r15
+    r8 = x6 * x36 * r285 * r4 * r31 * r11 * r25 * r315 * r8
+    r315 = x20 * x4 * x12 * x36 * r31
+    r285 = x20 * x4 * x12 * x36 * r62 * r31
+    r286 = x4 * r4 * r31 * r286 * r26
     r74 = 2.0 * x4 * r4 * r31 * r51 * r26
-    r285 = k.where(r28, r74, r285)
+    r286 = k.where(r28, r74, r286)
     r74 = x4 * r4 * r31 * r51 * r26
     r28 = k.pow(x3, -2.0)
-    r492 = x6 * x4 * r28 * r5 * r31 * r51 * r26
-    r492 = r74 + r492
-    r285 = k.where(r91, r492, r285)
+    r493 = x6 * x4 * r28 * r5 * r31 * r51 * r26
+    r493 = r74 + r493
+    r286 = k.where(r91, r493, r286)
     r51 = 3.0 * x6 * x4 * r28 * r5 * r31 * r51 * r26
-    r285 = k.where(r56, r51, r285)
-    r285 = k.where(r308, 0.0, r285)
-    r308 = r62 * r285
-    r62 = x30 * r62
-    r51 = k.recip(x35)
-    r56 = x36 * r296 * r51
+    r286 = k.where(r56, r51, r286)
+    r286 = k.where(r309, 0.0, r286)
+    r309 = r62 * r286
+    r62 = x31 * r62
+    r51 = k.recip(x36)
+    r56 = x37 * r297 * r51
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r492 = 1.6e-11 * x12
+    r493 = 1.6e-11 * x12
     r91 = 8e-12 * x15 * r9
     r74 = 8e-12 * x15 * r13
-    r496 = 8e-12 * x38 * x12
+    r497 = 8e-12 * x39 * x12
     r138 = 8e-12 * x12 * x18
-    r55 = r492 + r91 + r74 + r496 + r138
-    r416 = 8e-12 * x12
-    r292 = 4e-12 * x15 * r9
-    r393 = 4e-12 * x15 * r13
-    r395 = 4e-12 * x38 * x12
-    r497 = 4e-12 * x12 * x18
-    r497 = r416 + r292 + r393 + r395 + r497
-    r497 = r28 > r497
-    r395 = -1.6e-11 * x12
+    r55 = r493 + r91 + r74 + r497 + r138
+    r417 = 8e-12 * x12
+    r293 = 4e-12 * x15 * r9
+    r394 = 4e-12 * x15 * r13
+    r396 = 4e-12 * x39 * x12
+    r498 = 4e-12 * x12 * x18
+    r498 = r417 + r293 + r394 + r396 + r498
+    r498 = r28 > r498
+    r396 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r393 = -8e-12 * x38 * x12
-    r292 = -8e-12 * x12 * x18
-    r416 = k.sqrt(2.0)
-    r401 = k.sqrt(x3)
-    r401 = k.recip(r401)
-    r562 = k.sqrt(x2)
-    r562 = k.recip(r562)
-    r564 = k.sqrt(x13)
-    r564 = k.recip(r564)
-    r566 = k.sqrt(x24)
-    r566 = k.recip(r566)
-    r568 = k.sqrt(x37)
-    r568 = k.recip(r568)
-    r570 = k.sqrt(r55)
-    r571 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r55
-    r572 = k.sqrt(x3)
-    r573 = k.sqrt(x2)
-    r574 = k.sqrt(x13)
-    r575 = k.sqrt(x24)
-    r576 = k.sqrt(x37)
-    r576 = 0.16666666666666666 * r416 * r572 * r573 * r574 * r575 * r576 * r570
-    r576 = 1.0 + r571 + r576
-    r576 = r416 * r401 * r562 * r564 * r566 * r568 * r570 * r576
-    r576 = r395 + r9 + r13 + r393 + r292 + r576
-    r292 = k.where(r497, r576, r28)
-    r138 = r492 + r91 + r74 + r496 + r138 + r292
-    r138 = x3 * x2 * x13 * x24 * x37 * r138
+    r394 = -8e-12 * x39 * x12
+    r293 = -8e-12 * x12 * x18
+    r417 = k.sqrt(2.0)
+    r402 = k.sqrt(x3)
+    r402 = k.recip(r402)
+    r563 = k.sqrt(x2)
+    r563 = k.recip(r563)
+    r565 = k.sqrt(x13)
+    r565 = k.recip(r565)
+    r567 = k.sqrt(x25)
+    r567 = k.recip(r567)
+    r569 = k.sqrt(x38)
+    r569 = k.recip(r569)
+    r571 = k.sqrt(r55)
+    r572 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r55
+    r573 = k.sqrt(x3)
+    r574 = k.sqrt(x2)
+    r575 = k.sqrt(x13)
+    r576 = k.sqrt(x25)
+    r577 = k.sqrt(x38)
+    r577 = 0.16666666666666666 * r417 * r573 * r574 * r575 * r576 * r577 * r571
+    r577 = 1.0 + r572 + r577
+    r577 = r417 * r402 * r563 * r565 * r567 * r569 * r571 * r577
+    r577 = r396 + r9 + r13 + r394 + r293 + r577
+    r293 = k.where(r498, r577, r28)
+    r138 = r493 + r91 + r74 + r497 + r138 + r293
+    r138 = x3 * x2 * x13 * x25 * x38 * r138
     r138 = k.exp(r138)
     r138 = -1.0 + r138
-    r496 = k.recip(r138)
-    r74 = x26 + x1
-    r91 = -1.0 * x3 * x2 * x13 * x24 * x37 * r74
+    r497 = k.recip(r138)
+    r74 = x27 + x1
+    r91 = -1.0 * x3 * x2 * x13 * x25 * x38 * r74
     r91 = k.exp(r91)
-    r91 = x3 * x2 * x13 * x24 * x37 * r496 * r292 * r91
-    r496 = x3 * x2 * x13 * x24 * x37
-    r576 = k.recip(r576)
-    r496 = k.where(r497, r576, r496)
-    r74 = x3 * x2 * x13 * x24 * x37 * r74
+    r91 = x3 * x2 * x13 * x25 * x38 * r497 * r293 * r91
+    r497 = x3 * x2 * x13 * x25 * x38
+    r577 = k.recip(r577)
+    r497 = k.where(r498, r577, r497)
+    r74 = x3 * x2 * x13 * x25 * x38 * r74
     r74 = k.exp(r74)
-    r5 = x36 * r296 * r4 * r31 * r5 * r11 * r51 * r25 * r138 * r27 * r496 * r74
-    r74 = x36 * r296 * r51 * r138 * r27 * r496 * r74
-    r496 = x6 * x15 * x12 * x35 * r4 * r31 * r11 * r25 * r398 * r38
-    r38 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r398 * r38
-    r38 = r496 + r38
-    r38 = k.where(r394, 0.0, r38)
-    r394 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r75
-    r75 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r92 * r75
-    r75 = r394 + r75
-    r75 = k.where(r410, 0.0, r75)
-    r117 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r117
+    r5 = x37 * r297 * r4 * r31 * r5 * r11 * r51 * r25 * r138 * r27 * r497 * r74
+    r74 = x37 * r297 * r51 * r138 * r27 * r497 * r74
+    r497 = x6 * x15 * x12 * x36 * r4 * r31 * r11 * r25 * r399 * r38
+    r38 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r399 * r38
+    r38 = r497 + r38
+    r38 = k.where(r395, 0.0, r38)
+    r395 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r75
+    r75 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r92 * r75
+    r75 = r395 + r75
+    r75 = k.where(r411, 0.0, r75)
+    r117 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r117
     r117 = k.where(r76, 0.0, r117)
-    r118 = r118 < x24
-    r76 = x34 != 2.0
+    r118 = r118 < x25
+    r76 = x35 != 2.0
     r58 = k.and_(r58, r76)
     r58 = k.not_(r58)
     r58 = k.or_(r118, r58)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r57 = k.and_(r25, r76, r57)
     r57 = k.not_(r57)
     r57 = k.or_(r118, r57)
     r57 = k.and_(r58, r57)
-    r58 = x24 >= 2.0
-    r118 = x34 != 3.0
-    r76 = x34 != 4.0
+    r58 = x25 >= 2.0
+    r118 = x35 != 3.0
+    r76 = x35 != 4.0
     r66 = k.not_(r66)
     r66 = k.and_(r118, r76, r66)
     r66 = k.not_(r66)
     r66 = k.or_(r58, r66)
-    r58 = x22 * x3 * x2 * x24 * x37 * r27
-    r76 = r107 <= r58
+    r58 = x23 * x3 * x2 * x25 * x38 * r27
+    r76 = r78 <= r58
     r58 = r50 <= r58
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r78, r107, r107, r50, r16, r93, r64, r119, r289, r27, r14, r8, r314, r284, r308, r62, 0.0, r56, r28, r55, r292, r91, r5, r74, r63, r311, r315, r35, r38, r94, r94, r75, r392, r392, r285, r405, r121, r117, r49, r136, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, r57, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r107, r78, r78, r50, r16, r93, r64, r119, r290, r27, r14, r8, r315, r285, r309, r62, 0.0, r56, r28, r55, r293, r91, r5, r74, r63, r312, r316, r35, r38, r94, r94, r75, r393, r393, r286, r406, r121, r117, r49, r136, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1247,9 +1248,9 @@ def search(x, k):
     return (r88, r4, r47)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (35, 41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (15, 41, 42, 43, 44, 45, 46, 47), (18,), (14, 15, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (28,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 13), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 9), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (36, 42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (15, 42, 43, 44, 45, 46, 47, 48), (18,), (14, 15, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (28,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 13), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 9), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r15 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r15 + r16 + r17
-    r16 = k.recip(x22)
-    r15 = k.recip(x35)
+    r16 = k.recip(x23)
+    r15 = k.recip(x36)
     r21 = r16 * r15 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r15 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x36 * x12
+    r30 = x37 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x22 == 1.0
+    r33 = x23 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x36 * x12 * r34
+    r34 = x37 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r15 * r35
@@ -54,10 +54,10 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r8 = 2.0 * r35
-    r45 = x38 >= 2.0
+    r45 = x39 >= 2.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r8)
-    r48 = x38 >= 3.0
+    r48 = x39 >= 3.0
     r8 = k.where(r48, r46, r8)
     r46 = 12.0 * r35
     r51 = 12.0 * r4 * r26 * r35
@@ -70,50 +70,50 @@ def quantities(x, k):
     r57 = r54 + r55 + r56 + r57
     r57 = r15 * r57
     r57 = r51 + r57
-    r57 = x19 * x33 * r26 * r57
-    r51 = x23 == 1.0
+    r57 = x19 * x34 * r26 * r57
+    r51 = x24 == 1.0
     r55 = 2.0 * x5
     r64 = 2.0 * x14 * x10
     r56 = r55 + r54 + r64 + r56
     r56 = r15 * r56
     r56 = r9 + r56
-    r56 = x19 * x33 * r26 * r56
+    r56 = x19 * x34 * r26 * r56
     r57 = k.where(r51, r56, r57)
-    r56 = x23 == 2.0
-    r9 = 2.0 * x19 * x12 * x33 * r26
+    r56 = x24 == 2.0
+    r9 = 2.0 * x19 * x12 * x34 * r26
     r9 = k.where(r56, r9, r57)
-    r64 = 1.0 + x22
+    r64 = 1.0 + x23
     r64 = k.min(r64, r6)
     r64 = r64 * r31
-    r54 = x32 == 4.0
-    r55 = 2.0 * x22
+    r54 = x33 == 4.0
+    r55 = 2.0 * x23
     r78 = -1.0 + r55
     r78 = k.min(r78, r6)
     r78 = r78 * r31
     r81 = k.where(r54, r78, r64)
-    r82 = x32 == 0.0
-    r83 = x32 == 3.0
+    r82 = x33 == 0.0
+    r83 = x33 == 3.0
     r84 = k.or_(r82, r83)
-    r85 = k.min(x22, r6)
+    r85 = k.min(x23, r6)
     r85 = r85 * r31
     r81 = k.where(r84, r85, r81)
-    r85 = x32 == 1.0
-    r89 = k.recip(x37)
-    r90 = x6 * x37 * r4 * r5
-    r91 = -1.0 + x37
-    r91 = x22 * r91
+    r85 = x33 == 1.0
+    r89 = k.recip(x38)
+    r90 = x6 * x38 * r4 * r5
+    r91 = -1.0 + x38
+    r91 = x23 * r91
     r93 = -1.0 + r55 + r91
     r93 = k.min(r90, r93)
     r93 = r89 * r93 * r31
     r81 = k.where(r85, r93, r81)
-    r93 = x32 == 2.0
+    r93 = x33 == 2.0
     r98 = x6 * r4 * r5 * r31
     r81 = k.where(r93, r98, r81)
     r81 = r9 * r81
     r101 = k.where(r56, r57, 0.0)
     r102 = k.or_(r22, r33)
-    r103 = 4.0 * x19 * x12 * x33 * r26
-    r104 = x36 * x19 * x16 * x33 * r26 * r15
+    r103 = 4.0 * x19 * x12 * x34 * r26
+    r104 = x37 * x19 * x16 * x34 * r26 * r15
     r103 = r103 + r104
     r103 = k.max(r103, r101)
     r102 = k.where(r102, r103, r101)
@@ -122,7 +122,7 @@ def quantities(x, k):
     r108 = k.where(r22, r109, r108)
     r109 = 3.0 * x4 * r108 * r35
     r109 = k.where(r48, r109, 0.0)
-    r113 = x22 > 1.0
+    r113 = x23 > 1.0
     r113 = k.and_(r48, r113)
     r115 = 6.0 * r35
     r109 = k.where(r113, r115, r109)
@@ -141,27 +141,27 @@ def quantities(x, k):
     r35 = r115 == r35
     r109 = k.where(r35, r109, 0.0)
     r35 = r47 + r8 + r46 + r118 + r102 + r109
-    r115 = -1.0 + x22
+    r115 = -1.0 + x23
     r81 = k.min(1.0, r115)
     r134 = 1.0 + r81
-    r134 = x22 == r134
+    r134 = x23 == r134
     r136 = k.where(r134, 1.0, 0.0)
     r137 = 2.0 * x12 * r136
-    r136 = x36 * x12 * r136
+    r136 = x37 * x12 * r136
     r139 = r81 == 0.0
     r139 = k.where(r139, 1.0, 0.0)
-    r139 = x36 * x12 * r139
+    r139 = x37 * x12 * r139
     r139 = r32 + r137 + r136 + r139 + r37
     r139 = r15 * r139
     r136 = -1.0 * r81
-    r136 = x22 + r136
-    r137 = x22 == r136
+    r136 = x23 + r136
+    r137 = x23 == r136
     r147 = k.where(r137, 1.0, 0.0)
     r148 = 2.0 * x12 * r147
-    r147 = x36 * x12 * r147
+    r147 = x37 * x12 * r147
     r150 = r136 == 1.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x36 * x12 * r150
+    r150 = x37 * x12 * r150
     r37 = r32 + r148 + r147 + r150 + r37
     r37 = r15 * r37
     r37 = r139 + r37
@@ -273,398 +273,399 @@ def quantities(x, k):
     r113 = k.where(r46, r55, r113)
     r109 = r35 == r109
     r113 = k.where(r109, r118, r113)
-    r118 = x36 * x19 * x4 * x33 * r26 * r15
-    r109 = x36 * x19 * x4 * x33 * r26
+    r118 = x37 * x19 * x4 * x34 * r26 * r15
+    r109 = x37 * x19 * x4 * x34 * r26
     r55 = k.max(r35, r139, r34)
     r46 = r139 == r55
     r34 = k.where(r46, r139, r34)
     r55 = r35 == r55
     r34 = k.where(r55, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r55 = 6.0 * x6 * x33 * r17
+    r35 = -1.0 * x20
+    r55 = -1.0 * r34
+    r55 = x8 + r35 + r55
+    r35 = 6.0 * x6 * x34 * r17
     r139 = 12.0 * x12
     r46 = 6.0 * x15 * r13
-    r137 = 12.0 * x36 * x12
+    r137 = 12.0 * x37 * x12
     r47 = 12.0 * x15 * x12 * x5
-    r150 = 12.0 * x15 * x11 * x10 * x33
+    r150 = 12.0 * x15 * x11 * x10 * x34
     r150 = r139 + r46 + r137 + r47 + r150
-    r47 = x6 * x33 * r150
+    r47 = x6 * x34 * r150
     r137 = k.pow(x12, 2.0)
     r46 = k.recip(x12)
-    r8 = 0.16666666666666666 * x33 * r46
+    r8 = 0.16666666666666666 * x34 * r46
     r147 = k.recip(x15)
-    r46 = 0.0625 * x36 * r147 * r46
+    r46 = 0.0625 * x37 * r147 * r46
     r46 = 1.0 + r8 + r46
-    r46 = 96.0 * x6 * x15 * x33 * r137 * r46
-    r137 = k.pow(x33, 2.0)
+    r46 = 96.0 * x6 * x15 * x34 * r137 * r46
+    r137 = k.pow(x34, 2.0)
     r137 = 2.0 * x6 * x15 * x11 * x10 * r137
     r8 = x11 * x10
     r9 = x14 * x10
     r9 = x5 + r8 + r9
-    r9 = 2.0 * x6 * x15 * x12 * x33 * r9
+    r9 = 2.0 * x6 * x15 * x12 * x34 * r9
     r9 = k.where(r51, r9, 0.0)
-    r8 = 0.3333333333333333 * x6 * x33 * r150
+    r8 = 0.3333333333333333 * x6 * x34 * r150
     r9 = k.where(r56, r8, r9)
     r9 = r47 + r137 + r9
     r137 = k.where(r56, 1.0, 0.0)
     r8 = 1.0 + r137
     r37 = k.recip(x9)
     r64 = k.recip(x18)
-    r98 = x36 * x12 * r15
-    r31 = x19 * x12 * x33 * r26
-    r90 = x36 * x19 * x33 * r26 * r15
+    r98 = x37 * x12 * r15
+    r31 = x19 * x12 * x34 * r26
+    r90 = x37 * x19 * x34 * r26 * r15
     r90 = r98 + r31 + r90
     r98 = 2.0 * r37 * r64 * r90
-    r91 = k.recip(x21)
+    r91 = k.recip(x22)
     r78 = k.recip(x17)
-    r136 = 2.0 * x36 * x19 * x12 * x33 * r91 * r26 * r78 * r15
+    r136 = 2.0 * x37 * x19 * x12 * x34 * r91 * r26 * r78 * r15
     r136 = r98 + r136
     r136 = r8 * r136
     r90 = 4.0 * r37 * r64 * r90
-    r98 = 4.0 * x36 * x19 * x12 * x33 * r91 * r26 * r78 * r15
+    r98 = 4.0 * x37 * x19 * x12 * x34 * r91 * r26 * r78 * r15
     r98 = r136 + r90 + r98
     r98 = r16 * r98
     r90 = x11 * x10 * x12 * r15
-    r136 = x11 * x19 * x10 * x33 * r26 * r15
+    r136 = x11 * x19 * x10 * x34 * r26 * r15
     r136 = r90 + r31 + r136
     r90 = 2.0 * r37 * r64 * r136
-    r32 = 2.0 * x11 * x19 * x10 * x12 * x33 * r91 * r26 * r78 * r15
+    r32 = 2.0 * x11 * x19 * x10 * x12 * x34 * r91 * r26 * r78 * r15
     r32 = r90 + r32
     r32 = r8 * r32
     r11 = x11 + r11
     r90 = x10 * x12 * r15 * r11
-    r325 = x19 * x10 * x33 * r26 * r15 * r11
-    r325 = r31 + r90 + r325
-    r90 = 2.0 * r37 * r64 * r325
-    r328 = 2.0 * x19 * x10 * x12 * x33 * r91 * r26 * r78 * r15 * r11
-    r328 = r90 + r328
-    r328 = r8 * r328
+    r326 = x19 * x10 * x34 * r26 * r15 * r11
+    r326 = r31 + r90 + r326
+    r90 = 2.0 * r37 * r64 * r326
+    r329 = 2.0 * x19 * x10 * x12 * x34 * r91 * r26 * r78 * r15 * r11
+    r329 = r90 + r329
+    r329 = r8 * r329
     r90 = x12 * x5 * r15
-    r332 = x19 * x5 * x33 * r26 * r15
-    r332 = r90 + r31 + r332
-    r90 = 2.0 * r37 * r64 * r332
-    r335 = 2.0 * x19 * x12 * x5 * x33 * r91 * r26 * r78 * r15
-    r335 = r90 + r335
-    r90 = r8 * r335
-    r338 = x14 * x10 * x12 * r15
-    r339 = x14 * x19 * x10 * x33 * r26 * r15
-    r339 = r338 + r31 + r339
-    r339 = 2.0 * r37 * r64 * r339
-    r31 = 2.0 * x14 * x19 * x10 * x12 * x33 * r91 * r26 * r78 * r15
-    r31 = r339 + r31
+    r333 = x19 * x5 * x34 * r26 * r15
+    r333 = r90 + r31 + r333
+    r90 = 2.0 * r37 * r64 * r333
+    r336 = 2.0 * x19 * x12 * x5 * x34 * r91 * r26 * r78 * r15
+    r336 = r90 + r336
+    r90 = r8 * r336
+    r339 = x14 * x10 * x12 * r15
+    r340 = x14 * x19 * x10 * x34 * r26 * r15
+    r340 = r339 + r31 + r340
+    r340 = 2.0 * r37 * r64 * r340
+    r31 = 2.0 * x14 * x19 * x10 * x12 * x34 * r91 * r26 * r78 * r15
+    r31 = r340 + r31
     r31 = r8 * r31
     r31 = r90 + r32 + r31
     r51 = k.where(r51, 1.0, 0.0)
     r31 = r31 * r51
-    r335 = 2.0 * r8 * r335
+    r336 = 2.0 * r8 * r336
     r136 = 4.0 * r37 * r64 * r136
-    r325 = 4.0 * r37 * r64 * r325
-    r332 = 8.0 * r37 * r64 * r332
-    r90 = 8.0 * x19 * x12 * x5 * x33 * r91 * r26 * r78 * r15
-    r339 = 4.0 * x11 * x19 * x10 * x12 * x33 * r91 * r26 * r78 * r15
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r91 * r26 * r78 * r15 * r11
-    r11 = r32 + r328 + r31 + r335 + r136 + r325 + r332 + r90 + r339 + r11
+    r326 = 4.0 * r37 * r64 * r326
+    r333 = 8.0 * r37 * r64 * r333
+    r90 = 8.0 * x19 * x12 * x5 * x34 * r91 * r26 * r78 * r15
+    r340 = 4.0 * x11 * x19 * x10 * x12 * x34 * r91 * r26 * r78 * r15
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r91 * r26 * r78 * r15 * r11
+    r11 = r32 + r329 + r31 + r336 + r136 + r326 + r333 + r90 + r340 + r11
     r11 = x15 * r16 * r11
     r11 = r98 + r11
     r98 = x6 * r4 * r5 * r11
-    r339 = 1.0 + r51 + r137
-    r90 = 10.0 * x12 * r339
+    r340 = 1.0 + r51 + r137
+    r90 = 10.0 * x12 * r340
     r90 = r139 + r90
-    r90 = x19 * x33 * r26 * r90
+    r90 = x19 * x34 * r26 * r90
     r139 = 3.0 * x5
-    r339 = 2.0 * x5 * r339
-    r339 = r139 + r339
-    r339 = x19 * x33 * r26 * r15 * r339
-    r339 = r90 + r339
-    r339 = x15 * r16 * r339
-    r90 = 3.0 * x36 * x19 * x33 * r26 * r16 * r15
+    r340 = 2.0 * x5 * r340
+    r340 = r139 + r340
+    r340 = x19 * x34 * r26 * r15 * r340
+    r340 = r90 + r340
+    r340 = x15 * r16 * r340
+    r90 = 3.0 * x37 * x19 * x34 * r26 * r16 * r15
     r51 = 2.0 + r51 + r137
-    r51 = x15 * x19 * x10 * x33 * r26 * r16 * r15 * r10 * r51
-    r51 = r339 + r90 + r51
+    r51 = x15 * x19 * x10 * x34 * r26 * r16 * r15 * r10 * r51
+    r51 = r340 + r90 + r51
     r90 = x6 * x4 * r37 * r4 * r5 * r64 * r51
-    r339 = k.recip(x0)
-    r10 = x11 * x10 * x33
+    r340 = k.recip(x0)
+    r10 = x11 * x10 * x34
     r137 = 3.0 + r137
-    r137 = 2.0 * x11 * x10 * x33 * r137
+    r137 = 2.0 * x11 * x10 * x34 * r137
     r137 = r10 + r137
-    r10 = x6 * x15 * x33 * r91 * r4 * r26 * r78 * r339 * r16 * r15 * r137
+    r10 = x6 * x15 * x34 * r91 * r4 * r26 * r78 * r340 * r16 * r15 * r137
     r139 = r98 + r90 + r10
-    r332 = k.recip(r139)
+    r333 = k.recip(r139)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r325 = k.recip(x6)
-    r136 = 0.3333333333333333 * x3 * x19 * r325 * r89 * r139
-    r335 = 0.6666666666666666 * x3 * x19 * x22 * r325 * r139
+    r326 = k.recip(x6)
+    r136 = 0.3333333333333333 * x3 * x19 * r326 * r89 * r139
+    r336 = 0.6666666666666666 * x3 * x19 * x23 * r326 * r139
     r51 = -1.0 * x6 * x4 * r37 * r4 * r5 * r64 * r51
-    r137 = -1.0 * x6 * x15 * x33 * r91 * r4 * r26 * r78 * r339 * r16 * r15 * r137
-    r335 = r11 + r136 + r335 + r51 + r137
-    r335 = k.max(0.0, r335)
-    r136 = 0.5 * x22
+    r137 = -1.0 * x6 * x15 * x34 * r91 * r4 * r26 * r78 * r340 * r16 * r15 * r137
+    r336 = r11 + r136 + r336 + r51 + r137
+    r336 = k.max(0.0, r336)
+    r136 = 0.5 * x23
     r136 = -1.0 + r136
-    r136 = 0.6666666666666666 * x3 * x19 * r325 * r89 * r136 * r139
+    r136 = 0.6666666666666666 * x3 * x19 * r326 * r89 * r136 * r139
     r136 = k.where(r54, 0.0, r136)
-    r54 = 0.3333333333333333 * x3 * x19 * r325 * r89 * r115 * r139
+    r54 = 0.3333333333333333 * x3 * x19 * r326 * r89 * r115 * r139
     r136 = k.where(r83, r54, r136)
     r93 = k.or_(r82, r85, r93)
-    r115 = x3 * x19 * r325 * r89 * r115 * r139
+    r115 = x3 * x19 * r326 * r89 * r115 * r139
     r136 = k.where(r93, r115, r136)
-    r136 = k.max(r335, r136)
-    r332 = r332 * r136
+    r136 = k.max(r336, r136)
+    r333 = r333 * r136
     r64 = 28.0 * r37 * r64 * r27
     r37 = r64 + r98 + r90 + r10
-    r335 = -1.0 * x20
-    r335 = 1.0 + r335
-    r115 = x22 * x37
+    r336 = -1.0 * x21
+    r336 = 1.0 + r336
+    r115 = x23 * x38
     r115 = -1.0 + r115
-    r89 = k.recip(x25)
-    r82 = k.recip(x26)
-    r54 = x19 * x4 * x12 * x33 * r89 * r26 * r82 * r15
-    r54 = x27 + r54
-    r83 = 2.0 * x3 * x2 * x35
-    r83 = x29 >= r83
-    r339 = k.recip(x28)
-    r78 = k.recip(x30)
-    r31 = x19 * x4 * x12 * x33 * r339 * r26 * r78 * r15
-    r31 = x31 + r31
+    r89 = k.recip(x26)
+    r82 = k.recip(x27)
+    r54 = x19 * x4 * x12 * x34 * r89 * r26 * r82 * r15
+    r54 = x28 + r54
+    r83 = 2.0 * x3 * x2 * x36
+    r83 = x30 >= r83
+    r340 = k.recip(x29)
+    r78 = k.recip(x31)
+    r31 = x19 * x4 * x12 * x34 * r340 * r26 * r78 * r15
+    r31 = x32 + r31
     r54 = k.where(r83, r31, r54)
     r54 = 2.0 * x6 * r4 * r5 * r16 * r115 * r54
     r54 = k.where(r33, 0.0, r54)
-    r335 = r335 * r54
-    r31 = x3 * x19 * r325 * r139
-    r83 = x22 <= 1.0
+    r336 = r336 * r54
+    r31 = x3 * x19 * r326 * r139
+    r83 = x23 <= 1.0
     r45 = k.and_(r45, r83)
     r31 = k.where(r45, r139, r31)
-    r31 = -1.0 * x20 * r31
+    r31 = -1.0 * x21 * r31
     r139 = x3 * x2
-    r328 = -1.0 + r139
-    r32 = k.recip(r328)
-    r338 = 2.0 * x3 * x2
-    r338 = -2.0 + r338
-    r431 = x29 * r15
-    r432 = k.gcd(r139, r431)
-    r433 = k.recip(r432)
-    r434 = x3 * x2 * r433
-    r434 = -1.0 + r434
-    r434 = x27 * r434
-    r437 = -1.0 * x3 * x2 * r433
-    r437 = r139 + r437
-    r437 = x31 * r437
-    r440 = r434 + r437
-    r440 = r32 * r338 * r440
-    r32 = x4 * x22 * r89 * r147 * r4 * r26 * r82 * r433 * r338 * r21
-    r432 = -1.0 + r432
-    r444 = x4 * x22 * r339 * r147 * r4 * r26 * r78 * r433 * r432 * r338 * r21
-    r444 = k.max(r32, r444)
-    r444 = r440 + r444
-    r440 = x29 <= x35
-    r32 = x27 * r338
-    r449 = x4 * x22 * r89 * r147 * r4 * r26 * r82 * r338 * r21
-    r449 = r32 + r449
-    r444 = k.where(r440, r449, r444)
-    r449 = x3 * x2 * x35
-    r449 = x29 >= r449
-    r32 = x31 * r338
-    r455 = x4 * x22 * r339 * r147 * r4 * r26 * r78 * r338 * r21
-    r455 = r32 + r455
-    r444 = k.where(r449, r455, r444)
-    r444 = x15 * r16 * r444
-    r455 = x4 * x22 * r89 * r147 * r4 * r26 * r82 * r433 * r328 * r21
-    r432 = x4 * x22 * r339 * r147 * r4 * r26 * r78 * r433 * r328 * r432 * r21
-    r432 = k.max(r455, r432)
-    r432 = r434 + r437 + r432
-    r437 = x27 * r328
-    r434 = x4 * x22 * r89 * r147 * r4 * r26 * r82 * r328 * r21
-    r434 = r437 + r434
-    r432 = k.where(r440, r434, r432)
-    r434 = x31 * r328
-    r147 = x4 * x22 * r339 * r147 * r4 * r26 * r78 * r328 * r21
-    r147 = r434 + r147
-    r432 = k.where(r449, r147, r432)
-    r147 = 2.0 * x15 * r16 * r432
-    r444 = k.where(r23, r147, r444)
-    r147 = x15 * r16 * r432
-    r449 = x6 * x15 * r4 * r5 * r16 * r432
-    r449 = r147 + r449
-    r444 = k.where(r45, r449, r444)
+    r329 = -1.0 + r139
+    r32 = k.recip(r329)
+    r339 = 2.0 * x3 * x2
+    r339 = -2.0 + r339
+    r432 = x30 * r15
+    r433 = k.gcd(r139, r432)
+    r434 = k.recip(r433)
+    r435 = x3 * x2 * r434
+    r435 = -1.0 + r435
+    r435 = x28 * r435
+    r438 = -1.0 * x3 * x2 * r434
+    r438 = r139 + r438
+    r438 = x32 * r438
+    r441 = r435 + r438
+    r441 = r32 * r339 * r441
+    r32 = x4 * x23 * r89 * r147 * r4 * r26 * r82 * r434 * r339 * r21
+    r433 = -1.0 + r433
+    r445 = x4 * x23 * r340 * r147 * r4 * r26 * r78 * r434 * r433 * r339 * r21
+    r445 = k.max(r32, r445)
+    r445 = r441 + r445
+    r441 = x30 <= x36
+    r32 = x28 * r339
+    r450 = x4 * x23 * r89 * r147 * r4 * r26 * r82 * r339 * r21
+    r450 = r32 + r450
+    r445 = k.where(r441, r450, r445)
+    r450 = x3 * x2 * x36
+    r450 = x30 >= r450
+    r32 = x32 * r339
+    r456 = x4 * x23 * r340 * r147 * r4 * r26 * r78 * r339 * r21
+    r456 = r32 + r456
+    r445 = k.where(r450, r456, r445)
+    r445 = x15 * r16 * r445
+    r456 = x4 * x23 * r89 * r147 * r4 * r26 * r82 * r434 * r329 * r21
+    r433 = x4 * x23 * r340 * r147 * r4 * r26 * r78 * r434 * r329 * r433 * r21
+    r433 = k.max(r456, r433)
+    r433 = r435 + r438 + r433
+    r438 = x28 * r329
+    r435 = x4 * x23 * r89 * r147 * r4 * r26 * r82 * r329 * r21
+    r435 = r438 + r435
+    r433 = k.where(r441, r435, r433)
+    r435 = x32 * r329
+    r147 = x4 * x23 * r340 * r147 * r4 * r26 * r78 * r329 * r21
+    r147 = r435 + r147
+    r433 = k.where(r450, r147, r433)
+    r147 = 2.0 * x15 * r16 * r433
+    r445 = k.where(r23, r147, r445)
+    r147 = x15 * r16 * r433
+    r450 = x6 * x15 * r4 * r5 * r16 * r433
+    r450 = r147 + r450
+    r445 = k.where(r45, r450, r445)
     r83 = k.and_(r48, r83)
-    r432 = 3.0 * x6 * x15 * r4 * r5 * r16 * r432
-    r444 = k.where(r83, r432, r444)
+    r433 = 3.0 * x6 * x15 * r4 * r5 * r16 * r433
+    r445 = k.where(r83, r433, r445)
     r139 = r139 == 1.0
-    r444 = k.where(r139, 0.0, r444)
-    r31 = r31 + r444
+    r445 = k.where(r139, 0.0, r445)
+    r31 = r31 + r445
     r31 = k.max(0.0, r31)
-    r431 = k.gcd(x2, r431)
-    r432 = k.recip(r431)
-    r48 = x2 * r432
+    r432 = k.gcd(x2, r432)
+    r433 = k.recip(r432)
+    r48 = x2 * r433
     r48 = -1.0 + r48
-    r48 = x27 * r48
-    r449 = -1.0 * x2 * r432
-    r449 = x2 + r449
-    r449 = x31 * r449
+    r48 = x28 * r48
+    r450 = -1.0 * x2 * r433
+    r450 = x2 + r450
+    r450 = x32 * r450
     r147 = -1.0 + x2
-    r434 = 2.0 * x14 * x19 * x10 * x4 * x33 * r89 * r26 * r82 * r15 * r432 * r147
-    r431 = -1.0 + r431
-    r431 = 2.0 * x14 * x19 * x10 * x4 * x33 * r339 * r26 * r78 * r15 * r432 * r147 * r431
-    r431 = k.max(r434, r431)
-    r431 = r48 + r449 + r431
-    r449 = x27 * r147
-    r48 = 2.0 * x14 * x19 * x10 * x4 * x33 * r89 * r26 * r82 * r15 * r147
-    r48 = r449 + r48
-    r431 = k.where(r440, r48, r431)
-    r48 = x2 * x35
-    r48 = x29 >= r48
-    r440 = x31 * r147
-    r449 = 2.0 * x14 * x19 * x10 * x4 * x33 * r339 * r26 * r78 * r15 * r147
-    r449 = r440 + r449
-    r431 = k.where(r48, r449, r431)
-    r449 = x6 * x15 * r4 * r5 * r16 * r431
-    r431 = x6 * x15 * r4 * r5 * r16 * r8 * r431
-    r431 = r449 + r431
-    r449 = x2 == 1.0
-    r431 = k.where(r449, 0.0, r431)
+    r435 = 2.0 * x14 * x19 * x10 * x4 * x34 * r89 * r26 * r82 * r15 * r433 * r147
+    r432 = -1.0 + r432
+    r432 = 2.0 * x14 * x19 * x10 * x4 * x34 * r340 * r26 * r78 * r15 * r433 * r147 * r432
+    r432 = k.max(r435, r432)
+    r432 = r48 + r450 + r432
+    r450 = x28 * r147
+    r48 = 2.0 * x14 * x19 * x10 * x4 * x34 * r89 * r26 * r82 * r15 * r147
+    r48 = r450 + r48
+    r432 = k.where(r441, r48, r432)
+    r48 = x2 * x36
+    r48 = x30 >= r48
+    r441 = x32 * r147
+    r450 = 2.0 * x14 * x19 * x10 * x4 * x34 * r340 * r26 * r78 * r15 * r147
+    r450 = r441 + r450
+    r432 = k.where(r48, r450, r432)
+    r450 = x6 * x15 * r4 * r5 * r16 * r432
+    r432 = x6 * x15 * r4 * r5 * r16 * r8 * r432
+    r432 = r450 + r432
+    r450 = x2 == 1.0
+    r432 = k.where(r450, 0.0, r432)
     r56 = k.where(r56, 2.0, 0.0)
     r56 = 4.0 + r56
-    r48 = -1.0 + x35
+    r48 = -1.0 + x36
     r48 = k.recip(r48)
-    r440 = 2.0 * x35
-    r440 = -2.0 + r440
-    r434 = k.gcd(x35, x29)
-    r432 = k.recip(r434)
-    r437 = x35 * r432
-    r437 = -1.0 + r437
-    r437 = x27 * r437
-    r455 = -1.0 * x35 * r432
-    r455 = x35 + r455
-    r455 = x31 * r455
-    r455 = r437 + r455
-    r455 = r48 * r440 * r455
-    r48 = x19 * x4 * x12 * x33 * r89 * r26 * r82 * r15 * r432 * r440
-    r434 = -1.0 + r434
-    r434 = x19 * x4 * x12 * x33 * r339 * r26 * r78 * r15 * r432 * r434 * r440
-    r434 = k.max(r48, r434)
-    r434 = r455 + r434
-    r455 = x29 <= 1.0
-    r48 = x27 * r440
-    r82 = x19 * x4 * x12 * x33 * r89 * r26 * r82 * r15 * r440
+    r441 = 2.0 * x36
+    r441 = -2.0 + r441
+    r435 = k.gcd(x36, x30)
+    r433 = k.recip(r435)
+    r438 = x36 * r433
+    r438 = -1.0 + r438
+    r438 = x28 * r438
+    r456 = -1.0 * x36 * r433
+    r456 = x36 + r456
+    r456 = x32 * r456
+    r456 = r438 + r456
+    r456 = r48 * r441 * r456
+    r48 = x19 * x4 * x12 * x34 * r89 * r26 * r82 * r15 * r433 * r441
+    r435 = -1.0 + r435
+    r435 = x19 * x4 * x12 * x34 * r340 * r26 * r78 * r15 * r433 * r435 * r441
+    r435 = k.max(r48, r435)
+    r435 = r456 + r435
+    r456 = x30 <= 1.0
+    r48 = x28 * r441
+    r82 = x19 * x4 * x12 * x34 * r89 * r26 * r82 * r15 * r441
     r82 = r48 + r82
-    r434 = k.where(r455, r82, r434)
-    r82 = x29 >= x35
-    r455 = x31 * r440
-    r78 = x19 * x4 * x12 * x33 * r339 * r26 * r78 * r15 * r440
-    r78 = r455 + r78
-    r434 = k.where(r82, r78, r434)
-    r434 = x6 * x15 * r4 * r5 * r16 * r56 * r434
-    r78 = x35 == 1.0
-    r434 = k.where(r78, 0.0, r434)
+    r435 = k.where(r456, r82, r435)
+    r82 = x30 >= x36
+    r456 = x32 * r441
+    r78 = x19 * x4 * x12 * x34 * r340 * r26 * r78 * r15 * r441
+    r78 = r456 + r78
+    r435 = k.where(r82, r78, r435)
+    r435 = x6 * x15 * r4 * r5 * r16 * r56 * r435
+    r78 = x36 == 1.0
+    r435 = k.where(r78, 0.0, r435)
     r137 = r11 + r51 + r137
     r137 = k.max(0.0, r137)
     r137 = k.where(r22, r137, 0.0)
-    r22 = r335 + r64 + r98 + r90 + r10 + r31 + r136 + r431 + r434 + r137
+    r22 = r336 + r64 + r98 + r90 + r10 + r31 + r136 + r432 + r435 + r137
     r51 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r91 * r4 * r26 * r16 * r15 * r51 * r17
-    r150 = x6 * x33 * r91 * r4 * r26 * r16 * r15 * r51 * r150
-    r51 = x19 * x4 * x12 * x33 * r26
-    r91 = x19 * x4 * x12 * x33 * r89 * r26
-    r338 = x4 * r4 * r26 * r338 * r21
-    r82 = 2.0 * x4 * r4 * r26 * r328 * r21
-    r338 = k.where(r23, r82, r338)
-    r82 = x4 * r4 * r26 * r328 * r21
+    r11 = 6.0 * x6 * x34 * r91 * r4 * r26 * r16 * r15 * r51 * r17
+    r150 = x6 * x34 * r91 * r4 * r26 * r16 * r15 * r51 * r150
+    r51 = x19 * x4 * x12 * x34 * r26
+    r91 = x19 * x4 * x12 * x34 * r89 * r26
+    r339 = x4 * r4 * r26 * r339 * r21
+    r82 = 2.0 * x4 * r4 * r26 * r329 * r21
+    r339 = k.where(r23, r82, r339)
+    r82 = x4 * r4 * r26 * r329 * r21
     r23 = k.pow(x3, -2.0)
-    r455 = x6 * x4 * r23 * r5 * r26 * r328 * r21
-    r455 = r82 + r455
-    r338 = k.where(r45, r455, r338)
-    r328 = 3.0 * x6 * x4 * r23 * r5 * r26 * r328 * r21
-    r338 = k.where(r83, r328, r338)
-    r338 = k.where(r139, 0.0, r338)
-    r139 = r89 * r338
-    r89 = x28 * r89
-    r328 = k.recip(x33)
-    r83 = x34 * r325 * r328
+    r456 = x6 * x4 * r23 * r5 * r26 * r329 * r21
+    r456 = r82 + r456
+    r339 = k.where(r45, r456, r339)
+    r329 = 3.0 * x6 * x4 * r23 * r5 * r26 * r329 * r21
+    r339 = k.where(r83, r329, r339)
+    r339 = k.where(r139, 0.0, r339)
+    r139 = r89 * r339
+    r89 = x29 * r89
+    r329 = k.recip(x34)
+    r83 = x35 * r326 * r329
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r15
-    r455 = 1.6e-11 * x12
-    r45 = 1.6e-11 * x36 * x12
+    r456 = 1.6e-11 * x12
+    r45 = 1.6e-11 * x37 * x12
     r82 = 8e-12 * x15 * r13
-    r339 = 1.6e-11 * x15 * x12 * x5
-    r48 = r455 + r45 + r82 + r339
-    r432 = 8e-12 * x12
-    r437 = 8e-12 * x36 * x12
-    r433 = 4e-12 * x15 * r13
+    r340 = 1.6e-11 * x15 * x12 * x5
+    r48 = r456 + r45 + r82 + r340
+    r433 = 8e-12 * x12
+    r438 = 8e-12 * x37 * x12
+    r434 = 4e-12 * x15 * r13
     r32 = 8e-12 * x15 * x12 * x5
-    r32 = r432 + r437 + r433 + r32
+    r32 = r433 + r438 + r434 + r32
     r32 = r23 > r32
-    r433 = -1.6e-11 * x12
-    r437 = -1.6e-11 * x36 * x12
+    r434 = -1.6e-11 * x12
+    r438 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r432 = -1.6e-11 * x15 * x12 * x5
-    r588 = k.sqrt(2.0)
-    r589 = k.sqrt(x3)
-    r589 = k.recip(r589)
-    r591 = k.sqrt(x2)
-    r591 = k.recip(r591)
-    r593 = k.sqrt(x13)
-    r593 = k.recip(r593)
-    r595 = k.sqrt(x22)
-    r595 = k.recip(r595)
-    r597 = k.sqrt(x35)
-    r597 = k.recip(r597)
-    r599 = k.sqrt(r48)
-    r600 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r48
-    r601 = k.sqrt(x3)
-    r602 = k.sqrt(x2)
-    r603 = k.sqrt(x13)
-    r604 = k.sqrt(x22)
-    r605 = k.sqrt(x35)
-    r605 = 0.16666666666666666 * r588 * r601 * r602 * r603 * r604 * r605 * r599
-    r605 = 1.0 + r600 + r605
-    r605 = r588 * r589 * r591 * r593 * r595 * r597 * r599 * r605
-    r605 = r433 + r437 + r13 + r432 + r605
-    r432 = k.where(r32, r605, r23)
-    r339 = r455 + r45 + r82 + r339 + r432
-    r339 = x3 * x2 * x13 * x22 * x35 * r339
-    r339 = k.exp(r339)
-    r339 = -1.0 + r339
-    r82 = k.recip(r339)
-    r45 = x24 + x1
-    r455 = -1.0 * x3 * x2 * x13 * x22 * x35 * r45
-    r455 = k.exp(r455)
-    r455 = x3 * x2 * x13 * x22 * x35 * r82 * r432 * r455
-    r82 = x3 * x2 * x13 * x22 * x35
-    r605 = k.recip(r605)
-    r82 = k.where(r32, r605, r82)
-    r45 = x3 * x2 * x13 * x22 * x35 * r45
+    r433 = -1.6e-11 * x15 * x12 * x5
+    r589 = k.sqrt(2.0)
+    r590 = k.sqrt(x3)
+    r590 = k.recip(r590)
+    r592 = k.sqrt(x2)
+    r592 = k.recip(r592)
+    r594 = k.sqrt(x13)
+    r594 = k.recip(r594)
+    r596 = k.sqrt(x23)
+    r596 = k.recip(r596)
+    r598 = k.sqrt(x36)
+    r598 = k.recip(r598)
+    r600 = k.sqrt(r48)
+    r601 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r48
+    r602 = k.sqrt(x3)
+    r603 = k.sqrt(x2)
+    r604 = k.sqrt(x13)
+    r605 = k.sqrt(x23)
+    r606 = k.sqrt(x36)
+    r606 = 0.16666666666666666 * r589 * r602 * r603 * r604 * r605 * r606 * r600
+    r606 = 1.0 + r601 + r606
+    r606 = r589 * r590 * r592 * r594 * r596 * r598 * r600 * r606
+    r606 = r434 + r438 + r13 + r433 + r606
+    r433 = k.where(r32, r606, r23)
+    r340 = r456 + r45 + r82 + r340 + r433
+    r340 = x3 * x2 * x13 * x23 * x36 * r340
+    r340 = k.exp(r340)
+    r340 = -1.0 + r340
+    r82 = k.recip(r340)
+    r45 = x25 + x1
+    r456 = -1.0 * x3 * x2 * x13 * x23 * x36 * r45
+    r456 = k.exp(r456)
+    r456 = x3 * x2 * x13 * x23 * x36 * r82 * r433 * r456
+    r82 = x3 * x2 * x13 * x23 * x36
+    r606 = k.recip(r606)
+    r82 = k.where(r32, r606, r82)
+    r45 = x3 * x2 * x13 * x23 * x36 * r45
     r45 = k.exp(r45)
-    r5 = x34 * r325 * r4 * r26 * r5 * r16 * r328 * r15 * r339 * r22 * r82 * r45
-    r45 = x34 * r325 * r328 * r339 * r22 * r82 * r45
-    r56 = x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r15 * r440 * r56
+    r5 = x35 * r326 * r4 * r26 * r5 * r16 * r329 * r15 * r340 * r22 * r82 * r45
+    r45 = x35 * r326 * r329 * r340 * r22 * r82 * r45
+    r56 = x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r15 * r441 * r56
     r56 = k.where(r78, 0.0, r56)
-    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r15 * r147
-    r147 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r15 * r8 * r147
+    r78 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r15 * r147
+    r147 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r15 * r8 * r147
     r147 = r78 + r147
-    r147 = k.where(r449, 0.0, r147)
-    r115 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r15 * r115
+    r147 = k.where(r450, 0.0, r147)
+    r115 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r15 * r115
     r115 = k.where(r33, 0.0, r115)
-    r81 = r81 < x22
-    r33 = x32 != 2.0
+    r81 = r81 < x23
+    r33 = x33 != 2.0
     r85 = k.and_(r85, r33)
     r85 = k.not_(r85)
     r85 = k.or_(r81, r85)
-    r15 = x32 != 1.0
+    r15 = x33 != 1.0
     r84 = k.and_(r15, r33, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r81, r84)
     r84 = k.and_(r85, r84)
-    r85 = x22 >= 2.0
-    r81 = x32 != 3.0
-    r33 = x32 != 4.0
+    r85 = x23 >= 2.0
+    r81 = x33 != 3.0
+    r33 = x33 != 4.0
     r93 = k.not_(r93)
     r93 = k.and_(r81, r33, r93)
     r93 = k.not_(r93)
     r93 = k.or_(r85, r93)
-    r85 = x21 * x3 * x2 * x22 * x35 * r22
-    r33 = r55 <= r85
+    r85 = x22 * x3 * x2 * x23 * x36 * r22
+    r33 = r35 <= r85
     r85 = r47 <= r85
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r30, r148, r134, r108, r101, r113, 0.0, r102, r103, r57, r118, r109, r104, r34, r35, r55, r55, r47, r46, r9, r332, r37, r136, r22, r11, r150, r51, r91, r139, r89, 0.0, r83, r23, r48, r432, r455, r5, r45, r98, r10, r90, r64, r56, r434, r434, r147, r431, r431, r338, r444, r31, r115, r54, r335, 0.0, 0.0, r137, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, r93, r93, r33, r85, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r30, r148, r134, r108, r101, r113, 0.0, r102, r103, r57, r118, r109, r104, r34, r55, r35, r35, r47, r46, r9, r333, r37, r136, r22, r11, r150, r51, r91, r139, r89, 0.0, r83, r23, r48, r433, r456, r5, r45, r98, r10, r90, r64, r56, r435, r435, r147, r432, r432, r339, r445, r31, r115, r54, r336, 0.0, 0.0, r137, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, r93, r93, r33, r85, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1317,9 +1318,9 @@ def search(x, k):
     return (r89, r20, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (44, 45, 46, 47), (), (39, 44, 45, 46, 47), (37, 44, 45, 46, 47), (38, 44, 45, 46, 47), (), (31, 36), (41, 44, 45, 46, 47), (), (), (31, 36), (), (35,), (35,), (36,), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47), (30, 44, 45, 46, 47), (30, 44, 45, 46, 47), (15, 44, 45, 46, 47), (18,), (14, 15, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 61), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 44, 45, 46, 47, 61), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 61), (57,), (11, 55), (11,), (54,), (53,), (29,), (74,), (40, 44, 45, 46, 47), (40, 44, 45, 46, 47, 73, 74), (40, 44, 45, 46, 47, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 61, 71, 72, 73, 74), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 61, 71, 72, 73, 74), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 33), (13, 34), (13, 65), (13, 66), (13, 67), (13, 68), (14, 69), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 33), (17, 34), (17, 65), (17, 66), (17, 67), (17, 68), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 42), (22, 43), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 33), (23, 34), (23, 42), (23, 43), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 28), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 2), (51, 57), (51, 58), (51, 59), (52, 3), (52, 6), (52, 8), (52, 57), (52, 58), (52, 59), (53, 3), (53, 6), (53, 8), (53, 57), (53, 58), (53, 59), (54, 0), (54, 9), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 55), (61, 56), (62, 4), (62, 55), (62, 56), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (45, 46, 47, 48), (), (40, 45, 46, 47, 48), (38, 45, 46, 47, 48), (39, 45, 46, 47, 48), (), (31, 37), (42, 45, 46, 47, 48), (), (), (31, 37), (), (36,), (36,), (37,), (31, 37, 38, 39, 40, 42, 45, 46, 47, 48), (31, 35, 37, 38, 39, 40, 42, 45, 46, 47, 48), (30, 45, 46, 47, 48), (30, 45, 46, 47, 48), (15, 45, 46, 47, 48), (18,), (14, 15, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 62), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 62), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 62), (58,), (11, 56), (11,), (55,), (54,), (29,), (75,), (41, 45, 46, 47, 48), (41, 45, 46, 47, 48, 74, 75), (41, 45, 46, 47, 48, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 62, 72, 73, 74, 75), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 33), (13, 34), (13, 66), (13, 67), (13, 68), (13, 69), (14, 70), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 33), (17, 34), (17, 66), (17, 67), (17, 68), (17, 69), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 43), (22, 44), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 33), (23, 34), (23, 43), (23, 44), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 28), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 2), (51, 58), (51, 59), (51, 60), (52, 3), (52, 6), (52, 8), (52, 58), (52, 59), (52, 60), (53, 3), (53, 6), (53, 8), (53, 58), (53, 59), (53, 60), (54, 0), (54, 9), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 56), (61, 57), (62, 4), (62, 56), (62, 57), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

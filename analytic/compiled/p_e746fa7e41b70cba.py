@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x37)
+    r11 = k.recip(x24)
+    r16 = k.recip(x38)
     r25 = r11 * r16 * r15
-    r26 = x34 == 5.0
+    r26 = x35 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x40 >= 1.0
+    r27 = x41 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x38 * x12 * r38
-    r12 = x23 != 1.0
+    r38 = x39 * x12 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x40 >= 3.0
+    r51 = x41 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -74,45 +74,45 @@ def quantities(x, k):
     r61 = r58 + r59 + r60 + r61
     r61 = r16 * r61
     r61 = r55 + r61
-    r61 = x19 * x35 * r30 * r61
-    r55 = x24 == 2.0
-    r60 = 2.0 * x19 * x12 * x35 * r30
+    r61 = x19 * x36 * r30 * r61
+    r55 = x25 == 2.0
+    r60 = 2.0 * x19 * x12 * x36 * r30
     r60 = k.where(r55, r60, r61)
-    r59 = 1.0 + x23
+    r59 = 1.0 + x24
     r59 = k.min(r59, r6)
     r59 = r59 * r34
-    r58 = x34 == 4.0
-    r73 = 2.0 * x23
+    r58 = x35 == 4.0
+    r73 = 2.0 * x24
     r74 = -1.0 + r73
     r74 = k.min(r74, r6)
     r74 = r74 * r34
     r77 = k.where(r58, r74, r59)
-    r78 = x34 == 0.0
-    r79 = x34 == 3.0
+    r78 = x35 == 0.0
+    r79 = x35 == 3.0
     r80 = k.or_(r78, r79)
-    r81 = k.min(x23, r6)
+    r81 = k.min(x24, r6)
     r81 = r81 * r34
     r77 = k.where(r80, r81, r77)
-    r81 = x34 == 1.0
-    r85 = k.recip(x39)
-    r86 = x6 * x39 * r4 * r5
-    r87 = -1.0 + x39
-    r87 = x23 * r87
+    r81 = x35 == 1.0
+    r85 = k.recip(x40)
+    r86 = x6 * x40 * r4 * r5
+    r87 = -1.0 + x40
+    r87 = x24 * r87
     r89 = -1.0 + r73 + r87
     r89 = k.min(r86, r89)
     r89 = r85 * r89 * r34
     r77 = k.where(r81, r89, r77)
-    r89 = x34 == 2.0
+    r89 = x35 == 2.0
     r94 = x6 * r4 * r5 * r34
     r77 = k.where(r89, r94, r77)
     r77 = r60 * r77
     r97 = k.where(r27, 1000000000.0, 0.0)
-    r98 = x40 >= 2.0
+    r98 = x41 >= 2.0
     r8 = k.where(r98, r52, r8)
     r52 = k.where(r55, r61, 0.0)
     r101 = k.or_(r26, r37)
-    r102 = 4.0 * x19 * x12 * x35 * r30
-    r103 = x38 * x19 * x16 * x35 * r30 * r16
+    r102 = 4.0 * x19 * x12 * x36 * r30
+    r103 = x39 * x19 * x16 * x36 * r30 * r16
     r102 = r102 + r103
     r102 = k.max(r102, r52)
     r101 = k.where(r101, r102, r52)
@@ -121,7 +121,7 @@ def quantities(x, k):
     r107 = k.where(r26, r108, r107)
     r108 = 3.0 * x4 * r107 * r39
     r108 = k.where(r51, r108, 0.0)
-    r112 = x23 > 1.0
+    r112 = x24 > 1.0
     r112 = k.and_(r51, r112)
     r114 = 2.0 * x4 * r39
     r108 = k.where(r112, r114, r108)
@@ -153,33 +153,33 @@ def quantities(x, k):
     r39 = r114 == r39
     r108 = k.where(r39, r108, 0.0)
     r39 = r53 + r54 + r124 + r101 + r118 + r108
-    r114 = -1.0 + x23
+    r114 = -1.0 + x24
     r8 = k.min(1.0, r114)
     r77 = 1.0 + r8
-    r77 = x23 == r77
+    r77 = x24 == r77
     r130 = k.where(r77, 1.0, 0.0)
     r130 = 2.0 * x12 * r130
     r150 = r8 == 0.0
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x38 * x12 * r150
+    r150 = x39 * x12 * r150
     r153 = r8 != 0.0
     r153 = k.and_(r153, r77)
     r153 = k.where(r153, 1.0, 0.0)
-    r153 = x38 * x12 * r153
+    r153 = x39 * x12 * r153
     r153 = r35 + r36 + r130 + r150 + r153
     r153 = r16 * r153
     r150 = -1.0 * r8
-    r150 = x23 + r150
-    r130 = x23 == r150
+    r150 = x24 + r150
+    r130 = x24 == r150
     r162 = k.where(r130, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r150 == 1.0
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x38 * x12 * r164
+    r164 = x39 * x12 * r164
     r167 = r150 != 1.0
     r167 = k.and_(r130, r167)
     r167 = k.where(r167, 1.0, 0.0)
-    r167 = x38 * x12 * r167
+    r167 = x39 * x12 * r167
     r167 = r35 + r36 + r162 + r164 + r167
     r167 = r16 * r167
     r167 = r153 + r167
@@ -315,413 +315,414 @@ def quantities(x, k):
     r97 = k.where(r54, r73, r97)
     r108 = r39 == r108
     r97 = k.where(r108, r124, r97)
-    r124 = x38 * x19 * x4 * x35 * r30 * r16
-    r108 = x38 * x19 * x4 * x35 * r30
+    r124 = x39 * x19 * x4 * x36 * r30 * r16
+    r108 = x39 * x19 * x4 * x36 * r30
     r73 = k.max(r39, r153, r12)
     r54 = r153 == r73
     r12 = k.where(r54, r153, r12)
     r73 = r39 == r73
     r12 = k.where(r73, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r73 = 6.0 * x6 * x35 * r15
+    r39 = -1.0 * x20
+    r73 = -1.0 * r12
+    r73 = x8 + r39 + r73
+    r39 = 6.0 * x6 * x36 * r15
     r153 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r130 = 6.0 * x15 * r13
-    r118 = 6.0 * x38 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x35
+    r118 = 6.0 * x39 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x36
     r36 = r153 + r54 + r130 + r118 + r36
-    r118 = x6 * x35 * r36
+    r118 = x6 * x36 * r36
     r130 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x35 * r54
+    r53 = 0.16666666666666666 * x36 * r54
     r164 = k.recip(x15)
-    r54 = 0.0625 * x38 * r164 * r54
+    r54 = 0.0625 * x39 * r164 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x35 * r130 * r54
-    r130 = k.pow(x35, 2.0)
+    r54 = 96.0 * x6 * x15 * x36 * r130 * r54
+    r130 = k.pow(x36, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r130
-    r77 = x24 == 1.0
+    r77 = x25 == 1.0
     r130 = 4.0 * x6 * x15 * x11 * x10 * r130
     r130 = k.where(r77, r130, 0.0)
-    r162 = 0.3333333333333333 * x6 * x35 * r36
+    r162 = 0.3333333333333333 * x6 * x36 * r36
     r130 = k.where(r55, r162, r130)
     r130 = r118 + r53 + r130
     r53 = k.where(r55, 1.0, 0.0)
     r53 = 1.0 + r53
     r162 = k.recip(x9)
     r38 = k.recip(x18)
-    r59 = x38 * x12 * r16
-    r112 = x19 * x12 * x35 * r30
-    r60 = x38 * x19 * x35 * r30 * r16
+    r59 = x39 * x12 * r16
+    r112 = x19 * x12 * x36 * r30
+    r60 = x39 * x19 * x36 * r30 * r16
     r60 = r59 + r112 + r60
     r59 = 2.0 * r162 * r38 * r60
-    r94 = k.recip(x22)
+    r94 = k.recip(x23)
     r34 = k.recip(x17)
-    r86 = 2.0 * x38 * x19 * x12 * x35 * r94 * r30 * r34 * r16
+    r86 = 2.0 * x39 * x19 * x12 * x36 * r94 * r30 * r34 * r16
     r86 = r59 + r86
     r86 = r53 * r86
     r60 = 4.0 * r162 * r38 * r60
-    r59 = 4.0 * x38 * x19 * x12 * x35 * r94 * r30 * r34 * r16
+    r59 = 4.0 * x39 * x19 * x12 * x36 * r94 * r30 * r34 * r16
     r59 = r86 + r60 + r59
     r59 = r11 * r59
     r60 = x11 * x10 * x12 * r16
-    r86 = x11 * x19 * x10 * x35 * r30 * r16
+    r86 = x11 * x19 * x10 * x36 * r30 * r16
     r86 = r60 + r112 + r86
     r60 = r162 * r38 * r86
-    r87 = k.recip(x21)
-    r74 = 2.0 * x11 * x19 * x10 * x12 * x35 * r87 * r30 * r34 * r16
+    r87 = k.recip(x22)
+    r74 = 2.0 * x11 * x19 * x10 * x12 * x36 * r87 * r30 * r34 * r16
     r74 = r60 + r74
     r74 = r53 * r74
     r60 = x10 * x12 * r16 * r14
-    r150 = x19 * x10 * x35 * r30 * r16 * r14
+    r150 = x19 * x10 * x36 * r30 * r16 * r14
     r150 = r112 + r60 + r150
     r60 = r162 * r38 * r150
-    r368 = 2.0 * x19 * x10 * x12 * x35 * r87 * r30 * r34 * r16 * r14
-    r368 = r60 + r368
-    r368 = r53 * r368
+    r369 = 2.0 * x19 * x10 * x12 * x36 * r87 * r30 * r34 * r16 * r14
+    r369 = r60 + r369
+    r369 = r53 * r369
     r60 = x12 * x5 * r16
-    r372 = x19 * x5 * x35 * r30 * r16
-    r372 = r60 + r112 + r372
-    r112 = r162 * r38 * r372
-    r60 = 2.0 * x19 * x12 * x5 * x35 * r87 * r30 * r34 * r16
+    r373 = x19 * x5 * x36 * r30 * r16
+    r373 = r60 + r112 + r373
+    r112 = r162 * r38 * r373
+    r60 = 2.0 * x19 * x12 * x5 * x36 * r87 * r30 * r34 * r16
     r60 = r112 + r60
     r60 = 2.0 * r53 * r60
     r86 = 2.0 * r162 * r38 * r86
     r150 = 2.0 * r162 * r38 * r150
-    r372 = 4.0 * r162 * r38 * r372
+    r373 = 4.0 * r162 * r38 * r373
     r112 = x11 * x10 * r16
     r112 = x12 + r112
-    r112 = 4.0 * x19 * x35 * r162 * r30 * r38 * r112
-    r384 = x10 * r16 * r14
-    r384 = x12 + r384
-    r384 = 4.0 * x19 * x35 * r162 * r30 * r38 * r384
-    r387 = x5 * r16
-    r387 = x12 + r387
-    r387 = 8.0 * x19 * x35 * r162 * r30 * r38 * r387
-    r390 = 8.0 * x19 * x12 * x5 * x35 * r87 * r30 * r34 * r16
-    r391 = 4.0 * x11 * x19 * x10 * x12 * x35 * r87 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x35 * r87 * r30 * r34 * r16 * r14
-    r14 = r74 + r368 + r60 + r86 + r150 + r372 + r112 + r384 + r387 + r390 + r391 + r14
+    r112 = 4.0 * x19 * x36 * r162 * r30 * r38 * r112
+    r385 = x10 * r16 * r14
+    r385 = x12 + r385
+    r385 = 4.0 * x19 * x36 * r162 * r30 * r38 * r385
+    r388 = x5 * r16
+    r388 = x12 + r388
+    r388 = 8.0 * x19 * x36 * r162 * r30 * r38 * r388
+    r391 = 8.0 * x19 * x12 * x5 * x36 * r87 * r30 * r34 * r16
+    r392 = 4.0 * x11 * x19 * x10 * x12 * x36 * r87 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x36 * r87 * r30 * r34 * r16 * r14
+    r14 = r74 + r369 + r60 + r86 + r150 + r373 + r112 + r385 + r388 + r391 + r392 + r14
     r14 = x15 * r11 * r14
     r14 = r59 + r14
     r59 = x6 * r4 * r5 * r14
-    r391 = 10.0 * x12 * r53
-    r391 = r153 + r391
-    r391 = x19 * x35 * r30 * r391
+    r392 = 10.0 * x12 * r53
+    r392 = r153 + r392
+    r392 = x19 * x36 * r30 * r392
     r153 = 3.0 * x5
-    r390 = 2.0 * x5 * r53
-    r390 = r153 + r390
-    r390 = x19 * x35 * r30 * r16 * r390
-    r390 = r391 + r390
-    r390 = x15 * r11 * r390
-    r391 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
-    r391 = r390 + r391
-    r390 = x6 * x4 * r162 * r4 * r5 * r38 * r391
+    r391 = 2.0 * x5 * r53
+    r391 = r153 + r391
+    r391 = x19 * x36 * r30 * r16 * r391
+    r391 = r392 + r391
+    r391 = x15 * r11 * r391
+    r392 = 3.0 * x39 * x19 * x36 * r30 * r11 * r16
+    r392 = r391 + r392
+    r391 = x6 * x4 * r162 * r4 * r5 * r38 * r392
     r153 = k.recip(x0)
-    r387 = x11 * x10 * x35
+    r388 = x11 * x10 * x36
     r77 = k.or_(r77, r55)
     r77 = k.where(r77, 1.0, 0.0)
     r77 = 3.0 + r77
-    r77 = 2.0 * x11 * x10 * x35 * r77
-    r77 = r387 + r77
-    r387 = x6 * x15 * x35 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r384 = r59 + r390 + r387
-    r112 = k.recip(r384)
+    r77 = 2.0 * x11 * x10 * x36 * r77
+    r77 = r388 + r77
+    r388 = x6 * x15 * x36 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r385 = r59 + r391 + r388
+    r112 = k.recip(r385)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r372 = k.recip(x6)
-    r150 = 0.3333333333333333 * x3 * x19 * r372 * r85 * r384
-    r86 = 0.6666666666666666 * x3 * x19 * x23 * r372 * r384
-    r391 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r391
-    r77 = -1.0 * x6 * x15 * x35 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
-    r86 = r14 + r150 + r86 + r391 + r77
+    r373 = k.recip(x6)
+    r150 = 0.3333333333333333 * x3 * x19 * r373 * r85 * r385
+    r86 = 0.6666666666666666 * x3 * x19 * x24 * r373 * r385
+    r392 = -1.0 * x6 * x4 * r162 * r4 * r5 * r38 * r392
+    r77 = -1.0 * x6 * x15 * x36 * r94 * r4 * r30 * r34 * r153 * r11 * r16 * r77
+    r86 = r14 + r150 + r86 + r392 + r77
     r86 = k.max(0.0, r86)
-    r150 = 0.5 * x23
+    r150 = 0.5 * x24
     r150 = -1.0 + r150
-    r150 = 0.6666666666666666 * x3 * x19 * r372 * r85 * r150 * r384
+    r150 = 0.6666666666666666 * x3 * x19 * r373 * r85 * r150 * r385
     r150 = k.where(r58, 0.0, r150)
-    r58 = 0.3333333333333333 * x3 * x19 * r372 * r85 * r114 * r384
+    r58 = 0.3333333333333333 * x3 * x19 * r373 * r85 * r114 * r385
     r150 = k.where(r79, r58, r150)
     r89 = k.or_(r78, r81, r89)
-    r114 = x3 * x19 * r372 * r85 * r114 * r384
+    r114 = x3 * x19 * r373 * r85 * r114 * r385
     r150 = k.where(r89, r114, r150)
     r150 = k.max(r86, r150)
     r112 = r112 * r150
     r38 = 28.0 * r162 * r38 * r31
-    r162 = r38 + r59 + r390 + r387
-    r86 = -1.0 * x20
+    r162 = r38 + r59 + r391 + r388
+    r86 = -1.0 * x21
     r86 = 1.0 + r86
-    r114 = x23 * x39
+    r114 = x24 * x40
     r114 = -1.0 + r114
-    r85 = k.recip(x26)
-    r78 = k.recip(x27)
-    r58 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16
-    r58 = x28 + r58
-    r79 = 2.0 * x3 * x2 * x37
-    r79 = x30 >= r79
-    r153 = k.recip(x29)
-    r34 = k.recip(x31)
-    r94 = k.min(1.0, x33)
+    r85 = k.recip(x27)
+    r78 = k.recip(x28)
+    r58 = x19 * x4 * x12 * x36 * r85 * r30 * r78 * r16
+    r58 = x29 + r58
+    r79 = 2.0 * x3 * x2 * x38
+    r79 = x31 >= r79
+    r153 = k.recip(x30)
+    r34 = k.recip(x32)
+    r94 = k.min(1.0, x34)
     r94 = k.recip(r94)
-    r94 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r94
-    r94 = x32 + r94
+    r94 = x19 * x4 * x12 * x34 * x36 * r153 * r30 * r34 * r16 * r94
+    r94 = x33 + r94
     r58 = k.where(r79, r94, r58)
     r58 = 2.0 * x6 * r4 * r5 * r11 * r114 * r58
     r58 = k.where(r37, 0.0, r58)
     r86 = r86 * r58
-    r94 = x3 * x19 * r372 * r384
-    r79 = x23 <= 1.0
+    r94 = x3 * x19 * r373 * r385
+    r79 = x24 <= 1.0
     r98 = k.and_(r98, r79)
-    r94 = k.where(r98, r384, r94)
-    r94 = -1.0 * x20 * r94
-    r384 = x3 * x2
-    r60 = -1.0 + r384
-    r368 = k.recip(r60)
+    r94 = k.where(r98, r385, r94)
+    r94 = -1.0 * x21 * r94
+    r385 = x3 * x2
+    r60 = -1.0 + r385
+    r369 = k.recip(r60)
     r74 = 2.0 * x3 * x2
     r74 = -2.0 + r74
-    r470 = x30 * r16
-    r471 = k.gcd(r384, r470)
-    r472 = k.recip(r471)
-    r473 = x3 * x2 * r472
-    r473 = -1.0 + r473
-    r473 = x28 * r473
-    r476 = -1.0 * x3 * x2 * r472
-    r476 = r384 + r476
-    r476 = x32 * r476
-    r479 = r473 + r476
-    r479 = r368 * r74 * r479
-    r368 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r472 * r74 * r25
-    r471 = -1.0 + r471
-    r483 = k.max(1.0, r471)
-    r483 = k.min(x33, r483)
-    r483 = k.recip(r483)
-    r486 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r483 * r472 * r471 * r74 * r25
-    r486 = k.max(r368, r486)
-    r486 = r479 + r486
-    r479 = x30 <= x37
-    r368 = x28 * r74
-    r491 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r74 * r25
-    r491 = r368 + r491
-    r486 = k.where(r479, r491, r486)
-    r491 = x3 * x2 * x37
-    r491 = x30 >= r491
-    r368 = x32 * r74
-    r497 = k.max(1.0, r60)
-    r497 = k.min(x33, r497)
-    r497 = k.recip(r497)
-    r500 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r497 * r74 * r25
-    r500 = r368 + r500
-    r486 = k.where(r491, r500, r486)
-    r486 = x15 * r11 * r486
-    r500 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r472 * r60 * r25
-    r471 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r483 * r472 * r60 * r471 * r25
-    r471 = k.max(r500, r471)
-    r471 = r473 + r476 + r471
-    r476 = x28 * r60
-    r473 = x4 * x23 * r85 * r164 * r4 * r30 * r78 * r60 * r25
-    r473 = r476 + r473
-    r471 = k.where(r479, r473, r471)
-    r473 = x32 * r60
-    r497 = x4 * x33 * x23 * r153 * r164 * r4 * r30 * r34 * r497 * r60 * r25
-    r497 = r473 + r497
-    r471 = k.where(r491, r497, r471)
-    r497 = 2.0 * x15 * r11 * r471
-    r486 = k.where(r27, r497, r486)
-    r497 = x15 * r11 * r471
-    r491 = x6 * x15 * r4 * r5 * r11 * r471
-    r491 = r497 + r491
-    r486 = k.where(r98, r491, r486)
+    r471 = x31 * r16
+    r472 = k.gcd(r385, r471)
+    r473 = k.recip(r472)
+    r474 = x3 * x2 * r473
+    r474 = -1.0 + r474
+    r474 = x29 * r474
+    r477 = -1.0 * x3 * x2 * r473
+    r477 = r385 + r477
+    r477 = x33 * r477
+    r480 = r474 + r477
+    r480 = r369 * r74 * r480
+    r369 = x4 * x24 * r85 * r164 * r4 * r30 * r78 * r473 * r74 * r25
+    r472 = -1.0 + r472
+    r484 = k.max(1.0, r472)
+    r484 = k.min(x34, r484)
+    r484 = k.recip(r484)
+    r487 = x4 * x34 * x24 * r153 * r164 * r4 * r30 * r34 * r484 * r473 * r472 * r74 * r25
+    r487 = k.max(r369, r487)
+    r487 = r480 + r487
+    r480 = x31 <= x38
+    r369 = x29 * r74
+    r492 = x4 * x24 * r85 * r164 * r4 * r30 * r78 * r74 * r25
+    r492 = r369 + r492
+    r487 = k.where(r480, r492, r487)
+    r492 = x3 * x2 * x38
+    r492 = x31 >= r492
+    r369 = x33 * r74
+    r498 = k.max(1.0, r60)
+    r498 = k.min(x34, r498)
+    r498 = k.recip(r498)
+    r501 = x4 * x34 * x24 * r153 * r164 * r4 * r30 * r34 * r498 * r74 * r25
+    r501 = r369 + r501
+    r487 = k.where(r492, r501, r487)
+    r487 = x15 * r11 * r487
+    r501 = x4 * x24 * r85 * r164 * r4 * r30 * r78 * r473 * r60 * r25
+    r472 = x4 * x34 * x24 * r153 * r164 * r4 * r30 * r34 * r484 * r473 * r60 * r472 * r25
+    r472 = k.max(r501, r472)
+    r472 = r474 + r477 + r472
+    r477 = x29 * r60
+    r474 = x4 * x24 * r85 * r164 * r4 * r30 * r78 * r60 * r25
+    r474 = r477 + r474
+    r472 = k.where(r480, r474, r472)
+    r474 = x33 * r60
+    r498 = x4 * x34 * x24 * r153 * r164 * r4 * r30 * r34 * r498 * r60 * r25
+    r498 = r474 + r498
+    r472 = k.where(r492, r498, r472)
+    r498 = 2.0 * x15 * r11 * r472
+    r487 = k.where(r27, r498, r487)
+    r498 = x15 * r11 * r472
+    r492 = x6 * x15 * r4 * r5 * r11 * r472
+    r492 = r498 + r492
+    r487 = k.where(r98, r492, r487)
     r79 = k.and_(r51, r79)
-    r471 = 3.0 * x6 * x15 * r4 * r5 * r11 * r471
-    r486 = k.where(r79, r471, r486)
-    r384 = r384 == 1.0
-    r486 = k.where(r384, 0.0, r486)
-    r94 = r94 + r486
+    r472 = 3.0 * x6 * x15 * r4 * r5 * r11 * r472
+    r487 = k.where(r79, r472, r487)
+    r385 = r385 == 1.0
+    r487 = k.where(r385, 0.0, r487)
+    r94 = r94 + r487
     r94 = k.max(0.0, r94)
-    r470 = k.gcd(x2, r470)
-    r471 = k.recip(r470)
-    r51 = x2 * r471
+    r471 = k.gcd(x2, r471)
+    r472 = k.recip(r471)
+    r51 = x2 * r472
     r51 = -1.0 + r51
-    r51 = x28 * r51
-    r491 = -1.0 * x2 * r471
-    r491 = x2 + r491
-    r491 = x32 * r491
-    r497 = -1.0 + x2
-    r473 = 2.0 * x14 * x19 * x10 * x4 * x35 * r85 * r30 * r78 * r16 * r471 * r497
-    r470 = -1.0 + r470
-    r164 = k.max(1.0, r470)
-    r164 = k.min(x33, r164)
+    r51 = x29 * r51
+    r492 = -1.0 * x2 * r472
+    r492 = x2 + r492
+    r492 = x33 * r492
+    r498 = -1.0 + x2
+    r474 = 2.0 * x14 * x19 * x10 * x4 * x36 * r85 * r30 * r78 * r16 * r472 * r498
+    r471 = -1.0 + r471
+    r164 = k.max(1.0, r471)
+    r164 = k.min(x34, r164)
     r164 = k.recip(r164)
-    r470 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r153 * r30 * r34 * r16 * r164 * r471 * r497 * r470
-    r470 = k.max(r473, r470)
-    r470 = r51 + r491 + r470
-    r491 = x28 * r497
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x35 * r85 * r30 * r78 * r16 * r497
-    r51 = r491 + r51
-    r470 = k.where(r479, r51, r470)
-    r51 = x2 * x37
-    r51 = x30 >= r51
-    r479 = x32 * r497
-    r491 = k.max(1.0, r497)
-    r491 = k.min(x33, r491)
-    r491 = k.recip(r491)
-    r491 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r153 * r30 * r34 * r16 * r491 * r497
-    r491 = r479 + r491
-    r470 = k.where(r51, r491, r470)
-    r491 = x6 * x15 * r4 * r5 * r11 * r470
-    r470 = x6 * x15 * r4 * r5 * r11 * r53 * r470
-    r470 = r491 + r470
-    r491 = x2 == 1.0
-    r470 = k.where(r491, 0.0, r470)
+    r471 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r153 * r30 * r34 * r16 * r164 * r472 * r498 * r471
+    r471 = k.max(r474, r471)
+    r471 = r51 + r492 + r471
+    r492 = x29 * r498
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x36 * r85 * r30 * r78 * r16 * r498
+    r51 = r492 + r51
+    r471 = k.where(r480, r51, r471)
+    r51 = x2 * x38
+    r51 = x31 >= r51
+    r480 = x33 * r498
+    r492 = k.max(1.0, r498)
+    r492 = k.min(x34, r492)
+    r492 = k.recip(r492)
+    r492 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r153 * r30 * r34 * r16 * r492 * r498
+    r492 = r480 + r492
+    r471 = k.where(r51, r492, r471)
+    r492 = x6 * x15 * r4 * r5 * r11 * r471
+    r471 = x6 * x15 * r4 * r5 * r11 * r53 * r471
+    r471 = r492 + r471
+    r492 = x2 == 1.0
+    r471 = k.where(r492, 0.0, r471)
     r55 = k.where(r55, 2.0, 0.0)
     r55 = 4.0 + r55
-    r51 = -1.0 + x37
-    r479 = k.recip(r51)
-    r473 = 2.0 * x37
-    r473 = -2.0 + r473
-    r471 = k.gcd(x37, x30)
-    r164 = k.recip(r471)
-    r476 = x37 * r164
-    r476 = -1.0 + r476
-    r476 = x28 * r476
-    r500 = -1.0 * x37 * r164
-    r500 = x37 + r500
-    r500 = x32 * r500
-    r500 = r476 + r500
-    r500 = r479 * r473 * r500
-    r479 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16 * r164 * r473
-    r471 = -1.0 + r471
-    r476 = k.max(1.0, r471)
-    r476 = k.min(x33, r476)
-    r476 = k.recip(r476)
-    r471 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r476 * r164 * r471 * r473
-    r471 = k.max(r479, r471)
-    r471 = r500 + r471
-    r500 = x30 <= 1.0
-    r479 = x28 * r473
-    r78 = x19 * x4 * x12 * x35 * r85 * r30 * r78 * r16 * r473
-    r78 = r479 + r78
-    r471 = k.where(r500, r78, r471)
-    r78 = x30 >= x37
-    r500 = x32 * r473
+    r51 = -1.0 + x38
+    r480 = k.recip(r51)
+    r474 = 2.0 * x38
+    r474 = -2.0 + r474
+    r472 = k.gcd(x38, x31)
+    r164 = k.recip(r472)
+    r477 = x38 * r164
+    r477 = -1.0 + r477
+    r477 = x29 * r477
+    r501 = -1.0 * x38 * r164
+    r501 = x38 + r501
+    r501 = x33 * r501
+    r501 = r477 + r501
+    r501 = r480 * r474 * r501
+    r480 = x19 * x4 * x12 * x36 * r85 * r30 * r78 * r16 * r164 * r474
+    r472 = -1.0 + r472
+    r477 = k.max(1.0, r472)
+    r477 = k.min(x34, r477)
+    r477 = k.recip(r477)
+    r472 = x19 * x4 * x12 * x34 * x36 * r153 * r30 * r34 * r16 * r477 * r164 * r472 * r474
+    r472 = k.max(r480, r472)
+    r472 = r501 + r472
+    r501 = x31 <= 1.0
+    r480 = x29 * r474
+    r78 = x19 * x4 * x12 * x36 * r85 * r30 * r78 * r16 * r474
+    r78 = r480 + r78
+    r472 = k.where(r501, r78, r472)
+    r78 = x31 >= x38
+    r501 = x33 * r474
     r51 = k.max(1.0, r51)
-    r51 = k.min(x33, r51)
+    r51 = k.min(x34, r51)
     r51 = k.recip(r51)
-    r51 = x19 * x4 * x12 * x33 * x35 * r153 * r30 * r34 * r16 * r51 * r473
-    r51 = r500 + r51
-    r471 = k.where(r78, r51, r471)
-    r471 = x6 * x15 * r4 * r5 * r11 * r55 * r471
-    r51 = x37 == 1.0
-    r471 = k.where(r51, 0.0, r471)
-    r77 = r14 + r391 + r77
+    r51 = x19 * x4 * x12 * x34 * x36 * r153 * r30 * r34 * r16 * r51 * r474
+    r51 = r501 + r51
+    r472 = k.where(r78, r51, r472)
+    r472 = x6 * x15 * r4 * r5 * r11 * r55 * r472
+    r51 = x38 == 1.0
+    r472 = k.where(r51, 0.0, r472)
+    r77 = r14 + r392 + r77
     r77 = k.max(0.0, r77)
     r77 = k.where(r26, r77, 0.0)
-    r26 = r86 + r38 + r59 + r390 + r387 + r94 + r150 + r470 + r471 + r77
-    r391 = k.recip(r26)
-    r14 = 6.0 * x6 * x35 * r87 * r4 * r30 * r11 * r16 * r391 * r15
-    r36 = x6 * x35 * r87 * r4 * r30 * r11 * r16 * r391 * r36
-    r391 = x19 * x4 * x12 * x35 * r30
-    r87 = x19 * x4 * x12 * x35 * r85 * r30
+    r26 = r86 + r38 + r59 + r391 + r388 + r94 + r150 + r471 + r472 + r77
+    r392 = k.recip(r26)
+    r14 = 6.0 * x6 * x36 * r87 * r4 * r30 * r11 * r16 * r392 * r15
+    r36 = x6 * x36 * r87 * r4 * r30 * r11 * r16 * r392 * r36
+    r392 = x19 * x4 * x12 * x36 * r30
+    r87 = x19 * x4 * x12 * x36 * r85 * r30
     r74 = x4 * r4 * r30 * r74 * r25
     r78 = 2.0 * x4 * r4 * r30 * r60 * r25
     r74 = k.where(r27, r78, r74)
     r78 = x4 * r4 * r30 * r60 * r25
     r27 = k.pow(x3, -2.0)
-    r500 = x6 * x4 * r27 * r5 * r30 * r60 * r25
-    r500 = r78 + r500
-    r74 = k.where(r98, r500, r74)
+    r501 = x6 * x4 * r27 * r5 * r30 * r60 * r25
+    r501 = r78 + r501
+    r74 = k.where(r98, r501, r74)
     r60 = 3.0 * x6 * x4 * r27 * r5 * r30 * r60 * r25
     r74 = k.where(r79, r60, r74)
-    r74 = k.where(r384, 0.0, r74)
-    r384 = r85 * r74
-    r85 = x29 * r85
-    r60 = k.recip(x35)
-    r79 = x36 * r372 * r60
+    r74 = k.where(r385, 0.0, r74)
+    r385 = r85 * r74
+    r85 = x30 * r85
+    r60 = k.recip(x36)
+    r79 = x37 * r373 * r60
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r500 = 1.6e-11 * x12
+    r501 = 1.6e-11 * x12
     r98 = 8e-12 * x15 * r9
     r78 = 8e-12 * x15 * r13
-    r34 = 8e-12 * x38 * x12
-    r153 = r500 + r98 + r78 + r34
-    r479 = 8e-12 * x12
+    r34 = 8e-12 * x39 * x12
+    r153 = r501 + r98 + r78 + r34
+    r480 = 8e-12 * x12
     r164 = 4e-12 * x15 * r9
-    r476 = 4e-12 * x15 * r13
-    r472 = 4e-12 * x38 * x12
-    r472 = r479 + r164 + r476 + r472
-    r472 = r27 > r472
-    r476 = -1.6e-11 * x12
+    r477 = 4e-12 * x15 * r13
+    r473 = 4e-12 * x39 * x12
+    r473 = r480 + r164 + r477 + r473
+    r473 = r27 > r473
+    r477 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r164 = -8e-12 * x38 * x12
-    r479 = k.sqrt(2.0)
-    r483 = k.sqrt(x3)
-    r483 = k.recip(r483)
-    r368 = k.sqrt(x2)
-    r368 = k.recip(r368)
-    r650 = k.sqrt(x13)
-    r650 = k.recip(r650)
-    r652 = k.sqrt(x23)
-    r652 = k.recip(r652)
-    r654 = k.sqrt(x37)
-    r654 = k.recip(r654)
-    r656 = k.sqrt(r153)
-    r657 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r153
-    r658 = k.sqrt(x3)
-    r659 = k.sqrt(x2)
-    r660 = k.sqrt(x13)
-    r661 = k.sqrt(x23)
-    r662 = k.sqrt(x37)
-    r662 = 0.16666666666666666 * r479 * r658 * r659 * r660 * r661 * r662 * r656
-    r662 = 1.0 + r657 + r662
-    r662 = r479 * r483 * r368 * r650 * r652 * r654 * r656 * r662
-    r662 = r476 + r9 + r13 + r164 + r662
-    r164 = k.where(r472, r662, r27)
-    r34 = r500 + r98 + r78 + r34 + r164
-    r34 = x3 * x2 * x13 * x23 * x37 * r34
+    r164 = -8e-12 * x39 * x12
+    r480 = k.sqrt(2.0)
+    r484 = k.sqrt(x3)
+    r484 = k.recip(r484)
+    r369 = k.sqrt(x2)
+    r369 = k.recip(r369)
+    r651 = k.sqrt(x13)
+    r651 = k.recip(r651)
+    r653 = k.sqrt(x24)
+    r653 = k.recip(r653)
+    r655 = k.sqrt(x38)
+    r655 = k.recip(r655)
+    r657 = k.sqrt(r153)
+    r658 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r153
+    r659 = k.sqrt(x3)
+    r660 = k.sqrt(x2)
+    r661 = k.sqrt(x13)
+    r662 = k.sqrt(x24)
+    r663 = k.sqrt(x38)
+    r663 = 0.16666666666666666 * r480 * r659 * r660 * r661 * r662 * r663 * r657
+    r663 = 1.0 + r658 + r663
+    r663 = r480 * r484 * r369 * r651 * r653 * r655 * r657 * r663
+    r663 = r477 + r9 + r13 + r164 + r663
+    r164 = k.where(r473, r663, r27)
+    r34 = r501 + r98 + r78 + r34 + r164
+    r34 = x3 * x2 * x13 * x24 * x38 * r34
     r34 = k.exp(r34)
     r34 = -1.0 + r34
     r78 = k.recip(r34)
-    r98 = x25 + x1
-    r500 = -1.0 * x3 * x2 * x13 * x23 * x37 * r98
-    r500 = k.exp(r500)
-    r500 = x3 * x2 * x13 * x23 * x37 * r78 * r164 * r500
-    r78 = x3 * x2 * x13 * x23 * x37
-    r662 = k.recip(r662)
-    r78 = k.where(r472, r662, r78)
-    r98 = x3 * x2 * x13 * x23 * x37 * r98
+    r98 = x26 + x1
+    r501 = -1.0 * x3 * x2 * x13 * x24 * x38 * r98
+    r501 = k.exp(r501)
+    r501 = x3 * x2 * x13 * x24 * x38 * r78 * r164 * r501
+    r78 = x3 * x2 * x13 * x24 * x38
+    r663 = k.recip(r663)
+    r78 = k.where(r473, r663, r78)
+    r98 = x3 * x2 * x13 * x24 * x38 * r98
     r98 = k.exp(r98)
-    r5 = x36 * r372 * r4 * r30 * r5 * r11 * r60 * r16 * r34 * r26 * r78 * r98
-    r98 = x36 * r372 * r60 * r34 * r26 * r78 * r98
-    r55 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r473 * r55
+    r5 = x37 * r373 * r4 * r30 * r5 * r11 * r60 * r16 * r34 * r26 * r78 * r98
+    r98 = x37 * r373 * r60 * r34 * r26 * r78 * r98
+    r55 = x6 * x15 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r474 * r55
     r55 = k.where(r51, 0.0, r55)
-    r51 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r497
-    r497 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r53 * r497
-    r497 = r51 + r497
-    r497 = k.where(r491, 0.0, r497)
-    r114 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r114
+    r51 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r498
+    r498 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r53 * r498
+    r498 = r51 + r498
+    r498 = k.where(r492, 0.0, r498)
+    r114 = 2.0 * x6 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r114
     r114 = k.where(r37, 0.0, r114)
-    r8 = r8 < x23
-    r37 = x34 != 2.0
+    r8 = r8 < x24
+    r37 = x35 != 2.0
     r81 = k.and_(r81, r37)
     r81 = k.not_(r81)
     r81 = k.or_(r8, r81)
-    r16 = x34 != 1.0
+    r16 = x35 != 1.0
     r80 = k.and_(r16, r37, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r8, r80)
     r80 = k.and_(r81, r80)
-    r81 = x23 >= 2.0
-    r8 = x34 != 3.0
-    r37 = x34 != 4.0
+    r81 = x24 >= 2.0
+    r8 = x35 != 3.0
+    r37 = x35 != 4.0
     r89 = k.not_(r89)
     r89 = k.and_(r8, r37, r89)
     r89 = k.not_(r89)
     r89 = k.or_(r81, r89)
-    r81 = x21 * x3 * x2 * x23 * x37 * r26
-    r37 = r73 <= r81
+    r81 = x22 * x3 * x2 * x24 * x38 * r26
+    r37 = r39 <= r81
     r81 = r118 <= r81
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r39, r73, r73, r118, r54, r130, r112, r162, r150, r26, r14, r36, r391, r87, r384, r85, 0.0, r79, r27, r153, r164, r500, r5, r98, r59, r387, r390, r38, r55, r471, r471, r497, r470, r470, r74, r486, r94, r114, r58, r86, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r167, r121, r35, r107, r52, r97, 0.0, r101, r102, r61, r124, r108, r103, r12, r73, r39, r39, r118, r54, r130, r112, r162, r150, r26, r14, r36, r392, r87, r385, r85, 0.0, r79, r27, r153, r164, r501, r5, r98, r59, r388, r391, r38, r55, r472, r472, r498, r471, r471, r74, r487, r94, r114, r58, r86, 0.0, 0.0, r77, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, 1.0, r89, r89, r37, r81, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r89, r89, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1450,9 +1451,9 @@ def search(x, k):
     return (r89, r32, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (38, 45, 46, 47, 48, 49, 50), (36, 45, 46, 47, 48, 49, 50), (37, 45, 46, 47, 48, 49, 50), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (39, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50, 76, 77), (39, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 44), (10, 72), (11, 72), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 35), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (39, 46, 47, 48, 49, 50, 51), (37, 46, 47, 48, 49, 50, 51), (38, 46, 47, 48, 49, 50, 51), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51), (31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (16, 46, 47, 48, 49, 50, 51), (19,), (15, 16, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (40, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51, 77, 78), (40, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 45), (10, 73), (11, 73), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 33), (13, 69), (13, 70), (13, 71), (13, 72), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 31), (16, 32), (16, 33), (16, 36), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 69), (17, 70), (17, 71), (17, 72), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 5), (52, 7), (52, 9), (52, 61), (52, 62), (52, 63), (53, 3), (53, 5), (53, 7), (53, 9), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,77 +47,77 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r52 = 2.0 * r40
-    r53 = x40 >= 2.0
+    r53 = x41 >= 2.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r52)
-    r56 = x40 >= 3.0
+    r56 = x41 >= 3.0
     r52 = k.where(r56, r54, r52)
     r54 = 12.0 * r40
     r59 = 12.0 * r4 * r31 * r40
     r54 = k.where(r28, r59, r54)
     r59 = -4.0 * x12 * r25
     r59 = r8 + r59
-    r59 = x20 * x35 * r31 * r59
+    r59 = x20 * x36 * r31 * r59
     r64 = 4.0 * x11
     r65 = 4.0 * x5
     r66 = 8.0 * x12
     r67 = 4.0 * x11 * x10
     r68 = 4.0 * x14 * x10
     r68 = r64 + r65 + r66 + r67 + r68
-    r68 = x20 * x35 * r31 * r25 * r68
+    r68 = x20 * x36 * r31 * r25 * r68
     r68 = r59 + r68
-    r59 = x25 == 1.0
+    r59 = x26 == 1.0
     r66 = 2.0 * x5
     r65 = 6.0 * x12
     r75 = 2.0 * x14 * x10
     r67 = r66 + r64 + r65 + r75 + r67
     r67 = r25 * r67
     r67 = r8 + r67
-    r67 = x20 * x35 * r31 * r67
+    r67 = x20 * x36 * r31 * r67
     r68 = k.where(r59, r67, r68)
-    r67 = x25 == 2.0
-    r75 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r67 = x26 == 2.0
+    r75 = 2.0 * x20 * x12 * x36 * r31 * r25
     r75 = k.where(r67, r75, r68)
-    r65 = 1.0 + x24
+    r65 = 1.0 + x25
     r65 = k.min(r65, r6)
     r65 = r65 * r35
-    r64 = x34 == 4.0
-    r66 = 2.0 * x24
+    r64 = x35 == 4.0
+    r66 = 2.0 * x25
     r89 = -1.0 + r66
     r89 = k.min(r89, r6)
     r89 = r89 * r35
     r92 = k.where(r64, r89, r65)
-    r93 = x34 == 0.0
-    r94 = x34 == 3.0
+    r93 = x35 == 0.0
+    r94 = x35 == 3.0
     r95 = k.or_(r93, r94)
-    r96 = k.min(x24, r6)
+    r96 = k.min(x25, r6)
     r96 = r96 * r35
     r92 = k.where(r95, r96, r92)
-    r96 = x34 == 1.0
-    r100 = k.recip(x39)
-    r101 = x6 * x39 * r4 * r5
-    r102 = -1.0 + x39
-    r102 = x24 * r102
+    r96 = x35 == 1.0
+    r100 = k.recip(x40)
+    r101 = x6 * x40 * r4 * r5
+    r102 = -1.0 + x40
+    r102 = x25 * r102
     r104 = -1.0 + r66 + r102
     r104 = k.min(r101, r104)
     r104 = r100 * r104 * r35
     r92 = k.where(r96, r104, r92)
-    r104 = x34 == 2.0
+    r104 = x35 == 2.0
     r109 = x6 * r4 * r5 * r35
     r92 = k.where(r104, r109, r92)
     r92 = r75 * r92
@@ -125,9 +125,9 @@ def quantities(x, k):
     r113 = k.or_(r27, r38)
     r114 = -2.0 * x12 * r25
     r114 = r8 + r114
-    r114 = x20 * x35 * r31 * r114
-    r8 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r118 = x38 * x20 * x16 * x35 * r31 * r25
+    r114 = x20 * x36 * r31 * r114
+    r8 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r118 = x39 * x20 * x16 * x36 * r31 * r25
     r8 = r114 + r8 + r118
     r8 = k.max(r8, r112)
     r113 = k.where(r113, r8, r112)
@@ -136,7 +136,7 @@ def quantities(x, k):
     r114 = k.where(r27, r123, r114)
     r123 = 3.0 * x4 * r114 * r40
     r123 = k.where(r56, r123, 0.0)
-    r127 = x24 > 1.0
+    r127 = x25 > 1.0
     r127 = k.and_(r56, r127)
     r129 = 6.0 * r40
     r123 = k.where(r127, r129, r123)
@@ -155,33 +155,33 @@ def quantities(x, k):
     r40 = r129 == r40
     r123 = k.where(r40, r123, 0.0)
     r40 = r55 + r52 + r54 + r132 + r113 + r123
-    r129 = -1.0 + x24
+    r129 = -1.0 + x25
     r92 = k.min(1.0, r129)
     r148 = r92 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
     r148 = r16 * r148
     r151 = 1.0 + r92
-    r151 = x24 == r151
+    r151 = x25 == r151
     r153 = k.where(r151, 1.0, 0.0)
     r153 = 2.0 * x12 * r153
     r155 = r92 != 0.0
     r155 = k.and_(r155, r151)
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x38 * x12 * r155
+    r155 = x39 * x12 * r155
     r155 = r148 + r36 + r37 + r153 + r155
     r155 = r25 * r155
     r153 = -1.0 * r92
-    r148 = x24 + r153
+    r148 = x25 + r153
     r163 = r148 == 1.0
     r163 = k.where(r163, 1.0, 0.0)
     r163 = r16 * r163
-    r16 = x24 == r148
+    r16 = x25 == r148
     r167 = k.where(r16, 1.0, 0.0)
     r167 = 2.0 * x12 * r167
     r169 = r148 != 1.0
     r169 = k.and_(r16, r169)
     r169 = k.where(r169, 1.0, 0.0)
-    r169 = x38 * x12 * r169
+    r169 = x39 * x12 * r169
     r169 = r163 + r36 + r37 + r167 + r169
     r169 = r25 * r169
     r169 = r169 + r155
@@ -293,442 +293,443 @@ def quantities(x, k):
     r127 = k.where(r54, r66, r127)
     r123 = r40 == r123
     r127 = k.where(r123, r132, r127)
-    r132 = x38 * x20 * x4 * x35 * r31 * r25
-    r123 = x38 * x20 * x4 * x35 * r31
+    r132 = x39 * x20 * x4 * x36 * r31 * r25
+    r123 = x39 * x20 * x4 * x36 * r31
     r66 = k.max(r40, r155, r12)
     r54 = r155 == r66
     r12 = k.where(r54, r155, r12)
     r66 = r40 == r66
     r12 = k.where(r66, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r66 = 6.0 * x6 * x35 * r15
+    r40 = -1.0 * x21
+    r66 = -1.0 * r12
+    r66 = x8 + r40 + r66
+    r40 = 6.0 * x6 * x36 * r15
     r155 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r55 = 6.0 * x38 * x12
+    r55 = 6.0 * x39 * x12
     r167 = 6.0 * x12 * x18
-    r52 = 12.0 * x15 * x11 * x10 * x35
+    r52 = 12.0 * x15 * x11 * x10 * x36
     r52 = r155 + r54 + r16 + r55 + r167 + r52
-    r167 = x6 * x35 * r52
+    r167 = x6 * x36 * r52
     r55 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r54 = 0.16666666666666666 * x35 * r16
+    r54 = 0.16666666666666666 * x36 * r16
     r37 = k.recip(x15)
-    r16 = 0.0625 * x38 * r37 * r16
+    r16 = 0.0625 * x39 * r37 * r16
     r16 = 1.0 + r54 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r55 * r16
-    r55 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r55 * r16
+    r55 = k.pow(x36, 2.0)
     r55 = 2.0 * x6 * x15 * x11 * x10 * r55
     r54 = x11 * x10
     r75 = x14 * x10
     r75 = x5 + r54 + r75
-    r75 = 2.0 * x6 * x15 * x12 * x35 * r75
+    r75 = 2.0 * x6 * x15 * x12 * x36 * r75
     r75 = k.where(r59, r75, 0.0)
-    r54 = 0.3333333333333333 * x6 * x35 * r52
+    r54 = 0.3333333333333333 * x6 * x36 * r52
     r75 = k.where(r67, r54, r75)
     r75 = r167 + r55 + r75
     r55 = k.where(r67, 1.0, 0.0)
     r54 = 1.0 + r55
     r169 = k.recip(x9)
     r65 = k.recip(x19)
-    r109 = x38 * x12 * r25
-    r35 = x20 * x12 * x35 * r31
-    r101 = x38 * x20 * x35 * r31 * r25
+    r109 = x39 * x12 * r25
+    r35 = x20 * x12 * x36 * r31
+    r101 = x39 * x20 * x36 * r31 * r25
     r101 = r109 + r35 + r101
     r109 = 2.0 * r169 * r65 * r101
-    r102 = k.recip(x23)
+    r102 = k.recip(x24)
     r89 = k.recip(x17)
-    r148 = 2.0 * x38 * x20 * x12 * x35 * r102 * r31 * r89 * r25
+    r148 = 2.0 * x39 * x20 * x12 * x36 * r102 * r31 * r89 * r25
     r148 = r109 + r148
     r148 = r54 * r148
     r101 = 4.0 * r169 * r65 * r101
-    r109 = 4.0 * x38 * x20 * x12 * x35 * r102 * r31 * r89 * r25
+    r109 = 4.0 * x39 * x20 * x12 * x36 * r102 * r31 * r89 * r25
     r109 = r148 + r101 + r109
     r109 = r11 * r109
     r101 = x11 * x10 * x12 * r25
-    r148 = x11 * x20 * x10 * x35 * r31 * r25
+    r148 = x11 * x20 * x10 * x36 * r31 * r25
     r148 = r101 + r35 + r148
     r101 = r169 * r65 * r148
-    r163 = k.recip(x22)
-    r342 = 2.0 * x11 * x20 * x10 * x12 * x35 * r163 * r31 * r89 * r25
-    r342 = r101 + r342
-    r342 = r54 * r342
+    r163 = k.recip(x23)
+    r343 = 2.0 * x11 * x20 * x10 * x12 * x36 * r163 * r31 * r89 * r25
+    r343 = r101 + r343
+    r343 = r54 * r343
     r101 = x10 * x12 * r25 * r14
-    r346 = x20 * x10 * x35 * r31 * r25 * r14
-    r346 = r35 + r101 + r346
-    r101 = r169 * r65 * r346
-    r349 = 2.0 * x20 * x10 * x12 * x35 * r163 * r31 * r89 * r25 * r14
-    r349 = r101 + r349
-    r349 = r54 * r349
+    r347 = x20 * x10 * x36 * r31 * r25 * r14
+    r347 = r35 + r101 + r347
+    r101 = r169 * r65 * r347
+    r350 = 2.0 * x20 * x10 * x12 * x36 * r163 * r31 * r89 * r25 * r14
+    r350 = r101 + r350
+    r350 = r54 * r350
     r101 = x12 * x5 * r25
-    r353 = x20 * x5 * x35 * r31 * r25
-    r353 = r101 + r35 + r353
-    r101 = r169 * r65 * r353
-    r356 = 2.0 * x20 * x12 * x5 * x35 * r163 * r31 * r89 * r25
-    r356 = r101 + r356
-    r101 = r54 * r356
-    r359 = x14 * x10 * x12 * r25
-    r360 = x14 * x20 * x10 * x35 * r31 * r25
-    r360 = r359 + r35 + r360
-    r360 = r169 * r65 * r360
-    r35 = 2.0 * x14 * x20 * x10 * x12 * x35 * r163 * r31 * r89 * r25
-    r35 = r360 + r35
+    r354 = x20 * x5 * x36 * r31 * r25
+    r354 = r101 + r35 + r354
+    r101 = r169 * r65 * r354
+    r357 = 2.0 * x20 * x12 * x5 * x36 * r163 * r31 * r89 * r25
+    r357 = r101 + r357
+    r101 = r54 * r357
+    r360 = x14 * x10 * x12 * r25
+    r361 = x14 * x20 * x10 * x36 * r31 * r25
+    r361 = r360 + r35 + r361
+    r361 = r169 * r65 * r361
+    r35 = 2.0 * x14 * x20 * x10 * x12 * x36 * r163 * r31 * r89 * r25
+    r35 = r361 + r35
     r35 = r54 * r35
-    r360 = x5 * r25
-    r360 = x12 + r360
-    r359 = 4.0 * x20 * x35 * r169 * r31 * r65 * r360
-    r369 = x11 * x10 * r25
-    r369 = x12 + r369
-    r369 = 4.0 * x20 * x35 * r169 * r31 * r65 * r369
-    r372 = x14 * x10 * r25
-    r372 = x12 + r372
-    r372 = 4.0 * x20 * x35 * r169 * r31 * r65 * r372
-    r372 = r101 + r342 + r35 + r359 + r369 + r372
-    r359 = k.where(r59, 1.0, 0.0)
-    r372 = r372 * r359
-    r356 = 2.0 * r54 * r356
+    r361 = x5 * r25
+    r361 = x12 + r361
+    r360 = 4.0 * x20 * x36 * r169 * r31 * r65 * r361
+    r370 = x11 * x10 * r25
+    r370 = x12 + r370
+    r370 = 4.0 * x20 * x36 * r169 * r31 * r65 * r370
+    r373 = x14 * x10 * r25
+    r373 = x12 + r373
+    r373 = 4.0 * x20 * x36 * r169 * r31 * r65 * r373
+    r373 = r101 + r343 + r35 + r360 + r370 + r373
+    r360 = k.where(r59, 1.0, 0.0)
+    r373 = r373 * r360
+    r357 = 2.0 * r54 * r357
     r148 = 2.0 * r169 * r65 * r148
-    r346 = 2.0 * r169 * r65 * r346
-    r353 = 4.0 * r169 * r65 * r353
+    r347 = 2.0 * r169 * r65 * r347
+    r354 = 4.0 * r169 * r65 * r354
     r35 = x10 * r25 * r14
     r35 = x12 + r35
-    r35 = 4.0 * x20 * x35 * r169 * r31 * r65 * r35
-    r360 = 8.0 * x20 * x35 * r169 * r31 * r65 * r360
-    r101 = 8.0 * x20 * x12 * x5 * x35 * r163 * r31 * r89 * r25
-    r387 = 4.0 * x11 * x20 * x10 * x12 * x35 * r163 * r31 * r89 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r163 * r31 * r89 * r25 * r14
-    r14 = r342 + r349 + r372 + r356 + r148 + r346 + r353 + r369 + r35 + r360 + r101 + r387 + r14
+    r35 = 4.0 * x20 * x36 * r169 * r31 * r65 * r35
+    r361 = 8.0 * x20 * x36 * r169 * r31 * r65 * r361
+    r101 = 8.0 * x20 * x12 * x5 * x36 * r163 * r31 * r89 * r25
+    r388 = 4.0 * x11 * x20 * x10 * x12 * x36 * r163 * r31 * r89 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r163 * r31 * r89 * r25 * r14
+    r14 = r343 + r350 + r373 + r357 + r148 + r347 + r354 + r370 + r35 + r361 + r101 + r388 + r14
     r14 = x15 * r11 * r14
     r14 = r109 + r14
     r109 = x6 * r4 * r5 * r14
-    r387 = 3.0 * x5
-    r359 = 1.0 + r359 + r55
-    r101 = 2.0 * x5 * r359
-    r101 = r387 + r101
-    r101 = x20 * x35 * r31 * r25 * r101
-    r359 = 10.0 * x12 * r359
-    r359 = r155 + r359
-    r359 = x20 * x35 * r31 * r25 * r359
-    r359 = r101 + r359
-    r359 = x15 * r11 * r359
-    r101 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r101 = r359 + r101
-    r359 = x6 * x4 * r169 * r4 * r5 * r65 * r101
+    r388 = 3.0 * x5
+    r360 = 1.0 + r360 + r55
+    r101 = 2.0 * x5 * r360
+    r101 = r388 + r101
+    r101 = x20 * x36 * r31 * r25 * r101
+    r360 = 10.0 * x12 * r360
+    r360 = r155 + r360
+    r360 = x20 * x36 * r31 * r25 * r360
+    r360 = r101 + r360
+    r360 = x15 * r11 * r360
+    r101 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r101 = r360 + r101
+    r360 = x6 * x4 * r169 * r4 * r5 * r65 * r101
     r155 = k.recip(x0)
-    r387 = x11 * x10 * x35
+    r388 = x11 * x10 * x36
     r55 = 3.0 + r55
-    r55 = 2.0 * x11 * x10 * x35 * r55
-    r55 = r387 + r55
-    r387 = x6 * x15 * x35 * r102 * r4 * r31 * r89 * r155 * r11 * r25 * r55
-    r360 = r109 + r359 + r387
-    r35 = k.recip(r360)
+    r55 = 2.0 * x11 * x10 * x36 * r55
+    r55 = r388 + r55
+    r388 = x6 * x15 * x36 * r102 * r4 * r31 * r89 * r155 * r11 * r25 * r55
+    r361 = r109 + r360 + r388
+    r35 = k.recip(r361)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r369 = k.recip(x6)
-    r353 = 0.3333333333333333 * x3 * x20 * r369 * r100 * r360
-    r346 = 0.6666666666666666 * x3 * x20 * x24 * r369 * r360
+    r370 = k.recip(x6)
+    r354 = 0.3333333333333333 * x3 * x20 * r370 * r100 * r361
+    r347 = 0.6666666666666666 * x3 * x20 * x25 * r370 * r361
     r101 = -1.0 * x6 * x4 * r169 * r4 * r5 * r65 * r101
-    r55 = -1.0 * x6 * x15 * x35 * r102 * r4 * r31 * r89 * r155 * r11 * r25 * r55
-    r346 = r14 + r353 + r346 + r101 + r55
-    r346 = k.max(0.0, r346)
-    r353 = 0.5 * x24
-    r353 = -1.0 + r353
-    r353 = 0.6666666666666666 * x3 * x20 * r369 * r100 * r353 * r360
-    r353 = k.where(r64, 0.0, r353)
-    r64 = 0.3333333333333333 * x3 * x20 * r369 * r100 * r129 * r360
-    r353 = k.where(r94, r64, r353)
+    r55 = -1.0 * x6 * x15 * x36 * r102 * r4 * r31 * r89 * r155 * r11 * r25 * r55
+    r347 = r14 + r354 + r347 + r101 + r55
+    r347 = k.max(0.0, r347)
+    r354 = 0.5 * x25
+    r354 = -1.0 + r354
+    r354 = 0.6666666666666666 * x3 * x20 * r370 * r100 * r354 * r361
+    r354 = k.where(r64, 0.0, r354)
+    r64 = 0.3333333333333333 * x3 * x20 * r370 * r100 * r129 * r361
+    r354 = k.where(r94, r64, r354)
     r104 = k.or_(r93, r96, r104)
-    r100 = x3 * x20 * r369 * r100 * r129 * r360
-    r353 = k.where(r104, r100, r353)
-    r353 = k.max(r346, r353)
-    r35 = r35 * r353
+    r100 = x3 * x20 * r370 * r100 * r129 * r361
+    r354 = k.where(r104, r100, r354)
+    r354 = k.max(r347, r354)
+    r35 = r35 * r354
     r65 = 28.0 * r169 * r65 * r32
-    r169 = r65 + r109 + r359 + r387
-    r346 = -1.0 * x21
-    r346 = 1.0 + r346
-    r100 = x24 * x39
+    r169 = r65 + r109 + r360 + r388
+    r347 = -1.0 * x22
+    r347 = 1.0 + r347
+    r100 = x25 * x40
     r100 = -1.0 + r100
-    r93 = k.recip(x27)
-    r64 = k.recip(x28)
-    r94 = x20 * x4 * x12 * x35 * r93 * r31 * r64 * r25
-    r94 = x29 + r94
-    r155 = 2.0 * x3 * x2 * x37
-    r155 = x31 >= r155
-    r89 = k.recip(x30)
-    r102 = k.recip(x32)
-    r148 = x20 * x4 * x12 * x35 * r89 * r31 * r102 * r25
-    r148 = x33 + r148
+    r93 = k.recip(x28)
+    r64 = k.recip(x29)
+    r94 = x20 * x4 * x12 * x36 * r93 * r31 * r64 * r25
+    r94 = x30 + r94
+    r155 = 2.0 * x3 * x2 * x38
+    r155 = x32 >= r155
+    r89 = k.recip(x31)
+    r102 = k.recip(x33)
+    r148 = x20 * x4 * x12 * x36 * r89 * r31 * r102 * r25
+    r148 = x34 + r148
     r94 = k.where(r155, r148, r94)
     r94 = 2.0 * x6 * r4 * r5 * r11 * r100 * r94
     r94 = k.where(r38, 0.0, r94)
-    r346 = r346 * r94
-    r148 = x3 * x20 * r369 * r360
-    r155 = x24 <= 1.0
+    r347 = r347 * r94
+    r148 = x3 * x20 * r370 * r361
+    r155 = x25 <= 1.0
     r53 = k.and_(r53, r155)
-    r148 = k.where(r53, r360, r148)
-    r148 = -1.0 * x21 * r148
-    r360 = x3 * x2
-    r356 = -1.0 + r360
-    r372 = k.recip(r356)
-    r349 = 2.0 * x3 * x2
-    r349 = -2.0 + r349
-    r342 = x31 * r25
-    r464 = k.gcd(r360, r342)
-    r465 = k.recip(r464)
-    r466 = x3 * x2 * r465
-    r466 = -1.0 + r466
-    r466 = x29 * r466
-    r469 = -1.0 * x3 * x2 * r465
-    r469 = r360 + r469
-    r469 = x33 * r469
-    r472 = r466 + r469
-    r472 = r372 * r349 * r472
-    r372 = x4 * x24 * r93 * r37 * r4 * r31 * r64 * r465 * r349 * r26
-    r464 = -1.0 + r464
-    r476 = x4 * x24 * r89 * r37 * r4 * r31 * r102 * r465 * r464 * r349 * r26
-    r476 = k.max(r372, r476)
-    r476 = r472 + r476
-    r472 = x31 <= x37
-    r372 = x29 * r349
-    r481 = x4 * x24 * r93 * r37 * r4 * r31 * r64 * r349 * r26
-    r481 = r372 + r481
-    r476 = k.where(r472, r481, r476)
-    r481 = x3 * x2 * x37
-    r481 = x31 >= r481
-    r372 = x33 * r349
-    r487 = x4 * x24 * r89 * r37 * r4 * r31 * r102 * r349 * r26
-    r487 = r372 + r487
-    r476 = k.where(r481, r487, r476)
-    r476 = x15 * r11 * r476
-    r487 = x4 * x24 * r93 * r37 * r4 * r31 * r64 * r465 * r356 * r26
-    r464 = x4 * x24 * r89 * r37 * r4 * r31 * r102 * r465 * r356 * r464 * r26
-    r464 = k.max(r487, r464)
-    r464 = r466 + r469 + r464
-    r469 = x29 * r356
-    r466 = x4 * x24 * r93 * r37 * r4 * r31 * r64 * r356 * r26
-    r466 = r469 + r466
-    r464 = k.where(r472, r466, r464)
-    r466 = x33 * r356
-    r37 = x4 * x24 * r89 * r37 * r4 * r31 * r102 * r356 * r26
-    r37 = r466 + r37
-    r464 = k.where(r481, r37, r464)
-    r37 = 2.0 * x15 * r11 * r464
-    r476 = k.where(r28, r37, r476)
-    r37 = x15 * r11 * r464
-    r481 = x6 * x15 * r4 * r5 * r11 * r464
-    r481 = r37 + r481
-    r476 = k.where(r53, r481, r476)
+    r148 = k.where(r53, r361, r148)
+    r148 = -1.0 * x22 * r148
+    r361 = x3 * x2
+    r357 = -1.0 + r361
+    r373 = k.recip(r357)
+    r350 = 2.0 * x3 * x2
+    r350 = -2.0 + r350
+    r343 = x32 * r25
+    r465 = k.gcd(r361, r343)
+    r466 = k.recip(r465)
+    r467 = x3 * x2 * r466
+    r467 = -1.0 + r467
+    r467 = x30 * r467
+    r470 = -1.0 * x3 * x2 * r466
+    r470 = r361 + r470
+    r470 = x34 * r470
+    r473 = r467 + r470
+    r473 = r373 * r350 * r473
+    r373 = x4 * x25 * r93 * r37 * r4 * r31 * r64 * r466 * r350 * r26
+    r465 = -1.0 + r465
+    r477 = x4 * x25 * r89 * r37 * r4 * r31 * r102 * r466 * r465 * r350 * r26
+    r477 = k.max(r373, r477)
+    r477 = r473 + r477
+    r473 = x32 <= x38
+    r373 = x30 * r350
+    r482 = x4 * x25 * r93 * r37 * r4 * r31 * r64 * r350 * r26
+    r482 = r373 + r482
+    r477 = k.where(r473, r482, r477)
+    r482 = x3 * x2 * x38
+    r482 = x32 >= r482
+    r373 = x34 * r350
+    r488 = x4 * x25 * r89 * r37 * r4 * r31 * r102 * r350 * r26
+    r488 = r373 + r488
+    r477 = k.where(r482, r488, r477)
+    r477 = x15 * r11 * r477
+    r488 = x4 * x25 * r93 * r37 * r4 * r31 * r64 * r466 * r357 * r26
+    r465 = x4 * x25 * r89 * r37 * r4 * r31 * r102 * r466 * r357 * r465 * r26
+    r465 = k.max(r488, r465)
+    r465 = r467 + r470 + r465
+    r470 = x30 * r357
+    r467 = x4 * x25 * r93 * r37 * r4 * r31 * r64 * r357 * r26
+    r467 = r470 + r467
+    r465 = k.where(r473, r467, r465)
+    r467 = x34 * r357
+    r37 = x4 * x25 * r89 * r37 * r4 * r31 * r102 * r357 * r26
+    r37 = r467 + r37
+    r465 = k.where(r482, r37, r465)
+    r37 = 2.0 * x15 * r11 * r465
+    r477 = k.where(r28, r37, r477)
+    r37 = x15 * r11 * r465
+    r482 = x6 * x15 * r4 * r5 * r11 * r465
+    r482 = r37 + r482
+    r477 = k.where(r53, r482, r477)
     r155 = k.and_(r56, r155)
-    r464 = 3.0 * x6 * x15 * r4 * r5 * r11 * r464
-    r476 = k.where(r155, r464, r476)
-    r360 = r360 == 1.0
-    r476 = k.where(r360, 0.0, r476)
-    r148 = r148 + r476
+    r465 = 3.0 * x6 * x15 * r4 * r5 * r11 * r465
+    r477 = k.where(r155, r465, r477)
+    r361 = r361 == 1.0
+    r477 = k.where(r361, 0.0, r477)
+    r148 = r148 + r477
     r148 = k.max(0.0, r148)
-    r342 = k.gcd(x2, r342)
-    r464 = k.recip(r342)
-    r56 = x2 * r464
+    r343 = k.gcd(x2, r343)
+    r465 = k.recip(r343)
+    r56 = x2 * r465
     r56 = -1.0 + r56
-    r56 = x29 * r56
-    r481 = -1.0 * x2 * r464
-    r481 = x2 + r481
-    r481 = x33 * r481
+    r56 = x30 * r56
+    r482 = -1.0 * x2 * r465
+    r482 = x2 + r482
+    r482 = x34 * r482
     r37 = -1.0 + x2
-    r466 = 2.0 * x14 * x20 * x10 * x4 * x35 * r93 * r31 * r64 * r25 * r464 * r37
-    r342 = -1.0 + r342
-    r342 = 2.0 * x14 * x20 * x10 * x4 * x35 * r89 * r31 * r102 * r25 * r464 * r37 * r342
-    r342 = k.max(r466, r342)
-    r342 = r56 + r481 + r342
-    r481 = x29 * r37
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r93 * r31 * r64 * r25 * r37
-    r56 = r481 + r56
-    r342 = k.where(r472, r56, r342)
-    r56 = x2 * x37
-    r56 = x31 >= r56
-    r472 = x33 * r37
-    r481 = 2.0 * x14 * x20 * x10 * x4 * x35 * r89 * r31 * r102 * r25 * r37
-    r481 = r472 + r481
-    r342 = k.where(r56, r481, r342)
-    r481 = x6 * x15 * r4 * r5 * r11 * r342
-    r342 = x6 * x15 * r4 * r5 * r11 * r54 * r342
-    r342 = r481 + r342
-    r481 = x2 == 1.0
-    r342 = k.where(r481, 0.0, r342)
+    r467 = 2.0 * x14 * x20 * x10 * x4 * x36 * r93 * r31 * r64 * r25 * r465 * r37
+    r343 = -1.0 + r343
+    r343 = 2.0 * x14 * x20 * x10 * x4 * x36 * r89 * r31 * r102 * r25 * r465 * r37 * r343
+    r343 = k.max(r467, r343)
+    r343 = r56 + r482 + r343
+    r482 = x30 * r37
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x36 * r93 * r31 * r64 * r25 * r37
+    r56 = r482 + r56
+    r343 = k.where(r473, r56, r343)
+    r56 = x2 * x38
+    r56 = x32 >= r56
+    r473 = x34 * r37
+    r482 = 2.0 * x14 * x20 * x10 * x4 * x36 * r89 * r31 * r102 * r25 * r37
+    r482 = r473 + r482
+    r343 = k.where(r56, r482, r343)
+    r482 = x6 * x15 * r4 * r5 * r11 * r343
+    r343 = x6 * x15 * r4 * r5 * r11 * r54 * r343
+    r343 = r482 + r343
+    r482 = x2 == 1.0
+    r343 = k.where(r482, 0.0, r343)
     r56 = k.where(r67, 2.0, 0.0)
     r56 = 4.0 + r56
-    r472 = k.gcd(x37, x31)
-    r466 = k.recip(r472)
-    r464 = x37 * r466
-    r464 = -1.0 + r464
-    r464 = x29 * r464
-    r469 = -1.0 * x37 * r466
-    r469 = x37 + r469
-    r469 = x33 * r469
-    r487 = -1.0 + x37
-    r465 = x20 * x12 * x35 * r93 * r31 * r64 * r25 * r466 * r487
-    r472 = -1.0 + r472
-    r372 = x20 * x12 * x35 * r89 * r31 * r102 * r25 * r466 * r487 * r472
-    r372 = k.max(r465, r372)
-    r372 = r464 + r469 + r372
-    r465 = x31 <= 1.0
-    r562 = x29 * r487
-    r563 = x20 * x12 * x35 * r93 * r31 * r64 * r25 * r487
-    r563 = r562 + r563
-    r372 = k.where(r465, r563, r372)
-    r563 = x31 >= x37
-    r567 = x33 * r487
-    r568 = x20 * x12 * x35 * r89 * r31 * r102 * r25 * r487
-    r568 = r567 + r568
-    r372 = k.where(r563, r568, r372)
-    r372 = x6 * x15 * r4 * r5 * r11 * r56 * r372
-    r568 = x20 * x4 * x12 * x35 * r93 * r31 * r64 * r25 * r466 * r487
-    r472 = x20 * x4 * x12 * x35 * r89 * r31 * r102 * r25 * r466 * r487 * r472
-    r472 = k.max(r568, r472)
-    r472 = r464 + r469 + r472
-    r64 = x20 * x4 * x12 * x35 * r93 * r31 * r64 * r25 * r487
-    r64 = r562 + r64
-    r472 = k.where(r465, r64, r472)
-    r102 = x20 * x4 * x12 * x35 * r89 * r31 * r102 * r25 * r487
-    r102 = r567 + r102
-    r472 = k.where(r563, r102, r472)
-    r472 = x6 * x15 * r4 * r5 * r11 * r56 * r472
-    r472 = r372 + r472
-    r372 = x37 == 1.0
-    r472 = k.where(r372, 0.0, r472)
+    r473 = k.gcd(x38, x32)
+    r467 = k.recip(r473)
+    r465 = x38 * r467
+    r465 = -1.0 + r465
+    r465 = x30 * r465
+    r470 = -1.0 * x38 * r467
+    r470 = x38 + r470
+    r470 = x34 * r470
+    r488 = -1.0 + x38
+    r466 = x20 * x12 * x36 * r93 * r31 * r64 * r25 * r467 * r488
+    r473 = -1.0 + r473
+    r373 = x20 * x12 * x36 * r89 * r31 * r102 * r25 * r467 * r488 * r473
+    r373 = k.max(r466, r373)
+    r373 = r465 + r470 + r373
+    r466 = x32 <= 1.0
+    r563 = x30 * r488
+    r564 = x20 * x12 * x36 * r93 * r31 * r64 * r25 * r488
+    r564 = r563 + r564
+    r373 = k.where(r466, r564, r373)
+    r564 = x32 >= x38
+    r568 = x34 * r488
+    r569 = x20 * x12 * x36 * r89 * r31 * r102 * r25 * r488
+    r569 = r568 + r569
+    r373 = k.where(r564, r569, r373)
+    r373 = x6 * x15 * r4 * r5 * r11 * r56 * r373
+    r569 = x20 * x4 * x12 * x36 * r93 * r31 * r64 * r25 * r467 * r488
+    r473 = x20 * x4 * x12 * x36 * r89 * r31 * r102 * r25 * r467 * r488 * r473
+    r473 = k.max(r569, r473)
+    r473 = r465 + r470 + r473
+    r64 = x20 * x4 * x12 * x36 * r93 * r31 * r64 * r25 * r488
+    r64 = r563 + r64
+    r473 = k.where(r466, r64, r473)
+    r102 = x20 * x4 * x12 * x36 * r89 * r31 * r102 * r25 * r488
+    r102 = r568 + r102
+    r473 = k.where(r564, r102, r473)
+    r473 = x6 * x15 * r4 * r5 * r11 * r56 * r473
+    r473 = r373 + r473
+    r373 = x38 == 1.0
+    r473 = k.where(r373, 0.0, r473)
     r55 = r14 + r101 + r55
     r55 = k.max(0.0, r55)
     r55 = k.where(r27, r55, 0.0)
-    r101 = r346 + r65 + r109 + r359 + r387 + r148 + r353 + r342 + r472 + r55
+    r101 = r347 + r65 + r109 + r360 + r388 + r148 + r354 + r343 + r473 + r55
     r14 = k.recip(r101)
-    r102 = 6.0 * x6 * x35 * r163 * r4 * r31 * r11 * r25 * r14 * r15
-    r52 = x6 * x35 * r163 * r4 * r31 * r11 * r25 * r14 * r52
-    r14 = x20 * x4 * x12 * x35 * r31
-    r163 = x20 * x4 * x12 * x35 * r93 * r31
-    r349 = x4 * r4 * r31 * r349 * r26
-    r563 = 2.0 * x4 * r4 * r31 * r356 * r26
-    r349 = k.where(r28, r563, r349)
-    r563 = x4 * r4 * r31 * r356 * r26
+    r102 = 6.0 * x6 * x36 * r163 * r4 * r31 * r11 * r25 * r14 * r15
+    r52 = x6 * x36 * r163 * r4 * r31 * r11 * r25 * r14 * r52
+    r14 = x20 * x4 * x12 * x36 * r31
+    r163 = x20 * x4 * x12 * x36 * r93 * r31
+    r350 = x4 * r4 * r31 * r350 * r26
+    r564 = 2.0 * x4 * r4 * r31 * r357 * r26
+    r350 = k.where(r28, r564, r350)
+    r564 = x4 * r4 * r31 * r357 * r26
     r28 = k.pow(x3, -2.0)
-    r567 = x6 * x4 * r28 * r5 * r31 * r356 * r26
-    r567 = r563 + r567
-    r349 = k.where(r53, r567, r349)
-    r356 = 3.0 * x6 * x4 * r28 * r5 * r31 * r356 * r26
-    r349 = k.where(r155, r356, r349)
-    r349 = k.where(r360, 0.0, r349)
-    r360 = r93 * r349
-    r93 = x30 * r93
-    r356 = k.recip(x35)
-    r155 = x36 * r369 * r356
+    r568 = x6 * x4 * r28 * r5 * r31 * r357 * r26
+    r568 = r564 + r568
+    r350 = k.where(r53, r568, r350)
+    r357 = 3.0 * x6 * x4 * r28 * r5 * r31 * r357 * r26
+    r350 = k.where(r155, r357, r350)
+    r350 = k.where(r361, 0.0, r350)
+    r361 = r93 * r350
+    r93 = x31 * r93
+    r357 = k.recip(x36)
+    r155 = x37 * r370 * r357
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r567 = 1.6e-11 * x12
+    r568 = 1.6e-11 * x12
     r53 = 8e-12 * x15 * r9
-    r563 = 8e-12 * x15 * r13
-    r89 = 8e-12 * x38 * x12
+    r564 = 8e-12 * x15 * r13
+    r89 = 8e-12 * x39 * x12
     r64 = 8e-12 * x12 * x18
-    r465 = r567 + r53 + r563 + r89 + r64
-    r562 = 8e-12 * x12
-    r469 = 4e-12 * x15 * r9
-    r464 = 4e-12 * x15 * r13
-    r568 = 4e-12 * x38 * x12
-    r466 = 4e-12 * x12 * x18
-    r466 = r562 + r469 + r464 + r568 + r466
-    r466 = r28 > r466
-    r568 = -1.6e-11 * x12
+    r466 = r568 + r53 + r564 + r89 + r64
+    r563 = 8e-12 * x12
+    r470 = 4e-12 * x15 * r9
+    r465 = 4e-12 * x15 * r13
+    r569 = 4e-12 * x39 * x12
+    r467 = 4e-12 * x12 * x18
+    r467 = r563 + r470 + r465 + r569 + r467
+    r467 = r28 > r467
+    r569 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r464 = -8e-12 * x38 * x12
-    r469 = -8e-12 * x12 * x18
-    r562 = k.sqrt(2.0)
-    r631 = k.sqrt(x3)
-    r631 = k.recip(r631)
-    r633 = k.sqrt(x2)
-    r633 = k.recip(r633)
-    r635 = k.sqrt(x13)
-    r635 = k.recip(r635)
-    r637 = k.sqrt(x24)
-    r637 = k.recip(r637)
-    r639 = k.sqrt(x37)
-    r639 = k.recip(r639)
-    r641 = k.sqrt(r465)
-    r642 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r465
-    r643 = k.sqrt(x3)
-    r644 = k.sqrt(x2)
-    r645 = k.sqrt(x13)
-    r646 = k.sqrt(x24)
-    r647 = k.sqrt(x37)
-    r647 = 0.16666666666666666 * r562 * r643 * r644 * r645 * r646 * r647 * r641
-    r647 = 1.0 + r642 + r647
-    r647 = r562 * r631 * r633 * r635 * r637 * r639 * r641 * r647
-    r647 = r568 + r9 + r13 + r464 + r469 + r647
-    r469 = k.where(r466, r647, r28)
-    r64 = r567 + r53 + r563 + r89 + r64 + r469
-    r64 = x3 * x2 * x13 * x24 * x37 * r64
+    r465 = -8e-12 * x39 * x12
+    r470 = -8e-12 * x12 * x18
+    r563 = k.sqrt(2.0)
+    r632 = k.sqrt(x3)
+    r632 = k.recip(r632)
+    r634 = k.sqrt(x2)
+    r634 = k.recip(r634)
+    r636 = k.sqrt(x13)
+    r636 = k.recip(r636)
+    r638 = k.sqrt(x25)
+    r638 = k.recip(r638)
+    r640 = k.sqrt(x38)
+    r640 = k.recip(r640)
+    r642 = k.sqrt(r466)
+    r643 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r466
+    r644 = k.sqrt(x3)
+    r645 = k.sqrt(x2)
+    r646 = k.sqrt(x13)
+    r647 = k.sqrt(x25)
+    r648 = k.sqrt(x38)
+    r648 = 0.16666666666666666 * r563 * r644 * r645 * r646 * r647 * r648 * r642
+    r648 = 1.0 + r643 + r648
+    r648 = r563 * r632 * r634 * r636 * r638 * r640 * r642 * r648
+    r648 = r569 + r9 + r13 + r465 + r470 + r648
+    r470 = k.where(r467, r648, r28)
+    r64 = r568 + r53 + r564 + r89 + r64 + r470
+    r64 = x3 * x2 * x13 * x25 * x38 * r64
     r64 = k.exp(r64)
     r64 = -1.0 + r64
     r89 = k.recip(r64)
-    r563 = x26 + x1
-    r53 = -1.0 * x3 * x2 * x13 * x24 * x37 * r563
+    r564 = x27 + x1
+    r53 = -1.0 * x3 * x2 * x13 * x25 * x38 * r564
     r53 = k.exp(r53)
-    r53 = x3 * x2 * x13 * x24 * x37 * r89 * r469 * r53
-    r89 = x3 * x2 * x13 * x24 * x37
-    r647 = k.recip(r647)
-    r89 = k.where(r466, r647, r89)
-    r563 = x3 * x2 * x13 * x24 * x37 * r563
-    r563 = k.exp(r563)
-    r5 = x36 * r369 * r4 * r31 * r5 * r11 * r356 * r25 * r64 * r101 * r89 * r563
-    r563 = x36 * r369 * r356 * r64 * r101 * r89 * r563
-    r89 = x6 * x15 * x12 * x35 * r4 * r31 * r11 * r25 * r487 * r56
-    r56 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r487 * r56
+    r53 = x3 * x2 * x13 * x25 * x38 * r89 * r470 * r53
+    r89 = x3 * x2 * x13 * x25 * x38
+    r648 = k.recip(r648)
+    r89 = k.where(r467, r648, r89)
+    r564 = x3 * x2 * x13 * x25 * x38 * r564
+    r564 = k.exp(r564)
+    r5 = x37 * r370 * r4 * r31 * r5 * r11 * r357 * r25 * r64 * r101 * r89 * r564
+    r564 = x37 * r370 * r357 * r64 * r101 * r89 * r564
+    r89 = x6 * x15 * x12 * x36 * r4 * r31 * r11 * r25 * r488 * r56
+    r56 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r488 * r56
     r56 = r89 + r56
-    r56 = k.where(r372, 0.0, r56)
-    r372 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r37
-    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r54 * r37
-    r37 = r372 + r37
-    r37 = k.where(r481, 0.0, r37)
-    r100 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r100
+    r56 = k.where(r373, 0.0, r56)
+    r373 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r37
+    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r54 * r37
+    r37 = r373 + r37
+    r37 = k.where(r482, 0.0, r37)
+    r100 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r100
     r100 = k.where(r38, 0.0, r100)
-    r38 = x37 >= 2.0
+    r38 = x38 >= 2.0
     r67 = k.or_(r59, r67, r38)
-    r25 = x25 != 2.0
+    r25 = x26 != 2.0
     r11 = k.or_(r59, r38, r25)
-    r31 = r92 < x24
-    r4 = x34 != 2.0
+    r31 = r92 < x25
+    r4 = x35 != 2.0
     r96 = k.and_(r96, r4)
     r96 = k.not_(r96)
     r96 = k.or_(r31, r96)
-    r481 = 0.0 == r129
-    r372 = k.or_(r27, r59, r38, r25, r481)
-    r481 = k.or_(r27, r481)
-    r481 = k.not_(r481)
-    r481 = k.or_(r59, r38, r25, r481)
-    r54 = x34 != 1.0
+    r482 = 0.0 == r129
+    r373 = k.or_(r27, r59, r38, r25, r482)
+    r482 = k.or_(r27, r482)
+    r482 = k.not_(r482)
+    r482 = k.or_(r59, r38, r25, r482)
+    r54 = x35 != 1.0
     r95 = k.and_(r54, r4, r95)
     r95 = k.not_(r95)
     r95 = k.or_(r31, r95)
     r92 = r92 == r129
-    r153 = -1.0 + x24 + r153
+    r153 = -1.0 + x25 + r153
     r129 = r153 == r129
     r129 = k.and_(r27, r129)
     r27 = k.or_(r59, r38, r25, r92, r129)
     r129 = k.or_(r92, r129)
     r129 = k.not_(r129)
     r129 = k.or_(r59, r38, r25, r129)
-    r129 = k.and_(r67, r11, r96, r372, r481, r95, r27, r129)
-    r481 = k.and_(r67, r372, r481)
+    r129 = k.and_(r67, r11, r96, r373, r482, r95, r27, r129)
+    r482 = k.and_(r67, r373, r482)
     r11 = k.and_(r67, r11)
     r38 = k.or_(r59, r38)
-    r59 = x24 >= 2.0
-    r67 = x34 != 3.0
-    r372 = x34 != 4.0
+    r59 = x25 >= 2.0
+    r67 = x35 != 3.0
+    r373 = x35 != 4.0
     r104 = k.not_(r104)
-    r104 = k.and_(r67, r372, r104)
+    r104 = k.and_(r67, r373, r104)
     r104 = k.not_(r104)
     r104 = k.or_(r59, r104)
-    r59 = x22 * x3 * x2 * x24 * x37 * r101
-    r372 = r66 <= r59
+    r59 = x23 * x3 * x2 * x25 * x38 * r101
+    r373 = r40 <= r59
     r59 = r167 <= r59
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r151, r114, r112, r127, 0.0, r113, r8, r68, r132, r123, r118, r12, r40, r66, r66, r167, r16, r75, r35, r169, r353, r101, r102, r52, r14, r163, r360, r93, 0.0, r155, r28, r465, r469, r53, r5, r563, r109, r387, r359, r65, r56, r472, r472, r37, r342, r342, r349, r476, r148, r100, r94, r346, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r129, 1.0, 1.0, r481, r11, r38, 1.0, 1.0, 1.0, r129, r129, 1.0, 1.0, 1.0, 1.0, 1.0, r104, 1.0, r104, r104, r372, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r104, r104, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r151, r114, r112, r127, 0.0, r113, r8, r68, r132, r123, r118, r12, r66, r40, r40, r167, r16, r75, r35, r169, r354, r101, r102, r52, r14, r163, r361, r93, 0.0, r155, r28, r466, r470, r53, r5, r564, r109, r388, r360, r65, r56, r473, r473, r37, r343, r343, r350, r477, r148, r100, r94, r347, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r129, 1.0, 1.0, r482, r11, r38, 1.0, 1.0, 1.0, r129, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r104, 1.0, r104, r104, r373, r59, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r104, r104, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1449,9 +1450,9 @@ def search(x, k):
     return (r104, r3, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (), (41, 46, 47, 48, 49, 50, 51, 52), (39, 46, 47, 48, 49, 50, 51, 52), (40, 46, 47, 48, 49, 50, 51, 52), (), (32, 33, 38), (43, 46, 47, 48, 49, 50, 51, 52), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (30, 46, 47, 48, 49, 50, 51, 52), (15, 46, 47, 48, 49, 50, 51, 52), (18,), (14, 15, 46, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 50, 51, 52, 66), (62,), (11, 60), (11,), (59,), (58,), (29,), (79,), (42, 46, 47, 48, 49, 50, 51, 52), (42, 46, 47, 48, 49, 50, 51, 52, 78, 79), (42, 46, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 31), (13, 34), (13, 35), (13, 36), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 70), (16, 71), (16, 72), (16, 73), (17, 31), (17, 34), (17, 35), (17, 36), (17, 70), (17, 71), (17, 72), (17, 73), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 28), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 9), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 62), (53, 63), (53, 64), (54, 0), (54, 9), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 60), (61, 61), (62, 4), (62, 60), (62, 61), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs_fp8', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (47, 48, 49, 50, 51, 52, 53), (), (42, 47, 48, 49, 50, 51, 52, 53), (40, 47, 48, 49, 50, 51, 52, 53), (41, 47, 48, 49, 50, 51, 52, 53), (), (32, 33, 39), (44, 47, 48, 49, 50, 51, 52, 53), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52, 53), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50, 51, 52, 53), (30, 47, 48, 49, 50, 51, 52, 53), (30, 47, 48, 49, 50, 51, 52, 53), (15, 47, 48, 49, 50, 51, 52, 53), (18,), (14, 15, 47, 48, 49, 50, 51, 52, 53), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 67), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 53), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 67), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 51, 52, 53, 67), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 51, 52, 53, 67), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 51, 52, 53, 67), (63,), (11, 61), (11,), (60,), (59,), (29,), (80,), (43, 47, 48, 49, 50, 51, 52, 53), (43, 47, 48, 49, 50, 51, 52, 53, 79, 80), (43, 47, 48, 49, 50, 51, 52, 53, 77, 78, 79, 80), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 53, 67, 77, 78, 79, 80), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 51, 52, 53, 67, 77, 78, 79, 80), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50, 51, 52, 53), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 76), (7, 76), (9, 75), (10, 75), (11, 75), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 53), (12, 75), (13, 31), (13, 34), (13, 35), (13, 36), (13, 71), (13, 72), (13, 73), (13, 74), (14, 75), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 71), (16, 72), (16, 73), (16, 74), (17, 31), (17, 34), (17, 35), (17, 36), (17, 71), (17, 72), (17, 73), (17, 74), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 71), (22, 72), (22, 73), (22, 74), (22, 75), (23, 31), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 71), (23, 72), (23, 73), (23, 74), (23, 75), (28, 28), (29, 66), (29, 68), (29, 69), (29, 70), (30, 76), (31, 66), (31, 68), (31, 69), (31, 70), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 54), (32, 55), (32, 56), (32, 57), (32, 58), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 66), (32, 68), (32, 69), (32, 70), (32, 76), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 54), (33, 55), (33, 56), (33, 57), (33, 58), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 66), (33, 68), (33, 69), (33, 70), (33, 76), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 54), (34, 55), (34, 56), (34, 57), (34, 58), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 66), (34, 68), (34, 69), (34, 70), (34, 76), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 53), (37, 57), (37, 58), (37, 76), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 54), (45, 55), (45, 56), (45, 57), (45, 58), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 66), (45, 68), (45, 69), (45, 70), (45, 76), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 54), (46, 55), (46, 56), (46, 57), (46, 58), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 66), (46, 68), (46, 69), (46, 70), (46, 76), (50, 76), (51, 0), (51, 9), (51, 63), (51, 64), (51, 65), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 63), (52, 64), (52, 65), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 63), (53, 64), (53, 65), (54, 0), (54, 9), (54, 54), (54, 55), (54, 56), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 54), (55, 55), (55, 56), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 54), (56, 55), (56, 56), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 53), (57, 57), (57, 58), (57, 76), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 53), (58, 57), (58, 58), (58, 76), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 53), (59, 57), (59, 58), (59, 76), (60, 61), (60, 62), (61, 4), (61, 61), (61, 62), (62, 4), (62, 61), (62, 62), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

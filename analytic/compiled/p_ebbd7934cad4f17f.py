@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=alibi;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,15 +30,15 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r15 = r8 + r11 + r15 + r12
-    r11 = k.recip(x23)
-    r16 = k.recip(x37)
+    r11 = k.recip(x24)
+    r16 = k.recip(x38)
     r25 = r11 * r16 * r15
-    r26 = x34 == 5.0
+    r26 = x35 == 5.0
     r27 = 2.0 * r11 * r16 * r15
     r25 = k.where(r26, r27, r25)
-    r27 = x40 >= 1.0
+    r27 = x41 >= 1.0
     r30 = k.recip(x2)
     r31 = r4 * r30 * r25
     r31 = k.where(r27, r31, r25)
@@ -46,21 +46,21 @@ def quantities(x, k):
     r34 = k.ceiling(r33)
     r35 = r9 * r34
     r36 = r13 * r34
-    r37 = x23 == 1.0
+    r37 = x24 == 1.0
     r38 = k.where(r37, 1.0, 0.0)
     r39 = 2.0 * x12 * r38
     r39 = r12 + r35 + r36 + r39
     r39 = r16 * r39
-    r38 = x38 * x12 * r38
-    r12 = x23 != 1.0
+    r38 = x39 * x12 * r38
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r35 + r36 + r38 + r12
     r12 = r16 * r12
     r38 = r39 + r12
     r39 = k.where(r26, r38, r39)
     r8 = 2.0 * r39
-    r51 = x40 >= 3.0
+    r51 = x41 >= 3.0
     r52 = 2.0 * r4 * r30 * r39
     r53 = k.where(r51, r52, r8)
     r54 = 12.0 * r39
@@ -72,45 +72,45 @@ def quantities(x, k):
     r60 = 4.0 * x11 * x10
     r61 = 4.0 * x14 * x10
     r61 = r55 + r58 + r59 + r60 + r61
-    r61 = x19 * x35 * r30 * r16 * r61
-    r60 = x24 == 2.0
-    r59 = 2.0 * x19 * x12 * x35 * r30 * r16
+    r61 = x19 * x36 * r30 * r16 * r61
+    r60 = x25 == 2.0
+    r59 = 2.0 * x19 * x12 * x36 * r30 * r16
     r59 = k.where(r60, r59, r61)
-    r58 = 1.0 + x23
+    r58 = 1.0 + x24
     r58 = k.min(r58, r6)
     r58 = r58 * r34
-    r55 = x34 == 4.0
-    r71 = 2.0 * x23
+    r55 = x35 == 4.0
+    r71 = 2.0 * x24
     r72 = -1.0 + r71
     r72 = k.min(r72, r6)
     r72 = r72 * r34
     r75 = k.where(r55, r72, r58)
-    r76 = x34 == 0.0
-    r77 = x34 == 3.0
+    r76 = x35 == 0.0
+    r77 = x35 == 3.0
     r78 = k.or_(r76, r77)
-    r79 = k.min(x23, r6)
+    r79 = k.min(x24, r6)
     r79 = r79 * r34
     r75 = k.where(r78, r79, r75)
-    r79 = x34 == 1.0
-    r83 = k.recip(x39)
-    r84 = x6 * x39 * r4 * r5
-    r85 = -1.0 + x39
-    r85 = x23 * r85
+    r79 = x35 == 1.0
+    r83 = k.recip(x40)
+    r84 = x6 * x40 * r4 * r5
+    r85 = -1.0 + x40
+    r85 = x24 * r85
     r87 = -1.0 + r71 + r85
     r87 = k.min(r84, r87)
     r87 = r83 * r87 * r34
     r75 = k.where(r79, r87, r75)
-    r87 = x34 == 2.0
+    r87 = x35 == 2.0
     r92 = x6 * r4 * r5 * r34
     r75 = k.where(r87, r92, r75)
     r75 = r59 * r75
     r95 = k.where(r27, 1000000000.0, 0.0)
-    r96 = x40 >= 2.0
+    r96 = x41 >= 2.0
     r8 = k.where(r96, r52, r8)
     r52 = k.where(r60, r61, 0.0)
     r99 = k.or_(r26, r37)
-    r100 = 4.0 * x19 * x12 * x35 * r30 * r16
-    r101 = x38 * x19 * x16 * x35 * r30 * r16
+    r100 = 4.0 * x19 * x12 * x36 * r30 * r16
+    r101 = x39 * x19 * x16 * x36 * r30 * r16
     r100 = r100 + r101
     r100 = k.max(r100, r52)
     r99 = k.where(r99, r100, r52)
@@ -119,7 +119,7 @@ def quantities(x, k):
     r105 = k.where(r26, r106, r105)
     r106 = 3.0 * x4 * r105 * r39
     r106 = k.where(r51, r106, 0.0)
-    r110 = x23 > 1.0
+    r110 = x24 > 1.0
     r110 = k.and_(r51, r110)
     r112 = 2.0 * x4 * r39
     r106 = k.where(r110, r112, r106)
@@ -151,33 +151,33 @@ def quantities(x, k):
     r39 = r112 == r39
     r106 = k.where(r39, r106, 0.0)
     r39 = r53 + r54 + r122 + r99 + r116 + r106
-    r112 = -1.0 + x23
+    r112 = -1.0 + x24
     r8 = k.min(1.0, r112)
     r75 = 1.0 + r8
-    r75 = x23 == r75
+    r75 = x24 == r75
     r128 = k.where(r75, 1.0, 0.0)
     r128 = 2.0 * x12 * r128
     r148 = r8 == 0.0
     r148 = k.where(r148, 1.0, 0.0)
-    r148 = x38 * x12 * r148
+    r148 = x39 * x12 * r148
     r151 = r8 != 0.0
     r151 = k.and_(r151, r75)
     r151 = k.where(r151, 1.0, 0.0)
-    r151 = x38 * x12 * r151
+    r151 = x39 * x12 * r151
     r151 = r35 + r36 + r128 + r148 + r151
     r151 = r16 * r151
     r148 = -1.0 * r8
-    r148 = x23 + r148
-    r128 = x23 == r148
+    r148 = x24 + r148
+    r128 = x24 == r148
     r160 = k.where(r128, 1.0, 0.0)
     r160 = 2.0 * x12 * r160
     r162 = r148 == 1.0
     r162 = k.where(r162, 1.0, 0.0)
-    r162 = x38 * x12 * r162
+    r162 = x39 * x12 * r162
     r165 = r148 != 1.0
     r165 = k.and_(r128, r165)
     r165 = k.where(r165, 1.0, 0.0)
-    r165 = x38 * x12 * r165
+    r165 = x39 * x12 * r165
     r165 = r35 + r36 + r160 + r162 + r165
     r165 = r16 * r165
     r165 = r151 + r165
@@ -313,422 +313,423 @@ def quantities(x, k):
     r95 = k.where(r54, r71, r95)
     r106 = r39 == r106
     r95 = k.where(r106, r122, r95)
-    r122 = x38 * x19 * x4 * x35 * r30 * r16
-    r106 = x38 * x19 * x4 * x35 * r30
+    r122 = x39 * x19 * x4 * x36 * r30 * r16
+    r106 = x39 * x19 * x4 * x36 * r30
     r71 = k.max(r39, r151, r12)
     r54 = r151 == r71
     r12 = k.where(r54, r151, r12)
     r71 = r39 == r71
     r12 = k.where(r71, r39, r12)
-    r39 = -1.0 * r12
-    r39 = x8 + r39
-    r71 = 6.0 * x6 * x35 * r15
+    r39 = -1.0 * x20
+    r71 = -1.0 * r12
+    r71 = x8 + r39 + r71
+    r39 = 6.0 * x6 * x36 * r15
     r151 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r128 = 6.0 * x15 * r13
-    r116 = 6.0 * x38 * x12
-    r36 = 12.0 * x15 * x11 * x10 * x35
+    r116 = 6.0 * x39 * x12
+    r36 = 12.0 * x15 * x11 * x10 * x36
     r36 = r151 + r54 + r128 + r116 + r36
-    r116 = x6 * x35 * r36
+    r116 = x6 * x36 * r36
     r128 = k.pow(x12, 2.0)
     r54 = k.recip(x12)
-    r53 = 0.16666666666666666 * x35 * r54
+    r53 = 0.16666666666666666 * x36 * r54
     r162 = k.recip(x15)
-    r54 = 0.0625 * x38 * r162 * r54
+    r54 = 0.0625 * x39 * r162 * r54
     r54 = 1.0 + r53 + r54
-    r54 = 96.0 * x6 * x15 * x35 * r128 * r54
-    r128 = k.pow(x35, 2.0)
+    r54 = 96.0 * x6 * x15 * x36 * r128 * r54
+    r128 = k.pow(x36, 2.0)
     r53 = 2.0 * x6 * x15 * x11 * x10 * r128
-    r75 = x24 == 1.0
+    r75 = x25 == 1.0
     r128 = 4.0 * x6 * x15 * x11 * x10 * r128
     r128 = k.where(r75, r128, 0.0)
-    r160 = 0.3333333333333333 * x6 * x35 * r36
+    r160 = 0.3333333333333333 * x6 * x36 * r36
     r128 = k.where(r60, r160, r128)
     r128 = r116 + r53 + r128
     r53 = k.where(r60, 1.0, 0.0)
     r53 = 1.0 + r53
     r160 = k.recip(x9)
     r38 = k.recip(x18)
-    r58 = x38 * x12 * r16
-    r110 = x19 * x12 * x35 * r30
-    r59 = x38 * x19 * x35 * r30 * r16
+    r58 = x39 * x12 * r16
+    r110 = x19 * x12 * x36 * r30
+    r59 = x39 * x19 * x36 * r30 * r16
     r59 = r58 + r110 + r59
     r58 = 2.0 * r160 * r38 * r59
-    r92 = k.recip(x22)
+    r92 = k.recip(x23)
     r34 = k.recip(x17)
-    r84 = 2.0 * x38 * x19 * x12 * x35 * r92 * r30 * r34 * r16
+    r84 = 2.0 * x39 * x19 * x12 * x36 * r92 * r30 * r34 * r16
     r84 = r58 + r84
     r84 = r53 * r84
     r59 = 4.0 * r160 * r38 * r59
-    r58 = 4.0 * x38 * x19 * x12 * x35 * r92 * r30 * r34 * r16
+    r58 = 4.0 * x39 * x19 * x12 * x36 * r92 * r30 * r34 * r16
     r58 = r84 + r59 + r58
     r58 = r11 * r58
     r59 = x11 * x10 * x12 * r16
-    r84 = x11 * x19 * x10 * x35 * r30 * r16
+    r84 = x11 * x19 * x10 * x36 * r30 * r16
     r84 = r59 + r110 + r84
     r59 = r160 * r38 * r84
-    r85 = k.recip(x21)
-    r72 = 2.0 * x11 * x19 * x10 * x12 * x35 * r85 * r30 * r34 * r16
+    r85 = k.recip(x22)
+    r72 = 2.0 * x11 * x19 * x10 * x12 * x36 * r85 * r30 * r34 * r16
     r72 = r59 + r72
     r72 = r53 * r72
     r59 = x10 * x12 * r16 * r14
-    r148 = x19 * x10 * x35 * r30 * r16 * r14
+    r148 = x19 * x10 * x36 * r30 * r16 * r14
     r148 = r110 + r59 + r148
     r59 = r160 * r38 * r148
-    r366 = 2.0 * x19 * x10 * x12 * x35 * r85 * r30 * r34 * r16 * r14
-    r366 = r59 + r366
-    r366 = r53 * r366
+    r367 = 2.0 * x19 * x10 * x12 * x36 * r85 * r30 * r34 * r16 * r14
+    r367 = r59 + r367
+    r367 = r53 * r367
     r59 = x12 * x5 * r16
-    r370 = x19 * x5 * x35 * r30 * r16
-    r370 = r59 + r110 + r370
-    r110 = r160 * r38 * r370
-    r59 = 2.0 * x19 * x12 * x5 * x35 * r85 * r30 * r34 * r16
+    r371 = x19 * x5 * x36 * r30 * r16
+    r371 = r59 + r110 + r371
+    r110 = r160 * r38 * r371
+    r59 = 2.0 * x19 * x12 * x5 * x36 * r85 * r30 * r34 * r16
     r59 = r110 + r59
     r59 = 2.0 * r53 * r59
     r84 = 2.0 * r160 * r38 * r84
     r148 = 2.0 * r160 * r38 * r148
-    r370 = 4.0 * r160 * r38 * r370
+    r371 = 4.0 * r160 * r38 * r371
     r110 = x11 * x10 * r16
     r110 = x12 + r110
-    r110 = 4.0 * x19 * x35 * r160 * r30 * r38 * r110
-    r382 = x10 * r16 * r14
-    r382 = x12 + r382
-    r382 = 4.0 * x19 * x35 * r160 * r30 * r38 * r382
-    r385 = x5 * r16
-    r385 = x12 + r385
-    r385 = 8.0 * x19 * x35 * r160 * r30 * r38 * r385
-    r388 = 8.0 * x19 * x12 * x5 * x35 * r85 * r30 * r34 * r16
-    r389 = 4.0 * x11 * x19 * x10 * x12 * x35 * r85 * r30 * r34 * r16
-    r14 = 4.0 * x19 * x10 * x12 * x35 * r85 * r30 * r34 * r16 * r14
-    r14 = r72 + r366 + r59 + r84 + r148 + r370 + r110 + r382 + r385 + r388 + r389 + r14
+    r110 = 4.0 * x19 * x36 * r160 * r30 * r38 * r110
+    r383 = x10 * r16 * r14
+    r383 = x12 + r383
+    r383 = 4.0 * x19 * x36 * r160 * r30 * r38 * r383
+    r386 = x5 * r16
+    r386 = x12 + r386
+    r386 = 8.0 * x19 * x36 * r160 * r30 * r38 * r386
+    r389 = 8.0 * x19 * x12 * x5 * x36 * r85 * r30 * r34 * r16
+    r390 = 4.0 * x11 * x19 * x10 * x12 * x36 * r85 * r30 * r34 * r16
+    r14 = 4.0 * x19 * x10 * x12 * x36 * r85 * r30 * r34 * r16 * r14
+    r14 = r72 + r367 + r59 + r84 + r148 + r371 + r110 + r383 + r386 + r389 + r390 + r14
     r14 = x15 * r11 * r14
     r14 = r58 + r14
     r58 = x6 * r4 * r5 * r14
-    r389 = 3.0 * x5
-    r388 = 2.0 * x5 * r53
-    r388 = r389 + r388
-    r388 = x19 * x35 * r30 * r16 * r388
-    r389 = 10.0 * x12 * r53
-    r389 = r151 + r389
-    r389 = x19 * x35 * r30 * r16 * r389
-    r389 = r388 + r389
-    r389 = x15 * r11 * r389
-    r388 = 3.0 * x38 * x19 * x35 * r30 * r11 * r16
-    r388 = r389 + r388
-    r389 = x6 * x4 * r160 * r4 * r5 * r38 * r388
+    r390 = 3.0 * x5
+    r389 = 2.0 * x5 * r53
+    r389 = r390 + r389
+    r389 = x19 * x36 * r30 * r16 * r389
+    r390 = 10.0 * x12 * r53
+    r390 = r151 + r390
+    r390 = x19 * x36 * r30 * r16 * r390
+    r390 = r389 + r390
+    r390 = x15 * r11 * r390
+    r389 = 3.0 * x39 * x19 * x36 * r30 * r11 * r16
+    r389 = r390 + r389
+    r390 = x6 * x4 * r160 * r4 * r5 * r38 * r389
     r151 = k.recip(x0)
-    r385 = x11 * x10 * x35
+    r386 = x11 * x10 * x36
     r75 = k.or_(r75, r60)
     r75 = k.where(r75, 1.0, 0.0)
     r75 = 3.0 + r75
-    r75 = 2.0 * x11 * x10 * x35 * r75
-    r75 = r385 + r75
-    r385 = x6 * x15 * x35 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
-    r382 = r58 + r389 + r385
-    r110 = k.recip(r382)
+    r75 = 2.0 * x11 * x10 * x36 * r75
+    r75 = r386 + r75
+    r386 = x6 * x15 * x36 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r383 = r58 + r390 + r386
+    r110 = k.recip(r383)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r370 = k.recip(x6)
-    r148 = 0.3333333333333333 * x3 * x19 * r370 * r83 * r382
-    r84 = 0.6666666666666666 * x3 * x19 * x23 * r370 * r382
-    r388 = -1.0 * x6 * x4 * r160 * r4 * r5 * r38 * r388
-    r75 = -1.0 * x6 * x15 * x35 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
-    r84 = r14 + r148 + r84 + r388 + r75
+    r371 = k.recip(x6)
+    r148 = 0.3333333333333333 * x3 * x19 * r371 * r83 * r383
+    r84 = 0.6666666666666666 * x3 * x19 * x24 * r371 * r383
+    r389 = -1.0 * x6 * x4 * r160 * r4 * r5 * r38 * r389
+    r75 = -1.0 * x6 * x15 * x36 * r92 * r4 * r30 * r34 * r151 * r11 * r16 * r75
+    r84 = r14 + r148 + r84 + r389 + r75
     r84 = k.max(0.0, r84)
-    r148 = 0.5 * x23
+    r148 = 0.5 * x24
     r148 = -1.0 + r148
-    r148 = 0.6666666666666666 * x3 * x19 * r370 * r83 * r148 * r382
+    r148 = 0.6666666666666666 * x3 * x19 * r371 * r83 * r148 * r383
     r148 = k.where(r55, 0.0, r148)
-    r55 = 0.3333333333333333 * x3 * x19 * r370 * r83 * r112 * r382
+    r55 = 0.3333333333333333 * x3 * x19 * r371 * r83 * r112 * r383
     r148 = k.where(r77, r55, r148)
     r87 = k.or_(r76, r79, r87)
-    r112 = x3 * x19 * r370 * r83 * r112 * r382
+    r112 = x3 * x19 * r371 * r83 * r112 * r383
     r148 = k.where(r87, r112, r148)
     r148 = k.max(r84, r148)
     r110 = r110 * r148
     r38 = 28.0 * r160 * r38 * r31
-    r160 = r38 + r58 + r389 + r385
-    r84 = -1.0 * x20
+    r160 = r38 + r58 + r390 + r386
+    r84 = -1.0 * x21
     r84 = 1.0 + r84
-    r112 = x23 * x39
+    r112 = x24 * x40
     r112 = -1.0 + r112
-    r83 = k.recip(x26)
-    r76 = k.recip(x27)
-    r55 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16
-    r55 = x28 + r55
-    r77 = 2.0 * x3 * x2 * x37
-    r77 = x30 >= r77
-    r151 = k.recip(x29)
-    r34 = k.recip(x31)
-    r92 = k.min(1.0, x33)
+    r83 = k.recip(x27)
+    r76 = k.recip(x28)
+    r55 = x19 * x4 * x12 * x36 * r83 * r30 * r76 * r16
+    r55 = x29 + r55
+    r77 = 2.0 * x3 * x2 * x38
+    r77 = x31 >= r77
+    r151 = k.recip(x30)
+    r34 = k.recip(x32)
+    r92 = k.min(1.0, x34)
     r92 = k.recip(r92)
-    r92 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r92
-    r92 = x32 + r92
+    r92 = x19 * x4 * x12 * x34 * x36 * r151 * r30 * r34 * r16 * r92
+    r92 = x33 + r92
     r55 = k.where(r77, r92, r55)
     r55 = 2.0 * x6 * r4 * r5 * r11 * r112 * r55
     r55 = k.where(r37, 0.0, r55)
     r84 = r84 * r55
-    r92 = x3 * x19 * r370 * r382
-    r77 = x23 <= 1.0
+    r92 = x3 * x19 * r371 * r383
+    r77 = x24 <= 1.0
     r96 = k.and_(r96, r77)
-    r92 = k.where(r96, r382, r92)
-    r92 = -1.0 * x20 * r92
-    r382 = x3 * x2
-    r59 = -1.0 + r382
-    r366 = k.recip(r59)
+    r92 = k.where(r96, r383, r92)
+    r92 = -1.0 * x21 * r92
+    r383 = x3 * x2
+    r59 = -1.0 + r383
+    r367 = k.recip(r59)
     r72 = 2.0 * x3 * x2
     r72 = -2.0 + r72
-    r468 = x30 * r16
-    r469 = k.gcd(r382, r468)
-    r470 = k.recip(r469)
-    r471 = x3 * x2 * r470
-    r471 = -1.0 + r471
-    r471 = x28 * r471
-    r474 = -1.0 * x3 * x2 * r470
-    r474 = r382 + r474
-    r474 = x32 * r474
-    r477 = r471 + r474
-    r477 = r366 * r72 * r477
-    r366 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r470 * r72 * r25
-    r469 = -1.0 + r469
-    r481 = k.max(1.0, r469)
-    r481 = k.min(x33, r481)
-    r481 = k.recip(r481)
-    r484 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r481 * r470 * r469 * r72 * r25
-    r484 = k.max(r366, r484)
-    r484 = r477 + r484
-    r477 = x30 <= x37
-    r366 = x28 * r72
-    r489 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r72 * r25
-    r489 = r366 + r489
-    r484 = k.where(r477, r489, r484)
-    r489 = x3 * x2 * x37
-    r489 = x30 >= r489
-    r366 = x32 * r72
-    r495 = k.max(1.0, r59)
-    r495 = k.min(x33, r495)
-    r495 = k.recip(r495)
-    r498 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r495 * r72 * r25
-    r498 = r366 + r498
-    r484 = k.where(r489, r498, r484)
-    r484 = x15 * r11 * r484
-    r498 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r470 * r59 * r25
-    r469 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r481 * r470 * r59 * r469 * r25
-    r469 = k.max(r498, r469)
-    r469 = r471 + r474 + r469
-    r474 = x28 * r59
-    r471 = x4 * x23 * r83 * r162 * r4 * r30 * r76 * r59 * r25
-    r471 = r474 + r471
-    r469 = k.where(r477, r471, r469)
-    r471 = x32 * r59
-    r495 = x4 * x33 * x23 * r151 * r162 * r4 * r30 * r34 * r495 * r59 * r25
-    r495 = r471 + r495
-    r469 = k.where(r489, r495, r469)
-    r495 = 2.0 * x15 * r11 * r469
-    r484 = k.where(r27, r495, r484)
-    r495 = x15 * r11 * r469
-    r489 = x6 * x15 * r4 * r5 * r11 * r469
-    r489 = r495 + r489
-    r484 = k.where(r96, r489, r484)
+    r469 = x31 * r16
+    r470 = k.gcd(r383, r469)
+    r471 = k.recip(r470)
+    r472 = x3 * x2 * r471
+    r472 = -1.0 + r472
+    r472 = x29 * r472
+    r475 = -1.0 * x3 * x2 * r471
+    r475 = r383 + r475
+    r475 = x33 * r475
+    r478 = r472 + r475
+    r478 = r367 * r72 * r478
+    r367 = x4 * x24 * r83 * r162 * r4 * r30 * r76 * r471 * r72 * r25
+    r470 = -1.0 + r470
+    r482 = k.max(1.0, r470)
+    r482 = k.min(x34, r482)
+    r482 = k.recip(r482)
+    r485 = x4 * x34 * x24 * r151 * r162 * r4 * r30 * r34 * r482 * r471 * r470 * r72 * r25
+    r485 = k.max(r367, r485)
+    r485 = r478 + r485
+    r478 = x31 <= x38
+    r367 = x29 * r72
+    r490 = x4 * x24 * r83 * r162 * r4 * r30 * r76 * r72 * r25
+    r490 = r367 + r490
+    r485 = k.where(r478, r490, r485)
+    r490 = x3 * x2 * x38
+    r490 = x31 >= r490
+    r367 = x33 * r72
+    r496 = k.max(1.0, r59)
+    r496 = k.min(x34, r496)
+    r496 = k.recip(r496)
+    r499 = x4 * x34 * x24 * r151 * r162 * r4 * r30 * r34 * r496 * r72 * r25
+    r499 = r367 + r499
+    r485 = k.where(r490, r499, r485)
+    r485 = x15 * r11 * r485
+    r499 = x4 * x24 * r83 * r162 * r4 * r30 * r76 * r471 * r59 * r25
+    r470 = x4 * x34 * x24 * r151 * r162 * r4 * r30 * r34 * r482 * r471 * r59 * r470 * r25
+    r470 = k.max(r499, r470)
+    r470 = r472 + r475 + r470
+    r475 = x29 * r59
+    r472 = x4 * x24 * r83 * r162 * r4 * r30 * r76 * r59 * r25
+    r472 = r475 + r472
+    r470 = k.where(r478, r472, r470)
+    r472 = x33 * r59
+    r496 = x4 * x34 * x24 * r151 * r162 * r4 * r30 * r34 * r496 * r59 * r25
+    r496 = r472 + r496
+    r470 = k.where(r490, r496, r470)
+    r496 = 2.0 * x15 * r11 * r470
+    r485 = k.where(r27, r496, r485)
+    r496 = x15 * r11 * r470
+    r490 = x6 * x15 * r4 * r5 * r11 * r470
+    r490 = r496 + r490
+    r485 = k.where(r96, r490, r485)
     r77 = k.and_(r51, r77)
-    r469 = 3.0 * x6 * x15 * r4 * r5 * r11 * r469
-    r484 = k.where(r77, r469, r484)
-    r382 = r382 == 1.0
-    r484 = k.where(r382, 0.0, r484)
-    r92 = r92 + r484
+    r470 = 3.0 * x6 * x15 * r4 * r5 * r11 * r470
+    r485 = k.where(r77, r470, r485)
+    r383 = r383 == 1.0
+    r485 = k.where(r383, 0.0, r485)
+    r92 = r92 + r485
     r92 = k.max(0.0, r92)
-    r468 = k.gcd(x2, r468)
-    r469 = k.recip(r468)
-    r51 = x2 * r469
+    r469 = k.gcd(x2, r469)
+    r470 = k.recip(r469)
+    r51 = x2 * r470
     r51 = -1.0 + r51
-    r51 = x28 * r51
-    r489 = -1.0 * x2 * r469
-    r489 = x2 + r489
-    r489 = x32 * r489
-    r495 = -1.0 + x2
-    r471 = 2.0 * x14 * x19 * x10 * x4 * x35 * r83 * r30 * r76 * r16 * r469 * r495
-    r468 = -1.0 + r468
-    r162 = k.max(1.0, r468)
-    r162 = k.min(x33, r162)
+    r51 = x29 * r51
+    r490 = -1.0 * x2 * r470
+    r490 = x2 + r490
+    r490 = x33 * r490
+    r496 = -1.0 + x2
+    r472 = 2.0 * x14 * x19 * x10 * x4 * x36 * r83 * r30 * r76 * r16 * r470 * r496
+    r469 = -1.0 + r469
+    r162 = k.max(1.0, r469)
+    r162 = k.min(x34, r162)
     r162 = k.recip(r162)
-    r468 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r151 * r30 * r34 * r16 * r162 * r469 * r495 * r468
-    r468 = k.max(r471, r468)
-    r468 = r51 + r489 + r468
-    r489 = x28 * r495
-    r51 = 2.0 * x14 * x19 * x10 * x4 * x35 * r83 * r30 * r76 * r16 * r495
-    r51 = r489 + r51
-    r468 = k.where(r477, r51, r468)
-    r51 = x2 * x37
-    r51 = x30 >= r51
-    r477 = x32 * r495
-    r489 = k.max(1.0, r495)
-    r489 = k.min(x33, r489)
-    r489 = k.recip(r489)
-    r489 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r151 * r30 * r34 * r16 * r489 * r495
-    r489 = r477 + r489
-    r468 = k.where(r51, r489, r468)
-    r489 = x6 * x15 * r4 * r5 * r11 * r468
-    r468 = x6 * x15 * r4 * r5 * r11 * r53 * r468
-    r468 = r489 + r468
-    r489 = x2 == 1.0
-    r468 = k.where(r489, 0.0, r468)
+    r469 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r151 * r30 * r34 * r16 * r162 * r470 * r496 * r469
+    r469 = k.max(r472, r469)
+    r469 = r51 + r490 + r469
+    r490 = x29 * r496
+    r51 = 2.0 * x14 * x19 * x10 * x4 * x36 * r83 * r30 * r76 * r16 * r496
+    r51 = r490 + r51
+    r469 = k.where(r478, r51, r469)
+    r51 = x2 * x38
+    r51 = x31 >= r51
+    r478 = x33 * r496
+    r490 = k.max(1.0, r496)
+    r490 = k.min(x34, r490)
+    r490 = k.recip(r490)
+    r490 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r151 * r30 * r34 * r16 * r490 * r496
+    r490 = r478 + r490
+    r469 = k.where(r51, r490, r469)
+    r490 = x6 * x15 * r4 * r5 * r11 * r469
+    r469 = x6 * x15 * r4 * r5 * r11 * r53 * r469
+    r469 = r490 + r469
+    r490 = x2 == 1.0
+    r469 = k.where(r490, 0.0, r469)
     r60 = k.where(r60, 2.0, 0.0)
     r60 = 4.0 + r60
-    r51 = k.gcd(x37, x30)
-    r477 = k.recip(r51)
-    r471 = x37 * r477
-    r471 = -1.0 + r471
-    r471 = x28 * r471
-    r469 = -1.0 * x37 * r477
-    r469 = x37 + r469
-    r469 = x32 * r469
-    r162 = -1.0 + x37
-    r474 = x19 * x12 * x35 * r83 * r30 * r76 * r16 * r477 * r162
+    r51 = k.gcd(x38, x31)
+    r478 = k.recip(r51)
+    r472 = x38 * r478
+    r472 = -1.0 + r472
+    r472 = x29 * r472
+    r470 = -1.0 * x38 * r478
+    r470 = x38 + r470
+    r470 = x33 * r470
+    r162 = -1.0 + x38
+    r475 = x19 * x12 * x36 * r83 * r30 * r76 * r16 * r478 * r162
     r51 = -1.0 + r51
-    r498 = k.max(1.0, r51)
-    r498 = k.min(x33, r498)
-    r498 = k.recip(r498)
-    r470 = x19 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r498 * r477 * r162 * r51
-    r470 = k.max(r474, r470)
-    r470 = r471 + r469 + r470
-    r474 = x30 <= 1.0
-    r481 = x28 * r162
-    r366 = x19 * x12 * x35 * r83 * r30 * r76 * r16 * r162
-    r366 = r481 + r366
-    r470 = k.where(r474, r366, r470)
-    r366 = x30 >= x37
-    r587 = x32 * r162
-    r588 = k.max(1.0, r162)
-    r588 = k.min(x33, r588)
-    r588 = k.recip(r588)
-    r591 = x19 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r588 * r162
-    r591 = r587 + r591
-    r470 = k.where(r366, r591, r470)
-    r470 = x6 * x15 * r4 * r5 * r11 * r60 * r470
-    r591 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16 * r477 * r162
-    r51 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r498 * r477 * r162 * r51
-    r51 = k.max(r591, r51)
-    r51 = r471 + r469 + r51
-    r76 = x19 * x4 * x12 * x35 * r83 * r30 * r76 * r16 * r162
-    r76 = r481 + r76
-    r51 = k.where(r474, r76, r51)
-    r588 = x19 * x4 * x12 * x33 * x35 * r151 * r30 * r34 * r16 * r588 * r162
-    r588 = r587 + r588
-    r51 = k.where(r366, r588, r51)
+    r499 = k.max(1.0, r51)
+    r499 = k.min(x34, r499)
+    r499 = k.recip(r499)
+    r471 = x19 * x12 * x34 * x36 * r151 * r30 * r34 * r16 * r499 * r478 * r162 * r51
+    r471 = k.max(r475, r471)
+    r471 = r472 + r470 + r471
+    r475 = x31 <= 1.0
+    r482 = x29 * r162
+    r367 = x19 * x12 * x36 * r83 * r30 * r76 * r16 * r162
+    r367 = r482 + r367
+    r471 = k.where(r475, r367, r471)
+    r367 = x31 >= x38
+    r588 = x33 * r162
+    r589 = k.max(1.0, r162)
+    r589 = k.min(x34, r589)
+    r589 = k.recip(r589)
+    r592 = x19 * x12 * x34 * x36 * r151 * r30 * r34 * r16 * r589 * r162
+    r592 = r588 + r592
+    r471 = k.where(r367, r592, r471)
+    r471 = x6 * x15 * r4 * r5 * r11 * r60 * r471
+    r592 = x19 * x4 * x12 * x36 * r83 * r30 * r76 * r16 * r478 * r162
+    r51 = x19 * x4 * x12 * x34 * x36 * r151 * r30 * r34 * r16 * r499 * r478 * r162 * r51
+    r51 = k.max(r592, r51)
+    r51 = r472 + r470 + r51
+    r76 = x19 * x4 * x12 * x36 * r83 * r30 * r76 * r16 * r162
+    r76 = r482 + r76
+    r51 = k.where(r475, r76, r51)
+    r589 = x19 * x4 * x12 * x34 * x36 * r151 * r30 * r34 * r16 * r589 * r162
+    r589 = r588 + r589
+    r51 = k.where(r367, r589, r51)
     r51 = x6 * x15 * r4 * r5 * r11 * r60 * r51
-    r51 = r470 + r51
-    r470 = x37 == 1.0
-    r51 = k.where(r470, 0.0, r51)
-    r75 = r14 + r388 + r75
+    r51 = r471 + r51
+    r471 = x38 == 1.0
+    r51 = k.where(r471, 0.0, r51)
+    r75 = r14 + r389 + r75
     r75 = k.max(0.0, r75)
     r75 = k.where(r26, r75, 0.0)
-    r26 = r84 + r38 + r58 + r389 + r385 + r92 + r148 + r468 + r51 + r75
-    r388 = k.recip(r26)
-    r14 = 6.0 * x6 * x35 * r85 * r4 * r30 * r11 * r16 * r388 * r15
-    r36 = x6 * x35 * r85 * r4 * r30 * r11 * r16 * r388 * r36
-    r388 = x19 * x4 * x12 * x35 * r30
-    r85 = x19 * x4 * x12 * x35 * r83 * r30
+    r26 = r84 + r38 + r58 + r390 + r386 + r92 + r148 + r469 + r51 + r75
+    r389 = k.recip(r26)
+    r14 = 6.0 * x6 * x36 * r85 * r4 * r30 * r11 * r16 * r389 * r15
+    r36 = x6 * x36 * r85 * r4 * r30 * r11 * r16 * r389 * r36
+    r389 = x19 * x4 * x12 * x36 * r30
+    r85 = x19 * x4 * x12 * x36 * r83 * r30
     r72 = x4 * r4 * r30 * r72 * r25
-    r588 = 2.0 * x4 * r4 * r30 * r59 * r25
-    r72 = k.where(r27, r588, r72)
-    r588 = x4 * r4 * r30 * r59 * r25
+    r589 = 2.0 * x4 * r4 * r30 * r59 * r25
+    r72 = k.where(r27, r589, r72)
+    r589 = x4 * r4 * r30 * r59 * r25
     r27 = k.pow(x3, -2.0)
-    r366 = x6 * x4 * r27 * r5 * r30 * r59 * r25
-    r366 = r588 + r366
-    r72 = k.where(r96, r366, r72)
+    r367 = x6 * x4 * r27 * r5 * r30 * r59 * r25
+    r367 = r589 + r367
+    r72 = k.where(r96, r367, r72)
     r59 = 3.0 * x6 * x4 * r27 * r5 * r30 * r59 * r25
     r72 = k.where(r77, r59, r72)
-    r72 = k.where(r382, 0.0, r72)
-    r382 = r83 * r72
-    r83 = x29 * r83
-    r59 = k.recip(x35)
-    r77 = x36 * r370 * r59
+    r72 = k.where(r383, 0.0, r72)
+    r383 = r83 * r72
+    r83 = x30 * r83
+    r59 = k.recip(x36)
+    r77 = x37 * r371 * r59
     r5 = k.recip(x13)
     r27 = r4 * r30 * r5 * r11 * r16
-    r366 = 1.6e-11 * x12
+    r367 = 1.6e-11 * x12
     r96 = 8e-12 * x15 * r9
-    r588 = 8e-12 * x15 * r13
-    r587 = 8e-12 * x38 * x12
-    r34 = r366 + r96 + r588 + r587
+    r589 = 8e-12 * x15 * r13
+    r588 = 8e-12 * x39 * x12
+    r34 = r367 + r96 + r589 + r588
     r151 = 8e-12 * x12
     r76 = 4e-12 * x15 * r9
-    r474 = 4e-12 * x15 * r13
-    r481 = 4e-12 * x38 * x12
-    r481 = r151 + r76 + r474 + r481
-    r481 = r27 > r481
-    r474 = -1.6e-11 * x12
+    r475 = 4e-12 * x15 * r13
+    r482 = 4e-12 * x39 * x12
+    r482 = r151 + r76 + r475 + r482
+    r482 = r27 > r482
+    r475 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r76 = -8e-12 * x38 * x12
+    r76 = -8e-12 * x39 * x12
     r151 = k.sqrt(2.0)
-    r469 = k.sqrt(x3)
-    r469 = k.recip(r469)
-    r471 = k.sqrt(x2)
-    r471 = k.recip(r471)
-    r591 = k.sqrt(x13)
-    r591 = k.recip(r591)
-    r477 = k.sqrt(x23)
-    r477 = k.recip(r477)
-    r498 = k.sqrt(x37)
-    r498 = k.recip(r498)
-    r661 = k.sqrt(r34)
-    r662 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r34
-    r663 = k.sqrt(x3)
-    r664 = k.sqrt(x2)
-    r665 = k.sqrt(x13)
-    r666 = k.sqrt(x23)
-    r667 = k.sqrt(x37)
-    r667 = 0.16666666666666666 * r151 * r663 * r664 * r665 * r666 * r667 * r661
-    r667 = 1.0 + r662 + r667
-    r667 = r151 * r469 * r471 * r591 * r477 * r498 * r661 * r667
-    r667 = r474 + r9 + r13 + r76 + r667
-    r76 = k.where(r481, r667, r27)
-    r587 = r366 + r96 + r588 + r587 + r76
-    r587 = x3 * x2 * x13 * x23 * x37 * r587
-    r587 = k.exp(r587)
-    r587 = -1.0 + r587
-    r588 = k.recip(r587)
-    r96 = x25 + x1
-    r366 = -1.0 * x3 * x2 * x13 * x23 * x37 * r96
-    r366 = k.exp(r366)
-    r366 = x3 * x2 * x13 * x23 * x37 * r588 * r76 * r366
-    r588 = x3 * x2 * x13 * x23 * x37
-    r667 = k.recip(r667)
-    r588 = k.where(r481, r667, r588)
-    r96 = x3 * x2 * x13 * x23 * x37 * r96
+    r470 = k.sqrt(x3)
+    r470 = k.recip(r470)
+    r472 = k.sqrt(x2)
+    r472 = k.recip(r472)
+    r592 = k.sqrt(x13)
+    r592 = k.recip(r592)
+    r478 = k.sqrt(x24)
+    r478 = k.recip(r478)
+    r499 = k.sqrt(x38)
+    r499 = k.recip(r499)
+    r662 = k.sqrt(r34)
+    r663 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r34
+    r664 = k.sqrt(x3)
+    r665 = k.sqrt(x2)
+    r666 = k.sqrt(x13)
+    r667 = k.sqrt(x24)
+    r668 = k.sqrt(x38)
+    r668 = 0.16666666666666666 * r151 * r664 * r665 * r666 * r667 * r668 * r662
+    r668 = 1.0 + r663 + r668
+    r668 = r151 * r470 * r472 * r592 * r478 * r499 * r662 * r668
+    r668 = r475 + r9 + r13 + r76 + r668
+    r76 = k.where(r482, r668, r27)
+    r588 = r367 + r96 + r589 + r588 + r76
+    r588 = x3 * x2 * x13 * x24 * x38 * r588
+    r588 = k.exp(r588)
+    r588 = -1.0 + r588
+    r589 = k.recip(r588)
+    r96 = x26 + x1
+    r367 = -1.0 * x3 * x2 * x13 * x24 * x38 * r96
+    r367 = k.exp(r367)
+    r367 = x3 * x2 * x13 * x24 * x38 * r589 * r76 * r367
+    r589 = x3 * x2 * x13 * x24 * x38
+    r668 = k.recip(r668)
+    r589 = k.where(r482, r668, r589)
+    r96 = x3 * x2 * x13 * x24 * x38 * r96
     r96 = k.exp(r96)
-    r5 = x36 * r370 * r4 * r30 * r5 * r11 * r59 * r16 * r587 * r26 * r588 * r96
-    r96 = x36 * r370 * r59 * r587 * r26 * r588 * r96
-    r588 = x6 * x15 * x12 * x35 * r4 * r30 * r11 * r16 * r162 * r60
-    r60 = x6 * x15 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r162 * r60
-    r60 = r588 + r60
-    r60 = k.where(r470, 0.0, r60)
-    r470 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r495
-    r495 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r30 * r11 * r16 * r53 * r495
-    r495 = r470 + r495
-    r495 = k.where(r489, 0.0, r495)
-    r112 = 2.0 * x6 * x4 * x12 * x35 * r4 * r30 * r11 * r16 * r112
+    r5 = x37 * r371 * r4 * r30 * r5 * r11 * r59 * r16 * r588 * r26 * r589 * r96
+    r96 = x37 * r371 * r59 * r588 * r26 * r589 * r96
+    r589 = x6 * x15 * x12 * x36 * r4 * r30 * r11 * r16 * r162 * r60
+    r60 = x6 * x15 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r162 * r60
+    r60 = r589 + r60
+    r60 = k.where(r471, 0.0, r60)
+    r471 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r496
+    r496 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r30 * r11 * r16 * r53 * r496
+    r496 = r471 + r496
+    r496 = k.where(r490, 0.0, r496)
+    r112 = 2.0 * x6 * x4 * x12 * x36 * r4 * r30 * r11 * r16 * r112
     r112 = k.where(r37, 0.0, r112)
-    r8 = r8 < x23
-    r37 = x34 != 2.0
+    r8 = r8 < x24
+    r37 = x35 != 2.0
     r79 = k.and_(r79, r37)
     r79 = k.not_(r79)
     r79 = k.or_(r8, r79)
-    r16 = x34 != 1.0
+    r16 = x35 != 1.0
     r78 = k.and_(r16, r37, r78)
     r78 = k.not_(r78)
     r78 = k.or_(r8, r78)
     r78 = k.and_(r79, r78)
-    r79 = x23 >= 2.0
-    r8 = x34 != 3.0
-    r37 = x34 != 4.0
+    r79 = x24 >= 2.0
+    r8 = x35 != 3.0
+    r37 = x35 != 4.0
     r87 = k.not_(r87)
     r87 = k.and_(r8, r37, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r79, r87)
-    r79 = x21 * x3 * x2 * x23 * x37 * r26
-    r37 = r71 <= r79
+    r79 = x22 * x3 * x2 * x24 * x38 * r26
+    r37 = r39 <= r79
     r79 = r116 <= r79
-    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r39, r71, r71, r116, r54, r128, r110, r160, r148, r26, r14, r36, r388, r85, r382, r83, 0.0, r77, r27, r34, r76, r366, r5, r96, r58, r385, r389, r38, r60, r51, r51, r495, r468, r468, r72, r484, r92, r112, r55, r84, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, r78, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r25, r31, r33, r165, r119, r35, r105, r52, r95, 0.0, r99, r100, r61, r122, r106, r101, r12, r71, r39, r39, r116, r54, r128, r110, r160, r148, r26, r14, r36, r389, r85, r383, r83, 0.0, r77, r27, r34, r76, r367, r5, r96, r58, r386, r390, r38, r60, r51, r51, r496, r469, r469, r72, r485, r92, r112, r55, r84, 0.0, 0.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r78, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, r87, r87, r37, r79, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1460,9 +1461,9 @@ def search(x, k):
     return (r87, r32, r1)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (45, 46, 47, 48, 49, 50), (), (38, 45, 46, 47, 48, 49, 50), (36, 45, 46, 47, 48, 49, 50), (37, 45, 46, 47, 48, 49, 50), (), (31, 32, 35), (), (), (), (31, 32, 35), (32,), (34,), (34,), (35,), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (31, 32, 35, 36, 37, 38, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (30, 45, 46, 47, 48, 49, 50), (16, 45, 46, 47, 48, 49, 50), (19,), (15, 16, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 45, 46, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 45, 46, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (39, 45, 46, 47, 48, 49, 50), (39, 45, 46, 47, 48, 49, 50, 76, 77), (39, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 39, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 44), (10, 72), (11, 72), (12, 42), (12, 43), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 33), (13, 68), (13, 69), (13, 70), (13, 71), (14, 40), (14, 41), (14, 45), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 35), (16, 68), (16, 69), (16, 70), (16, 71), (17, 33), (17, 68), (17, 69), (17, 70), (17, 71), (22, 33), (22, 40), (22, 41), (22, 42), (22, 43), (22, 44), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 33), (23, 40), (23, 41), (23, 42), (23, 43), (23, 44), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 10), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (46, 47, 48, 49, 50, 51), (), (39, 46, 47, 48, 49, 50, 51), (37, 46, 47, 48, 49, 50, 51), (38, 46, 47, 48, 49, 50, 51), (), (31, 32, 36), (), (), (), (31, 32, 36), (32,), (35,), (35,), (36,), (31, 32, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51), (31, 32, 34, 36, 37, 38, 39, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (30, 46, 47, 48, 49, 50, 51), (16, 46, 47, 48, 49, 50, 51), (19,), (15, 16, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (29,), (78,), (40, 46, 47, 48, 49, 50, 51), (40, 46, 47, 48, 49, 50, 51, 77, 78), (40, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18, 21, 26), (13, 14, 15), (20, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 45), (10, 73), (11, 73), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 33), (13, 69), (13, 70), (13, 71), (13, 72), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 31), (16, 32), (16, 33), (16, 36), (16, 69), (16, 70), (16, 71), (16, 72), (17, 33), (17, 69), (17, 70), (17, 71), (17, 72), (22, 33), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 33), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 10), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

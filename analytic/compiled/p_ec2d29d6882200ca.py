@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=rope;attention=mha;norm=layernorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38 = x
-    r0 = x3 * x2 * x22 * x35
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
+    r0 = x3 * x2 * x23 * x36
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x35 * r1
+    r1 = x3 * x2 * x23 * x36 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x33
+    r7 = x6 * x34
     r8 = 2.0 * x12
     r9 = 4.0 * x12
     r10 = 2.0 * x11
@@ -25,27 +25,27 @@ def quantities(x, k):
     r13 = x10 * x12 * r10
     r13 = r9 + r13
     r15 = x15 * r13
-    r16 = 2.0 * x36 * x12
+    r16 = 2.0 * x37 * x12
     r17 = 2.0 * x15 * x12 * x5
     r17 = r8 + r15 + r16 + r17
-    r16 = k.recip(x22)
-    r15 = k.recip(x35)
+    r16 = k.recip(x23)
+    r15 = k.recip(x36)
     r21 = r16 * r15 * r17
-    r22 = x32 == 5.0
+    r22 = x33 == 5.0
     r23 = 2.0 * r16 * r15 * r17
     r21 = k.where(r22, r23, r21)
-    r23 = x38 >= 1.0
+    r23 = x39 >= 1.0
     r26 = k.recip(x2)
     r27 = r4 * r26 * r21
     r27 = k.where(r23, r27, r21)
     r29 = x15 * r16
-    r30 = x36 * x12
+    r30 = x37 * x12
     r31 = k.ceiling(r29)
     r32 = r13 * r31
-    r33 = x22 == 1.0
+    r33 = x23 == 1.0
     r34 = k.where(r33, 1.0, 0.0)
     r35 = 2.0 * x12 * r34
-    r34 = x36 * x12 * r34
+    r34 = x37 * x12 * r34
     r37 = 2.0 * x12 * x5 * r31
     r35 = r30 + r32 + r35 + r34 + r37
     r35 = r15 * r35
@@ -54,62 +54,62 @@ def quantities(x, k):
     r30 = r34 + r35
     r35 = k.where(r22, r30, r35)
     r44 = 2.0 * r35
-    r45 = x38 >= 2.0
+    r45 = x39 >= 2.0
     r46 = 2.0 * r4 * r26 * r35
     r47 = k.where(r45, r46, r44)
-    r48 = x38 >= 3.0
+    r48 = x39 >= 3.0
     r44 = k.where(r48, r46, r44)
     r46 = 12.0 * r35
     r51 = 12.0 * r4 * r26 * r35
     r46 = k.where(r23, r51, r46)
     r51 = -4.0 * x12 * r15
     r51 = r9 + r51
-    r51 = x19 * x33 * r26 * r51
+    r51 = x19 * x34 * r26 * r51
     r9 = 4.0 * x11
     r57 = 4.0 * x5
     r58 = 8.0 * x12
     r59 = 4.0 * x11 * x10
     r60 = 4.0 * x14 * x10
     r60 = r9 + r57 + r58 + r59 + r60
-    r60 = x19 * x33 * r26 * r15 * r60
+    r60 = x19 * x34 * r26 * r15 * r60
     r60 = r51 + r60
-    r51 = x23 == 1.0
+    r51 = x24 == 1.0
     r58 = 2.0 * x5
     r57 = 6.0 * x12
     r67 = 2.0 * x14 * x10
     r59 = r58 + r9 + r57 + r67 + r59
     r59 = r15 * r59
     r59 = r8 + r59
-    r59 = x19 * x33 * r26 * r59
+    r59 = x19 * x34 * r26 * r59
     r60 = k.where(r51, r59, r60)
-    r59 = x23 == 2.0
-    r67 = 2.0 * x19 * x12 * x33 * r26 * r15
+    r59 = x24 == 2.0
+    r67 = 2.0 * x19 * x12 * x34 * r26 * r15
     r67 = k.where(r59, r67, r60)
-    r57 = 1.0 + x22
+    r57 = 1.0 + x23
     r57 = k.min(r57, r6)
     r57 = r57 * r31
-    r9 = x32 == 4.0
-    r58 = 2.0 * x22
+    r9 = x33 == 4.0
+    r58 = 2.0 * x23
     r81 = -1.0 + r58
     r81 = k.min(r81, r6)
     r81 = r81 * r31
     r84 = k.where(r9, r81, r57)
-    r85 = x32 == 0.0
-    r86 = x32 == 3.0
+    r85 = x33 == 0.0
+    r86 = x33 == 3.0
     r87 = k.or_(r85, r86)
-    r88 = k.min(x22, r6)
+    r88 = k.min(x23, r6)
     r88 = r88 * r31
     r84 = k.where(r87, r88, r84)
-    r88 = x32 == 1.0
-    r92 = k.recip(x37)
-    r93 = x6 * x37 * r4 * r5
-    r94 = -1.0 + x37
-    r94 = x22 * r94
+    r88 = x33 == 1.0
+    r92 = k.recip(x38)
+    r93 = x6 * x38 * r4 * r5
+    r94 = -1.0 + x38
+    r94 = x23 * r94
     r96 = -1.0 + r58 + r94
     r96 = k.min(r93, r96)
     r96 = r92 * r96 * r31
     r84 = k.where(r88, r96, r84)
-    r96 = x32 == 2.0
+    r96 = x33 == 2.0
     r101 = x6 * r4 * r5 * r31
     r84 = k.where(r96, r101, r84)
     r84 = r67 * r84
@@ -117,9 +117,9 @@ def quantities(x, k):
     r105 = k.or_(r22, r33)
     r106 = -2.0 * x12 * r15
     r106 = r8 + r106
-    r106 = x19 * x33 * r26 * r106
-    r8 = 4.0 * x19 * x12 * x33 * r26 * r15
-    r110 = x36 * x19 * x16 * x33 * r26 * r15
+    r106 = x19 * x34 * r26 * r106
+    r8 = 4.0 * x19 * x12 * x34 * r26 * r15
+    r110 = x37 * x19 * x16 * x34 * r26 * r15
     r8 = r106 + r8 + r110
     r8 = k.max(r8, r104)
     r105 = k.where(r105, r8, r104)
@@ -128,7 +128,7 @@ def quantities(x, k):
     r106 = k.where(r22, r115, r106)
     r115 = 3.0 * x4 * r106 * r35
     r115 = k.where(r48, r115, 0.0)
-    r119 = x22 > 1.0
+    r119 = x23 > 1.0
     r119 = k.and_(r48, r119)
     r121 = 6.0 * r35
     r115 = k.where(r119, r121, r115)
@@ -147,27 +147,27 @@ def quantities(x, k):
     r35 = r121 == r35
     r115 = k.where(r35, r115, 0.0)
     r35 = r47 + r44 + r46 + r124 + r105 + r115
-    r121 = -1.0 + x22
+    r121 = -1.0 + x23
     r84 = k.min(1.0, r121)
     r140 = 1.0 + r84
-    r140 = x22 == r140
+    r140 = x23 == r140
     r142 = k.where(r140, 1.0, 0.0)
     r143 = 2.0 * x12 * r142
-    r142 = x36 * x12 * r142
+    r142 = x37 * x12 * r142
     r145 = r84 == 0.0
     r145 = k.where(r145, 1.0, 0.0)
-    r145 = x36 * x12 * r145
+    r145 = x37 * x12 * r145
     r145 = r32 + r143 + r142 + r145 + r37
     r145 = r15 * r145
     r142 = -1.0 * r84
-    r142 = x22 + r142
-    r143 = x22 == r142
+    r142 = x23 + r142
+    r143 = x23 == r142
     r153 = k.where(r143, 1.0, 0.0)
     r154 = 2.0 * x12 * r153
-    r153 = x36 * x12 * r153
+    r153 = x37 * x12 * r153
     r156 = r142 == 1.0
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x36 * x12 * r156
+    r156 = x37 * x12 * r156
     r37 = r32 + r154 + r153 + r156 + r37
     r37 = r15 * r37
     r37 = r145 + r37
@@ -279,393 +279,394 @@ def quantities(x, k):
     r119 = k.where(r46, r58, r119)
     r115 = r35 == r115
     r119 = k.where(r115, r124, r119)
-    r124 = x36 * x19 * x4 * x33 * r26 * r15
-    r115 = x36 * x19 * x4 * x33 * r26
+    r124 = x37 * x19 * x4 * x34 * r26 * r15
+    r115 = x37 * x19 * x4 * x34 * r26
     r58 = k.max(r35, r145, r34)
     r46 = r145 == r58
     r34 = k.where(r46, r145, r34)
     r58 = r35 == r58
     r34 = k.where(r58, r35, r34)
-    r35 = -1.0 * r34
-    r35 = x8 + r35
-    r58 = 6.0 * x6 * x33 * r17
+    r35 = -1.0 * x20
+    r58 = -1.0 * r34
+    r58 = x8 + r35 + r58
+    r35 = 6.0 * x6 * x34 * r17
     r145 = 12.0 * x12
     r46 = 6.0 * x15 * r13
-    r143 = 12.0 * x36 * x12
+    r143 = 12.0 * x37 * x12
     r47 = 12.0 * x15 * x12 * x5
-    r156 = 12.0 * x15 * x11 * x10 * x33
+    r156 = 12.0 * x15 * x11 * x10 * x34
     r156 = r145 + r46 + r143 + r47 + r156
-    r47 = x6 * x33 * r156
+    r47 = x6 * x34 * r156
     r143 = k.pow(x12, 2.0)
     r46 = k.recip(x12)
-    r44 = 0.16666666666666666 * x33 * r46
+    r44 = 0.16666666666666666 * x34 * r46
     r153 = k.recip(x15)
-    r46 = 0.0625 * x36 * r153 * r46
+    r46 = 0.0625 * x37 * r153 * r46
     r46 = 1.0 + r44 + r46
-    r46 = 96.0 * x6 * x15 * x33 * r143 * r46
-    r143 = k.pow(x33, 2.0)
+    r46 = 96.0 * x6 * x15 * x34 * r143 * r46
+    r143 = k.pow(x34, 2.0)
     r143 = 2.0 * x6 * x15 * x11 * x10 * r143
     r44 = x11 * x10
     r67 = x14 * x10
     r67 = x5 + r44 + r67
-    r67 = 2.0 * x6 * x15 * x12 * x33 * r67
+    r67 = 2.0 * x6 * x15 * x12 * x34 * r67
     r67 = k.where(r51, r67, 0.0)
-    r44 = 0.3333333333333333 * x6 * x33 * r156
+    r44 = 0.3333333333333333 * x6 * x34 * r156
     r67 = k.where(r59, r44, r67)
     r67 = r47 + r143 + r67
     r143 = k.where(r59, 1.0, 0.0)
     r44 = 1.0 + r143
     r37 = k.recip(x9)
     r57 = k.recip(x18)
-    r101 = x36 * x12 * r15
-    r31 = x19 * x12 * x33 * r26
-    r93 = x36 * x19 * x33 * r26 * r15
+    r101 = x37 * x12 * r15
+    r31 = x19 * x12 * x34 * r26
+    r93 = x37 * x19 * x34 * r26 * r15
     r93 = r101 + r31 + r93
     r101 = 2.0 * r37 * r57 * r93
-    r94 = k.recip(x21)
+    r94 = k.recip(x22)
     r81 = k.recip(x17)
-    r142 = 2.0 * x36 * x19 * x12 * x33 * r94 * r26 * r81 * r15
+    r142 = 2.0 * x37 * x19 * x12 * x34 * r94 * r26 * r81 * r15
     r142 = r101 + r142
     r142 = r44 * r142
     r93 = 4.0 * r37 * r57 * r93
-    r101 = 4.0 * x36 * x19 * x12 * x33 * r94 * r26 * r81 * r15
+    r101 = 4.0 * x37 * x19 * x12 * x34 * r94 * r26 * r81 * r15
     r101 = r142 + r93 + r101
     r101 = r16 * r101
     r93 = x11 * x10 * x12 * r15
-    r142 = x11 * x19 * x10 * x33 * r26 * r15
+    r142 = x11 * x19 * x10 * x34 * r26 * r15
     r142 = r93 + r31 + r142
     r93 = 2.0 * r37 * r57 * r142
-    r32 = 2.0 * x11 * x19 * x10 * x12 * x33 * r94 * r26 * r81 * r15
+    r32 = 2.0 * x11 * x19 * x10 * x12 * x34 * r94 * r26 * r81 * r15
     r32 = r93 + r32
     r32 = r44 * r32
     r11 = x11 + r11
     r93 = x10 * x12 * r15 * r11
-    r331 = x19 * x10 * x33 * r26 * r15 * r11
-    r331 = r31 + r93 + r331
-    r93 = 2.0 * r37 * r57 * r331
-    r334 = 2.0 * x19 * x10 * x12 * x33 * r94 * r26 * r81 * r15 * r11
-    r334 = r93 + r334
-    r334 = r44 * r334
+    r332 = x19 * x10 * x34 * r26 * r15 * r11
+    r332 = r31 + r93 + r332
+    r93 = 2.0 * r37 * r57 * r332
+    r335 = 2.0 * x19 * x10 * x12 * x34 * r94 * r26 * r81 * r15 * r11
+    r335 = r93 + r335
+    r335 = r44 * r335
     r93 = x12 * x5 * r15
-    r338 = x19 * x5 * x33 * r26 * r15
-    r338 = r93 + r31 + r338
-    r93 = 2.0 * r37 * r57 * r338
-    r341 = 2.0 * x19 * x12 * x5 * x33 * r94 * r26 * r81 * r15
-    r341 = r93 + r341
-    r93 = r44 * r341
-    r344 = x14 * x10 * x12 * r15
-    r345 = x14 * x19 * x10 * x33 * r26 * r15
-    r345 = r344 + r31 + r345
-    r345 = 2.0 * r37 * r57 * r345
-    r31 = 2.0 * x14 * x19 * x10 * x12 * x33 * r94 * r26 * r81 * r15
-    r31 = r345 + r31
+    r339 = x19 * x5 * x34 * r26 * r15
+    r339 = r93 + r31 + r339
+    r93 = 2.0 * r37 * r57 * r339
+    r342 = 2.0 * x19 * x12 * x5 * x34 * r94 * r26 * r81 * r15
+    r342 = r93 + r342
+    r93 = r44 * r342
+    r345 = x14 * x10 * x12 * r15
+    r346 = x14 * x19 * x10 * x34 * r26 * r15
+    r346 = r345 + r31 + r346
+    r346 = 2.0 * r37 * r57 * r346
+    r31 = 2.0 * x14 * x19 * x10 * x12 * x34 * r94 * r26 * r81 * r15
+    r31 = r346 + r31
     r31 = r44 * r31
     r31 = r93 + r32 + r31
     r51 = k.where(r51, 1.0, 0.0)
     r31 = r31 * r51
-    r341 = 2.0 * r44 * r341
+    r342 = 2.0 * r44 * r342
     r142 = 4.0 * r37 * r57 * r142
-    r331 = 4.0 * r37 * r57 * r331
-    r338 = 8.0 * r37 * r57 * r338
-    r93 = 8.0 * x19 * x12 * x5 * x33 * r94 * r26 * r81 * r15
-    r345 = 4.0 * x11 * x19 * x10 * x12 * x33 * r94 * r26 * r81 * r15
-    r11 = 4.0 * x19 * x10 * x12 * x33 * r94 * r26 * r81 * r15 * r11
-    r11 = r32 + r334 + r31 + r341 + r142 + r331 + r338 + r93 + r345 + r11
+    r332 = 4.0 * r37 * r57 * r332
+    r339 = 8.0 * r37 * r57 * r339
+    r93 = 8.0 * x19 * x12 * x5 * x34 * r94 * r26 * r81 * r15
+    r346 = 4.0 * x11 * x19 * x10 * x12 * x34 * r94 * r26 * r81 * r15
+    r11 = 4.0 * x19 * x10 * x12 * x34 * r94 * r26 * r81 * r15 * r11
+    r11 = r32 + r335 + r31 + r342 + r142 + r332 + r339 + r93 + r346 + r11
     r11 = x15 * r16 * r11
     r11 = r101 + r11
     r101 = x6 * r4 * r5 * r11
-    r345 = 3.0 * x5
+    r346 = 3.0 * x5
     r93 = 1.0 + r51 + r143
-    r338 = 2.0 * x5 * r93
-    r338 = r345 + r338
-    r338 = x19 * x33 * r26 * r15 * r338
+    r339 = 2.0 * x5 * r93
+    r339 = r346 + r339
+    r339 = x19 * x34 * r26 * r15 * r339
     r93 = 10.0 * x12 * r93
     r93 = r145 + r93
-    r93 = x19 * x33 * r26 * r15 * r93
-    r93 = r338 + r93
+    r93 = x19 * x34 * r26 * r15 * r93
+    r93 = r339 + r93
     r93 = x15 * r16 * r93
-    r338 = 3.0 * x36 * x19 * x33 * r26 * r16 * r15
+    r339 = 3.0 * x37 * x19 * x34 * r26 * r16 * r15
     r51 = 2.0 + r51 + r143
-    r51 = x15 * x19 * x10 * x33 * r26 * r16 * r15 * r10 * r51
-    r51 = r93 + r338 + r51
-    r338 = x6 * x4 * r37 * r4 * r5 * r57 * r51
+    r51 = x15 * x19 * x10 * x34 * r26 * r16 * r15 * r10 * r51
+    r51 = r93 + r339 + r51
+    r339 = x6 * x4 * r37 * r4 * r5 * r57 * r51
     r93 = k.recip(x0)
-    r10 = x11 * x10 * x33
+    r10 = x11 * x10 * x34
     r143 = 3.0 + r143
-    r143 = 2.0 * x11 * x10 * x33 * r143
+    r143 = 2.0 * x11 * x10 * x34 * r143
     r143 = r10 + r143
-    r10 = x6 * x15 * x33 * r94 * r4 * r26 * r81 * r93 * r16 * r15 * r143
-    r145 = r101 + r338 + r10
-    r345 = k.recip(r145)
+    r10 = x6 * x15 * x34 * r94 * r4 * r26 * r81 * r93 * r16 * r15 * r143
+    r145 = r101 + r339 + r10
+    r346 = k.recip(r145)
     r11 = -1.0 * x6 * r4 * r5 * r11
-    r331 = k.recip(x6)
-    r142 = 0.3333333333333333 * x3 * x19 * r331 * r92 * r145
-    r341 = 0.6666666666666666 * x3 * x19 * x22 * r331 * r145
+    r332 = k.recip(x6)
+    r142 = 0.3333333333333333 * x3 * x19 * r332 * r92 * r145
+    r342 = 0.6666666666666666 * x3 * x19 * x23 * r332 * r145
     r51 = -1.0 * x6 * x4 * r37 * r4 * r5 * r57 * r51
-    r143 = -1.0 * x6 * x15 * x33 * r94 * r4 * r26 * r81 * r93 * r16 * r15 * r143
-    r341 = r11 + r142 + r341 + r51 + r143
-    r341 = k.max(0.0, r341)
-    r142 = 0.5 * x22
+    r143 = -1.0 * x6 * x15 * x34 * r94 * r4 * r26 * r81 * r93 * r16 * r15 * r143
+    r342 = r11 + r142 + r342 + r51 + r143
+    r342 = k.max(0.0, r342)
+    r142 = 0.5 * x23
     r142 = -1.0 + r142
-    r142 = 0.6666666666666666 * x3 * x19 * r331 * r92 * r142 * r145
+    r142 = 0.6666666666666666 * x3 * x19 * r332 * r92 * r142 * r145
     r142 = k.where(r9, 0.0, r142)
-    r9 = 0.3333333333333333 * x3 * x19 * r331 * r92 * r121 * r145
+    r9 = 0.3333333333333333 * x3 * x19 * r332 * r92 * r121 * r145
     r142 = k.where(r86, r9, r142)
     r96 = k.or_(r85, r88, r96)
-    r121 = x3 * x19 * r331 * r92 * r121 * r145
+    r121 = x3 * x19 * r332 * r92 * r121 * r145
     r142 = k.where(r96, r121, r142)
-    r142 = k.max(r341, r142)
-    r345 = r345 * r142
+    r142 = k.max(r342, r142)
+    r346 = r346 * r142
     r57 = 28.0 * r37 * r57 * r27
-    r37 = r57 + r101 + r338 + r10
-    r341 = -1.0 * x20
-    r341 = 1.0 + r341
-    r121 = x22 * x37
+    r37 = r57 + r101 + r339 + r10
+    r342 = -1.0 * x21
+    r342 = 1.0 + r342
+    r121 = x23 * x38
     r121 = -1.0 + r121
-    r92 = k.recip(x25)
-    r85 = k.recip(x26)
-    r9 = x19 * x4 * x12 * x33 * r92 * r26 * r85 * r15
-    r9 = x27 + r9
-    r86 = 2.0 * x3 * x2 * x35
-    r86 = x29 >= r86
-    r93 = k.recip(x28)
-    r81 = k.recip(x30)
-    r31 = x19 * x4 * x12 * x33 * r93 * r26 * r81 * r15
-    r31 = x31 + r31
+    r92 = k.recip(x26)
+    r85 = k.recip(x27)
+    r9 = x19 * x4 * x12 * x34 * r92 * r26 * r85 * r15
+    r9 = x28 + r9
+    r86 = 2.0 * x3 * x2 * x36
+    r86 = x30 >= r86
+    r93 = k.recip(x29)
+    r81 = k.recip(x31)
+    r31 = x19 * x4 * x12 * x34 * r93 * r26 * r81 * r15
+    r31 = x32 + r31
     r9 = k.where(r86, r31, r9)
     r9 = 2.0 * x6 * r4 * r5 * r16 * r121 * r9
     r9 = k.where(r33, 0.0, r9)
-    r341 = r341 * r9
-    r31 = x3 * x19 * r331 * r145
-    r86 = x22 <= 1.0
+    r342 = r342 * r9
+    r31 = x3 * x19 * r332 * r145
+    r86 = x23 <= 1.0
     r45 = k.and_(r45, r86)
     r31 = k.where(r45, r145, r31)
-    r31 = -1.0 * x20 * r31
+    r31 = -1.0 * x21 * r31
     r145 = x3 * x2
-    r334 = -1.0 + r145
-    r32 = k.recip(r334)
-    r344 = 2.0 * x3 * x2
-    r344 = -2.0 + r344
-    r437 = x29 * r15
-    r438 = k.gcd(r145, r437)
-    r439 = k.recip(r438)
-    r440 = x3 * x2 * r439
-    r440 = -1.0 + r440
-    r440 = x27 * r440
-    r443 = -1.0 * x3 * x2 * r439
-    r443 = r145 + r443
-    r443 = x31 * r443
-    r446 = r440 + r443
-    r446 = r32 * r344 * r446
-    r32 = x4 * x22 * r92 * r153 * r4 * r26 * r85 * r439 * r344 * r21
-    r438 = -1.0 + r438
-    r450 = x4 * x22 * r93 * r153 * r4 * r26 * r81 * r439 * r438 * r344 * r21
-    r450 = k.max(r32, r450)
-    r450 = r446 + r450
-    r446 = x29 <= x35
-    r32 = x27 * r344
-    r455 = x4 * x22 * r92 * r153 * r4 * r26 * r85 * r344 * r21
-    r455 = r32 + r455
-    r450 = k.where(r446, r455, r450)
-    r455 = x3 * x2 * x35
-    r455 = x29 >= r455
-    r32 = x31 * r344
-    r461 = x4 * x22 * r93 * r153 * r4 * r26 * r81 * r344 * r21
-    r461 = r32 + r461
-    r450 = k.where(r455, r461, r450)
-    r450 = x15 * r16 * r450
-    r461 = x4 * x22 * r92 * r153 * r4 * r26 * r85 * r439 * r334 * r21
-    r438 = x4 * x22 * r93 * r153 * r4 * r26 * r81 * r439 * r334 * r438 * r21
-    r438 = k.max(r461, r438)
-    r438 = r440 + r443 + r438
-    r443 = x27 * r334
-    r440 = x4 * x22 * r92 * r153 * r4 * r26 * r85 * r334 * r21
-    r440 = r443 + r440
-    r438 = k.where(r446, r440, r438)
-    r440 = x31 * r334
-    r153 = x4 * x22 * r93 * r153 * r4 * r26 * r81 * r334 * r21
-    r153 = r440 + r153
-    r438 = k.where(r455, r153, r438)
-    r153 = 2.0 * x15 * r16 * r438
-    r450 = k.where(r23, r153, r450)
-    r153 = x15 * r16 * r438
-    r455 = x6 * x15 * r4 * r5 * r16 * r438
-    r455 = r153 + r455
-    r450 = k.where(r45, r455, r450)
+    r335 = -1.0 + r145
+    r32 = k.recip(r335)
+    r345 = 2.0 * x3 * x2
+    r345 = -2.0 + r345
+    r438 = x30 * r15
+    r439 = k.gcd(r145, r438)
+    r440 = k.recip(r439)
+    r441 = x3 * x2 * r440
+    r441 = -1.0 + r441
+    r441 = x28 * r441
+    r444 = -1.0 * x3 * x2 * r440
+    r444 = r145 + r444
+    r444 = x32 * r444
+    r447 = r441 + r444
+    r447 = r32 * r345 * r447
+    r32 = x4 * x23 * r92 * r153 * r4 * r26 * r85 * r440 * r345 * r21
+    r439 = -1.0 + r439
+    r451 = x4 * x23 * r93 * r153 * r4 * r26 * r81 * r440 * r439 * r345 * r21
+    r451 = k.max(r32, r451)
+    r451 = r447 + r451
+    r447 = x30 <= x36
+    r32 = x28 * r345
+    r456 = x4 * x23 * r92 * r153 * r4 * r26 * r85 * r345 * r21
+    r456 = r32 + r456
+    r451 = k.where(r447, r456, r451)
+    r456 = x3 * x2 * x36
+    r456 = x30 >= r456
+    r32 = x32 * r345
+    r462 = x4 * x23 * r93 * r153 * r4 * r26 * r81 * r345 * r21
+    r462 = r32 + r462
+    r451 = k.where(r456, r462, r451)
+    r451 = x15 * r16 * r451
+    r462 = x4 * x23 * r92 * r153 * r4 * r26 * r85 * r440 * r335 * r21
+    r439 = x4 * x23 * r93 * r153 * r4 * r26 * r81 * r440 * r335 * r439 * r21
+    r439 = k.max(r462, r439)
+    r439 = r441 + r444 + r439
+    r444 = x28 * r335
+    r441 = x4 * x23 * r92 * r153 * r4 * r26 * r85 * r335 * r21
+    r441 = r444 + r441
+    r439 = k.where(r447, r441, r439)
+    r441 = x32 * r335
+    r153 = x4 * x23 * r93 * r153 * r4 * r26 * r81 * r335 * r21
+    r153 = r441 + r153
+    r439 = k.where(r456, r153, r439)
+    r153 = 2.0 * x15 * r16 * r439
+    r451 = k.where(r23, r153, r451)
+    r153 = x15 * r16 * r439
+    r456 = x6 * x15 * r4 * r5 * r16 * r439
+    r456 = r153 + r456
+    r451 = k.where(r45, r456, r451)
     r86 = k.and_(r48, r86)
-    r438 = 3.0 * x6 * x15 * r4 * r5 * r16 * r438
-    r450 = k.where(r86, r438, r450)
+    r439 = 3.0 * x6 * x15 * r4 * r5 * r16 * r439
+    r451 = k.where(r86, r439, r451)
     r145 = r145 == 1.0
-    r450 = k.where(r145, 0.0, r450)
-    r31 = r31 + r450
+    r451 = k.where(r145, 0.0, r451)
+    r31 = r31 + r451
     r31 = k.max(0.0, r31)
-    r437 = k.gcd(x2, r437)
-    r438 = k.recip(r437)
-    r48 = x2 * r438
+    r438 = k.gcd(x2, r438)
+    r439 = k.recip(r438)
+    r48 = x2 * r439
     r48 = -1.0 + r48
-    r48 = x27 * r48
-    r455 = -1.0 * x2 * r438
-    r455 = x2 + r455
-    r455 = x31 * r455
+    r48 = x28 * r48
+    r456 = -1.0 * x2 * r439
+    r456 = x2 + r456
+    r456 = x32 * r456
     r153 = -1.0 + x2
-    r440 = 2.0 * x14 * x19 * x10 * x4 * x33 * r92 * r26 * r85 * r15 * r438 * r153
-    r437 = -1.0 + r437
-    r437 = 2.0 * x14 * x19 * x10 * x4 * x33 * r93 * r26 * r81 * r15 * r438 * r153 * r437
-    r437 = k.max(r440, r437)
-    r437 = r48 + r455 + r437
-    r455 = x27 * r153
-    r48 = 2.0 * x14 * x19 * x10 * x4 * x33 * r92 * r26 * r85 * r15 * r153
-    r48 = r455 + r48
-    r437 = k.where(r446, r48, r437)
-    r48 = x2 * x35
-    r48 = x29 >= r48
-    r446 = x31 * r153
-    r455 = 2.0 * x14 * x19 * x10 * x4 * x33 * r93 * r26 * r81 * r15 * r153
-    r455 = r446 + r455
-    r437 = k.where(r48, r455, r437)
-    r455 = x6 * x15 * r4 * r5 * r16 * r437
-    r437 = x6 * x15 * r4 * r5 * r16 * r44 * r437
-    r437 = r455 + r437
-    r455 = x2 == 1.0
-    r437 = k.where(r455, 0.0, r437)
+    r441 = 2.0 * x14 * x19 * x10 * x4 * x34 * r92 * r26 * r85 * r15 * r439 * r153
+    r438 = -1.0 + r438
+    r438 = 2.0 * x14 * x19 * x10 * x4 * x34 * r93 * r26 * r81 * r15 * r439 * r153 * r438
+    r438 = k.max(r441, r438)
+    r438 = r48 + r456 + r438
+    r456 = x28 * r153
+    r48 = 2.0 * x14 * x19 * x10 * x4 * x34 * r92 * r26 * r85 * r15 * r153
+    r48 = r456 + r48
+    r438 = k.where(r447, r48, r438)
+    r48 = x2 * x36
+    r48 = x30 >= r48
+    r447 = x32 * r153
+    r456 = 2.0 * x14 * x19 * x10 * x4 * x34 * r93 * r26 * r81 * r15 * r153
+    r456 = r447 + r456
+    r438 = k.where(r48, r456, r438)
+    r456 = x6 * x15 * r4 * r5 * r16 * r438
+    r438 = x6 * x15 * r4 * r5 * r16 * r44 * r438
+    r438 = r456 + r438
+    r456 = x2 == 1.0
+    r438 = k.where(r456, 0.0, r438)
     r59 = k.where(r59, 2.0, 0.0)
     r59 = 4.0 + r59
-    r48 = k.gcd(x35, x29)
-    r446 = k.recip(r48)
-    r440 = x35 * r446
-    r440 = -1.0 + r440
-    r440 = x27 * r440
-    r438 = -1.0 * x35 * r446
-    r438 = x35 + r438
-    r438 = x31 * r438
-    r443 = -1.0 + x35
-    r461 = x19 * x4 * x12 * x33 * r92 * r26 * r85 * r15 * r446 * r443
+    r48 = k.gcd(x36, x30)
+    r447 = k.recip(r48)
+    r441 = x36 * r447
+    r441 = -1.0 + r441
+    r441 = x28 * r441
+    r439 = -1.0 * x36 * r447
+    r439 = x36 + r439
+    r439 = x32 * r439
+    r444 = -1.0 + x36
+    r462 = x19 * x4 * x12 * x34 * r92 * r26 * r85 * r15 * r447 * r444
     r48 = -1.0 + r48
-    r48 = x19 * x4 * x12 * x33 * r93 * r26 * r81 * r15 * r446 * r443 * r48
-    r48 = k.max(r461, r48)
-    r48 = r440 + r438 + r48
-    r438 = x29 <= 1.0
-    r440 = x27 * r443
-    r85 = x19 * x4 * x12 * x33 * r92 * r26 * r85 * r15 * r443
-    r85 = r440 + r85
-    r48 = k.where(r438, r85, r48)
-    r85 = x29 >= x35
-    r438 = x31 * r443
-    r81 = x19 * x4 * x12 * x33 * r93 * r26 * r81 * r15 * r443
-    r81 = r438 + r81
+    r48 = x19 * x4 * x12 * x34 * r93 * r26 * r81 * r15 * r447 * r444 * r48
+    r48 = k.max(r462, r48)
+    r48 = r441 + r439 + r48
+    r439 = x30 <= 1.0
+    r441 = x28 * r444
+    r85 = x19 * x4 * x12 * x34 * r92 * r26 * r85 * r15 * r444
+    r85 = r441 + r85
+    r48 = k.where(r439, r85, r48)
+    r85 = x30 >= x36
+    r439 = x32 * r444
+    r81 = x19 * x4 * x12 * x34 * r93 * r26 * r81 * r15 * r444
+    r81 = r439 + r81
     r48 = k.where(r85, r81, r48)
     r48 = 2.0 * x6 * x15 * r4 * r5 * r16 * r59 * r48
-    r81 = x35 == 1.0
+    r81 = x36 == 1.0
     r48 = k.where(r81, 0.0, r48)
     r143 = r11 + r51 + r143
     r143 = k.max(0.0, r143)
     r143 = k.where(r22, r143, 0.0)
-    r22 = r341 + r57 + r101 + r338 + r10 + r31 + r142 + r437 + r48 + r143
+    r22 = r342 + r57 + r101 + r339 + r10 + r31 + r142 + r438 + r48 + r143
     r51 = k.recip(r22)
-    r11 = 6.0 * x6 * x33 * r94 * r4 * r26 * r16 * r15 * r51 * r17
-    r156 = x6 * x33 * r94 * r4 * r26 * r16 * r15 * r51 * r156
-    r51 = x19 * x4 * x12 * x33 * r26
-    r94 = x19 * x4 * x12 * x33 * r92 * r26
-    r344 = x4 * r4 * r26 * r344 * r21
-    r85 = 2.0 * x4 * r4 * r26 * r334 * r21
-    r344 = k.where(r23, r85, r344)
-    r85 = x4 * r4 * r26 * r334 * r21
+    r11 = 6.0 * x6 * x34 * r94 * r4 * r26 * r16 * r15 * r51 * r17
+    r156 = x6 * x34 * r94 * r4 * r26 * r16 * r15 * r51 * r156
+    r51 = x19 * x4 * x12 * x34 * r26
+    r94 = x19 * x4 * x12 * x34 * r92 * r26
+    r345 = x4 * r4 * r26 * r345 * r21
+    r85 = 2.0 * x4 * r4 * r26 * r335 * r21
+    r345 = k.where(r23, r85, r345)
+    r85 = x4 * r4 * r26 * r335 * r21
     r23 = k.pow(x3, -2.0)
-    r438 = x6 * x4 * r23 * r5 * r26 * r334 * r21
-    r438 = r85 + r438
-    r344 = k.where(r45, r438, r344)
-    r334 = 3.0 * x6 * x4 * r23 * r5 * r26 * r334 * r21
-    r344 = k.where(r86, r334, r344)
-    r344 = k.where(r145, 0.0, r344)
-    r145 = r92 * r344
-    r92 = x28 * r92
-    r334 = k.recip(x33)
-    r86 = x34 * r331 * r334
+    r439 = x6 * x4 * r23 * r5 * r26 * r335 * r21
+    r439 = r85 + r439
+    r345 = k.where(r45, r439, r345)
+    r335 = 3.0 * x6 * x4 * r23 * r5 * r26 * r335 * r21
+    r345 = k.where(r86, r335, r345)
+    r345 = k.where(r145, 0.0, r345)
+    r145 = r92 * r345
+    r92 = x29 * r92
+    r335 = k.recip(x34)
+    r86 = x35 * r332 * r335
     r5 = k.recip(x13)
     r23 = r4 * r26 * r5 * r16 * r15
-    r438 = 1.6e-11 * x12
-    r45 = 1.6e-11 * x36 * x12
+    r439 = 1.6e-11 * x12
+    r45 = 1.6e-11 * x37 * x12
     r85 = 8e-12 * x15 * r13
     r93 = 1.6e-11 * x15 * x12 * x5
-    r440 = r438 + r45 + r85 + r93
-    r461 = 8e-12 * x12
-    r446 = 8e-12 * x36 * x12
-    r439 = 4e-12 * x15 * r13
+    r441 = r439 + r45 + r85 + r93
+    r462 = 8e-12 * x12
+    r447 = 8e-12 * x37 * x12
+    r440 = 4e-12 * x15 * r13
     r32 = 8e-12 * x15 * x12 * x5
-    r32 = r461 + r446 + r439 + r32
+    r32 = r462 + r447 + r440 + r32
     r32 = r23 > r32
-    r439 = -1.6e-11 * x12
-    r446 = -1.6e-11 * x36 * x12
+    r440 = -1.6e-11 * x12
+    r447 = -1.6e-11 * x37 * x12
     r13 = -8e-12 * x15 * r13
-    r461 = -1.6e-11 * x15 * x12 * x5
-    r589 = k.sqrt(2.0)
-    r590 = k.sqrt(x3)
-    r590 = k.recip(r590)
-    r592 = k.sqrt(x2)
-    r592 = k.recip(r592)
-    r594 = k.sqrt(x13)
-    r594 = k.recip(r594)
-    r596 = k.sqrt(x22)
-    r596 = k.recip(r596)
-    r598 = k.sqrt(x35)
-    r598 = k.recip(r598)
-    r600 = k.sqrt(r440)
-    r601 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x35 * r440
-    r602 = k.sqrt(x3)
-    r603 = k.sqrt(x2)
-    r604 = k.sqrt(x13)
-    r605 = k.sqrt(x22)
-    r606 = k.sqrt(x35)
-    r606 = 0.16666666666666666 * r589 * r602 * r603 * r604 * r605 * r606 * r600
-    r606 = 1.0 + r601 + r606
-    r606 = r589 * r590 * r592 * r594 * r596 * r598 * r600 * r606
-    r606 = r439 + r446 + r13 + r461 + r606
-    r461 = k.where(r32, r606, r23)
-    r93 = r438 + r45 + r85 + r93 + r461
-    r93 = x3 * x2 * x13 * x22 * x35 * r93
+    r462 = -1.6e-11 * x15 * x12 * x5
+    r590 = k.sqrt(2.0)
+    r591 = k.sqrt(x3)
+    r591 = k.recip(r591)
+    r593 = k.sqrt(x2)
+    r593 = k.recip(r593)
+    r595 = k.sqrt(x13)
+    r595 = k.recip(r595)
+    r597 = k.sqrt(x23)
+    r597 = k.recip(r597)
+    r599 = k.sqrt(x36)
+    r599 = k.recip(r599)
+    r601 = k.sqrt(r441)
+    r602 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r441
+    r603 = k.sqrt(x3)
+    r604 = k.sqrt(x2)
+    r605 = k.sqrt(x13)
+    r606 = k.sqrt(x23)
+    r607 = k.sqrt(x36)
+    r607 = 0.16666666666666666 * r590 * r603 * r604 * r605 * r606 * r607 * r601
+    r607 = 1.0 + r602 + r607
+    r607 = r590 * r591 * r593 * r595 * r597 * r599 * r601 * r607
+    r607 = r440 + r447 + r13 + r462 + r607
+    r462 = k.where(r32, r607, r23)
+    r93 = r439 + r45 + r85 + r93 + r462
+    r93 = x3 * x2 * x13 * x23 * x36 * r93
     r93 = k.exp(r93)
     r93 = -1.0 + r93
     r85 = k.recip(r93)
-    r45 = x24 + x1
-    r438 = -1.0 * x3 * x2 * x13 * x22 * x35 * r45
-    r438 = k.exp(r438)
-    r438 = x3 * x2 * x13 * x22 * x35 * r85 * r461 * r438
-    r85 = x3 * x2 * x13 * x22 * x35
-    r606 = k.recip(r606)
-    r85 = k.where(r32, r606, r85)
-    r45 = x3 * x2 * x13 * x22 * x35 * r45
+    r45 = x25 + x1
+    r439 = -1.0 * x3 * x2 * x13 * x23 * x36 * r45
+    r439 = k.exp(r439)
+    r439 = x3 * x2 * x13 * x23 * x36 * r85 * r462 * r439
+    r85 = x3 * x2 * x13 * x23 * x36
+    r607 = k.recip(r607)
+    r85 = k.where(r32, r607, r85)
+    r45 = x3 * x2 * x13 * x23 * x36 * r45
     r45 = k.exp(r45)
-    r5 = x34 * r331 * r4 * r26 * r5 * r16 * r334 * r15 * r93 * r22 * r85 * r45
-    r45 = x34 * r331 * r334 * r93 * r22 * r85 * r45
-    r59 = 2.0 * x6 * x15 * x4 * x12 * x33 * r4 * r26 * r16 * r15 * r443 * r59
+    r5 = x35 * r332 * r4 * r26 * r5 * r16 * r335 * r15 * r93 * r22 * r85 * r45
+    r45 = x35 * r332 * r335 * r93 * r22 * r85 * r45
+    r59 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r26 * r16 * r15 * r444 * r59
     r59 = k.where(r81, 0.0, r59)
-    r81 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r15 * r153
-    r153 = 2.0 * x6 * x15 * x14 * x10 * x4 * x33 * r4 * r26 * r16 * r15 * r44 * r153
+    r81 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r15 * r153
+    r153 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r26 * r16 * r15 * r44 * r153
     r153 = r81 + r153
-    r153 = k.where(r455, 0.0, r153)
-    r121 = 2.0 * x6 * x4 * x12 * x33 * r4 * r26 * r16 * r15 * r121
+    r153 = k.where(r456, 0.0, r153)
+    r121 = 2.0 * x6 * x4 * x12 * x34 * r4 * r26 * r16 * r15 * r121
     r121 = k.where(r33, 0.0, r121)
-    r84 = r84 < x22
-    r33 = x32 != 2.0
+    r84 = r84 < x23
+    r33 = x33 != 2.0
     r88 = k.and_(r88, r33)
     r88 = k.not_(r88)
     r88 = k.or_(r84, r88)
-    r15 = x32 != 1.0
+    r15 = x33 != 1.0
     r87 = k.and_(r15, r33, r87)
     r87 = k.not_(r87)
     r87 = k.or_(r84, r87)
     r87 = k.and_(r88, r87)
-    r88 = x22 >= 2.0
-    r84 = x32 != 3.0
-    r33 = x32 != 4.0
+    r88 = x23 >= 2.0
+    r84 = x33 != 3.0
+    r33 = x33 != 4.0
     r96 = k.not_(r96)
     r96 = k.and_(r84, r33, r96)
     r96 = k.not_(r96)
     r96 = k.or_(r88, r96)
-    r88 = x21 * x3 * x2 * x22 * x35 * r22
-    r33 = r58 <= r88
+    r88 = x22 * x3 * x2 * x23 * x36 * r22
+    r33 = r35 <= r88
     r88 = r47 <= r88
-    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r30, r154, r140, r106, r104, r119, 0.0, r105, r8, r60, r124, r115, r110, r34, r35, r58, r58, r47, r46, r67, r345, r37, r142, r22, r11, r156, r51, r94, r145, r92, 0.0, r86, r23, r440, r461, r438, r5, r45, r101, r10, r338, r57, r59, r48, r48, r153, r437, r437, r344, r450, r31, r121, r9, r341, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, r87, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, r96, r96, r33, r88, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r17, r17, r21, r27, r29, r30, r154, r140, r106, r104, r119, 0.0, r105, r8, r60, r124, r115, r110, r34, r58, r35, r35, r47, r46, r67, r346, r37, r142, r22, r11, r156, r51, r94, r145, r92, 0.0, r86, r23, r441, r462, r439, r5, r45, r101, r10, r339, r57, r59, r48, r48, r153, r438, r438, r345, r451, r31, r121, r9, r342, 0.0, 0.0, r143, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r87, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, r96, r96, r33, r88, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1326,9 +1327,9 @@ def search(x, k):
     return (r95, r20, r51)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (41, 46, 47, 48, 49), (39, 46, 47, 48, 49), (40, 46, 47, 48, 49), (), (32, 33, 38), (43, 46, 47, 48, 49), (), (), (32, 33, 38), (), (37,), (37,), (38,), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49), (32, 33, 38, 39, 40, 41, 43, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (42, 46, 47, 48, 49), (42, 46, 47, 48, 49, 75, 76), (42, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 42, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 71), (11, 71), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 31), (13, 34), (13, 35), (13, 36), (13, 67), (13, 68), (13, 69), (13, 70), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 38), (16, 67), (16, 68), (16, 69), (16, 70), (17, 31), (17, 34), (17, 35), (17, 36), (17, 67), (17, 68), (17, 69), (17, 70), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 31), (23, 34), (23, 35), (23, 36), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 28), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 9), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.norm.layernorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (42, 47, 48, 49, 50), (40, 47, 48, 49, 50), (41, 47, 48, 49, 50), (), (32, 33, 39), (44, 47, 48, 49, 50), (), (), (32, 33, 39), (), (38,), (38,), (39,), (32, 33, 39, 40, 41, 42, 44, 47, 48, 49, 50), (32, 33, 37, 39, 40, 41, 42, 44, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (43, 47, 48, 49, 50), (43, 47, 48, 49, 50, 76, 77), (43, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 43, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24, 25), (25, 27, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 31), (13, 34), (13, 35), (13, 36), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 36), (16, 39), (16, 68), (16, 69), (16, 70), (16, 71), (17, 31), (17, 34), (17, 35), (17, 36), (17, 68), (17, 69), (17, 70), (17, 71), (18, 31), (18, 34), (18, 35), (22, 31), (22, 34), (22, 35), (22, 36), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 31), (23, 34), (23, 35), (23, 36), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 9), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

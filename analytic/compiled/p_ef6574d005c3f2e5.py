@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x38 * x12
+    r15 = x39 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x37)
+    r8 = k.recip(x24)
+    r19 = k.recip(x38)
     r20 = r8 * r19 * r16
-    r21 = x34 == 5.0
+    r21 = x35 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x40 >= 1.0
+    r22 = x41 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x23 == 1.0
+    r29 = x24 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x38 * x12 * r30
-    r15 = x23 != 1.0
+    r30 = x39 * x12 * r30
+    r15 = x24 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x38 * x12 * r15
+    r15 = x39 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x40 >= 3.0
+    r46 = x41 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -69,47 +69,47 @@ def quantities(x, k):
     r56 = r53 + r54 + r55 + r56
     r56 = r19 * r56
     r56 = r50 + r56
-    r56 = x19 * x35 * r25 * r56
-    r50 = x24 == 2.0
-    r55 = 2.0 * x19 * x12 * x35 * r25
+    r56 = x19 * x36 * r25 * r56
+    r50 = x25 == 2.0
+    r55 = 2.0 * x19 * x12 * x36 * r25
     r55 = k.where(r50, r55, r56)
-    r54 = 1.0 + x23
+    r54 = 1.0 + x24
     r54 = k.min(r54, r6)
     r54 = r54 * r32
-    r53 = x34 == 4.0
-    r68 = 2.0 * x23
+    r53 = x35 == 4.0
+    r68 = 2.0 * x24
     r69 = -1.0 + r68
     r69 = k.min(r69, r6)
     r69 = r69 * r32
     r72 = k.where(r53, r69, r54)
-    r73 = x34 == 0.0
-    r74 = x34 == 3.0
+    r73 = x35 == 0.0
+    r74 = x35 == 3.0
     r75 = k.or_(r73, r74)
-    r76 = k.min(x23, r6)
+    r76 = k.min(x24, r6)
     r76 = r76 * r32
     r72 = k.where(r75, r76, r72)
-    r76 = x34 == 1.0
-    r80 = k.recip(x39)
-    r81 = x6 * x39 * r4 * r5
-    r82 = -1.0 + x39
-    r82 = x23 * r82
+    r76 = x35 == 1.0
+    r80 = k.recip(x40)
+    r81 = x6 * x40 * r4 * r5
+    r82 = -1.0 + x40
+    r82 = x24 * r82
     r84 = -1.0 + r68 + r82
     r84 = k.min(r81, r84)
     r84 = r80 * r84 * r32
     r72 = k.where(r76, r84, r72)
-    r84 = x34 == 2.0
+    r84 = x35 == 2.0
     r89 = x6 * r4 * r5 * r32
     r72 = k.where(r84, r89, r72)
     r72 = r55 * r72
     r92 = k.where(r22, 1000000000.0, 0.0)
-    r93 = x40 >= 2.0
+    r93 = x41 >= 2.0
     r45 = k.where(r93, r47, r45)
-    r47 = 4.0 * x19 * x5 * x35 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x36 * r25 * r19
     r96 = r56 + r47
     r47 = k.where(r50, r96, r47)
     r96 = k.or_(r21, r29)
-    r99 = 4.0 * x19 * x12 * x35 * r25
-    r100 = x38 * x19 * x16 * x35 * r25 * r19
+    r99 = 4.0 * x19 * x12 * x36 * r25
+    r100 = x39 * x19 * x16 * x36 * r25 * r19
     r99 = r99 + r100
     r99 = k.max(r99, r47)
     r96 = k.where(r96, r99, r47)
@@ -118,7 +118,7 @@ def quantities(x, k):
     r104 = k.where(r21, r105, r104)
     r105 = 3.0 * x4 * r104 * r31
     r105 = k.where(r46, r105, 0.0)
-    r109 = x23 > 1.0
+    r109 = x24 > 1.0
     r109 = k.and_(r46, r109)
     r111 = 2.0 * x4 * r31
     r105 = k.where(r109, r111, r105)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r31 = r111 == r31
     r105 = k.where(r31, r105, 0.0)
     r31 = r48 + r49 + r121 + r96 + r115 + r105
-    r111 = -1.0 + x23
+    r111 = -1.0 + x24
     r45 = k.min(1.0, r111)
     r72 = 1.0 + r45
-    r72 = x23 == r72
+    r72 = x24 == r72
     r127 = k.where(r72, 1.0, 0.0)
     r127 = x12 * r127
     r147 = r45 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x38 * x12 * r147
+    r147 = x39 * x12 * r147
     r150 = r45 != 0.0
     r150 = k.and_(r150, r72)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x38 * x12 * r150
+    r150 = x39 * x12 * r150
     r150 = r127 + r33 + r147 + r150 + r34
     r150 = r19 * r150
     r147 = -1.0 * r45
-    r147 = x23 + r147
-    r127 = x23 == r147
+    r147 = x24 + r147
+    r127 = x24 == r147
     r159 = k.where(r127, 1.0, 0.0)
     r159 = x12 * r159
     r161 = r147 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x38 * x12 * r161
+    r161 = x39 * x12 * r161
     r164 = r147 != 1.0
     r164 = k.and_(r127, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x38 * x12 * r164
+    r164 = x39 * x12 * r164
     r34 = r159 + r33 + r161 + r164 + r34
     r34 = r19 * r34
     r34 = r150 + r34
@@ -312,428 +312,429 @@ def quantities(x, k):
     r92 = k.where(r49, r68, r92)
     r105 = r31 == r105
     r92 = k.where(r105, r121, r92)
-    r121 = x38 * x19 * x4 * x35 * r25 * r19
-    r105 = x38 * x19 * x4 * x35 * r25
+    r121 = x39 * x19 * x4 * x36 * r25 * r19
+    r105 = x39 * x19 * x4 * x36 * r25
     r68 = k.max(r31, r150, r15)
     r49 = r150 == r68
     r15 = k.where(r49, r150, r15)
     r68 = r31 == r68
     r15 = k.where(r68, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r68 = 6.0 * x6 * x35 * r16
+    r31 = -1.0 * x20
+    r68 = -1.0 * r15
+    r68 = x8 + r31 + r68
+    r31 = 6.0 * x6 * x36 * r16
     r150 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r127 = 6.0 * x38 * x12
+    r127 = 6.0 * x39 * x12
     r115 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x35
+    r33 = 12.0 * x15 * x11 * x10 * x36
     r33 = r150 + r49 + r127 + r115 + r33
-    r115 = x6 * x35 * r33
+    r115 = x6 * x36 * r33
     r127 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r150 = 0.16666666666666666 * x35 * r49
+    r150 = 0.16666666666666666 * x36 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x38 * r48 * r49
+    r49 = 0.0625 * x39 * r48 * r49
     r49 = 1.0 + r150 + r49
-    r49 = 96.0 * x6 * x15 * x35 * r127 * r49
-    r127 = k.pow(x35, 2.0)
+    r49 = 96.0 * x6 * x15 * x36 * r127 * r49
+    r127 = k.pow(x36, 2.0)
     r150 = 2.0 * x6 * x15 * x11 * x10 * r127
-    r164 = x24 == 1.0
+    r164 = x25 == 1.0
     r127 = 4.0 * x6 * x15 * x11 * x10 * r127
     r127 = k.where(r164, r127, 0.0)
-    r72 = 0.3333333333333333 * x6 * x35 * r33
+    r72 = 0.3333333333333333 * x6 * x36 * r33
     r127 = k.where(r50, r72, r127)
     r127 = r115 + r150 + r127
     r150 = k.where(r50, 1.0, 0.0)
     r72 = 1.0 + r150
     r161 = k.recip(x9)
     r30 = k.recip(x18)
-    r54 = x38 * x12 * r19
-    r109 = x19 * x12 * x35 * r25
-    r55 = x38 * x19 * x35 * r25 * r19
+    r54 = x39 * x12 * r19
+    r109 = x19 * x12 * x36 * r25
+    r55 = x39 * x19 * x36 * r25 * r19
     r55 = r54 + r109 + r55
     r54 = 2.0 * r161 * r30 * r55
-    r89 = k.recip(x22)
+    r89 = k.recip(x23)
     r32 = k.recip(x17)
-    r81 = 2.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
+    r81 = 2.0 * x39 * x19 * x12 * x36 * r89 * r25 * r32 * r19
     r81 = r54 + r81
     r81 = r72 * r81
     r55 = 4.0 * r161 * r30 * r55
-    r54 = 4.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
+    r54 = 4.0 * x39 * x19 * x12 * x36 * r89 * r25 * r32 * r19
     r54 = r81 + r55 + r54
     r54 = r8 * r54
     r55 = x12 * x5 * r19
-    r81 = x19 * x5 * x35 * r25 * r19
+    r81 = x19 * x5 * x36 * r25 * r19
     r81 = r55 + r109 + r81
     r55 = r161 * r30 * r81
-    r82 = k.recip(x21)
-    r69 = 2.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
+    r82 = k.recip(x22)
+    r69 = 2.0 * x19 * x12 * x5 * x36 * r82 * r25 * r32 * r19
     r69 = r55 + r69
     r69 = r72 * r69
     r55 = 2.0 * x12 * x5 * r19
-    r147 = 2.0 * x19 * x5 * x35 * r25 * r19
+    r147 = 2.0 * x19 * x5 * x36 * r25 * r19
     r147 = r55 + r109 + r147
     r55 = r161 * r30 * r147
-    r365 = 4.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
-    r365 = r55 + r365
-    r365 = r72 * r365
+    r366 = 4.0 * x19 * x12 * x5 * x36 * r82 * r25 * r32 * r19
+    r366 = r55 + r366
+    r366 = r72 * r366
     r55 = x11 * x10 * x12 * r19
-    r369 = x11 * x19 * x10 * x35 * r25 * r19
-    r369 = r55 + r109 + r369
-    r55 = r161 * r30 * r369
-    r372 = 2.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19
-    r372 = r55 + r372
-    r372 = r72 * r372
+    r370 = x11 * x19 * x10 * x36 * r25 * r19
+    r370 = r55 + r109 + r370
+    r55 = r161 * r30 * r370
+    r373 = 2.0 * x11 * x19 * x10 * x12 * x36 * r82 * r25 * r32 * r19
+    r373 = r55 + r373
+    r373 = r72 * r373
     r10 = x11 + r10
     r55 = x10 * x12 * r19 * r10
-    r377 = x19 * x10 * x35 * r25 * r19 * r10
-    r377 = r109 + r55 + r377
-    r55 = r161 * r30 * r377
-    r109 = 2.0 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19 * r10
+    r378 = x19 * x10 * x36 * r25 * r19 * r10
+    r378 = r109 + r55 + r378
+    r55 = r161 * r30 * r378
+    r109 = 2.0 * x19 * x10 * x12 * x36 * r82 * r25 * r32 * r19 * r10
     r109 = r55 + r109
     r109 = r72 * r109
     r81 = 2.0 * r161 * r30 * r81
     r147 = 2.0 * r161 * r30 * r147
-    r369 = 2.0 * r161 * r30 * r369
-    r377 = 2.0 * r161 * r30 * r377
+    r370 = 2.0 * r161 * r30 * r370
+    r378 = 2.0 * r161 * r30 * r378
     r55 = x5 * r19
     r55 = x12 + r55
-    r55 = 4.0 * x19 * x35 * r161 * r25 * r30 * r55
-    r390 = 2.0 * x5 * r19
-    r390 = x12 + r390
-    r390 = 4.0 * x19 * x35 * r161 * r25 * r30 * r390
-    r393 = x11 * x10 * r19
-    r393 = x12 + r393
-    r393 = 4.0 * x19 * x35 * r161 * r25 * r30 * r393
-    r396 = x10 * r19 * r10
-    r396 = x12 + r396
-    r396 = 4.0 * x19 * x35 * r161 * r25 * r30 * r396
-    r399 = 12.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
-    r400 = 4.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19 * r10
-    r10 = r69 + r365 + r372 + r109 + r81 + r147 + r369 + r377 + r55 + r390 + r393 + r396 + r399 + r400 + r10
+    r55 = 4.0 * x19 * x36 * r161 * r25 * r30 * r55
+    r391 = 2.0 * x5 * r19
+    r391 = x12 + r391
+    r391 = 4.0 * x19 * x36 * r161 * r25 * r30 * r391
+    r394 = x11 * x10 * r19
+    r394 = x12 + r394
+    r394 = 4.0 * x19 * x36 * r161 * r25 * r30 * r394
+    r397 = x10 * r19 * r10
+    r397 = x12 + r397
+    r397 = 4.0 * x19 * x36 * r161 * r25 * r30 * r397
+    r400 = 12.0 * x19 * x12 * x5 * x36 * r82 * r25 * r32 * r19
+    r401 = 4.0 * x11 * x19 * x10 * x12 * x36 * r82 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x36 * r82 * r25 * r32 * r19 * r10
+    r10 = r69 + r366 + r373 + r109 + r81 + r147 + r370 + r378 + r55 + r391 + r394 + r397 + r400 + r401 + r10
     r10 = x15 * r8 * r10
     r10 = r54 + r10
     r54 = x6 * r4 * r5 * r10
-    r400 = 12.0 * x12
-    r399 = 10.0 * x12 * r72
-    r399 = r400 + r399
-    r399 = x19 * x35 * r25 * r399
-    r400 = 5.0 * x5
-    r396 = 3.0 * x5 * r72
-    r396 = r400 + r396
-    r396 = x19 * x35 * r25 * r19 * r396
-    r396 = r399 + r396
-    r396 = x15 * r8 * r396
-    r399 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
+    r401 = 12.0 * x12
+    r400 = 10.0 * x12 * r72
+    r400 = r401 + r400
+    r400 = x19 * x36 * r25 * r400
+    r401 = 5.0 * x5
+    r397 = 3.0 * x5 * r72
+    r397 = r401 + r397
+    r397 = x19 * x36 * r25 * r19 * r397
+    r397 = r400 + r397
+    r397 = x15 * r8 * r397
+    r400 = 3.0 * x39 * x19 * x36 * r25 * r8 * r19
     r150 = 2.0 + r150
-    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r150 * r9
-    r9 = r396 + r399 + r9
-    r399 = x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r396 = k.recip(x0)
-    r150 = x11 * x10 * x35
+    r9 = x15 * x19 * x10 * x36 * r25 * r8 * r19 * r150 * r9
+    r9 = r397 + r400 + r9
+    r400 = x6 * x4 * r161 * r4 * r5 * r30 * r9
+    r397 = k.recip(x0)
+    r150 = x11 * x10 * x36
     r164 = k.or_(r164, r50)
     r164 = k.where(r164, 1.0, 0.0)
     r164 = 3.0 + r164
-    r164 = 2.0 * x11 * x10 * x35 * r164
+    r164 = 2.0 * x11 * x10 * x36 * r164
     r164 = r150 + r164
-    r150 = x6 * x15 * x35 * r89 * r4 * r25 * r32 * r396 * r8 * r19 * r164
-    r400 = r54 + r399 + r150
-    r393 = k.recip(r400)
+    r150 = x6 * x15 * x36 * r89 * r4 * r25 * r32 * r397 * r8 * r19 * r164
+    r401 = r54 + r400 + r150
+    r394 = k.recip(r401)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r390 = k.recip(x6)
-    r55 = 0.3333333333333333 * x3 * x19 * r390 * r80 * r400
-    r377 = 0.6666666666666666 * x3 * x19 * x23 * r390 * r400
+    r391 = k.recip(x6)
+    r55 = 0.3333333333333333 * x3 * x19 * r391 * r80 * r401
+    r378 = 0.6666666666666666 * x3 * x19 * x24 * r391 * r401
     r9 = -1.0 * x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r164 = -1.0 * x6 * x15 * x35 * r89 * r4 * r25 * r32 * r396 * r8 * r19 * r164
-    r377 = r10 + r55 + r377 + r9 + r164
-    r377 = k.max(0.0, r377)
-    r55 = 0.5 * x23
+    r164 = -1.0 * x6 * x15 * x36 * r89 * r4 * r25 * r32 * r397 * r8 * r19 * r164
+    r378 = r10 + r55 + r378 + r9 + r164
+    r378 = k.max(0.0, r378)
+    r55 = 0.5 * x24
     r55 = -1.0 + r55
-    r55 = 0.6666666666666666 * x3 * x19 * r390 * r80 * r55 * r400
+    r55 = 0.6666666666666666 * x3 * x19 * r391 * r80 * r55 * r401
     r55 = k.where(r53, 0.0, r55)
-    r53 = 0.3333333333333333 * x3 * x19 * r390 * r80 * r111 * r400
+    r53 = 0.3333333333333333 * x3 * x19 * r391 * r80 * r111 * r401
     r55 = k.where(r74, r53, r55)
     r84 = k.or_(r73, r76, r84)
-    r111 = x3 * x19 * r390 * r80 * r111 * r400
+    r111 = x3 * x19 * r391 * r80 * r111 * r401
     r55 = k.where(r84, r111, r55)
-    r55 = k.max(r377, r55)
-    r393 = r393 * r55
+    r55 = k.max(r378, r55)
+    r394 = r394 * r55
     r30 = 28.0 * r161 * r30 * r26
-    r161 = r30 + r54 + r399 + r150
-    r377 = -1.0 * x20
-    r377 = 1.0 + r377
-    r111 = x23 * x39
+    r161 = r30 + r54 + r400 + r150
+    r378 = -1.0 * x21
+    r378 = 1.0 + r378
+    r111 = x24 * x40
     r111 = -1.0 + r111
-    r80 = k.recip(x26)
-    r73 = k.recip(x27)
-    r53 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19
-    r53 = x28 + r53
-    r74 = 2.0 * x3 * x2 * x37
-    r74 = x30 >= r74
-    r396 = k.recip(x29)
-    r32 = k.recip(x31)
-    r89 = k.min(1.0, x33)
+    r80 = k.recip(x27)
+    r73 = k.recip(x28)
+    r53 = x19 * x4 * x12 * x36 * r80 * r25 * r73 * r19
+    r53 = x29 + r53
+    r74 = 2.0 * x3 * x2 * x38
+    r74 = x31 >= r74
+    r397 = k.recip(x30)
+    r32 = k.recip(x32)
+    r89 = k.min(1.0, x34)
     r89 = k.recip(r89)
-    r89 = x19 * x4 * x12 * x33 * x35 * r396 * r25 * r32 * r19 * r89
-    r89 = x32 + r89
+    r89 = x19 * x4 * x12 * x34 * x36 * r397 * r25 * r32 * r19 * r89
+    r89 = x33 + r89
     r53 = k.where(r74, r89, r53)
     r53 = 2.0 * x6 * r4 * r5 * r8 * r111 * r53
     r53 = k.where(r29, 0.0, r53)
-    r377 = r377 * r53
-    r89 = x3 * x19 * r390 * r400
-    r74 = x23 <= 1.0
+    r378 = r378 * r53
+    r89 = x3 * x19 * r391 * r401
+    r74 = x24 <= 1.0
     r93 = k.and_(r93, r74)
-    r89 = k.where(r93, r400, r89)
-    r89 = -1.0 * x20 * r89
-    r400 = x3 * x2
-    r369 = -1.0 + r400
-    r147 = k.recip(r369)
+    r89 = k.where(r93, r401, r89)
+    r89 = -1.0 * x21 * r89
+    r401 = x3 * x2
+    r370 = -1.0 + r401
+    r147 = k.recip(r370)
     r81 = 2.0 * x3 * x2
     r81 = -2.0 + r81
-    r109 = x30 * r19
-    r372 = k.gcd(r400, r109)
-    r365 = k.recip(r372)
-    r69 = x3 * x2 * r365
+    r109 = x31 * r19
+    r373 = k.gcd(r401, r109)
+    r366 = k.recip(r373)
+    r69 = x3 * x2 * r366
     r69 = -1.0 + r69
-    r69 = x28 * r69
-    r488 = -1.0 * x3 * x2 * r365
-    r488 = r400 + r488
-    r488 = x32 * r488
-    r491 = r69 + r488
-    r491 = r147 * r81 * r491
-    r147 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r365 * r81 * r20
-    r372 = -1.0 + r372
-    r495 = k.max(1.0, r372)
-    r495 = k.min(x33, r495)
-    r495 = k.recip(r495)
-    r498 = x4 * x33 * x23 * r396 * r48 * r4 * r25 * r32 * r495 * r365 * r372 * r81 * r20
-    r498 = k.max(r147, r498)
-    r498 = r491 + r498
-    r491 = x30 <= x37
-    r147 = x28 * r81
-    r503 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r81 * r20
-    r503 = r147 + r503
-    r498 = k.where(r491, r503, r498)
-    r503 = x3 * x2 * x37
-    r503 = x30 >= r503
-    r147 = x32 * r81
-    r509 = k.max(1.0, r369)
-    r509 = k.min(x33, r509)
-    r509 = k.recip(r509)
-    r512 = x4 * x33 * x23 * r396 * r48 * r4 * r25 * r32 * r509 * r81 * r20
-    r512 = r147 + r512
-    r498 = k.where(r503, r512, r498)
-    r498 = x15 * r8 * r498
-    r512 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r365 * r369 * r20
-    r372 = x4 * x33 * x23 * r396 * r48 * r4 * r25 * r32 * r495 * r365 * r369 * r372 * r20
-    r372 = k.max(r512, r372)
-    r372 = r69 + r488 + r372
-    r488 = x28 * r369
-    r69 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r369 * r20
-    r69 = r488 + r69
-    r372 = k.where(r491, r69, r372)
-    r69 = x32 * r369
-    r509 = x4 * x33 * x23 * r396 * r48 * r4 * r25 * r32 * r509 * r369 * r20
-    r509 = r69 + r509
-    r372 = k.where(r503, r509, r372)
-    r509 = 2.0 * x15 * r8 * r372
-    r498 = k.where(r22, r509, r498)
-    r509 = x15 * r8 * r372
-    r503 = x6 * x15 * r4 * r5 * r8 * r372
-    r503 = r509 + r503
-    r498 = k.where(r93, r503, r498)
+    r69 = x29 * r69
+    r489 = -1.0 * x3 * x2 * r366
+    r489 = r401 + r489
+    r489 = x33 * r489
+    r492 = r69 + r489
+    r492 = r147 * r81 * r492
+    r147 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r366 * r81 * r20
+    r373 = -1.0 + r373
+    r496 = k.max(1.0, r373)
+    r496 = k.min(x34, r496)
+    r496 = k.recip(r496)
+    r499 = x4 * x34 * x24 * r397 * r48 * r4 * r25 * r32 * r496 * r366 * r373 * r81 * r20
+    r499 = k.max(r147, r499)
+    r499 = r492 + r499
+    r492 = x31 <= x38
+    r147 = x29 * r81
+    r504 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r81 * r20
+    r504 = r147 + r504
+    r499 = k.where(r492, r504, r499)
+    r504 = x3 * x2 * x38
+    r504 = x31 >= r504
+    r147 = x33 * r81
+    r510 = k.max(1.0, r370)
+    r510 = k.min(x34, r510)
+    r510 = k.recip(r510)
+    r513 = x4 * x34 * x24 * r397 * r48 * r4 * r25 * r32 * r510 * r81 * r20
+    r513 = r147 + r513
+    r499 = k.where(r504, r513, r499)
+    r499 = x15 * r8 * r499
+    r513 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r366 * r370 * r20
+    r373 = x4 * x34 * x24 * r397 * r48 * r4 * r25 * r32 * r496 * r366 * r370 * r373 * r20
+    r373 = k.max(r513, r373)
+    r373 = r69 + r489 + r373
+    r489 = x29 * r370
+    r69 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r370 * r20
+    r69 = r489 + r69
+    r373 = k.where(r492, r69, r373)
+    r69 = x33 * r370
+    r510 = x4 * x34 * x24 * r397 * r48 * r4 * r25 * r32 * r510 * r370 * r20
+    r510 = r69 + r510
+    r373 = k.where(r504, r510, r373)
+    r510 = 2.0 * x15 * r8 * r373
+    r499 = k.where(r22, r510, r499)
+    r510 = x15 * r8 * r373
+    r504 = x6 * x15 * r4 * r5 * r8 * r373
+    r504 = r510 + r504
+    r499 = k.where(r93, r504, r499)
     r74 = k.and_(r46, r74)
-    r372 = 3.0 * x6 * x15 * r4 * r5 * r8 * r372
-    r498 = k.where(r74, r372, r498)
-    r400 = r400 == 1.0
-    r498 = k.where(r400, 0.0, r498)
-    r89 = r89 + r498
+    r373 = 3.0 * x6 * x15 * r4 * r5 * r8 * r373
+    r499 = k.where(r74, r373, r499)
+    r401 = r401 == 1.0
+    r499 = k.where(r401, 0.0, r499)
+    r89 = r89 + r499
     r89 = k.max(0.0, r89)
     r109 = k.gcd(x2, r109)
-    r372 = k.recip(r109)
-    r46 = x2 * r372
+    r373 = k.recip(r109)
+    r46 = x2 * r373
     r46 = -1.0 + r46
-    r46 = x28 * r46
-    r503 = -1.0 * x2 * r372
-    r503 = x2 + r503
-    r503 = x32 * r503
-    r509 = -1.0 + x2
-    r69 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r372 * r509
+    r46 = x29 * r46
+    r504 = -1.0 * x2 * r373
+    r504 = x2 + r504
+    r504 = x33 * r504
+    r510 = -1.0 + x2
+    r69 = 2.0 * x14 * x19 * x10 * x4 * x36 * r80 * r25 * r73 * r19 * r373 * r510
     r109 = -1.0 + r109
     r48 = k.max(1.0, r109)
-    r48 = k.min(x33, r48)
+    r48 = k.min(x34, r48)
     r48 = k.recip(r48)
-    r109 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r396 * r25 * r32 * r19 * r48 * r372 * r509 * r109
+    r109 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r397 * r25 * r32 * r19 * r48 * r373 * r510 * r109
     r109 = k.max(r69, r109)
-    r109 = r46 + r503 + r109
-    r503 = x28 * r509
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r509
-    r46 = r503 + r46
-    r109 = k.where(r491, r46, r109)
-    r46 = x2 * x37
-    r46 = x30 >= r46
-    r491 = x32 * r509
-    r503 = k.max(1.0, r509)
-    r503 = k.min(x33, r503)
-    r503 = k.recip(r503)
-    r503 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r396 * r25 * r32 * r19 * r503 * r509
-    r503 = r491 + r503
-    r109 = k.where(r46, r503, r109)
-    r503 = x6 * x15 * r4 * r5 * r8 * r109
+    r109 = r46 + r504 + r109
+    r504 = x29 * r510
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x36 * r80 * r25 * r73 * r19 * r510
+    r46 = r504 + r46
+    r109 = k.where(r492, r46, r109)
+    r46 = x2 * x38
+    r46 = x31 >= r46
+    r492 = x33 * r510
+    r504 = k.max(1.0, r510)
+    r504 = k.min(x34, r504)
+    r504 = k.recip(r504)
+    r504 = 2.0 * x14 * x19 * x10 * x4 * x34 * x36 * r397 * r25 * r32 * r19 * r504 * r510
+    r504 = r492 + r504
+    r109 = k.where(r46, r504, r109)
+    r504 = x6 * x15 * r4 * r5 * r8 * r109
     r109 = x6 * x15 * r4 * r5 * r8 * r72 * r109
-    r109 = r503 + r109
-    r503 = x2 == 1.0
-    r109 = k.where(r503, 0.0, r109)
+    r109 = r504 + r109
+    r504 = x2 == 1.0
+    r109 = k.where(r504, 0.0, r109)
     r50 = k.where(r50, 2.0, 0.0)
     r50 = 4.0 + r50
-    r46 = -1.0 + x37
-    r491 = k.recip(r46)
-    r69 = 2.0 * x37
+    r46 = -1.0 + x38
+    r492 = k.recip(r46)
+    r69 = 2.0 * x38
     r69 = -2.0 + r69
-    r372 = k.gcd(x37, x30)
-    r48 = k.recip(r372)
-    r488 = x37 * r48
-    r488 = -1.0 + r488
-    r488 = x28 * r488
-    r512 = -1.0 * x37 * r48
-    r512 = x37 + r512
-    r512 = x32 * r512
-    r512 = r488 + r512
-    r512 = r491 * r69 * r512
-    r491 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r48 * r69
-    r372 = -1.0 + r372
-    r488 = k.max(1.0, r372)
-    r488 = k.min(x33, r488)
-    r488 = k.recip(r488)
-    r372 = x19 * x4 * x12 * x33 * x35 * r396 * r25 * r32 * r19 * r488 * r48 * r372 * r69
-    r372 = k.max(r491, r372)
-    r372 = r512 + r372
-    r512 = x30 <= 1.0
-    r491 = x28 * r69
-    r73 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r69
-    r73 = r491 + r73
-    r372 = k.where(r512, r73, r372)
-    r73 = x30 >= x37
-    r512 = x32 * r69
+    r373 = k.gcd(x38, x31)
+    r48 = k.recip(r373)
+    r489 = x38 * r48
+    r489 = -1.0 + r489
+    r489 = x29 * r489
+    r513 = -1.0 * x38 * r48
+    r513 = x38 + r513
+    r513 = x33 * r513
+    r513 = r489 + r513
+    r513 = r492 * r69 * r513
+    r492 = x19 * x4 * x12 * x36 * r80 * r25 * r73 * r19 * r48 * r69
+    r373 = -1.0 + r373
+    r489 = k.max(1.0, r373)
+    r489 = k.min(x34, r489)
+    r489 = k.recip(r489)
+    r373 = x19 * x4 * x12 * x34 * x36 * r397 * r25 * r32 * r19 * r489 * r48 * r373 * r69
+    r373 = k.max(r492, r373)
+    r373 = r513 + r373
+    r513 = x31 <= 1.0
+    r492 = x29 * r69
+    r73 = x19 * x4 * x12 * x36 * r80 * r25 * r73 * r19 * r69
+    r73 = r492 + r73
+    r373 = k.where(r513, r73, r373)
+    r73 = x31 >= x38
+    r513 = x33 * r69
     r46 = k.max(1.0, r46)
-    r46 = k.min(x33, r46)
+    r46 = k.min(x34, r46)
     r46 = k.recip(r46)
-    r46 = x19 * x4 * x12 * x33 * x35 * r396 * r25 * r32 * r19 * r46 * r69
-    r46 = r512 + r46
-    r372 = k.where(r73, r46, r372)
-    r372 = x6 * x15 * r4 * r5 * r8 * r50 * r372
-    r46 = x37 == 1.0
-    r372 = k.where(r46, 0.0, r372)
+    r46 = x19 * x4 * x12 * x34 * x36 * r397 * r25 * r32 * r19 * r46 * r69
+    r46 = r513 + r46
+    r373 = k.where(r73, r46, r373)
+    r373 = x6 * x15 * r4 * r5 * r8 * r50 * r373
+    r46 = x38 == 1.0
+    r373 = k.where(r46, 0.0, r373)
     r164 = r10 + r9 + r164
     r164 = k.max(0.0, r164)
     r164 = k.where(r21, r164, 0.0)
-    r21 = r377 + r30 + r54 + r399 + r150 + r89 + r55 + r109 + r372 + r164
+    r21 = r378 + r30 + r54 + r400 + r150 + r89 + r55 + r109 + r373 + r164
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x35 * r82 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x35 * r82 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x35 * r25
-    r82 = x19 * x4 * x12 * x35 * r80 * r25
+    r10 = 6.0 * x6 * x36 * r82 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x36 * r82 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x36 * r25
+    r82 = x19 * x4 * x12 * x36 * r80 * r25
     r81 = x4 * r4 * r25 * r81 * r20
-    r73 = 2.0 * x4 * r4 * r25 * r369 * r20
+    r73 = 2.0 * x4 * r4 * r25 * r370 * r20
     r81 = k.where(r22, r73, r81)
-    r73 = x4 * r4 * r25 * r369 * r20
+    r73 = x4 * r4 * r25 * r370 * r20
     r22 = k.pow(x3, -2.0)
-    r512 = x6 * x4 * r22 * r5 * r25 * r369 * r20
-    r512 = r73 + r512
-    r81 = k.where(r93, r512, r81)
-    r369 = 3.0 * x6 * x4 * r22 * r5 * r25 * r369 * r20
-    r81 = k.where(r74, r369, r81)
-    r81 = k.where(r400, 0.0, r81)
-    r400 = r80 * r81
-    r80 = x29 * r80
-    r369 = k.recip(x35)
-    r74 = x36 * r390 * r369
+    r513 = x6 * x4 * r22 * r5 * r25 * r370 * r20
+    r513 = r73 + r513
+    r81 = k.where(r93, r513, r81)
+    r370 = 3.0 * x6 * x4 * r22 * r5 * r25 * r370 * r20
+    r81 = k.where(r74, r370, r81)
+    r81 = k.where(r401, 0.0, r81)
+    r401 = r80 * r81
+    r80 = x30 * r80
+    r370 = k.recip(x36)
+    r74 = x37 * r391 * r370
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r512 = 8e-12 * x12
+    r513 = 8e-12 * x12
     r93 = 8e-12 * x15 * r12
-    r73 = 8e-12 * x38 * x12
+    r73 = 8e-12 * x39 * x12
     r32 = 2.4e-11 * x15 * x12 * x5
-    r396 = r512 + r93 + r73 + r32
-    r491 = 4e-12 * x12
+    r397 = r513 + r93 + r73 + r32
+    r492 = 4e-12 * x12
     r48 = 4e-12 * x15 * r12
-    r488 = 4e-12 * x38 * x12
-    r365 = 1.2e-11 * x15 * x12 * x5
-    r365 = r491 + r48 + r488 + r365
-    r365 = r22 > r365
-    r488 = -8e-12 * x12
+    r489 = 4e-12 * x39 * x12
+    r366 = 1.2e-11 * x15 * x12 * x5
+    r366 = r492 + r48 + r489 + r366
+    r366 = r22 > r366
+    r489 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r48 = -8e-12 * x38 * x12
-    r491 = -2.4e-11 * x15 * x12 * x5
-    r495 = k.sqrt(2.0)
+    r48 = -8e-12 * x39 * x12
+    r492 = -2.4e-11 * x15 * x12 * x5
+    r496 = k.sqrt(2.0)
     r147 = k.sqrt(x3)
     r147 = k.recip(r147)
-    r660 = k.sqrt(x2)
-    r660 = k.recip(r660)
-    r662 = k.sqrt(x13)
-    r662 = k.recip(r662)
-    r664 = k.sqrt(x23)
-    r664 = k.recip(r664)
-    r666 = k.sqrt(x37)
-    r666 = k.recip(r666)
-    r668 = k.sqrt(r396)
-    r669 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r396
-    r670 = k.sqrt(x3)
-    r671 = k.sqrt(x2)
-    r672 = k.sqrt(x13)
-    r673 = k.sqrt(x23)
-    r674 = k.sqrt(x37)
-    r674 = 0.16666666666666666 * r495 * r670 * r671 * r672 * r673 * r674 * r668
-    r674 = 1.0 + r669 + r674
-    r674 = r495 * r147 * r660 * r662 * r664 * r666 * r668 * r674
-    r674 = r488 + r12 + r48 + r491 + r674
-    r491 = k.where(r365, r674, r22)
-    r32 = r512 + r93 + r73 + r32 + r491
-    r32 = x3 * x2 * x13 * x23 * x37 * r32
+    r661 = k.sqrt(x2)
+    r661 = k.recip(r661)
+    r663 = k.sqrt(x13)
+    r663 = k.recip(r663)
+    r665 = k.sqrt(x24)
+    r665 = k.recip(r665)
+    r667 = k.sqrt(x38)
+    r667 = k.recip(r667)
+    r669 = k.sqrt(r397)
+    r670 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r397
+    r671 = k.sqrt(x3)
+    r672 = k.sqrt(x2)
+    r673 = k.sqrt(x13)
+    r674 = k.sqrt(x24)
+    r675 = k.sqrt(x38)
+    r675 = 0.16666666666666666 * r496 * r671 * r672 * r673 * r674 * r675 * r669
+    r675 = 1.0 + r670 + r675
+    r675 = r496 * r147 * r661 * r663 * r665 * r667 * r669 * r675
+    r675 = r489 + r12 + r48 + r492 + r675
+    r492 = k.where(r366, r675, r22)
+    r32 = r513 + r93 + r73 + r32 + r492
+    r32 = x3 * x2 * x13 * x24 * x38 * r32
     r32 = k.exp(r32)
     r32 = -1.0 + r32
     r73 = k.recip(r32)
-    r93 = x25 + x1
-    r512 = -1.0 * x3 * x2 * x13 * x23 * x37 * r93
-    r512 = k.exp(r512)
-    r512 = x3 * x2 * x13 * x23 * x37 * r73 * r491 * r512
-    r73 = x3 * x2 * x13 * x23 * x37
-    r674 = k.recip(r674)
-    r73 = k.where(r365, r674, r73)
-    r93 = x3 * x2 * x13 * x23 * x37 * r93
+    r93 = x26 + x1
+    r513 = -1.0 * x3 * x2 * x13 * x24 * x38 * r93
+    r513 = k.exp(r513)
+    r513 = x3 * x2 * x13 * x24 * x38 * r73 * r492 * r513
+    r73 = x3 * x2 * x13 * x24 * x38
+    r675 = k.recip(r675)
+    r73 = k.where(r366, r675, r73)
+    r93 = x3 * x2 * x13 * x24 * x38 * r93
     r93 = k.exp(r93)
-    r5 = x36 * r390 * r4 * r25 * r5 * r8 * r369 * r19 * r32 * r21 * r73 * r93
-    r93 = x36 * r390 * r369 * r32 * r21 * r73 * r93
-    r50 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r69 * r50
+    r5 = x37 * r391 * r4 * r25 * r5 * r8 * r370 * r19 * r32 * r21 * r73 * r93
+    r93 = x37 * r391 * r370 * r32 * r21 * r73 * r93
+    r50 = x6 * x15 * x4 * x12 * x36 * r4 * r25 * r8 * r19 * r69 * r50
     r50 = k.where(r46, 0.0, r50)
-    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r509
-    r509 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r72 * r509
-    r509 = r46 + r509
-    r509 = k.where(r503, 0.0, r509)
-    r111 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r111
+    r46 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r25 * r8 * r19 * r510
+    r510 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r25 * r8 * r19 * r72 * r510
+    r510 = r46 + r510
+    r510 = k.where(r504, 0.0, r510)
+    r111 = 2.0 * x6 * x4 * x12 * x36 * r4 * r25 * r8 * r19 * r111
     r111 = k.where(r29, 0.0, r111)
-    r45 = r45 < x23
-    r29 = x34 != 2.0
+    r45 = r45 < x24
+    r29 = x35 != 2.0
     r76 = k.and_(r76, r29)
     r76 = k.not_(r76)
     r76 = k.or_(r45, r76)
-    r19 = x34 != 1.0
+    r19 = x35 != 1.0
     r75 = k.and_(r19, r29, r75)
     r75 = k.not_(r75)
     r75 = k.or_(r45, r75)
     r75 = k.and_(r76, r75)
-    r76 = x23 >= 2.0
-    r45 = x34 != 3.0
-    r29 = x34 != 4.0
+    r76 = x24 >= 2.0
+    r45 = x35 != 3.0
+    r29 = x35 != 4.0
     r84 = k.not_(r84)
     r84 = k.and_(r45, r29, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r76, r84)
-    r76 = x21 * x3 * x2 * x23 * x37 * r21
-    r29 = r68 <= r76
+    r76 = x22 * x3 * x2 * x24 * x38 * r21
+    r29 = r31 <= r76
     r76 = r115 <= r76
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r31, r68, r68, r115, r49, r127, r393, r161, r55, r21, r10, r33, r9, r82, r400, r80, 0.0, r74, r22, r396, r491, r512, r5, r93, r54, r150, r399, r30, r50, r372, r372, r509, r109, r109, r81, r498, r89, r111, r53, r377, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, r75, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r68, r31, r31, r115, r49, r127, r394, r161, r55, r21, r10, r33, r9, r82, r401, r80, 0.0, r74, r22, r397, r492, r513, r5, r93, r54, r150, r400, r30, r50, r373, r373, r510, r109, r109, r81, r499, r89, r111, r53, r378, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1471,9 +1472,9 @@ def search(x, k):
     return (r86, r41, r105)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (32, 33, 34, 37), (), (), (), (32, 33, 34, 37), (34,), (36,), (36,), (37,), (32, 33, 34, 37, 38, 39, 40, 47, 48, 49, 50), (32, 33, 34, 37, 38, 39, 40, 47, 48, 49, 50), (31, 47, 48, 49, 50), (31, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 31, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (30,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18, 21, 27), (13, 14, 15), (20, 22, 23, 24, 25, 26, 27), (27, 29, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 35), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 35), (17, 68), (17, 69), (17, 70), (17, 71), (22, 35), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 35), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 5), (52, 7), (52, 9), (52, 60), (52, 61), (52, 62), (53, 3), (53, 5), (53, 7), (53, 9), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (48, 49, 50, 51), (), (41, 48, 49, 50, 51), (39, 48, 49, 50, 51), (40, 48, 49, 50, 51), (), (32, 33, 34, 38), (), (), (), (32, 33, 34, 38), (34,), (37,), (37,), (38,), (32, 33, 34, 38, 39, 40, 41, 48, 49, 50, 51), (32, 33, 34, 36, 38, 39, 40, 41, 48, 49, 50, 51), (31, 48, 49, 50, 51), (31, 48, 49, 50, 51), (16, 48, 49, 50, 51), (19,), (15, 16, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 48, 49, 50, 51), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 48, 49, 50, 51, 65), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 31, 48, 49, 50, 51, 65), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 48, 49, 50, 51, 65), (61,), (12, 59), (12,), (58,), (57,), (30,), (78,), (42, 48, 49, 50, 51), (42, 48, 49, 50, 51, 77, 78), (42, 48, 49, 50, 51, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 42, 48, 49, 50, 51, 65, 75, 76, 77, 78), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 30, 42, 48, 49, 50, 51, 65, 75, 76, 77, 78), (17, 18, 21, 27), (13, 14, 15), (20, 22, 23, 24, 25, 26, 27), (27, 29, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 47), (10, 73), (11, 73), (12, 45), (12, 46), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 35), (13, 69), (13, 70), (13, 71), (13, 72), (14, 43), (14, 44), (14, 48), (14, 49), (14, 50), (14, 51), (14, 73), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 69), (16, 70), (16, 71), (16, 72), (17, 35), (17, 69), (17, 70), (17, 71), (17, 72), (22, 35), (22, 43), (22, 44), (22, 45), (22, 46), (22, 47), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 35), (23, 43), (23, 44), (23, 45), (23, 46), (23, 47), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 14), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 10), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 5), (52, 7), (52, 9), (52, 61), (52, 62), (52, 63), (53, 3), (53, 5), (53, 7), (53, 9), (53, 61), (53, 62), (53, 63), (54, 0), (54, 10), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 10), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 5), (61, 59), (61, 60), (62, 4), (62, 5), (62, 59), (62, 60), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

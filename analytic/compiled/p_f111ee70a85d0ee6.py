@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x24 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x25 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x24 * x37 * r1
+    r1 = x3 * x2 * x25 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x24)
-    r25 = k.recip(x37)
+    r11 = k.recip(x25)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,25 +47,25 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x24 == 1.0
+    r38 = x25 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x24 != 1.0
+    r12 = x25 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r8 = 2.0 * r40
-    r53 = x40 >= 2.0
+    r53 = x41 >= 2.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r8)
-    r56 = x40 >= 3.0
+    r56 = x41 >= 3.0
     r8 = k.where(r56, r54, r8)
     r54 = 12.0 * r40
     r59 = 12.0 * r4 * r31 * r40
@@ -78,51 +78,51 @@ def quantities(x, k):
     r65 = r62 + r63 + r64 + r65
     r65 = r25 * r65
     r65 = r59 + r65
-    r65 = x20 * x35 * r31 * r65
-    r59 = x25 == 1.0
+    r65 = x20 * x36 * r31 * r65
+    r59 = x26 == 1.0
     r63 = 4.0 * x12
     r72 = 2.0 * x5
     r73 = 2.0 * x14 * x10
     r64 = r72 + r62 + r73 + r64
     r64 = r25 * r64
     r64 = r63 + r64
-    r64 = x20 * x35 * r31 * r64
+    r64 = x20 * x36 * r31 * r64
     r65 = k.where(r59, r64, r65)
-    r64 = x25 == 2.0
-    r63 = 2.0 * x20 * x12 * x35 * r31
+    r64 = x26 == 2.0
+    r63 = 2.0 * x20 * x12 * x36 * r31
     r63 = k.where(r64, r63, r65)
-    r73 = 1.0 + x24
+    r73 = 1.0 + x25
     r73 = k.min(r73, r6)
     r73 = r73 * r35
-    r62 = x34 == 4.0
-    r72 = 2.0 * x24
+    r62 = x35 == 4.0
+    r72 = 2.0 * x25
     r87 = -1.0 + r72
     r87 = k.min(r87, r6)
     r87 = r87 * r35
     r90 = k.where(r62, r87, r73)
-    r91 = x34 == 0.0
-    r92 = x34 == 3.0
+    r91 = x35 == 0.0
+    r92 = x35 == 3.0
     r93 = k.or_(r91, r92)
-    r94 = k.min(x24, r6)
+    r94 = k.min(x25, r6)
     r94 = r94 * r35
     r90 = k.where(r93, r94, r90)
-    r94 = x34 == 1.0
-    r98 = k.recip(x39)
-    r99 = x6 * x39 * r4 * r5
-    r100 = -1.0 + x39
-    r100 = x24 * r100
+    r94 = x35 == 1.0
+    r98 = k.recip(x40)
+    r99 = x6 * x40 * r4 * r5
+    r100 = -1.0 + x40
+    r100 = x25 * r100
     r102 = -1.0 + r72 + r100
     r102 = k.min(r99, r102)
     r102 = r98 * r102 * r35
     r90 = k.where(r94, r102, r90)
-    r102 = x34 == 2.0
+    r102 = x35 == 2.0
     r107 = x6 * r4 * r5 * r35
     r90 = k.where(r102, r107, r90)
     r90 = r63 * r90
     r110 = k.where(r64, r65, 0.0)
     r111 = k.or_(r27, r38)
-    r112 = 4.0 * x20 * x12 * x35 * r31
-    r113 = x38 * x20 * x16 * x35 * r31 * r25
+    r112 = 4.0 * x20 * x12 * x36 * r31
+    r113 = x39 * x20 * x16 * x36 * r31 * r25
     r112 = r112 + r113
     r112 = k.max(r112, r110)
     r111 = k.where(r111, r112, r110)
@@ -131,7 +131,7 @@ def quantities(x, k):
     r117 = k.where(r27, r118, r117)
     r118 = 3.0 * x4 * r117 * r40
     r118 = k.where(r56, r118, 0.0)
-    r122 = x24 > 1.0
+    r122 = x25 > 1.0
     r122 = k.and_(r56, r122)
     r124 = 6.0 * r40
     r118 = k.where(r122, r124, r118)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r40 = r124 == r40
     r118 = k.where(r40, r118, 0.0)
     r40 = r55 + r8 + r54 + r127 + r111 + r118
-    r124 = -1.0 + x24
+    r124 = -1.0 + x25
     r90 = k.min(1.0, r124)
     r143 = r90 == 0.0
     r143 = k.where(r143, 1.0, 0.0)
     r143 = r16 * r143
     r146 = 1.0 + r90
-    r146 = x24 == r146
+    r146 = x25 == r146
     r148 = k.where(r146, 1.0, 0.0)
     r148 = 2.0 * x12 * r148
     r150 = r90 != 0.0
     r150 = k.and_(r150, r146)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x38 * x12 * r150
+    r150 = x39 * x12 * r150
     r150 = r143 + r36 + r37 + r148 + r150
     r150 = r25 * r150
     r148 = -1.0 * r90
-    r148 = x24 + r148
+    r148 = x25 + r148
     r143 = r148 == 1.0
     r143 = k.where(r143, 1.0, 0.0)
     r143 = r16 * r143
-    r16 = x24 == r148
+    r16 = x25 == r148
     r162 = k.where(r16, 1.0, 0.0)
     r162 = 2.0 * x12 * r162
     r164 = r148 != 1.0
     r164 = k.and_(r16, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x38 * x12 * r164
+    r164 = x39 * x12 * r164
     r164 = r143 + r36 + r37 + r162 + r164
     r164 = r25 * r164
     r164 = r164 + r150
@@ -288,413 +288,414 @@ def quantities(x, k):
     r122 = k.where(r54, r72, r122)
     r118 = r40 == r118
     r122 = k.where(r118, r127, r122)
-    r127 = x38 * x20 * x4 * x35 * r31 * r25
-    r118 = x38 * x20 * x4 * x35 * r31
+    r127 = x39 * x20 * x4 * x36 * r31 * r25
+    r118 = x39 * x20 * x4 * x36 * r31
     r72 = k.max(r40, r150, r12)
     r54 = r150 == r72
     r12 = k.where(r54, r150, r12)
     r72 = r40 == r72
     r12 = k.where(r72, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r72 = 6.0 * x6 * x35 * r15
+    r40 = -1.0 * x21
+    r72 = -1.0 * r12
+    r72 = x8 + r40 + r72
+    r40 = 6.0 * x6 * x36 * r15
     r150 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r55 = 6.0 * x38 * x12
+    r55 = 6.0 * x39 * x12
     r162 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r150 + r54 + r16 + r55 + r162 + r8
-    r162 = x6 * x35 * r8
+    r162 = x6 * x36 * r8
     r55 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r54 = 0.16666666666666666 * x35 * r16
+    r54 = 0.16666666666666666 * x36 * r16
     r37 = k.recip(x15)
-    r16 = 0.0625 * x38 * r37 * r16
+    r16 = 0.0625 * x39 * r37 * r16
     r16 = 1.0 + r54 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r55 * r16
-    r55 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r55 * r16
+    r55 = k.pow(x36, 2.0)
     r55 = 2.0 * x6 * x15 * x11 * x10 * r55
     r54 = x11 * x10
     r63 = x14 * x10
     r63 = x5 + r54 + r63
-    r63 = 2.0 * x6 * x15 * x12 * x35 * r63
+    r63 = 2.0 * x6 * x15 * x12 * x36 * r63
     r63 = k.where(r59, r63, 0.0)
-    r54 = 0.3333333333333333 * x6 * x35 * r8
+    r54 = 0.3333333333333333 * x6 * x36 * r8
     r63 = k.where(r64, r54, r63)
     r63 = r162 + r55 + r63
     r55 = k.where(r64, 1.0, 0.0)
     r54 = 1.0 + r55
     r164 = k.recip(x9)
     r73 = k.recip(x19)
-    r107 = x38 * x12 * r25
-    r35 = x20 * x12 * x35 * r31
-    r99 = x38 * x20 * x35 * r31 * r25
+    r107 = x39 * x12 * r25
+    r35 = x20 * x12 * x36 * r31
+    r99 = x39 * x20 * x36 * r31 * r25
     r99 = r107 + r35 + r99
     r107 = 2.0 * r164 * r73 * r99
-    r100 = k.recip(x23)
+    r100 = k.recip(x24)
     r87 = k.recip(x17)
-    r148 = 2.0 * x38 * x20 * x12 * x35 * r100 * r31 * r87 * r25
+    r148 = 2.0 * x39 * x20 * x12 * x36 * r100 * r31 * r87 * r25
     r148 = r107 + r148
     r148 = r54 * r148
     r99 = 4.0 * r164 * r73 * r99
-    r107 = 4.0 * x38 * x20 * x12 * x35 * r100 * r31 * r87 * r25
+    r107 = 4.0 * x39 * x20 * x12 * x36 * r100 * r31 * r87 * r25
     r107 = r148 + r99 + r107
     r107 = r11 * r107
     r99 = x11 * x10 * x12 * r25
-    r148 = x11 * x20 * x10 * x35 * r31 * r25
+    r148 = x11 * x20 * x10 * x36 * r31 * r25
     r148 = r99 + r35 + r148
     r99 = r164 * r73 * r148
-    r143 = k.recip(x22)
-    r337 = 2.0 * x11 * x20 * x10 * x12 * x35 * r143 * r31 * r87 * r25
-    r337 = r99 + r337
-    r337 = r54 * r337
+    r143 = k.recip(x23)
+    r338 = 2.0 * x11 * x20 * x10 * x12 * x36 * r143 * r31 * r87 * r25
+    r338 = r99 + r338
+    r338 = r54 * r338
     r99 = x10 * x12 * r25 * r14
-    r341 = x20 * x10 * x35 * r31 * r25 * r14
-    r341 = r35 + r99 + r341
-    r99 = r164 * r73 * r341
-    r344 = 2.0 * x20 * x10 * x12 * x35 * r143 * r31 * r87 * r25 * r14
-    r344 = r99 + r344
-    r344 = r54 * r344
+    r342 = x20 * x10 * x36 * r31 * r25 * r14
+    r342 = r35 + r99 + r342
+    r99 = r164 * r73 * r342
+    r345 = 2.0 * x20 * x10 * x12 * x36 * r143 * r31 * r87 * r25 * r14
+    r345 = r99 + r345
+    r345 = r54 * r345
     r99 = x12 * x5 * r25
-    r348 = x20 * x5 * x35 * r31 * r25
-    r348 = r99 + r35 + r348
-    r99 = r164 * r73 * r348
-    r351 = 2.0 * x20 * x12 * x5 * x35 * r143 * r31 * r87 * r25
-    r351 = r99 + r351
-    r99 = r54 * r351
-    r354 = x14 * x10 * x12 * r25
-    r355 = x14 * x20 * x10 * x35 * r31 * r25
-    r355 = r354 + r35 + r355
-    r355 = r164 * r73 * r355
-    r35 = 2.0 * x14 * x20 * x10 * x12 * x35 * r143 * r31 * r87 * r25
-    r35 = r355 + r35
+    r349 = x20 * x5 * x36 * r31 * r25
+    r349 = r99 + r35 + r349
+    r99 = r164 * r73 * r349
+    r352 = 2.0 * x20 * x12 * x5 * x36 * r143 * r31 * r87 * r25
+    r352 = r99 + r352
+    r99 = r54 * r352
+    r355 = x14 * x10 * x12 * r25
+    r356 = x14 * x20 * x10 * x36 * r31 * r25
+    r356 = r355 + r35 + r356
+    r356 = r164 * r73 * r356
+    r35 = 2.0 * x14 * x20 * x10 * x12 * x36 * r143 * r31 * r87 * r25
+    r35 = r356 + r35
     r35 = r54 * r35
-    r355 = x5 * r25
-    r355 = x12 + r355
-    r354 = 4.0 * x20 * x35 * r164 * r31 * r73 * r355
-    r364 = x11 * x10 * r25
-    r364 = x12 + r364
-    r364 = 4.0 * x20 * x35 * r164 * r31 * r73 * r364
-    r367 = x14 * x10 * r25
-    r367 = x12 + r367
-    r367 = 4.0 * x20 * x35 * r164 * r31 * r73 * r367
-    r367 = r99 + r337 + r35 + r354 + r364 + r367
+    r356 = x5 * r25
+    r356 = x12 + r356
+    r355 = 4.0 * x20 * x36 * r164 * r31 * r73 * r356
+    r365 = x11 * x10 * r25
+    r365 = x12 + r365
+    r365 = 4.0 * x20 * x36 * r164 * r31 * r73 * r365
+    r368 = x14 * x10 * r25
+    r368 = x12 + r368
+    r368 = 4.0 * x20 * x36 * r164 * r31 * r73 * r368
+    r368 = r99 + r338 + r35 + r355 + r365 + r368
     r59 = k.where(r59, 1.0, 0.0)
-    r367 = r367 * r59
-    r351 = 2.0 * r54 * r351
+    r368 = r368 * r59
+    r352 = 2.0 * r54 * r352
     r148 = 2.0 * r164 * r73 * r148
-    r341 = 2.0 * r164 * r73 * r341
-    r348 = 4.0 * r164 * r73 * r348
-    r354 = x10 * r25 * r14
-    r354 = x12 + r354
-    r354 = 4.0 * x20 * x35 * r164 * r31 * r73 * r354
-    r355 = 8.0 * x20 * x35 * r164 * r31 * r73 * r355
-    r35 = 8.0 * x20 * x12 * x5 * x35 * r143 * r31 * r87 * r25
-    r99 = 4.0 * x11 * x20 * x10 * x12 * x35 * r143 * r31 * r87 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r143 * r31 * r87 * r25 * r14
-    r14 = r337 + r344 + r367 + r351 + r148 + r341 + r348 + r364 + r354 + r355 + r35 + r99 + r14
+    r342 = 2.0 * r164 * r73 * r342
+    r349 = 4.0 * r164 * r73 * r349
+    r355 = x10 * r25 * r14
+    r355 = x12 + r355
+    r355 = 4.0 * x20 * x36 * r164 * r31 * r73 * r355
+    r356 = 8.0 * x20 * x36 * r164 * r31 * r73 * r356
+    r35 = 8.0 * x20 * x12 * x5 * x36 * r143 * r31 * r87 * r25
+    r99 = 4.0 * x11 * x20 * x10 * x12 * x36 * r143 * r31 * r87 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r143 * r31 * r87 * r25 * r14
+    r14 = r338 + r345 + r368 + r352 + r148 + r342 + r349 + r365 + r355 + r356 + r35 + r99 + r14
     r14 = x15 * r11 * r14
     r14 = r107 + r14
     r107 = x6 * r4 * r5 * r14
     r59 = 1.0 + r59 + r55
     r99 = 10.0 * x12 * r59
     r99 = r150 + r99
-    r99 = x20 * x35 * r31 * r99
+    r99 = x20 * x36 * r31 * r99
     r150 = 3.0 * x5
     r59 = 2.0 * x5 * r59
     r59 = r150 + r59
-    r59 = x20 * x35 * r31 * r25 * r59
+    r59 = x20 * x36 * r31 * r25 * r59
     r59 = r99 + r59
     r59 = x15 * r11 * r59
-    r99 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
+    r99 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
     r99 = r59 + r99
     r59 = x6 * x4 * r164 * r4 * r5 * r73 * r99
     r150 = k.recip(x0)
-    r35 = x11 * x10 * x35
+    r35 = x11 * x10 * x36
     r55 = 3.0 + r55
-    r55 = 2.0 * x11 * x10 * x35 * r55
+    r55 = 2.0 * x11 * x10 * x36 * r55
     r55 = r35 + r55
-    r35 = x6 * x15 * x35 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
-    r355 = r107 + r59 + r35
-    r354 = k.recip(r355)
+    r35 = x6 * x15 * x36 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
+    r356 = r107 + r59 + r35
+    r355 = k.recip(r356)
     r14 = -1.0 * x6 * r4 * r5 * r14
-    r364 = k.recip(x6)
-    r348 = 0.3333333333333333 * x3 * x20 * r364 * r98 * r355
-    r341 = 0.6666666666666666 * x3 * x20 * x24 * r364 * r355
+    r365 = k.recip(x6)
+    r349 = 0.3333333333333333 * x3 * x20 * r365 * r98 * r356
+    r342 = 0.6666666666666666 * x3 * x20 * x25 * r365 * r356
     r99 = -1.0 * x6 * x4 * r164 * r4 * r5 * r73 * r99
-    r55 = -1.0 * x6 * x15 * x35 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
-    r341 = r14 + r348 + r341 + r99 + r55
-    r341 = k.max(0.0, r341)
-    r348 = 0.5 * x24
-    r348 = -1.0 + r348
-    r348 = 0.6666666666666666 * x3 * x20 * r364 * r98 * r348 * r355
-    r348 = k.where(r62, 0.0, r348)
-    r62 = 0.3333333333333333 * x3 * x20 * r364 * r98 * r124 * r355
-    r348 = k.where(r92, r62, r348)
+    r55 = -1.0 * x6 * x15 * x36 * r100 * r4 * r31 * r87 * r150 * r11 * r25 * r55
+    r342 = r14 + r349 + r342 + r99 + r55
+    r342 = k.max(0.0, r342)
+    r349 = 0.5 * x25
+    r349 = -1.0 + r349
+    r349 = 0.6666666666666666 * x3 * x20 * r365 * r98 * r349 * r356
+    r349 = k.where(r62, 0.0, r349)
+    r62 = 0.3333333333333333 * x3 * x20 * r365 * r98 * r124 * r356
+    r349 = k.where(r92, r62, r349)
     r102 = k.or_(r91, r94, r102)
-    r124 = x3 * x20 * r364 * r98 * r124 * r355
-    r348 = k.where(r102, r124, r348)
-    r348 = k.max(r341, r348)
-    r354 = r354 * r348
+    r124 = x3 * x20 * r365 * r98 * r124 * r356
+    r349 = k.where(r102, r124, r349)
+    r349 = k.max(r342, r349)
+    r355 = r355 * r349
     r73 = 28.0 * r164 * r73 * r32
     r164 = r73 + r107 + r59 + r35
-    r341 = -1.0 * x21
-    r341 = 1.0 + r341
-    r124 = x24 * x39
+    r342 = -1.0 * x22
+    r342 = 1.0 + r342
+    r124 = x25 * x40
     r124 = -1.0 + r124
-    r98 = k.recip(x27)
-    r91 = k.recip(x28)
-    r62 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25
-    r62 = x29 + r62
-    r92 = 2.0 * x3 * x2 * x37
-    r92 = x31 >= r92
-    r150 = k.recip(x30)
-    r87 = k.recip(x32)
-    r100 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25
-    r100 = x33 + r100
+    r98 = k.recip(x28)
+    r91 = k.recip(x29)
+    r62 = x20 * x4 * x12 * x36 * r98 * r31 * r91 * r25
+    r62 = x30 + r62
+    r92 = 2.0 * x3 * x2 * x38
+    r92 = x32 >= r92
+    r150 = k.recip(x31)
+    r87 = k.recip(x33)
+    r100 = x20 * x4 * x12 * x36 * r150 * r31 * r87 * r25
+    r100 = x34 + r100
     r62 = k.where(r92, r100, r62)
     r62 = 2.0 * x6 * r4 * r5 * r11 * r124 * r62
     r62 = k.where(r38, 0.0, r62)
-    r341 = r341 * r62
-    r100 = x3 * x20 * r364 * r355
-    r92 = x24 <= 1.0
+    r342 = r342 * r62
+    r100 = x3 * x20 * r365 * r356
+    r92 = x25 <= 1.0
     r53 = k.and_(r53, r92)
-    r100 = k.where(r53, r355, r100)
-    r100 = -1.0 * x21 * r100
-    r355 = x3 * x2
-    r148 = -1.0 + r355
-    r351 = k.recip(r148)
-    r367 = 2.0 * x3 * x2
-    r367 = -2.0 + r367
-    r344 = x31 * r25
-    r337 = k.gcd(r355, r344)
-    r460 = k.recip(r337)
-    r461 = x3 * x2 * r460
-    r461 = -1.0 + r461
-    r461 = x29 * r461
-    r464 = -1.0 * x3 * x2 * r460
-    r464 = r355 + r464
-    r464 = x33 * r464
-    r467 = r461 + r464
-    r467 = r351 * r367 * r467
-    r351 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r460 * r367 * r26
-    r337 = -1.0 + r337
-    r471 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r460 * r337 * r367 * r26
-    r471 = k.max(r351, r471)
-    r471 = r467 + r471
-    r467 = x31 <= x37
-    r351 = x29 * r367
-    r476 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r367 * r26
-    r476 = r351 + r476
-    r471 = k.where(r467, r476, r471)
-    r476 = x3 * x2 * x37
-    r476 = x31 >= r476
-    r351 = x33 * r367
-    r482 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r367 * r26
-    r482 = r351 + r482
-    r471 = k.where(r476, r482, r471)
-    r471 = x15 * r11 * r471
-    r482 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r460 * r148 * r26
-    r337 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r460 * r148 * r337 * r26
-    r337 = k.max(r482, r337)
-    r337 = r461 + r464 + r337
-    r464 = x29 * r148
-    r461 = x4 * x24 * r98 * r37 * r4 * r31 * r91 * r148 * r26
-    r461 = r464 + r461
-    r337 = k.where(r467, r461, r337)
-    r461 = x33 * r148
-    r37 = x4 * x24 * r150 * r37 * r4 * r31 * r87 * r148 * r26
-    r37 = r461 + r37
-    r337 = k.where(r476, r37, r337)
-    r37 = 2.0 * x15 * r11 * r337
-    r471 = k.where(r28, r37, r471)
-    r37 = x15 * r11 * r337
-    r476 = x6 * x15 * r4 * r5 * r11 * r337
-    r476 = r37 + r476
-    r471 = k.where(r53, r476, r471)
+    r100 = k.where(r53, r356, r100)
+    r100 = -1.0 * x22 * r100
+    r356 = x3 * x2
+    r148 = -1.0 + r356
+    r352 = k.recip(r148)
+    r368 = 2.0 * x3 * x2
+    r368 = -2.0 + r368
+    r345 = x32 * r25
+    r338 = k.gcd(r356, r345)
+    r461 = k.recip(r338)
+    r462 = x3 * x2 * r461
+    r462 = -1.0 + r462
+    r462 = x30 * r462
+    r465 = -1.0 * x3 * x2 * r461
+    r465 = r356 + r465
+    r465 = x34 * r465
+    r468 = r462 + r465
+    r468 = r352 * r368 * r468
+    r352 = x4 * x25 * r98 * r37 * r4 * r31 * r91 * r461 * r368 * r26
+    r338 = -1.0 + r338
+    r472 = x4 * x25 * r150 * r37 * r4 * r31 * r87 * r461 * r338 * r368 * r26
+    r472 = k.max(r352, r472)
+    r472 = r468 + r472
+    r468 = x32 <= x38
+    r352 = x30 * r368
+    r477 = x4 * x25 * r98 * r37 * r4 * r31 * r91 * r368 * r26
+    r477 = r352 + r477
+    r472 = k.where(r468, r477, r472)
+    r477 = x3 * x2 * x38
+    r477 = x32 >= r477
+    r352 = x34 * r368
+    r483 = x4 * x25 * r150 * r37 * r4 * r31 * r87 * r368 * r26
+    r483 = r352 + r483
+    r472 = k.where(r477, r483, r472)
+    r472 = x15 * r11 * r472
+    r483 = x4 * x25 * r98 * r37 * r4 * r31 * r91 * r461 * r148 * r26
+    r338 = x4 * x25 * r150 * r37 * r4 * r31 * r87 * r461 * r148 * r338 * r26
+    r338 = k.max(r483, r338)
+    r338 = r462 + r465 + r338
+    r465 = x30 * r148
+    r462 = x4 * x25 * r98 * r37 * r4 * r31 * r91 * r148 * r26
+    r462 = r465 + r462
+    r338 = k.where(r468, r462, r338)
+    r462 = x34 * r148
+    r37 = x4 * x25 * r150 * r37 * r4 * r31 * r87 * r148 * r26
+    r37 = r462 + r37
+    r338 = k.where(r477, r37, r338)
+    r37 = 2.0 * x15 * r11 * r338
+    r472 = k.where(r28, r37, r472)
+    r37 = x15 * r11 * r338
+    r477 = x6 * x15 * r4 * r5 * r11 * r338
+    r477 = r37 + r477
+    r472 = k.where(r53, r477, r472)
     r92 = k.and_(r56, r92)
-    r337 = 3.0 * x6 * x15 * r4 * r5 * r11 * r337
-    r471 = k.where(r92, r337, r471)
-    r355 = r355 == 1.0
-    r471 = k.where(r355, 0.0, r471)
-    r100 = r100 + r471
+    r338 = 3.0 * x6 * x15 * r4 * r5 * r11 * r338
+    r472 = k.where(r92, r338, r472)
+    r356 = r356 == 1.0
+    r472 = k.where(r356, 0.0, r472)
+    r100 = r100 + r472
     r100 = k.max(0.0, r100)
-    r344 = k.gcd(x2, r344)
-    r337 = k.recip(r344)
-    r56 = x2 * r337
+    r345 = k.gcd(x2, r345)
+    r338 = k.recip(r345)
+    r56 = x2 * r338
     r56 = -1.0 + r56
-    r56 = x29 * r56
-    r476 = -1.0 * x2 * r337
-    r476 = x2 + r476
-    r476 = x33 * r476
+    r56 = x30 * r56
+    r477 = -1.0 * x2 * r338
+    r477 = x2 + r477
+    r477 = x34 * r477
     r37 = -1.0 + x2
-    r461 = 2.0 * x14 * x20 * x10 * x4 * x35 * r98 * r31 * r91 * r25 * r337 * r37
-    r344 = -1.0 + r344
-    r344 = 2.0 * x14 * x20 * x10 * x4 * x35 * r150 * r31 * r87 * r25 * r337 * r37 * r344
-    r344 = k.max(r461, r344)
-    r344 = r56 + r476 + r344
-    r476 = x29 * r37
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r98 * r31 * r91 * r25 * r37
-    r56 = r476 + r56
-    r344 = k.where(r467, r56, r344)
-    r56 = x2 * x37
-    r56 = x31 >= r56
-    r467 = x33 * r37
-    r476 = 2.0 * x14 * x20 * x10 * x4 * x35 * r150 * r31 * r87 * r25 * r37
-    r476 = r467 + r476
-    r344 = k.where(r56, r476, r344)
-    r476 = x6 * x15 * r4 * r5 * r11 * r344
-    r344 = x6 * x15 * r4 * r5 * r11 * r54 * r344
-    r344 = r476 + r344
-    r476 = x2 == 1.0
-    r344 = k.where(r476, 0.0, r344)
+    r462 = 2.0 * x14 * x20 * x10 * x4 * x36 * r98 * r31 * r91 * r25 * r338 * r37
+    r345 = -1.0 + r345
+    r345 = 2.0 * x14 * x20 * x10 * x4 * x36 * r150 * r31 * r87 * r25 * r338 * r37 * r345
+    r345 = k.max(r462, r345)
+    r345 = r56 + r477 + r345
+    r477 = x30 * r37
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x36 * r98 * r31 * r91 * r25 * r37
+    r56 = r477 + r56
+    r345 = k.where(r468, r56, r345)
+    r56 = x2 * x38
+    r56 = x32 >= r56
+    r468 = x34 * r37
+    r477 = 2.0 * x14 * x20 * x10 * x4 * x36 * r150 * r31 * r87 * r25 * r37
+    r477 = r468 + r477
+    r345 = k.where(r56, r477, r345)
+    r477 = x6 * x15 * r4 * r5 * r11 * r345
+    r345 = x6 * x15 * r4 * r5 * r11 * r54 * r345
+    r345 = r477 + r345
+    r477 = x2 == 1.0
+    r345 = k.where(r477, 0.0, r345)
     r64 = k.where(r64, 2.0, 0.0)
     r64 = 4.0 + r64
-    r56 = -1.0 + x37
+    r56 = -1.0 + x38
     r56 = k.recip(r56)
-    r467 = 2.0 * x37
-    r467 = -2.0 + r467
-    r461 = k.gcd(x37, x31)
-    r337 = k.recip(r461)
-    r464 = x37 * r337
-    r464 = -1.0 + r464
-    r464 = x29 * r464
-    r482 = -1.0 * x37 * r337
-    r482 = x37 + r482
-    r482 = x33 * r482
-    r482 = r464 + r482
-    r482 = r56 * r467 * r482
-    r56 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25 * r337 * r467
-    r461 = -1.0 + r461
-    r461 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25 * r337 * r461 * r467
-    r461 = k.max(r56, r461)
-    r461 = r482 + r461
-    r482 = x31 <= 1.0
-    r56 = x29 * r467
-    r91 = x20 * x4 * x12 * x35 * r98 * r31 * r91 * r25 * r467
+    r468 = 2.0 * x38
+    r468 = -2.0 + r468
+    r462 = k.gcd(x38, x32)
+    r338 = k.recip(r462)
+    r465 = x38 * r338
+    r465 = -1.0 + r465
+    r465 = x30 * r465
+    r483 = -1.0 * x38 * r338
+    r483 = x38 + r483
+    r483 = x34 * r483
+    r483 = r465 + r483
+    r483 = r56 * r468 * r483
+    r56 = x20 * x4 * x12 * x36 * r98 * r31 * r91 * r25 * r338 * r468
+    r462 = -1.0 + r462
+    r462 = x20 * x4 * x12 * x36 * r150 * r31 * r87 * r25 * r338 * r462 * r468
+    r462 = k.max(r56, r462)
+    r462 = r483 + r462
+    r483 = x32 <= 1.0
+    r56 = x30 * r468
+    r91 = x20 * x4 * x12 * x36 * r98 * r31 * r91 * r25 * r468
     r91 = r56 + r91
-    r461 = k.where(r482, r91, r461)
-    r91 = x31 >= x37
-    r482 = x33 * r467
-    r87 = x20 * x4 * x12 * x35 * r150 * r31 * r87 * r25 * r467
-    r87 = r482 + r87
-    r461 = k.where(r91, r87, r461)
-    r461 = x6 * x15 * r4 * r5 * r11 * r64 * r461
-    r87 = x37 == 1.0
-    r461 = k.where(r87, 0.0, r461)
+    r462 = k.where(r483, r91, r462)
+    r91 = x32 >= x38
+    r483 = x34 * r468
+    r87 = x20 * x4 * x12 * x36 * r150 * r31 * r87 * r25 * r468
+    r87 = r483 + r87
+    r462 = k.where(r91, r87, r462)
+    r462 = x6 * x15 * r4 * r5 * r11 * r64 * r462
+    r87 = x38 == 1.0
+    r462 = k.where(r87, 0.0, r462)
     r55 = r14 + r99 + r55
     r55 = k.max(0.0, r55)
     r55 = k.where(r27, r55, 0.0)
-    r27 = r341 + r73 + r107 + r59 + r35 + r100 + r348 + r344 + r461 + r55
+    r27 = r342 + r73 + r107 + r59 + r35 + r100 + r349 + r345 + r462 + r55
     r99 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r143 * r4 * r31 * r11 * r25 * r99 * r15
-    r8 = x6 * x35 * r143 * r4 * r31 * r11 * r25 * r99 * r8
-    r99 = x20 * x4 * x12 * x35 * r31
-    r143 = x20 * x4 * x12 * x35 * r98 * r31
-    r367 = x4 * r4 * r31 * r367 * r26
+    r14 = 6.0 * x6 * x36 * r143 * r4 * r31 * r11 * r25 * r99 * r15
+    r8 = x6 * x36 * r143 * r4 * r31 * r11 * r25 * r99 * r8
+    r99 = x20 * x4 * x12 * x36 * r31
+    r143 = x20 * x4 * x12 * x36 * r98 * r31
+    r368 = x4 * r4 * r31 * r368 * r26
     r91 = 2.0 * x4 * r4 * r31 * r148 * r26
-    r367 = k.where(r28, r91, r367)
+    r368 = k.where(r28, r91, r368)
     r91 = x4 * r4 * r31 * r148 * r26
     r28 = k.pow(x3, -2.0)
-    r482 = x6 * x4 * r28 * r5 * r31 * r148 * r26
-    r482 = r91 + r482
-    r367 = k.where(r53, r482, r367)
+    r483 = x6 * x4 * r28 * r5 * r31 * r148 * r26
+    r483 = r91 + r483
+    r368 = k.where(r53, r483, r368)
     r148 = 3.0 * x6 * x4 * r28 * r5 * r31 * r148 * r26
-    r367 = k.where(r92, r148, r367)
-    r367 = k.where(r355, 0.0, r367)
-    r355 = r98 * r367
-    r98 = x30 * r98
-    r148 = k.recip(x35)
-    r92 = x36 * r364 * r148
+    r368 = k.where(r92, r148, r368)
+    r368 = k.where(r356, 0.0, r368)
+    r356 = r98 * r368
+    r98 = x31 * r98
+    r148 = k.recip(x36)
+    r92 = x37 * r365 * r148
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r482 = 1.6e-11 * x12
+    r483 = 1.6e-11 * x12
     r53 = 8e-12 * x15 * r9
     r91 = 8e-12 * x15 * r13
-    r150 = 8e-12 * x38 * x12
+    r150 = 8e-12 * x39 * x12
     r56 = 8e-12 * x12 * x18
-    r337 = r482 + r53 + r91 + r150 + r56
-    r464 = 8e-12 * x12
-    r460 = 4e-12 * x15 * r9
-    r351 = 4e-12 * x15 * r13
-    r609 = 4e-12 * x38 * x12
-    r610 = 4e-12 * x12 * x18
-    r610 = r464 + r460 + r351 + r609 + r610
-    r610 = r28 > r610
-    r609 = -1.6e-11 * x12
+    r338 = r483 + r53 + r91 + r150 + r56
+    r465 = 8e-12 * x12
+    r461 = 4e-12 * x15 * r9
+    r352 = 4e-12 * x15 * r13
+    r610 = 4e-12 * x39 * x12
+    r611 = 4e-12 * x12 * x18
+    r611 = r465 + r461 + r352 + r610 + r611
+    r611 = r28 > r611
+    r610 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r351 = -8e-12 * x38 * x12
-    r460 = -8e-12 * x12 * x18
-    r464 = k.sqrt(2.0)
-    r619 = k.sqrt(x3)
-    r619 = k.recip(r619)
-    r621 = k.sqrt(x2)
-    r621 = k.recip(r621)
-    r623 = k.sqrt(x13)
-    r623 = k.recip(r623)
-    r625 = k.sqrt(x24)
-    r625 = k.recip(r625)
-    r627 = k.sqrt(x37)
-    r627 = k.recip(r627)
-    r629 = k.sqrt(r337)
-    r630 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r337
-    r631 = k.sqrt(x3)
-    r632 = k.sqrt(x2)
-    r633 = k.sqrt(x13)
-    r634 = k.sqrt(x24)
-    r635 = k.sqrt(x37)
-    r635 = 0.16666666666666666 * r464 * r631 * r632 * r633 * r634 * r635 * r629
-    r635 = 1.0 + r630 + r635
-    r635 = r464 * r619 * r621 * r623 * r625 * r627 * r629 * r635
-    r635 = r609 + r9 + r13 + r351 + r460 + r635
-    r460 = k.where(r610, r635, r28)
-    r56 = r482 + r53 + r91 + r150 + r56 + r460
-    r56 = x3 * x2 * x13 * x24 * x37 * r56
+    r352 = -8e-12 * x39 * x12
+    r461 = -8e-12 * x12 * x18
+    r465 = k.sqrt(2.0)
+    r620 = k.sqrt(x3)
+    r620 = k.recip(r620)
+    r622 = k.sqrt(x2)
+    r622 = k.recip(r622)
+    r624 = k.sqrt(x13)
+    r624 = k.recip(r624)
+    r626 = k.sqrt(x25)
+    r626 = k.recip(r626)
+    r628 = k.sqrt(x38)
+    r628 = k.recip(r628)
+    r630 = k.sqrt(r338)
+    r631 = 0.05555555555555555 * x3 * x2 * x13 * x25 * x38 * r338
+    r632 = k.sqrt(x3)
+    r633 = k.sqrt(x2)
+    r634 = k.sqrt(x13)
+    r635 = k.sqrt(x25)
+    r636 = k.sqrt(x38)
+    r636 = 0.16666666666666666 * r465 * r632 * r633 * r634 * r635 * r636 * r630
+    r636 = 1.0 + r631 + r636
+    r636 = r465 * r620 * r622 * r624 * r626 * r628 * r630 * r636
+    r636 = r610 + r9 + r13 + r352 + r461 + r636
+    r461 = k.where(r611, r636, r28)
+    r56 = r483 + r53 + r91 + r150 + r56 + r461
+    r56 = x3 * x2 * x13 * x25 * x38 * r56
     r56 = k.exp(r56)
     r56 = -1.0 + r56
     r150 = k.recip(r56)
-    r91 = x26 + x1
-    r53 = -1.0 * x3 * x2 * x13 * x24 * x37 * r91
+    r91 = x27 + x1
+    r53 = -1.0 * x3 * x2 * x13 * x25 * x38 * r91
     r53 = k.exp(r53)
-    r53 = x3 * x2 * x13 * x24 * x37 * r150 * r460 * r53
-    r150 = x3 * x2 * x13 * x24 * x37
-    r635 = k.recip(r635)
-    r150 = k.where(r610, r635, r150)
-    r91 = x3 * x2 * x13 * x24 * x37 * r91
+    r53 = x3 * x2 * x13 * x25 * x38 * r150 * r461 * r53
+    r150 = x3 * x2 * x13 * x25 * x38
+    r636 = k.recip(r636)
+    r150 = k.where(r611, r636, r150)
+    r91 = x3 * x2 * x13 * x25 * x38 * r91
     r91 = k.exp(r91)
-    r5 = x36 * r364 * r4 * r31 * r5 * r11 * r148 * r25 * r56 * r27 * r150 * r91
-    r91 = x36 * r364 * r148 * r56 * r27 * r150 * r91
-    r64 = x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r467 * r64
+    r5 = x37 * r365 * r4 * r31 * r5 * r11 * r148 * r25 * r56 * r27 * r150 * r91
+    r91 = x37 * r365 * r148 * r56 * r27 * r150 * r91
+    r64 = x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r468 * r64
     r64 = k.where(r87, 0.0, r64)
-    r87 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r37
-    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r54 * r37
+    r87 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r37
+    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r54 * r37
     r37 = r87 + r37
-    r37 = k.where(r476, 0.0, r37)
-    r124 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r124
+    r37 = k.where(r477, 0.0, r37)
+    r124 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r124
     r124 = k.where(r38, 0.0, r124)
-    r90 = r90 < x24
-    r38 = x34 != 2.0
+    r90 = r90 < x25
+    r38 = x35 != 2.0
     r94 = k.and_(r94, r38)
     r94 = k.not_(r94)
     r94 = k.or_(r90, r94)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r93 = k.and_(r25, r38, r93)
     r93 = k.not_(r93)
     r93 = k.or_(r90, r93)
     r93 = k.and_(r94, r93)
-    r94 = x24 >= 2.0
-    r90 = x34 != 3.0
-    r38 = x34 != 4.0
+    r94 = x25 >= 2.0
+    r90 = x35 != 3.0
+    r38 = x35 != 4.0
     r102 = k.not_(r102)
     r102 = k.and_(r90, r38, r102)
     r102 = k.not_(r102)
     r102 = k.or_(r94, r102)
-    r94 = x22 * x3 * x2 * x24 * x37 * r27
-    r38 = r72 <= r94
+    r94 = x23 * x3 * x2 * x25 * x38 * r27
+    r38 = r40 <= r94
     r94 = r162 <= r94
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r146, r117, r110, r122, 0.0, r111, r112, r65, r127, r118, r113, r12, r40, r72, r72, r162, r16, r63, r354, r164, r348, r27, r14, r8, r99, r143, r355, r98, 0.0, r92, r28, r337, r460, r53, r5, r91, r107, r35, r59, r73, r64, r461, r461, r37, r344, r344, r367, r471, r100, r124, r62, r341, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, r93, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r38, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r146, r117, r110, r122, 0.0, r111, r112, r65, r127, r118, r113, r12, r72, r40, r40, r162, r16, r63, r355, r164, r349, r27, r14, r8, r99, r143, r356, r98, 0.0, r92, r28, r338, r461, r53, r5, r91, r107, r35, r59, r73, r64, r462, r462, r37, r345, r345, r368, r472, r100, r124, r62, r342, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r93, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, 1.0, r102, r102, r38, r94, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r102, r102, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1387,9 +1388,9 @@ def search(x, k):
     return (r99, r3, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (44, 45, 46, 47, 48, 49, 50), (), (39, 44, 45, 46, 47, 48, 49, 50), (37, 44, 45, 46, 47, 48, 49, 50), (38, 44, 45, 46, 47, 48, 49, 50), (), (31, 36), (41, 44, 45, 46, 47, 48, 49, 50), (), (), (31, 36), (), (35,), (35,), (36,), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49, 50), (31, 36, 37, 38, 39, 41, 44, 45, 46, 47, 48, 49, 50), (30, 44, 45, 46, 47, 48, 49, 50), (30, 44, 45, 46, 47, 48, 49, 50), (15, 44, 45, 46, 47, 48, 49, 50), (18,), (14, 15, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 44, 45, 46, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 44, 45, 46, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (40, 44, 45, 46, 47, 48, 49, 50), (40, 44, 45, 46, 47, 48, 49, 50, 76, 77), (40, 44, 45, 46, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 40, 44, 45, 46, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 44, 45, 46, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 72), (11, 72), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 32), (13, 33), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 68), (16, 69), (16, 70), (16, 71), (17, 32), (17, 33), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 42), (22, 43), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 32), (23, 33), (23, 34), (23, 42), (23, 43), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 28), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs', 'memory.activations.layer_flash_gelu', 'memory.activations.layer_flash_swiglu_op_sac', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (40, 45, 46, 47, 48, 49, 50, 51), (38, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51), (), (31, 37), (42, 45, 46, 47, 48, 49, 50, 51), (), (), (31, 37), (), (36,), (36,), (37,), (31, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50, 51), (31, 35, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (30, 45, 46, 47, 48, 49, 50, 51), (15, 45, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (29,), (78,), (41, 45, 46, 47, 48, 49, 50, 51), (41, 45, 46, 47, 48, 49, 50, 51, 77, 78), (41, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 27, 29, 41, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17, 20, 25), (12, 13, 14), (19, 21, 22, 23, 24, 25), (25, 27, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 32), (13, 33), (13, 34), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 69), (16, 70), (16, 71), (16, 72), (17, 32), (17, 33), (17, 34), (17, 69), (17, 70), (17, 71), (17, 72), (18, 32), (18, 33), (22, 32), (22, 33), (22, 34), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 32), (23, 33), (23, 34), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 28), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 2), (51, 61), (51, 62), (51, 63), (52, 3), (52, 6), (52, 8), (52, 61), (52, 62), (52, 63), (53, 3), (53, 6), (53, 8), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x22 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x23 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x22 * x36 * r1
+    r1 = x3 * x2 * x23 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,27 +24,27 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = 2.0 * x37 * x12
+    r15 = 2.0 * x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r15 = k.recip(x22)
-    r8 = k.recip(x36)
+    r15 = k.recip(x23)
+    r8 = k.recip(x37)
     r20 = r15 * r8 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r15 * r8 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r15
-    r29 = x37 * x12
-    r30 = x22 == 1.0
+    r29 = x38 * x12
+    r30 = x23 == 1.0
     r31 = k.where(r30, 1.0, 0.0)
     r32 = x12 * r31
     r33 = k.ceiling(r28)
     r34 = r12 * r33
-    r31 = x37 * x12 * r31
+    r31 = x38 * x12 * r31
     r36 = 3.0 * x12 * x5 * r33
     r32 = r29 + r32 + r34 + r31 + r36
     r32 = r8 * r32
@@ -53,7 +53,7 @@ def quantities(x, k):
     r29 = r31 + r32
     r32 = k.where(r21, r29, r32)
     r43 = 2.0 * r32
-    r44 = x39 >= 3.0
+    r44 = x40 >= 3.0
     r45 = 2.0 * r4 * r25 * r32
     r46 = k.where(r44, r45, r43)
     r47 = 12.0 * r32
@@ -65,47 +65,47 @@ def quantities(x, k):
     r53 = 4.0 * x11 * x10
     r54 = 4.0 * x14 * x10
     r54 = r48 + r51 + r52 + r53 + r54
-    r54 = x19 * x34 * r25 * r8 * r54
-    r53 = x23 == 2.0
-    r52 = 2.0 * x19 * x12 * x34 * r25 * r8
+    r54 = x19 * x35 * r25 * r8 * r54
+    r53 = x24 == 2.0
+    r52 = 2.0 * x19 * x12 * x35 * r25 * r8
     r52 = k.where(r53, r52, r54)
-    r51 = 1.0 + x22
+    r51 = 1.0 + x23
     r51 = k.min(r51, r6)
     r51 = r51 * r33
-    r48 = x33 == 4.0
-    r64 = 2.0 * x22
+    r48 = x34 == 4.0
+    r64 = 2.0 * x23
     r65 = -1.0 + r64
     r65 = k.min(r65, r6)
     r65 = r65 * r33
     r68 = k.where(r48, r65, r51)
-    r69 = x33 == 0.0
-    r70 = x33 == 3.0
+    r69 = x34 == 0.0
+    r70 = x34 == 3.0
     r71 = k.or_(r69, r70)
-    r72 = k.min(x22, r6)
+    r72 = k.min(x23, r6)
     r72 = r72 * r33
     r68 = k.where(r71, r72, r68)
-    r72 = x33 == 1.0
-    r76 = k.recip(x38)
-    r77 = x6 * x38 * r4 * r5
-    r78 = -1.0 + x38
-    r78 = x22 * r78
+    r72 = x34 == 1.0
+    r76 = k.recip(x39)
+    r77 = x6 * x39 * r4 * r5
+    r78 = -1.0 + x39
+    r78 = x23 * r78
     r80 = -1.0 + r64 + r78
     r80 = k.min(r77, r80)
     r80 = r76 * r80 * r33
     r68 = k.where(r72, r80, r68)
-    r80 = x33 == 2.0
+    r80 = x34 == 2.0
     r85 = x6 * r4 * r5 * r33
     r68 = k.where(r80, r85, r68)
     r68 = r52 * r68
     r88 = k.where(r22, 1000000000.0, 0.0)
-    r89 = x39 >= 2.0
+    r89 = x40 >= 2.0
     r43 = k.where(r89, r45, r43)
-    r45 = 4.0 * x19 * x5 * x34 * r25 * r8
+    r45 = 4.0 * x19 * x5 * x35 * r25 * r8
     r92 = r54 + r45
     r45 = k.where(r53, r92, r45)
     r92 = k.or_(r21, r30)
-    r95 = 4.0 * x19 * x12 * x34 * r25 * r8
-    r96 = x37 * x19 * x16 * x34 * r25 * r8
+    r95 = 4.0 * x19 * x12 * x35 * r25 * r8
+    r96 = x38 * x19 * x16 * x35 * r25 * r8
     r95 = r95 + r96
     r95 = k.max(r95, r45)
     r92 = k.where(r92, r95, r45)
@@ -114,7 +114,7 @@ def quantities(x, k):
     r100 = k.where(r21, r101, r100)
     r101 = 3.0 * x4 * r100 * r32
     r101 = k.where(r44, r101, 0.0)
-    r105 = x22 > 1.0
+    r105 = x23 > 1.0
     r105 = k.and_(r44, r105)
     r107 = 2.0 * x4 * r32
     r101 = k.where(r105, r107, r101)
@@ -146,27 +146,27 @@ def quantities(x, k):
     r32 = r107 == r32
     r101 = k.where(r32, r101, 0.0)
     r32 = r46 + r47 + r117 + r92 + r111 + r101
-    r107 = -1.0 + x22
+    r107 = -1.0 + x23
     r43 = k.min(1.0, r107)
     r68 = 1.0 + r43
-    r68 = x22 == r68
+    r68 = x23 == r68
     r123 = k.where(r68, 1.0, 0.0)
     r142 = x12 * r123
-    r123 = x37 * x12 * r123
+    r123 = x38 * x12 * r123
     r144 = r43 == 0.0
     r144 = k.where(r144, 1.0, 0.0)
-    r144 = x37 * x12 * r144
+    r144 = x38 * x12 * r144
     r144 = r142 + r34 + r123 + r144 + r36
     r144 = r8 * r144
     r123 = -1.0 * r43
-    r123 = x22 + r123
-    r142 = x22 == r123
+    r123 = x23 + r123
+    r142 = x23 == r123
     r152 = k.where(r142, 1.0, 0.0)
     r153 = x12 * r152
-    r152 = x37 * x12 * r152
+    r152 = x38 * x12 * r152
     r155 = r123 == 1.0
     r155 = k.where(r155, 1.0, 0.0)
-    r155 = x37 * x12 * r155
+    r155 = x38 * x12 * r155
     r36 = r153 + r34 + r152 + r155 + r36
     r36 = r8 * r36
     r36 = r144 + r36
@@ -302,410 +302,411 @@ def quantities(x, k):
     r88 = k.where(r47, r64, r88)
     r101 = r32 == r101
     r88 = k.where(r101, r117, r88)
-    r117 = x37 * x19 * x4 * x34 * r25 * r8
-    r101 = x37 * x19 * x4 * x34 * r25
+    r117 = x38 * x19 * x4 * x35 * r25 * r8
+    r101 = x38 * x19 * x4 * x35 * r25
     r64 = k.max(r32, r144, r31)
     r47 = r144 == r64
     r31 = k.where(r47, r144, r31)
     r64 = r32 == r64
     r31 = k.where(r64, r32, r31)
-    r32 = -1.0 * r31
-    r32 = x8 + r32
-    r64 = 6.0 * x6 * x34 * r16
+    r32 = -1.0 * x20
+    r64 = -1.0 * r31
+    r64 = x8 + r32 + r64
+    r32 = 6.0 * x6 * x35 * r16
     r144 = 6.0 * x12
     r47 = 6.0 * x15 * r12
-    r142 = 12.0 * x37 * x12
+    r142 = 12.0 * x38 * x12
     r111 = 18.0 * x15 * x12 * x5
-    r34 = 12.0 * x15 * x11 * x10 * x34
+    r34 = 12.0 * x15 * x11 * x10 * x35
     r34 = r144 + r47 + r142 + r111 + r34
-    r111 = x6 * x34 * r34
+    r111 = x6 * x35 * r34
     r142 = k.pow(x12, 2.0)
     r47 = k.recip(x12)
-    r144 = 0.16666666666666666 * x34 * r47
+    r144 = 0.16666666666666666 * x35 * r47
     r46 = k.recip(x15)
-    r47 = 0.0625 * x37 * r46 * r47
+    r47 = 0.0625 * x38 * r46 * r47
     r47 = 1.0 + r144 + r47
-    r47 = 96.0 * x6 * x15 * x34 * r142 * r47
-    r142 = k.pow(x34, 2.0)
+    r47 = 96.0 * x6 * x15 * x35 * r142 * r47
+    r142 = k.pow(x35, 2.0)
     r144 = 2.0 * x6 * x15 * x11 * x10 * r142
-    r155 = x23 == 1.0
+    r155 = x24 == 1.0
     r142 = 4.0 * x6 * x15 * x11 * x10 * r142
     r142 = k.where(r155, r142, 0.0)
-    r68 = 0.3333333333333333 * x6 * x34 * r34
+    r68 = 0.3333333333333333 * x6 * x35 * r34
     r142 = k.where(r53, r68, r142)
     r142 = r111 + r144 + r142
     r144 = k.where(r53, 1.0, 0.0)
     r68 = 1.0 + r144
     r152 = k.recip(x9)
     r29 = k.recip(x18)
-    r51 = x37 * x12 * r8
-    r105 = x19 * x12 * x34 * r25
-    r52 = x37 * x19 * x34 * r25 * r8
+    r51 = x38 * x12 * r8
+    r105 = x19 * x12 * x35 * r25
+    r52 = x38 * x19 * x35 * r25 * r8
     r52 = r51 + r105 + r52
     r51 = 2.0 * r152 * r29 * r52
-    r85 = k.recip(x21)
+    r85 = k.recip(x22)
     r33 = k.recip(x17)
-    r77 = 2.0 * x37 * x19 * x12 * x34 * r85 * r25 * r33 * r8
+    r77 = 2.0 * x38 * x19 * x12 * x35 * r85 * r25 * r33 * r8
     r77 = r51 + r77
     r77 = r68 * r77
     r52 = 4.0 * r152 * r29 * r52
-    r51 = 4.0 * x37 * x19 * x12 * x34 * r85 * r25 * r33 * r8
+    r51 = 4.0 * x38 * x19 * x12 * x35 * r85 * r25 * r33 * r8
     r51 = r77 + r52 + r51
     r51 = r15 * r51
     r52 = x12 * x5 * r8
-    r77 = x19 * x5 * x34 * r25 * r8
+    r77 = x19 * x5 * x35 * r25 * r8
     r77 = r52 + r105 + r77
     r52 = 2.0 * r152 * r29 * r77
-    r78 = 2.0 * x19 * x12 * x5 * x34 * r85 * r25 * r33 * r8
+    r78 = 2.0 * x19 * x12 * x5 * x35 * r85 * r25 * r33 * r8
     r78 = r52 + r78
     r78 = r68 * r78
     r52 = 2.0 * x12 * x5 * r8
-    r65 = 2.0 * x19 * x5 * x34 * r25 * r8
+    r65 = 2.0 * x19 * x5 * x35 * r25 * r8
     r65 = r52 + r105 + r65
     r52 = 2.0 * r152 * r29 * r65
-    r123 = 4.0 * x19 * x12 * x5 * x34 * r85 * r25 * r33 * r8
+    r123 = 4.0 * x19 * x12 * x5 * x35 * r85 * r25 * r33 * r8
     r123 = r52 + r123
     r123 = r68 * r123
     r52 = x11 * x10 * x12 * r8
-    r358 = x11 * x19 * x10 * x34 * r25 * r8
-    r358 = r52 + r105 + r358
-    r52 = 2.0 * r152 * r29 * r358
-    r361 = 2.0 * x11 * x19 * x10 * x12 * x34 * r85 * r25 * r33 * r8
-    r361 = r52 + r361
-    r361 = r68 * r361
+    r359 = x11 * x19 * x10 * x35 * r25 * r8
+    r359 = r52 + r105 + r359
+    r52 = 2.0 * r152 * r29 * r359
+    r362 = 2.0 * x11 * x19 * x10 * x12 * x35 * r85 * r25 * r33 * r8
+    r362 = r52 + r362
+    r362 = r68 * r362
     r10 = x11 + r10
     r52 = x10 * x12 * r8 * r10
-    r366 = x19 * x10 * x34 * r25 * r8 * r10
-    r366 = r105 + r52 + r366
-    r52 = 2.0 * r152 * r29 * r366
-    r105 = 2.0 * x19 * x10 * x12 * x34 * r85 * r25 * r33 * r8 * r10
+    r367 = x19 * x10 * x35 * r25 * r8 * r10
+    r367 = r105 + r52 + r367
+    r52 = 2.0 * r152 * r29 * r367
+    r105 = 2.0 * x19 * x10 * x12 * x35 * r85 * r25 * r33 * r8 * r10
     r105 = r52 + r105
     r105 = r68 * r105
     r77 = 4.0 * r152 * r29 * r77
     r65 = 4.0 * r152 * r29 * r65
-    r358 = 4.0 * r152 * r29 * r358
-    r366 = 4.0 * r152 * r29 * r366
-    r52 = 12.0 * x19 * x12 * x5 * x34 * r85 * r25 * r33 * r8
-    r377 = 4.0 * x11 * x19 * x10 * x12 * x34 * r85 * r25 * r33 * r8
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r85 * r25 * r33 * r8 * r10
-    r10 = r78 + r123 + r361 + r105 + r77 + r65 + r358 + r366 + r52 + r377 + r10
+    r359 = 4.0 * r152 * r29 * r359
+    r367 = 4.0 * r152 * r29 * r367
+    r52 = 12.0 * x19 * x12 * x5 * x35 * r85 * r25 * r33 * r8
+    r378 = 4.0 * x11 * x19 * x10 * x12 * x35 * r85 * r25 * r33 * r8
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r85 * r25 * r33 * r8 * r10
+    r10 = r78 + r123 + r362 + r105 + r77 + r65 + r359 + r367 + r52 + r378 + r10
     r10 = x15 * r15 * r10
     r10 = r51 + r10
     r51 = x6 * r4 * r5 * r10
-    r377 = 5.0 * x5
+    r378 = 5.0 * x5
     r52 = 3.0 * x5 * r68
-    r52 = r377 + r52
-    r52 = x19 * x34 * r25 * r8 * r52
-    r377 = 12.0 * x12
-    r366 = 10.0 * x12 * r68
-    r366 = r377 + r366
-    r366 = x19 * x34 * r25 * r8 * r366
-    r366 = r52 + r366
-    r366 = x15 * r15 * r366
-    r52 = 3.0 * x37 * x19 * x34 * r25 * r15 * r8
+    r52 = r378 + r52
+    r52 = x19 * x35 * r25 * r8 * r52
+    r378 = 12.0 * x12
+    r367 = 10.0 * x12 * r68
+    r367 = r378 + r367
+    r367 = x19 * x35 * r25 * r8 * r367
+    r367 = r52 + r367
+    r367 = x15 * r15 * r367
+    r52 = 3.0 * x38 * x19 * x35 * r25 * r15 * r8
     r144 = 2.0 + r144
-    r9 = x15 * x19 * x10 * x34 * r25 * r15 * r8 * r144 * r9
-    r9 = r366 + r52 + r9
+    r9 = x15 * x19 * x10 * x35 * r25 * r15 * r8 * r144 * r9
+    r9 = r367 + r52 + r9
     r52 = x6 * x4 * r152 * r4 * r5 * r29 * r9
-    r366 = k.recip(x0)
-    r144 = x11 * x10 * x34
+    r367 = k.recip(x0)
+    r144 = x11 * x10 * x35
     r155 = k.or_(r155, r53)
     r155 = k.where(r155, 1.0, 0.0)
     r155 = 3.0 + r155
-    r155 = 2.0 * x11 * x10 * x34 * r155
+    r155 = 2.0 * x11 * x10 * x35 * r155
     r155 = r144 + r155
-    r144 = x6 * x15 * x34 * r85 * r4 * r25 * r33 * r366 * r15 * r8 * r155
-    r377 = r51 + r52 + r144
-    r358 = k.recip(r377)
+    r144 = x6 * x15 * x35 * r85 * r4 * r25 * r33 * r367 * r15 * r8 * r155
+    r378 = r51 + r52 + r144
+    r359 = k.recip(r378)
     r10 = -1.0 * x6 * r4 * r5 * r10
     r65 = k.recip(x6)
-    r77 = 0.3333333333333333 * x3 * x19 * r65 * r76 * r377
-    r105 = 0.6666666666666666 * x3 * x19 * x22 * r65 * r377
+    r77 = 0.3333333333333333 * x3 * x19 * r65 * r76 * r378
+    r105 = 0.6666666666666666 * x3 * x19 * x23 * r65 * r378
     r9 = -1.0 * x6 * x4 * r152 * r4 * r5 * r29 * r9
-    r155 = -1.0 * x6 * x15 * x34 * r85 * r4 * r25 * r33 * r366 * r15 * r8 * r155
+    r155 = -1.0 * x6 * x15 * x35 * r85 * r4 * r25 * r33 * r367 * r15 * r8 * r155
     r105 = r10 + r77 + r105 + r9 + r155
     r105 = k.max(0.0, r105)
-    r77 = 0.5 * x22
+    r77 = 0.5 * x23
     r77 = -1.0 + r77
-    r77 = 0.6666666666666666 * x3 * x19 * r65 * r76 * r77 * r377
+    r77 = 0.6666666666666666 * x3 * x19 * r65 * r76 * r77 * r378
     r77 = k.where(r48, 0.0, r77)
-    r48 = 0.3333333333333333 * x3 * x19 * r65 * r76 * r107 * r377
+    r48 = 0.3333333333333333 * x3 * x19 * r65 * r76 * r107 * r378
     r77 = k.where(r70, r48, r77)
     r80 = k.or_(r69, r72, r80)
-    r107 = x3 * x19 * r65 * r76 * r107 * r377
+    r107 = x3 * x19 * r65 * r76 * r107 * r378
     r77 = k.where(r80, r107, r77)
     r77 = k.max(r105, r77)
-    r358 = r358 * r77
+    r359 = r359 * r77
     r29 = 28.0 * r152 * r29 * r26
     r152 = r29 + r51 + r52 + r144
-    r105 = -1.0 * x20
+    r105 = -1.0 * x21
     r105 = 1.0 + r105
-    r107 = x22 * x38
+    r107 = x23 * x39
     r107 = -1.0 + r107
-    r76 = k.recip(x25)
-    r69 = k.recip(x26)
-    r48 = x19 * x4 * x12 * x34 * r76 * r25 * r69 * r8
-    r48 = x27 + r48
-    r70 = 2.0 * x3 * x2 * x36
-    r70 = x29 >= r70
-    r366 = k.recip(x28)
-    r33 = k.recip(x30)
-    r361 = k.min(1.0, x32)
-    r361 = k.recip(r361)
-    r361 = x19 * x4 * x12 * x32 * x34 * r366 * r25 * r33 * r8 * r361
-    r361 = x31 + r361
-    r48 = k.where(r70, r361, r48)
+    r76 = k.recip(x26)
+    r69 = k.recip(x27)
+    r48 = x19 * x4 * x12 * x35 * r76 * r25 * r69 * r8
+    r48 = x28 + r48
+    r70 = 2.0 * x3 * x2 * x37
+    r70 = x30 >= r70
+    r367 = k.recip(x29)
+    r33 = k.recip(x31)
+    r362 = k.min(1.0, x33)
+    r362 = k.recip(r362)
+    r362 = x19 * x4 * x12 * x33 * x35 * r367 * r25 * r33 * r8 * r362
+    r362 = x32 + r362
+    r48 = k.where(r70, r362, r48)
     r48 = 2.0 * x6 * r4 * r5 * r15 * r107 * r48
     r48 = k.where(r30, 0.0, r48)
     r105 = r105 * r48
-    r361 = x3 * x19 * r65 * r377
-    r70 = x22 <= 1.0
+    r362 = x3 * x19 * r65 * r378
+    r70 = x23 <= 1.0
     r89 = k.and_(r89, r70)
-    r361 = k.where(r89, r377, r361)
-    r361 = -1.0 * x20 * r361
-    r377 = x3 * x2
-    r123 = -1.0 + r377
+    r362 = k.where(r89, r378, r362)
+    r362 = -1.0 * x21 * r362
+    r378 = x3 * x2
+    r123 = -1.0 + r378
     r78 = k.recip(r123)
-    r457 = 2.0 * x3 * x2
-    r457 = -2.0 + r457
-    r459 = x29 * r8
-    r460 = k.gcd(r377, r459)
-    r461 = k.recip(r460)
-    r462 = x3 * x2 * r461
-    r462 = -1.0 + r462
-    r462 = x27 * r462
-    r465 = -1.0 * x3 * x2 * r461
-    r465 = r377 + r465
-    r465 = x31 * r465
-    r468 = r462 + r465
-    r468 = r78 * r457 * r468
-    r78 = x4 * x22 * r76 * r46 * r4 * r25 * r69 * r461 * r457 * r20
-    r460 = -1.0 + r460
-    r472 = k.max(1.0, r460)
-    r472 = k.min(x32, r472)
-    r472 = k.recip(r472)
-    r475 = x4 * x32 * x22 * r366 * r46 * r4 * r25 * r33 * r472 * r461 * r460 * r457 * r20
-    r475 = k.max(r78, r475)
-    r475 = r468 + r475
-    r468 = x29 <= x36
-    r78 = x27 * r457
-    r480 = x4 * x22 * r76 * r46 * r4 * r25 * r69 * r457 * r20
-    r480 = r78 + r480
-    r475 = k.where(r468, r480, r475)
-    r480 = x3 * x2 * x36
-    r480 = x29 >= r480
-    r78 = x31 * r457
-    r486 = k.max(1.0, r123)
-    r486 = k.min(x32, r486)
-    r486 = k.recip(r486)
-    r489 = x4 * x32 * x22 * r366 * r46 * r4 * r25 * r33 * r486 * r457 * r20
-    r489 = r78 + r489
-    r475 = k.where(r480, r489, r475)
-    r475 = x15 * r15 * r475
-    r489 = x4 * x22 * r76 * r46 * r4 * r25 * r69 * r461 * r123 * r20
-    r460 = x4 * x32 * x22 * r366 * r46 * r4 * r25 * r33 * r472 * r461 * r123 * r460 * r20
-    r460 = k.max(r489, r460)
-    r460 = r462 + r465 + r460
-    r465 = x27 * r123
-    r462 = x4 * x22 * r76 * r46 * r4 * r25 * r69 * r123 * r20
-    r462 = r465 + r462
-    r460 = k.where(r468, r462, r460)
-    r462 = x31 * r123
-    r486 = x4 * x32 * x22 * r366 * r46 * r4 * r25 * r33 * r486 * r123 * r20
-    r486 = r462 + r486
-    r460 = k.where(r480, r486, r460)
-    r486 = 2.0 * x15 * r15 * r460
-    r475 = k.where(r22, r486, r475)
-    r486 = x15 * r15 * r460
-    r480 = x6 * x15 * r4 * r5 * r15 * r460
-    r480 = r486 + r480
-    r475 = k.where(r89, r480, r475)
+    r458 = 2.0 * x3 * x2
+    r458 = -2.0 + r458
+    r460 = x30 * r8
+    r461 = k.gcd(r378, r460)
+    r462 = k.recip(r461)
+    r463 = x3 * x2 * r462
+    r463 = -1.0 + r463
+    r463 = x28 * r463
+    r466 = -1.0 * x3 * x2 * r462
+    r466 = r378 + r466
+    r466 = x32 * r466
+    r469 = r463 + r466
+    r469 = r78 * r458 * r469
+    r78 = x4 * x23 * r76 * r46 * r4 * r25 * r69 * r462 * r458 * r20
+    r461 = -1.0 + r461
+    r473 = k.max(1.0, r461)
+    r473 = k.min(x33, r473)
+    r473 = k.recip(r473)
+    r476 = x4 * x33 * x23 * r367 * r46 * r4 * r25 * r33 * r473 * r462 * r461 * r458 * r20
+    r476 = k.max(r78, r476)
+    r476 = r469 + r476
+    r469 = x30 <= x37
+    r78 = x28 * r458
+    r481 = x4 * x23 * r76 * r46 * r4 * r25 * r69 * r458 * r20
+    r481 = r78 + r481
+    r476 = k.where(r469, r481, r476)
+    r481 = x3 * x2 * x37
+    r481 = x30 >= r481
+    r78 = x32 * r458
+    r487 = k.max(1.0, r123)
+    r487 = k.min(x33, r487)
+    r487 = k.recip(r487)
+    r490 = x4 * x33 * x23 * r367 * r46 * r4 * r25 * r33 * r487 * r458 * r20
+    r490 = r78 + r490
+    r476 = k.where(r481, r490, r476)
+    r476 = x15 * r15 * r476
+    r490 = x4 * x23 * r76 * r46 * r4 * r25 * r69 * r462 * r123 * r20
+    r461 = x4 * x33 * x23 * r367 * r46 * r4 * r25 * r33 * r473 * r462 * r123 * r461 * r20
+    r461 = k.max(r490, r461)
+    r461 = r463 + r466 + r461
+    r466 = x28 * r123
+    r463 = x4 * x23 * r76 * r46 * r4 * r25 * r69 * r123 * r20
+    r463 = r466 + r463
+    r461 = k.where(r469, r463, r461)
+    r463 = x32 * r123
+    r487 = x4 * x33 * x23 * r367 * r46 * r4 * r25 * r33 * r487 * r123 * r20
+    r487 = r463 + r487
+    r461 = k.where(r481, r487, r461)
+    r487 = 2.0 * x15 * r15 * r461
+    r476 = k.where(r22, r487, r476)
+    r487 = x15 * r15 * r461
+    r481 = x6 * x15 * r4 * r5 * r15 * r461
+    r481 = r487 + r481
+    r476 = k.where(r89, r481, r476)
     r70 = k.and_(r44, r70)
-    r460 = 3.0 * x6 * x15 * r4 * r5 * r15 * r460
-    r475 = k.where(r70, r460, r475)
-    r377 = r377 == 1.0
-    r475 = k.where(r377, 0.0, r475)
-    r361 = r361 + r475
-    r361 = k.max(0.0, r361)
-    r459 = k.gcd(x2, r459)
-    r460 = k.recip(r459)
-    r44 = x2 * r460
+    r461 = 3.0 * x6 * x15 * r4 * r5 * r15 * r461
+    r476 = k.where(r70, r461, r476)
+    r378 = r378 == 1.0
+    r476 = k.where(r378, 0.0, r476)
+    r362 = r362 + r476
+    r362 = k.max(0.0, r362)
+    r460 = k.gcd(x2, r460)
+    r461 = k.recip(r460)
+    r44 = x2 * r461
     r44 = -1.0 + r44
-    r44 = x27 * r44
-    r480 = -1.0 * x2 * r460
-    r480 = x2 + r480
-    r480 = x31 * r480
-    r486 = -1.0 + x2
-    r462 = 2.0 * x14 * x19 * x10 * x4 * x34 * r76 * r25 * r69 * r8 * r460 * r486
-    r459 = -1.0 + r459
-    r46 = k.max(1.0, r459)
-    r46 = k.min(x32, r46)
+    r44 = x28 * r44
+    r481 = -1.0 * x2 * r461
+    r481 = x2 + r481
+    r481 = x32 * r481
+    r487 = -1.0 + x2
+    r463 = 2.0 * x14 * x19 * x10 * x4 * x35 * r76 * r25 * r69 * r8 * r461 * r487
+    r460 = -1.0 + r460
+    r46 = k.max(1.0, r460)
+    r46 = k.min(x33, r46)
     r46 = k.recip(r46)
-    r459 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r366 * r25 * r33 * r8 * r46 * r460 * r486 * r459
-    r459 = k.max(r462, r459)
-    r459 = r44 + r480 + r459
-    r480 = x27 * r486
-    r44 = 2.0 * x14 * x19 * x10 * x4 * x34 * r76 * r25 * r69 * r8 * r486
-    r44 = r480 + r44
-    r459 = k.where(r468, r44, r459)
-    r44 = x2 * x36
-    r44 = x29 >= r44
-    r468 = x31 * r486
-    r480 = k.max(1.0, r486)
-    r480 = k.min(x32, r480)
-    r480 = k.recip(r480)
-    r480 = 2.0 * x14 * x19 * x10 * x4 * x32 * x34 * r366 * r25 * r33 * r8 * r480 * r486
-    r480 = r468 + r480
-    r459 = k.where(r44, r480, r459)
-    r480 = x6 * x15 * r4 * r5 * r15 * r459
-    r459 = x6 * x15 * r4 * r5 * r15 * r68 * r459
-    r459 = r480 + r459
-    r480 = x2 == 1.0
-    r459 = k.where(r480, 0.0, r459)
+    r460 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r367 * r25 * r33 * r8 * r46 * r461 * r487 * r460
+    r460 = k.max(r463, r460)
+    r460 = r44 + r481 + r460
+    r481 = x28 * r487
+    r44 = 2.0 * x14 * x19 * x10 * x4 * x35 * r76 * r25 * r69 * r8 * r487
+    r44 = r481 + r44
+    r460 = k.where(r469, r44, r460)
+    r44 = x2 * x37
+    r44 = x30 >= r44
+    r469 = x32 * r487
+    r481 = k.max(1.0, r487)
+    r481 = k.min(x33, r481)
+    r481 = k.recip(r481)
+    r481 = 2.0 * x14 * x19 * x10 * x4 * x33 * x35 * r367 * r25 * r33 * r8 * r481 * r487
+    r481 = r469 + r481
+    r460 = k.where(r44, r481, r460)
+    r481 = x6 * x15 * r4 * r5 * r15 * r460
+    r460 = x6 * x15 * r4 * r5 * r15 * r68 * r460
+    r460 = r481 + r460
+    r481 = x2 == 1.0
+    r460 = k.where(r481, 0.0, r460)
     r53 = k.where(r53, 2.0, 0.0)
     r53 = 4.0 + r53
-    r44 = k.gcd(x36, x29)
-    r468 = k.recip(r44)
-    r462 = x36 * r468
-    r462 = -1.0 + r462
-    r462 = x27 * r462
-    r460 = -1.0 * x36 * r468
-    r460 = x36 + r460
-    r460 = x31 * r460
-    r46 = -1.0 + x36
-    r465 = x19 * x4 * x12 * x34 * r76 * r25 * r69 * r8 * r468 * r46
+    r44 = k.gcd(x37, x30)
+    r469 = k.recip(r44)
+    r463 = x37 * r469
+    r463 = -1.0 + r463
+    r463 = x28 * r463
+    r461 = -1.0 * x37 * r469
+    r461 = x37 + r461
+    r461 = x32 * r461
+    r46 = -1.0 + x37
+    r466 = x19 * x4 * x12 * x35 * r76 * r25 * r69 * r8 * r469 * r46
     r44 = -1.0 + r44
-    r489 = k.max(1.0, r44)
-    r489 = k.min(x32, r489)
-    r489 = k.recip(r489)
-    r44 = x19 * x4 * x12 * x32 * x34 * r366 * r25 * r33 * r8 * r489 * r468 * r46 * r44
-    r44 = k.max(r465, r44)
-    r44 = r462 + r460 + r44
-    r460 = x29 <= 1.0
-    r462 = x27 * r46
-    r69 = x19 * x4 * x12 * x34 * r76 * r25 * r69 * r8 * r46
-    r69 = r462 + r69
-    r44 = k.where(r460, r69, r44)
-    r69 = x29 >= x36
-    r460 = x31 * r46
-    r462 = k.max(1.0, r46)
-    r462 = k.min(x32, r462)
-    r462 = k.recip(r462)
-    r462 = x19 * x4 * x12 * x32 * x34 * r366 * r25 * r33 * r8 * r462 * r46
-    r462 = r460 + r462
-    r44 = k.where(r69, r462, r44)
+    r490 = k.max(1.0, r44)
+    r490 = k.min(x33, r490)
+    r490 = k.recip(r490)
+    r44 = x19 * x4 * x12 * x33 * x35 * r367 * r25 * r33 * r8 * r490 * r469 * r46 * r44
+    r44 = k.max(r466, r44)
+    r44 = r463 + r461 + r44
+    r461 = x30 <= 1.0
+    r463 = x28 * r46
+    r69 = x19 * x4 * x12 * x35 * r76 * r25 * r69 * r8 * r46
+    r69 = r463 + r69
+    r44 = k.where(r461, r69, r44)
+    r69 = x30 >= x37
+    r461 = x32 * r46
+    r463 = k.max(1.0, r46)
+    r463 = k.min(x33, r463)
+    r463 = k.recip(r463)
+    r463 = x19 * x4 * x12 * x33 * x35 * r367 * r25 * r33 * r8 * r463 * r46
+    r463 = r461 + r463
+    r44 = k.where(r69, r463, r44)
     r44 = 2.0 * x6 * x15 * r4 * r5 * r15 * r53 * r44
-    r462 = x36 == 1.0
-    r44 = k.where(r462, 0.0, r44)
+    r463 = x37 == 1.0
+    r44 = k.where(r463, 0.0, r44)
     r155 = r10 + r9 + r155
     r155 = k.max(0.0, r155)
     r155 = k.where(r21, r155, 0.0)
-    r21 = r105 + r29 + r51 + r52 + r144 + r361 + r77 + r459 + r44 + r155
+    r21 = r105 + r29 + r51 + r52 + r144 + r362 + r77 + r460 + r44 + r155
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r85 * r4 * r25 * r15 * r8 * r9 * r16
-    r34 = x6 * x34 * r85 * r4 * r25 * r15 * r8 * r9 * r34
-    r9 = x19 * x4 * x12 * x34 * r25
-    r85 = x19 * x4 * x12 * x34 * r76 * r25
-    r457 = x4 * r4 * r25 * r457 * r20
+    r10 = 6.0 * x6 * x35 * r85 * r4 * r25 * r15 * r8 * r9 * r16
+    r34 = x6 * x35 * r85 * r4 * r25 * r15 * r8 * r9 * r34
+    r9 = x19 * x4 * x12 * x35 * r25
+    r85 = x19 * x4 * x12 * x35 * r76 * r25
+    r458 = x4 * r4 * r25 * r458 * r20
     r69 = 2.0 * x4 * r4 * r25 * r123 * r20
-    r457 = k.where(r22, r69, r457)
+    r458 = k.where(r22, r69, r458)
     r69 = x4 * r4 * r25 * r123 * r20
     r22 = k.pow(x3, -2.0)
-    r460 = x6 * x4 * r22 * r5 * r25 * r123 * r20
-    r460 = r69 + r460
-    r457 = k.where(r89, r460, r457)
+    r461 = x6 * x4 * r22 * r5 * r25 * r123 * r20
+    r461 = r69 + r461
+    r458 = k.where(r89, r461, r458)
     r123 = 3.0 * x6 * x4 * r22 * r5 * r25 * r123 * r20
-    r457 = k.where(r70, r123, r457)
-    r457 = k.where(r377, 0.0, r457)
-    r377 = r76 * r457
-    r76 = x28 * r76
-    r123 = k.recip(x34)
-    r70 = x35 * r65 * r123
+    r458 = k.where(r70, r123, r458)
+    r458 = k.where(r378, 0.0, r458)
+    r378 = r76 * r458
+    r76 = x29 * r76
+    r123 = k.recip(x35)
+    r70 = x36 * r65 * r123
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r15 * r8
-    r460 = 8e-12 * x12
-    r89 = 1.6e-11 * x37 * x12
+    r461 = 8e-12 * x12
+    r89 = 1.6e-11 * x38 * x12
     r69 = 8e-12 * x15 * r12
     r33 = 2.4e-11 * x15 * x12 * x5
-    r366 = r460 + r89 + r69 + r33
-    r465 = 4e-12 * x12
-    r468 = 8e-12 * x37 * x12
-    r489 = 4e-12 * x15 * r12
-    r461 = 1.2e-11 * x15 * x12 * x5
-    r461 = r465 + r468 + r489 + r461
-    r461 = r22 > r461
-    r489 = -8e-12 * x12
-    r468 = -1.6e-11 * x37 * x12
+    r367 = r461 + r89 + r69 + r33
+    r466 = 4e-12 * x12
+    r469 = 8e-12 * x38 * x12
+    r490 = 4e-12 * x15 * r12
+    r462 = 1.2e-11 * x15 * x12 * x5
+    r462 = r466 + r469 + r490 + r462
+    r462 = r22 > r462
+    r490 = -8e-12 * x12
+    r469 = -1.6e-11 * x38 * x12
     r12 = -8e-12 * x15 * r12
-    r465 = -2.4e-11 * x15 * x12 * x5
-    r472 = k.sqrt(2.0)
+    r466 = -2.4e-11 * x15 * x12 * x5
+    r473 = k.sqrt(2.0)
     r78 = k.sqrt(x3)
     r78 = k.recip(r78)
-    r632 = k.sqrt(x2)
-    r632 = k.recip(r632)
-    r634 = k.sqrt(x13)
-    r634 = k.recip(r634)
-    r636 = k.sqrt(x22)
-    r636 = k.recip(r636)
-    r638 = k.sqrt(x36)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(r366)
-    r641 = 0.05555555555555555 * x3 * x2 * x13 * x22 * x36 * r366
-    r642 = k.sqrt(x3)
-    r643 = k.sqrt(x2)
-    r644 = k.sqrt(x13)
-    r645 = k.sqrt(x22)
-    r646 = k.sqrt(x36)
-    r646 = 0.16666666666666666 * r472 * r642 * r643 * r644 * r645 * r646 * r640
-    r646 = 1.0 + r641 + r646
-    r646 = r472 * r78 * r632 * r634 * r636 * r638 * r640 * r646
-    r646 = r489 + r468 + r12 + r465 + r646
-    r465 = k.where(r461, r646, r22)
-    r33 = r460 + r89 + r69 + r33 + r465
-    r33 = x3 * x2 * x13 * x22 * x36 * r33
+    r633 = k.sqrt(x2)
+    r633 = k.recip(r633)
+    r635 = k.sqrt(x13)
+    r635 = k.recip(r635)
+    r637 = k.sqrt(x23)
+    r637 = k.recip(r637)
+    r639 = k.sqrt(x37)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(r367)
+    r642 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r367
+    r643 = k.sqrt(x3)
+    r644 = k.sqrt(x2)
+    r645 = k.sqrt(x13)
+    r646 = k.sqrt(x23)
+    r647 = k.sqrt(x37)
+    r647 = 0.16666666666666666 * r473 * r643 * r644 * r645 * r646 * r647 * r641
+    r647 = 1.0 + r642 + r647
+    r647 = r473 * r78 * r633 * r635 * r637 * r639 * r641 * r647
+    r647 = r490 + r469 + r12 + r466 + r647
+    r466 = k.where(r462, r647, r22)
+    r33 = r461 + r89 + r69 + r33 + r466
+    r33 = x3 * x2 * x13 * x23 * x37 * r33
     r33 = k.exp(r33)
     r33 = -1.0 + r33
     r69 = k.recip(r33)
-    r89 = x24 + x1
-    r460 = -1.0 * x3 * x2 * x13 * x22 * x36 * r89
-    r460 = k.exp(r460)
-    r460 = x3 * x2 * x13 * x22 * x36 * r69 * r465 * r460
-    r69 = x3 * x2 * x13 * x22 * x36
-    r646 = k.recip(r646)
-    r69 = k.where(r461, r646, r69)
-    r89 = x3 * x2 * x13 * x22 * x36 * r89
+    r89 = x25 + x1
+    r461 = -1.0 * x3 * x2 * x13 * x23 * x37 * r89
+    r461 = k.exp(r461)
+    r461 = x3 * x2 * x13 * x23 * x37 * r69 * r466 * r461
+    r69 = x3 * x2 * x13 * x23 * x37
+    r647 = k.recip(r647)
+    r69 = k.where(r462, r647, r69)
+    r89 = x3 * x2 * x13 * x23 * x37 * r89
     r89 = k.exp(r89)
-    r5 = x35 * r65 * r4 * r25 * r5 * r15 * r123 * r8 * r33 * r21 * r69 * r89
-    r89 = x35 * r65 * r123 * r33 * r21 * r69 * r89
-    r53 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r46 * r53
-    r53 = k.where(r462, 0.0, r53)
-    r462 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r486
-    r486 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r15 * r8 * r68 * r486
-    r486 = r462 + r486
-    r486 = k.where(r480, 0.0, r486)
-    r107 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r15 * r8 * r107
+    r5 = x36 * r65 * r4 * r25 * r5 * r15 * r123 * r8 * r33 * r21 * r69 * r89
+    r89 = x36 * r65 * r123 * r33 * r21 * r69 * r89
+    r53 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r46 * r53
+    r53 = k.where(r463, 0.0, r53)
+    r463 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r487
+    r487 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r15 * r8 * r68 * r487
+    r487 = r463 + r487
+    r487 = k.where(r481, 0.0, r487)
+    r107 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r15 * r8 * r107
     r107 = k.where(r30, 0.0, r107)
-    r43 = r43 < x22
-    r30 = x33 != 2.0
+    r43 = r43 < x23
+    r30 = x34 != 2.0
     r72 = k.and_(r72, r30)
     r72 = k.not_(r72)
     r72 = k.or_(r43, r72)
-    r8 = x33 != 1.0
+    r8 = x34 != 1.0
     r71 = k.and_(r8, r30, r71)
     r71 = k.not_(r71)
     r71 = k.or_(r43, r71)
     r71 = k.and_(r72, r71)
-    r72 = x22 >= 2.0
-    r43 = x33 != 3.0
-    r30 = x33 != 4.0
+    r72 = x23 >= 2.0
+    r43 = x34 != 3.0
+    r30 = x34 != 4.0
     r80 = k.not_(r80)
     r80 = k.and_(r43, r30, r80)
     r80 = k.not_(r80)
     r80 = k.or_(r72, r80)
-    r72 = x21 * x3 * x2 * x22 * x36 * r21
-    r30 = r64 <= r72
+    r72 = x22 * x3 * x2 * x23 * x37 * r21
+    r30 = r32 <= r72
     r72 = r111 <= r72
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r114, r153, r100, r45, r88, 0.0, r92, r95, r54, r117, r101, r96, r31, r32, r64, r64, r111, r47, r142, r358, r152, r77, r21, r10, r34, r9, r85, r377, r76, 0.0, r70, r22, r366, r465, r460, r5, r89, r51, r144, r52, r29, r53, r44, r44, r486, r459, r459, r457, r475, r361, r107, r48, r105, 0.0, 0.0, r155, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, r71, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, r80, r80, r30, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r36, r114, r153, r100, r45, r88, 0.0, r92, r95, r54, r117, r101, r96, r31, r64, r32, r32, r111, r47, r142, r359, r152, r77, r21, r10, r34, r9, r85, r378, r76, 0.0, r70, r22, r367, r466, r461, r5, r89, r51, r144, r52, r29, r53, r44, r44, r487, r460, r460, r458, r476, r362, r107, r48, r105, 0.0, 0.0, r155, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r71, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, 1.0, r80, r80, r30, r72, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r80, r80, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1407,9 +1408,9 @@ def search(x, k):
     return (r81, r4, r54)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (16, 46, 47, 48, 49), (19,), (15, 16, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (12, 57), (12,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 14), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 10), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 0), (51, 10), (51, 59), (51, 60), (51, 61), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 59), (52, 60), (52, 61), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 59), (53, 60), (53, 61), (54, 0), (54, 10), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 10), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 5), (61, 57), (61, 58), (62, 4), (62, 5), (62, 57), (62, 58), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_swiglu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 47, 48, 49, 50), (31, 32, 33, 35, 37, 38, 39, 40, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (16, 47, 48, 49, 50), (19,), (15, 16, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 47, 48, 49, 50, 64), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (12, 58), (12,), (57,), (56,), (29,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (22, 34), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 14), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 10), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 0), (51, 10), (51, 60), (51, 61), (51, 62), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 60), (52, 61), (52, 62), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 60), (53, 61), (53, 62), (54, 0), (54, 10), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 10), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 5), (61, 58), (61, 59), (62, 4), (62, 5), (62, 58), (62, 59), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

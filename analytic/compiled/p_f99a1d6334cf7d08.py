@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mha;norm=rmsnorm;bias=False;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;mha=False;mqa=True;sp=False;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=fp8;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'peak_flops_16', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x19)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x11
     r10 = 2.0 * x14
@@ -24,21 +24,21 @@ def quantities(x, k):
     r12 = x10 * x12 * r9
     r12 = r8 + r12
     r8 = x15 * r12
-    r15 = x37 * x12
+    r15 = x38 * x12
     r16 = 3.0 * x15 * x12 * x5
     r16 = x12 + r8 + r15 + r16
-    r8 = k.recip(x23)
-    r19 = k.recip(x36)
+    r8 = k.recip(x24)
+    r19 = k.recip(x37)
     r20 = r8 * r19 * r16
-    r21 = x33 == 5.0
+    r21 = x34 == 5.0
     r22 = 2.0 * r8 * r19 * r16
     r20 = k.where(r21, r22, r20)
-    r22 = x39 >= 1.0
+    r22 = x40 >= 1.0
     r25 = k.recip(x2)
     r26 = r4 * r25 * r20
     r26 = k.where(r22, r26, r20)
     r28 = x15 * r8
-    r29 = x23 == 1.0
+    r29 = x24 == 1.0
     r30 = k.where(r29, 1.0, 0.0)
     r31 = x12 * r30
     r32 = k.ceiling(r28)
@@ -46,16 +46,16 @@ def quantities(x, k):
     r34 = 3.0 * x12 * x5 * r32
     r31 = r15 + r31 + r33 + r34
     r31 = r19 * r31
-    r30 = x37 * x12 * r30
-    r15 = x23 != 1.0
+    r30 = x38 * x12 * r30
+    r15 = x24 != 1.0
     r15 = k.where(r15, 1.0, 0.0)
-    r15 = x37 * x12 * r15
+    r15 = x38 * x12 * r15
     r15 = x12 + r33 + r30 + r15 + r34
     r15 = r19 * r15
     r30 = r31 + r15
     r31 = k.where(r21, r30, r31)
     r45 = 2.0 * r31
-    r46 = x39 >= 3.0
+    r46 = x40 >= 3.0
     r47 = 2.0 * r4 * r25 * r31
     r48 = k.where(r46, r47, r45)
     r49 = 12.0 * r31
@@ -69,47 +69,47 @@ def quantities(x, k):
     r56 = r53 + r54 + r55 + r56
     r56 = r19 * r56
     r56 = r50 + r56
-    r56 = x19 * x34 * r25 * r56
-    r50 = x24 == 2.0
-    r55 = 2.0 * x19 * x12 * x34 * r25
+    r56 = x19 * x35 * r25 * r56
+    r50 = x25 == 2.0
+    r55 = 2.0 * x19 * x12 * x35 * r25
     r55 = k.where(r50, r55, r56)
-    r54 = 1.0 + x23
+    r54 = 1.0 + x24
     r54 = k.min(r54, r6)
     r54 = r54 * r32
-    r53 = x33 == 4.0
-    r68 = 2.0 * x23
+    r53 = x34 == 4.0
+    r68 = 2.0 * x24
     r69 = -1.0 + r68
     r69 = k.min(r69, r6)
     r69 = r69 * r32
     r72 = k.where(r53, r69, r54)
-    r73 = x33 == 0.0
-    r74 = x33 == 3.0
+    r73 = x34 == 0.0
+    r74 = x34 == 3.0
     r75 = k.or_(r73, r74)
-    r76 = k.min(x23, r6)
+    r76 = k.min(x24, r6)
     r76 = r76 * r32
     r72 = k.where(r75, r76, r72)
-    r76 = x33 == 1.0
-    r80 = k.recip(x38)
-    r81 = x6 * x38 * r4 * r5
-    r82 = -1.0 + x38
-    r82 = x23 * r82
+    r76 = x34 == 1.0
+    r80 = k.recip(x39)
+    r81 = x6 * x39 * r4 * r5
+    r82 = -1.0 + x39
+    r82 = x24 * r82
     r84 = -1.0 + r68 + r82
     r84 = k.min(r81, r84)
     r84 = r80 * r84 * r32
     r72 = k.where(r76, r84, r72)
-    r84 = x33 == 2.0
+    r84 = x34 == 2.0
     r89 = x6 * r4 * r5 * r32
     r72 = k.where(r84, r89, r72)
     r72 = r55 * r72
     r92 = k.where(r22, 1000000000.0, 0.0)
-    r93 = x39 >= 2.0
+    r93 = x40 >= 2.0
     r45 = k.where(r93, r47, r45)
-    r47 = 4.0 * x19 * x5 * x34 * r25 * r19
+    r47 = 4.0 * x19 * x5 * x35 * r25 * r19
     r96 = r56 + r47
     r47 = k.where(r50, r96, r47)
     r96 = k.or_(r21, r29)
-    r99 = 4.0 * x19 * x12 * x34 * r25
-    r100 = x37 * x19 * x16 * x34 * r25 * r19
+    r99 = 4.0 * x19 * x12 * x35 * r25
+    r100 = x38 * x19 * x16 * x35 * r25 * r19
     r99 = r99 + r100
     r99 = k.max(r99, r47)
     r96 = k.where(r96, r99, r47)
@@ -118,7 +118,7 @@ def quantities(x, k):
     r104 = k.where(r21, r105, r104)
     r105 = 3.0 * x4 * r104 * r31
     r105 = k.where(r46, r105, 0.0)
-    r109 = x23 > 1.0
+    r109 = x24 > 1.0
     r109 = k.and_(r46, r109)
     r111 = 2.0 * x4 * r31
     r105 = k.where(r109, r111, r105)
@@ -150,33 +150,33 @@ def quantities(x, k):
     r31 = r111 == r31
     r105 = k.where(r31, r105, 0.0)
     r31 = r48 + r49 + r121 + r96 + r115 + r105
-    r111 = -1.0 + x23
+    r111 = -1.0 + x24
     r45 = k.min(1.0, r111)
     r72 = 1.0 + r45
-    r72 = x23 == r72
+    r72 = x24 == r72
     r127 = k.where(r72, 1.0, 0.0)
     r127 = x12 * r127
     r147 = r45 == 0.0
     r147 = k.where(r147, 1.0, 0.0)
-    r147 = x37 * x12 * r147
+    r147 = x38 * x12 * r147
     r150 = r45 != 0.0
     r150 = k.and_(r150, r72)
     r150 = k.where(r150, 1.0, 0.0)
-    r150 = x37 * x12 * r150
+    r150 = x38 * x12 * r150
     r150 = r127 + r33 + r147 + r150 + r34
     r150 = r19 * r150
     r147 = -1.0 * r45
-    r147 = x23 + r147
-    r127 = x23 == r147
+    r147 = x24 + r147
+    r127 = x24 == r147
     r159 = k.where(r127, 1.0, 0.0)
     r159 = x12 * r159
     r161 = r147 == 1.0
     r161 = k.where(r161, 1.0, 0.0)
-    r161 = x37 * x12 * r161
+    r161 = x38 * x12 * r161
     r164 = r147 != 1.0
     r164 = k.and_(r127, r164)
     r164 = k.where(r164, 1.0, 0.0)
-    r164 = x37 * x12 * r164
+    r164 = x38 * x12 * r164
     r34 = r159 + r33 + r161 + r164 + r34
     r34 = r19 * r34
     r34 = r150 + r34
@@ -312,408 +312,409 @@ def quantities(x, k):
     r92 = k.where(r49, r68, r92)
     r105 = r31 == r105
     r92 = k.where(r105, r121, r92)
-    r121 = x37 * x19 * x4 * x34 * r25 * r19
-    r105 = x37 * x19 * x4 * x34 * r25
+    r121 = x38 * x19 * x4 * x35 * r25 * r19
+    r105 = x38 * x19 * x4 * x35 * r25
     r68 = k.max(r31, r150, r15)
     r49 = r150 == r68
     r15 = k.where(r49, r150, r15)
     r68 = r31 == r68
     r15 = k.where(r68, r31, r15)
-    r31 = -1.0 * r15
-    r31 = x8 + r31
-    r68 = 6.0 * x6 * x34 * r16
+    r31 = -1.0 * x20
+    r68 = -1.0 * r15
+    r68 = x8 + r31 + r68
+    r31 = 6.0 * x6 * x35 * r16
     r150 = 6.0 * x12
     r49 = 6.0 * x15 * r12
-    r127 = 6.0 * x37 * x12
+    r127 = 6.0 * x38 * x12
     r115 = 18.0 * x15 * x12 * x5
-    r33 = 12.0 * x15 * x11 * x10 * x34
+    r33 = 12.0 * x15 * x11 * x10 * x35
     r33 = r150 + r49 + r127 + r115 + r33
-    r115 = x6 * x34 * r33
+    r115 = x6 * x35 * r33
     r127 = k.pow(x12, 2.0)
     r49 = k.recip(x12)
-    r150 = 0.16666666666666666 * x34 * r49
+    r150 = 0.16666666666666666 * x35 * r49
     r48 = k.recip(x15)
-    r49 = 0.0625 * x37 * r48 * r49
+    r49 = 0.0625 * x38 * r48 * r49
     r49 = 1.0 + r150 + r49
-    r49 = 96.0 * x6 * x15 * x34 * r127 * r49
-    r127 = k.pow(x34, 2.0)
+    r49 = 96.0 * x6 * x15 * x35 * r127 * r49
+    r127 = k.pow(x35, 2.0)
     r150 = 2.0 * x6 * x15 * x11 * x10 * r127
-    r164 = x24 == 1.0
+    r164 = x25 == 1.0
     r127 = 4.0 * x6 * x15 * x11 * x10 * r127
     r127 = k.where(r164, r127, 0.0)
-    r72 = 0.3333333333333333 * x6 * x34 * r33
+    r72 = 0.3333333333333333 * x6 * x35 * r33
     r127 = k.where(r50, r72, r127)
     r127 = r115 + r150 + r127
     r150 = k.where(r50, 1.0, 0.0)
     r72 = 1.0 + r150
     r161 = k.recip(x9)
     r30 = k.recip(x18)
-    r54 = x37 * x12 * r19
-    r109 = x19 * x12 * x34 * r25
-    r55 = x37 * x19 * x34 * r25 * r19
+    r54 = x38 * x12 * r19
+    r109 = x19 * x12 * x35 * r25
+    r55 = x38 * x19 * x35 * r25 * r19
     r55 = r54 + r109 + r55
     r54 = 2.0 * r161 * r30 * r55
-    r89 = k.recip(x22)
+    r89 = k.recip(x23)
     r32 = k.recip(x17)
-    r81 = 2.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
+    r81 = 2.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
     r81 = r54 + r81
     r81 = r72 * r81
     r55 = 4.0 * r161 * r30 * r55
-    r54 = 4.0 * x37 * x19 * x12 * x34 * r89 * r25 * r32 * r19
+    r54 = 4.0 * x38 * x19 * x12 * x35 * r89 * r25 * r32 * r19
     r54 = r81 + r55 + r54
     r54 = r8 * r54
     r55 = x12 * x5 * r19
-    r81 = x19 * x5 * x34 * r25 * r19
+    r81 = x19 * x5 * x35 * r25 * r19
     r81 = r55 + r109 + r81
     r55 = r161 * r30 * r81
-    r82 = k.recip(x21)
-    r69 = 2.0 * x19 * x12 * x5 * x34 * r82 * r25 * r32 * r19
+    r82 = k.recip(x22)
+    r69 = 2.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
     r69 = r55 + r69
     r69 = r72 * r69
     r55 = 2.0 * x12 * x5 * r19
-    r147 = 2.0 * x19 * x5 * x34 * r25 * r19
+    r147 = 2.0 * x19 * x5 * x35 * r25 * r19
     r147 = r55 + r109 + r147
     r55 = r161 * r30 * r147
-    r365 = 4.0 * x19 * x12 * x5 * x34 * r82 * r25 * r32 * r19
-    r365 = r55 + r365
-    r365 = r72 * r365
+    r366 = 4.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
+    r366 = r55 + r366
+    r366 = r72 * r366
     r55 = x11 * x10 * x12 * r19
-    r369 = x11 * x19 * x10 * x34 * r25 * r19
-    r369 = r55 + r109 + r369
-    r55 = r161 * r30 * r369
-    r372 = 2.0 * x11 * x19 * x10 * x12 * x34 * r82 * r25 * r32 * r19
-    r372 = r55 + r372
-    r372 = r72 * r372
+    r370 = x11 * x19 * x10 * x35 * r25 * r19
+    r370 = r55 + r109 + r370
+    r55 = r161 * r30 * r370
+    r373 = 2.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19
+    r373 = r55 + r373
+    r373 = r72 * r373
     r10 = x11 + r10
     r55 = x10 * x12 * r19 * r10
-    r377 = x19 * x10 * x34 * r25 * r19 * r10
-    r377 = r109 + r55 + r377
-    r55 = r161 * r30 * r377
-    r109 = 2.0 * x19 * x10 * x12 * x34 * r82 * r25 * r32 * r19 * r10
+    r378 = x19 * x10 * x35 * r25 * r19 * r10
+    r378 = r109 + r55 + r378
+    r55 = r161 * r30 * r378
+    r109 = 2.0 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19 * r10
     r109 = r55 + r109
     r109 = r72 * r109
     r81 = 2.0 * r161 * r30 * r81
     r147 = 2.0 * r161 * r30 * r147
-    r369 = 2.0 * r161 * r30 * r369
-    r377 = 2.0 * r161 * r30 * r377
+    r370 = 2.0 * r161 * r30 * r370
+    r378 = 2.0 * r161 * r30 * r378
     r55 = x5 * r19
     r55 = x12 + r55
-    r55 = 4.0 * x19 * x34 * r161 * r25 * r30 * r55
-    r390 = 2.0 * x5 * r19
-    r390 = x12 + r390
-    r390 = 4.0 * x19 * x34 * r161 * r25 * r30 * r390
-    r393 = x11 * x10 * r19
-    r393 = x12 + r393
-    r393 = 4.0 * x19 * x34 * r161 * r25 * r30 * r393
-    r396 = x10 * r19 * r10
-    r396 = x12 + r396
-    r396 = 4.0 * x19 * x34 * r161 * r25 * r30 * r396
-    r399 = 12.0 * x19 * x12 * x5 * x34 * r82 * r25 * r32 * r19
-    r400 = 4.0 * x11 * x19 * x10 * x12 * x34 * r82 * r25 * r32 * r19
-    r10 = 4.0 * x19 * x10 * x12 * x34 * r82 * r25 * r32 * r19 * r10
-    r10 = r69 + r365 + r372 + r109 + r81 + r147 + r369 + r377 + r55 + r390 + r393 + r396 + r399 + r400 + r10
+    r55 = 4.0 * x19 * x35 * r161 * r25 * r30 * r55
+    r391 = 2.0 * x5 * r19
+    r391 = x12 + r391
+    r391 = 4.0 * x19 * x35 * r161 * r25 * r30 * r391
+    r394 = x11 * x10 * r19
+    r394 = x12 + r394
+    r394 = 4.0 * x19 * x35 * r161 * r25 * r30 * r394
+    r397 = x10 * r19 * r10
+    r397 = x12 + r397
+    r397 = 4.0 * x19 * x35 * r161 * r25 * r30 * r397
+    r400 = 12.0 * x19 * x12 * x5 * x35 * r82 * r25 * r32 * r19
+    r401 = 4.0 * x11 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19
+    r10 = 4.0 * x19 * x10 * x12 * x35 * r82 * r25 * r32 * r19 * r10
+    r10 = r69 + r366 + r373 + r109 + r81 + r147 + r370 + r378 + r55 + r391 + r394 + r397 + r400 + r401 + r10
     r10 = x15 * r8 * r10
     r10 = r54 + r10
     r54 = x6 * r4 * r5 * r10
-    r400 = 12.0 * x12
-    r399 = 10.0 * x12 * r72
-    r399 = r400 + r399
-    r399 = x19 * x34 * r25 * r399
-    r400 = 5.0 * x5
-    r396 = 3.0 * x5 * r72
-    r396 = r400 + r396
-    r396 = x19 * x34 * r25 * r19 * r396
-    r396 = r399 + r396
-    r396 = x15 * r8 * r396
-    r399 = 3.0 * x37 * x19 * x34 * r25 * r8 * r19
+    r401 = 12.0 * x12
+    r400 = 10.0 * x12 * r72
+    r400 = r401 + r400
+    r400 = x19 * x35 * r25 * r400
+    r401 = 5.0 * x5
+    r397 = 3.0 * x5 * r72
+    r397 = r401 + r397
+    r397 = x19 * x35 * r25 * r19 * r397
+    r397 = r400 + r397
+    r397 = x15 * r8 * r397
+    r400 = 3.0 * x38 * x19 * x35 * r25 * r8 * r19
     r150 = 2.0 + r150
-    r9 = x15 * x19 * x10 * x34 * r25 * r8 * r19 * r150 * r9
-    r9 = r396 + r399 + r9
-    r399 = x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r396 = k.recip(x0)
-    r150 = x11 * x10 * x34
+    r9 = x15 * x19 * x10 * x35 * r25 * r8 * r19 * r150 * r9
+    r9 = r397 + r400 + r9
+    r400 = x6 * x4 * r161 * r4 * r5 * r30 * r9
+    r397 = k.recip(x0)
+    r150 = x11 * x10 * x35
     r164 = k.or_(r164, r50)
     r164 = k.where(r164, 1.0, 0.0)
     r164 = 3.0 + r164
-    r164 = 2.0 * x11 * x10 * x34 * r164
+    r164 = 2.0 * x11 * x10 * x35 * r164
     r164 = r150 + r164
-    r150 = x6 * x15 * x34 * r89 * r4 * r25 * r32 * r396 * r8 * r19 * r164
-    r400 = r54 + r399 + r150
-    r393 = k.recip(r400)
+    r150 = x6 * x15 * x35 * r89 * r4 * r25 * r32 * r397 * r8 * r19 * r164
+    r401 = r54 + r400 + r150
+    r394 = k.recip(r401)
     r10 = -1.0 * x6 * r4 * r5 * r10
-    r390 = k.recip(x6)
-    r55 = 0.3333333333333333 * x3 * x19 * r390 * r80 * r400
-    r377 = 0.6666666666666666 * x3 * x19 * x23 * r390 * r400
+    r391 = k.recip(x6)
+    r55 = 0.3333333333333333 * x3 * x19 * r391 * r80 * r401
+    r378 = 0.6666666666666666 * x3 * x19 * x24 * r391 * r401
     r9 = -1.0 * x6 * x4 * r161 * r4 * r5 * r30 * r9
-    r164 = -1.0 * x6 * x15 * x34 * r89 * r4 * r25 * r32 * r396 * r8 * r19 * r164
-    r377 = r10 + r55 + r377 + r9 + r164
-    r377 = k.max(0.0, r377)
-    r55 = 0.5 * x23
+    r164 = -1.0 * x6 * x15 * x35 * r89 * r4 * r25 * r32 * r397 * r8 * r19 * r164
+    r378 = r10 + r55 + r378 + r9 + r164
+    r378 = k.max(0.0, r378)
+    r55 = 0.5 * x24
     r55 = -1.0 + r55
-    r55 = 0.6666666666666666 * x3 * x19 * r390 * r80 * r55 * r400
+    r55 = 0.6666666666666666 * x3 * x19 * r391 * r80 * r55 * r401
     r55 = k.where(r53, 0.0, r55)
-    r53 = 0.3333333333333333 * x3 * x19 * r390 * r80 * r111 * r400
+    r53 = 0.3333333333333333 * x3 * x19 * r391 * r80 * r111 * r401
     r55 = k.where(r74, r53, r55)
     r84 = k.or_(r73, r76, r84)
-    r111 = x3 * x19 * r390 * r80 * r111 * r400
+    r111 = x3 * x19 * r391 * r80 * r111 * r401
     r55 = k.where(r84, r111, r55)
-    r55 = k.max(r377, r55)
-    r393 = r393 * r55
+    r55 = k.max(r378, r55)
+    r394 = r394 * r55
     r30 = 28.0 * r161 * r30 * r26
-    r161 = r30 + r54 + r399 + r150
-    r377 = -1.0 * x20
-    r377 = 1.0 + r377
-    r111 = x23 * x38
+    r161 = r30 + r54 + r400 + r150
+    r378 = -1.0 * x21
+    r378 = 1.0 + r378
+    r111 = x24 * x39
     r111 = -1.0 + r111
-    r80 = k.recip(x26)
-    r73 = k.recip(x27)
-    r53 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19
-    r53 = x28 + r53
-    r74 = 2.0 * x3 * x2 * x36
-    r74 = x30 >= r74
-    r396 = k.recip(x29)
-    r32 = k.recip(x31)
-    r89 = x19 * x4 * x12 * x34 * r396 * r25 * r32 * r19
-    r89 = x32 + r89
+    r80 = k.recip(x27)
+    r73 = k.recip(x28)
+    r53 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19
+    r53 = x29 + r53
+    r74 = 2.0 * x3 * x2 * x37
+    r74 = x31 >= r74
+    r397 = k.recip(x30)
+    r32 = k.recip(x32)
+    r89 = x19 * x4 * x12 * x35 * r397 * r25 * r32 * r19
+    r89 = x33 + r89
     r53 = k.where(r74, r89, r53)
     r53 = 2.0 * x6 * r4 * r5 * r8 * r111 * r53
     r53 = k.where(r29, 0.0, r53)
-    r377 = r377 * r53
-    r89 = x3 * x19 * r390 * r400
-    r74 = x23 <= 1.0
+    r378 = r378 * r53
+    r89 = x3 * x19 * r391 * r401
+    r74 = x24 <= 1.0
     r93 = k.and_(r93, r74)
-    r89 = k.where(r93, r400, r89)
-    r89 = -1.0 * x20 * r89
-    r400 = x3 * x2
-    r369 = -1.0 + r400
-    r147 = k.recip(r369)
+    r89 = k.where(r93, r401, r89)
+    r89 = -1.0 * x21 * r89
+    r401 = x3 * x2
+    r370 = -1.0 + r401
+    r147 = k.recip(r370)
     r81 = 2.0 * x3 * x2
     r81 = -2.0 + r81
-    r109 = x30 * r19
-    r372 = k.gcd(r400, r109)
-    r365 = k.recip(r372)
-    r69 = x3 * x2 * r365
+    r109 = x31 * r19
+    r373 = k.gcd(r401, r109)
+    r366 = k.recip(r373)
+    r69 = x3 * x2 * r366
     r69 = -1.0 + r69
-    r69 = x28 * r69
-    r486 = -1.0 * x3 * x2 * r365
-    r486 = r400 + r486
-    r486 = x32 * r486
-    r489 = r69 + r486
-    r489 = r147 * r81 * r489
-    r147 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r365 * r81 * r20
-    r372 = -1.0 + r372
-    r493 = x4 * x23 * r396 * r48 * r4 * r25 * r32 * r365 * r372 * r81 * r20
-    r493 = k.max(r147, r493)
-    r493 = r489 + r493
-    r489 = x30 <= x36
-    r147 = x28 * r81
-    r498 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r81 * r20
-    r498 = r147 + r498
-    r493 = k.where(r489, r498, r493)
-    r498 = x3 * x2 * x36
-    r498 = x30 >= r498
-    r147 = x32 * r81
-    r504 = x4 * x23 * r396 * r48 * r4 * r25 * r32 * r81 * r20
-    r504 = r147 + r504
-    r493 = k.where(r498, r504, r493)
-    r493 = x15 * r8 * r493
-    r504 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r365 * r369 * r20
-    r372 = x4 * x23 * r396 * r48 * r4 * r25 * r32 * r365 * r369 * r372 * r20
-    r372 = k.max(r504, r372)
-    r372 = r69 + r486 + r372
-    r486 = x28 * r369
-    r69 = x4 * x23 * r80 * r48 * r4 * r25 * r73 * r369 * r20
-    r69 = r486 + r69
-    r372 = k.where(r489, r69, r372)
-    r69 = x32 * r369
-    r48 = x4 * x23 * r396 * r48 * r4 * r25 * r32 * r369 * r20
+    r69 = x29 * r69
+    r487 = -1.0 * x3 * x2 * r366
+    r487 = r401 + r487
+    r487 = x33 * r487
+    r490 = r69 + r487
+    r490 = r147 * r81 * r490
+    r147 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r366 * r81 * r20
+    r373 = -1.0 + r373
+    r494 = x4 * x24 * r397 * r48 * r4 * r25 * r32 * r366 * r373 * r81 * r20
+    r494 = k.max(r147, r494)
+    r494 = r490 + r494
+    r490 = x31 <= x37
+    r147 = x29 * r81
+    r499 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r81 * r20
+    r499 = r147 + r499
+    r494 = k.where(r490, r499, r494)
+    r499 = x3 * x2 * x37
+    r499 = x31 >= r499
+    r147 = x33 * r81
+    r505 = x4 * x24 * r397 * r48 * r4 * r25 * r32 * r81 * r20
+    r505 = r147 + r505
+    r494 = k.where(r499, r505, r494)
+    r494 = x15 * r8 * r494
+    r505 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r366 * r370 * r20
+    r373 = x4 * x24 * r397 * r48 * r4 * r25 * r32 * r366 * r370 * r373 * r20
+    r373 = k.max(r505, r373)
+    r373 = r69 + r487 + r373
+    r487 = x29 * r370
+    r69 = x4 * x24 * r80 * r48 * r4 * r25 * r73 * r370 * r20
+    r69 = r487 + r69
+    r373 = k.where(r490, r69, r373)
+    r69 = x33 * r370
+    r48 = x4 * x24 * r397 * r48 * r4 * r25 * r32 * r370 * r20
     r48 = r69 + r48
-    r372 = k.where(r498, r48, r372)
-    r48 = 2.0 * x15 * r8 * r372
-    r493 = k.where(r22, r48, r493)
-    r48 = x15 * r8 * r372
-    r498 = x6 * x15 * r4 * r5 * r8 * r372
-    r498 = r48 + r498
-    r493 = k.where(r93, r498, r493)
+    r373 = k.where(r499, r48, r373)
+    r48 = 2.0 * x15 * r8 * r373
+    r494 = k.where(r22, r48, r494)
+    r48 = x15 * r8 * r373
+    r499 = x6 * x15 * r4 * r5 * r8 * r373
+    r499 = r48 + r499
+    r494 = k.where(r93, r499, r494)
     r74 = k.and_(r46, r74)
-    r372 = 3.0 * x6 * x15 * r4 * r5 * r8 * r372
-    r493 = k.where(r74, r372, r493)
-    r400 = r400 == 1.0
-    r493 = k.where(r400, 0.0, r493)
-    r89 = r89 + r493
+    r373 = 3.0 * x6 * x15 * r4 * r5 * r8 * r373
+    r494 = k.where(r74, r373, r494)
+    r401 = r401 == 1.0
+    r494 = k.where(r401, 0.0, r494)
+    r89 = r89 + r494
     r89 = k.max(0.0, r89)
     r109 = k.gcd(x2, r109)
-    r372 = k.recip(r109)
-    r46 = x2 * r372
+    r373 = k.recip(r109)
+    r46 = x2 * r373
     r46 = -1.0 + r46
-    r46 = x28 * r46
-    r498 = -1.0 * x2 * r372
-    r498 = x2 + r498
-    r498 = x32 * r498
+    r46 = x29 * r46
+    r499 = -1.0 * x2 * r373
+    r499 = x2 + r499
+    r499 = x33 * r499
     r48 = -1.0 + x2
-    r69 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r372 * r48
+    r69 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r373 * r48
     r109 = -1.0 + r109
-    r109 = 2.0 * x14 * x19 * x10 * x4 * x34 * r396 * r25 * r32 * r19 * r372 * r48 * r109
+    r109 = 2.0 * x14 * x19 * x10 * x4 * x35 * r397 * r25 * r32 * r19 * r373 * r48 * r109
     r109 = k.max(r69, r109)
-    r109 = r46 + r498 + r109
-    r498 = x28 * r48
-    r46 = 2.0 * x14 * x19 * x10 * x4 * x34 * r80 * r25 * r73 * r19 * r48
-    r46 = r498 + r46
-    r109 = k.where(r489, r46, r109)
-    r46 = x2 * x36
-    r46 = x30 >= r46
-    r489 = x32 * r48
-    r498 = 2.0 * x14 * x19 * x10 * x4 * x34 * r396 * r25 * r32 * r19 * r48
-    r498 = r489 + r498
-    r109 = k.where(r46, r498, r109)
-    r498 = x6 * x15 * r4 * r5 * r8 * r109
+    r109 = r46 + r499 + r109
+    r499 = x29 * r48
+    r46 = 2.0 * x14 * x19 * x10 * x4 * x35 * r80 * r25 * r73 * r19 * r48
+    r46 = r499 + r46
+    r109 = k.where(r490, r46, r109)
+    r46 = x2 * x37
+    r46 = x31 >= r46
+    r490 = x33 * r48
+    r499 = 2.0 * x14 * x19 * x10 * x4 * x35 * r397 * r25 * r32 * r19 * r48
+    r499 = r490 + r499
+    r109 = k.where(r46, r499, r109)
+    r499 = x6 * x15 * r4 * r5 * r8 * r109
     r109 = x6 * x15 * r4 * r5 * r8 * r72 * r109
-    r109 = r498 + r109
-    r498 = x2 == 1.0
-    r109 = k.where(r498, 0.0, r109)
+    r109 = r499 + r109
+    r499 = x2 == 1.0
+    r109 = k.where(r499, 0.0, r109)
     r50 = k.where(r50, 2.0, 0.0)
     r50 = 4.0 + r50
-    r46 = -1.0 + x36
+    r46 = -1.0 + x37
     r46 = k.recip(r46)
-    r489 = 2.0 * x36
-    r489 = -2.0 + r489
-    r69 = k.gcd(x36, x30)
-    r372 = k.recip(r69)
-    r486 = x36 * r372
-    r486 = -1.0 + r486
-    r486 = x28 * r486
-    r504 = -1.0 * x36 * r372
-    r504 = x36 + r504
-    r504 = x32 * r504
-    r504 = r486 + r504
-    r504 = r46 * r489 * r504
-    r46 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r372 * r489
+    r490 = 2.0 * x37
+    r490 = -2.0 + r490
+    r69 = k.gcd(x37, x31)
+    r373 = k.recip(r69)
+    r487 = x37 * r373
+    r487 = -1.0 + r487
+    r487 = x29 * r487
+    r505 = -1.0 * x37 * r373
+    r505 = x37 + r505
+    r505 = x33 * r505
+    r505 = r487 + r505
+    r505 = r46 * r490 * r505
+    r46 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r373 * r490
     r69 = -1.0 + r69
-    r69 = x19 * x4 * x12 * x34 * r396 * r25 * r32 * r19 * r372 * r69 * r489
+    r69 = x19 * x4 * x12 * x35 * r397 * r25 * r32 * r19 * r373 * r69 * r490
     r69 = k.max(r46, r69)
-    r69 = r504 + r69
-    r504 = x30 <= 1.0
-    r46 = x28 * r489
-    r73 = x19 * x4 * x12 * x34 * r80 * r25 * r73 * r19 * r489
+    r69 = r505 + r69
+    r505 = x31 <= 1.0
+    r46 = x29 * r490
+    r73 = x19 * x4 * x12 * x35 * r80 * r25 * r73 * r19 * r490
     r73 = r46 + r73
-    r69 = k.where(r504, r73, r69)
-    r73 = x30 >= x36
-    r504 = x32 * r489
-    r32 = x19 * x4 * x12 * x34 * r396 * r25 * r32 * r19 * r489
-    r32 = r504 + r32
+    r69 = k.where(r505, r73, r69)
+    r73 = x31 >= x37
+    r505 = x33 * r490
+    r32 = x19 * x4 * x12 * x35 * r397 * r25 * r32 * r19 * r490
+    r32 = r505 + r32
     r69 = k.where(r73, r32, r69)
     r69 = x6 * x15 * r4 * r5 * r8 * r50 * r69
-    r32 = x36 == 1.0
+    r32 = x37 == 1.0
     r69 = k.where(r32, 0.0, r69)
     r164 = r10 + r9 + r164
     r164 = k.max(0.0, r164)
     r164 = k.where(r21, r164, 0.0)
-    r21 = r377 + r30 + r54 + r399 + r150 + r89 + r55 + r109 + r69 + r164
+    r21 = r378 + r30 + r54 + r400 + r150 + r89 + r55 + r109 + r69 + r164
     r9 = k.recip(r21)
-    r10 = 6.0 * x6 * x34 * r82 * r4 * r25 * r8 * r19 * r9 * r16
-    r33 = x6 * x34 * r82 * r4 * r25 * r8 * r19 * r9 * r33
-    r9 = x19 * x4 * x12 * x34 * r25
-    r82 = x19 * x4 * x12 * x34 * r80 * r25
+    r10 = 6.0 * x6 * x35 * r82 * r4 * r25 * r8 * r19 * r9 * r16
+    r33 = x6 * x35 * r82 * r4 * r25 * r8 * r19 * r9 * r33
+    r9 = x19 * x4 * x12 * x35 * r25
+    r82 = x19 * x4 * x12 * x35 * r80 * r25
     r81 = x4 * r4 * r25 * r81 * r20
-    r73 = 2.0 * x4 * r4 * r25 * r369 * r20
+    r73 = 2.0 * x4 * r4 * r25 * r370 * r20
     r81 = k.where(r22, r73, r81)
-    r73 = x4 * r4 * r25 * r369 * r20
+    r73 = x4 * r4 * r25 * r370 * r20
     r22 = k.pow(x3, -2.0)
-    r504 = x6 * x4 * r22 * r5 * r25 * r369 * r20
-    r504 = r73 + r504
-    r81 = k.where(r93, r504, r81)
-    r369 = 3.0 * x6 * x4 * r22 * r5 * r25 * r369 * r20
-    r81 = k.where(r74, r369, r81)
-    r81 = k.where(r400, 0.0, r81)
-    r400 = r80 * r81
-    r80 = x29 * r80
-    r369 = k.recip(x34)
-    r74 = x35 * r390 * r369
+    r505 = x6 * x4 * r22 * r5 * r25 * r370 * r20
+    r505 = r73 + r505
+    r81 = k.where(r93, r505, r81)
+    r370 = 3.0 * x6 * x4 * r22 * r5 * r25 * r370 * r20
+    r81 = k.where(r74, r370, r81)
+    r81 = k.where(r401, 0.0, r81)
+    r401 = r80 * r81
+    r80 = x30 * r80
+    r370 = k.recip(x35)
+    r74 = x36 * r391 * r370
     r5 = k.recip(x13)
     r22 = r4 * r25 * r5 * r8 * r19
-    r504 = 8e-12 * x12
+    r505 = 8e-12 * x12
     r93 = 8e-12 * x15 * r12
-    r73 = 8e-12 * x37 * x12
-    r396 = 2.4e-11 * x15 * x12 * x5
-    r46 = r504 + r93 + r73 + r396
-    r372 = 4e-12 * x12
-    r486 = 4e-12 * x15 * r12
-    r365 = 4e-12 * x37 * x12
+    r73 = 8e-12 * x38 * x12
+    r397 = 2.4e-11 * x15 * x12 * x5
+    r46 = r505 + r93 + r73 + r397
+    r373 = 4e-12 * x12
+    r487 = 4e-12 * x15 * r12
+    r366 = 4e-12 * x38 * x12
     r147 = 1.2e-11 * x15 * x12 * x5
-    r147 = r372 + r486 + r365 + r147
+    r147 = r373 + r487 + r366 + r147
     r147 = r22 > r147
-    r365 = -8e-12 * x12
+    r366 = -8e-12 * x12
     r12 = -8e-12 * x15 * r12
-    r486 = -8e-12 * x37 * x12
-    r372 = -2.4e-11 * x15 * x12 * x5
-    r637 = k.sqrt(2.0)
-    r638 = k.sqrt(x3)
-    r638 = k.recip(r638)
-    r640 = k.sqrt(x2)
-    r640 = k.recip(r640)
-    r642 = k.sqrt(x13)
-    r642 = k.recip(r642)
-    r644 = k.sqrt(x23)
-    r644 = k.recip(r644)
-    r646 = k.sqrt(x36)
-    r646 = k.recip(r646)
-    r648 = k.sqrt(r46)
-    r649 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r46
-    r650 = k.sqrt(x3)
-    r651 = k.sqrt(x2)
-    r652 = k.sqrt(x13)
-    r653 = k.sqrt(x23)
-    r654 = k.sqrt(x36)
-    r654 = 0.16666666666666666 * r637 * r650 * r651 * r652 * r653 * r654 * r648
-    r654 = 1.0 + r649 + r654
-    r654 = r637 * r638 * r640 * r642 * r644 * r646 * r648 * r654
-    r654 = r365 + r12 + r486 + r372 + r654
-    r372 = k.where(r147, r654, r22)
-    r396 = r504 + r93 + r73 + r396 + r372
-    r396 = x3 * x2 * x13 * x23 * x36 * r396
-    r396 = k.exp(r396)
-    r396 = -1.0 + r396
-    r73 = k.recip(r396)
-    r93 = x25 + x1
-    r504 = -1.0 * x3 * x2 * x13 * x23 * x36 * r93
-    r504 = k.exp(r504)
-    r504 = x3 * x2 * x13 * x23 * x36 * r73 * r372 * r504
-    r73 = x3 * x2 * x13 * x23 * x36
-    r654 = k.recip(r654)
-    r73 = k.where(r147, r654, r73)
-    r93 = x3 * x2 * x13 * x23 * x36 * r93
+    r487 = -8e-12 * x38 * x12
+    r373 = -2.4e-11 * x15 * x12 * x5
+    r638 = k.sqrt(2.0)
+    r639 = k.sqrt(x3)
+    r639 = k.recip(r639)
+    r641 = k.sqrt(x2)
+    r641 = k.recip(r641)
+    r643 = k.sqrt(x13)
+    r643 = k.recip(r643)
+    r645 = k.sqrt(x24)
+    r645 = k.recip(r645)
+    r647 = k.sqrt(x37)
+    r647 = k.recip(r647)
+    r649 = k.sqrt(r46)
+    r650 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r46
+    r651 = k.sqrt(x3)
+    r652 = k.sqrt(x2)
+    r653 = k.sqrt(x13)
+    r654 = k.sqrt(x24)
+    r655 = k.sqrt(x37)
+    r655 = 0.16666666666666666 * r638 * r651 * r652 * r653 * r654 * r655 * r649
+    r655 = 1.0 + r650 + r655
+    r655 = r638 * r639 * r641 * r643 * r645 * r647 * r649 * r655
+    r655 = r366 + r12 + r487 + r373 + r655
+    r373 = k.where(r147, r655, r22)
+    r397 = r505 + r93 + r73 + r397 + r373
+    r397 = x3 * x2 * x13 * x24 * x37 * r397
+    r397 = k.exp(r397)
+    r397 = -1.0 + r397
+    r73 = k.recip(r397)
+    r93 = x26 + x1
+    r505 = -1.0 * x3 * x2 * x13 * x24 * x37 * r93
+    r505 = k.exp(r505)
+    r505 = x3 * x2 * x13 * x24 * x37 * r73 * r373 * r505
+    r73 = x3 * x2 * x13 * x24 * x37
+    r655 = k.recip(r655)
+    r73 = k.where(r147, r655, r73)
+    r93 = x3 * x2 * x13 * x24 * x37 * r93
     r93 = k.exp(r93)
-    r5 = x35 * r390 * r4 * r25 * r5 * r8 * r369 * r19 * r396 * r21 * r73 * r93
-    r93 = x35 * r390 * r369 * r396 * r21 * r73 * r93
-    r50 = x6 * x15 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r489 * r50
+    r5 = x36 * r391 * r4 * r25 * r5 * r8 * r370 * r19 * r397 * r21 * r73 * r93
+    r93 = x36 * r391 * r370 * r397 * r21 * r73 * r93
+    r50 = x6 * x15 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r490 * r50
     r50 = k.where(r32, 0.0, r50)
-    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r48
-    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r25 * r8 * r19 * r72 * r48
+    r32 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r48
+    r48 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r25 * r8 * r19 * r72 * r48
     r48 = r32 + r48
-    r48 = k.where(r498, 0.0, r48)
-    r111 = 2.0 * x6 * x4 * x12 * x34 * r4 * r25 * r8 * r19 * r111
+    r48 = k.where(r499, 0.0, r48)
+    r111 = 2.0 * x6 * x4 * x12 * x35 * r4 * r25 * r8 * r19 * r111
     r111 = k.where(r29, 0.0, r111)
-    r45 = r45 < x23
-    r29 = x33 != 2.0
+    r45 = r45 < x24
+    r29 = x34 != 2.0
     r76 = k.and_(r76, r29)
     r76 = k.not_(r76)
     r76 = k.or_(r45, r76)
-    r19 = x33 != 1.0
+    r19 = x34 != 1.0
     r75 = k.and_(r19, r29, r75)
     r75 = k.not_(r75)
     r75 = k.or_(r45, r75)
     r75 = k.and_(r76, r75)
-    r76 = x23 >= 2.0
-    r45 = x33 != 3.0
-    r29 = x33 != 4.0
+    r76 = x24 >= 2.0
+    r45 = x34 != 3.0
+    r29 = x34 != 4.0
     r84 = k.not_(r84)
     r84 = k.and_(r45, r29, r84)
     r84 = k.not_(r84)
     r84 = k.or_(r76, r84)
-    r76 = x21 * x3 * x2 * x23 * x36 * r21
-    r29 = r68 <= r76
+    r76 = x22 * x3 * x2 * x24 * x37 * r21
+    r29 = r31 <= r76
     r76 = r115 <= r76
-    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r31, r68, r68, r115, r49, r127, r393, r161, r55, r21, r10, r33, r9, r82, r400, r80, 0.0, r74, r22, r46, r372, r504, r5, r93, r54, r150, r399, r30, r50, r69, r69, r48, r109, r109, r81, r493, r89, r111, r53, r377, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, r75, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r16, r16, r20, r26, r28, r34, r118, r159, r104, r47, r92, 0.0, r96, r99, r56, r121, r105, r100, r15, r68, r31, r31, r115, r49, r127, r394, r161, r55, r21, r10, r33, r9, r82, r401, r80, 0.0, r74, r22, r46, r373, r505, r5, r93, r54, r150, r400, r30, r50, r69, r69, r48, r109, r109, r81, r494, r89, r111, r53, r378, 0.0, 0.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, 1.0, r84, r84, r29, r76, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r84, r84, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1431,9 +1432,9 @@ def search(x, k):
     return (r86, r41, r105)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (46, 47, 48, 49), (), (39, 46, 47, 48, 49), (37, 46, 47, 48, 49), (38, 46, 47, 48, 49), (), (31, 32, 33, 36), (), (), (), (31, 32, 33, 36), (33,), (35,), (35,), (36,), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (31, 32, 33, 36, 37, 38, 39, 46, 47, 48, 49), (30, 46, 47, 48, 49), (30, 46, 47, 48, 49), (15, 46, 47, 48, 49), (18,), (14, 15, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 46, 47, 48, 49, 63), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 46, 47, 48, 49, 63), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 46, 47, 48, 49, 63), (59,), (11, 57), (11,), (56,), (55,), (29,), (76,), (40, 46, 47, 48, 49), (40, 46, 47, 48, 49, 75, 76), (40, 46, 47, 48, 49, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 40, 46, 47, 48, 49, 63, 73, 74, 75, 76), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 46, 47, 48, 49), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 72), (7, 72), (9, 71), (10, 45), (10, 71), (11, 71), (12, 43), (12, 44), (12, 46), (12, 47), (12, 48), (12, 49), (12, 71), (13, 34), (13, 67), (13, 68), (13, 69), (13, 70), (14, 41), (14, 42), (14, 46), (14, 47), (14, 48), (14, 49), (14, 71), (16, 31), (16, 32), (16, 33), (16, 34), (16, 36), (16, 67), (16, 68), (16, 69), (16, 70), (17, 34), (17, 67), (17, 68), (17, 69), (17, 70), (22, 34), (22, 41), (22, 42), (22, 43), (22, 44), (22, 45), (22, 67), (22, 68), (22, 69), (22, 70), (22, 71), (23, 34), (23, 41), (23, 42), (23, 43), (23, 44), (23, 45), (23, 67), (23, 68), (23, 69), (23, 70), (23, 71), (28, 13), (29, 62), (29, 64), (29, 65), (29, 66), (30, 72), (31, 62), (31, 64), (31, 65), (31, 66), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 50), (32, 51), (32, 52), (32, 53), (32, 54), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 64), (32, 65), (32, 66), (32, 72), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 50), (33, 51), (33, 52), (33, 53), (33, 54), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 64), (33, 65), (33, 66), (33, 72), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 50), (34, 51), (34, 52), (34, 53), (34, 54), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 64), (34, 65), (34, 66), (34, 72), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 53), (37, 54), (37, 72), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 50), (45, 51), (45, 52), (45, 53), (45, 54), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 64), (45, 65), (45, 66), (45, 72), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 50), (46, 51), (46, 52), (46, 53), (46, 54), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 64), (46, 65), (46, 66), (46, 72), (50, 72), (51, 2), (51, 59), (51, 60), (51, 61), (52, 3), (52, 6), (52, 8), (52, 59), (52, 60), (52, 61), (53, 3), (53, 6), (53, 8), (53, 59), (53, 60), (53, 61), (54, 0), (54, 9), (54, 50), (54, 51), (54, 52), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 50), (55, 51), (55, 52), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 50), (56, 51), (56, 52), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 53), (57, 54), (57, 72), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 53), (58, 54), (58, 72), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 46), (59, 47), (59, 48), (59, 49), (59, 53), (59, 54), (59, 72), (60, 57), (60, 58), (61, 4), (61, 57), (61, 58), (62, 4), (62, 57), (62, 58), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.fp8_cast', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.backward.swiglu_gradients', 'memory.activations.head_inputs', 'memory.activations.layer_flash_swiglu', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.norm.rmsnorm', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (47, 48, 49, 50), (), (40, 47, 48, 49, 50), (38, 47, 48, 49, 50), (39, 47, 48, 49, 50), (), (31, 32, 33, 37), (), (), (), (31, 32, 33, 37), (33,), (36,), (36,), (37,), (31, 32, 33, 37, 38, 39, 40, 47, 48, 49, 50), (31, 32, 33, 35, 37, 38, 39, 40, 47, 48, 49, 50), (30, 47, 48, 49, 50), (30, 47, 48, 49, 50), (15, 47, 48, 49, 50), (18,), (14, 15, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 47, 48, 49, 50, 64), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 30, 47, 48, 49, 50, 64), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 47, 48, 49, 50, 64), (60,), (11, 58), (11,), (57,), (56,), (29,), (77,), (41, 47, 48, 49, 50), (41, 47, 48, 49, 50, 76, 77), (41, 47, 48, 49, 50, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 41, 47, 48, 49, 50, 64, 74, 75, 76, 77), (16, 17, 20, 26), (12, 13, 14), (19, 21, 22, 23, 24, 25, 26), (26, 28, 47, 48, 49, 50), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 73), (7, 73), (9, 72), (10, 46), (10, 72), (11, 72), (12, 44), (12, 45), (12, 47), (12, 48), (12, 49), (12, 50), (12, 72), (13, 34), (13, 68), (13, 69), (13, 70), (13, 71), (14, 42), (14, 43), (14, 47), (14, 48), (14, 49), (14, 50), (14, 72), (16, 31), (16, 32), (16, 33), (16, 34), (16, 37), (16, 68), (16, 69), (16, 70), (16, 71), (17, 34), (17, 68), (17, 69), (17, 70), (17, 71), (22, 34), (22, 42), (22, 43), (22, 44), (22, 45), (22, 46), (22, 68), (22, 69), (22, 70), (22, 71), (22, 72), (23, 34), (23, 42), (23, 43), (23, 44), (23, 45), (23, 46), (23, 68), (23, 69), (23, 70), (23, 71), (23, 72), (28, 13), (29, 63), (29, 65), (29, 66), (29, 67), (30, 73), (31, 63), (31, 65), (31, 66), (31, 67), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 51), (32, 52), (32, 53), (32, 54), (32, 55), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 65), (32, 66), (32, 67), (32, 73), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 51), (33, 52), (33, 53), (33, 54), (33, 55), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 65), (33, 66), (33, 67), (33, 73), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 51), (34, 52), (34, 53), (34, 54), (34, 55), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 65), (34, 66), (34, 67), (34, 73), (37, 0), (37, 2), (37, 9), (37, 47), (37, 48), (37, 49), (37, 50), (37, 54), (37, 55), (37, 73), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 51), (45, 52), (45, 53), (45, 54), (45, 55), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 65), (45, 66), (45, 67), (45, 73), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 51), (46, 52), (46, 53), (46, 54), (46, 55), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 65), (46, 66), (46, 67), (46, 73), (50, 73), (51, 2), (51, 60), (51, 61), (51, 62), (52, 3), (52, 6), (52, 8), (52, 60), (52, 61), (52, 62), (53, 3), (53, 6), (53, 8), (53, 60), (53, 61), (53, 62), (54, 0), (54, 9), (54, 51), (54, 52), (54, 53), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 51), (55, 52), (55, 53), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 51), (56, 52), (56, 53), (57, 0), (57, 2), (57, 9), (57, 47), (57, 48), (57, 49), (57, 50), (57, 54), (57, 55), (57, 73), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 47), (58, 48), (58, 49), (58, 50), (58, 54), (58, 55), (58, 73), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 47), (59, 48), (59, 49), (59, 50), (59, 54), (59, 55), (59, 73), (60, 58), (60, 59), (61, 4), (61, 58), (61, 59), (62, 4), (62, 58), (62, 59), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=True;fsdp_reduce=fp32;optimizer_kernel=foreach;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=gathered;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39 = x
-    r0 = x3 * x2 * x23 * x36
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
+    r0 = x3 * x2 * x24 * x37
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x36 * r1
+    r1 = x3 * x2 * x24 * x37 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x34
+    r7 = x6 * x35
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x37 * x12
+    r12 = x38 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x36)
+    r11 = k.recip(x24)
+    r25 = k.recip(x37)
     r26 = r11 * r25 * r15
-    r27 = x33 == 5.0
+    r27 = x34 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x39 >= 1.0
+    r28 = x40 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -47,25 +47,25 @@ def quantities(x, k):
     r35 = k.ceiling(r34)
     r36 = r9 * r35
     r37 = r13 * r35
-    r38 = x23 == 1.0
+    r38 = x24 == 1.0
     r39 = k.where(r38, 1.0, 0.0)
     r40 = 2.0 * x12 * r39
     r40 = r12 + r16 + r36 + r37 + r40
     r40 = r25 * r40
     r16 = r12 + r16
     r39 = r16 * r39
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x37 * x12 * r12
+    r12 = x38 * x12 * r12
     r12 = r8 + r39 + r36 + r37 + r12
     r12 = r25 * r12
     r39 = r12 + r40
     r40 = k.where(r27, r39, r40)
     r52 = 2.0 * r40
-    r53 = x39 >= 2.0
+    r53 = x40 >= 2.0
     r54 = 2.0 * r4 * r31 * r40
     r55 = k.where(r53, r54, r52)
-    r56 = x39 >= 3.0
+    r56 = x40 >= 3.0
     r52 = k.where(r56, r54, r52)
     r54 = 12.0 * r40
     r59 = 12.0 * r4 * r31 * r40
@@ -73,52 +73,52 @@ def quantities(x, k):
     r59 = 4.0 * x12
     r62 = -4.0 * x12 * r25
     r62 = r59 + r62
-    r62 = x20 * x34 * r31 * r62
+    r62 = x20 * x35 * r31 * r62
     r59 = 4.0 * x11
     r66 = 4.0 * x5
     r67 = 8.0 * x12
     r68 = 4.0 * x11 * x10
     r69 = 4.0 * x14 * x10
     r69 = r59 + r66 + r67 + r68 + r69
-    r69 = x20 * x34 * r31 * r25 * r69
+    r69 = x20 * x35 * r31 * r25 * r69
     r69 = r62 + r69
-    r62 = x24 == 1.0
+    r62 = x25 == 1.0
     r67 = 2.0 * x5
     r66 = 6.0 * x12
     r76 = 2.0 * x14 * x10
     r68 = r67 + r59 + r66 + r76 + r68
     r68 = r25 * r68
     r68 = r8 + r68
-    r68 = x20 * x34 * r31 * r68
+    r68 = x20 * x35 * r31 * r68
     r69 = k.where(r62, r68, r69)
-    r68 = x24 == 2.0
-    r76 = 2.0 * x20 * x12 * x34 * r31 * r25
+    r68 = x25 == 2.0
+    r76 = 2.0 * x20 * x12 * x35 * r31 * r25
     r76 = k.where(r68, r76, r69)
-    r66 = 1.0 + x23
+    r66 = 1.0 + x24
     r66 = k.min(r66, r6)
     r66 = r66 * r35
-    r59 = x33 == 4.0
-    r67 = 2.0 * x23
+    r59 = x34 == 4.0
+    r67 = 2.0 * x24
     r90 = -1.0 + r67
     r90 = k.min(r90, r6)
     r90 = r90 * r35
     r93 = k.where(r59, r90, r66)
-    r94 = x33 == 0.0
-    r95 = x33 == 3.0
+    r94 = x34 == 0.0
+    r95 = x34 == 3.0
     r96 = k.or_(r94, r95)
-    r97 = k.min(x23, r6)
+    r97 = k.min(x24, r6)
     r97 = r97 * r35
     r93 = k.where(r96, r97, r93)
-    r97 = x33 == 1.0
-    r101 = k.recip(x38)
-    r102 = x6 * x38 * r4 * r5
-    r103 = -1.0 + x38
-    r103 = x23 * r103
+    r97 = x34 == 1.0
+    r101 = k.recip(x39)
+    r102 = x6 * x39 * r4 * r5
+    r103 = -1.0 + x39
+    r103 = x24 * r103
     r105 = -1.0 + r67 + r103
     r105 = k.min(r102, r105)
     r105 = r101 * r105 * r35
     r93 = k.where(r97, r105, r93)
-    r105 = x33 == 2.0
+    r105 = x34 == 2.0
     r110 = x6 * r4 * r5 * r35
     r93 = k.where(r105, r110, r93)
     r93 = r76 * r93
@@ -126,9 +126,9 @@ def quantities(x, k):
     r114 = k.or_(r27, r38)
     r115 = -2.0 * x12 * r25
     r115 = r8 + r115
-    r115 = x20 * x34 * r31 * r115
-    r8 = 4.0 * x20 * x12 * x34 * r31 * r25
-    r119 = x37 * x20 * x16 * x34 * r31 * r25
+    r115 = x20 * x35 * r31 * r115
+    r8 = 4.0 * x20 * x12 * x35 * r31 * r25
+    r119 = x38 * x20 * x16 * x35 * r31 * r25
     r8 = r115 + r8 + r119
     r8 = k.max(r8, r113)
     r114 = k.where(r114, r8, r113)
@@ -137,7 +137,7 @@ def quantities(x, k):
     r115 = k.where(r27, r124, r115)
     r124 = 3.0 * x4 * r115 * r40
     r124 = k.where(r56, r124, 0.0)
-    r128 = x23 > 1.0
+    r128 = x24 > 1.0
     r128 = k.and_(r56, r128)
     r130 = 6.0 * r40
     r124 = k.where(r128, r130, r124)
@@ -156,33 +156,33 @@ def quantities(x, k):
     r40 = r130 == r40
     r124 = k.where(r40, r124, 0.0)
     r40 = r55 + r52 + r54 + r133 + r114 + r124
-    r130 = -1.0 + x23
+    r130 = -1.0 + x24
     r93 = k.min(1.0, r130)
     r149 = r93 == 0.0
     r149 = k.where(r149, 1.0, 0.0)
     r149 = r16 * r149
     r152 = 1.0 + r93
-    r152 = x23 == r152
+    r152 = x24 == r152
     r154 = k.where(r152, 1.0, 0.0)
     r154 = 2.0 * x12 * r154
     r156 = r93 != 0.0
     r156 = k.and_(r156, r152)
     r156 = k.where(r156, 1.0, 0.0)
-    r156 = x37 * x12 * r156
+    r156 = x38 * x12 * r156
     r156 = r149 + r36 + r37 + r154 + r156
     r156 = r25 * r156
     r154 = -1.0 * r93
-    r154 = x23 + r154
+    r154 = x24 + r154
     r149 = r154 == 1.0
     r149 = k.where(r149, 1.0, 0.0)
     r149 = r16 * r149
-    r16 = x23 == r154
+    r16 = x24 == r154
     r168 = k.where(r16, 1.0, 0.0)
     r168 = 2.0 * x12 * r168
     r170 = r154 != 1.0
     r170 = k.and_(r16, r170)
     r170 = k.where(r170, 1.0, 0.0)
-    r170 = x37 * x12 * r170
+    r170 = x38 * x12 * r170
     r170 = r149 + r36 + r37 + r168 + r170
     r170 = r25 * r170
     r170 = r170 + r156
@@ -294,394 +294,395 @@ def quantities(x, k):
     r128 = k.where(r54, r67, r128)
     r124 = r40 == r124
     r128 = k.where(r124, r133, r128)
-    r133 = x37 * x20 * x4 * x34 * r31 * r25
-    r124 = x37 * x20 * x4 * x34 * r31
+    r133 = x38 * x20 * x4 * x35 * r31 * r25
+    r124 = x38 * x20 * x4 * x35 * r31
     r67 = k.max(r40, r156, r12)
     r54 = r156 == r67
     r12 = k.where(r54, r156, r12)
     r67 = r40 == r67
     r12 = k.where(r67, r40, r12)
-    r40 = -1.0 * r12
-    r40 = x8 + r40
-    r67 = 6.0 * x6 * x34 * r15
+    r40 = -1.0 * x21
+    r67 = -1.0 * r12
+    r67 = x8 + r40 + r67
+    r40 = 6.0 * x6 * x35 * r15
     r156 = 12.0 * x12
     r54 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r55 = 6.0 * x37 * x12
+    r55 = 6.0 * x38 * x12
     r168 = 6.0 * x12 * x18
-    r52 = 12.0 * x15 * x11 * x10 * x34
+    r52 = 12.0 * x15 * x11 * x10 * x35
     r52 = r156 + r54 + r16 + r55 + r168 + r52
-    r168 = x6 * x34 * r52
+    r168 = x6 * x35 * r52
     r55 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r54 = 0.16666666666666666 * x34 * r16
+    r54 = 0.16666666666666666 * x35 * r16
     r37 = k.recip(x15)
-    r16 = 0.0625 * x37 * r37 * r16
+    r16 = 0.0625 * x38 * r37 * r16
     r16 = 1.0 + r54 + r16
-    r16 = 96.0 * x6 * x15 * x34 * r55 * r16
-    r55 = k.pow(x34, 2.0)
+    r16 = 96.0 * x6 * x15 * x35 * r55 * r16
+    r55 = k.pow(x35, 2.0)
     r55 = 2.0 * x6 * x15 * x11 * x10 * r55
     r54 = x11 * x10
     r76 = x14 * x10
     r76 = x5 + r54 + r76
-    r76 = 2.0 * x6 * x15 * x12 * x34 * r76
+    r76 = 2.0 * x6 * x15 * x12 * x35 * r76
     r76 = k.where(r62, r76, 0.0)
-    r54 = 0.3333333333333333 * x6 * x34 * r52
+    r54 = 0.3333333333333333 * x6 * x35 * r52
     r76 = k.where(r68, r54, r76)
     r76 = r168 + r55 + r76
     r55 = k.where(r68, 1.0, 0.0)
     r54 = 1.0 + r55
     r170 = k.recip(x9)
     r66 = k.recip(x19)
-    r110 = x37 * x12 * r25
-    r35 = x20 * x12 * x34 * r31
-    r102 = x37 * x20 * x34 * r31 * r25
+    r110 = x38 * x12 * r25
+    r35 = x20 * x12 * x35 * r31
+    r102 = x38 * x20 * x35 * r31 * r25
     r102 = r110 + r35 + r102
     r110 = 2.0 * r170 * r66 * r102
-    r103 = k.recip(x22)
+    r103 = k.recip(x23)
     r90 = k.recip(x17)
-    r154 = 2.0 * x37 * x20 * x12 * x34 * r103 * r31 * r90 * r25
+    r154 = 2.0 * x38 * x20 * x12 * x35 * r103 * r31 * r90 * r25
     r154 = r110 + r154
     r154 = r54 * r154
     r102 = 4.0 * r170 * r66 * r102
-    r110 = 4.0 * x37 * x20 * x12 * x34 * r103 * r31 * r90 * r25
+    r110 = 4.0 * x38 * x20 * x12 * x35 * r103 * r31 * r90 * r25
     r110 = r154 + r102 + r110
     r110 = r11 * r110
     r102 = x11 * x10 * x12 * r25
-    r154 = x11 * x20 * x10 * x34 * r31 * r25
+    r154 = x11 * x20 * x10 * x35 * r31 * r25
     r154 = r102 + r35 + r154
     r102 = 2.0 * r170 * r66 * r154
-    r149 = 2.0 * x11 * x20 * x10 * x12 * x34 * r103 * r31 * r90 * r25
+    r149 = 2.0 * x11 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
     r149 = r102 + r149
     r149 = r54 * r149
     r102 = x10 * x12 * r25 * r14
-    r346 = x20 * x10 * x34 * r31 * r25 * r14
-    r346 = r35 + r102 + r346
-    r102 = 2.0 * r170 * r66 * r346
-    r349 = 2.0 * x20 * x10 * x12 * x34 * r103 * r31 * r90 * r25 * r14
-    r349 = r102 + r349
-    r349 = r54 * r349
+    r347 = x20 * x10 * x35 * r31 * r25 * r14
+    r347 = r35 + r102 + r347
+    r102 = 2.0 * r170 * r66 * r347
+    r350 = 2.0 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25 * r14
+    r350 = r102 + r350
+    r350 = r54 * r350
     r102 = x12 * x5 * r25
-    r353 = x20 * x5 * x34 * r31 * r25
-    r353 = r102 + r35 + r353
-    r102 = 2.0 * r170 * r66 * r353
-    r356 = 2.0 * x20 * x12 * x5 * x34 * r103 * r31 * r90 * r25
-    r356 = r102 + r356
-    r102 = r54 * r356
-    r359 = x14 * x10 * x12 * r25
-    r360 = x14 * x20 * x10 * x34 * r31 * r25
-    r360 = r359 + r35 + r360
-    r360 = 2.0 * r170 * r66 * r360
-    r35 = 2.0 * x14 * x20 * x10 * x12 * x34 * r103 * r31 * r90 * r25
-    r35 = r360 + r35
+    r354 = x20 * x5 * x35 * r31 * r25
+    r354 = r102 + r35 + r354
+    r102 = 2.0 * r170 * r66 * r354
+    r357 = 2.0 * x20 * x12 * x5 * x35 * r103 * r31 * r90 * r25
+    r357 = r102 + r357
+    r102 = r54 * r357
+    r360 = x14 * x10 * x12 * r25
+    r361 = x14 * x20 * x10 * x35 * r31 * r25
+    r361 = r360 + r35 + r361
+    r361 = 2.0 * r170 * r66 * r361
+    r35 = 2.0 * x14 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
+    r35 = r361 + r35
     r35 = r54 * r35
     r35 = r102 + r149 + r35
     r62 = k.where(r62, 1.0, 0.0)
     r35 = r35 * r62
-    r356 = 2.0 * r54 * r356
+    r357 = 2.0 * r54 * r357
     r154 = 4.0 * r170 * r66 * r154
-    r346 = 4.0 * r170 * r66 * r346
-    r353 = 8.0 * r170 * r66 * r353
-    r102 = 8.0 * x20 * x12 * x5 * x34 * r103 * r31 * r90 * r25
-    r360 = 4.0 * x11 * x20 * x10 * x12 * x34 * r103 * r31 * r90 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x34 * r103 * r31 * r90 * r25 * r14
-    r14 = r149 + r349 + r35 + r356 + r154 + r346 + r353 + r102 + r360 + r14
+    r347 = 4.0 * r170 * r66 * r347
+    r354 = 8.0 * r170 * r66 * r354
+    r102 = 8.0 * x20 * x12 * x5 * x35 * r103 * r31 * r90 * r25
+    r361 = 4.0 * x11 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x35 * r103 * r31 * r90 * r25 * r14
+    r14 = r149 + r350 + r35 + r357 + r154 + r347 + r354 + r102 + r361 + r14
     r14 = x15 * r11 * r14
     r14 = r110 + r14
     r110 = x6 * r4 * r5 * r14
-    r360 = 3.0 * x5
+    r361 = 3.0 * x5
     r62 = 1.0 + r62 + r55
     r102 = 2.0 * x5 * r62
-    r102 = r360 + r102
-    r102 = x20 * x34 * r31 * r25 * r102
+    r102 = r361 + r102
+    r102 = x20 * x35 * r31 * r25 * r102
     r62 = 10.0 * x12 * r62
     r62 = r156 + r62
-    r62 = x20 * x34 * r31 * r25 * r62
+    r62 = x20 * x35 * r31 * r25 * r62
     r62 = r102 + r62
     r62 = x15 * r11 * r62
-    r102 = 3.0 * x37 * x20 * x34 * r31 * r11 * r25
+    r102 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
     r102 = r62 + r102
     r62 = x6 * x4 * r170 * r4 * r5 * r66 * r102
     r156 = k.recip(x0)
-    r360 = x11 * x10 * x34
+    r361 = x11 * x10 * x35
     r55 = 3.0 + r55
-    r55 = 2.0 * x11 * x10 * x34 * r55
-    r55 = r360 + r55
-    r360 = x6 * x15 * x34 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
-    r353 = r110 + r62 + r360
-    r346 = k.recip(r353)
+    r55 = 2.0 * x11 * x10 * x35 * r55
+    r55 = r361 + r55
+    r361 = x6 * x15 * x35 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
+    r354 = r110 + r62 + r361
+    r347 = k.recip(r354)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r154 = k.recip(x6)
-    r356 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r353
-    r35 = 0.6666666666666666 * x3 * x20 * x23 * r154 * r353
+    r357 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r354
+    r35 = 0.6666666666666666 * x3 * x20 * x24 * r154 * r354
     r102 = -1.0 * x6 * x4 * r170 * r4 * r5 * r66 * r102
-    r55 = -1.0 * x6 * x15 * x34 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
-    r35 = r14 + r356 + r35 + r102 + r55
+    r55 = -1.0 * x6 * x15 * x35 * r103 * r4 * r31 * r90 * r156 * r11 * r25 * r55
+    r35 = r14 + r357 + r35 + r102 + r55
     r35 = k.max(0.0, r35)
-    r356 = 0.5 * x23
-    r356 = -1.0 + r356
-    r356 = 0.6666666666666666 * x3 * x20 * r154 * r101 * r356 * r353
-    r356 = k.where(r59, 0.0, r356)
-    r59 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r130 * r353
-    r356 = k.where(r95, r59, r356)
+    r357 = 0.5 * x24
+    r357 = -1.0 + r357
+    r357 = 0.6666666666666666 * x3 * x20 * r154 * r101 * r357 * r354
+    r357 = k.where(r59, 0.0, r357)
+    r59 = 0.3333333333333333 * x3 * x20 * r154 * r101 * r130 * r354
+    r357 = k.where(r95, r59, r357)
     r105 = k.or_(r94, r97, r105)
-    r130 = x3 * x20 * r154 * r101 * r130 * r353
-    r356 = k.where(r105, r130, r356)
-    r356 = k.max(r35, r356)
-    r346 = r346 * r356
+    r130 = x3 * x20 * r154 * r101 * r130 * r354
+    r357 = k.where(r105, r130, r357)
+    r357 = k.max(r35, r357)
+    r347 = r347 * r357
     r66 = 28.0 * r170 * r66 * r32
-    r170 = r66 + r110 + r62 + r360
-    r35 = -1.0 * x21
+    r170 = r66 + r110 + r62 + r361
+    r35 = -1.0 * x22
     r35 = 1.0 + r35
-    r130 = x23 * x38
+    r130 = x24 * x39
     r130 = -1.0 + r130
-    r101 = k.recip(x26)
-    r94 = k.recip(x27)
-    r59 = x20 * x4 * x12 * x34 * r101 * r31 * r94 * r25
-    r59 = x28 + r59
-    r95 = 2.0 * x3 * x2 * x36
-    r95 = x30 >= r95
-    r156 = k.recip(x29)
-    r90 = k.recip(x31)
-    r349 = x20 * x4 * x12 * x34 * r156 * r31 * r90 * r25
-    r349 = x32 + r349
-    r59 = k.where(r95, r349, r59)
+    r101 = k.recip(x27)
+    r94 = k.recip(x28)
+    r59 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25
+    r59 = x29 + r59
+    r95 = 2.0 * x3 * x2 * x37
+    r95 = x31 >= r95
+    r156 = k.recip(x30)
+    r90 = k.recip(x32)
+    r350 = x20 * x4 * x12 * x35 * r156 * r31 * r90 * r25
+    r350 = x33 + r350
+    r59 = k.where(r95, r350, r59)
     r59 = 2.0 * x6 * r4 * r5 * r11 * r130 * r59
     r59 = k.where(r38, 0.0, r59)
     r35 = r35 * r59
-    r349 = x3 * x20 * r154 * r353
-    r95 = x23 <= 1.0
+    r350 = x3 * x20 * r154 * r354
+    r95 = x24 <= 1.0
     r53 = k.and_(r53, r95)
-    r349 = k.where(r53, r353, r349)
-    r349 = -1.0 * x21 * r349
-    r353 = x3 * x2
-    r149 = -1.0 + r353
-    r359 = k.recip(r149)
-    r448 = 2.0 * x3 * x2
-    r448 = -2.0 + r448
-    r450 = x30 * r25
-    r451 = k.gcd(r353, r450)
-    r452 = k.recip(r451)
-    r453 = x3 * x2 * r452
-    r453 = -1.0 + r453
-    r453 = x28 * r453
-    r456 = -1.0 * x3 * x2 * r452
-    r456 = r353 + r456
-    r456 = x32 * r456
-    r459 = r453 + r456
-    r459 = r359 * r448 * r459
-    r359 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r452 * r448 * r26
-    r451 = -1.0 + r451
-    r463 = x4 * x23 * r156 * r37 * r4 * r31 * r90 * r452 * r451 * r448 * r26
-    r463 = k.max(r359, r463)
-    r463 = r459 + r463
-    r459 = x30 <= x36
-    r359 = x28 * r448
-    r468 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r448 * r26
-    r468 = r359 + r468
-    r463 = k.where(r459, r468, r463)
-    r468 = x3 * x2 * x36
-    r468 = x30 >= r468
-    r359 = x32 * r448
-    r474 = x4 * x23 * r156 * r37 * r4 * r31 * r90 * r448 * r26
-    r474 = r359 + r474
-    r463 = k.where(r468, r474, r463)
-    r463 = x15 * r11 * r463
-    r474 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r452 * r149 * r26
-    r451 = x4 * x23 * r156 * r37 * r4 * r31 * r90 * r452 * r149 * r451 * r26
-    r451 = k.max(r474, r451)
-    r451 = r453 + r456 + r451
-    r456 = x28 * r149
-    r453 = x4 * x23 * r101 * r37 * r4 * r31 * r94 * r149 * r26
-    r453 = r456 + r453
-    r451 = k.where(r459, r453, r451)
-    r453 = x32 * r149
-    r37 = x4 * x23 * r156 * r37 * r4 * r31 * r90 * r149 * r26
-    r37 = r453 + r37
-    r451 = k.where(r468, r37, r451)
-    r37 = 2.0 * x15 * r11 * r451
-    r463 = k.where(r28, r37, r463)
-    r37 = x15 * r11 * r451
-    r468 = x6 * x15 * r4 * r5 * r11 * r451
-    r468 = r37 + r468
-    r463 = k.where(r53, r468, r463)
+    r350 = k.where(r53, r354, r350)
+    r350 = -1.0 * x22 * r350
+    r354 = x3 * x2
+    r149 = -1.0 + r354
+    r360 = k.recip(r149)
+    r449 = 2.0 * x3 * x2
+    r449 = -2.0 + r449
+    r451 = x31 * r25
+    r452 = k.gcd(r354, r451)
+    r453 = k.recip(r452)
+    r454 = x3 * x2 * r453
+    r454 = -1.0 + r454
+    r454 = x29 * r454
+    r457 = -1.0 * x3 * x2 * r453
+    r457 = r354 + r457
+    r457 = x33 * r457
+    r460 = r454 + r457
+    r460 = r360 * r449 * r460
+    r360 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r453 * r449 * r26
+    r452 = -1.0 + r452
+    r464 = x4 * x24 * r156 * r37 * r4 * r31 * r90 * r453 * r452 * r449 * r26
+    r464 = k.max(r360, r464)
+    r464 = r460 + r464
+    r460 = x31 <= x37
+    r360 = x29 * r449
+    r469 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r449 * r26
+    r469 = r360 + r469
+    r464 = k.where(r460, r469, r464)
+    r469 = x3 * x2 * x37
+    r469 = x31 >= r469
+    r360 = x33 * r449
+    r475 = x4 * x24 * r156 * r37 * r4 * r31 * r90 * r449 * r26
+    r475 = r360 + r475
+    r464 = k.where(r469, r475, r464)
+    r464 = x15 * r11 * r464
+    r475 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r453 * r149 * r26
+    r452 = x4 * x24 * r156 * r37 * r4 * r31 * r90 * r453 * r149 * r452 * r26
+    r452 = k.max(r475, r452)
+    r452 = r454 + r457 + r452
+    r457 = x29 * r149
+    r454 = x4 * x24 * r101 * r37 * r4 * r31 * r94 * r149 * r26
+    r454 = r457 + r454
+    r452 = k.where(r460, r454, r452)
+    r454 = x33 * r149
+    r37 = x4 * x24 * r156 * r37 * r4 * r31 * r90 * r149 * r26
+    r37 = r454 + r37
+    r452 = k.where(r469, r37, r452)
+    r37 = 2.0 * x15 * r11 * r452
+    r464 = k.where(r28, r37, r464)
+    r37 = x15 * r11 * r452
+    r469 = x6 * x15 * r4 * r5 * r11 * r452
+    r469 = r37 + r469
+    r464 = k.where(r53, r469, r464)
     r95 = k.and_(r56, r95)
-    r451 = 3.0 * x6 * x15 * r4 * r5 * r11 * r451
-    r463 = k.where(r95, r451, r463)
-    r353 = r353 == 1.0
-    r463 = k.where(r353, 0.0, r463)
-    r349 = r349 + r463
-    r349 = k.max(0.0, r349)
-    r450 = k.gcd(x2, r450)
-    r451 = k.recip(r450)
-    r56 = x2 * r451
+    r452 = 3.0 * x6 * x15 * r4 * r5 * r11 * r452
+    r464 = k.where(r95, r452, r464)
+    r354 = r354 == 1.0
+    r464 = k.where(r354, 0.0, r464)
+    r350 = r350 + r464
+    r350 = k.max(0.0, r350)
+    r451 = k.gcd(x2, r451)
+    r452 = k.recip(r451)
+    r56 = x2 * r452
     r56 = -1.0 + r56
-    r56 = x28 * r56
-    r468 = -1.0 * x2 * r451
-    r468 = x2 + r468
-    r468 = x32 * r468
+    r56 = x29 * r56
+    r469 = -1.0 * x2 * r452
+    r469 = x2 + r469
+    r469 = x33 * r469
     r37 = -1.0 + x2
-    r453 = 2.0 * x14 * x20 * x10 * x4 * x34 * r101 * r31 * r94 * r25 * r451 * r37
-    r450 = -1.0 + r450
-    r450 = 2.0 * x14 * x20 * x10 * x4 * x34 * r156 * r31 * r90 * r25 * r451 * r37 * r450
-    r450 = k.max(r453, r450)
-    r450 = r56 + r468 + r450
-    r468 = x28 * r37
-    r56 = 2.0 * x14 * x20 * x10 * x4 * x34 * r101 * r31 * r94 * r25 * r37
-    r56 = r468 + r56
-    r450 = k.where(r459, r56, r450)
-    r56 = x2 * x36
-    r56 = x30 >= r56
-    r459 = x32 * r37
-    r468 = 2.0 * x14 * x20 * x10 * x4 * x34 * r156 * r31 * r90 * r25 * r37
-    r468 = r459 + r468
-    r450 = k.where(r56, r468, r450)
-    r468 = x6 * x15 * r4 * r5 * r11 * r450
-    r450 = x6 * x15 * r4 * r5 * r11 * r54 * r450
-    r450 = r468 + r450
-    r468 = x2 == 1.0
-    r450 = k.where(r468, 0.0, r450)
+    r454 = 2.0 * x14 * x20 * x10 * x4 * x35 * r101 * r31 * r94 * r25 * r452 * r37
+    r451 = -1.0 + r451
+    r451 = 2.0 * x14 * x20 * x10 * x4 * x35 * r156 * r31 * r90 * r25 * r452 * r37 * r451
+    r451 = k.max(r454, r451)
+    r451 = r56 + r469 + r451
+    r469 = x29 * r37
+    r56 = 2.0 * x14 * x20 * x10 * x4 * x35 * r101 * r31 * r94 * r25 * r37
+    r56 = r469 + r56
+    r451 = k.where(r460, r56, r451)
+    r56 = x2 * x37
+    r56 = x31 >= r56
+    r460 = x33 * r37
+    r469 = 2.0 * x14 * x20 * x10 * x4 * x35 * r156 * r31 * r90 * r25 * r37
+    r469 = r460 + r469
+    r451 = k.where(r56, r469, r451)
+    r469 = x6 * x15 * r4 * r5 * r11 * r451
+    r451 = x6 * x15 * r4 * r5 * r11 * r54 * r451
+    r451 = r469 + r451
+    r469 = x2 == 1.0
+    r451 = k.where(r469, 0.0, r451)
     r68 = k.where(r68, 2.0, 0.0)
     r68 = 4.0 + r68
-    r56 = k.gcd(x36, x30)
-    r459 = k.recip(r56)
-    r453 = x36 * r459
-    r453 = -1.0 + r453
-    r453 = x28 * r453
-    r451 = -1.0 * x36 * r459
-    r451 = x36 + r451
-    r451 = x32 * r451
-    r456 = -1.0 + x36
-    r474 = x20 * x4 * x12 * x34 * r101 * r31 * r94 * r25 * r459 * r456
+    r56 = k.gcd(x37, x31)
+    r460 = k.recip(r56)
+    r454 = x37 * r460
+    r454 = -1.0 + r454
+    r454 = x29 * r454
+    r452 = -1.0 * x37 * r460
+    r452 = x37 + r452
+    r452 = x33 * r452
+    r457 = -1.0 + x37
+    r475 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25 * r460 * r457
     r56 = -1.0 + r56
-    r56 = x20 * x4 * x12 * x34 * r156 * r31 * r90 * r25 * r459 * r456 * r56
-    r56 = k.max(r474, r56)
-    r56 = r453 + r451 + r56
-    r451 = x30 <= 1.0
-    r453 = x28 * r456
-    r94 = x20 * x4 * x12 * x34 * r101 * r31 * r94 * r25 * r456
-    r94 = r453 + r94
-    r56 = k.where(r451, r94, r56)
-    r94 = x30 >= x36
-    r451 = x32 * r456
-    r90 = x20 * x4 * x12 * x34 * r156 * r31 * r90 * r25 * r456
-    r90 = r451 + r90
+    r56 = x20 * x4 * x12 * x35 * r156 * r31 * r90 * r25 * r460 * r457 * r56
+    r56 = k.max(r475, r56)
+    r56 = r454 + r452 + r56
+    r452 = x31 <= 1.0
+    r454 = x29 * r457
+    r94 = x20 * x4 * x12 * x35 * r101 * r31 * r94 * r25 * r457
+    r94 = r454 + r94
+    r56 = k.where(r452, r94, r56)
+    r94 = x31 >= x37
+    r452 = x33 * r457
+    r90 = x20 * x4 * x12 * x35 * r156 * r31 * r90 * r25 * r457
+    r90 = r452 + r90
     r56 = k.where(r94, r90, r56)
     r56 = 2.0 * x6 * x15 * r4 * r5 * r11 * r68 * r56
-    r90 = x36 == 1.0
+    r90 = x37 == 1.0
     r56 = k.where(r90, 0.0, r56)
     r55 = r14 + r102 + r55
     r55 = k.max(0.0, r55)
     r55 = k.where(r27, r55, 0.0)
-    r27 = r35 + r66 + r110 + r62 + r360 + r349 + r356 + r450 + r56 + r55
+    r27 = r35 + r66 + r110 + r62 + r361 + r350 + r357 + r451 + r56 + r55
     r102 = k.recip(r27)
-    r14 = 6.0 * x6 * x34 * r103 * r4 * r31 * r11 * r25 * r102 * r15
-    r52 = x6 * x34 * r103 * r4 * r31 * r11 * r25 * r102 * r52
-    r102 = x20 * x4 * x12 * x34 * r31
-    r103 = x20 * x4 * x12 * x34 * r101 * r31
-    r448 = x4 * r4 * r31 * r448 * r26
+    r14 = 6.0 * x6 * x35 * r103 * r4 * r31 * r11 * r25 * r102 * r15
+    r52 = x6 * x35 * r103 * r4 * r31 * r11 * r25 * r102 * r52
+    r102 = x20 * x4 * x12 * x35 * r31
+    r103 = x20 * x4 * x12 * x35 * r101 * r31
+    r449 = x4 * r4 * r31 * r449 * r26
     r94 = 2.0 * x4 * r4 * r31 * r149 * r26
-    r448 = k.where(r28, r94, r448)
+    r449 = k.where(r28, r94, r449)
     r94 = x4 * r4 * r31 * r149 * r26
     r28 = k.pow(x3, -2.0)
-    r451 = x6 * x4 * r28 * r5 * r31 * r149 * r26
-    r451 = r94 + r451
-    r448 = k.where(r53, r451, r448)
+    r452 = x6 * x4 * r28 * r5 * r31 * r149 * r26
+    r452 = r94 + r452
+    r449 = k.where(r53, r452, r449)
     r149 = 3.0 * x6 * x4 * r28 * r5 * r31 * r149 * r26
-    r448 = k.where(r95, r149, r448)
-    r448 = k.where(r353, 0.0, r448)
-    r353 = r101 * r448
-    r101 = x29 * r101
-    r149 = k.recip(x34)
-    r95 = x35 * r154 * r149
+    r449 = k.where(r95, r149, r449)
+    r449 = k.where(r354, 0.0, r449)
+    r354 = r101 * r449
+    r101 = x30 * r101
+    r149 = k.recip(x35)
+    r95 = x36 * r154 * r149
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r451 = 1.6e-11 * x12
+    r452 = 1.6e-11 * x12
     r53 = 8e-12 * x15 * r9
     r94 = 8e-12 * x15 * r13
-    r156 = 8e-12 * x37 * x12
-    r453 = 8e-12 * x12 * x18
-    r474 = r451 + r53 + r94 + r156 + r453
-    r459 = 8e-12 * x12
-    r452 = 4e-12 * x15 * r9
-    r359 = 4e-12 * x15 * r13
-    r596 = 4e-12 * x37 * x12
-    r597 = 4e-12 * x12 * x18
-    r597 = r459 + r452 + r359 + r596 + r597
-    r597 = r28 > r597
-    r596 = -1.6e-11 * x12
+    r156 = 8e-12 * x38 * x12
+    r454 = 8e-12 * x12 * x18
+    r475 = r452 + r53 + r94 + r156 + r454
+    r460 = 8e-12 * x12
+    r453 = 4e-12 * x15 * r9
+    r360 = 4e-12 * x15 * r13
+    r597 = 4e-12 * x38 * x12
+    r598 = 4e-12 * x12 * x18
+    r598 = r460 + r453 + r360 + r597 + r598
+    r598 = r28 > r598
+    r597 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r359 = -8e-12 * x37 * x12
-    r452 = -8e-12 * x12 * x18
-    r459 = k.sqrt(2.0)
-    r606 = k.sqrt(x3)
-    r606 = k.recip(r606)
-    r608 = k.sqrt(x2)
-    r608 = k.recip(r608)
-    r610 = k.sqrt(x13)
-    r610 = k.recip(r610)
-    r612 = k.sqrt(x23)
-    r612 = k.recip(r612)
-    r614 = k.sqrt(x36)
-    r614 = k.recip(r614)
-    r616 = k.sqrt(r474)
-    r617 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x36 * r474
-    r618 = k.sqrt(x3)
-    r619 = k.sqrt(x2)
-    r620 = k.sqrt(x13)
-    r621 = k.sqrt(x23)
-    r622 = k.sqrt(x36)
-    r622 = 0.16666666666666666 * r459 * r618 * r619 * r620 * r621 * r622 * r616
-    r622 = 1.0 + r617 + r622
-    r622 = r459 * r606 * r608 * r610 * r612 * r614 * r616 * r622
-    r622 = r596 + r9 + r13 + r359 + r452 + r622
-    r452 = k.where(r597, r622, r28)
-    r453 = r451 + r53 + r94 + r156 + r453 + r452
-    r453 = x3 * x2 * x13 * x23 * x36 * r453
-    r453 = k.exp(r453)
-    r453 = -1.0 + r453
-    r156 = k.recip(r453)
-    r94 = x25 + x1
-    r53 = -1.0 * x3 * x2 * x13 * x23 * x36 * r94
+    r360 = -8e-12 * x38 * x12
+    r453 = -8e-12 * x12 * x18
+    r460 = k.sqrt(2.0)
+    r607 = k.sqrt(x3)
+    r607 = k.recip(r607)
+    r609 = k.sqrt(x2)
+    r609 = k.recip(r609)
+    r611 = k.sqrt(x13)
+    r611 = k.recip(r611)
+    r613 = k.sqrt(x24)
+    r613 = k.recip(r613)
+    r615 = k.sqrt(x37)
+    r615 = k.recip(r615)
+    r617 = k.sqrt(r475)
+    r618 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x37 * r475
+    r619 = k.sqrt(x3)
+    r620 = k.sqrt(x2)
+    r621 = k.sqrt(x13)
+    r622 = k.sqrt(x24)
+    r623 = k.sqrt(x37)
+    r623 = 0.16666666666666666 * r460 * r619 * r620 * r621 * r622 * r623 * r617
+    r623 = 1.0 + r618 + r623
+    r623 = r460 * r607 * r609 * r611 * r613 * r615 * r617 * r623
+    r623 = r597 + r9 + r13 + r360 + r453 + r623
+    r453 = k.where(r598, r623, r28)
+    r454 = r452 + r53 + r94 + r156 + r454 + r453
+    r454 = x3 * x2 * x13 * x24 * x37 * r454
+    r454 = k.exp(r454)
+    r454 = -1.0 + r454
+    r156 = k.recip(r454)
+    r94 = x26 + x1
+    r53 = -1.0 * x3 * x2 * x13 * x24 * x37 * r94
     r53 = k.exp(r53)
-    r53 = x3 * x2 * x13 * x23 * x36 * r156 * r452 * r53
-    r156 = x3 * x2 * x13 * x23 * x36
-    r622 = k.recip(r622)
-    r156 = k.where(r597, r622, r156)
-    r94 = x3 * x2 * x13 * x23 * x36 * r94
+    r53 = x3 * x2 * x13 * x24 * x37 * r156 * r453 * r53
+    r156 = x3 * x2 * x13 * x24 * x37
+    r623 = k.recip(r623)
+    r156 = k.where(r598, r623, r156)
+    r94 = x3 * x2 * x13 * x24 * x37 * r94
     r94 = k.exp(r94)
-    r5 = x35 * r154 * r4 * r31 * r5 * r11 * r149 * r25 * r453 * r27 * r156 * r94
-    r94 = x35 * r154 * r149 * r453 * r27 * r156 * r94
-    r68 = 2.0 * x6 * x15 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r456 * r68
+    r5 = x36 * r154 * r4 * r31 * r5 * r11 * r149 * r25 * r454 * r27 * r156 * r94
+    r94 = x36 * r154 * r149 * r454 * r27 * r156 * r94
+    r68 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r457 * r68
     r68 = k.where(r90, 0.0, r68)
-    r90 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r37
-    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x34 * r4 * r31 * r11 * r25 * r54 * r37
+    r90 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r37
+    r37 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r54 * r37
     r37 = r90 + r37
-    r37 = k.where(r468, 0.0, r37)
-    r130 = 2.0 * x6 * x4 * x12 * x34 * r4 * r31 * r11 * r25 * r130
+    r37 = k.where(r469, 0.0, r37)
+    r130 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r130
     r130 = k.where(r38, 0.0, r130)
-    r93 = r93 < x23
-    r38 = x33 != 2.0
+    r93 = r93 < x24
+    r38 = x34 != 2.0
     r97 = k.and_(r97, r38)
     r97 = k.not_(r97)
     r97 = k.or_(r93, r97)
-    r25 = x33 != 1.0
+    r25 = x34 != 1.0
     r96 = k.and_(r25, r38, r96)
     r96 = k.not_(r96)
     r96 = k.or_(r93, r96)
     r96 = k.and_(r97, r96)
-    r97 = x23 >= 2.0
-    r93 = x33 != 3.0
-    r38 = x33 != 4.0
+    r97 = x24 >= 2.0
+    r93 = x34 != 3.0
+    r38 = x34 != 4.0
     r105 = k.not_(r105)
     r105 = k.and_(r93, r38, r105)
     r105 = k.not_(r105)
     r105 = k.or_(r97, r105)
-    r97 = x22 * x3 * x2 * x23 * x36 * r27
-    r38 = r67 <= r97
+    r97 = x23 * x3 * x2 * x24 * x37 * r27
+    r38 = r40 <= r97
     r97 = r168 <= r97
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r152, r115, r113, r128, 0.0, r114, r8, r69, r133, r124, r119, r12, r40, r67, r67, r168, r16, r76, r346, r170, r356, r27, r14, r52, r102, r103, r353, r101, 0.0, r95, r28, r474, r452, r53, r5, r94, r110, r360, r62, r66, r68, r56, r56, r37, r450, r450, r448, r463, r349, r130, r59, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, r96, 1.0, 1.0, 1.0, 1.0, 1.0, r105, 1.0, r105, r105, r38, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r39, r36, r152, r115, r113, r128, 0.0, r114, r8, r69, r133, r124, r119, r12, r67, r40, r40, r168, r16, r76, r347, r170, r357, r27, r14, r52, r102, r103, r354, r101, 0.0, r95, r28, r475, r453, r53, r5, r94, r110, r361, r62, r66, r68, r56, r56, r37, r451, r451, r449, r464, r350, r130, r59, r35, 0.0, 0.0, r55, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r96, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, 1.0, r105, r105, r38, r97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r105, r105, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1368,9 +1369,9 @@ def search(x, k):
     return (r105, r3, r2)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (45, 46, 47, 48, 49, 50, 51), (), (40, 45, 46, 47, 48, 49, 50, 51), (38, 45, 46, 47, 48, 49, 50, 51), (39, 45, 46, 47, 48, 49, 50, 51), (), (31, 32, 37), (42, 45, 46, 47, 48, 49, 50, 51), (), (), (31, 32, 37), (), (36,), (36,), (37,), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50, 51), (31, 32, 37, 38, 39, 40, 42, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (29, 45, 46, 47, 48, 49, 50, 51), (15, 45, 46, 47, 48, 49, 50, 51), (18,), (14, 15, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 51), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 45, 46, 47, 48, 49, 50, 51, 65), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 45, 46, 47, 48, 49, 50, 51, 65), (61,), (11, 59), (11,), (58,), (57,), (28,), (78,), (41, 45, 46, 47, 48, 49, 50, 51), (41, 45, 46, 47, 48, 49, 50, 51, 77, 78), (41, 45, 46, 47, 48, 49, 50, 51, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 41, 45, 46, 47, 48, 49, 50, 51, 65, 75, 76, 77, 78), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 45, 46, 47, 48, 49, 50, 51), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 74), (7, 74), (9, 73), (10, 73), (11, 73), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 73), (13, 30), (13, 33), (13, 34), (13, 35), (13, 69), (13, 70), (13, 71), (13, 72), (14, 73), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 37), (16, 69), (16, 70), (16, 71), (16, 72), (17, 30), (17, 33), (17, 34), (17, 35), (17, 69), (17, 70), (17, 71), (17, 72), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 43), (22, 44), (22, 69), (22, 70), (22, 71), (22, 72), (22, 73), (23, 30), (23, 33), (23, 34), (23, 35), (23, 43), (23, 44), (23, 69), (23, 70), (23, 71), (23, 72), (23, 73), (28, 27), (29, 64), (29, 66), (29, 67), (29, 68), (30, 74), (31, 64), (31, 66), (31, 67), (31, 68), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 52), (32, 53), (32, 54), (32, 55), (32, 56), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 66), (32, 67), (32, 68), (32, 74), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 52), (33, 53), (33, 54), (33, 55), (33, 56), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 66), (33, 67), (33, 68), (33, 74), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 52), (34, 53), (34, 54), (34, 55), (34, 56), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 66), (34, 67), (34, 68), (34, 74), (37, 0), (37, 2), (37, 9), (37, 45), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 55), (37, 56), (37, 74), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 52), (45, 53), (45, 54), (45, 55), (45, 56), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 66), (45, 67), (45, 68), (45, 74), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 52), (46, 53), (46, 54), (46, 55), (46, 56), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 66), (46, 67), (46, 68), (46, 74), (50, 74), (51, 0), (51, 9), (51, 61), (51, 62), (51, 63), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 61), (52, 62), (52, 63), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 61), (53, 62), (53, 63), (54, 0), (54, 9), (54, 52), (54, 53), (54, 54), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 52), (55, 53), (55, 54), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 52), (56, 53), (56, 54), (57, 0), (57, 2), (57, 9), (57, 45), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 55), (57, 56), (57, 74), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 45), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 55), (58, 56), (58, 74), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 45), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 55), (59, 56), (59, 74), (60, 59), (60, 60), (61, 4), (61, 59), (61, 60), (62, 4), (62, 59), (62, 60), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.recompute.op_sac_flops_per_token', 'compute.steps', 'compute.training_flops', 'memory.activations.gathered.norm_outputs', 'memory.activations.gathered.output_input', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_flash_swiglu_op_sac_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.foreach', 'memory.zero3_gathered', 'memory.zero3_held_fp32_gradients', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (46, 47, 48, 49, 50, 51, 52), (), (41, 46, 47, 48, 49, 50, 51, 52), (39, 46, 47, 48, 49, 50, 51, 52), (40, 46, 47, 48, 49, 50, 51, 52), (), (31, 32, 38), (43, 46, 47, 48, 49, 50, 51, 52), (), (), (31, 32, 38), (), (37,), (37,), (38,), (31, 32, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (31, 32, 36, 38, 39, 40, 41, 43, 46, 47, 48, 49, 50, 51, 52), (29, 46, 47, 48, 49, 50, 51, 52), (29, 46, 47, 48, 49, 50, 51, 52), (15, 46, 47, 48, 49, 50, 51, 52), (18,), (14, 15, 46, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 46, 47, 48, 49, 50, 51, 52), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 46, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 29, 46, 47, 48, 49, 50, 51, 52, 66), (12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 46, 47, 48, 49, 50, 51, 52, 66), (62,), (11, 60), (11,), (59,), (58,), (28,), (79,), (42, 46, 47, 48, 49, 50, 51, 52), (42, 46, 47, 48, 49, 50, 51, 52, 78, 79), (42, 46, 47, 48, 49, 50, 51, 52, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (12, 13, 14, 16, 17, 19, 20, 21, 22, 23, 24, 26, 28, 42, 46, 47, 48, 49, 50, 51, 52, 66, 76, 77, 78, 79), (16, 17), (12, 13, 14), (19, 20, 21, 22, 23, 24), (24, 26, 46, 47, 48, 49, 50, 51, 52), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 75), (7, 75), (9, 74), (10, 74), (11, 74), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 49), (12, 50), (12, 51), (12, 52), (12, 74), (13, 30), (13, 33), (13, 34), (13, 35), (13, 70), (13, 71), (13, 72), (13, 73), (14, 74), (16, 30), (16, 31), (16, 32), (16, 33), (16, 34), (16, 35), (16, 38), (16, 70), (16, 71), (16, 72), (16, 73), (17, 30), (17, 33), (17, 34), (17, 35), (17, 70), (17, 71), (17, 72), (17, 73), (18, 30), (18, 33), (18, 34), (22, 30), (22, 33), (22, 34), (22, 35), (22, 44), (22, 45), (22, 70), (22, 71), (22, 72), (22, 73), (22, 74), (23, 30), (23, 33), (23, 34), (23, 35), (23, 44), (23, 45), (23, 70), (23, 71), (23, 72), (23, 73), (23, 74), (28, 27), (29, 65), (29, 67), (29, 68), (29, 69), (30, 75), (31, 65), (31, 67), (31, 68), (31, 69), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 10), (32, 53), (32, 54), (32, 55), (32, 56), (32, 57), (32, 60), (32, 61), (32, 62), (32, 63), (32, 64), (32, 65), (32, 67), (32, 68), (32, 69), (32, 75), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 10), (33, 53), (33, 54), (33, 55), (33, 56), (33, 57), (33, 60), (33, 61), (33, 62), (33, 63), (33, 64), (33, 65), (33, 67), (33, 68), (33, 69), (33, 75), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 10), (34, 53), (34, 54), (34, 55), (34, 56), (34, 57), (34, 60), (34, 61), (34, 62), (34, 63), (34, 64), (34, 65), (34, 67), (34, 68), (34, 69), (34, 75), (37, 0), (37, 2), (37, 9), (37, 46), (37, 47), (37, 48), (37, 49), (37, 50), (37, 51), (37, 52), (37, 56), (37, 57), (37, 75), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 10), (45, 53), (45, 54), (45, 55), (45, 56), (45, 57), (45, 60), (45, 61), (45, 62), (45, 63), (45, 64), (45, 65), (45, 67), (45, 68), (45, 69), (45, 75), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 10), (46, 53), (46, 54), (46, 55), (46, 56), (46, 57), (46, 60), (46, 61), (46, 62), (46, 63), (46, 64), (46, 65), (46, 67), (46, 68), (46, 69), (46, 75), (50, 75), (51, 0), (51, 9), (51, 62), (51, 63), (51, 64), (52, 1), (52, 5), (52, 7), (52, 8), (52, 10), (52, 62), (52, 63), (52, 64), (53, 1), (53, 5), (53, 7), (53, 8), (53, 10), (53, 62), (53, 63), (53, 64), (54, 0), (54, 9), (54, 53), (54, 54), (54, 55), (55, 1), (55, 5), (55, 7), (55, 8), (55, 10), (55, 53), (55, 54), (55, 55), (56, 1), (56, 5), (56, 7), (56, 8), (56, 10), (56, 53), (56, 54), (56, 55), (57, 0), (57, 2), (57, 9), (57, 46), (57, 47), (57, 48), (57, 49), (57, 50), (57, 51), (57, 52), (57, 56), (57, 57), (57, 75), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 10), (58, 46), (58, 47), (58, 48), (58, 49), (58, 50), (58, 51), (58, 52), (58, 56), (58, 57), (58, 75), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 10), (59, 12), (59, 13), (59, 14), (59, 16), (59, 17), (59, 19), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 46), (59, 47), (59, 48), (59, 49), (59, 50), (59, 51), (59, 52), (59, 56), (59, 57), (59, 75), (60, 60), (60, 61), (61, 4), (61, 60), (61, 61), (62, 4), (62, 60), (62, 61), (65, 12), (65, 13), (65, 14), (65, 16), (65, 17), (65, 19), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

@@ -2,21 +2,21 @@
 
 STRUCTURE = 'mlp=gelu;position=learned;attention=mha;norm=layernorm;bias=True;tied_embeddings=True;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=0;max_seq_len>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=False;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=None;zero_optimizer=None;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=True'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'layers', 'loss_bytes', 'matmul_efficiency', 'max_seq_len', 'memory_efficiency', 'microbatch_size', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'recompute', 'restart_time', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'scale_up_links', 'schedule', 'seq_len', 'tokens', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40 = x
-    r0 = x3 * x2 * x23 * x37
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41 = x
+    r0 = x3 * x2 * x24 * x38
     r1 = k.recip(x7)
-    r1 = x3 * x2 * x23 * x37 * r1
+    r1 = x3 * x2 * x24 * x38 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x20)
     r6 = x6 * r4 * r5
-    r7 = x6 * x35
+    r7 = x6 * x36
     r8 = 2.0 * x12
     r9 = 2.0 * x12 * x5
     r9 = x12 + x5 + r9
@@ -30,16 +30,16 @@ def quantities(x, k):
     r13 = x10 * x12 * r13
     r13 = r12 + r15 + r13
     r15 = x15 * r13
-    r12 = x38 * x12
+    r12 = x39 * x12
     r16 = x12 * x18
     r15 = r8 + r11 + r15 + r12 + r16
-    r11 = k.recip(x23)
-    r25 = k.recip(x37)
+    r11 = k.recip(x24)
+    r25 = k.recip(x38)
     r26 = r11 * r25 * r15
-    r27 = x34 == 5.0
+    r27 = x35 == 5.0
     r28 = 2.0 * r11 * r25 * r15
     r26 = k.where(r27, r28, r26)
-    r28 = x40 >= 1.0
+    r28 = x41 >= 1.0
     r31 = k.recip(x2)
     r32 = r4 * r31 * r26
     r32 = k.where(r28, r32, r26)
@@ -50,68 +50,68 @@ def quantities(x, k):
     r38 = 4.0 * x11 * x10
     r39 = 4.0 * x14 * x10
     r39 = r35 + r36 + r37 + r38 + r39
-    r39 = x20 * x35 * r31 * r25 * r39
-    r38 = x24 == 2.0
-    r37 = 2.0 * x20 * x12 * x35 * r31 * r25
+    r39 = x20 * x36 * r31 * r25 * r39
+    r38 = x25 == 2.0
+    r37 = 2.0 * x20 * x12 * x36 * r31 * r25
     r37 = k.where(r38, r37, r39)
-    r36 = 1.0 + x23
+    r36 = 1.0 + x24
     r36 = k.min(r36, r6)
     r35 = k.ceiling(r34)
     r36 = r36 * r35
-    r49 = x34 == 4.0
-    r50 = 2.0 * x23
+    r49 = x35 == 4.0
+    r50 = 2.0 * x24
     r51 = -1.0 + r50
     r51 = k.min(r51, r6)
     r51 = r51 * r35
     r54 = k.where(r49, r51, r36)
-    r55 = x34 == 0.0
-    r56 = x34 == 3.0
+    r55 = x35 == 0.0
+    r56 = x35 == 3.0
     r57 = k.or_(r55, r56)
-    r58 = k.min(x23, r6)
+    r58 = k.min(x24, r6)
     r58 = r58 * r35
     r54 = k.where(r57, r58, r54)
-    r58 = x34 == 1.0
-    r62 = k.recip(x39)
-    r63 = x6 * x39 * r4 * r5
-    r64 = -1.0 + x39
-    r64 = x23 * r64
+    r58 = x35 == 1.0
+    r62 = k.recip(x40)
+    r63 = x6 * x40 * r4 * r5
+    r64 = -1.0 + x40
+    r64 = x24 * r64
     r66 = -1.0 + r50 + r64
     r66 = k.min(r63, r66)
     r66 = r62 * r66 * r35
     r54 = k.where(r58, r66, r54)
-    r66 = x34 == 2.0
+    r66 = x35 == 2.0
     r71 = x6 * r4 * r5 * r35
     r54 = k.where(r66, r71, r54)
     r54 = r37 * r54
     r74 = r9 * r35
     r75 = r13 * r35
-    r76 = x23 == 1.0
+    r76 = x24 == 1.0
     r77 = k.where(r76, 1.0, 0.0)
     r78 = 2.0 * x12 * r77
     r78 = r12 + r16 + r74 + r75 + r78
     r78 = r25 * r78
     r16 = r12 + r16
     r77 = r16 * r77
-    r12 = x23 != 1.0
+    r12 = x24 != 1.0
     r12 = k.where(r12, 1.0, 0.0)
-    r12 = x38 * x12 * r12
+    r12 = x39 * x12 * r12
     r12 = r8 + r77 + r74 + r75 + r12
     r12 = r25 * r12
     r77 = r12 + r78
     r78 = k.where(r27, r77, r78)
     r8 = 2.0 * r78
-    r91 = x40 >= 2.0
+    r91 = x41 >= 2.0
     r92 = 2.0 * r4 * r31 * r78
     r93 = k.where(r91, r92, r8)
-    r94 = x40 >= 3.0
+    r94 = x41 >= 3.0
     r8 = k.where(r94, r92, r8)
     r92 = 12.0 * r78
     r97 = 12.0 * r4 * r31 * r78
     r92 = k.where(r28, r97, r92)
     r97 = k.where(r38, r39, 0.0)
     r100 = k.or_(r27, r76)
-    r101 = 4.0 * x20 * x12 * x35 * r31 * r25
-    r102 = x38 * x20 * x16 * x35 * r31 * r25
+    r101 = 4.0 * x20 * x12 * x36 * r31 * r25
+    r102 = x39 * x20 * x16 * x36 * r31 * r25
     r101 = r101 + r102
     r101 = k.max(r101, r97)
     r100 = k.where(r100, r101, r97)
@@ -120,16 +120,16 @@ def quantities(x, k):
     r106 = k.where(r27, r107, r106)
     r107 = 3.0 * x4 * r106 * r78
     r107 = k.where(r94, r107, 0.0)
-    r111 = x23 > 1.0
+    r111 = x24 > 1.0
     r111 = k.and_(r94, r111)
     r78 = 2.0 * x4 * r78
     r107 = k.where(r111, r78, r107)
     r78 = r54 + r93 + r8 + r92 + r100 + r107
     r116 = k.where(r49, r51, r36)
-    r117 = -1.0 + x23
+    r117 = -1.0 + x24
     r118 = k.min(1.0, r117)
     r119 = -1.0 * r118
-    r119 = x23 + r119
+    r119 = x24 + r119
     r121 = k.min(r6, r119)
     r121 = r121 * r35
     r116 = k.where(r57, r121, r116)
@@ -144,25 +144,25 @@ def quantities(x, k):
     r50 = k.where(r50, 1.0, 0.0)
     r50 = r16 * r50
     r121 = 1.0 + r118
-    r121 = x23 == r121
+    r121 = x24 == r121
     r136 = k.where(r121, 1.0, 0.0)
     r136 = 2.0 * x12 * r136
     r138 = r118 != 0.0
     r138 = k.and_(r138, r121)
     r138 = k.where(r138, 1.0, 0.0)
-    r138 = x38 * x12 * r138
+    r138 = x39 * x12 * r138
     r138 = r50 + r74 + r75 + r136 + r138
     r138 = r25 * r138
     r136 = r119 == 1.0
     r136 = k.where(r136, 1.0, 0.0)
     r136 = r16 * r136
-    r16 = x23 == r119
+    r16 = x24 == r119
     r50 = k.where(r16, 1.0, 0.0)
     r50 = 2.0 * x12 * r50
     r119 = r119 != 1.0
     r119 = k.and_(r16, r119)
     r119 = k.where(r119, 1.0, 0.0)
-    r119 = x38 * x12 * r119
+    r119 = x39 * x12 * r119
     r119 = r136 + r74 + r75 + r50 + r119
     r119 = r25 * r119
     r119 = r119 + r138
@@ -238,402 +238,403 @@ def quantities(x, k):
     r116 = k.where(r116, 0.0, 0.0)
     r36 = r78 == r36
     r116 = k.where(r36, 0.0, r116)
-    r36 = x38 * x20 * x4 * x35 * r31 * r25
-    r54 = x38 * x20 * x4 * x35 * r31
+    r36 = x39 * x20 * x4 * x36 * r31 * r25
+    r54 = x39 * x20 * x4 * x36 * r31
     r107 = k.max(r78, r138, r12)
     r92 = r138 == r107
     r12 = k.where(r92, r138, r12)
     r107 = r78 == r107
     r12 = k.where(r107, r78, r12)
-    r78 = -1.0 * r12
-    r78 = x8 + r78
-    r107 = 6.0 * x6 * x35 * r15
+    r78 = -1.0 * x21
+    r107 = -1.0 * r12
+    r107 = x8 + r78 + r107
+    r78 = 6.0 * x6 * x36 * r15
     r138 = 12.0 * x12
     r92 = 6.0 * x15 * r9
     r16 = 6.0 * x15 * r13
-    r93 = 6.0 * x38 * x12
+    r93 = 6.0 * x39 * x12
     r50 = 6.0 * x12 * x18
-    r8 = 12.0 * x15 * x11 * x10 * x35
+    r8 = 12.0 * x15 * x11 * x10 * x36
     r8 = r138 + r92 + r16 + r93 + r50 + r8
-    r50 = x6 * x35 * r8
+    r50 = x6 * x36 * r8
     r93 = k.pow(x12, 2.0)
     r16 = k.recip(x12)
-    r92 = 0.16666666666666666 * x35 * r16
+    r92 = 0.16666666666666666 * x36 * r16
     r75 = k.recip(x15)
-    r16 = 0.0625 * x38 * r75 * r16
+    r16 = 0.0625 * x39 * r75 * r16
     r16 = 1.0 + r92 + r16
-    r16 = 96.0 * x6 * x15 * x35 * r93 * r16
-    r93 = k.pow(x35, 2.0)
+    r16 = 96.0 * x6 * x15 * x36 * r93 * r16
+    r93 = k.pow(x36, 2.0)
     r92 = 2.0 * x6 * x15 * x11 * x10 * r93
-    r111 = x24 == 1.0
+    r111 = x25 == 1.0
     r93 = 4.0 * x6 * x15 * x11 * x10 * r93
     r93 = k.where(r111, r93, 0.0)
-    r119 = 0.3333333333333333 * x6 * x35 * r8
+    r119 = 0.3333333333333333 * x6 * x36 * r8
     r93 = k.where(r38, r119, r93)
     r93 = r50 + r92 + r93
     r92 = k.where(r38, 1.0, 0.0)
     r92 = 1.0 + r92
     r119 = k.recip(x9)
     r35 = k.recip(x19)
-    r63 = x38 * x12 * r25
-    r64 = x20 * x12 * x35 * r31
-    r51 = x38 * x20 * x35 * r31 * r25
+    r63 = x39 * x12 * r25
+    r64 = x20 * x12 * x36 * r31
+    r51 = x39 * x20 * x36 * r31 * r25
     r51 = r63 + r64 + r51
     r63 = 2.0 * r119 * r35 * r51
-    r121 = k.recip(x22)
+    r121 = k.recip(x23)
     r74 = k.recip(x17)
-    r136 = 2.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
+    r136 = 2.0 * x39 * x20 * x12 * x36 * r121 * r31 * r74 * r25
     r136 = r63 + r136
     r136 = r92 * r136
     r51 = 4.0 * r119 * r35 * r51
-    r63 = 4.0 * x38 * x20 * x12 * x35 * r121 * r31 * r74 * r25
+    r63 = 4.0 * x39 * x20 * x12 * x36 * r121 * r31 * r74 * r25
     r63 = r136 + r51 + r63
     r63 = r11 * r63
     r51 = x11 * x10 * x12 * r25
-    r136 = x11 * x20 * x10 * x35 * r31 * r25
+    r136 = x11 * x20 * x10 * x36 * r31 * r25
     r136 = r51 + r64 + r136
     r51 = 2.0 * r119 * r35 * r136
-    r284 = 2.0 * x11 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25
-    r284 = r51 + r284
-    r284 = r92 * r284
+    r285 = 2.0 * x11 * x20 * x10 * x12 * x36 * r121 * r31 * r74 * r25
+    r285 = r51 + r285
+    r285 = r92 * r285
     r51 = x10 * x12 * r25 * r14
-    r288 = x20 * x10 * x35 * r31 * r25 * r14
-    r288 = r64 + r51 + r288
-    r51 = 2.0 * r119 * r35 * r288
-    r291 = 2.0 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25 * r14
-    r291 = r51 + r291
-    r291 = r92 * r291
+    r289 = x20 * x10 * x36 * r31 * r25 * r14
+    r289 = r64 + r51 + r289
+    r51 = 2.0 * r119 * r35 * r289
+    r292 = 2.0 * x20 * x10 * x12 * x36 * r121 * r31 * r74 * r25 * r14
+    r292 = r51 + r292
+    r292 = r92 * r292
     r51 = x12 * x5 * r25
-    r295 = x20 * x5 * x35 * r31 * r25
-    r295 = r51 + r64 + r295
-    r64 = 2.0 * r119 * r35 * r295
-    r51 = 2.0 * x20 * x12 * x5 * x35 * r121 * r31 * r74 * r25
+    r296 = x20 * x5 * x36 * r31 * r25
+    r296 = r51 + r64 + r296
+    r64 = 2.0 * r119 * r35 * r296
+    r51 = 2.0 * x20 * x12 * x5 * x36 * r121 * r31 * r74 * r25
     r51 = r64 + r51
     r51 = 2.0 * r92 * r51
     r136 = 4.0 * r119 * r35 * r136
-    r288 = 4.0 * r119 * r35 * r288
-    r295 = 8.0 * r119 * r35 * r295
-    r64 = 8.0 * x20 * x12 * x5 * x35 * r121 * r31 * r74 * r25
-    r305 = 4.0 * x11 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25
-    r14 = 4.0 * x20 * x10 * x12 * x35 * r121 * r31 * r74 * r25 * r14
-    r14 = r284 + r291 + r51 + r136 + r288 + r295 + r64 + r305 + r14
+    r289 = 4.0 * r119 * r35 * r289
+    r296 = 8.0 * r119 * r35 * r296
+    r64 = 8.0 * x20 * x12 * x5 * x36 * r121 * r31 * r74 * r25
+    r306 = 4.0 * x11 * x20 * x10 * x12 * x36 * r121 * r31 * r74 * r25
+    r14 = 4.0 * x20 * x10 * x12 * x36 * r121 * r31 * r74 * r25 * r14
+    r14 = r285 + r292 + r51 + r136 + r289 + r296 + r64 + r306 + r14
     r14 = x15 * r11 * r14
     r14 = r63 + r14
     r63 = x6 * r4 * r5 * r14
-    r305 = 3.0 * x5
+    r306 = 3.0 * x5
     r64 = 2.0 * x5 * r92
-    r64 = r305 + r64
-    r64 = x20 * x35 * r31 * r25 * r64
-    r305 = 10.0 * x12 * r92
-    r305 = r138 + r305
-    r305 = x20 * x35 * r31 * r25 * r305
-    r305 = r64 + r305
-    r305 = x15 * r11 * r305
-    r64 = 3.0 * x38 * x20 * x35 * r31 * r11 * r25
-    r64 = r305 + r64
-    r305 = x6 * x4 * r119 * r4 * r5 * r35 * r64
+    r64 = r306 + r64
+    r64 = x20 * x36 * r31 * r25 * r64
+    r306 = 10.0 * x12 * r92
+    r306 = r138 + r306
+    r306 = x20 * x36 * r31 * r25 * r306
+    r306 = r64 + r306
+    r306 = x15 * r11 * r306
+    r64 = 3.0 * x39 * x20 * x36 * r31 * r11 * r25
+    r64 = r306 + r64
+    r306 = x6 * x4 * r119 * r4 * r5 * r35 * r64
     r138 = k.recip(x0)
-    r295 = x11 * x10 * x35
+    r296 = x11 * x10 * x36
     r111 = k.or_(r111, r38)
     r111 = k.where(r111, 1.0, 0.0)
     r111 = 3.0 + r111
-    r111 = 2.0 * x11 * x10 * x35 * r111
-    r111 = r295 + r111
-    r295 = x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r288 = r63 + r305 + r295
-    r136 = k.recip(r288)
+    r111 = 2.0 * x11 * x10 * x36 * r111
+    r111 = r296 + r111
+    r296 = x6 * x15 * x36 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r289 = r63 + r306 + r296
+    r136 = k.recip(r289)
     r14 = -1.0 * x6 * r4 * r5 * r14
     r51 = k.recip(x6)
-    r291 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r288
-    r284 = 0.6666666666666666 * x3 * x20 * x23 * r51 * r288
+    r292 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r289
+    r285 = 0.6666666666666666 * x3 * x20 * x24 * r51 * r289
     r64 = -1.0 * x6 * x4 * r119 * r4 * r5 * r35 * r64
-    r111 = -1.0 * x6 * x15 * x35 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
-    r284 = r14 + r291 + r284 + r64 + r111
-    r284 = k.max(0.0, r284)
-    r291 = 0.5 * x23
-    r291 = -1.0 + r291
-    r291 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r291 * r288
-    r291 = k.where(r49, 0.0, r291)
-    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r117 * r288
-    r291 = k.where(r56, r49, r291)
+    r111 = -1.0 * x6 * x15 * x36 * r121 * r4 * r31 * r74 * r138 * r11 * r25 * r111
+    r285 = r14 + r292 + r285 + r64 + r111
+    r285 = k.max(0.0, r285)
+    r292 = 0.5 * x24
+    r292 = -1.0 + r292
+    r292 = 0.6666666666666666 * x3 * x20 * r51 * r62 * r292 * r289
+    r292 = k.where(r49, 0.0, r292)
+    r49 = 0.3333333333333333 * x3 * x20 * r51 * r62 * r117 * r289
+    r292 = k.where(r56, r49, r292)
     r66 = k.or_(r55, r58, r66)
-    r117 = x3 * x20 * r51 * r62 * r117 * r288
-    r291 = k.where(r66, r117, r291)
-    r291 = k.max(r284, r291)
-    r136 = r136 * r291
+    r117 = x3 * x20 * r51 * r62 * r117 * r289
+    r292 = k.where(r66, r117, r292)
+    r292 = k.max(r285, r292)
+    r136 = r136 * r292
     r35 = 28.0 * r119 * r35 * r32
-    r119 = r35 + r63 + r305 + r295
-    r284 = -1.0 * x21
-    r284 = 1.0 + r284
-    r117 = x23 * x39
+    r119 = r35 + r63 + r306 + r296
+    r285 = -1.0 * x22
+    r285 = 1.0 + r285
+    r117 = x24 * x40
     r117 = -1.0 + r117
-    r62 = k.recip(x26)
-    r55 = k.recip(x27)
-    r49 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25
-    r49 = x28 + r49
-    r56 = 2.0 * x3 * x2 * x37
-    r56 = x30 >= r56
-    r138 = k.recip(x29)
-    r74 = k.recip(x31)
-    r366 = k.min(1.0, x33)
-    r366 = k.recip(r366)
-    r366 = x20 * x4 * x12 * x33 * x35 * r138 * r31 * r74 * r25 * r366
-    r366 = x32 + r366
-    r49 = k.where(r56, r366, r49)
+    r62 = k.recip(x27)
+    r55 = k.recip(x28)
+    r49 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25
+    r49 = x29 + r49
+    r56 = 2.0 * x3 * x2 * x38
+    r56 = x31 >= r56
+    r138 = k.recip(x30)
+    r74 = k.recip(x32)
+    r367 = k.min(1.0, x34)
+    r367 = k.recip(r367)
+    r367 = x20 * x4 * x12 * x34 * x36 * r138 * r31 * r74 * r25 * r367
+    r367 = x33 + r367
+    r49 = k.where(r56, r367, r49)
     r49 = 2.0 * x6 * r4 * r5 * r11 * r117 * r49
     r49 = k.where(r76, 0.0, r49)
-    r284 = r284 * r49
-    r366 = x3 * x20 * r51 * r288
-    r56 = x23 <= 1.0
+    r285 = r285 * r49
+    r367 = x3 * x20 * r51 * r289
+    r56 = x24 <= 1.0
     r91 = k.and_(r91, r56)
-    r366 = k.where(r91, r288, r366)
-    r366 = -1.0 * x21 * r366
-    r288 = x3 * x2
-    r380 = -1.0 + r288
-    r381 = k.recip(r380)
-    r382 = 2.0 * x3 * x2
-    r382 = -2.0 + r382
-    r384 = x30 * r25
-    r385 = k.gcd(r288, r384)
-    r386 = k.recip(r385)
-    r387 = x3 * x2 * r386
-    r387 = -1.0 + r387
-    r387 = x28 * r387
-    r390 = -1.0 * x3 * x2 * r386
-    r390 = r288 + r390
-    r390 = x32 * r390
-    r393 = r387 + r390
-    r393 = r381 * r382 * r393
-    r381 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r386 * r382 * r26
-    r385 = -1.0 + r385
-    r397 = k.max(1.0, r385)
-    r397 = k.min(x33, r397)
-    r397 = k.recip(r397)
-    r400 = x4 * x33 * x23 * r138 * r75 * r4 * r31 * r74 * r397 * r386 * r385 * r382 * r26
-    r400 = k.max(r381, r400)
-    r400 = r393 + r400
-    r393 = x30 <= x37
-    r381 = x28 * r382
-    r405 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r382 * r26
-    r405 = r381 + r405
-    r400 = k.where(r393, r405, r400)
-    r405 = x3 * x2 * x37
-    r405 = x30 >= r405
-    r381 = x32 * r382
-    r411 = k.max(1.0, r380)
-    r411 = k.min(x33, r411)
-    r411 = k.recip(r411)
-    r414 = x4 * x33 * x23 * r138 * r75 * r4 * r31 * r74 * r411 * r382 * r26
-    r414 = r381 + r414
-    r400 = k.where(r405, r414, r400)
-    r400 = x15 * r11 * r400
-    r414 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r386 * r380 * r26
-    r385 = x4 * x33 * x23 * r138 * r75 * r4 * r31 * r74 * r397 * r386 * r380 * r385 * r26
-    r385 = k.max(r414, r385)
-    r385 = r387 + r390 + r385
-    r390 = x28 * r380
-    r387 = x4 * x23 * r62 * r75 * r4 * r31 * r55 * r380 * r26
-    r387 = r390 + r387
-    r385 = k.where(r393, r387, r385)
-    r387 = x32 * r380
-    r411 = x4 * x33 * x23 * r138 * r75 * r4 * r31 * r74 * r411 * r380 * r26
-    r411 = r387 + r411
-    r385 = k.where(r405, r411, r385)
-    r411 = 2.0 * x15 * r11 * r385
-    r400 = k.where(r28, r411, r400)
-    r411 = x15 * r11 * r385
-    r405 = x6 * x15 * r4 * r5 * r11 * r385
-    r405 = r411 + r405
-    r400 = k.where(r91, r405, r400)
+    r367 = k.where(r91, r289, r367)
+    r367 = -1.0 * x22 * r367
+    r289 = x3 * x2
+    r381 = -1.0 + r289
+    r382 = k.recip(r381)
+    r383 = 2.0 * x3 * x2
+    r383 = -2.0 + r383
+    r385 = x31 * r25
+    r386 = k.gcd(r289, r385)
+    r387 = k.recip(r386)
+    r388 = x3 * x2 * r387
+    r388 = -1.0 + r388
+    r388 = x29 * r388
+    r391 = -1.0 * x3 * x2 * r387
+    r391 = r289 + r391
+    r391 = x33 * r391
+    r394 = r388 + r391
+    r394 = r382 * r383 * r394
+    r382 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r387 * r383 * r26
+    r386 = -1.0 + r386
+    r398 = k.max(1.0, r386)
+    r398 = k.min(x34, r398)
+    r398 = k.recip(r398)
+    r401 = x4 * x34 * x24 * r138 * r75 * r4 * r31 * r74 * r398 * r387 * r386 * r383 * r26
+    r401 = k.max(r382, r401)
+    r401 = r394 + r401
+    r394 = x31 <= x38
+    r382 = x29 * r383
+    r406 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r383 * r26
+    r406 = r382 + r406
+    r401 = k.where(r394, r406, r401)
+    r406 = x3 * x2 * x38
+    r406 = x31 >= r406
+    r382 = x33 * r383
+    r412 = k.max(1.0, r381)
+    r412 = k.min(x34, r412)
+    r412 = k.recip(r412)
+    r415 = x4 * x34 * x24 * r138 * r75 * r4 * r31 * r74 * r412 * r383 * r26
+    r415 = r382 + r415
+    r401 = k.where(r406, r415, r401)
+    r401 = x15 * r11 * r401
+    r415 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r387 * r381 * r26
+    r386 = x4 * x34 * x24 * r138 * r75 * r4 * r31 * r74 * r398 * r387 * r381 * r386 * r26
+    r386 = k.max(r415, r386)
+    r386 = r388 + r391 + r386
+    r391 = x29 * r381
+    r388 = x4 * x24 * r62 * r75 * r4 * r31 * r55 * r381 * r26
+    r388 = r391 + r388
+    r386 = k.where(r394, r388, r386)
+    r388 = x33 * r381
+    r412 = x4 * x34 * x24 * r138 * r75 * r4 * r31 * r74 * r412 * r381 * r26
+    r412 = r388 + r412
+    r386 = k.where(r406, r412, r386)
+    r412 = 2.0 * x15 * r11 * r386
+    r401 = k.where(r28, r412, r401)
+    r412 = x15 * r11 * r386
+    r406 = x6 * x15 * r4 * r5 * r11 * r386
+    r406 = r412 + r406
+    r401 = k.where(r91, r406, r401)
     r56 = k.and_(r94, r56)
-    r385 = 3.0 * x6 * x15 * r4 * r5 * r11 * r385
-    r400 = k.where(r56, r385, r400)
-    r288 = r288 == 1.0
-    r400 = k.where(r288, 0.0, r400)
-    r366 = r366 + r400
-    r366 = k.max(0.0, r366)
-    r384 = k.gcd(x2, r384)
-    r385 = k.recip(r384)
-    r94 = x2 * r385
+    r386 = 3.0 * x6 * x15 * r4 * r5 * r11 * r386
+    r401 = k.where(r56, r386, r401)
+    r289 = r289 == 1.0
+    r401 = k.where(r289, 0.0, r401)
+    r367 = r367 + r401
+    r367 = k.max(0.0, r367)
+    r385 = k.gcd(x2, r385)
+    r386 = k.recip(r385)
+    r94 = x2 * r386
     r94 = -1.0 + r94
-    r94 = x28 * r94
-    r405 = -1.0 * x2 * r385
-    r405 = x2 + r405
-    r405 = x32 * r405
-    r411 = -1.0 + x2
-    r387 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r385 * r411
-    r384 = -1.0 + r384
-    r75 = k.max(1.0, r384)
-    r75 = k.min(x33, r75)
+    r94 = x29 * r94
+    r406 = -1.0 * x2 * r386
+    r406 = x2 + r406
+    r406 = x33 * r406
+    r412 = -1.0 + x2
+    r388 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r386 * r412
+    r385 = -1.0 + r385
+    r75 = k.max(1.0, r385)
+    r75 = k.min(x34, r75)
     r75 = k.recip(r75)
-    r384 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r138 * r31 * r74 * r25 * r75 * r385 * r411 * r384
-    r384 = k.max(r387, r384)
-    r384 = r94 + r405 + r384
-    r405 = x28 * r411
-    r94 = 2.0 * x14 * x20 * x10 * x4 * x35 * r62 * r31 * r55 * r25 * r411
-    r94 = r405 + r94
-    r384 = k.where(r393, r94, r384)
-    r94 = x2 * x37
-    r94 = x30 >= r94
-    r393 = x32 * r411
-    r405 = k.max(1.0, r411)
-    r405 = k.min(x33, r405)
-    r405 = k.recip(r405)
-    r405 = 2.0 * x14 * x20 * x10 * x4 * x33 * x35 * r138 * r31 * r74 * r25 * r405 * r411
-    r405 = r393 + r405
-    r384 = k.where(r94, r405, r384)
-    r405 = x6 * x15 * r4 * r5 * r11 * r384
-    r384 = x6 * x15 * r4 * r5 * r11 * r92 * r384
-    r384 = r405 + r384
-    r405 = x2 == 1.0
-    r384 = k.where(r405, 0.0, r384)
+    r385 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r138 * r31 * r74 * r25 * r75 * r386 * r412 * r385
+    r385 = k.max(r388, r385)
+    r385 = r94 + r406 + r385
+    r406 = x29 * r412
+    r94 = 2.0 * x14 * x20 * x10 * x4 * x36 * r62 * r31 * r55 * r25 * r412
+    r94 = r406 + r94
+    r385 = k.where(r394, r94, r385)
+    r94 = x2 * x38
+    r94 = x31 >= r94
+    r394 = x33 * r412
+    r406 = k.max(1.0, r412)
+    r406 = k.min(x34, r406)
+    r406 = k.recip(r406)
+    r406 = 2.0 * x14 * x20 * x10 * x4 * x34 * x36 * r138 * r31 * r74 * r25 * r406 * r412
+    r406 = r394 + r406
+    r385 = k.where(r94, r406, r385)
+    r406 = x6 * x15 * r4 * r5 * r11 * r385
+    r385 = x6 * x15 * r4 * r5 * r11 * r92 * r385
+    r385 = r406 + r385
+    r406 = x2 == 1.0
+    r385 = k.where(r406, 0.0, r385)
     r38 = k.where(r38, 2.0, 0.0)
     r38 = 4.0 + r38
-    r94 = k.gcd(x37, x30)
-    r393 = k.recip(r94)
-    r387 = x37 * r393
-    r387 = -1.0 + r387
-    r387 = x28 * r387
-    r385 = -1.0 * x37 * r393
-    r385 = x37 + r385
-    r385 = x32 * r385
-    r75 = -1.0 + x37
-    r390 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r393 * r75
+    r94 = k.gcd(x38, x31)
+    r394 = k.recip(r94)
+    r388 = x38 * r394
+    r388 = -1.0 + r388
+    r388 = x29 * r388
+    r386 = -1.0 * x38 * r394
+    r386 = x38 + r386
+    r386 = x33 * r386
+    r75 = -1.0 + x38
+    r391 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r394 * r75
     r94 = -1.0 + r94
-    r414 = k.max(1.0, r94)
-    r414 = k.min(x33, r414)
-    r414 = k.recip(r414)
-    r94 = x20 * x4 * x12 * x33 * x35 * r138 * r31 * r74 * r25 * r414 * r393 * r75 * r94
-    r94 = k.max(r390, r94)
-    r94 = r387 + r385 + r94
-    r385 = x30 <= 1.0
-    r387 = x28 * r75
-    r55 = x20 * x4 * x12 * x35 * r62 * r31 * r55 * r25 * r75
-    r55 = r387 + r55
-    r94 = k.where(r385, r55, r94)
-    r55 = x30 >= x37
-    r385 = x32 * r75
-    r387 = k.max(1.0, r75)
-    r387 = k.min(x33, r387)
-    r387 = k.recip(r387)
-    r387 = x20 * x4 * x12 * x33 * x35 * r138 * r31 * r74 * r25 * r387 * r75
-    r387 = r385 + r387
-    r94 = k.where(r55, r387, r94)
+    r415 = k.max(1.0, r94)
+    r415 = k.min(x34, r415)
+    r415 = k.recip(r415)
+    r94 = x20 * x4 * x12 * x34 * x36 * r138 * r31 * r74 * r25 * r415 * r394 * r75 * r94
+    r94 = k.max(r391, r94)
+    r94 = r388 + r386 + r94
+    r386 = x31 <= 1.0
+    r388 = x29 * r75
+    r55 = x20 * x4 * x12 * x36 * r62 * r31 * r55 * r25 * r75
+    r55 = r388 + r55
+    r94 = k.where(r386, r55, r94)
+    r55 = x31 >= x38
+    r386 = x33 * r75
+    r388 = k.max(1.0, r75)
+    r388 = k.min(x34, r388)
+    r388 = k.recip(r388)
+    r388 = x20 * x4 * x12 * x34 * x36 * r138 * r31 * r74 * r25 * r388 * r75
+    r388 = r386 + r388
+    r94 = k.where(r55, r388, r94)
     r94 = 2.0 * x6 * x15 * r4 * r5 * r11 * r38 * r94
-    r387 = x37 == 1.0
-    r94 = k.where(r387, 0.0, r94)
+    r388 = x38 == 1.0
+    r94 = k.where(r388, 0.0, r94)
     r111 = r14 + r64 + r111
     r111 = k.max(0.0, r111)
     r111 = k.where(r27, r111, 0.0)
-    r27 = r284 + r35 + r63 + r305 + r295 + r366 + r291 + r384 + r94 + r111
+    r27 = r285 + r35 + r63 + r306 + r296 + r367 + r292 + r385 + r94 + r111
     r64 = k.recip(r27)
-    r14 = 6.0 * x6 * x35 * r121 * r4 * r31 * r11 * r25 * r64 * r15
-    r8 = x6 * x35 * r121 * r4 * r31 * r11 * r25 * r64 * r8
-    r64 = x20 * x4 * x12 * x35 * r31
-    r121 = x20 * x4 * x12 * x35 * r62 * r31
-    r382 = x4 * r4 * r31 * r382 * r26
-    r55 = 2.0 * x4 * r4 * r31 * r380 * r26
-    r382 = k.where(r28, r55, r382)
-    r55 = x4 * r4 * r31 * r380 * r26
+    r14 = 6.0 * x6 * x36 * r121 * r4 * r31 * r11 * r25 * r64 * r15
+    r8 = x6 * x36 * r121 * r4 * r31 * r11 * r25 * r64 * r8
+    r64 = x20 * x4 * x12 * x36 * r31
+    r121 = x20 * x4 * x12 * x36 * r62 * r31
+    r383 = x4 * r4 * r31 * r383 * r26
+    r55 = 2.0 * x4 * r4 * r31 * r381 * r26
+    r383 = k.where(r28, r55, r383)
+    r55 = x4 * r4 * r31 * r381 * r26
     r28 = k.pow(x3, -2.0)
-    r385 = x6 * x4 * r28 * r5 * r31 * r380 * r26
-    r385 = r55 + r385
-    r382 = k.where(r91, r385, r382)
-    r380 = 3.0 * x6 * x4 * r28 * r5 * r31 * r380 * r26
-    r382 = k.where(r56, r380, r382)
-    r382 = k.where(r288, 0.0, r382)
-    r288 = r62 * r382
-    r62 = x29 * r62
-    r380 = k.recip(x35)
-    r56 = x36 * r51 * r380
+    r386 = x6 * x4 * r28 * r5 * r31 * r381 * r26
+    r386 = r55 + r386
+    r383 = k.where(r91, r386, r383)
+    r381 = 3.0 * x6 * x4 * r28 * r5 * r31 * r381 * r26
+    r383 = k.where(r56, r381, r383)
+    r383 = k.where(r289, 0.0, r383)
+    r289 = r62 * r383
+    r62 = x30 * r62
+    r381 = k.recip(x36)
+    r56 = x37 * r51 * r381
     r5 = k.recip(x13)
     r28 = r4 * r31 * r5 * r11 * r25
-    r385 = 1.6e-11 * x12
+    r386 = 1.6e-11 * x12
     r91 = 8e-12 * x15 * r9
     r55 = 8e-12 * x15 * r13
-    r74 = 8e-12 * x38 * x12
+    r74 = 8e-12 * x39 * x12
     r138 = 8e-12 * x12 * x18
-    r390 = r385 + r91 + r55 + r74 + r138
-    r393 = 8e-12 * x12
-    r414 = 4e-12 * x15 * r9
-    r386 = 4e-12 * x15 * r13
-    r397 = 4e-12 * x38 * x12
-    r381 = 4e-12 * x12 * x18
-    r381 = r393 + r414 + r386 + r397 + r381
-    r381 = r28 > r381
-    r397 = -1.6e-11 * x12
+    r391 = r386 + r91 + r55 + r74 + r138
+    r394 = 8e-12 * x12
+    r415 = 4e-12 * x15 * r9
+    r387 = 4e-12 * x15 * r13
+    r398 = 4e-12 * x39 * x12
+    r382 = 4e-12 * x12 * x18
+    r382 = r394 + r415 + r387 + r398 + r382
+    r382 = r28 > r382
+    r398 = -1.6e-11 * x12
     r9 = -8e-12 * x15 * r9
     r13 = -8e-12 * x15 * r13
-    r386 = -8e-12 * x38 * x12
-    r414 = -8e-12 * x12 * x18
-    r393 = k.sqrt(2.0)
-    r558 = k.sqrt(x3)
-    r558 = k.recip(r558)
-    r560 = k.sqrt(x2)
-    r560 = k.recip(r560)
-    r562 = k.sqrt(x13)
-    r562 = k.recip(r562)
-    r564 = k.sqrt(x23)
-    r564 = k.recip(r564)
-    r566 = k.sqrt(x37)
-    r566 = k.recip(r566)
-    r568 = k.sqrt(r390)
-    r569 = 0.05555555555555555 * x3 * x2 * x13 * x23 * x37 * r390
-    r570 = k.sqrt(x3)
-    r571 = k.sqrt(x2)
-    r572 = k.sqrt(x13)
-    r573 = k.sqrt(x23)
-    r574 = k.sqrt(x37)
-    r574 = 0.16666666666666666 * r393 * r570 * r571 * r572 * r573 * r574 * r568
-    r574 = 1.0 + r569 + r574
-    r574 = r393 * r558 * r560 * r562 * r564 * r566 * r568 * r574
-    r574 = r397 + r9 + r13 + r386 + r414 + r574
-    r414 = k.where(r381, r574, r28)
-    r138 = r385 + r91 + r55 + r74 + r138 + r414
-    r138 = x3 * x2 * x13 * x23 * x37 * r138
+    r387 = -8e-12 * x39 * x12
+    r415 = -8e-12 * x12 * x18
+    r394 = k.sqrt(2.0)
+    r559 = k.sqrt(x3)
+    r559 = k.recip(r559)
+    r561 = k.sqrt(x2)
+    r561 = k.recip(r561)
+    r563 = k.sqrt(x13)
+    r563 = k.recip(r563)
+    r565 = k.sqrt(x24)
+    r565 = k.recip(r565)
+    r567 = k.sqrt(x38)
+    r567 = k.recip(r567)
+    r569 = k.sqrt(r391)
+    r570 = 0.05555555555555555 * x3 * x2 * x13 * x24 * x38 * r391
+    r571 = k.sqrt(x3)
+    r572 = k.sqrt(x2)
+    r573 = k.sqrt(x13)
+    r574 = k.sqrt(x24)
+    r575 = k.sqrt(x38)
+    r575 = 0.16666666666666666 * r394 * r571 * r572 * r573 * r574 * r575 * r569
+    r575 = 1.0 + r570 + r575
+    r575 = r394 * r559 * r561 * r563 * r565 * r567 * r569 * r575
+    r575 = r398 + r9 + r13 + r387 + r415 + r575
+    r415 = k.where(r382, r575, r28)
+    r138 = r386 + r91 + r55 + r74 + r138 + r415
+    r138 = x3 * x2 * x13 * x24 * x38 * r138
     r138 = k.exp(r138)
     r138 = -1.0 + r138
     r74 = k.recip(r138)
-    r55 = x25 + x1
-    r91 = -1.0 * x3 * x2 * x13 * x23 * x37 * r55
+    r55 = x26 + x1
+    r91 = -1.0 * x3 * x2 * x13 * x24 * x38 * r55
     r91 = k.exp(r91)
-    r91 = x3 * x2 * x13 * x23 * x37 * r74 * r414 * r91
-    r74 = x3 * x2 * x13 * x23 * x37
-    r574 = k.recip(r574)
-    r74 = k.where(r381, r574, r74)
-    r55 = x3 * x2 * x13 * x23 * x37 * r55
+    r91 = x3 * x2 * x13 * x24 * x38 * r74 * r415 * r91
+    r74 = x3 * x2 * x13 * x24 * x38
+    r575 = k.recip(r575)
+    r74 = k.where(r382, r575, r74)
+    r55 = x3 * x2 * x13 * x24 * x38 * r55
     r55 = k.exp(r55)
-    r5 = x36 * r51 * r4 * r31 * r5 * r11 * r380 * r25 * r138 * r27 * r74 * r55
-    r55 = x36 * r51 * r380 * r138 * r27 * r74 * r55
-    r38 = 2.0 * x6 * x15 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r75 * r38
-    r38 = k.where(r387, 0.0, r38)
-    r387 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r411
-    r411 = 2.0 * x6 * x15 * x14 * x10 * x4 * x35 * r4 * r31 * r11 * r25 * r92 * r411
-    r411 = r387 + r411
-    r411 = k.where(r405, 0.0, r411)
-    r117 = 2.0 * x6 * x4 * x12 * x35 * r4 * r31 * r11 * r25 * r117
+    r5 = x37 * r51 * r4 * r31 * r5 * r11 * r381 * r25 * r138 * r27 * r74 * r55
+    r55 = x37 * r51 * r381 * r138 * r27 * r74 * r55
+    r38 = 2.0 * x6 * x15 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r75 * r38
+    r38 = k.where(r388, 0.0, r38)
+    r388 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r412
+    r412 = 2.0 * x6 * x15 * x14 * x10 * x4 * x36 * r4 * r31 * r11 * r25 * r92 * r412
+    r412 = r388 + r412
+    r412 = k.where(r406, 0.0, r412)
+    r117 = 2.0 * x6 * x4 * x12 * x36 * r4 * r31 * r11 * r25 * r117
     r117 = k.where(r76, 0.0, r117)
-    r118 = r118 < x23
-    r76 = x34 != 2.0
+    r118 = r118 < x24
+    r76 = x35 != 2.0
     r58 = k.and_(r58, r76)
     r58 = k.not_(r58)
     r58 = k.or_(r118, r58)
-    r25 = x34 != 1.0
+    r25 = x35 != 1.0
     r57 = k.and_(r25, r76, r57)
     r57 = k.not_(r57)
     r57 = k.or_(r118, r57)
     r57 = k.and_(r58, r57)
-    r58 = x23 >= 2.0
-    r118 = x34 != 3.0
-    r76 = x34 != 4.0
+    r58 = x24 >= 2.0
+    r118 = x35 != 3.0
+    r76 = x35 != 4.0
     r66 = k.not_(r66)
     r66 = k.and_(r118, r76, r66)
     r66 = k.not_(r66)
     r66 = k.or_(r58, r66)
-    r58 = x22 * x3 * x2 * x23 * x37 * r27
-    r76 = r107 <= r58
+    r58 = x23 * x3 * x2 * x24 * x38 * r27
+    r76 = r78 <= r58
     r58 = r50 <= r58
-    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r78, r107, r107, r50, r16, r93, r136, r119, r291, r27, r14, r8, r64, r121, r288, r62, 0.0, r56, r28, r390, r414, r91, r5, r55, r63, r295, r305, r35, r38, r94, r94, r411, r384, r384, r382, r400, r366, r117, r49, r284, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, r57, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r15, r15, r26, r32, r34, r77, r71, r37, r106, r97, r116, 0.0, r100, r101, r39, r36, r54, r102, r12, r107, r78, r78, r50, r16, r93, r136, r119, r292, r27, r14, r8, r64, r121, r289, r62, 0.0, r56, r28, r391, r415, r91, r5, r55, r63, r296, r306, r35, r38, r94, r94, r412, r385, r385, r383, r401, r367, r117, r49, r285, 0.0, 0.0, r111, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r57, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, 1.0, r66, r66, r76, r58, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r66, r66, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_heads', 'layers', 'loss_bytes', 'max_seq_len', 'microbatch_size', 'pp', 'recompute', 'schedule', 'seq_len', 'stage', 'tp', 'vocab', 'vpp', 'zero')
@@ -1241,9 +1242,9 @@ def search(x, k):
     return (r88, r35, r47)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (41, 42, 43, 44, 45, 46, 47), (), (37, 41, 42, 43, 44, 45, 46, 47), (35, 41, 42, 43, 44, 45, 46, 47), (36, 41, 42, 43, 44, 45, 46, 47), (), (30, 31, 34), (), (), (), (30, 31, 34), (31,), (33,), (33,), (34,), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (30, 31, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (29, 41, 42, 43, 44, 45, 46, 47), (16, 41, 42, 43, 44, 45, 46, 47), (19,), (15, 16, 41, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 41, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 41, 42, 43, 44, 45, 46, 47, 61), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 41, 42, 43, 44, 45, 46, 47, 61), (57,), (12, 55), (12,), (54,), (53,), (28,), (74,), (38, 41, 42, 43, 44, 45, 46, 47), (38, 41, 42, 43, 44, 45, 46, 47, 73, 74), (38, 41, 42, 43, 44, 45, 46, 47, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 38, 41, 42, 43, 44, 45, 46, 47, 61, 71, 72, 73, 74), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 41, 42, 43, 44, 45, 46, 47), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 70), (7, 70), (9, 69), (10, 69), (11, 69), (12, 39), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 69), (13, 32), (13, 65), (13, 66), (13, 67), (13, 68), (16, 30), (16, 31), (16, 32), (16, 34), (16, 65), (16, 66), (16, 67), (16, 68), (17, 32), (17, 65), (17, 66), (17, 67), (17, 68), (22, 32), (22, 39), (22, 40), (22, 65), (22, 66), (22, 67), (22, 68), (22, 69), (23, 32), (23, 39), (23, 40), (23, 65), (23, 66), (23, 67), (23, 68), (23, 69), (28, 14), (29, 60), (29, 62), (29, 63), (29, 64), (30, 70), (31, 60), (31, 62), (31, 63), (31, 64), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 48), (32, 49), (32, 50), (32, 51), (32, 52), (32, 55), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 62), (32, 63), (32, 64), (32, 70), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 48), (33, 49), (33, 50), (33, 51), (33, 52), (33, 55), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 62), (33, 63), (33, 64), (33, 70), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 48), (34, 49), (34, 50), (34, 51), (34, 52), (34, 55), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 62), (34, 63), (34, 64), (34, 70), (37, 0), (37, 2), (37, 10), (37, 41), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 51), (37, 52), (37, 70), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 48), (45, 49), (45, 50), (45, 51), (45, 52), (45, 55), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 62), (45, 63), (45, 64), (45, 70), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 48), (46, 49), (46, 50), (46, 51), (46, 52), (46, 55), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 62), (46, 63), (46, 64), (46, 70), (50, 70), (51, 0), (51, 10), (51, 57), (51, 58), (51, 59), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 57), (52, 58), (52, 59), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 57), (53, 58), (53, 59), (54, 0), (54, 10), (54, 48), (54, 49), (54, 50), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 48), (55, 49), (55, 50), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 48), (56, 49), (56, 50), (57, 0), (57, 2), (57, 10), (57, 41), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 51), (57, 52), (57, 70), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 41), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 51), (58, 52), (58, 70), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 41), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 51), (59, 52), (59, 70), (60, 55), (60, 56), (61, 4), (61, 5), (61, 55), (61, 56), (62, 4), (62, 5), (62, 55), (62, 56), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.broadcast.time', 'collectives.mesh.scale_up_bandwidth', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token', 'compute.flash_backward_recompute_flops_per_token', 'compute.flops_per_token_palm', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.gelu', 'compute.memory_bound.mlp_forward.gelu', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.head_inputs_sp', 'memory.activations.layer_flash_gelu_sp', 'memory.activations.layer_full_recompute', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.zero3_gathered', 'memory.zero3_held', 'model.params.attention', 'model.params.attention_bias', 'model.params.embedding', 'model.params.mlp.gelu', 'model.params.mlp_bias.gelu', 'model.params.norm.layernorm', 'model.params.positions', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (42, 43, 44, 45, 46, 47, 48), (), (38, 42, 43, 44, 45, 46, 47, 48), (36, 42, 43, 44, 45, 46, 47, 48), (37, 42, 43, 44, 45, 46, 47, 48), (), (30, 31, 35), (), (), (), (30, 31, 35), (31,), (34,), (34,), (35,), (30, 31, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (30, 31, 33, 35, 36, 37, 38, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (29, 42, 43, 44, 45, 46, 47, 48), (16, 42, 43, 44, 45, 46, 47, 48), (19,), (15, 16, 42, 43, 44, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 42, 43, 44, 45, 46, 47, 48, 62), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 29, 42, 43, 44, 45, 46, 47, 48, 62), (13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 42, 43, 44, 45, 46, 47, 48, 62), (58,), (12, 56), (12,), (55,), (54,), (28,), (75,), (39, 42, 43, 44, 45, 46, 47, 48), (39, 42, 43, 44, 45, 46, 47, 48, 74, 75), (39, 42, 43, 44, 45, 46, 47, 48, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (13, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25, 27, 28, 39, 42, 43, 44, 45, 46, 47, 48, 62, 72, 73, 74, 75), (17, 18), (13, 14, 15), (20, 21, 22, 23, 24, 25), (25, 27, 42, 43, 44, 45, 46, 47, 48), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 71), (7, 71), (9, 70), (10, 70), (11, 70), (12, 40), (12, 41), (12, 42), (12, 43), (12, 44), (12, 45), (12, 46), (12, 47), (12, 48), (12, 70), (13, 32), (13, 66), (13, 67), (13, 68), (13, 69), (16, 30), (16, 31), (16, 32), (16, 35), (16, 66), (16, 67), (16, 68), (16, 69), (17, 32), (17, 66), (17, 67), (17, 68), (17, 69), (22, 32), (22, 40), (22, 41), (22, 66), (22, 67), (22, 68), (22, 69), (22, 70), (23, 32), (23, 40), (23, 41), (23, 66), (23, 67), (23, 68), (23, 69), (23, 70), (28, 14), (29, 61), (29, 63), (29, 64), (29, 65), (30, 71), (31, 61), (31, 63), (31, 64), (31, 65), (32, 1), (32, 3), (32, 4), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 11), (32, 49), (32, 50), (32, 51), (32, 52), (32, 53), (32, 56), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 63), (32, 64), (32, 65), (32, 71), (33, 1), (33, 3), (33, 4), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 11), (33, 49), (33, 50), (33, 51), (33, 52), (33, 53), (33, 56), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 63), (33, 64), (33, 65), (33, 71), (34, 1), (34, 3), (34, 4), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 11), (34, 49), (34, 50), (34, 51), (34, 52), (34, 53), (34, 56), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 63), (34, 64), (34, 65), (34, 71), (37, 0), (37, 2), (37, 10), (37, 42), (37, 43), (37, 44), (37, 45), (37, 46), (37, 47), (37, 48), (37, 52), (37, 53), (37, 71), (45, 1), (45, 3), (45, 4), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 11), (45, 49), (45, 50), (45, 51), (45, 52), (45, 53), (45, 56), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 63), (45, 64), (45, 65), (45, 71), (46, 1), (46, 3), (46, 4), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 11), (46, 49), (46, 50), (46, 51), (46, 52), (46, 53), (46, 56), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 63), (46, 64), (46, 65), (46, 71), (50, 71), (51, 0), (51, 10), (51, 58), (51, 59), (51, 60), (52, 1), (52, 5), (52, 6), (52, 8), (52, 9), (52, 11), (52, 58), (52, 59), (52, 60), (53, 1), (53, 5), (53, 6), (53, 8), (53, 9), (53, 11), (53, 58), (53, 59), (53, 60), (54, 0), (54, 10), (54, 49), (54, 50), (54, 51), (55, 1), (55, 5), (55, 6), (55, 8), (55, 9), (55, 11), (55, 49), (55, 50), (55, 51), (56, 1), (56, 5), (56, 6), (56, 8), (56, 9), (56, 11), (56, 49), (56, 50), (56, 51), (57, 0), (57, 2), (57, 10), (57, 42), (57, 43), (57, 44), (57, 45), (57, 46), (57, 47), (57, 48), (57, 52), (57, 53), (57, 71), (58, 1), (58, 3), (58, 5), (58, 6), (58, 7), (58, 8), (58, 9), (58, 11), (58, 42), (58, 43), (58, 44), (58, 45), (58, 46), (58, 47), (58, 48), (58, 52), (58, 53), (58, 71), (59, 1), (59, 3), (59, 5), (59, 6), (59, 7), (59, 8), (59, 9), (59, 11), (59, 13), (59, 14), (59, 15), (59, 17), (59, 18), (59, 20), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 42), (59, 43), (59, 44), (59, 45), (59, 46), (59, 47), (59, 48), (59, 52), (59, 53), (59, 71), (60, 56), (60, 57), (61, 4), (61, 5), (61, 56), (61, 57), (62, 4), (62, 5), (62, 56), (62, 57), (65, 13), (65, 14), (65, 15), (65, 17), (65, 18), (65, 20), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

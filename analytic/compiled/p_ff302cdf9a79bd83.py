@@ -2,60 +2,60 @@
 
 STRUCTURE = 'mlp=swiglu;position=rope;attention=mla;norm=rmsnorm;bias=False;tied_embeddings=False;qk_norm=False;qkv_bias=False;attention_sinks=False;expert_bias=False;dense_layers=3;experts>0;topk>0;shared_experts>0;expert_ffn_hidden>0;q_lora_rank>0;kv_lora_rank>0;rope_dim>0;nodes_per_token>0;mtp_modules>0;mha=True;mqa=False;sp=True;async_tp=False;comm_sms>0=False;zero3_gather=per-block;moe_ep=True;dtype=bf16;grad_dtype=bf16;moment_dtype=fp32;flash=True;op_sac=False;fsdp_reduce=None;optimizer_kernel=fused;zero_optimizer=deepspeed;fp8_weight_cache=None;sp_inputs=split;saved_extra=None;quantised=False;attention_efficiency=False;checkpoint_time=False;mesh=False'
 
-QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ep', 'expert_ffn_hidden', 'experts', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'kv_lora_rank', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'mtp_modules', 'nodes_per_token', 'overlap', 'peak_flops', 'pp', 'q_lora_rank', 'recompute', 'restart_time', 'rope_dim', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'shared_experts', 'tokens', 'topk', 'tp', 'vocab', 'vpp', 'zero')
+QUANTITIES_INPUTS = ('attention_factor', 'checkpoint_write_time', 'cp', 'dp', 'element_bytes', 'ep', 'expert_ffn_hidden', 'experts', 'ffn_hidden', 'global_batch', 'gpus_per_node', 'hbm', 'hbm_bandwidth', 'head_dim', 'heads', 'hidden', 'interruption_rate', 'kv_heads', 'kv_lora_rank', 'layers', 'loss_bytes', 'matmul_efficiency', 'memory_efficiency', 'microbatch_size', 'mtp_modules', 'nodes_per_token', 'outside_bytes', 'overlap', 'peak_flops', 'pp', 'q_lora_rank', 'recompute', 'restart_time', 'rope_dim', 'scale_out_bandwidth', 'scale_out_efficiency', 'scale_out_latency', 'scale_up_bandwidth', 'scale_up_domain', 'scale_up_efficiency', 'scale_up_latency', 'schedule', 'seq_len', 'shared_experts', 'tokens', 'topk', 'tp', 'vocab', 'vpp', 'zero')
 QUANTITIES_OUTPUTS = ('gpus', 'nodes', 'microbatches', 'tokens_per_step', 'params', 'active_params', 'params_per_gpu', 'optimizer_params', 'layers_per_stage', 'memory.weights', 'memory.gradients', 'memory.optimizer', 'memory.gathered', 'memory.activations', 'memory.optimizer_step', 'memory.host', 'memory.activations.first_stage', 'memory.activations.last_stage', 'memory.activations.layer', 'memory.logits', 'memory.logits.unsplit', 'memory.loss', 'memory.total', 'memory.headroom', 'flops', 'flops.6nd', 'flops.palm', 'flops.megatron', 'flops.hardware', 'bubble', 'time.compute', 'time.bubble', 'step_time', 'mfu', 'mfu.palm', 'communication.tp_message', 'communication_time.stage_output', 'communication_time.dp_one_nic', 'experts_per_node_at_same_cost', 'experts_at_same_cost', 'steps', 'mtbf', 'checkpoint_time', 'checkpoint_interval', 'goodput', 'train_time', 'interruptions', 'time.gemm', 'time.attention', 'time.memory_bound', 'time.optimizer', 'communication.tp', 'communication_time.tp', 'time.tp', 'communication.cp', 'communication_time.cp', 'time.cp', 'communication.dp', 'communication_time.dp', 'time.dp', 'communication.pp', 'communication_time.pp', 'time.pp', 'communication.ep', 'communication_time.ep', 'time.ep')
 QUANTITIES_UNITS = ('dimensionless', 'dimensionless', 'dimensionless', 'token', 'parameter', 'parameter', 'parameter', 'parameter', 'dimensionless', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'byte', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'FLOP', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'dimensionless', 'byte', 'second', 'second', 'dimensionless', 'dimensionless', 'dimensionless', 'second', 'second', 'second', 'dimensionless', 'second', 'dimensionless', 'second', 'second', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second', 'byte', 'second', 'second')
 
 
 def quantities(x, k):
-    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44, x45, x46, x47, x48 = x
-    r0 = x3 * x2 * x28 * x45
+    x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44, x45, x46, x47, x48, x49 = x
+    r0 = x3 * x2 * x29 * x46
     r1 = k.recip(x10)
-    r1 = x3 * x2 * x28 * x45 * r1
+    r1 = x3 * x2 * x29 * x46 * r1
     r1 = k.ceiling(r1)
     r4 = k.recip(x3)
     r5 = k.recip(x23)
     r6 = x9 * r4 * r5
-    r7 = x9 * x41
+    r7 = x9 * x42
     r8 = 2.0 * x15
-    r9 = x15 * x29
-    r10 = x32 + x18
+    r9 = x15 * x30
+    r10 = x33 + x18
     r11 = x15 * r10
     r12 = x14 * x13 * x15
-    r13 = x13 + x32
-    r14 = x14 * x29 * r13
+    r13 = x13 + x33
+    r14 = x14 * x30 * r13
     r15 = 2.0 * x14 * x13 * x18
-    r8 = x18 + x29 + r8 + r9 + r11 + r12 + r14 + r15
+    r8 = x18 + x30 + r8 + r9 + r11 + r12 + r14 + r15
     r17 = x19 * r8
     r18 = -3.0 + x19
     r19 = x7 * x15
     r20 = 3.0 * x7
-    r21 = 3.0 * x42
+    r21 = 3.0 * x43
     r20 = r20 + r21
     r20 = x15 * x6 * r20
     r24 = r19 + r20
     r25 = r18 * r24
-    r26 = 2.0 * x46 * x15
+    r26 = 2.0 * x47 * x15
     r27 = 9.0 * x15 * x8
     r28 = x15 + r17 + r25 + r26 + r27
-    r29 = 3.0 * x44
+    r29 = 3.0 * x45
     r29 = r21 + r29
     r29 = x15 * x6 * r29
     r21 = r19 + r29
     r33 = r18 * r21
     r33 = x15 + r17 + r33 + r26 + r27
-    r35 = k.recip(x28)
-    r36 = k.recip(x45)
+    r35 = k.recip(x29)
+    r36 = k.recip(x46)
     r37 = k.pow(x15, 2.0)
     r38 = 2.0 * r37
     r39 = 4.0 * x15
-    r40 = x18 + x29 + r38 + r39 + r19 + r9 + r11 + r12 + r14 + r20 + r15
+    r40 = x18 + x30 + r38 + r39 + r19 + r9 + r11 + r12 + r14 + r20 + r15
     r41 = x24 * r40
     r42 = -3.0 + x24 + x19
     r43 = -3.0 * x7 * x15 * x6 * r42
     r43 = x15 + r41 + r17 + r25 + r26 + r27 + r43
     r27 = r35 * r36 * r43
-    r26 = x40 == 5.0
+    r26 = x41 == 5.0
     r43 = 2.0 * r35 * r36 * r43
     r27 = k.where(r26, r43, r27)
     r43 = k.recip(x5)
@@ -63,7 +63,7 @@ def quantities(x, k):
     r17 = 6.0 * x7 * x15 * x6 * r43 * r35 * r36 * r42
     r25 = k.where(r26, r17, r25)
     r17 = r27 + r25
-    r54 = x48 >= 1.0
+    r54 = x49 >= 1.0
     r55 = k.recip(x2)
     r56 = r4 * r55 * r27
     r56 = k.where(r54, r56, r27)
@@ -71,8 +71,8 @@ def quantities(x, k):
     r58 = k.where(r54, r58, r25)
     r60 = r56 + r58
     r61 = x19 * r35
-    r62 = x46 * x15
-    r63 = x28 == 1.0
+    r62 = x47 * x15
+    r63 = x29 == 1.0
     r64 = k.where(r63, 1.0, 0.0)
     r65 = x15 * r64
     r66 = k.ceiling(r61)
@@ -86,11 +86,11 @@ def quantities(x, k):
     r74 = r41 + r73
     r75 = r74 * r64
     r76 = r8 * r66
-    r77 = x46 * x15 * r64
+    r77 = x47 * x15 * r64
     r67 = 3.0 * x15 * x8 * r67
     r67 = r62 + r65 + r20 + r75 + r76 + r77 + r67
     r67 = r36 * r67
-    r75 = -2.0 + x28
+    r75 = -2.0 + x29
     r75 = r75 * r66
     r75 = r75 + r66
     r75 = k.where(r63, 0.0, r75)
@@ -107,7 +107,7 @@ def quantities(x, k):
     r75 = r67 + r73
     r77 = k.where(r26, r75, r67)
     r65 = 2.0 * r77
-    r62 = x48 >= 3.0
+    r62 = x49 >= 3.0
     r41 = 2.0 * r4 * r55 * r77
     r100 = k.where(r62, r41, r65)
     r101 = 12.0 * r77
@@ -131,31 +131,31 @@ def quantities(x, k):
     r117 = k.where(r54, r118, r117)
     r118 = 6.0 * x8
     r118 = r39 + r118
-    r118 = x23 * x41 * r55 * r36 * r118
-    r123 = 2.0 * x32
+    r118 = x23 * x42 * r55 * r36 * r118
+    r123 = 2.0 * x33
     r124 = 4.0 * x14
     r125 = 4.0 * x18
-    r126 = 4.0 * x29
+    r126 = 4.0 * x30
     r127 = 4.0 * x14 * x13
     r128 = 4.0 * x14 * r13
     r128 = r123 + r124 + r39 + r125 + r126 + r127 + r128
-    r128 = x23 * x41 * r55 * r36 * r128
+    r128 = x23 * x42 * r55 * r36 * r128
     r118 = r118 + r128
-    r127 = 6.0 * x42
-    r126 = 6.0 * x44
+    r127 = 6.0 * x43
+    r126 = 6.0 * x45
     r126 = r127 + r126
     r126 = x6 * r126
     r126 = r39 + r126
     r126 = r36 * r126
-    r127 = 2.0 * x15 * x44
+    r127 = 2.0 * x15 * x45
     r127 = r126 + r127
-    r127 = x23 * x41 * r55 * r127
+    r127 = x23 * x42 * r55 * r127
     r128 = r127 + r128
     r128 = k.max(r118, r128)
-    r118 = x30 == 2.0
-    r127 = 2.0 * x23 * x15 * x41 * r55 * r36
+    r118 = x31 == 2.0
+    r127 = 2.0 * x23 * x15 * x42 * r55 * r36
     r127 = k.where(r118, r127, r128)
-    r126 = 1.0 + x28
+    r126 = 1.0 + x29
     r126 = k.min(r126, r6)
     r125 = k.where(r63, x24, 0.0)
     r124 = r125 + r66
@@ -165,40 +165,40 @@ def quantities(x, k):
     r123 = k.where(r26, r151, r124)
     r123 = k.ceiling(r123)
     r155 = r126 * r123
-    r156 = x40 == 4.0
-    r157 = 2.0 * x28
+    r156 = x41 == 4.0
+    r157 = 2.0 * x29
     r158 = -1.0 + r157
     r158 = k.min(r158, r6)
     r160 = r158 * r123
     r155 = k.where(r156, r160, r155)
-    r160 = x40 == 0.0
-    r163 = x40 == 3.0
+    r160 = x41 == 0.0
+    r163 = x41 == 3.0
     r164 = k.or_(r160, r163)
-    r165 = k.min(x28, r6)
+    r165 = k.min(x29, r6)
     r165 = r165 * r123
     r155 = k.where(r164, r165, r155)
-    r165 = x40 == 1.0
-    r169 = k.recip(x47)
-    r170 = x9 * x47 * r4 * r5
-    r171 = -1.0 + x47
-    r171 = x28 * r171
+    r165 = x41 == 1.0
+    r169 = k.recip(x48)
+    r170 = x9 * x48 * r4 * r5
+    r171 = -1.0 + x48
+    r171 = x29 * r171
     r173 = -1.0 + r157 + r171
     r173 = k.min(r170, r173)
     r173 = r169 * r173 * r123
     r155 = k.where(r165, r173, r155)
-    r173 = x40 == 2.0
+    r173 = x41 == 2.0
     r123 = x9 * r4 * r5 * r123
     r155 = k.where(r173, r123, r155)
     r155 = r127 * r155
     r123 = k.where(r54, 1000000000.0, 0.0)
-    r182 = x48 >= 2.0
+    r182 = x49 >= 2.0
     r65 = k.where(r182, r41, r65)
     r114 = k.where(r182, r115, r114)
     r115 = k.where(r118, r128, 0.0)
     r41 = k.or_(r26, r63)
     r187 = 1.0 + x24
-    r188 = 4.0 * x23 * x15 * x41 * r55 * r36
-    r189 = x46 * x23 * x20 * x41 * r55 * r36
+    r188 = 4.0 * x23 * x15 * x42 * r55 * r36
+    r189 = x47 * x23 * x20 * x42 * r55 * r36
     r188 = r188 + r189
     r188 = r187 * r188
     r188 = k.max(r188, r115)
@@ -213,7 +213,7 @@ def quantities(x, k):
     r199 = k.where(r26, r64, r199)
     r124 = 3.0 * x4 * r124 * r199
     r124 = k.where(r62, r124, 0.0)
-    r67 = x28 > 1.0
+    r67 = x29 > 1.0
     r67 = k.and_(r62, r67)
     r199 = 2.0 * x4 * r199
     r124 = k.where(r67, r199, r124)
@@ -251,10 +251,10 @@ def quantities(x, k):
     r102 = r199 == r102
     r124 = k.where(r102, r124, 0.0)
     r102 = r100 + r101 + r116 + r117 + r220 + r41 + r213 + r124
-    r199 = -1.0 + x28
+    r199 = -1.0 + x29
     r114 = k.min(1.0, r199)
     r155 = 1.0 + r114
-    r155 = x28 == r155
+    r155 = x29 == r155
     r77 = k.where(r155, 1.0, 0.0)
     r65 = x15 * r77
     r248 = -1.0 + r114
@@ -270,18 +270,18 @@ def quantities(x, k):
     r257 = r257 + r66
     r259 = r257 * r70
     r260 = r74 * r77
-    r261 = x46 * x15 * r77
+    r261 = x47 * x15 * r77
     r251 = k.where(r251, 1.0, 0.0)
-    r251 = x46 * x15 * r251
+    r251 = x47 * x15 * r251
     r248 = 3.0 * x15 * x8 * r248
     r248 = r65 + r259 + r260 + r76 + r261 + r251 + r248
     r248 = r36 * r248
     r251 = -1.0 * r114
-    r261 = x28 + r251
-    r260 = x28 == r261
+    r261 = x29 + r251
+    r260 = x29 == r261
     r259 = k.where(r260, 1.0, 0.0)
     r65 = x15 * r259
-    r251 = -2.0 + x28 + r251
+    r251 = -2.0 + x29 + r251
     r251 = r251 * r66
     r251 = r251 + r66
     r275 = r261 == 1.0
@@ -294,9 +294,9 @@ def quantities(x, k):
     r281 = r281 + r66
     r70 = r281 * r70
     r74 = r74 * r259
-    r285 = x46 * x15 * r259
+    r285 = x47 * x15 * r259
     r275 = k.where(r275, 1.0, 0.0)
-    r275 = x46 * x15 * r275
+    r275 = x47 * x15 * r275
     r251 = 3.0 * x15 * x8 * r251
     r251 = r65 + r70 + r74 + r76 + r285 + r275 + r251
     r251 = r36 * r251
@@ -504,100 +504,101 @@ def quantities(x, k):
     r318 = k.where(r117, r259, r318)
     r124 = r102 == r124
     r318 = k.where(r124, r220, r318)
-    r220 = x46 * x23 * x4 * x41 * r55 * r36
-    r124 = x46 * x23 * x4 * x41 * r55
+    r220 = x47 * x23 * x4 * x42 * r55 * r36
+    r124 = x47 * x23 * x4 * x42 * r55
     r259 = k.max(r102, r281, r68)
     r117 = r281 == r259
     r68 = k.where(r117, r281, r68)
     r259 = r102 == r259
     r68 = k.where(r259, r102, r68)
-    r102 = -1.0 * r68
-    r102 = x11 + r102
-    r259 = 6.0 * x9 * x41 * r33
+    r102 = -1.0 * x26
+    r259 = -1.0 * r68
+    r259 = x11 + r102 + r259
+    r102 = 6.0 * x9 * x42 * r33
     r281 = 6.0 * x15
     r117 = 6.0 * x19 * r8
     r21 = 6.0 * r18 * r21
-    r316 = 12.0 * x46 * x15
+    r316 = 12.0 * x47 * x15
     r275 = 54.0 * x15 * x8
     r312 = 2.0 * x13
-    r312 = x32 + r312
-    r70 = 6.0 * x19 * x14 * x41 * r312
+    r312 = x33 + r312
+    r70 = 6.0 * x19 * x14 * x42 * r312
     r70 = r281 + r117 + r21 + r316 + r275 + r70
-    r101 = x9 * x41 * r70
+    r101 = x9 * x42 * r70
     r213 = k.recip(x15)
-    r116 = 0.16666666666666666 * x41 * r213
+    r116 = 0.16666666666666666 * x42 * r213
     r77 = k.recip(x19)
-    r213 = 0.0625 * x46 * r77 * r213
+    r213 = 0.0625 * x47 * r77 * r213
     r213 = 1.0 + r116 + r213
-    r213 = 96.0 * x9 * x19 * x41 * r37 * r213
-    r15 = x18 + x29 + r38 + r39 + r19 + r9 + r11 + r12 + r14 + r29 + r15
+    r213 = 96.0 * x9 * x19 * x42 * r37 * r213
+    r15 = x18 + x30 + r38 + r39 + r19 + r9 + r11 + r12 + r14 + r29 + r15
     r15 = 6.0 * x24 * r15
-    r29 = 6.0 * x24 * x46 * x15
+    r29 = 6.0 * x24 * x47 * x15
     r14 = x24 + x19
-    r12 = 6.0 * x14 * x41 * r14 * r312
+    r12 = 6.0 * x14 * x42 * r14 * r312
     r12 = r281 + r15 + r117 + r21 + r316 + r275 + r29 + r12
-    r29 = x9 * x41 * r12
-    r275 = k.pow(x41, 2.0)
+    r29 = x9 * x42 * r12
+    r275 = k.pow(x42, 2.0)
     r316 = 2.0 * x9 * x14 * r275 * r14 * r13
-    r21 = x30 == 1.0
+    r21 = x31 == 1.0
     r275 = 2.0 * x9 * x14 * r275 * r14 * r312
     r275 = k.where(r21, r275, 0.0)
-    r12 = 0.3333333333333333 * x9 * x41 * r12
+    r12 = 0.3333333333333333 * x9 * x42 * r12
     r275 = k.where(r118, r12, r275)
     r275 = r29 + r316 + r275
     r316 = k.where(r118, 1.0, 0.0)
     r29 = 1.0 + r316
     r12 = k.recip(x12)
     r117 = k.recip(x22)
-    r15 = x23 * x15 * x41 * r55
-    r281 = x23 * x29 * x41 * r55
+    r15 = x23 * x15 * x42 * r55
+    r281 = x23 * x30 * x42 * r55
     r9 = r9 + r15 + r281
     r39 = 2.0 * r12 * r117 * r9
-    r116 = k.recip(x27)
+    r116 = k.recip(x28)
     r77 = k.recip(x21)
-    r317 = 2.0 * x23 * x15 * x29 * x41 * r116 * r55 * r77
+    r317 = 2.0 * x23 * x15 * x30 * x42 * r116 * r55 * r77
     r317 = r39 + r317
     r317 = r29 * r317
-    r39 = x23 * x41 * r55 * r10
+    r39 = x23 * x42 * r55 * r10
     r39 = r11 + r15 + r39
     r11 = 2.0 * r12 * r117 * r39
-    r311 = 2.0 * x23 * x15 * x41 * r116 * r55 * r77 * r10
+    r311 = 2.0 * x23 * x15 * x42 * r116 * r55 * r77 * r10
     r311 = r11 + r311
     r311 = r29 * r311
     r11 = x15 * x8 * r36
-    r74 = x23 * x8 * x41 * r55 * r36
+    r74 = x23 * x8 * x42 * r55 * r36
     r74 = r11 + r15 + r74
     r11 = 2.0 * r12 * r117 * r74
-    r100 = 2.0 * x23 * x15 * x8 * x41 * r116 * r55 * r77 * r36
+    r100 = 2.0 * x23 * x15 * x8 * x42 * r116 * r55 * r77 * r36
     r100 = r11 + r100
     r100 = r29 * r100
     r11 = 2.0 * x15 * x8 * r36
-    r20 = 2.0 * x23 * x8 * x41 * r55 * r36
+    r20 = 2.0 * x23 * x8 * x42 * r55 * r36
     r20 = r11 + r15 + r20
     r11 = 2.0 * r12 * r117 * r20
-    r285 = 4.0 * x23 * x15 * x8 * x41 * r116 * r55 * r77 * r36
+    r285 = 4.0 * x23 * x15 * x8 * x42 * r116 * r55 * r77 * r36
     r285 = r11 + r285
     r285 = r29 * r285
     r11 = x14 * x13 * x15 * r36
-    r126 = x14 * x23 * x13 * x41 * r55 * r36
+    r126 = x14 * x23 * x13 * x42 * r55 * r36
     r126 = r11 + r15 + r126
     r11 = 2.0 * r12 * r117 * r126
-    r75 = 2.0 * x14 * x23 * x13 * x15 * x41 * r116 * r55 * r77 * r36
+    r75 = 2.0 * x14 * x23 * x13 * x15 * x42 * r116 * r55 * r77 * r36
     r75 = r11 + r75
     r75 = r29 * r75
-    r11 = x14 * x29 * r36 * r13
-    r123 = x14 * x23 * x41 * r55 * r36 * r13
+    r11 = x14 * x30 * r36 * r13
+    r123 = x14 * x23 * x42 * r55 * r36 * r13
     r123 = r11 + r281 + r123
     r281 = 2.0 * r12 * r117 * r123
-    r11 = 2.0 * x14 * x23 * x29 * x41 * r116 * r55 * r77 * r36 * r13
+    r11 = 2.0 * x14 * x23 * x30 * x42 * r116 * r55 * r77 * r36 * r13
     r11 = r281 + r11
     r11 = r29 * r11
-    r281 = x23 * x18 * x41 * r55
+    r281 = x23 * x18 * x42 * r55
     r67 = 2.0 * x14 * x13 * x18 * r36
-    r64 = 2.0 * x14 * x23 * x13 * x41 * r55 * r36
+    r64 = 2.0 * x14 * x23 * x13 * x42 * r55 * r36
     r64 = r281 + r67 + r64
     r67 = 2.0 * r12 * r117 * r64
-    r281 = 4.0 * x14 * x23 * x13 * x18 * x41 * r116 * r55 * r77 * r36
+    r281 = 4.0 * x14 * x23 * x13 * x18 * x42 * r116 * r55 * r77 * r36
     r281 = r67 + r281
     r281 = r29 * r281
     r9 = 4.0 * r12 * r117 * r9
@@ -607,69 +608,69 @@ def quantities(x, k):
     r126 = 4.0 * r12 * r117 * r126
     r123 = 4.0 * r12 * r117 * r123
     r64 = 4.0 * r12 * r117 * r64
-    r67 = 4.0 * x23 * x15 * x29 * x41 * r116 * r55 * r77
-    r10 = 4.0 * x23 * x15 * x41 * r116 * r55 * r77 * r10
-    r73 = 12.0 * x23 * x15 * x8 * x41 * r116 * r55 * r77 * r36
-    r125 = 4.0 * x14 * x23 * x13 * x15 * x41 * r116 * r55 * r77 * r36
-    r251 = 4.0 * x14 * x23 * x29 * x41 * r116 * r55 * r77 * r36 * r13
-    r257 = 8.0 * x14 * x23 * x13 * x18 * x41 * r116 * r55 * r77 * r36
+    r67 = 4.0 * x23 * x15 * x30 * x42 * r116 * r55 * r77
+    r10 = 4.0 * x23 * x15 * x42 * r116 * r55 * r77 * r10
+    r73 = 12.0 * x23 * x15 * x8 * x42 * r116 * r55 * r77 * r36
+    r125 = 4.0 * x14 * x23 * x13 * x15 * x42 * r116 * r55 * r77 * r36
+    r251 = 4.0 * x14 * x23 * x30 * x42 * r116 * r55 * r77 * r36 * r13
+    r257 = 8.0 * x14 * x23 * x13 * x18 * x42 * r116 * r55 * r77 * r36
     r73 = r317 + r311 + r100 + r285 + r75 + r11 + r281 + r9 + r39 + r74 + r20 + r126 + r123 + r64 + r67 + r10 + r73 + r125 + r251 + r257
     r73 = 3.0 * r35 * r73
-    r20 = 3.0 * x23 * x15 * x41 * r55
+    r20 = 3.0 * x23 * x15 * x42 * r55
     r20 = r38 + r20
     r38 = 2.0 * r12 * r117 * r20
-    r74 = 4.0 * x23 * x41 * r116 * r55 * r77 * r37
+    r74 = 4.0 * x23 * x42 * r116 * r55 * r77 * r37
     r74 = r38 + r74
     r74 = r29 * r74
     r20 = 4.0 * r12 * r117 * r20
-    r37 = 8.0 * x23 * x41 * r116 * r55 * r77 * r37
+    r37 = 8.0 * x23 * x42 * r116 * r55 * r77 * r37
     r37 = r74 + r20 + r37
     r37 = x24 * r35 * r37
-    r20 = x46 * x15 * r36
-    r74 = x46 * x23 * x41 * r55 * r36
+    r20 = x47 * x15 * r36
+    r74 = x47 * x23 * x42 * r55 * r36
     r74 = r20 + r15 + r74
     r20 = 2.0 * r12 * r117 * r74
-    r38 = 2.0 * x46 * x23 * x15 * x41 * r116 * r55 * r77 * r36
+    r38 = 2.0 * x47 * x23 * x15 * x42 * r116 * r55 * r77 * r36
     r38 = r20 + r38
     r38 = r29 * r38
     r74 = 4.0 * r12 * r117 * r74
-    r20 = 4.0 * x46 * x23 * x15 * x41 * r116 * r55 * r77 * r36
+    r20 = 4.0 * x47 * x23 * x15 * x42 * r116 * r55 * r77 * r36
     r20 = r38 + r74 + r20
     r20 = r35 * r187 * r20
-    r74 = x7 * x23 * x41 * r55
+    r74 = x7 * x23 * x42 * r55
     r74 = r19 + r74 + r15
     r19 = 2.0 * r12 * r117 * r74
-    r38 = 2.0 * x7 * x23 * x15 * x41 * r116 * r55 * r77
+    r38 = 2.0 * x7 * x23 * x15 * x42 * r116 * r55 * r77
     r38 = r19 + r38
     r38 = r29 * r38
-    r19 = x42 * x15 * x6 * r36
-    r285 = x42 * x23 * x6 * x41 * r55 * r36
+    r19 = x43 * x15 * x6 * r36
+    r285 = x43 * x23 * x6 * x42 * r55 * r36
     r285 = r19 + r15 + r285
     r19 = 2.0 * r12 * r117 * r285
-    r100 = 2.0 * x42 * x23 * x15 * x6 * x41 * r116 * r55 * r77 * r36
+    r100 = 2.0 * x43 * x23 * x15 * x6 * x42 * r116 * r55 * r77 * r36
     r100 = r19 + r100
     r100 = r29 * r100
-    r19 = 2.0 * x42 * x15 * x6 * r36
-    r127 = 2.0 * x42 * x23 * x6 * x41 * r55 * r36
+    r19 = 2.0 * x43 * x15 * x6 * r36
+    r127 = 2.0 * x43 * x23 * x6 * x42 * r55 * r36
     r127 = r15 + r19 + r127
     r19 = 2.0 * r12 * r117 * r127
-    r15 = 4.0 * x42 * x23 * x15 * x6 * x41 * r116 * r55 * r77 * r36
+    r15 = 4.0 * x43 * x23 * x15 * x6 * x42 * r116 * r55 * r77 * r36
     r15 = r19 + r15
     r15 = r29 * r15
     r19 = x15 * x6
     r151 = k.recip(x7)
-    r170 = x5 * x23 * x15 * x44 * x41 * r151 * r55 * r36
-    r171 = x5 * x23 * x6 * x44 * x41 * r151 * r55 * r36
+    r170 = x5 * x23 * x15 * x45 * x42 * r151 * r55 * r36
+    r171 = x5 * x23 * x6 * x45 * x42 * r151 * r55 * r36
     r171 = r19 + r170 + r171
     r19 = 2.0 * x7 * r12 * r43 * r117 * r171
-    r158 = 2.0 * x23 * x15 * x6 * x44 * x41 * r116 * r55 * r77 * r36
+    r158 = 2.0 * x23 * x15 * x6 * x45 * x42 * r116 * r55 * r77 * r36
     r158 = r19 + r158
     r158 = r29 * r158
     r19 = 2.0 * x15 * x6
-    r151 = 2.0 * x5 * x23 * x6 * x44 * x41 * r151 * r55 * r36
+    r151 = 2.0 * x5 * x23 * x6 * x45 * x42 * r151 * r55 * r36
     r151 = r19 + r170 + r151
     r170 = 2.0 * x7 * r12 * r43 * r117 * r151
-    r19 = 4.0 * x23 * x15 * x6 * x44 * x41 * r116 * r55 * r77 * r36
+    r19 = 4.0 * x23 * x15 * x6 * x45 * x42 * r116 * r55 * r77 * r36
     r19 = r170 + r19
     r19 = r29 * r19
     r74 = 4.0 * r12 * r117 * r74
@@ -677,9 +678,9 @@ def quantities(x, k):
     r127 = 4.0 * r12 * r117 * r127
     r171 = 4.0 * x7 * r12 * r43 * r117 * r171
     r151 = 4.0 * x7 * r12 * r43 * r117 * r151
-    r170 = 4.0 * x7 * x23 * x15 * x41 * r116 * r55 * r77
-    r195 = 12.0 * x42 * x23 * x15 * x6 * x41 * r116 * r55 * r77 * r36
-    r260 = 12.0 * x23 * x15 * x6 * x44 * x41 * r116 * r55 * r77 * r36
+    r170 = 4.0 * x7 * x23 * x15 * x42 * r116 * r55 * r77
+    r195 = 12.0 * x43 * x23 * x15 * x6 * x42 * r116 * r55 * r77 * r36
+    r260 = 12.0 * x23 * x15 * x6 * x45 * x42 * r116 * r55 * r77 * r36
     r260 = r38 + r317 + r311 + r100 + r75 + r11 + r15 + r281 + r158 + r19 + r74 + r9 + r39 + r285 + r126 + r123 + r127 + r64 + r171 + r151 + r170 + r67 + r10 + r125 + r251 + r257 + r195 + r260
     r260 = r35 * r42 * r260
     r260 = r73 + r37 + r20 + r260
@@ -687,49 +688,49 @@ def quantities(x, k):
     r37 = 5.0 * x8
     r73 = 3.0 * x8 * r29
     r73 = r37 + r73
-    r73 = x23 * x41 * r55 * r36 * r73
+    r73 = x23 * x42 * r55 * r36 * r73
     r37 = 12.0 * x15
     r195 = 10.0 * x15 * r29
     r195 = r37 + r195
-    r195 = x23 * x41 * r55 * r36 * r195
+    r195 = x23 * x42 * r55 * r36 * r195
     r73 = r73 + r195
     r73 = 3.0 * r35 * r73
-    r37 = x42 + x44
+    r37 = x43 + x45
     r257 = 5.0 * x6 * r37
     r37 = 3.0 * x6 * r29 * r37
     r37 = r257 + r37
-    r37 = x23 * x41 * r55 * r36 * r37
-    r257 = 4.0 * x44
+    r37 = x23 * x42 * r55 * r36 * r37
+    r257 = 4.0 * x45
     r257 = 4.0 + r257
-    r257 = x23 * x15 * x41 * r55 * r36 * r257
+    r257 = x23 * x15 * x42 * r55 * r36 * r257
     r257 = r195 + r37 + r257
     r257 = r35 * r42 * r257
-    r187 = 3.0 * x46 * x23 * x41 * r55 * r35 * r36 * r187
+    r187 = 3.0 * x47 * x23 * x42 * r55 * r35 * r36 * r187
     r42 = 2.0 * x14
     r42 = 2.0 + r42
     r316 = 2.0 + r316
-    r316 = x23 * x32 * x41 * r55 * r35 * r36 * r42 * r316 * r14
+    r316 = x23 * x33 * x42 * r55 * r35 * r36 * r42 * r316 * r14
     r316 = r73 + r257 + r187 + r316
     r187 = x9 * x4 * r12 * r4 * r5 * r117 * r316
     r257 = k.recip(x0)
-    r13 = x14 * x41 * r13
+    r13 = x14 * x42 * r13
     r21 = k.or_(r21, r118)
     r21 = k.where(r21, 1.0, 0.0)
     r21 = 3.0 + r21
-    r312 = x14 * x41 * r21 * r312
+    r312 = x14 * x42 * r21 * r312
     r312 = r13 + r312
-    r13 = x9 * x41 * r116 * r4 * r55 * r77 * r257 * r35 * r36 * r14 * r312
+    r13 = x9 * x42 * r116 * r4 * r55 * r77 * r257 * r35 * r36 * r14 * r312
     r21 = r20 + r187 + r13
     r73 = k.recip(r21)
     r260 = -1.0 * x9 * r4 * r5 * r260
     r42 = k.recip(x9)
     r37 = 0.3333333333333333 * x3 * x23 * r42 * r169 * r21
-    r195 = 0.6666666666666666 * x3 * x23 * x28 * r42 * r21
+    r195 = 0.6666666666666666 * x3 * x23 * x29 * r42 * r21
     r316 = -1.0 * x9 * x4 * r12 * r4 * r5 * r117 * r316
-    r312 = -1.0 * x9 * x41 * r116 * r4 * r55 * r77 * r257 * r35 * r36 * r14 * r312
+    r312 = -1.0 * x9 * x42 * r116 * r4 * r55 * r77 * r257 * r35 * r36 * r14 * r312
     r195 = r260 + r37 + r195 + r316 + r312
     r195 = k.max(0.0, r195)
-    r257 = 0.5 * x28
+    r257 = 0.5 * x29
     r257 = -1.0 + r257
     r257 = 0.6666666666666666 * x3 * x23 * r42 * r169 * r257 * r21
     r257 = k.where(r156, 0.0, r257)
@@ -745,73 +746,73 @@ def quantities(x, k):
     r58 = r56 + r58
     r58 = r12 * r117 * r58
     r117 = r58 + r20 + r187 + r13
-    r12 = -1.0 * x26
+    r12 = -1.0 * x27
     r12 = 1.0 + r12
-    r56 = x28 * x47
+    r56 = x29 * x48
     r56 = -1.0 + r56
-    r195 = k.recip(x33)
-    r199 = k.recip(x34)
-    r160 = x23 * x4 * x15 * x41 * r195 * r55 * r199 * r36
-    r160 = x35 + r160
-    r156 = 2.0 * x3 * x2 * x45
-    r156 = x37 >= r156
-    r77 = k.recip(x36)
-    r251 = k.recip(x38)
-    r125 = x23 * x4 * x15 * x41 * r77 * r55 * r251 * r36
-    r125 = x39 + r125
+    r195 = k.recip(x34)
+    r199 = k.recip(x35)
+    r160 = x23 * x4 * x15 * x42 * r195 * r55 * r199 * r36
+    r160 = x36 + r160
+    r156 = 2.0 * x3 * x2 * x46
+    r156 = x38 >= r156
+    r77 = k.recip(x37)
+    r251 = k.recip(x39)
+    r125 = x23 * x4 * x15 * x42 * r77 * r55 * r251 * r36
+    r125 = x40 + r125
     r160 = k.where(r156, r125, r160)
     r160 = 2.0 * x9 * r4 * r5 * r35 * r56 * r160
     r160 = k.where(r63, 0.0, r160)
     r12 = r12 * r160
     r125 = x3 * x23 * r42 * r21
-    r156 = x28 <= 1.0
+    r156 = x29 <= 1.0
     r182 = k.and_(r182, r156)
     r125 = k.where(r182, r21, r125)
-    r125 = -1.0 * x26 * r125
+    r125 = -1.0 * x27 * r125
     r10 = x3 * x2
     r67 = -1.0 + r10
     r170 = k.recip(r67)
     r151 = 2.0 * x3 * x2
     r151 = -2.0 + r151
-    r171 = x37 * r36
+    r171 = x38 * r36
     r64 = k.gcd(r10, r171)
     r127 = k.recip(r64)
     r123 = x3 * x2 * r127
     r123 = -1.0 + r123
-    r123 = x35 * r123
+    r123 = x36 * r123
     r126 = -1.0 * x3 * x2 * r127
     r126 = r10 + r126
-    r126 = x39 * r126
+    r126 = x40 * r126
     r285 = r123 + r126
     r285 = r170 * r151 * r285
     r170 = k.recip(r14)
-    r39 = x4 * x28 * r195 * r4 * r55 * r199 * r170 * r127 * r151 * r27
+    r39 = x4 * x29 * r195 * r4 * r55 * r199 * r170 * r127 * r151 * r27
     r64 = -1.0 + r64
-    r9 = x4 * x28 * r77 * r4 * r55 * r251 * r170 * r127 * r64 * r151 * r27
+    r9 = x4 * x29 * r77 * r4 * r55 * r251 * r170 * r127 * r64 * r151 * r27
     r9 = k.max(r39, r9)
     r9 = r285 + r9
-    r285 = x37 <= x45
-    r39 = x35 * r151
-    r74 = x4 * x28 * r195 * r4 * r55 * r199 * r170 * r151 * r27
+    r285 = x38 <= x46
+    r39 = x36 * r151
+    r74 = x4 * x29 * r195 * r4 * r55 * r199 * r170 * r151 * r27
     r74 = r39 + r74
     r9 = k.where(r285, r74, r9)
-    r74 = x3 * x2 * x45
-    r74 = x37 >= r74
-    r39 = x39 * r151
-    r19 = x4 * x28 * r77 * r4 * r55 * r251 * r170 * r151 * r27
+    r74 = x3 * x2 * x46
+    r74 = x38 >= r74
+    r39 = x40 * r151
+    r19 = x4 * x29 * r77 * r4 * r55 * r251 * r170 * r151 * r27
     r19 = r39 + r19
     r9 = k.where(r74, r19, r9)
     r9 = r35 * r14 * r9
-    r19 = x4 * x28 * r195 * r4 * r55 * r199 * r170 * r127 * r67 * r27
-    r64 = x4 * x28 * r77 * r4 * r55 * r251 * r170 * r127 * r67 * r64 * r27
+    r19 = x4 * x29 * r195 * r4 * r55 * r199 * r170 * r127 * r67 * r27
+    r64 = x4 * x29 * r77 * r4 * r55 * r251 * r170 * r127 * r67 * r64 * r27
     r64 = k.max(r19, r64)
     r64 = r123 + r126 + r64
-    r126 = x35 * r67
-    r123 = x4 * x28 * r195 * r4 * r55 * r199 * r170 * r67 * r27
+    r126 = x36 * r67
+    r123 = x4 * x29 * r195 * r4 * r55 * r199 * r170 * r67 * r27
     r123 = r126 + r123
     r64 = k.where(r285, r123, r64)
-    r123 = x39 * r67
-    r126 = x4 * x28 * r77 * r4 * r55 * r251 * r170 * r67 * r27
+    r123 = x40 * r67
+    r126 = x4 * x29 * r77 * r4 * r55 * r251 * r170 * r67 * r27
     r126 = r123 + r126
     r64 = k.where(r74, r126, r64)
     r126 = 2.0 * r35 * r14 * r64
@@ -830,46 +831,46 @@ def quantities(x, k):
     r74 = k.recip(r62)
     r126 = 2.0 * x3 * x2 * r43
     r126 = -2.0 + r126
-    r123 = x37 * r55 * r36
+    r123 = x38 * r55 * r36
     r19 = k.gcd(r64, r123)
     r127 = k.recip(r19)
     r39 = x3 * x2 * r43 * r127
     r39 = -1.0 + r39
-    r39 = x35 * r39
+    r39 = x36 * r39
     r158 = -1.0 * x3 * x2 * r43 * r127
     r158 = r64 + r158
-    r158 = x39 * r158
+    r158 = x40 * r158
     r281 = r39 + r158
     r281 = r74 * r126 * r281
-    r74 = x5 * x4 * x28 * r195 * r4 * r55 * r199 * r170 * r127 * r126 * r25
+    r74 = x5 * x4 * x29 * r195 * r4 * r55 * r199 * r170 * r127 * r126 * r25
     r19 = -1.0 + r19
-    r15 = x5 * x4 * x28 * r77 * r4 * r55 * r251 * r170 * r127 * r19 * r126 * r25
+    r15 = x5 * x4 * x29 * r77 * r4 * r55 * r251 * r170 * r127 * r19 * r126 * r25
     r15 = k.max(r74, r15)
     r15 = r281 + r15
-    r281 = x2 * x45
-    r74 = x37 <= r281
-    r11 = x35 * r126
-    r75 = x5 * x4 * x28 * r195 * r4 * r55 * r199 * r170 * r126 * r25
+    r281 = x2 * x46
+    r74 = x38 <= r281
+    r11 = x36 * r126
+    r75 = x5 * x4 * x29 * r195 * r4 * r55 * r199 * r170 * r126 * r25
     r75 = r11 + r75
     r15 = k.where(r74, r75, r15)
     r75 = k.pow(x2, 2.0)
-    r75 = x3 * x45 * r43 * r75
-    r75 = x37 >= r75
-    r11 = x39 * r126
-    r100 = x5 * x4 * x28 * r77 * r4 * r55 * r251 * r170 * r126 * r25
+    r75 = x3 * x46 * r43 * r75
+    r75 = x38 >= r75
+    r11 = x40 * r126
+    r100 = x5 * x4 * x29 * r77 * r4 * r55 * r251 * r170 * r126 * r25
     r100 = r11 + r100
     r15 = k.where(r75, r100, r15)
     r15 = r35 * r14 * r15
-    r100 = x5 * x4 * x28 * r195 * r4 * r55 * r199 * r170 * r127 * r62 * r25
-    r19 = x5 * x4 * x28 * r77 * r4 * r55 * r251 * r170 * r127 * r62 * r19 * r25
+    r100 = x5 * x4 * x29 * r195 * r4 * r55 * r199 * r170 * r127 * r62 * r25
+    r19 = x5 * x4 * x29 * r77 * r4 * r55 * r251 * r170 * r127 * r62 * r19 * r25
     r19 = k.max(r100, r19)
     r19 = r39 + r158 + r19
-    r158 = x35 * r62
-    r39 = x5 * x4 * x28 * r195 * r4 * r55 * r199 * r170 * r62 * r25
+    r158 = x36 * r62
+    r39 = x5 * x4 * x29 * r195 * r4 * r55 * r199 * r170 * r62 * r25
     r39 = r158 + r39
     r19 = k.where(r74, r39, r19)
-    r39 = x39 * r62
-    r170 = x5 * x4 * x28 * r77 * r4 * r55 * r251 * r170 * r62 * r25
+    r39 = x40 * r62
+    r170 = x5 * x4 * x29 * r77 * r4 * r55 * r251 * r170 * r62 * r25
     r170 = r39 + r170
     r19 = k.where(r75, r170, r19)
     r170 = 2.0 * r35 * r14 * r19
@@ -888,23 +889,23 @@ def quantities(x, k):
     r19 = k.recip(r171)
     r75 = x2 * r19
     r75 = -1.0 + r75
-    r75 = x35 * r75
+    r75 = x36 * r75
     r170 = -1.0 * x2 * r19
     r170 = x2 + r170
-    r170 = x39 * r170
+    r170 = x40 * r170
     r39 = -1.0 + x2
-    r158 = 2.0 * x17 * x23 * x13 * x4 * x41 * r195 * r55 * r199 * r36 * r19 * r39
+    r158 = 2.0 * x17 * x23 * x13 * x4 * x42 * r195 * r55 * r199 * r36 * r19 * r39
     r171 = -1.0 + r171
-    r171 = 2.0 * x17 * x23 * x13 * x4 * x41 * r77 * r55 * r251 * r36 * r19 * r39 * r171
+    r171 = 2.0 * x17 * x23 * x13 * x4 * x42 * r77 * r55 * r251 * r36 * r19 * r39 * r171
     r171 = k.max(r158, r171)
     r171 = r75 + r170 + r171
-    r170 = x35 * r39
-    r75 = 2.0 * x17 * x23 * x13 * x4 * x41 * r195 * r55 * r199 * r36 * r39
+    r170 = x36 * r39
+    r75 = 2.0 * x17 * x23 * x13 * x4 * x42 * r195 * r55 * r199 * r36 * r39
     r75 = r170 + r75
     r171 = k.where(r285, r75, r171)
-    r281 = x37 >= r281
-    r75 = x39 * r39
-    r285 = 2.0 * x17 * x23 * x13 * x4 * x41 * r77 * r55 * r251 * r36 * r39
+    r281 = x38 >= r281
+    r75 = x40 * r39
+    r285 = 2.0 * x17 * x23 * x13 * x4 * x42 * r77 * r55 * r251 * r36 * r39
     r285 = r75 + r285
     r171 = k.where(r281, r285, r171)
     r285 = x9 * r4 * r5 * r35 * r14 * r171
@@ -914,85 +915,85 @@ def quantities(x, k):
     r171 = k.where(r285, 0.0, r171)
     r118 = k.where(r118, 2.0, 0.0)
     r118 = 4.0 + r118
-    r281 = k.gcd(x45, x37)
+    r281 = k.gcd(x46, x38)
     r75 = k.recip(r281)
-    r170 = x45 * r75
+    r170 = x46 * r75
     r170 = -1.0 + r170
-    r170 = x35 * r170
-    r158 = -1.0 * x45 * r75
-    r158 = x45 + r158
-    r158 = x39 * r158
-    r19 = -1.0 + x45
-    r100 = x23 * x4 * x15 * x41 * r195 * r55 * r199 * r36 * r75 * r19
+    r170 = x36 * r170
+    r158 = -1.0 * x46 * r75
+    r158 = x46 + r158
+    r158 = x40 * r158
+    r19 = -1.0 + x46
+    r100 = x23 * x4 * x15 * x42 * r195 * r55 * r199 * r36 * r75 * r19
     r281 = -1.0 + r281
-    r281 = x23 * x4 * x15 * x41 * r77 * r55 * r251 * r36 * r75 * r19 * r281
+    r281 = x23 * x4 * x15 * x42 * r77 * r55 * r251 * r36 * r75 * r19 * r281
     r281 = k.max(r100, r281)
     r281 = r170 + r158 + r281
-    r158 = x37 <= 1.0
-    r170 = x35 * r19
-    r100 = x23 * x4 * x15 * x41 * r195 * r55 * r199 * r36 * r19
+    r158 = x38 <= 1.0
+    r170 = x36 * r19
+    r100 = x23 * x4 * x15 * x42 * r195 * r55 * r199 * r36 * r19
     r100 = r170 + r100
     r281 = k.where(r158, r100, r281)
-    r100 = x37 >= x45
-    r158 = x39 * r19
-    r170 = x23 * x4 * x15 * x41 * r77 * r55 * r251 * r36 * r19
+    r100 = x38 >= x46
+    r158 = x40 * r19
+    r170 = x23 * x4 * x15 * x42 * r77 * r55 * r251 * r36 * r19
     r170 = r158 + r170
     r281 = k.where(r100, r170, r281)
     r281 = 2.0 * x9 * r4 * r5 * r35 * r118 * r14 * r281
-    r170 = x45 == 1.0
+    r170 = x46 == 1.0
     r281 = k.where(r170, 0.0, r281)
     r100 = 2.0 * x24
     r158 = 2.0 * x19
     r158 = -6.0 + r100 + r158
-    r100 = k.recip(x37)
-    r100 = x5 * x2 * x45 * r100
+    r100 = k.recip(x38)
+    r100 = x5 * x2 * x46 * r100
     r100 = k.min(x5, r100)
     r75 = -1.0 + r100
-    r127 = x35 * r75
+    r127 = x36 * r75
     r11 = k.recip(r100)
     r311 = k.min(x25, r100)
-    r317 = 2.0 * x23 * x15 * x41 * r195 * r55 * r199 * r36 * r11 * r75 * r311
+    r317 = 2.0 * x23 * x15 * x42 * r195 * r55 * r199 * r36 * r11 * r75 * r311
     r317 = r127 + r317
-    r100 = x37 * r100
-    r100 = x37 >= r100
-    r127 = x39 * r75
-    r38 = 2.0 * x23 * x15 * x41 * r77 * r55 * r251 * r36 * r11 * r75 * r311
+    r100 = x38 * r100
+    r100 = x38 >= r100
+    r127 = x40 * r75
+    r38 = 2.0 * x23 * x15 * x42 * r77 * r55 * r251 * r36 * r11 * r75 * r311
     r38 = r127 + r38
     r317 = k.where(r100, r38, r317)
     r317 = 2.0 * x9 * r4 * r5 * r35 * r158 * r317
-    r38 = x5 * x2 * x45
-    r38 = x37 >= r38
+    r38 = x5 * x2 * x46
+    r38 = x38 >= r38
     r123 = k.gcd(x5, r123)
     r100 = k.recip(r123)
     r127 = x5 * r100
     r127 = -1.0 + r127
-    r155 = x35 * r127
+    r155 = x36 * r127
     r100 = -1.0 * x5 * r100
     r100 = x5 + r100
-    r100 = x39 * r100
+    r100 = x40 * r100
     r65 = -1.0 + r123
-    r76 = 2.0 * x23 * x15 * x44 * x41 * r77 * r43 * r55 * r251 * r36 * r65
-    r319 = 2.0 * x23 * x15 * x44 * x41 * r195 * r43 * r55 * r199 * r36 * r127 * r123
+    r76 = 2.0 * x23 * x15 * x45 * x42 * r77 * r43 * r55 * r251 * r36 * r65
+    r319 = 2.0 * x23 * x15 * x45 * x42 * r195 * r43 * r55 * r199 * r36 * r127 * r123
     r319 = k.max(r76, r319)
     r319 = r155 + r100 + r319
     r76 = -1.0 + x5
-    r157 = x35 * r76
-    r261 = 2.0 * x23 * x15 * x44 * x41 * r195 * r43 * r55 * r199 * r36 * r76
+    r157 = x36 * r76
+    r261 = 2.0 * x23 * x15 * x45 * x42 * r195 * r43 * r55 * r199 * r36 * r76
     r261 = r157 + r261
     r319 = k.where(r74, r261, r319)
-    r261 = x39 * r76
-    r324 = 2.0 * x23 * x15 * x44 * x41 * r77 * r43 * r55 * r251 * r36 * r76
+    r261 = x40 * r76
+    r324 = 2.0 * x23 * x15 * x45 * x42 * r77 * r43 * r55 * r251 * r36 * r76
     r324 = r261 + r324
     r319 = k.where(r38, r324, r319)
     r319 = x9 * r4 * r5 * r35 * r158 * r319
-    r65 = x23 * x4 * x15 * x44 * x41 * r77 * r43 * r55 * r251 * r36 * r65
-    r123 = x23 * x4 * x15 * x44 * x41 * r195 * r43 * r55 * r199 * r36 * r127 * r123
+    r65 = x23 * x4 * x15 * x45 * x42 * r77 * r43 * r55 * r251 * r36 * r65
+    r123 = x23 * x4 * x15 * x45 * x42 * r195 * r43 * r55 * r199 * r36 * r127 * r123
     r123 = k.max(r65, r123)
     r123 = r155 + r100 + r123
-    r199 = x23 * x4 * x15 * x44 * x41 * r195 * r43 * r55 * r199 * r36 * r76
+    r199 = x23 * x4 * x15 * x45 * x42 * r195 * r43 * r55 * r199 * r36 * r76
     r199 = r157 + r199
     r123 = k.where(r74, r199, r123)
-    r251 = x23 * x4 * x15 * x44 * x41 * r77 * r43 * r55 * r251 * r36 * r76
+    r251 = x23 * x4 * x15 * x45 * x42 * r77 * r43 * r55 * r251 * r36 * r76
     r251 = r261 + r251
     r123 = k.where(r38, r251, r123)
     r123 = x9 * r4 * r5 * r35 * r158 * r123
@@ -1005,10 +1006,10 @@ def quantities(x, k):
     r312 = k.where(r26, r312, r317)
     r26 = r12 + r58 + r20 + r187 + r13 + r125 + r257 + r171 + r281 + r312
     r316 = k.recip(r26)
-    r260 = 6.0 * x9 * x41 * r116 * r4 * r55 * r35 * r36 * r316 * r33
-    r70 = x9 * x41 * r116 * r4 * r55 * r35 * r36 * r316 * r70
-    r316 = x23 * x4 * x15 * x41 * r55
-    r116 = x23 * x4 * x15 * x41 * r195 * r55
+    r260 = 6.0 * x9 * x42 * r116 * r4 * r55 * r35 * r36 * r316 * r33
+    r70 = x9 * x42 * r116 * r4 * r55 * r35 * r36 * r316 * r70
+    r316 = x23 * x4 * x15 * x42 * r55
+    r116 = x23 * x4 * x15 * x42 * r195 * r55
     r151 = x4 * r4 * r55 * r151 * r27
     r319 = 2.0 * x4 * r4 * r55 * r67 * r27
     r151 = k.where(r54, r319, r151)
@@ -1032,21 +1033,21 @@ def quantities(x, k):
     r126 = k.where(r64, 0.0, r126)
     r126 = r151 + r126
     r151 = r195 * r126
-    r64 = x36 * r195
-    r195 = x36 * x25 * r195
-    r25 = k.recip(x41)
-    r156 = x43 * r42 * r25
+    r64 = x37 * r195
+    r195 = x37 * x25 * r195
+    r25 = k.recip(x42)
+    r156 = x44 * r42 * r25
     r62 = k.recip(x16)
     r5 = r4 * r55 * r62 * r35 * r36
     r251 = 8e-12 * x15
-    r54 = 1.6e-11 * x46 * x15
+    r54 = 1.6e-11 * x47 * x15
     r182 = 8e-12 * x24 * r40
     r10 = 8e-12 * x19 * r8
     r27 = 8e-12 * r18 * r24
     r67 = 7.2e-11 * x15 * x8
     r261 = r251 + r54 + r182 + r10 + r27 + r67
     r319 = 4e-12 * x15
-    r77 = 8e-12 * x46 * x15
+    r77 = 8e-12 * x47 * x15
     r199 = 4e-12 * x24 * r40
     r74 = 4e-12 * x19 * r8
     r157 = 4e-12 * r18 * r24
@@ -1055,7 +1056,7 @@ def quantities(x, k):
     r100 = r5 > r100
     r157 = -8e-12 * x15
     r74 = -7.2e-11 * x15 * x8
-    r199 = -1.6e-11 * x46 * x15
+    r199 = -1.6e-11 * x47 * x15
     r40 = -8e-12 * x24 * r40
     r8 = -8e-12 * x19 * r8
     r24 = -8e-12 * r18 * r24
@@ -1066,66 +1067,66 @@ def quantities(x, k):
     r319 = k.recip(r319)
     r155 = k.sqrt(x16)
     r155 = k.recip(r155)
-    r65 = k.sqrt(x28)
+    r65 = k.sqrt(x29)
     r65 = k.recip(r65)
-    r127 = k.sqrt(x45)
+    r127 = k.sqrt(x46)
     r127 = k.recip(r127)
     r324 = k.sqrt(r261)
-    r1062 = 0.05555555555555555 * x3 * x2 * x16 * x28 * x45 * r261
-    r1063 = k.sqrt(x3)
-    r1064 = k.sqrt(x2)
-    r1065 = k.sqrt(x16)
-    r1066 = k.sqrt(x28)
-    r1067 = k.sqrt(x45)
-    r1067 = 0.16666666666666666 * r18 * r1063 * r1064 * r1065 * r1066 * r1067 * r324
-    r1067 = 1.0 + r1062 + r1067
-    r1067 = r18 * r77 * r319 * r155 * r65 * r127 * r324 * r1067
-    r1067 = r157 + r74 + r199 + r40 + r8 + r24 + r1067
-    r24 = k.where(r100, r1067, r5)
+    r1063 = 0.05555555555555555 * x3 * x2 * x16 * x29 * x46 * r261
+    r1064 = k.sqrt(x3)
+    r1065 = k.sqrt(x2)
+    r1066 = k.sqrt(x16)
+    r1067 = k.sqrt(x29)
+    r1068 = k.sqrt(x46)
+    r1068 = 0.16666666666666666 * r18 * r1064 * r1065 * r1066 * r1067 * r1068 * r324
+    r1068 = 1.0 + r1063 + r1068
+    r1068 = r18 * r77 * r319 * r155 * r65 * r127 * r324 * r1068
+    r1068 = r157 + r74 + r199 + r40 + r8 + r24 + r1068
+    r24 = k.where(r100, r1068, r5)
     r67 = r251 + r54 + r182 + r10 + r27 + r67 + r24
-    r67 = x3 * x2 * x16 * x28 * x45 * r67
+    r67 = x3 * x2 * x16 * x29 * x46 * r67
     r67 = k.exp(r67)
     r67 = -1.0 + r67
     r27 = k.recip(r67)
-    r10 = x31 + x1
-    r182 = -1.0 * x3 * x2 * x16 * x28 * x45 * r10
+    r10 = x32 + x1
+    r182 = -1.0 * x3 * x2 * x16 * x29 * x46 * r10
     r182 = k.exp(r182)
-    r182 = x3 * x2 * x16 * x28 * x45 * r27 * r24 * r182
-    r27 = x3 * x2 * x16 * x28 * x45
-    r1067 = k.recip(r1067)
-    r27 = k.where(r100, r1067, r27)
-    r10 = x3 * x2 * x16 * x28 * x45 * r10
+    r182 = x3 * x2 * x16 * x29 * x46 * r27 * r24 * r182
+    r27 = x3 * x2 * x16 * x29 * x46
+    r1068 = k.recip(r1068)
+    r27 = k.where(r100, r1068, r27)
+    r10 = x3 * x2 * x16 * x29 * x46 * r10
     r10 = k.exp(r10)
-    r62 = x43 * r42 * r4 * r55 * r62 * r35 * r25 * r36 * r67 * r26 * r27 * r10
-    r10 = x43 * r42 * r25 * r67 * r26 * r27 * r10
-    r118 = 2.0 * x9 * x4 * x15 * x41 * r4 * r55 * r35 * r36 * r19 * r118 * r14
+    r62 = x44 * r42 * r4 * r55 * r62 * r35 * r25 * r36 * r67 * r26 * r27 * r10
+    r10 = x44 * r42 * r25 * r67 * r26 * r27 * r10
+    r118 = 2.0 * x9 * x4 * x15 * x42 * r4 * r55 * r35 * r36 * r19 * r118 * r14
     r118 = k.where(r170, 0.0, r118)
-    r170 = 2.0 * x9 * x17 * x13 * x4 * x41 * r4 * r55 * r35 * r36 * r39 * r14
-    r14 = 2.0 * x9 * x17 * x13 * x4 * x41 * r4 * r55 * r35 * r36 * r29 * r39 * r14
+    r170 = 2.0 * x9 * x17 * x13 * x4 * x42 * r4 * r55 * r35 * r36 * r39 * r14
+    r14 = 2.0 * x9 * x17 * x13 * x4 * x42 * r4 * r55 * r35 * r36 * r29 * r39 * r14
     r14 = r170 + r14
     r14 = k.where(r285, 0.0, r14)
     r15 = r9 + r15
-    r56 = 2.0 * x9 * x4 * x15 * x41 * r4 * r55 * r35 * r36 * r56
+    r56 = 2.0 * x9 * x4 * x15 * x42 * r4 * r55 * r35 * r36 * r56
     r56 = k.where(r63, 0.0, r56)
-    r311 = 4.0 * x9 * x15 * x41 * r4 * r55 * r35 * r36 * r11 * r75 * r158 * r311
-    r75 = 2.0 * x9 * x15 * x44 * x41 * r43 * r4 * r55 * r35 * r36 * r76 * r158
-    r158 = x9 * x4 * x15 * x44 * x41 * r43 * r4 * r55 * r35 * r36 * r76 * r158
+    r311 = 4.0 * x9 * x15 * x42 * r4 * r55 * r35 * r36 * r11 * r75 * r158 * r311
+    r75 = 2.0 * x9 * x15 * x45 * x42 * r43 * r4 * r55 * r35 * r36 * r76 * r158
+    r158 = x9 * x4 * x15 * x45 * x42 * r43 * r4 * r55 * r35 * r36 * r76 * r158
     r158 = r75 + r158
     r311 = k.where(r38, r158, r311)
     r311 = k.where(r123, 0.0, r311)
-    r114 = r114 < x28
-    r123 = x40 != 2.0
+    r114 = r114 < x29
+    r123 = x41 != 2.0
     r165 = k.and_(r165, r123)
     r165 = k.not_(r165)
     r165 = k.or_(r114, r165)
-    r158 = x40 != 1.0
+    r158 = x41 != 1.0
     r164 = k.and_(r158, r123, r164)
     r164 = k.not_(r164)
     r164 = k.or_(r114, r164)
     r164 = k.and_(r165, r164)
-    r165 = x28 >= 2.0
-    r114 = x40 != 3.0
-    r123 = x40 != 4.0
+    r165 = x29 >= 2.0
+    r114 = x41 != 3.0
+    r123 = x41 != 4.0
     r173 = k.not_(r173)
     r123 = k.and_(r114, r123, r173)
     r123 = k.not_(r123)
@@ -1139,10 +1140,10 @@ def quantities(x, k):
     r21 = r163 <= r21
     r21 = k.or_(r123, r21)
     r21 = k.and_(r165, r37, r21)
-    r37 = x27 * x3 * x2 * x28 * x45 * r26
-    r165 = r259 <= r37
+    r37 = x28 * x3 * x2 * x29 * x46 * r26
+    r165 = r102 <= r37
     r37 = r101 <= r37
-    return (r0, r1, r6, r7, r28, r33, r17, r60, r61, r248, r216, r313, r66, r115, r318, 0.0, r41, r188, r128, r220, r124, r189, r68, r102, r259, r259, r101, r213, r275, r73, r117, r257, r26, r260, r70, r316, r116, r151, r64, r195, r156, r5, r261, r24, r182, r62, r10, r20, r13, r187, r58, r118, r281, r281, r14, r171, r171, r126, r15, r125, r56, r160, r12, r311, r317, r312, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r164, r164, 1.0, 1.0, 1.0, 1.0, 1.0, r21, 1.0, r21, r21, r165, r37, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r21, r21, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    return (r0, r1, r6, r7, r28, r33, r17, r60, r61, r248, r216, r313, r66, r115, r318, 0.0, r41, r188, r128, r220, r124, r189, r68, r259, r102, r102, r101, r213, r275, r73, r117, r257, r26, r260, r70, r316, r116, r151, r64, r195, r156, r5, r261, r24, r182, r62, r10, r20, r13, r187, r58, r118, r281, r281, r14, r171, r171, r126, r15, r125, r56, r160, r12, r311, r317, r312, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r164, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r21, 1.0, r21, r21, r165, r37, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, r21, r21, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 STAGE_INPUTS = ('cp', 'dp', 'element_bytes', 'ep', 'expert_ffn_hidden', 'experts', 'ffn_hidden', 'global_batch', 'head_dim', 'heads', 'hidden', 'kv_lora_rank', 'layers', 'loss_bytes', 'microbatch_size', 'mtp_modules', 'pp', 'q_lora_rank', 'recompute', 'rope_dim', 'schedule', 'seq_len', 'shared_experts', 'stage', 'topk', 'tp', 'vocab', 'vpp', 'zero')
@@ -2328,9 +2329,9 @@ def search(x, k):
     return (r6, r91, r34)
 
 
-SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.all_to_all.bytes_sent', 'collectives.all_to_all.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token.mla', 'compute.flash_backward_recompute_flops_per_token.mla', 'compute.flops_per_token_palm.mla', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.moe_permute', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.attention_mla_sp', 'memory.activations.head_inputs_sp', 'memory.activations.layer_full_recompute', 'memory.activations.mlp_moe_sp', 'memory.activations.mlp_swiglu_sp', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention_mla', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.moe', 'model.params.moe_active', 'model.params.mtp_projection', 'model.params.norm.rmsnorm', 'model.params.routed_experts', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.dispatch_bytes', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.ep.node_limited_dispatch_bytes', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
-SOURCES = ((), (), (), (), (49, 50, 51, 52, 55), (49, 50, 51, 53, 55), (49, 50, 51, 52, 54, 55, 56), (49, 50, 51, 52, 54, 55, 56), (), (42, 49, 50, 51, 52, 54, 55, 56), (40, 49, 50, 51, 52, 54, 55, 56), (41, 49, 50, 51, 52, 54, 55, 56), (), (33, 34, 36, 37, 39), (), (), (), (33, 34, 36, 37, 39), (33, 36, 37), (38,), (38,), (39,), (33, 34, 36, 37, 39, 40, 41, 42, 49, 50, 51, 52, 54, 55, 56), (33, 34, 36, 37, 39, 40, 41, 42, 49, 50, 51, 52, 54, 55, 56), (32, 49, 50, 51, 53, 55), (32, 49, 50, 51, 53, 55), (17, 49, 50, 51, 53, 55), (20,), (16, 17, 49, 50, 51, 53, 54, 55), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 72), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 49, 50, 51, 52, 54, 55, 56), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 72), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 49, 50, 51, 52, 54, 55, 56, 72), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 32, 49, 50, 51, 52, 53, 54, 55, 56, 72), (14, 15, 16, 17, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 49, 50, 51, 52, 53, 54, 55, 56, 72), (68,), (13, 66), (13,), (64,), (63,), (31,), (85,), (43, 49, 50, 51, 52, 54, 55), (43, 49, 50, 51, 52, 54, 55, 84, 85), (43, 49, 50, 51, 52, 54, 55, 82, 83, 84, 85), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 31, 43, 49, 50, 51, 52, 54, 55, 56, 72, 82, 83, 84, 85), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 31, 43, 49, 50, 51, 52, 54, 55, 56, 72, 82, 83, 84, 85), (18, 19), (14, 15, 16), (21, 22, 23, 24, 25, 26, 27, 28), (28, 30, 49, 50, 51, 52, 54, 55, 56), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
-SOURCE_CONDITIONS = ((6, 81), (7, 81), (9, 80), (10, 48), (10, 80), (11, 80), (12, 46), (12, 47), (12, 49), (12, 50), (12, 51), (12, 52), (12, 54), (12, 55), (12, 56), (12, 80), (13, 35), (13, 76), (13, 77), (13, 78), (13, 79), (14, 44), (14, 45), (14, 49), (14, 50), (14, 51), (14, 52), (14, 54), (14, 55), (14, 56), (14, 80), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 39), (16, 76), (16, 77), (16, 78), (16, 79), (17, 35), (17, 76), (17, 77), (17, 78), (17, 79), (22, 35), (22, 44), (22, 45), (22, 46), (22, 47), (22, 48), (22, 76), (22, 77), (22, 78), (22, 79), (22, 80), (23, 35), (23, 44), (23, 45), (23, 46), (23, 47), (23, 48), (23, 76), (23, 77), (23, 78), (23, 79), (23, 80), (28, 15), (29, 71), (29, 73), (29, 74), (29, 75), (30, 81), (31, 71), (31, 73), (31, 74), (31, 75), (32, 1), (32, 3), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 10), (32, 12), (32, 57), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 65), (32, 66), (32, 67), (32, 68), (32, 69), (32, 70), (32, 71), (32, 73), (32, 74), (32, 75), (32, 81), (33, 1), (33, 3), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 10), (33, 12), (33, 57), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 65), (33, 66), (33, 67), (33, 68), (33, 69), (33, 70), (33, 71), (33, 73), (33, 74), (33, 75), (33, 81), (34, 1), (34, 3), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 10), (34, 12), (34, 57), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 65), (34, 66), (34, 67), (34, 68), (34, 69), (34, 70), (34, 71), (34, 73), (34, 74), (34, 75), (34, 81), (37, 0), (37, 2), (37, 11), (37, 49), (37, 50), (37, 51), (37, 52), (37, 54), (37, 55), (37, 56), (37, 60), (37, 61), (37, 81), (45, 1), (45, 3), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 10), (45, 12), (45, 57), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 65), (45, 66), (45, 67), (45, 68), (45, 69), (45, 70), (45, 71), (45, 73), (45, 74), (45, 75), (45, 81), (46, 1), (46, 3), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 10), (46, 12), (46, 57), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 65), (46, 66), (46, 67), (46, 68), (46, 69), (46, 70), (46, 71), (46, 73), (46, 74), (46, 75), (46, 81), (50, 81), (51, 0), (51, 11), (51, 68), (51, 69), (51, 70), (52, 1), (52, 7), (52, 9), (52, 10), (52, 12), (52, 68), (52, 69), (52, 70), (53, 1), (53, 7), (53, 9), (53, 10), (53, 12), (53, 68), (53, 69), (53, 70), (54, 0), (54, 11), (54, 57), (54, 58), (54, 59), (55, 1), (55, 7), (55, 9), (55, 10), (55, 12), (55, 57), (55, 58), (55, 59), (56, 1), (56, 7), (56, 9), (56, 10), (56, 12), (56, 57), (56, 58), (56, 59), (57, 0), (57, 2), (57, 11), (57, 49), (57, 50), (57, 51), (57, 52), (57, 54), (57, 55), (57, 56), (57, 60), (57, 61), (57, 81), (58, 1), (58, 3), (58, 7), (58, 8), (58, 9), (58, 10), (58, 12), (58, 49), (58, 50), (58, 51), (58, 52), (58, 54), (58, 55), (58, 56), (58, 60), (58, 61), (58, 81), (59, 1), (59, 3), (59, 7), (59, 8), (59, 9), (59, 10), (59, 12), (59, 14), (59, 15), (59, 16), (59, 18), (59, 19), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 28), (59, 49), (59, 50), (59, 51), (59, 52), (59, 54), (59, 55), (59, 56), (59, 60), (59, 61), (59, 81), (60, 66), (60, 67), (61, 6), (61, 66), (61, 67), (62, 6), (62, 66), (62, 67), (63, 4), (63, 62), (63, 65), (64, 5), (64, 62), (64, 65), (65, 5), (65, 14), (65, 15), (65, 16), (65, 18), (65, 19), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27), (65, 28), (65, 62), (65, 65))
+SOURCE_NAMES = ('collectives.all_gather.bytes_sent', 'collectives.all_gather.time', 'collectives.all_reduce.bytes_sent', 'collectives.all_reduce.time', 'collectives.all_to_all.bytes_sent', 'collectives.all_to_all.time', 'collectives.broadcast.time', 'collectives.multinode.all_gather.time', 'collectives.multinode.all_reduce.time', 'collectives.multinode.reduce_scatter.time', 'collectives.multinode.step_latency', 'collectives.reduce_scatter.bytes_sent', 'collectives.reduce_scatter.time', 'collectives.transfer.time', 'compute.attention.time', 'compute.attention_core_forward_flops_per_token.mla', 'compute.flash_backward_recompute_flops_per_token.mla', 'compute.flops_per_token_palm.mla', 'compute.gemm.math_time.unquantised', 'compute.gemm.memory_time', 'compute.megatron_flops', 'compute.memory_bound.cross_entropy', 'compute.memory_bound.mlp_backward.swiglu', 'compute.memory_bound.mlp_forward.swiglu', 'compute.memory_bound.moe_permute', 'compute.memory_bound.residual_backward', 'compute.memory_bound.residual_forward', 'compute.memory_bound.rope', 'compute.memory_bound.time', 'compute.mfu', 'compute.optimizer.bytes_per_param', 'compute.steps', 'compute.training_flops', 'memory.activations.attention_mla_sp', 'memory.activations.head_inputs_sp', 'memory.activations.layer_full_recompute', 'memory.activations.mlp_moe_sp', 'memory.activations.mlp_swiglu_sp', 'memory.headroom', 'memory.logits', 'memory.loss', 'memory.model_states.gradients', 'memory.model_states.optimizer', 'memory.model_states.weights', 'memory.model_states.zero0', 'memory.optimizer_step.fp32_gradient_copy', 'memory.optimizer_step.fp32_gradient_copy_subgroup', 'memory.zero3_gathered', 'memory.zero3_held', 'memory.zero_reduce_bucket', 'model.params.attention_mla', 'model.params.embedding', 'model.params.mlp.swiglu', 'model.params.moe', 'model.params.moe_active', 'model.params.mtp_projection', 'model.params.norm.rmsnorm', 'model.params.routed_experts', 'parallelism.cp.kv_bytes', 'parallelism.cp.kv_gathers_per_layer', 'parallelism.cp.kv_gathers_recomputed_per_layer', 'parallelism.dp.gradient_bytes', 'parallelism.dp.zero3_gathers_per_microbatch', 'parallelism.ep.dispatch_bytes', 'parallelism.ep.experts_at_same_cost', 'parallelism.ep.experts_per_node_at_same_cost', 'parallelism.ep.node_limited_dispatch_bytes', 'parallelism.pp.p2p_bytes', 'parallelism.pp.transfers_per_gpu', 'parallelism.tp.allreduce_bytes', 'parallelism.tp.allreduces_per_layer', 'parallelism.tp.allreduces_recomputed_per_layer', 'pipeline.bubble_time.1f1b', 'pipeline.bubble_time.critical_path', 'pipeline.bubble_time.dualpipe', 'pipeline.bubble_time.zb_h1', 'pipeline.bubble_time.zb_h2', 'pipeline.in_flight.1f1b_stage', 'pipeline.in_flight.dualpipe', 'pipeline.in_flight.interleaved_stage', 'pipeline.in_flight.zb_h2', 'pipeline.mirror_stage.dualpipe', 'pipeline.parameter_copies.dualpipe', 'reliability.async_restart_time', 'reliability.daly.goodput', 'reliability.daly.optimal_interval', 'reliability.mtbf')
+SOURCES = ((), (), (), (), (50, 51, 52, 53, 56), (50, 51, 52, 54, 56), (50, 51, 52, 53, 55, 56, 57), (50, 51, 52, 53, 55, 56, 57), (), (43, 50, 51, 52, 53, 55, 56, 57), (41, 50, 51, 52, 53, 55, 56, 57), (42, 50, 51, 52, 53, 55, 56, 57), (), (33, 34, 36, 37, 40), (), (), (), (33, 34, 36, 37, 40), (33, 36, 37), (39,), (39,), (40,), (33, 34, 36, 37, 40, 41, 42, 43, 50, 51, 52, 53, 55, 56, 57), (33, 34, 36, 37, 38, 40, 41, 42, 43, 50, 51, 52, 53, 55, 56, 57), (32, 50, 51, 52, 54, 56), (32, 50, 51, 52, 54, 56), (17, 50, 51, 52, 54, 56), (20,), (16, 17, 50, 51, 52, 54, 55, 56), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 73), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 50, 51, 52, 53, 55, 56, 57), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 73), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 50, 51, 52, 53, 55, 56, 57, 73), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 32, 50, 51, 52, 53, 54, 55, 56, 57, 73), (14, 15, 16, 17, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 50, 51, 52, 53, 54, 55, 56, 57, 73), (69,), (13, 67), (13,), (65,), (64,), (31,), (86,), (44, 50, 51, 52, 53, 55, 56), (44, 50, 51, 52, 53, 55, 56, 85, 86), (44, 50, 51, 52, 53, 55, 56, 83, 84, 85, 86), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 31, 44, 50, 51, 52, 53, 55, 56, 57, 73, 83, 84, 85, 86), (14, 15, 16, 18, 19, 21, 22, 23, 24, 25, 26, 27, 28, 30, 31, 44, 50, 51, 52, 53, 55, 56, 57, 73, 83, 84, 85, 86), (18, 19), (14, 15, 16), (21, 22, 23, 24, 25, 26, 27, 28), (28, 30, 50, 51, 52, 53, 55, 56, 57), (), (), (), (), (), (), (), (), (), (), (), (), (), (), ())
+SOURCE_CONDITIONS = ((6, 82), (7, 82), (9, 81), (10, 49), (10, 81), (11, 81), (12, 47), (12, 48), (12, 50), (12, 51), (12, 52), (12, 53), (12, 55), (12, 56), (12, 57), (12, 81), (13, 35), (13, 77), (13, 78), (13, 79), (13, 80), (14, 45), (14, 46), (14, 50), (14, 51), (14, 52), (14, 53), (14, 55), (14, 56), (14, 57), (14, 81), (16, 33), (16, 34), (16, 35), (16, 36), (16, 37), (16, 40), (16, 77), (16, 78), (16, 79), (16, 80), (17, 35), (17, 77), (17, 78), (17, 79), (17, 80), (22, 35), (22, 45), (22, 46), (22, 47), (22, 48), (22, 49), (22, 77), (22, 78), (22, 79), (22, 80), (22, 81), (23, 35), (23, 45), (23, 46), (23, 47), (23, 48), (23, 49), (23, 77), (23, 78), (23, 79), (23, 80), (23, 81), (28, 15), (29, 72), (29, 74), (29, 75), (29, 76), (30, 82), (31, 72), (31, 74), (31, 75), (31, 76), (32, 1), (32, 3), (32, 5), (32, 6), (32, 7), (32, 8), (32, 9), (32, 10), (32, 12), (32, 58), (32, 59), (32, 60), (32, 61), (32, 62), (32, 63), (32, 66), (32, 67), (32, 68), (32, 69), (32, 70), (32, 71), (32, 72), (32, 74), (32, 75), (32, 76), (32, 82), (33, 1), (33, 3), (33, 5), (33, 6), (33, 7), (33, 8), (33, 9), (33, 10), (33, 12), (33, 58), (33, 59), (33, 60), (33, 61), (33, 62), (33, 63), (33, 66), (33, 67), (33, 68), (33, 69), (33, 70), (33, 71), (33, 72), (33, 74), (33, 75), (33, 76), (33, 82), (34, 1), (34, 3), (34, 5), (34, 6), (34, 7), (34, 8), (34, 9), (34, 10), (34, 12), (34, 58), (34, 59), (34, 60), (34, 61), (34, 62), (34, 63), (34, 66), (34, 67), (34, 68), (34, 69), (34, 70), (34, 71), (34, 72), (34, 74), (34, 75), (34, 76), (34, 82), (37, 0), (37, 2), (37, 11), (37, 50), (37, 51), (37, 52), (37, 53), (37, 55), (37, 56), (37, 57), (37, 61), (37, 62), (37, 82), (45, 1), (45, 3), (45, 5), (45, 6), (45, 7), (45, 8), (45, 9), (45, 10), (45, 12), (45, 58), (45, 59), (45, 60), (45, 61), (45, 62), (45, 63), (45, 66), (45, 67), (45, 68), (45, 69), (45, 70), (45, 71), (45, 72), (45, 74), (45, 75), (45, 76), (45, 82), (46, 1), (46, 3), (46, 5), (46, 6), (46, 7), (46, 8), (46, 9), (46, 10), (46, 12), (46, 58), (46, 59), (46, 60), (46, 61), (46, 62), (46, 63), (46, 66), (46, 67), (46, 68), (46, 69), (46, 70), (46, 71), (46, 72), (46, 74), (46, 75), (46, 76), (46, 82), (50, 82), (51, 0), (51, 11), (51, 69), (51, 70), (51, 71), (52, 1), (52, 7), (52, 9), (52, 10), (52, 12), (52, 69), (52, 70), (52, 71), (53, 1), (53, 7), (53, 9), (53, 10), (53, 12), (53, 69), (53, 70), (53, 71), (54, 0), (54, 11), (54, 58), (54, 59), (54, 60), (55, 1), (55, 7), (55, 9), (55, 10), (55, 12), (55, 58), (55, 59), (55, 60), (56, 1), (56, 7), (56, 9), (56, 10), (56, 12), (56, 58), (56, 59), (56, 60), (57, 0), (57, 2), (57, 11), (57, 50), (57, 51), (57, 52), (57, 53), (57, 55), (57, 56), (57, 57), (57, 61), (57, 62), (57, 82), (58, 1), (58, 3), (58, 7), (58, 8), (58, 9), (58, 10), (58, 12), (58, 50), (58, 51), (58, 52), (58, 53), (58, 55), (58, 56), (58, 57), (58, 61), (58, 62), (58, 82), (59, 1), (59, 3), (59, 7), (59, 8), (59, 9), (59, 10), (59, 12), (59, 14), (59, 15), (59, 16), (59, 18), (59, 19), (59, 21), (59, 22), (59, 23), (59, 24), (59, 25), (59, 26), (59, 27), (59, 28), (59, 50), (59, 51), (59, 52), (59, 53), (59, 55), (59, 56), (59, 57), (59, 61), (59, 62), (59, 82), (60, 67), (60, 68), (61, 6), (61, 67), (61, 68), (62, 6), (62, 67), (62, 68), (63, 4), (63, 63), (63, 66), (64, 5), (64, 63), (64, 66), (65, 5), (65, 14), (65, 15), (65, 16), (65, 18), (65, 19), (65, 21), (65, 22), (65, 23), (65, 24), (65, 25), (65, 26), (65, 27), (65, 28), (65, 63), (65, 66))
 SOURCE_CONDITIONS_INPUTS = ('cp', 'dp', 'ep', 'pp', 'recompute', 'scale_up_domain', 'schedule', 'tp', 'zero')
 
 

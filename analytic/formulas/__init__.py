@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import collectives, compute, memory, model, offload, ops, parallelism, pipeline, reliability, scaling  # noqa: F401
+from . import collectives, compute, device, memory, model, offload, ops, parallelism, pipeline, reliability, scaling  # noqa: F401
 from ._catalogue import CATALOGUE, lookup
 
 

@@ -341,25 +341,3 @@ define("memory.zero_reduce_bucket", Integer(5 * 10**8) * 2, "byte",
         "below ZeRO-3, overlap_comm (off by default there) adds a second bucket: not counted"),
        "DeepSpeed's contiguous gradient bucket: gradients gathered for their reduction", coefficient_unit="byte")
 
-M_c, rho = S("counted_bytes", "allocator_reserve")
-define("memory.allocator_peak", M_c * rho, "byte",
-       "fitted: `analytic calibrate --published` on the measured peaks of validation/memory.toml, each source weighted "
-       "equally (calibration.toml [memory]); PyTorch docs, CUDA semantics, memory management (memory the caching "
-       "allocator manages shows as reserved, torch.cuda.max_memory_reserved)",
-       ("M_c: the count of a stage (model states, gathered parameters, activations)",
-        "rho: one factor per allocator (presets/stacks.toml allocator), for what the count leaves out: the allocator's "
-        "cached and split blocks, the workspaces and the collectives' staging tensors it serves, casts",
-        "a measured peak is the allocator's maximum reserved memory",
-        "the count holds the gradients at the activations' peak; a ZeRO-3 (FSDP2) step of one microbatch allocates "
-        "its gradient shards only in the backward, on the reduce-scatter stream (torch/distributed/fsdp/_fully_shard/"
-        "_fsdp_collectives.py foreach_reduce), and frees them at zero_grad; a freed block is re-allocated on the "
-        "stream that allocated it only (PyTorch c10/cuda/CUDACachingAllocator.cpp), so the next step's reserved "
-        "peak still holds them while its allocated peak lacks them (analytic.reference.step_memory measures that "
-        "lack as exactly their bytes)",
-        "the CUDA context (about 400 MB with lazy module loading, pytorch/pytorch issue 109888) and NCCL's own "
-        "buffers (about 1.6 GB for one communicator in NVIDIA/nccl issue 864) are allocated outside it: in neither "
-        "the count nor the peak, against an HBM that is the driver's total",
-        "short of memory the allocator releases its cached blocks and retries before it fails (PyTorch docs, "
-        "torch.cuda.memory_stats: num_alloc_retries), so a peak above the HBM with the count within it is a run at "
-        "the allocator's limit, not one out of memory"),
-       "peak memory per GPU an allocator reserves for a stage whose count is M_c")

@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING
 
 import pint
 
-from ..choices import AXES, CONVENTIONS, MEMORY_PARTS, MEMORY_VERDICTS, OP_CLASSES, TIME_PARTS
+from ..choices import AXES, CONVENTIONS, DEFAULT_STACK, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..hardware import Hardware
 from ..model import Model
-from ..presets import memory_reserve
 from ..symbols import info
 from ..units import Q_
 from ..values import choice, count, flag, fraction, is_number, is_sympy
-from . import ranks, structure
+from . import ranks, structure, verdict
 from .inputs import Inputs
 from .layout import Layout
 
@@ -54,10 +53,12 @@ class Memory:
     stage: int | None = None  # the stage's index (0 the first), where known
     optimizer_step: pint.Quantity = Q_(0, "byte")  # the step's temporaries where the optimizer step is the peak
     host: pint.Quantity = Q_(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
+    outside: pint.Quantity = Q_(0, "byte")  # the least measured outside the allocator: the count must leave it
 
     @property
     def fits(self) -> bool:
-        return self.total <= self.hbm
+        """Whether the count and the memory outside the allocator are within the HBM (memory.headroom ≥ 0)."""
+        return self.total + self.outside <= self.hbm
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -78,7 +79,7 @@ class Plan:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
                  flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str = "megatron-core",
+                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str = DEFAULT_STACK,
                  profile=None, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,
@@ -254,31 +255,27 @@ class Plan:
     def memory_peak(self, stage: int | None = None) -> pint.Quantity:
         """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
         (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
-        reserve = memory_reserve(self._in.stack_properties["allocator"])["reserve"]
-        return self._formula("memory.allocator_peak", {}, counted_bytes=self.memory(stage).total,
-                             allocator_reserve=reserve)
+        return verdict.allocator_peak(self, stage)
+
+    def memory_outside(self) -> pint.Quantity:
+        """Device memory a process holds outside the stack's allocator (the driver's reservation, the CUDA
+        context, NCCL's buffers): the mean of the snapshots of validation/outside.toml (calibration.toml
+        [memory]); ``memory().outside`` is the least of them."""
+        return verdict.outside(self)
 
     def memory_verdict(self, stage: int | None = None) -> str:
         """Whether the stage (default the fullest) fits, one of :data:`~analytic.choices.MEMORY_VERDICTS`:
-        "fits" where :meth:`memory_peak` is within the HBM (the count, where the stack's allocator has no
-        fitted reserve); "fits at the allocator's limit" where the count is and the peak is not: short of
-        memory, PyTorch's caching allocator releases its cached blocks and retries before it fails
-        (``torch.cuda.memory_stats``: num_alloc_retries), so the peak's reserve above the count gives way
-        in part; "does not fit" where the count is above the HBM."""
-        mem = self.memory(stage)
-        if not mem.fits:
-            return MEMORY_VERDICTS[2]
-        try:
-            peak = self.memory_peak(stage)
-        except PresetError:
-            return MEMORY_VERDICTS[0]
-        return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
+        "does not fit" where :meth:`memory`'s count and the least memory measured outside the allocator are
+        above the HBM (``Memory.fits``); "fits" where the process's peak (``memory.device_peak``:
+        :meth:`memory_peak` and :meth:`memory_outside`) is within it; "fits at the allocator's limit"
+        between: short of memory, PyTorch's caching allocator releases its cached blocks and retries before it
+        fails (``torch.cuda.memory_stats``: num_alloc_retries). Without a fitted reserve: the count's."""
+        return verdict.verdict(self, stage)
 
     def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
         """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
         the validation runs, each predicted with its source left out of the reserve's fit."""
-        fitted, peak = memory_reserve(self._in.stack_properties["allocator"]), self.memory_peak(stage)
-        return peak * fitted["low"], peak * fitted["high"]
+        return verdict.interval(self, stage)
 
     def time_breakdown(self, ops: bool = False) -> dict:
         """compute, bubble and exposed communication by axis; the values sum to step_time(). With
@@ -315,6 +312,7 @@ class Plan:
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got {stage}")
             parts = self._stage_values(worst)
         return Memory(**parts, hbm=Q_(float(self._in.given_number("hbm")), "byte"),
+                      outside=Q_(float(self._in.given_number("outside_bytes")), "byte"),
                       logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:

@@ -17,6 +17,8 @@ from ..choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..hardware import Hardware, check_full_mesh
 from ..model import Model
+from ..presets import outside_floor, stacks
+from ..presets import stack as read_stack
 from ..symbols import canonical, read_magnitude, sym
 from ..units import Q_
 from ..values import as_float, choice, count, exact, flag, is_number, is_sympy
@@ -39,7 +41,7 @@ def read(keyword: str, value):
 
 
 #: the hardware and calibration inputs a Plan keyword may replace
-OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
+OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
@@ -90,8 +92,6 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
-        from ..presets import stack as read_stack
-        from ..presets import stacks
         self.stack = choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
         kernels = props["attention"]
@@ -251,6 +251,7 @@ class Inputs:
     def _shared_values(self) -> dict:
         """The inputs that depend only on the hardware, dtype, stack and overrides (kept for the plans
         that share them: a Hardware is immutable, and the cache holds it, so its identity is a key)."""
+        from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency, synchronous_restart_time
         hw, ov, out = self.hardware, self.overrides, {}
 
         def pick(key, default, given=None):
@@ -266,6 +267,7 @@ class Inputs:
         if self.dtype == "fp8":  # the GEMMs an FP8 recipe keeps in 16 bits (peak_flops= given alone sets both)
             out["peak_flops_16"] = pick("peak_flops_16", lambda: hw.peak_flops("bf16"), given="peak_flops")
         out["hbm"] = pick("hbm", lambda: hw.hbm)
+        out["outside_bytes"] = pick("outside_bytes", lambda: outside_floor(self.stack_properties["allocator"]))
         out["sms"] = pick("sms", lambda: hw.sms)
         out["gpus_per_node"] = pick("gpus_per_node", lambda: hw.gpus_per_node)
         out["scale_up_domain"] = pick("scale_up_domain", lambda: self.scale_up_domain)
@@ -277,7 +279,6 @@ class Inputs:
         cal = self.calibration
         for key in CALIBRATED:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
-        from ..presets import llama3_interruption_rate, nccl_efficiency, nccl_latency, synchronous_restart_time
         for link in ("scale_up", "scale_out"):  # latency= and link_efficiency= given alone set both links'
             out[f"{link}_latency"] = pick(f"{link}_latency", lambda link=link: nccl_latency(link), given="latency")
             out[f"{link}_efficiency"] = pick(f"{link}_efficiency", lambda link=link: nccl_efficiency(link),

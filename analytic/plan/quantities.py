@@ -32,7 +32,7 @@ def builders(plan) -> dict:
         "memory.logits.unsplit": lambda: inp.f("memory.logits", **local_seq),
         "memory.loss": lambda: plan._activation_parts["loss"],
         "memory.total": lambda: plan._worst["total"],
-        "memory.headroom": lambda: Formula("hbm", inp.need("hbm"), "byte", "") - e("memory.total"),
+        "memory.headroom": lambda: inp.f("memory.headroom", counted_bytes=e("memory.total")),
         "flops": lambda: compute.model_flops(inp, "6nd"),
         "flops.6nd": lambda: compute.model_flops(inp, "6nd"),
         "flops.palm": lambda: compute.model_flops(inp, "palm"),

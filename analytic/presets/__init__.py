@@ -65,6 +65,27 @@ def memory_reserve(allocator: str) -> dict:
     return fitted
 
 
+def memory_outside(allocator: str) -> dict:
+    """The device memory a process of ``allocator`` holds outside it, fitted on snapshots
+    (calibration.toml's [memory]): outside (the mean), stderr, low and high (the smallest and largest
+    snapshot), in bytes as quantities, and basis."""
+    fitted = memory_reserve(allocator)
+    if "outside_bytes" not in fitted:
+        raise PresetError(f"memory: no memory outside {allocator}'s allocator is fitted (calibration.toml [memory])")
+    return {"outside": Q_(fitted["outside_bytes"], "byte"), "stderr": Q_(fitted["outside_stderr_bytes"], "byte"),
+            "low": Q_(fitted["outside_low_bytes"], "byte"), "high": Q_(fitted["outside_high_bytes"], "byte"),
+            "basis": fitted["outside_basis"]}
+
+
+def outside_floor(allocator: str):
+    """The least memory measured outside ``allocator`` (:func:`memory_outside`'s low): what the count
+    must leave free on the device; 0 bytes where none is fitted."""
+    try:
+        return memory_outside(allocator)["low"]
+    except PresetError:
+        return Q_(0, "byte")
+
+
 def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     """generation.dtype → Calibration, from the fitted constants file."""
     if not path.exists():

@@ -1,0 +1,47 @@
+"""Whether a plan fits: its count against the HBM, with what the stack's allocator reserves beyond the
+count and what the process holds outside the allocator, both fitted on measurements
+(calibration.toml [memory]: :func:`analytic.presets.memory_reserve`, :func:`~analytic.presets.memory_outside`)."""
+
+from __future__ import annotations
+
+import pint
+
+from ..choices import MEMORY_VERDICTS
+from ..errors import PresetError
+from ..presets import memory_outside, memory_reserve
+
+
+def _allocator(plan) -> str:
+    return plan._in.stack_properties["allocator"]
+
+
+def allocator_peak(plan, stage: int | None) -> pint.Quantity:
+    """``memory.allocator_peak`` of the stage's count."""
+    return plan._formula("memory.allocator_peak", {}, counted_bytes=plan.memory(stage).total,
+                         allocator_reserve=memory_reserve(_allocator(plan))["reserve"])
+
+
+def outside(plan) -> pint.Quantity:
+    """The fitted memory outside the stack's allocator (the snapshots' mean)."""
+    return memory_outside(_allocator(plan))["outside"]
+
+
+def verdict(plan, stage: int | None) -> str:
+    """One of :data:`MEMORY_VERDICTS` (:meth:`Plan.memory_verdict` says how)."""
+    mem = plan.memory(stage)
+    if not mem.fits:
+        return MEMORY_VERDICTS[2]
+    try:
+        reserve, beyond = memory_reserve(_allocator(plan))["reserve"], outside(plan)
+    except PresetError:
+        return MEMORY_VERDICTS[0]
+    peak = plan._formula("memory.device_peak", {}, counted_bytes=mem.total, allocator_reserve=reserve,
+                         outside_bytes=beyond)
+    return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
+
+
+def interval(plan, stage: int | None) -> tuple[pint.Quantity, pint.Quantity]:
+    """``memory.allocator_peak`` times the smallest and largest measured/predicted peak, each source
+    left out of the reserve's fit."""
+    fitted, peak = memory_reserve(_allocator(plan)), allocator_peak(plan, stage)
+    return peak * fitted["low"], peak * fitted["high"]
