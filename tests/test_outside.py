@@ -61,6 +61,11 @@ def test_a_snapshot_larger_than_its_hardware_is_refused(tmp_path):
     path.write_text(_case("x", "A", "39 GiB", "2 GiB", hardware="a100-40g"))
     with pytest.raises(InputError, match="x: reserved and free memory add up to a100-40g's HBM or more"):
         outside.snapshots(path)
+    path.write_text(_case("z", "A", "39 GiB", "1 GiB", hardware="a100-40g"))  # exactly the HBM: nothing outside
+    with pytest.raises(InputError, match="z: reserved and free memory add up to a100-40g's HBM or more"):
+        outside.snapshots(path)
+    path.write_text(_case("w", "A", "81919 MiB", "1048575 B"))  # one byte left outside an A100 80GB's 81,920 MiB
+    assert outside.snapshots(path)[0]["outside"].to("byte").magnitude == 1
     path.write_text(_case("y", "A", "39 GiB", "2 GiB").replace('reserved = "39 GiB"', "reserved = []"))
     with pytest.raises(InputError, match=r"y: reserved \[\]; expected a memory"):
         outside.snapshots(path)
@@ -103,3 +108,24 @@ def test_readme_states_the_snapshots_and_their_fit():
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
     assert (f"plan.memory_outside() # {plan.memory_outside().to('GB').magnitude:.2f} GB a process holds" in readme
             and f"the least of them, {plan.memory().outside.to('GB').magnitude:.2f} GB, the count must leave free" in readme)
+
+
+def test_validate_reports_each_snapshot_against_the_other_sources(tmp_path):
+    """On an A100 80GB (80 GiB), source A's snapshots leave 80 − 77 − 1 = 2 and 80 − 76.5 − 1 = 2.5 GiB,
+    B's 80 − 76 − 1 = 3 GiB. Each source left out: A's are predicted by B's 3 GiB (+50%, the default
+    tolerance's edge, within; +20%), B's by A's mean 2.25 GiB (−25%); the summary counts them by source. One
+    source alone is not reported."""
+    from analytic import validation
+    (tmp_path / "outside.toml").write_text(_case("a1", "A", "77 GiB", "1 GiB") + _case("a2", "A", "76.5 GiB", "1 GiB")
+                                           + _case("b1", "B", "76 GiB", "1 GiB"))
+    results = validation.run(tmp_path, predicted=False)
+    got = {r.id: (r.error, r.status, r.ours) for r in results}
+    assert {k: v[0] for k, v in got.items()} == pytest.approx({"a1": 0.5, "a2": 0.2, "b1": -0.25}, abs=1e-12)
+    assert [v[1] for v in got.values()] == ["within"] * 3 and got["b1"][2] == "2.25 GiB"
+    stats = validation.statistics(results)["outside"]
+    assert stats == pytest.approx({"count": 3, "sources": 2, "within": 3, "mean": 0.95 / 3, "max": 0.5})
+    # 2 GiB predicted by 4 GiB misses by +100%: outside the default ±50%; 4 by 2, −50%, on its edge
+    (tmp_path / "outside.toml").write_text(_case("a1", "A", "77 GiB", "1 GiB") + _case("c1", "C", "75 GiB", "1 GiB"))
+    assert [(r.id, r.status) for r in validation.run(tmp_path, predicted=False)] == [("a1", "outside"), ("c1", "within")]
+    (tmp_path / "outside.toml").write_text(_case("a1", "A", "77 GiB", "1 GiB") + _case("a2", "A", "76.5 GiB", "1 GiB"))
+    assert validation.run(tmp_path, predicted=False) == [] and "outside" not in validation.statistics([])
