@@ -88,7 +88,13 @@ def test_memory_verdict_by_hand(plan):
         assert plan.replace(hbm=f"{hbm} byte").value("memory.headroom").to("byte").magnitude == pytest.approx(
             hbm - floor, abs=1)
     assert plan.replace(hbm=f"{0.999 * floor} byte").memory_verdict(stage=15) == "fits"  # the last stage holds less
+    # a process's own measure of what lies outside replaces both the least and the mean
     assert plan.replace(hbm=f"{count} byte", outside_bytes="0 B").memory_verdict() == "fits at the allocator's limit"
+    alloc = plan.memory_peak().to("byte").magnitude
+    own = plan.replace(hbm=f"{alloc + 1e9} byte", outside_bytes="1 GB")
+    assert own.memory_outside().to("byte").magnitude == 1e9 and own.memory().outside.to("byte").magnitude == 1e9
+    assert own.memory_verdict() == "fits" and own.replace(hbm=f"{alloc + 0.99e9} byte").memory_verdict() == (
+        "fits at the allocator's limit")
     xla = plan.replace(stack="maxtext")
     xla_count = xla.memory().total.to("byte").magnitude
     assert xla.memory().outside.magnitude == 0

@@ -260,7 +260,7 @@ class Plan:
     def memory_outside(self) -> pint.Quantity:
         """Device memory a process holds outside the stack's allocator (the driver's reservation, the CUDA
         context, NCCL's buffers): the mean of the snapshots of validation/outside.toml (calibration.toml
-        [memory]); ``memory().outside`` is the least of them."""
+        [memory]); ``memory().outside`` is the least of them. ``Plan(..., outside_bytes=)`` replaces both."""
         return verdict.outside(self)
 
     def memory_verdict(self, stage: int | None = None) -> str:

@@ -22,7 +22,10 @@ def allocator_peak(plan, stage: int | None) -> pint.Quantity:
 
 
 def outside(plan) -> pint.Quantity:
-    """The fitted memory outside the stack's allocator (the snapshots' mean)."""
+    """The memory outside the stack's allocator a process's peak holds: ``outside_bytes=`` where the plan
+    is given it, else the snapshots' mean."""
+    if "outside_bytes" in plan.overrides:
+        return plan.memory().outside
     return memory_outside(_allocator(plan))["outside"]
 
 
