@@ -61,7 +61,7 @@ def cmd_memory(args) -> int:
     if wasted is not None:
         notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
                      f"and still recomputes the attention core: {_fmt(wasted)} per step")
-    headroom = (mem.hbm - mem.outside - mem.total).to("GB")  # memory.headroom of the fullest stage
+    headroom = plan.value("memory.headroom").to("GB")  # of the fullest stage, mem's
     fit = plan.memory_verdict()
     try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
         peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
