@@ -103,6 +103,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--scale-up-domain", help="override the GPUs per NVLink-class domain (e.g. 64 of an NVL72 rack's 72)")
+    g.add_argument("--outside-bytes", dest="outside_bytes",
+                   help="memory a process holds outside the caching allocator, e.g. '1 GB' (default: the least of the "
+                        "measured snapshots, calibration.toml [memory])")
     g.add_argument("--mfu", help="also give the step time at this MFU")
     g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
     g.add_argument("--json", action="store_true", help="print JSON")

@@ -53,7 +53,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep"}
+                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
@@ -104,7 +104,8 @@ def search_inputs(args, what: str):
         hw = hw.replace(**overrides)
     kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
-          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero))}
+          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
+          **({"outside_bytes": args.outside_bytes} if args.outside_bytes is not None else {})}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:
@@ -180,7 +181,7 @@ def build_plan(args) -> tuple[object, dict]:
                   zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
                   schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
-    links = hardware_overrides(get)
+    links = hardware_overrides(get) | ({"outside_bytes": get("outside_bytes")} if get("outside_bytes") is not None else {})
 
     import analytic as an
 

@@ -46,6 +46,7 @@ from .plan import (
 from .presets import outside_floor
 from .presets import stack as read_stack
 from .search_programs import DEGREES, INPUTS, _compiled
+from .symbols import read_magnitude
 from .values import batch_tokens as read_batch_tokens
 from .values import choice, count, distinct, exact, flag
 
@@ -219,12 +220,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
-           objective: str = "step_time") -> SearchResult:
+           objective: str = "step_time", outside_bytes=None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
     the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
-    degree."""
+    degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
+    ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``)."""
     start = time.time()
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
@@ -297,7 +299,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
                   cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
-    outside = float(outside_floor(read_stack(DEFAULT_STACK)["allocator"]).to("byte").magnitude)  # Plan's default stack
+    outside = (float(outside_floor(read_stack(DEFAULT_STACK)["allocator"]).to("byte").magnitude)  # Plan's default stack
+               if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
     order = np.argsort(np.where(fits, key, np.inf), kind="stable")

@@ -700,3 +700,23 @@ def test_memory_with_the_ends_counted_as_layers(capsys):
     assert code == 2 and "ends_as_layers" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, "search", *flags[:4], "--gpus", "8192", *flags[-4:], "--ends-as-layers")
     assert code == 2 and "--ends-as-layers" in err
+
+
+def test_outside_bytes_replaces_the_least_measured(capsys):
+    """--outside-bytes (Plan's and search's outside_bytes=) is what a process holds outside the allocator:
+    with 0 B the source text's headroom is an H100's 81,559 MiB less the count alone, and search keeps
+    every layout whose count is within the HBM, more than with the least measured (1.86 GB) left free; a
+    duration or a bare number is refused in one line."""
+    assert main(["memory", "--outside-bytes", "0 B", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["outside"] == 0 and data["headroom"] == pytest.approx(81559 * 2**20 / 1e9 - data["total"], rel=1e-12)
+    m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
+    kw = dict(gpus=16384, seq_len=8192, batch_tokens=16_777_216, progress=False, top=1)
+    bare, least = an.search(m, hw, outside_bytes="0 B", **kw), an.search(m, hw, **kw)
+    hbm = hw.hbm.to("byte").magnitude
+    assert bare.outside == 0 and bare.fitting == int((bare.arrays["memory"] <= hbm).sum())
+    assert least.outside == (81920 - 17272 - 62875) * 2**20
+    assert least.fitting == int((least.arrays["memory"] <= hbm - least.outside).sum()) < bare.fitting
+    for value in ("2 s", "3"):
+        assert main(["memory", "--outside-bytes", value]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
