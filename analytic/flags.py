@@ -72,6 +72,11 @@ def hardware_overrides(get) -> dict:
     return out
 
 
+def outside_override(get) -> dict:
+    """``--outside-bytes`` as Plan's and search's ``outside_bytes=`` (read with its unit there), where given."""
+    return {} if get("outside_bytes") is None else {"outside_bytes": get("outside_bytes")}
+
+
 def refuse_unread(args, read: set, what: str, why: str) -> None:
     """A flag the command would ignore is an error, not a silent no-op."""
     unread = [k for k in sorted(PLAN_FLAGS - read) if getattr(args, k, None) is not None]
@@ -105,7 +110,7 @@ def search_inputs(args, what: str):
     kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
           "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
           "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
-          **({"outside_bytes": args.outside_bytes} if args.outside_bytes is not None else {})}
+          **outside_override(lambda k: getattr(args, k))}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:
@@ -181,7 +186,7 @@ def build_plan(args) -> tuple[object, dict]:
                   zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
                   schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
     microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
-    links = hardware_overrides(get) | ({"outside_bytes": get("outside_bytes")} if get("outside_bytes") is not None else {})
+    links = hardware_overrides(get) | outside_override(get)
 
     import analytic as an
 

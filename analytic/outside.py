@@ -18,6 +18,7 @@ import pint
 
 from .errors import InputError
 from .presets import hardware
+from .units import Q_
 from .values import as_quantity
 
 #: the allocator the snapshots are of: PyTorch's caching allocator prints both figures
@@ -61,8 +62,7 @@ def fit(rows: list[dict]) -> tuple[pint.Quantity, pint.Quantity]:
     means = [sum(v) / len(v) for v in groups.values()]
     mean = sum(means) / len(means)
     spread = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1)) if len(means) > 1 else math.nan
-    unit = rows[0]["outside"].to("byte").units
-    return mean * unit, spread / math.sqrt(len(means)) * unit
+    return Q_(mean, "byte"), Q_(spread / math.sqrt(len(means)), "byte")
 
 
 def leave_one_source_out(rows: list[dict]) -> dict[str, pint.Quantity]:
