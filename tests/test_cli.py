@@ -599,7 +599,7 @@ def test_offloaded_activations_against_the_nodes_host_memory(capsys):
     """Llama 3 70B, TP8 PP4 DP4 with SP, 8,192 tokens: the first stage holds 4 microbatches of its 20
     layers in flight, each keeping 8192·(8h + 4·a·d_h + 4·a_kv·d_h + 4a + 6·h_ff)/8 = 281,280,512 bytes
     (h 8192, a 64, d_h 128, a_kv 8, h_ff 28672), all of it offloaded: 22.50 GB a GPU, 180 GB a node.
-    On a DGX H100 (2 TB a node, datasheet) that fits; on a node with 100 GB it does not, and the
+    On a DGX H100 (2 TB of DIMMs a node, datasheet: 2 TiB) that fits; on a node with 100 GB it does not, and the
     story says so; TPU v6e has no host memory with a source, so nothing is claimed."""
     from analytic.story import lines
     flags = ("--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "4", "--seq", "8192",
@@ -609,9 +609,9 @@ def test_offloaded_activations_against_the_nodes_host_memory(capsys):
     per_layer = 8192 * (8 * 8192 + 4 * 64 * 128 + 4 * 8 * 128 + 4 * 64 + 6 * 28672) // 8
     assert per_layer == 281_280_512
     assert data["host"] == pytest.approx(20 * 4 * per_layer / 1e9, rel=1e-12)
-    assert data["host_memory"] == pytest.approx(2000, rel=1e-12)
+    assert data["host_memory"] == pytest.approx(2 * 2**40 / 1e9, rel=1e-12)
     code, out, _ = run(capsys, "memory", *flags)
-    assert "22.5 GB per GPU, 180 GB per node of 8, of the node's 2 TB: fits" in out
+    assert "22.5 GB per GPU, 180 GB per node of 8, of the node's 2.199 TB: fits" in out
     small = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm").replace(host_memory="100 GB"),
                     an.Layout(tp=8, pp=4, dp=4, sequence_parallel=True, offload_activations=True), seq_len=8192,
                     global_batch=64)
