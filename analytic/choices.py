@@ -29,6 +29,9 @@ ZERO_OPTIMIZERS = ("deepspeed",)
 #: whose FP8 weight cache a stack keeps (presets/stacks.toml fp8_weight_cache): Transformer Engine's, the FP8
 #: weight and its transpose of each of its linears (memory.fp8_weight_cache)
 FP8_WEIGHT_CACHES = ("transformer-engine",)
+#: how a stack runs context-parallel attention where its backward's buffers are counted (presets/stacks.toml
+#: cp_attention): PyTorch's context_parallel, K and V all-gathered (memory.activations.backward.cp_ring_attention)
+CP_ATTENTIONS = ("pytorch-allgather",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 #: the discrete choices a symbol can leave open, by keyword
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}

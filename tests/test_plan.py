@@ -966,6 +966,24 @@ def test_the_last_stage_is_the_fullest_when_its_loss_outweighs_a_layers_backward
     assert plan.memory().stage == 3 and plan.memory() == last
 
 
+def test_context_parallel_attention_buffers_join_a_layers_backward_on_torchtitan():
+    """Llama 3 8B on TorchTitan over 2 stages and 16 ZeRO-1 replicas, 4,096 tokens a rank: at CP 2 a layer's backward holds the ring's
+    buffers, (4·2 + 36) bytes per element of the rank's Q (4,096 × 32 × 128), in place of the SwiGLU's
+    gradients (2 × 2 × 14,336 bytes a token), which are fewer; at CP 1 it holds those. Megatron-Core's CP
+    buffers are not counted: its first stage holds the same at CP 2 as at CP 1."""
+    def first_stage(stack, cp):
+        plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=2, dp=16, zero=1, cp=cp,
+                       recompute="full"), seq_len=4096 * cp, global_batch=32, stack=stack)
+        return plan.memory(stage=0).activations.to("byte").magnitude
+    q = 4096 * 32 * 128
+    assert first_stage("torchtitan", 2) - first_stage("torchtitan", 1) == pytest.approx(
+        (4 * 2 + 36) * q - 4096 * 2 * 2 * 14336, rel=1e-12)
+    assert first_stage("megatron-core", 2) == pytest.approx(first_stage("megatron-core", 1), rel=1e-12)
+    sources = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(cp=2), seq_len=8192, global_batch=1,
+                      stack="torchtitan").sources("memory.activations")
+    assert "memory.activations.backward.cp_ring_attention" in sources
+
+
 def test_interleaved_first_stage_is_korthikantis_factor():
     """Megatron's interleaved schedule warms stage k up with (p − k − 1)·2 + (v − 1)·p chunks; at k = 0,
     with the one in flight, that is Korthikanti et al.'s eq. (5): L(1 + (p − 1)/(p·v)) layers. A plan

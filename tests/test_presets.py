@@ -144,7 +144,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache"}
+             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -155,5 +155,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("optimizer_kernel", "fused") in choices.OPTIMIZER_KERNELS, name
         assert props.get("zero_optimizer", "deepspeed") in choices.ZERO_OPTIMIZERS, name
         assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
+        assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

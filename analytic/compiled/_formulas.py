@@ -87,138 +87,139 @@ FORMULAS = {
     'memory.activations.attention_gqa_sp': ('f82', ('head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.attention_mla': ('f83', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
     'memory.activations.attention_mla_sp': ('f84', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.backward.swiglu_gradients': ('f85', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.first_stage_interleaved_factor': ('f86', ('pp', 'vpp'), 'dimensionless'),
-    'memory.activations.fp8_freed.expert_inputs': ('f87', ('hidden', 'microbatch_size', 'seq_len', 'topk'), 'byte'),
-    'memory.activations.fp8_freed.mla_latents': ('f88', ('kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'seq_len'), 'byte'),
-    'memory.activations.fp8_freed.mla_latents_sp': ('f89', ('kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.fp8_freed.norm_outputs': ('f90', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.fp8_freed.norm_outputs_sp': ('f91', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.fp8_freed.swiglu_inputs': ('f92', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.fp8_freed.swiglu_products': ('f93', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.freed.layernorm': ('f94', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.freed.layernorm_sp': ('f95', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.freed.mla_up_proj': ('f96', ('head_dim', 'heads', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.freed.mla_up_proj_sp': ('f97', ('head_dim', 'heads', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.freed.moe_act': ('f98', ('expert_ffn_hidden', 'microbatch_size', 'seq_len', 'topk', 'tp'), 'byte'),
-    'memory.activations.gathered.norm_outputs': ('f99', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.gathered.norm_outputs_fp8': ('f100', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.gathered.output_input': ('f101', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.head_inputs': ('f102', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.head_inputs_sp': ('f103', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer': ('f104', ('heads', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.layer_flash_gelu': ('f105', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_gelu_sp': ('f106', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu': ('f107', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu_op_sac': ('f108', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu_op_sac_sp': ('f109', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu_sp': ('f110', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_full_recompute': ('f111', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.layer_tp': ('f112', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_selective': ('f113', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_sp': ('f114', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_sp_selective': ('f115', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.attention_output_copy': ('f116', ('head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.dropout_masks': ('f117', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.legacy.dropout_masks_sp': ('f118', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.silu_output': ('f119', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.mlp_moe': ('f120', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
-    'memory.activations.mlp_moe_sp': ('f121', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
-    'memory.activations.mlp_swiglu': ('f122', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.mlp_swiglu_sp': ('f123', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.allocator_peak': ('f124', ('allocator_reserve', 'counted_bytes'), 'byte'),
-    'memory.device_peak': ('f125', ('allocator_reserve', 'counted_bytes', 'outside_bytes'), 'byte'),
-    'memory.fp8_weight_cache': ('f126', ('params',), 'byte'),
-    'memory.headroom': ('f127', ('counted_bytes', 'hbm', 'outside_bytes'), 'byte'),
-    'memory.logits': ('f128', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.loss': ('f129', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.model_states.gradients': ('f130', ('params',), 'byte'),
-    'memory.model_states.gradients_fp32': ('f131', ('params',), 'byte'),
-    'memory.model_states.optimizer': ('f132', ('params',), 'byte'),
-    'memory.model_states.optimizer_bf16_moments': ('f133', ('params',), 'byte'),
-    'memory.model_states.weights': ('f134', ('params',), 'byte'),
-    'memory.model_states.zero0': ('f135', ('params',), 'byte'),
-    'memory.model_states.zero1': ('f136', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero2': ('f137', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero3': ('f138', ('dp', 'params'), 'byte'),
-    'memory.offload.device_activations': ('f139', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.device_optimizer': ('f140', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
-    'memory.offload.host_accumulated_gradients': ('f141', ('params',), 'byte'),
-    'memory.offload.host_activations': ('f142', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.host_optimizer': ('f143', ('optimizer_offload', 'params'), 'byte'),
-    'memory.offload.host_zero3_gradients': ('f144', ('params',), 'byte'),
-    'memory.offload.zero_offload_staging': ('f145', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
-    'memory.optimizer_step.foreach': ('f146', ('element_bytes', 'params'), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy': ('f147', ('params',), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f148', ('params',), 'byte'),
-    'memory.zero3_gathered': ('f149', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held': ('f150', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held_fp32_gradients': ('f151', ('params',), 'byte'),
-    'memory.zero_reduce_bucket': ('f152', (), 'byte'),
-    'model.params.attention': ('f153', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f154', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f155', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f156', ('heads',), 'parameter'),
-    'model.params.embedding': ('f157', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f158', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f159', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f160', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f161', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f162', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f163', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f164', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f165', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f166', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f167', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f168', ('hidden',), 'parameter'),
-    'model.params.positions': ('f169', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f170', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f171', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f172', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f173', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f174', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f175', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f176', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f177', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f178', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f179', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f180', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f181', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f182', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f183', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f184', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f185', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f186', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f187', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f188', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f189', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f190', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f191', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f192', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f193', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f194', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f195', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f196', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f197', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f198', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f199', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f200', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f201', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f202', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f203', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f204', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f205', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f206', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f207', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f208', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f209', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f210', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f212', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f214', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f216', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f217', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f218', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f219', ('flops',), 'token'),
+    'memory.activations.backward.cp_ring_attention': ('f85', ('cp', 'element_bytes', 'head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.backward.swiglu_gradients': ('f86', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.first_stage_interleaved_factor': ('f87', ('pp', 'vpp'), 'dimensionless'),
+    'memory.activations.fp8_freed.expert_inputs': ('f88', ('hidden', 'microbatch_size', 'seq_len', 'topk'), 'byte'),
+    'memory.activations.fp8_freed.mla_latents': ('f89', ('kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'seq_len'), 'byte'),
+    'memory.activations.fp8_freed.mla_latents_sp': ('f90', ('kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.fp8_freed.norm_outputs': ('f91', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.fp8_freed.norm_outputs_sp': ('f92', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.fp8_freed.swiglu_inputs': ('f93', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.fp8_freed.swiglu_products': ('f94', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.freed.layernorm': ('f95', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.freed.layernorm_sp': ('f96', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.freed.mla_up_proj': ('f97', ('head_dim', 'heads', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.freed.mla_up_proj_sp': ('f98', ('head_dim', 'heads', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.freed.moe_act': ('f99', ('expert_ffn_hidden', 'microbatch_size', 'seq_len', 'topk', 'tp'), 'byte'),
+    'memory.activations.gathered.norm_outputs': ('f100', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.gathered.norm_outputs_fp8': ('f101', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.gathered.output_input': ('f102', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.head_inputs': ('f103', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.head_inputs_sp': ('f104', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer': ('f105', ('heads', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.layer_flash_gelu': ('f106', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_gelu_sp': ('f107', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu': ('f108', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_op_sac': ('f109', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_op_sac_sp': ('f110', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_sp': ('f111', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_full_recompute': ('f112', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.layer_tp': ('f113', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_selective': ('f114', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_sp': ('f115', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_sp_selective': ('f116', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.attention_output_copy': ('f117', ('head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.dropout_masks': ('f118', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.legacy.dropout_masks_sp': ('f119', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.silu_output': ('f120', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.mlp_moe': ('f121', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
+    'memory.activations.mlp_moe_sp': ('f122', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
+    'memory.activations.mlp_swiglu': ('f123', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.mlp_swiglu_sp': ('f124', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.allocator_peak': ('f125', ('allocator_reserve', 'counted_bytes'), 'byte'),
+    'memory.device_peak': ('f126', ('allocator_reserve', 'counted_bytes', 'outside_bytes'), 'byte'),
+    'memory.fp8_weight_cache': ('f127', ('params',), 'byte'),
+    'memory.headroom': ('f128', ('counted_bytes', 'hbm', 'outside_bytes'), 'byte'),
+    'memory.logits': ('f129', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.loss': ('f130', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.model_states.gradients': ('f131', ('params',), 'byte'),
+    'memory.model_states.gradients_fp32': ('f132', ('params',), 'byte'),
+    'memory.model_states.optimizer': ('f133', ('params',), 'byte'),
+    'memory.model_states.optimizer_bf16_moments': ('f134', ('params',), 'byte'),
+    'memory.model_states.weights': ('f135', ('params',), 'byte'),
+    'memory.model_states.zero0': ('f136', ('params',), 'byte'),
+    'memory.model_states.zero1': ('f137', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero2': ('f138', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero3': ('f139', ('dp', 'params'), 'byte'),
+    'memory.offload.device_activations': ('f140', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.device_optimizer': ('f141', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
+    'memory.offload.host_accumulated_gradients': ('f142', ('params',), 'byte'),
+    'memory.offload.host_activations': ('f143', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.host_optimizer': ('f144', ('optimizer_offload', 'params'), 'byte'),
+    'memory.offload.host_zero3_gradients': ('f145', ('params',), 'byte'),
+    'memory.offload.zero_offload_staging': ('f146', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
+    'memory.optimizer_step.foreach': ('f147', ('element_bytes', 'params'), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy': ('f148', ('params',), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f149', ('params',), 'byte'),
+    'memory.zero3_gathered': ('f150', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held': ('f151', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held_fp32_gradients': ('f152', ('params',), 'byte'),
+    'memory.zero_reduce_bucket': ('f153', (), 'byte'),
+    'model.params.attention': ('f154', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f155', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f156', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f157', ('heads',), 'parameter'),
+    'model.params.embedding': ('f158', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f159', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f160', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f161', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f162', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f163', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f164', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f165', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f166', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f167', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f168', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f169', ('hidden',), 'parameter'),
+    'model.params.positions': ('f170', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f171', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f172', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f173', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f174', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f175', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f176', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f177', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f178', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f179', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f180', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f181', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f182', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f183', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f184', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f185', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f186', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f187', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f188', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f189', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f190', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f191', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f192', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f193', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f194', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f195', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f196', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f197', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f198', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f199', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f200', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f201', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f202', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f203', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f204', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f205', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f206', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f207', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f208', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f209', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f210', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f211', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f213', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f215', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f217', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f218', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f219', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f220', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1048,13 +1049,23 @@ def f84(x, k):
 
 
 def f85(x, k):
+    x0, x1, x2, x3, x4, x5, x6 = x
+    r0 = k.recip(x6)
+    r1 = 2.0 + x0
+    r1 = 2.0 * x1 * r1
+    r1 = 28.0 + r1
+    r1 = x3 * x4 * x2 * x5 * r0 * r1
+    return (r1, 1.0)
+
+
+def f86(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 4.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
-def f86(x, k):
+def f87(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r1 = k.recip(x1)
@@ -1064,20 +1075,20 @@ def f86(x, k):
     return (r2, 1.0)
 
 
-def f87(x, k):
+def f88(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x0 * x3 * x2
     return (r0, 1.0)
 
 
-def f88(x, k):
+def f89(x, k):
     x0, x1, x2, x3 = x
     r0 = x0 + x2
     r0 = x1 * x3 * r0
     return (r0, 1.0)
 
 
-def f89(x, k):
+def f90(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = x0 + x2
@@ -1085,16 +1096,9 @@ def f89(x, k):
     return (r1, 1.0)
 
 
-def f90(x, k):
+def f91(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
-def f91(x, k):
-    x0, x1, x2, x3 = x
-    r0 = k.recip(x3)
-    r0 = 2.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
@@ -1108,24 +1112,31 @@ def f92(x, k):
 def f93(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
-    r0 = x1 * x0 * x2 * r0
+    r0 = 2.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
 def f94(x, k):
+    x0, x1, x2, x3 = x
+    r0 = k.recip(x3)
+    r0 = x1 * x0 * x2 * r0
+    return (r0, 1.0)
+
+
+def f95(x, k):
     x0, x1, x2 = x
     r0 = 4.0 * x1 * x0 * x2
     return (r0, 1.0)
 
 
-def f95(x, k):
+def f96(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 4.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
-def f96(x, k):
+def f97(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = 2.0 * x2
     r1 = 2.0 * x4
@@ -1140,7 +1151,7 @@ def f96(x, k):
     return (r4, 1.0)
 
 
-def f97(x, k):
+def f98(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = k.recip(x7)
     r1 = 2.0 * x2
@@ -1153,14 +1164,14 @@ def f97(x, k):
     return (r4, 1.0)
 
 
-def f98(x, k):
+def f99(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r0 = 2.0 * x1 * x0 * x3 * x2 * r0
     return (r0, 1.0)
 
 
-def f99(x, k):
+def f100(x, k):
     x0, x1, x2, x3 = x
     r0 = 4.0 * x0
     r1 = k.recip(x3)
@@ -1170,7 +1181,7 @@ def f99(x, k):
     return (r1, 1.0)
 
 
-def f100(x, k):
+def f101(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x0
     r1 = k.recip(x3)
@@ -1181,7 +1192,7 @@ def f100(x, k):
     return (r1, r0)
 
 
-def f101(x, k):
+def f102(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x0
     r1 = k.recip(x3)
@@ -1191,20 +1202,20 @@ def f101(x, k):
     return (r1, 1.0)
 
 
-def f102(x, k):
+def f103(x, k):
     x0, x1, x2 = x
     r0 = 4.0 * x1 * x0 * x2
     return (r0, 1.0)
 
 
-def f103(x, k):
+def f104(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 4.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
-def f104(x, k):
+def f105(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x1)
     r0 = 5.0 * x0 * x3 * r0
@@ -1213,7 +1224,7 @@ def f104(x, k):
     return (r0, 1.0)
 
 
-def f105(x, k):
+def f106(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = 8.0 * x3
     r1 = k.recip(x7)
@@ -1228,7 +1239,7 @@ def f105(x, k):
     return (r5, 1.0)
 
 
-def f106(x, k):
+def f107(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = k.recip(x7)
     r1 = 4.0 * x2
@@ -1241,7 +1252,7 @@ def f106(x, k):
     return (r5, 1.0)
 
 
-def f107(x, k):
+def f108(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = 8.0 * x3
     r1 = k.recip(x7)
@@ -1256,7 +1267,7 @@ def f107(x, k):
     return (r5, 1.0)
 
 
-def f108(x, k):
+def f109(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = 4.0 * x3
     r1 = k.recip(x7)
@@ -1271,7 +1282,7 @@ def f108(x, k):
     return (r5, 1.0)
 
 
-def f109(x, k):
+def f110(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = 2.0 * x3
     r1 = k.recip(x7)
@@ -1287,7 +1298,7 @@ def f109(x, k):
     return (r6, 1.0)
 
 
-def f110(x, k):
+def f111(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = k.recip(x7)
     r1 = 4.0 * x2
@@ -1300,13 +1311,13 @@ def f110(x, k):
     return (r5, 1.0)
 
 
-def f111(x, k):
+def f112(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x1 * x0 * x2
     return (r0, 1.0)
 
 
-def f112(x, k):
+def f113(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = 24.0 * r0
@@ -1317,7 +1328,7 @@ def f112(x, k):
     return (r0, 1.0)
 
 
-def f113(x, k):
+def f114(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 24.0 * r0
@@ -1326,7 +1337,7 @@ def f113(x, k):
     return (r0, 1.0)
 
 
-def f114(x, k):
+def f115(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = k.recip(x1)
@@ -1336,14 +1347,14 @@ def f114(x, k):
     return (r1, 1.0)
 
 
-def f115(x, k):
+def f116(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 34.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
-def f116(x, k):
+def f117(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x2 > 1.0
     r1 = k.recip(x4)
@@ -1352,16 +1363,9 @@ def f116(x, k):
     return (r1, 1.0)
 
 
-def f117(x, k):
+def f118(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
-def f118(x, k):
-    x0, x1, x2, x3 = x
-    r0 = k.recip(x3)
-    r0 = 2.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
@@ -1373,6 +1377,13 @@ def f119(x, k):
 
 
 def f120(x, k):
+    x0, x1, x2, x3 = x
+    r0 = k.recip(x3)
+    r0 = 2.0 * x1 * x0 * x2 * r0
+    return (r0, 1.0)
+
+
+def f121(x, k):
     x0, x1, x2, x3, x4, x5, x6 = x
     r0 = 4.0 * x1
     r1 = 2.0 * x1 * x5
@@ -1386,7 +1397,7 @@ def f120(x, k):
     return (r4, 1.0)
 
 
-def f121(x, k):
+def f122(x, k):
     x0, x1, x2, x3, x4, x5, x6 = x
     r0 = k.recip(x6)
     r1 = 4.0 * x1
@@ -1402,7 +1413,7 @@ def f121(x, k):
     return (r0, 1.0)
 
 
-def f122(x, k):
+def f123(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 4.0 * x1
     r1 = k.recip(x4)
@@ -1412,7 +1423,7 @@ def f122(x, k):
     return (r1, 1.0)
 
 
-def f123(x, k):
+def f124(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = 4.0 * x1
@@ -1422,37 +1433,31 @@ def f123(x, k):
     return (r2, 1.0)
 
 
-def f124(x, k):
+def f125(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f125(x, k):
+def f126(x, k):
     x0, x1, x2 = x
     r0 = x1 * x0
     r0 = x2 + r0
     return (r0, 1.0)
 
 
-def f126(x, k):
+def f127(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f127(x, k):
+def f128(x, k):
     x0, x1, x2 = x
     r0 = -1.0 * x0
     r1 = -1.0 * x2
     r1 = x1 + r0 + r1
     return (r1, 1.0)
-
-
-def f128(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x3 * x1 * x0 * x2
-    return (r0, 1.0)
 
 
 def f129(x, k):
@@ -1462,42 +1467,48 @@ def f129(x, k):
 
 
 def f130(x, k):
-    x0, = x
-    r0 = 2.0 * x0
+    x0, x1, x2, x3 = x
+    r0 = x3 * x1 * x0 * x2
     return (r0, 1.0)
 
 
 def f131(x, k):
     x0, = x
-    r0 = 4.0 * x0
+    r0 = 2.0 * x0
     return (r0, 1.0)
 
 
 def f132(x, k):
     x0, = x
-    r0 = 12.0 * x0
+    r0 = 4.0 * x0
     return (r0, 1.0)
 
 
 def f133(x, k):
     x0, = x
-    r0 = 8.0 * x0
+    r0 = 12.0 * x0
     return (r0, 1.0)
 
 
 def f134(x, k):
     x0, = x
-    r0 = 2.0 * x0
+    r0 = 8.0 * x0
     return (r0, 1.0)
 
 
 def f135(x, k):
     x0, = x
-    r0 = 16.0 * x0
+    r0 = 2.0 * x0
     return (r0, 1.0)
 
 
 def f136(x, k):
+    x0, = x
+    r0 = 16.0 * x0
+    return (r0, 1.0)
+
+
+def f137(x, k):
     x0, x1 = x
     r0 = 4.0 * x1
     r1 = k.recip(x0)
@@ -1506,7 +1517,7 @@ def f136(x, k):
     return (r1, 1.0)
 
 
-def f137(x, k):
+def f138(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r1 = k.recip(x0)
@@ -1515,21 +1526,21 @@ def f137(x, k):
     return (r1, 1.0)
 
 
-def f138(x, k):
+def f139(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = 16.0 * x1 * r0
     return (r0, 1.0)
 
 
-def f139(x, k):
+def f140(x, k):
     x0, x1 = x
     r0 = k.min(2.0, x1)
     r0 = x0 * r0
     return (r0, 1.0)
 
 
-def f140(x, k):
+def f141(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = 1.0 + r0
@@ -1537,31 +1548,31 @@ def f140(x, k):
     return (r0, 1.0)
 
 
-def f141(x, k):
+def f142(x, k):
     x0, = x
     r0 = 2.0 * x0
-    return (r0, 1.0)
-
-
-def f142(x, k):
-    x0, x1 = x
-    r0 = x0 * x1
     return (r0, 1.0)
 
 
 def f143(x, k):
     x0, x1 = x
-    r0 = 16.0 * x1 * x0
+    r0 = x0 * x1
     return (r0, 1.0)
 
 
 def f144(x, k):
+    x0, x1 = x
+    r0 = 16.0 * x1 * x0
+    return (r0, 1.0)
+
+
+def f145(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f145(x, k):
+def f146(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = k.max(x3, x0)
@@ -1569,49 +1580,49 @@ def f145(x, k):
     return (r1, 1.0)
 
 
-def f146(x, k):
+def f147(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f147(x, k):
+def f148(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f149(x, k):
     x0, = x
     r0 = k.min(1000000000.0, x0)
     r0 = 6.0 * r0
     return (r0, 1.0)
 
 
-def f149(x, k):
+def f150(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f150(x, k):
+def f151(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f151(x, k):
+def f152(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f152(x, k):
+def f153(x, k):
     pass
     return (1000000000.0, 1.0)
 
 
-def f153(x, k):
+def f154(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1620,7 +1631,7 @@ def f153(x, k):
     return (r1, 1.0)
 
 
-def f154(x, k):
+def f155(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1629,7 +1640,7 @@ def f154(x, k):
     return (r0, 1.0)
 
 
-def f155(x, k):
+def f156(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1642,18 +1653,18 @@ def f155(x, k):
     return (r6, 1.0)
 
 
-def f156(x, k):
+def f157(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f157(x, k):
+def f158(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f158(x, k):
+def f159(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1666,25 +1677,25 @@ def f158(x, k):
     return (r4, 1.0)
 
 
-def f159(x, k):
+def f160(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f160(x, k):
+def f161(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f161(x, k):
+def f162(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f162(x, k):
+def f163(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1695,7 +1706,7 @@ def f162(x, k):
     return (r2, 1.0)
 
 
-def f163(x, k):
+def f164(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1706,7 +1717,7 @@ def f163(x, k):
     return (r2, 1.0)
 
 
-def f164(x, k):
+def f165(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1716,7 +1727,7 @@ def f164(x, k):
     return (r1, 1.0)
 
 
-def f165(x, k):
+def f166(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1726,7 +1737,7 @@ def f165(x, k):
     return (r1, 1.0)
 
 
-def f166(x, k):
+def f167(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1735,30 +1746,30 @@ def f166(x, k):
     return (r1, 1.0)
 
 
-def f167(x, k):
+def f168(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f168(x, k):
+def f169(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f169(x, k):
+def f170(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f170(x, k):
+def f171(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f171(x, k):
+def f172(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1766,13 +1777,13 @@ def f171(x, k):
     return (r0, 1.0)
 
 
-def f172(x, k):
+def f173(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f173(x, k):
+def f174(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1780,15 +1791,10 @@ def f173(x, k):
     return (r0, 1.0)
 
 
-def f174(x, k):
+def f175(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
-
-
-def f175(x, k):
-    pass
-    return (1.0, 1.0)
 
 
 def f176(x, k):
@@ -1797,61 +1803,66 @@ def f176(x, k):
 
 
 def f177(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f178(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f178(x, k):
+def f179(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f179(x, k):
+def f180(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f180(x, k):
+def f181(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f181(x, k):
+def f182(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f182(x, k):
+def f183(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f183(x, k):
+def f184(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f184(x, k):
+def f185(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
 
 
-def f185(x, k):
+def f186(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f186(x, k):
+def f187(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r1 = x1 * x2
@@ -1860,28 +1871,20 @@ def f186(x, k):
     return (r1, 1.0)
 
 
-def f187(x, k):
+def f188(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f188(x, k):
+def f189(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f189(x, k):
+def f190(x, k):
     pass
     return (2.0, 1.0)
-
-
-def f190(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
 
 
 def f191(x, k):
@@ -1893,6 +1896,14 @@ def f191(x, k):
 
 
 def f192(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f193(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1901,7 +1912,7 @@ def f192(x, k):
     return (r2, 1.0)
 
 
-def f193(x, k):
+def f194(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1910,7 +1921,7 @@ def f193(x, k):
     return (r2, 1.0)
 
 
-def f194(x, k):
+def f195(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1918,7 +1929,7 @@ def f194(x, k):
     return (r1, 1.0)
 
 
-def f195(x, k):
+def f196(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1929,7 +1940,7 @@ def f195(x, k):
     return (r2, 1.0)
 
 
-def f196(x, k):
+def f197(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1944,7 +1955,7 @@ def f196(x, k):
     return (r2, r7)
 
 
-def f197(x, k):
+def f198(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1955,7 +1966,7 @@ def f197(x, k):
     return (r1, r0)
 
 
-def f198(x, k):
+def f199(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1967,12 +1978,12 @@ def f198(x, k):
     return (r1, r5)
 
 
-def f199(x, k):
+def f200(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f200(x, k):
+def f201(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1980,13 +1991,13 @@ def f200(x, k):
     return (r0, r2)
 
 
-def f201(x, k):
+def f202(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f202(x, k):
+def f203(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -2009,7 +2020,7 @@ def f202(x, k):
     return (r2, r0)
 
 
-def f203(x, k):
+def f204(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -2020,14 +2031,14 @@ def f203(x, k):
     return (r2, r1)
 
 
-def f204(x, k):
+def f205(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f205(x, k):
+def f206(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -2035,19 +2046,19 @@ def f205(x, k):
     return (r0, r2)
 
 
-def f206(x, k):
+def f207(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f207(x, k):
+def f208(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f208(x, k):
+def f209(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -2056,7 +2067,7 @@ def f208(x, k):
     return (r2, 1.0)
 
 
-def f209(x, k):
+def f210(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -2070,7 +2081,7 @@ def f209(x, k):
     return (r6, 1.0)
 
 
-def f210(x, k):
+def f211(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2090,7 +2101,7 @@ def f210(x, k):
     return (r8, 1.0)
 
 
-def f212(x, k):
+def f213(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2098,7 +2109,7 @@ def f212(x, k):
     return (r1, 1.0)
 
 
-def f214(x, k):
+def f215(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2108,7 +2119,7 @@ def f214(x, k):
     return (r1, 1.0)
 
 
-def f216(x, k):
+def f217(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2118,7 +2129,7 @@ def f216(x, k):
     return (r2, 1.0)
 
 
-def f217(x, k):
+def f218(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2126,7 +2137,7 @@ def f217(x, k):
     return (r1, 1.0)
 
 
-def f218(x, k):
+def f219(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2134,7 +2145,7 @@ def f218(x, k):
     return (r1, 1.0)
 
 
-def f219(x, k):
+def f220(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

@@ -117,6 +117,22 @@ define("memory.activations.backward.swiglu_gradients", 4 * s * b * h_ff / t, "by
         "under full recomputation added to the recomputed layer's activations, of which the backward has freed "
         "about one [s·b, h] tensor by then (measured: 1.6–1.9 of the two gradients' size beyond them)"),
        "bytes a layer's backward holds beyond its saved activations", coefficient_unit="byte")
+PYTORCH_CP = ("pytorch/pytorch torch/distributed/tensor/experimental/_attention.py (Dec 2024, the torch of TorchTitan's "
+              "benchmarks, 1963fc8): _templated_ring_attention_backward, K and V all-gathered by _AllGatherRotater, "
+              "dK and dV passed on by _AllToAllRotater; pytorch/torchtitan c97876e (context_parallel_rotate_method, "
+              "'allgather' by default)")
+define("memory.activations.backward.cp_ring_attention", s * b * a * d_h / t * (2 * e * (S("cp") + 2) + 28), "byte",
+       f"{PYTORCH_CP}; measured by analytic.reference.context_parallel",
+       ("s: the rank's tokens; X = s·b·a·d_h/t, the elements of its Q; K and V repeated to a heads before the kernel "
+        "(TorchTitan's Llama repeat_kv), so each has X elements too",
+        "the K and V of all cp ranks, gathered once (2e·cp·X), and the rank's own concatenated to send (2e·X)",
+        "fp32 accumulators of dQ, dK and dV (12X) and the fp32 dK and dV pair going out and the one coming in (16X)",
+        "the previous step's 16-bit dQ, dK and dV held while the next step computes its own, of the whole Q and half "
+        "of K and V under load balancing: 2e·X beyond a plain backward's outputs",
+        "the peak of every rank but the first; measured: exactly 2e·X more per rank, the level within 5% (the CPU "
+        "kernel's own buffers)"),
+       "bytes PyTorch's context-parallel attention backward holds beyond a plain flash-attention backward",
+       coefficient_unit="byte")
 define("memory.activations.first_stage_interleaved_factor", 1 + (S("pp") - 1) / (S("pp") * S("vpp")), "",
        f"{KORTHIKANTI} §4.2.3 (after eq. 5); Narayanan et al. 2021 §2.2.2",
        ("interleaved 1F1B: the first stage holds this many times the activations of non-interleaved 1F1B",),

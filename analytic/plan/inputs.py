@@ -112,8 +112,8 @@ class Inputs:
         #: None: one that allocates nothing more)
         self.zero_optimizer = props.get("zero_optimizer")
         self.fp8_weight_cache = props.get("fp8_weight_cache")  # choices.FP8_WEIGHT_CACHES; None: cast at each use
-        #: what a sequence-parallel matmul saves of its input: "split" (Megatron: its shard, gathered again in the
-        #: backward) or "gathered" (DTensor TP: the all-gathered input)
+        self.cp_attention = props.get("cp_attention")  # choices.CP_ATTENTIONS; None: its buffers not counted
+        #: what a sequence-parallel matmul saves of its input: "split" (Megatron's shard) or "gathered" (DTensor TP's)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])
         #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS, memory.activations.legacy.*)
         self.saved_extra = tuple(props.get("saved_extra", ()))

@@ -201,8 +201,9 @@ def rank_params(inp: Inputs, k) -> dict:
 
 def activation_parts(inp: Inputs) -> dict:
     """layer (one layer's activations), kept (what each layer keeps: all of them, or its input under
-    full recomputation), working (what a layer's backward holds beyond the kept ones: its SwiGLU's
-    gradients, and under full recomputation the recomputed layer's activations), logits (one microbatch's),
+    full recomputation), working (what a layer's backward holds beyond the kept ones: the larger of its
+    SwiGLU's gradients and the stack's context-parallel attention buffers, and under full recomputation
+    the recomputed layer's activations), logits (one microbatch's),
     loss (the loss's working set at its peak, the logits included), head (the final norm's and the
     output layer's saved inputs, held through the loss) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
@@ -218,6 +219,10 @@ def activation_parts(inp: Inputs) -> dict:
     # a layer's backward: the recomputed layer's activations under full recomputation, and its gradients
     gradients = (inp.f("memory.activations.backward.swiglu_gradients", seq_len=inp.seq_len / lay.cp)
                  if m.mlp_formulas == "swiglu" and not m.is_moe else _zero("gradients"))
+    if inp.cp_attention and m.attention != "mla":  # the ring's buffers, after the MLP's backward has freed its own
+        ring = cases("gradients", "byte", (inp.f("memory.activations.backward.cp_ring_attention", seq_len=inp.seq_len / lay.cp),
+                                           sympy.Gt(lay.cp, 1)), (_zero("gradients"), True))
+        gradients = composed("gradients", lazy_max(gradients.expr, ring.expr), "byte", gradients, ring)
     working = cases("working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
     sp = "_sp" if lay.sequence_parallel else ""

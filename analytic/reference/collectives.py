@@ -256,20 +256,20 @@ def _quiet():
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 
 
-def _worker(rank, world, port, outdir, fn_name):
+def _worker(rank, world, port, outdir, check):
     _quiet()
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        fn = {"checks": checks}[fn_name]
-        Path(outdir, f"{rank}.json").write_text(json.dumps(fn(rank, world)))
+        Path(outdir, f"{rank}.json").write_text(json.dumps(check(rank, world)))
     finally:
         dist.destroy_process_group()
 
 
-def run(world: int, fn_name: str = "checks") -> list[dict]:
-    """Spawn ``world`` gloo ranks on 127.0.0.1, run the named check on each, return their results."""
+def run(world: int, check=checks) -> list[dict]:
+    """Spawn ``world`` gloo ranks on 127.0.0.1, run ``check(rank, world)`` (a module-level function returning
+    JSON-ready data) on each, return their results."""
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as outdir:
-        mp.spawn(_worker, args=(world, free_port(), outdir, fn_name), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, free_port(), outdir, check), nprocs=world, join=True)
         return [json.loads(Path(outdir, f"{r}.json").read_text()) for r in range(world)]
