@@ -19,7 +19,7 @@ def measured():
 
 def _formula(cp: int) -> float:
     return an.formula("memory.activations.backward.cp_ring_attention").evaluate(
-        seq_len=TOKENS, microbatch_size=1, heads=HEADS, head_dim=HEAD_DIM, tp=1, element_bytes="2 byte",
+        seq_len=TOKENS, microbatch_size=1, heads=HEADS, head_dim=HEAD_DIM, tp=1,
         cp=cp).to("byte").magnitude
 
 

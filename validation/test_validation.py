@@ -601,7 +601,7 @@ def test_readme_counts_the_cases_outside_their_tolerance(results):
     """The README's count of the cases that make `analytic validate` exit 1 is the run's."""
     failed = validation.failed(results)
     readme = " ".join((HERE.parent / "README.md").read_text().split())
-    words = {2: "two", 3: "three"}
+    words = {1: "one", 2: "two", 3: "three"}
     memory, beyond = (sum(r.kind == kind for r in failed) for kind in ("memory", "outside"))
     assert (f"outside its tolerance; today {len(failed)} are ({words[memory]} of the measured memory peaks, "
             f"{words[beyond]} of the snapshots of memory outside the allocator,") in readme

@@ -87,7 +87,7 @@ FORMULAS = {
     'memory.activations.attention_gqa_sp': ('f82', ('head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.attention_mla': ('f83', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
     'memory.activations.attention_mla_sp': ('f84', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'microbatch_size', 'q_lora_rank', 'rope_dim', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.backward.cp_ring_attention': ('f85', ('cp', 'element_bytes', 'head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.backward.cp_ring_attention': ('f85', ('cp', 'head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.backward.swiglu_gradients': ('f86', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.first_stage_interleaved_factor': ('f87', ('pp', 'vpp'), 'dimensionless'),
     'memory.activations.fp8_freed.expert_inputs': ('f88', ('hidden', 'microbatch_size', 'seq_len', 'topk'), 'byte'),
@@ -1049,12 +1049,11 @@ def f84(x, k):
 
 
 def f85(x, k):
-    x0, x1, x2, x3, x4, x5, x6 = x
-    r0 = k.recip(x6)
-    r1 = 2.0 + x0
-    r1 = 2.0 * x1 * r1
-    r1 = 28.0 + r1
-    r1 = x3 * x4 * x2 * x5 * r0 * r1
+    x0, x1, x2, x3, x4, x5 = x
+    r0 = k.recip(x5)
+    r1 = 4.0 * x0
+    r1 = 36.0 + r1
+    r1 = x2 * x3 * x1 * x4 * r0 * r1
     return (r1, 1.0)
 
 

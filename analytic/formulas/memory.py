@@ -121,15 +121,15 @@ PYTORCH_CP = ("pytorch/pytorch torch/distributed/tensor/experimental/_attention.
               "benchmarks, 1963fc8): _templated_ring_attention_backward, K and V all-gathered by _AllGatherRotater, "
               "dK and dV passed on by _AllToAllRotater; pytorch/torchtitan c97876e (context_parallel_rotate_method, "
               "'allgather' by default)")
-define("memory.activations.backward.cp_ring_attention", s * b * a * d_h / t * (2 * e * (S("cp") + 2) + 28), "byte",
+define("memory.activations.backward.cp_ring_attention", s * b * a * d_h / t * (4 * S("cp") + 36), "byte",
        f"{PYTORCH_CP}; measured by analytic.reference.context_parallel",
        ("s: the rank's tokens; X = s·b·a·d_h/t, the elements of its Q; K and V repeated to a heads before the kernel "
-        "(TorchTitan's Llama repeat_kv), so each has X elements too",
-        "the K and V of all cp ranks, gathered once (2e·cp·X), and the rank's own concatenated to send (2e·X)",
+        "(TorchTitan's Llama repeat_kv), so each has X elements too; Q, K, V and their gradients in 16 bits",
+        "the K and V of all cp ranks, gathered once (4·cp·X bytes), and the rank's own concatenated to send (4X)",
         "fp32 accumulators of dQ, dK and dV (12X) and the fp32 dK and dV pair going out and the one coming in (16X)",
-        "the previous step's 16-bit dQ, dK and dV held while the next step computes its own, of the whole Q and half "
-        "of K and V under load balancing: 2e·X beyond a plain backward's outputs",
-        "the peak of every rank but the first; measured: exactly 2e·X more per rank, the level within 5% (the CPU "
+        "the previous step's dQ, dK and dV held while the next step computes its own, of the whole Q and half of K "
+        "and V under load balancing: 4X beyond a plain backward's outputs",
+        "the peak of every rank but the first; measured: exactly 4X more per rank, the level within 5% (the CPU "
         "kernel's own buffers)"),
        "bytes PyTorch's context-parallel attention backward holds beyond a plain flash-attention backward",
        coefficient_unit="byte")
