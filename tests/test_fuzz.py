@@ -48,6 +48,10 @@ values = st.one_of(
 )
 
 
+#: the catalogue's margins, negative by design where what they measure is short (a stage that does not fit)
+SIGNED = {"memory.headroom"}
+
+
 def finite(q) -> bool:
     return math.isfinite(float(q.magnitude))
 
@@ -62,8 +66,8 @@ def test_formula_evaluate(name, data):
         q = f.evaluate(**kwargs)
     except AnalyticError:
         return
-    # inside its domain every catalogue formula is a finite, non-negative amount
-    assert isinstance(q, pint.Quantity) and q.units == f.unit and finite(q) and q.magnitude >= 0
+    # inside its domain every catalogue formula is a finite amount, non-negative but for a margin
+    assert isinstance(q, pint.Quantity) and q.units == f.unit and finite(q) and (q.magnitude >= 0 or name in SIGNED)
 
 
 @FUZZ
