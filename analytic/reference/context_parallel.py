@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor.experimental._context_parallel import _attention as ring
 
 from .profiling import peak_live_bytes
-
-try:  # PyTorch 2.9 and later
-    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
-except ImportError:  # pragma: no cover - earlier PyTorch
-    from torch.distributed.tensor.experimental import _attention as ring
 
 HEADS, TOKENS, HEAD_DIM = 4, 256, 64  # a rank's Q, K and V: [1, HEADS, TOKENS, HEAD_DIM] in bf16
 
