@@ -235,7 +235,7 @@ def cmd_search(args) -> int:
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     if args.json:
         print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
-                          "objective": res.objective, "notes": [note] if note else [],
+                          "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
                           "ranked": [r.as_dict() for r in res.ranked]}))
         return 0
     if note:
@@ -243,8 +243,7 @@ def cmd_search(args) -> int:
     stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
                                    (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
-    if stack:
-        print("stack: " + "; ".join(stack))
+    print("stack: " + "; ".join([res.stack, *stack]))
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
           f"{res.seconds:.2f} s"

@@ -53,8 +53,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "stack", "profile",
+                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
@@ -97,8 +97,8 @@ def search_inputs(args, what: str):
     sequence length, global batch, the search's keyword arguments and a note, for search and the
     plots built on it."""
     import analytic as an
-    refuse_unread(args, SEARCH_FLAGS, what, "search evaluates one stack: bf16 gradients, sequence parallelism "
-                   "wherever tp > 1; 'analytic step' evaluates one layout")
+    refuse_unread(args, SEARCH_FLAGS, what, "search counts every layout alike: the stack's gradient and moment "
+                   "dtypes, sequence parallelism wherever tp > 1; 'analytic step' evaluates one layout")
     if not (args.model and args.hardware and args.gpus and args.seq):
         raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
     seq = count_flag(args.seq, "seq")
@@ -111,6 +111,8 @@ def search_inputs(args, what: str):
           "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
           "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
           **outside_override(lambda k: getattr(args, k))}
+    if args.stack:
+        kw["stack"] = args.stack
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:

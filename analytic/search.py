@@ -9,7 +9,8 @@ program compiled once and cached as data).
 Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
 the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
 So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout,
-and how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout.
+how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout, and the stack
+whose allocations and kernels every layout is counted with: ``search(..., stack="torchtitan")``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .plan import (
     tiles,
     training_dtype,
 )
-from .presets import outside_floor
+from .presets import outside_floor, stacks
 from .presets import stack as read_stack
 from .search_programs import DEGREES, INPUTS, _compiled
 from .symbols import read_magnitude
@@ -65,9 +66,11 @@ class Ranked:
     fits: bool
     step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
     cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
+    stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
 
     def plan(self, model, hardware, **kw) -> Plan:
-        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **kw)
+        """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
+        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **{"stack": self.stack, **kw})
 
     def as_dict(self) -> dict:
         lay = self.layout
@@ -78,7 +81,7 @@ class Ranked:
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
-                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits}
+                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "stack": self.stack}
 
 
 class _Ranking(Sequence):
@@ -98,7 +101,7 @@ class _Ranking(Sequence):
 
 def _row(a: dict, j: int, stack: dict) -> Ranked:
     """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
-    and the interval's ratios of measured/predicted step time or None)."""
+    the interval's ratios of measured/predicted step time or None, and the stack's name)."""
     d = {k: int(a[k][j]) for k in INPUTS}
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
@@ -106,7 +109,7 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
                     schedule=SCHEDULES[d["schedule"]])
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
-                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]))
+                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"])
 
 
 @dataclass
@@ -125,6 +128,7 @@ class SearchResult:
     ratios: tuple | None = None  # measured/predicted step time, (low, high): calibration.toml's [interval]
     notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
     outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
+    stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
 
     def __iter__(self):
         return iter(self.ranked)
@@ -138,7 +142,7 @@ class SearchResult:
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
-                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios})
+                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack})
 
     @property
     def best(self) -> Ranked:
@@ -220,13 +224,14 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
-           objective: str = "step_time", outside_bytes=None) -> SearchResult:
+           objective: str = "step_time", outside_bytes=None, stack: str = DEFAULT_STACK) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
     the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
-    ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``)."""
+    ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
+    training stack every layout is counted with, as ``Plan(..., stack=)``."""
     start = time.time()
     if not isinstance(model, Model) or not isinstance(hardware, Hardware):
         raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
@@ -242,6 +247,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     choice("objective", objective, OBJECTIVES)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
+    allocator = read_stack(choice("stack", stack, stacks()))["allocator"]
     training_dtype(dtype, hardware)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
@@ -287,7 +293,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if n:  # nothing to compile for when no layout is valid
         note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
         fn, built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                              zero3_gather, note)
+                              zero3_gather, stack, note)
     for lo in range(0, n, CHUNK):
         args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
         with np.errstate(all="ignore"):
@@ -299,7 +305,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
                   cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
-    outside = (float(outside_floor(read_stack(DEFAULT_STACK)["allocator"]).to("byte").magnitude)  # Plan's default stack
+    outside = (float(outside_floor(allocator).to("byte").magnitude)
                if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
@@ -311,7 +317,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         ratios = hardware.calibration(dtype).interval
     except PresetError:  # hardware defined by hand: no calibrated constants, no interval
         ratios = None
-    stack = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios}
-    return SearchResult(_Ranking(arrays, keep, stack), evaluated=n, fitting=n_fit,
+    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios,
+             "stack": stack}
+    return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
-                        outside=outside, **stack)
+                        outside=outside, **fixed)

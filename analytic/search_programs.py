@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compiled
+from .choices import DEFAULT_STACK
 from .numeric import Program, program
 from .plan import Layout, Plan
 from .plan.structure import SEARCH_OUTPUTS, numbers, structure
@@ -69,13 +70,13 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather) -> Plan:
+                   zero3_gather, stack) -> Plan:
     """The plan whose expressions search evaluates: degrees, microbatch size and choices left open."""
     layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
                     vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
                     comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention)
+                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack)
 
 
 def _shipped(plan: Plan):
@@ -92,19 +93,19 @@ def _shipped(plan: Plan):
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", on_build=None) -> tuple:
+              zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the module the library ships compiled for the configuration's structure
     (:mod:`analytic.compiled`) where there is one; otherwise a :class:`~analytic.numeric.Program`
     from memory or the disk cache, or built now (``on_build()`` is called first). The cache holds
     data only, validated when read; a file that is not a valid program is rebuilt."""
     plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather)
+                          zero3_gather, stack)
     shipped = _shipped(plan)
     if shipped is not None:
         return shipped, False
     key = _key(_source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp, comm_sms, zero3_gather)
+               async_tp, comm_sms, zero3_gather, stack)
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache_dir()

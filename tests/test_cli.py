@@ -231,9 +231,28 @@ def test_step_zero3_gather(capsys):
     code, out, err = run(capsys, *search, "--zero", "1", "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
     code, out, err = run(capsys, *search, "--zero", "3", "--zero3-gather", "per-tensor", "--async-tp")
-    assert code == 0 and "stack: async TP wherever tp > 1; ZeRO-3 gathering tensor by tensor, blocking" in out
+    assert code == 0 and "stack: megatron-core; async TP wherever tp > 1; ZeRO-3 gathering tensor by tensor, blocking" in out
     code, out, err = run(capsys, *search)
-    assert code == 0 and "stack:" not in out
+    assert code == 0 and "stack: megatron-core\n" in out
+
+
+def test_search_counts_the_layouts_on_the_stack_it_is_given(capsys):
+    """--stack reaches the search: its table says the stack, each row's memory is that stack's Plan's,
+    and an unknown stack is refused in one line naming the choices."""
+    base = ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
+            "--global-batch", "256", "--zero", "1", "--recompute", "none", "--schedule", "1f1b"]
+    code, out, err = run(capsys, *base, "--top", "2", "--stack", "torchtitan")
+    assert code == 0 and "stack: torchtitan\n" in out, err
+    code, out, err = run(capsys, *base, "--json", "--stack", "torchtitan")
+    data = json.loads(out)
+    assert code == 0 and data["stack"] == "torchtitan" and {r["stack"] for r in data["ranked"]} == {"torchtitan"}
+    row = data["ranked"][0]
+    layout = an.Layout(**{k: row[k] for k in ("tp", "pp", "dp", "cp", "zero", "recompute", "schedule")})
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), layout, seq_len=4096, global_batch=256,
+                   microbatch_size=row["microbatch_size"], stack="torchtitan")
+    assert row["memory_GB"] == pytest.approx(plan.memory().total.to("GB").magnitude, rel=1e-9)
+    code, out, err = run(capsys, *base, "--stack", "torchtitn")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'torchtitan'" in err and "stack" in err
 
 
 def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path):

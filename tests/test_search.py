@@ -166,6 +166,36 @@ def test_per_tensor_zero3_search_equals_plan(tmp_path, monkeypatch):
         an.search(MODEL, HW, zero3_gather="per-layer", **kw)
 
 
+def test_stack_search_equals_plan(tmp_path, monkeypatch):
+    """search(stack="torchtitan"): every layout is counted on that stack, its numbers equal that stack's
+    Plan's with and without TP (whose vocabulary-parallel loss holds more bytes a logit), its rows
+    rebuild their plan on it, and no ZeRO-1 layout holds what Megatron-Core's does (fp32 gradient
+    buffers there, bf16 gradients here); an unknown stack is refused."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, zero=(1, 3), recompute=("none", "full"),
+              schedules=("1f1b",), progress=False)
+    titan, core = an.search(MODEL, HW, stack="torchtitan", **kw), an.search(MODEL, HW, **kw)
+    assert titan.stack == "torchtitan" and core.stack == "megatron-core"
+    arrays = titan.arrays
+    rng = np.random.default_rng(2)
+    picked = [*rng.choice(np.flatnonzero(arrays["tp"] == 1), 5, replace=False),
+              *rng.choice(np.flatnonzero(arrays["tp"] > 1), 10, replace=False)]
+    for j in picked:
+        row = titan.row(j)
+        assert row.stack == "torchtitan" and row.as_dict()["stack"] == "torchtitan"
+        plan = row.plan(MODEL, HW, seq_len=4096, global_batch=256)
+        assert plan.stack == "torchtitan"
+        assert arrays["memory"][j] == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        assert arrays["step_time"][j] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+    zero1 = (arrays["zero"] == 1) & (arrays["pp"] == 1) & (arrays["recompute"] == an.plan.RECOMPUTE.index("none"))
+    assert zero1.sum() > 5 and np.array_equal(core.arrays["tp"][zero1], arrays["tp"][zero1])  # the same layouts, in the same order
+    assert np.all(arrays["memory"][zero1] != core.arrays["memory"][zero1])
+    with pytest.raises(InputError, match="stack"):
+        an.search(MODEL, HW, stack="torchtitn", **kw)
+    with pytest.raises(InputError, match="stack"):
+        an.search(MODEL, HW, stack=None, **kw)
+
+
 def test_search_arguments_are_checked(tmp_path, monkeypatch):
     """Subsets must be non-empty and hold valid values; limits and top are positive integers."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
