@@ -7,7 +7,7 @@ installed in the catalogue and the tests that read the catalogue run in this pro
 killed when one fails. Mutants whose expression equals the original after simplification are
 equivalent and are not run. Survivors are listed with their expression.
 
-Usage: python scripts/mutation.py [--only PREFIX] [--out mutation-report.md]
+Usage: python scripts/mutation.py [--only PREFIX] [--from NAME] [--out mutation-report.md]
 """
 
 from __future__ import annotations
@@ -25,10 +25,16 @@ import pytest
 import sympy
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_catalogue.py", "tests/test_seed_numbers.py", "tests/test_formula.py", "tests/test_presets.py",
-         "derivations/test_derivations.py", "validation/test_validation.py", "tests/test_plan.py",
-         "tests/test_symbolic.py", "tests/test_sweep_and_plots.py", "tests/test_reference_counting.py",
-         "tests/test_reference_pipeline.py", "tests/test_reference_calibrate.py"]
+# every test file that reads the catalogue, directly or through plans, fastest first: the validation
+# tests, which refit the calibration, take most of a run. Not here: the tests of the compiled plans and
+# of search, which evaluate the shipped modules (generated from the unmutated catalogue) against Plan
+TESTS = ["tests/test_catalogue.py", "tests/test_formula.py", "tests/test_presets.py", "tests/test_seed_numbers.py",
+         "tests/test_reserve.py", "tests/test_plan_sources.py", "tests/test_ops.py", "tests/test_reference_pipeline.py",
+         "tests/test_reference_saved.py", "tests/test_reference_counting.py", "tests/test_reference_checkpointing.py",
+         "tests/test_outside.py", "tests/test_sweep_and_plots.py", "derivations/test_derivations.py",
+         "tests/test_strategies.py", "tests/test_fuzz.py", "tests/test_reference_calibrate.py", "tests/test_plan.py",
+         "tests/test_reference_context_parallel.py", "tests/test_symbolic.py", "tests/test_reference_loss.py",
+         "tests/test_reference_collectives.py", "tests/test_reference_step_memory.py", "validation/test_validation.py"]
 
 
 def mutants(expr):
@@ -65,9 +71,10 @@ def mutants(expr):
     return out
 
 
-def survives(name: str, checked_by: dict) -> bool:
+def survives(name: str, checked_by: dict, killers: dict) -> bool:
     """Cheapest checks first: the derivations that check this formula, then every validation case,
-    then the test files that read the catalogue. False as soon as one fails."""
+    then the tests that killed an earlier mutant of it (``killers``), then the test files that read
+    the catalogue. False as soon as one fails; the failing test is added to ``killers``."""
     from analytic import derive, validation
     for d in checked_by.get(name, []):
         try:
@@ -79,20 +86,40 @@ def survives(name: str, checked_by: dict) -> bool:
             return False
     except Exception:
         return False
-    return run_tests()
+    known = killers.setdefault(name, [])
+    if known and not run_tests(known):
+        return False
+    failed = []
+    if run_tests(TESTS, failed):
+        return True
+    known.extend(failed)
+    return False
 
 
-def run_tests() -> bool:
-    """True when every catalogue-reading test passes."""
+class _Failures:
+    """A pytest plugin that records the node ids of the tests that fail."""
+
+    def __init__(self, into: list):
+        self.into = into
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.into.append(report.nodeid)
+
+
+def run_tests(tests=TESTS, failed: list | None = None) -> bool:
+    """True when every test of ``tests`` passes; the ids of those that fail are appended to ``failed``."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *TESTS])
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests],
+                           plugins=[_Failures([] if failed is None else failed)])
     return code == 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="formula names starting with this")
+    ap.add_argument("--from", dest="start", default="", help="formula names from this one on, in sorted order")
     ap.add_argument("--out", default=str(ROOT / "mutation-report.md"))
     args = ap.parse_args()
     os.chdir(ROOT)
@@ -106,9 +133,9 @@ def main() -> int:
     for d in derive.names():
         for formula_name, _ in derive.load(d).checks:
             checked_by.setdefault(formula_name, []).append(d)
-    killed, survived, equivalent = [], [], []
+    killed, survived, equivalent, killers = [], [], [], {}
     start = time.time()
-    names = [n for n in sorted(CATALOGUE) if n.startswith(args.only)]
+    names = [n for n in sorted(CATALOGUE) if n.startswith(args.only) and n >= args.start]
     for name in names:
         original = CATALOGUE[name]
         for desc, new in mutants(original.expr):
@@ -117,7 +144,7 @@ def main() -> int:
                 continue
             CATALOGUE[name] = dataclasses.replace(original, expr=new)
             try:
-                ok = survives(name, checked_by)
+                ok = survives(name, checked_by, killers)
             finally:
                 CATALOGUE[name] = original
             (survived if ok else killed).append((name, desc, new))
