@@ -36,6 +36,13 @@ def derive() -> Derivation:
     scattered = d.step("With SP the block input is split t ways and the outputs of the two reduce-scatters (after wo "
                        "and w2) are kept as well", 2 * two * s * b * h / t)
     d.check(block_input / t + w2_out + kept / t + scattered, "memory.activations.layer_flash_swiglu_op_sac_sp")
+    d.step("TorchTitan compiles each checkpointed block (torch.compile after the AC wrapper); the partitioner saves "
+           "only what the backward and the recomputation read. Eager checkpointing caches every saved op's output "
+           "until the recomputation; the residual sum after w2 reads w2's output and needs nothing of it backward")
+    d.check(block_input + kept / t, "memory.activations.layer_flash_swiglu_op_sac_compiled",
+            "Compiled, TP without SP: w2's output is not kept")
+    d.check(block_input / t + kept / t + scattered / 2, "memory.activations.layer_flash_swiglu_op_sac_compiled_sp",
+            "Compiled, with SP: nor is the reduce-scatter after w2; the one after wo is, the recomputed ffn_norm reads it")
     d.step("A layer as two halves, for the attention and MLP kinds the whole-layer counts do not cover; each "
            "half keeps its norm's input and output (2 × 2sbh, the sequence part)")
     norms = 2 * two * s * b * h

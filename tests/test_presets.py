@@ -129,12 +129,16 @@ def test_amds_links_by_hand():
 
 def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
     """torchtitan-2025 names torchtitan as its base: it differs in its compiled loss and its fused AdamW.
-    torchtitan-2025-eager names torchtitan-2025: it keeps the fused AdamW and has the eager loss of 2024."""
+    torchtitan-2025-eager names torchtitan-2025: it keeps the fused AdamW and has the eager loss and blocks of
+    2024's torchtitan-eager, which differs from torchtitan in its eager blocks alone."""
     from analytic.presets import stack
     old, new, eager = stack("torchtitan"), stack("torchtitan-2025"), stack("torchtitan-2025-eager")
     assert {k for k in old if old[k] != new[k]} == {"name", "loss_bytes", "loss_bytes_tp", "optimizer_kernel"}
     assert (new["loss_bytes"], new["loss_bytes_tp"], new["optimizer_kernel"]) == (4, 10, "fused")
-    assert {k for k in old if old[k] != eager[k]} == {"name", "optimizer_kernel"} and eager["optimizer_kernel"] == "fused"
+    assert {k for k in old if old[k] != eager[k]} == {"name", "optimizer_kernel", "compiled_blocks"}
+    assert eager["optimizer_kernel"] == "fused" and (old["compiled_blocks"], eager["compiled_blocks"]) == (True, False)
+    eager_2024 = stack("torchtitan-eager")
+    assert {k for k in old if old[k] != eager_2024[k]} == {"name", "compiled_blocks"}
 
 
 def test_every_stack_property_is_known_and_one_the_plan_reads():
@@ -144,7 +148,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention"}
+             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -156,5 +160,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("zero_optimizer", "deepspeed") in choices.ZERO_OPTIMIZERS, name
         assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
+        assert props.get("compiled_blocks", False) in (True, False), name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)

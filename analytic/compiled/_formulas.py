@@ -112,114 +112,116 @@ FORMULAS = {
     'memory.activations.layer_flash_gelu_sp': ('f107', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.layer_flash_swiglu': ('f108', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
     'memory.activations.layer_flash_swiglu_op_sac': ('f109', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu_op_sac_sp': ('f110', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_flash_swiglu_sp': ('f111', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_full_recompute': ('f112', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.layer_tp': ('f113', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_selective': ('f114', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_sp': ('f115', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.layer_tp_sp_selective': ('f116', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.attention_output_copy': ('f117', ('head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.dropout_masks': ('f118', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'memory.activations.legacy.dropout_masks_sp': ('f119', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.legacy.silu_output': ('f120', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.mlp_moe': ('f121', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
-    'memory.activations.mlp_moe_sp': ('f122', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
-    'memory.activations.mlp_swiglu': ('f123', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.activations.mlp_swiglu_sp': ('f124', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
-    'memory.allocator_peak': ('f125', ('allocator_reserve', 'counted_bytes'), 'byte'),
-    'memory.device_peak': ('f126', ('allocator_reserve', 'counted_bytes', 'outside_bytes'), 'byte'),
-    'memory.fp8_weight_cache': ('f127', ('params',), 'byte'),
-    'memory.headroom': ('f128', ('counted_bytes', 'hbm', 'outside_bytes'), 'byte'),
-    'memory.logits': ('f129', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.loss': ('f130', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
-    'memory.model_states.gradients': ('f131', ('params',), 'byte'),
-    'memory.model_states.gradients_fp32': ('f132', ('params',), 'byte'),
-    'memory.model_states.optimizer': ('f133', ('params',), 'byte'),
-    'memory.model_states.optimizer_bf16_moments': ('f134', ('params',), 'byte'),
-    'memory.model_states.weights': ('f135', ('params',), 'byte'),
-    'memory.model_states.zero0': ('f136', ('params',), 'byte'),
-    'memory.model_states.zero1': ('f137', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero2': ('f138', ('dp', 'params'), 'byte'),
-    'memory.model_states.zero3': ('f139', ('dp', 'params'), 'byte'),
-    'memory.offload.device_activations': ('f140', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.device_optimizer': ('f141', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
-    'memory.offload.host_accumulated_gradients': ('f142', ('params',), 'byte'),
-    'memory.offload.host_activations': ('f143', ('kept_bytes', 'layers_in_flight'), 'byte'),
-    'memory.offload.host_optimizer': ('f144', ('optimizer_offload', 'params'), 'byte'),
-    'memory.offload.host_zero3_gradients': ('f145', ('params',), 'byte'),
-    'memory.offload.zero_offload_staging': ('f146', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
-    'memory.optimizer_step.foreach': ('f147', ('element_bytes', 'params'), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy': ('f148', ('params',), 'byte'),
-    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f149', ('params',), 'byte'),
-    'memory.zero3_gathered': ('f150', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held': ('f151', ('element_bytes', 'params'), 'byte'),
-    'memory.zero3_held_fp32_gradients': ('f152', ('params',), 'byte'),
-    'memory.zero_reduce_bucket': ('f153', (), 'byte'),
-    'model.params.attention': ('f154', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_bias': ('f155', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
-    'model.params.attention_mla': ('f156', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
-    'model.params.attention_sinks': ('f157', ('heads',), 'parameter'),
-    'model.params.embedding': ('f158', ('hidden', 'vocab'), 'parameter'),
-    'model.params.megatron': ('f159', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
-    'model.params.mlp.gelu': ('f160', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp.swiglu': ('f161', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.mlp_bias.gelu': ('f162', ('ffn_hidden', 'hidden'), 'parameter'),
-    'model.params.moe': ('f163', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_active': ('f164', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.moe_bias': ('f165', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
-    'model.params.moe_bias_active': ('f166', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
-    'model.params.mtp_projection': ('f167', ('hidden',), 'parameter'),
-    'model.params.norm.layernorm': ('f168', ('hidden',), 'parameter'),
-    'model.params.norm.rmsnorm': ('f169', ('hidden',), 'parameter'),
-    'model.params.positions': ('f170', ('hidden', 'max_seq_len'), 'parameter'),
-    'model.params.qk_norm': ('f171', ('head_dim',), 'parameter'),
-    'model.params.qkv_bias': ('f172', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
-    'model.params.routed_experts': ('f173', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'model.params.routed_experts_bias': ('f174', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
-    'parallelism.cp.kv_bytes': ('f175', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.cp.kv_gathers_per_layer': ('f176', (), 'dimensionless'),
-    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f177', (), 'dimensionless'),
-    'parallelism.cp.min_block': ('f178', ('bandwidth', 'peak_flops'), 'token'),
-    'parallelism.dp.gradient_bytes': ('f179', ('element_bytes', 'params'), 'byte'),
-    'parallelism.dp.zero3_gathers_per_microbatch': ('f180', (), 'dimensionless'),
-    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f181', (), 'dimensionless'),
-    'parallelism.ep.dispatch_bytes': ('f182', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
-    'parallelism.ep.experts_at_same_cost': ('f183', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.experts_per_node_at_same_cost': ('f184', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
-    'parallelism.ep.node_limited_dispatch_bytes': ('f185', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
-    'parallelism.pp.p2p_bytes': ('f186', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.pp.transfers_per_gpu': ('f187', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'parallelism.tp.allreduce_bytes': ('f188', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
-    'parallelism.tp.allreduces_per_layer': ('f189', (), 'dimensionless'),
-    'parallelism.tp.allreduces_recomputed_per_layer': ('f190', (), 'dimensionless'),
-    'pipeline.bubble.1f1b': ('f191', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.gpipe': ('f192', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble.interleaved': ('f193', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
-    'pipeline.bubble_share.1f1b': ('f194', ('microbatches', 'pp'), 'dimensionless'),
-    'pipeline.bubble_time.1f1b': ('f195', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.critical_path': ('f196', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
-    'pipeline.bubble_time.dualpipe': ('f197', ('pp', 't_b', 't_fb', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h1': ('f198', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.bubble_time.zb_h2': ('f199', ('pp', 't_b', 't_f', 't_w'), 'second'),
-    'pipeline.in_flight.1f1b': ('f200', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.1f1b_stage': ('f201', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.in_flight.dualpipe': ('f202', ('pp',), 'dimensionless'),
-    'pipeline.in_flight.interleaved_end_chunk': ('f203', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.interleaved_stage': ('f204', ('pp', 'stage', 'vpp'), 'dimensionless'),
-    'pipeline.in_flight.zb_h2': ('f205', ('pp',), 'dimensionless'),
-    'pipeline.mirror_stage.dualpipe': ('f206', ('pp', 'stage'), 'dimensionless'),
-    'pipeline.parameter_copies.dualpipe': ('f207', (), 'dimensionless'),
-    'reliability.async_restart_time': ('f208', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
-    'reliability.checkpoint_interval': ('f209', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.daly.goodput': ('f210', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
-    'reliability.daly.optimal_interval': ('f211', ('checkpoint_time', 'mtbf'), 'second'),
-    'reliability.mtbf': ('f213', ('gpus', 'interruption_rate'), 'second'),
-    'reliability.straggler_slowdown': ('f215', ('gpus', 'sigma'), 'dimensionless'),
-    'scaling.chinchilla.loss': ('f217', ('params', 'tokens'), 'dimensionless'),
-    'scaling.chinchilla.optimal_params': ('f218', ('flops',), 'parameter'),
-    'scaling.chinchilla.optimal_tokens': ('f219', ('flops',), 'token'),
-    'scaling.llama3.optimal_tokens': ('f220', ('flops',), 'token'),
+    'memory.activations.layer_flash_swiglu_op_sac_compiled': ('f110', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_op_sac_compiled_sp': ('f111', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_op_sac_sp': ('f112', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_flash_swiglu_sp': ('f113', ('ffn_hidden', 'head_dim', 'heads', 'hidden', 'kv_heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_full_recompute': ('f114', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.layer_tp': ('f115', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_selective': ('f116', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_sp': ('f117', ('heads', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.layer_tp_sp_selective': ('f118', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.attention_output_copy': ('f119', ('head_dim', 'heads', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.dropout_masks': ('f120', ('hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'memory.activations.legacy.dropout_masks_sp': ('f121', ('hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.legacy.silu_output': ('f122', ('ffn_hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.mlp_moe': ('f123', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
+    'memory.activations.mlp_moe_sp': ('f124', ('expert_ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'shared_experts', 'topk', 'tp'), 'byte'),
+    'memory.activations.mlp_swiglu': ('f125', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.activations.mlp_swiglu_sp': ('f126', ('ffn_hidden', 'hidden', 'microbatch_size', 'seq_len', 'tp'), 'byte'),
+    'memory.allocator_peak': ('f127', ('allocator_reserve', 'counted_bytes'), 'byte'),
+    'memory.device_peak': ('f128', ('allocator_reserve', 'counted_bytes', 'outside_bytes'), 'byte'),
+    'memory.fp8_weight_cache': ('f129', ('params',), 'byte'),
+    'memory.headroom': ('f130', ('counted_bytes', 'hbm', 'outside_bytes'), 'byte'),
+    'memory.logits': ('f131', ('element_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.loss': ('f132', ('loss_bytes', 'microbatch_size', 'seq_len', 'vocab'), 'byte'),
+    'memory.model_states.gradients': ('f133', ('params',), 'byte'),
+    'memory.model_states.gradients_fp32': ('f134', ('params',), 'byte'),
+    'memory.model_states.optimizer': ('f135', ('params',), 'byte'),
+    'memory.model_states.optimizer_bf16_moments': ('f136', ('params',), 'byte'),
+    'memory.model_states.weights': ('f137', ('params',), 'byte'),
+    'memory.model_states.zero0': ('f138', ('params',), 'byte'),
+    'memory.model_states.zero1': ('f139', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero2': ('f140', ('dp', 'params'), 'byte'),
+    'memory.model_states.zero3': ('f141', ('dp', 'params'), 'byte'),
+    'memory.offload.device_activations': ('f142', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.device_optimizer': ('f143', ('optimizer_bytes', 'optimizer_offload'), 'byte'),
+    'memory.offload.host_accumulated_gradients': ('f144', ('params',), 'byte'),
+    'memory.offload.host_activations': ('f145', ('kept_bytes', 'layers_in_flight'), 'byte'),
+    'memory.offload.host_optimizer': ('f146', ('optimizer_offload', 'params'), 'byte'),
+    'memory.offload.host_zero3_gradients': ('f147', ('params',), 'byte'),
+    'memory.offload.zero_offload_staging': ('f148', ('ffn_hidden', 'hidden', 'tp', 'vocab'), 'byte'),
+    'memory.optimizer_step.foreach': ('f149', ('element_bytes', 'params'), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy': ('f150', ('params',), 'byte'),
+    'memory.optimizer_step.fp32_gradient_copy_subgroup': ('f151', ('params',), 'byte'),
+    'memory.zero3_gathered': ('f152', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held': ('f153', ('element_bytes', 'params'), 'byte'),
+    'memory.zero3_held_fp32_gradients': ('f154', ('params',), 'byte'),
+    'memory.zero_reduce_bucket': ('f155', (), 'byte'),
+    'model.params.attention': ('f156', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_bias': ('f157', ('head_dim', 'heads', 'hidden', 'kv_heads'), 'parameter'),
+    'model.params.attention_mla': ('f158', ('head_dim', 'heads', 'hidden', 'kv_lora_rank', 'q_lora_rank', 'rope_dim'), 'parameter'),
+    'model.params.attention_sinks': ('f159', ('heads',), 'parameter'),
+    'model.params.embedding': ('f160', ('hidden', 'vocab'), 'parameter'),
+    'model.params.megatron': ('f161', ('hidden', 'layers', 'seq_len', 'vocab'), 'parameter'),
+    'model.params.mlp.gelu': ('f162', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp.swiglu': ('f163', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.mlp_bias.gelu': ('f164', ('ffn_hidden', 'hidden'), 'parameter'),
+    'model.params.moe': ('f165', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_active': ('f166', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.moe_bias': ('f167', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts'), 'parameter'),
+    'model.params.moe_bias_active': ('f168', ('expert_ffn_hidden', 'experts', 'hidden', 'shared_experts', 'topk'), 'parameter'),
+    'model.params.mtp_projection': ('f169', ('hidden',), 'parameter'),
+    'model.params.norm.layernorm': ('f170', ('hidden',), 'parameter'),
+    'model.params.norm.rmsnorm': ('f171', ('hidden',), 'parameter'),
+    'model.params.positions': ('f172', ('hidden', 'max_seq_len'), 'parameter'),
+    'model.params.qk_norm': ('f173', ('head_dim',), 'parameter'),
+    'model.params.qkv_bias': ('f174', ('head_dim', 'heads', 'kv_heads'), 'parameter'),
+    'model.params.routed_experts': ('f175', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'model.params.routed_experts_bias': ('f176', ('expert_ffn_hidden', 'experts', 'hidden'), 'parameter'),
+    'parallelism.cp.kv_bytes': ('f177', ('element_bytes', 'head_dim', 'kv_heads', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.cp.kv_gathers_per_layer': ('f178', (), 'dimensionless'),
+    'parallelism.cp.kv_gathers_recomputed_per_layer': ('f179', (), 'dimensionless'),
+    'parallelism.cp.min_block': ('f180', ('bandwidth', 'peak_flops'), 'token'),
+    'parallelism.dp.gradient_bytes': ('f181', ('element_bytes', 'params'), 'byte'),
+    'parallelism.dp.zero3_gathers_per_microbatch': ('f182', (), 'dimensionless'),
+    'parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor': ('f183', (), 'dimensionless'),
+    'parallelism.ep.dispatch_bytes': ('f184', ('element_bytes', 'hidden', 'tokens', 'topk'), 'byte'),
+    'parallelism.ep.experts_at_same_cost': ('f185', ('nodes_per_token', 'scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.experts_per_node_at_same_cost': ('f186', ('scale_out_bandwidth', 'scale_up_bandwidth'), 'dimensionless'),
+    'parallelism.ep.node_limited_dispatch_bytes': ('f187', ('element_bytes', 'hidden', 'nodes_per_token', 'tokens'), 'byte'),
+    'parallelism.pp.p2p_bytes': ('f188', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.pp.transfers_per_gpu': ('f189', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'parallelism.tp.allreduce_bytes': ('f190', ('element_bytes', 'hidden', 'microbatch_size', 'seq_len'), 'byte'),
+    'parallelism.tp.allreduces_per_layer': ('f191', (), 'dimensionless'),
+    'parallelism.tp.allreduces_recomputed_per_layer': ('f192', (), 'dimensionless'),
+    'pipeline.bubble.1f1b': ('f193', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.gpipe': ('f194', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble.interleaved': ('f195', ('microbatches', 'pp', 'vpp'), 'dimensionless'),
+    'pipeline.bubble_share.1f1b': ('f196', ('microbatches', 'pp'), 'dimensionless'),
+    'pipeline.bubble_time.1f1b': ('f197', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.critical_path': ('f198', ('microbatches', 'pp', 't_b', 't_f', 't_w', 'vpp'), 'second'),
+    'pipeline.bubble_time.dualpipe': ('f199', ('pp', 't_b', 't_fb', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h1': ('f200', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.bubble_time.zb_h2': ('f201', ('pp', 't_b', 't_f', 't_w'), 'second'),
+    'pipeline.in_flight.1f1b': ('f202', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.1f1b_stage': ('f203', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.in_flight.dualpipe': ('f204', ('pp',), 'dimensionless'),
+    'pipeline.in_flight.interleaved_end_chunk': ('f205', ('microbatches', 'pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.interleaved_stage': ('f206', ('pp', 'stage', 'vpp'), 'dimensionless'),
+    'pipeline.in_flight.zb_h2': ('f207', ('pp',), 'dimensionless'),
+    'pipeline.mirror_stage.dualpipe': ('f208', ('pp', 'stage'), 'dimensionless'),
+    'pipeline.parameter_copies.dualpipe': ('f209', (), 'dimensionless'),
+    'reliability.async_restart_time': ('f210', ('checkpoint_interval', 'checkpoint_write_time', 'restart_time'), 'second'),
+    'reliability.checkpoint_interval': ('f211', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.daly.goodput': ('f212', ('checkpoint_interval', 'checkpoint_time', 'mtbf', 'restart_time'), 'dimensionless'),
+    'reliability.daly.optimal_interval': ('f213', ('checkpoint_time', 'mtbf'), 'second'),
+    'reliability.mtbf': ('f215', ('gpus', 'interruption_rate'), 'second'),
+    'reliability.straggler_slowdown': ('f217', ('gpus', 'sigma'), 'dimensionless'),
+    'scaling.chinchilla.loss': ('f219', ('params', 'tokens'), 'dimensionless'),
+    'scaling.chinchilla.optimal_params': ('f220', ('flops',), 'parameter'),
+    'scaling.chinchilla.optimal_tokens': ('f221', ('flops',), 'token'),
+    'scaling.llama3.optimal_tokens': ('f222', ('flops',), 'token'),
 }
 
 def f0(x, k):
@@ -1287,6 +1289,34 @@ def f110(x, k):
     r1 = k.recip(x7)
     r2 = 2.0 * x0
     r3 = 4.0 * x2
+    r4 = 2.0 * x4 * x1
+    r5 = 4.0 * x2 * x1
+    r5 = r2 + r3 + r4 + r5
+    r5 = r1 * r5
+    r5 = r0 + r5
+    r5 = x5 * x6 * r5
+    return (r5, 1.0)
+
+
+def f111(x, k):
+    x0, x1, x2, x3, x4, x5, x6, x7 = x
+    r0 = k.recip(x7)
+    r1 = 2.0 * x0
+    r2 = 4.0 * x2
+    r3 = 4.0 * x3
+    r4 = 2.0 * x4 * x1
+    r5 = 4.0 * x2 * x1
+    r5 = r1 + r2 + r3 + r4 + r5
+    r5 = x5 * x6 * r0 * r5
+    return (r5, 1.0)
+
+
+def f112(x, k):
+    x0, x1, x2, x3, x4, x5, x6, x7 = x
+    r0 = 2.0 * x3
+    r1 = k.recip(x7)
+    r2 = 2.0 * x0
+    r3 = 4.0 * x2
     r4 = 6.0 * x3
     r5 = 2.0 * x4 * x1
     r6 = 4.0 * x2 * x1
@@ -1297,7 +1327,7 @@ def f110(x, k):
     return (r6, 1.0)
 
 
-def f111(x, k):
+def f113(x, k):
     x0, x1, x2, x3, x4, x5, x6, x7 = x
     r0 = k.recip(x7)
     r1 = 4.0 * x2
@@ -1310,13 +1340,13 @@ def f111(x, k):
     return (r5, 1.0)
 
 
-def f112(x, k):
+def f114(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x1 * x0 * x2
     return (r0, 1.0)
 
 
-def f113(x, k):
+def f115(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = 24.0 * r0
@@ -1327,7 +1357,7 @@ def f113(x, k):
     return (r0, 1.0)
 
 
-def f114(x, k):
+def f116(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 24.0 * r0
@@ -1336,7 +1366,7 @@ def f114(x, k):
     return (r0, 1.0)
 
 
-def f115(x, k):
+def f117(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = k.recip(x1)
@@ -1346,14 +1376,14 @@ def f115(x, k):
     return (r1, 1.0)
 
 
-def f116(x, k):
+def f118(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x3)
     r0 = 34.0 * x1 * x0 * x2 * r0
     return (r0, 1.0)
 
 
-def f117(x, k):
+def f119(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x2 > 1.0
     r1 = k.recip(x4)
@@ -1362,27 +1392,27 @@ def f117(x, k):
     return (r1, 1.0)
 
 
-def f118(x, k):
+def f120(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x1 * x0 * x2
     return (r0, 1.0)
 
 
-def f119(x, k):
-    x0, x1, x2, x3 = x
-    r0 = k.recip(x3)
-    r0 = 2.0 * x1 * x0 * x2 * r0
-    return (r0, 1.0)
-
-
-def f120(x, k):
-    x0, x1, x2, x3 = x
-    r0 = k.recip(x3)
-    r0 = 2.0 * x1 * x0 * x2 * r0
-    return (r0, 1.0)
-
-
 def f121(x, k):
+    x0, x1, x2, x3 = x
+    r0 = k.recip(x3)
+    r0 = 2.0 * x1 * x0 * x2 * r0
+    return (r0, 1.0)
+
+
+def f122(x, k):
+    x0, x1, x2, x3 = x
+    r0 = k.recip(x3)
+    r0 = 2.0 * x1 * x0 * x2 * r0
+    return (r0, 1.0)
+
+
+def f123(x, k):
     x0, x1, x2, x3, x4, x5, x6 = x
     r0 = 4.0 * x1
     r1 = 2.0 * x1 * x5
@@ -1396,7 +1426,7 @@ def f121(x, k):
     return (r4, 1.0)
 
 
-def f122(x, k):
+def f124(x, k):
     x0, x1, x2, x3, x4, x5, x6 = x
     r0 = k.recip(x6)
     r1 = 4.0 * x1
@@ -1412,7 +1442,7 @@ def f122(x, k):
     return (r0, 1.0)
 
 
-def f123(x, k):
+def f125(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 4.0 * x1
     r1 = k.recip(x4)
@@ -1422,7 +1452,7 @@ def f123(x, k):
     return (r1, 1.0)
 
 
-def f124(x, k):
+def f126(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = k.recip(x4)
     r1 = 4.0 * x1
@@ -1432,26 +1462,26 @@ def f124(x, k):
     return (r2, 1.0)
 
 
-def f125(x, k):
+def f127(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f126(x, k):
+def f128(x, k):
     x0, x1, x2 = x
     r0 = x1 * x0
     r0 = x2 + r0
     return (r0, 1.0)
 
 
-def f127(x, k):
+def f129(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f128(x, k):
+def f130(x, k):
     x0, x1, x2 = x
     r0 = -1.0 * x0
     r1 = -1.0 * x2
@@ -1459,55 +1489,55 @@ def f128(x, k):
     return (r1, 1.0)
 
 
-def f129(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x3 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
-def f130(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x3 * x1 * x0 * x2
-    return (r0, 1.0)
-
-
 def f131(x, k):
-    x0, = x
-    r0 = 2.0 * x0
+    x0, x1, x2, x3 = x
+    r0 = x3 * x1 * x0 * x2
     return (r0, 1.0)
 
 
 def f132(x, k):
-    x0, = x
-    r0 = 4.0 * x0
+    x0, x1, x2, x3 = x
+    r0 = x3 * x1 * x0 * x2
     return (r0, 1.0)
 
 
 def f133(x, k):
     x0, = x
-    r0 = 12.0 * x0
+    r0 = 2.0 * x0
     return (r0, 1.0)
 
 
 def f134(x, k):
     x0, = x
-    r0 = 8.0 * x0
+    r0 = 4.0 * x0
     return (r0, 1.0)
 
 
 def f135(x, k):
     x0, = x
-    r0 = 2.0 * x0
+    r0 = 12.0 * x0
     return (r0, 1.0)
 
 
 def f136(x, k):
     x0, = x
-    r0 = 16.0 * x0
+    r0 = 8.0 * x0
     return (r0, 1.0)
 
 
 def f137(x, k):
+    x0, = x
+    r0 = 2.0 * x0
+    return (r0, 1.0)
+
+
+def f138(x, k):
+    x0, = x
+    r0 = 16.0 * x0
+    return (r0, 1.0)
+
+
+def f139(x, k):
     x0, x1 = x
     r0 = 4.0 * x1
     r1 = k.recip(x0)
@@ -1516,7 +1546,7 @@ def f137(x, k):
     return (r1, 1.0)
 
 
-def f138(x, k):
+def f140(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r1 = k.recip(x0)
@@ -1525,21 +1555,21 @@ def f138(x, k):
     return (r1, 1.0)
 
 
-def f139(x, k):
+def f141(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = 16.0 * x1 * r0
     return (r0, 1.0)
 
 
-def f140(x, k):
+def f142(x, k):
     x0, x1 = x
     r0 = k.min(2.0, x1)
     r0 = x0 * r0
     return (r0, 1.0)
 
 
-def f141(x, k):
+def f143(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = 1.0 + r0
@@ -1547,31 +1577,31 @@ def f141(x, k):
     return (r0, 1.0)
 
 
-def f142(x, k):
+def f144(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f143(x, k):
+def f145(x, k):
     x0, x1 = x
     r0 = x0 * x1
     return (r0, 1.0)
 
 
-def f144(x, k):
+def f146(x, k):
     x0, x1 = x
     r0 = 16.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f145(x, k):
+def f147(x, k):
     x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f146(x, k):
+def f148(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = k.max(x3, x0)
@@ -1579,49 +1609,49 @@ def f146(x, k):
     return (r1, 1.0)
 
 
-def f147(x, k):
+def f149(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f148(x, k):
+def f150(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f149(x, k):
+def f151(x, k):
     x0, = x
     r0 = k.min(1000000000.0, x0)
     r0 = 6.0 * r0
     return (r0, 1.0)
 
 
-def f150(x, k):
+def f152(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f151(x, k):
+def f153(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f152(x, k):
+def f154(x, k):
     x0, = x
     r0 = 6.0 * x0
     return (r0, 1.0)
 
 
-def f153(x, k):
+def f155(x, k):
     pass
     return (1000000000.0, 1.0)
 
 
-def f154(x, k):
+def f156(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x1
     r1 = 2.0 * x3
@@ -1630,7 +1660,7 @@ def f154(x, k):
     return (r1, 1.0)
 
 
-def f155(x, k):
+def f157(x, k):
     x0, x1, x2, x3 = x
     r0 = 2.0 * x3
     r0 = x1 + r0
@@ -1639,7 +1669,7 @@ def f155(x, k):
     return (r0, 1.0)
 
 
-def f156(x, k):
+def f158(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 * x4
     r1 = x5 + x3
@@ -1652,18 +1682,18 @@ def f156(x, k):
     return (r6, 1.0)
 
 
-def f157(x, k):
+def f159(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f158(x, k):
+def f160(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f159(x, k):
+def f161(x, k):
     x0, x1, x2, x3 = x
     r0 = k.pow(x0, 2.0)
     r1 = k.recip(x0)
@@ -1676,25 +1706,25 @@ def f159(x, k):
     return (r4, 1.0)
 
 
-def f160(x, k):
+def f162(x, k):
     x0, x1 = x
     r0 = 2.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f161(x, k):
+def f163(x, k):
     x0, x1 = x
     r0 = 3.0 * x1 * x0
     return (r0, 1.0)
 
 
-def f162(x, k):
+def f164(x, k):
     x0, x1 = x
     r0 = x1 + x0
     return (r0, 1.0)
 
 
-def f163(x, k):
+def f165(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 * x2
     r1 = 3.0 * x1
@@ -1705,7 +1735,7 @@ def f163(x, k):
     return (r2, 1.0)
 
 
-def f164(x, k):
+def f166(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x1 * x2
     r1 = 3.0 * x3
@@ -1716,7 +1746,7 @@ def f164(x, k):
     return (r2, 1.0)
 
 
-def f165(x, k):
+def f167(x, k):
     x0, x1, x2, x3 = x
     r0 = x1 + x3
     r1 = 2.0 * x0
@@ -1726,7 +1756,7 @@ def f165(x, k):
     return (r1, 1.0)
 
 
-def f166(x, k):
+def f168(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = x3 + x4
     r1 = 2.0 * x0
@@ -1736,7 +1766,7 @@ def f166(x, k):
     return (r1, 1.0)
 
 
-def f167(x, k):
+def f169(x, k):
     x0, = x
     r0 = 2.0 * x0
     r1 = k.pow(x0, 2.0)
@@ -1745,30 +1775,30 @@ def f167(x, k):
     return (r1, 1.0)
 
 
-def f168(x, k):
+def f170(x, k):
     x0, = x
     r0 = 2.0 * x0
-    return (r0, 1.0)
-
-
-def f169(x, k):
-    x0, = x
-    return (x0, 1.0)
-
-
-def f170(x, k):
-    x0, x1 = x
-    r0 = x0 * x1
     return (r0, 1.0)
 
 
 def f171(x, k):
     x0, = x
+    return (x0, 1.0)
+
+
+def f172(x, k):
+    x0, x1 = x
+    r0 = x0 * x1
+    return (r0, 1.0)
+
+
+def f173(x, k):
+    x0, = x
     r0 = 2.0 * x0
     return (r0, 1.0)
 
 
-def f172(x, k):
+def f174(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x2
     r0 = x1 + r0
@@ -1776,13 +1806,13 @@ def f172(x, k):
     return (r0, 1.0)
 
 
-def f173(x, k):
+def f175(x, k):
     x0, x1, x2 = x
     r0 = 3.0 * x1 * x2 * x0
     return (r0, 1.0)
 
 
-def f174(x, k):
+def f176(x, k):
     x0, x1, x2 = x
     r0 = 2.0 * x0
     r0 = x2 + r0
@@ -1790,84 +1820,69 @@ def f174(x, k):
     return (r0, 1.0)
 
 
-def f175(x, k):
+def f177(x, k):
     x0, x1, x2, x3, x4 = x
     r0 = 2.0 * x2 * x3 * x1 * x0 * x4
     return (r0, 1.0)
 
 
-def f176(x, k):
-    pass
-    return (1.0, 1.0)
-
-
-def f177(x, k):
-    pass
-    return (1.0, 1.0)
-
-
 def f178(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f179(x, k):
+    pass
+    return (1.0, 1.0)
+
+
+def f180(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f179(x, k):
+def f181(x, k):
     x0, x1 = x
     r0 = x1 * x0
     return (r0, 1.0)
 
 
-def f180(x, k):
+def f182(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f181(x, k):
+def f183(x, k):
     pass
     return (3.0, 1.0)
 
 
-def f182(x, k):
+def f184(x, k):
     x0, x1, x2, x3 = x
     r0 = x2 * x0 * x1 * x3
     return (r0, 1.0)
 
 
-def f183(x, k):
+def f185(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x1)
     r0 = x2 * x0 * r0
     return (r0, 1.0)
 
 
-def f184(x, k):
+def f186(x, k):
     x0, x1 = x
     r0 = k.recip(x0)
     r0 = x1 * r0
     return (r0, 1.0)
 
 
-def f185(x, k):
+def f187(x, k):
     x0, x1, x2, x3 = x
     r0 = x3 * x2 * x0 * x1
     return (r0, 1.0)
-
-
-def f186(x, k):
-    x0, x1, x2, x3 = x
-    r0 = x2 * x0 * x1 * x3
-    return (r0, 1.0)
-
-
-def f187(x, k):
-    x0, x1, x2 = x
-    r0 = k.recip(x1)
-    r1 = x1 * x2
-    r1 = -1.0 + r1
-    r1 = 2.0 * x0 * r0 * r1
-    return (r1, 1.0)
 
 
 def f188(x, k):
@@ -1877,32 +1892,47 @@ def f188(x, k):
 
 
 def f189(x, k):
+    x0, x1, x2 = x
+    r0 = k.recip(x1)
+    r1 = x1 * x2
+    r1 = -1.0 + r1
+    r1 = 2.0 * x0 * r0 * r1
+    return (r1, 1.0)
+
+
+def f190(x, k):
+    x0, x1, x2, x3 = x
+    r0 = x2 * x0 * x1 * x3
+    return (r0, 1.0)
+
+
+def f191(x, k):
     pass
     return (4.0, 1.0)
 
 
-def f190(x, k):
+def f192(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f191(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
-
-
-def f192(x, k):
-    x0, x1 = x
-    r0 = k.recip(x0)
-    r1 = -1.0 + x1
-    r1 = r0 * r1
-    return (r1, 1.0)
-
-
 def f193(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f194(x, k):
+    x0, x1 = x
+    r0 = k.recip(x0)
+    r1 = -1.0 + x1
+    r1 = r0 * r1
+    return (r1, 1.0)
+
+
+def f195(x, k):
     x0, x1, x2 = x
     r0 = k.recip(x0)
     r1 = k.recip(x2)
@@ -1911,7 +1941,7 @@ def f193(x, k):
     return (r2, 1.0)
 
 
-def f194(x, k):
+def f196(x, k):
     x0, x1 = x
     r0 = -1.0 + x0 + x1
     r0 = k.recip(r0)
@@ -1920,7 +1950,7 @@ def f194(x, k):
     return (r2, 1.0)
 
 
-def f195(x, k):
+def f197(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = x1 + x2 + x3
@@ -1928,7 +1958,7 @@ def f195(x, k):
     return (r1, 1.0)
 
 
-def f196(x, k):
+def f198(x, k):
     x0, x1, x2, x3, x4, x5 = x
     r0 = x2 + x3
     r0 = x1 * x5 * r0
@@ -1939,7 +1969,7 @@ def f196(x, k):
     return (r2, 1.0)
 
 
-def f197(x, k):
+def f199(x, k):
     x0, x1, x2, x3 = x
     r0 = 0.5 * x0
     r0 = -1.0 + r0
@@ -1954,7 +1984,7 @@ def f197(x, k):
     return (r2, r7)
 
 
-def f198(x, k):
+def f200(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -1.0 * x3
@@ -1965,7 +1995,7 @@ def f198(x, k):
     return (r1, r0)
 
 
-def f199(x, k):
+def f201(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x0
     r1 = -2.0 * x3
@@ -1977,12 +2007,12 @@ def f199(x, k):
     return (r1, r5)
 
 
-def f200(x, k):
+def f202(x, k):
     x0, = x
     return (x0, 1.0)
 
 
-def f201(x, k):
+def f203(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = x0 + r0
@@ -1990,13 +2020,13 @@ def f201(x, k):
     return (r0, r2)
 
 
-def f202(x, k):
+def f204(x, k):
     x0, = x
     r0 = 1.0 + x0
     return (r0, 1.0)
 
 
-def f203(x, k):
+def f205(x, k):
     x0, x1, x2, x3 = x
     r0 = -1.0 + x1
     r0 = x2 == r0
@@ -2019,7 +2049,7 @@ def f203(x, k):
     return (r2, r0)
 
 
-def f204(x, k):
+def f206(x, k):
     x0, x1, x2 = x
     r0 = -2.0 * x1
     r1 = 2.0 * x0
@@ -2030,14 +2060,14 @@ def f204(x, k):
     return (r2, r1)
 
 
-def f205(x, k):
+def f207(x, k):
     x0, = x
     r0 = 2.0 * x0
     r0 = -1.0 + r0
     return (r0, 1.0)
 
 
-def f206(x, k):
+def f208(x, k):
     x0, x1 = x
     r0 = -1.0 * x1
     r0 = -1.0 + x0 + r0
@@ -2045,19 +2075,19 @@ def f206(x, k):
     return (r0, r2)
 
 
-def f207(x, k):
+def f209(x, k):
     pass
     return (2.0, 1.0)
 
 
-def f208(x, k):
+def f210(x, k):
     x0, x1, x2 = x
     r0 = x2 + x1
     r1 = x1 <= x0
     return (r0, r1)
 
 
-def f209(x, k):
+def f211(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.sqrt(x1)
@@ -2066,7 +2096,7 @@ def f209(x, k):
     return (r2, 1.0)
 
 
-def f210(x, k):
+def f212(x, k):
     x0, x1, x2, x3 = x
     r0 = k.recip(x2)
     r1 = x1 + x0
@@ -2080,7 +2110,7 @@ def f210(x, k):
     return (r6, 1.0)
 
 
-def f211(x, k):
+def f213(x, k):
     x0, x1 = x
     r0 = 2.0 * x1
     r0 = x0 < r0
@@ -2100,7 +2130,7 @@ def f211(x, k):
     return (r8, 1.0)
 
 
-def f213(x, k):
+def f215(x, k):
     x0, x1 = x
     r0 = k.recip(x1)
     r1 = k.recip(x0)
@@ -2108,7 +2138,7 @@ def f213(x, k):
     return (r1, 1.0)
 
 
-def f215(x, k):
+def f217(x, k):
     x0, x1 = x
     r0 = k.sqrt(2.0)
     r1 = k.log(x0)
@@ -2118,7 +2148,7 @@ def f215(x, k):
     return (r1, 1.0)
 
 
-def f217(x, k):
+def f219(x, k):
     x0, x1 = x
     r0 = k.pow(x0, -0.34)
     r0 = 406.4 * r0
@@ -2128,7 +2158,7 @@ def f217(x, k):
     return (r2, 1.0)
 
 
-def f218(x, k):
+def f220(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.5483870967741935)
     r1 = k.pow(x0, 0.45161290322580644)
@@ -2136,7 +2166,7 @@ def f218(x, k):
     return (r1, 1.0)
 
 
-def f219(x, k):
+def f221(x, k):
     x0, = x
     r0 = k.pow(6.0, 0.45161290322580644)
     r1 = k.pow(x0, 0.5483870967741935)
@@ -2144,7 +2174,7 @@ def f219(x, k):
     return (r1, 1.0)
 
 
-def f220(x, k):
+def f222(x, k):
     x0, = x
     r0 = k.pow(x0, 0.53)
     r0 = 0.29 * r0

@@ -306,6 +306,25 @@ define("memory.activations.layer_flash_swiglu_op_sac_sp",
         "output whole before its reduce-scatter, and the two reduce-scatters' outputs (2 × 2sbh/t) saved",),
        "activations of one Llama layer under TorchTitan's op-level selective checkpointing, TP + SP",
        coefficient_unit="byte")
+OP_SAC_COMPILED = (f"{OP_SAC}; pytorch/torchtitan parallelize_llama.py at 9dec370 (Dec 2024) apply_compile: each "
+                   "checkpointed TransformerBlock compiled by torch.compile, whose partitioner saves what the backward "
+                   "and the recomputation read; derived: derivations/activations.py")
+define("memory.activations.layer_flash_swiglu_op_sac_compiled",
+       s * b * (2 * h + (4 * a * d_h + 2 * a_kv * d_h + 4 * a + 2 * h_ff) / t),
+       "byte", f"{OP_SAC_COMPILED}, measured by analytic.reference.checkpointing",
+       ("as layer_flash_swiglu_op_sac, the block compiled: w2's output, which only the residual sum reads, is not "
+        "kept (eager checkpointing caches it until the recomputation)",
+        "tensor parallelism without SP: the block input replicated, the rest split by t"),
+       "activations of one compiled Llama layer under TorchTitan's op-level selective checkpointing, TP without SP",
+       coefficient_unit="byte")
+define("memory.activations.layer_flash_swiglu_op_sac_compiled_sp",
+       s * b * (4 * h + 4 * a * d_h + 2 * a_kv * d_h + 4 * a + 2 * h_ff) / t,
+       "byte", OP_SAC_COMPILED,
+       ("as layer_flash_swiglu_op_sac_sp, the block compiled: neither w2's output nor the reduce-scatter after it, "
+        "which only the residual sum reads, is kept; the reduce-scatter after wo is, the norms' recomputation reads it",
+        "derived by the rule the TP-without-SP count is measured under: one process runs no reduce-scatter"),
+       "activations of one compiled Llama layer under TorchTitan's op-level selective checkpointing, TP + SP",
+       coefficient_unit="byte")
 define("memory.loss", s * b * V * S("loss_bytes"), "byte",
        "derived: the logits [b, s, V] of Megatron-LM's output layer times the bytes per logit the stack's loss "
        "holds at its peak (presets/stacks.toml loss_bytes, measured by analytic.reference.loss)",

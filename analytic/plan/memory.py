@@ -92,7 +92,7 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
     if inp.selective != "op":  # a fused kernel recomputes the attention core anyway: nothing more is saved
         return _less_freed(inp, layer, sp, kw, moe=False)
     # op-level checkpointing recomputes the all-gathers: no gathered input is saved under it
-    op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{sp}", **kw)
+    op = inp.f(f"memory.activations.layer_flash_swiglu_op_sac{'_compiled' if inp.compiled_blocks else ''}{sp}", **kw)
     return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
 
 

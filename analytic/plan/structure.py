@@ -81,7 +81,8 @@ def structure(inp: Inputs) -> str | None:
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
     parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
               f"flash={inp.flash_attention}",
-              f"op_sac={inp.selective == 'op'}", f"fsdp_reduce={inp.fsdp_reduce_dtype}",
+              f"op_sac={inp.selective == 'op'}{'/compiled' if inp.selective == 'op' and inp.compiled_blocks else ''}",
+              f"fsdp_reduce={inp.fsdp_reduce_dtype}",
               f"optimizer_kernel={inp.optimizer_kernel}", f"zero_optimizer={inp.zero_optimizer}",
               f"fp8_weight_cache={inp.fp8_weight_cache if inp.dtype == 'fp8' else None}",
               f"sp_inputs={inp.sp_saved_inputs}", f"saved_extra={'+'.join(inp.saved_extra) or None}",

@@ -61,14 +61,23 @@ def op_sac_context():
 
 
 def saved_bytes_per_token(hidden: int = 256, heads: int = 4, kv_heads: int = 2, ffn_hidden: int = 704,
-                          tokens: int = 512) -> float:
+                          tokens: int = 512, compiled: bool = False) -> float:
     """Bytes a bf16 block's forward under :func:`op_sac_context` leaves allocated per token, its input
-    (the checkpoint keeps it) included and its output (the next block's input) not, on the CPU."""
+    (the checkpoint keeps it) included and its output (the next block's input) not, on the CPU; with
+    ``compiled``, the checkpointed block compiled by torch.compile (Inductor), as TorchTitan compiles
+    each block after wrapping it, measured after a first step has compiled its forward and backward."""
     block = LlamaBlock(hidden, heads, kv_heads, ffn_hidden).to(torch.bfloat16)
     x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+
+    def step(x):
+        return checkpoint(block, x, use_reentrant=False, context_fn=op_sac_context)
+
+    if compiled:
+        step = torch.compile(step, fullgraph=True)
+        step(x).sum().backward()
     kept = []
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        kept.append(checkpoint(block, x, use_reentrant=False, context_fn=op_sac_context))
+        kept.append(step(x))
     held = sum(e.nbytes() for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     return (held - kept[0].numel() * kept[0].element_size() + x.numel() * x.element_size()) / tokens
 
