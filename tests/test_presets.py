@@ -163,3 +163,12 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("compiled_blocks", False) in (True, False), name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
+
+
+def test_the_readme_tour_lists_the_stacks():
+    """The tour's an.stacks() line is what stacks.toml holds, in its order."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    line = re.search(r"an\.stacks\(\) +# (\[[^\]]*\])", readme, re.S).group(1)
+    assert re.findall(r"'([^']+)'", line) == an.stacks()
