@@ -23,7 +23,7 @@ def test_a_blocks_saved_bytes_under_the_op_policy_are_the_catalogues():
 def test_a_compiled_block_keeps_what_its_backward_reads(hidden, heads, kv_heads, ffn_hidden, tokens):
     """The same block compiled by torch.compile around its checkpoint, as TorchTitan compiles each wrapped
     block: Inductor's partitioner keeps the eager count less w2's output (2h bytes a token), which only
-    the residual sum reads, to the byte; eager keeps it, and about 5 kB of the CPU's besides."""
+    the residual sum reads, to the byte; eager keeps it (and a few kB of the CPU's besides)."""
     dims = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn_hidden)
     want = an.formula("memory.activations.layer_flash_swiglu_op_sac_compiled").evaluate(
         seq_len=1, microbatch_size=1, tp=1, head_dim=hidden // heads, **dims).to("byte").magnitude
@@ -31,7 +31,7 @@ def test_a_compiled_block_keeps_what_its_backward_reads(hidden, heads, kv_heads,
         seq_len=1, microbatch_size=1, tp=1, head_dim=hidden // heads, **dims).to("byte").magnitude
     assert eager - want == 2 * hidden
     assert saved_bytes_per_token(**dims, tokens=tokens, compiled=True) == want
-    assert saved_bytes_per_token(**dims, tokens=tokens) - eager == pytest.approx(5056 / tokens, abs=1 / tokens)
+    assert saved_bytes_per_token(**dims, tokens=tokens) == pytest.approx(eager, rel=0.01)
 
 
 @pytest.mark.parametrize("hidden, heads, kv_heads, ffn_hidden, tokens", [
