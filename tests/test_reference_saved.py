@@ -113,6 +113,21 @@ def test_deepseek_v3_layer_with_its_activations_cached_in_fp8():
     assert plan.expr("memory.activations.layer").value().to("byte").magnitude == 4096 * want
 
 
+def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are_not_recomputed():
+    """DeepSeek-V3 with its norms and experts' activation recomputed but not its up-projections: caching in
+    FP8 frees a byte an element of the routed copies (8 × 7168), the experts' gate and up projections
+    (2 × 9 × 2048), the shared expert's product (2048) and the up-projections' inputs, the query and
+    key/value latents' norm outputs (1536 + 512): 98,304 bytes a token."""
+    def per_token(fp8):
+        lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", recompute="selective",
+                        recompute_modules=("layernorm", "moe_act"), fp8_activations=fp8)
+        plan = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
+                       dtype="fp8")
+        return plan.expr("memory.activations.layer").value().to("byte").magnitude / 4096
+
+    assert per_token(False) - per_token(True) == 8 * 7168 + 2 * 9 * 2048 + 2048 + (1536 + 512)
+
+
 def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
     """Llama 3 8B in FP8 with its activations cached in FP8: the two norms' outputs (2 × 4096) and the
     SwiGLU's gate, up and product (3 × 14336) take a byte an element less: 139,392 − 51,200 bytes a token."""
