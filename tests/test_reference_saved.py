@@ -117,15 +117,17 @@ def test_fp8_caching_keeps_mlas_latents_in_a_byte_where_their_up_projections_are
     """DeepSeek-V3 with its norms and experts' activation recomputed but not its up-projections: caching in
     FP8 frees a byte an element of the routed copies (8 × 7168), the experts' gate and up projections
     (2 × 9 × 2048), the shared expert's product (2048) and the up-projections' inputs, the query and
-    key/value latents' norm outputs (1536 + 512): 98,304 bytes a token."""
-    def per_token(fp8):
-        lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", recompute="selective",
-                        recompute_modules=("layernorm", "moe_act"), fp8_activations=fp8)
+    key/value latents' norm outputs (1536 + 512): 98,304 bytes a token. Under TP 2 with sequence
+    parallelism the routed copies stay whole on each rank and the rest is split in two."""
+    def per_token(fp8, tp=1):
+        lay = an.Layout(tp=tp, pp=16, dp=128 // tp, ep=64, zero=1, schedule="dualpipe", recompute="selective",
+                        sequence_parallel=tp > 1, recompute_modules=("layernorm", "moe_act"), fp8_activations=fp8)
         plan = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360,
                        dtype="fp8")
         return plan.expr("memory.activations.layer").value().to("byte").magnitude / 4096
 
     assert per_token(False) - per_token(True) == 8 * 7168 + 2 * 9 * 2048 + 2048 + (1536 + 512)
+    assert per_token(False, 2) - per_token(True, 2) == 8 * 7168 + (2 * 9 * 2048 + 2048 + 1536 + 512) / 2
 
 
 def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
