@@ -137,6 +137,10 @@ def test_fp8_caching_of_a_dense_layer_halves_its_norm_outputs_and_swiglu():
     plans = [an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=f), **kw) for f in (False, True)]
     per_token = [p.expr("memory.activations.layer").value().to("byte").magnitude / 4096 for p in plans]
     assert per_token == [139392, 139392 - 2 * 4096 - 3 * 14336]
+    sp = [an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"),
+                  an.Layout(tp=2, sequence_parallel=True, fp8_activations=f), **kw) for f in (False, True)]
+    split = [p.expr("memory.activations.layer").value().to("byte").magnitude / 4096 for p in sp]
+    assert split[0] - split[1] == (2 * 4096 + 3 * 14336) / 2  # TP 2 with SP: each split in two
     with pytest.raises(an.InputError, match="fp8_activations"):
         an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(fp8_activations=True), seq_len=4096,
                 global_batch=8)
