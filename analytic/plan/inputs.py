@@ -102,8 +102,7 @@ class Inputs:
             raise InputError(f"flash_attention: stack {self.stack} has no fused attention kernel; pass "
                              "flash_attention=False, or a stack that has one")
         self.attention_kernels = tuple(kernels)
-        #: what recompute="selective" recomputes on this stack: "attention", "op" or None (not modelled), and
-        #: whether torch.compile compiles its checkpointed blocks (what the op-level policy keeps then differs)
+        #: what recompute="selective" recomputes: "attention", "op" or None (not modelled); compiled blocks keep less
         self.selective, self.compiled_blocks = props.get("selective"), props.get("compiled_blocks", False)
         #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
