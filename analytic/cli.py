@@ -194,6 +194,10 @@ def main(argv=None) -> int:
         if not getattr(args, "func", None):
             raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
                            "plot")
+        if args.command in ("step", "memory"):  # the plan's programs are built now: later runs read them
+            from .cache import eager
+            with eager():
+                return args.func(args)
         return args.func(args)
     except CLIError as exc:
         print(_one_line(str(exc)), file=sys.stderr)

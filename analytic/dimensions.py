@@ -8,7 +8,7 @@ import sympy
 
 from . import symbols as _symbols
 from .errors import UnitError
-from .numeric import value_at_max
+from .lowering import value_at_max
 from .units import Q_, strip_counts, ureg
 
 DIMENSIONLESS = ureg.Unit("")

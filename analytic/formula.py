@@ -20,7 +20,7 @@ from . import symbols as _symbols
 from .dimensions import DIMENSIONLESS, units_of
 from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
 from .expressions import symbolic
-from .numeric import program
+from .lowering import program
 from .provenance import merged_sources, source_map
 from .units import Q_, as_unit, strip_counts
 from .values import count, exact, in_range, unit_of

@@ -1,56 +1,28 @@
 """What layout search evaluates: the function of the layouts' degrees and choices giving memory, step
-time and FLOPs. It is the module the library ships compiled for the configuration's structure
-(:mod:`analytic.compiled`) where there is one, so a new model of a known architecture costs no
-compile; otherwise a :class:`~analytic.numeric.Program` built once from the plan's expressions and
-cached on disk as data, keyed by every field of every input it depends on."""
+time and FLOPs. It is the search program of the configuration's structure
+(:mod:`analytic.plan.programs`) where it has one, so a new model of a known architecture costs no
+lowering; otherwise a :class:`~analytic.numeric.Program` built once from the plan's expressions and
+cached on disk as data (:mod:`analytic.cache`), keyed by every field of every input it depends on."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 
-from . import compiled
+from . import cache
 from .choices import DEFAULT_STACK
-from .numeric import Program, program
-from .plan import Layout, Plan
-from .plan.structure import SEARCH_OUTPUTS, numbers, structure
+from .lowering import program
+from .numeric import Program
+from .plan import Layout, Plan, programs
+from .plan.structure import SEARCH_OUTPUTS, numbers
 from .symbols import sym
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
 INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index
 OUTPUTS = SEARCH_OUTPUTS
-MAX_CACHE_BYTES = 1 << 24  # a cache file larger than this is not read
-
-
-@functools.cache
-def _source_digest() -> str:
-    """A digest of the library's own code and data: compiled expressions are valid for exactly it."""
-    root = Path(__file__).parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".toml", ".txt") and "__pycache__" not in path.parts:
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def cache_dir() -> Path | None:
-    """Where search keeps its compiled expressions: ``$ANALYTIC_CACHE``, else ``$XDG_CACHE_HOME/analytic``,
-    else ``~/.cache/analytic``. An empty or relative path is ignored, as the XDG Base Directory
-    specification says of ``XDG_CACHE_HOME``; None when no absolute folder results."""
-    for var, leaf in (("ANALYTIC_CACHE", ""), ("XDG_CACHE_HOME", "analytic")):
-        value = os.environ.get(var, "")
-        if value and Path(value).is_absolute():
-            return Path(value) / leaf
-    try:
-        return Path.home() / ".cache" / "analytic"
-    except RuntimeError:  # no home directory
-        return None
 
 
 def _key(*parts) -> str:
@@ -79,55 +51,49 @@ def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attentio
                 microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack)
 
 
-def _shipped(plan: Plan):
-    """Search's function of :data:`INPUTS` from the module compiled for the plan's structure, or None."""
-    found = compiled.module(structure(plan._in))
+def _of_structure(plan: Plan):
+    """Search's function of :data:`INPUTS` from the programs of the plan's structure
+    (:mod:`analytic.plan.programs`) where they are built, or None (search does not build them: its own
+    program costs less)."""
+    found = programs.bundle(plan._in, build=False)
     if found is None:
         return None
-    fixed, kernels = numbers(plan._in), compiled.ARRAY
+    fixed, search = numbers(plan._in), found.search.program
 
     def evaluate(*args):
         values = {**fixed, **dict(zip(INPUTS, args))}
-        return found.search(tuple(values.get(k, np.nan) for k in found.SEARCH_INPUTS), kernels)
+        return search(*(values.get(k, np.nan) for k in search.inputs))
     return evaluate
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
               zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
-    to be built now. It is the module the library ships compiled for the configuration's structure
-    (:mod:`analytic.compiled`) where there is one; otherwise a :class:`~analytic.numeric.Program`
-    from memory or the disk cache, or built now (``on_build()`` is called first). The cache holds
-    data only, validated when read; a file that is not a valid program is rebuilt."""
+    to be built now. It is the search program of the configuration's structure where that is built
+    (in memory or in the cache); otherwise a :class:`~analytic.numeric.Program` from memory or the
+    disk cache, or built now (``on_build()`` is called first). The cache holds data only, validated
+    when read; a file that is not a valid program is rebuilt."""
     plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
                           zero3_gather, stack)
-    shipped = _shipped(plan)
-    if shipped is not None:
-        return shipped, False
-    key = _key(_source_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
+    found = _of_structure(plan)
+    if found is not None:
+        return found, False
+    key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
                async_tp, comm_sms, zero3_gather, stack)
     if key in _COMPILED:
         return _COMPILED[key], False
-    folder = cache_dir()
+    folder = cache.cache_dir()
     path = folder / f"search-{key}.json" if folder else None
     try:
-        if path is None or path.stat().st_size > MAX_CACHE_BYTES:
-            raise ValueError("no cache")
-        fn = Program.from_json(json.loads(path.read_text()))
+        fn = Program.from_json(cache.read_json(path) if path is not None else None)
         if fn.inputs != INPUTS or len(fn.outputs) != len(OUTPUTS):
             raise ValueError("a program of other inputs")
         built = False
-    except (OSError, ValueError, RecursionError, UnicodeDecodeError):
+    except ValueError:
         if on_build:
             on_build()
         fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
         if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(fn.to_json()))
-                tmp.replace(path)
-            except OSError:
-                pass  # a read-only cache only costs the next search its compile time
+            cache.write_json(path, fn.to_json())  # a read-only cache only costs the next search its compile time
     _COMPILED[key] = fn
     return fn, built

@@ -26,22 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "analytic" / "plan"
-TESTS = ["tests/test_golden_plans.py", "tests/test_compiled.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
+TESTS = ["tests/test_golden_plans.py", "tests/test_programs.py", "tests/test_ops.py", "tests/test_plan.py", "tests/test_plan_sources.py", "tests/test_symbolic.py",
          "tests/test_trust_inputs.py", "tests/test_cli.py", "tests/test_search.py", "tests/test_reference_loss.py",
          "tests/test_reference_checkpointing.py", "tests/test_reference_saved.py"]
-#: currency checks of the compiled plans, and the modules whose mutants they judge: a mutant of a module
-#: the plans are generated from changes their digest and the code the template compiles, and would fail
-#: them whatever it did (the tests of the compiled numbers then skip, and plans take the mutated
-#: expressions, which the other tests judge). structure.py is outside the digest; the byte comparison
-#: is what checks the generator (template.py, and structure.py's inputs to it).
-CURRENCY = {"test_the_digest_is_current": ("structure.py",),
-            "test_the_shipped_modules_are_what_the_template_compiles": ("structure.py", "template.py")}
-
-
-def deselected(module: str) -> list[str]:
-    """pytest arguments leaving out the currency checks that do not judge a mutant of ``module``."""
-    return [arg for test, judged in CURRENCY.items() if module not in judged
-            for arg in ("--deselect", f"tests/test_compiled.py::{test}")]
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 TIMEOUT = 300
@@ -100,7 +87,7 @@ def run_tests(root: Path, module: str = "", tests: list[str] = TESTS) -> str:
     """"killed", "survived" or "timeout" for the checkout at ``root`` (``tests``: the test files run)."""
     env = dict(os.environ, PYTHONPATH=str(root), ANALYTIC_CACHE=str(root / ".cache"), HYPOTHESIS_PROFILE="default")
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests, *deselected(module)], cwd=root,
+        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=root,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return "timeout"

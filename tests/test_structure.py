@@ -1,6 +1,7 @@
 """Dependencies point down: no module of the package imports, at any depth, one that imports it back."""
 
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "analytic"
@@ -73,11 +74,12 @@ def test_every_package_of_the_library_is_in_the_wheel():
     assert {"analytic.cases", "analytic.derivations"} <= listed
 
 
-def _fresh(code: str) -> list[str]:
+def _fresh(code: str, env=None) -> list[str]:
     """The lines a new interpreter prints running ``code`` (nothing imported before it)."""
     import subprocess
     import sys
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=env).stdout.splitlines()
 
 
 def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
@@ -99,11 +101,11 @@ def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
     assert out == ["tp: 3 does not divide the 128 attention heads", "126 128 85.52 Fraction(1, 4)", "[]"]
 
 
-def test_a_shipped_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue():
-    """A plan of a structure the package ships compiled: its step time (predicted and at an MFU), MFU,
-    memory with every stage and the allocator's peak, communication and placement, and the step and
-    memory commands' output, all without sympy or the catalogue imported (a new interpreter); the
-    inputs it reports are exact Python numbers."""
+def test_a_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue(tmp_path):
+    """A plan of a structure whose programs are in the cache (a first interpreter built them): its step
+    time (predicted and at an MFU), MFU, memory with every stage and the allocator's peak, communication
+    and placement, and the step and memory commands' output, all without sympy or the catalogue
+    imported (a second interpreter); the inputs it reports are exact Python numbers."""
     code = ("import sys, io, contextlib, analytic as an\n"
             "from analytic.cli import main\n"
             "p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=16, dp=64, zero=1, "
@@ -114,8 +116,10 @@ def test_a_shipped_plans_numbers_and_the_commands_need_neither_sympy_nor_the_cat
             "    codes = [main(['step']), main(['memory', '--stages']), main(['step', '--json'])]\n"
             "print(codes, p.inputs['hbm'], repr(p.inputs['scale_up_latency']), [k for k in sys.modules if k == 'sympy' "
             "or k.startswith('analytic.formula')])")
-    out = _fresh(code)
-    assert out == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
+    env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
+    first = _fresh("import analytic.core.cache as c\nc.eager().__enter__()\n" + code, env)
+    assert first[0].startswith("[0, 0, 0] 85520809984 Fraction(17, 5000000) ['sympy'")
+    assert _fresh(code, env) == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
 
 
 def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_numpy():

@@ -13,7 +13,7 @@ import sympy
 
 from ..formula import Formula, cases
 from ..formulas import formula
-from ..numeric import common_divisor
+from ..lowering import common_divisor
 from ..schedules import lazy_min
 from ..units import Q_
 from ..values import is_number

@@ -25,9 +25,9 @@ from ..hardware import Hardware
 from ..model import Model
 from ..symbols import info
 from ..units import Q_
-from ..values import choice, count, flag, fraction, is_number, is_sympy
-from . import ranks, structure, verdict
-from .inputs import Inputs
+from ..values import as_float, choice, count, flag, fraction, is_number, is_sympy
+from . import programs, ranks, verdict
+from .inputs import Inputs, read
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -126,15 +126,18 @@ class Plan:
         return memory.worst(self._in, self._activation_parts)
 
     @cached_property
-    def _compiled(self) -> structure.Compiled:
-        """The numbers of the module compiled for the plan's structure, where one is shipped."""
-        return structure.Compiled(self._in)
+    def _numbers(self) -> programs.Numbers:
+        """The numbers of the programs of the plan's structure, where it has them."""
+        def lower():
+            from . import template
+            return template.build(self)
+        return programs.Numbers(self._in, lower)
 
     def value(self, name: str) -> pint.Quantity:
-        """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the module
-        compiled for the plan's structure where one ships, else from its expression (which also says
-        what is missing)."""
-        q = self._compiled.quantity(name)
+        """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the programs
+        of the plan's structure where they give it, else from its expression (which also says what is
+        missing)."""
+        q = self._numbers.quantity(name)
         return q if q is not None else self.expr(name).value()
 
     @cached_property
@@ -182,8 +185,8 @@ class Plan:
     def sources(self, name: str) -> list[str]:
         """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a numeric
         layout those of the branches it takes, for a symbolic one those of every branch it may take."""
-        compiled = self._compiled.sources(name)
-        return compiled if compiled is not None else sorted(self.expr(name).sources)
+        found = self._numbers.sources(name)
+        return found if found is not None else sorted(self.expr(name).sources)
 
     def quantities(self) -> list[str]:
         """Names accepted by :meth:`expr`."""
@@ -228,7 +231,7 @@ class Plan:
 
     def communication_time(self) -> dict:
         """Seconds per step per GPU spent in each axis's collectives (before overlap)."""
-        if not all(self._compiled.has(f"communication_time.{a}") for a in AXES):
+        if not all(self._numbers.has(f"communication_time.{a}") for a in AXES):
             self._comm  # noqa: B018  (the walk that records what the times lack)
             self._in.require_times()
         return {a: self.value(f"communication_time.{a}") for a in AXES}
@@ -292,11 +295,13 @@ class Plan:
 
     def _formula(self, name: str, quantities: dict, **values) -> pint.Quantity:
         """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan quantity
-        it takes) and ``values``: from its compiled function, else from its expression."""
-        if all(self._compiled.has(q) for q in quantities.values()):
-            found = self._in.number(name, **{k: self.value(q) for k, q in quantities.items()}, **values)
-            if found is not None:
-                return found
+        it takes) and ``values``: from its program, else from its expression."""
+        if all(self._numbers.has(q) for q in quantities.values()):
+            given = {**self._in.given, **{k: read(k, self.value(q)) for k, q in quantities.items()},
+                     **{k: read(k, v) for k, v in values.items()}}
+            hit = programs.formula(name, {k: as_float(v) for k, v in given.items() if is_number(v)})
+            if hit is not None:
+                return Q_(hit[0], hit[1])
         return self._in.f(name, **{k: self.expr(q) for k, q in quantities.items()}, **values).value()
 
     def memory(self, stage: int | None = None) -> Memory:
@@ -331,13 +336,13 @@ class Plan:
         return memory.stage(self._in, sympy.sympify(k), self._activation_parts)
 
     def _stage_values(self, k: int) -> dict:
-        """Stage ``k``'s memory parts and total: compiled, or from their expressions."""
-        parts = self._compiled.stage(k)
+        """Stage ``k``'s memory parts and total: from the programs, or from their expressions."""
+        parts = self._numbers.stage(k)
         return parts if parts is not None else {name: f.value() for name, f in self._stage(k).items()}
 
     def _stage_total(self, k: int) -> float:
         """Bytes per GPU on stage ``k``."""
-        total = self._compiled.stage_total(k)
+        total = self._numbers.stage_total(k)
         if total is not None:
             return total
         from ..formula import to_float
@@ -346,7 +351,7 @@ class Plan:
     # --- symbolic helpers ----------------------------------------------------------------------
     def _count(self, name: str):
         """Quantity ``name``, a count: an int where it is whole."""
-        n = self._compiled.count(name)
+        n = self._numbers.count(name)
         if n is not None:
             return n
         from ..formula import to_float

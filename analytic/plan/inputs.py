@@ -12,7 +12,6 @@ import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .. import compiled
 from ..choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
 from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..hardware import Hardware, check_full_mesh
@@ -21,8 +20,8 @@ from ..presets import outside_floor, stacks
 from ..presets import stack as read_stack
 from ..symbols import canonical, read_magnitude, sym
 from ..units import Q_
-from ..values import as_float, choice, count, exact, flag, is_number, is_sympy
 from ..values import batch_tokens as read_batch_tokens
+from ..values import choice, count, exact, flag, is_number, is_sympy
 from .layout import Layout, check_layout, training_dtype
 
 if TYPE_CHECKING:
@@ -359,14 +358,6 @@ class Inputs:
         """Raise for the inputs that the communication stage found missing (times need them)."""
         for key in self.missing_for_times:
             self.need(key)
-
-    def number(self, name: str, **values):
-        """Catalogue formula ``name`` at the plan's numeric inputs (``values``, read in their symbols'
-        units, override some) as a Quantity, from its compiled function (:func:`analytic.compiled.formula`);
-        None where that does not answer (:meth:`f` then gives the number, or says what is wrong)."""
-        given = {**self.given, **{k: read(k, v) for k, v in values.items()}}
-        hit = compiled.formula(name, {k: as_float(v) for k, v in given.items() if is_number(v)})
-        return None if hit is None else Q_(hit[0], hit[1])
 
     def f(self, name: str, **values) -> Formula:
         """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""

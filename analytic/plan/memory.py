@@ -9,7 +9,7 @@ from ..choices import MEMORY_PARTS as PARTS
 from ..errors import InputError
 from ..formula import Formula, cases, composed
 from ..formulas import formula
-from ..numeric import value_at_max
+from ..lowering import value_at_max
 from ..schedules import lazy_max, lazy_min
 from ..units import Q_
 from .inputs import Inputs

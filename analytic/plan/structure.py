@@ -1,20 +1,16 @@
-"""A plan's structure, and its numbers from the module compiled for that structure.
+"""A plan's structure, and a numeric plan's inputs to its structure's programs.
 
 Two plans of the same :func:`structure` (model architecture kinds, which counts are zero, the
 layout's flags, dtypes, which inputs shape the expressions) have expressions that differ only in
-their numbers, so one module compiled from a template of the structure (:mod:`.template`,
-:mod:`analytic.compiled`) answers every plan of it. :func:`numbers` gives a numeric plan's inputs to
-that module and :class:`Compiled` its quantities.
+their numbers, so the programs lowered once from a template of the structure (:mod:`.template`,
+:mod:`.programs`) answer every plan of it; :func:`numbers` gives a numeric plan's inputs to them.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
-from .. import compiled
 from ..symbols import sym
-from ..units import Q_, ureg
 from ..values import as_float, is_number
 from .inputs import Inputs
 from .layout import choice_indices
@@ -31,7 +27,7 @@ _DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _CHOICES = ("zero", "recompute", "schedule")
 _BATCH = ("seq_len", "global_batch", "microbatch_size")
 #: a plan's inputs other than the model's, the degrees and the batch: free in every template (a
-#: missing one is NaN to the compiled program, and the plan's symbolic path says what is missing),
+#: missing one is NaN to the structure's programs, and the plan's symbolic path says what is missing),
 #: except those whose presence changes the expressions (GEMM quantisation, the attention kernel's
 #: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak, a fully connected scale-up domain),
 #: which are part of the structure
@@ -114,91 +110,5 @@ def numbers(inp: Inputs) -> dict:
     return {k: as_float(v) for k, v in out.items() if v is not None and is_number(v)}
 
 
-class Compiled:
-    """A numeric plan's compiled module (:mod:`analytic.compiled`) and its inputs to it: each method
-    answers from the module where the plan's structure is shipped and the number is finite with its
-    formulas' domains holding, and says None otherwise (the plan's expressions then give the number,
-    or the error)."""
-
-    def __init__(self, inp: Inputs):
-        self._kernels, self.module = compiled.SCALAR, compiled.module(structure(inp))
-        self._values = numbers(inp) if self.module is not None else {}
-        self._stages: dict = {}  # stage index → its compiled parts, or None
-
-    @functools.cached_property
-    def _quantities(self) -> dict:
-        m = self.module
-        return {} if m is None else self._finite(m.quantities, m.QUANTITIES_INPUTS, m.QUANTITIES_OUTPUTS,
-                                                 m.QUANTITIES_UNITS, self._values)
-
-    def has(self, name: str) -> bool:
-        """Whether plan quantity ``name`` has a compiled number."""
-        return name in self._quantities
-
-    def quantity(self, name: str):
-        """Plan quantity ``name`` as a Quantity, or None."""
-        hit = self._quantities.get(name)
-        return None if hit is None else Q_(hit[0], _unit(hit[1]))
-
-    def count(self, name: str) -> int | None:
-        """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
-        hit = self._quantities.get(name)
-        return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
-
-    def sources(self, name: str) -> list[str] | None:
-        """The catalogue formulas (sorted) plan quantity ``name`` is composed from, where the module
-        gives its number; None otherwise (the expressions then say)."""
-        flags = self._source_flags
-        if flags is None or not self.has(name):
-            return None
-        m = self.module
-        q = m.QUANTITIES_OUTPUTS.index(name)
-        found = [*m.SOURCES[q], *(s for (i, s), on in flags.items() if i == q and on)]
-        return sorted(m.SOURCE_NAMES[s] for s in found)
-
-    @functools.cached_property
-    def _source_flags(self) -> dict | None:
-        """(quantity index, source index) → whether its condition holds; None without a module or
-        with an input the conditions read missing."""
-        m = self.module
-        if m is None:
-            return None
-        values = [self._values.get(k, math.nan) for k in m.SOURCE_CONDITIONS_INPUTS]
-        if any(v != v for v in values):
-            return None
-        return dict(zip(m.SOURCE_CONDITIONS, m.source_conditions(values, self._kernels), strict=True))
-
-    def stage(self, k: int) -> dict | None:
-        """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all are compiled."""
-        hits = self._stage(k)
-        return None if hits is None else {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
-
-    def stage_total(self, k: int) -> float | None:
-        """Bytes per GPU on pipeline stage ``k``, or None."""
-        hits = self._stage(k)
-        return None if hits is None else hits["total"][0]
-
-    def _stage(self, k: int) -> dict | None:
-        m = self.module
-        if m is None:
-            return None
-        if k not in self._stages:
-            hits = self._finite(m.stage, m.STAGE_INPUTS, m.STAGE_OUTPUTS, m.STAGE_UNITS,
-                                {**self._values, STAGE: float(k)})
-            self._stages[k] = hits if len(hits) == len(m.STAGE_OUTPUTS) else None
-        return self._stages[k]
-
-    def _finite(self, function, inputs, outputs, units, values) -> dict:
-        get, nan, finite = values.get, math.nan, math.isfinite
-        out = function([get(k, nan) for k in inputs], self._kernels)
-        n = len(outputs)
-        return {name: (v, u) for name, v, ok, u in zip(outputs, out[:n], out[n:], units) if ok and finite(v)}
-
-
-@functools.cache
-def _unit(text: str):
-    return ureg.Unit(text)
-
-
-__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "Compiled", "numbers", "structural_inputs",
+__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "numbers", "structural_inputs",
            "structure"]

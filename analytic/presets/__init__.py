@@ -117,7 +117,14 @@ _MODEL_META = ("source", "published_params", "published_active_params")
 
 
 def model(name: str) -> Model:
-    """A preset model by name (see :func:`models`)."""
+    """A preset model by name (see :func:`models`); read once (a Model is immutable)."""
+    if not isinstance(name, str):
+        raise UnknownNameError("model", repr(name)[:80], _model_tables())
+    return _model(name)
+
+
+@cache
+def _model(name: str) -> Model:
     tables = _model_tables()
     if name not in tables:
         raise UnknownNameError("model", name, tables)
@@ -138,7 +145,14 @@ def models() -> list[str]:
 
 
 def hardware(name: str) -> Hardware:
-    """A preset accelerator by name (see :func:`hardwares`)."""
+    """A preset accelerator by name (see :func:`hardwares`); read once (a Hardware is immutable)."""
+    if not isinstance(name, str):
+        raise UnknownNameError("hardware", repr(name)[:80], _hardware_tables())
+    return _hardware(name)
+
+
+@cache
+def _hardware(name: str) -> Hardware:
     tables = _hardware_tables()
     if name not in tables:
         raise UnknownNameError("hardware", name, tables)

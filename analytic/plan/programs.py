@@ -1,0 +1,272 @@
+"""A plan structure's programs: numbers for every numeric plan of it, without sympy.
+
+Two plans of the same :func:`~.structure.structure` have expressions that differ only in their
+numbers. Lowering the template's expressions (:func:`.template.build`) once gives
+:class:`~analytic.numeric.Program` data for all of them: every plan quantity (with whether its
+formulas' domains hold), one stage's memory, search's outputs and the conditions of the quantities'
+sources. The data is kept in memory and in the user's cache (:mod:`analytic.cache`), validated when
+read back, and plans of the structure, in this process or another, evaluate it on Python floats.
+
+Lowering a template costs a few plans' worth of expressions (1–3 s), so it is done for the second
+plan of a structure in a process (the first takes its own expressions, which a one-off plan needs
+anyway), or for the first inside :func:`analytic.cache.eager` (the command line, whose later runs read the cache).
+:class:`Numbers` is one plan's view of the programs; :func:`formula` does the same for one catalogue
+formula.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+
+from .. import cache
+from ..numeric import Program
+from ..units import Q_, ureg
+from .inputs import Inputs
+from .structure import STAGE, numbers, structure
+
+#: a unit as the programs' data spells it (pint's long names, products, quotients, small powers)
+_UNIT = re.compile(r"[A-Za-z_]+( ?(\*\*|\*|/) ?([A-Za-z_]+|[0-9]))*|dimensionless")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One program and the names and units of its outputs (for quantities and a stage, the outputs
+    are the values, then whether each one's formulas hold)."""
+
+    program: Program
+    outputs: tuple[str, ...]
+    units: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data, flags: bool) -> "Part":
+        if not isinstance(data, dict) or set(data) != {"program", "outputs", "units"}:
+            raise ValueError("not a program part")
+        prog, outputs, units = Program.from_json(data["program"]), data["outputs"], data["units"]
+        if not (isinstance(outputs, list) and isinstance(units, list) and len(outputs) == len(units)
+                and all(isinstance(x, str) and len(x) < 200 for x in outputs + units)):
+            raise ValueError("a part's outputs and units must be names")
+        if not all(_UNIT.fullmatch(u) for u in units):
+            raise ValueError("a part's units must be unit names")
+        if len(prog.outputs) != len(outputs) * (2 if flags else 1):
+            raise ValueError("a part's program gives other outputs")
+        return cls(prog, tuple(outputs), tuple(units))
+
+    def finite(self, values: dict) -> dict:
+        """output → (value, unit) for each output that is finite with its formulas' domains holding."""
+        get, nan, isfinite = values.get, math.nan, math.isfinite
+        out = self.program.scalar([get(k, nan) for k in self.program.inputs])
+        n = len(self.outputs)
+        return {name: (v, u) for name, v, ok, u in zip(self.outputs, out[:n], out[n:], self.units)
+                if ok and isfinite(v)}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A structure's programs (:func:`.template.build`'s data, validated)."""
+
+    quantities: Part
+    stage: Part
+    search: Part
+    source_names: tuple[str, ...]
+    sources: tuple[tuple[int, ...], ...]  # by quantity: the sources it always draws on
+    source_keys: tuple[tuple[int, int], ...]  # (quantity, source) drawn on where a condition holds
+    source_conditions: Program | None  # those conditions
+
+    @classmethod
+    def from_json(cls, data) -> "Bundle":
+        """A Bundle from :func:`.template.build`'s data, every field checked; ValueError otherwise."""
+        if not isinstance(data, dict) or set(data) != {"quantities", "stage", "search", "sources"}:
+            raise ValueError("not a structure's programs")
+        quantities, stage = Part.from_json(data["quantities"], True), Part.from_json(data["stage"], True)
+        search = Part.from_json(data["search"], False)
+        src = data["sources"]
+        if not isinstance(src, dict) or set(src) != {"names", "fixed", "conditional", "program"}:
+            raise ValueError("not a structure's sources")
+        names, fixed, keys = src["names"], src["fixed"], src["conditional"]
+        n_q = len(quantities.outputs)
+        if not (isinstance(names, list) and all(isinstance(s, str) and len(s) < 200 for s in names)):
+            raise ValueError("sources must be names")
+        if not (isinstance(fixed, list) and len(fixed) == n_q and all(
+                isinstance(f, list) and all(type(i) is int and 0 <= i < len(names) for i in f) for f in fixed)):
+            raise ValueError("each quantity's sources must index the names")
+        if not (isinstance(keys, list) and all(
+                isinstance(k, list) and len(k) == 2 and type(k[0]) is int and type(k[1]) is int
+                and 0 <= k[0] < n_q and 0 <= k[1] < len(names) for k in keys)):
+            raise ValueError("conditional sources must index the quantities and the names")
+        conditions = None if src["program"] is None else Program.from_json(src["program"])
+        if len(keys) != (0 if conditions is None else len(conditions.outputs)):
+            raise ValueError("one condition per conditional source")
+        return cls(quantities, stage, search, tuple(names), tuple(map(tuple, fixed)), tuple(map(tuple, keys)),
+                   conditions)
+
+
+_BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
+_SEEN: set = set()  # structures a plan of this process has asked for without programs
+
+
+def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
+    """The programs of ``inp``'s structure, or None where it has no template or cannot be modelled:
+    from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or None)
+    now, where ``build`` says so: by default for the structure's second plan in this process, or its
+    first inside :func:`analytic.cache.eager`."""
+    key = structure(inp)
+    if key is None:
+        return None
+    if key in _BUNDLES:
+        return _BUNDLES[key]
+    path = cache.entry("plan", key)
+    found = None
+    data = cache.read_json(path) if path is not None else None
+    if isinstance(data, dict) and data.get("structure") == key:
+        try:
+            found = Bundle.from_json(data["programs"])
+        except (ValueError, KeyError):
+            found = None
+    if found is None:
+        if build is None:
+            build = cache.is_eager() or key in _SEEN
+        if not build or lower is None:
+            _SEEN.add(key)
+            return None
+        data = lower()
+        if data is not None and path is not None:
+            cache.write_json(path, {"structure": key, "programs": data})  # a read-only cache costs a rebuild
+        found = None if data is None else Bundle.from_json(data)
+    _BUNDLES[key] = found
+    return found
+
+
+class Numbers:
+    """A numeric plan's numbers from its structure's programs (:func:`bundle`'s, with ``lower`` and
+    ``build``): each method answers where the plan's structure has programs and the number is finite
+    with its formulas' domains holding, and says None otherwise (the plan's expressions then give the
+    number, or the error)."""
+
+    def __init__(self, inp: Inputs, lower=None, build: bool | None = None):
+        self.bundle = bundle(inp, lower, build)
+        self._values = numbers(inp) if self.bundle is not None else {}
+        self._stages: dict = {}  # stage index → its parts, or None
+
+    @functools.cached_property
+    def _quantities(self) -> dict:
+        return {} if self.bundle is None else self.bundle.quantities.finite(self._values)
+
+    def has(self, name: str) -> bool:
+        """Whether plan quantity ``name`` has a number from the programs."""
+        return name in self._quantities
+
+    def quantity(self, name: str):
+        """Plan quantity ``name`` as a Quantity, or None."""
+        hit = self._quantities.get(name)
+        return None if hit is None else Q_(hit[0], _unit(hit[1]))
+
+    def count(self, name: str) -> int | None:
+        """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
+        hit = self._quantities.get(name)
+        return None if hit is None or not float(hit[0]).is_integer() else int(hit[0])
+
+    def sources(self, name: str) -> list[str] | None:
+        """The catalogue formulas (sorted) plan quantity ``name`` is composed from, where the programs
+        give its number; None otherwise (the expressions then say)."""
+        flags = self._source_flags
+        if flags is None or not self.has(name):
+            return None
+        b = self.bundle
+        q = b.quantities.outputs.index(name)
+        found = [*b.sources[q], *(s for (i, s), on in flags.items() if i == q and on)]
+        return sorted(b.source_names[s] for s in found)
+
+    @functools.cached_property
+    def _source_flags(self) -> dict | None:
+        """(quantity index, source index) → whether its condition holds; None without programs or with
+        an input the conditions read missing."""
+        b = self.bundle
+        if b is None:
+            return None
+        if b.source_conditions is None:
+            return {}
+        values = [self._values.get(k, math.nan) for k in b.source_conditions.inputs]
+        if any(v != v for v in values):
+            return None
+        return dict(zip(b.source_keys, b.source_conditions.scalar(values), strict=True))
+
+    def stage(self, k: int) -> dict | None:
+        """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all have numbers."""
+        hits = self._stage(k)
+        return None if hits is None else {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
+
+    def stage_total(self, k: int) -> float | None:
+        """Bytes per GPU on pipeline stage ``k``, or None."""
+        hits = self._stage(k)
+        return None if hits is None else hits["total"][0]
+
+    def _stage(self, k: int) -> dict | None:
+        b = self.bundle
+        if b is None:
+            return None
+        if k not in self._stages:
+            hits = b.stage.finite({**self._values, STAGE: float(k)})
+            self._stages[k] = hits if len(hits) == len(b.stage.outputs) else None
+        return self._stages[k]
+
+
+@functools.cache
+def _unit(text: str):
+    return ureg.Unit(text)
+
+
+# --- one catalogue formula ----------------------------------------------------------------------------
+
+_FORMULAS: dict = {}  # name → (Program of [value, holds], unit), or None where a formula has caveats
+
+
+def formula(name: str, values: dict) -> tuple[float, str] | None:
+    """Catalogue formula ``name`` at ``values`` (keyword → float, each in its symbol's unit): (value,
+    unit), or None where it has caveats (its expression then warns), an input is missing, or the value
+    is not finite or outside its domain. Its program is built once and kept like a structure's."""
+    if name not in _FORMULAS:
+        _FORMULAS[name] = _formula_program(name)
+    entry = _FORMULAS[name]
+    if entry is None:
+        return None
+    prog, unit = entry
+    args = [values.get(k) for k in prog.inputs]
+    if any(a is None for a in args):
+        return None
+    value, holds = prog.scalar(args)
+    return (value, unit) if holds and math.isfinite(value) else None
+
+
+def _formula_program(name: str):
+    path = cache.entry("formula", name)
+    data = cache.read_json(path) if path is not None else None
+    try:
+        if isinstance(data, dict) and data.get("name") == name:
+            if data["program"] is None:
+                return None
+            unit = data["unit"]
+            prog = Program.from_json(data["program"])
+            if isinstance(unit, str) and _UNIT.fullmatch(unit) and len(prog.outputs) == 2:
+                return prog, unit
+    except (ValueError, KeyError):
+        pass
+    import sympy
+
+    from ..formulas import formula as lookup
+    from ..lowering import input_names, program
+    f = lookup(name)
+    entry = None
+    if not f.caveats:
+        exprs = [f.expr, sympy.And(*(c for c, *_ in f.domain))]
+        prog = program(exprs, input_names(exprs))
+        entry = (prog, str(f.unit))
+    if path is not None:
+        cache.write_json(path, {"name": name, "unit": None if entry is None else entry[1],
+                                "program": None if entry is None else entry[0].to_json()})
+    return entry
+
+
+__all__ = ["Bundle", "Numbers", "Part", "bundle", "formula"]

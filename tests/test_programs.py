@@ -1,0 +1,287 @@
+"""A plan structure's programs (analytic.plan.programs): built on first use, kept as data, equal to
+the expressions for any structure, used only where they answer, and the same for search."""
+
+import dataclasses
+import importlib
+import json
+import math
+import random
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import analytic as an
+from analytic import cache
+from analytic.errors import InputError
+from analytic.numeric import OPS, SCALAR
+from analytic.plan import programs, template
+from analytic.plan.structure import structure
+from analytic.strategies import plans
+from analytic.symbols import info
+
+PROGRAMS = importlib.import_module("analytic.search_programs")
+
+
+def essay(**kw):
+    return an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048, **kw)
+
+
+def deepseek():
+    return an.Plan(an.model("deepseek-v3"), an.hardware("h800"),
+                   an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20),
+                   seq_len=4096, global_batch=15360, dtype="fp8", training_tokens="14.8e12 token")
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty cache, in memory and on disk; each structure's programs built by its first plan."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    monkeypatch.setattr(programs, "_SEEN", set())
+    monkeypatch.setattr(programs, "_FORMULAS", {})
+    PROGRAMS._COMPILED.clear()
+    with cache.eager():
+        yield tmp_path
+
+
+def test_a_structure_is_lowered_at_its_second_plan(tmp_path, monkeypatch):
+    """Outside ``eager``, a structure's first plan takes its own expressions and its second builds the
+    programs, which the third reads from memory."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    monkeypatch.setattr(programs, "_SEEN", set())
+    first, second, third = essay(), essay(), essay()
+    assert first.step_time() == second.step_time() == third.step_time()
+    assert first._numbers.bundle is None and first._exprs
+    assert second._numbers.bundle is not None and not second._exprs
+    assert third._numbers.bundle is second._numbers.bundle
+    assert len(list(tmp_path.glob("plan-*.json"))) == 1
+
+
+def test_the_programs_are_built_once_and_kept_as_data(fresh):
+    """The first plan of a structure writes its programs to the cache as JSON of numbers and names; a
+    second process reads them, builds no expression and prints the same numbers."""
+    want = essay().step_time().magnitude
+    files = sorted(fresh.glob("plan-*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text())
+    assert data["structure"] == structure(essay()._in)
+    steps = data["programs"]["quantities"]["program"]["steps"]
+    assert {op for op, _ in steps} <= set(OPS)
+    code = ("import analytic as an, sys; p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), "
+            "an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048); "
+            "print(repr(p.step_time().magnitude)); print('sympy' in sys.modules, bool(p._exprs))")
+    env = {**__import__("os").environ, "ANALYTIC_CACHE": str(fresh)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == [repr(want), "False", "False"]
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "{}", "def f(): pass", "\x00", "[" * 100_000 + "]" * 100_000,
+                                     json.dumps({"structure": "other", "programs": {}})],
+                         ids=["list", "empty", "python", "nul", "deep", "other-structure"])
+def test_a_corrupt_cache_entry_is_rebuilt(fresh, monkeypatch, content):
+    want = essay().step_time()
+    (path,) = fresh.glob("plan-*.json")
+    path.write_text(content)
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    assert essay().step_time() == want
+    assert json.loads(path.read_text())["structure"] == structure(essay()._in)
+
+
+def test_a_unit_that_is_not_a_unit_name_is_refused(fresh, monkeypatch):
+    essay().step_time()
+    (path,) = fresh.glob("plan-*.json")
+    data = json.loads(path.read_text())
+    data["programs"]["quantities"]["units"][0] = "9**9**9**9"
+    with pytest.raises(ValueError, match="unit names"):
+        programs.Bundle.from_json(data["programs"])
+
+
+def test_a_cache_entry_that_is_a_link_is_not_followed(fresh, monkeypatch, tmp_path_factory):
+    """A link planted at an entry's name: read as missing, and replaced by a file (its target untouched)."""
+    key = structure(essay()._in)
+    path = cache.entry("plan", key)
+    target = tmp_path_factory.mktemp("target") / "victim"
+    target.write_text("keep")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+    essay().step_time()
+    assert target.read_text() == "keep"
+    assert not path.is_symlink() and json.loads(path.read_text())["structure"] == key
+    assert not list(fresh.glob("*.tmp")) and not list(fresh.glob(".*.tmp"))
+
+
+def test_a_read_only_cache_costs_only_the_build(fresh, monkeypatch):
+    monkeypatch.setenv("ANALYTIC_CACHE", "/proc/analytic-cannot-write-here")
+    assert essay().step_time().magnitude > 0
+
+
+def _close(got: float, want: float, scale: float) -> bool:
+    return abs(got - want) <= 1e-12 * max(abs(want), scale) + 1e-300
+
+
+@given(plans(gpus=16), st.sampled_from(["bf16", "fp8"]), st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_the_programs_equal_the_expressions(plan, dtype, tokens):
+    """Every quantity (and the catalogue formulas it is composed from) and every stage's memory, from
+    the programs of a drawn plan's structure and from the plan's expressions, to 1e-12
+    (a difference of large numbers, such as the headroom or a bubble that is zero, relative to the
+    scale of what it subtracts: the HBM, the step time, one)."""
+    try:
+        plan = plan.replace(dtype=dtype, training_tokens="1e12 token" if tokens else None)
+    except InputError:  # no FP8 on this hardware
+        return
+    c = programs.Numbers(plan._in, lambda: template.build(plan), build=True)
+    assert c.bundle is not None, f"no programs for {plan!r}"
+    scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": c.quantity("step_time").magnitude,
+             "dimensionless": 1.0}  # what a difference of large numbers is measured against
+    for name in plan.quantities():
+        try:
+            want = plan.expr(name).value()
+        except InputError:  # e.g. steps without training tokens: NaN in the programs, and not given
+            assert not c.has(name) and c.quantity(name) is None
+            continue
+        got = c.quantity(name)
+        assert c.sources(name) == sorted(plan.expr(name).sources), name  # the branches the plan takes
+        assert got.units == want.units or want.dimensionless, name
+        assert _close(got.magnitude, want.magnitude, scale.get(str(want.units), 0)), (name, got, want)
+    for k in range(int(plan.layout.pp)):
+        parts = c.stage(k)
+        for part, f in plan._stage(k).items():
+            assert _close(parts[part].to("byte").magnitude, f.value().to("byte").magnitude, 0), (k, part)
+
+
+def test_a_plan_with_programs_builds_no_expression(fresh):
+    plan = deepseek()
+    plan.memory(), plan.memory_by_stage(), plan.step_time(), plan.time_breakdown(ops=True), plan.mfu()
+    plan.communication(), plan.communication_time(), plan.hardware_flops(), plan.model_flops("palm")
+    assert plan.gpus == 2048 and plan.microbatches == 120
+    # DualPipe's mirror stage, no TP or CP traffic (tp = cp = 1), ZeRO-1's reduce-scatter and all-gather
+    assert "pipeline.mirror_stage.dualpipe" in plan.sources("memory.weights")
+    assert plan.sources("communication.tp") == plan.sources("communication.cp") == []
+    dp = plan.sources("communication.dp")
+    assert "collectives.reduce_scatter.bytes_sent" in dp and "collectives.all_reduce.bytes_sent" not in dp
+    stages = plan.memory_by_stage()  # each from its own parts; the fullest are the ranks of the first and last
+    fullest = max(range(16), key=lambda k: stages[k].total)  # stages (DualPipe: both hold embedding, head, MTP)
+    assert fullest == 0 and stages[15].total == stages[0].total > stages[1].total
+    assert plan.memory().stage == 0 and plan.memory().total == stages[0].total
+    assert plan._exprs == {}
+    assert plan.expr("step_time").value().magnitude == pytest.approx(plan.step_time().magnitude, rel=1e-12)
+
+
+def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh):
+    """Llama 3 8B over 4 stages with full recomputation keeps only layer inputs, so the last stage,
+    which also takes the loss of a 128,256-entry vocabulary, is the fullest: the worst stage a plan's
+    programs name is the one its stage-by-stage parts (another path) put highest."""
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(pp=4, dp=2, recompute="full"),
+                   seq_len=8192, global_batch=64)
+    assert plan._numbers.bundle is not None
+    totals = [m.total for m in plan.memory_by_stage()]
+    assert max(range(4), key=totals.__getitem__) == 3 and totals[3] > totals[0]
+    assert plan.memory().stage == 3 and plan.memory().total == totals[3]
+
+
+def test_programs_of_other_sources_are_not_used(fresh, monkeypatch):
+    """An edited library: its digest differs, so the programs built for the old one are not read, and
+    the numbers are the same."""
+    want = essay().step_time()
+    monkeypatch.setattr(cache, "library_digest", lambda: "edited")
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    plan = essay()
+    assert plan.step_time() == want
+    assert len(list(fresh.glob("plan-*.json"))) == 2
+
+
+def test_what_the_programs_cannot_give_is_the_expressions_error(fresh):
+    """Without training tokens the run's days are NaN in the programs, so the plan asks its expressions,
+    which say what is missing; a hardware without calibrated constants likewise."""
+    plan = essay()
+    assert not plan._numbers.has("steps") and plan._numbers.has("step_time")
+    with pytest.raises(InputError, match="training_tokens"):
+        plan.value("steps")
+    bare = dataclasses.replace(an.hardware("h100-sxm"), key="", name="bare", calibrations={})
+    plan = an.Plan(an.model("llama3-8b"), bare, an.Layout(tp=8), seq_len=4096, global_batch=64)
+    assert plan._numbers.has("memory.total") and not plan._numbers.has("step_time")
+    assert plan._numbers.count("gpus") == 8 and isinstance(plan._numbers.count("gpus"), int)
+    with pytest.raises(an.PresetError):
+        plan.step_time()
+
+
+def test_a_new_model_of_a_known_architecture_searches_without_a_build(fresh):
+    """Once a plan of the structure has built its programs, a search of another model of it builds nothing."""
+    an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2, sequence_parallel=True), seq_len=4096,
+            global_batch=128).step_time()
+    model = an.model("llama3-8b").replace(layers=20, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192,
+                                          head_dim=None, name="mine")
+    res = an.search(model, an.hardware("h100-sxm"), gpus=32, seq_len=4096, global_batch=128, progress=False)
+    assert res.compiled is False and not list(fresh.glob("search-*.json"))
+    best = res.best
+    plan = best.plan(model, an.hardware("h100-sxm"), seq_len=4096, global_batch=128)
+    assert best.step_time == pytest.approx(plan.expr("step_time").value().magnitude, rel=1e-12)
+    assert best.memory == pytest.approx(plan.expr("memory.total").value().magnitude, rel=1e-12)
+
+
+_EDGES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 0.5, 7.0]
+
+
+def _draw(rng: random.Random, keyword: str):
+    """A number in ``keyword``'s symbol's domain, in its unit."""
+    domain = info(keyword).domain
+    if isinstance(domain, tuple):  # a choice's index
+        return rng.randrange(len(domain[1]))
+    return {"count": lambda: rng.randint(1, 64), "count0": lambda: rng.randint(0, 8),
+            "fraction": lambda: Fraction(rng.randint(1, 100), 100), "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
+            }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
+
+
+def test_each_catalogue_formula_program_equals_its_expression():
+    """Every catalogue formula without caveats as a program (:func:`programs.formula`), at numbers drawn
+    in its symbols' domains: the program's value is the expression's to 1e-12, and where the expression
+    refuses the numbers (outside the formula's domain) the program gives none."""
+    rng, checked, refused = random.Random(0), 0, 0
+    for name, f in sorted(an.formulas().items()):
+        if f.caveats:
+            assert programs.formula(name, {k: 1.0 for k in f.symbols}) is None
+            continue
+        for _ in range(4):
+            values = {k: _draw(rng, k) for k in f.symbols}
+            hit = programs.formula(name, {k: float(v) for k, v in values.items()})
+            try:
+                want = f.subs(**{k: sympy.Rational(v.numerator, v.denominator) if isinstance(v, Fraction)
+                                 else sympy.Integer(v) for k, v in values.items()}).value()
+            except InputError:
+                assert hit is None, (name, values)
+                refused += 1
+                continue
+            assert hit is not None and hit[1] == str(f.unit), (name, values)
+            assert _close(hit[0], float(want.magnitude), 0), (name, values, hit, want)
+            checked += 1
+    assert checked > 600 and refused < checked
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_the_scalar_kernels_are_numpys_on_edge_values(op):
+    """Each operation on Python floats gives what numpy gives (NaN where numpy gives NaN), so one
+    plan and many layouts get the same numbers."""
+    fn, arity = OPS[op]
+    scalar = getattr(SCALAR, op)
+    n = arity or 2
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        args = [float(x) for x in rng.choice(_EDGES, size=n)]
+        if op == "gcd" and not all(math.isfinite(a) and abs(a) < 1e15 for a in args):
+            continue  # integers only (group sizes)
+        with np.errstate(all="ignore"):
+            want = fn(*[np.float64(a) for a in args])
+        got = scalar(*args)
+        if isinstance(want, np.ndarray):
+            want = want.item()
+        want = float(want)
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (op, args, got, want)
