@@ -4,7 +4,11 @@ Memory, FLOPs, collective bytes and seconds, pipeline bubbles, step time, MFU an
 sympy expressions whose symbols carry pint units.
 
 ``import analytic`` imports neither sympy, pint nor numpy: each public name is imported from its
-module when it is first used.
+module when it is first used. The subpackages, each importing only those listed before it:
+``core`` (units, symbols, values, Formula, numeric programs, the cache), ``formulas`` (the catalogue),
+``presets`` (models, hardware, stacks and their data), ``plan`` (Plan in stages), ``search`` (layout
+search and sweeps), ``fit`` (validation, calibration, derivations), ``cli`` (the command line) and
+``reference`` (the numeric torch reference).
 """
 
 from __future__ import annotations
@@ -13,15 +17,27 @@ import importlib
 import sys
 import types
 
-from .errors import AnalyticError, FreeSymbolError, InputError, LayoutError, PresetError, UnitError, UnknownNameError
+from .core.errors import (
+    AnalyticError,
+    FreeSymbolError,
+    InputError,
+    LayoutError,
+    PresetError,
+    UnitError,
+    UnknownNameError,
+)
 
 __version__ = "0.1.0"
 
 #: public name → the module that defines it, imported when the name is first used
-_LAZY = {"Formula": "formula", "formula": "formulas", "formulas": "formulas", "Hardware": "hardware", "Model": "model",
-         "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets", "hardwares": "presets",
-         "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets", "search": "search",
-         "sweep": "sweep", "sym": "symbols", "Q_": "units", "ureg": "units"}
+_LAZY = {"Formula": "core.formula", "formula": "formulas", "formulas": "formulas", "Hardware": "presets.hardware",
+         "Model": "presets.model", "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets",
+         "hardwares": "presets", "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets",
+         "search": "search.layouts", "sweep": "search.sweeps", "sym": "core.symbols", "Q_": "core.units",
+         "ureg": "core.units"}
+
+#: modules of the notation, by the names they had at the package's top: ``an.errors``, ``an.symbols``
+_MODULES = {"errors": "core.errors", "symbols": "core.symbols"}
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
@@ -30,7 +46,7 @@ __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputErro
 
 class _Package(types.ModuleType):
     """The package, whose public names resolve to the API even where a submodule of the same name
-    (analytic.formula, .hardware, .model, .search, .sweep), once imported, was bound to it."""
+    (analytic.search, once imported), was bound to it."""
 
     def __getattribute__(self, name):
         if name in _LAZY:
@@ -39,10 +55,12 @@ class _Package(types.ModuleType):
                 found = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
                 setattr(self, name, found)
             return found
+        if name in _MODULES:
+            return importlib.import_module(f"{__name__}.{_MODULES[name]}")
         return super().__getattribute__(name)
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(_LAZY))
+        return sorted(set(super().__dir__()) | set(_LAZY) | set(_MODULES))
 
 
 sys.modules[__name__].__class__ = _Package

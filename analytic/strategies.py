@@ -18,15 +18,15 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .errors import UnknownNameError
-from .hardware import Hardware
-from .model import Model
+from .core.errors import UnknownNameError
+from .core.units import Q_
 from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, sequence_unit, tiles
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
 from .presets import models as _models
-from .units import Q_
+from .presets.hardware import Hardware
+from .presets.model import Model
 
 __all__ = ["models", "hardwares", "layouts", "plans", "collective_calls"]
 

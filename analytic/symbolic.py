@@ -14,15 +14,15 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from .choices import MEMORY_PARTS as PARTS
-from .choices import OBJECTIVES
-from .errors import AnalyticError, ApproximationWarning, InputError, LayoutError
-from .formula import Formula, magnitude, to_float
+from .core.choices import MEMORY_PARTS as PARTS
+from .core.choices import OBJECTIVES
+from .core.errors import AnalyticError, ApproximationWarning, InputError, LayoutError
+from .core.formula import Formula, magnitude, to_float
+from .core.symbols import sym
+from .core.units import Q_
+from .core.values import as_float, choice, count, flag, fraction
 from .formulas import formula
-from .schedules import BUBBLE_FORMULAS, bubble_time
-from .symbols import sym
-from .units import Q_
-from .values import as_float, choice, count, flag, fraction
+from .plan.schedules import BUBBLE_FORMULAS, bubble_time
 
 
 def _one_free(f: Formula, keyword: str) -> Formula:

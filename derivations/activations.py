@@ -2,7 +2,7 @@
 
 import sympy
 
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -3,7 +3,7 @@ bandwidth lower bound, nccl-tests bus bandwidth, and when a two-level all-reduce
 
 import sympy
 
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -3,7 +3,7 @@
 import sympy
 
 import analytic as an
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

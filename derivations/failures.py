@@ -7,7 +7,7 @@ import warnings
 import sympy
 
 import analytic as an
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -4,7 +4,7 @@ many H100s or H200s 405B needs."""
 import sympy
 
 import analytic as an
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

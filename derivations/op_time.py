@@ -3,7 +3,7 @@ what the memory-bound kernels of a block move, the causal share of fused attenti
 
 import sympy
 
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic import derive
+from analytic.fit import derive
 
 HERE = Path(__file__).parent
 NAMES = derive.names(HERE)

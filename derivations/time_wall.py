@@ -4,7 +4,7 @@ PaLM's 6N + 12LHQT; what FlashAttention's backward adds; why MoE compute follows
 import sympy
 
 import analytic as an
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -4,7 +4,7 @@ for every one?"""
 import sympy
 
 import analytic as an
-from analytic.derive import Derivation, S
+from analytic.fit.derive import Derivation, S
 
 
 def derive() -> Derivation:

@@ -75,7 +75,7 @@ def survives(name: str, checked_by: dict, killers: dict) -> bool:
     """Cheapest checks first: the derivations that check this formula, then every validation case,
     then the tests that killed an earlier mutant of it (``killers``), then the test files that read
     the catalogue. False as soon as one fails; the failing test is added to ``killers``."""
-    from analytic import derive, validation
+    from analytic.fit import derive, validation
     for d in checked_by.get(name, []):
         try:
             derive.load(d)
@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     os.chdir(ROOT)
     os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
-    from analytic import derive
+    from analytic.fit import derive
     from analytic.plan import programs
     # the catalogue is mutated in this process, under the library's digest: programs lowered from it once
     # would answer every later mutant, so plans take the mutated expressions themselves (tests/test_programs.py

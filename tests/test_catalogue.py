@@ -6,7 +6,7 @@ import pytest
 import sympy
 
 import analytic as an
-from analytic import symbols
+from analytic.core import symbols
 
 REQUIRED = {
     "memory.model_states.zero0": ["params"], "memory.model_states.zero1": ["params", "dp"],
@@ -182,7 +182,7 @@ def test_first_order_failure_formulas_warn_outside_their_range():
     first-order waste is 2/3 by construction."""
     import warnings
 
-    from analytic.errors import ApproximationWarning
+    from analytic.core.errors import ApproximationWarning
     f = an.formula("reliability.goodput")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

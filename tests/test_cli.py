@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic.cli import main
-from analytic.values import batch_tokens
+from analytic.cli.main import main
+from analytic.core.values import batch_tokens
 
 
 def run(capsys, *argv):
@@ -102,7 +102,7 @@ def test_a_mistaken_count_is_said_before_sympy_and_pint_are_imported(argv, line)
     libraries imported (a new interpreter, so that nothing imported them before)."""
     import subprocess
     import sys
-    code = ("import sys\nfrom analytic.cli import main\nrc = main(sys.argv[1:])\n"
+    code = ("import sys\nfrom analytic.cli.main import main\nrc = main(sys.argv[1:])\n"
             "print(rc, [m for m in ('sympy', 'pint', 'numpy') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
     assert done.stdout.strip() == "2 []" and done.stderr.strip() == line
@@ -559,7 +559,7 @@ def test_memory_verdict_at_the_allocators_limit(capsys):
     assert main(["memory", *flags, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "fits at the allocator's limit" and data["outside_mean"] == pytest.approx(mean)
-    from analytic.story import lines
+    from analytic.cli.story import lines
     line = next(ln for ln in lines(plan) if ln.key == "device_peak")
     assert (line.label.endswith("fits at the allocator's limit") and line.formula == "memory.device_peak"
             and line.value.to("GB").magnitude == pytest.approx(peak + mean))
@@ -622,7 +622,7 @@ def test_offloaded_activations_against_the_nodes_host_memory(capsys):
     (h 8192, a 64, d_h 128, a_kv 8, h_ff 28672), all of it offloaded: 22.50 GB a GPU, 180 GB a node.
     On a DGX H100 (2 TB of DIMMs a node, datasheet: 2 TiB) that fits; on a node with 100 GB it does not, and the
     story says so; TPU v6e has no host memory with a source, so nothing is claimed."""
-    from analytic.story import lines
+    from analytic.cli.story import lines
     flags = ("--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "4", "--seq", "8192",
              "--global-batch", "64", "--offload-activations")
     code, out, _ = run(capsys, "memory", "--json", *flags)

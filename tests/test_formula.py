@@ -3,7 +3,7 @@ import pytest
 import sympy
 
 import analytic as an
-from analytic.errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from analytic.core.errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 
 
 def test_zero0_of_405b():
@@ -135,7 +135,7 @@ def test_n_gives_floats_of_the_asked_digits():
 def test_exact_numbers_become_correctly_rounded_floats():
     """A rational is one correctly rounded division (1/3, and 1 + 1e-30, which rounds to 1); one past
     the float range is refused, not returned as inf."""
-    from analytic.formula import to_float
+    from analytic.core.formula import to_float
     assert to_float(sympy.Rational(1, 3)) == 1 / 3
     assert to_float(sympy.Rational(10**30 + 1, 10**30)) == 1.0
     assert to_float(sympy.Integer(2) ** 60 + 1) == float(2**60)
@@ -147,8 +147,8 @@ def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
     """cases() with an open condition keeps every piece's sources, each under the condition that its
     piece is taken; substituting the open input leaves those of the piece taken, as building the
     same cases with the number does."""
-    from analytic.formula import cases
-    from analytic.provenance import source_map
+    from analytic.core.formula import cases
+    from analytic.core.provenance import source_map
     ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula("collectives.reduce_scatter.bytes_sent")
     tp = an.sym("tp")
 

@@ -1,5 +1,5 @@
 """Fuzzing the public API and the CLI: every call returns a finite, correctly dimensioned result or
-raises an analytic.errors exception, never anything else. The 'ci' hypothesis profile runs 1,000
+raises an analytic.core.errors exception, never anything else. The 'ci' hypothesis profile runs 1,000
 examples per entry point."""
 
 import contextlib
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analytic as an
-from analytic.cli import main
-from analytic.errors import AnalyticError
+from analytic.cli.main import main
+from analytic.core.errors import AnalyticError
 
 CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
 FUZZ = settings(max_examples=1000 if CI else 100, deadline=None,

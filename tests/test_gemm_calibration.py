@@ -7,8 +7,8 @@ import math
 import pytest
 
 import analytic as an
-from analytic.cli import main
-from analytic.errors import InputError
+from analytic.cli.main import main
+from analytic.core.errors import InputError
 from analytic.reference import gemm
 
 

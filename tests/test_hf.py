@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic.cli import main
-from analytic.errors import InputError
+from analytic.cli.main import main
+from analytic.core.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "hf"
 

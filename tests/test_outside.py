@@ -1,13 +1,13 @@
-"""The memory a process holds outside its allocator (analytic.outside), against hand counts."""
+"""The memory a process holds outside its allocator (analytic.fit.outside), against hand counts."""
 
 import math
 
 import pytest
 
 import analytic as an
-from analytic import outside
-from analytic.errors import InputError
-from analytic.units import Q_
+from analytic.core.errors import InputError
+from analytic.core.units import Q_
+from analytic.fit import outside
 
 
 def _case(case_id, group, reserved, free, hardware="a100-80g"):
@@ -88,7 +88,7 @@ def test_readme_states_the_snapshots_and_their_fit():
     quick tour's are the essay plan's."""
     from pathlib import Path
 
-    from analytic import validation
+    from analytic.fit import validation
     root = Path(__file__).parent.parent
     readme = " ".join((root / "README.md").read_text().split())
     rows = outside.snapshots(root / "validation" / "outside.toml")
@@ -115,7 +115,7 @@ def test_validate_reports_each_snapshot_against_the_other_sources(tmp_path):
     B's 80 − 76 − 1 = 3 GiB. Each source left out: A's are predicted by B's 3 GiB (+50%, the default
     tolerance's edge, within; +20%), B's by A's mean 2.25 GiB (−25%); the summary counts them by source. One
     source alone is not reported."""
-    from analytic import validation
+    from analytic.fit import validation
     (tmp_path / "outside.toml").write_text(_case("a1", "A", "77 GiB", "1 GiB") + _case("a2", "A", "76.5 GiB", "1 GiB")
                                            + _case("b1", "B", "76 GiB", "1 GiB"))
     results = validation.run(tmp_path, predicted=False)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analytic as an
-from analytic.errors import FreeSymbolError, InputError, LayoutError
+from analytic.core.errors import FreeSymbolError, InputError, LayoutError
 from analytic.strategies import plans
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 import analytic as an
-from analytic.errors import PresetError, UnknownNameError
+from analytic.core.errors import PresetError, UnknownNameError
 from analytic.presets import hardware_from_table, model_source
 
 # published counts (model cards, papers) and the relative rounding of how they are printed
@@ -144,7 +144,7 @@ def test_a_stack_keeps_its_bases_properties_where_it_gives_none():
 def test_every_stack_property_is_known_and_one_the_plan_reads():
     """A stack's properties are those stacks.toml documents, each value one of its choice list: a misspelt
     saved tensor or input rule would otherwise count nothing."""
-    from analytic import choices
+    from analytic.core import choices
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",

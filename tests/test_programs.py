@@ -17,15 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analytic as an
-from analytic import cache
-from analytic.errors import InputError
-from analytic.numeric import OPS, SCALAR
+from analytic.core import cache
+from analytic.core.errors import InputError
+from analytic.core.numeric import OPS, SCALAR
+from analytic.core.symbols import info
 from analytic.plan import programs, template
 from analytic.plan.structure import structure
 from analytic.strategies import plans
-from analytic.symbols import info
 
-PROGRAMS = importlib.import_module("analytic.search_programs")
+PROGRAMS = importlib.import_module("analytic.search.programs")
 
 
 def essay(**kw):

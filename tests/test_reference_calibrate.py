@@ -1,7 +1,7 @@
 import pytest
 
 import analytic as an
-from analytic.errors import PresetError
+from analytic.core.errors import PresetError
 from analytic.reference.calibrate import fit, profile_overrides
 
 torch = pytest.importorskip("torch", reason="the numeric reference needs the 'torch' extra")
@@ -22,7 +22,7 @@ def test_fit_recovers_alpha_and_bandwidth_from_the_ring_formula(ranks):
 
 
 def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
-    from analytic.cli import main
+    from analytic.cli.main import main
     out = tmp_path / "gloo.toml"
     assert main(["calibrate", "--backend", "gloo", "--ranks", "2", "--write", str(out)]) == 0
     text = capsys.readouterr().out
@@ -41,7 +41,7 @@ def test_backend_calibration_prints_a_fit_with_held_out_error(tmp_path, capsys):
                                         (["--backend", "gloo", "--ranks", "4096"], "--ranks"),
                                         (["--backend", "nccl", "--ranks", "64"], "--backend nccl")])
 def test_impossible_measurements_are_refused_before_spawning(capsys, monkeypatch, argv, what):
-    from analytic.cli import main
+    from analytic.cli.main import main
     monkeypatch.delenv("RANK", raising=False)
     assert main(["calibrate", *argv]) == 2
     err = capsys.readouterr().err

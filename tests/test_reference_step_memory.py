@@ -145,7 +145,7 @@ def test_a_wrapping_is_one_of_torchtitans():
     InputError naming the argument."""
     import torch
 
-    from analytic.errors import InputError
+    from analytic.core.errors import InputError
     with pytest.raises(InputError, match="wrapping: expected one of '2024', '2025', got '2026'"):
         sm.build(sm.tiny(), 64, torch.device("cpu"), "2026")
     with pytest.raises(InputError, match="wrapping: .* tied embeddings"):

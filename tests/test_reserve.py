@@ -1,11 +1,11 @@
-"""The allocator's reserve fitted on measured peaks (analytic.reserve), against hand counts."""
+"""The allocator's reserve fitted on measured peaks (analytic.fit.reserve), against hand counts."""
 
 import math
 
 import pytest
 
-from analytic import reserve
-from analytic.errors import InputError
+from analytic.core.errors import InputError
+from analytic.fit import reserve
 
 
 def test_each_source_weighs_one_and_its_errors_cluster():
@@ -51,7 +51,7 @@ PLAN = '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\
 def _folder(tmp_path, peaks):
     """A validation folder whose memory cases measure the same plan at ``peaks``: (id, source, stack,
     measured/counted); their published peaks are written from the library's count of that plan."""
-    from analytic.calibration import build_plan
+    from analytic.fit.calibration import build_plan
 
     (tmp_path / "predicted.toml").write_text("")
     text = ""

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import analytic as an
-from analytic.errors import InputError, LayoutError
+from analytic.core.errors import InputError, LayoutError
 
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 
@@ -96,7 +96,7 @@ class _Terminal:
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_bar_only_on_a_terminal(monkeypatch, result, tty):
     import sys
-    search_module = sys.modules["analytic.search"]  # the module (an.search is the function)
+    search_module = sys.modules["analytic.search.layouts"]  # the module (an.search is the function)
     monkeypatch.setattr(search_module, "CHUNK", 1000)  # several steps for this small search
     err = _Terminal(tty)
     monkeypatch.setattr(sys, "stderr", err)
@@ -211,7 +211,7 @@ def test_search_arguments_are_checked(tmp_path, monkeypatch):
 def test_every_enumerated_layout_passes_the_one_layout_check():
     """search enumerates by its own loops for speed; each row it yields is a layout Plan accepts."""
     from analytic.plan import RECOMPUTE, SCHEDULES, check_layout
-    from analytic.search import enumerate_layouts
+    from analytic.search.layouts import enumerate_layouts
     for model, hw, gpus, seq, batch in ((MODEL, HW, 64, 4096, 256), (an.model("deepseek-v3"), an.hardware("h800"), 256, 4096, 512)):
         rows = enumerate_layouts(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
         n = len(rows["tp"])
@@ -304,7 +304,7 @@ def test_sequence_parallelism_needs_tp_to_divide_each_cp_ranks_tokens():
     an.Plan(MODEL, HW, an.Layout(tp=4, dp=16, sequence_parallel=True), seq_len=4100, **kw)
     with pytest.raises(LayoutError, match="tp 4 does not divide the 2050 tokens"):  # CP 2 leaves 2,050 tokens a rank
         an.Plan(MODEL, HW, an.Layout(tp=4, cp=2, dp=8, sequence_parallel=True), seq_len=4100, **kw)
-    from analytic.search import enumerate_layouts
+    from analytic.search.layouts import enumerate_layouts
     odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
     assert set(odd["tp"]) == {1.0, 2.0, 4.0} and 8.0 in set(even["tp"])
 
@@ -314,7 +314,7 @@ def test_context_parallelism_needs_two_chunks_a_rank():
     4,100 tokens go over CP 2 (2,050 a rank, 1,025 a chunk) but not over CP 4 (1,025 a rank); search
     lists no CP-4 layout at 4,100 and does at 4,096. sequence_unit combines it with SP's split."""
     from analytic.plan import sequence_unit
-    from analytic.search import enumerate_layouts
+    from analytic.search.layouts import enumerate_layouts
     assert [sequence_unit(1, 8, True), sequence_unit(2, 8, True), sequence_unit(2, 1, False), sequence_unit(4, 3, True),
             sequence_unit(1, 8, False)] == [8, 16, 4, 24, 1]
     kw = dict(global_batch=64)

@@ -50,7 +50,32 @@ def test_the_import_graph_has_no_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
-    assert "analytic.plan" in graph["analytic.search"]  # the walk sees the package's imports
+    assert "analytic.plan" in graph["analytic.search.layouts"]  # the walk sees the package's imports
+
+
+#: the package's layers, lowest first: a module imports only from its own layer and those before it
+LAYERS = [{"core"}, {"formulas"}, {"presets"}, {"plan", "symbolic"}, {"search", "strategies", "_hypothesis"},
+          {"fit"}, {"cli", "reference"}, {"(root)"}]
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "(root)"
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_imports_point_down_the_layers():
+    """core → formulas → presets → plan → search → fit → cli: no module imports from a later layer (the
+    package itself imports only its errors; its public names are looked up by name when first used)."""
+    modules = _modules()
+    upward = [(m, n) for m, p in modules.items() for n in _imports(m, p, modules) if _layer(n) > _layer(m)]
+    assert upward == []
+    assert {_layer(m) for m in modules} == set(range(len(LAYERS)))  # every layer has its modules
+
+
+def test_no_hand_written_module_is_over_400_lines():
+    long = {str(p.relative_to(ROOT.parent)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
 
 
 def test_plan_all_is_what_it_exports():
@@ -96,7 +121,7 @@ def test_presets_layouts_and_their_check_need_neither_sympy_nor_the_catalogue():
             "except an.LayoutError as e:\n"
             "    print(e)\n"
             "print(m.layers, m.head_dim, f\"{h.hbm.to('GB').magnitude:.2f}\", repr(lay.offload_optimizer))\n"
-            "print([k for k in sys.modules if k == 'sympy' or k.startswith('analytic.formula')])")
+            "print([k for k in sys.modules if k == 'sympy' or k.startswith('analytic.core.formula')])")
     out = _fresh(code)
     assert out == ["tp: 3 does not divide the 128 attention heads", "126 128 85.52 Fraction(1, 4)", "[]"]
 
@@ -107,7 +132,7 @@ def test_a_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue(t
     and placement, and the step and memory commands' output, all without sympy or the catalogue
     imported (a second interpreter); the inputs it reports are exact Python numbers."""
     code = ("import sys, io, contextlib, analytic as an\n"
-            "from analytic.cli import main\n"
+            "from analytic.cli.main import main\n"
             "p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=16, dp=64, zero=1, "
             "sequence_parallel=True), seq_len=8192, global_batch=2048, training_tokens='15.6e12 token')\n"
             "p.step_time(), p.step_time(mfu=0.4), p.mfu(), p.mfu(step_time='20 s'), p.memory_peak(), p.memory_by_stage()\n"
@@ -115,9 +140,10 @@ def test_a_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue(t
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    codes = [main(['step']), main(['memory', '--stages']), main(['step', '--json'])]\n"
             "print(codes, p.inputs['hbm'], repr(p.inputs['scale_up_latency']), [k for k in sys.modules if k == 'sympy' "
-            "or k.startswith('analytic.formula')])")
+            "or k.startswith('analytic.core.formula')])")
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
-    first = _fresh("import analytic.core.cache as c\nc.eager().__enter__()\n" + code, env)
+    first = _fresh("import analytic.core.cache as c\nwith c.eager():\n" + "".join(f"    {ln}\n" for ln in code.splitlines()),
+                   env)
     assert first[0].startswith("[0, 0, 0] 85520809984 Fraction(17, 5000000) ['sympy'")
     assert _fresh(code, env) == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
 
@@ -125,11 +151,11 @@ def test_a_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue(t
 def test_importing_the_package_and_its_command_imports_neither_sympy_pint_nor_numpy():
     """The package's names are imported when first used: ``import analytic`` and the command's module
     pay for none of the heavy libraries; a public name whose submodule of the same name was imported
-    first still resolves to the API (analytic.model reads a preset; it is not the module)."""
-    code = ("import sys, analytic, analytic.cli\n"
+    first still resolves to the API (analytic.search is the function, not the package)."""
+    code = ("import sys, analytic, analytic.cli.main\n"
             "print([m for m in ('sympy', 'pint', 'numpy') if m in sys.modules])\n"
-            "import analytic.hardware, analytic.model\n"
-            "print(analytic.model('llama3-8b').layers, analytic.hardware('h100-sxm').sms)\n"
+            "import analytic.search.layouts\n"
+            "print(analytic.model('llama3-8b').layers, analytic.hardware('h100-sxm').sms, analytic.search.__name__)\n"
             "print(sorted(n for n in analytic.__all__ if n not in dir(analytic) or getattr(analytic, n) is None))")
     out = _fresh(code)
-    assert out == ["[]", "32 132", "[]"]
+    assert out == ["[]", "32 132 search", "[]"]

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 import analytic as an
-from analytic import plots
-from analytic.sweep import bubble as sweep_bubble
+from analytic.cli import plots
+from analytic.search.sweeps import bubble as sweep_bubble
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_plots_do_not_mislead():
     plt.close(fig)
     fig = plots.bubble(8)
     ax = fig.axes[0]
-    from analytic.sweep import bubble as sweep_bubble
+    from analytic.search.sweeps import bubble as sweep_bubble
     schedules = set(sweep_bubble(8, [8])) - {"microbatches"}
     assert ax.get_ylim()[0] == 0 and ax.get_xscale() == "log"
     assert {t.get_text() for t in ax.get_legend().get_texts()} == schedules

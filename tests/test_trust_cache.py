@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import analytic as an
-from analytic.lowering import program
-from analytic.numeric import OPS, Program
+from analytic.core.lowering import program
+from analytic.core.numeric import OPS, Program
 
-PROGRAMS = importlib.import_module("analytic.search_programs")
+PROGRAMS = importlib.import_module("analytic.search.programs")
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
 KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic import expressions, validation
-from analytic.cli import main
+from analytic.cli.main import main
+from analytic.core import expressions
+from analytic.fit import validation
 from analytic.presets import CALIBRATION_FILE
 
 PROJECT = Path(__file__).resolve().parent.parent / "validation"

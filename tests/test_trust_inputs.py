@@ -12,7 +12,7 @@ import pytest
 import sympy
 
 import analytic as an
-from analytic.cli import main
+from analytic.cli.main import main
 
 M8, H100 = an.model("llama3-8b"), an.hardware("h100-sxm")
 
@@ -285,7 +285,7 @@ def test_rotary_embeddings_need_an_even_number_of_dimensions():
     ("layers", 126.0, 126),
 ])
 def test_a_value_is_read_exactly_in_its_symbols_unit(keyword, value, want):
-    from analytic.symbols import read_magnitude
+    from analytic.core.symbols import read_magnitude
     got = read_magnitude(keyword, value)
     assert got == want and type(got) is type(want)
 
@@ -298,6 +298,6 @@ def test_a_value_is_read_exactly_in_its_symbols_unit(keyword, value, want):
     ("layers", float("nan"), an.InputError),
 ])
 def test_a_value_outside_its_unit_or_domain_is_refused_without_sympy(keyword, value, error):
-    from analytic.symbols import read_magnitude
+    from analytic.core.symbols import read_magnitude
     with pytest.raises(error, match=keyword):
         read_magnitude(keyword, value)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import analytic as an
-from analytic import calibration, validation, validation_report
-from analytic.values import as_quantity
+from analytic.core.values import as_quantity
+from analytic.fit import calibration, report, validation
 
 HERE = Path(__file__).parent
 IDS = [c["id"] for c in validation.load(HERE)[0]]
@@ -86,7 +86,7 @@ def test_validate_command_json(results, capsys, tmp_path, monkeypatch):
     command runs the cases of the folder it finds (this one), whose results the fixture holds."""
     import json
 
-    from analytic.cli import main
+    from analytic.cli.main import main
     folders = []
     monkeypatch.setattr(validation, "run", lambda folder: folders.append(folder) or results)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in HERE.iterdir() if p.is_file()}
@@ -101,7 +101,7 @@ def test_validate_command_json(results, capsys, tmp_path, monkeypatch):
     assert [c["id"] for c in out["cases"]] == [r.id for r in results]
     assert out["summary"] == validation.statistics(results)
     fitted = out["summary"]["predicted"]["fitted"]
-    line = next(ln for ln in validation_report.summary(results) if ln.startswith("predicted, fitted cases"))
+    line = next(ln for ln in report.summary(results) if ln.startswith("predicted, fitted cases"))
     assert f"leave-one-source-out mean {100 * fitted['leave_one_source_out_mean']:.1f}%" in line
     assert f"leave-one-case-out mean {100 * fitted['leave_one_out_mean']:.1f}%" in line
     assert fitted["leave_one_source_out_max"] >= fitted["leave_one_source_out_mean"] > 0
@@ -115,7 +115,7 @@ def test_every_case_has_a_source():
 
 
 def test_report_is_current(results):
-    assert (HERE / "REPORT.md").read_text() == validation_report.markdown(results, HERE), \
+    assert (HERE / "REPORT.md").read_text() == report.markdown(results, HERE), \
         "run: analytic validate --report validation/REPORT.md"
 
 
@@ -315,7 +315,7 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
     titan = mem["sources"]["torchtitan-2024"]  # the report's table by source, like the predicted cases'
     assert titan["count"] == sum(r.extra["group"] == "torchtitan-2024" for r in rows) == 18
     assert (f"| torchtitan-2024 | 18 | {titan['within']} | {100 * titan['mean']:.1f}% | {100 * titan['max']:.1f}% | "
-            f"{100 * titan['count_mean']:.1f}% |") in validation_report.markdown(results)
+            f"{100 * titan['count_mean']:.1f}% |") in report.markdown(results)
     case = next(c for c in validation.load(HERE)[0] if c["id"] == "M-G03-8b-8")
     plan = calibration.build_plan(next(c for c in validation.load(HERE)[0] if c["id"] == "G03-8b-8")["plan"])
     ours = plan.memory().total.to("GiB").magnitude
@@ -420,7 +420,7 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
     predicted = [r for r in results if r.kind == "predicted"]
     assert mem["runs"] == len(predicted)
     assert mem["runs_not_fitting"] == []
-    line = next(ln for ln in validation_report.summary(results) if "published runs predicted not to fit" in ln)
+    line = next(ln for ln in report.summary(results) if "published runs predicted not to fit" in ln)
     assert line.startswith(f"memory: 0 of the {len(predicted)} published runs") and "though they ran: none;" in line
     at_peak = mem["runs_at_allocator_limit"]  # MaxText's allocator has no fitted reserve
     assert at_peak == ["A01", "A03", "A05", "B02", "MPT-3b-8k-8xh100-fp8", "TTQ3-32b-fsdp8-b2"] and (
@@ -461,7 +461,7 @@ def test_reported_out_of_memory_runs_do_not_fit(results):
     assert all(r.status == "within" and "does not fit" in r.ours for r in oom)
     mem = validation.statistics(results)["memory"]
     assert mem["reported_oom"] == 9 and mem["oom_predicted_to_fit"] == []
-    line = next(ln for ln in validation_report.summary(results) if "ran out of memory" in ln)
+    line = next(ln for ln in report.summary(results) if "ran out of memory" in ln)
     assert line.startswith("memory: 0 of the 9 published runs that ran out of memory") and "fit: none;" in line
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     ours = "; ".join(r.ours.split(":")[0] for r in sorted(oom, key=lambda r: r.id) if r.id not in qwen)
@@ -561,7 +561,7 @@ def test_a_folder_without_memory_peaks_still_summarises_its_runs_fit(results):
     runs = [r for r in results if r.kind != "memory"]
     stats = validation.statistics(runs)
     assert "count" not in stats["memory"] and stats["memory"]["runs"] == sum(r.kind == "predicted" for r in runs)
-    lines = validation_report.summary(runs)
+    lines = report.summary(runs)
     assert any("published runs predicted not to fit" in ln for ln in lines)
     assert not any("measured peaks" in ln for ln in lines)
 

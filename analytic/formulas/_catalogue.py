@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import UnknownNameError
-from ..formula import Formula
-from ..symbols import sym
+from ..core.errors import UnknownNameError
+from ..core.formula import Formula
+from ..core.symbols import sym
 
 CATALOGUE: dict[str, Formula] = {}
 

@@ -2,7 +2,7 @@
 
 from sympy import Rational
 
-from ..units import ureg
+from ..core.units import ureg
 from ._catalogue import S, define
 
 N, D, C = S("params", "tokens", "flops")

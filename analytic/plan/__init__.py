@@ -5,7 +5,15 @@ Layouts and their checks import neither sympy nor the catalogue; ``Plan`` and ``
 
 import importlib
 
-from ..choices import AXES, CONVENTIONS, RECOMPUTE, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS, sequence_parallel_default
+from ..core.choices import (
+    AXES,
+    CONVENTIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    TRAINING_DTYPES,
+    ZERO3_GATHERS,
+    sequence_parallel_default,
+)
 from .layout import (
     Layout,
     check_comm_sms,

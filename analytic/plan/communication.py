@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import sympy
 
-from ..formula import Formula, cases
+from ..core.formula import Formula, cases
+from ..core.lowering import common_divisor
+from ..core.units import Q_
+from ..core.values import is_number
 from ..formulas import formula
-from ..lowering import common_divisor
-from ..schedules import lazy_min
-from ..units import Q_
-from ..values import is_number
 from .inputs import Inputs
 from .placement import replica_groups
 from .ranks import axis_stride, link_kind
+from .schedules import lazy_min
 
 
 def _ranks_per_domain(size, fit):

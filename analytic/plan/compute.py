@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import CONVENTIONS
-from ..formula import Formula, cases
-from ..values import choice
+from ..core.choices import CONVENTIONS
+from ..core.formula import Formula, cases
+from ..core.values import choice
 from .inputs import Inputs
 
 

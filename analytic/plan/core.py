@@ -1,6 +1,6 @@
 """Plan: one (model, hardware, layout, batch), every quantity composed from catalogue formulas.
 
-Each quantity is a :class:`~analytic.formula.Formula` built by binding catalogue formulas to the
+Each quantity is a :class:`~analytic.core.formula.Formula` built by binding catalogue formulas to the
 plan's inputs. An input given as a sympy symbol (``an.sym("dp")``) stays free, so the same code
 gives numbers, closed forms and the vectorised expressions that search compiles.
 
@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING
 
 import pint
 
-from ..choices import AXES, CONVENTIONS, DEFAULT_STACK, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
-from ..errors import FreeSymbolError, InputError, PresetError, UnknownNameError
-from ..hardware import Hardware
-from ..model import Model
-from ..symbols import info
-from ..units import Q_
-from ..values import as_float, choice, count, flag, fraction, is_number, is_sympy
+from ..core.choices import AXES, CONVENTIONS, DEFAULT_STACK, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
+from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
+from ..core.symbols import info
+from ..core.units import Q_
+from ..core.values import as_float, choice, count, flag, fraction, is_number, is_sympy
+from ..presets.hardware import Hardware
+from ..presets.model import Model
 from . import programs, ranks, verdict
 from .inputs import Inputs, read
 from .layout import Layout
 
 if TYPE_CHECKING:
-    from ..formula import Formula
+    from ..core.formula import Formula
     from .degrees import Degrees
 
 
@@ -267,7 +267,7 @@ class Plan:
         return verdict.outside(self)
 
     def memory_verdict(self, stage: int | None = None) -> str:
-        """Whether the stage (default the fullest) fits, one of :data:`~analytic.choices.MEMORY_VERDICTS`:
+        """Whether the stage (default the fullest) fits, one of :data:`~analytic.core.choices.MEMORY_VERDICTS`:
         "does not fit" where :meth:`memory`'s count and the least memory measured outside the allocator are
         above the HBM (``Memory.fits``); "fits" where the process's peak (``memory.device_peak``:
         :meth:`memory_peak` and :meth:`memory_outside`) is within it; "fits at the allocator's limit"
@@ -345,7 +345,7 @@ class Plan:
         total = self._numbers.stage_total(k)
         if total is not None:
             return total
-        from ..formula import to_float
+        from ..core.formula import to_float
         return to_float(self._stage(k)["total"].expr, "memory of a stage")
 
     # --- symbolic helpers ----------------------------------------------------------------------
@@ -354,7 +354,7 @@ class Plan:
         n = self._numbers.count(name)
         if n is not None:
             return n
-        from ..formula import to_float
+        from ..core.formula import to_float
         f = self.expr(name)
         if f.expr.free_symbols:
             raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")

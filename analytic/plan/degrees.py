@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import RECOMPUTE, SCHEDULES
-from ..formula import Formula, cases
+from ..core.choices import RECOMPUTE, SCHEDULES
+from ..core.formula import Formula, cases
 from ..formulas import formula
 from .layout import DP_REGIMES, GATHERED_REGIMES, Layout, choice_indices
 

@@ -12,29 +12,29 @@ import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
-from ..errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
-from ..hardware import Hardware, check_full_mesh
-from ..model import Model
+from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
+from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
+from ..core.symbols import canonical, read_magnitude, sym
+from ..core.units import Q_
+from ..core.values import batch_tokens as read_batch_tokens
+from ..core.values import choice, count, exact, flag, is_number, is_sympy
 from ..presets import outside_floor, stacks
 from ..presets import stack as read_stack
-from ..symbols import canonical, read_magnitude, sym
-from ..units import Q_
-from ..values import batch_tokens as read_batch_tokens
-from ..values import choice, count, exact, flag, is_number, is_sympy
+from ..presets.hardware import Hardware, check_full_mesh
+from ..presets.model import Model
 from .layout import Layout, check_layout, training_dtype
 
 if TYPE_CHECKING:
-    from ..formula import Formula
+    from ..core.formula import Formula
     from .degrees import Degrees
 
 
 def read(keyword: str, value):
-    """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.symbols.read_magnitude`),
-    or for a sympy value or a Formula a sympy magnitude (:func:`analytic.formula.magnitude`)."""
-    formulas = sys.modules.get("analytic.formula")  # not imported: no value is a Formula
+    """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.core.symbols.read_magnitude`),
+    or for a sympy value or a Formula a sympy magnitude (:func:`analytic.core.formula.magnitude`)."""
+    formulas = sys.modules.get("analytic.core.formula")  # not imported: no value is a Formula
     if is_sympy(value) or (formulas is not None and isinstance(value, formulas.Formula)):
-        from ..formula import magnitude
+        from ..core.formula import magnitude
         return magnitude(keyword, value)
     return read_magnitude(keyword, value)
 
@@ -142,7 +142,7 @@ class Inputs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
         if profile is not None:  # measured constants; explicit keywords win
-            from ..profile import read_profile
+            from ..presets.profile import read_profile
             overrides = {**read_profile(profile), **overrides}
         if grad_dtype is not None:
             choice("grad_dtype", grad_dtype, GRAD_DTYPES)
@@ -382,7 +382,7 @@ class Inputs:
 
     @cached_property
     def tokens_per_step(self) -> Formula:
-        from ..formula import Formula
+        from ..core.formula import Formula
         return Formula("D_B", exact(self.global_batch) * exact(self.seq_len), "token", "")
 
     def training_tokens_or_raise(self):

@@ -7,11 +7,11 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
-from ..choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
-from ..errors import InputError, LayoutError
-from ..hardware import Hardware
-from ..symbols import canonical, sym
-from ..values import choice, count, flag, is_number, is_sympy, share
+from ..core.choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
+from ..core.errors import InputError, LayoutError
+from ..core.symbols import canonical, sym
+from ..core.values import choice, count, flag, is_number, is_sympy, share
+from ..presets.hardware import Hardware
 
 
 def _open(value, keyword: str) -> bool:

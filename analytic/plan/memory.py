@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import MEMORY_PARTS as PARTS
-from ..errors import InputError
-from ..formula import Formula, cases, composed
+from ..core.choices import MEMORY_PARTS as PARTS
+from ..core.errors import InputError
+from ..core.formula import Formula, cases, composed
+from ..core.lowering import value_at_max
+from ..core.units import Q_
 from ..formulas import formula
-from ..lowering import value_at_max
-from ..schedules import lazy_max, lazy_min
-from ..units import Q_
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
+from .schedules import lazy_max, lazy_min
 
 
 def _zero(name: str) -> Formula:
@@ -164,7 +164,7 @@ def stage_layers(inp: Inputs) -> tuple:
 def stage_params(inp: Inputs, k) -> dict:
     """Parameters per GPU of stage ``k`` (a number or expression): its layers, with the embedding on
     the first stage and the output layer, final norm and MTP modules on the last
-    (:meth:`~analytic.model.Model.stage_params_formulas`), split over TP and routed experts over EP;
+    (:meth:`~analytic.presets.model.Model.stage_params_formulas`), split over TP and routed experts over EP;
     ``ends_local``: the embedding's and output layer's of them."""
     lay, m = inp.deg, inp.model
     first_n, middle, last_n = stage_layers(inp)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..formula import Formula, cases, composed
-from ..units import Q_
+from ..core.formula import Formula, cases, composed
+from ..core.units import Q_
 from .inputs import Inputs
 from .placement import optimizer_shard
 

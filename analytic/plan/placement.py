@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..formula import Formula, cases
+from ..core.formula import Formula, cases
 from ..formulas import formula
 from .inputs import Inputs
 from .ranks import axis_stride

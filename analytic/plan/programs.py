@@ -2,14 +2,14 @@
 
 Two plans of the same :func:`~.structure.structure` have expressions that differ only in their
 numbers. Lowering the template's expressions (:func:`.template.build`) once gives
-:class:`~analytic.numeric.Program` data for all of them: every plan quantity (with whether its
+:class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with whether its
 formulas' domains hold), one stage's memory, search's outputs and the conditions of the quantities'
-sources. The data is kept in memory and in the user's cache (:mod:`analytic.cache`), validated when
+sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
 read back, and plans of the structure, in this process or another, evaluate it on Python floats.
 
 Lowering a template costs a few plans' worth of expressions (1–3 s), so it is done for the second
 plan of a structure in a process (the first takes its own expressions, which a one-off plan needs
-anyway), or for the first inside :func:`analytic.cache.eager` (the command line, whose later runs read the cache).
+anyway), or for the first inside :func:`analytic.core.cache.eager` (the command line, whose later runs read the cache).
 :class:`Numbers` is one plan's view of the programs; :func:`formula` does the same for one catalogue
 formula.
 """
@@ -21,9 +21,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from .. import cache
-from ..numeric import Program
-from ..units import Q_, ureg
+from ..core import cache
+from ..core.numeric import Program
+from ..core.units import Q_, ureg
 from .inputs import Inputs
 from .structure import STAGE, numbers, structure
 
@@ -111,7 +111,7 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
     """The programs of ``inp``'s structure, or None where it has no template or cannot be modelled:
     from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or None)
     now, where ``build`` says so: by default for the structure's second plan in this process, or its
-    first inside :func:`analytic.cache.eager`."""
+    first inside :func:`analytic.core.cache.eager`."""
     key = structure(inp)
     if key is None:
         return None
@@ -255,8 +255,8 @@ def _formula_program(name: str):
         pass
     import sympy
 
+    from ..core.lowering import input_names, program
     from ..formulas import formula as lookup
-    from ..lowering import input_names, program
     f = lookup(name)
     entry = None
     if not f.caveats:

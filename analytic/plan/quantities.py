@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..choices import AXES, OP_CLASSES
-from ..formula import Formula, magnitude
+from ..core.choices import AXES, OP_CLASSES
+from ..core.formula import Formula, magnitude
 from . import compute, memory, placement, timing
 
 

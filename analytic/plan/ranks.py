@@ -8,8 +8,8 @@ scale-up link, one whose ranks are all in other domains the scale-out link; one 
 
 from __future__ import annotations
 
-from ..choices import AXES
-from ..values import is_number
+from ..core.choices import AXES
+from ..core.values import is_number
 
 
 def axis_stride(lay, axis: str):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from ..symbols import sym
-from ..values import as_float, is_number
+from ..core.symbols import sym
+from ..core.values import as_float, is_number
 from .inputs import Inputs
 from .layout import choice_indices
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sympy
 
-from ..errors import AnalyticError
-from ..lowering import input_names, program
-from ..provenance import source_map
-from ..symbols import sym
+from ..core.errors import AnalyticError
+from ..core.lowering import input_names, program
+from ..core.provenance import source_map
+from ..core.symbols import sym
 from . import memory
 from .layout import Layout
 from .structure import (

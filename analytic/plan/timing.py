@@ -3,11 +3,11 @@ communication each axis leaves exposed — summed into the step time."""
 
 from __future__ import annotations
 
-from ..choices import TIME_PARTS as PARTS
-from ..formula import Formula, cases, composed
+from ..core.choices import TIME_PARTS as PARTS
+from ..core.formula import Formula, cases, composed
 from ..formulas import formula
-from ..schedules import BUBBLE_FORMULAS, at_least_critical_path, lazy_max
 from .inputs import Inputs
+from .schedules import BUBBLE_FORMULAS, at_least_critical_path, lazy_max
 
 
 def bubble_time(inp: Inputs, compute: Formula) -> Formula:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pint
 
-from ..choices import MEMORY_VERDICTS
-from ..errors import PresetError
+from ..core.choices import MEMORY_VERDICTS
+from ..core.errors import PresetError
 from ..presets import memory_outside, memory_reserve
 
 

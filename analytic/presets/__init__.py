@@ -6,10 +6,10 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
-from ..errors import PresetError, UnknownNameError
-from ..hardware import Calibration, Hardware
-from ..model import Model
-from ..units import Q_
+from ..core.errors import PresetError, UnknownNameError
+from ..core.units import Q_
+from .hardware import Calibration, Hardware
+from .model import Model
 
 HERE = Path(__file__).parent
 CALIBRATION_FILE = HERE / "calibration.toml"

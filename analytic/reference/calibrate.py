@@ -66,8 +66,8 @@ def _time_collectives(rank: int, world: int, sizes: list[int], reps: int, device
 
 def _coefficients(name: str, ranks: int) -> tuple[float, float]:
     """(steps multiplying α, factor multiplying S/B) of the catalogue's ring formula at ``ranks``."""
+    from ..core.symbols import sym
     from ..formulas import formula
-    from ..symbols import sym
     expr = formula(f"collectives.{name}.time").expr.subs(sym("ranks"), ranks)
     steps = float(sympy.diff(expr, sym("latency")))
     factor = float(sympy.diff(expr, sym("message")) * sym("bandwidth"))
@@ -140,8 +140,8 @@ def profile_overrides(path) -> dict:
     the scale-up link, with link efficiency 1 since the bandwidth is measured)."""
     import tomllib
 
-    from ..errors import PresetError
-    from ..units import Q_
+    from ..core.errors import PresetError
+    from ..core.units import Q_
     try:
         ar = tomllib.loads(Path(path).read_text())["all_reduce"]
         alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
@@ -159,7 +159,7 @@ MAX_LOCAL_RANKS = 64
 
 def _check(backend: str, ranks: int) -> None:
     """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without GPUs."""
-    from ..errors import InputError
+    from ..core.errors import InputError
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not torchrun and not 2 <= ranks <= MAX_LOCAL_RANKS:
         raise InputError(f"--ranks: expected an integer from 2 (a collective needs two ranks) to {MAX_LOCAL_RANKS} "

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
-from ..model import Model
+from ..core.errors import InputError
+from ..core.values import choice
 from ..presets import stack as preset
-from ..values import choice
+from ..presets.model import Model
 from . import loss
 from .profiling import live_bytes
 from .transformer import Transformer
@@ -201,7 +201,8 @@ def plan(model: Model, *, seq_len: int, microbatch_size: int, microbatches: int,
          stack: str = "torchtitan", ranks: int = 1):
     """The library's plan of the measured run: ZeRO-3 (FSDP2) over ``ranks``, the given TorchTitan stack,
     bf16 (on an H100 preset: the hardware sets the verdict, not the bytes compared)."""
-    from .. import Layout, Plan, hardware
+    from .. import Layout, Plan
+    from ..presets import hardware
 
     return Plan(model, hardware("h100-sxm"), Layout(dp=ranks, zero=3, recompute=recompute), seq_len=seq_len,
                 global_batch=microbatch_size * microbatches * ranks, microbatch_size=microbatch_size,
@@ -228,7 +229,7 @@ def compare(model: Model, *, seq_len: int, microbatch_size: int, microbatches: i
 
 def main(argv=None) -> int:
     """The command line: one step's comparison printed, and written as JSON where ``--json`` says."""
-    from ..flags import CLIError, Parser, count_flag
+    from ..cli.flags import CLIError, Parser, count_flag
 
     ap = Parser(prog="python -m analytic.reference.step_memory",
                 description="Measure a tiny Llama's training step under FSDP2 against the count.")

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import InputError
-from ..model import Model, choice
+from ..core.errors import InputError
+from ..presets.model import Model, choice
 from .kernels import FlashCoreFn, LayerNormFn, OutProjFn, RMSNormFn, SwiGLUFn, dropout, rope
 
 ATTENTIONS = ("explicit", "flash", "flash-matmul")

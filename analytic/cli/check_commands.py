@@ -1,0 +1,118 @@
+"""The commands that hold the library to its sources: validate (the published cases), calibrate (the
+fitted constants, from published runs or GEMMs timed here) and derive (the derivations)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .flags import CLIError
+
+
+def cmd_validate(args) -> int:
+    from ..fit import report, validation
+    folder = validation.find_folder(args.cases)
+    results = validation.run(folder)
+    failed = validation.failed(results)
+    if args.json:
+        cases = [{"id": r.id, "kind": r.kind, "quantity": r.quantity, "published": r.published, "ours": r.ours,
+                  "error": r.error, "tolerance": r.tolerance, "status": r.status, "expected": r.expected,
+                  "source": r.source, "reason": r.reason,
+                  **({k: r.extra[k] for k in ("in_fit", "group", "in_fit_error", "leave_one_out_error", "baseline_error")}
+                     if r.kind == "predicted" else {})}
+                 for r in results]
+        print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
+    else:
+        print(report.table(results))
+        print()
+        print("\n".join(report.summary(results)))
+    if args.report:
+        _write_text(args.report, report.markdown(results, folder))
+    if failed:
+        print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to exactly ``path`` (a file the user named), or fail with one line."""
+    from pathlib import Path
+    if not path or Path(path).is_dir():
+        raise CLIError(f"{path!r}: expected a file name to write")
+    Path(path).write_text(text)
+
+
+def _calibrate_gemm(args) -> int:
+    """``calibrate --gemm``: time GEMMs and a copy here, fit, print (or ``--json``), ``--write`` a profile."""
+    import torch
+
+    from ..reference import gemm
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CLIError("--device cuda: torch sees no CUDA device here")
+    peak = hbm = tile = None
+    if args.hardware:
+        if args.peak_flops or args.hbm_bandwidth:
+            raise CLIError("--peak-flops/--hbm-bandwidth: give them or --hardware, not both")
+        import analytic as an
+
+        from ..presets import gemm_tile
+        hw = an.hardware(args.hardware)
+        peak = hw.peak_flops("bf16").to("FLOP/s").magnitude  # the dtype measure() times on CUDA
+        hbm = hw.hbm_bandwidth.to("byte/s").magnitude if hw.hbm_bandwidth is not None else None
+        tile = gemm_tile(hw.generation)
+    else:
+        from ..core.values import as_quantity
+        if args.peak_flops:
+            peak = as_quantity("peak-flops", args.peak_flops).to("FLOP/s").magnitude
+        if args.hbm_bandwidth:
+            hbm = as_quantity("hbm-bandwidth", args.hbm_bandwidth).to("byte/s").magnitude
+    if args.write and peak is None and hbm is None:
+        raise CLIError("calibrate --gemm --write: give --hardware NAME (or --peak-flops and --hbm-bandwidth): a "
+                       "profile's efficiencies are shares of the device's peaks")
+    samples = gemm.measure(device)
+    result = gemm.fit(samples, tile=tile if device == "cuda" else None)
+    table = gemm.profile(samples, result, peak, hbm, args.hardware)
+    if args.write:
+        _write_text(args.write, gemm.to_toml(table))
+    if args.json:
+        print(json.dumps(table))
+    elif not args.write:
+        print(gemm.to_toml(table), end="")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    if args.gemm:
+        if args.published or args.backend or args.cases:
+            raise CLIError("calibrate --gemm: measures this device; not read with --published, --backend or --cases")
+        return _calibrate_gemm(args)
+    if args.device or args.hardware or args.peak_flops or args.hbm_bandwidth:
+        raise CLIError("--device/--hardware/--peak-flops/--hbm-bandwidth: read with --gemm")
+    if args.backend:
+        if args.cases:
+            raise CLIError("--cases: read with --published (the measured cases to fit), not with --backend")
+        from ..reference.calibrate import main as backend_main
+        return backend_main(args)
+    if not args.published:
+        raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
+    from ..fit import calibration, outside, reserve, validation
+    folder = validation.find_folder(args.cases)
+    cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
+    constants = calibration.fit(cases)
+    ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
+    memory, beyond = reserve.summary(folder / "memory.toml"), outside.summary(folder / "outside.toml")
+    text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory,
+                              outside=beyond)
+    if args.write:
+        _write_text(args.write, text)
+    if args.json:
+        print(json.dumps(calibration.as_json(constants, cases, ratios, memory, beyond)))
+    elif not args.write:
+        print(text, end="")
+    return 0
+
+
+def cmd_derive(args) -> int:
+    from ..fit.derive import main as derive_main
+    return derive_main(args)

@@ -1,0 +1,371 @@
+"""The commands of ``analytic``: each reads its flags (:mod:`analytic.cli.flags`) and prints text or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from ..core.errors import AnalyticError
+from .flags import PLAN_FLAGS, CLIError, build_plan, count_flag, refuse_unread, search_inputs
+
+
+def _fmt(v) -> str:
+    import pint
+    if isinstance(v, pint.Quantity):
+        if v.dimensionless:
+            return f"{float(v.to('').magnitude):.4g}"
+        mag = float(v.magnitude)
+        if mag == int(mag) and abs(mag) < 1e15:
+            return f"{int(mag):,} {v.units:~P}"
+        return format(v, ".4g~")
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def cmd_step(args) -> int:
+    plan, extra = build_plan(args)
+    from .story import lines
+    story = lines(plan, mfu=extra["mfu"], text=extra["text"])
+    if args.json:
+        print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
+                          "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
+        return 0
+    for note in extra["notes"].values():
+        print(f"note: {note}")
+    print(repr(plan))
+    section = None
+    for ln in story:
+        if ln.section != section:
+            section = ln.section
+            print(f"\n{section}")
+        text = f"   (text: {ln.text})" if ln.text else ""
+        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{ln.formula}]")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
+    plan, extra = build_plan(args)
+    from ..core.choices import MEMORY_PARTS as PARTS
+    from ..core.choices import MEMORY_VERDICTS
+    from ..core.errors import PresetError
+    from ..presets import memory_reserve, stack
+    from .story import node_host_memory, wasted_selective
+    mem = plan.memory()
+    rows = {k: v.to("GB") for k, v in mem.as_dict().items() if k != "stage"}
+    stages = plan.memory_by_stage() if args.stages else []
+    notes = list(extra["notes"].values())
+    wasted = wasted_selective(plan)
+    if wasted is not None:
+        notes.append("selective recomputation saves no memory under FlashAttention (it keeps no attention scores) "
+                     f"and still recomputes the attention core: {_fmt(wasted)} per step")
+    headroom = plan.value("memory.headroom").to("GB")  # of the fullest stage, mem's
+    fit = plan.memory_verdict()
+    try:  # the allocator's reserve is fitted for the allocator of the measured peaks only
+        peak, (low, high) = plan.memory_peak().to("GB"), (q.to("GB") for q in plan.memory_interval())
+        measured = memory_reserve(stack(plan.stack)["allocator"]).get("stacks", [])  # the stacks of the peaks
+        outside = plan.memory_outside().to("GB")
+    except PresetError as exc:
+        peak = low = high = outside = None
+        measured = []
+        notes.append(f"no predicted peak: {exc}")
+    if args.json:
+        gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
+        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
+            "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
+            "notes": notes,
+            "peak": None if peak is None else float(peak.magnitude),
+            "outside_mean": None if outside is None else float(outside.magnitude),
+            "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
+            "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
+            "reserve_measured_on": measured,
+            **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
+        return 0
+    for note in notes:
+        print(f"note: {note}")
+    print(repr(plan))
+    where = f"stage {mem.stage} of {plan.layout.pp}, the worst" if plan.layout.pp > 1 else "one stage"
+    print(f"  per GPU on {where}:")
+    for k in PARTS:
+        if k != "optimizer_step" or rows[k].magnitude:  # the step's temporaries, where the step is the peak
+            print(f"  {k:<14} {_fmt(rows[k]):>12}")
+    if rows["optimizer_step"].magnitude:
+        print("  (the peak is the optimizer step's: its temporaries, with the activations and gathered copies freed "
+              "and the gradients it holds then)")
+    verdict = f"fits, {_fmt(headroom)} to spare" if mem.fits else f"does not fit: {_fmt(-headroom)} over"
+    beside = f" with the {_fmt(rows['outside'])} outside the allocator" if rows["outside"].magnitude else ""
+    print(f"  {'total':<14} {_fmt(rows['total']):>12}   of {_fmt(rows['hbm'])} HBM{beside}: {verdict}")
+    print(f"  (the last stage's loss at its peak: {_fmt(rows['loss'])}, its logits {_fmt(rows['logits'])})")
+    if rows["outside"].magnitude:
+        print(f"  (outside the allocator: the driver's reservation, the CUDA context, NCCL's buffers; at least "
+              f"{_fmt(rows['outside'])}, {_fmt(outside)} on average, in snapshots of training runs: memory.headroom)"
+              if outside is not None else f"  (outside the allocator: at least {_fmt(rows['outside'])}: memory.headroom)")
+    else:
+        print("  (the HBM is the driver's total: nothing outside the allocator is counted for this stack's allocator)")
+    if mem.host.magnitude:
+        per_node, dram, fits = node_host_memory(plan, rows["host"])
+        room = "" if dram is None else f", of the node's {_fmt(dram.to('TB'))}: {'fits' if fits else 'does not fit'}"
+        print(f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
+              f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
+    if peak is not None:
+        above = "; at its top it would not fit" if peak + outside <= mem.hbm < high + outside else ""
+        own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
+        device = peak + outside
+        limit = (f"; with the memory outside it, {_fmt(device)}: {_fmt(device - mem.hbm)} over the HBM with the count "
+                 f"within it: {fit} (short of memory, it releases its cached blocks and retries: num_alloc_retries of "
+                 "torch.cuda.memory_stats)" if fit == MEMORY_VERDICTS[1]
+                 else f"; with the memory outside it, {_fmt(device)}: {fit}")
+        print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
+              f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit} "
+              "[memory.device_peak]")
+        print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
+              f"to {_fmt(high)}{above}")
+    if stages:
+        columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
+        if plan.layout.schedule == "dualpipe":
+            print("\n  under DualPipe the row of stage k is its rank, which also holds stage p − 1 − k")
+        print("\n  stage " + "".join(f"{k:>15}" for k in columns) + "   fits")
+        for s in stages:
+            print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
+                  + f"   {'yes' if s.fits else 'no'}")
+    return 0
+
+
+def _listed(names) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
+
+
+def _parse_set(items) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"--set: expected keyword=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip().strip("'\"")  # read exactly, as one number with one unit, by the formula
+    return out
+
+
+def cmd_formula(args) -> int:
+    import sympy
+
+    import analytic as an
+    if args.list or not args.name:
+        names = sorted(an.formulas())
+        if args.json:
+            print(json.dumps({n: an.formula(n).description for n in names}))
+        else:
+            for n in names:
+                print(f"{n:<58} {an.formula(n).description}")
+        return 0
+    f = an.formula(args.name)
+    values = _parse_set(args.set)
+    data = {"name": f.name, "expr": str(f.expr), "latex": f.latex(), "unit": f"{f.unit:~P}",
+            "symbols": {k: {"unit": f"{u:~P}", "display": an.symbols.info(k).display, "meaning": an.symbols.info(k).meaning}
+                        for k, u in f.symbols.items()},
+            "source": f.source, "assumptions": list(f.assumptions), "description": f.description}
+    free = [k for k in f.symbols if k not in values]
+    if values and free:  # partial application: the expression in what is left
+        part = f.subs(**values)
+        data["partial"], data["free"] = str(part.expr), free
+    elif values:
+        result = f.evaluate(**values)
+        if args.unit is not None:
+            result = _in_unit(result, args.unit)
+        data["value"] = float(result.magnitude)
+        data["value_unit"] = f"{result.units:~P}"
+    elif args.unit is not None:
+        raise CLIError("--unit: the unit of a value; give every input with --set")
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"{f.name}: {f.description}")
+    print(sympy.pretty(f.expr, use_unicode=True))
+    print(f"LaTeX: {f.latex()}")
+    print(f"unit: {f.unit:~P}")
+    for k, s in data["symbols"].items():
+        print(f"  {s['display']:<6} {k:<20} [{s['unit']}] {s['meaning']}")
+    print(f"source: {f.source}")
+    for a in f.assumptions:
+        print(f"assumes: {a}")
+    if values and free:
+        print(f"with {', '.join(values)} given, in {', '.join(free)}:")
+        print(sympy.pretty(part.expr, use_unicode=True) + f"   [{f.unit:~P}]")
+    elif values:
+        readable = None if result.dimensionless or args.unit else _readable(result)
+        print(f"value: {_fmt(result)}" + (f" = {_fmt(readable)}" if readable is not None else ""))
+    return 0
+
+
+def _in_unit(q, unit: str):
+    """``q`` in ``unit`` (a pint unit name such as day, GB or PFLOP), or a one-line error."""
+    import pint
+
+    from ..core.units import ureg
+    try:
+        return q.to(ureg.Unit(unit))
+    except (pint.UndefinedUnitError, pint.DimensionalityError, ValueError, TypeError, AttributeError) as exc:
+        raise CLIError(f"--unit: cannot express {q.units:~P} in {unit!r} ({type(exc).__name__})") from None
+
+
+def _readable(q):
+    """``q`` in the unit a reader would pick: times in s, min, h or days, anything else compacted
+    by SI prefix; None when that is the unit it already has."""
+    if q.check("[time]"):
+        s = q.to("s").magnitude
+        unit = next(u for u, at in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 0)) if abs(s) >= at)
+        out = q.to(unit)
+    else:
+        out = q.to_compact()
+    return None if out.units == q.units else out
+
+
+def cmd_search(args) -> int:
+    """A ranked table of the best layouts (``--json`` for data)."""
+    from ..search.layouts import search
+    model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search")
+    res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"),
+                 objective=args.objective, **kw)
+    several = isinstance(gpus, list)
+    if not res.evaluated:
+        sizes = ", ".join(f"{g:,}" for g in gpus) if several else f"{gpus:,}"
+        raise CLIError(f"search: no valid layout of {sizes} GPUs for {model.name} with {gb:,} sequences (each "
+                       "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
+    if args.json:
+        print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
+                          "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
+                          "ranked": [r.as_dict() for r in res.ranked]}))
+        return 0
+    if note:
+        print(f"note: {note}")
+    stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
+                                   (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
+                                   (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
+    print("stack: " + "; ".join([res.stack, *stack]))
+    beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
+          f"{res.seconds:.2f} s"
+          + (" (including compiling the expressions of this configuration, cached for the next search)"
+             if res.compiled else "")
+          + ("" if res.objective == "step_time" else f"; ranked by {res.objective}"))
+    if res.ratios:
+        print(f"step: the predicted time; interval: where the measured one falls 80% of the time (measured/predicted "
+              f"{res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation cases, each with its source left out)")
+    print(f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} "
+          f"{'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'GPU-h/Mtok':>10} {'MFU':>6} "
+          f"{'mem (GB)':>9}")
+    for i, r in enumerate(res.ranked, 1):
+        lay = r.layout
+        spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
+        print(f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} "
+              f"{r.microbatch_size:>3} {lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
+              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from ..search.layouts import search
+    from . import plots
+    plots.output_format(args.out)  # before any work: the file name must say the format
+    if args.kind == "bubble":
+        refuse_unread(args, {"pp"}, "plot bubble", "the bubble plot takes --pp")
+        plots.bubble(count_flag(args.pp or "8", "pp"), out=args.out)
+    else:
+        model, hw, gpus, seq, gb, kw, _ = search_inputs(args, f"plot {args.kind}")
+        if isinstance(gpus, list):
+            raise CLIError(f"plot {args.kind}: --gpus takes one count here")
+        if args.kind == "scaling":
+            sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
+            plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out, **kw)
+        else:
+            res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False, **kw)
+            if args.kind == "memory":
+                plots.memory(res, model, hw, seq_len=seq, global_batch=gb, out=args.out)
+            else:
+                plots.pareto(res, out=args.out, title=f"{model.name or 'model'} on {hw.key or hw.name}, {gpus:,} GPUs, "
+                             f"sequence {seq:,}, {gb:,} sequences: {res.evaluated:,} layouts, {res.fitting:,} fit")
+    print(f"wrote {args.out}")
+    return 0
+
+
+
+
+def _free_plan(args, question: str):
+    """The plan of the flags with the degree ``--free`` left as its symbol, and the build's extras."""
+    import analytic as an
+    if args.free is None:
+        raise CLIError(f"solve {question}: give --free AXIS (the degree to solve for: tp, pp, dp, cp or ep)")
+    if getattr(args, args.free) is not None or (args.free == "dp" and args.gpus is not None):
+        raise CLIError(f"solve {question}: --{args.free} is the one to solve for; do not give it"
+                       + (" (nor --gpus, which fixes dp)" if args.free == "dp" else ""))
+    setattr(args, args.free, "1")  # a placeholder the layout check accepts, replaced by the symbol below
+    plan, extra = build_plan(args)
+    return plan.replace(layout=plan.layout.replace(**{args.free: an.sym(args.free)})), extra
+
+
+def cmd_solve(args) -> int:
+    """A planner's question answered without writing sympy: ``smallest`` (the smallest value of one
+    free degree whose plan fits, with the reasons), ``bubble`` (microbatches for a bubble target),
+    ``mfu`` (the smallest value of a free degree at which the predicted MFU falls below a threshold)
+    or ``tp-break-even`` (the TP degree at which a layer's TP all-reduces take a threshold of its
+    compute time)."""
+    from .. import symbolic
+    if args.question != "mfu" and args.question != "tp-break-even" and args.threshold is not None:
+        raise CLIError(f"solve {args.question}: --threshold is read by the mfu and tp-break-even questions only")
+    if args.question != "tp-break-even" and args.link is not None:
+        raise CLIError(f"solve {args.question}: --link is read by the tp-break-even question only")
+    if args.question == "bubble":
+        refuse_unread(args, {"pp", "vpp", "schedule"}, "solve bubble", "the bubble depends on the schedule, pp and vpp")
+        if args.target is None or args.pp is None:
+            raise CLIError("solve bubble: give --pp and --target (e.g. --target 0.05)")
+        answer = symbolic.microbatches_for_bubble(args.schedule or "1f1b", count_flag(args.pp, "pp"), args.target,
+                                                  vpp=None if args.vpp is None else count_flag(args.vpp, "vpp"))
+        out = {"question": "bubble", "microbatches": answer["value"]}
+        text = (f"{answer['value']} microbatches per pipeline keep the {args.schedule or '1f1b'} bubble at or under "
+                f"{args.target} of the ideal time")
+    elif args.question == "mfu":
+        if args.threshold is None:
+            raise CLIError("solve mfu: give --threshold (the MFU to fall below, e.g. 0.3)")
+        plan, extra = _free_plan(args, "mfu")
+        value = symbolic.mfu_threshold(plan, args.free, args.threshold)
+        below, above, half = plan.subs(**{args.free: value}).mfu(), None, value // 2
+        try:
+            above = plan.subs(**{args.free: half}).mfu() if half >= 1 else None
+        except AnalyticError:  # half is not a valid layout
+            pass
+        out = {"question": "mfu", "free": args.free, "value": value, "mfu": below, "threshold": float(args.threshold),
+               "notes": list(extra["notes"].values())}
+        text = (f"{args.free} = {value:,}: the predicted MFU (6·N·D) falls to {below:.3f}, below {args.threshold}"
+                + (f" (at {half:,}: {above:.3f})" if above is not None else ""))
+    elif args.question == "tp-break-even":
+        refuse_unread(args, {"model", "hardware", "seq", "microbatch_size", "dtype", "stack", "profile"},
+                      "solve tp-break-even", "the break-even depends on the model, hardware, sequence and microbatch")
+        args.global_batch = args.microbatch_size or "1"  # one microbatch: the batch does not enter
+        plan, extra = build_plan(args)
+        link = args.link or "scale-up"
+        key = f"{link.replace('-', '_')}_bandwidth"
+        inputs = plan.inputs
+        from ..core.units import Q_
+        bandwidth = Q_(float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s")
+        answer = symbolic.tp_break_even(plan.model, plan.hardware, seq_len=int(plan.seq_len),
+                                        bandwidth=bandwidth, microbatch_size=int(plan.microbatch_size),
+                                        efficiency=float(inputs["matmul_efficiency"]), dtype=plan.dtype,
+                                        threshold=args.threshold or 1.0)
+        out = {"question": "tp-break-even", "link": link, "tp": answer["break_even"],
+               "threshold": float(args.threshold or 1.0), "bandwidth_GBps": float(bandwidth.to("GB/s").magnitude)}
+        text = (f"tp = {answer['break_even']:.3g}: one layer's TP all-reduces on the {link} link "
+                f"({bandwidth.to('GB/s'):.4g~P} at NCCL's efficiency) take {float(args.threshold or 1):g}× its "
+                f"compute time at the calibrated matmul efficiency")
+    else:
+        plan, extra = _free_plan(args, "smallest")
+        detail = symbolic.smallest_fitting_detail(plan, args.free)
+        out = {"question": "smallest", "free": args.free, "value": detail["value"], "fits_from": detail["fits_from"],
+               "skipped": detail["skipped"], "memory_GB": float(detail["memory"].to("GB").magnitude),
+               "notes": list(extra["notes"].values())}
+        text = (f"{args.free} = {detail['value']:,}: {detail['memory'].to('GB'):.4g~P} per GPU"
+                + (f" (memory fits from {detail['fits_from']:,}; below {detail['value']:,}: {detail['skipped']})"
+                   if detail["skipped"] else ""))
+    print(json.dumps(out) if args.json else text)
+    return 0

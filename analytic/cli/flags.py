@@ -1,0 +1,209 @@
+"""Reading the command line's flags into the library's objects: counts read exactly, the batch, the
+search's and the plan's inputs. A mistake is a :class:`CLIError`: one line, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class CLIError(Exception):
+    """A command-line mistake: one line, exit 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are a :class:`CLIError`, not argparse's usage text."""
+
+    def error(self, message):
+        raise CLIError(f"{self.prog}: {message}")
+
+
+def _read(reader, name: str, text, **kw):
+    """``reader(f"--{name}", text, **kw)`` (a reader of analytic.core.values); its mistake as a CLIError."""
+    from ..core.errors import AnalyticError
+    try:
+        return reader(f"--{name}", text, **kw)
+    except AnalyticError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def count_flag(text: str, name: str, minimum: int = 1) -> int:
+    """A count flag, read exactly (never through a float): '8', '16384', '16Ki', '2e3'."""
+    from ..core.counts import parse_count
+    return _read(parse_count, name, str(text), minimum=minimum)
+
+
+def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
+    """Sequences per step from --batch-tokens or --global-batch (exactly one), and any note."""
+    if tokens is not None and sequences is not None:
+        raise CLIError("--batch-tokens and --global-batch: give one")
+    if tokens is not None:
+        from ..core.counts import step_tokens, suffixed_count
+        parsed = suffixed_count(str(tokens))
+        if parsed is not None:  # a count ('16M'), read without importing sympy and pint
+            count, note = step_tokens(*parsed, seq, "--batch-tokens", str(tokens))
+        else:  # a quantity of tokens ('16 Mitoken')
+            from ..core.values import batch_tokens
+            count, note = batch_tokens(str(tokens), seq, name="--batch-tokens")
+        return count // seq, note
+    if sequences is not None:
+        return count_flag(str(sequences), "global-batch"), ""
+    raise CLIError("--batch-tokens or --global-batch: give the batch")
+
+
+#: the plan flags (dests) that search and the search-based plots read; any other is refused
+SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
+                "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
+                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile",
+                             "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
+                             "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
+#: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
+#: print beside the plan's; any other plan flag makes the configuration the user's
+TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
+                "grad_dtype", "moment_dtype"}
+
+
+def hardware_overrides(get) -> dict:
+    """The hardware flags given (``get(dest)`` reads one): link bandwidths as written (read with their
+    units by Hardware and Plan), the scale-up domain as a count."""
+    out = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
+    if get("scale_up_domain") is not None:
+        out["scale_up_domain"] = count_flag(get("scale_up_domain"), "scale-up-domain")
+    return out
+
+
+def outside_override(get) -> dict:
+    """``--outside-bytes`` as Plan's and search's ``outside_bytes=`` (read with its unit there), where given."""
+    return {} if get("outside_bytes") is None else {"outside_bytes": get("outside_bytes")}
+
+
+def refuse_unread(args, read: set, what: str, why: str) -> None:
+    """A flag the command would ignore is an error, not a silent no-op."""
+    unread = [k for k in sorted(PLAN_FLAGS - read) if getattr(args, k, None) is not None]
+    if unread:
+        flags = ", ".join("--sp/--no-sp" if k == "sequence_parallel" else "--" + k.replace("_", "-") for k in unread)
+        raise CLIError(f"{what}: {flags} not read here ({why})")
+
+
+def _zero3_gather(flag, zero: int) -> str:
+    """The ZeRO-3 gather policy of ``--zero3-gather`` (default per-block), refused with another stage."""
+    if flag is not None and zero != 3:
+        raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {zero}")
+    return flag or "per-block"
+
+
+def search_inputs(args, what: str):
+    """Model, hardware (with any link overrides), GPUs (a count, or a list for '--gpus 256,512,1024'),
+    sequence length, global batch, the search's keyword arguments and a note, for search and the
+    plots built on it."""
+    import analytic as an
+    refuse_unread(args, SEARCH_FLAGS, what, "search counts every layout alike: the stack's gradient and moment "
+                   "dtypes, sequence parallelism wherever tp > 1; 'analytic step' evaluates one layout")
+    if not (args.model and args.hardware and args.gpus and args.seq):
+        raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
+    seq = count_flag(args.seq, "seq")
+    gb, note = _global_batch(args.batch_tokens, args.global_batch, seq)
+    hw = an.hardware(args.hardware)
+    overrides = hardware_overrides(lambda k: getattr(args, k))
+    if overrides:
+        hw = hw.replace(**overrides)
+    kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
+          "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
+          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
+          **outside_override(lambda k: getattr(args, k))}
+    if args.stack:
+        kw["stack"] = args.stack
+    if args.zero is not None:
+        kw["zero"] = (int(args.zero),)
+    if args.recompute:
+        kw["recompute"] = (args.recompute,)
+    if args.schedule:
+        kw["schedules"] = (args.schedule,)
+    if args.microbatch_size:
+        kw["microbatch_sizes"] = (count_flag(args.microbatch_size, "microbatch-size"),)
+    if args.vpp:
+        kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
+    kw.update({axis: count_flag(getattr(args, axis), axis) for axis in ("tp", "pp", "dp", "cp", "ep")
+               if getattr(args, axis) is not None})  # pinned: search the other degrees
+    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
+    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, kw, note
+
+
+def model_flag(value: str):
+    """--model: a preset name, or a Hugging Face config.json (a path ending in .json)."""
+    import analytic as an
+    return an.Model.from_hf(value) if str(value).endswith(".json") else an.model(value)
+
+
+def _presets(get) -> tuple:
+    """The model and the hardware the flags name (a mistyped name is an error with close matches)."""
+    import analytic as an
+    return model_flag(get("model")), an.hardware(get("hardware"))
+
+
+def build_plan(args) -> tuple[object, dict]:
+    """A Plan from the flags; no flags at all gives the source text's configuration. Every count and
+    the batch are read before sympy and pint are imported, so a mistake in one is said at once."""
+    from ..core.choices import sequence_parallel_default
+    from .essay import essay
+
+    given = {k: v for k, v in vars(args).items()
+             if v is not None and k not in ("json", "command", "func", "top", "text", "question", "free", "target",
+                                            "threshold", "link")}
+    defaults = essay()["config"] if not any(k in given for k in ("model", "hardware")) else {}
+    text_config = bool(defaults) and not any(k in given for k in PLAN_FLAGS - TEXT_KEPT_BY)
+    get = lambda k: given.get(k, defaults.get(k))  # noqa: E731
+    if get("model") is None or get("hardware") is None:
+        raise CLIError("--model and --hardware: give both (or neither, for the source text's configuration)")
+    tp, pp, cp, ep, vpp = (count_flag(str(get(k) or 1), k) for k in ("tp", "pp", "cp", "ep", "vpp"))
+    dp = count_flag(str(get("dp")), "dp") if get("dp") is not None else None
+    if get("gpus") is not None:
+        gpus = count_flag(str(get("gpus")), "gpus")
+        if gpus % (tp * cp * pp):
+            raise CLIError(f"--gpus: {gpus} is not divisible by tp·cp·pp = {tp * cp * pp}")
+        inferred = gpus // (tp * cp * pp)
+        if dp is not None and dp != inferred:
+            raise CLIError(f"--dp: {dp} disagrees with --gpus {gpus} / (tp·cp·pp = {tp * cp * pp}) = {inferred}")
+        dp = inferred
+    dp = dp or 1
+    if get("seq") is None or get("batch_tokens") is None and get("global_batch") is None:
+        _presets(get)  # a preset's name mistyped is said first
+    if get("seq") is None:
+        raise CLIError("--seq: give the sequence length")
+    seq = count_flag(str(get("seq")), "seq")
+    global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
+    notes = {"batch_tokens": note} if note else {}
+    sp = get("sequence_parallel")
+    layout = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
+                  sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
+                  async_tp=bool(get("async_tp")), comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
+                  recompute=get("recompute") or "none",
+                  recompute_layers=(None if get("recompute_layers") is None
+                                    else count_flag(str(get("recompute_layers")), "recompute-layers")),
+                  recompute_modules=tuple(get("recompute_modules") or ()),
+                  offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
+                  ends_as_layers=bool(get("ends_as_layers")),
+                  **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
+                     for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
+                  zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
+                  schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
+    links = hardware_overrides(get) | outside_override(get)
+
+    import analytic as an
+
+    from ..core.choices import DEFAULT_STACK
+    from ..core.values import fraction, share
+    model, hw = _presets(get)
+    offload = get("offload_optimizer")
+    layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
+    tokens = get("tokens")
+    if tokens is not None and " " not in str(tokens):
+        tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
+                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
+                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or DEFAULT_STACK,
+                   profile=get("profile"), training_tokens=tokens, **links)
+    extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
+             "text": text_config, "notes": notes}
+    return plan, extra

@@ -1,0 +1,220 @@
+"""The ``analytic`` command: its flags and subcommands, and the entry point. User errors print one line
+on stderr and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+from ..core.choices import (
+    GRAD_DTYPES,
+    MOMENT_DTYPES,
+    OBJECTIVES,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    ZERO3_GATHERS,
+    ZERO_STAGES,
+)
+from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
+from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
+from .flags import CLIError, Parser
+
+
+def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list) -> CLIError:
+    """Arguments the given command does not take, with its close matches for a mistyped flag, or the
+    commands that do take the flag."""
+    commands = top._subparsers._group_actions[0].choices
+    p = commands.get(command, top)
+    message = f"{p.prog}: unrecognized arguments: {' '.join(extra)}"
+    flag = extra[0].split("=")[0]
+    if flag.startswith("--"):
+        elsewhere = [name for name, q in commands.items() if q is not p and flag in q._option_string_actions]
+        close = difflib.get_close_matches(flag, sorted(p._option_string_actions), n=3)
+        if elsewhere:
+            message += f" ({flag} is an option of {', '.join(elsewhere)})"
+        elif close:
+            message += f" (did you mean {', '.join(close)}?)"
+    return CLIError(message)
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("plan")
+    g.add_argument("--model", help="preset model name (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, bloom-176b, palm-540b, "
+                                   "deepseek-v3) or a Hugging Face config.json (PATH.json)")
+    g.add_argument("--hardware", help="preset hardware name")
+    g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
+    for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+        g.add_argument(f"--{axis}", help=f"{axis} degree")
+    g.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="ZeRO stage")
+    g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
+    g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
+    g.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
+                   help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
+    g.add_argument("--comm-sms", dest="comm_sms",
+                   help="SMs reserved for communication kernels (DeepSeek-V3: 20 of the H800's 132)")
+    g.add_argument("--zero3-gather", dest="zero3_gather", choices=ZERO3_GATHERS,
+                   help="how ZeRO-3 gathers parameters: per-block, prefetched (default; FSDP), or per-tensor, "
+                        "blocking, again in a recomputed forward (DeepSpeed ZeRO-3 of 2021)")
+    g.add_argument("--recompute", choices=RECOMPUTE)
+    g.add_argument("--recompute-layers", dest="recompute_layers",
+                   help="with --recompute full: recompute only N layers of each stage and keep the others' "
+                        "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)")
+    g.add_argument("--recompute-modules", dest="recompute_modules", nargs="+", choices=RECOMPUTE_MODULES,
+                   help="what --recompute selective recomputes (Megatron-Core's --recompute-modules): core_attn, "
+                        "the default; layernorm, mla_up_proj and moe_act free their outputs (DeepSeek-V3 recomputes "
+                        "these three)")
+    for end in ("first", "last"):
+        g.add_argument(f"--{end}-stage-layers", dest=f"{end}_stage_layers",
+                       help=f"layers on the {end} pipeline stage, the rest split evenly (Megatron-LM's "
+                            f"--decoder-{end}-pipeline-num-layers)")
+    g.add_argument("--ends-as-layers", dest="ends_as_layers", action="store_true", default=None,
+                   help="count the embedding and the output layer + loss as a layer each in the pipeline split, the end "
+                        "chunks a layer fewer (Megatron-Core's --account-for-embedding/loss-in-pipeline-split; Llama 3)")
+    g.add_argument("--fp8-activations", dest="fp8_activations", action="store_true", default=None,
+                   help="with --dtype fp8: cache the inputs of matmuls and of the SwiGLU in FP8 (DeepSeek-V3 §3.3.2)")
+    g.add_argument("--offload-activations", dest="offload_activations", action="store_true", default=None,
+                   help="copy what each layer keeps for its backward to host memory and back (TransformerEngine's "
+                        "CPU offload, Megatron-LM's --cpu-offloading; MaxText's offload remat policies)")
+    g.add_argument("--offload-optimizer", dest="offload_optimizer", metavar="SHARE",
+                   help="share in [0, 1] of each rank's parameters whose Adam step and state are on the host "
+                        "(Megatron-Core's --optimizer-cpu-offload --optimizer-offload-fraction, stack megatron-core; "
+                        "DeepSpeed's ZeRO-Offload, 1, stack deepspeed)")
+    g.add_argument("--flash-attention", dest="flash_attention", action="store_true", default=None,
+                   help="a fused attention kernel (the default where the stack has one): no s×s tensor kept, "
+                        "QKᵀ recomputed in the backward")
+    g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                   help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)")
+    g.add_argument("--schedule", choices=SCHEDULES)
+    g.add_argument("--stack", help="software stack of presets/stacks.toml (default megatron-core): its attention kernel")
+    g.add_argument("--profile", help="a device profile written by 'analytic calibrate --gemm --write FILE'")
+    g.add_argument("--seq", help="sequence length")
+    g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
+    g.add_argument("--global-batch", help="sequences per step")
+    g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
+    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16 or fp8 (FP8 matmuls in the linear layers)")
+    g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
+                   help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
+                        "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
+    g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
+                   help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
+                        "(DeepSeek-V3's, 8)")
+    g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
+    g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
+    g.add_argument("--scale-up-domain", help="override the GPUs per NVLink-class domain (e.g. 64 of an NVL72 rack's 72)")
+    g.add_argument("--outside-bytes", dest="outside_bytes",
+                   help="memory a process holds outside the caching allocator, e.g. '1 GB' (default: the least of the "
+                        "measured snapshots, calibration.toml [memory])")
+    g.add_argument("--mfu", help="also give the step time at this MFU")
+    g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
+    g.add_argument("--json", action="store_true", help="print JSON")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = Parser(prog="analytic", description="Closed-form models of distributed LLM training.", allow_abbrev=False)
+    sub = top.add_subparsers(dest="command", parser_class=Parser)
+    p = sub.add_parser("step", help="the story of one training step", allow_abbrev=False)
+    _plan_args(p)
+    p.set_defaults(func=cmd_step)
+    p = sub.add_parser("memory", help="memory per GPU as a table", allow_abbrev=False)
+    _plan_args(p)
+    p.add_argument("--stages", action="store_true", help="a row for every pipeline stage")
+    p.set_defaults(func=cmd_memory)
+    p = sub.add_parser("formula", help="print or evaluate a catalogue formula", allow_abbrev=False)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="evaluate with this input (units allowed)")
+    p.add_argument("--unit", help="print the value in this unit (e.g. day, GB, PFLOP)")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_formula)
+    p = sub.add_parser("validate", help="run the published validation cases", allow_abbrev=False)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--cases", metavar="DIR", help="the cases' folder (default: validation/ of this source checkout)")
+    p.add_argument("--report", metavar="PATH", help="also write the Markdown report to PATH (validation/REPORT.md)")
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("calibrate", help="fit the predictive model's constants", allow_abbrev=False)
+    p.add_argument("--published", action="store_true", help="fit on the published measurements (prints the "
+                   "calibration file; --write PATH writes it)")
+    p.add_argument("--cases", metavar="DIR", help="with --published: the cases' folder (default: validation/ of "
+                   "this source checkout)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], help="time real collectives with torch.distributed")
+    p.add_argument("--gemm", action="store_true", help="time torch.matmul and a copy kernel on this device and fit "
+                   "the GEMM and HBM constants (--write FILE: a profile for Plan(..., profile=FILE))")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="with --gemm: the device (default cuda if present)")
+    p.add_argument("--hardware", help="with --gemm: the preset whose peak and HBM bandwidth the efficiencies are shares of")
+    p.add_argument("--peak-flops", dest="peak_flops", help="with --gemm: the device's peak, e.g. '1 TFLOP/s'")
+    p.add_argument("--hbm-bandwidth", dest="hbm_bandwidth", help="with --gemm: its memory bandwidth, e.g. '50 GB/s'")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("derive", help="run a derivation (or render them all to Markdown)", allow_abbrev=False)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--list", action="store_true")
+    p.set_defaults(func=cmd_derive)
+    p = sub.add_parser("search", help="rank every valid layout by predicted step time", allow_abbrev=False)
+    _plan_args(p)
+    p.add_argument("--top", default="10")
+    p.add_argument("--objective", choices=OBJECTIVES, default="step_time",
+                   help="rank by predicted step time, cost (GPU-hours per token) or MFU; with several --gpus "
+                   "counts (256,512,1024) they differ")
+    p.set_defaults(func=cmd_search)
+    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
+                       "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)
+    p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
+    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest, mfu: the degree to solve for")
+    p.add_argument("--target", help="bubble: the largest bubble, a fraction of the ideal time (e.g. 0.05)")
+    p.add_argument("--threshold", help="mfu: the MFU to fall below (e.g. 0.3); tp-break-even: TP time over compute "
+                   "time (default 1)")
+    p.add_argument("--link", choices=["scale-up", "scale-out"], help="tp-break-even: the link TP runs on "
+                   "(default scale-up)")
+    _plan_args(p)
+    p.set_defaults(func=cmd_solve)
+    p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
+    p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto"])
+    p.add_argument("--out", required=True)
+    _plan_args(p)
+    p.set_defaults(func=cmd_plot)
+    return top
+
+
+def _one_line(text: str) -> str:
+    """The message on one line: control characters (a newline in a user's value) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def main(argv=None) -> int:
+    try:
+        top = parser()
+        args, extra = top.parse_known_args(argv)
+        if extra:
+            raise _unrecognized(top, args.command, extra)
+        if not getattr(args, "func", None):
+            raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
+                           "plot")
+        if args.command in ("step", "memory"):  # the plan's programs are built now: later runs read them
+            from ..core.cache import eager
+            with eager():
+                return args.func(args)
+        return args.func(args)
+    except CLIError as exc:
+        print(_one_line(str(exc)), file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into head and closed
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # library errors are user errors; anything else is a bug and keeps its traceback
+        from ..core.errors import AnalyticError
+        if isinstance(exc, AnalyticError):
+            print(_one_line(f"analytic: {exc}"), file=sys.stderr)
+            return 2
+        if isinstance(exc, OSError) and exc.filename:  # a file the user named cannot be written or read
+            print(_one_line(f"analytic: {exc.filename}: {exc.strerror or exc}"), file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

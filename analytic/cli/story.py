@@ -1,0 +1,264 @@
+"""The story of one training step as data: each line a number with its unit and the formula it
+came from, in the order the source text tells it (batch, placement, memory, forward, backward and
+DP reduction, optimizer, time, the whole run, failures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pint
+
+from ..core.errors import AnalyticError, PresetError
+from ..core.units import Q_
+from ..plan import Plan
+from ..plan.layout import DP_REGIMES, GATHERED_REGIMES, regime
+from ..presets import reliability_value, stack
+from .essay import essay
+
+#: per-tensor ZeRO-3's gather count under full recomputation (its third gather, in the recomputed forward)
+RECOMPUTED_GATHERS = "parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor"
+#: the op classes of a step's compute as the story names them
+OP_LABELS = {"gemm": "GEMMs (by shape, wave-quantised)", "attention": "fused attention", "memory_bound":
+             "memory-bound kernels", "optimizer": "optimizer step"}
+
+
+@dataclass
+class Line:
+    section: str
+    key: str
+    label: str
+    value: object  # Quantity, number or text
+    formula: str = ""
+    text: str = ""  # the source text's figure, where the configuration is the text's
+
+    def as_dict(self) -> dict:
+        v = self.value
+        if isinstance(v, pint.Quantity):
+            out = {"value": float(v.magnitude), "unit": f"{v.units:~P}" if not v.dimensionless else ""}
+        else:
+            out = {"value": v, "unit": ""}
+        return {"section": self.section, "key": self.key, "label": self.label, **out, "formula": self.formula,
+                "text": self.text}
+
+
+def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
+    """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
+    return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes or ("",)))
+
+
+def wasted_selective(plan: Plan):
+    """The FLOPs Korthikanti's selective recomputation spends under FlashAttention, which keeps no
+    attention scores for it to spare (so it saves no memory): None when the plan does not combine the
+    two (a stack whose selective policy is op-level saves memory)."""
+    lay = plan.layout
+    if not (plan.flash_attention and lay.recompute == "selective" and stack(plan.stack).get("selective") == "attention"
+            and (not lay.recompute_modules or "core_attn" in lay.recompute_modules)):
+        return None
+    rest = tuple(m for m in lay.recompute_modules if m != "core_attn")  # the modules that do free memory
+    plain = plan.replace(layout=lay.replace(recompute="selective" if rest else "none", recompute_modules=rest))
+    return plan.hardware_flops() - plain.hardware_flops()
+
+
+def node_host_memory(plan: Plan, host: pint.Quantity) -> tuple[pint.Quantity, pint.Quantity | None, bool | None]:
+    """(a node's offloaded activations, ``host`` per GPU times the GPUs of a node; the node's host
+    memory, or None where the hardware gives none with a source; whether they fit, or None)."""
+    node, dram = host * int(plan.inputs["gpus_per_node"]), plan.hardware.host_memory
+    return node, dram, None if dram is None else bool(node <= dram)
+
+
+def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
+    """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
+    quoted = essay()["text"] if text else {}
+    out: list[Line] = []
+
+    def add(section, key, label, value, formula_name="", text_key=None):
+        t = quoted.get(text_key or key, {}).get("value", "") if quoted else ""
+        out.append(Line(section, key, label, value, formula_name, t))
+
+    lay, m = plan.layout, plan.model
+    mb = plan.microbatches
+    # batch
+    add("batch", "tokens_per_step", f"{plan.global_batch} sequences × {plan.seq_len} tokens", plan.tokens_per_step,
+        "plan.tokens_per_step")
+    add("batch", "microbatches", f"{lay.dp} DP replicas × {int(plan.global_batch) // int(lay.dp)} sequences, "
+        f"microbatches of {plan.microbatch_size} per replica", mb, "plan.microbatches")
+    # placement
+    add("placement", "gpus", f"GPUs = tp {lay.tp} × cp {lay.cp} × pp {lay.pp} × dp {lay.dp}", plan.gpus, "plan.gpus")
+    add("placement", "nodes", f"nodes of {plan.inputs['gpus_per_node']}", int(plan.value("nodes").magnitude), "plan.nodes")
+    for axis, p in plan.placement().items():
+        if p["size"] != 1:
+            add("placement", f"link_{axis}", f"{axis.upper()} {p['size']} (stride {p['stride']})", p["link"], "plan.placement")
+    per_stage = plan.value("layers_per_stage").magnitude
+    add("placement", "layers_per_stage", f"{m.layers} layers over {lay.pp} stages (worst stage holds "
+        f"{-(-int(m.layers) // int(lay.pp))})", round(float(per_stage), 4), "plan.layers_per_stage")
+    states = f"(Ψ + {m.mtp_modules} MTP)" if m.mtp_modules else "Ψ"
+    twice = ", × 2: each rank holds two stages" if lay.schedule == "dualpipe" else ""
+    add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep{twice})",
+        plan.value("params_per_gpu"), _tags(plan, "params_per_gpu"))
+    # memory
+    mem = plan.memory()
+    where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"
+    z = lay.zero
+    over = "dp·cp" if lay.cp > 1 else "dp"  # ZeRO shards over the ranks holding the same weights
+    add("memory", "weights", f"16-bit weights{where}" + (f" (sharded over {over})" if z >= 3 else ""), mem.weights.to("GB"),
+        _tags(plan, "memory.weights", "memory."))
+    grads = "fp32 gradient buffers" if plan.grad_dtype == "fp32" else "16-bit gradients"
+    add("memory", "gradients", grads + (f" (sharded over {over})" if z >= 2 else ""), mem.gradients.to("GB"),
+        _tags(plan, "memory.gradients", "memory."))
+    add("memory", "optimizer", f"Adam state + fp32 master weights (ZeRO-{z})", mem.optimizer.to("GB"),
+        _tags(plan, "memory.optimizer", "memory."))
+    gathered = regime(GATHERED_REGIMES, lay)
+    if gathered:
+        label = {"memory.zero3_held": "ZeRO-3 under PP: the stage's parameters and gradients, held unsharded",
+                 "memory.zero3_gathered": "ZeRO-3 working set: two blocks' parameters gathered, one block's gradients"}
+        add("memory", "gathered", label[gathered], mem.gathered.to("GB"), _tags(plan, "memory.gathered", "memory.zero3"))
+    add("memory", "activations", f"activations held{where} ({lay.schedule}, recompute {lay.recompute}"
+        f"{'; 2 layers on device' if lay.offload_activations else ''})",
+        mem.activations.to("GB"), _tags(plan, "memory.activations", "memory.activations.", "memory.offload."))
+    if mem.optimizer_step.magnitude:
+        add("memory", "optimizer_step", "the optimizer step's temporaries: its peak, activations freed",
+            mem.optimizer_step.to("GB"), _tags(plan, "memory.optimizer_step", "memory.optimizer_step."))
+    if lay.offloaded:
+        _, dram, fits = node_host_memory(plan, mem.host)
+        room = "" if dram is None else f"; the node's {dram.to('TB'):.4g~P}: {'fits' if fits else 'DOES NOT FIT'}"
+        add("memory", "host", f"{lay.offloaded} offloaded to host memory (per GPU; × {plan.inputs['gpus_per_node']} "
+            f"a node{room})", mem.host.to("GB"), _tags(plan, "memory.host", "memory.offload."))
+    wasted = wasted_selective(plan)
+    if wasted is not None:
+        add("memory", "selective_under_flash", "selective recomputation under FlashAttention: no memory saved (flash "
+            "keeps no attention scores), FLOPs still spent", wasted, "compute.attention_core_forward_flops_per_token")
+    beside = f" less {mem.outside.to('GB'):.4g~P} outside the allocator" if mem.outside.magnitude else ""
+    add("memory", "total", f"total per GPU{where}, of {mem.hbm.to('GB'):.4g~P} HBM{beside}: "
+        f"{'fits' if mem.fits else 'DOES NOT FIT'}", mem.total.to("GB"), "plan.memory.total")
+    try:  # the reserve is fitted for one allocator's measured peaks, the memory outside it on snapshots
+        peak, outside = plan.memory_peak().to("GB"), plan.memory_outside().to("GB")
+        add("memory", "peak", f"predicted peak the allocator reserves (count × {(peak / mem.total).to('').magnitude:.3f})",
+            peak, "memory.allocator_peak")
+        add("memory", "device_peak", f"with the {outside:.4g~P} a process holds outside it on average: "
+            f"{plan.memory_verdict()}", peak + outside, "memory.device_peak")
+    except PresetError:
+        pass
+    # forward
+    message = plan.value("communication.tp_message").to("MB")  # also a stage's output: [s/c, b, h] in 16 bits
+    if lay.tp != 1:
+        ops = " + ".join(k.replace("_", "-") for k in ("reduce_scatter", "all_gather", "all_reduce")
+                         if f"collectives.{k}.bytes_sent" in plan.sources("communication.tp"))
+        add("forward", "tp_message", f"each TP {ops} (2 per layer forward, 2 backward)",
+            message, _tags(plan, "communication.tp_message"))
+    if lay.pp != 1:
+        try:
+            t = plan.value("communication_time.stage_output")
+            add("forward", "p2p_time", f"a stage's output ({message:.4g~P}) "
+                "over one NIC", t.to("ms"), _tags(plan, "communication_time.stage_output"))
+        except AnalyticError:
+            pass
+    add("forward", "logits", "logits of one microbatch (before vocabulary-parallel split)",
+        plan.value("memory.logits.unsplit").to("GB"), _tags(plan, "memory.logits.unsplit"))
+    # backward and DP
+    replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
+    comm = plan.communication()
+    try:  # times need every link's bandwidth; a preset without one still gets its bytes
+        ctime = plan.communication_time()
+    except AnalyticError as exc:
+        ctime = None
+        add("backward", "communication_time", f"communication times unavailable: {exc}", "—")
+    if replicas != 1:
+        kinds = regime(DP_REGIMES, lay)
+        if lay.zero3_gather == "per-tensor" and lay.zero == 3:
+            per_microbatch = kinds == DP_REGIMES[0][0]
+            kinds += ", each tensor gathered alone, blocking" + (
+                ", and again in the recomputed forward" if per_microbatch and RECOMPUTED_GATHERS in plan.sources("communication.dp")
+                else "")
+        on_links = f", {ctime['dp'].to('s'):.3g~P} on its links" if ctime else ""
+        add("backward", "dp_bytes", f"DP gradient traffic per GPU per step ({kinds}{on_links})", comm["dp"].to("GB"),
+            _tags(plan, "communication.dp", "collectives.", "parallelism."))
+        # all of it through the GPU's own NIC only when every DP peer is in another node
+        if "scale_out_bandwidth" in plan.inputs and plan.placement()["dp"]["link"] == "scale-out":
+            bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
+            add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)",
+                plan.value("communication_time.dp_one_nic").to("s"),
+                _tags(plan, "communication_time.dp_one_nic", "collectives.transfer."))
+    for axis in ("tp", "pp", "cp", "ep"):
+        if getattr(lay, axis) != 1:
+            on_link = f" ({ctime[axis].to('s'):.3g~P} on its link)" if ctime else ""
+            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step{on_link}",
+                comm[axis].to("GB"), f"plan.communication.{axis}")
+    if m.is_moe and m.nodes_per_token and lay.ep != 1:
+        add("backward", "experts_per_node", "experts per node a token reaches at one scale-out copy's cost",
+            round(float(plan.value("experts_per_node_at_same_cost").magnitude), 3),
+            _tags(plan, "experts_per_node_at_same_cost"))
+        add("backward", "experts_same_cost", f"experts reachable over {m.nodes_per_token} nodes at that cost",
+            round(float(plan.value("experts_at_same_cost").magnitude), 3), _tags(plan, "experts_at_same_cost"))
+    # optimizer
+    shards = f"1/{replicas if z >= 1 else 1} of its stage's"
+    if m.is_moe and lay.ep != 1:
+        shards += f" dense parameters, 1/{replicas // lay.ep if z >= 1 else 1} of its experts"
+    add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: {shards})",
+        plan.value("optimizer_params"), _tags(plan, "optimizer_params"))
+    # time
+    add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"),
+        _tags(plan, "flops.6nd", "compute."))
+    recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
+    flash = ", FlashAttention backward" if plan.flash_attention else ""
+    add("time", "hardware_flops", f"FLOPs executed per step ({recompute} recomputation{flash})", plan.hardware_flops(),
+        _tags(plan, "flops.hardware", "compute."))
+    if mfu is not None:
+        add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
+    try:
+        st = plan.step_time()
+        for k, v in plan.time_breakdown(ops=True).items():
+            if v.magnitude:
+                label = f"  {OP_LABELS.get(k, k)}" + ("" if k in OP_LABELS or k == "bubble" else " (exposed)")
+                if k in ("gemm", "attention") and plan.layout.comm_sms:
+                    sms = plan.inputs["sms"]
+                    label += f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms} run communication)"
+                add("time", f"time_{k}", label, v, _tags(plan, f"time.{k}", "compute.", "collectives.", "pipeline."))
+        try:
+            low, high = plan.step_time_interval()
+            coverage = plan.hardware.calibration(plan.dtype).coverage
+            spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
+        except AnalyticError:
+            spread = ""
+        host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
+        add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
+        add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4),
+            _tags(plan, "mfu", "compute.mfu", "compute.training_flops"))
+        add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
+            round(float(plan.value("mfu.palm").to("").magnitude), 4),
+            _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
+    except AnalyticError as exc:
+        add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
+    # run and failures
+    if plan.training_tokens is not None:
+        steps = plan.value("steps")
+        add("run", "steps", f"steps for {Q_(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
+            _tags(plan, "steps"))
+        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
+        days = (step * steps.magnitude).to("day")
+        add("run", "days", "days of compute at that step time", days, "compute.steps × step time")
+    mtbf = plan.value("mtbf")
+    r = reliability_value
+    rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
+            f"Llama 3 rate: {r('llama3', 'unexpected_interruptions')} in {r('llama3', 'period'):.4g~P} on "
+            f"{r('llama3', 'gpus'):,} GPUs")
+    add("failures", "mtbf", f"mean time between interruptions ({rate})", mtbf.to("hour"), _tags(plan, "mtbf"))
+    write = ("the checkpoint time given" if "checkpoint_time" in plan.overrides else
+             f"16Ψ at {r('llama3', 'storage_bandwidth'):.4g~P}, Llama 3 storage")
+    add("failures", "checkpoint_time", f"checkpoint write ({write})", plan.value("checkpoint_time"),
+        _tags(plan, "checkpoint_time", "memory.") + ("" if "checkpoint_time" in plan.overrides else " / storage bandwidth"))
+    add("failures", "checkpoint_interval", "Daly's optimal checkpoint interval",
+        plan.value("checkpoint_interval").to("min"), _tags(plan, "checkpoint_interval", "reliability.daly"))
+    restart = ("the restart time given" if "restart_time" in plan.overrides else
+               f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
+    add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
+        round(float(plan.value("goodput").magnitude), 4), _tags(plan, "goodput", "reliability."))
+    if plan.training_tokens is not None:
+        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
+        wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
+        add("failures", "wall_days", "wall-clock days with failures", wall,
+            _tags(plan, "train_time", "compute.steps", "reliability.daly.goodput"))
+        add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))),
+            _tags(plan, "interruptions", "reliability.mtbf"))
+    return out
+
+

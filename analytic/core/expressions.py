@@ -1,0 +1,117 @@
+"""Reading expressions from data files without running them.
+
+The validation cases write what to compute as short expressions (``f('compute.mfu', flops='147
+TFLOP', ...)``, ``plan('essay').memory().weights``) and closed forms as arithmetic over the
+notation's keywords (``4*params + 12*params/dp``). Neither is handed to ``eval`` or to sympy's
+``sympify`` (which calls ``eval``): both are parsed with :mod:`ast` and walked over a whitelist of
+node types, names and attributes, with bounded sizes and exponents. Anything else is an
+:class:`~analytic.core.errors.InputError` naming the text.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+
+import sympy
+
+from .errors import InputError
+from .symbols import REGISTRY, sym
+from .values import exact
+
+#: longest expression read
+MAX_EXPRESSION = 2000
+#: largest integer exponent of ``**``
+MAX_EXPONENT = 64
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_SYMPY_FUNCTIONS = {"Max": sympy.Max, "Min": sympy.Min, "sqrt": sympy.sqrt, "log": sympy.log,
+                    "ceiling": sympy.ceiling, "floor": sympy.floor}
+
+
+def _parse(text: str, what: str) -> ast.AST:
+    if not isinstance(text, str):
+        raise InputError(f"{what}: expected an expression as text, got {type(text).__name__}")
+    if len(text) > MAX_EXPRESSION:
+        raise InputError(f"{what}: an expression of {len(text):,} characters (at most {MAX_EXPRESSION:,})")
+    try:
+        return ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise InputError(f"{what}: cannot parse {text!r:.80}") from None
+
+
+def _power(base, exp, what: str):
+    """``base ** exp`` for a numeric exponent of at most MAX_EXPONENT in size (no 9**9**9)."""
+    numeric = not isinstance(exp, sympy.Basic) or exp.is_number
+    try:
+        small = numeric and abs(exp) <= MAX_EXPONENT
+    except TypeError:
+        small = False
+    if not small:
+        raise InputError(f"{what}: an exponent must be a number of at most {MAX_EXPONENT} in size, got {exp}")
+    return base ** exp
+
+
+def symbolic(text: str, what: str = "expression") -> sympy.Expr:
+    """Arithmetic (``+ - * / **``, parentheses, numbers, Max/Min/sqrt/log/ceiling/floor) over the
+    notation's keywords, as a sympy expression in the declared symbols."""
+    def walk(node):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return exact(node.value)
+        if isinstance(node, ast.Name):
+            if node.id not in REGISTRY:
+                raise InputError(f"{what}: {node.id!r} is not a keyword of the notation")
+            return sym(node.id)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY and not isinstance(node.op, ast.FloorDiv):
+            left, right = walk(node.left), walk(node.right)
+            return _power(left, right, what) if isinstance(node.op, ast.Pow) else _BINARY[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](walk(node.operand))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYMPY_FUNCTIONS
+                and not node.keywords):
+            return _SYMPY_FUNCTIONS[node.func.id](*map(walk, node.args))
+        raise InputError(f"{what}: {type(node).__name__} is not allowed in a closed form ({text!r:.80})")
+    return walk(_parse(text, what))
+
+
+def evaluate(text: str, names: dict, attributes: frozenset, what: str = "expression"):
+    """The value of a small Python expression over ``names``: literals, ``+ - * / // **``, calls of
+    the callables in ``names`` (and of whitelisted methods), ``obj.attr`` for ``attr`` in
+    ``attributes`` (never a name starting with ``_``), ``obj[constant]``, lists, tuples and dicts.
+    Nothing else parses: no comprehensions, lambdas, imports or other names."""
+    def walk(node):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise InputError(f"{what}: unknown name {node.id!r} (known: {', '.join(sorted(names))})")
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = walk(node.left), walk(node.right)
+            return _power(left, right, what) if isinstance(node.op, ast.Pow) else _BINARY[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](walk(node.operand))
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") or node.attr not in attributes:
+                raise InputError(f"{what}: the attribute {node.attr!r} is not readable here")
+            return getattr(walk(node.value), node.attr)
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            if not (isinstance(key, ast.Constant) and type(key.value) in (int, str)):
+                raise InputError(f"{what}: only a constant index is allowed")
+            return walk(node.value)[key.value]
+        if isinstance(node, ast.Call):
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                raise InputError(f"{what}: * and ** arguments are not allowed")
+            func = walk(node.func)
+            return func(*map(walk, node.args), **{k.arg: walk(k.value) for k in node.keywords})
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [walk(e) for e in node.elts]
+            return items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise InputError(f"{what}: ** in a dict is not allowed")
+            return {walk(k): walk(v) for k, v in zip(node.keys, node.values)}
+        raise InputError(f"{what}: {type(node).__name__} is not allowed ({text!r:.80})")
+    return walk(_parse(text, what))

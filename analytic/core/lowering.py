@@ -1,0 +1,156 @@
+"""sympy expressions lowered to numeric programs (:class:`~analytic.core.numeric.Program`), and the two
+functions of the plan's expressions that sympy lacks (:class:`value_at_max`, :class:`common_divisor`).
+
+:func:`program` walks the expressions once (a shared subexpression is computed once); ``lambdify``,
+the plan structures' programs and search all use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from .errors import InputError
+from .numeric import Program
+
+_RELATIONS = {sympy.StrictLessThan: "lt", sympy.LessThan: "le", sympy.StrictGreaterThan: "gt",
+              sympy.GreaterThan: "ge", sympy.Equality: "eq", sympy.Unequality: "ne"}
+_FUNCTIONS = {sympy.log: "log", sympy.exp: "exp", sympy.Abs: "abs", sympy.floor: "floor", sympy.ceiling: "ceiling"}
+
+
+class value_at_max(sympy.Function):
+    """``value_at_max(key0, value0, key1, value1, ...)``: the value paired with the largest key (the
+    first such pair on a tie). A Piecewise on comparisons of large expressions is slow to build; this
+    is not. It stays unevaluated; :meth:`picked` (and so ``doit``, ``evalf`` and numeric programs)
+    choose once every key is a number."""
+
+    def picked(self):
+        """The chosen value, or None while a key is not a number."""
+        keys, values = self.args[0::2], self.args[1::2]
+        if len(self.args) % 2 or not self.args:
+            raise ValueError("value_at_max: expected key, value pairs")
+        if not all(k.is_number for k in keys):
+            return None
+        return values[max(range(len(keys)), key=lambda i: (float(keys[i]), -i))]
+
+    def doit(self, **hints):
+        new = self.func(*(a.doit(**hints) for a in self.args)) if hints.get("deep", True) else self
+        chosen = new.picked()
+        return new if chosen is None else chosen
+
+    def _eval_evalf(self, prec):
+        chosen = self.picked()
+        return None if chosen is None else chosen.evalf(prec)
+
+
+class common_divisor(sympy.Function):
+    """``common_divisor(a, b)``: the greatest common divisor of two positive integers, left unevaluated
+    while either is a symbol (sympy's ``gcd`` of symbols is a polynomial's); numbers substituted for
+    them give the number."""
+
+    def __new__(cls, a, b, **options):
+        a, b = sympy.sympify(a), sympy.sympify(b)
+        if a.is_Number and b.is_Number:
+            return sympy.gcd(a, b)
+        return super().__new__(cls, a, b, **options)
+
+
+def program(exprs, inputs) -> Program:
+    """The Program computing ``exprs`` (sympy expressions) from the symbols ``inputs`` (a mapping
+    symbol → name, in argument order)."""
+    names = dict(inputs)
+    order = list(names.values())
+    constants: list[float] = []
+    const_at: dict[float, int] = {}
+    steps: list[tuple[str, tuple[int, ...]]] = []
+    memo: dict = {}
+    index = {s: i for i, s in enumerate(names)}
+
+    def const(x: float) -> int:
+        key = float(x)
+        if key not in const_at:
+            const_at[key] = len(constants)
+            constants.append(key)
+        return ("c", const_at[key])
+
+    def step(op, *refs):
+        steps.append((op, refs))
+        return ("s", len(steps) - 1)
+
+    def walk(e):
+        if e in memo:
+            return memo[e]
+        memo[e] = out = visit(e)
+        return out
+
+    def visit(e):
+        if isinstance(e, sympy.Symbol):
+            if e not in index:
+                raise InputError(f"free symbol {e} is not an input of the program ({', '.join(order)})")
+            return ("i", index[e])
+        if e is sympy.true or e is sympy.false:
+            return const(1.0 if e is sympy.true else 0.0)
+        if e.is_Number or e.is_NumberSymbol:
+            return const(float(e))
+        if isinstance(e, sympy.Add):
+            return step("add", *map(walk, e.args))
+        if isinstance(e, sympy.Mul):
+            return step("mul", *map(walk, e.args))
+        if isinstance(e, sympy.Pow):
+            base, exp = e.args
+            if exp == -1:
+                return step("recip", walk(base))
+            if exp == sympy.Rational(1, 2):
+                return step("sqrt", walk(base))
+            if exp == sympy.Rational(-1, 2):
+                return step("recip", step("sqrt", walk(base)))
+            return step("pow", walk(base), walk(exp))
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            kind = "max" if isinstance(e, sympy.Max) else "min"
+            return step(kind, *map(walk, e.args)) if len(e.args) > 1 else walk(e.args[0])
+        if isinstance(e, (sympy.And, sympy.Or)):
+            return step("and" if isinstance(e, sympy.And) else "or", *map(walk, e.args))
+        if isinstance(e, sympy.Not):
+            return step("not", walk(e.args[0]))
+        if type(e) in _RELATIONS:
+            return step(_RELATIONS[type(e)], walk(e.lhs), walk(e.rhs))
+        if type(e) in _FUNCTIONS:
+            return step(_FUNCTIONS[type(e)], walk(e.args[0]))
+        if isinstance(e, sympy.Mod):
+            return step("mod", walk(e.args[0]), walk(e.args[1]))
+        if isinstance(e, common_divisor):
+            return step("gcd", walk(e.args[0]), walk(e.args[1]))
+        if isinstance(e, value_at_max):  # the first value whose key equals the largest key
+            keys, values = [walk(k) for k in e.args[0::2]], [walk(v) for v in e.args[1::2]]
+            top = step("max", *keys) if len(keys) > 1 else keys[0]
+            out = values[-1]
+            for key, value in zip(reversed(keys[:-1]), reversed(values[:-1])):
+                out = step("where", step("eq", key, top), value, out)
+            return out
+        if isinstance(e, sympy.Piecewise):
+            pieces = list(e.args)
+            out = walk(pieces[-1].expr) if pieces[-1].cond == sympy.true else const(math.nan)
+            if pieces[-1].cond == sympy.true:
+                pieces = pieces[:-1]
+            for piece in reversed(pieces):
+                out = step("where", walk(piece.cond), walk(piece.expr), out)
+            return out
+        raise InputError(f"cannot compile {type(e).__name__} to a numeric program")
+
+    refs = [walk(sympy.sympify(x)) for x in exprs]
+    n_in, n_const = len(order), len(constants)
+
+    def reg(ref) -> int:
+        kind, i = ref
+        return i if kind == "i" else n_in + i if kind == "c" else n_in + n_const + i
+
+    return Program(tuple(order), tuple(constants), tuple((op, tuple(reg(r) for r in rs)) for op, rs in steps),
+                   tuple(reg(r) for r in refs))
+
+
+def input_names(exprs) -> dict:
+    """symbol → keyword for the free symbols of ``exprs``, sorted by keyword: a program's inputs."""
+    from .symbols import keyword_of
+    found = {s for e in exprs for s in sympy.sympify(e).free_symbols}
+    return dict(sorted(((s, keyword_of(s)) for s in found), key=lambda kv: kv[1]))

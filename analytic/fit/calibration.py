@@ -1,0 +1,327 @@
+"""Fit the predictive model's constants once, on published measurements.
+
+The constants are the achievable matmul efficiency per hardware generation and dtype and one
+attention factor. The collectives' per-step latencies and the overlap are not fitted (the step times
+cannot pin them): they are fixed from their sources (presets/collectives.toml). Each measured case is a Plan
+whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
+``scipy.optimize.least_squares`` fits log(predicted / published) over all cases, each source
+weighted equally. Leave-one-out refits without each case and predicts it; leave-one-source-out
+refits without every case of the case's source (its ``group``), so that rows of one table cannot
+predict each other. The compute-only baseline (``Case(..., time="time.compute")``) predicts the step
+as its compute alone, one matmul efficiency per hardware generation and dtype: what the bubble and
+communication terms add is measured against it.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import InputError
+from ..core.formula import Formula
+from ..core.symbols import sym
+from ..core.units import Q_
+from ..core.values import as_quantity, choice
+from ..formulas import formula
+from ..plan import CONVENTIONS, Layout, Plan
+from ..presets import hardware, model
+from ..presets.model import Model
+
+SHARED = ("attention_factor",)
+#: starting point and bounds of the constants
+BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_factor": (0.05, 1.0)}
+START = {"matmul_efficiency": 0.5, "attention_factor": 0.7}
+METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "sequences_per_second_per_gpu", "gpu_hours_per_token",
+           "step_time")
+#: the probability the printed interval of a predicted step time is meant to hold
+COVERAGE = 0.8
+#: robust loss: residuals beyond ~10% in log count linearly, so one irreconcilable case cannot drag
+#: every constant towards it
+LOSS, F_SCALE = "soft_l1", 0.1
+
+
+def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
+    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...).
+    ``model`` is a preset's name or a table of :class:`~analytic.Model` fields (with its ``source``)."""
+    spec = dict(spec)
+    try:
+        m, hw = spec.pop("model"), hardware(spec.pop("hardware"))
+    except KeyError as exc:
+        raise InputError(f"plan spec: missing {exc}") from None
+    if isinstance(m, dict):
+        if not m.get("source"):
+            raise InputError("plan spec: a model given as a table needs its source")
+        m = Model(**{k: v for k, v in m.items() if k != "source"})
+    else:
+        m = model(m)
+    if "model_overrides" in spec:
+        m = m.replace(**spec.pop("model_overrides"))
+    if "hardware_overrides" in spec:
+        hw = hw.replace(**{k: Q_(v) if isinstance(v, str) else v for k, v in spec.pop("hardware_overrides").items()})
+    layout = Layout(**spec.pop("layout", {}))
+    if symbolic_constants:
+        constants = {k: sym(k) for k in ("matmul_efficiency", *SHARED)}
+    return Plan(m, hw, layout, **spec, **constants)
+
+
+def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str = "step_time") -> Formula:
+    """The measured quantity of a case as a Formula of the plan (``time``: the plan quantity taken
+    as the step's time)."""
+    flops = plan.expr(f"flops.{choice('convention', convention, CONVENTIONS)}")
+    step = plan.expr(choice("time", time, ("step_time", "time.compute")))
+    gpus = plan.deg.gpus
+    if metric == "achieved_flops":
+        return formula("compute.achieved_flops").bind({"flops": flops, "step_time": step, "gpus": gpus})
+    per_gpu = plan.expr("tokens_per_step") / (step * gpus)  # tokens a second a GPU
+    if metric == "tokens_per_second_per_gpu":
+        return per_gpu
+    if metric == "sequences_per_second_per_gpu":
+        return per_gpu / Q_(plan.seq_len, "token")
+    if metric == "gpu_hours_per_token":
+        return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
+    if metric == "step_time":
+        return step
+    raise InputError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+
+
+@dataclass
+class Case:
+    """A measured number and the plan that should predict it."""
+
+    id: str
+    plan: dict
+    metric: str
+    convention: str
+    published: object  # pint Quantity
+    key: str = ""
+    in_fit: bool = True
+    group: str = ""  # the source: cases of one group are left out together
+    time: str = "step_time"  # "time.compute" for the compute-only baseline
+
+    def __post_init__(self):
+        hw = hardware(self.plan["hardware"])
+        self.key = hw.calibration_key(self.plan.get("dtype", "bf16"))
+        self.group = self.group or self.id
+        f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention, self.time)
+        self.unit = f.unit
+        self.target = float(self.published.to(f.unit).magnitude)
+        self._fn = f.lambdify()
+        self.keywords = self._fn.keywords
+
+    def predict(self, constants: dict) -> float:
+        return float(self._fn(**{k: constants[k] for k in self.keywords}))
+
+
+def _vector_names(cases) -> list[str]:
+    keys = sorted({c.key for c in cases})
+    return [f"matmul_efficiency:{k}" for k in keys] + [s for s in SHARED if any(s in c.keywords for c in cases)]
+
+
+def _constants(names, x) -> dict[str, dict | float]:
+    eff = {n.split(":", 1)[1]: v for n, v in zip(names, x) if n.startswith("matmul_efficiency:")}
+    shared = {n: v for n, v in zip(names, x) if not n.startswith("matmul_efficiency:")}
+    return {"matmul_efficiency": eff, **shared}
+
+
+def _case_constants(constants, case, fallback=None):
+    eff = constants["matmul_efficiency"].get(case.key, fallback)
+    return {"matmul_efficiency": eff, **{k: constants[k] for k in SHARED if k in constants}}
+
+
+def fit(cases: list[Case]) -> dict:
+    """Least-squares fit of log(predicted/published); returns the constants."""
+    return _fit(cases)[0]
+
+
+def _fit(cases: list[Case]):
+    """The constants, the names of the fitted vector, and scipy's result."""
+    from scipy.optimize import least_squares
+
+    names = _vector_names(cases)
+    kind = lambda n: n.split(":")[0]  # noqa: E731
+    x0 = np.array([START[kind(n)] for n in names])
+    lo = np.array([BOUNDS[kind(n)][0] for n in names])
+    hi = np.array([BOUNDS[kind(n)][1] for n in names])
+
+    weights = source_weights(cases)
+
+    def log_errors(x):
+        c = _constants(names, x)
+        return np.array([math.log(max(case.predict(_case_constants(c, case)), 1e-300) / case.target)
+                         for case in cases])
+
+    res = least_squares(lambda x: weights * log_errors(x), x0, bounds=(lo, hi), method="trf", loss=LOSS,
+                        f_scale=F_SCALE)
+    constants = _constants(names, res.x)
+    constants["rms_log_residual"] = float(np.sqrt(np.mean(log_errors(res.x) ** 2)))
+    return constants, names, res
+
+
+def source_weights(cases: list[Case]) -> np.ndarray:
+    """1/√n for each case of a source with n cases: every source weighs the same in the sum of squares,
+    so a table of many rows from one run does not outvote a paper with one."""
+    sizes = {g: sum(c.group == g for c in cases) for g in {c.group for c in cases}}
+    return np.array([1 / math.sqrt(sizes[c.group]) for c in cases])
+
+
+def identifiability(cases: list[Case]) -> list[dict]:
+    """For each fitted constant: its value, its standard error (from the Jacobian J of the weighted log
+    residuals at the optimum: s²(JᵀJ)⁻¹ with s² = Σr²/(m − p), the residuals taken as they are, before
+    the robust loss) and the cases that determine it: each case's share J²ᵢⱼ/Σᵢ J²ᵢⱼ of the constant's
+    information, largest first."""
+    _, names, res = _fit(cases)
+    jac, r = res.jac, res.fun
+    dof = max(len(r) - len(names), 1)
+    cov = (r @ r) / dof * np.linalg.pinv(jac.T @ jac)
+    out = []
+    for j, name in enumerate(names):
+        column = jac[:, j] ** 2
+        shares = column / column.sum() if column.sum() > 0 else column
+        order = np.argsort(-shares)
+        out.append({"name": name, "value": float(res.x[j]), "standard_error": float(np.sqrt(max(cov[j, j], 0.0))),
+                    "determined_by": [(cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1]})
+    return out
+
+
+def pooled_efficiency(constants: dict, cases: list[Case], dtype: str | None = None) -> float:
+    """Geometric mean of the fitted matmul efficiencies, weighted by their number of cases: over the
+    cases of ``dtype`` where there are some (an efficiency is a fraction of that dtype's peak, and
+    FP8 GEMMs keep a smaller one), else over all."""
+    keys = [c.key for c in cases if c.key in constants["matmul_efficiency"]]
+    keys = [k for k in keys if k.endswith(f".{dtype}")] or keys
+    return math.exp(sum(math.log(constants["matmul_efficiency"][k]) for k in keys) / len(keys))
+
+
+def dtypes(cases: list[Case]) -> list[str]:
+    return sorted({c.key.split(".")[-1] for c in cases})
+
+
+def predict(case: Case, constants: dict, cases: list[Case]) -> float:
+    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases, case.key.split(".")[-1])))
+
+
+def leave_one_out(cases: list[Case]) -> dict[str, float]:
+    """case id → prediction with constants fitted on every other fitted case."""
+    fitted = [c for c in cases if c.in_fit]
+    full = fit(fitted)
+    out = {}
+    for case in cases:
+        if not case.in_fit:  # never in the fit: its in-fit prediction is already out of sample
+            out[case.id] = predict(case, full, fitted)
+            continue
+        rest = [c for c in fitted if c is not case]
+        out[case.id] = predict(case, fit(rest), rest)
+    return out
+
+
+def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
+    """case id → prediction with constants fitted on the fitted cases of every other source."""
+    fitted = [c for c in cases if c.in_fit]
+    out = {}
+    for group in sorted({c.group for c in cases}):
+        rest = [c for c in fitted if c.group != group]
+        constants = fit(rest)
+        out.update({c.id: predict(c, constants, rest) for c in cases if c.group == group})
+    return out
+
+
+def time_ratio(case: Case, prediction: float) -> float:
+    """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary as
+    1/step time, GPU-hours per token and the step time itself as the step time)."""
+    return case.target / prediction if case.metric in ("gpu_hours_per_token", "step_time") else prediction / case.target
+
+
+def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -> tuple[float, float]:
+    """The (1 − coverage)/2 and (1 + coverage)/2 quantiles of measured/predicted step time over
+    ``cases``: a predicted step time T has its measured value in [T·low, T·high] that often."""
+    lo, hi = np.quantile([time_ratio(c, predictions[c.id]) for c in cases], [(1 - coverage) / 2, (1 + coverage) / 2])
+    return float(lo), float(hi)
+
+
+def memory_case_plan(case: dict, runs: dict) -> dict:
+    """The plan table of a ``memory`` case: its own, or that of the predicted case (of ``runs``, by id)
+    whose run it measured."""
+    return case["plan"] if "plan" in case else runs[case["plan_of"]]["plan"]
+
+
+def load_cases(path: Path) -> list[Case]:
+    """The ``predicted`` cases of a validation TOML file that are checkable."""
+    data = tomllib.loads(Path(path).read_text())
+    out = []
+    for c in data.get("case", []):
+        if c.get("kind") != "predicted" or "plan" not in c:
+            continue
+        out.append(Case(c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), as_quantity("published", c["published"]),
+                        in_fit=c.get("in_fit", True), group=c.get("group", "")))
+    return out
+
+
+def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[float, float] | None = None,
+           memory: dict | None = None, outside: dict | None = None) -> str:
+    """The fitted constants as the calibration file the hardware presets read (presets/calibration.toml);
+    ``ratios``: the interval of measured/predicted step time (:func:`interval`); ``memory``: the
+    allocator's reserve fitted on measured peaks (:func:`analytic.fit.reserve.summary`); ``outside``: the
+    memory outside it fitted on snapshots (:func:`analytic.fit.outside.summary`), of the same allocator."""
+    lines = [
+        "# Constants of the predictive step-time model, the allocator's reserve over the memory count and the memory",
+        "# a process holds outside its allocator.",
+        "# Generated by",
+        "# `analytic calibrate --published --write analytic/presets/calibration.toml`;",
+        "# do not edit by hand: rerunning the command reproduces this file.",
+        "",
+        "[provenance]",
+        f'summary = "scipy.optimize.least_squares on log(predicted/published) over {len(cases)} measured cases '
+        f'of {source}, each source weighted equally"',
+        f"cases = [{', '.join(repr(c.id).replace(chr(39), chr(34)) for c in cases)}]",
+        f"rms_log_residual = {constants['rms_log_residual']:.6f}",
+        "",
+        "[shared]",
+        f"attention_factor = {constants['attention_factor']:.6f}",
+        "",
+        "[matmul_efficiency]",
+    ]
+    for key, v in sorted(constants["matmul_efficiency"].items()):
+        lines.append(f'"{key}" = {v:.6f}')
+    for dtype in dtypes(cases):
+        lines.append(f'"default.{dtype}" = {pooled_efficiency(constants, cases, dtype):.6f}  # pooled over {dtype}: '
+                     'hardware without cases of its own')
+    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled: a dtype without cases')
+    if ratios is not None:
+        lines += ["", "[interval]",
+                  f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted with its source '
+                  f'left out of the fit ({len({c.group for c in cases})} sources): quantiles {(1 - COVERAGE) / 2:g} '
+                  f'and {(1 + COVERAGE) / 2:g}"',
+                  f"coverage = {COVERAGE}", f"low = {ratios[0]:.6f}", f"high = {ratios[1]:.6f}"]
+    if memory is not None:
+        lines += ["", "[memory]",
+                  f'basis = "measured peak memory per GPU (the allocator\'s maximum reserved) over the count of the '
+                  f'run\'s fullest stage, {memory["count"]} measured peaks of {source.split("/")[0]}/memory.toml '
+                  f'({memory["sources"]} sources): reserve is its mean in log, each source weighted equally; low and '
+                  'high the smallest and largest measured/predicted peak, each predicted with its source left out"',
+                  f'allocator = "{memory["allocator"]}"',
+                  f"stacks = [{', '.join(chr(34) + name + chr(34) for name in memory['stacks'])}]  # the runs' stacks",
+                  f"reserve = {memory['reserve']:.6f}",
+                  f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}", f"low = {memory['low']:.6f}", f"high = {memory['high']:.6f}"]
+        if outside is not None and outside["allocator"] == memory["allocator"]:
+            lines += [f'outside_basis = "the device\'s memory less the allocator\'s reserved and the free memory, '
+                      f'{outside["count"]} snapshots of training processes in {source.split("/")[0]}/outside.toml '
+                      f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted equally, '
+                      'with its standard error; low and high the smallest and largest snapshot"',
+                      f"outside_bytes = {outside['outside']:.0f}", f"outside_stderr_bytes = {outside['stderr']:.0f}",
+                      f"outside_low_bytes = {outside['low']:.0f}", f"outside_high_bytes = {outside['high']:.0f}"]
+    return "\n".join(lines) + "\n"
+
+
+def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | None = None,
+            memory: dict | None = None, outside: dict | None = None) -> dict:
+    """The fitted constants as data."""
+    return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
+            "shared": {k: constants[k] for k in SHARED}, "matmul_efficiency": dict(constants["matmul_efficiency"]),
+            "default_matmul_efficiency": pooled_efficiency(constants, cases),
+            "default_matmul_efficiency_by_dtype": {d: pooled_efficiency(constants, cases, d) for d in dtypes(cases)},
+            **({"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}} if ratios else {}),
+            **({"memory": memory} if memory else {}), **({"outside": outside} if outside else {})}

@@ -1,0 +1,192 @@
+"""Models from Hugging Face ``config.json`` files: each supported architecture's fields mapped to
+:class:`~analytic.presets.model.Model`'s, every other field either known to leave what the library counts
+unchanged (dropout, RoPE base, token ids, ...) or refused with its name. A file is read as JSON and
+nothing in it is run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..core.errors import InputError
+
+MAX_BYTES = 1 << 20  # a config.json is a few kB
+
+#: fields that change neither parameters, FLOPs nor memory as the library counts them
+NEUTRAL = frozenset({
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "bos_token_id",
+    "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "max_position_embeddings", "use_cache", "attention_dropout", "pretraining_tp", "output_router_logits",
+    "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob", "max_window_layers", "quantization_config",
+    "aux_loss_alpha", "ep_size", "routed_scaling_factor", "scoring_func", "seq_aux", "topk_method",
+})
+
+
+def read(config) -> dict:
+    """The config as a dict: a dict as given, or a path to a JSON object of at most MAX_BYTES."""
+    if isinstance(config, dict):
+        return dict(config)
+    if not isinstance(config, (str, Path)):
+        raise InputError(f"config: expected a path to a config.json or its dict, got {type(config).__name__}")
+    path = Path(config)
+    if not path.is_file():
+        raise InputError(f"config: {path} is not a file")
+    if path.stat().st_size > MAX_BYTES:
+        raise InputError(f"config: {path} is larger than {MAX_BYTES:,} bytes; a config.json is a few kB")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"config: {path} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"config: {path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _need(cfg: dict, key: str):
+    if cfg.get(key) is None:
+        raise InputError(f"config: {cfg.get('model_type')} needs {key!r}")
+    return cfg[key]
+
+
+def _dense(cfg: dict, gates: dict | None = None, tied: bool = False, window: bool = False) -> dict:
+    """The fields every supported architecture shares: a gated-MLP decoder with RMSNorm and RoPE;
+    ``gates`` maps the config's activation to the MLP kind (SiLU: SwiGLU), ``tied`` is the
+    architecture's default for tie_word_embeddings, ``window`` whether its sliding_window applies to
+    every layer (Mistral)."""
+    gates = gates or {"silu": "swiglu"}
+    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or next(iter(gates))
+    if act not in gates:
+        raise InputError(f"config: hidden_act {act!r}; {cfg.get('model_type')} is mapped with a gate of "
+                         f"{' or '.join(gates)}")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
+    slides = cfg.get("sliding_window") is not None and cfg.get("use_sliding_window", True)
+    if slides and not window:
+        raise InputError(f"config: sliding_window {cfg['sliding_window']}: {cfg.get('model_type')} is mapped without "
+                         "one (Mistral's and GPT-OSS's windows are)")
+    heads = _need(cfg, "num_attention_heads")
+    out = {"layers": _need(cfg, "num_hidden_layers"), "hidden": _need(cfg, "hidden_size"), "heads": heads,
+           "kv_heads": cfg.get("num_key_value_heads") or heads, "vocab": _need(cfg, "vocab_size"),
+           "ffn_hidden": _need(cfg, "intermediate_size"), "mlp": gates[act], "position": "rope", "norm": "rmsnorm",
+           "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied))}
+    if cfg.get("head_dim") is not None:
+        out["head_dim"] = cfg["head_dim"]
+    if slides:
+        out["sliding_window"] = cfg["sliding_window"]
+    return out
+
+
+#: the fields _dense reads (it refuses those that would leave the decoder it counts)
+DENSE_FIELDS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+                          "intermediate_size", "head_dim", "tie_word_embeddings", "hidden_act", "hidden_activation",
+                          "attention_bias", "mlp_bias", "use_sliding_window", "sliding_window"})
+
+
+def _llama(cfg):
+    return _dense(cfg), DENSE_FIELDS
+
+
+def _mistral(cfg):
+    """Mistral: Llama's decoder with a sliding window on every layer (Mistral 7B, arXiv 2310.06825 §2)."""
+    return _dense(cfg, window=True), DENSE_FIELDS
+
+
+def _gpt_oss(cfg):
+    """GPT-OSS: a SwiGLU MoE (its clamp, swiglu_limit, changes no count) with biases on the attention
+    (QKV and output), on every expert and the router, a sink logit per head, and a sliding window on
+    the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
+    out = _dense({k: v for k, v in cfg.items() if k not in ("attention_bias", "sliding_window")})
+    types = list(_need(cfg, "layer_types"))
+    if set(types) - {"sliding_attention", "full_attention"} or len(types) != out["layers"]:
+        raise InputError(f"config: layer_types must name each of the {out['layers']} layers sliding_attention or "
+                         "full_attention")
+    topk = {cfg[k] for k in ("num_experts_per_tok", "experts_per_token") if cfg.get(k) is not None}
+    if len(topk) != 1:
+        raise InputError(f"config: num_experts_per_tok / experts_per_token: expected one value, got {sorted(topk)}")
+    sliding = types.count("sliding_attention")
+    out.update(bias=bool(cfg.get("attention_bias", True)), experts=_need(cfg, "num_local_experts"), topk=topk.pop(),
+               expert_ffn_hidden=out["ffn_hidden"], attention_sinks=True, expert_bias=True,
+               sliding_window=_need(cfg, "sliding_window") if sliding else 0, sliding_layers=sliding or None)
+    # initial_context_length: the pre-training context, before YaRN extends it (no count changes)
+    return out, DENSE_FIELDS | {"num_local_experts", "num_experts_per_tok", "experts_per_token", "layer_types",
+                                "swiglu_limit", "initial_context_length"}
+
+
+def _gemma(cfg):
+    """Gemma (1): GeGLU (a GELU gate, counted as SwiGLU: Model.mlp_formulas), head_dim 256, tied
+    embeddings by default; its RMSNorm's (1 + w) and embedding scaling add no parameters."""
+    return _dense(cfg, {"gelu": "geglu", "gelu_pytorch_tanh": "geglu"}, tied=True), DENSE_FIELDS
+
+
+def _mixtral(cfg):
+    out, used = _llama(cfg)
+    out.update(experts=_need(cfg, "num_local_experts"), topk=_need(cfg, "num_experts_per_tok"),
+               expert_ffn_hidden=out["ffn_hidden"])
+    return out, used | {"num_local_experts", "num_experts_per_tok"}
+
+
+def _qwen2(cfg):
+    out, used = _llama(cfg)
+    return {**out, "qkv_bias": True}, used  # Qwen2's attention has QKV biases and no output bias
+
+
+def _qwen3(cfg):
+    out, used = _llama(cfg)
+    return {**out, "qk_norm": True}, used
+
+
+def _qwen3_moe(cfg):
+    out, used = _qwen3(cfg)
+    dense = list(cfg.get("mlp_only_layers") or [])
+    if dense != list(range(len(dense))) or cfg.get("decoder_sparse_step", 1) != 1:
+        raise InputError("config: mlp_only_layers / decoder_sparse_step: only the first layers may be dense "
+                         f"(got {dense}, step {cfg.get('decoder_sparse_step')})")
+    out.update(experts=_need(cfg, "num_experts"), topk=_need(cfg, "num_experts_per_tok"),
+               expert_ffn_hidden=_need(cfg, "moe_intermediate_size"), dense_layers=len(dense))
+    return out, used | {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers",
+                        "decoder_sparse_step"}
+
+
+def _deepseek(cfg):
+    out, used = _llama(cfg)
+    nope, v = _need(cfg, "qk_nope_head_dim"), _need(cfg, "v_head_dim")
+    if nope != v:
+        raise InputError(f"config: qk_nope_head_dim {nope} ≠ v_head_dim {v}: MLA is counted with equal key and "
+                         "value head dimensions")
+    if cfg.get("moe_layer_freq", 1) != 1:
+        raise InputError(f"config: moe_layer_freq {cfg['moe_layer_freq']}: only every layer after the dense ones "
+                         "being MoE is modelled")
+    groups, reach = cfg.get("n_group"), cfg.get("topk_group")
+    out.update(attention="mla", head_dim=nope, q_lora_rank=_need(cfg, "q_lora_rank"),
+               kv_lora_rank=_need(cfg, "kv_lora_rank"), rope_dim=_need(cfg, "qk_rope_head_dim"),
+               experts=_need(cfg, "n_routed_experts"), shared_experts=cfg.get("n_shared_experts") or 0,
+               topk=_need(cfg, "num_experts_per_tok"), expert_ffn_hidden=_need(cfg, "moe_intermediate_size"),
+               dense_layers=cfg.get("first_k_dense_replace") or 0, mtp_modules=cfg.get("num_nextn_predict_layers") or 0,
+               # group-limited routing: DeepSeek places one expert group per node (V3 §3.2.2: at most 4 nodes)
+               nodes_per_token=reach if groups and reach and reach < groups else 0)
+    return out, used | {"qk_nope_head_dim", "v_head_dim", "moe_layer_freq", "n_group", "topk_group", "q_lora_rank",
+                        "kv_lora_rank", "qk_rope_head_dim", "n_routed_experts", "n_shared_experts",
+                        "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace",
+                        "num_nextn_predict_layers"}
+
+
+#: model_type → mapping
+ARCHITECTURES = {"llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "gemma": _gemma, "qwen2": _qwen2,
+                 "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+                 "gpt_oss": _gpt_oss}
+
+
+def model_fields(config, name: str | None = None) -> dict:
+    """Model keyword arguments from a config (path or dict); an InputError names what is not understood."""
+    cfg = read(config)
+    kind = cfg.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise InputError(f"config: model_type {kind!r} is not one the library maps; supported: "
+                         f"{', '.join(ARCHITECTURES)}")
+    fields, used = ARCHITECTURES[kind](cfg)
+    unknown = sorted(set(cfg) - used - NEUTRAL)
+    if unknown:
+        raise InputError(f"config: {', '.join(unknown)} not understood for {kind}: the library would have to guess "
+                         "what it changes")
+    return {**fields, "name": name or cfg.get("_name_or_path") or f"hf:{kind}"}

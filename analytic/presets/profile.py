@@ -1,0 +1,38 @@
+"""A device profile: kernel constants measured on one accelerator (``analytic calibrate --gemm
+--write FILE``), read back as Plan keywords. A profile is data: TOML whose ``[constants]`` table may
+set only the keywords of :data:`CONSTANTS`, each checked against its symbol's domain."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from ..core.errors import InputError
+
+#: the Plan keywords a profile may set
+CONSTANTS = ("matmul_efficiency", "memory_efficiency", "attention_efficiency", "tile_m", "tile_n")
+
+
+def read_profile(profile) -> dict:
+    """Plan keyword → value from a profile file (a path) or its parsed table (a dict)."""
+    from ..core.formula import magnitude
+    if isinstance(profile, (str, Path)):
+        path = Path(profile)
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"profile: cannot read {path} as a TOML profile ({exc})") from None
+    elif isinstance(profile, dict):
+        data = profile
+    else:
+        raise InputError(f"profile: expected a path to a profile TOML file or its table, got {type(profile).__name__}")
+    constants = data.get("constants")
+    if not isinstance(constants, dict) or not constants:
+        raise InputError("profile: expected a [constants] table (written by analytic calibrate --gemm --write)")
+    unknown = sorted(set(constants) - set(CONSTANTS))
+    if unknown:
+        raise InputError(f"profile: unknown constant {unknown[0]!r}; a profile sets {', '.join(CONSTANTS)}")
+    for key, value in constants.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"profile: {key} must be a number, got {value!r}")
+    return {k: magnitude(k, v) for k, v in constants.items()}

@@ -1,0 +1,1 @@
+"""Layout search (:mod:`.layouts`), the programs it evaluates (:mod:`.programs`) and sweeps (:mod:`.sweeps`)."""

@@ -1,0 +1,324 @@
+"""Layout search: enumerate every valid layout, evaluate them as numpy arrays, rank those that fit.
+
+The numbers come from the same expressions as :class:`~analytic.plan.Plan`: one Plan is built
+with the degrees, the microbatch size, the ZeRO stage, the recomputation policy and the schedule
+left as symbols, and its ``memory.total``, ``step_time`` and ``flops`` are evaluated on numpy
+arrays (:mod:`analytic.search.programs`: the module shipped compiled for the plan's structure, or a
+program compiled once and cached as data).
+
+Sequence parallelism is on whenever tp > 1 (``plan.sequence_parallel_default``). Async TP is a property of
+the training stack, not a layout choice: ``search(..., async_tp=True)`` turns it on wherever tp > 1.
+So are SMs reserved for communication kernels: ``search(..., comm_sms=20)`` applies to every layout,
+how ZeRO-3 gathers: ``search(..., zero3_gather="per-tensor")`` to every ZeRO-3 layout, and the stack
+whose allocations and kernels every layout is counted with: ``search(..., stack="torchtitan")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from ..core.choices import DEFAULT_STACK, OBJECTIVES
+from ..core.errors import InputError, PresetError, ReinterpretedWarning
+from ..core.symbols import read_magnitude
+from ..core.values import batch_tokens as read_batch_tokens
+from ..core.values import choice, count, distinct, exact, flag
+from ..formulas import formula
+from ..plan import (
+    RECOMPUTE,
+    SCHEDULES,
+    ZERO3_GATHERS,
+    Layout,
+    Plan,
+    check_comm_sms,
+    check_sequence,
+    divisors,
+    sequence_parallel_default,
+    sequence_unit,
+    tiles,
+    training_dtype,
+)
+from ..presets import outside_floor, stacks
+from ..presets import stack as read_stack
+from ..presets.hardware import Hardware
+from ..presets.model import Model
+from .programs import DEGREES, INPUTS, _compiled
+
+MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
+
+
+@dataclass
+class Ranked:
+    """One evaluated layout."""
+
+    layout: Layout
+    microbatch_size: int
+    step_time: float  # seconds
+    memory: float  # bytes per GPU, worst stage
+    mfu: float
+    fits: bool
+    step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
+    cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
+    stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
+
+    def plan(self, model, hardware, **kw) -> Plan:
+        """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
+        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **{"stack": self.stack, **kw})
+
+    def as_dict(self) -> dict:
+        lay = self.layout
+        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+                "zero": lay.zero, "sequence_parallel": lay.sequence_parallel, "async_tp": lay.async_tp,
+                "comm_sms": lay.comm_sms, "zero3_gather": lay.zero3_gather,
+                "recompute": lay.recompute,
+                "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
+                "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
+                "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
+                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "stack": self.stack}
+
+
+class _Ranking(Sequence):
+    """The fitting layouts, fastest first, built into Ranked objects only when read."""
+
+    def __init__(self, arrays, order, stack):
+        self._a, self._order, self._stack = arrays, order, stack
+
+    def __len__(self):
+        return len(self._order)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return _row(self._a, self._order[i], self._stack)
+
+
+def _row(a: dict, j: int, stack: dict) -> Ranked:
+    """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
+    the interval's ratios of measured/predicted step time or None, and the stack's name)."""
+    d = {k: int(a[k][j]) for k in INPUTS}
+    layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
+                    sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
+                    comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
+                    schedule=SCHEDULES[d["schedule"]])
+    t, ratios = float(a["step_time"][j]), stack.get("ratios")
+    return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
+                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"])
+
+
+@dataclass
+class SearchResult:
+    ranked: Sequence  # fitting layouts, best first by the objective
+    evaluated: int  # valid layouts, every one evaluated
+    fitting: int
+    seconds: float
+    arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
+    # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token), mfu, fits
+    objective: str = "step_time"  # what ranked orders by (choices.OBJECTIVES)
+    compiled: bool = False  # whether this search built its expressions (False: from the cache)
+    async_tp: bool = False
+    comm_sms: int = 0
+    zero3_gather: str = "per-block"
+    ratios: tuple | None = None  # measured/predicted step time, (low, high): calibration.toml's [interval]
+    notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
+    outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
+    stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
+
+    def __iter__(self):
+        return iter(self.ranked)
+
+    def __len__(self):
+        return len(self.ranked)
+
+    def __getitem__(self, i):
+        return self.ranked[i]
+
+    def row(self, j: int) -> Ranked:
+        """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
+        return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
+                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack})
+
+    @property
+    def best(self) -> Ranked:
+        if not self.ranked:
+            raise InputError("search: no layout fits in memory")
+        return self.ranked[0]
+
+
+def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
+                      microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE, schedules=SCHEDULES,
+                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None) -> dict:
+    """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
+    schedule as their index in RECOMPUTE and SCHEDULES).
+
+    Constraints: degrees multiply to ``gpus``; TP divides the heads and divides or is divided by the
+    KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
+    consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
+    plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
+    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
+    layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
+    interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
+    g = hardware.scale_up_domain
+    max_tp = max_tp or g
+    pins = pins or {}
+    free = lambda axis, value: pins.get(axis, value) == value  # noqa: E731 (unpinned, or pinned to value)
+    rows = []
+    for tp in divisors(gpus):
+        if (tp > max_tp or model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads) or not tiles(tp, g)
+                or not free("tp", tp)):
+            continue
+        for cp in divisors(gpus // tp):
+            if (seq_len % sequence_unit(cp, tp, sequence_parallel_default(tp)) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
+                    or not free("cp", cp)):
+                continue
+            for pp in divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                if pp > model.layers or not free("pp", pp) or not free("dp", dp):
+                    continue
+                eps = [e for e in divisors(dp) if model.experts % e == 0 and free("ep", e)] if model.is_moe else [1]
+                for ep in eps:
+                    for mbs in microbatch_sizes:
+                        if global_batch % (dp * mbs):
+                            continue
+                        m = global_batch // (dp * mbs)
+                        for sched in schedules:
+                            if pp == 1 and sched != "1f1b":
+                                continue
+                            if sched == "interleaved":
+                                vs = [v for v in vpps if pp > 1 and m % pp == 0 and pp * v <= model.layers]
+                            elif sched == "dualpipe":
+                                vs = [1] if pp % 2 == 0 and m % 2 == 0 else []
+                            else:
+                                vs = [1]
+                            for v in vs:
+                                rows.append((tp, pp, dp, cp, ep, v, mbs, SCHEDULES.index(sched)))
+    degrees = np.array(rows, dtype=float).reshape(-1, 8)
+    choices = np.array([(z, RECOMPUTE.index(rc)) for rc in recompute for z in zero], dtype=float)
+    # every degree row with every (zero, recompute) choice
+    table = np.hstack([np.repeat(degrees, len(choices), axis=0), np.tile(choices, (len(degrees), 1))])
+    columns = (*DEGREES, "schedule", "zero", "recompute")
+    return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
+
+
+def _progress(done, total, start):
+    width = 30
+    filled = int(width * done / total)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} layouts, {time.time() - start:.1f} s")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the progress bar's step)
+
+
+def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
+           dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
+           schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
+           flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
+           top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
+           dp: int | None = None, cp: int | None = None, ep: int | None = None,
+           objective: str = "step_time", outside_bytes=None, stack: str = DEFAULT_STACK) -> SearchResult:
+    """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
+    evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
+    (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
+    the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
+    degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
+    ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
+    training stack every layout is counted with, as ``Plan(..., stack=)``."""
+    start = time.time()
+    if not isinstance(model, Model) or not isinstance(hardware, Hardware):
+        raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
+    free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
+            and not getattr(model, f.name).is_number]
+    if free:
+        raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
+                         "left as symbols (give numbers with model.replace(...))")
+    counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
+    counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
+    seq_len = count("seq_len", seq_len, allow_symbol=False)
+    check_sequence(model, seq_len)
+    choice("objective", objective, OBJECTIVES)
+    comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
+    choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
+    allocator = read_stack(choice("stack", stack, stacks()))["allocator"]
+    training_dtype(dtype, hardware)
+    if comm_sms:
+        check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
+    if max(counts) > MAX_GPUS:
+        raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}")
+    if (global_batch is None) == (batch_tokens is None):
+        raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+    notes = []
+    if batch_tokens is not None:
+        tokens, note = read_batch_tokens(batch_tokens, seq_len)
+        global_batch = tokens // seq_len
+        if note:
+            notes.append(note)
+            warnings.warn(note, ReinterpretedWarning, stacklevel=2)
+    global_batch = count("global_batch", global_batch, allow_symbol=False)
+    async_tp, flash_attention, progress = (flag(k, v) for k, v in (("async_tp", async_tp),
+                                                                   ("flash_attention", flash_attention),
+                                                                   ("progress", progress)))
+    zero, recompute, schedules = (distinct(k, v) for k, v in (("zero", zero), ("recompute", recompute),
+                                                            ("schedules", schedules)))
+    for name, values, allowed in (("zero", zero, (0, 1, 2, 3)), ("recompute", recompute, RECOMPUTE),
+                                  ("schedules", schedules, SCHEDULES)):
+        bad = [v for v in values if isinstance(v, bool) or v not in allowed]
+        if bad:
+            raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
+                              for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
+    max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
+                           for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
+    pins = {k: count(k, v, allow_symbol=False) for k, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep))
+            if v is not None}
+    parts = [enumerate_layouts(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch,
+                               microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
+                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
+    arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
+    show = progress and sys.stderr.isatty()
+    hbm = float(exact(hardware.hbm.to("byte").magnitude))
+    peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
+    n = len(arrays["tp"])
+    out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
+    built = False
+    if n:  # nothing to compile for when no layout is valid
+        note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
+        fn, built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                              zero3_gather, stack, note)
+    for lo in range(0, n, CHUNK):
+        args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
+        with np.errstate(all="ignore"):
+            for k, v in zip(("memory", "step_time", "flops"), fn(*args)):
+                out[k][lo:lo + CHUNK] = v  # broadcasts a constant
+        if show:
+            _progress(min(lo + CHUNK, n), n, start)
+    arrays.update(memory=out["memory"], step_time=out["step_time"],
+                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
+                                                        gpus=arrays["gpus"], peak_flops=peak),
+                  cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
+    outside = (float(outside_floor(allocator).to("byte").magnitude)
+               if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
+    fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
+    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
+    order = np.argsort(np.where(fits, key, np.inf), kind="stable")
+    n_fit = int(fits.sum())
+    keep = order[: (n_fit if top is None else min(top, n_fit))]
+    arrays["fits"] = fits
+    try:
+        ratios = hardware.calibration(dtype).interval
+    except PresetError:  # hardware defined by hand: no calibrated constants, no interval
+        ratios = None
+    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios,
+             "stack": stack}
+    return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
+                        outside=outside, **fixed)

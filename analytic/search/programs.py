@@ -1,0 +1,99 @@
+"""What layout search evaluates: the function of the layouts' degrees and choices giving memory, step
+time and FLOPs. It is the search program of the configuration's structure
+(:mod:`analytic.plan.programs`) where it has one, so a new model of a known architecture costs no
+lowering; otherwise a :class:`~analytic.core.numeric.Program` built once from the plan's expressions and
+cached on disk as data (:mod:`analytic.core.cache`), keyed by every field of every input it depends on."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import numpy as np
+
+from ..core import cache
+from ..core.choices import DEFAULT_STACK
+from ..core.lowering import program
+from ..core.numeric import Program
+from ..core.symbols import sym
+from ..plan import Layout, Plan, programs
+from ..plan.structure import SEARCH_OUTPUTS, numbers
+
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatch_size")
+INPUTS = (*DEGREES, "zero", "recompute", "schedule")  # recompute and schedule by index
+OUTPUTS = SEARCH_OUTPUTS
+
+
+def _key(*parts) -> str:
+    """A digest of every field of every part (dataclasses by all their fields, recursively)."""
+    def plain(x):
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return [type(x).__name__, {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}]
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x if isinstance(x, (str, int, float, bool, type(None))) else repr(x)
+    return hashlib.sha256(json.dumps(plain(parts), sort_keys=True).encode()).hexdigest()[:32]
+
+
+_COMPILED: dict = {}  # key → Program, for repeated searches in one process
+
+
+def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                   zero3_gather, stack) -> Plan:
+    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open."""
+    layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
+                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
+                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
+    return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
+                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack)
+
+
+def _of_structure(plan: Plan):
+    """Search's function of :data:`INPUTS` from the programs of the plan's structure
+    (:mod:`analytic.plan.programs`) where they are built, or None (search does not build them: its own
+    program costs less)."""
+    found = programs.bundle(plan._in, build=False)
+    if found is None:
+        return None
+    fixed, search = numbers(plan._in), found.search.program
+
+    def evaluate(*args):
+        values = {**fixed, **dict(zip(INPUTS, args))}
+        return search(*(values.get(k, np.nan) for k in search.inputs))
+    return evaluate
+
+
+def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
+              zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None) -> tuple:
+    """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
+    to be built now. It is the search program of the configuration's structure where that is built
+    (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or the
+    disk cache, or built now (``on_build()`` is called first). The cache holds data only, validated
+    when read; a file that is not a valid program is rebuilt."""
+    plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                          zero3_gather, stack)
+    found = _of_structure(plan)
+    if found is not None:
+        return found, False
+    key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
+               async_tp, comm_sms, zero3_gather, stack)
+    if key in _COMPILED:
+        return _COMPILED[key], False
+    folder = cache.cache_dir()
+    path = folder / f"search-{key}.json" if folder else None
+    try:
+        fn = Program.from_json(cache.read_json(path) if path is not None else None)
+        if fn.inputs != INPUTS or len(fn.outputs) != len(OUTPUTS):
+            raise ValueError("a program of other inputs")
+        built = False
+    except ValueError:
+        if on_build:
+            on_build()
+        fn, built = program([plan.expr(q).expr for q in OUTPUTS], {sym(k): k for k in INPUTS}), True
+        if path is not None:
+            cache.write_json(path, fn.to_json())  # a read-only cache only costs the next search its compile time
+    _COMPILED[key] = fn
+    return fn, built
