@@ -100,9 +100,23 @@ def test_a_config_file_that_is_not_a_config_is_refused(tmp_path):
     listed.write_text("[1, 2]")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    for path, why in ((tmp_path / "missing.json", "not a file"), (listed, "not an object"), (broken, "not JSON")):
+    for path, why in ((tmp_path / "missing.json", "No such file"), (listed, "not an object"), (broken, "not JSON")):
         with pytest.raises(InputError, match=why):
             an.Model.from_hf(path)
+
+
+@pytest.mark.parametrize("reader", ["config", "profile"])
+def test_a_device_a_fifo_or_a_folder_is_refused_at_once(tmp_path, reader):
+    """/dev/zero reports a size of 0 and never ends, a FIFO blocks its reader: neither is read, nor a
+    folder; each is one InputError naming the argument."""
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = an.Model.from_hf if reader == "config" else (
+        lambda p: an.Plan("llama3-8b", "h100-sxm", seq_len=2048, global_batch=8, profile=p))
+    for path in ("/dev/zero", fifo, tmp_path):
+        with pytest.raises(InputError, match=f"^{reader}: .*not a regular file"):
+            read(path)
 
 
 def test_the_cli_takes_a_config_for_model(capsys):

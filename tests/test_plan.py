@@ -1665,3 +1665,19 @@ def test_a_free_tp_keeps_the_stacks_two_loss_working_sets():
     loss = p.expr("memory.loss")
     assert loss.subs(tp=1).value().to("byte").magnitude == 8192 * 128256 * 12
     assert loss.subs(tp=8).value().to("byte").magnitude == 8192 * 128256 * 16 / 8
+
+
+def test_a_plan_takes_preset_names_and_config_paths():
+    """Names and config.json paths as a user types them give the plan of the objects they name; anything
+    else is one InputError naming the argument."""
+    from pathlib import Path
+    kw = dict(seq_len=4096, global_batch=64)
+    by_name = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=4), **kw)
+    by_object = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2, dp=4), **kw)
+    assert by_name.memory() == by_object.memory() and by_name.model is an.model("llama3-8b")
+    config = Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json"
+    assert an.Plan(config, "h100-sxm", **kw).model == an.Model.from_hf(config)
+    assert an.Plan(str(config), "h100-sxm", **kw).model.layers == 32
+    for model, hardware, arg in ((5, "h100-sxm", "model"), ("llama3-8b", 3.0, "hardware")):
+        with pytest.raises(an.InputError, match=f"^{arg}: expected"):
+            an.Plan(model, hardware, **kw)

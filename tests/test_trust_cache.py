@@ -130,3 +130,29 @@ def test_program_evaluates_what_sympy_does():
 def test_program_from_json_refuses_what_it_did_not_write(data):
     with pytest.raises(ValueError):
         Program.from_json(data)
+
+
+@pytest.mark.parametrize("kind", ["link-to-device", "fifo", "link-to-file"])
+def test_a_cache_entry_that_is_not_a_regular_file_is_rebuilt_without_reading_it(cache, tmp_path_factory, kind):
+    """A link to /dev/zero (size 0, endless), a FIFO (blocks its reader) or a link to someone's file at
+    an entry's name: never read, never written through; the entry becomes a regular file."""
+    import os
+    reference = fresh_search()
+    (path,) = cache_files(cache)
+    path.unlink()
+    victim = tmp_path_factory.mktemp("victim") / "file"
+    victim.write_text("keep")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "link-to-device" else victim)
+    again = fresh_search()
+    assert again.compiled and np.array_equal(again.arrays["memory"], reference.arrays["memory"])
+    assert path.is_file() and not path.is_symlink() and victim.read_text() == "keep"
+
+
+def test_a_failed_write_leaves_no_temporary_file(cache, monkeypatch):
+    import os
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    fresh_search()
+    assert list(cache.iterdir()) == []

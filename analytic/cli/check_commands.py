@@ -35,11 +35,17 @@ def cmd_validate(args) -> int:
 
 
 def _write_text(path: str, text: str) -> None:
-    """Write ``text`` to exactly ``path`` (a file the user named), or fail with one line."""
+    """Write ``text`` to exactly ``path`` (a file the user named; ``-``: standard output), through a
+    file created exclusively beside it (:func:`analytic.core.files.write_text`), or fail with one line."""
     from pathlib import Path
+
+    from ..core.files import write_text
+    if path == "-":
+        sys.stdout.write(text)
+        return
     if not path or Path(path).is_dir():
-        raise CLIError(f"{path!r}: expected a file name to write")
-    Path(path).write_text(text)
+        raise CLIError(f"{path[:80]!r}: expected a file name to write")
+    write_text(path, text)
 
 
 def _calibrate_gemm(args) -> int:

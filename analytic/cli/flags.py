@@ -131,8 +131,8 @@ def search_inputs(args, what: str):
 
 def model_flag(value: str):
     """--model: a preset name, or a Hugging Face config.json (a path ending in .json)."""
-    import analytic as an
-    return an.Model.from_hf(value) if str(value).endswith(".json") else an.model(value)
+    from ..presets import as_model
+    return as_model(value)
 
 
 def _presets(get) -> tuple:

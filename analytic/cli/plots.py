@@ -42,8 +42,13 @@ def _finish(plt, fig, out):
     fig.tight_layout()
     if out is None:
         return fig
+    import io
+
+    from ..core.files import write_text
     try:
-        fig.savefig(out, format=output_format(out))
+        image = io.BytesIO()
+        fig.savefig(image, format=output_format(out))
+        write_text(out, image.getvalue())
     finally:
         plt.close(fig)
     return out

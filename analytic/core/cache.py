@@ -1,9 +1,9 @@
 """The user's cache: where programs built from the library's expressions are kept as data.
 
-Files are read only when they are regular files of bounded size (never through a link, never a
-device or a FIFO) and written exclusively: a temporary file of an unpredictable name created in the
-cache folder (``O_EXCL``), then renamed over the entry, and removed if anything fails. Everything
-read back is validated by its reader; a file that is not what it should be is rebuilt.
+Entries are read and written as :mod:`analytic.core.files` reads and writes every file (regular files
+of bounded size, never through a link; written through a temporary file created exclusively, then
+renamed). Everything read back is validated by its reader; an entry that is not what it should be
+is rebuilt.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import functools
 import hashlib
 import json
 import os
-import stat
-import tempfile
 from pathlib import Path
+
+from .files import read_text, write_text
 
 #: a cache file larger than this is not read
 MAX_BYTES = 1 << 24
@@ -69,41 +69,19 @@ def read_json(path: Path, limit: int = MAX_BYTES):
     """The JSON value in ``path``, or None: missing, a link, not a regular file, over ``limit`` bytes,
     not UTF-8 or not JSON."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        return json.loads(read_text(path, limit, follow=False))
+    except (OSError, ValueError, RecursionError):  # FileError is an OSError; JSONDecodeError a ValueError
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(limit + 1)
-        if len(raw) > limit:
-            return None
-        return json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return None
-    finally:
-        os.close(fd)
 
 
 def write_json(path: Path, data) -> bool:
-    """Write ``data`` as JSON to ``path`` through a temporary file created exclusively beside it, then
-    renamed over it; False (and nothing left behind) where the folder cannot be written."""
-    tmp = None
+    """Write ``data`` as JSON to ``path`` (:func:`analytic.core.files.write_text`); False, and nothing
+    left behind, where the folder cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, allow_nan=True, separators=(",", ":"))
-        os.replace(tmp, path)
+        write_text(path, json.dumps(data, allow_nan=True, separators=(",", ":")))
         return True
     except (OSError, ValueError):
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         return False
 
 

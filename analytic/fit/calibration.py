@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
+from ..core.files import read_text
 from ..core.formula import Formula
 from ..core.symbols import sym
 from ..core.units import Q_
@@ -250,7 +251,7 @@ def memory_case_plan(case: dict, runs: dict) -> dict:
 
 def load_cases(path: Path) -> list[Case]:
     """The ``predicted`` cases of a validation TOML file that are checkable."""
-    data = tomllib.loads(Path(path).read_text())
+    data = tomllib.loads(read_text(Path(path)))
     out = []
     for c in data.get("case", []):
         if c.get("kind") != "predicted" or "plan" not in c:

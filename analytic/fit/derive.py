@@ -14,6 +14,7 @@ from pathlib import Path
 import sympy
 
 from ..core.errors import AnalyticError, UnknownNameError
+from ..core.files import write_text
 from ..core.symbols import sym
 from ..formulas import formula
 
@@ -148,7 +149,7 @@ def main(args) -> int:
             raise AnalyticError("derive --markdown: renders into a source checkout's derivations/, not into an "
                                 "installed package")
         for n, text in render_all(where).items():
-            (where / f"{n}.md").write_text(text)
+            write_text(where / f"{n}.md", text)
             print(f"wrote derivations/{n}.md")
         return 0
     if not args.name:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pint
 
 from ..core.errors import InputError
+from ..core.files import read_text
 from ..core.units import Q_
 from ..core.values import as_quantity
 from ..presets import hardware
@@ -39,7 +40,7 @@ def _reserved(case: dict) -> pint.Quantity:
 def snapshots(path: Path) -> list[dict]:
     """The outside cases of a validation folder's outside.toml: id, group (the source), hardware and
     outside (the preset's HBM less the reserved and the free memory)."""
-    tables = tomllib.loads(path.read_text()) if path.exists() else {}
+    tables = tomllib.loads(read_text(path)) if path.exists() else {}
     out = []
     for c in (c for c in tables.get("case", []) if c.get("kind") == "outside"):
         hbm = hardware(c["hardware"]).hbm

@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.files import read_text
 from ..core.values import as_quantity
 from ..presets import stack
 from .calibration import build_plan, memory_case_plan
@@ -29,9 +30,9 @@ def peaks(path: Path) -> list[dict]:
     """The measured peaks of a validation folder's memory.toml: id, group (the source), stack (the run's),
     allocator (the stack's), measure (:data:`MEASURES`), counted (the memory of the run's fullest stage)
     and ratio (measured peak / counted)."""
-    tables = tomllib.loads(path.read_text()) if path.exists() else {}
+    tables = tomllib.loads(read_text(path)) if path.exists() else {}
     cases = [c for c in tables.get("case", []) if c.get("kind") == "memory"]
-    runs = {c["id"]: c for c in tomllib.loads((path.parent / "predicted.toml").read_text()).get("case", [])} if cases else {}
+    runs = {c["id"]: c for c in tomllib.loads(read_text(path.parent / "predicted.toml")).get("case", [])} if cases else {}
     out = []
     for c in cases:
         plan = build_plan(memory_case_plan(c, runs))

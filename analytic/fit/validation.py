@@ -22,6 +22,7 @@ import sympy
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError
 from ..core.expressions import evaluate, symbolic
+from ..core.files import read_text
 from ..core.units import Q_
 from ..core.values import as_quantity
 from . import calibration
@@ -76,9 +77,11 @@ def load(folder: Path) -> tuple[list[dict], dict]:
     cases, plans = [], {}
     for path in sorted(folder.glob("*.toml")):
         try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise AnalyticError(f"{path}: not valid TOML ({exc})") from None
+            data = tomllib.loads(read_text(path))
+        except OSError as exc:  # a FIFO, a device or a file over its bound among the cases
+            raise AnalyticError(f"{path.name}: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise AnalyticError(f"{path.name}: not valid TOML ({str(exc)[:80]})") from None
         plans.update(data.get("plans", {}))
         for i, c in enumerate(data.get("case", [])):
             if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("kind") not in KINDS:

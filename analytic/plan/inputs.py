@@ -18,7 +18,7 @@ from ..core.symbols import canonical, read_magnitude, sym
 from ..core.units import Q_
 from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
-from ..presets import outside_floor, stacks
+from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_full_mesh
 from ..presets.model import Model
@@ -79,10 +79,7 @@ class Inputs:
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
                  **overrides):  # Plan's arguments
-        if not isinstance(model, Model):
-            raise InputError(f"model: expected an analytic Model (an.model(name)), got {type(model).__name__}")
-        if not isinstance(hardware, Hardware):
-            raise InputError(f"hardware: expected an analytic Hardware (an.hardware(name)), got {type(hardware).__name__}")
+        model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
             raise InputError(f"layout: expected an analytic Layout, got {type(layout).__name__}")

@@ -104,7 +104,9 @@ class Bundle:
 
 
 _BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
-_SEEN: set = set()  # structures a plan of this process has asked for without programs
+#: plans of a structure in a process that take their own expressions before the next lowers its template
+PLANS_BEFORE_LOWERING = 20
+_SEEN: dict = {}  # structure → plans of this process that took their expressions
 
 
 def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
@@ -127,9 +129,9 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
             found = None
     if found is None:
         if build is None:
-            build = cache.is_eager() or key in _SEEN
+            build = cache.is_eager() or _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING
         if not build or lower is None:
-            _SEEN.add(key)
+            _SEEN[key] = _SEEN.get(key, 0) + 1
             return None
         data = lower()
         if data is not None and path is not None:

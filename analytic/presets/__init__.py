@@ -6,7 +6,8 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
-from ..core.errors import PresetError, UnknownNameError
+from ..core.errors import InputError, PresetError, UnknownNameError
+from ..core.files import read_text
 from ..core.units import Q_
 from .hardware import Calibration, Hardware
 from .model import Model
@@ -49,7 +50,7 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
 
 @cache
 def _memory_table() -> dict | None:
-    return tomllib.loads(CALIBRATION_FILE.read_text()).get("memory") if CALIBRATION_FILE.exists() else None
+    return tomllib.loads(read_text(CALIBRATION_FILE)).get("memory") if CALIBRATION_FILE.exists() else None
 
 
 def memory_reserve(allocator: str) -> dict:
@@ -90,7 +91,7 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
     """generation.dtype → Calibration, from the fitted constants file."""
     if not path.exists():
         return {}
-    data = tomllib.loads(path.read_text())
+    data = tomllib.loads(read_text(path))
     provenance = data.get("provenance", {}).get("summary", "")
     shared = data.get("shared", {})
     spread = data.get("interval", {})
@@ -105,12 +106,12 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
 
 @cache
 def _hardware_tables() -> dict:
-    return tomllib.loads((HERE / "hardware.toml").read_text())
+    return tomllib.loads(read_text(HERE / "hardware.toml"))
 
 
 @cache
 def _model_tables() -> dict:
-    return tomllib.loads((HERE / "models.toml").read_text())
+    return tomllib.loads(read_text(HERE / "models.toml"))
 
 
 _MODEL_META = ("source", "published_params", "published_active_params")
@@ -159,13 +160,34 @@ def _hardware(name: str) -> Hardware:
     return hardware_from_table(name, tables[name], read_calibration())
 
 
+def as_model(value) -> Model:
+    """A model argument as a Model: a Model as given, a path to a Hugging Face ``config.json`` (a Path,
+    or a string ending in ``.json``), or a preset's name."""
+    if isinstance(value, Model):
+        return value
+    if isinstance(value, Path) or (isinstance(value, str) and value.endswith(".json")):
+        return Model.from_hf(value)
+    if isinstance(value, str):
+        return model(value)
+    raise InputError(f"model: expected a Model, a preset's name or a config.json path, got {type(value).__name__}")
+
+
+def as_hardware(value) -> Hardware:
+    """A hardware argument as a Hardware: a Hardware as given, or a preset's name."""
+    if isinstance(value, Hardware):
+        return value
+    if isinstance(value, str):
+        return hardware(value)
+    raise InputError(f"hardware: expected a Hardware or a preset's name, got {type(value).__name__}")
+
+
 def hardwares() -> list[str]:
     return list(_hardware_tables())
 
 
 @cache
 def _reliability() -> dict:
-    return tomllib.loads((HERE / "reliability.toml").read_text())
+    return tomllib.loads(read_text(HERE / "reliability.toml"))
 
 
 def reliability_value(group: str, name: str):
@@ -187,7 +209,7 @@ def synchronous_restart_time():
 
 @cache
 def _collective_tables() -> dict:
-    return tomllib.loads((HERE / "collectives.toml").read_text())
+    return tomllib.loads(read_text(HERE / "collectives.toml"))
 
 
 def nccl_latency(link: str):
@@ -216,12 +238,12 @@ def llama3_storage_bandwidth():
 
 @cache
 def _kernel_tables() -> dict:
-    return tomllib.loads((HERE / "kernels.toml").read_text())
+    return tomllib.loads(read_text(HERE / "kernels.toml"))
 
 
 @cache
 def _stack_tables() -> dict:
-    return tomllib.loads((HERE / "stacks.toml").read_text())
+    return tomllib.loads(read_text(HERE / "stacks.toml"))
 
 
 def stacks() -> list[str]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.files import read_text
 
 MAX_BYTES = 1 << 20  # a config.json is a few kB
 
@@ -29,17 +30,23 @@ def read(config) -> dict:
     if not isinstance(config, (str, Path)):
         raise InputError(f"config: expected a path to a config.json or its dict, got {type(config).__name__}")
     path = Path(config)
-    if not path.is_file():
-        raise InputError(f"config: {path} is not a file")
-    if path.stat().st_size > MAX_BYTES:
-        raise InputError(f"config: {path} is larger than {MAX_BYTES:,} bytes; a config.json is a few kB")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"config: {path} is not JSON ({exc})") from None
+        text = read_text(path, MAX_BYTES)
+    except OSError as exc:
+        raise InputError(f"config: {_shown(path)}: {exc.strerror or exc}; a config.json is a regular file of a few kB") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"config: {_shown(path)} is not JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise InputError(f"config: {path} holds a JSON {type(data).__name__}, not an object")
     return data
+
+
+def _shown(path: Path) -> str:
+    """A path as a message shows it: at most 80 characters."""
+    text = str(path)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _need(cfg: dict, key: str):

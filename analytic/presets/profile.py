@@ -8,7 +8,10 @@ import tomllib
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.files import read_text
 
+#: the most a profile file may hold (one written by ``calibrate --gemm`` is under a kB)
+MAX_BYTES = 1 << 16
 #: the Plan keywords a profile may set
 CONSTANTS = ("matmul_efficiency", "memory_efficiency", "attention_efficiency", "tile_m", "tile_n")
 
@@ -19,9 +22,11 @@ def read_profile(profile) -> dict:
     if isinstance(profile, (str, Path)):
         path = Path(profile)
         try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"profile: cannot read {path} as a TOML profile ({exc})") from None
+            data = tomllib.loads(read_text(path, MAX_BYTES))
+        except OSError as exc:
+            raise InputError(f"profile: cannot read {str(path)[:80]}: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise InputError(f"profile: {str(path)[:80]} is not a TOML profile ({str(exc)[:80]})") from None
     elif isinstance(profile, dict):
         data = profile
     else:
