@@ -741,3 +741,39 @@ def test_outside_bytes_replaces_the_least_measured(capsys):
     for value in ("2 s", "3"):
         assert main(["memory", "--outside-bytes", value]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _command(*argv, env=None, encoding="utf-8"):
+    import os
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "analytic.cli", *argv], capture_output=True, encoding=encoding,
+                          env={**os.environ, **(env or {})})
+
+
+def test_a_full_or_closed_standard_output_is_one_line_and_exit_2():
+    """``> /dev/full``: the write fails at the end, said in one line; ``>&-``: said before anything runs."""
+    import subprocess
+    import sys
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "analytic.cli", "formula", "compute.mfu"], stdout=full,
+                              stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2 and done.stderr.strip() == "analytic: cannot write the output: No space left on device"
+    closed = subprocess.run([sys.executable, "-m", "analytic.cli", "formula", "compute.mfu"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, pass_fds=(), preexec_fn=lambda: __import__("os").close(1))
+    assert closed.returncode == 2 and closed.stderr.strip() == "analytic: standard output is closed"
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_output_that_cannot_take_the_notation_gets_ascii(encoding):
+    """What the stream's encoding lacks (Ψ in both, ≈ and – in Latin-1 too) is written in ASCII."""
+    done = _command("formula", "memory.model_states.zero1", env={"PYTHONIOENCODING": encoding}, encoding=encoding)
+    assert done.returncode == 0, done.stderr
+    assert "Psi" in done.stdout and "Ψ" not in done.stdout and (encoding != "ascii" or done.stdout.isascii())
+    assert "Ψ" in _command("formula", "memory.model_states.zero1", env={"PYTHONIOENCODING": "utf-8"}).stdout
+
+
+def test_json_has_no_nan():
+    from analytic.cli.output import json_text
+    text = json_text({"a": float("nan"), "b": [1.0, float("inf")], "c": "x"})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": None, "b": [1.0, None], "c": "x"}

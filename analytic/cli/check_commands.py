@@ -3,10 +3,10 @@ fitted constants, from published runs or GEMMs timed here) and derive (the deriv
 
 from __future__ import annotations
 
-import json
 import sys
 
 from .flags import CLIError
+from .output import json_text
 
 
 def cmd_validate(args) -> int:
@@ -21,7 +21,7 @@ def cmd_validate(args) -> int:
                   **({k: r.extra[k] for k in ("in_fit", "group", "in_fit_error", "leave_one_out_error", "baseline_error")}
                      if r.kind == "predicted" else {})}
                  for r in results]
-        print(json.dumps({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
+        print(json_text({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
     else:
         print(report.table(results))
         print()
@@ -82,7 +82,7 @@ def _calibrate_gemm(args) -> int:
     if args.write:
         _write_text(args.write, gemm.to_toml(table))
     if args.json:
-        print(json.dumps(table))
+        print(json_text(table))
     elif not args.write:
         print(gemm.to_toml(table), end="")
     return 0
@@ -113,7 +113,7 @@ def cmd_calibrate(args) -> int:
     if args.write:
         _write_text(args.write, text)
     if args.json:
-        print(json.dumps(calibration.as_json(constants, cases, ratios, memory, beyond)))
+        print(json_text(calibration.as_json(constants, cases, ratios, memory, beyond)))
     elif not args.write:
         print(text, end="")
     return 0

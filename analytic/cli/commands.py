@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from ..core.errors import AnalyticError
 from .flags import PLAN_FLAGS, CLIError, build_plan, count_flag, refuse_unread, search_inputs
+from .output import json_text
 
 
 def _fmt(v) -> str:
@@ -29,7 +28,7 @@ def cmd_step(args) -> int:
     from .story import lines
     story = lines(plan, mfu=extra["mfu"], text=extra["text"])
     if args.json:
-        print(json.dumps({"plan": repr(plan), "notes": list(extra["notes"].values()),
+        print(json_text({"plan": repr(plan), "notes": list(extra["notes"].values()),
                           "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
         return 0
     for note in extra["notes"].values():
@@ -73,7 +72,7 @@ def cmd_memory(args) -> int:
         notes.append(f"no predicted peak: {exc}")
     if args.json:
         gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
-        print(json.dumps({k: float(v.magnitude) for k, v in rows.items()} | {
+        print(json_text({k: float(v.magnitude) for k, v in rows.items()} | {
             "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
             "notes": notes,
             "peak": None if peak is None else float(peak.magnitude),
@@ -155,7 +154,7 @@ def cmd_formula(args) -> int:
     if args.list or not args.name:
         names = sorted(an.formulas())
         if args.json:
-            print(json.dumps({n: an.formula(n).description for n in names}))
+            print(json_text({n: an.formula(n).description for n in names}))
         else:
             for n in names:
                 print(f"{n:<58} {an.formula(n).description}")
@@ -179,7 +178,7 @@ def cmd_formula(args) -> int:
     elif args.unit is not None:
         raise CLIError("--unit: the unit of a value; give every input with --set")
     if args.json:
-        print(json.dumps(data))
+        print(json_text(data))
         return 0
     print(f"{f.name}: {f.description}")
     print(sympy.pretty(f.expr, use_unicode=True))
@@ -234,7 +233,7 @@ def cmd_search(args) -> int:
         raise CLIError(f"search: no valid layout of {sizes} GPUs for {model.name} with {gb:,} sequences (each "
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
     if args.json:
-        print(json.dumps({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
+        print(json_text({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
                           "ranked": [r.as_dict() for r in res.ranked]}))
         return 0
@@ -367,5 +366,5 @@ def cmd_solve(args) -> int:
         text = (f"{args.free} = {detail['value']:,}: {detail['memory'].to('GB'):.4g~P} per GPU"
                 + (f" (memory fits from {detail['fits_from']:,}; below {detail['value']:,}: {detail['skipped']})"
                    if detail["skipped"] else ""))
-    print(json.dumps(out) if args.json else text)
+    print(json_text(out) if args.json else text)
     return 0

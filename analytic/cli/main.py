@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 
 from ..core.choices import (
@@ -20,6 +21,7 @@ from ..core.choices import (
 from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError, Parser
+from .output import ClosedOutput, prepare
 
 
 def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list) -> CLIError:
@@ -180,6 +182,20 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _shown(text) -> str:
+    """A user's value as a message shows it: at most 80 characters."""
+    text = str(text)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _quiet_stdout() -> None:
+    """Standard output that failed is not flushed again at exit (which would print a second error)."""
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
+
+
 def _one_line(text: str) -> str:
     """The message on one line: control characters (a newline in a user's value) escaped."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
@@ -194,11 +210,18 @@ def main(argv=None) -> int:
         if not getattr(args, "func", None):
             raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
                            "plot")
+        prepare()
         if args.command in ("step", "memory"):  # the plan's programs are built now: later runs read them
             from ..core.cache import eager
             with eager():
-                return args.func(args)
-        return args.func(args)
+                code = args.func(args)
+        else:
+            code = args.func(args)
+        sys.stdout.flush()  # a full device says so now, not in the interpreter's exit
+        return code
+    except ClosedOutput as exc:
+        print(f"analytic: {exc}", file=sys.stderr)
+        return 2
     except CLIError as exc:
         print(_one_line(str(exc)), file=sys.stderr)
         return 2
@@ -211,7 +234,11 @@ def main(argv=None) -> int:
             print(_one_line(f"analytic: {exc}"), file=sys.stderr)
             return 2
         if isinstance(exc, OSError) and exc.filename:  # a file the user named cannot be written or read
-            print(_one_line(f"analytic: {exc.filename}: {exc.strerror or exc}"), file=sys.stderr)
+            print(_one_line(f"analytic: {_shown(exc.filename)}: {exc.strerror or exc}"), file=sys.stderr)
+            return 2
+        if isinstance(exc, OSError):  # standard output on a full device
+            print(_one_line(f"analytic: cannot write the output: {exc.strerror or exc}"), file=sys.stderr)
+            _quiet_stdout()
             return 2
         raise
 

@@ -54,14 +54,24 @@ def write_text(path, text: str | bytes) -> None:
     """Write ``text`` (str as UTF-8, or bytes) to ``path`` through a temporary file created exclusively
     beside it, then renamed over it; OSError where the folder cannot be written (nothing is left behind)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # said of the file the caller named, not of the temporary one
+        raise FileError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise FileError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
