@@ -157,3 +157,35 @@ def test_mistrals_window_covers_every_layer():
     cfg = {**_config("llama-3.1-8b"), "model_type": "mistral", "sliding_window": 4096}
     m = an.Model.from_hf(cfg)
     assert (m.sliding_window, m.sliding_layers, m.windowed_layers) == (4096, None, m.layers)
+
+
+def _edited(name: str, **changes) -> dict:
+    return {**_config(name.removesuffix(".json")), **changes}
+
+
+@pytest.mark.parametrize("name, changes, why", [
+    ("llama-3.1-8b.json", {"tie_word_embeddings": "false"}, "tie_word_embeddings: expected true or false, got \"false\""),
+    ("llama-3.1-8b.json", {"num_key_value_heads": 0}, "num_key_value_heads: expected an integer from 1, got 0"),
+    ("llama-3.1-8b.json", {"num_key_value_heads": True}, "num_key_value_heads: expected an integer"),
+    ("llama-3.1-8b.json", {"hidden_act": None}, "hidden_act: expected a string, got null"),
+    ("llama-3.1-8b.json", {"model_type": ["llama"]}, "model_type list is not one the library maps"),
+    ("llama-3.1-8b.json", {"num_hidden_layers": "32"}, "num_hidden_layers: expected an integer from 1, got \"32\""),
+    ("llama-3.1-8b.json", {"_name_or_path": "\x1b[31mred\ud800"}, "_name_or_path: expected a printable name"),
+    ("llama-3.1-8b.json", {"_name_or_path": "x" * 100_000}, r"_name_or_path: expected a printable name .{0,120}$"),
+    ("gpt-oss-20b.json", {"layer_types": 24}, "layer_types must name each"),
+    ("gpt-oss-20b.json", {"layer_types": [{"a": 1}] * 24}, "layer_types must name each"),
+    ("deepseek-v3.json", {"topk_group": 9}, "topk_group 9 is more than n_group 8"),
+], ids=["string-bool", "zero-kv-heads", "bool-count", "null-act", "type-list", "string-count", "escapes", "long-name",
+        "layer-types-int", "layer-types-dicts", "topk-group"])
+def test_a_config_field_of_the_wrong_kind_is_named_not_read_by_its_truth(name, changes, why):
+    with pytest.raises(InputError, match=why):
+        an.Model.from_hf(_edited(name, **changes))
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"vocab_size": 1' + "0" * 5000 + "}",
+                                  '{"a": ' * 10_000 + "1" + "}" * 10_000])
+def test_a_config_file_too_deep_or_with_too_long_a_number_is_one_error(tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match="^config: "):
+        an.Model.from_hf(path)

@@ -36,8 +36,8 @@ def read(config) -> dict:
         raise InputError(f"config: {_shown(path)}: {exc.strerror or exc}; a config.json is a regular file of a few kB") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"config: {_shown(path)} is not JSON ({str(exc)[:80]})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; an integer past Python's digit limit; nesting
+        raise InputError(f"config: {_shown(path)} is not JSON this reader takes ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise InputError(f"config: {path} holds a JSON {type(data).__name__}, not an object")
     return data
@@ -49,10 +49,47 @@ def _shown(path: Path) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _need(cfg: dict, key: str):
+def _need(cfg: dict, key: str) -> int:
+    """A count the architecture needs: a JSON integer of at least 1."""
     if cfg.get(key) is None:
         raise InputError(f"config: {cfg.get('model_type')} needs {key!r}")
-    return cfg[key]
+    return _count(cfg, key)
+
+
+def _count(cfg: dict, key: str, default=None, minimum: int = 1):
+    """``key`` as a JSON integer of at least ``minimum`` (true and false are not integers), or ``default``
+    where it is absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if type(value) is not int or value < minimum or value > 2**53:
+        raise InputError(f"config: {key}: expected an integer from {minimum}, got {_value(value)}")
+    return value
+
+
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    """``key`` as JSON true or false (a string such as "false" is refused, not read by its truth), or
+    ``default`` where it is absent."""
+    value = cfg.get(key, default)
+    if type(value) is not bool:
+        raise InputError(f"config: {key}: expected true or false, got {_value(value)}")
+    return value
+
+
+def _text(cfg: dict, key: str, default: str | None = None) -> str | None:
+    """``key`` as a JSON string, or ``default`` where it is absent (an explicit null is refused)."""
+    if key not in cfg:
+        return default
+    value = cfg[key]
+    if not isinstance(value, str):
+        raise InputError(f"config: {key}: expected a string, got {_value(value)}")
+    return value
+
+
+def _value(value) -> str:
+    """A config's value as a message shows it: its JSON, at most 80 characters, escaped."""
+    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _dense(cfg: dict, gates: dict | None = None, tied: bool = False, window: bool = False) -> dict:
@@ -61,23 +98,23 @@ def _dense(cfg: dict, gates: dict | None = None, tied: bool = False, window: boo
     architecture's default for tie_word_embeddings, ``window`` whether its sliding_window applies to
     every layer (Mistral)."""
     gates = gates or {"silu": "swiglu"}
-    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or next(iter(gates))
+    act = _text(cfg, "hidden_activation") or _text(cfg, "hidden_act", next(iter(gates)))
     if act not in gates:
-        raise InputError(f"config: hidden_act {act!r}; {cfg.get('model_type')} is mapped with a gate of "
+        raise InputError(f"config: hidden_act {_value(act)}; {cfg.get('model_type')} is mapped with a gate of "
                          f"{' or '.join(gates)}")
     for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
+        if _flag(cfg, key, False):
             raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
-    slides = cfg.get("sliding_window") is not None and cfg.get("use_sliding_window", True)
+    slides = _count(cfg, "sliding_window") is not None and _flag(cfg, "use_sliding_window", True)
     if slides and not window:
         raise InputError(f"config: sliding_window {cfg['sliding_window']}: {cfg.get('model_type')} is mapped without "
                          "one (Mistral's and GPT-OSS's windows are)")
     heads = _need(cfg, "num_attention_heads")
     out = {"layers": _need(cfg, "num_hidden_layers"), "hidden": _need(cfg, "hidden_size"), "heads": heads,
-           "kv_heads": cfg.get("num_key_value_heads") or heads, "vocab": _need(cfg, "vocab_size"),
+           "kv_heads": _count(cfg, "num_key_value_heads", heads), "vocab": _need(cfg, "vocab_size"),
            "ffn_hidden": _need(cfg, "intermediate_size"), "mlp": gates[act], "position": "rope", "norm": "rmsnorm",
-           "bias": False, "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied))}
-    if cfg.get("head_dim") is not None:
+           "bias": False, "tied_embeddings": _flag(cfg, "tie_word_embeddings", tied)}
+    if _count(cfg, "head_dim") is not None:
         out["head_dim"] = cfg["head_dim"]
     if slides:
         out["sliding_window"] = cfg["sliding_window"]
@@ -104,15 +141,16 @@ def _gpt_oss(cfg):
     (QKV and output), on every expert and the router, a sink logit per head, and a sliding window on
     the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
     out = _dense({k: v for k, v in cfg.items() if k not in ("attention_bias", "sliding_window")})
-    types = list(_need(cfg, "layer_types"))
-    if set(types) - {"sliding_attention", "full_attention"} or len(types) != out["layers"]:
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != out["layers"] or not all(
+            t in ("sliding_attention", "full_attention") for t in types):
         raise InputError(f"config: layer_types must name each of the {out['layers']} layers sliding_attention or "
                          "full_attention")
-    topk = {cfg[k] for k in ("num_experts_per_tok", "experts_per_token") if cfg.get(k) is not None}
+    topk = {_count(cfg, k) for k in ("num_experts_per_tok", "experts_per_token") if cfg.get(k) is not None}
     if len(topk) != 1:
         raise InputError(f"config: num_experts_per_tok / experts_per_token: expected one value, got {sorted(topk)}")
     sliding = types.count("sliding_attention")
-    out.update(bias=bool(cfg.get("attention_bias", True)), experts=_need(cfg, "num_local_experts"), topk=topk.pop(),
+    out.update(bias=_flag(cfg, "attention_bias", True), experts=_need(cfg, "num_local_experts"), topk=topk.pop(),
                expert_ffn_hidden=out["ffn_hidden"], attention_sinks=True, expert_bias=True,
                sliding_window=_need(cfg, "sliding_window") if sliding else 0, sliding_layers=sliding or None)
     # initial_context_length: the pre-training context, before YaRN extends it (no count changes)
@@ -145,10 +183,10 @@ def _qwen3(cfg):
 
 def _qwen3_moe(cfg):
     out, used = _qwen3(cfg)
-    dense = list(cfg.get("mlp_only_layers") or [])
-    if dense != list(range(len(dense))) or cfg.get("decoder_sparse_step", 1) != 1:
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or dense != list(range(len(dense))) or _count(cfg, "decoder_sparse_step", 1) != 1:
         raise InputError("config: mlp_only_layers / decoder_sparse_step: only the first layers may be dense "
-                         f"(got {dense}, step {cfg.get('decoder_sparse_step')})")
+                         f"(got {_value(dense)}, step {_value(cfg.get('decoder_sparse_step'))})")
     out.update(experts=_need(cfg, "num_experts"), topk=_need(cfg, "num_experts_per_tok"),
                expert_ffn_hidden=_need(cfg, "moe_intermediate_size"), dense_layers=len(dense))
     return out, used | {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers",
@@ -161,15 +199,19 @@ def _deepseek(cfg):
     if nope != v:
         raise InputError(f"config: qk_nope_head_dim {nope} ≠ v_head_dim {v}: MLA is counted with equal key and "
                          "value head dimensions")
-    if cfg.get("moe_layer_freq", 1) != 1:
+    if _count(cfg, "moe_layer_freq", 1) != 1:
         raise InputError(f"config: moe_layer_freq {cfg['moe_layer_freq']}: only every layer after the dense ones "
                          "being MoE is modelled")
-    groups, reach = cfg.get("n_group"), cfg.get("topk_group")
+    groups, reach = _count(cfg, "n_group"), _count(cfg, "topk_group")
+    if groups and reach and reach > groups:
+        raise InputError(f"config: topk_group {reach} is more than n_group {groups}: a token cannot reach more expert "
+                         "groups than there are")
     out.update(attention="mla", head_dim=nope, q_lora_rank=_need(cfg, "q_lora_rank"),
                kv_lora_rank=_need(cfg, "kv_lora_rank"), rope_dim=_need(cfg, "qk_rope_head_dim"),
-               experts=_need(cfg, "n_routed_experts"), shared_experts=cfg.get("n_shared_experts") or 0,
+               experts=_need(cfg, "n_routed_experts"), shared_experts=_count(cfg, "n_shared_experts", 0, minimum=0),
                topk=_need(cfg, "num_experts_per_tok"), expert_ffn_hidden=_need(cfg, "moe_intermediate_size"),
-               dense_layers=cfg.get("first_k_dense_replace") or 0, mtp_modules=cfg.get("num_nextn_predict_layers") or 0,
+               dense_layers=_count(cfg, "first_k_dense_replace", 0, minimum=0),
+               mtp_modules=_count(cfg, "num_nextn_predict_layers", 0, minimum=0),
                # group-limited routing: DeepSeek places one expert group per node (V3 §3.2.2: at most 4 nodes)
                nodes_per_token=reach if groups and reach and reach < groups else 0)
     return out, used | {"qk_nope_head_dim", "v_head_dim", "moe_layer_freq", "n_group", "topk_group", "q_lora_rank",
@@ -188,12 +230,17 @@ def model_fields(config, name: str | None = None) -> dict:
     """Model keyword arguments from a config (path or dict); an InputError names what is not understood."""
     cfg = read(config)
     kind = cfg.get("model_type")
-    if kind not in ARCHITECTURES:
-        raise InputError(f"config: model_type {kind!r} is not one the library maps; supported: "
+    if not isinstance(kind, str) or kind not in ARCHITECTURES:
+        raise InputError(f"config: model_type {_value(kind)} is not one the library maps; supported: "
                          f"{', '.join(ARCHITECTURES)}")
     fields, used = ARCHITECTURES[kind](cfg)
     unknown = sorted(set(cfg) - used - NEUTRAL)
     if unknown:
         raise InputError(f"config: {', '.join(unknown)} not understood for {kind}: the library would have to guess "
                          "what it changes")
-    return {**fields, "name": name or cfg.get("_name_or_path") or f"hf:{kind}"}
+    given = _text(cfg, "_name_or_path") if name is None else name
+    if given is not None and not (given.isprintable() and len(given) <= 200 and given.encode("utf-8", "ignore")
+                                  .decode("utf-8") == given):
+        raise InputError(f"config: _name_or_path: expected a printable name of at most 200 characters, got "
+                         f"{_value(given)}")
+    return {**fields, "name": given or f"hf:{kind}"}
