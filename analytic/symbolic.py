@@ -16,6 +16,7 @@ import sympy
 
 from .core.choices import MEMORY_PARTS as PARTS
 from .core.choices import OBJECTIVES
+from .core.counts import MAX_COUNT
 from .core.errors import AnalyticError, ApproximationWarning, InputError, LayoutError
 from .core.formula import Formula, magnitude, to_float
 from .core.symbols import sym
@@ -69,6 +70,10 @@ def _unshrinking(plan, keyword: str, limit: int) -> str:
             f"of {hbm:.4g} GB HBM)")
 
 
+#: the most values of a free input evaluated at once (a grid of float64: 32 MiB)
+MAX_GRID = 1 << 22
+
+
 def _grid(fn, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
     xs = np.arange(1, limit + 1, dtype=float)
     with np.errstate(all="ignore"):
@@ -89,7 +94,7 @@ def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict
     AnalyticError says which memory parts do not shrink with ``keyword``."""
     limit = count("limit", limit, allow_symbol=False)
     headroom = _one_free(plan.expr("memory.headroom"), keyword)
-    xs, ys = _grid(headroom.lambdify(), keyword, min(limit, 1 << 22))
+    xs, ys = _grid(headroom.lambdify(), keyword, min(limit, MAX_GRID))
     fitting = [int(x) for x in xs[ys >= 0]]
     first_reason = ""
     for v in fitting:
@@ -124,6 +129,8 @@ def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = T
     from scipy.optimize import minimize_scalar
 
     limit = count("limit", limit, allow_symbol=False)
+    if limit > MAX_GRID:
+        raise InputError(f"limit: every value up to it is evaluated, so at most {MAX_GRID:,} (2^22), got {limit:,}")
     f = _one_free(_objective(plan, objective), keyword)
     fn = f.lambdify()
     res = minimize_scalar(lambda lx: float(fn(**{keyword: math.exp(lx)})), bounds=(0.0, math.log(limit)),
@@ -273,12 +280,18 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float, *, vpp: int |
     for part in parts(bubble):
         share = part / m  # ideal time: m × (T_F + T_B + T_W) = m seconds
         if share.free_symbols:
-            need = sympy.solve(sympy.Eq(share, sympy.nsimplify(target)), m)[0]
-            value = max(value, math.ceil(to_float(need) - 1e-12))
+            exact = sympy.Rational(Fraction(target).numerator, Fraction(target).denominator)
+            solved = sympy.solve(sympy.Eq(share, exact), m)
+            if not solved:
+                raise InputError(f"target: no count of microbatches brings a {schedule} bubble to {target}")
+            value = max(value, math.ceil(to_float(solved[0]) - 1e-12))
         elif share > target:
             raise InputError(f"target: a {schedule} bubble of at most {target} is out of reach")
     if schedule == "dualpipe" and value % 2:
         value += 1
     if schedule == "interleaved":
         value = -(-value // pp) * pp  # Plan's rule: a multiple of pp (check_layout)
+    if value > MAX_COUNT:
+        raise InputError(f"target: a {schedule} bubble of at most {float(target):g} needs {value:.3g} microbatches, "
+                         f"more than a count can hold (2^53)")
     return {"value": value, "fraction": bubble / m}

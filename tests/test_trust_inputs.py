@@ -301,3 +301,35 @@ def test_a_value_outside_its_unit_or_domain_is_refused_without_sympy(keyword, va
     from analytic.core.symbols import read_magnitude
     with pytest.raises(error, match=keyword):
         read_magnitude(keyword, value)
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["step", "--tp", ""], "--tp: expected a value, got ''"),
+    (["step", "--model", " ", "--hardware", "h100-sxm"], "--model: expected a value, got ' '"),
+    (["formula", "compute.mfu", "--set", "step_time=1 s", "--set", "step_time=2 s"],
+     "--set: step_time given twice ('1 s' and '2 s')"),
+    (["formula", "compute.train_time", "--set", "flops=1e24", "--set", "gpus=1000", "--set", "peak_flops=1e15 FLOP/s",
+      "--set", "mfu=0.4", "--unit", "day*9**9**9"], "--unit: 'day*9**9**9' is not a unit"),
+    (["solve", "bubble", "--target", "1e-15", "--pp", "16"], "needs 1.5e+16 microbatches, more than a count can hold"),
+    (["solve", "bubble", "--target", "1e-50", "--pp", "16"], "more than a count can hold"),
+], ids=["empty-count", "blank-name", "repeated-set", "unit-tower", "bubble-1e-15", "bubble-1e-50"])
+def test_what_a_flag_cannot_mean_is_one_line(argv, line):
+    code, out, err = run(*argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and line in err, err
+
+
+def test_a_search_limit_that_would_fill_memory_is_refused():
+    plan = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=an.sym("tp"), dp=8), seq_len=4096,
+                   global_batch=64)
+    with pytest.raises(an.InputError, match="^limit: .*at most 4,194,304"):
+        plan.best("tp", limit=2**40)
+    assert plan.best("tp", limit=8) in (1, 2, 4, 8)
+
+
+def test_step_json_gives_the_mfu_exactly():
+    """The story's JSON numbers are the plan's, not the text's four digits."""
+    code, out, err = run("step", "--json")
+    mfu = next(line["value"] for line in json.loads(out)["lines"] if line["key"] == "mfu")
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    assert code == 0 and mfu == plan.mfu() and mfu != round(mfu, 4)

@@ -141,8 +141,10 @@ def _parse_set(items) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise CLIError(f"--set: expected keyword=value, got {item!r}")
+            raise CLIError(f"--set: expected keyword=value, got {item[:80]!r}")
         k, v = item.split("=", 1)
+        if k.strip() in out:
+            raise CLIError(f"--set: {k.strip()[:80]} given twice ({out[k.strip()][:40]!r} and {v.strip()[:40]!r})")
         out[k.strip()] = v.strip().strip("'\"")  # read exactly, as one number with one unit, by the formula
     return out
 
@@ -202,11 +204,14 @@ def _in_unit(q, unit: str):
     """``q`` in ``unit`` (a pint unit name such as day, GB or PFLOP), or a one-line error."""
     import pint
 
-    from ..core.units import ureg
+    from ..core.errors import UnitError
+    from ..core.values import unit_of
     try:
-        return q.to(ureg.Unit(unit))
-    except (pint.UndefinedUnitError, pint.DimensionalityError, ValueError, TypeError, AttributeError) as exc:
-        raise CLIError(f"--unit: cannot express {q.units:~P} in {unit!r} ({type(exc).__name__})") from None
+        return q.to(unit_of("--unit", unit))  # the one reader of unit names: checked before pint parses them
+    except UnitError as exc:
+        raise CLIError(str(exc)) from None
+    except pint.DimensionalityError:
+        raise CLIError(f"--unit: cannot express {q.units:~P} in {unit[:80]!r}") from None
 
 
 def _readable(q):

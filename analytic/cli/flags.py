@@ -16,6 +16,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise CLIError(f"{self.prog}: {message}")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, with an empty value refused: ``--tp ''`` is a mistake, not the default."""
+        ns, extra = super().parse_known_args(args, namespace)
+        for key, value in vars(ns).items():
+            if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+                raise CLIError(f"--{key.replace('_', '-')}: expected a value, got {value!r:.80}")
+        return ns, extra
+
 
 def _read(reader, name: str, text, **kw):
     """``reader(f"--{name}", text, **kw)`` (a reader of analytic.core.values); its mistake as a CLIError."""

@@ -28,8 +28,9 @@ def _ascii(error: UnicodeEncodeError):
 codecs.register_error("analytic-ascii", _ascii)
 
 
-def json_text(data) -> str:
-    """``data`` as JSON, with every number that is not finite written as null."""
+def json_text(data, **options) -> str:
+    """``data`` as JSON (``options`` as :func:`json.dumps` takes them), with every number that is not
+    finite written as null."""
     def plain(x):
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -38,7 +39,7 @@ def json_text(data) -> str:
         if isinstance(x, (list, tuple)):
             return [plain(v) for v in x]
         return x
-    return json.dumps(plain(data), allow_nan=False)
+    return json.dumps(plain(data), allow_nan=False, **options)
 
 
 class ClosedOutput(Exception):

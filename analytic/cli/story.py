@@ -221,10 +221,10 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             spread = ""
         host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
         add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
-        add("time", "mfu", "predicted MFU (6·N_active·D)", round(plan.mfu(), 4),
+        add("time", "mfu", "predicted MFU (6·N_active·D)", plan.mfu(),
             _tags(plan, "mfu", "compute.mfu", "compute.training_flops"))
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
-            round(float(plan.value("mfu.palm").to("").magnitude), 4),
+            float(plan.value("mfu.palm").to("").magnitude),
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
@@ -251,7 +251,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     restart = ("the restart time given" if "restart_time" in plan.overrides else
                f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
     add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
-        round(float(plan.value("goodput").magnitude), 4), _tags(plan, "goodput", "reliability."))
+        float(plan.value("goodput").magnitude), _tags(plan, "goodput", "reliability."))
     if plan.training_tokens is not None:
         step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
         wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
