@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +64,8 @@ def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch):
     assert all(p._numbers.bundle is None and p._exprs for p in plans[:n])
     assert plans[n]._numbers.bundle is not None and not plans[n]._exprs
     assert plans[n + 1]._numbers.bundle is plans[n]._numbers.bundle
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert f"the first {n} numeric plans of a structure in a process take their own expressions" in readme
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 
 
