@@ -163,3 +163,34 @@ def test_a_formula_given_as_text_is_parsed_not_evaluated(tmp_path):
     assert not marker.exists()
     f = an.Formula("x", "4*params + 12*params/dp", "byte", "ZeRO §5.1", coefficient_unit="byte/parameter")
     assert f.evaluate(params=1e9, dp=8) == an.formula("memory.model_states.zero1").evaluate(params=1e9, dp=8)
+
+
+CLAIM = '[[case]]\nid = "{id}"\nkind = "claim"\npublished = "1 s"\ntolerance = {tol}\ncompute = "{compute}"\n'
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"claims.toml": CLAIM.format(id="A", tol="inf", compute="Q('1 s')")}, "tolerance must be a finite number"),
+    ({"claims.toml": CLAIM.format(id="A", tol="nan", compute="Q('1 s')")}, "tolerance must be a finite number"),
+    ({"claims.toml": CLAIM.format(id="A", tol="-0.1", compute="Q('1 s')")}, "tolerance must be a finite number"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s') / 0")}, "case A: ZeroDivisionError"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s') + Q('1 GB')")}, "case A: "),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')") + '[plans.p]\nmodel = "llama3-8b"\n',
+      "more.toml": '[plans.p]\nmodel = "llama3-70b"\n'}, "plan 'p' is defined in claims.toml too"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')"),
+      "peaks.toml": '[[case]]\nid = "M"\nkind = "memory"\npublished = "80 GiB"\ngroup = "g"\nplan = "p"\n'},
+     "memory case M is read only from memory.toml"),
+], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "memory-elsewhere"])
+def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):
+    """What was silently taken (a tolerance of inf, a plan table redefined, memory cases in a file that
+    is never read) or raised a foreign exception is one line naming the file or the case."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    code, _, err = run("validate", "--cases", str(tmp_path))
+    assert one_line_error(code, err) and message in err, err
+
+
+def test_a_case_folder_without_predicted_cases_validates(tmp_path):
+    (tmp_path / "claims.toml").write_text(CLAIM.format(id="A", tol="0.1", compute="Q('1 s')"))
+    code, out, err = run("validate", "--cases", str(tmp_path), "--json")
+    assert code == 0, err
+    assert [c["id"] for c in json.loads(out)["cases"]] == ["A"]

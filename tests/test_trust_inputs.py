@@ -333,3 +333,10 @@ def test_step_json_gives_the_mfu_exactly():
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
     assert code == 0 and mfu == plan.mfu() and mfu != round(mfu, 4)
+
+
+def test_step_and_search_refuse_a_scale_up_domain_that_splits_a_node_alike():
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096", "--global-batch", "64",
+             "--scale-up-domain", "12"]
+    errors = {run(command, *flags)[2].strip() for command in ("step", "search")}
+    assert errors == {"analytic: scale_up_domain: 12 is not a whole number of nodes of 8 GPUs"}

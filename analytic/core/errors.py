@@ -44,6 +44,10 @@ class FreeSymbolError(AnalyticError, ValueError):
     """A numeric answer was asked of an expression that still has free symbols."""
 
 
+class ValidationError(AnalyticError):
+    """A validation case, or its folder, that cannot be read or evaluated; the message names the case."""
+
+
 class ApproximationWarning(UserWarning):
     """A formula was evaluated where its approximation is poor (a first-order model beyond its range);
     the message names the formula, why, and what holds there instead."""

@@ -26,7 +26,7 @@ from ..core.files import read_text
 from ..core.formula import Formula
 from ..core.symbols import sym
 from ..core.units import Q_
-from ..core.values import as_quantity, choice
+from ..core.values import as_quantity, choice, quantity
 from ..formulas import formula
 from ..plan import CONVENTIONS, Layout, Plan
 from ..presets import hardware, model
@@ -62,7 +62,8 @@ def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Pla
     if "model_overrides" in spec:
         m = m.replace(**spec.pop("model_overrides"))
     if "hardware_overrides" in spec:
-        hw = hw.replace(**{k: Q_(v) if isinstance(v, str) else v for k, v in spec.pop("hardware_overrides").items()})
+        hw = hw.replace(**{k: quantity(f"hardware_overrides.{k}", v)  # the one reader of quantities: no pint eval
+                           for k, v in spec.pop("hardware_overrides").items()})
     layout = Layout(**spec.pop("layout", {}))
     if symbolic_constants:
         constants = {k: sym(k) for k in ("matmul_efficiency", *SHARED)}

@@ -11,6 +11,7 @@ Nothing here knows a case by name: the cases are data.
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import pint
 import sympy
 
 from ..core.choices import MEMORY_VERDICTS
-from ..core.errors import AnalyticError
+from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
 from ..core.files import read_text
 from ..core.units import Q_
@@ -31,6 +32,8 @@ CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "
 
 
 KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
+#: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
+FILE_OF_KIND = {"memory": "memory.toml", "outside": "outside.toml"}
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
@@ -74,7 +77,7 @@ class Result:
 
 def load(folder: Path) -> tuple[list[dict], dict]:
     """Every case of the folder's TOML files, and their [plans] tables."""
-    cases, plans = [], {}
+    cases, plans, where = [], {}, {}
     for path in sorted(folder.glob("*.toml")):
         try:
             data = tomllib.loads(read_text(path))
@@ -82,13 +85,26 @@ def load(folder: Path) -> tuple[list[dict], dict]:
             raise AnalyticError(f"{path.name}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise AnalyticError(f"{path.name}: not valid TOML ({str(exc)[:80]})") from None
-        plans.update(data.get("plans", {}))
-        for i, c in enumerate(data.get("case", [])):
+        tables, listed = data.get("plans", {}), data.get("case", [])
+        if not isinstance(tables, dict) or not isinstance(listed, list):
+            raise ValidationError(f"{path.name}: [plans] must be tables of plans and [[case]] a list of cases")
+        for name in tables:
+            if name in plans:
+                raise ValidationError(f"{path.name}: plan {name[:80]!r} is defined in {where[name]} too")
+            plans[name], where[name] = tables[name], path.name
+        for i, c in enumerate(listed):
             if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("kind") not in KINDS:
                 raise AnalyticError(f"{path.name}: case {i + 1} needs an id and a kind ({', '.join(KINDS)})")
             if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published", "group")):
                 raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric, published and group "
                                     "(its source: cases of one group are left out of the fit together)")
+            if c["kind"] in FILE_OF_KIND and path.name != FILE_OF_KIND[c["kind"]]:
+                raise ValidationError(f"{path.name}: {c['kind']} case {c['id'][:80]} is read only from "
+                                      f"{FILE_OF_KIND[c['kind']]}, where the fits that judge it read their cases")
+            tol = c.get("tolerance")
+            if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol > 0):
+                raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number above 0, "
+                                      f"got {tol!r:.80}")
             if c["kind"] == "memory" and not (all(k in c for k in ("published", "group")) and
                                               ("plan" in c) != ("plan_of" in c)):
                 raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
@@ -179,10 +195,24 @@ def _evaluate(case: dict, ns: dict) -> Result:
                   status=status, **base)
 
 
+def _guarded(evaluate, case: dict, ns: dict) -> Result:
+    """``evaluate(case, ns)``, whatever goes wrong in it (a division by zero, an overflow, a recursion,
+    a unit mismatch, a library error) one ValidationError naming the case."""
+    try:
+        return evaluate(case, ns)
+    except ValidationError:
+        raise
+    except (ArithmeticError, RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError,
+            MemoryError, AnalyticError) as exc:  # pint's errors are among these
+        raise ValidationError(f"case {case['id'][:80]}: {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
 def _predicted(cases: list[dict]) -> list[Result]:
     """Each case predicted with its whole source left out of the fit (the headline and the status),
     and also in-fit, leave-one-case-out, and by the compute-only baseline with its source left out."""
     objs, baseline, specs = [], [], {}
+    if not cases:
+        return []
     for c in cases:
         kw = dict(in_fit=c.get("in_fit", True), group=c["group"])
         args = (c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), as_quantity("published", c["published"]))
@@ -290,7 +320,7 @@ def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
-    results = [_evaluate(c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom", "outside")]
+    results = [_guarded(_evaluate, c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom", "outside")]
     results += _memory(folder, {c["id"]: c for c in cases if c["kind"] == "memory"})
     results += _oom([c for c in cases if c["kind"] == "oom"])
     results += _outside(folder, {c["id"]: c for c in cases if c["kind"] == "outside"})

@@ -20,7 +20,7 @@ from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
 from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
-from ..presets.hardware import Hardware, check_full_mesh
+from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
 from .layout import Layout, check_layout, training_dtype
 
@@ -184,6 +184,9 @@ class Inputs:
         #: accelerators of a scale-up domain: the override, else a node given alone, else the hardware's
         self.scale_up_domain = domain = self.overrides.get("scale_up_domain", self.overrides.get(
             "gpus_per_node", hardware.scale_up_domain))
+        node = self.overrides.get("gpus_per_node", hardware.gpus_per_node)
+        if is_number(domain) and is_number(node):  # the rule the hardware's own domain follows
+            check_domain(int(domain), int(node))
         if hardware.scale_up_links is not None and is_number(domain):
             check_full_mesh("scale_up_domain", hardware.scale_up_links, domain)
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,

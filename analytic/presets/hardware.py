@@ -34,6 +34,12 @@ def check_full_mesh(argument: str, links: int, domain: int) -> None:
                          f"accelerators to every other; a fully connected domain of {domain} needs {domain - 1}")
 
 
+def check_domain(domain: int, gpus_per_node: int) -> None:
+    """Raise unless a scale-up domain of ``domain`` accelerators is a whole number of nodes."""
+    if domain % gpus_per_node:
+        raise InputError(f"scale_up_domain: {domain} is not a whole number of nodes of {gpus_per_node} GPUs")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Constants of the predictive step-time model: the matmul efficiency and attention factor fitted by
@@ -78,9 +84,7 @@ class Hardware:
         object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))
         domain = self.gpus_per_node if self.scale_up_domain is None else self.scale_up_domain
         object.__setattr__(self, "scale_up_domain", count("scale_up_domain", domain, allow_symbol=False))
-        if self.scale_up_domain % self.gpus_per_node:
-            raise InputError(f"scale_up_domain: {self.scale_up_domain} is not a whole number of nodes of "
-                             f"{self.gpus_per_node} GPUs")
+        check_domain(self.scale_up_domain, self.gpus_per_node)
         if self.sms is not None:
             object.__setattr__(self, "sms", count("sms", self.sms, allow_symbol=False))
         if self.scale_up_links is not None:
