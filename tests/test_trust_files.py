@@ -169,9 +169,9 @@ CLAIM = '[[case]]\nid = "{id}"\nkind = "claim"\npublished = "1 s"\ntolerance = {
 
 
 @pytest.mark.parametrize("files, message", [
-    ({"claims.toml": CLAIM.format(id="A", tol="inf", compute="Q('1 s')")}, "tolerance must be a finite number"),
-    ({"claims.toml": CLAIM.format(id="A", tol="nan", compute="Q('1 s')")}, "tolerance must be a finite number"),
-    ({"claims.toml": CLAIM.format(id="A", tol="-0.1", compute="Q('1 s')")}, "tolerance must be a finite number"),
+    ({"claims.toml": CLAIM.format(id="A", tol="inf", compute="Q('1 s')")}, "tolerance must be a finite number of at least 0"),
+    ({"claims.toml": CLAIM.format(id="A", tol="nan", compute="Q('1 s')")}, "tolerance must be a finite number of at least 0"),
+    ({"claims.toml": CLAIM.format(id="A", tol="-0.1", compute="Q('1 s')")}, "tolerance must be a finite number of at least 0"),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s') / 0")}, "case A: ZeroDivisionError"),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s') + Q('1 GB')")}, "case A: "),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')") + '[plans.p]\nmodel = "llama3-8b"\n',

@@ -183,9 +183,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _shown(text) -> str:
-    """A user's value as a message shows it: at most 80 characters."""
+    """A file name as a message shows it: at most 200 characters."""
     text = str(text)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _quiet_stdout() -> None:

@@ -102,9 +102,9 @@ def load(folder: Path) -> tuple[list[dict], dict]:
                 raise ValidationError(f"{path.name}: {c['kind']} case {c['id'][:80]} is read only from "
                                       f"{FILE_OF_KIND[c['kind']]}, where the fits that judge it read their cases")
             tol = c.get("tolerance")
-            if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol > 0):
-                raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number above 0, "
-                                      f"got {tol!r:.80}")
+            if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol >= 0):
+                raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number of at "
+                                      f"least 0 (0: exact), got {tol!r:.80}")
             if c["kind"] == "memory" and not (all(k in c for k in ("published", "group")) and
                                               ("plan" in c) != ("plan_of" in c)):
                 raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
