@@ -103,6 +103,11 @@ def test_a_unit_that_is_not_a_unit_name_is_refused(fresh, monkeypatch):
     essay().step_time()
     (path,) = fresh.glob("plan-*.json")
     data = json.loads(path.read_text())
+    sources = data["programs"]["sources"]
+    bare = {**data["programs"], "sources": {**sources, "conditional": [], "program": None}}
+    assert programs.Bundle.from_json(bare).source_conditions is None  # a structure drawing on no source by condition
+    with pytest.raises(ValueError, match="one condition per conditional source"):
+        programs.Bundle.from_json({**data["programs"], "sources": {**sources, "program": None}})
     data["programs"]["quantities"]["units"][0] = "9**9**9**9"
     with pytest.raises(ValueError, match="unit names"):
         programs.Bundle.from_json(data["programs"])

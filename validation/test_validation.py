@@ -344,7 +344,7 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
     row = next(r for r in rows if r.id == "M-MTI-7b-dp8")
     counted = calibration.build_plan(mti["plan"]).memory().total.to("GiB").magnitude
     assert row.error == row.extra["in_fit_error"] == row.extra["count_error"] == pytest.approx(counted / 69.1 - 1, rel=1e-12)
-    (tmp_path / "m.toml").write_text('[[case]]\nid = "X"\nkind = "memory"\npublished = "1 GiB"\ngroup = "g"\n')
+    (tmp_path / "memory.toml").write_text('[[case]]\nid = "X"\nkind = "memory"\npublished = "1 GiB"\ngroup = "g"\n')
     with pytest.raises(an.AnalyticError, match="memory case X needs"):
         validation.load(tmp_path)
 
