@@ -340,3 +340,25 @@ def test_step_and_search_refuse_a_scale_up_domain_that_splits_a_node_alike():
              "--scale-up-domain", "12"]
     errors = {run(command, *flags)[2].strip() for command in ("step", "search")}
     assert errors == {"analytic: scale_up_domain: 12 is not a whole number of nodes of 8 GPUs"}
+
+
+def test_a_huge_name_is_quoted_short():
+    for lookup in (an.model, an.hardware, an.formula, an.stack):
+        with pytest.raises(an.UnknownNameError) as caught:
+            lookup("x" * 100_000)
+        assert len(str(caught.value)) < 400
+    code, out, err = run("step", "--model", "q" * 100_000, "--hardware", "h100-sxm")
+    assert code == 2 and len(err) < 1100 and len(err.strip().splitlines()) == 1
+
+
+def test_the_documented_offload_share_of_0_and_suffixed_token_counts_are_read():
+    """--offload-optimizer 0 is 'none', as documented; --tokens 15.6T is the count the user typed, and a
+    mistake in it is quoted as typed."""
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "4096", "--global-batch", "64"]
+    assert run("step", *flags, "--offload-optimizer", "0")[0] == 0
+    assert an.Layout(offload_optimizer="0").offload_optimizer == 0
+    code, out, err = run("step", *flags, "--tokens", "15.6T", "--json")
+    steps = next(line["value"] for line in json.loads(out)["lines"] if line["key"] == "steps")
+    assert code == 0 and steps == round(15.6e12 / (64 * 4096))
+    code, out, err = run("step", *flags, "--tokens", "15.6X")
+    assert code == 2 and err.strip() == "--tokens: expected an integer ≥ 1, got '15.6X'"

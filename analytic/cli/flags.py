@@ -207,7 +207,7 @@ def build_plan(args) -> tuple[object, dict]:
     layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
-        tokens = f"{tokens} token"  # a count of tokens, e.g. --tokens 15.6e12
+        tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
                    grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or DEFAULT_STACK,

@@ -196,9 +196,11 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _one_line(text: str) -> str:
-    """The message on one line: control characters (a newline in a user's value) escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def _one_line(text: str, limit: int = 1000) -> str:
+    """The message on one line: control characters (a newline in a user's value) escaped, at most
+    ``limit`` characters (a library message quoting a huge value)."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def main(argv=None) -> int:

@@ -5,6 +5,12 @@ from __future__ import annotations
 import difflib
 
 
+def shown(value, limit: int = 80) -> str:
+    """A user's value as a message quotes it: its repr, at most ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class AnalyticError(Exception):
     """Base class of every error the library raises on purpose."""
 
@@ -26,10 +32,10 @@ class UnknownNameError(AnalyticError, KeyError):
 
     def __init__(self, kind: str, name: str, known):
         known = sorted(known)
-        close = difflib.get_close_matches(str(name), known, n=5, cutoff=0.5)
+        close = difflib.get_close_matches(str(name)[:200], known, n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         listing = "" if close or len(known) > 40 else f"; known: {', '.join(known)}"
-        self.message = f"unknown {kind} {name!r}{hint}{listing}"
+        self.message = f"unknown {kind} {shown(name)}{hint}{listing}"
         super().__init__(self.message)
 
     def __str__(self) -> str:  # KeyError would quote the message

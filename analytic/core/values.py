@@ -31,7 +31,7 @@ import numpy as np
 import pint
 
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
-from .errors import InputError, UnitError
+from .errors import InputError, UnitError, shown
 from .units import Q_, ureg
 
 #: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
@@ -276,7 +276,8 @@ def fraction(name: str, value, *, upper: float | None = 1.0):
 def share(name: str, value):
     """A number in [0, 1] (a share of something; 0 is none) as :func:`fraction` gives it."""
     try:
-        x = 0 if not isinstance(value, (bool, str)) and is_number(value) and value == 0 else fraction(name, value)
+        read = quantity(name, value) if isinstance(value, str) else value  # '0' as the number it writes
+        x = 0 if not isinstance(read, bool) and is_number(read) and read == 0 else fraction(name, value)
     except InputError:
         x = None
     if x is None or not is_number(x):
@@ -287,7 +288,7 @@ def share(name: str, value):
 def choice(name: str, value, options):
     """``value`` if it is one of the (string) ``options``."""
     if not isinstance(value, str) or value not in options:
-        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
+        raise InputError(f"{name}: expected one of {', '.join(map(repr, options))}, got {shown(value)}")
     return value
 
 
