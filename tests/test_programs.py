@@ -47,14 +47,14 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(programs, "_BUNDLES", {})
     monkeypatch.setattr(programs, "_SEEN", {})
     monkeypatch.setattr(programs, "_FORMULAS", {})
+    monkeypatch.setattr(programs, "PLANS_BEFORE_LOWERING", 0)
     PROGRAMS._COMPILED.clear()
-    with cache.eager():
-        yield tmp_path
+    return tmp_path
 
 
 def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch):
-    """Outside ``eager``, a structure's first plans take their own expressions, the next builds the
-    programs and the one after reads them from memory."""
+    """A structure's first plans in a process take their own expressions, the next builds the programs
+    and the one after reads them from memory."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
     monkeypatch.setattr(programs, "_SEEN", {})
@@ -197,6 +197,20 @@ def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh)
     assert plan.memory().stage == 3 and plan.memory().total == totals[3]
 
 
+def test_the_command_line_lowers_a_structure_at_its_second_run(tmp_path, monkeypatch):
+    """One plan a run: the first run of `analytic step` takes the plan's expressions and marks the
+    structure seen, the second lowers it, the third reads it (and imports no sympy)."""
+    import os
+    env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
+    code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out: main(['step'])\n"
+            "print(len(out.getvalue()), 'sympy' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+            for _ in range(3)]
+    assert runs[0][0] == runs[1][0] == runs[2][0] and [r[1] for r in runs] == ["True", "True", "False"]
+    assert len(list(tmp_path.glob("plan-*.json"))) == 1 and len(list(tmp_path.glob("seen-plan-*.json"))) == 1
+
+
 def test_programs_of_other_sources_are_not_used(fresh, monkeypatch):
     """An edited library: its digest differs, so the programs built for the old one are not read, and
     the numbers are the same."""
@@ -224,9 +238,10 @@ def test_what_the_programs_cannot_give_is_the_expressions_error(fresh):
 
 
 def test_a_new_model_of_a_known_architecture_searches_without_a_build(fresh):
-    """Once a plan of the structure has built its programs, a search of another model of it builds nothing."""
-    an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(tp=2, sequence_parallel=True), seq_len=4096,
-            global_batch=128).step_time()
+    """Once plans of the structures have built their programs (with sequence parallelism, for tp > 1, and
+    without, for tp = 1), a search of another model of them builds nothing."""
+    for layout in (an.Layout(tp=2, sequence_parallel=True), an.Layout(tp=1)):
+        an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), layout, seq_len=4096, global_batch=128).step_time()
     model = an.model("llama3-8b").replace(layers=20, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192,
                                           head_dim=None, name="mine")
     res = an.search(model, an.hardware("h100-sxm"), gpus=32, seq_len=4096, global_batch=128, progress=False)

@@ -323,3 +323,32 @@ def test_context_parallelism_needs_two_chunks_a_rank():
         an.Plan(MODEL, HW, an.Layout(cp=4, dp=16), seq_len=4100, **kw)
     odd, even = (enumerate_layouts(MODEL, HW, gpus=64, seq_len=s, global_batch=64) for s in (4100, 4096))
     assert 4.0 not in set(odd["cp"]) and 2.0 in set(odd["cp"]) and 4.0 in set(even["cp"])
+
+
+@pytest.mark.parametrize("stack", an.stacks())
+def test_every_ranked_row_is_plans_on_every_stack(stack):
+    """On each stack, rows drawn across the ranking (tp = 1 among them, where Plan has no sequence
+    parallelism; selective recomputation on stacks whose policy for it is not modelled left out, as
+    Plan refuses it): each is a layout Plan accepts, with Plan's memory and step time (to 1e-12)."""
+    model, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    kw = dict(seq_len=4096, global_batch=32)
+    flash = stack != "megatron-lm-2021"  # its stack has no fused attention kernel
+    if not flash:  # the unfused formulas count GPT's layer: multi-head attention, a GELU MLP
+        model = an.Model(layers=24, hidden=2048, heads=16, vocab=51200, mlp="gelu", position="learned",
+                         max_seq_len=4096, name="gpt-1.3b")
+    try:
+        res = an.search(model, hw, gpus=8, **kw, stack=stack, flash_attention=flash, progress=False, top=10**6)
+    except an.InputError as exc:  # a stack that runs none of this model's layouts says why
+        pytest.skip(str(exc))
+    rows = list(res.ranked)
+    assert rows and any(r.layout.tp == 1 for r in rows) and any(r.layout.tp > 1 for r in rows)
+    picks = rows[:: max(1, len(rows) // 12)]
+    picks += [next(r for r in rows if r.layout.tp == 1)]
+    for row in picks:
+        plan = row.plan(model, hw, **kw)  # raises where Plan refuses the layout
+        assert plan.memory().total.to("byte").magnitude == pytest.approx(row.memory, rel=1e-12), row.layout
+        assert plan.step_time().to("s").magnitude == pytest.approx(row.step_time, rel=1e-12), row.layout
+    if stack in ("llm-foundry", "maxtext"):  # selective recomputation not modelled for them
+        assert all(r.layout.recompute != "selective" for r in rows)
+        with pytest.raises(an.InputError, match="selective recomputation is not modelled"):
+            an.search(model, hw, gpus=8, **kw, stack=stack, recompute=("selective",), progress=False)

@@ -142,8 +142,7 @@ def test_a_plans_numbers_and_the_commands_need_neither_sympy_nor_the_catalogue(t
             "print(codes, p.inputs['hbm'], repr(p.inputs['scale_up_latency']), [k for k in sys.modules if k == 'sympy' "
             "or k.startswith('analytic.core.formula')])")
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
-    first = _fresh("import analytic.core.cache as c\nwith c.eager():\n" + "".join(f"    {ln}\n" for ln in code.splitlines()),
-                   env)
+    first = _fresh("import analytic.plan.programs as p\np.PLANS_BEFORE_LOWERING = 0\n" + code, env)
     assert first[0].startswith("[0, 0, 0] 85520809984 Fraction(17, 5000000) ['sympy'")
     assert _fresh(code, env) == ["[0, 0, 0] 85520809984 Fraction(17, 5000000) []"]
 

@@ -213,9 +213,9 @@ def main(argv=None) -> int:
             raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
                            "plot")
         prepare()
-        if args.command in ("step", "memory"):  # the plan's programs are built now: later runs read them
-            from ..core.cache import eager
-            with eager():
+        if args.command in ("step", "memory"):  # a plan a run: the plan's programs are built at its second run
+            from ..core.cache import across_runs
+            with across_runs():
                 code = args.func(args)
         else:
             code = args.func(args)

@@ -19,23 +19,35 @@ from .files import read_text, write_text
 
 #: a cache file larger than this is not read
 MAX_BYTES = 1 << 24
-_EAGER = [False]
+_ACROSS_RUNS = [False]
 
 
 @contextlib.contextmanager
-def eager():
-    """Inside it, what is built on a later use (a plan structure's programs, :mod:`analytic.plan.programs`)
-    is built at the first, and written: for a process whose successors ask the same (the command line)."""
-    before, _EAGER[0] = _EAGER[0], True
+def across_runs():
+    """Inside it, what is built on reuse (a plan structure's programs, :mod:`analytic.plan.programs`)
+    counts the uses of earlier processes too: for a process whose successors ask the same (the command
+    line), a structure an earlier run saw is built at its first use."""
+    before, _ACROSS_RUNS[0] = _ACROSS_RUNS[0], True
     try:
         yield
     finally:
-        _EAGER[0] = before
+        _ACROSS_RUNS[0] = before
 
 
-def is_eager() -> bool:
-    """Whether :func:`eager` is in force."""
-    return _EAGER[0]
+def is_across_runs() -> bool:
+    """Whether :func:`across_runs` is in force."""
+    return _ACROSS_RUNS[0]
+
+
+def seen_before(kind: str, key: str) -> bool:
+    """Whether an earlier process marked ``key`` as seen in the cache; marks it now if not."""
+    path = entry(f"seen-{kind}", key)
+    if path is None:
+        return False
+    if read_json(path) == key:
+        return True
+    write_json(path, key)
+    return False
 
 
 def cache_dir() -> Path | None:

@@ -21,6 +21,7 @@ from .layout import (
     check_sequence,
     divisors,
     regime,
+    selective_refusal,
     sequence_unit,
     tiles,
     training_dtype,
@@ -30,7 +31,8 @@ from .layout import (
 _LAZY = {"Memory": "core", "Plan": "core"}
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
-           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "sequence_parallel_default", "sequence_unit",
+           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "divisors", "regime", "selective_refusal",
+           "sequence_parallel_default", "sequence_unit",
            "tiles", "training_dtype"]
 
 

@@ -22,7 +22,7 @@ from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
-from .layout import Layout, check_layout, training_dtype
+from .layout import Layout, check_layout, selective_refusal, training_dtype
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
@@ -116,13 +116,9 @@ class Inputs:
         if self.saved_extra and not (self.flash_attention and model.attention != "mla" and not model.is_moe):
             raise InputError(f"stack: {self.stack}'s saved tensors are modelled for dense layers with a fused "
                              "attention kernel")
-        if layout.recompute == "selective":
-            if self.selective is None:
-                raise InputError(f"recompute: stack {self.stack}'s selective recomputation is not modelled; "
-                                 "use recompute='none' or 'full'")
-            if self.selective == "op" and not (self.flash_attention and model.mlp == "swiglu" and not model.is_moe):
-                raise InputError(f"recompute: stack {self.stack}'s op-level selective policy is modelled for dense "
-                                 "Llama-style blocks (SwiGLU, fused attention)")
+        refusal = selective_refusal(self.stack, self.selective, model, self.flash_attention)
+        if layout.recompute == "selective" and refusal:
+            raise InputError(refusal)
         modules = layout.recompute_modules
         if modules and (self.selective != "attention" or not self.flash_attention):
             raise InputError(f"recompute_modules: Megatron-Core's recompute modules are modelled with a fused attention "

@@ -326,3 +326,14 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
                           "GEMMs; pass sequence_parallel=True")
     if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
         check_comm_sms(lay.comm_sms, sms, hardware)
+
+
+def selective_refusal(stack: str, selective: str | None, model, flash_attention: bool) -> str | None:
+    """Why recompute="selective" is refused on ``stack`` (whose policy is ``selective``, its property) for
+    ``model``, or None where it is modelled: one rule for Plan and search."""
+    if selective is None:
+        return f"recompute: stack {stack}'s selective recomputation is not modelled; use recompute='none' or 'full'"
+    if selective == "op" and not (flash_attention and model.mlp == "swiglu" and not model.is_moe):
+        return (f"recompute: stack {stack}'s op-level selective policy is modelled for dense Llama-style blocks "
+                "(SwiGLU, fused attention)")
+    return None

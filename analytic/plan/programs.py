@@ -129,7 +129,8 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
             found = None
     if found is None:
         if build is None:
-            build = cache.is_eager() or _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING
+            build = _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING or (cache.is_across_runs()
+                                                                   and cache.seen_before("plan", key))
         if not build or lower is None:
             _SEEN[key] = _SEEN.get(key, 0) + 1
             return None

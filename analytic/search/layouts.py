@@ -40,12 +40,13 @@ from ..plan import (
     check_comm_sms,
     check_sequence,
     divisors,
+    selective_refusal,
     sequence_parallel_default,
     sequence_unit,
     tiles,
     training_dtype,
 )
-from ..presets import outside_floor, stacks
+from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -233,8 +234,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
     training stack every layout is counted with, as ``Plan(..., stack=)``."""
     start = time.time()
-    if not isinstance(model, Model) or not isinstance(hardware, Hardware):
-        raise InputError("search: give an analytic Model and Hardware (an.model(name), an.hardware(name))")
+    model, hardware = as_model(model), as_hardware(hardware)  # objects, preset names or a config.json path
     free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
             and not getattr(model, f.name).is_number]
     if free:
@@ -247,7 +247,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     choice("objective", objective, OBJECTIVES)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
-    allocator = read_stack(choice("stack", stack, stacks()))["allocator"]
+    props = read_stack(choice("stack", stack, stacks()))
+    allocator = props["allocator"]
     training_dtype(dtype, hardware)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
@@ -273,6 +274,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if isinstance(v, bool) or v not in allowed]
         if bad:
             raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
+    if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
+        if recompute != RECOMPUTE:
+            raise InputError(refusal)
+        recompute = tuple(r for r in recompute if r != "selective")
     microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
                               for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
     max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
@@ -290,17 +296,21 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n = len(arrays["tp"])
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
     built = False
-    if n:  # nothing to compile for when no layout is valid
-        note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
-        fn, built = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                              zero3_gather, stack, note)
-    for lo in range(0, n, CHUNK):
-        args = [arrays[k][lo:lo + CHUNK] for k in INPUTS]
-        with np.errstate(all="ignore"):
-            for k, v in zip(("memory", "step_time", "flops"), fn(*args)):
-                out[k][lo:lo + CHUNK] = v  # broadcasts a constant
-        if show:
-            _progress(min(lo + CHUNK, n), n, start)
+    note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
+    # layouts with tp > 1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each
+    for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
+        if not len(rows):  # nothing to compile for when no layout of the kind is valid
+            continue
+        fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                            zero3_gather, stack, note, sequence_parallel=sp)
+        built = built or new
+        for lo in range(0, len(rows), CHUNK):
+            chunk = rows[lo:lo + CHUNK]
+            with np.errstate(all="ignore"):
+                for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
+                    out[k][chunk] = v  # broadcasts a constant
+            if show:
+                _progress(min(lo + CHUNK, len(rows)), len(rows), start)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),

@@ -42,10 +42,12 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather, stack) -> Plan:
-    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open."""
+                   zero3_gather, stack, sequence_parallel=True) -> Plan:
+    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open;
+    sequence parallelism on (the layouts with tp > 1) or off (tp = 1, where Plan has none)."""
     layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
-                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=True, async_tp=async_tp,
+                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=sequence_parallel,
+                    async_tp=async_tp and sequence_parallel,
                     comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                 microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack)
@@ -67,19 +69,19 @@ def _of_structure(plan: Plan):
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None) -> tuple:
+              zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None, sequence_parallel=True) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or the
     disk cache, or built now (``on_build()`` is called first). The cache holds data only, validated
     when read; a file that is not a valid program is rebuilt."""
     plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather, stack)
+                          zero3_gather, stack, sequence_parallel)
     found = _of_structure(plan)
     if found is not None:
         return found, False
     key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp, comm_sms, zero3_gather, stack)
+               async_tp and sequence_parallel, comm_sms, zero3_gather, stack, sequence_parallel)
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache.cache_dir()
