@@ -777,3 +777,24 @@ def test_json_has_no_nan():
     from analytic.cli.output import json_text
     text = json_text({"a": float("nan"), "b": [1.0, float("inf")], "c": "x"})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": None, "b": [1.0, None], "c": "x"}
+
+
+def test_the_command_line_finishes_its_sentences(capsys):
+    """Advice names something the user can type: --allow-cross-node-tp exists and is what the TP error
+    names; help lists the presets; calibrate alone lists its modes; without torch, --gemm is one line."""
+    import subprocess
+    import sys
+    flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "16", "--tp", "16", "--seq", "4096",
+             "--global-batch", "16"]
+    code, out, err = run(capsys, "step", *flags)
+    assert code == 2 and "--allow-cross-node-tp" in err
+    code, out, err = run(capsys, "step", *flags, "--allow-cross-node-tp")
+    assert code == 0 and "predicted step time" in out
+    helped = subprocess.run([sys.executable, "-m", "analytic.cli", "step", "--help"], capture_output=True, text=True)
+    assert all(name in " ".join(helped.stdout.split()) for name in an.models() + an.hardwares())
+    code, out, err = run(capsys, "calibrate")
+    assert code == 2 and all(mode in err for mode in ("--published", "--gemm", "--backend"))
+    no_torch = ("import sys; sys.modules['torch'] = None\nfrom analytic.cli.main import main\n"
+                "sys.exit(main(['calibrate', '--gemm']))")
+    done = subprocess.run([sys.executable, "-c", no_torch], capture_output=True, text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "[torch]" in done.stderr

@@ -1681,3 +1681,18 @@ def test_a_plan_takes_preset_names_and_config_paths():
     for model, hardware, arg in ((5, "h100-sxm", "model"), ("llama3-8b", 3.0, "hardware")):
         with pytest.raises(an.InputError, match=f"^{arg}: expected"):
             an.Plan(model, hardware, **kw)
+
+
+def test_inputs_people_type():
+    """vpp > 1 implies the interleaved schedule (an explicit other one is refused); a rate as one over a
+    time; repr names the plan once; a search row knows its GPUs."""
+    assert an.Layout(pp=4, vpp=2).schedule == "interleaved" and an.Layout(pp=4).schedule == "1f1b"
+    with pytest.raises(an.LayoutError, match="need schedule='interleaved'"):
+        an.Layout(pp=4, vpp=2, schedule="1f1b")
+    kw = dict(seq_len=4096, global_batch=64)
+    per = an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), interruption_rate="1/(50000 hour)", **kw)
+    assert per.inputs["interruption_rate"] == an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8),
+                                                      interruption_rate="2e-5/hour", **kw).inputs["interruption_rate"]
+    assert repr(per).startswith("Plan(llama3-8b on h100-sxm, tp=1")
+    best = an.search("llama3-8b", "h100-sxm", gpus=16, progress=False, **kw).best
+    assert best.gpus == 16 == best.as_dict()["gpus"]

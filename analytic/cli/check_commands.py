@@ -50,7 +50,11 @@ def _write_text(path: str, text: str) -> None:
 
 def _calibrate_gemm(args) -> int:
     """``calibrate --gemm``: time GEMMs and a copy here, fit, print (or ``--json``), ``--write`` a profile."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        from ..core.errors import install_hint
+        raise CLIError(f"calibrate --gemm: needs torch ({install_hint('torch')})") from None
 
     from ..reference import gemm
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -101,7 +105,8 @@ def cmd_calibrate(args) -> int:
         from ..reference.calibrate import main as backend_main
         return backend_main(args)
     if not args.published:
-        raise CLIError("calibrate: give --published (fit on the validation cases) or --backend gloo|nccl")
+        raise CLIError("calibrate: give --published (fit the step-time constants on the validation cases), --gemm "
+                       "(time GEMMs and copies on this device) or --backend gloo|nccl (time collectives)")
     from ..fit import calibration, outside, reserve, validation
     folder = validation.find_folder(args.cases)
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]

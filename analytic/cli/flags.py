@@ -62,7 +62,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile",
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
@@ -194,7 +194,7 @@ def build_plan(args) -> tuple[object, dict]:
                   **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
                      for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
                   zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
-                  schedule=get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+                  schedule=get("schedule"))  # None: Layout's rule (interleaved where vpp > 1)
     microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
     links = hardware_overrides(get) | outside_override(get)
 
@@ -211,7 +211,8 @@ def build_plan(args) -> tuple[object, dict]:
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
                    dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
                    grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or DEFAULT_STACK,
-                   profile=get("profile"), training_tokens=tokens, **links)
+                   profile=get("profile"), training_tokens=tokens, allow_cross_node_tp=bool(get("allow_cross_node_tp")),
+                   **links)
     extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
              "text": text_config, "notes": notes}
     return plan, extra

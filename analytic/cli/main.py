@@ -43,15 +43,17 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan")
-    g.add_argument("--model", help="preset model name (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, bloom-176b, palm-540b, "
-                                   "deepseek-v3) or a Hugging Face config.json (PATH.json)")
-    g.add_argument("--hardware", help="preset hardware name")
+    g.add_argument("--model", help=f"preset model name ({', '.join(_preset_names('models'))}) or a Hugging Face "
+                                   "config.json (PATH.json)")
+    g.add_argument("--hardware", help=f"preset hardware name ({', '.join(_preset_names('hardware'))})")
     g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
     for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         g.add_argument(f"--{axis}", help=f"{axis} degree")
     g.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="ZeRO stage")
     g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
     g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")
+    g.add_argument("--allow-cross-node-tp", dest="allow_cross_node_tp", action="store_true", default=None,
+                   help="let a TP group span scale-up domains (its collectives then cross the scale-out network)")
     g.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
                    help="TP collectives overlapped with their GEMMs (PyTorch async TP, Megatron TP comm overlap)")
     g.add_argument("--comm-sms", dest="comm_sms",
@@ -180,6 +182,15 @@ def parser() -> argparse.ArgumentParser:
     _plan_args(p)
     p.set_defaults(func=cmd_plot)
     return top
+
+
+def _preset_names(table: str) -> list[str]:
+    """The names of presets/TABLE.toml, read as text (the command's help imports neither pint nor sympy)."""
+    import tomllib
+    from pathlib import Path
+
+    from ..core.files import read_text
+    return list(tomllib.loads(read_text(Path(__file__).parent.parent / "presets" / f"{table}.toml")))
 
 
 def _shown(text) -> str:

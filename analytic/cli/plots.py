@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.errors import InputError, install_hint
 from ..core.values import count
 
 
@@ -16,7 +16,7 @@ def _plt():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("plots need matplotlib: pip install -e '.[plot]'") from None
+        raise InputError(f"plots need matplotlib: {install_hint('plot')}") from None
     return plt
 
 

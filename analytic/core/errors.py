@@ -11,6 +11,16 @@ def shown(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs the optional dependencies ``extra``, as this package was installed: from a
+    source checkout (editable) or from a wheel."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "analytic" / "core").is_dir():
+        return f"pip install -e '{root}[{extra}]'"
+    return f"pip install 'analytic[{extra}]'"
+
+
 class AnalyticError(Exception):
     """Base class of every error the library raises on purpose."""
 

@@ -78,6 +78,8 @@ _NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"
 _FACTOR = rf"{_NAME}(?:\s*(?:\*\*|\^)\s*-?[0-9])?"
 _UNIT = rf"(?:1?\s*/\s*)?{_FACTOR}(?:\s*[*/·]\s*{_FACTOR})*"
 _QUANTITY = re.compile(rf"\s*({_NUMBER})\s*({_UNIT})?\s*")
+#: one over a quantity of one unit, as a rate is written: "1/(50000 hour)"
+_PER = re.compile(rf"\s*({_NUMBER})\s*/\s*\(\s*({_NUMBER})\s*({_FACTOR})\s*\)\s*")
 
 
 def _text(keyword: str, text: str) -> str:
@@ -88,7 +90,14 @@ def _text(keyword: str, text: str) -> str:
 
 
 def parse_quantity(keyword: str, text: str):
-    """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit."""
+    """``text`` as ``(Fraction, unit string or None)``: one number, then at most one unit; or one over a
+    quantity of one unit, ``"1/(50000 hour)"``."""
+    per = _PER.fullmatch(_text(keyword, text))
+    if per and Fraction(per.group(2)):  # N/(M unit): N/M per unit
+        number, unit = Fraction(per.group(1)) / Fraction(per.group(2)), f"/{per.group(3)}"
+        if number and not 1e-307 < abs(number) < 1e308:
+            raise InputError(f"{keyword}: {text!r} is outside the magnitudes the library computes with")
+        return number, unit
     m = _QUANTITY.fullmatch(_text(keyword, text))
     if not m:
         raise UnitError(f"{keyword}: cannot read {text!r} as one number with one unit (e.g. '50 GB/s', '5 us', '405e9')")

@@ -395,4 +395,4 @@ class Plan:
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
     def __repr__(self) -> str:
-        return f"Plan({self._provenance()})"
+        return f"Plan({self._provenance().removeprefix('analytic Plan: ')})"

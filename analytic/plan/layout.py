@@ -78,7 +78,7 @@ class Layout:
     zero: object = 0
     sequence_parallel: bool = False
     recompute: object = "none"
-    schedule: object = "1f1b"
+    schedule: object = None  # None: "interleaved" where vpp > 1, else "1f1b"
     async_tp: bool = False  # TP collectives overlapped with the GEMMs they feed
     comm_sms: object = 0  # SMs reserved for communication kernels (DeepSeek-V3: 20 of 132)
     zero3_gather: str = "per-block"  # how ZeRO-3 gathers (ZERO3_GATHERS); no effect below stage 3
@@ -123,6 +123,8 @@ class Layout:
         if self.recompute_modules and self.recompute != "selective":
             raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
+        if self.schedule is None:  # model chunks imply the schedule that runs them; an explicit other one is refused
+            object.__setattr__(self, "schedule", "interleaved" if is_number(self.vpp) and self.vpp > 1 else "1f1b")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
@@ -313,7 +315,7 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
     g = scale_up_domain
     if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
-        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True)")
+        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True; CLI: --allow-cross-node-tp)")
     for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp)):  # the strides of cp, dp and ep
         if not tiles(extent, g):
             raise LayoutError(f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains of "

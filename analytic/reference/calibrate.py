@@ -159,7 +159,7 @@ MAX_LOCAL_RANKS = 64
 
 def _check(backend: str, ranks: int) -> None:
     """Refuse what cannot run before spawning anything: too few ranks, no torch, NCCL without GPUs."""
-    from ..core.errors import InputError
+    from ..core.errors import InputError, install_hint
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not torchrun and not 2 <= ranks <= MAX_LOCAL_RANKS:
         raise InputError(f"--ranks: expected an integer from 2 (a collective needs two ranks) to {MAX_LOCAL_RANKS} "
@@ -168,7 +168,7 @@ def _check(backend: str, ranks: int) -> None:
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise InputError("calibrate --backend: needs torch (pip install -e '.[torch]')") from None
+        raise InputError(f"calibrate --backend: needs torch ({install_hint('torch')})") from None
     if backend == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if not dist.is_nccl_available() or gpus < (1 if torchrun else ranks):

@@ -69,6 +69,11 @@ class Ranked:
     cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
 
+    @property
+    def gpus(self) -> int:
+        """GPUs of the layout: tp·cp·pp·dp."""
+        return self.layout.gpus
+
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **{"stack": self.stack, **kw})
