@@ -348,7 +348,22 @@ def test_every_ranked_row_is_plans_on_every_stack(stack):
         plan = row.plan(model, hw, **kw)  # raises where Plan refuses the layout
         assert plan.memory().total.to("byte").magnitude == pytest.approx(row.memory, rel=1e-12), row.layout
         assert plan.step_time().to("s").magnitude == pytest.approx(row.step_time, rel=1e-12), row.layout
+        assert plan.memory_verdict() == row.verdict == "fits", row.layout
     if stack in ("llm-foundry", "maxtext"):  # selective recomputation not modelled for them
         assert all(r.layout.recompute != "selective" for r in rows)
         with pytest.raises(an.InputError, match="selective recomputation is not modelled"):
             an.search(model, hw, gpus=8, **kw, stack=stack, recompute=("selective",), progress=False)
+
+
+def test_search_ranks_what_fits_at_its_peak_and_says_each_rows_verdict():
+    """Qwen3-30B-A3B on 8 H200 (the first hour's question): layouts whose count fits but whose predicted
+    peak does not are 'at the allocator's limit', as Plan says; they are ranked only with at_limit."""
+    from pathlib import Path
+    model = an.Model.from_hf(Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json")
+    kw = dict(gpus=8, seq_len=4096, global_batch=64, progress=False, top=10**6)
+    plain, every = an.search(model, "h200", **kw), an.search(model, "h200", **kw, at_limit=True)
+    verdicts = {r.verdict for r in every.ranked}
+    assert verdicts == {"fits", "fits at the allocator's limit"} and {r.verdict for r in plain.ranked} == {"fits"}
+    assert plain.fitting == sum(r.verdict == "fits" for r in every.ranked) < every.fitting
+    limit = next(r for r in every.ranked if r.verdict != "fits")
+    assert limit.plan(model, an.hardware("h200"), seq_len=4096, global_batch=64).memory_verdict() == limit.verdict

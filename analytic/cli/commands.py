@@ -231,7 +231,7 @@ def cmd_search(args) -> int:
     from ..search.layouts import search
     model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search")
     res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"),
-                 objective=args.objective, **kw)
+                 objective=args.objective, at_limit=bool(args.at_limit), **kw)
     several = isinstance(gpus, list)
     if not res.evaluated:
         sizes = ", ".join(f"{g:,}" for g in gpus) if several else f"{gpus:,}"
@@ -249,7 +249,8 @@ def cmd_search(args) -> int:
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
     print("stack: " + "; ".join([res.stack, *stack]))
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
-    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} fit in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
+    kept = "fit at their predicted peak or at the allocator's limit" if args.at_limit else "fit at their predicted peak"
+    print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} {kept} in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
           f"{res.seconds:.2f} s"
           + (" (including compiling the expressions of this configuration, cached for the next search)"
              if res.compiled else "")
@@ -259,13 +260,14 @@ def cmd_search(args) -> int:
               f"{res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation cases, each with its source left out)")
     print(f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} "
           f"{'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'GPU-h/Mtok':>10} {'MFU':>6} "
-          f"{'mem (GB)':>9}")
+          f"{'mem (GB)':>9}  verdict")
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
         spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
+        zero = lay.zero if lay.dp > 1 else "—"  # no replicas to shard over: the stage cannot matter
         print(f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} "
-              f"{r.microbatch_size:>3} {lay.zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
-              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}")
+              f"{r.microbatch_size:>3} {zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
+              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}  {r.verdict}")
     return 0
 
 

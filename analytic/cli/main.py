@@ -161,6 +161,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="rank every valid layout by predicted step time", allow_abbrev=False)
     _plan_args(p)
     p.add_argument("--top", default="10")
+    p.add_argument("--at-limit", dest="at_limit", action="store_true",
+                   help="rank the layouts at the allocator's limit too (their count fits, their predicted peak does not)")
     p.add_argument("--objective", choices=OBJECTIVES, default="step_time",
                    help="rank by predicted step time, cost (GPU-hours per token) or MFU; with several --gpus "
                    "counts (256,512,1024) they differ")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..core.choices import DEFAULT_STACK, OBJECTIVES
+from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
 from ..core.symbols import read_magnitude
 from ..core.values import batch_tokens as read_batch_tokens
@@ -46,7 +46,7 @@ from ..plan import (
     tiles,
     training_dtype,
 )
-from ..presets import as_hardware, as_model, outside_floor, stacks
+from ..presets import as_hardware, as_model, memory_outside, memory_reserve, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -68,6 +68,7 @@ class Ranked:
     step_time_interval: tuple[float, float] | None = None  # seconds: calibration.toml's [interval]
     cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
+    verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
 
     @property
     def gpus(self) -> int:
@@ -87,7 +88,8 @@ class Ranked:
                 "schedule": lay.schedule, "microbatch_size": self.microbatch_size,
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
-                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "stack": self.stack}
+                "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
+                "stack": self.stack}
 
 
 class _Ranking(Sequence):
@@ -105,6 +107,21 @@ class _Ranking(Sequence):
         return _row(self._a, self._order[i], self._stack)
 
 
+def _verdicts(memory, fits, hbm: float, allocator: str, outside_bytes) -> np.ndarray:
+    """Each layout's :data:`MEMORY_VERDICTS` index, as Plan.memory_verdict decides it: 2 where its count and
+    the least outside the allocator pass the HBM (``fits`` false), 0 where the predicted peak (the count
+    times the allocator's reserve, and the mean outside it or ``outside_bytes``) is within it, else 1."""
+    try:
+        reserve = float(memory_reserve(allocator)["reserve"])
+        beyond = (float(memory_outside(allocator)["outside"].to("byte").magnitude) if outside_bytes is None
+                  else float(read_magnitude("outside_bytes", outside_bytes)))
+    except PresetError:  # an allocator without a fitted reserve: the count decides
+        return np.where(fits, 0, 2)
+    peak = formula("memory.device_peak").lambdify()(counted_bytes=memory, allocator_reserve=reserve,
+                                                     outside_bytes=beyond)
+    return np.where(~fits, 2, np.where(peak <= hbm, 0, 1))
+
+
 def _row(a: dict, j: int, stack: dict) -> Ranked:
     """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
     the interval's ratios of measured/predicted step time or None, and the stack's name)."""
@@ -115,14 +132,15 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
                     schedule=SCHEDULES[d["schedule"]])
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
-                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"])
+                  None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
+                  MEMORY_VERDICTS[int(a["verdict"][j])])
 
 
 @dataclass
 class SearchResult:
-    ranked: Sequence  # fitting layouts, best first by the objective
+    ranked: Sequence  # layouts that fit at their predicted peak (at_limit: or at the allocator's limit), best first
     evaluated: int  # valid layouts, every one evaluated
-    fitting: int
+    fitting: int  # how many are ranked
     seconds: float
     arrays: dict = field(repr=False, default_factory=dict)  # every evaluated layout, as columns: INPUTS
     # (recompute and schedule by index), gpus, memory (bytes), step_time (s), cost (GPU-s/token), mfu, fits
@@ -230,14 +248,17 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
-           objective: str = "step_time", outside_bytes=None, stack: str = DEFAULT_STACK) -> SearchResult:
+           objective: str = "step_time", outside_bytes=None, stack: str = DEFAULT_STACK,
+           at_limit: bool = False) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
     the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
-    training stack every layout is counted with, as ``Plan(..., stack=)``."""
+    training stack every layout is counted with, as ``Plan(..., stack=)``. Each layout carries its memory
+    verdict, as :meth:`Plan.memory_verdict`; the ranking holds those that fit at their predicted peak,
+    and with ``at_limit`` those at the allocator's limit too."""
     start = time.time()
     model, hardware = as_model(model), as_hardware(hardware)  # objects, preset names or a config.json path
     free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
@@ -269,9 +290,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
             notes.append(note)
             warnings.warn(note, ReinterpretedWarning, stacklevel=2)
     global_batch = count("global_batch", global_batch, allow_symbol=False)
-    async_tp, flash_attention, progress = (flag(k, v) for k, v in (("async_tp", async_tp),
-                                                                   ("flash_attention", flash_attention),
-                                                                   ("progress", progress)))
+    async_tp, flash_attention, progress, at_limit = (flag(k, v) for k, v in (("async_tp", async_tp),
+                                                                             ("flash_attention", flash_attention),
+                                                                             ("progress", progress),
+                                                                             ("at_limit", at_limit)))
     zero, recompute, schedules = (distinct(k, v) for k, v in (("zero", zero), ("recompute", recompute),
                                                             ("schedules", schedules)))
     for name, values, allowed in (("zero", zero, (0, 1, 2, 3)), ("recompute", recompute, RECOMPUTE),
@@ -303,6 +325,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     built = False
     note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
     # layouts with tp > 1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each
+    done = 0
     for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
         if not len(rows):  # nothing to compile for when no layout of the kind is valid
             continue
@@ -314,8 +337,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
             with np.errstate(all="ignore"):
                 for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
                     out[k][chunk] = v  # broadcasts a constant
+            done += len(chunk)
             if show:
-                _progress(min(lo + CHUNK, len(rows)), len(rows), start)
+                _progress(done, n, start)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
@@ -323,11 +347,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     outside = (float(outside_floor(allocator).to("byte").magnitude)
                if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
-    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
-    order = np.argsort(np.where(fits, key, np.inf), kind="stable")
-    n_fit = int(fits.sum())
-    keep = order[: (n_fit if top is None else min(top, n_fit))]
     arrays["fits"] = fits
+    arrays["verdict"] = _verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
+    ranked = arrays["verdict"] <= (1 if at_limit else 0)
+    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
+    order = np.argsort(np.where(ranked, key, np.inf), kind="stable")
+    n_fit = int(ranked.sum())
+    keep = order[: (n_fit if top is None else min(top, n_fit))]
     try:
         ratios = hardware.calibration(dtype).interval
     except PresetError:  # hardware defined by hand: no calibrated constants, no interval
