@@ -12,7 +12,7 @@ from analytic.core.numeric import OPS, Program
 
 PROGRAMS = importlib.import_module("analytic.search.programs")
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
-KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False)
+KW = dict(gpus=16, seq_len=2048, global_batch=64, progress=False, tp=2)  # tp > 1: one program, with SP
 
 
 def fresh_search(hw=HW, **kw):
