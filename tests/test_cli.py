@@ -190,7 +190,8 @@ def test_search_405b_beats_the_published_layout(capsys):
                                              vpp=vpp), seq_len=8192, global_batch=2048)
         assert times[0] <= published.step_time().to("s").magnitude
     code, out, err = run(capsys, *argv)
-    assert code == 0 and "67,728 layouts evaluated, 20,411 fit in 85.52 GB with 1.859 GB outside the allocator" in out and "step (s)" in out
+    line = f"67,728 layouts evaluated, {res['fitting']:,} fit at their predicted peak in 85.52 GB with 1.859 GB outside"
+    assert code == 0 and line in out and "step (s)" in out and res["ranked"][0]["verdict"] == "fits"
 
 
 def _step_time(text: str) -> float:
@@ -726,18 +727,22 @@ def test_memory_with_the_ends_counted_as_layers(capsys):
 def test_outside_bytes_replaces_the_least_measured(capsys):
     """--outside-bytes (Plan's and search's outside_bytes=) is what a process holds outside the allocator:
     with 0 B the source text's headroom is an H100's 81,559 MiB less the count alone, and search keeps
-    every layout whose count is within the HBM, more than with the least measured (1.86 GB) left free; a
-    duration or a bare number is refused in one line."""
+    every layout whose predicted peak (the count times the allocator's reserve, and nothing outside) is
+    within the HBM, more than with the least measured (1.86 GB) left free and the mean (2.85 GB) in the
+    peak; a duration or a bare number is refused in one line."""
     assert main(["memory", "--outside-bytes", "0 B", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["outside"] == 0 and data["headroom"] == pytest.approx(81559 * 2**20 / 1e9 - data["total"], rel=1e-12)
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     kw = dict(gpus=16384, seq_len=8192, batch_tokens=16_777_216, progress=False, top=1)
     bare, least = an.search(m, hw, outside_bytes="0 B", **kw), an.search(m, hw, **kw)
-    hbm = hw.hbm.to("byte").magnitude
-    assert bare.outside == 0 and bare.fitting == int((bare.arrays["memory"] <= hbm).sum())
+    hbm, memory = hw.hbm.to("byte").magnitude, bare.arrays["memory"]
+    reserve = float(an.presets.memory_reserve("pytorch")["reserve"])
+    mean = an.presets.memory_outside("pytorch")["outside"].to("byte").magnitude
+    assert bare.outside == 0 and bare.fitting == int((memory * reserve <= hbm).sum())
     assert least.outside == (81920 - 17272 - 62875) * 2**20
-    assert least.fitting == int((least.arrays["memory"] <= hbm - least.outside).sum()) < bare.fitting
+    assert least.fitting == int(((memory <= hbm - least.outside) & (memory * reserve + mean <= hbm)).sum())
+    assert least.fitting < bare.fitting
     for value in ("2 s", "3"):
         assert main(["memory", "--outside-bytes", value]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1

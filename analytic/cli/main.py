@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import os
 import sys
 
@@ -186,13 +187,14 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _preset_names(table: str) -> list[str]:
+@functools.cache
+def _preset_names(table: str) -> tuple[str, ...]:
     """The names of presets/TABLE.toml, read as text (the command's help imports neither pint nor sympy)."""
     import tomllib
     from pathlib import Path
 
     from ..core.files import read_text
-    return list(tomllib.loads(read_text(Path(__file__).parent.parent / "presets" / f"{table}.toml")))
+    return tuple(tomllib.loads(read_text(Path(__file__).parent.parent / "presets" / f"{table}.toml")))
 
 
 def _shown(text) -> str:

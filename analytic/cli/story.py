@@ -66,6 +66,15 @@ def node_host_memory(plan: Plan, host: pint.Quantity) -> tuple[pint.Quantity, pi
     return node, dram, None if dram is None else bool(node <= dram)
 
 
+def _run_step(plan: Plan) -> tuple:
+    """The step time a run's days are counted at, and its name: the predicted one; None where the plan has
+    none (no calibrated constants, a link without a bandwidth)."""
+    try:
+        return plan.step_time(), "predicted step time"
+    except AnalyticError:
+        return None, ""
+
+
 def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
@@ -233,9 +242,13 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         steps = plan.value("steps")
         add("run", "steps", f"steps for {Q_(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
             _tags(plan, "steps"))
-        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
-        days = (step * steps.magnitude).to("day")
-        add("run", "days", "days of compute at that step time", days, "compute.steps × step time")
+        step, at = _run_step(plan)
+        if step is not None:
+            add("run", "days", f"days of compute at the {at}", (step * steps.magnitude).to("day"),
+                "compute.steps × plan.step_time")
+        if mfu is not None:  # the step at a given MFU, as its label says
+            add("run", "days_mfu", f"days of compute at MFU {float(mfu):.0%}",
+                (plan.step_time(mfu=mfu) * steps.magnitude).to("day"), "compute.steps × compute.train_time")
     mtbf = plan.value("mtbf")
     r = reliability_value
     rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
@@ -252,10 +265,9 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
                f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
     add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
         float(plan.value("goodput").magnitude), _tags(plan, "goodput", "reliability."))
-    if plan.training_tokens is not None:
-        step = plan.step_time(mfu=mfu) if mfu is not None else plan.step_time()
+    if plan.training_tokens is not None and step is not None:
         wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
-        add("failures", "wall_days", "wall-clock days with failures", wall,
+        add("failures", "wall_days", f"wall-clock days with failures, at the {at}", wall,
             _tags(plan, "train_time", "compute.steps", "reliability.daly.goodput"))
         add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))),
             _tags(plan, "interruptions", "reliability.mtbf"))

@@ -124,7 +124,10 @@ class Layout:
             raise LayoutError(f"recompute_modules: recomputed under recompute='selective', not {self.recompute!r}")
         choice("zero3_gather", self.zero3_gather, ZERO3_GATHERS)
         if self.schedule is None:  # model chunks imply the schedule that runs them; an explicit other one is refused
-            object.__setattr__(self, "schedule", "interleaved" if is_number(self.vpp) and self.vpp > 1 else "1f1b")
+            chunks = is_number(self.vpp) and self.vpp > 1
+            if chunks and is_number(self.pp) and self.pp < 2:
+                raise LayoutError(f"vpp: {self.vpp} model chunks a stage need pipeline stages (pp ≥ 2), got pp = {self.pp}")
+            object.__setattr__(self, "schedule", "interleaved" if chunks else "1f1b")
         if not _open(self.schedule, "schedule"):
             choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "interleaved" and is_number(self.vpp) and self.vpp < 2:
