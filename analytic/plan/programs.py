@@ -7,9 +7,11 @@ formulas' domains hold), one stage's memory, search's outputs and the conditions
 sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
 read back, and plans of the structure, in this process or another, evaluate it on Python floats.
 
-Lowering a template costs a few plans' worth of expressions (1–3 s), so it is done for the second
-plan of a structure in a process (the first takes its own expressions, which a one-off plan needs
-anyway), or for the first inside :func:`analytic.core.cache.eager` (the command line, whose later runs read the cache).
+Lowering a template costs many plans' worth of expressions (1–3 s against 0.04–0.5 s), so, as one
+rents until the rent paid nears the price, the first :data:`PLANS_BEFORE_LOWERING` plans of a structure
+in a process take their own expressions (what a one-off plan needs anyway) and the next lowers the
+template. Inside :func:`analytic.core.cache.across_runs` (the command line, one plan a run) runs are
+counted instead: a structure an earlier run saw is lowered at its first plan, and later runs read it.
 :class:`Numbers` is one plan's view of the programs; :func:`formula` does the same for one catalogue
 formula.
 """
@@ -112,8 +114,8 @@ _SEEN: dict = {}  # structure → plans of this process that took their expressi
 def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
     """The programs of ``inp``'s structure, or None where it has no template or cannot be modelled:
     from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or None)
-    now, where ``build`` says so: by default for the structure's second plan in this process, or its
-    first inside :func:`analytic.core.cache.eager`."""
+    now, where ``build`` says so: by default after :data:`PLANS_BEFORE_LOWERING` plans of the structure in
+    this process, or inside :func:`analytic.core.cache.across_runs` where an earlier run saw it."""
     key = structure(inp)
     if key is None:
         return None
