@@ -15,10 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from .files import read_text, write_text
+from .files import MAX_BYTES, read_text, write_text
 
-#: a cache file larger than this is not read
-MAX_BYTES = 1 << 24
 _ACROSS_RUNS = [False]
 
 
