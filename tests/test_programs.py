@@ -87,13 +87,26 @@ def test_the_programs_are_built_once_and_kept_as_data(fresh):
     assert out.split() == [repr(want), "False", "False"]
 
 
-@pytest.mark.parametrize("content", ["[1, 2, 3]", "def f(): pass", "[" * 100_000 + "]" * 100_000,
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "{}", "def f(): pass", "\x00", "[" * 100_000 + "]" * 100_000,
                                      json.dumps({"structure": "other", "programs": {}})],
-                         ids=["list", "python", "deep", "other-structure"])
-def test_a_corrupt_cache_entry_is_rebuilt(fresh, monkeypatch, content):
+                         ids=["list", "empty", "python", "nul", "deep", "other-structure"])
+def test_a_corrupt_cache_entry_is_not_read(tmp_path, monkeypatch, content):
+    """Whatever an entry holds that is not a structure's programs, a plan does not take it: it takes its
+    own expressions (16.47 s, the step the story prints)."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    monkeypatch.setattr(programs, "_SEEN", {})
+    path = cache.entry("plan", structure(essay()._in))
+    path.write_text(content)
+    plan = essay()
+    assert plan._numbers.bundle is None and plan._exprs == {}
+    assert plan.step_time().to("s").magnitude == pytest.approx(16.4714, rel=1e-5) and plan._exprs
+
+
+def test_a_corrupt_cache_entry_is_rebuilt(fresh, monkeypatch):
     want = essay().step_time()
     (path,) = fresh.glob("plan-*.json")
-    path.write_text(content)
+    path.write_text("def f(): pass")
     monkeypatch.setattr(programs, "_BUNDLES", {})
     assert essay().step_time() == want
     assert json.loads(path.read_text())["structure"] == structure(essay()._in)

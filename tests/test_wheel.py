@@ -31,7 +31,8 @@ def test_an_installed_wheel_validates_and_derives(tmp_path):
     venv = tmp_path / "venv"
     assert _run(sys.executable, "-m", "venv", str(venv)).returncode == 0
     bin_ = venv / ("Scripts" if sys.platform == "win32" else "bin")
-    installed = _run(str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel))
+    installed = _run(str(bin_ / "python"), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check",
+                     str(wheel))
     assert installed.returncode == 0, installed.stderr
     empty = tmp_path / "elsewhere"
     empty.mkdir()
