@@ -342,7 +342,7 @@ def test_every_ranked_row_is_plans_on_every_stack(stack):
         pytest.skip(str(exc))
     rows = list(res.ranked)
     assert rows and any(r.layout.tp == 1 for r in rows) and any(r.layout.tp > 1 for r in rows)
-    picks = rows[:: max(1, len(rows) // 4)]
+    picks = rows[:: max(1, len(rows) // 3)]
     picks += [next(r for r in rows if r.layout.tp == 1)]
     for row in picks:
         plan = row.plan(model, hw, **kw)  # raises where Plan refuses the layout
