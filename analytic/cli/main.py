@@ -19,6 +19,7 @@ from ..core.choices import (
     ZERO3_GATHERS,
     ZERO_STAGES,
 )
+from ..core.errors import shown
 from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError, Parser
@@ -197,12 +198,6 @@ def _preset_names(table: str) -> tuple[str, ...]:
     return tuple(tomllib.loads(read_text(Path(__file__).parent.parent / "presets" / f"{table}.toml")))
 
 
-def _shown(text) -> str:
-    """A file name as a message shows it: at most 200 characters."""
-    text = str(text)
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def _quiet_stdout() -> None:
     """Standard output that failed is not flushed again at exit (which would print a second error)."""
     try:
@@ -251,7 +246,7 @@ def main(argv=None) -> int:
             print(_one_line(f"analytic: {exc}"), file=sys.stderr)
             return 2
         if isinstance(exc, OSError) and exc.filename:  # a file the user named cannot be written or read
-            print(_one_line(f"analytic: {_shown(exc.filename)}: {exc.strerror or exc}"), file=sys.stderr)
+            print(_one_line(f"analytic: {shown(exc.filename, 200, quote=False)}: {exc.strerror or exc}"), file=sys.stderr)
             return 2
         if isinstance(exc, OSError):  # standard output on a full device
             print(_one_line(f"analytic: cannot write the output: {exc.strerror or exc}"), file=sys.stderr)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import difflib
 
 
-def shown(value, limit: int = 80) -> str:
-    """A user's value as a message quotes it: its repr, at most ``limit`` characters."""
-    text = repr(value)
+def shown(value, limit: int = 80, *, quote: bool = True) -> str:
+    """A user's value as a message quotes it: its repr (``quote=False``: its text, a file's name), at most
+    ``limit`` characters."""
+    text = repr(value) if quote else str(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

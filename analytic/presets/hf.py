@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, shown
 from ..core.files import read_text
 
 MAX_BYTES = 1 << 20  # a config.json is a few kB
@@ -33,20 +33,14 @@ def read(config) -> dict:
     try:
         text = read_text(path, MAX_BYTES)
     except OSError as exc:
-        raise InputError(f"config: {_shown(path)}: {exc.strerror or exc}; a config.json is a regular file of a few kB") from None
+        raise InputError(f"config: {shown(path, quote=False)}: {exc.strerror or exc}; a config.json is a regular file of a few kB") from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; an integer past Python's digit limit; nesting
-        raise InputError(f"config: {_shown(path)} is not JSON this reader takes ({str(exc)[:80]})") from None
+        raise InputError(f"config: {shown(path, quote=False)} is not JSON this reader takes ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise InputError(f"config: {path} holds a JSON {type(data).__name__}, not an object")
     return data
-
-
-def _shown(path: Path) -> str:
-    """A path as a message shows it: at most 80 characters."""
-    text = str(path)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _need(cfg: dict, key: str) -> int:
