@@ -79,4 +79,8 @@ def derive() -> Derivation:
     C, eta_a, kappa = S("flops", "attention_efficiency", "attention_factor")
     d.check(C / (F * eta_a * kappa), "compute.attention.time",
             "A fused kernel executes those FLOPs at its benchmark efficiency times the share κ_att a training step keeps:")
+    t, eta_s = S("ideal_time", "stack_efficiency")
+    d.check(t / eta_s, "compute.stack_time",
+            "A framework runs the kernels of a step, each at the device's measured ceiling, in t; it realises the share "
+            "η_stack of that pace (launch gaps, kernels it does not fuse, host synchronisation), so they take:")
     return d

@@ -57,6 +57,19 @@ def derive() -> Derivation:
             assert abs(r.bubble - float(want)) < 1e-9, (sched, p_, m_, r.bubble, want)
     d.step("A discrete-event simulation of GPipe, 1F1B and interleaved 1F1B (analytic.reference.pipeline_sim) "
            "gives exactly these bubbles for p ∈ {4, 8}, m ∈ {8, 16}.")
+    t_max, t_mean = sympy.symbols("t_max t_mean", positive=True)
+    T_max, T = S("slowest_stage_time", "stage_time")
+    uneven = d.step("Stages of unequal work, the slowest (t_max a microbatch) the last: once the first microbatch "
+                    "reaches it, it runs the other m − 1 back to back, so 1F1B's step is (m − 1)·t_max plus one "
+                    "microbatch through every stage, p·t_mean; over the equal-stage step (m + p − 1)·t_mean it adds",
+                    sympy.expand((m - 1) * t_max + p * t_mean - (m + p - 1) * t_mean))
+    d.check(sympy.simplify(uneven.subs({t_max: T_max / m, t_mean: T / m})), "pipeline.imbalance_time",
+            "with T_max = m·t_max and T = m·t_mean the stages' compute for the step:")
+    r = simulate("1f1b", 4, 8, work=[0.7, 1, 1, 1.6])
+    excess = r.makespan - simulate("1f1b", 4, 8).makespan * (0.7 + 1 + 1 + 1.6) / 4
+    assert abs(excess - float(uneven.subs({m: 8, t_max: 3 * 1.6, t_mean: 3 * 4.3 / 4}))) < 1e-9
+    d.number("The simulator's 1F1B with stages of work 0.7, 1, 1 and 1.6 (p = 4, m = 8, t_F = t_B = t_W = 1) "
+             "takes this much over the equal-stage step at the mean pace, as the formula gives", round(excess, 6))
     r = simulate("interleaved", 4, 8, v=2)
     factor = an.formula("memory.activations.first_stage_interleaved_factor").expr.subs({p: 4, v: 2})
     assert abs(r.peak_in_flight[0] - 4 * float(factor)) < 1e-9

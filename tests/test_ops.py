@@ -7,7 +7,8 @@ import pytest
 import analytic as an
 
 HAND = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="800 GB", scale_up="100 GB/s", scale_out="10 GB/s")
-GIVEN = dict(matmul_efficiency=0.5, link_efficiency=0.8, latency="10 us", overlap=0.5, attention_factor=0.5)
+GIVEN = dict(matmul_efficiency=0.5, stack_efficiency=1, link_efficiency=0.8, latency="10 us", overlap=0.5,
+             attention_factor=0.5)
 
 
 def _matmul_weights(m) -> int:
@@ -130,3 +131,16 @@ def test_mla_and_shared_expert_gemms_by_hand(tp):
     tokens = 16 * 4096 / 8  # per data-parallel replica
     want = 6 * tokens * (split / tp + replicated) / (100e12 * 0.5)
     assert p.time_breakdown(ops=True)["gemm"].to("s").magnitude == pytest.approx(want, rel=1e-9)
+
+
+def test_the_stack_efficiency_divides_every_op_class_alone():
+    """A stack that realises 0.8 of the op-level ideal takes 1/0.8 of every op class's time; the
+    collectives' own time is not its to lose."""
+    m = an.model("llama3-8b")
+    kw = dict(seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s", **{**GIVEN, "stack_efficiency": 1})
+    ideal = an.Plan(m, HAND, an.Layout(dp=8), **kw)
+    run = an.Plan(m, HAND, an.Layout(dp=8), **{**kw, "stack_efficiency": 0.8})
+    for k in ("gemm", "attention", "memory_bound", "optimizer"):
+        ratio = run.time_breakdown(ops=True)[k] / ideal.time_breakdown(ops=True)[k]
+        assert ratio.to("").magnitude == pytest.approx(1.25, rel=1e-12)
+    assert run.communication_time()["dp"] == ideal.communication_time()["dp"] > 0 * ideal.step_time()

@@ -1,5 +1,6 @@
 """The source text's step (S17–S31) through Plan, and properties of plans."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -583,24 +584,29 @@ def test_sharded_gradients_without_a_pipeline_are_reduced_every_microbatch():
         assert (z2.communication()["dp"] / dp).to("").magnitude == pytest.approx((microbatches + 1) / 2, rel=1e-12)
 
 
-def test_hand_made_hardware_needs_the_constants_it_has_none_of():
-    """A Hardware built by hand carries no fitted constants: the step time asks for them, and with
-    them given the GEMMs take 6 FLOPs per matmul weight per token (every parameter but the input
-    embedding and the norms) at the given share of peak, unquantised (no SM count); a preset changed
-    with replace() keeps its own constants."""
+def test_hand_made_hardware_takes_the_pooled_gemm_ceiling_and_says_so():
+    """A Hardware built by hand has no measured GEMM ceiling: its matmul efficiency is the geometric mean
+    of the BF16 fractions of peak in the Maximum Achievable Matmul FLOPS table (A100, H100, B200, GB200,
+    B300, MI300X, MI355X, each measurement once), and its notes say so; given one, the GEMMs take 6 FLOPs
+    per matmul weight per token (every parameter but the input embedding and the norms) at that share of
+    peak, unquantised (no SM count); a preset changed with replace() keeps its measured fraction."""
     hw = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="80 GB", scale_up="100 GB/s", scale_out="10 GB/s")
     kw = dict(seq_len=2048, global_batch=8)
     m = an.model("llama3-8b")
-    with pytest.raises(an.PresetError, match="defined by hand"):
-        an.Plan(m, hw, an.Layout(dp=8), **kw).step_time()
-    given = an.Plan(m, hw, an.Layout(dp=8), matmul_efficiency=0.5, link_efficiency=0.8, latency="10 us", overlap=0.5,
-                    attention_factor=0.5, hbm_bandwidth="1e30 B/s", **kw)
+    pooled = an.Plan(m, hw, an.Layout(dp=8), **kw)
+    table = [(271.2, 312), (794.5, 989.4), (1745.0, 2250), (1822.0, 2500), (1769.0, 2250), (668.4, 1307.4),
+             (1565.0, 2516)]
+    assert float(pooled.inputs["matmul_efficiency"]) == pytest.approx(
+        math.prod(a / b for a, b in table) ** (1 / len(table)), rel=1e-12)
+    assert any("pooled over the measured devices" in note for note in pooled.notes)
+    given = an.Plan(m, hw, an.Layout(dp=8), matmul_efficiency=0.5, stack_efficiency=1, link_efficiency=0.8,
+                    latency="10 us", overlap=0.5, attention_factor=0.5, hbm_bandwidth="1e30 B/s", **kw)
     weights = m.total_params - m.vocab * m.hidden - (2 * m.layers + 1) * m.hidden
     assert given.time_breakdown(ops=True)["gemm"].to("s").magnitude == pytest.approx(
         6 * weights * 2048 / (100e12 * 0.5), rel=1e-9)
     assert any("wave quantisation" in note for note in given.notes)
-    h100 = an.hardware("h100-sxm")
-    assert an.hardware("h100-sxm").replace(hbm="96 GB").calibration("bf16") == h100.calibration("bf16")
+    faster = an.hardware("h100-sxm").replace(peak_flops="2000 TFLOP/s")
+    assert faster.matmul_ceiling("bf16").fraction == pytest.approx(794.5 / 989.4, rel=1e-12)
 
 
 def test_bytes_need_no_link_bandwidth_but_times_do():

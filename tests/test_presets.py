@@ -49,14 +49,15 @@ def test_dense_not_sparse_peaks():
 def test_torchtitans_h100_sits_midway_between_sxm_and_nvl():
     """TorchTitan's benchmark H100s (HBM2e, 500 W): peaks midway between the h100-sxm preset's and
     H100 NVL's (NVIDIA's product page prints 1,671 BF16 and 3,341 FP8 TFLOPS with sparsity), the
-    benchmark's 2.4 TB/s, and H100 SXM's SM count and generation (one fitted efficiency)."""
+    benchmark's 2.4 TB/s, and H100 SXM's SM count, generation and measured GEMM ceiling as a fraction of peak
+    (794.5 of 989.4 TFLOP/s in the Maximum Achievable Matmul FLOPS table)."""
     sxm, tt = an.hardware("h100-sxm"), an.hardware("h100-sxm-hbm2e")
     for dtype, nvl_sparse in (("bf16", 1671), ("fp8", 3341)):
         midway = (sxm.peak_flops(dtype).to("TFLOP/s").magnitude + nvl_sparse / 2) / 2
         assert tt.peak_flops(dtype).to("TFLOP/s").magnitude == pytest.approx(midway, abs=0.01)
     assert tt.hbm_bandwidth.to("TB/s").magnitude == pytest.approx(2.4)
     assert (tt.sms, tt.generation) == (sxm.sms, sxm.generation)
-    assert tt.calibration_key("bf16") == sxm.calibration_key("bf16")
+    assert tt.matmul_ceiling("bf16").fraction == sxm.matmul_ceiling("bf16").fraction == pytest.approx(794.5 / 989.4)
 
 
 def test_link_conventions():
@@ -148,7 +149,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks"}
+             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -162,6 +163,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
         assert props.get("compiled_blocks", False) in (True, False), name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
+    assert stack("torchtitan-2025-eager")["efficiency"] == "torchtitan"  # from its base's base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
 
 
@@ -172,3 +174,35 @@ def test_the_readme_tour_lists_the_stacks():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     line = re.search(r"an\.stacks\(\) +# (\[[^\]]*\])", readme, re.S).group(1)
     assert re.findall(r"'([^']+)'", line) == an.stacks()
+
+
+def test_measured_gemm_ceilings_order_the_devices():
+    """The MAMF table's ceilings (absolute FLOP/s, each a device's own measurement): per dtype Hopper
+    ≥ Ampere and Blackwell ≥ Hopper; FP8 ≥ BF16 on the same device; no fraction above 1."""
+    def ceiling(name, dtype):
+        hw = an.hardware(name)
+        return hw.matmul_ceiling(dtype).fraction * hw.peak_flops(dtype).to("TFLOP/s").magnitude
+
+    assert ceiling("h100-sxm", "bf16") >= ceiling("a100-80g", "bf16")
+    for blackwell in ("b200", "gb200-nvl72", "b300"):
+        for dtype in ("bf16", "fp8"):
+            assert ceiling(blackwell, dtype) >= ceiling("h100-sxm", dtype) and ceiling(blackwell, dtype) >= ceiling(
+                "h200", dtype)
+    for name in ("h100-sxm", "h200", "b200", "gb200-nvl72", "b300"):
+        assert ceiling(name, "fp8") >= ceiling(name, "bf16")
+    for name in an.hardwares():
+        hw = an.hardware(name)
+        assert all(0 < c.fraction <= 1 and c.source for c in hw.ceilings.values()), name
+    assert ceiling("a100-80g", "bf16") == pytest.approx(271.2)
+
+
+def test_a_stack_without_fitted_sources_takes_the_pooled_efficiency_and_says_so():
+    """DeepSpeed's stack has no fitted source (its cases are held out): its plans take the efficiency
+    pooled over the fitted families and their notes say so; Megatron-Core's is its family's own."""
+    from analytic.presets import calibration
+    ds, mc = calibration("deepspeed"), calibration("megatron-core")
+    assert ds.pooled and not mc.pooled and mc.key == "megatron" and ds.stack_efficiency != mc.stack_efficiency
+    plan = an.Plan("gpt3-175b", "a100-80g", an.Layout(dp=64, zero=3), seq_len=2048, global_batch=64,
+                   stack="deepspeed", flash_attention=False)
+    assert float(plan.inputs["stack_efficiency"]) == ds.stack_efficiency
+    assert any("pooled over the fitted stacks" in note for note in plan.notes)

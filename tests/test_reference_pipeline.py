@@ -97,3 +97,50 @@ def test_the_lighter_end_chunk_needs_whole_rounds_of_microbatches():
     with pytest.raises(an.InputError, match="multiple of p"):
         f.evaluate(pp=2, vpp=3, stage=0, microbatches=1)
     assert f.evaluate(pp=2, vpp=3, stage=0, microbatches=2).magnitude == 2
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (8, 16)])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"])
+def test_uneven_stages_add_the_slowest_stage_excess(schedule, p, m):
+    """Stages of unequal work: the simulator's step over the equal-stage step (at the average stage's
+    pace) is pipeline.imbalance_time, exactly for GPipe and 1F1B and within one microbatch's excess
+    for the others."""
+    work = [0.7] + [1.0] * (p - 2) + [1.6]
+    v = 2 if schedule == "interleaved" else 1
+    uneven = simulate(schedule, p, m, v=v, work=work * v)
+    even = simulate(schedule, p, m, v=v)
+    mean = sum(work) / p
+    excess = uneven.makespan - even.makespan * mean
+    closed = an.formula("pipeline.imbalance_time").evaluate(
+        slowest_stage_time=f"{3 * m * max(work)} s", stage_time=f"{3 * m * mean} s", microbatches=m).to("s").magnitude
+    if schedule in ("gpipe", "1f1b"):
+        assert excess == pytest.approx(closed, rel=1e-12)
+    else:
+        assert closed <= excess <= closed + 3 * (max(work) - mean)
+
+
+@pytest.mark.parametrize("first,last,work,exact", [(10, 30, [0.5, 1, 1, 1.5], True),
+                                                   (10, 10, [0.5, 1.5, 1.5, 0.5], False)])
+def test_a_plan_with_uneven_stages_moves_its_step_as_the_simulator(first, last, work, exact):
+    """Llama 3 70B at PP 4 split unevenly (an output layer of a vocabulary of 8, so the layers alone set
+    the stages' work): the step grows over the even split by what the simulator's 1F1B gives for those
+    stages against 20 layers each; exactly where the last stage is the slowest, and by at most one
+    microbatch's excess more where a middle one is."""
+    tiny = an.model("llama3-70b").replace(vocab=8)
+    m = 16
+
+    def plan(**split):
+        layout = an.Layout(tp=8, pp=4, dp=1, **split)
+        return an.Plan(tiny, "h100-sxm", layout, seq_len=8192, global_batch=m)
+
+    even, uneven = plan(), plan(first_stage_layers=first, last_stage_layers=last)
+    compute = (even.time_breakdown()["compute"] - even.time_breakdown(ops=True)["optimizer"]).to("s").magnitude
+    sim_even = simulate("1f1b", 4, m).makespan
+    sim_uneven = simulate("1f1b", 4, m, work=work).makespan
+    want = compute * (sim_uneven - sim_even) / (3 * m)
+    got = (uneven.step_time() - even.step_time()).to("s").magnitude
+    if exact:
+        assert got == pytest.approx(want, rel=2e-3)
+    else:
+        assert want <= got <= want + compute / m * (max(work) - 1) * 1.01
+    assert uneven.time_breakdown()["imbalance"] > 10 * even.time_breakdown()["imbalance"]

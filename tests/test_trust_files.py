@@ -109,8 +109,8 @@ def test_calibrate_published_prints_and_writes_only_where_told(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.toml"]
     # and the shipped calibration is what the command prints
     shipped, fitted = tomllib.loads(before.decode()), tomllib.loads(printed)
-    for key, value in fitted["matmul_efficiency"].items():
-        assert shipped["matmul_efficiency"][key] == pytest.approx(value, abs=2e-6)
+    for key, value in fitted["stack_efficiency"].items():
+        assert shipped["stack_efficiency"][key] == pytest.approx(value, abs=2e-6)
     assert shipped["provenance"]["cases"] == fitted["provenance"]["cases"]
     assert {k: shipped["memory"][k] for k in written} == {
         k: pytest.approx(v, abs=2e-6) if isinstance(v, float) else v for k, v in written.items()}

@@ -357,13 +357,14 @@ def cmd_solve(args) -> int:
         bandwidth = Q_(float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s")
         answer = symbolic.tp_break_even(plan.model, plan.hardware, seq_len=int(plan.seq_len),
                                         bandwidth=bandwidth, microbatch_size=int(plan.microbatch_size),
-                                        efficiency=float(inputs["matmul_efficiency"]), dtype=plan.dtype,
+                                        efficiency=float(inputs["matmul_efficiency"] * inputs["stack_efficiency"]),
+                                        dtype=plan.dtype,
                                         threshold=args.threshold or 1.0)
         out = {"question": "tp-break-even", "link": link, "tp": answer["break_even"],
                "threshold": float(args.threshold or 1.0), "bandwidth_GBps": float(bandwidth.to("GB/s").magnitude)}
         text = (f"tp = {answer['break_even']:.3g}: one layer's TP all-reduces on the {link} link "
                 f"({bandwidth.to('GB/s'):.4g~P} at NCCL's efficiency) take {float(args.threshold or 1):g}× its "
-                f"compute time at the calibrated matmul efficiency")
+                f"compute time at the device's GEMM ceiling and the stack's efficiency")
     else:
         plan, extra = _free_plan(args, "smallest")
         detail = symbolic.smallest_fitting_detail(plan, args.free)

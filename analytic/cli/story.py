@@ -224,7 +224,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
                 add("time", f"time_{k}", label, v, _tags(plan, f"time.{k}", "compute.", "collectives.", "pipeline."))
         try:
             low, high = plan.step_time_interval()
-            coverage = plan.hardware.calibration(plan.dtype).coverage
+            coverage = plan.calibration.coverage
             spread = f"; {coverage:.0%} interval {low.to('s').magnitude:.3g}–{high.to('s'):.3g~P}"
         except AnalyticError:
             spread = ""

@@ -55,8 +55,9 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "gathered", "activations", 
 MEMORY_VERDICTS = ("fits", "fits at the allocator's limit", "does not fit")
 #: the op classes of a step's compute, in the order of the time breakdown
 OP_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
-#: the parts of a step's time: the op classes, the bubble, each axis's exposed communication
-TIME_PARTS = (*OP_CLASSES, "bubble", "tp", "cp", "pp", "dp", "ep")
+#: the parts of a step's time: the op classes, the bubble, the slowest stage's excess over the average, each
+#: axis's exposed communication
+TIME_PARTS = (*OP_CLASSES, "bubble", "imbalance", "tp", "cp", "pp", "dp", "ep")
 #: how ZeRO-3 gathers parameters: one collective per transformer block, issued ahead so it overlaps
 #: compute (PyTorch FSDP's per-block units; DeepSpeed since v0.4.1, deepspeedai/DeepSpeed PR #1188), or
 #: one blocking collective per parameter tensor (DeepSpeed ZeRO-3 of 2021: torch.cuda.synchronize()

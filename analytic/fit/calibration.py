@@ -1,15 +1,16 @@
 """Fit the predictive model's constants once, on published measurements.
 
-The constants are the achievable matmul efficiency per hardware generation and dtype and one
-attention factor. The collectives' per-step latencies and the overlap are not fitted (the step times
+The constants are each stack family's efficiency (the share of the op-level ideal step, its kernels at
+the devices' measured ceilings, that the framework realises) and one attention factor. The collectives' per-step latencies and the overlap are not fitted (the step times
 cannot pin them): they are fixed from their sources (presets/collectives.toml). Each measured case is a Plan
 whose constants are left as symbols; its metric is compiled once with ``lambdify`` and
 ``scipy.optimize.least_squares`` fits log(predicted / published) over all cases, each source
 weighted equally. Leave-one-out refits without each case and predicts it; leave-one-source-out
 refits without every case of the case's source (its ``group``), so that rows of one table cannot
-predict each other. The compute-only baseline (``Case(..., time="time.compute")``) predicts the step
-as its compute alone, one matmul efficiency per hardware generation and dtype: what the bubble and
-communication terms add is measured against it.
+predict each other. A family whose every source is left out takes the efficiency pooled over the
+others. The compute-only baseline (``Case(..., time="time.compute")``) predicts the step as its
+compute alone, one efficiency per stack family: what the bubble and communication terms add is
+measured against it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.choices import DEFAULT_STACK
 from ..core.errors import InputError
 from ..core.files import read_text
 from ..core.formula import Formula
@@ -29,13 +31,14 @@ from ..core.units import Q_
 from ..core.values import as_quantity, choice, quantity
 from ..formulas import formula
 from ..plan import CONVENTIONS, Layout, Plan
-from ..presets import hardware, model
+from ..presets import hardware, model, stack
 from ..presets.model import Model
 
 SHARED = ("attention_factor",)
+FITTED = "stack_efficiency"
 #: starting point and bounds of the constants
-BOUNDS = {"matmul_efficiency": (0.05, 1.0), "attention_factor": (0.05, 1.0)}
-START = {"matmul_efficiency": 0.5, "attention_factor": 0.7}
+BOUNDS = {FITTED: (0.05, 1.5), "attention_factor": (0.05, 1.0)}
+START = {FITTED: 0.8, "attention_factor": 0.7}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "sequences_per_second_per_gpu", "gpu_hours_per_token",
            "step_time")
 #: the probability the printed interval of a predicted step time is meant to hold
@@ -66,7 +69,7 @@ def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Pla
                            for k, v in spec.pop("hardware_overrides").items()})
     layout = Layout(**spec.pop("layout", {}))
     if symbolic_constants:
-        constants = {k: sym(k) for k in ("matmul_efficiency", *SHARED)}
+        constants = {k: sym(k) for k in (FITTED, *SHARED)}
     return Plan(m, hw, layout, **spec, **constants)
 
 
@@ -105,8 +108,7 @@ class Case:
     time: str = "step_time"  # "time.compute" for the compute-only baseline
 
     def __post_init__(self):
-        hw = hardware(self.plan["hardware"])
-        self.key = hw.calibration_key(self.plan.get("dtype", "bf16"))
+        self.key = stack(self.plan.get("stack", DEFAULT_STACK))["efficiency"]  # the stack family
         self.group = self.group or self.id
         f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention, self.time)
         self.unit = f.unit
@@ -120,18 +122,18 @@ class Case:
 
 def _vector_names(cases) -> list[str]:
     keys = sorted({c.key for c in cases})
-    return [f"matmul_efficiency:{k}" for k in keys] + [s for s in SHARED if any(s in c.keywords for c in cases)]
+    return [f"{FITTED}:{k}" for k in keys] + [s for s in SHARED if any(s in c.keywords for c in cases)]
 
 
 def _constants(names, x) -> dict[str, dict | float]:
-    eff = {n.split(":", 1)[1]: v for n, v in zip(names, x) if n.startswith("matmul_efficiency:")}
-    shared = {n: v for n, v in zip(names, x) if not n.startswith("matmul_efficiency:")}
-    return {"matmul_efficiency": eff, **shared}
+    eff = {n.split(":", 1)[1]: v for n, v in zip(names, x) if n.startswith(f"{FITTED}:")}
+    shared = {n: v for n, v in zip(names, x) if not n.startswith(f"{FITTED}:")}
+    return {FITTED: eff, **shared}
 
 
 def _case_constants(constants, case, fallback=None):
-    eff = constants["matmul_efficiency"].get(case.key, fallback)
-    return {"matmul_efficiency": eff, **{k: constants[k] for k in SHARED if k in constants}}
+    eff = constants[FITTED].get(case.key, fallback)
+    return {FITTED: eff, **{k: constants[k] for k in SHARED if k in constants}}
 
 
 def fit(cases: list[Case]) -> dict:
@@ -189,21 +191,16 @@ def identifiability(cases: list[Case]) -> list[dict]:
     return out
 
 
-def pooled_efficiency(constants: dict, cases: list[Case], dtype: str | None = None) -> float:
-    """Geometric mean of the fitted matmul efficiencies, weighted by their number of cases: over the
-    cases of ``dtype`` where there are some (an efficiency is a fraction of that dtype's peak, and
-    FP8 GEMMs keep a smaller one), else over all."""
-    keys = [c.key for c in cases if c.key in constants["matmul_efficiency"]]
-    keys = [k for k in keys if k.endswith(f".{dtype}")] or keys
-    return math.exp(sum(math.log(constants["matmul_efficiency"][k]) for k in keys) / len(keys))
-
-
-def dtypes(cases: list[Case]) -> list[str]:
-    return sorted({c.key.split(".")[-1] for c in cases})
+def pooled_efficiency(constants: dict, cases: list[Case]) -> float:
+    """Geometric mean of the fitted families' efficiencies, each weighted by its number of sources: the
+    efficiency of a stack no fitted source ran."""
+    weights = {k: len({c.group for c in cases if c.key == k}) for k in constants[FITTED]}
+    total = sum(weights.values())
+    return math.exp(sum(w * math.log(constants[FITTED][k]) for k, w in weights.items()) / total)
 
 
 def predict(case: Case, constants: dict, cases: list[Case]) -> float:
-    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases, case.key.split(".")[-1])))
+    return case.predict(_case_constants(constants, case, pooled_efficiency(constants, cases)))
 
 
 def leave_one_out(cases: list[Case]) -> dict[str, float]:
@@ -235,6 +232,12 @@ def time_ratio(case: Case, prediction: float) -> float:
     """Measured over predicted step time, from a prediction of ``case``'s metric (throughputs vary as
     1/step time, GPU-hours per token and the step time itself as the step time)."""
     return case.target / prediction if case.metric in ("gpu_hours_per_token", "step_time") else prediction / case.target
+
+
+def step_error(case: Case, prediction: float) -> float:
+    """The one convention for every case's error: (predicted − measured)/measured step time, from a
+    prediction of ``case``'s metric whatever quantity its source printed (positive: too slow)."""
+    return 1 / time_ratio(case, prediction) - 1
 
 
 def interval(cases: list[Case], predictions: dict, coverage: float = COVERAGE) -> tuple[float, float]:
@@ -284,14 +287,15 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
         "[shared]",
         f"attention_factor = {constants['attention_factor']:.6f}",
         "",
-        "[matmul_efficiency]",
+        f"[{FITTED}]",
     ]
-    for key, v in sorted(constants["matmul_efficiency"].items()):
+    for key, v in sorted(constants[FITTED].items()):
         lines.append(f'"{key}" = {v:.6f}')
-    for dtype in dtypes(cases):
-        lines.append(f'"default.{dtype}" = {pooled_efficiency(constants, cases, dtype):.6f}  # pooled over {dtype}: '
-                     'hardware without cases of its own')
-    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled: a dtype without cases')
+    lines.append(f'"default" = {pooled_efficiency(constants, cases):.6f}  # pooled over the families, by their '
+                 'sources: a stack without fitted sources')
+    errors = {e["name"].split(":", 1)[1]: e["standard_error"] for e in identifiability(cases)
+              if e["name"].startswith(f"{FITTED}:")}
+    lines += ["", f"[{FITTED}_stderr]"] + [f'"{k}" = {v:.6f}' for k, v in sorted(errors.items())]
     if ratios is not None:
         lines += ["", "[interval]",
                   f'basis = "measured/predicted step time of the {len(cases)} cases, each predicted with its source '
@@ -322,8 +326,7 @@ def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | No
             memory: dict | None = None, outside: dict | None = None) -> dict:
     """The fitted constants as data."""
     return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
-            "shared": {k: constants[k] for k in SHARED}, "matmul_efficiency": dict(constants["matmul_efficiency"]),
-            "default_matmul_efficiency": pooled_efficiency(constants, cases),
-            "default_matmul_efficiency_by_dtype": {d: pooled_efficiency(constants, cases, d) for d in dtypes(cases)},
+            "shared": {k: constants[k] for k in SHARED}, FITTED: dict(constants[FITTED]),
+            f"default_{FITTED}": pooled_efficiency(constants, cases),
             **({"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}} if ratios else {}),
             **({"memory": memory} if memory else {}), **({"outside": outside} if outside else {})}

@@ -101,10 +101,12 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
         out += ["", f"## {title}", ""]
         if kind == "predicted":
             out += ["Ours is the leave-one-source-out prediction (LOSO): the constants are fitted on the fitted cases "
-                    "of every other source (group), so rows of one table never predict each other; the status is "
+                    "of every other source (group), so rows of one table never predict each other. Every error is "
+                    "that of the predicted step time, (predicted − measured)/measured, whatever quantity the source "
+                    "printed (a throughput varies as 1/step time): positive is too slow. The status is "
                     "its error against the case's tolerance. Beside it: leave-one-case-out (LOO), in-fit (the "
                     "constants fitted on every fitted case, which are the shipped ones) and the compute-only baseline "
-                    "(the step as its compute alone, one matmul efficiency per hardware generation and dtype, its "
+                    "(the step as its compute alone, one efficiency per stack family, its "
                     "source left out too).", "",
                     f"*Inside* counts the cases whose measured step time falls in the {calibration.COVERAGE:.0%} interval "
                     "every printed prediction carries (calibration.toml's [interval], from the fitted cases' "

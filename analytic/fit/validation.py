@@ -227,7 +227,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
     out = []
     for o in objs:
         c, plan = specs[o.id], calibration.build_plan(specs[o.id]["plan"])
-        err = {k: v / o.target - 1 for k, v in (("in_fit", calibration.predict(o, constants, fitted)),
+        err = {k: calibration.step_error(o, v) for k, v in (("in_fit", calibration.predict(o, constants, fitted)),
                                                  ("loo", loo[o.id]), ("loso", loso[o.id]), ("baseline", base[o.id]))}
         tol = float(c.get("tolerance", 0.20))
         status = "within" if _within(err["loso"], tol) else "outside"

@@ -103,6 +103,13 @@ define("compute.attention.time", S("flops") / (F * S("attention_efficiency") * S
         "η_att: the kernel's efficiency in its own benchmarks; κ_att: the share of it a training step keeps "
         "(causal masks, grouped KV heads, context-parallel chunks), fitted on published step times"),
        "time of the fused attention kernel")
+define("compute.stack_time", S("ideal_time") / S("stack_efficiency"), "s",
+       "derived: derivations/op_time.py; the efficiency fitted per stack on published step times "
+       "(analytic calibrate --published)",
+       ("t: the op-level time of the step's kernels at the device's measured ceilings",
+        "η_stack: what the framework realises of it (launch gaps, unfused or slower kernels, host synchronisation, "
+        "power caps), one constant per stack family"),
+       "time of a step's kernels as a stack runs them")
 define("compute.attention.causal_share", sympy.Rational(1, 2), "",
        "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above the diagonal)",
        ("long sequences: the diagonal blocks' share is neglected",),

@@ -90,3 +90,12 @@ define("pipeline.mirror_stage.dualpipe", p - 1 - k, "",
         "rank both hold the embedding and the output layer",),
        "the second stage whose parameters the rank of stage k holds under DualPipe",
        domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
+define("pipeline.imbalance_time", (m - 1) / m * (S("slowest_stage_time") - S("stage_time")), "s",
+       f"{NARAYANAN} §2.2.1 (1F1B's (m + p − 1) slots, equal stages); derived: derivations/pipeline.py "
+       "(1F1B with stage times t_i takes (m − 1)·max t_i + Σ t_i)",
+       ("T_max and T: the slowest stage's and the average stage's compute for the step's m microbatches",
+        "the schedule's bubble is that of the average stage; the slowest stage sets the pace of the other m − 1 "
+        "microbatches: exact for GPipe and 1F1B where the slowest stage is the last (the output layer's), above the "
+        "simulated step by at most one microbatch's excess where it is a middle one; interleaved and zero-bubble "
+        "schedules take up to one microbatch's excess more (analytic.reference.pipeline_sim)"),
+       "time the slowest pipeline stage adds to a step over the average stage")

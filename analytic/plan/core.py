@@ -70,8 +70,8 @@ class Plan:
     ``global_batch`` counts sequences (or give ``batch_tokens``); microbatches per replica =
     global_batch / (dp · microbatch_size). Keyword overrides replace any hardware or calibration
     input by number or symbol: ``peak_flops``, ``sms``, ``hbm``, ``scale_up_bandwidth``,
-    ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``,
-    ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
+    ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``
+    (the device's GEMM ceiling over its peak), ``stack_efficiency``, ``attention_factor``, ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
     both), ``interruption_rate``, ``checkpoint_time`` (the stall of an asynchronous checkpoint),
     ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``.
     """
@@ -107,7 +107,7 @@ class Plan:
 
     @property
     def calibration(self):
-        """The hardware's fitted constants for this dtype (None when missing or all overridden)."""
+        """The stack's fitted constants (None when missing or all overridden)."""
         return self._in.calibration
 
     @cached_property
@@ -238,7 +238,7 @@ class Plan:
 
     def step_time(self, mfu=None) -> pint.Quantity:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
-        predictive model (compute at the calibrated matmul efficiency + bubble + exposed
+        predictive model (compute at the device's measured ceilings and the stack's efficiency + bubble + exposed
         communication; see :meth:`time_breakdown`)."""
         if mfu is None:
             return self.value("step_time")
@@ -251,7 +251,7 @@ class Plan:
         cal = self._in.calibration
         if cal is None or cal.interval is None:
             raise PresetError("step_time_interval: the interval comes with the shipped calibration; a plan whose "
-                              "constants are all given, or a hardware without calibrated constants, has none")
+                              "constants are all given has none")
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 

@@ -22,7 +22,7 @@ from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
-from .layout import Layout, check_layout, selective_refusal, training_dtype
+from .layout import Layout, check_layout, check_offload, selective_refusal, training_dtype
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
@@ -42,34 +42,15 @@ def read(keyword: str, value):
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
-             "matmul_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
+             "matmul_efficiency", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
              "training_tokens", "allow_cross_node_tp", "grad_dtype", "moment_dtype", "stack", "profile")
 #: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration error)
 _SHARED: dict = {}
-#: the calibrated constants of the predictive model
-CALIBRATED = ("matmul_efficiency", "overlap", "attention_factor")
-
-
-def _check_offload(stack: str, kind: str | None, layout: Layout) -> None:
-    """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid optimizer
-    above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the partition."""
-    zero, share = layout.zero, layout.offload_optimizer
-    if kind is None:
-        raise InputError(f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled (Megatron-Core's "
-                         "HybridDeviceOptimizer: stack='megatron-core'; DeepSpeed's ZeRO-Offload: stack='deepspeed')")
-    if not is_number(zero):
-        return
-    if kind == "hybrid" and zero > 2:
-        raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
-                         f"optimizer, distributed or not), not with zero={zero}")
-    if kind == "zero-offload" and zero == 0:
-        raise InputError("offload_optimizer: DeepSpeed's ZeRO-Offload needs ZeRO 1-3, not zero=0")
-    if kind == "zero-offload" and is_number(share) and share != 1:
-        raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
-                         f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
+#: the constants of the predictive model that come with the stack's calibration
+CALIBRATED = ("stack_efficiency", "overlap", "attention_factor")
 
 
 class Inputs:
@@ -128,7 +109,7 @@ class Inputs:
             raise InputError("fp8_activations: caching activations in FP8 is modelled for FP8 training (dtype='fp8') "
                              "of SwiGLU models with a fused attention kernel, on a stack that recomputes by module")
         if layout.offload_optimizer:  # the stack's kind of offload: choices.OPTIMIZER_OFFLOADS
-            _check_offload(self.stack, props.get("optimizer_offload"), layout)
+            check_offload(self.stack, props.get("optimizer_offload"), layout)
         for name, needs, what in (("mla_up_proj", model.attention == "mla", "multi-head latent attention"),
                                   ("moe_act", model.is_moe, "MoE layers")):
             if name in modules and not needs:
@@ -194,11 +175,12 @@ class Inputs:
 
     @cached_property
     def calibration(self):
-        """The hardware's fitted constants for this dtype (None when missing or all overridden)."""
+        """The stack's fitted constants (None when missing or all overridden)."""
         if all(k in self.overrides for k in CALIBRATED):
             return None
+        from ..presets import calibration
         try:
-            return self.hardware.calibration(self.dtype)
+            return calibration(self.stack)
         except PresetError as exc:
             self._calibration_error = str(exc)
             return None
@@ -271,7 +253,11 @@ class Inputs:
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
         out["hbm_bandwidth"] = pick("hbm_bandwidth", lambda: hw.hbm_bandwidth)
         out.update(self._kernel_values(pick))
+        out["matmul_efficiency"] = pick("matmul_efficiency", self._matmul_ceiling)
         cal = self.calibration
+        if cal is not None and cal.pooled and "stack_efficiency" not in ov:
+            self._note(f"stack {self.stack}: no published run of its family ({cal.key}) is fitted, so its efficiency "
+                       "is the one pooled over the fitted stacks")
         for key in CALIBRATED:
             out[key] = pick(key, lambda k=key: getattr(cal, k) if cal is not None else None)
         for link in ("scale_up", "scale_out"):  # latency= and link_efficiency= given alone set both links'
@@ -283,6 +269,15 @@ class Inputs:
         out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Q_(0, "s"))
         out["checkpoint_time"] = ov.get("checkpoint_time")
         return out
+
+    def _matmul_ceiling(self):
+        """The device's measured GEMM ceiling over its peak for the plan's dtype (noted where it is not
+        the device's own measurement)."""
+        from ..presets import matmul_efficiency
+        fraction, note = matmul_efficiency(self.hardware, self.dtype)
+        if note:
+            self._note(note)
+        return fraction
 
     def _loss_bytes(self):
         """The stack's bytes per logit at the loss's peak (its vocabulary-parallel loss's under TP); the
@@ -336,6 +331,9 @@ class Inputs:
     def _required(self, inputs: dict, key):
         if key not in inputs and self._calibration_error:
             raise PresetError(self._calibration_error)
+        if key in ("stack_efficiency", "attention_factor") and key not in inputs:
+            raise PresetError(f"{key}: no fitted constants (presets/calibration.toml); run 'analytic calibrate "
+                              f"--published --write FILE' or pass Plan(..., {key}=...)")
         if key not in inputs:
             raise InputError(f"{self.hardware.key or self.hardware.name} has no {key.replace('_', ' ')}; "
                              f"pass Plan(..., {key}=...) (CLI: --{key.replace('_', '-')})")

@@ -342,3 +342,22 @@ def selective_refusal(stack: str, selective: str | None, model, flash_attention:
         return (f"recompute: stack {stack}'s op-level selective policy is modelled for dense Llama-style blocks "
                 "(SwiGLU, fused attention)")
     return None
+
+
+def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
+    """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid optimizer
+    above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the partition."""
+    zero, share = layout.zero, layout.offload_optimizer
+    if kind is None:
+        raise InputError(f"offload_optimizer: stack {stack} has no optimizer CPU offload modelled (Megatron-Core's "
+                         "HybridDeviceOptimizer: stack='megatron-core'; DeepSpeed's ZeRO-Offload: stack='deepspeed')")
+    if not is_number(zero):
+        return
+    if kind == "hybrid" and zero > 2:
+        raise InputError("offload_optimizer: the hybrid optimizer offload is modelled with ZeRO 0-2 (Megatron's "
+                         f"optimizer, distributed or not), not with zero={zero}")
+    if kind == "zero-offload" and zero == 0:
+        raise InputError("offload_optimizer: DeepSpeed's ZeRO-Offload needs ZeRO 1-3, not zero=0")
+    if kind == "zero-offload" and is_number(share) and share != 1:
+        raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
+                         f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")

@@ -1,8 +1,9 @@
 """Stage 3c of a plan: the time of one step's operations on one GPU. Every GEMM with its shape after
 the TP, CP and EP splits (forward, input gradient, weight gradient) at a wave-quantised fraction of
 peak plus its operand traffic; the fused attention kernel; the memory-bound kernels at HBM
-bandwidth; the optimizer step over this GPU's shard. Layers are spread evenly over the stages (the
-output head's work too), as in the FLOP count."""
+bandwidth; the optimizer step over this GPU's shard. The op classes are those of the average stage
+(layers and the output head spread evenly, as in the FLOP count); :func:`ends_time` is the output
+layer's and loss's whole work, which the timing stage puts on the last stage for its critical path."""
 
 from __future__ import annotations
 
@@ -109,11 +110,29 @@ def gemm_time(o: _Ops) -> Formula:
                     o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
         moe_blocks = (attention + _sum(moe)) * o.moe
         total = moe_blocks if total is None else total + moe_blocks
-    head = o.gemm(1, M, m.vocab / t, h, False) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
-    total = total + head
-    if m.mtp_modules:
-        total = total + o.gemm(1, M, h, 2 * h, fp8) * (sympy.sympify(m.mtp_modules) / lay.pp)
+    total = total + _head_gemms(o) * (sympy.S.One / lay.pp)
     return total * inp.microbatches
+
+
+def _head_gemms(o: _Ops) -> Formula:
+    """Seconds of one microbatch's output-layer GEMMs, the MTP modules' heads and projections included."""
+    m, t, M = o.inp.model, o.inp.deg.tp, o.tokens
+    head = o.gemm(1, M, m.vocab / t, m.hidden, False) * (1 + m.mtp_modules)
+    if m.mtp_modules:
+        head = head + o.gemm(1, M, m.hidden, 2 * m.hidden, o.inp.dtype == "fp8") * m.mtp_modules
+    return head
+
+
+def _loss_elements(o: _Ops) -> Formula:
+    """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses included)."""
+    m = o.inp.model
+    return o.inp.f("compute.memory_bound.cross_entropy") * (o.tokens / o.inp.deg.tp) * (1 + m.mtp_modules)
+
+
+def ends_time(o: _Ops) -> Formula:
+    """Seconds per step of the output layer's GEMMs and the loss on the stage that holds them."""
+    inp = o.inp
+    return (_head_gemms(o) + streamed(inp, _loss_elements(o) * inp.values["element_bytes"])) * inp.microbatches
 
 
 def _score_share(inp):
@@ -182,7 +201,7 @@ def memory_bound_time(o: _Ops) -> Formula:
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
-    total = total + f("compute.memory_bound.cross_entropy") * (M / t) * (sympy.sympify(1 + m.mtp_modules) / lay.pp)
+    total = total + _loss_elements(o) * (sympy.S.One / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
@@ -197,8 +216,16 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     return streamed(inp, per_param * shard)
 
 
+def as_run(inp: Inputs, ideal: Formula) -> Formula:
+    """``ideal`` (kernels at the device's ceilings) as the stack runs it, at its efficiency."""
+    t = inp.f("compute.stack_time", ideal_time=ideal.expr)
+    return composed(ideal.name, t.expr, "s", t, ideal)
+
+
 def op_times(inp: Inputs, params: dict) -> dict:
-    """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`)."""
+    """Seconds per step on one GPU of each op class (:data:`OP_CLASSES`) and of the ends (``"ends"``:
+    :func:`ends_time`), as the stack runs them."""
     o = _Ops(inp)
-    return {"gemm": gemm_time(o), "attention": attention_time(o), "memory_bound": memory_bound_time(o),
-            "optimizer": optimizer_time(inp, params)}
+    ideal = {"gemm": gemm_time(o), "attention": attention_time(o), "memory_bound": memory_bound_time(o),
+             "optimizer": optimizer_time(inp, params), "ends": ends_time(o)}
+    return {k: as_run(inp, t) for k, t in ideal.items()}

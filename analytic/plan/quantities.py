@@ -41,6 +41,7 @@ def builders(plan) -> dict:
         "bubble": lambda: plan._time["bubble"] / timing.total(plan._time, OP_CLASSES[:3]),
         "time.compute": lambda: timing.total(plan._time, OP_CLASSES),
         "time.bubble": lambda: plan._time["bubble"],
+        "time.imbalance": lambda: plan._time["imbalance"],
         "step_time": lambda: timing.total(plan._time),
         "mfu": lambda: inp.f("compute.mfu", flops=e("flops"), step_time=e("step_time"), gpus=deg.gpus),
         "mfu.palm": lambda: inp.f("compute.mfu", flops=e("flops.palm"), step_time=e("step_time"), gpus=deg.gpus),

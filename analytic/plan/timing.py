@@ -25,11 +25,27 @@ def bubble_time(inp: Inputs, compute: Formula) -> Formula:
     return at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
 
 
+def imbalance_time(inp: Inputs, compute: Formula, ends: Formula) -> Formula:
+    """What the slowest stage adds over the average one: each stage's compute from its layers (the
+    layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the last
+    stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
+    from .memory import stage_layers
+    lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_modules
+    first, middle, last = stage_layers(inp)
+    per_block = (compute.expr - ends.expr / lay.pp) * lay.pp / blocks
+    slowest = lazy_max(lazy_max(first * per_block, middle * per_block), (last + mtp) * per_block + ends.expr)
+    t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.expr,
+              microbatches=inp.microbatches)
+    return composed("imbalance", t.expr, "s", t, compute, ends)
+
+
 def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
-    """Each op class, the bubble and each axis's exposed communication (:data:`PARTS`), in seconds.
-    The microbatches' work (every class but the optimizer step) sets the bubble and the windows
-    communication hides in."""
+    """Each op class, the bubble, the slowest stage's excess and each axis's exposed communication
+    (:data:`PARTS`), in seconds. The microbatches' work (every class but the optimizer step) sets the
+    bubble and the windows communication hides in."""
     lay = inp.deg
+    ops = dict(ops)
+    ends = ops.pop("ends")
     compute = ops["gemm"] + ops["attention"] + ops["memory_bound"]
     bubble = bubble_time(inp, compute)
     inp.require_times()
@@ -37,7 +53,7 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
     # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
     # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
-    out = {**ops, "bubble": bubble,
+    out = {**ops, "bubble": bubble, "imbalance": imbalance_time(inp, compute, ends),
            "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
            "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
     # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every

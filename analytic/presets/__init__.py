@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
 from ..core.errors import InputError, PresetError, UnknownNameError
 from ..core.files import read_text
 from ..core.units import Q_
-from .hardware import Calibration, Hardware
+from .hardware import Calibration, Ceiling, Hardware
 from .model import Model
 
 HERE = Path(__file__).parent
@@ -24,7 +26,7 @@ def _sourced(entry_name: str, field_name: str, item):
     return item["value"], item["source"]
 
 
-def hardware_from_table(key: str, table: dict, calibrations: dict | None = None) -> Hardware:
+def hardware_from_table(key: str, table: dict) -> Hardware:
     """Build a Hardware from one TOML table; every number must carry a source."""
     sources, peaks, kw = {}, {}, {}
     for dtype, item in table.get("peak", {}).items():
@@ -42,15 +44,63 @@ def hardware_from_table(key: str, table: dict, calibrations: dict | None = None)
                             "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms", "host_memory"}
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
-    gen = table.get("generation", key)
-    cal = {k: v for k, v in (calibrations or {}).items() if k.startswith((gen + ".", "default"))}
-    return Hardware(name=table.get("name", key), peaks=peaks, generation=gen, sources=sources,
-                    calibrations=cal, key=key, **kw)
+    hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key), sources=sources,
+                  key=key, **kw)
+    ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in hw.peaks}
+    return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
+
+
+@cache
+def _ceiling_tables() -> dict:
+    return tomllib.loads(read_text(HERE / "ceilings.toml"))["gemm"]
+
+
+def _measured(key: str, dtype: str) -> tuple[float, str] | None:
+    """The measured GEMM ceiling of preset ``key`` for ``dtype`` over its peak, and its source, from
+    ceilings.toml (following ``same_as``), or None where it has none."""
+    entry = _ceiling_tables().get(key, {}).get(dtype)
+    if entry is None:
+        return None
+    if "same_as" in entry:
+        _sourced(f"gemm.{key}", dtype, {"value": entry["same_as"], **entry})
+        taken = _measured(entry["same_as"], dtype)
+        if taken is None:
+            raise PresetError(f"gemm.{key}.{dtype}: same_as {entry['same_as']!r} has no measured {dtype} ceiling")
+        return taken[0], f"{taken[1]}; taken for {key}: {entry['source']} ({entry.get('note', '')})"
+    value, source = _sourced(f"gemm.{key}", dtype, entry)
+    peak = _hardware_tables()[key]["peak"][dtype]["value"]
+    return float(Q_(value).to("FLOP/s").magnitude / Q_(peak).to("FLOP/s").magnitude), \
+        f"{source}: {value} at {entry['shape']}, {entry['software']}"
+
+
+def pooled_ceiling(dtype: str) -> float | None:
+    """Geometric mean of the measured GEMM ceilings (fractions of peak) of ``dtype`` over the presets that
+    have one of their own, or None where no device has one."""
+    fractions = [m[0] for key, table in _ceiling_tables().items() for d, entry in table.items()
+                 if d == dtype and "same_as" not in entry and (m := _measured(key, d))]
+    return math.exp(sum(map(math.log, fractions)) / len(fractions)) if fractions else None
+
+
+def gemm_ceiling(key: str, dtype: str, hw: Hardware | None = None) -> Ceiling | None:
+    """The GEMM ceiling of preset ``key`` for ``dtype``: its own measurement, else (fp16) its bf16 one,
+    the tensor cores' rate being the same, else the one pooled over the measured devices (said in
+    ``note``)."""
+    measured = _measured(key, dtype)
+    if measured is not None:
+        return Ceiling(*measured)
+    if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None \
+            and hw is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
+        return Ceiling(bf16[0], bf16[1], f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)")
+    pooled = pooled_ceiling("bf16" if dtype == "fp16" else dtype)
+    if pooled is None:
+        return None
+    return Ceiling(pooled, "presets/ceilings.toml, pooled",
+                   f"no measured {dtype} GEMM ceiling of {key}: the geometric mean of the measured devices' fractions")
 
 
 @cache
 def _memory_table() -> dict | None:
-    return tomllib.loads(read_text(CALIBRATION_FILE)).get("memory") if CALIBRATION_FILE.exists() else None
+    return _calibration_file().get("memory")
 
 
 def memory_reserve(allocator: str) -> dict:
@@ -87,21 +137,38 @@ def outside_floor(allocator: str):
         return Q_(0, "byte")
 
 
-def read_calibration(path: Path = CALIBRATION_FILE) -> dict[str, Calibration]:
-    """generation.dtype → Calibration, from the fitted constants file."""
-    if not path.exists():
-        return {}
-    data = tomllib.loads(read_text(path))
-    provenance = data.get("provenance", {}).get("summary", "")
-    shared = data.get("shared", {})
+def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
+    """``hw``'s measured GEMM ceiling for ``dtype`` over its peak, else (a hardware defined by hand) the one
+    pooled over the measured devices; and a note where it is not the device's own measurement."""
+    ceiling = hw.matmul_ceiling(dtype)
+    if ceiling is not None:
+        return ceiling.fraction, ceiling.note and f"matmul efficiency: {ceiling.note}"
+    pooled = pooled_ceiling("bf16" if dtype == "fp16" else dtype)
+    return pooled, pooled and (f"{hw.key or hw.name}: no measured {dtype} GEMM ceiling, so the matmul efficiency is "
+                               "the one pooled over the measured devices; pass matmul_efficiency= or a profile")
+
+
+@cache
+def _calibration_file() -> dict:
+    return tomllib.loads(read_text(CALIBRATION_FILE)) if CALIBRATION_FILE.exists() else {}
+
+
+def calibration(stack_name: str) -> Calibration:
+    """The fitted constants of ``stack_name``'s family (its ``efficiency`` property), or the pooled ones
+    where no source of that family is fitted; without a calibration file, the overlap alone (the fitted
+    constants None)."""
+    data = _calibration_file()
+    family = stack(stack_name)["efficiency"]
+    if "stack_efficiency" not in data:
+        return Calibration(stack_efficiency=None, attention_factor=None, overlap=overlap_fraction(), key=family)
+    fitted, errors = data["stack_efficiency"], data.get("stack_efficiency_stderr", {})
     spread = data.get("interval", {})
-    interval = (spread["low"], spread["high"]) if spread else None
-    out = {}
-    for key, eff in data.get("matmul_efficiency", {}).items():
-        out[key] = Calibration(matmul_efficiency=eff, overlap=overlap_fraction(),
-                               attention_factor=shared["attention_factor"],
-                               provenance=provenance, interval=interval, coverage=spread.get("coverage"))
-    return out
+    pooled = family not in fitted
+    return Calibration(stack_efficiency=fitted["default" if pooled else family], overlap=overlap_fraction(),
+                       attention_factor=data["shared"]["attention_factor"],
+                       provenance=data.get("provenance", {}).get("summary", ""),
+                       interval=(spread["low"], spread["high"]) if spread else None, coverage=spread.get("coverage"),
+                       key=family, pooled=pooled, standard_error=errors.get(family))
 
 
 @cache
@@ -157,7 +224,7 @@ def _hardware(name: str) -> Hardware:
     tables = _hardware_tables()
     if name not in tables:
         raise UnknownNameError("hardware", name, tables)
-    return hardware_from_table(name, tables[name], read_calibration())
+    return hardware_from_table(name, tables[name])
 
 
 def as_model(value) -> Model:

@@ -1,4 +1,4 @@
-"""Hardware: one accelerator type, its peaks and links, and the predictive model's constants."""
+"""Hardware: one accelerator type, its peaks, links and measured GEMM ceilings; a stack's fitted constants."""
 
 from __future__ import annotations
 
@@ -41,16 +41,30 @@ def check_domain(domain: int, gpus_per_node: int) -> None:
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """Constants of the predictive step-time model: the matmul efficiency and attention factor fitted by
-    ``analytic calibrate --published``, the overlap fixed from presets/collectives.toml."""
+class Ceiling:
+    """A device's measured GEMM ceiling for one dtype as a fraction of its peak (presets/ceilings.toml):
+    its source and, where the device has no measurement of its own, what was taken instead (``note``)."""
 
-    matmul_efficiency: float
+    fraction: float
+    source: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants of the predictive step-time model for one software stack: its efficiency (the share of
+    the op-level ideal it realises) and the attention factor, fitted by ``analytic calibrate --published``;
+    the overlap fixed from presets/collectives.toml."""
+
+    stack_efficiency: float | None
     overlap: float
-    attention_factor: float = 1.0
+    attention_factor: float | None = 1.0
     provenance: str = ""
     interval: tuple[float, float] | None = None  # measured/predicted step time: (low, high) quantiles
     coverage: float | None = None  # the probability [low, high] is meant to hold
+    key: str = ""  # the fitted constant's name: the stack family whose sources pin it
+    pooled: bool = False  # no source of this family: the value pooled over the fitted families
+    standard_error: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,7 @@ class Hardware:
     host_memory: pint.Quantity | None = None  # host DRAM of one node
     generation: str = ""
     sources: dict = field(default_factory=dict, compare=False)
-    calibrations: dict = field(default_factory=dict, compare=False)
+    ceilings: dict = field(default_factory=dict, compare=False)  # dtype → Ceiling (presets/ceilings.toml)
     key: str = ""
 
     def __post_init__(self):
@@ -113,23 +127,10 @@ class Hardware:
     def scale_out_bandwidth(self) -> pint.Quantity:
         return self._link("scale_out_bandwidth")
 
-    def calibration_key(self, dtype: str) -> str:
-        """generation.dtype under which fitted constants are stored (fp16 shares bf16's: same peak)."""
-        return f"{self.generation}.{'bf16' if dtype == 'fp16' else dtype}"
-
-    def calibration(self, dtype: str = "bf16") -> Calibration:
-        key = self.calibration_key(dtype)
-        if key in self.calibrations:
-            return self.calibrations[key]
-        for fallback in (f"default.{key.split('.')[-1]}", "default"):  # pooled over this dtype, then all
-            if fallback in self.calibrations:
-                return self.calibrations[fallback]
-        if not self.calibrations:  # defined by hand, not loaded from the presets
-            raise PresetError(f"{self.key or self.name}: no fitted constants for a hardware defined by hand; pass "
-                              "Plan(..., matmul_efficiency=, overlap=, attention_factor=), or replace() a "
-                              "preset's numbers to keep its constants")
-        raise PresetError(f"{self.key or self.name}: no calibrated constants for {key}; run "
-                          "'analytic calibrate --published' or pass Plan(..., matmul_efficiency=...)")
+    def matmul_ceiling(self, dtype: str = "bf16") -> Ceiling | None:
+        """The measured GEMM ceiling for ``dtype`` as a fraction of peak, or None where the preset has none
+        (a hardware defined by hand)."""
+        return self.ceilings.get(dtype)
 
     def replace(self, **changes) -> "Hardware":
         """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``, ...)."""

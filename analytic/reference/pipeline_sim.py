@@ -61,11 +61,12 @@ def _orders(schedule, p, m, v):
 
 
 def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0,
-             layers=None) -> Result:
+             layers=None, work=None) -> Result:
     """Run ``schedule`` on ``p`` stages with ``m`` microbatches (``v`` chunks per stage for the
     interleaved schedule); t_f, t_b, t_w are one microbatch's times on one stage (a chunk takes 1/v).
     ``layers`` gives each of the p·v model chunks' layer count, in model order (chunk c of stage i is
-    the (c·p + i)-th); None: one each."""
+    the (c·p + i)-th); None: one each. ``work`` scales each chunk's op times likewise (a stage with more
+    layers, or the output layer, takes longer); None: 1 each."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     if schedule == "interleaved" and m % p:
@@ -74,6 +75,9 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
     layers = [1] * (p * v) if layers is None else list(layers)
     if len(layers) != p * v:
         raise ValueError(f"layers: expected {p * v} chunks' layer counts, got {len(layers)}")
+    work = [1.0] * (p * v) if work is None else [float(w) for w in work]
+    if len(work) != p * v:
+        raise ValueError(f"work: expected {p * v} chunks' factors, got {len(work)}")
     dur = {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}
     done: dict = {}
     free = [0.0] * p
@@ -105,7 +109,7 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
         return done.get(("B", j, i, c))  # W after B
 
     def run(i, kind, j, c, start):
-        end = start + dur[kind]
+        end = start + dur[kind] * work[vs(i, c)]
         free[i] = end
         done[(kind, j, i, c)] = end
         if kind == "BW":

@@ -46,7 +46,7 @@ from ..plan import (
     tiles,
     training_dtype,
 )
-from ..presets import as_hardware, as_model, memory_outside, memory_reserve, outside_floor, stacks
+from ..presets import as_hardware, as_model, calibration, memory_outside, memory_reserve, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -355,8 +355,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     n_fit = int(ranked.sum())
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     try:
-        ratios = hardware.calibration(dtype).interval
-    except PresetError:  # hardware defined by hand: no calibrated constants, no interval
+        ratios = calibration(stack).interval
+    except PresetError:  # no calibration file: no interval
         ratios = None
     fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios,
              "stack": stack}
