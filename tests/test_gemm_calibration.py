@@ -78,7 +78,8 @@ def test_calibrate_gemm_runs_on_this_cpu(capsys):
     assert 0 < fit["achieved_flops"] < 1e15 and math.isfinite(fit["r2_log"]) and fit["copy_bandwidth"] > 0
 
 
-def test_calibrate_gemm_writes_only_with_the_peaks(tmp_path, capsys):
+def test_calibrate_gemm_writes_only_with_the_peaks(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gemm, "poor", lambda result: None)  # whatever this CPU's fit: the peaks are the subject
     path = tmp_path / "cpu.toml"
     assert main(["calibrate", "--gemm", "--device", "cpu", "--write", str(path)]) == 2
     assert "--hardware" in capsys.readouterr().err and not path.exists()
@@ -87,3 +88,23 @@ def test_calibrate_gemm_writes_only_with_the_peaks(tmp_path, capsys):
     constants = an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8), seq_len=4096,
                         global_batch=8, profile=path).inputs
     assert 0 < float(constants["matmul_efficiency"]) <= 1 and 0 < float(constants["memory_efficiency"]) <= 1
+
+
+def test_a_poor_fit_is_named_and_never_written(tmp_path, capsys, monkeypatch):
+    """Times the GEMM model cannot explain (shuffled over the shapes: R² of log time below 0) are a poor
+    fit: printed with a warning, refused with --write (exit 2, nothing written); exact times are not."""
+    samples = _synthetic(7.5e14, 3.0e12, 132, (128, 256))
+    assert gemm.poor(gemm.fit(samples, tile=(128, 256))) is None
+    seconds = [g["seconds"] for g in samples["gemms"]]
+    shuffled = {**samples, "gemms": [{**g, "seconds": t} for g, t in zip(samples["gemms"], reversed(seconds))]}
+    bad = gemm.fit(shuffled, tile=(128, 256))
+    assert bad["r2_log"] < 0 and gemm.poor(bad)
+    assert "R²" in gemm.poor({**bad, "achieved_flops": 1e14}) and "held-out" in gemm.poor(
+        {**bad, "achieved_flops": 1e14, "r2_log": 0.95})
+    monkeypatch.setattr(gemm, "fit", lambda samples, tile=None: bad)
+    path = tmp_path / "cpu.toml"
+    args = ["calibrate", "--gemm", "--device", "cpu", "--peak-flops", "100 TFLOP/s", "--hbm-bandwidth", "1 TB/s"]
+    assert main([*args, "--write", str(path)]) == 2
+    assert "fits this device poorly" in capsys.readouterr().err and not path.exists()
+    assert main([*args, "--json"]) == 0
+    assert "fits this device poorly" in capsys.readouterr().err

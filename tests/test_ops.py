@@ -7,7 +7,7 @@ import pytest
 import analytic as an
 
 HAND = an.Hardware(name="x", peaks={"bf16": "100 TFLOP/s"}, hbm="800 GB", scale_up="100 GB/s", scale_out="10 GB/s")
-GIVEN = dict(matmul_efficiency=0.5, stack_efficiency=1, link_efficiency=0.8, latency="10 us", overlap=0.5,
+GIVEN = dict(matmul_efficiency=0.5, stack_efficiency=1, memory_efficiency=0.9, link_efficiency=0.8, latency="10 us", overlap=0.5,
              attention_factor=0.5)
 
 

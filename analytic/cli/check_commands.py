@@ -83,6 +83,12 @@ def _calibrate_gemm(args) -> int:
     samples = gemm.measure(device)
     result = gemm.fit(samples, tile=tile if device == "cuda" else None)
     table = gemm.profile(samples, result, peak, hbm, args.hardware)
+    why = gemm.poor(result)
+    if why and args.write:
+        raise CLIError(f"calibrate --gemm: the GEMM model fits this device poorly ({why}); not written")
+    if why:
+        print(f"analytic: warning: the GEMM model fits this device poorly ({why}); its constants do not "
+              "describe the device", file=sys.stderr)
     if args.write:
         _write_text(args.write, gemm.to_toml(table))
     if args.json:

@@ -218,6 +218,11 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         for k, v in plan.time_breakdown(ops=True).items():
             if v.magnitude:
                 label = f"  {OP_LABELS.get(k, k)}" + ("" if k in OP_LABELS or k == "bubble" else " (exposed)")
+                if k == "imbalance":
+                    slow = plan.slowest_stage()
+                    label = (f"  slowest stage's excess (stage {slow['stage']} of {plan.layout.pp}: "
+                             f"{slow['compute'].to('s'):.4g~P} of compute against the average "
+                             f"{slow['average'].to('s'):.4g~P})")
                 if k in ("gemm", "attention") and plan.layout.comm_sms:
                     sms = plan.inputs["sms"]
                     label += f" (on {sms - plan.layout.comm_sms} of {sms} SMs; {plan.layout.comm_sms} run communication)"
@@ -229,7 +234,11 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         except AnalyticError:
             spread = ""
         host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
-        add("time", "step_time", f"predicted step time (calibrated model{spread}{host})", st, "plan.step_time")
+        cal = plan.calibration
+        stack = "" if cal is None else (f"; stack efficiency {float(plan.inputs['stack_efficiency']):.3g}, "
+                                        + ("pooled: no fitted source of its family" if cal.pooled
+                                           else f"fitted on the {cal.key} family's sources"))
+        add("time", "step_time", f"predicted step time (calibrated model{stack}{spread}{host})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU (6·N_active·D)", plan.mfu(),
             _tags(plan, "mfu", "compute.mfu", "compute.training_flops"))
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",

@@ -117,6 +117,8 @@ _TABLE = [
     ("scale_out_latency", "alpha_out", "s", "nonnegative", "per-step latency of a ring step through a NIC"),
     ("matmul_efficiency", "eta_mm", "", "fraction",
      "measured fraction of peak of a large GEMM whose tiles fill whole waves of the SMs (the device's ceiling)"),
+    ("matmul_efficiency_16", "eta_mm16", "", "fraction",
+     "the device's measured 16-bit GEMM ceiling over its 16-bit peak, at which an FP8 plan runs its 16-bit GEMMs"),
     ("attention_efficiency", "eta_att", "", "fraction", "fraction of peak of the fused attention kernel in its benchmarks"),
     ("attention_factor", "kappa_att", "", "fraction",
      "share of its benchmark efficiency the fused attention kernel keeps in a training step"),

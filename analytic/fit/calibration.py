@@ -37,7 +37,7 @@ from ..presets.model import Model
 SHARED = ("attention_factor",)
 FITTED = "stack_efficiency"
 #: starting point and bounds of the constants
-BOUNDS = {FITTED: (0.05, 1.5), "attention_factor": (0.05, 1.0)}
+BOUNDS = {FITTED: (0.05, 1.0), "attention_factor": (0.05, 1.0)}
 START = {FITTED: 0.8, "attention_factor": 0.7}
 METRICS = ("achieved_flops", "tokens_per_second_per_gpu", "sequences_per_second_per_gpu", "gpu_hours_per_token",
            "step_time")

@@ -125,6 +125,16 @@ def markdown(results: list[Result], folder: Path | None = None) -> str:
                 out.append(f"| {r.id} | {r.extra['group']} | {esc(r.quantity)} | {esc(r.published)} | {esc(r.ours)} | "
                            f"{_pct(r.error)} | {_pct(r.extra['leave_one_out_error'])} | {_pct(r.extra['in_fit_error'])} | "
                            f"{_pct(r.extra['baseline_error'])} | {r.status} | {esc(r.source)} | {esc(notes)} |")
+            alternatives = [r for r in rs if r.extra["readings"]]
+            if alternatives:
+                out += ["", "### Readings a source does not state", "",
+                        "A case keeps the reading its assumptions give (first row, marked *as assumed*); each other "
+                        "plausible reading is predicted beside it with the shipped constants (in-fit), so the "
+                        "sensitivity shows and no reading is chosen by its error.", "",
+                        "| id | reading | in-fit error |", "|---|---|---|"]
+                for r in alternatives:
+                    out.append(f"| {r.id} | as assumed | {_pct(r.extra['in_fit_error'])} |")
+                    out += [f"| {r.id} | {esc(a['reading'])} | {_pct(a['error'])} |" for a in r.extra["readings"]]
             if folder is not None:
                 out += ["", "### Fitted constants", "",
                         "Each constant's standard error comes from the Jacobian of the log residuals at the optimum; "

@@ -2,11 +2,9 @@
 
 Case kinds: ``identity`` (a formula reproduces a published closed form or value), ``derived`` (a
 published number follows from published inputs), ``predicted`` (a measurement the calibrated model
-must predict; reported in-fit and leave-one-out), ``memory`` (a measured peak per GPU), ``oom`` (a
-published run that ran out of memory, which the model must not fit), ``outside`` (a snapshot of the memory a
-process holds outside its allocator), ``claim`` (the source text's claims).
-Nothing here knows a case by name: the cases are data.
-"""
+must predict, its source left out), ``memory`` (a measured peak per GPU), ``oom`` (a published run that ran
+out of memory), ``outside`` (a snapshot of the memory a process holds outside its allocator), ``claim``
+(the source text's claims). Nothing here knows a case by name: the cases are data."""
 
 from __future__ import annotations
 
@@ -27,9 +25,9 @@ from ..core.files import read_text
 from ..core.units import Q_
 from ..core.values import as_quantity
 from . import calibration
+from .readings import readings
 
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
-
 
 KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
 #: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
@@ -241,6 +239,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
                                                 "in_interval": low <= calibration.time_ratio(o, loso[o.id]) <= high,
                                                 "fits": bool(plan.memory().fits), "verdict": plan.memory_verdict(),
                                                 "count_share": _count_share(plan),
+                                                "readings": readings(c, constants, fitted),
                                                 "assumptions": c.get("assumptions", [])}))
     return out
 

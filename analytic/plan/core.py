@@ -170,12 +170,13 @@ class Plan:
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str) -> Formula:
         """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`)."""
+        from . import quantities
         builders = self._builders
         if name not in builders:
             raise UnknownNameError("plan quantity", name, builders)
         if name not in self._exprs:
             f = builders[name]()
-            self._exprs[name] = f.renamed(f"plan.{name}", source=self._provenance())
+            self._exprs[name] = f.renamed(f"plan.{name}", source=quantities.provenance(self))
         return self._exprs[name]
 
     @cached_property
@@ -191,22 +192,6 @@ class Plan:
     def quantities(self) -> list[str]:
         """Names accepted by :meth:`expr`."""
         return list(self._builders)
-
-    def _provenance(self) -> str:
-        lay = self.layout
-        return (f"analytic Plan: {self.model.name or 'model'} on {self.hardware.key or self.hardware.name}, "
-                f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} zero={lay.zero} "
-                f"sp={lay.sequence_parallel}{' async_tp' if lay.async_tp else ''}"
-                f"{' zero3_gather=per-tensor' if lay.zero3_gather == 'per-tensor' else ''}"
-                f"{f' comm_sms={lay.comm_sms}' if lay.comm_sms else ''} {lay.savers_label}"
-                f"{f' first_stage_layers={lay.first_stage_layers}' if lay.first_stage_layers is not None else ''}"
-                f"{f' last_stage_layers={lay.last_stage_layers}' if lay.last_stage_layers is not None else ''}"
-                f"{' ends_as_layers' if lay.ends_as_layers else ''} "
-                f"schedule={lay.schedule}, "
-                f"seq_len={self.seq_len} global_batch={self.global_batch} microbatch_size={self.microbatch_size} "
-                f"dtype={self.dtype}{'' if self.flash_attention else ' no flash attention'}"
-                f"{'' if self.grad_dtype == 'bf16' else f' grad_dtype={self.grad_dtype}'}"
-                f"{'' if self.moment_dtype == 'fp32' else f' moment_dtype={self.moment_dtype}'} stack={self.stack}")
 
     @cached_property
     def _builders(self) -> dict:
@@ -285,6 +270,14 @@ class Plan:
         ``ops``: compute split into its op classes (gemm, attention, memory_bound, optimizer)."""
         names = TIME_PARTS if flag("ops", ops) else ("compute", *TIME_PARTS[len(OP_CLASSES):])
         return {k: self.value(f"time.{k}") for k in names}
+
+    def slowest_stage(self) -> dict:
+        """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its compute for
+        the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to the step)."""
+        times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}  # the ends first on ties
+        name, pp, parts = max(times, key=lambda k: times[k].to("s").magnitude), int(self.layout.pp), self.time_breakdown(ops=True)
+        return {"stage": {"first": 0, "middle": min(1, pp - 1), "last": pp - 1}[name], "compute": times[name],
+                "average": parts["gemm"] + parts["attention"] + parts["memory_bound"], "imbalance": parts["imbalance"]}
 
     def mfu(self, step_time=None) -> float:
         """Model FLOPs utilisation (6ND convention) at ``step_time`` (default: the predicted one)."""
@@ -395,4 +388,5 @@ class Plan:
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
     def __repr__(self) -> str:
-        return f"Plan({self._provenance().removeprefix('analytic Plan: ')})"
+        from .quantities import provenance
+        return f"Plan({provenance(self).removeprefix('analytic Plan: ')})"

@@ -42,7 +42,7 @@ def read(keyword: str, value):
 #: the hardware and calibration inputs a Plan keyword may replace
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
-             "matmul_efficiency", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
+             "matmul_efficiency", "matmul_efficiency_16", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
              "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
@@ -253,7 +253,10 @@ class Inputs:
         out["scale_out_bandwidth"] = pick("scale_out_bandwidth", lambda: hw.scale_out)
         out["hbm_bandwidth"] = pick("hbm_bandwidth", lambda: hw.hbm_bandwidth)
         out.update(self._kernel_values(pick))
-        out["matmul_efficiency"] = pick("matmul_efficiency", self._matmul_ceiling)
+        out["matmul_efficiency"] = pick("matmul_efficiency", lambda: self._matmul_ceiling(self.dtype))
+        if self.dtype == "fp8":  # its 16-bit GEMMs at the 16-bit ceiling (matmul_efficiency= given alone sets both)
+            out["matmul_efficiency_16"] = pick("matmul_efficiency_16", lambda: self._matmul_ceiling("bf16"),
+                                               given="matmul_efficiency")
         cal = self.calibration
         if cal is not None and cal.pooled and "stack_efficiency" not in ov:
             self._note(f"stack {self.stack}: no published run of its family ({cal.key}) is fitted, so its efficiency "
@@ -270,14 +273,17 @@ class Inputs:
         out["checkpoint_time"] = ov.get("checkpoint_time")
         return out
 
-    def _matmul_ceiling(self):
-        """The device's measured GEMM ceiling over its peak for the plan's dtype (noted where it is not
-        the device's own measurement)."""
+    def _matmul_ceiling(self, dtype: str):
+        """The device's measured GEMM ceiling over its peak for ``dtype`` (noted where it is not the
+        device's own measurement)."""
         from ..presets import matmul_efficiency
-        fraction, note = matmul_efficiency(self.hardware, self.dtype)
-        if note:
-            self._note(note)
-        return fraction
+        return self._noted(matmul_efficiency(self.hardware, dtype))
+
+    def _noted(self, value_note: tuple):
+        """A (value, note) pair's value, its note added to :attr:`notes`."""
+        if value_note[1]:
+            self._note(value_note[1])
+        return value_note[0]
 
     def _loss_bytes(self):
         """The stack's bytes per logit at the loss's peak (its vocabulary-parallel loss's under TP); the
@@ -299,7 +305,7 @@ class Inputs:
         stack's attention kernel's efficiency; what the hardware lacks is said in :attr:`notes`."""
         from ..presets import attention_efficiency, gemm_tile, memory_efficiency
         hw, ov = self.hardware, self.overrides
-        out = {"memory_efficiency": pick("memory_efficiency", memory_efficiency)}
+        out = {"memory_efficiency": pick("memory_efficiency", lambda: self._noted(memory_efficiency(hw)))}
         tile = gemm_tile(hw.generation)
         out["tile_m"] = pick("tile_m", lambda: tile and tile[0])
         out["tile_n"] = pick("tile_n", lambda: tile and tile[1])

@@ -50,10 +50,12 @@ class _Ops:
         eb = 1 if fp8 else 2
         peak = self.peak("fp8" if fp8 else "bf16" if inp.dtype == "fp8" else inp.dtype)
         name = "compute.gemm.math_time" if self.quantised else "compute.gemm.math_time.unquantised"
+        ceiling = {} if fp8 or inp.dtype != "fp8" else {"matmul_efficiency": inp.values["matmul_efficiency_16"]}
         total = None
         passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
         for (mm, nn, kk), times in passes if backward else passes[:1]:
-            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Q_(eb, "byte"))
+            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Q_(eb, "byte"),
+                         **ceiling)
             if self.quantised:
                 shape["sms"] = self.sms
             t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
@@ -160,7 +162,8 @@ def attention_time(o: _Ops) -> Formula:
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
         per_token = (core * (3 + o.again) + recompute) * _score_share(inp)
         flops = composed("C", per_token.expr * M / t, "FLOP", per_token)
-        eff = inp.values.get("attention_efficiency", inp.need("matmul_efficiency"))  # see Inputs.notes
+        sixteen = "matmul_efficiency_16" if inp.dtype == "fp8" else "matmul_efficiency"  # attention runs in 16 bits
+        eff = inp.values.get("attention_efficiency", inp.need(sixteen))  # see Inputs.notes
         one = inp.f("compute.attention.time", flops=flops.expr, attention_efficiency=eff,
                     attention_factor=inp.need("attention_factor"),
                     peak_flops=o.peak("bf16" if inp.dtype == "fp8" else inp.dtype))

@@ -31,7 +31,7 @@ _BATCH = ("seq_len", "global_batch", "microbatch_size")
 #: except those whose presence changes the expressions (GEMM quantisation, the attention kernel's
 #: efficiency, a given checkpoint time, an FP8 plan's 16-bit peak, a fully connected scale-up domain),
 #: which are part of the structure
-HARDWARE_INPUTS = ("element_bytes", "loss_bytes", "peak_flops", "peak_flops_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
+HARDWARE_INPUTS = ("element_bytes", "loss_bytes", "peak_flops", "peak_flops_16", "matmul_efficiency_16", "hbm", "sms", "gpus_per_node", "scale_up_domain",
                    "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
                    "attention_efficiency", "matmul_efficiency", "stack_efficiency", "overlap", "attention_factor", "scale_up_latency",
                    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
@@ -45,12 +45,14 @@ SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
 def structural_inputs(inp: Inputs) -> dict:
     """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
     tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a given
-    checkpoint time; the 16-bit peak of an FP8 plan; the links of a fully connected scale-up domain)."""
+    checkpoint time; the 16-bit peak and GEMM ceiling of an FP8 plan; the links of a fully connected scale-up
+    domain)."""
     given = inp.given
     quantised = "sms" in given and "tile_m" in given and "tile_n" in given
     return {"sms": quantised, "tile_m": quantised, "tile_n": quantised,
             "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
-            "peak_flops_16": inp.dtype == "fp8", "scale_up_links": "scale_up_links" in given}
+            "peak_flops_16": inp.dtype == "fp8", "matmul_efficiency_16": inp.dtype == "fp8",
+            "scale_up_links": "scale_up_links" in given}
 
 
 def _open_or_number(value, keyword) -> bool:

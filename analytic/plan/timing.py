@@ -25,18 +25,27 @@ def bubble_time(inp: Inputs, compute: Formula) -> Formula:
     return at_least_critical_path(cases("bubble", "s", *pieces[:-1], (pieces[-1][0], True)), values)
 
 
-def imbalance_time(inp: Inputs, compute: Formula, ends: Formula) -> Formula:
-    """What the slowest stage adds over the average one: each stage's compute from its layers (the
+STAGES = ("first", "middle", "last")
+
+
+def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
+    """The first, a middle (the fullest) and the last stage's compute for the step: its layers (the
     layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the last
     stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
     from .memory import stage_layers
     lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_modules
     first, middle, last = stage_layers(inp)
     per_block = (compute.expr - ends.expr / lay.pp) * lay.pp / blocks
-    slowest = lazy_max(lazy_max(first * per_block, middle * per_block), (last + mtp) * per_block + ends.expr)
+    exprs = (first * per_block, middle * per_block, (last + mtp) * per_block + ends.expr)
+    return {name: composed(f"stage.{name}", e, "s", compute, ends) for name, e in zip(STAGES, exprs)}
+
+
+def imbalance_time(inp: Inputs, compute: Formula, stages: dict) -> Formula:
+    """What the slowest of ``stages`` (:func:`stage_times`) adds to the step over the average stage."""
+    slowest = lazy_max(*(stages[k].expr for k in STAGES))
     t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.expr,
               microbatches=inp.microbatches)
-    return composed("imbalance", t.expr, "s", t, compute, ends)
+    return composed("imbalance", t.expr, "s", t, *stages.values())
 
 
 def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
@@ -53,7 +62,9 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     # TP collectives sit between the GEMMs that produce and consume them: exposed, unless async TP
     # splits the GEMMs to overlap them like the other axes' traffic. CP all-gathers K and V before
     # the attention that needs them: exposed in the critical path (Llama 3 §3.3.2)
-    out = {**ops, "bubble": bubble, "imbalance": imbalance_time(inp, compute, ends),
+    stages = stage_times(inp, compute, ends)
+    out = {**ops, "bubble": bubble, "imbalance": imbalance_time(inp, compute, stages),
+           **{f"stage.{k}": v for k, v in stages.items()},
            "tp": comm["tp"]["time"] * (1 - phi) if lay.async_tp else comm["tp"]["time"],
            "cp": comm["cp"]["time"], "pp": comm["pp"]["time"] * (1 - phi)}
     # DP hides behind compute: ZeRO-2/3 without a pipeline reduce (and ZeRO-3 gathers) around every

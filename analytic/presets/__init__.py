@@ -51,8 +51,35 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
 
 
 @cache
+def _ceiling_file() -> dict:
+    return tomllib.loads(read_text(HERE / "ceilings.toml"))
+
+
 def _ceiling_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "ceilings.toml"))["gemm"]
+    return _ceiling_file()["gemm"]
+
+
+def _hbm_measured(key: str) -> tuple[float, str] | None:
+    """The measured HBM bandwidth of preset ``key`` over its datasheet's, and its source, or None."""
+    entry = _ceiling_file()["hbm"].get(key, {}).get("bandwidth")
+    if entry is None:
+        return None
+    value, source = _sourced(f"hbm.{key}", "bandwidth", entry)
+    datasheet = _hardware_tables()[key]["hbm_bandwidth"]["value"]
+    return float(Q_(value).to("B/s").magnitude / Q_(datasheet).to("B/s").magnitude), \
+        f"{source}: {value} ({entry['kernel']}), {entry['software']}"
+
+
+def memory_efficiency(hw: Hardware) -> tuple[float, str]:
+    """``hw``'s measured HBM bandwidth over its datasheet's (presets/ceilings.toml [hbm]), else the fraction
+    pooled over the measured devices; and a note where it is not the device's own measurement."""
+    measured = _hbm_measured(hw.key) if hw.key in _hardware_tables() else None
+    if measured is not None:
+        return measured[0], ""
+    fractions = [_hbm_measured(k)[0] for k in _ceiling_file()["hbm"]]
+    return (math.exp(sum(map(math.log, fractions)) / len(fractions)),
+            f"{hw.key or hw.name}: no measured HBM bandwidth, so the memory efficiency is the one pooled over the "
+            "measured devices (presets/ceilings.toml [hbm]); pass memory_efficiency= or a profile")
 
 
 def _measured(key: str, dtype: str) -> tuple[float, str] | None:
@@ -333,11 +360,6 @@ def gemm_tile(generation: str):
     """(T_m, T_n) of the generation's most efficient GEMM tile, or None when kernels.toml has none."""
     entry = _kernel_tables()["gemm"].get(generation)
     return None if entry is None else tuple(_sourced(f"gemm.{generation}", "tile", entry["tile"])[0])
-
-
-def memory_efficiency() -> float:
-    """Achievable fraction of HBM bandwidth of a streaming kernel (kernels.toml [memory])."""
-    return _sourced("memory", "efficiency", _kernel_tables()["memory"]["efficiency"])[0]
 
 
 def attention_efficiency(kernel: str, generation: str):

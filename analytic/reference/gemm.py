@@ -25,6 +25,10 @@ GRID = {"cpu": [(m, n, k) for m in (64, 256, 512) for n in (64, 256, 512) for k 
 #: elements of each copy buffer (bandwidth)
 COPY = {"cpu": 1 << 23, "cuda": 1 << 28}
 DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
+#: a fit is poor when the GEMM model explains less than this share of the variance of log time over the
+#: fitted shapes, or misses the held-out shapes by more than MAX_HELD_OUT_ERROR on average: its constants
+#: would then describe the fit's failure, not the device
+MIN_R2, MAX_HELD_OUT_ERROR = 0.9, 0.25
 
 
 def _sync(device):
@@ -99,6 +103,18 @@ def fit(samples: dict, tile=None) -> dict:
            "held_out_mean_abs_error": float(statistics.mean(np.abs(pred[held] / t[held] - 1))),
            "copy_bandwidth": samples["copy"]["bytes"] / samples["copy"]["seconds"]}
     return out
+
+
+def poor(result: dict) -> str | None:
+    """Why :func:`fit`'s result does not describe the device (a negative or small R², a large held-out
+    error, no achieved FLOP/s), or None where it does."""
+    if result["achieved_flops"] is None:
+        return "the fit gives the GEMMs' multiply-adds no time"
+    if result["r2_log"] < MIN_R2:
+        return f"R² of log time {result['r2_log']:.3g} (below {MIN_R2:g})"
+    if result["held_out_mean_abs_error"] > MAX_HELD_OUT_ERROR:
+        return f"the held-out shapes missed by {result['held_out_mean_abs_error']:.0%} on average (over {MAX_HELD_OUT_ERROR:.0%})"
+    return None
 
 
 def profile(samples: dict, result: dict, peak_flops=None, hbm_bandwidth=None, hardware: str | None = None) -> dict:
