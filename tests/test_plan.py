@@ -1702,3 +1702,21 @@ def test_inputs_people_type():
     assert repr(per).startswith("Plan(llama3-8b on h100-sxm, tp=1")
     best = an.search("llama3-8b", "h100-sxm", gpus=16, progress=False, **kw).best
     assert best.gpus == 16 == best.as_dict()["gpus"]
+
+
+@pytest.mark.parametrize("bandwidth", ["400 Gbit/s", "4 Gbit/s"])
+def test_dualpipe_hides_the_all_to_all_behind_the_paired_chunk_only_up_to_its_compute(bandwidth):
+    """DeepSeek-V3 §3.2.1: DualPipe runs a chunk's all-to-all beside the paired chunk's compute, so only what
+    exceeds that compute is exposed (none at 400 Gbit/s a GPU; most of it at 4 Gbit/s); under 1F1B the
+    all-to-all sits between the router and the experts, exposed whole. The traffic is the same."""
+    m, kw = an.model("deepseek-v3"), dict(seq_len=4096, global_batch=1024, scale_out_bandwidth=bandwidth)
+    lay = an.Layout(pp=16, dp=64, ep=64, zero=1)
+    dual = an.Plan(m, "h800", lay.replace(schedule="dualpipe"), **kw)
+    plain = an.Plan(m, "h800", lay.replace(schedule="1f1b"), **kw)
+    comm = dual.communication_time()["ep"].to("s").magnitude
+    parts = {k: v.to("s").magnitude for k, v in dual.time_breakdown(ops=True).items()}
+    compute = parts["gemm"] + parts["attention"] + parts["memory_bound"]
+    assert plain.communication_time()["ep"].to("s").magnitude == pytest.approx(comm, rel=1e-12)
+    assert plain.time_breakdown()["ep"].to("s").magnitude == pytest.approx(comm, rel=1e-12)
+    assert parts["ep"] == pytest.approx(max(0.0, comm - compute), rel=1e-9, abs=1e-12)
+    assert (parts["ep"] == 0) == (bandwidth == "400 Gbit/s")

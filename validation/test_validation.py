@@ -287,6 +287,9 @@ def test_readme_states_the_collective_measurements(results):
     readme = " ".join((HERE.parent / "README.md").read_text().split())
     errors = " and ".join(f"{rows[i].error:+.1%}".replace("-", "−") for i in ("N01", "N04"))
     assert f"{errors}, both within 15%" in readme
+    aws = [next(r for r in results if r.id == f"N0{k}") for k in (5, 6, 7, 8)]
+    shown = ", ".join(f"{r.error:+.1%}" for r in aws[:-1]) + f" and {aws[-1].error:+.1%}"
+    assert all(r.status == "within" for r in aws) and f"4 to 32 AWS p5 nodes of 8 H100: {shown}, all within 15%" in readme
 
 
 def test_identifiability_names_who_pins_each_constant():

@@ -147,8 +147,8 @@ def namespace(plans: dict) -> dict:
             built[name] = calibration.build_plan(plans[name])
         return built[name]
 
-    from ..presets import nccl_efficiency
-    return {"an": SimpleNamespace(Layout=an.Layout), "nccl_efficiency": nccl_efficiency, "Q": lambda text: as_quantity("Q", text), "f": lambda name, **kw: formula(name).evaluate(**kw),
+    from ..presets import nccl_efficiency, nccl_latency
+    return {"an": SimpleNamespace(Layout=an.Layout), "nccl_efficiency": nccl_efficiency, "nccl_latency": nccl_latency, "Q": lambda text: as_quantity("Q", text), "f": lambda name, **kw: formula(name).evaluate(**kw),
             "expr": lambda name: formula(name).expr, "S": symbolic, "model": an.model, "hw": an.hardware,
             "plan": plan, "sympy": SimpleNamespace(simplify=sympy.simplify, expand=sympy.expand, log=sympy.log),
             "sum": sum, "int": int, "float": float}

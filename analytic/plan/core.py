@@ -28,6 +28,7 @@ from ..presets.hardware import Hardware
 from ..presets.model import Model
 from . import programs, ranks, verdict
 from .inputs import Inputs, read
+from .label import provenance
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -170,13 +171,12 @@ class Plan:
     # --- expressions ----------------------------------------------------------------------
     def expr(self, name: str) -> Formula:
         """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`)."""
-        from . import quantities
         builders = self._builders
         if name not in builders:
             raise UnknownNameError("plan quantity", name, builders)
         if name not in self._exprs:
             f = builders[name]()
-            self._exprs[name] = f.renamed(f"plan.{name}", source=quantities.provenance(self))
+            self._exprs[name] = f.renamed(f"plan.{name}", source=provenance(self))
         return self._exprs[name]
 
     @cached_property
@@ -388,5 +388,4 @@ class Plan:
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
     def __repr__(self) -> str:
-        from .quantities import provenance
         return f"Plan({provenance(self).removeprefix('analytic Plan: ')})"
