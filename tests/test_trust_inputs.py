@@ -362,3 +362,44 @@ def test_the_documented_offload_share_of_0_and_suffixed_token_counts_are_read():
     assert code == 0 and steps == round(15.6e12 / (64 * 4096))
     code, out, err = run("step", *flags, "--tokens", "15.6X")
     assert code == 2 and err.strip() == "--tokens: expected an integer ≥ 1, got '15.6X'"
+
+
+@pytest.mark.parametrize("stack, hardware, layout, dtype, what", [
+    ("torchtitan", "tpu-v6e", dict(dp=8), "bf16", "runs on cuda, rocm, not on tpu"),
+    ("megatron-core", "trn2", dict(dp=8), "bf16", "not on neuron"),
+    ("deepspeed", "a100-80g", dict(pp=4, dp=2, zero=2), "bf16", "ZeRO 1 at most with pipeline parallelism"),
+    ("megatron-lm-2021", "a100-80g", dict(cp=2, dp=4), "bf16", "no context parallelism"),
+    ("megatron-lm-2021", "a100-80g", dict(pp=4, dp=2, schedule="zb-h1"), "bf16", "runs 1f1b, interleaved, not zb-h1"),
+    ("megatron-lm-2021", "h100-sxm", dict(dp=8), "fp8", "trains in fp16, bf16, not fp8"),
+])
+def test_a_stack_runs_only_what_its_framework_supports(stack, hardware, layout, dtype, what):
+    """Framework constraints are stack data (presets/stacks.toml, each with its source): Plan refuses what the
+    stack does not run, naming it, and search never ranks such a layout."""
+    flash, model = stack != "megatron-lm-2021", "llama3-8b" if stack != "megatron-lm-2021" else "gpt3-175b"
+    kw = dict(seq_len=2048, global_batch=64, stack=stack, dtype=dtype, flash_attention=flash)
+    with pytest.raises(an.InputError, match=what):
+        an.Plan(model, hardware, an.Layout(**layout), **kw)
+    if set(layout) == {"dp"}:  # the whole stack on that hardware or in that dtype: search refuses as Plan does
+        with pytest.raises(an.InputError, match=what):
+            an.search(model, hardware, gpus=8, **kw)
+        return
+    a = an.search(model, hardware, gpus=8, at_limit=True, **kw).arrays  # a layout refusal: those layouts are left out
+    schedules = {an.plan.SCHEDULES[int(i)] for i in a["schedule"]}
+    assert len(a["pp"]) and (a["pp"] > 1).any()
+    if stack == "deepspeed":
+        assert not ((a["pp"] > 1) & (a["zero"] > 1)).any() and (a["zero"] > 1).any() and schedules == {"1f1b"}
+    else:
+        assert not (a["cp"] > 1).any() and schedules <= {"1f1b", "interleaved"}
+
+
+def test_a_profile_names_its_device_and_is_refused_on_another(tmp_path):
+    """A profile written with --hardware names the preset it measured; a plan of another preset refuses it
+    (a profile without a preset's name, measured against given peaks, is taken as given)."""
+    path = tmp_path / "p.toml"
+    path.write_text('[profile]\nhardware = "h100-sxm"\n\n[constants]\nmatmul_efficiency = 0.7\n')
+    kw = dict(seq_len=4096, global_batch=8, profile=path)
+    assert float(an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), **kw).inputs["matmul_efficiency"]) == 0.7
+    with pytest.raises(an.InputError, match="measured on h100-sxm, not on h200"):
+        an.Plan("llama3-8b", "h200", an.Layout(dp=8), **kw)
+    path.write_text('[profile]\ndevice = "cpu"\n\n[constants]\nmatmul_efficiency = 0.7\n')
+    assert float(an.Plan("llama3-8b", "h200", an.Layout(dp=8), **kw).inputs["matmul_efficiency"]) == 0.7

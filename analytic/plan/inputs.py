@@ -20,9 +20,9 @@ from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
 from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
-from ..presets.hardware import Hardware, check_domain, check_full_mesh
+from ..presets.hardware import Hardware, check_domain, check_full_mesh, platform
 from ..presets.model import Model
-from .layout import Layout, check_layout, check_offload, selective_refusal, training_dtype
+from .layout import Layout, check_layout, check_offload, selective_refusal, stack_refusal, training_dtype
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
@@ -71,6 +71,9 @@ class Inputs:
         self.dtype = training_dtype(dtype, hardware)
         self.stack = choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
+        refusal = stack_refusal(self.stack, props, platform=platform(hardware.generation), dtype=self.dtype, layout=layout)
+        if refusal:
+            raise InputError(refusal)
         kernels = props["attention"]
         if flash_attention is None:
             flash_attention = bool(kernels)
@@ -117,7 +120,7 @@ class Inputs:
                                  "does not have")
         if profile is not None:  # measured constants; explicit keywords win
             from ..presets.profile import read_profile
-            overrides = {**read_profile(profile), **overrides}
+            overrides = {**read_profile(profile, hardware.key), **overrides}
         if grad_dtype is not None:
             choice("grad_dtype", grad_dtype, GRAD_DTYPES)
         if grad_dtype == "fp32" and is_number(layout.zero) and layout.zero > 2:

@@ -361,3 +361,25 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
     if kind == "zero-offload" and is_number(share) and share != 1:
         raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
                          f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
+
+
+def stack_refusal(stack: str, props: dict, *, platform: str | None = None, dtype: str | None = None,
+                  layout: Layout | None = None) -> str | None:
+    """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``platform``, in ``dtype`` or with
+    ``layout`` (its schedule, context parallelism and ZeRO stage under a pipeline), or None: one rule for Plan
+    and search; what is not given, or not a number, is not checked."""
+    allowed = props.get("platforms")
+    if platform is not None and allowed is not None and platform not in allowed:
+        return f"stack: {stack} runs on {', '.join(allowed)}, not on {platform} hardware"
+    if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
+        return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
+    if layout is None:
+        return None
+    if isinstance(layout.schedule, str) and "schedules" in props and layout.schedule not in props["schedules"]:
+        return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {layout.schedule}"
+    if props.get("context_parallel") is False and is_number(layout.cp) and layout.cp > 1:
+        return f"cp: stack {stack} has no context parallelism"
+    most = props.get("pipeline_zero")
+    if most is not None and is_number(layout.pp) and layout.pp > 1 and is_number(layout.zero) and layout.zero > most:
+        return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={layout.zero}"
+    return None

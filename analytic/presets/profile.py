@@ -16,8 +16,9 @@ MAX_BYTES = 1 << 16
 CONSTANTS = ("matmul_efficiency", "memory_efficiency", "attention_efficiency", "tile_m", "tile_n")
 
 
-def read_profile(profile) -> dict:
-    """Plan keyword → value from a profile file (a path) or its parsed table (a dict)."""
+def read_profile(profile, hardware: str = "") -> dict:
+    """Plan keyword → value from a profile file (a path) or its parsed table (a dict); refused where the
+    profile names the preset it was measured on and that is not ``hardware`` (a preset's key)."""
     from ..core.formula import magnitude
     if isinstance(profile, (str, Path)):
         path = Path(profile)
@@ -31,6 +32,10 @@ def read_profile(profile) -> dict:
         data = profile
     else:
         raise InputError(f"profile: expected a path to a profile TOML file or its table, got {type(profile).__name__}")
+    named = data.get("profile", {}).get("hardware") if isinstance(data.get("profile"), dict) else None
+    if named is not None and hardware and named != hardware:
+        raise InputError(f"profile: measured on {str(named)[:80]}, not on {hardware}; measure this device with "
+                         "analytic calibrate --gemm --hardware NAME")
     constants = data.get("constants")
     if not isinstance(constants, dict) or not constants:
         raise InputError("profile: expected a [constants] table (written by analytic calibrate --gemm --write)")

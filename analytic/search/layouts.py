@@ -43,12 +43,13 @@ from ..plan import (
     selective_refusal,
     sequence_parallel_default,
     sequence_unit,
+    stack_refusal,
     tiles,
     training_dtype,
 )
 from ..presets import as_hardware, as_model, calibration, memory_outside, memory_reserve, outside_floor, stacks
 from ..presets import stack as read_stack
-from ..presets.hardware import Hardware
+from ..presets.hardware import Hardware, platform
 from ..presets.model import Model
 from .programs import DEGREES, INPUTS, _compiled
 
@@ -301,6 +302,14 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if isinstance(v, bool) or v not in allowed]
         if bad:
             raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    whole = stack_refusal(stack, props, platform=platform(hardware.generation), dtype=dtype)
+    if whole:
+        raise InputError(whole)
+    if "schedules" in props:  # as the selective policy: asked for, a schedule the stack does not run is refused
+        refused = [sched for sched in schedules if sched not in props["schedules"]]
+        if refused and schedules != SCHEDULES:
+            raise InputError(stack_refusal(stack, props, layout=Layout(pp=2, schedule=refused[0])))
+        schedules = tuple(sched for sched in schedules if sched in props["schedules"])
     refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
     if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
         if recompute != RECOMPUTE:
@@ -312,10 +321,17 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     pins = {k: count(k, v, allow_symbol=False) for k, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep))
             if v is not None}
+    if props.get("context_parallel") is False:
+        if pins.get("cp", 1) > 1:
+            raise InputError(stack_refusal(stack, props, layout=Layout(cp=pins["cp"])))
+        max_cp = 1
     parts = [enumerate_layouts(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
+    if props.get("pipeline_zero") is not None:  # ZeRO stages the stack does not run under a pipeline
+        keep = ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
+        arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
     show = progress and sys.stderr.isatty()
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
