@@ -129,7 +129,7 @@ def main() -> int:
     # the catalogue is mutated in this process, under the library's digest: programs lowered from it once
     # would answer every later mutant, so plans take the mutated expressions themselves (tests/test_programs.py
     # holds the programs to the expressions)
-    programs.bundle = lambda inp, on_build=None: None
+    programs.bundle = lambda inp, lower=None, build=None: None
     programs.formula = lambda name, values: None
     from analytic.formulas._catalogue import CATALOGUE
     if not run_tests():

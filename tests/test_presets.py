@@ -151,7 +151,9 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     from analytic.presets import stack, stacks
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
-             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency"}
+             "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
+             "platforms", "schedules", "dtypes", "context_parallel", "pipeline_zero"}
+    from analytic.presets.hardware import PLATFORMS
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -164,6 +166,10 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
         assert props.get("compiled_blocks", False) in (True, False), name
+        assert set(props.get("platforms", ())) <= {*PLATFORMS.values(), "tpu"}, name
+        assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
+        assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
+        assert props.get("context_parallel", True) in (True, False) and props.get("pipeline_zero", 3) in (0, 1, 2, 3), name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("torchtitan-2025-eager")["efficiency"] == "torchtitan"  # from its base's base
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
