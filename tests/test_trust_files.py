@@ -166,6 +166,8 @@ def test_a_formula_given_as_text_is_parsed_not_evaluated(tmp_path):
 
 
 CLAIM = '[[case]]\nid = "{id}"\nkind = "claim"\npublished = "1 s"\ntolerance = {tol}\ncompute = "{compute}"\n'
+PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\ngroup = "g"\npublished = {published}\n'
+             '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\n{plan}\nseq_len = 4096\nglobal_batch = 64\n')
 
 
 @pytest.mark.parametrize("files, message", [
@@ -179,7 +181,14 @@ CLAIM = '[[case]]\nid = "{id}"\nkind = "claim"\npublished = "1 s"\ntolerance = {
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')"),
       "peaks.toml": '[[case]]\nid = "M"\nkind = "memory"\npublished = "80 GiB"\ngroup = "g"\nplan = "p"\n'},
      "memory case M is read only from memory.toml"),
-], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "memory-elsewhere"])
+    ({"predicted.toml": PREDICTED.format(published='"430 TFLOP/s"', plan="layout = 5")}, "case P: plan.layout must be a table"),
+    ({"predicted.toml": PREDICTED.format(published="[430]", plan="layout = {}")}, "case P: published must be a number or"),
+    ({"predicted.toml": PREDICTED.format(published="1979-05-27", plan="layout = {}")}, "case P: published must be a number"),
+    ({"predicted.toml": PREDICTED.format(published="430", plan="layout = {}")}, "case P: DimensionalityError"),
+    ({"predicted.toml": PREDICTED.format(published='"430 TFLOP/s"', plan="layout = {}").replace("[case.plan]\nmodel",
+      "[case.plan]\nmodels")}, "case P: plan needs model"),
+], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "memory-elsewhere", "layout-number",
+        "published-list", "published-date", "published-bare", "no-model"])
 def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):
     """What was silently taken (a tolerance of inf, a plan table redefined, memory cases in a file that
     is never read) or raised a foreign exception is one line naming the file or the case."""

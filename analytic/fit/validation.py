@@ -9,8 +9,6 @@ out of memory), ``outside`` (a snapshot of the memory a process holds outside it
 from __future__ import annotations
 
 import copy
-import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +19,6 @@ import sympy
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
-from ..core.files import read_text
 from ..core.units import Q_
 from ..core.values import as_quantity
 from . import calibration
@@ -29,9 +26,7 @@ from .readings import readings
 
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
-KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
-#: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
-FILE_OF_KIND = {"memory": "memory.toml", "outside": "outside.toml"}
+from .cases import FILE_OF_KIND, KINDS, load  # noqa: F401 (validation.load: the folder's cases)
 
 
 def find_folder(folder: Path | str | None = None) -> Path:
@@ -71,56 +66,6 @@ class Result:
     def ok(self) -> bool:
         """The computed status is the one the case records."""
         return self.status == self.expected
-
-
-def load(folder: Path) -> tuple[list[dict], dict]:
-    """Every case of the folder's TOML files, and their [plans] tables."""
-    cases, plans, where = [], {}, {}
-    for path in sorted(folder.glob("*.toml")):
-        try:
-            data = tomllib.loads(read_text(path))
-        except OSError as exc:  # a FIFO, a device or a file over its bound among the cases
-            raise AnalyticError(f"{path.name}: {exc.strerror or exc}") from None
-        except (tomllib.TOMLDecodeError, RecursionError) as exc:
-            raise AnalyticError(f"{path.name}: not valid TOML ({str(exc)[:80]})") from None
-        tables, listed = data.get("plans", {}), data.get("case", [])
-        if not isinstance(tables, dict) or not isinstance(listed, list):
-            raise ValidationError(f"{path.name}: [plans] must be tables of plans and [[case]] a list of cases")
-        for name in tables:
-            if name in plans:
-                raise ValidationError(f"{path.name}: plan {name[:80]!r} is defined in {where[name]} too")
-            plans[name], where[name] = tables[name], path.name
-        for i, c in enumerate(listed):
-            if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("kind") not in KINDS:
-                raise AnalyticError(f"{path.name}: case {i + 1} needs an id and a kind ({', '.join(KINDS)})")
-            if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published", "group")):
-                raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric, published and group "
-                                    "(its source: cases of one group are left out of the fit together)")
-            if c["kind"] in FILE_OF_KIND and path.name != FILE_OF_KIND[c["kind"]]:
-                raise ValidationError(f"{path.name}: {c['kind']} case {c['id'][:80]} is read only from "
-                                      f"{FILE_OF_KIND[c['kind']]}, where the fits that judge it read their cases")
-            tol = c.get("tolerance")
-            if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol >= 0):
-                raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number of at "
-                                      f"least 0 (0: exact), got {tol!r:.80}")
-            if c["kind"] == "memory" and not (all(k in c for k in ("published", "group")) and
-                                              ("plan" in c) != ("plan_of" in c)):
-                raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
-                                    "plan_of, the id of the predicted case whose run it measured)")
-            if c["kind"] == "outside" and not all(k in c for k in ("hardware", "reserved", "free", "group", "source")):
-                raise AnalyticError(f"{path.name}: outside case {c['id']} needs hardware, reserved, free (the figures "
-                                    "the source prints), group and source")
-            if c["kind"] == "oom" and not all(k in c for k in ("plan", "published", "group", "source")):
-                raise AnalyticError(f"{path.name}: oom case {c['id']} needs plan, published (what the source says), "
-                                    "group and source")
-            cases.append(dict(c, file=path.name))
-    if not cases:
-        raise AnalyticError(f"{folder}: no cases (a case is a [[case]] table of a *.toml file)")
-    ids = [c["id"] for c in cases]
-    dupes = {i for i in ids if ids.count(i) > 1}
-    if dupes:
-        raise AnalyticError(f"duplicate case ids: {', '.join(sorted(dupes))}")
-    return cases, plans
 
 
 #: what a case's ``compute`` may read of the objects it gets (nothing else, and nothing starting with _)
@@ -211,11 +156,14 @@ def _predicted(cases: list[dict]) -> list[Result]:
     objs, baseline, specs = [], [], {}
     if not cases:
         return []
-    for c in cases:
+    def build(c, ns):  # the case and its compute-only twin, whatever goes wrong one ValidationError (_guarded)
         kw = dict(in_fit=c.get("in_fit", True), group=c["group"])
         args = (c["id"], c["plan"], c["metric"], c.get("convention", "6nd"), as_quantity("published", c["published"]))
         objs.append(calibration.Case(*args, **kw))
         baseline.append(calibration.Case(*args, **kw, time="time.compute"))
+
+    for c in cases:
+        _guarded(build, c, {})
         specs[c["id"]] = c
     fitted = [o for o in objs if o.in_fit]
     constants = calibration.fit(fitted)

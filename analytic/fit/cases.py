@@ -1,0 +1,97 @@
+"""Reading a case folder: every TOML file's cases and [plans] tables, each case's structure checked before
+any of it is used (its kind, the fields the kind needs, their types), so a malformed case is one error
+naming it and the field, never a traceback from inside a fit."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import tomllib
+from pathlib import Path
+
+from ..core.errors import AnalyticError, ValidationError
+from ..core.files import read_text
+
+KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
+#: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
+FILE_OF_KIND = {"memory": "memory.toml", "outside": "outside.toml"}
+#: the tables of a plan table that are tables themselves
+PLAN_TABLES = ("layout", "hardware_overrides", "model_overrides")
+
+
+def _check_plan(where: str, plan) -> None:
+    """A plan table's structure: a table with a model (a preset's name or a table), a hardware preset's name
+    and, where given, tables for its layout and overrides."""
+    if not isinstance(plan, dict):
+        raise ValidationError(f"{where}: plan must be a table, got {type(plan).__name__}")
+    if not isinstance(plan.get("model"), (str, dict)) or not isinstance(plan.get("hardware"), str):
+        raise ValidationError(f"{where}: plan needs model (a preset's name or a table) and hardware (a preset's name)")
+    for key in PLAN_TABLES:
+        if key in plan and not isinstance(plan[key], dict):
+            raise ValidationError(f"{where}: plan.{key} must be a table, got {type(plan[key]).__name__}")
+
+
+def _check_published(where: str, value) -> None:
+    """A published figure: a number, or a string of a number and its unit (not a list, a date or a flag)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or isinstance(value, datetime.date):
+        raise ValidationError(f"{where}: published must be a number or a string such as '430 TFLOP/s', "
+                              f"got {type(value).__name__}")
+
+
+def load(folder: Path) -> tuple[list[dict], dict]:
+    """Every case of the folder's TOML files, and their [plans] tables."""
+    cases, plans, where = [], {}, {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            data = tomllib.loads(read_text(path))
+        except OSError as exc:  # a FIFO, a device or a file over its bound among the cases
+            raise AnalyticError(f"{path.name}: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise AnalyticError(f"{path.name}: not valid TOML ({str(exc)[:80]})") from None
+        tables, listed = data.get("plans", {}), data.get("case", [])
+        if not isinstance(tables, dict) or not isinstance(listed, list):
+            raise ValidationError(f"{path.name}: [plans] must be tables of plans and [[case]] a list of cases")
+        for name in tables:
+            if name in plans:
+                raise ValidationError(f"{path.name}: plan {name[:80]!r} is defined in {where[name]} too")
+            plans[name], where[name] = tables[name], path.name
+        for i, c in enumerate(listed):
+            if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("kind") not in KINDS:
+                raise AnalyticError(f"{path.name}: case {i + 1} needs an id and a kind ({', '.join(KINDS)})")
+            if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published", "group")):
+                raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric, published and group "
+                                    "(its source: cases of one group are left out of the fit together)")
+            if c["kind"] in FILE_OF_KIND and path.name != FILE_OF_KIND[c["kind"]]:
+                raise ValidationError(f"{path.name}: {c['kind']} case {c['id'][:80]} is read only from "
+                                      f"{FILE_OF_KIND[c['kind']]}, where the fits that judge it read their cases")
+            tol = c.get("tolerance")
+            if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol >= 0):
+                raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number of at "
+                                      f"least 0 (0: exact), got {tol!r:.80}")
+            if c["kind"] == "memory" and not (all(k in c for k in ("published", "group")) and
+                                              ("plan" in c) != ("plan_of" in c)):
+                raise AnalyticError(f"{path.name}: memory case {c['id']} needs published, group and a plan (or "
+                                    "plan_of, the id of the predicted case whose run it measured)")
+            if c["kind"] == "outside" and not all(k in c for k in ("hardware", "reserved", "free", "group", "source")):
+                raise AnalyticError(f"{path.name}: outside case {c['id']} needs hardware, reserved, free (the figures "
+                                    "the source prints), group and source")
+            if c["kind"] == "oom" and not all(k in c for k in ("plan", "published", "group", "source")):
+                raise AnalyticError(f"{path.name}: oom case {c['id']} needs plan, published (what the source says), "
+                                    "group and source")
+            at = f"{path.name}: case {c['id'][:80]}"
+            if "published" in c and c["kind"] != "claim":
+                _check_published(at, c["published"])
+            if "plan" in c and c["kind"] in ("predicted", "memory", "oom"):
+                _check_plan(at, c["plan"])
+            if "reading" in c and not (isinstance(c["reading"], list) and all(
+                    isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("plan", {}), dict)
+                    for r in c["reading"])):
+                raise ValidationError(f"{at}: a reading is a table with a name and, where given, a plan table")
+            cases.append(dict(c, file=path.name))
+    if not cases:
+        raise AnalyticError(f"{folder}: no cases (a case is a [[case]] table of a *.toml file)")
+    ids = [c["id"] for c in cases]
+    dupes = {i for i in ids if ids.count(i) > 1}
+    if dupes:
+        raise AnalyticError(f"duplicate case ids: {', '.join(sorted(dupes))}")
+    return cases, plans
