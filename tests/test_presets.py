@@ -152,8 +152,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
              "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
-             "platforms", "schedules", "dtypes", "context_parallel", "pipeline_zero"}
-    from analytic.presets.hardware import PLATFORMS
+             "schedules", "dtypes", "context_parallel", "pipeline_zero"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -166,7 +165,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
         assert props.get("compiled_blocks", False) in (True, False), name
-        assert set(props.get("platforms", ())) <= {*PLATFORMS.values(), "tpu"}, name
         assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
         assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
         assert props.get("context_parallel", True) in (True, False) and props.get("pipeline_zero", 3) in (0, 1, 2, 3), name

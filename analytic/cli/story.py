@@ -75,6 +75,25 @@ def _run_step(plan: Plan) -> tuple:
         return None, ""
 
 
+def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
+    """One-setting changes of a plan that does not fit, on the same GPUs, that make it fit: ZeRO a stage
+    higher, selective or full recomputation, an interleaved schedule of 2 chunks a stage (with the
+    pipeline); each (what changed, the plan), in that order."""
+    lay, out = plan.layout, []
+    changes = [(f"zero={z}", dict(zero=z)) for z in range(int(lay.zero) + 1, 4)]
+    changes += [(f"recompute={r!r}", dict(recompute=r)) for r in ("selective", "full") if lay.recompute != r]
+    if lay.pp > 1 and lay.schedule != "interleaved":
+        changes.append(("schedule='interleaved', vpp=2", dict(schedule="interleaved", vpp=2)))
+    for label, change in changes:
+        try:
+            other = plan.replace(layout=lay.replace(**change))
+            if other.memory().fits:
+                out.append((label, other))
+        except AnalyticError:  # a change the model or the stack does not take
+            continue
+    return out
+
+
 def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
@@ -147,6 +166,12 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             f"{plan.memory_verdict()}", peak + outside, "memory.device_peak")
     except PresetError:
         pass
+    if not mem.fits:
+        for label, other in fitting_changes(plan):
+            key = "fits_with_" + "".join(ch if ch.isalnum() else "_" for ch in label).strip("_")
+            add("memory", key, f"fits on the same GPUs with {label}: "
+                f"{other.memory_verdict()}, step {other.step_time().to('s'):.3g~P}, MFU {other.mfu():.3f}",
+                other.memory().total.to("GB"), "plan.memory.total")
     # forward
     message = plan.value("communication.tp_message").to("MB")  # also a stage's output: [s/c, b, h] in 16 bits
     if lay.tp != 1:

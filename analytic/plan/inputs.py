@@ -20,7 +20,7 @@ from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
 from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
-from ..presets.hardware import Hardware, check_domain, check_full_mesh, platform
+from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
 from .layout import Layout, check_layout, check_offload, selective_refusal, stack_refusal, training_dtype
 
@@ -71,7 +71,7 @@ class Inputs:
         self.dtype = training_dtype(dtype, hardware)
         self.stack = choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
-        refusal = stack_refusal(self.stack, props, platform=platform(hardware.generation), dtype=self.dtype, layout=layout)
+        refusal = stack_refusal(self.stack, props, dtype=self.dtype, layout=layout)
         if refusal:
             raise InputError(refusal)
         kernels = props["attention"]

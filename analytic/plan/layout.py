@@ -363,14 +363,10 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
                          f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
 
 
-def stack_refusal(stack: str, props: dict, *, platform: str | None = None, dtype: str | None = None,
-                  layout: Layout | None = None) -> str | None:
-    """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``platform``, in ``dtype`` or with
-    ``layout`` (its schedule, context parallelism and ZeRO stage under a pipeline), or None: one rule for Plan
-    and search; what is not given, or not a number, is not checked."""
-    allowed = props.get("platforms")
-    if platform is not None and allowed is not None and platform not in allowed:
-        return f"stack: {stack} runs on {', '.join(allowed)}, not on {platform} hardware"
+def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, layout: Layout | None = None) -> str | None:
+    """Why ``stack`` (its stacks.toml properties ``props``) does not run in ``dtype`` or with ``layout`` (its
+    schedule, context parallelism and ZeRO stage under a pipeline), or None: one rule for Plan and search;
+    what is not given, or not a number, is not checked."""
     if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
         return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
     if layout is None:

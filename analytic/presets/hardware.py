@@ -26,17 +26,6 @@ def _quantity(name: str, value, unit: str) -> pint.Quantity:
 _NAMES = {"scale_up": "scale_up_bandwidth", "scale_out": "scale_out_bandwidth"}
 
 
-#: the software platform an accelerator generation's kernels are written for (the vendor's: CUDA for NVIDIA, ROCm
-#: for AMD Instinct, XLA for Cloud TPU, the Neuron SDK for AWS Trainium)
-PLATFORMS = {"ampere": "cuda", "hopper": "cuda", "blackwell": "cuda", "cdna3": "rocm", "cdna4": "rocm",
-             "trainium2": "neuron"}
-
-
-def platform(generation: str) -> str | None:
-    """The platform of ``generation`` (:data:`PLATFORMS`; "tpu" for any TPU), or None where it is not known."""
-    return "tpu" if generation.startswith("tpu") else PLATFORMS.get(generation)
-
-
 def check_full_mesh(argument: str, links: int, domain: int) -> None:
     """Raise unless ``links`` direct links per accelerator connect each of ``domain`` accelerators to
     every other (a fully connected scale-up domain)."""

@@ -49,7 +49,7 @@ from ..plan import (
 )
 from ..presets import as_hardware, as_model, calibration, memory_outside, memory_reserve, outside_floor, stacks
 from ..presets import stack as read_stack
-from ..presets.hardware import Hardware, platform
+from ..presets.hardware import Hardware
 from ..presets.model import Model
 from .programs import DEGREES, INPUTS, _compiled
 
@@ -302,7 +302,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if isinstance(v, bool) or v not in allowed]
         if bad:
             raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
-    whole = stack_refusal(stack, props, platform=platform(hardware.generation), dtype=dtype)
+    whole = stack_refusal(stack, props, dtype=dtype)
     if whole:
         raise InputError(whole)
     if "schedules" in props:  # as the selective policy: asked for, a schedule the stack does not run is refused
