@@ -76,21 +76,21 @@ def _run_step(plan: Plan) -> tuple:
 
 
 def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
-    """One-setting changes of a plan that does not fit, on the same GPUs, that make it fit: ZeRO a stage
-    higher, selective or full recomputation, an interleaved schedule of 2 chunks a stage (with the
-    pipeline); each (what changed, the plan), in that order."""
+    """For a plan that does not fit, the least one-setting changes on the same GPUs that make it fit: the
+    lowest higher ZeRO stage that does, and the lightest recomputation that does (selective, then full);
+    each (what changed, the plan)."""
     lay, out = plan.layout, []
-    changes = [(f"zero={z}", dict(zero=z)) for z in range(int(lay.zero) + 1, 4)]
-    changes += [(f"recompute={r!r}", dict(recompute=r)) for r in ("selective", "full") if lay.recompute != r]
-    if lay.pp > 1 and lay.schedule != "interleaved":
-        changes.append(("schedule='interleaved', vpp=2", dict(schedule="interleaved", vpp=2)))
-    for label, change in changes:
-        try:
-            other = plan.replace(layout=lay.replace(**change))
-            if other.memory().fits:
-                out.append((label, other))
-        except AnalyticError:  # a change the model or the stack does not take
-            continue
+    chains = ([(f"zero={z}", dict(zero=z)) for z in range(int(lay.zero) + 1, 4)],
+              [(f"recompute={r!r}", dict(recompute=r)) for r in ("selective", "full") if lay.recompute != r])
+    for chain in chains:
+        for label, change in chain:
+            try:
+                other = plan.replace(layout=lay.replace(**change))
+                if other.memory().fits:
+                    out.append((label, other))
+                    break
+            except AnalyticError:  # a change the model or the stack does not take
+                continue
     return out
 
 
