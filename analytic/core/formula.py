@@ -223,7 +223,10 @@ class Formula:
                 raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
                                  + (f"; missing {', '.join(missing)}" if missing else "")
                                  + (f"; unknown {', '.join(extra)}" if extra else ""))
-            return fn(*(values[k] for k in keywords))[0]
+            args = [values[k] for k in keywords]
+            if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
+                return fn.scalar([float(a) for a in args])[0]  # numbers: Python floats, no array per step
+            return fn(*args)[0]
 
         compiled.keywords = tuple(keywords)
         compiled.__doc__ = f"{name} [{self.unit:~P}] of {', '.join(keywords)}"

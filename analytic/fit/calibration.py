@@ -136,18 +136,26 @@ def _case_constants(constants, case, fallback=None):
     return {FITTED: eff, **{k: constants[k] for k in SHARED if k in constants}}
 
 
-def fit(cases: list[Case]) -> dict:
-    """Least-squares fit of log(predicted/published); returns the constants."""
-    return _fit(cases)[0]
+def fit(cases: list[Case], start: dict | None = None) -> dict:
+    """Least-squares fit of log(predicted/published); returns the constants. ``start``: constants to start
+    from (a fit of more cases, whose optimum a refit without some of them lies near), else :data:`START`."""
+    return _fit(cases, start)[0]
 
 
-def _fit(cases: list[Case]):
+def _fit(cases: list[Case], start: dict | None = None):
     """The constants, the names of the fitted vector, and scipy's result."""
     from scipy.optimize import least_squares
 
     names = _vector_names(cases)
     kind = lambda n: n.split(":")[0]  # noqa: E731
-    x0 = np.array([START[kind(n)] for n in names])
+
+    def first(n):  # the start's value of constant n, where it has one
+        if start is None:
+            return START[kind(n)]
+        value = start[FITTED].get(n.split(":", 1)[1]) if n.startswith(f"{FITTED}:") else start.get(n)
+        return START[kind(n)] if value is None else float(value)
+
+    x0 = np.array([first(n) for n in names])
     lo = np.array([BOUNDS[kind(n)][0] for n in names])
     hi = np.array([BOUNDS[kind(n)][1] for n in names])
 
@@ -213,17 +221,17 @@ def leave_one_out(cases: list[Case]) -> dict[str, float]:
             out[case.id] = predict(case, full, fitted)
             continue
         rest = [c for c in fitted if c is not case]
-        out[case.id] = predict(case, fit(rest), rest)
+        out[case.id] = predict(case, fit(rest, start=full), rest)
     return out
 
 
 def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
     """case id → prediction with constants fitted on the fitted cases of every other source."""
     fitted = [c for c in cases if c.in_fit]
-    out = {}
+    full, out = fit(fitted), {}
     for group in sorted({c.group for c in cases}):
         rest = [c for c in fitted if c.group != group]
-        constants = fit(rest)
+        constants = fit(rest, start=full)
         out.update({c.id: predict(c, constants, rest) for c in cases if c.group == group})
     return out
 
