@@ -20,6 +20,10 @@ from .files import MAX_BYTES, read_text, write_text
 _ACROSS_RUNS = [False]
 
 
+#: the (kind, key) marks this process wrote (:func:`seen_before`)
+_MARKED: set = set()
+
+
 @contextlib.contextmanager
 def across_runs():
     """Inside it, what is built on reuse (a plan structure's programs, :mod:`analytic.plan.programs`)
@@ -38,13 +42,17 @@ def is_across_runs() -> bool:
 
 
 def seen_before(kind: str, key: str) -> bool:
-    """Whether an earlier process marked ``key`` as seen in the cache; marks it now if not."""
+    """Whether an earlier process marked ``key`` as seen in the cache; marks it now if not (a mark this
+    process wrote is not an earlier run's)."""
+    if (kind, key) in _MARKED:
+        return False
     path = entry(f"seen-{kind}", key)
     if path is None:
         return False
     if read_json(path) == key:
         return True
     write_json(path, key)
+    _MARKED.add((kind, key))
     return False
 
 
