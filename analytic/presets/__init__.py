@@ -101,8 +101,9 @@ def _measured(key: str, dtype: str) -> tuple[float, str] | None:
 
 
 def pooled_ceiling(dtype: str) -> float | None:
-    """Geometric mean of the measured GEMM ceilings (fractions of peak) of ``dtype`` over the presets that
-    have one of their own, or None where no device has one."""
+    """Geometric mean of the measured GEMM ceilings (fractions of peak) of ``dtype`` (fp16's: bf16's, the
+    rate of the same tensor cores) over the presets that have one of their own, or None where none has."""
+    dtype = "bf16" if dtype == "fp16" else dtype
     fractions = [m[0] for key, table in _ceiling_tables().items() for d, entry in table.items()
                  if d == dtype and "same_as" not in entry and (m := _measured(key, d))]
     return math.exp(sum(map(math.log, fractions)) / len(fractions)) if fractions else None
@@ -118,7 +119,7 @@ def gemm_ceiling(key: str, dtype: str, hw: Hardware | None = None) -> Ceiling | 
     if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None \
             and hw is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
         return Ceiling(bf16[0], bf16[1], f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)")
-    pooled = pooled_ceiling("bf16" if dtype == "fp16" else dtype)
+    pooled = pooled_ceiling(dtype)
     if pooled is None:
         return None
     return Ceiling(pooled, "presets/ceilings.toml, pooled",
@@ -170,7 +171,7 @@ def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
     ceiling = hw.matmul_ceiling(dtype)
     if ceiling is not None:
         return ceiling.fraction, ceiling.note and f"matmul efficiency: {ceiling.note}"
-    pooled = pooled_ceiling("bf16" if dtype == "fp16" else dtype)
+    pooled = pooled_ceiling(dtype)
     return pooled, pooled and (f"{hw.key or hw.name}: no measured {dtype} GEMM ceiling, so the matmul efficiency is "
                                "the one pooled over the measured devices; pass matmul_efficiency= or a profile")
 
