@@ -141,3 +141,17 @@ def test_plots_do_not_mislead():
     assert ax.get_ylim()[0] == 0 and ax.get_xscale() == "log"
     assert {t.get_text() for t in ax.get_legend().get_texts()} == schedules
     plt.close(fig)
+
+
+def test_plot_scaling_takes_the_gpu_counts_given_and_says_which(tmp_path, capsys, monkeypatch):
+    """`plot scaling --gpus 8,32,64` draws those counts; one count draws gpus/8 to 2·gpus, and the command says so."""
+    from analytic.cli.main import main
+    drawn = []
+    monkeypatch.setattr(plots, "scaling", lambda model, hw, *, gpus, out, **kw: drawn.append(list(gpus)))
+    common = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "2048", "--global-batch", "64",
+              "--out", str(tmp_path / "s.png")]
+    assert main(["plot", "scaling", "--gpus", "8,32,64", *common]) == 0
+    assert drawn[-1] == [8, 32, 64] and "GPU counts: 8, 32, 64" in capsys.readouterr().out
+    assert main(["plot", "scaling", "--gpus", "64", *common]) == 0
+    assert drawn[-1] == [8, 16, 32, 64, 128] and "gpus/8 to 2·gpus" in capsys.readouterr().out
+    assert main(["plot", "memory", "--gpus", "8,16", *common]) == 2

@@ -280,11 +280,14 @@ def cmd_plot(args) -> int:
         plots.bubble(count_flag(args.pp or "8", "pp"), out=args.out)
     else:
         model, hw, gpus, seq, gb, kw, _ = search_inputs(args, f"plot {args.kind}")
-        if isinstance(gpus, list):
-            raise CLIError(f"plot {args.kind}: --gpus takes one count here")
-        if args.kind == "scaling":
-            sizes = [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2) if g >= 1]
+        if isinstance(gpus, list) and args.kind != "scaling":
+            raise CLIError(f"plot {args.kind}: --gpus takes one count here (a list draws the scaling plot)")
+        if args.kind == "scaling":  # the counts given, or gpus/8 to 2·gpus around the one given
+            sizes = gpus if isinstance(gpus, list) else [g for g in (gpus // 8, gpus // 4, gpus // 2, gpus, gpus * 2)
+                                                         if g >= 1]
             plots.scaling(model, hw, gpus=sizes, seq_len=seq, global_batch=gb, out=args.out, **kw)
+            print(f"GPU counts: {', '.join(f'{g:,}' for g in sizes)}"
+                  + ("" if isinstance(gpus, list) else f" (gpus/8 to 2·gpus; give a list: --gpus {sizes[0]},{sizes[-1]})"))
         else:
             res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, progress=False, **kw)
             if args.kind == "memory":
