@@ -275,7 +275,8 @@ class Plan:
         """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its compute for
         the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to the step)."""
         times = {k: self.value(f"time.stage.{k}") for k in ("last", "first", "middle")}  # the ends first on ties
-        name, pp, parts = max(times, key=lambda k: times[k].to("s").magnitude), int(self.layout.pp), self.time_breakdown(ops=True)
+        name = max(times, key=lambda k: times[k].to("s").magnitude)
+        pp, parts = int(self.layout.pp), self.time_breakdown(ops=True)
         return {"stage": {"first": 0, "middle": min(1, pp - 1), "last": pp - 1}[name], "compute": times[name],
                 "average": parts["gemm"] + parts["attention"] + parts["memory_bound"], "imbalance": parts["imbalance"]}
 

@@ -7,6 +7,8 @@ layer's and loss's whole work, which the timing stage puts on the last stage for
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 
 from ..core.formula import Formula, cases, composed
@@ -65,6 +67,21 @@ class _Ops:
                                                 gemm_k=k))
         return self.on_share(total)
 
+    @functools.cached_property
+    def head(self) -> Formula:
+        """Seconds of one microbatch's output-layer GEMMs, the MTP modules' heads and projections included."""
+        m, t, M = self.inp.model, self.inp.deg.tp, self.tokens
+        head = self.gemm(1, M, m.vocab / t, m.hidden, False) * (1 + m.mtp_modules)
+        if m.mtp_modules:
+            head = head + self.gemm(1, M, m.hidden, 2 * m.hidden, self.inp.dtype == "fp8") * m.mtp_modules
+        return head
+
+    @functools.cached_property
+    def loss_elements(self) -> Formula:
+        """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses included)."""
+        m = self.inp.model
+        return self.inp.f("compute.memory_bound.cross_entropy") * (self.tokens / self.inp.deg.tp) * (1 + m.mtp_modules)
+
     def on_share(self, f: Formula) -> Formula:
         """``f`` with the SM share's formula among its sources when SMs are reserved."""
         return f if self.share_formula is None else composed(f.name, f.expr, f.unit, f, self.share_formula)
@@ -112,29 +129,14 @@ def gemm_time(o: _Ops) -> Formula:
                     o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
         moe_blocks = (attention + _sum(moe)) * o.moe
         total = moe_blocks if total is None else total + moe_blocks
-    total = total + _head_gemms(o) * (sympy.S.One / lay.pp)
+    total = total + o.head * (sympy.S.One / lay.pp)
     return total * inp.microbatches
-
-
-def _head_gemms(o: _Ops) -> Formula:
-    """Seconds of one microbatch's output-layer GEMMs, the MTP modules' heads and projections included."""
-    m, t, M = o.inp.model, o.inp.deg.tp, o.tokens
-    head = o.gemm(1, M, m.vocab / t, m.hidden, False) * (1 + m.mtp_modules)
-    if m.mtp_modules:
-        head = head + o.gemm(1, M, m.hidden, 2 * m.hidden, o.inp.dtype == "fp8") * m.mtp_modules
-    return head
-
-
-def _loss_elements(o: _Ops) -> Formula:
-    """Elements one microbatch's softmax cross-entropy moves (the MTP modules' losses included)."""
-    m = o.inp.model
-    return o.inp.f("compute.memory_bound.cross_entropy") * (o.tokens / o.inp.deg.tp) * (1 + m.mtp_modules)
 
 
 def ends_time(o: _Ops) -> Formula:
     """Seconds per step of the output layer's GEMMs and the loss on the stage that holds them."""
     inp = o.inp
-    return (_head_gemms(o) + streamed(inp, _loss_elements(o) * inp.values["element_bytes"])) * inp.microbatches
+    return (o.head + streamed(inp, o.loss_elements * inp.values["element_bytes"])) * inp.microbatches
 
 
 def _score_share(inp):
@@ -204,7 +206,7 @@ def memory_bound_time(o: _Ops) -> Formula:
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
-    total = total + _loss_elements(o) * (sympy.S.One / lay.pp)
+    total = total + o.loss_elements * (sympy.S.One / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 

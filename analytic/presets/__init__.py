@@ -50,6 +50,10 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
 
 
+def _geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
 @cache
 def _ceiling_file() -> dict:
     return tomllib.loads(read_text(HERE / "ceilings.toml"))
@@ -76,8 +80,7 @@ def memory_efficiency(hw: Hardware) -> tuple[float, str]:
     measured = _hbm_measured(hw.key) if hw.key in _hardware_tables() else None
     if measured is not None:
         return measured[0], ""
-    fractions = [_hbm_measured(k)[0] for k in _ceiling_file()["hbm"]]
-    return (math.exp(sum(map(math.log, fractions)) / len(fractions)),
+    return (_geometric_mean([_hbm_measured(k)[0] for k in _ceiling_file()["hbm"]]),
             f"{hw.key or hw.name}: no measured HBM bandwidth, so the memory efficiency is the one pooled over the "
             "measured devices (presets/ceilings.toml [hbm]); pass memory_efficiency= or a profile")
 
@@ -106,24 +109,19 @@ def pooled_ceiling(dtype: str) -> float | None:
     dtype = "bf16" if dtype == "fp16" else dtype
     fractions = [m[0] for key, table in _ceiling_tables().items() for d, entry in table.items()
                  if d == dtype and "same_as" not in entry and (m := _measured(key, d))]
-    return math.exp(sum(map(math.log, fractions)) / len(fractions)) if fractions else None
+    return _geometric_mean(fractions) if fractions else None
 
 
-def gemm_ceiling(key: str, dtype: str, hw: Hardware | None = None) -> Ceiling | None:
-    """The GEMM ceiling of preset ``key`` for ``dtype``: its own measurement, else (fp16) its bf16 one,
-    the tensor cores' rate being the same, else the one pooled over the measured devices (said in
-    ``note``)."""
+def gemm_ceiling(key: str, dtype: str, hw: Hardware) -> Ceiling | None:
+    """The measured GEMM ceiling of preset ``key`` for ``dtype``: its own measurement (or a named preset's),
+    else for fp16 its bf16 one, the tensor cores' rate being the same; None where it has neither (the pooled
+    fraction is :func:`matmul_efficiency`'s)."""
     measured = _measured(key, dtype)
     if measured is not None:
         return Ceiling(*measured)
-    if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None \
-            and hw is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
+    if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
         return Ceiling(bf16[0], bf16[1], f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)")
-    pooled = pooled_ceiling(dtype)
-    if pooled is None:
-        return None
-    return Ceiling(pooled, "presets/ceilings.toml, pooled",
-                   f"no measured {dtype} GEMM ceiling of {key}: the geometric mean of the measured devices' fractions")
+    return None
 
 
 @cache
@@ -166,8 +164,9 @@ def outside_floor(allocator: str):
 
 
 def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
-    """``hw``'s measured GEMM ceiling for ``dtype`` over its peak, else (a hardware defined by hand) the one
-    pooled over the measured devices; and a note where it is not the device's own measurement."""
+    """``hw``'s measured GEMM ceiling for ``dtype`` over its peak, else (no measurement of the preset's, or a
+    hardware defined by hand) the one pooled over the measured devices; and a note where it is not the
+    device's own measurement."""
     ceiling = hw.matmul_ceiling(dtype)
     if ceiling is not None:
         return ceiling.fraction, ceiling.note and f"matmul efficiency: {ceiling.note}"
