@@ -401,3 +401,11 @@ def test_a_profile_names_its_device_and_is_refused_on_another(tmp_path):
         an.Plan("llama3-8b", "h200", an.Layout(dp=8), **kw)
     path.write_text('[profile]\ndevice = "cpu"\n\n[constants]\nmatmul_efficiency = 0.7\n')
     assert float(an.Plan("llama3-8b", "h200", an.Layout(dp=8), **kw).inputs["matmul_efficiency"]) == 0.7
+
+
+def test_search_asked_for_a_schedule_its_stack_does_not_run_says_so():
+    """Asked for the interleaved schedule, search on DeepSpeed's stack says the stack runs 1F1B only (not a
+    layout error about chunks)."""
+    with pytest.raises(an.InputError, match="stack deepspeed runs 1f1b, not interleaved"):
+        an.search("llama3-8b", "a100-80g", gpus=8, seq_len=2048, global_batch=64, stack="deepspeed",
+                  schedules=("interleaved",))

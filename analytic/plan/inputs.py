@@ -71,7 +71,8 @@ class Inputs:
         self.dtype = training_dtype(dtype, hardware)
         self.stack = choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
-        refusal = stack_refusal(self.stack, props, dtype=self.dtype, layout=layout)
+        refusal = stack_refusal(self.stack, props, dtype=self.dtype, schedule=layout.schedule, cp=layout.cp,
+                                pp=layout.pp, zero=layout.zero)
         if refusal:
             raise InputError(refusal)
         kernels = props["attention"]

@@ -363,19 +363,21 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
                          f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
 
 
-def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, layout: Layout | None = None) -> str | None:
-    """Why ``stack`` (its stacks.toml properties ``props``) does not run in ``dtype`` or with ``layout`` (its
-    schedule, context parallelism and ZeRO stage under a pipeline), or None: one rule for Plan and search;
-    what is not given, or not a number, is not checked."""
+def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
+                  zero=None) -> str | None:
+    """Why ``stack`` (its stacks.toml properties ``props``) does not run in ``dtype``, ``schedule``, with
+    context parallelism ``cp`` or with ZeRO ``zero`` under a pipeline of ``pp`` stages, or None: one rule
+    for Plan and search; what is not given, or not a number, is not checked."""
+    def known(v):  # a number to check against, not absent and not a symbol
+        return v is not None and is_number(v)
+
     if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
         return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
-    if layout is None:
-        return None
-    if isinstance(layout.schedule, str) and "schedules" in props and layout.schedule not in props["schedules"]:
-        return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {layout.schedule}"
-    if props.get("context_parallel") is False and is_number(layout.cp) and layout.cp > 1:
+    if isinstance(schedule, str) and "schedules" in props and schedule not in props["schedules"]:
+        return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
+    if props.get("context_parallel") is False and known(cp) and cp > 1:
         return f"cp: stack {stack} has no context parallelism"
     most = props.get("pipeline_zero")
-    if most is not None and is_number(layout.pp) and layout.pp > 1 and is_number(layout.zero) and layout.zero > most:
-        return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={layout.zero}"
+    if most is not None and known(pp) and pp > 1 and known(zero) and zero > most:
+        return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={zero}"
     return None

@@ -308,7 +308,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     if "schedules" in props:  # as the selective policy: asked for, a schedule the stack does not run is refused
         refused = [sched for sched in schedules if sched not in props["schedules"]]
         if refused and schedules != SCHEDULES:
-            raise InputError(stack_refusal(stack, props, layout=Layout(pp=2, schedule=refused[0])))
+            raise InputError(stack_refusal(stack, props, schedule=refused[0]))
         schedules = tuple(sched for sched in schedules if sched in props["schedules"])
     refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
     if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
@@ -323,13 +323,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
             if v is not None}
     if props.get("context_parallel") is False:
         if pins.get("cp", 1) > 1:
-            raise InputError(stack_refusal(stack, props, layout=Layout(cp=pins["cp"])))
+            raise InputError(stack_refusal(stack, props, cp=pins["cp"]))
         max_cp = 1
     parts = [enumerate_layouts(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch,
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
-    if props.get("pipeline_zero") is not None:  # ZeRO stages the stack does not run under a pipeline
+    if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
         keep = ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
         arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
