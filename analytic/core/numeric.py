@@ -91,7 +91,7 @@ def _gcd(a, b):
 
 
 def _extreme(pick):
-    def apply(*args):
+    def apply(args):
         for v in args:
             if v != v:
                 return math.nan  # NaN propagates, as numpy's maximum and minimum do
@@ -99,16 +99,21 @@ def _extreme(pick):
     return apply
 
 
-def _fold(fn):
+def _spread(fn):
     def apply(*args):
-        return functools.reduce(fn, args)  # left to right, as a + b + c
+        return fn(args)
     return apply
+
+
+#: the n-ary operations on a tuple of Python floats (add and mul left to right, as a + b + c)
+_ON_TUPLE = {"add": functools.partial(functools.reduce, operator.add),
+             "mul": functools.partial(functools.reduce, operator.mul),
+             "max": _extreme(builtins.max), "min": _extreme(builtins.min), "and": all, "or": any}
 
 
 #: operation → its kernel on Python floats
 SCALAR = SimpleNamespace(**{
-    "add": _fold(operator.add), "mul": _fold(operator.mul), "max": _extreme(builtins.max),
-    "min": _extreme(builtins.min), "and": lambda *a: all(a), "or": lambda *a: any(a), "not": operator.not_,
+    **{op: _spread(fn) for op, fn in _ON_TUPLE.items()}, "not": operator.not_,
     "recip": _recip, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": abs, "floor": _rounded(math.floor),
     "ceiling": _rounded(math.ceil), "pow": _pow, "mod": _mod, "gcd": _gcd, "lt": operator.lt, "le": operator.le,
     "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
@@ -146,19 +151,24 @@ class Program:
         floats with :data:`SCALAR`'s kernels."""
         regs = [*args, *self.constants]
         push = regs.append
-        for fn, refs in self._scalar_steps:
-            if len(refs) == 2:
-                push(fn(regs[refs[0]], regs[refs[1]]))
-            elif len(refs) == 1:
-                push(fn(regs[refs[0]]))
-            else:
-                push(fn(*[regs[r] for r in refs]))
+        for fn, get, spread in self._scalar_steps:
+            push(fn(*get(regs)) if spread else fn(get(regs)))
         return [regs[o] for o in self.outputs]
 
     @functools.cached_property
     def _scalar_steps(self) -> tuple:
-        return tuple((_SCALAR_PAIRS[op] if op in _SCALAR_PAIRS and len(refs) == 2 else getattr(SCALAR, op), refs)
-                     for op, refs in self.steps)
+        """(kernel, register getter, whether the kernel takes the getter's tuple spread) per step: one
+        C-level fetch of a step's arguments, and the n-ary operations folded in C."""
+        steps = []
+        for op, refs in self.steps:
+            kernel = getattr(SCALAR, op)
+            if len(refs) == 1:
+                steps.append((kernel, operator.itemgetter(refs[0]), False))
+            elif op in _ON_TUPLE and (len(refs) > 2 or op not in _SCALAR_PAIRS):
+                steps.append((_ON_TUPLE[op], operator.itemgetter(*refs), False))
+            else:
+                steps.append((_SCALAR_PAIRS.get(op, kernel), operator.itemgetter(*refs), True))
+        return tuple(steps)
 
     @functools.cached_property
     def _last_use(self) -> dict[int, list[int]]:

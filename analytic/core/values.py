@@ -52,13 +52,19 @@ DOMAINS = {
 def is_sympy(x) -> bool:
     """Whether ``x`` is a sympy object (False without importing sympy while it is not imported: no
     value can be one then)."""
+    if type(x) in _PLAIN:
+        return False
     sympy = sys.modules.get("sympy")
     return sympy is not None and isinstance(x, sympy.Basic)
 
 
+#: types no sympy object has (checked first: most values are these)
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
 def is_number(x) -> bool:
     """Whether ``x`` is a number: anything but a sympy expression with free symbols."""
-    return not is_sympy(x) or x.is_number
+    return type(x) in _PLAIN or not is_sympy(x) or x.is_number
 
 
 def is_integral(x) -> bool:

@@ -66,12 +66,11 @@ def structure(inp: Inputs) -> str | None:
     modules, offloaded activations or optimizer, or activations cached in FP8."""
     m, lay = inp.model, inp.layout
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
-    fixed = [getattr(m, k) for k in (*MODEL_COUNTS, *_MODEL_FIXED)] + [lay.comm_sms, inp.seq_len, inp.global_batch,
-                                                                       inp.training_tokens]
+    fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
     fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
     if (lay.uneven or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
             or lay.recompute_modules or lay.fp8_activations
-            or not all(_open_or_number(v, k) for v, k in open_ok)
+            or not _model_numeric(m) or not all(_open_or_number(v, k) for v, k in open_ok)
             or not all(is_number(v) for v in fixed)):
         return None
     parts = [_model_structure(m)]
@@ -101,15 +100,27 @@ def _model_structure(m) -> str:
     return ";".join(parts)
 
 
+@functools.lru_cache(maxsize=64)
+def _model_numeric(m) -> bool:
+    """Whether every count and fixed field of model ``m`` is a number (kept, as :func:`_model_structure`)."""
+    return all(is_number(getattr(m, k)) for k in (*MODEL_COUNTS, *_MODEL_FIXED))
+
+
+@functools.lru_cache(maxsize=64)
+def _model_numbers(m) -> dict:
+    """keyword → float for the model's counts that are numbers."""
+    values = {k: getattr(m, k) for k in MODEL_COUNTS}
+    return {k: as_float(v) for k, v in values.items() if v is not None and is_number(v)}
+
+
 def numbers(inp: Inputs) -> dict:
     """keyword → float for every numeric input a template of ``inp``'s structure may read."""
-    m, lay = inp.model, inp.layout
-    out = {k: getattr(m, k) for k in MODEL_COUNTS}
-    out.update({k: getattr(lay, k) for k in (*_DEGREES, "comm_sms")})
+    lay = inp.layout
+    out = {k: getattr(lay, k) for k in (*_DEGREES, "comm_sms")}
     out.update(inp.given)
     out.update(choice_indices(lay), seq_len=inp.seq_len, global_batch=inp.global_batch,
                microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)
-    return {k: as_float(v) for k, v in out.items() if v is not None and is_number(v)}
+    return {**_model_numbers(inp.model), **{k: as_float(v) for k, v in out.items() if v is not None and is_number(v)}}
 
 
 __all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "numbers", "structural_inputs",
