@@ -1,0 +1,173 @@
+"""The README and docs/ run: every code block on its own, each number written in a ``# →`` comment
+checked against what its line gives, to the digits shown, and the site builds with ``mkdocs build --strict``.
+
+A ``python`` block runs in a fresh namespace, statement by statement; a statement whose lines carry
+``# → TEXT`` is an expression, and TEXT is its value as written: a number with its unit (``89.82 GB``),
+a tuple of them, an integer, or a Python literal (a string, a flag or a list of them). A ``bash`` block runs
+each ``analytic`` command in-process; its exit status must be 0, or the one written as ``# → exit N``,
+and every number of its ``# →`` text must be printed by it as written. Lines that install or run the
+test suite (``pip``, ``python -m pytest``) are the commands CI itself runs and are not run twice.
+``text`` blocks show output and are not code.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+ARROW = "# →"
+#: a number as written: thousands commas, decimals, an exponent
+NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: commands of a bash block that CI runs itself (the README's set-up commands)
+CI_COMMANDS = ("pip ", "python -m pytest")
+
+
+def _blocks():
+    for page in PAGES:
+        text = page.read_text()
+        for m in FENCE.finditer(text):
+            line = text[:m.start()].count("\n") + 1
+            yield pytest.param(m.group(1), m.group(2), f"{page.relative_to(ROOT)}:{line}",
+                               id=f"{page.relative_to(ROOT)}:{line}")
+
+
+BLOCKS = list(_blocks())
+
+
+def _written(text: str) -> list[tuple[float, int, str]]:
+    """(value, decimals, unit) of each number in ``text``: decimals of the mantissa, the exponent folded in."""
+    out = []
+    for m in NUMBER.finditer(text):
+        raw = m.group().replace(",", "")
+        mantissa, _, exp = raw.lower().partition("e")
+        decimals = len(mantissa.partition(".")[2]) - (int(exp) if exp else 0)
+        rest = text[m.end():]
+        unit = re.match(r" ?([A-Za-zµ][A-Za-z/µ]*)", rest)
+        out.append((float(raw), decimals, unit.group(1) if unit else ""))
+    return out
+
+
+def _flat(value) -> list:
+    """The numbers of ``value`` in order: a Quantity, a number, or a tuple or list of them."""
+    import pint
+    if isinstance(value, pint.Quantity):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise AssertionError(f"a # → comment beside a {type(value).__name__}: write numbers, or a literal")
+    return [value]
+
+
+def check_value(value, text: str, where: str) -> None:
+    """``value`` is what ``text`` says, to the digits shown."""
+    if isinstance(value, (str, bool)) or (isinstance(value, (list, tuple))
+                                          and any(isinstance(v, (str, bool)) for v in value)):
+        assert value == ast.literal_eval(text), f"{where}: {value!r} is not {text}"
+        return
+    got, shown = _flat(value), _written(text)
+    assert len(got) == len(shown), f"{where}: {len(got)} numbers, {len(shown)} written in '{text}'"
+    for v, (number, decimals, unit) in zip(got, shown):
+        if hasattr(v, "units"):
+            assert unit or v.dimensionless, f"{where}: {v} is written without its unit in '{text}'"
+            v = v.to(unit).magnitude if unit else v.to("").magnitude
+        else:
+            assert not unit, f"{where}: a bare number is written with the unit {unit!r}"
+        assert abs(float(v) - number) <= 0.5 * 10.0 ** -decimals * (1 + 1e-9), f"{where}: {v} is not {text}"
+
+
+def run_python(code: str, where: str) -> int:
+    """Run ``code`` statement by statement; returns how many ``# →`` values it checked."""
+    lines = code.splitlines()
+    arrows = {i + 1: line.split(ARROW, 1)[1].strip() for i, line in enumerate(lines) if ARROW in line}
+    namespace = {"__name__": "__docs__"}
+    checked = 0
+    for stmt in ast.parse(code).body:
+        found = [n for n in range(stmt.lineno, stmt.end_lineno + 1) if n in arrows]
+        if not found:
+            exec(compile(ast.Module([stmt], []), where, "exec"), namespace)
+            continue
+        assert len(found) == 1 and isinstance(stmt, ast.Expr), f"{where}:{found[0]}: a # → comment beside an expression"
+        value = eval(compile(ast.Expression(stmt.value), where, "eval"), namespace)
+        check_value(value, arrows[found[0]], f"{where}:{found[0]}")
+        checked += 1
+    return checked
+
+
+def _commands(code: str):
+    """(command, # → text) of a bash block, continuation lines joined."""
+    joined = re.sub(r"\\\n\s*", " ", code)
+    for line in joined.splitlines():
+        command, _, arrow = line.partition(ARROW)
+        command = command.split(" #", 1)[0].strip()
+        if command and not command.startswith("#"):
+            yield command, arrow.strip()
+
+
+def run_bash(code: str, where: str) -> int:
+    from analytic.cli.main import main
+    ran = 0
+    for command, arrow in _commands(code):
+        if command.startswith(CI_COMMANDS):
+            continue
+        assert command.startswith("analytic "), f"{where}: a command other than analytic: {command}"
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code_ = main(shlex.split(command)[1:])
+        want = int(arrow.split()[1]) if arrow.startswith("exit ") else 0
+        assert code_ == want, f"{where}: `{command}` exited {code_}: {err.getvalue()}"
+        printed = set(NUMBER.findall(out.getvalue() + err.getvalue()))
+        for number in NUMBER.findall(arrow.partition("exit ")[2] if arrow.startswith("exit ") else arrow):
+            assert number in printed or want and arrow.startswith("exit "), \
+                f"{where}: `{command}` does not print {number}: {out.getvalue()[-600:]}"
+        ran += 1
+    return ran
+
+
+@pytest.mark.parametrize("lang, code, where", BLOCKS)
+def test_every_code_block_runs_on_its_own(lang, code, where):
+    assert lang in ("python", "bash", "text"), f"{where}: a ```{lang} block: write python, bash or text"
+    if lang == "python":
+        run_python(code, where)
+    elif lang == "bash":
+        run_bash(code, where)
+
+
+def test_the_arrow_checker_fails_on_a_wrong_number():
+    """The checker itself: a number off in its last digit, a missing unit, a wrong count all fail."""
+    from analytic.core.units import Q_
+    check_value(Q_(89.82e9, "byte"), "89.82 GB", "ok")
+    check_value((Q_(1.0, "s"), 256), "(1.00 s, 256)", "ok")
+    for value, text in ((Q_(89.82e9, "byte"), "89.83 GB"), (Q_(89.82e9, "byte"), "89.82"), (256, "257"),
+                        ((1, 2), "1"), ("a", "'b'"), (1.5e16, "1.4e16")):
+        with pytest.raises(AssertionError):
+            check_value(value, text, "bad")
+
+
+def test_the_readme_is_a_quick_start():
+    """The README is short: set-up, what the library answers, a tour and links (the rest is docs/)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300
+    for page in re.findall(r"\]\((docs/[^)#]+)", "\n".join(lines)):
+        assert (ROOT / page).is_file(), page
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """``mkdocs build --strict``: every link, page and API reference resolves (into a folder of the test)."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").is_file()
