@@ -149,9 +149,8 @@ def test_notation_is_unique():
     assert len(displays) == len(set(displays))
 
 
-def test_readme_notation_table_lists_every_symbol():
-    from pathlib import Path
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+def test_readme_notation_table_lists_every_symbol(docs):
+    readme = docs
     for info in symbols.table():
         assert f"| `{info.keyword}` |" in readme, info.keyword
 
@@ -200,11 +199,10 @@ def test_first_order_failure_formulas_warn_outside_their_range():
                                                        restart_time="10 min", checkpoint_interval="14 min")
 
 
-def test_readme_states_what_the_catalogue_mutation_run_covered():
+def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
     """The README's count of the catalogue its mutation run ran on and of the formulas it reached and did not,
     and of the formulas added since, each mutated on its own."""
-    from pathlib import Path
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    readme = docs
     added = ("compute.stack_time", "pipeline.imbalance_time")
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]

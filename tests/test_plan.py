@@ -837,46 +837,28 @@ def test_a_group_filling_domains_unevenly_runs_at_its_emptiest_domains_pace():
     assert uneven.to("s").magnitude == pytest.approx(apart.to("s").magnitude, rel=1e-12)
 
 
-def test_readme_tour_states_the_step_time_interval():
-    """The quick tour's step time, breakdown by op class and interval for Llama 3 405B on 8,192 H100
-    (TP8 PP16 DP64, ZeRO-1) are the plan's."""
+def test_the_tours_plan_and_its_alternatives():
+    """The tour's Llama 3 405B on 8,192 H100s (TP8 PP16 DP64, ZeRO-1): the step inside its interval, the
+    memory interval around the peak, the reserve fitted on TorchTitan's runs only (carried over to this
+    Megatron-Core plan, as the docs say), Llama 3's own interleaved plan at the allocator's limit, and each
+    way to fit the tour names fitting; the breakdown sums to the step."""
     plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
                    an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048)
     low, high = (t.to("s").magnitude for t in plan.step_time_interval())
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert f"plan.step_time_interval() # ({low:.1f} s, {high:.1f} s)" in readme
     assert low < plan.step_time().to("s").magnitude < high
-    shard = plan.value("optimizer_params").magnitude
-    assert f'plan.value("optimizer_params")   # {shard:,.0f} parameters' in readme
-    m = plan.memory()
-    assert f"weights {m.weights.to('GB').magnitude:.2f} GB (8 layers and the embedding)" in readme
     low, high = (q.to("GB").magnitude for q in plan.memory_interval())
+    assert low < plan.memory_peak().to("GB").magnitude < high
     fitted = an.presets.memory_reserve("pytorch")
-    assert (f"plan.memory_peak()        # {plan.memory_peak().to('GB').magnitude:.1f} GB: the count times the caching "
-            f"allocator's reserve ({fitted['reserve']:.2f}" in readme)
     assert all(name.startswith("torchtitan") for name in fitted["stacks"]) and plan.stack not in fitted["stacks"]
-    assert "all of them TorchTitan's # runs, carried over to this Megatron-Core plan" in " ".join(readme.split())
-    assert (f"plan.memory_interval()    # ({low:.1f} GB, {high:.1f} GB)" in readme
-            and f"({fitted['low']:.2f} and {fitted['high']:.2f} of it, each peak's source left out of the fit)" in readme)
-    trimmed = plan.replace(layout=plan.layout.replace(zero=2, first_stage_layers=7, last_stage_layers=7)).memory()
-    assert f"stage {trimmed.stage} the fullest, {trimmed.total.to('GB').magnitude:.1f} GB: fits" in readme
     own_plan = plan.replace(layout=plan.layout.replace(zero=2, schedule="interleaved", vpp=8, ends_as_layers=True))
     own, own_peak = own_plan.memory(), own_plan.memory_peak()
-    assert own.fits and own_peak > own.hbm and own_plan.memory_verdict() == "fits at the allocator's limit" and (
-        f"stage {own.stage} the fullest, # {own.total.to('GB').magnitude:.1f} GB of {own.hbm.to('GB').magnitude:.2f}: fits "
-        f"at the allocator's limit (predicted peak {own_peak.to('GB').magnitude:.1f} GB, above # the HBM;" in " ".join(readme.split()))
+    assert own.fits and own_peak > own.hbm and own_plan.memory_verdict() == "fits at the allocator's limit"
     block = plan.replace(layout=plan.layout.replace(recompute="full", recompute_layers=2))
-    assert (f"# {block.memory().total.to('GB').magnitude:.1f} GB: fits, recomputing 2 of each stage's 8 layers"
-            in readme and block.memory().fits)
-    assert (f"# the step takes {block.step_time().to('s').magnitude:.1f} s instead of "
-            f"{plan.step_time().to('s').magnitude:.1f} s") in readme
+    assert block.memory().fits and block.step_time() > plan.step_time()
     off = plan.replace(layout=plan.layout.replace(offload_activations=True)).memory()
-    assert (f"# {off.total.to('GB').magnitude:.1f} GB: fits, without recomputation" in readme and off.fits
-            and f"(.host {off.host.to('GB').magnitude:.1f} GB a GPU, the first stage's)" in readme)
-    t = {k: v.to("s").magnitude for k, v in plan.time_breakdown(ops=True).items()}
-    assert f"plan.step_time()          # {plan.step_time().to('s').magnitude:.1f} s" in readme
-    assert (f"gemm {t['gemm']:.2f} s, attention {t['attention']:.2f} s, memory_bound {t['memory_bound']:.2f} s, "
-            f"optimizer {1e3 * t['optimizer']:.1f} ms") in readme
+    assert off.fits and off.host.magnitude > 0
+    total = sum(v.to("s").magnitude for v in plan.time_breakdown(ops=True).values())
+    assert total == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
 
 
 def test_full_recomputation_gathers_k_and_v_again():
@@ -894,7 +876,7 @@ def test_full_recomputation_gathers_k_and_v_again():
     assert grown == pytest.approx(want, rel=1e-12)
 
 
-def test_readme_exact_goodput_at_scale():
+def test_readme_exact_goodput_at_scale(docs):
     """100,000 GPUs at Llama 3's interruption rate, 5-minute checkpoints, 10-minute restarts: the
     README's first-order and exact goodputs and the exact optimal interval, from the catalogue."""
     rate = an.formula("reliability.mtbf").evaluate(gpus=100_000, interruption_rate=an.Q_(419 / (54 * 86400 * 16384), "1/s"))
@@ -904,7 +886,7 @@ def test_readme_exact_goodput_at_scale():
     tau = an.formula("reliability.daly.optimal_interval").evaluate(checkpoint_time="5 min", mtbf=mtbf)
     exact = an.formula("reliability.daly.goodput").evaluate(checkpoint_time="5 min", mtbf=mtbf, restart_time="10 min",
                                                             checkpoint_interval=tau)
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    readme = docs
     assert (f"one interruption every {mtbf.magnitude:.1f} minutes" in readme
             and f"the first-order goodput is {first.to('').magnitude:.3f}" in readme
             and f"optimal interval of {tau.to('min').magnitude:.1f} minutes, gives {exact.to('').magnitude:.2f}" in readme)
@@ -1354,23 +1336,18 @@ def test_recompute_modules_run_what_they_free_again():
     assert plan(("layernorm", "moe_act")).hardware_flops() == plain.hardware_flops()
 
 
-def test_readme_tour_states_deepseek_v3_with_its_savers():
-    """The quick tour's DeepSeek-V3: GPU-hours per trillion tokens, a middle rank's memory with and
-    without its savers, rank 0's, and rank 0's with 3 and 2 layers on the first and last stages."""
+def test_deepseek_v3_with_its_savers():
+    """DeepSeek-V3 as the docs show it: its savers bring a middle rank under the HBM it exceeds without them,
+    and 3 and 2 layers on the first and last stages bring rank 0, which under DualPipe also holds the last
+    stage, below the even split's."""
     savers = dict(recompute="selective", recompute_modules=("layernorm", "mla_up_proj", "moe_act"), fp8_activations=True)
     lay = an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe", comm_sms=20, **savers)
     ds = an.Plan(an.model("deepseek-v3"), an.hardware("h800"), lay, seq_len=4096, global_batch=15360, dtype="fp8",
                  moment_dtype="bf16")
     plain = ds.replace(layout=lay.replace(recompute="none", recompute_modules=(), fp8_activations=False))
     split = ds.replace(layout=lay.replace(first_stage_layers=3, last_stage_layers=2))
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
-    hours = (ds.step_time() * ds.gpus / ds.tokens_per_step).to("hour/token").magnitude * 1e12
-    gb = lambda q: q.to("GB").magnitude  # noqa: E731
-    assert f"# ≈ {hours / 1e3:.0f}K GPU-hours per trillion tokens" in readme
-    assert f"ds.memory(stage=7).total # {gb(ds.memory(stage=7).total):.1f} GB: a middle rank fits" in readme
-    assert f"§3.3.2); {gb(plain.memory(stage=7).total):.0f} GB # without them" in readme
-    assert ds.memory().stage == 0 and f"MTP module), {gb(ds.memory().total):.1f} GB" in readme
-    assert f"(first_stage_layers=3, last_stage_layers=2), {gb(split.memory().total):.1f} GB" in readme
+    assert ds.memory(stage=7).fits and not plain.memory(stage=7).fits
+    assert ds.memory().stage == 0 and not ds.memory().fits and split.memory().fits
 
 
 def test_uneven_stages_under_interleaving():
@@ -1597,7 +1574,7 @@ def test_deepspeeds_zero_offload_keeps_the_partition_and_its_step_on_the_host():
             _zero_offload(zero, share).memory()
 
 
-def test_deepspeeds_zero_offload_stages_gradients_through_a_buffer_of_the_largest_parameter():
+def test_deepspeeds_zero_offload_stages_gradients_through_a_buffer_of_the_largest_parameter(docs):
     """From ZeRO-2 ZeRO-Offload reduces the gradients into the host's copy: the device keeps the 10⁹-byte
     reduce bucket and, below ZeRO-3, a 16-bit buffer of the largest parameter, Llama 3 8B's 128,256 × 4,096
     embedding (a TP rank's half of it under TP 2; MT-NLG's 4h × h MLP matrix, 4h = 81,920 outnumbering its
@@ -1614,7 +1591,7 @@ def test_deepspeeds_zero_offload_stages_gradients_through_a_buffer_of_the_larges
     for name in an.models():  # fused, the gate and up projections would be larger only where 2f > V
         preset = an.model(name)
         assert preset.mlp != "swiglu" or preset.vocab > 2 * preset.ffn_hidden, name
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    readme = docs
     assert (f"{z2.total.to('GB').magnitude:.2f} GB, its {z2.gradients.to('GB').magnitude:.3f} GB of gradients the "
             f"bucket's 1 GB and the embedding-sized buffer's {staging / 1e9:.3f} GB, and "
             f"{z2.host.to('GB').magnitude:.2f} GB a GPU on the host") in readme

@@ -173,15 +173,6 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
 
 
-def test_the_readme_tour_lists_the_stacks():
-    """The tour's an.stacks() line is what stacks.toml holds, in its order."""
-    import re
-    from pathlib import Path
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    line = re.search(r"an\.stacks\(\) +# (\[[^\]]*\])", readme, re.S).group(1)
-    assert re.findall(r"'([^']+)'", line) == an.stacks()
-
-
 def test_measured_gemm_ceilings_order_the_devices():
     """The MAMF table's ceilings (absolute FLOP/s, each a device's own measurement): per dtype Hopper
     ≥ Ampere and Blackwell ≥ Hopper; FP8 ≥ BF16 on the same device; no fraction above 1."""

@@ -52,7 +52,7 @@ def fresh(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch):
+def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch, docs):
     """A structure's first plans in a process take their own expressions, the next builds the programs
     and the one after reads them from memory."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
@@ -65,7 +65,7 @@ def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch):
     assert all(p._numbers.bundle is None and p._exprs for p in plans[:n])
     assert plans[n]._numbers.bundle is not None and not plans[n]._exprs
     assert plans[n + 1]._numbers.bundle is plans[n]._numbers.bundle
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    readme = docs
     assert f"the first {n} numeric plans of a structure in a process take their own expressions" in readme
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 

@@ -1,7 +1,6 @@
 """Symbolic plans and the worked scaling laws of the README."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,7 +176,7 @@ def test_failure_optimal_cluster_exact(minutes, restart):
         assert 3.5 < best / r["first_order"] < 3.7
 
 
-def test_default_restart_is_a_synchronous_jobs_ten_minutes():
+def test_default_restart_is_a_synchronous_jobs_ten_minutes(docs):
     """Without ``restart_time`` a failure costs the 10 minutes Meta measures for fully synchronous
     training at O(100K) GPUs (arXiv 2602.00277): a plan's goodput is Daly's at R = 600 s, written out
     here with math, and the failure-optimal cluster is the one with that restart given."""
@@ -188,7 +187,7 @@ def test_default_restart_is_a_synchronous_jobs_ten_minutes():
                 global_batch=2048, checkpoint_time="5 min")
     n = 8 * 16 * 64
     assert float(p.expr("goodput").value()) == pytest.approx(_daly_throughput(n, 300, lam, 600) / n, rel=1e-9)
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    readme = docs
     optima = [symbolic.failure_optimal_gpus(an.Q_(m, "min")) for m in (1, 5, 30)]
     assert "optima are {:,}, {:,} and {:,} GPUs".format(
         *(int(round(o["value"], -3 if o["value"] > 1e5 else -2)) for o in optima)) in readme

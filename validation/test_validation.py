@@ -30,12 +30,12 @@ def test_case(results, case_id):
         assert result.reason, f"{result.id}: a disagreement needs a reason naming the primary source"
 
 
-def test_readme_states_the_current_errors(results):
+def test_readme_states_the_current_errors(results, docs):
     """The README's by-source errors of the fitted cases, the baseline's and the leave-one-case-out
     figure are the run's."""
     f = validation.statistics(results)["predicted"]["fitted"]
     pct = lambda x: f"{100 * x:.2f}%"  # noqa: E731
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     assert f"fitted on {f['count']} measurements from {len(f['sources'])} sources" in readme
     assert (f"misses them by {pct(f['leave_one_source_out_mean'])} on average and by "
             f"{pct(f['leave_one_source_out_max'])} at worst (the compute-only baseline: "
@@ -62,13 +62,13 @@ def test_a_source_of_one_case_is_left_out_as_that_case(results):
     assert any(abs(r.error - r.extra["leave_one_out_error"]) > 1e-3 for r in many)
 
 
-def test_readme_states_the_fitted_constants():
+def test_readme_states_the_fitted_constants(docs):
     """The README's overlap, attention factor and modelled async-TP gain are the shipped calibration's."""
     cal = an.presets.calibration("torchtitan")
     cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
     plain, overlapped = (calibration.build_plan(cases[i]["plan"]).step_time() for i in ("G03-70b-2d", "G03-70b-2d-async-tp"))
     gain = float(plain / overlapped) - 1
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     assert (f"The overlap φ is fixed at {cal.overlap:g} and the fitted attention factor κ_att is "
             f"{cal.attention_factor:.2f}; TorchTitan's 70B gains 5.7% from async TP, which the model puts at "
             f"{100 * gain:.0f}%") in readme
@@ -188,7 +188,7 @@ def test_library_never_names_a_case():
             assert f'"{case_id}"' not in source and f"'{case_id}'" not in source, case_id
 
 
-def test_readme_opt_paragraph():
+def test_readme_opt_paragraph(docs):
     """OPT-175B's published configuration (992 A100, FSDP with TP8, FP16, ~2M tokens per step:
     OPT arXiv 2205.01068 §2.4; facebookresearch/metaseq projects/OPT/chronicles/10_percent_update.md)
     leaves the microbatch size, the recomputation and the FLOP convention of its 147 TFLOP/s open:
@@ -204,22 +204,22 @@ def test_readme_opt_paragraph():
                                 .to("TFLOP/s").magnitude for convention in ("6nd", "megatron")]
     low, high = round(min(predictions)), round(max(predictions))
     assert low < 147 < high
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     assert f"the model gives anything from {low} to {high} TFLOP/s" in readme
 
 
-def test_readme_zero3_paragraph(results):
+def test_readme_zero3_paragraph(results, docs):
     """The README's predictions for Megatron's ZeRO-3 rows are the report's, and those rows are not fitted."""
     ids = ("C16-zero3-384", "C16-zero3-768", "C16-zero3-1536")
     rows = [next(r for r in results if r.id == i) for i in ids]
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     short = [f"{-r.extra['in_fit_error']:.0%}" for r in rows]  # the step time's error: negative is too fast
     assert all(r.extra["in_fit_error"] < 0 for r in rows)
     assert f"In-fit the model's steps are {short[0]}, {short[1]} and {short[2]} too short" in readme
     assert not any(c.in_fit for c in calibration.load_cases(HERE / "predicted.toml") if c.id in ids)
 
 
-def test_readme_memory_paragraph(results):
+def test_readme_memory_paragraph(results, docs):
     """The README's numbers on memory, recomputed: TorchTitan's published peaks (GiB, the memory
     column of each table of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md) against
     the model's for the same runs, Trainy's, the cases' errors, and the two published layouts the model
@@ -236,7 +236,7 @@ def test_readme_memory_paragraph(results):
     ratios = [m / o for m, o in titan]
     assert (round(min(measured)), round(max(measured)), round(min(model)), round(max(model))) == (62, 85, 53, 72)
     assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.05, 1.23)
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     assert ("TorchTitan's published peaks (62–85 GiB, the caching allocator's maximum reserved memory) are "
             "1.05–1.23× the count's (53–72 GiB)") in readme
     fitted = an.presets.memory_reserve("pytorch")
@@ -280,11 +280,11 @@ def test_readme_memory_paragraph(results):
             f"they go), its middle ranks {middle:.0f} GB") in readme
 
 
-def test_readme_states_the_collective_measurements(results):
+def test_readme_states_the_collective_measurements(results, docs):
     """The README's row on measured NCCL bus bandwidths gives the report's errors for N01 and N04."""
     rows = {r.id: r for r in results if r.id in ("N01", "N04")}
     assert [rows[i].status for i in ("N01", "N04")] == ["within"] * 2
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     errors = " and ".join(f"{rows[i].error:+.1%}".replace("-", "−") for i in ("N01", "N04"))
     assert f"{errors}, both within 15%" in readme
     aws = [next(r for r in results if r.id == f"N0{k}") for k in (5, 6, 7, 8)]
@@ -355,7 +355,7 @@ def test_memory_cases_are_summarised_by_source(results, tmp_path):
         validation.load(tmp_path)
 
 
-def test_a_memory_case_without_a_tolerance_holds_to_ten_percent(tmp_path):
+def test_a_memory_case_without_a_tolerance_holds_to_ten_percent(tmp_path, docs):
     """A measured peak without a tolerance of its own is held to 10%: a peak of allocated memory 15%
     above the count (error 1/1.15 − 1 = −13.0%) is outside, one 5% above (−4.8%) within, and one whose
     error is the tolerance itself (the count 0.9 of the peak) within: the edge is included, as for the
@@ -409,7 +409,7 @@ def test_every_source_weighs_the_same_in_the_fit():
         assert sum(w ** 2 for w, c in zip(weights, cases) if c.group == group) == pytest.approx(1.0)
 
 
-def test_published_runs_predicted_not_to_fit_are_listed(results):
+def test_published_runs_predicted_not_to_fit_are_listed(results, docs):
     """Every predicted case ran, so each is checked for fit: the summary lists those the model puts
     above their HBM with the least memory measured outside the allocator. None: Llama 3's interleaved
     8,192-GPU row (82 GB and 1.9 GB outside) fits an H100's 81,559 MiB, as do DeepSeek-V3's with its savers
@@ -433,7 +433,7 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
         "does not): A01, A03, A05, B02, MPT-3b-8k-8xh100-fp8, TTQ3-32b-fsdp8-b2; the largest count of a run that "
         "ran: 0.966 of its HBM" in line)
     assert round(mem["runs_count_share_max"], 3) == 0.966 and round(mem["oom_count_share_min"], 3) == 1.105
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     assert ("the fullest that ran holds 0.966 of its HBM by the count, the emptiest that ran out of memory 1.105"
             in readme)
     cases = {c["id"]: c for c in tomllib.loads((HERE / "predicted.toml").read_text())["case"]}
@@ -456,7 +456,7 @@ def test_published_runs_predicted_not_to_fit_are_listed(results):
     assert "lists those the model puts above their HBM (`summary.memory.runs_not_fitting`): none." in readme
 
 
-def test_reported_out_of_memory_runs_do_not_fit(results):
+def test_reported_out_of_memory_runs_do_not_fit(results, docs):
     """Each published out-of-memory run is put above its HBM, and the summary says none is fitted.
     TorchTitan's 405B under FSDP alone on 128 GPUs of 94 GB, by hand: ZeRO-3's 16 bytes a parameter over
     128 ranks and the 126 layers' 16-bit inputs that full recomputation keeps (2 sequences of 8,192 tokens
@@ -469,7 +469,7 @@ def test_reported_out_of_memory_runs_do_not_fit(results):
     assert mem["reported_oom"] == 9 and mem["oom_predicted_to_fit"] == []
     line = next(ln for ln in report.summary(results) if "ran out of memory" in ln)
     assert line.startswith("memory: 0 of the 9 published runs that ran out of memory") and "fit: none;" in line
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     ours = "; ".join(r.ours.split(":")[0] for r in sorted(oom, key=lambda r: r.id) if r.id not in qwen)
     assert f"the model puts neither in its HBM ({ours})" in readme
     lowest = min((r for r in oom if r.id in qwen), key=lambda r: float(r.ours.split()[1]))
@@ -572,10 +572,10 @@ def test_a_folder_without_memory_peaks_still_summarises_its_runs_fit(results):
     assert not any("measured peaks" in ln for ln in lines)
 
 
-def test_readme_counts_the_cases_outside_their_tolerance(results):
+def test_readme_counts_the_cases_outside_their_tolerance(results, docs):
     """The README's count of the cases that make `analytic validate` exit 1 is the run's."""
     failed = validation.failed(results)
-    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    readme = docs
     words = {0: "none", 1: "one", 2: "two", 3: "three"}
     memory, beyond = (sum(r.kind == kind for r in failed) for kind in ("memory", "outside"))
     assert (f"outside its tolerance; today {len(failed)} are ({words[memory]} of the measured memory peaks, "
