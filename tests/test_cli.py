@@ -18,8 +18,8 @@ def test_step_default_is_the_text_story(capsys):
     assert code == 0, err
     assert "16,777,216" in out and "(text: 16M)" in out
     assert "268.4 MB" in out and "[parallelism.tp.allreduce_bytes]" in out
-    assert "12.6 s" in out and "(text: 12.0 s)" in out
-    assert "929,832" in out and "(text: 975,000)" in out
+    assert "12.6 s" in out and "(text: 12.0 s: 16·10⁶ tokens a step)" in out
+    assert "929,832" in out and "(text: 975,000: 16·10⁶ tokens a step)" in out
 
 
 def test_step_issue_example_verbatim(capsys):
@@ -794,3 +794,47 @@ def test_a_story_that_does_not_fit_names_the_changes_that_would(capsys):
     for key, change in (("fits_with_zero_2", dict(zero=2)), ("fits_with_recompute__full", dict(recompute="full"))):
         other = base.replace(layout=base.layout.replace(**change))
         assert other.memory().fits and rows[key]["value"] == pytest.approx(other.memory().total.to("GB").magnitude)
+
+
+def test_a_story_line_names_at_most_three_formulas_unless_asked(capsys):
+    """Each line shows at most three formula names and how many more; --sources shows every one, and the
+    line's sources are the plan's (the bubble's: the compute's formulas and the schedule's)."""
+    code, out, _ = run(capsys, "step")
+    tags = [line.rsplit("[", 1)[1] for line in out.splitlines() if line.endswith("]")]
+    assert code == 0 and all(t.count(", ") <= 2 for t in tags) and any("more (--sources)" in t for t in tags)
+    code, out, _ = run(capsys, "step", "--sources")
+    bubble = next(line for line in out.splitlines() if line.strip().startswith("bubble"))
+    assert code == 0 and "more (--sources)" not in out and "pipeline.bubble_time.1f1b" in bubble
+
+
+def test_the_default_story_says_why_the_texts_figures_differ_and_how_the_run_ran(capsys):
+    """Where the source text's figure differs from ours, the line says why (the 2-byte gradients it counts,
+    its 16·10⁶-token step); and the story gives the run as it ran (Llama 3: interleaved, ZeRO-2) with its
+    memory, step and MFU beside the published 0.43, from the validation cases A01 and A02."""
+    code, out, _ = run(capsys, "step", "--json")
+    lines = {ln["key"]: ln for ln in json.loads(out)["lines"]}
+    assert "2-byte gradients" in lines["gradients"]["text_differs_because"]
+    assert "16·10⁶" in lines["steps"]["text_differs_because"] and lines["steps"]["value"] == 929832
+    assert lines["tp_message"]["text_differs_because"] == ""  # 268 MB: the same figure
+    ran = lines["ran_mfu"]
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, schedule="interleaved", vpp=8,
+                             ends_as_layers=True), seq_len=8192, global_batch=2048, stack="llama3-meta")
+    assert ran["value"] == pytest.approx(float(plan.value("mfu.palm").to("").magnitude), rel=1e-12)
+    assert "interleaved, 8 chunks a stage, ZeRO-2" in ran["label"] and "as published: 0.43" in ran["label"]
+    assert plan.memory_verdict() in ran["label"] and abs(ran["value"] - 0.43) < 0.1
+
+
+def test_memory_names_the_changes_that_would_fit(capsys):
+    """A plan that does not fit: `memory` names the least one-setting changes that fit on the same GPUs, each
+    with its memory, verdict and step, as `step` does (text and JSON alike)."""
+    code, out, _ = run(capsys, "memory", "--json")
+    changes = json.loads(out)["fitting_changes"]
+    plan = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                   an.Layout(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True), seq_len=8192, global_batch=2048)
+    assert code == 0 and changes[0]["change"] == "zero=2" and changes[0]["total"] == pytest.approx(
+        plan.memory().total.to("GB").magnitude, rel=1e-12)
+    code, out, _ = run(capsys, "memory")
+    assert code == 0 and f"fits on the same GPUs with zero=2: {changes[0]['total']:.4g} GB" in out
+    code, out, _ = run(capsys, "memory", "--zero", "2", "--json")
+    assert code == 0 and json.loads(out)["fitting_changes"] == []

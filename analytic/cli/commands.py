@@ -23,6 +23,18 @@ def _fmt(v) -> str:
     return str(v)
 
 
+#: formula names a line of the story shows; --sources shows all
+SHOWN_SOURCES = 3
+
+
+def _sources(names: str, every: bool) -> str:
+    """A line's formula names: at most :data:`SHOWN_SOURCES`, and how many more (``--sources`` shows all)."""
+    listed = names.split(", ") if names else []
+    if every or len(listed) <= SHOWN_SOURCES:
+        return names
+    return f"{', '.join(listed[:SHOWN_SOURCES])} +{len(listed) - SHOWN_SOURCES} more (--sources)"
+
+
 def cmd_step(args) -> int:
     plan, extra = build_plan(args)
     from .story import lines
@@ -39,8 +51,8 @@ def cmd_step(args) -> int:
         if ln.section != section:
             section = ln.section
             print(f"\n{section}")
-        text = f"   (text: {ln.text})" if ln.text else ""
-        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{ln.formula}]")
+        text = f"   (text: {ln.text}{': ' + ln.why if ln.why else ''})" if ln.text else ""
+        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{_sources(ln.formula, args.sources)}]")
     return 0
 
 
@@ -51,8 +63,12 @@ def cmd_memory(args) -> int:
     from ..core.choices import MEMORY_VERDICTS
     from ..core.errors import PresetError
     from ..presets import memory_reserve, stack
-    from .story import node_host_memory, wasted_selective
+    from .story import fitting_changes, node_host_memory, wasted_selective
     mem = plan.memory()
+    changes = [] if mem.fits else [
+        {"change": label, "total": float(other.memory().total.to("GB").magnitude), "verdict": other.memory_verdict(),
+         "step_time": float(other.step_time().to("s").magnitude), "mfu": float(other.mfu())}
+        for label, other in fitting_changes(plan)]
     rows = {k: v.to("GB") for k, v in mem.as_dict().items() if k != "stage"}
     stages = plan.memory_by_stage() if args.stages else []
     notes = list(extra["notes"].values())
@@ -79,7 +95,7 @@ def cmd_memory(args) -> int:
             "outside_mean": None if outside is None else float(outside.magnitude),
             "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
             "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
-            "reserve_measured_on": measured,
+            "reserve_measured_on": measured, "fitting_changes": changes,
             **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
         return 0
     for note in notes:
@@ -121,6 +137,9 @@ def cmd_memory(args) -> int:
               "[memory.device_peak]")
         print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
               f"to {_fmt(high)}{above}")
+    for c in changes:
+        print(f"  fits on the same GPUs with {c['change']}: {c['total']:.4g} GB, {c['verdict']}, step "
+              f"{c['step_time']:.3g} s, MFU {c['mfu']:.3f}")
     if stages:
         columns = (*PARTS, "total") + (("host",) if mem.host.magnitude else ())  # host: offloaded, not in total
         if plan.layout.schedule == "dualpipe":

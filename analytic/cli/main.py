@@ -122,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", parser_class=Parser)
     p = sub.add_parser("step", help="the story of one training step", allow_abbrev=False)
     _plan_args(p)
+    p.add_argument("--sources", action="store_true", help="every formula a line came from (else at most three)")
     p.set_defaults(func=cmd_step)
     p = sub.add_parser("memory", help="memory per GPU as a table", allow_abbrev=False)
     _plan_args(p)

@@ -30,6 +30,7 @@ class Line:
     value: object  # Quantity, number or text
     formula: str = ""
     text: str = ""  # the source text's figure, where the configuration is the text's
+    why: str = ""  # why the text's figure differs from ours, where it does
 
     def as_dict(self) -> dict:
         v = self.value
@@ -38,7 +39,7 @@ class Line:
         else:
             out = {"value": v, "unit": ""}
         return {"section": self.section, "key": self.key, "label": self.label, **out, "formula": self.formula,
-                "text": self.text}
+                "text": self.text, "text_differs_because": self.why}
 
 
 def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
@@ -75,6 +76,17 @@ def _run_step(plan: Plan) -> tuple:
         return None, ""
 
 
+def source_run() -> tuple[Plan, float]:
+    """The plan of the run the source text describes, as it ran (essay.toml ``[ran]``: its validation case),
+    and the run's published MFU (the case ``mfu_case``)."""
+    from ..fit.calibration import build_plan
+    from ..fit.cases import load
+    from ..fit.validation import find_folder
+    ran = essay()["ran"]
+    cases = {c["id"]: c for c in load(find_folder())[0]}
+    return build_plan(cases[ran["case"]]["plan"]), float(cases[ran["mfu_case"]]["published"])
+
+
 def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
     """For a plan that does not fit, the least one-setting changes on the same GPUs that make it fit: the
     lowest higher ZeRO stage that does, and the lightest recomputation that does (selective, then full);
@@ -100,8 +112,8 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     out: list[Line] = []
 
     def add(section, key, label, value, formula_name="", text_key=None):
-        t = quoted.get(text_key or key, {}).get("value", "") if quoted else ""
-        out.append(Line(section, key, label, value, formula_name, t))
+        figure = quoted.get(text_key or key, {})
+        out.append(Line(section, key, label, value, formula_name, figure.get("value", ""), figure.get("why", "")))
 
     lay, m = plan.layout, plan.model
     mb = plan.microbatches
@@ -271,6 +283,13 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
+    if text:
+        ran, published = source_run()
+        lay = ran.layout
+        add("time", "ran_mfu", f"as the run ran it (case {essay()['ran']['case']}, in the fit): {lay.schedule}, "
+            f"{lay.vpp} chunks a stage, ZeRO-{lay.zero}, on {ran.stack}: {ran.memory().total.to('GB'):.4g~P}, "
+            f"{ran.memory_verdict()}, step {ran.step_time().to('s'):.3g~P}; its MFU (PaLM's count, as published: "
+            f"{published:.2f})", float(ran.value("mfu.palm").to("").magnitude), "compute.mfu, compute.flops_per_token_palm")
     # run and failures
     if plan.training_tokens is not None:
         steps = plan.value("steps")
