@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,8 +74,8 @@ def _flat(value) -> list:
 
 def check_value(value, text: str, where: str) -> None:
     """``value`` is what ``text`` says, to the digits shown."""
-    if isinstance(value, (str, bool)) or (isinstance(value, (list, tuple))
-                                          and any(isinstance(v, (str, bool)) for v in value)):
+    literal = (str, bool, np.bool_)
+    if isinstance(value, literal) or (isinstance(value, (list, tuple)) and any(isinstance(v, literal) for v in value)):
         assert value == ast.literal_eval(text), f"{where}: {value!r} is not {text}"
         return
     got, shown = _flat(value), _written(text)

@@ -380,3 +380,19 @@ def test_search_ranks_what_fits_at_its_peak_and_says_each_rows_verdict():
     assert plain.fitting == sum(r.verdict == "fits" for r in every.ranked) < every.fitting
     limit = next(r for r in every.ranked if r.verdict != "fits")
     assert limit.plan(model, an.hardware("h200"), seq_len=4096, global_batch=64).memory_verdict() == limit.verdict
+
+
+def test_one_replica_ranks_zero_0_to_2_as_one_layout():
+    """With dp·cp = 1 there is nothing to shard: Plan gives ZeRO-0, 1 and 2 the same memory and step, so search
+    keeps the lowest asked for; ZeRO-3 (FSDP on one rank: 16-bit gradients) differs and stays. The table
+    prints no stage for the first."""
+    m, hw = an.model("llama3-8b"), an.hardware("h100-sxm")
+    plans = [an.Plan(m, hw, an.Layout(tp=8, zero=z), seq_len=4096, global_batch=8) for z in range(4)]
+    totals = [p.memory().total for p in plans]
+    assert totals[0] == totals[1] == totals[2] != totals[3]
+    res = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=8, progress=False)
+    assert set(res.arrays["zero"]) == {0.0, 3.0}
+    res = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=8, zero=(1, 2, 3), progress=False)
+    assert set(res.arrays["zero"]) == {1.0, 3.0}
+    wider = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=4, progress=False)  # dp 2: all four
+    assert set(wider.arrays["zero"]) == {0.0, 1.0, 2.0, 3.0}

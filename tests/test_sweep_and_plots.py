@@ -14,23 +14,28 @@ def plan():
 
 def test_strong_scaling_sweep_equals_plans(plan):
     r = an.sweep(plan, gpus=[4096, 8192, 16384])
-    for g, t in zip(r["gpus"], r["step_time"]):
+    for g, t in zip(r["gpus"], r["step_time [s]"]):
         p = an.Plan(plan.model, plan.hardware, plan.layout.replace(dp=int(g) // 128), seq_len=8192, global_batch=2048)
         assert t == pytest.approx(p.step_time().magnitude, rel=1e-12)
-    assert np.all(np.diff(r["step_time"]) < 0)  # more GPUs, shorter steps at a fixed batch
+    assert np.all(np.diff(r["step_time [s]"]) < 0)  # more GPUs, shorter steps at a fixed batch
+    assert r.attrs["units"]["step_time"] == "s" and list(r["note"]) == ["", "", ""]
 
 
 def test_weak_scaling_keeps_batch_per_replica(plan):
     r = an.sweep(plan, gpus=[4096, 8192], mode="weak")
     p = an.Plan(plan.model, plan.hardware, plan.layout.replace(dp=32), seq_len=8192, global_batch=1024)
-    assert r["step_time"][0] == pytest.approx(p.step_time().magnitude, rel=1e-12)
+    assert r["step_time [s]"][0] == pytest.approx(p.step_time().magnitude, rel=1e-12)
 
 
 def test_scaling_sweep_refuses_points_plan_refuses(plan):
-    """Each point is a plan Plan accepts: 2,048 sequences do not split over 96 replicas; and one
-    input is swept at a time."""
-    with pytest.raises(an.LayoutError, match="gpus=12288"):
-        an.sweep(plan, gpus=[8192, 12288])
+    """Each point is a plan Plan accepts: 2,048 sequences do not split over 96 replicas, nor over 4,096 (past
+    one sequence a replica), and those rows say so without a number while the others keep theirs; and one input
+    is swept at a time."""
+    r = an.sweep(plan, gpus=[8192, 12288, 32768, 524288])
+    assert list(r["dp"]) == [64, 96, 256, 4096] and r["step_time [s]"].isna().tolist() == [False, True, False, True]
+    assert "do not split" in r["note"][1] and "do not split" in r["note"][3] and r["note"][2] == ""
+    with pytest.raises(an.InputError, match="no count"):
+        an.sweep(plan, gpus=[12288])
     assert an.sweep(plan, gpus=[8192, 12288], mode="weak")["dp"].tolist() == [64, 96]
     with pytest.raises(an.InputError, match="one input"):
         an.sweep(plan, gpus=[8192], zero=[1])
@@ -46,9 +51,9 @@ def test_memory_sweep_over_zero_is_monotone_without_a_pipeline(plan):
     gradients at every stage, so the stages compare)."""
     plan = plan.replace(grad_dtype="bf16")
     flat = plan.replace(layout=plan.layout.replace(pp=1, dp=1024))
-    totals = [r["total"] for r in an.sweep(flat, zero=[0, 1, 2, 3])]
+    totals = list(an.sweep(flat, zero=[0, 1, 2, 3])["total [GB]"])
     assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
-    piped = [r["total"] for r in an.sweep(plan, zero=[0, 1, 2, 3])]
+    piped = list(an.sweep(plan, zero=[0, 1, 2, 3])["total [GB]"])
     assert piped[:3] == sorted(piped[:3], reverse=True) and piped[3] > piped[1]
 
 

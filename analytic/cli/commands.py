@@ -283,7 +283,7 @@ def cmd_search(args) -> int:
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
         spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
-        zero = lay.zero if lay.dp > 1 else "—"  # no replicas to shard over: the stage cannot matter
+        zero = lay.zero if lay.dp * lay.cp > 1 or lay.zero == 3 else "—"  # one replica: ZeRO-0 to 2 are alike
         print(f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} "
               f"{r.microbatch_size:>3} {zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
               f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}  {r.verdict}")

@@ -329,9 +329,12 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
                                schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
+    # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked for is
+    # kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered one at a time)
+    keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
     if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
-        keep = ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
-        arrays = {k: v[keep] for k, v in arrays.items()}
+        keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
+    arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
     show = progress and sys.stderr.isatty()
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
