@@ -1,4 +1,6 @@
+import io
 import json
+import sys
 
 import pytest
 
@@ -838,3 +840,31 @@ def test_memory_names_the_changes_that_would_fit(capsys):
     assert code == 0 and f"fits on the same GPUs with zero=2: {changes[0]['total']:.4g} GB" in out
     code, out, _ = run(capsys, "memory", "--zero", "2", "--json")
     assert code == 0 and json.loads(out)["fitting_changes"] == []
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("extra, drawn", [((), True), (("--quiet",), False), (("--json",), False)])
+def test_a_search_draws_its_progress_on_a_terminal_unless_quiet(monkeypatch, capsys, extra, drawn):
+    """A progress bar on a terminal's stderr (tqdm's), none under --quiet or --json, and none when stderr is
+    not a terminal (every other test of this file)."""
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    code = main(["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "16", "--seq", "2048",
+                 "--global-batch", "32", "--top", "1", *extra])
+    assert code == 0 and ("layouts" in err.getvalue() and "search" in err.getvalue()) == drawn
+
+
+def test_validate_draws_its_cases_progress_on_a_terminal(monkeypatch, tmp_path):
+    """validate's bar counts the cases it runs (a folder of two identity cases: quick)."""
+    (tmp_path / "claims.toml").write_text("")
+    (tmp_path / "identities.toml").write_text("\n".join(
+        f'[[case]]\nid = "I{i}"\nkind = "identity"\nquantity = "q"\npublished = "{i}"\ncompute = "{i}"\n'
+        f'source = "s"\n' for i in (1, 2)))
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    code = main(["validate", "--cases", str(tmp_path)])
+    assert code == 0 and "cases:" in err.getvalue() and "/2 [" in err.getvalue()

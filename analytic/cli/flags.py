@@ -182,37 +182,43 @@ def build_plan(args) -> tuple[object, dict]:
     global_batch, note = _global_batch(get("batch_tokens"), get("global_batch"), seq)
     notes = {"batch_tokens": note} if note else {}
     sp = get("sequence_parallel")
-    layout = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=int(get("zero") or 0),
-                  sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp),
-                  async_tp=bool(get("async_tp")), comm_sms=count_flag(str(get("comm_sms") or 0), "comm-sms", minimum=0),
-                  recompute=get("recompute") or "none",
-                  recompute_layers=(None if get("recompute_layers") is None
-                                    else count_flag(str(get("recompute_layers")), "recompute-layers")),
-                  recompute_modules=tuple(get("recompute_modules") or ()),
-                  offload_activations=bool(get("offload_activations")), fp8_activations=bool(get("fp8_activations")),
-                  ends_as_layers=bool(get("ends_as_layers")),
-                  **{k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
-                     for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None},
-                  zero3_gather=_zero3_gather(get("zero3_gather"), int(get("zero") or 0)),
-                  schedule=get("schedule"))  # None: Layout's rule (interleaved where vpp > 1)
-    microbatch_size = count_flag(str(get("microbatch_size") or 1), "microbatch-size")
+    # what was typed, read; Layout and Plan own every default of what was not
+    layout = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+                  sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp))
+    layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
+    layout |= {k: True for k in ("async_tp", "offload_activations", "fp8_activations", "ends_as_layers") if get(k)}
+    if get("zero") is not None:
+        layout["zero"] = int(get("zero"))
+    if get("comm_sms") is not None:
+        layout["comm_sms"] = count_flag(str(get("comm_sms")), "comm-sms", minimum=0)
+    if get("recompute_layers") is not None:
+        layout["recompute_layers"] = count_flag(str(get("recompute_layers")), "recompute-layers")
+    if get("recompute_modules"):
+        layout["recompute_modules"] = tuple(get("recompute_modules"))
+    layout |= {k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
+               for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None}
+    if get("zero3_gather") is not None:
+        layout["zero3_gather"] = _zero3_gather(get("zero3_gather"), int(get("zero") or 0))
+    plan_kw = {} if get("microbatch_size") is None else {
+        "microbatch_size": count_flag(str(get("microbatch_size")), "microbatch-size")}
     links = hardware_overrides(get) | outside_override(get)
 
     import analytic as an
 
-    from ..core.choices import DEFAULT_STACK
     from ..core.values import fraction, share
     model, hw = _presets(get)
-    offload = get("offload_optimizer")
-    layout = an.Layout(**layout, offload_optimizer=0 if offload is None else _read(share, "offload-optimizer", offload))
+    if get("offload_optimizer") is not None:
+        layout["offload_optimizer"] = _read(share, "offload-optimizer", get("offload_optimizer"))
+    layout = an.Layout(**layout)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
-    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, microbatch_size=microbatch_size,
-                   dtype="bf16" if get("dtype") is None else get("dtype"), flash_attention=get("flash_attention"),
-                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), stack=get("stack") or DEFAULT_STACK,
-                   profile=get("profile"), training_tokens=tokens, allow_cross_node_tp=bool(get("allow_cross_node_tp")),
-                   **links)
+    plan_kw |= {k: get(k) for k in ("dtype", "stack") if get(k) is not None}
+    if get("allow_cross_node_tp"):
+        plan_kw["allow_cross_node_tp"] = True
+    plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),
+                   grad_dtype=get("grad_dtype"), moment_dtype=get("moment_dtype"), profile=get("profile"),
+                   training_tokens=tokens, **plan_kw, **links)
     extra = {"mfu": _read(fraction, "mfu", str(get("mfu"))) if get("mfu") is not None else None,
              "text": text_config, "notes": notes}
     return plan, extra

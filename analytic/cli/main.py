@@ -136,11 +136,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formula)
     p = sub.add_parser("validate", help="run the published validation cases", allow_abbrev=False)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--cases", metavar="DIR", help="the cases' folder (default: validation/ of this source checkout)")
     p.add_argument("--report", metavar="PATH", help="also write the Markdown report to PATH (validation/REPORT.md)")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("calibrate", help="fit the predictive model's constants", allow_abbrev=False)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.add_argument("--published", action="store_true", help="fit on the published measurements (prints the "
                    "calibration file; --write PATH writes it)")
     p.add_argument("--cases", metavar="DIR", help="with --published: the cases' folder (default: validation/ of "
@@ -162,6 +164,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true")
     p.set_defaults(func=cmd_derive)
     p = sub.add_parser("search", help="rank every valid layout by predicted step time", allow_abbrev=False)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     _plan_args(p)
     p.add_argument("--top", default="10")
     p.add_argument("--at-limit", dest="at_limit", action="store_true",
@@ -182,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
     _plan_args(p)
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto"])
     p.add_argument("--out", required=True)
     _plan_args(p)
@@ -224,12 +228,14 @@ def main(argv=None) -> int:
             raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
                            "plot")
         prepare()
-        if args.command in ("step", "memory"):  # a plan a run: the plan's programs are built at its second run
-            from ..core.cache import across_runs
-            with across_runs():
+        from ..core.progress import shown as progress_shown
+        with progress_shown(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
+            if args.command in ("step", "memory"):  # a plan a run: the plan's programs are built at its second run
+                from ..core.cache import across_runs
+                with across_runs():
+                    code = args.func(args)
+            else:
                 code = args.func(args)
-        else:
-            code = args.func(args)
         sys.stdout.flush()  # a full device says so now, not in the interpreter's exit
         return code
     except ClosedOutput as exc:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError, install_hint
+from ..core.progress import steps
 from ..core.values import count
 
 
@@ -73,7 +74,7 @@ def scaling(model, hardware, *, gpus, seq_len, global_batch, out=None, **search_
     from ..search.layouts import search
     plt = _plt()
     best = [search(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch, top=1, progress=False, **search_kw)
-            for g in gpus]
+            for g in steps(gpus, desc="scaling: the best layout of each count", unit="searches")]
     ok = [(g, r.best) for g, r in zip(gpus, best) if len(r)]
     if not ok:
         raise InputError("scaling plot: " + (f"no layout of {', '.join(map(str, gpus))} GPUs fits" if len(gpus)

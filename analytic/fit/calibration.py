@@ -26,6 +26,7 @@ from ..core.choices import DEFAULT_STACK
 from ..core.errors import InputError
 from ..core.files import read_text
 from ..core.formula import Formula
+from ..core.progress import steps
 from ..core.symbols import sym
 from ..core.units import Q_
 from ..core.values import as_quantity, choice, quantity
@@ -216,7 +217,7 @@ def leave_one_out(cases: list[Case]) -> dict[str, float]:
     fitted = [c for c in cases if c.in_fit]
     full = fit(fitted)
     out = {}
-    for case in cases:
+    for case in steps(cases, desc="each case left out", unit="fits"):
         if not case.in_fit:  # never in the fit: its in-fit prediction is already out of sample
             out[case.id] = predict(case, full, fitted)
             continue
@@ -229,7 +230,7 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
     """case id → prediction with constants fitted on the fitted cases of every other source."""
     fitted = [c for c in cases if c.in_fit]
     full, out = fit(fitted), {}
-    for group in sorted({c.group for c in cases}):
+    for group in steps(sorted({c.group for c in cases}), desc="each source left out", unit="fits"):
         rest = [c for c in fitted if c.group != group]
         constants = fit(rest, start=full)
         out.update({c.id: predict(c, constants, rest) for c in cases if c.group == group})

@@ -19,6 +19,7 @@ import sympy
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
+from ..core.progress import steps
 from ..core.units import Q_
 from ..core.values import as_quantity
 from . import calibration
@@ -171,7 +172,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
     base = calibration.leave_one_source_out(baseline)
     low, high = calibration.interval(fitted, loso)  # the shipped [interval], from these predictions
     out = []
-    for o in objs:
+    for o in steps(objs, desc="predicted cases", unit="cases"):
         c, plan = specs[o.id], calibration.build_plan(specs[o.id]["plan"])
         err = {k: calibration.step_error(o, v) for k, v in (("in_fit", calibration.predict(o, constants, fitted)),
                                                  ("loo", loo[o.id]), ("loso", loso[o.id]), ("baseline", base[o.id]))}
@@ -267,7 +268,8 @@ def run(folder: Path | None = None, *, predicted: bool = True) -> list[Result]:
     folder = folder or find_folder()
     cases, plans = load(folder)
     ns = namespace(plans)
-    results = [_guarded(_evaluate, c, ns) for c in cases if c["kind"] not in ("predicted", "memory", "oom", "outside")]
+    results = [_guarded(_evaluate, c, ns) for c in steps([c for c in cases if c["kind"] not in (
+        "predicted", "memory", "oom", "outside")], desc="cases", unit="cases")]
     results += _memory(folder, {c["id"]: c for c in cases if c["kind"] == "memory"})
     results += _oom([c for c in cases if c["kind"] == "oom"])
     results += _outside(folder, {c["id"]: c for c in cases if c["kind"] == "outside"})

@@ -16,7 +16,6 @@ whose allocations and kernels every layout is counted with: ``search(..., stack=
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ import sympy
 
 from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
+from ..core.progress import bar, shown
 from ..core.symbols import read_magnitude
 from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, distinct, exact, flag
@@ -231,15 +231,6 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     return {k: np.ascontiguousarray(table[:, columns.index(k)]) for k in INPUTS}
 
 
-def _progress(done, total, start):
-    width = 30
-    filled = int(width * done / total)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} layouts, {time.time() - start:.1f} s")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
 CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the progress bar's step)
 
 
@@ -336,29 +327,27 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
     arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
-    show = progress and sys.stderr.isatty()
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     n = len(arrays["tp"])
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
     built = False
-    note = (lambda: sys.stderr.write("compiling the expressions of this configuration…\r")) if show else None
     # layouts with tp > 1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each
-    done = 0
-    for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
-        if not len(rows):  # nothing to compile for when no layout of the kind is valid
-            continue
-        fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                            zero3_gather, stack, note, sequence_parallel=sp)
-        built = built or new
-        for lo in range(0, len(rows), CHUNK):
-            chunk = rows[lo:lo + CHUNK]
-            with np.errstate(all="ignore"):
-                for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
-                    out[k][chunk] = v  # broadcasts a constant
-            done += len(chunk)
-            if show:
-                _progress(done, n, start)
+    with shown(progress), bar(desc="search", total=n, unit="layouts") as drawn:
+        note = lambda: drawn.set_description_str("search: compiling this configuration's expressions")  # noqa: E731
+        for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
+            if not len(rows):  # nothing to compile for when no layout of the kind is valid
+                continue
+            fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                                zero3_gather, stack, note, sequence_parallel=sp)
+            drawn.set_description_str("search")
+            built = built or new
+            for lo in range(0, len(rows), CHUNK):
+                chunk = rows[lo:lo + CHUNK]
+                with np.errstate(all="ignore"):
+                    for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
+                        out[k][chunk] = v  # broadcasts a constant
+                drawn.update(len(chunk))
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
