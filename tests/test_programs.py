@@ -162,6 +162,19 @@ def test_the_programs_equal_the_expressions(plan, dtype, tokens):
         plan = plan.replace(dtype=dtype, training_tokens="1e12 token" if tokens else None)
     except InputError:  # no FP8 on this hardware
         return
+    _programs_equal_expressions(plan)
+
+
+def test_the_programs_of_a_split_with_the_ends_as_layers_equal_the_expressions():
+    """Llama 3 405B as it ran (interleaved, a layer a chunk, the ends counted as layers: (L + 2)/p a stage,
+    the end stages a layer fewer), whose split the programs take in closed form."""
+    layout = an.Layout(tp=8, pp=16, dp=64, zero=2, sequence_parallel=True, schedule="interleaved", vpp=8,
+                       ends_as_layers=True)
+    _programs_equal_expressions(an.Plan("llama3-405b", "h100-sxm", layout, seq_len=8192, global_batch=2048,
+                                        stack="llama3-meta"))
+
+
+def _programs_equal_expressions(plan):
     c = programs.Numbers(plan._in, lambda: template.build(plan), build=True)
     assert c.bundle is not None, f"no programs for {plan!r}"
     scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": c.quantity("step_time").magnitude,
@@ -214,7 +227,8 @@ def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh)
 
 def test_the_command_line_lowers_a_structure_at_its_second_run(tmp_path, monkeypatch):
     """One plan a run: the first run of `analytic step` takes the plan's expressions and marks the
-    structure seen, the second lowers it, the third reads it (and imports no sympy)."""
+    structure seen, the second lowers it, the third reads it (and imports no sympy). The default story has
+    two structures: its plan's and the run's as it ran (interleaved, the ends as layers)."""
     import os
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
     code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
@@ -223,7 +237,7 @@ def test_the_command_line_lowers_a_structure_at_its_second_run(tmp_path, monkeyp
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
             for _ in range(3)]
     assert runs[0][0] == runs[1][0] == runs[2][0] and [r[1] for r in runs] == ["True", "True", "False"]
-    assert len(list(tmp_path.glob("plan-*.json"))) == 1 and len(list(tmp_path.glob("seen-plan-*.json"))) == 1
+    assert len(list(tmp_path.glob("plan-*.json"))) == 2 and len(list(tmp_path.glob("seen-plan-*.json"))) == 2
 
 
 def test_programs_of_other_sources_are_not_used(fresh, monkeypatch):

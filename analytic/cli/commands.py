@@ -23,21 +23,9 @@ def _fmt(v) -> str:
     return str(v)
 
 
-#: formula names a line of the story shows; --sources shows all
-SHOWN_SOURCES = 3
-
-
-def _sources(names: str, every: bool) -> str:
-    """A line's formula names: at most :data:`SHOWN_SOURCES`, and how many more (``--sources`` shows all)."""
-    listed = names.split(", ") if names else []
-    if every or len(listed) <= SHOWN_SOURCES:
-        return names
-    return f"{', '.join(listed[:SHOWN_SOURCES])} +{len(listed) - SHOWN_SOURCES} more (--sources)"
-
-
 def cmd_step(args) -> int:
     plan, extra = build_plan(args)
-    from .story import lines
+    from .story import lines, shown_sources
     story = lines(plan, mfu=extra["mfu"], text=extra["text"])
     if args.json:
         print(json_text({"plan": repr(plan), "notes": list(extra["notes"].values()),
@@ -52,7 +40,7 @@ def cmd_step(args) -> int:
             section = ln.section
             print(f"\n{section}")
         text = f"   (text: {ln.text}{': ' + ln.why if ln.why else ''})" if ln.text else ""
-        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{_sources(ln.formula, args.sources)}]")
+        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{shown_sources(ln.formula, args.sources)}]")
     return 0
 
 
@@ -294,7 +282,12 @@ def cmd_plot(args) -> int:
     from ..search.layouts import search
     from . import plots
     plots.output_format(args.out)  # before any work: the file name must say the format
-    if args.kind == "bubble":
+    if (args.kind == "codesign") != (args.from_ is not None):
+        raise CLIError("plot codesign: give --from FILE.parquet (a sweep of analytic codesign --out); --from is read "
+                       "by plot codesign only")
+    if args.kind == "codesign":
+        plots.codesign(plots.read_sweep(args.from_), out=args.out)
+    elif args.kind == "bubble":
         refuse_unread(args, {"pp"}, "plot bubble", "the bubble plot takes --pp")
         plots.bubble(count_flag(args.pp or "8", "pp"), out=args.out)
     else:
@@ -316,8 +309,6 @@ def cmd_plot(args) -> int:
                              f"sequence {seq:,}, {gb:,} sequences: {res.evaluated:,} layouts, {res.fitting:,} fit")
     print(f"wrote {args.out}")
     return 0
-
-
 
 
 def _free_plan(args, question: str):

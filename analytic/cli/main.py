@@ -21,6 +21,7 @@ from ..core.choices import (
 )
 from ..core.errors import shown
 from .check_commands import cmd_calibrate, cmd_derive, cmd_validate
+from .codesign_command import add_parser as add_codesign
 from .commands import cmd_formula, cmd_memory, cmd_plot, cmd_search, cmd_solve, cmd_step
 from .flags import CLIError, Parser
 from .output import ClosedOutput, prepare
@@ -173,6 +174,7 @@ def parser() -> argparse.ArgumentParser:
                    help="rank by predicted step time, cost (GPU-hours per token) or MFU; with several --gpus "
                    "counts (256,512,1024) they differ")
     p.set_defaults(func=cmd_search)
+    add_codesign(sub)
     p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
                        "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)
     p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
@@ -186,8 +188,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
     p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
-    p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto"])
+    p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto", "codesign"])
     p.add_argument("--out", required=True)
+    p.add_argument("--from", dest="from_", metavar="FILE.parquet",
+                   help="codesign: the sweep to draw (written by analytic codesign --out)")
     _plan_args(p)
     p.set_defaults(func=cmd_plot)
     return top

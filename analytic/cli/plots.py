@@ -183,3 +183,55 @@ def pareto(result, *, out=None, title: str | None = None):
     ax.legend(fontsize=8)
     ax.set_title(title or f"{result.evaluated:,} layouts evaluated, {result.fitting:,} fit", fontsize=9)
     return _finish(plt, fig, out)
+
+
+def read_sweep(path):
+    """A co-design sweep written by ``analytic codesign --out`` (Parquet: data, read by pyarrow)."""
+    from pathlib import Path
+
+    import pandas as pd
+    if not Path(path).is_file():
+        raise InputError(f"--from: {path} is not a file")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # not Parquet, or not a sweep's
+        raise InputError(f"--from: {path}: not a co-design sweep ({str(exc)[:80]})") from None
+
+
+def codesign(frame, *, out=None, value: str = "step_time [s]"):
+    """A co-design sweep's best layouts: with one varied field, ``value`` against it, a line a model; with
+    two, a heat map a model of ``value`` over both, the points where no layout fits blank and the fit
+    boundary drawn. Returns ``out``, or the figure when ``out`` is None."""
+    from ..search.codesign import FIELDS
+    plt = _plt()
+    fields = [c for c in frame.columns if c.split(" [")[0] in FIELDS]
+    if value not in frame.columns or not 1 <= len(fields) <= 2:
+        raise InputError(f"codesign plot: expected a sweep of one or two fields with a {value!r} column")
+    best = frame[(frame["rank"] == 1) | frame["rank"].isna()]
+    models = list(dict.fromkeys(best["model"]))
+    if len(fields) == 1:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for m in models:
+            rows = best[best["model"] == m].sort_values(fields[0])
+            ax.plot(rows[fields[0]], rows[value], "o-", label=m)
+        ax.set_xlabel(fields[0])
+        ax.set_ylabel(f"{value}, the best layout")
+        ax.set_ylim(0, None)
+        ax.legend(fontsize=8)
+    else:
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False)
+        for ax, m in zip(axes[0], models):
+            grid = best[best["model"] == m].pivot_table(index=fields[1], columns=fields[0], values=value,
+                                                        aggfunc="first", dropna=False)
+            x, y = grid.columns.to_numpy(float), grid.index.to_numpy(float)
+            z = grid.to_numpy(float)
+            mesh = ax.pcolormesh(x, y, np.ma.masked_invalid(z), shading="nearest")
+            fig.colorbar(mesh, ax=ax, label=value)
+            if np.isnan(z).any() and not np.isnan(z).all():
+                ax.contour(x, y, np.isnan(z).astype(float), levels=[0.5], colors="black", linewidths=1.5)
+            ax.set_xlabel(fields[0])
+            ax.set_ylabel(fields[1])
+            ax.set_title(f"{m}: the best layout (blank: none fits)", fontsize=9)
+    fig.suptitle(f"{frame.attrs.get('hardware', '')}, {frame.attrs.get('gpus', '')} GPUs, sequence "
+                 f"{frame.attrs.get('seq_len', '')}", fontsize=9)
+    return _finish(plt, fig, out)

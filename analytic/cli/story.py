@@ -42,6 +42,18 @@ class Line:
                 "text": self.text, "text_differs_because": self.why}
 
 
+#: formula names a line of the story shows; --sources shows all
+SHOWN_SOURCES = 3
+
+
+def shown_sources(names: str, every: bool) -> str:
+    """A line's formula names: at most :data:`SHOWN_SOURCES`, and how many more (``--sources`` shows all)."""
+    listed = names.split(", ") if names else []
+    if every or len(listed) <= SHOWN_SOURCES:
+        return names
+    return f"{', '.join(listed[:SHOWN_SOURCES])} +{len(listed) - SHOWN_SOURCES} more (--sources)"
+
+
 def _tags(plan: Plan, quantity: str, *prefixes: str) -> str:
     """The catalogue formulas ``quantity`` came from, those under ``prefixes`` (the plan knows them)."""
     return ", ".join(s for s in plan.sources(quantity) if s.startswith(prefixes or ("",)))
@@ -79,12 +91,10 @@ def _run_step(plan: Plan) -> tuple:
 def source_run() -> tuple[Plan, float]:
     """The plan of the run the source text describes, as it ran (essay.toml ``[ran]``: its validation case),
     and the run's published MFU (the case ``mfu_case``)."""
-    from ..fit.calibration import build_plan
-    from ..fit.cases import load
-    from ..fit.validation import find_folder
+    from ..fit.cases import find_folder, load, plan_of
     ran = essay()["ran"]
     cases = {c["id"]: c for c in load(find_folder())[0]}
-    return build_plan(cases[ran["case"]]["plan"]), float(cases[ran["mfu_case"]]["published"])
+    return plan_of(cases[ran["case"]]["plan"]), float(cases[ran["mfu_case"]]["published"])
 
 
 def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:

@@ -29,11 +29,11 @@ from ..core.formula import Formula
 from ..core.progress import steps
 from ..core.symbols import sym
 from ..core.units import Q_
-from ..core.values import as_quantity, choice, quantity
+from ..core.values import as_quantity, choice
 from ..formulas import formula
-from ..plan import CONVENTIONS, Layout, Plan
-from ..presets import hardware, model, stack
-from ..presets.model import Model
+from ..plan import CONVENTIONS, Plan
+from ..presets import stack
+from .cases import plan_of
 
 SHARED = ("attention_factor",)
 FITTED = "stack_efficiency"
@@ -50,28 +50,11 @@ LOSS, F_SCALE = "soft_l1", 0.1
 
 
 def build_plan(spec: dict, symbolic_constants: bool = False, **constants) -> Plan:
-    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...).
-    ``model`` is a preset's name or a table of :class:`~analytic.Model` fields (with its ``source``)."""
-    spec = dict(spec)
-    try:
-        m, hw = spec.pop("model"), hardware(spec.pop("hardware"))
-    except KeyError as exc:
-        raise InputError(f"plan spec: missing {exc}") from None
-    if isinstance(m, dict):
-        if not m.get("source"):
-            raise InputError("plan spec: a model given as a table needs its source")
-        m = Model(**{k: v for k, v in m.items() if k != "source"})
-    else:
-        m = model(m)
-    if "model_overrides" in spec:
-        m = m.replace(**spec.pop("model_overrides"))
-    if "hardware_overrides" in spec:
-        hw = hw.replace(**{k: quantity(f"hardware_overrides.{k}", v)  # the one reader of quantities: no pint eval
-                           for k, v in spec.pop("hardware_overrides").items()})
-    layout = Layout(**spec.pop("layout", {}))
+    """A Plan from a case's ``plan`` table (:func:`.cases.plan_of`), with the fitted constants given, or
+    left as their symbols (``symbolic_constants``)."""
     if symbolic_constants:
         constants = {k: sym(k) for k in (FITTED, *SHARED)}
-    return Plan(m, hw, layout, **spec, **constants)
+    return plan_of(spec, **constants)
 
 
 def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str = "step_time") -> Formula:

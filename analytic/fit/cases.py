@@ -12,6 +12,25 @@ from pathlib import Path
 from ..core.errors import AnalyticError, ValidationError
 from ..core.files import read_text
 
+
+def find_folder(folder: Path | str | None = None) -> Path:
+    """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source checkout
+    this package is installed from, else the copy a wheel carries (``analytic/cases``). Never the
+    working directory or its parents: cases run code paths of the library, and a folder planted
+    there would steer them."""
+    if folder is not None:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise AnalyticError(f"cases: {folder} is not a folder")
+        return folder
+    here = Path(__file__).resolve().parent.parent  # the package
+    for own in (here.parent / "validation", here / "cases"):
+        if (own / "claims.toml").exists():
+            return own
+    raise AnalyticError("validation/ is neither beside this installation nor inside it; give the cases' folder "
+                        "(--cases DIR)")
+
+
 KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
 #: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
 FILE_OF_KIND = {"memory": "memory.toml", "outside": "outside.toml"}
@@ -95,3 +114,30 @@ def load(folder: Path) -> tuple[list[dict], dict]:
     if dupes:
         raise AnalyticError(f"duplicate case ids: {', '.join(sorted(dupes))}")
     return cases, plans
+
+
+def plan_of(spec: dict, **keywords):
+    """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...; ``model`` a
+    preset's name or a table of :class:`~analytic.Model` fields with its ``source``), with ``keywords``."""
+    from ..core.errors import InputError
+    from ..core.values import quantity
+    from ..plan import Layout, Plan
+    from ..presets import hardware, model
+    from ..presets.model import Model
+    spec = dict(spec)
+    try:
+        m, hw = spec.pop("model"), hardware(spec.pop("hardware"))
+    except KeyError as exc:
+        raise InputError(f"plan spec: missing {exc}") from None
+    if isinstance(m, dict):
+        if not m.get("source"):
+            raise InputError("plan spec: a model given as a table needs its source")
+        m = Model(**{k: v for k, v in m.items() if k != "source"})
+    else:
+        m = model(m)
+    if "model_overrides" in spec:
+        m = m.replace(**spec.pop("model_overrides"))
+    if "hardware_overrides" in spec:
+        hw = hw.replace(**{k: quantity(f"hardware_overrides.{k}", v)  # the one reader of quantities: no pint eval
+                           for k, v in spec.pop("hardware_overrides").items()})
+    return Plan(m, hw, Layout(**spec.pop("layout", {})), **spec, **keywords)

@@ -27,25 +27,7 @@ from .readings import readings
 
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
-from .cases import FILE_OF_KIND, KINDS, load  # noqa: F401 (validation.load: the folder's cases)
-
-
-def find_folder(folder: Path | str | None = None) -> Path:
-    """The cases' folder: ``folder`` when given, else the ``validation/`` folder of the source checkout
-    this package is installed from, else the copy a wheel carries (``analytic/cases``). Never the
-    working directory or its parents: cases run code paths of the library, and a folder planted
-    there would steer them."""
-    if folder is not None:
-        folder = Path(folder)
-        if not folder.is_dir():
-            raise AnalyticError(f"cases: {folder} is not a folder")
-        return folder
-    here = Path(__file__).resolve().parent.parent  # the package
-    for own in (here.parent / "validation", here / "cases"):
-        if (own / "claims.toml").exists():
-            return own
-    raise AnalyticError("validation/ is neither beside this installation nor inside it; give the cases' folder "
-                        "(--cases DIR)")
+from .cases import FILE_OF_KIND, KINDS, find_folder, load  # noqa: F401 (validation.load, .find_folder: the folder and its cases)
 
 
 @dataclass

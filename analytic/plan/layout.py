@@ -269,9 +269,9 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
         raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
                           + (" and the two ends" if lay.ends_as_layers else ""))
-    if lay.ends_as_layers:
-        if not num(lay.pp, lay.vpp, m.layers):
-            raise LayoutError("ends_as_layers: needs a numeric pp, vpp and layer count")
+    if lay.ends_as_layers and not num(lay.pp, lay.vpp, m.layers):
+        pass  # a template's split, (L + 2)/p a stage: its numbers are checked when they are given
+    elif lay.ends_as_layers:
         if lay.pp < 2:
             raise LayoutError(f"ends_as_layers: splits a pipeline's layers; pp {lay.pp} has no stages to split over")
         if slots % (lay.pp * lay.vpp):

@@ -152,7 +152,7 @@ def stage_layers(inp: Inputs) -> tuple:
     L some stage holds that many, and the stages are counted as the fullest)."""
     lay, layers = inp.deg, inp.model.layers
     if inp.layout.ends_as_layers:
-        per = sympy.Integer(layers + 2) / lay.pp
+        per = sympy.sympify(layers + 2) / lay.pp
         return per - 1, per, per - 1
     first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
     given = [x for x in (first, last) if x is not None]

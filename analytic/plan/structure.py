@@ -68,13 +68,13 @@ def structure(inp: Inputs) -> str | None:
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
     fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
-    if (lay.uneven or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
+    if (lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
             or lay.recompute_modules or lay.fp8_activations
             or not _model_numeric(m) or not all(_open_or_number(v, k) for v, k in open_ok)
             or not all(is_number(v) for v in fixed)):
         return None
     parts = [_model_structure(m)]
-    parts += [f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
+    parts += [f"ends_as_layers={lay.ends_as_layers}", f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
     parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
               f"flash={inp.flash_attention}",

@@ -41,7 +41,8 @@ def template(plan):
     model = m.replace(**{k: _free(getattr(m, k), k) for k in MODEL_COUNTS}, name=None)
     layout = Layout(**{k: sym(k) for k in _DEGREES if not (k == "ep" and not m.is_moe)},
                     **{k: sym(k) for k in _CHOICES}, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
-                    comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather)
+                    comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather,
+                    ends_as_layers=lay.ends_as_layers)
     plan = type(plan)(model, inp.hardware, layout, seq_len=sym("seq_len"), global_batch=sym("global_batch"),
                 microbatch_size=sym("microbatch_size"), dtype=inp.dtype, flash_attention=inp.flash_attention,
                 training_tokens=sym("tokens"),

@@ -234,6 +234,19 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
 CHUNK = 1 << 20  # layouts evaluated per numpy call (bounds the temporaries; the progress bar's step)
 
 
+def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[int, list[str]]:
+    """The global batch in sequences from exactly one of ``global_batch`` or ``batch_tokens``, and the
+    notes on how a batch in tokens was read (``'16M'`` at 8,192 tokens: as 16Mi)."""
+    if (global_batch is None) == (batch_tokens is None):
+        raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
+    notes = []
+    if batch_tokens is not None:
+        tokens, note = read_batch_tokens(batch_tokens, seq_len)
+        global_batch = tokens // seq_len
+        notes += [note] if note else []
+    return count("global_batch", global_batch, allow_symbol=False), notes
+
+
 def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
            dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
@@ -272,16 +285,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if max(counts) > MAX_GPUS:
         raise InputError(f"gpus: search enumerates layouts of at most {MAX_GPUS:,} GPUs, got {max(counts):,}")
-    if (global_batch is None) == (batch_tokens is None):
-        raise InputError("global_batch: give exactly one of global_batch (sequences) or batch_tokens")
-    notes = []
-    if batch_tokens is not None:
-        tokens, note = read_batch_tokens(batch_tokens, seq_len)
-        global_batch = tokens // seq_len
-        if note:
-            notes.append(note)
-            warnings.warn(note, ReinterpretedWarning, stacklevel=2)
-    global_batch = count("global_batch", global_batch, allow_symbol=False)
+    global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
+    for note in notes:
+        warnings.warn(note, ReinterpretedWarning, stacklevel=2)
     async_tp, flash_attention, progress, at_limit = (flag(k, v) for k, v in (("async_tp", async_tp),
                                                                              ("flash_attention", flash_attention),
                                                                              ("progress", progress),

@@ -68,6 +68,18 @@ def _of_structure(plan: Plan):
     return evaluate
 
 
+def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", flash_attention=True,
+                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=DEFAULT_STACK) -> None:
+    """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and with
+    tp = 1), or read them from the cache: every hardware of the same structure then searches without
+    building anything (a co-design sweep's points)."""
+    from ..plan import template
+    for sp in (True, False):
+        plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
+                              zero3_gather, stack, sp)
+        programs.bundle(plan._in, lambda plan=plan: template.build(plan), build=True)
+
+
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
               zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None, sequence_parallel=True) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
