@@ -33,14 +33,14 @@ __version__ = "0.1.0"
 _LAZY = {"Formula": "core.formula", "formula": "formulas", "formulas": "formulas", "Hardware": "presets.hardware",
          "Model": "presets.model", "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets",
          "hardwares": "presets", "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets",
-         "search": "search.layouts", "sweep": "search.sweeps", "sym": "core.symbols", "Q_": "core.units",
+         "search": "search.layouts", "sweep": "search.sweeps", "codesign": "search.codesign", "sym": "core.symbols", "Q_": "core.units",
          "ureg": "core.units"}
 
 #: modules of the notation, by the names they had at the package's top: ``an.errors``, ``an.symbols``
 _MODULES = {"errors": "core.errors", "symbols": "core.symbols"}
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
-           "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "formula", "formulas",
+           "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "codesign", "formula", "formulas",
            "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg"]
 
 

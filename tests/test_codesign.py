@@ -1,0 +1,133 @@
+"""Co-design sweeps (an.codesign): rows that are search's and Plan's, the same frame in-process, in any
+chunks and on a Dask cluster, one-line errors for bad grids, nothing written by an interrupted sweep, and
+the symbolic sensitivity the sweep shows numerically."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analytic as an
+from analytic.cli.main import main
+from analytic.search import codesign as cd
+
+KW = dict(seq_len=4096, global_batch=64)
+VARY = {"scale_out_bandwidth": "25:100:2 GB/s", "hbm": ["40 GB", "80 GB"]}
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", **KW)
+
+
+def test_each_row_is_the_search_at_its_point_and_plans_number(frame):
+    """Four points (two bandwidths × two HBM sizes), two kept layouts each: the first is search's best at
+    that hardware, and its step time, memory and MFU are Plan's for that layout."""
+    assert list(frame["point"]) == [0, 0, 1, 1, 2, 2, 3, 3] and list(frame["rank"]) == [1, 2] * 4
+    assert list(frame["scale_out_bandwidth [GB/s]"].unique()) == [25.0, 100.0]
+    for _, row in frame[frame["rank"] == 1].iterrows():
+        hw = an.hardware("h100-sxm").replace(scale_out_bandwidth=f"{row['scale_out_bandwidth [GB/s]']} GB/s",
+                                              hbm=f"{row['hbm [GB]']} GB")
+        best = an.search(an.model("llama3-8b"), hw, gpus=64, progress=False, **KW).best
+        assert best.step_time == pytest.approx(row["step_time [s]"], rel=1e-12)
+        lay = an.Layout(tp=int(row["tp"]), cp=int(row["cp"]), pp=int(row["pp"]), dp=int(row["dp"]),
+                        zero=int(row["zero"]), recompute=row["recompute"], schedule=row["schedule"],
+                        vpp=int(row["vpp"]), sequence_parallel=int(row["tp"]) > 1)
+        plan = an.Plan("llama3-8b", hw, lay, microbatch_size=int(row["microbatch_size"]), **KW)
+        assert plan.step_time().to("s").magnitude == pytest.approx(row["step_time [s]"], rel=1e-9)
+        assert plan.memory().total.to("GB").magnitude == pytest.approx(row["memory [GB]"], rel=1e-9)
+        assert plan.mfu() == pytest.approx(row["mfu"], rel=1e-9)
+    assert frame.attrs["units"]["step_time"] == "s" and frame.attrs["layouts_evaluated"] > 1000
+
+
+def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
+    """Results do not depend on how the points are cut into tasks nor where the tasks run: a LocalCluster of
+    two worker processes started here gives the frame the synchronous scheduler does."""
+    from distributed import LocalCluster
+    one = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", chunk=1, **KW)
+    pd.testing.assert_frame_equal(one, frame)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        on_dask = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=cluster.scheduler_address,
+                              chunk=3, **KW)
+    pd.testing.assert_frame_equal(on_dask, frame)
+
+
+@pytest.mark.parametrize("vary, match", [
+    ({"host_memory": ["1 TB"]}, "not a hardware field a formula reads"),
+    ({"hbm": ["80 GB/s"]}, "hbm"),
+    ({"hbm": "80:40:0 GB"}, "an empty grid"),
+    ({"hbm": []}, "an empty grid"),
+    ({"scale_up_domain": "8:72:4"}, "whole numbers"),
+    ({"hbm": "a:b:3 GB"}, "numbers"),
+    ({}, "at least one hardware field"),
+])
+def test_a_bad_grid_is_one_error_naming_it(vary, match):
+    with pytest.raises(an.AnalyticError, match=match):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary=vary, scheduler="synchronous", **KW)
+
+
+def test_a_grid_past_a_million_points_needs_force(monkeypatch):
+    """10¹² points are refused before anything runs, unless forced (checked here with a lower bound)."""
+    with pytest.raises(an.InputError, match="force"):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": "1:1000000:1000000 GB", "sms": "1:1000000:1000000"},
+                    scheduler="synchronous", **KW)
+    monkeypatch.setattr(cd, "MAX_POINTS", 1)
+    with pytest.raises(an.InputError, match="force"):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous", **KW)
+    forced = an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous",
+                         force=True, **KW)
+    assert len(forced) == 2
+
+
+def test_parquet_is_written_whole_and_an_interrupted_sweep_writes_nothing(tmp_path, monkeypatch, frame):
+    out = tmp_path / "sweep.parquet"
+    written = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", out=out, **KW)
+    back = pd.read_parquet(out)
+    assert back["step_time [s]"].tolist() == written["step_time [s]"].tolist() and list(back.columns) == list(frame.columns)
+    late = tmp_path / "late.parquet"
+
+    def interrupted(tasks, scheduler):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cd, "_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, scheduler="synchronous", out=late, **KW)
+    assert not late.exists() and [p.name for p in tmp_path.iterdir()] == ["sweep.parquet"]
+
+
+def test_the_sweeps_slope_is_the_symbolic_derivative():
+    """For one fixed layout (every degree pinned), the step time's slope against the scale-out bandwidth
+    between close points of the sweep is ∂T/∂B_out of the plan's expression at their middle."""
+    pins = dict(tp=1, pp=1, cp=1, dp=64, zero=(1,), recompute=("none",), microbatch_sizes=(1,), schedules=("1f1b",))
+    bw = [2.0, 2.0002, 5.0, 5.0005]  # GB/s: DP exposed, the step falling as the bandwidth grows
+    sweep = an.codesign("llama3-8b", "h100-sxm", 64, vary={"scale_out_bandwidth": [f"{b} GB/s" for b in bw]},
+                        scheduler="synchronous", **KW, **pins)
+    t = sweep["step_time [s]"].to_numpy()
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=64, zero=1), **KW, scale_out_bandwidth=an.sym("scale_out_bandwidth"))
+    slope = plan.expr("step_time").to("s").diff("scale_out_bandwidth")
+    for i in (0, 2):
+        mid = an.Q_((bw[i] + bw[i + 1]) / 2, "GB/s")
+        numeric = (t[i + 1] - t[i]) / ((bw[i + 1] - bw[i]) * 1e9)  # s per byte/s
+        want = slope.subs(scale_out_bandwidth=mid).value().to("s / (byte/s)").magnitude
+        assert numeric < 0 and numeric == pytest.approx(want, rel=1e-3)
+
+
+def test_the_command_line_sweeps_and_plots(tmp_path, capsys):
+    out, png = tmp_path / "s.parquet", tmp_path / "s.png"
+    code = main(["codesign", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
+                 "--global-batch", "64", "--vary", "scale_out_bandwidth=25:100:2GB/s", "--vary", "hbm=40GB,80GB",
+                 "--scheduler", "synchronous", "--out", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(data["rows"]) == 4 and data["attrs"]["units"]["hbm"] == "GB" and out.is_file()
+    assert main(["plot", "codesign", "--from", str(out), "--out", str(png)]) == 0 and png.stat().st_size > 10_000
+    code = main(["codesign", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
+                 "--global-batch", "64", "--vary", "nvlink=1,2", "--scheduler", "synchronous"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "'nvlink' is not a hardware field" in err
+    assert main(["plot", "codesign", "--out", str(png)]) == 2  # no --from
+
+
+def test_a_point_where_nothing_fits_keeps_a_row_without_a_layout():
+    f = an.codesign("llama3-70b", "h100-sxm", 8, vary={"hbm": ["10 GB", "80 GB"]}, scheduler="synchronous", **KW)
+    assert f["rank"].isna().tolist() == [True, True] and np.isnan(f["step_time [s]"]).all()
