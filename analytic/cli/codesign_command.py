@@ -81,5 +81,5 @@ def cmd_codesign(args) -> int:
     print(f"{len(frame.drop_duplicates(['point'])):,} hardware points × {frame['model'].nunique()} models: "
           f"{frame.attrs['layouts_evaluated']:,} layouts in {frame.attrs['seconds']:.1f} s; the best by "
           f"{frame.attrs['objective']}" + (f", written to {args.out}" if args.out else ""))
-    print(frame.to_string(index=False, na_rep="—"))
+    print(frame.to_string(index=False, na_rep="—", float_format=lambda v: f"{v:.4g}"))
     return 0
