@@ -131,3 +131,13 @@ def test_the_command_line_sweeps_and_plots(tmp_path, capsys):
 def test_a_point_where_nothing_fits_keeps_a_row_without_a_layout():
     f = an.codesign("llama3-70b", "h100-sxm", 8, vary={"hbm": ["10 GB", "80 GB"]}, scheduler="synchronous", **KW)
     assert f["rank"].isna().tolist() == [True, True] and np.isnan(f["step_time [s]"]).all()
+
+
+def test_a_price_turns_gpu_hours_into_dollars():
+    """USD per million tokens = GPU-hours per million tokens × USD per GPU-hour (a bare price in USD/hour);
+    a price that is no rate in money is refused."""
+    f = an.codesign("llama3-8b", "h100-sxm", 64, vary={"price": ["2 USD/hour", 3.5]}, scheduler="synchronous", **KW)
+    assert f["usd [USD/Mtoken]"].tolist() == pytest.approx((f["cost [GPU-hour/Mtoken]"] * [2.0, 3.5]).tolist())
+    assert f["cost [GPU-hour/Mtoken]"][0] == f["cost [GPU-hour/Mtoken]"][1]
+    with pytest.raises(an.InputError, match="USD/hour"):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary={"price": ["2 GB"]}, scheduler="synchronous", **KW)

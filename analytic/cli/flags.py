@@ -93,11 +93,12 @@ def refuse_unread(args, read: set, what: str, why: str) -> None:
         raise CLIError(f"{what}: {flags} not read here ({why})")
 
 
-def _zero3_gather(flag, zero: int) -> str:
-    """The ZeRO-3 gather policy of ``--zero3-gather`` (default per-block), refused with another stage."""
+def _zero3_gather(flag, zero: int) -> dict:
+    """``{"zero3_gather": flag}`` where ``--zero3-gather`` was given (refused with another stage than 3); the
+    default is Layout's and search's."""
     if flag is not None and zero != 3:
         raise CLIError(f"--zero3-gather: says how ZeRO-3 gathers parameters; not read with --zero {zero}")
-    return flag or "per-block"
+    return {} if flag is None else {"zero3_gather": flag}
 
 
 def search_inputs(args, what: str):
@@ -115,12 +116,11 @@ def search_inputs(args, what: str):
     overrides = hardware_overrides(lambda k: getattr(args, k))
     if overrides:
         hw = hw.replace(**overrides)
-    kw = {"dtype": "bf16" if args.dtype is None else args.dtype, "async_tp": bool(args.async_tp), "flash_attention": args.flash_attention is not False,
-          "comm_sms": count_flag(str(args.comm_sms or 0), "comm-sms", minimum=0),
-          "zero3_gather": _zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
+    kw = {**{k: getattr(args, k) for k in ("dtype", "stack") if getattr(args, k) is not None},
+          **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
+          **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
+          **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
           **outside_override(lambda k: getattr(args, k))}
-    if args.stack:
-        kw["stack"] = args.stack
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:
@@ -197,8 +197,7 @@ def build_plan(args) -> tuple[object, dict]:
         layout["recompute_modules"] = tuple(get("recompute_modules"))
     layout |= {k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
                for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None}
-    if get("zero3_gather") is not None:
-        layout["zero3_gather"] = _zero3_gather(get("zero3_gather"), int(get("zero") or 0))
+    layout |= _zero3_gather(get("zero3_gather"), int(get("zero") or 0))
     plan_kw = {} if get("microbatch_size") is None else {
         "microbatch_size": count_flag(str(get("microbatch_size")), "microbatch-size")}
     links = hardware_overrides(get) | outside_override(get)

@@ -16,12 +16,14 @@ import itertools
 import math
 import os
 import re
+import sys
+import time
 
 import numpy as np
+import pint
 
 from ..core.errors import InputError
-from ..core.units import Q_
-from ..core.values import count, flag
+from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
 
 #: hardware fields a formula reads, with the unit their columns are written in ("": a count); ``price``
@@ -71,12 +73,12 @@ def grid(field: str, values) -> list:
 
 
 def _price(value) -> float:
-    """USD per GPU-hour, from a number (USD/hour) or a quantity in it."""
-    q = Q_(value) if isinstance(value, str) else value
+    """USD per GPU-hour, from a bare number (read in USD/hour), a string with its unit or a Quantity."""
+    q = quantity("price", value)
     if hasattr(q, "to"):
         try:
             q = q.to("USD/hour").magnitude
-        except Exception:
+        except pint.DimensionalityError:
             raise InputError(f"vary: price: expected a rate in USD/hour, got {value!r}") from None
     q = float(q)
     if not (q > 0 and math.isfinite(q)):
@@ -84,11 +86,16 @@ def _price(value) -> float:
     return q
 
 
-def points(hardware, vary: dict, dtype: str = "bf16") -> list[tuple[dict, object]]:
-    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its Hardware)."""
+def _grids(vary) -> dict:
+    """field → its values (:func:`grid`), for every field of ``vary``."""
     if not isinstance(vary, dict) or not vary:
         raise InputError("vary: give at least one hardware field and its values, e.g. {'hbm': ['80 GB', '141 GB']}")
-    grids = {k: grid(k, v) for k, v in vary.items()}
+    return {k: grid(k, v) for k, v in vary.items()}
+
+
+def points(hardware, vary: dict, dtype: str = "bf16") -> list[tuple[dict, object]]:
+    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its Hardware)."""
+    grids = _grids(vary)
     out = []
     for combo in itertools.product(*grids.values()):
         changes = dict(zip(grids, combo))
@@ -169,7 +176,11 @@ def _run(tasks: list, scheduler):
     from ..core.progress import is_shown
     delayed = [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
     if scheduler == "synchronous":
-        return list(dask.compute(*delayed, scheduler="synchronous"))
+        from contextlib import nullcontext
+
+        from dask.diagnostics import ProgressBar
+        with ProgressBar(out=sys.stderr) if is_shown() else nullcontext():
+            return list(dask.compute(*delayed, scheduler="synchronous"))
     from distributed import Client, progress
     cluster = None
     if scheduler is None:
@@ -218,12 +229,14 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     if not models:
         raise InputError("models: give at least one model")
     hardware = as_hardware(hardware)
-    dtype = search_kw.get("dtype", "bf16")
-    n_points = math.prod(len(grid(k, v)) for k, v in (vary or {}).items()) if isinstance(vary, dict) and vary else 0
+    if out is not None:
+        _parquet_path(out)
+    grids = _grids(vary)
+    n_points = math.prod(len(g) for g in grids.values())
     if n_points * len(models) > MAX_POINTS and not force:
         raise InputError(f"vary: {n_points:,} hardware points × {len(models)} models is more than {MAX_POINTS:,}; "
                          "pass force=True (--force) to run it")
-    pts = points(hardware, vary, dtype)
+    pts = points(hardware, grids, search_kw.get("dtype", "bf16"))
     seq_len = count("seq_len", seq_len, allow_symbol=False)
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
     if scheduler is not None and scheduler != "synchronous" and not isinstance(scheduler, str):
@@ -235,7 +248,6 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
         _prepare(m, pts[0][1], seq_len, global_batch, search_kw)
     tasks = [(_chunk, (m, indexed[lo:lo + size], gpus, seq_len, global_batch, objective, keep, search_kw))
              for m in models for lo in range(0, len(indexed), size)]
-    import time
     start = time.perf_counter()
     results = _run(tasks, scheduler)
     seconds = time.perf_counter() - start
@@ -264,14 +276,17 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     return frame
 
 
+def _parquet_path(out) -> None:
+    from pathlib import Path
+    if Path(out).suffix != ".parquet":
+        raise InputError(f"out: expected a .parquet file, got {str(out)!r}")
+
+
 def write_parquet(frame, out) -> None:
     """``frame`` as Parquet at exactly ``out``, written whole or not at all (a file created beside it, then
     renamed over it)."""
-    from pathlib import Path
-
     from ..core.files import write_text
-    if Path(out).suffix != ".parquet":
-        raise InputError(f"out: expected a .parquet file, got {str(out)!r}")
+    _parquet_path(out)
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     write_text(out, buffer.getvalue())
