@@ -44,10 +44,18 @@ def test_each_row_is_the_search_at_its_point_and_plans_number(frame):
 def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     """Results do not depend on how the points are cut into tasks nor where the tasks run: a LocalCluster of
     two worker processes started here gives the frame the synchronous scheduler does."""
+    import os
+
     from distributed import LocalCluster
     one = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", chunk=1, **KW)
     pd.testing.assert_frame_equal(one, frame)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    saved = dict(os.environ)  # Dask's nanny writes its workers' variables (malloc, OpenMP) into this process's
+    try:
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    with cluster:
         on_dask = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=cluster.scheduler_address,
                               chunk=3, **KW)
     pd.testing.assert_frame_equal(on_dask, frame)
@@ -78,6 +86,15 @@ def test_a_grid_past_a_million_points_needs_force(monkeypatch):
     forced = an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous",
                          force=True, **KW)
     assert len(forced) == 2
+
+
+def test_a_local_cluster_leaves_this_processs_environment_as_it_was():
+    """Processes started after a sweep (a test's gloo ranks, a user's jobs) do not inherit Dask's worker
+    variables (malloc's trimming, one OpenMP thread)."""
+    import os
+    saved = dict(os.environ)
+    cd.local_cluster(1).close()
+    assert dict(os.environ) == saved
 
 
 def test_parquet_is_written_whole_and_an_interrupted_sweep_writes_nothing(tmp_path, monkeypatch, frame):

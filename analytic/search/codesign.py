@@ -162,11 +162,18 @@ def local_cluster(workers: int):
     """A local ``dask.distributed`` cluster of ``workers`` processes, one thread each, whose workers keep
     malloc's own trimming: Dask's default for its workers (MALLOC_TRIM_THRESHOLD_ of 64 KiB) returns every
     freed array to the system, and the layouts' temporaries are then paged in anew at every step (twice the
-    time per layout, measured). A cluster of one's own: start its workers without that variable."""
+    time per layout, measured). A cluster of one's own: start its workers without that variable. This
+    process's environment is left as it was (Dask's nanny writes its workers' variables into it, which
+    processes this one starts later would inherit)."""
     import dask
     from distributed import LocalCluster
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    saved = dict(os.environ)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _run(tasks: list, scheduler):
