@@ -70,12 +70,20 @@ def test_a_profile_is_data_checked_before_use(tmp_path, text, what):
 
 
 def test_calibrate_gemm_runs_on_this_cpu(capsys):
+    """A measurement of this CPU: a fit that describes it gives its FLOP/s; one that does not (a machine busy
+    with other work times its GEMMs unevenly) says so on stderr and why, and still prints what it measured."""
     assert main(["calibrate", "--gemm", "--device", "cpu", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     fit = out["fit"]
     assert out["profile"]["torch_device"] == "cpu" and out["constants"] == {}
     assert fit["fitted_shapes"] + fit["held_out_shapes"] == len(gemm.GRID["cpu"])
-    assert 0 < fit["achieved_flops"] < 1e15 and math.isfinite(fit["r2_log"]) and fit["copy_bandwidth"] > 0
+    assert math.isfinite(fit["r2_log"]) and fit["copy_bandwidth"] > 0
+    why = gemm.poor({"achieved_flops": fit.get("achieved_flops"), **fit})
+    if why is None:
+        assert 0 < fit["achieved_flops"] < 1e15 and "poorly" not in captured.err
+    else:
+        assert f"fits this device poorly ({why})" in captured.err
 
 
 def test_calibrate_gemm_writes_only_with_the_peaks(tmp_path, capsys, monkeypatch):

@@ -292,8 +292,13 @@ def _parquet_path(out) -> None:
 def write_parquet(frame, out) -> None:
     """``frame`` as Parquet at exactly ``out``, written whole or not at all (a file created beside it, then
     renamed over it)."""
+    from ..core.errors import install_hint
     from ..core.files import write_text
     _parquet_path(out)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError(f"out: writing Parquet needs pyarrow: {install_hint('parquet')}") from None
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     write_text(out, buffer.getvalue())
