@@ -160,3 +160,17 @@ def test_plot_scaling_takes_the_gpu_counts_given_and_says_which(tmp_path, capsys
     assert main(["plot", "scaling", "--gpus", "64", *common]) == 0
     assert drawn[-1] == [8, 16, 32, 64, 128] and "gpus/8 to 2·gpus" in capsys.readouterr().out
     assert main(["plot", "memory", "--gpus", "8,16", *common]) == 2
+
+
+def test_plot_scaling_takes_a_range_of_gpu_counts(tmp_path, capsys):
+    """--gpus-range START:STOP draws START doubling up to STOP (STOP itself only where it is on the way), and
+    says which; it is refused beside --gpus or for another plot."""
+    from analytic.cli.main import main
+    out = tmp_path / "s.png"
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "2048", "--global-batch", "64", "--out", str(out)]
+    assert main(["plot", "scaling", "--gpus-range", "8:40", *flags]) == 0
+    assert "GPU counts: 8, 16, 32" in capsys.readouterr().out and out.stat().st_size > 10_000
+    assert main(["plot", "scaling", "--gpus-range", "8:64", "--gpus", "8", *flags]) == 2
+    assert main(["plot", "memory", "--gpus-range", "8:64", *flags]) == 2
+    assert main(["plot", "scaling", "--gpus-range", "64:8", *flags]) == 2
+    assert plots.doubling("64:16384") == [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]

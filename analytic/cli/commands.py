@@ -285,6 +285,10 @@ def cmd_plot(args) -> int:
     if (args.kind == "codesign") != (args.from_ is not None):
         raise CLIError("plot codesign: give --from FILE.parquet (a sweep of analytic codesign --out); --from is read "
                        "by plot codesign only")
+    if args.gpus_range is not None:
+        if args.kind != "scaling" or args.gpus is not None:
+            raise CLIError("--gpus-range: read by plot scaling, instead of --gpus")
+        args.gpus = ",".join(map(str, plots.doubling(args.gpus_range)))
     if args.kind == "codesign":
         plots.codesign(plots.read_sweep(args.from_), out=args.out)
     elif args.kind == "bubble":

@@ -190,6 +190,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto", "codesign"])
     p.add_argument("--out", required=True)
+    p.add_argument("--gpus-range", dest="gpus_range", metavar="START:STOP",
+                   help="scaling: GPU counts from START doubling up to STOP (e.g. 64:16384), instead of --gpus")
     p.add_argument("--from", dest="from_", metavar="FILE.parquet",
                    help="codesign: the sweep to draw (written by analytic codesign --out)")
     _plan_args(p)

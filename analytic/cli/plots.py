@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,17 @@ def _log_if_wide(ax, axis: str, values) -> None:
     v = v[np.isfinite(v) & (v > 0)]
     if len(v) and v.max() > 10 * v.min():
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+def doubling(text: str) -> list[int]:
+    """GPU counts from START doubling while at most STOP ("64:16384"), for ``--gpus-range``."""
+    start, sep, stop = str(text).partition(":")
+    if not sep or not start.strip().isdigit() or not stop.strip().isdigit():
+        raise InputError(f"--gpus-range: expected START:STOP, two whole numbers of GPUs, got {text!r}")
+    start, stop = count("gpus-range start", int(start)), count("gpus-range stop", int(stop))
+    if stop < start:
+        raise InputError(f"--gpus-range: {stop} is below {start}")
+    return [start * 2**i for i in range(int(math.log2(stop // start)) + 1)]
 
 
 def scaling(model, hardware, *, gpus, seq_len, global_batch, out=None, **search_kw):
