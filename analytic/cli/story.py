@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pint
-
 from ..core.errors import AnalyticError, PresetError
-from ..core.units import Q_
+from ..core.units import Q_, pint
 from ..plan import Plan
 from ..plan.layout import DP_REGIMES, GATHERED_REGIMES, regime
 from ..presets import reliability_value, stack
@@ -91,9 +89,9 @@ def _run_step(plan: Plan) -> tuple:
 def source_run() -> tuple[Plan, float]:
     """The plan of the run the source text describes, as it ran (essay.toml ``[ran]``: its validation case),
     and the run's published MFU (the case ``mfu_case``)."""
-    from ..fit.cases import find_folder, load, plan_of
+    from ..fit.cases import cases_by_id, find_folder, plan_of
     ran = essay()["ran"]
-    cases = {c["id"]: c for c in load(find_folder())[0]}
+    cases = cases_by_id(find_folder(), (ran["case"], ran["mfu_case"]))
     return plan_of(cases[ran["case"]]["plan"]), float(cases[ran["mfu_case"]]["published"])
 
 

@@ -3,13 +3,12 @@ its declared unit (counts as pure numbers). The catalogue checks each formula's 
 
 from __future__ import annotations
 
-import pint
 import sympy
 
 from . import symbols as _symbols
 from .errors import UnitError
 from .lowering import value_at_max
-from .units import Q_, strip_counts, ureg
+from .units import Q_, pint, strip_counts, ureg
 
 DIMENSIONLESS = ureg.Unit("")
 

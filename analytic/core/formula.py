@@ -13,7 +13,6 @@ import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-import pint
 import sympy
 
 from . import symbols as _symbols
@@ -22,7 +21,7 @@ from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError
 from .expressions import symbolic
 from .lowering import program
 from .provenance import merged_sources, source_map
-from .units import Q_, as_unit, strip_counts
+from .units import Q_, as_unit, pint, strip_counts
 from .values import count, exact, in_range, unit_of
 
 

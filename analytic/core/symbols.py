@@ -11,11 +11,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import pint
-
 from .choices import CHOICES
 from .errors import InputError, UnitError, UnknownNameError
-from .units import Q_, as_unit, is_count, takes_bare_number
+from .units import Q_, as_unit, is_count, pint, takes_bare_number
 from .values import check_domain, exact_number, in_range, is_sympy, quantity
 
 

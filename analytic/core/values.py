@@ -28,11 +28,10 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
-import pint
 
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError, shown
-from .units import Q_, ureg
+from .units import Q_, pint, ureg
 
 #: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
 HUGE = 1e300

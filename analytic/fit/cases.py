@@ -59,8 +59,27 @@ def _check_published(where: str, value) -> None:
 
 def load(folder: Path) -> tuple[list[dict], dict]:
     """Every case of the folder's TOML files, and their [plans] tables."""
+    return _load(folder, sorted(folder.glob("*.toml")))
+
+
+def cases_by_id(folder: Path, ids) -> dict:
+    """id → case, for ``ids`` only, read from the folder's files that name them (each case checked as
+    :func:`load` checks it); a case whose plan names a [plans] table takes the folder's every file."""
+    wanted = set(ids)
+    paths = [p for p in sorted(folder.glob("*.toml")) if any(f'"{i}"' in read_text(p) for i in wanted)]
+    found, plans = _load(folder, paths)
+    if any(isinstance(c.get("plan"), str) for c in found if c["id"] in wanted):
+        found, plans = load(folder)
+    out = {c["id"]: c for c in found if c["id"] in wanted}
+    missing = wanted - set(out)
+    if missing:
+        raise AnalyticError(f"{folder}: no case {', '.join(sorted(missing))}")
+    return out
+
+
+def _load(folder: Path, paths) -> tuple[list[dict], dict]:
     cases, plans, where = [], {}, {}
-    for path in sorted(folder.glob("*.toml")):
+    for path in paths:
         try:
             data = tomllib.loads(read_text(path))
         except OSError as exc:  # a FIFO, a device or a file over its bound among the cases

@@ -14,11 +14,9 @@ import math
 import tomllib
 from pathlib import Path
 
-import pint
-
 from ..core.errors import InputError
 from ..core.files import read_text
-from ..core.units import Q_
+from ..core.units import Q_, pint
 from ..core.values import as_quantity
 from ..presets import hardware
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-import pint
 import sympy
 
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
 from ..core.progress import steps
-from ..core.units import Q_
+from ..core.units import Q_, pint
 from ..core.values import as_quantity
 from . import calibration
 from .readings import readings

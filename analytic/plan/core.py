@@ -17,12 +17,10 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import pint
-
 from ..core.choices import AXES, CONVENTIONS, DEFAULT_STACK, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..core.symbols import info
-from ..core.units import Q_
+from ..core.units import Q_, pint
 from ..core.values import as_float, choice, count, flag, fraction, is_number, is_sympy
 from ..presets.hardware import Hardware
 from ..presets.model import Model

@@ -4,10 +4,9 @@ count and what the process holds outside the allocator, both fitted on measureme
 
 from __future__ import annotations
 
-import pint
-
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import PresetError
+from ..core.units import pint
 from ..presets import memory_outside, memory_reserve
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import pint
-
 from ..core.errors import InputError, PresetError, UnitError, UnknownNameError
-from ..core.units import Q_
+from ..core.units import Q_, pint
 from ..core.values import count, exact_number, in_range, quantity
 
 

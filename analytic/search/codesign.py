@@ -20,9 +20,9 @@ import sys
 import time
 
 import numpy as np
-import pint
 
 from ..core.errors import InputError
+from ..core.units import pint
 from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
 
