@@ -3,21 +3,10 @@ it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise)."""
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
-# pint imports dask when it is installed (to wrap dask arrays, which the library never hands it): a tenth
-# of a second on every command. Where dask is not imported yet, pint is told it is absent; the library's
-# modules import pint from here, so this import is the first.
-_dask_absent = "dask" not in sys.modules
-if _dask_absent:
-    sys.modules["dask"] = None  # find_spec("dask") is None while pint imports
-try:
-    import pint
-finally:
-    if _dask_absent:
-        del sys.modules["dask"]
+import pint
 
 # ".12g" is the default number format; specs such as "~P" inherit it (pint warns about that fallback)
 warnings.filterwarnings("ignore", message="The given format spec does not contain a magnitude formatter",

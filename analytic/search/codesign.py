@@ -178,7 +178,12 @@ def local_cluster(workers: int):
 
 def _run(tasks: list, scheduler):
     """The results of ``tasks`` ((function, args) pairs) on ``scheduler``, in their order."""
-    import dask
+    try:
+        import dask
+        import distributed  # noqa: F401
+    except ImportError:
+        from ..core.errors import install_hint
+        raise InputError(f"codesign runs on Dask: {install_hint('dask')}") from None
 
     from ..core.progress import is_shown
     delayed = [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
