@@ -174,3 +174,10 @@ def test_plot_scaling_takes_a_range_of_gpu_counts(tmp_path, capsys):
     assert main(["plot", "memory", "--gpus-range", "8:64", *flags]) == 2
     assert main(["plot", "scaling", "--gpus-range", "64:8", *flags]) == 2
     assert plots.doubling("64:16384") == [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def test_plot_refuses_json(tmp_path, capsys):
+    """A plot writes a figure: --json, which every data command reads, is refused here, not ignored."""
+    from analytic.cli.main import main
+    assert main(["plot", "bubble", "--out", str(tmp_path / "b.png"), "--json"]) == 2
+    assert "--json is not read" in capsys.readouterr().err and not (tmp_path / "b.png").exists()

@@ -281,6 +281,8 @@ def cmd_search(args) -> int:
 def cmd_plot(args) -> int:
     from ..search.layouts import search
     from . import plots
+    if args.json:
+        raise CLIError("plot: writes a figure to --out; --json is not read here")
     plots.output_format(args.out)  # before any work: the file name must say the format
     if (args.kind == "codesign") != (args.from_ is not None):
         raise CLIError("plot codesign: give --from FILE.parquet (a sweep of analytic codesign --out); --from is read "
