@@ -231,8 +231,8 @@ def main(argv=None) -> int:
         if extra:
             raise _unrecognized(top, args.command, extra)
         if not getattr(args, "func", None):
-            raise CLIError("analytic: give a command: step, memory, search, solve, formula, validate, derive, calibrate, "
-                           "plot")
+            raise CLIError("analytic: give a command: step, memory, search, codesign, solve, formula, validate, derive, "
+                           "calibrate, plot")
         prepare()
         from ..core.progress import shown as progress_shown
         with progress_shown(not getattr(args, "quiet", False) and not getattr(args, "json", False)):

@@ -270,7 +270,7 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
                           + (" and the two ends" if lay.ends_as_layers else ""))
     if lay.ends_as_layers and not num(lay.pp, lay.vpp, m.layers):
-        pass  # a template's split, (L + 2)/p a stage: its numbers are checked when they are given
+        pass  # a symbolic split, (L + 2)/p a stage: checked where its numbers are given, as the batch's split is
     elif lay.ends_as_layers:
         if lay.pp < 2:
             raise LayoutError(f"ends_as_layers: splits a pipeline's layers; pp {lay.pp} has no stages to split over")
