@@ -210,8 +210,31 @@ def canonical(expr):
     if not is_sympy(expr):
         return expr
     declared = _symbols()[1]
+    if _declared_only(expr, declared):
+        return expr
     repl = {s: info(s).symbol for s in expr.free_symbols if s not in declared}
     return expr.xreplace(repl) if repl else expr
+
+
+_DECLARED_ONLY: dict = {}  # expression → whether every symbol in it is a declared one
+_DECLARED_ONLY_MAX = 1 << 19
+
+
+def _declared_only(expr, declared) -> bool:
+    """Whether every symbol reached through ``expr``'s arguments is declared, remembered per expression: a
+    composed expression is then checked through its new nodes only, not walked whole at every composition
+    (False, the careful answer, sends :func:`canonical` to the expression's free symbols)."""
+    hit = _DECLARED_ONLY.get(expr)
+    if hit is not None:
+        return hit
+    if expr.is_Symbol:
+        ok = expr in declared
+    else:
+        ok = all(getattr(a, "is_Symbol", None) is not None and _declared_only(a, declared) for a in expr.args)
+    if len(_DECLARED_ONLY) >= _DECLARED_ONLY_MAX:
+        _DECLARED_ONLY.clear()
+    _DECLARED_ONLY[expr] = ok
+    return ok
 
 
 def wanted(unit: pint.Unit) -> str:
