@@ -61,6 +61,22 @@ def _checked(keyword: str, value: sympy.Expr) -> sympy.Expr:
         raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
 
 
+def substituted(expr, repl: dict):
+    """``expr.xreplace(repl)``, except that a Max or Min whose new arguments are not all numbers is left
+    unevaluated: deciding which of two large expressions in symbols is larger (sympy's local zeros) is slow
+    and rarely possible, and substituting numbers later evaluates it."""
+    if expr in repl:
+        return repl[expr]
+    if not expr.args:
+        return expr
+    args = [substituted(a, repl) for a in expr.args]
+    if all(a is b for a, b in zip(args, expr.args)):
+        return expr
+    if expr.func in (sympy.Max, sympy.Min):
+        return expr.func(*args, evaluate=all(a.is_number for a in args))
+    return expr.func(*args)
+
+
 @dataclass(frozen=True, eq=False)
 class Formula:
     """A named expression with units, a source and its assumptions.
@@ -190,7 +206,7 @@ class Formula:
         repl = self._replacements(values)
         own = {s: c.xreplace(repl) for s, c in source_map(self).items()}
         sources = merged_sources(own, *(source_map(v) for v in values.values() if isinstance(v, Formula)))
-        return replace(self, expr=self.expr.xreplace(repl), domain=self._within(repl, strict=False), **sources,
+        return replace(self, expr=substituted(self.expr, repl), domain=self._within(repl, strict=False), **sources,
                        caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
 
     def bind(self, values: dict) -> "Formula":
