@@ -177,7 +177,7 @@ def identifiability(cases: list[Case]) -> list[dict]:
     for j, name in enumerate(names):
         column = jac[:, j] ** 2
         shares = column / column.sum() if column.sum() > 0 else column
-        order = np.argsort(-shares)
+        order = sorted(range(len(shares)), key=lambda i: (-round(float(shares[i]), 9), cases[i].id))  # ties by id
         out.append({"name": name, "value": float(res.x[j]), "standard_error": float(np.sqrt(max(cov[j, j], 0.0))),
                     "determined_by": [(cases[i].id, float(shares[i])) for i in order if shares[i] >= 0.1]})
     return out
