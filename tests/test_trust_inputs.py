@@ -409,3 +409,20 @@ def test_search_asked_for_a_schedule_its_stack_does_not_run_says_so():
     with pytest.raises(an.InputError, match="stack deepspeed runs 1f1b, not interleaved"):
         an.search("llama3-8b", "a100-80g", gpus=8, seq_len=2048, global_batch=64, stack="deepspeed",
                   schedules=("interleaved",))
+
+
+def test_megatrons_interleaving_takes_whole_layers_a_chunk():
+    """Megatron-LM and Megatron-Core give every model chunk of a stage the same layers (an even split's
+    layers divisible by pp × vpp): 32 layers over 4 stages × 3 chunks is refused by Plan and left out by
+    search on their stacks, and taken on TorchTitan's, which splits stages unevenly; with the ends counted
+    as layers the slots are what must divide."""
+    m = an.Model(layers=32, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
+    kw = dict(seq_len=2048, global_batch=16)
+    for stack in ("megatron-core", "megatron-lm-2021", "llama3-meta"):
+        with pytest.raises(an.InputError, match="32 layers do not split over 4 stages × 3 chunks"):
+            an.Plan(m, "h100-sxm", an.Layout(pp=4, vpp=3), stack=stack, **kw)
+    assert an.Plan(m, "h100-sxm", an.Layout(pp=4, vpp=3), stack="torchtitan", **kw).memory().total.magnitude > 0
+    assert an.Plan(m, "h100-sxm", an.Layout(pp=4, vpp=2), **kw).memory().total.magnitude > 0
+    search = dict(gpus=8, vpps=(3,), schedules=("interleaved",), progress=False, **kw)
+    assert an.search(m, "h100-sxm", **search).evaluated == 0
+    assert an.search(m, "h100-sxm", stack="torchtitan", **search).evaluated > 0

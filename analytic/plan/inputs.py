@@ -72,7 +72,8 @@ class Inputs:
         self.stack = choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
         refusal = stack_refusal(self.stack, props, dtype=self.dtype, schedule=layout.schedule, cp=layout.cp,
-                                pp=layout.pp, zero=layout.zero)
+                                pp=layout.pp, zero=layout.zero, vpp=layout.vpp, layers=model.layers,
+                                uneven=layout.uneven)
         if refusal:
             raise InputError(refusal)
         kernels = props["attention"]

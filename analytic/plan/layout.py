@@ -364,10 +364,11 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
 
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
-                  zero=None) -> str | None:
+                  zero=None, vpp=None, layers=None, uneven: bool = False) -> str | None:
     """Why ``stack`` (its stacks.toml properties ``props``) does not run in ``dtype``, ``schedule``, with
-    context parallelism ``cp`` or with ZeRO ``zero`` under a pipeline of ``pp`` stages, or None: one rule
-    for Plan and search; what is not given, or not a number, is not checked."""
+    context parallelism ``cp``, with ZeRO ``zero`` under a pipeline of ``pp`` stages, or ``layers`` split
+    evenly (not ``uneven``) over ``pp`` stages of ``vpp`` model chunks, or None: one rule for Plan and
+    search; what is not given, or not a number, is not checked."""
     def known(v):  # a number to check against, not absent and not a symbol
         return v is not None and is_number(v)
 
@@ -380,4 +381,8 @@ def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule
     most = props.get("pipeline_zero")
     if most is not None and known(pp) and pp > 1 and known(zero) and zero > most:
         return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={zero}"
+    if (props.get("even_chunks") and schedule == "interleaved" and not uneven and known(pp) and known(vpp)
+            and known(layers) and layers % (pp * vpp)):
+        return (f"vpp: stack {stack} gives every model chunk the same layers: {layers} layers do not split over "
+                f"{pp} stages × {vpp} chunks")
     return None

@@ -333,6 +333,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
     if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
+    if props.get("even_chunks"):  # and its even model chunks
+        keep &= ~((arrays["schedule"] == SCHEDULES.index("interleaved"))
+                  & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0))
     arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
