@@ -94,12 +94,12 @@ def _layouts(draw, gpus, model, max_tp, schedules, scale_up_domain):
         reject()  # no schedule asked for runs on this many stages
     schedule = draw(st.sampled_from(allowed))
     vpp = 1
-    if schedule == "interleaved":
-        vmax = max(2, (model.layers // pp) if model is not None else 4)
-        if model is not None and model.layers < 2 * pp:
-            schedule = "1f1b"
+    if schedule == "interleaved":  # whole layers a model chunk, as Megatron's stacks (the default) split them
+        vpps = [v for v in range(2, 5) if model is None or model.layers % (pp * v) == 0]
+        if vpps:
+            vpp = draw(st.sampled_from(vpps))
         else:
-            vpp = draw(st.integers(2, min(vmax, 4)))
+            schedule = "1f1b"
     zero = draw(st.integers(0, 3))
     return Layout(tp=tp, pp=pp, dp=dp, ep=ep, vpp=vpp, zero=zero,
                   sequence_parallel=tp > 1 and draw(st.booleans()),

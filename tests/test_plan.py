@@ -509,7 +509,7 @@ def test_context_parallel_all_gather_is_exposed():
     critical path'): its whole time is on the step, unlike PP's, of which φ is hidden."""
     m, hw = an.model("llama3-405b"), an.hardware("h100-sxm")
     plan = an.Plan(m, hw, an.Layout(tp=8, cp=16, pp=16, dp=8, zero=2, sequence_parallel=True,
-                                    schedule="interleaved", vpp=2), seq_len=131072, global_batch=128,
+                                    schedule="interleaved", vpp=2, ends_as_layers=True), seq_len=131072, global_batch=128,
                    overlap=0.5)  # a φ of its own, so the test does not depend on the fitted one
     comm, exposed = plan.communication_time(), plan.time_breakdown()
     phi = 0.5
@@ -1354,18 +1354,24 @@ def test_uneven_stages_under_interleaving():
     """Megatron-Core splits an uneven first stage's layers evenly over its v chunks, so the first of
     p = 4 stages (v = 2) with 4 of 20 layers holds, by Megatron's warm-up count, 2(p − 1) + (v − 1)p + 1 = 11
     chunks of 2 layers at its peak: 22 layers' activations, where the even split's 5 layers a stage hold
-    27.5, each with a layer's backward gradients (2 × 2 × 2,816 bytes a token). A last stage of 3 layers
-    cannot split over 2 chunks."""
+    27.5 (which Megatron refuses: 5 layers do not split over 2 chunks; TorchTitan splits them unevenly),
+    each with a layer's backward gradients (2 × 2 × 2,816 bytes a token). A last stage of 3 layers cannot
+    split over 2 chunks."""
     m = an.Model(layers=20, hidden=1024, heads=16, vocab=32000, position="rope", mlp="swiglu", ffn_hidden=2816)
     kw = dict(seq_len=2048, global_batch=16)
 
-    def plan(**uneven):
-        return an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=4, vpp=2, schedule="interleaved", **uneven), **kw)
-    layer = plan().expr("memory.activations.layer").value().to("byte").magnitude
+    def plan(stack="megatron-core", **uneven):
+        return an.Plan(m, an.hardware("h100-sxm"), an.Layout(pp=4, vpp=2, schedule="interleaved", **uneven),
+                       stack=stack, **kw)
+    split = plan(first_stage_layers=4, last_stage_layers=4)
+    layer = split.expr("memory.activations.layer").value().to("byte").magnitude
     backward = 4 * 2048 * 2816
-    first = plan(first_stage_layers=4, last_stage_layers=4).memory(stage=0).activations.to("byte").magnitude
-    assert first == pytest.approx(22 * layer + backward, rel=1e-12)
-    assert plan().memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer + backward, rel=1e-12)
+    assert split.memory(stage=0).activations.to("byte").magnitude == pytest.approx(22 * layer + backward, rel=1e-12)
+    even = plan("torchtitan")
+    layer = even.expr("memory.activations.layer").value().to("byte").magnitude
+    assert even.memory(stage=0).activations.to("byte").magnitude == pytest.approx(27.5 * layer + backward, rel=1e-12)
+    with pytest.raises(an.InputError, match="20 layers do not split over 4 stages × 2 chunks"):
+        plan()
     with pytest.raises(an.LayoutError, match="2 model chunks"):
         plan(first_stage_layers=5, last_stage_layers=3)
 

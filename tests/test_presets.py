@@ -152,7 +152,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
              "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
-             "schedules", "dtypes", "context_parallel", "pipeline_zero"}
+             "schedules", "dtypes", "context_parallel", "pipeline_zero", "even_chunks"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name

@@ -381,8 +381,9 @@ def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule
     most = props.get("pipeline_zero")
     if most is not None and known(pp) and pp > 1 and known(zero) and zero > most:
         return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={zero}"
+    # (more chunks than layers is the layout's own refusal)
     if (props.get("even_chunks") and schedule == "interleaved" and not uneven and known(pp) and known(vpp)
-            and known(layers) and layers % (pp * vpp)):
+            and known(layers) and pp * vpp <= layers and layers % (pp * vpp)):
         return (f"vpp: stack {stack} gives every model chunk the same layers: {layers} layers do not split over "
                 f"{pp} stages × {vpp} chunks")
     return None
