@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ..core.choices import OBJECTIVES as SEARCH_OBJECTIVES
+from ..core.choices import CODESIGN_OBJECTIVES
 from .flags import CLIError, count_flag
 from .output import json_text
-
-#: what a point's layouts are ranked by (codesign's objectives, read without importing the search)
-OBJECTIVES = (*SEARCH_OBJECTIVES, "headroom")
 
 
 def add_parser(sub) -> None:
@@ -24,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--vary", action="append", metavar="FIELD=START:STOP:NUM[UNIT]", required=True,
                    help="a hardware field and its values (a range, or a comma-separated list: hbm=80GB,141GB); repeat "
                    "for a grid of several fields")
-    p.add_argument("--objective", choices=OBJECTIVES, default="step_time")
+    p.add_argument("--objective", choices=CODESIGN_OBJECTIVES, default="step_time")
     p.add_argument("--keep", default="1", help="layouts kept a point and model")
     p.add_argument("--stack")
     p.add_argument("--dtype")
@@ -52,14 +49,8 @@ def vary_flags(flags: list[str]) -> dict:
             out[field] = values
         else:
             items = [v.strip() for v in values.split(",")]
-            out[field] = [int(v) if re.fullmatch(r"\d+", v) else _spaced(v) for v in items]
+            out[field] = [int(v) if re.fullmatch(r"\d+", v) else v for v in items]
     return out
-
-
-def _spaced(value: str) -> str:
-    """'80GB' as '80 GB': a number and its unit, as the reader takes them."""
-    m = re.fullmatch(r"([-+0-9.eE]+)\s*(.*)", value)
-    return f"{m.group(1)} {m.group(2)}".strip() if m else value
 
 
 def cmd_codesign(args) -> int:

@@ -67,6 +67,8 @@ ZERO3_GATHERS = ("per-block", "per-tensor")
 #: what layout search and plan.best() optimise: the predicted step time, the cost in GPU-seconds per
 #: token (step time × GPUs / tokens per step) or the predicted MFU (6·N·D, largest first)
 OBJECTIVES = ("step_time", "cost", "mfu")
+#: what a co-design sweep ranks a point's layouts by: search's objectives, and the most memory left free
+CODESIGN_OBJECTIVES = (*OBJECTIVES, "headroom")
 
 
 #: the software stack a plan models when none is named (presets/stacks.toml)

@@ -38,6 +38,10 @@ def check_domain(domain: int, gpus_per_node: int) -> None:
         raise InputError(f"scale_up_domain: {domain} is not a whole number of nodes of {gpus_per_node} GPUs")
 
 
+#: keyword → field of :class:`Hardware` for the links' bandwidths, as Plan and search name them
+FIELD_ALIASES = {"scale_up_bandwidth": "scale_up", "scale_out_bandwidth": "scale_out"}
+
+
 @dataclass(frozen=True)
 class Ceiling:
     """A device's measured GEMM ceiling for one dtype as a fraction of its peak (presets/ceilings.toml):
@@ -132,14 +136,13 @@ class Hardware:
 
     def replace(self, **changes) -> "Hardware":
         """A copy with some numbers changed (``peak_flops``, ``hbm``, ``scale_up_bandwidth``, ...)."""
-        aliases = {"scale_up_bandwidth": "scale_up", "scale_out_bandwidth": "scale_out"}
-        changes = {aliases.get(k, k): v for k, v in changes.items()}
+        changes = {FIELD_ALIASES.get(k, k): v for k, v in changes.items()}
         if "peak_flops" in changes:
             pf = changes.pop("peak_flops")
             changes["peaks"] = pf if isinstance(pf, dict) else {**self.peaks, "bf16": pf}
         unknown = set(changes) - {f for f in self.__dataclass_fields__}
         if unknown:
-            raise UnknownNameError("hardware field", sorted(unknown)[0], list(self.__dataclass_fields__) + list(aliases))
+            raise UnknownNameError("hardware field", sorted(unknown)[0], list(self.__dataclass_fields__) + list(FIELD_ALIASES))
         return replace(self, **changes)
 
     def __str__(self) -> str:

@@ -21,17 +21,17 @@ import time
 
 import numpy as np
 
+from ..core.choices import CODESIGN_OBJECTIVES
 from ..core.errors import InputError
 from ..core.units import pint
 from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
+from ..presets.hardware import FIELD_ALIASES
 
 #: hardware fields a formula reads, with the unit their columns are written in ("": a count); ``price``
 #: (per GPU-hour) is no hardware field: it prices the GPU-hours of each kept layout
 FIELDS = {"peak_flops": "TFLOP/s", "hbm": "GB", "hbm_bandwidth": "TB/s", "scale_up_bandwidth": "GB/s",
           "scale_out_bandwidth": "GB/s", "scale_up_domain": "", "gpus_per_node": "", "sms": "", "price": "USD/hour"}
-#: what a point's kept layouts are ranked by: search's objectives, and the most memory left free
-OBJECTIVES = ("step_time", "cost", "mfu", "headroom")
 #: hardware points × models a sweep runs without ``force=True``
 MAX_POINTS = 1_000_000
 #: a grid written as text: start:stop:num, then a unit
@@ -108,8 +108,7 @@ def points(hardware, vary: dict, dtype: str = "bf16") -> list[tuple[dict, object
             if k == "price":
                 row[k] = _price(price)
             elif FIELDS[k]:
-                got = hw.peak_flops(dtype) if k == "peak_flops" else getattr(hw, {"scale_up_bandwidth": "scale_up",
-                                                                                 "scale_out_bandwidth": "scale_out"}.get(k, k))
+                got = hw.peak_flops(dtype) if k == "peak_flops" else getattr(hw, FIELD_ALIASES.get(k, k))
                 row[k] = float(got.to(FIELDS[k]).magnitude)
             else:
                 row[k] = int(getattr(hw, k))
@@ -117,26 +116,17 @@ def points(hardware, vary: dict, dtype: str = "bf16") -> list[tuple[dict, object
     return out
 
 
-def _best(res, keep: int, objective: str, at_limit: bool):
-    """Indices of ``res``'s kept layouts: those that fit at their predicted peak (``at_limit``: or at the
-    allocator's limit), best first by ``objective``."""
-    a = res.arrays
-    ok = a["verdict"] <= (1 if at_limit else 0)
-    key = {"step_time": a["step_time"], "cost": a["cost"], "mfu": -a["mfu"], "headroom": a["memory"]}[objective]
-    order = np.lexsort((a["step_time"], np.where(ok, key, np.inf)))
-    return order[: min(keep, int(ok.sum()))]
-
-
 def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep, search_kw) -> tuple[list, int]:
     """One task: the kept layouts of ``model`` at each (index, values, Hardware) point; rows, layouts evaluated."""
-    from .layouts import search
+    from .layouts import ranking, search
     at_limit = search_kw.get("at_limit", False)
     rows, evaluated = [], 0
     for index, values, hw in hardware_points:
         res = search(model, hw, gpus=gpus, seq_len=seq_len, global_batch=global_batch, progress=False, top=1,
                      **search_kw)
         evaluated += res.evaluated
-        kept = _best(res, keep, objective, at_limit)
+        order, ranked = ranking(res.arrays, objective, at_limit)
+        kept = order[: min(keep, ranked)]
         base = {"model": model.name, "point": index, **values}
         if not len(kept):
             rows.append({**base, "rank": None})
@@ -234,7 +224,7 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
 
     from ..core.values import choice
     from .layouts import search_batch
-    objective = choice("objective", objective, OBJECTIVES)
+    objective = choice("objective", objective, CODESIGN_OBJECTIVES)
     keep = count("keep", keep, allow_symbol=False)
     force = flag("force", force)
     models = [as_model(m) for m in (models if isinstance(models, (list, tuple)) else [models])]
@@ -309,4 +299,4 @@ def write_parquet(frame, out) -> None:
     write_text(out, buffer.getvalue())
 
 
-__all__ = ["FIELDS", "MAX_POINTS", "OBJECTIVES", "codesign", "grid", "local_cluster", "points", "write_parquet"]
+__all__ = ["FIELDS", "MAX_POINTS", "codesign", "grid", "local_cluster", "points", "write_parquet"]

@@ -236,6 +236,16 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
 CHUNK = 1 << 13
 
 
+def ranking(arrays: dict, objective: str, at_limit: bool = False) -> tuple[np.ndarray, int]:
+    """Every layout's index, those ranked first, best first by ``objective`` (``choices.CODESIGN_OBJECTIVES``:
+    step time, cost, MFU, or the least memory), ties by step time, then as evaluated; and how many are
+    ranked: those that fit at their predicted peak (``at_limit``: or at the allocator's limit)."""
+    ranked = arrays["verdict"] <= (1 if at_limit else 0)
+    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"],
+           "headroom": arrays["memory"]}[objective]
+    return np.lexsort((arrays["step_time"], np.where(ranked, key, np.inf))), int(ranked.sum())
+
+
 def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[int, list[str]]:
     """The global batch in sequences from exactly one of ``global_batch`` or ``batch_tokens``, and the
     notes on how a batch in tokens was read (``'16M'`` at 8,192 tokens: as 16Mi)."""
@@ -368,10 +378,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     arrays["fits"] = fits
     arrays["verdict"] = _verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
-    ranked = arrays["verdict"] <= (1 if at_limit else 0)
-    key = {"step_time": arrays["step_time"], "cost": arrays["cost"], "mfu": -arrays["mfu"]}[objective]
-    order = np.argsort(np.where(ranked, key, np.inf), kind="stable")
-    n_fit = int(ranked.sum())
+    order, n_fit = ranking(arrays, objective, at_limit)
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     try:
         ratios = calibration(stack).interval
