@@ -88,6 +88,16 @@ def test_a_grid_past_a_million_points_needs_force(monkeypatch):
     assert len(forced) == 2
 
 
+def test_the_default_scheduler_is_a_local_cluster_with_the_same_frame(frame):
+    """Without a scheduler the sweep starts a local dask.distributed cluster sized to this machine, runs on
+    it and closes it: the frame is the in-process one, and this process's environment is as it was."""
+    import os
+    saved = dict(os.environ)
+    on_cluster = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, **KW)
+    pd.testing.assert_frame_equal(on_cluster, frame)
+    assert dict(os.environ) == saved
+
+
 def test_a_local_cluster_leaves_this_processs_environment_as_it_was():
     """Processes started after a sweep (a test's gloo ranks, a user's jobs) do not inherit Dask's worker
     variables (malloc's trimming, one OpenMP thread)."""
