@@ -56,7 +56,7 @@ def main():
 
     # the same layouts one by one through Plan
     sample = 100
-    rows = np.random.default_rng(0).choice(n, size=sample, replace=False)
+    rows = np.random.default_rng(0).choice(cold.evaluated, size=sample, replace=False)  # the layouts search kept
     t0 = time.perf_counter()
     for j in rows:
         p = cold.row(j).plan(MODEL, HW, seq_len=KW["seq_len"], global_batch=KW["global_batch"])
