@@ -9,7 +9,7 @@ import math
 import tomllib
 from pathlib import Path
 
-from ..core.errors import AnalyticError, ValidationError
+from ..core.errors import AnalyticError, InputError, ValidationError
 from ..core.files import read_text
 
 
@@ -64,13 +64,10 @@ def load(folder: Path) -> tuple[list[dict], dict]:
 
 def cases_by_id(folder: Path, ids) -> dict:
     """id → case, for ``ids`` only, read from the folder's files that name them (each case checked as
-    :func:`load` checks it); a case whose plan names a [plans] table takes the folder's every file."""
+    :func:`load` checks it)."""
     wanted = set(ids)
     paths = [p for p in sorted(folder.glob("*.toml")) if any(f'"{i}"' in read_text(p) for i in wanted)]
-    found, plans = _load(folder, paths)
-    if any(isinstance(c.get("plan"), str) for c in found if c["id"] in wanted):
-        found, plans = load(folder)
-    out = {c["id"]: c for c in found if c["id"] in wanted}
+    out = {c["id"]: c for c in _load(folder, paths)[0] if c["id"] in wanted}
     missing = wanted - set(out)
     if missing:
         raise AnalyticError(f"{folder}: no case {', '.join(sorted(missing))}")
@@ -138,7 +135,6 @@ def _load(folder: Path, paths) -> tuple[list[dict], dict]:
 def plan_of(spec: dict, **keywords):
     """A Plan from a case's ``plan`` table (model, hardware, layout, seq_len, global_batch, ...; ``model`` a
     preset's name or a table of :class:`~analytic.Model` fields with its ``source``), with ``keywords``."""
-    from ..core.errors import InputError
     from ..core.values import quantity
     from ..plan import Layout, Plan
     from ..presets import hardware, model

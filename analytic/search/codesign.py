@@ -224,6 +224,7 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
 
     from ..core.values import choice
     from .layouts import search_batch
+    from .sweeps import frame_with_units
     objective = choice("objective", objective, CODESIGN_OBJECTIVES)
     keep = count("keep", keep, allow_symbol=False)
     force = flag("force", force)
@@ -264,15 +265,14 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     columns = ["model", "point", *varied, "rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "recompute",
                "schedule", "microbatch_size", "step_time", "mfu", "memory", "verdict", "cost",
                *(["usd"] if "price" in varied else [])]
-    frame = pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
+    data = {c: [r.get(c) for r in rows] for c in columns}
     for c in ("rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "microbatch_size"):
-        frame[c] = frame[c].astype("Int64")
+        data[c] = pd.array(data[c], dtype="Int64")  # None where no layout fits
     for c in ("step_time", "mfu", "memory", "cost", *(["usd"] if "price" in varied else [])):
-        frame[c] = frame[c].astype(float)
-    frame = frame.rename(columns={c: f"{c} [{u}]" for c, u in units.items() if u})
-    frame.attrs.update(units={c: units.get(c, "") for c in columns}, layouts_evaluated=int(evaluated),
-                       seconds=seconds, objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
-                       global_batch=int(global_batch), hardware=hardware.key or hardware.name)
+        data[c] = np.array([np.nan if v is None else v for v in data[c]], dtype=float)
+    frame = frame_with_units(data, units, layouts_evaluated=int(evaluated), seconds=seconds, objective=objective,
+                             notes=list(notes), gpus=gpus, seq_len=int(seq_len), global_batch=int(global_batch),
+                             hardware=hardware.key or hardware.name)
     if out is not None:
         write_parquet(frame, out)
     return frame

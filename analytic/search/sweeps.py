@@ -22,7 +22,7 @@ def _counts(name: str, values) -> list[int]:
     return [count(name, v, allow_symbol=False) for v in values]
 
 
-def _frame(columns: dict, units: dict, **attrs):
+def frame_with_units(columns: dict, units: dict, **attrs):
     """A DataFrame of ``columns`` (name → values), each with a unit named (``name [unit]``; "" for a number
     without one), the units also in ``attrs["units"]``."""
     import pandas as pd
@@ -63,7 +63,7 @@ def scaling(plan: Plan, gpus, *, mode: str = "strong"):
     step, mfu = np.full(d.shape, np.nan), np.full(d.shape, np.nan)
     step[ok] = free.expr("step_time").lambdify()(dp=d[ok])
     mfu[ok] = free.expr("mfu").lambdify()(dp=d[ok])
-    return _frame({"gpus": gpus.astype(int), "dp": d.astype(int), "step_time": step, "mfu": mfu, "note": notes},
+    return frame_with_units({"gpus": gpus.astype(int), "dp": d.astype(int), "step_time": step, "mfu": mfu, "note": notes},
                   {"step_time": "s"}, expression=free.expr("step_time"), mode=mode)
 
 
@@ -80,7 +80,7 @@ def memory(plan: Plan, *, zero=None, recompute=None, seq_len=None):
         rows.append({key: v, **{k: float(q.to("GB").magnitude) for k, q in m.as_dict().items() if k != "stage"},
                      "stage": m.stage, "fits": m.fits, "verdict": p.memory_verdict()})
     parts = [k for k in rows[0] if k not in (key, "stage", "fits", "verdict")] if rows else []
-    return _frame({k: [r[k] for r in rows] for k in (key, *parts, "stage", "fits", "verdict")},
+    return frame_with_units({k: [r[k] for r in rows] for k in (key, *parts, "stage", "fits", "verdict")},
                   {k: "GB" for k in parts} | ({"seq_len": "token"} if key == "seq_len" else {}))
 
 
