@@ -156,3 +156,35 @@ def test_a_failed_write_leaves_no_temporary_file(cache, monkeypatch):
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
     fresh_search()
     assert list(cache.iterdir()) == []
+
+
+def test_processes_sharing_an_empty_cache_agree_and_leave_only_whole_entries(tmp_path):
+    """Processes that build the same entries at once (searches and the plan programs of `step`) each
+    answer as one alone would, and the cache holds only whole, readable entries: no temporary file,
+    no torn JSON (a writer renames a finished file over the entry; a reader keeps the file it opened)."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path / "shared")}
+    alone = {**env, "ANALYTIC_CACHE": str(tmp_path / "alone")}
+    search = [sys.executable, "-m", "analytic.cli", "search", "--model", "llama3-8b", "--hardware", "h100-sxm",
+              "--gpus", "16", "--seq", "2048", "--global-batch", "64", "--json", "--quiet"]
+    step = [sys.executable, "-m", "analytic.cli", "step", "--model", "llama3-8b", "--hardware", "h100-sxm",
+            "--gpus", "16", "--tp", "2", "--seq", "2048", "--global-batch", "64", "--json"]
+    runs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for cmd in (search, step) * 3]
+    outs = [(p.communicate(timeout=120), p.returncode) for p in runs]
+    assert all(code == 0 and not err for (_, err), code in outs), outs
+    reference = {cmd[3]: json.loads(subprocess.run(cmd, env=alone, capture_output=True, text=True, check=True).stdout)
+                 for cmd in (search, step)}
+    for ((out, _), _), cmd in zip(outs, (search, step) * 3):
+        got, want = json.loads(out), reference[cmd[3]]
+        if cmd[3] == "search":
+            assert got["ranked"] == want["ranked"] and got["evaluated"] == want["evaluated"]
+        else:
+            assert [line["key"] for line in got["lines"]] == [line["key"] for line in want["lines"]]
+            for a, b in zip(got["lines"], want["lines"]):
+                assert a["value"] == pytest.approx(b["value"], rel=1e-12), a["key"]
+    entries = list((tmp_path / "shared").iterdir())
+    assert entries and all(p.suffix == ".json" and not p.name.startswith(".") for p in entries)
+    assert all(json.loads(p.read_text()) is not None for p in entries)

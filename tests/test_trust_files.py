@@ -186,8 +186,18 @@ PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\
     ({"predicted.toml": PREDICTED.format(published="430", plan="layout = {}")}, "case P: DimensionalityError"),
     ({"predicted.toml": PREDICTED.format(published='"430 TFLOP/s"', plan="layout = {}").replace("[case.plan]\nmodel",
       "[case.plan]\nmodels")}, "case P: plan needs model"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="'a'*10**9")}, "case A: InputError: a str of more than"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="[0]*10**8")}, "case A: InputError: a list of more than"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="(((10**64)**64)**64)**64")}, "integer power of more than"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="sympy.expand(S('(tp+dp+pp+cp)**64'))")},
+     "expands to more than 1,000 terms"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="sympy.simplify(S('((tp+1)**64+dp)**64'))")},
+     "expands to more than 1,000 terms"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="sympy.expand(S('(tp+dp)**32')*S('(pp+cp)**32'))")},
+     "expands to more than 1,000 terms"),
 ], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "memory-elsewhere", "layout-number",
-        "published-list", "published-date", "published-bare", "no-model"])
+        "published-list", "published-date", "published-bare", "no-model", "huge-string", "huge-list", "power-tower",
+        "expand-power", "simplify-nested-power", "expand-product"])
 def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):
     """What was silently taken (a tolerance of inf, a plan table redefined, memory cases in a file that
     is never read) or raised a foreign exception is one line naming the file or the case."""

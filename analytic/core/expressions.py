@@ -23,6 +23,11 @@ from .values import exact
 MAX_EXPRESSION = 2000
 #: largest integer exponent of ``**``
 MAX_EXPONENT = 64
+#: most terms a symbolic product or power may expand to, most items a repeated list or string may hold,
+#: most bits an integer power may have: bounds that keep ``expand``/``simplify`` and ``'a'*10**9`` short
+MAX_TERMS = 1000
+MAX_ITEMS = 10_000
+MAX_BITS = 4096
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
@@ -41,8 +46,42 @@ def _parse(text: str, what: str) -> ast.AST:
         raise InputError(f"{what}: cannot parse {text!r:.80}") from None
 
 
+def _terms(expr, cap: int = MAX_TERMS) -> int:
+    """How many terms ``sympy.expand(expr)`` gives at most (a multinomial count), stopping past ``cap``."""
+    if isinstance(expr, sympy.Add):
+        return min(cap + 1, sum(_terms(a, cap) for a in expr.args))
+    if isinstance(expr, sympy.Mul):
+        n = 1
+        for a in expr.args:
+            n = min(cap + 1, n * _terms(a, cap))
+        return n
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 1:
+        k = _terms(expr.base, cap)
+        return min(cap + 1, sympy.binomial(int(expr.exp) + k - 1, k - 1)) if k > 1 else 1
+    return 1
+
+
+def _bounded(value, what: str):
+    """``value``, refused where it would make later work unbounded: a symbolic expression that expands
+    to more than MAX_TERMS terms, a string or list of more than MAX_ITEMS items."""
+    if isinstance(value, sympy.Basic) and not value.is_Atom and _terms(value) > MAX_TERMS:
+        raise InputError(f"{what}: an expression that expands to more than {MAX_TERMS:,} terms")
+    if isinstance(value, (str, list, tuple)) and len(value) > MAX_ITEMS:
+        raise InputError(f"{what}: a {type(value).__name__} of more than {MAX_ITEMS:,} items")
+    return value
+
+
+def _repeat(left, right, what: str):
+    """``left * right``, refusing a repetition of a sequence past MAX_ITEMS before it is built."""
+    for seq, n in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_ITEMS:
+            raise InputError(f"{what}: a {type(seq).__name__} of more than {MAX_ITEMS:,} items")
+    return _bounded(left * right, what)
+
+
 def _power(base, exp, what: str):
-    """``base ** exp`` for a numeric exponent of at most MAX_EXPONENT in size (no 9**9**9)."""
+    """``base ** exp`` for a numeric exponent of at most MAX_EXPONENT in size (no 9**9**9), an integer
+    result of at most MAX_BITS bits and a symbolic one of at most MAX_TERMS terms expanded."""
     numeric = not isinstance(exp, sympy.Basic) or exp.is_number
     try:
         small = numeric and abs(exp) <= MAX_EXPONENT
@@ -50,7 +89,18 @@ def _power(base, exp, what: str):
         small = False
     if not small:
         raise InputError(f"{what}: an exponent must be a number of at most {MAX_EXPONENT} in size, got {exp}")
-    return base ** exp
+    if isinstance(base, (int, sympy.Integer)) and isinstance(exp, (int, sympy.Integer)) and exp > 0 \
+            and int(base).bit_length() * int(exp) > MAX_BITS:
+        raise InputError(f"{what}: an integer power of more than {MAX_BITS:,} bits")
+    return _bounded(base ** exp, what)
+
+
+def _binary(node, left, right, what: str):
+    if isinstance(node.op, ast.Pow):
+        return _power(left, right, what)
+    if isinstance(node.op, ast.Mult):
+        return _repeat(left, right, what)
+    return _bounded(_BINARY[type(node.op)](left, right), what)
 
 
 def symbolic(text: str, what: str = "expression") -> sympy.Expr:
@@ -64,13 +114,12 @@ def symbolic(text: str, what: str = "expression") -> sympy.Expr:
                 raise InputError(f"{what}: {node.id!r} is not a keyword of the notation")
             return sym(node.id)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY and not isinstance(node.op, ast.FloorDiv):
-            left, right = walk(node.left), walk(node.right)
-            return _power(left, right, what) if isinstance(node.op, ast.Pow) else _BINARY[type(node.op)](left, right)
+            return _binary(node, walk(node.left), walk(node.right), what)
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             return _UNARY[type(node.op)](walk(node.operand))
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYMPY_FUNCTIONS
                 and not node.keywords):
-            return _SYMPY_FUNCTIONS[node.func.id](*map(walk, node.args))
+            return _bounded(_SYMPY_FUNCTIONS[node.func.id](*map(walk, node.args)), what)
         raise InputError(f"{what}: {type(node).__name__} is not allowed in a closed form ({text!r:.80})")
     return walk(_parse(text, what))
 
@@ -88,8 +137,7 @@ def evaluate(text: str, names: dict, attributes: frozenset, what: str = "express
                 raise InputError(f"{what}: unknown name {node.id!r} (known: {', '.join(sorted(names))})")
             return names[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            left, right = walk(node.left), walk(node.right)
-            return _power(left, right, what) if isinstance(node.op, ast.Pow) else _BINARY[type(node.op)](left, right)
+            return _binary(node, walk(node.left), walk(node.right), what)
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             return _UNARY[type(node.op)](walk(node.operand))
         if isinstance(node, ast.Attribute):
@@ -105,7 +153,7 @@ def evaluate(text: str, names: dict, attributes: frozenset, what: str = "express
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 raise InputError(f"{what}: * and ** arguments are not allowed")
             func = walk(node.func)
-            return func(*map(walk, node.args), **{k.arg: walk(k.value) for k in node.keywords})
+            return _bounded(func(*map(walk, node.args), **{k.arg: walk(k.value) for k in node.keywords}), what)
         if isinstance(node, (ast.List, ast.Tuple)):
             items = [walk(e) for e in node.elts]
             return items if isinstance(node, ast.List) else tuple(items)

@@ -129,7 +129,8 @@ def _guarded(evaluate, case: dict, ns: dict) -> Result:
         raise
     except (ArithmeticError, RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError,
             MemoryError, AnalyticError) as exc:  # pint's errors are among these
-        raise ValidationError(f"case {case['id'][:80]}: {type(exc).__name__}: {str(exc)[:120]}") from None
+        name = f"case {case['id'][:80]}: "
+        raise ValidationError(f"{name}{type(exc).__name__}: {str(exc).removeprefix(name)[:120]}") from None
 
 
 def _predicted(cases: list[dict]) -> list[Result]:
