@@ -426,3 +426,45 @@ def test_megatrons_interleaving_takes_whole_layers_a_chunk():
     search = dict(gpus=8, vpps=(3,), schedules=("interleaved",), progress=False, **kw)
     assert an.search(m, "h100-sxm", **search).evaluated == 0
     assert an.search(m, "h100-sxm", stack="torchtitan", **search).evaluated > 0
+
+
+@pytest.mark.parametrize("stack, hardware", [
+    ("megatron-core", "tpu-v6e"), ("torchtitan", "tpu-v5p"), ("deepspeed", "tpu7x"), ("megatron-core", "trn2"),
+    ("torchtitan-2025", "trn2"), ("deepspeed", "trn2"), ("megatron-lm-2021", "mi300x"), ("maxtext", "trn2"),
+    ("neuronx-distributed", "h100-sxm")])
+def test_a_stack_runs_only_on_its_platforms(stack, hardware):
+    """Megatron-Core, DeepSpeed and TorchTitan run on CUDA and ROCm, not on TPUs or Trainium (stacks.toml
+    `platforms`, each sourced); Plan and search refuse a stack on a device of another platform, naming both."""
+    kw = dict(seq_len=2048, global_batch=64, stack=stack)
+    hw = an.hardware(hardware)
+    with pytest.raises(an.InputError, match=f"stack: {stack} runs on .*not on {hw.platform} \\({hardware}\\)"):
+        an.Plan("llama3-8b", hw, an.Layout(dp=8), **kw)
+    with pytest.raises(an.InputError, match=f"not on {hw.platform}"):
+        an.search("llama3-8b", hw.replace(scale_out_bandwidth="50 GB/s"), gpus=8, progress=False, **kw)
+
+
+@pytest.mark.parametrize("hardware, stack", [("h100-sxm", "megatron-core"), ("mi300x", "megatron-core"),
+                                             ("tpu-v6e", "maxtext"), ("tpu7x", "maxtext"), ("trn2", "neuronx-distributed")])
+def test_a_plan_without_a_stack_takes_its_platforms_default(hardware, stack):
+    """Without a stack named, a plan and a search model the platform's own (Megatron-Core on CUDA and ROCm,
+    MaxText on TPUs, NeuronX Distributed on Trainium), so no device's plans are refused by default; a device
+    made by hand names no platform and takes Megatron-Core."""
+    hw = an.hardware(hardware).replace(scale_out_bandwidth="50 GB/s", scale_up_bandwidth="400 GB/s")
+    assert an.Plan("llama3-8b", hw, an.Layout(dp=8), seq_len=2048, global_batch=64).stack == stack
+    assert an.search("llama3-8b", hw, gpus=8, seq_len=2048, global_batch=64, progress=False).stack == stack
+    by_hand = an.Hardware("mine", peaks={"bf16": "500 TFLOP/s"}, hbm="80 GB", hbm_bandwidth="3 TB/s",
+                          scale_up="400 GB/s", scale_out="50 GB/s")
+    assert by_hand.platform == "" and an.Plan("llama3-8b", by_hand, an.Layout(dp=8), seq_len=2048,
+                                               global_batch=64).stack == "megatron-core"
+
+
+def test_neuronx_distributed_runs_zero_1_at_most():
+    """NeuronX Distributed shards the optimizer with ZeRO-1 only: Plan refuses ZeRO 2 and 3 on it, search
+    leaves them out and refuses them asked for."""
+    hw = an.hardware("trn2").replace(scale_out_bandwidth="50 GB/s")
+    with pytest.raises(an.InputError, match="runs ZeRO 1 at most, not zero=3"):
+        an.Plan("llama3-8b", hw, an.Layout(dp=16, zero=3), seq_len=2048, global_batch=64)
+    a = an.search("llama3-8b", hw, gpus=16, seq_len=2048, global_batch=64, progress=False, at_limit=True).arrays
+    assert len(a["zero"]) and a["zero"].max() == 1
+    with pytest.raises(an.InputError, match="runs ZeRO 1 at most, not zero=2"):
+        an.search("llama3-8b", hw, gpus=16, seq_len=2048, global_batch=64, progress=False, zero=(1, 2))

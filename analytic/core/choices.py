@@ -71,8 +71,17 @@ OBJECTIVES = ("step_time", "cost", "mfu")
 CODESIGN_OBJECTIVES = (*OBJECTIVES, "headroom")
 
 
-#: the software stack a plan models when none is named (presets/stacks.toml)
+#: the software platforms an accelerator runs (Hardware.platform; a stack's ``platforms`` in presets/stacks.toml)
+PLATFORMS = ("cuda", "rocm", "tpu", "neuron")
+#: the software stack a plan models when none is named (presets/stacks.toml) ...
 DEFAULT_STACK = "megatron-core"
+#: ... on a platform Megatron-Core does not run on: the stack of that platform's vendor
+DEFAULT_STACKS = {"tpu": "maxtext", "neuron": "neuronx-distributed"}
+
+
+def default_stack(platform: str) -> str:
+    """The stack a plan on ``platform`` models when none is named ("" , a hand-made device: DEFAULT_STACK)."""
+    return DEFAULT_STACKS.get(platform, DEFAULT_STACK)
 
 
 def sequence_parallel_default(tp) -> bool:

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.choices import DEFAULT_STACK
 from ..core.errors import InputError
 from ..core.files import read_text
 from ..core.formula import Formula
@@ -92,9 +91,10 @@ class Case:
     time: str = "step_time"  # "time.compute" for the compute-only baseline
 
     def __post_init__(self):
-        self.key = stack(self.plan.get("stack", DEFAULT_STACK))["efficiency"]  # the stack family
+        built = build_plan(self.plan, symbolic_constants=True)
+        self.key = stack(built.stack)["efficiency"]  # the stack family
         self.group = self.group or self.id
-        f = metric_formula(build_plan(self.plan, symbolic_constants=True), self.metric, self.convention, self.time)
+        f = metric_formula(built, self.metric, self.convention, self.time)
         self.unit = f.unit
         self.target = float(self.published.to(f.unit).magnitude)
         self._fn = f.lambdify()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..core.choices import AXES, CONVENTIONS, DEFAULT_STACK, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
+from ..core.choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..core.symbols import info
 from ..core.units import Q_, pint
@@ -78,7 +78,7 @@ class Plan:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
                  global_batch=None, microbatch_size=1, dtype: str = "bf16", batch_tokens=None,
                  flash_attention: bool | None = None, training_tokens=None, allow_cross_node_tp: bool = False,
-                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str = DEFAULT_STACK,
+                 grad_dtype: str | None = None, moment_dtype: str | None = None, stack: str | None = None,
                  profile=None, **overrides):
         self._in = inp = Inputs(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                                 microbatch_size=microbatch_size, dtype=dtype, batch_tokens=batch_tokens,

@@ -12,7 +12,7 @@ import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS
+from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, read_magnitude, sym
 from ..core.units import Q_
@@ -69,11 +69,11 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
-        self.stack = choice("stack", stack, stacks())
+        self.stack = default_stack(hardware.platform) if stack is None else choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
         refusal = stack_refusal(self.stack, props, dtype=self.dtype, schedule=layout.schedule, cp=layout.cp,
                                 pp=layout.pp, zero=layout.zero, vpp=layout.vpp, layers=model.layers,
-                                uneven=layout.uneven)
+                                uneven=layout.uneven, hardware=hardware)
         if refusal:
             raise InputError(refusal)
         kernels = props["attention"]

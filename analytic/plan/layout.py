@@ -364,20 +364,26 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
 
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
-                  zero=None, vpp=None, layers=None, uneven: bool = False) -> str | None:
-    """Why ``stack`` (its stacks.toml properties ``props``) does not run in ``dtype``, ``schedule``, with
-    context parallelism ``cp``, with ZeRO ``zero`` under a pipeline of ``pp`` stages, or ``layers`` split
-    evenly (not ``uneven``) over ``pp`` stages of ``vpp`` model chunks, or None: one rule for Plan and
-    search; what is not given, or not a number, is not checked."""
+                  zero=None, vpp=None, layers=None, uneven: bool = False, hardware=None) -> str | None:
+    """Why ``stack`` (its stacks.toml properties ``props``) does not run on ``hardware``'s platform, in
+    ``dtype``, ``schedule``, with context parallelism ``cp``, with ZeRO ``zero`` (under a pipeline of ``pp``
+    stages), or ``layers`` split evenly (not ``uneven``) over ``pp`` stages of ``vpp`` model chunks, or
+    None: one rule for Plan and search; what is not given, or not a number, is not checked."""
     def known(v):  # a number to check against, not absent and not a symbol
         return v is not None and is_number(v)
 
+    platform = getattr(hardware, "platform", "")
+    if platform and "platforms" in props and platform not in props["platforms"]:
+        return (f"stack: {stack} runs on {', '.join(props['platforms'])}, not on {platform} "
+                f"({hardware.key or hardware.name}); name a stack that does (analytic.stacks())")
     if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
         return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
     if isinstance(schedule, str) and "schedules" in props and schedule not in props["schedules"]:
         return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
     if props.get("context_parallel") is False and known(cp) and cp > 1:
         return f"cp: stack {stack} has no context parallelism"
+    if props.get("max_zero") is not None and known(zero) and zero > props["max_zero"]:
+        return f"zero: stack {stack} runs ZeRO {props['max_zero']} at most, not zero={zero}"
     most = props.get("pipeline_zero")
     if most is not None and known(pp) and pp > 1 and known(zero) and zero > most:
         return f"zero: stack {stack} runs ZeRO {most} at most with pipeline parallelism, not zero={zero}"

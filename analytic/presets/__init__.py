@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
+from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnknownNameError
 from ..core.files import read_text
 from ..core.units import Q_
@@ -40,12 +41,14 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
             kw[attr], sources[fld] = _sourced(key, fld, table[fld])
     if not peaks:
         raise PresetError(f"{key}: no peak FLOP/s given")
-    unknown = set(table) - {"name", "generation", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
+    unknown = set(table) - {"name", "generation", "platform", "peak", "hbm", "hbm_bandwidth", "scale_up_bandwidth",
                             "scale_out_bandwidth", "gpus_per_node", "scale_up_domain", "scale_up_links", "sms", "host_memory"}
     if unknown:
         raise PresetError(f"{key}: unknown fields {', '.join(sorted(unknown))}")
-    hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key), sources=sources,
-                  key=key, **kw)
+    if "platform" not in table:
+        raise PresetError(f"{key}: no platform given (one of {', '.join(PLATFORMS)})")
+    hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key),
+                  platform=table["platform"], sources=sources, key=key, **kw)
     ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in hw.peaks}
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnitError, UnknownNameError
 from ..core.units import Q_, pint
-from ..core.values import count, exact_number, in_range, quantity
+from ..core.values import choice, count, exact_number, in_range, quantity
 
 
 def _quantity(name: str, value, unit: str) -> pint.Quantity:
@@ -85,6 +86,7 @@ class Hardware:
     sms: int | None = None  # streaming multiprocessors (compute units)
     host_memory: pint.Quantity | None = None  # host DRAM of one node
     generation: str = ""
+    platform: str = ""  # choices.PLATFORMS: the software it runs ("": not said, no stack is refused on it)
     sources: dict = field(default_factory=dict, compare=False)
     ceilings: dict = field(default_factory=dict, compare=False)  # dtype → Ceiling (presets/ceilings.toml)
     key: str = ""
@@ -97,6 +99,8 @@ class Hardware:
             v = getattr(self, attr)
             if v is not None:
                 object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))
+        if self.platform != "":
+            choice("platform", self.platform, PLATFORMS)
         object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))
         domain = self.gpus_per_node if self.scale_up_domain is None else self.scale_up_domain
         object.__setattr__(self, "scale_up_domain", count("scale_up_domain", domain, allow_symbol=False))

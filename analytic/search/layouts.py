@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES
+from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
 from ..core.progress import bar, shown
 from ..core.symbols import read_magnitude
@@ -265,7 +265,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
-           objective: str = "step_time", outside_bytes=None, stack: str = DEFAULT_STACK,
+           objective: str = "step_time", outside_bytes=None, stack: str | None = None,
            at_limit: bool = False) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
@@ -273,7 +273,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
-    training stack every layout is counted with, as ``Plan(..., stack=)``. Each layout carries its memory
+    training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's). Each layout carries its memory
     verdict, as :meth:`Plan.memory_verdict`; the ranking holds those that fit at their predicted peak,
     and with ``at_limit`` those at the allocator's limit too."""
     start = time.time()
@@ -290,7 +290,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     choice("objective", objective, OBJECTIVES)
     comm_sms = count("comm_sms", comm_sms, minimum=0, allow_symbol=False)
     choice("zero3_gather", zero3_gather, ZERO3_GATHERS)
-    props = read_stack(choice("stack", stack, stacks()))
+    stack = default_stack(hardware.platform) if stack is None else choice("stack", stack, stacks())
+    props = read_stack(stack)
     allocator = props["allocator"]
     training_dtype(dtype, hardware)
     if comm_sms:
@@ -311,7 +312,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         bad = [v for v in values if isinstance(v, bool) or v not in allowed]
         if bad:
             raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
-    whole = stack_refusal(stack, props, dtype=dtype)
+    whole = stack_refusal(stack, props, dtype=dtype, hardware=hardware)
     if whole:
         raise InputError(whole)
     if "schedules" in props:  # as the selective policy: asked for, a schedule the stack does not run is refused
@@ -319,6 +320,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if refused and schedules != SCHEDULES:
             raise InputError(stack_refusal(stack, props, schedule=refused[0]))
         schedules = tuple(sched for sched in schedules if sched in props["schedules"])
+    if props.get("max_zero") is not None and zero != (0, 1, 2, 3):  # asked for, a stage it does not run is refused
+        refused = [z for z in zero if z > props["max_zero"]]
+        if refused:
+            raise InputError(stack_refusal(stack, props, zero=refused[0]))
     refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
     if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
         if recompute != RECOMPUTE:
@@ -341,7 +346,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked for is
     # kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered one at a time)
     keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
-    if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
+    if props.get("max_zero") is not None:  # stack_refusal's ZeRO limits, on every row at once
+        keep &= arrays["zero"] <= props["max_zero"]
+    if props.get("pipeline_zero") is not None:
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
     if props.get("even_chunks"):  # and its even model chunks
         keep &= ~((arrays["schedule"] == SCHEDULES.index("interleaved"))

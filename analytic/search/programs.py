@@ -13,7 +13,6 @@ import json
 import numpy as np
 
 from ..core import cache
-from ..core.choices import DEFAULT_STACK
 from ..core.lowering import program
 from ..core.numeric import Program
 from ..core.symbols import sym
@@ -69,7 +68,7 @@ def _of_structure(plan: Plan):
 
 
 def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", flash_attention=True,
-                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=DEFAULT_STACK) -> None:
+                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None) -> None:
     """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and with
     tp = 1), or read them from the cache: every hardware of the same structure then searches without
     building anything (a co-design sweep's points)."""
@@ -81,7 +80,7 @@ def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", 
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", stack=DEFAULT_STACK, on_build=None, sequence_parallel=True) -> tuple:
+              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or the
@@ -93,7 +92,7 @@ def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, as
     if found is not None:
         return found, False
     key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp and sequence_parallel, comm_sms, zero3_gather, stack, sequence_parallel)
+               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel)
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache.cache_dir()
