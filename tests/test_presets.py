@@ -152,7 +152,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
     known = {"name", "allocator", "attention", "grad_dtype", "loss_bytes", "loss_bytes_tp", "selective",
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
              "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
-             "schedules", "dtypes", "context_parallel", "pipeline_zero", "even_chunks"}
+             "schedules", "dtypes", "context_parallel", "pipeline_zero", "max_zero", "even_chunks", "platforms"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -168,8 +168,11 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
         assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
         assert props.get("context_parallel", True) in (True, False) and props.get("pipeline_zero", 3) in (0, 1, 2, 3), name
+        assert props.get("max_zero", 3) in (0, 1, 2, 3) and set(props["platforms"]) <= set(choices.PLATFORMS), name
     assert stack("torchtitan-2025")["sp_saved_inputs"] == "gathered"  # from its base
     assert stack("torchtitan-2025-eager")["efficiency"] == "torchtitan"  # from its base's base
+    for platform in choices.PLATFORMS:  # every platform has a default stack, and it runs there
+        assert platform in stack(choices.default_stack(platform))["platforms"], platform
     assert stack("megatron-lm-2023")["saved_extra"] == list(choices.SAVED_EXTRAS)
 
 

@@ -99,7 +99,8 @@ def _dense(cfg: dict, gates: dict | None = None, tied: bool = False, window: boo
     for key in ("attention_bias", "mlp_bias"):
         if _flag(cfg, key, False):
             raise InputError(f"config: {key} true is not modelled for {cfg['model_type']} (biases on some layers only)")
-    slides = _count(cfg, "sliding_window") is not None and _flag(cfg, "use_sliding_window", True)
+    used = _flag(cfg, "use_sliding_window", True)  # read whether or not a window is given: a flag is always checked
+    slides = _count(cfg, "sliding_window") is not None and used
     if slides and not window:
         raise InputError(f"config: sliding_window {cfg['sliding_window']}: {cfg.get('model_type')} is mapped without "
                          "one (Mistral's and GPT-OSS's windows are)")
