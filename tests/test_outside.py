@@ -21,7 +21,7 @@ def test_a_snapshot_is_the_hbm_less_reserved_and_free(tmp_path):
     unallocated by PyTorch, 161.62 MiB free, leave 80·1024 − 78.09·1024 − 161.62 = 1,794.22 MiB outside."""
     path = tmp_path / "outside.toml"
     path.write_text(_case("a", "A", ["75.25 GiB", "2.84 GiB"], "161.62 MiB") + _case("b", "B", "68.48 GiB", "8.57 GiB"))
-    rows = outside.snapshots(path)
+    rows = outside.snapshots(path.parent)
     assert rows[0]["outside"].to("MiB").magnitude == pytest.approx(80 * 1024 - 78.09 * 1024 - 161.62, rel=1e-12)
     assert rows[1]["outside"].to("GiB").magnitude == pytest.approx(80 - 68.48 - 8.57, rel=1e-12)
 
@@ -47,9 +47,9 @@ def test_one_source_is_not_fitted(tmp_path):
     (9.5 + 3)/2 = 6.25 GiB, from 3 to 10 GiB."""
     path = tmp_path / "outside.toml"
     path.write_text(_case("a", "A", "70 GiB", "1 GiB") + _case("b", "A", "60 GiB", "10 GiB"))
-    assert outside.summary(path) is None
+    assert outside.summary(path.parent) is None
     path.write_text(path.read_text() + _case("c", "B", "40 GiB", "37 GiB"))
-    got = outside.summary(path)
+    got = outside.summary(path.parent)
     assert got["count"] == 3 and got["sources"] == 2 and got["allocator"] == "pytorch"
     assert got["outside"] == pytest.approx(6.25 * 2**30) and got["low"] == pytest.approx(3 * 2**30)
     assert got["high"] == pytest.approx(10 * 2**30)
@@ -60,21 +60,21 @@ def test_a_snapshot_larger_than_its_hardware_is_refused(tmp_path):
     path = tmp_path / "outside.toml"
     path.write_text(_case("x", "A", "39 GiB", "2 GiB", hardware="a100-40g"))
     with pytest.raises(InputError, match="x: reserved and free memory add up to a100-40g's HBM or more"):
-        outside.snapshots(path)
+        outside.snapshots(path.parent)
     path.write_text(_case("z", "A", "39 GiB", "1 GiB", hardware="a100-40g"))  # exactly the HBM: nothing outside
     with pytest.raises(InputError, match="z: reserved and free memory add up to a100-40g's HBM or more"):
-        outside.snapshots(path)
+        outside.snapshots(path.parent)
     path.write_text(_case("w", "A", "81919 MiB", "1048575 B"))  # one byte left outside an A100 80GB's 81,920 MiB
-    assert outside.snapshots(path)[0]["outside"].to("byte").magnitude == 1
+    assert outside.snapshots(path.parent)[0]["outside"].to("byte").magnitude == 1
     path.write_text(_case("y", "A", "39 GiB", "2 GiB").replace('reserved = "39 GiB"', "reserved = []"))
     with pytest.raises(InputError, match=r"y: reserved \[\]; expected a memory"):
-        outside.snapshots(path)
+        outside.snapshots(path.parent)
 
 
 def test_the_shipped_figures_are_the_snapshots():
     """calibration.toml's outside figures are those of validation/outside.toml, and a plan's least is its low."""
     from pathlib import Path
-    got = outside.summary(Path(__file__).parent.parent / "validation" / "outside.toml")
+    got = outside.summary(Path(__file__).parent.parent / "validation")
     shipped = an.presets.memory_outside("pytorch")
     assert shipped["outside"].to("byte").magnitude == pytest.approx(got["outside"], abs=1)
     assert shipped["low"].to("byte").magnitude == pytest.approx(got["low"], abs=1)
@@ -90,8 +90,8 @@ def test_readme_states_the_snapshots_and_their_fit(docs):
     from analytic.fit import validation
     root = Path(__file__).parent.parent
     readme = docs
-    rows = outside.snapshots(root / "validation" / "outside.toml")
-    got = outside.summary(root / "validation" / "outside.toml")
+    rows = outside.snapshots(root / "validation")
+    got = outside.summary(root / "validation")
     gb = lambda rs: sorted(r["outside"].to("GB").magnitude for r in rs)  # noqa: E731
     new, old = gb(r for r in rows if r["group"].endswith(("2024", "2025"))), gb(r for r in rows if r["group"].endswith(("2022", "2023")))
     assert (f"kind `outside`; {got['count']} snapshots from {got['sources']} sources, all on A100s), from {got['low'] / 1e9:.2f} GB to "

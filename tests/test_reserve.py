@@ -24,8 +24,8 @@ def test_each_source_weighs_one_and_its_errors_cluster():
 
 def test_a_folder_without_peaks_has_no_reserve(tmp_path):
     """A folder without measured peaks has no reserve."""
-    (tmp_path / "memory.toml").write_text("")
-    assert reserve.summary(tmp_path / "memory.toml") is None
+    (tmp_path / "memory.toml").write_text('[[case]]\nid = "A"\nkind = "claim"\npublished = "1 s"\ncompute = "Q(\'1 s\')"\n')
+    assert reserve.summary(tmp_path) is None
 
 
 def test_a_peak_of_another_measure_is_refused(tmp_path):
@@ -35,7 +35,7 @@ def test_a_peak_of_another_measure_is_refused(tmp_path):
         '[[case]]\nid = "X"\nkind = "memory"\npublished = "1 GiB"\ngroup = "g"\nmeasure = "nvidia-smi"\n'
         '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\nseq_len = 2048\nglobal_batch = 8\n')
     with pytest.raises(InputError, match="X: measure 'nvidia-smi'; expected one of reserved, allocated"):
-        reserve.peaks(tmp_path / "memory.toml")
+        reserve.peaks(tmp_path)
 
 
 def test_allocated_peaks_are_not_fitted():
@@ -61,7 +61,7 @@ def _folder(tmp_path, peaks):
         text += (f'[[case]]\nid = "{case_id}"\nkind = "memory"\npublished = "{counted * ratio!r} byte"\n'
                  f'group = "{group}"\n{PLAN}stack = "{stack}"\n')
     (tmp_path / "memory.toml").write_text(text)
-    return tmp_path / "memory.toml"
+    return tmp_path
 
 
 def test_the_summary_of_two_sources_by_hand(tmp_path):
@@ -82,3 +82,14 @@ def test_no_summary_from_one_source_or_across_allocators(tmp_path):
     assert reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1),
                                               ("a2", "A", "megatron-core", 1.2)])) is None
     assert reserve.summary(_folder(tmp_path, [("a", "A", "megatron-core", 1.1), ("b", "B", "maxtext", 1.2)])) is None
+
+
+def test_a_case_is_of_its_kind_in_whichever_file(tmp_path):
+    """Memory and outside cases are read by their kind, not by the file they are in: a peak in peaks.toml
+    and a snapshot in snapshots.toml are fitted as those in memory.toml and outside.toml are."""
+    from analytic.fit import outside
+    (_folder(tmp_path, [("a", "A", "megatron-core", 1.1)]) / "memory.toml").rename(tmp_path / "peaks.toml")
+    assert [r["id"] for r in reserve.peaks(tmp_path)] == ["a"]
+    (tmp_path / "snapshots.toml").write_text('[[case]]\nid = "o"\nkind = "outside"\nhardware = "a100-80g"\n'
+                                             'reserved = "70 GiB"\nfree = "1 GiB"\ngroup = "g"\nsource = "s"\n')
+    assert [r["outside"].to("GiB").magnitude for r in outside.snapshots(tmp_path)] == [9]

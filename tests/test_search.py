@@ -191,7 +191,7 @@ def test_stack_search_equals_plan(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="stack"):
         an.search(MODEL, HW, stack="torchtitn", **kw)
     with pytest.raises(InputError, match="stack"):
-        an.search(MODEL, HW, stack=None, **kw)
+        an.search(MODEL, HW, stack=5, **kw)
 
 
 def test_search_arguments_are_checked(tmp_path, monkeypatch):

@@ -178,8 +178,7 @@ PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')") + '[plans.p]\nmodel = "llama3-8b"\n',
       "more.toml": '[plans.p]\nmodel = "llama3-70b"\n'}, "plan 'p' is defined in claims.toml too"),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')"),
-      "peaks.toml": '[[case]]\nid = "M"\nkind = "memory"\npublished = "80 GiB"\ngroup = "g"\nplan = "p"\n'},
-     "memory case M is read only from memory.toml"),
+      "peaks.toml": CLAIM.format(id="A", tol="0.1", compute="Q('2 s')")}, "duplicate case ids: A"),
     ({"predicted.toml": PREDICTED.format(published='"430 TFLOP/s"', plan="layout = 5")}, "case P: plan.layout must be a table"),
     ({"predicted.toml": PREDICTED.format(published="[430]", plan="layout = {}")}, "case P: published must be a number or"),
     ({"predicted.toml": PREDICTED.format(published="1979-05-27", plan="layout = {}")}, "case P: published must be a number"),
@@ -195,7 +194,7 @@ PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\
      "expands to more than 1,000 terms"),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="sympy.expand(S('(tp+dp)**32')*S('(pp+cp)**32'))")},
      "expands to more than 1,000 terms"),
-], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "memory-elsewhere", "layout-number",
+], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "id-twice", "layout-number",
         "published-list", "published-date", "published-bare", "no-model", "huge-string", "huge-list", "power-tower",
         "expand-power", "simplify-nested-power", "expand-product"])
 def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):

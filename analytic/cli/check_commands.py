@@ -118,7 +118,7 @@ def cmd_calibrate(args) -> int:
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
-    memory, beyond = reserve.summary(folder / "memory.toml"), outside.summary(folder / "outside.toml")
+    memory, beyond = reserve.summary(folder), outside.summary(folder)
     text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory,
                               outside=beyond)
     if args.write:

@@ -94,7 +94,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                    help="attention as plain matmuls and softmax (Korthikanti's GPT layer: MHA, GELU)")
     g.add_argument("--schedule", choices=SCHEDULES)
-    g.add_argument("--stack", help="software stack of presets/stacks.toml (default megatron-core): its attention kernel")
+    g.add_argument("--stack", help="software stack of presets/stacks.toml (default: the platform's, megatron-core on CUDA and ROCm, maxtext on TPUs, neuronx-distributed on Trainium)")
     g.add_argument("--profile", help="a device profile written by 'analytic calibrate --gemm --write FILE'")
     g.add_argument("--seq", help="sequence length")
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")

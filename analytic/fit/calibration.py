@@ -297,7 +297,7 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
     if memory is not None:
         lines += ["", "[memory]",
                   f'basis = "measured peak memory per GPU (the allocator\'s maximum reserved) over the count of the '
-                  f'run\'s fullest stage, {memory["count"]} measured peaks of {source.split("/")[0]}/memory.toml '
+                  f'run\'s fullest stage, {memory["count"]} measured peaks (the memory cases of {source.split("/")[0]}/) '
                   f'({memory["sources"]} sources): reserve is its mean in log, each source weighted equally; low and '
                   'high the smallest and largest measured/predicted peak, each predicted with its source left out"',
                   f'allocator = "{memory["allocator"]}"',
@@ -306,7 +306,7 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
                   f"reserve_log_stderr = {memory['reserve_log_stderr']:.6f}", f"low = {memory['low']:.6f}", f"high = {memory['high']:.6f}"]
         if outside is not None and outside["allocator"] == memory["allocator"]:
             lines += [f'outside_basis = "the device\'s memory less the allocator\'s reserved and the free memory, '
-                      f'{outside["count"]} snapshots of training processes in {source.split("/")[0]}/outside.toml '
+                      f'{outside["count"]} snapshots of training processes (the outside cases of {source.split("/")[0]}/) '
                       f'({outside["sources"]} sources): outside_bytes is their mean, each source weighted equally, '
                       'with its standard error; low and high the smallest and largest snapshot"',
                       f"outside_bytes = {outside['outside']:.0f}", f"outside_stderr_bytes = {outside['stderr']:.0f}",

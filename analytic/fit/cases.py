@@ -32,8 +32,6 @@ def find_folder(folder: Path | str | None = None) -> Path:
 
 
 KINDS = ("identity", "derived", "predicted", "memory", "oom", "outside", "claim")
-#: the kinds whose cases one file holds (the allocator's reserve and the memory outside it read them there)
-FILE_OF_KIND = {"memory": "memory.toml", "outside": "outside.toml"}
 #: the tables of a plan table that are tables themselves
 PLAN_TABLES = ("layout", "hardware_overrides", "model_overrides")
 
@@ -96,9 +94,6 @@ def _load(folder: Path, paths) -> tuple[list[dict], dict]:
             if c["kind"] == "predicted" and not all(k in c for k in ("plan", "metric", "published", "group")):
                 raise AnalyticError(f"{path.name}: predicted case {c['id']} needs plan, metric, published and group "
                                     "(its source: cases of one group are left out of the fit together)")
-            if c["kind"] in FILE_OF_KIND and path.name != FILE_OF_KIND[c["kind"]]:
-                raise ValidationError(f"{path.name}: {c['kind']} case {c['id'][:80]} is read only from "
-                                      f"{FILE_OF_KIND[c['kind']]}, where the fits that judge it read their cases")
             tol = c.get("tolerance")
             if tol is not None and not (type(tol) in (int, float) and math.isfinite(tol) and tol >= 0):
                 raise ValidationError(f"{path.name}: case {c['id'][:80]}: tolerance must be a finite number of at "

@@ -11,14 +11,13 @@ standard error, the smallest and largest snapshot, and every snapshot predicted 
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.files import read_text
 from ..core.units import Q_, pint
 from ..core.values import as_quantity
 from ..presets import hardware
+from .cases import load
 
 #: the allocator the snapshots are of: PyTorch's caching allocator prints both figures
 ALLOCATOR = "pytorch"
@@ -35,12 +34,11 @@ def _reserved(case: dict) -> pint.Quantity:
     return sum(quantities[1:], quantities[0])
 
 
-def snapshots(path: Path) -> list[dict]:
-    """The outside cases of a validation folder's outside.toml: id, group (the source), hardware and
+def snapshots(folder: Path) -> list[dict]:
+    """The outside cases of a case folder (in whichever file): id, group (the source), hardware and
     outside (the preset's HBM less the reserved and the free memory)."""
-    tables = tomllib.loads(read_text(path)) if path.exists() else {}
     out = []
-    for c in (c for c in tables.get("case", []) if c.get("kind") == "outside"):
+    for c in (c for c in load(folder)[0] if c["kind"] == "outside"):
         hbm = hardware(c["hardware"]).hbm
         if hbm is None:
             raise InputError(f"{c['id']}: hardware {c['hardware']!r} has no HBM to subtract from")
@@ -69,11 +67,11 @@ def leave_one_source_out(rows: list[dict]) -> dict[str, pint.Quantity]:
     return {r["id"]: fit([o for o in rows if o["group"] != r["group"]])[0] for r in rows}
 
 
-def summary(path: Path) -> dict | None:
+def summary(folder: Path) -> dict | None:
     """The fitted memory outside the allocator, or None with fewer than two sources: allocator,
     outside, its standard error, low and high (the smallest and largest snapshot), over how many
     snapshots and sources; memories in bytes."""
-    rows = snapshots(path)
+    rows = snapshots(folder)
     if len({r["group"] for r in rows}) < 2:
         return None  # one figure per allocator, checked with its source left out
     mean, stderr = fit(rows)

@@ -12,27 +12,26 @@ A peak measured as the allocator's maximum allocated memory (``torch.cuda.max_me
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.files import read_text
 from ..core.values import as_quantity
 from ..presets import stack
 from .calibration import build_plan, memory_case_plan
+from .cases import load
 
 #: what a measured peak is: the allocator's maximum reserved memory (torch.cuda.max_memory_reserved, the
 #: default) or its maximum allocated memory (torch.cuda.max_memory_allocated: the live tensors alone)
 MEASURES = ("reserved", "allocated")
 
 
-def peaks(path: Path) -> list[dict]:
-    """The measured peaks of a validation folder's memory.toml: id, group (the source), stack (the run's),
-    allocator (the stack's), measure (:data:`MEASURES`), counted (the memory of the run's fullest stage)
-    and ratio (measured peak / counted)."""
-    tables = tomllib.loads(read_text(path)) if path.exists() else {}
-    cases = [c for c in tables.get("case", []) if c.get("kind") == "memory"]
-    runs = {c["id"]: c for c in tomllib.loads(read_text(path.parent / "predicted.toml")).get("case", [])} if cases else {}
+def peaks(folder: Path) -> list[dict]:
+    """The measured peaks of a case folder (its memory cases, in whichever file): id, group (the source),
+    stack (the run's), allocator (the stack's), measure (:data:`MEASURES`), counted (the memory of the run's
+    fullest stage) and ratio (measured peak / counted)."""
+    every = load(folder)[0]
+    cases = [c for c in every if c["kind"] == "memory"]
+    runs = {c["id"]: c for c in every if c["kind"] == "predicted"}
     out = []
     for c in cases:
         plan = build_plan(memory_case_plan(c, runs))
@@ -68,12 +67,12 @@ def leave_one_source_out(rows: list[dict]) -> dict[str, float]:
     return {r["id"]: fit([o for o in rows if o["group"] != r["group"]])[0] for r in rows}
 
 
-def summary(path: Path) -> dict | None:
-    """The fitted reserve of a validation folder's measured peaks, or None without any: the
+def summary(folder: Path) -> dict | None:
+    """The fitted reserve of a case folder's measured peaks, or None without any: the
     allocator, the reserve and its standard error (of the log), and the smallest and largest
     measured/predicted peak with each source left out of the fit, over how many peaks and sources, and
     the stacks whose runs they measured."""
-    rows = reserved(peaks(path))
+    rows = reserved(peaks(folder))
     if not rows:
         return None
     allocators = {r["allocator"] for r in rows}

@@ -26,7 +26,7 @@ from .readings import readings
 
 CLAIM_EXACT = 0.005  # a claim within 0.5% "holds"; within its stated rounding "holds-rounded"
 
-from .cases import FILE_OF_KIND, KINDS, find_folder, load  # noqa: F401 (validation.load, .find_folder: the folder and its cases)
+from .cases import KINDS, find_folder, load  # noqa: F401 (validation.load, .find_folder: the folder and its cases)
 
 
 @dataclass
@@ -187,7 +187,7 @@ def _memory(folder: Path, cases: dict) -> list[Result]:
     alone for a peak of allocated memory; the count alone and the reserve fitted on every peak are kept
     beside it."""
     from . import reserve
-    rows = reserve.peaks(folder / "memory.toml")
+    rows = reserve.peaks(folder)
     if not rows:
         return []
     fitted = reserve.reserved(rows)
@@ -230,7 +230,7 @@ def _outside(folder: Path, cases: dict) -> list[Result]:
     """Each snapshot's memory outside the allocator (:mod:`analytic.fit.outside`) against the mean of every
     other source's."""
     from . import outside
-    rows = outside.snapshots(folder / "outside.toml")
+    rows = outside.snapshots(folder)
     if len({r["group"] for r in rows}) < 2:
         return []
     loso, out = outside.leave_one_source_out(rows), []
