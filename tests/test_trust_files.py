@@ -211,3 +211,27 @@ def test_a_case_folder_without_predicted_cases_validates(tmp_path):
     code, out, err = run("validate", "--cases", str(tmp_path), "--json")
     assert code == 0, err
     assert [c["id"] for c in json.loads(out)["cases"]] == ["A"]
+
+
+def _sources(folder: Path, *groups: str) -> Path:
+    """``folder`` with the predicted cases of ``groups`` only, copied from the project's predicted.toml."""
+    head, *blocks = (PROJECT / "predicted.toml").read_text().split("[[case]]")
+    kept = [b for b in blocks if any(f'group = "{g}"' in b for g in groups)]
+    (folder / "predicted.toml").write_text(head + "".join("[[case]]" + b for b in kept))
+    return folder
+
+
+@pytest.mark.parametrize("groups, message", [
+    (("megatron-2021", "torchtitan-a100-2024"),
+     "with torchtitan-a100-2024 left out no fitted case determines attention_factor"),
+    (("bloom-2022",), "a second"),
+])
+def test_a_case_folder_of_some_sources_is_one_line_where_it_cannot_be_fitted(tmp_path, groups, message):
+    """A folder of a subset of the sources (KeyError and ZeroDivisionError before): where a source left out
+    leaves a constant its cases read without a case to fit it, or no case at all, validate and calibrate say
+    which in one line."""
+    folder = _sources(tmp_path, *groups)
+    for argv in (("validate", "--cases", str(folder), "--quiet"),
+                 ("calibrate", "--published", "--cases", str(folder), "--quiet")):
+        code, _, err = run(*argv)
+        assert one_line_error(code, err) and message in err, err

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.errors import InputError, ValidationError
 from ..core.files import read_text
 from ..core.formula import Formula
 from ..core.progress import steps
@@ -123,7 +123,18 @@ def _case_constants(constants, case, fallback=None):
 def fit(cases: list[Case], start: dict | None = None) -> dict:
     """Least-squares fit of log(predicted/published); returns the constants. ``start``: constants to start
     from (a fit of more cases, whose optimum a refit without some of them lies near), else :data:`START`."""
+    if not cases:
+        raise ValidationError("calibration: no fitted case to fit the step-time constants on")
     return _fit(cases, start)[0]
+
+
+def _predictable(case: Case, constants: dict, left_out: str) -> None:
+    """Refuse, naming them, a case whose shared constants the fit without ``left_out`` did not determine
+    (no case of the other sources reads them)."""
+    missing = [k for k in SHARED if k in case.keywords and k not in constants]
+    if missing:
+        raise ValidationError(f"{case.id}: with {left_out} left out no fitted case determines {', '.join(missing)}; "
+                              "add cases of another source that read it")
 
 
 def _fit(cases: list[Case], start: dict | None = None):
@@ -205,7 +216,11 @@ def leave_one_out(cases: list[Case]) -> dict[str, float]:
             out[case.id] = predict(case, full, fitted)
             continue
         rest = [c for c in fitted if c is not case]
-        out[case.id] = predict(case, fit(rest, start=full), rest)
+        if not rest:
+            raise ValidationError(f"{case.id}: leave-one-out needs a second fitted case")
+        constants = fit(rest, start=full)
+        _predictable(case, constants, case.id)
+        out[case.id] = predict(case, constants, rest)
     return out
 
 
@@ -215,8 +230,13 @@ def leave_one_source_out(cases: list[Case]) -> dict[str, float]:
     full, out = fit(fitted), {}
     for group in steps(sorted({c.group for c in cases}), desc="each source left out", unit="fits"):
         rest = [c for c in fitted if c.group != group]
+        if not rest:
+            raise ValidationError(f"leave-one-source-out needs fitted cases of a second source besides {group}")
         constants = fit(rest, start=full)
-        out.update({c.id: predict(c, constants, rest) for c in cases if c.group == group})
+        for c in cases:
+            if c.group == group:
+                _predictable(c, constants, group)
+                out[c.id] = predict(c, constants, rest)
     return out
 
 
