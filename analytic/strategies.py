@@ -18,6 +18,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from .core.choices import default_stack
 from .core.errors import UnknownNameError
 from .core.units import Q_
 from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, sequence_unit, tiles
@@ -25,6 +26,7 @@ from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
 from .presets import models as _models
+from .presets import stack as _stack
 from .presets.hardware import Hardware
 from .presets.model import Model
 
@@ -130,6 +132,12 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
     lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
+    # what the platform's stack runs: its selective policy where it models one, its highest ZeRO stage
+    props = _stack(default_stack(hw.platform))
+    if lay.recompute == "selective" and props.get("selective") is None:
+        lay = lay.replace(recompute=draw(st.sampled_from(["none", "full"])))
+    if lay.zero > props.get("max_zero", 3):
+        lay = lay.replace(zero=draw(st.integers(0, props["max_zero"])), zero3_gather="per-block")
     # each length made a multiple of what the layout splits it into (sequence_unit); none past a learned
     # position table (check_sequence)
     unit = sequence_unit(lay.cp, lay.tp, lay.sequence_parallel)

@@ -73,3 +73,12 @@ def test_downstream_sharding_example(plan):
     mine = 2 * psi / shard[0] + grad * psi / shard[1] + 12 * psi / shard[2]
     stages = sum((m.weights + m.gradients + m.optimizer).to("byte").magnitude for m in plan.memory_by_stage())
     assert stages == pytest.approx(mine, rel=1e-12)
+
+
+@given(st.sampled_from(["tpu-v6e", "trn2", "mi300x"]).flatmap(lambda hw: ast.plans(hardware=hw, gpus=8, seq_lens=[2048])))
+@settings(max_examples=50)
+def test_plans_on_every_platform_are_ones_its_stack_runs(plan):
+    """On a TPU or Trainium, plans are drawn as the platform's stack runs them (MaxText models no selective
+    recomputation, NeuronX Distributed runs ZeRO-1 at most): each is a Plan its default stack accepts."""
+    assert plan.stack == {"tpu": "maxtext", "neuron": "neuronx-distributed", "rocm": "megatron-core"}[plan.hardware.platform]
+    assert plan.memory().total.magnitude > 0
