@@ -61,10 +61,11 @@ def _terms(expr, cap: int = MAX_TERMS) -> int:
     return 1
 
 
-def _bounded(value, what: str):
-    """``value``, refused where it would make later work unbounded: a symbolic expression that expands
-    to more than MAX_TERMS terms, a string or list of more than MAX_ITEMS items."""
-    if isinstance(value, sympy.Basic) and not value.is_Atom and _terms(value) > MAX_TERMS:
+def _bounded(value, what: str, terms: bool = True):
+    """``value``, refused where it would make later work unbounded: a string or list of more than MAX_ITEMS
+    items, and (``terms``: a product or a power, the only operations that multiply terms) a symbolic
+    expression that expands to more than MAX_TERMS terms."""
+    if terms and isinstance(value, sympy.Basic) and not value.is_Atom and _terms(value) > MAX_TERMS:
         raise InputError(f"{what}: an expression that expands to more than {MAX_TERMS:,} terms")
     if isinstance(value, (str, list, tuple)) and len(value) > MAX_ITEMS:
         raise InputError(f"{what}: a {type(value).__name__} of more than {MAX_ITEMS:,} items")
@@ -100,7 +101,7 @@ def _binary(node, left, right, what: str):
         return _power(left, right, what)
     if isinstance(node.op, ast.Mult):
         return _repeat(left, right, what)
-    return _bounded(_BINARY[type(node.op)](left, right), what)
+    return _bounded(_BINARY[type(node.op)](left, right), what, terms=False)
 
 
 def symbolic(text: str, what: str = "expression") -> sympy.Expr:
@@ -119,7 +120,7 @@ def symbolic(text: str, what: str = "expression") -> sympy.Expr:
             return _UNARY[type(node.op)](walk(node.operand))
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYMPY_FUNCTIONS
                 and not node.keywords):
-            return _bounded(_SYMPY_FUNCTIONS[node.func.id](*map(walk, node.args)), what)
+            return _SYMPY_FUNCTIONS[node.func.id](*map(walk, node.args))
         raise InputError(f"{what}: {type(node).__name__} is not allowed in a closed form ({text!r:.80})")
     return walk(_parse(text, what))
 
@@ -153,7 +154,8 @@ def evaluate(text: str, names: dict, attributes: frozenset, what: str = "express
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 raise InputError(f"{what}: * and ** arguments are not allowed")
             func = walk(node.func)
-            return _bounded(func(*map(walk, node.args), **{k.arg: walk(k.value) for k in node.keywords}), what)
+            return _bounded(func(*map(walk, node.args), **{k.arg: walk(k.value) for k in node.keywords}), what,
+                            terms=False)
         if isinstance(node, (ast.List, ast.Tuple)):
             items = [walk(e) for e in node.elts]
             return items if isinstance(node, ast.List) else tuple(items)
