@@ -72,7 +72,9 @@ class Plan:
     ``scale_out_bandwidth``, ``gpus_per_node``, ``scale_up_domain``, ``matmul_efficiency``
     (the device's GEMM ceiling over its peak), ``stack_efficiency``, ``attention_factor``, ``link_efficiency``, ``overlap``, ``scale_up_latency``, ``scale_out_latency`` (``latency`` sets
     both), ``interruption_rate``, ``checkpoint_time`` (the stall of an asynchronous checkpoint),
-    ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``.
+    ``checkpoint_write_time`` (how long after it the copy is durable), ``restart_time``. ``stack``: the
+    training stack of presets/stacks.toml whose kernels, allocations and efficiency the plan takes; by
+    default the hardware platform's (``choices.default_stack``: Megatron-Core on CUDA and ROCm).
     """
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,
