@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 from .core.choices import default_stack
 from .core.errors import UnknownNameError
 from .core.units import Q_
-from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, sequence_unit, tiles
+from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, selective_refusal, sequence_unit, tiles
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
 from .presets import model as _model
@@ -132,9 +132,10 @@ def _plans(draw, model, hardware, gpus, seq_lens, microbatches):
     m = draw(models()) if model is None else model
     hw = draw(hardwares(with_scale_out=True)) if hardware is None else hardware
     lay = draw(layouts(gpus=gpus, model=m, max_tp=hw.scale_up_domain, scale_up_domain=hw.scale_up_domain))
-    # what the platform's stack runs: its selective policy where it models one, its highest ZeRO stage
-    props = _stack(default_stack(hw.platform))
-    if lay.recompute == "selective" and props.get("selective") is None:
+    # what the platform's stack runs (Plan's rules): selective recomputation where modelled, its highest ZeRO stage
+    name = default_stack(hw.platform)
+    props = _stack(name)
+    if lay.recompute == "selective" and selective_refusal(name, props.get("selective"), m, bool(props["attention"])):
         lay = lay.replace(recompute=draw(st.sampled_from(["none", "full"])))
     if lay.zero > props.get("max_zero", 3):
         lay = lay.replace(zero=draw(st.integers(0, props["max_zero"])), zero3_gather="per-block")

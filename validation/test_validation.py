@@ -581,3 +581,22 @@ def test_readme_counts_the_cases_outside_their_tolerance(results, docs):
     memory, beyond = (sum(r.kind == kind for r in failed) for kind in ("memory", "outside"))
     assert (f"outside its tolerance; today {len(failed)} are ({words[memory]} of the measured memory peaks, "
             f"{words[beyond]} of the snapshots of memory outside the allocator,") in readme
+
+
+def test_docs_worst_sources_paragraph(results, docs):
+    """The validation page's worst sources are the report's: each range the rounded least and most of those
+    cases' step-time errors with their source left out, in the direction the page says."""
+    error = {r.id: r.error for r in results if r.kind == "predicted"}
+
+    def span(ids, slow):
+        values = sorted(round(100 * abs(error[i])) for i in ids)
+        assert all((error[i] > 0) == slow for i in ids)
+        return f"{values[0]}%" if values[0] == values[-1] else f"{values[0]}–{values[-1]}%"
+
+    mtnlg = span(("MTNLG-2240", "MTNLG-2800", "MTNLG-3360"), slow=False)
+    maxtext = span(("MAXTEXT-v6e-llama2-70b", "MAXTEXT-v6e-llama3.1-8b", "MAXTEXT-v6e-llama3.1-70b"), slow=True)
+    qwen_tp8 = span(("TTQ3-32b-fsdp4-tp8-b16", "TTQ3-32b-fsdp4-tp8-b32", "TTQ3-32b-fsdp8-tp8-b32"), slow=False)
+    for text in (f"they come out {mtnlg} too fast, and BLOOM {span(('F10',), slow=True)} too slow",
+                 f"MaxText on TPU v6e ({maxtext} too slow", f"eager DTensor ({qwen_tp8} too fast",
+                 f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast"):
+        assert text in docs, text

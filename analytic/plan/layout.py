@@ -7,7 +7,7 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
-from ..core.choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS
+from ..core.choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS, ZERO_STAGES
 from ..core.errors import InputError, LayoutError
 from ..core.symbols import canonical, sym
 from ..core.values import choice, count, flag, is_number, is_sympy, share
@@ -99,7 +99,7 @@ class Layout:
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
         if not _open(self.zero, "zero"):
-            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in (0, 1, 2, 3):
+            if isinstance(self.zero, bool) or not isinstance(self.zero, numbers.Integral) or self.zero not in ZERO_STAGES:
                 raise InputError(f"zero: expected 0, 1, 2, 3 or an.sym('zero'), got {self.zero!r}")
             object.__setattr__(self, "zero", int(self.zero))
         for k in ("sequence_parallel", "async_tp", "offload_activations", "fp8_activations", "ends_as_layers"):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, default_stack
+from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, ZERO_STAGES, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
 from ..core.progress import bar, shown
 from ..core.symbols import read_magnitude
@@ -177,7 +177,7 @@ class SearchResult:
 
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
-                      microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE, schedules=SCHEDULES,
+                      microbatch_sizes=(1, 2, 4, 8), zero=ZERO_STAGES, recompute=RECOMPUTE, schedules=SCHEDULES,
                       vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
@@ -260,7 +260,7 @@ def search_batch(seq_len: int, batch_tokens=None, global_batch=None) -> tuple[in
 
 
 def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None, batch_tokens=None,
-           dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=(0, 1, 2, 3), recompute=RECOMPUTE,
+           dtype: str = "bf16", microbatch_sizes=(1, 2, 4, 8), zero=ZERO_STAGES, recompute=RECOMPUTE,
            schedules=SCHEDULES, vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None,
            flash_attention: bool = True, async_tp: bool = False, comm_sms: int = 0, zero3_gather: str = "per-block",
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
@@ -307,7 +307,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                                                              ("at_limit", at_limit)))
     zero, recompute, schedules = (distinct(k, v) for k, v in (("zero", zero), ("recompute", recompute),
                                                             ("schedules", schedules)))
-    for name, values, allowed in (("zero", zero, (0, 1, 2, 3)), ("recompute", recompute, RECOMPUTE),
+    for name, values, allowed in (("zero", zero, ZERO_STAGES), ("recompute", recompute, RECOMPUTE),
                                   ("schedules", schedules, SCHEDULES)):
         bad = [v for v in values if isinstance(v, bool) or v not in allowed]
         if bad:
@@ -320,10 +320,11 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if refused and schedules != SCHEDULES:
             raise InputError(stack_refusal(stack, props, schedule=refused[0]))
         schedules = tuple(sched for sched in schedules if sched in props["schedules"])
-    if props.get("max_zero") is not None and zero != (0, 1, 2, 3):  # asked for, a stage it does not run is refused
+    if props.get("max_zero") is not None:  # as the schedules: asked for, a ZeRO stage the stack does not run is refused
         refused = [z for z in zero if z > props["max_zero"]]
-        if refused:
+        if refused and zero != ZERO_STAGES:
             raise InputError(stack_refusal(stack, props, zero=refused[0]))
+        zero = tuple(z for z in zero if z <= props["max_zero"])
     refusal = selective_refusal(stack, props.get("selective"), model, flash_attention)
     if refusal and "selective" in recompute:  # the layouts Plan refuses are not searched: asked for, it says why
         if recompute != RECOMPUTE:
@@ -346,9 +347,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked for is
     # kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered one at a time)
     keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
-    if props.get("max_zero") is not None:  # stack_refusal's ZeRO limits, on every row at once
-        keep &= arrays["zero"] <= props["max_zero"]
-    if props.get("pipeline_zero") is not None:
+    if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
     if props.get("even_chunks"):  # and its even model chunks
         keep &= ~((arrays["schedule"] == SCHEDULES.index("interleaved"))
