@@ -41,7 +41,9 @@ def test_readme_states_the_current_errors(results, docs):
             f"{pct(f['leave_one_source_out_max'])} at worst (the compute-only baseline: "
             f"{pct(f['baseline_leave_one_source_out_mean'])} and {pct(f['baseline_leave_one_source_out_max'])})") in readme
     assert "leave-one-out" not in readme and "leave-one-case-out" not in readme  # by source only
-    assert ("both are missed" in readme) == (f["leave_one_source_out_mean"] > 0.08 and f["leave_one_source_out_max"] > 0.20)
+    verdict = {(True, True): "both are met", (False, False): "both are missed",
+               (True, False): "the mean is met, the max is missed", (False, True): "the mean is missed, the max is met"}
+    assert verdict[f["leave_one_source_out_mean"] <= 0.08, f["leave_one_source_out_max"] <= 0.20] in readme
     table = [f"| {g} | {v['count']} | {100 * v['leave_one_source_out_mean']:.1f}% | "
              f"{100 * v['leave_one_source_out_max']:.1f}% |" for g, v in f["sources"].items()]
     assert " ".join(["| source | cases | mean | max | |---|---|---|---|", *table]) in readme
@@ -596,7 +598,8 @@ def test_docs_worst_sources_paragraph(results, docs):
     mtnlg = span(("MTNLG-2240", "MTNLG-2800", "MTNLG-3360"), slow=False)
     maxtext = span(("MAXTEXT-v6e-llama2-70b", "MAXTEXT-v6e-llama3.1-8b", "MAXTEXT-v6e-llama3.1-70b"), slow=True)
     qwen_tp8 = span(("TTQ3-32b-fsdp4-tp8-b16", "TTQ3-32b-fsdp4-tp8-b32", "TTQ3-32b-fsdp8-tp8-b32"), slow=False)
-    for text in (f"they come out {mtnlg} too fast, and BLOOM {span(('F10',), slow=True)} too slow",
+    for text in (f"Megatron-Turing NLG {mtnlg} too fast, and BLOOM {span(('F10',), slow=True)} too slow",
                  f"MaxText on TPU v6e ({maxtext} too slow", f"eager DTensor ({qwen_tp8} too fast",
-                 f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast"):
+                 f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast",
+                 f"DeepSeek-V3 ({span(('B02',), slow=True)} too slow"):
         assert text in docs, text
