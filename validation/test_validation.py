@@ -49,6 +49,20 @@ def test_readme_states_the_current_errors(results, docs):
     assert " ".join(["| source | cases | mean | max | |---|---|---|---|", *table]) in readme
 
 
+
+def test_readme_quotes_the_errors_by_source(results):
+    """The README's headline of the leave-one-source-out errors and its best and worst source are the run's."""
+    f = validation.statistics(results)["predicted"]["fitted"]
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    by_mean = sorted(f["sources"].items(), key=lambda kv: kv[1]["leave_one_source_out_mean"])
+    (best, b), (worst, w) = by_mean[0], by_mean[-1]
+    pct = lambda x, d: f"{100 * x:.{d}f} %"  # noqa: E731
+    assert (f"the {f['count']} fitted step times from {len(f['sources'])} sources are missed by "
+            f"{pct(f['leave_one_source_out_mean'], 2)} on average and {pct(f['leave_one_source_out_max'], 2)} "
+            "at worst") in readme
+    assert (f"from {pct(b['leave_one_source_out_mean'], 1)} ({best}) to "
+            f"{pct(w['leave_one_source_out_mean'], 1)} ({worst})") in readme
+
 def test_a_source_of_one_case_is_left_out_as_that_case(results):
     """Leaving out a source that has one fitted case is leaving out that case: the two predictions
     agree, while a source of many rows (TorchTitan's ten) is predicted otherwise than case by case."""
