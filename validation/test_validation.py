@@ -63,6 +63,7 @@ def test_readme_quotes_the_errors_by_source(results):
     assert (f"from {pct(b['leave_one_source_out_mean'], 1)} ({best}) to "
             f"{pct(w['leave_one_source_out_mean'], 1)} ({worst})") in readme
 
+
 def test_a_source_of_one_case_is_left_out_as_that_case(results):
     """Leaving out a source that has one fitted case is leaving out that case: the two predictions
     agree, while a source of many rows (TorchTitan's ten) is predicted otherwise than case by case."""
