@@ -49,7 +49,6 @@ def test_readme_states_the_current_errors(results, docs):
     assert " ".join(["| source | cases | mean | max | |---|---|---|---|", *table]) in readme
 
 
-
 def test_readme_quotes_the_errors_by_source(results):
     """The README's headline of the leave-one-source-out errors and its best and worst source are the run's."""
     f = validation.statistics(results)["predicted"]["fitted"]
@@ -614,7 +613,7 @@ def test_docs_worst_sources_paragraph(results, docs):
     maxtext = span(("MAXTEXT-v6e-llama2-70b", "MAXTEXT-v6e-llama3.1-8b", "MAXTEXT-v6e-llama3.1-70b"), slow=True)
     qwen_tp8 = span(("TTQ3-32b-fsdp4-tp8-b16", "TTQ3-32b-fsdp4-tp8-b32", "TTQ3-32b-fsdp8-tp8-b32"), slow=False)
     for text in (f"Megatron-Turing NLG {mtnlg} too fast, and BLOOM {span(('F10',), slow=True)} too slow",
-                 f"MaxText on TPU v6e ({maxtext} too slow", f"eager DTensor ({qwen_tp8} too fast",
+                 f"MaxText on TPU v6e ({maxtext} too slow", f"eager DTensor ({qwen_tp8} too fast at TP 8, {span(('TTQ3-32b-fsdp8-tp4-b16',), slow=False)} at TP 4",
                  f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast",
                  f"DeepSeek-V3 ({span(('B02',), slow=True)} too slow"):
         assert text in docs, text
