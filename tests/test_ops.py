@@ -69,6 +69,26 @@ def test_memory_bound_kernels_by_hand():
     assert p.time_breakdown(ops=True)["memory_bound"].to("s").magnitude == pytest.approx(want, rel=1e-12)
 
 
+
+@pytest.mark.parametrize("recompute, passes", [("none", 2), ("full", 3)])
+def test_eager_torchtitan_copies_the_whole_tensor_at_each_sequence_parallel_collective(recompute, passes):
+    """Eager TorchTitan gathers and scatters on the sequence dimension, each of a block's four collectives with
+    a copy (aten.cat) of the whole [b, s, h] tensor: 2h elements per token of the microbatch, not of the rank's
+    s/t, in each pass (forward, recomputed forward, backward). Compiled blocks and async TP's fused kernels
+    copy nothing of their own: their memory-bound time is the same with and without async TP."""
+    m, tokens = an.model("llama3-8b"), 2 * 4096  # a microbatch of 2 sequences
+    kw = dict(seq_len=4096, global_batch=8, microbatch_size=2, hbm_bandwidth="2 TB/s", **GIVEN)
+
+    def memory_bound(stack, async_tp):
+        layout = an.Layout(tp=4, dp=2, sequence_parallel=True, async_tp=async_tp, recompute=recompute)
+        return an.Plan(m, HAND, layout, stack=stack, **kw).time_breakdown(ops=True)["memory_bound"].to("s").magnitude
+
+    elements = 4 * 2 * m.hidden * tokens * passes * m.layers * 2  # 2 microbatches of a replica
+    copies = elements * 2 / (2e12 * 0.9)  # 2 bytes each
+    assert memory_bound("torchtitan-2025-eager", False) - memory_bound("torchtitan-2025-eager", True) == pytest.approx(
+        copies, rel=1e-9)
+    assert memory_bound("torchtitan-2025", False) == pytest.approx(memory_bound("torchtitan-2025", True), rel=1e-12)
+
 @pytest.mark.parametrize("zero, grad_dtype, per_param", [(0, "bf16", 28), (1, "bf16", 28), (1, "fp32", 30)])
 def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):
     """One Adam step reads master weight, moments and gradient and writes three of them and the 16-bit

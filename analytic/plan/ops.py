@@ -183,7 +183,8 @@ def attention_time(o: _Ops) -> Formula:
 def memory_bound_time(o: _Ops) -> Formula:
     """Seconds per step of the memory-bound kernels of one GPU's stage: the residual stream's norms
     and adds (on s/t tokens under sequence parallelism), the MLP activation, rotary embeddings, MoE
-    token permutation and the cross-entropy, each forward, backward and recomputed forward."""
+    token permutation, the copies around a stack's sequence-dim collectives and the cross-entropy, each
+    forward, backward and recomputed forward."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     f = inp.f
@@ -206,6 +207,8 @@ def memory_bound_time(o: _Ops) -> Formula:
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
+    if inp.sp_relayout and lay.sequence_parallel and not lay.async_tp:  # the whole gathered tensor, every token
+        total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * (sympy.sympify(m.blocks) / lay.pp)
     total = total + o.loss_elements * (sympy.S.One / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
