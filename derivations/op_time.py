@@ -58,6 +58,9 @@ def derive() -> Derivation:
     d.check(2 * (a + a_kv) * d_h, "compute.memory_bound.rope", "rotary embedding, one pass: read and write q and k:")
     d.check(2 * (h + k * h) + 2 * (k * h + h), "compute.memory_bound.moe_permute",
             "MoE permute (read h, write k copies) and unpermute (read k, write one), forward and backward:")
+    d.check(4 * (h + h), "compute.memory_bound.sp_relayout",
+            "eager DTensor's copies around a block's four sequence-parallel collectives (two all-gathers, two "
+            "reduce-scatters on the sequence dimension), one pass: each reads and writes the whole tensor:")
     d.check(V + 2 * V, "compute.memory_bound.cross_entropy",
             "cross-entropy: the forward reads the logits, the backward reads them and writes their gradient:")
     d.check(a * s * (2 + 3), "compute.memory_bound.scores",
