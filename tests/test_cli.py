@@ -869,3 +869,21 @@ def test_validate_draws_its_cases_progress_on_a_terminal(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "stderr", err)
     code = main(["validate", "--cases", str(tmp_path)])
     assert code == 0 and "cases:" in err.getvalue() and "/2 [" in err.getvalue()
+
+
+def test_the_story_is_the_same_from_expressions_and_from_programs(tmp_path):
+    """`step` tells one story whether its plan's numbers come from expressions (a first run), from its
+    structure's programs lowered (the second) or read from the cache (the third): the same lines, the same
+    numbers to 1e-12; a part the programs leave as rounding of a zero (a one-stage pipeline's slowest-stage
+    excess) is no line."""
+    import os
+    import subprocess
+    env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
+    argv = [sys.executable, "-m", "analytic.cli", "step", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus",
+            "16", "--tp", "2", "--seq", "2048", "--global-batch", "64", "--json"]
+    runs = [json.loads(subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout)["lines"]
+            for _ in range(3)]
+    keys = [[line["key"] for line in lines] for lines in runs]
+    assert keys[0] == keys[1] == keys[2] and "time_imbalance" not in keys[0] and "time_tp" in keys[0]
+    for lines in runs[1:]:
+        assert [line["value"] for line in lines] == pytest.approx([line["value"] for line in runs[0]], rel=1e-12)

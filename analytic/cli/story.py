@@ -261,7 +261,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     try:
         st = plan.step_time()
         for k, v in plan.time_breakdown(ops=True).items():
-            if v.magnitude:
+            if abs(float(v / st)) > 1e-12:  # smaller: a zero the structure's programs leave as rounding
                 label = f"  {OP_LABELS.get(k, k)}" + ("" if k in OP_LABELS or k == "bubble" else " (exposed)")
                 if k == "imbalance":
                     slow = plan.slowest_stage()
