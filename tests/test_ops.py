@@ -71,23 +71,28 @@ def test_memory_bound_kernels_by_hand():
 
 
 @pytest.mark.parametrize("recompute, passes", [("none", 2), ("full", 3)])
-def test_eager_torchtitan_copies_the_whole_tensor_at_each_sequence_parallel_collective(recompute, passes):
-    """Eager TorchTitan gathers and scatters on the sequence dimension, each of a block's four collectives with
-    a copy (aten.cat) of the whole [b, s, h] tensor: 2h elements per token of the microbatch, not of the rank's
-    s/t, in each pass (forward, recomputed forward, backward). Compiled blocks and async TP's fused kernels
-    copy nothing of their own: their memory-bound time is the same with and without async TP."""
-    m, tokens = an.model("llama3-8b"), 2 * 4096  # a microbatch of 2 sequences
+def test_torchtitan_copies_the_whole_tensor_at_each_sequence_parallel_collective(recompute, passes):
+    """Sequence parallelism over TP 4 takes the residual stream's norms and adds (10h forward, 12h backward per
+    token) to s/t tokens a rank; TorchTitan, gathering and scattering on the sequence dimension, also copies
+    (aten.cat) the whole [b, s, h] tensor at each of a block's four collectives: 2h elements per token of the
+    microbatch each, in each pass (forward, recomputed forward, backward), with or without async TP, whose
+    fused kernels move the dimension too. Megatron-Core's sequence-first layout gathers on dim 0: no copy."""
+    m, tokens, t = an.model("llama3-8b"), 2 * 4096, 4  # a microbatch of 2 sequences
     kw = dict(seq_len=4096, global_batch=8, microbatch_size=2, hbm_bandwidth="2 TB/s", **GIVEN)
 
-    def memory_bound(stack, async_tp):
-        layout = an.Layout(tp=4, dp=2, sequence_parallel=True, async_tp=async_tp, recompute=recompute)
+    def memory_bound(stack, sp, async_tp=False):
+        layout = an.Layout(tp=t, dp=2, sequence_parallel=sp, async_tp=async_tp, recompute=recompute)
         return an.Plan(m, HAND, layout, stack=stack, **kw).time_breakdown(ops=True)["memory_bound"].to("s").magnitude
 
-    elements = 4 * 2 * m.hidden * tokens * passes * m.layers * 2  # 2 microbatches of a replica
-    copies = elements * 2 / (2e12 * 0.9)  # 2 bytes each
-    assert memory_bound("torchtitan-2025-eager", False) - memory_bound("torchtitan-2025-eager", True) == pytest.approx(
-        copies, rel=1e-9)
-    assert memory_bound("torchtitan-2025", False) == pytest.approx(memory_bound("torchtitan-2025", True), rel=1e-12)
+    seconds = 2 * m.layers * 2 / (2e12 * 0.9)  # per element of a block and token: 2 microbatches, 2 bytes each
+    residual = (10 * m.hidden * (passes - 1) + 12 * m.hidden) * (tokens - tokens / t) * seconds
+    copies = 4 * 2 * m.hidden * tokens * passes * seconds
+    for stack in ("torchtitan-2025", "torchtitan-2025-eager"):
+        assert memory_bound(stack, True) == pytest.approx(memory_bound(stack, False) - residual + copies, rel=1e-9)
+        assert memory_bound(stack, True, async_tp=True) == pytest.approx(memory_bound(stack, True), rel=1e-12)
+    assert memory_bound("megatron-core", True) == pytest.approx(memory_bound("megatron-core", False) - residual,
+                                                                rel=1e-9)
+
 
 @pytest.mark.parametrize("zero, grad_dtype, per_param", [(0, "bf16", 28), (1, "bf16", 28), (1, "fp32", 30)])
 def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):

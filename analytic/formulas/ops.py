@@ -65,11 +65,13 @@ define("compute.memory_bound.sp_relayout", 8 * h, "",
        "pytorch/torchtitan pull request #437 (2024): sequence-parallel all-gathers and reduce-scatters on dim 1 (the "
        "sequence) of [batch, sequence, hidden] instead of a folded dim 0 incur an extra aten.cat after each collective "
        "(two of them about 0.18 ms of a 3 ms FFN at 8K tokens on H100); torchtitan parallelize_llama.py apply_tp, NOTE "
-       f"on folding the batch and sequence dimensions; {DERIVED}",
+       "on folding the batch and sequence dimensions; eager and compiled: analytic.reference.sequence_parallel; "
+       f"{DERIVED}",
        ("a block's four sequence-parallel collectives (two all-gathers, two reduce-scatters) each copy the whole "
         "gathered tensor once: read h, write h per token of the microbatch",
         "one pass: the forward (a recomputed forward again), or the backward, whose collectives are the forward's "
-        "transposed", "the output layer's all-gather not counted"),
+        "transposed", "async TP's fused kernels, which move the dimension to the front and back, counted alike",
+        "the output layer's all-gather not counted"),
        "elements per token the copies around one block's sequence-parallel collectives move in one pass, where they "
        "gather and scatter along the sequence dimension")
 define("compute.memory_bound.moe_permute", 4 * (1 + S("topk")) * h, "",

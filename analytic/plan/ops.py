@@ -207,7 +207,7 @@ def memory_bound_time(o: _Ops) -> Formula:
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
             sympy.sympify(m.blocks) / lay.pp)
-    if inp.sp_relayout and lay.sequence_parallel and not lay.async_tp:  # the whole gathered tensor, every token
+    if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
         total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * (sympy.sympify(m.blocks) / lay.pp)
     total = total + o.loss_elements * (sympy.S.One / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
