@@ -51,8 +51,8 @@ def _compiled_kernels(fn, *args) -> list[str]:
 def checks(rank: int, world: int) -> dict:
     """Per token of the microbatch, the elements the copies around one all-gather and one reduce-scatter on
     the sequence dimension move (each copy reads and writes its tensor), eager; the catalogue's count for a
-    block's two of each, at this hidden size; and, compiled, the kernels Inductor puts between an all-gather
-    and the matmul after it and between a matmul and the reduce-scatter after it."""
+    block's two of each, halved, at this hidden size; and, compiled, the kernels Inductor puts between an
+    all-gather and the matmul after it and between a matmul and the reduce-scatter after it."""
     from ..formulas import formula
     group = dist.group.WORLD
     torch.manual_seed(0)
