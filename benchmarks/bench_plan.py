@@ -6,8 +6,11 @@ Prints, each against its target:
   structure never seen before (GPT-OSS 120B and Qwen3-30B-A3B from their config.json, the latter on
   TorchTitan), its programs built by the first plan and that first plan's time given apart; and for
   a loop that calls ``an.model()`` and ``an.hardware()`` each time;
-- ``analytic step`` wall time against ``python -c "import numpy"``: the first run on an empty cache
-  (the plan's own expressions), the second (its structure lowered) and later ones (the cache read).
+- ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
+  as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
+  pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache (the
+  plan's own expressions), the second (its structure lowered) and later ones (the cache read). Where no
+  environment can be built (no package index), the same in this environment, said so.
 
 Run: python benchmarks/bench_plan.py
 """
@@ -15,6 +18,7 @@ Run: python benchmarks/bench_plan.py
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,20 +85,39 @@ def main():
               f"{len(first) - 1} plans {', '.join(f'{t:.2f}' for t in first[:-1])} s (their expressions), the next "
               f"{first[-1]:.2f} s (its structure's programs lowered)")
     programs._BUNDLES.clear()
-    # as from a wheel, whose modules pip byte-compiles when it installs them: bytecode written (into a
-    # folder of this run, not the checkout) by a first run on another cache, then the cold run on an empty one
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="analytic-bench-pyc-")
-    step = [sys.executable, "-m", "analytic.cli", "step"]
-    wall(step, {**env, "ANALYTIC_CACHE": tempfile.mkdtemp(prefix="analytic-bench-")}, runs=1)
-    numpy = wall([sys.executable, "-c", "import numpy"], env)
+    python, analytic, where = _wheel_install()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    if analytic is None:  # as from a wheel: the modules byte-compiled (into a folder of this run) by a first run
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="analytic-bench-pyc-")
+        analytic = [python, "-m", "analytic.cli"]
+        wall([*analytic, "step"], {**env, "ANALYTIC_CACHE": tempfile.mkdtemp(prefix="analytic-bench-")}, runs=1)
+    step = [*analytic, "step"]
+    numpy = wall([python, "-c", "import numpy"], env)
     env["ANALYTIC_CACHE"] = tempfile.mkdtemp(prefix="analytic-bench-")
     first, second = wall(step, env, runs=1), wall(step, env, runs=1)
     warm = wall(step, env)
-    print(f"`analytic step` against `python -c \"import numpy\"` ({numpy:.3f} s; target <= 3x): first run "
-          f"{first:.2f} s ({first / numpy:.1f}x: the plan's expressions), second {second:.2f} s ({second / numpy:.1f}x: "
-          f"its structure lowered), later runs {warm:.2f} s ({warm / numpy:.1f}x)")
+    print(f"`analytic step` against `python -c \"import numpy\"` {where} ({numpy:.3f} s; target <= 3x): first "
+          f"run {first:.2f} s ({first / numpy:.1f}x: the plan's expressions), second {second:.2f} s "
+          f"({second / numpy:.1f}x: its structure lowered), later runs {warm:.2f} s ({warm / numpy:.1f}x)")
 
+
+def _wheel_install() -> tuple[str, list | None, str]:
+    """(python, the ``analytic`` command, where): a fresh virtual environment with this tree's wheel and its
+    dependencies installed, or this interpreter and None where one cannot be built."""
+    tmp = Path(tempfile.mkdtemp(prefix="analytic-bench-wheel-"))
+    shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
+                                                                      ".hypothesis", ".pytest_cache", ".ruff_cache"))
+    bin_ = tmp / "venv" / ("Scripts" if sys.platform == "win32" else "bin")
+    for what, argv in (("building the wheel", [sys.executable, "-m", "pip", "wheel", str(tmp / "src"), "--no-deps",
+                                               "--no-build-isolation", "-q", "-w", str(tmp / "dist")]),
+                       ("making the environment", [sys.executable, "-m", "venv", str(tmp / "venv")])):
+        if subprocess.run(argv, capture_output=True).returncode:
+            return sys.executable, None, f"in this environment ({what} failed)"
+    wheel = next((tmp / "dist").glob("analytic-*.whl"))
+    if subprocess.run([str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+                      capture_output=True).returncode:
+        return sys.executable, None, "in this environment (installing the wheel's dependencies failed)"
+    return str(bin_ / "python"), [str(bin_ / "analytic")], "from a wheel install in a fresh virtual environment"
 
 if __name__ == "__main__":
     main()
