@@ -202,13 +202,13 @@ def memory_bound_time(o: _Ops) -> Formula:
         moe = activation(m.expert_ffn_hidden * (m.topk + m.shared_experts))
         moe = moe + f("compute.memory_bound.moe_permute") * stream
         total = (elements + moe) * o.moe if total is None else total + (elements + moe) * o.moe
+    blocks = o.dense + o.moe  # of this stage
     if m.position == "rope":
         # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
-        total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * (
-            sympy.sympify(m.blocks) / lay.pp)
+        total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * blocks
     if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
-        total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * (sympy.sympify(m.blocks) / lay.pp)
+        total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * blocks
     total = total + o.loss_elements * (sympy.S.One / lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
