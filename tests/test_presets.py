@@ -203,6 +203,10 @@ def test_measured_gemm_ceilings_order_the_devices():
         hw = an.hardware(name)
         assert all(0 < c.fraction <= 1 and c.source for c in hw.ceilings.values()), name
     assert ceiling("a100-80g", "bf16") == pytest.approx(271.2)
+    # TPU v6e has no measurement of its own: it takes v5e's fraction (JAX's Pallas guide, 181.8 of 197)
+    assert ceiling("tpu-v5e", "bf16") == pytest.approx(181.8)
+    assert an.hardware("tpu-v6e").matmul_ceiling("bf16").fraction == pytest.approx(181.8 / 197, rel=1e-12)
+    assert ceiling("tpu-v6e", "bf16") >= ceiling("tpu-v5e", "bf16")
 
 
 def test_a_stack_without_fitted_sources_takes_the_pooled_efficiency_and_says_so():

@@ -610,10 +610,13 @@ def test_docs_worst_sources_paragraph(results, docs):
         return f"{values[0]}%" if values[0] == values[-1] else f"{values[0]}–{values[-1]}%"
 
     mtnlg = span(("MTNLG-2240", "MTNLG-2800", "MTNLG-3360"), slow=False)
-    maxtext = span(("MAXTEXT-v6e-llama2-70b", "MAXTEXT-v6e-llama3.1-8b", "MAXTEXT-v6e-llama3.1-70b"), slow=True)
+    maxtext = sorted(round(100 * abs(error[i])) for i in ("MAXTEXT-v6e-llama2-70b", "MAXTEXT-v6e-llama3.1-8b",
+                                                         "MAXTEXT-v6e-llama3.1-70b"))
+    assert any(error[i] > 0 for i in error if i.startswith("MAXTEXT")) and any(
+        error[i] < 0 for i in error if i.startswith("MAXTEXT"))  # "either way"
     qwen_tp8 = span(("TTQ3-32b-fsdp4-tp8-b16", "TTQ3-32b-fsdp4-tp8-b32", "TTQ3-32b-fsdp8-tp8-b32"), slow=False)
     for text in (f"Megatron-Turing NLG {mtnlg} too fast, and BLOOM {span(('F10',), slow=True)} too slow",
-                 f"MaxText on TPU v6e ({maxtext} too slow", f"eager DTensor ({qwen_tp8} too fast at TP 8, {span(('TTQ3-32b-fsdp8-tp4-b16',), slow=False)} at TP 4",
+                 f"comes within {maxtext[0]}–{maxtext[-1]}% either way with it left out", f"eager DTensor ({qwen_tp8} too fast at TP 8, {span(('TTQ3-32b-fsdp8-tp4-b16',), slow=False)} at TP 4",
                  f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast",
                  f"DeepSeek-V3 ({span(('B02',), slow=True)} too slow"):
         assert text in docs, text
