@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import analytic as an
-from analytic.core.lowering import program
+from analytic.core.lowering import free_symbols, input_names, program
 from analytic.core.numeric import OPS, Program
 
 PROGRAMS = importlib.import_module("analytic.search.programs")
@@ -117,6 +117,18 @@ def test_program_evaluates_what_sympy_does():
     for xv, yv in ((1, 2), (5, 2), (7, 3), (2.5, 9)):
         assert prog(np.array([xv]), np.array([yv]))[0][0] == pytest.approx(float(e.subs({x: xv, y: yv})), rel=1e-14)
 
+
+
+def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
+    """Shared subexpressions (a plan's are shared many times over) are walked once, and the symbols found
+    are sympy's own, under Piecewise conditions and inside functions too."""
+    import sympy
+    x, y, z = an.sym("dp"), an.sym("tp"), an.sym("pp")
+    shared = sympy.Max(x * y, 3)
+    e = sympy.Piecewise((shared / y + shared**2, sympy.Gt(z, 2)), (sympy.log(shared), True))
+    assert free_symbols([e, 2 * x]) == e.free_symbols == {x, y, z}
+    assert free_symbols([sympy.Integer(4)]) == set()
+    assert list(input_names([e])) == sorted({x, y, z}, key=lambda s: {x: "dp", y: "tp", z: "pp"}[s])
 
 @pytest.mark.parametrize("data", [
     {"inputs": ["a"], "constants": [float("inf")], "steps": [], "outputs": [1]},

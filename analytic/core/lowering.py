@@ -152,5 +152,21 @@ def program(exprs, inputs) -> Program:
 def input_names(exprs) -> dict:
     """symbol → keyword for the free symbols of ``exprs``, sorted by keyword: a program's inputs."""
     from .symbols import keyword_of
-    found = {s for e in exprs for s in sympy.sympify(e).free_symbols}
-    return dict(sorted(((s, keyword_of(s)) for s in found), key=lambda kv: kv[1]))
+    return dict(sorted(((s, keyword_of(s)) for s in free_symbols(exprs)), key=lambda kv: kv[1]))
+
+
+def free_symbols(exprs) -> set:
+    """The symbols of ``exprs``, each shared subexpression visited once (sympy's ``free_symbols`` walks a
+    subexpression again wherever it recurs, and a plan's expressions share theirs many times over)."""
+    found, seen = set(), set()
+    stack = [sympy.sympify(e) for e in exprs]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, sympy.Symbol):
+            found.add(e)
+        else:
+            stack.extend(e.args)
+    return found
