@@ -10,7 +10,8 @@ Prints, each against its target:
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
   pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache (the
   plan's own expressions), the second (its structure lowered) and later ones (the cache read). Where no
-  environment can be built (no package index), the same in this environment, said so.
+  environment can be built (no package index), the same in this environment, said so;
+- the wheel's size and the installed package's (targets: 2 MB and 10 MB).
 
 Run: python benchmarks/bench_plan.py
 """
@@ -85,7 +86,10 @@ def main():
               f"{len(first) - 1} plans {', '.join(f'{t:.2f}' for t in first[:-1])} s (their expressions), the next "
               f"{first[-1]:.2f} s (its structure's programs lowered)")
     programs._BUNDLES.clear()
-    python, analytic, where = _wheel_install()
+    python, analytic, where, sizes = _wheel_install()
+    if sizes:
+        print(f"wheel {sizes[0] / 2**20:.2f} MB (target <= 2 MB), installed package {sizes[1] / 2**20:.2f} MB "
+              "(target <= 10 MB, its bytecode included)")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
     if analytic is None:  # as from a wheel: the modules byte-compiled (into a folder of this run) by a first run
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="analytic-bench-pyc-")
@@ -101,9 +105,10 @@ def main():
           f"({second / numpy:.1f}x: its structure lowered), later runs {warm:.2f} s ({warm / numpy:.1f}x)")
 
 
-def _wheel_install() -> tuple[str, list | None, str]:
-    """(python, the ``analytic`` command, where): a fresh virtual environment with this tree's wheel and its
-    dependencies installed, or this interpreter and None where one cannot be built."""
+def _wheel_install() -> tuple[str, list | None, str, tuple | None]:
+    """(python, the ``analytic`` command, where, (the wheel's bytes, the installed package's)): a fresh virtual
+    environment with this tree's wheel and its dependencies installed, or this interpreter, None, where and
+    None where one cannot be built."""
     tmp = Path(tempfile.mkdtemp(prefix="analytic-bench-wheel-"))
     shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
                                                                       ".hypothesis", ".pytest_cache", ".ruff_cache"))
@@ -112,12 +117,16 @@ def _wheel_install() -> tuple[str, list | None, str]:
                                                "--no-build-isolation", "-q", "-w", str(tmp / "dist")]),
                        ("making the environment", [sys.executable, "-m", "venv", str(tmp / "venv")])):
         if subprocess.run(argv, capture_output=True).returncode:
-            return sys.executable, None, f"in this environment ({what} failed)"
+            return sys.executable, None, f"in this environment ({what} failed)", None
     wheel = next((tmp / "dist").glob("analytic-*.whl"))
     if subprocess.run([str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
                       capture_output=True).returncode:
-        return sys.executable, None, "in this environment (installing the wheel's dependencies failed)"
-    return str(bin_ / "python"), [str(bin_ / "analytic")], "from a wheel install in a fresh virtual environment"
+        return sys.executable, None, "in this environment (installing the wheel's dependencies failed)", None
+    package = next((tmp / "venv").glob("lib*/python*/site-packages/analytic"), None) or next(
+        (tmp / "venv").glob("Lib/site-packages/analytic"))
+    installed = sum(f.stat().st_size for f in package.rglob("*") if f.is_file())
+    return (str(bin_ / "python"), [str(bin_ / "analytic")], "from a wheel install in a fresh virtual environment",
+            (wheel.stat().st_size, installed))
 
 if __name__ == "__main__":
     main()
