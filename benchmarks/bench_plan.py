@@ -122,11 +122,10 @@ def _wheel_install() -> tuple[str, list | None, str, tuple | None]:
     if subprocess.run([str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
                       capture_output=True).returncode:
         return sys.executable, None, "in this environment (installing the wheel's dependencies failed)", None
-    package = next((tmp / "venv").glob("lib*/python*/site-packages/analytic"), None) or next(
-        (tmp / "venv").glob("Lib/site-packages/analytic"))
-    installed = sum(f.stat().st_size for f in package.rglob("*") if f.is_file())
+    package = next((tmp / "venv").glob("[Ll]ib*/**/site-packages/analytic"), None)
+    installed = package and sum(f.stat().st_size for f in package.rglob("*") if f.is_file())
     return (str(bin_ / "python"), [str(bin_ / "analytic")], "from a wheel install in a fresh virtual environment",
-            (wheel.stat().st_size, installed))
+            (wheel.stat().st_size, installed) if installed else None)
 
 if __name__ == "__main__":
     main()
