@@ -169,3 +169,32 @@ def test_the_stack_efficiency_divides_every_op_class_alone():
         ratio = run.time_breakdown(ops=True)[k] / ideal.time_breakdown(ops=True)[k]
         assert ratio.to("").magnitude == pytest.approx(1.25, rel=1e-12)
     assert run.communication_time()["dp"] == ideal.communication_time()["dp"] > 0 * ideal.step_time()
+
+
+@pytest.mark.parametrize("recompute, forwards", [("none", 1), ("full", 2)])
+def test_torchtitans_qwen3_plan_gathers_the_normalised_queries_and_keys(recompute, forwards):
+    """TorchTitan's Qwen3 TP plan (2025) leaves the query and key projections' outputs as head-sharded
+    DTensors and their QK norms under NoParallel, whose output hook redistributes them to Replicate: over TP 4,
+    each forward (again when recomputed) all-gathers the normalised queries and keys, a·d_h + a_kv·d_h
+    elements per token, and each backward the gradients of the queries and of the repeated keys, 2a·d_h;
+    3/4 of each gathered tensor reaches a rank. RoPE then rotates every head on every rank: its
+    2(a + a_kv)d_h elements per token and pass on all of the microbatch's tokens, not a quarter.
+    A model without QK norms, or the 2024 stack, gathers nothing more."""
+    base, t, tokens, microbatches = an.model("llama3-8b"), 4, 2 * 4096, 2
+    kw = dict(seq_len=4096, global_batch=8, microbatch_size=2, hbm_bandwidth="2 TB/s", **GIVEN)
+    layout = an.Layout(tp=t, dp=2, sequence_parallel=True, recompute=recompute)
+
+    def plan(qk_norm, stack="torchtitan-2025-eager"):
+        return an.Plan(base.replace(qk_norm=qk_norm), HAND, layout, stack=stack, **kw)
+
+    a, a_kv, d_h, layers = base.heads, base.kv_heads, base.head_dim, base.layers
+    gathered = layers * microbatches * tokens * 2 * (forwards * (a + a_kv) * d_h + 2 * a * d_h) * (t - 1) / t
+    rotated = layers * microbatches * 2 * (a + a_kv) * d_h * (forwards + 1) * (tokens - tokens / t) * 2 / (2e12 * 0.9)
+    on, off = plan(True), plan(False)
+    assert (on.communication()["tp"] - off.communication()["tp"]).to("byte").magnitude == pytest.approx(gathered, rel=1e-9)
+    assert (on.time_breakdown(ops=True)["memory_bound"] - off.time_breakdown(ops=True)["memory_bound"]).to(
+        "s").magnitude == pytest.approx(rotated, rel=1e-9)
+    assert "parallelism.tp.qk_gather_bytes_backward" in on.sources("communication.tp")
+    older = [plan(q, "torchtitan-eager") for q in (True, False)]
+    assert older[0].communication()["tp"] == older[1].communication()["tp"]
+    assert older[0].time_breakdown(ops=True)["memory_bound"] == older[1].time_breakdown(ops=True)["memory_bound"]

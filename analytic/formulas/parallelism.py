@@ -8,6 +8,7 @@ Psi, e, s, b, h = S("params", "element_bytes", "seq_len", "microbatch_size", "hi
 F, Bw, D, k, M = S("peak_flops", "bandwidth", "tokens", "topk", "nodes_per_token")
 Bup, Bout = S("scale_up_bandwidth", "scale_out_bandwidth")
 m, p, v = S("microbatches", "pp", "vpp")
+a, a_kv, d_h = S("heads", "kv_heads", "head_dim")
 
 SHOEYBI = "Shoeybi et al. 2019, Megatron-LM, arXiv 1909.08053 §3"
 NARAYANAN = "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473"
@@ -31,6 +32,22 @@ define("parallelism.tp.allreduces_recomputed_per_layer", Integer(2), "",
        ("full recomputation: the recomputed forward's two all-reduces (or, with sequence parallelism, its "
         "reduce-scatters and all-gathers) run again",),
        "tensor-parallel all-reduces per layer per microbatch that full recomputation adds")
+QK_GATHER = ("pytorch/torchtitan torchtitan/experiments/qwen3/infra/parallelize.py (Aug-Oct 2025): wq, wk, wv "
+             "ColwiseParallel(use_local_output=False) and attention.q_norm, attention.k_norm NoParallel(use_local_output="
+             "False), whose output hook redistributes the head-sharded norm outputs to its Replicate() output layout; "
+             "model.py: RoPE and the key heads' repetition (repeat_kv) follow on the gathered tensors before "
+             "scaled_dot_product_attention, whose DTensor strategy shards the heads again; pytorch/torchtitan issue "
+             "#1867 (Oct 2025, 'Qwen3 model parallel including unnecessary all_gather', fixed with "
+             "SequenceParallel(sequence_dim=2))")
+define("parallelism.tp.qk_gather_bytes", s * b * (a + a_kv) * d_h * e, "byte", f"{QK_GATHER}; counted on a gloo process group by analytic.reference.qk_gather",
+       ("the queries' a and the keys' a_kv heads of one microbatch all-gathered over the TP group after their "
+        "norms, once per forward pass (again in a recomputed forward)",),
+       "message of the all-gather of a layer's normalised queries and keys where a stack's TP plan replicates them")
+define("parallelism.tp.qk_gather_bytes_backward", s * b * 2 * a * d_h * e, "byte", f"{QK_GATHER}; counted on a gloo process group by analytic.reference.qk_gather",
+       ("the backward of the head-sharding redistribution before attention: attention's head-sharded gradients "
+        "of the queries (a heads) and of the repeated keys (a heads) all-gathered, once per backward",),
+       "message of the backward's all-gather of a layer's query and repeated-key gradients where a stack's TP plan "
+       "replicates its queries and keys")
 define("parallelism.pp.transfers_per_gpu", 2 * m * (p * v - 1) / p, "",
        f"{NARAYANAN} §2.2 and §4.1; derived: each of the p·v − 1 chunk boundaries carries one activation "
        "forward and one gradient backward per microbatch, shared over the p stages",

@@ -128,13 +128,22 @@ def _tensor_parallel(inp: Inputs) -> dict:
     calls = per_layer * _layers_local(inp) * inp.microbatches
     group = (lay.tp, axis_stride(inp.deg, "tp"))
     if not lay.sequence_parallel:
-        return _collectives(inp, "all_reduce", msg, calls, *group)
-    # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters sum
-    # partial outputs in 16 bits
-    gathered = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local,
-                     element_bytes=gemm_input_bytes(inp, inp.values["element_bytes"]))
-    return _plus(_collectives(inp, "reduce_scatter", msg, calls, *group),
-                 _collectives(inp, "all_gather", gathered, calls, *group))
+        out = _collectives(inp, "all_reduce", msg, calls, *group)
+    else:
+        # the all-gathers carry the GEMMs' inputs (cast to FP8 in FP8 training); the reduce-scatters sum
+        # partial outputs in 16 bits
+        gathered = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local,
+                         element_bytes=gemm_input_bytes(inp, inp.values["element_bytes"]))
+        out = _plus(_collectives(inp, "reduce_scatter", msg, calls, *group),
+                    _collectives(inp, "all_gather", gathered, calls, *group))
+    if inp.qk_gathered:  # the normalised queries and keys gathered each forward, their gradients each backward
+        layers = _layers_local(inp) * inp.microbatches
+        forwards = cases("recomputed", "", (inp.recomputed, lay.recompute_is("full")), (0, True)) + 1
+        out = _plus(out, _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes", seq_len=s_local),
+                                      forwards * layers, *group),
+                    _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes_backward", seq_len=s_local),
+                                 layers, *group))
+    return out
 
 
 def pipeline_parallel(inp: Inputs) -> dict:

@@ -98,6 +98,8 @@ class Inputs:
         #: what a sequence-parallel matmul saves of its input: "split" (Megatron's shard) or "gathered" (DTensor TP's)
         self.sp_saved_inputs = props.get("sp_saved_inputs", SP_SAVED_INPUTS[0])
         self.sp_relayout = props.get("sp_relayout", False)  # sequence-dim collectives copy their whole tensor
+        #: a QK-norm model's queries and keys all-gathered over TP after their norms (TorchTitan's Qwen3 plan, 2025)
+        self.qk_gathered = props.get("qk_norm_gathered", False) and model.qk_norm
         #: what the stack's layer saves beyond the fused count (choices.SAVED_EXTRAS, memory.activations.legacy.*)
         self.saved_extra = tuple(props.get("saved_extra", ()))
         if self.saved_extra and not (self.flash_attention and model.attention != "mla" and not model.is_moe):

@@ -206,7 +206,8 @@ def memory_bound_time(o: _Ops) -> Formula:
     if m.position == "rope":
         # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
-        total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * (M / t) * blocks
+        rotated = M if inp.qk_gathered else M / t  # a replicated query and key: every head on every TP rank
+        total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * rotated * blocks
     if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
         total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * blocks
     total = total + o.loss_elements * (sympy.S.One / lay.pp)
