@@ -118,7 +118,6 @@ def test_program_evaluates_what_sympy_does():
         assert prog(np.array([xv]), np.array([yv]))[0][0] == pytest.approx(float(e.subs({x: xv, y: yv})), rel=1e-14)
 
 
-
 def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
     """Shared subexpressions (a plan's are shared many times over) are walked once, and the symbols found
     are sympy's own, under Piecewise conditions and inside functions too."""
@@ -129,6 +128,7 @@ def test_a_programs_inputs_are_the_free_symbols_of_its_expressions():
     assert free_symbols([e, 2 * x]) == e.free_symbols == {x, y, z}
     assert free_symbols([sympy.Integer(4)]) == set()
     assert list(input_names([e])) == sorted({x, y, z}, key=lambda s: {x: "dp", y: "tp", z: "pp"}[s])
+
 
 @pytest.mark.parametrize("data", [
     {"inputs": ["a"], "constants": [float("inf")], "steps": [], "outputs": [1]},

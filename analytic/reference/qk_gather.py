@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -42,9 +41,10 @@ class _Gathers(TorchDispatchMode):
 
 
 def _no_parallel():
-    """pytorch/torchtitan ``NoParallel`` (torchtitan/distributed, 2025), as the Qwen3 plan used it for the QK
-    norms: parameters replicated, an input whose declared layout is not Replicate redistributed to it, and
-    an output whose placements are not (Replicate(),) redistributed to Replicate()."""
+    """pytorch/torchtitan ``NoParallel`` (torchtitan/distributed/expert_parallel.py, 2025, which the Qwen3 plan
+    imports for its QK norms; its redistributions run synchronously here): parameters replicated, an input
+    whose declared layout is not Replicate redistributed to it, and an output whose placements are not
+    (Replicate(),) redistributed to Replicate()."""
     from torch.distributed.tensor import DTensor, Replicate, distribute_module
     from torch.distributed.tensor.parallel import ParallelStyle
 
@@ -164,7 +164,6 @@ def checks(rank: int, world: int) -> dict:
         "catalogue_forward": float(formula("parallelism.tp.qk_gather_bytes").evaluate(**shape).to("byte").magnitude),
         "catalogue_backward": float(formula("parallelism.tp.qk_gather_bytes_backward").evaluate(
             **{k: v for k, v in shape.items() if k != "kv_heads"}).to("byte").magnitude),
-        "rank": dist.get_rank(),
     }
 
 
