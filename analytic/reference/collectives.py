@@ -17,9 +17,24 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _rs_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class Dispatched(TorchDispatchMode):
+    """The elements of each output of ``op`` dispatched inside it, one entry a call."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.elements = op, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is self.op:
+            self.elements.append(out.numel())
+        return out
 
 
 class Counter:

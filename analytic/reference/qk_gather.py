@@ -20,24 +20,11 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from .collectives import Dispatched
 
 BATCH, SEQUENCE, HEADS, KV_HEADS, HEAD_DIM = 2, 8, 4, 2, 16
 HIDDEN = HEADS * HEAD_DIM
-
-
-class _Gathers(TorchDispatchMode):
-    """Elements of each all-gather's output dispatched inside it."""
-
-    def __init__(self):
-        super().__init__()
-        self.elements: list[int] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops._c10d_functional.all_gather_into_tensor.default:
-            self.elements.append(out.numel())
-        return out
 
 
 def _no_parallel():
@@ -146,7 +133,7 @@ def _gathered(world: int, fixed: bool) -> list[int]:
     angle = torch.arange(SEQUENCE).float()[:, None] / 10 ** (torch.arange(HEAD_DIM) / HEAD_DIM)
     cos, sin = angle.cos()[None, :, None, :], angle.sin()[None, :, None, :]
     x = torch.randn(BATCH, SEQUENCE // world, HIDDEN, requires_grad=True)
-    with _Gathers() as gathers:
+    with Dispatched(torch.ops._c10d_functional.all_gather_into_tensor.default) as gathers:
         out = block(x, cos, sin)
         (out.to_local() if hasattr(out, "to_local") else out).square().sum().backward()
     return gathers.elements

@@ -12,23 +12,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from .collectives import Dispatched
 
 BATCH, SEQUENCE, HIDDEN = 2, 8, 64  # a microbatch of 2 sequences of 8 tokens, hidden 64
-
-
-class _Copies(TorchDispatchMode):
-    """Elements written by the ``aten.cat`` calls dispatched inside it."""
-
-    def __init__(self):
-        super().__init__()
-        self.elements = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.cat.default:
-            self.elements += out.numel()
-        return out
 
 
 def _gather(x, group):
@@ -59,13 +46,13 @@ def checks(rank: int, world: int) -> dict:
     shard = torch.randn(BATCH, SEQUENCE // world, HIDDEN)
     full = torch.randn(BATCH, SEQUENCE, HIDDEN)
     weight = torch.randn(HIDDEN, HIDDEN)
-    with _Copies() as copies:
+    with Dispatched(torch.ops.aten.cat.default) as copies:  # the elements each concatenation writes
         gathered = fc.wait_tensor(_gather(shard, group))
         scattered = fc.wait_tensor(_scatter(full, group))
     tokens = BATCH * SEQUENCE
     return {
         "gathered": list(gathered.shape), "scattered": list(scattered.shape),
-        "moved_per_token": 2 * copies.elements / tokens,  # read and write
+        "moved_per_token": 2 * sum(copies.elements) / tokens,  # read and write
         "catalogue_per_token": float(formula("compute.memory_bound.sp_relayout").evaluate(hidden=HIDDEN)) / 2,
         "after_gather": _compiled_kernels(lambda x, w: _gather(x, group) @ w, shard, weight),
         "before_scatter": _compiled_kernels(lambda x, w: _scatter(x @ w, group), full, weight),
