@@ -1,4 +1,3 @@
-import math
 import tomllib
 from pathlib import Path
 
@@ -223,14 +222,16 @@ def test_a_stack_without_fitted_sources_takes_the_pooled_efficiency_and_says_so(
 
 
 def test_measured_hbm_bandwidth_sets_the_memory_efficiency():
-    """STREAM copy on Azure's ND A100 v4 and ND H200 v5: 1.61 of the A100's 2.039 TB/s and 4.01 of the
-    H200's 4.8; a device without a measurement takes their geometric mean and its plans say so."""
+    """STREAM copy on Azure's ND A100 v4, ND H100 v5 and ND H200 v5: 1.61 of the A100's 2.039 TB/s, 2.90 of
+    the H100 SXM's 3.35 and 4.01 of the H200's 4.8; a device without a measurement takes their geometric
+    mean and its plans say so."""
     def efficiency(name):
         plan = an.Plan("llama3-8b", name, an.Layout(dp=8), seq_len=4096, global_batch=8)
         return float(plan.inputs["memory_efficiency"]), plan.notes
 
     assert efficiency("a100-80g")[0] == pytest.approx(1.61 / 2.039, rel=1e-12)
+    assert efficiency("h100-sxm")[0] == pytest.approx(2.90 / 3.35, rel=1e-12)
     assert efficiency("h200")[0] == pytest.approx(4.01 / 4.8, rel=1e-12)
-    pooled, notes = efficiency("h100-sxm")
-    assert pooled == pytest.approx(math.sqrt(1.61 / 2.039 * 4.01 / 4.8), rel=1e-12)
+    pooled, notes = efficiency("b200")
+    assert pooled == pytest.approx((1.61 / 2.039 * 2.90 / 3.35 * 4.01 / 4.8) ** (1 / 3), rel=1e-12)
     assert any("no measured HBM bandwidth" in n for n in notes)
