@@ -74,6 +74,17 @@ def derive() -> Derivation:
             "three and the 16-bit weight:")
     d.check((4 + 2 + 2 + e_g) + (4 + 2 + 2 + 2), "compute.optimizer.bytes_per_param_bf16_moments",
             "The same with the moments in bf16 (DeepSeek-V3 §3.3.3):")
+    e_m = S("moment_bytes")
+    lerp, mul, addcmul, unary, addcdiv = 2 * e_m + e_g, 2 * e_m, 2 * e_m + e_g, 2 * e_m, 4 + 2 * e_m + 4
+    d.check(lerp + mul + addcmul + 3 * unary + addcdiv, "compute.optimizer.bytes_per_param_foreach",
+            "An unfused Adam, a pass an operation, each reading its operands and writing its result (the gradient, "
+            "addcmul's two operands, read once): PyTorch's foreach AdamW lerps the first moment, scales and "
+            "accumulates the second, takes its square root into a new tensor, divides and offsets it, and "
+            "updates the master weight:")
+    d.check(mul + (2 * e_m + e_g) + mul + addcmul + 3 * unary + addcdiv, "compute.optimizer.bytes_per_param_decoupled_adamw",
+            "Composer's DecoupledAdamW scales the first moment and adds the gradient in two passes where lerp_ takes one:")
+    d.check(4 + 4, "compute.optimizer.weight_decay_bytes_per_param",
+            "Weight decay in an unfused AdamW: the fp32 master weight read and written once more:")
     q = sympy.Symbol("q", positive=True, integer=True)
     pairs = d.step("Causal attention: query q meets keys 1..q, so a sequence has", sympy.summation(q, (q, 1, s)))
     share = d.step("pairs against s² for the full matrix; as s grows the share tends to",

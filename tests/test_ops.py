@@ -106,6 +106,22 @@ def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):
     assert p.time_breakdown(ops=True)["optimizer"].to("s").magnitude == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("stack, zero, grad_dtype, moments, per_param", [
+    ("torchtitan", 3, "bf16", "fp32", 8 + 14 * 4 + 2 * 2 + 8), ("torchtitan", 1, "fp32", "fp32", 8 + 14 * 4 + 2 * 4 + 8),
+    ("torchtitan", 3, "bf16", "bf16", 8 + 14 * 2 + 2 * 2 + 8), ("llm-foundry", 3, "bf16", "fp32", 8 + 16 * 4 + 2 * 2)])
+def test_an_unfused_adam_step_moves_each_pass(stack, zero, grad_dtype, moments, per_param):
+    """TorchTitan's foreach AdamW with weight decay (0.1): lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_ and
+    the decay's mul_ over fp32 moments and bf16 gradients, 76 bytes a parameter (80 with fp32 gradients, 48 with
+    bf16 moments);
+    Composer's DecoupledAdamW without decay, its first moment by mul_ and add_, 76 too (where fused Adam moves
+    28), over the ZeRO shard."""
+    m = an.model("llama3-8b")
+    p = an.Plan(m, HAND, an.Layout(dp=8, zero=zero), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s",
+                stack=stack, grad_dtype=grad_dtype, moment_dtype=moments, **GIVEN)
+    want = per_param * m.total_params / 8 / (2e12 * 0.9)
+    assert p.time_breakdown(ops=True)["optimizer"].to("s").magnitude == pytest.approx(want, rel=1e-12)
+
+
 def test_the_stack_chooses_the_attention_kernel():
     """TorchTitan's SDPA runs FlashAttention-2, 35% of an H100 in its benchmarks; Megatron-Core's
     Transformer Engine FlashAttention-3-class kernels, 58%; on an A100 Megatron-Core falls back to

@@ -160,7 +160,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
              "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
              "schedules", "dtypes", "context_parallel", "pipeline_zero", "max_zero", "even_chunks", "platforms",
-             "sp_relayout", "qk_norm_gathered"}
+             "sp_relayout", "qk_norm_gathered", "weight_decay"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -173,7 +173,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert props.get("fp8_weight_cache", "transformer-engine") in choices.FP8_WEIGHT_CACHES, name
         assert props.get("cp_attention", "pytorch-allgather") in choices.CP_ATTENTIONS, name
         assert props.get("compiled_blocks", False) in (True, False) and props.get("sp_relayout", False) in (True, False), name
-        assert props.get("qk_norm_gathered", False) in (True, False), name
+        assert props.get("qk_norm_gathered", False) in (True, False) and props.get("weight_decay", False) in (True, False), name
         assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
         assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
         assert props.get("context_parallel", True) in (True, False) and props.get("pipeline_zero", 3) in (0, 1, 2, 3), name

@@ -620,5 +620,6 @@ def test_docs_worst_sources_paragraph(results, docs):
                  f"comes within {maxtext_span} either way with it left out",
                  f"eager DTensor ({qwen_tp8} too fast at TP 8, {span(('TTQ3-32b-fsdp8-tp4-b16',), slow=False)} at TP 4",
                  f"Llama 3's 131K-token row ({span(('A05',), slow=False)} too fast",
-                 f"DeepSeek-V3 ({span(('B02',), slow=True)} too slow"):
+                 f"DeepSeek-V3 ({span(('B02',), slow=True)} too slow",
+                 f"MPT-13B on 8 H100 ({span(('MPT-13b-2k-8xh100',), slow=False)} too fast"):
         assert text in docs, text

@@ -19,9 +19,11 @@ SP_SAVED_INPUTS = ("split", "gathered")
 #: partition, its gradients on the host from ZeRO-2)
 OPTIMIZER_OFFLOADS = ("hybrid", "zero-offload")
 #: how a stack's Adam updates the parameters (presets/stacks.toml optimizer_kernel): in place in one kernel
-#: (fused), or a kernel per operation over all tensors at once, whose square roots of the second moments
-#: are a tensor of their size (foreach, memory.optimizer_step.foreach)
-OPTIMIZER_KERNELS = ("fused", "foreach")
+#: (fused), a kernel per operation over all tensors at once, whose square roots of the second moments are a
+#: tensor of their size (foreach, memory.optimizer_step.foreach; PyTorch's for-loop AdamW makes the same passes),
+#: or Composer's DecoupledAdamW, a kernel per operation a tensor at a time, its first moment in two passes
+#: (decoupled-adamw); each pass moves its bytes (compute.optimizer.bytes_per_param*)
+OPTIMIZER_KERNELS = ("fused", "foreach", "decoupled-adamw")
 #: whose ZeRO optimizer a stack runs where it allocates beyond the model states (presets/stacks.toml
 #: zero_optimizer): DeepSpeed's, with its reduce bucket (memory.zero_reduce_bucket) and its step's fp32 copy of
 #: the gradient partition (memory.optimizer_step.fp32_gradient_copy)

@@ -141,6 +141,7 @@ _TABLE = [
     ("gemm_count", "G", "", "positive", "GEMMs of one shape run as one grouped kernel"),
     ("kernel_bytes", "Q_b", "byte", "nonnegative", "bytes a memory-bound kernel reads and writes in HBM"),
     ("grad_bytes", "e_g", "", "positive", "bytes per gradient element the optimizer reads (2 for bf16, 4 for fp32)"),
+    ("moment_bytes", "e_m", "", "positive", "bytes per Adam moment element (4 for fp32, 2 for bf16)"),
     # time and efficiency
     ("flops", "C", "FLOP", "nonnegative", "floating-point operations (FLOPs, not MACs)"),
     ("step_time", "T", "s", "positive", "time of one training step"),

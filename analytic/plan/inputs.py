@@ -90,6 +90,7 @@ class Inputs:
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
         #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: its step's temporaries are not modelled)
         self.optimizer_kernel = props.get("optimizer_kernel")
+        self.weight_decay = props.get("weight_decay", False)  # the recipe's; an unfused Adam's pass of its own
         #: whose ZeRO optimizer the stack runs where it allocates beyond the model states (choices.ZERO_OPTIMIZERS;
         #: None: one that allocates nothing more)
         self.zero_optimizer = props.get("zero_optimizer")

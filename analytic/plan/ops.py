@@ -216,9 +216,18 @@ def memory_bound_time(o: _Ops) -> Formula:
 
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
     """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard), less the share
-    the host updates."""
-    name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
-    per_param = inp.f(name, grad_bytes=sympy.Piecewise((4, inp.fp32_grads), (2, True)))
+    the host updates: the bytes of the stack's kernel (fused unless the stack says otherwise), an unfused
+    one's weight decay a pass of its own."""
+    grad_bytes = sympy.Piecewise((4, inp.fp32_grads), (2, True))
+    kernel = inp.optimizer_kernel or "fused"
+    if kernel == "fused":
+        name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
+        per_param = inp.f(name, grad_bytes=grad_bytes)
+    else:
+        per_param = inp.f(f"compute.optimizer.bytes_per_param_{kernel.replace('-', '_')}", grad_bytes=grad_bytes,
+                          moment_bytes=2 if inp.moment_dtype == "bf16" else 4)
+        if inp.weight_decay:
+            per_param = per_param + inp.f("compute.optimizer.weight_decay_bytes_per_param")
     shard = optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:
         shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
