@@ -112,9 +112,8 @@ def test_the_adam_step_moves_its_shard(zero, grad_dtype, per_param):
 def test_an_unfused_adam_step_moves_each_pass(stack, zero, grad_dtype, moments, per_param):
     """TorchTitan's foreach AdamW with weight decay (0.1): lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_ and
     the decay's mul_ over fp32 moments and bf16 gradients, 76 bytes a parameter (80 with fp32 gradients, 48 with
-    bf16 moments);
-    Composer's DecoupledAdamW without decay, its first moment by mul_ and add_, 76 too (where fused Adam moves
-    28), over the ZeRO shard."""
+    bf16 moments); Composer's DecoupledAdamW without decay, its first moment by mul_ and add_, 76 too (where
+    fused Adam moves 28), over the ZeRO shard."""
     m = an.model("llama3-8b")
     p = an.Plan(m, HAND, an.Layout(dp=8, zero=zero), seq_len=4096, global_batch=8, hbm_bandwidth="2 TB/s",
                 stack=stack, grad_dtype=grad_dtype, moment_dtype=moments, **GIVEN)

@@ -104,8 +104,8 @@ define("compute.optimizer.bytes_per_param_bf16_moments", 18 + S("grad_bytes"), "
         "writes the master weight, both moments and the 16-bit weight (4 + 2 + 2 + 2)"),
        "HBM bytes one Adam step with bf16 moments moves per parameter of its shard", coefficient_unit="byte/parameter")
 TORCH_ADAM = "PyTorch torch/optim/adam.py _multi_tensor_adam (AdamW, foreach=True, capturable off)"
-COMPOSER_ADAM = ("mosaicml/composer composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw (2023-2025), "
-                 "the decoupled_adamw of mosaicml/llm-foundry's yamls")
+COMPOSER_ADAM = ("mosaicml/composer composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw, the "
+                 "decoupled_adamw of mosaicml/llm-foundry's yamls")
 PASSES = "each pass reads its operands and writes its result in HBM (nothing stays in cache between passes)"
 define("compute.optimizer.bytes_per_param_foreach", 8 + 14 * S("moment_bytes") + 2 * S("grad_bytes"), "byte/parameter",
        f"{TORCH_ADAM}; {DERIVED}",
