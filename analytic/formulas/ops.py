@@ -104,18 +104,18 @@ define("compute.optimizer.bytes_per_param_bf16_moments", 18 + S("grad_bytes"), "
         "writes the master weight, both moments and the 16-bit weight (4 + 2 + 2 + 2)"),
        "HBM bytes one Adam step with bf16 moments moves per parameter of its shard", coefficient_unit="byte/parameter")
 TORCH_ADAM = "PyTorch torch/optim/adam.py _multi_tensor_adam (AdamW, foreach=True, capturable off)"
+COUNTED = "counted on PyTorch's dispatched operations by analytic.reference.optimizer_traffic"
 COMPOSER_ADAM = ("mosaicml/composer composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw, the "
                  "decoupled_adamw of mosaicml/llm-foundry's yamls")
 PASSES = "each pass reads its operands and writes its result in HBM (nothing stays in cache between passes)"
 define("compute.optimizer.bytes_per_param_foreach", 8 + 14 * S("moment_bytes") + 2 * S("grad_bytes"), "byte/parameter",
-       f"{TORCH_ADAM}; {DERIVED}",
+       f"{TORCH_ADAM}; {COUNTED}; {DERIVED}",
        ("e_m: bytes of a moment (4 in fp32), e_g of a gradient; the fp32 master weight 4",
         "_foreach_lerp_ of m (2e_m + e_g), _foreach_mul_ and _foreach_addcmul_ of v (2e_m; 2e_m + e_g: the gradient, "
         "both its operands, read once), _foreach_sqrt of v into a new tensor, _foreach_div_ and _foreach_add_ on it "
         "(2e_m each), _foreach_addcdiv_ of the master weight (4 + 2e_m + 4); PyTorch's for-loop AdamW runs the same "
         "passes",
-        "weight decay not counted (compute.optimizer.weight_decay_bytes_per_param)", PASSES,
-        "analytic.reference.optimizer_traffic counts the step's operations"),
+        "weight decay not counted (compute.optimizer.weight_decay_bytes_per_param)", PASSES),
        "HBM bytes a foreach Adam step moves per parameter of its shard", coefficient_unit="byte/parameter")
 define("compute.optimizer.bytes_per_param_decoupled_adamw", 8 + 16 * S("moment_bytes") + 2 * S("grad_bytes"), "byte/parameter",
        f"{COMPOSER_ADAM}; {DERIVED}",
@@ -126,7 +126,7 @@ define("compute.optimizer.bytes_per_param_decoupled_adamw", 8 + 16 * S("moment_b
        "HBM bytes a step of Composer's DecoupledAdamW moves per parameter of its shard",
        coefficient_unit="byte/parameter")
 define("compute.optimizer.weight_decay_bytes_per_param", sympy.Integer(8), "byte/parameter",
-       f"{TORCH_ADAM} (_foreach_mul_ of the parameters by 1 - lr·λ); {COMPOSER_ADAM} (param.mul_); {DERIVED}",
+       f"{TORCH_ADAM} (_foreach_mul_ of the parameters by 1 - lr·λ); {COMPOSER_ADAM} (param.mul_); {COUNTED}; {DERIVED}",
        ("an unfused AdamW with weight decay scales the fp32 master weight in a pass of its own: read 4, write 4",
         "a fused step decays in its one pass"),
        "HBM bytes an unfused AdamW's weight decay moves per parameter of its shard", coefficient_unit="byte/parameter")
