@@ -138,7 +138,7 @@ def _tensor_parallel(inp: Inputs) -> dict:
                     _collectives(inp, "all_gather", gathered, calls, *group))
     if inp.qk_gathered:  # the normalised queries and keys gathered each forward, their gradients each backward
         layers = _layers_local(inp) * inp.microbatches
-        forwards = cases("recomputed", "", (inp.recomputed, lay.recompute_is("full")), (0, True)) + 1
+        forwards = lay.full_recomputed(inp.recomputed) + 1
         out = _plus(out, _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes", seq_len=s_local),
                                       forwards * layers, *group),
                     _collectives(inp, "all_gather", inp.f("parallelism.tp.qk_gather_bytes_backward", seq_len=s_local),

@@ -43,6 +43,10 @@ class Degrees:
         mixed = three if recomputed == 1 else three * recomputed + two * (1 - recomputed)
         return cases("gathers", "", (mixed, self.recompute_is("full")), (two, True))
 
+    def full_recomputed(self, recomputed) -> Formula:
+        """The share of the forwards full recomputation runs again: ``recomputed`` (of the layers) under it, else 0."""
+        return cases("full", "", (recomputed, self.recompute_is("full")), (0, True))
+
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
         return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))

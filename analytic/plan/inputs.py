@@ -88,9 +88,8 @@ class Inputs:
         self.selective, self.compiled_blocks = props.get("selective"), props.get("compiled_blocks", False)
         #: the dtype the stack's FSDP reduces and accumulates unsharded gradients in (None: the parameters')
         self.fsdp_reduce_dtype = props.get("fsdp_reduce_dtype")
-        #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: its step's temporaries are not modelled)
-        self.optimizer_kernel = props.get("optimizer_kernel")
-        self.weight_decay = props.get("weight_decay", False)  # the recipe's; an unfused Adam's pass of its own
+        #: how the stack's Adam updates (choices.OPTIMIZER_KERNELS; None: fused, temporaries not modelled), and weight decay
+        self.optimizer_kernel, self.weight_decay = props.get("optimizer_kernel"), props.get("weight_decay", False)
         #: whose ZeRO optimizer the stack runs where it allocates beyond the model states (choices.ZERO_OPTIMIZERS;
         #: None: one that allocates nothing more)
         self.zero_optimizer = props.get("zero_optimizer")
@@ -142,8 +141,9 @@ class Inputs:
             self.grad_dtype = "fp32" if layout.zero <= 2 else "bf16"
         else:
             self.grad_dtype = "fp32 with ZeRO 0-2"
-        #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8)
+        #: Adam's moments: "fp32" (the default, ZeRO's K = 12) or "bf16" (K = 8), and the bytes of one element
         self.moment_dtype = "fp32" if moment_dtype is None else choice("moment_dtype", moment_dtype, MOMENT_DTYPES)
+        self.moment_bytes = 4 if self.moment_dtype == "fp32" else 2
         if layout.offload_optimizer and self.moment_dtype != "fp32":
             raise InputError("moment_dtype: the optimizer offload keeps fp32 moments (a CPU Adam on the host, "
                              f"Adam without precision-aware moments on the device), not {self.moment_dtype}")

@@ -323,8 +323,8 @@ def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula,
         shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
     temporaries = []
     if inp.optimizer_kernel == "foreach":
-        moment = Q_(2 if inp.moment_dtype == "bf16" else 4, "byte")
-        temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard, element_bytes=moment))
+        temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard,
+                                 element_bytes=Q_(inp.moment_bytes, "byte")))
     if inp.zero_optimizer:
         temporaries.append(cases(
             "optimizer_step", "byte",

@@ -24,7 +24,7 @@ class _Ops:
         self.inp, lay, m = inp, inp.deg, inp.model
         inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
-        self.full = cases("full", "", (inp.recomputed, lay.recompute_is("full")), (0, True)).expr  # forwards run again
+        self.full = lay.full_recomputed(inp.recomputed).expr  # forwards run again
         # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
         op = inp.selective == "op"
         self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).expr if op else 0
@@ -214,20 +214,23 @@ def memory_bound_time(o: _Ops) -> Formula:
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
+#: the catalogue's bytes per parameter of each unfused Adam kernel (choices.OPTIMIZER_KERNELS)
+UNFUSED_ADAM = {"foreach": "compute.optimizer.bytes_per_param_foreach",
+                "decoupled-adamw": "compute.optimizer.bytes_per_param_decoupled_adamw"}
+
+
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
     """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard), less the share
     the host updates: the bytes of the stack's kernel (fused unless the stack says otherwise), an unfused
     one's weight decay a pass of its own."""
     grad_bytes = sympy.Piecewise((4, inp.fp32_grads), (2, True))
-    kernel = inp.optimizer_kernel or "fused"
-    if kernel == "fused":
-        name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
-        per_param = inp.f(name, grad_bytes=grad_bytes)
-    else:
-        per_param = inp.f(f"compute.optimizer.bytes_per_param_{kernel.replace('-', '_')}", grad_bytes=grad_bytes,
-                          moment_bytes=2 if inp.moment_dtype == "bf16" else 4)
+    if inp.optimizer_kernel in UNFUSED_ADAM:
+        per_param = inp.f(UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
         if inp.weight_decay:
             per_param = per_param + inp.f("compute.optimizer.weight_decay_bytes_per_param")
+    else:  # fused, and a stack that does not say
+        name = "compute.optimizer.bytes_per_param" + ("_bf16_moments" if inp.moment_dtype == "bf16" else "")
+        per_param = inp.f(name, grad_bytes=grad_bytes)
     shard = optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:
         shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
