@@ -22,7 +22,7 @@ from .expressions import symbolic
 from .lowering import program
 from .provenance import merged_sources, source_map
 from .units import Q_, as_unit, pint, strip_counts
-from .values import count, exact, in_range, unit_of
+from .values import count, exact, in_range, is_number, unit_of
 
 
 def magnitude(keyword: str, value, unit: pint.Unit | None = None):
@@ -75,6 +75,17 @@ def substituted(expr, repl: dict):
     if expr.func in (sympy.Max, sympy.Min):
         return expr.func(*args, evaluate=all(a.is_number for a in args))
     return expr.func(*args)
+
+
+def lazy_max(*args):
+    """sympy.Max, left unevaluated while symbols remain (as :func:`substituted` leaves it): the catalogue's
+    and the plan's maxima of expressions in symbols; substituting numbers evaluates it."""
+    return sympy.Max(*args, evaluate=all(is_number(a) for a in args))
+
+
+def lazy_min(*args):
+    """sympy.Min, left unevaluated while symbols remain (see :func:`lazy_max`)."""
+    return sympy.Min(*args, evaluate=all(is_number(a) for a in args))
 
 
 @dataclass(frozen=True, eq=False)

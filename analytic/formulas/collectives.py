@@ -3,8 +3,8 @@
 S is the full buffer: the input of all-reduce and reduce-scatter, the gathered output of all-gather,
 each rank's whole send buffer for all-to-all. Bandwidth is per rank, one direction."""
 
-import sympy
 
+from ..core.formula import lazy_max, lazy_min
 from ._catalogue import S, define
 
 Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
@@ -42,7 +42,7 @@ define("collectives.broadcast.bytes_sent", Sz, "byte", f"{THAKUR} (pipelined cha
        ("every rank but the last forwards the whole message",), "bytes a forwarding rank sends in a broadcast")
 
 _links = S("scale_up_links")
-define("collectives.mesh.scale_up_bandwidth", Bup * sympy.Min(sympy.Max(n - 1, 1), _links) / _links, "byte/s",
+define("collectives.mesh.scale_up_bandwidth", Bup * lazy_min(lazy_max(n - 1, 1), _links) / _links, "byte/s",
        "AMD CDNA 3 architecture white paper, Figure 9 (seven Infinity Fabric links fully connect 8 MI300X); ROCm "
        "documentation, MI300X workload optimization, 'Use all eight GPUs' (collectives over fewer GPUs reach a "
        "fraction of the node's bandwidth); derived: derivations/collectives.py",
@@ -103,6 +103,6 @@ for _name, (_up, _out) in _split.items():
     define(f"collectives.multinode.{_name}.bytes_sent_scale_out", _out, "byte", _MULTI_SRC, _alg,
            f"bytes each rank sends through its NIC in a {_what[_name]} spanning nodes",
            keywords=("message", "gpus_per_node", "nodes"))
-    define(f"collectives.multinode.{_name}.time", _ring_steps[_name] * alpha + sympy.Max(_up / Bup, _out / Bout), "s",
+    define(f"collectives.multinode.{_name}.time", _ring_steps[_name] * alpha + lazy_max(_up / Bup, _out / Bout), "s",
            _MULTI_SRC, _alg, f"time of a {_what[_name]} over n_n nodes of g ranks, as NCCL runs it for large messages",
            keywords=("message", "gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth", "latency"))

@@ -1,7 +1,8 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Integer, Min, Piecewise
+from sympy import Integer, Piecewise
 
+from ..core.formula import lazy_min
 from ._catalogue import S, define
 
 Psi, Nd = S("params", "dp")
@@ -358,7 +359,7 @@ COPY = ("Ψ: the parameters this GPU's optimizer updates (its ZeRO shard), one p
 define("memory.optimizer_step.fp32_gradient_copy", 6 * Psi, "byte", DS_COPY, COPY,
        "memory a ZeRO-1/2 step allocates beyond the model states: the gradient partition flattened and in fp32",
        coefficient_unit="byte")
-define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * Min(Psi, 10**9), "byte",
+define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * lazy_min(Psi, 10**9), "byte",
        "DeepSpeed deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._prepare_fp32_grad_for_sub_group "
        "(flatten(averaged_gradients[sub_group]).to(fp32), a sub-group at a time); deepspeed/runtime/zero/config.py "
        "(sub_group_size, default 10⁹ parameters)",

@@ -6,6 +6,7 @@ rewritten here in Qi et al.'s letters."""
 
 import sympy
 
+from ..core.formula import lazy_max, lazy_min
 from ._catalogue import S, define
 
 p, m, v = S("pp", "microbatches", "vpp")
@@ -41,7 +42,7 @@ define("pipeline.bubble_time.dualpipe", (p / 2 - 1) * (tfb + tb - 2 * tw), "s",
        domain=((p >= 2, "DualPipe needs at least two stages (p even)"),
                (2 * tw <= tfb + tb, "2·T_W > T_FB + T_B: the formula turns negative")))
 define("pipeline.bubble_time.critical_path",
-       sympy.Max(0, p * v * (tf + tb) + tw - m * v * (tf + tb + tw)), "s",
+       lazy_max(0, p * v * (tf + tb) + tw - m * v * (tf + tb + tw)), "s",
        "derived: derivations/pipeline.py (the first microbatch's chain of dependencies)",
        ("any schedule: the first microbatch's forward and input-gradient passes run one after another through "
         "all p·v model chunks, then its weight-gradient pass; a stage's own work is m·v·(T_F + T_B + T_W)",
@@ -63,7 +64,7 @@ define("pipeline.in_flight.interleaved_stage", 2 * (p - k - 1) + (v - 1) * p + 1
        "model chunks in flight on stage k, interleaved 1F1B",
        domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
 define("pipeline.in_flight.interleaved_end_chunk",
-       sympy.Piecewise((sympy.Min(2 * p - 1, p + (m - p) * v), sympy.Eq(k, 0)),
+       sympy.Piecewise((lazy_min(2 * p - 1, p + (m - p) * v), sympy.Eq(k, 0)),
                        (sympy.Piecewise((1, sympy.Eq(m, p)), (0, True)), sympy.Eq(k, p - 1)), (0, True)), "",
        "derived from Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py): the first "
        "stage's warm-up of (p − 1)·2 + (v − 1)·p chunks and the one in its steady state run chunk 0 on p "

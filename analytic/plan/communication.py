@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..core.formula import Formula, cases
+from ..core.formula import Formula, cases, lazy_min
 from ..core.lowering import common_divisor
 from ..core.units import Q_
 from ..core.values import is_number
@@ -19,7 +19,6 @@ from ..formulas import formula
 from .inputs import Inputs
 from .placement import replica_groups
 from .ranks import axis_stride, link_kind
-from .schedules import lazy_min
 
 
 def _ranks_per_domain(size, fit):

@@ -7,13 +7,12 @@ import sympy
 
 from ..core.choices import MEMORY_PARTS as PARTS
 from ..core.errors import InputError
-from ..core.formula import Formula, cases, composed
+from ..core.formula import Formula, cases, composed, lazy_max, lazy_min
 from ..core.lowering import value_at_max
 from ..core.units import Q_
 from ..formulas import formula
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
-from .schedules import lazy_max, lazy_min
 
 
 def _zero(name: str) -> Formula:

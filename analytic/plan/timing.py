@@ -4,10 +4,10 @@ communication each axis leaves exposed — summed into the step time."""
 from __future__ import annotations
 
 from ..core.choices import TIME_PARTS as PARTS
-from ..core.formula import Formula, cases, composed
+from ..core.formula import Formula, cases, composed, lazy_max
 from ..formulas import formula
 from .inputs import Inputs
-from .schedules import BUBBLE_FORMULAS, at_least_critical_path, lazy_max
+from .schedules import BUBBLE_FORMULAS, at_least_critical_path
 
 
 def bubble_time(inp: Inputs, compute: Formula) -> Formula:
