@@ -9,8 +9,9 @@ Prints, each against its target:
 - ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
   pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache (the
-  plan's own expressions), the second (its structure lowered) and later ones (the cache read). Where no
-  environment can be built (no package index), the same in this environment, said so;
+  plan's own expressions), the second (its structure lowered) and later ones (the cache read), and what
+  ``python -c "import pint"`` alone takes there, which a later run imports to print its quantities (pint imports
+  numpy). Where no environment can be built (no package index), the same in this environment, said so;
 - the wheel's size and the installed package's (targets: 2 MB and 10 MB).
 
 Run: python benchmarks/bench_plan.py
@@ -103,6 +104,9 @@ def main():
     print(f"`analytic step` against `python -c \"import numpy\"` {where} ({numpy:.3f} s; target <= 3x): first "
           f"run {first:.2f} s ({first / numpy:.1f}x: the plan's expressions), second {second:.2f} s "
           f"({second / numpy:.1f}x: its structure lowered), later runs {warm:.2f} s ({warm / numpy:.1f}x)")
+    pint = wall([python, "-c", "import pint"], env)  # what a later run imports to print its quantities
+    print(f"of a later run, `python -c \"import pint\"` alone (numpy with it) {pint:.3f} s ({pint / numpy:.1f}x), "
+          f"the library's own imports and work {warm - pint:.3f} s ({(warm - pint) / numpy:.1f}x)")
 
 
 def _wheel_install() -> tuple[str, list | None, str, tuple | None]:
