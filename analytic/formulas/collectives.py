@@ -3,7 +3,6 @@
 S is the full buffer: the input of all-reduce and reduce-scatter, the gathered output of all-gather,
 each rank's whole send buffer for all-to-all. Bandwidth is per rank, one direction."""
 
-
 from ..core.formula import lazy_max, lazy_min
 from ._catalogue import S, define
 
