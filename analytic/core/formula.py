@@ -72,14 +72,16 @@ def substituted(expr, repl: dict):
     args = [substituted(a, repl) for a in expr.args]
     if all(a is b for a, b in zip(args, expr.args)):
         return expr
-    if expr.func in (sympy.Max, sympy.Min):
-        return expr.func(*args, evaluate=all(a.is_number for a in args))
+    if expr.func is sympy.Max:
+        return lazy_max(*args)
+    if expr.func is sympy.Min:
+        return lazy_min(*args)
     return expr.func(*args)
 
 
 def lazy_max(*args):
-    """sympy.Max, left unevaluated while symbols remain (as :func:`substituted` leaves it): the catalogue's
-    and the plan's maxima of expressions in symbols; substituting numbers evaluates it."""
+    """sympy.Max, left unevaluated while symbols remain: the catalogue's, the plan's and a substitution's
+    maxima of expressions in symbols; substituting numbers evaluates it."""
     return sympy.Max(*args, evaluate=all(is_number(a) for a in args))
 
 
