@@ -18,7 +18,8 @@ from .core.choices import MEMORY_PARTS as PARTS
 from .core.choices import OBJECTIVES
 from .core.counts import MAX_COUNT
 from .core.errors import AnalyticError, ApproximationWarning, InputError, LayoutError
-from .core.formula import Formula, magnitude, to_float
+from .core.expressions import to_float
+from .core.formula import Formula, magnitude
 from .core.symbols import sym
 from .core.units import Q_
 from .core.values import as_float, choice, count, flag, fraction

@@ -1,9 +1,17 @@
+import os
+import random
+import subprocess
+import sys
+import warnings
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import sympy
 
 import analytic as an
 from analytic.core.errors import FreeSymbolError, InputError, UnitError, UnknownNameError
+from analytic.core.symbols import info
 
 
 def test_zero0_of_405b():
@@ -135,7 +143,7 @@ def test_n_gives_floats_of_the_asked_digits():
 def test_exact_numbers_become_correctly_rounded_floats():
     """A rational is one correctly rounded division (1/3, and 1 + 1e-30, which rounds to 1); one past
     the float range is refused, not returned as inf."""
-    from analytic.core.formula import to_float
+    from analytic.core.expressions import to_float
     assert to_float(sympy.Rational(1, 3)) == 1 / 3
     assert to_float(sympy.Rational(10**30 + 1, 10**30)) == 1.0
     assert to_float(sympy.Integer(2) ** 60 + 1) == float(2**60)
@@ -147,7 +155,7 @@ def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
     """cases() with an open condition keeps every piece's sources, each under the condition that its
     piece is taken; substituting the open input leaves those of the piece taken, as building the
     same cases with the number does."""
-    from analytic.core.formula import cases
+    from analytic.core.composition import cases
     from analytic.core.provenance import source_map
     ring, rs = an.formula("collectives.all_reduce.bytes_sent"), an.formula("collectives.reduce_scatter.bytes_sent")
     tp = an.sym("tp")
@@ -165,3 +173,61 @@ def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
             "collectives.all_reduce.bytes_sent" if value > 1 else "collectives.reduce_scatter.bytes_sent"}
     both = open_ + built(4)  # a source one part always draws on is drawn on unconditionally
     assert source_map(both)["collectives.all_reduce.bytes_sent"] == sympy.true
+
+
+def _draw(rng: random.Random, keyword: str):
+    """A number in ``keyword``'s symbol's domain, in its unit."""
+    domain = info(keyword).domain
+    if isinstance(domain, tuple):  # a choice's index
+        return rng.randrange(len(domain[1]))
+    return {"count": lambda: rng.randint(1, 64), "count0": lambda: rng.randint(0, 8),
+            "fraction": lambda: Fraction(rng.randint(1, 100), 100), "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
+            }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
+
+
+def _at(f, values, exact: bool):
+    """(value, warned) of ``f`` bound to ``values``: as numbers (the formula's terms), or as sympy numbers
+    (its sympy expression substituted); an InputError where it refuses them."""
+    if exact:
+        values = {k: sympy.Rational(v.numerator, v.denominator) if isinstance(v, Fraction) else sympy.Integer(v)
+                  for k, v in values.items()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = f.bind(values).value().magnitude
+    return value, len(caught)
+
+
+def test_each_catalogue_formula_at_numbers_equals_its_expression():
+    """Every catalogue formula at numbers drawn in its symbols' domains, evaluated on its terms without
+    sympy and from its sympy expression: the same value to 1e-12, the same refusals (outside its domain,
+    or no finite real value) and the same caveats warned."""
+    rng, checked, refused = random.Random(0), 0, 0
+    for name, f in sorted(an.formulas().items()):
+        for _ in range(4):
+            values = {k: _draw(rng, k) for k in f.symbols}
+            try:
+                want = _at(f, values, exact=True)
+            except InputError:
+                with pytest.raises(InputError):
+                    _at(f, values, exact=False)
+                refused += 1
+                continue
+            got = _at(f, values, exact=False)
+            assert got[1] == want[1], (name, values)
+            assert abs(got[0] - want[0]) <= 1e-12 * abs(want[0]) + 1e-300, (name, values, got, want)
+            checked += 1
+    assert checked > 700 and refused < checked / 4
+
+
+def test_a_numeric_plan_and_a_catalogue_formula_at_numbers_import_no_sympy(tmp_path):
+    """A plan whose inputs are numbers composes its formulas on numbers: its memory, step time and MFU,
+    and a catalogue formula evaluated at Quantities, come without importing sympy."""
+    code = ("import sys\nimport analytic as an\n"
+            "plan = an.Plan(an.model('llama3-70b'), an.hardware('h100-sxm'), an.Layout(tp=8, pp=4, dp=8, zero=1),"
+            " seq_len=8192, global_batch=512)\n"
+            "plan.memory(), plan.step_time(), plan.mfu(), plan.time_breakdown(ops=True), plan.communication()\n"
+            "an.formula('compute.mfu').evaluate(flops='1e18 FLOP', step_time='10 s', gpus=1024, peak_flops='989 TFLOP/s')\n"
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "ANALYTIC_CACHE": str(tmp_path)})
+    assert out.stdout.split() == ["False"], out.stderr

@@ -1626,7 +1626,7 @@ def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expres
     """Hand table: without a pipeline ZeRO-3 gathers twice and reduce-scatters every microbatch, ZeRO-2
     reduce-scatters every microbatch, ZeRO-1 (and any stage under a pipeline) once a step, ZeRO-0
     all-reduces; ZeRO-3 holds the stage's copies under a pipeline and gathers blocks without one.
-    The sympy conditions of the plan's expressions pick the same."""
+    The conditions of the plan's expressions pick the same, as sympy's and as a numeric plan's bools."""
     from analytic.plan import regime
     from analytic.plan.degrees import Degrees
     from analytic.plan.layout import DP_REGIMES, GATHERED_REGIMES
@@ -1638,9 +1638,10 @@ def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expres
     for (zero, pp), (dp, gathered) in want.items():
         lay = an.Layout(zero=zero, pp=pp)
         assert (regime(DP_REGIMES, lay), regime(GATHERED_REGIMES, lay)) == (dp, gathered), (zero, pp)
-        deg = Degrees(lay)
-        assert next(label for label, cond in deg.dp_regimes if cond == sympy.true) == dp
-        assert next(label for label, cond in deg.gathered_regimes if cond == sympy.true) == gathered
+        for numeric, true in ((False, sympy.true), (True, True)):  # sympy conditions, and a numeric plan's bools
+            deg = Degrees(lay, numeric)
+            assert next(label for label, cond in deg.dp_regimes if cond is true) == dp
+            assert next(label for label, cond in deg.gathered_regimes if cond is true) == gathered
     with pytest.raises(an.InputError, match="regime"):
         regime(DP_REGIMES, an.Layout(zero=an.sym("zero")))
 

@@ -5,15 +5,12 @@ import dataclasses
 import importlib
 import json
 import math
-import random
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +18,6 @@ import analytic as an
 from analytic.core import cache
 from analytic.core.errors import InputError
 from analytic.core.numeric import OPS, SCALAR
-from analytic.core.symbols import info
 from analytic.plan import programs, template
 from analytic.plan.structure import structure
 from analytic.strategies import plans
@@ -46,15 +42,14 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
     monkeypatch.setattr(programs, "_SEEN", {})
-    monkeypatch.setattr(programs, "_FORMULAS", {})
     monkeypatch.setattr(programs, "PLANS_BEFORE_LOWERING", 0)
     PROGRAMS._COMPILED.clear()
     return tmp_path
 
 
 def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch, docs):
-    """A structure's first plans in a process take their own expressions, the next builds the programs
-    and the one after reads them from memory."""
+    """A structure's first plans in a process compose their formulas on numbers, the next builds the
+    programs and the one after reads them from memory."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
     monkeypatch.setattr(programs, "_SEEN", {})
@@ -66,7 +61,7 @@ def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch, doc
     assert plans[n]._numbers.bundle is not None and not plans[n]._exprs
     assert plans[n + 1]._numbers.bundle is plans[n]._numbers.bundle
     readme = docs
-    assert f"the first {n} numeric plans of a structure in a process take their own expressions" in readme
+    assert f"the first {n} numeric plans of a structure in a process compose their formulas on numbers" in readme
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 
 
@@ -225,19 +220,18 @@ def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh)
     assert plan.memory().stage == 3 and plan.memory().total == totals[3]
 
 
-def test_the_command_line_lowers_a_structure_at_its_second_run(tmp_path, monkeypatch):
-    """One plan a run: the first run of `analytic step` takes the plan's expressions and marks the
-    structure seen, the second lowers it, the third reads it (and imports no sympy). The default story has
-    two structures: its plan's and the run's as it ran (interleaved, the ends as layers)."""
+def test_the_command_line_plans_on_numbers_at_every_run(tmp_path):
+    """One plan a run: every run of `analytic step` composes its plans' formulas on numbers, so none imports
+    sympy or lowers a structure, and each prints the same."""
     import os
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
     code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out: main(['step'])\n"
             "print(len(out.getvalue()), 'sympy' in sys.modules)")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
-            for _ in range(3)]
-    assert runs[0][0] == runs[1][0] == runs[2][0] and [r[1] for r in runs] == ["True", "True", "False"]
-    assert len(list(tmp_path.glob("plan-*.json"))) == 2 and len(list(tmp_path.glob("seen-plan-*.json"))) == 2
+            for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0][1] == "False" and int(runs[0][0]) > 1000
+    assert not list(tmp_path.glob("plan-*.json"))
 
 
 def test_programs_of_other_sources_are_not_used(fresh, monkeypatch):
@@ -282,41 +276,6 @@ def test_a_new_model_of_a_known_architecture_searches_without_a_build(fresh):
 
 
 _EDGES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 0.5, 7.0]
-
-
-def _draw(rng: random.Random, keyword: str):
-    """A number in ``keyword``'s symbol's domain, in its unit."""
-    domain = info(keyword).domain
-    if isinstance(domain, tuple):  # a choice's index
-        return rng.randrange(len(domain[1]))
-    return {"count": lambda: rng.randint(1, 64), "count0": lambda: rng.randint(0, 8),
-            "fraction": lambda: Fraction(rng.randint(1, 100), 100), "fraction0": lambda: Fraction(rng.randint(0, 100), 100),
-            }.get(domain, lambda: Fraction(rng.randint(1, 10**6), rng.choice([1, 10, 1000])))()
-
-
-def test_each_catalogue_formula_program_equals_its_expression():
-    """Every catalogue formula without caveats as a program (:func:`programs.formula`), at numbers drawn
-    in its symbols' domains: the program's value is the expression's to 1e-12, and where the expression
-    refuses the numbers (outside the formula's domain) the program gives none."""
-    rng, checked, refused = random.Random(0), 0, 0
-    for name, f in sorted(an.formulas().items()):
-        if f.caveats:
-            assert programs.formula(name, {k: 1.0 for k in f.symbols}) is None
-            continue
-        for _ in range(4):
-            values = {k: _draw(rng, k) for k in f.symbols}
-            hit = programs.formula(name, {k: float(v) for k, v in values.items()})
-            try:
-                want = f.subs(**{k: sympy.Rational(v.numerator, v.denominator) if isinstance(v, Fraction)
-                                 else sympy.Integer(v) for k, v in values.items()}).value()
-            except InputError:
-                assert hit is None, (name, values)
-                refused += 1
-                continue
-            assert hit is not None and hit[1] == str(f.unit), (name, values)
-            assert _close(hit[0], float(want.magnitude), 0), (name, values, hit, want)
-            checked += 1
-    assert checked > 600 and refused < checked
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

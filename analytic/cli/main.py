@@ -236,12 +236,7 @@ def main(argv=None) -> int:
         prepare()
         from ..core.progress import shown as progress_shown
         with progress_shown(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
-            if args.command in ("step", "memory"):  # a plan a run: the plan's programs are built at its second run
-                from ..core.cache import across_runs
-                with across_runs():
-                    code = args.func(args)
-            else:
-                code = args.func(args)
+            code = args.func(args)
         sys.stdout.flush()  # a full device says so now, not in the interpreter's exit
         return code
     except ClosedOutput as exc:

@@ -8,7 +8,6 @@ is rebuilt.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -16,44 +15,6 @@ import os
 from pathlib import Path
 
 from .files import MAX_BYTES, read_text, write_text
-
-_ACROSS_RUNS = [False]
-
-
-#: the (kind, key) marks this process wrote (:func:`seen_before`)
-_MARKED: set = set()
-
-
-@contextlib.contextmanager
-def across_runs():
-    """Inside it, what is built on reuse (a plan structure's programs, :mod:`analytic.plan.programs`)
-    counts the uses of earlier processes too: for a process whose successors ask the same (the command
-    line), a structure an earlier run saw is built at its first use."""
-    before, _ACROSS_RUNS[0] = _ACROSS_RUNS[0], True
-    try:
-        yield
-    finally:
-        _ACROSS_RUNS[0] = before
-
-
-def is_across_runs() -> bool:
-    """Whether :func:`across_runs` is in force."""
-    return _ACROSS_RUNS[0]
-
-
-def seen_before(kind: str, key: str) -> bool:
-    """Whether an earlier process marked ``key`` as seen in the cache; marks it now if not (a mark this
-    process wrote is not an earlier run's)."""
-    if (kind, key) in _MARKED:
-        return False
-    path = entry(f"seen-{kind}", key)
-    if path is None:
-        return False
-    if read_json(path) == key:
-        return True
-    write_json(path, key)
-    _MARKED.add((kind, key))
-    return False
 
 
 def cache_dir() -> Path | None:

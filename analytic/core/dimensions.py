@@ -55,3 +55,18 @@ def units_of(expr) -> pint.Quantity:
             raise pint.DimensionalityError(inner.units, DIMENSIONLESS, extra_msg=f" (argument of {expr.func})")
         return Q_(1, DIMENSIONLESS)
     raise UnitError(f"cannot check the dimensions of {expr.func.__name__}")
+
+
+def check_dimensions(f) -> pint.Unit:
+    """Substitute every symbol's unit in the Formula ``f`` (counts as pure numbers); raise UnitError unless every
+    sum is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
+    try:
+        got = units_of(f.expr)
+    except pint.DimensionalityError as exc:
+        raise UnitError(f"{f.name}: terms of different dimensions are added: {exc}") from None
+    got_unit = Q_(1, strip_counts(got.units * f.coefficient_unit))
+    want = strip_counts(f.unit)
+    if got_unit.dimensionality != Q_(1, want).dimensionality:
+        raise UnitError(f"{f.name}: expression has {got_unit.dimensionality}, "
+                        f"declared unit {f.unit:~P} has {want.dimensionality}")
+    return f.unit

@@ -11,11 +11,13 @@ node types, names and attributes, with bounded sizes and exponents. Anything els
 from __future__ import annotations
 
 import ast
+import math
 import operator
 
 import sympy
 
-from .errors import InputError
+from .algebra import Max, Min
+from .errors import FreeSymbolError, InputError
 from .symbols import REGISTRY, sym
 from .values import exact
 
@@ -165,3 +167,37 @@ def evaluate(text: str, names: dict, attributes: frozenset, what: str = "express
             return {walk(k): walk(v) for k, v in zip(node.keys, node.values)}
         raise InputError(f"{what}: {type(node).__name__} is not allowed ({text!r:.80})")
     return walk(_parse(text, what))
+
+
+def substituted(expr, repl: dict):
+    """``expr.xreplace(repl)``, except that a Max or Min whose new arguments are not all numbers is left
+    unevaluated: deciding which of two large expressions in symbols is larger (sympy's local zeros) is slow
+    and rarely possible, and substituting numbers later evaluates it."""
+    if expr in repl:
+        return repl[expr]
+    if not expr.args:
+        return expr
+    args = [substituted(a, repl) for a in expr.args]
+    if all(a is b for a, b in zip(args, expr.args)):
+        return expr
+    if expr.func is sympy.Max:
+        return Max(*args)
+    if expr.func is sympy.Min:
+        return Min(*args)
+    return expr.func(*args)
+
+
+def to_float(expr: sympy.Expr, name: str = "expression") -> float:
+    """An exact sympy number as a float (the edge where exactness ends)."""
+    if isinstance(expr, sympy.Rational):  # one correctly rounded division
+        try:
+            return expr.p / expr.q
+        except OverflowError:
+            pass  # past the float range: said below
+    try:
+        val = complex(sympy.N(expr, 30))
+    except TypeError:
+        raise FreeSymbolError(f"{name}: cannot evaluate {expr}") from None
+    if val.imag != 0 or not math.isfinite(val.real):
+        raise InputError(f"{name}: the result is not a finite real number ({expr})")
+    return val.real

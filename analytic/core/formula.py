@@ -3,26 +3,38 @@
 A symbol stands for the magnitude of its quantity in the unit declared in :mod:`analytic.core.symbols`;
 ``Formula.unit`` is the unit of the result. Numbers stay exact (sympy rationals) until
 ``evaluate`` returns a :class:`pint.Quantity`.
+
+A formula declared on terms (:mod:`analytic.core.terms`, as the catalogue declares them) makes its sympy
+expression, domain and caveats when one of them is first read, and evaluates at numbers without sympy.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
-import sympy
-
+from . import held, terms
 from . import symbols as _symbols
-from .dimensions import DIMENSIONLESS, units_of
 from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
-from .expressions import symbolic
-from .lowering import program
-from .provenance import merged_sources, source_map
-from .units import Q_, as_unit, pint, strip_counts
-from .values import count, exact, in_range, is_number, unit_of
+from .units import Q_, as_unit, pint, ureg
+from .values import count, exact, exact_number, in_range, is_sympy, unit_of
+
+DIMENSIONLESS = ureg.Unit("")
+
+
+class _Sympy:
+    """sympy, imported when first used: a formula declared on terms is evaluated at numbers without it."""
+
+    def __getattr__(self, name):
+        import sympy as module
+        value = getattr(module, name)
+        setattr(self, name, value)
+        return value
+
+
+sympy = _Sympy()
 
 
 def magnitude(keyword: str, value, unit: pint.Unit | None = None):
@@ -40,7 +52,7 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
             raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
                             f"got formula {value.name!r} in {value.unit:~P}") from None
         return value.expr * exact(factor)
-    if isinstance(value, sympy.Basic):
+    if is_sympy(value):
         if not value.is_number:
             return _symbols.canonical(value)
         if unit is None:
@@ -61,35 +73,6 @@ def _checked(keyword: str, value: sympy.Expr) -> sympy.Expr:
         raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
 
 
-def substituted(expr, repl: dict):
-    """``expr.xreplace(repl)``, except that a Max or Min whose new arguments are not all numbers is left
-    unevaluated: deciding which of two large expressions in symbols is larger (sympy's local zeros) is slow
-    and rarely possible, and substituting numbers later evaluates it."""
-    if expr in repl:
-        return repl[expr]
-    if not expr.args:
-        return expr
-    args = [substituted(a, repl) for a in expr.args]
-    if all(a is b for a, b in zip(args, expr.args)):
-        return expr
-    if expr.func is sympy.Max:
-        return lazy_max(*args)
-    if expr.func is sympy.Min:
-        return lazy_min(*args)
-    return expr.func(*args)
-
-
-def lazy_max(*args):
-    """sympy.Max, left unevaluated while symbols remain: the catalogue's, the plan's and a substitution's
-    maxima of expressions in symbols; substituting numbers evaluates it."""
-    return sympy.Max(*args, evaluate=all(is_number(a) for a in args))
-
-
-def lazy_min(*args):
-    """sympy.Min, left unevaluated while symbols remain (see :func:`lazy_max`)."""
-    return sympy.Min(*args, evaluate=all(is_number(a) for a in args))
-
-
 @dataclass(frozen=True, eq=False)
 class Formula:
     """A named expression with units, a source and its assumptions.
@@ -98,39 +81,93 @@ class Formula:
     parameter: ``byte``); the catalogue's dimension check multiplies it in."""
 
     name: str
-    expr: sympy.Expr
+    expr: sympy.Expr = held.Declared()
     unit: pint.Unit
     source: str
     assumptions: tuple[str, ...] = ()
     description: str = ""
     coefficient_unit: pint.Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
-    domain: tuple = ()  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
+    domain: tuple = held.Declared(())  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
     sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
-    caveats: tuple = ()  # (condition, why): where the approximation is good; evaluating this formula outside it
+    caveats: tuple = held.Declared(())  # (condition, why): where the approximation is good; evaluating this formula outside it
     # warns (ApproximationWarning) but answers (composed formulas do not carry them)
     # (source, condition) for the sources drawn on only where a condition holds (a symbolic piece of ``cases``)
-    source_conditions: tuple = ()
+    source_conditions: tuple = held.Declared(())
 
     def __post_init__(self):
-        expr = symbolic(self.expr, self.name) if isinstance(self.expr, str) else sympy.sympify(self.expr)  # no eval
-        object.__setattr__(self, "expr", _symbols.canonical(expr))
-        object.__setattr__(self, "domain", tuple((_symbols.canonical(sympy.sympify(c)), why, *(origin or (self.name,)))
-                                                 for c, why, *origin in self.domain))
-        object.__setattr__(self, "caveats", tuple((_symbols.canonical(sympy.sympify(c)), why)
-                                                  for c, why in self.caveats))
-        object.__setattr__(self, "source_conditions", tuple((s, _symbols.canonical(sympy.sympify(c)))
-                                                            for s, c in self.source_conditions))
+        fields = self.__dict__
+        raw = tuple(fields[k] for k in held.SYMPY_FIELDS)
+        if held.on_terms(raw[0], [c for c, *_ in raw[1] + raw[2]] + [c for _, c in raw[3]]):
+            for k in held.SYMPY_FIELDS:  # made by _realise when first read
+                del fields[k]
+            domain = tuple((c, why, *(origin or (self.name,))) for c, why, *origin in raw[1])
+            fields["_terms"] = (raw[0], domain, *raw[2:])
+        else:
+            self._realise(raw)
         object.__setattr__(self, "unit", as_unit(self.unit))
         if self.coefficient_unit is not None:
             object.__setattr__(self, "coefficient_unit", as_unit(self.coefficient_unit))
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
 
+    def _realise(self, raw: tuple | None = None) -> None:
+        """The sympy expression, domain, caveats and source conditions, canonical (from ``raw`` or the terms)."""
+        expr, domain, caveats, source_conditions = self.__dict__.pop("_terms") if raw is None else raw
+        if isinstance(expr, str):
+            from .expressions import symbolic
+            expr = symbolic(expr, self.name)  # parsed, never evaluated
+
+        def canonical(x):
+            return _symbols.canonical(sympy.sympify(terms.to_sympy(x)))
+
+        fields = self.__dict__
+        fields["expr"] = canonical(expr)
+        fields["domain"] = tuple((canonical(c), why, *(origin or (self.name,))) for c, why, *origin in domain)
+        fields["caveats"] = tuple((canonical(c), why) for c, why in caveats)
+        fields["source_conditions"] = tuple((s, canonical(c)) for s, c in source_conditions)
+
+    @property
+    def raw(self) -> tuple:
+        """(expression, domain, caveats, source conditions) as held: terms or numbers for a formula declared
+        on terms or holding numbers (:mod:`.held`), else sympy."""
+        d = self.__dict__
+        return d["_terms"] if "_terms" in d else tuple(d[k] for k in held.SYMPY_FIELDS)
+
+    @property
+    def term(self):
+        """The expression as held: a number (a numeric plan's), a term, or a sympy expression."""
+        d = self.__dict__
+        return d["_terms"][0] if "_terms" in d else d["expr"]
+
+    @property
+    def raw_domain(self) -> tuple:
+        return self.raw[1]
+
+    @property
+    def raw_caveats(self) -> tuple:
+        return self.raw[2]
+
+    @property
+    def raw_source_conditions(self) -> tuple:
+        return self.raw[3]
+
+    def replaced(self, **changes) -> "Formula":
+        """``dataclasses.replace`` that keeps what the formula holds as it is (no sympy made for it)."""
+        d = self.__dict__
+        out = {f.name: d[f.name] for f in fields(Formula) if f.name not in held.SYMPY_FIELDS}
+        out.update(zip(held.SYMPY_FIELDS, self.raw))
+        out.update(changes)
+        return Formula(**out)
+
     # --- what it is -------------------------------------------------------------------------
     @cached_property
     def symbols(self) -> dict[str, pint.Unit]:
         """keyword → unit of every free symbol, in the notation table's order."""
-        free = {_symbols.info(s).keyword for s in self.expr.free_symbols} | set(self.keywords)
+        declared = self.__dict__.get("_terms")
+        if declared is not None:
+            free = terms.keywords(declared[0]) | set(self.keywords)
+        else:
+            free = {_symbols.info(s).keyword for s in self.expr.free_symbols} | set(self.keywords)
         return {kw: i.unit for kw, i in _symbols.REGISTRY.items() if kw in free}
 
     def latex(self, digits: int | None = None) -> str:
@@ -139,7 +176,7 @@ class Formula:
 
     def n(self, digits: int = 4) -> "Formula":
         """The same formula with its exact numbers as floats of ``digits`` significant digits, to read."""
-        return replace(self, expr=self.expr.evalf(count("digits", digits, allow_symbol=False)))
+        return self.replaced(expr=self.expr.evalf(count("digits", digits, allow_symbol=False)))
 
     def _repr_latex_(self) -> str:
         unit = f"{self.unit:~L}" if not self.unit.dimensionless else ""
@@ -185,6 +222,10 @@ class Formula:
     def evaluate(self, **values) -> pint.Quantity:
         """The value as a Quantity in ``self.unit``; every free symbol must be given."""
         self._check_keywords(values, complete=True)
+        if "_terms" in self.__dict__:
+            at = held.bound(self, values)
+            if at is not None:
+                return held.value(at)
         repl = self._replacements(values)
         self._within(repl)
         result = self.expr.xreplace(repl)
@@ -193,7 +234,7 @@ class Formula:
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
                                   ".subs() to keep them")
         self._warn_caveats(repl)
-        return Q_(to_float(result, self.name), self.unit)
+        return Q_(_expressions().to_float(result, self.name), self.unit)
 
     def _warn_caveats(self, repl: dict | None = None) -> None:
         """An ApproximationWarning for each caveat whose condition ``repl`` decides false."""
@@ -205,26 +246,41 @@ class Formula:
 
     def value(self) -> pint.Quantity:
         """The value of a formula without free symbols."""
+        if "_terms" in self.__dict__:
+            at = self if held.holds_number(self) else held.bound(self, {})
+            if at is not None:
+                return held.value(at)
         if self.expr.free_symbols:
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(self.symbols)}; "
                                   "give them numbers or use .expr")
         self._within()
         self._warn_caveats()
-        return Q_(to_float(self.expr, self.name), self.unit)
+        return Q_(_expressions().to_float(self.expr, self.name), self.unit)
 
     def subs(self, **values) -> "Formula":
         """Partial application: the given symbols replaced (by numbers, Quantities, expressions or
         Formulas), the rest still free."""
         self._check_keywords(values, complete=False)
+        if "_terms" in self.__dict__:
+            at = held.bound(self, values)
+            if at is not None:
+                return at
+        from .provenance import merged_sources, source_map
         repl = self._replacements(values)
         own = {s: c.xreplace(repl) for s, c in source_map(self).items()}
         sources = merged_sources(own, *(source_map(v) for v in values.values() if isinstance(v, Formula)))
-        return replace(self, expr=substituted(self.expr, repl), domain=self._within(repl, strict=False), **sources,
+        return replace(self, expr=_expressions().substituted(self.expr, repl), domain=self._within(repl, strict=False), **sources,
                        caveats=tuple((c.xreplace(repl), why) for c, why in self.caveats))
 
     def bind(self, values: dict) -> "Formula":
-        """``subs`` with the entries of ``values`` that this formula takes (the rest ignored)."""
-        return self.subs(**{k: v for k, v in values.items() if k in self.symbols})
+        """``subs`` with the entries of ``values`` that this formula takes (the rest ignored), a plain
+        number being a magnitude in its symbol's unit (as a plan holds its inputs)."""
+        taken = {k: v for k, v in values.items() if k in self.symbols}
+        if "_terms" in self.__dict__:
+            at = held.bound(self, taken, magnitudes=True)
+            if at is not None:
+                return at
+        return self.subs(**{k: exact(v) if type(v) in held.NUMBERS else v for k, v in taken.items()})
 
     def diff(self, keyword: str) -> "Formula":
         """∂/∂keyword, in ``unit / unit(keyword)``."""
@@ -240,43 +296,23 @@ class Formula:
 
     @cached_property
     def _compiled(self):
-        keywords = list(self.symbols)
-        fn = program([self.expr], {_symbols.sym(k): k for k in keywords})
-        name = self.name
-
-        def compiled(**values):
-            missing = [k for k in keywords if k not in values]
-            extra = [k for k in values if k not in keywords]
-            if missing or extra:
-                raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
-                                 + (f"; missing {', '.join(missing)}" if missing else "")
-                                 + (f"; unknown {', '.join(extra)}" if extra else ""))
-            args = [values[k] for k in keywords]
-            if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
-                return fn.scalar([float(a) for a in args])[0]  # numbers: Python floats, no array per step
-            return fn(*args)[0]
-
-        compiled.keywords = tuple(keywords)
-        compiled.__doc__ = f"{name} [{self.unit:~P}] of {', '.join(keywords)}"
-        return compiled
+        from .lowering import keyword_function
+        return keyword_function(self)
 
     # --- dimensions -------------------------------------------------------------------------
     def check_dimensions(self) -> pint.Unit:
         """Substitute every symbol's unit (counts as pure numbers); raise UnitError unless every sum
         is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
-        try:
-            got = units_of(self.expr)
-        except pint.DimensionalityError as exc:
-            raise UnitError(f"{self.name}: terms of different dimensions are added: {exc}") from None
-        got_unit = Q_(1, strip_counts(got.units * self.coefficient_unit))
-        want = strip_counts(self.unit)
-        if got_unit.dimensionality != Q_(1, want).dimensionality:
-            raise UnitError(f"{self.name}: expression has {got_unit.dimensionality}, "
-                            f"declared unit {self.unit:~P} has {want.dimensionality}")
-        return self.unit
+        from .dimensions import check_dimensions
+        return check_dimensions(self)
 
     # --- arithmetic (composition) -----------------------------------------------------------
     def _combine(self, other, op, name):
+        if held.holds_number(self):
+            out = held.combined(self, other, op, name)
+            if out is not None:
+                return out
+        from .provenance import merged_sources, source_map
         if isinstance(other, Formula):
             if op in ("+", "-"):
                 other_expr = magnitude(other.name, other, self.unit)
@@ -290,7 +326,7 @@ class Formula:
                 other_expr = exact(other.magnitude)
                 unit = self.unit * other.units if op == "*" else self.unit / other.units
         else:
-            other_expr = exact(other) if not isinstance(other, sympy.Basic) else other
+            other_expr = exact(other) if not is_sympy(other) else other
             if op in ("+", "-") and not self.unit.dimensionless:
                 raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
             unit = self.unit
@@ -318,9 +354,9 @@ class Formula:
         return self._combine(other, "*", None)
 
     def renamed(self, name: str, source: str | None = None, assumptions=None, description=None) -> "Formula":
-        return replace(self, name=name, source=source or self.source,
-                       assumptions=tuple(assumptions) if assumptions is not None else self.assumptions,
-                       description=self.description if description is None else description)
+        return self.replaced(name=name, source=source or self.source,
+                             assumptions=tuple(assumptions) if assumptions is not None else self.assumptions,
+                             description=self.description if description is None else description)
 
     def to(self, unit) -> "Formula":
         """The same quantity expressed in another unit."""
@@ -329,48 +365,16 @@ class Formula:
             factor = Q_(1, self.unit).to(unit).magnitude
         except pint.DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
+        if held.holds_number(self):
+            return self.replaced(expr=held.arithmetic(self.term, exact_number(factor), "*"), unit=unit,
+                                 coefficient_unit=None)
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)
 
 
-def composed(name: str, expr, unit, *parts) -> Formula:
-    """A Formula of ``expr``, an expression built from the Formulas ``parts``: their domains and
-    sources carried over (what arithmetic on Formulas does, for expressions such as Max and Piecewise)."""
-    parts = [p for p in parts if isinstance(p, Formula)]
-    domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
-    return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
+#END
 
 
-def cases(name: str, unit, *pieces) -> Formula:
-    """A Formula that is the first of ``(Formula, condition)`` pieces whose condition holds (the last
-    condition should be True). Conditions that are already decided collapse: numeric layouts get
-    the plain expression, symbolic ones a Piecewise. Its sources are those of the pieces it may take,
-    each under the condition that the piece is taken (``source_conditions``)."""
-    exprs, reachable, earlier = [], [], []
-    for f, cond in pieces:
-        exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
-        if cond is not False and cond != sympy.false:
-            taken = sympy.And(cond, *(sympy.Not(c) for c in earlier))
-            if isinstance(f, Formula) and taken != sympy.true:  # a piece's domain and sources only where it is taken
-                f = replace(f, domain=tuple((sympy.Or(sympy.Not(taken), d), *rest) for d, *rest in f.domain),
-                            **merged_sources({s: sympy.And(taken, c) for s, c in source_map(f).items()}))
-            reachable.append(f)
-        if cond is True or cond == sympy.true:
-            break
-        earlier.append(cond)
-    return composed(name, sympy.Piecewise(*exprs), unit, *reachable)
-
-
-def to_float(expr: sympy.Expr, name: str = "expression") -> float:
-    """An exact sympy number as a float (the edge where exactness ends)."""
-    if isinstance(expr, sympy.Rational):  # one correctly rounded division
-        try:
-            return expr.p / expr.q
-        except OverflowError:
-            pass  # past the float range: said below
-    try:
-        val = complex(sympy.N(expr, 30))
-    except TypeError:
-        raise FreeSymbolError(f"{name}: cannot evaluate {expr}") from None
-    if val.imag != 0 or not math.isfinite(val.real):
-        raise InputError(f"{name}: the result is not a finite real number ({expr})")
-    return val.real
+def _expressions():
+    """:mod:`.expressions` (sympy's), imported where a formula holds a sympy expression."""
+    from . import expressions
+    return expressions

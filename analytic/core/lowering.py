@@ -170,3 +170,27 @@ def free_symbols(exprs) -> set:
         else:
             stack.extend(e.args)
     return found
+
+
+def keyword_function(f):
+    """A Formula as a numpy function of keyword arguments (magnitudes in its symbols' units): ``Formula.lambdify``."""
+    from . import symbols as _symbols
+    keywords = list(f.symbols)
+    fn = program([f.expr], {_symbols.sym(k): k for k in keywords})
+    name = f.name
+
+    def compiled(**values):
+        missing = [k for k in keywords if k not in values]
+        extra = [k for k in values if k not in keywords]
+        if missing or extra:
+            raise InputError(f"{name}: lambdified function takes {', '.join(keywords)}"
+                             + (f"; missing {', '.join(missing)}" if missing else "")
+                             + (f"; unknown {', '.join(extra)}" if extra else ""))
+        args = [values[k] for k in keywords]
+        if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
+            return fn.scalar([float(a) for a in args])[0]  # numbers: Python floats, no array per step
+        return fn(*args)[0]
+
+    compiled.keywords = tuple(keywords)
+    compiled.__doc__ = f"{name} [{f.unit:~P}] of {', '.join(keywords)}"
+    return compiled

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..core.errors import UnknownNameError
 from ..core.formula import Formula
-from ..core.symbols import sym
+from ..core.symbols import info
+from ..core.terms import symbol
 
 CATALOGUE: dict[str, Formula] = {}
 
@@ -23,8 +24,8 @@ def define(name, expr, unit, source, assumptions=(), description="", coefficient
 
 
 def S(*keywords):
-    """The symbols of the given keywords (a shorthand for the topic modules)."""
-    out = tuple(sym(k) for k in keywords)
+    """The symbols of the given keywords, as terms (a shorthand for the topic modules)."""
+    out = tuple(symbol(info(k).keyword) for k in keywords)
     return out if len(out) > 1 else out[0]
 
 

@@ -3,7 +3,8 @@
 S is the full buffer: the input of all-reduce and reduce-scatter, the gathered output of all-gather,
 each rank's whole send buffer for all-to-all. Bandwidth is per rank, one direction."""
 
-from ..core.formula import lazy_max, lazy_min
+from ..core.algebra import Max, Min
+from ..core.terms import subs
 from ._catalogue import S, define
 
 Sz, n, Bw, alpha = S("message", "ranks", "bandwidth", "latency")
@@ -41,7 +42,7 @@ define("collectives.broadcast.bytes_sent", Sz, "byte", f"{THAKUR} (pipelined cha
        ("every rank but the last forwards the whole message",), "bytes a forwarding rank sends in a broadcast")
 
 _links = S("scale_up_links")
-define("collectives.mesh.scale_up_bandwidth", Bup * lazy_min(lazy_max(n - 1, 1), _links) / _links, "byte/s",
+define("collectives.mesh.scale_up_bandwidth", Bup * Min(Max(n - 1, 1), _links) / _links, "byte/s",
        "AMD CDNA 3 architecture white paper, Figure 9 (seven Infinity Fabric links fully connect 8 MI300X); ROCm "
        "documentation, MI300X workload optimization, 'Use all eight GPUs' (collectives over fewer GPUs reach a "
        "fraction of the node's bandwidth); derived: derivations/collectives.py",
@@ -85,8 +86,8 @@ define("collectives.multinode.step_latency", ((_N - nn) * _aup + (nn - 1) * _aou
        ("a ring over N = g·n_n ranks: of its N − 1 hops, n_n − 1 leave a node (a NIC's latency), the rest stay "
         "inside one (the scale-up link's)",), "mean latency per step of a ring spanning nodes",
        keywords=("gpus_per_node", "nodes", "scale_up_latency", "scale_out_latency"))
-_ring_volume = {k: v.subs(n, _N) for k, v in _volume.items() if k != "all_to_all"}
-_ring_steps = {k: v.subs(n, _N) for k, v in _steps.items() if k != "all_to_all"}
+_ring_volume = {k: subs(v, n, _N) for k, v in _volume.items() if k != "all_to_all"}
+_ring_steps = {k: subs(v, n, _N) for k, v in _steps.items() if k != "all_to_all"}
 _split = {k: ((g - 1) / g * v, v / g) for k, v in _ring_volume.items()}
 # pairwise all-to-all: S/N to each of the g − 1 ranks of its node and to each of the N − g others
 _split["all_to_all"] = ((g - 1) / _N * Sz, (nn - 1) / nn * Sz)
@@ -102,6 +103,6 @@ for _name, (_up, _out) in _split.items():
     define(f"collectives.multinode.{_name}.bytes_sent_scale_out", _out, "byte", _MULTI_SRC, _alg,
            f"bytes each rank sends through its NIC in a {_what[_name]} spanning nodes",
            keywords=("message", "gpus_per_node", "nodes"))
-    define(f"collectives.multinode.{_name}.time", _ring_steps[_name] * alpha + lazy_max(_up / Bup, _out / Bout), "s",
+    define(f"collectives.multinode.{_name}.time", _ring_steps[_name] * alpha + Max(_up / Bup, _out / Bout), "s",
            _MULTI_SRC, _alg, f"time of a {_what[_name]} over n_n nodes of g ranks, as NCCL runs it for large messages",
            keywords=("message", "gpus_per_node", "nodes", "scale_up_bandwidth", "scale_out_bandwidth", "latency"))

@@ -1,8 +1,6 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
-from sympy import Integer, Piecewise
-
-from ..core.formula import lazy_min
+from ..core.algebra import Min, Piecewise
 from ._catalogue import S, define
 
 Psi, Nd = S("params", "dp")
@@ -359,7 +357,7 @@ COPY = ("Ψ: the parameters this GPU's optimizer updates (its ZeRO shard), one p
 define("memory.optimizer_step.fp32_gradient_copy", 6 * Psi, "byte", DS_COPY, COPY,
        "memory a ZeRO-1/2 step allocates beyond the model states: the gradient partition flattened and in fp32",
        coefficient_unit="byte")
-define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * lazy_min(Psi, 10**9), "byte",
+define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * Min(Psi, 10**9), "byte",
        "DeepSpeed deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._prepare_fp32_grad_for_sub_group "
        "(flatten(averaged_gradients[sub_group]).to(fp32), a sub-group at a time); deepspeed/runtime/zero/config.py "
        "(sub_group_size, default 10⁹ parameters)",
@@ -367,7 +365,7 @@ define("memory.optimizer_step.fp32_gradient_copy_subgroup", 6 * lazy_min(Psi, 10
        "memory a ZeRO-3 step allocates beyond the model states: the largest sub-group's gradients flattened and in "
        "fp32", coefficient_unit="byte")
 
-define("memory.zero_reduce_bucket", Integer(5 * 10**8) * 2, "byte",
+define("memory.zero_reduce_bucket", 5 * 10**8 * 2, "byte",
        "DeepSpeed deepspeed/runtime/zero/config.py (reduce_bucket_size, default 5·10⁸ elements; contiguous_gradients "
        "on by default); stage_1_and_2.py DeepSpeedZeroOptimizer.backward (ipg_buffer, released at the backward's end, "
        "_release_ipg_buffers); stage3.py DeepSpeedZeroOptimizer_Stage3 (__ipg_bucket_flat_buffer, allocated with the "

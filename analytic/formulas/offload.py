@@ -2,7 +2,7 @@
 (TransformerEngine's CPU offload), the optimizer (Megatron-Core's HybridDeviceOptimizer, DeepSpeed's
 ZeRO-Offload) and the buffers DeepSpeed keeps for it."""
 
-from ..core.formula import lazy_max, lazy_min
+from ..core.algebra import Max, Min
 from ._catalogue import S, define
 
 Psi, V, h, h_ff, t = S("params", "vocab", "hidden", "ffn_hidden", "tp")
@@ -10,7 +10,7 @@ Psi, V, h, h_ff, t = S("params", "vocab", "hidden", "ffn_hidden", "tp")
 TE_OFFLOAD = ("NVIDIA TransformerEngine, transformer_engine/pytorch/cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler "
               "(Megatron-LM's --cpu-offloading; MaxText's remat policies name the same 'offload')")
 M_k, n_fl = S("kept_bytes", "layers_in_flight")
-define("memory.offload.device_activations", M_k * lazy_min(n_fl, 2), "byte",
+define("memory.offload.device_activations", M_k * Min(n_fl, 2), "byte",
        f"{TE_OFFLOAD}: bulk offload with delay, bulk reload with prefetch, through two device buffers",
        ("each layer's kept activations are copied to pinned host memory after its forward and back before its "
         "backward; the device holds the layer in use and the one in transit",
@@ -41,7 +41,7 @@ define("memory.offload.host_optimizer", 16 * f_o * Psi, "byte", f"{HYBRID}; {ZER
                     "DeepSpeed's ZeRO-3 also keeps its 16-bit gradient partition in host memory: "
                     "memory.offload.host_zero3_gradients"),
        "host memory one rank's offloaded optimizer takes (16 bytes a parameter)", coefficient_unit="byte")
-define("memory.offload.zero_offload_staging", 2 * lazy_max(V, h_ff) * h / t, "byte",
+define("memory.offload.zero_offload_staging", 2 * Max(V, h_ff) * h / t, "byte",
        "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ with cpu_offload "
        "(temp_grad_buffer_for_gpu_offload: largest_param_numel 16-bit elements on the device, allocated with the "
        "optimizer and kept; async_accumulate_grad_in_cpu_via_gpu stages a parameter's host-accumulated gradient "

@@ -1,8 +1,9 @@
 """Time of a step's operations: GEMMs by shape, the fused attention kernel, memory-bound kernels at
 HBM bandwidth and the optimizer step. FLOPs, not MACs; elements are counted per token and pass."""
 
-import sympy
+from fractions import Fraction
 
+from ..core.algebra import ceiling
 from ._catalogue import S, define
 
 M, N, K, G = S("gemm_m", "gemm_n", "gemm_k", "gemm_count")
@@ -15,8 +16,8 @@ GUIDE = ("NVIDIA, Matrix Multiplication Background User's Guide, DU-09799-001 (2
 ROOFLINE = "Williams, Waterman and Patterson 2009, Roofline, CACM 52(4) 65-76"
 DERIVED = "derived: derivations/op_time.py"
 
-tiles = G * sympy.ceiling(M / Tm) * sympy.ceiling(N / Tn)
-wave = G * M * N / (sympy.ceiling(tiles / sms) * sms * Tm * Tn)
+tiles = G * ceiling(M / Tm) * ceiling(N / Tn)
+wave = G * M * N / (ceiling(tiles / sms) * sms * Tm * Tn)
 define("compute.gemm.wave_efficiency", wave, "", f"{GUIDE}; {DERIVED}",
        ("each SM computes one T_m × T_n output tile at a time; a partial tile costs a whole one",
         "the G GEMMs of a grouped kernel share the waves"),
@@ -125,7 +126,7 @@ define("compute.optimizer.bytes_per_param_decoupled_adamw", 8 + 16 * S("moment_b
         "weight decay not counted (compute.optimizer.weight_decay_bytes_per_param)", PASSES),
        "HBM bytes a step of Composer's DecoupledAdamW moves per parameter of its shard",
        coefficient_unit="byte/parameter")
-define("compute.optimizer.weight_decay_bytes_per_param", sympy.Integer(8), "byte/parameter",
+define("compute.optimizer.weight_decay_bytes_per_param", 8, "byte/parameter",
        f"{TORCH_ADAM} (_foreach_mul_ of the parameters by 1 - lr·λ); {COMPOSER_ADAM} (param.mul_); {COUNTED}; {DERIVED}",
        ("an unfused AdamW with weight decay scales the fp32 master weight in a pass of its own: read 4, write 4",
         "a fused step decays in its one pass"),
@@ -150,7 +151,7 @@ define("compute.stack_time", S("ideal_time") / S("stack_efficiency"), "s",
         "η_stack: what the framework realises of it (launch gaps, unfused or slower kernels, host synchronisation, "
         "power caps), one constant per stack family"),
        "time of a step's kernels as a stack runs them")
-define("compute.attention.causal_share", sympy.Rational(1, 2), "",
+define("compute.attention.causal_share", Fraction(1, 2), "",
        "Dao 2023, FlashAttention-2, arXiv 2307.08691 §3.1.1 (causal masking skips the blocks above the diagonal)",
        ("long sequences: the diagonal blocks' share is neglected",),
        "share of the full score matrix a causal fused kernel computes")

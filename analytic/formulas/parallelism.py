@@ -1,7 +1,5 @@
 """What each parallel axis sends: DP gradients, TP all-reduces, PP boundaries, CP blocks, EP tokens."""
 
-from sympy import Integer
-
 from ._catalogue import S, define
 
 Psi, e, s, b, h = S("params", "element_bytes", "seq_len", "microbatch_size", "hidden")
@@ -22,11 +20,11 @@ define("parallelism.tp.allreduce_bytes", s * b * h * e, "byte", f"{SHOEYBI}, Fig
         "with sequence parallelism each becomes a reduce-scatter + all-gather of the same size "
         "(Korthikanti et al. 2022 §4.2.2)"),
        "message of one tensor-parallel all-reduce")
-define("parallelism.tp.allreduces_per_layer", Integer(4), "",
+define("parallelism.tp.allreduces_per_layer", 4, "",
        f"{SHOEYBI} §3 ('two all-reduces in the forward pass and two in the backward pass' per layer)",
        ("no recomputation; full recomputation adds the 2 forward all-reduces again",),
        "tensor-parallel all-reduces per layer per microbatch")
-define("parallelism.tp.allreduces_recomputed_per_layer", Integer(2), "",
+define("parallelism.tp.allreduces_recomputed_per_layer", 2, "",
        f"{SHOEYBI} (the forward's two all-reduces); Korthikanti et al. 2022, arXiv 2205.05198 §5 (full "
        "recomputation runs each layer's forward again in the backward)",
        ("full recomputation: the recomputed forward's two all-reduces (or, with sequence parallelism, its "
@@ -53,13 +51,13 @@ define("parallelism.pp.transfers_per_gpu", 2 * m * (p * v - 1) / p, "",
        "forward and one gradient backward per microbatch, shared over the p stages",
        ("point-to-point transfers of parallelism.pp.p2p_bytes / t each (scatter/gather, §4.1)",),
        "stage-boundary transfers a GPU makes per step")
-define("parallelism.dp.zero3_gathers_per_microbatch", Integer(2), "",
+define("parallelism.dp.zero3_gathers_per_microbatch", 2, "",
        "Rajbhandari et al. 2020, ZeRO, arXiv 1910.02054 §7.2.2 (parameters all-gathered for the forward and "
        "again for the backward)",
        ("ZeRO-3 without a pipeline; FSDP's per-block units wrap a checkpointed block, unshard it before the "
         "recomputation and keep it for the backward: still two",),
        "times ZeRO-3 gathers each parameter per microbatch")
-define("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor", Integer(3), "",
+define("parallelism.dp.zero3_gathers_per_microbatch_recomputed_per_tensor", 3, "",
        "DeepSpeed ZeRO-3's module hooks fire again in a recomputed forward (deepspeedai/DeepSpeed issue #4784) "
        "and partition the parameters after it (PR #8130)",
        ("per-tensor ZeRO-3 (DeepSpeed of 2021) under full recomputation: forward, recomputed forward, backward",),
@@ -78,11 +76,11 @@ define("parallelism.cp.kv_bytes", 2 * s * b * S("kv_heads") * S("head_dim") * e,
        ("keys and values of the whole sequence, a_kv heads of d_h each",),
        "bytes of the gathered K and V of one layer (the all-gather's full buffer)")
 LLAMA3_CP = "Llama 3 Herd of Models, arXiv 2407.21783 §3.3.2"
-define("parallelism.cp.kv_gathers_per_layer", Integer(1), "",
+define("parallelism.cp.kv_gathers_per_layer", 1, "",
        f"{LLAMA3_CP} (all-gather K and V before attention, reduce-scatter their gradients after its backward)",
        ("one all-gather of K and V in the forward; the backward reduce-scatters their gradients once",),
        "context-parallel all-gathers of K and V per layer per microbatch")
-define("parallelism.cp.kv_gathers_recomputed_per_layer", Integer(1), "",
+define("parallelism.cp.kv_gathers_recomputed_per_layer", 1, "",
        f"{LLAMA3_CP}; Korthikanti et al. 2022, arXiv 2205.05198 §5 (full recomputation runs each layer's forward "
        "again in the backward)",
        ("full recomputation: the recomputed forward all-gathers K and V again",),

@@ -4,9 +4,7 @@ t_b is the input-gradient backward and t_w the weight-gradient backward (Qi et a
 full backward is t_b + t_w. DeepSeek-V3 writes B for the full backward; its expressions are
 rewritten here in Qi et al.'s letters."""
 
-import sympy
-
-from ..core.formula import lazy_max, lazy_min
+from ..core.algebra import Eq, Max, Min, Mod, Piecewise
 from ._catalogue import S, define
 
 p, m, v = S("pp", "microbatches", "vpp")
@@ -42,7 +40,7 @@ define("pipeline.bubble_time.dualpipe", (p / 2 - 1) * (tfb + tb - 2 * tw), "s",
        domain=((p >= 2, "DualPipe needs at least two stages (p even)"),
                (2 * tw <= tfb + tb, "2·T_W > T_FB + T_B: the formula turns negative")))
 define("pipeline.bubble_time.critical_path",
-       lazy_max(0, p * v * (tf + tb) + tw - m * v * (tf + tb + tw)), "s",
+       Max(0, p * v * (tf + tb) + tw - m * v * (tf + tb + tw)), "s",
        "derived: derivations/pipeline.py (the first microbatch's chain of dependencies)",
        ("any schedule: the first microbatch's forward and input-gradient passes run one after another through "
         "all p·v model chunks, then its weight-gradient pass; a stage's own work is m·v·(T_F + T_B + T_W)",
@@ -64,8 +62,8 @@ define("pipeline.in_flight.interleaved_stage", 2 * (p - k - 1) + (v - 1) * p + 1
        "model chunks in flight on stage k, interleaved 1F1B",
        domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),))
 define("pipeline.in_flight.interleaved_end_chunk",
-       sympy.Piecewise((lazy_min(2 * p - 1, p + (m - p) * v), sympy.Eq(k, 0)),
-                       (sympy.Piecewise((1, sympy.Eq(m, p)), (0, True)), sympy.Eq(k, p - 1)), (0, True)), "",
+       Piecewise((Min(2 * p - 1, p + (m - p) * v), Eq(k, 0)),
+                       (Piecewise((1, Eq(m, p)), (0, True)), Eq(k, p - 1)), (0, True)), "",
        "derived from Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py): the first "
        "stage's warm-up of (p − 1)·2 + (v − 1)·p chunks and the one in its steady state run chunk 0 on p "
        "microbatches, each later chunk on p, then chunk 0 again on up to p − 1 more (at most m·v in all); the last "
@@ -76,12 +74,12 @@ define("pipeline.in_flight.interleaved_end_chunk",
         "and --account-for-loss-in-pipeline-split)", "m a multiple of p, as the interleaved schedule needs"),
        "microbatches of the lighter end chunk in flight on stage k at its peak, interleaved 1F1B",
        domain=((k < p, "stage k is not one of the p stages (0 to p − 1)"),
-               (sympy.Eq(sympy.Mod(m, p), 0), "interleaved 1F1B needs the m microbatches to be a multiple of p")))
+               (Eq(Mod(m, p), 0), "interleaved 1F1B needs the m microbatches to be a multiple of p")))
 define("pipeline.in_flight.zb_h2", 2 * p - 1, "", QI, ("peak activation memory (2p − 1)·M_B",),
        "microbatches in flight on the first stage, ZB-H2")
 define("pipeline.in_flight.dualpipe", p + 1, "", V3, ("activations PP + 1",),
        "microbatches in flight on a stage, DualPipe")
-define("pipeline.parameter_copies.dualpipe", sympy.Integer(2), "", f"{V3} (Parameter: 2×)",
+define("pipeline.parameter_copies.dualpipe", 2, "", f"{V3} (Parameter: 2×)",
        ("each rank holds the chunks of both directions, so the parameters (and their gradients) twice",),
        "copies of its parameters a rank holds under DualPipe, on average over the ranks")
 define("pipeline.mirror_stage.dualpipe", p - 1 - k, "",

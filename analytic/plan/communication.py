@@ -9,12 +9,15 @@ On a fully connected domain without a switch, a group reaches only its links to 
 
 from __future__ import annotations
 
-import sympy
+import math
+from fractions import Fraction
 
-from ..core.formula import Formula, cases, lazy_min
-from ..core.lowering import common_divisor
+from ..core.algebra import Eq, Ge, Le, Min
+from ..core.composition import cases
+from ..core.formula import Formula
+from ..core.terms import ratio
 from ..core.units import Q_
-from ..core.values import is_number
+from ..core.values import is_number, is_sympy
 from ..formulas import formula
 from .inputs import Inputs
 from .placement import replica_groups
@@ -26,7 +29,13 @@ def _ranks_per_domain(size, fit):
     one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs carry more,
     and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled evenly, slower
     otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1)."""
-    return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else common_divisor(size, fit)
+    if is_sympy(size) or is_sympy(fit):
+        import sympy
+
+        from ..core.lowering import common_divisor
+        return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else common_divisor(size, fit)
+    a, b = Fraction(size), Fraction(fit)  # sympy's gcd of rationals: of the numerators over the denominators' lcm
+    return ratio(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator))
 
 
 def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:
@@ -67,8 +76,8 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
         return flat("scale_out_bandwidth")
     if kind_of_link == "two-level":
         return spanning()
-    return cases("t", "s", (flat("scale_up_bandwidth"), sympy.Le(size * stride_, g)),
-                  (flat("scale_out_bandwidth"), sympy.Ge(stride_, g)), (spanning(), True))
+    return cases("t", "s", (flat("scale_up_bandwidth"), Le(size * stride_, g)),
+                  (flat("scale_out_bandwidth"), Ge(stride_, g)), (spanning(), True))
 
 def gemm_input_bytes(inp: Inputs, default):
     """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
@@ -76,7 +85,7 @@ def gemm_input_bytes(inp: Inputs, default):
     Transformer Engine likewise; DeepSeek-V3 §3.3: FP8 dispatch), otherwise ``default``."""
     return Q_(1, "byte") if inp.dtype == "fp8" else default
 
-ZERO_B, ZERO_T = Formula("0", sympy.Integer(0), "byte", ""), Formula("0", sympy.Integer(0), "s", "")
+ZERO_B, ZERO_T = Formula("0", 0, "byte", ""), Formula("0", 0, "s", "")
 
 
 def _none() -> dict:
@@ -89,7 +98,7 @@ def _beyond_one(ranks, traffic) -> dict:
     one's)."""
     if is_number(ranks):
         return _none() if ranks == 1 else traffic()
-    return {k: cases(k, v.unit, (0, sympy.Eq(ranks, 1)), (v, True)) for k, v in traffic().items()}
+    return {k: cases(k, v.unit, (0, Eq(ranks, 1)), (v, True)) for k, v in traffic().items()}
 
 
 def _plus(*parts: dict) -> dict:
@@ -108,7 +117,7 @@ def _collectives(inp: Inputs, kind: str, message: Formula, calls, size, stride_)
 
 
 def _layers_local(inp: Inputs):
-    return sympy.sympify(inp.model.blocks) / inp.deg.pp
+    return ratio(inp.model.blocks, inp.deg.pp)
 
 
 def tensor_parallel(inp: Inputs) -> dict:
@@ -169,11 +178,11 @@ def data_parallel(inp: Inputs, params: dict) -> dict:
     parameters, dp·cp/ep for experts. Per-tensor ZeRO-3 gathers each parameter tensor on its own,
     blocking: that part of the time is also given apart, as ``blocking``."""
     m, lay = inp.model, inp.deg
-    routed = sympy.sympify(m.routed_expert_tensors)
-    tensors = ((m.block_tensors - routed) / lay.pp, routed / (lay.pp * lay.ep))
+    routed = m.routed_expert_tensors
+    tensors = (ratio(m.block_tensors - routed, lay.pp), ratio(routed, lay.pp * lay.ep))
     out = {**_none(), "blocking": ZERO_T}
     for (local, size, stride_), local_tensors in zip(replica_groups(inp, params), tensors, strict=True):
-        if local.expr == 0:  # no experts to reduce (dense models)
+        if local.term == 0:  # no experts to reduce (dense models)
             continue
         part = _beyond_one(size, lambda: _replica_traffic(inp, local, size, stride_, local_tensors))
         out = {k: out[k] + part.get(k, ZERO_T) for k in out}
@@ -237,7 +246,7 @@ def _expert_parallel(inp: Inputs) -> dict:
     tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
                      "token", "")
     dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))
-    calls = 2 * sympy.sympify(m.moe_blocks) / lay.pp * inp.microbatches
+    calls = ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
@@ -245,14 +254,14 @@ def _expert_parallel(inp: Inputs) -> dict:
     link = link_kind(lay.ep, stride_, g)
     if not m.nodes_per_token or link in ("scale-up", "-"):
         return plain
-    nodes = lazy_min(lay.ep, lay.ep * stride_ / g)
-    reach = lazy_min(m.nodes_per_token, nodes)
+    nodes = Min(lay.ep, lay.ep * stride_ / g)
+    reach = Min(m.nodes_per_token, nodes)
     limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
                                                              nodes_per_token=reach, element_bytes=e), calls, nodes, g)
                       for e in (dispatch_e, Q_(2, "byte"))))
     if link != "symbolic":
         return limited
-    inside = sympy.Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes
+    inside = Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes
     return {k: cases(k, plain[k].unit, (plain[k], inside), (limited[k], True)) for k in ("bytes", "time")}
 
 

@@ -3,10 +3,10 @@ executes (recomputation, FlashAttention's backward, MTP modules, what FP8 recipe
 
 from __future__ import annotations
 
-import sympy
-
+from ..core.algebra import is_false
 from ..core.choices import CONVENTIONS
-from ..core.formula import Formula, cases
+from ..core.composition import cases
+from ..core.formula import Formula
 from ..core.values import choice
 from .inputs import Inputs
 
@@ -33,7 +33,7 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
         return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
                                 (selective, lay.recompute_is("selective")), (0, True))
     modules = cases("core", training.unit, (core_forward, lay.core_recomputed), (0, True))
-    if lay.up_proj_recomputed is not sympy.false:
+    if not is_false(lay.up_proj_recomputed):
         modules = modules + inp.f("compute.recompute.mla_up_proj_flops_per_token") * m.blocks * inp.tokens_per_step
     return training + cases("recomputed", training.unit, (training / 3 * inp.recomputed, lay.recompute_is("full")),
                             (modules, lay.recompute_is("selective")), (0, True))
@@ -48,7 +48,7 @@ def _attention_core(inp: Inputs) -> Formula:
 def _flash_backward(inp: Inputs) -> Formula:
     """What a FlashAttention backward adds by recomputing every block's QKᵀ (zero without it)."""
     if not inp.flash_attention:
-        return Formula("0", sympy.Integer(0), "FLOP", "")
+        return Formula("0", 0, "FLOP", "")
     m = inp.model
     return (inp.f(f"compute.flash_backward_recompute_flops_per_token{m.attention_suffix}")
             * m.blocks * inp.tokens_per_step)

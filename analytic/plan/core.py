@@ -14,18 +14,20 @@ their quantities.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from fractions import Fraction
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..core import held
 from ..core.choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..core.symbols import info
 from ..core.units import Q_, pint
-from ..core.values import as_float, choice, count, flag, fraction, is_number, is_sympy
+from ..core.values import choice, count, exact, flag, fraction, is_number, is_sympy
 from ..presets.hardware import Hardware
 from ..presets.model import Model
 from . import programs, ranks, verdict
-from .inputs import Inputs, read
+from .inputs import Inputs
 from .label import provenance
 from .layout import Layout
 
@@ -94,6 +96,7 @@ class Plan:
         self.training_tokens, self.allow_cross_node_tp = inp.training_tokens, inp.allow_cross_node_tp
         self.grad_dtype, self.moment_dtype, self.stack = inp.grad_dtype, inp.moment_dtype, inp.stack
         self._grad_dtype_given = grad_dtype  # None follows the stack and the ZeRO stage of a replaced plan
+        self._exprs, self._stages = {}, {}  # quantity → its Formula, and stage → its parts' Formulas, once built
 
     # --- stages, built when first needed ------------------------------------------------------------
     @property
@@ -178,10 +181,6 @@ class Plan:
             f = builders[name]()
             self._exprs[name] = f.renamed(f"plan.{name}", source=provenance(self))
         return self._exprs[name]
-
-    @cached_property
-    def _exprs(self) -> dict:
-        return {}
 
     def sources(self, name: str) -> list[str]:
         """The catalogue formulas (names, sorted) that quantity ``name`` is composed from: for a numeric
@@ -289,13 +288,9 @@ class Plan:
 
     def _formula(self, name: str, quantities: dict, **values) -> pint.Quantity:
         """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan quantity
-        it takes) and ``values``: from its program, else from its expression."""
-        if all(self._numbers.has(q) for q in quantities.values()):
-            given = {**self._in.given, **{k: read(k, self.value(q)) for k, q in quantities.items()},
-                     **{k: read(k, v) for k, v in values.items()}}
-            hit = programs.formula(name, {k: as_float(v) for k, v in given.items() if is_number(v)})
-            if hit is not None:
-                return Q_(hit[0], hit[1])
+        it takes) and ``values``: a numeric plan's at the quantities' numbers, else from their expressions."""
+        if self._in.numeric:
+            return self._in.f(name, **{k: self.value(q) for k, q in quantities.items()}, **values).value()
         return self._in.f(name, **{k: self.expr(q) for k, q in quantities.items()}, **values).value()
 
     def memory(self, stage: int | None = None) -> Memory:
@@ -324,10 +319,12 @@ class Plan:
         return int(self.layout.pp)
 
     def _stage(self, k) -> dict:
-        import sympy
+        """Stage ``k``'s memory parts as Formulas (built once per stage)."""
+        if k not in self._stages:
+            from . import memory
+            self._stages[k] = memory.stage(self._in, k if self._in.numeric else exact(k), self._activation_parts)
+        return self._stages[k]
 
-        from . import memory
-        return memory.stage(self._in, sympy.sympify(k), self._activation_parts)
 
     def _stage_values(self, k: int) -> dict:
         """Stage ``k``'s memory parts and total: from the programs, or from their expressions."""
@@ -339,8 +336,7 @@ class Plan:
         total = self._numbers.stage_total(k)
         if total is not None:
             return total
-        from ..core.formula import to_float
-        return to_float(self._stage(k)["total"].expr, "memory of a stage")
+        return _number(self._stage(k)["total"], "memory of a stage")
 
     # --- symbolic helpers ----------------------------------------------------------------------
     def _count(self, name: str):
@@ -348,11 +344,12 @@ class Plan:
         n = self._numbers.count(name)
         if n is not None:
             return n
-        from ..core.formula import to_float
         f = self.expr(name)
-        if f.expr.free_symbols:
+        if not held.holds_number(f) and f.expr.free_symbols:
             raise FreeSymbolError(f"{f.name}: free symbols remain ({', '.join(f.symbols)}); use plan.expr()")
-        return int(f.expr) if f.expr.is_integer else to_float(f.expr, f.name)
+        x = f.term if held.holds_number(f) else f.expr
+        whole = type(x) is int or (type(x) is Fraction and x.denominator == 1) or (is_sympy(x) and x.is_integer)
+        return int(x) if whole else _number(f, f.name)
 
     def smallest(self, keyword: str, limit: int | None = None) -> int:
         """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM (up to
@@ -390,3 +387,11 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"Plan({provenance(self).removeprefix('analytic Plan: ')})"
+
+
+def _number(f: Formula, name: str) -> float:
+    """The number a Formula without free symbols stands for, its domain unchecked."""
+    if held.holds_number(f):
+        return float(f.term)
+    from ..core.expressions import to_float
+    return to_float(f.expr, name)

@@ -1,34 +1,43 @@
-"""A layout's degrees and discrete choices as sympy numbers, symbols and conditions: what the plan's
-expressions are written in."""
+"""A layout's degrees and discrete choices as numbers and conditions: what the plan's expressions are
+written in. A numeric layout's degrees are exact Fractions (so that quotients stay exact) and its
+conditions bools, without sympy; a layout with a symbol has sympy numbers, symbols and conditions."""
 
 from __future__ import annotations
 
-import sympy
+from fractions import Fraction
 
+from ..core import algebra
 from ..core.choices import RECOMPUTE, SCHEDULES
-from ..core.formula import Formula, cases
+from ..core.composition import cases
+from ..core.formula import Formula
+from ..core.values import is_number
 from ..formulas import formula
 from .layout import DP_REGIMES, GATHERED_REGIMES, Layout, choice_indices
 
 
 class Degrees:
-    """A layout's degrees as sympy numbers or symbols, with its discrete choices as conditions: the
-    ZeRO stage, and the recomputation policy and schedule by their index in RECOMPUTE / SCHEDULES
-    (sympy integers, or symbols when the layout leaves them open)."""
+    """A layout's degrees as exact numbers (``numeric``: Fractions) or sympy numbers and symbols, with its
+    discrete choices as conditions: the ZeRO stage, and the recomputation policy and schedule by their index
+    in RECOMPUTE / SCHEDULES (numbers, or symbols when the layout leaves them open)."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Layout, numeric: bool):
+        if numeric:
+            number, self._truth = Fraction, bool
+        else:
+            import sympy
+            number = self._truth = sympy.sympify
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-            setattr(self, k, sympy.sympify(getattr(layout, k)))
+            setattr(self, k, number(getattr(layout, k)))
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
-        self.comm_sms = sympy.sympify(layout.comm_sms)
-        self.zero, self.rc, self.schedule = map(sympy.sympify, choice_indices(layout).values())
+        self.comm_sms = number(layout.comm_sms)
+        self.zero, self.rc, self.schedule = (x if numeric else number(x) for x in choice_indices(layout).values())
         modules = layout.recompute_modules
         #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
         self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
-                                else sympy.false)
+                                else self._truth(False))
         #: condition: selective recomputation runs MLA's up-projections again
-        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else sympy.false
+        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else self._truth(False)
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
@@ -49,28 +58,28 @@ class Degrees:
 
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
-        return sympy.Or(*(sympy.Eq(self.schedule, SCHEDULES.index(n)) for n in names))
+        return self._truth(algebra.Or(*(algebra.Eq(self.schedule, SCHEDULES.index(n)) for n in names)))
 
     def recompute_is(self, name: str):
         """Condition: the recomputation policy is ``name``."""
         index = RECOMPUTE.index(name)
-        if self.rc.is_number:
-            return sympy.true if self.rc == index else sympy.false
-        return sympy.Eq(self.rc, index)
+        return self._truth(self.rc == index) if is_number(self.rc) else algebra.Eq(self.rc, index)
 
     def zero_at_least(self, stage: int):
         """Condition: ZeRO stage ≥ ``stage``."""
-        return sympy.Ge(self.zero, stage)
+        return self._truth(algebra.Ge(self.zero, stage))
 
     @property
     def pipelined(self):
         """Condition: more than one pipeline stage."""
-        return sympy.Gt(self.pp, 1)
+        return self._truth(algebra.Gt(self.pp, 1))
 
     def _conditions(self, regimes: tuple) -> tuple:
         """``regimes`` (:data:`~analytic.plan.layout.DP_REGIMES`) as (label, condition) pairs."""
-        piped = {True: self.pipelined, False: sympy.Not(self.pipelined), None: sympy.true}
-        return tuple((label, (self.zero_at_least(zero) if zero else sympy.true) & piped[p]) for label, zero, p in regimes)
+        true = self._truth(True)
+        piped = {True: self.pipelined, False: self._truth(algebra.Not(self.pipelined)), None: true}
+        return tuple((label, self._truth(algebra.And(self.zero_at_least(zero) if zero else true, piped[p])))
+                     for label, zero, p in regimes)
 
     @property
     def dp_regimes(self) -> tuple:

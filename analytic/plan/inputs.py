@@ -7,14 +7,15 @@ sympy forms (:attr:`Inputs.values`, :attr:`Inputs.deg`) are made when an express
 
 from __future__ import annotations
 
-import sys
 import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..core.algebra import Min
 from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
-from ..core.symbols import canonical, read_magnitude, sym
+from ..core.symbols import canonical, sym
+from ..core.terms import ratio
 from ..core.units import Q_
 from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
@@ -22,35 +23,15 @@ from ..presets import as_hardware, as_model, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
+from .arguments import ARGUMENTS, CALIBRATED, OVERRIDES, read
 from .layout import Layout, check_layout, check_offload, selective_refusal, stack_refusal, training_dtype
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
     from .degrees import Degrees
 
-
-def read(keyword: str, value):
-    """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.core.symbols.read_magnitude`),
-    or for a sympy value or a Formula a sympy magnitude (:func:`analytic.core.formula.magnitude`)."""
-    formulas = sys.modules.get("analytic.core.formula")  # not imported: no value is a Formula
-    if is_sympy(value) or (formulas is not None and isinstance(value, formulas.Formula)):
-        from ..core.formula import magnitude
-        return magnitude(keyword, value)
-    return read_magnitude(keyword, value)
-
-
-#: the hardware and calibration inputs a Plan keyword may replace
-OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
-             "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
-             "matmul_efficiency", "matmul_efficiency_16", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
-             "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
-             "attention_efficiency", "attention_factor", "tile_m", "tile_n")
-ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",
-             "training_tokens", "allow_cross_node_tp", "grad_dtype", "moment_dtype", "stack", "profile")
 #: (hardware identity, dtype, stack, flash, overrides) → (hardware, inputs, notes, calibration error)
 _SHARED: dict = {}
-#: the constants of the predictive model that come with the stack's calibration
-CALIBRATED = ("stack_efficiency", "overlap", "attention_factor")
 
 
 class Inputs:
@@ -195,20 +176,35 @@ class Inputs:
             return None
 
     @cached_property
+    def numeric(self) -> bool:
+        """Whether every input is a number: the plan's formulas then hold numbers, without sympy
+        (:mod:`analytic.core.held`); else they hold sympy expressions."""
+        from .layout import choice_indices
+        lay = self.layout
+        return (all(is_number(getattr(lay, k)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "comm_sms"))
+                and all(is_number(v) for v in choice_indices(lay).values())
+                and not any(is_sympy(v) for v in self.given.values()))
+
+    @cached_property
     def deg(self) -> Degrees:
-        """The layout's degrees and choices as sympy numbers, symbols and conditions."""
+        """The layout's degrees and choices as exact numbers and bools, or sympy numbers, symbols and conditions."""
         from .degrees import Degrees
-        return Degrees(self.layout)
+        return Degrees(self.layout, self.numeric)
 
     @cached_property
     def fp32_grads(self):
-        """Condition: this plan keeps fp32 gradient buffers (:attr:`grad_dtype` as a sympy condition)."""
+        """Condition: this plan keeps fp32 gradient buffers (:attr:`grad_dtype` as a condition)."""
+        if self.grad_dtype in ("bf16", "fp32"):
+            return self.deg._truth(self.grad_dtype == "fp32")
         import sympy
-        return {"bf16": sympy.false, "fp32": sympy.true}.get(self.grad_dtype, sympy.Le(self.layout.zero, 2))
+        return sympy.Le(self.layout.zero, 2)
 
     @cached_property
     def values(self) -> dict:
-        """keyword → exact sympy number or expression for every input of the plan (:attr:`given`)."""
+        """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan, else exact
+        sympy numbers and expressions."""
+        if self.numeric:
+            return self.given
         return {k: (v if is_sympy(v) else exact(v)) for k, v in self.given.items()}
 
     @cached_property
@@ -377,12 +373,11 @@ class Inputs:
     def recomputed(self):
         """Share of a stage's layers whose forward runs again under full recomputation: all of them, or
         the N of each model chunk that ``recompute_layers`` names (the average over the stages)."""
-        import sympy
         n = self.layout.recompute_layers
         if n is None:
-            return sympy.Integer(1)
-        chunk = sympy.sympify(self.model.layers) / (self.deg.pp * self.deg.vpp)
-        return sympy.Min(n, chunk) / chunk
+            return 1
+        chunk = ratio(self.model.layers, self.deg.pp * self.deg.vpp)
+        return ratio(Min(n, chunk, decide=True), chunk)
 
     @cached_property
     def microbatches(self):
@@ -392,7 +387,8 @@ class Inputs:
     @cached_property
     def tokens_per_step(self) -> Formula:
         from ..core.formula import Formula
-        return Formula("D_B", exact(self.global_batch) * exact(self.seq_len), "token", "")
+        tokens = self.global_batch * self.seq_len
+        return Formula("D_B", tokens if self.numeric else exact(tokens), "token", "")
 
     def training_tokens_or_raise(self):
         if self.training_tokens is None:

@@ -3,12 +3,12 @@ unsharded copies, the activations the stage holds at its peak — and the worst 
 
 from __future__ import annotations
 
-import sympy
-
+from ..core.algebra import And, Eq, Gt, Max, Min, Or, Piecewise, ceiling, is_false, value_at_max
 from ..core.choices import MEMORY_PARTS as PARTS
+from ..core.composition import cases, composed
 from ..core.errors import InputError
-from ..core.formula import Formula, cases, composed, lazy_max, lazy_min
-from ..core.lowering import value_at_max
+from ..core.formula import Formula
+from ..core.terms import ratio
 from ..core.units import Q_
 from ..formulas import formula
 from .inputs import Inputs
@@ -17,7 +17,7 @@ from .placement import optimizer_shard, replica_groups
 
 def _zero(name: str) -> Formula:
     """No bytes, as a Formula named ``name``."""
-    return Formula(name, sympy.Integer(0), "byte", "")
+    return Formula(name, 0, "byte", "")
 
 
 def model_states(inp: Inputs, params: dict) -> dict:
@@ -151,13 +151,12 @@ def stage_layers(inp: Inputs) -> tuple:
     L some stage holds that many, and the stages are counted as the fullest)."""
     lay, layers = inp.deg, inp.model.layers
     if inp.layout.ends_as_layers:
-        per = sympy.sympify(layers + 2) / lay.pp
+        per = ratio(layers + 2, lay.pp)
         return per - 1, per, per - 1
     first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
     given = [x for x in (first, last) if x is not None]
-    middle = sympy.ceiling(sympy.sympify(layers - sum(given)) / (lay.pp - len(given)))
-    return (middle if first is None else sympy.Integer(first), middle,
-            middle if last is None else sympy.Integer(last))
+    middle = ceiling(ratio(layers - sum(given), lay.pp - len(given)))
+    return (middle if first is None else first, middle, middle if last is None else last)
 
 
 def stage_params(inp: Inputs, k) -> dict:
@@ -167,14 +166,14 @@ def stage_params(inp: Inputs, k) -> dict:
     ``ends_local``: the embedding's and output layer's of them."""
     lay, m = inp.deg, inp.model
     first_n, middle, last_n = stage_layers(inp)
-    is_first, is_last = sympy.Eq(k, 0), sympy.Eq(k, lay.pp - 1)
-    layers = sympy.Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
-    start = sympy.Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
+    is_first, is_last = Eq(k, 0), Eq(k, lay.pp - 1)
+    layers = Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
+    start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
     rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
     dense_local, expert_local = rest / lay.tp, experts / (lay.tp * lay.ep)
     return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
             "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
-            "layers": layers, "blocks": layers + sympy.Piecewise((m.mtp_modules, is_last), (0, True)),
+            "layers": layers, "blocks": layers + Piecewise((m.mtp_modules, is_last), (0, True)),
             "first": is_first, "last": is_last}
 
 
@@ -185,16 +184,16 @@ def rank_params(inp: Inputs, k) -> dict:
     (under DualPipe the mean of the two, whose microbatches are in flight alike)."""
     own, dual = stage_params(inp, k), inp.deg.schedule_is("dualpipe")
     out = dict(own, chunk_blocks=own["blocks"])
-    if dual is sympy.false:
+    if is_false(dual):
         return out
     mirror = formula("pipeline.mirror_stage.dualpipe").bind({"pp": inp.deg.pp, "stage": k})
-    other = stage_params(inp, mirror.expr)
+    other = stage_params(inp, mirror.term)
     for key in ("dense_local", "expert_local", "per_gpu", "ends_local"):
-        both = composed(key, own[key].expr + other[key].expr, "parameter", own[key], other[key], mirror)
+        both = composed(key, own[key].term + other[key].term, "parameter", own[key], other[key], mirror)
         out[key] = cases(key, "parameter", (both, dual), (own[key], True))
-    out["blocks"] = sympy.Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))
-    out["chunk_blocks"] = sympy.Piecewise(((own["blocks"] + other["blocks"]) / 2, dual), (own["blocks"], True))
-    out["last"] = sympy.Or(own["last"], sympy.And(dual, other["last"]))
+    out["blocks"] = Piecewise((own["blocks"] + other["blocks"], dual), (own["blocks"], True))
+    out["chunk_blocks"] = Piecewise((ratio(own["blocks"] + other["blocks"], 2), dual), (own["blocks"], True))
+    out["last"] = Or(own["last"], And(dual, other["last"]))
     return out
 
 
@@ -209,7 +208,7 @@ def activation_parts(inp: Inputs) -> dict:
     layer = layer_activations(inp)
     if m.is_moe:  # the larger of a dense and an MoE layer
         moe_layer = layer_activations(inp, moe=True)
-        layer = moe_layer if not m.dense_layers else composed("layer", lazy_max(layer.expr, moe_layer.expr), "byte",
+        layer = moe_layer if not m.dense_layers else composed("layer", Max(layer.term, moe_layer.term), "byte",
                                                               layer, moe_layer)
     # full recomputation keeps each layer's input and, while recomputing, one layer's activations
     s_kept = inp.seq_len / lay.cp / (lay.tp if lay.sequence_parallel else 1)
@@ -220,8 +219,8 @@ def activation_parts(inp: Inputs) -> dict:
                  if m.mlp_formulas == "swiglu" and not m.is_moe else _zero("gradients"))
     if inp.cp_attention and m.attention != "mla":  # the ring's buffers, after the MLP's backward has freed its own
         ring = cases("gradients", "byte", (inp.f("memory.activations.backward.cp_ring_attention", seq_len=inp.seq_len / lay.cp),
-                                           sympy.Gt(lay.cp, 1)), (_zero("gradients"), True))
-        gradients = composed("gradients", lazy_max(gradients.expr, ring.expr), "byte", gradients, ring)
+                                           Gt(lay.cp, 1)), (_zero("gradients"), True))
+        gradients = composed("gradients", Max(gradients.term, ring.term), "byte", gradients, ring)
     working = cases("working", "byte", (layer + gradients, lay.recompute_is("full")), (gradients, True))
     logits, loss = (inp.f(name, seq_len=inp.seq_len / lay.cp) / lay.tp for name in ("memory.logits", "memory.loss"))
     sp = "_sp" if lay.sequence_parallel else ""
@@ -238,16 +237,16 @@ def _in_flight(inp: Inputs, k, params: dict) -> Formula:
     ZB-H2 and DualPipe hold their sources' count on every stage."""
     lay = inp.deg
     p, mb, v = lay.pp, inp.microbatches, lay.vpp
-    layers = sympy.ceiling(params["chunk_blocks"])
+    layers = ceiling(params["chunk_blocks"])
 
     def at_most(f: Formula, most):  # a catalogue count, never more than the step's microbatches
-        return composed("in_flight", lazy_min(f.expr, most), "", f)
+        return composed("in_flight", Min(f.term, most), "", f)
 
     count = lambda name: formula(f"pipeline.in_flight.{name}").bind({"pp": p, "vpp": v, "stage": k})  # noqa: E731
     chunks = at_most(count("interleaved_stage"), mb * v)
     interleaved = chunks * layers / v
     if inp.layout.ends_as_layers:  # an end stage's end chunk holds a layer fewer, its other chunks L/(p·v) + 1
-        end = sympy.Piecewise((1, sympy.Or(params["first"], params["last"])), (0, True))
+        end = Piecewise((1, Or(params["first"], params["last"])), (0, True))
         light = formula("pipeline.in_flight.interleaved_end_chunk").bind({"pp": p, "vpp": v, "stage": k,
                                                                           "microbatches": mb})
         interleaved = chunks * (layers + end) / v - light
@@ -263,10 +262,10 @@ def stage_activations(inp: Inputs, k, parts: dict, params: dict) -> tuple[Formul
     they are offloaded; the last stage also the MTP modules' blocks and the larger of the loss's
     working set and a recomputed layer's activations) and in host memory (the offloaded ones)."""
     held = _in_flight(inp, k, params)
-    kept = _kept(inp, parts, sympy.ceiling(params["chunk_blocks"]))
+    kept = _kept(inp, parts, ceiling(params["chunk_blocks"]))
     # the last stage takes the loss after a forward; a layer is recomputed in a backward: the larger counts
     loss = (parts["loss"] + parts["head"]) * (1 + inp.model.mtp_modules)
-    peak = composed("transient", lazy_max(parts["working"].expr, loss.expr), "byte", parts["working"], loss)
+    peak = composed("transient", Max(parts["working"].term, loss.term), "byte", parts["working"], loss)
     transient = cases("transient", "byte", (peak, params["last"]), (parts["working"], True))
     if not inp.layout.offload_activations:
         return kept * held + transient, _zero("host")
@@ -282,7 +281,7 @@ def _kept(inp: Inputs, parts: dict, layers) -> Formula:
     lay, n = inp.deg, inp.layout.recompute_layers
     if n is None:
         return parts["kept"]
-    share = sympy.Min(n, layers / lay.vpp) * lay.vpp / layers
+    share = ratio(Min(n, ratio(layers, lay.vpp), decide=True) * lay.vpp, layers)
     partial = parts["input"] * share + parts["layer"] * (1 - share)
     return cases("kept", "byte", (partial, lay.recompute_is("full")), (parts["kept"], True))
 
@@ -303,7 +302,7 @@ def stage(inp: Inputs, k, parts: dict) -> dict:
             host = host + cases("host", "byte", (inp.f("memory.offload.host_zero3_gradients", params=shard),
                                                  inp.deg.zero_at_least(3)),
                                 (inp.f("memory.offload.host_accumulated_gradients", params=shard),
-                                 sympy.Gt(inp.microbatches, 1)), (_zero("host"), True))
+                                 Gt(inp.microbatches, 1)), (_zero("host"), True))
     out["optimizer_step"] = _zero("optimizer_step")
     if inp.optimizer_kernel == "foreach" or inp.zero_optimizer:
         out = _peak_phase(inp, params, out)
@@ -343,12 +342,11 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
     extra, gradients = _step_parts(inp, params, out["gradients"])
     same = gradients is out["gradients"]  # held alike in both phases, the gradients do not decide
     # the phase with the larger is the peak (the other model states are held in both)
-    keys = ((out["gathered"] + out["activations"]).expr, extra.expr) if same else (
-        (out["gathered"] + out["activations"] + out["gradients"]).expr, (extra + gradients).expr)
+    keys = ((out["gathered"] + out["activations"]).term, extra.term) if same else (
+        (out["gathered"] + out["activations"] + out["gradients"]).term, (extra + gradients).term)
 
     def pick(name, backward, step):  # a tie is the forward and backward's
-        expr = value_at_max(keys[0], backward.expr, keys[1], step.expr)
-        return composed(name, expr.doit(deep=False), "byte", backward, step)
+        return composed(name, value_at_max(keys[0], backward.term, keys[1], step.term), "byte", backward, step)
 
     if not same:
         out = out | {"gradients": pick("gradients", out["gradients"], gradients)}
@@ -362,14 +360,14 @@ def worst(inp: Inputs, parts: dict) -> dict:
     fewer microbatches' activations and the same states, so one of these three is the worst. Its
     ``host`` is the most host memory any stage's offloaded activations and optimizer take."""
     p = inp.deg.pp
-    stages = [stage(inp, k, parts) for k in (sympy.Integer(0), sympy.Min(1, p - 1), p - 1)]
-    keys = [s["total"].expr for s in stages]
+    stages = [stage(inp, k, parts) for k in (0, Min(1, p - 1, decide=True), p - 1)]
+    keys = [s["total"].term for s in stages]
 
     def pick(name):
         chosen = [s[name] for s in stages]
-        expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.expr)))
-        return composed(name, expr.doit(deep=False), "byte", *chosen)  # a numeric plan's is its stage's
+        expr = value_at_max(*(x for key, f in zip(keys, chosen) for x in (key, f.term)))
+        return composed(name, expr, "byte", *chosen)  # a numeric plan's is its stage's
 
     hosts = [s["host"] for s in stages]  # host memory: the largest over the stages, whichever is the worst
     return {name: pick(name) for name in (*PARTS, "total")} | {
-        "host": composed("host", lazy_max(*(h.expr for h in hosts)), "byte", *hosts)}
+        "host": composed("host", Max(*(h.term for h in hosts)), "byte", *hosts)}

@@ -8,10 +8,12 @@ layer's and loss's whole work, which the timing stage puts on the last stage for
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
-import sympy
-
-from ..core.formula import Formula, cases, composed
+from ..core.algebra import Min, Piecewise
+from ..core.composition import cases, composed
+from ..core.formula import Formula
+from ..core.terms import ratio
 from ..core.units import Q_
 from .inputs import Inputs
 from .placement import optimizer_shard
@@ -24,19 +26,19 @@ class _Ops:
         self.inp, lay, m = inp, inp.deg, inp.model
         inp.need("hbm_bandwidth")  # every op class moves bytes
         self.tokens = inp.microbatch_size * inp.seq_len / lay.cp  # M: a microbatch's tokens on one CP rank
-        self.full = lay.full_recomputed(inp.recomputed).expr  # forwards run again
+        self.full = lay.full_recomputed(inp.recomputed).term  # forwards run again
         # selective recomputation: the attention core again, or every second matmul and the memory-bound ops
         op = inp.selective == "op"
-        self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).expr if op else 0
+        self.op = cases("op", "", (1, lay.recompute_is("selective")), (0, True)).term if op else 0
         selective = () if op else ((1, lay.core_recomputed),)
         self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
-                           (0, True)).expr  # the attention core runs again
-        self.dense = sympy.sympify(m.blocks - m.moe_blocks) / lay.pp  # blocks of each kind per stage
-        self.moe = sympy.sympify(m.moe_blocks) / lay.pp
+                           (0, True)).term  # the attention core runs again
+        self.dense = ratio(m.blocks - m.moe_blocks, lay.pp)  # blocks of each kind per stage
+        self.moe = ratio(m.moe_blocks, lay.pp)
         self.share, self.share_formula, sms = 1, None, inp.values.get("sms")
         if lay.comm_sms != 0:  # SMs reserved for communication compute nothing
             self.share_formula = inp.f("compute.sm_share")
-            self.share, sms = self.share_formula.expr, sms - lay.comm_sms
+            self.share, sms = self.share_formula.term, sms - lay.comm_sms
         self.sms = sms
         self.quantised = sms is not None and "tile_m" in inp.values
 
@@ -84,13 +86,13 @@ class _Ops:
 
     def on_share(self, f: Formula) -> Formula:
         """``f`` with the SM share's formula among its sources when SMs are reserved."""
-        return f if self.share_formula is None else composed(f.name, f.expr, f.unit, f, self.share_formula)
+        return f if self.share_formula is None else composed(f.name, f.term, f.unit, f, self.share_formula)
 
 
 def streamed(inp: Inputs, moved: Formula) -> Formula:
     """Seconds of memory-bound kernels that move ``moved`` bytes, with its formulas among the sources."""
-    t = inp.f("compute.memory_bound.time", kernel_bytes=moved.expr)
-    return composed(t.name, t.expr, "s", t, moved)
+    t = inp.f("compute.memory_bound.time", kernel_bytes=moved.term)
+    return composed(t.name, t.term, "s", t, moved)
 
 
 def _sum(parts: list) -> Formula:
@@ -111,7 +113,7 @@ def gemm_time(o: _Ops) -> Formula:
         up = {q[-1], (2 * a * d_h / t, r_kv)}  # the query and key/value up-projections
     else:
         shapes, up = [((a + 2 * m.kv_heads) * d_h / t, h), (h, a * d_h / t)], set()
-    again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).expr  # mla_up_proj runs them again
+    again = o.full + cases("up", "", (1, lay.up_proj_recomputed), (0, True)).term  # mla_up_proj runs them again
     attention = _sum([o.gemm(1, M, n, k, fp8, again=again if (n, k) in up else None) for n, k in shapes])
     fc1 = 2 if m.mlp_formulas == "swiglu" else 1
     dense = _sum([o.gemm(1, M, fc1 * m.ffn_hidden / t, h, fp8), o.gemm(1, M, h, m.ffn_hidden / t, fp8)])
@@ -129,7 +131,7 @@ def gemm_time(o: _Ops) -> Formula:
                     o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
         moe_blocks = (attention + _sum(moe)) * o.moe
         total = moe_blocks if total is None else total + moe_blocks
-    total = total + o.head * (sympy.S.One / lay.pp)
+    total = total + o.head * ratio(1, lay.pp)
     return total * inp.microbatches
 
 
@@ -145,9 +147,9 @@ def _score_share(inp):
     m = inp.model
     causal = inp.f("compute.attention.causal_share")
     if not m.windowed_layers:
-        return causal.expr
-    window = inp.f("compute.attention.window_share", sliding_window=sympy.Min(m.sliding_window, inp.seq_len))
-    return (window * m.windowed_layers + causal * (sympy.sympify(m.blocks) - m.windowed_layers)) / m.blocks
+        return causal.term
+    window = inp.f("compute.attention.window_share", sliding_window=Min(m.sliding_window, inp.seq_len, decide=True))
+    return (window * m.windowed_layers + causal * (m.blocks - m.windowed_layers)) / m.blocks
 
 
 def attention_time(o: _Ops) -> Formula:
@@ -158,25 +160,25 @@ def attention_time(o: _Ops) -> Formula:
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     suffix = m.attention_suffix
-    blocks = sympy.sympify(m.blocks) / lay.pp
+    blocks = ratio(m.blocks, lay.pp)
     if inp.flash_attention:
         core = inp.f(f"compute.attention_core_forward_flops_per_token{suffix}")
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
         per_token = (core * (3 + o.again) + recompute) * _score_share(inp)
-        flops = composed("C", per_token.expr * M / t, "FLOP", per_token)
+        flops = composed("C", ratio(per_token.term * M, t), "FLOP", per_token)
         sixteen = "matmul_efficiency_16" if inp.dtype == "fp8" else "matmul_efficiency"  # attention runs in 16 bits
         eff = inp.values.get("attention_efficiency", inp.need(sixteen))  # see Inputs.notes
-        one = inp.f("compute.attention.time", flops=flops.expr, attention_efficiency=eff,
+        one = inp.f("compute.attention.time", flops=flops.term, attention_efficiency=eff,
                     attention_factor=inp.need("attention_factor"),
                     peak_flops=o.peak("bf16" if inp.dtype == "fp8" else inp.dtype))
-        return o.on_share(composed("attention", one.expr * blocks * inp.microbatches, "s", one, flops))
+        return o.on_share(composed("attention", one.term * blocks * inp.microbatches, "s", one, flops))
     d_qk = m.head_dim + m.rope_dim  # MLA's queries and keys carry the decoupled RoPE part too (0 otherwise)
     g, s = inp.microbatch_size * m.heads / t, inp.seq_len
     core = (o.gemm(g, s / lay.cp, s, d_qk, False, again=o.again)
             + o.gemm(g, s / lay.cp, m.head_dim, s, False, again=o.again))
     scores = inp.f("compute.memory_bound.scores") * (M / t) * inp.values["element_bytes"]
     # the recomputed forward reads and writes the scores again: 2 of the 5 elements
-    softmax = streamed(inp, scores * (1 + sympy.Rational(2, 5) * o.again))
+    softmax = streamed(inp, scores * (1 + Fraction(2, 5) * o.again))
     return (core + softmax) * blocks * inp.microbatches
 
 
@@ -210,7 +212,7 @@ def memory_bound_time(o: _Ops) -> Formula:
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * rotated * blocks
     if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
         total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * blocks
-    total = total + o.loss_elements * (sympy.S.One / lay.pp)
+    total = total + o.loss_elements * ratio(1, lay.pp)
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
@@ -223,7 +225,7 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard), less the share
     the host updates: the bytes of the stack's kernel (fused unless the stack says otherwise), an unfused
     one's weight decay a pass of its own."""
-    grad_bytes = sympy.Piecewise((4, inp.fp32_grads), (2, True))
+    grad_bytes = Piecewise((4, inp.fp32_grads), (2, True))
     if inp.optimizer_kernel in UNFUSED_ADAM:
         per_param = inp.f(UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
         if inp.weight_decay:
@@ -239,8 +241,8 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
 
 def as_run(inp: Inputs, ideal: Formula) -> Formula:
     """``ideal`` (kernels at the device's ceilings) as the stack runs it, at its efficiency."""
-    t = inp.f("compute.stack_time", ideal_time=ideal.expr)
-    return composed(ideal.name, t.expr, "s", t, ideal)
+    t = inp.f("compute.stack_time", ideal_time=ideal.term)
+    return composed(ideal.name, t.term, "s", t, ideal)
 
 
 def op_times(inp: Inputs, params: dict) -> dict:

@@ -3,16 +3,17 @@ and which link they use: :mod:`.ranks`)."""
 
 from __future__ import annotations
 
-import sympy
-
-from ..core.formula import Formula, cases
+from ..core.algebra import ceiling, is_false
+from ..core.composition import cases
+from ..core.formula import Formula
+from ..core.terms import ratio
 from ..formulas import formula
 from .inputs import Inputs
 from .ranks import axis_stride
 
 
 def nodes(inp: Inputs):
-    return sympy.ceiling(sympy.sympify(inp.deg.gpus) / inp.values["gpus_per_node"])
+    return ceiling(ratio(inp.deg.gpus, inp.values["gpus_per_node"]))
 
 
 def parameters(inp: Inputs) -> dict:
@@ -22,11 +23,11 @@ def parameters(inp: Inputs) -> dict:
     total = m.params_formula()
     stored = total + m.mtp_params_formula() if m.mtp_modules else total
     routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_blocks if m.is_moe
-              else Formula("zero", sympy.Integer(0), "parameter", ""))
+              else Formula("zero", 0, "parameter", ""))
     dense_local = (stored - routed) / (lay.tp * lay.pp)
     expert_local = routed / (lay.tp * lay.pp * lay.ep)
     dual = lay.schedule_is("dualpipe")
-    if dual is not sympy.false:  # each rank holds two stages (pipeline.parameter_copies.dualpipe)
+    if not is_false(dual):  # each rank holds two stages (pipeline.parameter_copies.dualpipe)
         copies = formula("pipeline.parameter_copies.dualpipe")
         dense_local, expert_local = (cases(f.name, "parameter", (f * copies, dual), (f, True))
                                      for f in (dense_local, expert_local))

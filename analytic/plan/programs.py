@@ -7,13 +7,11 @@ formulas' domains hold), one stage's memory, search's outputs and the conditions
 sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
 read back, and plans of the structure, in this process or another, evaluate it on Python floats.
 
-Lowering a template costs many plans' worth of expressions (1–3 s against 0.04–0.5 s), so, as one
-rents until the rent paid nears the price, the first :data:`PLANS_BEFORE_LOWERING` plans of a structure
-in a process take their own expressions (what a one-off plan needs anyway) and the next lowers the
-template. Inside :func:`analytic.core.cache.across_runs` (the command line, one plan a run) runs are
-counted instead: a structure an earlier run saw is lowered at its first plan, and later runs read it.
-:class:`Numbers` is one plan's view of the programs; :func:`formula` does the same for one catalogue
-formula.
+Lowering a template costs a few hundred numeric plans (1–3 s against 5–15 ms), so, as one rents until
+the rent paid nears the price, the first :data:`PLANS_BEFORE_LOWERING` plans of a structure in a process
+compose their own formulas on numbers (:mod:`analytic.core.held`: what a one-off plan, such as the command
+line's, needs anyway) and the next lowers the template.
+:class:`Numbers` is one plan's view of the programs.
 """
 
 from __future__ import annotations
@@ -107,7 +105,7 @@ class Bundle:
 
 _BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
 #: plans of a structure in a process that take their own expressions before the next lowers its template
-PLANS_BEFORE_LOWERING = 20
+PLANS_BEFORE_LOWERING = 100
 _SEEN: dict = {}  # structure → plans of this process that took their expressions
 
 
@@ -115,7 +113,7 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
     """The programs of ``inp``'s structure, or None where it has no template or cannot be modelled:
     from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or None)
     now, where ``build`` says so: by default after :data:`PLANS_BEFORE_LOWERING` plans of the structure in
-    this process, or inside :func:`analytic.core.cache.across_runs` where an earlier run saw it."""
+    this process."""
     key = structure(inp)
     if key is None:
         return None
@@ -131,8 +129,7 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
             found = None
     if found is None:
         if build is None:
-            build = _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING or (cache.is_across_runs()
-                                                                   and cache.seen_before("plan", key))
+            build = _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING
         if not build or lower is None:
             _SEEN[key] = _SEEN.get(key, 0) + 1
             return None
@@ -223,55 +220,4 @@ def _unit(text: str):
     return ureg.Unit(text)
 
 
-# --- one catalogue formula ----------------------------------------------------------------------------
-
-_FORMULAS: dict = {}  # name → (Program of [value, holds], unit), or None where a formula has caveats
-
-
-def formula(name: str, values: dict) -> tuple[float, str] | None:
-    """Catalogue formula ``name`` at ``values`` (keyword → float, each in its symbol's unit): (value,
-    unit), or None where it has caveats (its expression then warns), an input is missing, or the value
-    is not finite or outside its domain. Its program is built once and kept like a structure's."""
-    if name not in _FORMULAS:
-        _FORMULAS[name] = _formula_program(name)
-    entry = _FORMULAS[name]
-    if entry is None:
-        return None
-    prog, unit = entry
-    args = [values.get(k) for k in prog.inputs]
-    if any(a is None for a in args):
-        return None
-    value, holds = prog.scalar(args)
-    return (value, unit) if holds and math.isfinite(value) else None
-
-
-def _formula_program(name: str):
-    path = cache.entry("formula", name)
-    data = cache.read_json(path) if path is not None else None
-    try:
-        if isinstance(data, dict) and data.get("name") == name:
-            if data["program"] is None:
-                return None
-            unit = data["unit"]
-            prog = Program.from_json(data["program"])
-            if isinstance(unit, str) and _UNIT.fullmatch(unit) and len(prog.outputs) == 2:
-                return prog, unit
-    except (ValueError, KeyError):
-        pass
-    import sympy
-
-    from ..core.lowering import input_names, program
-    from ..formulas import formula as lookup
-    f = lookup(name)
-    entry = None
-    if not f.caveats:
-        exprs = [f.expr, sympy.And(*(c for c, *_ in f.domain))]
-        prog = program(exprs, input_names(exprs))
-        entry = (prog, str(f.unit))
-    if path is not None:
-        cache.write_json(path, {"name": name, "unit": None if entry is None else entry[1],
-                                "program": None if entry is None else entry[0].to_json()})
-    return entry
-
-
-__all__ = ["Bundle", "Numbers", "Part", "bundle", "formula"]
+__all__ = ["Bundle", "Numbers", "Part", "bundle"]

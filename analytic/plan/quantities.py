@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import sympy
-
 from ..core.choices import AXES, OP_CLASSES
-from ..core.formula import Formula, magnitude
+from ..core.formula import Formula
+from ..core.symbols import read_magnitude
+from ..core.terms import ratio
 from . import compute, memory, placement, timing
 
 
@@ -15,7 +15,7 @@ def builders(plan) -> dict:
     inp, deg, e = plan._in, plan.deg, plan.expr
     local_seq = {"seq_len": inp.seq_len / deg.cp}  # the tokens of a sequence one CP rank holds
     b = {
-        "gpus": lambda: Formula("gpus", sympy.sympify(deg.gpus), "", ""),
+        "gpus": lambda: Formula("gpus", deg.gpus, "", ""),
         "nodes": lambda: Formula("nodes", placement.nodes(inp), "", ""),
         "microbatches": lambda: Formula("m", inp.microbatches, "", ""),
         "tokens_per_step": lambda: inp.tokens_per_step,
@@ -23,7 +23,7 @@ def builders(plan) -> dict:
         "active_params": lambda: plan.model.active_params_formula(),
         "params_per_gpu": lambda: plan._params["per_gpu"],
         "optimizer_params": lambda: placement.optimizer_shard(inp, plan._params),
-        "layers_per_stage": lambda: Formula("L/p", plan.model.layers / deg.pp, "", ""),
+        "layers_per_stage": lambda: Formula("L/p", ratio(plan.model.layers, deg.pp), "", ""),
         **{f"memory.{k}": (lambda k=k: plan._worst[k]) for k in (*memory.PARTS, "host")},
         "memory.activations.first_stage": lambda: plan._stage(0)["activations"],
         "memory.activations.last_stage": lambda: plan._stage(deg.pp - 1)["activations"],
@@ -86,7 +86,7 @@ def _checkpoint_time(plan) -> Formula:
         return Formula("delta", plan._in.values["checkpoint_time"], "s", "")
     from ..presets import llama3_storage_bandwidth
     states = plan._in.f("memory.model_states.zero0", params=plan._params["stored"])
-    return states / Formula("B", magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
+    return states / Formula("B", read_magnitude("bandwidth", llama3_storage_bandwidth()), "byte/s", "")
 
 
 __all__ = ["builders"]

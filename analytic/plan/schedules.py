@@ -3,8 +3,10 @@ by the first microbatch's critical path."""
 
 from __future__ import annotations
 
+from ..core.algebra import Max
 from ..core.choices import SCHEDULES
-from ..core.formula import Formula, composed, lazy_max
+from ..core.composition import composed
+from ..core.formula import Formula
 from ..core.values import choice
 from ..formulas import formula
 
@@ -17,7 +19,7 @@ def at_least_critical_path(bubble: Formula, values: dict) -> Formula:
     """``bubble``, never below the first microbatch's critical path, which no schedule beats (the
     zero-bubble formulas need enough microbatches to reach zero)."""
     chain = formula("pipeline.bubble_time.critical_path").bind(values)
-    return composed("bubble", lazy_max(bubble.expr, chain.expr), "s", bubble, chain)
+    return composed("bubble", Max(bubble.term, chain.term), "s", bubble, chain)
 
 
 def bubble_time(schedule: str, values: dict) -> Formula:

@@ -3,8 +3,10 @@ communication each axis leaves exposed — summed into the step time."""
 
 from __future__ import annotations
 
+from ..core.algebra import Max
 from ..core.choices import TIME_PARTS as PARTS
-from ..core.formula import Formula, cases, composed, lazy_max
+from ..core.composition import cases, composed
+from ..core.formula import Formula
 from ..formulas import formula
 from .inputs import Inputs
 from .schedules import BUBBLE_FORMULAS, at_least_critical_path
@@ -35,17 +37,17 @@ def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     from .memory import stage_layers
     lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_modules
     first, middle, last = stage_layers(inp)
-    per_block = (compute.expr - ends.expr / lay.pp) * lay.pp / blocks
-    exprs = (first * per_block, middle * per_block, (last + mtp) * per_block + ends.expr)
+    per_block = (compute.term - ends.term / lay.pp) * lay.pp / blocks
+    exprs = (first * per_block, middle * per_block, (last + mtp) * per_block + ends.term)
     return {name: composed(f"stage.{name}", e, "s", compute, ends) for name, e in zip(STAGES, exprs)}
 
 
 def imbalance_time(inp: Inputs, compute: Formula, stages: dict) -> Formula:
     """What the slowest of ``stages`` (:func:`stage_times`) adds to the step over the average stage."""
-    slowest = lazy_max(*(stages[k].expr for k in STAGES))
-    t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.expr,
+    slowest = Max(*(stages[k].term for k in STAGES))
+    t = inp.f("pipeline.imbalance_time", slowest_stage_time=slowest, stage_time=compute.term,
               microbatches=inp.microbatches)
-    return composed("imbalance", t.expr, "s", t, *stages.values())
+    return composed("imbalance", t.term, "s", t, *stages.values())
 
 
 def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
@@ -75,11 +77,11 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     chunk = compute / (inp.microbatches * lay.vpp)
     window = cases("window", "s", (compute, per_microbatch), (chunk * lay.vpp, True)) * phi
     blocking = comm["dp"]["blocking"]
-    out["dp"] = composed("dp", lazy_max(0, (comm["dp"]["time"] - blocking).expr - window.expr) + blocking.expr, "s",
+    out["dp"] = composed("dp", Max(0, (comm["dp"]["time"] - blocking).term - window.term) + blocking.term, "s",
                          comm["dp"]["time"], blocking, window)
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
     # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
-    hidden_behind_pair = composed("ep", lazy_max(0, comm["ep"]["time"].expr - compute.expr), "s", comm["ep"]["time"],
+    hidden_behind_pair = composed("ep", Max(0, comm["ep"]["time"].term - compute.term), "s", comm["ep"]["time"],
                                   compute)
     out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True))
     return out

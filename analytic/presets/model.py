@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import InputError
 from ..core.symbols import canonical
-from ..core.values import choice, count, exact, flag, is_sympy
+from ..core.values import choice, count, flag
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
@@ -220,8 +220,8 @@ class Model:
         return out
 
     def inputs(self) -> dict:
-        """:meth:`counts` as exact sympy numbers (for binding catalogue formulas)."""
-        return {k: (v if is_sympy(v) else exact(v)) for k, v in self.counts().items()}
+        """:meth:`counts`, for binding catalogue formulas (``Formula.bind``)."""
+        return self.counts()
 
     def _part(self, name: str) -> Formula:
         from ..formulas import formula
@@ -282,19 +282,18 @@ class Model:
         ``last`` (booleans or sympy conditions) add the embedding and learned positions, and the final
         norm, the output layer and the MTP modules. A tied embedding is kept again on the last stage of
         a pipeline to compute the logits (Megatron-LM's shared embedding)."""
-        import sympy
-
+        from ..core.algebra import Max, Min, Piecewise
         from ..core.formula import Formula
-        one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
+        one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         layer, mlp, moe = self._layer_parts(active=False)
         norm = self._part(f"model.params.norm.{self.norm}")
         if self.is_moe:
-            dense = sympy.Max(0, sympy.Min(sympy.sympify(self.dense_layers) - start, layers))
+            dense = Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
             routed = self._routed_experts()
             rest = layer * layers + mlp * dense + (moe - routed) * (layers - dense)
             experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
         else:
-            rest, experts = layer * layers + mlp * layers, Formula("0", sympy.Integer(0), "parameter", "")
+            rest, experts = layer * layers + mlp * layers, Formula("0", 0, "parameter", "")
         rest = rest + self.stage_ends_formula(first, last) + norm * one(last)
         if self.mtp_modules:  # their routed experts are counted with the others above
             mtp_routed = self._routed_experts() * self.mtp_modules if self.is_moe else 0
@@ -304,11 +303,11 @@ class Model:
     def stage_ends_formula(self, first, last) -> Formula:
         """Parameters of a pipeline stage's ends: the embedding and learned positions where ``first``, the
         output layer where ``last`` (a tied embedding kept again on the last stage of a pipeline)."""
-        import sympy
-        one = lambda cond: sympy.Piecewise((1, cond), (0, True))  # noqa: E731
+        from ..core.algebra import And, Not, Piecewise
+        one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         emb = self._part("model.params.embedding")
         emb_first = emb + self._part("model.params.positions") if self.position == "learned" else emb
-        return emb_first * one(first) + emb * one(sympy.And(last, sympy.Not(first)) if self.tied_embeddings else last)
+        return emb_first * one(first) + emb * one(And(last, Not(first)) if self.tied_embeddings else last)
 
     def params_formula(self) -> Formula:
         """Total parameter count as a Formula (in the model's free symbols, if any)."""
@@ -320,13 +319,11 @@ class Model:
 
     @property
     def total_params(self) -> int:
-        from ..core.formula import to_float
-        return round(to_float(self.params_formula().expr, "total_params"))
+        return round(self.params_formula().value().magnitude)
 
     @property
     def active_params(self) -> int:
-        from ..core.formula import to_float
-        return round(to_float(self.active_params_formula().expr, "active_params"))
+        return round(self.active_params_formula().value().magnitude)
 
     def replace(self, **changes) -> "Model":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

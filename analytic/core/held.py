@@ -1,0 +1,218 @@
+"""Formulas that hold numbers: what a numeric plan composes, without sympy.
+
+A catalogue formula is declared on terms (:mod:`.terms`); bound to numbers for every symbol it takes it
+holds the number (an int or Fraction, exact as sympy's rationals; a float past a root, exponential or
+fractional power), its domain's conditions decided (those that fail kept, to raise when its value is
+asked) and its caveats decided. Arithmetic, case analyses and compositions of such formulas hold numbers
+too, so a plan whose inputs are all numbers builds every quantity without sympy; where any input is a
+sympy expression the formulas hold sympy expressions, as :class:`~.formula.Formula` always did.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+from . import symbols as _symbols
+from . import terms
+from .errors import InputError, UnitError
+from .units import Q_, pint
+from .values import exact_number, is_sympy
+
+
+class Declared:
+    """A field a formula declared on terms makes when first read (its sympy form); ``default`` as a
+    dataclass field's."""
+
+    def __init__(self, *default):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            if not self.default:
+                raise AttributeError(self.name)  # a field without a default
+            return self.default[0]
+        fields = obj.__dict__
+        if self.name not in fields:
+            obj._realise()
+        return fields[self.name]
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.name] = value
+
+
+#: the fields of a formula declared on terms that hold sympy objects once made
+SYMPY_FIELDS = ("expr", "domain", "caveats", "source_conditions")
+
+
+def on_terms(expr, conditions) -> bool:
+    """Whether a formula is declared on terms: its expression a term or an exact number, each
+    condition a term or a bool."""
+    return (isinstance(expr, (terms.Term, int, Fraction, Decimal, float)) and not isinstance(expr, bool)
+            and all(isinstance(c, (terms.Term, bool)) for c in conditions))
+
+
+#: the types of a number a formula holds (a float: NaN, where a case the plan does not take has no value)
+NUMBERS = frozenset({int, Fraction, Decimal, float})
+
+
+def holds_number(f) -> bool:
+    """Whether the Formula ``f`` holds a number (a numeric plan's formulas, a catalogue constant)."""
+    raw = f.__dict__.get("_terms")
+    return raw is not None and type(raw[0]) in NUMBERS and not any(type(c) is terms.Term for c, *_ in raw[1])
+
+
+def made(like, name: str, term, unit: pint.Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
+         coefficient_unit=None, keywords: tuple = (), domain: tuple = (), sources=frozenset(), caveats: tuple = (),
+         source_conditions: tuple = ()):
+    """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the class's checks
+    give them (a pint unit, each condition with its origin): what composing numbers makes many times a plan."""
+    f = object.__new__(type(like))
+    f.__dict__.update(name=name, unit=unit, source=source, assumptions=assumptions, description=description,
+                      coefficient_unit=coefficient_unit, keywords=keywords, sources=sources,
+                      _terms=(term, domain, caveats, source_conditions))
+    return f
+
+
+@functools.lru_cache(maxsize=4096)
+def factor(source: pint.Unit, target: pint.Unit):
+    """The exact factor from ``source`` to ``target`` (pint.DimensionalityError where they differ)."""
+    return exact_number(Q_(1, source).to(target).magnitude)
+
+
+def in_unit(keyword: str, f, target: pint.Unit):
+    """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions differ."""
+    try:
+        k = factor(f.unit, target)
+    except pint.DimensionalityError:
+        raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
+                        f"got formula {f.name!r} in {f.unit:~P}") from None
+    return f.term if k == 1 else terms.arithmetic("mul", f.term, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def unit_of(a: pint.Unit, b: pint.Unit, op: str) -> pint.Unit:
+    out = a * b if op == "*" else a / b
+    return out.units if isinstance(out, pint.Quantity) else out
+
+
+def arithmetic(a, b, op: str):
+    return terms.arithmetic({"+": "add", "-": "sub", "*": "mul", "/": "div"}[op], a, b)
+
+
+def sources(*formulas) -> dict:
+    """The ``sources`` and ``source_conditions`` of a formula composed of ``formulas``: their union where
+    none draws on a source under a condition (a numeric plan's), else :func:`.provenance.merged_sources`."""
+    if all(not f.raw_source_conditions for f in formulas):
+        return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
+    from .provenance import merged_sources, source_map
+    return merged_sources(*(source_map(f) for f in formulas))
+
+
+def bound(f, values: dict, magnitudes: bool = False):
+    """The Formula ``f`` (declared on terms) with ``values`` for its symbols, holding the number, or None
+    where a value is a sympy expression or leaves a symbol free (then sympy substitutes). ``magnitudes``:
+    plain numbers are magnitudes in their symbol's unit (a plan's inputs, as sympy numbers were), else
+    what :func:`~.symbols.read_magnitude` reads (a bare number only for counts and FLOPs)."""
+    expr, domain, caveats, _ = f.raw
+    needs = f.__dict__.get("_needs")
+    if needs is None:  # the keywords its expression and conditions take; False: sympy evaluates it
+        conditions = (tuple(c for c, *_ in domain), tuple(c for c, _ in caveats))
+        needs = f.__dict__["_needs"] = terms.keywords((expr, *conditions)) if terms.numeric((expr, *conditions)) else False
+    if needs is False:
+        return None
+    env = {}
+    for kw, v in values.items():
+        if is_sympy(v):
+            return None
+        if magnitudes and type(v) in NUMBERS:
+            env[kw] = _checked(kw, v if type(v) in (int, Fraction) else exact_number(v))
+        elif hasattr(v, "term") and hasattr(v, "raw_domain"):  # a Formula
+            if not holds_number(v):
+                return None
+            env[kw] = in_unit(kw, v, _symbols.info(kw).unit)
+        else:
+            env[kw] = _symbols.read_magnitude(kw, v)
+    if not needs <= env.keys():
+        return None
+    memo: dict = {}
+    kept = tuple(d for d in domain if _decided(d[0], env, memo) is not True)
+    number = _decided(expr, env, memo)
+    decided = tuple((_decided(c, env, memo), why) for c, why in caveats)
+    parts = [v for v in values.values() if hasattr(v, "raw_domain")]
+    return made(f, f.name, number, f.unit, source=f.source, assumptions=f.assumptions, description=f.description,
+                coefficient_unit=f.coefficient_unit, keywords=f.keywords, domain=kept, caveats=decided,
+                **sources(f, *parts))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _checked(keyword: str, value):
+    """An exact number for a declared keyword (a magnitude in its unit), its domain checked once per
+    (keyword, value): plans bind the same inputs into many formulas."""
+    try:
+        return _symbols.info(keyword).check(value)
+    except InputError as exc:
+        raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
+
+
+def _decided(x, env: dict, memo: dict):
+    """A term at numbers; NaN where it is not a finite real number (a formula bound for a case the plan may
+    not take: its value raises only if asked)."""
+    try:
+        return terms.value(x, env, memo)
+    except terms.NotReal:
+        return math.nan
+
+
+def value(f):
+    """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats warned."""
+    import warnings
+
+    from .errors import ApproximationWarning
+    for cond, why, *origin in f.raw_domain:
+        if cond is False:
+            origin = origin[0] if origin else f.name
+            where = f" (in {f.name})" if f.name != origin else ""
+            raise InputError(f"{origin}: outside the formula's domain{where}: {why}")
+    for cond, why in f.raw_caveats:
+        if cond is False:
+            warnings.warn(f"{f.name}: {why}", ApproximationWarning, stacklevel=3)
+    x = float(f.term)
+    if not math.isfinite(x):
+        raise InputError(f"{f.name}: the result is not a finite real number")
+    return Q_(x, f.unit)
+
+
+def combined(self, other, op: str, name):
+    """``Formula._combine`` of a formula holding a number (``self``) with a number, a Quantity or
+    another such formula, holding the result (None for anything else)."""
+    parts, unit = (self,), self.unit
+    if hasattr(other, "raw_domain"):
+        if not holds_number(other):
+            return None
+        parts = (self, other)
+        if op in ("+", "-"):
+            b = in_unit(other.name, other, self.unit)
+        else:
+            b, unit = other.term, unit_of(self.unit, other.unit, op)
+    elif isinstance(other, pint.Quantity):
+        if op in ("+", "-"):
+            b = _symbols.read_magnitude(self.name, other, self.unit)
+        else:
+            b, unit = exact_number(other.magnitude), unit_of(self.unit, other.units, op)
+    elif type(other) in NUMBERS:
+        if op in ("+", "-") and not self.unit.dimensionless:
+            raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
+        b = other if type(other) in (int, Fraction) else exact_number(other)
+    else:
+        return None
+    domain = self.raw_domain
+    if len(parts) > 1:
+        domain = domain + tuple(d for d in other.raw_domain if d not in domain)
+    return made(self, name or self.name, arithmetic(self.term, b, op), unit, source=self.source,
+                assumptions=self.assumptions, domain=domain, **sources(*parts))
