@@ -4,14 +4,15 @@ baselines measured in the same run.
 Prints, each against its target:
 - numeric plans per second, each built and asked its memory and step time, one at a time: for a
   structure never seen before (GPT-OSS 120B and Qwen3-30B-A3B from their config.json, the latter on
-  TorchTitan), its programs built by the first plan and that first plan's time given apart; and for
-  a loop that calls ``an.model()`` and ``an.hardware()`` each time;
+  TorchTitan), after the plans that compose their formulas on numbers before the structure's programs
+  are lowered (their time, and the lowering's, given apart); and for a loop that calls ``an.model()``
+  and ``an.hardware()`` each time;
 - ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
-  pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache (the
-  plan's own expressions), the second (its structure lowered) and later ones (the cache read), and what
-  ``python -c "import pint"`` alone takes there, which a later run imports to print its quantities (pint imports
-  numpy). Where no environment can be built (no package index), the same in this environment, said so;
+  pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache and
+  later ones (each composes its plans on numbers), and what ``python -c "import pint"`` alone takes there,
+  which a run imports to read units and print its quantities (pint imports numpy). Where no environment can
+  be built (no package index), the same in this environment, said so;
 - the wheel's size and the installed package's (targets: 2 MB and 10 MB).
 
 Run: python benchmarks/bench_plan.py
@@ -50,7 +51,7 @@ def presets_each_time(i: int):
 
 def rate(build, seconds: float = 2.0) -> tuple[list, float]:
     """(seconds of the first plans, plans per second after them): each built, then asked memory() and
-    step_time(). The first plans of a structure take their own expressions, the next lowers its programs."""
+    step_time(). The first plans of a structure compose their formulas on numbers, the next lowers its programs."""
     first = []
     for i in range(programs.PLANS_BEFORE_LOWERING + 1):
         t0 = time.perf_counter()
@@ -83,9 +84,10 @@ def main():
                         ("Qwen3-30B-A3B from config.json on torchtitan-2025", qwen3_torchtitan),
                         ("an.model()/an.hardware() each time", presets_each_time)):
         first, per_s = rate(build)
-        print(f"{name}: {per_s:,.0f} plans/s (target >= 2,000); before them, the first "
-              f"{len(first) - 1} plans {', '.join(f'{t:.2f}' for t in first[:-1])} s (their expressions), the next "
-              f"{first[-1]:.2f} s (its structure's programs lowered)")
+        own = first[:-1]
+        print(f"{name}: {per_s:,.0f} plans/s (target >= 2,000); before them, the first {len(own)} plans composed on "
+              f"numbers in {sum(own):.2f} s (the first {own[0] * 1e3:.0f} ms, the others {statistics.median(own[1:]) * 1e3:.1f} "
+              f"ms each), the next {first[-1]:.2f} s (its structure's programs lowered)")
     programs._BUNDLES.clear()
     python, analytic, where, sizes = _wheel_install()
     if sizes:
@@ -99,12 +101,12 @@ def main():
     step = [*analytic, "step"]
     numpy = wall([python, "-c", "import numpy"], env)
     env["ANALYTIC_CACHE"] = tempfile.mkdtemp(prefix="analytic-bench-")
-    first, second = wall(step, env, runs=1), wall(step, env, runs=1)
+    first = wall(step, env, runs=1)
     warm = wall(step, env)
     print(f"`analytic step` against `python -c \"import numpy\"` {where} ({numpy:.3f} s; target <= 3x): first "
-          f"run {first:.2f} s ({first / numpy:.1f}x: the plan's expressions), second {second:.2f} s "
-          f"({second / numpy:.1f}x: its structure lowered), later runs {warm:.2f} s ({warm / numpy:.1f}x)")
-    pint = wall([python, "-c", "import pint"], env)  # what a later run imports to print its quantities
+          f"run {first:.2f} s ({first / numpy:.1f}x), later runs {warm:.2f} s ({warm / numpy:.1f}x); each composes its "
+          "plans on numbers")
+    pint = wall([python, "-c", "import pint"], env)  # what a run imports to read units and print its quantities
     print(f"of a later run, `python -c \"import pint\"` alone (numpy with it) {pint:.3f} s ({pint / numpy:.1f}x), "
           f"the library's own imports and work {warm - pint:.3f} s ({(warm - pint) / numpy:.1f}x)")
 

@@ -231,3 +231,16 @@ def test_a_numeric_plan_and_a_catalogue_formula_at_numbers_import_no_sympy(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "ANALYTIC_CACHE": str(tmp_path)})
     assert out.stdout.split() == ["False"], out.stderr
+
+
+def test_a_catalogue_formula_whose_expression_was_read_still_evaluates_on_its_terms():
+    """Reading a formula's sympy expression (a symbolic plan reads many) leaves its terms: a numeric plan
+    built after a symbolic one still holds numbers, not sympy expressions, and the same numbers."""
+    from analytic.core import held
+    layout = an.Layout(tp=8, pp=4, dp=8, zero=1)
+    args = dict(seq_len=8192, global_batch=512)
+    before = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr("step_time")
+    an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout.replace(dp=an.sym("dp")), **args).expr("step_time")
+    after = an.Plan(an.model("llama3-70b"), an.hardware("h100-sxm"), layout, **args).expr("step_time")
+    assert held.holds_number(before) and held.holds_number(after)
+    assert after.term == before.term and after.sources == before.sources

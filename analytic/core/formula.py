@@ -112,7 +112,7 @@ class Formula:
 
     def _realise(self, raw: tuple | None = None) -> None:
         """The sympy expression, domain, caveats and source conditions, canonical (from ``raw`` or the terms)."""
-        expr, domain, caveats, source_conditions = self.__dict__.pop("_terms") if raw is None else raw
+        expr, domain, caveats, source_conditions = self.__dict__["_terms"] if raw is None else raw
         if isinstance(expr, str):
             from .expressions import symbolic
             expr = symbolic(expr, self.name)  # parsed, never evaluated
