@@ -141,7 +141,7 @@ def bound(f, values: dict, magnitudes: bool = False):
     if not needs <= env.keys():
         return None
     memo: dict = {}
-    kept = tuple(d for d in domain if _decided(d[0], env, memo) is not True)
+    kept = tuple((v, *rest) for c, *rest in domain if (v := _decided(c, env, memo)) is not True)
     number = _decided(expr, env, memo)
     decided = tuple((_decided(c, env, memo), why) for c, why in caveats)
     parts = [v for v in values.values() if hasattr(v, "raw_domain")]

@@ -1,0 +1,75 @@
+"""Terms (the catalogue's expressions as data) and the operations the plan's stages are written with, held
+to sympy: replayed, a term is the expression sympy builds; at numbers, each operation gives sympy's number."""
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+import sympy
+
+import analytic as an
+from analytic.core import algebra, held, terms
+from analytic.core.errors import InputError
+
+h, s, b = (terms.symbol(k) for k in ("hidden", "seq_len", "microbatch_size"))
+H, S, B = (an.sym(k) for k in ("hidden", "seq_len", "microbatch_size"))
+
+
+@pytest.mark.parametrize("build", [
+    lambda h, s, b, A: 6 * h * s + 2 * b,  # reflected products and sums
+    lambda h, s, b, A: 1 - h / (2 * s) + Fraction(1, 3) * b,
+    lambda h, s, b, A: 2 / h - s ** 2 + h ** Fraction(1, 2),
+    lambda h, s, b, A: A.Max(h - 1, 1) * A.Min(s, 10 ** 9) / b,
+    lambda h, s, b, A: A.Piecewise((s * b, b > 1), (0, True)) + A.ceiling(h / s),
+    lambda h, s, b, A: A.Piecewise((1, A.Eq(A.Mod(h, s), 0)), (h, 1 >= s), (2, True)),
+    lambda h, s, b, A: A.sqrt(2 * h * s) * A.exp(b / s) - A.log(h),
+])
+def test_a_term_replays_to_the_expression_sympy_builds_and_evaluates_to_its_number(build):
+    """The same code on terms and on sympy's symbols (reflected operators, maxima, cases, roots): the
+    term replayed is sympy's expression, srepr for srepr, and its value at numbers is sympy's to 1e-30."""
+    lazy = type("Sympy", (), {"Max": staticmethod(lambda *a: sympy.Max(*a, evaluate=False)),
+                              "Min": staticmethod(lambda *a: sympy.Min(*a, evaluate=False)),
+                              **{n: staticmethod(getattr(sympy, n)) for n in ("Piecewise", "Eq", "Mod", "ceiling",
+                                                                               "sqrt", "exp", "log")}})
+    term, want = build(h, s, b, algebra), build(H, S, B, lazy)
+    assert sympy.srepr(terms.to_sympy(term)) == sympy.srepr(want)
+    at = {"hidden": 4096, "seq_len": Fraction(8192, 3), "microbatch_size": 2}
+    got = terms.value(term, at)
+    exact = want.subs({H: 4096, S: sympy.Rational(8192, 3), B: 2})
+    got = terms.inexact(got)
+    assert abs(got - Decimal(str(sympy.N(exact, 45)))) <= Decimal("1e-30") * abs(got)
+
+
+def test_the_operations_act_on_numbers_at_once_exactly_and_on_sympy_objects_as_sympy_does():
+    """On numbers: Python numbers and bools, exact where sympy's are (a Fraction for a Rational);
+    on sympy numbers: sympy's objects, the same values."""
+    x, y = Fraction(7, 2), 3
+    cases = [(algebra.Max, (x, y)), (algebra.Min, (x, y)), (algebra.Eq, (x, y)), (algebra.Gt, (x, y)),
+             (algebra.Ge, (y, y)), (algebra.Le, (x, y)), (algebra.Mod, (x, y)), (algebra.ceiling, (x,)),
+             (algebra.And, (True, False)), (algebra.Or, (True, False)), (algebra.Not, (False,))]
+    for op, args in cases:
+        got = op(*args)
+        want = op(*(sympy.sympify(a) for a in args))
+        assert type(got) in (int, Fraction, bool) and sympy.sympify(got) == want, (op.__name__, got, want)
+    assert algebra.Piecewise((x, False), (y, True)) == 3 and algebra.value_at_max(1, "a", 2, "b", 2, "c") == "b"
+    assert terms.ratio(6, 4) == Fraction(3, 2) and terms.ratio(6, 3) == 2 and type(terms.ratio(6, 3)) is int
+    assert math.isnan(terms.ratio(1, 0)) and math.isnan(algebra.sqrt(-1))
+
+
+def test_past_a_root_a_number_is_a_decimal_of_40_digits():
+    """sqrt(2)·exp(1/3) at 40 significant digits (sympy evaluates such an expression to 30 before it
+    becomes a float, so both give the same float)."""
+    got = terms.arithmetic("mul", algebra.sqrt(2), algebra.exp(Fraction(1, 3)))
+    want = sympy.N(sympy.sqrt(2) * sympy.exp(sympy.Rational(1, 3)), 50)
+    assert isinstance(got, Decimal) and abs(got - Decimal(str(want))) < Decimal("1e-38")
+    assert float(got) == float(want)
+
+
+def test_a_formula_holding_no_real_number_raises_only_when_asked():
+    """A case a plan does not take may have no value (a division by zero): the formula holds NaN, sums
+    and products of it too, and an InputError naming it comes only when its value is asked."""
+    middle = an.Formula("layers", terms.ratio(4, 0), "", "") * 2 + 1
+    assert held.holds_number(middle) and math.isnan(middle.term)
+    with pytest.raises(InputError, match="layers: the result is not a finite real number"):
+        middle.value()
