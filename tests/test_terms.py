@@ -18,8 +18,8 @@ H, S, B = (an.sym(k) for k in ("hidden", "seq_len", "microbatch_size"))
 
 @pytest.mark.parametrize("build", [
     lambda h, s, b, A: 6 * h * s + 2 * b,  # reflected products and sums
-    lambda h, s, b, A: 1 - h / (2 * s) + Fraction(1, 3) * b,
-    lambda h, s, b, A: 2 / h - s ** 2 + h ** Fraction(1, 2),
+    lambda h, s, b, A: 1 - h / (2 * s) + Fraction(1, 3) * b - (-b) * h ** -2,
+    lambda h, s, b, A: 2 / h - s ** 2 + h ** Fraction(1, 2) + (b / s) ** Fraction(1, 3),
     lambda h, s, b, A: A.Max(h - 1, 1) * A.Min(s, 10 ** 9) / b,
     lambda h, s, b, A: A.Piecewise((s * b, b > 1), (0, True)) + A.ceiling(h / s),
     lambda h, s, b, A: A.Piecewise((1, A.Eq(A.Mod(h, s), 0)), (h, 1 >= s), (2, True)),
@@ -45,9 +45,10 @@ def test_the_operations_act_on_numbers_at_once_exactly_and_on_sympy_objects_as_s
     """On numbers: Python numbers and bools, exact where sympy's are (a Fraction for a Rational);
     on sympy numbers: sympy's objects, the same values."""
     x, y = Fraction(7, 2), 3
-    cases = [(algebra.Max, (x, y)), (algebra.Min, (x, y)), (algebra.Eq, (x, y)), (algebra.Gt, (x, y)),
-             (algebra.Ge, (y, y)), (algebra.Le, (x, y)), (algebra.Mod, (x, y)), (algebra.ceiling, (x,)),
+    cases = [(algebra.Max, (x, y)), (algebra.Min, (x, y)), (algebra.Mod, (x, y)), (algebra.ceiling, (x,)),
              (algebra.And, (True, False)), (algebra.Or, (True, False)), (algebra.Not, (False,))]
+    for compare in (algebra.Eq, algebra.Gt, algebra.Ge, algebra.Le):  # either side of a boundary, and on it
+        cases += [(compare, (x, y)), (compare, (y, x)), (compare, (y, y))]
     for op, args in cases:
         got = op(*args)
         want = op(*(sympy.sympify(a) for a in args))
@@ -55,6 +56,27 @@ def test_the_operations_act_on_numbers_at_once_exactly_and_on_sympy_objects_as_s
     assert algebra.Piecewise((x, False), (y, True)) == 3 and algebra.value_at_max(1, "a", 2, "b", 2, "c") == "b"
     assert terms.ratio(6, 4) == Fraction(3, 2) and terms.ratio(6, 3) == 2 and type(terms.ratio(6, 3)) is int
     assert math.isnan(terms.ratio(1, 0)) and math.isnan(algebra.sqrt(-1))
+    assert terms.value(terms.power(0, Fraction(1, 2)), {}) == 0 and math.isnan(terms.value(terms.power(-1, Fraction(1, 2)), {}))
+    assert terms.value(terms.power(2, -1), {}) == Fraction(1, 2) and math.isnan(terms.value(terms.power(0, -1), {}))
+    assert terms.value(terms.power(0, 0), {}) == 1 == sympy.Integer(0) ** 0
+    limited = terms.evalf(terms.power(2, Fraction(1, 2)), 15)  # a float of 15 digits is sympy's, replayed as such
+    assert not terms.numeric(limited) and terms.to_sympy(limited) == sympy.sqrt(2).evalf(15)
+    assert algebra.Mod(Fraction(7, 2), 1) == Fraction(1, 2) and math.isnan(algebra.Mod(3, 0))
+    assert terms.value(-terms.symbol("hidden"), {"hidden": algebra.sqrt(4)}) == -2
+
+
+def test_a_domain_holds_up_to_its_boundary_and_no_further():
+    """A catalogue formula's domain at numbers, on each side of its boundary: DualPipe's bubble takes two
+    stages (pp ≥ 2) and not one; the SMs left to compute must be some (comm_sms < sms)."""
+    bubble = an.formula("pipeline.bubble_time.dualpipe")
+    times = {"t_f": "1 ms", "t_b": "2 ms", "t_w": "1 ms", "t_fb": "3 ms"}
+    assert bubble.evaluate(pp=2, **{k: v for k, v in times.items() if k in bubble.symbols}).magnitude == 0  # (p/2 − 1)·…
+    with pytest.raises(InputError, match="two stages"):
+        bubble.evaluate(pp=1, **{k: v for k, v in times.items() if k in bubble.symbols})
+    share = an.formula("compute.sm_share")
+    assert share.evaluate(sms=132, comm_sms=131).magnitude == pytest.approx(1 / 132)
+    with pytest.raises(InputError, match="all the SMs"):
+        share.evaluate(sms=132, comm_sms=132)
 
 
 def test_past_a_root_a_number_is_a_decimal_of_40_digits():
@@ -73,3 +95,17 @@ def test_a_formula_holding_no_real_number_raises_only_when_asked():
     assert held.holds_number(middle) and math.isnan(middle.term)
     with pytest.raises(InputError, match="layers: the result is not a finite real number"):
         middle.value()
+
+
+def test_formulas_holding_numbers_convert_units_and_keep_each_others_domains():
+    """A formula holding a number bound where another unit is declared is converted (2 PFLOP as FLOPs), a
+    sum converts its second part to the first's unit (1 GB + 1 MB), and a sum keeps the domain of both
+    parts: the part outside its domain raises when the sum's value is asked."""
+    mfu = an.formula("compute.mfu")
+    at = {"step_time": "10 s", "gpus": 8, "peak_flops": "1 PFLOP/s"}
+    assert mfu.bind({"flops": an.Formula("C", 2, "PFLOP", ""), **at}).value().magnitude == pytest.approx(2 / 80)
+    assert (an.Formula("a", 1, "GB", "") + an.Formula("b", 1, "MB", "")).value().to("GB").magnitude == pytest.approx(1.001)
+    outside = an.formula("compute.sm_share").bind({"sms": 132, "comm_sms": 132})
+    assert held.holds_number(outside)
+    with pytest.raises(InputError, match=r"compute.sm_share: outside the formula's domain \(in one\): .*all the SMs"):
+        (an.Formula("one", 1, "", "") + outside).value()

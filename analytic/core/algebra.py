@@ -1,7 +1,7 @@
 """Operations a formula is written with, on numbers, terms or sympy objects alike: on numbers at once
 (exact ints and Fractions stay exact; a numeric plan's conditions are bools), on terms a term (the
-catalogue's declarations), on sympy objects sympy's operation (a plan with a symbol). One composition
-serves all three (DESIGN.md: one code path serves numbers, symbols and vectorised search)."""
+catalogue's declarations), on sympy objects sympy's operation (a plan with a symbol): the plan's stages
+are written once for numbers and symbols."""
 
 from __future__ import annotations
 

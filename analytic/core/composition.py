@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import held
-from .formula import Formula, magnitude, sympy
+from .formula import DIMENSIONLESS, Formula, magnitude, sympy
 from .units import as_unit
 
 
@@ -17,8 +17,8 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     parts = [p for p in parts if isinstance(p, Formula)]
     if type(expr) in held.NUMBERS and all(held.holds_number(p) for p in parts):
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
-        return held.made(parts[0], name, expr, as_unit(unit), domain=domain, **held.sources(*parts)) if parts else (
-            Formula(name, expr, unit, ""))
+        return held.made(parts[0], name, expr, as_unit(unit), coefficient_unit=DIMENSIONLESS, domain=domain,
+                         **held.sources(*parts)) if parts else Formula(name, expr, unit, "")
     from .provenance import merged_sources, source_map
     domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
     return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
@@ -66,5 +66,6 @@ def _as(name: str, unit, taken) -> Formula:
     unit = as_unit(unit)
     if not isinstance(taken, Formula):
         return Formula(name, taken, unit, "")
-    return held.made(taken, name, held.in_unit(name, taken, unit), unit, domain=tuple(dict.fromkeys(taken.raw_domain)),
-                     sources=taken.sources, source_conditions=taken.raw_source_conditions)
+    return held.made(taken, name, held.in_unit(name, taken, unit), unit, coefficient_unit=DIMENSIONLESS,
+                     domain=tuple(dict.fromkeys(taken.raw_domain)), sources=taken.sources,
+                     source_conditions=taken.raw_source_conditions)

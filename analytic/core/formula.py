@@ -96,13 +96,13 @@ class Formula:
     source_conditions: tuple = held.Declared(())
 
     def __post_init__(self):
-        fields = self.__dict__
-        raw = tuple(fields[k] for k in held.SYMPY_FIELDS)
+        d = self.__dict__
+        raw = tuple(d[k] for k in held.SYMPY_FIELDS)
         if held.on_terms(raw[0], [c for c, *_ in raw[1] + raw[2]] + [c for _, c in raw[3]]):
             for k in held.SYMPY_FIELDS:  # made by _realise when first read
-                del fields[k]
+                del d[k]
             domain = tuple((c, why, *(origin or (self.name,))) for c, why, *origin in raw[1])
-            fields["_terms"] = (raw[0], domain, *raw[2:])
+            d["_terms"] = (raw[0], domain, *raw[2:])
         else:
             self._realise(raw)
         object.__setattr__(self, "unit", as_unit(self.unit))
@@ -120,11 +120,11 @@ class Formula:
         def canonical(x):
             return _symbols.canonical(sympy.sympify(terms.to_sympy(x)))
 
-        fields = self.__dict__
-        fields["expr"] = canonical(expr)
-        fields["domain"] = tuple((canonical(c), why, *(origin or (self.name,))) for c, why, *origin in domain)
-        fields["caveats"] = tuple((canonical(c), why) for c, why in caveats)
-        fields["source_conditions"] = tuple((s, canonical(c)) for s, c in source_conditions)
+        d = self.__dict__
+        d["expr"] = canonical(expr)
+        d["domain"] = tuple((canonical(c), why, *(origin or (self.name,))) for c, why, *origin in domain)
+        d["caveats"] = tuple((canonical(c), why) for c, why in caveats)
+        d["source_conditions"] = tuple((s, canonical(c)) for s, c in source_conditions)
 
     @property
     def raw(self) -> tuple:

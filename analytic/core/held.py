@@ -1,8 +1,8 @@
 """Formulas that hold numbers: what a numeric plan composes, without sympy.
 
 A catalogue formula is declared on terms (:mod:`.terms`); bound to numbers for every symbol it takes it
-holds the number (an int or Fraction, exact as sympy's rationals; a float past a root, exponential or
-fractional power), its domain's conditions decided (those that fail kept, to raise when its value is
+holds the number (an int or Fraction, exact as sympy's rationals; a Decimal of 40 digits past a root,
+exponential, logarithm or fractional power), its domain's conditions decided (those that fail kept, to raise when its value is
 asked) and its caveats decided. Arithmetic, case analyses and compositions of such formulas hold numbers
 too, so a plan whose inputs are all numbers builds every quantity without sympy; where any input is a
 sympy expression the formulas hold sympy expressions, as :class:`~.formula.Formula` always did.

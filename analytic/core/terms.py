@@ -5,8 +5,8 @@ formula at numbers need no sympy. A term records each operation as Python perfor
 order; :func:`to_sympy` performs them again on sympy objects, which gives the very expression that
 declaring it on sympy symbols gives (sympy canonicalises as it builds). :func:`value` evaluates a
 term at numbers: exact (int and Fraction) through sums, products, quotients, integer powers,
-comparisons, maxima, minima, ceilings and remainders; a float past a root, exponential, logarithm or
-fractional power.
+comparisons, maxima, minima, ceilings and remainders; a Decimal of 40 digits past a root, exponential,
+logarithm or fractional power.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from .errors import InputError
 class NotReal(InputError):
     """A term whose value at the given numbers is not a finite real number."""
 
-#: operator → (Python's operation on numbers, the name sympy's replay calls it by)
+
+#: a term's binary operator → its Python operation (on numbers, and on sympy objects in a replay)
 _BINARY = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
@@ -208,17 +209,10 @@ def _decimal_op(name: str):
     return op
 
 
-def _max(*a):
-    return max(a)
-
-
-def _min(*a):
-    return min(a)
-
-
+#: a term's other operators → their operation on numbers
 NUMBER_OPS = {
-    "max": _max, "min": _min, "eq": lambda a, b: a == b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "le": lambda a, b: a <= b, "lt": lambda a, b: a < b, "and": lambda *a: all(a), "or": lambda *a: any(a),
+    "max": lambda *a: max(a), "min": lambda *a: min(a), "eq": lambda a, b: a == b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "le": lambda a, b: a <= b, "and": lambda *a: all(a), "or": lambda *a: any(a),
     "not": lambda a: not a, "mod": lambda a, b: whole(a % b) if b != 0 else math.nan,
     "ceiling": lambda a: math.ceil(a) if math.isfinite(a) else a,
     "sqrt": _decimal_op("sqrt"), "exp": _decimal_op("exp"), "log": _decimal_op("ln"),
@@ -226,12 +220,14 @@ NUMBER_OPS = {
 
 
 def sympy_op(op: str, decide: bool = False):
+    """A term's operator on sympy objects: a maximum or minimum left unevaluated while symbols remain,
+    unless ``decide``."""
     import sympy
 
     def lazy(f):
         return f if decide else lambda *a: f(*a, evaluate=all(x.is_number for x in map(sympy.sympify, a)))
     return {"max": lazy(sympy.Max), "min": lazy(sympy.Min), "eq": sympy.Eq, "gt": sympy.Gt, "ge": sympy.Ge,
-            "le": sympy.Le, "lt": sympy.Lt, "and": sympy.And, "or": sympy.Or, "not": sympy.Not, "mod": sympy.Mod,
+            "le": sympy.Le, "and": sympy.And, "or": sympy.Or, "not": sympy.Not, "mod": sympy.Mod,
             "ceiling": sympy.ceiling, "sqrt": sympy.sqrt, "exp": sympy.exp, "log": sympy.log}[op]
 
 
@@ -285,7 +281,7 @@ def value(x, env: dict, memo: dict | None = None):
     if out is None:
         try:
             out = memo[x] = _value(x, env, memo)
-        except (ZeroDivisionError, OverflowError, ValueError) as exc:
+        except (ArithmeticError, ValueError) as exc:  # decimal's signals are ArithmeticErrors
             raise NotReal(f"the result is not a finite real number ({exc})") from None
     return out
 
