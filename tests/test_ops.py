@@ -213,3 +213,22 @@ def test_torchtitans_qwen3_plan_gathers_the_normalised_queries_and_keys(recomput
     older = [plan(q, "torchtitan-eager") for q in (True, False)]
     assert older[0].communication()["tp"] == older[1].communication()["tp"]
     assert older[0].time_breakdown(ops=True)["memory_bound"] == older[1].time_breakdown(ops=True)["memory_bound"]
+
+
+def test_recomputation_by_op_and_by_module_runs_its_gemms_forward_again():
+    """TorchTitan's op-level policy runs wk, wo and w3 forward again (2·h·(a_kv·d_h + a·d_h + h_ff) FLOPs a token
+    a layer), Megatron-Core's mla_up_proj module MLA's two up-projections (2·a·(r_q(d_h + d_r) + r_kv·2d_h) a
+    token a block, split over TP): the GEMM time each adds, by hand at the GEMMs' share of peak."""
+    kw = dict(seq_len=4096, global_batch=16, hbm_bandwidth="1e30 B/s", **GIVEN)
+    tokens = 16 * 4096 / 8  # per data-parallel replica
+    m = an.model("llama3-8b")
+    gemm = {r: an.Plan(m, HAND, an.Layout(dp=8, zero=3, recompute=r), stack="torchtitan", **kw)
+            .time_breakdown(ops=True)["gemm"].to("s").magnitude for r in ("selective", "none")}
+    by_op = 2 * tokens * m.hidden * (m.kv_heads * m.head_dim + m.heads * m.head_dim + m.ffn_hidden) * m.layers
+    assert gemm["selective"] - gemm["none"] == pytest.approx(by_op / (100e12 * 0.5), rel=1e-9)
+    v3 = an.model("deepseek-v3")
+    gemm = {mods: an.Plan(v3, HAND, an.Layout(dp=8, ep=8, tp=2, recompute="selective", recompute_modules=mods), **kw)
+            .time_breakdown(ops=True)["gemm"].to("s").magnitude for mods in (("mla_up_proj",), ("core_attn",))}
+    up = 2 * v3.heads * (v3.q_lora_rank * (v3.head_dim + v3.rope_dim) + v3.kv_lora_rank * 2 * v3.head_dim)
+    want = tokens * up / 2 * (v3.layers + v3.mtp_modules) / (100e12 * 0.5)
+    assert gemm[("mla_up_proj",)] - gemm[("core_attn",)] == pytest.approx(want, rel=1e-9)
