@@ -21,11 +21,12 @@ class Degrees:
     in RECOMPUTE / SCHEDULES (numbers, or symbols when the layout leaves them open)."""
 
     def __init__(self, layout: Layout, numeric: bool):
+        #: a decided condition as this layout's conditions are: a bool, or sympy's true or false
         if numeric:
-            number, self._truth = Fraction, bool
+            number, self.condition = Fraction, bool
         else:
             import sympy
-            number = self._truth = sympy.sympify
+            number = self.condition = sympy.sympify
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, number(getattr(layout, k)))
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
@@ -35,9 +36,9 @@ class Degrees:
         modules = layout.recompute_modules
         #: condition: selective recomputation runs the attention core again (Megatron-Core's default module)
         self.core_recomputed = (self.recompute_is("selective") if not modules or "core_attn" in modules
-                                else self._truth(False))
+                                else self.condition(False))
         #: condition: selective recomputation runs MLA's up-projections again
-        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else self._truth(False)
+        self.up_proj_recomputed = self.recompute_is("selective") if "mla_up_proj" in modules else self.condition(False)
         self.gpus = self.tp * self.cp * self.pp * self.dp
 
     def zero3_gathers_per_microbatch(self, recomputed) -> Formula:
@@ -58,27 +59,27 @@ class Degrees:
 
     def schedule_is(self, *names):
         """Condition: the schedule is one of ``names``."""
-        return self._truth(algebra.Or(*(algebra.Eq(self.schedule, SCHEDULES.index(n)) for n in names)))
+        return self.condition(algebra.Or(*(algebra.Eq(self.schedule, SCHEDULES.index(n)) for n in names)))
 
     def recompute_is(self, name: str):
         """Condition: the recomputation policy is ``name``."""
         index = RECOMPUTE.index(name)
-        return self._truth(self.rc == index) if is_number(self.rc) else algebra.Eq(self.rc, index)
+        return self.condition(self.rc == index) if is_number(self.rc) else algebra.Eq(self.rc, index)
 
     def zero_at_least(self, stage: int):
         """Condition: ZeRO stage ≥ ``stage``."""
-        return self._truth(algebra.Ge(self.zero, stage))
+        return self.condition(algebra.Ge(self.zero, stage))
 
     @property
     def pipelined(self):
         """Condition: more than one pipeline stage."""
-        return self._truth(algebra.Gt(self.pp, 1))
+        return self.condition(algebra.Gt(self.pp, 1))
 
     def _conditions(self, regimes: tuple) -> tuple:
         """``regimes`` (:data:`~analytic.plan.layout.DP_REGIMES`) as (label, condition) pairs."""
-        true = self._truth(True)
-        piped = {True: self.pipelined, False: self._truth(algebra.Not(self.pipelined)), None: true}
-        return tuple((label, self._truth(algebra.And(self.zero_at_least(zero) if zero else true, piped[p])))
+        true = self.condition(True)
+        piped = {True: self.pipelined, False: self.condition(algebra.Not(self.pipelined)), None: true}
+        return tuple((label, self.condition(algebra.And(self.zero_at_least(zero) if zero else true, piped[p])))
                      for label, zero, p in regimes)
 
     @property

@@ -195,7 +195,7 @@ class Inputs:
     def fp32_grads(self):
         """Condition: this plan keeps fp32 gradient buffers (:attr:`grad_dtype` as a condition)."""
         if self.grad_dtype in ("bf16", "fp32"):
-            return self.deg._truth(self.grad_dtype == "fp32")
+            return self.deg.condition(self.grad_dtype == "fp32")
         import sympy
         return sympy.Le(self.layout.zero, 2)
 
