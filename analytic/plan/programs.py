@@ -7,7 +7,7 @@ formulas' domains hold), one stage's memory, search's outputs and the conditions
 sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
 read back, and plans of the structure, in this process or another, evaluate it on Python floats.
 
-Lowering a template costs some tens of numeric plans (0.4–1.3 s against 10–35 ms), so, as one rents until
+Lowering a template costs some tens of numeric plans (0.5–1.2 s against about 10 ms), so, as one rents until
 the rent paid nears the price, the first :data:`PLANS_BEFORE_LOWERING` plans of a structure in a process
 compose their own formulas on numbers (:mod:`analytic.core.held`: what a one-off plan, such as the command
 line's, needs anyway) and the next lowers the template.
