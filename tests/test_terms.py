@@ -56,6 +56,9 @@ def test_the_operations_act_on_numbers_at_once_exactly_and_on_sympy_objects_as_s
     assert algebra.Piecewise((x, False), (y, True)) == 3 and algebra.value_at_max(1, "a", 2, "b", 2, "c") == "b"
     assert terms.ratio(6, 4) == Fraction(3, 2) and terms.ratio(6, 3) == 2 and type(terms.ratio(6, 3)) is int
     assert math.isnan(terms.ratio(1, 0)) and math.isnan(algebra.sqrt(-1))
+    for op in ("add", "sub", "mul", "div", "pow"):  # NaN, a case without a value, stays NaN with any number
+        for other in (3, Fraction(1, 2), algebra.sqrt(2)):
+            assert math.isnan(terms.arithmetic(op, math.nan, other)) and math.isnan(terms.arithmetic(op, other, math.nan))
     assert terms.value(terms.power(0, Fraction(1, 2)), {}) == 0 and math.isnan(terms.value(terms.power(-1, Fraction(1, 2)), {}))
     assert terms.value(terms.power(2, -1), {}) == Fraction(1, 2) and math.isnan(terms.value(terms.power(0, -1), {}))
     assert terms.value(terms.power(0, 0), {}) == 1 == sympy.Integer(0) ** 0

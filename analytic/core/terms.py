@@ -179,9 +179,12 @@ def inexact(x) -> Decimal:
 def arithmetic(op: str, a, b):
     """``a`` op ``b`` ("add", "sub", "mul", "div", "pow") on numbers: exact on ints and Fractions, to
     :data:`CONTEXT`'s precision where one is a Decimal, NaN where there is no finite real result."""
-    if type(a) is Decimal or type(b) is Decimal:
-        if a != a or b != b:  # a float NaN
+    if type(a) is float or type(b) is float:  # NaN, a case without a value
+        try:
+            return float(_BINARY[op](float(a), float(b)))
+        except (ArithmeticError, ValueError):
             return math.nan
+    if type(a) is Decimal or type(b) is Decimal:
         try:
             return getattr(CONTEXT, _DECIMAL[op])(inexact(a), inexact(b))
         except decimal.DecimalException:
