@@ -112,3 +112,13 @@ def test_formulas_holding_numbers_convert_units_and_keep_each_others_domains():
     assert held.holds_number(outside)
     with pytest.raises(InputError, match=r"compute.sm_share: outside the formula's domain \(in one\): .*all the SMs"):
         (an.Formula("one", 1, "", "") + outside).value()
+
+
+def test_each_catalogue_formula_takes_the_symbols_its_expression_holds():
+    """A formula's keywords come from its terms (no sympy), its expression's free symbols from sympy: the
+    same for every catalogue formula, sympy's folds of 0·x, 0/x, x/x and x − x made by the terms too."""
+    for name, f in an.formulas().items():
+        free = {an.core.symbols.info(s).keyword for s in f.expr.free_symbols}
+        assert terms.keywords(f.raw[0]) == free, name
+    t = terms.symbol("tp")
+    assert 0 / t == 0 * t == t * 0 == t - t == 0 and t / t == 1 and (2 * t).keywords == {"tp"}

@@ -10,7 +10,6 @@ expression, domain and caveats when one of them is first read, and evaluates at 
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -46,31 +45,16 @@ def magnitude(keyword: str, value, unit: pint.Unit | None = None):
     declared keyword (``unit`` not given) must lie in the symbol's domain (:mod:`analytic.core.values`)."""
     if isinstance(value, Formula):
         target = _symbols.info(keyword).unit if unit is None else unit
-        try:
-            factor = Q_(1, value.unit).to(target).magnitude
-        except pint.DimensionalityError:
-            raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
-                            f"got formula {value.name!r} in {value.unit:~P}") from None
-        return value.expr * exact(factor)
+        return value.expr * exact(held.unit_factor(keyword, value, target))
     if is_sympy(value):
         if not value.is_number:
             return _symbols.canonical(value)
         if unit is None:
-            return _checked(keyword, value)
+            return held.checked(keyword, value)
         if value.is_negative:
             raise InputError(f"{keyword}: expected a non-negative value, got {value!r}")
         return in_range(keyword, value, value)
     return exact(_symbols.read_magnitude(keyword, value, unit))
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _checked(keyword: str, value: sympy.Expr) -> sympy.Expr:
-    """A sympy number for a declared keyword, checked once per (keyword, value): plans bind the same
-    exact inputs into many formulas."""
-    try:
-        return _symbols.info(keyword).check(exact(value))
-    except InputError as exc:
-        raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,7 +19,7 @@ from . import symbols as _symbols
 from . import terms
 from .errors import InputError, UnitError
 from .units import Q_, pint
-from .values import exact_number, is_sympy
+from .values import exact, exact_number, is_sympy
 
 
 class Declared:
@@ -85,13 +85,19 @@ def factor(source: pint.Unit, target: pint.Unit):
     return exact_number(Q_(1, source).to(target).magnitude)
 
 
-def in_unit(keyword: str, f, target: pint.Unit):
-    """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions differ."""
+def unit_factor(keyword: str, f, target: pint.Unit):
+    """The exact factor from the Formula ``f``'s unit to ``target``; a UnitError naming ``keyword`` where the
+    dimensions differ."""
     try:
-        k = factor(f.unit, target)
+        return factor(f.unit, target)
     except pint.DimensionalityError:
         raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
                         f"got formula {f.name!r} in {f.unit:~P}") from None
+
+
+def in_unit(keyword: str, f, target: pint.Unit):
+    """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions differ."""
+    k = unit_factor(keyword, f, target)
     return f.term if k == 1 else terms.arithmetic("mul", f.term, k)
 
 
@@ -131,7 +137,7 @@ def bound(f, values: dict, magnitudes: bool = False):
         if is_sympy(v):
             return None
         if magnitudes and type(v) in NUMBERS:
-            env[kw] = _checked(kw, v if type(v) in (int, Fraction) else exact_number(v))
+            env[kw] = checked(kw, v if type(v) in (int, Fraction) else exact_number(v))
         elif hasattr(v, "term") and hasattr(v, "raw_domain"):  # a Formula
             if not holds_number(v):
                 return None
@@ -150,12 +156,17 @@ def bound(f, values: dict, magnitudes: bool = False):
                 **sources(f, *parts))
 
 
+def checked(keyword: str, value):
+    """An exact number (int, Fraction or sympy's) for a declared keyword, a magnitude in its unit, its domain
+    checked once per (keyword, value, the value's type): plans bind the same inputs into many formulas, and a
+    sympy number equal to a Python one must not answer for it."""
+    return _checked(keyword, type(value), value)
+
+
 @functools.lru_cache(maxsize=1 << 14)
-def _checked(keyword: str, value):
-    """An exact number for a declared keyword (a magnitude in its unit), its domain checked once per
-    (keyword, value): plans bind the same inputs into many formulas."""
+def _checked(keyword: str, kind: type, value):
     try:
-        return _symbols.info(keyword).check(value)
+        return _symbols.info(keyword).check(exact(value) if is_sympy(value) else value)
     except InputError as exc:
         raise InputError(f"{keyword}: {exc}" if not str(exc).startswith(keyword) else str(exc)) from None
 

@@ -42,7 +42,9 @@ class Term:
         self._hash = hash((op, args))
         self._keywords = None
 
-    # arithmetic and comparisons, recorded with the operands in the order Python passed them
+    # arithmetic and comparisons, recorded with the operands in the order Python passed them; what sympy
+    # folds whatever the symbols (0·x, 0/x, x/x, x − x) is folded here too, so a term holds the symbols its
+    # expression does
     def __add__(self, other):
         return Term("add", (self, other))
 
@@ -50,22 +52,22 @@ class Term:
         return Term("add", (other, self))
 
     def __sub__(self, other):
-        return Term("sub", (self, other))
+        return 0 if other is self or other == self else Term("sub", (self, other))
 
     def __rsub__(self, other):
         return Term("sub", (other, self))
 
     def __mul__(self, other):
-        return Term("mul", (self, other))
+        return 0 if _zero(other) else Term("mul", (self, other))
 
     def __rmul__(self, other):
-        return Term("mul", (other, self))
+        return 0 if _zero(other) else Term("mul", (other, self))
 
     def __truediv__(self, other):
-        return Term("div", (self, other))
+        return 1 if other is self or other == self else Term("div", (self, other))
 
     def __rtruediv__(self, other):
-        return Term("div", (other, self))
+        return 0 if _zero(other) else Term("div", (other, self))
 
     def __pow__(self, other):
         return Term("pow", (self, other))
@@ -112,6 +114,11 @@ class Term:
             else:
                 self._keywords = frozenset().union(*(keywords(a) for a in self.args))
         return self._keywords
+
+
+def _zero(x) -> bool:
+    """Whether ``x`` is the exact number zero (sympy's 0·x and 0/x are 0)."""
+    return type(x) in (int, Fraction) and x == 0
 
 
 def symbol(keyword: str) -> Term:
