@@ -197,8 +197,7 @@ class Formula:
         for cond, why, origin in self.domain:
             c = cond.xreplace(repl) if repl else cond
             if c == sympy.false and strict:
-                where = f" (in {self.name})" if self.name != origin else ""
-                raise InputError(f"{origin}: outside the formula's domain{where}: {why}")
+                raise held.outside(self.name, origin, why)
             if c != sympy.true:
                 out.append((c, why, origin))
         return tuple(out)

@@ -46,6 +46,10 @@ class Declared:
         obj.__dict__[self.name] = value
 
 
+#: the types of a number a formula holds (a float: NaN, where a case the plan does not take has no value)
+NUMBERS = frozenset({int, Fraction, Decimal, float})
+
+
 #: the fields of a formula declared on terms that hold sympy objects once made
 SYMPY_FIELDS = ("expr", "domain", "caveats", "source_conditions")
 
@@ -53,12 +57,8 @@ SYMPY_FIELDS = ("expr", "domain", "caveats", "source_conditions")
 def on_terms(expr, conditions) -> bool:
     """Whether a formula is declared on terms: its expression a term or an exact number, each
     condition a term or a bool."""
-    return (isinstance(expr, (terms.Term, int, Fraction, Decimal, float)) and not isinstance(expr, bool)
+    return ((type(expr) is terms.Term or type(expr) in NUMBERS)
             and all(isinstance(c, (terms.Term, bool)) for c in conditions))
-
-
-#: the types of a number a formula holds (a float: NaN, where a case the plan does not take has no value)
-NUMBERS = frozenset({int, Fraction, Decimal, float})
 
 
 def holds_number(f) -> bool:
@@ -180,16 +180,21 @@ def _decided(x, env: dict, memo: dict):
         return math.nan
 
 
+def outside(name: str, origin: str, why: str) -> InputError:
+    """The error of a formula ``name`` evaluated outside the domain of ``origin`` (itself, or a formula it
+    is composed of)."""
+    where = f" (in {name})" if name != origin else ""
+    return InputError(f"{origin}: outside the formula's domain{where}: {why}")
+
+
 def value(f):
     """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats warned."""
     import warnings
 
     from .errors import ApproximationWarning
-    for cond, why, *origin in f.raw_domain:
+    for cond, why, origin in f.raw_domain:
         if cond is False:
-            origin = origin[0] if origin else f.name
-            where = f" (in {f.name})" if f.name != origin else ""
-            raise InputError(f"{origin}: outside the formula's domain{where}: {why}")
+            raise outside(f.name, origin, why)
     for cond, why in f.raw_caveats:
         if cond is False:
             warnings.warn(f"{f.name}: {why}", ApproximationWarning, stacklevel=3)
