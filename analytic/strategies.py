@@ -20,7 +20,7 @@ from hypothesis.errors import InvalidArgument
 
 from .core.choices import default_stack
 from .core.errors import UnknownNameError
-from .core.units import Q_
+from .core.units import Q
 from .plan import SCHEDULES, ZERO3_GATHERS, Layout, Plan, divisors, selective_refusal, sequence_unit, tiles
 from .presets import hardware as _hardware
 from .presets import hardwares as _hardwares
@@ -177,8 +177,8 @@ def collective_calls(*, min_ranks: int = 2, max_ranks: int = 1024, min_bytes: fl
     if not 0 < min_bytes <= max_bytes:
         raise InvalidArgument(f"need 0 < min_bytes <= max_bytes, got {min_bytes}, {max_bytes}")
     return st.fixed_dictionaries({
-        "message": st.floats(min_bytes, max_bytes).map(lambda x: Q_(x, "byte")),
+        "message": st.floats(min_bytes, max_bytes).map(lambda x: Q(x, "byte")),
         "ranks": st.integers(min_ranks, max_ranks),
-        "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q_(x, "byte/s")),
-        "latency": st.floats(0, 1e-3).map(lambda x: Q_(x if x >= 1e-15 else 0.0, "s")),  # no sub-femtosecond ones
+        "bandwidth": st.floats(1e8, 1e13).map(lambda x: Q(x, "byte/s")),
+        "latency": st.floats(0, 1e-3).map(lambda x: Q(x if x >= 1e-15 else 0.0, "s")),  # no sub-femtosecond ones
     })

@@ -21,7 +21,7 @@ from .core.errors import AnalyticError, ApproximationWarning, InputError, Layout
 from .core.expressions import to_float
 from .core.formula import Formula, magnitude
 from .core.symbols import sym
-from .core.units import Q_
+from .core.units import Q, Quantity
 from .core.values import as_float, choice, count, flag, fraction
 from .formulas import formula
 from .plan.schedules import BUBBLE_FORMULAS, bubble_time
@@ -148,7 +148,7 @@ def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = T
     if best is None:
         raise AnalyticError(f"{keyword}: no valid value up to {limit:,}" + (" fits in HBM" if fits else ""))
     sign = -1 if objective == "mfu" else 1
-    return {"continuous": math.exp(res.x), "continuous_value": Q_(float(res.fun) * sign, f.unit), "best": best,
+    return {"continuous": math.exp(res.x), "continuous_value": Q(float(res.fun) * sign, f.unit), "best": best,
             "value": f.subs(**{keyword: best}).value() * sign,
             "step_time": plan.expr("step_time").subs(**{keyword: best}).value(),
             "objective": objective, "expression": f * sign}
@@ -241,10 +241,10 @@ def tp_break_even(model, hardware, *, seq_len, bandwidth, microbatch_size: int =
     b_ = count("microbatch_size", microbatch_size, allow_symbol=False)
     efficiency = fraction("efficiency", efficiency)
     threshold = fraction("threshold", threshold, upper=None)
-    inputs = {**model.inputs(), "seq_len": s_, "microbatch_size": b_, "element_bytes": Q_(2, "byte")}
+    inputs = {**model.inputs(), "seq_len": s_, "microbatch_size": b_, "element_bytes": Quantity(2, "byte")}
     msg = formula("parallelism.tp.allreduce_bytes").bind(inputs)
     comm = formula("collectives.all_reduce.time").bind({"message": msg, "ranks": t, "bandwidth": bandwidth,
-                                                        "latency": Q_(0, "s")}) * 4
+                                                        "latency": Quantity(0, "s")}) * 4
     per_token = (formula(f"compute.attention_forward_flops_per_token{model.attention_suffix}").bind(inputs)
                  + formula(f"compute.mlp_forward_flops_per_token.{model.mlp_formulas}").bind(inputs))
     flops = per_token * 3 * Formula("tokens", s_ * b_, "token", "")
@@ -271,8 +271,8 @@ def microbatches_for_bubble(schedule: str, pp: int, target: float, *, vpp: int |
         raise InputError(f"vpp: only the interleaved schedule has model chunks, got vpp={vpp!r} for {schedule}")
     m = sym("microbatches")
     unit = Fraction(1, 3 * (vpp or 1))  # a chunk's forward, input-gradient and weight-gradient times, as Plan's
-    bubble = bubble_time(schedule, {"pp": pp, "vpp": vpp or 1, "microbatches": m, "t_f": Q_(unit, "s"),
-                                    "t_b": Q_(unit, "s"), "t_w": Q_(unit, "s"), "t_fb": Q_(3 * unit, "s")}).expr
+    bubble = bubble_time(schedule, {"pp": pp, "vpp": vpp or 1, "microbatches": m, "t_f": Quantity(unit, "s"),
+                                    "t_b": Quantity(unit, "s"), "t_w": Quantity(unit, "s"), "t_fb": Quantity(3 * unit, "s")}).expr
     # the schedule's own bubble and the critical path no schedule beats; both fall with m
     def parts(e):  # the arguments of nested Max, the floor at zero left out (it never binds a share)
         return [q for a in e.args for q in parts(a)] if isinstance(e, sympy.Max) else ([] if e == 0 else [e])

@@ -8,8 +8,8 @@ from .output import json_text
 
 
 def _fmt(v) -> str:
-    import pint
-    if isinstance(v, pint.Quantity):
+    from ..core.units import is_quantity
+    if is_quantity(v):
         if v.dimensionless:
             return f"{float(v.to('').magnitude):.4g}"
         mag = float(v.magnitude)
@@ -208,23 +208,24 @@ def cmd_formula(args) -> int:
 
 
 def _in_unit(q, unit: str):
-    """``q`` in ``unit`` (a pint unit name such as day, GB or PFLOP), or a one-line error."""
-    import pint
-
+    """``q`` in ``unit`` (a unit name such as day, GB or PFLOP), or a one-line error."""
     from ..core.errors import UnitError
+    from ..core.units import DimensionalityError
     from ..core.values import unit_of
     try:
-        return q.to(unit_of("--unit", unit))  # the one reader of unit names: checked before pint parses them
+        unit = unit_of("--unit", unit)  # the one reader of unit names
     except UnitError as exc:
         raise CLIError(str(exc)) from None
-    except pint.DimensionalityError:
+    try:
+        return q.to(unit)
+    except DimensionalityError:
         raise CLIError(f"--unit: cannot express {q.units:~P} in {unit[:80]!r}") from None
 
 
 def _readable(q):
     """``q`` in the unit a reader would pick: times in s, min, h or days, anything else compacted
     by SI prefix; None when that is the unit it already has."""
-    if q.check("[time]"):
+    if q.dimensionality == {"[time]": 1}:
         s = q.to("s").magnitude
         unit = next(u for u, at in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 0)) if abs(s) >= at)
         out = q.to(unit)
@@ -372,8 +373,8 @@ def cmd_solve(args) -> int:
         link = args.link or "scale-up"
         key = f"{link.replace('-', '_')}_bandwidth"
         inputs = plan.inputs
-        from ..core.units import Q_
-        bandwidth = Q_(float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s")
+        from ..core.units import Q
+        bandwidth = Q(float(inputs[key]) * float(inputs[key.replace("bandwidth", "efficiency")]), "byte/s")
         answer = symbolic.tp_break_even(plan.model, plan.hardware, seq_len=int(plan.seq_len),
                                         bandwidth=bandwidth, microbatch_size=int(plan.microbatch_size),
                                         efficiency=float(inputs["matmul_efficiency"] * inputs["stack_efficiency"]),

@@ -235,8 +235,9 @@ def main(argv=None) -> int:
                            "calibrate, plot")
         prepare()
         from ..core.progress import shown as progress_shown
-        with progress_shown(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
-            code = args.func(args)
+        from ..core.units import as_data
+        with progress_shown(not getattr(args, "quiet", False) and not getattr(args, "json", False)), as_data():
+            code = args.func(args)  # quantities as data: the command prints them, and imports no pint
         sys.stdout.flush()  # a full device says so now, not in the interpreter's exit
         return code
     except ClosedOutput as exc:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import AnalyticError, PresetError
-from ..core.units import Q_, pint
+from ..core.units import Q, Quantity, is_quantity
 from ..plan import Plan
 from ..plan.layout import DP_REGIMES, GATHERED_REGIMES, regime
 from ..presets import reliability_value, stack
@@ -32,7 +32,7 @@ class Line:
 
     def as_dict(self) -> dict:
         v = self.value
-        if isinstance(v, pint.Quantity):
+        if is_quantity(v):
             out = {"value": float(v.magnitude), "unit": f"{v.units:~P}" if not v.dimensionless else ""}
         else:
             out = {"value": v, "unit": ""}
@@ -70,7 +70,7 @@ def wasted_selective(plan: Plan):
     return plan.hardware_flops() - plain.hardware_flops()
 
 
-def node_host_memory(plan: Plan, host: pint.Quantity) -> tuple[pint.Quantity, pint.Quantity | None, bool | None]:
+def node_host_memory(plan: Plan, host: Quantity) -> tuple[Quantity, Quantity | None, bool | None]:
     """(a node's offloaded activations, ``host`` per GPU times the GPUs of a node; the node's host
     memory, or None where the hardware gives none with a source; whether they fit, or None)."""
     node, dram = host * int(plan.inputs["gpus_per_node"]), plan.hardware.host_memory
@@ -228,7 +228,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             _tags(plan, "communication.dp", "collectives.", "parallelism."))
         # all of it through the GPU's own NIC only when every DP peer is in another node
         if "scale_out_bandwidth" in plan.inputs and plan.placement()["dp"]["link"] == "scale-out":
-            bw = Q_(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
+            bw = Q(float(plan.inputs["scale_out_bandwidth"]), "byte/s")
             add("backward", "dp_time", f"that traffic at {bw.to('GB/s'):.4g~P} (one NIC per GPU)",
                 plan.value("communication_time.dp_one_nic").to("s"),
                 _tags(plan, "communication_time.dp_one_nic", "collectives.transfer."))
@@ -301,7 +301,7 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     # run and failures
     if plan.training_tokens is not None:
         steps = plan.value("steps")
-        add("run", "steps", f"steps for {Q_(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
+        add("run", "steps", f"steps for {Q(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
             _tags(plan, "steps"))
         step, at = _run_step(plan)
         if step is not None:

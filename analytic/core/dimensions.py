@@ -8,35 +8,33 @@ import sympy
 from . import symbols as _symbols
 from .errors import UnitError
 from .lowering import value_at_max
-from .units import Q_, pint, strip_counts, ureg
-
-DIMENSIONLESS = ureg.Unit("")
+from .units import DIMENSIONLESS, DimensionalityError, Quantity, Unit, strip_counts
 
 
-def units_of(expr) -> pint.Quantity:
+def units_of(expr) -> Quantity:
     """The unit of an expression with every symbol replaced by 1 of its unit (counts stripped)."""
     if isinstance(expr, sympy.Symbol):
-        return Q_(1, strip_counts(_symbols.info(expr).unit))
+        return Quantity(1, strip_counts(_symbols.info(expr).unit))
     if expr.is_Number or expr in (sympy.pi, sympy.E):
-        return Q_(1, DIMENSIONLESS)
+        return Quantity(1, DIMENSIONLESS)
     if isinstance(expr, sympy.Add):
         terms = [units_of(a) for a in expr.args]
         for t in terms[1:]:
             t.to(terms[0].units)  # raises DimensionalityError on a mismatch
         return terms[0]
     if isinstance(expr, sympy.Mul):
-        out = Q_(1, DIMENSIONLESS)
+        out = Quantity(1, DIMENSIONLESS)
         for a in expr.args:
             out = out * units_of(a)
-        return Q_(1, out.units)
+        return Quantity(1, out.units)
     if isinstance(expr, sympy.Pow):
         base, exp = expr.args
         b = units_of(base)
         if exp.free_symbols:
             if not b.dimensionless or not units_of(exp).dimensionless:
-                raise pint.DimensionalityError(b.units, DIMENSIONLESS, extra_msg=" (symbolic exponent)")
-            return Q_(1, DIMENSIONLESS)
-        return Q_(1, (b ** float(exp)).units)
+                raise _incompatible(b.units, " (symbolic exponent)")
+            return Quantity(1, DIMENSIONLESS)
+        return Quantity(1, (b ** float(exp)).units)
     if isinstance(expr, value_at_max):  # its values, alike
         return units_of(sympy.Add(*expr.args[1::2], evaluate=False))
     if isinstance(expr, (sympy.Min, sympy.Max)):
@@ -52,21 +50,26 @@ def units_of(expr) -> pint.Quantity:
     if isinstance(expr, (sympy.log, sympy.exp)):
         inner = units_of(expr.args[0])
         if not inner.dimensionless:
-            raise pint.DimensionalityError(inner.units, DIMENSIONLESS, extra_msg=f" (argument of {expr.func})")
-        return Q_(1, DIMENSIONLESS)
+            raise _incompatible(inner.units, f" (argument of {expr.func})")
+        return Quantity(1, DIMENSIONLESS)
     raise UnitError(f"cannot check the dimensions of {expr.func.__name__}")
 
 
-def check_dimensions(f) -> pint.Unit:
+def check_dimensions(f) -> Unit:
     """Substitute every symbol's unit in the Formula ``f`` (counts as pure numbers); raise UnitError unless every
     sum is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
     try:
         got = units_of(f.expr)
-    except pint.DimensionalityError as exc:
+    except DimensionalityError as exc:
         raise UnitError(f"{f.name}: terms of different dimensions are added: {exc}") from None
-    got_unit = Q_(1, strip_counts(got.units * f.coefficient_unit))
+    got_unit = Quantity(1, strip_counts(got.units * f.coefficient_unit))
     want = strip_counts(f.unit)
-    if got_unit.dimensionality != Q_(1, want).dimensionality:
+    if got_unit.dimensionality != Quantity(1, want).dimensionality:
         raise UnitError(f"{f.name}: expression has {got_unit.dimensionality}, "
                         f"declared unit {f.unit:~P} has {want.dimensionality}")
     return f.unit
+
+
+def _incompatible(unit: Unit, why: str) -> DimensionalityError:
+    return DimensionalityError(f"Cannot convert from '{unit}' ({unit.dimensionality}) to 'dimensionless' "
+                             f"(dimensionless){why}")

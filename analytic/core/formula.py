@@ -1,8 +1,8 @@
 """Formula: a named sympy expression whose symbols carry units, with its source and assumptions.
 
 A symbol stands for the magnitude of its quantity in the unit declared in :mod:`analytic.core.symbols`;
-``Formula.unit`` is the unit of the result. Numbers stay exact (sympy rationals) until
-``evaluate`` returns a :class:`pint.Quantity`.
+``Formula.unit`` is the unit of the result (:class:`analytic.core.quantity.Unit`, which pint reads as its
+own). Numbers stay exact (sympy rationals) until ``evaluate`` returns a :class:`pint.Quantity`.
 
 A formula declared on terms (:mod:`analytic.core.terms`, as the catalogue declares them) makes its sympy
 expression, domain and caveats when one of them is first read, and evaluates at numbers without sympy.
@@ -17,10 +17,8 @@ from functools import cached_property
 from . import held, terms
 from . import symbols as _symbols
 from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
-from .units import Q_, as_unit, pint, ureg
+from .units import DIMENSIONLESS, DimensionalityError, Q, Unit, as_unit, data, is_quantity, is_unit
 from .values import count, exact, exact_number, in_range, is_sympy, unit_of
-
-DIMENSIONLESS = ureg.Unit("")
 
 
 class _Sympy:
@@ -36,7 +34,7 @@ class _Sympy:
 sympy = _Sympy()
 
 
-def magnitude(keyword: str, value, unit: pint.Unit | None = None):
+def magnitude(keyword: str, value, unit: Unit | None = None):
     """``value`` as an exact sympy magnitude in ``keyword``'s declared unit (or in ``unit``).
 
     Accepts what :func:`analytic.core.symbols.read_magnitude` reads (a pint Quantity, a string of one number
@@ -66,11 +64,11 @@ class Formula:
 
     name: str
     expr: sympy.Expr = held.Declared()
-    unit: pint.Unit
+    unit: Unit
     source: str
     assumptions: tuple[str, ...] = ()
     description: str = ""
-    coefficient_unit: pint.Unit | None = DIMENSIONLESS
+    coefficient_unit: Unit | None = DIMENSIONLESS
     keywords: tuple[str, ...] = ()  # inputs accepted even where the value does not depend on them
     domain: tuple = held.Declared(())  # (condition, why[, formula]): where it holds; evaluating outside it is an InputError
     sources: frozenset = frozenset()  # the catalogue formulas this one is composed from (itself, for one of them)
@@ -145,7 +143,7 @@ class Formula:
 
     # --- what it is -------------------------------------------------------------------------
     @cached_property
-    def symbols(self) -> dict[str, pint.Unit]:
+    def symbols(self) -> dict[str, Unit]:
         """keyword → unit of every free symbol, in the notation table's order."""
         declared = self.__dict__.get("_terms")
         if declared is not None:
@@ -202,7 +200,7 @@ class Formula:
                 out.append((c, why, origin))
         return tuple(out)
 
-    def evaluate(self, **values) -> pint.Quantity:
+    def evaluate(self, **values):
         """The value as a Quantity in ``self.unit``; every free symbol must be given."""
         self._check_keywords(values, complete=True)
         if "_terms" in self.__dict__:
@@ -217,7 +215,7 @@ class Formula:
             raise FreeSymbolError(f"{self.name}: free symbols remain: {', '.join(left)}; give them numbers, or use "
                                   ".subs() to keep them")
         self._warn_caveats(repl)
-        return Q_(_expressions().to_float(result, self.name), self.unit)
+        return Q(_expressions().to_float(result, self.name), self.unit)
 
     def _warn_caveats(self, repl: dict | None = None) -> None:
         """An ApproximationWarning for each caveat whose condition ``repl`` decides false."""
@@ -227,7 +225,7 @@ class Formula:
 
     __call__ = evaluate
 
-    def value(self) -> pint.Quantity:
+    def value(self):
         """The value of a formula without free symbols."""
         if "_terms" in self.__dict__:
             at = self if held.holds_number(self) else held.bound(self, {})
@@ -238,7 +236,7 @@ class Formula:
                                   "give them numbers or use .expr")
         self._within()
         self._warn_caveats()
-        return Q_(_expressions().to_float(self.expr, self.name), self.unit)
+        return Q(_expressions().to_float(self.expr, self.name), self.unit)
 
     def subs(self, **values) -> "Formula":
         """Partial application: the given symbols replaced (by numbers, Quantities, expressions or
@@ -283,7 +281,7 @@ class Formula:
         return keyword_function(self)
 
     # --- dimensions -------------------------------------------------------------------------
-    def check_dimensions(self) -> pint.Unit:
+    def check_dimensions(self) -> Unit:
         """Substitute every symbol's unit (counts as pure numbers); raise UnitError unless every sum
         is homogeneous and the result times ``coefficient_unit`` has the dimension of ``unit``."""
         from .dimensions import check_dimensions
@@ -302,7 +300,8 @@ class Formula:
                 unit = self.unit
             else:
                 other_expr, unit = other.expr, (self.unit * other.unit if op == "*" else self.unit / other.unit)
-        elif isinstance(other, pint.Quantity):
+        elif is_quantity(other):
+            other = data(other)
             if op in ("+", "-"):
                 other_expr, unit = magnitude(self.name, other, self.unit), self.unit
             else:
@@ -315,8 +314,6 @@ class Formula:
             unit = self.unit
         expr = {"+": self.expr + other_expr, "-": self.expr - other_expr,
                 "*": self.expr * other_expr, "/": self.expr / other_expr}[op]
-        if isinstance(unit, pint.Quantity):
-            unit = unit.units
         domain = self.domain + tuple(d for d in getattr(other, "domain", ()) if d not in self.domain)
         return Formula(name or self.name, expr, unit, self.source, self.assumptions, coefficient_unit=None,
                        domain=domain, **merged_sources(*(source_map(f) for f in (self, other) if isinstance(f, Formula))))
@@ -343,10 +340,10 @@ class Formula:
 
     def to(self, unit) -> "Formula":
         """The same quantity expressed in another unit."""
-        unit = unit if isinstance(unit, pint.Unit) else unit_of("unit", str(unit))
+        unit = as_unit(unit) if is_unit(unit) else unit_of("unit", str(unit))
         try:
-            factor = Q_(1, self.unit).to(unit).magnitude
-        except pint.DimensionalityError:
+            factor = self.unit.factor(unit)
+        except DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
         if held.holds_number(self):
             return self.replaced(expr=held.arithmetic(self.term, exact_number(factor), "*"), unit=unit,

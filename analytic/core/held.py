@@ -18,7 +18,7 @@ from fractions import Fraction
 from . import symbols as _symbols
 from . import terms
 from .errors import InputError, UnitError
-from .units import Q_, pint
+from .units import DimensionalityError, Q, Unit, data, is_quantity
 from .values import exact, exact_number, is_sympy
 
 
@@ -67,11 +67,11 @@ def holds_number(f) -> bool:
     return raw is not None and type(raw[0]) in NUMBERS and not any(type(c) is terms.Term for c, *_ in raw[1])
 
 
-def made(like, name: str, term, unit: pint.Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
+def made(like, name: str, term, unit: Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
          coefficient_unit=None, keywords: tuple = (), domain: tuple = (), sources=frozenset(), caveats: tuple = (),
          source_conditions: tuple = ()):
     """A Formula (of ``like``'s class) holding ``term``, its fields as given, in the form the class's checks
-    give them (a pint unit, each condition with its origin): what composing numbers makes many times a plan."""
+    give them (a Unit, each condition with its origin): what composing numbers makes many times a plan."""
     f = object.__new__(type(like))
     f.__dict__.update(name=name, unit=unit, source=source, assumptions=assumptions, description=description,
                       coefficient_unit=coefficient_unit, keywords=keywords, sources=sources,
@@ -80,31 +80,30 @@ def made(like, name: str, term, unit: pint.Unit, *, source: str = "", assumption
 
 
 @functools.lru_cache(maxsize=4096)
-def factor(source: pint.Unit, target: pint.Unit):
-    """The exact factor from ``source`` to ``target`` (pint.DimensionalityError where they differ)."""
-    return exact_number(Q_(1, source).to(target).magnitude)
+def factor(source: Unit, target: Unit):
+    """The exact factor from ``source`` to ``target`` (DimensionalityError where they differ)."""
+    return exact_number(source.factor(target))
 
 
-def unit_factor(keyword: str, f, target: pint.Unit):
+def unit_factor(keyword: str, f, target: Unit):
     """The exact factor from the Formula ``f``'s unit to ``target``; a UnitError naming ``keyword`` where the
     dimensions differ."""
     try:
         return factor(f.unit, target)
-    except pint.DimensionalityError:
+    except DimensionalityError:
         raise UnitError(f"{keyword}: expected {_symbols.wanted(target)}, "
                         f"got formula {f.name!r} in {f.unit:~P}") from None
 
 
-def in_unit(keyword: str, f, target: pint.Unit):
+def in_unit(keyword: str, f, target: Unit):
     """The number ``f`` holds, in ``target``; a UnitError naming ``keyword`` where the dimensions differ."""
     k = unit_factor(keyword, f, target)
     return f.term if k == 1 else terms.arithmetic("mul", f.term, k)
 
 
 @functools.lru_cache(maxsize=4096)
-def unit_of(a: pint.Unit, b: pint.Unit, op: str) -> pint.Unit:
-    out = a * b if op == "*" else a / b
-    return out.units if isinstance(out, pint.Quantity) else out
+def unit_of(a: Unit, b: Unit, op: str) -> Unit:
+    return a * b if op == "*" else a / b
 
 
 def arithmetic(a, b, op: str):
@@ -201,7 +200,7 @@ def value(f):
     x = float(f.term)
     if not math.isfinite(x):
         raise InputError(f"{f.name}: the result is not a finite real number")
-    return Q_(x, f.unit)
+    return Q(x, f.unit)
 
 
 def combined(self, other, op: str, name):
@@ -216,7 +215,8 @@ def combined(self, other, op: str, name):
             b = in_unit(other.name, other, self.unit)
         else:
             b, unit = other.term, unit_of(self.unit, other.unit, op)
-    elif isinstance(other, pint.Quantity):
+    elif is_quantity(other):
+        other = data(other)
         if op in ("+", "-"):
             b = _symbols.read_magnitude(self.name, other, self.unit)
         else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .choices import CHOICES
 from .errors import InputError, UnitError, UnknownNameError
-from .units import Q_, as_unit, is_count, pint, takes_bare_number
+from .units import Quantity, Unit, as_unit, is_count, takes_bare_number
 from .values import check_domain, exact_number, in_range, is_sympy, quantity
 
 
@@ -21,7 +21,7 @@ from .values import check_domain, exact_number, in_range, is_sympy, quantity
 class SymbolInfo:
     keyword: str
     display: str
-    unit: pint.Unit
+    unit: Unit
     meaning: str
     domain: object  # a name of values.DOMAINS, or ("choice", options) for a discrete choice by index
 
@@ -238,24 +238,23 @@ def _declared_only(expr, declared) -> bool:
     return ok
 
 
-def wanted(unit: pint.Unit) -> str:
+def wanted(unit: Unit) -> str:
     """What a value in ``unit`` must be, as text."""
     return "a plain number (dimensionless)" if unit.dimensionless else f"a quantity in {unit:~P} ({unit.dimensionality})"
 
 
-def read_magnitude(keyword: str, value, unit: pint.Unit | None = None):
+def read_magnitude(keyword: str, value, unit: Unit | None = None):
     """``value`` (a pint Quantity of any compatible unit, a string of one number and one unit such as
     ``"50 GB/s"``, or a bare number for dimensionless symbols, pure counts and FLOPs) as an exact int or
     Fraction in ``keyword``'s declared unit (or in ``unit``), inside the symbol's domain. Sympy values
     and Formulas are read by :func:`analytic.core.formula.magnitude`."""
     declared = info(keyword) if unit is None else None
-    if declared is not None:
-        unit = declared.unit
+    unit = declared.unit if declared is not None else as_unit(unit)
     shown = value
     value = quantity(keyword, value)
-    if isinstance(value, pint.Quantity) and is_count(unit) and value.dimensionless:
+    if isinstance(value, Quantity) and is_count(unit) and value.dimensionless:
         value = value.to("").magnitude  # "40 %"
-    if isinstance(value, pint.Quantity):
+    if isinstance(value, Quantity):
         if value.dimensionality != unit.dimensionality:
             raise UnitError(f"{keyword}: expected {wanted(unit)}, got {value:~P} ({value.dimensionality})")
         if getattr(value.magnitude, "ndim", 0):
@@ -265,7 +264,7 @@ def read_magnitude(keyword: str, value, unit: pint.Unit | None = None):
         except InputError as exc:
             raise InputError(f"{keyword}: {exc}") from None
         if value.units != unit:
-            factor = Q_(1, value.units).to(unit).magnitude
+            factor = value.units.factor(unit)
             if isinstance(factor, float):
                 factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
             out = exact_number(out * exact_number(factor))

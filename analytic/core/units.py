@@ -1,46 +1,134 @@
 """The one unit registry of the library, built from ``units.txt`` (pint's default file is not used:
-it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise)."""
+it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise).
+
+The library computes with units and quantities as data (:mod:`.quantity`, read from the same file) and
+gives pint's objects where a user reads one: :func:`shown` and :func:`Q` make them. pint is imported
+when the first is made (``ureg``, ``Q_`` and ``pint`` here are made on first use), so the command
+line, which prints quantities as data (:func:`as_data`), never imports it.
+"""
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
+import contextlib
+import contextvars
+import sys
 
-import pint
+from .quantity import DIMENSIONLESS, Quantity, Unit, registry
+from .unit_table import DimensionalityError, UndefinedUnit
 
-# ".12g" is the default number format; specs such as "~P" inherit it (pint warns about that fallback)
-warnings.filterwarnings("ignore", message="The given format spec does not contain a magnitude formatter",
-                        category=DeprecationWarning)
-
-ureg = pint.UnitRegistry(str(Path(__file__).with_name("units.txt")), autoconvert_offset_to_baseunit=True)
-ureg.formatter.default_format = ".12g"
-Q_ = ureg.Quantity
-pint.set_application_registry(ureg)
+__all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "UndefinedUnit", "Unit", "as_data", "as_unit",
+           "data", "is_count", "is_quantity", "is_unit", "registry", "shown", "strip_counts", "takes_bare_number"]
 
 
-def as_unit(unit: str | pint.Unit) -> pint.Unit:
-    """A registry unit from a string or a unit."""
-    return unit if isinstance(unit, pint.Unit) else ureg.Unit(unit)
+def __getattr__(name):
+    if name == "ureg":
+        return registry()
+    if name == "Q_":
+        return registry().Quantity
+    if name == "pint":
+        registry()
+        return sys.modules["pint"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def strip_counts(unit: pint.Unit) -> pint.Unit:
+_AS_DATA = contextvars.ContextVar("analytic_units_as_data", default=False)
+
+
+@contextlib.contextmanager
+def as_data():
+    """Within it, the quantities and units the library gives are its own (:mod:`.quantity`), not pint's."""
+    token = _AS_DATA.set(True)
+    try:
+        yield
+    finally:
+        _AS_DATA.reset(token)
+
+
+def shown(x):
+    """A Unit or Quantity as the library gives it: pint's, or itself within :func:`as_data`."""
+    if _AS_DATA.get() or not isinstance(x, (Unit, Quantity)):
+        return x
+    return x.pint()
+
+
+def Q(magnitude, unit=DIMENSIONLESS):
+    """A quantity as the library gives it (pint's, or its own within :func:`as_data`)."""
+    return shown(Quantity(magnitude, unit))
+
+
+def is_quantity(x) -> bool:
+    """Whether ``x`` is a quantity, the library's or pint's."""
+    if isinstance(x, Quantity):
+        return True
+    pint = sys.modules.get("pint")
+    return pint is not None and isinstance(x, pint.Quantity)
+
+
+def is_unit(x) -> bool:
+    """Whether ``x`` is a unit, the library's or pint's."""
+    if isinstance(x, Unit):
+        return True
+    pint = sys.modules.get("pint")
+    return pint is not None and isinstance(x, pint.Unit)
+
+
+def data(x):
+    """A quantity (pint's or the library's) as the library's; anything else as it is."""
+    if isinstance(x, Quantity) or not is_quantity(x):
+        return x
+    return Quantity(x.magnitude, Unit.of(x))
+
+
+def as_unit(unit) -> Unit:
+    """The library's unit from a string, a unit (its own or pint's)."""
+    return Unit.of(unit)
+
+
+_COUNTS = (("[parameter]", "parameter"), ("[token]", "token"))
+
+
+def strip_counts(unit) -> Unit:
     """``unit`` with the counting dimensions (parameter, token) removed."""
+    unit = Unit.of(unit)
     dims = unit.dimensionality
     out = unit
-    for dim, name in (("[parameter]", "parameter"), ("[token]", "token")):
+    for dim, name in _COUNTS:
         power = dims.get(dim, 0)
         if power:
-            out = out / ureg.Unit(name) ** power
+            out = out / Unit.of(name) ** power
     return out
 
 
-def is_count(unit: pint.Unit) -> bool:
+def is_count(unit) -> bool:
     """True for dimensionless units and pure counts (parameters, tokens)."""
     return strip_counts(unit).dimensionless
 
 
-def takes_bare_number(unit: pint.Unit) -> bool:
+def takes_bare_number(unit) -> bool:
     """Whether a bare number can stand for a quantity in ``unit``: counts (parameters, tokens) and
     dimensionless ones, and FLOPs, a count of operations with one unit. Bytes, seconds and rates
     have several units a bare number could mean (GB or GiB, s or ms), so it is refused there."""
-    return is_count(unit) or unit.dimensionality == ureg.FLOP.dimensionality
+    unit = Unit.of(unit)
+    return is_count(unit) or unit.dimensionality == {"[computation]": 1}
+
+
+class Shown:
+    """A dataclass field that holds the library's quantities (one, or a dict of them) and is read as the
+    library gives them (:func:`shown`); ``default`` as the field's."""
+
+    def __init__(self, default=None):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.default
+        held = obj.__dict__[self.name]
+        if isinstance(held, dict):
+            return {k: shown(v) for k, v in held.items()}
+        return shown(held)
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.name] = value

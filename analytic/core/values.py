@@ -7,15 +7,16 @@ checked the same way wherever it enters:
 - a string is ONE number followed by at most ONE unit expression ("50 GB/s", "400 Gbit/s",
   "1/hour"); anything else (``'5 us 3'``, ``'9**9**9 GB/s'``, text over :data:`MAX_TEXT`
   characters) is a :class:`UnitError` naming the text. No string reaches pint's expression
-  evaluator;
-- a quantity of another pint registry is converted through its unit's name;
+  evaluator; a unit is read by :mod:`.unit_table`;
+- a pint quantity (of analytic's registry or another's) is read through its unit's names, as the
+  library's own (:mod:`.quantity`);
 - numbers are exact (floats by their shortest decimal) and finite, with magnitudes between
   :data:`TINY` and :data:`HUGE` in the symbol's unit (float64's range, with room for the products
   a formula takes), counts at most :data:`MAX_COUNT`;
 - each symbol's domain (:data:`DOMAINS`) is enforced on Python and sympy numbers alike.
 
-Nothing here imports sympy: a Python number is read as an exact ``int`` or ``Fraction``, and a value
-is a sympy object only where the caller has imported sympy (:func:`is_sympy`).
+Nothing here imports sympy, pint or numpy: a Python number is read as an exact ``int`` or ``Fraction``,
+and a value is a sympy object (a numpy number) only where the caller has imported sympy (numpy).
 """
 
 from __future__ import annotations
@@ -27,11 +28,9 @@ import sys
 from decimal import Decimal
 from fractions import Fraction
 
-import numpy as np
-
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError, shown
-from .units import Q_, pint, ureg
+from .units import DIMENSIONLESS, Quantity, Unit, data, is_quantity
 
 #: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
 HUGE = 1e300
@@ -59,6 +58,13 @@ def is_sympy(x) -> bool:
 
 #: types no sympy object has (checked first: most values are these)
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
+def _numpy_is(x, kind: str) -> bool:
+    """Whether ``x`` is a numpy scalar of ``kind`` ("bool_", "integer", "floating"); False while numpy is
+    not imported (no value can be one then)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(x, getattr(numpy, kind))
 
 
 def is_number(x) -> bool:
@@ -112,39 +118,38 @@ def parse_quantity(keyword: str, text: str):
     return number, (m.group(2) or None)
 
 
-def unit_of(keyword: str, text: str) -> pint.Unit:
-    """The registry unit named by ``text`` (names and ``* / **`` only, checked before pint reads it; ''
-    is dimensionless)."""
+def unit_of(keyword: str, text: str) -> Unit:
+    """The unit named by ``text`` (names and ``* / **`` only; '' is dimensionless)."""
     if not text.strip():
-        return ureg.Unit("")
+        return DIMENSIONLESS
     if len(text) > MAX_TEXT or not re.fullmatch(_UNIT, text.strip()):
         raise UnitError(f"{keyword}: {text!r} is not a unit")
     try:
         text = text.strip().replace("·", "*")
-        return ureg.Unit("1" + text if text.startswith("/") else text)  # '/hour' is per hour
-    except Exception:  # pint's undefined-unit and parse errors
+        return Unit.of("1" + text if text.startswith("/") else text)  # '/hour' is per hour
+    except UnitError:  # a name units.txt does not define
         raise UnitError(f"{keyword}: unknown unit {text.strip()!r}") from None
 
 
 def quantity(keyword: str, value):
-    """A string or a foreign quantity as this registry's Quantity (a plain number as itself)."""
+    """A string or a quantity (the library's or any pint registry's) as the library's Quantity (a plain
+    number as itself)."""
     if isinstance(value, str):
         number, unit = parse_quantity(keyword, value)
-        return number if unit is None else Q_(number_value(number), unit_of(keyword, unit))
-    if isinstance(value, pint.Quantity) and value._REGISTRY is not ureg:
-        unit = str(value.units)
-        try:
-            return Q_(value.magnitude, ureg.Unit(unit))
-        except Exception:  # a unit this registry does not define
-            raise UnitError(f"{keyword}: {value!r} comes from another pint registry and its unit {unit!r} is "
-                            "not defined in analytic's; pass analytic's Quantity (an.Q_) or a string") from None
-    return value
+        return number if unit is None else Quantity(number_value(number), unit_of(keyword, unit))
+    if isinstance(value, Quantity) or not is_quantity(value):
+        return value
+    try:
+        return data(value)
+    except UnitError:  # a unit of another registry that units.txt does not define
+        raise UnitError(f"{keyword}: {value!r} comes from another pint registry and its unit {str(value.units)!r} "
+                        "is not defined in analytic's; pass analytic's Quantity (an.Q_) or a string") from None
 
 
-def as_quantity(keyword: str, value) -> pint.Quantity:
+def as_quantity(keyword: str, value) -> Quantity:
     """:func:`quantity`, a plain number as a dimensionless Quantity."""
     q = quantity(keyword, value)
-    return q if isinstance(q, pint.Quantity) else Q_(number_value(q) if isinstance(q, Fraction) else q, "")
+    return q if isinstance(q, Quantity) else Quantity(number_value(q) if isinstance(q, Fraction) else q)
 
 
 def number_value(x: Fraction):
@@ -161,15 +166,15 @@ def exact_number(x) -> int | Fraction:
         if not (x.is_Rational and x.is_finite):
             raise InputError(f"expected a finite rational number, got {x}")
         return int(x) if x.is_integer else Fraction(int(x.p), int(x.q))
-    if isinstance(x, (bool, np.bool_)):
+    if isinstance(x, bool) or _numpy_is(x, "bool_"):
         raise InputError(f"expected a number, got the boolean {x!r}")
-    if isinstance(x, (int, np.integer)):
+    if isinstance(x, int) or _numpy_is(x, "integer"):
         return int(x)
     if isinstance(x, Decimal):
         if not x.is_finite():
             raise InputError(f"expected a finite number, got {x!r}")
         x = Fraction(x)
-    elif isinstance(x, (float, np.floating)):
+    elif isinstance(x, float) or _numpy_is(x, "floating"):
         if not math.isfinite(x):
             raise InputError(f"expected a finite number, got {x!r}")
         x = Fraction(repr(float(x)))
@@ -239,7 +244,7 @@ def count(name: str, value, *, minimum: int = 1, allow_symbol: bool = True, show
         if not allow_symbol:
             raise InputError(f"{name}: expected an integer, got the expression {value}")
         return value
-    if isinstance(value, (bool, np.bool_, str)) or value is None:
+    if isinstance(value, (bool, str)) or _numpy_is(value, "bool_") or value is None:
         raise InputError(f"{name}: expected an integer ≥ {minimum}, got {shown}")
     try:
         as_exact = exact_number(value)
@@ -257,9 +262,9 @@ def batch_tokens(value, seq_len: int, name: str = "batch_tokens") -> tuple[int, 
     binary, and the note says so (the CLI prints it, Plan and search keep it in ``.notes`` and warn)."""
     if isinstance(value, str) and suffixed_count(value) is not None:
         number, suffix = suffixed_count(value)
-    elif isinstance(value, (str, pint.Quantity)):  # a quantity of tokens ('16 Mitoken')
+    elif isinstance(value, str) or is_quantity(value):  # a quantity of tokens ('16 Mitoken')
         q = quantity(name, value)
-        if not isinstance(q, pint.Quantity) or q.dimensionality != ureg.token.dimensionality:
+        if not isinstance(q, Quantity) or q.dimensionality != {"[token]": 1}:
             raise UnitError(f"{name}: expected a token count such as 16M, 16Mi or 16777216, or a quantity in tok, "
                             f"got {show(value)}")
         number, suffix = exact_number(q.to("token").magnitude), None
@@ -272,7 +277,7 @@ def fraction(name: str, value, *, upper: float | None = 1.0):
     """A positive number, at most ``upper`` (a fraction of peak by default; ``upper=None``: any), as an
     exact int or Fraction (a sympy number or expression as it is)."""
     q = quantity(name, value)
-    if isinstance(q, pint.Quantity):
+    if isinstance(q, Quantity):
         if not q.dimensionless:
             raise UnitError(f"{name}: expected a plain number, got {q:~P}")
         q = q.to("").magnitude
@@ -308,7 +313,7 @@ def choice(name: str, value, options):
 
 def flag(name: str, value) -> bool:
     """``value`` if it is a bool: a string such as "no" or a number is not read as one."""
-    if not isinstance(value, (bool, np.bool_)):
+    if not (isinstance(value, bool) or _numpy_is(value, "bool_")):
         raise InputError(f"{name}: expected True or False, got {value!r}")
     return bool(value)
 

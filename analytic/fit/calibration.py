@@ -27,7 +27,7 @@ from ..core.files import read_text
 from ..core.formula import Formula
 from ..core.progress import steps
 from ..core.symbols import sym
-from ..core.units import Q_
+from ..core.units import Quantity
 from ..core.values import as_quantity, choice
 from ..formulas import formula
 from ..plan import CONVENTIONS, Plan
@@ -68,7 +68,7 @@ def metric_formula(plan: Plan, metric: str, convention: str = "6nd", time: str =
     if metric == "tokens_per_second_per_gpu":
         return per_gpu
     if metric == "sequences_per_second_per_gpu":
-        return per_gpu / Q_(plan.seq_len, "token")
+        return per_gpu / Quantity(plan.seq_len, "token")
     if metric == "gpu_hours_per_token":
         return (step * gpus / plan.expr("tokens_per_step")).to("hour/token")
     if metric == "step_time":
@@ -84,7 +84,7 @@ class Case:
     plan: dict
     metric: str
     convention: str
-    published: object  # pint Quantity
+    published: object  # a Quantity
     key: str = ""
     in_fit: bool = True
     group: str = ""  # the source: cases of one group are left out together

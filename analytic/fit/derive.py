@@ -94,8 +94,8 @@ class Derivation:
 
 
 def _fmt(v) -> str:
-    import pint
-    if isinstance(v, pint.Quantity):
+    from ..core.units import is_quantity
+    if is_quantity(v):
         return format(v, ".4g~P")
     if isinstance(v, float):
         return f"{v:.4g}"

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.units import Q_, pint
+from ..core.units import Quantity, data
 from ..core.values import as_quantity
 from ..presets import hardware
 from .cases import load
@@ -23,7 +23,7 @@ from .cases import load
 ALLOCATOR = "pytorch"
 
 
-def _reserved(case: dict) -> pint.Quantity:
+def _reserved(case: dict) -> Quantity:
     """The allocator's reserved memory of a case: one figure, or the parts PyTorch prints from 2.1 on
     (allocated, and reserved but unallocated), summed."""
     given = case["reserved"]
@@ -39,7 +39,7 @@ def snapshots(folder: Path) -> list[dict]:
     outside (the preset's HBM less the reserved and the free memory)."""
     out = []
     for c in (c for c in load(folder)[0] if c["kind"] == "outside"):
-        hbm = hardware(c["hardware"]).hbm
+        hbm = data(hardware(c["hardware"]).hbm)
         if hbm is None:
             raise InputError(f"{c['id']}: hardware {c['hardware']!r} has no HBM to subtract from")
         outside = (hbm - _reserved(c) - as_quantity(f"{c['id']}: free", c["free"])).to("byte")
@@ -50,7 +50,7 @@ def snapshots(folder: Path) -> list[dict]:
     return out
 
 
-def fit(rows: list[dict]) -> tuple[pint.Quantity, pint.Quantity]:
+def fit(rows: list[dict]) -> tuple[Quantity, Quantity]:
     """(mean, its standard error): each source's snapshots averaged, then the sources; the error is
     the spread of the sources' means over the root of their number."""
     groups = {}
@@ -59,10 +59,10 @@ def fit(rows: list[dict]) -> tuple[pint.Quantity, pint.Quantity]:
     means = [sum(v) / len(v) for v in groups.values()]
     mean = sum(means) / len(means)
     spread = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1)) if len(means) > 1 else math.nan
-    return Q_(mean, "byte"), Q_(spread / math.sqrt(len(means)), "byte")
+    return Quantity(mean, "byte"), Quantity(spread / math.sqrt(len(means)), "byte")
 
 
-def leave_one_source_out(rows: list[dict]) -> dict[str, pint.Quantity]:
+def leave_one_source_out(rows: list[dict]) -> dict[str, Quantity]:
     """id → the mean fitted on the snapshots of every other source."""
     return {r["id"]: fit([o for o in rows if o["group"] != r["group"]])[0] for r in rows}
 

@@ -19,7 +19,7 @@ from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
 from ..core.progress import steps
-from ..core.units import Q_, pint
+from ..core.units import DimensionalityError, Quantity, data, is_quantity, shown
 from ..core.values import as_quantity
 from . import calibration
 from .readings import readings
@@ -75,7 +75,7 @@ def namespace(plans: dict) -> dict:
         return built[name]
 
     from ..presets import nccl_efficiency, nccl_latency
-    return {"an": SimpleNamespace(Layout=an.Layout), "nccl_efficiency": nccl_efficiency, "nccl_latency": nccl_latency, "Q": lambda text: as_quantity("Q", text), "f": lambda name, **kw: formula(name).evaluate(**kw),
+    return {"an": SimpleNamespace(Layout=an.Layout), "nccl_efficiency": nccl_efficiency, "nccl_latency": lambda link: shown(nccl_latency(link)), "Q": lambda text: shown(as_quantity("Q", text)), "f": lambda name, **kw: formula(name).evaluate(**kw),
             "expr": lambda name: formula(name).expr, "S": symbolic, "model": an.model, "hw": an.hardware,
             "plan": plan, "sympy": SimpleNamespace(simplify=sympy.simplify, expand=sympy.expand, log=sympy.log),
             "sum": sum, "int": int, "float": float}
@@ -102,11 +102,11 @@ def _evaluate(case: dict, ns: dict) -> Result:
         if kind != "claim" and not same and expected == "disagrees":
             status = "disagrees"
         return Result(ours=str(ours), error=0.0 if same else None, status=status, **base)
-    pub = as_quantity("published", case["published"]) if isinstance(case["published"], str) else Q_(case["published"], "")
-    ours_q = ours if isinstance(ours, pint.Quantity) else Q_(float(ours), "")
+    pub = as_quantity("published", case["published"]) if isinstance(case["published"], str) else Quantity(case["published"])
+    ours_q = data(ours) if is_quantity(ours) else Quantity(float(ours))
     try:
         ours_v = float(ours_q.to(pub.units).magnitude)
-    except pint.DimensionalityError:
+    except DimensionalityError:
         raise AnalyticError(f"{case['id']}: computed {ours_q:~P} cannot be compared with {pub:~P}") from None
     pub_v = float(pub.magnitude)
     error = (ours_v / pub_v - 1) if pub_v else ours_v
@@ -116,7 +116,7 @@ def _evaluate(case: dict, ns: dict) -> Result:
                   else "holds-rounded" if _within(error, tol) else "disagrees")
     else:
         status = "within" if _within(error, tol) else ("disagrees" if expected == "disagrees" else "outside")
-    return Result(ours=format(Q_(ours_v, pub.units), ".4g~P") if not pub.dimensionless else f"{ours_v:.4g}", error=error,
+    return Result(ours=format(Quantity(ours_v, pub.units), ".4g~P") if not pub.dimensionless else f"{ours_v:.4g}", error=error,
                   status=status, **base)
 
 
@@ -128,7 +128,7 @@ def _guarded(evaluate, case: dict, ns: dict) -> Result:
     except ValidationError:
         raise
     except (ArithmeticError, RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError,
-            MemoryError, AnalyticError) as exc:  # pint's errors are among these
+            MemoryError, AnalyticError) as exc:  # the units' errors are among these
         name = f"case {case['id'][:80]}: "
         raise ValidationError(f"{name}{type(exc).__name__}: {str(exc).removeprefix(name)[:120]}") from None
 
@@ -162,7 +162,7 @@ def _predicted(cases: list[dict]) -> list[Result]:
         status = "within" if _within(err["loso"], tol) else "outside"
         reason = c.get("reason", "") or ("" if o.in_fit else f"not in the fit: {c.get('why_not_in_fit', '')}")
         out.append(Result(id=o.id, kind="predicted", quantity=c.get("quantity", ""), published=c["published"],
-                          ours=format(Q_(loso[o.id], o.unit).to(as_quantity("published", c["published"]).units), ".4g~P"),
+                          ours=format(Quantity(loso[o.id], o.unit).to(as_quantity("published", c["published"]).units), ".4g~P"),
                           error=err["loso"], status=status,
                           expected=c.get("expect", "within"), source=c.get("source", ""), reason=reason,
                           tolerance=tol, extra={"in_fit_error": err["in_fit"], "leave_one_out_error": err["loo"],

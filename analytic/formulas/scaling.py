@@ -3,7 +3,7 @@
 from fractions import Fraction
 
 from ..core.terms import evalf, power
-from ..core.units import ureg
+from ..core.units import Unit
 from ._catalogue import S, define
 
 N, D, C = S("params", "tokens", "flops")
@@ -21,12 +21,12 @@ define("scaling.chinchilla.loss", E_ + A_ / N**ALPHA + B_ / D**BETA, "", HOFFMAN
 define("scaling.chinchilla.optimal_params", G * (C / 6) ** a_exp, "parameter",
        f"{HOFFMANN} eq. (4); derived: derivations/scaling.py", FIT,
        "compute-optimal parameter count for C FLOPs (exponent β/(α+β))",
-       coefficient_unit=ureg.parameter / ureg.FLOP ** float(a_exp))
+       coefficient_unit=Unit.of("parameter") / Unit.of("FLOP") ** float(a_exp))
 define("scaling.chinchilla.optimal_tokens", (C / 6) ** b_exp / G, "token",
        f"{HOFFMANN} eq. (4); derived: derivations/scaling.py", FIT,
        "compute-optimal token count for C FLOPs (exponent α/(α+β))",
-       coefficient_unit=ureg.token / ureg.FLOP ** float(b_exp))
+       coefficient_unit=Unit.of("token") / Unit.of("FLOP") ** float(b_exp))
 define("scaling.llama3.optimal_tokens", Fraction("0.29") * C ** Fraction("0.53"), "token",
        "Llama 3 Herd of Models, arXiv 2407.21783 §3.2.1 (N*(C) = A·C^α, α = 0.53, A = 0.29)",
        ("fit on IsoFLOPs runs from 6e18 to 1e22 FLOPs",), "Llama 3's compute-optimal token count",
-       coefficient_unit=ureg.token / ureg.FLOP ** 0.53)
+       coefficient_unit=Unit.of("token") / Unit.of("FLOP") ** 0.53)

@@ -16,7 +16,7 @@ from ..core.algebra import Eq, Ge, Le, Min
 from ..core.composition import cases
 from ..core.formula import Formula
 from ..core.terms import ratio
-from ..core.units import Q_
+from ..core.units import Quantity
 from ..core.values import is_number, is_sympy
 from ..formulas import formula
 from .inputs import Inputs
@@ -83,7 +83,7 @@ def gemm_input_bytes(inp: Inputs, default):
     """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
     before communicating (torchtitan docs/float8.md: float8 all-gather for TP by default;
     Transformer Engine likewise; DeepSeek-V3 §3.3: FP8 dispatch), otherwise ``default``."""
-    return Q_(1, "byte") if inp.dtype == "fp8" else default
+    return Quantity(1, "byte") if inp.dtype == "fp8" else default
 
 ZERO_B, ZERO_T = Formula("0", 0, "byte", ""), Formula("0", 0, "s", "")
 
@@ -196,7 +196,7 @@ def _replica_traffic(inp: Inputs, local: Formula, size, stride_, local_tensors) 
     buckets = _layers_local(inp)
     out = {}
     weights = inp.f("parallelism.dp.gradient_bytes", params=local)  # 16-bit: what the all-gathers carry
-    fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Q_(4, "byte"))
+    fp32 = inp.f("parallelism.dp.gradient_bytes", params=local, element_bytes=Quantity(4, "byte"))
     grad = cases("gradients", "byte", (fp32, inp.fp32_grads), (weights, True))  # fp32 buffers reduce in fp32
     ar, rs = (_collectives(inp, kind, grad / buckets, buckets, size, stride_)
               for kind in ("all_reduce", "reduce_scatter"))
@@ -245,7 +245,7 @@ def _expert_parallel(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
     tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
                      "token", "")
-    dispatch_e = gemm_input_bytes(inp, Q_(2, "byte"))
+    dispatch_e = gemm_input_bytes(inp, Quantity(2, "byte"))
     calls = ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
@@ -258,7 +258,7 @@ def _expert_parallel(inp: Inputs) -> dict:
     reach = Min(m.nodes_per_token, nodes)
     limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
                                                              nodes_per_token=reach, element_bytes=e), calls, nodes, g)
-                      for e in (dispatch_e, Q_(2, "byte"))))
+                      for e in (dispatch_e, Quantity(2, "byte"))))
     if link != "symbolic":
         return limited
     inside = Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes

@@ -22,7 +22,7 @@ from ..core import held
 from ..core.choices import AXES, CONVENTIONS, MEMORY_PARTS, OP_CLASSES, TIME_PARTS
 from ..core.errors import FreeSymbolError, InputError, PresetError, UnknownNameError
 from ..core.symbols import info
-from ..core.units import Q_, pint
+from ..core.units import Q, Quantity, shown
 from ..core.values import choice, count, exact, flag, fraction, is_number, is_sympy
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -42,19 +42,23 @@ class Memory:
     (choices.MEMORY_PARTS) sum to ``total``. Where the optimizer step is the peak, ``optimizer_step``
     holds its temporaries and the activations and gathered copies are 0."""
 
-    weights: pint.Quantity
-    gradients: pint.Quantity
-    optimizer: pint.Quantity
-    gathered: pint.Quantity  # ZeRO-3's unsharded parameters and gradients (in flight, or the held stage)
-    activations: pint.Quantity
-    total: pint.Quantity
-    hbm: pint.Quantity
-    logits: pint.Quantity  # one microbatch's logits on the last stage
-    loss: pint.Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
+    weights: Quantity
+    gradients: Quantity
+    optimizer: Quantity
+    gathered: Quantity  # ZeRO-3's unsharded parameters and gradients (in flight, or the held stage)
+    activations: Quantity
+    total: Quantity
+    hbm: Quantity
+    logits: Quantity  # one microbatch's logits on the last stage
+    loss: Quantity  # the loss's working set at its peak (logits included), in the last stage's activations
     stage: int | None = None  # the stage's index (0 the first), where known
-    optimizer_step: pint.Quantity = Q_(0, "byte")  # the step's temporaries where the optimizer step is the peak
-    host: pint.Quantity = Q_(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
-    outside: pint.Quantity = Q_(0, "byte")  # the least measured outside the allocator: the count must leave it
+    optimizer_step: Quantity = Quantity(0, "byte")  # the step's temporaries where the optimizer step is the peak
+    host: Quantity = Quantity(0, "byte")  # offloaded activations and optimizer in host memory (any stage's most)
+    outside: Quantity = Quantity(0, "byte")  # the least measured outside the allocator: the count must leave it
+
+    def __post_init__(self):  # the defaults, as the library gives quantities
+        for k in ("optimizer_step", "host", "outside"):
+            object.__setattr__(self, k, shown(self.__dict__[k]))
 
     @property
     def fits(self) -> bool:
@@ -137,7 +141,7 @@ class Plan:
             return template.build(self)
         return programs.Numbers(self._in, lower)
 
-    def value(self, name: str) -> pint.Quantity:
+    def value(self, name: str) -> Quantity:
         """Plan quantity ``name`` (see :meth:`quantities`) as a number with its unit: from the programs
         of the plan's structure where they give it, else from its expression (which also says what is
         missing)."""
@@ -164,7 +168,7 @@ class Plan:
         return self._count("microbatches")
 
     @property
-    def tokens_per_step(self) -> pint.Quantity:
+    def tokens_per_step(self) -> Quantity:
         return self.value("tokens_per_step")
 
     def placement(self) -> dict:
@@ -198,13 +202,13 @@ class Plan:
         return quantities.builders(self)
 
     # --- numbers ------------------------------------------------------------------------------
-    def model_flops(self, convention: str = "6nd") -> pint.Quantity:
+    def model_flops(self, convention: str = "6nd") -> Quantity:
         """Model FLOPs per step (no recomputation) under a convention: ``6nd`` (6·N_active·D),
         ``palm`` (6N + 12LHQT per token), ``megatron`` (Narayanan eq. 3, GPT shape, with recompute)."""
         choice("convention", convention, CONVENTIONS)
         return self.value(f"flops.{convention}")
 
-    def hardware_flops(self) -> pint.Quantity:
+    def hardware_flops(self) -> Quantity:
         """FLOPs executed per step, recomputation included (PaLM convention for the model part;
         FlashAttention's backward recomputes QKᵀ)."""
         return self.value("flops.hardware")
@@ -220,7 +224,7 @@ class Plan:
             self._in.require_times()
         return {a: self.value(f"communication_time.{a}") for a in AXES}
 
-    def step_time(self, mfu=None) -> pint.Quantity:
+    def step_time(self, mfu=None) -> Quantity:
         """Seconds per step. With ``mfu``: model FLOPs (6ND) / (GPUs · peak · mfu). Without: the
         predictive model (compute at the device's measured ceilings and the stack's efficiency + bubble + exposed
         communication; see :meth:`time_breakdown`)."""
@@ -228,7 +232,7 @@ class Plan:
             return self.value("step_time")
         return self._formula("compute.train_time", {"flops": "flops", "gpus": "gpus"}, mfu=fraction("mfu", mfu))
 
-    def step_time_interval(self) -> tuple[pint.Quantity, pint.Quantity]:
+    def step_time_interval(self) -> tuple[Quantity, Quantity]:
         """(low, high): where the measured step time falls with the calibration's coverage (80%): the
         predicted step time times the quantiles of measured/predicted over the validation cases, each
         predicted with its whole source left out of the fit (calibration.toml's [interval])."""
@@ -239,12 +243,12 @@ class Plan:
         t = self.step_time()
         return t * cal.interval[0], t * cal.interval[1]
 
-    def memory_peak(self, stage: int | None = None) -> pint.Quantity:
+    def memory_peak(self, stage: int | None = None) -> Quantity:
         """Peak memory per GPU the allocator reserves (``memory.allocator_peak``): :meth:`memory`'s total
         (the fullest stage, or ``stage``) times the reserve fitted for the stack's allocator."""
         return verdict.allocator_peak(self, stage)
 
-    def memory_outside(self) -> pint.Quantity:
+    def memory_outside(self) -> Quantity:
         """Device memory a process holds outside the stack's allocator (the driver's reservation, the CUDA
         context, NCCL's buffers): the mean of the snapshots of validation/outside.toml (calibration.toml
         [memory]); ``memory().outside`` is the least of them. ``Plan(..., outside_bytes=)`` replaces both."""
@@ -259,7 +263,7 @@ class Plan:
         fails (``torch.cuda.memory_stats``: num_alloc_retries). Without a fitted reserve: the count's."""
         return verdict.verdict(self, stage)
 
-    def memory_interval(self, stage: int | None = None) -> tuple[pint.Quantity, pint.Quantity]:
+    def memory_interval(self, stage: int | None = None) -> tuple[Quantity, Quantity]:
         """(low, high): :meth:`memory_peak` times the smallest and largest measured/predicted peak of
         the validation runs, each predicted with its source left out of the reserve's fit."""
         return verdict.interval(self, stage)
@@ -286,7 +290,7 @@ class Plan:
         mfu = self._formula("compute.mfu", {"flops": "flops", "gpus": "gpus"}, step_time=step_time)
         return float(mfu.to("").magnitude)
 
-    def _formula(self, name: str, quantities: dict, **values) -> pint.Quantity:
+    def _formula(self, name: str, quantities: dict, **values) -> Quantity:
         """Catalogue formula ``name`` at the plan's inputs, ``quantities`` (keyword → the plan quantity
         it takes) and ``values``: a numeric plan's at the quantities' numbers, else from their expressions."""
         if self._in.numeric:
@@ -305,8 +309,8 @@ class Plan:
             if worst >= self._numeric_pp():
                 raise InputError(f"stage: expected 0 to {self._numeric_pp() - 1} (pp = {self.layout.pp}), got {stage}")
             parts = self._stage_values(worst)
-        return Memory(**parts, hbm=Q_(float(self._in.given_number("hbm")), "byte"),
-                      outside=Q_(float(self._in.given_number("outside_bytes")), "byte"),
+        return Memory(**parts, hbm=Q(float(self._in.given_number("hbm")), "byte"),
+                      outside=Q(float(self._in.given_number("outside_bytes")), "byte"),
                       logits=self.value("memory.logits"), loss=self.value("memory.loss"), stage=worst)
 
     def memory_by_stage(self) -> list[Memory]:
@@ -324,7 +328,6 @@ class Plan:
             from . import memory
             self._stages[k] = memory.stage(self._in, k if self._in.numeric else exact(k), self._activation_parts)
         return self._stages[k]
-
 
     def _stage_values(self, k: int) -> dict:
         """Stage ``k``'s memory parts and total: from the programs, or from their expressions."""
@@ -379,7 +382,7 @@ class Plan:
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
                     allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
                     moment_dtype=self.moment_dtype, stack=self.stack,
-                    **{k: v if is_sympy(v) else Q_(v, info(k).unit) for k, v in self.overrides.items()})
+                    **{k: v if is_sympy(v) else Quantity(v, info(k).unit) for k, v in self.overrides.items()})
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)

@@ -16,7 +16,7 @@ from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS, default_
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, sym
 from ..core.terms import ratio
-from ..core.units import Q_
+from ..core.units import Quantity
 from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
 from ..presets import as_hardware, as_model, outside_floor, stacks
@@ -244,7 +244,7 @@ class Inputs:
             value = default()
             return None if value is None else read(key, value)
 
-        out["element_bytes"] = pick("element_bytes", lambda: Q_(2, "byte"))  # 16-bit (TRAINING_DTYPES)
+        out["element_bytes"] = pick("element_bytes", lambda: Quantity(2, "byte"))  # 16-bit (TRAINING_DTYPES)
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
         if self.dtype == "fp8":  # the GEMMs an FP8 recipe keeps in 16 bits (peak_flops= given alone sets both)
             out["peak_flops_16"] = pick("peak_flops_16", lambda: hw.peak_flops("bf16"), given="peak_flops")
@@ -274,7 +274,7 @@ class Inputs:
                                              given="link_efficiency")
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", synchronous_restart_time)
-        out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Q_(0, "s"))
+        out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Quantity(0, "s"))
         out["checkpoint_time"] = ov.get("checkpoint_time")
         return out
 

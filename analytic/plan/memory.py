@@ -9,7 +9,7 @@ from ..core.composition import cases, composed
 from ..core.errors import InputError
 from ..core.formula import Formula
 from ..core.terms import ratio
-from ..core.units import Q_
+from ..core.units import Quantity
 from ..formulas import formula
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
@@ -322,7 +322,7 @@ def _step_parts(inp: Inputs, params: dict, gradients: Formula) -> tuple[Formula,
     temporaries = []
     if inp.optimizer_kernel == "foreach":
         temporaries.append(inp.f("memory.optimizer_step.foreach", params=shard,
-                                 element_bytes=Q_(inp.moment_bytes, "byte")))
+                                 element_bytes=Quantity(inp.moment_bytes, "byte")))
     if inp.zero_optimizer:
         temporaries.append(cases(
             "optimizer_step", "byte",

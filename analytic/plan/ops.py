@@ -14,7 +14,7 @@ from ..core.algebra import Min, Piecewise
 from ..core.composition import cases, composed
 from ..core.formula import Formula
 from ..core.terms import ratio
-from ..core.units import Q_
+from ..core.units import Quantity
 from .inputs import Inputs
 from .placement import optimizer_shard
 
@@ -58,7 +58,7 @@ class _Ops:
         total = None
         passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
         for (mm, nn, kk), times in passes if backward else passes[:1]:
-            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Q_(eb, "byte"),
+            shape = dict(gemm_count=g, gemm_m=mm, gemm_n=nn, gemm_k=kk, peak_flops=peak, element_bytes=Quantity(eb, "byte"),
                          **ceiling)
             if self.quantised:
                 shape["sms"] = self.sms

@@ -20,12 +20,15 @@ import functools
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..core import cache
-from ..core.numeric import Program
-from ..core.units import Q_, ureg
+from ..core.units import Q, Unit
 from .inputs import Inputs
 from .structure import STAGE, numbers, structure
+
+if TYPE_CHECKING:
+    from ..core.numeric import Program
 
 #: a unit as the programs' data spells it (pint's long names, products, quotients, small powers)
 _UNIT = re.compile(r"[A-Za-z_]+( ?(\*\*|\*|/) ?([A-Za-z_]+|[0-9]))*|dimensionless")
@@ -44,6 +47,7 @@ class Part:
     def from_json(cls, data, flags: bool) -> "Part":
         if not isinstance(data, dict) or set(data) != {"program", "outputs", "units"}:
             raise ValueError("not a program part")
+        from ..core.numeric import Program
         prog, outputs, units = Program.from_json(data["program"]), data["outputs"], data["units"]
         if not (isinstance(outputs, list) and isinstance(units, list) and len(outputs) == len(units)
                 and all(isinstance(x, str) and len(x) < 200 for x in outputs + units)):
@@ -96,6 +100,7 @@ class Bundle:
                 isinstance(k, list) and len(k) == 2 and type(k[0]) is int and type(k[1]) is int
                 and 0 <= k[0] < n_q and 0 <= k[1] < len(names) for k in keys)):
             raise ValueError("conditional sources must index the quantities and the names")
+        from ..core.numeric import Program
         conditions = None if src["program"] is None else Program.from_json(src["program"])
         if len(keys) != (0 if conditions is None else len(conditions.outputs)):
             raise ValueError("one condition per conditional source")
@@ -163,7 +168,7 @@ class Numbers:
     def quantity(self, name: str):
         """Plan quantity ``name`` as a Quantity, or None."""
         hit = self._quantities.get(name)
-        return None if hit is None else Q_(hit[0], _unit(hit[1]))
+        return None if hit is None else Q(hit[0], Unit.of(hit[1]))
 
     def count(self, name: str) -> int | None:
         """Plan quantity ``name``, a whole count, as an int; None otherwise (the expressions then say)."""
@@ -198,7 +203,7 @@ class Numbers:
     def stage(self, k: int) -> dict | None:
         """Pipeline stage ``k``'s memory parts and total as Quantities, or None unless all have numbers."""
         hits = self._stage(k)
-        return None if hits is None else {name: Q_(v, _unit(u)) for name, (v, u) in hits.items()}
+        return None if hits is None else {name: Q(v, Unit.of(u)) for name, (v, u) in hits.items()}
 
     def stage_total(self, k: int) -> float | None:
         """Bytes per GPU on pipeline stage ``k``, or None."""
@@ -213,11 +218,6 @@ class Numbers:
             hits = b.stage.finite({**self._values, STAGE: float(k)})
             self._stages[k] = hits if len(hits) == len(b.stage.outputs) else None
         return self._stages[k]
-
-
-@functools.cache
-def _unit(text: str):
-    return ureg.Unit(text)
 
 
 __all__ = ["Bundle", "Numbers", "Part", "bundle"]

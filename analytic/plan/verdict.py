@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import PresetError
-from ..core.units import pint
+from ..core.units import Quantity
 from ..presets import memory_outside, memory_reserve
 
 
@@ -14,13 +14,13 @@ def _allocator(plan) -> str:
     return plan._in.stack_properties["allocator"]
 
 
-def allocator_peak(plan, stage: int | None) -> pint.Quantity:
+def allocator_peak(plan, stage: int | None) -> Quantity:
     """``memory.allocator_peak`` of the stage's count."""
     return plan._formula("memory.allocator_peak", {}, counted_bytes=plan.memory(stage).total,
                          allocator_reserve=memory_reserve(_allocator(plan))["reserve"])
 
 
-def outside(plan) -> pint.Quantity:
+def outside(plan) -> Quantity:
     """The memory outside the stack's allocator a process's peak holds: ``outside_bytes=`` where the plan
     is given it, else the snapshots' mean."""
     if "outside_bytes" in plan.overrides:
@@ -42,7 +42,7 @@ def verdict(plan, stage: int | None) -> str:
     return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
 
 
-def interval(plan, stage: int | None) -> tuple[pint.Quantity, pint.Quantity]:
+def interval(plan, stage: int | None) -> tuple[Quantity, Quantity]:
     """``memory.allocator_peak`` times the smallest and largest measured/predicted peak, each source
     left out of the reserve's fit."""
     fitted, peak = memory_reserve(_allocator(plan)), allocator_peak(plan, stage)

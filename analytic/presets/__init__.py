@@ -11,7 +11,8 @@ from pathlib import Path
 from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnknownNameError
 from ..core.files import read_text
-from ..core.units import Q_
+from ..core.units import Q
+from ..core.values import as_quantity
 from .hardware import Calibration, Ceiling, Hardware
 from .model import Model
 
@@ -73,7 +74,7 @@ def _hbm_measured(key: str) -> tuple[float, str] | None:
         return None
     value, source = _sourced(f"hbm.{key}", "bandwidth", entry)
     datasheet = _hardware_tables()[key]["hbm_bandwidth"]["value"]
-    return float(Q_(value).to("B/s").magnitude / Q_(datasheet).to("B/s").magnitude), \
+    return float(as_quantity("bandwidth", value).to("B/s").magnitude / as_quantity("hbm_bandwidth", datasheet).to("B/s").magnitude), \
         f"{source}: {value} ({entry['kernel']}), {entry['software']}"
 
 
@@ -102,7 +103,7 @@ def _measured(key: str, dtype: str) -> tuple[float, str] | None:
         return taken[0], f"{taken[1]}; taken for {key}: {entry['source']} ({entry.get('note', '')})"
     value, source = _sourced(f"gemm.{key}", dtype, entry)
     peak = _hardware_tables()[key]["peak"][dtype]["value"]
-    return float(Q_(value).to("FLOP/s").magnitude / Q_(peak).to("FLOP/s").magnitude), \
+    return float(as_quantity(dtype, value).to("FLOP/s").magnitude / as_quantity("peak", peak).to("FLOP/s").magnitude), \
         f"{source}: {value} at {entry['shape']}, {entry['software']}"
 
 
@@ -152,8 +153,8 @@ def memory_outside(allocator: str) -> dict:
     fitted = memory_reserve(allocator)
     if "outside_bytes" not in fitted:
         raise PresetError(f"memory: no memory outside {allocator}'s allocator is fitted (calibration.toml [memory])")
-    return {"outside": Q_(fitted["outside_bytes"], "byte"), "stderr": Q_(fitted["outside_stderr_bytes"], "byte"),
-            "low": Q_(fitted["outside_low_bytes"], "byte"), "high": Q_(fitted["outside_high_bytes"], "byte"),
+    return {"outside": Q(fitted["outside_bytes"], "byte"), "stderr": Q(fitted["outside_stderr_bytes"], "byte"),
+            "low": Q(fitted["outside_low_bytes"], "byte"), "high": Q(fitted["outside_high_bytes"], "byte"),
             "basis": fitted["outside_basis"]}
 
 
@@ -163,7 +164,7 @@ def outside_floor(allocator: str):
     try:
         return memory_outside(allocator)["low"]
     except PresetError:
-        return Q_(0, "byte")
+        return Q(0, "byte")
 
 
 def matmul_efficiency(hw: Hardware, dtype: str) -> tuple[float | None, str]:
@@ -290,7 +291,7 @@ def _reliability() -> dict:
 def reliability_value(group: str, name: str):
     """A sourced number of reliability.toml as a Quantity (or a plain number)."""
     value, _ = _sourced(group, name, _reliability()[group][name])
-    return Q_(value) if isinstance(value, str) else value
+    return as_quantity(f"{group}.{name}", value) if isinstance(value, str) else value
 
 
 def llama3_interruption_rate():
@@ -312,7 +313,7 @@ def _collective_tables() -> dict:
 def nccl_latency(link: str):
     """NCCL's per-step ring latency on ``link`` ("scale_up" or "scale_out"), from collectives.toml."""
     value, _ = _sourced("nccl", f"{link}_latency", _collective_tables()["nccl"][f"{link}_latency"])
-    return Q_(value)
+    return as_quantity(f"nccl.{link}_latency", value)
 
 
 def nccl_efficiency(link: str) -> float:

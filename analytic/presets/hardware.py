@@ -6,15 +6,15 @@ from dataclasses import dataclass, field, replace
 
 from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnitError, UnknownNameError
-from ..core.units import Q_, pint
+from ..core.units import Quantity, Shown, Unit, shown
 from ..core.values import choice, count, exact_number, in_range, quantity
 
 
-def _quantity(name: str, value, unit: str) -> pint.Quantity:
+def _quantity(name: str, value, unit: str) -> Quantity:
     shown, value = value, quantity(name, value)
-    if not isinstance(value, pint.Quantity):
+    if not isinstance(value, Quantity):
         raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
-    if value.dimensionality != Q_(1, unit).dimensionality:
+    if value.dimensionality != Unit.of(unit).dimensionality:
         raise UnitError(f"{name}: expected a quantity in {unit}, got {value:~P}")
     magnitude = in_range(name, exact_number(value.to(unit).magnitude), shown)
     if not magnitude > 0:
@@ -72,19 +72,20 @@ class Calibration:
 
 @dataclass(frozen=True)
 class Hardware:
-    """An accelerator. Peaks are dense; bandwidths are per device, one direction."""
+    """An accelerator. Peaks are dense; bandwidths are per device, one direction. Its quantities are held as
+    the library's and read as pint's (:class:`~analytic.core.units.Shown`)."""
 
     name: str
-    peaks: dict = field(default_factory=dict)
-    hbm: pint.Quantity | None = None
-    hbm_bandwidth: pint.Quantity | None = None
-    scale_up: pint.Quantity | None = None
-    scale_out: pint.Quantity | None = None
+    peaks: dict = Shown()  # dtype → dense peak FLOP/s
+    hbm: Quantity | None = Shown()
+    hbm_bandwidth: Quantity | None = Shown()
+    scale_up: Quantity | None = Shown()
+    scale_out: Quantity | None = Shown()
     gpus_per_node: int = 8
     scale_up_domain: int | None = None  # accelerators on one NVLink-class domain; None: the node
     scale_up_links: int | None = None  # direct links per accelerator of a fully connected domain; None: switched
     sms: int | None = None  # streaming multiprocessors (compute units)
-    host_memory: pint.Quantity | None = None  # host DRAM of one node
+    host_memory: Quantity | None = Shown()  # host DRAM of one node
     generation: str = ""
     platform: str = ""  # choices.PLATFORMS: the software it runs ("": not said, no stack is refused on it)
     sources: dict = field(default_factory=dict, compare=False)
@@ -92,11 +93,12 @@ class Hardware:
     key: str = ""
 
     def __post_init__(self):
-        peaks = {k: _quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(self.peaks).items()}
+        held = self.__dict__
+        peaks = {k: _quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(held["peaks"] or {}).items()}
         object.__setattr__(self, "peaks", peaks)
         for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s"),
                            ("host_memory", "byte")):
-            v = getattr(self, attr)
+            v = held[attr]
             if v is not None:
                 object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))
         if self.platform != "":
@@ -112,25 +114,26 @@ class Hardware:
             check_full_mesh("scale_up_links", links, self.scale_up_domain)
             object.__setattr__(self, "scale_up_links", links)
 
-    def _link(self, keyword: str) -> pint.Quantity:
+    def _link(self, keyword: str):
         v = getattr(self, keyword.removesuffix("_bandwidth"))
         if v is None:
             raise PresetError(f"{self.key or self.name} has no {keyword.replace('_', ' ')} with a source; "
                               f"give one with hw.replace({keyword}=...)")
         return v
 
-    def peak_flops(self, dtype: str = "bf16") -> pint.Quantity:
+    def peak_flops(self, dtype: str = "bf16"):
         """Dense peak FLOP/s for ``dtype``."""
-        if dtype not in self.peaks:
-            raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, self.peaks)
-        return self.peaks[dtype]
+        peaks = self.__dict__["peaks"]
+        if dtype not in peaks:
+            raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, peaks)
+        return shown(peaks[dtype])
 
     @property
-    def scale_up_bandwidth(self) -> pint.Quantity:
+    def scale_up_bandwidth(self):
         return self._link("scale_up_bandwidth")
 
     @property
-    def scale_out_bandwidth(self) -> pint.Quantity:
+    def scale_out_bandwidth(self):
         return self._link("scale_out_bandwidth")
 
     def matmul_ceiling(self, dtype: str = "bf16") -> Ceiling | None:

@@ -141,7 +141,7 @@ def profile_overrides(path) -> dict:
     import tomllib
 
     from ..core.errors import PresetError
-    from ..core.units import Q_
+    from ..core.units import Q
     try:
         ar = tomllib.loads(Path(path).read_text())["all_reduce"]
         alpha, bandwidth = float(ar["alpha_us"]), float(ar["bandwidth_GBps"])
@@ -150,7 +150,7 @@ def profile_overrides(path) -> dict:
     if not (math.isfinite(bandwidth) and bandwidth > 0 and math.isfinite(alpha)):
         raise PresetError(f"{path}: the all-reduce fit found no bandwidth (its times did not grow with the message "
                           f"size: {bandwidth} GB/s); measure again on a quieter machine or with larger messages")
-    return {"latency": Q_(alpha, "µs"), "scale_up_bandwidth": Q_(bandwidth, "GB/s"), "link_efficiency": 1.0}
+    return {"latency": Q(alpha, "µs"), "scale_up_bandwidth": Q(bandwidth, "GB/s"), "link_efficiency": 1.0}
 
 
 #: most ranks spawned on this machine (each is a process with its own torch)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..core.choices import CODESIGN_OBJECTIVES
 from ..core.errors import InputError
-from ..core.units import pint
+from ..core.units import DimensionalityError
 from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
 from ..presets.hardware import FIELD_ALIASES
@@ -78,7 +78,7 @@ def _price(value) -> float:
     if hasattr(q, "to"):
         try:
             q = q.to("USD/hour").magnitude
-        except pint.DimensionalityError:
+        except DimensionalityError:
             raise InputError(f"vary: price: expected a rate in USD/hour, got {value!r}") from None
     q = float(q)
     if not (q > 0 and math.isfinite(q)):

@@ -1,0 +1,288 @@
+"""The unit definitions of ``units.txt`` read without pint: names, symbols, prefixes, dimensions and
+conversion factors, computed as pint computes them from the same file.
+
+A unit is held as pint holds it, a container: ``((name, exponent), ...)`` in canonical names ("gigabyte",
+"second"), in the order pint's containers keep. Names resolve as pint resolves them (a name, symbol or
+alias; else a prefix and a unit, a plural "s" allowed), and a conversion factor is pint's float, made by
+the same operations in the same order (``tests/test_quantity.py`` holds both against pint), so a
+quantity converted here has the digits pint gives it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from .errors import UnitError
+
+#: the definitions file (pint's syntax), shared with the pint registry of :mod:`.units`
+FILE = Path(__file__).with_name("units.txt")
+
+
+class UndefinedUnit(UnitError):
+    """A name ``units.txt`` does not define."""
+
+
+class DimensionalityError(UnitError):
+    """Two units of different dimensions where one is converted to the other."""
+
+
+class _Definition:
+    __slots__ = ("name", "symbol", "scale", "reference", "dimension")
+
+    def __init__(self, name, symbol, scale, reference, dimension=None):
+        self.name, self.symbol, self.scale, self.reference, self.dimension = name, symbol, scale, reference, dimension
+
+
+_TOKEN = re.compile(r"\s*(?:(-?\d+\.?\d*(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?)|(\*\*|\^|[*/()·])|([^\s*/()·^]+))")
+
+
+def _tokens(text: str) -> list:
+    out, pos, text = [], 0, text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise UnitError(f"cannot read {text!r} as a unit")
+        pos = m.end()
+        number, op, name = m.groups()
+        if number is not None:
+            try:
+                out.append(("n", int(number)))
+            except ValueError:
+                out.append(("n", float(number)))
+        elif op is not None:
+            out.append(("o", "**" if op == "^" else "*" if op == "·" else op))
+        else:
+            out.append(("u", name))
+    return out
+
+
+class _Parsed:
+    """An expression of numbers and names as pint's ParserHelper evaluates it: a scale and an ordered
+    container of names."""
+
+    __slots__ = ("scale", "items")
+
+    def __init__(self, scale=1, items=None):
+        self.scale, self.items = scale, items or {}
+
+    def times(self, other, sign=1):
+        items = dict(self.items)
+        for k, v in other.items.items():
+            items[k] = items.get(k, 0) + sign * v
+            if items[k] == 0:
+                del items[k]
+        return _Parsed(self.scale * other.scale if sign > 0 else self.scale / other.scale, items)
+
+    def power(self, n):
+        return _Parsed(self.scale ** n, {k: v * n for k, v in self.items.items()})
+
+
+def parse(text: str) -> _Parsed:
+    """``text`` (names, numbers, ``* / ** ^ ( )``) evaluated as pint evaluates a unit expression."""
+    tokens, pos = _tokens(text), 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else (None, None)
+
+    def atom():
+        nonlocal pos
+        kind, value = peek()
+        pos += 1
+        if kind == "n":
+            return _Parsed(value)
+        if kind == "u":
+            return _Parsed(1, {value: 1})
+        if (kind, value) == ("o", "("):
+            inner = product()
+            if peek() != ("o", ")"):
+                raise UnitError(f"cannot read {text!r} as a unit")
+            pos += 1
+            return inner
+        raise UnitError(f"cannot read {text!r} as a unit")
+
+    def factor():
+        nonlocal pos
+        base = atom()
+        if peek() == ("o", "**"):
+            pos += 1
+            kind, value = peek()
+            if kind != "n":
+                raise UnitError(f"cannot read {text!r} as a unit")
+            pos += 1
+            return base.power(value)
+        return base
+
+    def product():
+        nonlocal pos
+        out = factor()
+        while peek() in (("o", "*"), ("o", "/")):
+            op = peek()[1]
+            pos += 1
+            out = out.times(factor(), 1 if op == "*" else -1)
+        return out
+
+    if not tokens:
+        return _Parsed()
+    out = product()
+    if pos != len(tokens):
+        raise UnitError(f"cannot read {text!r} as a unit")
+    return out
+
+
+def _read() -> tuple[dict, dict]:
+    prefixes = {"": ("", "", 1)}  # key (name, symbol or alias) → (name, symbol, scale), in pint's order
+    units = {}  # key (name, symbol or alias) → _Definition
+    for line in FILE.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, value, *aliases = (p.strip() for p in line.split("="))
+        if name.endswith("-"):
+            name, aliases = name[:-1], [a[:-1] for a in aliases]
+            entry = (name, aliases[0] if aliases else name, parse(value).scale)
+            for key in (name, *aliases):
+                prefixes[key] = entry
+            continue
+        symbol = aliases[0] if aliases else name
+        if value.startswith("["):
+            d = _Definition(name, symbol, 1, None, value)
+        else:
+            p = parse(value)
+            d = _Definition(name, symbol, p.scale, tuple(p.items.items()))
+        for key in (name, *aliases):
+            units[key] = d
+    return prefixes, units
+
+
+PREFIXES, UNITS = _read()
+
+
+@functools.lru_cache(maxsize=None)
+def name_of(text: str) -> str:
+    """The canonical name of a unit name, symbol or alias, prefixed or plural ("GB" → "gigabyte")."""
+    if text in UNITS:
+        return UNITS[text].name
+    candidates = {}
+    for suffix in ("", "s"):
+        for prefix, (pname, _, _) in PREFIXES.items():
+            if text.startswith(prefix) and text.endswith(suffix):
+                name = text[len(prefix):]
+                if suffix:
+                    name = name[:-len(suffix)]
+                    if len(name) == 1:
+                        continue
+                if name in UNITS:
+                    candidates[(pname, UNITS[name].name)] = None
+    for p, u in list(candidates):
+        if p:
+            candidates.pop(("", p + u), None)
+    if not candidates:
+        raise UndefinedUnit(f"{text!r} is not a unit analytic defines")
+    prefix, unit = next(iter(candidates))
+    if prefix:
+        name = prefix + unit
+        symbol = PREFIXES[prefix][1] + UNITS[unit].symbol
+        UNITS.setdefault(name, _Definition(name, symbol, PREFIXES[prefix][2], ((unit, 1),)))
+        return name
+    return unit
+
+
+def symbol_of(name: str) -> str:
+    """The symbol of a canonical name ("gigabyte" → "GB")."""
+    return UNITS[name].symbol
+
+
+@functools.lru_cache(maxsize=4096)
+def container(text: str) -> tuple:
+    """The unit ``text`` names, as a container ("GB/s" → (("gigabyte", 1), ("second", -1)))."""
+    p = parse(text)
+    if p.scale != 1:
+        raise UnitError(f"{text!r}: a unit has no number in it")
+    out = {}
+    for k, v in p.items.items():
+        if k == "dimensionless":
+            continue
+        name = name_of(k)
+        out[name] = out.get(name, 0) + v
+        if out[name] == 0:
+            del out[name]
+    return tuple(out.items())
+
+
+def times(a: tuple, b: tuple, sign: int = 1) -> tuple:
+    """The container ``a · b`` (``a / b`` with ``sign`` -1), as pint's UnitsContainer makes it."""
+    out = dict(a)
+    for k, v in b:
+        out[k] = out.get(k, 0) + sign * v
+        if out[k] == 0:
+            del out[k]
+    return tuple(out.items())
+
+
+@functools.lru_cache(maxsize=4096)
+def dimensionality(units: tuple) -> tuple:
+    """The dimensions of a container, as ``(("[time]", -1), ...)`` (no zero exponents)."""
+    out = {}
+
+    def walk(items, exp):
+        for k, v in items:
+            d = UNITS[name_of(k)]
+            if d.dimension is not None:
+                out[d.dimension] = out.get(d.dimension, 0) + exp * v
+            elif d.reference is not None:
+                walk(d.reference, exp * v)
+
+    walk(units, 1)
+    return tuple((k, v) for k, v in out.items() if v != 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def factor(src: tuple, dst: tuple):
+    """The number that converts a magnitude in ``src`` to ``dst``: pint's, by its operations
+    (an DimensionalityError error where the dimensions differ)."""
+    if dict(dimensionality(src)) != dict(dimensionality(dst)):
+        raise DimensionalityError(f"Cannot convert from '{describe(src)}' ({describe(dimensionality(src))}) to "
+                                f"'{describe(dst)}' ({describe(dimensionality(dst))})")
+    numerator, denominator = {}, {}
+
+    def walk(items, exp):
+        for k, v in items:
+            exp2 = exp * v
+            d = UNITS[name_of(k)]
+            if d.dimension is not None:
+                continue
+            if exp2 < 0:
+                denominator[d.scale] = denominator.get(d.scale, 0) - exp2
+            else:
+                numerator[d.scale] = numerator.get(d.scale, 0) + exp2
+            if d.reference is not None:
+                walk(d.reference, exp2)
+
+    ratio = times(src, dst, -1)
+    if not ratio:
+        return 1
+    walk(ratio, 1)
+    while any(k in denominator for k in numerator):
+        for k, n in list(numerator.items()):
+            if k in denominator and n >= denominator[k]:
+                numerator[k] -= denominator.pop(k)
+        for k, n in list(denominator.items()):
+            if k in numerator and n >= numerator[k]:
+                denominator[k] -= numerator.pop(k)
+    out = 1
+    for k, n in numerator.items():
+        if n != 0:
+            out *= k ** n
+    for k, n in denominator.items():
+        if n != 0:
+            out *= k ** -n
+    return out
+
+
+def describe(units: tuple) -> str:
+    """A container in full names, as pint's error messages write it ("gigabyte / second")."""
+    return " / ".join(filter(None, (" * ".join(f"{k}" if v == 1 else f"{k} ** {v}" for k, v in units if v > 0) or
+                                    ("1" if any(v < 0 for _, v in units) else "dimensionless"),
+                                    " / ".join(k if v == -1 else f"{k} ** {-v}" for k, v in units if v < 0))))
