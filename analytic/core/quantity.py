@@ -84,7 +84,7 @@ class Dimensions(dict):
     """A unit's dimensions ("[time]" → exponent), written as pint writes them."""
 
     def __str__(self):
-        return format_units(tuple(self.items()))
+        return format_units(tuple(self.items()), ordered=False)
 
     def __repr__(self):
         return "<UnitsContainer({%s})>" % ", ".join(f"'{k}': {v}" for k, v in sorted(self.items()))

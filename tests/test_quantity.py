@@ -1,0 +1,137 @@
+"""The library's units and quantities as data (analytic.core.quantity) against pint's, read from the same
+units.txt: the same names, the same containers, the same conversion factors to the last bit, the same text
+in every format the library prints; pint's objects where a user reads a quantity, the library's own within
+``units.as_data``; and a command line that imports no pint."""
+
+import itertools
+import subprocess
+import sys
+
+import pint
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import analytic as an
+from analytic.core import units
+from analytic.core.quantity import Quantity, Unit
+from analytic.core.unit_table import UndefinedUnit
+
+#: names as a user or a preset writes them: prefixed, plural, symbols and aliases
+NAMES = ["GB", "GiB", "byte", "bytes", "B", "bit", "b", "Gbit", "Gbps", "bps", "Bps", "s", "ms", "us", "µs", "μs", "ns",
+         "min", "minute", "h", "hr", "hour", "hours", "d", "day", "days", "week", "year", "yr", "FLOP", "FLOPs", "flop",
+         "TFLOP", "PFLOP", "FLOPS", "TFLOPS", "token", "tok", "Mitoken", "Mtok", "parameter", "param", "params",
+         "dollar", "USD", "percent", "%", "kB", "KiB", "MB", "TB", "TiB", "PB", "seconds", "EB", "Zs"]
+EXPRESSIONS = ["GB/s", "byte/second", "FLOP/s", "1/hour", "byte**2/s", "byte/parameter/token", "dollar*bit", "FLOP*s",
+               "s*GB", "byte/FLOP", "s**-1", "FLOP**0.53", "token/FLOP**0.5", "parameter / FLOP ** 0.46", "GiB/s",
+               "TB/s", "Gbit/s", "USD/hour", "byte / (parameter * token)", "hour*GB/s", "", "dimensionless", "1"]
+
+
+def declared_units() -> set[str]:
+    """Every unit the library declares: its formulas' and coefficients', its symbols'."""
+    out = {str(f.unit) for f in an.formulas().values()}
+    out |= {str(f.coefficient_unit) for f in an.formulas().values() if f.coefficient_unit is not None}
+    out |= {str(i.unit) for i in an.symbols.table()}
+    return out
+
+
+ALL = sorted(set(NAMES + EXPRESSIONS) | declared_units())
+SPECS = ["", "~", "P", "~P", "C", "~C", "D", "~D"]
+
+
+@pytest.mark.parametrize("text", ALL)
+def test_a_unit_is_the_one_pint_reads(text):
+    """Container (names and order), dimensions and every text a unit prints, against pint's unit of the same text."""
+    ours, theirs = Unit.of(text), an.ureg.Unit(text)
+    assert dict(ours.items) == dict(theirs._units) and [k for k, _ in ours.items] == list(theirs._units)
+    assert dict(ours.dimensionality) == dict(theirs.dimensionality)
+    assert str(ours.dimensionality) == str(theirs.dimensionality)
+    assert [format(ours, s) for s in SPECS] == [format(theirs, s) for s in SPECS]
+    assert (str(ours), repr(ours)) == (str(theirs), repr(theirs))
+    assert ours == theirs and ours.pint() == theirs and an.ureg.Unit(ours) == theirs  # pint reads it as its own
+
+
+@pytest.mark.parametrize("name", ["meter", "Gbyte_", "bytess", "GBs_", "x", "FLOPz", "kilo"])
+def test_a_name_pint_does_not_define_is_refused(name):
+    with pytest.raises(pint.UndefinedUnitError):
+        an.ureg.Unit(name)
+    with pytest.raises(UndefinedUnit):
+        Unit.of(name)
+
+
+PAIRS = [(a, b) for a, b in itertools.product(ALL, ALL)
+         if an.ureg.Unit(a).dimensionality == an.ureg.Unit(b).dimensionality]
+
+
+@given(pair=st.sampled_from(PAIRS), m=st.one_of(st.integers(-10**12, 10**12), st.floats(-1e200, 1e200, allow_nan=False)))
+def test_a_conversion_is_pints_to_the_last_bit(pair, m):
+    a, b = pair
+    theirs = an.Q_(m, a).to(b).magnitude
+    ours = Quantity(m, a).to(b).magnitude
+    assert ours == theirs and type(ours) is type(theirs)
+
+
+@pytest.mark.parametrize("a,b", [("byte", "FLOP"), ("GB/s", "GB"), ("token", ""), ("s", "1/hour")])
+def test_different_dimensions_do_not_convert(a, b):
+    with pytest.raises(pint.DimensionalityError) as theirs:
+        an.Q_(1, a).to(b)
+    with pytest.raises(units.DimensionalityError) as ours:
+        Quantity(1, a).to(b)
+    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(units.DimensionalityError):
+        Quantity(1, a) + Quantity(1, b)
+
+
+@given(a=st.sampled_from(ALL), b=st.sampled_from(ALL), x=st.floats(1e-6, 1e6), y=st.floats(1e-6, 1e6))
+def test_products_quotients_and_sums_are_pints(a, b, x, y):
+    for op in ("__mul__", "__truediv__"):
+        ours, theirs = getattr(Quantity(x, a), op)(Quantity(y, b)), getattr(an.Q_(x, a), op)(an.Q_(y, b))
+        assert ours.magnitude == theirs.magnitude and dict(ours.units.items) == dict(theirs._units)
+    if an.ureg.Unit(a).dimensionality == an.ureg.Unit(b).dimensionality:
+        for op in ("__add__", "__sub__", "__lt__", "__eq__"):
+            ours, theirs = getattr(Quantity(x, a), op)(Quantity(y, b)), getattr(an.Q_(x, a), op)(an.Q_(y, b))
+            assert (ours == theirs) if isinstance(theirs, bool) else (ours.magnitude == theirs.magnitude)
+
+
+@pytest.mark.parametrize("m", [1.56e13, 12.345, 1e-5, 123456789.0, 2, 0.3461, 7.875, 0, -3.5, 10**20])
+@pytest.mark.parametrize("unit", ["token", "s", "GB", "GB/s", "1/hour", "", "FLOP", "byte**2/s", "USD/hour"])
+def test_a_quantity_prints_as_pints(m, unit):
+    specs = SPECS + [".4g~P", ".3g~P", ".4g~", ".3g", ".2f~P", ".12g", ".4g"]
+    assert [format(Quantity(m, unit), s) for s in specs] == [format(an.Q_(m, unit), s) for s in specs]
+    assert (str(Quantity(m, unit)), repr(Quantity(m, unit))) == (str(an.Q_(m, unit)), repr(an.Q_(m, unit)))
+
+
+def test_a_latex_format_is_pints():
+    """A format the library does not write itself (LaTeX) is asked of pint's object."""
+    assert format(Quantity(3, "GB/s"), "~L") == format(an.Q_(3, "GB/s"), "~L")
+    assert format(Unit.of("GB/s"), "~L") == format(an.ureg.Unit("GB/s"), "~L")
+
+
+def test_a_user_reads_pints_quantities_and_the_command_line_the_librarys():
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=8), seq_len=4096, global_batch=8)
+    hw = an.hardware("h100-sxm")
+    for q in (plan.step_time(), plan.memory().total, plan.memory().outside, hw.hbm, hw.peak_flops("bf16"),
+              an.formula("compute.training_flops").evaluate(params=10**9, tokens=10**6)):
+        assert isinstance(q, pint.Quantity)
+    with units.as_data():
+        inside = (plan.step_time(), plan.memory().total, hw.hbm, hw.peaks["bf16"])
+        assert all(type(q) is Quantity for q in inside)
+    assert isinstance(hw.hbm, pint.Quantity)  # the preset read once, as data, gives pint's again outside
+    assert inside[0].magnitude == plan.step_time().magnitude and inside[1].to("GB") == plan.memory().total.to("GB")
+
+
+def test_pints_and_the_librarys_quantities_mix():
+    """Either order: pint's operators leave the library's quantities to theirs."""
+    ours, theirs = Quantity(3, "GB"), an.Q_(1, "GiB")
+    assert (theirs + ours).to("byte").magnitude == (ours + theirs).to("byte").magnitude == 2**30 + 3 * 10**9
+    assert (theirs / ours).to("").magnitude == pytest.approx(2**30 / 3e9)
+    assert an.Q_(2, "GB/s") * Quantity(3, "s") == an.Q_(6, "GB")
+
+
+@pytest.mark.parametrize("command", [["step"], ["memory"], ["step", "--json"]])
+def test_the_command_line_imports_no_pint_numpy_or_sympy(command):
+    code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()) as out: code = main({command!r})\n"
+            "print(code, len(out.getvalue()), sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    assert out[0] == "0" and int(out[1]) > 1000 and out[2].strip() == "[]"
