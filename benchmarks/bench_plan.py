@@ -10,9 +10,9 @@ Prints, each against its target:
 - ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
   pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache and
-  later ones (each composes its plans on numbers), and what ``python -c "import pint"`` alone takes there,
-  which a run imports to read units and print its quantities (pint imports numpy). Where no environment can
-  be built (no package index), the same in this environment, said so;
+  later ones (each composes its plans on numbers), and which of pint, numpy and sympy a run imports (none: it
+  holds its quantities as data). Where no environment can be built (no package index), the same in this
+  environment, said so;
 - the wheel's size and the installed package's (targets: 2 MB and 10 MB).
 
 Run: python benchmarks/bench_plan.py
@@ -106,9 +106,11 @@ def main():
     print(f"`analytic step` against `python -c \"import numpy\"` {where} ({numpy:.3f} s; target <= 3x): first "
           f"run {first:.2f} s ({first / numpy:.1f}x), later runs {warm:.2f} s ({warm / numpy:.1f}x); each composes its "
           "plans on numbers")
-    pint = wall([python, "-c", "import pint"], env)  # what a run imports to read units and print its quantities
-    print(f"of a later run, `python -c \"import pint\"` alone (numpy with it) {pint:.3f} s ({pint / numpy:.1f}x), "
-          f"the library's own imports and work {warm - pint:.3f} s ({(warm - pint) / numpy:.1f}x)")
+    code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['step'])\n"
+            "print(', '.join(sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'})) or 'none')")
+    heavy = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    print(f"of pint, numpy and sympy, a run of `analytic step` imports: {heavy}")
 
 
 def _wheel_install() -> tuple[str, list | None, str, tuple | None]:
