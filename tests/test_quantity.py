@@ -135,3 +135,15 @@ def test_the_command_line_imports_no_pint_numpy_or_sympy(command):
             "print(code, len(out.getvalue()), sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
     assert out[0] == "0" and int(out[1]) > 1000 and out[2].strip() == "[]"
+
+
+@given(a=st.sampled_from(ALL), b=st.sampled_from(ALL), x=st.integers(1, 10**6), n=st.sampled_from([-3, -2, -1, 1, 2, 3]))
+def test_unit_arithmetic_is_pints(a, b, x, n):
+    """Products, quotients and powers of units, and of a unit with a number or a quantity."""
+    ua, ub, pa, pb = Unit.of(a), Unit.of(b), an.ureg.Unit(a), an.ureg.Unit(b)
+    pairs = [(ua * ub, pa * pb), (ua / ub, pa / pb), (ua ** n, pa ** n)]
+    assert all(dict(o.items) == dict(t._units) for o, t in pairs)
+    quantities = [(ua * x, pa * x), (x * ua, x * pa), (ua / x, pa / x), (x / ua, x / pa),
+                  (ua * Quantity(x, b), pa * an.Q_(x, b)), (ua / Quantity(x, b), pa / an.Q_(x, b))]
+    for o, t in quantities:
+        assert type(o) is Quantity and o.magnitude == t.magnitude and dict(o.units.items) == dict(t._units)

@@ -133,14 +133,14 @@ class Unit(str):
         return table.factor(self.items, Unit.of(other).items)
 
     def __mul__(self, other):
-        if isinstance(other, (Unit, str)) or hasattr(other, "_units") and not hasattr(other, "magnitude"):
+        if _is_unit(other):
             return Unit(table.times(self.items, Unit.of(other).items))
-        return Quantity(other, self) if not isinstance(other, Quantity) else other * Quantity(1, self)
+        return Quantity(1, self) * other if hasattr(other, "magnitude") else Quantity(other, self)
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        if isinstance(other, (Unit, str)) or hasattr(other, "_units") and not hasattr(other, "magnitude"):
+        if _is_unit(other):
             return Unit(table.times(self.items, Unit.of(other).items, -1))
         return Quantity(1, self) / other
 
@@ -155,7 +155,7 @@ class Unit(str):
     def __eq__(self, other):
         if isinstance(other, Unit):
             return dict(self.items) == dict(other.items)
-        if isinstance(other, str) or hasattr(other, "_units") and not hasattr(other, "magnitude"):
+        if _is_unit(other):
             try:
                 return dict(self.items) == dict(Unit.of(other).items)
             except table.UnitError:
@@ -192,6 +192,11 @@ class Unit(str):
             from pint.util import UnitsContainer
             self._pint = registry().Unit(UnitsContainer(dict(self.items)))
         return self._pint
+
+
+def _is_unit(x) -> bool:
+    """Whether ``x`` is a unit: a Unit, a unit's text or pint's unit (a quantity has a magnitude)."""
+    return isinstance(x, str) or hasattr(x, "_units") and not hasattr(x, "magnitude")
 
 
 #: what pint's objects answer and the library's ask pint for (an attribute not here is not asked: ``hasattr``
