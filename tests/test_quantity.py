@@ -6,6 +6,8 @@ in every format the library prints; pint's objects where a user reads a quantity
 import itertools
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 
 import pint
 import pytest
@@ -147,3 +149,27 @@ def test_unit_arithmetic_is_pints(a, b, x, n):
                   (ua * Quantity(x, b), pa * an.Q_(x, b)), (ua / Quantity(x, b), pa / an.Q_(x, b))]
     for o, t in quantities:
         assert type(o) is Quantity and o.magnitude == t.magnitude and dict(o.units.items) == dict(t._units)
+
+
+@pytest.mark.parametrize("m", [Fraction(3, 7), Decimal("2.5"), 7, 2.5])
+@pytest.mark.parametrize("a,b", [("GB", "byte"), ("GiB", "GB"), ("hour", "s"), ("percent", ""), ("byte", "byte")])
+def test_exact_magnitudes_convert_as_pints(m, a, b):
+    """Fractions and Decimals convert by pint's factor read as their own type; a unit to itself is the same number."""
+    ours, theirs = Quantity(m, a).to(b).magnitude, an.Q_(m, a).to(b).magnitude
+    assert ours == theirs and type(ours) is type(theirs)
+
+
+def test_a_quantity_times_a_unit_and_a_unit_of_text():
+    assert (Quantity(3, "GB") * Unit.of("s")).magnitude == 3 and Quantity(3, "GB") * Unit.of("s") == an.Q_(3, "GB*s")
+    assert (Quantity(3, "GB") / Unit.of("s")).units == Unit.of("GB/s")
+    assert "GB" / Unit.of("s") == Unit.of("GB/s") and ("GB" / Unit.of("s")).items == (("gigabyte", 1), ("second", -1))
+
+
+def test_zero_adds_to_any_quantity_and_equal_quantities_compare_equal():
+    assert (Quantity(3, "GB") + 0).magnitude == (an.Q_(3, "GB") + 0).magnitude == 3
+    with pytest.raises(units.DimensionalityError):
+        Quantity(3, "GB") + 1
+    a, b = Quantity(1, "GiB"), Quantity(2 ** 30, "byte")
+    pa, pb = an.Q_(1, "GiB"), an.Q_(2 ** 30, "byte")
+    for op in ("__eq__", "__lt__", "__le__", "__gt__", "__ge__"):
+        assert getattr(a, op)(b) == getattr(pa, op)(pb) and getattr(b, op)(Quantity(2, "GiB")) == getattr(pb, op)(an.Q_(2, "GiB"))
