@@ -3,8 +3,8 @@
 :class:`Unit` and :class:`Quantity` hold what pint's would (a container of unit names and a magnitude),
 convert with pint's factors (:mod:`.unit_table`) and print as pint prints them (the default, compact and
 pretty formats, abbreviated or not, with pint's sorting and exponents), so a number and its text are the
-same whichever made them; ``.pint()`` gives pint's object, and anything else asked of one (a LaTeX
-format, a numpy function) is answered by it. A run that never asks imports no pint.
+same whichever made them; ``.pint()`` gives pint's object, which answers a LaTeX or HTML format and a few
+of pint's methods asked of one (:data:`_PINT_ONLY`). A run that never asks imports no pint.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def _is_unit(x) -> bool:
 #: what pint's objects answer and the library's ask pint for (an attribute not here is not asked: ``hasattr``
 #: of anything else is False without importing pint)
 _PINT_ONLY = frozenset({"check", "compatible_units", "is_compatible_with", "to_base_units", "to_compact",
-                        "to_preferred", "to_reduced_units", "to_root_units", "to_tuple", "ito", "m_from",
+                        "to_preferred", "to_reduced_units", "to_root_units", "to_tuple", "m_from",
                         "from_", "systems"})
 
 _NAMED: dict = {}
