@@ -54,7 +54,7 @@ def test_a_unit_is_the_one_pint_reads(text):
     assert ours == theirs and ours.pint() == theirs and an.ureg.Unit(ours) == theirs  # pint reads it as its own
 
 
-@pytest.mark.parametrize("name", ["meter", "Gbyte_", "bytess", "GBs_", "x", "FLOPz", "kilo"])
+@pytest.mark.parametrize("name", ["meter", "Gbyte_", "bytess", "GBs_", "x", "FLOPz", "kilo", "kilo%", "P%"])
 def test_a_name_pint_does_not_define_is_refused(name):
     with pytest.raises(pint.UndefinedUnitError):
         an.ureg.Unit(name)

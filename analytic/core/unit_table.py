@@ -35,7 +35,7 @@ class _Definition:
         self.name, self.symbol, self.scale, self.reference, self.dimension = name, symbol, scale, reference, dimension
 
 
-_TOKEN = re.compile(r"\s*(?:(-?\d+\.?\d*(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?)|(\*\*|\^|[*/()·])|([^\s*/()·^]+))")
+_TOKEN = re.compile(r"\s*(?:(-?\d+\.?\d*(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?)|(\*\*|\^|[*/()·])|(%|[^\s*/()·^%]+))")
 
 
 def _tokens(text: str) -> list:
