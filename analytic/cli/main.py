@@ -201,12 +201,9 @@ def parser() -> argparse.ArgumentParser:
 
 @functools.cache
 def _preset_names(table: str) -> tuple[str, ...]:
-    """The names of presets/TABLE.toml, read as text (the command's help imports neither pint nor sympy)."""
-    import tomllib
-    from pathlib import Path
-
-    from ..core.files import read_text
-    return tuple(tomllib.loads(read_text(Path(__file__).parent.parent / "presets" / f"{table}.toml")))
+    """The names of presets/TABLE.toml (the command's help imports neither pint nor sympy)."""
+    from ..presets import table as read
+    return tuple(read(table))
 
 
 def _quiet_stdout() -> None:

@@ -59,8 +59,13 @@ def _geometric_mean(values: list[float]) -> float:
 
 
 @cache
+def table(name: str) -> dict:
+    """presets/NAME.toml, parsed once a process: every reader of a preset file reads it here."""
+    return tomllib.loads(read_text(HERE / f"{name}.toml"))
+
+
 def _ceiling_file() -> dict:
-    return tomllib.loads(read_text(HERE / "ceilings.toml"))
+    return table("ceilings")
 
 
 def _ceiling_tables() -> dict:
@@ -202,14 +207,12 @@ def calibration(stack_name: str) -> Calibration:
                        key=family, pooled=pooled, standard_error=errors.get(family))
 
 
-@cache
 def _hardware_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "hardware.toml"))
+    return table("hardware")
 
 
-@cache
 def _model_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "models.toml"))
+    return table("models")
 
 
 _MODEL_META = ("source", "published_params", "published_active_params")
@@ -283,9 +286,8 @@ def hardwares() -> list[str]:
     return list(_hardware_tables())
 
 
-@cache
 def _reliability() -> dict:
-    return tomllib.loads(read_text(HERE / "reliability.toml"))
+    return table("reliability")
 
 
 def reliability_value(group: str, name: str):
@@ -305,9 +307,8 @@ def synchronous_restart_time():
     return reliability_value("synchronous_restart", "time").to("s")
 
 
-@cache
 def _collective_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "collectives.toml"))
+    return table("collectives")
 
 
 def nccl_latency(link: str):
@@ -334,14 +335,12 @@ def llama3_storage_bandwidth():
     return reliability_value("llama3", "storage_bandwidth")
 
 
-@cache
 def _kernel_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "kernels.toml"))
+    return table("kernels")
 
 
-@cache
 def _stack_tables() -> dict:
-    return tomllib.loads(read_text(HERE / "stacks.toml"))
+    return table("stacks")
 
 
 def stacks() -> list[str]:
