@@ -176,3 +176,13 @@ def test_zero_adds_to_any_quantity_and_equal_quantities_compare_equal():
     pa, pb = an.Q_(1, "GiB"), an.Q_(2 ** 30, "byte")
     for op in ("__eq__", "__lt__", "__le__", "__gt__", "__ge__"):
         assert getattr(a, op)(b) == getattr(pa, op)(pb) and getattr(b, op)(Quantity(2, "GiB")) == getattr(pb, op)(an.Q_(2, "GiB"))
+
+
+def test_units_quantities_and_presets_survive_pickling():
+    """As a Dask worker receives them: equal after a round trip, and read as pint's quantities."""
+    import pickle
+    unit, q, hw = Unit.of("GB/s"), Quantity(3, "GB"), an.hardware("h100-sxm")
+    assert pickle.loads(pickle.dumps(unit)) == unit and pickle.loads(pickle.dumps(unit)).items == unit.items
+    assert pickle.loads(pickle.dumps(q)) == q
+    again = pickle.loads(pickle.dumps(hw))
+    assert again == hw and isinstance(again.hbm, pint.Quantity) and again.hbm == hw.hbm

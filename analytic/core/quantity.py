@@ -205,14 +205,9 @@ _PINT_ONLY = frozenset({"check", "compatible_units", "is_compatible_with", "to_b
                         "to_preferred", "to_reduced_units", "to_root_units", "to_tuple", "m_from",
                         "from_", "systems"})
 
-_NAMED: dict = {}
-
-
+@functools.lru_cache(maxsize=4096)
 def _named(text: str) -> Unit:
-    u = _NAMED.get(text)
-    if u is None:
-        u = _NAMED[text] = Unit(table.container(text))
-    return u
+    return Unit(table.container(text))
 
 
 DIMENSIONLESS = Unit()
