@@ -213,11 +213,11 @@ def _in_unit(q, unit: str):
     from ..core.units import DimensionalityError
     from ..core.values import unit_of
     try:
-        unit = unit_of("--unit", unit)  # the one reader of unit names
+        target = unit_of("--unit", unit)  # the one reader of unit names
     except UnitError as exc:
         raise CLIError(str(exc)) from None
     try:
-        return q.to(unit)
+        return q.to(target)
     except DimensionalityError:
         raise CLIError(f"--unit: cannot express {q.units:~P} in {unit[:80]!r}") from None
 
