@@ -216,3 +216,18 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
             and f"The {len(then) - len(reached)} formulas from `model.params.moe_bias` on" in readme
             and f"The {len(added)} formulas added since ({', '.join(f'`{n}`' for n in added)})" in readme
             and len(names) == len(then) + len(added))
+
+def test_an_approximation_warning_points_at_the_callers_line():
+    """On numbers (the formula's terms) and on a sympy expression alike, the warning names the line that
+    asked for the value, not the library's."""
+    import warnings
+
+    import sympy
+    f = an.formula("reliability.goodput")
+    for ask in (lambda: f.evaluate(checkpoint_time="5 min", mtbf="30.4 min", restart_time="10 min"),
+                lambda: f.subs(checkpoint_time=sympy.Integer(300)).evaluate(mtbf="30.4 min", restart_time="10 min"),
+                lambda: f.subs(checkpoint_time="5 min", mtbf="30.4 min").subs(restart_time="10 min").value()):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ask()
+        assert caught and all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]

@@ -10,13 +10,12 @@ expression, domain and caveats when one of them is first read, and evaluates at 
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 from . import held, terms
 from . import symbols as _symbols
-from .errors import ApproximationWarning, FreeSymbolError, InputError, UnitError, UnknownNameError
+from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .units import DIMENSIONLESS, DimensionalityError, Q, Unit, as_unit, data, is_quantity, is_unit
 from .values import count, exact, exact_number, in_range, is_sympy, unit_of
 
@@ -221,7 +220,7 @@ class Formula:
         """An ApproximationWarning for each caveat whose condition ``repl`` decides false."""
         for cond, why in self.caveats:
             if (cond.xreplace(repl) if repl else cond) == sympy.false:
-                warnings.warn(f"{self.name}: {why}", ApproximationWarning, stacklevel=3)
+                held.approximate(self.name, why)
 
     __call__ = evaluate
 

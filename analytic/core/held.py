@@ -186,17 +186,23 @@ def outside(name: str, origin: str, why: str) -> InputError:
     return InputError(f"{origin}: outside the formula's domain{where}: {why}")
 
 
-def value(f):
-    """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats warned."""
+def approximate(name: str, why: str) -> None:
+    """The ApproximationWarning of a formula ``name`` evaluated where its caveat ``why`` fails (pointing at
+    the caller of ``evaluate`` or ``value``)."""
     import warnings
 
     from .errors import ApproximationWarning
+    warnings.warn(f"{name}: {why}", ApproximationWarning, stacklevel=4)
+
+
+def value(f):
+    """The number a Formula holding one stands for, as a Quantity: its domain checked, its caveats warned."""
     for cond, why, origin in f.raw_domain:
         if cond is False:
             raise outside(f.name, origin, why)
     for cond, why in f.raw_caveats:
         if cond is False:
-            warnings.warn(f"{f.name}: {why}", ApproximationWarning, stacklevel=3)
+            approximate(f.name, why)
     x = float(f.term)
     if not math.isfinite(x):
         raise InputError(f"{f.name}: the result is not a finite real number")
