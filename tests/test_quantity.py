@@ -121,6 +121,7 @@ def test_a_user_reads_pints_quantities_and_the_command_line_the_librarys():
         inside = (plan.step_time(), plan.memory().total, hw.hbm, hw.peaks["bf16"])
         assert all(type(q) is Quantity for q in inside)
     assert isinstance(hw.hbm, pint.Quantity)  # the preset read once, as data, gives pint's again outside
+    assert "bf16" in hw.peaks and isinstance(hw.peaks["bf16"], pint.Quantity) and dict(hw.peaks) == {**hw.peaks}
     assert inside[0].magnitude == plan.step_time().magnitude and inside[1].to("GB") == plan.memory().total.to("GB")
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
+from collections.abc import Mapping
 
 from .quantity import DIMENSIONLESS, Quantity, Unit, registry
 from .unit_table import DimensionalityError, UndefinedUnit
 
-__all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "UndefinedUnit", "Unit", "as_data", "as_unit",
+__all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "ShownMapping", "UndefinedUnit", "Unit", "as_data", "as_unit",
            "data", "is_count", "is_quantity", "is_unit", "registry", "shown", "strip_counts", "takes_bare_number"]
 
 
@@ -53,7 +54,10 @@ def shown(x):
 
 def Q(magnitude, unit=DIMENSIONLESS):
     """A quantity as the library gives it (pint's, or its own within :func:`as_data`)."""
-    return shown(Quantity(magnitude, unit))
+    unit = Unit.of(unit)
+    if _AS_DATA.get():
+        return Quantity(magnitude, unit)
+    return registry().Quantity(magnitude, unit.pint())
 
 
 def is_quantity(x) -> bool:
@@ -126,9 +130,30 @@ class Shown:
         if obj is None:
             return self.default
         held = obj.__dict__[self.name]
-        if isinstance(held, dict):
-            return {k: shown(v) for k, v in held.items()}
-        return shown(held)
+        return ShownMapping(held) if isinstance(held, dict) else shown(held)
 
     def __set__(self, obj, value):
         obj.__dict__[self.name] = value
+
+
+class ShownMapping(Mapping):
+    """A dict of the library's quantities, each read as the library gives it when it is read (a key looked up
+    or listed makes no quantity)."""
+
+    def __init__(self, held: dict):
+        self._held = held
+
+    def __getitem__(self, key):
+        return shown(self._held[key])
+
+    def __iter__(self):
+        return iter(self._held)
+
+    def __len__(self):
+        return len(self._held)
+
+    def __eq__(self, other):
+        return dict(self.items()) == (dict(other.items()) if isinstance(other, Mapping) else other)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
