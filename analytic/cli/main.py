@@ -201,9 +201,12 @@ def parser() -> argparse.ArgumentParser:
 
 @functools.cache
 def _preset_names(table: str) -> tuple[str, ...]:
-    """The names of presets/TABLE.toml (the command's help imports neither pint nor sympy)."""
-    from ..presets import table as read
-    return tuple(read(table))
+    """The names of presets/TABLE.toml, parsed as the presets parse it (the command's help imports neither the
+    presets nor pint nor sympy)."""
+    from pathlib import Path
+
+    from ..core.files import package_toml
+    return tuple(package_toml(Path(__file__).parent.parent / "presets" / f"{table}.toml"))
 
 
 def _quiet_stdout() -> None:

@@ -20,38 +20,6 @@ from . import unit_table as table
 #: the magnitude format of a quantity formatted without one (the registry's default_format)
 DEFAULT_FORMAT = ".12g"
 _EXP = re.compile(r"([0-9]\.?[0-9]*)e(-?)\+?0*([0-9]+)")
-_PRETTY = str.maketrans("0123456789-.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻\u22c5")
-#: formats of a unit: product, division, power, exponent
-_STYLES = {"D": ("{} * {}", "{} / {}", "{} ** {}", "{:n}".format),
-           "C": ("*", "{}/{}", "{}**{}", "{:n}".format),
-           "P": ("·", "{}/{}", "{}{}", lambda x: f"{x:n}".translate(_PRETTY))}
-
-
-def _join(fmt: str, items: list) -> str:
-    if not items:
-        return ""
-    if "{}" not in fmt:
-        return fmt.join(items)
-    out = items[0]
-    for x in items[1:]:
-        out = fmt.format(out, x)
-    return out
-
-
-def format_units(items: tuple, style: str = "D", short: bool = False, ordered: bool = True) -> str:
-    """A container as pint's formatter writes it (``style`` D, C or P; ``short``: symbols)."""
-    if not items:
-        return "" if short else "dimensionless"
-    product, division, power, exp = _STYLES[style]
-    rows = [((table.symbol_of(k) if short else k), v, k) for k, v in items]
-    if ordered:
-        rows.sort(key=lambda r: r[2])
-    pos = [n if v == 1 else power.format(n, exp(abs(v))) for n, v, _ in rows if not v < 0]
-    neg = [n if v == -1 else power.format(n, exp(abs(v))) for n, v, _ in rows if v < 0]
-    out = _join(product, pos) or "1"
-    return out if not neg else _join(division, [out, _join(division, neg)])
-
-
 def _split(spec: str) -> tuple[str, str, bool] | None:
     """(magnitude spec, style, short) of a format spec, or None for a style pint alone writes (LaTeX,
     HTML, ...)."""
@@ -84,7 +52,7 @@ class Dimensions(dict):
     """A unit's dimensions ("[time]" → exponent), written as pint writes them."""
 
     def __str__(self):
-        return format_units(tuple(self.items()), ordered=False)
+        return table.format_units(tuple(self.items()), ordered=False)
 
     def __repr__(self):
         return "<UnitsContainer({%s})>" % ", ".join(f"'{k}': {v}" for k, v in sorted(self.items()))
@@ -95,7 +63,7 @@ class Unit(str):
     pint reads as the same unit ("gigabyte / second"), so pint takes it wherever it takes a unit."""
 
     def __new__(cls, items: tuple = ()):
-        self = super().__new__(cls, format_units(items, ordered=False) if items else "")
+        self = super().__new__(cls, table.format_units(items, ordered=False) if items else "")
         self.items, self._pint, self._dims = items, None, None
         return self
 
@@ -112,11 +80,7 @@ class Unit(str):
         items = getattr(unit, "_units", None)
         if items is None:
             raise table.UnitError(f"expected a unit, got {unit!r}")
-        out = {}
-        for k, v in dict(items).items():  # names another registry may not share: read as units.txt reads them
-            name = table.name_of(k)
-            out[name] = out.get(name, 0) + v
-        return cls(tuple((k, v) for k, v in out.items() if v != 0))
+        return cls(table.canonical(dict(items).items()))  # another registry's names, read as units.txt reads them
 
     @property
     def dimensionality(self) -> dict:
@@ -173,13 +137,13 @@ class Unit(str):
         split = _split(spec)
         if split is None:
             return format(self.pint(), spec)
-        return format_units(self.items, split[1], split[2])
+        return table.format_units(self.items, split[1], split[2])
 
     def __str__(self):
-        return format_units(self.items)
+        return table.format_units(self.items)
 
     def __repr__(self):
-        return f"<Unit('{format_units(self.items, ordered=False)}')>"
+        return f"<Unit('{table.format_units(self.items, ordered=False)}')>"
 
     def __getattr__(self, name):
         if name not in _PINT_ONLY:
@@ -366,8 +330,8 @@ class Quantity:
             found = _EXP.match(mstr)
             if found:
                 exp = int(found.group(2) + found.group(3))
-                mstr = _EXP.sub(r"\1×10" + f"{exp:n}".translate(_PRETTY), mstr)
-        ustr = format_units(self.units.items, style, short)
+                mstr = _EXP.sub(r"\1×10" + f"{exp:n}".translate(table.PRETTY), mstr)
+        ustr = table.format_units(self.units.items, style, short)
         if ustr == "":
             return mstr
         return f"{mstr} {ustr[2:] if ustr.startswith('1 / ') else ustr}"
@@ -377,7 +341,7 @@ class Quantity:
 
     def __repr__(self):
         m = f"{self.magnitude:.9}" if isinstance(self.magnitude, float) else f"{self.magnitude}"
-        return f"<Quantity({m}, '{format_units(self.units.items, ordered=False)}')>"
+        return f"<Quantity({m}, '{table.format_units(self.units.items, ordered=False)}')>"
 
     def pint(self):
         """pint's Quantity."""

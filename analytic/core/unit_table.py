@@ -58,25 +58,31 @@ def _tokens(text: str) -> list:
     return out
 
 
+def times(a: tuple, b: tuple, sign: int = 1) -> tuple:
+    """The container ``a · b`` (``a / b`` with ``sign`` -1), as pint's UnitsContainer makes it."""
+    out = dict(a)
+    for k, v in b:
+        out[k] = out.get(k, 0) + sign * v
+        if out[k] == 0:
+            del out[k]
+    return tuple(out.items())
+
+
 class _Parsed:
     """An expression of numbers and names as pint's ParserHelper evaluates it: a scale and an ordered
     container of names."""
 
     __slots__ = ("scale", "items")
 
-    def __init__(self, scale=1, items=None):
-        self.scale, self.items = scale, items or {}
+    def __init__(self, scale=1, items=()):
+        self.scale, self.items = scale, items
 
     def times(self, other, sign=1):
-        items = dict(self.items)
-        for k, v in other.items.items():
-            items[k] = items.get(k, 0) + sign * v
-            if items[k] == 0:
-                del items[k]
-        return _Parsed(self.scale * other.scale if sign > 0 else self.scale / other.scale, items)
+        return _Parsed(self.scale * other.scale if sign > 0 else self.scale / other.scale,
+                       times(self.items, other.items, sign))
 
     def power(self, n):
-        return _Parsed(self.scale ** n, {k: v * n for k, v in self.items.items()})
+        return _Parsed(self.scale ** n, tuple((k, v * n) for k, v in self.items))
 
 
 def parse(text: str) -> _Parsed:
@@ -93,7 +99,7 @@ def parse(text: str) -> _Parsed:
         if kind == "n":
             return _Parsed(value)
         if kind == "u":
-            return _Parsed(1, {value: 1})
+            return _Parsed(1, ((value, 1),))
         if (kind, value) == ("o", "("):
             inner = product()
             if peek() != ("o", ")"):
@@ -150,7 +156,7 @@ def _read() -> tuple[dict, dict]:
             d = _Definition(name, symbol, 1, None, value)
         else:
             p = parse(value)
-            d = _Definition(name, symbol, p.scale, tuple(p.items.items()))
+            d = _Definition(name, symbol, p.scale, p.items)
         for key in (name, *aliases):
             units[key] = d
     return prefixes, units
@@ -200,25 +206,17 @@ def container(text: str) -> tuple:
     p = parse(text)
     if p.scale != 1:
         raise UnitError(f"{text!r}: a unit has no number in it")
-    out = {}
-    for k, v in p.items.items():
-        if k == "dimensionless":
-            continue
-        name = name_of(k)
-        out[name] = out.get(name, 0) + v
-        if out[name] == 0:
-            del out[name]
-    return tuple(out.items())
+    return canonical(p.items)
 
 
-def times(a: tuple, b: tuple, sign: int = 1) -> tuple:
-    """The container ``a · b`` (``a / b`` with ``sign`` -1), as pint's UnitsContainer makes it."""
-    out = dict(a)
-    for k, v in b:
-        out[k] = out.get(k, 0) + sign * v
-        if out[k] == 0:
-            del out[k]
-    return tuple(out.items())
+def canonical(items) -> tuple:
+    """A container of any names (a user's, another registry's) in canonical ones, names that resolve alike
+    merged and "dimensionless" dropped."""
+    out = ()
+    for k, v in items:
+        if k != "dimensionless":
+            out = times(out, ((name_of(k), v),))
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -243,8 +241,9 @@ def factor(src: tuple, dst: tuple):
     """The number that converts a magnitude in ``src`` to ``dst``: pint's, by its operations
     (an DimensionalityError error where the dimensions differ)."""
     if dict(dimensionality(src)) != dict(dimensionality(dst)):
-        raise DimensionalityError(f"Cannot convert from '{describe(src)}' ({describe(dimensionality(src))}) to "
-                                f"'{describe(dst)}' ({describe(dimensionality(dst))})")
+        raise DimensionalityError(f"Cannot convert from '{format_units(src, ordered=False)}' "
+                                  f"({format_units(dimensionality(src), ordered=False)}) to '{format_units(dst, ordered=False)}' "
+                                  f"({format_units(dimensionality(dst), ordered=False)})")
     numerator, denominator = {}, {}
 
     def walk(items, exp):
@@ -281,8 +280,35 @@ def factor(src: tuple, dst: tuple):
     return out
 
 
-def describe(units: tuple) -> str:
-    """A container in full names, as pint's error messages write it ("gigabyte / second")."""
-    return " / ".join(filter(None, (" * ".join(f"{k}" if v == 1 else f"{k} ** {v}" for k, v in units if v > 0) or
-                                    ("1" if any(v < 0 for _, v in units) else "dimensionless"),
-                                    " / ".join(k if v == -1 else f"{k} ** {-v}" for k, v in units if v < 0))))
+#: pretty exponents, as pint writes them
+PRETTY = str.maketrans("0123456789-.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻\u22c5")
+
+#: formats of a unit: product, division, power, exponent
+_STYLES = {"D": ("{} * {}", "{} / {}", "{} ** {}", "{:n}".format),
+           "C": ("*", "{}/{}", "{}**{}", "{:n}".format),
+           "P": ("·", "{}/{}", "{}{}", lambda x: f"{x:n}".translate(PRETTY))}
+
+
+def _join(fmt: str, items: list) -> str:
+    if not items:
+        return ""
+    if "{}" not in fmt:
+        return fmt.join(items)
+    out = items[0]
+    for x in items[1:]:
+        out = fmt.format(out, x)
+    return out
+
+
+def format_units(items: tuple, style: str = "D", short: bool = False, ordered: bool = True) -> str:
+    """A container as pint's formatter writes it (``style`` D, C or P; ``short``: symbols)."""
+    if not items:
+        return "" if short else "dimensionless"
+    product, division, power, exp = _STYLES[style]
+    rows = [((symbol_of(k) if short else k), v, k) for k, v in items]
+    if ordered:
+        rows.sort(key=lambda r: r[2])
+    pos = [n if v == 1 else power.format(n, exp(abs(v))) for n, v, _ in rows if not v < 0]
+    neg = [n if v == -1 else power.format(n, exp(abs(v))) for n, v, _ in rows if v < 0]
+    out = _join(product, pos) or "1"
+    return out if not neg else _join(division, [out, _join(division, neg)])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnknownNameError
-from ..core.files import read_text
+from ..core.files import package_toml, read_text
 from ..core.units import Q
 from ..core.values import as_quantity
 from .hardware import Calibration, Ceiling, Hardware
@@ -58,10 +58,9 @@ def _geometric_mean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-@cache
 def table(name: str) -> dict:
-    """presets/NAME.toml, parsed once a process: every reader of a preset file reads it here."""
-    return tomllib.loads(read_text(HERE / f"{name}.toml"))
+    """presets/NAME.toml, parsed once a process (:func:`~analytic.core.files.package_toml`)."""
+    return package_toml(HERE / f"{name}.toml")
 
 
 def _ceiling_file() -> dict:

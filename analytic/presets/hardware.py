@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from ..core.choices import PLATFORMS
 from ..core.errors import InputError, PresetError, UnitError, UnknownNameError
-from ..core.units import Quantity, Shown, Unit, shown
+from ..core.units import Quantity, Shown, Unit
 from ..core.values import choice, count, exact_number, in_range, quantity
 
 
@@ -123,10 +123,9 @@ class Hardware:
 
     def peak_flops(self, dtype: str = "bf16"):
         """Dense peak FLOP/s for ``dtype``."""
-        peaks = self.__dict__["peaks"]
-        if dtype not in peaks:
-            raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, peaks)
-        return shown(peaks[dtype])
+        if dtype not in self.peaks:
+            raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, self.peaks)
+        return self.peaks[dtype]
 
     @property
     def scale_up_bandwidth(self):
