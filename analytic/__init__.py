@@ -34,14 +34,18 @@ _LAZY = {"Formula": "core.formula", "formula": "formulas", "formulas": "formulas
          "Model": "presets.model", "Layout": "plan", "Memory": "plan", "Plan": "plan", "hardware": "presets",
          "hardwares": "presets", "model": "presets", "models": "presets", "stack": "presets", "stacks": "presets",
          "search": "search.layouts", "sweep": "search.sweeps", "codesign": "search.codesign", "sym": "core.symbols", "Q_": "core.units",
-         "ureg": "core.units"}
+         "ureg": "core.units", "use_registry": "core.registry"}
+
+#: public names read anew at each use (the registry in use can change: ``an.use_registry``)
+_CURRENT = {"ureg", "Q_"}
 
 #: modules of the notation, by the names they had at the package's top: ``an.errors``, ``an.symbols``
 _MODULES = {"errors": "core.errors", "symbols": "core.symbols"}
 
 __all__ = ["AnalyticError", "Formula", "FreeSymbolError", "Hardware", "InputError", "Layout", "LayoutError",
            "Memory", "Model", "Plan", "PresetError", "Q_", "UnitError", "UnknownNameError", "codesign", "formula", "formulas",
-           "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg"]
+           "hardware", "hardwares", "model", "models", "search", "stack", "stacks", "sweep", "sym", "ureg",
+           "use_registry"]
 
 
 class _Package(types.ModuleType):
@@ -53,7 +57,8 @@ class _Package(types.ModuleType):
             found = super().__getattribute__("__dict__").get(name)
             if found is None or isinstance(found, types.ModuleType):
                 found = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-                setattr(self, name, found)
+                if name not in _CURRENT:
+                    setattr(self, name, found)
             return found
         if name in _MODULES:
             return importlib.import_module(f"{__name__}.{_MODULES[name]}")
@@ -64,3 +69,9 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
+
+# the library's units in pint's application registry as soon as pint is loaded, so that quantities pickled
+# by another process unpickle here (pint itself is not imported for it)
+from .core.registry import define_if_loaded  # noqa: E402
+
+define_if_loaded()

@@ -49,5 +49,5 @@ def derive() -> Derivation:
     d.number("memory that resharding would save", gb(saved), "saved_405b")
     nic = an.hardware("h100-sxm").scale_out_bandwidth
     d.number(f"traffic that resharding would add over {plan.microbatches} microbatches", gb(extra), "extra_405b")
-    d.number(f"that traffic at one {nic.to('Gbit/s'):.0f~P} NIC", (gb(extra) / nic).to("s"), "extra_405b_time")
+    d.number(f"that traffic at one {nic.to('Gbit/s').magnitude:.0f} Gb/s NIC", (gb(extra) / nic).to("s"), "extra_405b_time")
     return d

@@ -16,7 +16,7 @@ from analytic.core.symbols import info
 
 def test_zero0_of_405b():
     f = an.formula("memory.model_states.zero0")
-    assert str(f.evaluate(params=405e9).to("TB")) == "6.48 terabyte"
+    assert format(f.evaluate(params=405e9).to("TB"), ".12g") == "6.48 terabyte"
     assert f.evaluate(params=an.Q_(405e9, "parameter")).to("TB") == f.evaluate(params=405e9).to("TB")
 
 

@@ -229,8 +229,9 @@ def _readable(q):
         s = q.to("s").magnitude
         unit = next(u for u, at in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 0)) if abs(s) >= at)
         out = q.to(unit)
-    else:
-        out = q.to_compact()
+    else:  # pint compacts it; the library's quantity again (bytes are a dimension of their own there)
+        from ..core.units import data
+        out = data(q.to_compact())
     return None if out.units == q.units else out
 
 

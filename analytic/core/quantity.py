@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import re
-import warnings
 from decimal import Decimal
 from fractions import Fraction
 
 from . import unit_table as table
+from .registry import pint_units, registry
 
 #: the magnitude format of a quantity formatted without one (the registry's default_format)
 DEFAULT_FORMAT = ".12g"
@@ -31,21 +31,6 @@ def _split(spec: str) -> tuple[str, str, bool] | None:
     if any(c.isalpha() and c not in "bcdeEfFgGnosxX%" for c in mspec):
         return None
     return mspec, style, "~" in spec
-
-
-@functools.lru_cache(maxsize=None)
-def registry():
-    """The pint registry of ``units.txt`` (made once, when first asked)."""
-    import pint
-    # DEFAULT_FORMAT is the default number format; specs such as "~P" inherit it (pint warns about that fallback)
-    warnings.filterwarnings("ignore", message="The given format spec does not contain a magnitude formatter",
-                            category=DeprecationWarning)
-    # pint's operators leave the library's quantities to theirs (as they leave xarray's), so mixing them works
-    pint.compat.upcast_type_map[f"{Quantity.__module__}.{Quantity.__qualname__}"] = Quantity
-    ureg = pint.UnitRegistry(str(table.FILE), autoconvert_offset_to_baseunit=True)
-    ureg.formatter.default_format = DEFAULT_FORMAT
-    pint.set_application_registry(ureg)
-    return ureg
 
 
 class Dimensions(dict):
@@ -64,7 +49,7 @@ class Unit(str):
 
     def __new__(cls, items: tuple = ()):
         self = super().__new__(cls, table.format_units(items, ordered=False) if items else "")
-        self.items, self._pint, self._dims = items, None, None
+        self.items, self._dims = items, None
         return self
 
     def __reduce__(self):
@@ -151,11 +136,8 @@ class Unit(str):
         return getattr(self.pint(), name)
 
     def pint(self):
-        """pint's unit."""
-        if self._pint is None:
-            from pint.util import UnitsContainer
-            self._pint = registry().Unit(UnitsContainer(dict(self.items)))
-        return self._pint
+        """pint's unit, in the registry in use."""
+        return pint_units(self.items)
 
 
 def _is_unit(x) -> bool:
@@ -305,7 +287,8 @@ class Quantity:
 
     def _plain(self):
         if not self.dimensionless:
-            raise table.DimensionalityError(f"cannot convert from {table.describe(self.units.items)} to dimensionless")
+            raise table.DimensionalityError(f"Cannot convert from '{self.units}' ({self.units.dimensionality}) to "
+                                            "'dimensionless' (dimensionless)")
         return self.to(DIMENSIONLESS).magnitude
 
     def __float__(self):
@@ -344,7 +327,7 @@ class Quantity:
         return f"<Quantity({m}, '{table.format_units(self.units.items, ordered=False)}')>"
 
     def pint(self):
-        """pint's Quantity."""
+        """pint's Quantity, in the registry in use."""
         return registry().Quantity(self.magnitude, self.units.pint())
 
     def __getattr__(self, name):

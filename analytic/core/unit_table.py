@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import UnitError
 
-#: the definitions file (pint's syntax), shared with the pint registry of :mod:`.units`
+#: the definitions file (pint's syntax); :mod:`.registry` defines what a pint registry lacks of it
 FILE = Path(__file__).with_name("units.txt")
 
 
@@ -137,16 +137,26 @@ def parse(text: str) -> _Parsed:
     return out
 
 
+def definitions() -> list[tuple[str, str, list[str], bool]]:
+    """The lines of ``units.txt`` as (name, value, [symbol, *aliases], is a prefix), in the file's order
+    (a prefix's names without their "-")."""
+    out = []
+    for line in FILE.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, value, *aliases = (p.strip() for p in line.split("="))
+            prefix = name.endswith("-")
+            if prefix:
+                name, aliases = name[:-1], [a[:-1] for a in aliases]
+            out.append((name, value, aliases, prefix))
+    return out
+
+
 def _read() -> tuple[dict, dict]:
     prefixes = {"": ("", "", 1)}  # key (name, symbol or alias) → (name, symbol, scale), in pint's order
     units = {}  # key (name, symbol or alias) → _Definition
-    for line in FILE.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name, value, *aliases = (p.strip() for p in line.split("="))
-        if name.endswith("-"):
-            name, aliases = name[:-1], [a[:-1] for a in aliases]
+    for name, value, aliases, prefix in definitions():
+        if prefix:
             entry = (name, aliases[0] if aliases else name, parse(value).scale)
             for key in (name, *aliases):
                 prefixes[key] = entry

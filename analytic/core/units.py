@@ -1,10 +1,10 @@
-"""The one unit registry of the library, built from ``units.txt`` (pint's default file is not used:
-it makes ``bit`` dimensionless, and ``1 byte + 1 FLOP`` must raise).
+"""Units and quantities as the library gives them.
 
-The library computes with units and quantities as data (:mod:`.quantity`, read from the same file) and
-gives pint's objects where a user reads one: :func:`shown` and :func:`Q` make them. pint is imported
-when the first is made (``ureg``, ``Q_`` and ``pint`` here are made on first use), so the command
-line, which prints quantities as data (:func:`as_data`), never imports it.
+The library computes with units and quantities as data (:mod:`.quantity`, read from ``units.txt``, where
+``1 byte + 1 FLOP`` raises) and gives pint's objects where a user reads one: :func:`shown` and :func:`Q`
+make them, in the user's registry (:mod:`.registry`). pint is imported when the first is made (``ureg``,
+``Q_`` and ``pint`` here are read on use), so the command line, which prints quantities as data
+(:func:`as_data`), never imports it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import contextvars
 import sys
 from collections.abc import Mapping
 
-from .quantity import DIMENSIONLESS, Quantity, Unit, registry
+from .quantity import DIMENSIONLESS, Quantity, Unit
+from .registry import registry, use_registry
 from .unit_table import DimensionalityError, UndefinedUnit
 
 __all__ = ["DIMENSIONLESS", "DimensionalityError", "Q", "Quantity", "Shown", "ShownMapping", "UndefinedUnit", "Unit", "as_data", "as_unit",
-           "data", "is_count", "is_quantity", "is_unit", "registry", "shown", "strip_counts", "takes_bare_number"]
+           "data", "is_count", "is_quantity", "is_unit", "registry", "shown", "strip_counts", "takes_bare_number", "use_registry"]
 
 
 def __getattr__(name):

@@ -1,0 +1,144 @@
+"""The pint registry the library gives its quantities in: the one the user works with.
+
+By default pint's application registry, the one ``pint.Quantity(3, "meter")`` and unpickling use; or one
+handed to :func:`use_registry`. The units of ``units.txt`` that the registry lacks (FLOP, token, parameter,
+dollar, ...) are defined into it; those it has are checked to mean what they mean here (dimension and
+factor), so a quantity the library returns combines with the user's own. The library never replaces the
+application registry, changes a registry's formats or installs a warnings filter.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import weakref
+
+from . import unit_table as table
+from .errors import InputError, UnitError
+
+_LOCK = threading.RLock()
+_CHOSEN: list = []  # the registry handed to use_registry, once one is
+_DEFINED: weakref.WeakSet = weakref.WeakSet()  # registries the library's units were defined into
+_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # registry → {units.txt name: its name}
+
+
+def use_registry(ureg=None):
+    """Give the library's quantities in ``ureg`` from now on, the library's units defined into it (None:
+    pint's application registry again). Returns the registry in use."""
+    import pint
+    if ureg is not None and not isinstance(ureg, (pint.UnitRegistry, pint.ApplicationRegistry)):
+        raise InputError(f"use_registry: expected a pint UnitRegistry or None, got {type(ureg).__name__}")
+    with _LOCK:
+        _CHOSEN[:] = [] if ureg is None else [ureg]
+    return registry()
+
+
+def registry():
+    """The registry in use (pint's application registry unless :func:`use_registry` chose another), the
+    library's units defined into it."""
+    import pint
+    ureg = _CHOSEN[0] if _CHOSEN else pint.get_application_registry()
+    real = ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
+    if real not in _DEFINED:
+        with _LOCK:
+            if real not in _DEFINED:
+                # pint's operators leave the library's quantities to theirs (as they leave xarray's), so the
+                # two mix in either order
+                pint.compat.upcast_type_map.setdefault("analytic.core.quantity.Quantity", None)
+                _define(real)
+                _DEFINED.add(real)
+                _NAMES[real] = {}
+    return ureg
+
+
+def pint_units(items: tuple):
+    """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
+    pint's "baud")."""
+    import pint
+    from pint.util import UnitsContainer
+    ureg = registry()
+    real = ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
+    names = _NAMES[real]
+    for k, _ in items:
+        if k not in names:
+            names[k] = real.get_name(k)
+    return ureg.Unit(UnitsContainer({names[k]: v for k, v in items}))
+
+
+def define_if_loaded() -> None:
+    """Define the library's units into pint's application registry now if pint is imported (so a
+    quantity pickled by another process unpickles after ``import analytic``), else when it is."""
+    if "pint" in sys.modules:
+        registry()
+    elif not any(isinstance(f, _WhenPintLoads) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WhenPintLoads())
+
+
+class _WhenPintLoads:
+    """An import hook that, once pint's package has run, defines the library's units into its
+    application registry, then removes itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "pint":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.machinery import PathFinder
+        spec = PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                registry()
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def _known(ureg, name: str) -> bool:
+    try:
+        ureg.get_name(name)
+    except Exception:  # pint's UndefinedUnitError, or a name its parser does not take
+        return False
+    return True
+
+
+def _refuse(name: str, value: str, got) -> UnitError:
+    return UnitError(f"the pint registry in use defines {name!r} as {got}, where analytic's {name} is {value}; "
+                     "hand analytic a registry of its own: an.use_registry(pint.UnitRegistry())")
+
+
+def _check(ureg, name: str, value: str, probe: str = "") -> None:
+    """Refuse a unit (or a prefix, read on ``probe``) the registry defines otherwise than units.txt."""
+    import pint
+    one = ureg.Quantity(1, name + probe)
+    if value.startswith("["):  # a base unit: of that dimension, or a base unit of none (pint's bit)
+        root = one.to_root_units()
+        if dict(one.dimensionality) not in ({value: 1}, {}) or dict(root.unit_items()) != {ureg.get_name(name): 1}:
+            raise _refuse(name, value, root)
+        return
+    reference = table.parse(value)
+    unit = probe or table.format_units(reference.items)
+    try:
+        got = one.m_as(ureg.Unit(unit))
+    except pint.DimensionalityError:
+        raise _refuse(name, value, one.to_base_units().units) from None
+    if not math.isclose(got, reference.scale, rel_tol=1e-12):
+        raise _refuse(name, value, f"{got} {unit}")
+
+
+def _define(ureg) -> None:
+    """Define into ``ureg`` the units and prefixes of units.txt it lacks; check those it has (a prefix is
+    read on the second)."""
+    lines = table.definitions()
+    for name, value, aliases, prefix in [*(d for d in lines if not d[3]), *(d for d in lines if d[3])]:
+        probe, dash = ("second", "-") if prefix else ("", "")
+        if _known(ureg, name + probe):
+            _check(ureg, name, value, probe)
+            continue
+        symbol, *others = aliases or [name]
+        if symbol == name or _known(ureg, symbol + probe):
+            symbol = "_"  # none of its own (pint writes the name)
+        free = [a + dash for a in others if not _known(ureg, a + probe)]
+        ureg.define(" = ".join([name + dash, value, symbol + dash, *free]))

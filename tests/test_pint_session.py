@@ -1,0 +1,115 @@
+"""A user's pint session around the library: the application registry, a registry of the user's own,
+pickling and mixing, before and after each public entry point. The library defines its units into the
+registry the user works with and changes nothing else of pint."""
+
+import pickle
+import subprocess
+import sys
+import warnings
+
+import pint
+import pytest
+
+import analytic as an
+from analytic.core.errors import InputError, UnitError
+
+
+def _plan():
+    return an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=4), seq_len=2048, global_batch=64)
+
+
+#: each public entry point that gives quantities, and one quantity of what it gives
+ENTRY_POINTS = {
+    "Formula.evaluate": lambda: an.formula("memory.model_states.zero1").evaluate(params=405e9, dp=64),
+    "Plan.memory": lambda: _plan().memory().total,
+    "Plan.step_time": lambda: _plan().step_time(),
+    "Plan.time_breakdown": lambda: next(iter(_plan().time_breakdown().values())),
+    "Hardware.hbm": lambda: an.hardware("h100-sxm").hbm,
+    "Hardware.peak_flops": lambda: an.hardware("h100-sxm").peak_flops("bf16"),
+    "an.Q_": lambda: an.Q_(3, "GFLOP"),
+}
+
+
+def _users_pint_state():
+    app = pint.get_application_registry()
+    return (app, app.get(), app.get().formatter.default_format, list(warnings.filters),
+            str(pint.Quantity(3, "meter").to("cm")))
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_the_users_pint_is_as_it_was_after_each_entry_point(entry):
+    """The application registry, its formats, the warnings filters and a metre are what they were."""
+    before = _users_pint_state()
+    got = ENTRY_POINTS[entry]()
+    after = _users_pint_state()
+    assert before[0] is after[0] and before[1] is after[1] and before[2:] == after[2:]
+    assert after[4] == "300.0 centimeter"
+    assert isinstance(got, pint.Quantity) and got._REGISTRY is pint.get_application_registry().get()
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_what_the_library_returns_mixes_with_the_users_quantities(entry):
+    got = ENTRY_POINTS[entry]()
+    mine = pint.Quantity(10, "s")
+    assert (got * mine / mine).to(got.units).magnitude == pytest.approx(got.magnitude, rel=1e-15)
+    assert an.ureg is pint.get_application_registry()
+
+
+def test_the_library_adds_its_units_to_the_application_registry_and_reads_them_back():
+    step = _plan().step_time()
+    rate = (pint.Quantity(2, "GFLOP") / step).to("FLOP/s")
+    assert rate.magnitude == pytest.approx(2e9 / step.to("s").magnitude, rel=1e-15)
+    assert pint.Quantity(1, "token").dimensionality == {"[token]": 1}
+    with pytest.raises(pint.DimensionalityError):
+        pint.Quantity(1, "byte") + pint.Quantity(1, "FLOP")
+
+
+def test_a_registry_of_the_users_own():
+    """Handed a registry, the library gives its quantities there, and pint's application registry is
+    untouched; None hands the application registry back."""
+    mine = pint.UnitRegistry()
+    try:
+        assert an.use_registry(mine) is mine and an.ureg is mine
+        step = _plan().step_time()
+        assert step._REGISTRY is mine and (step + mine.Quantity(1, "s")).to("s").magnitude > 1
+        assert an.formula("memory.model_states.zero1").evaluate(params=8e9, dp=8)._REGISTRY is mine
+        assert "FLOP" in mine and pint.get_application_registry().get() is not mine
+    finally:
+        an.use_registry(None)
+    assert an.ureg is pint.get_application_registry() and _plan().step_time()._REGISTRY is not mine
+
+
+def test_a_registry_that_means_otherwise_is_refused_naming_the_unit():
+    other = pint.UnitRegistry()
+    other.define("FLOP = 2 * second")
+    with pytest.raises(UnitError, match="'FLOP'"):
+        an.use_registry(other)
+    an.use_registry(None)
+    with pytest.raises(InputError, match="use_registry: expected a pint UnitRegistry"):
+        an.use_registry("pint")
+
+
+_WRITE = """
+import pickle, sys
+import analytic as an
+plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=4), seq_len=2048, global_batch=64)
+f = an.formula("memory.model_states.zero1").evaluate(params=405e9, dp=64)
+qs = [plan.step_time(), plan.memory().total, f, an.Q_(3, "Gtoken/s"), an.Q_(2, "PFLOP")]
+sys.stdout.buffer.write(pickle.dumps(qs))
+"""
+
+_READ = {"analytic first": "import pickle, sys\nimport analytic\n",
+         "pint first": "import pickle, sys\nimport pint\nimport analytic\n"}
+
+
+@pytest.mark.parametrize("order", _READ)
+def test_quantities_pickled_in_one_process_unpickle_in_another(order):
+    """In a new process, after ``import analytic`` (pint imported before it or not), as pint unpickles
+    them: into the application registry."""
+    blob = subprocess.run([sys.executable, "-c", _WRITE], capture_output=True, check=True).stdout
+    read = _READ[order] + ("qs = pickle.loads(sys.stdin.buffer.read())\n"
+                           "print([f'{q.to_base_units().magnitude:.17g} {q.units}' for q in qs])\n")
+    out = subprocess.run([sys.executable, "-c", read], input=blob, capture_output=True, check=True).stdout
+    want = [f"{q.to_base_units().magnitude:.17g} {q.units}" for q in pickle.loads(blob)]
+    assert out.decode().strip() == str(want)
+    assert "gigatoken / second" in out.decode() and "petaFLOP" in out.decode()
