@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..core.errors import AnalyticError
 from .flags import PLAN_FLAGS, CLIError, build_plan, count_flag, refuse_unread, search_inputs
 from .output import json_text
@@ -45,13 +47,12 @@ def cmd_step(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    """`analytic memory`: the plan's memory per GPU, its verdict, the allocator's peak and what fits instead."""
     refuse_unread(args, PLAN_FLAGS - {"mfu", "tokens"}, "memory", "memory depends only on the layout and the batch")
     plan, extra = build_plan(args)
-    from ..core.choices import MEMORY_PARTS as PARTS
-    from ..core.choices import MEMORY_VERDICTS
     from ..core.errors import PresetError
     from ..presets import memory_reserve, stack
-    from .story import fitting_changes, node_host_memory, wasted_selective
+    from .story import fitting_changes, wasted_selective
     mem = plan.memory()
     changes = [] if mem.fits else [
         {"change": label, "total": float(other.memory().total.to("GB").magnitude), "verdict": other.memory_verdict(),
@@ -74,18 +75,59 @@ def cmd_memory(args) -> int:
         peak = low = high = outside = None
         measured = []
         notes.append(f"no predicted peak: {exc}")
+    r = MemoryReport(plan, mem, rows, stages, notes, headroom, fit, peak, low, high, measured, outside, changes)
     if args.json:
-        gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
-        print(json_text({k: float(v.magnitude) for k, v in rows.items()} | {
-            "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
-            "notes": notes,
-            "peak": None if peak is None else float(peak.magnitude),
-            "outside_mean": None if outside is None else float(outside.magnitude),
-            "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
-            "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
-            "reserve_measured_on": measured, "fitting_changes": changes,
-            **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
-        return 0
+        _memory_json(r, args)
+    else:
+        _memory_text(r)
+    return 0
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What `analytic memory` prints: the plan, its memory and rows in GB, its stages, notes, headroom and
+    verdict, the allocator's predicted peak with its interval, the stacks it was measured on and the memory
+    outside it (None without a reserve), and the one-setting changes that make it fit."""
+
+    plan: object
+    mem: object
+    rows: object
+    stages: object
+    notes: object
+    headroom: object
+    fit: object
+    peak: object
+    low: object
+    high: object
+    measured: object
+    outside: object
+    changes: object
+
+
+def _memory_json(r: MemoryReport, args) -> None:
+    """The report as JSON (GB), the stages' parts with ``--stages``."""
+    plan, mem, rows, stages, notes, headroom = r.plan, r.mem, r.rows, r.stages, r.notes, r.headroom
+    fit, peak, low, high, measured, outside, changes = r.fit, r.peak, r.low, r.high, r.measured, r.outside, r.changes
+    from ..core.choices import MEMORY_PARTS as PARTS
+    gb = lambda m: {k: float(m.as_dict()[k].to("GB").magnitude) for k in (*PARTS, "total", "host")}  # noqa: E731
+    print(json_text({k: float(v.magnitude) for k, v in rows.items()} | {
+        "unit": "GB", "stage": mem.stage, "fits": mem.fits, "verdict": fit, "headroom": float(headroom.magnitude),
+        "notes": notes,
+        "peak": None if peak is None else float(peak.magnitude),
+        "outside_mean": None if outside is None else float(outside.magnitude),
+        "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
+        "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
+        "reserve_measured_on": measured, "fitting_changes": changes,
+        **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
+
+
+def _memory_text(r: MemoryReport) -> None:
+    """The memory of each part, the verdict, what lies outside the allocator and in host memory, the peak, the
+    changes that make it fit and the stages."""
+    from .story import node_host_memory
+    plan, mem, rows, stages, notes = r.plan, r.mem, r.rows, r.stages, r.notes
+    headroom, peak, outside, changes = r.headroom, r.peak, r.outside, r.changes
+    from ..core.choices import MEMORY_PARTS as PARTS
     for note in notes:
         print(f"note: {note}")
     print(repr(plan))
@@ -113,18 +155,7 @@ def cmd_memory(args) -> int:
         print(f"  offloaded {plan.layout.offloaded} in host memory: {_fmt(rows['host'])} per GPU, {_fmt(per_node)} "
               f"per node of {int(plan.inputs['gpus_per_node'])}{room}")
     if peak is not None:
-        above = "; at its top it would not fit" if peak + outside <= mem.hbm < high + outside else ""
-        own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
-        device = peak + outside
-        limit = (f"; with the memory outside it, {_fmt(device)}: {_fmt(device - mem.hbm)} over the HBM with the count "
-                 f"within it: {fit} (short of memory, it releases its cached blocks and retries: num_alloc_retries of "
-                 "torch.cuda.memory_stats)" if fit == MEMORY_VERDICTS[1]
-                 else f"; with the memory outside it, {_fmt(device)}: {fit}")
-        print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
-              f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit} "
-              "[memory.device_peak]")
-        print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
-              f"to {_fmt(high)}{above}")
+        _memory_peak(r)
     for c in changes:
         print(f"  fits on the same GPUs with {c['change']}: {c['total']:.4g} GB, {c['verdict']}, step "
               f"{c['step_time']:.3g} s, MFU {c['mfu']:.3f}")
@@ -136,7 +167,25 @@ def cmd_memory(args) -> int:
         for s in stages:
             print(f"  {s.stage:>5} " + "".join(f"{_fmt(getattr(s, k).to('GB')):>15}" for k in columns)
                   + f"   {'yes' if s.fits else 'no'}")
-    return 0
+
+
+def _memory_peak(r: MemoryReport) -> None:
+    """The allocator's predicted peak, its interval and the verdict with the memory outside it."""
+    plan, mem, rows, fit = r.plan, r.mem, r.rows, r.fit
+    peak, low, high, measured, outside = r.peak, r.low, r.high, r.measured, r.outside
+    from ..core.choices import MEMORY_VERDICTS
+    above = "; at its top it would not fit" if peak + outside <= mem.hbm < high + outside else ""
+    own = "" if plan.stack in measured else f"; {plan.stack} has none of its own"
+    device = peak + outside
+    limit = (f"; with the memory outside it, {_fmt(device)}: {_fmt(device - mem.hbm)} over the HBM with the count "
+             f"within it: {fit} (short of memory, it releases its cached blocks and retries: num_alloc_retries of "
+             "torch.cuda.memory_stats)" if fit == MEMORY_VERDICTS[1]
+             else f"; with the memory outside it, {_fmt(device)}: {fit}")
+    print(f"  predicted peak the allocator reserves: {_fmt(peak)}, {(peak / rows['total']).to('').magnitude:.3f}× the "
+          f"count (fitted on measured peaks of {_listed(measured)} runs, calibration.toml [memory]{own}){limit} "
+          "[memory.device_peak]")
+    print(f"  measured peaks of the validation runs, each predicted with its source left out, put it at {_fmt(low)} "
+          f"to {_fmt(high)}{above}")
 
 
 def _listed(names) -> str:

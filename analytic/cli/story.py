@@ -114,6 +114,20 @@ def fitting_changes(plan: Plan) -> list[tuple[str, Plan]]:
     return out
 
 
+@dataclass(frozen=True)
+class Figures:
+    """What the story's sections share: the plan, the MFU asked for, the replicas that reduce gradients
+    (DP × CP: CP ranks hold the same weights), the step the run's days are counted at and its name, and the
+    run's steps (None without training tokens)."""
+
+    plan: Plan
+    mfu: object
+    replicas: int
+    step: Quantity | None
+    at: str
+    steps: Quantity | None
+
+
 def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     """The story of ``plan``'s step. ``text``: put the source text's figures beside ours."""
     quoted = essay()["text"] if text else {}
@@ -123,14 +137,31 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
         figure = quoted.get(text_key or key, {})
         out.append(Line(section, key, label, value, formula_name, figure.get("value", ""), figure.get("why", "")))
 
-    lay, m = plan.layout, plan.model
+    step, at = _run_step(plan)
+    steps = plan.value("steps") if plan.training_tokens is not None else None
+    figures = Figures(plan, mfu, plan.layout.dp * plan.layout.cp, step, at, steps)
+    for section in (_batch, _placement, _memory, _forward, _backward, _optimizer, _time):
+        section(figures, add)
+    if text:
+        _as_it_ran(add)
+    for section in (_run, _failures):
+        section(figures, add)
+    return out
+
+
+def _batch(f: Figures, add) -> None:
+    """Tokens and microbatches of a step."""
+    plan, lay = f.plan, f.plan.layout
     mb = plan.microbatches
-    # batch
     add("batch", "tokens_per_step", f"{plan.global_batch} sequences × {plan.seq_len} tokens", plan.tokens_per_step,
         "plan.tokens_per_step")
     add("batch", "microbatches", f"{lay.dp} DP replicas × {int(plan.global_batch) // int(lay.dp)} sequences, "
         f"microbatches of {plan.microbatch_size} per replica", mb, "plan.microbatches")
-    # placement
+
+
+def _placement(f: Figures, add) -> None:
+    """GPUs, nodes, the link each parallel axis uses, layers and parameters per GPU."""
+    plan, lay, m = f.plan, f.plan.layout, f.plan.model
     add("placement", "gpus", f"GPUs = tp {lay.tp} × cp {lay.cp} × pp {lay.pp} × dp {lay.dp}", plan.gpus, "plan.gpus")
     add("placement", "nodes", f"nodes of {plan.inputs['gpus_per_node']}", int(plan.value("nodes").magnitude), "plan.nodes")
     for axis, p in plan.placement().items():
@@ -143,7 +174,11 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
     twice = ", × 2: each rank holds two stages" if lay.schedule == "dualpipe" else ""
     add("placement", "params_per_gpu", f"parameters per GPU ({states}/(t·p), experts /ep{twice})",
         plan.value("params_per_gpu"), _tags(plan, "params_per_gpu"))
-    # memory
+
+
+def _memory(f: Figures, add) -> None:
+    """Memory per GPU on the fullest stage, the allocator's peak, and the changes that make it fit."""
+    plan, lay = f.plan, f.plan.layout
     mem = plan.memory()
     where = "" if lay.pp == 1 else f" on stage {mem.stage}, the fullest"
     z = lay.zero
@@ -192,7 +227,11 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             add("memory", key, f"fits on the same GPUs with {label}: "
                 f"{other.memory_verdict()}, step {other.step_time().to('s'):.3g~P}, MFU {other.mfu():.3f}",
                 other.memory().total.to("GB"), "plan.memory.total")
-    # forward
+
+
+def _forward(f: Figures, add) -> None:
+    """A TP message, a stage's output and the logits of a microbatch."""
+    plan, lay = f.plan, f.plan.layout
     message = plan.value("communication.tp_message").to("MB")  # also a stage's output: [s/c, b, h] in 16 bits
     if lay.tp != 1:
         ops = " + ".join(k.replace("_", "-") for k in ("reduce_scatter", "all_gather", "all_reduce")
@@ -208,8 +247,12 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             pass
     add("forward", "logits", "logits of one microbatch (before vocabulary-parallel split)",
         plan.value("memory.logits.unsplit").to("GB"), _tags(plan, "memory.logits.unsplit"))
-    # backward and DP
-    replicas = lay.dp * lay.cp  # CP ranks hold the same weights: they reduce gradients with DP
+
+
+def _backward(f: Figures, add) -> None:
+    """Gradient traffic and each axis's bytes a step, with their times where links have them."""
+    plan, lay, m = f.plan, f.plan.layout, f.plan.model
+    replicas = f.replicas
     comm = plan.communication()
     try:  # times need every link's bandwidth; a preset without one still gets its bytes
         ctime = plan.communication_time()
@@ -243,21 +286,30 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             _tags(plan, "experts_per_node_at_same_cost"))
         add("backward", "experts_same_cost", f"experts reachable over {m.nodes_per_token} nodes at that cost",
             round(float(plan.value("experts_at_same_cost").magnitude), 3), _tags(plan, "experts_at_same_cost"))
-    # optimizer
-    shards = f"1/{replicas if z >= 1 else 1} of its stage's"
+
+
+def _optimizer(f: Figures, add) -> None:
+    """The parameters each rank updates."""
+    plan, lay, m = f.plan, f.plan.layout, f.plan.model
+    z = lay.zero
+    shards = f"1/{f.replicas if z >= 1 else 1} of its stage's"
     if m.is_moe and lay.ep != 1:
-        shards += f" dense parameters, 1/{replicas // lay.ep if z >= 1 else 1} of its experts"
+        shards += f" dense parameters, 1/{f.replicas // lay.ep if z >= 1 else 1} of its experts"
     add("optimizer", "optimizer_params", f"parameters each rank updates (ZeRO-{z}: {shards})",
         plan.value("optimizer_params"), _tags(plan, "optimizer_params"))
-    # time
+
+
+def _time(f: Figures, add) -> None:
+    """FLOPs, the step time by part, its interval and the stack's efficiency, MFU."""
+    plan = f.plan
     add("time", "flops", "model FLOPs per step (6·N_active·D)", plan.model_flops("6nd"),
         _tags(plan, "flops.6nd", "compute."))
     recompute = {"none": "no"}.get(plan.layout.recompute, plan.layout.recompute)
     flash = ", FlashAttention backward" if plan.flash_attention else ""
     add("time", "hardware_flops", f"FLOPs executed per step ({recompute} recomputation{flash})", plan.hardware_flops(),
         _tags(plan, "flops.hardware", "compute."))
-    if mfu is not None:
-        add("time", "step_time_mfu", f"step time at MFU {float(mfu):.0%}", plan.step_time(mfu=mfu), "compute.train_time")
+    if f.mfu is not None:
+        add("time", "step_time_mfu", f"step time at MFU {float(f.mfu):.0%}", plan.step_time(mfu=f.mfu), "compute.train_time")
     try:
         st = plan.step_time()
         for k, v in plan.time_breakdown(ops=True).items():
@@ -280,10 +332,10 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             spread = ""
         host = "; the host's share of the Adam step not timed" if plan.layout.offload_optimizer else ""
         cal = plan.calibration
-        stack = "" if cal is None else (f"; stack efficiency {float(plan.inputs['stack_efficiency']):.3g}, "
+        efficiency = "" if cal is None else (f"; stack efficiency {float(plan.inputs['stack_efficiency']):.3g}, "
                                         + ("pooled: no fitted source of its family" if cal.pooled
                                            else f"fitted on the {cal.key} family's sources"))
-        add("time", "step_time", f"predicted step time (calibrated model{stack}{spread}{host})", st, "plan.step_time")
+        add("time", "step_time", f"predicted step time (calibrated model{efficiency}{spread}{host})", st, "plan.step_time")
         add("time", "mfu", "predicted MFU (6·N_active·D)", plan.mfu(),
             _tags(plan, "mfu", "compute.mfu", "compute.training_flops"))
         add("time", "mfu_palm", "predicted MFU (PaLM's 6N + 12LHQT: attention counted)",
@@ -291,25 +343,36 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
             _tags(plan, "mfu.palm", "compute.mfu", "compute.flops_per_token_palm"))
     except AnalyticError as exc:
         add("time", "step_time", f"predicted step time unavailable: {exc}", "—")
-    if text:
-        ran, published = source_run()
-        lay = ran.layout
-        add("time", "ran_mfu", f"as the run ran it (case {essay()['ran']['case']}, in the fit): {lay.schedule}, "
-            f"{lay.vpp} chunks a stage, ZeRO-{lay.zero}, on {ran.stack}: {ran.memory().total.to('GB'):.4g~P}, "
-            f"{ran.memory_verdict()}, step {ran.step_time().to('s'):.3g~P}; its MFU (PaLM's count, as published: "
-            f"{published:.2f})", float(ran.value("mfu.palm").to("").magnitude), "compute.mfu, compute.flops_per_token_palm")
-    # run and failures
-    if plan.training_tokens is not None:
-        steps = plan.value("steps")
-        add("run", "steps", f"steps for {Q(float(plan.training_tokens), 'token'):.3g~P}", round(float(steps.magnitude)),
-            _tags(plan, "steps"))
-        step, at = _run_step(plan)
-        if step is not None:
-            add("run", "days", f"days of compute at the {at}", (step * steps.magnitude).to("day"),
-                "compute.steps × plan.step_time")
-        if mfu is not None:  # the step at a given MFU, as its label says
-            add("run", "days_mfu", f"days of compute at MFU {float(mfu):.0%}",
-                (plan.step_time(mfu=mfu) * steps.magnitude).to("day"), "compute.steps × compute.train_time")
+
+
+def _as_it_ran(add) -> None:
+    """The run the source text describes, as it ran, and its published MFU."""
+    ran, published = source_run()
+    lay = ran.layout
+    add("time", "ran_mfu", f"as the run ran it (case {essay()['ran']['case']}, in the fit): {lay.schedule}, "
+        f"{lay.vpp} chunks a stage, ZeRO-{lay.zero}, on {ran.stack}: {ran.memory().total.to('GB'):.4g~P}, "
+        f"{ran.memory_verdict()}, step {ran.step_time().to('s'):.3g~P}; its MFU (PaLM's count, as published: "
+        f"{published:.2f})", float(ran.value("mfu.palm").to("").magnitude), "compute.mfu, compute.flops_per_token_palm")
+
+
+def _run(f: Figures, add) -> None:
+    """Steps and days of compute."""
+    plan = f.plan
+    if f.steps is None:
+        return
+    add("run", "steps", f"steps for {Q(float(plan.training_tokens), 'token'):.3g~P}", round(float(f.steps.magnitude)),
+        _tags(plan, "steps"))
+    if f.step is not None:
+        add("run", "days", f"days of compute at the {f.at}", (f.step * f.steps.magnitude).to("day"),
+            "compute.steps × plan.step_time")
+    if f.mfu is not None:  # the step at a given MFU, as its label says
+        add("run", "days_mfu", f"days of compute at MFU {float(f.mfu):.0%}",
+            (plan.step_time(mfu=f.mfu) * f.steps.magnitude).to("day"), "compute.steps × compute.train_time")
+
+
+def _failures(f: Figures, add) -> None:
+    """Interruptions, checkpoints and goodput."""
+    plan = f.plan
     mtbf = plan.value("mtbf")
     r = reliability_value
     rate = ("the interruption rate given" if "interruption_rate" in plan.overrides else
@@ -326,12 +389,9 @@ def lines(plan: Plan, *, mfu=None, text: bool = False) -> list[Line]:
                f"a synchronous job's {r('synchronous_restart', 'time'):.4g~P} at O(100K) GPUs, Meta 2026")
     add("failures", "goodput", f"goodput (Daly's exact expected time, restarts included: {restart})",
         float(plan.value("goodput").magnitude), _tags(plan, "goodput", "reliability."))
-    if plan.training_tokens is not None and step is not None:
-        wall = (step * steps.magnitude / plan.value("goodput").magnitude).to("day")
-        add("failures", "wall_days", f"wall-clock days with failures, at the {at}", wall,
+    if f.steps is not None and f.step is not None:
+        wall = (f.step * f.steps.magnitude / plan.value("goodput").magnitude).to("day")
+        add("failures", "wall_days", f"wall-clock days with failures, at the {f.at}", wall,
             _tags(plan, "train_time", "compute.steps", "reliability.daly.goodput"))
         add("failures", "interruptions", "expected interruptions over the run", round(float((wall / mtbf).to(""))),
             _tags(plan, "interruptions", "reliability.mtbf"))
-    return out
-
-

@@ -50,6 +50,26 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
+        self._read_stack(stack, flash_attention)
+        if profile is not None:  # measured constants; explicit keywords win
+            from ..presets.profile import read_profile
+            overrides = {**read_profile(profile, hardware.key), **overrides}
+        self._read_dtypes(grad_dtype, moment_dtype)
+        self._read_batch(seq_len, microbatch_size, global_batch, batch_tokens)
+        self.training_tokens = None if training_tokens is None else read("tokens", training_tokens)
+        self.overrides = {k: read(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
+        self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
+        self._read_domain()
+        check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
+                     microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
+                     scale_up_domain=self.scale_up_domain,
+                     sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
+        self.missing_for_times: dict = {}  # inputs only times need, found missing by the communication stage
+        self._calibration_error = None
+
+    def _read_stack(self, stack, flash_attention) -> None:
+        """The stack (the platform's by default) and what it runs, checked against the model and the layout."""
+        model, hardware, layout = self.model, self.hardware, self.layout
         self.stack = default_stack(hardware.platform) if stack is None else choice("stack", stack, stacks())
         self.stack_properties = props = read_stack(self.stack)  # presets/stacks.toml, sources checked
         refusal = stack_refusal(self.stack, props, dtype=self.dtype, schedule=layout.schedule, cp=layout.cp,
@@ -104,9 +124,10 @@ class Inputs:
             if name in modules and not needs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
-        if profile is not None:  # measured constants; explicit keywords win
-            from ..presets.profile import read_profile
-            overrides = {**read_profile(profile, hardware.key), **overrides}
+
+    def _read_dtypes(self, grad_dtype, moment_dtype) -> None:
+        """The gradients' and Adam moments' dtypes (the stack's by default), checked against the layout."""
+        layout, props = self.layout, self.stack_properties
         if grad_dtype is not None:
             choice("grad_dtype", grad_dtype, GRAD_DTYPES)
         if grad_dtype == "fp32" and is_number(layout.zero) and layout.zero > 2:
@@ -128,6 +149,9 @@ class Inputs:
         if layout.offload_optimizer and self.moment_dtype != "fp32":
             raise InputError("moment_dtype: the optimizer offload keeps fp32 moments (a CPU Adam on the host, "
                              f"Adam without precision-aware moments on the device), not {self.moment_dtype}")
+
+    def _read_batch(self, seq_len, microbatch_size, global_batch, batch_tokens) -> None:
+        """Sequence length, microbatch and global batch (from exactly one of sequences or tokens)."""
         if seq_len is None:
             raise InputError("seq_len: required (tokens per sequence)")
         self.seq_len = canonical(count("seq_len", seq_len))
@@ -143,11 +167,12 @@ class Inputs:
                 global_batch = tokens // self.seq_len
                 if note:
                     self.notes.append(note)
-                    warnings.warn(note, ReinterpretedWarning, stacklevel=3)
+                    warnings.warn(note, ReinterpretedWarning, stacklevel=4)
         self.global_batch = canonical(count("global_batch", global_batch))
-        self.training_tokens = None if training_tokens is None else read("tokens", training_tokens)
-        self.overrides = {k: read(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
-        self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
+
+    def _read_domain(self) -> None:
+        """The scale-up domain (the override, else a node given alone, else the hardware's), checked."""
+        hardware = self.hardware
         #: accelerators of a scale-up domain: the override, else a node given alone, else the hardware's
         self.scale_up_domain = domain = self.overrides.get("scale_up_domain", self.overrides.get(
             "gpus_per_node", hardware.scale_up_domain))
@@ -156,12 +181,6 @@ class Inputs:
             check_domain(int(domain), int(node))
         if hardware.scale_up_links is not None and is_number(domain):
             check_full_mesh("scale_up_domain", hardware.scale_up_links, domain)
-        check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
-                     microbatch_size=self.microbatch_size, allow_cross_node_tp=self.allow_cross_node_tp,
-                     scale_up_domain=domain,
-                     sms=self.overrides.get("sms", hardware.sms), hardware=hardware.key or hardware.name)
-        self.missing_for_times: dict = {}  # inputs only times need, found missing by the communication stage
-        self._calibration_error = None
 
     @cached_property
     def calibration(self):

@@ -277,12 +277,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     verdict, as :meth:`Plan.memory_verdict`; the ranking holds those that fit at their predicted peak,
     and with ``at_limit`` those at the allocator's limit too."""
     start = time.time()
-    model, hardware = as_model(model), as_hardware(hardware)  # objects, preset names or a config.json path
-    free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
-            and not getattr(model, f.name).is_number]
-    if free:
-        raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
-                         "left as symbols (give numbers with model.replace(...))")
+    model, hardware = _numeric(as_model(model)), as_hardware(hardware)  # objects, names or a config.json path
     counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
     counts = tuple(count("gpus", g, allow_symbol=False) for g in counts)
     seq_len = count("seq_len", seq_len, allow_symbol=False)
@@ -305,13 +300,80 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                                                              ("flash_attention", flash_attention),
                                                                              ("progress", progress),
                                                                              ("at_limit", at_limit)))
-    zero, recompute, schedules = (distinct(k, v) for k, v in (("zero", zero), ("recompute", recompute),
-                                                            ("schedules", schedules)))
-    for name, values, allowed in (("zero", zero, ZERO_STAGES), ("recompute", recompute, RECOMPUTE),
-                                  ("schedules", schedules, SCHEDULES)):
-        bad = [v for v in values if isinstance(v, bool) or v not in allowed]
-        if bad:
-            raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    zero, recompute, schedules = (_subset(k, v, allowed) for k, v, allowed in (
+        ("zero", zero, ZERO_STAGES), ("recompute", recompute, RECOMPUTE), ("schedules", schedules, SCHEDULES)))
+    zero, recompute, schedules = _stack_runs(stack, props, model, hardware, dtype, flash_attention,
+                                             zero, recompute, schedules)
+    microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
+                              for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
+    max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
+                           for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
+    pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+    max_cp = 1 if props.get("context_parallel") is False else max_cp
+    arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
+                      microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute, schedules=schedules,
+                      vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins)
+    hbm = float(exact(hardware.hbm.to("byte").magnitude))
+    peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
+    n = len(arrays["tp"])
+    out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
+                            async_tp, comm_sms, zero3_gather, stack)
+    arrays.update(memory=out["memory"], step_time=out["step_time"],
+                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
+                                                        gpus=arrays["gpus"], peak_flops=peak),
+                  cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
+    outside = (float(outside_floor(allocator).to("byte").magnitude)
+               if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
+    fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
+    arrays["fits"] = fits
+    arrays["verdict"] = _verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
+    order, n_fit = ranking(arrays, objective, at_limit)
+    keep = order[: (n_fit if top is None else min(top, n_fit))]
+    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
+             "ratios": _interval(stack), "stack": stack}
+    return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
+                        outside=outside, **fixed)
+
+
+def _numeric(model: Model) -> Model:
+    """``model``, refused where a field is left as a symbol (search enumerates numbers)."""
+    free = [f.name for f in dataclasses.fields(model) if isinstance(getattr(model, f.name), sympy.Basic)
+            and not getattr(model, f.name).is_number]
+    if free:
+        raise InputError(f"model: search enumerates the layouts of a numeric model; {', '.join(free)} "
+                         "left as symbols (give numbers with model.replace(...))")
+    return model
+
+
+def _subset(name: str, values, allowed: tuple) -> tuple:
+    """``values`` as a tuple of distinct choices of ``allowed``, refused naming ``name`` otherwise."""
+    values = distinct(name, values)
+    if any(isinstance(v, bool) or v not in allowed for v in values):
+        raise InputError(f"{name}: expected a subset of {allowed}, got {values!r}")
+    return values
+
+
+def _pins(stack: str, props: dict, **degrees) -> dict:
+    """The degrees pinned (those not None), refused where the stack does not run one (CP > 1 on a stack
+    without context parallelism)."""
+    pins = {k: count(k, v, allow_symbol=False) for k, v in degrees.items() if v is not None}
+    if props.get("context_parallel") is False and pins.get("cp", 1) > 1:
+        raise InputError(stack_refusal(stack, props, cp=pins["cp"]))
+    return pins
+
+
+def _interval(stack: str):
+    """The stack's calibrated interval ratios (None without a calibration file)."""
+    try:
+        return calibration(stack).interval
+    except PresetError:
+        return None
+
+
+def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules) -> tuple:
+    """The ZeRO stages, recomputations and schedules ``stack`` runs, of those asked for: what it does not run
+    is dropped from the defaults, and refused (one line, as Plan refuses it) where asked for by name."""
     whole = stack_refusal(stack, props, dtype=dtype, hardware=hardware)
     if whole:
         raise InputError(whole)
@@ -320,7 +382,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if refused and schedules != SCHEDULES:
             raise InputError(stack_refusal(stack, props, schedule=refused[0]))
         schedules = tuple(sched for sched in schedules if sched in props["schedules"])
-    if props.get("max_zero") is not None:  # as the schedules: asked for, a ZeRO stage the stack does not run is refused
+    if props.get("max_zero") is not None:  # as the schedules: asked for, a ZeRO stage it does not run is refused
         refused = [z for z in zero if z > props["max_zero"]]
         if refused and zero != ZERO_STAGES:
             raise InputError(stack_refusal(stack, props, zero=refused[0]))
@@ -330,19 +392,13 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
         if recompute != RECOMPUTE:
             raise InputError(refusal)
         recompute = tuple(r for r in recompute if r != "selective")
-    microbatch_sizes, vpps = (tuple(count(name, v, minimum=least, allow_symbol=False) for v in distinct(name, values))
-                              for name, values, least in (("microbatch_sizes", microbatch_sizes, 1), ("vpps", vpps, 2)))
-    max_tp, max_cp, top = (None if v is None else count(name, v, allow_symbol=False)
-                           for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
-    pins = {k: count(k, v, allow_symbol=False) for k, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep))
-            if v is not None}
-    if props.get("context_parallel") is False:
-        if pins.get("cp", 1) > 1:
-            raise InputError(stack_refusal(stack, props, cp=pins["cp"]))
-        max_cp = 1
-    parts = [enumerate_layouts(model, hardware, gpus=g, seq_len=seq_len, global_batch=global_batch,
-                               microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute,
-                               schedules=schedules, vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins) for g in counts]
+    return zero, recompute, schedules
+
+
+def _layouts(model, hardware, props, counts, *, zero, **options) -> dict:
+    """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are another's
+    twin or that the stack does not run."""
+    parts = [enumerate_layouts(model, hardware, gpus=g, zero=zero, **options) for g in counts]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in INPUTS}
     # one replica has nothing to shard: ZeRO-0, 1 and 2 are the same layout there (the lowest asked for is
     # kept); ZeRO-3 stays one of its own (FSDP on one rank: 16-bit gradients, blocks gathered one at a time)
@@ -354,12 +410,17 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                   & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0))
     arrays = {k: v[keep] for k, v in arrays.items()}
     arrays["gpus"] = arrays["tp"] * arrays["cp"] * arrays["pp"] * arrays["dp"]
-    hbm = float(exact(hardware.hbm.to("byte").magnitude))
-    peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
+    return arrays
+
+
+def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
+               comm_sms, zero3_gather, stack) -> tuple[dict, bool]:
+    """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp > 1 run
+    sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and whether a
+    program was built."""
     n = len(arrays["tp"])
     out = {k: np.empty(n) for k in ("memory", "step_time", "flops")}
     built = False
-    # layouts with tp > 1 run sequence parallelism, those with tp = 1 none, as Plan has them: one program each
     with shown(progress), bar(desc="search", total=n, unit="layouts") as drawn:
         note = lambda: drawn.set_description_str("search: compiling this configuration's expressions")  # noqa: E731
         for sp, rows in ((True, np.flatnonzero(arrays["tp"] > 1)), (False, np.flatnonzero(arrays["tp"] == 1))):
@@ -375,23 +436,4 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                     for k, v in zip(("memory", "step_time", "flops"), fn(*(arrays[k][chunk] for k in INPUTS))):
                         out[k][chunk] = v  # broadcasts a constant
                 drawn.update(len(chunk))
-    arrays.update(memory=out["memory"], step_time=out["step_time"],
-                  mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
-                                                        gpus=arrays["gpus"], peak_flops=peak),
-                  cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
-    outside = (float(outside_floor(allocator).to("byte").magnitude)
-               if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
-    fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
-    arrays["fits"] = fits
-    arrays["verdict"] = _verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
-    order, n_fit = ranking(arrays, objective, at_limit)
-    keep = order[: (n_fit if top is None else min(top, n_fit))]
-    try:
-        ratios = calibration(stack).interval
-    except PresetError:  # no calibration file: no interval
-        ratios = None
-    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather, "ratios": ratios,
-             "stack": stack}
-    return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
-                        outside=outside, **fixed)
+    return out, built
