@@ -165,10 +165,47 @@ def test_the_readme_is_a_quick_start():
         assert (ROOT / page).is_file(), page
 
 
-def test_the_site_builds_strictly(tmp_path):
-    """``mkdocs build --strict``: every link, page and API reference resolves (into a folder of the test)."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """``mkdocs build --strict`` into a folder of the test: every link, page and API reference resolves."""
+    out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert (tmp_path / "site" / "index.html").is_file()
+    return out
+
+
+def _pages(site: Path) -> dict[str, str]:
+    """Each built page's HTML, code blocks and inline code removed (what a reader sees as prose)."""
+    code = re.compile(r"<(pre|code)\b.*?</\1>", re.S)
+    return {str(p.relative_to(site)): code.sub("", p.read_text()) for p in site.rglob("*.html")
+            if p.name != "404.html"}
+
+
+def test_the_site_renders_math_and_cross_references(site):
+    """No page shows LaTeX or a docstring's Sphinx role as raw text: math is MathML, roles are code or links."""
+    pages = _pages(site)
+    raw_math = {k: m.group() for k, v in pages.items() if (m := re.search(r"\\[(\[]|\$\$|\$\\", v))}
+    assert raw_math == {}
+    roles = {k: m.group() for k, v in pages.items() if (m := re.search(r":(meth|func|class|data|mod|attr|exc):", v))}
+    assert roles == {}
+    assert "<math" in pages["notation/index.html"] and "<math" in pages["derivations/zero3_pipeline/index.html"]
+    api = (site / "api" / "index.html").read_text()
+    assert re.search(r'<a href="#analytic\.plan\.core\.Plan\.memory_verdict"><code>', api)
+
+
+def test_every_page_is_in_the_navigation(site):
+    """Every page, the generated ones (derivations, presets) included, is reachable from the navigation."""
+    index = (site / "index.html").read_text()
+    linked = {re.sub(r"^(\.\./)+|^\./", "", h) for h in re.findall(r'class="md-nav__link[^"]*"[^>]*href="([^"]+)"', index)
+              + re.findall(r'href="([^"#]+)"[^>]*class="md-nav__link', index)}
+    pages = {str(p.relative_to(site).parent) + "/" for p in site.rglob("index.html") if p.parent != site}
+    assert pages - linked == set() and "presets/" in pages and "plan-a-run/" in pages
+
+
+def test_the_presets_page_lists_every_preset_with_its_sources(site):
+    import analytic as an
+    page = (site / "presets" / "index.html").read_text()
+    assert all(f"<code>{n}</code>" in page for n in (*an.hardwares(), *an.models(), *an.stacks()))
+    assert "NVIDIA H100 Tensor Core GPU Architecture whitepaper v1.04, Table 3" in page
