@@ -891,3 +891,22 @@ def test_the_story_is_the_same_from_expressions_and_from_programs(tmp_path):
             if isinstance(expected, (int, float)):
                 expected = pytest.approx(expected, rel=1e-12)
             assert got["value"] == expected, got["key"]
+
+
+def test_the_storys_days_are_its_steps_at_the_predicted_step_and_at_the_mfu_asked():
+    """Days of compute: the steps for the run's tokens times the predicted step time (and, asked an MFU, times
+    the step at that MFU), by hand from the plan's own step and token counts; wall-clock days divide by the
+    goodput."""
+    from analytic.cli.story import lines
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=8), seq_len=4096, global_batch=256,
+                   training_tokens=1e12)
+    by_key = {ln.key: ln.value for ln in lines(plan, mfu=0.4)}
+    steps = 1e12 / (256 * 4096)
+    step_s = plan.step_time().to("s").magnitude
+    assert by_key["steps"] == round(steps)
+    assert by_key["days"].to("day").magnitude == pytest.approx(steps * step_s / 86400, rel=1e-12)
+    at_mfu = plan.step_time(mfu=0.4).to("s").magnitude
+    assert abs(at_mfu / step_s - 1) > 0.01  # the two steps differ, so a days line at the wrong one fails
+    assert by_key["days_mfu"].to("day").magnitude == pytest.approx(steps * at_mfu / 86400, rel=1e-12)
+    goodput = plan.value("goodput").magnitude
+    assert by_key["wall_days"].to("day").magnitude == pytest.approx(steps * step_s / goodput / 86400, rel=1e-12)

@@ -129,12 +129,25 @@ def run_bash(code: str, where: str) -> int:
             code_ = main(shlex.split(command)[1:])
         want = int(arrow.split()[1]) if arrow.startswith("exit ") else 0
         assert code_ == want, f"{where}: `{command}` exited {code_}: {err.getvalue()}"
-        printed = set(NUMBER.findall(out.getvalue() + err.getvalue()))
-        for number in NUMBER.findall(arrow.partition("exit ")[2] if arrow.startswith("exit ") else arrow):
-            assert number in printed or want and arrow.startswith("exit "), \
-                f"{where}: `{command}` does not print {number}: {out.getvalue()[-600:]}"
+        written = NUMBER.findall(arrow.partition("exit ")[2] if arrow.startswith("exit ") else arrow)
+        missing = first_not_printed_in_order(out.getvalue() + err.getvalue(), written)
+        assert missing is None or want and arrow.startswith("exit "), \
+            f"{where}: `{command}` does not print {missing} (after the numbers before it): {out.getvalue()[-600:]}"
         ran += 1
     return ran
+
+
+def first_not_printed_in_order(output: str, numbers: list[str]) -> str | None:
+    """The first of ``numbers`` that ``output`` does not print after the ones before it (each a number of
+    its own, line by line, left to right); None when every one is printed in that order."""
+    printed = [m.group() for line in output.splitlines() for m in NUMBER.finditer(line)]
+    at = 0
+    for number in numbers:
+        try:
+            at = printed.index(number, at) + 1
+        except ValueError:
+            return number
+    return None
 
 
 @pytest.mark.parametrize("lang, code, where", BLOCKS)
@@ -155,6 +168,16 @@ def test_the_arrow_checker_fails_on_a_wrong_number():
                         ((1, 2), "1"), ("a", "'b'"), (1.5e16, "1.4e16")):
         with pytest.raises(AssertionError):
             check_value(value, text, "bad")
+
+
+def test_the_bash_checker_holds_the_numbers_to_their_order():
+    """A bash block's ``# →`` numbers are printed in the order written: two swapped fail."""
+    output = "memory  78.68 GB\nstep    12.3 s\nMFU     0.41\n"
+    assert first_not_printed_in_order(output, ["78.68", "12.3", "0.41"]) is None
+    assert first_not_printed_in_order(output, ["78.68", "0.41"]) is None
+    assert first_not_printed_in_order(output, ["12.3", "78.68"]) == "78.68"
+    assert first_not_printed_in_order(output, ["78.68", "78.68"]) == "78.68"
+    assert first_not_printed_in_order(output, ["9.99"]) == "9.99"
 
 
 def test_the_readme_is_a_quick_start():
