@@ -15,7 +15,7 @@ import numpy as np
 import sympy
 
 from .core.choices import MEMORY_PARTS as PARTS
-from .core.choices import OBJECTIVES
+from .core.choices import MEMORY_VERDICTS, OBJECTIVES
 from .core.counts import MAX_COUNT
 from .core.errors import AnalyticError, ApproximationWarning, InputError, LayoutError
 from .core.expressions import to_float
@@ -82,32 +82,50 @@ def _grid(fn, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
     return xs, ys
 
 
-def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20) -> int:
-    """Smallest integer value of ``keyword`` (free in ``plan``) for which memory fits in HBM and the
-    layout is valid."""
-    return smallest_fitting_detail(plan, keyword, limit=limit)["value"]
+def smallest_fitting(plan, keyword: str, *, limit: int = 1 << 20, at_limit: bool = False) -> int:
+    """Smallest integer value of ``keyword`` (free in ``plan``) whose layout is valid and fits: at its
+    predicted peak (:meth:`Plan.memory_verdict` "fits"), or with ``at_limit`` at the allocator's limit too."""
+    return smallest_fitting_detail(plan, keyword, limit=limit, at_limit=at_limit)["value"]
 
 
-def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20) -> dict:
-    """:func:`smallest_fitting` with its reasons: ``value``, the ``memory`` there and its
-    ``expression``; ``fits_from``, the smallest value whose memory fits, and ``skipped``, why the
-    values between it and ``value`` are not valid layouts (the first's reason). When none fits the
-    AnalyticError says which memory parts do not shrink with ``keyword``."""
+def _verdicts(plan, keyword: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values 1..``limit`` of ``keyword`` and each one's memory verdict, as :meth:`Plan.memory_verdict`
+    decides it (indices of ``MEMORY_VERDICTS``; whether each is a valid layout is not asked)."""
+    from .plan.verdict import verdicts
+    xs, room = _grid(_one_free(plan.expr("memory.headroom"), keyword).lambdify(), keyword, limit)
+    _, counted = _grid(_one_free(plan.expr("memory.total"), keyword).lambdify(), keyword, limit)
+    outside = plan.overrides.get("outside_bytes")
+    return xs, verdicts(counted, room >= 0, as_float(plan.inputs["hbm"]), plan._in.stack_properties["allocator"],
+                        None if outside is None else Q(float(outside), "byte"))
+
+
+def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20, at_limit: bool = False) -> dict:
+    """:func:`smallest_fitting` with its reasons: ``value``, its ``verdict``, the ``memory`` counted there and
+    its ``expression``; ``fits_from``, the smallest value that fits, and ``skipped``, why the values between
+    it and ``value`` are not valid layouts (the first's reason); ``at_limit_from``, the smallest valid value
+    that fits only at the allocator's limit, where one is smaller than ``value`` (else None). When none fits
+    the AnalyticError says which memory parts do not shrink with ``keyword``."""
     limit = count("limit", limit, allow_symbol=False)
-    headroom = _one_free(plan.expr("memory.headroom"), keyword)
-    xs, ys = _grid(headroom.lambdify(), keyword, min(limit, MAX_GRID))
-    fitting = [int(x) for x in xs[ys >= 0]]
-    first_reason = ""
-    for v in fitting:
+    xs, verdict = _verdicts(plan, keyword, min(limit, MAX_GRID))
+    counted = [int(x) for x in xs[verdict <= 1]]
+    fitting = [int(x) for x in xs[verdict <= (1 if flag("at_limit", at_limit) else 0)]]
+    first_reason, limited = "", None
+    for v in counted:
         reason = _invalid(plan, keyword, v)
-        if not reason:
-            total = plan.expr("memory.total").subs(**{keyword: v}).value()
-            return {"value": v, "memory": total.to("GB"), "expression": plan.expr("memory.total"),
-                    "fits_from": fitting[0], "skipped": first_reason}
-        first_reason = first_reason or reason
+        if reason or v not in fitting:
+            first_reason = first_reason or (reason if v in fitting else "")
+            limited = limited or (None if reason else v)
+            continue
+        total = plan.expr("memory.total").subs(**{keyword: v}).value()
+        return {"value": v, "verdict": MEMORY_VERDICTS[int(verdict[v - 1])], "memory": total.to("GB"),
+                "expression": plan.expr("memory.total"), "fits_from": fitting[0], "skipped": first_reason,
+                "at_limit_from": limited}
     if fitting:
         raise AnalyticError(f"{keyword}: from {fitting[0]:,} the memory fits in HBM, but no value up to {limit:,} is a "
-                            f"valid layout (at {fitting[0]:,}: {first_reason})")
+                            f"valid layout (at {fitting[0]:,}: {first_reason or 'no valid layout'})")
+    if limited:
+        raise AnalyticError(f"{keyword}: no value up to {limit:,} fits at its predicted peak; from {limited:,} it fits "
+                            "at the allocator's limit (at_limit=True takes it)")
     stuck = _unshrinking(plan, keyword, limit)
     raise AnalyticError(f"{keyword}: no value up to {limit:,} fits in HBM" + (f": {stuck}" if stuck else ""))
 
@@ -137,9 +155,8 @@ def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = T
     res = minimize_scalar(lambda lx: float(fn(**{keyword: math.exp(lx)})), bounds=(0.0, math.log(limit)),
                           method="bounded")
     xs, ys = _grid(fn, keyword, limit)
-    if flag("fits", fits):
-        _, room = _grid(_one_free(plan.expr("memory.headroom"), keyword).lambdify(), keyword, limit)
-        ys = np.where(room >= 0, ys, np.nan)
+    if flag("fits", fits):  # fits at its predicted peak, as Plan.memory_verdict has it
+        ys = np.where(_verdicts(plan, keyword, limit)[1] == 0, ys, np.nan)
     best = None
     for i in np.argsort(ys):
         if np.isfinite(ys[i]) and _valid(plan, keyword, int(xs[i])):

@@ -383,8 +383,8 @@ def test_step_prints_mfu_under_both_conventions(capsys):
 def test_solve_answers_without_sympy(capsys):
     """`analytic solve`: the interleaved bubble target of 5% on 16 stages of 4 chunks needs 80
     microbatches (75 rounded up to a multiple of pp); Llama 3 405B with TP8 PP16 ZeRO-1 (fp32 gradient
-    buffers) fits from dp = 140 (of 81,559 MiB, with the least memory measured outside the allocator) but the
-    2,048 sequences split only at 256; DeepSeek-V3 without EP never fits, and the
+    buffers) fits at its predicted peak from dp = 173 (of 81,559 MiB) but the 2,048 sequences split only at
+    256; DeepSeek-V3 without EP never fits, and the
     one-line error says which parts do not shrink."""
     assert main(["solve", "bubble", "--schedule", "interleaved", "--pp", "16", "--vpp", "4", "--target", "0.05",
                  "--json"]) == 0
@@ -392,7 +392,7 @@ def test_solve_answers_without_sympy(capsys):
     assert main(["solve", "smallest", "--free", "dp", "--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8",
                  "--pp", "16", "--zero", "1", "--seq", "8192", "--global-batch", "2048", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert (out["value"], out["fits_from"]) == (256, 140) and "global_batch" in out["skipped"]
+    assert (out["value"], out["fits_from"], out["verdict"]) == (256, 173, "fits") and "global_batch" in out["skipped"]
     assert main(["solve", "smallest", "--free", "dp", "--model", "deepseek-v3", "--hardware", "h800", "--pp", "16",
                  "--zero", "1", "--seq", "4096", "--global-batch", "15360", "--dtype", "fp8"]) == 2
     err = capsys.readouterr().err.strip()
@@ -910,3 +910,78 @@ def test_the_storys_days_are_its_steps_at_the_predicted_step_and_at_the_mfu_aske
     assert by_key["days_mfu"].to("day").magnitude == pytest.approx(steps * at_mfu / 86400, rel=1e-12)
     goodput = plan.value("goodput").magnitude
     assert by_key["wall_days"].to("day").magnitude == pytest.approx(steps * step_s / goodput / 86400, rel=1e-12)
+
+
+def test_solve_smallest_fits_at_the_predicted_peak_unless_told_the_allocators_limit(capsys):
+    """Llama 3 405B, TP8 PP16 ZeRO-3: dp 64's count fits but its predicted peak does not (Plan's verdict:
+    at the allocator's limit), so `solve smallest` answers the smallest dp whose plan fits, names 64 as the
+    one at the limit, and takes it with --at-limit; each answer is Plan.memory_verdict's of that dp, and the
+    dp below it that splits the batch does not fit by that rule."""
+    flags = ["--free", "dp", "--model", "llama3-405b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "16",
+             "--zero", "3", "--seq", "8192", "--global-batch", "2048", "--json"]
+    assert main(["solve", "smallest", *flags]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert main(["solve", "smallest", *flags, "--at-limit"]) == 0
+    limit = json.loads(capsys.readouterr().out)
+    plan = lambda dp: an.Plan("llama3-405b", "h100-sxm", an.Layout(tp=8, pp=16, dp=dp, zero=3,  # noqa: E731
+                                                                     sequence_parallel=True),
+                              seq_len=8192, global_batch=2048)
+    assert (fits["value"], fits["verdict"], fits["at_limit_from"]) == (256, "fits", 64)
+    assert (limit["value"], limit["verdict"]) == (64, "fits at the allocator's limit")
+    assert plan(256).memory_verdict() == "fits" and plan(128).memory_verdict() != "fits"
+    assert plan(64).memory_verdict() == "fits at the allocator's limit" and plan(32).memory_verdict() == "does not fit"
+    assert fits["device_peak_GB"] <= fits["hbm_GB"] < limit["device_peak_GB"]
+    assert main(["solve", "smallest", *flags[:-1], "--hbm", "141 GB"]) == 0
+    assert capsys.readouterr().out.startswith("dp = 2: fits") and plan(2).replace(hbm="141 GB").memory_verdict() == "fits"
+
+
+def test_a_plan_that_does_not_fit_says_so_first_with_the_layouts_that_do(capsys):
+    """`step` and `memory` of Llama 3 70B at TP 8 on 256 H100s (182 GB a GPU): the first line says it does not
+    fit, and the layouts that do are search's fastest of the same GPUs, each one that Plan finds fitting."""
+    flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "256", "--tp", "8", "--seq", "8192",
+             "--global-batch", "512"]
+    assert main(["step", *flags]) == 0
+    assert capsys.readouterr().out.startswith("DOES NOT FIT: 182.1 GB counted per GPU of 85.52 GB HBM\n")
+    assert main(["memory", *flags, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["fitting_layouts"]
+    res = an.search("llama3-70b", "h100-sxm", gpus=256, seq_len=8192, global_batch=512, top=3, progress=False)
+    assert [r["step_time_s"] for r in listed] == [r.step_time for r in res.ranked] and len(listed) == 3
+    for r in res.ranked:
+        plan = r.plan("llama3-70b", "h100-sxm", seq_len=8192, global_batch=512)
+        assert plan.memory_verdict() == "fits"
+
+
+def test_step_of_a_model_without_a_layout_takes_searchs_fastest_and_says_so(capsys):
+    """`analytic step --model llama3-70b --gpus 256` gave TP 1, PP 1, DP 256, ZeRO-0 (1,457 GB a GPU) as if
+    it ran: without layout flags, a default that does not fit gives way to search's fastest, named in a note."""
+    assert main(["step", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "256", "--seq", "8192",
+                 "--global-batch", "512", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = an.search("llama3-70b", "h100-sxm", gpus=256, seq_len=8192, global_batch=512, top=1, progress=False).best
+    lay = best.layout
+    assert f"tp={lay.tp} pp={lay.pp} dp={lay.dp} cp={lay.cp}" in out["plan"] and f"zero={lay.zero}" in out["plan"]
+    assert any(n.startswith("no layout given") for n in out["notes"]) and "verdict" not in out
+    total = next(ln["value"] for ln in out["lines"] if ln["key"] == "total")
+    assert total == pytest.approx(best.plan("llama3-70b", "h100-sxm", seq_len=8192, global_batch=512)
+                                  .memory().total.to("GB").magnitude, rel=1e-12)
+
+
+def test_a_search_in_which_nothing_fits_names_the_closest_and_the_hbm_it_needs(capsys):
+    """Llama 3 405B on 8 H100s: no layout fits; the search says which stood closest and the HBM at which its
+    plan would fit at its predicted peak (Plan's verdict there 'fits', and 'does not fit' or 'at the limit'
+    a tenth below)."""
+    flags = ["--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "8192",
+             "--global-batch", "64"]
+    assert main(["search", *flags]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("no layout of 8 GPUs fits; the closest")
+    assert main(["search", *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    near = out["closest"]
+    assert out["fitting"] == 0 and near["verdict"] == "does not fit"
+    lay = an.Layout(tp=near["tp"], pp=near["pp"], dp=near["dp"], cp=near["cp"], zero=near["zero"],
+                    recompute=near["recompute"], schedule=near["schedule"],
+                    sequence_parallel=near["sequence_parallel"])
+    plan = lambda gb: an.Plan("llama3-405b", "h100-sxm", lay, seq_len=8192, global_batch=64,  # noqa: E731
+                              microbatch_size=near["microbatch_size"], hbm=f"{gb} GB")
+    assert plan(near["needs_hbm_GB"] * 1.001).memory_verdict() == "fits"
+    assert plan(near["needs_hbm_GB"] * 0.9).memory_verdict() != "fits"

@@ -275,9 +275,9 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     gradients — four MoE layers, the MTP module and the output layer, (2 + 4) bytes a parameter, over
     350 GB, and 2 more for Transformer Engine's FP8 copy and transpose of all but the output layer — and
     its one microbatch's activations stay at any dp, so no dp fits an H800's 81,559 MiB and the error says
-    so. With EP16 the memory fits from dp = 2,146 (with the least memory measured outside the allocator),
-    but dp must be a multiple of EP's 16 and split the batch of 15,360 (2,160 to 2,544 do not): the first
-    valid dp is 2,560; the detail gives both and the first reason."""
+    so. With EP16 the predicted peak fits from dp = 2,754, but dp must be a multiple of EP's 16 and split the
+    batch of 15,360: the first valid dp is 3,072 (Plan's verdict there "fits"; at 2,560, the first valid dp
+    whose count fits, only at the allocator's limit); the detail gives both and the first reason."""
     m = an.model("deepseek-v3")
     kw = dict(seq_len=4096, global_batch=15360, dtype="fp8")
     stuck = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), zero=1), **kw)
@@ -292,7 +292,10 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     assert states < stated < states + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=16, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert (d["value"], d["fits_from"]) == (2560, 2146) and d["skipped"].startswith("ep: 16 does not divide dp 2146")
+    assert (d["value"], d["fits_from"]) == (3072, 2754) and d["skipped"].startswith("ep: 16 does not divide dp 2754")
+    at = lambda dp: an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=dp, ep=16, zero=1), **kw)  # noqa: E731
+    assert at(3072).memory_verdict() == "fits" and at(2560).memory_verdict() != "fits"
+    assert symbolic.smallest_fitting_detail(ep, "dp", limit=4096, at_limit=True)["value"] == 2560
     assert not any(15360 % dp == 0 for dp in range(2160, 2560, 16))
     assert 15360 % d["value"] == 0 and 15360 % d["fits_from"]
 

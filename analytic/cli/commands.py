@@ -26,14 +26,29 @@ def _fmt(v) -> str:
 
 
 def cmd_step(args) -> int:
+    """`analytic step`: the story of one step; a plan that does not fit says so first, with the layouts of its
+    GPUs that fit, and a model given without a layout that does not fit takes search's fastest."""
     plan, extra = build_plan(args)
+    from .fitting import layout_given, layout_text, search_like, verdict_lines
     from .story import lines, shown_sources
+    notes = list(extra["notes"].values())
+    if args.model and not layout_given(args) and plan.memory_verdict() != "fits":
+        found = search_like(plan, top=1).ranked
+        if found:
+            best, default = found[0], plan
+            plan = plan.replace(layout=best.layout, microbatch_size=best.microbatch_size)
+            notes.append(f"no layout given, and the default (TP 1, PP 1, DP {int(default.layout.dp):,}, "
+                         f"ZeRO-{default.layout.zero}) does not fit: search's fastest layout that fits, "
+                         f"{layout_text(best.layout, best.microbatch_size)} (give layout flags to choose another)")
+    said, verdict = verdict_lines(plan, layouts=bool(args.model))  # the source text's plan: the command only
     story = lines(plan, mfu=extra["mfu"], text=extra["text"])
     if args.json:
-        print(json_text({"plan": repr(plan), "notes": list(extra["notes"].values()),
+        print(json_text({"plan": repr(plan), "notes": notes, **verdict,
                           "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
         return 0
-    for note in extra["notes"].values():
+    for line in said:
+        print(line)
+    for note in notes:
         print(f"note: {note}")
     print(repr(plan))
     section = None
@@ -76,9 +91,12 @@ def cmd_memory(args) -> int:
         measured = []
         notes.append(f"no predicted peak: {exc}")
     r = MemoryReport(plan, mem, rows, stages, notes, headroom, fit, peak, low, high, measured, outside, changes)
+    from .fitting import verdict_lines
+    said, fitting = verdict_lines(plan, layouts=bool(args.model))
     if args.json:
-        _memory_json(r, args)
+        _memory_json(r, args, fitting.get("fitting_layouts", []))
     else:
+        print("\n".join(said + [""]) if said else "", end="")
         _memory_text(r)
     return 0
 
@@ -104,8 +122,9 @@ class MemoryReport:
     changes: object
 
 
-def _memory_json(r: MemoryReport, args) -> None:
-    """The report as JSON (GB), the stages' parts with ``--stages``."""
+def _memory_json(r: MemoryReport, args, fitting_layouts: list) -> None:
+    """The report as JSON (GB), the stages' parts with ``--stages``; where the plan does not fit at its
+    predicted peak, the layouts of its GPUs that do."""
     plan, mem, rows, stages, notes, headroom = r.plan, r.mem, r.rows, r.stages, r.notes, r.headroom
     fit, peak, low, high, measured, outside, changes = r.fit, r.peak, r.low, r.high, r.measured, r.outside, r.changes
     from ..core.choices import MEMORY_PARTS as PARTS
@@ -117,7 +136,7 @@ def _memory_json(r: MemoryReport, args) -> None:
         "outside_mean": None if outside is None else float(outside.magnitude),
         "host_memory": None if plan.hardware.host_memory is None else float(plan.hardware.host_memory.to("GB").magnitude),
         "interval": None if peak is None else [float(low.magnitude), float(high.magnitude)],
-        "reserve_measured_on": measured, "fitting_changes": changes,
+        "reserve_measured_on": measured, "fitting_changes": changes, "fitting_layouts": fitting_layouts,
         **({"stages": [{"stage": s.stage, **gb(s), "fits": s.fits} for s in stages]} if args.stages else {})}))
 
 
@@ -295,10 +314,13 @@ def cmd_search(args) -> int:
         sizes = ", ".join(f"{g:,}" for g in gpus) if several else f"{gpus:,}"
         raise CLIError(f"search: no valid layout of {sizes} GPUs for {model.name} with {gb:,} sequences (each "
                        "layout needs the batch to split over its replicas and microbatches, and TP to divide the heads)")
+    from .fitting import closest_line
+    closest = None if res.ranked else closest_line(res, lambda r: r.plan(
+        model, hw, seq_len=seq, global_batch=gb, **{k: v for k, v in kw.items() if k in ("dtype", "outside_bytes")}))
     if args.json:
         print(json_text({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
-                          "ranked": [r.as_dict() for r in res.ranked]}))
+                          "ranked": [r.as_dict() for r in res.ranked], "closest": closest and closest[1]}))
         return 0
     if note:
         print(f"note: {note}")
@@ -316,6 +338,9 @@ def cmd_search(args) -> int:
     if res.ratios:
         print(f"step: the predicted time; interval: where the measured one falls 80% of the time (measured/predicted "
               f"{res.ratios[0]:.2f}–{res.ratios[1]:.2f} over the validation cases, each with its source left out)")
+    if closest:
+        print(closest[0])
+        return 0
     print(f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} "
           f"{'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'GPU-h/Mtok':>10} {'MFU':>6} "
           f"{'mem (GB)':>9}  verdict")
@@ -381,6 +406,27 @@ def _free_plan(args, question: str):
     return plan.replace(layout=plan.layout.replace(**{args.free: an.sym(args.free)})), extra
 
 
+def _smallest(free: str, detail: dict, plan) -> tuple[dict, str]:
+    """``solve smallest``'s answer as data and as a line: the value, its verdict with the predicted peak,
+    the values skipped and, where a smaller one fits only at the allocator's limit, that one."""
+    try:
+        device = (plan.memory_peak() + plan.memory_outside()).to("GB")
+    except AnalyticError:  # no fitted reserve for the stack's allocator: the count decides
+        device = None
+    hbm = plan.memory().hbm.to("GB")
+    out = {"question": "smallest", "free": free, "value": detail["value"], "verdict": detail["verdict"],
+           "fits_from": detail["fits_from"], "skipped": detail["skipped"], "at_limit_from": detail["at_limit_from"],
+           "memory_GB": float(detail["memory"].to("GB").magnitude),
+           "device_peak_GB": None if device is None else float(device.magnitude), "hbm_GB": float(hbm.magnitude)}
+    peak = "" if device is None else f", predicted peak {_fmt(device)}"
+    text = (f"{free} = {detail['value']:,}: {detail['verdict']} ({_fmt(detail['memory'])} counted per GPU{peak}, "
+            f"of {_fmt(hbm)} HBM)"
+            + (f"; below {detail['value']:,}: {detail['skipped']}" if detail["skipped"] else "")
+            + (f"; from {free} = {detail['at_limit_from']:,} it fits at the allocator's limit (--at-limit takes it)"
+               if detail["at_limit_from"] else ""))
+    return out, text
+
+
 def cmd_solve(args) -> int:
     """A planner's question answered without writing sympy: ``smallest`` (the smallest value of one
     free degree whose plan fits, with the reasons), ``bubble`` (microbatches for a bubble target),
@@ -437,12 +483,8 @@ def cmd_solve(args) -> int:
                 f"compute time at the device's GEMM ceiling and the stack's efficiency")
     else:
         plan, extra = _free_plan(args, "smallest")
-        detail = symbolic.smallest_fitting_detail(plan, args.free)
-        out = {"question": "smallest", "free": args.free, "value": detail["value"], "fits_from": detail["fits_from"],
-               "skipped": detail["skipped"], "memory_GB": float(detail["memory"].to("GB").magnitude),
-               "notes": list(extra["notes"].values())}
-        text = (f"{args.free} = {detail['value']:,}: {detail['memory'].to('GB'):.4g~P} per GPU"
-                + (f" (memory fits from {detail['fits_from']:,}; below {detail['value']:,}: {detail['skipped']})"
-                   if detail["skipped"] else ""))
+        detail = symbolic.smallest_fitting_detail(plan, args.free, at_limit=bool(args.at_limit))
+        out, text = _smallest(args.free, detail, plan.subs(**{args.free: detail["value"]}))
+        out["notes"] = list(extra["notes"].values())
     print(json_text(out) if args.json else text)
     return 0

@@ -61,7 +61,8 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 #: the plan flags (dests) that search and the search-based plots read; any other is refused
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
-                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack"}
+                "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
+                "hbm"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
@@ -74,7 +75,7 @@ TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth"
 def hardware_overrides(get) -> dict:
     """The hardware flags given (``get(dest)`` reads one): link bandwidths as written (read with their
     units by Hardware and Plan), the scale-up domain as a count."""
-    out = {k: get(k) for k in ("scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
+    out = {k: get(k) for k in ("hbm", "scale_up_bandwidth", "scale_out_bandwidth") if get(k) is not None}
     if get("scale_up_domain") is not None:
         out["scale_up_domain"] = count_flag(get("scale_up_domain"), "scale-up-domain")
     return out

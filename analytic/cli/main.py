@@ -109,6 +109,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "(DeepSeek-V3's, 8)")
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
+    g.add_argument("--hbm", help="override the hardware's HBM per GPU as the driver gives it (e.g. '141 GB')")
     g.add_argument("--scale-up-domain", help="override the GPUs per NVLink-class domain (e.g. 64 of an NVL72 rack's 72)")
     g.add_argument("--outside-bytes", dest="outside_bytes",
                    help="memory a process holds outside the caching allocator, e.g. '1 GB' (default: the least of the "
@@ -116,6 +117,24 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mfu", help="also give the step time at this MFU")
     g.add_argument("--tokens", help="training tokens, for steps and days (e.g. 15.6e12)")
     g.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _solve_parser(sub) -> None:
+    """`analytic solve` and its questions."""
+    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
+                       "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)
+    p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
+    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest, mfu: the degree to solve for")
+    p.add_argument("--target", help="bubble: the largest bubble, a fraction of the ideal time (e.g. 0.05)")
+    p.add_argument("--threshold", help="mfu: the MFU to fall below (e.g. 0.3); tp-break-even: TP time over compute "
+                   "time (default 1)")
+    p.add_argument("--link", choices=["scale-up", "scale-out"], help="tp-break-even: the link TP runs on "
+                   "(default scale-up)")
+    p.add_argument("--at-limit", dest="at_limit", action="store_true",
+                   help="smallest: take a degree that fits at the allocator's limit (its count fits, its predicted "
+                        "peak does not); by default the smallest that fits at its predicted peak")
+    _plan_args(p)
+    p.set_defaults(func=cmd_solve)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -175,17 +194,7 @@ def parser() -> argparse.ArgumentParser:
                    "counts (256,512,1024) they differ")
     p.set_defaults(func=cmd_search)
     add_codesign(sub)
-    p = sub.add_parser("solve", help="answer a planning question: smallest fitting degree, microbatches for a "
-                       "bubble, where MFU falls below a threshold, TP's break-even degree", allow_abbrev=False)
-    p.add_argument("question", choices=["smallest", "bubble", "mfu", "tp-break-even"])
-    p.add_argument("--free", choices=["tp", "pp", "dp", "cp", "ep"], help="smallest, mfu: the degree to solve for")
-    p.add_argument("--target", help="bubble: the largest bubble, a fraction of the ideal time (e.g. 0.05)")
-    p.add_argument("--threshold", help="mfu: the MFU to fall below (e.g. 0.3); tp-break-even: TP time over compute "
-                   "time (default 1)")
-    p.add_argument("--link", choices=["scale-up", "scale-out"], help="tp-break-even: the link TP runs on "
-                   "(default scale-up)")
-    _plan_args(p)
-    p.set_defaults(func=cmd_solve)
+    _solve_parser(sub)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
     p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.add_argument("kind", choices=["scaling", "memory", "bubble", "pareto", "codesign"])

@@ -354,11 +354,12 @@ class Plan:
         whole = type(x) is int or (type(x) is Fraction and x.denominator == 1) or (is_sympy(x) and x.is_integer)
         return int(x) if whole else _number(f, f.name)
 
-    def smallest(self, keyword: str, limit: int | None = None) -> int:
-        """Smallest integer value of the free input ``keyword`` for which the plan fits in HBM (up to
-        ``limit``; default :func:`analytic.symbolic.smallest_fitting`'s)."""
+    def smallest(self, keyword: str, limit: int | None = None, at_limit: bool = False) -> int:
+        """Smallest integer value of the free input ``keyword`` whose plan fits (:meth:`memory_verdict`;
+        with ``at_limit`` at the allocator's limit too), up to ``limit`` (default
+        :func:`analytic.symbolic.smallest_fitting`'s)."""
         from ..symbolic import smallest_fitting
-        return smallest_fitting(self, keyword, **({} if limit is None else {"limit": limit}))
+        return smallest_fitting(self, keyword, at_limit=at_limit, **({} if limit is None else {"limit": limit}))
 
     def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
         """The integer value of the free input ``keyword``, among those whose memory fits, that

@@ -42,6 +42,26 @@ def verdict(plan, stage: int | None) -> str:
     return MEMORY_VERDICTS[0] if peak <= mem.hbm else MEMORY_VERDICTS[1]
 
 
+def verdicts(memory, fits, hbm: float, allocator: str, outside_bytes=None):
+    """:func:`verdict` of many layouts at once, as indices of :data:`MEMORY_VERDICTS` (a numpy array):
+    ``memory`` their counts in bytes, ``fits`` whether each count and the least memory outside the
+    allocator pass the HBM (``hbm``, bytes); the predicted peak with ``outside_bytes`` outside the allocator
+    (default the snapshots' mean). An allocator without a fitted reserve: the count decides."""
+    import numpy as np
+
+    from ..core.symbols import read_magnitude
+    from ..formulas import formula
+    try:
+        reserve = float(memory_reserve(allocator)["reserve"])
+        beyond = (float(memory_outside(allocator)["outside"].to("byte").magnitude) if outside_bytes is None
+                  else float(read_magnitude("outside_bytes", outside_bytes)))
+    except PresetError:
+        return np.where(fits, 0, 2)
+    peak = formula("memory.device_peak").lambdify()(counted_bytes=memory, allocator_reserve=reserve,
+                                                     outside_bytes=beyond)
+    return np.where(~np.asarray(fits), 2, np.where(peak <= hbm, 0, 1))
+
+
 def interval(plan, stage: int | None) -> tuple[Quantity, Quantity]:
     """``memory.allocator_peak`` times the smallest and largest measured/predicted peak, each source
     left out of the reserve's fit."""

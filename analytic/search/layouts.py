@@ -47,7 +47,8 @@ from ..plan import (
     tiles,
     training_dtype,
 )
-from ..presets import as_hardware, as_model, calibration, memory_outside, memory_reserve, outside_floor, stacks
+from ..plan.verdict import verdicts
+from ..presets import as_hardware, as_model, calibration, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
@@ -108,21 +109,6 @@ class _Ranking(Sequence):
         return _row(self._a, self._order[i], self._stack)
 
 
-def _verdicts(memory, fits, hbm: float, allocator: str, outside_bytes) -> np.ndarray:
-    """Each layout's :data:`MEMORY_VERDICTS` index, as Plan.memory_verdict decides it: 2 where its count and
-    the least outside the allocator pass the HBM (``fits`` false), 0 where the predicted peak (the count
-    times the allocator's reserve, and the mean outside it or ``outside_bytes``) is within it, else 1."""
-    try:
-        reserve = float(memory_reserve(allocator)["reserve"])
-        beyond = (float(memory_outside(allocator)["outside"].to("byte").magnitude) if outside_bytes is None
-                  else float(read_magnitude("outside_bytes", outside_bytes)))
-    except PresetError:  # an allocator without a fitted reserve: the count decides
-        return np.where(fits, 0, 2)
-    peak = formula("memory.device_peak").lambdify()(counted_bytes=memory, allocator_reserve=reserve,
-                                                     outside_bytes=beyond)
-    return np.where(~fits, 2, np.where(peak <= hbm, 0, 1))
-
-
 def _row(a: dict, j: int, stack: dict) -> Ranked:
     """Row ``j`` of the evaluated columns as a Ranked layout (``stack``: async_tp, comm_sms, zero3_gather,
     the interval's ratios of measured/predicted step time or None, and the stack's name)."""
@@ -172,8 +158,15 @@ class SearchResult:
     @property
     def best(self) -> Ranked:
         if not self.ranked:
-            raise InputError("search: no layout fits in memory")
+            raise InputError("search: no layout fits in memory; SearchResult.closest() says what stood closest")
         return self.ranked[0]
+
+    def closest(self) -> Ranked | None:
+        """The evaluated layout that comes nearest to fitting: of those with the best verdict, the least
+        memory counted (None when no layout was evaluated)."""
+        if not len(self.arrays.get("memory", ())):
+            return None
+        return self.row(int(np.lexsort((self.arrays["memory"], self.arrays["verdict"]))[0]))
 
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
@@ -326,7 +319,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     arrays["fits"] = fits
-    arrays["verdict"] = _verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
+    arrays["verdict"] = verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
     order, n_fit = ranking(arrays, objective, at_limit)
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,

@@ -1,0 +1,97 @@
+"""What the command line says of a plan that does not fit: one verdict (Plan.memory_verdict), said first,
+and the layouts of the same GPUs that fit (search's), or what stood closest where none does."""
+
+from __future__ import annotations
+
+from ..core.choices import MEMORY_VERDICTS
+from ..core.units import Q
+
+#: the flags that choose a layout; a plan of a model given without any of them may be one search chooses
+LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule", "sequence_parallel",
+                "microbatch_size", "recompute_layers", "recompute_modules", "first_stage_layers",
+                "last_stage_layers", "ends_as_layers", "offload_activations", "offload_optimizer")
+#: the hardware overrides a plan may hold, with the unit its inputs hold them in
+_HARDWARE = {"hbm": "byte", "scale_up_bandwidth": "byte/s", "scale_out_bandwidth": "byte/s", "scale_up_domain": ""}
+
+
+def layout_given(args) -> bool:
+    """Whether any flag of the command line chose the layout."""
+    return any(getattr(args, k, None) is not None for k in LAYOUT_FLAGS)
+
+
+def search_like(plan, top: int = 3):
+    """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype and stack, ranked by step
+    time: the layouts that fit at their predicted peak."""
+    from ..search.layouts import search
+    over = {k: (Q(float(plan.overrides[k]), u) if u else int(plan.overrides[k]))
+            for k, u in _HARDWARE.items() if k in plan.overrides}
+    hw = plan.hardware.replace(**over) if over else plan.hardware
+    outside = {"outside_bytes": Q(float(plan.overrides["outside_bytes"]), "byte")} \
+        if "outside_bytes" in plan.overrides else {}
+    return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
+                  global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
+                  progress=False, **outside)
+
+
+def layout_text(lay, microbatch_size) -> str:
+    return (f"TP {lay.tp} CP {lay.cp} PP {lay.pp} DP {lay.dp}" + (f" EP {lay.ep}" if lay.ep > 1 else "")
+            + (f" VPP {lay.vpp}" if lay.vpp > 1 else "") + f" ZeRO-{lay.zero}, recompute {lay.recompute}, "
+            f"{lay.schedule}, microbatches of {microbatch_size}")
+
+
+def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
+    """For a plan that does not fit at its predicted peak: the lines that say so first, and the same as data
+    (its verdict, the layouts of its GPUs that fit, fastest first, or the one that stood closest; without
+    ``layouts``, or where search cannot count the hardware, the search command that lists them); ([], {})
+    for a plan that fits."""
+    from ..core.errors import AnalyticError
+    verdict = plan.memory_verdict()
+    if verdict == MEMORY_VERDICTS[0]:
+        return [], {}
+    mem = plan.memory()
+    said = "DOES NOT FIT" if verdict == MEMORY_VERDICTS[2] else "FITS ONLY AT THE ALLOCATOR'S LIMIT"
+    lines = [f"{said}: {mem.total.to('GB'):.4g~P} counted per GPU of {mem.hbm.to('GB'):.4g~P} HBM"]
+    data = {"verdict": verdict}
+    if not layouts:
+        ask = (f"analytic search --model {plan.model.name} --hardware {plan.hardware.key} --gpus {int(plan.gpus)} "
+               f"--seq {int(plan.seq_len)} --global-batch {int(plan.global_batch)}")
+        return lines + [f"the layouts of these GPUs that fit: {ask}"], data
+    try:
+        res = search_like(plan)
+    except AnalyticError as exc:  # a hardware search cannot count (a link without a bandwidth)
+        return lines + [f"(search cannot list the layouts that fit: {exc})"], data
+    data["fitting_layouts"] = [r.as_dict() for r in res.ranked]
+    if res.ranked:
+        lines.append(f"layouts of these {int(plan.gpus):,} GPUs that fit (analytic search, fastest first):")
+        lines += [f"  {layout_text(r.layout, r.microbatch_size)}: step {r.step_time:.3g} s, "
+                  f"{r.memory / 1e9:.4g} GB" for r in res.ranked]
+        return lines, data
+    closest = closest_line(res, lambda r: plan.replace(layout=r.layout, microbatch_size=r.microbatch_size))
+    if closest:
+        lines.append(closest[0])
+        data["closest"] = closest[1]
+    return lines, data
+
+
+def closest_line(res, plan_of) -> tuple[str, dict] | None:
+    """Of a search in which nothing fits: the layout that stood closest, as a line and as data, with the HBM
+    its plan (``plan_of(row)``) would fit in at its predicted peak; None where no layout was evaluated."""
+    near = res.closest()
+    if near is None:
+        return None
+    need = _device_peak(plan_of(near)).to("GB").magnitude
+    gpus = int(near.layout.gpus)
+    return (f"no layout of {gpus:,} GPUs fits; the closest, {layout_text(near.layout, near.microbatch_size)}, "
+            f"counts {near.memory / 1e9:.4g} GB ({near.verdict}): it fits on more GPUs, or with --hbm "
+            f"'{need:.4g} GB'", {**near.as_dict(), "needs_hbm_GB": float(need)})
+
+
+def _device_peak(plan):
+    """The memory a plan's process peaks at: the allocator's predicted peak and what lies outside it (the
+    count and the least measured outside it where the allocator has no fitted reserve)."""
+    from ..core.errors import PresetError
+    try:
+        return plan.memory_peak() + plan.memory_outside()
+    except PresetError:
+        mem = plan.memory()
+        return mem.total + mem.outside
