@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import analytic as an
 from analytic.core import cache
 from analytic.core.errors import InputError
-from analytic.core.numeric import OPS, SCALAR
+from analytic.core.numeric import ARITY, SCALAR, numpy_ops
 from analytic.plan import programs, template
 from analytic.plan.structure import structure
 from analytic.strategies import plans
@@ -74,7 +74,7 @@ def test_the_programs_are_built_once_and_kept_as_data(fresh):
     data = json.loads(files[0].read_text())
     assert data["structure"] == structure(essay()._in)
     steps = data["programs"]["quantities"]["program"]["steps"]
-    assert {op for op, _ in steps} <= set(OPS)
+    assert {op for op, _ in steps} <= set(ARITY)
     code = ("import analytic as an, sys; p = an.Plan(an.model('llama3-405b'), an.hardware('h100-sxm'), "
             "an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), seq_len=8192, global_batch=2048); "
             "print(repr(p.step_time().magnitude)); print('sympy' in sys.modules, bool(p._exprs))")
@@ -278,11 +278,11 @@ def test_a_new_model_of_a_known_architecture_searches_without_a_build(fresh):
 _EDGES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e308, -1e308, math.inf, -math.inf, math.nan, 0.5, 7.0]
 
 
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ARITY))
 def test_the_scalar_kernels_are_numpys_on_edge_values(op):
     """Each operation on Python floats gives what numpy gives (NaN where numpy gives NaN), so one
     plan and many layouts get the same numbers."""
-    fn, arity = OPS[op]
+    fn, arity = numpy_ops()[op]
     scalar = getattr(SCALAR, op)
     n = arity or 2
     rng = np.random.default_rng(0)
@@ -297,3 +297,22 @@ def test_the_scalar_kernels_are_numpys_on_edge_values(op):
             want = want.item()
         want = float(want)
         assert (math.isnan(got) and math.isnan(want)) or got == want, (op, args, got, want)
+
+
+def test_a_plan_read_from_programs_in_the_cache_imports_no_numpy(tmp_path):
+    """The programs a first process wrote to the cache run on Python floats in the next: `analytic step`
+    and `memory` with a warm cache import no numpy (nor sympy, nor pint)."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
+    write = ("import analytic.plan.programs as p\np.PLANS_BEFORE_LOWERING = 0\nimport analytic as an\n"
+             "an.Plan('llama3-405b', 'h100-sxm', an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True),"
+             " seq_len=8192, global_batch=2048).step_time()\n")
+    subprocess.run([sys.executable, "-c", write], env=env, check=True, capture_output=True)
+    assert any(p.name.startswith("plan-") for p in tmp_path.iterdir())
+    read = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): codes = [main(['step']), main(['memory'])]\n"
+            "print(codes, sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'}))")
+    out = subprocess.run([sys.executable, "-c", read], env=env, check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[0, 0] []"

@@ -19,22 +19,29 @@ import operator
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-import numpy as np
-
 from .errors import InputError
 
-_NARY = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
-         "and": np.logical_and, "or": np.logical_or}
-_UNARY = {"recip": lambda x: np.divide(1.0, x), "sqrt": np.sqrt, "log": np.log, "exp": np.exp, "abs": np.abs,
-          "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not}
-_BINARY = {"pow": np.float_power, "mod": np.mod,
+#: operation → arity (None for two or more)
+ARITY = {**dict.fromkeys(("add", "mul", "max", "min", "and", "or")),
+         **dict.fromkeys(("recip", "sqrt", "log", "exp", "abs", "floor", "ceiling", "not"), 1),
+         **dict.fromkeys(("pow", "mod", "gcd", "lt", "le", "gt", "ge", "eq", "ne"), 2), "where": 3}
+
+
+@functools.cache
+def numpy_ops() -> dict:
+    """operation → (numpy function, arity): numpy imported when a program first runs on arrays (a plan's
+    numbers run on Python floats, :meth:`Program.scalar`, and import none)."""
+    import numpy as np
+    fns = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "and": np.logical_and,
+           "or": np.logical_or, "recip": lambda x: np.divide(1.0, x), "sqrt": np.sqrt, "log": np.log,
+           "exp": np.exp, "abs": np.abs, "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not,
+           "pow": np.float_power, "mod": np.mod,
            "gcd": lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(np.float64),
            "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-           "ne": np.not_equal}
-_TERNARY = {"where": np.where}
-#: operation → (numpy function, arity; None for two or more)
-OPS = {**{k: (f, None) for k, f in _NARY.items()}, **{k: (f, 1) for k, f in _UNARY.items()},
-       **{k: (f, 2) for k, f in _BINARY.items()}, **{k: (f, 3) for k, f in _TERNARY.items()}}
+           "ne": np.not_equal, "where": np.where}
+    return {k: (fns[k], arity) for k, arity in ARITY.items()}
+
+
 #: largest program read back (steps, constants, inputs)
 MAX_STEPS = 1 << 16
 
@@ -135,11 +142,13 @@ class Program:
         """The outputs for positional ``args`` (numbers or numpy arrays) in the order of :attr:`inputs`."""
         if len(args) != len(self.inputs):
             raise InputError(f"program of {', '.join(self.inputs)}: expected {len(self.inputs)} arguments, got {len(args)}")
+        import numpy as np
+        ops = numpy_ops()
         regs = [np.asarray(a, dtype=np.float64) for a in args] + list(self.constants)  # float64, as sympy's numbers
         last = self._last_use
         base = len(regs)
         for i, (op, refs) in enumerate(self.steps):
-            fn, arity = OPS[op]
+            fn, arity = ops[op]
             vals = [regs[r] for r in refs]
             regs.append(functools.reduce(fn, vals) if arity is None else fn(*vals))
             for r in last.get(base + i, ()):  # free what no later step reads
@@ -204,10 +213,10 @@ class Program:
         n = len(inputs) + len(constants)
         checked = []
         for step in steps:
-            if not (isinstance(step, list) and len(step) == 2 and step[0] in OPS and isinstance(step[1], list)):
+            if not (isinstance(step, list) and len(step) == 2 and step[0] in ARITY and isinstance(step[1], list)):
                 raise ValueError(f"bad program step {step!r:.80}")
             op, refs = step
-            arity = OPS[op][1]
+            arity = ARITY[op]
             if (arity is None and len(refs) < 2) or (arity is not None and len(refs) != arity):
                 raise ValueError(f"program step {op} takes {arity or 'two or more'} arguments, got {len(refs)}")
             if not all(type(r) is int and 0 <= r < n for r in refs):
