@@ -113,3 +113,12 @@ def test_quantities_pickled_in_one_process_unpickle_in_another(order):
     want = [f"{q.to_base_units().magnitude:.17g} {q.units}" for q in pickle.loads(blob)]
     assert out.decode().strip() == str(want)
     assert "gigatoken / second" in out.decode() and "petaFLOP" in out.decode()
+
+
+def test_an_application_registry_that_means_otherwise_fails_no_import_and_is_refused_at_first_use():
+    """A user whose application registry defines FLOP as something else can still import the library (and
+    pint after it); the first quantity asked of the library is refused naming the unit."""
+    code = ("import pint\npint.get_application_registry().define('FLOP = 2 * second')\nimport analytic as an\n"
+            "try:\n    an.Q_(1, 'GB')\nexcept an.UnitError as exc:\n    print('refused', 'FLOP' in str(exc))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "refused True"

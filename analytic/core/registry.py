@@ -39,7 +39,7 @@ def registry():
     library's units defined into it."""
     import pint
     ureg = _CHOSEN[0] if _CHOSEN else pint.get_application_registry()
-    real = ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
+    real = _real(ureg)
     if real not in _DEFINED:
         with _LOCK:
             if real not in _DEFINED:
@@ -55,22 +55,35 @@ def registry():
 def pint_units(items: tuple):
     """A container of units.txt's canonical names as the registry in use's unit (its names: "bps" is
     pint's "baud")."""
-    import pint
     from pint.util import UnitsContainer
     ureg = registry()
-    real = ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
-    names = _NAMES[real]
+    names = _NAMES[_real(ureg)]
     for k, _ in items:
         if k not in names:
-            names[k] = real.get_name(k)
+            names[k] = _real(ureg).get_name(k)
     return ureg.Unit(UnitsContainer({names[k]: v for k, v in items}))
+
+
+def _real(ureg):
+    """The registry behind pint's application registry (itself for any other)."""
+    import pint
+    return ureg.get() if isinstance(ureg, pint.ApplicationRegistry) else ureg
+
+
+def define_quietly() -> None:
+    """:func:`registry` where nothing asked for it (an import): a registry that defines a unit otherwise is
+    refused when the library is first asked for a quantity, not here, and an import never fails for it."""
+    try:
+        registry()
+    except Exception:  # noqa: BLE001 - a UnitError or pint's own, said at the first call that needs the registry
+        pass
 
 
 def define_if_loaded() -> None:
     """Define the library's units into pint's application registry now if pint is imported (so a
     quantity pickled by another process unpickles after ``import analytic``), else when it is."""
     if "pint" in sys.modules:
-        registry()
+        define_quietly()
     elif not any(isinstance(f, _WhenPintLoads) for f in sys.meta_path):
         sys.meta_path.insert(0, _WhenPintLoads())
 
@@ -90,7 +103,7 @@ class _WhenPintLoads:
 
             def exec_module(module):
                 run(module)
-                registry()
+                define_quietly()
 
             spec.loader.exec_module = exec_module
         return spec
