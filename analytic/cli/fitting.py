@@ -34,6 +34,7 @@ def search_like(plan, top: int = 3):
 
 
 def layout_text(lay, microbatch_size) -> str:
+    """A layout in one line: its degrees, ZeRO stage, recomputation, schedule and microbatch size."""
     return (f"TP {lay.tp} CP {lay.cp} PP {lay.pp} DP {lay.dp}" + (f" EP {lay.ep}" if lay.ep > 1 else "")
             + (f" VPP {lay.vpp}" if lay.vpp > 1 else "") + f" ZeRO-{lay.zero}, recompute {lay.recompute}, "
             f"{lay.schedule}, microbatches of {microbatch_size}")
@@ -42,7 +43,7 @@ def layout_text(lay, microbatch_size) -> str:
 def verdict_lines(plan, layouts: bool = True) -> tuple[list[str], dict]:
     """For a plan that does not fit at its predicted peak: the lines that say so first, and the same as data
     (its verdict, the layouts of its GPUs that fit, fastest first, or the one that stood closest; without
-    ``layouts``, or where search cannot count the hardware, the search command that lists them); ([], {})
+    ``layouts`` the search command that lists them, and where search cannot count the hardware, why); ([], {})
     for a plan that fits."""
     from ..core.errors import AnalyticError
     verdict = plan.memory_verdict()
