@@ -233,9 +233,10 @@ def test_step_zero3_gather(capsys):
     code, out, err = run(capsys, *search, "--zero", "1", "--zero3-gather", "per-tensor")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero3-gather" in err
     code, out, err = run(capsys, *search, "--zero", "3", "--zero3-gather", "per-tensor", "--async-tp")
-    assert code == 0 and "stack: megatron-core; async TP wherever tp > 1; ZeRO-3 gathering tensor by tensor, blocking" in out
+    assert code == 0 and ("the megatron family); async TP wherever tp > 1; ZeRO-3 gathering tensor by tensor, "
+                          "blocking (--stack") in out and "stack: megatron-core (efficiency" in out
     code, out, err = run(capsys, *search)
-    assert code == 0 and "stack: megatron-core\n" in out
+    assert code == 0 and "stack: megatron-core (efficiency" in out
 
 
 def test_search_counts_the_layouts_on_the_stack_it_is_given(capsys):
@@ -244,7 +245,7 @@ def test_search_counts_the_layouts_on_the_stack_it_is_given(capsys):
     base = ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
             "--global-batch", "256", "--zero", "1", "--recompute", "none", "--schedule", "1f1b"]
     code, out, err = run(capsys, *base, "--top", "2", "--stack", "torchtitan")
-    assert code == 0 and "stack: torchtitan\n" in out, err
+    assert code == 0 and "stack: torchtitan (efficiency 0.799 ± 0.017, fitted on the torchtitan family)" in out, err
     code, out, err = run(capsys, *base, "--json", "--stack", "torchtitan")
     data = json.loads(out)
     assert code == 0 and data["stack"] == "torchtitan" and {r["stack"] for r in data["ranked"]} == {"torchtitan"}
@@ -985,3 +986,24 @@ def test_a_search_in_which_nothing_fits_names_the_closest_and_the_hbm_it_needs(c
                               microbatch_size=near["microbatch_size"], hbm=f"{gb} GB")
     assert plan(near["needs_hbm_GB"] * 1.001).memory_verdict() == "fits"
     assert plan(near["needs_hbm_GB"] * 0.9).memory_verdict() != "fits"
+
+
+def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_predicts(capsys):
+    """The stack and its fitted efficiency lead the story, beside the step the other stacks that run on CUDA
+    and run this layout predict; each as a plan of that stack gives it, and a stack of another platform
+    (Trainium's) is not among them."""
+    flags = ["--model", "llama3-70b", "--hardware", "h200", "--gpus", "256", "--tp", "8", "--zero", "1", "--seq",
+             "8192", "--global-batch", "256"]
+    assert main(["step", *flags]) == 0
+    first = capsys.readouterr().out.splitlines()[:2]
+    assert first[0].startswith("stack megatron-core (") and "efficiency 0.923 ± 0.015" in first[0]
+    assert first[1].startswith("on the other ") and "stacks of cuda that run this layout" in first[1]
+    assert main(["step", *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    others = out["other_stacks_s"]
+    assert out["stack"] == "megatron-core" and "neuronx-distributed" not in others and "megatron-core" not in others
+    lay = an.Layout(tp=8, dp=32, zero=1, sequence_parallel=True)
+    for name in ("torchtitan-2025", "llama3-meta"):
+        plan = an.Plan("llama3-70b", "h200", lay, seq_len=8192, global_batch=256, stack=name)
+        assert others[name] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
+    assert f"{min(others.values()):.3g} s" in first[1] and f"{max(others.values()):.3g} s" in first[1]

@@ -42,11 +42,12 @@ def cmd_step(args) -> int:
                          f"{layout_text(best.layout, best.microbatch_size)} (give layout flags to choose another)")
     said, verdict = verdict_lines(plan, layouts=bool(args.model))  # the source text's plan: the command only
     story = lines(plan, mfu=extra["mfu"], text=extra["text"])
+    stack_said = _stack_said(plan)
     if args.json:
-        print(json_text({"plan": repr(plan), "notes": notes, **verdict,
+        print(json_text({"plan": repr(plan), "notes": notes, **verdict, **stack_said[1],
                           "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
         return 0
-    for line in said:
+    for line in said + stack_said[0]:
         print(line)
     for note in notes:
         print(f"note: {note}")
@@ -59,6 +60,17 @@ def cmd_step(args) -> int:
         text = f"   (text: {ln.text}{': ' + ln.why if ln.why else ''})" if ln.text else ""
         print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{shown_sources(ln.formula, args.sources)}]")
     return 0
+
+
+def _stack_said(plan) -> tuple[list[str], dict]:
+    """The stack's line and the other stacks' step times (none where the plan has no step time)."""
+    from .stack_spread import calibration_text, spread, spread_line
+    try:
+        step = float(plan.step_time().to("s").magnitude)
+    except AnalyticError:  # a link without a bandwidth: no step to set beside the others
+        return [calibration_text(plan)], {"stack": plan.stack}
+    others = spread(plan)
+    return [calibration_text(plan), spread_line(plan, step, others)], {"stack": plan.stack, "other_stacks_s": others}
 
 
 def cmd_memory(args) -> int:
@@ -327,7 +339,14 @@ def cmd_search(args) -> int:
     stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
                                    (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
-    print("stack: " + "; ".join([res.stack, *stack]))
+    from ..presets import calibration
+    try:
+        cal = calibration(res.stack)
+        fitted = (f" (efficiency {cal.stack_efficiency:.3f} ± {cal.standard_error:.3f}, "
+                  + ("pooled: no source of its family in the fit)" if cal.pooled else f"fitted on the {cal.key} family)"))
+    except AnalyticError:  # no calibration file
+        fitted = ""
+    print("stack: " + "; ".join([res.stack + fitted, *stack]) + " (--stack counts the layouts on another)")
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
     kept = "fit at their predicted peak or at the allocator's limit" if args.at_limit else "fit at their predicted peak"
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} {kept} in {hw.hbm.to('GB'):.4g~P}{beside}; search took "
