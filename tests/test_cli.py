@@ -1007,3 +1007,28 @@ def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_pre
         plan = an.Plan("llama3-70b", "h200", lay, seq_len=8192, global_batch=256, stack=name)
         assert others[name] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
     assert f"{min(others.values()):.3g} s" in first[1] and f"{max(others.values()):.3g} s" in first[1]
+
+
+def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(capsys):
+    """search --tokens: each row's days are its plan's steps for those tokens times its step; codesign pins
+    degrees and choices as search does, and its rows are the API's with the same pins."""
+    flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "512", "--seq", "8192",
+             "--batch-tokens", "4Mi", "--top", "2", "--json"]
+    assert main(["search", *flags, "--tokens", "15T"]) == 0
+    rows = json.loads(capsys.readouterr().out)["ranked"]
+    for r in rows:
+        lay = an.Layout(tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=r["cp"], zero=r["zero"], recompute=r["recompute"],
+                        schedule=r["schedule"], sequence_parallel=r["sequence_parallel"])
+        plan = an.Plan("llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
+                       microbatch_size=r["microbatch_size"], training_tokens=15e12)
+        days = (plan.step_time() * plan.value("steps").magnitude).to("day").magnitude
+        assert r["days"] == pytest.approx(days, rel=1e-9)
+    pins = ["--tp", "8", "--pp", "16", "--zero", "1"]
+    assert main(["codesign", "--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", "9216", "--seq", "8192",
+                 "--global-batch", "2304", "--vary", "scale_up_domain=8,72", "--scheduler", "synchronous",
+                 "--quiet", "--json", *pins]) == 0
+    got = json.loads(capsys.readouterr().out)["rows"]
+    api = an.codesign("llama3-405b", "h100-sxm", 9216, seq_len=8192, global_batch=2304,
+                      vary={"scale_up_domain": [8, 72]}, scheduler="synchronous", tp=8, pp=16, zero=(1,))
+    assert [(r["tp"], r["pp"], r["zero"]) for r in got] == [(8, 16, 1), (8, 16, 1)]
+    assert [r["step_time [s]"] for r in got] == list(api["step_time [s]"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ..core.choices import CODESIGN_OBJECTIVES
-from .flags import CLIError, count_flag
+from ..core.choices import CODESIGN_OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from .flags import CLIError, count_flag, layout_choices
 from .output import json_text
 
 
@@ -23,6 +23,12 @@ def add_parser(sub) -> None:
                    "for a grid of several fields")
     p.add_argument("--objective", choices=CODESIGN_OBJECTIVES, default="step_time")
     p.add_argument("--keep", default="1", help="layouts kept a point and model")
+    for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+        p.add_argument(f"--{axis}", help=f"pin the {axis} degree (the other degrees are searched)")
+    p.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="search this ZeRO stage only")
+    p.add_argument("--recompute", choices=RECOMPUTE, help="search this recomputation only")
+    p.add_argument("--schedule", choices=SCHEDULES, help="search this pipeline schedule only")
+    p.add_argument("--microbatch-size", dest="microbatch_size", help="search this microbatch size only")
     p.add_argument("--stack")
     p.add_argument("--dtype")
     p.add_argument("--scheduler", help="'synchronous' (in this process) or a Dask scheduler's address (default: a "
@@ -59,7 +65,7 @@ def cmd_codesign(args) -> int:
     batch = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     if args.global_batch:
         batch["global_batch"] = count_flag(args.global_batch, "global-batch")
-    kw = {k: getattr(args, k) for k in ("stack", "dtype") if getattr(args, k)}
+    kw = {**{k: getattr(args, k) for k in ("stack", "dtype") if getattr(args, k)}, **layout_choices(args)}
     frame = codesign(models, args.hardware, count_flag(args.gpus, "gpus"), seq_len=count_flag(args.seq, "seq"),
                      vary=vary_flags(args.vary), objective=args.objective, keep=count_flag(args.keep, "keep"),
                      scheduler=args.scheduler, out=args.out, force=args.force, **batch, **kw)

@@ -318,7 +318,8 @@ def _readable(q):
 def cmd_search(args) -> int:
     """A ranked table of the best layouts (``--json`` for data)."""
     from ..search.layouts import search
-    model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search")
+    model, hw, gpus, seq, gb, kw, note = search_inputs(args, "search", frozenset({"tokens"}))
+    steps = None if args.tokens is None else count_flag(str(args.tokens), "tokens") / (gb * seq)
     res = search(model, hw, gpus=gpus, seq_len=seq, global_batch=gb, top=count_flag(args.top, "top"),
                  objective=args.objective, at_limit=bool(args.at_limit), **kw)
     several = isinstance(gpus, list)
@@ -332,7 +333,8 @@ def cmd_search(args) -> int:
     if args.json:
         print(json_text({"evaluated": res.evaluated, "fitting": res.fitting, "seconds": res.seconds,
                           "objective": res.objective, "stack": res.stack, "notes": [note] if note else [],
-                          "ranked": [r.as_dict() for r in res.ranked], "closest": closest and closest[1]}))
+                          "ranked": [r.as_dict() | ({} if steps is None else {"days": r.step_time * steps / 86400})
+                                     for r in res.ranked], "closest": closest and closest[1]}))
         return 0
     if note:
         print(f"note: {note}")
@@ -362,14 +364,15 @@ def cmd_search(args) -> int:
         return 0
     print(f"{'#':>3} {'gpus':>6} {'tp':>3} {'cp':>3} {'pp':>4} {'dp':>5} {'ep':>3} {'v':>2} {'mb':>3} {'zero':>4} "
           f"{'recompute':>9} {'schedule':>11} {'step (s)':>9} {'interval (s)':>15} {'GPU-h/Mtok':>10} {'MFU':>6} "
-          f"{'mem (GB)':>9}  verdict")
+          f"{'mem (GB)':>9}" + ("" if steps is None else f" {'days':>7}") + "  verdict")
     for i, r in enumerate(res.ranked, 1):
         lay = r.layout
         spread = f"{r.step_time_interval[0]:.3g}–{r.step_time_interval[1]:.3g}" if r.step_time_interval else "—"
         zero = lay.zero if lay.dp * lay.cp > 1 or lay.zero == 3 else "—"  # one replica: ZeRO-0 to 2 are alike
         print(f"{i:>3} {lay.gpus:>6} {lay.tp:>3} {lay.cp:>3} {lay.pp:>4} {lay.dp:>5} {lay.ep:>3} {lay.vpp:>2} "
               f"{r.microbatch_size:>3} {zero:>4} {lay.recompute:>9} {lay.schedule:>11} {r.step_time:>9.3f} "
-              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}  {r.verdict}")
+              f"{spread:>15} {r.cost * 1e6 / 3600:>10.3g} {r.mfu:>6.3f} {r.memory / 1e9:>9.2f}"
+              + ("" if steps is None else f" {r.step_time * steps / 86400:>7.4g}") + f"  {r.verdict}")
     return 0
 
 

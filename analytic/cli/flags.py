@@ -102,12 +102,12 @@ def _zero3_gather(flag, zero: int) -> dict:
     return {} if flag is None else {"zero3_gather": flag}
 
 
-def search_inputs(args, what: str):
+def search_inputs(args, what: str, read: frozenset = frozenset()):
     """Model, hardware (with any link overrides), GPUs (a count, or a list for '--gpus 256,512,1024'),
     sequence length, global batch, the search's keyword arguments and a note, for search and the
-    plots built on it."""
+    plots built on it (``read``: the other plan flags the command reads itself)."""
     import analytic as an
-    refuse_unread(args, SEARCH_FLAGS, what, "search counts every layout alike: the stack's gradient and moment "
+    refuse_unread(args, SEARCH_FLAGS | read, what, "search counts every layout alike: the stack's gradient and moment "
                    "dtypes, sequence parallelism wherever tp > 1; 'analytic step' evaluates one layout")
     if not (args.model and args.hardware and args.gpus and args.seq):
         raise CLIError(f"{what}: give --model, --hardware, --gpus and --seq (and --batch-tokens or --global-batch)")
@@ -122,6 +122,19 @@ def search_inputs(args, what: str):
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
           **outside_override(lambda k: getattr(args, k))}
+    kw.update(layout_choices(args))
+    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
+    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, kw, note
+
+
+#: the layout flags search and co-design read: a degree pinned, or one choice of a list searched
+LAYOUT_CHOICE_FLAGS = ("tp", "pp", "dp", "cp", "ep", "zero", "recompute", "schedule", "microbatch_size", "vpp")
+
+
+def layout_choices(args) -> dict:
+    """The layout flags given, as search's keywords: each degree pinned (the others searched), the ZeRO
+    stage, recomputation, schedule, microbatch size and virtual stages as one-choice lists."""
+    kw = {}
     if args.zero is not None:
         kw["zero"] = (int(args.zero),)
     if args.recompute:
@@ -134,8 +147,7 @@ def search_inputs(args, what: str):
         kw["vpps"] = (count_flag(args.vpp, "vpp", minimum=2),)
     kw.update({axis: count_flag(getattr(args, axis), axis) for axis in ("tp", "pp", "dp", "cp", "ep")
                if getattr(args, axis) is not None})  # pinned: search the other degrees
-    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
-    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, kw, note
+    return kw
 
 
 def model_flag(value: str):
