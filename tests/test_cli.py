@@ -15,6 +15,19 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
+def entries(out: str) -> list[str]:
+    """A command's output as entries: each row with the continuation rows under it (indented four spaces
+    or more beyond the row's own indent) joined by spaces."""
+    rows = []
+    for row in out.splitlines():
+        indent = len(row) - len(row.lstrip())
+        if rows and row.strip() and indent >= rows[-1][0] + 4:
+            rows[-1][1] += " " + row.strip()
+        else:
+            rows.append([indent, row])
+    return [text for _, text in rows]
+
+
 def test_step_default_is_the_text_story(capsys):
     code, out, err = run(capsys, "step")
     assert code == 0, err
@@ -675,7 +688,7 @@ def test_memory_with_offloaded_optimizer(capsys):
     code, out, _ = run(capsys, "memory", *flags, "--offload-optimizer", "1")
     assert "offloaded optimizer in host memory: 16.06 GB per GPU, 128.5 GB per node of 8" in out
     code, out, _ = run(capsys, "step", *flags, "--offload-optimizer", "0.5")
-    assert code == 0 and "the host's share of the Adam step not timed" in out
+    assert code == 0 and "the host's share of the Adam step not timed" in " ".join(out.split())
     code, _, err = run(capsys, "memory", *flags, "--offload-optimizer", "1.5")
     assert code == 2 and err.strip() == "--offload-optimizer: expected a number in [0, 1], got '1.5'"
     code, _, err = run(capsys, "search", *flags[:6], "--seq", "8192", "--global-batch", "64", "--offload-optimizer", "1")
@@ -804,10 +817,11 @@ def test_a_story_line_names_at_most_three_formulas_unless_asked(capsys):
     """Each line shows at most three formula names and how many more; --sources shows every one, and the
     line's sources are the plan's (the bubble's: the compute's formulas and the schedule's)."""
     code, out, _ = run(capsys, "step")
-    tags = [line.rsplit("[", 1)[1] for line in out.splitlines() if line.endswith("]")]
+    tags = [line.rsplit("[", 1)[1] for line in entries(out) if line.endswith("]")]
     assert code == 0 and all(t.count(", ") <= 2 for t in tags) and any("more (--sources)" in t for t in tags)
+    assert max(len(row) for row in out.splitlines()) <= 120  # the formulas on a row of their own where needed
     code, out, _ = run(capsys, "step", "--sources")
-    bubble = next(line for line in out.splitlines() if line.strip().startswith("bubble"))
+    bubble = next(line for line in entries(out) if line.strip().startswith("bubble"))
     assert code == 0 and "more (--sources)" not in out and "pipeline.bubble_time.1f1b" in bubble
 
 
@@ -995,7 +1009,7 @@ def test_step_names_its_stack_and_the_step_every_other_stack_of_the_platform_pre
     flags = ["--model", "llama3-70b", "--hardware", "h200", "--gpus", "256", "--tp", "8", "--zero", "1", "--seq",
              "8192", "--global-batch", "256"]
     assert main(["step", *flags]) == 0
-    first = capsys.readouterr().out.splitlines()[:2]
+    first = entries(capsys.readouterr().out)[:2]
     assert first[0].startswith("stack megatron-core (") and "efficiency 0.923 ± 0.015" in first[0]
     assert first[1].startswith("on the other ") and "stacks of cuda that run this layout" in first[1]
     assert main(["step", *flags, "--json"]) == 0

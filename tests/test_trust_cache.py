@@ -8,7 +8,7 @@ import pytest
 
 import analytic as an
 from analytic.core.lowering import free_symbols, input_names, program
-from analytic.core.numeric import OPS, Program
+from analytic.core.numeric import ARITY, Program
 
 PROGRAMS = importlib.import_module("analytic.search.programs")
 MODEL, HW = an.model("llama3-8b"), an.hardware("h100-sxm")
@@ -43,7 +43,7 @@ def test_the_cache_file_is_a_program_of_numbers(cache):
     assert set(data) == {"inputs", "constants", "steps", "outputs"}
     assert tuple(data["inputs"]) == PROGRAMS.INPUTS
     assert all(isinstance(c, float) for c in data["constants"])
-    assert {op for op, _ in data["steps"]} <= set(OPS)
+    assert {op for op, _ in data["steps"]} <= set(ARITY)
 
 
 def test_python_in_the_cache_is_never_run(cache, tmp_path_factory):

@@ -30,7 +30,7 @@ def cmd_step(args) -> int:
     GPUs that fit, and a model given without a layout that does not fit takes search's fastest."""
     plan, extra = build_plan(args)
     from .fitting import layout_given, layout_text, search_like, verdict_lines
-    from .story import lines, shown_sources
+    from .story import lines
     notes = list(extra["notes"].values())
     if args.model and not layout_given(args) and plan.memory_verdict() != "fits":
         found = search_like(plan, top=1).ranked
@@ -47,19 +47,47 @@ def cmd_step(args) -> int:
         print(json_text({"plan": repr(plan), "notes": notes, **verdict, **stack_said[1],
                           "lines": [ln.as_dict() for ln in story]}, indent=1, default=str))
         return 0
-    for line in said + stack_said[0]:
-        print(line)
-    for note in notes:
-        print(f"note: {note}")
-    print(repr(plan))
+    for line in said + stack_said[0] + [f"note: {note}" for note in notes] + [repr(plan)]:
+        print(_wrapped(line))
     section = None
     for ln in story:
         if ln.section != section:
             section = ln.section
             print(f"\n{section}")
-        text = f"   (text: {ln.text}{': ' + ln.why if ln.why else ''})" if ln.text else ""
-        print(f"  {ln.label:<74} {_fmt(ln.value):>16}{text}   [{shown_sources(ln.formula, args.sources)}]")
+        print("\n".join(_story_rows(ln, args.sources)))
     return 0
+
+
+#: the story's width in columns
+STORY_WIDTH = 120
+
+
+def _story_rows(ln, every_source: bool) -> list[str]:
+    """A story line in at most :data:`STORY_WIDTH` columns: its label (wrapped) and value, then the source
+    text's figure and the formulas it came from, on the same row where they fit, else on rows of their own."""
+    import textwrap
+
+    from .story import shown_sources
+    label = textwrap.wrap(ln.label, 74, break_long_words=False) or [""]
+    first = f"  {label[0]:<74} {_fmt(ln.value):>16}"
+    under = " " * (len(first) - len(first.lstrip()) + 4)  # what a row continues with: indented
+    rest = [under + part for part in textwrap.wrap(" ".join(label[1:]), 76 - len(under), break_long_words=False)]
+    tail = ([f"(text: {ln.text}{': ' + ln.why if ln.why else ''})"] if ln.text else []) \
+        + [f"[{shown_sources(ln.formula, every_source)}]"]
+    rows = [first, *rest]
+    for part in tail:  # beside the last row where it fits, else on rows of its own
+        if len(rows[-1]) + 3 + len(part) <= STORY_WIDTH:
+            rows[-1] += "   " + part
+        else:
+            rows += textwrap.wrap(part, STORY_WIDTH, initial_indent=under, subsequent_indent=under + "  ",
+                                  break_long_words=False)
+    return rows
+
+
+def _wrapped(line: str) -> str:
+    """A line of a command's head in :data:`STORY_WIDTH` columns, its continuation indented."""
+    import textwrap
+    return "\n".join(textwrap.wrap(line, STORY_WIDTH, subsequent_indent="    ", break_long_words=False))
 
 
 def _stack_said(plan) -> tuple[list[str], dict]:
