@@ -352,3 +352,27 @@ def test_asynchronous_checkpoints_lose_their_write_window_as_a_longer_restart_wo
         with pytest.raises(an.InputError, match="write outlasts"):
             an.formula("reliability.async_restart_time").evaluate(restart_time="0 s", checkpoint_write_time="20 min",
                                                                   checkpoint_interval="10 min")
+
+
+def test_a_stages_memory_as_its_own_expression():
+    """plan.expr('memory.total', stage=k): one stage's memory in closed form, without the maximum over stages
+    that memory.total takes; at a dp it is the numeric plan's memory of that stage, the fullest stage's is the
+    whole plan's total, and a quantity of the whole step or a stage past the pipeline is refused."""
+    import sympy
+    p = an.Plan(an.model("llama3-405b"), an.hardware("h100-sxm"),
+                an.Layout(tp=8, pp=16, dp=an.sym("dp"), zero=1, sequence_parallel=True), seq_len=8192,
+                global_batch=2048)
+    last = p.expr("memory.total", stage=15)
+    assert last.expr.count_ops() < p.expr("memory.total").expr.count_ops() and not last.expr.has(sympy.Piecewise)
+    numeric = p.subs(dp=64)
+    for k in (0, 7, 15):
+        at = p.expr("memory.total", stage=k).subs(dp=64).value().to("GB").magnitude
+        assert at == pytest.approx(numeric.memory(stage=k).total.to("GB").magnitude, rel=1e-12)
+    assert p.expr("memory.total", stage=0).subs(dp=64).value().to("GB").magnitude == pytest.approx(
+        numeric.memory().total.to("GB").magnitude, rel=1e-12)
+    assert p.expr("memory.activations", stage=15).subs(dp=64).value() < p.expr("memory.activations", stage=0) \
+        .subs(dp=64).value()  # 1F1B: the last stage holds one microbatch, the first pp of them
+    with pytest.raises(an.InputError, match="step_time is the whole step's"):
+        p.expr("step_time", stage=0)
+    with pytest.raises(an.InputError, match="below pp = 16"):
+        p.expr("memory.total", stage=16)

@@ -176,8 +176,12 @@ class Plan:
         return ranks.placement(self.layout, self._in.given_number("scale_up_domain"))
 
     # --- expressions ----------------------------------------------------------------------
-    def expr(self, name: str) -> Formula:
-        """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`)."""
+    def expr(self, name: str, stage: int | None = None) -> Formula:
+        """Any plan quantity as a Formula in the plan's free inputs (see :meth:`quantities`); with ``stage``,
+        a memory quantity (``memory.total``, ``memory.weights``, ...) on that pipeline stage alone (where
+        ``memory.total`` is the fullest stage's, a maximum over stages)."""
+        if stage is not None:
+            return self._stage_expr(name, stage)
         builders = self._builders
         if name not in builders:
             raise UnknownNameError("plan quantity", name, builders)
@@ -321,6 +325,19 @@ class Plan:
         if not is_number(self.layout.pp):
             raise FreeSymbolError("pp: the stages need a numeric pipeline degree; use plan.expr('memory.total')")
         return int(self.layout.pp)
+
+    def _stage_expr(self, name: str, stage) -> Formula:
+        """:meth:`expr` of memory quantity ``name`` on ``stage`` (a count below pp, or a symbol)."""
+        part = name.removeprefix("memory.")
+        parts = (*MEMORY_PARTS, "total", "host")
+        if not name.startswith("memory.") or part not in parts:
+            raise InputError(f"stage: a stage's expression is one of memory.{', memory.'.join(parts)}; "
+                             f"{name} is the whole step's")
+        if not is_sympy(stage):
+            stage = count("stage", stage, minimum=0, allow_symbol=False)
+            if is_number(self.layout.pp) and stage >= int(self.layout.pp):
+                raise InputError(f"stage: expected a stage below pp = {int(self.layout.pp)}, got {stage}")
+        return self._stage(stage)[part].renamed(f"plan.{name}[stage {stage}]", source=provenance(self))
 
     def _stage(self, k) -> dict:
         """Stage ``k``'s memory parts as Formulas (built once per stage)."""
