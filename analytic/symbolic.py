@@ -109,11 +109,13 @@ def smallest_fitting_detail(plan, keyword: str, *, limit: int = 1 << 20, at_limi
     xs, verdict = _verdicts(plan, keyword, min(limit, MAX_GRID))
     counted = [int(x) for x in xs[verdict <= 1]]
     fitting = [int(x) for x in xs[verdict <= (1 if flag("at_limit", at_limit) else 0)]]
-    first_reason, limited = "", None
+    fits, first_reason, limited = set(fitting), "", None
     for v in counted:
+        if v not in fits and limited is not None:  # at the limit, and a valid one of those already found
+            continue
         reason = _invalid(plan, keyword, v)
-        if reason or v not in fitting:
-            first_reason = first_reason or (reason if v in fitting else "")
+        if reason or v not in fits:
+            first_reason = first_reason or (reason if v in fits else "")
             limited = limited or (None if reason else v)
             continue
         total = plan.expr("memory.total").subs(**{keyword: v}).value()
