@@ -626,7 +626,8 @@ def test_bytes_need_no_link_bandwidth_but_times_do():
 
 def test_batch_tokens_as_a_count_with_a_suffix():
     """batch_tokens takes what the CLI takes: a count with a decimal or binary suffix, read exactly;
-    a decimal count that is not whole sequences while its binary reading is, is read as binary and said so."""
+    a decimal count (a suffix, or a whole multiple of a thousand, a million, ... however written) that is
+    not whole sequences while its binary reading is, is read as binary and said so."""
     kw = dict(seq_len=8192)
     m, hw, lay = an.model("llama3-8b"), an.hardware("h100-sxm"), an.Layout(dp=8)
     for tokens in ("16Mi", " 16 Mi ", "16777216", "0.015625Gi", 2**24, "16 Mitoken"):
@@ -634,8 +635,11 @@ def test_batch_tokens_as_a_count_with_a_suffix():
     assert an.Plan(m, hw, lay, batch_tokens="8.192M", **kw).global_batch == 1000
     with pytest.warns(an.errors.ReinterpretedWarning, match=r"16M read as 16 Mi = 16,777,216 tokens"):
         assert an.Plan(m, hw, lay, batch_tokens="16M", **kw).global_batch == 2048
-    with pytest.raises(InputError, match=r"'15e6' is not a whole number of 8192-token sequences"):
-        an.Plan(m, hw, lay, batch_tokens="15e6", **kw)
+    for written in ("15e6", 15_000_000, 15e6, "15000000"):  # one rule: a decimal count, however written
+        with pytest.warns(an.errors.ReinterpretedWarning, match=r"read as 15 Mi = 15,728,640 tokens"):
+            assert an.Plan(m, hw, lay, batch_tokens=written, **kw).global_batch == 15 * 2**20 // 8192
+    with pytest.raises(InputError, match=r"15000001 is not a whole number of 8192-token sequences"):
+        an.Plan(m, hw, lay, batch_tokens=15_000_001, **kw)
     with pytest.raises(an.errors.UnitError, match="batch_tokens: expected a token count"):
         an.Plan(m, hw, lay, batch_tokens="16 MB", **kw)
 

@@ -59,13 +59,24 @@ def parse_count(name: str, text: str, *, minimum: int = 1) -> int:
     return whole(name, parsed[0] * COUNT_SUFFIXES.get(parsed[1], 1), minimum=minimum, shown=show(text))
 
 
+def decimal_suffix(tokens: Fraction) -> tuple[Fraction, str | None]:
+    """A count without a suffix as the decimal one it is a whole multiple of, the largest (4,000,000 and
+    4e6 are 4 M, 16,000 is 16 k); itself with None where it is no whole multiple of a thousand."""
+    for suffix in ("T", "G", "M", "k"):
+        if tokens % COUNT_SUFFIXES[suffix] == 0:
+            return tokens / COUNT_SUFFIXES[suffix], suffix
+    return tokens, None
+
+
 def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, written) -> tuple[int, str]:
     """Tokens per step from ``number`` with a count ``suffix`` (or None), ``written`` so by the user,
-    and a note: a decimal suffix whose count is not whole sequences of ``seq_len`` while its binary
-    reading is ('16M' at 8,192 tokens) is read as binary, and the note says so. The one rule of
-    :func:`analytic.core.values.batch_tokens`."""
+    and a note: a decimal count ('16M', '16e6', 16_000_000: a whole multiple of a thousand, a million, ...)
+    that is not whole sequences of ``seq_len`` while its binary reading is (16·2²⁰ at 8,192 tokens) is
+    read as binary, and the note says so. The one rule of :func:`analytic.core.values.batch_tokens`."""
     tokens = number * COUNT_SUFFIXES.get(suffix, 1)
     note = ""
+    if suffix is None and tokens % seq_len:
+        number, suffix = decimal_suffix(tokens)
     if suffix in BINARY_SUFFIX and tokens % seq_len:
         binary = binary_reading(number, suffix)
         if binary % seq_len == 0:
@@ -79,5 +90,5 @@ def step_tokens(number: Fraction, suffix: str | None, seq_len: int, name: str, w
     return int(tokens), note
 
 
-__all__ = ["BINARY_SUFFIX", "COUNT_SUFFIXES", "MAX_COUNT", "MAX_TEXT", "binary_reading", "parse_count", "show",
-           "step_tokens", "suffixed_count", "whole"]
+__all__ = ["BINARY_SUFFIX", "COUNT_SUFFIXES", "MAX_COUNT", "MAX_TEXT", "binary_reading", "decimal_suffix",
+           "parse_count", "show", "step_tokens", "suffixed_count", "whole"]
