@@ -394,3 +394,21 @@ def test_one_replica_ranks_zero_0_to_2_as_one_layout():
     assert set(res.arrays["zero"]) == {1.0, 3.0}
     wider = an.search(m, hw, gpus=8, seq_len=4096, global_batch=8, tp=4, progress=False)  # dp 2: all four
     assert set(wider.arrays["zero"]) == {0.0, 1.0, 2.0, 3.0}
+
+
+def test_the_ranking_as_a_frame_with_units():
+    """SearchResult.frame(): the ranked layouts best first, units in the columns' names; each row's step,
+    memory and GPU-hours per million tokens are its plan's."""
+    res = an.search("llama3-70b", "h100-sxm", gpus=512, seq_len=8192, batch_tokens="4Mi", top=3, progress=False)
+    f = res.frame()
+    assert list(f["step_time [s]"]) == sorted(f["step_time [s]"]) and len(f) == 3
+    assert f.attrs["units"]["memory"] == "GB" and f.attrs["stack"] == "megatron-core"
+    for _, row in f.iterrows():
+        lay = an.Layout(tp=row["tp"], cp=row["cp"], pp=row["pp"], dp=row["dp"], zero=row["zero"],
+                        recompute=row["recompute"], schedule=row["schedule"], sequence_parallel=row["tp"] > 1)
+        plan = an.Plan("llama3-70b", "h100-sxm", lay, seq_len=8192, batch_tokens="4Mi",
+                       microbatch_size=row["microbatch_size"])
+        assert row["step_time [s]"] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert row["memory [GB]"] == pytest.approx(plan.memory().total.to("GB").magnitude, rel=1e-9)
+        gpu_hours = (plan.step_time() * 512 / plan.tokens_per_step * 1e6).to("hour/token").magnitude
+        assert row["cost [GPU-hour/Mtoken]"] == pytest.approx(gpu_hours, rel=1e-9)

@@ -161,6 +161,22 @@ class SearchResult:
             raise InputError("search: no layout fits in memory; SearchResult.closest() says what stood closest")
         return self.ranked[0]
 
+    def frame(self):
+        """The ranked layouts as a pandas DataFrame, best first, one row a layout: its degrees and choices,
+        step time, MFU, memory, GPU-hours per million tokens and verdict, each column's unit in its name and
+        in ``attrs["units"]`` (as sweeps and co-design give theirs)."""
+        from .sweeps import frame_with_units
+        rows = list(self.ranked)
+        lay = [r.layout for r in rows]
+        columns = {**{k: [getattr(x, k) for x in lay] for k in ("tp", "cp", "pp", "dp", "ep", "vpp", "zero",
+                                                               "recompute", "schedule")},
+                   "microbatch_size": [r.microbatch_size for r in rows], "gpus": [x.gpus for x in lay],
+                   "step_time": [r.step_time for r in rows], "mfu": [r.mfu for r in rows],
+                   "memory": [r.memory / 1e9 for r in rows], "cost": [r.cost * 1e6 / 3600 for r in rows],
+                   "verdict": [r.verdict for r in rows]}
+        return frame_with_units(columns, {"step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"},
+                                stack=self.stack, objective=self.objective, evaluated=self.evaluated)
+
     def closest(self) -> Ranked | None:
         """The evaluated layout that comes nearest to fitting: of those with the best verdict, the least
         memory counted (None when no layout was evaluated)."""
