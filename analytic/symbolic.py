@@ -144,8 +144,8 @@ def _objective(plan, objective: str) -> Formula:
 
 def optimise(plan, keyword: str, objective: str = "step_time", *, fits: bool = True, limit: int = 1 << 16) -> dict:
     """The valid integer ``keyword`` ≥ 1 that optimises ``objective`` (``choices.OBJECTIVES``): step time,
-    cost in GPU-seconds per token, or MFU; with ``fits`` only among the values whose memory fits in
-    HBM. ``continuous`` is the real-valued optimum (memory not considered), ``value`` the objective at
+    cost in GPU-seconds per token, or MFU; with ``fits`` only among the values that fit at their predicted
+    peak (:meth:`Plan.memory_verdict` "fits"). ``continuous`` is the real-valued optimum (memory not considered), ``value`` the objective at
     ``best``."""
     from scipy.optimize import minimize_scalar
 
