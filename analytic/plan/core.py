@@ -379,8 +379,8 @@ class Plan:
         return smallest_fitting(self, keyword, at_limit=at_limit, **({} if limit is None else {"limit": limit}))
 
     def best(self, keyword: str, limit: int | None = None, objective: str = "step_time") -> int:
-        """The integer value of the free input ``keyword``, among those that fit (:meth:`memory_verdict`), that
-        minimises the predicted step time, or optimises another ``objective`` (``"cost"``: GPU-seconds
+        """The integer value of the free input ``keyword``, among those that fit (:meth:`memory_verdict`),
+        that minimises the predicted step time, or optimises another ``objective`` (``"cost"``: GPU-seconds
         per token; ``"mfu"``), up to ``limit`` (default :func:`analytic.symbolic.optimise`'s)."""
         from ..symbolic import optimise
         return optimise(self, keyword, objective, **({} if limit is None else {"limit": limit}))["best"]
