@@ -182,7 +182,7 @@ def test_plan_and_search_read_a_batch_as_the_cli_does(tmp_path, monkeypatch):
     exact = an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="16Mi")
     assert exact.global_batch == 2048 and exact.notes == []
     with pytest.raises(an.InputError, match="whole number"):
-        an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="15e6")
+        an.Plan(m, hw, an.Layout(tp=8, sequence_parallel=True), seq_len=8192, batch_tokens="15000001")
 
 
 def test_search_405b_beats_the_published_layout(capsys):
