@@ -1046,3 +1046,15 @@ def test_search_gives_days_for_the_tokens_and_codesign_takes_the_layout_flags(ca
                       vary={"scale_up_domain": [8, 72]}, scheduler="synchronous", tp=8, pp=16, zero=(1,))
     assert [(r["tp"], r["pp"], r["zero"]) for r in got] == [(8, 16, 1), (8, 16, 1)]
     assert [r["step_time [s]"] for r in got] == list(api["step_time [s]"])
+
+
+@pytest.mark.parametrize("command", [["step"], ["search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus",
+                                                "16", "--seq", "2048", "--global-batch", "64"]])
+def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
+    """Run with standard error closed (a shell's 2>&-), a command still prints its answer and exits 0 (the
+    progress bar's check of the terminal read a stream Python had set to None)."""
+    import shlex
+    import subprocess
+    line = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "analytic.cli", *command]) + " 2>&-"
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) > 3

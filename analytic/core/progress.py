@@ -16,11 +16,20 @@ _SHOWN = contextvars.ContextVar("analytic_progress", default=None)  # None: no c
 def shown(enabled: bool = True):
     """Draw progress bars inside this block, where ``enabled``, no outer block said not to, and standard
     error is a terminal."""
-    token = _SHOWN.set(bool(enabled) and _SHOWN.get() is not False and sys.stderr.isatty())
+    token = _SHOWN.set(bool(enabled) and _SHOWN.get() is not False and terminal(sys.stderr))
     try:
         yield
     finally:
         _SHOWN.reset(token)
+
+
+def terminal(stream) -> bool:
+    """Whether ``stream`` is an open terminal: False for a closed or missing one (``2>&-`` leaves Python's
+    standard error None) and for one that cannot say."""
+    try:
+        return bool(stream is not None and not stream.closed and stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def is_shown() -> bool:
