@@ -27,7 +27,7 @@ def terminal(stream) -> bool:
     """Whether ``stream`` is an open terminal: False for a closed or missing one (``2>&-`` leaves Python's
     standard error None) and for one that cannot say."""
     try:
-        return bool(stream is not None and not stream.closed and stream.isatty())
+        return bool(stream is not None and not getattr(stream, "closed", False) and stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
