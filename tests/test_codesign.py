@@ -43,10 +43,12 @@ def test_each_row_is_the_search_at_its_point_and_plans_number(frame):
 
 def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     """Results do not depend on how the points are cut into tasks nor where the tasks run: a LocalCluster of
-    two worker processes started here gives the frame the synchronous scheduler does."""
+    two worker processes started here gives the frame the synchronous scheduler does, and a plan shipped
+    to a worker comes back whole."""
     import os
+    from operator import methodcaller
 
-    from distributed import LocalCluster
+    from distributed import Client, LocalCluster
     one = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", chunk=1, **KW)
     pd.testing.assert_frame_equal(one, frame)
     saved = dict(os.environ)  # Dask's nanny writes its workers' variables (malloc, OpenMP) into this process's
@@ -55,10 +57,15 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    with cluster:
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=32), **KW)
+    with cluster, Client(cluster) as client:
         on_dask = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=cluster.scheduler_address,
                               chunk=3, **KW)
+        # a plan shipped to a worker, and the plan and quantity it sends back
+        shipped = client.submit(methodcaller("replace", overlap=0.5), plan).result()
+        step = client.submit(methodcaller("step_time"), shipped).result()
     pd.testing.assert_frame_equal(on_dask, frame)
+    assert step == plan.replace(overlap=0.5).step_time() and shipped.overrides == {"overlap": 0.5}
 
 
 @pytest.mark.parametrize("vary, match", [

@@ -151,6 +151,14 @@ def test_exact_numbers_become_correctly_rounded_floats():
         to_float(sympy.Integer(10) ** 400)
 
 
+def test_a_product_past_the_float_range_is_refused_on_numbers_too():
+    """1e300 parameters × 1.8e8 bytes each: an exact product past the float range, one InputError
+    (it was an OverflowError from float() of the exact integer)."""
+    f = an.formula("memory.optimizer_step.foreach")
+    with pytest.raises(InputError, match="not a finite real number"):
+        f.evaluate(params=1e300, element_bytes=an.Q_(179769314.0, "byte"))
+
+
 def test_a_symbolic_case_draws_on_a_pieces_sources_only_where_it_is_taken():
     """cases() with an open condition keeps every piece's sources, each under the condition that its
     piece is taken; substituting the open input leaves those of the piece taken, as building the

@@ -203,7 +203,10 @@ def value(f):
     for cond, why in f.raw_caveats:
         if cond is False:
             approximate(f.name, why)
-    x = float(f.term)
+    try:
+        x = float(f.term)
+    except OverflowError:
+        x = math.inf
     if not math.isfinite(x):
         raise InputError(f"{f.name}: the result is not a finite real number")
     return Q(x, f.unit)

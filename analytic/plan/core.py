@@ -394,20 +394,33 @@ class Plan:
             raise UnknownNameError("plan input", sorted(rest)[0], list(lay) + list(mod))
         return self.replace(model=self.model.replace(**mod) if mod else None, layout=self.layout.replace(**lay))
 
-    def replace(self, *, model: Model | None = None, layout: Layout | None = None, **changes) -> "Plan":
-        """A new plan with the model, layout or any keyword argument of Plan changed."""
-        args = dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
+    def _arguments(self) -> dict:
+        """The keyword arguments that build this plan again (overrides as quantities or symbols)."""
+        return dict(seq_len=self.seq_len, global_batch=self.global_batch, microbatch_size=self.microbatch_size,
                     dtype=self.dtype, flash_attention=self.flash_attention, training_tokens=self.training_tokens,
                     allow_cross_node_tp=self.allow_cross_node_tp, grad_dtype=self._grad_dtype_given,
                     moment_dtype=self.moment_dtype, stack=self.stack,
                     **{k: v if is_sympy(v) else Quantity(v, info(k).unit) for k, v in self.overrides.items()})
+
+    def replace(self, *, model: Model | None = None, layout: Layout | None = None, **changes) -> "Plan":
+        """A new plan with the model, layout or any keyword argument of Plan changed."""
+        args = self._arguments()
         if "batch_tokens" in changes:
             args.pop("global_batch")
         args.update(changes)
         return Plan(model or self.model, self.hardware, layout or self.layout, **args)
 
+    def __reduce__(self):
+        """Pickled as its arguments (a Dask worker builds the plan again; its caches stay behind)."""
+        return _rebuilt, (self.model, self.hardware, self.layout, self._arguments())
+
     def __repr__(self) -> str:
         return f"Plan({provenance(self).removeprefix('analytic Plan: ')})"
+
+
+def _rebuilt(model: Model, hardware: Hardware, layout: Layout, arguments: dict) -> Plan:
+    """The plan ``Plan.__reduce__`` pickled."""
+    return Plan(model, hardware, layout, **arguments)
 
 
 def _number(f: Formula, name: str) -> float:

@@ -1,0 +1,59 @@
+"""What a Dask user ships: plans (numeric and symbolic), layouts, models, hardware, memory, search results
+and formulas pickle, load in a new process that only imported the library, and give the same numbers."""
+
+import pickle
+import subprocess
+import sys
+
+import sympy
+
+import analytic as an
+
+KW = dict(seq_len=2048, global_batch=64)
+
+
+def _objects() -> dict:
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=4), overlap=0.5, **KW)
+    tp = sympy.Symbol("tp", positive=True, integer=True)
+    return {"plan": plan, "symbolic plan": an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=tp, dp=4), **KW),
+            "layout": plan.layout, "model": plan.model, "hardware": plan.hardware, "memory": plan.memory(),
+            "search": an.search("llama3-8b", "h100-sxm", gpus=8, progress=False, **KW),
+            "formula": an.formula("memory.model_states.zero1")}
+
+
+def _readings(objs: dict) -> list[str]:
+    """What each object says of itself: a plan its step time (the symbolic one at tp = 4), the rest repr."""
+    plan, sym = objs["plan"], objs["symbolic plan"]
+    return [f"{plan.step_time().to('s').magnitude!r}", repr(sym.subs(tp=4).step_time()),
+            repr(objs["search"].best.layout), repr(objs["search"].best.step_time)] + [
+        repr(objs[k]) for k in ("layout", "model", "hardware", "memory", "formula")]
+
+
+_READ = """
+import pickle, sys
+import analytic
+from tests.test_pickle import _readings
+print(_readings(pickle.loads(sys.stdin.buffer.read())))
+"""
+
+
+def test_every_object_a_user_ships_loads_in_a_new_process_and_reads_the_same():
+    objs = _objects()
+    want = _readings(objs)
+    assert _readings(pickle.loads(pickle.dumps(objs))) == want
+    out = subprocess.run([sys.executable, "-c", _READ], input=pickle.dumps(objs), capture_output=True,
+                         check=True, cwd=_root()).stdout
+    assert out.decode().strip() == str(want)
+
+
+def test_a_plan_rebuilt_from_its_pickle_keeps_its_overrides_and_batch():
+    plan = an.Plan("llama3-70b", "h200", an.Layout(tp=8, pp=4, dp=8, zero=1), seq_len=8192,
+                   batch_tokens="16Mi", stack="torchtitan-2025", overlap=0.25)
+    back = pickle.loads(pickle.dumps(plan))
+    assert (back.global_batch, back.stack, back.overrides) == (2048, "torchtitan-2025", plan.overrides)
+    assert back.step_time() == plan.step_time() and back.memory().total == plan.memory().total
+
+
+def _root() -> str:
+    from pathlib import Path
+    return str(Path(__file__).resolve().parent.parent)
