@@ -777,7 +777,8 @@ def test_json_has_no_nan():
 
 def test_the_command_line_finishes_its_sentences(capsys):
     """Advice names something the user can type: --allow-cross-node-tp exists and is what the TP error
-    names; help lists the presets; calibrate alone lists its modes; without torch, --gemm is one line."""
+    names; help lists the presets; calibrate alone lists its modes, and --ranks only with --backend and
+    at least 2; without torch, --gemm is one line."""
     import subprocess
     import sys
     flags = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "16", "--tp", "16", "--seq", "4096",
@@ -790,6 +791,10 @@ def test_the_command_line_finishes_its_sentences(capsys):
     assert all(name in " ".join(helped.stdout.split()) for name in an.models() + an.hardwares())
     code, out, err = run(capsys, "calibrate")
     assert code == 2 and all(mode in err for mode in ("--published", "--gemm", "--backend"))
+    code, out, err = run(capsys, "calibrate", "--published", "--ranks", "-1")
+    assert code == 2 and "--ranks: read with --backend" in err
+    code, out, err = run(capsys, "calibrate", "--backend", "gloo", "--ranks", "1")
+    assert code == 2 and "--ranks: a collective needs at least 2 processes, got 1" in err
     no_torch = ("import sys; sys.modules['torch'] = None\nfrom analytic.cli.main import main\n"
                 "sys.exit(main(['calibrate', '--gemm']))")
     done = subprocess.run([sys.executable, "-c", no_torch], capture_output=True, text=True)

@@ -168,6 +168,8 @@ CLAIM = '[[case]]\nid = "{id}"\nkind = "claim"\npublished = "1 s"\ntolerance = {
 PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\ngroup = "g"\npublished = {published}\n'
              '[case.plan]\nmodel = "llama3-8b"\nhardware = "h100-sxm"\n{plan}\nseq_len = 4096\nglobal_batch = 64\n')
 
+MEMORY = '[[case]]\nid = "M"\nkind = "memory"\ngroup = "g"\npublished = "70 GB"\nplan_of = {plan_of}\n'
+
 
 @pytest.mark.parametrize("files, message", [
     ({"claims.toml": CLAIM.format(id="A", tol="inf", compute="Q('1 s')")}, "tolerance must be a finite number of at least 0"),
@@ -194,16 +196,32 @@ PREDICTED = ('[[case]]\nid = "P"\nkind = "predicted"\nmetric = "achieved_flops"\
      "expands to more than 1,000 terms"),
     ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="sympy.expand(S('(tp+dp)**32')*S('(pp+cp)**32'))")},
      "expands to more than 1,000 terms"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 s')").replace('"1 s"', "true")},
+     "case A: published must be a number or a string"),
+    ({"predicted.toml": PREDICTED.format(published="nan", plan="layout = {}")}, "case P: published must be a finite"),
+    ({"predicted.toml": PREDICTED.format(published='"430 TFLOP/s"', plan="layout = {}"),
+      "memory.toml": MEMORY.format(plan_of='"nope"')}, "case M: plan_of must be the id of a predicted case"),
+    ({"memory.toml": MEMORY.format(plan_of="[1]")}, "case M: plan_of must be the id of a predicted case"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="expr('memory.model_states.zero1')").replace(
+      '"1 s"', '"((params**64)**64)**64"')}, "a power of degree more than 64"),
+    ({"claims.toml": CLAIM.format(id="A", tol="0.1", compute="Q('1 GB').to('GB*9**9**9')")},
+     "cannot read 'GB*9**9**9' as a unit"),
 ], ids=["inf", "nan", "negative", "zero-division", "units", "plan-twice", "id-twice", "layout-number",
         "published-list", "published-date", "published-bare", "no-model", "huge-string", "huge-list", "power-tower",
-        "expand-power", "simplify-nested-power", "expand-product"])
+        "expand-power", "simplify-nested-power", "expand-product", "published-true", "published-nan",
+        "plan-of-unknown", "plan-of-list", "closed-form-degree", "unit-power-tower"])
 def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):
     """What was silently taken (a tolerance of inf, a plan table redefined, memory cases in a file that
-    is never read) or raised a foreign exception is one line naming the file or the case."""
+    is never read, true as 1) or raised a foreign exception or hung is one line naming the file or the
+    case, on the command line and through the API alike."""
+    from analytic.fit import validation
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     code, _, err = run("validate", "--cases", str(tmp_path))
     assert one_line_error(code, err) and message in err, err
+    with pytest.raises(an.AnalyticError) as api:
+        validation.run(tmp_path)
+    assert str(api.value) == err.strip().removeprefix("analytic: ")
 
 
 def test_a_case_folder_without_predicted_cases_validates(tmp_path):

@@ -105,9 +105,15 @@ def cmd_calibrate(args) -> int:
         return _calibrate_gemm(args)
     if args.device or args.hardware or args.peak_flops or args.hbm_bandwidth:
         raise CLIError("--device/--hardware/--peak-flops/--hbm-bandwidth: read with --gemm")
+    if args.ranks is not None and not args.backend:
+        raise CLIError("--ranks: read with --backend (the processes that time the collectives)")
     if args.backend:
         if args.cases:
             raise CLIError("--cases: read with --published (the measured cases to fit), not with --backend")
+        if args.ranks is None:
+            args.ranks = 4
+        if args.ranks < 2:
+            raise CLIError(f"--ranks: a collective needs at least 2 processes, got {args.ranks}")
         from ..reference.calibrate import main as backend_main
         return backend_main(args)
     if not args.published:

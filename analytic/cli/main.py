@@ -174,7 +174,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", help="with --gemm: the preset whose peak and HBM bandwidth the efficiencies are shares of")
     p.add_argument("--peak-flops", dest="peak_flops", help="with --gemm: the device's peak, e.g. '1 TFLOP/s'")
     p.add_argument("--hbm-bandwidth", dest="hbm_bandwidth", help="with --gemm: its memory bandwidth, e.g. '50 GB/s'")
-    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--ranks", type=int, help="with --backend: the processes to spawn (at least 2; default 4)")
     p.add_argument("--write", metavar="PATH", help="write the fitted profile (TOML)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)

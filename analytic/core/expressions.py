@@ -84,7 +84,8 @@ def _repeat(left, right, what: str):
 
 def _power(base, exp, what: str):
     """``base ** exp`` for a numeric exponent of at most MAX_EXPONENT in size (no 9**9**9), an integer
-    result of at most MAX_BITS bits and a symbolic one of at most MAX_TERMS terms expanded."""
+    result of at most MAX_BITS bits and a symbolic one of at most MAX_TERMS terms expanded, in which no
+    power (nested ones multiplied out) is past MAX_EXPONENT."""
     numeric = not isinstance(exp, sympy.Basic) or exp.is_number
     try:
         small = numeric and abs(exp) <= MAX_EXPONENT
@@ -95,7 +96,11 @@ def _power(base, exp, what: str):
     if isinstance(base, (int, sympy.Integer)) and isinstance(exp, (int, sympy.Integer)) and exp > 0 \
             and int(base).bit_length() * int(exp) > MAX_BITS:
         raise InputError(f"{what}: an integer power of more than {MAX_BITS:,} bits")
-    return _bounded(base ** exp, what)
+    power = base ** exp
+    if isinstance(power, sympy.Basic) and any(
+            p.exp.is_number and abs(p.exp) > MAX_EXPONENT for p in power.atoms(sympy.Pow)):
+        raise InputError(f"{what}: a power of degree more than {MAX_EXPONENT} ((x**64)**64 is x**4096)")
+    return _bounded(power, what)
 
 
 def _binary(node, left, right, what: str):

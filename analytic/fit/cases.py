@@ -9,7 +9,7 @@ import math
 import tomllib
 from pathlib import Path
 
-from ..core.errors import AnalyticError, InputError, ValidationError
+from ..core.errors import AnalyticError, InputError, ValidationError, shown
 from ..core.files import read_text
 
 
@@ -53,11 +53,20 @@ def _check_published(where: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or isinstance(value, datetime.date):
         raise ValidationError(f"{where}: published must be a number or a string such as '430 TFLOP/s', "
                               f"got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError(f"{where}: published must be a finite number, got {value}")
 
 
 def load(folder: Path) -> tuple[list[dict], dict]:
-    """Every case of the folder's TOML files, and their [plans] tables."""
-    return _load(folder, sorted(folder.glob("*.toml")))
+    """Every case of the folder's TOML files, and their [plans] tables; a memory case's ``plan_of`` names
+    a predicted case of the folder that has a plan."""
+    cases, plans = _load(folder, sorted(folder.glob("*.toml")))
+    runs = {c["id"] for c in cases if c["kind"] == "predicted" and "plan" in c}
+    for c in cases:
+        if "plan_of" in c and not (isinstance(c["plan_of"], str) and c["plan_of"] in runs):
+            raise ValidationError(f"{c['file']}: case {c['id'][:80]}: plan_of must be the id of a predicted case "
+                                  f"with a plan, got {shown(c['plan_of'])}")
+    return cases, plans
 
 
 def cases_by_id(folder: Path, ids) -> dict:
@@ -109,7 +118,7 @@ def _load(folder: Path, paths) -> tuple[list[dict], dict]:
                 raise AnalyticError(f"{path.name}: oom case {c['id']} needs plan, published (what the source says), "
                                     "group and source")
             at = f"{path.name}: case {c['id'][:80]}"
-            if "published" in c and c["kind"] != "claim":
+            if "published" in c:
                 _check_published(at, c["published"])
             if "plan" in c and c["kind"] in ("predicted", "memory", "oom"):
                 _check_plan(at, c["plan"])

@@ -19,7 +19,7 @@ from ..core.choices import MEMORY_VERDICTS
 from ..core.errors import AnalyticError, ValidationError
 from ..core.expressions import evaluate, symbolic
 from ..core.progress import steps
-from ..core.units import DimensionalityError, Quantity, data, is_quantity, shown
+from ..core.units import DimensionalityError, Quantity, as_data, data, is_quantity, shown
 from ..core.values import as_quantity
 from . import calibration
 from .readings import readings
@@ -124,7 +124,8 @@ def _guarded(evaluate, case: dict, ns: dict) -> Result:
     """``evaluate(case, ns)``, whatever goes wrong in it (a division by zero, an overflow, a recursion,
     a unit mismatch, a library error) one ValidationError naming the case."""
     try:
-        return evaluate(case, ns)
+        with as_data():  # unit text read by the library's bounded grammar, as on the command line
+            return evaluate(case, ns)
     except ValidationError:
         raise
     except (ArithmeticError, RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError,
