@@ -76,10 +76,58 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     ({"scale_up_domain": "8:72:4"}, "whole numbers"),
     ({"hbm": "a:b:3 GB"}, "numbers"),
     ({}, "at least one hardware field"),
+    ({"hbm": [None]}, "hbm: expected a quantity in byte"),
+    ({"price": [None]}, "price: expected a rate in USD/hour"),
+    ({"hbm": an.Q_(80, "GB")}, "expected a list of values .* got the single value"),
+    ({"hbm": "1:2:100000000 GB"}, "100,000,000 hardware points"),
+    ({"scale_up_domain": "1:2:" + "1" + "0" * 30}, "hardware points × 1 models is more than"),
+    ({"hbm": "1:2:\u0661\u0660 GB"}, "num a whole number"),
+    ({"hbm": "nan:2:3 GB"}, "start and stop must be numbers"),
+    ({"hbm": ["80 GB", "inf GB"]}, "cannot read 'inf GB'"),
+    ({"hbm": "1:2:3 GB/s"}, "hbm: expected a quantity in byte, got 1 GB/s"),
 ])
-def test_a_bad_grid_is_one_error_naming_it(vary, match):
+def test_a_bad_grid_is_one_error_naming_it(vary, match, monkeypatch):
+    """Checked from its description, before a point is built (building one fails this test)."""
+    monkeypatch.setattr(cd, "points", None)
     with pytest.raises(an.AnalyticError, match=match):
         an.codesign("llama3-8b", "h100-sxm", 64, vary=vary, scheduler="synchronous", **KW)
+
+
+@pytest.mark.parametrize("scheduler, want", [
+    (" Synchronous", "synchronous"), ("tcp://10.0.0.1:8786", "tcp://10.0.0.1:8786"), ("node7:8786", "tcp://node7:8786"),
+    ("tls://[::1]:8786", "tls://[::1]:8786"), ("threads", None), ("garbage", None), ("inproc://x", None),
+    ("ucx://a:1", None), ("tcp://a:0", None), ("tcp://a:70000", None), (5, None)])
+def test_a_scheduler_is_synchronous_or_an_address_dask_reaches(scheduler, want):
+    if want is None:
+        with pytest.raises(an.InputError, match="scheduler: expected"):
+            cd.scheduler_of(scheduler)
+    else:
+        assert cd.scheduler_of(scheduler) == want
+
+
+def test_a_scheduler_that_does_not_answer_is_one_error_before_anything_is_built(monkeypatch):
+    monkeypatch.setattr(cd, "SCHEDULER_TIMEOUT", 1)
+    monkeypatch.setattr(cd, "_prepare", None)
+    with pytest.raises(an.InputError, match="no Dask scheduler answered at tcp://127.0.0.1:1 within 1 s"):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["80 GB"]}, scheduler="127.0.0.1:1", **KW)
+
+
+@pytest.mark.parametrize("out, match", [(5, "expected the path of a .parquet file"),
+                                        ("/nonexistent-folder/x.parquet", "no folder this process can write")])
+def test_an_output_that_cannot_be_written_is_refused_before_the_sweep(out, match, monkeypatch):
+    monkeypatch.setattr(cd, "points", None)
+    with pytest.raises(an.InputError, match=match):
+        an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["80 GB"]}, scheduler="synchronous", out=out, **KW)
+
+
+def test_ctrl_c_on_the_command_line_is_one_line(monkeypatch, capsys):
+    def interrupted(tasks, client):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cd, "_run", interrupted)
+    code = main(["codesign", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096",
+                 "--global-batch", "64", "--vary", "hbm=40GB,80GB", "--scheduler", "synchronous"])
+    assert code == 130 and capsys.readouterr().err == "analytic: interrupted\n"
 
 
 def test_a_grid_past_a_million_points_needs_force(monkeypatch):

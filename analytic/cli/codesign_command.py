@@ -55,7 +55,7 @@ def vary_flags(flags: list[str]) -> dict:
             out[field] = values
         else:
             items = [v.strip() for v in values.split(",")]
-            out[field] = [int(v) if re.fullmatch(r"\d+", v) else v for v in items]
+            out[field] = [int(v) if re.fullmatch(r"\d+", v, re.ASCII) else v for v in items]
     return out
 
 

@@ -258,6 +258,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into head and closed
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT
+        print("analytic: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # library errors are user errors; anything else is a bug and keeps its traceback
         from ..core.errors import AnalyticError
         if isinstance(exc, AnalyticError):

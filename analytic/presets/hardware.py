@@ -10,7 +10,8 @@ from ..core.units import Quantity, Shown, Unit
 from ..core.values import choice, count, exact_number, in_range, quantity
 
 
-def _quantity(name: str, value, unit: str) -> Quantity:
+def field_quantity(name: str, value, unit: str) -> Quantity:
+    """A hardware field's quantity: a positive amount in ``unit``'s dimension (a string, a Quantity)."""
     shown, value = value, quantity(name, value)
     if not isinstance(value, Quantity):
         raise UnitError(f"{name}: expected a quantity in {unit} (e.g. '1 {unit}'), got the bare value {shown!r}")
@@ -94,13 +95,13 @@ class Hardware:
 
     def __post_init__(self):
         held = self.__dict__
-        peaks = {k: _quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(held["peaks"] or {}).items()}
+        peaks = {k: field_quantity(f"peak_flops[{k}]", v, "FLOP/s") for k, v in dict(held["peaks"] or {}).items()}
         object.__setattr__(self, "peaks", peaks)
         for attr, unit in (("hbm", "byte"), ("hbm_bandwidth", "byte/s"), ("scale_up", "byte/s"), ("scale_out", "byte/s"),
                            ("host_memory", "byte")):
             v = held[attr]
             if v is not None:
-                object.__setattr__(self, attr, _quantity(_NAMES.get(attr, attr), v, unit))
+                object.__setattr__(self, attr, field_quantity(_NAMES.get(attr, attr), v, unit))
         if self.platform != "":
             choice("platform", self.platform, PLATFORMS)
         object.__setattr__(self, "gpus_per_node", count("gpus_per_node", self.gpus_per_node, allow_symbol=False))

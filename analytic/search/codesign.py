@@ -11,6 +11,7 @@ costs what a warm search costs.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import math
@@ -23,10 +24,10 @@ import numpy as np
 
 from ..core.choices import CODESIGN_OBJECTIVES
 from ..core.errors import InputError
-from ..core.units import DimensionalityError
+from ..core.units import DimensionalityError, is_quantity
 from ..core.values import count, flag, quantity
 from ..presets import as_hardware, as_model
-from ..presets.hardware import FIELD_ALIASES
+from ..presets.hardware import FIELD_ALIASES, field_quantity
 
 #: hardware fields a formula reads, with the unit their columns are written in ("": a count); ``price``
 #: (per GPU-hour) is no hardware field: it prices the GPU-hours of each kept layout
@@ -34,46 +35,86 @@ FIELDS = {"peak_flops": "TFLOP/s", "hbm": "GB", "hbm_bandwidth": "TB/s", "scale_
           "scale_out_bandwidth": "GB/s", "scale_up_domain": "", "gpus_per_node": "", "sms": "", "price": "USD/hour"}
 #: hardware points × models a sweep runs without ``force=True``
 MAX_POINTS = 1_000_000
-#: a grid written as text: start:stop:num, then a unit
-_RANGE = re.compile(r"\s*([^:\s]+)\s*:\s*([^:\s]+)\s*:\s*(\d+)\s*([^:]*)")
+#: a grid written as text: start:stop:num, then a unit (ASCII digits only)
+_RANGE = re.compile(r"\s*([^:\s]+)\s*:\s*([^:\s]+)\s*:\s*(\d+)\s*([^:]*)", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+#: the unit each quantity field is checked in (its dimension; a value any unit of it)
+_DIMENSION = {"peak_flops": "FLOP/s", "hbm": "byte", "hbm_bandwidth": "byte/s", "scale_up_bandwidth": "byte/s",
+              "scale_out_bandwidth": "byte/s"}
+
+
+def _field(field) -> str:
+    if not isinstance(field, str) or field not in FIELDS:
+        raise InputError(f"vary: {field!r} is not a hardware field a formula reads; expected one of "
+                         f"{', '.join(FIELDS)}")
+    return field
+
+
+def _range(field: str, text: str) -> tuple[str, str, int, str]:
+    """(start, stop, num, unit) of ``"start:stop:num unit"``, each part checked, nothing built."""
+    m = _RANGE.fullmatch(text)
+    if not m:
+        raise InputError(f"vary: {field}: expected a list or start:stop:num[unit] (num a whole number), got "
+                         f"{text!r}")
+    if not (_NUMBER.fullmatch(m.group(1)) and _NUMBER.fullmatch(m.group(2))):
+        raise InputError(f"vary: {field}: start and stop must be numbers, got {text!r}")
+    start, stop, num, unit = m.group(1), m.group(2), int(m.group(3)), m.group(4).strip()
+    if not FIELDS[field] and (unit or not (float(start).is_integer() and float(stop).is_integer())):
+        raise InputError(f"vary: {field}: a count takes whole numbers without a unit, got {text!r}")
+    if num == 0:
+        raise InputError(f"vary: {field}: an empty grid")
+    return start, stop, num, unit
+
+
+def _size(field: str, values) -> int:
+    """How many values ``values`` describes, from its description (a range's num, a list's length)."""
+    if isinstance(values, str):
+        return _range(_field(field), values)[2]
+    if is_quantity(values):
+        if np.ndim(values.magnitude) == 0:
+            raise InputError(f"vary: {field}: expected a list of values or start:stop:num[unit], got the single "
+                             f"value {values!r}; write [{values!r}]")
+        return int(np.size(values.magnitude))
+    if isinstance(values, (bytes, dict, set, frozenset)) or not isinstance(values, (list, tuple, range)) \
+            and not hasattr(values, "__len__"):
+        raise InputError(f"vary: {field}: expected a list of values or start:stop:num[unit], got {values!r:.80}")
+    if len(values) == 0:
+        raise InputError(f"vary: {field}: an empty grid")
+    return len(values)
+
+
+def _value(field: str, v):
+    """One grid value, checked as the hardware field (or the price) reads it."""
+    if field == "price":
+        return _price(v)
+    if not FIELDS[field]:
+        return count(field, v, allow_symbol=False)
+    return field_quantity(field, v, _DIMENSION[field])
 
 
 def grid(field: str, values) -> list:
     """The values of one varied field: a list (numbers, strings with units, Quantities), a pint Quantity
-    holding an array, or text ``"start:stop:num unit"`` (``num`` evenly spaced values, both ends included)."""
-    if field not in FIELDS:
-        raise InputError(f"vary: {field!r} is not a hardware field a formula reads; expected one of "
-                         f"{', '.join(FIELDS)}")
+    holding an array, or text ``"start:stop:num unit"`` (``num`` evenly spaced values, both ends included).
+    Each value is checked as the hardware field reads it (a range at its two ends)."""
+    _size(_field(field), values)
     if isinstance(values, str):
-        m = _RANGE.fullmatch(values)
-        if not m:
-            raise InputError(f"vary: {field}: expected a list or start:stop:num[unit] (num a whole number), got "
-                             f"{values!r}")
-        try:
-            start, stop = float(m.group(1)), float(m.group(2))
-        except ValueError:
-            raise InputError(f"vary: {field}: start and stop must be numbers, got {values!r}") from None
-        unit, spaced = m.group(4).strip(), np.linspace(start, stop, int(m.group(3)))
-        if not FIELDS[field]:  # a count: whole numbers only
-            if unit or not all(float(v).is_integer() for v in spaced):
+        start, stop, num, unit = _range(field, values)
+        if not FIELDS[field]:
+            ends = [_value(field, int(float(x))) for x in (start, stop)]
+            spaced = np.linspace(*ends, num)
+            if not all(float(v).is_integer() for v in spaced):
                 raise InputError(f"vary: {field}: a count takes whole numbers without a unit, got {values!r}")
-            values = [int(v) for v in spaced]
-        else:
-            values = [f"{v:.12g} {unit}".strip() for v in spaced]
-    elif hasattr(values, "magnitude") and np.ndim(values.magnitude):
-        values = list(values)
-    elif isinstance(values, (bytes, dict)) or not hasattr(values, "__iter__"):
-        raise InputError(f"vary: {field}: expected a list of values or start:stop:num[unit], got {values!r}")
-    values = list(values)
-    if not values:
-        raise InputError(f"vary: {field}: an empty grid")
-    if not FIELDS[field]:
-        values = [count(field, v, allow_symbol=False) for v in values]
-    return values
+            return [int(v) for v in spaced]
+        for x in (start, stop):
+            _value(field, f"{x} {unit}".strip())
+        return [f"{v:.12g} {unit}".strip() for v in np.linspace(float(start), float(stop), num)]
+    return [_value(field, v) for v in list(values)]
 
 
 def _price(value) -> float:
     """USD per GPU-hour, from a bare number (read in USD/hour), a string with its unit or a Quantity."""
+    if value is None or isinstance(value, bool):
+        raise InputError(f"vary: price: expected a rate in USD/hour, got {value!r}")
     q = quantity("price", value)
     if hasattr(q, "to"):
         try:
@@ -86,16 +127,26 @@ def _price(value) -> float:
     return q
 
 
-def _grids(vary) -> dict:
-    """field → its values (:func:`grid`), for every field of ``vary``."""
+def _grids(vary, models: int = 1, force: bool = False) -> dict:
+    """field → its values (:func:`grid`), for every field of ``vary``; the number of points is counted
+    from the grids' descriptions, and more than MAX_POINTS (with ``models`` models) refused unless
+    ``force``, before any grid is built."""
     if not isinstance(vary, dict) or not vary:
         raise InputError("vary: give at least one hardware field and its values, e.g. {'hbm': ['80 GB', '141 GB']}")
-    return {k: grid(k, v) for k, v in vary.items()}
+    n_points = math.prod(_size(_field(k), v) for k, v in vary.items())
+    if n_points * models > MAX_POINTS and not force:
+        raise InputError(f"vary: {n_points:,} hardware points × {models} models is more than {MAX_POINTS:,}; "
+                         "pass force=True (--force) to run it")
+    try:
+        return {k: grid(k, v) for k, v in vary.items()}
+    except MemoryError:
+        raise InputError(f"vary: {n_points:,} hardware points do not fit in this machine's memory") from None
 
 
-def points(hardware, vary: dict, dtype: str = "bf16") -> list[tuple[dict, object]]:
-    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its Hardware)."""
-    grids = _grids(vary)
+def points(hardware, vary: dict, dtype: str = "bf16", force: bool = False) -> list[tuple[dict, object]]:
+    """Every combination of the grids of ``vary``: (the point's values in the columns' units, its Hardware);
+    more than MAX_POINTS only where ``force``."""
+    grids = _grids(vary, force=force)
     out = []
     for combo in itertools.product(*grids.values()):
         changes = dict(zip(grids, combo))
@@ -166,30 +217,72 @@ def local_cluster(workers: int):
         os.environ.update(saved)
 
 
-def _run(tasks: list, scheduler):
-    """The results of ``tasks`` ((function, args) pairs) on ``scheduler``, in their order."""
+#: seconds a scheduler named by its address has to answer
+SCHEDULER_TIMEOUT = 10
+_ADDRESS = re.compile(r"(?:(tcp|tls)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})", re.ASCII)
+
+
+def scheduler_of(scheduler) -> str | None:
+    """``scheduler`` checked: None (a local cluster), ``"synchronous"`` (any case, trimmed) or a Dask
+    scheduler's TCP or TLS address, ``[tcp://]host:port`` or ``tls://host:port``."""
+    if scheduler is None:
+        return None
+    if not isinstance(scheduler, str):
+        raise InputError(f"scheduler: expected None, 'synchronous' or a scheduler's address, got {scheduler!r:.80}")
+    text = scheduler.strip()
+    if text.lower() == "synchronous":
+        return "synchronous"
+    m = _ADDRESS.fullmatch(text)
+    if not m or not 0 < int(m.group(3)) < 65536:
+        raise InputError(f"scheduler: expected 'synchronous' or a Dask scheduler's address (tcp://host:port or "
+                         f"tls://host:port), got {scheduler!r:.80}")
+    return text if m.group(1) else f"tcp://{text}"
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None):
+    """A ``distributed`` Client on the scheduler at its address, or on a local cluster sized to this
+    machine (None); None for ``"synchronous"``. A scheduler that does not answer within
+    SCHEDULER_TIMEOUT seconds, or answers as no Dask scheduler does, is one InputError."""
+    if scheduler == "synchronous":
+        yield None
+        return
     try:
-        import dask
-        import distributed  # noqa: F401
+        import dask  # noqa: F401
+        from distributed import Client
     except ImportError:
         from ..core.errors import install_hint
         raise InputError(f"codesign runs on Dask: {install_hint('dask')}") from None
+    cluster = local_cluster(os.cpu_count() or 1) if scheduler is None else None
+    try:
+        client = Client(cluster if cluster is not None else scheduler, timeout=SCHEDULER_TIMEOUT)
+    except (OSError, MemoryError, ValueError, TypeError) as exc:  # no answer, or a server that is no scheduler
+        if cluster is not None:
+            cluster.close()
+            raise
+        raise InputError(f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s "
+                         f"({type(exc).__name__})") from None
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _run(tasks: list, client):
+    """The results of ``tasks`` ((function, args) pairs) on ``client`` (None: in this process), in order."""
+    import dask
 
     from ..core.progress import is_shown
     delayed = [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
-    if scheduler == "synchronous":
+    if client is None:
         from contextlib import nullcontext
 
         from dask.diagnostics import ProgressBar
         with ProgressBar(out=sys.stderr) if is_shown() else nullcontext():
             return list(dask.compute(*delayed, scheduler="synchronous"))
-    from distributed import Client, progress
-    cluster = None
-    if scheduler is None:
-        cluster = local_cluster(os.cpu_count() or 1)
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
+    from distributed import progress
     futures = []
     try:
         futures = client.compute(delayed)
@@ -199,10 +292,6 @@ def _run(tasks: list, scheduler):
     except KeyboardInterrupt:
         client.cancel(futures)
         raise
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch=None, vary: dict,
@@ -220,11 +309,8 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     None for a local ``dask.distributed`` cluster sized to this machine, ``"synchronous"`` to run in this
     process, or a scheduler's address. ``chunk``: points a task (default: about four tasks a worker).
     ``out``: a Parquet file, written only once the sweep is complete. Other keywords are search's."""
-    import pandas as pd
-
     from ..core.values import choice
     from .layouts import search_batch
-    from .sweeps import frame_with_units
     objective = choice("objective", objective, CODESIGN_OBJECTIVES)
     keep = count("keep", keep, allow_symbol=False)
     force = flag("force", force)
@@ -234,54 +320,65 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     hardware = as_hardware(hardware)
     if out is not None:
         _parquet_path(out)
-    grids = _grids(vary)
-    n_points = math.prod(len(g) for g in grids.values())
-    if n_points * len(models) > MAX_POINTS and not force:
-        raise InputError(f"vary: {n_points:,} hardware points × {len(models)} models is more than {MAX_POINTS:,}; "
-                         "pass force=True (--force) to run it")
-    pts = points(hardware, grids, search_kw.get("dtype", "bf16"))
+    grids = _grids(vary, len(models), force)
+    scheduler = scheduler_of(scheduler)
     seq_len = count("seq_len", seq_len, allow_symbol=False)
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
-    if scheduler is not None and scheduler != "synchronous" and not isinstance(scheduler, str):
-        raise InputError(f"scheduler: expected None, 'synchronous' or a scheduler's address, got {scheduler!r}")
+    size = count("chunk", chunk, allow_symbol=False) if chunk is not None else None
+    pts = points(hardware, grids, search_kw.get("dtype", "bf16"), force=force)
     workers = 1 if scheduler == "synchronous" else (os.cpu_count() or 1)
-    size = count("chunk", chunk, allow_symbol=False) if chunk is not None else max(1, -(-len(pts) // (4 * workers)))
+    size = size or max(1, -(-len(pts) // (4 * workers)))
     indexed = [(i, values, hw) for i, (values, hw) in enumerate(pts)]
-    for m in models:  # the programs once, here, before the tasks read them from the cache
-        _prepare(m, pts[0][1], seq_len, global_batch, search_kw)
-    tasks = [(_chunk, (m, indexed[lo:lo + size], gpus, seq_len, global_batch, objective, keep, search_kw))
-             for m in models for lo in range(0, len(indexed), size)]
-    start = time.perf_counter()
-    results = _run(tasks, scheduler)
-    seconds = time.perf_counter() - start
-    rows = [r for part, _ in results for r in part]
-    evaluated = sum(n for _, n in results)
-    varied = list(pts[0][0])
-    units = {**{k: FIELDS[k] for k in varied}, "step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"}
-    if "price" in varied:
-        for r in rows:
-            r["usd"] = None if r.get("cost") is None else r["cost"] * r["price"]
-        units["usd"] = "USD/Mtoken"
-    columns = ["model", "point", *varied, "rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "recompute",
-               "schedule", "microbatch_size", "step_time", "mfu", "memory", "verdict", "cost",
-               *(["usd"] if "price" in varied else [])]
-    data = {c: [r.get(c) for r in rows] for c in columns}
-    for c in ("rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "microbatch_size"):
-        data[c] = pd.array(data[c], dtype="Int64")  # None where no layout fits
-    for c in ("step_time", "mfu", "memory", "cost", *(["usd"] if "price" in varied else [])):
-        data[c] = np.array([np.nan if v is None else v for v in data[c]], dtype=float)
-    frame = frame_with_units(data, units, layouts_evaluated=int(evaluated), seconds=seconds, objective=objective,
-                             notes=list(notes), gpus=gpus, seq_len=int(seq_len), global_batch=int(global_batch),
-                             hardware=hardware.key or hardware.name)
+    with _client(scheduler) as client:  # the scheduler answers before the programs are built
+        for m in models:  # the programs once, here, before the tasks read them from the cache
+            _prepare(m, pts[0][1], seq_len, global_batch, search_kw)
+        tasks = [(_chunk, (m, indexed[lo:lo + size], gpus, seq_len, global_batch, objective, keep, search_kw))
+                 for m in models for lo in range(0, len(indexed), size)]
+        start = time.perf_counter()
+        results = _run(tasks, client)
+        seconds = time.perf_counter() - start
+    frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
+                   objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
+                   global_batch=int(global_batch), hardware=hardware.key or hardware.name)
     if out is not None:
         write_parquet(frame, out)
     return frame
 
 
+def _frame(results: list, varied: list[str], **attrs):
+    """The sweep's DataFrame from the tasks' ``results`` (rows, layouts evaluated), the ``varied`` fields'
+    columns first, units in the column names and ``attrs``."""
+    import pandas as pd
+
+    from .sweeps import frame_with_units
+    rows = [r for part, _ in results for r in part]
+    units = {**{k: FIELDS[k] for k in varied}, "step_time": "s", "memory": "GB", "cost": "GPU-hour/Mtoken"}
+    priced = ["usd"] if "price" in varied else []
+    if priced:
+        for r in rows:
+            r["usd"] = None if r.get("cost") is None else r["cost"] * r["price"]
+        units["usd"] = "USD/Mtoken"
+    columns = ["model", "point", *varied, "rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "recompute",
+               "schedule", "microbatch_size", "step_time", "mfu", "memory", "verdict", "cost", *priced]
+    data = {c: [r.get(c) for r in rows] for c in columns}
+    for c in ("rank", "gpus", "tp", "cp", "pp", "dp", "ep", "vpp", "zero", "microbatch_size"):
+        data[c] = pd.array(data[c], dtype="Int64")  # None where no layout fits
+    for c in ("step_time", "mfu", "memory", "cost", *priced):
+        data[c] = np.array([np.nan if v is None else v for v in data[c]], dtype=float)
+    return frame_with_units(data, units, **{**attrs, "layouts_evaluated": int(attrs["layouts_evaluated"])})
+
+
 def _parquet_path(out) -> None:
+    """Refuse an ``out`` that is no path of a .parquet file in a folder this process can write."""
     from pathlib import Path
-    if Path(out).suffix != ".parquet":
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out: expected the path of a .parquet file, got {out!r:.80}")
+    path = Path(out)
+    if path.suffix != ".parquet":
         raise InputError(f"out: expected a .parquet file, got {str(out)!r}")
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InputError(f"out: {str(folder)!r} is no folder this process can write into")
 
 
 def write_parquet(frame, out) -> None:
@@ -299,4 +396,5 @@ def write_parquet(frame, out) -> None:
     write_text(out, buffer.getvalue())
 
 
-__all__ = ["FIELDS", "MAX_POINTS", "codesign", "grid", "local_cluster", "points", "write_parquet"]
+__all__ = ["FIELDS", "MAX_POINTS", "SCHEDULER_TIMEOUT", "codesign", "grid", "local_cluster", "points",
+           "scheduler_of", "write_parquet"]
