@@ -189,3 +189,72 @@ def test_a_config_file_too_deep_or_with_too_long_a_number_is_one_error(tmp_path,
     path.write_text(text)
     with pytest.raises(InputError, match="^config: "):
         an.Model.from_hf(path)
+
+
+#: the configs (released, written out here) that the defaults test starts from, one a model_type; the others
+#: are built from transformers' defaults alone
+_BASE = {"llama": "llama-3.1-8b", "mixtral": "mixtral-8x22b", "gemma": "gemma-7b", "qwen2": "qwen2.5-7b",
+         "qwen3_moe": "qwen3-30b-a3b", "deepseek_v3": "deepseek-v3", "gpt_oss": "gpt-oss-20b"}
+
+
+@pytest.mark.parametrize("kind", sorted(__import__("analytic.presets.hf", fromlist=["ARCHITECTURES"]).ARCHITECTURES))
+def test_an_omitted_field_is_read_as_transformers_fills_it(kind):
+    """For every model_type the reader maps and every field its transformers config class fills: a config
+    without the field is the config with the field written at that default (presets/hf_defaults.toml)."""
+    from analytic.presets import hf
+    base = _config(_BASE[kind]) if kind in _BASE else {"model_type": kind}
+    if kind == "deepseek_v2":
+        base["num_experts_per_tok"] = 6  # DeepseekV2Config has no default: a config must give it
+    filled = hf.defaults(kind)
+    assert filled, kind
+    for field, default in filled.items():
+        written = {**{k: v for k, v in base.items() if k != hf.ALIASES.get(field)}, field: default}
+        omitted = {k: v for k, v in written.items() if k != field}
+        assert _outcome(omitted) == _outcome(written), (kind, field)
+
+
+def _outcome(cfg: dict):
+    """The Model a config gives, or the message it is refused with (a default that does not fit the rest
+    of a released config is refused alike, written or omitted)."""
+    try:
+        return an.Model.from_hf(cfg)
+    except InputError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("config, dropped, billions", [
+    # Gemma 7B: 8.54B (Gemma team 2024, arXiv 2403.08295 Table 2: 7,751,248,896 + 786,821,120 embedding)
+    ("gemma-7b", "head_dim", 8.54),
+    # Mixtral 8x22B: 141B (Mistral AI 2024); its 8 key-value heads are MixtralConfig's default
+    ("mixtral-8x22b", "num_key_value_heads", 140.6),
+    # gpt-oss-20b: 20.9B (OpenAI 2025, gpt-oss model card Table 1: 20.91B)
+    ("gpt-oss-20b", "num_key_value_heads", 20.9),
+])
+def test_a_released_config_without_a_defaulted_field_counts_its_model_card(config, dropped, billions):
+    cfg = {k: v for k, v in _config(config).items() if k != dropped}
+    assert an.Model.from_hf(cfg).total_params / 1e9 == pytest.approx(billions, abs=0.05)
+
+
+def test_configs_of_only_their_distinctive_fields_count_the_released_weights():
+    """Mistral-7B-v0.1 without num_key_value_heads or sliding_window: MistralConfig's 8 and 4,096, and
+    7,241,732,096 parameters, the released weights'; Qwen3-0.6B without head_dim: Qwen3Config's 128, and
+    the card's 0.6B (0.596B with its tied embeddings)."""
+    mistral = an.Model.from_hf({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                                "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000})
+    assert (mistral.kv_heads, mistral.sliding_window, mistral.total_params) == (8, 4096, 7_241_732_096)
+    qwen = an.Model.from_hf({"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+                             "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+                             "vocab_size": 151936, "tie_word_embeddings": True})
+    assert qwen.head_dim == 128 and round(qwen.total_params / 1e9, 3) == 0.596
+
+
+def test_deepseek_v2_lite_is_refused_naming_its_uncompressed_queries():
+    """DeepSeek-V2-Lite's released config (deepseek-ai/DeepSeek-V2-Lite) writes q_lora_rank null: queries
+    projected without a low-rank step, which MLA's count here does not model."""
+    lite = {"model_type": "deepseek_v2", "vocab_size": 102400, "hidden_size": 2048, "intermediate_size": 10944,
+            "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+            "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64, "num_experts_per_tok": 6,
+            "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "v_head_dim": 128, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1}
+    with pytest.raises(InputError, match="q_lora_rank null"):
+        an.Model.from_hf(lite)

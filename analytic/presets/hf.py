@@ -137,6 +137,8 @@ def _gpt_oss(cfg):
     the layers ``layer_types`` names so (OpenAI 2025, gpt-oss model card §2.1)."""
     out = _dense({k: v for k, v in cfg.items() if k not in ("attention_bias", "sliding_window")})
     types = cfg.get("layer_types")
+    if types is None:  # GptOssConfig.__post_init__: sliding on the even layers, full on the odd ones
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(out["layers"])]
     if not isinstance(types, list) or len(types) != out["layers"] or not all(
             t in ("sliding_attention", "full_attention") for t in types):
         raise InputError(f"config: layer_types must name each of the {out['layers']} layers sliding_attention or "
@@ -201,6 +203,9 @@ def _deepseek(cfg):
     if groups and reach and reach > groups:
         raise InputError(f"config: topk_group {reach} is more than n_group {groups}: a token cannot reach more expert "
                          "groups than there are")
+    if cfg.get("q_lora_rank", 0) is None:
+        raise InputError("config: q_lora_rank null (queries projected without compression, as DeepSeek-V2-Lite's) "
+                         "is not modelled: MLA is counted with a query down-projection")
     out.update(attention="mla", head_dim=nope, q_lora_rank=_need(cfg, "q_lora_rank"),
                kv_lora_rank=_need(cfg, "kv_lora_rank"), rope_dim=_need(cfg, "qk_rope_head_dim"),
                experts=_need(cfg, "n_routed_experts"), shared_experts=_count(cfg, "n_shared_experts", 0, minimum=0),
@@ -221,13 +226,26 @@ ARCHITECTURES = {"llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "gem
                  "gpt_oss": _gpt_oss}
 
 
+#: a field written under another name in some configs (OpenAI's own gpt-oss config.json): no default where given
+ALIASES = {"num_experts_per_tok": "experts_per_token"}
+
+
+def defaults(kind: str) -> dict:
+    """The fields transformers' config class of ``kind`` fills where a config omits them
+    (presets/hf_defaults.toml, each class and commit cited there)."""
+    from ..core.files import package_toml
+    return dict(package_toml(Path(__file__).parent / "hf_defaults.toml")[kind])
+
+
 def model_fields(config, name: str | None = None) -> dict:
-    """Model keyword arguments from a config (path or dict); an InputError names what is not understood."""
+    """Model keyword arguments from a config (path or dict), each omitted field read as transformers'
+    config class of its model_type fills it; an InputError names what is not understood."""
     cfg = read(config)
     kind = cfg.get("model_type")
     if not isinstance(kind, str) or kind not in ARCHITECTURES:
         raise InputError(f"config: model_type {_value(kind)} is not one the library maps; supported: "
                          f"{', '.join(ARCHITECTURES)}")
+    cfg = {**{k: v for k, v in defaults(kind).items() if ALIASES.get(k) not in cfg}, **cfg}
     fields, used = ARCHITECTURES[kind](cfg)
     unknown = sorted(set(cfg) - used - NEUTRAL)
     if unknown:
