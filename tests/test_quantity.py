@@ -67,10 +67,15 @@ def test_a_unit_is_the_one_pint_reads(text):
     assert ours == theirs and ours.pint() == theirs and FROM_FILE.Unit(ours) == theirs  # pint reads it as its own
 
 
-@pytest.mark.parametrize("name", ["meter", "Gbyte_", "bytess", "GBs_", "x", "FLOPz", "kilo", "kilo%", "P%"])
+@pytest.mark.parametrize("name", ["meter", "Gbyte_", "bytess", "GBs_", "x", "FLOPz", "kilo", "kilo%", "P%",
+                                  "kilogigabyte", "kGB", "Mkbyte"])
 def test_a_name_pint_does_not_define_is_refused(name):
+    """Refused whatever was read before: a prefixed unit read once ("gigabyte") is no base for a second
+    prefix ("kilogigabyte", which a fresh pint refuses; pint accepts it once it has read "gigabyte")."""
+    for before in ("GB", "gigabyte", "kbyte"):
+        Unit.of(before)
     with pytest.raises(pint.UndefinedUnitError):
-        FROM_FILE.Unit(name)
+        pint.UnitRegistry(str(unit_table.FILE)).Unit(name)
     with pytest.raises(UnitError):  # UndefinedUnit, or a text not read as a unit
         Unit.of(name)
 

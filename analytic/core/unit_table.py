@@ -173,6 +173,8 @@ def _read() -> tuple[dict, dict]:
 
 
 PREFIXES, UNITS = _read()
+#: names :func:`name_of` added to UNITS as a prefix and a unit ("gigabyte"): never a base for another prefix
+_PREFIXED: set[str] = set()
 
 
 @functools.lru_cache(maxsize=None)
@@ -189,7 +191,7 @@ def name_of(text: str) -> str:
                     name = name[:-len(suffix)]
                     if len(name) == 1:
                         continue
-                if name in UNITS:
+                if name in UNITS and not (pname and name in _PREFIXED):  # one prefix, as pint ("kilogigabyte")
                     candidates[(pname, UNITS[name].name)] = None
     for p, u in list(candidates):
         if p:
@@ -200,7 +202,9 @@ def name_of(text: str) -> str:
     if prefix:
         name = prefix + unit
         symbol = PREFIXES[prefix][1] + UNITS[unit].symbol
-        UNITS.setdefault(name, _Definition(name, symbol, PREFIXES[prefix][2], ((unit, 1),)))
+        if name not in UNITS:
+            UNITS[name] = _Definition(name, symbol, PREFIXES[prefix][2], ((unit, 1),))
+            _PREFIXED.add(name)
         return name
     return unit
 
