@@ -205,3 +205,13 @@ def test_units_quantities_and_presets_survive_pickling():
     assert pickle.loads(pickle.dumps(q)) == q
     again = pickle.loads(pickle.dumps(hw))
     assert again == hw and isinstance(again.hbm, pint.Quantity) and again.hbm == hw.hbm
+
+
+def test_an_input_in_another_unit_converts_exactly():
+    """1/day is 1/86400 per second and 400 Gbit/s 5·10¹⁰ B/s exactly, as the definitions state (the factor
+    was rounded to 15 digits: 115740740740741·10⁻¹⁹)."""
+    plan = an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64,
+                   interruption_rate="1/day", scale_out_bandwidth="400 Gbit/s", hbm="80 GiB")
+    assert plan.overrides == {"interruption_rate": Fraction(1, 86400), "scale_out_bandwidth": 5 * 10**10,
+                              "hbm": 80 * 2**30}
+    assert Unit.of("1/day").exact_factor("1/hour") == Fraction(1, 24)

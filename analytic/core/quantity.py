@@ -81,6 +81,10 @@ class Unit(str):
         """pint's factor from this unit to ``other``."""
         return table.factor(self.items, Unit.of(other).items)
 
+    def exact_factor(self, other):
+        """The factor from this unit to ``other`` as the exact Fraction the definitions state."""
+        return table.exact_factor(self.items, Unit.of(other).items)
+
     def __mul__(self, other):
         if _is_unit(other):
             return Unit(table.times(self.items, Unit.of(other).items))

@@ -264,10 +264,7 @@ def read_magnitude(keyword: str, value, unit: Unit | None = None):
         except InputError as exc:
             raise InputError(f"{keyword}: {exc}") from None
         if value.units != unit:
-            factor = value.units.factor(unit)
-            if isinstance(factor, float):
-                factor = float(f"{factor:.15g}")  # drop the binary noise of the unit conversion (1 part in 1e15)
-            out = exact_number(out * exact_number(factor))
+            out = exact_number(out * value.units.exact_factor(unit))
     else:
         if not takes_bare_number(unit):
             raise UnitError(f"{keyword}: a bare number is ambiguous for a quantity in {unit:~P}; "

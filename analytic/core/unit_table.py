@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from fractions import Fraction
 from pathlib import Path
 
 from .errors import UnitError
@@ -291,6 +292,26 @@ def factor(src: tuple, dst: tuple):
     for k, n in denominator.items():
         if n != 0:
             out *= k ** -n
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def exact_factor(src: tuple, dst: tuple) -> Fraction:
+    """:func:`factor` as the exact rational the definitions state (each scale the decimal units.txt
+    writes), not rounded: 1/day → 1/s is 1/86400."""
+    factor(src, dst)  # the dimensions checked, as factor checks them
+    out = Fraction(1)
+
+    def walk(items, exp):
+        nonlocal out
+        for k, v in items:
+            d = UNITS[name_of(k)]
+            if d.dimension is None:
+                out *= Fraction(repr(d.scale)) ** (exp * v)
+                if d.reference is not None:
+                    walk(d.reference, exp * v)
+
+    walk(times(src, dst, -1), 1)
     return out
 
 
