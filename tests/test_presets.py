@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # published counts (model cards, papers) and the relative rounding of how they are printed
 PUBLISHED = {"llama3-8b": 5e-4, "llama3-70b": 1e-4, "llama3-405b": 2e-5, "gpt3-175b": 3e-4, "palm-540b": 2e-5,
-             "bloom-176b": 1e-4, "deepseek-v3": 1e-3}
+             "bloom-176b": 1e-4, "deepseek-v3": 1e-3, "qwen3-30b-a3b": 2e-3, "qwen3-235b-a22b": 2e-3,
+             "gpt-oss-20b": 5e-4, "gpt-oss-120b": 1e-4, "kimi-k2": 0.05}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -19,6 +20,21 @@ def test_parameter_counts_match_published(name):
     m = an.model(name)
     published = model_source(name)["published_params"]["value"]
     assert m.total_params == pytest.approx(published, rel=PUBLISHED[name])
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b"])
+def test_a_2025_preset_is_its_released_config(name):
+    """The preset's fields, written from the model card and config, are what the released config.json
+    (tests/data/hf) reads as."""
+    assert an.Model.from_hf(ROOT / "tests" / "data" / "hf" / f"{name}.json", name=name) == an.model(name)
+
+
+@pytest.mark.parametrize("name, rel", [("qwen3-30b-a3b", 0.02), ("qwen3-235b-a22b", 0.01), ("kimi-k2", 0.03)])
+def test_active_counts_match_the_cards_as_printed(name, rel):
+    """Active parameters (both embedding tables counted) against the card's figure printed to two or three
+    digits: Kimi K2's 32.9B is 31.7B without the input table, either side of the card's 32B."""
+    m = an.model(name)
+    assert m.active_params == pytest.approx(model_source(name)["published_active_params"]["value"], rel=rel)
 
 
 def test_llama3_8b_exact_count():
@@ -235,3 +251,12 @@ def test_measured_hbm_bandwidth_sets_the_memory_efficiency():
     pooled, notes = efficiency("b200")
     assert pooled == pytest.approx((1.61 / 2.039 * 2.90 / 3.35 * 4.01 / 4.8) ** (1 / 3), rel=1e-12)
     assert any("no measured HBM bandwidth" in n for n in notes)
+
+
+@pytest.mark.parametrize("name", [h for h in an.hardwares() if an.hardware(h).generation == "blackwell"])
+def test_every_blackwell_preset_has_its_fp8_and_fp4_peaks(name):
+    """Blackwell's tensor cores run FP8 at twice the BF16 rate and FP4 at least twice the FP8 rate
+    (Blackwell Ultra more: its FP4 units were widened, its FP8 not)."""
+    hw = an.hardware(name)
+    bf16, fp8, fp4 = (hw.peak_flops(d).to("TFLOP/s").magnitude for d in ("bf16", "fp8", "fp4"))
+    assert fp8 == 2 * bf16 and fp4 >= 2 * fp8
