@@ -223,3 +223,36 @@ def test_a_price_turns_gpu_hours_into_dollars():
     assert f["cost [GPU-hour/Mtoken]"][0] == f["cost [GPU-hour/Mtoken]"][1]
     with pytest.raises(an.InputError, match="USD/hour"):
         an.codesign("llama3-8b", "h100-sxm", 64, vary={"price": ["2 GB"]}, scheduler="synchronous", **KW)
+
+
+def test_progress_on_a_narrow_terminal_fits_its_width():
+    """Standard error a terminal of 20 columns: every progress line drawn there is at most 20 columns
+    (Dask's own bar is 40 columns and its text), and standard output holds the table."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 20, 0, 0))
+    argv = [sys.executable, "-m", "analytic.cli", "codesign", "--model", "llama3-8b", "--hardware", "h100-sxm",
+            "--gpus", "64", "--seq", "4096", "--global-batch", "64", "--vary", "hbm=40GB,60GB,80GB",
+            "--scheduler", "synchronous"]
+    done = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=follower, env={**os.environ, "COLUMNS": "20"})
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the follower closed: the command has ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out = done.communicate()[0].decode()
+    os.close(leader)
+    lines = [line for part in drawn.decode().replace("\x1b[A", "").split("\n") for line in part.split("\r")]
+    assert done.returncode == 0 and "3 hardware points" in out
+    assert any("co-design" in line for line in lines) and max(len(line.strip()) for line in lines) <= 20, lines

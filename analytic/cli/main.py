@@ -249,9 +249,8 @@ def main(argv=None) -> int:
             code = args.func(args)  # quantities as data: the command prints them, and imports no pint
         sys.stdout.flush()  # a full device says so now, not in the interpreter's exit
         return code
-    except ClosedOutput as exc:
-        print(f"analytic: {exc}", file=sys.stderr)
-        return 2
+    except ClosedOutput:  # no reader at all: quiet, the shell's code for a closed pipe (128 + SIGPIPE)
+        return 141
     except CLIError as exc:
         print(_one_line(str(exc)), file=sys.stderr)
         return 2

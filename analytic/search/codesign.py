@@ -17,7 +17,6 @@ import itertools
 import math
 import os
 import re
-import sys
 import time
 
 import numpy as np
@@ -274,20 +273,17 @@ def _run(tasks: list, client):
     """The results of ``tasks`` ((function, args) pairs) on ``client`` (None: in this process), in order."""
     import dask
 
-    from ..core.progress import is_shown
+    from ..core.progress import is_shown, steps
     delayed = [dask.delayed(fn, pure=False)(*args) for fn, args in tasks]
-    if client is None:
-        from contextlib import nullcontext
-
-        from dask.diagnostics import ProgressBar
-        with ProgressBar(out=sys.stderr) if is_shown() else nullcontext():
-            return list(dask.compute(*delayed, scheduler="synchronous"))
-    from distributed import progress
+    if client is None:  # one task after the other, as the synchronous scheduler runs them
+        return [d.compute(scheduler="synchronous") for d in steps(delayed, desc="co-design", unit="task")]
+    from distributed import as_completed
     futures = []
     try:
         futures = client.compute(delayed)
-        if is_shown():
-            progress(futures)
+        if is_shown():  # the library's bar, which fits the terminal (Dask's is 40 columns and its text)
+            for _ in steps(as_completed(futures), desc="co-design", total=len(futures), unit="task"):
+                pass
         return client.gather(futures)
     except KeyboardInterrupt:
         client.cancel(futures)
