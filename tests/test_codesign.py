@@ -256,3 +256,16 @@ def test_progress_on_a_narrow_terminal_fits_its_width():
     lines = [line for part in drawn.decode().replace("\x1b[A", "").split("\n") for line in part.split("\r")]
     assert done.returncode == 0 and "3 hardware points" in out
     assert any("co-design" in line for line in lines) and max(len(line.strip()) for line in lines) <= 20, lines
+
+
+@pytest.mark.parametrize("points, size, workers, cost, want", [
+    (21, None, 2, 0.065, [0, 5, 10, 15, 21]),  # 1.4 s of work: 3 tasks of 0.5 s, rounded up to 4 for 2 workers
+    (21, None, 1, 0.065, [0, 21]),  # in process: one task
+    (3, None, 8, 1.0, [0, 1, 2, 3]),  # fewer points than workers: a point a task
+    (200, None, 2, 0.001, [0, 100, 200]),  # cheap points: one task a worker
+    (10, 3, 2, 9.9, [0, 3, 6, 9, 10]),  # a chunk given: every 3 points, unmeasured
+])
+def test_tasks_are_cut_by_measured_cost_into_a_multiple_of_the_workers(points, size, workers, cost, want):
+    measured = []
+    cut = cd._bounds(points, size, workers, lambda: measured.append(1) or cost)
+    assert cut == want and len(measured) == (size is None and workers > 1)

@@ -191,11 +191,37 @@ def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep,
     return rows, evaluated
 
 
-def _prepare(model, hardware, seq_len, global_batch, search_kw) -> None:
-    """Build (or read from the cache) the programs of ``model``'s search structures once, before the tasks."""
+def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
+    """Build (or read from the cache) the programs of each model's search structures, before the tasks:
+    here, and in each worker (``Client.run``) so that no task waits on them."""
     from .programs import structure_programs
-    structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (
-        "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack")})
+    for model in models:
+        structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (
+            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack")})
+
+
+#: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where the points
+#: allow as many tasks as workers
+TASK_SECONDS = 0.5
+
+
+def _bounds(points: int, size: int | None, workers: int, measure) -> list[int]:
+    """Where each model's tasks cut the points: every ``size`` points where given, else into a multiple of
+    ``workers`` tasks of near-equal size (one point more or less), each about TASK_SECONDS of work by
+    ``measure()``, the seconds of one point."""
+    if size is not None:
+        return [*range(0, points, size), points]
+    tasks = 1 if workers == 1 else max(1, round(points * measure() / TASK_SECONDS))
+    tasks = min(points, workers * -(-tasks // workers))
+    return [points * i // tasks for i in range(tasks + 1)]
+
+
+def _cost(models, point, gpus, seq_len, global_batch, objective, keep, search_kw) -> float:
+    """Seconds of one point's searches, the mean over ``models`` (searched here once)."""
+    start = time.perf_counter()
+    for m in models:
+        _chunk(m, [point], gpus, seq_len, global_batch, objective, keep, search_kw)
+    return (time.perf_counter() - start) / len(models)
 
 
 def local_cluster(workers: int):
@@ -204,13 +230,15 @@ def local_cluster(workers: int):
     freed array to the system, and the layouts' temporaries are then paged in anew at every step (twice the
     time per layout, measured). A cluster of one's own: start its workers without that variable. This
     process's environment is left as it was (Dask's nanny writes its workers' variables into it, which
-    processes this one starts later would inherit)."""
+    processes this one starts later would inherit). Each worker imports this module as it starts, so
+    that its first task does not."""
     import dask
     from distributed import LocalCluster
     saved = dict(os.environ)
     try:
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                preload=[__name__, "analytic.search.layouts"])  # imported as each worker starts
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -303,7 +331,8 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     Hardware, the base every point changes. ``vary``: field → values (see :data:`FIELDS`, :func:`grid`).
     ``objective``: step_time, cost (GPU-hours per token), mfu or headroom (the least memory). ``scheduler``:
     None for a local ``dask.distributed`` cluster sized to this machine, ``"synchronous"`` to run in this
-    process, or a scheduler's address. ``chunk``: points a task (default: about four tasks a worker).
+    process, or a scheduler's address. ``chunk``: points a task (default: in process, one task a model; on
+    Dask, tasks of about TASK_SECONDS of work by the measured cost of a point, a multiple of the workers).
     ``out``: a Parquet file, written only once the sweep is complete. Other keywords are search's."""
     from ..core.values import choice
     from .layouts import search_batch
@@ -322,15 +351,18 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
     size = count("chunk", chunk, allow_symbol=False) if chunk is not None else None
     pts = points(hardware, grids, search_kw.get("dtype", "bf16"), force=force)
-    workers = 1 if scheduler == "synchronous" else (os.cpu_count() or 1)
-    size = size or max(1, -(-len(pts) // (4 * workers)))
     indexed = [(i, values, hw) for i, (values, hw) in enumerate(pts)]
     with _client(scheduler) as client:  # the scheduler answers before the programs are built
-        for m in models:  # the programs once, here, before the tasks read them from the cache
-            _prepare(m, pts[0][1], seq_len, global_batch, search_kw)
-        tasks = [(_chunk, (m, indexed[lo:lo + size], gpus, seq_len, global_batch, objective, keep, search_kw))
-                 for m in models for lo in range(0, len(indexed), size)]
         start = time.perf_counter()
+        work = (models, pts[0][1], seq_len, global_batch, search_kw)
+        _prepare(*work)  # the programs once, here, and in every worker before a task reads them
+        if client is not None:
+            client.run(_prepare, *work)
+        workers = 1 if client is None else max(1, sum(client.nthreads().values()))
+        cut = _bounds(len(indexed), size, workers, lambda: _cost(models, indexed[0], gpus, seq_len, global_batch,
+                                                                 objective, keep, search_kw))
+        tasks = [(_chunk, (m, indexed[lo:hi], gpus, seq_len, global_batch, objective, keep, search_kw))
+                 for m in models for lo, hi in zip(cut, cut[1:])]
         results = _run(tasks, client)
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
