@@ -269,3 +269,24 @@ def test_tasks_are_cut_by_measured_cost_into_a_multiple_of_the_workers(points, s
     measured = []
     cut = cd._bounds(points, size, workers, lambda: measured.append(1) or cost)
     assert cut == want and len(measured) == (size is None and workers > 1)
+
+
+def test_the_command_line_takes_searchs_flags_and_gives_the_apis_rows(capsys):
+    """codesign reads the plan flags search reads (the stack's options, the layout choices, a hardware
+    override of the base every point changes), and its rows are the API's with the same arguments; its
+    first line names the stack and its fitted efficiency; a flag search does not read is refused."""
+    flags = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "4096", "--global-batch",
+             "64", "--vary", "hbm=40GB,80GB", "--scheduler", "synchronous", "--async-tp", "--comm-sms", "8",
+             "--scale-out-bandwidth", "100 GB/s", "--zero", "3", "--zero3-gather", "per-tensor",
+             "--recompute", "full"]
+    code = main(["codesign", *flags, "--json"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    hw = an.hardware("h100-sxm").replace(scale_out_bandwidth="100 GB/s")
+    api = an.codesign("llama3-8b", hw, 64, vary={"hbm": ["40 GB", "80 GB"]}, scheduler="synchronous", async_tp=True,
+                      comm_sms=8, zero=(3,), zero3_gather="per-tensor", recompute=("full",), **KW)
+    assert code == 0 and [r["step_time [s]"] for r in rows] == api["step_time [s]"].tolist()
+    assert [r["tp"] for r in rows] == api["tp"].tolist() and set(api["zero"]) == {3}
+    assert main(["codesign", *flags]) == 0
+    assert capsys.readouterr().out.startswith("stack megatron-core (Megatron-Core")
+    for extra, message in ((["--sp"], "--sp/--no-sp not read here"), (["--hbm", "80 GB"], "--hbm: also varied")):
+        assert main(["codesign", *flags, *extra]) == 2 and message in capsys.readouterr().err

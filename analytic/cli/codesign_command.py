@@ -4,38 +4,25 @@ from __future__ import annotations
 
 import re
 
-from ..core.choices import CODESIGN_OBJECTIVES, RECOMPUTE, SCHEDULES, ZERO_STAGES
-from .flags import CLIError, count_flag, layout_choices
+from ..core.choices import CODESIGN_OBJECTIVES
+from .flags import SEARCH_FLAGS, CLIError, count_flag, hardware_overrides, refuse_unread, search_keywords
 from .output import json_text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, plan_args) -> None:
+    """``analytic codesign``: the plan flags search reads (``plan_args`` adds them), and the sweep's own."""
     p = sub.add_parser("codesign", help="vary hardware fields over a grid and search every model's layouts at each "
                        "point (on Dask)", allow_abbrev=False)
-    p.add_argument("--model", required=True, help="preset names or config.json paths, comma-separated")
-    p.add_argument("--hardware", required=True, help="the preset every point changes")
-    p.add_argument("--gpus", required=True)
-    p.add_argument("--seq", required=True)
-    p.add_argument("--batch-tokens", dest="batch_tokens")
-    p.add_argument("--global-batch", dest="global_batch")
-    p.add_argument("--vary", action="append", metavar="FIELD=START:STOP:NUM[UNIT]", required=True,
+    plan_args(p)
+    p.add_argument("--vary", action="append", metavar="FIELD=START:STOP:NUM[UNIT]",
                    help="a hardware field and its values (a range, or a comma-separated list: hbm=80GB,141GB); repeat "
                    "for a grid of several fields")
     p.add_argument("--objective", choices=CODESIGN_OBJECTIVES, default="step_time")
     p.add_argument("--keep", default="1", help="layouts kept a point and model")
-    for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-        p.add_argument(f"--{axis}", help=f"pin the {axis} degree (the other degrees are searched)")
-    p.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="search this ZeRO stage only")
-    p.add_argument("--recompute", choices=RECOMPUTE, help="search this recomputation only")
-    p.add_argument("--schedule", choices=SCHEDULES, help="search this pipeline schedule only")
-    p.add_argument("--microbatch-size", dest="microbatch_size", help="search this microbatch size only")
-    p.add_argument("--stack")
-    p.add_argument("--dtype")
     p.add_argument("--scheduler", help="'synchronous' (in this process) or a Dask scheduler's address (default: a "
                    "local cluster sized to this machine)")
     p.add_argument("--out", metavar="FILE.parquet", help="write every row as Parquet (only once the sweep is complete)")
     p.add_argument("--force", action="store_true", help="run a grid of more than a million points")
-    p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")
     p.set_defaults(func=cmd_codesign)
 
@@ -60,19 +47,33 @@ def vary_flags(flags: list[str]) -> dict:
 
 
 def cmd_codesign(args) -> int:
+    import analytic as an
+
     from ..search.codesign import codesign
+    refuse_unread(args, SEARCH_FLAGS, "codesign", "a sweep searches every layout alike, as search does")
+    if not (args.model and args.hardware and args.gpus and args.seq and args.vary):
+        raise CLIError("codesign: give --model, --hardware, --gpus, --seq, --vary (and --batch-tokens or "
+                       "--global-batch)")
     models = [m.strip() for m in args.model.split(",") if m.strip()]
     batch = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     if args.global_batch:
         batch["global_batch"] = count_flag(args.global_batch, "global-batch")
-    kw = {**{k: getattr(args, k) for k in ("stack", "dtype") if getattr(args, k)}, **layout_choices(args)}
-    frame = codesign(models, args.hardware, count_flag(args.gpus, "gpus"), seq_len=count_flag(args.seq, "seq"),
-                     vary=vary_flags(args.vary), objective=args.objective, keep=count_flag(args.keep, "keep"),
-                     scheduler=args.scheduler, out=args.out, force=args.force, **batch, **kw)
+    vary = vary_flags(args.vary)
+    overrides = hardware_overrides(lambda k: getattr(args, k))
+    both = sorted(set(overrides) & set(vary))
+    if both:
+        raise CLIError(f"--{both[0].replace('_', '-')}: also varied (--vary {both[0]}=...); give it one way")
+    hardware = an.hardware(args.hardware)
+    frame = codesign(models, hardware.replace(**overrides) if overrides else hardware, count_flag(args.gpus, "gpus"),
+                     seq_len=count_flag(args.seq, "seq"), vary=vary, objective=args.objective,
+                     keep=count_flag(args.keep, "keep"), scheduler=args.scheduler, out=args.out, force=args.force,
+                     **batch, **search_keywords(args))
     if args.json:
         print(json_text({"attrs": {k: v for k, v in frame.attrs.items()},
                          "rows": frame.astype(object).where(frame.notna(), None).to_dict("records")}))
         return 0
+    from .stack_spread import stack_text
+    print(stack_text(frame.attrs["stack"]) + " (--stack counts the layouts on another)")
     for note in frame.attrs["notes"]:
         print(f"note: {note}")
     print(f"{len(frame.drop_duplicates(['point'])):,} hardware points × {frame['model'].nunique()} models: "

@@ -369,14 +369,8 @@ def cmd_search(args) -> int:
     stack = [text for on, text in ((res.async_tp, "async TP wherever tp > 1"),
                                    (res.comm_sms, f"{res.comm_sms} SMs reserved for communication"),
                                    (res.zero3_gather == "per-tensor", "ZeRO-3 gathering tensor by tensor, blocking")) if on]
-    from ..presets import calibration
-    try:
-        cal = calibration(res.stack)
-        fitted = (f" (efficiency {cal.stack_efficiency:.3f} ± {cal.standard_error:.3f}, "
-                  + ("pooled: no source of its family in the fit)" if cal.pooled else f"fitted on the {cal.key} family)"))
-    except AnalyticError:  # no calibration file
-        fitted = ""
-    print("stack: " + "; ".join([res.stack + fitted, *stack]) + " (--stack counts the layouts on another)")
+    from .stack_spread import stack_text
+    print("; ".join([stack_text(res.stack), *stack]) + " (--stack counts the layouts on another)")
     beside = f" with {res.outside / 1e9:.4g} GB outside the allocator" if res.outside else ""
     kept = "fit at their predicted peak or at the allocator's limit" if args.at_limit else "fit at their predicted peak"
     print(f"{res.evaluated:,} layouts evaluated, {res.fitting:,} {kept} in {hw.hbm.to('GB'):.4g~P}{beside}; search took "

@@ -117,14 +117,19 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
     overrides = hardware_overrides(lambda k: getattr(args, k))
     if overrides:
         hw = hw.replace(**overrides)
+    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
+    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, search_keywords(args), note
+
+
+def search_keywords(args) -> dict:
+    """The search flags given (the stack, dtype, async TP, attention kernel, SMs for communication, ZeRO-3's
+    gathers, the memory outside the allocator and the layout choices) as search's and co-design's keywords."""
     kw = {**{k: getattr(args, k) for k in ("dtype", "stack") if getattr(args, k) is not None},
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
           **outside_override(lambda k: getattr(args, k))}
-    kw.update(layout_choices(args))
-    counts = [count_flag(g, "gpus") for g in str(args.gpus).split(",")]
-    return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, kw, note
+    return kw | layout_choices(args)
 
 
 #: the layout flags search and co-design read: a degree pinned, or one choice of a list searched

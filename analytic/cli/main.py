@@ -193,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
                    help="rank by predicted step time, cost (GPU-hours per token) or MFU; with several --gpus "
                    "counts (256,512,1024) they differ")
     p.set_defaults(func=cmd_search)
-    add_codesign(sub)
+    add_codesign(sub, _plan_args)
     _solve_parser(sub)
     p = sub.add_parser("plot", help="write a plot (needs the 'plot' extra)", allow_abbrev=False)
     p.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)")

@@ -8,12 +8,22 @@ from ..presets import stack, stacks
 
 
 def calibration_text(plan) -> str:
-    """The stack's name and fitted efficiency with its standard error and what pins it."""
-    cal = plan.calibration
-    if cal is None:
+    """The plan's stack's name and fitted efficiency with its standard error and what pins it."""
+    if plan.calibration is None:
         return f"stack {plan.stack}: its constants given"
+    return stack_text(plan.stack)
+
+
+def stack_text(name: str) -> str:
+    """Stack ``name`` and its fitted efficiency with its standard error and what pins it (the fit's
+    calibration file), or that no calibration file is found."""
+    from ..presets import calibration
+    try:
+        cal = calibration(name)
+    except AnalyticError:  # no calibration file
+        return f"stack {name} ({stack(name)['name']}): no fitted efficiency found"
     pinned = "pooled: no source of its family in the fit" if cal.pooled else f"fitted on the {cal.key} family"
-    return (f"stack {plan.stack} ({stack(plan.stack)['name']}): efficiency {cal.stack_efficiency:.3f} "
+    return (f"stack {name} ({stack(name)['name']}): efficiency {cal.stack_efficiency:.3f} "
             f"± {cal.standard_error:.3f}, {pinned}")
 
 

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..core.choices import CODESIGN_OBJECTIVES
+from ..core.choices import CODESIGN_OBJECTIVES, default_stack
 from ..core.errors import InputError
 from ..core.units import DimensionalityError, is_quantity
 from ..core.values import count, flag, quantity
@@ -324,8 +324,9 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     """The best ``keep`` layouts of each model at every hardware point of ``vary``'s grids, as a pandas
     DataFrame: one row a (point, model, kept layout), each varied field's value, the layout, its step
     time, MFU, memory, verdict and GPU-hours per million tokens (and USD per million tokens where
-    ``price`` is varied); each column's unit is in its name and in ``attrs["units"]``. A point where no
-    layout fits keeps one row without a layout.
+    ``price`` is varied); each column's unit is in its name and in ``attrs["units"]``, the stack every
+    layout is counted with in ``attrs["stack"]``. A point where no layout fits keeps one row without a
+    layout.
 
     ``models``: preset names, config.json paths or Models (one or a list); ``hardware``: one preset or
     Hardware, the base every point changes. ``vary``: field → values (see :data:`FIELDS`, :func:`grid`).
@@ -367,7 +368,8 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
                    objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
-                   global_batch=int(global_batch), hardware=hardware.key or hardware.name)
+                   global_batch=int(global_batch), hardware=hardware.key or hardware.name,
+                   stack=search_kw.get("stack") or default_stack(hardware.platform))
     if out is not None:
         write_parquet(frame, out)
     return frame
