@@ -72,7 +72,8 @@ def presets_page() -> str:
     out = ["# Presets", "",
            "Every preset the library ships, from `analytic/presets/*.toml`: each number has a unit and a source "
            "(`an.hardware(NAME)`, `an.model(NAME)`, `Plan(..., stack=NAME)`; `analytic --help` lists the names).", ""]
-    out += _hardware(table("hardware")) + _models(table("models")) + _stacks(table("stacks"))
+    out += (_hardware(table("hardware")) + _models(table("models")) + _stacks(table("stacks"))
+            + _precisions(table("precisions")))
     return "\n".join(out) + "\n"
 
 
@@ -120,6 +121,16 @@ def _models(tables: dict) -> list[str]:
                    + f" | {t.get('source', '')} |")
     published = [row for key, t in tables.items() for row in _sources(key, t)]
     return out + (["", "Published counts the computed ones are checked against:", ""] + published if published else []) + [""]
+
+
+def _precisions(tables: dict) -> list[str]:
+    out = ["## Training precisions", "", "The formats a low-precision `dtype` runs the linear layers' GEMMs in.", "",
+           "| dtype | peak | operand bytes | generations | ceiling taken |", "|---|---|---|---|---|"]
+    for key, t in tables.items():
+        out.append(f"| `{key}` | {t['peak']} | {_value(t['operand_bytes'])} | {_value(t.get('generations', 'any'))} | "
+                   f"{_value(t.get('ceiling', 'its own'))} |")
+    out += ["", "Each property with its source:", ""] + [row for key, t in tables.items() for row in _sources(key, t)]
+    return out + [""]
 
 
 def _stacks(tables: dict) -> list[str]:

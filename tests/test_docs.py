@@ -230,5 +230,6 @@ def test_every_page_is_in_the_navigation(site):
 def test_the_presets_page_lists_every_preset_with_its_sources(site):
     import analytic as an
     page = (site / "presets" / "index.html").read_text()
-    assert all(f"<code>{n}</code>" in page for n in (*an.hardwares(), *an.models(), *an.stacks()))
+    assert all(f"<code>{n}</code>" in page for n in (*an.hardwares(), *an.models(), *an.stacks(), "mxfp8", "nvfp4"))
+    assert "OCP Microscaling Formats (MX) Specification v1.0" in page
     assert "NVIDIA H100 Tensor Core GPU Architecture whitepaper v1.04, Table 3" in page

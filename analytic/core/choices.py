@@ -39,9 +39,13 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "dualpipe")
 CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "schedule": SCHEDULES}
 CONVENTIONS = ("6nd", "palm", "megatron")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
-#: (ZeRO §3.1); fp8 runs the linear layers' matmuls in FP8 and the rest in bf16 (DeepSeek-V3 §3.3.1).
-#: TF32 (fp32 storage) and FP4 training are not modelled
-TRAINING_DTYPES = ("bf16", "fp16", "fp8")
+#: (ZeRO §3.1); the low-precision ones run the linear layers' matmuls in their format and the rest in bf16
+#: (DeepSeek-V3 §3.3.1): fp8 (tensorwise scales), mxfp8 and nvfp4 (block scales; presets/precisions.toml).
+#: TF32 (fp32 storage) training is not modelled
+TRAINING_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+#: the block-scaled ones: run only on the stacks presets/stacks.toml says run them
+BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")

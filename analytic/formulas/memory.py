@@ -1,5 +1,7 @@
 """Memory per accelerator: model states (ZeRO) and activations (Korthikanti et al.)."""
 
+from fractions import Fraction
+
 from ..core.algebra import Min, Piecewise
 from ._catalogue import S, define
 
@@ -86,6 +88,21 @@ define("memory.fp8_weight_cache", 2 * Psi, "byte",
         "counted",
         "FP8 primary weights (Megatron's --fp8-param-gather), which keep no 16-bit copy, are not modelled"),
        "Transformer Engine's cached FP8 weights and transposes on one GPU", coefficient_unit="byte")
+define("memory.mxfp8_weight_cache", 2 * (1 + Fraction(1, 32)) * Psi, "byte",
+       "as memory.fp8_weight_cache; OCP Microscaling Formats (MX) Specification v1.0 §5 (MXFP8: one E8M0 scale per "
+       "32 elements); NVIDIA Transformer Engine docs (MXFP8BlockScaling keeps rowwise and columnwise quantised "
+       "weights: the blocks run along the reduction dimension)",
+       ("Ψ: the parameters of this GPU's Transformer Engine linears, as memory.fp8_weight_cache",
+        "two copies, rowwise and columnwise, each 1 byte an element and 1/32 of a byte of scale"),
+       "Transformer Engine's cached MXFP8 weights on one GPU", coefficient_unit="byte")
+define("memory.nvfp4_weight_cache", 2 * (Fraction(1, 2) + Fraction(1, 16)) * Psi, "byte",
+       "as memory.fp8_weight_cache; NVIDIA 2025, Pretraining Large Language Models with NVFP4, arXiv 2509.25149 "
+       "§4 (weights quantised in 2-D 16×16 blocks, the same in the forward and the backward); NVIDIA Transformer "
+       "Engine docs (NVFP4BlockScaling)",
+       ("Ψ: the parameters of this GPU's Transformer Engine linears, as memory.fp8_weight_cache",
+        "two copies, rowwise and columnwise, each half a byte an element and 1/16 of a byte of E4M3 scale (one "
+        "FP32 scale per tensor not counted)"),
+       "Transformer Engine's cached NVFP4 weights on one GPU", coefficient_unit="byte")
 define("memory.activations.layer", s * b * h * (34 + 5 * a * s / h), "byte", f"{KORTHIKANTI} §4.1 eq. (1)",
        KORTHIKANTI_ASSUMPTIONS, "activations saved by one layer, no parallelism", coefficient_unit="byte")
 define("memory.activations.layer_tp", s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), "byte",

@@ -92,6 +92,25 @@ define("compute.memory_bound.fp8_cast", 4 * G * M * (N + K), "byte",
        ("forward: the M×K input cast to FP8 with its transpose for the weight gradient (read 2 bytes, write 1 + 1)",
         "backward: the M×N output gradient likewise", "weights cast once a step (not counted)"),
        "bytes the FP8 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
+MX = ("Open Compute Project, OCP Microscaling Formats (MX) Specification v1.0 (2023) §5: MXFP8, 32 elements "
+      "sharing one E8M0 scale; NVIDIA Transformer Engine docs, FP8 and FP4 recipes (MXFP8BlockScaling): 1×32 "
+      "blocks along the reduction dimension, so a tensor read transposed by a backward GEMM is quantised again "
+      f"(rowwise and columnwise copies); {DERIVED}")
+define("compute.memory_bound.mxfp8_cast", (2 + 2 * (1 + Fraction(1, 32))) * G * M * (N + K), "byte", MX,
+       ("forward: the M×K input read in 16 bits (2 bytes) and written twice in MXFP8, rowwise and columnwise, each "
+        "element 1 byte and its block's scale 1/32 of a byte", "backward: the M×N output gradient likewise",
+        "weights cast once a step (not counted)"),
+       "bytes the MXFP8 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
+NV = ("NVIDIA 2025, Pretraining Large Language Models with NVFP4, arXiv 2509.25149 §2-§4 (E2M1 elements, one E4M3 "
+      "scale per 16, an FP32 scale per tensor; 2-D 16×16 blocks for weights; random Hadamard transforms on the "
+      "weight-gradient GEMM's inputs; stochastic rounding of gradients); NVIDIA Transformer Engine docs "
+      f"(NVFP4BlockScaling: the transform and the rounding fused into the cast); {DERIVED}")
+define("compute.memory_bound.nvfp4_cast", (2 + 2 * (Fraction(1, 2) + Fraction(1, 16))) * G * M * (N + K), "byte", NV,
+       ("forward: the M×K input read in 16 bits (2 bytes) and written twice in NVFP4, rowwise and columnwise, each "
+        "element half a byte and its block's scale 1/16 of a byte (the per-tensor scale not counted)",
+        "backward: the M×N output gradient likewise; the random Hadamard transform of the weight-gradient inputs "
+        "and the stochastic rounding run inside the same cast", "weights cast once a step (not counted)"),
+       "bytes the NVFP4 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
 
 ADAM = ("Kingma and Ba 2015, Adam, Algorithm 1; Micikevicius et al. 2018, Mixed Precision Training, arXiv 1710.03740 "
         f"§3.1 (fp32 master weights); {DERIVED}")

@@ -80,10 +80,10 @@ def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> 
                   (flat("scale_out_bandwidth"), Ge(stride_, g)), (spanning(), True))
 
 def gemm_input_bytes(inp: Inputs, default):
-    """Bytes per element of an activation sent to the GEMM that consumes it: FP8 training casts
-    before communicating (torchtitan docs/float8.md: float8 all-gather for TP by default;
-    Transformer Engine likewise; DeepSeek-V3 §3.3: FP8 dispatch), otherwise ``default``."""
-    return Quantity(1, "byte") if inp.dtype == "fp8" else default
+    """Bytes per element of an activation sent to the GEMM that consumes it: the recipe's where it casts
+    before communicating (FP8: presets/precisions.toml sent_bytes), otherwise ``default``."""
+    sent = (inp.recipe or {}).get("sent_bytes")
+    return default if sent is None else Quantity(sent, "byte")
 
 ZERO_B, ZERO_T = Formula("0", 0, "byte", ""), Formula("0", 0, "s", "")
 

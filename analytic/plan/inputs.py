@@ -19,7 +19,7 @@ from ..core.terms import ratio
 from ..core.units import Quantity
 from ..core.values import batch_tokens as read_batch_tokens
 from ..core.values import choice, count, exact, flag, is_number, is_sympy
-from ..presets import as_hardware, as_model, outside_floor, stacks
+from ..presets import as_hardware, as_model, outside_floor, precision, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
@@ -50,6 +50,8 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
+        self.recipe = precision(self.dtype)  # presets/precisions.toml; None for a 16-bit dtype
+        self.low_precision = self.recipe is not None
         self._read_stack(stack, flash_attention)
         if profile is not None:  # measured constants; explicit keywords win
             from ..presets.profile import read_profile
@@ -265,7 +267,7 @@ class Inputs:
 
         out["element_bytes"] = pick("element_bytes", lambda: Quantity(2, "byte"))  # 16-bit (TRAINING_DTYPES)
         out["peak_flops"] = pick("peak_flops", lambda: hw.peak_flops(self.dtype))
-        if self.dtype == "fp8":  # the GEMMs an FP8 recipe keeps in 16 bits (peak_flops= given alone sets both)
+        if self.low_precision:  # the GEMMs a low-precision recipe keeps in 16 bits (peak_flops= given alone sets both)
             out["peak_flops_16"] = pick("peak_flops_16", lambda: hw.peak_flops("bf16"), given="peak_flops")
         out["hbm"] = pick("hbm", lambda: hw.hbm)
         out["outside_bytes"] = pick("outside_bytes", lambda: outside_floor(self.stack_properties["allocator"]))
@@ -278,7 +280,7 @@ class Inputs:
         out["hbm_bandwidth"] = pick("hbm_bandwidth", lambda: hw.hbm_bandwidth)
         out.update(self._kernel_values(pick))
         out["matmul_efficiency"] = pick("matmul_efficiency", lambda: self._matmul_ceiling(self.dtype))
-        if self.dtype == "fp8":  # its 16-bit GEMMs at the 16-bit ceiling (matmul_efficiency= given alone sets both)
+        if self.low_precision:  # its 16-bit GEMMs at the 16-bit ceiling (matmul_efficiency= given alone sets both)
             out["matmul_efficiency_16"] = pick("matmul_efficiency_16", lambda: self._matmul_ceiling("bf16"),
                                                given="matmul_efficiency")
         cal = self.calibration
@@ -299,8 +301,13 @@ class Inputs:
 
     def _matmul_ceiling(self, dtype: str):
         """The device's measured GEMM ceiling over its peak for ``dtype`` (noted where it is not the
-        device's own measurement)."""
+        device's own measurement); for a recipe without a measurement of its own, its fallback's (noted)."""
         from ..presets import matmul_efficiency
+        fallback = (self.recipe or {}).get("ceiling") if dtype == self.dtype else None
+        if fallback and self.hardware.matmul_ceiling(dtype) is None:
+            self._note(f"matmul efficiency: no measured {dtype} GEMM ceiling (presets/precisions.toml); the "
+                       f"{fallback} one, a fraction of peak, is taken at the {self.recipe['peak']} peak")
+            dtype = fallback
         return self._noted(matmul_efficiency(self.hardware, dtype))
 
     def _noted(self, value_note: tuple):

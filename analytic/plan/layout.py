@@ -7,7 +7,15 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
-from ..core.choices import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, TRAINING_DTYPES, ZERO3_GATHERS, ZERO_STAGES
+from ..core.choices import (
+    BLOCK_SCALED,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    TRAINING_DTYPES,
+    ZERO3_GATHERS,
+    ZERO_STAGES,
+)
 from ..core.errors import InputError, LayoutError
 from ..core.symbols import canonical, sym
 from ..core.values import choice, count, flag, is_number, is_sympy, share
@@ -214,11 +222,19 @@ def check_comm_sms(comm_sms: int, sms, hardware: str) -> None:
 
 
 def training_dtype(dtype, hardware: Hardware) -> str:
-    """``dtype`` if it is one of TRAINING_DTYPES and ``hardware`` has a peak for it."""
+    """``dtype`` if it is one of TRAINING_DTYPES, ``hardware``'s tensor cores run its format and it has the
+    peak the format's GEMMs run at (presets/precisions.toml)."""
+    from ..presets import precision
     choice("dtype", dtype, TRAINING_DTYPES)
-    if dtype not in hardware.peaks:
-        raise InputError(f"dtype: {hardware.name} has no {dtype} peak; its training dtypes are "
-                         f"{', '.join(d for d in TRAINING_DTYPES if d in hardware.peaks) or 'none'}")
+    recipe = precision(dtype) or {}
+    generations = recipe.get("generations")
+    if generations and hardware.generation not in generations:
+        raise InputError(f"dtype: {dtype} runs on the block-scaled tensor cores of {', '.join(generations)}, not on "
+                         f"{hardware.name} ({hardware.generation or 'no generation stated'})")
+    if recipe.get("peak", dtype) not in hardware.peaks:
+        runs = [d for d in TRAINING_DTYPES if (precision(d) or {}).get("peak", d) in hardware.peaks]
+        raise InputError(f"dtype: {hardware.name} has no {recipe.get('peak', dtype)} peak; its training dtypes are "
+                         f"{', '.join(runs) or 'none'}")
     return dtype
 
 
@@ -378,6 +394,9 @@ def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule
                 f"({hardware.key or hardware.name}); name a stack that does (analytic.stacks())")
     if dtype is not None and "dtypes" in props and dtype not in props["dtypes"]:
         return f"dtype: stack {stack} trains in {', '.join(props['dtypes'])}, not {dtype}"
+    if dtype in BLOCK_SCALED and "dtypes" not in props:
+        return (f"dtype: stack {stack} is not known to train in {dtype} (presets/stacks.toml lists the dtypes of "
+                "the stacks that run block-scaled formats)")
     if isinstance(schedule, str) and "schedules" in props and schedule not in props["schedules"]:
         return f"schedule: stack {stack} runs {', '.join(props['schedules'])}, not {schedule}"
     if props.get("context_parallel") is False and known(cp) and cp > 1:

@@ -45,8 +45,8 @@ def model_states(inp: Inputs, params: dict) -> dict:
             parts["gradients"] = cases("gradients", "byte", (_zero("gradients"), lay.zero_at_least(3)),
                                        (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
         parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
-    if inp.fp8_weight_cache and inp.dtype == "fp8":  # Transformer Engine's FP8 weights and transposes
-        cache = inp.f("memory.fp8_weight_cache", params=params["per_gpu"] - params["ends_local"])
+    if inp.fp8_weight_cache and inp.low_precision:  # Transformer Engine's quantised weights and transposes
+        cache = inp.f(inp.recipe["weight_cache"], params=params["per_gpu"] - params["ends_local"])
         parts["weights"] = parts["weights"] + cases("weights", "byte", (_zero("weights"), lay.zero_at_least(3)),
                                                     (cache, True))
     if inp.layout.offload_optimizer:

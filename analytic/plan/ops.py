@@ -42,19 +42,23 @@ class _Ops:
         self.sms = sms
         self.quantised = sms is not None and "tile_m" in inp.values
 
-    def peak(self, dtype: str):
-        """Peak FLOP/s of GEMMs in ``dtype`` (the plan's, or bf16 in an FP8 plan), on the share of SMs that compute."""
-        return self.inp.values["peak_flops" if dtype == self.inp.dtype else "peak_flops_16"] * self.share
+    def peak(self, low: bool):
+        """Peak FLOP/s of GEMMs in the plan's dtype (``low``: in a low-precision plan's format; else in 16 bits),
+        on the share of SMs that compute."""
+        sixteen = self.inp.low_precision and not low
+        return self.inp.values["peak_flops_16" if sixteen else "peak_flops"] * self.share
 
-    def gemm(self, g, m, n, k, fp8: bool, again=None, backward: bool = True) -> Formula:
+    def gemm(self, g, m, n, k, low: bool, again=None, backward: bool = True) -> Formula:
         """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the forward
-        alone); the forward again under full recomputation (or when ``again`` is 1)."""
+        alone), in the low-precision recipe's format where ``low`` (and the plan has one), else in 16 bits;
+        the forward again under full recomputation (or when ``again`` is 1)."""
         inp = self.inp
         again = self.full if again is None else again
-        eb = 1 if fp8 else 2
-        peak = self.peak("fp8" if fp8 else "bf16" if inp.dtype == "fp8" else inp.dtype)
+        low = low and inp.low_precision
+        eb = inp.recipe["operand_bytes"] if low else 2
+        peak = self.peak(low)
         name = "compute.gemm.math_time" if self.quantised else "compute.gemm.math_time.unquantised"
-        ceiling = {} if fp8 or inp.dtype != "fp8" else {"matmul_efficiency": inp.values["matmul_efficiency_16"]}
+        ceiling = {"matmul_efficiency": inp.values["matmul_efficiency_16"]} if inp.low_precision and not low else {}
         total = None
         passes = (((m, n, k), 1 + again), ((m, k, n), 1), ((k, n, m), 1))
         for (mm, nn, kk), times in passes if backward else passes[:1]:
@@ -64,9 +68,8 @@ class _Ops:
                 shape["sms"] = self.sms
             t = (inp.f(name, **shape) + inp.f("compute.gemm.memory_time", **shape)) * times
             total = t if total is None else total + t
-        if fp8:  # the casts around the GEMM
-            total = total + streamed(inp, inp.f("compute.memory_bound.fp8_cast", gemm_count=g, gemm_m=m, gemm_n=n,
-                                                gemm_k=k))
+        if low:  # the casts around the GEMM
+            total = total + streamed(inp, inp.f(inp.recipe["cast"], gemm_count=g, gemm_m=m, gemm_n=n, gemm_k=k))
         return self.on_share(total)
 
     @functools.cached_property
@@ -75,7 +78,7 @@ class _Ops:
         m, t, M = self.inp.model, self.inp.deg.tp, self.tokens
         head = self.gemm(1, M, m.vocab / t, m.hidden, False) * (1 + m.mtp_modules)
         if m.mtp_modules:
-            head = head + self.gemm(1, M, m.hidden, 2 * m.hidden, self.inp.dtype == "fp8") * m.mtp_modules
+            head = head + self.gemm(1, M, m.hidden, 2 * m.hidden, True) * m.mtp_modules
         return head
 
     @functools.cached_property
@@ -104,7 +107,7 @@ def gemm_time(o: _Ops) -> Formula:
     MLA's down-projections are replicated over TP), the routed experts as one grouped GEMM of
     tokens·k·E_p/(t·E) rows per local expert, the output head and the MTP projections."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
-    t, M, fp8 = lay.tp, o.tokens, inp.dtype == "fp8"
+    t, M, fp8 = lay.tp, o.tokens, inp.low_precision
     h, a, d_h = m.hidden, m.heads, m.head_dim
     if m.attention == "mla":
         r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
@@ -166,11 +169,11 @@ def attention_time(o: _Ops) -> Formula:
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
         per_token = (core * (3 + o.again) + recompute) * _score_share(inp)
         flops = composed("C", ratio(per_token.term * M, t), "FLOP", per_token)
-        sixteen = "matmul_efficiency_16" if inp.dtype == "fp8" else "matmul_efficiency"  # attention runs in 16 bits
+        sixteen = "matmul_efficiency_16" if inp.low_precision else "matmul_efficiency"  # attention runs in 16 bits
         eff = inp.values.get("attention_efficiency", inp.need(sixteen))  # see Inputs.notes
         one = inp.f("compute.attention.time", flops=flops.term, attention_efficiency=eff,
                     attention_factor=inp.need("attention_factor"),
-                    peak_flops=o.peak("bf16" if inp.dtype == "fp8" else inp.dtype))
+                    peak_flops=o.peak(False))
         return o.on_share(composed("attention", one.term * blocks * inp.microbatches, "s", one, flops))
     d_qk = m.head_dim + m.rope_dim  # MLA's queries and keys carry the decoupled RoPE part too (0 otherwise)
     g, s = inp.microbatch_size * m.heads / t, inp.seq_len

@@ -45,13 +45,13 @@ SEARCH_OUTPUTS = ("memory.total", "step_time", "flops")
 def structural_inputs(inp: Inputs) -> dict:
     """The inputs whose presence shapes the expressions: keyword → whether the plan has it (the GEMM
     tile and SM count, which quantise GEMMs only together; the attention kernel's efficiency; a given
-    checkpoint time; the 16-bit peak and GEMM ceiling of an FP8 plan; the links of a fully connected scale-up
+    checkpoint time; the 16-bit peak and GEMM ceiling of a low-precision plan; the links of a fully connected scale-up
     domain)."""
     given = inp.given
     quantised = "sms" in given and "tile_m" in given and "tile_n" in given
     return {"sms": quantised, "tile_m": quantised, "tile_n": quantised,
             "attention_efficiency": "attention_efficiency" in given, "checkpoint_time": "checkpoint_time" in given,
-            "peak_flops_16": inp.dtype == "fp8", "matmul_efficiency_16": inp.dtype == "fp8",
+            "peak_flops_16": inp.low_precision, "matmul_efficiency_16": inp.low_precision,
             "scale_up_links": "scale_up_links" in given}
 
 
@@ -81,7 +81,7 @@ def structure(inp: Inputs) -> str | None:
               f"op_sac={inp.selective == 'op'}{'/compiled' if inp.selective == 'op' and inp.compiled_blocks else ''}",
               f"fsdp_reduce={inp.fsdp_reduce_dtype}",
               f"optimizer_kernel={inp.optimizer_kernel}", f"weight_decay={inp.weight_decay}", f"zero_optimizer={inp.zero_optimizer}",
-              f"fp8_weight_cache={inp.fp8_weight_cache if inp.dtype == 'fp8' else None}",
+              f"fp8_weight_cache={inp.fp8_weight_cache if inp.low_precision else None}",
               f"sp_inputs={inp.sp_saved_inputs}", f"sp_relayout={inp.sp_relayout}", f"qk_gathered={inp.qk_gathered}",
               f"saved_extra={'+'.join(inp.saved_extra) or None}",
               f"cp_attention={inp.cp_attention}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import replace
+from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
@@ -356,6 +357,21 @@ def stack(name: str) -> dict:
     own = dict(tables[name])
     inherited = stack(own.pop("base")) if "base" in own else {}
     return inherited | {k: (v if k == "name" else _sourced(name, k, v)[0]) for k, v in own.items()}
+
+
+@cache
+def precision(dtype: str) -> dict | None:
+    """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as an exact
+    number, cast and weight-cache formulas, bytes sent, generations and ceiling fallback), sources checked;
+    None for a 16-bit dtype."""
+    entry = table("precisions").get(dtype)
+    if entry is None:
+        return None
+    out = {k: v if isinstance(v, str) else _sourced(dtype, k, v)[0] for k, v in entry.items()}
+    for k in ("operand_bytes", "sent_bytes"):
+        if k in out:
+            out[k] = Fraction(out[k])
+    return out
 
 
 def gemm_tile(generation: str):

@@ -1,0 +1,72 @@
+"""Training precisions: FP8 (tensorwise), MXFP8 and NVFP4 (block-scaled), each counted against hand counts
+of the bytes its casts move and its cached weights hold, at the peak of its format, where its tensor
+cores and its stack run it."""
+
+from fractions import Fraction
+
+import pytest
+
+import analytic as an
+
+KW = dict(seq_len=8192, global_batch=512)
+LAYOUT = an.Layout(tp=4, pp=2, dp=8, zero=1, sequence_parallel=True)
+
+
+def _plan(dtype, hardware="gb200-nvl72", **kw):
+    return an.Plan("llama3-70b", hardware, LAYOUT, dtype=dtype, **KW, **kw)
+
+
+@pytest.mark.parametrize("dtype, element, block, scale", [("mxfp8", 1, 32, 1), ("nvfp4", Fraction(1, 2), 16, 1)])
+def test_a_cast_moves_the_16_bit_read_and_two_quantised_copies_with_their_scales(dtype, element, block, scale):
+    """A 4096×8192 input and a 4096×8192 output gradient: each element read once in 16 bits and written
+    rowwise and columnwise in the format, each copy with one scale byte per block."""
+    m, n, k = 4096, 8192, 8192
+    by_hand = 0
+    for rows, cols in ((m, k), (m, n)):  # the forward's input, the backward's output gradient
+        elements = rows * cols
+        by_hand += 2 * elements + 2 * (element * elements + scale * elements // block)
+    got = an.formula(f"compute.memory_bound.{dtype}_cast").evaluate(gemm_count=1, gemm_m=m, gemm_n=n, gemm_k=k)
+    assert got.to("byte").magnitude == by_hand
+
+
+def test_the_cached_weights_are_two_copies_of_the_format_with_their_scales():
+    """Over a bf16 plan's count, Transformer Engine's cached weights add 2 bytes a linear parameter in FP8,
+    2·(1 + 1/32) in MXFP8 and 2·(1/2 + 1/16) in NVFP4: 33/32 and 9/16 of FP8's."""
+    base = _plan("bf16").memory().weights.to("byte").magnitude
+    added = {d: _plan(d).memory().weights.to("byte").magnitude - base for d in ("fp8", "mxfp8", "nvfp4")}
+    assert added["fp8"] > 0
+    assert added["mxfp8"] / added["fp8"] == pytest.approx(33 / 32, rel=1e-12)
+    assert added["nvfp4"] / added["fp8"] == pytest.approx(9 / 16, rel=1e-12)
+
+
+def test_each_format_runs_at_its_peak_and_borrows_fp8s_ceiling_saying_so():
+    hw = an.hardware("gb200-nvl72")
+    for dtype, peak in (("fp8", "fp8"), ("mxfp8", "fp8"), ("nvfp4", "fp4")):
+        plan = _plan(dtype)
+        assert plan.inputs["peak_flops"] == hw.peak_flops(peak).to("FLOP/s").magnitude
+        assert plan.inputs["peak_flops_16"] == hw.peak_flops("bf16").to("FLOP/s").magnitude
+        assert plan.inputs["matmul_efficiency"] == _plan("fp8").inputs["matmul_efficiency"]
+        assert (dtype != "fp8") == any(f"no measured {dtype} GEMM ceiling" in n for n in plan.notes)
+    assert _plan("nvfp4").step_time() < _plan("fp8").step_time() < _plan("bf16").step_time()
+
+
+@pytest.mark.parametrize("dtype, hardware, stack, message", [
+    ("mxfp8", "h100-sxm", None, "mxfp8 runs on the block-scaled tensor cores of blackwell, cdna4, not on"),
+    ("nvfp4", "mi355x", None, "nvfp4 runs on the block-scaled tensor cores of blackwell, not on"),
+    ("nvfp4", "b200", "deepspeed", "stack deepspeed is not known to train in nvfp4"),
+    ("nvfp4", "b200", "torchtitan-2025", "stack torchtitan-2025 trains in bf16, fp8, mxfp8, not nvfp4"),
+])
+def test_a_format_where_its_tensor_cores_or_stack_do_not_run_it_is_refused(dtype, hardware, stack, message):
+    with pytest.raises(an.InputError, match=message):
+        an.Plan("llama3-8b", hardware, an.Layout(dp=8), dtype=dtype, seq_len=4096, global_batch=64,
+                **({} if stack is None else {"stack": stack}))
+
+
+def test_search_and_the_command_line_take_the_formats():
+    res = an.search("llama3-70b", "gb200-nvl72", gpus=64, progress=False, dtype="mxfp8", **KW)
+    best = res.best
+    plan = best.plan(an.model("llama3-70b"), an.hardware("gb200-nvl72"), dtype="mxfp8", **KW)
+    assert plan.step_time().to("s").magnitude == pytest.approx(best.step_time, rel=1e-9)
+    from analytic.cli.main import main
+    assert main(["step", "--model", "llama3-70b", "--hardware", "b200", "--gpus", "64", "--tp", "4", "--pp", "2",
+                 "--seq", "8192", "--global-batch", "512", "--dtype", "nvfp4", "--json"]) == 0
