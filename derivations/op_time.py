@@ -68,6 +68,12 @@ def derive() -> Derivation:
     d.check(G * (M * K * (2 + 1 + 1) + M * N * (2 + 1 + 1)), "compute.memory_bound.fp8_cast",
             "FP8 casts around a GEMM, in bytes: the input read in 16 bits and written in FP8 with its transpose, "
             "the output gradient likewise:")
+    mx, nv = 1 + sympy.Rational(1, 32), sympy.Rational(1, 2) + sympy.Rational(1, 16)
+    d.check(G * (M * K * (2 + mx + mx) + M * N * (2 + mx + mx)), "compute.memory_bound.mxfp8_cast",
+            "MXFP8 casts: the same reads, and two copies written (rowwise and columnwise, the blocks running along "
+            "the reduction dimension), each element a byte and its 32-element block's E8M0 scale a byte:")
+    d.check(G * (M * K * (2 + nv + nv) + M * N * (2 + nv + nv)), "compute.memory_bound.nvfp4_cast",
+            "NVFP4 casts: two copies of half a byte an element and one E4M3 scale byte per 16 elements:")
     e_g = S("grad_bytes")
     d.check((4 + 4 + 4 + e_g) + (4 + 4 + 4 + 2), "compute.optimizer.bytes_per_param",
             "One Adam step per parameter: read the fp32 master weight, both moments and the gradient; write the "

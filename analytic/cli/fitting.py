@@ -9,7 +9,7 @@ from ..core.units import Q
 #: the flags that choose a layout; a plan of a model given without any of them may be one search chooses
 LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "schedule", "sequence_parallel",
                 "microbatch_size", "recompute_layers", "recompute_modules", "first_stage_layers",
-                "last_stage_layers", "ends_as_layers", "offload_activations", "offload_optimizer")
+                "last_stage_layers", "ends_as_layers", "offload_activations", "offload_optimizer", "pipeline_layout")
 #: the hardware overrides a plan may hold, with the unit its inputs hold them in
 _HARDWARE = {"hbm": "byte", "scale_up_bandwidth": "byte/s", "scale_out_bandwidth": "byte/s", "scale_up_domain": ""}
 

@@ -76,6 +76,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{end}-stage-layers", dest=f"{end}_stage_layers",
                        help=f"layers on the {end} pipeline stage, the rest split evenly (Megatron-LM's "
                             f"--decoder-{end}-pipeline-num-layers)")
+    g.add_argument("--pipeline-layout", dest="pipeline_layout",
+                   help="the layers of each model chunk in Megatron-Core's grammar (--pipeline-model-parallel-layout): "
+                        "E embedding, t layer, m MTP block, L loss, | between chunks, (...)*n repeats; e.g. "
+                        "'Et|(tt|)*30mL' for DeepSeek-V3 on 8 stages × 4 chunks")
     g.add_argument("--ends-as-layers", dest="ends_as_layers", action="store_true", default=None,
                    help="count the embedding and the output layer + loss as a layer each in the pipeline split, the end "
                         "chunks a layer fewer (Megatron-Core's --account-for-embedding/loss-in-pipeline-split; Llama 3)")

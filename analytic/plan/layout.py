@@ -55,6 +55,12 @@ class Layout:
     fewer. Llama 3 405B trains so with a layer a chunk: "the first model chunk on the first stage has
     only the embedding" (§3.3.2).
 
+    ``pipeline_layout`` places the layers chunk by chunk in Megatron-Core's grammar
+    (``--pipeline-model-parallel-layout``, :mod:`.pipeline_layout`): ``"Et|(tt|)*30mL"`` puts DeepSeek-V3's
+    embedding and first layer in the first of 8 × 4 chunks, two layers in each of the next 30, its MTP
+    block and the loss in the last. It sets the first and last stages' layers (the middle stages hold the
+    same number, the MTP blocks sit in the last chunk); a stage's chunks are timed as equal shares of it.
+
     ``recompute_layers`` (with ``recompute="full"``) recomputes only the first N layers of each stage
     (of each model chunk under interleaving) and keeps every activation of the others, as Megatron-LM's
     ``--recompute-method block --recompute-num-layers N``; None recomputes them all.
@@ -98,6 +104,7 @@ class Layout:
     recompute_modules: tuple = ()  # submodules recomputed under selective (RECOMPUTE_MODULES; () the attention core)
     fp8_activations: bool = False  # saved matmul and SwiGLU inputs cached in FP8 (DeepSeek-V3 §3.3.2)
     offload_optimizer: object = 0  # share of the parameters whose optimizer step and state are on the host
+    pipeline_layout: object = None  # Megatron-Core's layout of the chunks ("Et|(tt|)*30mL"; pipeline_layout.py)
 
     def __post_init__(self):
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
@@ -154,6 +161,24 @@ class Layout:
         if self.ends_as_layers and self.schedule == "dualpipe":
             raise LayoutError("ends_as_layers: DualPipe places both ends of the model on the same ranks; the split "
                               "is Megatron-Core's, for its 1F1B and interleaved schedules")
+        if self.pipeline_layout is not None:
+            self._read_pipeline_layout()
+
+    def _read_pipeline_layout(self) -> None:
+        """The first and last stages' layers the layout gives (Megatron-Core's checks of it applied)."""
+        from .pipeline_layout import chunks, stage_layers
+        if not (is_number(self.pp) and is_number(self.vpp)):
+            raise LayoutError("pipeline_layout: needs numeric pp and vpp, whose chunks it fills")
+        if self.ends_as_layers or self.schedule == "dualpipe":
+            raise LayoutError("pipeline_layout: places the ends itself, for Megatron-Core's 1F1B and interleaved "
+                              "schedules; not with ends_as_layers or DualPipe")
+        first, _, last = stage_layers(chunks(self.pipeline_layout), self.pp, self.vpp)
+        if self.pp < 2:
+            return
+        for k, n in (("first_stage_layers", first), ("last_stage_layers", last)):
+            if getattr(self, k) not in (None, n):
+                raise LayoutError(f"{k}: {getattr(self, k)}, but pipeline_layout gives {n}")
+            object.__setattr__(self, k, n)
 
     @property
     def gpus(self):
@@ -180,7 +205,8 @@ class Layout:
     def uneven(self) -> bool:
         """Whether the first and last stages hold other layer counts than the rest (given, or with the
         ends counted as layers)."""
-        return self.first_stage_layers is not None or self.last_stage_layers is not None or self.ends_as_layers
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None or self.ends_as_layers
+                or self.pipeline_layout is not None)
 
     def replace(self, **changes) -> "Layout":
         return replace(self, **changes)
@@ -294,6 +320,7 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"ends_as_layers: the {m.layers} layers and the two ends ({slots} slots) do not split "
                               f"evenly over {lay.pp} stages × {lay.vpp} chunks (Megatron-Core's TransformerConfig)")
     elif lay.uneven:
+        _check_pipeline_layout(lay, m)
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         if not num(lay.pp, m.layers):
             raise LayoutError("first_stage_layers/last_stage_layers: need a numeric pp and layer count")
@@ -305,7 +332,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"first_stage_layers/last_stage_layers: {' and '.join(map(str, given))} layers leave "
                               f"{rest} of the {m.layers} for the other {stages} of {lay.pp} stages, which must share "
                               "them evenly, at least one each")
-        if num(lay.vpp) and any(n % lay.vpp for n in (*given, rest // stages if stages else 0)):
+        if lay.pipeline_layout is None and num(lay.vpp) and any(n % lay.vpp for n in (*given, rest // stages if stages
+                                                                                       else 0)):
             raise LayoutError(f"first_stage_layers/last_stage_layers: under interleaving every stage's layers split "
                               f"evenly over its {lay.vpp} model chunks (Megatron-Core's TransformerConfig): "
                               f"{', '.join(map(str, given))} and {rest // stages if stages else 0} a middle stage")
@@ -377,6 +405,17 @@ def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
     if kind == "zero-offload" and is_number(share) and share != 1:
         raise InputError(f"offload_optimizer: DeepSpeed's ZeRO-Offload offloads the whole partition (1), not "
                          f"{float(share):g} (ZeRO-3's offload_optimizer.ratio is not modelled)")
+
+
+def _check_pipeline_layout(lay: Layout, m) -> None:
+    """A pipeline layout places the model's layers and MTP blocks, no more and no fewer."""
+    if lay.pipeline_layout is None:
+        return
+    from .pipeline_layout import layer_counts
+    layers, mtp = layer_counts(lay.pipeline_layout)
+    if (layers, mtp) != (m.layers, m.mtp_modules):
+        raise LayoutError(f"pipeline_layout: places {layers} layers and {mtp} MTP blocks; {m.name} has {m.layers} and "
+                          f"{m.mtp_modules}")
 
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,
