@@ -46,6 +46,7 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     two worker processes started here gives the frame the synchronous scheduler does, and a plan shipped
     to a worker comes back whole."""
     import os
+    from copy import copy
     from operator import methodcaller
 
     from distributed import Client, LocalCluster
@@ -61,11 +62,16 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
     with cluster, Client(cluster) as client:
         on_dask = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=cluster.scheduler_address,
                               chunk=3, **KW)
-        # a plan shipped to a worker, and the plan and quantity it sends back
+        # a plan shipped to a worker, and the plan and quantity it sends back; a layout, model, hardware and
+        # search result there and back
         shipped = client.submit(methodcaller("replace", overlap=0.5), plan).result()
         step = client.submit(methodcaller("step_time"), shipped).result()
+        result = an.search("llama3-8b", "h100-sxm", gpus=64, progress=False, **KW)
+        objects = (plan.layout, plan.model, plan.hardware, plan.memory(), result.best)
+        back = client.gather(client.map(copy, objects, pure=False))
     pd.testing.assert_frame_equal(on_dask, frame)
     assert step == plan.replace(overlap=0.5).step_time() and shipped.overrides == {"overlap": 0.5}
+    assert [repr(b) for b in back] == [repr(o) for o in objects]
 
 
 @pytest.mark.parametrize("vary, match", [
@@ -106,10 +112,22 @@ def test_a_scheduler_is_synchronous_or_an_address_dask_reaches(scheduler, want):
 
 
 def test_a_scheduler_that_does_not_answer_is_one_error_before_anything_is_built(monkeypatch):
+    """Nothing listening, or an HTTP server where a scheduler should be (whose reply Dask would read as a
+    frame of exabytes): one InputError within the timeout, before a program is built."""
+    import http.server
+    import threading
     monkeypatch.setattr(cd, "SCHEDULER_TIMEOUT", 1)
     monkeypatch.setattr(cd, "_prepare", None)
     with pytest.raises(an.InputError, match="no Dask scheduler answered at tcp://127.0.0.1:1 within 1 s"):
         an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["80 GB"]}, scheduler="127.0.0.1:1", **KW)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(an.InputError, match="no Dask scheduler answered at tcp://127.0.0.1:"):
+            an.codesign("llama3-8b", "h100-sxm", 64, vary={"hbm": ["80 GB"]},
+                        scheduler=f"tcp://127.0.0.1:{server.server_address[1]}", **KW)
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.parametrize("out, match", [(5, "expected the path of a .parquet file"),

@@ -266,6 +266,23 @@ def scheduler_of(scheduler) -> str | None:
     return text if m.group(1) else f"tcp://{text}"
 
 
+def _answers(address: str) -> bool:
+    """Whether what listens at ``tcp://host:port`` speaks first as a Dask server does: within
+    SCHEDULER_TIMEOUT seconds of the connection, unprompted, a message whose 8-byte little-endian length
+    (distributed.comm.tcp's framing) is that of a handshake. An HTTP or other server that waits for a
+    request says nothing (Dask's client would wait on it, or read its reply as a length of exabytes)."""
+    import socket
+    import struct
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=SCHEDULER_TIMEOUT) as s:
+            s.settimeout(SCHEDULER_TIMEOUT)
+            head = s.recv(8, socket.MSG_WAITALL)
+    except OSError:  # refused, unreachable, or silent past the timeout
+        return False
+    return len(head) == 8 and 0 < struct.unpack("<Q", head)[0] <= 2**20
+
+
 @contextlib.contextmanager
 def _client(scheduler: str | None):
     """A ``distributed`` Client on the scheduler at its address, or on a local cluster sized to this
@@ -280,6 +297,8 @@ def _client(scheduler: str | None):
     except ImportError:
         from ..core.errors import install_hint
         raise InputError(f"codesign runs on Dask: {install_hint('dask')}") from None
+    if scheduler is not None and scheduler.startswith("tcp://") and not _answers(scheduler):
+        raise InputError(f"scheduler: no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT} s")
     cluster = local_cluster(os.cpu_count() or 1) if scheduler is None else None
     try:
         client = Client(cluster if cluster is not None else scheduler, timeout=SCHEDULER_TIMEOUT)
