@@ -104,8 +104,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
-    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, mxfp8 or "
-                                   "nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
+    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
+                                   "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
                    help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
                         "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
