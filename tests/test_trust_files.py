@@ -222,6 +222,9 @@ def test_a_case_folder_is_validated_as_a_whole(tmp_path, files, message):
     with pytest.raises(an.AnalyticError) as api:
         validation.run(tmp_path)
     assert str(api.value) == err.strip().removeprefix("analytic: ")
+    if any(name.startswith("predicted") for name in files) and "Error:" not in err:  # read before any case runs
+        code, _, also = run("calibrate", "--published", "--cases", str(tmp_path))
+        assert one_line_error(code, also) and also == err, also
 
 
 def test_a_case_folder_without_predicted_cases_validates(tmp_path):

@@ -121,6 +121,7 @@ def cmd_calibrate(args) -> int:
                        "(time GEMMs and copies on this device) or --backend gloo|nccl (time collectives)")
     from ..fit import calibration, outside, reserve, validation
     folder = validation.find_folder(args.cases)
+    validation.load(folder)  # every case read as validate reads it: the same one-line errors
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
