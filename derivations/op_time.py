@@ -91,6 +91,15 @@ def derive() -> Derivation:
             "Composer's DecoupledAdamW scales the first moment and adds the gradient in two passes where lerp_ takes one:")
     d.check(4 + 4, "compute.optimizer.weight_decay_bytes_per_param",
             "Weight decay in an unfused AdamW: the fp32 master weight read and written once more:")
+    d.check(e_g + 2 * e_m + (4 + 4) + 2, "compute.optimizer.bytes_per_param_muon",
+            "One Muon step's elementwise kernels per parameter: the gradient read, the momentum read and written, "
+            "the fp32 master weight read and written, the 16-bit weight written:")
+    d.check(5 * (2 * M**2 * N + 2 * M**3 + 2 * M**2 * N), "compute.optimizer.newton_schulz_flops",
+            "Muon's 5 Newton-Schulz steps on an m×n update (m ≤ n): A = XXᵀ, A², and (bA + cA²)X, 2 FLOPs a "
+            "multiply-add:")
+    C = S("flops")
+    d.check(C / (F * eta), "compute.optimizer.newton_schulz_time",
+            "A GPU's share C of those FLOPs, GEMMs in 16 bits at the device's ceiling:")
     q = sympy.Symbol("q", positive=True, integer=True)
     pairs = d.step("Causal attention: query q meets keys 1..q, so a sequence has", sympy.summation(q, (q, 1, s)))
     share = d.step("pairs against s² for the full matrix; as s grows the share tends to",

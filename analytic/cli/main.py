@@ -13,6 +13,7 @@ from ..core.choices import (
     GRAD_DTYPES,
     MOMENT_DTYPES,
     OBJECTIVES,
+    OPTIMIZERS,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
@@ -109,6 +110,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
                    help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
                         "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
+    g.add_argument("--optimizer", choices=OPTIMIZERS,
+                   help="adam (default), or muon on the blocks' matrices with AdamW on the ends (stack megatron-core, "
+                        "ZeRO-1: its layer-wise distributed optimizer)")
     g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
                    help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
                         "(DeepSeek-V3's, 8)")

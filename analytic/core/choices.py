@@ -44,6 +44,9 @@ CONVENTIONS = ("6nd", "palm", "megatron")
 #: TF32 (fp32 storage) training is not modelled
 TRAINING_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+#: optimizers: Adam (AdamW), and Muon on the blocks' matrices with AdamW on the embedding and the output
+#: layer (Liu et al. 2025, arXiv 2502.16982 §2); a stack runs Muon where presets/stacks.toml says so
+OPTIMIZERS = ("adam", "muon")
 #: the block-scaled ones: run only on the stacks presets/stacks.toml says run them
 BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad

@@ -73,6 +73,16 @@ define("memory.model_states.optimizer_bf16_moments", 8 * Psi, "byte",
        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
        ("fp32 master parameters (4Ψ) and Adam's two moments in bf16 (2Ψ each)",),
        "Adam state with bf16 moments and fp32 master parameters (unsharded)", coefficient_unit="byte")
+MUON = ("Jordan 2024, Muon: an optimizer for hidden layers in neural networks (kellerjordan.github.io/posts/muon: one "
+        "momentum buffer, its update orthogonalised by 5 Newton-Schulz steps); Liu et al. 2025, Muon is Scalable for "
+        "LLM Training, arXiv 2502.16982 §2 (fp32 master weights; AdamW for the embedding and the output layer); NVIDIA "
+        "2026, Advancing emerging optimizers for accelerated LLM training with NVIDIA Megatron (Megatron-Core's "
+        "layer-wise distributed optimizer: each data-parallel rank updates whole matrices)")
+define("memory.model_states.optimizer_muon", (4 + S("moment_bytes")) * Psi, "byte", MUON,
+       ("Ψ: the parameters Muon updates: every matrix of the blocks (the embedding and the output layer take AdamW, "
+        "memory.model_states.optimizer; norm gains and biases, under 0.1 %, counted with the matrices)",
+        "an fp32 master weight (4 bytes) and one momentum buffer of e_m bytes a parameter"),
+       "Muon's state and fp32 master parameters (unsharded)", coefficient_unit="byte")
 define("memory.model_states.optimizer", 12 * Psi, "byte", f"{ZERO} §3.1 (KΨ, K = 12)",
        ADAM, "Adam state and fp32 master parameters (unsharded)", coefficient_unit="byte")
 

@@ -150,6 +150,23 @@ define("compute.optimizer.weight_decay_bytes_per_param", 8, "byte/parameter",
        ("an unfused AdamW with weight decay scales the fp32 master weight in a pass of its own: read 4, write 4",
         "a fused step decays in its one pass"),
        "HBM bytes an unfused AdamW's weight decay moves per parameter of its shard", coefficient_unit="byte/parameter")
+MUON = ("Jordan 2024, Muon (kellerjordan.github.io/posts/muon): M ← μM + G; X ← M/‖M‖, then 5 steps of "
+        "X ← aX + (bA + cA²)X with A = XXᵀ on the m×n matrix (m ≤ n, transposed where taller); Liu et al. 2025, arXiv "
+        f"2502.16982 §2; {DERIVED}")
+define("compute.optimizer.bytes_per_param_muon", 10 + S("grad_bytes") + 2 * S("moment_bytes"), "byte/parameter", MUON,
+       ("reads the gradient (e_g bytes) and the momentum, writes the momentum (2·e_m), reads and writes the fp32 "
+        "master weight (8) and writes the 16-bit weight (2)", "the Newton-Schulz steps are GEMMs, timed apart "
+        "(compute.optimizer.newton_schulz_flops)"),
+       "HBM bytes one Muon step's elementwise kernels move per parameter it updates",
+       coefficient_unit="byte/parameter")
+define("compute.optimizer.newton_schulz_flops", 5 * (4 * M**2 * N + 2 * M**3), "FLOP", MUON,
+       ("an m×n matrix, m ≤ n (M_g = m, N_g = n): each of the 5 steps forms A = XXᵀ (2m²n), A² (2m³) and (bA + cA²)X "
+        "(2m²n); the scalings and sums not counted"),
+       "FLOPs of Muon's Newton-Schulz orthogonalisation of one m×n update", coefficient_unit="FLOP")
+define("compute.optimizer.newton_schulz_time", S("flops") / (F * eta), "s", MUON,
+       ("C: the Newton-Schulz FLOPs this GPU runs (compute.optimizer.newton_schulz_flops of the matrices it updates)",
+        "GEMMs in 16 bits at the device's GEMM ceiling η_mm over its peak F"),
+       "seconds of a GPU's share of Muon's Newton-Schulz steps")
 define("compute.optimizer.device_params", (1 - S("optimizer_offload")) * S("params"), "parameter",
        "NVIDIA/Megatron-LM megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py (HybridDeviceOptimizer: the "
        "device's optimizer steps the parameters not offloaded); DeepSpeed ZeRO-Offload (DeepSpeedCPUAdam steps the "

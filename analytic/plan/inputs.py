@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..core.algebra import Min
-from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, SP_SAVED_INPUTS, default_stack
+from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, sym
 from ..core.terms import ratio
@@ -40,7 +40,7 @@ class Inputs:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
-                 **overrides):  # Plan's arguments
+                 optimizer: str = "adam", **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -57,6 +57,7 @@ class Inputs:
             from ..presets.profile import read_profile
             overrides = {**read_profile(profile, hardware.key), **overrides}
         self._read_dtypes(grad_dtype, moment_dtype)
+        self._read_optimizer(optimizer)
         self._read_batch(seq_len, microbatch_size, global_batch, batch_tokens)
         self.training_tokens = None if training_tokens is None else read("tokens", training_tokens)
         self.overrides = {k: read(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
@@ -126,6 +127,17 @@ class Inputs:
             if name in modules and not needs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
+
+    def _read_optimizer(self, optimizer) -> None:
+        """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the
+        device."""
+        self.optimizer = choice("optimizer", optimizer, OPTIMIZERS)
+        runs = self.stack_properties.get("optimizers", ("adam",))
+        if self.optimizer not in runs:
+            raise InputError(f"optimizer: stack {self.stack} runs {', '.join(runs)}, not {self.optimizer}")
+        if self.optimizer == "muon" and (self.layout.zero != 1 or self.layout.offload_optimizer):
+            raise InputError(f"optimizer: Muon is modelled with Megatron-Core's layer-wise distributed optimizer, "
+                             f"ZeRO-1 on the device (zero=1, no offload), not zero={self.layout.zero}")
 
     def _read_dtypes(self, grad_dtype, moment_dtype) -> None:
         """The gradients' and Adam moments' dtypes (the stack's by default), checked against the layout."""

@@ -17,4 +17,5 @@ def provenance(plan) -> str:
             f"seq_len={plan.seq_len} global_batch={plan.global_batch} microbatch_size={plan.microbatch_size} "
             f"dtype={plan.dtype}{'' if plan.flash_attention else ' no flash attention'}"
             f"{'' if plan.grad_dtype == 'bf16' else f' grad_dtype={plan.grad_dtype}'}"
-            f"{'' if plan.moment_dtype == 'fp32' else f' moment_dtype={plan.moment_dtype}'} stack={plan.stack}")
+            f"{'' if plan.moment_dtype == 'fp32' else f' moment_dtype={plan.moment_dtype}'}"
+            f"{'' if plan.optimizer == 'adam' else f' optimizer={plan.optimizer}'} stack={plan.stack}")

@@ -15,6 +15,17 @@ from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
 
 
+def optimizer_state(inp: Inputs, local, ends) -> Formula:
+    """Bytes of the optimizer's state and fp32 master weights of ``local`` parameters (unsharded): Adam's,
+    or Muon's on all but ``ends`` (the embedding and output layer among them, or None), which take AdamW."""
+    adam = formula("memory.model_states." + ("optimizer_bf16_moments" if inp.moment_dtype == "bf16" else "optimizer"))
+    if inp.optimizer != "muon":
+        return adam.subs(params=local)
+    matrices = local if ends is None else local - ends
+    muon = formula("memory.model_states.optimizer_muon").subs(params=matrices, moment_bytes=inp.moment_bytes)
+    return muon if ends is None else muon + adam.subs(params=ends)
+
+
 def _zero(name: str) -> Formula:
     """No bytes, as a Formula named ``name``."""
     return Formula(name, 0, "byte", "")
@@ -29,9 +40,11 @@ def model_states(inp: Inputs, params: dict) -> dict:
     parts = {}
     for part, sharded_from in (("weights", 3), ("gradients", 2), ("optimizer", 1)):
         total = None
-        name = "optimizer_bf16_moments" if part == "optimizer" and inp.moment_dtype == "bf16" else part
-        for local, dp in groups:
-            f = formula(f"memory.model_states.{name}").subs(params=local)
+        for i, (local, dp) in enumerate(groups):
+            if part == "optimizer":  # the ends (the embedding and the output layer) are the dense group's
+                f = optimizer_state(inp, local, params.get("ends_local") if i == 0 else None)
+            else:
+                f = formula(f"memory.model_states.{part}").subs(params=local)
             if part == "gradients":
                 f = cases(part, "byte", (formula("memory.model_states.gradients_fp32").subs(params=local), inp.fp32_grads),
                           (f, True))

@@ -15,6 +15,7 @@ from ..core.composition import cases, composed
 from ..core.formula import Formula
 from ..core.terms import ratio
 from ..core.units import Quantity
+from ..core.values import is_number
 from .inputs import Inputs
 from .placement import optimizer_shard
 
@@ -224,10 +225,44 @@ UNFUSED_ADAM = {"foreach": "compute.optimizer.bytes_per_param_foreach",
                 "decoupled-adamw": "compute.optimizer.bytes_per_param_decoupled_adamw"}
 
 
+def muon_matrices(m) -> list[tuple]:
+    """(rows, columns, count) of every matrix Muon orthogonalises in ``m``'s transformer layers: each
+    projection its own matrix (Q, K and V apart, the SwiGLU's gate and up apart), each routed and shared
+    expert's, the router's; the MTP modules' not counted."""
+    h, a, d = m.hidden, m.heads, m.head_dim
+    if m.attention == "mla":
+        r_q, r_kv, d_r = m.q_lora_rank, m.kv_lora_rank, m.rope_dim
+        attention = [(h, r_q, 1), (r_q, a * (d + d_r), 1), (h, r_kv + d_r, 1), (r_kv, 2 * a * d, 1), (a * d, h, 1)]
+    else:
+        attention = [(h, a * d, 1), (h, m.kv_heads * d, 2), (a * d, h, 1)]
+    ffn = lambda f: [(h, f, 2), (f, h, 1)] if m.mlp_formulas == "swiglu" else [(h, f, 1), (f, h, 1)]  # noqa: E731
+    dense = [(r, c, n * (m.layers - m.moe_layers)) for r, c, n in attention + ffn(m.ffn_hidden)]
+    if not m.is_moe:
+        return dense
+    moe = attention + [(h, m.experts, 1)] + [(r, c, n * m.experts) for r, c, n in ffn(m.expert_ffn_hidden)]
+    if m.shared_experts:
+        moe += ffn(m.expert_ffn_hidden * m.shared_experts)
+    return dense + [(r, c, n * m.moe_layers) for r, c, n in moe]
+
+
+def muon_time(inp: Inputs) -> Formula:
+    """Seconds of this GPU's share of Muon's Newton-Schulz steps: every matrix of the model once a step,
+    the matrices spread evenly over all GPUs (Megatron-Core's layer-wise distributed optimizer gives each
+    data-parallel rank whole matrices of its stage), in 16 bits at the 16-bit GEMM ceiling."""
+    flops = sum((inp.f("compute.optimizer.newton_schulz_flops", gemm_m=min(r, c), gemm_n=max(r, c)) * n
+                 for r, c, n in muon_matrices(inp.model)), Formula("0", 0, "FLOP", ""))
+    sixteen = "_16" if inp.low_precision else ""
+    gpus = inp.deg.tp * inp.deg.pp * inp.deg.dp * inp.deg.cp
+    t = inp.f("compute.optimizer.newton_schulz_time", flops=ratio(flops.term, gpus),
+              peak_flops=inp.values[f"peak_flops{sixteen}"], matmul_efficiency=inp.values[f"matmul_efficiency{sixteen}"])
+    return composed(t.name, t.term, "s", t, flops)
+
+
 def optimizer_time(inp: Inputs, params: dict) -> Formula:
-    """Seconds of one Adam step over the parameters this GPU updates (its ZeRO shard), less the share
-    the host updates: the bytes of the stack's kernel (fused unless the stack says otherwise), an unfused
-    one's weight decay a pass of its own."""
+    """Seconds of one optimizer step over the parameters this GPU updates (its ZeRO shard), less the share
+    the host updates: Adam's with the bytes of the stack's kernel (fused unless the stack says otherwise), an
+    unfused one's weight decay a pass of its own; Muon's elementwise kernels and Newton-Schulz steps, AdamW
+    on its share of the embedding and output layer."""
     grad_bytes = Piecewise((4, inp.fp32_grads), (2, True))
     if inp.optimizer_kernel in UNFUSED_ADAM:
         per_param = inp.f(UNFUSED_ADAM[inp.optimizer_kernel], grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
@@ -239,7 +274,14 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     shard = optimizer_shard(inp, params)
     if inp.layout.offload_optimizer:
         shard = inp.f("compute.optimizer.device_params", params=shard, optimizer_offload=inp.layout.offload_optimizer)
-    return streamed(inp, per_param * shard)
+    if inp.optimizer != "muon":
+        return streamed(inp, per_param * shard)
+    m, lay = inp.model, inp.deg  # Muon: ZeRO-1, the ends' share of the shard on AdamW
+    single = is_number(lay.pp) and lay.pp == 1  # one stage holds a tied embedding once
+    ends = (m.stage_ends_formula(True, True) if single
+            else m.stage_ends_formula(True, False) + m.stage_ends_formula(False, True)) / (lay.tp * lay.pp * lay.dp * lay.cp)
+    muon = inp.f("compute.optimizer.bytes_per_param_muon", grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
+    return streamed(inp, muon * (shard - ends) + per_param * ends) + muon_time(inp)
 
 
 def as_run(inp: Inputs, ideal: Formula) -> Formula:

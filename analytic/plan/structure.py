@@ -69,7 +69,7 @@ def structure(inp: Inputs) -> str | None:
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
     fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
     if (lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
-            or lay.recompute_modules or lay.fp8_activations
+            or lay.recompute_modules or lay.fp8_activations or inp.optimizer != "adam"
             or not _model_numeric(m) or not all(_open_or_number(v, k) for v, k in open_ok)
             or not all(is_number(v) for v in fixed)):
         return None
