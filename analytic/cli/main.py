@@ -45,6 +45,21 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
     return CLIError(message)
 
 
+def _precision_args(g) -> None:
+    """The plan flags of its precision and optimizer."""
+    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
+                                   "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
+    g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
+                   help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
+                        "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
+    g.add_argument("--optimizer", choices=OPTIMIZERS,
+                   help="adam (default), or muon on the blocks' matrices with AdamW on the ends (stack megatron-core, "
+                        "ZeRO-1: its layer-wise distributed optimizer)")
+    g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
+                   help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
+                        "(DeepSeek-V3's, 8)")
+
+
 def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan")
     g.add_argument("--model", help=f"preset model name ({', '.join(_preset_names('models'))}) or a Hugging Face "
@@ -105,17 +120,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", help="tokens per step (16M, 16Mi, 16777216)")
     g.add_argument("--global-batch", help="sequences per step")
     g.add_argument("--microbatch-size", help="sequences per microbatch (default 1)")
-    g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
-                                   "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
-    g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
-                   help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
-                        "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")
-    g.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help="adam (default), or muon on the blocks' matrices with AdamW on the ends (stack megatron-core, "
-                        "ZeRO-1: its layer-wise distributed optimizer)")
-    g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
-                   help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
-                        "(DeepSeek-V3's, 8)")
+    _precision_args(g)
     g.add_argument("--scale-up-bandwidth", help="override the hardware's scale-up link, per direction (e.g. '600 GB/s')")
     g.add_argument("--scale-out-bandwidth", help="override the hardware's NIC, per direction (e.g. '400 Gbit/s')")
     g.add_argument("--hbm", help="override the hardware's HBM per GPU as the driver gives it (e.g. '141 GB')")
