@@ -59,40 +59,69 @@ class common_divisor(sympy.Function):
 def program(exprs, inputs) -> Program:
     """The Program computing ``exprs`` (sympy expressions) from the symbols ``inputs`` (a mapping
     symbol → name, in argument order)."""
-    names = dict(inputs)
-    order = list(names.values())
-    constants: list[float] = []
-    const_at: dict[float, int] = {}
-    steps: list[tuple[str, tuple[int, ...]]] = []
-    memo: dict = {}
-    index = {s: i for i, s in enumerate(names)}
+    return _Builder(inputs).program(exprs)
 
-    def const(x: float) -> int:
+
+class _Builder:
+    """A program's constants and steps as :func:`program` lowers expressions into them, each distinct
+    subexpression once; a reference is ("i", input), ("c", constant) or ("s", step)."""
+
+    def __init__(self, inputs):
+        names = dict(inputs)
+        self.order = list(names.values())
+        self.index = {s: i for i, s in enumerate(names)}
+        self.constants: list[float] = []
+        self.const_at: dict[float, int] = {}
+        self.steps: list[tuple[str, tuple]] = []
+        self.memo: dict = {}
+
+    def program(self, exprs) -> Program:
+        refs = [self.walk(sympy.sympify(x)) for x in exprs]
+        n_in, n_const = len(self.order), len(self.constants)
+
+        def reg(ref) -> int:
+            kind, i = ref
+            return i if kind == "i" else n_in + i if kind == "c" else n_in + n_const + i
+
+        return Program(tuple(self.order), tuple(self.constants),
+                       tuple((op, tuple(reg(r) for r in rs)) for op, rs in self.steps), tuple(reg(r) for r in refs))
+
+    def const(self, x: float):
         key = float(x)
-        if key not in const_at:
-            const_at[key] = len(constants)
-            constants.append(key)
-        return ("c", const_at[key])
+        if key not in self.const_at:
+            self.const_at[key] = len(self.constants)
+            self.constants.append(key)
+        return ("c", self.const_at[key])
 
-    def step(op, *refs):
-        steps.append((op, refs))
-        return ("s", len(steps) - 1)
+    def step(self, op, *refs):
+        self.steps.append((op, refs))
+        return ("s", len(self.steps) - 1)
 
-    def walk(e):
-        if e in memo:
-            return memo[e]
-        memo[e] = out = visit(e)
+    def walk(self, e):
+        if e in self.memo:
+            return self.memo[e]
+        self.memo[e] = out = self.visit(e)
         return out
 
-    def visit(e):
+    def visit(self, e):
+        """The reference of ``e``: an input, a constant, or the steps of its operation."""
         if isinstance(e, sympy.Symbol):
-            if e not in index:
-                raise InputError(f"free symbol {e} is not an input of the program ({', '.join(order)})")
-            return ("i", index[e])
+            if e not in self.index:
+                raise InputError(f"free symbol {e} is not an input of the program ({', '.join(self.order)})")
+            return ("i", self.index[e])
         if e is sympy.true or e is sympy.false:
-            return const(1.0 if e is sympy.true else 0.0)
+            return self.const(1.0 if e is sympy.true else 0.0)
         if e.is_Number or e.is_NumberSymbol:
-            return const(float(e))
+            return self.const(float(e))
+        for lower in (self._arithmetic, self._logic, self._choice):
+            out = lower(e)
+            if out is not None:
+                return out
+        raise InputError(f"cannot compile {type(e).__name__} to a numeric program")
+
+    def _arithmetic(self, e):
+        """Sums, products, powers, maxima and minima, functions, remainders and common divisors."""
+        walk, step = self.walk, self.step
         if isinstance(e, sympy.Add):
             return step("add", *map(walk, e.args))
         if isinstance(e, sympy.Mul):
@@ -109,19 +138,28 @@ def program(exprs, inputs) -> Program:
         if isinstance(e, (sympy.Max, sympy.Min)):
             kind = "max" if isinstance(e, sympy.Max) else "min"
             return step(kind, *map(walk, e.args)) if len(e.args) > 1 else walk(e.args[0])
-        if isinstance(e, (sympy.And, sympy.Or)):
-            return step("and" if isinstance(e, sympy.And) else "or", *map(walk, e.args))
-        if isinstance(e, sympy.Not):
-            return step("not", walk(e.args[0]))
-        if type(e) in _RELATIONS:
-            return step(_RELATIONS[type(e)], walk(e.lhs), walk(e.rhs))
         if type(e) in _FUNCTIONS:
             return step(_FUNCTIONS[type(e)], walk(e.args[0]))
         if isinstance(e, sympy.Mod):
             return step("mod", walk(e.args[0]), walk(e.args[1]))
         if isinstance(e, common_divisor):
             return step("gcd", walk(e.args[0]), walk(e.args[1]))
-        if isinstance(e, value_at_max):  # the first value whose key equals the largest key
+        return None
+
+    def _logic(self, e):
+        """Conjunctions, disjunctions, negations and relations."""
+        if isinstance(e, (sympy.And, sympy.Or)):
+            return self.step("and" if isinstance(e, sympy.And) else "or", *map(self.walk, e.args))
+        if isinstance(e, sympy.Not):
+            return self.step("not", self.walk(e.args[0]))
+        if type(e) in _RELATIONS:
+            return self.step(_RELATIONS[type(e)], self.walk(e.lhs), self.walk(e.rhs))
+        return None
+
+    def _choice(self, e):
+        """value_at_max (the first value whose key equals the largest key) and Piecewise, as wheres."""
+        walk, step = self.walk, self.step
+        if isinstance(e, value_at_max):
             keys, values = [walk(k) for k in e.args[0::2]], [walk(v) for v in e.args[1::2]]
             top = step("max", *keys) if len(keys) > 1 else keys[0]
             out = values[-1]
@@ -130,23 +168,13 @@ def program(exprs, inputs) -> Program:
             return out
         if isinstance(e, sympy.Piecewise):
             pieces = list(e.args)
-            out = walk(pieces[-1].expr) if pieces[-1].cond == sympy.true else const(math.nan)
+            out = walk(pieces[-1].expr) if pieces[-1].cond == sympy.true else self.const(math.nan)
             if pieces[-1].cond == sympy.true:
                 pieces = pieces[:-1]
             for piece in reversed(pieces):
                 out = step("where", walk(piece.cond), walk(piece.expr), out)
             return out
-        raise InputError(f"cannot compile {type(e).__name__} to a numeric program")
-
-    refs = [walk(sympy.sympify(x)) for x in exprs]
-    n_in, n_const = len(order), len(constants)
-
-    def reg(ref) -> int:
-        kind, i = ref
-        return i if kind == "i" else n_in + i if kind == "c" else n_in + n_const + i
-
-    return Program(tuple(order), tuple(constants), tuple((op, tuple(reg(r) for r in rs)) for op, rs in steps),
-                   tuple(reg(r) for r in refs))
+        return None
 
 
 def input_names(exprs) -> dict:
