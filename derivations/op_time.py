@@ -68,6 +68,13 @@ def derive() -> Derivation:
     d.check(G * (M * K * (2 + 1 + 1) + M * N * (2 + 1 + 1)), "compute.memory_bound.fp8_cast",
             "FP8 casts around a GEMM, in bytes: the input read in 16 bits and written in FP8 with its transpose, "
             "the output gradient likewise:")
+    d.check(G * (M * K * (2 + 2 + 1 + 1) + M * N * (2 + 2 + 1 + 1)), "compute.memory_bound.fp8_current_cast",
+            "FP8 casts with per-tensor current scaling: the same, after a pass that reads the 16-bit tensor for its "
+            "amax:")
+    bw = 1 + sympy.Rational(4, 128)
+    d.check(G * (M * K * (2 + bw + bw) + M * N * (2 + bw + bw)), "compute.memory_bound.fp8_blockwise_cast",
+            "blockwise FP8 casts: two copies written (rowwise and columnwise, the 1×128 tiles running along the "
+            "reduction dimension), each element a byte and its tile's FP32 scale 4 bytes per 128:")
     mx, nv = 1 + sympy.Rational(1, 32), sympy.Rational(1, 2) + sympy.Rational(1, 16)
     d.check(G * (M * K * (2 + mx + mx) + M * N * (2 + mx + mx)), "compute.memory_bound.mxfp8_cast",
             "MXFP8 casts: the same reads, and two copies written (rowwise and columnwise, the blocks running along "

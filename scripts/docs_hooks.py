@@ -126,10 +126,15 @@ def _models(tables: dict) -> list[str]:
 def _precisions(tables: dict) -> list[str]:
     out = ["## Training precisions", "", "The formats a low-precision `dtype` runs the linear layers' GEMMs in.", "",
            "| dtype | peak | operand bytes | generations | ceiling taken |", "|---|---|---|---|---|"]
+    rows = {}  # fp8 once per scaling recipe, as fp8 (recipe)
     for key, t in tables.items():
+        recipes = t.get("recipes") or {None: {}}
+        rows |= {key if r is None else f"{key} ({r})": {k: v for k, v in t.items() if k != "recipes"} | own
+                 for r, own in recipes.items()}
+    for key, t in rows.items():
         out.append(f"| `{key}` | {t['peak']} | {_value(t['operand_bytes'])} | {_value(t.get('generations', 'any'))} | "
                    f"{_value(t.get('ceiling', 'its own'))} |")
-    out += ["", "Each property with its source:", ""] + [row for key, t in tables.items() for row in _sources(key, t)]
+    out += ["", "Each property with its source:", ""] + [row for key, t in rows.items() for row in _sources(key, t)]
     return out + [""]
 
 

@@ -209,7 +209,9 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
              "compute.optimizer.weight_decay_bytes_per_param", "compute.memory_bound.mxfp8_cast",
              "compute.memory_bound.nvfp4_cast", "memory.mxfp8_weight_cache", "memory.nvfp4_weight_cache",
              "memory.model_states.optimizer_muon", "compute.optimizer.bytes_per_param_muon",
-             "compute.optimizer.newton_schulz_flops", "compute.optimizer.newton_schulz_time")
+             "compute.optimizer.newton_schulz_flops", "compute.optimizer.newton_schulz_time",
+             "compute.memory_bound.fp8_current_cast", "compute.memory_bound.fp8_blockwise_cast",
+             "memory.fp8_blockwise_weight_cache")
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]
     reached = then[:then.index("model.params.moe_bias")]

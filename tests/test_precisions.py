@@ -1,4 +1,4 @@
-"""Training precisions: FP8 (tensorwise), MXFP8 and NVFP4 (block-scaled), each counted against hand counts
+"""Training precisions: FP8 (delayed, tensorwise and blockwise scaling), MXFP8 and NVFP4 (block-scaled), each counted against hand counts
 of the bytes its casts move and its cached weights hold, at the peak of its format, where its tensor
 cores and its stack run it."""
 
@@ -70,3 +70,67 @@ def test_search_and_the_command_line_take_the_formats():
     from analytic.cli.main import main
     assert main(["step", "--model", "llama3-70b", "--hardware", "b200", "--gpus", "64", "--tp", "4", "--pp", "2",
                  "--seq", "8192", "--global-batch", "512", "--dtype", "nvfp4", "--json"]) == 0
+
+
+@pytest.mark.parametrize("recipe, per_element", [
+    ("delayed", 2 + 1 + 1),  # read in 16 bits, write FP8 and its transpose; the amax recorded by the same kernel
+    ("tensorwise", 2 + 2 + 1 + 1),  # an amax pass reads the 16-bit tensor first
+    ("blockwise", 2 + 2 * (1 + Fraction(4, 128))),  # two copies, each with an FP32 scale per 128 elements
+])
+def test_each_fp8_scaling_recipe_moves_its_casts_bytes(recipe, per_element):
+    """A 4096×8192 input and output gradient around one GEMM: bytes by hand, per element of each."""
+    m, n, k = 4096, 8192, 8192
+    by_hand = per_element * (m * k + m * n)
+    name = an.presets.precision("fp8", recipe)["cast"]
+    got = an.formula(name).evaluate(gemm_count=1, gemm_m=m, gemm_n=n, gemm_k=k)
+    assert got.to("byte").magnitude == by_hand
+
+
+def test_the_recipe_is_the_stacks_unless_given_and_moves_casts_cache_and_step():
+    """Megatron-Core's default is delayed (its --fp8-recipe default); blockwise caches 2·(1 + 4/16384) bytes a
+    linear parameter against delayed's 2, and its casts cost more; TorchTitan runs tensorwise, its compiled
+    blocks reading a tensor once for the cast (the amax fused), its eager ones twice."""
+    base = _plan("bf16", "h100-sxm").memory().weights.to("byte").magnitude
+    plans = {r: _plan("fp8", "h100-sxm", fp8_recipe=r) for r in ("delayed", "tensorwise", "blockwise")}
+    assert _plan("fp8", "h100-sxm").fp8_recipe == "delayed"
+    cache = {r: p.memory().weights.to("byte").magnitude - base for r, p in plans.items()}
+    assert cache["tensorwise"] == cache["delayed"] > 0
+    assert cache["blockwise"] / cache["delayed"] == pytest.approx(1 + 1 / 4096, rel=1e-12)
+    step = {r: p.step_time().to("s").magnitude for r, p in plans.items()}
+    assert step["delayed"] < step["blockwise"] < step["tensorwise"]
+    casts = {st: [s for s in _plan("fp8", "h100-sxm", stack=st).sources("step_time") if "_cast" in s]
+             for st in ("torchtitan-2025", "torchtitan-2025-eager", "hai-llm")}
+    assert casts == {"torchtitan-2025": ["compute.memory_bound.fp8_cast"],
+                     "torchtitan-2025-eager": ["compute.memory_bound.fp8_current_cast"],
+                     "hai-llm": ["compute.memory_bound.fp8_blockwise_cast"]}
+    assert plans["blockwise"].replace(dtype="bf16").fp8_recipe is None
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(dtype="bf16", fp8_recipe="delayed"), "fp8_recipe: a scaling recipe of dtype fp8, not of bf16"),
+    (dict(dtype="fp8", fp8_recipe="rowwise"), "fp8_recipe: expected one of 'delayed', 'tensorwise', 'blockwise'"),
+    (dict(dtype="fp8", fp8_recipe="delayed", stack="torchtitan-2025"),
+     "fp8_recipe: stack torchtitan-2025 runs FP8 with tensorwise scaling, not delayed"),
+])
+def test_a_recipe_outside_fp8_or_its_stack_is_refused(kw, message):
+    with pytest.raises(an.InputError, match=message):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64, **kw)
+
+
+def test_the_command_line_takes_the_recipe(capsys):
+    import json
+
+    from analytic.cli.main import main
+    layout = an.Layout(tp=8, pp=4, dp=2, zero=1, sequence_parallel=True)  # the command line's default
+    args = ["step", "--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "8", "--pp", "4", "--dp", "2",
+            "--zero", "1", "--seq", "8192", "--global-batch", "512", "--dtype", "fp8", "--json"]
+    steps = {}
+    for recipe in ("delayed", "blockwise"):
+        assert main([*args, "--fp8-recipe", recipe]) == 0
+        lines = json.loads(capsys.readouterr().out)["lines"]
+        steps[recipe] = next(line["value"] for line in lines if line["key"] == "step_time")
+        plan = an.Plan("llama3-70b", "h100-sxm", layout, dtype="fp8", fp8_recipe=recipe, **KW)
+        assert steps[recipe] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
+    assert steps["delayed"] < steps["blockwise"]
+    assert main([*args[:-3], "--fp8-recipe", "blockwise"]) == 2
+    assert "fp8_recipe: a scaling recipe of dtype fp8, not of bf16" in capsys.readouterr().err

@@ -66,7 +66,7 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers",
-                             "pipeline_layout", "optimizer"}
+                             "pipeline_layout", "optimizer", "fp8_recipe"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
 #: print beside the plan's; any other plan flag makes the configuration the user's
 TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
@@ -233,7 +233,7 @@ def build_plan(args) -> tuple[object, dict]:
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
-    plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer") if get(k) is not None}
+    plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe") if get(k) is not None}
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),

@@ -10,6 +10,7 @@ import os
 import sys
 
 from ..core.choices import (
+    FP8_RECIPES,
     GRAD_DTYPES,
     MOMENT_DTYPES,
     OBJECTIVES,
@@ -49,6 +50,9 @@ def _precision_args(g) -> None:
     """The plan flags of its precision and optimizer."""
     g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
                                    "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
+    g.add_argument("--fp8-recipe", dest="fp8_recipe", choices=FP8_RECIPES,
+                   help="fp8's scaling: delayed (Transformer Engine's default), tensorwise (per-tensor current) or "
+                        "blockwise (DeepSeek-V3's 1×128 and 128×128 blocks); default: the stack's first")
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
                    help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
                         "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")

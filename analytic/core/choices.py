@@ -40,7 +40,7 @@ CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "
 CONVENTIONS = ("6nd", "palm", "megatron")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
 #: (ZeRO §3.1); the low-precision ones run the linear layers' matmuls in their format and the rest in bf16
-#: (DeepSeek-V3 §3.3.1): fp8 (tensorwise scales), mxfp8 and nvfp4 (block scales; presets/precisions.toml).
+#: (DeepSeek-V3 §3.3.1): fp8 (per-tensor or blockwise scales, FP8_RECIPES), mxfp8 and nvfp4 (block scales; presets/precisions.toml).
 #: TF32 (fp32 storage) training is not modelled
 TRAINING_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
@@ -49,6 +49,10 @@ LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
 OPTIMIZERS = ("adam", "muon")
 #: the block-scaled ones: run only on the stacks presets/stacks.toml says run them
 BLOCK_SCALED = ("mxfp8", "nvfp4")
+#: how an FP8 plan scales its tensors (presets/precisions.toml [fp8.recipes]): "delayed" (Transformer Engine's
+#: DelayedScaling, Megatron-LM's --fp8-recipe default), "tensorwise" (per-tensor current scaling), "blockwise"
+#: (DeepSeek-V3's 1×128 and 128×128 blocks)
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")

@@ -105,6 +105,12 @@ define("memory.mxfp8_weight_cache", 2 * (1 + Fraction(1, 32)) * Psi, "byte",
        ("Ψ: the parameters of this GPU's Transformer Engine linears, as memory.fp8_weight_cache",
         "two copies, rowwise and columnwise, each 1 byte an element and 1/32 of a byte of scale"),
        "Transformer Engine's cached MXFP8 weights on one GPU", coefficient_unit="byte")
+define("memory.fp8_blockwise_weight_cache", 2 * (1 + Fraction(1, 4096)) * Psi, "byte",
+       "as memory.fp8_weight_cache; DeepSeek-V3 Technical Report, arXiv 2412.19437 §3.3.2 (weights scaled per "
+       "128×128 block, FP32 scales); NVIDIA Transformer Engine docs, FP8 Blockwise Scaling (Float8BlockScaling)",
+       ("Ψ: the parameters of this GPU's Transformer Engine linears, as memory.fp8_weight_cache",
+        "two copies, the weight and its transpose, each 1 byte an element and 4/16384 of a byte of FP32 scale"),
+       "Transformer Engine's cached blockwise-FP8 weights on one GPU", coefficient_unit="byte")
 define("memory.nvfp4_weight_cache", 2 * (Fraction(1, 2) + Fraction(1, 16)) * Psi, "byte",
        "as memory.fp8_weight_cache; NVIDIA 2025, Pretraining Large Language Models with NVFP4, arXiv 2509.25149 "
        "§4 (weights quantised in 2-D 16×16 blocks, the same in the forward and the backward); NVIDIA Transformer "

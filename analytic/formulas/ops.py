@@ -88,10 +88,31 @@ define("compute.memory_bound.scores", 5 * a * S("seq_len"), "",
        "elements per token the attention scores' softmax moves without a fused attention kernel",
        )
 define("compute.memory_bound.fp8_cast", 4 * G * M * (N + K), "byte",
-       f"Transformer Engine tensorwise FP8 recipe (cast-transpose kernels); Micikevicius et al. 2022, FP8 formats, arXiv 2209.05433; {DERIVED}",
+       "NVIDIA Transformer Engine DelayedScaling recipe (the scale from the amax history, the amax of this tensor "
+       "recorded by the cast-transpose kernel itself); Micikevicius et al. 2022, FP8 formats, arXiv 2209.05433; "
+       f"{DERIVED}",
        ("forward: the M×K input cast to FP8 with its transpose for the weight gradient (read 2 bytes, write 1 + 1)",
         "backward: the M×N output gradient likewise", "weights cast once a step (not counted)"),
-       "bytes the FP8 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
+       "bytes the FP8 casts around G GEMMs of shape M×K by K×N move (delayed scaling)", coefficient_unit="byte")
+define("compute.memory_bound.fp8_current_cast", 6 * G * M * (N + K), "byte",
+       "NVIDIA Transformer Engine Float8CurrentScaling recipe (one FP32 scale per tensor from its own amax: "
+       "transformer_engine/pytorch/tensor/float8_tensor.py, Float8CurrentScalingQuantizer, tex.compute_amax "
+       "before the cast); pytorch/torchtitan docs/float8.md (tensor-wise scaling with dynamic scales, torchao "
+       f"Float8Linear); {DERIVED}",
+       ("forward: the M×K input read once for its amax (2 bytes), then cast to FP8 with its transpose (read 2, "
+        "write 1 + 1)", "backward: the M×N output gradient likewise", "weights cast once a step (not counted)"),
+       "bytes the FP8 casts around G GEMMs of shape M×K by K×N move (per-tensor current scaling)",
+       coefficient_unit="byte")
+BLOCKWISE = ("DeepSeek-V3 Technical Report, arXiv 2412.19437 §3.3.2 (activations scaled per 1×128 tile, weights per "
+             "128×128 block, FP32 scales); NVIDIA Transformer Engine docs, FP8 Blockwise Scaling (Float8BlockScaling: "
+             "one FP32 scale per 128 elements along a row of the operand, so the transposed copy a backward GEMM "
+             f"reads is quantised on its own); {DERIVED}")
+define("compute.memory_bound.fp8_blockwise_cast", (2 + 2 * (1 + Fraction(1, 32))) * G * M * (N + K), "byte",
+       BLOCKWISE,
+       ("forward: the M×K input read in 16 bits (2 bytes) and written twice in FP8, rowwise and columnwise, each "
+        "element 1 byte and its 128-element tile's FP32 scale 4/128 of a byte",
+        "backward: the M×N output gradient likewise", "weights cast once a step (not counted)"),
+       "bytes the blockwise FP8 casts around G GEMMs of shape M×K by K×N move", coefficient_unit="byte")
 MX = ("Open Compute Project, OCP Microscaling Formats (MX) Specification v1.0 (2023) §5: MXFP8, 32 elements "
       "sharing one E8M0 scale; NVIDIA Transformer Engine docs, FP8 and FP4 recipes (MXFP8BlockScaling): 1×32 "
       "blocks along the reduction dimension, so a tensor read transposed by a backward GEMM is quantised again "

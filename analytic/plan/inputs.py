@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..core.algebra import Min
-from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
+from ..core.choices import FP8_RECIPES, GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, sym
 from ..core.terms import ratio
@@ -40,7 +40,7 @@ class Inputs:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
-                 optimizer: str = "adam", **overrides):  # Plan's arguments
+                 optimizer: str = "adam", fp8_recipe: str | None = None, **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -50,9 +50,12 @@ class Inputs:
             raise UnknownNameError("Plan argument", unknown[0], list(OVERRIDES) + list(ARGUMENTS))
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
-        self.recipe = precision(self.dtype)  # presets/precisions.toml; None for a 16-bit dtype
-        self.low_precision = self.recipe is not None
         self._read_stack(stack, flash_attention)
+        self._read_fp8_recipe(fp8_recipe)
+        self.recipe = precision(self.dtype, self.fp8_recipe or "delayed")  # None for a 16-bit dtype
+        self.low_precision = self.recipe is not None
+        if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
+            self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
         if profile is not None:  # measured constants; explicit keywords win
             from ..presets.profile import read_profile
             overrides = {**read_profile(profile, hardware.key), **overrides}
@@ -127,6 +130,20 @@ class Inputs:
             if name in modules and not needs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
+
+    def _read_fp8_recipe(self, fp8_recipe) -> None:
+        """FP8's scaling recipe: the one given, where the stack runs it, else the stack's first (stacks.toml
+        fp8_recipes; absent: Transformer Engine's default, delayed); None for another dtype."""
+        runs = self.stack_properties.get("fp8_recipes", FP8_RECIPES[:1])
+        if self.dtype != "fp8":
+            if fp8_recipe is not None:
+                raise InputError(f"fp8_recipe: a scaling recipe of dtype fp8, not of {self.dtype}")
+            self.fp8_recipe = None
+            return
+        self.fp8_recipe = runs[0] if fp8_recipe is None else choice("fp8_recipe", fp8_recipe, FP8_RECIPES)
+        if self.fp8_recipe not in runs:
+            raise InputError(f"fp8_recipe: stack {self.stack} runs FP8 with {', '.join(runs)} scaling, "
+                             f"not {self.fp8_recipe}")
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the

@@ -76,7 +76,7 @@ def structure(inp: Inputs) -> str | None:
     parts = [_model_structure(m)]
     parts += [f"ends_as_layers={lay.ends_as_layers}", f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
-    parts += [f"dtype={inp.dtype}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
+    parts += [f"dtype={inp.dtype}", f"fp8_recipe={inp.fp8_recipe}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
               f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}{'/compiled' if inp.selective == 'op' and inp.compiled_blocks else ''}",
               f"fsdp_reduce={inp.fsdp_reduce_dtype}",

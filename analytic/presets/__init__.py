@@ -9,11 +9,11 @@ from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
-from ..core.choices import PLATFORMS
+from ..core.choices import FP8_RECIPES, PLATFORMS
 from ..core.errors import InputError, PresetError, UnknownNameError
 from ..core.files import package_toml, read_text
 from ..core.units import Q
-from ..core.values import as_quantity
+from ..core.values import as_quantity, choice
 from .hardware import Calibration, Ceiling, Hardware
 from .model import Model
 
@@ -360,13 +360,17 @@ def stack(name: str) -> dict:
 
 
 @cache
-def precision(dtype: str) -> dict | None:
+def precision(dtype: str, fp8_recipe: str = "delayed") -> dict | None:
     """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as an exact
-    number, cast and weight-cache formulas, bytes sent, generations and ceiling fallback), sources checked;
-    None for a 16-bit dtype."""
+    number, cast and weight-cache formulas, bytes sent, generations and ceiling fallback), for fp8 those of
+    its scaling recipe ``fp8_recipe`` (choices.FP8_RECIPES), sources checked; None for a 16-bit dtype."""
     entry = table("precisions").get(dtype)
     if entry is None:
         return None
+    entry = dict(entry)
+    recipes = entry.pop("recipes", None)
+    if recipes is not None:
+        entry |= recipes[choice("fp8_recipe", fp8_recipe, FP8_RECIPES)]
     out = {k: v if isinstance(v, str) else _sourced(dtype, k, v)[0] for k, v in entry.items()}
     for k in ("operand_bytes", "sent_bytes"):
         if k in out:
