@@ -66,7 +66,7 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers",
-                             "pipeline_layout", "optimizer", "fp8_recipe"}
+                             "pipeline_layout", "optimizer", "fp8_recipe", "etp"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
 #: print beside the plan's; any other plan flag makes the configuration the user's
 TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
@@ -217,8 +217,8 @@ def build_plan(args) -> tuple[object, dict]:
     layout |= {k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
                for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None}
     layout |= _zero3_gather(get("zero3_gather"), int(get("zero") or 0))
-    if get("pipeline_layout") is not None:
-        layout["pipeline_layout"] = get("pipeline_layout")
+    layout |= {k: get(k) if k == "pipeline_layout" else count_flag(str(get(k)), k)
+               for k in ("pipeline_layout", "etp") if get(k) is not None}
     plan_kw = {} if get("microbatch_size") is None else {
         "microbatch_size": count_flag(str(get("microbatch_size")), "microbatch-size")}
     links = hardware_overrides(get) | outside_override(get)

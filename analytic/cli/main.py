@@ -72,6 +72,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", help="GPU count; dp is inferred as gpus / (tp·cp·pp)")
     for axis in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         g.add_argument(f"--{axis}", help=f"{axis} degree")
+    g.add_argument("--etp", help="expert tensor-parallel degree: the expert layers' TP (default: tp), folded with "
+                                 "ep over tp·cp·dp (Megatron-Core's --expert-tensor-parallel-size)")
     g.add_argument("--zero", choices=[str(z) for z in ZERO_STAGES], help="ZeRO stage")
     g.add_argument("--sp", dest="sequence_parallel", action="store_true", default=None, help="sequence parallelism")
     g.add_argument("--no-sp", dest="sequence_parallel", action="store_false", help="no sequence parallelism")

@@ -389,7 +389,7 @@ class Plan:
 
     def subs(self, **values) -> "Plan":
         """A new plan with free inputs of the layout or model given values."""
-        lay = {k: v for k, v in values.items() if k in ("tp", "pp", "dp", "cp", "ep", "vpp")}
+        lay = {k: v for k, v in values.items() if k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")}
         mod = {k: v for k, v in values.items() if k in {f.name for f in fields(Model)}}
         rest = set(values) - set(lay) - set(mod)
         if rest:

@@ -29,6 +29,8 @@ class Degrees:
             number = self.condition = sympy.sympify
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             setattr(self, k, number(getattr(layout, k)))
+        #: the expert layers' tensor parallel degree (the layout's etp, else tp)
+        self.etp = self.tp if layout.etp is None else number(layout.etp)
         self.sequence_parallel, self.async_tp = layout.sequence_parallel, layout.async_tp
         self.per_tensor_gathers = layout.zero3_gather == "per-tensor"
         self.comm_sms = number(layout.comm_sms)

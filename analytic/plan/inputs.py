@@ -232,6 +232,7 @@ class Inputs:
         from .layout import choice_indices
         lay = self.layout
         return (all(is_number(getattr(lay, k)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "comm_sms"))
+                and (lay.etp is None or is_number(lay.etp))
                 and all(is_number(v) for v in choice_indices(lay).values())
                 and not any(is_sympy(v) for v in self.given.values()))
 
@@ -263,6 +264,8 @@ class Inputs:
         lay = self.layout
         out = dict(self.model.counts())
         out.update({k: getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")})
+        if lay.etp is not None:
+            out["etp"] = lay.etp
         out.update(seq_len=self.seq_len, microbatch_size=self.microbatch_size, global_batch=self.global_batch,
                    comm_sms=lay.comm_sms)
         key = (id(self.hardware), self.dtype, self.stack, self.flash_attention,

@@ -29,7 +29,9 @@ def _open(value, keyword: str) -> bool:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the accelerators are split. GPUs = tp·cp·pp·dp; EP is carved out of DP (ep divides dp).
+    """How the accelerators are split. GPUs = tp·cp·pp·dp. The expert layers fold their own expert
+    tensor (``etp``, by default ``tp``), expert (``ep``) and expert data parallel degrees over tp·cp·dp, as
+    Megatron-Core's MoE parallel folding does: etp·ep divides tp·cp·dp, so EP may exceed DP.
     CP ranks hold the same weights, so gradients are reduced and ZeRO shards over dp·cp ranks.
 
     Degrees may be sympy symbols (``an.sym("dp")``). So may the ZeRO stage (``an.sym("zero")``), the
@@ -88,6 +90,7 @@ class Layout:
     dp: object = 1
     cp: object = 1
     ep: object = 1
+    etp: object = None  # expert tensor parallel: the TP of the expert layers (None: tp, Megatron-Core's default)
     vpp: object = 1
     zero: object = 0
     sequence_parallel: bool = False
@@ -110,6 +113,8 @@ class Layout:
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp"):
             object.__setattr__(self, k, canonical(count(k, getattr(self, k))))
         object.__setattr__(self, "comm_sms", canonical(count("comm_sms", self.comm_sms, minimum=0)))
+        if self.etp is not None:
+            object.__setattr__(self, "etp", canonical(count("etp", self.etp)))
         for k in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, k) is not None:
                 object.__setattr__(self, k, int(count(k, getattr(self, k), minimum=0, allow_symbol=False)))
@@ -151,8 +156,7 @@ class Layout:
             raise LayoutError(f"pp: the interleaved schedule needs pp ≥ 2 stages, got {self.pp}")
         if self.schedule in SCHEDULES and self.schedule != "interleaved" and is_number(self.vpp) and self.vpp != 1:
             raise LayoutError(f"vpp: {self.vpp} virtual stages need schedule='interleaved' (got {self.schedule!r})")
-        if is_number(self.ep) and is_number(self.dp) and self.dp % self.ep:
-            raise LayoutError(f"ep: {self.ep} does not divide dp {self.dp} (EP is carved out of DP)")
+        self._check_folding()
         if self.schedule == "dualpipe" and is_number(self.pp) and self.pp % 2:
             raise LayoutError(f"pp: DualPipe needs an even number of stages, got {self.pp}")
         if self.ends_as_layers and (self.first_stage_layers is not None or self.last_stage_layers is not None):
@@ -164,6 +168,16 @@ class Layout:
         if self.pipeline_layout is not None:
             self._read_pipeline_layout()
 
+
+    def _check_folding(self) -> None:
+        """The expert layers' ETP × EP × EDP fold over the attention layers' TP × CP × DP (Megatron-Core's
+        MoE parallel folding: parallel_state.initialize_model_parallel checks that ETP × EP divides
+        TP × CP × DP), so EP may exceed DP."""
+        etp = self.tp if self.etp is None else self.etp
+        sizes = (self.tp, self.cp, self.dp, self.ep, etp)
+        if all(is_number(x) for x in sizes) and (self.tp * self.cp * self.dp) % (etp * self.ep):
+            raise LayoutError(f"ep: etp × ep = {etp} × {self.ep} does not divide tp × cp × dp = {self.tp} × {self.cp} "
+                              f"× {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP × DP)")
     def _read_pipeline_layout(self) -> None:
         """The first and last stages' layers the layout gives (Megatron-Core's checks of it applied)."""
         from .pipeline_layout import chunks, stage_layers
@@ -355,6 +369,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's chunks checked above)
         raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
                           "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
+    if lay.etp is not None and not m.is_moe:
+        raise LayoutError(f"etp: expert tensor parallelism {lay.etp} needs an MoE model (experts > 0)")
     if lay.ep != 1:
         if not m.is_moe:
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")

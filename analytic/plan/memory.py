@@ -183,7 +183,7 @@ def stage_params(inp: Inputs, k) -> dict:
     layers = Piecewise((first_n, is_first), (last_n, is_last), (middle, True))
     start = Piecewise((0, is_first), (first_n + (k - 1) * middle, True))
     rest, experts = m.stage_params_formulas(start, layers, is_first, is_last)
-    dense_local, expert_local = rest / lay.tp, experts / (lay.tp * lay.ep)
+    dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
     return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
             "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
             "layers": layers, "blocks": layers + Piecewise((m.mtp_modules, is_last), (0, True)),

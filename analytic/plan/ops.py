@@ -106,7 +106,8 @@ def _sum(parts: list) -> Formula:
 def gemm_time(o: _Ops) -> Formula:
     """Seconds per step of every GEMM of one GPU's stage: the blocks' linear layers (the router and
     MLA's down-projections are replicated over TP), the routed experts as one grouped GEMM of
-    tokens·k·E_p/(t·E) rows per local expert, the output head and the MTP projections."""
+    tokens·k·E_p·etp/(t·E) rows per local expert, each split over the etp ranks, the output head and the MTP
+    projections."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M, fp8 = lay.tp, o.tokens, inp.low_precision
     h, a, d_h = m.hidden, m.heads, m.head_dim
@@ -126,10 +127,11 @@ def gemm_time(o: _Ops) -> Formula:
         dense = dense + _sum([o.gemm(1, M, n, k, fp8, backward=False) for n, k in again]) * o.op
     total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
     if m.is_moe:
-        h_e, E = m.expert_ffn_hidden, m.experts
+        h_e, E, etp = m.expert_ffn_hidden, m.experts, lay.etp
         local = E / lay.ep
-        rows = M * m.topk * lay.ep / (t * E)
-        moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, 2 * h_e, h, fp8), o.gemm(local, rows, h, h_e, fp8)]
+        rows = M * m.topk * lay.ep * etp / (t * E)  # the tokens of the etp ranks, on this rank's experts
+        moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, 2 * h_e / etp, h, fp8),
+               o.gemm(local, rows, h, h_e / etp, fp8)]
         if m.shared_experts:
             moe += [o.gemm(1, M, 2 * h_e * m.shared_experts / t, h, fp8),
                     o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]

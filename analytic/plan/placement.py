@@ -9,7 +9,6 @@ from ..core.formula import Formula
 from ..core.terms import ratio
 from ..formulas import formula
 from .inputs import Inputs
-from .ranks import axis_stride
 
 
 def nodes(inp: Inputs):
@@ -25,7 +24,7 @@ def parameters(inp: Inputs) -> dict:
     routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_blocks if m.is_moe
               else Formula("zero", 0, "parameter", ""))
     dense_local = (stored - routed) / (lay.tp * lay.pp)
-    expert_local = routed / (lay.tp * lay.pp * lay.ep)
+    expert_local = routed / (lay.etp * lay.pp * lay.ep)
     dual = lay.schedule_is("dualpipe")
     if not is_false(dual):  # each rank holds two stages (pipeline.parameter_copies.dualpipe)
         copies = formula("pipeline.parameter_copies.dualpipe")
@@ -39,10 +38,11 @@ def replica_groups(inp: Inputs, params: dict) -> list:
     """(parameters per GPU, ranks, stride) of the groups that hold the same parameters: they
     reduce gradients together and ZeRO shards over them. CP ranks hold the same weights and see
     different tokens, so they join DP (Megatron's data-parallel group with context parallelism;
-    torchtitan's FSDP over the flattened dp_shard × cp mesh). Experts: dp·cp/ep replicas."""
+    torchtitan's FSDP over the flattened dp_shard × cp mesh). Experts: the expert data parallel group,
+    tp·cp·dp/(etp·ep) ranks etp·ep apart (Megatron-Core's MoE parallel folding)."""
     lay = inp.deg
     return [(params["dense_local"], lay.dp * lay.cp, lay.tp),
-            (params["expert_local"], lay.dp * lay.cp / lay.ep, axis_stride(lay, "dp"))]
+            (params["expert_local"], lay.tp * lay.cp * lay.dp / (lay.etp * lay.ep), lay.etp * lay.ep)]
 
 
 def optimizer_shard(inp: Inputs, params: dict) -> Formula:

@@ -1,7 +1,8 @@
 """Where the ranks of each axis sit and which link each axis's collectives use, for a numeric layout
 without sympy.
 
-Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp (ep inside dp), pp.
+Placement follows Megatron-Core's rank order, innermost first: tp, cp, dp, pp; the expert layers' etp, ep,
+edp folded over tp·cp·dp.
 An axis whose group fits in a scale-up domain (a node, or an NVL72-class rack of nodes) uses the
 scale-up link, one whose ranks are all in other domains the scale-out link; one that spans both is
 "two-level"."""
@@ -15,7 +16,10 @@ from ..core.values import is_number
 def axis_stride(lay, axis: str):
     """The distance in the rank order between neighbours of ``axis``'s groups, from the degrees of
     ``lay`` (a Layout, or a plan's sympy Degrees)."""
-    return {"tp": 1, "cp": lay.tp, "dp": lay.tp * lay.cp, "ep": lay.tp * lay.cp, "pp": lay.tp * lay.cp * lay.dp}[axis]
+    if axis == "ep":  # Megatron-Core's expert ranks, innermost first: etp, ep, edp (parallel_state's
+        etp = getattr(lay, "etp", None)  # expert RankGenerator, order "tp-ep-dp-pp")
+        return lay.tp if etp is None else etp
+    return {"tp": 1, "cp": lay.tp, "dp": lay.tp * lay.cp, "pp": lay.tp * lay.cp * lay.dp}[axis]
 
 
 def link_kind(size, stride_, g) -> str:

@@ -66,6 +66,7 @@ def structure(inp: Inputs) -> str | None:
     modules, offloaded activations or optimizer, or activations cached in FP8."""
     m, lay = inp.model, inp.layout
     open_ok = [(getattr(lay, k), k) for k in (*_DEGREES, *_CHOICES)] + [(inp.microbatch_size, "microbatch_size")]
+    open_ok += [(lay.etp, "etp")] if lay.etp is not None else []
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
     fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
     if (lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
@@ -74,7 +75,7 @@ def structure(inp: Inputs) -> str | None:
             or not all(is_number(v) for v in fixed)):
         return None
     parts = [_model_structure(m)]
-    parts += [f"ends_as_layers={lay.ends_as_layers}", f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
+    parts += [f"etp={'tp' if lay.etp is None else 'own'}", f"ends_as_layers={lay.ends_as_layers}", f"sp={lay.sequence_parallel}", f"async_tp={lay.async_tp}", f"comm_sms>0={lay.comm_sms != 0}",
               f"zero3_gather={lay.zero3_gather}", f"moe_ep={m.is_moe}"]
     parts += [f"dtype={inp.dtype}", f"fp8_recipe={inp.fp8_recipe}", f"grad_dtype={inp.grad_rule}", f"moment_dtype={inp.moment_dtype}",
               f"flash={inp.flash_attention}",
@@ -117,7 +118,7 @@ def _model_numbers(m) -> dict:
 def numbers(inp: Inputs) -> dict:
     """keyword → float for every numeric input a template of ``inp``'s structure may read."""
     lay = inp.layout
-    out = {k: getattr(lay, k) for k in (*_DEGREES, "comm_sms")}
+    out = {k: getattr(lay, k) for k in (*_DEGREES, "etp", "comm_sms")}
     out.update(inp.given)
     out.update(choice_indices(lay), seq_len=inp.seq_len, global_batch=inp.global_batch,
                microbatch_size=inp.microbatch_size, tokens=inp.training_tokens)

@@ -41,6 +41,7 @@ def template(plan):
     model = m.replace(**{k: _free(getattr(m, k), k) for k in MODEL_COUNTS}, name=None)
     layout = Layout(**{k: sym(k) for k in _DEGREES if not (k == "ep" and not m.is_moe)},
                     **{k: sym(k) for k in _CHOICES}, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
+                    etp=None if lay.etp is None else sym("etp"),
                     comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather,
                     ends_as_layers=lay.ends_as_layers)
     plan = type(plan)(model, inp.hardware, layout, seq_len=sym("seq_len"), global_batch=sym("global_batch"),
@@ -49,7 +50,7 @@ def template(plan):
                 allow_cross_node_tp=inp.allow_cross_node_tp, grad_dtype=inp.grad_rule,
                 moment_dtype=inp.moment_dtype, stack=inp.stack)
     t, present = plan._in, structural_inputs(inp)
-    kept = {k: v for k, v in t.values.items() if k in {*model.inputs(), *_DEGREES, *_BATCH, "comm_sms"}}
+    kept = {k: v for k, v in t.values.items() if k in {*model.inputs(), *_DEGREES, *_BATCH, "etp", "comm_sms"}}
     t.__dict__["values"] = {**kept, **{k: sym(k) for k in HARDWARE_INPUTS if present.get(k, True)}}
     return plan
 

@@ -1,0 +1,78 @@
+"""MoE parallel folding (Megatron-Core): the expert layers' ETP × EP × EDP fold over the attention layers'
+TP × CP × DP, so EP may exceed DP. Checked against hand counts of the expert weights a GPU holds, the
+expert data-parallel group and the ranks an EP group spans."""
+
+import pytest
+
+import analytic as an
+from analytic.plan import placement as place
+
+KW = dict(seq_len=4096, global_batch=1024)
+MODEL = "qwen3-30b-a3b"  # 48 MoE layers of 128 experts, hidden 2048, expert FFN 768 (SwiGLU: 3 matrices)
+
+
+def _plan(**layout):
+    return an.Plan(MODEL, "h100-sxm", an.Layout(pp=4, zero=1, sequence_parallel=True, **layout), **KW)
+
+
+def test_ep_may_exceed_dp_where_etp_times_ep_divides_tp_cp_dp():
+    an.Layout(tp=4, dp=8, ep=32, etp=1)  # 1 × 32 divides 4 × 8
+    an.Layout(tp=2, cp=2, dp=4, ep=16, etp=1)
+    with pytest.raises(an.LayoutError, match=r"ep: etp × ep = 4 × 32 does not divide tp × cp × dp = 4 × 1 × 8"):
+        an.Layout(tp=4, dp=8, ep=32)  # etp defaults to tp
+    with pytest.raises(an.LayoutError, match="etp: expert tensor parallelism 2 needs an MoE model"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=4, etp=2), seq_len=4096, global_batch=64)
+
+
+def test_a_gpu_holds_the_routed_experts_over_etp_times_ep():
+    """Routed expert parameters: 48 layers × 128 experts × 3 × 2048 × 768; a GPU of pp 4 holds a quarter of
+    the layers and 1/(etp·ep) of each: in bf16 two bytes each. The rest is split by tp alone."""
+    routed = 48 * 128 * 3 * 2048 * 768
+    by_etp_ep = {}
+    for tp, dp, ep, etp in ((2, 32, 8, None), (2, 32, 16, 1), (2, 32, 64, 1), (2, 32, 8, 2)):
+        weights = _plan(tp=tp, dp=dp, ep=ep, etp=etp).memory(stage=1).weights.to("byte").magnitude
+        by_etp_ep[(etp or tp) * ep] = weights
+    assert by_etp_ep[16] - by_etp_ep[64] == pytest.approx(2 * routed / 4 * (1 / 16 - 1 / 64), rel=1e-12)
+    assert _plan(tp=2, dp=32, ep=8).memory().weights == _plan(tp=2, dp=32, ep=16, etp=1).memory().weights
+
+
+def test_the_expert_gradients_reduce_over_the_expert_data_parallel_group():
+    """EDP = tp·cp·dp/(etp·ep) ranks, etp·ep apart in the rank order (etp fastest, then ep)."""
+    for tp, cp, dp, ep, etp, edp in ((2, 1, 32, 8, None, 4), (2, 1, 32, 64, 1, 1), (4, 2, 8, 16, 1, 4)):
+        plan = an.Plan(MODEL, "h100-sxm", an.Layout(tp=tp, cp=cp, pp=4, dp=dp, ep=ep, etp=etp, zero=1,
+                                                    sequence_parallel=True), **KW)
+        dense, experts = place.replica_groups(plan._in, place.parameters(plan._in))
+        assert (float(dense[1]), float(dense[2])) == (dp * cp, tp)
+        assert (float(experts[1]), float(experts[2])) == (edp, (etp or tp) * ep)
+
+
+def test_an_ep_group_spans_the_ranks_etp_apart():
+    """On 8-GPU nodes with tp 8: EP 8 at the default etp 8 strides over nodes; at etp 1 it is one node."""
+    apart = an.Plan(MODEL, "h100-sxm", an.Layout(tp=8, dp=8, ep=8, sequence_parallel=True), **KW)
+    folded = an.Plan(MODEL, "h100-sxm", an.Layout(tp=8, dp=8, ep=8, etp=1, sequence_parallel=True), **KW)
+    assert (apart.placement()["ep"]["stride"], apart.placement()["ep"]["link"]) == (8, "scale-out")
+    assert (folded.placement()["ep"]["stride"], folded.placement()["ep"]["link"]) == (1, "scale-up")
+    assert folded.step_time() < apart.step_time()
+
+
+def test_etp_moves_the_expert_gemms_shape_not_their_flops():
+    """Each rank runs its experts' tokens of the etp group on 1/etp of each expert's width: the FLOPs of a
+    step are the same for every etp; the plan and its structure's programs agree."""
+    plans = [_plan(tp=2, dp=32, ep=8, etp=etp) for etp in (None, 1, 2)]
+    flops = [p.value("flops").to("FLOP").magnitude for p in plans]
+    assert flops[0] == pytest.approx(flops[1], rel=1e-12) and flops[0] == pytest.approx(flops[2], rel=1e-12)
+    from analytic.plan import programs, template
+    plan = plans[1]
+    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
+    assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(
+        plan.step_time().to("s").magnitude, rel=1e-12)
+
+
+def test_the_command_line_takes_etp(capsys):
+    from analytic.cli.main import main
+    args = ["step", "--model", MODEL, "--hardware", "h100-sxm", "--tp", "2", "--pp", "4", "--dp", "32", "--ep", "64",
+            "--zero", "1", "--seq", "4096", "--global-batch", "1024"]
+    assert main(args) == 2
+    assert "etp × ep = 2 × 64 does not divide" in capsys.readouterr().err
+    assert main([*args, "--etp", "1"]) == 0
+    assert "ep=64 etp=1" in capsys.readouterr().out
