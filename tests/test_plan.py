@@ -776,13 +776,14 @@ def test_the_batch_and_stage_constraints(layout, batch, microbatch_size, constra
 
 def test_placement_strides_and_links_by_hand():
     """Megatron-Core's rank order, innermost first: tp, cp, dp, pp. TP 2 · CP 2 · DP 2 · PP 2 on nodes of 8:
-    strides 1, 2, 4 and 8; every group but PP's (8 apart: across nodes) inside a node."""
+    strides 1, 2, 4 and 8; every group but PP's (8 apart: across nodes) inside a node. The expert layers' EP
+    ranks sit etp (here tp) apart."""
     m = an.Model(layers=8, hidden=256, heads=8, vocab=1000, position="rope", mlp="swiglu")
     p = an.Plan(m, an.hardware("h100-sxm"), an.Layout(tp=2, cp=2, dp=2, pp=2, sequence_parallel=True),
                 seq_len=1024, global_batch=8)
     got = {axis: (v["size"], v["stride"], v["link"]) for axis, v in p.placement().items()}
     assert got == {"tp": (2, 1, "scale-up"), "cp": (2, 2, "scale-up"), "dp": (2, 4, "scale-up"),
-                   "ep": (1, 4, "-"), "pp": (2, 8, "scale-out")}
+                   "ep": (1, 2, "-"), "pp": (2, 8, "scale-out")}
 
 
 def test_a_group_whose_neighbours_are_a_node_apart_is_scale_out_even_with_a_symbolic_size():

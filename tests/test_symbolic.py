@@ -292,7 +292,8 @@ def test_smallest_says_what_does_not_shrink_and_what_it_skipped():
     assert states < stated < states + 80
     ep = an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=an.sym("dp"), ep=16, zero=1), **kw)
     d = symbolic.smallest_fitting_detail(ep, "dp", limit=4096)
-    assert (d["value"], d["fits_from"]) == (3072, 2754) and d["skipped"].startswith("ep: 16 does not divide dp 2754")
+    assert (d["value"], d["fits_from"]) == (3072, 2754) and d["skipped"].startswith(
+        "ep: etp × ep = 1 × 16 does not divide tp × cp × dp = 1 × 1 × 2754")
     at = lambda dp: an.Plan(m, an.hardware("h800"), an.Layout(pp=16, dp=dp, ep=16, zero=1), **kw)  # noqa: E731
     assert at(3072).memory_verdict() == "fits" and at(2560).memory_verdict() != "fits"
     assert symbolic.smallest_fitting_detail(ep, "dp", limit=4096, at_limit=True)["value"] == 2560

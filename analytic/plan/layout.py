@@ -321,6 +321,47 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
     if num(lay.tp, m.kv_heads) and m.kv_heads % lay.tp and lay.tp % m.kv_heads:
         raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
                           "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
+    _check_split(lay, m)
+    if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
+        raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
+                          f"microbatch_size {microbatch_size}")
+    mb = global_batch / (lay.dp * microbatch_size)
+    if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
+        raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
+    if lay.schedule == "dualpipe" and num(mb) and mb % 2:
+        raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
+    if num(lay.cp, seq_len) and seq_len % lay.cp:
+        raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
+    if num(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
+        raise LayoutError(f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks "
+                          f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
+    check_sequence(m, seq_len)
+    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and seq_len % sequence_unit(lay.cp, lay.tp, True):
+        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's chunks checked above)
+        raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
+                          "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
+    _check_experts(lay, m)
+    g = scale_up_domain
+    if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
+        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True; CLI: --allow-cross-node-tp)")
+    etp = lay.tp if lay.etp is None else lay.etp
+    for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp), ("etp", etp)):  # the strides of cp, dp and ep
+        if not tiles(extent, g):
+            raise LayoutError(f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains of "
+                              f"{g} GPUs, so some groups would straddle two domains unevenly")
+    for k in ("sequence_parallel", "async_tp"):
+        if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
+            raise LayoutError(f"{k}: needs tp > 1")
+    if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
+        raise LayoutError("async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
+                          "GEMMs; pass sequence_parallel=True")
+    if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
+        check_comm_sms(lay.comm_sms, sms, hardware)
+
+
+def _check_split(lay: Layout, m) -> None:
+    """The layers' split over pp stages × vpp chunks: the ends as layers, or uneven end stages."""
+    num = lambda *xs: all(is_number(x) for x in xs)  # noqa: E731
     slots = m.layers + 2 if lay.ends_as_layers else m.layers
     if num(lay.pp, lay.vpp, m.layers) and lay.pp * lay.vpp > slots:
         raise LayoutError(f"pp: {lay.pp} stages × {lay.vpp} chunks exceed the {m.layers} layers"
@@ -351,46 +392,17 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
             raise LayoutError(f"first_stage_layers/last_stage_layers: under interleaving every stage's layers split "
                               f"evenly over its {lay.vpp} model chunks (Megatron-Core's TransformerConfig): "
                               f"{', '.join(map(str, given))} and {rest // stages if stages else 0} a middle stage")
-    if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
-        raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
-                          f"microbatch_size {microbatch_size}")
-    mb = global_batch / (lay.dp * microbatch_size)
-    if lay.schedule == "interleaved" and num(mb, lay.pp) and mb % lay.pp:
-        raise LayoutError(f"microbatches: interleaved 1F1B needs the {mb} microbatches to be a multiple of pp {lay.pp}")
-    if lay.schedule == "dualpipe" and num(mb) and mb % 2:
-        raise LayoutError(f"microbatches: DualPipe needs an even number of microbatches, got {mb}")
-    if num(lay.cp, seq_len) and seq_len % lay.cp:
-        raise LayoutError(f"cp: {lay.cp} does not divide the sequence length {seq_len}")
-    if num(lay.cp, seq_len) and seq_len % sequence_unit(lay.cp, 1, False):
-        raise LayoutError(f"cp: the {seq_len // lay.cp} tokens of each CP rank do not split into the two chunks "
-                          f"load-balanced context parallelism gives a rank (seq_len a multiple of 2·cp = {2 * lay.cp})")
-    check_sequence(m, seq_len)
-    if lay.sequence_parallel and num(seq_len, lay.cp, lay.tp) and seq_len % sequence_unit(lay.cp, lay.tp, True):
-        # Megatron-LM's and TransformerEngine's sequence-parallel reduce-scatter asserts it (CP's chunks checked above)
-        raise LayoutError(f"sequence_parallel: tp {lay.tp} does not divide the {seq_len // lay.cp} tokens of a "
-                          "sequence on each CP rank, which sequence parallelism splits over the TP ranks")
+
+
+def _check_experts(lay: Layout, m) -> None:
+    """EP and ETP only for an MoE model, EP dividing its routed experts."""
     if lay.etp is not None and not m.is_moe:
         raise LayoutError(f"etp: expert tensor parallelism {lay.etp} needs an MoE model (experts > 0)")
     if lay.ep != 1:
         if not m.is_moe:
             raise LayoutError(f"ep: expert parallelism {lay.ep} needs an MoE model (experts > 0)")
-        if num(lay.ep, m.experts) and m.experts % lay.ep:
+        if is_number(lay.ep) and is_number(m.experts) and m.experts % lay.ep:
             raise LayoutError(f"ep: {lay.ep} does not divide the {m.experts} routed experts")
-    g = scale_up_domain
-    if not allow_cross_node_tp and num(lay.tp, g) and lay.tp > g:
-        raise LayoutError(f"tp: {lay.tp} exceeds the {g} GPUs of a scale-up domain (pass allow_cross_node_tp=True; CLI: --allow-cross-node-tp)")
-    for axes, extent in (("tp", lay.tp), ("tp·cp", lay.tp * lay.cp)):  # the strides of cp, dp and ep
-        if not tiles(extent, g):
-            raise LayoutError(f"{axes}: {extent} consecutive ranks neither divide nor fill whole scale-up domains of "
-                              f"{g} GPUs, so some groups would straddle two domains unevenly")
-    for k in ("sequence_parallel", "async_tp"):
-        if getattr(lay, k) and num(lay.tp) and lay.tp == 1:
-            raise LayoutError(f"{k}: needs tp > 1")
-    if lay.async_tp and not lay.sequence_parallel:  # Megatron-LM asserts it for --tp-comm-overlap
-        raise LayoutError("async_tp: overlaps sequence parallelism's all-gathers and reduce-scatters with their "
-                          "GEMMs; pass sequence_parallel=True")
-    if num(lay.comm_sms) and lay.comm_sms and (sms is None or num(sms)):
-        check_comm_sms(lay.comm_sms, sms, hardware)
 
 
 def selective_refusal(stack: str, selective: str | None, model, flash_attention: bool) -> str | None:
