@@ -21,15 +21,20 @@ def cmd_validate(args) -> int:
                   **({k: r.extra[k] for k in ("in_fit", "group", "in_fit_error", "leave_one_out_error", "baseline_error")}
                      if r.kind == "predicted" else {})}
                  for r in results]
-        print(json_text({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed]}))
+        print(json_text({"cases": cases, "summary": validation.statistics(results), "failed": [r.id for r in failed],
+                         "known_misses": [r.id for r in validation.known_misses(results)]}))
     else:
         print(report.table(results))
         print()
         print("\n".join(report.summary(results)))
     if args.report:
         _write_text(args.report, report.markdown(results, folder))
+    known = validation.known_misses(results)
+    if known:
+        print(f"{len(known)} known misses, each with its reason: {', '.join(r.id for r in known)}", file=sys.stderr)
     if failed:
-        print(f"{len(failed)} non-claim cases outside their tolerance: {', '.join(r.id for r in failed)}", file=sys.stderr)
+        what = ", ".join(f"{r.id} ({r.status}, recorded {r.expected})" for r in failed)
+        print(f"{len(failed)} non-claim cases not as recorded: {what}", file=sys.stderr)
         return 1
     return 0
 
