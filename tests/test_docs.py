@@ -7,7 +7,9 @@ a tuple of them, an integer, or a Python literal (a string, a flag or a list of 
 each ``analytic`` command in-process; its exit status must be 0, or the one written as ``# → exit N``,
 and every number of its ``# →`` text must be printed by it as written. Lines that install or run the
 test suite (``pip``, ``python -m pytest``) are the commands CI itself runs and are not run twice.
-``text`` blocks show output and are not code.
+``text`` blocks show output and are not code. A figure in prose is marked: ``FIGURE<!-- → EXPR -->``,
+EXPR evaluated where the page's python block before it leaves off and checked as a ``# →`` value, or
+``FIGURE<!-- quoted: SOURCE -->``; on the worked-example pages every figure with a unit carries one.
 """
 
 from __future__ import annotations
@@ -148,6 +150,76 @@ def first_not_printed_in_order(output: str, numbers: list[str]) -> str | None:
         except ValueError:
             return number
     return None
+
+
+#: a figure in prose and its marker: ``FIGURE<!-- → EXPR -->`` (EXPR evaluated where the page's code block
+#: before it leaves off) or ``FIGURE<!-- quoted: SOURCE -->``
+MARKER = re.compile(r"(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?: ?[A-Za-z%/µ]+)?)<!-- (→|quoted:) (.*?) -->")
+#: pages whose prose figures with a unit each carry a marker (the worked examples)
+MARKED_PAGES = ("docs/tour.md", "docs/plan-a-run.md")
+#: a figure with a unit in prose: a number, then one of these (a time's after a space: "100s" is a plural),
+#: then no letter or digit
+PROSE_FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?(?: ?(?:GB|GiB|TB|%|K|TFLOP/s|GB/s)| (?:ms|s|µs|days|hours|GPU-hours))"
+                          r"(?![A-Za-z0-9])")
+
+
+def _namespace(code: str) -> dict:
+    """What a python block leaves defined, run on its own."""
+    namespace = {"__name__": "__docs__"}
+    exec(compile(code, "<docs block>", "exec"), namespace)
+    return namespace
+
+
+def _prose_markers():
+    for page in PAGES:
+        text = page.read_text()
+        blocks = [(m.start(), m.group(1), m.group(2)) for m in FENCE.finditer(text)]
+        prose = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)  # blocks blanked, in place
+        for m in MARKER.finditer(prose):
+            before = [code for start, lang, code in blocks if start < m.start() and lang == "python"]
+            line = text[:m.start()].count("\n") + 1
+            yield pytest.param(m.group(1), m.group(2), m.group(3), before[-1] if before else "",
+                               f"{page.relative_to(ROOT)}:{line}", id=f"{page.relative_to(ROOT)}:{line}")
+
+
+def check_figure(value, figure: str, where: str) -> None:
+    """A figure in prose is ``value`` to the digits shown; after a bare number, letters are its typography
+    (``%`` of a percentage, ``K`` of thousands), the expression giving the number as written."""
+    if not hasattr(value, "units"):
+        figure = NUMBER.match(figure).group()
+    check_value(value, figure, where)
+
+
+@pytest.mark.parametrize("figure, kind, text, code, where", list(_prose_markers()))
+def test_every_marked_figure_in_prose_is_what_its_expression_gives(figure, kind, text, code, where):
+    """``FIGURE<!-- → EXPR -->``: EXPR, evaluated where the page's code block before it leaves off, gives
+    FIGURE to the digits shown; ``FIGURE<!-- quoted: SOURCE -->`` names where a quoted figure comes from."""
+    if kind == "quoted:":
+        assert len(text) > 10, f"{where}: a quoted figure names its source"
+        return
+    import analytic as an
+    namespace = {"an": an, **(_namespace(code) if code else {})}
+    check_figure(eval(compile(text, where, "eval"), namespace), figure, where)
+
+
+def test_the_figures_in_the_worked_examples_prose_are_marked():
+    """On the worked-example pages every figure with a unit in prose is computed by its marker or quoted
+    from a source."""
+    for name in MARKED_PAGES:
+        text = (ROOT / name).read_text()
+        prose = re.sub(r"<!--.*?-->", "<!---->", re.sub(r"`[^`\n]*`", "", FENCE.sub("", text)), flags=re.S)
+        unmarked = [m.group() for m in PROSE_FIGURE.finditer(prose)
+                    if not prose[m.end():].lstrip().startswith("<!--")]
+        assert unmarked == [], f"{name}: figures without a marker"
+
+
+def test_the_prose_checker_fails_on_a_wrong_figure():
+    from analytic.core.units import Q_
+    check_figure(246.78, "247K", "ok")
+    check_figure(Q_(989.4e12, "FLOP/s"), "989.4 TFLOP/s", "ok")
+    for value, figure in ((246.78, "246K"), (Q_(989.4e12, "FLOP/s"), "989.5 TFLOP/s"), (24.77, "24.7%")):
+        with pytest.raises(AssertionError):
+            check_figure(value, figure, "bad")
 
 
 @pytest.mark.parametrize("lang, code, where", BLOCKS)
