@@ -134,3 +134,30 @@ def test_the_command_line_takes_the_recipe(capsys):
     assert steps["delayed"] < steps["blockwise"]
     assert main([*args[:-3], "--fp8-recipe", "blockwise"]) == 2
     assert "fp8_recipe: a scaling recipe of dtype fp8, not of bf16" in capsys.readouterr().err
+
+
+def test_search_counts_every_layout_with_the_recipe_and_its_plans_agree(capsys):
+    """search(fp8_recipe=...) counts every layout with the recipe, each row's plan takes it, and the
+    command line's --fp8-recipe is the API's; a recipe the stack does not run is refused before anything."""
+    kw = dict(gpus=64, seq_len=8192, global_batch=512, dtype="fp8", progress=False, top=3)
+    res = {r: an.search("llama3-70b", "h100-sxm", fp8_recipe=r, **kw) for r in ("delayed", "blockwise")}
+    assert an.search("llama3-70b", "h100-sxm", **kw).best.fp8_recipe == "delayed"  # the stack's
+    for recipe, found in res.items():
+        best = found.best
+        plan = best.plan(an.model("llama3-70b"), an.hardware("h100-sxm"), seq_len=8192, global_batch=512, dtype="fp8")
+        assert (best.fp8_recipe, plan.fp8_recipe) == (recipe, recipe)
+        assert plan.step_time().to("s").magnitude == pytest.approx(best.step_time, rel=1e-9)
+    same = res["delayed"].best.layout
+    blockwise = an.Plan("llama3-70b", "h100-sxm", same, microbatch_size=res["delayed"].best.microbatch_size,
+                        seq_len=8192, global_batch=512, dtype="fp8", fp8_recipe="blockwise")
+    assert blockwise.step_time() > res["delayed"].best.plan("llama3-70b", "h100-sxm", seq_len=8192, global_batch=512,
+                                                             dtype="fp8").step_time()
+    with pytest.raises(an.InputError, match="stack torchtitan-2025 runs FP8 with tensorwise scaling, not blockwise"):
+        an.search("llama3-70b", "h100-sxm", fp8_recipe="blockwise", stack="torchtitan-2025", **kw)
+    from analytic.cli.main import main
+    assert main(["search", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64", "--seq", "8192",
+                 "--global-batch", "512", "--dtype", "fp8", "--fp8-recipe", "blockwise", "--top", "1", "--json"]) == 0
+    import json
+    row = json.loads(capsys.readouterr().out)["ranked"][0]
+    assert row["step_time_s"] == pytest.approx(res["blockwise"].best.step_time, rel=1e-12)
+    assert row["fp8_recipe"] == "blockwise"

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..core.algebra import Min
-from ..core.choices import FP8_RECIPES, GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
+from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, sym
 from ..core.terms import ratio
@@ -24,7 +24,15 @@ from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
 from ..presets.model import Model
 from .arguments import ARGUMENTS, CALIBRATED, OVERRIDES, read
-from .layout import Layout, check_layout, check_offload, selective_refusal, stack_refusal, training_dtype
+from .layout import (
+    Layout,
+    check_layout,
+    check_offload,
+    fp8_recipe_of,
+    selective_refusal,
+    stack_refusal,
+    training_dtype,
+)
 
 if TYPE_CHECKING:
     from ..core.formula import Formula
@@ -51,7 +59,7 @@ class Inputs:
         self.model, self.hardware, self.layout = model, hardware, layout
         self.dtype = training_dtype(dtype, hardware)
         self._read_stack(stack, flash_attention)
-        self._read_fp8_recipe(fp8_recipe)
+        self.fp8_recipe = fp8_recipe_of(self.stack, self.stack_properties, self.dtype, fp8_recipe)
         self.recipe = precision(self.dtype, self.fp8_recipe or "delayed")  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
@@ -130,20 +138,6 @@ class Inputs:
             if name in modules and not needs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
-
-    def _read_fp8_recipe(self, fp8_recipe) -> None:
-        """FP8's scaling recipe: the one given, where the stack runs it, else the stack's first (stacks.toml
-        fp8_recipes; absent: Transformer Engine's default, delayed); None for another dtype."""
-        runs = self.stack_properties.get("fp8_recipes", FP8_RECIPES[:1])
-        if self.dtype != "fp8":
-            if fp8_recipe is not None:
-                raise InputError(f"fp8_recipe: a scaling recipe of dtype fp8, not of {self.dtype}")
-            self.fp8_recipe = None
-            return
-        self.fp8_recipe = runs[0] if fp8_recipe is None else choice("fp8_recipe", fp8_recipe, FP8_RECIPES)
-        if self.fp8_recipe not in runs:
-            raise InputError(f"fp8_recipe: stack {self.stack} runs FP8 with {', '.join(runs)} scaling, "
-                             f"not {self.fp8_recipe}")
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the

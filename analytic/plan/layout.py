@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from ..core.choices import (
     BLOCK_SCALED,
+    FP8_RECIPES,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
@@ -444,6 +445,22 @@ def _check_pipeline_layout(lay: Layout, m) -> None:
     if (layers, mtp) != (m.layers, m.mtp_modules):
         raise LayoutError(f"pipeline_layout: places {layers} layers and {mtp} MTP blocks; {m.name} has {m.layers} and "
                           f"{m.mtp_modules}")
+
+
+def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str | None:
+    """FP8's scaling recipe for a plan of ``stack`` (its properties ``props``) in ``dtype``: ``given``, where
+    the stack runs it, else the stack's first (stacks.toml fp8_recipes; absent: Transformer Engine's
+    default, delayed); None for another dtype, for which a recipe given is refused. One rule for Plan and
+    search."""
+    runs = props.get("fp8_recipes", FP8_RECIPES[:1])
+    if dtype != "fp8":
+        if given is not None:
+            raise InputError(f"fp8_recipe: a scaling recipe of dtype fp8, not of {dtype}")
+        return None
+    recipe = runs[0] if given is None else choice("fp8_recipe", given, FP8_RECIPES)
+    if recipe not in runs:
+        raise InputError(f"fp8_recipe: stack {stack} runs FP8 with {', '.join(runs)} scaling, not {recipe}")
+    return recipe
 
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,

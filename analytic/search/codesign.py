@@ -197,7 +197,7 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
     from .programs import structure_programs
     for model in models:
         structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (
-            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack")})
+            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack", "fp8_recipe")})
 
 
 #: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where the points

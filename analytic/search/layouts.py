@@ -40,6 +40,7 @@ from ..plan import (
     check_comm_sms,
     check_sequence,
     divisors,
+    fp8_recipe_of,
     selective_refusal,
     sequence_parallel_default,
     sequence_unit,
@@ -71,6 +72,7 @@ class Ranked:
     cost: float | None = None  # GPU-seconds per token: step time × GPUs / tokens per step
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
     verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
+    fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
 
     @property
     def gpus(self) -> int:
@@ -79,7 +81,9 @@ class Ranked:
 
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
-        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size, **{"stack": self.stack, **kw})
+        recipe = {} if self.fp8_recipe is None else {"fp8_recipe": self.fp8_recipe}
+        return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
+                    **{"stack": self.stack, **recipe, **kw})
 
     def as_dict(self) -> dict:
         lay = self.layout
@@ -91,7 +95,7 @@ class Ranked:
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
-                "stack": self.stack}
+                "stack": self.stack, "fp8_recipe": self.fp8_recipe}
 
 
 class _Ranking(Sequence):
@@ -120,7 +124,7 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
                   None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
-                  MEMORY_VERDICTS[int(a["verdict"][j])])
+                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"))
 
 
 @dataclass
@@ -140,6 +144,7 @@ class SearchResult:
     notes: list = field(default_factory=list)  # inputs read otherwise than written (e.g. '16M' tokens as 16Mi)
     outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
     stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
+    fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
 
     def __iter__(self):
         return iter(self.ranked)
@@ -153,7 +158,8 @@ class SearchResult:
     def row(self, j: int) -> Ranked:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
-                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack})
+                                     "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
+                                     "fp8_recipe": self.fp8_recipe})
 
     @property
     def best(self) -> Ranked:
@@ -275,14 +281,15 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
            objective: str = "step_time", outside_bytes=None, stack: str | None = None,
-           at_limit: bool = False) -> SearchResult:
+           at_limit: bool = False, fp8_recipe: str | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
     the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
-    training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's). Each layout carries its memory
+    training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
+    ``fp8_recipe`` its FP8 scaling, as ``Plan(..., fp8_recipe=)``. Each layout carries its memory
     verdict, as :meth:`Plan.memory_verdict`; the ranking holds those that fit at their predicted peak,
     and with ``at_limit`` those at the allocator's limit too."""
     start = time.time()
@@ -298,6 +305,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     props = read_stack(stack)
     allocator = props["allocator"]
     training_dtype(dtype, hardware)
+    fp8_recipe = fp8_recipe_of(stack, props, dtype, fp8_recipe)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if max(counts) > MAX_GPUS:
@@ -305,10 +313,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     global_batch, notes = search_batch(seq_len, batch_tokens, global_batch)
     for note in notes:
         warnings.warn(note, ReinterpretedWarning, stacklevel=2)
-    async_tp, flash_attention, progress, at_limit = (flag(k, v) for k, v in (("async_tp", async_tp),
-                                                                             ("flash_attention", flash_attention),
-                                                                             ("progress", progress),
-                                                                             ("at_limit", at_limit)))
+    async_tp, flash_attention, progress, at_limit = (flag(k, v) for k, v in zip(
+        ("async_tp", "flash_attention", "progress", "at_limit"), (async_tp, flash_attention, progress, at_limit)))
     zero, recompute, schedules = (_subset(k, v, allowed) for k, v, allowed in (
         ("zero", zero, ZERO_STAGES), ("recompute", recompute, RECOMPUTE), ("schedules", schedules, SCHEDULES)))
     zero, recompute, schedules = _stack_runs(stack, props, model, hardware, dtype, flash_attention,
@@ -326,7 +332,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     n = len(arrays["tp"])
     out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
-                            async_tp, comm_sms, zero3_gather, stack)
+                            async_tp, comm_sms, zero3_gather, stack, fp8_recipe)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
@@ -339,7 +345,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     order, n_fit = ranking(arrays, objective, at_limit)
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
-             "ratios": _interval(stack), "stack": stack}
+             "ratios": _interval(stack), "stack": stack, "fp8_recipe": fp8_recipe}
     return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
                         outside=outside, **fixed)
@@ -423,7 +429,7 @@ def _layouts(model, hardware, props, counts, *, zero, **options) -> dict:
 
 
 def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
-               comm_sms, zero3_gather, stack) -> tuple[dict, bool]:
+               comm_sms, zero3_gather, stack, fp8_recipe=None) -> tuple[dict, bool]:
     """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp > 1 run
     sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and whether a
     program was built."""
@@ -436,7 +442,7 @@ def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, 
             if not len(rows):  # nothing to compile for when no layout of the kind is valid
                 continue
             fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                                zero3_gather, stack, note, sequence_parallel=sp)
+                                zero3_gather, stack, note, sequence_parallel=sp, fp8_recipe=fp8_recipe)
             drawn.set_description_str("search")
             built = built or new
             for lo in range(0, len(rows), CHUNK):

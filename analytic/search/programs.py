@@ -41,7 +41,7 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather, stack, sequence_parallel=True) -> Plan:
+                   zero3_gather, stack, sequence_parallel=True, fp8_recipe=None) -> Plan:
     """The plan whose expressions search evaluates: degrees, microbatch size and choices left open;
     sequence parallelism on (the layouts with tp > 1) or off (tp = 1, where Plan has none)."""
     layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
@@ -49,7 +49,8 @@ def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attentio
                     async_tp=async_tp and sequence_parallel,
                     comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
-                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack)
+                microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack,
+                fp8_recipe=fp8_recipe)
 
 
 def _of_structure(plan: Plan):
@@ -68,31 +69,31 @@ def _of_structure(plan: Plan):
 
 
 def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", flash_attention=True,
-                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None) -> None:
+                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None, fp8_recipe=None) -> None:
     """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and with
     tp = 1), or read them from the cache: every hardware of the same structure then searches without
     building anything (a co-design sweep's points)."""
     from ..plan import template
     for sp in (True, False):
         plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                              zero3_gather, stack, sp)
+                              zero3_gather, stack, sp, fp8_recipe)
         programs.bundle(plan._in, lambda plan=plan: template.build(plan), build=True)
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True) -> tuple:
+              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True, fp8_recipe=None) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or the
     disk cache, or built now (``on_build()`` is called first). The cache holds data only, validated
     when read; a file that is not a valid program is rebuilt."""
     plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather, stack, sequence_parallel)
+                          zero3_gather, stack, sequence_parallel, fp8_recipe)
     found = _of_structure(plan)
     if found is not None:
         return found, False
     key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel)
+               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel, plan.fp8_recipe)
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache.cache_dir()
