@@ -76,3 +76,16 @@ def test_the_command_line_takes_etp(capsys):
     assert "etp × ep = 2 × 64 does not divide" in capsys.readouterr().err
     assert main([*args, "--etp", "1"]) == 0
     assert "ep=64 etp=1" in capsys.readouterr().out
+
+
+def test_search_folds_ep_over_cp_and_dp_and_each_row_is_its_plan():
+    """Search lists EP up to cp·dp (its layouts keep ETP = TP), and a row with EP above DP is the Plan of
+    its layout, step time and memory alike."""
+    import numpy as np
+    res = an.search(MODEL, "h100-sxm", gpus=64, seq_len=32768, global_batch=256, cp=4, progress=False)
+    a = res.arrays
+    assert set(np.unique(a["ep"][a["dp"] == 16])) == {1, 2, 4, 8, 16, 32, 64}  # the divisors of 4 × 16 and 128
+    row = res.row(int(np.flatnonzero(a["ep"] > a["dp"])[0]))
+    plan = row.plan(an.model(MODEL), an.hardware("h100-sxm"), seq_len=32768, global_batch=256)
+    assert plan.step_time().to("s").magnitude == pytest.approx(row.step_time, rel=1e-9)
+    assert plan.memory().total.to("byte").magnitude == pytest.approx(row.memory, rel=1e-9)

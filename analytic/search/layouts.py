@@ -202,7 +202,7 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
     plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
     degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
-    layers; EP divides dp and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
+    layers; EP divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
     interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
@@ -221,7 +221,8 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                 dp = gpus // (tp * cp * pp)
                 if pp > model.layers or not free("pp", pp) or not free("dp", dp):
                     continue
-                eps = [e for e in divisors(dp) if model.experts % e == 0 and free("ep", e)] if model.is_moe else [1]
+                eps = ([e for e in divisors(cp * dp) if model.experts % e == 0 and free("ep", e)] if model.is_moe
+                       else [1])  # the expert layers fold EP over CP × DP (their ETP is tp)
                 for ep in eps:
                     for mbs in microbatch_sizes:
                         if global_batch % (dp * mbs):
