@@ -40,8 +40,8 @@ CHOICES = {"zero": tuple(str(z) for z in ZERO_STAGES), "recompute": RECOMPUTE, "
 CONVENTIONS = ("6nd", "palm", "megatron")
 #: training dtypes: mixed precision with 16-bit weights, gradients and activations and fp32 Adam state
 #: (ZeRO §3.1); the low-precision ones run the linear layers' matmuls in their format and the rest in bf16
-#: (DeepSeek-V3 §3.3.1): fp8 (per-tensor or blockwise scales, FP8_RECIPES), mxfp8 and nvfp4 (block scales; presets/precisions.toml).
-#: TF32 (fp32 storage) training is not modelled
+#: (DeepSeek-V3 §3.3.1): fp8 (per-tensor or blockwise scales, FP8_RECIPES), mxfp8 and nvfp4 (block scales;
+#: presets/precisions.toml). TF32 (fp32 storage) training is not modelled
 TRAINING_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
 #: optimizers: Adam (AdamW), and Muon on the blocks' matrices with AdamW on the embedding and the output

@@ -169,7 +169,6 @@ class Layout:
         if self.pipeline_layout is not None:
             self._read_pipeline_layout()
 
-
     def _check_folding(self) -> None:
         """The expert layers' ETP × EP × EDP fold over the attention layers' TP × CP × DP (Megatron-Core's
         MoE parallel folding: parallel_state.initialize_model_parallel checks that ETP × EP divides
@@ -179,6 +178,7 @@ class Layout:
         if all(is_number(x) for x in sizes) and (self.tp * self.cp * self.dp) % (etp * self.ep):
             raise LayoutError(f"ep: etp × ep = {etp} × {self.ep} does not divide tp × cp × dp = {self.tp} × {self.cp} "
                               f"× {self.dp} (the expert layers fold their ETP × EP × EDP over TP × CP × DP)")
+
     def _read_pipeline_layout(self) -> None:
         """The first and last stages' layers the layout gives (Megatron-Core's checks of it applied)."""
         from .pipeline_layout import chunks, stage_layers

@@ -201,9 +201,10 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
     KV heads, and stays in a scale-up domain unless ``max_tp`` says otherwise; blocks of tp and tp·cp
     consecutive ranks tile the scale-up domains (plan.tiles); the sequence is a multiple of
     plan.sequence_unit (CP's two chunks a rank, SP's split of them over TP); ``pins`` (axis →
-    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤
-    layers; EP divides cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches per replica ≥ 1 and a multiple of pp for the
-    interleaved schedule, even for DualPipe (with pp even); with pp = 1 only 1F1B is listed."""
+    degree, of tp, pp, dp, cp, ep) keeps only layouts with those degrees; PP·v ≤ layers; EP divides
+    cp·dp (the expert layers fold EP over CP × DP, their ETP being tp) and the experts; microbatches per
+    replica ≥ 1 and a multiple of pp for the interleaved schedule, even for DualPipe (with pp even); with
+    pp = 1 only 1F1B is listed."""
     g = hardware.scale_up_domain
     max_tp = max_tp or g
     pins = pins or {}
