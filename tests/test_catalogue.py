@@ -211,7 +211,7 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
              "memory.model_states.optimizer_muon", "compute.optimizer.bytes_per_param_muon",
              "compute.optimizer.newton_schulz_flops", "compute.optimizer.newton_schulz_time",
              "compute.memory_bound.fp8_current_cast", "compute.memory_bound.fp8_blockwise_cast",
-             "memory.fp8_blockwise_weight_cache")
+             "memory.fp8_blockwise_weight_cache", "parallelism.ep.etp_gather_bytes")
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]
     reached = then[:then.index("model.params.moe_bias")]

@@ -89,3 +89,21 @@ def test_search_folds_ep_over_cp_and_dp_and_each_row_is_its_plan():
     plan = row.plan(an.model(MODEL), an.hardware("h100-sxm"), seq_len=32768, global_batch=256)
     assert plan.step_time().to("s").magnitude == pytest.approx(row.step_time, rel=1e-9)
     assert plan.memory().total.to("byte").magnitude == pytest.approx(row.memory, rel=1e-9)
+
+
+def test_expert_tensor_parallelism_gathers_the_routed_tokens_and_the_mlp_pair_goes():
+    """TP 2, PP 4, DP 32, EP 8, microbatches of one 4,096-token sequence (32 a step, 12 MoE layers a stage),
+    sequence parallel: a rank holds 2,048 tokens. At ETP 2 the dispatcher all-gathers the etp ranks' routed
+    tokens (2 × 2,048 × 8 experts × 2,048 × 2 bytes) and reduce-scatters them, forward and backward, each
+    sending half its message; at ETP 1 neither runs. The TP collectives of an MoE layer without shared
+    experts are its attention's pair alone: an all-reduce's message 4,096 × 2,048 × 2 bytes, sent half
+    by its reduce-scatter and half by its all-gather, two a layer per microbatch."""
+    plans = {etp: _plan(tp=2, dp=32, ep=8, etp=etp) for etp in (1, 2)}
+    ep = {etp: p.value("communication.ep").to("byte").magnitude for etp, p in plans.items()}
+    calls = 2 * 12 * 32  # forward and backward, per MoE layer of the stage, per microbatch
+    message = 2 * 2048 * 8 * 2048 * 2
+    assert ep[2] - ep[1] == pytest.approx(2 * calls * message / 2, rel=1e-12)
+    tp_bytes = plans[2].value("communication.tp").to("byte").magnitude
+    assert tp_bytes == pytest.approx(2 * 12 * 32 * (4096 * 2048 * 2), rel=1e-12)
+    assert "parallelism.ep.etp_gather_bytes" in plans[2].sources("communication.ep")
+    assert "parallelism.ep.etp_gather_bytes" not in plans[1].sources("communication.ep")

@@ -88,6 +88,14 @@ define("parallelism.cp.kv_gathers_recomputed_per_layer", 1, "",
 define("parallelism.ep.dispatch_bytes", D * k * h * e, "byte", f"{V3} §3.2.2",
        ("each token goes to k experts; combine sends the same volume back",),
        "bytes of an MoE dispatch (combine likewise)")
+MCORE_DISPATCHER = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher: "
+                    "after the expert-parallel all-to-all the routed tokens are all-gathered over the expert tensor-"
+                    "parallel group, and reduce-scattered over it before the combine's all-to-all")
+define("parallelism.ep.etp_gather_bytes", S("etp") * D * k * h * e, "byte", MCORE_DISPATCHER,
+       ("each of the etp ranks received D·k routed tokens in the all-to-all (D its own tokens, each sent to k "
+        "experts); the gather gives every rank all of them, for the slice of each expert it holds",
+        "the combine reduce-scatters the same volume; the backward runs the pair again, reversed"),
+       "bytes of the expert tensor-parallel all-gather of an MoE layer's routed tokens (its reduce-scatter likewise)")
 define("parallelism.ep.node_limited_dispatch_bytes", D * M * h * e, "byte", f"{V3} §3.2.2 (node-limited routing)",
        ("a token is sent once to each of its M nodes over IB and forwarded inside the node over NVLink",),
        "bytes of an MoE dispatch that cross nodes with node-limited routing")

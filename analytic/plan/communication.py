@@ -120,6 +120,16 @@ def _layers_local(inp: Inputs):
     return ratio(inp.model.blocks, inp.deg.pp)
 
 
+def _tp_layers_local(inp: Inputs):
+    """A stage's layers by their TP collectives, each layer's attention and MLP halves: an MoE layer
+    without shared experts has the attention's half alone (its routed tokens move in the dispatcher's
+    expert tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
+    m = inp.model
+    if not m.is_moe or m.shared_experts:
+        return _layers_local(inp)
+    return ratio(2 * m.blocks - m.moe_blocks, 2 * inp.deg.pp)
+
+
 def tensor_parallel(inp: Inputs) -> dict:
     """TP: 4 activation all-reduces per layer per microbatch (+2 with full recompute); with sequence
     parallelism each is a reduce-scatter + all-gather of the same size."""
@@ -133,7 +143,7 @@ def _tensor_parallel(inp: Inputs) -> dict:
         "recomputed", "", (formula("parallelism.tp.allreduces_recomputed_per_layer") * inp.recomputed, lay.recompute_is("full")),
         (0, True))
     msg = inp.f("parallelism.tp.allreduce_bytes", seq_len=s_local)
-    calls = per_layer * _layers_local(inp) * inp.microbatches
+    calls = per_layer * _tp_layers_local(inp) * inp.microbatches
     group = (lay.tp, axis_stride(inp.deg, "tp"))
     if not lay.sequence_parallel:
         out = _collectives(inp, "all_reduce", msg, calls, *group)
@@ -237,16 +247,37 @@ def expert_parallel(inp: Inputs) -> dict:
     """EP: dispatch and combine forward, and again backward, per MoE layer per microbatch; dispatch in
     the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one copy
     per destination node crosses the scale-out link and NVLink forwards it to the experts inside the
-    node (DeepSeek-V3 §3.2.2)."""
-    return _beyond_one(inp.deg.ep, lambda: _expert_parallel(inp)) if inp.model.is_moe else _none()
+    node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed tokens are gathered
+    over the etp ranks after the dispatch and reduce-scattered before the combine, forward and backward."""
+    if not inp.model.is_moe:
+        return _none()
+    return _plus(_beyond_one(inp.deg.ep, lambda: _expert_parallel(inp)),
+                 _beyond_one(inp.deg.etp, lambda: _expert_tensor_parallel(inp)))
+
+
+def _routed(inp: Inputs) -> tuple:
+    """A rank's own tokens of an MoE layer per microbatch, the bytes of a dispatched token's element, and the
+    layer's collectives of each kind per step (forward and backward)."""
+    lay, m = inp.deg, inp.model
+    tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
+                     "token", "")
+    return tokens, gemm_input_bytes(inp, Quantity(2, "byte")), ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
+
+
+def _expert_tensor_parallel(inp: Inputs) -> dict:
+    """The dispatcher's all-gather of the routed tokens over the etp ranks (in the dispatch's dtype) and its
+    reduce-scatter of their outputs (in 16 bits), etp consecutive ranks."""
+    tokens, dispatch_e, calls = _routed(inp)
+    etp = inp.deg.etp
+    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, **e) for e in
+                ({"element_bytes": dispatch_e}, {}))
+    return _plus(*(_collectives(inp, kind, message, calls, etp, 1)
+                   for kind, message in zip(("all_gather", "reduce_scatter"), gathered)))
 
 
 def _expert_parallel(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
-    tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
-                     "token", "")
-    dispatch_e = gemm_input_bytes(inp, Quantity(2, "byte"))
-    calls = ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
+    tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
