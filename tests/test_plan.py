@@ -674,11 +674,16 @@ def test_pipelined_zero3_latency_by_hand(gather):
 ])
 def test_expert_traffic_by_hand(layout, microbatch_size, tokens, microbatches):
     """EP 2 carved out of DP 2: per microbatch, each of the 4 MoE blocks dispatches and combines forward
-    and again backward, all-to-alls of (the rank's tokens) × k = 2 × h = 256 × 2 bytes, a rank sending half."""
+    and again backward, all-to-alls of (the rank's tokens) × k = 2 × h = 256 × 2 bytes, a rank sending half.
+    With TP 2 the experts' TP (etp) is 2 too: the routed tokens of both ranks are all-gathered after each
+    dispatch and reduce-scattered before each combine, messages of etp × tokens × k × h × 2 bytes, a rank
+    sending half of each."""
     p = an.Plan(_moe(), an.hardware("h100-sxm"), an.Layout(**layout), seq_len=1024, global_batch=8,
                 microbatch_size=microbatch_size)
-    message = tokens * 2 * 256 * 2
-    assert p.communication()["ep"].to("byte").magnitude == pytest.approx(2 * 4 * microbatches * 2 * message / 2,
+    message, etp = tokens * 2 * 256 * 2, layout.get("tp", 1)
+    calls = 2 * 4 * microbatches
+    gathered = 0 if etp == 1 else 2 * calls * etp * message / 2
+    assert p.communication()["ep"].to("byte").magnitude == pytest.approx(calls * 2 * message / 2 + gathered,
                                                                          rel=1e-12)
 
 
