@@ -162,15 +162,3 @@ def test_search_counts_every_layout_with_the_recipe_and_its_plans_agree(capsys):
     assert row["step_time_s"] == pytest.approx(res["blockwise"].best.step_time, rel=1e-12)
     assert row["fp8_recipe"] == "blockwise"
 
-
-def test_a_recipe_other_than_the_stacks_has_programs_of_its_own():
-    """The structure's programs of a blockwise plan are lowered from a blockwise template: its numbers from
-    them are the plan's own, and differ from delayed scaling's."""
-    from analytic.plan import programs, template
-    steps = {}
-    for recipe in ("delayed", "blockwise"):
-        plan = _plan("fp8", "h100-sxm", fp8_recipe=recipe)
-        numbers = programs.Numbers(plan._in, lower=lambda plan=plan: template.build(plan), build=True)
-        steps[recipe] = numbers.quantity("step_time").to("s").magnitude
-        assert steps[recipe] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
-    assert steps["blockwise"] > steps["delayed"]

@@ -316,3 +316,16 @@ def test_a_plan_read_from_programs_in_the_cache_imports_no_numpy(tmp_path):
             "print(codes, sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'}))")
     out = subprocess.run([sys.executable, "-c", read], env=env, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[0, 0] []"
+
+
+def test_a_recipe_other_than_the_stacks_has_programs_of_its_own():
+    """The structure's programs of a blockwise plan are lowered from a blockwise template: its numbers from
+    them are the plan's own, and differ from delayed scaling's."""
+    steps = {}
+    for recipe in ("delayed", "blockwise"):
+        plan = an.Plan("llama3-70b", "h100-sxm", an.Layout(tp=4, pp=2, dp=8, zero=1, sequence_parallel=True),
+                       seq_len=8192, global_batch=512, dtype="fp8", fp8_recipe=recipe)
+        numbers = programs.Numbers(plan._in, lower=lambda plan=plan: template.build(plan), build=True)
+        steps[recipe] = numbers.quantity("step_time").to("s").magnitude
+        assert steps[recipe] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
+    assert steps["blockwise"] > steps["delayed"]
