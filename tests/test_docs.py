@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 import os
 import re
@@ -163,8 +164,9 @@ PROSE_FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?(?: ?(?:GB|GiB|TB|%|K|TFLOP/s|GB/s
                           r"(?![A-Za-z0-9])")
 
 
+@functools.lru_cache(maxsize=8)
 def _namespace(code: str) -> dict:
-    """What a python block leaves defined, run on its own."""
+    """What a python block leaves defined, run on its own (once for the markers after it)."""
     namespace = {"__name__": "__docs__"}
     exec(compile(code, "<docs block>", "exec"), namespace)
     return namespace
