@@ -150,17 +150,29 @@ def multinode_all_reduce(x: torch.Tensor, per_node: int) -> tuple[torch.Tensor, 
 
 
 def checks(rank: int, world: int) -> dict:
-    """Every collective check for one rank (run inside an initialised process group)."""
-    from ..formulas import formula
-    ranks = list(range(world))
+    """Every collective check for one rank (run inside an initialised process group): the mismatches
+    against torch.distributed and, for each message, the bytes counted beside the catalogue's."""
     res = {"rank": rank, "world": world, "mismatch": [], "bytes": []}
     gen = torch.Generator().manual_seed(1234 + rank)
+    _ring_checks(res, gen)
+    _all_to_all_check(res)
+    _tensor_parallel_checks(res)
+    _bytes_formulas(res)
+    if world % 2 == 0 and world >= 4:
+        _two_level_checks(res, gen)
+    return res
+
+
+def _ring_checks(res: dict, gen) -> None:
+    """All-reduce as the library's reduce-scatter + all-gather, and the send/recv rings with their bytes,
+    against torch.distributed, for three dtypes and lengths divisible by the world size or not."""
+    world = res["world"]
+    ranks = list(range(world))
     for dtype in (torch.float64, torch.float32, torch.int64):
         for length in (world * 6, world * 6 + 1, 7):  # divisible by the world size, and two uneven lengths
             x = (torch.randint(-50, 50, (length,), generator=gen)).to(dtype)
             ref = x.clone()
             dist.all_reduce(ref)
-            # all-reduce = reduce-scatter + all-gather, with the library's own collectives
             padded, pad = _pad(x, world)
             shard = torch.empty(padded.numel() // world, dtype=dtype)
             _rs_single(shard, padded)
@@ -168,7 +180,6 @@ def checks(rank: int, world: int) -> dict:
             _ag_single(gathered, shard)
             if not torch.equal(gathered[: x.numel()], ref):
                 res["mismatch"].append(f"rs+ag {dtype} {length}")
-            # ring implementations from send/recv, bytes counted, against the library's results
             for kind, run, want in (("all_reduce", lambda c: ring_all_reduce(x, ranks, c), ref),
                                     ("reduce_scatter", lambda c: ring_reduce_scatter(x, ranks, c), shard),
                                     ("all_gather", lambda c: ring_all_gather(shard, ranks, c), gathered)):
@@ -177,15 +188,26 @@ def checks(rank: int, world: int) -> dict:
                     res["mismatch"].append(f"ring {kind} {dtype} {length}")
                 res["bytes"].append({"kind": kind, "bytes": c.bytes,
                                      "message": padded.numel() * x.element_size(), "exact": pad == 0})
-    # all-to-all against the library's
+
+
+def _all_to_all_check(res: dict) -> None:
+    """The pairwise all-to-all against torch.distributed's, its bytes counted."""
+    rank, world = res["rank"], res["world"]
     y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
     ref = torch.empty_like(y)
     dist.all_to_all_single(ref, y)
     c = Counter()
-    if not torch.equal(pairwise_all_to_all(y, ranks, c), ref):
+    if not torch.equal(pairwise_all_to_all(y, list(range(world)), c), ref):
         res["mismatch"].append("pairwise all_to_all")
-    res["bytes"].append({"kind": "all_to_all", "bytes": c.bytes, "message": y.numel() * y.element_size(), "exact": True})
-    # tensor parallelism: column-parallel then row-parallel MLP over `world` shards, summed by all-reduce
+    res["bytes"].append({"kind": "all_to_all", "bytes": c.bytes, "message": y.numel() * y.element_size(),
+                         "exact": True})
+
+
+def _tensor_parallel_checks(res: dict) -> None:
+    """A column- then row-parallel MLP and an attention with its heads split over the ranks, each summed by an
+    all-reduce, against the unsplit computation; the all-reduce's message beside the catalogue's."""
+    from ..formulas import formula
+    rank, world = res["rank"], res["world"]
     torch.manual_seed(7)  # the same full weights on every rank
     s_, b_, h_, f_ = 6, 2, 8, 8 * world
     xin = torch.randn(b_, s_, h_, dtype=torch.float64)
@@ -199,7 +221,6 @@ def checks(rank: int, world: int) -> dict:
         res["mismatch"].append("tensor-parallel MLP")
     res["tp_formula"] = float(formula("parallelism.tp.allreduce_bytes").evaluate(
         seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte").magnitude)
-    # attention with heads split across ranks, output projection row-parallel
     a_, d_ = 2 * world, 4
     wq, wk, wv = (torch.randn(a_ * d_, h_, dtype=torch.float64) for _ in range(3))
     wo = torch.randn(h_, a_ * d_, dtype=torch.float64)
@@ -214,50 +235,57 @@ def checks(rank: int, world: int) -> dict:
     dist.all_reduce(part)
     if not torch.allclose(part, attention(range(a_)), rtol=1e-10, atol=1e-10):
         res["mismatch"].append("tensor-parallel attention")
-    # the formula check happens here too, so the parent only reads booleans and numbers
+
+
+def _bytes_formulas(res: dict) -> None:
+    """The catalogue's bytes sent beside each counted message (here, so the parent reads only numbers)."""
+    from ..formulas import formula
     for b in res["bytes"]:
-        want = formula(f"collectives.{b['kind']}.bytes_sent").evaluate(message=f"{b['message']} byte", ranks=world)
+        want = formula(f"collectives.{b['kind']}.bytes_sent").evaluate(message=f"{b['message']} byte",
+                                                                       ranks=res["world"])
         b["formula"] = float(want.to("byte").magnitude)
-    # two-level all-reduce (2 ranks per "node") against the flat one
-    if world % 2 == 0 and world >= 4:
-        z = torch.randn(world * 10, generator=gen, dtype=torch.float64)
-        flat = z.clone()
-        dist.all_reduce(flat)
-        got, up, out = hierarchical_all_reduce(z, 2)
-        if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
-            res["mismatch"].append("hierarchical all_reduce")
-        S = z.numel() * z.element_size()
-        res["hierarchical"] = {
-            "up": up, "out": out,
-            "formula_up": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up").evaluate(
-                message=f"{S} byte", gpus_per_node=2).magnitude),
-            "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
-                message=f"{S} byte", gpus_per_node=2, nodes=world // 2).magnitude)}
-        # NCCL-style rings over two "nodes" of world/2 ranks, one channel per rank of a node
-        per_node = world // 2
-        z = torch.randn(world * per_node * 5, generator=gen, dtype=torch.float64)
-        flat = z.clone()
-        dist.all_reduce(flat)
-        got, rs, ag = multinode_all_reduce(z, per_node)
-        if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
-            res["mismatch"].append("multinode all_reduce")
-        a2a = LinkCounter(per_node)
-        y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
-        ref = torch.empty_like(y)
-        dist.all_to_all_single(ref, y)
-        if not torch.equal(pairwise_all_to_all(y, ranks, a2a), ref):
-            res["mismatch"].append("multinode all_to_all")
-        res["multinode"] = []
-        shape = {"gpus_per_node": per_node, "nodes": 2}
-        S = z.numel() * z.element_size()
-        for kind, up, out, message in (("all_reduce", rs.up + ag.up, rs.out + ag.out, S),
-                                       ("reduce_scatter", rs.up, rs.out, S), ("all_gather", ag.up, ag.out, S),
-                                       ("all_to_all", a2a.up, a2a.out, y.numel() * y.element_size())):
-            res["multinode"].append({"kind": kind, "up": up, "out": out, **{
-                f"formula_{link}": float(formula(f"collectives.multinode.{kind}.bytes_sent_scale_{name}").evaluate(
-                    message=f"{message} byte", **shape).to("byte").magnitude)
-                for link, name in (("up", "up"), ("out", "out"))}})
-    return res
+
+
+def _two_level_checks(res: dict, gen) -> None:
+    """The two-level all-reduce (2 ranks a "node") and NCCL-style rings and all-to-all over two "nodes" of
+    world/2 ranks, against the flat collectives, their bytes on each link beside the catalogue's."""
+    from ..formulas import formula
+    rank, world = res["rank"], res["world"]
+    z = torch.randn(world * 10, generator=gen, dtype=torch.float64)
+    flat = z.clone()
+    dist.all_reduce(flat)
+    got, up, out = hierarchical_all_reduce(z, 2)
+    if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
+        res["mismatch"].append("hierarchical all_reduce")
+    size = z.numel() * z.element_size()
+    res["hierarchical"] = {
+        "up": up, "out": out,
+        "formula_up": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up").evaluate(
+            message=f"{size} byte", gpus_per_node=2).magnitude),
+        "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
+            message=f"{size} byte", gpus_per_node=2, nodes=world // 2).magnitude)}
+    per_node = world // 2  # one channel per rank of a node
+    z = torch.randn(world * per_node * 5, generator=gen, dtype=torch.float64)
+    flat = z.clone()
+    dist.all_reduce(flat)
+    got, rs, ag = multinode_all_reduce(z, per_node)
+    if not torch.allclose(got, flat, rtol=1e-12, atol=1e-12):
+        res["mismatch"].append("multinode all_reduce")
+    a2a = LinkCounter(per_node)
+    y = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
+    ref = torch.empty_like(y)
+    dist.all_to_all_single(ref, y)
+    if not torch.equal(pairwise_all_to_all(y, list(range(world)), a2a), ref):
+        res["mismatch"].append("multinode all_to_all")
+    shape = {"gpus_per_node": per_node, "nodes": 2}
+    size = z.numel() * z.element_size()
+    res["multinode"] = [
+        {"kind": kind, "up": up, "out": out, **{
+            f"formula_{link}": float(formula(f"collectives.multinode.{kind}.bytes_sent_scale_{link}").evaluate(
+                message=f"{message} byte", **shape).to("byte").magnitude) for link in ("up", "out")}}
+        for kind, up, out, message in (("all_reduce", rs.up + ag.up, rs.out + ag.out, size),
+                                       ("reduce_scatter", rs.up, rs.out, size), ("all_gather", ag.up, ag.out, size),
+                                       ("all_to_all", a2a.up, a2a.out, y.numel() * y.element_size()))]
 
 
 def free_port() -> int:

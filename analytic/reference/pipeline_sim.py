@@ -78,92 +78,103 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
     work = [1.0] * (p * v) if work is None else [float(w) for w in work]
     if len(work) != p * v:
         raise ValueError(f"work: expected {p * v} chunks' factors, got {len(work)}")
-    dur = {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}
-    done: dict = {}
-    free = [0.0] * p
-    held = [0] * p
-    peak = [0] * p
-    held_layers = [0] * p
-    peak_layers = [0] * p
-    last_vs = p * v - 1
+    sim = _Simulation(p, v, {"F": t_f / v, "B": t_b / v, "W": t_w / v, "BW": (t_b + t_w) / v}, layers, work)
+    if schedule in ("gpipe", "1f1b", "interleaved"):
+        sim.fixed(_orders(schedule, p, m, v))
+    else:
+        sim.greedy(m, [(p - i) if schedule == "zb-h1" else 2 * (p - i) - 1 for i in range(p)])
+    makespan = max(sim.free)
+    busy = m * (t_f + t_b + t_w)
+    return Result(makespan, makespan - busy, [pk / v for pk in sim.peak], sim.peak_layers)
 
-    def vs(i, c):
-        return c * p + i
 
-    def ready(kind, j, i, c):
-        s = vs(i, c)
+class _Simulation:
+    """The stages' state as ops run: when each op ended, when each stage is free, and the microbatches
+    and layer-microbatches each holds (and their peaks)."""
+
+    def __init__(self, p: int, v: int, dur: dict, layers: list, work: list):
+        self.p, self.dur, self.layers, self.work = p, dur, layers, work
+        self.last = p * v - 1
+        self.done: dict = {}
+        self.free = [0.0] * p
+        self.held, self.peak = [0] * p, [0] * p
+        self.held_layers, self.peak_layers = [0] * p, [0] * p
+
+    def vs(self, i, c):
+        """The model-order index of chunk ``c`` of stage ``i``."""
+        return c * self.p + i
+
+    def ready(self, kind, j, i, c):
+        """When op ``kind`` of microbatch ``j`` on chunk ``c`` of stage ``i`` may start (None: not yet)."""
+        p, done, s = self.p, self.done, self.vs(i, c)
         if kind == "F":
             if s == 0:
                 return 0.0
-            prev = ((s - 1) % p, (s - 1) // p)
-            return done.get(("F", j, *prev))
+            return done.get(("F", j, (s - 1) % p, (s - 1) // p))
         if kind in ("B", "BW"):
             own = done.get(("F", j, i, c))
             if own is None:
                 return None
-            if s == last_vs:
+            if s == self.last:
                 return own
-            nxt = ((s + 1) % p, (s + 1) // p)
-            up = done.get(("B", j, *nxt))
+            up = done.get(("B", j, (s + 1) % p, (s + 1) // p))
             return None if up is None else max(own, up)
         return done.get(("B", j, i, c))  # W after B
 
-    def run(i, kind, j, c, start):
-        end = start + dur[kind] * work[vs(i, c)]
-        free[i] = end
-        done[(kind, j, i, c)] = end
+    def run(self, i, kind, j, c, start):
+        s = self.vs(i, c)
+        end = start + self.dur[kind] * self.work[s]
+        self.free[i] = end
+        self.done[(kind, j, i, c)] = end
         if kind == "BW":
-            done[("B", j, i, c)] = done[("W", j, i, c)] = end
+            self.done[("B", j, i, c)] = self.done[("W", j, i, c)] = end
         if kind == "F":
-            held[i] += 1
-            peak[i] = max(peak[i], held[i])
-            held_layers[i] += layers[vs(i, c)]
-            peak_layers[i] = max(peak_layers[i], held_layers[i])
+            self.held[i] += 1
+            self.peak[i] = max(self.peak[i], self.held[i])
+            self.held_layers[i] += self.layers[s]
+            self.peak_layers[i] = max(self.peak_layers[i], self.held_layers[i])
         if kind in ("B", "BW"):
-            held[i] -= 1
-            held_layers[i] -= layers[vs(i, c)]
+            self.held[i] -= 1
+            self.held_layers[i] -= self.layers[s]
 
-    if schedule in ("gpipe", "1f1b", "interleaved"):
-        orders = _orders(schedule, p, m, v)
-        pos = [0] * p
+    def fixed(self, orders: list) -> None:
+        """Each stage runs its op list in order, an op as soon as its stage is free and its inputs done."""
+        pos = [0] * self.p
         remaining = sum(len(o) for o in orders)
         while remaining:
             progressed = False
-            for i in range(p):
+            for i in range(self.p):
                 while pos[i] < len(orders[i]):
                     kind, j, c = orders[i][pos[i]]
-                    t = ready(kind, j, i, c)
+                    t = self.ready(kind, j, i, c)
                     if t is None:
                         break
-                    run(i, kind, j, c, max(free[i], t))
+                    self.run(i, kind, j, c, max(self.free[i], t))
                     pos[i] += 1
                     remaining -= 1
                     progressed = True
             if not progressed:
                 raise RuntimeError("schedule deadlocked")
-    else:
-        limit = [(p - i) if schedule == "zb-h1" else 2 * (p - i) - 1 for i in range(p)]
-        todo = [{("F", j): None for j in range(m)} | {("B", j): None for j in range(m)} | {("W", j): None for j in range(m)}
-                for _ in range(p)]
+
+    def greedy(self, m: int, limit: list) -> None:
+        """Zero-bubble scheduling: the earliest op that can start runs next, B before F before W, a stage
+        taking a new forward only below its in-flight ``limit``."""
+        todo = [{(kind, j): None for kind in ("F", "B", "W") for j in range(m)} for _ in range(self.p)]
         prio = {"B": 0, "F": 1, "W": 2}
         while any(todo):
             best = None
-            for i in range(p):
+            for i in range(self.p):
                 for (kind, j) in todo[i]:
-                    if kind == "F" and held[i] >= limit[i]:
+                    if kind == "F" and self.held[i] >= limit[i]:
                         continue
-                    t = ready(kind, j, i, 0)
+                    t = self.ready(kind, j, i, 0)
                     if t is None:
                         continue
-                    start = max(free[i], t)
-                    key = (start, prio[kind], j, i)
+                    key = (max(self.free[i], t), prio[kind], j, i)
                     if best is None or key < best[0]:
                         best = (key, i, kind, j)
             if best is None:
                 raise RuntimeError("schedule deadlocked")
             (start, _, _, _), i, kind, j = best
-            run(i, kind, j, 0, start)
+            self.run(i, kind, j, 0, start)
             del todo[i][(kind, j)]
-    makespan = max(free)
-    busy = m * (t_f + t_b + t_w)
-    return Result(makespan, makespan - busy, [pk / v for pk in peak], peak_layers)
