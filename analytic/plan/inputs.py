@@ -60,7 +60,7 @@ class Inputs:
         self.dtype = training_dtype(dtype, hardware)
         self._read_stack(stack, flash_attention)
         self.fp8_recipe = fp8_recipe_of(self.stack, self.stack_properties, self.dtype, fp8_recipe)
-        self.recipe = precision(self.dtype, self.fp8_recipe or "delayed")  # None for a 16-bit dtype
+        self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
             self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
