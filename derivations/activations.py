@@ -69,6 +69,23 @@ def derive() -> Derivation:
                      3 * two * s * b * (k + e_s) * h_e)
     d.check(norms + copies + experts / t, "memory.activations.mlp_moe")
     d.check(norms / t + copies + experts / t, "memory.activations.mlp_moe_sp")
+    gelu = d.step("An ungated MLP standing as a layer of its own (a hybrid model's '-'): the first matrix's output "
+                  "and the activation's output", 2 * two * s * b * h_ff)
+    d.check(norms + gelu / t, "memory.activations.mlp_gelu")
+    d.check((norms + gelu) / t, "memory.activations.mlp_gelu_sp")
+    w_e = S("expert_width")
+    wide = d.step("With ungated experts (squared ReLU) each of the k routed and E_s shared experts keeps two h_e-wide "
+                  "tensors; the k copies are in the experts' width w (LatentMoE's latent size, or h)",
+                  2 * two * s * b * (k + e_s) * h_e)
+    d.check(norms + k * two * s * b * w_e + wide / t, "memory.activations.mlp_moe_gelu")
+    d.check(norms / t + k * two * s * b * w_e + wide / t, "memory.activations.mlp_moe_gelu_sp")
+    H_m, P_m, N_m, G_m = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups")
+    zxbcdt = d.step("A Mamba-2 layer's fused kernel (mamba_split_conv1d_scan_combined) saves the input projection's "
+                    "output z, x, B, C, dt (H·P + (H·P + 2G·N) + H channels) and the scan's output y (H·P), "
+                    "recomputing the convolution and the gated norm's output",
+                    two * s * b * ((2 * H_m * P_m + 2 * G_m * N_m + H_m) + H_m * P_m))
+    d.check(norms + zxbcdt / t, "memory.activations.mamba2")
+    d.check((norms + zxbcdt) / t, "memory.activations.mamba2_sp")
     d.step("Megatron-Core's recompute modules free outputs and recompute them from saved inputs: 'layernorm' the "
            "two norms' outputs, 'mla_up_proj' the latents' norms' outputs with Q, K and V, 'moe_act' the routed "
            "experts' product")

@@ -61,6 +61,16 @@ def derive() -> Derivation:
     d.check(4 * (h + h), "compute.memory_bound.sp_relayout",
             "eager DTensor's copies around a block's four sequence-parallel collectives (two all-gathers, two "
             "reduce-scatters on the sequence dimension), one pass: each reads and writes the whole tensor:")
+    d.check(S("flops") / (F * eta), "compute.mamba2.scan_time",
+            "Mamba-2's chunked scan (SSD) is batched matrix multiplications; its FLOPs at the GEMM ceiling:")
+    H_m, P_m, N_m, G_m = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups")
+    xbc, inner = H_m * P_m + 2 * G_m * N_m, H_m * P_m
+    d.check((xbc + xbc) + (2 * inner + inner), "compute.memory_bound.mamba2_forward",
+            "Mamba-2 forward around the scan: the convolution reads and writes x, B, C; the gated norm reads y and z, "
+            "writes one:")
+    d.check((2 * xbc + xbc) + (3 * inner + 2 * inner), "compute.memory_bound.mamba2_backward",
+            "its backward: the convolution reads x, B, C and their gradient and writes one; the gated norm reads y, z "
+            "and the output gradient and writes two:")
     d.check(V + 2 * V, "compute.memory_bound.cross_entropy",
             "cross-entropy: the forward reads the logits, the backward reads them and writes their gradient:")
     d.check(a * s * (2 + 3), "compute.memory_bound.scores",

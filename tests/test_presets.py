@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # published counts (model cards, papers) and the relative rounding of how they are printed
 PUBLISHED = {"llama3-8b": 5e-4, "llama3-70b": 1e-4, "llama3-405b": 2e-5, "gpt3-175b": 3e-4, "palm-540b": 2e-5,
              "bloom-176b": 1e-4, "deepseek-v3": 1e-3, "qwen3-30b-a3b": 2e-3, "qwen3-235b-a22b": 2e-3,
-             "gpt-oss-20b": 5e-4, "gpt-oss-120b": 1e-4, "kimi-k2": 0.05}
+             "gpt-oss-20b": 5e-4, "gpt-oss-120b": 1e-4, "kimi-k2": 0.05, "nemotron-3-nano": 2e-3,
+             "nemotron-3-super": 6e-3}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

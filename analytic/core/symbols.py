@@ -61,6 +61,13 @@ _TABLE = [
     ("rope_dim", "d_r", "", "count0", "MLA decoupled RoPE dimension per head"),
     ("sliding_window", "W", "", "count0", "keys a sliding-window attention layer lets a query see (0: none)"),
     ("sliding_layers", "L_w", "", "count0", "layers whose attention is limited to the sliding window"),
+    ("ssm_heads", "H_m", "", "count", "Mamba-2 heads of a hybrid model's SSM layers"),
+    ("ssm_head_dim", "P_m", "", "count", "channels of one Mamba-2 head (the mixer's inner width is H_m·P_m)"),
+    ("ssm_state", "N_m", "", "count", "Mamba-2 state size per head (d_state)"),
+    ("ssm_groups", "G_m", "", "count", "Mamba-2 groups sharing one B and one C projection"),
+    ("ssm_conv", "K_m", "", "count", "width of a Mamba-2 layer's causal depthwise convolution"),
+    ("expert_width", "w_e", "", "count",
+     "width routed experts work in: the hidden size, or LatentMoE's latent size (Nemotron 3)"),
     # data
     ("tokens", "D", "token", "nonnegative", "training tokens"),
     ("seq_len", "s", "", "count", "sequence length"),

@@ -94,6 +94,12 @@ define("compute.moe_forward_flops_per_token", 6 * S("topk") * h * S("expert_ffn_
        * S("expert_ffn_hidden") + 2 * h * S("experts"), "FLOP/token", "derived: derivations/time_wall.py",
        ("k routed and E_s shared SwiGLU experts of inner size h_e per token", "router h×E"),
        "forward FLOPs per token of an MoE FFN", coefficient_unit="FLOP")
+define("compute.mamba2_scan_flops_per_token", 7 * S("ssm_heads") * S("ssm_head_dim") * S("ssm_state"), "FLOP/token",
+       "NVIDIA/Megatron-LM megatron/training/training.py num_floating_point_operations, mamba_layer_flops (the "
+       "scan's 7·d_in·N per token), with d_in the mixer's inner width H·P",
+       ("the chunked state-space scan (SSD) of one Mamba-2 layer, forward", "its projections are counted with the "
+        "parameters (6N)", "the convolution and gating not counted"),
+       "forward FLOPs per token of one Mamba-2 layer's scan", coefficient_unit="FLOP")
 define("compute.logits_forward_flops_per_token", 2 * h * V, "FLOP/token", "derived: derivations/time_wall.py",
        ("output projection h×V",), "forward FLOPs per token of the logit layer", coefficient_unit="FLOP")
 define("compute.mfu", C / (T * n * F), "", f"{PALM} App. B (MFU); Llama 3 arXiv 2407.21783 §3.3.2",

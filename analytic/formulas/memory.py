@@ -210,6 +210,10 @@ _gqa_seq, _gqa_head = 4 * h, 4 * a * d_h + 4 * a_kv * d_h + 4 * a
 _mla_seq = 4 * h + 4 * r_q + 2 * (r_kv + d_r) + 2 * r_kv
 _mla_head = 4 * a * (d_h + d_r) + 4 * a * d_h + 4 * a
 _moe_inner = 6 * (k + E_s) * h_e
+H_m, P_m, N_m, G_m, w_e = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "expert_width")
+_mamba_inner = 2 * (2 * H_m * P_m + 2 * G_m * N_m + H_m) + 2 * H_m * P_m
+MAMBA_SAVED = ("state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py, MambaSplitConv1dScanCombinedFn.forward "
+               "(save_for_backward: zxbcdt, out_x), the path Megatron-Core's MambaMixer takes with use_mem_eff_path")
 for sp, split, where in (("", lambda seq, inner: seq + inner / t, "TP without SP"),
                          ("_sp", lambda seq, inner: (seq + inner) / t, "TP + SP")):
     define(f"memory.activations.attention_gqa{sp}", s * b * split(_gqa_seq, _gqa_head), "byte", HALVES,
@@ -239,6 +243,25 @@ for sp, split, where in (("", lambda seq, inner: seq + inner / t, "TP without SP
             "as many tokens on each expert-parallel rank as it sends (balanced routing)",
             "the router's scores and probabilities (E + k values per token) not counted"),
            f"activations of the MoE MLP half of a layer, {where}", coefficient_unit="byte")
+    define(f"memory.activations.mamba2{sp}", s * b * split(4 * h, _mamba_inner), "byte", f"{HALVES}; {MAMBA_SAVED}",
+           ("16-bit activations", "saved: the norm's input and output (the input projection's input), the input "
+            "projection's output z, x, B, C, dt (2(2H·P + 2G·N + H)) and the scan's output (2H·P); the convolution, "
+            "the chunk states and the gated norm's output recomputed in the backward",
+            "tensor parallelism splits the heads and groups"),
+           f"activations of one Mamba-2 layer, {where}", coefficient_unit="byte")
+    define(f"memory.activations.mlp_gelu{sp}", s * b * split(4 * h, 4 * h_ff), "byte", HALVES,
+           ("16-bit activations", "saved: the norm's input and output (the MLP input), the first matrix's output and "
+                                  "the activation's output (2 × 2sb·h_ff)"),
+           f"activations of an ungated MLP (GELU, squared ReLU) standing as a layer of its own, {where}",
+           coefficient_unit="byte")
+    define(f"memory.activations.mlp_moe_gelu{sp}", s * b * (split(4 * h, 4 * (k + E_s) * h_e) + 2 * k * w_e), "byte",
+           f"{HALVES}; {MEGATRON_MOE}",
+           ("16-bit activations; ungated experts (squared ReLU), split by TP like a dense MLP",
+            "saved: the norm's input and output, each token's k routed copies in the experts' width w (2k·w), the "
+            "first matrix's output and the activation's output of its k routed and E_s shared experts "
+            "(4(k + E_s)·h_e)", "LatentMoE's projections' own inputs (2w per token) not counted",
+            "as many tokens on each expert-parallel rank as it sends (balanced routing)"),
+           f"activations of an MoE layer with ungated experts, {where}", coefficient_unit="byte")
     define(f"memory.activations.freed.layernorm{sp}", s * b * split(4 * h, 0), "byte",
            "NVIDIA/Megatron-LM TransformerConfig.recompute_modules 'layernorm' (output-discarding checkpoint of "
            "input_layernorm and pre_mlp_layernorm); DeepSeek-V3 arXiv 2412.19437 §3.2.3",

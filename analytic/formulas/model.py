@@ -81,3 +81,34 @@ define("model.params.megatron", 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (
        "Narayanan et al. 2021, Megatron-LM PTD-P, arXiv 2104.04473 §5.1 eq. (2)",
        ("GPT layer with biases, MLP 4h, learned positions of length s, tied embeddings",
         "final LayerNorm not counted"), "parameters of a GPT model (Megatron's count)", coefficient_unit=P)
+
+# Hybrid models (Nemotron-H, Nemotron 3): a layer is one mixer (Mamba-2 or attention) or one FFN (an MLP or
+# an MoE), each after its own norm. Squared-ReLU FFNs are ungated: two matrices.
+H_m, P_m, N_m, G_m, K_m, w = S("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "expert_width")
+MAMBA2 = ("Dao & Gu 2024, Transformers are SSMs, arXiv 2405.21060 §7.1 (the Mamba-2 block); state-spaces/mamba "
+          "mamba_ssm/modules/mamba2.py and NVIDIA/Megatron-LM megatron/core/ssm/mamba_mixer.py (its weights)")
+define("model.params.mamba2",
+       h * (2 * H_m * P_m + 2 * G_m * N_m + H_m) + (H_m * P_m + 2 * G_m * N_m) * (K_m + 1) + 3 * H_m + H_m * P_m
+       + H_m * P_m * h, P, MAMBA2,
+       ("input projection h×(2H·P + 2G·N + H) to z, x, B, C and the step sizes dt, no bias",
+        "a causal depthwise convolution of width K over x, B and C, with a bias",
+        "A (as A_log), D and dt's bias: one each per head", "a gated RMSNorm over the H·P inner channels",
+        "output projection H·P×h, no bias", "the layer's input norm counted apart (model.params.norm.*)"),
+       "weights of one Mamba-2 mixer", coefficient_unit=P)
+NEMOTRON_MOE = ("NVIDIA 2025, Nemotron 3 Nano technical report, arXiv 2512.20848 §2 (squared-ReLU experts, shared "
+                "experts); NVIDIA/Megatron-LM megatron/core/transformer/moe (moe_latent_size: LatentMoE's fc1 and fc2 "
+                "latent projections, Nemotron 3 Super)")
+define("model.params.moe_gelu", E * 2 * w * h_e + E_s * 2 * h * h_e + E * h, P, NEMOTRON_MOE,
+       ("ungated experts (squared ReLU, GELU): two matrices each", "routed experts work in width w (h, or "
+        "LatentMoE's latent size), shared experts in h", "router h×E, no bias counted"),
+       "parameters of one MoE FFN with ungated experts (all experts)", coefficient_unit=P)
+define("model.params.moe_active_gelu", k * 2 * w * h_e + E_s * 2 * h * h_e + E * h, P, NEMOTRON_MOE,
+       ("a token uses k routed and all shared experts, and the whole router",),
+       "parameters of one MoE FFN with ungated experts used by one token", coefficient_unit=P)
+define("model.params.routed_experts_gelu", E * 2 * w * h_e, P, NEMOTRON_MOE,
+       ("ungated experts in width w",), "parameters of the ungated routed experts of one MoE layer (sharded by EP)",
+       coefficient_unit=P)
+define("model.params.moe_latent", 2 * h * w, P, NEMOTRON_MOE,
+       ("LatentMoE: a down-projection h×w before the routed experts and an up-projection w×h after them",
+        "used by every token; replicated over expert parallelism"),
+       "parameters of one MoE layer's latent projections", coefficient_unit=P)

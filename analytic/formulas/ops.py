@@ -79,6 +79,18 @@ define("compute.memory_bound.moe_permute", 4 * (1 + S("topk")) * h, "",
        f"Megatron-Core MoE token dispatcher (permute before the experts, unpermute after); {DERIVED}",
        ("permute reads h and writes k copies, unpermute reads k and writes their weighted sum; the backward likewise",),
        "elements per token the MoE permutations of one block move")
+_inner, _xbc = S("ssm_heads") * S("ssm_head_dim"), S("ssm_heads") * S("ssm_head_dim") + 2 * S("ssm_groups") * S("ssm_state")
+define("compute.memory_bound.mamba2_forward", 2 * _xbc + 3 * _inner, "",
+       f"state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py (mamba_split_conv1d_scan_combined: the causal "
+       f"convolution and the gated RMSNorm around the scan); {DERIVED}",
+       ("the convolution reads x, B and C (H·P + 2G·N) and writes them", "the gated norm reads the scan's output "
+        "and z (2H·P) and writes H·P", "the scan itself is timed by its FLOPs"),
+       "elements per token the forward's memory-bound kernels of one Mamba-2 layer move")
+define("compute.memory_bound.mamba2_backward", 3 * _xbc + 5 * _inner, "",
+       f"state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py (its backward); {DERIVED}",
+       ("the convolution's backward reads x, B, C and their gradient and writes the input gradient",
+        "the gated norm's reads y, z and the output gradient and writes the gradients of y and z"),
+       "elements per token the backward's memory-bound kernels of one Mamba-2 layer move")
 define("compute.memory_bound.cross_entropy", 3 * V, "", f"Megatron-LM fused vocab-parallel cross-entropy; {DERIVED}",
        ("forward reads the logits, backward reads them again and writes their gradient",),
        "elements per token of the softmax cross-entropy, forward and backward")
@@ -201,6 +213,12 @@ define("compute.attention.time", S("flops") / (F * S("attention_efficiency") * S
         "η_att: the kernel's efficiency in its own benchmarks; κ_att: the share of it a training step keeps "
         "(causal masks, grouped KV heads, context-parallel chunks), fitted on published step times"),
        "time of the fused attention kernel")
+define("compute.mamba2.scan_time", S("flops") / (F * eta), "s",
+       f"Dao & Gu 2024, Transformers are SSMs, arXiv 2405.21060 §6 (the SSD algorithm: a chunked scan as batched "
+       f"matrix multiplications); {DERIVED}",
+       ("C: the scan's FLOPs (compute.mamba2_scan_flops_per_token)", "run at the 16-bit GEMM ceiling η: no measured "
+        "efficiency of the SSD kernels is published"),
+       "time of Mamba-2's chunked scan")
 define("compute.stack_time", S("ideal_time") / S("stack_efficiency"), "s",
        "derived: derivations/op_time.py; the efficiency fitted per stack on published step times "
        "(analytic calibrate --published)",

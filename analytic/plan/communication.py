@@ -28,13 +28,16 @@ def _ranks_per_domain(size, fit):
     """Ranks of a group spanning scale-up domains counted per domain, when ``fit`` of its ranks fit in
     one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs carry more,
     and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled evenly, slower
-    otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1)."""
+    otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1); a ``fit`` that is not whole
+    (ranks 64 apart on 72-GPU racks: 9/8) counts the whole ranks a domain holds, at least one."""
     if is_sympy(size) or is_sympy(fit):
         import sympy
 
         from ..core.lowering import common_divisor
-        return sympy.gcd(size, fit) if is_number(size) and is_number(fit) else common_divisor(size, fit)
-    a, b = Fraction(size), Fraction(fit)  # sympy's gcd of rationals: of the numerators over the denominators' lcm
+        if is_number(size) and is_number(fit):
+            return sympy.gcd(size, max(1, sympy.floor(fit)))
+        return common_divisor(size, fit)
+    a, b = Fraction(size), Fraction(max(1, math.floor(fit)))
     return ratio(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator))
 
 
@@ -121,13 +124,12 @@ def _layers_local(inp: Inputs):
 
 
 def _tp_layers_local(inp: Inputs):
-    """A stage's layers by their TP collectives, each layer's attention and MLP halves: an MoE layer
-    without shared experts has the attention's half alone (its routed tokens move in the dispatcher's
-    expert tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
+    """A stage's layers by their TP collectives, in pairs of a layer's mixer (attention, Mamba-2) and FFN:
+    an MoE FFN without shared experts has none (its routed tokens move in the dispatcher's expert
+    tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
     m = inp.model
-    if not m.is_moe or m.shared_experts:
-        return _layers_local(inp)
-    return ratio(2 * m.blocks - m.moe_blocks, 2 * inp.deg.pp)
+    halves = m.attention_blocks + m.mamba_blocks + m.dense_blocks + (m.moe_blocks if m.shared_experts else 0)
+    return ratio(halves, 2 * inp.deg.pp)
 
 
 def tensor_parallel(inp: Inputs) -> dict:
@@ -264,12 +266,17 @@ def _routed(inp: Inputs) -> tuple:
     return tokens, gemm_input_bytes(inp, Quantity(2, "byte")), ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
 
 
+def _width(inp: Inputs):
+    """Elements of one dispatched token: the hidden size, or LatentMoE's latent size."""
+    return inp.model.moe_latent or inp.model.hidden
+
+
 def _expert_tensor_parallel(inp: Inputs) -> dict:
     """The dispatcher's all-gather of the routed tokens over the etp ranks (in the dispatch's dtype) and its
     reduce-scatter of their outputs (in 16 bits), etp consecutive ranks."""
     tokens, dispatch_e, calls = _routed(inp)
     etp = inp.deg.etp
-    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, **e) for e in
+    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, hidden=_width(inp), **e) for e in
                 ({"element_bytes": dispatch_e}, {}))
     return _plus(*(_collectives(inp, kind, message, calls, etp, 1)
                    for kind, message in zip(("all_gather", "reduce_scatter"), gathered)))
@@ -280,14 +287,15 @@ def _expert_parallel(inp: Inputs) -> dict:
     tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
-    plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e),
+    plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e,
+                                                          hidden=_width(inp)),
                                  calls, lay.ep, stride_) for e in (dispatch_e, inp.values["element_bytes"])))
     link = link_kind(lay.ep, stride_, g)
     if not m.nodes_per_token or link in ("scale-up", "-"):
         return plain
     nodes = Min(lay.ep, lay.ep * stride_ / g)
     reach = Min(m.nodes_per_token, nodes)
-    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
+    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, hidden=_width(inp),
                                                              nodes_per_token=reach, element_bytes=e), calls, nodes, g)
                       for e in (dispatch_e, Quantity(2, "byte"))))
     if link != "symbolic":

@@ -19,7 +19,9 @@ def model_flops(inp: Inputs, convention: str) -> Formula:
     if convention == "6nd":
         return inp.f("compute.training_flops", params=m.active_params_formula(), tokens=tokens)
     if convention == "palm":
-        return inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=m.active_params_formula()) * tokens
+        palm = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=m.active_params_formula(),
+                     layers=m.attention_layers)
+        return (palm + _scans(inp, m.mamba_blocks)) * tokens
     return inp.f("compute.megatron_flops")
 
 
@@ -39,10 +41,19 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
                             (modules, lay.recompute_is("selective")), (0, True))
 
 
+def _scans(inp: Inputs, layers) -> Formula:
+    """Training FLOPs per token of ``layers`` Mamba-2 scans (three forwards: PaLM's count extended to the SSM's
+    sequence mixing, as Megatron-LM's hybrid_flops counts it); zero without them."""
+    if not layers:
+        return Formula("0", 0, "FLOP/token", "")
+    return inp.f("compute.mamba2_scan_flops_per_token") * (3 * layers)
+
+
 def _attention_core(inp: Inputs) -> Formula:
-    """Forward FLOPs of every block's attention core (MTP blocks included) over the step's tokens."""
+    """Forward FLOPs of every attention core (MTP blocks included) and Mamba-2 scan over the step's tokens."""
     m = inp.model
-    return inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}") * m.blocks * inp.tokens_per_step
+    core = inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}") * m.attention_blocks
+    return (core + _scans(inp, m.mamba_blocks) / 3 if m.mamba_blocks else core) * inp.tokens_per_step
 
 
 def _flash_backward(inp: Inputs) -> Formula:
@@ -51,15 +62,16 @@ def _flash_backward(inp: Inputs) -> Formula:
         return Formula("0", 0, "FLOP", "")
     m = inp.model
     return (inp.f(f"compute.flash_backward_recompute_flops_per_token{m.attention_suffix}")
-            * m.blocks * inp.tokens_per_step)
+            * m.attention_blocks * inp.tokens_per_step)
 
 
 def hardware_flops(inp: Inputs) -> Formula:
-    """PaLM's count over everything a token passes through: the model, and each MTP module's
-    projection, block and (shared) output head; FlashAttention's backward recomputation of QKᵀ."""
+    """PaLM's count over everything a token passes through: the model (Mamba-2's scans included), and each MTP
+    module's projection, block and (shared) output head; FlashAttention's backward recomputation of QKᵀ."""
     m = inp.model
     params = m.active_params_formula()
     if m.mtp_modules:
         params = params + m.mtp_params_formula(active=True) + inp.f("model.params.embedding") * m.mtp_modules
-    per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.blocks)
+    per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.attention_blocks)
+    per_token = per_token + _scans(inp, m.mamba_blocks) if m.mamba_blocks else per_token
     return _recomputed(inp, per_token * inp.tokens_per_step, _attention_core(inp)) + _flash_backward(inp)

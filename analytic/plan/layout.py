@@ -323,6 +323,8 @@ def check_layout(model, layout: Layout, *, seq_len, global_batch, microbatch_siz
         raise LayoutError(f"tp: {lay.tp} and the {m.kv_heads} KV heads do not divide one another "
                           "(KV heads are split when tp ≤ kv_heads, replicated when kv_heads divides tp)")
     _check_split(lay, m)
+    if hybrid_refusal(m, lay.tp, lay.cp):
+        raise LayoutError(hybrid_refusal(m, lay.tp, lay.cp))
     if num(lay.dp, global_batch, microbatch_size) and global_batch % (lay.dp * microbatch_size):
         raise LayoutError(f"global_batch: {global_batch} sequences do not split into dp {lay.dp} × "
                           f"microbatch_size {microbatch_size}")
@@ -393,6 +395,20 @@ def _check_split(lay: Layout, m) -> None:
             raise LayoutError(f"first_stage_layers/last_stage_layers: under interleaving every stage's layers split "
                               f"evenly over its {lay.vpp} model chunks (Megatron-Core's TransformerConfig): "
                               f"{', '.join(map(str, given))} and {rest // stages if stages else 0} a middle stage")
+
+
+def hybrid_refusal(m, tp, cp) -> str | None:
+    """Why a hybrid model's Mamba-2 layers refuse TP ``tp`` or CP ``cp``, or None: TP divides their heads and
+    groups (Megatron-Core's MambaMixer splits both); no context parallelism (its Mamba layers' all-to-all is
+    not modelled). One rule for Plan and search; what is still a symbol is not checked."""
+    if not m.mamba_blocks:
+        return None
+    for k in ("ssm_heads", "ssm_groups"):
+        if is_number(tp) and is_number(getattr(m, k)) and getattr(m, k) % tp:
+            return f"tp: {tp} does not divide the {getattr(m, k)} Mamba-2 {k[4:]}"
+    if is_number(cp) and cp != 1:
+        return f"cp: context parallelism over Mamba-2 layers is not modelled (cp {cp}); use cp=1"
+    return None
 
 
 def _check_experts(lay: Layout, m) -> None:

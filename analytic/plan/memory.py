@@ -98,6 +98,8 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
     if not inp.flash_attention:
         return cases("layer", "byte", (inp.f(f"memory.activations.layer_tp{sp}_selective", **kw), lay.recompute_is("selective")),
                      (inp.f(f"memory.activations.layer_tp{sp}", **kw), True))
+    if m.is_hybrid:
+        return _hybrid_layer(inp, sp, kw)
     if m.attention == "mla" or m.is_moe:
         return _halves(inp, moe, sp, kw)
     layer = _stack_extras(inp, inp.f(f"memory.activations.layer_flash_{m.mlp_formulas}{sp}", **kw), sp, kw)
@@ -108,15 +110,38 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
     return cases("layer", "byte", (op, lay.recompute_is("selective")), (layer, True))
 
 
+def _mlp_half(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
+    """The activations of an MLP half or layer: the MoE one or a dense one, gated (SwiGLU) or not."""
+    ungated = "" if inp.model.mlp_formulas == "swiglu" else "_gelu"
+    if not moe:
+        return inp.f(f"memory.activations.mlp_{'gelu' if ungated else 'swiglu'}{sp}", **kw)
+    return inp.f(f"memory.activations.mlp_moe{ungated}{sp}", **kw)
+
+
 def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     """An MLA or MoE model's layer: its attention half plus its MLP half (the MoE one, or a dense
-    SwiGLU of ffn_hidden), less what the recompute modules free."""
+    one), less what the recompute modules free."""
     m = inp.model
-    if m.mlp_formulas != "swiglu":
-        raise InputError(f"mlp: activations of MLA and MoE layers are counted for SwiGLU MLPs, not {m.mlp!r}")
     attention = inp.f(f"memory.activations.attention_{'mla' if m.attention == 'mla' else 'gqa'}{sp}", **kw)
-    layer = attention + inp.f(f"memory.activations.mlp_{'moe' if moe else 'swiglu'}{sp}", **kw)
+    layer = attention + _mlp_half(inp, moe, sp, kw)
     return _less_freed(inp, _stack_extras(inp, layer, sp, kw), sp, kw, moe)
+
+
+def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
+    """A hybrid model's mean layer: each kind's activations (Mamba-2, attention, MLP, MoE) weighted by its
+    share of the pattern (a stage's layers hold the pattern's mix; the stack's extras and recompute modules
+    are counted for transformer blocks only and not here)."""
+    m = inp.model
+    if inp.layout.fp8_activations or inp.layout.recompute_modules:
+        raise InputError("recompute_modules: selective modules and FP8 activation caching are modelled for "
+                         "transformer blocks, not a hybrid model's layers")
+    kinds = {"*": inp.f(f"memory.activations.attention_gqa{sp}", **kw), "-": _mlp_half(inp, False, sp, kw)}
+    if m.mamba_blocks:
+        kinds["M"] = inp.f(f"memory.activations.mamba2{sp}", **kw)
+    if m.is_moe:
+        kinds["E"] = _mlp_half(inp, True, sp, kw)
+    parts = [f * m.layer_pattern.count(c) for c, f in kinds.items() if m.layer_pattern.count(c)]
+    return sum(parts[1:], parts[0]) / m.layers
 
 
 def _stack_extras(inp: Inputs, layer: Formula, sp: str, kw: dict) -> Formula:
@@ -186,7 +211,7 @@ def stage_params(inp: Inputs, k) -> dict:
     dense_local, expert_local = rest / lay.tp, experts / (lay.etp * lay.ep)
     return {"dense_local": dense_local, "expert_local": expert_local, "per_gpu": dense_local + expert_local,
             "ends_local": m.stage_ends_formula(is_first, is_last) / lay.tp,
-            "layers": layers, "blocks": layers + Piecewise((m.mtp_modules, is_last), (0, True)),
+            "layers": layers, "blocks": layers + Piecewise((m.mtp_layers, is_last), (0, True)),
             "first": is_first, "last": is_last}
 
 
@@ -219,7 +244,7 @@ def activation_parts(inp: Inputs) -> dict:
     output layer's saved inputs, held through the loss) and input (a layer's input)."""
     lay, m = inp.deg, inp.model
     layer = layer_activations(inp)
-    if m.is_moe:  # the larger of a dense and an MoE layer
+    if m.is_moe and not m.is_hybrid:  # the larger of a dense and an MoE layer
         moe_layer = layer_activations(inp, moe=True)
         layer = moe_layer if not m.dense_layers else composed("layer", Max(layer.term, moe_layer.term), "byte",
                                                               layer, moe_layer)

@@ -34,8 +34,10 @@ class _Ops:
         selective = () if op else ((1, lay.core_recomputed),)
         self.again = cases("again", "", (inp.recomputed, lay.recompute_is("full")), *selective,
                            (0, True)).term  # the attention core runs again
-        self.dense = ratio(m.blocks - m.moe_blocks, lay.pp)  # blocks of each kind per stage
-        self.moe = ratio(m.moe_blocks, lay.pp)
+        # mixers and FFNs of each kind per stage, and residual branches in blocks' worth (two a block)
+        self.attention, self.mamba = ratio(m.attention_blocks, lay.pp), ratio(m.mamba_blocks, lay.pp)
+        self.dense, self.moe = ratio(m.dense_blocks, lay.pp), ratio(m.moe_blocks, lay.pp)
+        self.branches = ratio(m.sublayers, 2 * lay.pp)
         self.share, self.share_formula, sms = 1, None, inp.values.get("sms")
         if lay.comm_sms != 0:  # SMs reserved for communication compute nothing
             self.share_formula = inp.f("compute.sm_share")
@@ -103,11 +105,37 @@ def _sum(parts: list) -> Formula:
     return sum(parts[1:], parts[0])
 
 
+def _moe_gemms(o: _Ops, fc1: int) -> Formula:
+    """Seconds of one MoE FFN's GEMMs: the router (replicated over TP), LatentMoE's projections, the routed
+    experts as one grouped GEMM of tokens·k·E_p·etp/(t·E) rows per local expert, each split over the etp
+    ranks, in the experts' width, and the shared experts."""
+    m, lay, M, fp8 = o.inp.model, o.inp.deg, o.tokens, o.inp.low_precision
+    h, h_e, E, etp, t = m.hidden, m.expert_ffn_hidden, m.experts, lay.etp, lay.tp
+    w = m.moe_latent or h
+    local = E / lay.ep
+    rows = M * m.topk * lay.ep * etp / (t * E)  # the tokens of the etp ranks, on this rank's experts
+    moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, fc1 * h_e / etp, w, fp8), o.gemm(local, rows, w, h_e / etp, fp8)]
+    if m.moe_latent:
+        moe += [o.gemm(1, M, w, h, fp8), o.gemm(1, M, h, w, fp8)]
+    if m.shared_experts:
+        moe += [o.gemm(1, M, fc1 * h_e * m.shared_experts / t, h, fp8), o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
+    return _sum(moe)
+
+
+def _mamba_gemms(o: _Ops) -> Formula:
+    """Seconds of one Mamba-2 layer's projections, split over TP by heads and groups: in to z, x, B, C and dt,
+    and out."""
+    m, t = o.inp.model, o.inp.deg.tp
+    inner = m.ssm_heads * m.ssm_head_dim
+    width = 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads
+    return o.gemm(1, o.tokens, width / t, m.hidden, o.inp.low_precision) + o.gemm(1, o.tokens, m.hidden, inner / t,
+                                                                                 o.inp.low_precision)
+
+
 def gemm_time(o: _Ops) -> Formula:
-    """Seconds per step of every GEMM of one GPU's stage: the blocks' linear layers (the router and
-    MLA's down-projections are replicated over TP), the routed experts as one grouped GEMM of
-    tokens·k·E_p·etp/(t·E) rows per local expert, each split over the etp ranks, the output head and the MTP
-    projections."""
+    """Seconds per step of every GEMM of one GPU's stage: the mixers' and FFNs' linear layers (the router and
+    MLA's down-projections are replicated over TP; :func:`_moe_gemms`, :func:`_mamba_gemms`), the output head
+    and the MTP projections."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M, fp8 = lay.tp, o.tokens, inp.low_precision
     h, a, d_h = m.hidden, m.heads, m.head_dim
@@ -125,19 +153,13 @@ def gemm_time(o: _Ops) -> Formula:
     if o.op != 0:  # the op-level policy runs wk, wo and w3 forward again
         again = [(m.kv_heads * d_h / t, h), (h, a * d_h / t), (m.ffn_hidden / t, h)]
         dense = dense + _sum([o.gemm(1, M, n, k, fp8, backward=False) for n, k in again]) * o.op
-    total = (attention + dense) * o.dense if m.blocks - m.moe_blocks else None
+    total = attention * o.attention + o.head * ratio(1, lay.pp)
+    if m.dense_blocks:
+        total = total + dense * o.dense
     if m.is_moe:
-        h_e, E, etp = m.expert_ffn_hidden, m.experts, lay.etp
-        local = E / lay.ep
-        rows = M * m.topk * lay.ep * etp / (t * E)  # the tokens of the etp ranks, on this rank's experts
-        moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, 2 * h_e / etp, h, fp8),
-               o.gemm(local, rows, h, h_e / etp, fp8)]
-        if m.shared_experts:
-            moe += [o.gemm(1, M, 2 * h_e * m.shared_experts / t, h, fp8),
-                    o.gemm(1, M, h, h_e * m.shared_experts / t, fp8)]
-        moe_blocks = (attention + _sum(moe)) * o.moe
-        total = moe_blocks if total is None else total + moe_blocks
-    total = total + o.head * ratio(1, lay.pp)
+        total = total + _moe_gemms(o, fc1) * o.moe
+    if m.mamba_blocks:
+        total = total + _mamba_gemms(o) * o.mamba
     return total * inp.microbatches
 
 
@@ -155,18 +177,35 @@ def _score_share(inp):
     if not m.windowed_layers:
         return causal.term
     window = inp.f("compute.attention.window_share", sliding_window=Min(m.sliding_window, inp.seq_len, decide=True))
-    return (window * m.windowed_layers + causal * (m.blocks - m.windowed_layers)) / m.blocks
+    return (window * m.windowed_layers + causal * (m.attention_blocks - m.windowed_layers)) / m.attention_blocks
 
 
 def attention_time(o: _Ops) -> Formula:
-    """Seconds per step of every block's attention core: a fused kernel (causal, at the stack's
-    kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
-    recomputation), or without one QKᵀ and attention over V as batched GEMMs and the softmax over
-    the scores at HBM bandwidth."""
+    """Seconds per step of the sequence mixers' cores: every attention layer's (a fused kernel, causal, at the
+    stack's kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
+    recomputation; or without one QKᵀ and attention over V as batched GEMMs and the softmax over the scores
+    at HBM bandwidth) and every Mamba-2 layer's chunked scan (:func:`scan_time`)."""
+    core = _attention_core_time(o)
+    return core + scan_time(o) if o.inp.model.mamba_blocks else core
+
+
+def scan_time(o: _Ops) -> Formula:
+    """Seconds per step of the Mamba-2 layers' chunked scans: forward, a backward of two forwards and the
+    forward again under full recomputation, at the 16-bit GEMM ceiling (compute.mamba2.scan_time)."""
+    inp, lay = o.inp, o.inp.deg
+    per_token = inp.f("compute.mamba2_scan_flops_per_token") * (3 + o.full)
+    flops = composed("C", ratio(per_token.term * o.tokens, lay.tp), "FLOP", per_token)
+    sixteen = "_16" if inp.low_precision else ""
+    one = inp.f("compute.mamba2.scan_time", flops=flops.term, peak_flops=o.peak(False),
+                matmul_efficiency=inp.need(f"matmul_efficiency{sixteen}"))
+    return o.on_share(composed("scan", one.term * o.mamba * inp.microbatches, "s", one, flops))
+
+
+def _attention_core_time(o: _Ops) -> Formula:
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M = lay.tp, o.tokens
     suffix = m.attention_suffix
-    blocks = ratio(m.blocks, lay.pp)
+    blocks = o.attention
     if inp.flash_attention:
         core = inp.f(f"compute.attention_core_forward_flops_per_token{suffix}")
         recompute = inp.f(f"compute.flash_backward_recompute_flops_per_token{suffix}")
@@ -205,20 +244,23 @@ def memory_bound_time(o: _Ops) -> Formula:
         return (f(f"compute.memory_bound.mlp_forward.{m.mlp_formulas}", ffn_hidden=width) * forwards
                 + f(f"compute.memory_bound.mlp_backward.{m.mlp_formulas}", ffn_hidden=width)) * (M / t)
 
-    total = (elements + activation(m.ffn_hidden)) * o.dense if m.blocks - m.moe_blocks else None
+    total = elements * o.branches + o.loss_elements * ratio(1, lay.pp)
+    if m.dense_blocks:
+        total = total + activation(m.ffn_hidden) * o.dense
     if m.is_moe:
         moe = activation(m.expert_ffn_hidden * (m.topk + m.shared_experts))
-        moe = moe + f("compute.memory_bound.moe_permute") * stream
-        total = (elements + moe) * o.moe if total is None else total + (elements + moe) * o.moe
-    blocks = o.dense + o.moe  # of this stage
+        total = total + (moe + f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden) * stream) * o.moe
+    if m.mamba_blocks:
+        total = total + (f("compute.memory_bound.mamba2_forward") * forwards
+                         + f("compute.memory_bound.mamba2_backward")) * (M / t) * o.mamba
+    blocks = o.attention  # of this stage
     if m.position == "rope":
         # MLA rotates only the decoupled parts: a query part of d_r per head and one shared key part
         rope = (dict(heads=m.heads, kv_heads=1, head_dim=m.rope_dim) if m.attention == "mla" else {})
         rotated = M if inp.qk_gathered else M / t  # a replicated query and key: every head on every TP rank
         total = total + f("compute.memory_bound.rope", **rope) * (1 + forwards) * rotated * blocks
     if inp.sp_relayout and lay.sequence_parallel:  # the whole gathered tensor, every token, async TP or not
-        total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * blocks
-    total = total + o.loss_elements * ratio(1, lay.pp)
+        total = total + f("compute.memory_bound.sp_relayout") * (2 + o.full) * M * o.branches
     return streamed(inp, total * inp.values["element_bytes"]) * inp.microbatches
 
 
@@ -237,14 +279,21 @@ def muon_matrices(m) -> list[tuple]:
         attention = [(h, r_q, 1), (r_q, a * (d + d_r), 1), (h, r_kv + d_r, 1), (r_kv, 2 * a * d, 1), (a * d, h, 1)]
     else:
         attention = [(h, a * d, 1), (h, m.kv_heads * d, 2), (a * d, h, 1)]
-    ffn = lambda f: [(h, f, 2), (f, h, 1)] if m.mlp_formulas == "swiglu" else [(h, f, 1), (f, h, 1)]  # noqa: E731
+    ffn = lambda f, w=h: [(w, f, 2), (f, w, 1)] if m.mlp_formulas == "swiglu" else [(w, f, 1), (f, w, 1)]  # noqa: E731
+    routed = ffn(m.expert_ffn_hidden, m.moe_latent or h) if m.is_moe else []
+    moe = [(h, m.experts, 1)] + [(r, c, n * m.experts) for r, c, n in routed]
+    moe += ffn(m.expert_ffn_hidden * m.shared_experts) if m.shared_experts else []
+    moe += [(h, m.moe_latent, 2)] if m.moe_latent else []
+    if m.is_hybrid:  # each layer its one part
+        inner = m.ssm_heads * m.ssm_head_dim
+        mamba = [(h, 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads, 1), (inner, h, 1)]
+        kinds = ((attention, m.layer_pattern.count("*")), (ffn(m.ffn_hidden), m.dense_blocks),
+                 (moe, m.moe_layers), (mamba, m.mamba_blocks))
+        return [(r, c, n * count) for part, count in kinds if count for r, c, n in part]
     dense = [(r, c, n * (m.layers - m.moe_layers)) for r, c, n in attention + ffn(m.ffn_hidden)]
     if not m.is_moe:
         return dense
-    moe = attention + [(h, m.experts, 1)] + [(r, c, n * m.experts) for r, c, n in ffn(m.expert_ffn_hidden)]
-    if m.shared_experts:
-        moe += ffn(m.expert_ffn_hidden * m.shared_experts)
-    return dense + [(r, c, n * m.moe_layers) for r, c, n in moe]
+    return dense + [(r, c, n * m.moe_layers) for r, c, n in attention + moe]
 
 
 def muon_time(inp: Inputs) -> Formula:

@@ -21,7 +21,7 @@ def parameters(inp: Inputs) -> dict:
     lay, m = inp.deg, inp.model
     total = m.params_formula()
     stored = total + m.mtp_params_formula() if m.mtp_modules else total
-    routed = (formula("model.params.routed_experts").bind(m.inputs()) * m.moe_blocks if m.is_moe
+    routed = (m.routed_experts_formula() * m.moe_blocks if m.is_moe
               else Formula("zero", 0, "parameter", ""))
     dense_local = (stored - routed) / (lay.tp * lay.pp)
     expert_local = routed / (lay.etp * lay.pp * lay.ep)

@@ -20,9 +20,9 @@ MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", 
                 "topk", "shared_experts", "expert_ffn_hidden", "q_lora_rank", "kv_lora_rank", "rope_dim",
                 "nodes_per_token", "mtp_modules", "sliding_window", "sliding_layers")
 #: model counts the code uses as numbers, part of the structure (no symbol stands for them)
-_MODEL_FIXED = ("dense_layers",)
+_MODEL_FIXED = ("dense_layers", "ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "moe_latent")
 _MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm", "qkv_bias",
-                "attention_sinks", "expert_bias")
+                "attention_sinks", "expert_bias", "layer_pattern")
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _CHOICES = ("zero", "recompute", "schedule")
 _BATCH = ("seq_len", "global_batch", "microbatch_size")

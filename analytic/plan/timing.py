@@ -35,7 +35,7 @@ def stage_times(inp: Inputs, compute: Formula, ends: Formula) -> dict:
     layout's split, :func:`~analytic.plan.memory.stage_layers`) at the average block's time, the last
     stage's with the MTP blocks and the output layer and loss (``ends``, the whole model's)."""
     from .memory import stage_layers
-    lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_modules
+    lay, blocks, mtp = inp.deg, inp.model.blocks, inp.model.mtp_layers
     first, middle, last = stage_layers(inp)
     per_block = (compute.term - ends.term / lay.pp) * lay.pp / blocks
     exprs = (first * per_block, middle * per_block, (last + mtp) * per_block + ends.term)

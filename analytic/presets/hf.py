@@ -220,10 +220,76 @@ def _deepseek(cfg):
                         "num_nextn_predict_layers"}
 
 
+_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # HF's layers_block_type names
+
+#: Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the scan's chunk (a
+#: kernel tile), the inference cache, residual precision and init, the router's score scaling and groups of one
+NEMOTRON_NEUTRAL = frozenset({
+    "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "chunk_size", "mamba_hidden_act",
+    "mamba_ssm_cache_dtype", "use_mamba_kernels", "residual_in_fp32", "rescale_prenorm_residual", "layer_norm_epsilon",
+    "hidden_dropout", "num_logits_to_keep", "partial_rotary_factor", "moe_shared_expert_overlap", "expand",
+    "n_group", "topk_group", "mlp_hidden_act", "use_bias", "mamba_proj_bias", "use_conv_bias",
+    "n_shared_experts", "num_hidden_layers", "hybrid_override_pattern", "layers_block_type",
+    "mtp_hybrid_override_pattern", "mtp_layers_block_type"})
+
+
+def _pattern(cfg: dict, key: str, listed: str) -> str | None:
+    """A hybrid pattern from ``key`` (Megatron's characters) or ``listed`` (HF's block-type names)."""
+    if cfg.get(listed) is not None:
+        types = cfg[listed]
+        if not isinstance(types, list) or not all(t in _BLOCK_TYPES for t in types):
+            raise InputError(f"config: {listed}: expected a list of {', '.join(_BLOCK_TYPES)}")
+        return "".join(_BLOCK_TYPES[t] for t in types)
+    return _text(cfg, key)
+
+
+def _nemotron_h(cfg):
+    """Nemotron-H and Nemotron 3: one part a layer in ``hybrid_override_pattern`` (Mamba-2, attention, MLP,
+    MoE), squared-ReLU MLPs and experts without biases, shared experts of ``moe_shared_expert_intermediate_size``
+    (as many experts of ``moe_intermediate_size``), LatentMoE where ``moe_latent_size`` is given, no position
+    embedding (NVIDIA 2025, Nemotron-H arXiv 2504.03624 §2; Nemotron 3 Nano arXiv 2512.20848 §2)."""
+    pattern = _pattern(cfg, "hybrid_override_pattern", "layers_block_type")
+    if _count(cfg, "n_group", 1) != 1 or _count(cfg, "topk_group", 1) != 1:
+        raise InputError("config: n_group / topk_group other than 1 (group-limited routing) is not mapped for nemotron_h")
+    if not pattern:
+        raise InputError("config: nemotron_h needs hybrid_override_pattern (or layers_block_type)")
+    if _count(cfg, "num_hidden_layers", len(pattern)) != len(pattern):
+        raise InputError(f"config: num_hidden_layers {cfg['num_hidden_layers']} ≠ the pattern's {len(pattern)} layers")
+    if _text(cfg, "mlp_hidden_act", "relu2") != "relu2":
+        raise InputError(f"config: mlp_hidden_act {_value(cfg['mlp_hidden_act'])}: Nemotron-H is mapped with relu2")
+    for key, expected in (("use_bias", False), ("mamba_proj_bias", False), ("use_conv_bias", True)):
+        if _flag(cfg, key, expected) != expected:
+            raise InputError(f"config: {key} {str(not expected).lower()} is not modelled (Mamba-2 counted with "
+                             "biases on the convolution only)")
+    out = _dense({**{k: v for k, v in cfg.items() if k != "num_hidden_layers"}, "num_hidden_layers": len(pattern),
+                  "hidden_act": "silu"})
+    out.update(mlp="relu2", position="none", layer_pattern=pattern, ssm_heads=_need(cfg, "mamba_num_heads"),
+               ssm_head_dim=_need(cfg, "mamba_head_dim"), ssm_state=_need(cfg, "ssm_state_size"),
+               ssm_groups=_need(cfg, "n_groups"), ssm_conv=_need(cfg, "conv_kernel"))
+    if "E" in pattern:
+        h_e = _need(cfg, "moe_intermediate_size")
+        shared = _count(cfg, "moe_shared_expert_intermediate_size", 0, minimum=0)
+        if shared % h_e:
+            raise InputError(f"config: moe_shared_expert_intermediate_size {shared} is not a multiple of "
+                             f"moe_intermediate_size {h_e}")
+        out.update(experts=_need(cfg, "n_routed_experts"), topk=_need(cfg, "num_experts_per_tok"),
+                   expert_ffn_hidden=h_e, shared_experts=shared // h_e,
+                   moe_latent=_count(cfg, "moe_latent_size", 0, minimum=0))
+    mtp = _count(cfg, "num_nextn_predict_layers", 0, minimum=0)
+    module = _pattern(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+    if mtp and module not in (None, "*E" if "E" in pattern else "*-"):
+        raise InputError(f"config: an MTP module {_value(module)}: mapped as an attention and an FFN layer ('*E')")
+    out["mtp_modules"] = mtp
+    return out, DENSE_FIELDS | NEMOTRON_NEUTRAL | {
+        "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "n_routed_experts",
+        "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "moe_latent_size",
+        "num_nextn_predict_layers"}
+
+
 #: model_type → mapping
 ARCHITECTURES = {"llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "gemma": _gemma, "qwen2": _qwen2,
                  "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
-                 "gpt_oss": _gpt_oss}
+                 "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h}
 
 
 #: a field written under another name in some configs (OpenAI's own gpt-oss config.json): no default where given

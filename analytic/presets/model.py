@@ -13,8 +13,9 @@ from ..core.values import choice, count, flag
 if TYPE_CHECKING:
     from ..core.formula import Formula
 
-_MLPS = ("gelu", "swiglu", "geglu")
-_POSITIONS = ("learned", "rope", "alibi")
+_MLPS = ("gelu", "swiglu", "geglu", "relu2")
+_KINDS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}  # Megatron-Core's hybrid pattern
+_POSITIONS = ("learned", "rope", "alibi", "none")
 _NORMS = ("layernorm", "rmsnorm")
 _ATTENTIONS = ("mha", "mla")
 
@@ -35,7 +36,14 @@ class Model:
     ``sliding_window`` W > 0 limits the attention of ``sliding_layers`` of the layers (None: all) to
     the last W keys (Mistral, GPT-OSS); ``attention_sinks`` adds a learned sink logit per head and
     ``expert_bias`` biases on every expert and the router (GPT-OSS). :meth:`from_hf` reads a Hugging
-    Face ``config.json``."""
+    Face ``config.json``.
+
+    A hybrid model (Nemotron-H, Nemotron 3) gives ``layer_pattern`` in Megatron-Core's hybrid grammar, one
+    character a layer: ``M`` a Mamba-2 mixer (``ssm_heads`` of ``ssm_head_dim``, state ``ssm_state``,
+    ``ssm_groups``, a convolution of ``ssm_conv``), ``*`` attention, ``-`` an MLP, ``E`` an MoE; each
+    layer is that one part after its own norm. Its MTP module is an attention and an FFN layer (Nemotron 3
+    Super's ``*E``). ``moe_latent`` > 0 runs the routed experts in that width between two projections
+    (LatentMoE). ``mlp="relu2"``: squared ReLU, ungated (two matrices, counted as GELU's)."""
 
     layers: object
     hidden: object
@@ -68,6 +76,13 @@ class Model:
     sliding_layers: object = None
     attention_sinks: bool = False
     expert_bias: bool = False
+    layer_pattern: str | None = None
+    ssm_heads: object = 0
+    ssm_head_dim: object = 0
+    ssm_state: object = 0
+    ssm_groups: object = 0
+    ssm_conv: object = 4
+    moe_latent: object = 0
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, canonical(v))  # noqa: E731 (a user's Symbol("layers") as ours)
@@ -124,10 +139,48 @@ class Model:
                 raise InputError("sliding_layers: given without a sliding_window")
         if isinstance(self.sliding_layers, int) and isinstance(self.layers, int) and self.sliding_layers > self.layers:
             raise InputError(f"sliding_layers: {self.sliding_layers} exceeds layers {self.layers}")
+        self._check_hybrid(set_)
         set_("attention_sinks", flag("attention_sinks", self.attention_sinks))
         set_("expert_bias", flag("expert_bias", self.expert_bias))
         if self.expert_bias and not self.experts:
             raise InputError("expert_bias: a dense model (experts = 0) has no experts to bias")
+
+    def _check_hybrid(self, set_):
+        """Validate the hybrid pattern, the Mamba-2 sizes and LatentMoE's width."""
+        set_("moe_latent", count("moe_latent", self.moe_latent, minimum=0))
+        if self.moe_latent and (not self.experts or self.mlp_formulas == "swiglu"):
+            raise InputError("moe_latent: LatentMoE is counted for an MoE model with ungated experts (mlp='relu2')")
+        ssm = ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv")
+        if self.layer_pattern is None:
+            if any(getattr(self, k) for k in ssm[:4]):
+                raise InputError("ssm_heads: Mamba-2 sizes are given for a model without a layer_pattern")
+            return
+        p = self.layer_pattern
+        if not isinstance(p, str) or not p or set(p) - set(_KINDS):
+            raise InputError(f"layer_pattern: expected a string of {', '.join(_KINDS)} (one layer each: "
+                             f"{', '.join(f'{c} {k}' for c, k in _KINDS.items())}), got {p!r:.80}")
+        if "*" not in p:  # PaLM's FLOP count, which the plans use, has an attention term over L ≥ 1 layers
+            raise InputError("layer_pattern: a hybrid model without an attention layer (*) is not modelled")
+        if isinstance(self.layers, int) and len(p) != self.layers:
+            raise InputError(f"layer_pattern: {len(p)} layers, but layers is {self.layers}")
+        for k in ssm:
+            set_(k, count(k, getattr(self, k), minimum=1 if "M" in p else 0))
+        if isinstance(self.ssm_heads, int) and isinstance(self.ssm_groups, int) and self.ssm_groups \
+                and self.ssm_heads % self.ssm_groups:
+            raise InputError(f"ssm_groups: {self.ssm_heads} heads do not split into {self.ssm_groups} groups")
+        if ("E" in p) != bool(self.experts):
+            raise InputError("layer_pattern: an MoE layer (E) needs experts, and experts need an E layer")
+        for k, why in (("dense_layers", "the pattern places the MLP layers"), ("attention", "attention is MHA/GQA"),
+                       ("sliding_window", "no window")):
+            if k == "attention" and self.attention == "mla" or k != "attention" and getattr(self, k):
+                raise InputError(f"{k}: not modelled with a layer_pattern ({why})")
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.layer_pattern is not None
+
+    def _kind(self, c: str):
+        return self.layer_pattern.count(c)
 
     @classmethod
     def gpt(cls, layers, hidden, heads, vocab=51200, seq_len=2048, name=None, **overrides) -> "Model":
@@ -148,8 +201,9 @@ class Model:
     def mlp_formulas(self) -> str:
         """The MLP kind whose catalogue formulas count this one: GeGLU (Gemma) as SwiGLU, whose gate,
         up and down matrices, FLOPs, saved tensors and elementwise traffic it shares; only the gate's
-        nonlinearity differs (Shazeer 2020, GLU Variants, arXiv 2002.05202)."""
-        return "swiglu" if self.mlp == "geglu" else self.mlp
+        nonlinearity differs (Shazeer 2020, GLU Variants, arXiv 2002.05202); squared ReLU (So et al. 2021, Primer,
+        arXiv 2109.08668) as GELU: two matrices and an elementwise activation."""
+        return {"geglu": "swiglu", "relu2": "gelu"}.get(self.mlp, self.mlp)
 
     @property
     def is_moe(self) -> bool:
@@ -157,6 +211,8 @@ class Model:
 
     @property
     def moe_layers(self):
+        if self.is_hybrid:
+            return self._kind("E")
         return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
@@ -174,14 +230,47 @@ class Model:
         return self.layers if self.sliding_layers is None else self.sliding_layers
 
     @property
+    def mtp_layers(self):
+        """Layers of the MTP modules: a transformer block each, or a hybrid model's attention and FFN layers."""
+        return self.mtp_modules * (2 if self.is_hybrid else 1)
+
+    @property
     def blocks(self):
-        """Transformer blocks a token passes through in training: the layers and the MTP modules' blocks."""
-        return self.layers + self.mtp_modules
+        """Layers a token passes through in training: the layers and the MTP modules' (transformer blocks, or
+        a hybrid model's single-part layers)."""
+        return self.layers + self.mtp_layers
 
     @property
     def moe_blocks(self):
         """Blocks whose FFN is a mixture of experts (an MTP block is of the last layer's kind)."""
         return self.moe_layers + self.mtp_modules if self.is_moe else 0
+
+    @property
+    def attention_layers(self):
+        """Layers with an attention mixer: every layer, a hybrid model's ``*`` layers (MTP modules not counted)."""
+        return self._kind("*") if self.is_hybrid else self.layers
+
+    @property
+    def attention_blocks(self):
+        """Blocks with an attention mixer: the attention layers and one per MTP module."""
+        return self.attention_layers + self.mtp_modules
+
+    @property
+    def mamba_blocks(self):
+        """A hybrid model's Mamba-2 layers."""
+        return self._kind("M") if self.is_hybrid else 0
+
+    @property
+    def dense_blocks(self):
+        """Blocks with a dense MLP: a transformer's blocks that are not MoE, a hybrid model's ``-`` layers."""
+        if self.is_hybrid:
+            return self._kind("-") + (0 if self.is_moe else self.mtp_modules)
+        return self.blocks - self.moe_blocks
+
+    @property
+    def sublayers(self):
+        """Residual branches (a norm, one mixer or FFN, an add): two per transformer block, one per hybrid layer."""
+        return self.blocks if self.is_hybrid else 2 * self.blocks
 
     @property
     def block_tensors(self):
@@ -192,11 +281,15 @@ class Model:
         them; an MoE FFN: the router, two per routed expert, two for the shared experts. What a
         per-tensor ZeRO-3 gathers one by one (embeddings and the final norm not counted)."""
         linear = 2 if self.bias else 1
-        norms = 2 * (2 if self.norm == "layernorm" else 1) + (2 if self.qk_norm else 0)
+        norm = 2 if self.norm == "layernorm" else 1
         attention = (5 + 2 if self.attention == "mla" else 2 * linear + (1 if self.qkv_bias else 0)) + self.attention_sinks
-        router = 2 if self.expert_bias else 1
-        moe = self.moe_blocks * (norms + attention + router + (2 if self.shared_experts else 0)) + self.routed_expert_tensors
-        return (self.blocks - self.moe_blocks) * (norms + attention + 2 * linear) + moe
+        attention += 2 if self.qk_norm else 0
+        router = (2 if self.expert_bias else 1) + (2 if self.shared_experts else 0) + (2 if self.moe_latent else 0)
+        if self.is_hybrid:  # a norm each; Mamba-2: in and out projections, convolution and its bias, A, D, dt's bias, norm
+            return (self.sublayers * norm + self.attention_blocks * attention + self.mamba_blocks * 8
+                    + self.dense_blocks * 2 * linear + self.moe_blocks * router + self.routed_expert_tensors)
+        moe = self.moe_blocks * (2 * norm + attention + router) + self.routed_expert_tensors
+        return (self.blocks - self.moe_blocks) * (2 * norm + attention + 2 * linear) + moe
 
     @property
     def routed_expert_tensors(self):
@@ -217,6 +310,11 @@ class Model:
             out.update(q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
         if self.sliding_window:
             out.update(sliding_window=self.sliding_window, sliding_layers=self.windowed_layers)
+        if self.is_moe:
+            out["expert_width"] = self.moe_latent or self.hidden
+        if self.mamba_blocks:
+            out.update(ssm_heads=self.ssm_heads, ssm_head_dim=self.ssm_head_dim, ssm_state=self.ssm_state,
+                       ssm_groups=self.ssm_groups, ssm_conv=self.ssm_conv)
         return out
 
     def inputs(self) -> dict:
@@ -235,9 +333,7 @@ class Model:
             attn = attn + self._part("model.params.attention_bias")
             if self.mlp == "gelu":
                 mlp = mlp + self._part("model.params.mlp_bias.gelu")
-        moe = self._part("model.params.moe_active" if active else "model.params.moe") if self.is_moe else None
-        if self.expert_bias:
-            moe = moe + self._part("model.params.moe_bias_active" if active else "model.params.moe_bias")
+        moe = self._moe_part(active) if self.is_moe else None
         if self.attention_sinks:
             attn = attn + self._part("model.params.attention_sinks")
         if self.qk_norm:
@@ -246,7 +342,39 @@ class Model:
             attn = attn + self._part("model.params.qkv_bias")
         return attn + self._part(f"model.params.norm.{self.norm}") * 2, mlp, moe
 
+    def _moe_part(self, active: bool) -> Formula:
+        """One MoE FFN's parameters (all, or those one token uses): gated or ungated experts, GPT-OSS's biases,
+        LatentMoE's projections."""
+        ungated = "" if self.mlp_formulas == "swiglu" else "_gelu"
+        moe = self._part(("model.params.moe_active" if active else "model.params.moe") + ungated)
+        if self.expert_bias:
+            moe = moe + self._part("model.params.moe_bias_active" if active else "model.params.moe_bias")
+        if self.moe_latent:
+            moe = moe + self._part("model.params.moe_latent")
+        return moe
+
+    def _hybrid_kinds(self, active: bool) -> dict:
+        """pattern character → (parameters of one such layer, its norm included; how many)."""
+        attn, mlp, moe = self._layer_parts(active)
+        norm = self._part(f"model.params.norm.{self.norm}")
+        attn = attn - norm  # a hybrid attention layer has one norm
+        kinds = {"*": attn, "-": mlp + norm}
+        if self.mamba_blocks:
+            kinds["M"] = self._part("model.params.mamba2") + norm
+        if self.is_moe:
+            kinds["E"] = moe + norm
+        return {c: (f, self._kind(c)) for c, f in kinds.items() if self._kind(c)}
+
     def _params(self, active: bool) -> Formula:
+        if self.is_hybrid:
+            emb = self._part("model.params.embedding")
+            total = emb * (1 if self.tied_embeddings else 2) + self._part(f"model.params.norm.{self.norm}")
+            for f, n in self._hybrid_kinds(active).values():
+                total = total + f * n
+            return total.renamed(f"model.params.{'active' if active else 'total'}" + (f"[{self.name}]" if self.name
+                                                                                       else ""),
+                                 source="derived: sum of the model.params.* formulas over the layer pattern",
+                                 assumptions=(f"hybrid {self.layer_pattern}; {self.mlp} MLP, {self.norm}",))
         layer, mlp, moe = self._layer_parts(active)
         emb = self._part("model.params.embedding")
         total = emb * (1 if self.tied_embeddings else 2) + self._part(f"model.params.norm.{self.norm}") + layer * self.layers
@@ -265,15 +393,15 @@ class Model:
     def mtp_params_formula(self, active: bool = False) -> Formula:
         """Parameters of the MTP modules (all, or those one token uses): per module the projection and
         norms of model.params.mtp_projection and a transformer block of the last layer's kind."""
-        layer, mlp, moe = self._layer_parts(active)
+        layer, mlp, moe = self._layer_parts(active)  # a hybrid model's: an attention and an FFN layer, a norm each
         module = self._part("model.params.mtp_projection") + layer + (moe if self.is_moe else mlp)
         return (module * self.mtp_modules).renamed(
             "model.params.mtp" + (f"[{self.name}]" if self.name else ""),
             source="derived: model.params.mtp_projection + one transformer block, per MTP module (DeepSeek-V3 §2.2)")
 
-    def _routed_experts(self) -> Formula:
+    def routed_experts_formula(self) -> Formula:
         """Parameters of one MoE layer's routed experts (sharded by EP), biases included."""
-        routed = self._part("model.params.routed_experts")
+        routed = self._part("model.params.routed_experts" + ("" if self.mlp_formulas == "swiglu" else "_gelu"))
         return routed + self._part("model.params.routed_experts_bias") if self.expert_bias else routed
 
     def stage_params_formulas(self, start, layers, first, last) -> tuple[Formula, Formula]:
@@ -287,18 +415,33 @@ class Model:
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
         layer, mlp, moe = self._layer_parts(active=False)
         norm = self._part(f"model.params.norm.{self.norm}")
-        if self.is_moe:
+        if self.is_hybrid:  # the pattern's mix of kinds on every stage: its mean layer
+            rest, experts = self._hybrid_mean_layer()
+            rest, experts = rest * layers, experts * layers + self.routed_experts_formula() * self.mtp_modules * one(last)
+        elif self.is_moe:
             dense = Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
-            routed = self._routed_experts()
+            routed = self.routed_experts_formula()
             rest = layer * layers + mlp * dense + (moe - routed) * (layers - dense)
             experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
         else:
             rest, experts = layer * layers + mlp * layers, Formula("0", 0, "parameter", "")
         rest = rest + self.stage_ends_formula(first, last) + norm * one(last)
         if self.mtp_modules:  # their routed experts are counted with the others above
-            mtp_routed = self._routed_experts() * self.mtp_modules if self.is_moe else 0
+            mtp_routed = self.routed_experts_formula() * self.mtp_modules if self.is_moe else 0
             rest = rest + (self.mtp_params_formula() - mtp_routed) * one(last)
         return rest, experts
+
+    def _hybrid_mean_layer(self) -> tuple[Formula, Formula]:
+        """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's mean layer."""
+        from ..core.formula import Formula
+        rest, experts = Formula("0", 0, "parameter", ""), Formula("0", 0, "parameter", "")
+        for c, (f, n) in self._hybrid_kinds(active=False).items():
+            if c == "E":
+                routed = self.routed_experts_formula()
+                rest, experts = rest + (f - routed) * n, experts + routed * n
+            else:
+                rest = rest + f * n
+        return rest / self.layers, experts / self.layers
 
     def stage_ends_formula(self, first, last) -> Formula:
         """Parameters of a pipeline stage's ends: the embedding and learned positions where ``first``, the

@@ -41,6 +41,7 @@ from ..plan import (
     check_sequence,
     divisors,
     fp8_recipe_of,
+    hybrid_refusal,
     selective_refusal,
     sequence_parallel_default,
     sequence_unit,
@@ -216,7 +217,7 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
             continue
         for cp in divisors(gpus // tp):
             if (seq_len % sequence_unit(cp, tp, sequence_parallel_default(tp)) or (max_cp and cp > max_cp) or not tiles(tp * cp, g)
-                    or not free("cp", cp)):
+                    or not free("cp", cp) or hybrid_refusal(model, tp, cp)):
                 continue
             for pp in divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
