@@ -121,7 +121,7 @@ def run_tests(tests=TESTS, failed: list | None = None) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="", help="formula names starting with this")
+    ap.add_argument("--only", default="", help="formula names starting with this (or any of these, comma-separated)")
     ap.add_argument("--from", dest="start", default="", help="formula names from this one on, in sorted order")
     ap.add_argument("--out", default=str(ROOT / "mutation-report.md"))
     args = ap.parse_args()
@@ -143,7 +143,7 @@ def main() -> int:
             checked_by.setdefault(formula_name, []).append(d)
     killed, survived, equivalent, killers = [], [], [], {}
     start = time.time()
-    names = [n for n in sorted(CATALOGUE) if n.startswith(args.only) and n >= args.start]
+    names = [n for n in sorted(CATALOGUE) if n.startswith(tuple(args.only.split(","))) and n >= args.start]
     for name in names:
         original = CATALOGUE[name]
         for desc, new in mutants(original.expr):

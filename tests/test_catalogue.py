@@ -211,7 +211,13 @@ def test_readme_states_what_the_catalogue_mutation_run_covered(docs):
              "memory.model_states.optimizer_muon", "compute.optimizer.bytes_per_param_muon",
              "compute.optimizer.newton_schulz_flops", "compute.optimizer.newton_schulz_time",
              "compute.memory_bound.fp8_current_cast", "compute.memory_bound.fp8_blockwise_cast",
-             "memory.fp8_blockwise_weight_cache", "parallelism.ep.etp_gather_bytes")
+             "memory.fp8_blockwise_weight_cache", "parallelism.ep.etp_gather_bytes",
+             "compute.mamba2.scan_time", "compute.mamba2_scan_flops_per_token",
+             "compute.memory_bound.mamba2_backward", "compute.memory_bound.mamba2_forward",
+             "memory.activations.mamba2", "memory.activations.mamba2_sp", "memory.activations.mlp_gelu",
+             "memory.activations.mlp_gelu_sp", "memory.activations.mlp_moe_gelu",
+             "memory.activations.mlp_moe_gelu_sp", "model.params.mamba2", "model.params.moe_active_gelu",
+             "model.params.moe_gelu", "model.params.moe_latent", "model.params.routed_experts_gelu")
     names = sorted(an.formulas())
     then = [n for n in names if n not in added]
     reached = then[:then.index("model.params.moe_bias")]
