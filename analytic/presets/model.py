@@ -192,7 +192,8 @@ class Model:
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
         """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
-        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS (:mod:`analytic.presets.hf`). A field the
+        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS, Nemotron-H and Nemotron 3
+        (:mod:`analytic.presets.hf`). A field the
         mapping does not know is refused, never guessed."""
         from .hf import model_fields
         return cls(**model_fields(config, name))
