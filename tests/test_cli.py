@@ -1065,3 +1065,20 @@ def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
     line = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "analytic.cli", *command]) + " 2>&-"
     done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and len(done.stdout.splitlines()) > 3
+
+
+def test_search_reads_every_layout_flag_of_step(capsys):
+    """--optimizer, --etp and --pipeline-layout are read by search as by step (each row counted with them)."""
+    base = ["search", "--hardware", "h100-sxm", "--gpus", "32", "--seq", "4096", "--global-batch", "128", "--json",
+            "--top", "2"]
+    for extra in (["--model", "llama3-8b", "--optimizer", "muon"], ["--model", "qwen3-30b-a3b", "--etp", "1"],
+                  ["--model", "llama3-8b", "--pipeline-layout", "Etttt|" + "tttt|" * 6 + "ttttL", "--pp", "4"]):
+        assert main([*base, *extra]) == 0, extra
+        rows = json.loads(capsys.readouterr().out)["ranked"]
+        assert rows, extra
+        if "--optimizer" in extra:
+            assert all(r["optimizer"] == "muon" and r["zero"] == 1 for r in rows)
+        if "--etp" in extra:
+            assert all(r["etp"] == 1 for r in rows)
+        if "--pp" in extra:
+            assert all(r["pp"] == 4 and r["vpp"] == 2 for r in rows)

@@ -412,3 +412,53 @@ def test_the_ranking_as_a_frame_with_units():
         assert row["memory [GB]"] == pytest.approx(plan.memory().total.to("GB").magnitude, rel=1e-9)
         gpu_hours = (plan.step_time() * 512 / plan.tokens_per_step * 1e6).to("hour/token").magnitude
         assert row["cost [GPU-hour/Mtoken]"] == pytest.approx(gpu_hours, rel=1e-9)
+
+
+def _agrees(result, model, seq_len, global_batch, n=3):
+    """The first ``n`` ranked layouts' step time and memory are their Plan's."""
+    for row in result.ranked[:n]:
+        plan = row.plan(model, HW, seq_len=seq_len, global_batch=global_batch)
+        assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert row.memory == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+    return result
+
+
+def test_a_muon_search_counts_every_layout_with_muon_at_zero_1(tmp_path, monkeypatch):
+    """search(optimizer="muon"): every layout at ZeRO-1 (Muon's layer-wise distributed optimizer), each row's
+    plan Muon's and its numbers Plan's; ZeRO-2 asked for by name is refused as Plan refuses it."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
+    res = _agrees(an.search("llama3-8b", HW, optimizer="muon", **kw), "llama3-8b", 4096, 256)
+    assert set(res.arrays["zero"]) == {1} and res.best.optimizer == "muon"
+    adam = an.search("llama3-8b", HW, zero=(1,), **kw)
+    assert res.best.memory < adam.best.memory  # one momentum buffer against Adam's two
+    with pytest.raises(InputError, match="zero=2"):
+        an.search("llama3-8b", HW, optimizer="muon", zero=(2,), **kw)
+    with pytest.raises(InputError, match="runs adam, not muon"):
+        an.search("llama3-8b", HW, optimizer="muon", stack="torchtitan-2025", **kw)
+
+
+def test_an_etp_search_folds_ep_past_dp(tmp_path, monkeypatch):
+    """search(etp=1): the expert layers' ETP × EP folds over TP × CP × DP, so EP exceeds CP × DP where TP > 1,
+    as Megatron-Core allows; every row carries ETP 1 and its numbers are Plan's."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    res = an.search("qwen3-30b-a3b", HW, gpus=32, seq_len=4096, global_batch=128, etp=1, zero=(1,),
+                    recompute=("none",), schedules=("1f1b",), progress=False)
+    _agrees(res, "qwen3-30b-a3b", 4096, 128)
+    rows = [res.row(j) for j in range(len(res.arrays["tp"]))]
+    assert all(r.layout.etp == 1 for r in rows)
+    assert any(r.layout.ep > r.layout.cp * r.layout.dp for r in rows)
+    assert all((r.layout.tp * r.layout.cp * r.layout.dp) % r.layout.ep == 0 for r in rows)
+
+
+def test_a_pipeline_layout_search_takes_its_chunks(tmp_path, monkeypatch):
+    """search(pipeline_layout=..., pp=...): every layout has the layout's pp and vpp (8 chunks on 4 ranks: 2,
+    interleaved), its first and last stages' layers, and Plan's numbers; without pp it says what to give."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    text = "Etttt|" + "tttt|" * 6 + "ttttL"
+    kw = dict(gpus=64, seq_len=4096, global_batch=256, progress=False)
+    res = _agrees(an.search("llama3-8b", HW, pipeline_layout=text, pp=4, **kw), "llama3-8b", 4096, 256)
+    assert set(res.arrays["pp"]) == {4} and set(res.arrays["vpp"]) == {2}
+    assert res.best.layout.schedule == "interleaved" and res.best.layout.pipeline_layout == text
+    with pytest.raises(InputError, match="pin pp"):
+        an.search("llama3-8b", HW, pipeline_layout=text, **kw)

@@ -62,11 +62,10 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
-                "hbm", "fp8_recipe"}
+                "hbm", "fp8_recipe", "optimizer", "etp", "pipeline_layout"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
-                             "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers",
-                             "pipeline_layout", "optimizer", "etp"}
+                             "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
 #: print beside the plan's; any other plan flag makes the configuration the user's
 TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
@@ -123,9 +122,12 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
 
 
 def search_keywords(args) -> dict:
-    """The search flags given (the stack, dtype, async TP, attention kernel, SMs for communication, ZeRO-3's
-    gathers, the memory outside the allocator and the layout choices) as search's and co-design's keywords."""
-    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe") if getattr(args, k) is not None},
+    """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel, SMs for
+    communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers' TP, a pipeline layout
+    and the layout choices) as search's and co-design's keywords."""
+    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "pipeline_layout")
+             if getattr(args, k) is not None},
+          **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),

@@ -29,6 +29,7 @@ from .layout import (
     check_layout,
     check_offload,
     fp8_recipe_of,
+    optimizer_refusal,
     selective_refusal,
     stack_refusal,
     training_dtype,
@@ -143,12 +144,10 @@ class Inputs:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the
         device."""
         self.optimizer = choice("optimizer", optimizer, OPTIMIZERS)
-        runs = self.stack_properties.get("optimizers", ("adam",))
-        if self.optimizer not in runs:
-            raise InputError(f"optimizer: stack {self.stack} runs {', '.join(runs)}, not {self.optimizer}")
-        if self.optimizer == "muon" and (self.layout.zero != 1 or self.layout.offload_optimizer):
-            raise InputError(f"optimizer: Muon is modelled with Megatron-Core's layer-wise distributed optimizer, "
-                             f"ZeRO-1 on the device (zero=1, no offload), not zero={self.layout.zero}")
+        refusal = optimizer_refusal(self.stack, self.stack_properties, self.optimizer, self.layout.zero,
+                                    bool(self.layout.offload_optimizer))
+        if refusal:
+            raise InputError(refusal)
 
     def _read_dtypes(self, grad_dtype, moment_dtype) -> None:
         """The gradients' and Adam moments' dtypes (the stack's by default), checked against the layout."""

@@ -433,6 +433,19 @@ def selective_refusal(stack: str, selective: str | None, model, flash_attention:
     return None
 
 
+def optimizer_refusal(stack: str, props: dict, optimizer: str, zero=None, offload=False) -> str | None:
+    """Why ``stack`` (with properties ``props``) does not run ``optimizer`` at ZeRO stage ``zero`` (with the
+    optimizer offloaded where ``offload``), or None: one rule for Plan and search. Muon is modelled with
+    Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the device; a symbol is not checked."""
+    runs = props.get("optimizers", ("adam",))
+    if optimizer not in runs:
+        return f"optimizer: stack {stack} runs {', '.join(runs)}, not {optimizer}"
+    if optimizer == "muon" and ((zero is not None and is_number(zero) and zero != 1) or offload):
+        return (f"optimizer: Muon is modelled with Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the "
+                f"device (zero=1, no offload), not zero={zero}{' with the optimizer offloaded' if offload else ''}")
+    return None
+
+
 def check_offload(stack: str, kind: str | None, layout: Layout) -> None:
     """Refuse an optimizer offload the stack's kind does not run: none modelled; Megatron's hybrid optimizer
     above ZeRO-2; DeepSpeed's ZeRO-Offload without ZeRO, or of a share of the partition."""

@@ -10,6 +10,7 @@ from ..core.errors import InputError
 from ..core.formula import Formula
 from ..core.terms import ratio
 from ..core.units import Quantity
+from ..core.values import is_number
 from ..formulas import formula
 from .inputs import Inputs
 from .placement import optimizer_shard, replica_groups
@@ -193,7 +194,10 @@ def stage_layers(inp: Inputs) -> tuple:
         return per - 1, per, per - 1
     first, last = inp.layout.first_stage_layers, inp.layout.last_stage_layers
     given = [x for x in (first, last) if x is not None]
-    middle = ceiling(ratio(layers - sum(given), lay.pp - len(given)))
+    rest = lay.pp - len(given)
+    if is_number(rest) and rest == 0:  # two stages, both given: no middle one
+        return first, 0, last
+    middle = ceiling(ratio(layers - sum(given), rest))
     return (middle if first is None else first, middle, middle if last is None else last)
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
-from ..core.algebra import Min, Piecewise
+from ..core.algebra import Eq, Max, Min, Piecewise
 from ..core.composition import cases, composed
 from ..core.formula import Formula
 from ..core.terms import ratio
 from ..core.units import Quantity
-from ..core.values import is_number
 from .inputs import Inputs
 from .placement import optimizer_shard
 
@@ -300,7 +299,7 @@ def muon_time(inp: Inputs) -> Formula:
     """Seconds of this GPU's share of Muon's Newton-Schulz steps: every matrix of the model once a step,
     the matrices spread evenly over all GPUs (Megatron-Core's layer-wise distributed optimizer gives each
     data-parallel rank whole matrices of its stage), in 16 bits at the 16-bit GEMM ceiling."""
-    flops = sum((inp.f("compute.optimizer.newton_schulz_flops", gemm_m=min(r, c), gemm_n=max(r, c)) * n
+    flops = sum((inp.f("compute.optimizer.newton_schulz_flops", gemm_m=Min(r, c, decide=True), gemm_n=Max(r, c, decide=True)) * n
                  for r, c, n in muon_matrices(inp.model)), Formula("0", 0, "FLOP", ""))
     sixteen = "_16" if inp.low_precision else ""
     gpus = inp.deg.tp * inp.deg.pp * inp.deg.dp * inp.deg.cp
@@ -328,9 +327,9 @@ def optimizer_time(inp: Inputs, params: dict) -> Formula:
     if inp.optimizer != "muon":
         return streamed(inp, per_param * shard)
     m, lay = inp.model, inp.deg  # Muon: ZeRO-1, the ends' share of the shard on AdamW
-    single = is_number(lay.pp) and lay.pp == 1  # one stage holds a tied embedding once
-    ends = (m.stage_ends_formula(True, True) if single
-            else m.stage_ends_formula(True, False) + m.stage_ends_formula(False, True)) / (lay.tp * lay.pp * lay.dp * lay.cp)
+    ends = cases("ends", "parameter", (m.stage_ends_formula(True, True), Eq(lay.pp, 1)),  # a tied embedding once
+                 (m.stage_ends_formula(True, False) + m.stage_ends_formula(False, True), True))
+    ends = ends / (lay.tp * lay.pp * lay.dp * lay.cp)
     muon = inp.f("compute.optimizer.bytes_per_param_muon", grad_bytes=grad_bytes, moment_bytes=inp.moment_bytes)
     return streamed(inp, muon * (shard - ends) + per_param * ends) + muon_time(inp)
 

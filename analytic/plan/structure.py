@@ -70,7 +70,7 @@ def structure(inp: Inputs) -> str | None:
     fixed = [lay.comm_sms, inp.seq_len, inp.global_batch, inp.training_tokens]
     fixed += [v for k, v in inp.given.items() if k not in (*_DEGREES, "microbatch_size")]
     if (lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.recompute_layers is not None or lay.offload_activations or lay.offload_optimizer
-            or lay.recompute_modules or lay.fp8_activations or inp.optimizer != "adam"
+            or lay.recompute_modules or lay.fp8_activations
             or not _model_numeric(m) or not all(_open_or_number(v, k) for v, k in open_ok)
             or not all(is_number(v) for v in fixed)):
         return None
@@ -81,7 +81,7 @@ def structure(inp: Inputs) -> str | None:
               f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}{'/compiled' if inp.selective == 'op' and inp.compiled_blocks else ''}",
               f"fsdp_reduce={inp.fsdp_reduce_dtype}",
-              f"optimizer_kernel={inp.optimizer_kernel}", f"weight_decay={inp.weight_decay}", f"zero_optimizer={inp.zero_optimizer}",
+              f"optimizer={inp.optimizer}", f"optimizer_kernel={inp.optimizer_kernel}", f"weight_decay={inp.weight_decay}", f"zero_optimizer={inp.zero_optimizer}",
               f"fp8_weight_cache={inp.fp8_weight_cache if inp.low_precision else None}",
               f"sp_inputs={inp.sp_saved_inputs}", f"sp_relayout={inp.sp_relayout}", f"qk_gathered={inp.qk_gathered}",
               f"saved_extra={'+'.join(inp.saved_extra) or None}",

@@ -194,10 +194,13 @@ def _chunk(model, hardware_points, gpus, seq_len, global_batch, objective, keep,
 def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
     """Build (or read from the cache) the programs of each model's search structures, before the tasks:
     here, and in each worker (``Client.run``) so that no task waits on them."""
-    from .programs import structure_programs
+    from .programs import COUNTED, structure_programs
+    if search_kw.get("pipeline_layout"):  # its pp and vpp are each search's own: it builds its program itself
+        return
     for model in models:
         structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (
-            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack", "fp8_recipe")})
+            "dtype", "flash_attention", "async_tp", "comm_sms", "zero3_gather", "stack")},
+            counted={k: search_kw[k] for k in COUNTED if k in search_kw})
 
 
 #: seconds of work a task is sized to (Dask's cost per task, milliseconds, under 1 % of it), where the points

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, ZERO_STAGES, default_stack
+from ..core.choices import DEFAULT_STACK, MEMORY_VERDICTS, OBJECTIVES, OPTIMIZERS, ZERO_STAGES, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning
 from ..core.progress import bar, shown
 from ..core.symbols import read_magnitude
@@ -42,6 +42,7 @@ from ..plan import (
     divisors,
     fp8_recipe_of,
     hybrid_refusal,
+    optimizer_refusal,
     selective_refusal,
     sequence_parallel_default,
     sequence_unit,
@@ -49,12 +50,13 @@ from ..plan import (
     tiles,
     training_dtype,
 )
+from ..plan.pipeline_layout import chunks
 from ..plan.verdict import verdicts
 from ..presets import as_hardware, as_model, calibration, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
-from .programs import DEGREES, INPUTS, _compiled
+from .programs import COUNTED, DEGREES, INPUTS, _compiled
 
 MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
 
@@ -74,6 +76,7 @@ class Ranked:
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
     verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
     fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
+    optimizer: str = "adam"  # the optimizer the search counted it with
 
     @property
     def gpus(self) -> int:
@@ -84,7 +87,7 @@ class Ranked:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
         recipe = {} if self.fp8_recipe is None else {"fp8_recipe": self.fp8_recipe}
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
-                    **{"stack": self.stack, **recipe, **kw})
+                    **{"stack": self.stack, "optimizer": self.optimizer, **recipe, **kw})
 
     def as_dict(self) -> dict:
         lay = self.layout
@@ -96,7 +99,8 @@ class Ranked:
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
-                "stack": self.stack, "fp8_recipe": self.fp8_recipe}
+                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": lay.etp,
+                "pipeline_layout": lay.pipeline_layout}
 
 
 class _Ranking(Sequence):
@@ -121,11 +125,11 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
                     comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
-                    schedule=SCHEDULES[d["schedule"]])
+                    schedule=SCHEDULES[d["schedule"]], etp=stack.get("etp"), pipeline_layout=stack.get("pipeline_layout"))
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
                   None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
-                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"))
+                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"), stack.get("optimizer", "adam"))
 
 
 @dataclass
@@ -146,6 +150,9 @@ class SearchResult:
     outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
     stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
     fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
+    optimizer: str = "adam"  # the optimizer the layouts are counted with
+    etp: int | None = None  # the expert layers' TP every layout takes (None: TP)
+    pipeline_layout: str | None = None  # the explicit pipeline layout every layout takes
 
     def __iter__(self):
         return iter(self.ranked)
@@ -160,7 +167,8 @@ class SearchResult:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
                                      "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
-                                     "fp8_recipe": self.fp8_recipe})
+                                     "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": self.etp,
+                                     "pipeline_layout": self.pipeline_layout})
 
     @property
     def best(self) -> Ranked:
@@ -194,7 +202,8 @@ class SearchResult:
 
 def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: int, global_batch: int,
                       microbatch_sizes=(1, 2, 4, 8), zero=ZERO_STAGES, recompute=RECOMPUTE, schedules=SCHEDULES,
-                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None) -> dict:
+                      vpps=(2, 4), max_tp: int | None = None, max_cp: int | None = None, pins: dict | None = None,
+                      etp: int | None = None) -> dict:
     """Every valid layout as columns: {input: float array} over :data:`INPUTS` (recompute and
     schedule as their index in RECOMPUTE and SCHEDULES).
 
@@ -223,8 +232,10 @@ def enumerate_layouts(model: Model, hardware: Hardware, *, gpus: int, seq_len: i
                 dp = gpus // (tp * cp * pp)
                 if pp > model.layers or not free("pp", pp) or not free("dp", dp):
                     continue
-                eps = ([e for e in divisors(cp * dp) if model.experts % e == 0 and free("ep", e)] if model.is_moe
-                       else [1])  # the expert layers fold EP over CP × DP (their ETP is tp)
+                # the expert layers fold ETP × EP over TP × CP × DP (their ETP tp, or the one given)
+                fold = cp * dp if etp is None else (tp * cp * dp // etp if (tp * cp * dp) % etp == 0 else 0)
+                eps = ([e for e in divisors(fold) if model.experts % e == 0 and free("ep", e)] if model.is_moe and fold
+                       else [] if model.is_moe else [1])
                 for ep in eps:
                     for mbs in microbatch_sizes:
                         if global_batch % (dp * mbs):
@@ -284,7 +295,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            top: int | None = None, progress: bool = True, tp: int | None = None, pp: int | None = None,
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
            objective: str = "step_time", outside_bytes=None, stack: str | None = None,
-           at_limit: bool = False, fp8_recipe: str | None = None) -> SearchResult:
+           at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
+           pipeline_layout: str | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -292,9 +304,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
     training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
-    ``fp8_recipe`` its FP8 scaling, as ``Plan(..., fp8_recipe=)``. Each layout carries its memory
-    verdict, as :meth:`Plan.memory_verdict`; the ranking holds those that fit at their predicted peak,
-    and with ``at_limit`` those at the allocator's limit too."""
+    ``fp8_recipe`` its FP8 scaling, ``optimizer`` its optimizer, as ``Plan(..., fp8_recipe=, optimizer=)``;
+    ``etp`` and ``pipeline_layout`` every layout's, as ``Layout(etp=, pipeline_layout=)`` (a pipeline layout
+    with ``pp`` pinned: its chunks are pp × vpp). Each layout carries its memory verdict, as
+    :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``: and at the limit)."""
     start = time.time()
     model, hardware = _numeric(as_model(model)), as_hardware(hardware)  # objects, names or a config.json path
     counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
@@ -308,7 +321,6 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     props = read_stack(stack)
     allocator = props["allocator"]
     training_dtype(dtype, hardware)
-    fp8_recipe = fp8_recipe_of(stack, props, dtype, fp8_recipe)
     if comm_sms:
         check_comm_sms(comm_sms, hardware.sms, hardware.key or hardware.name)
     if max(counts) > MAX_GPUS:
@@ -328,14 +340,18 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     max_cp = 1 if props.get("context_parallel") is False else max_cp
+    counted, zero, schedules, vpps = _counted(stack, props, pins, zero, schedules, vpps, optimizer=optimizer, etp=etp,
+                                              fp8_recipe=fp8_recipe_of(stack, props, dtype, fp8_recipe),
+                                              pipeline_layout=pipeline_layout)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
                       microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute, schedules=schedules,
-                      vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins)
+                      vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins, etp=counted.get("etp"),
+                      explicit=bool(pipeline_layout))
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     n = len(arrays["tp"])
     out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
-                            async_tp, comm_sms, zero3_gather, stack, fp8_recipe)
+                            async_tp, comm_sms, zero3_gather, stack, counted)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
@@ -348,7 +364,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     order, n_fit = ranking(arrays, objective, at_limit)
     keep = order[: (n_fit if top is None else min(top, n_fit))]
     fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
-             "ratios": _interval(stack), "stack": stack, "fp8_recipe": fp8_recipe}
+             "ratios": _interval(stack), "stack": stack, **{k: counted.get(k) for k in COUNTED}}
     return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
                         seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
                         outside=outside, **fixed)
@@ -389,6 +405,37 @@ def _interval(stack: str):
         return None
 
 
+def _counted(stack, props, pins, zero, schedules, vpps, **given) -> tuple:
+    """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`, with a pipeline layout's
+    pp and vpp), and the ZeRO stages, schedules and virtual stages that leaves: Muon at ZeRO-1 (as Plan
+    refuses it otherwise, :func:`~analytic.plan.layout.optimizer_refusal`); a pipeline layout with ``pp``
+    pinned, its chunks pp × vpp, on the 1F1B-family schedules (interleaved where vpp > 1)."""
+    counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS)}
+    if counted["etp"] is not None:
+        counted["etp"] = count("etp", counted["etp"], allow_symbol=False)
+    refusal = optimizer_refusal(stack, props, counted["optimizer"])
+    if counted["optimizer"] == "muon":
+        refusal = refusal or next((optimizer_refusal(stack, props, "muon", z) for z in zero if z != 1
+                                   and zero != ZERO_STAGES), None)
+        zero = (1,)
+    if refusal:
+        raise InputError(refusal)
+    text = counted["pipeline_layout"]
+    if text is None:
+        return counted, zero, schedules, vpps
+    parts = chunks(text)
+    if "pp" not in pins or len(parts) % pins["pp"]:
+        raise InputError(f"pipeline_layout: its {len(parts)} chunks are pp × vpp; pin pp to a divisor of "
+                         f"{len(parts)} (got {pins.get('pp')})")
+    vpp = len(parts) // pins["pp"]
+    kept = tuple(s for s in schedules if (s == "interleaved") == (vpp > 1) and s != "dualpipe")
+    if not kept:
+        raise InputError(f"pipeline_layout: {vpp} chunks a stage run on "
+                         f"{'the interleaved schedule' if vpp > 1 else 'a schedule other than interleaved or DualPipe'}, "
+                         f"not on {', '.join(schedules)}")
+    return {**counted, "pp": pins["pp"], "vpp": vpp}, zero, kept, (vpp,) if vpp > 1 else vpps
+
+
 def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules) -> tuple:
     """The ZeRO stages, recomputations and schedules ``stack`` runs, of those asked for: what it does not run
     is dropped from the defaults, and refused (one line, as Plan refuses it) where asked for by name."""
@@ -413,7 +460,7 @@ def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, rec
     return zero, recompute, schedules
 
 
-def _layouts(model, hardware, props, counts, *, zero, **options) -> dict:
+def _layouts(model, hardware, props, counts, *, zero, explicit=False, **options) -> dict:
     """The layouts of each GPU count as arrays (``INPUTS`` and ``gpus``), less those that are another's
     twin or that the stack does not run."""
     parts = [enumerate_layouts(model, hardware, gpus=g, zero=zero, **options) for g in counts]
@@ -423,7 +470,7 @@ def _layouts(model, hardware, props, counts, *, zero, **options) -> dict:
     keep = ~((arrays["dp"] * arrays["cp"] == 1) & (arrays["zero"] < 3) & (arrays["zero"] != min(zero)))
     if props.get("pipeline_zero") is not None:  # stack_refusal's pipeline ZeRO limit, on every row at once
         keep &= ~((arrays["pp"] > 1) & (arrays["zero"] > props["pipeline_zero"]))
-    if props.get("even_chunks"):  # and its even model chunks
+    if props.get("even_chunks") and not explicit:  # and its even model chunks (a pipeline layout places its own)
         keep &= ~((arrays["schedule"] == SCHEDULES.index("interleaved"))
                   & (model.layers % (arrays["pp"] * arrays["vpp"]) != 0))
     arrays = {k: v[keep] for k, v in arrays.items()}
@@ -432,7 +479,7 @@ def _layouts(model, hardware, props, counts, *, zero, **options) -> dict:
 
 
 def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp,
-               comm_sms, zero3_gather, stack, fp8_recipe=None) -> tuple[dict, bool]:
+               comm_sms, zero3_gather, stack, counted=None) -> tuple[dict, bool]:
     """Memory, step time and FLOPs of every layout from the structure's programs (layouts with tp > 1 run
     sequence parallelism, those with tp = 1 none, as Plan has them: one program each); and whether a
     program was built."""
@@ -445,7 +492,7 @@ def _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, 
             if not len(rows):  # nothing to compile for when no layout of the kind is valid
                 continue
             fn, new = _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                                zero3_gather, stack, note, sequence_parallel=sp, fp8_recipe=fp8_recipe)
+                                zero3_gather, stack, note, sequence_parallel=sp, counted=counted)
             drawn.set_description_str("search")
             built = built or new
             for lo in range(0, len(rows), CHUNK):

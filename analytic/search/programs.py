@@ -40,17 +40,25 @@ def _key(*parts) -> str:
 _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
+#: how search counts every layout beyond its degrees and choices: search's keywords, Plan's and Layout's
+COUNTED = ("fp8_recipe", "optimizer", "etp", "pipeline_layout")
+
+
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                   zero3_gather, stack, sequence_parallel=True, fp8_recipe=None) -> Plan:
-    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open;
-    sequence parallelism on (the layouts with tp > 1) or off (tp = 1, where Plan has none)."""
-    layout = Layout(tp=sym("tp"), pp=sym("pp"), dp=sym("dp"), cp=sym("cp"), ep=sym("ep") if model.is_moe else 1,
-                    vpp=sym("vpp"), zero=sym("zero"), sequence_parallel=sequence_parallel,
-                    async_tp=async_tp and sequence_parallel,
-                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"))
+                   zero3_gather, stack, sequence_parallel=True, counted=None) -> Plan:
+    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open (but
+    pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with tp > 1) or
+    off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
+    counted = {k: v for k, v in (counted or {}).items() if v is not None}
+    pipeline = {k: counted[k] for k in ("pp", "vpp", "pipeline_layout") if k in counted}
+    layout = Layout(tp=sym("tp"), pp=pipeline.get("pp", sym("pp")), dp=sym("dp"), cp=sym("cp"),
+                    ep=sym("ep") if model.is_moe else 1, vpp=pipeline.get("vpp", sym("vpp")), zero=sym("zero"),
+                    sequence_parallel=sequence_parallel, async_tp=async_tp and sequence_parallel,
+                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"),
+                    etp=counted.get("etp"), pipeline_layout=pipeline.get("pipeline_layout"))
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                 microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack,
-                fp8_recipe=fp8_recipe)
+                **{k: counted[k] for k in ("fp8_recipe", "optimizer") if k in counted})
 
 
 def _of_structure(plan: Plan):
@@ -69,31 +77,32 @@ def _of_structure(plan: Plan):
 
 
 def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", flash_attention=True,
-                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None, fp8_recipe=None) -> None:
+                       async_tp=False, comm_sms=0, zero3_gather="per-block", stack=None, counted=None) -> None:
     """Build the programs of the structures search evaluates for ``model`` (layouts with tp > 1 and with
     tp = 1), or read them from the cache: every hardware of the same structure then searches without
     building anything (a co-design sweep's points)."""
     from ..plan import template
     for sp in (True, False):
         plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                              zero3_gather, stack, sp, fp8_recipe)
+                              zero3_gather, stack, sp, counted)
         programs.bundle(plan._in, lambda plan=plan: template.build(plan), build=True)
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
-              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True, fp8_recipe=None) -> tuple:
+              zero3_gather="per-block", stack=None, on_build=None, sequence_parallel=True, counted=None) -> tuple:
     """A function of :data:`INPUTS` (arrays) giving (memory, step time, flops), and whether it had
     to be built now. It is the search program of the configuration's structure where that is built
     (in memory or in the cache); otherwise a :class:`~analytic.core.numeric.Program` from memory or the
     disk cache, or built now (``on_build()`` is called first). The cache holds data only, validated
     when read; a file that is not a valid program is rebuilt."""
     plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
-                          zero3_gather, stack, sequence_parallel, fp8_recipe)
+                          zero3_gather, stack, sequence_parallel, counted)
     found = _of_structure(plan)
     if found is not None:
         return found, False
     key = _key(cache.library_digest(), model, hardware, seq_len, global_batch, dtype, flash_attention,
-               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel, plan.fp8_recipe)
+               async_tp and sequence_parallel, comm_sms, zero3_gather, plan.stack, sequence_parallel, plan.fp8_recipe,
+               {k: v for k, v in (counted or {}).items() if k != "fp8_recipe"})
     if key in _COMPILED:
         return _COMPILED[key], False
     folder = cache.cache_dir()
