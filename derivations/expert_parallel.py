@@ -22,6 +22,18 @@ def derive() -> Derivation:
     d.check(per_node, "parallelism.ep.experts_per_node_at_same_cost",
             "While one copy crosses IB, NVLink can forward x copies inside the node:")
     d.check(M * per_node, "parallelism.ep.experts_at_same_cost")
+    N = S("nodes")
+    miss = d.step("A token's k experts each sit on one of N nodes, drawn uniformly (balanced routing): a given node "
+                  "receives none of them with probability", (1 - 1 / N) ** k)
+    reached = d.check(N * (1 - miss), "parallelism.ep.nodes_reached",
+                      "By linearity of expectation the token reaches on average (DeepEP's flex dispatcher sends it "
+                      "once to each)")
+    for nodes, topk in ((2, 2), (4, 3), (8, 8)):  # the mean over every placement, counted
+        import itertools
+        placements = list(itertools.product(range(nodes), repeat=topk))
+        mean = sympy.Rational(sum(len(set(p)) for p in placements), len(placements))
+        assert reached.subs({N: nodes, k: topk}) == mean
+    d.number("Qwen3-235B-A22B's 8 experts over 8 nodes: nodes a token reaches", reached.subs({N: 8, k: 8}))
     hw = an.hardware("h800")
     d.number("H800 (NVLink 160 GB/s, IB 50 GB/s): experts per node at one IB copy's cost",
              an.formula("parallelism.ep.experts_per_node_at_same_cost").evaluate(

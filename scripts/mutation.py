@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests, which refit the calibration, take most of a run. Not here: the tests of the plans' programs and
 # of search, which hold the programs to the catalogue's expressions
 TESTS = ["tests/test_catalogue.py", "tests/test_formula.py", "tests/test_precisions.py", "tests/test_muon.py",
-         "tests/test_presets.py", "tests/test_hybrid.py",
+         "tests/test_presets.py", "tests/test_hybrid.py", "tests/test_moe_folding.py",
          "tests/test_seed_numbers.py",
          "tests/test_reserve.py", "tests/test_plan_sources.py", "tests/test_ops.py", "tests/test_reference_pipeline.py",
          "tests/test_reference_saved.py", "tests/test_reference_counting.py", "tests/test_reference_checkpointing.py",

@@ -1068,11 +1068,13 @@ def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
 
 
 def test_search_reads_every_layout_flag_of_step(capsys):
-    """--optimizer, --etp and --pipeline-layout are read by search as by step (each row counted with them)."""
+    """--optimizer, --etp, --pipeline-layout and --dispatcher are read by search as by step (each row counted with
+    them)."""
     base = ["search", "--hardware", "h100-sxm", "--gpus", "32", "--seq", "4096", "--global-batch", "128", "--json",
             "--top", "2"]
     for extra in (["--model", "llama3-8b", "--optimizer", "muon"], ["--model", "qwen3-30b-a3b", "--etp", "1"],
-                  ["--model", "llama3-8b", "--pipeline-layout", "Etttt|" + "tttt|" * 6 + "ttttL", "--pp", "4"]):
+                  ["--model", "llama3-8b", "--pipeline-layout", "Etttt|" + "tttt|" * 6 + "ttttL", "--pp", "4"],
+                  ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather"]):
         assert main([*base, *extra]) == 0, extra
         rows = json.loads(capsys.readouterr().out)["ranked"]
         assert rows, extra
@@ -1082,3 +1084,5 @@ def test_search_reads_every_layout_flag_of_step(capsys):
             assert all(r["etp"] == 1 for r in rows)
         if "--pp" in extra:
             assert all(r["pp"] == 4 and r["vpp"] == 2 for r in rows)
+        if "--dispatcher" in extra:
+            assert all(r["dispatcher"] == "allgather" for r in rows)

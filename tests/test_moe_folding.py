@@ -107,3 +107,39 @@ def test_expert_tensor_parallelism_gathers_the_routed_tokens_and_the_mlp_pair_go
     assert tp_bytes == pytest.approx(2 * 12 * 32 * (4096 * 2048 * 2), rel=1e-12)
     assert "parallelism.ep.etp_gather_bytes" in plans[2].sources("communication.ep")
     assert "parallelism.ep.etp_gather_bytes" not in plans[1].sources("communication.ep")
+
+
+def test_the_allgather_dispatcher_gathers_every_token_of_the_etp_ep_group():
+    """TP 2, PP 4, DP 32, EP 8 at ETP 2, as above (2,048 tokens a rank, 12 MoE layers a stage, 32 microbatches):
+    Megatron-Core's all-gather dispatcher gathers the hidden states of the 16 etp·ep ranks (16 × 2,048 × 2,048 ×
+    2 bytes, each rank sending 15/16 of it) and reduce-scatters the outputs back, forward and backward; no
+    all-to-all and no separate ETP gather."""
+    plan = _plan(tp=2, dp=32, ep=8, etp=2).replace(dispatcher="allgather")
+    calls = 2 * 12 * 32
+    message = 16 * 2048 * 2048 * 2
+    by_hand = 2 * calls * message * 15 / 16  # the all-gather and the reduce-scatter
+    assert plan.value("communication.ep").to("byte").magnitude == pytest.approx(by_hand, rel=1e-12)
+    sources = plan.sources("communication.ep")
+    assert "parallelism.ep.allgather_dispatch_bytes" in sources and "parallelism.ep.dispatch_bytes" not in sources
+
+
+def test_the_flex_dispatcher_sends_a_token_once_to_each_node_it_reaches():
+    """EP 32 at stride 1 over 4 nodes of 8 H100s (TP 1, DP 32): DeepEP sends each token once to each node its 8
+    experts reach, 4 (1 − (3/4)^8) = 3.60 on average, where all-to-all sends all 8 copies (28/32 of them leave the
+    rank). Bytes per step: 4,096 tokens a rank, 12 MoE layers a stage, 32 microbatches, forward and backward."""
+    plans = {d: an.Plan(MODEL, "h100-sxm", an.Layout(pp=4, dp=32, ep=32, zero=1), dispatcher=d, **KW)
+             for d in ("alltoall", "flex")}
+    ep = {d: p.value("communication.ep").to("byte").magnitude for d, p in plans.items()}
+    calls, token = 2 * 12 * 32, 4096 * 2048 * 2
+    reached = 4 * (1 - (3 / 4) ** 8)
+    assert ep["alltoall"] == pytest.approx(2 * calls * token * 8 * 31 / 32, rel=1e-12)
+    assert ep["flex"] == pytest.approx(2 * calls * token * reached * 3 / 4, rel=1e-12)
+    assert "parallelism.ep.nodes_reached" in plans["flex"].sources("communication.ep")
+
+
+def test_a_dispatcher_is_an_moe_plans_and_its_stacks():
+    with pytest.raises(an.InputError, match="dense"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), dispatcher="flex", **KW)
+    with pytest.raises(an.InputError, match="dispatches with alltoall, not flex"):
+        an.Plan(MODEL, "h100-sxm", an.Layout(dp=8, ep=8), dispatcher="flex", stack="torchtitan-2025", **KW)
+    assert _plan(tp=2, dp=32, ep=8).dispatcher == "alltoall"  # Megatron-Core's first

@@ -62,7 +62,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
-                "hbm", "fp8_recipe", "optimizer", "etp", "pipeline_layout"}
+                "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
@@ -125,7 +125,7 @@ def search_keywords(args) -> dict:
     """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel, SMs for
     communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers' TP, a pipeline layout
     and the layout choices) as search's and co-design's keywords."""
-    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "pipeline_layout")
+    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout")
              if getattr(args, k) is not None},
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
@@ -235,7 +235,7 @@ def build_plan(args) -> tuple[object, dict]:
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
-    plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe") if get(k) is not None}
+    plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher") if get(k) is not None}
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),

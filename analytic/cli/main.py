@@ -10,6 +10,7 @@ import os
 import sys
 
 from ..core.choices import (
+    DISPATCHERS,
     FP8_RECIPES,
     GRAD_DTYPES,
     MOMENT_DTYPES,
@@ -47,7 +48,7 @@ def _unrecognized(top: argparse.ArgumentParser, command: str | None, extra: list
 
 
 def _precision_args(g) -> None:
-    """The plan flags of its precision and optimizer."""
+    """The plan flags of its precision, optimizer and MoE dispatcher."""
     g.add_argument("--dtype", help="training dtype: bf16 (default), fp16, or the linear layers' matmuls in fp8, "
                                    "mxfp8 or nvfp4 (block-scaled, on Blackwell; presets/precisions.toml)")
     g.add_argument("--fp8-recipe", dest="fp8_recipe", choices=FP8_RECIPES,
@@ -59,6 +60,9 @@ def _precision_args(g) -> None:
     g.add_argument("--optimizer", choices=OPTIMIZERS,
                    help="adam (default), or muon on the blocks' matrices with AdamW on the ends (stack megatron-core, "
                         "ZeRO-1: its layer-wise distributed optimizer)")
+    g.add_argument("--dispatcher", choices=DISPATCHERS,
+                   help="an MoE layer's token dispatcher: alltoall, allgather or flex (DeepEP: each token once to each "
+                        "node it reaches); default: the stack's first")
     g.add_argument("--moment-dtype", dest="moment_dtype", choices=MOMENT_DTYPES,
                    help="Adam's moments: fp32 (default, 12 bytes a parameter with the master weights) or bf16 "
                         "(DeepSeek-V3's, 8)")

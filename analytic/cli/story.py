@@ -278,7 +278,8 @@ def _backward(f: Figures, add) -> None:
     for axis in ("tp", "pp", "cp", "ep"):
         if getattr(lay, axis) != 1:
             on_link = f" ({ctime[axis].to('s'):.3g~P} on its link)" if ctime else ""
-            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step{on_link}",
+            how = f", {plan.dispatcher} dispatcher" if axis == "ep" else ""
+            add("backward", f"{axis}_bytes", f"{axis.upper()} traffic per GPU per step{on_link}{how}",
                 comm[axis].to("GB"), f"plan.communication.{axis}")
     if m.is_moe and m.nodes_per_token and lay.ep != 1:
         add("backward", "experts_per_node", "experts per node a token reaches at one scale-out copy's cost",

@@ -53,6 +53,10 @@ BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: DelayedScaling, Megatron-LM's --fp8-recipe default), "tensorwise" (per-tensor current scaling), "blockwise"
 #: (DeepSeek-V3's 1×128 and 128×128 blocks)
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: how an MoE layer's tokens reach their experts (Megatron-Core's --moe-token-dispatcher-type): "alltoall" (each token
+#: sent to its k experts' ranks), "allgather" (every rank of the expert-parallel group gathers all its tokens and
+#: keeps its experts'), "flex" (DeepEP: a token crosses to each node it reaches once, forwarded inside it)
+DISPATCHERS = ("alltoall", "allgather", "flex")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")

@@ -99,6 +99,22 @@ define("parallelism.ep.etp_gather_bytes", S("etp") * D * k * h * e, "byte", MCOR
 define("parallelism.ep.node_limited_dispatch_bytes", D * M * h * e, "byte", f"{V3} §3.2.2 (node-limited routing)",
        ("a token is sent once to each of its M nodes over IB and forwarded inside the node over NVLink",),
        "bytes of an MoE dispatch that cross nodes with node-limited routing")
+MCORE_ALLGATHER = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py, MoEAllGatherTokenDispatcher: "
+                   "the hidden states of every rank of the expert-parallel group all-gathered before the local "
+                   "experts pick their tokens, the outputs reduce-scattered back")
+define("parallelism.ep.allgather_dispatch_bytes", S("ep") * D * h * e, "byte", MCORE_ALLGATHER,
+       ("each of the E_p ranks the dispatcher gathers over (the expert layers' ETP × EP ranks together) "
+        "contributes its D tokens once, whatever their k experts",
+        "the combine reduce-scatters a tensor of the same size; the backward runs the pair again, reversed"),
+       "bytes of the tensor an all-gather dispatch gathers on every rank (its reduce-scatter likewise)")
+N_n = S("nodes")
+define("parallelism.ep.nodes_reached", N_n * (1 - (1 - 1 / N_n) ** k), "",
+       "derived: derivations/expert_parallel.py (occupancy: k experts each on one of N nodes drawn uniformly, the "
+       "expected count of nodes hit); NVIDIA/Megatron-LM MoEFlexTokenDispatcher with DeepEP (deepseek-ai/DeepEP "
+       "README: a token is sent to each node it reaches once over RDMA, then forwarded over NVLink)",
+       ("balanced routing: each of a token's k experts on a node drawn uniformly and independently from the N its "
+        "expert-parallel group spans", "node-limited routing bounds it by its M (parallelism.ep.node_limited_*)"),
+       "nodes a token's k experts reach on average, over N nodes")
 define("parallelism.ep.experts_per_node_at_same_cost", Bup / Bout, "", f"{V3} §3.2.2",
        ("while IB delivers one copy to a node, NVLink forwards Bup/Bout copies inside it",),
        "experts per node a token can reach at the cost of one IB transfer (3.2 for 160/50 GB/s)")

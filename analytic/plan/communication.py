@@ -250,11 +250,26 @@ def expert_parallel(inp: Inputs) -> dict:
     the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one copy
     per destination node crosses the scale-out link and NVLink forwards it to the experts inside the
     node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed tokens are gathered
-    over the etp ranks after the dispatch and reduce-scattered before the combine, forward and backward."""
+    over the etp ranks after the dispatch and reduce-scattered before the combine, forward and backward.
+    The all-gather dispatcher instead gathers every token of the etp·ep ranks at once and reduce-scatters the
+    outputs back (:func:`_allgather_dispatch`)."""
     if not inp.model.is_moe:
         return _none()
-    return _plus(_beyond_one(inp.deg.ep, lambda: _expert_parallel(inp)),
-                 _beyond_one(inp.deg.etp, lambda: _expert_tensor_parallel(inp)))
+    lay = inp.deg
+    if inp.dispatcher == "allgather":
+        return _beyond_one(lay.etp * lay.ep, lambda: _allgather_dispatch(inp))
+    return _plus(_beyond_one(lay.ep, lambda: _expert_parallel(inp)),
+                 _beyond_one(lay.etp, lambda: _expert_tensor_parallel(inp)))
+
+
+def _allgather_dispatch(inp: Inputs) -> dict:
+    """Megatron-Core's all-gather dispatcher: the hidden states of the etp·ep consecutive ranks of the expert
+    layers' group gathered on each (in the dispatch's dtype), the outputs reduce-scattered back (in 16 bits)."""
+    tokens, dispatch_e, calls = _routed(inp)
+    ranks = inp.deg.etp * inp.deg.ep
+    return _plus(*(_collectives(inp, kind, inp.f("parallelism.ep.allgather_dispatch_bytes", tokens=tokens, ep=ranks,
+                                                 hidden=_width(inp), element_bytes=e), calls, ranks, 1)
+                   for kind, e in zip(("all_gather", "reduce_scatter"), (dispatch_e, inp.values["element_bytes"]))))
 
 
 def _routed(inp: Inputs) -> tuple:
@@ -283,21 +298,26 @@ def _expert_tensor_parallel(inp: Inputs) -> dict:
 
 
 def _expert_parallel(inp: Inputs) -> dict:
+    """The all-to-alls of every MoE layer's dispatch and combine, forward and backward: each token to its k
+    experts, across nodes once per node it reaches where routing is node-limited, or with DeepEP's flex
+    dispatcher once per node its k experts reach on average (parallelism.ep.nodes_reached)."""
     lay, m = inp.deg, inp.model
     tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]
     stride_ = axis_stride(inp.deg, "ep")
+    pair = (dispatch_e, inp.values["element_bytes"])  # the dispatch in its dtype, the combine in 16 bits
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e,
                                                           hidden=_width(inp)),
-                                 calls, lay.ep, stride_) for e in (dispatch_e, inp.values["element_bytes"])))
+                                 calls, lay.ep, stride_) for e in pair))
     link = link_kind(lay.ep, stride_, g)
-    if not m.nodes_per_token or link in ("scale-up", "-"):
+    if link in ("scale-up", "-") or not (m.nodes_per_token or inp.dispatcher == "flex"):
         return plain
     nodes = Min(lay.ep, lay.ep * stride_ / g)
-    reach = Min(m.nodes_per_token, nodes)
-    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens, hidden=_width(inp),
-                                                             nodes_per_token=reach, element_bytes=e), calls, nodes, g)
-                      for e in (dispatch_e, Quantity(2, "byte"))))
+    reach = (Min(m.nodes_per_token, nodes) if m.nodes_per_token
+             else inp.f("parallelism.ep.nodes_reached", nodes=nodes))
+    limited = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.node_limited_dispatch_bytes", tokens=tokens,
+                                                             hidden=_width(inp), nodes_per_token=reach, element_bytes=e),
+                                   calls, nodes, g) for e in (dispatch_e, Quantity(2, "byte"))))
     if link != "symbolic":
         return limited
     inside = Le(lay.ep * stride_, g)  # decided per layout: inside a node, or node-limited across nodes

@@ -28,6 +28,7 @@ from .layout import (
     Layout,
     check_layout,
     check_offload,
+    dispatcher_of,
     fp8_recipe_of,
     optimizer_refusal,
     selective_refusal,
@@ -49,7 +50,8 @@ class Inputs:
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None, *, seq_len, global_batch,
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
-                 optimizer: str = "adam", fp8_recipe: str | None = None, **overrides):  # Plan's arguments
+                 optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
+                 **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -61,6 +63,7 @@ class Inputs:
         self.dtype = training_dtype(dtype, hardware)
         self._read_stack(stack, flash_attention)
         self.fp8_recipe = fp8_recipe_of(self.stack, self.stack_properties, self.dtype, fp8_recipe)
+        self.dispatcher = dispatcher_of(self.stack, self.stack_properties, model, dispatcher)
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from ..core.choices import (
     BLOCK_SCALED,
+    DISPATCHERS,
     FP8_RECIPES,
     RECOMPUTE,
     RECOMPUTE_MODULES,
@@ -490,6 +491,21 @@ def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str
     if recipe not in runs:
         raise InputError(f"fp8_recipe: stack {stack} runs FP8 with {', '.join(runs)} scaling, not {recipe}")
     return recipe
+
+
+def dispatcher_of(stack: str, props: dict, model, given: str | None) -> str | None:
+    """The MoE token dispatcher of a plan of ``stack`` (its properties ``props``) for ``model``: ``given``, where
+    the stack runs it, else the stack's first (stacks.toml dispatchers; absent: all-to-all); None for a dense
+    model, for which one given is refused. One rule for Plan and search."""
+    if not model.is_moe:
+        if given is not None:
+            raise InputError(f"dispatcher: routes an MoE model's tokens; {model.name or 'the model'} is dense")
+        return None
+    runs = props.get("dispatchers", DISPATCHERS[:1])
+    dispatcher = runs[0] if given is None else choice("dispatcher", given, DISPATCHERS)
+    if dispatcher not in runs:
+        raise InputError(f"dispatcher: stack {stack} dispatches with {', '.join(runs)}, not {dispatcher}")
+    return dispatcher
 
 
 def stack_refusal(stack: str, props: dict, *, dtype: str | None = None, schedule=None, cp=None, pp=None,

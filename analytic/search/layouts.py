@@ -39,6 +39,7 @@ from ..plan import (
     Plan,
     check_comm_sms,
     check_sequence,
+    dispatcher_of,
     divisors,
     fp8_recipe_of,
     hybrid_refusal,
@@ -77,6 +78,7 @@ class Ranked:
     verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
     fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
     optimizer: str = "adam"  # the optimizer the search counted it with
+    dispatcher: str | None = None  # the MoE dispatcher the search counted it with (None: a dense model)
 
     @property
     def gpus(self) -> int:
@@ -85,9 +87,9 @@ class Ranked:
 
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
-        recipe = {} if self.fp8_recipe is None else {"fp8_recipe": self.fp8_recipe}
+        given = {k: getattr(self, k) for k in ("fp8_recipe", "dispatcher") if getattr(self, k) is not None}
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
-                    **{"stack": self.stack, "optimizer": self.optimizer, **recipe, **kw})
+                    **{"stack": self.stack, "optimizer": self.optimizer, **given, **kw})
 
     def as_dict(self) -> dict:
         lay = self.layout
@@ -99,7 +101,8 @@ class Ranked:
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
-                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": lay.etp,
+                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "dispatcher": self.dispatcher,
+                "etp": lay.etp,
                 "pipeline_layout": lay.pipeline_layout}
 
 
@@ -129,7 +132,8 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
                   None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
-                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"), stack.get("optimizer", "adam"))
+                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"), stack.get("optimizer", "adam"),
+                  stack.get("dispatcher"))
 
 
 @dataclass
@@ -151,6 +155,7 @@ class SearchResult:
     stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
     fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
     optimizer: str = "adam"  # the optimizer the layouts are counted with
+    dispatcher: str | None = None  # the MoE dispatcher the layouts are counted with (None: a dense model)
     etp: int | None = None  # the expert layers' TP every layout takes (None: TP)
     pipeline_layout: str | None = None  # the explicit pipeline layout every layout takes
 
@@ -168,6 +173,7 @@ class SearchResult:
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
                                      "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
                                      "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": self.etp,
+                                     "dispatcher": self.dispatcher,
                                      "pipeline_layout": self.pipeline_layout})
 
     @property
@@ -296,7 +302,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
            objective: str = "step_time", outside_bytes=None, stack: str | None = None,
            at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
-           pipeline_layout: str | None = None) -> SearchResult:
+           pipeline_layout: str | None = None, dispatcher: str | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -304,7 +310,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
     training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
-    ``fp8_recipe`` its FP8 scaling, ``optimizer`` its optimizer, as ``Plan(..., fp8_recipe=, optimizer=)``;
+    ``fp8_recipe``, ``optimizer`` and ``dispatcher`` as ``Plan(..., fp8_recipe=, optimizer=, dispatcher=)``;
     ``etp`` and ``pipeline_layout`` every layout's, as ``Layout(etp=, pipeline_layout=)`` (a pipeline layout
     with ``pp`` pinned: its chunks are pp × vpp). Each layout carries its memory verdict, as
     :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``: and at the limit)."""
@@ -340,8 +346,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     max_cp = 1 if props.get("context_parallel") is False else max_cp
-    counted, zero, schedules, vpps = _counted(stack, props, pins, zero, schedules, vpps, optimizer=optimizer, etp=etp,
-                                              fp8_recipe=fp8_recipe_of(stack, props, dtype, fp8_recipe),
+    counted, zero, schedules, vpps = _counted(stack, props, (model, dtype, pins), zero, schedules, vpps, etp=etp,
+                                              optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
                                               pipeline_layout=pipeline_layout)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
                       microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute, schedules=schedules,
@@ -405,12 +411,16 @@ def _interval(stack: str):
         return None
 
 
-def _counted(stack, props, pins, zero, schedules, vpps, **given) -> tuple:
+def _counted(stack, props, plan, zero, schedules, vpps, **given) -> tuple:
     """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`, with a pipeline layout's
     pp and vpp), and the ZeRO stages, schedules and virtual stages that leaves: Muon at ZeRO-1 (as Plan
     refuses it otherwise, :func:`~analytic.plan.layout.optimizer_refusal`); a pipeline layout with ``pp``
-    pinned, its chunks pp × vpp, on the 1F1B-family schedules (interleaved where vpp > 1)."""
-    counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS)}
+    pinned, its chunks pp × vpp, on the 1F1B-family schedules (interleaved where vpp > 1). ``plan``: the model,
+    dtype and pinned degrees."""
+    model, dtype, pins = plan
+    counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS),
+               "fp8_recipe": fp8_recipe_of(stack, props, dtype, given["fp8_recipe"]),
+               "dispatcher": dispatcher_of(stack, props, model, given["dispatcher"])}
     if counted["etp"] is not None:
         counted["etp"] = count("etp", counted["etp"], allow_symbol=False)
     refusal = optimizer_refusal(stack, props, counted["optimizer"])
