@@ -177,7 +177,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
              "fsdp_reduce_dtype", "sp_saved_inputs", "saved_extra", "optimizer_offload",
              "optimizer_kernel", "zero_optimizer", "fp8_weight_cache", "cp_attention", "compiled_blocks", "efficiency",
              "schedules", "dtypes", "context_parallel", "pipeline_zero", "max_zero", "even_chunks", "platforms",
-             "sp_relayout", "qk_norm_gathered", "weight_decay", "optimizers", "fp8_recipes"}
+             "sp_relayout", "qk_norm_gathered", "weight_decay", "optimizers", "fp8_recipes", "dispatchers"}
     for name in stacks():
         props = stack(name)
         assert set(props) <= known, name
@@ -194,6 +194,7 @@ def test_every_stack_property_is_known_and_one_the_plan_reads():
         assert set(props.get("schedules", ())) <= set(choices.SCHEDULES), name
         assert set(props.get("dtypes", ())) <= set(choices.TRAINING_DTYPES), name
         assert set(props.get("optimizers", ("adam",))) <= set(choices.OPTIMIZERS), name
+        assert set(props.get("dispatchers", ("alltoall",))) <= set(choices.DISPATCHERS), name
         assert set(props.get("fp8_recipes", ("delayed",))) <= set(choices.FP8_RECIPES), name
         assert props.get("context_parallel", True) in (True, False) and props.get("pipeline_zero", 3) in (0, 1, 2, 3), name
         assert props.get("max_zero", 3) in (0, 1, 2, 3) and set(props["platforms"]) <= set(choices.PLATFORMS), name
