@@ -162,3 +162,34 @@ def test_search_counts_every_layout_with_the_recipe_and_its_plans_agree(capsys):
     assert row["step_time_s"] == pytest.approx(res["blockwise"].best.step_time, rel=1e-12)
     assert row["fp8_recipe"] == "blockwise"
 
+
+
+def test_the_layers_kept_in_bf16_run_their_gemms_at_16_bits():
+    """Megatron-LM's --first-last-layers-bf16: an FP8 plan of Llama 3 8B (32 layers) keeping every layer in BF16
+    runs its GEMMs in the BF16 plan's time and caches no FP8 weights; keeping the first and the last, 2/32 of
+    the layers' GEMMs move from the FP8 time to the BF16 one and 2/32 of the weight cache goes."""
+    kw = dict(seq_len=4096, global_batch=64)
+    lay = an.Layout(dp=8)
+    bf16, fp8 = (an.Plan("llama3-8b", "h100-sxm", lay, dtype=d, **kw) for d in ("bf16", "fp8"))
+    ends, every = (an.Plan("llama3-8b", "h100-sxm", lay, dtype="fp8", bf16_layers=k, **kw) for k in ((1, 1), (32, 0)))
+    gemm = {k: p.value("time.gemm").to("s").magnitude for k, p in (("bf16", bf16), ("fp8", fp8), ("ends", ends),
+                                                                     ("every", every))}
+    assert gemm["every"] == pytest.approx(gemm["bf16"], rel=1e-12)
+    assert gemm["ends"] == pytest.approx(gemm["fp8"] + 2 / 32 * (gemm["bf16"] - gemm["fp8"]), rel=1e-12)
+    weights = {k: p.memory().weights.to("byte").magnitude for k, p in (("bf16", bf16), ("fp8", fp8), ("ends", ends),
+                                                                       ("every", every))}
+    assert weights["every"] == pytest.approx(weights["bf16"], rel=1e-12)
+    assert weights["fp8"] - weights["ends"] == pytest.approx(2 / 32 * (weights["fp8"] - weights["bf16"]), rel=1e-9)
+
+
+def test_layers_kept_in_bf16_are_a_low_precision_plans():
+    with pytest.raises(an.InputError, match="dtype bf16 has none"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64, bf16_layers=(1, 1))
+    with pytest.raises(an.InputError, match="exceed the 32 layers"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), seq_len=4096, global_batch=64, dtype="fp8",
+                bf16_layers=(20, 20))
+    from analytic.cli.main import main
+    assert main(["step", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "4096",
+                 "--global-batch", "64", "--dtype", "fp8", "--bf16-layers", "1,1", "--json"]) == 0
+    assert main(["step", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "4096",
+                 "--global-batch", "64", "--dtype", "fp8", "--bf16-layers", "1"]) == 2

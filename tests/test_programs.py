@@ -329,3 +329,26 @@ def test_a_recipe_other_than_the_stacks_has_programs_of_its_own():
         steps[recipe] = numbers.quantity("step_time").to("s").magnitude
         assert steps[recipe] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
     assert steps["blockwise"] > steps["delayed"]
+
+
+@pytest.mark.parametrize("plan_kw", [
+    dict(model="qwen3-30b-a3b", layout=dict(tp=2, pp=4, dp=32, ep=8, etp=1, zero=1, sequence_parallel=True)),
+    dict(model="qwen3-30b-a3b", layout=dict(tp=2, pp=4, dp=32, ep=8, zero=1, sequence_parallel=True),
+         dispatcher="allgather"),
+    dict(model="nemotron-3-nano", layout=dict(tp=2, pp=2, dp=32, ep=8, zero=1, sequence_parallel=True)),
+    dict(model="kimi-k2", layout=dict(pp=4, dp=64, ep=64, zero=1, recompute="full"), optimizer="muon",
+         hardware="gb300-nvl72"),
+    dict(model="llama3-8b", layout=dict(tp=2, dp=16, zero=1, sequence_parallel=True), dtype="fp8",
+         bf16_layers=(1, 1)),
+])
+def test_the_programs_of_the_2025_runs_equal_the_expressions(plan_kw):
+    """Expert tensor parallelism, the all-gather dispatcher, a hybrid model, Muon and BF16 end layers: each
+    plan's structure's programs give its expressions' step time and memory."""
+    kw = dict(plan_kw)
+    model, layout, hardware = kw.pop("model"), an.Layout(**kw.pop("layout")), kw.pop("hardware", "h100-sxm")
+    plan = an.Plan(model, hardware, layout, seq_len=4096, global_batch=1024, **kw)
+    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
+    assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(
+        plan.step_time().to("s").magnitude, rel=1e-12)
+    assert numbers.quantity("memory.total").to("byte").magnitude == pytest.approx(
+        plan.memory().total.to("byte").magnitude, rel=1e-12)

@@ -62,7 +62,7 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
-                "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout"}
+                "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
                              "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
                              "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
@@ -121,13 +121,23 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
     return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, search_keywords(args), note
 
 
+def bf16_layers_flag(text) -> dict:
+    """``--bf16-layers FIRST,LAST`` as Plan's and search's ``bf16_layers=(first, last)``, where given."""
+    if text is None:
+        return {}
+    parts = str(text).split(",")
+    if len(parts) != 2:
+        raise CLIError(f"--bf16-layers: expected FIRST,LAST (the layers kept in BF16 at each end), got {text!r:.80}")
+    return {"bf16_layers": tuple(count_flag(p.strip(), "bf16-layers", minimum=0) for p in parts)}
+
+
 def search_keywords(args) -> dict:
     """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel, SMs for
     communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers' TP, a pipeline layout
     and the layout choices) as search's and co-design's keywords."""
     kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout")
              if getattr(args, k) is not None},
-          **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}),
+          **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
@@ -236,6 +246,7 @@ def build_plan(args) -> tuple[object, dict]:
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
     plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher") if get(k) is not None}
+    plan_kw |= bf16_layers_flag(get("bf16_layers"))
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),

@@ -54,6 +54,9 @@ def _precision_args(g) -> None:
     g.add_argument("--fp8-recipe", dest="fp8_recipe", choices=FP8_RECIPES,
                    help="fp8's scaling: delayed (Transformer Engine's default), tensorwise (per-tensor current) or "
                         "blockwise (DeepSeek-V3's 1×128 and 128×128 blocks); default: the stack's first")
+    g.add_argument("--bf16-layers", dest="bf16_layers", metavar="FIRST,LAST",
+                   help="the layers at each end a low-precision plan keeps in BF16 (Megatron-LM's "
+                        "--first-last-layers-bf16 with its counts; default none)")
     g.add_argument("--grad-dtype", dest="grad_dtype", choices=GRAD_DTYPES,
                    help="gradient buffers: bf16 (ZeRO's 16 bytes per parameter) or fp32 (Megatron's main_grad: 18); "
                         "default: the stack's with ZeRO 0-2, bf16 with ZeRO-3")

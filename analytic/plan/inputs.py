@@ -51,7 +51,7 @@ class Inputs:
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
                  optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
-                 **overrides):  # Plan's arguments
+                 bf16_layers=None, **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -66,6 +66,7 @@ class Inputs:
         self.dispatcher = dispatcher_of(self.stack, self.stack_properties, model, dispatcher)
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
+        self._read_bf16_layers(bf16_layers)
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
             self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
         if profile is not None:  # measured constants; explicit keywords win
@@ -142,6 +143,22 @@ class Inputs:
             if name in modules and not needs:
                 raise InputError(f"recompute_modules: {name!r} recomputes a part of {what}, which {model.name or 'the model'} "
                                  "does not have")
+
+    def _read_bf16_layers(self, given) -> None:
+        """The first and last layers a low-precision plan keeps in BF16 (Megatron-LM's --first-last-layers-bf16
+        with --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16), and ``kept_16`` their share of the
+        layers."""
+        self.bf16_layers, self.kept_16 = (0, 0), 0
+        if given is None:
+            return
+        if not isinstance(given, (tuple, list)) or len(given) != 2:
+            raise InputError(f"bf16_layers: expected (first, last), the layers kept in BF16 at each end, got {given!r:.80}")
+        first, last = (count(k, v, minimum=0, allow_symbol=False) for k, v in zip(("bf16_layers", "bf16_layers"), given))
+        if (first or last) and not self.low_precision:
+            raise InputError(f"bf16_layers: the layers a low-precision recipe keeps in BF16; dtype {self.dtype} has none")
+        if is_number(self.model.layers) and first + last > self.model.layers:
+            raise InputError(f"bf16_layers: {first} + {last} exceed the {self.model.layers} layers")
+        self.bf16_layers, self.kept_16 = (first, last), ratio(first + last, self.model.layers)
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the

@@ -60,7 +60,7 @@ def model_states(inp: Inputs, params: dict) -> dict:
                                        (staging, lay.zero_at_least(2)), (parts["gradients"] + staging, True))
         parts["gradients"] = parts["gradients"] + _reduce_bucket(inp, 1)  # the backward's, ZeRO-3's for good
     if inp.fp8_weight_cache and inp.low_precision:  # Transformer Engine's quantised weights and transposes
-        cache = inp.f(inp.recipe["weight_cache"], params=params["per_gpu"] - params["ends_local"])
+        cache = inp.f(inp.recipe["weight_cache"], params=(params["per_gpu"] - params["ends_local"]) * (1 - inp.kept_16))
         parts["weights"] = parts["weights"] + cases("weights", "byte", (_zero("weights"), lay.zero_at_least(3)),
                                                     (cache, True))
     if inp.layout.offload_optimizer:

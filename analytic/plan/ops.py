@@ -53,7 +53,16 @@ class _Ops:
     def gemm(self, g, m, n, k, low: bool, again=None, backward: bool = True) -> Formula:
         """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the forward
         alone), in the low-precision recipe's format where ``low`` (and the plan has one), else in 16 bits;
-        the forward again under full recomputation (or when ``again`` is 1)."""
+        the forward again under full recomputation (or when ``again`` is 1). A layer's GEMM of a plan that
+        keeps its first and last layers in BF16 runs in 16 bits on their share of the layers (the stages
+        averaged, as the layers' kinds are)."""
+        kept = self.inp.kept_16
+        if low and self.inp.low_precision and kept != 0:
+            low_time, sixteen = self._gemm(g, m, n, k, True, again, backward), self._gemm(g, m, n, k, False, again, backward)
+            return low_time * (1 - kept) + sixteen * kept
+        return self._gemm(g, m, n, k, low, again, backward)
+
+    def _gemm(self, g, m, n, k, low: bool, again=None, backward: bool = True) -> Formula:
         inp = self.inp
         again = self.full if again is None else again
         low = low and inp.low_precision

@@ -79,6 +79,7 @@ class Ranked:
     fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
     optimizer: str = "adam"  # the optimizer the search counted it with
     dispatcher: str | None = None  # the MoE dispatcher the search counted it with (None: a dense model)
+    bf16_layers: tuple | None = None  # the layers at each end a low-precision search keeps in BF16
 
     @property
     def gpus(self) -> int:
@@ -87,7 +88,7 @@ class Ranked:
 
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
-        given = {k: getattr(self, k) for k in ("fp8_recipe", "dispatcher") if getattr(self, k) is not None}
+        given = {k: getattr(self, k) for k in ("fp8_recipe", "dispatcher", "bf16_layers") if getattr(self, k) is not None}
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
                     **{"stack": self.stack, "optimizer": self.optimizer, **given, **kw})
 
@@ -102,7 +103,7 @@ class Ranked:
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
                 "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "dispatcher": self.dispatcher,
-                "etp": lay.etp,
+                "bf16_layers": self.bf16_layers, "etp": lay.etp,
                 "pipeline_layout": lay.pipeline_layout}
 
 
@@ -133,7 +134,7 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
                   None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
                   MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"), stack.get("optimizer", "adam"),
-                  stack.get("dispatcher"))
+                  stack.get("dispatcher"), stack.get("bf16_layers"))
 
 
 @dataclass
@@ -156,6 +157,7 @@ class SearchResult:
     fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
     optimizer: str = "adam"  # the optimizer the layouts are counted with
     dispatcher: str | None = None  # the MoE dispatcher the layouts are counted with (None: a dense model)
+    bf16_layers: tuple | None = None  # the layers at each end a low-precision search keeps in BF16
     etp: int | None = None  # the expert layers' TP every layout takes (None: TP)
     pipeline_layout: str | None = None  # the explicit pipeline layout every layout takes
 
@@ -173,7 +175,7 @@ class SearchResult:
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
                                      "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
                                      "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": self.etp,
-                                     "dispatcher": self.dispatcher,
+                                     "dispatcher": self.dispatcher, "bf16_layers": self.bf16_layers,
                                      "pipeline_layout": self.pipeline_layout})
 
     @property
@@ -302,7 +304,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
            objective: str = "step_time", outside_bytes=None, stack: str | None = None,
            at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
-           pipeline_layout: str | None = None, dispatcher: str | None = None) -> SearchResult:
+           pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -310,7 +312,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
     training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
-    ``fp8_recipe``, ``optimizer`` and ``dispatcher`` as ``Plan(..., fp8_recipe=, optimizer=, dispatcher=)``;
+    ``fp8_recipe``, ``optimizer``, ``dispatcher`` and ``bf16_layers`` as Plan takes them;
     ``etp`` and ``pipeline_layout`` every layout's, as ``Layout(etp=, pipeline_layout=)`` (a pipeline layout
     with ``pp`` pinned: its chunks are pp × vpp). Each layout carries its memory verdict, as
     :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``: and at the limit)."""
@@ -348,7 +350,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     max_cp = 1 if props.get("context_parallel") is False else max_cp
     counted, zero, schedules, vpps = _counted(stack, props, (model, dtype, pins), zero, schedules, vpps, etp=etp,
                                               optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
-                                              pipeline_layout=pipeline_layout)
+                                              pipeline_layout=pipeline_layout, bf16_layers=bf16_layers)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
                       microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute, schedules=schedules,
                       vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins, etp=counted.get("etp"),

@@ -41,7 +41,7 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 #: how search counts every layout beyond its degrees and choices: search's keywords, Plan's and Layout's
-COUNTED = ("fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout")
+COUNTED = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "etp", "pipeline_layout")
 
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
@@ -58,7 +58,7 @@ def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attentio
                     etp=counted.get("etp"), pipeline_layout=pipeline.get("pipeline_layout"))
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                 microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack,
-                **{k: counted[k] for k in ("fp8_recipe", "optimizer", "dispatcher") if k in counted})
+                **{k: counted[k] for k in ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers") if k in counted})
 
 
 def _of_structure(plan: Plan):
