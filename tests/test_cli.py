@@ -1068,13 +1068,14 @@ def test_a_closed_standard_error_costs_nothing_on_standard_output(command):
 
 
 def test_search_reads_every_layout_flag_of_step(capsys):
-    """--optimizer, --etp, --pipeline-layout and --dispatcher are read by search as by step (each row counted with
-    them)."""
+    """--optimizer, --etp, --pipeline-layout, --dispatcher, --recompute-modules and --grad-dtype are read by search
+    as by step (each row counted with them); the flags of one layout alone are refused."""
     base = ["search", "--hardware", "h100-sxm", "--gpus", "32", "--seq", "4096", "--global-batch", "128", "--json",
             "--top", "2"]
     for extra in (["--model", "llama3-8b", "--optimizer", "muon"], ["--model", "qwen3-30b-a3b", "--etp", "1"],
                   ["--model", "llama3-8b", "--pipeline-layout", "Etttt|" + "tttt|" * 6 + "ttttL", "--pp", "4"],
-                  ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather"]):
+                  ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather"],
+                  ["--model", "llama3-8b", "--recompute-modules", "layernorm", "--grad-dtype", "bf16"]):
         assert main([*base, *extra]) == 0, extra
         rows = json.loads(capsys.readouterr().out)["ranked"]
         assert rows, extra
@@ -1086,3 +1087,7 @@ def test_search_reads_every_layout_flag_of_step(capsys):
             assert all(r["pp"] == 4 and r["vpp"] == 2 for r in rows)
         if "--dispatcher" in extra:
             assert all(r["dispatcher"] == "allgather" for r in rows)
+        if "--recompute-modules" in extra:
+            assert all(r["recompute"] == "selective" and r["recompute_modules"] == ["layernorm"] for r in rows)
+    for alone in (["--recompute-layers", "4"], ["--ends-as-layers"], ["--no-sp"]):  # one layout's alone: step's
+        assert main([*base, "--model", "llama3-8b", *alone]) == 2

@@ -462,3 +462,33 @@ def test_a_pipeline_layout_search_takes_its_chunks(tmp_path, monkeypatch):
     assert res.best.layout.schedule == "interleaved" and res.best.layout.pipeline_layout == text
     with pytest.raises(InputError, match="pin pp"):
         an.search("llama3-8b", HW, pipeline_layout=text, **kw)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(grad_dtype="bf16"), dict(moment_dtype="bf16"), dict(layout_options={"recompute_modules": ("layernorm",)}),
+    dict(layout_options={"fp8_activations": True}, dtype="fp8"), dict(layout_options={"offload_activations": True}),
+    dict(layout_options={"offload_optimizer": 0.5}), dict(layout_options={"first_stage_layers": 8}, pp=4),
+])
+def test_every_layout_option_of_a_plan_is_searched_with(tmp_path, monkeypatch, kw):
+    """Each Plan option and Layout field a step takes, given to search, is every row's: the rows' numbers are
+    their Plan's, and the choices it needs are the only ones searched (recompute modules: selective)."""
+    monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
+    res = an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False, top=2, **kw)
+    for row in res.ranked:
+        plan = row.plan("llama3-8b", HW, seq_len=4096, global_batch=128, dtype=kw.get("dtype", "bf16"))
+        assert row.step_time == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-9)
+        assert row.memory == pytest.approx(plan.memory().total.to("byte").magnitude, rel=1e-9)
+        for k, v in kw.get("layout_options", {}).items():
+            assert getattr(row.layout, k) == (v if k != "recompute_modules" else tuple(v))
+    if "recompute_modules" in kw.get("layout_options", {}):
+        from analytic.plan import RECOMPUTE
+        assert {RECOMPUTE[int(r)] for r in res.arrays["recompute"]} == {"selective"}
+
+
+def test_a_layout_option_search_does_not_take_is_named():
+    with pytest.raises(InputError, match="recompute_layers"):
+        an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
+                  layout_options={"recompute_layers": 4})
+    with pytest.raises(InputError, match="pin pp"):
+        an.search("llama3-8b", HW, gpus=32, seq_len=4096, global_batch=128, progress=False,
+                  layout_options={"first_stage_layers": 8})

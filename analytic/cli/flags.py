@@ -62,10 +62,11 @@ def _global_batch(tokens, sequences, seq: int) -> tuple[int, str]:
 SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batch", "dtype", "async_tp", "comm_sms",
                 "zero", "recompute", "schedule", "microbatch_size", "vpp", "scale_up_bandwidth", "scale_out_bandwidth",
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
-                "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers"}
-PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "grad_dtype", "moment_dtype", "profile", "allow_cross_node_tp",
-                             "recompute_layers", "recompute_modules", "offload_activations", "offload_optimizer",
-                             "fp8_activations", "first_stage_layers", "last_stage_layers", "ends_as_layers"}
+                "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers", "grad_dtype",
+                "moment_dtype", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
+                "first_stage_layers", "last_stage_layers"}
+PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
+                             "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
 #: print beside the plan's; any other plan flag makes the configuration the user's
 TEXT_KEPT_BY = {"model", "hardware", "scale_up_bandwidth", "scale_out_bandwidth", "scale_up_domain", "mfu", "tokens",
@@ -121,6 +122,20 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
     return model_flag(args.model), hw, counts[0] if len(counts) == 1 else counts, seq, gb, search_keywords(args), note
 
 
+def layout_option_flags(get) -> dict:
+    """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded or cached in
+    FP8, the recompute modules, the end stages' layers and the optimizer's offloaded share, where given."""
+    from ..core.values import share
+    out = {k: True for k in ("offload_activations", "fp8_activations") if get(k)}
+    if get("recompute_modules"):
+        out["recompute_modules"] = tuple(get("recompute_modules"))
+    out |= {k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
+            for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None}
+    if get("offload_optimizer") is not None:
+        out["offload_optimizer"] = _read(share, "offload-optimizer", get("offload_optimizer"))
+    return out
+
+
 def bf16_layers_flag(text) -> dict:
     """``--bf16-layers FIRST,LAST`` as Plan's and search's ``bf16_layers=(first, last)``, where given."""
     if text is None:
@@ -135,8 +150,10 @@ def search_keywords(args) -> dict:
     """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel, SMs for
     communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers' TP, a pipeline layout
     and the layout choices) as search's and co-design's keywords."""
-    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout")
-             if getattr(args, k) is not None},
+    options = layout_option_flags(lambda k: getattr(args, k, None))
+    kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout",
+                                            "grad_dtype", "moment_dtype") if getattr(args, k) is not None},
+          **({"layout_options": options} if options else {}),
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
@@ -217,17 +234,13 @@ def build_plan(args) -> tuple[object, dict]:
     layout = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
                   sequence_parallel=bool(sp) if sp is not None else sequence_parallel_default(tp))
     layout |= {k: get(k) for k in ("recompute", "schedule") if get(k) is not None}
-    layout |= {k: True for k in ("async_tp", "offload_activations", "fp8_activations", "ends_as_layers") if get(k)}
+    layout |= {k: True for k in ("async_tp", "ends_as_layers") if get(k)} | layout_option_flags(get)
     if get("zero") is not None:
         layout["zero"] = int(get("zero"))
     if get("comm_sms") is not None:
         layout["comm_sms"] = count_flag(str(get("comm_sms")), "comm-sms", minimum=0)
     if get("recompute_layers") is not None:
         layout["recompute_layers"] = count_flag(str(get("recompute_layers")), "recompute-layers")
-    if get("recompute_modules"):
-        layout["recompute_modules"] = tuple(get("recompute_modules"))
-    layout |= {k: count_flag(str(get(k)), k.replace("_", "-"), minimum=0)
-               for k in ("first_stage_layers", "last_stage_layers") if get(k) is not None}
     layout |= _zero3_gather(get("zero3_gather"), int(get("zero") or 0))
     layout |= {k: get(k) if k == "pipeline_layout" else count_flag(str(get(k)), k)
                for k in ("pipeline_layout", "etp") if get(k) is not None}
@@ -237,10 +250,8 @@ def build_plan(args) -> tuple[object, dict]:
 
     import analytic as an
 
-    from ..core.values import fraction, share
+    from ..core.values import fraction
     model, hw = _presets(get)
-    if get("offload_optimizer") is not None:
-        layout["offload_optimizer"] = _read(share, "offload-optimizer", get("offload_optimizer"))
     layout = an.Layout(**layout)
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):

@@ -18,6 +18,7 @@ from .layout import (
     Layout,
     check_comm_sms,
     check_layout,
+    check_offload,
     check_sequence,
     dispatcher_of,
     divisors,
@@ -36,7 +37,7 @@ from .layout import (
 _LAZY = {"Memory": "core", "Plan": "core"}
 
 __all__ = ["AXES", "CONVENTIONS", "Layout", "Memory", "Plan", "RECOMPUTE", "SCHEDULES", "TRAINING_DTYPES",
-           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_sequence", "dispatcher_of", "divisors", "fp8_recipe_of", "hybrid_refusal", "optimizer_refusal", "regime", "selective_refusal", "stack_refusal",
+           "ZERO3_GATHERS", "check_comm_sms", "check_layout", "check_offload", "check_sequence", "dispatcher_of", "divisors", "fp8_recipe_of", "hybrid_refusal", "optimizer_refusal", "regime", "selective_refusal", "stack_refusal",
            "sequence_parallel_default", "sequence_unit",
            "tiles", "training_dtype"]
 

@@ -195,7 +195,7 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
     """Build (or read from the cache) the programs of each model's search structures, before the tasks:
     here, and in each worker (``Client.run``) so that no task waits on them."""
     from .programs import COUNTED, structure_programs
-    if search_kw.get("pipeline_layout"):  # its pp and vpp are each search's own: it builds its program itself
+    if search_kw.get("pipeline_layout") or search_kw.get("layout_options"):  # each search builds its own program
         return
     for model in models:
         structure_programs(model, hardware, seq_len, global_batch, **{k: v for k, v in search_kw.items() if k in (

@@ -38,6 +38,7 @@ from ..plan import (
     Layout,
     Plan,
     check_comm_sms,
+    check_offload,
     check_sequence,
     dispatcher_of,
     divisors,
@@ -57,7 +58,7 @@ from ..presets import as_hardware, as_model, calibration, outside_floor, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware
 from ..presets.model import Model
-from .programs import COUNTED, DEGREES, INPUTS, _compiled
+from .programs import COUNTED, DEGREES, INPUTS, LAYOUT_OPTIONS, PLAN_OPTIONS, _compiled
 
 MAX_GPUS = 1 << 24  # enumeration is by divisors; beyond this no cluster exists to plan
 
@@ -77,9 +78,7 @@ class Ranked:
     stack: str = DEFAULT_STACK  # the stack the search counted it with (presets/stacks.toml)
     verdict: str = MEMORY_VERDICTS[0]  # as Plan.memory_verdict: fits, at the allocator's limit, does not fit
     fp8_recipe: str | None = None  # the FP8 scaling the search counted it with (None: not FP8)
-    optimizer: str = "adam"  # the optimizer the search counted it with
-    dispatcher: str | None = None  # the MoE dispatcher the search counted it with (None: a dense model)
-    bf16_layers: tuple | None = None  # the layers at each end a low-precision search keeps in BF16
+    options: dict = field(default_factory=dict)  # the other Plan options it was counted with (PLAN_OPTIONS)
 
     @property
     def gpus(self) -> int:
@@ -88,9 +87,17 @@ class Ranked:
 
     def plan(self, model, hardware, **kw) -> Plan:
         """The Plan of this layout on the search's stack (``stack=`` in ``kw`` to count it on another)."""
-        given = {k: getattr(self, k) for k in ("fp8_recipe", "dispatcher", "bf16_layers") if getattr(self, k) is not None}
+        given = {k: v for k, v in {**self.options, "fp8_recipe": self.fp8_recipe}.items() if v is not None}
         return Plan(model, hardware, self.layout, microbatch_size=self.microbatch_size,
-                    **{"stack": self.stack, "optimizer": self.optimizer, **given, **kw})
+                    **{"stack": self.stack, **given, **kw})
+
+    @property
+    def optimizer(self) -> str:
+        return self.options.get("optimizer", "adam")
+
+    @property
+    def dispatcher(self) -> str | None:
+        return self.options.get("dispatcher")
 
     def as_dict(self) -> dict:
         lay = self.layout
@@ -102,9 +109,9 @@ class Ranked:
                 "gpus": lay.gpus, "step_time_s": self.step_time, "step_time_interval_s": self.step_time_interval,
                 "gpu_hours_per_million_tokens": None if self.cost is None else self.cost * 1e6 / 3600,
                 "memory_GB": self.memory / 1e9, "mfu": self.mfu, "fits": self.fits, "verdict": self.verdict,
-                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "dispatcher": self.dispatcher,
-                "bf16_layers": self.bf16_layers, "etp": lay.etp,
-                "pipeline_layout": lay.pipeline_layout}
+                "stack": self.stack, "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer,
+                **{k: v for k, v in self.options.items() if k not in ("fp8_recipe", "optimizer")},
+                **{k: getattr(lay, k) for k in LAYOUT_OPTIONS}}
 
 
 class _Ranking(Sequence):
@@ -129,12 +136,12 @@ def _row(a: dict, j: int, stack: dict) -> Ranked:
     layout = Layout(tp=d["tp"], pp=d["pp"], dp=d["dp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"], zero=d["zero"],
                     sequence_parallel=sequence_parallel_default(d["tp"]), async_tp=stack["async_tp"] and d["tp"] > 1,
                     comm_sms=stack["comm_sms"], zero3_gather=stack["zero3_gather"], recompute=RECOMPUTE[d["recompute"]],
-                    schedule=SCHEDULES[d["schedule"]], etp=stack.get("etp"), pipeline_layout=stack.get("pipeline_layout"))
+                    schedule=SCHEDULES[d["schedule"]], **{k: stack[k] for k in LAYOUT_OPTIONS if stack.get(k) is not None})
     t, ratios = float(a["step_time"][j]), stack.get("ratios")
     return Ranked(layout, d["microbatch_size"], t, float(a["memory"][j]), float(a["mfu"][j]), bool(a["fits"][j]),
                   None if ratios is None else (t * ratios[0], t * ratios[1]), float(a["cost"][j]), stack["stack"],
-                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"), stack.get("optimizer", "adam"),
-                  stack.get("dispatcher"), stack.get("bf16_layers"))
+                  MEMORY_VERDICTS[int(a["verdict"][j])], stack.get("fp8_recipe"),
+                  {k: stack.get(k) for k in PLAN_OPTIONS if k != "fp8_recipe"})
 
 
 @dataclass
@@ -155,11 +162,7 @@ class SearchResult:
     outside: float = 0.0  # bytes a layout's memory leaves free: the least measured outside the allocator
     stack: str = DEFAULT_STACK  # whose allocations and kernels the layouts are counted with
     fp8_recipe: str | None = None  # the FP8 scaling the layouts are counted with (None: not FP8)
-    optimizer: str = "adam"  # the optimizer the layouts are counted with
-    dispatcher: str | None = None  # the MoE dispatcher the layouts are counted with (None: a dense model)
-    bf16_layers: tuple | None = None  # the layers at each end a low-precision search keeps in BF16
-    etp: int | None = None  # the expert layers' TP every layout takes (None: TP)
-    pipeline_layout: str | None = None  # the explicit pipeline layout every layout takes
+    counted: dict = field(default_factory=dict)  # the other Plan options and Layout fields every layout takes
 
     def __iter__(self):
         return iter(self.ranked)
@@ -174,9 +177,7 @@ class SearchResult:
         """Evaluated layout ``j`` (an index into :attr:`arrays`), fitting or not."""
         return _row(self.arrays, j, {"async_tp": self.async_tp, "comm_sms": self.comm_sms,
                                      "zero3_gather": self.zero3_gather, "ratios": self.ratios, "stack": self.stack,
-                                     "fp8_recipe": self.fp8_recipe, "optimizer": self.optimizer, "etp": self.etp,
-                                     "dispatcher": self.dispatcher, "bf16_layers": self.bf16_layers,
-                                     "pipeline_layout": self.pipeline_layout})
+                                     "fp8_recipe": self.fp8_recipe, **self.counted})
 
     @property
     def best(self) -> Ranked:
@@ -304,7 +305,9 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            dp: int | None = None, cp: int | None = None, ep: int | None = None,
            objective: str = "step_time", outside_bytes=None, stack: str | None = None,
            at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
-           pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None) -> SearchResult:
+           pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None,
+           grad_dtype: str | None = None, moment_dtype: str | None = None,
+           layout_options: dict | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -312,9 +315,10 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
     ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
     training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
-    ``fp8_recipe``, ``optimizer``, ``dispatcher`` and ``bf16_layers`` as Plan takes them;
-    ``etp`` and ``pipeline_layout`` every layout's, as ``Layout(etp=, pipeline_layout=)`` (a pipeline layout
-    with ``pp`` pinned: its chunks are pp × vpp). Each layout carries its memory verdict, as
+    ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``, ``grad_dtype`` and ``moment_dtype`` as
+    Plan takes them; ``etp``, ``pipeline_layout`` and ``layout_options`` (a dict of Layout's recompute_modules,
+    fp8_activations, offload_activations, offload_optimizer, first_stage_layers, last_stage_layers) every
+    layout's, as Layout takes them (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict, as
     :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``: and at the limit)."""
     start = time.time()
     model, hardware = _numeric(as_model(model)), as_hardware(hardware)  # objects, names or a config.json path
@@ -348,34 +352,43 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                            for name, v in (("max_tp", max_tp), ("max_cp", max_cp), ("top", top)))
     pins = _pins(stack, props, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     max_cp = 1 if props.get("context_parallel") is False else max_cp
-    counted, zero, schedules, vpps = _counted(stack, props, (model, dtype, pins), zero, schedules, vpps, etp=etp,
-                                              optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
-                                              pipeline_layout=pipeline_layout, bf16_layers=bf16_layers)
+    counted, narrowed = _counted(stack, props, (model, dtype, pins),
+                                 dict(zero=zero, recompute=recompute, schedules=schedules, vpps=vpps), etp=etp,
+                                 optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
+                                 pipeline_layout=pipeline_layout, bf16_layers=bf16_layers, grad_dtype=grad_dtype,
+                                 moment_dtype=moment_dtype, layout_options=layout_options)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
-                      microbatch_sizes=microbatch_sizes, zero=zero, recompute=recompute, schedules=schedules,
-                      vpps=vpps, max_tp=max_tp, max_cp=max_cp, pins=pins, etp=counted.get("etp"),
-                      explicit=bool(pipeline_layout))
-    hbm = float(exact(hardware.hbm.to("byte").magnitude))
-    peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
+                      microbatch_sizes=microbatch_sizes, max_tp=max_tp, max_cp=max_cp, pins=pins,
+                      etp=counted.get("etp"), explicit="pp" in counted, **narrowed)
     n = len(arrays["tp"])
     out, built = _evaluated(arrays, progress, model, hardware, seq_len, global_batch, dtype, flash_attention,
                             async_tp, comm_sms, zero3_gather, stack, counted)
+    outside = _judged(arrays, out, hardware, dtype, global_batch * seq_len, allocator, outside_bytes)
+    order, n_fit = ranking(arrays, objective, at_limit)
+    keep = order[: (n_fit if top is None else min(top, n_fit))]
+    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
+             "ratios": _interval(stack), "stack": stack, "fp8_recipe": counted["fp8_recipe"]}
+    others = {k: counted.get(k) for k in COUNTED if k != "fp8_recipe"}
+    return SearchResult(_Ranking(arrays, keep, {**fixed, **others}), evaluated=n, fitting=n_fit,
+                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
+                        outside=outside, counted=others, **fixed)
+
+
+def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside_bytes) -> float:
+    """``arrays`` with each layout's memory, step time, MFU, cost (GPU-seconds per token), whether it fits and its
+    verdict; the bytes a layout leaves free for what lies outside the allocator."""
+    hbm = float(exact(hardware.hbm.to("byte").magnitude))
+    peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
                   mfu=formula("compute.mfu").lambdify()(flops=out["flops"], step_time=out["step_time"],
                                                         gpus=arrays["gpus"], peak_flops=peak),
-                  cost=out["step_time"] * arrays["gpus"] / (global_batch * seq_len))
+                  cost=out["step_time"] * arrays["gpus"] / tokens)
     outside = (float(outside_floor(allocator).to("byte").magnitude)
                if outside_bytes is None else float(read_magnitude("outside_bytes", outside_bytes)))
     fits = formula("memory.headroom").lambdify()(hbm=hbm, outside_bytes=outside, counted_bytes=arrays["memory"]) >= 0
     arrays["fits"] = fits
     arrays["verdict"] = verdicts(arrays["memory"], fits, hbm, allocator, outside_bytes)
-    order, n_fit = ranking(arrays, objective, at_limit)
-    keep = order[: (n_fit if top is None else min(top, n_fit))]
-    fixed = {"async_tp": bool(async_tp), "comm_sms": comm_sms, "zero3_gather": zero3_gather,
-             "ratios": _interval(stack), "stack": stack, **{k: counted.get(k) for k in COUNTED}}
-    return SearchResult(_Ranking(arrays, keep, fixed), evaluated=n, fitting=n_fit,
-                        seconds=time.time() - start, arrays=arrays, compiled=built, notes=notes, objective=objective,
-                        outside=outside, **fixed)
+    return outside
 
 
 def _numeric(model: Model) -> Model:
@@ -413,39 +426,71 @@ def _interval(stack: str):
         return None
 
 
-def _counted(stack, props, plan, zero, schedules, vpps, **given) -> tuple:
-    """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`, with a pipeline layout's
-    pp and vpp), and the ZeRO stages, schedules and virtual stages that leaves: Muon at ZeRO-1 (as Plan
-    refuses it otherwise, :func:`~analytic.plan.layout.optimizer_refusal`); a pipeline layout with ``pp``
-    pinned, its chunks pp × vpp, on the 1F1B-family schedules (interleaved where vpp > 1). ``plan``: the model,
-    dtype and pinned degrees."""
+def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
+    """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`; with the pp, vpp and
+    recomputation its options fix), and the ZeRO stages, recomputations, schedules and virtual stages
+    (``narrowed``) that leaves: Muon at ZeRO-1 (:func:`~analytic.plan.layout.optimizer_refusal`), the layout
+    options' (:func:`_layout_counted`). ``plan``: the model, dtype and pinned degrees."""
     model, dtype, pins = plan
+    options = dict(given.pop("layout_options") or {})
     counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS),
                "fp8_recipe": fp8_recipe_of(stack, props, dtype, given["fp8_recipe"]),
                "dispatcher": dispatcher_of(stack, props, model, given["dispatcher"])}
     if counted["etp"] is not None:
         counted["etp"] = count("etp", counted["etp"], allow_symbol=False)
     refusal = optimizer_refusal(stack, props, counted["optimizer"])
+    zero = narrowed["zero"]
     if counted["optimizer"] == "muon":
         refusal = refusal or next((optimizer_refusal(stack, props, "muon", z) for z in zero if z != 1
                                    and zero != ZERO_STAGES), None)
-        zero = (1,)
+        narrowed = {**narrowed, "zero": (1,)}
     if refusal:
         raise InputError(refusal)
-    text = counted["pipeline_layout"]
-    if text is None:
-        return counted, zero, schedules, vpps
-    parts = chunks(text)
-    if "pp" not in pins or len(parts) % pins["pp"]:
-        raise InputError(f"pipeline_layout: its {len(parts)} chunks are pp × vpp; pin pp to a divisor of "
-                         f"{len(parts)} (got {pins.get('pp')})")
-    vpp = len(parts) // pins["pp"]
-    kept = tuple(s for s in schedules if (s == "interleaved") == (vpp > 1) and s != "dualpipe")
-    if not kept:
-        raise InputError(f"pipeline_layout: {vpp} chunks a stage run on "
+    return _layout_counted(counted, options, stack, props, pins, narrowed)
+
+
+def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: dict) -> tuple:
+    """``counted`` with the Layout fields ``options`` every layout takes, and the choices they leave: recompute
+    modules under selective recomputation; an optimizer offload at the ZeRO stages the stack's kind runs it
+    (:func:`~analytic.plan.layout.check_offload`); uneven end stages or a pipeline layout with ``pp`` pinned, a
+    layout's chunks pp × vpp on the 1F1B-family schedules (interleaved where vpp > 1)."""
+    unknown = sorted(set(options) - set(LAYOUT_OPTIONS[2:]))
+    if unknown:
+        raise InputError(f"layout_options: {unknown[0]!r} is not a Layout field search takes; it takes "
+                         f"{', '.join(LAYOUT_OPTIONS[2:])} (and etp=, pipeline_layout=)")
+    counted = {**counted, **options}
+    if options.get("recompute_modules"):
+        if "selective" not in narrowed["recompute"]:
+            raise InputError("recompute_modules: recomputed under recompute='selective', not searched here")
+        counted["recompute"], narrowed = "selective", {**narrowed, "recompute": ("selective",)}
+    if options.get("offload_optimizer"):
+        kept = []
+        for z in narrowed["zero"]:
+            try:
+                check_offload(stack, props.get("optimizer_offload"), Layout(zero=z, offload_optimizer=options["offload_optimizer"]))
+                kept.append(z)
+            except InputError:
+                if narrowed["zero"] != ZERO_STAGES:
+                    raise
+        narrowed = {**narrowed, "zero": tuple(kept)}
+    text, uneven = counted["pipeline_layout"], options.get("first_stage_layers") or options.get("last_stage_layers")
+    if text is None and not uneven:
+        return counted, narrowed
+    what = "pipeline_layout" if text is not None else "first_stage_layers"
+    if "pp" not in pins:
+        raise InputError(f"{what}: places layers on numbered stages; pin pp")
+    chunks_ = len(chunks(text)) if text is not None else pins["pp"]
+    if chunks_ % pins["pp"]:
+        raise InputError(f"pipeline_layout: its {chunks_} chunks are pp × vpp; pin pp to a divisor of {chunks_} "
+                         f"(got {pins['pp']})")
+    vpp = chunks_ // pins["pp"]
+    schedules = tuple(s for s in narrowed["schedules"] if (s == "interleaved") == (vpp > 1) and s != "dualpipe")
+    if not schedules:
+        raise InputError(f"{what}: {vpp} chunks a stage run on "
                          f"{'the interleaved schedule' if vpp > 1 else 'a schedule other than interleaved or DualPipe'}, "
-                         f"not on {', '.join(schedules)}")
-    return {**counted, "pp": pins["pp"], "vpp": vpp}, zero, kept, (vpp,) if vpp > 1 else vpps
+                         f"not on {', '.join(narrowed['schedules'])}")
+    narrowed = {**narrowed, "schedules": schedules, "vpps": (vpp,) if vpp > 1 else narrowed["vpps"]}
+    return {**counted, "pp": pins["pp"], "vpp": vpp}, narrowed
 
 
 def _stack_runs(stack, props, model, hardware, dtype, flash_attention, zero, recompute, schedules) -> tuple:

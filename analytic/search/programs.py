@@ -41,7 +41,11 @@ _COMPILED: dict = {}  # key → Program, for repeated searches in one process
 
 
 #: how search counts every layout beyond its degrees and choices: search's keywords, Plan's and Layout's
-COUNTED = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "etp", "pipeline_layout")
+#: Plan's options and Layout's fields every layout takes, as given to search (:data:`COUNTED`)
+PLAN_OPTIONS = ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers", "grad_dtype", "moment_dtype")
+LAYOUT_OPTIONS = ("etp", "pipeline_layout", "recompute_modules", "fp8_activations", "offload_activations",
+                  "offload_optimizer", "first_stage_layers", "last_stage_layers")
+COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
@@ -50,15 +54,15 @@ def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attentio
     pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with tp > 1) or
     off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
     counted = {k: v for k, v in (counted or {}).items() if v is not None}
-    pipeline = {k: counted[k] for k in ("pp", "vpp", "pipeline_layout") if k in counted}
-    layout = Layout(tp=sym("tp"), pp=pipeline.get("pp", sym("pp")), dp=sym("dp"), cp=sym("cp"),
-                    ep=sym("ep") if model.is_moe else 1, vpp=pipeline.get("vpp", sym("vpp")), zero=sym("zero"),
+    fixed = {k: counted[k] for k in ("pp", "vpp", "recompute") if k in counted}  # where the options fix them
+    layout = Layout(tp=sym("tp"), pp=fixed.get("pp", sym("pp")), dp=sym("dp"), cp=sym("cp"),
+                    ep=sym("ep") if model.is_moe else 1, vpp=fixed.get("vpp", sym("vpp")), zero=sym("zero"),
                     sequence_parallel=sequence_parallel, async_tp=async_tp and sequence_parallel,
-                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=sym("recompute"), schedule=sym("schedule"),
-                    etp=counted.get("etp"), pipeline_layout=pipeline.get("pipeline_layout"))
+                    comm_sms=comm_sms, zero3_gather=zero3_gather, recompute=fixed.get("recompute", sym("recompute")),
+                    schedule=sym("schedule"), **{k: counted[k] for k in LAYOUT_OPTIONS if k in counted})
     return Plan(model, hardware, layout, seq_len=seq_len, global_batch=global_batch,
                 microbatch_size=sym("microbatch_size"), dtype=dtype, flash_attention=flash_attention, stack=stack,
-                **{k: counted[k] for k in ("fp8_recipe", "optimizer", "dispatcher", "bf16_layers") if k in counted})
+                **{k: counted[k] for k in PLAN_OPTIONS if k in counted})
 
 
 def _of_structure(plan: Plan):
