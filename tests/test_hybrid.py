@@ -131,3 +131,11 @@ def test_context_parallelism_over_mamba_layers_is_refused():
     with pytest.raises(LayoutError, match="Mamba-2 heads"):
         an.Plan(an.Model(layers=2, layer_pattern="M*", ssm_heads=6, ssm_head_dim=32, ssm_state=16, ssm_groups=2,
                          **SMALL), "h100-sxm", an.Layout(tp=4, dp=1), global_batch=4, seq_len=1024)
+
+
+def test_fp8_caching_of_an_ungated_mlp_is_refused():
+    """DeepSeek-V3's FP8 caching saves a SwiGLU's inputs and products; an ungated MLP's are not counted."""
+    moe = dict(SMALL, experts=8, topk=2, expert_ffn_hidden=128)
+    with pytest.raises(InputError, match="SwiGLU"):
+        an.Plan(an.Model(layers=4, **moe), "h100-sxm", an.Layout(dp=4, fp8_activations=True), global_batch=16,
+                seq_len=1024).memory()

@@ -352,3 +352,24 @@ def test_the_programs_of_the_2025_runs_equal_the_expressions(plan_kw):
         plan.step_time().to("s").magnitude, rel=1e-12)
     assert numbers.quantity("memory.total").to("byte").magnitude == pytest.approx(
         plan.memory().total.to("byte").magnitude, rel=1e-12)
+
+
+def test_a_ceiling_of_a_whole_quotient_stays_whole():
+    """A GEMM's waves: 128 experts × 11 × 15 tiles over 132 SMs is exactly 160 waves. Lowered as a product by
+    reciprocals it came to 160.00000000000003, whose ceiling is 161; the program divides once, as exact
+    arithmetic does (Nemotron 3 Nano at DP 16 and 1,024 tokens: the programs then differed from the plan)."""
+    import sympy
+    from analytic.core.lowering import program
+    from analytic.core.symbols import sym
+    names = ("experts", "ep", "sms", "tile_m", "tile_n", "hidden", "expert_ffn_hidden", "tp")
+    E, ep, sms, tile_m, tile_n, h, h_e, t = (sym(k) for k in names)
+    waves = sympy.ceiling(E * sympy.ceiling(h / tile_n) * sympy.ceiling(h_e / (tile_m * t)) / (ep * sms))
+    prog = program([waves], {sym(k): k for k in names})
+    values = dict(experts=128.0, ep=1.0, sms=132.0, tile_m=128.0, tile_n=256.0, hidden=2688.0, expert_ffn_hidden=1856.0,
+                  tp=1.0)
+    assert list(prog.scalar([values[k] for k in prog.inputs])) == [160.0]
+    assert prog(*(np.array([values[k]]) for k in prog.inputs))[0][0] == 160.0
+    plan = an.Plan("nemotron-3-nano", "h100-sxm", an.Layout(dp=16), seq_len=1024, global_batch=16)
+    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
+    assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(plan.step_time().to("s").magnitude,
+                                                                            rel=1e-12)

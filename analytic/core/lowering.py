@@ -138,6 +138,10 @@ class _Builder:
         if isinstance(e, (sympy.Max, sympy.Min)):
             kind = "max" if isinstance(e, sympy.Max) else "min"
             return step(kind, *map(walk, e.args)) if len(e.args) > 1 else walk(e.args[0])
+        if isinstance(e, (sympy.floor, sympy.ceiling)):  # a quotient one division: an integer one stays exact
+            num, den = sympy.fraction(e.args[0])
+            if den != 1:
+                return step(_FUNCTIONS[type(e)], step("div", walk(num), walk(den)))
         if type(e) in _FUNCTIONS:
             return step(_FUNCTIONS[type(e)], walk(e.args[0]))
         if isinstance(e, sympy.Mod):

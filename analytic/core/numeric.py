@@ -24,7 +24,7 @@ from .errors import InputError
 #: operation → arity (None for two or more)
 ARITY = {**dict.fromkeys(("add", "mul", "max", "min", "and", "or")),
          **dict.fromkeys(("recip", "sqrt", "log", "exp", "abs", "floor", "ceiling", "not"), 1),
-         **dict.fromkeys(("pow", "mod", "gcd", "lt", "le", "gt", "ge", "eq", "ne"), 2), "where": 3}
+         **dict.fromkeys(("pow", "div", "mod", "gcd", "lt", "le", "gt", "ge", "eq", "ne"), 2), "where": 3}
 
 
 @functools.cache
@@ -35,7 +35,7 @@ def numpy_ops() -> dict:
     fns = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "and": np.logical_and,
            "or": np.logical_or, "recip": lambda x: np.divide(1.0, x), "sqrt": np.sqrt, "log": np.log,
            "exp": np.exp, "abs": np.abs, "floor": np.floor, "ceiling": np.ceil, "not": np.logical_not,
-           "pow": np.float_power, "mod": np.mod,
+           "pow": np.float_power, "div": np.divide, "mod": np.mod,
            "gcd": lambda a, b: np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(np.float64),
            "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal, "where": np.where}
@@ -73,6 +73,13 @@ def _rounded(fn):
     def apply(x):
         return float(fn(x)) if math.isfinite(x) else x
     return apply
+
+
+def _div(a, b):
+    """a / b as numpy divides (±inf or NaN by zero)."""
+    if b:
+        return a / b
+    return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
 def _pow(a, b):
@@ -122,7 +129,7 @@ _ON_TUPLE = {"add": functools.partial(functools.reduce, operator.add),
 SCALAR = SimpleNamespace(**{
     **{op: _spread(fn) for op, fn in _ON_TUPLE.items()}, "not": operator.not_,
     "recip": _recip, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": abs, "floor": _rounded(math.floor),
-    "ceiling": _rounded(math.ceil), "pow": _pow, "mod": _mod, "gcd": _gcd, "lt": operator.lt, "le": operator.le,
+    "ceiling": _rounded(math.ceil), "pow": _pow, "div": _div, "mod": _mod, "gcd": _gcd, "lt": operator.lt, "le": operator.le,
     "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
     "where": lambda c, a, b: a if c else b})
 #: two-argument forms of the n-ary operations: a step of two arguments calls one directly

@@ -170,6 +170,8 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
                       (layer, True))
     if not lay.fp8_activations:
         return layer
+    if m.mlp_formulas != "swiglu":  # the cached tensors are a SwiGLU's inputs and products
+        raise InputError(f"fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not {m.mlp!r}")
     width = (m.topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
     products = m.shared_experts * m.expert_ffn_hidden if moe and "moe_act" in modules else width
     cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw)]
