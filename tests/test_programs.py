@@ -359,6 +359,7 @@ def test_a_ceiling_of_a_whole_quotient_stays_whole():
     reciprocals it came to 160.00000000000003, whose ceiling is 161; the program divides once, as exact
     arithmetic does (Nemotron 3 Nano at DP 16 and 1,024 tokens: the programs then differed from the plan)."""
     import sympy
+
     from analytic.core.lowering import program
     from analytic.core.symbols import sym
     names = ("experts", "ep", "sms", "tile_m", "tile_n", "hidden", "expert_ffn_hidden", "tp")
