@@ -70,6 +70,7 @@ def test_layers_block_type_reads_as_the_pattern():
     ({"n_group": 8, "topk_group": 2}, "n_group"),
     ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E*E"}, "MTP module"),
     ({"moe_shared_expert_intermediate_size": 1000}, "not a multiple"),
+    ({"layers_block_type": [["mamba"]] * 52}, "layers_block_type"),
 ])
 def test_a_nemotron_config_the_reader_cannot_map_is_one_error(change, match):
     cfg = {**json.loads((HF / "nemotron-3-nano.json").read_text()), **change}

@@ -223,7 +223,9 @@ def _deepseek(cfg):
 _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # HF's layers_block_type names
 
 #: Nemotron-H fields that change no count: the SSM's step-size initialisation and limits, the scan's chunk (a
-#: kernel tile), the inference cache, residual precision and init, the router's score scaling and groups of one
+#: kernel tile), expand (the inner width is mamba_num_heads × mamba_head_dim), the inference cache, residual
+#: precision and init, the router's score scaling and groups of one, n_shared_experts (their width is
+#: moe_shared_expert_intermediate_size); and the fields _nemotron_h reads and checks
 NEMOTRON_NEUTRAL = frozenset({
     "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "chunk_size", "mamba_hidden_act",
     "mamba_ssm_cache_dtype", "use_mamba_kernels", "residual_in_fp32", "rescale_prenorm_residual", "layer_norm_epsilon",
@@ -237,7 +239,7 @@ def _pattern(cfg: dict, key: str, listed: str) -> str | None:
     """A hybrid pattern from ``key`` (Megatron's characters) or ``listed`` (HF's block-type names)."""
     if cfg.get(listed) is not None:
         types = cfg[listed]
-        if not isinstance(types, list) or not all(t in _BLOCK_TYPES for t in types):
+        if not isinstance(types, list) or not all(isinstance(t, str) and t in _BLOCK_TYPES for t in types):
             raise InputError(f"config: {listed}: expected a list of {', '.join(_BLOCK_TYPES)}")
         return "".join(_BLOCK_TYPES[t] for t in types)
     return _text(cfg, key)
