@@ -123,8 +123,9 @@ def search_inputs(args, what: str, read: frozenset = frozenset()):
 
 
 def layout_option_flags(get) -> dict:
-    """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded or cached in
-    FP8, the recompute modules, the end stages' layers and the optimizer's offloaded share, where given."""
+    """The Layout fields ``step`` and ``search`` read alike from their flags: activations offloaded
+    or cached in FP8, the recompute modules, the end stages' layers and the optimizer's offloaded
+    share, where given."""
     from ..core.values import share
     out = {k: True for k in ("offload_activations", "fp8_activations") if get(k)}
     if get("recompute_modules"):
@@ -137,7 +138,8 @@ def layout_option_flags(get) -> dict:
 
 
 def bf16_layers_flag(text) -> dict:
-    """``--bf16-layers FIRST,LAST`` as Plan's and search's ``bf16_layers=(first, last)``, where given."""
+    """``--bf16-layers FIRST,LAST`` as Plan's and search's ``bf16_layers=(first, last)``, where
+    given."""
     if text is None:
         return {}
     parts = str(text).split(",")
@@ -147,9 +149,9 @@ def bf16_layers_flag(text) -> dict:
 
 
 def search_keywords(args) -> dict:
-    """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel, SMs for
-    communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers' TP, a pipeline layout
-    and the layout choices) as search's and co-design's keywords."""
+    """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel,
+    SMs for communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers'
+    TP, a pipeline layout and the layout choices) as search's and co-design's keywords."""
     options = layout_option_flags(lambda k: getattr(args, k, None))
     kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout",
                                             "grad_dtype", "moment_dtype") if getattr(args, k) is not None},

@@ -25,11 +25,12 @@ from .ranks import axis_stride, link_kind
 
 
 def _ranks_per_domain(size, fit):
-    """Ranks of a group spanning scale-up domains counted per domain, when ``fit`` of its ranks fit in
-    one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs carry more,
-    and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled evenly, slower
-    otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1); a ``fit`` that is not whole
-    (ranks 64 apart on 72-GPU racks: 9/8) counts the whole ranks a domain holds, at least one."""
+    """Ranks of a group spanning scale-up domains counted per domain, when ``fit`` of its ranks fit
+    in one: ``fit`` when it divides ``size``; otherwise the last domain holds fewer and its NICs
+    carry more, and gcd(size, fit), a divisor of both, stands in (exact when the domains are filled
+    evenly, slower otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1); a
+    ``fit`` that is not whole (ranks 64 apart on 72-GPU racks: 9/8) counts the whole ranks a domain
+    holds, at least one."""
     if is_sympy(size) or is_sympy(fit):
         import sympy
 
@@ -124,9 +125,9 @@ def _layers_local(inp: Inputs):
 
 
 def _tp_layers_local(inp: Inputs):
-    """A stage's layers by their TP collectives, in pairs of a layer's mixer (attention, Mamba-2) and FFN:
-    an MoE FFN without shared experts has none (its routed tokens move in the dispatcher's expert
-    tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
+    """A stage's layers by their TP collectives, in pairs of a layer's mixer (attention, Mamba-2)
+    and FFN: an MoE FFN without shared experts has none (its routed tokens move in the dispatcher's
+    expert tensor-parallel pair, :func:`expert_parallel`; a shared expert keeps the MLP's pair)."""
     m = inp.model
     halves = m.attention_blocks + m.mamba_blocks + m.dense_blocks + (m.moe_blocks if m.shared_experts else 0)
     return ratio(halves, 2 * inp.deg.pp)
@@ -246,13 +247,13 @@ def _context_parallel(inp: Inputs) -> dict:
 
 
 def expert_parallel(inp: Inputs) -> dict:
-    """EP: dispatch and combine forward, and again backward, per MoE layer per microbatch; dispatch in
-    the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one copy
-    per destination node crosses the scale-out link and NVLink forwards it to the experts inside the
-    node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed tokens are gathered
-    over the etp ranks after the dispatch and reduce-scattered before the combine, forward and backward.
-    The all-gather dispatcher instead gathers every token of the etp·ep ranks at once and reduce-scatters the
-    outputs back (:func:`_allgather_dispatch`)."""
+    """EP: dispatch and combine forward, and again backward, per MoE layer per microbatch; dispatch
+    in the compute dtype (FP8 for FP8 training), combine in 16 bits. With node-limited routing one
+    copy per destination node crosses the scale-out link and NVLink forwards it to the experts
+    inside the node (DeepSeek-V3 §3.2.2). With expert tensor parallelism (etp > 1) the routed tokens
+    are gathered over the etp ranks after the dispatch and reduce-scattered before the combine,
+    forward and backward. The all-gather dispatcher instead gathers every token of the etp·ep ranks
+    at once and reduce-scatters the outputs back (:func:`_allgather_dispatch`)."""
     if not inp.model.is_moe:
         return _none()
     lay = inp.deg
@@ -263,8 +264,9 @@ def expert_parallel(inp: Inputs) -> dict:
 
 
 def _allgather_dispatch(inp: Inputs) -> dict:
-    """Megatron-Core's all-gather dispatcher: the hidden states of the etp·ep consecutive ranks of the expert
-    layers' group gathered on each (in the dispatch's dtype), the outputs reduce-scattered back (in 16 bits)."""
+    """Megatron-Core's all-gather dispatcher: the hidden states of the etp·ep consecutive ranks of
+    the expert layers' group gathered on each (in the dispatch's dtype), the outputs
+    reduce-scattered back (in 16 bits)."""
     tokens, dispatch_e, calls = _routed(inp)
     ranks = inp.deg.etp * inp.deg.ep
     return _plus(*(_collectives(inp, kind, inp.f("parallelism.ep.allgather_dispatch_bytes", tokens=tokens, ep=ranks,
@@ -298,9 +300,10 @@ def _expert_tensor_parallel(inp: Inputs) -> dict:
 
 
 def _expert_parallel(inp: Inputs) -> dict:
-    """The all-to-alls of every MoE layer's dispatch and combine, forward and backward: each token to its k
-    experts, across nodes once per node it reaches where routing is node-limited, or with DeepEP's flex
-    dispatcher once per node its k experts reach on average (parallelism.ep.nodes_reached)."""
+    """The all-to-alls of every MoE layer's dispatch and combine, forward and backward: each token
+    to its k experts, across nodes once per node it reaches where routing is node-limited, or with
+    DeepEP's flex dispatcher once per node its k experts reach on average
+    (parallelism.ep.nodes_reached)."""
     lay, m = inp.deg, inp.model
     tokens, dispatch_e, calls = _routed(inp)
     g = inp.values["scale_up_domain"]

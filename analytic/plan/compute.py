@@ -42,15 +42,16 @@ def _recomputed(inp: Inputs, training: Formula, core_forward: Formula) -> Formul
 
 
 def _scans(inp: Inputs, layers) -> Formula:
-    """Training FLOPs per token of ``layers`` Mamba-2 scans (three forwards: PaLM's count extended to the SSM's
-    sequence mixing, as Megatron-LM's hybrid_flops counts it); zero without them."""
+    """Training FLOPs per token of ``layers`` Mamba-2 scans (three forwards: PaLM's count extended
+    to the SSM's sequence mixing, as Megatron-LM's hybrid_flops counts it); zero without them."""
     if not layers:
         return Formula("0", 0, "FLOP/token", "")
     return inp.f("compute.mamba2_scan_flops_per_token") * (3 * layers)
 
 
 def _attention_core(inp: Inputs) -> Formula:
-    """Forward FLOPs of every attention core (MTP blocks included) and Mamba-2 scan over the step's tokens."""
+    """Forward FLOPs of every attention core (MTP blocks included) and Mamba-2 scan over the step's
+    tokens."""
     m = inp.model
     core = inp.f(f"compute.attention_core_forward_flops_per_token{m.attention_suffix}") * m.attention_blocks
     return (core + _scans(inp, m.mamba_blocks) / 3 if m.mamba_blocks else core) * inp.tokens_per_step
@@ -66,8 +67,9 @@ def _flash_backward(inp: Inputs) -> Formula:
 
 
 def hardware_flops(inp: Inputs) -> Formula:
-    """PaLM's count over everything a token passes through: the model (Mamba-2's scans included), and each MTP
-    module's projection, block and (shared) output head; FlashAttention's backward recomputation of QKᵀ."""
+    """PaLM's count over everything a token passes through: the model (Mamba-2's scans included),
+    and each MTP module's projection, block and (shared) output head; FlashAttention's backward
+    recomputation of QKᵀ."""
     m = inp.model
     params = m.active_params_formula()
     if m.mtp_modules:

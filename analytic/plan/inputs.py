@@ -145,9 +145,9 @@ class Inputs:
                                  "does not have")
 
     def _read_bf16_layers(self, given) -> None:
-        """The first and last layers a low-precision plan keeps in BF16 (Megatron-LM's --first-last-layers-bf16
-        with --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16), and ``kept_16`` their share of the
-        layers."""
+        """The first and last layers a low-precision plan keeps in BF16 (Megatron-LM's
+        --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+        --num-layers-at-end-in-bf16), and ``kept_16`` their share of the layers."""
         self.bf16_layers, self.kept_16 = (0, 0), 0
         if given is None:
             return

@@ -399,9 +399,10 @@ def _check_split(lay: Layout, m) -> None:
 
 
 def hybrid_refusal(m, tp, cp) -> str | None:
-    """Why a hybrid model's Mamba-2 layers refuse TP ``tp`` or CP ``cp``, or None: TP divides their heads and
-    groups (Megatron-Core's MambaMixer splits both); no context parallelism (its Mamba layers' all-to-all is
-    not modelled). One rule for Plan and search; what is still a symbol is not checked."""
+    """Why a hybrid model's Mamba-2 layers refuse TP ``tp`` or CP ``cp``, or None: TP divides their
+    heads and groups (Megatron-Core's MambaMixer splits both); no context parallelism (its Mamba
+    layers' all-to-all is not modelled). One rule for Plan and search; what is still a symbol is not
+    checked."""
     if not m.mamba_blocks:
         return None
     for k in ("ssm_heads", "ssm_groups"):
@@ -435,9 +436,10 @@ def selective_refusal(stack: str, selective: str | None, model, flash_attention:
 
 
 def optimizer_refusal(stack: str, props: dict, optimizer: str, zero=None, offload=False) -> str | None:
-    """Why ``stack`` (with properties ``props``) does not run ``optimizer`` at ZeRO stage ``zero`` (with the
-    optimizer offloaded where ``offload``), or None: one rule for Plan and search. Muon is modelled with
-    Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the device; a symbol is not checked."""
+    """Why ``stack`` (with properties ``props``) does not run ``optimizer`` at ZeRO stage ``zero``
+    (with the optimizer offloaded where ``offload``), or None: one rule for Plan and search. Muon is
+    modelled with Megatron-Core's layer-wise distributed optimizer, ZeRO-1 on the device; a symbol
+    is not checked."""
     runs = props.get("optimizers", ("adam",))
     if optimizer not in runs:
         return f"optimizer: stack {stack} runs {', '.join(runs)}, not {optimizer}"
@@ -494,9 +496,10 @@ def fp8_recipe_of(stack: str, props: dict, dtype: str, given: str | None) -> str
 
 
 def dispatcher_of(stack: str, props: dict, model, given: str | None) -> str | None:
-    """The MoE token dispatcher of a plan of ``stack`` (its properties ``props``) for ``model``: ``given``, where
-    the stack runs it, else the stack's first (stacks.toml dispatchers; absent: all-to-all); None for a dense
-    model, for which one given is refused. One rule for Plan and search."""
+    """The MoE token dispatcher of a plan of ``stack`` (its properties ``props``) for ``model``:
+    ``given``, where the stack runs it, else the stack's first (stacks.toml dispatchers; absent:
+    all-to-all); None for a dense model, for which one given is refused. One rule for Plan and
+    search."""
     if not model.is_moe:
         if given is not None:
             raise InputError(f"dispatcher: routes an MoE model's tokens; {model.name or 'the model'} is dense")

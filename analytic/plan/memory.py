@@ -112,7 +112,8 @@ def layer_activations(inp: Inputs, moe: bool = False) -> Formula:
 
 
 def _mlp_half(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
-    """The activations of an MLP half or layer: the MoE one or a dense one, gated (SwiGLU) or not."""
+    """The activations of an MLP half or layer: the MoE one or a dense one, gated (SwiGLU) or
+    not."""
     ungated = "" if inp.model.mlp_formulas == "swiglu" else "_gelu"
     if not moe:
         return inp.f(f"memory.activations.mlp_{'gelu' if ungated else 'swiglu'}{sp}", **kw)
@@ -129,9 +130,9 @@ def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
 
 
 def _hybrid_layer(inp: Inputs, sp: str, kw: dict) -> Formula:
-    """A hybrid model's mean layer: each kind's activations (Mamba-2, attention, MLP, MoE) weighted by its
-    share of the pattern (a stage's layers hold the pattern's mix; the stack's extras and recompute modules
-    are counted for transformer blocks only and not here)."""
+    """A hybrid model's mean layer: each kind's activations (Mamba-2, attention, MLP, MoE) weighted
+    by its share of the pattern (a stage's layers hold the pattern's mix; the stack's extras and
+    recompute modules are counted for transformer blocks only and not here)."""
     m = inp.model
     if inp.layout.fp8_activations or inp.layout.recompute_modules:
         raise InputError("recompute_modules: selective modules and FP8 activation caching are modelled for "

@@ -52,10 +52,10 @@ class _Ops:
 
     def gemm(self, g, m, n, k, low: bool, again=None, backward: bool = True) -> Formula:
         """Seconds of G GEMMs M×K by K×N with their input- and weight-gradient GEMMs (or the forward
-        alone), in the low-precision recipe's format where ``low`` (and the plan has one), else in 16 bits;
-        the forward again under full recomputation (or when ``again`` is 1). A layer's GEMM of a plan that
-        keeps its first and last layers in BF16 runs in 16 bits on their share of the layers (the stages
-        averaged, as the layers' kinds are)."""
+        alone), in the low-precision recipe's format where ``low`` (and the plan has one), else in
+        16 bits; the forward again under full recomputation (or when ``again`` is 1). A layer's GEMM
+        of a plan that keeps its first and last layers in BF16 runs in 16 bits on their share of the
+        layers (the stages averaged, as the layers' kinds are)."""
         kept = self.inp.kept_16
         if low and self.inp.low_precision and kept != 0:
             low_time, sixteen = self._gemm(g, m, n, k, True, again, backward), self._gemm(g, m, n, k, False, again, backward)
@@ -114,9 +114,9 @@ def _sum(parts: list) -> Formula:
 
 
 def _moe_gemms(o: _Ops, fc1: int) -> Formula:
-    """Seconds of one MoE FFN's GEMMs: the router (replicated over TP), LatentMoE's projections, the routed
-    experts as one grouped GEMM of tokens·k·E_p·etp/(t·E) rows per local expert, each split over the etp
-    ranks, in the experts' width, and the shared experts."""
+    """Seconds of one MoE FFN's GEMMs: the router (replicated over TP), LatentMoE's projections, the
+    routed experts as one grouped GEMM of tokens·k·E_p·etp/(t·E) rows per local expert, each split
+    over the etp ranks, in the experts' width, and the shared experts."""
     m, lay, M, fp8 = o.inp.model, o.inp.deg, o.tokens, o.inp.low_precision
     h, h_e, E, etp, t = m.hidden, m.expert_ffn_hidden, m.experts, lay.etp, lay.tp
     w = m.moe_latent or h
@@ -131,8 +131,8 @@ def _moe_gemms(o: _Ops, fc1: int) -> Formula:
 
 
 def _mamba_gemms(o: _Ops) -> Formula:
-    """Seconds of one Mamba-2 layer's projections, split over TP by heads and groups: in to z, x, B, C and dt,
-    and out."""
+    """Seconds of one Mamba-2 layer's projections, split over TP by heads and groups: in to z, x, B,
+    C and dt, and out."""
     m, t = o.inp.model, o.inp.deg.tp
     inner = m.ssm_heads * m.ssm_head_dim
     width = 2 * inner + 2 * m.ssm_groups * m.ssm_state + m.ssm_heads
@@ -141,9 +141,9 @@ def _mamba_gemms(o: _Ops) -> Formula:
 
 
 def gemm_time(o: _Ops) -> Formula:
-    """Seconds per step of every GEMM of one GPU's stage: the mixers' and FFNs' linear layers (the router and
-    MLA's down-projections are replicated over TP; :func:`_moe_gemms`, :func:`_mamba_gemms`), the output head
-    and the MTP projections."""
+    """Seconds per step of every GEMM of one GPU's stage: the mixers' and FFNs' linear layers (the
+    router and MLA's down-projections are replicated over TP; :func:`_moe_gemms`,
+    :func:`_mamba_gemms`), the output head and the MTP projections."""
     inp, m, lay = o.inp, o.inp.model, o.inp.deg
     t, M, fp8 = lay.tp, o.tokens, inp.low_precision
     h, a, d_h = m.hidden, m.heads, m.head_dim
@@ -189,17 +189,19 @@ def _score_share(inp):
 
 
 def attention_time(o: _Ops) -> Formula:
-    """Seconds per step of the sequence mixers' cores: every attention layer's (a fused kernel, causal, at the
-    stack's kernel efficiency: forward, the backward's 2.5 forwards, and the forward again under
-    recomputation; or without one QKᵀ and attention over V as batched GEMMs and the softmax over the scores
-    at HBM bandwidth) and every Mamba-2 layer's chunked scan (:func:`scan_time`)."""
+    """Seconds per step of the sequence mixers' cores: every attention layer's (a fused kernel,
+    causal, at the stack's kernel efficiency: forward, the backward's 2.5 forwards, and the forward
+    again under recomputation; or without one QKᵀ and attention over V as batched GEMMs and the
+    softmax over the scores at HBM bandwidth) and every Mamba-2 layer's chunked scan
+    (:func:`scan_time`)."""
     core = _attention_core_time(o)
     return core + scan_time(o) if o.inp.model.mamba_blocks else core
 
 
 def scan_time(o: _Ops) -> Formula:
-    """Seconds per step of the Mamba-2 layers' chunked scans: forward, a backward of two forwards and the
-    forward again under full recomputation, at the 16-bit GEMM ceiling (compute.mamba2.scan_time)."""
+    """Seconds per step of the Mamba-2 layers' chunked scans: forward, a backward of two forwards
+    and the forward again under full recomputation, at the 16-bit GEMM ceiling
+    (compute.mamba2.scan_time)."""
     inp, lay = o.inp, o.inp.deg
     per_token = inp.f("compute.mamba2_scan_flops_per_token") * (3 + o.full)
     flops = composed("C", ratio(per_token.term * o.tokens, lay.tp), "FLOP", per_token)

@@ -236,7 +236,8 @@ NEMOTRON_NEUTRAL = frozenset({
 
 
 def _pattern(cfg: dict, key: str, listed: str) -> str | None:
-    """A hybrid pattern from ``key`` (Megatron's characters) or ``listed`` (HF's block-type names)."""
+    """A hybrid pattern from ``key`` (Megatron's characters) or ``listed`` (HF's block-type
+    names)."""
     if cfg.get(listed) is not None:
         types = cfg[listed]
         if not isinstance(types, list) or not all(isinstance(t, str) and t in _BLOCK_TYPES for t in types):
@@ -246,10 +247,11 @@ def _pattern(cfg: dict, key: str, listed: str) -> str | None:
 
 
 def _nemotron_h(cfg):
-    """Nemotron-H and Nemotron 3: one part a layer in ``hybrid_override_pattern`` (Mamba-2, attention, MLP,
-    MoE), squared-ReLU MLPs and experts without biases, shared experts of ``moe_shared_expert_intermediate_size``
-    (as many experts of ``moe_intermediate_size``), LatentMoE where ``moe_latent_size`` is given, no position
-    embedding (NVIDIA 2025, Nemotron-H arXiv 2504.03624 §2; Nemotron 3 Nano arXiv 2512.20848 §2)."""
+    """Nemotron-H and Nemotron 3: one part a layer in ``hybrid_override_pattern`` (Mamba-2,
+    attention, MLP, MoE), squared-ReLU MLPs and experts without biases, shared experts of
+    ``moe_shared_expert_intermediate_size`` (as many experts of ``moe_intermediate_size``),
+    LatentMoE where ``moe_latent_size`` is given, no position embedding (NVIDIA 2025, Nemotron-H
+    arXiv 2504.03624 §2; Nemotron 3 Nano arXiv 2512.20848 §2)."""
     pattern = _pattern(cfg, "hybrid_override_pattern", "layers_block_type")
     if _count(cfg, "n_group", 1) != 1 or _count(cfg, "topk_group", 1) != 1:
         raise InputError("config: n_group / topk_group other than 1 (group-limited routing) is not mapped for nemotron_h")

@@ -191,19 +191,20 @@ class Model:
 
     @classmethod
     def from_hf(cls, config, name: str | None = None) -> "Model":
-        """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral, Mixtral,
-        Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS, Nemotron-H and Nemotron 3
-        (:mod:`analytic.presets.hf`). A field the
-        mapping does not know is refused, never guessed."""
+        """A model from a Hugging Face ``config.json`` (a path or its dict): Llama, Mistral,
+        Mixtral, Gemma, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-OSS, Nemotron-H and Nemotron
+        3 (:mod:`analytic.presets.hf`). A field the mapping does not know is refused, never
+        guessed."""
         from .hf import model_fields
         return cls(**model_fields(config, name))
 
     @property
     def mlp_formulas(self) -> str:
-        """The MLP kind whose catalogue formulas count this one: GeGLU (Gemma) as SwiGLU, whose gate,
-        up and down matrices, FLOPs, saved tensors and elementwise traffic it shares; only the gate's
-        nonlinearity differs (Shazeer 2020, GLU Variants, arXiv 2002.05202); squared ReLU (So et al. 2021, Primer,
-        arXiv 2109.08668) as GELU: two matrices and an elementwise activation."""
+        """The MLP kind whose catalogue formulas count this one: GeGLU (Gemma) as SwiGLU, whose
+        gate, up and down matrices, FLOPs, saved tensors and elementwise traffic it shares; only
+        the gate's nonlinearity differs (Shazeer 2020, GLU Variants, arXiv 2002.05202); squared
+        ReLU (So et al. 2021, Primer, arXiv 2109.08668) as GELU: two matrices and an elementwise
+        activation."""
         return {"geglu": "swiglu", "relu2": "gelu"}.get(self.mlp, self.mlp)
 
     @property
@@ -232,13 +233,14 @@ class Model:
 
     @property
     def mtp_layers(self):
-        """Layers of the MTP modules: a transformer block each, or a hybrid model's attention and FFN layers."""
+        """Layers of the MTP modules: a transformer block each, or a hybrid model's attention and
+        FFN layers."""
         return self.mtp_modules * (2 if self.is_hybrid else 1)
 
     @property
     def blocks(self):
-        """Layers a token passes through in training: the layers and the MTP modules' (transformer blocks, or
-        a hybrid model's single-part layers)."""
+        """Layers a token passes through in training: the layers and the MTP modules' (transformer
+        blocks, or a hybrid model's single-part layers)."""
         return self.layers + self.mtp_layers
 
     @property
@@ -248,7 +250,8 @@ class Model:
 
     @property
     def attention_layers(self):
-        """Layers with an attention mixer: every layer, a hybrid model's ``*`` layers (MTP modules not counted)."""
+        """Layers with an attention mixer: every layer, a hybrid model's ``*`` layers (MTP modules
+        not counted)."""
         return self._kind("*") if self.is_hybrid else self.layers
 
     @property
@@ -263,14 +266,16 @@ class Model:
 
     @property
     def dense_blocks(self):
-        """Blocks with a dense MLP: a transformer's blocks that are not MoE, a hybrid model's ``-`` layers."""
+        """Blocks with a dense MLP: a transformer's blocks that are not MoE, a hybrid model's ``-``
+        layers."""
         if self.is_hybrid:
             return self._kind("-") + (0 if self.is_moe else self.mtp_modules)
         return self.blocks - self.moe_blocks
 
     @property
     def sublayers(self):
-        """Residual branches (a norm, one mixer or FFN, an add): two per transformer block, one per hybrid layer."""
+        """Residual branches (a norm, one mixer or FFN, an add): two per transformer block, one per
+        hybrid layer."""
         return self.blocks if self.is_hybrid else 2 * self.blocks
 
     @property
@@ -344,8 +349,8 @@ class Model:
         return attn + self._part(f"model.params.norm.{self.norm}") * 2, mlp, moe
 
     def _moe_part(self, active: bool) -> Formula:
-        """One MoE FFN's parameters (all, or those one token uses): gated or ungated experts, GPT-OSS's biases,
-        LatentMoE's projections."""
+        """One MoE FFN's parameters (all, or those one token uses): gated or ungated experts,
+        GPT-OSS's biases, LatentMoE's projections."""
         ungated = "" if self.mlp_formulas == "swiglu" else "_gelu"
         moe = self._part(("model.params.moe_active" if active else "model.params.moe") + ungated)
         if self.expert_bias:
@@ -433,7 +438,8 @@ class Model:
         return rest, experts
 
     def _hybrid_mean_layer(self) -> tuple[Formula, Formula]:
-        """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's mean layer."""
+        """(parameters outside the routed experts, routed-expert parameters) of a hybrid model's
+        mean layer."""
         from ..core.formula import Formula
         rest, experts = Formula("0", 0, "parameter", ""), Formula("0", 0, "parameter", "")
         for c, (f, n) in self._hybrid_kinds(active=False).items():

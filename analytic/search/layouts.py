@@ -311,15 +311,17 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
-    the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin that
-    degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the allocator, as
-    ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``). ``stack``: the
-    training stack every layout is counted with, as ``Plan(..., stack=)`` (by default the platform's), and
-    ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``, ``grad_dtype`` and ``moment_dtype`` as
-    Plan takes them; ``etp``, ``pipeline_layout`` and ``layout_options`` (a dict of Layout's recompute_modules,
-    fp8_activations, offload_activations, offload_optimizer, first_stage_layers, last_stage_layers) every
-    layout's, as Layout takes them (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict, as
-    :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``: and at the limit)."""
+    the three rank alike; across counts they differ. ``tp``, ``pp``, ``dp``, ``cp``, ``ep``: pin
+    that degree. ``outside_bytes``: the memory a layout leaves free for what lies outside the
+    allocator, as ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``).
+    ``stack``: the training stack every layout is counted with, as ``Plan(..., stack=)`` (by default
+    the platform's), and ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``,
+    ``grad_dtype`` and ``moment_dtype`` as Plan takes them; ``etp``, ``pipeline_layout`` and
+    ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, offload_activations,
+    offload_optimizer, first_stage_layers, last_stage_layers) every layout's, as Layout takes them
+    (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict,
+    as :meth:`Plan.memory_verdict`; ranked: those that fit at their predicted peak (``at_limit``:
+    and at the limit)."""
     start = time.time()
     model, hardware = _numeric(as_model(model)), as_hardware(hardware)  # objects, names or a config.json path
     counts = distinct("gpus", gpus) if isinstance(gpus, (list, tuple)) else (gpus,)
@@ -375,8 +377,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
 
 
 def _judged(arrays: dict, out: dict, hardware, dtype, tokens, allocator, outside_bytes) -> float:
-    """``arrays`` with each layout's memory, step time, MFU, cost (GPU-seconds per token), whether it fits and its
-    verdict; the bytes a layout leaves free for what lies outside the allocator."""
+    """``arrays`` with each layout's memory, step time, MFU, cost (GPU-seconds per token), whether
+    it fits and its verdict; the bytes a layout leaves free for what lies outside the allocator."""
     hbm = float(exact(hardware.hbm.to("byte").magnitude))
     peak = float(hardware.peak_flops(dtype).to("FLOP/s").magnitude)
     arrays.update(memory=out["memory"], step_time=out["step_time"],
@@ -427,10 +429,11 @@ def _interval(stack: str):
 
 
 def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
-    """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`; with the pp, vpp and
-    recomputation its options fix), and the ZeRO stages, recomputations, schedules and virtual stages
-    (``narrowed``) that leaves: Muon at ZeRO-1 (:func:`~analytic.plan.layout.optimizer_refusal`), the layout
-    options' (:func:`_layout_counted`). ``plan``: the model, dtype and pinned degrees."""
+    """How every layout is counted beyond its degrees (:data:`~.programs.COUNTED`; with the pp, vpp
+    and recomputation its options fix), and the ZeRO stages, recomputations, schedules and virtual
+    stages (``narrowed``) that leaves: Muon at ZeRO-1
+    (:func:`~analytic.plan.layout.optimizer_refusal`), the layout options'
+    (:func:`_layout_counted`). ``plan``: the model, dtype and pinned degrees."""
     model, dtype, pins = plan
     options = dict(given.pop("layout_options") or {})
     counted = {**given, "optimizer": choice("optimizer", given["optimizer"], OPTIMIZERS),
@@ -450,10 +453,11 @@ def _counted(stack, props, plan, narrowed: dict, **given) -> tuple:
 
 
 def _layout_counted(counted: dict, options: dict, stack, props, pins, narrowed: dict) -> tuple:
-    """``counted`` with the Layout fields ``options`` every layout takes, and the choices they leave: recompute
-    modules under selective recomputation; an optimizer offload at the ZeRO stages the stack's kind runs it
-    (:func:`~analytic.plan.layout.check_offload`); uneven end stages or a pipeline layout with ``pp`` pinned, a
-    layout's chunks pp × vpp on the 1F1B-family schedules (interleaved where vpp > 1)."""
+    """``counted`` with the Layout fields ``options`` every layout takes, and the choices they
+    leave: recompute modules under selective recomputation; an optimizer offload at the ZeRO stages
+    the stack's kind runs it (:func:`~analytic.plan.layout.check_offload`); uneven end stages or a
+    pipeline layout with ``pp`` pinned, a layout's chunks pp × vpp on the 1F1B-family schedules
+    (interleaved where vpp > 1)."""
     unknown = sorted(set(options) - set(LAYOUT_OPTIONS[2:]))
     if unknown:
         raise InputError(f"layout_options: {unknown[0]!r} is not a Layout field search takes; it takes "

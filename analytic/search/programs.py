@@ -50,9 +50,9 @@ COUNTED = PLAN_OPTIONS + LAYOUT_OPTIONS
 
 def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
                    zero3_gather, stack, sequence_parallel=True, counted=None) -> Plan:
-    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open (but
-    pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with tp > 1) or
-    off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
+    """The plan whose expressions search evaluates: degrees, microbatch size and choices left open
+    (but pp and vpp, which a given pipeline layout fixes); sequence parallelism on (the layouts with
+    tp > 1) or off (tp = 1, where Plan has none); ``counted`` (:data:`COUNTED`) as given."""
     counted = {k: v for k, v in (counted or {}).items() if v is not None}
     fixed = {k: counted[k] for k in ("pp", "vpp", "recompute") if k in counted}  # where the options fix them
     layout = Layout(tp=sym("tp"), pp=fixed.get("pp", sym("pp")), dp=sym("dp"), cp=sym("cp"),
