@@ -1072,7 +1072,7 @@ def test_search_reads_every_layout_flag_of_step(capsys):
             "--top", "2"]
     for extra in (["--model", "llama3-8b", "--optimizer", "muon"], ["--model", "qwen3-30b-a3b", "--etp", "1"],
                   ["--model", "llama3-8b", "--pipeline-layout", "Etttt|" + "tttt|" * 6 + "ttttL", "--pp", "4"],
-                  ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather"],
+                  ["--model", "qwen3-30b-a3b", "--dispatcher", "allgather", "--expert-capacity", "1.25"],
                   ["--model", "llama3-8b", "--recompute-modules", "layernorm", "--grad-dtype", "bf16"]):
         assert main([*base, *extra]) == 0, extra
         rows = json.loads(capsys.readouterr().out)["ranked"]
@@ -1084,7 +1084,7 @@ def test_search_reads_every_layout_flag_of_step(capsys):
         if "--pp" in extra:
             assert all(r["pp"] == 4 and r["vpp"] == 2 for r in rows)
         if "--dispatcher" in extra:
-            assert all(r["dispatcher"] == "allgather" for r in rows)
+            assert all(r["dispatcher"] == "allgather" and r["expert_capacity"] == 1.25 for r in rows)
         if "--recompute-modules" in extra:
             assert all(r["recompute"] == "selective" and r["recompute_modules"] == ["layernorm"] for r in rows)
     for alone in (["--recompute-layers", "4"], ["--ends-as-layers"], ["--no-sp"]):  # one layout's alone: step's

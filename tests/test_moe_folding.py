@@ -138,3 +138,24 @@ def test_a_dispatcher_is_an_moe_plans_and_its_stacks():
     with pytest.raises(an.InputError, match="dispatches with alltoall, not flex"):
         an.Plan(MODEL, "h100-sxm", an.Layout(dp=8, ep=8), dispatcher="flex", stack="torchtitan-2025", **KW)
     assert _plan(tp=2, dp=32, ep=8).dispatcher == "alltoall"  # Megatron-Core's first
+
+
+def test_experts_padded_to_capacity_carry_c_times_the_routed_copies():
+    """expert_capacity=1.25 (Megatron-Core's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity):
+    every expert's input padded to 1.25 times its balanced share, so the all-to-all moves 1.25 times the
+    dropless bytes (ETP 1: no expert-TP gather), and each MoE layer keeps 1.25 times the routed copies it saves
+    (2k·h a token beside the gate and up projections, 6k·h_e over TP 2, Qwen3-30B-A3B: k 8, h 2,048, h_e 768);
+    dropless is the default, and a dense model has no experts to pad."""
+    dropless = _plan(tp=2, dp=32, ep=8, etp=1)
+    padded = dropless.replace(expert_capacity=1.25)
+    ep = [p.value("communication.ep").to("byte").magnitude for p in (dropless, padded)]
+    assert ep[1] == pytest.approx(1.25 * ep[0], rel=1e-12)
+    layer = an.formula("memory.activations.mlp_moe_sp")
+    tokens = dict(seq_len=4096, microbatch_size=1, hidden=2048, tp=2, expert_ffn_hidden=768, shared_experts=0)
+    grown = layer.evaluate(topk=10, **tokens) - layer.evaluate(topk=8, **tokens)
+    assert grown.to("byte").magnitude == pytest.approx(4096 * (2 * 2 * 2048 + 6 * 2 * 768 / 2))
+    assert dropless.expert_capacity is None and padded.expert_capacity == 1.25
+    with pytest.raises(an.InputError, match="dense"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), expert_capacity=1.25, **KW)
+    with pytest.raises(an.InputError, match="≥ 1"):
+        dropless.replace(expert_capacity=0.8)

@@ -64,7 +64,7 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
                 "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers", "grad_dtype",
                 "moment_dtype", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-                "first_stage_layers", "last_stage_layers"}
+                "first_stage_layers", "last_stage_layers", "expert_capacity"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
                              "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
@@ -148,6 +148,17 @@ def bf16_layers_flag(text) -> dict:
     return {"bf16_layers": tuple(count_flag(p.strip(), "bf16-layers", minimum=0) for p in parts)}
 
 
+def capacity_flag(text) -> dict:
+    """``--expert-capacity C`` as Plan's and search's ``expert_capacity=C``, where given."""
+    if text is None:
+        return {}
+    try:
+        value = float(text)
+    except ValueError:
+        raise CLIError(f"--expert-capacity: expected a number ≥ 1, got {text!r:.80}") from None
+    return {"expert_capacity": value}
+
+
 def search_keywords(args) -> dict:
     """The search flags given (the stack, dtype, FP8 recipe, optimizer, async TP, attention kernel,
     SMs for communication, ZeRO-3's gathers, the memory outside the allocator, the expert layers'
@@ -157,6 +168,7 @@ def search_keywords(args) -> dict:
                                             "grad_dtype", "moment_dtype") if getattr(args, k) is not None},
           **({"layout_options": options} if options else {}),
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
+          **capacity_flag(args.expert_capacity),
           **({"async_tp": True} if args.async_tp else {}), **({"flash_attention": False} if args.flash_attention is False else {}),
           **({} if args.comm_sms is None else {"comm_sms": count_flag(str(args.comm_sms), "comm-sms", minimum=0)}),
           **_zero3_gather(args.zero3_gather, 3 if args.zero is None else int(args.zero)),
@@ -259,7 +271,7 @@ def build_plan(args) -> tuple[object, dict]:
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
     plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher") if get(k) is not None}
-    plan_kw |= bf16_layers_flag(get("bf16_layers"))
+    plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(get("expert_capacity"))
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True
     plan = an.Plan(model, hw, layout, seq_len=seq, global_batch=global_batch, flash_attention=get("flash_attention"),

@@ -54,6 +54,9 @@ def _precision_args(g) -> None:
     g.add_argument("--fp8-recipe", dest="fp8_recipe", choices=FP8_RECIPES,
                    help="fp8's scaling: delayed (Transformer Engine's default), tensorwise (per-tensor current) or "
                         "blockwise (DeepSeek-V3's 1×128 and 128×128 blocks); default: the stack's first")
+    g.add_argument("--expert-capacity", dest="expert_capacity", metavar="C",
+                   help="an MoE plan's experts padded to C times their balanced share of tokens (Megatron-Core's "
+                        "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); default dropless")
     g.add_argument("--bf16-layers", dest="bf16_layers", metavar="FIRST,LAST",
                    help="the layers at each end a low-precision plan keeps in BF16 (Megatron-LM's "
                         "--first-last-layers-bf16 with its counts; default none)")

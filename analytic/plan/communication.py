@@ -293,7 +293,8 @@ def _expert_tensor_parallel(inp: Inputs) -> dict:
     reduce-scatter of their outputs (in 16 bits), etp consecutive ranks."""
     tokens, dispatch_e, calls = _routed(inp)
     etp = inp.deg.etp
-    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, hidden=_width(inp), **e) for e in
+    gathered = (inp.f("parallelism.ep.etp_gather_bytes", tokens=tokens, etp=etp, hidden=_width(inp),
+                      topk=inp.routed_topk, **e) for e in
                 ({"element_bytes": dispatch_e}, {}))
     return _plus(*(_collectives(inp, kind, message, calls, etp, 1)
                    for kind, message in zip(("all_gather", "reduce_scatter"), gathered)))
@@ -310,7 +311,7 @@ def _expert_parallel(inp: Inputs) -> dict:
     stride_ = axis_stride(inp.deg, "ep")
     pair = (dispatch_e, inp.values["element_bytes"])  # the dispatch in its dtype, the combine in 16 bits
     plain = _plus(*(_collectives(inp, "all_to_all", inp.f("parallelism.ep.dispatch_bytes", tokens=tokens, element_bytes=e,
-                                                          hidden=_width(inp)),
+                                                          hidden=_width(inp), topk=inp.routed_topk),
                                  calls, lay.ep, stride_) for e in pair))
     link = link_kind(lay.ep, stride_, g)
     if link in ("scale-up", "-") or not (m.nodes_per_token or inp.dispatcher == "flex"):

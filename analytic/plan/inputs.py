@@ -51,7 +51,7 @@ class Inputs:
                  microbatch_size, dtype: str, batch_tokens, flash_attention, training_tokens,
                  allow_cross_node_tp: bool, grad_dtype: str, moment_dtype: str | None, stack: str, profile,
                  optimizer: str = "adam", fp8_recipe: str | None = None, dispatcher: str | None = None,
-                 bf16_layers=None, **overrides):  # Plan's arguments
+                 bf16_layers=None, expert_capacity=None, **overrides):  # Plan's arguments
         model, hardware = as_model(model), as_hardware(hardware)
         layout = Layout() if layout is None else layout
         if not isinstance(layout, Layout):
@@ -67,6 +67,7 @@ class Inputs:
         self.recipe = precision(self.dtype, self.fp8_recipe)  # None for a 16-bit dtype
         self.low_precision = self.recipe is not None
         self._read_bf16_layers(bf16_layers)
+        self._read_capacity(expert_capacity)
         if self.low_precision and self.compiled_blocks and "cast_compiled" in self.recipe:
             self.recipe = {**self.recipe, "cast": self.recipe["cast_compiled"]}
         if profile is not None:  # measured constants; explicit keywords win
@@ -159,6 +160,23 @@ class Inputs:
         if is_number(self.model.layers) and first + last > self.model.layers:
             raise InputError(f"bf16_layers: {first} + {last} exceed the {self.model.layers} layers")
         self.bf16_layers, self.kept_16 = (first, last), ratio(first + last, self.model.layers)
+
+    def _read_capacity(self, given) -> None:
+        """An MoE plan's expert capacity: None (dropless), or c ≥ 1, each expert's input padded to c times its
+        balanced share (Megatron-Core's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity;
+        without the padding, under the balanced routing the plan assumes, no token is dropped and nothing
+        changes). ``routed_topk``: the copies of a token the routed experts' GEMMs, permutations, all-to-all and
+        saved tensors carry, k·c (a node-limited or DeepEP dispatch sends a token once a node, unpadded)."""
+        self.expert_capacity, self.routed_topk = None, self.model.topk
+        if given is None:
+            return
+        if not self.model.is_moe:
+            raise InputError(f"expert_capacity: pads an MoE model's experts; {self.model.name or 'the model'} is dense")
+        if isinstance(given, (bool, str)) or not is_number(given) or not given >= 1 or given == float("inf"):
+            raise InputError(f"expert_capacity: expected a number ≥ 1 (each expert's input padded to it times its "
+                             f"balanced share), got {given!r:.80}")
+        self.expert_capacity = given
+        self.routed_topk = self.model.topk * exact(given)
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the

@@ -117,7 +117,7 @@ def _mlp_half(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     ungated = "" if inp.model.mlp_formulas == "swiglu" else "_gelu"
     if not moe:
         return inp.f(f"memory.activations.mlp_{'gelu' if ungated else 'swiglu'}{sp}", **kw)
-    return inp.f(f"memory.activations.mlp_moe{ungated}{sp}", **kw)
+    return inp.f(f"memory.activations.mlp_moe{ungated}{sp}", **kw, topk=inp.routed_topk)
 
 
 def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
@@ -165,7 +165,9 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     # core_attn frees nothing: a fused kernel recomputes the attention core anyway
     names = {"core_attn": None, "layernorm": f"layernorm{sp}", "mla_up_proj": f"mla_up_proj{sp}",
              "moe_act": "moe_act" if moe else None}
-    freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw) for n in modules if names[n]]
+    routed = {"topk": inp.routed_topk}  # each token's copies the experts' inputs hold, padded to capacity
+    freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw, **(routed if n == "moe_act" else {}))
+             for n in modules if names[n]]
     if freed:
         layer = cases("layer", "byte", (layer - sum(freed[1:], freed[0]), inp.deg.recompute_is("selective")),
                       (layer, True))
@@ -173,7 +175,7 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         return layer
     if m.mlp_formulas != "swiglu":  # the cached tensors are a SwiGLU's inputs and products
         raise InputError(f"fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not {m.mlp!r}")
-    width = (m.topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
+    width = (inp.routed_topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
     products = m.shared_experts * m.expert_ffn_hidden if moe and "moe_act" in modules else width
     cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw)]
     if products:  # moe_act without shared experts leaves no product saved
@@ -183,7 +185,7 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     if m.attention == "mla" and "mla_up_proj" not in modules:
         cached.append(inp.f(f"memory.activations.fp8_freed.mla_latents{sp}", **kw))
     if moe:
-        cached.append(inp.f("memory.activations.fp8_freed.expert_inputs", **kw))
+        cached.append(inp.f("memory.activations.fp8_freed.expert_inputs", **kw, **routed))
     return layer - sum(cached[1:], cached[0])
 
 

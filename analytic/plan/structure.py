@@ -81,7 +81,7 @@ def structure(inp: Inputs) -> str | None:
               f"flash={inp.flash_attention}",
               f"op_sac={inp.selective == 'op'}{'/compiled' if inp.selective == 'op' and inp.compiled_blocks else ''}",
               f"fsdp_reduce={inp.fsdp_reduce_dtype}",
-              f"optimizer={inp.optimizer}", f"dispatcher={inp.dispatcher}", f"bf16_layers={inp.bf16_layers}", f"optimizer_kernel={inp.optimizer_kernel}", f"weight_decay={inp.weight_decay}", f"zero_optimizer={inp.zero_optimizer}",
+              f"optimizer={inp.optimizer}", f"dispatcher={inp.dispatcher}", f"bf16_layers={inp.bf16_layers}", f"expert_capacity={inp.expert_capacity}", f"optimizer_kernel={inp.optimizer_kernel}", f"weight_decay={inp.weight_decay}", f"zero_optimizer={inp.zero_optimizer}",
               f"fp8_weight_cache={inp.fp8_weight_cache if inp.low_precision else None}",
               f"sp_inputs={inp.sp_saved_inputs}", f"sp_relayout={inp.sp_relayout}", f"qk_gathered={inp.qk_gathered}",
               f"saved_extra={'+'.join(inp.saved_extra) or None}",

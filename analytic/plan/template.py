@@ -49,7 +49,7 @@ def template(plan):
                 training_tokens=sym("tokens"),
                 allow_cross_node_tp=inp.allow_cross_node_tp, grad_dtype=inp.grad_rule,
                 moment_dtype=inp.moment_dtype, stack=inp.stack, fp8_recipe=inp.fp8_recipe, optimizer=inp.optimizer,
-                dispatcher=inp.dispatcher, bf16_layers=inp.bf16_layers)
+                dispatcher=inp.dispatcher, bf16_layers=inp.bf16_layers, expert_capacity=inp.expert_capacity)
     t, present = plan._in, structural_inputs(inp)
     kept = {k: v for k, v in t.values.items() if k in {*model.inputs(), *_DEGREES, *_BATCH, "etp", "comm_sms"}}
     t.__dict__["values"] = {**kept, **{k: sym(k) for k in HARDWARE_INPUTS if present.get(k, True)}}
