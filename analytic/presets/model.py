@@ -419,22 +419,21 @@ class Model:
         from ..core.algebra import Max, Min, Piecewise
         from ..core.formula import Formula
         one = lambda cond: Piecewise((1, cond), (0, True))  # noqa: E731
-        layer, mlp, moe = self._layer_parts(active=False)
         norm = self._part(f"model.params.norm.{self.norm}")
         if self.is_hybrid:  # the pattern's mix of kinds on every stage: its mean layer
-            rest, experts = self._hybrid_mean_layer()
-            rest, experts = rest * layers, experts * layers + self.routed_experts_formula() * self.mtp_modules * one(last)
-        elif self.is_moe:
-            dense = Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True)
-            routed = self.routed_experts_formula()
-            rest = layer * layers + mlp * dense + (moe - routed) * (layers - dense)
-            experts = routed * (layers - dense) + routed * self.mtp_modules * one(last)
+            rest, experts = (per_layer * layers for per_layer in self._hybrid_mean_layer())
         else:
-            rest, experts = layer * layers + mlp * layers, Formula("0", 0, "parameter", "")
+            layer, mlp, moe = self._layer_parts(active=False)
+            dense = Max(0, Min(self.dense_layers - start, layers, decide=True), decide=True) if self.is_moe else layers
+            routed = self.routed_experts_formula() if self.is_moe else Formula("0", 0, "parameter", "")
+            rest, experts = layer * layers + mlp * dense, routed * (layers - dense)
+            if self.is_moe:
+                rest = rest + (moe - routed) * (layers - dense)
         rest = rest + self.stage_ends_formula(first, last) + norm * one(last)
-        if self.mtp_modules:  # their routed experts are counted with the others above
+        if self.mtp_modules:  # their routed experts sharded with the others
             mtp_routed = self.routed_experts_formula() * self.mtp_modules if self.is_moe else 0
             rest = rest + (self.mtp_params_formula() - mtp_routed) * one(last)
+            experts = experts + mtp_routed * one(last)
         return rest, experts
 
     def _hybrid_mean_layer(self) -> tuple[Formula, Formula]:
