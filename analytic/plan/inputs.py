@@ -363,14 +363,9 @@ class Inputs:
         return out
 
     def _matmul_ceiling(self, dtype: str):
-        """The device's measured GEMM ceiling over its peak for ``dtype`` (noted where it is not the
-        device's own measurement); for a recipe without a measurement of its own, its fallback's (noted)."""
+        """The device's measured GEMM ceiling over its peak for ``dtype``, else the one pooled over the
+        measured devices (noted)."""
         from ..presets import matmul_efficiency
-        fallback = (self.recipe or {}).get("ceiling") if dtype == self.dtype else None
-        if fallback and self.hardware.matmul_ceiling(dtype) is None:
-            self._note(f"matmul efficiency: no measured {dtype} GEMM ceiling (presets/precisions.toml); the "
-                       f"{fallback} one, a fraction of peak, is taken at the {self.recipe['peak']} peak")
-            dtype = fallback
         return self._noted(matmul_efficiency(self.hardware, dtype))
 
     def _noted(self, value_note: tuple):

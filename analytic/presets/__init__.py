@@ -51,7 +51,8 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
         raise PresetError(f"{key}: no platform given (one of {', '.join(PLATFORMS)})")
     hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key),
                   platform=table["platform"], sources=sources, key=key, **kw)
-    ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in hw.peaks}
+    recipes = [d for d, peak in _recipe_peaks().items() if peak in hw.peaks]
+    ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in (*hw.peaks, *recipes)}
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
 
 
@@ -62,6 +63,11 @@ def _geometric_mean(values: list[float]) -> float:
 def table(name: str) -> dict:
     """presets/NAME.toml, parsed once a process (:func:`~analytic.core.files.package_toml`)."""
     return package_toml(HERE / f"{name}.toml")
+
+
+def _recipe_peaks() -> dict:
+    """dtype → the peak (presets/hardware.toml peak.*) a low-precision recipe's GEMMs run at."""
+    return {dtype: entry["peak"] for dtype, entry in table("precisions").items()}
 
 
 def _ceiling_file() -> dict:
@@ -94,9 +100,10 @@ def memory_efficiency(hw: Hardware) -> tuple[float, str]:
             "measured devices (presets/ceilings.toml [hbm]); pass memory_efficiency= or a profile")
 
 
-def _measured(key: str, dtype: str) -> tuple[float, str] | None:
-    """The measured GEMM ceiling of preset ``key`` for ``dtype`` over its peak, and its source, from
-    ceilings.toml (following ``same_as``), or None where it has none."""
+def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
+    """The measured GEMM ceiling of preset ``key`` for ``dtype`` over the peak it runs at (a block-scaled
+    recipe's: its format's, presets/precisions.toml), its source and what the measurement stands in for
+    (``note``), from ceilings.toml (following ``same_as``), or None where it has none."""
     entry = _ceiling_tables().get(key, {}).get(dtype)
     if entry is None:
         return None
@@ -105,11 +112,11 @@ def _measured(key: str, dtype: str) -> tuple[float, str] | None:
         taken = _measured(entry["same_as"], dtype)
         if taken is None:
             raise PresetError(f"gemm.{key}.{dtype}: same_as {entry['same_as']!r} has no measured {dtype} ceiling")
-        return taken[0], f"{taken[1]}; taken for {key}: {entry['source']} ({entry.get('note', '')})"
+        return taken[0], f"{taken[1]}; taken for {key}: {entry['source']} ({entry.get('note', '')})", taken[2]
     value, source = _sourced(f"gemm.{key}", dtype, entry)
-    peak = _hardware_tables()[key]["peak"][dtype]["value"]
-    return float(as_quantity(dtype, value).to("FLOP/s").magnitude / as_quantity("peak", peak).to("FLOP/s").magnitude), \
-        f"{source}: {value} at {entry['shape']}, {entry['software']}"
+    peak = _hardware_tables()[key]["peak"][_recipe_peaks().get(dtype, dtype)]["value"]
+    return (float(as_quantity(dtype, value).to("FLOP/s").magnitude / as_quantity("peak", peak).to("FLOP/s").magnitude),
+            f"{source}: {value} at {entry['shape']}, {entry['software']}", entry.get("note", ""))
 
 
 def pooled_ceiling(dtype: str) -> float | None:
@@ -127,7 +134,8 @@ def gemm_ceiling(key: str, dtype: str, hw: Hardware) -> Ceiling | None:
     fraction is :func:`matmul_efficiency`'s)."""
     measured = _measured(key, dtype)
     if measured is not None:
-        return Ceiling(*measured)
+        fraction, source, note = measured
+        return Ceiling(fraction, source, note and f"{dtype} on {key}: {note}")
     if dtype == "fp16" and (bf16 := _measured(key, "bf16")) is not None and hw.peaks.get("bf16") == hw.peaks.get("fp16"):
         return Ceiling(bf16[0], bf16[1], f"no fp16 measurement of {key}: its bf16 fraction (fp16 runs at the bf16 rate)")
     return None
@@ -362,7 +370,7 @@ def stack(name: str) -> dict:
 @cache
 def precision(dtype: str, fp8_recipe: str | None = None) -> dict | None:
     """The low-precision recipe ``dtype`` names (presets/precisions.toml: its peak, operand bytes as an exact
-    number, cast and weight-cache formulas, bytes sent, generations and ceiling fallback), for fp8 those of
+    number, cast and weight-cache formulas, bytes sent and generations), for fp8 those of
     its scaling recipe ``fp8_recipe`` (choices.FP8_RECIPES; None: the first), sources checked; None for a
     16-bit dtype."""
     entry = table("precisions").get(dtype)
