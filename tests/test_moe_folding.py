@@ -159,3 +159,16 @@ def test_experts_padded_to_capacity_carry_c_times_the_routed_copies():
         an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=8), expert_capacity=1.25, **KW)
     with pytest.raises(an.InputError, match="≥ 1"):
         dropless.replace(expert_capacity=0.8)
+
+
+def test_the_padded_rows_are_hardware_flops_the_model_flops_leave_out():
+    """Padding to 1.25 runs 0.25·k more copies of a token through its routed experts' three matrices in
+    each of Qwen3-30B-A3B's 48 MoE layers: by hand 0.25 × 8 × 3 × 2,048 × 768 × 48 parameters a token, six
+    FLOPs each (PaLM's count, no recomputation) over the step's tokens; the model FLOPs do not change."""
+    dropless = _plan(tp=2, dp=32, ep=8, etp=1)
+    padded = dropless.replace(expert_capacity=1.25)
+    tokens = 4096 * 1024
+    by_hand = 6 * 0.25 * 8 * 3 * 2048 * 768 * 48 * tokens
+    extra = padded.hardware_flops() - dropless.hardware_flops()
+    assert extra.to("FLOP").magnitude == pytest.approx(by_hand, rel=1e-12)
+    assert padded.model_flops() == dropless.model_flops()

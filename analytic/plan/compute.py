@@ -68,12 +68,16 @@ def _flash_backward(inp: Inputs) -> Formula:
 
 def hardware_flops(inp: Inputs) -> Formula:
     """PaLM's count over everything a token passes through: the model (Mamba-2's scans included),
-    and each MTP module's projection, block and (shared) output head; FlashAttention's backward
-    recomputation of QKᵀ."""
+    each MTP module's projection, block and (shared) output head, and the padded rows of experts
+    padded to a capacity (c − 1 more copies of each of a token's k routed experts' GEMMs);
+    FlashAttention's backward recomputation of QKᵀ."""
     m = inp.model
     params = m.active_params_formula()
     if m.mtp_modules:
         params = params + m.mtp_params_formula(active=True) + inp.f("model.params.embedding") * m.mtp_modules
+    if inp.expert_capacity is not None:
+        padded = inp.routed_topk - m.topk  # copies of a token beyond its k, in every MoE block
+        params = params + m.routed_experts_formula() * m.moe_blocks * padded / m.experts
     per_token = inp.f(f"compute.flops_per_token_palm{m.attention_suffix}", params=params, layers=m.attention_blocks)
     per_token = per_token + _scans(inp, m.mamba_blocks) if m.mamba_blocks else per_token
     return _recomputed(inp, per_token * inp.tokens_per_step, _attention_core(inp)) + _flash_backward(inp)
