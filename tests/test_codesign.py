@@ -284,9 +284,7 @@ def test_progress_on_a_narrow_terminal_fits_its_width():
     (10, 3, 2, 9.9, [0, 3, 6, 9, 10]),  # a chunk given: every 3 points, unmeasured
 ])
 def test_tasks_are_cut_by_measured_cost_into_a_multiple_of_the_workers(points, size, workers, cost, want):
-    measured = []
-    cut = cd._bounds(points, size, workers, lambda: measured.append(1) or cost)
-    assert cut == want and len(measured) == (size is None and workers > 1)
+    assert cd._bounds(points, size, workers, cost) == want
 
 
 def test_the_command_line_takes_searchs_flags_and_gives_the_apis_rows(capsys):

@@ -208,30 +208,34 @@ def _prepare(models, hardware, seq_len, global_batch, search_kw) -> None:
 TASK_SECONDS = 0.5
 
 
-def _bounds(points: int, size: int | None, workers: int, measure) -> list[int]:
+def _bounds(points: int, size: int | None, workers: int, seconds: float) -> list[int]:
     """Where each model's tasks cut the points: every ``size`` points where given, else into a multiple of
-    ``workers`` tasks of near-equal size (one point more or less), each about TASK_SECONDS of work by
-    ``measure()``, the seconds of one point."""
+    ``workers`` tasks of near-equal size (one point more or less), each about TASK_SECONDS of work at
+    ``seconds`` a point."""
     if size is not None:
         return [*range(0, points, size), points]
-    tasks = 1 if workers == 1 else max(1, round(points * measure() / TASK_SECONDS))
+    if points == 0:
+        return [0]
+    tasks = 1 if workers == 1 else max(1, round(points * seconds / TASK_SECONDS))
     tasks = min(points, workers * -(-tasks // workers))
     return [points * i // tasks for i in range(tasks + 1)]
 
 
-def _cost(models, point, gpus, seq_len, global_batch, objective, keep, search_kw) -> float:
-    """Seconds of one point's searches, the mean over ``models`` (searched here once)."""
+def _first_points(models, indexed, job) -> tuple[list, float]:
+    """Each model's search at the first point, here, and the seconds a point took (the mean over the
+    models): what sizes a cluster's tasks, and results kept rather than measured and thrown away."""
     start = time.perf_counter()
-    for m in models:
-        _chunk(m, [point], gpus, seq_len, global_batch, objective, keep, search_kw)
-    return (time.perf_counter() - start) / len(models)
+    done = [_chunk(m, indexed[:1], *job) for m in models]
+    return done, (time.perf_counter() - start) / len(models)
 
 
 def local_cluster(workers: int):
     """A local ``dask.distributed`` cluster of ``workers`` processes, one thread each, whose workers keep
     malloc's own trimming: Dask's default for its workers (MALLOC_TRIM_THRESHOLD_ of 64 KiB) returns every
     freed array to the system, and the layouts' temporaries are then paged in anew at every step (twice the
-    time per layout, measured). A cluster of one's own: start its workers without that variable. This
+    time per layout, measured); and Dask's statistical profiler, which samples the task's stack every 10 ms
+    and took a twelfth of a sweep's time (87 % of in-process per core with it, 94 % without, measured).
+    A cluster of one's own: start its workers without that variable and with the profiler off. This
     process's environment is left as it was (Dask's nanny writes its workers' variables into it, which
     processes this one starts later would inherit). Each worker imports this module as it starts, so
     that its first task does not."""
@@ -239,7 +243,8 @@ def local_cluster(workers: int):
     from distributed import LocalCluster
     saved = dict(os.environ)
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                              "distributed.worker.profile.enabled": False}):
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                                 preload=[__name__, "analytic.search.layouts"])  # imported as each worker starts
     finally:
@@ -382,11 +387,14 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
         if client is not None:
             client.run(_prepare, *work)
         workers = 1 if client is None else max(1, sum(client.nthreads().values()))
-        cut = _bounds(len(indexed), size, workers, lambda: _cost(models, indexed[0], gpus, seq_len, global_batch,
-                                                                 objective, keep, search_kw))
-        tasks = [(_chunk, (m, indexed[lo:hi], gpus, seq_len, global_batch, objective, keep, search_kw))
-                 for m in models for lo, hi in zip(cut, cut[1:])]
-        results = _run(tasks, client)
+        job = (gpus, seq_len, global_batch, objective, keep, search_kw)
+        done, per_point = ([], 0.0) if size is not None or workers == 1 else _first_points(models, indexed, job)
+        rest = indexed[1:] if done else indexed
+        cut = _bounds(len(rest), size, workers, per_point)
+        tasks = [(_chunk, (m, rest[lo:hi], *job)) for m in models for lo, hi in zip(cut, cut[1:])]
+        ran, per_model = _run(tasks, client), len(cut) - 1
+        results = [r for i in range(len(models))
+                   for r in [*done[i:i + 1], *ran[i * per_model:(i + 1) * per_model]]]
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
                    objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
