@@ -340,6 +340,9 @@ def test_a_recipe_other_than_the_stacks_has_programs_of_its_own():
          hardware="gb300-nvl72"),
     dict(model="llama3-8b", layout=dict(tp=2, dp=16, zero=1, sequence_parallel=True), dtype="fp8",
          bf16_layers=(1, 1)),
+    # the expert data-parallel group: 8 ranks 16 apart, 4.5 of them to a 72-GPU rack, so 4 a rack
+    dict(model="qwen3-30b-a3b", layout=dict(tp=2, dp=64, ep=8, zero=1, sequence_parallel=True),
+         hardware="gb200-nvl72"),
 ])
 def test_the_programs_of_the_2025_runs_equal_the_expressions(plan_kw):
     """Expert tensor parallelism, the all-gather dispatcher, a hybrid model, Muon and BF16 end layers: each
@@ -374,3 +377,16 @@ def test_a_ceiling_of_a_whole_quotient_stays_whole():
     numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
     assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(plan.step_time().to("s").magnitude,
                                                                             rel=1e-12)
+
+
+def test_a_group_with_a_fractional_share_of_a_rack_counts_whole_ranks_in_symbols_too():
+    """Qwen3-30B-A3B on GB200 racks, TP 2 and DP 64 with EP 8: the expert data-parallel group is 8 ranks 16
+    apart, 72/16 = 4.5 of them to a rack, of which 4 whole ones share its NICs (gcd(8, 4)); a plan with DP as a
+    symbol, evaluated at 64, gives the numeric plan's DP traffic time and step (before: gcd(8, 9/2) = 1/2)."""
+    def plan(dp):
+        return an.Plan("qwen3-30b-a3b", "gb200-nvl72", an.Layout(tp=2, dp=dp, ep=8, zero=1, sequence_parallel=True),
+                       seq_len=8192, global_batch=256)
+    symbolic, numeric = plan(an.sym("dp")), plan(64)
+    for name in ("communication_time.dp", "step_time"):
+        assert symbolic.expr(name).evaluate(dp=64).to("s").magnitude == pytest.approx(
+            numeric.expr(name).value().to("s").magnitude, rel=1e-12)

@@ -35,9 +35,7 @@ def _ranks_per_domain(size, fit):
         import sympy
 
         from ..core.lowering import common_divisor
-        if is_number(size) and is_number(fit):
-            return sympy.gcd(size, max(1, sympy.floor(fit)))
-        return common_divisor(size, fit)
+        return common_divisor(size, sympy.Max(1, sympy.floor(fit)))
     a, b = Fraction(size), Fraction(max(1, math.floor(fit)))
     return ratio(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator))
 
