@@ -220,7 +220,7 @@ def _tensor_parallel_checks(res: dict) -> None:
     if not torch.allclose(partial, full, rtol=1e-10, atol=1e-10):
         res["mismatch"].append("tensor-parallel MLP")
     res["tp_formula"] = float(formula("parallelism.tp.allreduce_bytes").evaluate(
-        seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte").magnitude)
+        seq_len=s_, microbatch_size=b_, hidden=h_, element_bytes="8 byte").to("byte").magnitude)
     a_, d_ = 2 * world, 4
     wq, wk, wv = (torch.randn(a_ * d_, h_, dtype=torch.float64) for _ in range(3))
     wo = torch.randn(h_, a_ * d_, dtype=torch.float64)
@@ -261,9 +261,9 @@ def _two_level_checks(res: dict, gen) -> None:
     res["hierarchical"] = {
         "up": up, "out": out,
         "formula_up": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_up").evaluate(
-            message=f"{size} byte", gpus_per_node=2).magnitude),
+            message=f"{size} byte", gpus_per_node=2).to("byte").magnitude),
         "formula_out": float(formula("collectives.hierarchical_all_reduce.bytes_sent_scale_out").evaluate(
-            message=f"{size} byte", gpus_per_node=2, nodes=world // 2).magnitude)}
+            message=f"{size} byte", gpus_per_node=2, nodes=world // 2).to("byte").magnitude)}
     per_node = world // 2  # one channel per rank of a node
     z = torch.randn(world * per_node * 5, generator=gen, dtype=torch.float64)
     flat = z.clone()
