@@ -221,12 +221,21 @@ def _bounds(points: int, size: int | None, workers: int, seconds: float) -> list
     return [points * i // tasks for i in range(tasks + 1)]
 
 
-def _first_points(models, indexed, job) -> tuple[list, float]:
-    """Each model's search at the first point, here, and the seconds a point took (the mean over the
-    models): what sizes a cluster's tasks, and results kept rather than measured and thrown away."""
+def _timed(model, hardware_points, *job) -> tuple:
+    """:func:`_chunk`'s result and the seconds it took, where it ran."""
     start = time.perf_counter()
-    done = [_chunk(m, indexed[:1], *job) for m in models]
-    return done, (time.perf_counter() - start) / len(models)
+    out = _chunk(model, hardware_points, *job)
+    return out, time.perf_counter() - start
+
+
+def _first_points(models, indexed, job, client, workers: int) -> tuple[list, float, int]:
+    """The first k points of each model, a task each on the cluster (k·models ≥ workers: every worker
+    busy), timed where they ran: each model's results, the mean seconds of a point (what sizes the
+    other tasks) and k."""
+    k = min(len(indexed), -(-workers // len(models)))
+    timed = _run([(_timed, (m, indexed[j:j + 1], *job)) for m in models for j in range(k)], client)
+    per_point = sum(seconds for _, seconds in timed) / len(timed)
+    return [[r for r, _ in timed[i * k:(i + 1) * k]] for i in range(len(models))], per_point, k
 
 
 def local_cluster(workers: int):
@@ -388,13 +397,13 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
             client.run(_prepare, *work)
         workers = 1 if client is None else max(1, sum(client.nthreads().values()))
         job = (gpus, seq_len, global_batch, objective, keep, search_kw)
-        done, per_point = ([], 0.0) if size is not None or workers == 1 else _first_points(models, indexed, job)
-        rest = indexed[1:] if done else indexed
+        done, per_point, k = ([[] for _ in models], 0.0, 0) if size is not None or workers == 1 else \
+            _first_points(models, indexed, job, client, workers)
+        rest = indexed[k:]
         cut = _bounds(len(rest), size, workers, per_point)
         tasks = [(_chunk, (m, rest[lo:hi], *job)) for m in models for lo, hi in zip(cut, cut[1:])]
         ran, per_model = _run(tasks, client), len(cut) - 1
-        results = [r for i in range(len(models))
-                   for r in [*done[i:i + 1], *ran[i * per_model:(i + 1) * per_model]]]
+        results = [r for i in range(len(models)) for r in [*done[i], *ran[i * per_model:(i + 1) * per_model]]]
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
                    objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
