@@ -1327,6 +1327,18 @@ def test_a_memory_without_offload_holds_nothing_in_host_memory():
     assert not an.Memory(**{**m.as_dict(), "total": gb(81)}).fits
 
 
+def test_a_memory_reads_in_gigabytes_and_holds_bytes():
+    """Memory's repr gives each part in GB (four significant digits, the zero ones left out but for the
+    weights and gradients); its fields stay pint quantities in bytes."""
+    gb = lambda x: an.Q_(x, "GB")  # noqa: E731
+    m = an.Memory(weights=gb(10), gradients=gb(20), optimizer=gb(5), gathered=gb(0), activations=gb(40.04),
+                  total=gb(75.04), hbm=an.Q_(85520810000, "byte"), logits=gb(1), loss=gb(2), stage=3)
+    assert repr(m) == ("Memory(stage 3: weights 10 GB, gradients 20 GB, optimizer 5 GB, activations 40.04 GB; "
+                       "total 75.04 GB, hbm 85.52 GB; logits 1 GB, loss 2 GB)")
+    plan = an.Plan("llama3-70b", "h100-sxm", an.Layout(tp=8, pp=4, dp=8), seq_len=8192, global_batch=512)
+    assert str(plan.memory().total.units) == "byte" and "total 101.1 GB" in repr(plan.memory())
+
+
 def test_recompute_modules_run_what_they_free_again():
     """DeepSeek-V3 with Megatron-Core's layernorm, mla_up_proj and moe_act modules: beyond the plain step, the
     two up-projections' forwards of every block (2·128·(1536·192 + 512·256) FLOPs a token, by hand from the

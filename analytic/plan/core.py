@@ -68,6 +68,17 @@ class Memory:
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def __repr__(self) -> str:
+        """The parts in GB, as the command line and the docs show them (the fields hold bytes); a part
+        that is zero left out, but for the weights and gradients."""
+        def gb(name) -> str:
+            return f"{name} {float(getattr(self, name).to('GB').magnitude):.4g} GB"
+        where = "the fullest stage" if self.stage is None else f"stage {self.stage}"
+        held = [gb(n) for n in MEMORY_PARTS if n in ("weights", "gradients") or getattr(self, n).magnitude]
+        extra = [gb(n) for n in ("logits", "loss", "outside", "host") if getattr(self, n).magnitude]
+        tail = f"; {', '.join(extra)}" if extra else ""
+        return f"Memory({where}: {', '.join(held)}; {gb('total')}, {gb('hbm')}{tail})"
+
 
 class Plan:
     """A training step of ``model`` on ``hardware`` with ``layout``.
