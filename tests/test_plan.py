@@ -1339,6 +1339,31 @@ def test_a_memory_reads_in_gigabytes_and_holds_bytes():
     assert str(plan.memory().total.units) == "byte" and "total 101.1 GB" in repr(plan.memory())
 
 
+def test_exposure_says_what_each_axis_leaves_and_why():
+    """Qwen3-30B-A3B under ZeRO-1 with a pipeline: DP traffic hides behind the last microbatch's compute
+    (the step's compute over its 32 microbatches), and what exceeds it is exposed; TP and EP sit between the
+    GEMMs that consume them. ZeRO-3 without a pipeline hides DP behind the whole step; async TP and DualPipe
+    say so; a layout with a symbol has no reasons to give."""
+    kw = dict(seq_len=4096, global_batch=512)
+    plan = an.Plan("qwen3-30b-a3b", "h100-sxm", an.Layout(tp=2, pp=2, dp=16, ep=8, zero=1, sequence_parallel=True),
+                   **kw)
+    e, parts = plan.exposure(), plan.time_breakdown(ops=True)
+    compute = sum(parts[k].to("s").magnitude for k in ("gemm", "attention", "memory_bound"))
+    assert plan.value("microbatches").magnitude == 32
+    assert e["dp"]["window"].to("s").magnitude == pytest.approx(compute / 32, rel=1e-12)
+    assert e["dp"]["exposed"].to("s").magnitude == pytest.approx(
+        max(0.0, (e["dp"]["traffic"] - e["dp"]["window"]).to("s").magnitude), rel=1e-12, abs=1e-15)
+    assert "last microbatch" in e["dp"]["why"] and "no async TP" in e["tp"]["why"] and "no DualPipe" in e["ep"]["why"]
+    assert e["tp"]["exposed"] == e["tp"]["traffic"] and e["ep"]["exposed"] == e["ep"]["traffic"]
+    fsdp = an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=32, zero=3, sequence_parallel=True, async_tp=True), **kw)
+    assert "step's compute" in fsdp.exposure()["dp"]["why"] and "async TP" in fsdp.exposure()["tp"]["why"]
+    dualpipe = an.Plan("deepseek-v3", "h800", an.Layout(pp=16, dp=128, ep=64, zero=1, schedule="dualpipe"),
+                       seq_len=4096, global_batch=15360)
+    assert "DualPipe's" in dualpipe.exposure()["ep"]["why"]
+    with pytest.raises(an.FreeSymbolError, match="exposure"):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(dp=an.sym("dp")), **kw).exposure()
+
+
 def test_recompute_modules_run_what_they_free_again():
     """DeepSeek-V3 with Megatron-Core's layernorm, mla_up_proj and moe_act modules: beyond the plain step, the
     two up-projections' forwards of every block (2·128·(1536·192 + 512·256) FLOPs a token, by hand from the

@@ -313,9 +313,14 @@ def _time(f: Figures, add) -> None:
         add("time", "step_time_mfu", f"step time at MFU {float(f.mfu):.0%}", plan.step_time(mfu=f.mfu), "compute.train_time")
     try:
         st = plan.step_time()
+        exposure = plan.exposure()
         for k, v in plan.time_breakdown(ops=True).items():
             if abs(float(v / st)) > 1e-12:  # smaller: a zero the structure's programs leave as rounding
-                label = f"  {OP_LABELS.get(k, k)}" + ("" if k in OP_LABELS or k == "bubble" else " (exposed)")
+                label = f"  {OP_LABELS.get(k, k)}"
+                if k in exposure:
+                    e = exposure[k]
+                    window = f", window {e['window'].to('s'):.4g~P}" if k == "dp" else ""
+                    label += f" exposed ({e['why']}; traffic {e['traffic'].to('s'):.4g~P}{window})"
                 if k == "imbalance":
                     slow = plan.slowest_stage()
                     label = (f"  slowest stage's excess (stage {slow['stage']} of {plan.layout.pp}: "

@@ -297,6 +297,19 @@ class Plan:
         names = TIME_PARTS if flag("ops", ops) else ("compute", *TIME_PARTS[len(OP_CLASSES):])
         return {k: self.value(f"time.{k}") for k in names}
 
+    def exposure(self) -> dict:
+        """axis → {"exposed": seconds it adds to the step, "traffic": seconds of its collectives, "why": why
+        what is exposed is not hidden}; dp also "window", the compute its traffic hides behind."""
+        from .timing import why_exposed
+        if not self._in.numeric:
+            raise FreeSymbolError("exposure: the reasons need a numeric layout; use plan.expr('time.dp') and "
+                                  "plan.expr('communication_time.dp')")
+        why = why_exposed(self._in.deg)
+        out = {a: {"exposed": self.value(f"time.{a}"), "traffic": self.value(f"communication_time.{a}"),
+                   "why": why[a]} for a in AXES}
+        out["dp"]["window"] = self.value("time.dp_window")
+        return out
+
     def slowest_stage(self) -> dict:
         """The pipeline stage that sets the step's pace: ``stage`` (its index), ``compute`` (its compute for
         the step), ``average`` (the average stage's) and ``imbalance`` (what it adds to the step)."""

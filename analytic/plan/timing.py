@@ -79,12 +79,30 @@ def timing(inp: Inputs, ops: dict, comm: dict) -> dict:
     blocking = comm["dp"]["blocking"]
     out["dp"] = composed("dp", Max(0, (comm["dp"]["time"] - blocking).term - window.term) + blocking.term, "s",
                          comm["dp"]["time"], blocking, window)
+    out["dp_window"] = window
     # the all-to-all sits between the router and the experts' GEMMs that consume it: exposed, unless
     # DualPipe runs it beside the paired chunk's compute (DeepSeek-V3, arXiv 2412.19437 §3.2.1)
     hidden_behind_pair = composed("ep", Max(0, comm["ep"]["time"].term - compute.term), "s", comm["ep"]["time"],
                                   compute)
     out["ep"] = cases("ep", "s", (hidden_behind_pair, lay.schedule_is("dualpipe")), (comm["ep"]["time"], True))
     return out
+
+
+def why_exposed(lay) -> dict:
+    """axis → why what :func:`timing` leaves of its traffic is not hidden, for a layout's numeric
+    Degrees ``lay`` (its conditions decided)."""
+    dualpipe, whole_step = lay.schedule_is("dualpipe"), lay.dp_regimes[1][1]
+    dp = ("what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block by block"
+          if whole_step else "what exceeds the last microbatch's compute, behind which the gradients reduce")
+    return {
+        "tp": ("what the overlap φ leaves beside async TP's split GEMMs" if lay.async_tp
+               else "between the GEMMs that produce and consume it, no async TP"),
+        "cp": "K and V gathered before the attention that needs them",
+        "pp": "what the overlap φ leaves of the stages' transfers",
+        "dp": dp + ("; per-tensor ZeRO-3 gathers block" if lay.per_tensor_gathers else ""),
+        "ep": ("what exceeds the paired chunk's compute, DualPipe's" if dualpipe
+               else "between the router and the experts' GEMMs that consume it, no DualPipe"),
+    }
 
 
 def total(parts: dict, names=PARTS) -> Formula:
