@@ -7,9 +7,9 @@ hardware points, 10 scale-out bandwidths × 20 HBM sizes of an H100, × 3 models
 Dask: a local cluster of two worker processes, one thread each (``codesign.local_cluster``, as a sweep
 without a scheduler starts), started before the clock (its start is printed apart). Before either is
 timed, each runs the sweep's first point once (a sweep's structures are built once, and a long-lived
-cluster's workers have read them). Each sweep is timed REPEATS times each way and the medians compared
-(a sweep of a second varies by a tenth from run to run). Target: Dask's layouts/s per core ≥ 80 % of
-in-process for both.
+cluster's workers have read them). Each sweep is timed REPEATS times each way and the medians
+compared (a sweep of a second varies by a tenth from run to run). Target: Dask's layouts/s per core
+≥ 80 % of in-process for both.
 
 Run: python benchmarks/bench_codesign.py
 """
@@ -55,15 +55,19 @@ def main():
         t0 = time.perf_counter()
         with local_cluster(2) as cluster:
             started = time.perf_counter() - t0
-            _timed(models, gpus, kw, first, cluster.scheduler_address, 1)  # the workers warmed as this process was
+            # the workers warmed as this process was
+            _timed(models, gpus, kw, first, cluster.scheduler_address, 1)
             on_dask, t_dask = _timed(models, gpus, kw, vary, cluster.scheduler_address)
         assert local.equals(on_dask)
         n = local.attrs["layouts_evaluated"]
         per_core_local, per_core_dask = n / t_local, n / t_dask / 2
-        print(f"{name} sweep: {local['point'].nunique()} hardware points × {len(models)} models, {n:,} layouts")
-        print(f"  in-process: {t_local:.2f} s (median of {REPEATS}), {per_core_local:,.0f} layouts/s on one core")
-        print(f"  2-worker local cluster (started in {started:.1f} s): {t_dask:.2f} s, {per_core_dask:,.0f} "
-              f"layouts/s per core = {per_core_dask / per_core_local:.0%} of in-process (target >= 80%)")
+        print(f"{name} sweep: {local['point'].nunique()} hardware points × {len(models)} models, "
+              f"{n:,} layouts")
+        print(f"  in-process: {t_local:.2f} s (median of {REPEATS}), "
+              f"{per_core_local:,.0f} layouts/s on one core")
+        print(f"  2-worker local cluster (started in {started:.1f} s): {t_dask:.2f} s, "
+              f"{per_core_dask:,.0f} layouts/s per core = {per_core_dask / per_core_local:.0%} of "
+              "in-process (target >= 80%)")
 
 
 if __name__ == "__main__":

@@ -162,16 +162,19 @@ def test_a_grid_past_a_million_points_needs_force(monkeypatch):
 
 
 def test_the_default_scheduler_is_a_local_cluster_with_the_same_frame(frame):
-    """Without a scheduler the sweep starts a local dask.distributed cluster sized to this machine, runs on
-    it and closes it: the frame is the in-process one (two models: each model's first points, timed on
-    the workers, come back in their places), and this process's environment is as it was."""
+    """Without a scheduler the sweep starts a local dask.distributed cluster sized to this
+    machine, runs on it and closes it: the frame is the in-process one (two models: each model's
+    first points, timed on the workers, come back in their places), and this process's environment
+    is as it was."""
     import os
     saved = dict(os.environ)
     models = ["llama3-8b", "gpt-oss-20b"]
     on_cluster = an.codesign(models, "h100-sxm", 64, vary=VARY, keep=2, **KW)
-    in_process = an.codesign(models, "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous", **KW)
+    in_process = an.codesign(models, "h100-sxm", 64, vary=VARY, keep=2, scheduler="synchronous",
+                             **KW)
     pd.testing.assert_frame_equal(on_cluster, in_process)
-    pd.testing.assert_frame_equal(on_cluster[on_cluster["model"] == "llama3-8b"].reset_index(drop=True), frame)
+    first = on_cluster[on_cluster["model"] == "llama3-8b"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(first, frame)
     assert dict(os.environ) == saved
 
 

@@ -162,9 +162,10 @@ def test_experts_padded_to_capacity_carry_c_times_the_routed_copies():
 
 
 def test_the_padded_rows_are_hardware_flops_the_model_flops_leave_out():
-    """Padding to 1.25 runs 0.25·k more copies of a token through its routed experts' three matrices in
-    each of Qwen3-30B-A3B's 48 MoE layers: by hand 0.25 × 8 × 3 × 2,048 × 768 × 48 parameters a token, six
-    FLOPs each (PaLM's count, no recomputation) over the step's tokens; the model FLOPs do not change."""
+    """Padding to 1.25 runs 0.25·k more copies of a token through its routed experts' three
+    matrices in each of Qwen3-30B-A3B's 48 MoE layers: by hand 0.25 × 8 × 3 × 2,048 × 768 × 48
+    parameters a token, six FLOPs each (PaLM's count, no recomputation) over the step's tokens; the
+    model FLOPs do not change."""
     dropless = _plan(tp=2, dp=32, ep=8, etp=1)
     padded = dropless.replace(expert_capacity=1.25)
     tokens = 4096 * 1024

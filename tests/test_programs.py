@@ -380,14 +380,16 @@ def test_a_ceiling_of_a_whole_quotient_stays_whole():
 
 
 @pytest.mark.parametrize("tp, dp, ep, etp", [(2, 64, 8, None), (1, 128, 64, 1)])
-def test_a_group_with_a_fractional_share_of_a_rack_counts_whole_ranks_in_symbols_too(tp, dp, ep, etp):
-    """Qwen3-30B-A3B on GB200 racks. TP 2 and DP 64 with EP 8: the expert data-parallel group is 8 ranks 16
-    apart, 72/16 = 4.5 of them to a rack, of which 4 whole ones share its NICs (gcd(8, 4)); DP 128 with EP 64:
-    2 ranks 64 apart, 72/64 = 1.125 to a rack, so one. A plan with DP as a symbol, evaluated at the degree,
-    gives the numeric plan's DP traffic time and step (before: gcd(8, 9/2) = 1/2 for the first)."""
+def test_a_group_with_a_fractional_share_of_a_rack_counts_whole_ranks_in_symbols(tp, dp, ep, etp):
+    """Qwen3-30B-A3B on GB200 racks. TP 2 and DP 64 with EP 8: the expert data-parallel group is 8
+    ranks 16 apart, 72/16 = 4.5 of them to a rack, of which 4 whole ones share its NICs (gcd(8,
+    4)); DP 128 with EP 64: 2 ranks 64 apart, 72/64 = 1.125 to a rack, so one. A plan with DP as a
+    symbol, evaluated at the degree, gives the numeric plan's DP traffic time and step (before:
+    gcd(8, 9/2) = 1/2 for the first)."""
     def plan(degree):
         return an.Plan("qwen3-30b-a3b", "gb200-nvl72",
-                       an.Layout(tp=tp, dp=degree, ep=ep, etp=etp, zero=1, sequence_parallel=tp > 1),
+                       an.Layout(tp=tp, dp=degree, ep=ep, etp=etp, zero=1,
+                                 sequence_parallel=tp > 1),
                        seq_len=8192, global_batch=256)
     symbolic, numeric = plan(an.sym("dp")), plan(dp)
     for name in ("communication_time.dp", "step_time"):

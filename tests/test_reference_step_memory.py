@@ -78,11 +78,13 @@ def counted(model, **kw) -> float:
 _MEASURED: dict = {}
 
 
-def measured(model, *, recompute: str = "none", stack: str = "torchtitan", wrapping: str = "2024", **kw) -> dict:
-    """``sm.measure`` of a run, each distinct run measured once in this module (a step takes seconds)."""
+def measured(model, *, recompute="none", stack="torchtitan", wrapping="2024", **kw) -> dict:
+    """``sm.measure`` of a run, each distinct run measured once in this module (a step takes
+    seconds)."""
     key = (repr(model), recompute, stack, wrapping, tuple(sorted(kw.items())))
     if key not in _MEASURED:
-        _MEASURED[key] = sm.measure(model, recompute=recompute, stack=stack, wrapping=wrapping, **kw)
+        _MEASURED[key] = sm.measure(model, recompute=recompute, stack=stack, wrapping=wrapping,
+                                    **kw)
     return _MEASURED[key]
 
 

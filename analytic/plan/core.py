@@ -69,12 +69,13 @@ class Memory:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def __repr__(self) -> str:
-        """The parts in GB, as the command line and the docs show them (the fields hold bytes); a part
-        that is zero left out, but for the weights and gradients."""
+        """The parts in GB, as the command line and the docs show them (the fields hold bytes); a
+        part that is zero left out, but for the weights and gradients."""
         def gb(name) -> str:
             return f"{name} {float(getattr(self, name).to('GB').magnitude):.4g} GB"
         where = "the fullest stage" if self.stage is None else f"stage {self.stage}"
-        held = [gb(n) for n in MEMORY_PARTS if n in ("weights", "gradients") or getattr(self, n).magnitude]
+        held = [gb(n) for n in MEMORY_PARTS
+                if n in ("weights", "gradients") or getattr(self, n).magnitude]
         extra = [gb(n) for n in ("logits", "loss", "outside", "host") if getattr(self, n).magnitude]
         tail = f"; {', '.join(extra)}" if extra else ""
         return f"Memory({where}: {', '.join(held)}; {gb('total')}, {gb('hbm')}{tail})"
@@ -298,15 +299,16 @@ class Plan:
         return {k: self.value(f"time.{k}") for k in names}
 
     def exposure(self) -> dict:
-        """axis → {"exposed": seconds it adds to the step, "traffic": seconds of its collectives, "why": why
-        what is exposed is not hidden}; dp also "window", the compute its traffic hides behind."""
+        """axis → {"exposed": seconds it adds to the step, "traffic": seconds of its collectives,
+        "why": why what is exposed is not hidden}; dp also "window", the compute its traffic hides
+        behind."""
         from .timing import why_exposed
         if not self._in.numeric:
-            raise FreeSymbolError("exposure: the reasons need a numeric layout; use plan.expr('time.dp') and "
-                                  "plan.expr('communication_time.dp')")
+            raise FreeSymbolError("exposure: the reasons need a numeric layout; use "
+                                  "plan.expr('time.dp') and plan.expr('communication_time.dp')")
         why = why_exposed(self._in.deg)
-        out = {a: {"exposed": self.value(f"time.{a}"), "traffic": self.value(f"communication_time.{a}"),
-                   "why": why[a]} for a in AXES}
+        out = {a: {"exposed": self.value(f"time.{a}"),
+                   "traffic": self.value(f"communication_time.{a}"), "why": why[a]} for a in AXES}
         out["dp"]["window"] = self.value("time.dp_window")
         return out
 

@@ -363,8 +363,8 @@ class Inputs:
         return out
 
     def _matmul_ceiling(self, dtype: str):
-        """The device's measured GEMM ceiling over its peak for ``dtype``, else the one pooled over the
-        measured devices (noted)."""
+        """The device's measured GEMM ceiling over its peak for ``dtype``, else the one pooled over
+        the measured devices (noted)."""
         from ..presets import matmul_efficiency
         return self._noted(matmul_efficiency(self.hardware, dtype))
 

@@ -92,8 +92,9 @@ def why_exposed(lay) -> dict:
     """axis → why what :func:`timing` leaves of its traffic is not hidden, for a layout's numeric
     Degrees ``lay`` (its conditions decided)."""
     dualpipe, whole_step = lay.schedule_is("dualpipe"), lay.dp_regimes[1][1]
-    dp = ("what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block by block"
-          if whole_step else "what exceeds the last microbatch's compute, behind which the gradients reduce")
+    dp = ("what exceeds the step's compute, behind which ZeRO ≥ 2 without a pipeline reduces block "
+          "by block" if whole_step
+          else "what exceeds the last microbatch's compute, behind which the gradients reduce")
     return {
         "tp": ("what the overlap φ leaves beside async TP's split GEMMs" if lay.async_tp
                else "between the GEMMs that produce and consume it, no async TP"),

@@ -101,9 +101,10 @@ def memory_efficiency(hw: Hardware) -> tuple[float, str]:
 
 
 def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
-    """The measured GEMM ceiling of preset ``key`` for ``dtype`` over the peak it runs at (a block-scaled
-    recipe's: its format's, presets/precisions.toml), its source and what the measurement stands in for
-    (``note``), from ceilings.toml (following ``same_as``), or None where it has none."""
+    """The measured GEMM ceiling of preset ``key`` for ``dtype`` over the peak it runs at (a
+    block-scaled recipe's: its format's, presets/precisions.toml), its source and what the
+    measurement stands in for (``note``), from ceilings.toml (following ``same_as``), or None where
+    it has none."""
     entry = _ceiling_tables().get(key, {}).get(dtype)
     if entry is None:
         return None
@@ -112,11 +113,13 @@ def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
         taken = _measured(entry["same_as"], dtype)
         if taken is None:
             raise PresetError(f"gemm.{key}.{dtype}: same_as {entry['same_as']!r} has no measured {dtype} ceiling")
-        return taken[0], f"{taken[1]}; taken for {key}: {entry['source']} ({entry.get('note', '')})", taken[2]
+        taken_for = f"taken for {key}: {entry['source']} ({entry.get('note', '')})"
+        return taken[0], f"{taken[1]}; {taken_for}", taken[2]
     value, source = _sourced(f"gemm.{key}", dtype, entry)
     peak = _hardware_tables()[key]["peak"][_recipe_peaks().get(dtype, dtype)]["value"]
-    return (float(as_quantity(dtype, value).to("FLOP/s").magnitude / as_quantity("peak", peak).to("FLOP/s").magnitude),
-            f"{source}: {value} at {entry['shape']}, {entry['software']}", entry.get("note", ""))
+    flops = [as_quantity(k, v).to("FLOP/s").magnitude for k, v in ((dtype, value), ("peak", peak))]
+    where = f"{source}: {value} at {entry['shape']}, {entry['software']}"
+    return float(flops[0] / flops[1]), where, entry.get("note", "")
 
 
 def pooled_ceiling(dtype: str) -> float | None:

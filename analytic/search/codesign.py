@@ -209,9 +209,9 @@ TASK_SECONDS = 0.5
 
 
 def _bounds(points: int, size: int | None, workers: int, seconds: float) -> list[int]:
-    """Where each model's tasks cut the points: every ``size`` points where given, else into a multiple of
-    ``workers`` tasks of near-equal size (one point more or less), each about TASK_SECONDS of work at
-    ``seconds`` a point."""
+    """Where each model's tasks cut the points: every ``size`` points where given, else into a
+    multiple of ``workers`` tasks of near-equal size (one point more or less), each about
+    TASK_SECONDS of work at ``seconds`` a point."""
     if size is not None:
         return [*range(0, points, size), points]
     if points == 0:
@@ -229,25 +229,27 @@ def _timed(model, hardware_points, *job) -> tuple:
 
 
 def _first_points(models, indexed, job, client, workers: int) -> tuple[list, float, int]:
-    """The first k points of each model, a task each on the cluster (k·models ≥ workers: every worker
-    busy), timed where they ran: each model's results, the mean seconds of a point (what sizes the
-    other tasks) and k."""
+    """The first k points of each model, a task each on the cluster (k·models ≥ workers: every
+    worker busy), timed where they ran: each model's results, the mean seconds of a point (what
+    sizes the other tasks) and k."""
     k = min(len(indexed), -(-workers // len(models)))
     timed = _run([(_timed, (m, indexed[j:j + 1], *job)) for m in models for j in range(k)], client)
     per_point = sum(seconds for _, seconds in timed) / len(timed)
-    return [[r for r, _ in timed[i * k:(i + 1) * k]] for i in range(len(models))], per_point, k
+    done = [[r for r, _ in timed[i * k:(i + 1) * k]] for i in range(len(models))]
+    return done, per_point, k
 
 
 def local_cluster(workers: int):
-    """A local ``dask.distributed`` cluster of ``workers`` processes, one thread each, whose workers keep
-    malloc's own trimming: Dask's default for its workers (MALLOC_TRIM_THRESHOLD_ of 64 KiB) returns every
-    freed array to the system, and the layouts' temporaries are then paged in anew at every step (twice the
-    time per layout, measured); and Dask's statistical profiler, which samples the task's stack every 10 ms
-    and took a twelfth of a sweep's time (87 % of in-process per core with it, 94 % without, measured).
-    A cluster of one's own: start its workers without that variable and with the profiler off. This
-    process's environment is left as it was (Dask's nanny writes its workers' variables into it, which
-    processes this one starts later would inherit). Each worker imports this module as it starts, so
-    that its first task does not."""
+    """A local ``dask.distributed`` cluster of ``workers`` processes, one thread each, whose workers
+    keep malloc's own trimming: Dask's default for its workers (MALLOC_TRIM_THRESHOLD_ of 64 KiB)
+    returns every freed array to the system, and the layouts' temporaries are then paged in anew at
+    every step (twice the time per layout, measured); and without Dask's statistical profiler,
+    which samples the task's stack every 10 ms and took a twelfth of a sweep's time (87 % of
+    in-process per core with it, 94 % without, measured). A cluster of one's own: start its workers
+    without that variable and with the profiler off. This process's environment is left as it was
+    (Dask's nanny writes its workers' variables into it, which processes this one starts later
+    would inherit). Each worker imports this module as it starts, so that its first task does
+    not."""
     import dask
     from distributed import LocalCluster
     saved = dict(os.environ)
@@ -397,13 +399,13 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
             client.run(_prepare, *work)
         workers = 1 if client is None else max(1, sum(client.nthreads().values()))
         job = (gpus, seq_len, global_batch, objective, keep, search_kw)
-        done, per_point, k = ([[] for _ in models], 0.0, 0) if size is not None or workers == 1 else \
-            _first_points(models, indexed, job, client, workers)
+        done, per_point, k = ([[] for _ in models], 0.0, 0) if size is not None or workers == 1 \
+            else _first_points(models, indexed, job, client, workers)
         rest = indexed[k:]
         cut = _bounds(len(rest), size, workers, per_point)
         tasks = [(_chunk, (m, rest[lo:hi], *job)) for m in models for lo, hi in zip(cut, cut[1:])]
-        ran, per_model = _run(tasks, client), len(cut) - 1
-        results = [r for i in range(len(models)) for r in [*done[i], *ran[i * per_model:(i + 1) * per_model]]]
+        ran, n = _run(tasks, client), len(cut) - 1  # n tasks a model
+        results = [r for i in range(len(models)) for r in [*done[i], *ran[i * n:(i + 1) * n]]]
         seconds = time.perf_counter() - start
     frame = _frame(results, list(pts[0][0]), layouts_evaluated=sum(n for _, n in results), seconds=seconds,
                    objective=objective, notes=list(notes), gpus=gpus, seq_len=int(seq_len),
