@@ -73,7 +73,7 @@ def presets_page() -> str:
            "Every preset the library ships, from `analytic/presets/*.toml`: each number has a unit and a source "
            "(`an.hardware(NAME)`, `an.model(NAME)`, `Plan(..., stack=NAME)`; `analytic --help` lists the names).", ""]
     out += (_hardware(table("hardware")) + _models(table("models")) + _stacks(table("stacks"))
-            + _precisions(table("precisions")))
+            + _precisions(table("precisions"), table("ceilings")["gemm"]))
     return "\n".join(out) + "\n"
 
 
@@ -123,17 +123,21 @@ def _models(tables: dict) -> list[str]:
     return out + (["", "Published counts the computed ones are checked against:", ""] + published if published else []) + [""]
 
 
-def _precisions(tables: dict) -> list[str]:
+def _precisions(tables: dict, ceilings: dict) -> list[str]:
+    """The formats, each with the devices whose GEMM ceiling in it is measured (presets/ceilings.toml;
+    another device takes their pooled fraction of its peak)."""
     out = ["## Training precisions", "", "The formats a low-precision `dtype` runs the linear layers' GEMMs in.", "",
-           "| dtype | peak | operand bytes | generations | ceiling taken |", "|---|---|---|---|---|"]
+           "| dtype | peak | operand bytes | generations | GEMM ceiling measured on |", "|---|---|---|---|---|"]
     rows = {}  # fp8 once per scaling recipe, as fp8 (recipe)
     for key, t in tables.items():
         recipes = t.get("recipes") or {None: {}}
         rows |= {key if r is None else f"{key} ({r})": {k: v for k, v in t.items() if k != "recipes"} | own
                  for r, own in recipes.items()}
     for key, t in rows.items():
+        dtype = key.split(" ")[0]
+        measured = [d for d, entries in ceilings.items() if "value" in entries.get(dtype, {})]
         out.append(f"| `{key}` | {t['peak']} | {_value(t['operand_bytes'])} | {_value(t.get('generations', 'any'))} | "
-                   f"{_value(t.get('ceiling', 'its own'))} |")
+                   f"{', '.join(measured) or 'none'} |")
     out += ["", "Each property with its source:", ""] + [row for key, t in rows.items() for row in _sources(key, t)]
     return out + [""]
 
