@@ -307,3 +307,5 @@ def test_the_presets_page_lists_every_preset_with_its_sources(site):
     assert all(f"<code>{n}</code>" in page for n in (*an.hardwares(), *an.models(), *an.stacks(), "mxfp8", "nvfp4"))
     assert "OCP Microscaling Formats (MX) Specification v1.0" in page
     assert "NVIDIA H100 Tensor Core GPU Architecture whitepaper v1.04, Table 3" in page
+    mxfp8 = page[page.index("<code>mxfp8</code>"):].split("</tr>")[0]  # its GEMM ceiling measured on B200
+    assert "b200" in mxfp8 and "h100-sxm" not in mxfp8
