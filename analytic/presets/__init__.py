@@ -9,7 +9,7 @@ from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
-from ..core.choices import FP8_RECIPES, PLATFORMS
+from ..core.choices import FP8_RECIPES, PLATFORMS, TRAINING_DTYPES
 from ..core.errors import InputError, PresetError, UnknownNameError
 from ..core.files import package_toml, read_text
 from ..core.units import Q
@@ -51,7 +51,7 @@ def hardware_from_table(key: str, table: dict) -> Hardware:
         raise PresetError(f"{key}: no platform given (one of {', '.join(PLATFORMS)})")
     hw = Hardware(name=table.get("name", key), peaks=peaks, generation=table.get("generation", key),
                   platform=table["platform"], sources=sources, key=key, **kw)
-    recipes = [d for d, peak in _recipe_peaks().items() if peak in hw.peaks]
+    recipes = [d for d in TRAINING_DTYPES if d not in hw.peaks and peak_format(d) in hw.peaks]
     ceilings = {dtype: gemm_ceiling(key, dtype, hw) for dtype in (*hw.peaks, *recipes)}
     return replace(hw, ceilings={dtype: c for dtype, c in ceilings.items() if c is not None})
 
@@ -65,9 +65,10 @@ def table(name: str) -> dict:
     return package_toml(HERE / f"{name}.toml")
 
 
-def _recipe_peaks() -> dict:
-    """dtype → the peak (presets/hardware.toml peak.*) a low-precision recipe's GEMMs run at."""
-    return {dtype: entry["peak"] for dtype, entry in table("precisions").items()}
+def peak_format(dtype: str) -> str:
+    """The peak (presets/hardware.toml peak.*) ``dtype``'s GEMMs run at: a low-precision recipe's
+    format's (mxfp8: fp8, nvfp4: fp4; presets/precisions.toml), else its own."""
+    return (precision(dtype) or {}).get("peak", dtype)
 
 
 def _ceiling_file() -> dict:
@@ -116,7 +117,7 @@ def _measured(key: str, dtype: str) -> tuple[float, str, str] | None:
         taken_for = f"taken for {key}: {entry['source']} ({entry.get('note', '')})"
         return taken[0], f"{taken[1]}; {taken_for}", taken[2]
     value, source = _sourced(f"gemm.{key}", dtype, entry)
-    peak = _hardware_tables()[key]["peak"][_recipe_peaks().get(dtype, dtype)]["value"]
+    peak = _hardware_tables()[key]["peak"][peak_format(dtype)]["value"]
     flops = [as_quantity(k, v).to("FLOP/s").magnitude for k, v in ((dtype, value), ("peak", peak))]
     where = f"{source}: {value} at {entry['shape']}, {entry['software']}"
     return float(flops[0] / flops[1]), where, entry.get("note", "")

@@ -126,8 +126,8 @@ class Hardware:
         """Dense peak FLOP/s for ``dtype``: its own, else that of the format a low-precision recipe's GEMMs
         run in (mxfp8: fp8, nvfp4: fp4; presets/precisions.toml)."""
         if dtype not in self.peaks:
-            from . import precision
-            dtype = (precision(dtype) or {}).get("peak", dtype)
+            from . import peak_format
+            dtype = peak_format(dtype)
         if dtype not in self.peaks:
             raise UnknownNameError(f"dtype for {self.key or self.name}", dtype, self.peaks)
         return self.peaks[dtype]
