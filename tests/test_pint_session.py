@@ -79,6 +79,34 @@ def test_a_registry_of_the_users_own():
     assert an.ureg is pint.get_application_registry() and _plan().step_time()._REGISTRY is not mine
 
 
+def test_within_the_counts_context_a_token_rate_is_a_frequency_and_outside_it_is_not():
+    """Tokens a second from a plan convert to 1/s in the context "counts" the library adds, to
+    the number of tokens a step over the seconds a step; outside it they are a dimension of their own."""
+    plan = _plan()
+    rate = plan.tokens_per_step / plan.step_time()
+    expected = 2048 * 64 / plan.step_time().to("s").magnitude  # tokens a step: sequences × their length
+    assert rate.to("1/s", "counts").magnitude == pytest.approx(expected, rel=1e-12)
+    assert pint.Quantity(3, "USD/Mtoken").to("USD", "counts").magnitude == pytest.approx(3e-6, rel=1e-12)
+    assert pint.Quantity(2, "Gparam").to("", "counts").magnitude == pytest.approx(2e9, rel=1e-12)
+    with pytest.raises(pint.DimensionalityError):
+        rate.to("1/s")
+    with pytest.raises(pint.DimensionalityError):
+        pint.Quantity(1, "token/s").to("FLOP/s", "counts")
+
+
+def test_a_users_own_counts_context_is_left_as_it_is():
+    mine = pint.UnitRegistry()
+    theirs = pint.Context("counts")
+    mine.add_context(theirs)
+    try:
+        an.use_registry(mine)
+        assert mine._contexts["counts"] is theirs
+        with pytest.raises(pint.DimensionalityError):
+            mine.Quantity(1, "token/s").to("1/s", "counts")
+    finally:
+        an.use_registry(None)
+
+
 def test_a_registry_that_means_otherwise_is_refused_naming_the_unit():
     other = pint.UnitRegistry()
     other.define("FLOP = 2 * second")

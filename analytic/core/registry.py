@@ -47,6 +47,7 @@ def registry():
                 # two mix in either order
                 pint.compat.upcast_type_map.setdefault("analytic.core.quantity.Quantity", None)
                 _define(real)
+                _count_context(real)
                 _DEFINED.add(real)
                 _NAMES[real] = {}
     return ureg
@@ -62,6 +63,29 @@ def pint_units(items: tuple):
         if k not in names:
             names[k] = _real(ureg).get_name(k)
     return ureg.Unit(UnitsContainer({names[k]: v for k, v in items}))
+
+
+#: the pint context in which tokens and parameters are plain counts: ``rate.to("1/s", "counts")`` takes
+#: tokens a second to a frequency; outside it they are dimensions of their own (1 token + 1 byte raises)
+COUNTS = "counts"
+#: (count unit, dimensions with it, the same without it): each pair converts within :data:`COUNTS`
+_COUNTED = (("token", "[token]", ""), ("token", "[token] / [time]", "1 / [time]"),
+            ("token", "[token] / [computation]", "1 / [computation]"),
+            ("1 / token", "[time] / [token]", "[time]"), ("1 / token", "[computation] / [token]", "[computation]"),
+            ("1 / token", "[currency] / [token]", "[currency]"), ("parameter", "[parameter]", ""))
+
+
+def _count_context(ureg) -> None:
+    """Add :data:`COUNTS` to ``ureg`` unless it has a context of that name (the user's: left as it is)."""
+    import pint
+    if COUNTS in getattr(ureg, "_contexts", {}):
+        return
+    context = pint.Context(COUNTS)
+    for unit, counted, plain in _COUNTED:
+        one = ureg.Quantity(1, unit)
+        context.add_transformation(counted, plain or "[]", lambda ureg, x, one=one: x / one)
+        context.add_transformation(plain or "[]", counted, lambda ureg, x, one=one: x * one)
+    ureg.add_context(context)
 
 
 def _real(ureg):
