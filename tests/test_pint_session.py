@@ -80,13 +80,14 @@ def test_a_registry_of_the_users_own():
 
 
 def test_within_the_counts_context_a_token_rate_is_a_frequency_and_outside_it_is_not():
-    """Tokens a second from a plan convert to 1/s in the context "counts" the library adds, to
-    the number of tokens a step over the seconds a step; outside it they are a dimension of their own."""
+    """Tokens a second from a plan convert to 1/s in the context "counts" the library adds: the
+    tokens a step over the seconds a step; outside it they are a dimension of their own."""
     plan = _plan()
     rate = plan.tokens_per_step / plan.step_time()
-    expected = 2048 * 64 / plan.step_time().to("s").magnitude  # tokens a step: sequences × their length
+    expected = 2048 * 64 / plan.step_time().to("s").magnitude  # sequences × their length
     assert rate.to("1/s", "counts").magnitude == pytest.approx(expected, rel=1e-12)
-    assert pint.Quantity(3, "USD/Mtoken").to("USD", "counts").magnitude == pytest.approx(3e-6, rel=1e-12)
+    cost = pint.Quantity(3, "USD/Mtoken").to("USD", "counts")
+    assert cost.magnitude == pytest.approx(3e-6, rel=1e-12)
     assert pint.Quantity(2, "Gparam").to("", "counts").magnitude == pytest.approx(2e9, rel=1e-12)
     with pytest.raises(pint.DimensionalityError):
         rate.to("1/s")

@@ -65,18 +65,19 @@ def pint_units(items: tuple):
     return ureg.Unit(UnitsContainer({names[k]: v for k, v in items}))
 
 
-#: the pint context in which tokens and parameters are plain counts: ``rate.to("1/s", "counts")`` takes
-#: tokens a second to a frequency; outside it they are dimensions of their own (1 token + 1 byte raises)
+#: the pint context in which tokens and parameters are plain counts: ``rate.to("1/s", "counts")``
+#: takes tokens a second to a frequency; outside it they are dimensions of their own
 COUNTS = "counts"
 #: (count unit, dimensions with it, the same without it): each pair converts within :data:`COUNTS`
 _COUNTED = (("token", "[token]", ""), ("token", "[token] / [time]", "1 / [time]"),
             ("token", "[token] / [computation]", "1 / [computation]"),
-            ("1 / token", "[time] / [token]", "[time]"), ("1 / token", "[computation] / [token]", "[computation]"),
+            ("1 / token", "[time] / [token]", "[time]"),
+            ("1 / token", "[computation] / [token]", "[computation]"),
             ("1 / token", "[currency] / [token]", "[currency]"), ("parameter", "[parameter]", ""))
 
 
 def _count_context(ureg) -> None:
-    """Add :data:`COUNTS` to ``ureg`` unless it has a context of that name (the user's: left as it is)."""
+    """Add :data:`COUNTS` to ``ureg`` unless it has a context of that name (the user's: kept)."""
     import pint
     if COUNTS in getattr(ureg, "_contexts", {}):
         return
