@@ -69,7 +69,11 @@ def test_the_same_frame_in_process_in_any_chunks_and_on_a_local_cluster(frame):
         result = an.search("llama3-8b", "h100-sxm", gpus=64, progress=False, **KW)
         objects = (plan.layout, plan.model, plan.hardware, plan.memory(), result.best)
         back = client.gather(client.map(copy, objects, pure=False))
+        # the caller's Client, as Dask's own functions take it: used as it is and left open
+        with_client = an.codesign(["llama3-8b"], "h100-sxm", 64, vary=VARY, keep=2, scheduler=client, **KW)
+        assert client.status == "running"
     pd.testing.assert_frame_equal(on_dask, frame)
+    pd.testing.assert_frame_equal(with_client, frame)
     assert step == plan.replace(overlap=0.5).step_time() and shipped.overrides == {"overlap": 0.5}
     assert [repr(b) for b in back] == [repr(o) for o in objects]
 

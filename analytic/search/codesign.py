@@ -17,6 +17,7 @@ import itertools
 import math
 import os
 import re
+import sys
 import time
 
 import numpy as np
@@ -268,13 +269,21 @@ SCHEDULER_TIMEOUT = 10
 _ADDRESS = re.compile(r"(?:(tcp|tls)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})", re.ASCII)
 
 
-def scheduler_of(scheduler) -> str | None:
-    """``scheduler`` checked: None (a local cluster), ``"synchronous"`` (any case, trimmed) or a Dask
-    scheduler's TCP or TLS address, ``[tcp://]host:port`` or ``tls://host:port``."""
-    if scheduler is None:
-        return None
+def _is_client(x) -> bool:
+    """Whether ``x`` is a ``distributed`` Client (False without importing distributed where it is not)."""
+    distributed = sys.modules.get("distributed")
+    return distributed is not None and isinstance(x, distributed.Client)
+
+
+def scheduler_of(scheduler):
+    """``scheduler`` checked: None (a local cluster), ``"synchronous"`` (any case, trimmed), a
+    ``distributed`` Client (used as it is, left open) or a Dask scheduler's TCP or TLS address,
+    ``[tcp://]host:port`` or ``tls://host:port``."""
+    if scheduler is None or _is_client(scheduler):
+        return scheduler
     if not isinstance(scheduler, str):
-        raise InputError(f"scheduler: expected None, 'synchronous' or a scheduler's address, got {scheduler!r:.80}")
+        raise InputError("scheduler: expected None, 'synchronous', a distributed Client or a scheduler's "
+                         f"address, got {scheduler!r:.80}")
     text = scheduler.strip()
     if text.lower() == "synchronous":
         return "synchronous"
@@ -303,12 +312,15 @@ def _answers(address: str) -> bool:
 
 
 @contextlib.contextmanager
-def _client(scheduler: str | None):
+def _client(scheduler):
     """A ``distributed`` Client on the scheduler at its address, or on a local cluster sized to this
-    machine (None); None for ``"synchronous"``. A scheduler that does not answer within
+    machine (None); the caller's Client as it is; None for ``"synchronous"``. A scheduler that does not answer within
     SCHEDULER_TIMEOUT seconds, or answers as no Dask scheduler does, is one InputError."""
     if scheduler == "synchronous":
         yield None
+        return
+    if _is_client(scheduler):  # the caller's: its connection stays theirs
+        yield scheduler
         return
     try:
         import dask  # noqa: F401
@@ -370,8 +382,9 @@ def codesign(models, hardware, gpus, *, seq_len, batch_tokens=None, global_batch
     Hardware, the base every point changes. ``vary``: field → values (see :data:`FIELDS`, :func:`grid`).
     ``objective``: step_time, cost (GPU-hours per token), mfu or headroom (the least memory). ``scheduler``:
     None for a local ``dask.distributed`` cluster sized to this machine, ``"synchronous"`` to run in this
-    process, or a scheduler's address. ``chunk``: points a task (default: in process, one task a model; on
-    Dask, tasks of about TASK_SECONDS of work by the measured cost of a point, a multiple of the workers).
+    process, a ``distributed`` Client (left open), or a scheduler's address. ``chunk``: points a task
+    (default: in process, one task a model; on Dask, tasks of about TASK_SECONDS of work by the
+    measured cost of a point, a multiple of the workers).
     ``out``: a Parquet file, written only once the sweep is complete. Other keywords are search's."""
     from ..core.values import choice
     from .layouts import search_batch
