@@ -4,9 +4,9 @@ baselines measured in the same run.
 Prints, each against its target:
 - numeric plans per second, each built and asked its memory and step time, one at a time: for a
   structure never seen before (GPT-OSS 120B and Qwen3-30B-A3B from their config.json, the latter on
-  TorchTitan), after the plans that compose their formulas on numbers before the structure's programs
-  are lowered (their time, and the lowering's, given apart); and for a loop that calls ``an.model()``
-  and ``an.hardware()`` each time;
+  TorchTitan), the first plan (which builds the structure's programs) apart from the later ones, each
+  also as a ratio to ``python -c "import numpy"`` in the same run; and for a loop that calls
+  ``an.model()`` and ``an.hardware()`` each time;
 - ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
   pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache and
@@ -49,18 +49,16 @@ def presets_each_time(i: int):
     return an.Plan(an.model("llama3-8b"), an.hardware("h100-sxm"), LAYOUTS[i % 4], seq_len=4096, global_batch=256)
 
 
-def rate(build, seconds: float = 2.0) -> tuple[list, float]:
-    """(seconds of the first plans, plans per second after them): each built, then asked memory() and
-    step_time(). The first plans of a structure compose their formulas on numbers, the next lowers its programs."""
-    first = []
-    for i in range(programs.PLANS_BEFORE_LOWERING + 1):
-        t0 = time.perf_counter()
-        p = build(i)
-        p.memory(), p.step_time()
-        first.append(time.perf_counter() - t0)
+def rate(build, seconds: float = 2.0) -> tuple[float, float]:
+    """(seconds of the first plan, plans per second after it): each built, then asked memory() and
+    step_time(). The first plan of a structure builds its programs, which every plan then runs."""
+    t0 = time.perf_counter()
+    p = build(0)
+    p.memory(), p.step_time()
+    first = time.perf_counter() - t0
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        p = build(n)
+        p = build(n + 1)
         p.memory(), p.step_time()
         n += 1
     return first, n / (time.perf_counter() - t0)
@@ -80,14 +78,15 @@ def main():
     os.environ["ANALYTIC_CACHE"] = tempfile.mkdtemp(prefix="analytic-bench-")  # every structure unseen
     GPT_OSS = an.Model.from_hf(ROOT / "tests" / "data" / "hf" / "gpt-oss-120b.json")
     QWEN3 = an.Model.from_hf(ROOT / "tests" / "data" / "hf" / "qwen3-30b-a3b.json")
+    numpy = wall([sys.executable, "-c", "import numpy"], dict(os.environ))
+    print(f"`python -c \"import numpy\"`: {numpy * 1e3:.0f} ms")
     for name, build in (("GPT-OSS 120B from config.json", gpt_oss),
                         ("Qwen3-30B-A3B from config.json on torchtitan-2025", qwen3_torchtitan),
                         ("an.model()/an.hardware() each time", presets_each_time)):
         first, per_s = rate(build)
-        own = first[:-1]
-        print(f"{name}: {per_s:,.0f} plans/s (target >= 2,000); before them, the first {len(own)} plans composed on "
-              f"numbers in {sum(own):.2f} s (the first {own[0] * 1e3:.0f} ms, the others {statistics.median(own[1:]) * 1e3:.1f} "
-              f"ms each), the next {first[-1]:.2f} s (its structure's programs lowered)")
+        print(f"{name}: the first plan {first * 1e3:.1f} ms ({first / numpy:.2f}x import numpy; its structure's "
+              f"programs built), then {per_s:,.0f} plans/s, {1e3 / per_s:.3f} ms each ({1 / per_s / numpy:.4f}x) "
+              "(targets: 20 ms and 0.4 ms)")
     programs._BUNDLES.clear()
     python, analytic, where, sizes = _wheel_install()
     if sizes:

@@ -1691,8 +1691,8 @@ def test_the_dp_and_zero3_regimes_of_a_numeric_layout_are_decided_without_expres
     for (zero, pp), (dp, gathered) in want.items():
         lay = an.Layout(zero=zero, pp=pp)
         assert (regime(DP_REGIMES, lay), regime(GATHERED_REGIMES, lay)) == (dp, gathered), (zero, pp)
-        for numeric, true in ((False, sympy.true), (True, True)):  # sympy conditions, and a numeric plan's bools
-            deg = Degrees(lay, numeric)
+        for kind, true in (("sympy", sympy.true), ("number", True)):  # sympy conditions, a numeric plan's bools
+            deg = Degrees(lay, kind)
             assert next(label for label, cond in deg.dp_regimes if cond is true) == dp
             assert next(label for label, cond in deg.gathered_regimes if cond is true) == gathered
     with pytest.raises(an.InputError, match="regime"):

@@ -41,27 +41,20 @@ def fresh(tmp_path, monkeypatch):
     """An empty cache, in memory and on disk; each structure's programs built by its first plan."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
-    monkeypatch.setattr(programs, "_SEEN", {})
-    monkeypatch.setattr(programs, "PLANS_BEFORE_LOWERING", 0)
     PROGRAMS._COMPILED.clear()
     return tmp_path
 
 
-def test_a_structure_is_lowered_after_its_first_plans(tmp_path, monkeypatch, docs):
-    """A structure's first plans in a process compose their formulas on numbers, the next builds the
-    programs and the one after reads them from memory."""
+def test_a_structures_first_plan_builds_its_programs_and_every_plan_gives_the_same_bits(tmp_path, monkeypatch):
+    """The first plan of a structure in a process builds its programs from terms (no sympy), the later
+    ones read them from memory, and every one gives the same bits."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
-    monkeypatch.setattr(programs, "_SEEN", {})
-    n = programs.PLANS_BEFORE_LOWERING
-    plans = [essay() for _ in range(n + 2)]
-    first = plans[0].step_time().magnitude
-    assert all(p.step_time().magnitude == pytest.approx(first, rel=1e-12) for p in plans)
-    assert all(p._numbers.bundle is None and p._exprs for p in plans[:n])
-    assert plans[n]._numbers.bundle is not None and not plans[n]._exprs
-    assert plans[n + 1]._numbers.bundle is plans[n]._numbers.bundle
-    readme = docs
-    assert f"the first {n} numeric plans of a structure in a process compose their formulas on numbers" in readme
+    plans = [essay() for _ in range(3)]
+    steps = {p.step_time().magnitude for p in plans}
+    assert len(steps) == 1
+    assert plans[0]._numbers.bundle is not None and not plans[0]._exprs
+    assert plans[2]._numbers.bundle is plans[0]._numbers.bundle
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 
 
@@ -87,17 +80,16 @@ def test_the_programs_are_built_once_and_kept_as_data(fresh):
                                      json.dumps({"structure": "other", "programs": {}})],
                          ids=["list", "empty", "python", "nul", "deep", "other-structure"])
 def test_a_corrupt_cache_entry_is_not_read(tmp_path, monkeypatch, content):
-    """Whatever an entry holds that is not a structure's programs, a plan does not take it: it takes its
-    own expressions: the step of the golden record (tests/golden/plans.json)."""
+    """Whatever an entry holds that is not a structure's programs, a plan does not take it: it builds the
+    programs anew, over it, and gives the step of the golden record (tests/golden/plans.json)."""
     monkeypatch.setenv("ANALYTIC_CACHE", str(tmp_path))
     monkeypatch.setattr(programs, "_BUNDLES", {})
-    monkeypatch.setattr(programs, "_SEEN", {})
     path = cache.entry("plan", structure(essay()._in))
     path.write_text(content)
     plan = essay()
-    assert plan._numbers.bundle is None and plan._exprs == {}
     golden = json.loads((Path(__file__).parent / "golden" / "plans.json").read_text())["essay"]["step_time"]
-    assert plan.step_time().to("s").magnitude == pytest.approx(golden["value"], rel=1e-12) and plan._exprs
+    assert plan.step_time().to("s").magnitude == pytest.approx(golden["value"], rel=1e-12)
+    assert plan._numbers.bundle is not None and json.loads(path.read_text())["structure"] == structure(plan._in)
 
 
 def test_a_corrupt_cache_entry_is_rebuilt(fresh, monkeypatch):
@@ -170,7 +162,7 @@ def test_the_programs_of_a_split_with_the_ends_as_layers_equal_the_expressions()
 
 
 def _programs_equal_expressions(plan):
-    c = programs.Numbers(plan._in, lambda: template.build(plan), build=True)
+    c = programs.Numbers(plan._in, lambda: template.build(plan))
     assert c.bundle is not None, f"no programs for {plan!r}"
     scale = {"byte": plan.hardware.hbm.to("byte").magnitude, "second": c.quantity("step_time").magnitude,
              "dimensionless": 1.0}  # what a difference of large numbers is measured against
@@ -220,18 +212,18 @@ def test_a_plan_with_programs_names_its_fullest_stage_when_it_is_the_last(fresh)
     assert plan.memory().stage == 3 and plan.memory().total == totals[3]
 
 
-def test_the_command_line_plans_on_numbers_at_every_run(tmp_path):
-    """One plan a run: every run of `analytic step` composes its plans' formulas on numbers, so none imports
-    sympy or lowers a structure, and each prints the same."""
+def test_the_command_line_prints_the_same_bits_from_an_empty_and_a_warm_cache(tmp_path):
+    """`analytic step --json` builds its structures' programs at a first run (from terms: no sympy) and reads
+    them at the next: the two print the same text, every digit."""
     import os
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
     code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out: main(['step'])\n"
-            "print(len(out.getvalue()), 'sympy' in sys.modules)")
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+            "with contextlib.redirect_stdout(io.StringIO()) as out: main(['step', '--json'])\n"
+            "print(out.getvalue()); print('sympy' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
             for _ in range(2)]
-    assert runs[0] == runs[1] and runs[0][1] == "False" and int(runs[0][0]) > 1000
-    assert not list(tmp_path.glob("plan-*.json"))
+    assert list(tmp_path.glob("plan-*.json"))
+    assert runs[0] == runs[1] and runs[0].endswith("False\n") and len(runs[0]) > 1000
 
 
 def test_programs_of_other_sources_are_not_used(fresh, monkeypatch):
@@ -306,7 +298,7 @@ def test_a_plan_read_from_programs_in_the_cache_imports_no_numpy(tmp_path):
     import subprocess
     import sys
     env = {**os.environ, "ANALYTIC_CACHE": str(tmp_path)}
-    write = ("import analytic.plan.programs as p\np.PLANS_BEFORE_LOWERING = 0\nimport analytic as an\n"
+    write = ("import analytic as an\n"
              "an.Plan('llama3-405b', 'h100-sxm', an.Layout(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True),"
              " seq_len=8192, global_batch=2048).step_time()\n")
     subprocess.run([sys.executable, "-c", write], env=env, check=True, capture_output=True)
@@ -325,7 +317,7 @@ def test_a_recipe_other_than_the_stacks_has_programs_of_its_own():
     for recipe in ("delayed", "blockwise"):
         plan = an.Plan("llama3-70b", "h100-sxm", an.Layout(tp=4, pp=2, dp=8, zero=1, sequence_parallel=True),
                        seq_len=8192, global_batch=512, dtype="fp8", fp8_recipe=recipe)
-        numbers = programs.Numbers(plan._in, lower=lambda plan=plan: template.build(plan), build=True)
+        numbers = programs.Numbers(plan._in, lower=lambda plan=plan: template.build(plan))
         steps[recipe] = numbers.quantity("step_time").to("s").magnitude
         assert steps[recipe] == pytest.approx(plan.step_time().to("s").magnitude, rel=1e-12)
     assert steps["blockwise"] > steps["delayed"]
@@ -350,7 +342,7 @@ def test_the_programs_of_the_2025_runs_equal_the_expressions(plan_kw):
     kw = dict(plan_kw)
     model, layout, hardware = kw.pop("model"), an.Layout(**kw.pop("layout")), kw.pop("hardware", "h100-sxm")
     plan = an.Plan(model, hardware, layout, seq_len=4096, global_batch=1024, **kw)
-    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
+    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan))
     assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(
         plan.step_time().to("s").magnitude, rel=1e-12)
     assert numbers.quantity("memory.total").to("byte").magnitude == pytest.approx(
@@ -374,7 +366,7 @@ def test_a_ceiling_of_a_whole_quotient_stays_whole():
     assert list(prog.scalar([values[k] for k in prog.inputs])) == [160.0]
     assert prog(*(np.array([values[k]]) for k in prog.inputs))[0][0] == 160.0
     plan = an.Plan("nemotron-3-nano", "h100-sxm", an.Layout(dp=16), seq_len=1024, global_batch=16)
-    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan), build=True)
+    numbers = programs.Numbers(plan._in, lower=lambda: template.build(plan))
     assert numbers.quantity("step_time").to("s").magnitude == pytest.approx(plan.step_time().to("s").magnitude,
                                                                             rel=1e-12)
 

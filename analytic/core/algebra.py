@@ -5,7 +5,8 @@ are written once for numbers and symbols."""
 
 from __future__ import annotations
 
-from .terms import NUMBER_OPS, Term, sympy_op, to_sympy
+from .replay import sympy_op, to_sympy
+from .terms import NUMBER_OPS, Term, piecewise
 from .values import is_sympy
 
 
@@ -49,7 +50,7 @@ def Piecewise(*pieces):
     if kind == "number":
         return next(v for v, c in pieces if c)
     if kind == "term":
-        return Term("piecewise", pieces)
+        return piecewise(pieces)
     import sympy
     return sympy.Piecewise(*((to_sympy(v), to_sympy(c)) for v, c in pieces))
 
@@ -90,6 +91,16 @@ def ceiling(a):
     return _op("ceiling", a)
 
 
+def floor(a):
+    return _op("floor", a)
+
+
+def gcd(a, b):
+    """The greatest common divisor of two exact numbers; on sympy objects
+    :class:`analytic.core.functions.common_divisor`."""
+    return _op("gcd", a, b)
+
+
 def sqrt(a):
     return _op("sqrt", a)
 
@@ -109,9 +120,5 @@ def is_false(c) -> bool:
 
 def value_at_max(*pairs):
     """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a tie);
-    on sympy objects :class:`analytic.core.lowering.value_at_max`, which chooses once the keys are numbers."""
-    if _kind(pairs) == "number":
-        keys = pairs[0::2]
-        return pairs[1 + 2 * max(range(len(keys)), key=lambda i: (keys[i], -i))]
-    from .lowering import value_at_max
-    return value_at_max(*(to_sympy(x) for x in pairs)).doit(deep=False)
+    on sympy objects :class:`analytic.core.functions.value_at_max`, which chooses once the keys are numbers."""
+    return _op("value_at_max", *pairs)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from . import held
 from .formula import DIMENSIONLESS, Formula, magnitude, sympy
+from .terms import Term, piecewise
 from .units import as_unit
 
 
@@ -15,7 +16,7 @@ def composed(name: str, expr, unit, *parts) -> Formula:
     """A Formula of ``expr``, an expression built from the Formulas ``parts``: their domains and
     sources carried over (what arithmetic on Formulas does, for expressions such as Max and Piecewise)."""
     parts = [p for p in parts if isinstance(p, Formula)]
-    if type(expr) in held.NUMBERS and all(held.holds_number(p) for p in parts):
+    if held._data(expr) and all(held.holds_data(p) for p in parts):
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
         return held.made(parts[0], name, expr, as_unit(unit), coefficient_unit=DIMENSIONLESS, domain=domain,
                          **held.sources(*parts)) if parts else Formula(name, expr, unit, "")
@@ -32,6 +33,8 @@ def cases(name: str, unit, *pieces) -> Formula:
     taken = _taken(pieces)
     if taken is not None:
         return _as(name, unit, taken)
+    if all(_data(f) and (type(c) is bool or held._data(c)) for f, c in pieces):
+        return _term_cases(name, as_unit(unit), pieces)
     from .provenance import merged_sources, source_map
     exprs, reachable, earlier = [], [], []
     for f, cond in pieces:
@@ -46,6 +49,40 @@ def cases(name: str, unit, *pieces) -> Formula:
             break
         earlier.append(cond)
     return composed(name, sympy.Piecewise(*exprs), unit, *reachable)
+
+
+def _data(f) -> bool:
+    return held.holds_data(f) if isinstance(f, Formula) else held._data(f)
+
+
+def _all(*conditions):
+    """The conjunction of conditions (bools or terms), decided where they are."""
+    if any(c is False for c in conditions):
+        return False
+    rest = [c for c in conditions if c is not True]
+    return True if not rest else rest[0] if len(rest) == 1 else Term("and", tuple(rest))
+
+
+def _term_cases(name: str, unit, pieces) -> Formula:
+    """:func:`cases` of pieces holding data with conditions in a template's inputs: a piecewise term,
+    each piece's domain and sources only where it is taken."""
+    exprs, reachable, earlier = [], [], []
+    for f, cond in pieces:
+        if cond is False:
+            continue
+        exprs.append((held.in_unit(name, f, unit) if isinstance(f, Formula) else f, cond))
+        taken = _all(cond, *(Term("not", (c,)) for c in earlier))
+        if isinstance(f, Formula) and taken is not True:
+            domain = tuple((Term("or", (Term("not", (taken,)), d)) if d is not True else True, *rest)
+                           for d, *rest in f.raw_domain)
+            where = held.merged({s: _all(taken, c) for s, c in held.source_map(f).items()})
+            f = held.made(f, f.name, f.term, f.unit, coefficient_unit=f.coefficient_unit, domain=domain,
+                          **where)
+        reachable.append(f)
+        if cond is True:
+            break
+        earlier.append(cond)
+    return composed(name, piecewise(exprs), unit, *reachable)
 
 
 def _taken(pieces):

@@ -7,7 +7,7 @@ import sympy
 
 from . import symbols as _symbols
 from .errors import UnitError
-from .lowering import value_at_max
+from .functions import value_at_max
 from .units import DIMENSIONLESS, DimensionalityError, Quantity, Unit, strip_counts
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
-from . import held, terms
+from . import held, replay, terms
 from . import symbols as _symbols
 from .errors import FreeSymbolError, InputError, UnitError, UnknownNameError
 from .units import DIMENSIONLESS, DimensionalityError, Q, Unit, as_unit, data, is_quantity, is_unit
@@ -99,7 +99,7 @@ class Formula:
             expr = symbolic(expr, self.name)  # parsed, never evaluated
 
         def canonical(x):
-            return _symbols.canonical(sympy.sympify(terms.to_sympy(x)))
+            return _symbols.canonical(sympy.sympify(replay.to_sympy(x)))
 
         d = self.__dict__
         d["expr"] = canonical(expr)
@@ -288,7 +288,7 @@ class Formula:
 
     # --- arithmetic (composition) -----------------------------------------------------------
     def _combine(self, other, op, name):
-        if held.holds_number(self):
+        if held.holds_data(self):
             out = held.combined(self, other, op, name)
             if out is not None:
                 return out
@@ -344,7 +344,7 @@ class Formula:
             factor = self.unit.factor(unit)
         except DimensionalityError:
             raise UnitError(f"{self.name}: cannot express {self.unit:~P} in {unit:~P}") from None
-        if held.holds_number(self):
+        if held.holds_data(self):
             return self.replaced(expr=held.arithmetic(self.term, exact_number(factor), "*"), unit=unit,
                                  coefficient_unit=None)
         return replace(self, expr=self.expr * exact(factor), unit=unit, coefficient_unit=None)

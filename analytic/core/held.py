@@ -67,6 +67,17 @@ def holds_number(f) -> bool:
     return raw is not None and type(raw[0]) in NUMBERS and not any(type(c) is terms.Term for c, *_ in raw[1])
 
 
+def holds_data(f) -> bool:
+    """Whether the Formula ``f`` holds a number, or a term in a plan template's inputs alone (no
+    catalogue symbol free): what composes without sympy."""
+    raw = f.__dict__.get("_terms")
+    return raw is not None and _data(raw[0]) and all(_data(c) for c, *_ in raw[1])
+
+
+def _data(x) -> bool:
+    return type(x) in NUMBERS or type(x) is bool or (type(x) is terms.Term and not x.keywords)
+
+
 def made(like, name: str, term, unit: Unit, *, source: str = "", assumptions: tuple = (), description: str = "",
          coefficient_unit=None, keywords: tuple = (), domain: tuple = (), sources=frozenset(), caveats: tuple = (),
          source_conditions: tuple = ()):
@@ -115,8 +126,31 @@ def sources(*formulas) -> dict:
     none draws on a source under a condition (a numeric plan's), else :func:`.provenance.merged_sources`."""
     if all(not f.raw_source_conditions for f in formulas):
         return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
-    from .provenance import merged_sources, source_map
-    return merged_sources(*(source_map(f) for f in formulas))
+    if all(_data(c) for f in formulas for _, c in f.raw_source_conditions):
+        return merged(*(source_map(f) for f in formulas))
+    from . import provenance
+    return provenance.merged_sources(*(provenance.source_map(f) for f in formulas))
+
+
+def source_map(f) -> dict:
+    """source → the condition (True, or a term in a template's inputs) under which the Formula ``f``
+    holding data draws on it (:func:`.provenance.source_map`'s)."""
+    where = dict(f.raw_source_conditions)
+    return {s: where.get(s, True) for s in f.sources}
+
+
+def merged(*maps: dict) -> dict:
+    """:func:`.provenance.merged_sources` of :func:`source_map`'s maps."""
+    from .algebra import Or
+    out: dict = {}
+    for m in maps:
+        for s, c in m.items():
+            prev = out.get(s)
+            out[s] = c if prev is None or c is True else prev if prev is True else Or(prev, c)
+    out = {s: c for s, c in out.items() if c is not False}
+    return {"sources": frozenset(out),
+            "source_conditions": tuple(sorted(((s, c) for s, c in out.items() if c is not True),
+                                              key=lambda sc: sc[0]))}
 
 
 def bound(f, values: dict, magnitudes: bool = False):
@@ -135,10 +169,12 @@ def bound(f, values: dict, magnitudes: bool = False):
     for kw, v in values.items():
         if is_sympy(v):
             return None
-        if magnitudes and type(v) in NUMBERS:
+        if type(v) is terms.Term and not v.keywords:  # a template's input, or a term in them
+            env[kw] = v
+        elif magnitudes and type(v) in NUMBERS:
             env[kw] = checked(kw, v if type(v) in (int, Fraction) else exact_number(v))
         elif hasattr(v, "term") and hasattr(v, "raw_domain"):  # a Formula
-            if not holds_number(v):
+            if not holds_data(v):
                 return None
             env[kw] = in_unit(kw, v, _symbols.info(kw).unit)
         else:
@@ -217,7 +253,7 @@ def combined(self, other, op: str, name):
     another such formula, holding the result (None for anything else)."""
     parts, unit = (self,), self.unit
     if hasattr(other, "raw_domain"):
-        if not holds_number(other):
+        if not holds_data(other):
             return None
         parts = (self, other)
         if op in ("+", "-"):
@@ -230,10 +266,10 @@ def combined(self, other, op: str, name):
             b = _symbols.read_magnitude(self.name, other, self.unit)
         else:
             b, unit = exact_number(other.magnitude), unit_of(self.unit, other.units, op)
-    elif type(other) in NUMBERS:
+    elif type(other) in NUMBERS or (type(other) is terms.Term and not other.keywords):
         if op in ("+", "-") and not self.unit.dimensionless:
             raise UnitError(f"cannot {'add' if op == '+' else 'subtract'} a bare number to {self.name} in {self.unit:~P}")
-        b = other if type(other) in (int, Fraction) else exact_number(other)
+        b = other if type(other) in (int, Fraction, terms.Term) else exact_number(other)
     else:
         return None
     domain = self.raw_domain

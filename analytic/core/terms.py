@@ -2,8 +2,8 @@
 
 The catalogue declares its formulas on terms (``S("params") * 6``), so importing it and evaluating a
 formula at numbers need no sympy. A term records each operation as Python performed it, operands in
-order; :func:`to_sympy` performs them again on sympy objects, which gives the very expression that
-declaring it on sympy symbols gives (sympy canonicalises as it builds). :func:`value` evaluates a
+order; :func:`analytic.core.replay.to_sympy` performs them again on sympy objects, which gives the
+very expression that declaring it on sympy symbols gives (sympy canonicalises as it builds). :func:`value` evaluates a
 term at numbers: exact (int and Fraction) through sums, products, quotients, integer powers,
 comparisons, maxima, minima, ceilings and remainders; a Decimal of 40 digits past a root, exponential,
 logarithm or fractional power.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import weakref
 from decimal import Decimal
 from fractions import Fraction
 
@@ -31,16 +32,33 @@ _BINARY = {
 }
 
 
+_INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (op, args, their types) → term
+
+#: the operators whose term is a condition
+_CONDITIONS = frozenset({"lt", "le", "gt", "ge", "eq", "and", "or", "not"})
+
+
 class Term:
     """One operation (``op``) on its ``args``: terms, numbers (int, Fraction) or booleans. ``op`` "sym"
     is a declared symbol, its one argument the keyword."""
 
-    __slots__ = ("op", "args", "_hash", "_keywords")
+    __slots__ = ("op", "args", "_hash", "_keywords", "__weakref__")
 
-    def __init__(self, op: str, args: tuple):
-        self.op, self.args = op, args
-        self._hash = hash((op, args))
-        self._keywords = None
+    def __new__(cls, op: str, args: tuple):
+        # one object per term (its numbers' types told apart: 1, 1.0 and True make three), so that
+        # comparing two terms meets the same subterms and stops there
+        key = (op, args, tuple(type(a) for a in args))
+        t = _INTERNED.get(key)
+        if t is None:
+            t = object.__new__(cls)
+            t.op, t.args = op, args
+            t._hash = hash((op, args))
+            t._keywords = None
+            _INTERNED[key] = t
+        return t
+
+    def __reduce__(self):  # unpickled through __new__, so one object per term still
+        return (Term, (self.op, self.args))
 
     # arithmetic and comparisons, recorded with the operands in the order Python passed them; what sympy
     # folds whatever the symbols (0·x, 0/x, x/x, x − x) is folded here too, so a term holds the symbols its
@@ -91,13 +109,18 @@ class Term:
         return Term("ge", (self, other))
 
     def __eq__(self, other):  # structural: terms are keys of the replay's memo
-        return isinstance(other, Term) and self._hash == other._hash and self.op == other.op and self.args == other.args
+        return self is other or (isinstance(other, Term) and self._hash == other._hash and self.op == other.op
+                                 and self.args == other.args)
 
     def __hash__(self):
         return self._hash
 
     def __bool__(self):
-        raise TypeError("a term in symbols has no truth value")
+        """True for an expression (a sympy expression's truth, which plans of symbols read as "given");
+        a condition in symbols has none."""
+        if self.op in _CONDITIONS:
+            raise TypeError("a condition in symbols has no truth value")
+        return True
 
     def __repr__(self):
         return self.args[0] if self.op == "sym" else f"{self.op}{self.args!r}"
@@ -108,6 +131,8 @@ class Term:
         if self._keywords is None:
             if self.op == "sym":
                 self._keywords = frozenset(self.args)
+            elif self.op == "in":
+                self._keywords = frozenset()
             elif self.op == "subs":
                 a, old, new = self.args
                 self._keywords = keywords(a) - old.keywords | keywords(new)
@@ -123,6 +148,31 @@ def _zero(x) -> bool:
 
 def symbol(keyword: str) -> Term:
     return Term("sym", (keyword,))
+
+
+def input_(keyword: str) -> Term:
+    """A plan template's input ``keyword``: data a term at numbers holds as it is (no catalogue symbol,
+    :attr:`Term.keywords` does not count it); sympy's symbol of ``keyword`` in a replay."""
+    return Term("in", (keyword,))
+
+
+def inputs(x, memo: dict | None = None) -> frozenset:
+    """The keywords of the template inputs (:func:`input_`) in a term."""
+    if isinstance(x, tuple):  # a piecewise's (value, condition)
+        return frozenset().union(*(inputs(a, memo) for a in x))
+    if not isinstance(x, Term):
+        return frozenset()
+    memo = {} if memo is None else memo
+    out = memo.get(x)
+    if out is None:
+        out = memo[x] = (frozenset(x.args) if x.op == "in"
+                         else frozenset().union(*(inputs(a, memo) for a in x.args)))
+    return out
+
+
+def is_symbol(x, keyword: str) -> bool:
+    """Whether ``x`` is the term of the declared symbol or template input ``keyword``."""
+    return type(x) is Term and x.op in ("sym", "in") and x.args[0] == keyword
 
 
 def keywords(x) -> frozenset:
@@ -185,7 +235,10 @@ def inexact(x) -> Decimal:
 
 def arithmetic(op: str, a, b):
     """``a`` op ``b`` ("add", "sub", "mul", "div", "pow") on numbers: exact on ints and Fractions, to
-    :data:`CONTEXT`'s precision where one is a Decimal, NaN where there is no finite real result."""
+    :data:`CONTEXT`'s precision where one is a Decimal, NaN where there is no finite real result; a term
+    where one is a term."""
+    if type(a) is Term or type(b) is Term:
+        return _BINARY[op](a, b)
     if type(a) is float or type(b) is float:  # NaN, a case without a value
         try:
             return float(_BINARY[op](float(a), float(b)))
@@ -225,58 +278,24 @@ NUMBER_OPS = {
     "le": lambda a, b: a <= b, "and": lambda *a: all(a), "or": lambda *a: any(a),
     "not": lambda a: not a, "mod": lambda a, b: whole(a % b) if b != 0 else math.nan,
     "ceiling": lambda a: math.ceil(a) if math.isfinite(a) else a,
+    "floor": lambda a: math.floor(a) if math.isfinite(a) else a,
+    "gcd": lambda a, b: _gcd(a, b),
+    "value_at_max": lambda *a: _value_at_max(a),
     "sqrt": _decimal_op("sqrt"), "exp": _decimal_op("exp"), "log": _decimal_op("ln"),
 }
 
 
-def sympy_op(op: str, decide: bool = False):
-    """A term's operator on sympy objects: a maximum or minimum left unevaluated while symbols remain,
-    unless ``decide``."""
-    import sympy
-
-    def lazy(f):
-        return f if decide else lambda *a: f(*a, evaluate=all(x.is_number for x in map(sympy.sympify, a)))
-    return {"max": lazy(sympy.Max), "min": lazy(sympy.Min), "eq": sympy.Eq, "gt": sympy.Gt, "ge": sympy.Ge,
-            "le": sympy.Le, "and": sympy.And, "or": sympy.Or, "not": sympy.Not, "mod": sympy.Mod,
-            "ceiling": sympy.ceiling, "sqrt": sympy.sqrt, "exp": sympy.exp, "log": sympy.log}[op]
+def _value_at_max(pairs):
+    """``(key0, value0, key1, value1, ...)``: the value paired with the largest key (the first on a tie)."""
+    keys = pairs[0::2]
+    return pairs[1 + 2 * max(range(len(keys)), key=lambda i: (keys[i], -i))]
 
 
-# --- sympy -------------------------------------------------------------------------------------
-def to_sympy(x, memo: dict | None = None):
-    """The sympy object of a term (numbers and booleans as they are: sympy takes them in its operations)."""
-    if not isinstance(x, Term):
-        return x
-    memo = _MEMO if memo is None else memo
-    out = memo.get(x)
-    if out is None:
-        out = memo[x] = _replay(x, memo)
-    return out
-
-
-_MEMO: dict = {}
-
-
-def _replay(t: Term, memo: dict):
-    import sympy
-
-    from .symbols import sym
-    op, args = t.op, t.args
-    if op == "sym":
-        return sym(args[0])
-    if op == "piecewise":
-        return sympy.Piecewise(*((to_sympy(v, memo), to_sympy(c, memo)) for v, c in args))
-    if op == "evalf":
-        return sympy.sympify(to_sympy(args[0], memo)).evalf(args[1])
-    if op == "subs":
-        return sympy.sympify(to_sympy(args[0], memo)).subs(to_sympy(args[1], memo), to_sympy(args[2], memo))
-    conv = [to_sympy(a, memo) for a in args]
-    if op in _BINARY:
-        if not any(isinstance(a, Term) for a in args):  # numbers alone: sympy's exact operation
-            conv = [sympy.sympify(c) for c in conv]
-        return _BINARY[op](*conv)
-    if op == "neg":
-        return -conv[0]
-    return sympy_op(op)(*conv)
+def _gcd(a, b):
+    """The greatest common divisor of two exact numbers (of rationals: gcd of the numerators over lcm
+    of the denominators)."""
+    a, b = Fraction(a), Fraction(b)
+    return whole(Fraction(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator)))
 
 
 # --- numbers -----------------------------------------------------------------------------------
@@ -300,15 +319,16 @@ def _value(t: Term, env: dict, memo: dict):
     op, args = t.op, t.args
     if op == "sym":
         return env[args[0]]
+    if op == "in":  # a template's input: data, as it is
+        return t
     if op == "subs":
         a, old, new = args
         return value(a, {**env, old.args[0]: value(new, env, memo)})
     if op == "piecewise":
-        for v, c in args:
-            if value(c, env, memo) is True or c is True:
-                return value(v, env, memo)
-        raise NotReal(f"no piece of {t!r} holds")
+        return _piecewise(t, env, memo)
     a = [value(x, env, memo) for x in args]
+    if any(type(x) is Term for x in a):  # a template's inputs in it: the operation as a term
+        return applied(op, a)
     if op in _DECIMAL:
         return arithmetic(op, *a)
     if op in _BINARY:
@@ -318,6 +338,52 @@ def _value(t: Term, env: dict, memo: dict):
     if op == "evalf":
         raise TypeError("a float of limited precision takes sympy's arithmetic: see numeric()")
     return NUMBER_OPS[op](*a)
+
+
+def piecewise(pieces):
+    """The term of ``(value, condition)`` pieces, the first whose condition holds, as sympy's Piecewise
+    builds it: pieces past a true condition and those under a false one dropped, neighbours with the
+    same value merged; the value itself where the first condition is true."""
+    out: list = []
+    for v, c in pieces:
+        if c is False:
+            continue
+        if out and (out[-1][0] is v or out[-1][0] == v) and type(v) is not float:
+            prev = out[-1][1]
+            out[-1] = (v, True if c is True or prev is True else Term("or", (prev, c)))
+        else:
+            out.append((v, c))
+        if out[-1][1] is True:
+            break
+    if not out:
+        raise NotReal("no piece of a case analysis holds")
+    return out[0][0] if out[0][1] is True else Term("piecewise", tuple(out))
+
+
+def _piecewise(t: Term, env: dict, memo: dict):
+    """The first piece of ``t`` whose condition holds; where conditions are terms in a template's inputs,
+    the pieces from the first of them to the first that holds, as a piecewise term."""
+    open_ = []
+    for v, c in t.args:
+        c = c if c is True else value(c, env, memo)
+        if c is True:
+            if not open_:
+                return value(v, env, memo)
+            return piecewise((*open_, (value(v, env, memo), True)))
+        if type(c) is Term:
+            open_.append((value(v, env, memo), c))
+    if open_:
+        return piecewise(open_)
+    raise NotReal(f"no piece of {t!r} holds")
+
+
+def applied(op: str, args):
+    """``op`` on ``args`` of which one is a term: a term (with the folds of Python's operators on terms)."""
+    if op in _BINARY:
+        return _BINARY[op](*args)
+    if op == "neg":
+        return -args[0]
+    return Term(op, tuple(args))
 
 
 def whole(x):

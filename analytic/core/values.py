@@ -30,6 +30,7 @@ from fractions import Fraction
 
 from .counts import MAX_COUNT, MAX_TEXT, show, step_tokens, suffixed_count, whole
 from .errors import InputError, UnitError, shown
+from .terms import Term
 from .units import DIMENSIONLESS, Quantity, Unit, data, is_quantity
 
 #: largest magnitude accepted, in the symbol's unit: float64 reaches 1.8e308, and formulas multiply
@@ -68,8 +69,13 @@ def _numpy_is(x, kind: str) -> bool:
 
 
 def is_number(x) -> bool:
-    """Whether ``x`` is a number: anything but a sympy expression with free symbols."""
-    return type(x) in _PLAIN or not is_sympy(x) or x.is_number
+    """Whether ``x`` is a number: anything but an expression in symbols (sympy's with free symbols, or
+    a term)."""
+    if type(x) in _PLAIN:
+        return True
+    if type(x) is Term:
+        return False
+    return not is_sympy(x) or x.is_number
 
 
 def is_integral(x) -> bool:

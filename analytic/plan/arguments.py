@@ -6,12 +6,15 @@ from __future__ import annotations
 import sys
 
 from ..core.symbols import read_magnitude
+from ..core.terms import Term
 from ..core.values import is_sympy
 
 
 def read(keyword: str, value):
     """An input in its symbol's unit and domain: an exact int or Fraction (:func:`~analytic.core.symbols.read_magnitude`),
     or for a sympy value or a Formula a sympy magnitude (:func:`analytic.core.formula.magnitude`)."""
+    if type(value) is Term:  # a template's symbol: a magnitude in the symbol's unit
+        return value
     formulas = sys.modules.get("analytic.core.formula")  # not imported: no value is a Formula
     if is_sympy(value) or (formulas is not None and isinstance(value, formulas.Formula)):
         from ..core.formula import magnitude

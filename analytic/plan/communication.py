@@ -9,15 +9,13 @@ On a fully connected domain without a switch, a group reaches only its links to 
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
-
+from ..core import algebra
 from ..core.algebra import Eq, Ge, Le, Min
 from ..core.composition import cases
 from ..core.formula import Formula
 from ..core.terms import ratio
 from ..core.units import Quantity
-from ..core.values import is_number, is_sympy
+from ..core.values import is_number
 from ..formulas import formula
 from .inputs import Inputs
 from .placement import replica_groups
@@ -31,13 +29,7 @@ def _ranks_per_domain(size, fit):
     evenly, slower otherwise: a 64-rank group at 9 per 72-GPU rack runs as 64 domains of 1); a
     ``fit`` that is not whole (ranks 64 apart on 72-GPU racks: 9/8) counts the whole ranks a domain
     holds, at least one."""
-    if is_sympy(size) or is_sympy(fit):
-        import sympy
-
-        from ..core.lowering import common_divisor
-        return common_divisor(size, sympy.Max(1, sympy.floor(fit)))
-    a, b = Fraction(size), Fraction(max(1, math.floor(fit)))
-    return ratio(math.gcd(a.numerator, b.numerator), math.lcm(a.denominator, b.denominator))
+    return algebra.gcd(size, algebra.Max(1, algebra.floor(fit), decide=True))
 
 
 def collective_time(inp: Inputs, kind: str, message: Formula, size, stride_) -> Formula:

@@ -377,7 +377,8 @@ class Plan:
         """Stage ``k``'s memory parts as Formulas (built once per stage)."""
         if k not in self._stages:
             from . import memory
-            self._stages[k] = memory.stage(self._in, k if self._in.numeric else exact(k), self._activation_parts)
+            exact_k = k if self._in.numeric or self._in.on_terms else exact(k)
+            self._stages[k] = memory.stage(self._in, exact_k, self._activation_parts)
         return self._stages[k]
 
     def _stage_values(self, k: int) -> dict:

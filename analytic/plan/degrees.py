@@ -10,6 +10,7 @@ from ..core import algebra
 from ..core.choices import RECOMPUTE, SCHEDULES
 from ..core.composition import cases
 from ..core.formula import Formula
+from ..core.terms import Term
 from ..core.values import is_number
 from ..formulas import formula
 from .layout import DP_REGIMES, GATHERED_REGIMES, Layout, choice_indices
@@ -20,10 +21,14 @@ class Degrees:
     discrete choices as conditions: the ZeRO stage, and the recomputation policy and schedule by their index
     in RECOMPUTE / SCHEDULES (numbers, or symbols when the layout leaves them open)."""
 
-    def __init__(self, layout: Layout, numeric: bool):
+    def __init__(self, layout: Layout, kind: str):
         #: a decided condition as this layout's conditions are: a bool, or sympy's true or false
-        if numeric:
+        numeric = kind != "sympy"
+        if kind == "number":
             number, self.condition = Fraction, bool
+        elif kind == "term":  # a template's: its inputs as they are, other degrees exact
+            number = lambda x: x if type(x) is Term else Fraction(x)  # noqa: E731
+            self.condition = lambda c: c if type(c) is Term else bool(c)
         else:
             import sympy
             number = self.condition = sympy.sympify

@@ -11,14 +11,14 @@ import warnings
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..core.algebra import Min
+from ..core.algebra import Gt, Le, Min, Piecewise
 from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
 from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
 from ..core.symbols import canonical, sym
-from ..core.terms import ratio
+from ..core.terms import Term, input_, ratio
 from ..core.units import Quantity
 from ..core.values import batch_tokens as read_batch_tokens
-from ..core.values import choice, count, exact, flag, is_number, is_sympy
+from ..core.values import choice, count, exact, exact_number, flag, is_number, is_sympy
 from ..presets import as_hardware, as_model, outside_floor, precision, stacks
 from ..presets import stack as read_stack
 from ..presets.hardware import Hardware, check_domain, check_full_mesh
@@ -176,7 +176,7 @@ class Inputs:
             raise InputError(f"expert_capacity: expected a number ≥ 1 (each expert's input padded to it times its "
                              f"balanced share), got {given!r:.80}")
         self.expert_capacity = given
-        self.routed_topk = self.model.topk * exact(given)
+        self.routed_topk = self.model.topk * exact_number(given)
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the
@@ -268,24 +268,34 @@ class Inputs:
                 and not any(is_sympy(v) for v in self.given.values()))
 
     @cached_property
+    def on_terms(self) -> bool:
+        """Whether the plan is a template on terms (:mod:`.template`): an input is a term, none a
+        sympy expression; its formulas then hold terms in its inputs."""
+        from .layout import choice_indices
+        lay = self.layout
+        given = [*self.given.values(), *(getattr(lay, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")),
+                 lay.etp, *choice_indices(lay).values()]
+        return any(type(v) is Term for v in given) and not any(is_sympy(v) for v in given)
+
+    @cached_property
     def deg(self) -> Degrees:
-        """The layout's degrees and choices as exact numbers and bools, or sympy numbers, symbols and conditions."""
+        """The layout's degrees and choices as exact numbers and bools, terms, or sympy numbers, symbols
+        and conditions."""
         from .degrees import Degrees
-        return Degrees(self.layout, self.numeric)
+        return Degrees(self.layout, "number" if self.numeric else "term" if self.on_terms else "sympy")
 
     @cached_property
     def fp32_grads(self):
         """Condition: this plan keeps fp32 gradient buffers (:attr:`grad_dtype` as a condition)."""
         if self.grad_dtype in ("bf16", "fp32"):
             return self.deg.condition(self.grad_dtype == "fp32")
-        import sympy
-        return sympy.Le(self.layout.zero, 2)
+        return Le(self.layout.zero, 2)
 
     @cached_property
     def values(self) -> dict:
         """keyword → every input of the plan (:attr:`given`): exact numbers for a numeric plan, else exact
         sympy numbers and expressions."""
-        if self.numeric:
+        if self.numeric or self.on_terms:
             return self.given
         return {k: (v if is_sympy(v) else exact(v)) for k, v in self.given.items()}
 
@@ -386,8 +396,7 @@ class Inputs:
         alone, parallel, tp = props["loss_bytes"], props.get("loss_bytes_tp", props["loss_bytes"]), self.layout.tp
         if alone == parallel or is_number(tp):
             return parallel if alone == parallel or tp > 1 else alone
-        import sympy
-        return sympy.Piecewise((parallel, sympy.Gt(tp, 1)), (alone, True))
+        return Piecewise((parallel, Gt(tp, 1)), (alone, True))
 
     def _kernel_values(self, pick) -> dict:
         """The op-level model's kernel constants (kernels.toml): GEMM tile, HBM efficiency, the
@@ -451,7 +460,10 @@ class Inputs:
     def f(self, name: str, **values) -> Formula:
         """Catalogue formula ``name`` bound to the plan's inputs (``values`` override some)."""
         from ..formulas import formula
-        return formula(name).bind({**self.values, **values})
+        f = formula(name)
+        if self.on_terms:  # a keyword the plan does not give is an input of the template
+            return f.bind({**{k: input_(k) for k in f.symbols}, **self.values, **values})
+        return f.bind({**self.values, **values})
 
     @cached_property
     def recomputed(self):
@@ -472,7 +484,7 @@ class Inputs:
     def tokens_per_step(self) -> Formula:
         from ..core.formula import Formula
         tokens = self.global_batch * self.seq_len
-        return Formula("D_B", tokens if self.numeric else exact(tokens), "token", "")
+        return Formula("D_B", tokens if self.numeric or self.on_terms else exact(tokens), "token", "")
 
     def training_tokens_or_raise(self):
         if self.training_tokens is None:

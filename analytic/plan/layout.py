@@ -20,13 +20,14 @@ from ..core.choices import (
 )
 from ..core.errors import InputError, LayoutError
 from ..core.symbols import canonical, sym
+from ..core.terms import Term, is_symbol
 from ..core.values import choice, count, flag, is_number, is_sympy, share
 from ..presets.hardware import Hardware
 
 
 def _open(value, keyword: str) -> bool:
     """Whether a discrete choice of a layout is left open as its symbol (``an.sym("zero")``)."""
-    return is_sympy(value) and value.is_Symbol and value == sym(keyword)
+    return is_symbol(value, keyword) or (is_sympy(value) and value.is_Symbol and value == sym(keyword))
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,7 @@ def regime(regimes: tuple, layout: Layout):
 def choice_indices(layout: Layout) -> dict:
     """The layout's discrete choices as numbers: the ZeRO stage, and the recomputation policy and
     schedule by their index in RECOMPUTE / SCHEDULES (a choice left open stays its symbol)."""
-    index = lambda v, names: v if is_sympy(v) else names.index(v)  # noqa: E731
+    index = lambda v, names: v if is_sympy(v) or type(v) is Term else names.index(v)  # noqa: E731
     return {"zero": layout.zero, "recompute": index(layout.recompute, RECOMPUTE),
             "schedule": index(layout.schedule, SCHEDULES)}
 

@@ -1,16 +1,12 @@
 """A plan structure's programs: numbers for every numeric plan of it, without sympy.
 
 Two plans of the same :func:`~.structure.structure` have expressions that differ only in their
-numbers. Lowering the template's expressions (:func:`.template.build`) once gives
-:class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with whether its
-formulas' domains hold), one stage's memory, search's outputs and the conditions of the quantities'
+numbers. Lowering the template's terms (:func:`.template.build`) once, at the structure's first plan,
+gives :class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with whether
+its formulas' domains hold), one stage's memory, search's outputs and the conditions of the quantities'
 sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
-read back, and plans of the structure, in this process or another, evaluate it on Python floats.
-
-Lowering a template costs some tens of numeric plans (0.5–1.2 s against about 10 ms), so, as one rents until
-the rent paid nears the price, the first :data:`PLANS_BEFORE_LOWERING` plans of a structure in a process
-compose their own formulas on numbers (:mod:`analytic.core.held`: what a one-off plan, such as the command
-line's, needs anyway) and the next lowers the template.
+read back, and every plan of the structure, in this process or another, evaluates it on Python floats:
+the same operations on the same numbers, so the same bits.
 :class:`Numbers` is one plan's view of the programs.
 """
 
@@ -109,16 +105,12 @@ class Bundle:
 
 
 _BUNDLES: dict = {}  # structure → Bundle (None: the structure cannot be modelled), for this process
-#: plans of a structure in a process that take their own expressions before the next lowers its template
-PLANS_BEFORE_LOWERING = 50
-_SEEN: dict = {}  # structure → plans of this process that took their expressions
 
 
-def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
+def bundle(inp: Inputs, lower=None) -> Bundle | None:
     """The programs of ``inp``'s structure, or None where it has no template or cannot be modelled:
-    from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or None)
-    now, where ``build`` says so: by default after :data:`PLANS_BEFORE_LOWERING` plans of the structure in
-    this process."""
+    from memory, else from the user's cache, else ``lower()`` (:func:`.template.build`'s data, or
+    None) now; None without ``lower``."""
     key = structure(inp)
     if key is None:
         return None
@@ -133,10 +125,7 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
         except (ValueError, KeyError):
             found = None
     if found is None:
-        if build is None:
-            build = _SEEN.get(key, 0) >= PLANS_BEFORE_LOWERING
-        if not build or lower is None:
-            _SEEN[key] = _SEEN.get(key, 0) + 1
+        if lower is None:
             return None
         data = lower()
         if data is not None and path is not None:
@@ -147,13 +136,12 @@ def bundle(inp: Inputs, lower=None, build: bool | None = None) -> Bundle | None:
 
 
 class Numbers:
-    """A numeric plan's numbers from its structure's programs (:func:`bundle`'s, with ``lower`` and
-    ``build``): each method answers where the plan's structure has programs and the number is finite
+    """A numeric plan's numbers from its structure's programs (:func:`bundle`'s, with ``lower``): each method answers where the plan's structure has programs and the number is finite
     with its formulas' domains holding, and says None otherwise (the plan's expressions then give the
     number, or the error)."""
 
-    def __init__(self, inp: Inputs, lower=None, build: bool | None = None):
-        self.bundle = bundle(inp, lower, build)
+    def __init__(self, inp: Inputs, lower=None):
+        self.bundle = bundle(inp, lower)
         self._values = numbers(inp) if self.bundle is not None else {}
         self._stages: dict = {}  # stage index → its parts, or None
 

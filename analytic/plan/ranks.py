@@ -10,6 +10,7 @@ scale-up link, one whose ranks are all in other domains the scale-out link; one 
 from __future__ import annotations
 
 from ..core.choices import AXES
+from ..core.replay import to_sympy
 from ..core.values import is_number
 
 
@@ -26,11 +27,12 @@ def link_kind(size, stride_, g) -> str:
     """"scale-up", "scale-out" or "two-level" for a group of ``size`` ranks ``stride_`` apart on nodes of
     ``g`` GPUs ("symbolic" while that depends on free symbols)."""
     if not all(is_number(x) for x in (size, stride_, g)):
+        if not is_number(g):
+            return "symbolic"
         import sympy
-        low = lambda x: sympy.sympify(x).subs({s: 1 for s in sympy.sympify(x).free_symbols})  # degrees ≥ 1  # noqa: E731
-        if is_number(g) and is_number(low(stride_)) and low(stride_) >= g:
-            return "scale-out"
-        return "symbolic"
+        x = sympy.sympify(to_sympy(stride_))
+        low = x.subs({s: 1 for s in x.free_symbols})  # degrees ≥ 1
+        return "scale-out" if is_number(low) and low >= g else "symbolic"
     if size * stride_ <= g:
         return "scale-up"
     if stride_ >= g:

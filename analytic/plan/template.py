@@ -8,12 +8,12 @@ programs every numeric plan of the structure is evaluated with (:mod:`.programs`
 
 from __future__ import annotations
 
-import sympy
-
+from ..core import held
+from ..core.composition import _all
 from ..core.errors import AnalyticError
-from ..core.lowering import input_names, program
-from ..core.provenance import source_map
-from ..core.symbols import sym
+from ..core.term_lowering import programs
+from ..core.terms import input_
+from ..core.values import is_sympy
 from . import memory
 from .layout import Layout
 from .structure import (
@@ -29,8 +29,9 @@ from .structure import (
 
 
 def _free(value, keyword):
-    """``keyword``'s symbol where ``value`` is a non-zero number; 0 stays 0 (the code tests it)."""
-    return value if value is None or value == 0 else sym(keyword)
+    """``keyword``'s input where ``value`` is a non-zero number; 0 stays 0, and one KV head (MQA, part of
+    the structure) stays 1: the code tests them."""
+    return value if value is None or value == 0 or (keyword == "kv_heads" and value == 1) else input_(keyword)
 
 
 def template(plan):
@@ -39,20 +40,20 @@ def template(plan):
     inp = plan._in
     m, lay = inp.model, inp.layout
     model = m.replace(**{k: _free(getattr(m, k), k) for k in MODEL_COUNTS}, name=None)
-    layout = Layout(**{k: sym(k) for k in _DEGREES if not (k == "ep" and not m.is_moe)},
-                    **{k: sym(k) for k in _CHOICES}, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
-                    etp=None if lay.etp is None else sym("etp"),
+    layout = Layout(**{k: input_(k) for k in _DEGREES if not (k == "ep" and not m.is_moe)},
+                    **{k: input_(k) for k in _CHOICES}, sequence_parallel=lay.sequence_parallel, async_tp=lay.async_tp,
+                    etp=None if lay.etp is None else input_("etp"),
                     comm_sms=_free(lay.comm_sms, "comm_sms"), zero3_gather=lay.zero3_gather,
                     ends_as_layers=lay.ends_as_layers)
-    plan = type(plan)(model, inp.hardware, layout, seq_len=sym("seq_len"), global_batch=sym("global_batch"),
-                microbatch_size=sym("microbatch_size"), dtype=inp.dtype, flash_attention=inp.flash_attention,
-                training_tokens=sym("tokens"),
+    plan = type(plan)(model, inp.hardware, layout, seq_len=input_("seq_len"), global_batch=input_("global_batch"),
+                microbatch_size=input_("microbatch_size"), dtype=inp.dtype, flash_attention=inp.flash_attention,
+                training_tokens=input_("tokens"),
                 allow_cross_node_tp=inp.allow_cross_node_tp, grad_dtype=inp.grad_rule,
                 moment_dtype=inp.moment_dtype, stack=inp.stack, fp8_recipe=inp.fp8_recipe, optimizer=inp.optimizer,
                 dispatcher=inp.dispatcher, bf16_layers=inp.bf16_layers, expert_capacity=inp.expert_capacity)
     t, present = plan._in, structural_inputs(inp)
     kept = {k: v for k, v in t.values.items() if k in {*model.inputs(), *_DEGREES, *_BATCH, "etp", "comm_sms"}}
-    t.__dict__["values"] = {**kept, **{k: sym(k) for k in HARDWARE_INPUTS if present.get(k, True)}}
+    t.__dict__["values"] = {**kept, **{k: input_(k) for k in HARDWARE_INPUTS if present.get(k, True)}}
     return plan
 
 
@@ -68,30 +69,39 @@ def build(plan) -> dict | None:
         except AnalyticError:  # a quantity this structure cannot give: such a plan asks its expressions, which say why
             continue
     try:
-        stage = memory.stage(t._in, sym(STAGE), t._activation_parts)
+        stage = memory.stage(t._in, input_(STAGE), t._activation_parts)
     except AnalyticError:
         return None
-    out = {}
-    for part, formulas in (("quantities", quantities), ("stage", stage),
-                           ("search", {k: quantities[k] for k in SEARCH_OUTPUTS})):
-        exprs = [f.expr for f in formulas.values()]
+    parts = {"quantities": quantities, "stage": stage, "search": {k: quantities[k] for k in SEARCH_OUTPUTS}}
+    groups = []
+    for part, formulas in parts.items():
+        exprs = [_data(name, f.term) for name, f in formulas.items()]
         if part != "search":  # each quantity's domain: where its formulas hold
-            exprs += [sympy.And(*(c for c, *_ in f.domain)) for f in formulas.values()]
-        out[part] = {"program": program(exprs, input_names(exprs)).to_json(), "outputs": list(formulas),
-                     "units": [str(f.unit) for f in formulas.values()]}
+            exprs += [_all(*(c for c, *_ in f.raw_domain)) for f in formulas.values()]
+        groups.append(exprs)
     # each quantity's sources (by index in names): those it always draws on, and the others each with a
     # condition, by (index of the quantity, index of the source)
-    maps = [source_map(f) for f in quantities.values()]
+    maps = [held.source_map(f) for f in quantities.values()]
     names = sorted({s for m in maps for s in m})
     index = {s: i for i, s in enumerate(names)}
-    conditional = {(q, index[s]): c for q, m in enumerate(maps) for s, c in sorted(m.items()) if c != sympy.true}
+    conditional = {(q, index[s]): c for q, m in enumerate(maps) for s, c in sorted(m.items()) if c is not True}
+    *lowered, conditions = programs([*groups, list(conditional.values())])
+    out = {part: {"program": prog.to_json(), "outputs": list(formulas),
+                  "units": [str(f.unit) for f in formulas.values()]}
+           for (part, formulas), prog in zip(parts.items(), lowered)}
     out["sources"] = {
         "names": names,
-        "fixed": [[index[s] for s, c in sorted(m.items()) if c == sympy.true] for m in maps],
+        "fixed": [[index[s] for s, c in sorted(m.items()) if c is True] for m in maps],
         "conditional": [list(k) for k in conditional],
-        "program": program(list(conditional.values()), input_names(conditional.values())).to_json()
-        if conditional else None}
+        "program": conditions.to_json() if conditional else None}
     return out
+
+
+def _data(name: str, term):
+    """A template quantity's term; an AnalyticError where it is not one (a sympy expression)."""
+    if is_sympy(term):
+        raise AnalyticError(f"{name}: the template holds a sympy expression, not a term")
+    return term
 
 
 __all__ = ["build", "template"]

@@ -68,9 +68,9 @@ def _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attentio
 
 def _of_structure(plan: Plan):
     """Search's function of :data:`INPUTS` from the programs of the plan's structure
-    (:mod:`analytic.plan.programs`) where they are built, or None (search does not build them: its own
-    program costs less)."""
-    found = programs.bundle(plan._in, build=False)
+    (:mod:`analytic.plan.programs`, built where they are not), or None where it has none."""
+    from ..plan import template
+    found = programs.bundle(plan._in, lambda: template.build(plan))
     if found is None:
         return None
     fixed, search = numbers(plan._in), found.search.program
@@ -90,7 +90,7 @@ def structure_programs(model, hardware, seq_len, global_batch, *, dtype="bf16", 
     for sp in (True, False):
         plan = _template_plan(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp, comm_sms,
                               zero3_gather, stack, sp, counted)
-        programs.bundle(plan._in, lambda plan=plan: template.build(plan), build=True)
+        programs.bundle(plan._in, lambda plan=plan: template.build(plan))
 
 
 def _compiled(model, hardware, seq_len, global_batch, dtype, flash_attention, async_tp=False, comm_sms=0,
