@@ -387,3 +387,36 @@ def test_a_group_with_a_fractional_share_of_a_rack_counts_whole_ranks_in_symbols
     for name in ("communication_time.dp", "step_time"):
         assert symbolic.expr(name).evaluate(dp=dp).to("s").magnitude == pytest.approx(
             numeric.expr(name).value().to("s").magnitude, rel=1e-12)
+
+
+def _twenty() -> list:
+    """Step time, memory and MFU (reprs) of four plans each of five structures."""
+    data = Path(__file__).parent / "data" / "hf"
+    models = {"llama3-8b": an.model("llama3-8b"), "qwen3": an.Model.from_hf(data / "qwen3-30b-a3b.json"),
+              "gpt-oss": an.Model.from_hf(data / "gpt-oss-120b.json"), "nano": an.model("nemotron-3-nano"),
+              "405b": an.model("llama3-405b")}
+    structures = [("llama3-8b", dict(tp=2, dp=8), {}),
+                  ("qwen3", dict(tp=2, dp=8, ep=8), {"stack": "torchtitan-2025"}),
+                  ("gpt-oss", dict(pp=2, dp=8, ep=8), {}), ("nano", dict(tp=2, dp=8, ep=8, sequence_parallel=True), {}),
+                  ("405b", dict(tp=8, pp=16, dp=64, zero=1, sequence_parallel=True), {"dtype": "fp8"})]
+    out = []
+    for name, layout, kw in structures:
+        for seq, batch in ((4096, 256), (8192, 512), (2048, 1024), (8192, 2048)):
+            plan = an.Plan(models[name], "h100-sxm", an.Layout(**layout), seq_len=seq, global_batch=batch, **kw)
+            out.append([repr(plan.step_time().magnitude), repr(plan.memory().total.magnitude), repr(plan.mfu())])
+    return out
+
+
+def test_twenty_plans_of_five_structures_give_the_same_bits_cold_warm_and_in_this_process(tmp_path, monkeypatch):
+    """Four plans each of five structures (presets and config.json files), in a fresh process on an empty
+    cache, in another on the cache it left, and in this process after a thousand plans of the first
+    structure: every step time, memory and MFU the same, every digit."""
+    env = {**__import__("os").environ, "ANALYTIC_CACHE": str(tmp_path)}
+    code = "import json\nfrom tests.test_programs import _twenty\nprint(json.dumps(_twenty()))"
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      check=True, cwd=Path(__file__).parent.parent).stdout) for _ in range(2)]
+    assert len(list(tmp_path.glob("plan-*.json"))) >= 5
+    monkeypatch.setattr(programs, "_BUNDLES", {})
+    for _ in range(1000):
+        an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=8), seq_len=4096, global_batch=256).step_time()
+    assert runs[0] == runs[1] == json.loads(json.dumps(_twenty())) and len(runs[0]) == 20

@@ -48,6 +48,7 @@ class _Builder:
         self.const_at: dict = {}
         self.steps: list[tuple[str, tuple]] = []
         self.memo: dict = {}
+        self.flat: dict = {}  # a sum or product → its flattened operands (see _operands, _factors)
 
     def pruned(self, refs) -> Program:
         """The Program of the outputs ``refs``: the steps, constants and inputs they need, in order."""
@@ -82,17 +83,36 @@ class _Builder:
 
     def walk(self, root):
         """The reference of ``root``, its subterms lowered first (iteratively: terms nest deeply)."""
-        stack = [(root, False)]
+        memo, stack = self.memo, [(root, False)]
         while stack:
             t, ready = stack.pop()
-            if not isinstance(t, Term) or t in self.memo:
+            if type(t) is not Term or t in memo:
                 continue
             if ready:
-                self.memo[t] = self.visit(t)
+                memo[t] = self.visit(t)
                 continue
             stack.append((t, True))
-            stack.extend((a, False) for a in reversed(_children(t, self.uses)))
+            stack.extend((a, False) for a in reversed(self.children(t)) if type(a) is Term)
         return self.ref(root)
+
+    def children(self, t: Term) -> list:
+        """The subterms ``t`` reads: a piecewise's values and conditions, a sum's or product's own
+        operands flattened (kept in :attr:`flat` for :meth:`visit`)."""
+        op = t.op
+        if op == "in":
+            return []
+        if op in ("add", "sub"):
+            out = self.flat[t] = _operands(t, self.uses)
+            return out
+        if op in ("mul", "neg", "div"):
+            up, down = self.flat[t] = _factors(t, self.uses)
+            return up + down
+        if op == "piecewise":
+            return [x for piece in t.args for x in piece]
+        if op in ("sym", "subs", "evalf"):
+            raise InputError(f"cannot lower the term operation {op!r} (a catalogue symbol left free) "
+                             "to a numeric program")
+        return list(t.args)
 
     def ref(self, x) -> tuple:
         if isinstance(x, Term):
@@ -131,7 +151,7 @@ class _Builder:
         """A sum as one step of its operands, its own nested sums and differences flattened into it as
         sympy's Add holds them, its numbers folded exactly into one constant, first."""
         numbers, refs = [], []
-        for x in _operands(t, self.uses):
+        for x in self.flat[t]:
             if type(x) in _NUMBERS:
                 numbers.append(x)
             else:
@@ -147,7 +167,7 @@ class _Builder:
         """A product or quotient as the product of its numerator's factors over that of its
         denominator's, divided once (a whole quotient stays whole, as exact arithmetic has it: its
         ceiling is not one more), its numbers folded exactly into one constant, first."""
-        up, down = _factors(t, self.uses)
+        up, down = self.flat[t]
         number = Fraction(1)
         inexact = []
         for x, power in [(x, 1) for x in up if type(x) in _NUMBERS] + [(x, -1) for x in down if type(x) in _NUMBERS]:
@@ -199,20 +219,18 @@ def _own(x, t: Term, uses: dict) -> bool:
 
 
 def _operands(t: Term, uses: dict) -> list:
-    """The operands of the sum ``t``, its own nested sums flattened in order; a subtrahend as its
-    product with -1 (a number's negation folded)."""
-    out, stack = [], [t]
+    """The operands of the sum ``t``, its own nested sums and differences flattened in order, a
+    subtrahend's sign carried into its own operands: a number negated, a term as its product with -1."""
+    out, stack = [], [(t, 1)]
     while stack:
-        x = stack.pop()
-        if type(x) is not Term or not _own(x, t, uses):
+        x, sign = stack.pop()
+        if type(x) is Term and _own(x, t, uses) and x.op in ("add", "sub"):
+            second = sign if x.op == "add" else -sign
+            stack.extend(((x.args[1], second), (x.args[0], sign)))
+        elif sign == 1:
             out.append(x)
-        elif x.op == "add":
-            stack.extend(reversed(x.args))
-        elif x.op == "sub":
-            b = x.args[1]
-            stack.extend((-b if type(b) in _NUMBERS else Term("neg", (b,)), x.args[0]))
         else:
-            out.append(x)
+            out.append(-x if type(x) in _NUMBERS else Term("neg", (x,)))
     return out
 
 
@@ -243,24 +261,6 @@ def _inexact(number: Fraction, operands: list) -> float:
     for x, power in operands:
         value = value * x if power == 1 else value / x if power == -1 else value + x
     return value
-
-
-def _children(t: Term, uses: dict) -> list:
-    """The subterms ``t`` reads (a piecewise's values and conditions; a sum's or product's operands
-    flattened)."""
-    if t.op == "in":
-        return []
-    if t.op in ("add", "sub"):
-        return [x for x in _operands(t, uses) if type(x) is Term]
-    if t.op in ("mul", "neg", "div"):
-        up, down = _factors(t, uses)
-        return [x for x in up + down if type(x) is Term]
-    if t.op == "piecewise":
-        return [x for piece in t.args for x in piece]
-    if t.op in ("sym", "subs", "evalf"):
-        raise InputError(f"cannot lower the term operation {t.op!r} (a catalogue symbol left free) "
-                         "to a numeric program")
-    return list(t.args)
 
 
 __all__ = ["program", "programs"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import decimal
 import math
-import weakref
 from decimal import Decimal
 from fractions import Fraction
 
@@ -32,7 +31,8 @@ _BINARY = {
 }
 
 
-_INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (op, args, their types) → term
+_INTERNED: dict = {}  # (op, args, their types) → term
+_MAX_INTERNED = 1 << 20
 
 #: the operators whose term is a condition
 _CONDITIONS = frozenset({"lt", "le", "gt", "ge", "eq", "and", "or", "not"})
@@ -42,14 +42,16 @@ class Term:
     """One operation (``op``) on its ``args``: terms, numbers (int, Fraction) or booleans. ``op`` "sym"
     is a declared symbol, its one argument the keyword."""
 
-    __slots__ = ("op", "args", "_hash", "_keywords", "__weakref__")
+    __slots__ = ("op", "args", "_hash", "_keywords")
 
     def __new__(cls, op: str, args: tuple):
         # one object per term (its numbers' types told apart: 1, 1.0 and True make three), so that
         # comparing two terms meets the same subterms and stops there
-        key = (op, args, tuple(type(a) for a in args))
+        key = (op, args, *map(type, args))
         t = _INTERNED.get(key)
         if t is None:
+            if len(_INTERNED) >= _MAX_INTERNED:  # structural equality holds without it, only slower
+                _INTERNED.clear()
             t = object.__new__(cls)
             t.op, t.args = op, args
             t._hash = hash((op, args))

@@ -151,7 +151,7 @@ class Plan:
     @cached_property
     def _worst(self) -> dict:
         from . import memory
-        return memory.worst(self._in, self._activation_parts)
+        return memory.worst(self._in, self._activation_parts, self._stage)
 
     @cached_property
     def _numbers(self) -> programs.Numbers:

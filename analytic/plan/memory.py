@@ -401,13 +401,15 @@ def _peak_phase(inp: Inputs, params: dict, out: dict) -> dict:
         name: pick(name, out[name], _zero(name)) for name in ("gathered", "activations")}
 
 
-def worst(inp: Inputs, parts: dict) -> dict:
+def worst(inp: Inputs, parts: dict, stage_of=None) -> dict:
     """The parts of the stage with the most memory per GPU: the first, the second (which holds one
     microbatch fewer than the first, without the embedding) or the last. Later middle stages hold
     fewer microbatches' activations and the same states, so one of these three is the worst. Its
-    ``host`` is the most host memory any stage's offloaded activations and optimizer take."""
+    ``host`` is the most host memory any stage's offloaded activations and optimizer take.
+    ``stage_of(k)``: stage ``k``'s parts (default :func:`stage`; a plan's, kept per stage)."""
     p = inp.deg.pp
-    stages = [stage(inp, k, parts) for k in (0, Min(1, p - 1, decide=True), p - 1)]
+    stage_of = stage_of or (lambda k: stage(inp, k, parts))
+    stages = [stage_of(k) for k in (0, Min(1, p - 1, decide=True), p - 1)]
     keys = [s["total"].term for s in stages]
 
     def pick(name):
