@@ -10,8 +10,8 @@ Prints, each against its target:
 - ``analytic step`` wall time against ``python -c "import numpy"``, from a wheel install: this tree built
   as a wheel and installed with its dependencies into a fresh virtual environment (no system site-packages;
   pip byte-compiles it, as it does any wheel), both commands run there: the first run on an empty cache and
-  later ones (each composes its plans on numbers), and which of pint, numpy and sympy a run imports (none: it
-  holds its quantities as data). Where no environment can be built (no package index), the same in this
+  later ones (the first builds its plans' programs, the others read them from the cache), and which of
+  pint, numpy and sympy a run imports (none: it holds its quantities as data). Where no environment can be built (no package index), the same in this
   environment, said so;
 - the wheel's size and the installed package's (targets: 2 MB and 10 MB).
 
@@ -103,8 +103,8 @@ def main():
     first = wall(step, env, runs=1)
     warm = wall(step, env)
     print(f"`analytic step` against `python -c \"import numpy\"` {where} ({numpy:.3f} s; target <= 3x): first "
-          f"run {first:.2f} s ({first / numpy:.1f}x), later runs {warm:.2f} s ({warm / numpy:.1f}x); each composes its "
-          "plans on numbers")
+          f"run {first:.2f} s ({first / numpy:.1f}x; it builds its plans' programs), later runs {warm:.2f} s "
+          f"({warm / numpy:.1f}x; they read them from the cache)")
     code = ("import sys, io, contextlib\nfrom analytic.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['step'])\n"
             "print(', '.join(sorted({m.split('.')[0] for m in sys.modules} & {'pint', 'numpy', 'sympy'})) or 'none')")
