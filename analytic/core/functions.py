@@ -8,9 +8,9 @@ import sympy
 
 class value_at_max(sympy.Function):
     """``value_at_max(key0, value0, key1, value1, ...)``: the value paired with the largest key (the
-    first such pair on a tie). A Piecewise on comparisons of large expressions is slow to build; this
-    is not. It stays unevaluated; :meth:`picked` (and so ``doit``, ``evalf`` and numeric programs)
-    choose once every key is a number."""
+    first such pair on a tie). A Piecewise on comparisons of large expressions is slow to build;
+    this is not. It stays unevaluated; :meth:`picked` (and so ``doit``, ``evalf`` and numeric
+    programs) choose once every key is a number."""
 
     def picked(self):
         """The chosen value, or None while a key is not a number."""
@@ -32,9 +32,9 @@ class value_at_max(sympy.Function):
 
 
 class common_divisor(sympy.Function):
-    """``common_divisor(a, b)``: the greatest common divisor of two positive integers, left unevaluated
-    while either is a symbol (sympy's ``gcd`` of symbols is a polynomial's); numbers substituted for
-    them give the number."""
+    """``common_divisor(a, b)``: the greatest common divisor of two positive integers, left
+    unevaluated while either is a symbol (sympy's ``gcd`` of symbols is a polynomial's); numbers
+    substituted for them give the number."""
 
     def __new__(cls, a, b, **options):
         a, b = sympy.sympify(a), sympy.sympify(b)

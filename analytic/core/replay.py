@@ -7,26 +7,30 @@ from .terms import _BINARY, Term
 
 
 def sympy_op(op: str, decide: bool = False):
-    """A term's operator on sympy objects: a maximum or minimum left unevaluated while symbols remain,
-    unless ``decide``."""
+    """A term's operator on sympy objects: a maximum or minimum left unevaluated while symbols
+    remain, unless ``decide``."""
     import sympy
 
     def lazy(f):
-        return f if decide else lambda *a: f(*a, evaluate=all(x.is_number for x in map(sympy.sympify, a)))
+        if decide:
+            return f
+        return lambda *a: f(*a, evaluate=all(x.is_number for x in map(sympy.sympify, a)))
     if op == "gcd":
         from .functions import common_divisor
         return common_divisor
     if op == "value_at_max":
         from .functions import value_at_max
         return lambda *a: value_at_max(*a).doit(deep=False)
-    return {"max": lazy(sympy.Max), "min": lazy(sympy.Min), "eq": sympy.Eq, "gt": sympy.Gt, "ge": sympy.Ge,
-            "le": sympy.Le, "and": sympy.And, "or": sympy.Or, "not": sympy.Not, "mod": sympy.Mod,
+    return {"max": lazy(sympy.Max), "min": lazy(sympy.Min), "eq": sympy.Eq, "gt": sympy.Gt,
+            "ge": sympy.Ge, "le": sympy.Le, "and": sympy.And, "or": sympy.Or, "not": sympy.Not,
+            "mod": sympy.Mod,
             "ceiling": sympy.ceiling, "floor": sympy.floor, "sqrt": sympy.sqrt, "exp": sympy.exp,
             "log": sympy.log}[op]
 
 
 def to_sympy(x, memo: dict | None = None):
-    """The sympy object of a term (numbers and booleans as they are: sympy takes them in its operations)."""
+    """The sympy object of a term (numbers and booleans as they are: sympy takes them in its
+    operations)."""
     if not isinstance(x, Term):
         return x
     memo = _MEMO if memo is None else memo
@@ -51,7 +55,8 @@ def _replay(t: Term, memo: dict):
     if op == "evalf":
         return sympy.sympify(to_sympy(args[0], memo)).evalf(args[1])
     if op == "subs":
-        return sympy.sympify(to_sympy(args[0], memo)).subs(to_sympy(args[1], memo), to_sympy(args[2], memo))
+        old, new = to_sympy(args[1], memo), to_sympy(args[2], memo)
+        return sympy.sympify(to_sympy(args[0], memo)).subs(old, new)
     conv = [to_sympy(a, memo) for a in args]
     if op in _BINARY:
         if not any(isinstance(a, Term) for a in args):  # numbers alone: sympy's exact operation

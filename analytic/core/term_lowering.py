@@ -1,10 +1,10 @@
 """Terms lowered to numeric programs (:class:`~analytic.core.numeric.Program`), without sympy.
 
-A plan template composed on terms (:mod:`analytic.plan.template`) holds each quantity as a term in the
-template's inputs (:func:`~analytic.core.terms.input_`); :func:`program` lowers a list of them to one
-program, each distinct subterm once, its operations in the order the term records them. Every numeric
-plan of the structure then runs that program: the same operations on the same floats, so the same
-bits, whichever plan, process or cache it is.
+A plan template composed on terms (:mod:`analytic.plan.template`) holds each quantity as a term in
+the template's inputs (:func:`~analytic.core.terms.input_`); :func:`program` lowers a list of them
+to one program, each distinct subterm once, its operations in the order the term records them. Every
+numeric plan of the structure then runs that program: the same operations on the same floats, so the
+same bits, whichever plan, process or cache it is.
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ from decimal import Decimal
 from fractions import Fraction
 
 from .errors import InputError
-from .numeric import Program
+from .numeric import ARITY, Program
 from .terms import Term
-
-#: a term's operator → the program's operation of the same arguments
-_SAME = {"add": "add", "mul": "mul", "div": "div", "pow": "pow", "max": "max", "min": "min",
-         "and": "and", "or": "or", "not": "not", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
-         "eq": "eq", "mod": "mod", "ceiling": "ceiling", "floor": "floor", "gcd": "gcd",
-         "sqrt": "sqrt", "exp": "exp", "log": "log"}
 
 
 def program(terms) -> Program:
@@ -31,8 +25,8 @@ def program(terms) -> Program:
 
 
 def programs(groups) -> list[Program]:
-    """A :func:`program` of each list of terms in ``groups``, lowered together (the subterms they share
-    once) and each then keeping the steps its own outputs need."""
+    """A :func:`program` of each list of terms in ``groups``, lowered together (the subterms they
+    share once) and each then keeping the steps its own outputs need."""
     b = _Builder()
     b.uses = _uses([t for terms in groups for t in terms])
     refs = [[b.walk(t) for t in terms] for terms in groups]
@@ -51,7 +45,8 @@ class _Builder:
         self.flat: dict = {}  # a sum or product → its flattened operands (see _operands, _factors)
 
     def pruned(self, refs) -> Program:
-        """The Program of the outputs ``refs``: the steps, constants and inputs they need, in order."""
+        """The Program of the outputs ``refs``: the steps, constants and inputs they need, in
+        order."""
         needed, stack = set(), [i for kind, i in refs if kind == "s"]
         while stack:
             i = stack.pop()
@@ -65,9 +60,12 @@ class _Builder:
         at = {("i", k): n for n, k in enumerate(order)}
         at.update({("c", c): len(order) + n for n, c in enumerate(consts)})
         at.update({("s", i): len(order) + len(consts) + n for n, i in enumerate(steps)})
-        return Program(tuple(order), tuple(self.constants[c] for c in consts),
-                       tuple((self.steps[i][0], tuple(at[r] for r in self.steps[i][1])) for i in steps),
-                       tuple(at[r] for r in refs))
+        return Program(
+            tuple(order),
+            tuple(self.constants[c] for c in consts),
+            tuple((self.steps[i][0], tuple(at[r] for r in self.steps[i][1])) for i in steps),
+            tuple(at[r] for r in refs),
+        )
 
     def const(self, x) -> tuple:
         key = float(x)
@@ -82,7 +80,8 @@ class _Builder:
         return ("s", len(self.steps) - 1)
 
     def walk(self, root):
-        """The reference of ``root``, its subterms lowered first (iteratively: terms nest deeply)."""
+        """The reference of ``root``, its subterms lowered first (iteratively: terms nest
+        deeply)."""
         memo, stack = self.memo, [(root, False)]
         while stack:
             t, ready = stack.pop()
@@ -110,8 +109,10 @@ class _Builder:
         if op == "piecewise":
             return [x for piece in t.args for x in piece]
         if op in ("sym", "subs", "evalf"):
-            raise InputError(f"cannot lower the term operation {op!r} (a catalogue symbol left free) "
-                             "to a numeric program")
+            raise InputError(
+                f"cannot lower the term operation {op!r} (a catalogue symbol left free) "
+                "to a numeric program"
+            )
         return list(t.args)
 
     def ref(self, x) -> tuple:
@@ -140,16 +141,16 @@ class _Builder:
             for key, value in zip(reversed(keys[:-1]), reversed(values[:-1])):
                 out = self.step("where", self.step("eq", key, top), value, out)
             return out
-        if op in _SAME:
+        if op in ARITY:  # the program's operation of the same name and arguments
             refs = [self.ref(a) for a in args]
             if op in ("max", "min", "and", "or") and len(refs) == 1:
                 return refs[0]
-            return self.step(_SAME[op], *refs)
+            return self.step(op, *refs)
         raise InputError(f"cannot lower the term operation {op!r} to a numeric program")
 
     def _sum(self, t: Term) -> tuple:
-        """A sum as one step of its operands, its own nested sums and differences flattened into it as
-        sympy's Add holds them, its numbers folded exactly into one constant, first."""
+        """A sum as one step of its operands, its own nested sums and differences flattened into it
+        as sympy's Add holds them, its numbers folded exactly into one constant, first."""
         numbers, refs = [], []
         for x in self.flat[t]:
             if type(x) in _NUMBERS:
@@ -170,7 +171,9 @@ class _Builder:
         up, down = self.flat[t]
         number = Fraction(1)
         inexact = []
-        for x, power in [(x, 1) for x in up if type(x) in _NUMBERS] + [(x, -1) for x in down if type(x) in _NUMBERS]:
+        numbers = [(x, 1) for x in up if type(x) in _NUMBERS]
+        numbers += [(x, -1) for x in down if type(x) in _NUMBERS]
+        for x, power in numbers:
             if type(x) in (int, Fraction, bool) and (power == 1 or x != 0):
                 number = number * x if power == 1 else number / x
             else:
@@ -220,7 +223,8 @@ def _own(x, t: Term, uses: dict) -> bool:
 
 def _operands(t: Term, uses: dict) -> list:
     """The operands of the sum ``t``, its own nested sums and differences flattened in order, a
-    subtrahend's sign carried into its own operands: a number negated, a term as its product with -1."""
+    subtrahend's sign carried into its own operands: a number negated, a term as its product with
+    -1."""
     out, stack = [], [(t, 1)]
     while stack:
         x, sign = stack.pop()
@@ -235,8 +239,8 @@ def _operands(t: Term, uses: dict) -> list:
 
 
 def _factors(t: Term, uses: dict) -> tuple[list, list]:
-    """The factors of a product or quotient ``t`` in its numerator and its denominator, its own nested
-    products, quotients and negations flattened in order."""
+    """The factors of a product or quotient ``t`` in its numerator and its denominator, its own
+    nested products, quotients and negations flattened in order."""
     up, down = [], []
     stack = [(t, False)]
     while stack:
@@ -255,8 +259,8 @@ def _factors(t: Term, uses: dict) -> tuple[list, list]:
 
 
 def _inexact(number: Fraction, operands: list) -> float:
-    """``number`` as a float, then with each (float, power) operand: times it (power 1), over it (-1),
-    plus it (0)."""
+    """``number`` as a float, then with each (float, power) operand: times it (power 1), over it
+    (-1), plus it (0)."""
     value = float(number)
     for x, power in operands:
         value = value * x if power == 1 else value / x if power == -1 else value + x
