@@ -182,3 +182,12 @@ def test_a_shared_sum_is_computed_once_and_a_sum_read_once_is_flattened():
     assert [op for op, _ in program([s + c, s + d]).steps] == ["add", "add", "add"]
     assert [op for op, _ in program([(a + b) + c]).steps] == ["add"]
     assert run(program([s + c, s + d]), a=1, b=2, c=3, d=4) == [6.0, 7.0]
+
+
+def test_a_division_by_a_zero_number_divides_as_numpy_does_and_a_maximum_of_one_is_itself():
+    """A term over the number 0 (a count a structure keeps at zero) is not folded: the program
+    divides by it, ±inf or NaN as numpy gives; a maximum of one operand is that operand."""
+    prog = program([a / 0, (a - b) / 0, Term("max", (a,)), 3 * a / Fraction(1, 2)])
+    got = run(prog, a=2, b=2)
+    assert got[0] == math.inf and got[2] == 2.0 and got[3] == 12.0 and not got[1] == got[1]
+    assert 0.0 in prog.constants

@@ -172,15 +172,16 @@ class _Builder:
         number = Fraction(1)
         inexact = []
         numbers = [(x, 1) for x in up if type(x) in _NUMBERS]
-        numbers += [(x, -1) for x in down if type(x) in _NUMBERS]
+        numbers += [(x, -1) for x in down if type(x) in _NUMBERS and x != 0]
         for x, power in numbers:
-            if type(x) in (int, Fraction, bool) and (power == 1 or x != 0):
+            if type(x) in (int, Fraction, bool):
                 number = number * x if power == 1 else number / x
             else:
                 inexact.append((float(x), power))
         value = number if not inexact else _inexact(number, inexact)
         num = [self.ref(x) for x in up if type(x) not in _NUMBERS]
-        den = [self.ref(x) for x in down if type(x) not in _NUMBERS]
+        # a zero (or NaN) divisor stays a division: the program divides by it as numpy does
+        den = [self.ref(x) for x in down if type(x) not in _NUMBERS or not x != 0]
         if value != 1 or not num:
             num.insert(0, self.const(value))
         top = num[0] if len(num) == 1 else self.step("mul", *num)
