@@ -70,8 +70,12 @@ def holds_number(f) -> bool:
 def holds_data(f) -> bool:
     """Whether the Formula ``f`` holds a number, or a term in a plan template's inputs alone (no
     catalogue symbol free): what composes without sympy."""
-    raw = f.__dict__.get("_terms")
-    return raw is not None and _data(raw[0]) and all(_data(c) for c, *_ in raw[1])
+    d = f.__dict__
+    out = d.get("_data")
+    if out is None:  # kept: a formula does not change
+        raw = d.get("_terms")
+        out = d["_data"] = raw is not None and _data(raw[0]) and all(_data(c) for c, *_ in raw[1])
+    return out
 
 
 def _data(x) -> bool:
@@ -124,10 +128,19 @@ def arithmetic(a, b, op: str):
 def sources(*formulas) -> dict:
     """The ``sources`` and ``source_conditions`` of a formula composed of ``formulas``: their union where
     none draws on a source under a condition (a numeric plan's), else :func:`.provenance.merged_sources`."""
-    if all(not f.raw_source_conditions for f in formulas):
+    conditional = [sc for f in formulas for sc in f.raw_source_conditions]
+    if not conditional:
         return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
-    if all(_data(c) for f in formulas for _, c in f.raw_source_conditions):
-        return merged(*(source_map(f) for f in formulas))
+    if all(_data(c) for _, c in conditional):  # a template's: :func:`merged`, the open sources alone
+        from .algebra import Or
+        always = frozenset().union(*(f.sources.difference(s for s, _ in f.raw_source_conditions)
+                                     for f in formulas))
+        where: dict = {}
+        for s, c in conditional:
+            if s not in always:
+                where[s] = c if s not in where else Or(where[s], c)
+        return {"sources": always | frozenset(where),
+                "source_conditions": tuple(sorted(where.items(), key=lambda sc: sc[0]))}
     from . import provenance
     return provenance.merged_sources(*(provenance.source_map(f) for f in formulas))
 
