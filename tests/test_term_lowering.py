@@ -61,6 +61,8 @@ def test_a_case_analysis_takes_the_first_piece_that_holds_and_nan_where_none_doe
     prog = program([t])
     assert run(prog, a=1, b=2, c=3) == [1.0] and run(prog, a=1, b=0, c=3) == [3.0]
     assert math.isnan(run(prog, a=1, b=0.5, c=3)[0])
+    three = program([algebra.Piecewise((a, algebra.Gt(b, 1)), (c, algebra.Eq(b, 0)), (d, True))])
+    assert [run(three, a=1, b=x, c=3, d=4) for x in (2, 0, 0.5)] == [[1.0], [3.0], [4.0]]
     # pieces of one value merge, as sympy's Piecewise does: no case analysis left
     assert algebra.Piecewise((a, algebra.Gt(b, 1)), (a, True)) is a
 
