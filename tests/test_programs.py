@@ -420,3 +420,21 @@ def test_twenty_plans_of_five_structures_give_the_same_bits_cold_warm_and_in_thi
     for _ in range(1000):
         an.Plan("llama3-8b", "h100-sxm", an.Layout(tp=2, dp=8), seq_len=4096, global_batch=256).step_time()
     assert runs[0] == runs[1] == json.loads(json.dumps(_twenty())) and len(runs[0]) == 20
+
+
+def test_a_structures_programs_answer_a_model_of_other_counts_with_its_own_numbers(fresh):
+    """A first MoE model's plan builds its structure's programs; a second model of the same structure
+    with other counts (KV heads, a second shared expert, top-k, width) reads its numbers from them,
+    and they are its own expressions' (a count the template kept at the first model's value would
+    answer with the first model's)."""
+    first = an.model("qwen3-30b-a3b").replace(shared_experts=1, name="first")
+    second = first.replace(kv_heads=2, shared_experts=2, topk=4, expert_ffn_hidden=1024, name="second")
+    layout = an.Layout(tp=2, dp=8, ep=8, sequence_parallel=True)
+    plans = [an.Plan(m, "h100-sxm", layout, seq_len=4096, global_batch=256) for m in (first, second)]
+    assert structure(plans[0]._in) == structure(plans[1]._in)
+    steps = [p.step_time() for p in plans]
+    assert plans[1]._numbers.bundle is plans[0]._numbers.bundle and steps[0] != steps[1]
+    for plan in plans:
+        for name in ("step_time", "memory.total", "communication.ep", "flops"):
+            want = plan.expr(name).value().to_base_units().magnitude
+            assert plan.value(name).to_base_units().magnitude == pytest.approx(want, rel=1e-12), name
