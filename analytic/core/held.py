@@ -131,16 +131,10 @@ def sources(*formulas) -> dict:
     conditional = [sc for f in formulas for sc in f.raw_source_conditions]
     if not conditional:
         return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
-    if all(_data(c) for _, c in conditional):  # a template's: :func:`merged`, the open sources alone
-        from .algebra import Or
+    if all(_data(c) for _, c in conditional):  # a template's: the open sources each on its own
         always = frozenset().union(*(f.sources.difference(s for s, _ in f.raw_source_conditions)
                                      for f in formulas))
-        where: dict = {}
-        for s, c in conditional:
-            if s not in always:
-                where[s] = c if s not in where else Or(where[s], c)
-        return {"sources": always | frozenset(where),
-                "source_conditions": tuple(sorted(where.items(), key=lambda sc: sc[0]))}
+        return merged(dict.fromkeys(always, True), *({s: c} for s, c in conditional if s not in always))
     from . import provenance
     return provenance.merged_sources(*(provenance.source_map(f) for f in formulas))
 

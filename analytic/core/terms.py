@@ -3,10 +3,11 @@
 The catalogue declares its formulas on terms (``S("params") * 6``), so importing it and evaluating a
 formula at numbers need no sympy. A term records each operation as Python performed it, operands in
 order; :func:`analytic.core.replay.to_sympy` performs them again on sympy objects, which gives the
-very expression that declaring it on sympy symbols gives (sympy canonicalises as it builds). :func:`value` evaluates a
-term at numbers: exact (int and Fraction) through sums, products, quotients, integer powers,
-comparisons, maxima, minima, ceilings and remainders; a Decimal of 40 digits past a root, exponential,
-logarithm or fractional power.
+very expression that declaring it on sympy symbols gives (sympy canonicalises as it builds).
+:func:`value` evaluates a term at numbers: exact (int and Fraction) through sums, products,
+quotients, integer powers, comparisons, maxima, minima, ceilings and remainders; a Decimal of 40
+digits past a root, exponential, logarithm or fractional power. A plan template's terms hold its
+inputs (:func:`input_`), which :mod:`.term_lowering` lowers to programs.
 """
 
 from __future__ import annotations
@@ -156,20 +157,6 @@ def input_(keyword: str) -> Term:
     """A plan template's input ``keyword``: data a term at numbers holds as it is (no catalogue symbol,
     :attr:`Term.keywords` does not count it); sympy's symbol of ``keyword`` in a replay."""
     return Term("in", (keyword,))
-
-
-def inputs(x, memo: dict | None = None) -> frozenset:
-    """The keywords of the template inputs (:func:`input_`) in a term."""
-    if isinstance(x, tuple):  # a piecewise's (value, condition)
-        return frozenset().union(*(inputs(a, memo) for a in x))
-    if not isinstance(x, Term):
-        return frozenset()
-    memo = {} if memo is None else memo
-    out = memo.get(x)
-    if out is None:
-        out = memo[x] = (frozenset(x.args) if x.op == "in"
-                         else frozenset().union(*(inputs(a, memo) for a in x.args)))
-    return out
 
 
 def is_symbol(x, keyword: str) -> bool:
