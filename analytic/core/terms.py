@@ -33,7 +33,7 @@ _BINARY = {
 
 
 _INTERNED: dict = {}  # (op, args, their types) → term
-_MAX_INTERNED = 1 << 20
+_MAX_INTERNED = 1 << 17  # terms kept at most: tens of structures' templates, some tens of MB
 
 #: the operators whose term is a condition
 _CONDITIONS = frozenset({"lt", "le", "gt", "ge", "eq", "and", "or", "not"})
