@@ -21,6 +21,9 @@ MODEL_COUNTS = ("layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads", 
                 "nodes_per_token", "mtp_modules", "sliding_window", "sliding_layers")
 #: model counts the code uses as numbers, part of the structure (no symbol stands for them)
 _MODEL_FIXED = ("dense_layers", "ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "moe_latent")
+#: model counts whose being 1 is part of the structure (MQA's single KV head, which the code tests):
+#: a template keeps such a count at 1
+COUNTS_AT_ONE = ("kv_heads",)
 _MODEL_KINDS = ("mlp", "position", "attention", "norm", "bias", "tied_embeddings", "qk_norm", "qkv_bias",
                 "attention_sinks", "expert_bias", "layer_pattern")
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
@@ -98,7 +101,8 @@ def _model_structure(m) -> str:
     parts = [f"{k}={getattr(m, k)}" for k in (*_MODEL_KINDS, *_MODEL_FIXED)]
     parts += [f"{k}>0" for k in MODEL_COUNTS if getattr(m, k) and k not in ("layers", "hidden", "heads", "vocab",
                                                                              "ffn_hidden", "kv_heads", "head_dim")]
-    parts += [f"mha={m.kv_heads == m.heads}", f"mqa={m.kv_heads == 1}"]
+    parts += [f"mha={m.kv_heads == m.heads}"]
+    parts += [f"{k}==1={getattr(m, k) == 1}" for k in COUNTS_AT_ONE]
     return ";".join(parts)
 
 
@@ -125,5 +129,5 @@ def numbers(inp: Inputs) -> dict:
     return {**_model_numbers(inp.model), **{k: as_float(v) for k, v in out.items() if v is not None and is_number(v)}}
 
 
-__all__ = ["HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "numbers", "structural_inputs",
+__all__ = ["COUNTS_AT_ONE", "HARDWARE_INPUTS", "MODEL_COUNTS", "SEARCH_OUTPUTS", "STAGE", "numbers", "structural_inputs",
            "structure"]

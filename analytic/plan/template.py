@@ -21,6 +21,7 @@ from .structure import (
     _BATCH,
     _CHOICES,
     _DEGREES,
+    COUNTS_AT_ONE,
     HARDWARE_INPUTS,
     MODEL_COUNTS,
     SEARCH_OUTPUTS,
@@ -30,9 +31,9 @@ from .structure import (
 
 
 def _free(value, keyword):
-    """``keyword``'s input where ``value`` is a non-zero number; 0 stays 0, and one KV head (MQA,
-    part of the structure) stays 1: the code tests them."""
-    kept = value is None or value == 0 or (keyword == "kv_heads" and value == 1)
+    """``keyword``'s input where ``value`` is a non-zero number; 0 stays 0, and 1 stays 1 where the
+    structure says so (:data:`~.structure.COUNTS_AT_ONE`): the code tests them."""
+    kept = value is None or value == 0 or (keyword in COUNTS_AT_ONE and value == 1)
     return value if kept else input_(keyword)
 
 
