@@ -1,12 +1,12 @@
 """A plan structure's programs: numbers for every numeric plan of it, without sympy.
 
 Two plans of the same :func:`~.structure.structure` have expressions that differ only in their
-numbers. Lowering the template's terms (:func:`.template.build`) once, at the structure's first plan,
-gives :class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with whether
-its formulas' domains hold), one stage's memory, search's outputs and the conditions of the quantities'
-sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`), validated when
-read back, and every plan of the structure, in this process or another, evaluates it on Python floats:
-the same operations on the same numbers, so the same bits.
+numbers. Lowering the template's terms (:func:`.template.build`) once, at the structure's first
+plan, gives :class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with
+whether its formulas' domains hold), one stage's memory, search's outputs and the conditions of the
+quantities' sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`),
+validated when read back, and every plan of the structure, in this process or another, evaluates it
+on Python floats: the same operations on the same numbers, so the same bits.
 :class:`Numbers` is one plan's view of the programs.
 """
 
@@ -136,9 +136,10 @@ def bundle(inp: Inputs, lower=None) -> Bundle | None:
 
 
 class Numbers:
-    """A numeric plan's numbers from its structure's programs (:func:`bundle`'s, with ``lower``): each method answers where the plan's structure has programs and the number is finite
-    with its formulas' domains holding, and says None otherwise (the plan's expressions then give the
-    number, or the error)."""
+    """A numeric plan's numbers from its structure's programs (:func:`bundle`'s, with ``lower``):
+    each method answers where the plan's structure has programs and the number is finite with its
+    formulas' domains holding, and says None otherwise (the plan's expressions then give the number,
+    or the error)."""
 
     def __init__(self, inp: Inputs, lower=None):
         self.bundle = bundle(inp, lower)
