@@ -4,9 +4,10 @@ Two plans of the same :func:`~.structure.structure` have expressions that differ
 numbers. Lowering the template's terms (:func:`.template.build`) once, at the structure's first
 plan, gives :class:`~analytic.core.numeric.Program` data for all of them: every plan quantity (with
 whether its formulas' domains hold), one stage's memory, search's outputs and the conditions of the
-quantities' sources. The data is kept in memory and in the user's cache (:mod:`analytic.core.cache`),
-validated when read back, and every plan of the structure, in this process or another, evaluates it
-on Python floats: the same operations on the same numbers, so the same bits.
+quantities' sources. The data is kept in memory and in the user's cache
+(:mod:`analytic.core.cache`), validated when read back, and every plan of the structure, in this
+process or another, evaluates it on Python floats: the same operations on the same numbers, so the
+same bits.
 :class:`Numbers` is one plan's view of the programs.
 """
 
