@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from . import held
 from .formula import DIMENSIONLESS, Formula, magnitude, sympy
+from .provenance import merged_sources, source_map
 from .terms import Term, piecewise
 from .units import as_unit
 
@@ -20,7 +21,6 @@ def composed(name: str, expr, unit, *parts) -> Formula:
         domain = tuple(dict.fromkeys(d for p in parts for d in p.raw_domain))
         return held.made(parts[0], name, expr, as_unit(unit), coefficient_unit=DIMENSIONLESS, domain=domain,
                          **held.sources(*parts)) if parts else Formula(name, expr, unit, "")
-    from .provenance import merged_sources, source_map
     domain = tuple(dict.fromkeys(d for p in parts for d in p.domain))
     return Formula(name, expr, unit, "", domain=domain, **merged_sources(*(source_map(p) for p in parts)))
 
@@ -35,7 +35,6 @@ def cases(name: str, unit, *pieces) -> Formula:
         return _as(name, unit, taken)
     if all(_data(f) and (type(c) is bool or held._data(c)) for f, c in pieces):
         return _term_cases(name, as_unit(unit), pieces)
-    from .provenance import merged_sources, source_map
     exprs, reachable, earlier = [], [], []
     for f, cond in pieces:
         exprs.append((magnitude(name, f, as_unit(unit)) if isinstance(f, Formula) else sympy.sympify(f), cond))
@@ -75,7 +74,8 @@ def _term_cases(name: str, unit, pieces) -> Formula:
         if isinstance(f, Formula) and taken is not True:
             domain = tuple((Term("or", (Term("not", (taken,)), d)) if d is not True else True, *rest)
                            for d, *rest in f.raw_domain)
-            where = held.merged({s: _all(taken, c) for s, c in held.source_map(f).items()})
+            where = merged_sources({s: _all(taken, c) for s, c in source_map(f, data=True).items()},
+                                   data=True)
             f = held.made(f, f.name, f.term, f.unit, coefficient_unit=f.coefficient_unit, domain=domain,
                           **where)
         reachable.append(f)

@@ -131,33 +131,13 @@ def sources(*formulas) -> dict:
     conditional = [sc for f in formulas for sc in f.raw_source_conditions]
     if not conditional:
         return {"sources": frozenset().union(*(f.sources for f in formulas)), "source_conditions": ()}
+    from .provenance import merged_sources, source_map
     if all(_data(c) for _, c in conditional):  # a template's: the open sources each on its own
         always = frozenset().union(*(f.sources.difference(s for s, _ in f.raw_source_conditions)
                                      for f in formulas))
-        return merged(dict.fromkeys(always, True), *({s: c} for s, c in conditional if s not in always))
-    from . import provenance
-    return provenance.merged_sources(*(provenance.source_map(f) for f in formulas))
-
-
-def source_map(f) -> dict:
-    """source → the condition (True, or a term in a template's inputs) under which the Formula ``f``
-    holding data draws on it (:func:`.provenance.source_map`'s)."""
-    where = dict(f.raw_source_conditions)
-    return {s: where.get(s, True) for s in f.sources}
-
-
-def merged(*maps: dict) -> dict:
-    """:func:`.provenance.merged_sources` of :func:`source_map`'s maps."""
-    from .algebra import Or
-    out: dict = {}
-    for m in maps:
-        for s, c in m.items():
-            prev = out.get(s)
-            out[s] = c if prev is None or c is True else prev if prev is True else Or(prev, c)
-    out = {s: c for s, c in out.items() if c is not False}
-    return {"sources": frozenset(out),
-            "source_conditions": tuple(sorted(((s, c) for s, c in out.items() if c is not True),
-                                              key=lambda sc: sc[0]))}
+        return merged_sources(dict.fromkeys(always, True),
+                              *({s: c} for s, c in conditional if s not in always), data=True)
+    return merged_sources(*(source_map(f) for f in formulas))
 
 
 def bound(f, values: dict, magnitudes: bool = False):

@@ -350,20 +350,21 @@ def piecewise(pieces):
 
 
 def _piecewise(t: Term, env: dict, memo: dict):
-    """The first piece of ``t`` whose condition holds; where conditions are terms in a template's inputs,
-    the pieces from the first of them to the first that holds, as a piecewise term."""
-    open_ = []
+    """The first piece of ``t`` whose condition holds; where conditions are terms in a template's
+    inputs, :func:`piecewise` of the pieces from the first of them to the first that holds (the
+    values of pieces it cannot take are not evaluated)."""
+    kept = []
     for v, c in t.args:
         c = c if c is True else value(c, env, memo)
-        if c is True:
-            if not open_:
-                return value(v, env, memo)
-            return piecewise((*open_, (value(v, env, memo), True)))
-        if type(c) is Term:
-            open_.append((value(v, env, memo), c))
-    if open_:
-        return piecewise(open_)
-    raise NotReal(f"no piece of {t!r} holds")
+        if c is True or type(c) is Term:
+            kept.append((v, c))
+            if c is True:
+                break
+    if not kept:
+        raise NotReal(f"no piece of {t!r} holds")
+    if kept[0][1] is True:
+        return value(kept[0][0], env, memo)
+    return piecewise([(value(v, env, memo), c) for v, c in kept])
 
 
 def applied(op: str, args):

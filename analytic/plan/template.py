@@ -9,9 +9,9 @@ no sympy) to the programs every numeric plan of the structure is evaluated with 
 
 from __future__ import annotations
 
-from ..core import held
 from ..core.composition import _all
 from ..core.errors import AnalyticError
+from ..core.provenance import source_map
 from ..core.term_lowering import programs
 from ..core.terms import input_
 from ..core.values import is_sympy
@@ -88,7 +88,7 @@ def build(plan) -> dict | None:
         groups.append(exprs)
     # each quantity's sources (by index in names): those it always draws on, and the others each
     # with a condition, by (index of the quantity, index of the source)
-    maps = [held.source_map(f) for f in quantities.values()]
+    maps = [source_map(f, data=True) for f in quantities.values()]
     names = sorted({s for m in maps for s in m})
     index = {s: i for i, s in enumerate(names)}
     conditional = {(q, index[s]): c for q, m in enumerate(maps)
