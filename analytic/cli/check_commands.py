@@ -124,19 +124,20 @@ def cmd_calibrate(args) -> int:
     if not args.published:
         raise CLIError("calibrate: give --published (fit the step-time constants on the validation cases), --gemm "
                        "(time GEMMs and copies on this device) or --backend gloo|nccl (time collectives)")
-    from ..fit import calibration, outside, reserve, validation
+    from ..fit import calibration, outside, reserve, routing, validation
     folder = validation.find_folder(args.cases)
     validation.load(folder)  # every case read as validate reads it: the same one-line errors
     cases = [c for c in calibration.load_cases(folder / "predicted.toml") if c.in_fit]
     constants = calibration.fit(cases)
     ratios = calibration.interval(cases, calibration.leave_one_source_out(cases))
     memory, beyond = reserve.summary(folder), outside.summary(folder)
+    imbalance = routing.summary(folder)
     text = calibration.render(constants, cases, source=f"{folder.name}/predicted.toml", ratios=ratios, memory=memory,
-                              outside=beyond)
+                              outside=beyond, routing=imbalance)
     if args.write:
         _write_text(args.write, text)
     if args.json:
-        print(json_text(calibration.as_json(constants, cases, ratios, memory, beyond)))
+        print(json_text(calibration.as_json(constants, cases, ratios, memory, beyond, imbalance)))
     elif not args.write:
         print(text, end="")
     return 0

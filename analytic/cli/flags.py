@@ -64,7 +64,7 @@ SEARCH_FLAGS = {"model", "hardware", "gpus", "seq", "batch_tokens", "global_batc
                 "scale_up_domain", "flash_attention", "zero3_gather", "tp", "pp", "dp", "cp", "ep", "outside_bytes", "stack",
                 "hbm", "fp8_recipe", "optimizer", "dispatcher", "etp", "pipeline_layout", "bf16_layers", "grad_dtype",
                 "moment_dtype", "recompute_modules", "offload_activations", "offload_optimizer", "fp8_activations",
-                "first_stage_layers", "last_stage_layers", "expert_capacity"}
+                "first_stage_layers", "last_stage_layers", "expert_capacity", "routing_imbalance"}
 PLAN_FLAGS = SEARCH_FLAGS | {"sequence_parallel", "mfu", "tokens", "profile", "allow_cross_node_tp", "recompute_layers",
                              "ends_as_layers"}
 #: the plan flags that leave the source text's layout, batch and stack as they are, so that its numbers still
@@ -165,7 +165,8 @@ def search_keywords(args) -> dict:
     TP, a pipeline layout and the layout choices) as search's and co-design's keywords."""
     options = layout_option_flags(lambda k: getattr(args, k, None))
     kw = {**{k: getattr(args, k) for k in ("dtype", "stack", "fp8_recipe", "optimizer", "dispatcher", "pipeline_layout",
-                                            "grad_dtype", "moment_dtype") if getattr(args, k) is not None},
+                                            "grad_dtype", "moment_dtype", "routing_imbalance")
+             if getattr(args, k) is not None},
           **({"layout_options": options} if options else {}),
           **({} if args.etp is None else {"etp": count_flag(str(args.etp), "etp")}), **bf16_layers_flag(args.bf16_layers),
           **capacity_flag(args.expert_capacity),
@@ -270,7 +271,8 @@ def build_plan(args) -> tuple[object, dict]:
     tokens = get("tokens")
     if tokens is not None and " " not in str(tokens):
         tokens = count_flag(str(tokens), "tokens")  # a count of tokens as typed, e.g. --tokens 15.6e12 or 15.6T
-    plan_kw |= {k: get(k) for k in ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher") if get(k) is not None}
+    chosen = ("dtype", "stack", "optimizer", "fp8_recipe", "dispatcher", "routing_imbalance")
+    plan_kw |= {k: get(k) for k in chosen if get(k) is not None}
     plan_kw |= bf16_layers_flag(get("bf16_layers")) | capacity_flag(get("expert_capacity"))
     if get("allow_cross_node_tp"):
         plan_kw["allow_cross_node_tp"] = True

@@ -57,6 +57,11 @@ def _precision_args(g) -> None:
     g.add_argument("--expert-capacity", dest="expert_capacity", metavar="C",
                    help="an MoE plan's experts padded to C times their balanced share of tokens (Megatron-Core's "
                         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); default dropless")
+    g.add_argument("--routing-imbalance", dest="routing_imbalance", metavar="R",
+                   help="an MoE plan's busiest expert-parallel rank's routed tokens over "
+                        "its balanced share: balanced (1, the default, as benchmarks force "
+                        "it), dropless (fitted on published runs: presets/calibration.toml "
+                        "[routing]) or a number ≥ 1")
     g.add_argument("--bf16-layers", dest="bf16_layers", metavar="FIRST,LAST",
                    help="the layers at each end a low-precision plan keeps in BF16 (Megatron-LM's "
                         "--first-last-layers-bf16 with its counts; default none)")

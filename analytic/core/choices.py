@@ -57,6 +57,10 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 #: sent to its k experts' ranks), "allgather" (every rank of the expert-parallel group gathers all its tokens and
 #: keeps its experts'), "flex" (DeepEP: a token crosses to each node it reaches once, forwarded inside it)
 DISPATCHERS = ("alltoall", "allgather", "flex")
+#: routing imbalances by name (Plan's ``routing_imbalance``): "balanced" (1: every expert its share,
+#: as benchmarks force it) and "dropless" (learned routing without a capacity, as fitted:
+#: presets/calibration.toml [routing])
+ROUTINGS = ("balanced", "dropless")
 #: gradient accumulation buffers: 16-bit (ZeRO §3.1's accounting) or fp32 (Megatron-LM's main_grad
 #: buffers, its default for bf16 training: 18 bytes per parameter with its optimizer; Llama 3 §3.3.2)
 GRAD_DTYPES = ("bf16", "fp32")

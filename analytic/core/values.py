@@ -45,6 +45,7 @@ DOMAINS = {
     "nonnegative": "a number ≥ 0",
     "fraction": "a number in (0, 1]",
     "fraction0": "a number in [0, 1]",
+    "one_or_more": "a number ≥ 1",
 }
 
 
@@ -88,7 +89,8 @@ def is_integral(x) -> bool:
 _ADMITS = {"count": lambda v: is_integral(v) and 1 <= v <= MAX_COUNT,
            "count0": lambda v: is_integral(v) and 0 <= v <= MAX_COUNT,
            "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
-           "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1}
+           "fraction": lambda v: 0 < v <= 1, "fraction0": lambda v: 0 <= v <= 1,
+           "one_or_more": lambda v: v >= 1}
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NAME = r"(?:[A-Za-z_µμ°][A-Za-z_µμ]*|%)"

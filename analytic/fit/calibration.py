@@ -277,12 +277,15 @@ def load_cases(path: Path) -> list[Case]:
     return out
 
 
-def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[float, float] | None = None,
-           memory: dict | None = None, outside: dict | None = None) -> str:
+def render(constants: dict, cases: list[Case], source: str = "",
+           ratios: tuple[float, float] | None = None, memory: dict | None = None,
+           outside: dict | None = None, routing: dict | None = None) -> str:
     """The fitted constants as the calibration file the hardware presets read (presets/calibration.toml);
     ``ratios``: the interval of measured/predicted step time (:func:`interval`); ``memory``: the
     allocator's reserve fitted on measured peaks (:func:`analytic.fit.reserve.summary`); ``outside``: the
-    memory outside it fitted on snapshots (:func:`analytic.fit.outside.summary`), of the same allocator."""
+    memory outside it fitted on snapshots (:func:`analytic.fit.outside.summary`), of the same
+    allocator; ``routing``: the imbalance of dropless MoE routing
+    (:func:`analytic.fit.routing.summary`)."""
     lines = [
         "# Constants of the predictive step-time model, the allocator's reserve over the memory count and the memory",
         "# a process holds outside its allocator.",
@@ -331,14 +334,32 @@ def render(constants: dict, cases: list[Case], source: str = "", ratios: tuple[f
                       'with its standard error; low and high the smallest and largest snapshot"',
                       f"outside_bytes = {outside['outside']:.0f}", f"outside_stderr_bytes = {outside['stderr']:.0f}",
                       f"outside_low_bytes = {outside['low']:.0f}", f"outside_high_bytes = {outside['high']:.0f}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _routing_lines(routing, source.split("/")[0])) + "\n"
+
+
+def _routing_lines(routing: dict | None, folder: str) -> list[str]:
+    """The [routing] table of the calibration file, where pairs were fitted."""
+    if routing is None:
+        return []
+    return ["", "[routing]",
+            'basis = "the busiest expert-parallel rank\'s routed tokens over its balanced '
+            f'share under dropless routing: the mean over {routing["count"]} published pairs of '
+            f'runs forced balanced and dropless ({folder}/routing.toml), each the imbalance at '
+            'which the plan of the run steps as much longer as the run measured; its standard '
+            'error (the spread of the pairs over the root of their number), low and high the '
+            'least and largest pair"',
+            f"dropless_imbalance = {routing['imbalance']:.6f}",
+            f"dropless_imbalance_stderr = {routing['stderr']:.6f}",
+            f"low = {routing['low']:.6f}", f"high = {routing['high']:.6f}"]
 
 
 def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | None = None,
-            memory: dict | None = None, outside: dict | None = None) -> dict:
+            memory: dict | None = None, outside: dict | None = None,
+            routing: dict | None = None) -> dict:
     """The fitted constants as data."""
     return {"cases": [c.id for c in cases], "rms_log_residual": constants["rms_log_residual"],
             "shared": {k: constants[k] for k in SHARED}, FITTED: dict(constants[FITTED]),
             f"default_{FITTED}": pooled_efficiency(constants, cases),
             **({"interval": {"coverage": COVERAGE, "low": ratios[0], "high": ratios[1]}} if ratios else {}),
-            **({"memory": memory} if memory else {}), **({"outside": outside} if outside else {})}
+            **({"memory": memory} if memory else {}), **({"outside": outside} if outside else {}),
+            **({"routing": routing} if routing else {})}

@@ -26,6 +26,7 @@ def read(keyword: str, value):
 OVERRIDES = ("peak_flops", "peak_flops_16", "sms", "hbm", "outside_bytes", "scale_up_bandwidth", "scale_out_bandwidth", "gpus_per_node",
              "scale_up_domain", "scale_up_latency", "scale_out_latency", "scale_up_efficiency", "scale_out_efficiency",
              "matmul_efficiency", "matmul_efficiency_16", "stack_efficiency", "link_efficiency", "latency", "overlap", "interruption_rate",
+             "routing_imbalance",
              "checkpoint_time", "restart_time", "checkpoint_write_time", "element_bytes", "loss_bytes", "hbm_bandwidth", "memory_efficiency",
              "attention_efficiency", "attention_factor", "tile_m", "tile_n")
 ARGUMENTS = ("seq_len", "global_batch", "microbatch_size", "dtype", "batch_tokens", "flash_attention",

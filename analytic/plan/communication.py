@@ -257,19 +257,20 @@ def _allgather_dispatch(inp: Inputs) -> dict:
     """Megatron-Core's all-gather dispatcher: the hidden states of the etp·ep consecutive ranks of
     the expert layers' group gathered on each (in the dispatch's dtype), the outputs
     reduce-scattered back (in 16 bits)."""
-    tokens, dispatch_e, calls = _routed(inp)
+    tokens, dispatch_e, calls = _routed(inp, busiest=False)  # every rank gathers every token
     ranks = inp.deg.etp * inp.deg.ep
     return _plus(*(_collectives(inp, kind, inp.f("parallelism.ep.allgather_dispatch_bytes", tokens=tokens, ep=ranks,
                                                  hidden=_width(inp), element_bytes=e), calls, ranks, 1)
                    for kind, e in zip(("all_gather", "reduce_scatter"), (dispatch_e, inp.values["element_bytes"]))))
 
 
-def _routed(inp: Inputs) -> tuple:
-    """A rank's own tokens of an MoE layer per microbatch, the bytes of a dispatched token's element, and the
-    layer's collectives of each kind per step (forward and backward)."""
+def _routed(inp: Inputs, busiest: bool = True) -> tuple:
+    """A rank's own tokens of an MoE layer per microbatch (with ``busiest``, times the routing's
+    imbalance: what the busiest rank's experts take), the bytes of a dispatched token's element, and
+    the layer's collectives of each kind per step (forward and backward)."""
     lay, m = inp.deg, inp.model
-    tokens = Formula("tokens", inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1),
-                     "token", "")
+    own = inp.seq_len / lay.cp * inp.microbatch_size / (lay.tp if lay.sequence_parallel else 1)
+    tokens = Formula("tokens", own * inp.imbalance if busiest else own, "token", "")
     return tokens, gemm_input_bytes(inp, Quantity(2, "byte")), ratio(2 * m.moe_blocks, lay.pp) * inp.microbatches
 
 

@@ -12,8 +12,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..core.algebra import Gt, Le, Min, Piecewise
-from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, SP_SAVED_INPUTS, default_stack
-from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnknownNameError
+from ..core.choices import GRAD_DTYPES, MOMENT_DTYPES, OPTIMIZERS, ROUTINGS, SP_SAVED_INPUTS, default_stack
+from ..core.errors import InputError, PresetError, ReinterpretedWarning, UnitError, UnknownNameError
 from ..core.symbols import canonical, sym
 from ..core.terms import Term, input_, ratio
 from ..core.units import Quantity
@@ -77,7 +77,9 @@ class Inputs:
         self._read_optimizer(optimizer)
         self._read_batch(seq_len, microbatch_size, global_batch, batch_tokens)
         self.training_tokens = None if training_tokens is None else read("tokens", training_tokens)
+        overrides = self._named_imbalance(overrides)
         self.overrides = {k: read(k, v) for k, v in overrides.items()}  # each in its symbol's unit and domain
+        self._check_imbalance()
         self.allow_cross_node_tp = flag("allow_cross_node_tp", allow_cross_node_tp)
         self._read_domain()
         check_layout(model, layout, seq_len=self.seq_len, global_batch=self.global_batch,
@@ -177,6 +179,60 @@ class Inputs:
                              f"balanced share), got {given!r:.80}")
         self.expert_capacity = given
         self.routed_topk = self.model.topk * exact_number(given)
+
+    def _named_imbalance(self, overrides: dict) -> dict:
+        """``overrides`` with a routing imbalance given by name (choices.ROUTINGS) as its number."""
+        given = overrides.get("routing_imbalance")
+        if not isinstance(given, str):
+            return overrides
+        if given not in ROUTINGS:
+            try:
+                read("routing_imbalance", given)
+            except (InputError, UnitError):
+                names = " or ".join(map(repr, ROUTINGS))
+                raise InputError(f"routing_imbalance: expected {names} or a number ≥ 1, "
+                                 f"got {given!r:.80}") from None
+            return overrides
+        if given == "balanced":
+            return {**overrides, "routing_imbalance": 1}
+        from ..presets import dropless_imbalance
+        fitted = dropless_imbalance()
+        if fitted is None:
+            raise PresetError("routing_imbalance: 'dropless' is fitted by `analytic calibrate "
+                              "--published` on validation/routing.toml; the calibration file in "
+                              "use has no [routing] table")
+        value, error = fitted["dropless_imbalance"], fitted["dropless_imbalance_stderr"]
+        self._note(f"routing_imbalance: dropless, {value:.3f} ± {error:.3f} ({fitted['low']:.2f} "
+                   f"to {fitted['high']:.2f} over its pairs; presets/calibration.toml [routing])")
+        return {**overrides, "routing_imbalance": value}
+
+    def _check_imbalance(self) -> None:
+        """``routing_imbalance`` only where an MoE model's tokens are routed without a capacity."""
+        if "routing_imbalance" not in self.overrides:
+            return
+        if not self.model.is_moe:
+            name = self.model.name or "the model"
+            raise InputError("routing_imbalance: the busiest expert-parallel rank's share of an "
+                             f"MoE model's routed tokens; {name} is dense")
+        if self.expert_capacity is not None:
+            raise InputError("routing_imbalance: experts padded to a capacity take its rows "
+                             "however the tokens are routed (expert_capacity="
+                             f"{self.expert_capacity}); give one of the two")
+
+    @property
+    def imbalance(self):
+        """The routing's imbalance where the experts are spread over expert-parallel ranks; 1 where
+        every rank holds every expert (ep = 1: each takes its tokens' copies, however routed)."""
+        from ..core.algebra import Eq
+        from ..core.composition import cases
+        rho = self.values["routing_imbalance"]
+        return cases("imbalance", "", (1, Eq(self.deg.ep, 1)), (rho, True)).term
+
+    @property
+    def busiest_topk(self):
+        """The copies of a token the busiest expert-parallel rank's experts take, in its GEMMs,
+        permutations, all-to-all and saved tensors: ``routed_topk`` times its :attr:`imbalance`."""
+        return self.routed_topk * self.imbalance
 
     def _read_optimizer(self, optimizer) -> None:
         """Adam, or Muon where the stack runs it: with its layer-wise distributed optimizer (ZeRO-1), on the
@@ -366,6 +422,7 @@ class Inputs:
             out[f"{link}_latency"] = pick(f"{link}_latency", lambda link=link: nccl_latency(link), given="latency")
             out[f"{link}_efficiency"] = pick(f"{link}_efficiency", lambda link=link: nccl_efficiency(link),
                                              given="link_efficiency")
+        out["routing_imbalance"] = pick("routing_imbalance", lambda: 1)  # balanced (benchmarks')
         out["interruption_rate"] = pick("interruption_rate", llama3_interruption_rate)
         out["restart_time"] = pick("restart_time", synchronous_restart_time)
         out["checkpoint_write_time"] = pick("checkpoint_write_time", lambda: Quantity(0, "s"))

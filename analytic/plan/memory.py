@@ -117,7 +117,7 @@ def _mlp_half(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
     ungated = "" if inp.model.mlp_formulas == "swiglu" else "_gelu"
     if not moe:
         return inp.f(f"memory.activations.mlp_{'gelu' if ungated else 'swiglu'}{sp}", **kw)
-    return inp.f(f"memory.activations.mlp_moe{ungated}{sp}", **kw, topk=inp.routed_topk)
+    return inp.f(f"memory.activations.mlp_moe{ungated}{sp}", **kw, topk=inp.busiest_topk)
 
 
 def _halves(inp: Inputs, moe: bool, sp: str, kw: dict) -> Formula:
@@ -165,7 +165,7 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     # core_attn frees nothing: a fused kernel recomputes the attention core anyway
     names = {"core_attn": None, "layernorm": f"layernorm{sp}", "mla_up_proj": f"mla_up_proj{sp}",
              "moe_act": "moe_act" if moe else None}
-    routed = {"topk": inp.routed_topk}  # each token's copies the experts' inputs hold, padded to capacity
+    routed = {"topk": inp.busiest_topk}  # a token's copies the busiest rank's experts hold (padded)
     freed = [inp.f(f"memory.activations.freed.{names[n]}", **kw, **(routed if n == "moe_act" else {}))
              for n in modules if names[n]]
     if freed:
@@ -175,11 +175,15 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
         return layer
     if m.mlp_formulas != "swiglu":  # the cached tensors are a SwiGLU's inputs and products
         raise InputError(f"fp8_activations: caching in FP8 (DeepSeek-V3 §3.3.2) is counted for SwiGLU MLPs, not {m.mlp!r}")
-    width = (inp.routed_topk + m.shared_experts) * m.expert_ffn_hidden if moe else m.ffn_hidden
-    products = m.shared_experts * m.expert_ffn_hidden if moe and "moe_act" in modules else width
-    cached = [inp.f("memory.activations.fp8_freed.swiglu_inputs", ffn_hidden=width, **kw)]
+    # experts' widths as multiples of one's (the busiest rank's copies of a token need not be whole)
+    width, copies = (m.ffn_hidden, 1)
+    if moe:
+        width, copies = m.expert_ffn_hidden, inp.busiest_topk + m.shared_experts
+    products = m.shared_experts if moe and "moe_act" in modules else copies
+    freed = "memory.activations.fp8_freed"
+    cached = [inp.f(f"{freed}.swiglu_inputs", ffn_hidden=width, **kw) * copies]
     if products:  # moe_act without shared experts leaves no product saved
-        cached.append(inp.f("memory.activations.fp8_freed.swiglu_products", ffn_hidden=products, **kw))
+        cached.append(inp.f(f"{freed}.swiglu_products", ffn_hidden=width, **kw) * products)
     if "layernorm" not in modules:
         cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
     if m.attention == "mla" and "mla_up_proj" not in modules:

@@ -121,7 +121,7 @@ def _moe_gemms(o: _Ops, fc1: int) -> Formula:
     h, h_e, E, etp, t = m.hidden, m.expert_ffn_hidden, m.experts, lay.etp, lay.tp
     w = m.moe_latent or h
     local = E / lay.ep
-    rows = M * o.inp.routed_topk * lay.ep * etp / (t * E)  # the tokens of the etp ranks, on this rank's experts
+    rows = M * o.inp.busiest_topk * lay.ep * etp / (t * E)  # etp ranks' tokens, busiest experts
     moe = [o.gemm(1, M, E, h, False), o.gemm(local, rows, fc1 * h_e / etp, w, fp8), o.gemm(local, rows, w, h_e / etp, fp8)]
     if m.moe_latent:
         moe += [o.gemm(1, M, w, h, fp8), o.gemm(1, M, h, w, fp8)]
@@ -258,8 +258,9 @@ def memory_bound_time(o: _Ops) -> Formula:
     if m.dense_blocks:
         total = total + activation(m.ffn_hidden) * o.dense
     if m.is_moe:
-        moe = activation(m.expert_ffn_hidden * (inp.routed_topk + m.shared_experts))
-        permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden, topk=inp.routed_topk)
+        moe = activation(m.expert_ffn_hidden) * (inp.busiest_topk + m.shared_experts)
+        permute = f("compute.memory_bound.moe_permute", hidden=m.moe_latent or m.hidden,
+                    topk=inp.busiest_topk)
         total = total + (moe + permute * stream) * o.moe
     if m.mamba_blocks:
         total = total + (f("compute.memory_bound.mamba2_forward") * forwards

@@ -38,6 +38,7 @@ HARDWARE_INPUTS = ("element_bytes", "loss_bytes", "peak_flops", "peak_flops_16",
                    "scale_up_bandwidth", "scale_out_bandwidth", "hbm_bandwidth", "memory_efficiency", "tile_m", "tile_n",
                    "attention_efficiency", "matmul_efficiency", "stack_efficiency", "overlap", "attention_factor", "scale_up_latency",
                    "scale_up_efficiency", "scale_out_latency", "scale_out_efficiency", "interruption_rate",
+                   "routing_imbalance",
                    "restart_time", "checkpoint_write_time", "checkpoint_time", "scale_up_links")
 #: the extra input of a stage's quantities
 STAGE = "stage"

@@ -219,6 +219,13 @@ def calibration(stack_name: str) -> Calibration:
                        key=family, pooled=pooled, standard_error=errors.get(family))
 
 
+def dropless_imbalance() -> dict | None:
+    """The imbalance of dropless MoE routing fitted on published pairs of runs (calibration.toml
+    [routing]: ``dropless_imbalance``, its ``dropless_imbalance_stderr``, ``low``, ``high``,
+    ``basis``), or None."""
+    return _calibration_file().get("routing")
+
+
 def _hardware_tables() -> dict:
     return table("hardware")
 

@@ -307,7 +307,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
            at_limit: bool = False, fp8_recipe: str | None = None, optimizer: str = "adam", etp: int | None = None,
            pipeline_layout: str | None = None, dispatcher: str | None = None, bf16_layers=None,
            grad_dtype: str | None = None, moment_dtype: str | None = None, expert_capacity=None,
-           layout_options: dict | None = None) -> SearchResult:
+           routing_imbalance=None, layout_options: dict | None = None) -> SearchResult:
     """Every valid layout of ``gpus`` accelerators (a count, or several: the layouts of each),
     evaluated with Plan's expressions; the ones that fit in HBM ranked by ``objective``
     (``choices.OBJECTIVES``): predicted step time, GPU-seconds per token, or MFU. At one GPU count
@@ -316,8 +316,8 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
     allocator, as ``Plan(..., outside_bytes=)`` (default: the least measured, ``memory.headroom``).
     ``stack``: the training stack every layout is counted with, as ``Plan(..., stack=)`` (by default
     the platform's), and ``fp8_recipe``, ``optimizer``, ``dispatcher``, ``bf16_layers``,
-    ``grad_dtype``, ``moment_dtype`` and ``expert_capacity`` as Plan takes them; ``etp``,
-    ``pipeline_layout`` and
+    ``grad_dtype``, ``moment_dtype``, ``expert_capacity`` and ``routing_imbalance`` as Plan takes
+    them; ``etp``, ``pipeline_layout`` and
     ``layout_options`` (a dict of Layout's recompute_modules, fp8_activations, offload_activations,
     offload_optimizer, first_stage_layers, last_stage_layers) every layout's, as Layout takes them
     (a pipeline layout or uneven stages with ``pp`` pinned). Each layout carries its memory verdict,
@@ -360,7 +360,7 @@ def search(model: Model, hardware: Hardware, *, gpus, seq_len, global_batch=None
                                  optimizer=optimizer, fp8_recipe=fp8_recipe, dispatcher=dispatcher,
                                  pipeline_layout=pipeline_layout, bf16_layers=bf16_layers, grad_dtype=grad_dtype,
                                  moment_dtype=moment_dtype, expert_capacity=expert_capacity,
-                                 layout_options=layout_options)
+                                 routing_imbalance=routing_imbalance, layout_options=layout_options)
     arrays = _layouts(model, hardware, props, counts, seq_len=seq_len, global_batch=global_batch,
                       microbatch_sizes=microbatch_sizes, max_tp=max_tp, max_cp=max_cp, pins=pins,
                       etp=counted.get("etp"), explicit="pp" in counted, **narrowed)

@@ -1,0 +1,120 @@
+"""The imbalance of dropless MoE routing, from published pairs of runs that differ only in routing.
+
+Megatron-Core's benchmarks force the router to balance the experts
+(``--moe-router-force-load-balancing``); the same run with its learned, dropless routing is slower,
+because the busiest expert-parallel rank's experts take more than their share of the tokens and
+every other rank waits for it. For each published pair (``validation/routing.toml``) the imbalance
+is the ``routing_imbalance`` at which the plan of the run is slower than its balanced plan by the
+measured ratio of the two throughputs (the same FLOPs, so the ratio of step times). The preset is
+the pairs' mean, with its standard error (their spread over the root of their number) and the least
+and largest pair.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+from ..core.errors import InputError
+from ..core.files import read_text
+from ..core.values import as_quantity
+from .cases import plan_of
+
+#: the file of a case folder that holds the pairs
+PAIRS_FILE = "routing.toml"
+#: the imbalance a pair is solved within (relative), and the largest sought
+TOLERANCE, MAX_IMBALANCE = 1e-9, 64.0
+
+
+def pairs(folder: Path) -> list[dict]:
+    """The pairs of ``folder``'s routing file: id, source, plan (a case's plan table) and ratio (the
+    balanced throughput over the dropless one); none where the folder has no such file."""
+    path = folder / PAIRS_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for p in tomllib.loads(read_text(path)).get("pair", []):
+        if not isinstance(p, dict) or not all(
+            k in p for k in ("id", "source", "plan", "forced", "dropless")
+        ):
+            raise InputError(f"{PAIRS_FILE}: a pair needs id, source, plan, forced and dropless")
+        forced, dropless = (as_quantity(f"{p['id']}: {k}", p[k]) for k in ("forced", "dropless"))
+        ratio = float((forced / dropless).to("").magnitude)
+        if not ratio >= 1:
+            raise InputError(
+                f"{PAIRS_FILE}: {p['id']}: dropless routing faster than balanced; expected "
+                f"forced ≥ dropless, got {p['forced']} and {p['dropless']}"
+            )
+        out.append({"id": p["id"], "source": p["source"], "plan": p["plan"], "ratio": ratio})
+    return out
+
+
+def solved(pair: dict) -> float:
+    """The routing imbalance at which the plan of ``pair`` steps ``pair["ratio"]`` times as long as
+    its balanced plan: bracketed, then the Illinois method (the step time grows with the imbalance,
+    in pieces where a maximum changes hands)."""
+    balanced = plan_of(pair["plan"]).step_time().to("s").magnitude
+
+    def excess(rho):
+        return (
+            plan_of(pair["plan"], routing_imbalance=rho).step_time().to("s").magnitude / balanced
+            - pair["ratio"]
+        )
+
+    lo, f_lo, hi = 1.0, 1.0 - pair["ratio"], 2.0
+    f_hi = excess(hi)
+    while f_hi < 0:
+        if hi > MAX_IMBALANCE:
+            raise InputError(
+                f"{pair['id']}: no routing imbalance up to {MAX_IMBALANCE} gives the measured "
+                f"ratio {pair['ratio']:.4f}"
+            )
+        lo, f_lo, hi = hi, f_hi, 2 * hi
+        f_hi = excess(hi)
+    side = 0
+    while hi - lo > TOLERANCE * hi:
+        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo) if f_hi != f_lo else (lo + hi) / 2
+        f_mid = excess(mid)
+        if f_mid == 0:
+            return mid
+        if f_mid > 0:
+            hi, f_hi = mid, f_mid
+            f_lo, side = (f_lo / 2, 1) if side == 1 else (f_lo, 1)
+        else:
+            lo, f_lo = mid, f_mid
+            f_hi, side = (f_hi / 2, -1) if side == -1 else (f_hi, -1)
+    return (lo + hi) / 2
+
+
+def summary(folder: Path) -> dict | None:
+    """The imbalance of dropless routing fitted on ``folder``'s pairs, or None with fewer than two:
+    the mean, its standard error, the least and largest pair, each pair's, and how many."""
+    found = pairs(folder)
+    if len(found) < 2:
+        return None
+    each = {p["id"]: solved(p) for p in found}
+    values = list(each.values())
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return {
+        "imbalance": mean,
+        "stderr": spread / math.sqrt(len(values)),
+        "low": min(values),
+        "high": max(values),
+        "count": len(values),
+        "pairs": each,
+    }
+
+
+def leave_one_out(folder: Path) -> dict[str, float]:
+    """id → the error of each pair's dropless throughput predicted with the mean imbalance of the
+    other pairs, (predicted − measured)/measured."""
+    found = pairs(folder)
+    each = {p["id"]: solved(p) for p in found}
+    out = {}
+    for p in found:
+        others = [v for k, v in each.items() if k != p["id"]]
+        dropless = plan_of(p["plan"], routing_imbalance=sum(others) / len(others)).step_time()
+        out[p["id"]] = p["ratio"] / (dropless / plan_of(p["plan"]).step_time()).to("").magnitude - 1
+    return out

@@ -1,0 +1,182 @@
+"""The imbalance of MoE routing: the busiest expert-parallel rank's share of the routed tokens,
+given as a number or by name, and the dropless value fitted on published pairs of runs
+(validation/routing.toml)."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import analytic as an
+from analytic.cli.main import main
+from analytic.fit import routing
+from analytic.fit.cases import plan_of
+from analytic.presets import dropless_imbalance
+
+HERE = Path(__file__).parent.parent / "validation"
+KW = dict(seq_len=4096, global_batch=64)
+EP8 = an.Layout(dp=8, ep=8, zero=1)
+
+
+def _plan(layout=EP8, model="qwen3-235b-a22b", **kw):
+    return an.Plan(model, "h100-sxm", layout, **KW, **kw)
+
+
+def test_the_busiest_rank_saves_and_receives_its_share_times_the_imbalance():
+    """Qwen3-235B-A22B at EP 8, no TP or pipeline: each of the 94 MoE layers saves 2k·h bytes of a
+    token's routed copies and 6k·h_e of its experts' gate, up and product
+    (memory.activations.mlp_moe), so the busiest rank at imbalance 2 holds 94 · 4,096 · (6 · 1,536 +
+    2 · 4,096) · 8 bytes more (hand count), and its all-to-alls move twice the bytes; the FLOPs do
+    not change, the MFU falls as the step lengthens."""
+    balanced, skewed = _plan(), _plan(routing_imbalance=2)
+    extra = (skewed.memory().activations - balanced.memory().activations).to("byte").magnitude
+    assert extra == 94 * 4096 * (6 * 1536 + 2 * 4096) * 8
+    assert (skewed.communication()["ep"] / balanced.communication()["ep"]).to(
+        ""
+    ).magnitude == pytest.approx(2, rel=1e-12)
+    assert (
+        skewed.model_flops() == balanced.model_flops()
+        and skewed.hardware_flops() == balanced.hardware_flops()
+    )
+    ratio = (skewed.step_time() / balanced.step_time()).to("").magnitude
+    assert ratio > 1.2 and skewed.mfu() == pytest.approx(balanced.mfu() / ratio, rel=1e-12)
+
+
+def test_a_rank_that_holds_every_expert_has_no_busiest_rank():
+    """At EP 1 every rank runs every expert on its own tokens' copies, however they are routed: the
+    imbalance changes nothing, in numbers and in a symbolic EP alike."""
+    full = an.Layout(dp=64, zero=3, recompute="full")
+    assert _plan(full, routing_imbalance=3).step_time() == _plan(full).step_time()
+    free = _plan(an.Layout(dp=8, ep=an.sym("ep"), zero=1), routing_imbalance=2).expr("step_time")
+    for ep in (1, 8):
+        assert free.evaluate(ep=ep).to("s").magnitude == pytest.approx(
+            _plan(an.Layout(dp=8, ep=ep, zero=1), routing_imbalance=2)
+            .step_time()
+            .to("s")
+            .magnitude,
+            rel=1e-12,
+        )
+    assert free.evaluate(ep=1) == _plan(an.Layout(dp=8, ep=1, zero=1)).step_time()
+
+
+def test_an_imbalance_by_name_is_the_number_it_stands_for():
+    """By name: "balanced" is 1 (the default); "dropless" is the shipped calibration's fitted value,
+    and the plan says so."""
+    fitted = dropless_imbalance()["dropless_imbalance"]
+    assert _plan(routing_imbalance="balanced").step_time() == _plan().step_time()
+    named, number = _plan(routing_imbalance="dropless"), _plan(routing_imbalance=fitted)
+    assert named.step_time() == number.step_time()
+    assert any(n.startswith(f"routing_imbalance: dropless, {fitted:.3f}") for n in named.notes)
+    assert (
+        named.replace(global_batch=128).step_time() == number.replace(global_batch=128).step_time()
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(model="llama3-8b", routing_imbalance=1.5), "llama3-8b is dense"),
+        (dict(routing_imbalance=0.5), "expected a number ≥ 1, got 0.5"),
+        (
+            dict(routing_imbalance="skewed"),
+            "expected 'balanced' or 'dropless' or a number ≥ 1, got 'skewed'",
+        ),
+        (dict(routing_imbalance=1.5, expert_capacity=1.25), "give one of the two"),
+    ],
+)
+def test_an_imbalance_that_cannot_be_is_refused(kw, message):
+    with pytest.raises(an.InputError, match=message):
+        _plan(**kw)
+
+
+def test_the_shipped_dropless_imbalance_is_what_its_pairs_give():
+    """calibration.toml's [routing] is the mean of the pairs, each solved again here, with its
+    standard error; at each pair's solution the plan's step grows by the pair's measured ratio (to
+    the step time's granularity: GEMMs quantised in waves make it a staircase in the imbalance)."""
+    shipped = dropless_imbalance()
+    found = routing.pairs(HERE)
+    each = {p["id"]: routing.solved(p) for p in found}
+    values = list(each.values())
+    mean = sum(values) / len(values)
+    assert shipped["dropless_imbalance"] == pytest.approx(mean, abs=2e-6)
+    spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    assert shipped["dropless_imbalance_stderr"] == pytest.approx(
+        spread / len(values) ** 0.5, abs=2e-6
+    )
+    assert (shipped["low"], shipped["high"]) == pytest.approx((min(values), max(values)), abs=2e-6)
+    for p in found:
+        step = (
+            (
+                plan_of(p["plan"], routing_imbalance=each[p["id"]]).step_time()
+                / plan_of(p["plan"]).step_time()
+            )
+            .to("")
+            .magnitude
+        )
+        assert step == pytest.approx(p["ratio"], rel=0.02)
+
+
+def test_each_pair_is_predicted_from_the_others():
+    """With one pair left out, the mean imbalance of the other three predicts its dropless
+    throughput within 5% (Qwen3-235B-A22B at 16K to 128K tokens, CP 1 to 8: the imbalance does not
+    follow the sequence's length or the context parallelism); the error is the throughput's, counted
+    here again for the first pair."""
+    errors = routing.leave_one_out(HERE)
+    assert len(errors) == 4 and all(abs(e) < 0.05 for e in errors.values())
+    found = routing.pairs(HERE)
+    rest = [routing.solved(p) for p in found[1:]]
+    balanced = plan_of(found[0]["plan"]).step_time()
+    dropless = plan_of(found[0]["plan"], routing_imbalance=sum(rest) / 3).step_time()
+    forced, measured = 295, 237  # TFLOP/s, the pair's table row
+    predicted = forced * (balanced / dropless).to("").magnitude
+    assert errors[found[0]["id"]] == pytest.approx(predicted / measured - 1, rel=1e-9)
+
+
+def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):
+    text = (
+        (HERE / routing.PAIRS_FILE)
+        .read_text()
+        .replace('dropless = "237 TFLOP/s"', 'dropless = "300 TFLOP/s"')
+    )
+    (tmp_path / routing.PAIRS_FILE).write_text(text)
+    with pytest.raises(an.InputError, match="dropless routing faster than balanced"):
+        routing.pairs(tmp_path)
+    assert tomllib.loads(text)["pair"][0]["dropless"] == "300 TFLOP/s"
+
+
+def test_the_command_line_and_search_take_the_imbalance(capsys):
+    """`analytic step --routing-imbalance dropless` prints the API's step; search counts its layouts
+    with it and its rows build their plans with it."""
+    flags = [
+        "--model",
+        "qwen3-235b-a22b",
+        "--hardware",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--ep",
+        "8",
+        "--zero",
+        "1",
+        "--seq",
+        "4096",
+        "--global-batch",
+        "64",
+        "--routing-imbalance",
+        "dropless",
+        "--json",
+    ]
+    assert main(["step", *flags]) == 0
+    lines = json.loads(capsys.readouterr().out)["lines"]
+    assert next(x["value"] for x in lines if x["key"] == "step_time") == pytest.approx(
+        _plan(routing_imbalance="dropless").step_time().to("s").magnitude, rel=1e-12
+    )
+    found = an.search("qwen3-235b-a22b", "h100-sxm", gpus=256, routing_imbalance="dropless", **KW)
+    best = found.best
+    assert best.options["routing_imbalance"] == "dropless"
+    plan = best.plan("qwen3-235b-a22b", "h100-sxm", **KW)
+    assert plan.step_time().to("s").magnitude == pytest.approx(best.step_time, rel=1e-12)
+    skewed = next(r for r in found.ranked if r.layout.ep > 1)
+    balanced = skewed.plan("qwen3-235b-a22b", "h100-sxm", routing_imbalance="balanced", **KW)
+    assert skewed.step_time > balanced.step_time().to("s").magnitude
