@@ -180,3 +180,13 @@ def test_the_command_line_and_search_take_the_imbalance(capsys):
     skewed = next(r for r in found.ranked if r.layout.ep > 1)
     balanced = skewed.plan("qwen3-235b-a22b", "h100-sxm", routing_imbalance="balanced", **KW)
     assert skewed.step_time > balanced.step_time().to("s").magnitude
+
+
+def test_a_capacity_of_copies_not_whole_is_counted_without_a_template():
+    """Experts padded to 1.1 times their share take 8.8 copies of a token: under selective recomputation
+    of the norms (a plan without a template) the experts' saved inputs and products grow by a tenth of
+    the balanced ones, 94 · 4,096 · (6 · 1,536 + 2 · 4,096) · 8 · 0.1 bytes (hand count)."""
+    norms = an.Layout(dp=8, ep=8, zero=1, recompute="selective", recompute_modules=("layernorm",))
+    padded, dropless = _plan(norms, expert_capacity=1.1), _plan(norms)
+    extra = (padded.memory().activations - dropless.memory().activations).to("byte").magnitude
+    assert extra == pytest.approx(94 * 4096 * (6 * 1536 + 2 * 4096) * 8 * 0.1, rel=1e-12)
