@@ -118,6 +118,16 @@ def test_the_allgather_dispatcher_gathers_every_token_of_the_etp_ep_group():
     assert "parallelism.ep.allgather_dispatch_bytes" in sources and "parallelism.ep.dispatch_bytes" not in sources
 
 
+def test_the_allgather_dispatchers_group_of_consecutive_ranks_stays_on_nvlink():
+    """EP 8 of Qwen3-30B-A3B on one 8-GPU node: the all-gather dispatcher's eight consecutive ranks
+    share the node's NVLink, so the NIC's bandwidth does not change its time."""
+    nics = ({}, {"scale_out_bandwidth": "100 Gbit/s"})
+    plans = [an.Plan("qwen3-30b-a3b", "h100-sxm", an.Layout(dp=8, ep=8, zero=1), seq_len=4096,
+                     global_batch=64, dispatcher="allgather", **nic) for nic in nics]
+    times = [p.communication_time()["ep"].to("s").magnitude for p in plans]
+    assert times[0] > 0 and times[0] == times[1]
+
+
 def test_the_flex_dispatcher_sends_a_token_once_to_each_node_it_reaches():
     """EP 32 at stride 1 over 4 nodes of 8 H100s (TP 1, DP 32): DeepEP sends each token once to each node its 8
     experts reach, 4 (1 − (3/4)^8) = 3.60 on average, where all-to-all sends all 8 copies (28/32 of them leave the

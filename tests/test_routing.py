@@ -190,3 +190,25 @@ def test_a_capacity_of_copies_not_whole_is_counted_without_a_template():
     padded, dropless = _plan(norms, expert_capacity=1.1), _plan(norms)
     extra = (padded.memory().activations - dropless.memory().activations).to("byte").magnitude
     assert extra == pytest.approx(94 * 4096 * (6 * 1536 + 2 * 4096) * 8 * 0.1, rel=1e-12)
+
+
+def test_activations_cached_in_fp8_shrink_with_the_busiest_ranks_copies():
+    """With the experts' inputs and SwiGLU tensors cached in FP8 (DeepSeek-V3 §3.3.2), each extra
+    copy of a token on the busiest rank saves 6h_e + 2h bytes less 2h_e, h_e and h kept in one byte,
+    3h_e + h: 94 · 4,096 · (3 · 1,536 + 4,096) · 8 bytes at imbalance 2 (hand count)."""
+    cached = an.Layout(dp=8, ep=8, zero=1, fp8_activations=True)
+    balanced = _plan(cached, dtype="fp8")
+    skewed = _plan(cached, dtype="fp8", routing_imbalance=2)
+    extra = (skewed.memory().activations - balanced.memory().activations).to("byte").magnitude
+    assert extra == 94 * 4096 * (3 * 1536 + 4096) * 8
+
+
+def test_a_shared_expert_adds_its_swiglus_passes_as_a_routed_copy_does():
+    """Qwen3-30B-A3B given one and two shared experts: each adds the same memory-bound time (its
+    SwiGLU's forward and backward passes over every token), more than none."""
+    from analytic.presets import model
+    base = model("qwen3-30b-a3b")
+    plans = [an.Plan(base.replace(shared_experts=s), "h100-sxm", EP8, **KW) for s in (0, 1, 2)]
+    times = [p.value("time.memory_bound").to("s").magnitude for p in plans]
+    assert times[1] - times[0] > 0
+    assert times[2] - times[1] == pytest.approx(times[1] - times[0], rel=1e-9)
