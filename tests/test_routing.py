@@ -63,7 +63,7 @@ def test_a_rank_that_holds_every_expert_has_no_busiest_rank():
 def test_an_imbalance_by_name_is_the_number_it_stands_for():
     """By name: "balanced" is 1 (the default); "dropless" is the shipped calibration's fitted value,
     and the plan says so."""
-    fitted = dropless_imbalance()["dropless_imbalance"]
+    fitted = dropless_imbalance()["qwen3-235b-a22b"]["imbalance"]
     assert _plan(routing_imbalance="balanced").step_time() == _plan().step_time()
     named, number = _plan(routing_imbalance="dropless"), _plan(routing_imbalance=fitted)
     assert named.step_time() == number.step_time()
@@ -90,47 +90,60 @@ def test_an_imbalance_that_cannot_be_is_refused(kw, message):
         _plan(**kw)
 
 
+def test_dropless_is_refused_for_a_model_without_runs_of_its_own():
+    """The imbalance is a model's routing's: a model no pair measured gets a clear error naming the
+    models fitted, not another model's value."""
+    fitted = "fitted by model.*qwen3-235b-a22b 1.86.*mixtral-8x22b 1.03"
+    with pytest.raises(an.InputError, match=fitted):
+        _plan(model="qwen3-30b-a3b", routing_imbalance="dropless")
+
+
 def test_the_shipped_dropless_imbalance_is_what_its_pairs_give():
-    """calibration.toml's [routing] is the mean of the pairs, each solved again here, with its
-    standard error; at each pair's solution the plan's step grows by the pair's measured ratio (to
-    the step time's granularity: GEMMs quantised in waves make it a staircase in the imbalance)."""
+    """calibration.toml's [routing.dropless] is, for each model, the mean of its pairs, each solved
+    again here, with its standard error where it has several; at each pair's solution the pair's
+    measured ratio lies between the plan's step ratios just below and just above it (GEMMs quantised
+    in waves make the step a staircase in the imbalance: Mixtral's one expert a rank jumps past it),
+    within 2%."""
     shipped = dropless_imbalance()
     found = routing.pairs(HERE)
     each = {p["id"]: routing.solved(p) for p in found}
-    values = list(each.values())
-    mean = sum(values) / len(values)
-    assert shipped["dropless_imbalance"] == pytest.approx(mean, abs=2e-6)
-    spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    assert shipped["dropless_imbalance_stderr"] == pytest.approx(
-        spread / len(values) ** 0.5, abs=2e-6
-    )
-    assert (shipped["low"], shipped["high"]) == pytest.approx((min(values), max(values)), abs=2e-6)
+    for name in {p["model"] for p in found}:
+        values = [each[p["id"]] for p in found if p["model"] == name]
+        mean = sum(values) / len(values)
+        assert shipped[name]["imbalance"] == pytest.approx(mean, abs=2e-6)
+        assert shipped[name]["pairs"] == len(values)
+        ends = (shipped[name]["low"], shipped[name]["high"])
+        assert ends == pytest.approx((min(values), max(values)), abs=2e-6)
+        if len(values) > 1:
+            spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+            assert shipped[name]["stderr"] == pytest.approx(spread / len(values) ** 0.5, abs=2e-6)
+        else:
+            assert "stderr" not in shipped[name]
     for p in found:
-        step = (
-            (
-                plan_of(p["plan"], routing_imbalance=each[p["id"]]).step_time()
-                / plan_of(p["plan"]).step_time()
-            )
-            .to("")
-            .magnitude
-        )
-        assert step == pytest.approx(p["ratio"], rel=0.02)
+        balanced = plan_of(p["plan"]).step_time()
+        below, above = ((plan_of(p["plan"], routing_imbalance=each[p["id"]] * f).step_time()
+                         / balanced).to("").magnitude for f in (1 - 1e-6, 1 + 1e-6))
+        assert below / 1.02 <= p["ratio"] <= above * 1.02, p["id"]
 
 
-def test_each_pair_is_predicted_from_the_others():
-    """With one pair left out, the mean imbalance of the other three predicts its dropless
+def test_each_pair_is_predicted_from_its_models_other_pairs_and_not_from_another_model():
+    """With one pair left out, the mean imbalance of its model's other three predicts its dropless
     throughput within 5% (Qwen3-235B-A22B at 16K to 128K tokens, CP 1 to 8: the imbalance does not
     follow the sequence's length or the context parallelism); the error is the throughput's, counted
-    here again for the first pair."""
+    here again for the first pair. Another model's value does not carry: Mixtral 8x22B's (1.03)
+    predicts Qwen3's dropless runs 9-23% too fast, and Qwen3's (1.86) Mixtral's 34% too slow."""
     errors = routing.leave_one_out(HERE)
     assert len(errors) == 4 and all(abs(e) < 0.05 for e in errors.values())
     found = routing.pairs(HERE)
-    rest = [routing.solved(p) for p in found[1:]]
+    rest = [routing.solved(p) for p in found[1:4]]
     balanced = plan_of(found[0]["plan"]).step_time()
     dropless = plan_of(found[0]["plan"], routing_imbalance=sum(rest) / 3).step_time()
     forced, measured = 295, 237  # TFLOP/s, the pair's table row
     predicted = forced * (balanced / dropless).to("").magnitude
     assert errors[found[0]["id"]] == pytest.approx(predicted / measured - 1, rel=1e-9)
+    across = routing.leave_one_out(HERE, across=True)
+    assert all(0.08 < e < 0.24 for k, e in across.items() if "qwen3" in k)
+    assert -0.35 < across["MZOO-mixtral-8x22b"] < -0.33
 
 
 def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):

@@ -111,10 +111,11 @@ def test_calibrate_published_writes_only_where_told(tmp_path):
     for key, value in written["stack_efficiency"].items():
         assert shipped["stack_efficiency"][key] == pytest.approx(value, abs=2e-6)
     assert shipped["provenance"]["cases"] == written["provenance"]["cases"]
-    routing = written["routing"]
-    assert {k: pytest.approx(v, abs=2e-6) if isinstance(v, float) else v
-            for k, v in routing.items()} == shipped["routing"]
-    assert data["routing"]["imbalance"] == pytest.approx(routing["dropless_imbalance"], abs=1e-6)
+    routing = written["routing"]["dropless"]
+    assert {name: {k: pytest.approx(v, abs=2e-6) for k, v in m.items()}
+            for name, m in routing.items()} == shipped["routing"]["dropless"]
+    assert {k: m["imbalance"] for k, m in data["routing"]["models"].items()} == pytest.approx(
+        {k: m["imbalance"] for k, m in routing.items()}, abs=1e-6)
     assert {k: shipped["memory"][k] for k in memory} == {
         k: pytest.approx(v, abs=2e-6) if isinstance(v, float) else v for k, v in memory.items()}
 

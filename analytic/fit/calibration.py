@@ -338,19 +338,21 @@ def render(constants: dict, cases: list[Case], source: str = "",
 
 
 def _routing_lines(routing: dict | None, folder: str) -> list[str]:
-    """The [routing] table of the calibration file, where pairs were fitted."""
+    """The [routing] tables of the calibration file, a model each, where pairs were fitted."""
     if routing is None:
         return []
-    return ["", "[routing]",
-            'basis = "the busiest expert-parallel rank\'s routed tokens over its balanced '
-            f'share under dropless routing: the mean over {routing["count"]} published pairs of '
-            f'runs forced balanced and dropless ({folder}/routing.toml), each the imbalance at '
-            'which the plan of the run steps as much longer as the run measured; its standard '
-            'error (the spread of the pairs over the root of their number), low and high the '
-            'least and largest pair"',
-            f"dropless_imbalance = {routing['imbalance']:.6f}",
-            f"dropless_imbalance_stderr = {routing['stderr']:.6f}",
-            f"low = {routing['low']:.6f}", f"high = {routing['high']:.6f}"]
+    lines = ["", "[routing]",
+             'basis = "the busiest expert-parallel rank\'s routed tokens over its balanced share '
+             'under dropless routing, by model: the mean over its published pairs of runs forced '
+             f'balanced and dropless ({folder}/routing.toml), each the imbalance at which the plan '
+             'of the run steps as much longer as the run measured; its standard error (the spread '
+             'of the pairs over the root of their number) where it has several, low and high the '
+             'least and largest pair"']
+    for name, m in routing["models"].items():
+        lines += ["", f'[routing.dropless."{name}"]', f"imbalance = {m['imbalance']:.6f}"]
+        lines += [] if m["stderr"] is None else [f"stderr = {m['stderr']:.6f}"]
+        lines += [f"low = {m['low']:.6f}", f"high = {m['high']:.6f}", f"pairs = {m['count']}"]
+    return lines
 
 
 def as_json(constants: dict, cases: list[Case], ratios: tuple[float, float] | None = None,

@@ -5,9 +5,10 @@ Megatron-Core's benchmarks force the router to balance the experts
 because the busiest expert-parallel rank's experts take more than their share of the tokens and
 every other rank waits for it. For each published pair (``validation/routing.toml``) the imbalance
 is the ``routing_imbalance`` at which the plan of the run is slower than its balanced plan by the
-measured ratio of the two throughputs (the same FLOPs, so the ratio of step times). The preset is
-the pairs' mean, with its standard error (their spread over the root of their number) and the least
-and largest pair.
+measured ratio of the two throughputs (the same FLOPs, so the ratio of step times). The imbalance
+belongs to a model's routing (how its router was trained to balance, and on what batch), so the
+preset is by model: the mean of its pairs, with its standard error (their spread over the root of
+their number) and the least and largest pair.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ TOLERANCE, MAX_IMBALANCE = 1e-9, 64.0
 
 
 def pairs(folder: Path) -> list[dict]:
-    """The pairs of ``folder``'s routing file: id, source, plan (a case's plan table) and ratio (the
-    balanced throughput over the dropless one); none where the folder has no such file."""
+    """The pairs of ``folder``'s routing file: id, source, model (the preset's name, or the name its
+    table gives), plan (a case's plan table) and ratio (the balanced throughput over the dropless
+    one); none where the folder has no such file."""
     path = folder / PAIRS_FILE
     if not path.is_file():
         return []
@@ -39,6 +41,11 @@ def pairs(folder: Path) -> list[dict]:
             k in p for k in ("id", "source", "plan", "forced", "dropless")
         ):
             raise InputError(f"{PAIRS_FILE}: a pair needs id, source, plan, forced and dropless")
+        model = p["plan"].get("model")
+        name = model.get("name") if isinstance(model, dict) else model
+        if not isinstance(name, str):
+            raise InputError(f"{PAIRS_FILE}: {p['id']}: the model needs a name (a preset's, or its "
+                             "table's name): the imbalance is the model's routing's")
         forced, dropless = (as_quantity(f"{p['id']}: {k}", p[k]) for k in ("forced", "dropless"))
         ratio = float((forced / dropless).to("").magnitude)
         if not ratio >= 1:
@@ -46,7 +53,8 @@ def pairs(folder: Path) -> list[dict]:
                 f"{PAIRS_FILE}: {p['id']}: dropless routing faster than balanced; expected "
                 f"forced ≥ dropless, got {p['forced']} and {p['dropless']}"
             )
-        out.append({"id": p["id"], "source": p["source"], "plan": p["plan"], "ratio": ratio})
+        out.append({"id": p["id"], "source": p["source"], "model": name, "plan": p["plan"],
+                    "ratio": ratio})
     return out
 
 
@@ -88,33 +96,40 @@ def solved(pair: dict) -> float:
 
 
 def summary(folder: Path) -> dict | None:
-    """The imbalance of dropless routing fitted on ``folder``'s pairs, or None with fewer than two:
-    the mean, its standard error, the least and largest pair, each pair's, and how many."""
+    """The imbalance of dropless routing fitted on ``folder``'s pairs, by model (each model's
+    routing its own), or None without pairs: ``models`` (name → the mean of its pairs, its standard
+    error where it has several, the least and largest pair and how many) and ``pairs`` (id → its
+    own)."""
     found = pairs(folder)
-    if len(found) < 2:
+    if not found:
         return None
     each = {p["id"]: solved(p) for p in found}
-    values = list(each.values())
-    mean = sum(values) / len(values)
-    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return {
-        "imbalance": mean,
-        "stderr": spread / math.sqrt(len(values)),
-        "low": min(values),
-        "high": max(values),
-        "count": len(values),
-        "pairs": each,
-    }
+    models = {}
+    for p in found:
+        models.setdefault(p["model"], []).append(each[p["id"]])
+    out = {}
+    for name, values in models.items():
+        mean = sum(values) / len(values)
+        spread = (math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+                  if len(values) > 1 else None)
+        stderr = None if spread is None else spread / math.sqrt(len(values))
+        out[name] = {"imbalance": mean, "stderr": stderr, "low": min(values), "high": max(values),
+                     "count": len(values)}
+    return {"models": out, "pairs": each}
 
 
-def leave_one_out(folder: Path) -> dict[str, float]:
-    """id → the error of each pair's dropless throughput predicted with the mean imbalance of the
-    other pairs, (predicted − measured)/measured."""
+def leave_one_out(folder: Path, across: bool = False) -> dict[str, float]:
+    """id → the error of each pair's dropless throughput, (predicted − measured)/measured, predicted
+    with the mean imbalance of the other pairs of its model (models of one pair left out), or with
+    ``across``, with the mean of the other models' imbalances."""
     found = pairs(folder)
     each = {p["id"]: solved(p) for p in found}
     out = {}
     for p in found:
-        others = [v for k, v in each.items() if k != p["id"]]
+        others = [each[o["id"]] for o in found if o["id"] != p["id"]
+                  and (o["model"] != p["model"] if across else o["model"] == p["model"])]
+        if not others:
+            continue
         dropless = plan_of(p["plan"], routing_imbalance=sum(others) / len(others)).step_time()
         out[p["id"]] = p["ratio"] / (dropless / plan_of(p["plan"]).step_time()).to("").magnitude - 1
     return out

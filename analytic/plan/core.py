@@ -96,6 +96,9 @@ class Plan:
     ``dispatcher``: how an MoE layer's tokens reach their experts (``choices.DISPATCHERS``), by default the
     stack's first. ``bf16_layers=(first, last)``: the layers at each end a low-precision plan keeps in BF16.
     ``expert_capacity=c``: an MoE plan's experts padded to c times their balanced share of tokens.
+    ``routing_imbalance``: an MoE plan's busiest expert-parallel rank's routed tokens over that
+    share (a number ≥ 1; "balanced", 1, the default; "dropless", the model's value fitted on its
+    runs).
     """
 
     def __init__(self, model: Model, hardware: Hardware, layout: Layout | None = None, *, seq_len=None,

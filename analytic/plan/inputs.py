@@ -197,13 +197,17 @@ class Inputs:
             return {**overrides, "routing_imbalance": 1}
         from ..presets import dropless_imbalance
         fitted = dropless_imbalance()
-        if fitted is None:
-            raise PresetError("routing_imbalance: 'dropless' is fitted by `analytic calibrate "
-                              "--published` on validation/routing.toml; the calibration file in "
-                              "use has no [routing] table")
-        value, error = fitted["dropless_imbalance"], fitted["dropless_imbalance_stderr"]
-        self._note(f"routing_imbalance: dropless, {value:.3f} ± {error:.3f} ({fitted['low']:.2f} "
-                   f"to {fitted['high']:.2f} over its pairs; presets/calibration.toml [routing])")
+        entry = fitted.get(self.model.name)
+        if entry is None:
+            known = ", ".join(f"{k} {v['imbalance']:.2f}" for k, v in fitted.items()) or "none"
+            raise InputError("routing_imbalance: 'dropless' is fitted by model, on published runs "
+                             f"of its own (presets/calibration.toml [routing]: {known}); for "
+                             f"{self.model.name or 'this model'} give a number ≥ 1")
+        value = entry["imbalance"]
+        spread = (f" ± {entry['stderr']:.3f} ({entry['low']:.2f} to {entry['high']:.2f} over its "
+                  f"{entry['pairs']} pairs)" if "stderr" in entry else " (one pair)")
+        self._note(f"routing_imbalance: dropless, {value:.3f}{spread}; presets/calibration.toml "
+                   "[routing]")
         return {**overrides, "routing_imbalance": value}
 
     def _check_imbalance(self) -> None:

@@ -219,11 +219,11 @@ def calibration(stack_name: str) -> Calibration:
                        key=family, pooled=pooled, standard_error=errors.get(family))
 
 
-def dropless_imbalance() -> dict | None:
-    """The imbalance of dropless MoE routing fitted on published pairs of runs (calibration.toml
-    [routing]: ``dropless_imbalance``, its ``dropless_imbalance_stderr``, ``low``, ``high``,
-    ``basis``), or None."""
-    return _calibration_file().get("routing")
+def dropless_imbalance() -> dict:
+    """The imbalance of dropless MoE routing fitted on published pairs of runs, by model's name
+    (calibration.toml [routing.dropless]: ``imbalance``, ``stderr`` where several pairs give it,
+    ``low``, ``high``, ``pairs``); empty where none is fitted."""
+    return dict(_calibration_file().get("routing", {}).get("dropless", {}))
 
 
 def _hardware_tables() -> dict:
