@@ -3,7 +3,6 @@ given as a number or by name, and the dropless value fitted on published pairs o
 (validation/routing.toml)."""
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -153,9 +152,8 @@ def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):
         .replace('dropless = "237 TFLOP/s"', 'dropless = "300 TFLOP/s"')
     )
     (tmp_path / routing.PAIRS_FILE).write_text(text)
-    with pytest.raises(an.InputError, match="dropless routing faster than balanced"):
+    with pytest.raises(an.InputError, match="MZOO-qwen3-235b-16k: dropless routing faster than balanced"):
         routing.pairs(tmp_path)
-    assert tomllib.loads(text)["pair"][0]["dropless"] == "300 TFLOP/s"
 
 
 def test_the_command_line_and_search_take_the_imbalance(capsys):
