@@ -152,7 +152,8 @@ def test_a_pair_whose_dropless_run_is_faster_is_refused(tmp_path):
         .replace('dropless = "237 TFLOP/s"', 'dropless = "300 TFLOP/s"')
     )
     (tmp_path / routing.PAIRS_FILE).write_text(text)
-    with pytest.raises(an.InputError, match="MZOO-qwen3-235b-16k: dropless routing faster than balanced"):
+    refused = "MZOO-qwen3-235b-16k: dropless routing faster than balanced"
+    with pytest.raises(an.InputError, match=refused):
         routing.pairs(tmp_path)
 
 
@@ -194,9 +195,10 @@ def test_the_command_line_and_search_take_the_imbalance(capsys):
 
 
 def test_a_capacity_of_copies_not_whole_is_counted_without_a_template():
-    """Experts padded to 1.1 times their share take 8.8 copies of a token: under selective recomputation
-    of the norms (a plan without a template) the experts' saved inputs and products grow by a tenth of
-    the balanced ones, 94 · 4,096 · (6 · 1,536 + 2 · 4,096) · 8 · 0.1 bytes (hand count)."""
+    """Experts padded to 1.1 times their share take 8.8 copies of a token: under selective
+    recomputation of the norms (a plan without a template) the experts' saved inputs and products
+    grow by a tenth of the balanced ones, 94 · 4,096 · (6 · 1,536 + 2 · 4,096) · 8 · 0.1 bytes (hand
+    count)."""
     norms = an.Layout(dp=8, ep=8, zero=1, recompute="selective", recompute_modules=("layernorm",))
     padded, dropless = _plan(norms, expert_capacity=1.1), _plan(norms)
     extra = (padded.memory().activations - dropless.memory().activations).to("byte").magnitude
@@ -223,3 +225,21 @@ def test_a_shared_expert_adds_its_swiglus_passes_as_a_routed_copy_does():
     times = [p.value("time.memory_bound").to("s").magnitude for p in plans]
     assert times[1] - times[0] > 0
     assert times[2] - times[1] == pytest.approx(times[1] - times[0], rel=1e-9)
+
+
+def test_a_plan_that_does_not_fit_lists_the_layouts_that_do_at_its_imbalance(capsys):
+    """`analytic step` on a dropless Qwen3-235B-A22B layout that does not fit lists the layouts that
+    do as search counts them at the same imbalance (none at EP 1 is slowed), not as balanced routing
+    would."""
+    flags = ["--model", "qwen3-235b-a22b", "--hardware", "h100-sxm", "--gpus", "256", "--tp", "2",
+             "--pp", "8", "--vpp", "4", "--ep", "32", "--etp", "1", "--sp", "--ends-as-layers",
+             "--zero", "1", "--schedule", "interleaved", "--seq", "4096", "--global-batch", "2048",
+             "--routing-imbalance", "dropless"]
+    assert main(["step", *flags, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["fitting_layouts"]
+    kw = dict(gpus=256, seq_len=4096, global_batch=2048, top=3)
+    dropless = an.search("qwen3-235b-a22b", "h100-sxm", routing_imbalance="dropless", **kw).ranked
+    balanced = an.search("qwen3-235b-a22b", "h100-sxm", **kw).ranked
+    steps = [r.step_time for r in dropless]
+    assert [r["step_time_s"] for r in listed] == pytest.approx(steps, rel=1e-12)
+    assert listed[0]["step_time_s"] > balanced[0].step_time

@@ -20,17 +20,18 @@ def layout_given(args) -> bool:
 
 
 def search_like(plan, top: int = 3):
-    """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype and stack, ranked by step
-    time: the layouts that fit at their predicted peak."""
+    """Search of the plan's GPUs, model, hardware (its overrides too), batch, dtype, stack and
+    routing imbalance, ranked by step time: the layouts that fit at their predicted peak."""
     from ..search.layouts import search
     over = {k: (Q(float(plan.overrides[k]), u) if u else int(plan.overrides[k]))
             for k, u in _HARDWARE.items() if k in plan.overrides}
     hw = plan.hardware.replace(**over) if over else plan.hardware
     outside = {"outside_bytes": Q(float(plan.overrides["outside_bytes"]), "byte")} \
         if "outside_bytes" in plan.overrides else {}
+    routed = {k: plan.overrides[k] for k in ("routing_imbalance",) if k in plan.overrides}
     return search(plan.model, hw, gpus=int(plan.gpus), seq_len=int(plan.seq_len),
                   global_batch=int(plan.global_batch), dtype=plan.dtype, stack=plan.stack, top=top,
-                  progress=False, **outside)
+                  progress=False, **outside, **routed)
 
 
 def layout_text(lay, microbatch_size) -> str:
