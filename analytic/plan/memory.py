@@ -180,10 +180,10 @@ def _less_freed(inp: Inputs, layer: Formula, sp: str, kw: dict, moe: bool) -> Fo
     if moe:
         width, copies = m.expert_ffn_hidden, inp.busiest_topk + m.shared_experts
     products = m.shared_experts if moe and "moe_act" in modules else copies
-    freed = "memory.activations.fp8_freed"
-    cached = [inp.f(f"{freed}.swiglu_inputs", ffn_hidden=width, **kw) * copies]
+    fp8 = "memory.activations.fp8_freed"
+    cached = [inp.f(f"{fp8}.swiglu_inputs", ffn_hidden=width, **kw) * copies]
     if products:  # moe_act without shared experts leaves no product saved
-        cached.append(inp.f(f"{freed}.swiglu_products", ffn_hidden=width, **kw) * products)
+        cached.append(inp.f(f"{fp8}.swiglu_products", ffn_hidden=width, **kw) * products)
     if "layernorm" not in modules:
         cached.append(inp.f(f"memory.activations.fp8_freed.norm_outputs{sp}", **kw))
     if m.attention == "mla" and "mla_up_proj" not in modules:
